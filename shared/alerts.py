@@ -1,0 +1,60 @@
+"""Ops alerts: one JSON schema for everything published to the ops-alerts topic.
+
+    {"kind": "invalid_request" | "preemption_storm" | "attempts_exhausted" | "job_failed" |
+             "job_stuck" | "prune_report" | ...,
+     "severity": "INFO" | "WARNING" | "ERROR",
+     "request_id": str | null, "attempt": int | null, "job": str | null,
+     "message": str,            # one human sentence
+     "details": {...},          # kind-specific, JSON
+     "time": RFC 3339 UTC}
+
+Message attributes repeat `kind`, `severity` and `request_id` so subscribers can filter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from shared.ledger import now_iso
+
+if TYPE_CHECKING:
+    from google.cloud.pubsub_v1 import PublisherClient
+
+SCHEMA_VERSION = 1
+PUBLISH_TIMEOUT_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class Alert:
+    kind: str
+    severity: str
+    message: str
+    request_id: str | None = None
+    attempt: int | None = None
+    job: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+    time: str = field(default_factory=now_iso)
+    schema_version: int = SCHEMA_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class AlertPublisher:
+    """Publishes alerts and waits for each publish to be confirmed (no work after returning)."""
+
+    def __init__(self, publisher: PublisherClient, topic_path: str) -> None:
+        self._publisher = publisher
+        self._topic_path = topic_path
+
+    def publish(self, alert: Alert) -> str:
+        import json
+
+        attributes = {"kind": alert.kind, "severity": alert.severity}
+        if alert.request_id:
+            attributes["request_id"] = alert.request_id
+        future = self._publisher.publish(
+            self._topic_path, json.dumps(alert.to_json()).encode(), **attributes
+        )
+        return future.result(timeout=PUBLISH_TIMEOUT_SECONDS)

@@ -1,0 +1,120 @@
+"""From a Pub/Sub CloudEvent to a decision to acknowledge (return) or redeliver (raise).
+
+Every function's entry point is `handle_delivery(event, handler, ...)`: decode the message, drop
+it if it is older than the configured age (measured from the message's own publish time, because
+functions-framework substitutes "now" when a push lacks one), run the handler, and translate the
+outcome with `is_retryable`: transient failures raise so Pub/Sub redelivers with backoff; anything
+else is logged at ERROR and acknowledged, so a poison message cannot loop forever.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from shared.errors import is_retryable
+from shared.log import Logger, logger
+
+
+@dataclass(frozen=True)
+class Message:
+    """The Pub/Sub message inside a push CloudEvent."""
+
+    data: bytes
+    message_id: str
+    attributes: Mapping[str, str] = field(default_factory=dict)
+    publish_time: datetime | None = None
+
+    def age_seconds(self, now: datetime | None = None) -> float | None:
+        if self.publish_time is None:
+            return None
+        now = now or datetime.now(timezone.utc)
+        return (now - self.publish_time).total_seconds()
+
+
+class UndecodableMessage(ValueError):
+    """The push body is not a Pub/Sub message at all."""
+
+
+def message_from_event(event: Any) -> Message:
+    """Decode a functions-framework CloudEvent (or a plain dict in its shape) into a Message."""
+    data = event.data if hasattr(event, "data") else event.get("data")
+    if not isinstance(data, Mapping) or not isinstance(data.get("message"), Mapping):
+        raise UndecodableMessage("the event carries no Pub/Sub message")
+    raw = data["message"]
+    try:
+        payload = base64.b64decode(raw.get("data") or "", validate=True)
+    except (binascii.Error, TypeError, ValueError):
+        raise UndecodableMessage("message data is not base64") from None
+    attributes = raw.get("attributes") or {}
+    if not isinstance(attributes, Mapping):
+        attributes = {}
+    message_id = str(raw.get("messageId") or raw.get("message_id") or _event_id(event) or "")
+    publish_time = _parse_time(raw.get("publishTime") or raw.get("publish_time"))
+    return Message(payload, message_id, dict(attributes), publish_time)
+
+
+def _event_id(event: Any) -> str | None:
+    try:
+        return event["id"]
+    except (KeyError, TypeError):
+        return None
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+
+
+Handler = Callable[[Message, Logger], None]
+
+
+def handle_delivery(
+    event: Any,
+    handler: Handler,
+    *,
+    function: str,
+    max_age_seconds: float,
+    log: Logger = logger,
+) -> None:
+    """Run `handler` for one delivery. Returns to acknowledge; raises to have it redelivered."""
+    log = log.bind(function=function, event_id=_event_id(event))
+    try:
+        message = message_from_event(event)
+    except UndecodableMessage as exc:
+        log.error("dropped an undecodable delivery", event="undecodable", reason=str(exc))
+        return
+    log = log.bind(message_id=message.message_id)
+    age = message.age_seconds()
+    if age is not None and age > max_age_seconds:
+        log.warning(
+            "dropped a message older than the maximum event age",
+            event="stale_message",
+            age_seconds=round(age, 1),
+            max_age_seconds=max_age_seconds,
+        )
+        return
+    try:
+        handler(message, log)
+    except Exception as exc:
+        if is_retryable(exc):
+            log.warning(
+                "transient failure; the message will be redelivered",
+                event="retry",
+                error=f"{type(exc).__name__}: {exc}",
+            )
+            raise
+        log.error(
+            "permanent failure; the message is acknowledged",
+            event="permanent_failure",
+            error=f"{type(exc).__name__}: {exc}",
+        )

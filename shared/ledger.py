@@ -1,0 +1,259 @@
+"""The ledger: one JSON document per request in the state bucket, changed only by compare-and-swap.
+
+Layout in `gs://<state bucket>/`:
+- `requests/<request_id>.json`: a `RequestRecord` (the request, its status and attempts).
+  Its custom metadata carries `status`, so a listing tells which requests are still active
+  without downloading every document.
+- `jobs/<job_id>.json`: `{"request_id", "attempt", "location", "job"}`, written once per created
+  job. A log entry names only the numeric job id; this index answers "is it ours, and where"
+  with one read and no Vertex call.
+
+Every change is `LedgerStore.update(request_id, transition)`: read (with generation), apply a pure
+transition to a copy, write with `if_generation_match` (0 to create). A 412 means another delivery
+won the race: re-read and decide again. Two deliveries can therefore never both make the same
+transition, which is what makes claims, re-queues and alerts exactly-once.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from shared.errors import ConflictError
+
+if TYPE_CHECKING:
+    from google.cloud.storage import Bucket
+
+SCHEMA_VERSION = 1
+REQUESTS_PREFIX = "requests/"
+JOBS_PREFIX = "jobs/"
+
+
+class Status:
+    """Request status. Terminal ones end the request; the rest mean work may still happen."""
+
+    CLAIMED = "CLAIMED"  # attempt n claimed, job not created yet (or creation in doubt)
+    SUBMITTED = "SUBMITTED"  # job created, not yet seen running
+    RUNNING = "RUNNING"
+    REQUEUED = "REQUEUED"  # attempt n ended by preemption; attempt n+1 published, not yet claimed
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    GAVE_UP = "GAVE_UP"  # every allowed attempt was preempted away
+    CANCELLED = "CANCELLED"
+
+    TERMINAL = frozenset({SUCCEEDED, FAILED, GAVE_UP, CANCELLED})
+    ACTIVE = frozenset({CLAIMED, SUBMITTED, RUNNING, REQUEUED})
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def parse_iso(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+@dataclass
+class Attempt:
+    n: int
+    location: str
+    strategy: str  # "SPOT" or the fallback strategy
+    claimed_at: str
+    job: str | None = None  # full resource name, once created
+    state: str | None = None  # Vertex JobState name as last observed, e.g. "JOB_STATE_RUNNING"
+    created_at: str | None = None
+    started_at: str | None = None
+    ended_at: str | None = None
+    state_changed_at: str | None = None
+    preemptions: int = 0
+    error: dict[str, Any] | None = None  # google.rpc.Status {code, message}
+    outcome: str | None = None  # succeeded | requeued | failed | gave_up | cancelled
+
+    @property
+    def job_id(self) -> str | None:
+        return self.job.rsplit("/", 1)[-1] if self.job else None
+
+
+@dataclass
+class Requeue:
+    """Attempt n+1 decided (ledger first), then published (confirmed by `message_id`)."""
+
+    attempt: int
+    location: str
+    strategy: str
+    reason: str
+    decided_at: str
+    not_before: str | None = None
+    message_id: str | None = None  # set once the publish is confirmed
+
+
+@dataclass
+class RequestRecord:
+    request_id: str
+    request: dict[str, Any]  # the normalized job request (see shared.request)
+    output_dir: str
+    status: str = Status.CLAIMED
+    attempts: list[Attempt] = field(default_factory=list)
+    requeue: Requeue | None = None
+    alerts_sent: list[str] = field(default_factory=list)  # "kind:attempt" keys, so alerts are once
+    created_at: str = field(default_factory=now_iso)
+    updated_at: str = field(default_factory=now_iso)
+    finished_at: str | None = None
+    prune_requested_at: str | None = None
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def latest(self) -> Attempt | None:
+        return self.attempts[-1] if self.attempts else None
+
+    def attempt(self, n: int) -> Attempt | None:
+        return next((a for a in self.attempts if a.n == n), None)
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in Status.TERMINAL
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RequestRecord:
+        data = dict(data)
+        data["attempts"] = [Attempt(**_known(Attempt, a)) for a in data.get("attempts", [])]
+        if data.get("requeue"):
+            data["requeue"] = Requeue(**_known(Requeue, data["requeue"]))
+        return cls(**_known(cls, data))
+
+
+def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    # Tolerate fields written by a newer version rather than crash on them.
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
+@dataclass(frozen=True)
+class JobIndexEntry:
+    request_id: str
+    attempt: int
+    location: str
+    job: str
+
+
+Transition = Callable[[RequestRecord | None], RequestRecord | None]
+
+
+class LedgerStore:
+    """Reads and compare-and-swap writes of ledger documents in one bucket."""
+
+    def __init__(self, bucket: Bucket, *, max_conflicts: int = 20) -> None:
+        self._bucket = bucket
+        self._max_conflicts = max_conflicts
+
+    # Reading.
+
+    def read(self, request_id: str) -> tuple[RequestRecord | None, int]:
+        """The record and its generation; (None, 0) when absent (0 is then the create guard)."""
+        from google.api_core.exceptions import NotFound
+
+        blob = self._bucket.blob(_request_path(request_id))
+        try:
+            raw = blob.download_as_bytes()
+        except NotFound:
+            return None, 0
+        return RequestRecord.from_json(json.loads(raw)), int(blob.generation)
+
+    def get(self, request_id: str) -> RequestRecord | None:
+        return self.read(request_id)[0]
+
+    def list_statuses(
+        self, *, page_size: int = 1000, page_token: str | None = None
+    ) -> tuple[list[tuple[str, str | None]], str | None]:
+        """One page of (request_id, status) from object metadata, and the next page token."""
+        iterator = self._bucket.client.list_blobs(
+            self._bucket, prefix=REQUESTS_PREFIX, max_results=page_size, page_token=page_token
+        )
+        page = next(iterator.pages, None)
+        rows = []
+        for blob in page or ():
+            request_id = blob.name[len(REQUESTS_PREFIX) : -len(".json")]
+            rows.append((request_id, (blob.metadata or {}).get("status")))
+        return rows, iterator.next_page_token
+
+    def iter_statuses(self, *, page_size: int = 1000) -> Iterator[tuple[str, str | None]]:
+        token: str | None = None
+        while True:
+            rows, token = self.list_statuses(page_size=page_size, page_token=token)
+            yield from rows
+            if not token:
+                return
+
+    # Writing.
+
+    def update(self, request_id: str, transition: Transition) -> RequestRecord | None:
+        """Apply `transition` under compare-and-swap and return the record as stored.
+
+        `transition` gets a private copy of the current record (or None) and returns the new
+        record, or the same object unchanged / None to write nothing. It must be pure: it may run
+        several times when deliveries race.
+        """
+        from google.api_core.exceptions import PreconditionFailed
+
+        for conflict in range(self._max_conflicts):
+            current, generation = self.read(request_id)
+            proposed = transition(copy.deepcopy(current))
+            if proposed is None or (current is not None and proposed == current):
+                return current
+            proposed.updated_at = now_iso()
+            try:
+                self._write(proposed, generation)
+                return proposed
+            except PreconditionFailed:
+                # Someone else wrote first (or our own retried write already landed): decide again.
+                time.sleep(random.uniform(0, 0.05 * (conflict + 1)))
+        raise ConflictError(f"ledger record {request_id} kept changing under us")
+
+    def _write(self, record: RequestRecord, generation: int) -> None:
+        blob = self._bucket.blob(_request_path(record.request_id))
+        blob.metadata = {"status": record.status}
+        blob.upload_from_string(
+            json.dumps(record.to_json(), separators=(",", ":")),
+            content_type="application/json",
+            if_generation_match=generation,
+        )
+
+    # The job index.
+
+    def index_job(self, entry: JobIndexEntry) -> None:
+        """Record which request a job belongs to. Idempotent: an existing entry is left as is."""
+        from google.api_core.exceptions import PreconditionFailed
+
+        blob = self._bucket.blob(_job_path(entry.job.rsplit("/", 1)[-1]))
+        try:
+            blob.upload_from_string(
+                json.dumps(asdict(entry)), content_type="application/json", if_generation_match=0
+            )
+        except PreconditionFailed:
+            pass  # already indexed, by us or by a redelivery
+
+    def find_job(self, job_id: str) -> JobIndexEntry | None:
+        from google.api_core.exceptions import NotFound
+
+        try:
+            raw = self._bucket.blob(_job_path(job_id)).download_as_bytes()
+        except NotFound:
+            return None
+        return JobIndexEntry(**json.loads(raw))
+
+
+def _request_path(request_id: str) -> str:
+    return f"{REQUESTS_PREFIX}{request_id}.json"
+
+
+def _job_path(job_id: str) -> str:
+    return f"{JOBS_PREFIX}{job_id}.json"

@@ -1,0 +1,152 @@
+"""The one settings object, read from the environment once.
+
+Resolution order for every field: the environment variable named in its metadata, else the
+default here. Lists are comma-separated. Durations are seconds. Nothing else reads os.environ
+for spotjobs configuration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from shared.errors import ConfigurationError
+from shared.topology import TOPOLOGY
+
+_DEFAULT_PREEMPTION_PATTERNS = (
+    r"preempt",
+    r"spot vm .*reclaimed",
+)
+_DEFAULT_STOCKOUT_PATTERNS = (
+    r"stockout",
+    r"resources are insufficient",
+)
+# Orbax, torch.distributed.checkpoint, TensorFlow's index file, and the demo trainer's marker.
+_DEFAULT_COMMIT_MARKERS = ("commit_success.txt", ".metadata", "checkpoint", "COMMITTED")
+
+
+def _env(name: str, default: object = None, *, kind: str = "str") -> object:
+    return field(default=default, metadata={"env": name, "kind": kind})
+
+
+@dataclass(frozen=True)
+class Settings:
+    # Where things live.
+    project: str = _env("GOOGLE_CLOUD_PROJECT", "spotjobs-local")
+    location: str = _env("SPOTJOBS_LOCATION", "us-central1")
+    state_bucket: str = _env("SPOTJOBS_STATE_BUCKET", "spotjobs-state")
+    checkpoint_bucket: str = _env("SPOTJOBS_CHECKPOINT_BUCKET", "spotjobs-checkpoints")
+    checkpoint_prefix: str = _env("SPOTJOBS_CHECKPOINT_PREFIX", "requests")
+    job_requests_topic: str = _env("SPOTJOBS_JOB_REQUESTS_TOPIC", TOPOLOGY.topic_name("job_requests"))
+    job_events_topic: str = _env("SPOTJOBS_JOB_EVENTS_TOPIC", TOPOLOGY.topic_name("job_events"))
+    ops_alerts_topic: str = _env("SPOTJOBS_OPS_ALERTS_TOPIC", TOPOLOGY.topic_name("ops_alerts"))
+    maintenance_topic: str = _env("SPOTJOBS_MAINTENANCE_TOPIC", TOPOLOGY.topic_name("maintenance"))
+    # Empty means the real regional endpoint; the embedded stack sets http://127.0.0.1:PORT.
+    vertex_endpoint: str = _env("SPOTJOBS_VERTEX_ENDPOINT", "")
+    training_service_account: str = _env("SPOTJOBS_TRAINING_SERVICE_ACCOUNT", "")
+
+    # Request policy (DESIGN.md section 3).
+    allowed_machine_families: tuple[str, ...] = _env(
+        "SPOTJOBS_ALLOWED_MACHINE_FAMILIES", ("a2", "a3"), kind="list"
+    )
+    allowed_image_prefixes: tuple[str, ...] = _env("SPOTJOBS_ALLOWED_IMAGE_PREFIXES", (), kind="list")
+    allowed_service_accounts: tuple[str, ...] = _env(
+        "SPOTJOBS_ALLOWED_SERVICE_ACCOUNTS", (), kind="list"
+    )
+    max_replicas_per_pool: int = _env("SPOTJOBS_MAX_REPLICAS_PER_POOL", 8, kind="int")
+    max_accelerators_per_replica: int = _env("SPOTJOBS_MAX_ACCELERATORS_PER_REPLICA", 8, kind="int")
+    default_max_attempts: int = _env("SPOTJOBS_DEFAULT_MAX_ATTEMPTS", 3, kind="int")
+    max_attempts_ceiling: int = _env("SPOTJOBS_MAX_ATTEMPTS_CEILING", 10, kind="int")
+    max_request_bytes: int = _env("SPOTJOBS_MAX_REQUEST_BYTES", 256 * 1024, kind="int")
+    # A claim without a job older than this is taken over by a redelivery (its holder crashed).
+    claim_lease_seconds: float = _env("SPOTJOBS_CLAIM_LEASE_SECONDS", 120.0, kind="float")
+
+    # Event handling (DESIGN.md sections 2 and 5).
+    max_event_age_seconds: float = _env("SPOTJOBS_MAX_EVENT_AGE_SECONDS", 86400.0, kind="float")
+    preemption_patterns: tuple[str, ...] = _env(
+        "SPOTJOBS_PREEMPTION_PATTERNS", _DEFAULT_PREEMPTION_PATTERNS, kind="list"
+    )
+    stockout_patterns: tuple[str, ...] = _env(
+        "SPOTJOBS_STOCKOUT_PATTERNS", _DEFAULT_STOCKOUT_PATTERNS, kind="list"
+    )
+    preemption_storm_threshold: int = _env("SPOTJOBS_PREEMPTION_STORM_THRESHOLD", 4, kind="int")
+    requeue_delay_seconds: float = _env("SPOTJOBS_REQUEUE_DELAY_SECONDS", 0.0, kind="float")
+    stuck_after_seconds: float = _env("SPOTJOBS_STUCK_AFTER_SECONDS", 6 * 3600.0, kind="float")
+    log_level: str = _env("SPOTJOBS_LOG_LEVEL", "INFO")
+    reconcile_page_size: int = _env("SPOTJOBS_RECONCILE_PAGE_SIZE", 200, kind="int")
+
+    # Checkpoint pruning (DESIGN.md section 6).
+    keep_last: int = _env("SPOTJOBS_KEEP_LAST", 2, kind="int")
+    keep_last_ceiling: int = _env("SPOTJOBS_KEEP_LAST_CEILING", 20, kind="int")
+    incomplete_grace_seconds: float = _env("SPOTJOBS_INCOMPLETE_GRACE_SECONDS", 3600.0, kind="float")
+    finished_retention_seconds: float = _env(
+        "SPOTJOBS_FINISHED_RETENTION_SECONDS", 7 * 86400.0, kind="float"
+    )
+    keep_final_checkpoint: bool = _env("SPOTJOBS_KEEP_FINAL_CHECKPOINT", True, kind="bool")
+    commit_markers: tuple[str, ...] = _env(
+        "SPOTJOBS_COMMIT_MARKERS", _DEFAULT_COMMIT_MARKERS, kind="list"
+    )
+    prune_workers: int = _env("SPOTJOBS_PRUNE_WORKERS", 32, kind="int")
+    prune_requests_per_run: int = _env("SPOTJOBS_PRUNE_REQUESTS_PER_RUN", 2000, kind="int")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        environ = os.environ if environ is None else environ
+        values: dict[str, object] = {}
+        for f in dataclasses.fields(cls):
+            raw = environ.get(f.metadata["env"])
+            if raw is not None and raw.strip() != "":
+                values[f.name] = _convert(f.metadata["env"], raw.strip(), f.metadata["kind"])
+            elif raw is not None and f.metadata["kind"] == "list":
+                values[f.name] = ()  # set but empty: an explicitly empty list
+        return cls(**values)
+
+    @property
+    def checkpoint_root(self) -> str:
+        """gs:// URI under which every request's output directory lives."""
+        return f"gs://{self.checkpoint_bucket}/{self.checkpoint_prefix.strip('/')}/"
+
+    def output_dir_for(self, request_id: str) -> str:
+        return f"{self.checkpoint_root}{request_id}/"
+
+    def as_env(self) -> dict[str, str]:
+        """The environment that reproduces these settings (for child processes and shells)."""
+        env: dict[str, str] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, tuple):
+                env[f.metadata["env"]] = ",".join(value)
+            elif isinstance(value, bool):
+                env[f.metadata["env"]] = "true" if value else "false"
+            else:
+                env[f.metadata["env"]] = str(value)
+        return env
+
+
+def _convert(name: str, raw: str, kind: str) -> object:
+    try:
+        if kind == "int":
+            return int(raw)
+        if kind == "float":
+            return float(raw)
+        if kind == "bool":
+            lowered = raw.lower()
+            if lowered in {"1", "true", "yes", "on"}:
+                return True
+            if lowered in {"0", "false", "no", "off"}:
+                return False
+            raise ValueError(raw)
+        if kind == "list":
+            return tuple(item.strip() for item in raw.split(",") if item.strip())
+        return raw
+    except ValueError:
+        raise ConfigurationError(f"{name}={raw!r} is not a valid {kind}") from None
+
+
+@functools.cache
+def get_settings() -> Settings:
+    """The process-wide settings, read on first use (not at import, so cold starts stay cheap)."""
+    return Settings.from_env()

@@ -1,0 +1,82 @@
+"""Shared fixtures. `stack` starts the embedded stack once per test session (free ports, so two
+runs can coexist) and stops it, with every child process, at the end."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+EVENTS_DIR = Path(__file__).parent / "events"
+
+# Settings the functions under test run with: short leases and backoffs keep the suite fast,
+# everything else is production's default.
+TEST_FUNCTION_ENV = {
+    "SPOTJOBS_CLAIM_LEASE_SECONDS": "5",
+    "SPOTJOBS_LOG_LEVEL": "DEBUG",
+    "SPOTJOBS_ALLOWED_IMAGE_PREFIXES": "",
+}
+
+
+@pytest.fixture(scope="session")
+def stack() -> Iterator["Stack"]:  # noqa: F821 - imported lazily so unit runs stay light
+    from devstack.stack import Stack, StackOptions
+    from shared import clients, settings
+
+    options = StackOptions(
+        function_env=TEST_FUNCTION_ENV,
+        minimum_backoff_seconds=1,
+        maximum_backoff_seconds=5,
+        vertex_args=("--grace-seconds", "0.5"),
+    )
+    saved = dict(os.environ)
+    stack = Stack(options).start()
+    # In-process clients (tests calling shared logic directly) target the same stack.
+    os.environ.update(stack.env)
+    settings.get_settings.cache_clear()
+    for cached in (clients.storage_client, clients.publisher, clients.job_service):
+        cached.cache_clear()
+    try:
+        yield stack
+    finally:
+        stack.stop()
+        os.environ.clear()
+        os.environ.update(saved)
+        settings.get_settings.cache_clear()
+
+
+def load_event(relative: str) -> bytes:
+    """A canned payload from tests/events/."""
+    return (EVENTS_DIR / relative).read_bytes()
+
+
+@pytest.fixture(scope="session")
+def fake_gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A bare fake-gcs-server (no other part of the stack) for storage-only tests; yields its URL."""
+    from devstack.stack import start_fake_gcs
+
+    process, url = start_fake_gcs(tmp_path_factory.mktemp("fake-gcs"))
+    try:
+        yield url
+    finally:
+        process.stop()
+
+
+@pytest.fixture
+def gcs_bucket(fake_gcs: str, request: pytest.FixtureRequest) -> "Bucket":  # noqa: F821
+    """A fresh, empty bucket on the bare fake-gcs-server, named after the test."""
+    import re
+    import uuid
+
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    client = storage.Client(
+        project="spotjobs-test",
+        credentials=AnonymousCredentials(),
+        client_options={"api_endpoint": fake_gcs},
+    )
+    name = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-")
+    return client.create_bucket(f"{name}-{uuid.uuid4().hex[:8]}")

@@ -1,0 +1,99 @@
+"""The ledger's compare-and-swap against a real fake-gcs-server (which enforces preconditions)."""
+
+from __future__ import annotations
+
+import threading
+
+from shared.ledger import Attempt, JobIndexEntry, LedgerStore, RequestRecord, Status
+
+
+def _new_record(request_id: str) -> RequestRecord:
+    return RequestRecord(request_id=request_id, request={"request_id": request_id}, output_dir="gs://b/r/")
+
+
+def test_create_once_then_read_back_with_status_in_metadata(gcs_bucket) -> None:
+    ledger = LedgerStore(gcs_bucket)
+    assert ledger.read("r1") == (None, 0)
+
+    stored = ledger.update("r1", lambda current: current or _new_record("r1"))
+
+    record, generation = ledger.read("r1")
+    assert record == stored and generation > 0
+    assert ledger.list_statuses() == ([("r1", Status.CLAIMED)], None)
+
+
+def test_a_transition_that_changes_nothing_writes_nothing(gcs_bucket) -> None:
+    ledger = LedgerStore(gcs_bucket)
+    ledger.update("r1", lambda current: current or _new_record("r1"))
+    _, generation = ledger.read("r1")
+
+    ledger.update("r1", lambda current: current)
+
+    assert ledger.read("r1")[1] == generation
+
+
+def test_concurrent_claims_of_one_attempt_have_exactly_one_winner(gcs_bucket) -> None:
+    ledger = LedgerStore(gcs_bucket)
+    winners: list[int] = []
+    lock = threading.Lock()
+
+    def claim(worker: int) -> None:
+        def transition(current: RequestRecord | None) -> RequestRecord | None:
+            if current is not None:
+                return current  # already claimed by someone: nothing to do
+            record = _new_record("r1")
+            record.attempts.append(Attempt(n=1, location="l", strategy="SPOT", claimed_at=str(worker)))
+            return record
+
+        stored = ledger.update("r1", transition)
+        if stored is not None and stored.attempts[0].claimed_at == str(worker):
+            with lock:
+                winners.append(worker)
+
+    threads = [threading.Thread(target=claim, args=(i,)) for i in range(10)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    record = ledger.get("r1")
+    assert len(record.attempts) == 1
+    assert winners == [int(record.attempts[0].claimed_at)]
+
+
+def test_concurrent_increments_are_all_kept(gcs_bucket) -> None:
+    ledger = LedgerStore(gcs_bucket)
+    ledger.update("r1", lambda _: _new_record("r1") if _ is None else _)
+
+    def bump(current: RequestRecord | None) -> RequestRecord:
+        assert current is not None
+        current.alerts_sent.append("x")
+        return current
+
+    threads = [threading.Thread(target=ledger.update, args=("r1", bump)) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert len(ledger.get("r1").alerts_sent) == 8
+
+
+def test_job_index_is_written_once_and_found_by_job_id(gcs_bucket) -> None:
+    ledger = LedgerStore(gcs_bucket)
+    entry = JobIndexEntry("r1", 1, "us-central1", "projects/p/locations/us-central1/customJobs/42")
+
+    ledger.index_job(entry)
+    ledger.index_job(JobIndexEntry("other", 9, "x", entry.job))  # a later write never replaces it
+
+    assert ledger.find_job("42") == entry
+    assert ledger.find_job("43") is None
+
+
+def test_records_from_a_newer_schema_still_load(gcs_bucket) -> None:
+    data = _new_record("r1").to_json() | {"field_from_the_future": 1}
+    data["attempts"] = [{"n": 1, "location": "l", "strategy": "SPOT", "claimed_at": "t", "new": 2}]
+
+    record = RequestRecord.from_json(data)
+
+    assert record.attempts[0].n == 1 and record.request_id == "r1"

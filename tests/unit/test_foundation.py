@@ -1,0 +1,128 @@
+"""Settings, structured logging, topology and delivery decoding: the pieces every function uses."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from shared.delivery import Message, handle_delivery, message_from_event
+from shared.errors import ConfigurationError, InvalidRequest, TransientError, Violation
+from shared.log import Logger
+from shared.settings import Settings
+from shared.topology import TOPOLOGY
+
+
+def test_settings_come_from_the_environment_with_typed_conversion() -> None:
+    settings = Settings.from_env(
+        {
+            "GOOGLE_CLOUD_PROJECT": "p",
+            "SPOTJOBS_ALLOWED_MACHINE_FAMILIES": "a2, a3 ,g2",
+            "SPOTJOBS_KEEP_LAST": "5",
+            "SPOTJOBS_KEEP_FINAL_CHECKPOINT": "false",
+            "SPOTJOBS_MAX_EVENT_AGE_SECONDS": "60.5",
+            "SPOTJOBS_ALLOWED_IMAGE_PREFIXES": "",
+        }
+    )
+    assert settings.project == "p"
+    assert settings.allowed_machine_families == ("a2", "a3", "g2")
+    assert settings.keep_last == 5
+    assert settings.keep_final_checkpoint is False
+    assert settings.max_event_age_seconds == 60.5
+    assert settings.allowed_image_prefixes == ()
+    assert Settings.from_env({}).allowed_machine_families == ("a2", "a3")
+
+
+def test_settings_are_frozen_and_round_trip_through_their_environment() -> None:
+    settings = Settings.from_env({"SPOTJOBS_PREEMPTION_PATTERNS": "a,b"})
+    with pytest.raises(AttributeError):
+        settings.project = "other"  # type: ignore[misc]
+    assert Settings.from_env(settings.as_env()) == settings
+
+
+@pytest.mark.parametrize(
+    "variable, value",
+    [("SPOTJOBS_KEEP_LAST", "two"), ("SPOTJOBS_KEEP_FINAL_CHECKPOINT", "maybe"), ("SPOTJOBS_MAX_EVENT_AGE_SECONDS", "x")],
+)
+def test_a_malformed_setting_is_a_configuration_error_naming_it(variable: str, value: str) -> None:
+    with pytest.raises(ConfigurationError, match=variable):
+        Settings.from_env({variable: value})
+
+
+def test_output_dir_is_stable_per_request() -> None:
+    settings = Settings.from_env({"SPOTJOBS_CHECKPOINT_BUCKET": "ckpt", "SPOTJOBS_CHECKPOINT_PREFIX": "/runs/"})
+    assert settings.output_dir_for("r-1") == "gs://ckpt/runs/r-1/"
+
+
+def test_log_lines_are_single_json_objects_with_sticky_context() -> None:
+    stream = io.StringIO()
+    log = Logger(stream=stream, min_severity="INFO").bind(request_id="r1", job=None)
+
+    log.warning("preempted", event="preemption", count=2)
+    log.debug("hidden")
+
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 1
+    entry = json.loads(lines[0])
+    assert entry["severity"] == "WARNING" and entry["message"] == "preempted"
+    assert entry["request_id"] == "r1" and entry["event"] == "preemption" and entry["count"] == 2
+    assert "job" not in entry  # None context values are not written
+
+
+def test_topology_names_every_function_topic_and_subscription() -> None:
+    topics = set(TOPOLOGY.topic_keys)
+    assert {"job_requests", "job_events", "ops_alerts", "maintenance", "dead_letter"} <= topics
+    for wiring in TOPOLOGY.functions.values():
+        assert wiring["topic"] in topics
+    assert TOPOLOGY.trigger_subscription["dead_letter_topic"] in topics
+    assert all(len(TOPOLOGY.topic_name(key)) >= 3 for key in topics)
+
+
+def _push_event(data: bytes, **message_fields: object) -> dict:
+    message = {"data": base64.b64encode(data).decode(), "messageId": "m-1", **message_fields}
+    return {"id": "m-1", "data": {"message": message, "subscription": "s"}}
+
+
+def test_a_push_event_decodes_into_a_message_with_its_publish_time() -> None:
+    published = "2026-11-29T10:00:00.123Z"
+    message = message_from_event(_push_event(b"{}", attributes={"request_id": "r"}, publishTime=published))
+    assert message == Message(b"{}", "m-1", {"request_id": "r"}, datetime(2026, 11, 29, 10, 0, 0, 123000, timezone.utc))
+
+
+def _run(event: dict, handler, max_age: float = 3600) -> list[dict]:
+    stream = io.StringIO()
+    handle_delivery(event, handler, function="f", max_age_seconds=max_age, log=Logger(stream=stream, min_severity="DEBUG"))
+    return [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def test_a_message_older_than_the_maximum_age_is_dropped_without_running_the_handler() -> None:
+    old = (datetime.now(timezone.utc) - timedelta(hours=2)).isoformat()
+    calls: list[Message] = []
+    lines = _run(_push_event(b"x", publishTime=old), lambda m, log: calls.append(m), max_age=3600)
+    assert calls == []
+    assert lines[0]["event"] == "stale_message" and lines[0]["severity"] == "WARNING"
+
+
+def test_transient_failures_raise_for_redelivery_and_permanent_ones_are_acknowledged() -> None:
+    def transient(message, log):
+        raise TransientError("try later")
+
+    def permanent(message, log):
+        raise InvalidRequest([Violation("custom_job", "missing")])
+
+    with pytest.raises(TransientError):
+        _run(_push_event(b"x"), transient)
+    lines = _run(_push_event(b"x"), permanent)
+    assert lines[-1]["event"] == "permanent_failure" and lines[-1]["severity"] == "ERROR"
+
+
+@pytest.mark.parametrize(
+    "event",
+    [{}, {"data": None}, {"data": {"message": "nope"}}, {"data": {"message": {"data": "%%%not base64"}}}],
+)
+def test_undecodable_deliveries_are_acknowledged_with_an_error_line(event: dict) -> None:
+    lines = _run(event, lambda m, log: pytest.fail("handler must not run"))
+    assert lines[0]["event"] == "undecodable"
