@@ -50,6 +50,8 @@ class StackOptions:
     maximum_backoff_seconds: float | None = None
     max_delivery_attempts: int | None = None
     vertex_args: tuple[str, ...] = ()  # extra flags for the Vertex emulator
+    # Put devstack.fault_proxy in front of fake-gcs-server, so tests can make GCS fail or slow.
+    storage_fault_proxy: bool = False
     functions: tuple[str, ...] = tuple(TOPOLOGY.functions)
     workdir: Path | None = None  # logs and emulator data; a temporary directory by default
 
@@ -308,14 +310,29 @@ class Stack:
     def _start_gcs(self) -> None:
         process, self.storage_host = start_fake_gcs(self.workdir / "logs", self._child_env())
         self.processes[process.name] = process
+        if self.options.storage_fault_proxy:
+            proxy = ManagedProcess(
+                "storage-fault-proxy",
+                [sys.executable, "-m", "devstack.fault_proxy", "--upstream", self.storage_host],
+                self._child_env(),
+                self.workdir / "logs" / "storage-fault-proxy.log",
+                stdout_pipe=True,
+            )
+            proxy.start()
+            self.processes[proxy.name] = proxy
+            self.storage_host = proxy.read_ready_line(timeout=30)["url"]
 
-    def _start_vertex(self) -> None:
+    def storage_fault(self, status: int = 503, *, seconds: float = 0.0, count: int = 0) -> None:
+        """Make GCS answer `status` for `seconds` or `count` requests (needs storage_fault_proxy)."""
+        _post_json(f"{self.storage_host}/_proxy/faults", {"status": status, "seconds": seconds, "count": count})
+
+    def _start_vertex(self, port: int = 0) -> None:
         events_topic = f"projects/{self.options.project}/topics/{self.settings.job_events_topic}"
         process = ManagedProcess(
             "vertex-emulator",
             [
                 sys.executable, "-m", "devstack.vertex_emulator",
-                "--host", "127.0.0.1", "--port", "0",
+                "--host", "127.0.0.1", "--port", str(port),
                 "--project", self.options.project,
                 "--events-topic", events_topic,
                 *self.options.vertex_args,
@@ -328,6 +345,14 @@ class Stack:
         self.processes[process.name] = process
         self.vertex_url = process.read_ready_line(timeout=60)["url"]
         self.settings = replace(self.settings, vertex_endpoint=self.vertex_url)
+
+    def stop_vertex(self) -> None:
+        """Take the Vertex emulator down (its jobs are in memory and go with it)."""
+        self.processes["vertex-emulator"].stop()
+
+    def start_vertex_again(self) -> None:
+        """Bring the Vertex emulator back on the same endpoint, as after an outage."""
+        self._start_vertex(port=int(self.vertex_url.rsplit(":", 1)[1]))
 
     def _start_functions(self) -> None:
         for name in self.options.functions:
@@ -491,16 +516,7 @@ class Stack:
         return [json.loads(m.data) for m in self.pull("ops-alerts-reader", timeout=timeout)]
 
     def vertex_control(self, method: str, path: str, json_body: Any = None) -> Any:
-        data = json.dumps(json_body).encode() if json_body is not None else None
-        request = urllib.request.Request(
-            f"{self.vertex_url}{path}",
-            data=data,
-            method=method,
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=10) as response:
-            body = response.read()
-        return json.loads(body) if body else None
+        return _request_json(method, f"{self.vertex_url}{path}", json_body)
 
     def function_log_path(self, name: str) -> Path:
         return self.workdir / "logs" / f"{name}.log"
@@ -528,6 +544,20 @@ class Stack:
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out after {timeout:.0f} s waiting for {message}")
             time.sleep(0.2)
+
+
+def _request_json(method: str, url: str, document: Any = None) -> Any:
+    data = json.dumps(document).encode() if document is not None else None
+    request = urllib.request.Request(
+        url, data=data, method=method, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        body = response.read()
+    return json.loads(body) if body else None
+
+
+def _post_json(url: str, document: Any) -> Any:
+    return _request_json("POST", url, document)
 
 
 @contextlib.contextmanager
