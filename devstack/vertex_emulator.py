@@ -1,0 +1,349 @@
+"""A local Vertex AI emulator: the v1 CustomJob REST surface, run as local processes.
+
+API (the real API's JSON, read and written with `google.cloud.aiplatform_v1` types, so the
+official client with `transport="rest"` and an `http://` api_endpoint works, and so does curl):
+
+    POST /v1/projects/P/locations/L/customJobs                 create (body: a CustomJob)
+    GET  /v1/projects/P/locations/L/customJobs/ID              get
+    GET  /v1/projects/P/locations/L/customJobs?filter=&pageSize=&pageToken=
+                                                               list; filter terms joined by AND:
+                                                               labels.K="V", labels.K=V, state=,
+                                                               display_name=, also with !=
+    POST /v1/projects/P/locations/L/customJobs/ID:cancel       cancel -> CANCELLING -> CANCELLED
+
+Errors are google.rpc JSON (`{"error": {"code", "message", "status"}}`) with the HTTP status the
+real API would use, so the client raises the matching google.api_core exception.
+
+A job runs worker pool 0's command as a local process (see `vertex_worker`) through QUEUED ->
+PENDING -> RUNNING -> SUCCEEDED/FAILED, at most `--max-running` at a time (see `vertex_jobs`),
+and writes `ml_job` log entries to `--events-topic` the way a Logging sink would (see
+`vertex_logs`).
+
+Spot preemption (jobs with `jobSpec.scheduling.strategy` SPOT only): the worker's process group
+gets SIGTERM, SIGKILL after `--grace-seconds` if still alive, and the worker is restarted
+(PENDING -> RUNNING); after six restarts the seventh preemption fails the job with a STOCKOUT
+error (google.rpc code 8). Preemptions come from explicit plans registered through the control
+surface, else from a seeded random rate (`--preemption-rate` per minute of running time,
+`--seed`); see `vertex_preemption`. A worker that exits before its preemption simply finishes.
+
+Control surface (JSON in, JSON out):
+
+    POST /emulator/v1/preemption-plans   {"labels": {"k": "v"}, "preemptions": 7,
+                                         "after_seconds": 1.5} or {"labels": {...},
+                                         "delays": [0.5, 2.0]}: jobs whose
+                                         labels include all pairs are preempted that long after
+                                         each (re)start of their worker, once per entry
+    GET  /emulator/v1/preemption-plans
+    POST /emulator/v1/projects/P/locations/L/customJobs/ID:preempt    preempt a RUNNING SPOT job now
+    GET  /emulator/v1/projects/P/locations/L/customJobs/ID            runs, pids, signals, output
+    POST /emulator/v1/faults             {"method": "create|get|list|cancel", "status": 503,
+                                         "count": 2} or {"method": ..., "mode": "lost_response"}
+    POST /emulator/v1/log-sink           {"enabled": false}
+    POST /emulator/v1/reset              forget jobs (terminating workers), plans and faults
+    GET  /emulator/v1/stats
+
+Run: `python -m devstack.vertex_emulator --port 0 --project P --events-topic
+projects/P/topics/job-events`; it prints one JSON line `{"port": N, "url": "http://HOST:N"}` when
+ready and serves until SIGTERM/SIGINT, then terminates every worker and exits 0. In-process:
+`VertexEmulator(EmulatorConfig(...)).start()`, `.url`, `.stop()`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import signal
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import FrameType, TracebackType
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from devstack.vertex_errors import ApiError, invalid_argument, not_found
+from devstack.vertex_service import EmulatorConfig, VertexService
+from shared.log import Logger
+
+_JOBS = r"/projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)/customJobs"
+_JOB = _JOBS + r"/(?P<job_id>[^/:]+)"
+_SHUTDOWN_POLL_SECONDS = 0.05  # how soon serve_forever notices stop()
+
+
+@dataclass(frozen=True)
+class _Request:
+    params: dict[str, str]
+    query: dict[str, list[str]]
+    body: bytes
+
+    @property
+    def int_enums(self) -> bool:
+        # The REST client sends `$alt=json;enum-encoding=int` and expects enums back as numbers.
+        return any("enum-encoding=int" in value for value in self.query.get("$alt", []))
+
+    def json_body(self) -> Any:
+        try:
+            return json.loads(self.body or b"{}")
+        except ValueError as error:
+            raise invalid_argument(f"Invalid JSON payload received. {error}") from error
+
+    def job_key(self) -> tuple[str, str, str]:
+        return self.params["project"], self.params["location"], self.params["job_id"]
+
+
+_Handler = Callable[[VertexService, _Request], "str | dict[str, Any]"]
+_ROUTES: list[tuple[str, re.Pattern[str], _Handler]] = [
+    (
+        "POST",
+        re.compile(f"^/v1{_JOBS}$"),
+        lambda service, request: service.create_job(
+            request.params["project"], request.params["location"], request.body, request.int_enums
+        ),
+    ),
+    (
+        "GET",
+        re.compile(f"^/v1{_JOBS}$"),
+        lambda service, request: service.list_jobs(
+            request.params["project"], request.params["location"], request.query, request.int_enums
+        ),
+    ),
+    (
+        "GET",
+        re.compile(f"^/v1{_JOB}$"),
+        lambda service, request: service.get_job(*request.job_key(), request.int_enums),
+    ),
+    (
+        "POST",
+        re.compile(f"^/v1{_JOB}:cancel$"),
+        lambda service, request: service.cancel_job(*request.job_key()),
+    ),
+    (
+        "POST",
+        re.compile("^/emulator/v1/preemption-plans$"),
+        lambda service, request: service.add_preemption_plan(request.json_body()),
+    ),
+    (
+        "GET",
+        re.compile("^/emulator/v1/preemption-plans$"),
+        lambda service, request: service.preemption_plans(),
+    ),
+    (
+        "POST",
+        re.compile(f"^/emulator/v1{_JOB}:preempt$"),
+        lambda service, request: service.preempt_job(*request.job_key()),
+    ),
+    (
+        "GET",
+        re.compile(f"^/emulator/v1{_JOB}$"),
+        lambda service, request: service.job_details(*request.job_key()),
+    ),
+    (
+        "POST",
+        re.compile("^/emulator/v1/faults$"),
+        lambda service, request: service.add_fault(request.json_body()),
+    ),
+    (
+        "POST",
+        re.compile("^/emulator/v1/log-sink$"),
+        lambda service, request: service.set_log_sink(request.json_body()),
+    ),
+    ("POST", re.compile("^/emulator/v1/reset$"), lambda service, request: service.reset()),
+    ("GET", re.compile("^/emulator/v1/stats$"), lambda service, request: service.stats()),
+]
+
+
+def _route(
+    service: VertexService, method: str, path: str, query: dict[str, list[str]], body: bytes
+) -> str:
+    for route_method, pattern, handler in _ROUTES:
+        match = pattern.match(path)
+        if match and route_method == method:
+            result = handler(service, _Request(match.groupdict(), query, body))
+            return result if isinstance(result, str) else json.dumps(result)
+    raise not_found(f"No such method: {method} {path}")
+
+
+class _EmulatorHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], service: VertexService, logger: Logger) -> None:
+        super().__init__(address, _RequestHandler)
+        self.service = service
+        self.logger = logger
+
+
+class _RequestHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as the REST client's session expects
+    server: _EmulatorHTTPServer
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def do_DELETE(self) -> None:
+        self._dispatch("DELETE")
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Requests are not logged one by one; errors are, by `_dispatch`."""
+
+    def _dispatch(self, method: str) -> None:
+        parts = urlsplit(self.path)
+        path = unquote(parts.path)
+        try:
+            query = parse_qs(parts.query, keep_blank_values=True)
+            text = _route(self.server.service, method, path, query, self._read_body())
+            status = 200
+        except ApiError as error:
+            status, text = error.http_status, json.dumps(error.body())
+        except Exception as error:  # reported to the caller as INTERNAL and logged, not lost
+            self.server.logger.error("request failed", method=method, path=path, error=repr(error))
+            status, text = 500, json.dumps(ApiError(500, f"Emulator error: {error!r}").body())
+        self._send(status, text)
+
+    def _read_body(self) -> bytes:
+        if "chunked" in self.headers.get("Transfer-Encoding", ""):
+            self.close_connection = True
+            raise ApiError(411, "Send a Content-Length; chunked bodies are not supported.")
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _send(self, status: int, text: str) -> None:
+        payload = text.encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json; charset=UTF-8")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+
+class VertexEmulator:
+    """The emulator in-process: `start()`, then `url`; `stop()` terminates every worker."""
+
+    def __init__(
+        self,
+        config: EmulatorConfig | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        logger: Logger | None = None,
+    ) -> None:
+        self._logger = logger or Logger({"component": "vertex-emulator"})
+        self._service = VertexService(config or EmulatorConfig(), self._logger)
+        self._server = _EmulatorHTTPServer((host, port), self._service, self._logger)
+        self._host = host
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://{self._host}:{self.port}"
+
+    def start(self) -> VertexEmulator:
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": _SHUTDOWN_POLL_SECONDS},
+            name="vertex-emulator-http",
+            daemon=True,
+        )
+        self._thread.start()
+        self._logger.info("vertex emulator serving", url=self.url)
+        return self
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._server.shutdown()
+            self._thread.join()
+            self._thread = None
+        self._server.server_close()
+        self._service.close()
+
+    def __enter__(self) -> VertexEmulator:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m devstack.vertex_emulator", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--project", help="refuse requests for other projects")
+    parser.add_argument("--project-number", help="name jobs with this number, as Vertex does")
+    parser.add_argument("--events-topic", help="projects/P/topics/T for ml_job log entries")
+    parser.add_argument("--no-log-sink", action="store_true", help="publish no log entries")
+    parser.add_argument("--max-running", type=int, default=8)
+    parser.add_argument("--queued-seconds", type=float, default=0.2)
+    parser.add_argument("--pending-seconds", type=float, default=0.2)
+    parser.add_argument("--grace-seconds", type=float, default=2.0)
+    parser.add_argument(
+        "--error-delay-seconds",
+        type=float,
+        default=0.0,
+        help="set a failed job's error this long after its final state (Vertex: about 60)",
+    )
+    parser.add_argument(
+        "--preemption-rate",
+        type=float,
+        default=0.0,
+        help="random Spot preemptions per minute of running time, per job",
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    return parser.parse_args(argv)
+
+
+def _config_from(args: argparse.Namespace) -> EmulatorConfig:
+    """Raises ValueError for values EmulatorConfig refuses."""
+    return EmulatorConfig(
+        project=args.project,
+        project_number=args.project_number,
+        events_topic=args.events_topic,
+        log_sink_enabled=not args.no_log_sink,
+        max_running=args.max_running,
+        queued_seconds=args.queued_seconds,
+        pending_seconds=args.pending_seconds,
+        grace_seconds=args.grace_seconds,
+        error_delay_seconds=args.error_delay_seconds,
+        preemption_rate_per_minute=args.preemption_rate,
+        seed=args.seed,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parse_args(argv)
+    try:
+        config = _config_from(args)
+    except ValueError as error:
+        sys.stderr.write(f"vertex_emulator: {error}\n")
+        return 2
+    stop_requested = threading.Event()
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        stop_requested.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    emulator = VertexEmulator(config, host=args.host, port=args.port).start()
+    sys.stdout.write(json.dumps({"port": emulator.port, "url": emulator.url}) + "\n")
+    sys.stdout.flush()
+    stop_requested.wait()
+    emulator.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

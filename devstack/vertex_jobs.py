@@ -1,0 +1,538 @@
+"""Job records, their store, and the runner that takes each job through its lifecycle.
+
+Lifecycle: QUEUED (until a capacity slot is free, then `queued_seconds`) -> PENDING
+(`pending_seconds`) -> RUNNING (the worker process) -> SUCCEEDED on exit 0, FAILED otherwise.
+A Spot preemption sends SIGTERM to the worker's process group, SIGKILL after `grace_seconds`,
+and restarts it through PENDING -> RUNNING; the seventh preemption (after six restarts) fails the
+job with STOCKOUT. Cancel: CANCELLING, the worker is terminated the same way, CANCELLED.
+
+A job holds one of `max_running` slots from admission to its end, restarts included, so a burst
+of creates queues instead of becoming a burst of processes. Only admitted jobs have a thread.
+All job state is guarded by one lock; log entries are published outside it.
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+import itertools
+import random
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from google.cloud import aiplatform_v1
+from google.rpc import status_pb2
+
+from devstack import vertex_logs as lines
+from devstack.vertex_errors import failed_precondition, invalid_argument, not_found
+from devstack.vertex_filter import FilterTerm, matches_all
+from devstack.vertex_logs import LogEntryFactory, LogSink
+from devstack.vertex_preemption import JobPreemptionState, PreemptionPlanner
+from devstack.vertex_worker import UnrunnableJob, WorkerLaunch, WorkerProcess, build_launch
+from shared.log import Logger
+
+State = aiplatform_v1.JobState
+# A JobState member: proto-plus enums are IntEnums that type checkers see as plain ints.
+StateValue = int
+TERMINAL_STATES = frozenset(
+    {State.JOB_STATE_SUCCEEDED, State.JOB_STATE_FAILED, State.JOB_STATE_CANCELLED}
+)
+_POLL_SECONDS = 0.05
+_OUTPUT_LINES_KEPT = 1000
+_PUMP_JOIN_SECONDS = 1.0
+
+# google.rpc codes for job errors. Vertex publishes no mapping, so each is chosen for what a
+# classifier should conclude from it (and classifiers must read the message too):
+# - a trainer's non-zero exit is the caller's problem and must not look transient: 3
+#   INVALID_ARGUMENT;
+# - STOCKOUT means Spot capacity ran out, not that the request was wrong: 8 RESOURCE_EXHAUSTED;
+# - a cancelled job: 1 CANCELLED, google.rpc's code for an operation cancelled by its caller;
+# - a failure of the emulator itself: 13 INTERNAL, with the message Vertex documents for its own
+#   internal errors.
+EXIT_FAILURE_CODE = 3
+STOCKOUT_CODE = 8
+CANCELLED_CODE = 1
+INTERNAL_CODE = 13
+CANCELLED_MESSAGE = "CANCELED"
+_CANCEL_STATES = frozenset({State.JOB_STATE_CANCELLING, State.JOB_STATE_CANCELLED})
+_CANCELLED_ENDING: tuple[tuple[int, str], list[tuple[str, str]]] = (
+    (CANCELLED_CODE, CANCELLED_MESSAGE),
+    [("INFO", lines.CANCELLED)],
+)
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    max_running: int = 8
+    queued_seconds: float = 0.2
+    pending_seconds: float = 0.2
+    grace_seconds: float = 2.0
+    # Vertex sets `error` about a minute after a job ends; 0 sets it with the final state.
+    error_delay_seconds: float = 0.0
+
+
+@dataclass
+class JobRecord:
+    job: aiplatform_v1.CustomJob
+    job_id: str
+    location: str
+    project_id: str
+    sequence: int
+    labels: dict[str, str]
+    is_spot: bool
+    preemption: JobPreemptionState
+    wake: threading.Event = field(default_factory=threading.Event)
+    cancel_requested: bool = False
+    preempt_requested: bool = False
+    discarded: bool = False
+    runs: int = 0
+    preemptions: int = 0
+    argv: tuple[str, ...] = ()
+    image_uri: str = ""
+    pids: list[int] = field(default_factory=list)
+    exit_statuses: list[int] = field(default_factory=list)
+    signals: list[dict[str, Any]] = field(default_factory=list)
+    state_history: list[str] = field(default_factory=list)
+    output: collections.deque[dict[str, Any]] = field(
+        default_factory=lambda: collections.deque(maxlen=_OUTPUT_LINES_KEPT)
+    )
+    supervisor: threading.Thread | None = None
+    worker: WorkerProcess | None = None
+
+    @property
+    def state(self) -> State:
+        return State(self.job.state)
+
+    @property
+    def interrupted(self) -> bool:
+        return self.cancel_requested or self.discarded
+
+    def details(self) -> dict[str, Any]:
+        return {
+            "name": self.job.name,
+            "state": self.state.name,
+            "state_history": list(self.state_history),
+            "is_spot": self.is_spot,
+            "image_uri": self.image_uri,
+            "argv": list(self.argv),
+            "runs": self.runs,
+            "preemptions": self.preemptions,
+            "pids": list(self.pids),
+            "exit_statuses": list(self.exit_statuses),
+            "signals": list(self.signals),
+            "output": list(self.output),
+        }
+
+
+class JobStore:
+    """Jobs by location and id. Callers hold the shared lock."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[tuple[str, str], JobRecord] = {}
+        # Ids look like Vertex's (19 digits) and differ between emulator runs.
+        self._ids = itertools.count(random.SystemRandom().randrange(10**18, 8 * 10**18))
+        self._sequence = itertools.count(1)
+
+    def new_ids(self) -> tuple[str, int]:
+        return str(next(self._ids)), next(self._sequence)
+
+    def add(self, record: JobRecord) -> None:
+        self._jobs[(record.location, record.job_id)] = record
+
+    def get(self, location: str, job_id: str, name: str) -> JobRecord:
+        record = self._jobs.get((location, job_id))
+        if record is None:
+            raise not_found(f'The CustomJob "{name}" does not exist.')
+        return record
+
+    def page(
+        self, location: str, terms: tuple[FilterTerm, ...], page_size: int, page_token: str
+    ) -> tuple[list[JobRecord], str]:
+        """Newest first; the token is the sequence number of the last job returned."""
+        before = _parse_page_token(page_token)
+        selected = sorted(
+            (
+                record
+                for record in self._jobs.values()
+                if record.location == location
+                and record.sequence < before
+                and matches_all(record.job, terms)
+            ),
+            key=lambda record: record.sequence,
+            reverse=True,
+        )
+        page = selected[:page_size]
+        next_token = str(page[-1].sequence) if len(selected) > page_size else ""
+        return page, next_token
+
+    def all(self) -> list[JobRecord]:
+        return list(self._jobs.values())
+
+    def clear(self) -> None:
+        self._jobs.clear()
+
+
+def _parse_page_token(token: str) -> int:
+    if not token:
+        return 2**63
+    if not token.isdigit():
+        raise invalid_argument(f"Invalid page token: {token!r}")
+    return int(token)
+
+
+class Outcome(enum.Enum):
+    EXITED = "exited"
+    PREEMPTED = "preempted"
+    INTERRUPTED = "interrupted"  # cancelled, or discarded by reset/stop
+
+
+class JobRunner:
+    def __init__(
+        self,
+        *,
+        config: RunnerConfig,
+        planner: PreemptionPlanner,
+        sink: LogSink,
+        entries: LogEntryFactory,
+        logger: Logger,
+    ) -> None:
+        self.lock = threading.RLock()
+        self.store = JobStore()
+        self._config = config
+        self._planner = planner
+        self._sink = sink
+        self._entries = entries
+        self._logger = logger
+        self._waiting: collections.deque[JobRecord] = collections.deque()
+        self._admitted = 0
+        self._stopping = False
+
+    # ---- requests from the API (callers need not hold the lock) ----
+
+    def submit(self, record: JobRecord) -> None:
+        with self.lock:
+            self.store.add(record)
+            self._transition_locked(record, State.JOB_STATE_QUEUED)
+        # Logged once the job can be read, and before its own thread logs anything.
+        self._service_log(record, "INFO", lines.PREPARING)
+        with self.lock:
+            if self._stopping:
+                return
+            if self._admitted < self._config.max_running:
+                self._admit_locked(record)
+            else:
+                self._waiting.append(record)
+
+    def cancel(self, record: JobRecord) -> None:
+        with self.lock:
+            if record.state in TERMINAL_STATES:
+                raise failed_precondition(
+                    f"Cannot cancel CustomJob {record.job.name} in state {record.state.name}."
+                )
+            if record.cancel_requested:
+                return
+            record.cancel_requested = True
+            self._transition_locked(record, State.JOB_STATE_CANCELLING)
+            waiting = record.supervisor is None
+            if record in self._waiting:
+                self._waiting.remove(record)
+        if waiting:
+            self._finish_cancelled(record)
+        else:
+            record.wake.set()
+
+    def preempt_now(self, record: JobRecord) -> None:
+        with self.lock:
+            if not record.is_spot:
+                raise failed_precondition("Only jobs scheduled with strategy SPOT are preempted.")
+            if record.state != State.JOB_STATE_RUNNING:
+                raise failed_precondition(
+                    f"CustomJob {record.job.name} is {record.state.name}, not RUNNING."
+                )
+            record.preempt_requested = True
+        record.wake.set()
+
+    def stop(self) -> None:
+        """Terminates every worker (SIGTERM, grace, SIGKILL) and admits nothing more."""
+        with self.lock:
+            self._stopping = True
+        self._discard_all()
+
+    def reset(self) -> None:
+        """Terminates every worker and forgets every job; the runner keeps serving."""
+        self._discard_all()
+        with self.lock:
+            self.store.clear()
+
+    def stats(self) -> dict[str, Any]:
+        with self.lock:
+            records = self.store.all()
+            by_state = collections.Counter(record.state.name for record in records)
+            return {
+                "jobs": len(records),
+                "jobs_by_state": dict(sorted(by_state.items())),
+                "running_processes": sum(record.worker is not None for record in records),
+                "admitted": self._admitted,
+                "waiting_for_capacity": len(self._waiting),
+                "max_running": self._config.max_running,
+                "worker_starts": sum(record.runs for record in records),
+                "preemptions": sum(record.preemptions for record in records),
+            }
+
+    # ---- admission ----
+
+    def _admit_locked(self, record: JobRecord) -> None:
+        self._admitted += 1
+        record.supervisor = threading.Thread(
+            target=self._supervise, args=(record,), name=f"job-{record.job_id}", daemon=True
+        )
+        record.supervisor.start()
+
+    def _release(self) -> None:
+        with self.lock:
+            self._admitted -= 1
+            while (
+                self._waiting and not self._stopping and self._admitted < self._config.max_running
+            ):
+                self._admit_locked(self._waiting.popleft())
+
+    def _discard_all(self) -> None:
+        with self.lock:
+            self._waiting.clear()
+            records = self.store.all()
+            for record in records:
+                record.discarded = True
+        for record in records:
+            record.wake.set()
+        join_seconds = self._config.grace_seconds + 2 * _PUMP_JOIN_SECONDS + 1.0
+        for record in records:
+            if record.supervisor is not None:
+                record.supervisor.join(join_seconds)
+            if record.worker is not None:  # a supervisor that did not finish in time
+                record.worker.tear_down()
+
+    # ---- the lifecycle, on the job's own thread ----
+
+    def _supervise(self, record: JobRecord) -> None:
+        try:
+            self._run_job(record)
+        except Exception as error:  # an emulator bug must end the job, not hang it
+            self._logger.error("job supervisor crashed", job=record.job.name, error=repr(error))
+            if record.worker is not None:
+                record.worker.tear_down()
+            self._finish(
+                record,
+                State.JOB_STATE_FAILED,
+                (INTERNAL_CODE, "Internal error occurred for the current attempt."),
+                [("ERROR", lines.FAILED)],
+            )
+        finally:
+            self._release()
+
+    def _run_job(self, record: JobRecord) -> None:
+        if not self._pause(record, self._config.queued_seconds):
+            return self._finish_interrupted(record)
+        try:
+            launch = build_launch(record.job, record.job_id)
+        except UnrunnableJob as error:
+            return self._finish(
+                record,
+                State.JOB_STATE_FAILED,
+                (EXIT_FAILURE_CODE, str(error)),
+                [("ERROR", str(error)), ("ERROR", lines.FAILED)],
+            )
+        with self.lock:
+            record.argv, record.image_uri = launch.argv, launch.image_uri
+        while True:
+            if self._set_state(record, State.JOB_STATE_PENDING):
+                self._service_log(record, "INFO", lines.PROVISIONING)
+            if not self._pause(record, self._config.pending_seconds):
+                return self._finish_interrupted(record)
+            outcome, exit_status = self._run_worker(record, launch)
+            if outcome is Outcome.INTERRUPTED:
+                return self._finish_interrupted(record)
+            if outcome is Outcome.EXITED:
+                return self._finish_exited(record, exit_status)
+            if not self._restart_after_preemption(record):
+                return None
+
+    def _pause(self, record: JobRecord, seconds: float) -> bool:
+        """Waits, unless the job is cancelled or discarded first (then returns False)."""
+        deadline = time.monotonic() + seconds
+        while True:
+            record.wake.clear()
+            if record.interrupted:
+                return False
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return True
+            record.wake.wait(remaining)
+
+    def _run_worker(self, record: JobRecord, launch: WorkerLaunch) -> tuple[Outcome, int]:
+        delay = (
+            self._planner.next_delay(record.preemption, record.labels) if record.is_spot else None
+        )
+        with self.lock:
+            record.runs += 1
+            run = record.runs
+            if not record.job.start_time:
+                record.job.start_time = _now()
+            running = self._transition_locked(record, State.JOB_STATE_RUNNING)
+        if running:
+            self._service_log(record, "INFO", lines.RUNNING)
+        worker = WorkerProcess(
+            launch, lambda stream, text: self._on_output(record, run, stream, text)
+        )
+        try:
+            worker.start()
+        except OSError as error:  # 127: what a container whose command cannot be run exits with
+            self._on_output(record, run, "stderr", f"exec {launch.argv[0]!r} failed: {error}")
+            return Outcome.EXITED, self._record_exit(record, run, 127)
+        with self.lock:
+            record.worker = worker
+            record.pids.append(worker.pid)
+        outcome = self._watch(record, worker, delay)
+        if outcome is Outcome.EXITED:
+            worker.tear_down()
+        else:
+            signals_sent = worker.terminate(self._config.grace_seconds)
+            with self.lock:
+                record.signals.extend({"run": run, "signal": name} for name in signals_sent)
+        worker.join_output(_PUMP_JOIN_SECONDS)
+        with self.lock:
+            record.worker = None
+        return outcome, self._record_exit(record, run, _exit_status(worker.wait()))
+
+    def _record_exit(self, record: JobRecord, run: int, exit_status: int) -> int:
+        with self.lock:
+            record.exit_statuses.append(exit_status)
+        self._logger.info("worker exited", job=record.job.name, run=run, exit_status=exit_status)
+        return exit_status
+
+    def _watch(self, record: JobRecord, worker: WorkerProcess, delay: float | None) -> Outcome:
+        deadline = None if delay is None else time.monotonic() + delay
+        while True:
+            record.wake.clear()
+            if worker.poll() is not None:
+                return Outcome.EXITED
+            if record.interrupted:
+                return Outcome.INTERRUPTED
+            if record.preempt_requested or (deadline is not None and time.monotonic() >= deadline):
+                record.preempt_requested = False
+                return Outcome.PREEMPTED
+            timeout = _POLL_SECONDS
+            if deadline is not None:
+                timeout = min(timeout, max(deadline - time.monotonic(), 0.0))
+            record.wake.wait(timeout)
+
+    def _restart_after_preemption(self, record: JobRecord) -> bool:
+        with self.lock:
+            record.preemptions += 1
+            preemptions = record.preemptions
+        self._logger.info("spot preemption", job=record.job.name, preemptions=preemptions)
+        if preemptions > lines.MAX_SPOT_RESTARTS:
+            message = lines.stockout(preemptions)
+            self._finish(
+                record,
+                State.JOB_STATE_FAILED,
+                (STOCKOUT_CODE, message),
+                [("ERROR", message), ("ERROR", lines.FAILED)],
+            )
+            return False
+        self._service_log(record, "WARNING", lines.preempted_and_restarting(preemptions))
+        return True
+
+    # ---- endings ----
+
+    def _finish_exited(self, record: JobRecord, exit_status: int) -> None:
+        if exit_status == 0:
+            return self._finish(
+                record,
+                State.JOB_STATE_SUCCEEDED,
+                None,
+                [("INFO", lines.TEARDOWN), ("INFO", lines.SUCCEEDED)],
+            )
+        message = lines.nonzero_exit(exit_status)
+        return self._finish(
+            record,
+            State.JOB_STATE_FAILED,
+            (EXIT_FAILURE_CODE, message),
+            [("ERROR", message), ("INFO", lines.TEARDOWN), ("ERROR", lines.FAILED)],
+        )
+
+    def _finish_interrupted(self, record: JobRecord) -> None:
+        if not record.discarded:
+            self._finish_cancelled(record)
+
+    def _finish_cancelled(self, record: JobRecord) -> None:
+        self._finish(record, State.JOB_STATE_CANCELLED, *_CANCELLED_ENDING)
+
+    def _finish(
+        self,
+        record: JobRecord,
+        state: StateValue,
+        error: tuple[int, str] | None,
+        service_lines: Iterable[tuple[str, str]],
+    ) -> None:
+        delay = self._config.error_delay_seconds
+        with self.lock:
+            if record.discarded:
+                return
+            if record.cancel_requested:  # decided under the lock: a requested cancel always wins
+                state, (error, service_lines) = State.JOB_STATE_CANCELLED, _CANCELLED_ENDING
+            self._transition_locked(record, state)
+            record.job.end_time = record.job.update_time
+            if error is not None and delay <= 0:
+                record.job.error = status_pb2.Status(code=error[0], message=error[1])
+        for severity, text in service_lines:
+            self._service_log(record, severity, text)
+        if error is not None and delay > 0:
+            timer = threading.Timer(delay, self._set_error, args=(record, error))
+            timer.daemon = True
+            timer.start()
+        self._logger.info("job ended", job=record.job.name, state=State(state).name)
+
+    def _set_error(self, record: JobRecord, error: tuple[int, str]) -> None:
+        with self.lock:
+            record.job.error = status_pb2.Status(code=error[0], message=error[1])
+            record.job.update_time = _now()
+
+    # ---- state and logs ----
+
+    def _set_state(self, record: JobRecord, state: StateValue) -> bool:
+        with self.lock:
+            return not record.discarded and self._transition_locked(record, state)
+
+    def _transition_locked(self, record: JobRecord, state: StateValue) -> bool:
+        """Applies a transition; once a cancel is requested only CANCELLED may follow."""
+        if record.cancel_requested and state not in _CANCEL_STATES:
+            return False
+        record.job.state = State(state)
+        record.job.update_time = _now()
+        record.state_history.append(State(state).name)
+        return True
+
+    def _service_log(self, record: JobRecord, severity: str, message: str) -> None:
+        if not record.discarded:
+            entry = self._entries.service(record.project_id, record.job_id, severity, message)
+            self._sink.publish(entry)
+
+    def _on_output(self, record: JobRecord, run: int, stream: str, text: str) -> None:
+        with self.lock:
+            record.output.append({"run": run, "stream": stream, "line": text})
+        if not record.discarded:
+            entry = self._entries.container(record.project_id, record.job_id, stream, text)
+            self._sink.publish(entry)
+
+
+def _exit_status(returncode: int) -> int:
+    # A worker killed by signal N is reported the way a container runtime does: 128 + N.
+    return 128 - returncode if returncode < 0 else returncode

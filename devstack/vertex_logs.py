@@ -1,0 +1,226 @@
+"""The Cloud Logging entries the Vertex emulator writes, and the sink that routes them to Pub/Sub.
+
+Every shape and text lives here. They are modelled on:
+
+- the `LogEntry` JSON a project log sink publishes to a Pub/Sub topic (message data = the entry,
+  UTF-8; attribute `logging.googleapis.com/timestamp`), for the `ml_job` monitored resource with
+  labels `project_id`, `job_id`, `task_name`;
+- the service lines seen in public transcripts of Vertex AI CustomJobs ("Job is preparing.",
+  "Job is running.", "Finished tearing down training program.", "Job completed successfully.",
+  "Job failed.") and the error texts in "Understanding the training service" ("The replica
+  workerpool0-0 exited with a non-zero status of N. Termination reason: Error."). Vertex documents
+  no preemption line; ours says "preempted", and the final one "STOCKOUT".
+
+Payload forms, so a consumer meets both, as it does in production:
+
+- service lines (task_name `service`) use `jsonPayload.message`;
+- container lines (task_name `workerpool0-0`) use `textPayload`, stdout at INFO and stderr at
+  ERROR, except a line that is a JSON object with a `message` key, which becomes `jsonPayload`
+  with the line's own `severity` (Cloud Logging parses structured container output that way).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import secrets
+import threading
+from concurrent import futures
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from shared.log import SEVERITIES, Logger
+
+SERVICE_TASK = "service"
+PRIMARY_REPLICA = "workerpool0-0"
+# Vertex restarts a preempted Spot job at most this many times (the Spot page of the training
+# docs); the next preemption fails the job.
+MAX_SPOT_RESTARTS = 6
+
+PREPARING = "Job is preparing."
+PROVISIONING = "Waiting for job to be provisioned."
+RUNNING = "Job is running."
+TEARDOWN = "Finished tearing down training program."
+SUCCEEDED = "Job completed successfully."
+FAILED = "Job failed."
+CANCELLED = "Job was cancelled."
+
+
+def nonzero_exit(exit_status: int) -> str:
+    return (
+        f"The replica {PRIMARY_REPLICA} exited with a non-zero status of {exit_status}. "
+        "Termination reason: Error."
+    )
+
+
+def preempted_and_restarting(restart: int) -> str:
+    return (
+        f"The Spot VM of replica {PRIMARY_REPLICA} was preempted. "
+        f"Restarting the job (restart {restart} of {MAX_SPOT_RESTARTS})."
+    )
+
+
+def stockout(preemptions: int) -> str:
+    return (
+        f"Job failed with STOCKOUT: the Spot VM of replica {PRIMARY_REPLICA} was preempted "
+        f"{preemptions} times and Vertex AI restarts a Spot job at most {MAX_SPOT_RESTARTS} times."
+    )
+
+
+def rfc3339(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class LogEntryFactory:
+    """Builds `ml_job` LogEntry dicts, each with a unique insertId."""
+
+    def __init__(self) -> None:
+        self._insert_prefix = secrets.token_hex(4)
+        self._insert_counter = itertools.count(1)
+
+    def service(self, project_id: str, job_id: str, severity: str, message: str) -> dict[str, Any]:
+        payload = {"jsonPayload": {"message": message}}
+        return self._entry(project_id, job_id, SERVICE_TASK, severity, payload)
+
+    def container(self, project_id: str, job_id: str, stream: str, line: str) -> dict[str, Any]:
+        structured = _structured_line(line)
+        if structured is not None:
+            severity = str(structured.get("severity", "INFO")).upper()
+            if severity not in SEVERITIES:
+                severity = "INFO"
+            payload: dict[str, Any] = {"jsonPayload": structured}
+        else:
+            severity = "ERROR" if stream == "stderr" else "INFO"
+            payload = {"textPayload": line}
+        return self._entry(project_id, job_id, PRIMARY_REPLICA, severity, payload)
+
+    def _entry(
+        self, project_id: str, job_id: str, task_name: str, severity: str, payload: dict[str, Any]
+    ) -> dict[str, Any]:
+        moment = _now()
+        return {
+            "insertId": f"{self._insert_prefix}{next(self._insert_counter):010x}",
+            "logName": f"projects/{project_id}/logs/ml.googleapis.com%2F{job_id}",
+            "resource": {
+                "type": "ml_job",
+                "labels": {
+                    "project_id": project_id,
+                    "job_id": job_id,
+                    "task_name": task_name,
+                },
+            },
+            "severity": severity,
+            "timestamp": rfc3339(moment),
+            "receiveTimestamp": rfc3339(_now()),
+            **payload,
+        }
+
+
+def _structured_line(line: str) -> dict[str, Any] | None:
+    if not line.startswith("{"):
+        return None
+    try:
+        parsed = json.loads(line)
+    except ValueError:
+        return None
+    if isinstance(parsed, dict) and isinstance(parsed.get("message"), str):
+        return parsed
+    return None
+
+
+@dataclass(frozen=True)
+class SinkStats:
+    enabled: bool
+    published: int
+    suppressed: int
+    failed: int
+    in_flight: int
+
+
+class LogSink:
+    """Publishes LogEntry dicts to one Pub/Sub topic, like a Logging sink with a Pub/Sub target.
+
+    The publisher is created on first use (it honours PUBSUB_EMULATOR_HOST). Publishing is
+    asynchronous; every future is tracked until done, a failure is logged and counted, and
+    `flush` waits for the ones in flight. With no topic or when disabled, entries are counted
+    as suppressed and dropped.
+    """
+
+    def __init__(self, topic: str | None, *, enabled: bool, logger: Logger) -> None:
+        self._topic = topic
+        self._enabled = enabled and topic is not None
+        self._logger = logger
+        self._lock = threading.Lock()
+        self._publisher: Any = None
+        self._in_flight: set[futures.Future[str]] = set()
+        self._published = 0
+        self._suppressed = 0
+        self._failed = 0
+
+    def set_enabled(self, enabled: bool) -> None:
+        with self._lock:
+            self._enabled = enabled and self._topic is not None
+
+    def publish(self, entry: dict[str, Any]) -> None:
+        with self._lock:
+            if not self._enabled:
+                self._suppressed += 1
+                return
+            try:
+                future = self._publisher_locked().publish(
+                    self._topic,
+                    json.dumps(entry, separators=(",", ":")).encode("utf-8"),
+                    **{"logging.googleapis.com/timestamp": entry["timestamp"]},
+                )
+            except Exception as error:  # counted and logged: a sink failure never fails a job
+                self._failed += 1
+                self._logger.error("log entry publish failed", topic=self._topic, error=repr(error))
+                return
+            self._in_flight.add(future)
+        future.add_done_callback(self._on_done)
+
+    def flush(self, timeout: float) -> None:
+        with self._lock:
+            pending = list(self._in_flight)
+        if pending:
+            futures.wait(pending, timeout=timeout)
+
+    def close(self, timeout: float) -> None:
+        self.flush(timeout)
+        with self._lock:
+            publisher, self._publisher = self._publisher, None
+        if publisher is not None:
+            publisher.stop()
+
+    def stats(self) -> SinkStats:
+        with self._lock:
+            return SinkStats(
+                enabled=self._enabled,
+                published=self._published,
+                suppressed=self._suppressed,
+                failed=self._failed,
+                in_flight=len(self._in_flight),
+            )
+
+    def _publisher_locked(self) -> Any:
+        if self._publisher is None:
+            from google.cloud import pubsub_v1  # imported on first use: startup stays fast
+
+            self._publisher = pubsub_v1.PublisherClient()
+        return self._publisher
+
+    def _on_done(self, future: futures.Future[str]) -> None:
+        error = futures.CancelledError() if future.cancelled() else future.exception()
+        with self._lock:
+            self._in_flight.discard(future)
+            if error is None:
+                self._published += 1
+            else:
+                self._failed += 1
+        if error is not None:
+            self._logger.error("log entry publish failed", topic=self._topic, error=repr(error))

@@ -1,0 +1,128 @@
+"""When the emulator preempts a Spot job's worker: explicit plans first, else a seeded random rate.
+
+A plan names labels and a list of delays. A SPOT job whose labels include every pair binds the
+most recently registered matching plan at its next worker (re)start, even if the plan was
+registered before the job existed; from then on the k-th start of its worker under the plan is
+preempted `delays[k]` seconds after it started, and later starts are left alone. Each matching job
+gets the whole list: a plan is a template, not a shared budget.
+
+Without a plan, a SPOT job's worker is preempted after an exponentially distributed delay with
+the configured rate (per minute of running time), drawn from a random stream seeded by the
+emulator seed and the job's creation order, so a run with the same seed and the same sequence of
+creates preempts at the same moments. STANDARD (and unspecified) jobs are never preempted.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+_MAX_PLANNED_PREEMPTIONS = 100
+
+
+@dataclass(frozen=True)
+class PreemptionPlan:
+    plan_id: str
+    labels: Mapping[str, str]
+    delays: tuple[float, ...]
+
+    def matches(self, job_labels: Mapping[str, str]) -> bool:
+        return all(job_labels.get(key) == value for key, value in self.labels.items())
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.plan_id, "labels": dict(self.labels), "delays": list(self.delays)}
+
+
+def parse_plan(plan_id: str, body: Any) -> PreemptionPlan:
+    """Reads `{"labels": {...}, "preemptions": N, "after_seconds": S}` or `{"labels", "delays"}`.
+
+    Raises ValueError with a message naming the offending field.
+    """
+    if not isinstance(body, dict):
+        raise ValueError("a preemption plan must be a JSON object")
+    unknown = set(body) - {"labels", "preemptions", "after_seconds", "delays"}
+    if unknown:
+        raise ValueError(f"unknown field(s) in preemption plan: {sorted(unknown)}")
+    labels = body.get("labels", {})
+    if not isinstance(labels, dict) or not all(
+        isinstance(key, str) and isinstance(value, str) for key, value in labels.items()
+    ):
+        raise ValueError("labels must be an object of string to string")
+    return PreemptionPlan(plan_id=plan_id, labels=dict(labels), delays=_plan_delays(body))
+
+
+def _plan_delays(body: dict[str, Any]) -> tuple[float, ...]:
+    if "delays" in body:
+        if "preemptions" in body or "after_seconds" in body:
+            raise ValueError("give either delays or preemptions with after_seconds, not both")
+        delays = body["delays"]
+        if not isinstance(delays, list):
+            raise ValueError("delays must be a list of seconds")
+    else:
+        count, after = body.get("preemptions"), body.get("after_seconds")
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise ValueError("preemptions must be a positive integer")
+        delays = [after] * count
+    if not 1 <= len(delays) <= _MAX_PLANNED_PREEMPTIONS:
+        raise ValueError(f"a plan holds 1 to {_MAX_PLANNED_PREEMPTIONS} preemptions")
+    if not all(_is_seconds(delay) for delay in delays):
+        raise ValueError("after_seconds and delays must be non-negative numbers")
+    return tuple(float(delay) for delay in delays)
+
+
+def _is_seconds(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+
+
+@dataclass
+class JobPreemptionState:
+    """Per job: the plan it is bound to, how many starts it used, and its random stream."""
+
+    rng: random.Random
+    plan: PreemptionPlan | None = None
+    starts_under_plan: int = 0
+
+
+class PreemptionPlanner:
+    def __init__(self, rate_per_minute: float = 0.0, seed: int = 0) -> None:
+        self.rate_per_minute = rate_per_minute
+        self.seed = seed
+        self._plans: list[PreemptionPlan] = []
+        self._plan_ids = itertools.count(1)
+        self._lock = threading.Lock()
+
+    def new_job_state(self, job_sequence: int) -> JobPreemptionState:
+        return JobPreemptionState(rng=random.Random(f"{self.seed}/{job_sequence}"))
+
+    def add_plan(self, body: Any) -> PreemptionPlan:
+        with self._lock:
+            plan = parse_plan(f"plan-{next(self._plan_ids)}", body)
+            self._plans.append(plan)
+            return plan
+
+    def plans(self) -> list[PreemptionPlan]:
+        with self._lock:
+            return list(self._plans)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._plans.clear()
+
+    def next_delay(self, state: JobPreemptionState, job_labels: Mapping[str, str]) -> float | None:
+        """Seconds after this (re)start at which to preempt a SPOT worker, or None for never."""
+        with self._lock:
+            if state.plan is None:
+                state.plan = next(
+                    (plan for plan in reversed(self._plans) if plan.matches(job_labels)), None
+                )
+        if state.plan is not None:
+            index = state.starts_under_plan
+            state.starts_under_plan += 1
+            return state.plan.delays[index] if index < len(state.plan.delays) else None
+        if self.rate_per_minute > 0:
+            return state.rng.expovariate(self.rate_per_minute / 60.0)
+        return None

@@ -1,0 +1,379 @@
+"""The emulator's operations, independent of HTTP: the CustomJob API and the control surface.
+
+API methods take the REST request's parts and return the REST response's JSON text, produced by
+`aiplatform_v1` types (camelCase; enums as integers when the caller asked for
+`enum-encoding=int`, as the official REST client does, else as names). Failures raise ApiError.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from google.cloud import aiplatform_v1
+from google.protobuf import json_format
+
+from devstack.vertex_errors import invalid_argument, permission_denied
+from devstack.vertex_faults import FaultInjector, parse_fault
+from devstack.vertex_filter import parse_filter
+from devstack.vertex_jobs import JobRecord, JobRunner, RunnerConfig
+from devstack.vertex_logs import LogEntryFactory, LogSink
+from devstack.vertex_preemption import PreemptionPlanner
+from shared.log import Logger
+
+_OUTPUT_ONLY_FIELDS = (
+    "name",
+    "state",
+    "create_time",
+    "start_time",
+    "end_time",
+    "update_time",
+    "error",
+    "web_access_uris",
+)
+_DEFAULT_PAGE_SIZE = 100
+_MAX_PAGE_SIZE = 1000
+_MAX_LABELS = 64
+# ASCII only: stricter than Vertex, which also allows international lowercase letters.
+_LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+_LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
+_SINK_FLUSH_SECONDS = 5.0
+_TOPIC = re.compile(r"^projects/[^/]+/topics/[^/]+$")
+
+
+@dataclass(frozen=True)
+class EmulatorConfig:
+    # When set, requests for any other project are refused, as the real API would.
+    project: str | None = None
+    # When set, job names carry it instead of the project id, as real Vertex responses do.
+    project_number: str | None = None
+    events_topic: str | None = None
+    log_sink_enabled: bool = True
+    max_running: int = 8
+    queued_seconds: float = 0.2
+    pending_seconds: float = 0.2
+    grace_seconds: float = 2.0
+    error_delay_seconds: float = 0.0
+    preemption_rate_per_minute: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.max_running < 1:
+            raise ValueError("max_running must be at least 1")
+        durations = (
+            self.queued_seconds,
+            self.pending_seconds,
+            self.grace_seconds,
+            self.error_delay_seconds,
+            self.preemption_rate_per_minute,
+        )
+        if any(value < 0 for value in durations):
+            raise ValueError("durations and the preemption rate cannot be negative")
+        if self.events_topic is not None and not _TOPIC.match(self.events_topic):
+            raise ValueError(
+                f"events_topic must look like projects/P/topics/T: {self.events_topic}"
+            )
+
+
+class VertexService:
+    def __init__(self, config: EmulatorConfig, logger: Logger) -> None:
+        self._config = config
+        self._logger = logger
+        self._planner = PreemptionPlanner(config.preemption_rate_per_minute, config.seed)
+        self._faults = FaultInjector()
+        self._sink = LogSink(config.events_topic, enabled=config.log_sink_enabled, logger=logger)
+        self._runner = JobRunner(
+            config=RunnerConfig(
+                max_running=config.max_running,
+                queued_seconds=config.queued_seconds,
+                pending_seconds=config.pending_seconds,
+                grace_seconds=config.grace_seconds,
+                error_delay_seconds=config.error_delay_seconds,
+            ),
+            planner=self._planner,
+            sink=self._sink,
+            entries=LogEntryFactory(),
+            logger=logger,
+        )
+        self._counter_lock = threading.Lock()
+        self._creates_attempted = 0
+        self._jobs_created = 0
+
+    # ---- the CustomJob API ----
+
+    def create_job(self, project: str, location: str, body: bytes, int_enums: bool) -> str:
+        with self._counter_lock:
+            self._creates_attempted += 1
+        fault = self._faults.take("create")
+        if fault is not None and fault.mode == "error":
+            raise fault.error()
+        self._check_project(project, location, "create")
+        job = _parse_custom_job(body)
+        _validate(job)
+        record = self._new_record(project, location, job)
+        self._runner.submit(record)
+        with self._counter_lock:
+            self._jobs_created += 1
+        self._logger.info("job created", job=record.job.name, labels=record.labels)
+        if fault is not None:  # lost_response: the job exists, the caller never hears of it
+            raise fault.error()
+        return self._job_json(record, int_enums)
+
+    def get_job(self, project: str, location: str, job_id: str, int_enums: bool) -> str:
+        fault = self._faults.take("get")
+        if fault is not None and fault.mode == "error":
+            raise fault.error()
+        record = self._find(project, location, job_id, "get")
+        if fault is not None:
+            raise fault.error()
+        return self._job_json(record, int_enums)
+
+    def list_jobs(
+        self, project: str, location: str, query: dict[str, list[str]], int_enums: bool
+    ) -> str:
+        fault = self._faults.take("list")
+        if fault is not None and fault.mode == "error":
+            raise fault.error()
+        self._check_project(project, location, "list")
+        try:
+            terms = parse_filter(_single(query, "filter"))
+        except ValueError as error:
+            raise invalid_argument(str(error)) from error
+        page_size = _page_size(_single(query, "pageSize"))
+        with self._runner.lock:
+            records, next_token = self._runner.store.page(
+                location, terms, page_size, _single(query, "pageToken")
+            )
+            response = aiplatform_v1.ListCustomJobsResponse(
+                custom_jobs=[record.job for record in records], next_page_token=next_token
+            )
+            text: str = aiplatform_v1.ListCustomJobsResponse.to_json(
+                response,
+                use_integers_for_enums=int_enums,
+                always_print_fields_with_no_presence=False,
+            )
+        if fault is not None:
+            raise fault.error()
+        return text
+
+    def cancel_job(self, project: str, location: str, job_id: str) -> str:
+        fault = self._faults.take("cancel")
+        if fault is not None and fault.mode == "error":
+            raise fault.error()
+        record = self._find(project, location, job_id, "cancel")
+        self._runner.cancel(record)
+        if fault is not None:
+            raise fault.error()
+        return "{}"
+
+    # ---- the control surface ----
+
+    def add_fault(self, body: Any) -> dict[str, Any]:
+        try:
+            fault = parse_fault(body)
+        except ValueError as error:
+            raise invalid_argument(str(error)) from error
+        self._faults.add(fault)
+        return fault.to_json()
+
+    def add_preemption_plan(self, body: Any) -> dict[str, Any]:
+        try:
+            return self._planner.add_plan(body).to_json()
+        except ValueError as error:
+            raise invalid_argument(str(error)) from error
+
+    def preemption_plans(self) -> dict[str, Any]:
+        return {"plans": [plan.to_json() for plan in self._planner.plans()]}
+
+    def set_log_sink(self, body: Any) -> dict[str, Any]:
+        if not isinstance(body, dict) or not isinstance(body.get("enabled"), bool):
+            raise invalid_argument('expected {"enabled": true|false}')
+        self._sink.set_enabled(body["enabled"])
+        return {"enabled": self._sink.stats().enabled}
+
+    def preempt_job(self, project: str, location: str, job_id: str) -> dict[str, Any]:
+        record = self._find(project, location, job_id, "preempt")
+        self._runner.preempt_now(record)
+        return {"name": record.job.name, "preempted": True}
+
+    def job_details(self, project: str, location: str, job_id: str) -> dict[str, Any]:
+        record = self._find(project, location, job_id, "get")
+        with self._runner.lock:
+            return record.details()
+
+    def stats(self) -> dict[str, Any]:
+        sink = self._sink.stats()
+        with self._counter_lock:
+            counters = {
+                "creates_attempted": self._creates_attempted,
+                "jobs_created": self._jobs_created,
+            }
+        return {
+            **counters,
+            **self._runner.stats(),
+            "faults_injected": self._faults.injected,
+            "faults_pending": [fault.to_json() for fault in self._faults.pending()],
+            "preemption_plans": len(self._planner.plans()),
+            "log_sink": {
+                "enabled": sink.enabled,
+                "topic": self._config.events_topic,
+                "published": sink.published,
+                "suppressed": sink.suppressed,
+                "failed": sink.failed,
+                "in_flight": sink.in_flight,
+            },
+        }
+
+    def reset(self) -> dict[str, Any]:
+        """Back to the state at start-up: no jobs (workers terminated), plans or faults."""
+        self._runner.reset()
+        self._planner.clear()
+        self._faults.clear()
+        self._sink.set_enabled(self._config.log_sink_enabled)
+        with self._counter_lock:
+            self._creates_attempted = 0
+            self._jobs_created = 0
+        return {"reset": True}
+
+    def close(self) -> None:
+        self._runner.stop()
+        self._sink.close(_SINK_FLUSH_SECONDS)
+
+    # ---- helpers ----
+
+    def _check_project(self, project: str, location: str, verb: str) -> None:
+        allowed = {self._config.project, self._config.project_number} - {None}
+        if allowed and project not in allowed:
+            raise permission_denied(
+                f"Permission 'aiplatform.customJobs.{verb}' denied on resource "
+                f"'//aiplatform.googleapis.com/projects/{project}/locations/{location}' "
+                "(or it may not exist)."
+            )
+
+    def _find(self, project: str, location: str, job_id: str, verb: str) -> JobRecord:
+        self._check_project(project, location, verb)
+        name = f"projects/{project}/locations/{location}/customJobs/{job_id}"
+        with self._runner.lock:
+            return self._runner.store.get(location, job_id, name)
+
+    def _new_record(self, project: str, location: str, job: aiplatform_v1.CustomJob) -> JobRecord:
+        with self._runner.lock:
+            job_id, sequence = self._runner.store.new_ids()
+        name_project = self._config.project_number or project
+        job.name = f"projects/{name_project}/locations/{location}/customJobs/{job_id}"
+        job.create_time = job.update_time = datetime.now(timezone.utc)
+        return JobRecord(
+            job=job,
+            job_id=job_id,
+            location=location,
+            project_id=self._config.project or project,
+            sequence=sequence,
+            labels=dict(job.labels),
+            is_spot=job.job_spec.scheduling.strategy == aiplatform_v1.Scheduling.Strategy.SPOT,
+            preemption=self._planner.new_job_state(sequence),
+        )
+
+    def _job_json(self, record: JobRecord, int_enums: bool) -> str:
+        with self._runner.lock:
+            text: str = aiplatform_v1.CustomJob.to_json(
+                record.job,
+                use_integers_for_enums=int_enums,
+                always_print_fields_with_no_presence=False,
+            )
+        return text
+
+
+def _parse_custom_job(body: bytes) -> aiplatform_v1.CustomJob:
+    try:
+        job: aiplatform_v1.CustomJob = aiplatform_v1.CustomJob.from_json(body.decode("utf-8"))
+    except (json_format.ParseError, UnicodeDecodeError) as error:
+        # The parser's first line names the field ('... has no field named "X" at "CustomJob"').
+        detail = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise invalid_argument(f"Invalid JSON payload received. {detail}") from error
+    raw = aiplatform_v1.CustomJob.pb(job)
+    for field_name in _OUTPUT_ONLY_FIELDS:
+        raw.ClearField(field_name)
+    return job
+
+
+def _validate(job: aiplatform_v1.CustomJob) -> None:
+    """Refuses what Vertex refuses, naming every violation in its "List of found errors" form."""
+    violations: list[tuple[str, str]] = []
+    if not job.display_name:
+        violations.append(("custom_job.display_name", "Required field is not set."))
+    pools = job.job_spec.worker_pool_specs
+    if not pools:
+        violations.append(("custom_job.job_spec.worker_pool_specs", "Required field is not set."))
+    else:
+        violations.extend(_primary_pool_violations(pools[0]))
+    violations.extend(_label_violations(dict(job.labels)))
+    if violations:
+        listed = "".join(
+            f"{index}.Field: {path}; Message: {message}\t"
+            for index, (path, message) in enumerate(violations, start=1)
+        )
+        raise invalid_argument(f"List of found errors:\t{listed}")
+
+
+def _primary_pool_violations(pool: aiplatform_v1.WorkerPoolSpec) -> list[tuple[str, str]]:
+    path = "custom_job.job_spec.worker_pool_specs[0]"
+    violations = []
+    if not pool.machine_spec.machine_type:
+        violations.append((f"{path}.machine_spec.machine_type", "Required field is not set."))
+    if "python_package_spec" in pool:
+        package = pool.python_package_spec
+        if not package.executor_image_uri:
+            violations.append(
+                (f"{path}.python_package_spec.executor_image_uri", "Required field is not set.")
+            )
+        if not package.python_module:
+            violations.append(
+                (f"{path}.python_package_spec.python_module", "Required field is not set.")
+            )
+    elif not pool.container_spec.image_uri:
+        violations.append((f"{path}.container_spec.image_uri", "Required field is not set."))
+    return violations
+
+
+def _label_violations(labels: dict[str, str]) -> list[tuple[str, str]]:
+    violations = []
+    if len(labels) > _MAX_LABELS:
+        violations.append(("custom_job.labels", f"At most {_MAX_LABELS} labels are allowed."))
+    for key, value in labels.items():
+        if not _LABEL_KEY.match(key):
+            violations.append(
+                (
+                    f"custom_job.labels[{key}]",
+                    "Label keys start with a lowercase letter and hold at most 63 lowercase "
+                    "letters, digits, underscores or dashes.",
+                )
+            )
+        if not _LABEL_VALUE.match(value):
+            violations.append(
+                (
+                    f"custom_job.labels[{key}]",
+                    "Label values hold at most 63 lowercase letters, digits, underscores or "
+                    "dashes.",
+                )
+            )
+    return violations
+
+
+def _single(query: dict[str, list[str]], name: str) -> str:
+    values = query.get(name, [])
+    return values[-1] if values else ""
+
+
+def _page_size(text: str) -> int:
+    if not text:
+        return _DEFAULT_PAGE_SIZE
+    try:
+        size = int(text)
+    except ValueError:
+        raise invalid_argument(f"Invalid pageSize: {text!r}") from None
+    if size < 0:
+        raise invalid_argument(f"Invalid pageSize: {text!r}")
+    return min(size or _DEFAULT_PAGE_SIZE, _MAX_PAGE_SIZE)

@@ -1,0 +1,1009 @@
+"""The Vertex AI emulator against the official aiplatform_v1 REST client, raw HTTP, real worker
+processes and Google's Pub/Sub emulator (for the log sink)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from google.api_core import exceptions
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import aiplatform_v1
+
+from devstack.vertex_emulator import VertexEmulator
+from devstack.vertex_service import EmulatorConfig
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PROJECT = "spotjobs-test"
+LOCATION = "us-central1"
+PARENT = f"projects/{PROJECT}/locations/{LOCATION}"
+State = aiplatform_v1.JobState
+TERMINAL = {State.JOB_STATE_SUCCEEDED, State.JOB_STATE_FAILED, State.JOB_STATE_CANCELLED}
+FAST = {"queued_seconds": 0.05, "pending_seconds": 0.05, "grace_seconds": 0.5}
+
+# A stand-in trainer. It records each start, each SIGTERM and each clean exit (one JSON line per
+# event, appended atomically) to WORKER_RECORD, dumps its environment to WORKER_ENV_OUT, writes
+# plain, stderr and structured lines, works for WORKER_SECONDS, then exits with WORKER_EXIT.
+WORKER_SOURCE = r"""
+import json, os, signal, sys, time
+
+def note(event):
+    fd = os.open(os.environ["WORKER_RECORD"], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    os.write(fd, (json.dumps({"event": event, "pid": os.getpid()}) + "\n").encode())
+    os.close(fd)
+
+def on_sigterm(signum, frame):
+    note("sigterm")
+    if os.environ.get("WORKER_IGNORE_SIGTERM") != "1":
+        sys.exit(143)
+
+signal.signal(signal.SIGTERM, on_sigterm)
+note("start")
+if os.environ.get("WORKER_ENV_OUT"):
+    with open(os.environ["WORKER_ENV_OUT"], "w") as out:
+        json.dump(dict(os.environ), out)
+print("worker says hello", flush=True)
+print("worker warns on stderr", file=sys.stderr, flush=True)
+print(json.dumps({"severity": "WARNING", "message": "structured line"}), flush=True)
+deadline = time.monotonic() + float(os.environ.get("WORKER_SECONDS", "0"))
+while time.monotonic() < deadline:
+    time.sleep(0.02)
+note("exit")
+sys.exit(int(os.environ.get("WORKER_EXIT", "0")))
+"""
+
+
+# ---- helpers ----
+
+
+@pytest.fixture(scope="module")
+def worker_script(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("worker") / "worker.py"
+    path.write_text(WORKER_SOURCE)
+    return path
+
+
+class Worker:
+    """One test trainer's command, environment and record of what happened to its processes."""
+
+    def __init__(self, script: Path, directory: Path, **env: str) -> None:
+        self.record = directory / f"record-{uuid.uuid4().hex[:8]}.jsonl"
+        # -S (no site import): the trainer installs its SIGTERM handler within milliseconds, well
+        # before the earliest preemption a test schedules.
+        self.command = [sys.executable, "-S", str(script)]
+        self.env = {"WORKER_RECORD": str(self.record), **env}
+
+    def events(self) -> list[dict[str, Any]]:
+        if not self.record.exists():
+            return []
+        return [json.loads(line) for line in self.record.read_text().splitlines()]
+
+    def pids(self, event: str) -> list[int]:
+        return [item["pid"] for item in self.events() if item["event"] == event]
+
+
+@pytest.fixture
+def make_worker(worker_script: Path, tmp_path: Path) -> Callable[..., Worker]:
+    return lambda **env: Worker(worker_script, tmp_path, **env)
+
+
+def job_body(
+    worker: Worker,
+    *,
+    labels: dict[str, str] | None = None,
+    strategy: str = "SPOT",
+    base_output: str | None = None,
+    extra_pools: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """A CustomJob in REST JSON, as the Vertex docs show it."""
+    job_spec: dict[str, Any] = {
+        "workerPoolSpecs": [
+            {
+                "machineSpec": {"machineType": "a2-highgpu-1g"},
+                "replicaCount": 1,
+                "containerSpec": {
+                    "imageUri": "us-docker.pkg.dev/spotjobs/trainer:latest",
+                    "command": worker.command,
+                    "env": [{"name": name, "value": value} for name, value in worker.env.items()],
+                },
+            },
+            *(extra_pools or []),
+        ],
+        "scheduling": {"strategy": strategy},
+    }
+    if base_output is not None:
+        job_spec["baseOutputDirectory"] = {"outputUriPrefix": base_output}
+    return {"displayName": "emulator-test", "labels": labels or {}, "jobSpec": job_spec}
+
+
+def http_json(url: str, body: Any = None, method: str | None = None) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+        url, data=data, method=method or ("POST" if data is not None else "GET")
+    )
+    request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def control(emulator: VertexEmulator, path: str, body: Any = None) -> Any:
+    status, payload = http_json(f"{emulator.url}/emulator/v1/{path}", body)
+    assert status == 200, payload
+    return payload
+
+
+def details(emulator: VertexEmulator, name: str) -> dict[str, Any]:
+    return control(emulator, name)
+
+
+def wait_for(check: Callable[[], Any], *, timeout: float = 15.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = check()
+        if result:
+            return result
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def wait_for_state(
+    client: aiplatform_v1.JobServiceClient,
+    name: str,
+    states: set[State],
+    timeout: float = 20.0,
+) -> aiplatform_v1.CustomJob:
+    def reached() -> aiplatform_v1.CustomJob | None:
+        job = client.get_custom_job(name=name)
+        return job if job.state in states else None
+
+    return wait_for(reached, timeout=timeout, what=f"{name} to reach {states}")
+
+
+def create(client: aiplatform_v1.JobServiceClient, body: dict[str, Any]) -> aiplatform_v1.CustomJob:
+    return client.create_custom_job(
+        parent=PARENT, custom_job=aiplatform_v1.CustomJob.from_json(json.dumps(body))
+    )
+
+
+def job_id(name: str) -> str:
+    return name.rsplit("/", 1)[1]
+
+
+def pid_gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state == "Z"
+
+
+@pytest.fixture
+def make_emulator() -> Iterator[Callable[..., VertexEmulator]]:
+    started: list[VertexEmulator] = []
+
+    def start(**overrides: Any) -> VertexEmulator:
+        config = EmulatorConfig(**{"project": PROJECT, **FAST, **overrides})
+        emulator = VertexEmulator(config).start()
+        started.append(emulator)
+        return emulator
+
+    yield start
+    for emulator in started:
+        emulator.stop()
+
+
+@pytest.fixture
+def emulator(make_emulator: Callable[..., VertexEmulator]) -> VertexEmulator:
+    return make_emulator()
+
+
+def client_for(emulator: VertexEmulator) -> aiplatform_v1.JobServiceClient:
+    return aiplatform_v1.JobServiceClient(
+        transport="rest",
+        credentials=AnonymousCredentials(),
+        client_options={"api_endpoint": emulator.url},
+    )
+
+
+@pytest.fixture
+def client(emulator: VertexEmulator) -> aiplatform_v1.JobServiceClient:
+    return client_for(emulator)
+
+
+# ---- the REST surface ----
+
+
+def test_official_client_creates_gets_lists_by_label_and_cancels(
+    emulator: VertexEmulator,
+    client: aiplatform_v1.JobServiceClient,
+    make_worker: Callable[..., Worker],
+) -> None:
+    long_worker = make_worker(WORKER_SECONDS="60")
+    wanted = create(
+        client, job_body(long_worker, labels={"spotjobs-request-id": "r1", "spotjobs-attempt": "1"})
+    )
+    other = create(
+        client,
+        job_body(make_worker(), labels={"spotjobs-request-id": "r1", "spotjobs-attempt": "2"}),
+    )
+
+    assert wanted.name.startswith(f"{PARENT}/customJobs/")
+    assert job_id(wanted.name).isdigit()
+    assert wanted.state == State.JOB_STATE_QUEUED
+    assert wanted.create_time and wanted.update_time
+    assert wanted.job_spec.scheduling.strategy == aiplatform_v1.Scheduling.Strategy.SPOT
+    running = wait_for_state(client, wanted.name, {State.JOB_STATE_RUNNING})
+    assert running.start_time and not running.end_time
+
+    for filter_text in (
+        'labels.spotjobs-request-id="r1" AND labels.spotjobs-attempt="1"',
+        "labels.spotjobs-request-id=r1 AND labels.spotjobs-attempt=1",
+    ):
+        found = client.list_custom_jobs(request={"parent": PARENT, "filter": filter_text})
+        assert [job.name for job in found] == [wanted.name]
+    both = client.list_custom_jobs(
+        request={"parent": PARENT, "filter": 'labels.spotjobs-request-id="r1"'}
+    )
+    assert {job.name for job in both} == {wanted.name, other.name}
+
+    client.cancel_custom_job(name=wanted.name)
+    assert client.get_custom_job(name=wanted.name).state in {
+        State.JOB_STATE_CANCELLING,
+        State.JOB_STATE_CANCELLED,
+    }
+    cancelled = wait_for_state(client, wanted.name, {State.JOB_STATE_CANCELLED})
+    assert cancelled.error.code == 1
+    assert cancelled.end_time
+    [pid] = long_worker.pids("start")
+    assert long_worker.pids("sigterm") == [pid]
+    assert wait_for(lambda: pid_gone(pid), what="the cancelled worker to be gone")
+    with pytest.raises(exceptions.BadRequest, match="Cannot cancel"):
+        client.cancel_custom_job(name=wanted.name)
+    with pytest.raises(exceptions.NotFound):
+        client.get_custom_job(name=f"{PARENT}/customJobs/123")
+
+
+def test_list_pages_and_filters_on_state(
+    client: aiplatform_v1.JobServiceClient, make_worker: Callable[..., Worker]
+) -> None:
+    names = [create(client, job_body(make_worker(), labels={"batch": "b1"})).name for _ in range(5)]
+    create(client, job_body(make_worker(), labels={"batch": "b2"}))
+    for name in names:
+        wait_for_state(client, name, TERMINAL)
+
+    pager = client.list_custom_jobs(
+        request={"parent": PARENT, "filter": 'labels.batch="b1"', "page_size": 2}
+    )
+    pages = list(pager.pages)
+    assert [len(page.custom_jobs) for page in pages] == [2, 2, 1]
+    assert [job.name for page in pages for job in page.custom_jobs] == names[::-1]  # newest first
+    succeeded = client.list_custom_jobs(
+        request={"parent": PARENT, "filter": 'labels.batch="b1" AND state="JOB_STATE_SUCCEEDED"'}
+    )
+    assert len(list(succeeded)) == 5
+    not_b1 = client.list_custom_jobs(request={"parent": PARENT, "filter": 'labels.batch!="b1"'})
+    assert len(list(not_b1)) == 1
+    with pytest.raises(exceptions.BadRequest, match="Unsupported filter term"):
+        list(client.list_custom_jobs(request={"parent": PARENT, "filter": "create_time>1"}))
+
+
+def test_a_curl_style_post_of_the_documented_body_runs_the_job(
+    emulator: VertexEmulator, make_worker: Callable[..., Worker]
+) -> None:
+    worker = make_worker()
+    body = {
+        "displayName": "docs-example",
+        "jobSpec": {
+            "workerPoolSpecs": [
+                {
+                    "machineSpec": {"machineType": "a2-highgpu-1g"},
+                    "replicaCount": 1,
+                    "containerSpec": {
+                        "imageUri": "us-docker.pkg.dev/spotjobs/trainer:latest",
+                        "command": worker.command,
+                        "env": [{"name": "WORKER_RECORD", "value": str(worker.record)}],
+                    },
+                }
+            ],
+            "scheduling": {"strategy": "SPOT"},
+        },
+    }
+    status, created = http_json(f"{emulator.url}/v1/{PARENT}/customJobs", body)
+
+    assert status == 200, created
+    assert created["state"] == "JOB_STATE_QUEUED"  # enum names unless the caller asks for ints
+    assert created["jobSpec"]["scheduling"]["strategy"] == "SPOT"
+    assert created["jobSpec"]["workerPoolSpecs"][0]["replicaCount"] == "1"  # int64 as a string
+
+    def finished() -> dict[str, Any] | None:
+        _, job = http_json(f"{emulator.url}/v1/{created['name']}")
+        return job if job["state"] == "JOB_STATE_SUCCEEDED" else None
+
+    job = wait_for(finished, what="the curl-created job to succeed")
+    assert job["startTime"] <= job["endTime"]
+    assert "error" not in job
+    assert len(worker.pids("exit")) == 1
+
+
+@pytest.mark.parametrize(
+    ("mutate", "named"),
+    [
+        (lambda body: body.update(jobSpecc={}), "jobSpecc"),
+        (
+            lambda body: body["jobSpec"]["workerPoolSpecs"][0]["machineSpec"].update(
+                machineTyp="x"
+            ),
+            "machineTyp",
+        ),
+        (lambda body: body["jobSpec"]["scheduling"].update(strategy="SPOTTY"), "SPOTTY"),
+        (lambda body: body.pop("displayName"), "display_name"),
+        (lambda body: body.update(labels={"Request": "r1"}), "labels[Request]"),
+    ],
+)
+def test_an_invalid_body_is_refused_with_400_naming_the_field(
+    emulator: VertexEmulator,
+    make_worker: Callable[..., Worker],
+    mutate: Callable[[dict[str, Any]], Any],
+    named: str,
+) -> None:
+    body = job_body(make_worker())
+    mutate(body)
+
+    status, payload = http_json(f"{emulator.url}/v1/{PARENT}/customJobs", body)
+
+    assert status == 400
+    assert payload["error"]["code"] == 400
+    assert payload["error"]["status"] == "INVALID_ARGUMENT"
+    assert named in payload["error"]["message"]
+    assert control(emulator, "stats")["jobs"] == 0
+
+
+def test_requests_for_another_project_are_denied(emulator: VertexEmulator) -> None:
+    other = client_for(emulator)
+    with pytest.raises(exceptions.Forbidden):  # 403: PERMISSION_DENIED over REST
+        list(other.list_custom_jobs(parent=f"projects/someone-else/locations/{LOCATION}"))
+
+
+def test_job_names_carry_the_project_number_when_configured(
+    make_emulator: Callable[..., VertexEmulator], make_worker: Callable[..., Worker]
+) -> None:
+    emulator = make_emulator(project_number="123456789012")
+    client = client_for(emulator)
+
+    job = create(client, job_body(make_worker()))
+
+    assert job.name.startswith(f"projects/123456789012/locations/{LOCATION}/customJobs/")
+    by_id = client.get_custom_job(name=f"{PARENT}/customJobs/{job_id(job.name)}")
+    assert by_id.name == job.name
+
+
+# ---- running workers ----
+
+
+def test_the_worker_gets_vertex_environment_variables(
+    client: aiplatform_v1.JobServiceClient,
+    make_worker: Callable[..., Worker],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SPOTJOBS_EMULATOR_PASSTHROUGH", "inherited")
+    monkeypatch.setenv("AIP_CHECKPOINT_DIR", "stale-from-the-emulator-environment")
+    single = make_worker(WORKER_ENV_OUT=str(tmp_path / "single.json"), TRAINER_FLAG="on")
+    distributed = make_worker(WORKER_ENV_OUT=str(tmp_path / "distributed.json"))
+    bare = make_worker(WORKER_ENV_OUT=str(tmp_path / "bare.json"))
+    worker_pool = {
+        "machineSpec": {"machineType": "a2-highgpu-1g"},
+        "replicaCount": 2,
+        "containerSpec": {"imageUri": "us-docker.pkg.dev/spotjobs/trainer:latest"},
+    }
+    jobs = [
+        create(client, job_body(single, base_output="gs://bucket/requests/r1")),
+        create(
+            client,
+            job_body(
+                distributed, base_output="gs://bucket/requests/r2/", extra_pools=[worker_pool]
+            ),
+        ),
+        create(client, job_body(bare)),
+    ]
+    for job in jobs:
+        assert wait_for_state(client, job.name, TERMINAL).state == State.JOB_STATE_SUCCEEDED
+    single_env, distributed_env, bare_env = (
+        json.loads((tmp_path / f"{which}.json").read_text())
+        for which in ("single", "distributed", "bare")
+    )
+
+    assert single_env["AIP_CHECKPOINT_DIR"] == "gs://bucket/requests/r1/checkpoints/"
+    assert single_env["AIP_MODEL_DIR"] == "gs://bucket/requests/r1/model/"
+    assert single_env["AIP_TENSORBOARD_LOG_DIR"] == "gs://bucket/requests/r1/logs/"
+    assert single_env["CLOUD_ML_JOB_ID"] == job_id(jobs[0].name)
+    assert single_env["TRAINER_FLAG"] == "on"
+    assert single_env["SPOTJOBS_EMULATOR_PASSTHROUGH"] == "inherited"
+    cluster_spec = json.loads(single_env["CLUSTER_SPEC"])
+    assert cluster_spec["task"] == {"type": "workerpool0", "index": 0}
+    assert cluster_spec["environment"] == "cloud"
+    assert len(cluster_spec["cluster"]["workerpool0"]) == 1
+    assert cluster_spec["job"]["scheduling"]["strategy"] == "SPOT"
+    assert "TF_CONFIG" not in single_env  # Vertex sets it for distributed jobs only
+
+    assert distributed_env["AIP_CHECKPOINT_DIR"] == "gs://bucket/requests/r2/checkpoints/"
+    tf_config = json.loads(distributed_env["TF_CONFIG"])
+    assert tf_config["task"] == {"type": "chief", "index": 0}
+    assert [len(tf_config["cluster"][kind]) for kind in ("chief", "worker")] == [1, 2]
+
+    assert "AIP_CHECKPOINT_DIR" not in bare_env  # not inherited: Vertex owns it
+
+
+def test_a_python_package_spec_runs_the_module_with_this_interpreter(
+    emulator: VertexEmulator, client: aiplatform_v1.JobServiceClient, tmp_path: Path
+) -> None:
+    (tmp_path / "emulator_probe_task.py").write_text(
+        "import os, sys\nopen(os.environ['PROBE_OUT'], 'w').write(' '.join(sys.argv[1:]))\n"
+    )
+    body = {
+        "displayName": "package",
+        "jobSpec": {
+            "workerPoolSpecs": [
+                {
+                    "machineSpec": {"machineType": "a2-highgpu-1g"},
+                    "replicaCount": 1,
+                    "pythonPackageSpec": {
+                        "executorImageUri": "us-docker.pkg.dev/vertex-ai/training/pytorch:latest",
+                        "packageUris": ["gs://bucket/trainer.tar.gz"],
+                        "pythonModule": "emulator_probe_task",
+                        "args": ["--epochs", "2"],
+                        "env": [
+                            {"name": "PYTHONPATH", "value": str(tmp_path)},
+                            {"name": "PROBE_OUT", "value": str(tmp_path / "argv.txt")},
+                        ],
+                    },
+                }
+            ]
+        },
+    }
+
+    job = create(client, body)
+
+    assert wait_for_state(client, job.name, TERMINAL).state == State.JOB_STATE_SUCCEEDED
+    assert (tmp_path / "argv.txt").read_text() == "--epochs 2"
+    seen = details(emulator, job.name)
+    assert seen["argv"][:3] == [sys.executable, "-m", "emulator_probe_task"]
+    assert seen["image_uri"] == "us-docker.pkg.dev/vertex-ai/training/pytorch:latest"
+
+
+def test_workers_that_cannot_succeed_fail_the_job_as_vertex_reports_it(
+    emulator: VertexEmulator,
+    client: aiplatform_v1.JobServiceClient,
+    make_worker: Callable[..., Worker],
+) -> None:
+    failing = create(client, job_body(make_worker(WORKER_EXIT="3")))
+    missing = job_body(make_worker())
+    missing["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["command"] = ["/nonexistent/trainer"]
+    not_runnable = create(client, missing)
+    entrypoint_only = job_body(make_worker())
+    del entrypoint_only["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["command"]
+    image_only = create(client, entrypoint_only)
+
+    failed = wait_for_state(client, failing.name, TERMINAL)
+    assert failed.state == State.JOB_STATE_FAILED
+    assert failed.error.code == 3
+    assert failed.error.message == (
+        "The replica workerpool0-0 exited with a non-zero status of 3. Termination reason: Error."
+    )
+    output = details(emulator, failing.name)["output"]
+    assert {"run": 1, "stream": "stdout", "line": "worker says hello"} in output
+    assert {"run": 1, "stream": "stderr", "line": "worker warns on stderr"} in output
+    unrunnable = wait_for_state(client, not_runnable.name, TERMINAL)
+    assert unrunnable.state == State.JOB_STATE_FAILED
+    assert "non-zero status of 127" in unrunnable.error.message
+    no_command = wait_for_state(client, image_only.name, TERMINAL)
+    assert no_command.state == State.JOB_STATE_FAILED
+    assert "default entrypoint" in no_command.error.message
+
+
+# ---- Spot preemption ----
+
+
+def test_a_spot_job_preempted_three_times_runs_four_times_and_succeeds(
+    emulator: VertexEmulator,
+    client: aiplatform_v1.JobServiceClient,
+    make_worker: Callable[..., Worker],
+) -> None:
+    labels = {"spotjobs-request-id": "r3", "spotjobs-attempt": "1"}
+    # Registered before the job exists; matched on a subset of its labels.
+    plan = control(
+        emulator,
+        "preemption-plans",
+        {"labels": {"spotjobs-request-id": "r3"}, "preemptions": 3, "after_seconds": 0.5},
+    )
+    assert plan["delays"] == [0.5, 0.5, 0.5]
+    worker = make_worker(WORKER_SECONDS="1.2")
+
+    job = create(client, job_body(worker, labels=labels))
+
+    done = wait_for_state(client, job.name, TERMINAL, timeout=30)
+    assert done.state == State.JOB_STATE_SUCCEEDED
+    starts, terminated = worker.pids("start"), worker.pids("sigterm")
+    assert len(starts) == 4, worker.events()
+    assert terminated == starts[:3], worker.events()  # every preempted process got SIGTERM...
+    assert worker.pids("exit") == starts[3:]
+    seen = details(emulator, job.name)
+    assert seen["signals"] == [
+        {"run": run, "signal": "SIGTERM"} for run in (1, 2, 3)
+    ]  # ...no SIGKILL
+    assert seen["preemptions"] == 3
+    history = seen["state_history"]
+    assert history[:3] == ["JOB_STATE_QUEUED", "JOB_STATE_PENDING", "JOB_STATE_RUNNING"]
+    assert history.count("JOB_STATE_PENDING") == 4  # each restart goes back through PENDING
+    assert history[-1] == "JOB_STATE_SUCCEEDED"
+
+
+def test_the_seventh_preemption_fails_the_job_with_stockout(
+    emulator: VertexEmulator,
+    client: aiplatform_v1.JobServiceClient,
+    make_worker: Callable[..., Worker],
+) -> None:
+    control(
+        emulator,
+        "preemption-plans",
+        {"labels": {"spotjobs-request-id": "r7"}, "preemptions": 7, "after_seconds": 0.5},
+    )
+    worker = make_worker(WORKER_SECONDS="60")
+
+    job = create(client, job_body(worker, labels={"spotjobs-request-id": "r7"}))
+
+    failed = wait_for_state(client, job.name, TERMINAL, timeout=40)
+    assert failed.state == State.JOB_STATE_FAILED
+    assert failed.error.code == 8
+    assert "STOCKOUT" in failed.error.message
+    assert len(worker.pids("start")) == 7, worker.events()
+    assert worker.pids("sigterm") == worker.pids("start"), worker.events()
+    assert details(emulator, job.name)["preemptions"] == 7
+
+
+def test_a_worker_that_ignores_sigterm_is_killed_after_the_grace_period(
+    emulator: VertexEmulator,
+    client: aiplatform_v1.JobServiceClient,
+    make_worker: Callable[..., Worker],
+) -> None:
+    control(emulator, "preemption-plans", {"labels": {"kind": "stubborn"}, "delays": [0.5]})
+    worker = make_worker(WORKER_SECONDS="1.0", WORKER_IGNORE_SIGTERM="1")
+
+    job = create(client, job_body(worker, labels={"kind": "stubborn"}))
+
+    assert wait_for_state(client, job.name, TERMINAL).state == State.JOB_STATE_SUCCEEDED
+    first, second = worker.pids("start")
+    assert worker.pids("sigterm") == [first]  # SIGTERM first, and it was delivered
+    assert worker.pids("exit") == [second]  # the first never got to exit on its own
+    assert details(emulator, job.name)["signals"] == [
+        {"run": 1, "signal": "SIGTERM"},
+        {"run": 1, "signal": "SIGKILL"},
+    ]
+
+
+def test_standard_jobs_are_never_preempted_and_a_seeded_rate_preempts_spot_jobs(
+    make_emulator: Callable[..., VertexEmulator], make_worker: Callable[..., Worker]
+) -> None:
+    # A mean of 0.2 s between preemptions: the SPOT job cannot outlast seven of them.
+    emulator = make_emulator(preemption_rate_per_minute=300.0, seed=7)
+    client = client_for(emulator)
+    spot = create(client, job_body(make_worker(WORKER_SECONDS="60")))
+    standard = create(client, job_body(make_worker(WORKER_SECONDS="1.0"), strategy="STANDARD"))
+
+    assert wait_for_state(client, standard.name, TERMINAL).state == State.JOB_STATE_SUCCEEDED
+    assert details(emulator, standard.name)["runs"] == 1
+    failed = wait_for_state(client, spot.name, TERMINAL, timeout=40)
+    assert failed.state == State.JOB_STATE_FAILED
+    assert "STOCKOUT" in failed.error.message
+
+
+def test_a_running_spot_job_can_be_preempted_on_demand(
+    emulator: VertexEmulator,
+    client: aiplatform_v1.JobServiceClient,
+    make_worker: Callable[..., Worker],
+) -> None:
+    worker = make_worker(WORKER_SECONDS="60")
+    spot = create(client, job_body(worker))
+    standard = create(client, job_body(make_worker(WORKER_SECONDS="60"), strategy="STANDARD"))
+    wait_for_state(client, spot.name, {State.JOB_STATE_RUNNING})
+    wait_for_state(client, standard.name, {State.JOB_STATE_RUNNING})
+    wait_for(lambda: worker.pids("start"), what="the worker to start")
+
+    control(emulator, f"{spot.name}:preempt", {})
+
+    wait_for(lambda: len(worker.pids("start")) == 2, what="the restart")
+    assert worker.pids("sigterm") == worker.pids("start")[:1]
+    status, refused = http_json(f"{emulator.url}/emulator/v1/{standard.name}:preempt", {})
+    assert status == 400
+    assert refused["error"]["status"] == "FAILED_PRECONDITION"
+    for job in (spot, standard):
+        client.cancel_custom_job(name=job.name)
+
+
+# ---- fault injection, capacity, reset ----
+
+
+def test_injected_create_faults_surface_as_the_matching_client_exceptions(
+    emulator: VertexEmulator,
+    client: aiplatform_v1.JobServiceClient,
+    make_worker: Callable[..., Worker],
+) -> None:
+    body = job_body(make_worker())
+    control(emulator, "faults", {"method": "create", "status": 503, "count": 2})
+    for _ in range(2):
+        with pytest.raises(exceptions.ServiceUnavailable):
+            create(client, body)
+    for status, raised in (
+        (429, exceptions.TooManyRequests),
+        (500, exceptions.InternalServerError),
+    ):
+        control(emulator, "faults", {"method": "create", "status": status})
+        with pytest.raises(raised):
+            create(client, body)
+    job = create(client, body)
+    control(emulator, "faults", {"method": "get", "status": 503})
+    with pytest.raises(exceptions.ServiceUnavailable):
+        client.get_custom_job(name=job.name)
+    assert client.get_custom_job(name=job.name).name == job.name
+
+    stats = control(emulator, "stats")
+    assert stats["creates_attempted"] == 5
+    assert stats["jobs_created"] == 1
+    assert stats["faults_injected"] == 5
+
+
+def test_a_lost_create_response_still_creates_the_job(
+    emulator: VertexEmulator,
+    client: aiplatform_v1.JobServiceClient,
+    make_worker: Callable[..., Worker],
+) -> None:
+    control(emulator, "faults", {"method": "create", "mode": "lost_response", "count": 1})
+
+    with pytest.raises(exceptions.GatewayTimeout):  # DeadlineExceeded is one
+        create(client, job_body(make_worker(), labels={"spotjobs-request-id": "lost"}))
+
+    [job] = client.list_custom_jobs(
+        request={"parent": PARENT, "filter": 'labels.spotjobs-request-id="lost"'}
+    )
+    assert wait_for_state(client, job.name, TERMINAL).state == State.JOB_STATE_SUCCEEDED
+
+
+def test_the_capacity_limit_bounds_running_processes(
+    make_emulator: Callable[..., VertexEmulator], make_worker: Callable[..., Worker]
+) -> None:
+    emulator = make_emulator(max_running=2)
+    client = client_for(emulator)
+    jobs = [create(client, job_body(make_worker(WORKER_SECONDS="0.5"))) for _ in range(6)]
+    samples = []
+    while not all(client.get_custom_job(name=job.name).state in TERMINAL for job in jobs):
+        samples.append(control(emulator, "stats"))
+        time.sleep(0.02)
+
+    assert max(sample["running_processes"] for sample in samples) == 2
+    assert max(sample["jobs_by_state"].get("JOB_STATE_RUNNING", 0) for sample in samples) <= 2
+    assert max(sample["waiting_for_capacity"] for sample in samples) >= 3
+    assert all(
+        client.get_custom_job(name=job.name).state == State.JOB_STATE_SUCCEEDED for job in jobs
+    )
+
+
+def test_a_job_waiting_for_capacity_is_cancelled_at_once(
+    make_emulator: Callable[..., VertexEmulator], make_worker: Callable[..., Worker]
+) -> None:
+    emulator = make_emulator(max_running=1)
+    client = client_for(emulator)
+    running = create(client, job_body(make_worker(WORKER_SECONDS="60")))
+    waiting_worker = make_worker()
+    waiting = create(client, job_body(waiting_worker))
+
+    client.cancel_custom_job(name=waiting.name)
+
+    cancelled = client.get_custom_job(name=waiting.name)
+    assert cancelled.state == State.JOB_STATE_CANCELLED
+    assert cancelled.error.code == 1
+    assert waiting_worker.events() == []
+    client.cancel_custom_job(name=running.name)
+
+
+def test_reset_terminates_workers_and_forgets_everything(
+    emulator: VertexEmulator,
+    client: aiplatform_v1.JobServiceClient,
+    make_worker: Callable[..., Worker],
+) -> None:
+    worker = make_worker(WORKER_SECONDS="60")
+    job = create(client, job_body(worker))
+    control(emulator, "preemption-plans", {"labels": {"a": "b"}, "delays": [5]})
+    control(emulator, "faults", {"method": "get", "status": 500, "count": 3})
+    [pid] = wait_for(lambda: worker.pids("start"), what="the worker to start")
+
+    control(emulator, "reset", {})
+
+    assert wait_for(lambda: pid_gone(pid), what="the worker to be terminated")
+    with pytest.raises(exceptions.NotFound):
+        client.get_custom_job(name=job.name)
+    stats = control(emulator, "stats")
+    assert (stats["jobs"], stats["running_processes"], stats["preemption_plans"]) == (0, 0, 0)
+    assert stats["faults_pending"] == []
+
+
+def test_the_error_can_arrive_after_the_final_state_as_on_vertex(
+    make_emulator: Callable[..., VertexEmulator], make_worker: Callable[..., Worker]
+) -> None:
+    emulator = make_emulator(error_delay_seconds=1.0)
+    client = client_for(emulator)
+    job = create(client, job_body(make_worker(WORKER_EXIT="2")))
+
+    failed = wait_for_state(client, job.name, TERMINAL)
+
+    assert failed.state == State.JOB_STATE_FAILED
+    assert not failed.error.message
+    later = wait_for(
+        lambda: client.get_custom_job(name=job.name).error.message, what="the delayed error"
+    )
+    assert "non-zero status of 2" in later
+
+
+# ---- the command line ----
+
+
+def test_the_command_line_prints_one_ready_line_and_cleans_up_on_sigterm(
+    make_worker: Callable[..., Worker],
+) -> None:
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "devstack.vertex_emulator",
+            "--port",
+            "0",
+            "--project",
+            PROJECT,
+            "--no-log-sink",
+            "--queued-seconds",
+            "0.05",
+            "--pending-seconds",
+            "0.05",
+            "--grace-seconds",
+            "0.5",
+        ],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        assert process.stdout is not None
+        ready = json.loads(process.stdout.readline())
+        assert ready == {"port": ready["port"], "url": f"http://127.0.0.1:{ready['port']}"}
+        worker = make_worker(WORKER_SECONDS="60")
+        status, job = http_json(f"{ready['url']}/v1/{PARENT}/customJobs", job_body(worker))
+        assert status == 200, job
+        [pid] = wait_for(lambda: worker.pids("start"), what="the worker to start")
+        _, stats = http_json(f"{ready['url']}/emulator/v1/stats")
+        assert stats["log_sink"]["enabled"] is False
+
+        process.send_signal(signal.SIGTERM)
+
+        assert process.wait(timeout=15) == 0
+        assert process.stdout.read() == b""  # exactly one line, ever
+        assert wait_for(lambda: pid_gone(pid), what="the worker to be terminated")
+        assert worker.pids("sigterm") == [pid]
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+# ---- the log sink, through Google's Pub/Sub emulator ----
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=0.5):
+            return True
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+@pytest.fixture(scope="module")
+def pubsub_emulator() -> Iterator[str]:
+    gcloud = shutil.which("gcloud")
+    if gcloud is None:
+        pytest.skip("gcloud (for Google's Pub/Sub emulator) is not installed")
+    host = f"127.0.0.1:{_free_port()}"
+    process = subprocess.Popen(
+        [
+            gcloud,
+            "beta",
+            "emulators",
+            "pubsub",
+            "start",
+            f"--host-port={host}",
+            f"--project={PROJECT}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        wait_for(lambda: _answers(f"http://{host}/"), timeout=60, what="the Pub/Sub emulator")
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("PUBSUB_EMULATOR_HOST", host)
+            yield host
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+class EventsTopic:
+    """A fresh topic with a pull subscription, read as LogEntry dicts."""
+
+    def __init__(self) -> None:
+        from google.cloud import pubsub_v1
+
+        suffix = uuid.uuid4().hex[:8]
+        self.topic = f"projects/{PROJECT}/topics/job-events-{suffix}"
+        self.subscription = f"projects/{PROJECT}/subscriptions/job-events-{suffix}"
+        pubsub_v1.PublisherClient().create_topic(name=self.topic)
+        self._subscriber = pubsub_v1.SubscriberClient()
+        self._subscriber.create_subscription(name=self.subscription, topic=self.topic)
+        self.received: list[tuple[dict[str, Any], dict[str, str]]] = []
+
+    def pull_for(self, seconds: float, until: Callable[[], bool] = lambda: False) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not until():
+            response = self._subscriber.pull(
+                request={
+                    "subscription": self.subscription,
+                    "max_messages": 100,
+                    "return_immediately": True,  # the emulator honours it: no long poll
+                },
+                timeout=5,
+            )
+            if not response.received_messages:
+                time.sleep(0.1)
+            else:
+                self._subscriber.acknowledge(
+                    request={
+                        "subscription": self.subscription,
+                        "ack_ids": [message.ack_id for message in response.received_messages],
+                    }
+                )
+            for message in response.received_messages:
+                entry = json.loads(message.message.data.decode("utf-8"))
+                self.received.append((entry, dict(message.message.attributes)))
+
+    def entries_for(self, job_name: str) -> list[dict[str, Any]]:
+        return [
+            entry
+            for entry, _ in self.received
+            if entry["resource"]["labels"]["job_id"] == job_id(job_name)
+        ]
+
+    def service_messages(self, job_name: str) -> list[str]:
+        return [
+            entry["jsonPayload"]["message"]
+            for entry in self.entries_for(job_name)
+            if entry["resource"]["labels"]["task_name"] == "service"
+        ]
+
+
+def test_job_log_entries_reach_the_events_topic_in_both_payload_forms(
+    pubsub_emulator: str,
+    make_emulator: Callable[..., VertexEmulator],
+    make_worker: Callable[..., Worker],
+) -> None:
+    events = EventsTopic()
+    emulator = make_emulator(events_topic=events.topic)
+    client = client_for(emulator)
+    control(emulator, "preemption-plans", {"labels": {"run": "once"}, "delays": [0.5]})
+    control(
+        emulator,
+        "preemption-plans",
+        {"labels": {"run": "never"}, "preemptions": 7, "after_seconds": 0.3},
+    )
+    succeeding = create(client, job_body(make_worker(WORKER_SECONDS="0.8"), labels={"run": "once"}))
+    stocked_out = create(
+        client, job_body(make_worker(WORKER_SECONDS="60"), labels={"run": "never"})
+    )
+    for job in (succeeding, stocked_out):
+        wait_for_state(client, job.name, TERMINAL, timeout=40)
+
+    events.pull_for(
+        20,
+        until=lambda: (
+            "Job completed successfully." in events.service_messages(succeeding.name)
+            and "Job failed." in events.service_messages(stocked_out.name)
+        ),
+    )
+
+    entries = events.entries_for(succeeding.name)
+    for entry in entries:
+        assert entry["resource"]["type"] == "ml_job"
+        assert entry["resource"]["labels"]["project_id"] == PROJECT
+        assert (
+            entry["logName"]
+            == f"projects/{PROJECT}/logs/ml.googleapis.com%2F{job_id(succeeding.name)}"
+        )
+        assert datetime.fromisoformat(entry["timestamp"].replace("Z", "+00:00")).tzinfo is not None
+        assert entry["receiveTimestamp"] >= entry["timestamp"]
+    insert_ids = [entry["insertId"] for entry, _ in events.received]
+    assert len(insert_ids) == len(set(insert_ids))
+    assert all(
+        "logging.googleapis.com/timestamp" in attributes for _, attributes in events.received
+    )
+
+    service = events.service_messages(succeeding.name)
+    assert service[0] == "Job is preparing."
+    assert service.count("Job is running.") == 2
+    assert [message for message in service if "preempted" in message] == [
+        "The Spot VM of replica workerpool0-0 was preempted. Restarting the job (restart 1 of 6)."
+    ]
+    assert service[-2:] == [
+        "Finished tearing down training program.",
+        "Job completed successfully.",
+    ]
+    container = [e for e in entries if e["resource"]["labels"]["task_name"] == "workerpool0-0"]
+    as_text = {(e["severity"], e["textPayload"]) for e in container if "textPayload" in e}
+    assert as_text == {("INFO", "worker says hello"), ("ERROR", "worker warns on stderr")}
+    structured = [e for e in container if "jsonPayload" in e]
+    assert {(e["severity"], e["jsonPayload"]["message"]) for e in structured} == {
+        ("WARNING", "structured line")
+    }
+
+    final = events.service_messages(stocked_out.name)[-2:]
+    assert "STOCKOUT" in final[0]
+    assert final[1] == "Job failed."
+    severities = {
+        entry["jsonPayload"]["message"]: entry["severity"]
+        for entry in events.entries_for(stocked_out.name)
+        if "jsonPayload" in entry
+    }
+    assert severities[final[0]] == "ERROR"
+
+
+def test_the_log_sink_can_be_switched_off_and_jobs_still_run(
+    pubsub_emulator: str,
+    make_emulator: Callable[..., VertexEmulator],
+    make_worker: Callable[..., Worker],
+) -> None:
+    events = EventsTopic()
+    emulator = make_emulator(events_topic=events.topic)
+    client = client_for(emulator)
+    assert control(emulator, "log-sink", {"enabled": False}) == {"enabled": False}
+
+    job = create(client, job_body(make_worker()))
+
+    assert wait_for_state(client, job.name, TERMINAL).state == State.JOB_STATE_SUCCEEDED
+    events.pull_for(1.5)
+    assert events.received == []
+    sink = control(emulator, "stats")["log_sink"]
+    assert sink["published"] == 0
+    assert sink["suppressed"] >= 5
