@@ -3,6 +3,7 @@ runs can coexist) and stops it, with every child process, at the end."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,31 +21,44 @@ TEST_FUNCTION_ENV = {
 }
 
 
-@pytest.fixture(scope="session")
-def stack() -> Iterator["Stack"]:  # noqa: F821 - imported lazily so unit runs stay light
+@contextlib.contextmanager
+def isolated_stack(**options: object) -> Iterator["Stack"]:  # noqa: F821
+    """Start an embedded stack and point this process's clients at it, restoring both after.
+
+    Stacks export their emulator hosts into os.environ (client libraries read them there), so a
+    second stack (the chaos tests') must not outlive its module: this puts everything back."""
     from devstack.stack import Stack, StackOptions
     from shared import clients, settings
 
-    options = StackOptions(
-        function_env=TEST_FUNCTION_ENV,
-        minimum_backoff_seconds=1,
-        maximum_backoff_seconds=5,
-        vertex_args=("--grace-seconds", "0.5"),
-    )
+    defaults: dict[str, object] = {
+        "function_env": TEST_FUNCTION_ENV,
+        "minimum_backoff_seconds": 1,
+        "maximum_backoff_seconds": 5,
+        "vertex_args": ("--grace-seconds", "0.5"),
+    }
     saved = dict(os.environ)
-    stack = Stack(options).start()
-    # In-process clients (tests calling shared logic directly) target the same stack.
+
+    def reset_caches() -> None:
+        settings.get_settings.cache_clear()
+        for cached in (clients.storage_client, clients.publisher, clients.job_service):
+            cached.cache_clear()
+
+    stack = Stack(StackOptions(**{**defaults, **options})).start()
     os.environ.update(stack.env)
-    settings.get_settings.cache_clear()
-    for cached in (clients.storage_client, clients.publisher, clients.job_service):
-        cached.cache_clear()
+    reset_caches()
     try:
         yield stack
     finally:
         stack.stop()
         os.environ.clear()
         os.environ.update(saved)
-        settings.get_settings.cache_clear()
+        reset_caches()
+
+
+@pytest.fixture(scope="session")
+def stack() -> Iterator["Stack"]:  # noqa: F821
+    with isolated_stack() as running:
+        yield running
 
 
 def load_event(relative: str) -> bytes:

@@ -1,0 +1,144 @@
+"""Cold start and memory of every function, as ratios to `import google.cloud.aiplatform`.
+
+Cold start = whole-process wall time of `python -c "import <entry module>"` (interpreter start
+included, median of N runs), measured in the same run as the high-level SDK's import, which is
+the yardstick the issues set. Peak RSS = ru_maxrss of a fresh process that imports the function
+and handles one real event against the embedded stack.
+
+    python -m bench.coldstart [--runs 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench.report import Figure, emit
+
+REPO = Path(__file__).resolve().parent.parent
+# Entry module, the cold-start ceiling as a share of the SDK import, and the RSS ceiling (MiB).
+FUNCTIONS = {
+    "submit_job": ("functions.submit", 0.55, 150),
+    "on_job_event": ("functions.events", 0.55, 150),
+    "reconcile": ("functions.reconcile", 0.55, 150),
+    "prune_checkpoints": ("functions.prune", 0.30, 200),
+}
+SDK = "google.cloud.aiplatform"
+
+
+def import_seconds(module: str, runs: int) -> float:
+    samples = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-c", f"import {module}"], check=True, cwd=REPO)
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples)
+
+
+def peak_rss_after_one_event(function: str, event: dict, env: dict[str, str]) -> float:
+    """MiB. The child handles `event` (a CloudEvent's attributes and data) through the entry point."""
+    child = (
+        "import json, resource, sys\n"
+        "from cloudevents.http import CloudEvent\n"
+        "import functions.main as main\n"
+        "spec = json.loads(sys.argv[1])\n"
+        f"getattr(main, {function!r})(CloudEvent(spec['attributes'], spec['data']))\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)\n"
+    )
+    output = subprocess.run(
+        [sys.executable, "-c", child, json.dumps(event)], check=True, cwd=REPO, env=env,
+        capture_output=True, text=True,
+    ).stdout
+    return float(output.strip().splitlines()[-1])
+
+
+def push_event(data: bytes, topic: str, project: str) -> dict:
+    import base64
+    from datetime import datetime, timezone
+
+    now = datetime.now(timezone.utc).isoformat()
+    return {
+        "attributes": {
+            "id": "bench-1",
+            "source": f"//pubsub.googleapis.com/projects/{project}/topics/{topic}",
+            "type": "google.cloud.pubsub.topic.v1.messagePublished",
+        },
+        "data": {"message": {"data": base64.b64encode(data).decode(), "messageId": "bench-1", "publishTime": now}},
+    }
+
+
+def sample_events(stack) -> dict[str, dict]:
+    """One realistic event per function: a valid request, a state line of that request's job,
+    a reconcile pass and a prune pass."""
+    project = stack.options.project
+    request = {
+        "request_id": "bench-coldstart",
+        "custom_job": {
+            "displayName": "bench",
+            "jobSpec": {
+                "workerPoolSpecs": [{
+                    "machineSpec": {"machineType": "a2-highgpu-1g"},
+                    "replicaCount": "1",
+                    "containerSpec": {"imageUri": "us-docker.pkg.dev/bench/trainer:1",
+                                      "command": [sys.executable, "-c", "pass"]},
+                }]
+            },
+        },
+    }
+    events = {"submit_job": push_event(json.dumps(request).encode(), "job-requests", project)}
+    return events | {
+        "reconcile": push_event(b'{"task": "reconcile"}', "maintenance", project),
+        "prune_checkpoints": push_event(b'{"task": "prune"}', "maintenance", project),
+    }
+
+
+def job_event_for(stack, request_id: str) -> dict:
+    record = stack.wait_for(lambda: (stack.ledger().get(request_id) or None) and
+                            stack.ledger().get(request_id).latest.job and stack.ledger().get(request_id),
+                            timeout=60, message="the bench request's job")
+    job_id = record.latest.job_id
+    entry = {
+        "insertId": "bench-entry-1",
+        "logName": f"projects/{stack.options.project}/logs/ml.googleapis.com%2F{job_id}",
+        "resource": {"type": "ml_job", "labels": {"job_id": job_id, "task_name": "service",
+                                                  "project_id": stack.options.project}},
+        "severity": "INFO",
+        "textPayload": "Job is running.",
+        "timestamp": record.latest.claimed_at,
+    }
+    return push_event(json.dumps(entry).encode(), "job-events", stack.options.project)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+
+    from devstack.stack import Stack, StackOptions
+
+    sdk_seconds = import_seconds(SDK, args.runs)
+    figures = [Figure(f"import {SDK} (yardstick)", round(sdk_seconds, 3), "s")]
+    with Stack(StackOptions(functions=())) as stack:
+        env = {**os.environ, **stack.env, "SPOTJOBS_LOG_LEVEL": "ERROR"}
+        events = sample_events(stack)
+        for function, (module, ceiling, rss_ceiling) in FUNCTIONS.items():
+            seconds = import_seconds(module, args.runs)
+            ratio = seconds / sdk_seconds
+            figures.append(Figure(f"{function} cold start", round(seconds, 3), "s"))
+            figures.append(Figure(f"{function} cold start / SDK import", round(ratio, 3), "",
+                                  f"<= {ceiling}", ratio <= ceiling))
+            event = events.get(function) or job_event_for(stack, "bench-coldstart")
+            rss = peak_rss_after_one_event(function, event, env)
+            figures.append(Figure(f"{function} peak RSS after one event", round(rss, 1), "MiB",
+                                  f"<= {rss_ceiling}", rss <= rss_ceiling))
+    emit("coldstart", figures)
+
+
+if __name__ == "__main__":
+    main()
