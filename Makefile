@@ -3,14 +3,22 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# checkov pins libraries that clash with ours, so it lives in a venv of its own.
+TOOLS := .venv-tools
 
 .PHONY: demo up test bench install clean
 
-$(STAMP): pyproject.toml
+# Tested versions = deployed versions: requirements.txt is the deploy lock.
+$(STAMP): pyproject.toml requirements.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -c requirements.txt -e '.[dev]'
 	touch $(STAMP)
+
+$(TOOLS)/.installed:
+	$(PYTHON) -m venv $(TOOLS)
+	$(TOOLS)/bin/pip install --quiet 'checkov==3.3.30'
+	touch $(TOOLS)/.installed
 
 install: $(STAMP)
 
@@ -20,11 +28,11 @@ demo: $(STAMP)
 up: $(STAMP)
 	$(BIN)/spotjobs local up
 
-test: $(STAMP)
+test: $(STAMP) $(TOOLS)/.installed
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(TOOLS) .pytest_cache .hypothesis

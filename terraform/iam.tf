@@ -1,0 +1,302 @@
+# Identities and least-privilege grants. No primitive roles, no project-wide storage or Pub/Sub
+# roles, no public members. Grants sit on the narrowest resource that supports IAM (bucket, topic,
+# subscription, service account, Cloud Run service); only Vertex AI and Cloud Logging need the
+# project level, and Vertex gets custom roles holding exactly the customJobs permissions used.
+#
+# | identity             | may                                                                   |
+# |----------------------|-----------------------------------------------------------------------|
+# | fn-submit            | ledger r/w; create/get/list custom jobs; actAs training SA; publish ops-alerts |
+# | fn-events, fn-reconcile | ledger r/w; get/list/cancel custom jobs; publish job-requests, ops-alerts, maintenance |
+# | fn-prune             | ledger read, write its cursor; list/read/delete checkpoints; publish ops-alerts |
+# | push-<fn>            | invoke that one function (OIDC identity of its push subscription)      |
+# | training             | object admin on the checkpoint bucket; write logs                      |
+# | build                | write build logs; push to the functions' Artifact Registry repo; read the source zips |
+
+locals {
+  # What each entry point does (topology keys for topics). An entry point added to
+  # topology.json must be added here too, or the plan fails on the missing key: deliberately.
+  function_access = {
+    submit_job = {
+      ledger       = "read_write"
+      state_prefix = null
+      vertex       = "submitter"
+      checkpoint   = null
+      publishes    = ["ops_alerts"]
+      act_as       = true
+    }
+    on_job_event = {
+      ledger       = "read_write"
+      state_prefix = null
+      vertex       = "controller"
+      checkpoint   = null
+      publishes    = ["job_requests", "ops_alerts", "maintenance"]
+      act_as       = false
+    }
+    reconcile = {
+      ledger       = "read_write"
+      state_prefix = null
+      vertex       = "controller"
+      checkpoint   = null
+      publishes    = ["job_requests", "ops_alerts", "maintenance"]
+      act_as       = false
+    }
+    prune_checkpoints = {
+      # Reads the ledger; writes only its resume cursor (shared/prune.py CURSOR_OBJECT,
+      # maintenance/prune-cursor.json) in the state bucket.
+      ledger       = "read"
+      state_prefix = "maintenance/"
+      vertex       = null
+      checkpoint   = "prune"
+      publishes    = ["ops_alerts"]
+      act_as       = false
+    }
+  }
+  access = { for fn in keys(local.routes) : fn => local.function_access[fn] }
+
+  publish_grants = merge([
+    for fn, a in local.access : { for topic in a.publishes : "${fn} ${topic}" => { fn = fn, topic = topic } }
+  ]...)
+
+  custom_role_prefix = replace(var.name_prefix, "-", "_")
+}
+
+# ---------------------------------------------------------------------------------------------
+# Service accounts
+# ---------------------------------------------------------------------------------------------
+
+resource "google_service_account" "functions" {
+  for_each = local.routes
+
+  project      = var.project_id
+  account_id   = "${var.name_prefix}-fn-${local.function_short[each.key]}"
+  display_name = "spotjobs ${each.key} (runtime)"
+  description  = "Runtime identity of the ${local.function_names[each.key]} Cloud Function."
+
+  depends_on = [google_project_service.apis]
+}
+
+resource "google_service_account" "pushers" {
+  for_each = local.routes
+
+  project      = var.project_id
+  account_id   = "${var.name_prefix}-push-${local.function_short[each.key]}"
+  display_name = "spotjobs ${each.key} (push)"
+  description  = "OIDC identity of the ${each.value.subscription} push subscription; may invoke ${local.function_names[each.key]} only."
+
+  depends_on = [google_project_service.apis]
+}
+
+resource "google_service_account" "training" {
+  project      = var.project_id
+  account_id   = "${var.name_prefix}-training"
+  display_name = "spotjobs training jobs"
+  description  = "Identity of the Vertex AI CustomJobs spotjobs submits (jobSpec.serviceAccount)."
+
+  depends_on = [google_project_service.apis]
+}
+
+resource "google_service_account" "build" {
+  project      = var.project_id
+  account_id   = "${var.name_prefix}-build"
+  display_name = "spotjobs function builds"
+  description  = "Cloud Build identity for building the spotjobs functions (instead of the default compute/Cloud Build service account)."
+
+  depends_on = [google_project_service.apis]
+}
+
+# ---------------------------------------------------------------------------------------------
+# Custom roles: the predefined ones are broader than needed.
+# ---------------------------------------------------------------------------------------------
+
+# roles/aiplatform.user would allow every Vertex AI operation (endpoints, datasets, notebooks...).
+resource "google_project_iam_custom_role" "job_submitter" {
+  project     = var.project_id
+  role_id     = "${local.custom_role_prefix}_jobSubmitter"
+  title       = "spotjobs job submitter"
+  description = "Create, get and list Vertex AI CustomJobs (submit_job)."
+  permissions = [
+    "aiplatform.customJobs.create",
+    "aiplatform.customJobs.get",
+    "aiplatform.customJobs.list",
+  ]
+
+  depends_on = [google_project_service.apis]
+}
+
+resource "google_project_iam_custom_role" "job_controller" {
+  project     = var.project_id
+  role_id     = "${local.custom_role_prefix}_jobController"
+  title       = "spotjobs job controller"
+  description = "Get, list and cancel Vertex AI CustomJobs (on_job_event, reconcile); cannot create jobs."
+  permissions = [
+    "aiplatform.customJobs.cancel",
+    "aiplatform.customJobs.get",
+    "aiplatform.customJobs.list",
+  ]
+
+  depends_on = [google_project_service.apis]
+}
+
+# roles/storage.objectUser also grants update/restore/multipart and managed-folder permissions.
+# Overwriting an object (every compare-and-swap write of a ledger document) needs delete as well as
+# create.
+resource "google_project_iam_custom_role" "ledger_writer" {
+  project     = var.project_id
+  role_id     = "${local.custom_role_prefix}_ledgerWriter"
+  title       = "spotjobs ledger writer"
+  description = "Read, list, create and overwrite ledger objects (granted on the state bucket only)."
+  permissions = [
+    "storage.objects.create",
+    "storage.objects.delete",
+    "storage.objects.get",
+    "storage.objects.list",
+  ]
+
+  depends_on = [google_project_service.apis]
+}
+
+# roles/storage.objectAdmin would also let the pruner write checkpoints. get is needed: to tell
+# which files belong to which step the pruner reads TensorFlow's small `checkpoint` index file
+# (shared/checkpoints.py); everything else it learns from listings.
+resource "google_project_iam_custom_role" "checkpoint_pruner" {
+  project     = var.project_id
+  role_id     = "${local.custom_role_prefix}_checkpointPruner"
+  title       = "spotjobs checkpoint pruner"
+  description = "List, read and delete objects (granted on the checkpoint bucket only); cannot create or overwrite."
+  permissions = [
+    "storage.objects.delete",
+    "storage.objects.get",
+    "storage.objects.list",
+  ]
+
+  depends_on = [google_project_service.apis]
+}
+
+# ---------------------------------------------------------------------------------------------
+# Function grants
+# ---------------------------------------------------------------------------------------------
+
+resource "google_storage_bucket_iam_member" "ledger" {
+  for_each = local.access
+
+  bucket = google_storage_bucket.state.name
+  role   = each.value.ledger == "read_write" ? google_project_iam_custom_role.ledger_writer.id : "roles/storage.objectViewer"
+  member = "serviceAccount:${google_service_account.functions[each.key].email}"
+}
+
+# A read-only ledger user that keeps state of its own gets write access to that prefix only.
+resource "google_storage_bucket_iam_member" "state_prefix_writer" {
+  for_each = { for fn, a in local.access : fn => a if a.ledger == "read" && a.state_prefix != null }
+
+  bucket = google_storage_bucket.state.name
+  role   = google_project_iam_custom_role.ledger_writer.id
+  member = "serviceAccount:${google_service_account.functions[each.key].email}"
+
+  condition {
+    title       = "objects under ${each.value.state_prefix}"
+    description = "${each.key} may create and overwrite only its own objects in the state bucket."
+    expression  = "resource.name.startsWith(\"projects/_/buckets/${google_storage_bucket.state.name}/objects/${each.value.state_prefix}\")"
+  }
+}
+
+resource "google_storage_bucket_iam_member" "checkpoint_pruner" {
+  for_each = { for fn, a in local.access : fn => a if a.checkpoint == "prune" }
+
+  bucket = google_storage_bucket.checkpoints.name
+  role   = google_project_iam_custom_role.checkpoint_pruner.id
+  member = "serviceAccount:${google_service_account.functions[each.key].email}"
+}
+
+# Vertex AI has no per-job IAM: custom jobs are authorised at the project level.
+resource "google_project_iam_member" "vertex" {
+  for_each = { for fn, a in local.access : fn => a if a.vertex != null }
+
+  project = var.project_id
+  role    = each.value.vertex == "submitter" ? google_project_iam_custom_role.job_submitter.id : google_project_iam_custom_role.job_controller.id
+  member  = "serviceAccount:${google_service_account.functions[each.key].email}"
+}
+
+# Creating a job that runs as the training service account requires actAs on that account only.
+resource "google_service_account_iam_member" "submit_acts_as_training" {
+  for_each = { for fn, a in local.access : fn => a if a.act_as }
+
+  service_account_id = google_service_account.training.name
+  role               = "roles/iam.serviceAccountUser"
+  member             = "serviceAccount:${google_service_account.functions[each.key].email}"
+}
+
+resource "google_pubsub_topic_iam_member" "function_publishers" {
+  for_each = local.publish_grants
+
+  project = var.project_id
+  topic   = google_pubsub_topic.topics[each.value.topic].name
+  role    = "roles/pubsub.publisher"
+  member  = "serviceAccount:${google_service_account.functions[each.value.fn].email}"
+}
+
+# Pub/Sub mints the push subscriptions' OIDC tokens as the push identities. Needed explicitly for
+# projects whose Pub/Sub service agent predates April 2021; granted on each push account only
+# (never project-wide Token Creator).
+resource "google_service_account_iam_member" "pubsub_mints_push_tokens" {
+  for_each = local.routes
+
+  service_account_id = google_service_account.pushers[each.key].name
+  role               = "roles/iam.serviceAccountTokenCreator"
+  member             = local.pubsub_service_agent
+}
+
+# ---------------------------------------------------------------------------------------------
+# Training jobs
+# ---------------------------------------------------------------------------------------------
+
+resource "google_storage_bucket_iam_member" "training_checkpoints" {
+  bucket = google_storage_bucket.checkpoints.name
+  role   = "roles/storage.objectAdmin"
+  member = "serviceAccount:${google_service_account.training.email}"
+}
+
+resource "google_project_iam_member" "training_log_writer" {
+  project = var.project_id
+  role    = "roles/logging.logWriter"
+  member  = "serviceAccount:${google_service_account.training.email}"
+}
+
+# ---------------------------------------------------------------------------------------------
+# Builds (Cloud Build runs the buildpack as this account)
+# ---------------------------------------------------------------------------------------------
+
+resource "google_project_iam_member" "build_log_writer" {
+  project = var.project_id
+  role    = "roles/logging.logWriter"
+  member  = "serviceAccount:${google_service_account.build.email}"
+}
+
+resource "google_artifact_registry_repository_iam_member" "build_writer" {
+  project    = var.project_id
+  location   = google_artifact_registry_repository.functions.location
+  repository = google_artifact_registry_repository.functions.name
+  role       = "roles/artifactregistry.writer"
+  member     = "serviceAccount:${google_service_account.build.email}"
+}
+
+resource "google_storage_bucket_iam_member" "build_reads_source" {
+  bucket = google_storage_bucket.source.name
+  role   = "roles/storage.objectViewer"
+  member = "serviceAccount:${google_service_account.build.email}"
+}
+
+# Cloud Functions copies the source into its own gcf-v2-sources-<number>-<region> bucket and the
+# build fetches it from there ("Access to bucket gcf-v2-sources-... denied" otherwise). That bucket
+# is created by Google on first deploy, so the grant is project-level with a condition limiting it
+# to that bucket.
+resource "google_project_iam_member" "build_reads_gcf_sources" {
+  project = var.project_id
+  role    = "roles/storage.objectViewer"
+  member  = "serviceAccount:${google_service_account.build.email}"
+
+  condition {
+    title       = "gcf-v2-sources bucket only"
+    description = "Cloud Functions' own source staging bucket for ${var.region}."
+    expression  = "resource.name.startsWith(\"projects/_/buckets/gcf-v2-sources-${data.google_project.this.number}-${var.region}\")"
+  }
+}

@@ -1,0 +1,410 @@
+# ---------------------------------------------------------------------------------------------
+# Where
+# ---------------------------------------------------------------------------------------------
+
+variable "project_id" {
+  description = "Project that hosts spotjobs: topics, functions, buckets, the log sink, and the Vertex AI jobs it submits."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{4,28}[a-z0-9]$", var.project_id))
+    error_message = "project_id must be a project ID (6-30 characters: lowercase letters, digits, hyphens), not a project number or name."
+  }
+}
+
+variable "region" {
+  description = "Region for the functions, their Artifact Registry repository, Cloud Scheduler jobs and (by default) the buckets and Vertex AI jobs."
+  type        = string
+  default     = "us-central1"
+}
+
+variable "vertex_location" {
+  description = "Default Vertex AI location for jobs (SPOTJOBS_LOCATION); a request may name its own. Null means var.region. Keep the checkpoint bucket in the same region."
+  type        = string
+  default     = null
+}
+
+variable "name_prefix" {
+  description = "Prefix for the names this module invents: functions, service accounts, buckets, custom roles, scheduler jobs, metrics, the sink. Pub/Sub names come from shared/topology.json unchanged, so deploy one spotjobs per project."
+  type        = string
+  default     = "spotjobs"
+
+  validation {
+    # Service account ids are at most 30 characters and the longest suffix is "-push-reconcile".
+    condition     = can(regex("^[a-z][a-z0-9-]{1,13}[a-z0-9]$", var.name_prefix))
+    error_message = "name_prefix must be 3-15 characters: a lowercase letter, then lowercase letters, digits or hyphens, not ending in a hyphen."
+  }
+}
+
+variable "labels" {
+  description = "Labels added to every resource that takes labels (buckets, topics, subscriptions, functions)."
+  type        = map(string)
+  default     = {}
+}
+
+variable "enable_apis" {
+  description = "Enable the Google APIs spotjobs needs (never disabled on destroy). Set false when a project factory owns API enablement."
+  type        = bool
+  default     = true
+}
+
+# ---------------------------------------------------------------------------------------------
+# Functions
+# ---------------------------------------------------------------------------------------------
+
+variable "runtime" {
+  description = "Cloud Functions runtime. requirements.txt is locked for this Python version (tools/lock_requirements.py TARGET_PYTHON); change both together."
+  type        = string
+  default     = "python312"
+
+  validation {
+    condition     = can(regex("^python3[0-9]+$", var.runtime))
+    error_message = "runtime must be a Python runtime id such as python312."
+  }
+}
+
+variable "function_defaults" {
+  description = <<-EOT
+    Sizing applied to every function unless var.functions overrides it.
+    memory: Cloud Run quantity (256Mi, 512Mi, 1Gi...). cpu: vCPUs as a string ("1", "2"); concurrency above 1 needs at least 1 vCPU.
+    concurrency: requests one instance serves at once (also sets THREADS for functions-framework's gunicorn).
+    timeout_seconds: per request, at most 600 because the push subscription's ack deadline (the push timeout) must cover it.
+    min_instances/max_instances: scaling bounds; max also caps Vertex API and GCS request rates.
+  EOT
+  type = object({
+    memory          = optional(string, "512Mi")
+    cpu             = optional(string, "1")
+    concurrency     = optional(number, 8)
+    timeout_seconds = optional(number, 60)
+    min_instances   = optional(number, 0)
+    max_instances   = optional(number, 10)
+  })
+  default = {}
+
+  validation {
+    condition = (
+      var.function_defaults.timeout_seconds >= 1 && var.function_defaults.timeout_seconds <= 600 &&
+      var.function_defaults.concurrency >= 1 && var.function_defaults.concurrency <= 1000 &&
+      var.function_defaults.min_instances >= 0 && var.function_defaults.max_instances >= 1 &&
+      var.function_defaults.min_instances <= var.function_defaults.max_instances
+    )
+    error_message = "function_defaults: timeout_seconds 1-600, concurrency 1-1000, 0 <= min_instances <= max_instances, max_instances >= 1."
+  }
+}
+
+variable "functions" {
+  description = <<-EOT
+    Per-function overrides of var.function_defaults, keyed by entry point (submit_job, on_job_event, reconcile, prune_checkpoints).
+    Unset attributes keep the module's per-function defaults: reconcile and prune_checkpoints run one instance with a longer timeout (a scheduled sweep, not a fan-out), prune_checkpoints gets 1Gi for its parallel deletes.
+  EOT
+  type = map(object({
+    memory          = optional(string)
+    cpu             = optional(string)
+    concurrency     = optional(number)
+    timeout_seconds = optional(number)
+    min_instances   = optional(number)
+    max_instances   = optional(number)
+  }))
+  default = {}
+
+  validation {
+    condition = alltrue([
+      for fn, o in var.functions : (
+        (o.timeout_seconds == null ? true : o.timeout_seconds >= 1 && o.timeout_seconds <= 600) &&
+        (o.concurrency == null ? true : o.concurrency >= 1 && o.concurrency <= 1000) &&
+        (o.max_instances == null ? true : o.max_instances >= 1) &&
+        (o.min_instances == null ? true : o.min_instances >= 0)
+      )
+    ])
+    error_message = "functions: timeout_seconds 1-600, concurrency 1-1000, max_instances >= 1, min_instances >= 0."
+  }
+}
+
+# ---------------------------------------------------------------------------------------------
+# spotjobs settings (shared/settings.py). Each attribute is the environment variable named in the
+# comment; null leaves the code's default. Infrastructure names (project, buckets, topics, training
+# service account, location) are filled in by this module, not here.
+# ---------------------------------------------------------------------------------------------
+
+variable "settings" {
+  description = "spotjobs policy and behaviour settings passed to every function as SPOTJOBS_* environment variables (see shared/settings.py for meanings and code defaults). Null = code default. Lists are joined with commas, so list items must not contain commas."
+  type = object({
+    checkpoint_prefix            = optional(string, "requests") # SPOTJOBS_CHECKPOINT_PREFIX (also scopes the bucket lifecycle rule)
+    allowed_machine_families     = optional(list(string))       # SPOTJOBS_ALLOWED_MACHINE_FAMILIES
+    allowed_image_prefixes       = optional(list(string))       # SPOTJOBS_ALLOWED_IMAGE_PREFIXES
+    allowed_service_accounts     = optional(list(string))       # SPOTJOBS_ALLOWED_SERVICE_ACCOUNTS (null = the training service account only)
+    max_replicas_per_pool        = optional(number)             # SPOTJOBS_MAX_REPLICAS_PER_POOL
+    max_accelerators_per_replica = optional(number)             # SPOTJOBS_MAX_ACCELERATORS_PER_REPLICA
+    default_max_attempts         = optional(number)             # SPOTJOBS_DEFAULT_MAX_ATTEMPTS
+    max_attempts_ceiling         = optional(number)             # SPOTJOBS_MAX_ATTEMPTS_CEILING
+    max_request_bytes            = optional(number)             # SPOTJOBS_MAX_REQUEST_BYTES
+    claim_lease_seconds          = optional(number)             # SPOTJOBS_CLAIM_LEASE_SECONDS
+    max_event_age_seconds        = optional(number)             # SPOTJOBS_MAX_EVENT_AGE_SECONDS
+    preemption_patterns          = optional(list(string))       # SPOTJOBS_PREEMPTION_PATTERNS
+    stockout_patterns            = optional(list(string))       # SPOTJOBS_STOCKOUT_PATTERNS
+    preemption_storm_threshold   = optional(number)             # SPOTJOBS_PREEMPTION_STORM_THRESHOLD
+    requeue_delay_seconds        = optional(number)             # SPOTJOBS_REQUEUE_DELAY_SECONDS
+    stuck_after_seconds          = optional(number)             # SPOTJOBS_STUCK_AFTER_SECONDS
+    log_level                    = optional(string)             # SPOTJOBS_LOG_LEVEL
+    reconcile_page_size          = optional(number)             # SPOTJOBS_RECONCILE_PAGE_SIZE
+    reconcile_requests_per_run   = optional(number)             # SPOTJOBS_RECONCILE_REQUESTS_PER_RUN
+    keep_last                    = optional(number)             # SPOTJOBS_KEEP_LAST
+    keep_last_ceiling            = optional(number)             # SPOTJOBS_KEEP_LAST_CEILING
+    incomplete_grace_seconds     = optional(number)             # SPOTJOBS_INCOMPLETE_GRACE_SECONDS
+    finished_retention_seconds   = optional(number)             # SPOTJOBS_FINISHED_RETENTION_SECONDS
+    keep_final_checkpoint        = optional(bool)               # SPOTJOBS_KEEP_FINAL_CHECKPOINT
+    commit_markers               = optional(list(string))       # SPOTJOBS_COMMIT_MARKERS
+    prune_workers                = optional(number)             # SPOTJOBS_PRUNE_WORKERS
+    prune_requests_per_run       = optional(number)             # SPOTJOBS_PRUNE_REQUESTS_PER_RUN
+  })
+  default = {}
+
+  validation {
+    condition = alltrue(flatten([
+      for v in [
+        var.settings.allowed_machine_families, var.settings.allowed_image_prefixes,
+        var.settings.allowed_service_accounts, var.settings.preemption_patterns,
+        var.settings.stockout_patterns, var.settings.commit_markers,
+      ] : [for item in coalesce(v, []) : !strcontains(item, ",")]
+    ]))
+    error_message = "settings: list items must not contain commas (the functions split SPOTJOBS_* lists on commas)."
+  }
+
+  validation {
+    condition     = can(regex("^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$", var.settings.checkpoint_prefix))
+    error_message = "settings.checkpoint_prefix must be a relative object prefix without leading/trailing slashes, e.g. \"requests\"."
+  }
+}
+
+variable "extra_environment" {
+  description = "Additional SPOTJOBS_* environment variables for every function, for settings newer than this module's var.settings. Keys set here win."
+  type        = map(string)
+  default     = {}
+
+  validation {
+    condition     = alltrue([for k in keys(var.extra_environment) : can(regex("^SPOTJOBS_[A-Z0-9_]+$", k)) && k != "SPOTJOBS_VERTEX_ENDPOINT"])
+    error_message = "extra_environment keys must be SPOTJOBS_* settings; SPOTJOBS_VERTEX_ENDPOINT is reserved for the embedded stack (unset means the real Vertex AI endpoint)."
+  }
+}
+
+# ---------------------------------------------------------------------------------------------
+# Buckets
+# ---------------------------------------------------------------------------------------------
+
+variable "buckets" {
+  description = <<-EOT
+    Bucket names and placement. Names default to "<project_id>-<name_prefix>-{state,checkpoints,source}".
+    location: null means var.region (keep checkpoints next to the Vertex jobs that write them).
+    force_destroy: let `terraform destroy` delete non-empty buckets (never in production).
+  EOT
+  type = object({
+    location        = optional(string)
+    state_name      = optional(string)
+    checkpoint_name = optional(string)
+    source_name     = optional(string)
+    force_destroy   = optional(bool, false)
+  })
+  default = {}
+}
+
+variable "checkpoint_soft_delete_retention_seconds" {
+  description = "Soft-delete retention of the checkpoint bucket. 0 (default) turns soft delete off: soft-deleted objects are billed like live ones for the whole retention, so with the GCS default (7 days) every pruned checkpoint would keep costing for a week. Otherwise 604800-7776000 (7-90 days)."
+  type        = number
+  default     = 0
+
+  validation {
+    condition     = var.checkpoint_soft_delete_retention_seconds == 0 || (var.checkpoint_soft_delete_retention_seconds >= 604800 && var.checkpoint_soft_delete_retention_seconds <= 7776000)
+    error_message = "checkpoint_soft_delete_retention_seconds must be 0 (off) or between 604800 (7 days) and 7776000 (90 days)."
+  }
+}
+
+variable "checkpoint_delete_after_days" {
+  description = "Optional lifecycle backstop: delete objects under settings.checkpoint_prefix older than this many days, whatever prune_checkpoints decided. Off (null) by default because that prefix also holds each request's model/ and logs/ outputs (AIP_MODEL_DIR); set it when finished models are exported elsewhere."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.checkpoint_delete_after_days == null || try(var.checkpoint_delete_after_days >= 7, false)
+    error_message = "checkpoint_delete_after_days must be null (off) or at least 7."
+  }
+}
+
+variable "state_noncurrent_version_retention_days" {
+  description = "The state bucket keeps previous generations of ledger documents (versioning on, for forensics after a bad release); they are deleted this many days after being superseded."
+  type        = number
+  default     = 30
+
+  validation {
+    condition     = var.state_noncurrent_version_retention_days >= 1
+    error_message = "state_noncurrent_version_retention_days must be at least 1."
+  }
+}
+
+# ---------------------------------------------------------------------------------------------
+# Job events (log sink)
+# ---------------------------------------------------------------------------------------------
+
+variable "job_event_log_filter" {
+  description = <<-EOT
+    Cloud Logging filter of the project sink that feeds the job-events topic (on_job_event).
+    Default: every Vertex service line of a custom job (task_name="service": "Job is running.", "Job failed.", "Job completed successfully.", ...; a handful per job, any severity) plus container lines at ERROR or above that mention preemption, reclaim, stockout or insufficient resources.
+    Not every worker ERROR line: Vertex files a container's stderr as ERROR, so a chatty trainer would flood job-events and spend Vertex read quota, and on_job_event reads the job from the API anyway (a log line is only a hint).
+  EOT
+  type        = string
+  default     = <<-EOT
+    resource.type="ml_job"
+    AND (
+      resource.labels.task_name="service"
+      OR (
+        severity>=ERROR
+        AND (
+          textPayload=~"(?i)preempt|reclaimed|stockout|resources are insufficient"
+          OR jsonPayload.message=~"(?i)preempt|reclaimed|stockout|resources are insufficient"
+        )
+      )
+    )
+  EOT
+
+  validation {
+    condition     = strcontains(var.job_event_log_filter, "ml_job")
+    error_message = "job_event_log_filter should select resource.type=\"ml_job\" entries: on_job_event only understands Vertex custom job logs."
+  }
+}
+
+# ---------------------------------------------------------------------------------------------
+# Schedules
+# ---------------------------------------------------------------------------------------------
+
+variable "maintenance_schedules" {
+  description = "Cloud Scheduler cadence of the maintenance messages ({\"task\":\"reconcile\"} and {\"task\":\"prune\"} on the maintenance topic). Cron syntax, IANA time zone; paused keeps the job but stops it firing."
+  type = object({
+    reconcile = optional(object({
+      schedule  = optional(string, "*/10 * * * *")
+      time_zone = optional(string, "Etc/UTC")
+      paused    = optional(bool, false)
+    }), {})
+    prune = optional(object({
+      schedule  = optional(string, "17 * * * *")
+      time_zone = optional(string, "Etc/UTC")
+      paused    = optional(bool, false)
+    }), {})
+  })
+  default = {}
+}
+
+variable "retraining_schedules" {
+  description = <<-EOT
+    Optional recurring job requests: each entry is a Cloud Scheduler job publishing `request` to job-requests.
+    request is the message body as a JSON string, normally jsonencode({...}) of a bare CustomJob
+    ({ displayName, jobSpec = { workerPoolSpecs, scheduling = { strategy = "SPOT" } } }): a bare body's request id is
+    the Pub/Sub message id, new at every firing, so every firing trains. An envelope carries a fixed request_id, and
+    submit_job would treat every firing after the first as a duplicate of it.
+    (A string rather than an object because Terraform cannot type a list whose elements hold differently shaped objects.)
+  EOT
+  type = list(object({
+    name        = string
+    schedule    = string
+    time_zone   = optional(string, "Etc/UTC")
+    description = optional(string, "")
+    paused      = optional(bool, false)
+    request     = string
+  }))
+  default = []
+
+  validation {
+    condition     = alltrue([for s in var.retraining_schedules : can(regex("^[a-z][a-z0-9-]{0,39}$", s.name))])
+    error_message = "retraining_schedules[*].name must be 1-40 characters: lowercase letters, digits, hyphens, starting with a letter."
+  }
+
+  validation {
+    condition     = length(distinct([for s in var.retraining_schedules : s.name])) == length(var.retraining_schedules)
+    error_message = "retraining_schedules names must be unique."
+  }
+
+  validation {
+    condition     = alltrue([for s in var.retraining_schedules : can(keys(jsondecode(s.request)))])
+    error_message = "retraining_schedules[*].request must be a JSON object (use jsonencode({...}))."
+  }
+}
+
+# ---------------------------------------------------------------------------------------------
+# Who may publish and read
+# ---------------------------------------------------------------------------------------------
+
+variable "job_request_publishers" {
+  description = "IAM members (user:, group:, serviceAccount:) allowed to publish job requests to job-requests. Public principals are rejected."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for m in var.job_request_publishers : can(regex("^(user|group|serviceAccount|domain|principal|principalSet):", m)) && !contains(["allUsers", "allAuthenticatedUsers"], m)])
+    error_message = "job_request_publishers must be IAM member strings such as group:ml-team@example.com; allUsers/allAuthenticatedUsers are not allowed."
+  }
+}
+
+variable "ops_subscribers" {
+  description = "IAM members allowed to pull the ops-alerts and dead-letter reader subscriptions (on-call, an alert router). Public principals are rejected."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for m in var.ops_subscribers : can(regex("^(user|group|serviceAccount|domain|principal|principalSet):", m)) && !contains(["allUsers", "allAuthenticatedUsers"], m)])
+    error_message = "ops_subscribers must be IAM member strings such as group:oncall@example.com; allUsers/allAuthenticatedUsers are not allowed."
+  }
+}
+
+# ---------------------------------------------------------------------------------------------
+# Monitoring
+# ---------------------------------------------------------------------------------------------
+
+variable "notification_channels" {
+  description = "Cloud Monitoring notification channel ids (projects/P/notificationChannels/N) that every spotjobs alert policy notifies. Empty: policies still open incidents in the console."
+  type        = list(string)
+  default     = []
+}
+
+variable "alert_policies" {
+  description = <<-EOT
+    Alert policies on the log-based metrics (counts of jsonPayload.event lines) and on the dead-letter backlog.
+    An alert fires when the count over window_seconds exceeds threshold. Defaults: a preemption storm (more than 20 preemptions in an hour),
+    repeated re-queues (more than 10 in an hour), and any attempts_exhausted, invalid_request or dead-lettered message.
+  EOT
+  type = object({
+    preemptions = optional(object({
+      enabled        = optional(bool, true)
+      threshold      = optional(number, 20)
+      window_seconds = optional(number, 3600)
+    }), {})
+    requeues = optional(object({
+      enabled        = optional(bool, true)
+      threshold      = optional(number, 10)
+      window_seconds = optional(number, 3600)
+    }), {})
+    attempts_exhausted = optional(object({
+      enabled        = optional(bool, true)
+      threshold      = optional(number, 0)
+      window_seconds = optional(number, 300)
+    }), {})
+    invalid_requests = optional(object({
+      enabled        = optional(bool, true)
+      threshold      = optional(number, 0)
+      window_seconds = optional(number, 300)
+    }), {})
+    dead_letters = optional(object({
+      enabled        = optional(bool, true)
+      threshold      = optional(number, 0)
+      window_seconds = optional(number, 300)
+    }), {})
+  })
+  default = {}
+
+  validation {
+    condition = alltrue([
+      for p in [
+        var.alert_policies.preemptions, var.alert_policies.requeues, var.alert_policies.attempts_exhausted,
+        var.alert_policies.invalid_requests, var.alert_policies.dead_letters,
+      ] : p.threshold >= 0 && p.window_seconds >= 60 && p.window_seconds <= 86400
+    ])
+    error_message = "alert_policies: threshold >= 0 and window_seconds between 60 and 86400."
+  }
+}

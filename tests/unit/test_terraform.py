@@ -1,0 +1,597 @@
+"""Structural tests of terraform/: what `terraform apply` would build, checked without a cloud account.
+
+The module is parsed with python-hcl2 (tests/unit/test_terraform_hcl.py) and these tests assert the
+properties the design depends on: one topology (shared/topology.json) for the embedded stack and
+production, one service account per function, no primitive or public IAM, retry and a dead-letter
+path on every trigger, the log sink able to publish, hardened buckets, settings that match
+shared/settings.py. `terraform fmt -check` runs when the terraform binary is installed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from shared.settings import Settings
+from shared.topology import TOPOLOGY, TOPOLOGY_FILE
+from tests.unit.test_terraform_hcl import (
+    TERRAFORM_DIR,
+    build_config,
+    entry_points,
+    module_config,
+    tf_files,
+    topology,
+)
+
+IAM_RESOURCE = re.compile(r"^google_.*_iam_(member|binding|policy)$")
+PRIMITIVE_ROLES = {"roles/owner", "roles/editor", "roles/viewer"}
+PUBLIC_MEMBERS = ("allUsers", "allAuthenticatedUsers")
+TOPIC_REF = re.compile(r'(?:local\.topics|google_pubsub_topic\.topics)\["([a-z_]+)"\]')
+
+
+# ---------------------------------------------------------------------------------------------
+# One topology for the embedded stack and Terraform
+# ---------------------------------------------------------------------------------------------
+
+
+def test_terraform_reads_the_same_topology_file_as_the_embedded_stack() -> None:
+    config = module_config()
+    assert config.locals["topology"] == '${jsondecode(file("${path.module}/../shared/topology.json"))}'
+    # path.module is terraform/, so that path is the file shared/topology.py loads.
+    assert (TERRAFORM_DIR / ".." / "shared" / "topology.json").resolve() == TOPOLOGY_FILE.resolve()
+    assert TOPOLOGY.raw == topology()
+
+
+def test_embedded_stack_wires_the_same_topology_and_push_path() -> None:
+    import devstack.stack as stack
+
+    # The embedded stack creates its topics and subscriptions from the same TOPOLOGY object...
+    assert stack.TOPOLOGY is TOPOLOGY
+    # ...and pushes to <function url>/projects/P/topics/T, the path Terraform's push endpoints use.
+    options = stack.StackOptions()
+    topic_path = stack.Stack.topic_path(type("S", (), {"options": options})(), "job_requests")
+    assert topic_path == f"projects/{options.project}/topics/{topology()['topics']['job_requests']['name']}"
+    endpoint = module_config().resource("google_pubsub_subscription", "triggers")["push_config"][0]["push_endpoint"]
+    assert endpoint.endswith("/projects/${var.project_id}/topics/${local.topics[each.value.topic].name}")
+
+
+def test_topology_sections_feed_the_terraform_locals() -> None:
+    locals_ = module_config().locals
+    assert locals_["topics"] == "${local.topology.topics}"
+    assert locals_["routes"] == "${local.topology.functions}"
+    assert locals_["trigger"] == "${local.topology.trigger_subscription}"
+    assert locals_["readers"] == "${local.topology.pull_subscriptions}"
+    assert locals_["dead_letter_topic"] == "${local.trigger.dead_letter_topic}"
+
+
+def test_pubsub_resources_are_built_from_the_topology_not_from_literals() -> None:
+    config = module_config()
+    topics = config.resource("google_pubsub_topic", "topics")
+    assert topics["for_each"] == "${local.topics}"
+    assert topics["name"] == "${each.value.name}"
+    assert topics["message_retention_duration"] == "${each.value.message_retention_seconds}s"
+    triggers = config.resource("google_pubsub_subscription", "triggers")
+    assert triggers["for_each"] == "${local.routes}"
+    assert triggers["name"] == "${each.value.subscription}"
+    assert triggers["topic"] == "${google_pubsub_topic.topics[each.value.topic].id}"
+    readers = config.resource("google_pubsub_subscription", "readers")
+    assert readers["for_each"] == "${local.readers}"
+    assert readers["name"] == "${each.key}"
+    assert readers["ack_deadline_seconds"] == "${each.value.ack_deadline_seconds}"
+
+
+def test_no_topic_or_subscription_name_is_spelled_in_terraform() -> None:
+    topo = topology()
+    names = {t["name"] for t in topo["topics"].values()}
+    names |= {f["subscription"] for f in topo["functions"].values()}
+    names |= set(topo["pull_subscriptions"])
+    # A name that is also a key ("maintenance") cannot be told apart from the key Terraform
+    # references it by; the key test below covers those.
+    names -= set(topo["topics"]) | set(topo["functions"])
+    text = module_config().text()
+    for name in sorted(names):
+        assert f'"{name}"' not in text, f"{name!r} is spelled in terraform/: take it from local.topology"
+
+
+def test_every_topology_key_terraform_uses_exists_in_the_json() -> None:
+    topo = topology()
+    text = module_config().text()
+    used_topics = set(TOPIC_REF.findall(text))
+    assert used_topics, "expected topic references by topology key"
+    assert used_topics <= set(topo["topics"]), used_topics - set(topo["topics"])
+    used_trigger = set(re.findall(r"local\.trigger\.([a-z_]+)", text))
+    assert used_trigger <= set(topo["trigger_subscription"]), used_trigger - set(topo["trigger_subscription"])
+    # Attributes read from each route / reader entry.
+    for entry in topo["functions"].values():
+        assert set(entry) == {"topic", "subscription"}
+        assert entry["topic"] in topo["topics"]
+    for entry in topo["pull_subscriptions"].values():
+        assert {"topic", "ack_deadline_seconds"} <= set(entry)
+        assert entry["topic"] in topo["topics"]
+    assert topo["trigger_subscription"]["dead_letter_topic"] in topo["topics"]
+    for topic in topo["topics"].values():
+        assert {"name", "message_retention_seconds"} <= set(topic)
+
+
+def test_topology_settings_are_valid_for_pubsub() -> None:
+    topo = topology()
+    trigger = topo["trigger_subscription"]
+    assert 10 <= trigger["ack_deadline_seconds"] <= 600
+    assert 0 <= trigger["minimum_backoff_seconds"] <= trigger["maximum_backoff_seconds"] <= 600
+    assert 5 <= trigger["max_delivery_attempts"] <= 100
+    for topic in topo["topics"].values():
+        # Topic retention: 10 minutes to 31 days.
+        assert 600 <= topic["message_retention_seconds"] <= 31 * 86400
+    required = {"job_requests", "job_events", "ops_alerts", "maintenance", "dead_letter"}
+    assert required <= set(topo["topics"])
+
+
+def test_settings_default_topic_names_come_from_the_topology() -> None:
+    defaults = Settings()
+    for field_name, key in [
+        ("job_requests_topic", "job_requests"),
+        ("job_events_topic", "job_events"),
+        ("ops_alerts_topic", "ops_alerts"),
+        ("maintenance_topic", "maintenance"),
+    ]:
+        assert getattr(defaults, field_name) == topology()["topics"][key]["name"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Functions and their triggers
+# ---------------------------------------------------------------------------------------------
+
+
+def test_each_function_has_its_own_service_account() -> None:
+    config = module_config()
+    functions = config.resource("google_cloudfunctions2_function", "functions")
+    service = functions["service_config"][0]
+    assert service["service_account_email"] == "${google_service_account.functions[each.key].email}"
+    accounts = config.resource("google_service_account", "functions")
+    assert accounts["for_each"] == functions["for_each"] == "${local.routes}"
+    assert "${local.function_short[each.key]}" in accounts["account_id"]
+    short = config.locals["short_ids"]
+    assert set(short) == set(entry_points()), "every entry point needs a short id for its service accounts"
+    assert len(set(short.values())) == len(short), "short ids must be unique"
+    # Push identities are separate from runtime identities.
+    pushers = config.resource("google_service_account", "pushers")
+    assert pushers["for_each"] == "${local.routes}"
+    assert pushers["account_id"] != accounts["account_id"]
+
+
+def test_service_account_ids_fit_the_30_character_limit() -> None:
+    config = module_config()
+    longest_prefix = 15  # var.name_prefix validation
+    for name in ("functions", "pushers"):
+        template = config.resource("google_service_account", name)["account_id"]
+        for short in config.locals["short_ids"].values():
+            account_id = template.replace("${var.name_prefix}", "x" * longest_prefix).replace(
+                "${local.function_short[each.key]}", short
+            )
+            assert 6 <= len(account_id) <= 30, account_id
+    for name in ("training", "build"):
+        account_id = config.resource("google_service_account", name)["account_id"]
+        assert len(account_id.replace("${var.name_prefix}", "x" * longest_prefix)) <= 30
+
+
+def test_functions_are_internal_python312_and_sized_by_variables() -> None:
+    config = module_config()
+    function = config.resource("google_cloudfunctions2_function", "functions")
+    build = function["build_config"][0]
+    assert build["runtime"] == "${var.runtime}"
+    assert config.variables["runtime"]["default"] == "python312"
+    assert build["source"][0]["storage_source"][0]["object"] == "${google_storage_bucket_object.source.name}"
+    service = function["service_config"][0]
+    assert service["ingress_settings"] == "ALLOW_INTERNAL_ONLY"
+    for attribute in (
+        "available_memory",
+        "available_cpu",
+        "timeout_seconds",
+        "max_instance_request_concurrency",
+        "max_instance_count",
+        "min_instance_count",
+    ):
+        assert service[attribute].startswith("${local.function_config[each.key]."), attribute
+    assert "event_trigger" not in function, "triggers are push subscriptions (see pubsub.tf)"
+
+
+def test_source_object_is_named_by_the_zip_hash() -> None:
+    config = module_config()
+    obj = config.resource("google_storage_bucket_object", "source")
+    assert "${data.archive_file.source.output_md5}" in obj["name"]
+    assert obj["source"] == "${data.archive_file.source.output_path}"
+
+
+def test_source_zip_allow_list_leaves_out_development_files() -> None:
+    globs = module_config().locals["source_globs"]
+    assert "requirements.txt" in globs
+    for pattern in globs:
+        top = pattern.split("/", 1)[0]
+        assert top in {"requirements.txt", "functions", "shared"}, pattern
+    for excluded in ("tests", "terraform", "devstack", "bench", ".venv", ".git", "__pycache__", "egg-info"):
+        assert not any(excluded in pattern for pattern in globs), excluded
+
+
+def test_every_trigger_retries_and_has_a_dead_letter_path() -> None:
+    config = module_config()
+    trigger = config.resource("google_pubsub_subscription", "triggers")
+    retry = trigger["retry_policy"][0]
+    assert retry["minimum_backoff"] == "${local.trigger.minimum_backoff_seconds}s"
+    assert retry["maximum_backoff"] == "${local.trigger.maximum_backoff_seconds}s"
+    dead_letter = trigger["dead_letter_policy"][0]
+    assert dead_letter["dead_letter_topic"] == "${google_pubsub_topic.topics[local.dead_letter_topic].id}"
+    assert dead_letter["max_delivery_attempts"] == "${local.trigger.max_delivery_attempts}"
+    assert trigger["expiration_policy"][0]["ttl"] == "", "trigger subscriptions must never expire"
+    push = trigger["push_config"][0]
+    assert push["push_endpoint"].startswith("${google_cloudfunctions2_function.functions[each.key].service_config[0].uri}")
+    assert push["oidc_token"][0]["service_account_email"] == "${google_service_account.pushers[each.key].email}"
+    # The dead-letter topic has a subscription, so dead letters are kept.
+    topo = topology()
+    dead_letter_topic = topo["trigger_subscription"]["dead_letter_topic"]
+    assert any(sub["topic"] == dead_letter_topic for sub in topo["pull_subscriptions"].values())
+    # Any Eventarc trigger that might be added must retry.
+    for name, function in config.of_type("google_cloudfunctions2_function").items():
+        for event_trigger in function.get("event_trigger", []):
+            assert event_trigger.get("retry_policy") == "RETRY_POLICY_RETRY", name
+
+
+def test_pubsub_service_agent_can_dead_letter() -> None:
+    config = module_config()
+    assert config.locals["pubsub_service_agent"] == "serviceAccount:${google_project_service_identity.pubsub.email}"
+    identity = config.resource("google_project_service_identity", "pubsub")
+    assert identity["service"] == "pubsub.googleapis.com"
+    publisher = config.resource("google_pubsub_topic_iam_member", "dead_letter_publisher")
+    assert publisher["topic"] == "${google_pubsub_topic.topics[local.dead_letter_topic].name}"
+    assert publisher["role"] == "roles/pubsub.publisher"
+    assert publisher["member"] == "${local.pubsub_service_agent}"
+    subscriber = config.resource("google_pubsub_subscription_iam_member", "dead_letter_source_subscriber")
+    assert subscriber["for_each"] == "${google_pubsub_subscription.triggers}"
+    assert subscriber["role"] == "roles/pubsub.subscriber"
+    assert subscriber["member"] == "${local.pubsub_service_agent}"
+
+
+def test_only_each_push_identity_may_invoke_its_function() -> None:
+    config = module_config()
+    invokers = [
+        body
+        for (rtype, _), body in config.resources.items()
+        if IAM_RESOURCE.match(rtype) and body.get("role") in ("roles/run.invoker", "roles/cloudfunctions.invoker")
+    ]
+    assert len(invokers) == 1
+    invoker = invokers[0]
+    assert invoker["for_each"] == "${local.routes}"
+    assert invoker["name"] == "${google_cloudfunctions2_function.functions[each.key].name}"
+    assert invoker["member"] == "serviceAccount:${google_service_account.pushers[each.key].email}"
+    tokens = config.resource("google_service_account_iam_member", "pubsub_mints_push_tokens")
+    assert tokens["service_account_id"] == "${google_service_account.pushers[each.key].name}"
+    assert tokens["role"] == "roles/iam.serviceAccountTokenCreator"
+
+
+def test_trigger_ack_deadline_covers_the_function_timeout() -> None:
+    expr = module_config().locals["trigger_ack_deadline"]
+    assert "local.trigger.ack_deadline_seconds" in expr
+    assert "local.function_config[fn].timeout_seconds" in expr
+    assert "min(600" in expr
+
+
+# ---------------------------------------------------------------------------------------------
+# IAM
+# ---------------------------------------------------------------------------------------------
+
+
+def _iam_resources() -> dict[tuple[str, str], dict]:
+    configs = [module_config()] + [build_config([p]) for p in tf_files() if p.parent != TERRAFORM_DIR]
+    found = {}
+    for config in configs:
+        for key, body in config.resources.items():
+            if IAM_RESOURCE.match(key[0]):
+                found[key] = body
+    return found
+
+
+def test_no_primitive_roles_and_no_public_members() -> None:
+    resources = _iam_resources()
+    assert resources
+    for (rtype, name), body in resources.items():
+        assert not rtype.endswith(("_iam_binding", "_iam_policy")), (
+            f"{rtype}.{name}: authoritative IAM would remove other principals' grants; use *_iam_member"
+        )
+        assert body["role"] not in PRIMITIVE_ROLES, f"{rtype}.{name} grants {body['role']}"
+        members = body.get("members", []) + [body.get("member", "")]
+        for member in members:
+            assert not any(public in member for public in PUBLIC_MEMBERS), f"{rtype}.{name}: {member}"
+    for path in tf_files():
+        text = path.read_text()
+        for role in PRIMITIVE_ROLES:
+            assert f'"{role}"' not in text, f"{path}: {role}"
+
+
+def test_custom_roles_hold_only_the_permissions_used() -> None:
+    config = module_config()
+    expected = {
+        "job_submitter": {"aiplatform.customJobs.create", "aiplatform.customJobs.get", "aiplatform.customJobs.list"},
+        "job_controller": {"aiplatform.customJobs.get", "aiplatform.customJobs.list", "aiplatform.customJobs.cancel"},
+        "ledger_writer": {"storage.objects.create", "storage.objects.delete", "storage.objects.get", "storage.objects.list"},
+        "checkpoint_pruner": {"storage.objects.delete", "storage.objects.get", "storage.objects.list"},
+    }
+    roles = config.of_type("google_project_iam_custom_role")
+    assert set(roles) == set(expected)
+    for name, permissions in expected.items():
+        assert set(roles[name]["permissions"]) == permissions, name
+
+
+def test_function_access_is_least_privilege() -> None:
+    config = module_config()
+    access = config.locals["function_access"]
+    assert set(access) == set(entry_points())
+    assert access["submit_job"]["publishes"] == ["ops_alerts"]
+    assert access["submit_job"]["vertex"] == "submitter"
+    assert access["submit_job"]["act_as"] is True
+    for fn in ("on_job_event", "reconcile"):
+        assert sorted(access[fn]["publishes"]) == ["job_requests", "maintenance", "ops_alerts"]
+        assert access[fn]["vertex"] == "controller"
+        assert access[fn]["ledger"] == "read_write"
+        assert access[fn]["act_as"] is False
+    prune = access["prune_checkpoints"]
+    assert prune == {
+        "ledger": "read",
+        "state_prefix": "maintenance/",
+        "vertex": None,
+        "checkpoint": "prune",
+        "publishes": ["ops_alerts"],
+        "act_as": False,
+    }
+    for fn in ("submit_job", "on_job_event", "reconcile"):
+        assert access[fn]["state_prefix"] is None
+    # The only object prune_checkpoints writes in the state bucket is its cursor.
+    from shared.prune import CURSOR_OBJECT
+
+    assert CURSOR_OBJECT.startswith(prune["state_prefix"])
+    writer = config.resource("google_storage_bucket_iam_member", "state_prefix_writer")
+    assert writer["bucket"] == "${google_storage_bucket.state.name}"
+    assert "${each.value.state_prefix}" in writer["condition"][0]["expression"]
+    for a in access.values():
+        assert set(a["publishes"]) <= set(topology()["topics"])
+    # Grants are scoped to resources: storage on buckets, Pub/Sub on topics, actAs on one account.
+    ledger = config.resource("google_storage_bucket_iam_member", "ledger")
+    assert ledger["bucket"] == "${google_storage_bucket.state.name}"
+    pruner = config.resource("google_storage_bucket_iam_member", "checkpoint_pruner")
+    assert pruner["bucket"] == "${google_storage_bucket.checkpoints.name}"
+    act_as = config.resource("google_service_account_iam_member", "submit_acts_as_training")
+    assert act_as["service_account_id"] == "${google_service_account.training.name}"
+    assert act_as["role"] == "roles/iam.serviceAccountUser"
+    publishers = config.resource("google_pubsub_topic_iam_member", "function_publishers")
+    assert publishers["role"] == "roles/pubsub.publisher"
+    project_roles = {
+        name: body["role"] for name, body in config.of_type("google_project_iam_member").items()
+    }
+    assert project_roles == {
+        "vertex": (
+            "${each.value.vertex == \"submitter\" ? google_project_iam_custom_role.job_submitter.id"
+            " : google_project_iam_custom_role.job_controller.id}"
+        ),
+        "training_log_writer": "roles/logging.logWriter",
+        "build_log_writer": "roles/logging.logWriter",
+        "build_reads_gcf_sources": "roles/storage.objectViewer",
+    }
+    condition = config.resource("google_project_iam_member", "build_reads_gcf_sources")["condition"][0]
+    assert "gcf-v2-sources-" in condition["expression"]
+
+
+def test_training_service_account_is_limited_to_the_checkpoint_bucket_and_logs() -> None:
+    config = module_config()
+    grants = [
+        body
+        for (rtype, _), body in config.resources.items()
+        if IAM_RESOURCE.match(rtype) and "google_service_account.training.email" in body.get("member", "")
+    ]
+    assert sorted(g["role"] for g in grants) == ["roles/logging.logWriter", "roles/storage.objectAdmin"]
+    bucket_grant = config.resource("google_storage_bucket_iam_member", "training_checkpoints")
+    assert bucket_grant["bucket"] == "${google_storage_bucket.checkpoints.name}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Log sink, buckets, schedules, monitoring
+# ---------------------------------------------------------------------------------------------
+
+
+def test_log_sink_writer_can_publish_to_job_events() -> None:
+    config = module_config()
+    sink = config.resource("google_logging_project_sink", "job_events")
+    assert sink["destination"] == 'pubsub.googleapis.com/${google_pubsub_topic.topics["job_events"].id}'
+    assert sink["unique_writer_identity"] is True
+    assert sink["filter"] == "${trimspace(var.job_event_log_filter)}"
+    writer = config.resource("google_pubsub_topic_iam_member", "sink_writer")
+    assert writer["topic"] == '${google_pubsub_topic.topics["job_events"].name}'
+    assert writer["role"] == "roles/pubsub.publisher"
+    assert writer["member"] == "${google_logging_project_sink.job_events.writer_identity}"
+    default_filter = config.variables["job_event_log_filter"]["default"]
+    assert 'resource.type="ml_job"' in default_filter
+    assert 'resource.labels.task_name="service"' in default_filter
+    assert "severity>=ERROR" in default_filter
+
+
+def test_every_bucket_is_uniform_and_not_public() -> None:
+    buckets = module_config().of_type("google_storage_bucket")
+    assert set(buckets) == {"state", "checkpoints", "source"}
+    for name, bucket in buckets.items():
+        assert bucket["uniform_bucket_level_access"] is True, name
+        assert bucket["public_access_prevention"] == "enforced", name
+        assert "versioning" in bucket, f"{name}: versioning must be an explicit choice"
+
+
+def test_checkpoint_bucket_soft_delete_versioning_and_lifecycle() -> None:
+    config = module_config()
+    bucket = config.resource("google_storage_bucket", "checkpoints")
+    assert bucket["soft_delete_policy"][0]["retention_duration_seconds"] == "${var.checkpoint_soft_delete_retention_seconds}"
+    assert config.variables["checkpoint_soft_delete_retention_seconds"]["default"] == 0
+    assert bucket["versioning"][0]["enabled"] is False
+    assert bucket["lifecycle_rule"], "a lifecycle rule is the backstop"
+    comments = " ".join(config.resource_comments[("google_storage_bucket", "checkpoints")])
+    assert "billed" in comments, "explain why soft delete is off"
+
+
+def test_scheduler_publishes_the_maintenance_tasks() -> None:
+    config = module_config()
+    assert config.locals["maintenance_tasks"] == {
+        "reconcile": "${var.maintenance_schedules.reconcile}",
+        "prune": "${var.maintenance_schedules.prune}",
+    }
+    maintenance = config.resource("google_cloud_scheduler_job", "maintenance")
+    target = maintenance["pubsub_target"][0]
+    assert target["topic_name"] == '${google_pubsub_topic.topics["maintenance"].id}'
+    assert target["data"] == "${base64encode(jsonencode({task = each.key}))}"
+    retraining = config.resource("google_cloud_scheduler_job", "retraining")
+    assert retraining["pubsub_target"][0]["topic_name"] == '${google_pubsub_topic.topics["job_requests"].id}'
+
+
+def test_log_metrics_count_the_logged_events() -> None:
+    config = module_config()
+    metrics = config.locals["log_metrics"]
+    assert {m["event"] for m in metrics.values()} == {
+        "preemption",
+        "requeue",
+        "attempts_exhausted",
+        "invalid_request",
+    }
+    metric = config.resource("google_logging_metric", "events")
+    assert 'jsonPayload.event="${each.value.event}"' in metric["filter"]
+    policy = config.resource("google_monitoring_alert_policy", "events")
+    assert policy["notification_channels"] == "${var.notification_channels}"
+
+
+def test_required_apis_are_enabled() -> None:
+    apis = set(module_config().locals["apis"])
+    assert {
+        "aiplatform.googleapis.com",
+        "cloudfunctions.googleapis.com",
+        "run.googleapis.com",
+        "cloudbuild.googleapis.com",
+        "artifactregistry.googleapis.com",
+        "pubsub.googleapis.com",
+        "storage.googleapis.com",
+        "cloudscheduler.googleapis.com",
+        "logging.googleapis.com",
+        "monitoring.googleapis.com",
+        "iam.googleapis.com",
+    } <= apis
+
+
+# ---------------------------------------------------------------------------------------------
+# Settings (environment), variables, versions, examples
+# ---------------------------------------------------------------------------------------------
+
+
+def _settings_env_names() -> set[str]:
+    return {f.metadata["env"] for f in dataclasses.fields(Settings)}
+
+
+def test_function_environment_names_are_settings_names() -> None:
+    config = module_config()
+    infrastructure = set(config.locals["infrastructure_env"])
+    from_variables = set(config.locals["settings_env_names"].values())
+    terraform_names = infrastructure | from_variables
+    settings_names = _settings_env_names()
+    assert terraform_names <= settings_names, f"not read by shared/settings.py: {terraform_names - settings_names}"
+    missing = settings_names - terraform_names - {"SPOTJOBS_VERTEX_ENDPOINT"}
+    assert not missing, f"settings not deployable from Terraform (add them to var.settings): {sorted(missing)}"
+    assert "SPOTJOBS_VERTEX_ENDPOINT" not in terraform_names, "unset means the real Vertex AI endpoint"
+    assert not infrastructure & from_variables
+
+
+def test_settings_variable_matches_the_env_name_table() -> None:
+    config = module_config()
+    type_expr = config.variables["settings"]["type"]
+    attributes = set(re.findall(r"([a-z_]+) = optional\(", type_expr))
+    assert attributes == set(config.locals["settings_env_names"])
+    # The one default Terraform sets must be the code's default.
+    assert 'checkpoint_prefix = optional(string, "requests")' in type_expr
+    assert Settings().checkpoint_prefix == "requests"
+    field_by_env = {f.metadata["env"]: f.name for f in dataclasses.fields(Settings)}
+    for attribute, env_name in config.locals["settings_env_names"].items():
+        assert field_by_env[env_name] == attribute, f"{attribute} -> {env_name}"
+
+
+def test_every_variable_is_typed_and_described() -> None:
+    for name, variable in module_config().variables.items():
+        assert variable.get("description"), name
+        assert variable.get("type"), name
+
+
+def test_every_output_is_described() -> None:
+    outputs = module_config().outputs
+    for name, output in outputs.items():
+        assert output.get("description"), name
+    assert {"topic_ids", "function_names", "state_bucket", "checkpoint_bucket", "source_bucket"} <= set(outputs)
+    assert {"function_service_accounts", "training_service_account"} <= set(outputs)
+
+
+def test_provider_versions_are_pinned() -> None:
+    terraform = module_config().terraform[0]
+    assert terraform["required_version"].startswith(">=")
+    providers = terraform["required_providers"][0]
+    for name in ("google", "google-beta", "archive"):
+        assert providers[name]["source"] == f"hashicorp/{name}"
+        assert "<" in providers[name]["version"], f"{name} needs an upper bound"
+
+
+@pytest.mark.parametrize("example", sorted(p.name for p in (TERRAFORM_DIR / "examples").iterdir() if p.is_dir()))
+def test_examples_are_complete_root_modules(example: str) -> None:
+    directory = TERRAFORM_DIR / "examples" / example
+    config = build_config(sorted(directory.glob("*.tf")))
+    assert config.terraform, f"{example}: needs a terraform block with required_providers"
+    assert set(config.terraform[0]["required_providers"][0]) >= {"google", "google-beta", "archive"}
+    module = config.modules["spotjobs"]
+    assert module["source"] == "../.."
+    assert "project_id" in module
+    assert config.outputs, f"{example}: expose the useful outputs"
+    assert (directory / "README.md").is_file()
+
+
+def test_checkov_skips_carry_a_reason() -> None:
+    pattern = re.compile(r"checkov:skip=([A-Z0-9_]+)(:?)(.*)")
+    for path in tf_files():
+        for line in path.read_text().splitlines():
+            match = pattern.search(line)
+            if match:
+                check, colon, reason = match.groups()
+                assert re.fullmatch(r"CKV2?_[A-Z]+_\d+", check), line
+                assert colon and len(reason.strip()) >= 20, f"{path}: skip {check} without a reason"
+
+
+def test_terraform_fmt_is_clean() -> None:
+    terraform = shutil.which("terraform")
+    if terraform is None:
+        pytest.skip("terraform binary not installed: `terraform fmt -check -recursive terraform/` not run")
+    result = subprocess.run(
+        [terraform, "fmt", "-check", "-recursive", "-diff", str(TERRAFORM_DIR)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, f"terraform fmt would change:\n{result.stdout}{result.stderr}"
+
+
+def test_gitignore_keeps_build_output_and_state_out_of_git() -> None:
+    ignored = (TERRAFORM_DIR / ".gitignore").read_text().split()
+    assert ".build/" in ignored and "*.tfstate" in ignored
+
+
+def test_readme_documents_the_design_choices() -> None:
+    readme = (TERRAFORM_DIR / "README.md").read_text()
+    for topic in ("dead-letter", "push subscription", "soft delete", "requirements.txt", "main.py"):
+        assert topic.lower() in readme.lower(), topic
+    variables = module_config().variables
+    for name in variables:
+        assert f"`{name}`" in readme, f"README does not describe variable {name}"
+
+
+def test_source_root_entry_module_exists() -> None:
+    entry = Path(TERRAFORM_DIR / "source_root" / "main.py")
+    assert entry.is_file()
+    assert module_config().locals["source_entry"] == "${path.module}/source_root/main.py"
