@@ -1,0 +1,123 @@
+"""`spotjobs demo --json --seed N` end to end: every scenario as designed, nothing left running."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devstack.stack import REPO_ROOT
+from tests.integration.test_stack import _alive, _descendants
+
+pytestmark = pytest.mark.stack
+
+SEED = 3
+# A guard against a hung demo, not a speed target (the demo reports its own wall time).
+DEMO_DEADLINE_SECONDS = 420
+
+
+@pytest.fixture(scope="module")
+def demo_run() -> dict[str, Any]:
+    """Run the demo once for every test below; returns its report, exit status and processes."""
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_EMULATOR_HOST")}
+    with tempfile.TemporaryDirectory() as tmp:
+        stdout_path, stderr_path = Path(tmp, "stdout"), Path(tmp, "stderr")
+        with stdout_path.open("w") as stdout, stderr_path.open("w") as stderr:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "shared.cli", "demo", "--json", "--seed", str(SEED)],
+                cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+            )
+            started = process.pid
+            seen: set[int] = set()
+            deadline = time.monotonic() + DEMO_DEADLINE_SECONDS
+            while process.poll() is None and time.monotonic() < deadline:
+                seen |= _descendants(started)
+                time.sleep(0.5)
+            if process.poll() is None:
+                process.kill()
+                pytest.fail(f"the demo did not finish in {DEMO_DEADLINE_SECONDS} s: {stderr_path.read_text()[-3000:]}")
+        text = stdout_path.read_text()
+        progress = stderr_path.read_text()
+    try:
+        report = json.loads(text)
+    except ValueError:
+        pytest.fail(f"the demo printed no JSON report (exit {process.returncode}): {progress[-3000:]}")
+    return {"report": report, "returncode": process.returncode, "processes": seen, "progress": progress}
+
+
+def requests_by_scenario(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {request["scenario"]: request for request in report["requests"]}
+
+
+def test_every_scenario_ends_as_designed_and_the_exit_status_says_so(demo_run: dict[str, Any]) -> None:
+    report = demo_run["report"]
+    differences = {r["request_id"]: r["differences"] for r in report["requests"] if r["differences"]}
+    assert report["scenario_ok"], f"{differences} {report['notes']}"
+    assert demo_run["returncode"] == 0
+    by_scenario = requests_by_scenario(report)
+    assert {key: r["outcome"] for key, r in by_scenario.items()} == {
+        "few-preemptions": "succeeded", "requeued": "succeeded", "fallback": "succeeded",
+        "duplicate": "succeeded", "invalid": "rejected", "code-bug": "failed",
+    }
+
+
+def test_a_few_preemptions_are_absorbed_by_vertex_restarts_within_attempt_1(demo_run: dict[str, Any]) -> None:
+    request = requests_by_scenario(demo_run["report"])["few-preemptions"]
+    (attempt,) = request["attempts"]
+    planned = request["expected"]["attempts"][0]["preemptions"]
+    assert attempt["preemptions"] == attempt["preemptions_injected"] == planned >= 2
+    assert len(attempt["runs"]) == planned + 1
+    assert all(run["start_step"] > 0 for run in attempt["runs"][1:] if run["start_step"] is not None)
+
+
+def test_the_requeued_request_resumes_attempt_2_from_the_last_complete_checkpoint(demo_run: dict[str, Any]) -> None:
+    by_scenario = requests_by_scenario(demo_run["report"])
+    for key, second_strategy in (("requeued", "SPOT"), ("fallback", "STANDARD")):
+        first, second = by_scenario[key]["attempts"]
+        assert (first["strategy"], first["preemptions"], first["outcome"]) == ("SPOT", 7, "requeued")
+        assert (second["strategy"], second["preemptions"], second["outcome"]) == (second_strategy, 0, "succeeded")
+        assert second["start_step"] == first["last_checkpoint_step"] > 0, key
+        assert by_scenario[key]["vertex_jobs"] == 2
+
+
+def test_the_duplicate_is_one_job_and_the_bad_requests_are_reported(demo_run: dict[str, Any]) -> None:
+    by_scenario = requests_by_scenario(demo_run["report"])
+    duplicate = by_scenario["duplicate"]
+    assert duplicate["vertex_jobs"] == 1 and duplicate["duplicates_suppressed"] >= 1
+    invalid = by_scenario["invalid"]
+    assert invalid["attempts"] == [] and invalid["vertex_jobs"] == 0
+    assert invalid["alerts"].get("invalid_request") == 1
+    bug = by_scenario["code-bug"]
+    assert len(bug["attempts"]) == 1 and bug["attempts"][0]["outcome"] == "failed"
+    assert bug["alerts"].get("job_failed") == 1
+
+
+def test_totals_goodput_pruning_and_cost(demo_run: dict[str, Any]) -> None:
+    report = demo_run["report"]
+    totals = report["totals"]
+    assert totals["jobs"] == 7  # 1 + 2 + 2 + 1 + 0 + 1
+    assert totals["requeues"] == 2 and totals["invalid_rejected"] == 1
+    assert totals["duplicates_suppressed"] >= 1
+    assert totals["preemptions"] == sum(a["preemptions"] for r in report["requests"] for a in r["attempts"])
+    assert totals["goodput"] >= 0.9
+    assert totals["checkpoints_pruned"] > 0 and totals["bytes_freed"] > 0
+    assert all(r["checkpoints_kept"] <= 2 for r in report["requests"] if r["outcome"] == "succeeded")
+    assert 0 < totals["cost_spot_usd"] < totals["cost_on_demand_usd"]
+    assert report["pricing"]["as_of"] and report["pricing"]["source"]
+
+
+def test_no_process_the_demo_started_is_left_running(demo_run: dict[str, Any]) -> None:
+    processes = demo_run["processes"]
+    # Emulators, functions and trainers were all seen while it ran.
+    assert len(processes) >= 7
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(pid) for pid in processes):
+        time.sleep(0.2)
+    assert not [pid for pid in processes if _alive(pid)], "processes left behind by the demo"
