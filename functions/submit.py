@@ -1,0 +1,66 @@
+"""submit_job: job-requests messages become Spot CustomJobs (logic in shared.submit).
+
+Returning acknowledges the message; raising has Pub/Sub redeliver it. Clients are built on first
+use, and the Vertex library is imported only when a job is actually created or looked up.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any
+
+import functions_framework
+
+from shared.delivery import Message, handle_delivery
+from shared.log import Logger
+from shared.settings import get_settings
+
+if TYPE_CHECKING:
+    from google.cloud.aiplatform_v1 import CustomJob
+
+    from shared.alerts import Alert
+    from shared.submit import SubmitDeps
+
+
+@functions_framework.cloud_event
+def submit_job(event: Any) -> None:
+    handle_delivery(
+        event, _handle, function="submit_job", max_age_seconds=get_settings().max_event_age_seconds
+    )
+
+
+def _handle(message: Message, log: Logger) -> None:
+    from shared.submit import submit_request
+
+    submit_request(message, log, _deps())
+
+
+@functools.cache
+def _deps() -> SubmitDeps:
+    from shared import clients
+    from shared.alerts import AlertPublisher
+    from shared.ledger import LedgerStore
+    from shared.submit import SubmitDeps
+
+    settings = get_settings()
+
+    def publish_alert(alert: Alert) -> str:
+        publisher = AlertPublisher(
+            clients.publisher(), clients.topic_path(settings.ops_alerts_topic)
+        )
+        return publisher.publish(alert)
+
+    return SubmitDeps(
+        settings=settings,
+        ledger=LedgerStore(clients.storage_client().bucket(settings.state_bucket)),
+        job_service=clients.job_service,
+        publish_alert=publish_alert,
+        observe_found=_observe_found,
+    )
+
+
+def _observe_found(request_id: str, attempt: int, job: CustomJob, log: Logger) -> None:
+    """A job found after the fact may have run, or ended, unseen: decide on it as reconcile would."""
+    from shared.decisions import JobSnapshot, Observation, apply_observation, default_ports
+
+    apply_observation(default_ports(), request_id, Observation(attempt, JobSnapshot.of(job)), log)

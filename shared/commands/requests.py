@@ -1,0 +1,342 @@
+"""`spotjobs validate | submit | status`: job requests from the command line.
+
+- `validate FILE` is offline (no network, no credentials): it applies the configured policy and
+  prints the CustomJob that attempt 1 would create. Exit 0 valid, 2 invalid (one violation per
+  line on stderr) or unreadable.
+- `submit FILE` validates the same way first (nothing is published when invalid), then publishes
+  to job-requests (PUBSUB_EMULATOR_HOST is honoured; otherwise Application Default Credentials).
+- `status [REQUEST_ID]` reads the ledger: a table for people, `--json` for machines.
+
+Heavy libraries are imported inside the commands, so `spotjobs --help` stays instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from shared.ledger import RequestRecord
+    from shared.request import JobRequest
+    from shared.settings import Settings
+
+EXIT_OK = 0
+EXIT_NOT_FOUND = 1
+EXIT_INVALID = 2
+LOCAL_MESSAGE_ID = "local"
+PUBLISH_TIMEOUT_SECONDS = 60.0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    validate = subparsers.add_parser(
+        "validate", help="check a job request offline and print the CustomJob it would create"
+    )
+    _add_request_arguments(validate)
+    validate.set_defaults(run=run_validate)
+
+    submit = subparsers.add_parser(
+        "submit", help="validate a job request, then publish it to job-requests"
+    )
+    _add_request_arguments(submit)
+    submit.add_argument("--project", help="Google Cloud project (default: GOOGLE_CLOUD_PROJECT)")
+    submit.add_argument(
+        "--json", action="store_true", help="print {request_id, message_id} as JSON"
+    )
+    submit.set_defaults(run=run_submit)
+
+    status = subparsers.add_parser("status", help="requests and their attempts, from the ledger")
+    status.add_argument("request_id", nargs="?", help="one request (default: all, newest first)")
+    status.add_argument("--json", action="store_true", help="print the ledger records as JSON")
+    status.add_argument(
+        "--limit", type=int, default=100, help="at most this many requests (default 100)"
+    )
+    status.add_argument("--project", help="Google Cloud project (default: GOOGLE_CLOUD_PROJECT)")
+    status.set_defaults(run=run_status)
+
+
+def _add_request_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "file", help="the job request (envelope or bare CustomJob body) as JSON; - for stdin"
+    )
+    parser.add_argument(
+        "--request-id", help="request id for a bare CustomJob body (default: generated)"
+    )
+    parser.add_argument(
+        "--attribute",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a message attribute (repeatable)",
+    )
+
+
+# validate
+
+
+def run_validate(args: argparse.Namespace) -> int:
+    from shared.settings import get_settings
+
+    settings = get_settings()
+    prepared = _prepare(args, settings)
+    if prepared is None:
+        return EXIT_INVALID
+    request, _, _ = prepared
+    json.dump(describe_first_attempt(request, settings), sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return EXIT_OK
+
+
+def describe_first_attempt(request: JobRequest, settings: Settings) -> dict[str, Any]:
+    """The normalized request and the CustomJob its first attempt would create."""
+    from shared.request import canonical_envelope, plan_attempt
+    from shared.vertex import build_job_json, parent_path, to_custom_job, to_job_json
+
+    envelope = canonical_envelope(
+        request,
+        default_location=settings.location,
+        default_max_attempts=settings.default_max_attempts,
+    )
+    location, strategy = plan_attempt(envelope, 1, None, after_stockout=False)
+    job_json = build_job_json(
+        envelope["custom_job"],
+        request_id=envelope["request_id"],
+        attempt=1,
+        strategy=strategy,
+        output_dir=settings.output_dir_for(envelope["request_id"]),
+        service_account=settings.training_service_account,
+    )
+    return {
+        "request_id": envelope["request_id"],
+        "attempt": 1,
+        "location": location,
+        "strategy": strategy,
+        "parent": parent_path(settings.project, location),
+        "custom_job": to_job_json(to_custom_job(job_json)),  # round-trip: exactly what the API gets
+        "request": envelope,
+    }
+
+
+def _prepare(
+    args: argparse.Namespace, settings: Settings
+) -> tuple[JobRequest, bytes, dict[str, str]] | None:
+    """Read, name and validate the request; None (after saying why on stderr) when unusable."""
+    from shared.policy import validate_request
+    from shared.request import InvalidJobRequest, read_request
+
+    data = _read_input(args.file)
+    if data is None:
+        return None
+    attributes = _parse_attributes(args.attribute)
+    if attributes is None:
+        return None
+    if args.request_id:
+        attributes["request_id"] = args.request_id
+    if "request_id" not in attributes:
+        # A bare body needs a name the user can look up later; an envelope carries its own.
+        shape = read_request(
+            data,
+            message_id=LOCAL_MESSAGE_ID,
+            attributes=attributes,
+            max_bytes=settings.max_request_bytes,
+        )[0]
+        if shape.shape == "bare":
+            attributes["request_id"] = generate_request_id()
+        elif shape.shape == "envelope" and shape.request_id:
+            attributes["request_id"] = shape.request_id
+    try:
+        request = validate_request(
+            data, message_id=LOCAL_MESSAGE_ID, attributes=attributes, settings=settings
+        )
+    except InvalidJobRequest as exc:
+        for violation in exc.violations:
+            print(violation, file=sys.stderr)
+        return None
+    return request, data, attributes
+
+
+def generate_request_id() -> str:
+    return f"req-{uuid.uuid4().hex[:12]}"
+
+
+def _read_input(path: str) -> bytes | None:
+    try:
+        if path == "-":
+            return sys.stdin.buffer.read()
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError as exc:
+        print(f"cannot read {path}: {exc.strerror or exc}", file=sys.stderr)
+        return None
+
+
+def _parse_attributes(pairs: Sequence[str]) -> dict[str, str] | None:
+    attributes: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            print(f"--attribute {pair!r}: expected KEY=VALUE", file=sys.stderr)
+            return None
+        attributes[key] = value
+    return attributes
+
+
+# submit
+
+
+def run_submit(args: argparse.Namespace) -> int:
+    from shared.settings import get_settings
+
+    settings = get_settings()
+    prepared = _prepare(args, settings)
+    if prepared is None:
+        return EXIT_INVALID
+    request, data, attributes = prepared
+    from google.cloud import pubsub_v1
+
+    project = args.project or settings.project
+    topic = f"projects/{project}/topics/{settings.job_requests_topic}"
+    future = pubsub_v1.PublisherClient().publish(topic, data, **attributes)
+    message_id = future.result(timeout=PUBLISH_TIMEOUT_SECONDS)
+    if args.json:
+        json.dump(
+            {"request_id": request.request_id, "message_id": message_id, "topic": topic}, sys.stdout
+        )
+        sys.stdout.write("\n")
+    else:
+        print(f"request_id: {request.request_id}")
+        print(f"message_id: {message_id}")
+    return EXIT_OK
+
+
+# status
+
+
+def run_status(args: argparse.Namespace) -> int:
+    from shared.ledger import LedgerStore
+    from shared.settings import get_settings
+
+    settings = get_settings()
+    from google.cloud import storage
+
+    client = storage.Client(project=args.project or settings.project)
+    ledger = LedgerStore(client.bucket(settings.state_bucket))
+    if args.request_id:
+        record = ledger.get(args.request_id)
+        if record is None:
+            print(f"no request {args.request_id} in gs://{settings.state_bucket}", file=sys.stderr)
+            return EXIT_NOT_FOUND
+        records = [record]
+    else:
+        records = _recent_records(ledger, args.limit)
+    if args.json:
+        payload: Any = records[0].to_json() if args.request_id else [r.to_json() for r in records]
+        json.dump(payload, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    elif args.request_id:
+        sys.stdout.write(format_request(records[0]))
+    else:
+        sys.stdout.write(format_requests(records))
+    return EXIT_OK
+
+
+def _recent_records(ledger: Any, limit: int) -> list[RequestRecord]:
+    records = [r for request_id, _ in ledger.iter_statuses() if (r := ledger.get(request_id))]
+    records.sort(key=lambda r: r.created_at, reverse=True)
+    return records[:limit]
+
+
+def format_requests(records: Sequence[RequestRecord]) -> str:
+    """One line per request: where its latest attempt stands."""
+    header = (
+        "REQUEST_ID",
+        "STATUS",
+        "ATTEMPT",
+        "LOCATION",
+        "STRATEGY",
+        "STATE",
+        "PREEMPTIONS",
+        "JOB",
+        "UPDATED",
+    )
+    rows = []
+    for record in records:
+        latest = record.latest
+        max_attempts = record.request.get("max_attempts", "?")
+        rows.append(
+            (
+                record.request_id,
+                record.status,
+                f"{latest.n}/{max_attempts}" if latest else f"-/{max_attempts}",
+                latest.location if latest else "-",
+                latest.strategy if latest else "-",
+                _short_state(latest.state) if latest else "-",
+                str(sum(a.preemptions for a in record.attempts)),
+                (latest.job_id or "-") if latest else "-",
+                record.updated_at,
+            )
+        )
+    return _table(header, rows) if rows else "no requests\n"
+
+
+def format_request(record: RequestRecord) -> str:
+    """A request and every attempt, re-queue and outcome."""
+    lines = [
+        f"request     {record.request_id}",
+        f"status      {record.status}",
+        f"output dir  {record.output_dir}",
+        f"created     {record.created_at}   updated {record.updated_at}   finished {record.finished_at or '-'}",
+        f"max attempts {record.request.get('max_attempts', '?')}   locations {', '.join(record.request.get('locations') or []) or record.request.get('location', '-')}",
+    ]
+    if record.requeue:
+        requeue = record.requeue
+        lines.append(
+            f"re-queue    attempt {requeue.attempt} in {requeue.location} ({requeue.strategy}) because {requeue.reason}; "
+            f"decided {requeue.decided_at}, published {'yes' if requeue.message_id else 'not yet'}"
+        )
+    header = (
+        "N",
+        "LOCATION",
+        "STRATEGY",
+        "STATE",
+        "PREEMPTIONS",
+        "JOB",
+        "CLAIMED",
+        "CREATED",
+        "ENDED",
+        "OUTCOME",
+        "ERROR",
+    )
+    rows = [
+        (
+            str(a.n),
+            a.location,
+            a.strategy,
+            _short_state(a.state),
+            str(a.preemptions),
+            a.job or "-",
+            a.claimed_at,
+            a.created_at or "-",
+            a.ended_at or "-",
+            a.outcome or "-",
+            (a.error or {}).get("message", "-") if a.error else "-",
+        )
+        for a in record.attempts
+    ]
+    return "\n".join(lines) + "\n\n" + _table(header, rows)
+
+
+def _short_state(state: str | None) -> str:
+    return state.removeprefix("JOB_STATE_") if state else "-"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(str(row[i])) for row in (header, *rows)) for i in range(len(header))]
+    return "".join(
+        "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        + "\n"
+        for row in (header, *rows)
+    )

@@ -1,0 +1,223 @@
+"""The Vertex AI adapter: building, creating, reading and finding CustomJobs, and JobState helpers.
+
+Used by submit (build/create/find) and by the events and reconcile functions (get_job, the state
+helpers, job_error). `google.cloud.aiplatform_v1` is imported inside the functions that need it:
+importing this module is free, so a function pays for the Vertex library only when it calls Vertex.
+
+Clients are passed in (`shared.clients.job_service(location)` builds them). Every job spotjobs
+creates carries two labels, `spotjobs-request-id` and `spotjobs-attempt`: Vertex has no idempotency
+key for create, so these labels are how a job whose create response was lost is found again.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from google.cloud.aiplatform_v1 import CustomJob, JobServiceClient
+
+LABEL_REQUEST_ID = "spotjobs-request-id"
+LABEL_ATTEMPT = "spotjobs-attempt"
+SYSTEM_LABELS = (LABEL_REQUEST_ID, LABEL_ATTEMPT)
+RESERVED_LABEL_PREFIX = "spotjobs-"
+MAX_LABELS = 64
+# A create is not retried by the client (it is not idempotent); this bounds one try, well inside the
+# push subscription's ack deadline, after which the outcome is unknown and settled by a label lookup.
+CREATE_TIMEOUT_SECONDS = 30.0
+
+
+class JobState:
+    """JobState names as the REST API spells them, and how they classify."""
+
+    UNSPECIFIED = "JOB_STATE_UNSPECIFIED"
+    QUEUED = "JOB_STATE_QUEUED"
+    PENDING = "JOB_STATE_PENDING"
+    RUNNING = "JOB_STATE_RUNNING"
+    SUCCEEDED = "JOB_STATE_SUCCEEDED"
+    FAILED = "JOB_STATE_FAILED"
+    CANCELLING = "JOB_STATE_CANCELLING"
+    CANCELLED = "JOB_STATE_CANCELLED"
+    PAUSED = "JOB_STATE_PAUSED"
+    EXPIRED = "JOB_STATE_EXPIRED"
+    UPDATING = "JOB_STATE_UPDATING"
+    PARTIALLY_SUCCEEDED = "JOB_STATE_PARTIALLY_SUCCEEDED"
+
+    BY_NUMBER = {
+        0: UNSPECIFIED,
+        1: QUEUED,
+        2: PENDING,
+        3: RUNNING,
+        4: SUCCEEDED,
+        5: FAILED,
+        6: CANCELLING,
+        7: CANCELLED,
+        8: PAUSED,
+        9: EXPIRED,
+        10: UPDATING,
+        11: PARTIALLY_SUCCEEDED,
+    }
+    TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED, EXPIRED, PARTIALLY_SUCCEEDED})
+    ACTIVE = frozenset({QUEUED, PENDING, RUNNING, CANCELLING, PAUSED, UPDATING})
+
+
+def state_name(state: object) -> str:
+    """'JOB_STATE_RUNNING' from a JobState enum member, its number, or its name."""
+    if isinstance(state, str):
+        return state if state.startswith("JOB_STATE_") else f"JOB_STATE_{state}"
+    name = getattr(state, "name", None)  # a proto-plus enum member (an IntEnum)
+    if isinstance(name, str):
+        return name
+    return JobState.BY_NUMBER.get(int(state), JobState.UNSPECIFIED)  # type: ignore[call-overload]
+
+
+def is_terminal(state: object) -> bool:
+    return state_name(state) in JobState.TERMINAL
+
+
+def job_id_of(job_name: str) -> str:
+    """'projects/p/locations/l/customJobs/123' -> '123'."""
+    return job_name.rsplit("/", 1)[-1]
+
+
+def location_of(job_name: str) -> str:
+    """'projects/p/locations/us-central1/customJobs/123' -> 'us-central1'."""
+    parts = job_name.split("/")
+    return parts[parts.index("locations") + 1]
+
+
+def parent_path(project: str, location: str) -> str:
+    return f"projects/{project}/locations/{location}"
+
+
+def job_path(project: str, location: str, job_id: str) -> str:
+    return f"{parent_path(project, location)}/customJobs/{job_id}"
+
+
+def attempt_labels(request_id: str, attempt: int) -> dict[str, str]:
+    return {LABEL_REQUEST_ID: request_id, LABEL_ATTEMPT: str(attempt)}
+
+
+def label_filter(labels: Mapping[str, str]) -> str:
+    """A list filter matching every label: `labels.k1="v1" AND labels.k2="v2"`."""
+    return " AND ".join(f'labels.{key}="{value}"' for key, value in sorted(labels.items()))
+
+
+def build_job_json(
+    custom_job: Mapping[str, Any],
+    *,
+    request_id: str,
+    attempt: int,
+    strategy: str,
+    output_dir: str,
+    service_account: str = "",
+) -> dict[str, Any]:
+    """The REST JSON of the CustomJob to create for one attempt of a request.
+
+    From the request's CustomJob (canonical REST JSON): scheduling.strategy set, the request's
+    stable output directory (so AIP_CHECKPOINT_DIR is the same on every attempt and a re-queued
+    attempt resumes), the two spotjobs labels merged over the user's, the display name kept or
+    derived, and the training service account when the request names none.
+    """
+    job = copy.deepcopy(dict(custom_job))
+    spec = job.setdefault("jobSpec", {})
+    spec.setdefault("scheduling", {})["strategy"] = strategy
+    spec["baseOutputDirectory"] = {"outputUriPrefix": output_dir}
+    if service_account and not spec.get("serviceAccount"):
+        spec["serviceAccount"] = service_account
+    job["labels"] = {**(job.get("labels") or {}), **attempt_labels(request_id, attempt)}
+    job["displayName"] = job.get("displayName") or f"{request_id}-a{attempt}"
+    return job
+
+
+def to_custom_job(job_json: Mapping[str, Any]) -> CustomJob:
+    from google.cloud.aiplatform_v1.types import CustomJob
+
+    return CustomJob.from_json(json.dumps(job_json))
+
+
+def to_job_json(job: CustomJob) -> dict[str, Any]:
+    """REST JSON with enum names, without default values."""
+    from google.cloud.aiplatform_v1.types import CustomJob
+
+    return json.loads(
+        CustomJob.to_json(
+            job,
+            use_integers_for_enums=False,
+            always_print_fields_with_no_presence=False,
+            indent=None,
+        )
+    )
+
+
+def create_custom_job(
+    client: JobServiceClient,
+    parent: str,
+    job: CustomJob,
+    *,
+    timeout: float = CREATE_TIMEOUT_SECONDS,
+) -> CustomJob:
+    """One create, never retried by the client: a retry could create a second job."""
+    return client.create_custom_job(parent=parent, custom_job=job, retry=None, timeout=timeout)
+
+
+def get_job(client: JobServiceClient, name: str) -> CustomJob:
+    """The job as Vertex sees it now: the source of truth for its state and error."""
+    return client.get_custom_job(name=name)
+
+
+def find_jobs(client: JobServiceClient, parent: str, labels: Mapping[str, str]) -> list[CustomJob]:
+    """Every job under `parent` carrying all of `labels`, oldest first."""
+    pager = client.list_custom_jobs(request={"parent": parent, "filter": label_filter(labels)})
+    jobs = list(pager)
+    return sorted(jobs, key=lambda job: (_create_seconds(job), job.name))
+
+
+def find_attempt_job(
+    client: JobServiceClient, parent: str, request_id: str, attempt: int
+) -> CustomJob | None:
+    """The job created for attempt `attempt` of `request_id`, if any (the oldest, should there be two)."""
+    jobs = find_jobs(client, parent, attempt_labels(request_id, attempt))
+    return jobs[0] if jobs else None
+
+
+def job_error(job: CustomJob) -> dict[str, Any] | None:
+    """The job's google.rpc.Status as {code, message}, or None when it has none."""
+    if not job.error or (not job.error.code and not job.error.message):
+        return None
+    return {"code": int(job.error.code), "message": str(job.error.message)}
+
+
+def may_have_created(exc: BaseException) -> bool:
+    """True when a failed create may nevertheless have created the job (the response was lost).
+
+    A deadline, a gateway timeout or a broken connection after the request was sent leave the
+    outcome unknown: the job must be looked up by its labels, never created again blindly.
+    """
+    import requests
+    from google.api_core import exceptions as api
+
+    if isinstance(exc, (requests.ConnectTimeout, api.TooManyRequests, api.ServiceUnavailable)):
+        return False  # the request never got in, or was refused before any work
+    return isinstance(
+        exc,
+        (
+            api.DeadlineExceeded,
+            api.GatewayTimeout,
+            api.InternalServerError,
+            api.BadGateway,
+            api.Aborted,
+            api.RetryError,
+            requests.ConnectionError,
+            requests.Timeout,
+            ConnectionError,
+            TimeoutError,
+        ),
+    )
+
+
+def _create_seconds(job: CustomJob) -> float:
+    created = job.create_time
+    return created.timestamp() if created else 0.0

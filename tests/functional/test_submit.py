@@ -1,0 +1,526 @@
+"""submit_request end to end against a real fake-gcs-server ledger and an in-memory Vertex JobService
+that can fail the ways the real one does (refusals, lost responses, a list that lags a create)."""
+
+from __future__ import annotations
+
+import base64
+import io
+import itertools
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from google.api_core import exceptions as api
+from google.cloud.aiplatform_v1 import CustomJob, JobState
+
+from shared.alerts import Alert
+from shared.delivery import Message, handle_delivery
+from shared.errors import TransientError
+from shared.ledger import Attempt, LedgerStore, RequestRecord, Requeue, Status
+from shared.log import Logger
+from shared.settings import Settings
+from shared.submit import ClaimInProgress, Decision, SubmitDeps, SubmitOutcome, submit_request
+from shared.vertex import LABEL_ATTEMPT, LABEL_REQUEST_ID
+from tests.conftest import load_event
+
+LEASE = 30.0
+SETTINGS = Settings.from_env(
+    {
+        "GOOGLE_CLOUD_PROJECT": "proj",
+        "SPOTJOBS_LOCATION": "us-central1",
+        "SPOTJOBS_CHECKPOINT_BUCKET": "ckpt",
+        "SPOTJOBS_CHECKPOINT_PREFIX": "requests",
+        "SPOTJOBS_CLAIM_LEASE_SECONDS": str(LEASE),
+        "SPOTJOBS_ALLOWED_IMAGE_PREFIXES": "us-docker.pkg.dev/my-project/",
+        "SPOTJOBS_TRAINING_SERVICE_ACCOUNT": "trainer@my-project.iam.gserviceaccount.com",
+        "SPOTJOBS_ALLOWED_SERVICE_ACCOUNTS": "trainer@my-project.iam.gserviceaccount.com",
+    }
+)
+
+
+class FakeJobService:
+    """The slice of aiplatform_v1.JobServiceClient submit uses, with scripted create faults."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, CustomJob] = {}
+        self.create_faults: list[Exception | str] = []  # an exception to raise, or "lost"
+        self.list_lag = 0  # this many upcoming lists do not see jobs yet (eventual consistency)
+        self.creates = 0
+        self._ids = itertools.count(1000)
+        self._lock = threading.Lock()
+
+    def create_custom_job(
+        self, *, parent: str, custom_job: CustomJob, retry: Any, timeout: float
+    ) -> CustomJob:
+        assert retry is None, "a create must never be retried by the client"
+        with self._lock:
+            self.creates += 1
+            fault = self.create_faults.pop(0) if self.create_faults else None
+            if isinstance(fault, Exception):
+                raise fault
+            job = CustomJob(custom_job)
+            job.name = f"{parent}/customJobs/{next(self._ids)}"
+            job.state = JobState.JOB_STATE_QUEUED
+            job.create_time = datetime.now(timezone.utc)
+            self.jobs[job.name] = job
+        if fault == "lost":
+            raise api.DeadlineExceeded("the response was lost")
+        return CustomJob(job)
+
+    def list_custom_jobs(self, request: dict[str, str]) -> Iterator[CustomJob]:
+        with self._lock:
+            if self.list_lag:
+                self.list_lag -= 1
+                return iter([])
+            wanted = dict(term.split("=", 1) for term in request["filter"].split(" AND "))
+            wanted = {k.removeprefix("labels."): v.strip('"') for k, v in wanted.items()}
+            return iter(
+                [
+                    CustomJob(j)
+                    for name, j in self.jobs.items()
+                    if name.startswith(request["parent"] + "/")
+                    and all(j.labels.get(k) == v for k, v in wanted.items())
+                ]
+            )
+
+    def get_custom_job(self, *, name: str) -> CustomJob:
+        return CustomJob(self.jobs[name])
+
+
+@dataclass
+class Harness:
+    ledger: LedgerStore
+    vertex: FakeJobService = field(default_factory=FakeJobService)
+    alerts: list[Alert] = field(default_factory=list)
+    log_stream: io.StringIO = field(default_factory=io.StringIO)
+    now: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    settings: Settings = SETTINGS
+    locations_used: list[str] = field(default_factory=list)
+    observed: list[tuple[str, int, str]] = field(default_factory=list)  # found jobs handed on
+
+    @property
+    def deps(self) -> SubmitDeps:
+        def job_service(location: str) -> FakeJobService:
+            self.locations_used.append(location)
+            return self.vertex
+
+        return SubmitDeps(
+            settings=self.settings,
+            ledger=self.ledger,
+            job_service=job_service,  # type: ignore[arg-type]
+            publish_alert=self.alerts.append,
+            clock=lambda: self.now,
+            observe_found=lambda request_id, n, job, log: self.observed.append((request_id, n, job.name)),
+        )
+
+    def deliver(self, data: bytes, message_id: str = "m-1", **attributes: str) -> SubmitOutcome:
+        return submit_request(Message(data, message_id, attributes), self.log, self.deps)
+
+    @property
+    def log(self) -> Logger:
+        return Logger(stream=self.log_stream).bind(event_id="e-1")
+
+    def log_lines(self, event: str | None = None) -> list[dict[str, Any]]:
+        lines = [json.loads(line) for line in self.log_stream.getvalue().splitlines()]
+        return [line for line in lines if event is None or line.get("event") == event]
+
+    def jobs_for(self, request_id: str) -> list[CustomJob]:
+        return [
+            j for j in self.vertex.jobs.values() if j.labels.get(LABEL_REQUEST_ID) == request_id
+        ]
+
+
+@pytest.fixture
+def harness(gcs_bucket: Any) -> Harness:
+    return Harness(LedgerStore(gcs_bucket))
+
+
+def envelope(request_id: str = "r1", **fields: Any) -> bytes:
+    job = json.loads(load_event("requests/bare_docs.json"))
+    return json.dumps({"request_id": request_id, "custom_job": job, **fields}).encode()
+
+
+DOCS_BODY = load_event("requests/bare_docs.json")
+
+
+def test_the_docs_body_becomes_one_spot_job_recorded_in_the_ledger(harness: Harness) -> None:
+    outcome = harness.deliver(DOCS_BODY, message_id="4242")
+
+    assert (
+        outcome.decision == Decision.CREATED
+        and outcome.request_id == "msg-4242"
+        and outcome.attempt == 1
+    )
+    [job] = harness.vertex.jobs.values()
+    assert job.name == outcome.job
+    assert job.job_spec.scheduling.strategy == 4  # SPOT
+    assert dict(job.labels) == {LABEL_REQUEST_ID: "msg-4242", LABEL_ATTEMPT: "1"}
+    assert job.job_spec.base_output_directory.output_uri_prefix == "gs://ckpt/requests/msg-4242/"
+    assert job.job_spec.service_account == "trainer@my-project.iam.gserviceaccount.com"
+    submitted = json.loads(DOCS_BODY)["jobSpec"]["workerPoolSpecs"][0]
+    assert (
+        job.job_spec.worker_pool_specs[0].machine_spec.machine_type
+        == submitted["machineSpec"]["machineType"]
+    )
+    assert (
+        job.job_spec.worker_pool_specs[0].container_spec.image_uri
+        == submitted["containerSpec"]["imageUri"]
+    )
+    assert harness.locations_used == ["us-central1"]
+
+    record = harness.ledger.get("msg-4242")
+    assert record.status == Status.SUBMITTED and record.output_dir == "gs://ckpt/requests/msg-4242/"
+    [attempt] = record.attempts
+    assert (attempt.job, attempt.state, attempt.strategy, attempt.location) == (
+        job.name,
+        "JOB_STATE_QUEUED",
+        "SPOT",
+        "us-central1",
+    )
+    assert attempt.created_at is not None
+    # The ledger keeps the user's job as submitted (REST JSON), not ours.
+    assert (
+        record.request["custom_job"]["jobSpec"]["workerPoolSpecs"][0]["machineSpec"]
+        == submitted["machineSpec"]
+    )
+    assert "labels" not in record.request["custom_job"]
+    assert "baseOutputDirectory" not in record.request["custom_job"]["jobSpec"]
+    index = harness.ledger.find_job(job.name.rsplit("/", 1)[-1])
+    assert (index.request_id, index.attempt, index.job) == ("msg-4242", 1, job.name)
+
+    [line] = harness.log_lines("job_created")
+    assert line["request_id"] == "msg-4242" and line["attempt"] == 1 and line["job"] == job.name
+    assert line["event_id"] == "e-1" and line["severity"] == "INFO"
+    assert harness.observed == []  # a job this delivery created has all its events still to come
+
+
+def test_a_redelivery_and_a_second_publish_create_nothing(harness: Harness) -> None:
+    first = harness.deliver(envelope(), message_id="m-1")
+    again = harness.deliver(envelope(), message_id="m-1")
+    other_message = harness.deliver(envelope(max_attempts=2), message_id="m-2")
+
+    assert first.decision == Decision.CREATED
+    assert again.decision == other_message.decision == Decision.DUPLICATE
+    assert again.job == other_message.job == first.job
+    assert harness.vertex.creates == 1 and len(harness.jobs_for("r1")) == 1
+    duplicates = harness.log_lines("duplicate")
+    assert [line["same_body"] for line in duplicates] == [True, False]
+    assert harness.alerts == []
+
+
+def test_concurrent_deliveries_of_one_request_create_exactly_one_job(harness: Harness) -> None:
+    outcomes: list[SubmitOutcome | Exception] = []
+    lock = threading.Lock()
+
+    def deliver(message_id: str) -> None:
+        try:
+            result: SubmitOutcome | Exception = harness.deliver(envelope(), message_id=message_id)
+        except ClaimInProgress as exc:
+            result = exc
+        with lock:
+            outcomes.append(result)
+
+    threads = [threading.Thread(target=deliver, args=(f"m-{i}",)) for i in range(5)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    decisions = sorted(o.decision if isinstance(o, SubmitOutcome) else "retry" for o in outcomes)
+    assert decisions.count(Decision.CREATED) == 1
+    assert set(decisions) <= {Decision.CREATED, Decision.DUPLICATE, "retry"}
+    # Those told to retry find the job on redelivery.
+    for _ in range(decisions.count("retry")):
+        assert harness.deliver(envelope(), message_id="m-again").decision == Decision.DUPLICATE
+    assert harness.vertex.creates == 1 and len(harness.jobs_for("r1")) == 1
+
+
+def _stale_claim(harness: Harness, request_id: str, age_seconds: float) -> None:
+    claimed_at = (
+        (harness.now - timedelta(seconds=age_seconds))
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
+    )
+    from shared.request import canonical_envelope, read_request
+
+    request, _ = read_request(envelope(request_id), message_id="x", attributes={}, max_bytes=10**6)
+    record = RequestRecord(
+        request_id,
+        canonical_envelope(request, default_location="us-central1", default_max_attempts=3),
+        SETTINGS.output_dir_for(request_id),
+        attempts=[Attempt(1, "us-central1", "SPOT", claimed_at)],
+    )
+    harness.ledger.update(request_id, lambda current: record)
+
+
+def test_a_crash_between_claim_and_create_is_finished_after_the_lease(harness: Harness) -> None:
+    _stale_claim(harness, "r1", age_seconds=LEASE - 5)
+    with pytest.raises(ClaimInProgress):
+        harness.deliver(envelope())  # the crashed delivery might still be alive: wait
+    assert harness.vertex.creates == 0
+
+    harness.now += timedelta(seconds=10)
+    outcome = harness.deliver(envelope())
+
+    assert outcome.decision == Decision.CREATED
+    assert len(harness.jobs_for("r1")) == 1
+    assert harness.ledger.get("r1").attempt(1).job == outcome.job
+    assert harness.log_lines("claim_taken_over")
+
+
+def test_a_crash_between_create_and_record_is_settled_by_label_lookup(harness: Harness) -> None:
+    _stale_claim(harness, "r1", age_seconds=LEASE + 1)
+    existing = harness.vertex.create_custom_job(
+        parent="projects/proj/locations/us-central1",
+        custom_job=CustomJob(labels={LABEL_REQUEST_ID: "r1", LABEL_ATTEMPT: "1"}),
+        retry=None,
+        timeout=1,
+    )
+
+    outcome = harness.deliver(envelope())
+
+    assert outcome.decision == Decision.FOUND and outcome.job == existing.name
+    assert harness.vertex.creates == 1  # only the one the crashed delivery made
+    assert harness.ledger.get("r1").attempt(1).job == existing.name
+    assert harness.ledger.find_job(existing.name.rsplit("/", 1)[-1]).request_id == "r1"
+    # Its log events came while it was unindexed: the decision logic gets to see it once.
+    assert harness.observed == [("r1", 1, existing.name)]
+
+
+def test_a_lost_create_response_is_looked_up_not_retried(harness: Harness) -> None:
+    harness.vertex.create_faults.append("lost")
+
+    outcome = harness.deliver(envelope())
+
+    assert outcome.decision == Decision.FOUND
+    assert harness.vertex.creates == 1 and len(harness.jobs_for("r1")) == 1
+    assert harness.ledger.get("r1").attempt(1).job == outcome.job
+    assert harness.observed == [("r1", 1, outcome.job)]
+
+
+def test_a_lost_response_the_list_does_not_show_yet_keeps_the_claim_until_the_lease(
+    harness: Harness,
+) -> None:
+    harness.vertex.create_faults.append("lost")
+    harness.vertex.list_lag = 1
+    with pytest.raises(ClaimInProgress):
+        harness.deliver(envelope())
+    claimed_at = harness.ledger.get("r1").attempt(1).claimed_at
+    with pytest.raises(ClaimInProgress):
+        harness.deliver(envelope())  # an early redelivery must not create a second job
+
+    harness.now += timedelta(seconds=LEASE + 1)
+    outcome = harness.deliver(envelope())
+
+    assert outcome.decision == Decision.FOUND
+    assert harness.vertex.creates == 1 and len(harness.jobs_for("r1")) == 1
+    assert harness.ledger.get("r1").attempt(1).claimed_at != claimed_at  # taken over
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [api.ServiceUnavailable("503"), api.TooManyRequests("429 quota")],
+    ids=["503", "429"],
+)
+def test_a_refused_create_is_retried_by_redelivery_without_waiting_for_the_lease(
+    harness: Harness, refusal: Exception
+) -> None:
+    harness.vertex.create_faults.extend([refusal, refusal])
+    for _ in range(2):
+        with pytest.raises(type(refusal)):
+            harness.deliver(envelope())
+        assert harness.ledger.get("r1").status == Status.CLAIMED
+
+    outcome = harness.deliver(envelope())  # same clock: the released claim is taken over at once
+
+    assert outcome.decision == Decision.CREATED
+    assert harness.vertex.creates == 3 and len(harness.jobs_for("r1")) == 1
+    assert [
+        line["event"]
+        for line in harness.log_lines()
+        if line["event"] in ("create_refused", "job_created")
+    ] == [
+        "create_refused",
+        "create_refused",
+        "job_created",
+    ]
+
+
+def test_a_permanent_refusal_fails_the_request_with_one_alert(harness: Harness) -> None:
+    harness.vertex.create_faults.append(
+        api.InvalidArgument("List of found errors: 1.Field: job_spec...")
+    )
+
+    outcome = harness.deliver(envelope())
+    again = harness.deliver(envelope())
+
+    assert outcome.decision == Decision.FAILED and again.decision == Decision.DUPLICATE
+    record = harness.ledger.get("r1")
+    assert record.status == Status.FAILED and record.attempt(1).outcome == "failed"
+    assert record.attempt(1).error["code"] == 400
+    [alert] = harness.alerts
+    assert (alert.kind, alert.severity, alert.request_id, alert.attempt) == (
+        "submit_failed",
+        "ERROR",
+        "r1",
+        1,
+    )
+
+
+def test_a_requeued_attempt_runs_where_the_requeue_said_with_the_same_output_dir(
+    harness: Harness,
+) -> None:
+    first = harness.deliver(
+        envelope(
+            locations=["us-central1", "europe-west4"],
+            fallback={"after_spot_attempts": 1, "strategy": "STANDARD"},
+        )
+    )
+    requeue = Requeue(
+        attempt=2,
+        location="europe-west4",
+        strategy="STANDARD",
+        reason="stockout",
+        decided_at="t",
+        message_id="m",
+    )
+
+    def requeued(current: RequestRecord | None) -> RequestRecord:
+        current.attempt(1).outcome = "requeued"
+        current.status = Status.REQUEUED
+        current.requeue = requeue
+        return current
+
+    stored = harness.ledger.update("r1", requeued)
+    message = {**stored.request, "attempt": 2, "location": "europe-west4"}
+
+    outcome = harness.deliver(json.dumps(message).encode(), message_id="m-requeue", request_id="r1")
+    again = harness.deliver(json.dumps(message).encode(), message_id="m-requeue", request_id="r1")
+
+    assert (
+        outcome.decision == Decision.CREATED
+        and outcome.attempt == 2
+        and again.decision == Decision.DUPLICATE
+    )
+    jobs = {j.labels[LABEL_ATTEMPT]: j for j in harness.jobs_for("r1")}
+    assert set(jobs) == {"1", "2"}
+    assert jobs["2"].name.startswith("projects/proj/locations/europe-west4/")
+    assert jobs["2"].job_spec.scheduling.strategy == 3  # STANDARD, the fallback
+    assert jobs["1"].job_spec.base_output_directory == jobs["2"].job_spec.base_output_directory
+    record = harness.ledger.get("r1")
+    assert record.requeue is None and record.status == Status.SUBMITTED
+    assert [(a.n, a.location, a.strategy) for a in record.attempts] == [
+        (1, "us-central1", "SPOT"),
+        (2, "europe-west4", "STANDARD"),
+    ]
+    assert first.job != outcome.job
+
+
+def test_an_attempt_set_by_a_user_is_rejected(harness: Harness) -> None:
+    outcome = harness.deliver(envelope(attempt=2))
+    assert outcome.decision == Decision.INVALID and harness.vertex.creates == 0
+    [alert] = harness.alerts
+    assert alert.kind == "invalid_request" and alert.request_id == "r1"
+    assert any("attempt is set by the system" in v for v in alert.details["violations"])
+
+
+INVALID = [
+    (
+        "invalid_machine_family.json",
+        {},
+        "custom_job.jobSpec.workerPoolSpecs[0].machineSpec.machineType",
+    ),
+    ("invalid_tpu.json", {}, "custom_job.jobSpec.workerPoolSpecs[0].machineSpec.tpuTopology"),
+    ("invalid_image.json", {}, "custom_job.jobSpec.workerPoolSpecs[0].containerSpec.imageUri"),
+    ("invalid_replicas.json", {}, "custom_job.jobSpec.workerPoolSpecs[1].replicaCount"),
+    ("invalid_request_id.json", {}, "request_id"),
+    ("invalid_unknown_field.json", {}, "jobSpec.workerPoolSpecs[0].machineSpec.machineTyp"),
+    ("invalid_wrong_type.json", {}, "jobSpec.workerPoolSpecs[0].machineSpec.acceleratorCount"),
+]
+
+
+@pytest.mark.parametrize("fixture, attributes, path", INVALID, ids=[i[0] for i in INVALID])
+def test_invalid_requests_are_acknowledged_alerted_and_create_nothing(
+    harness: Harness, fixture: str, attributes: dict[str, str], path: str
+) -> None:
+    outcome = harness.deliver(load_event(f"requests/{fixture}"), message_id="m-9", **attributes)
+
+    assert outcome.decision == Decision.INVALID
+    assert harness.vertex.creates == 0 and harness.ledger.list_statuses()[0] == []
+    [alert] = harness.alerts
+    assert alert.kind == "invalid_request" and alert.severity == "ERROR"
+    assert any(v.startswith(f"{path}: ") for v in alert.details["violations"]), alert.details
+    assert alert.details["message_id"] == "m-9"
+    [line] = harness.log_lines("invalid_request")
+    assert line["severity"] == "ERROR" and line["violations"] == alert.details["violations"]
+
+
+@pytest.mark.parametrize(
+    "data, expected",
+    [
+        (b"", "body: is empty"),
+        (b"{not json", "body: is not valid UTF-8 JSON"),
+        (b"[1, 2, 3]", "body: is a JSON array"),
+        (b"{}" + b" " * SETTINGS.max_request_bytes, "body: is "),
+    ],
+    ids=["empty", "not-json", "not-an-object", "oversized"],
+)
+def test_unusable_bodies_are_rejected_with_a_null_request_id(
+    harness: Harness, data: bytes, expected: str
+) -> None:
+    outcome = harness.deliver(data)
+    assert outcome.decision == Decision.INVALID and outcome.request_id is None
+    [alert] = harness.alerts
+    assert alert.request_id is None and alert.details["violations"][0].startswith(expected)
+
+
+def _push_event(data: bytes, message_id: str, **attributes: str) -> dict[str, Any]:
+    message = {
+        "data": base64.b64encode(data).decode(),
+        "messageId": message_id,
+        "attributes": attributes,
+        "publishTime": datetime.now(timezone.utc).isoformat(),
+    }
+    return {
+        "id": message_id,
+        "data": {"message": message, "subscription": "projects/p/subscriptions/s"},
+    }
+
+
+def test_through_handle_delivery_transient_failures_raise_and_invalid_requests_return(
+    harness: Harness,
+) -> None:
+    def handler(message: Message, log: Logger) -> None:
+        submit_request(message, log, harness.deps)
+
+    harness.vertex.create_faults.append(api.ServiceUnavailable("down"))
+    with pytest.raises(api.ServiceUnavailable):
+        handle_delivery(
+            _push_event(envelope(), "m-1"),
+            handler,
+            function="submit_job",
+            max_age_seconds=60,
+            log=harness.log,
+        )
+    handle_delivery(
+        _push_event(envelope(), "m-1"),
+        handler,
+        function="submit_job",
+        max_age_seconds=60,
+        log=harness.log,
+    )
+    handle_delivery(
+        _push_event(b"not json", "m-2"),
+        handler,
+        function="submit_job",
+        max_age_seconds=60,
+        log=harness.log,
+    )
+
+    assert len(harness.jobs_for("r1")) == 1
+    assert [a.kind for a in harness.alerts] == ["invalid_request"]
+    assert issubclass(ClaimInProgress, TransientError)

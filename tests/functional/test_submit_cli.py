@@ -1,0 +1,241 @@
+"""`spotjobs validate` (offline) and `spotjobs status` (ledger on fake-gcs-server)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared import settings as settings_module
+from shared.cli import main
+from shared.ledger import Attempt, LedgerStore, RequestRecord, Requeue, Status
+from tests.conftest import EVENTS_DIR
+
+REQUESTS = EVENTS_DIR / "requests"
+
+
+@pytest.fixture
+def offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No network and no credentials: any socket use fails the test."""
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("validate must not touch the network")
+
+    monkeypatch.setattr(socket, "socket", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    for variable in (
+        "GOOGLE_APPLICATION_CREDENTIALS",
+        "PUBSUB_EMULATOR_HOST",
+        "STORAGE_EMULATOR_HOST",
+    ):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("SPOTJOBS_CHECKPOINT_BUCKET", "team-ckpt")
+    settings_module.get_settings.cache_clear()
+    yield
+    settings_module.get_settings.cache_clear()
+
+
+def test_validate_prints_the_spot_job_attempt_one_would_create(
+    offline: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["validate", str(REQUESTS / "envelope_full.json")])
+
+    out, err = capsys.readouterr()
+    assert code == 0 and err == ""
+    result = json.loads(out)
+    assert (result["request_id"], result["attempt"], result["location"], result["strategy"]) == (
+        "resnet-nightly-001",
+        1,
+        "us-central1",
+        "SPOT",
+    )
+    job = result["custom_job"]
+    assert job["jobSpec"]["scheduling"] == {"strategy": "SPOT", "timeout": "86400s"}
+    assert job["labels"] == {
+        "team": "vision",
+        "cost-center": "cc-42",
+        "spotjobs-request-id": "resnet-nightly-001",
+        "spotjobs-attempt": "1",
+    }
+    assert job["jobSpec"]["baseOutputDirectory"] == {
+        "outputUriPrefix": "gs://team-ckpt/requests/resnet-nightly-001/"
+    }
+    assert (
+        result["request"]["max_attempts"] == 4
+        and result["parent"] == "projects/spotjobs-local/locations/us-central1"
+    )
+
+
+def test_validate_names_a_bare_body_and_reads_stdin(
+    offline: None, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    monkeypatch.setattr(
+        sys, "stdin", io.TextIOWrapper(io.BytesIO((REQUESTS / "bare_docs.json").read_bytes()))
+    )
+    assert main(["validate", "-", "--request-id", "docs-job"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert (
+        result["request_id"] == "docs-job"
+        and result["custom_job"]["labels"]["spotjobs-request-id"] == "docs-job"
+    )
+
+    assert main(["validate", str(REQUESTS / "bare_docs.json")]) == 0
+    generated = json.loads(capsys.readouterr().out)["request_id"]
+    assert generated.startswith("req-") and len(generated) == len("req-") + 12
+
+
+def test_validate_lists_every_violation_on_stderr_and_exits_2(
+    offline: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["validate", str(REQUESTS / "invalid_replicas.json")])
+
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert err.splitlines() == [
+        "custom_job.jobSpec.workerPoolSpecs[1].machineSpec.acceleratorCount: is 16; at most 8 per replica",
+        "custom_job.jobSpec.workerPoolSpecs[1].replicaCount: is 64; at most 8 per pool",
+    ]
+
+
+@pytest.mark.parametrize(
+    "content, expected",
+    [(b"{not json", "body: is not valid UTF-8 JSON"), (b"", "body: is empty")],
+)
+def test_validate_rejects_a_file_that_is_not_a_request(
+    offline: None, capsys: pytest.CaptureFixture[str], tmp_path: Path, content: bytes, expected: str
+) -> None:
+    path = tmp_path / "request.json"
+    path.write_bytes(content)
+    assert main(["validate", str(path)]) == 2
+    assert capsys.readouterr().err.startswith(expected)
+
+
+def test_validate_reports_a_missing_file(
+    offline: None, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert main(["validate", str(tmp_path / "absent.json")]) == 2
+    assert capsys.readouterr().err.startswith(
+        f"cannot read {tmp_path / 'absent.json'}: No such file"
+    )
+
+
+def test_submit_validates_first_and_publishes_nothing_when_invalid(
+    offline: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The socket guard proves nothing was published: a publish would have to connect.
+    assert main(["submit", str(REQUESTS / "invalid_tpu.json")]) == 2
+    assert "TPU" in capsys.readouterr().err
+
+
+def test_the_console_script_runs_validate_as_a_separate_process() -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "shared.cli",
+            "validate",
+            str(REQUESTS / "bare_quick.json"),
+            "--request-id",
+            "cli-1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["custom_job"]["labels"]["spotjobs-attempt"] == "1"
+
+
+@pytest.fixture
+def ledger_env(gcs_bucket: Any, fake_gcs: str, monkeypatch: pytest.MonkeyPatch) -> LedgerStore:
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs)
+    monkeypatch.setenv("SPOTJOBS_STATE_BUCKET", gcs_bucket.name)
+    settings_module.get_settings.cache_clear()
+    yield LedgerStore(gcs_bucket)
+    settings_module.get_settings.cache_clear()
+
+
+def _record(request_id: str, created_at: str) -> RequestRecord:
+    record = RequestRecord(
+        request_id,
+        {"request_id": request_id, "max_attempts": 3, "location": "us-central1", "locations": []},
+        f"gs://ckpt/requests/{request_id}/",
+        status=Status.REQUEUED,
+        attempts=[
+            Attempt(
+                1,
+                "us-central1",
+                "SPOT",
+                "2026-11-29T10:00:00.000Z",
+                job="projects/p/locations/us-central1/customJobs/111",
+                state="JOB_STATE_FAILED",
+                preemptions=7,
+                outcome="requeued",
+                error={"code": 8, "message": "STOCKOUT"},
+            ),
+        ],
+        requeue=Requeue(
+            2,
+            "europe-west4",
+            "STANDARD",
+            "attempts exhausted by preemption",
+            "2026-11-29T11:00:00.000Z",
+        ),
+        created_at=created_at,
+    )
+    return record
+
+
+def test_status_shows_requests_as_a_table_and_as_json(
+    ledger_env: LedgerStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for request_id, created in (
+        ("older", "2026-11-29T09:00:00.000Z"),
+        ("newer", "2026-11-29T10:00:00.000Z"),
+    ):
+        ledger_env.update(request_id, lambda current, r=request_id, c=created: _record(r, c))
+
+    assert main(["status"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split() == [
+        "REQUEST_ID",
+        "STATUS",
+        "ATTEMPT",
+        "LOCATION",
+        "STRATEGY",
+        "STATE",
+        "PREEMPTIONS",
+        "JOB",
+        "UPDATED",
+    ]
+    assert [row.split()[:8] for row in table[1:]] == [
+        ["newer", "REQUEUED", "1/3", "us-central1", "SPOT", "FAILED", "7", "111"],
+        ["older", "REQUEUED", "1/3", "us-central1", "SPOT", "FAILED", "7", "111"],
+    ]
+
+    assert main(["status", "older", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["request_id"] == "older" and document["attempts"][0]["preemptions"] == 7
+
+    assert main(["status", "older"]) == 0
+    detail = capsys.readouterr().out
+    assert (
+        "re-queue    attempt 2 in europe-west4 (STANDARD) because attempts exhausted by preemption"
+        in detail
+    )
+    assert "STOCKOUT" in detail and "requeued" in detail
+
+
+def test_status_of_an_unknown_request_exits_1(
+    ledger_env: LedgerStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["status", "nobody"]) == 1
+    assert "no request nobody" in capsys.readouterr().err

@@ -1,0 +1,436 @@
+"""Attempts of a request: where and how each runs, the ledger transitions that make it exactly-once,
+and the CustomJob an attempt creates. Pure functions: no clients."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from shared.errors import InvalidRequest
+from shared.ledger import Attempt, RequestRecord, Requeue, Status
+from shared.request import canonical_envelope, plan_attempt, read_request
+from shared.submit import ClaimInProgress, claim_attempt, fail_attempt, record_job, release_claim
+from shared.vertex import (
+    JobState,
+    build_job_json,
+    is_terminal,
+    job_id_of,
+    label_filter,
+    location_of,
+    may_have_created,
+    state_name,
+    to_custom_job,
+    to_job_json,
+)
+from tests.conftest import load_event
+
+NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=timezone.utc)
+LEASE = 120.0
+OUTPUT_DIR = "gs://ckpt/requests/r1/"
+
+
+def envelope(**overrides: Any) -> dict[str, Any]:
+    base = {
+        "schema_version": 1,
+        "request_id": "r1",
+        "custom_job": json.loads(load_event("requests/bare_docs.json")),
+        "location": "us-central1",
+        "locations": [],
+        "max_attempts": 3,
+        "fallback": None,
+        "checkpoints": None,
+    }
+    return {**base, **overrides}
+
+
+def iso(moment: datetime) -> str:
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def claim(current: RequestRecord | None, n: int = 1, now: datetime = NOW, **env: Any):
+    return claim_attempt(
+        current, envelope=envelope(**env), n=n, now=now, lease_seconds=LEASE, output_dir=OUTPUT_DIR
+    )
+
+
+def record_with(
+    *attempts: Attempt, status: str = Status.SUBMITTED, requeue: Requeue | None = None
+) -> RequestRecord:
+    return RequestRecord(
+        "r1", envelope(), OUTPUT_DIR, status=status, attempts=list(attempts), requeue=requeue
+    )
+
+
+# plan_attempt
+
+
+@pytest.mark.parametrize(
+    "request_fields, n, previous, after_stockout, expected",
+    [
+        ({}, 1, None, False, ("us-central1", "SPOT")),
+        (
+            {"fallback": {"after_spot_attempts": 0, "strategy": "STANDARD"}},
+            1,
+            None,
+            False,
+            ("us-central1", "STANDARD"),
+        ),
+        (
+            {"fallback": {"after_spot_attempts": 2, "strategy": "STANDARD"}},
+            2,
+            Attempt(1, "us-central1", "SPOT", ""),
+            False,
+            ("us-central1", "SPOT"),
+        ),
+        (
+            {"fallback": {"after_spot_attempts": 2, "strategy": "STANDARD"}},
+            3,
+            Attempt(2, "us-central1", "SPOT", ""),
+            False,
+            ("us-central1", "STANDARD"),
+        ),
+        (
+            {"fallback": {"after_spot_attempts": 1, "strategy": "FLEX_START"}},
+            2,
+            Attempt(1, "us-central1", "SPOT", ""),
+            False,
+            ("us-central1", "FLEX_START"),
+        ),
+        # Failover: after a stockout, the next region in `locations`, wrapping around.
+        (
+            {"location": "us-central1", "locations": ["us-central1", "europe-west4", "asia-east1"]},
+            2,
+            Attempt(1, "us-central1", "SPOT", ""),
+            True,
+            ("europe-west4", "SPOT"),
+        ),
+        (
+            {"location": "us-central1", "locations": ["us-central1", "europe-west4", "asia-east1"]},
+            3,
+            Attempt(2, "asia-east1", "SPOT", ""),
+            True,
+            ("us-central1", "SPOT"),
+        ),
+        # Without a stockout the attempt stays where the previous one ran.
+        (
+            {"location": "us-central1", "locations": ["us-central1", "europe-west4"]},
+            2,
+            Attempt(1, "europe-west4", "SPOT", ""),
+            False,
+            ("europe-west4", "SPOT"),
+        ),
+        # A single region has nowhere to go.
+        (
+            {"location": "us-central1", "locations": []},
+            2,
+            Attempt(1, "us-central1", "SPOT", ""),
+            True,
+            ("us-central1", "SPOT"),
+        ),
+        # A previous region outside the list restarts the tour at its head.
+        (
+            {"location": "us-east4", "locations": ["us-central1", "europe-west4"]},
+            2,
+            Attempt(1, "us-east4", "SPOT", ""),
+            True,
+            ("us-central1", "SPOT"),
+        ),
+    ],
+)
+def test_plan_attempt(
+    request_fields: dict,
+    n: int,
+    previous: Attempt | None,
+    after_stockout: bool,
+    expected: tuple[str, str],
+) -> None:
+    assert plan_attempt(envelope(**request_fields), n, previous, after_stockout) == expected
+
+
+# claim_attempt
+
+
+def test_attempt_one_of_a_new_request_creates_the_record_with_its_claim() -> None:
+    result = claim(None, fallback={"after_spot_attempts": 0, "strategy": "STANDARD"})
+    assert result.kind == "claimed" and result.writes
+    record = result.record
+    assert (
+        record.request_id == "r1"
+        and record.status == Status.CLAIMED
+        and record.output_dir == OUTPUT_DIR
+    )
+    assert record.attempts == [
+        Attempt(1, "us-central1", "STANDARD", claimed_at="2026-11-29T12:00:00.000Z")
+    ]
+    assert record.request["custom_job"]["displayName"] == "spot-training-job"
+
+
+def test_any_later_publish_of_attempt_one_is_a_duplicate_whatever_the_status() -> None:
+    for status in (
+        Status.SUBMITTED,
+        Status.RUNNING,
+        Status.REQUEUED,
+        Status.SUCCEEDED,
+        Status.FAILED,
+    ):
+        created = Attempt(
+            1, "us-central1", "SPOT", iso(NOW), job="projects/p/locations/l/customJobs/1"
+        )
+        result = claim(record_with(created, status=status))
+        assert result.kind == "duplicate" and not result.writes and result.attempt == created
+
+
+def test_a_fresh_claim_without_a_job_means_another_delivery_is_creating_it() -> None:
+    pending = record_with(
+        Attempt(1, "us-central1", "SPOT", iso(NOW - timedelta(seconds=LEASE - 1))),
+        status=Status.CLAIMED,
+    )
+    with pytest.raises(ClaimInProgress):
+        claim(pending)
+
+
+def test_a_stale_claim_is_taken_over_with_a_new_lease() -> None:
+    stale = record_with(
+        Attempt(1, "us-central1", "SPOT", iso(NOW - timedelta(seconds=LEASE))),
+        status=Status.CLAIMED,
+    )
+    result = claim(stale)
+    assert result.kind == "taken_over" and result.writes
+    assert result.attempt.claimed_at == iso(NOW) and result.record.attempt(1).claimed_at == iso(NOW)
+
+
+def test_a_requeued_attempt_is_claimed_where_the_requeue_decided() -> None:
+    first = Attempt(1, "us-central1", "SPOT", iso(NOW), job="j1", outcome="requeued")
+    requeue = Requeue(
+        attempt=2,
+        location="europe-west4",
+        strategy="STANDARD",
+        reason="stockout",
+        decided_at=iso(NOW),
+        message_id="m",
+    )
+    result = claim(record_with(first, status=Status.REQUEUED, requeue=requeue), n=2)
+    assert result.kind == "claimed"
+    assert result.record.requeue is None and result.record.status == Status.CLAIMED
+    assert result.record.attempts[-1] == Attempt(2, "europe-west4", "STANDARD", claimed_at=iso(NOW))
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        None,  # no record at all
+        record_with(Attempt(1, "us-central1", "SPOT", iso(NOW), job="j1")),  # nothing re-queued
+        record_with(
+            Attempt(1, "us-central1", "SPOT", iso(NOW), job="j1"),
+            requeue=Requeue(
+                attempt=2, location="l", strategy="SPOT", reason="r", decided_at=iso(NOW)
+            ),
+        ),  # attempt 2 is queued, not 3
+    ],
+    ids=["no-record", "no-requeue", "other-attempt-queued"],
+)
+def test_an_attempt_the_ledger_does_not_expect_is_invalid(record: RequestRecord | None) -> None:
+    with pytest.raises(InvalidRequest) as caught:
+        claim(record, n=3)
+    assert [v.path for v in caught.value.violations] == ["attempt"]
+    assert "set by the system" in str(caught.value)
+
+
+def test_a_requeue_arriving_after_the_request_ended_is_a_duplicate() -> None:
+    cancelled = record_with(
+        Attempt(1, "us-central1", "SPOT", iso(NOW), job="j1"),
+        status=Status.CANCELLED,
+        requeue=Requeue(attempt=2, location="l", strategy="SPOT", reason="r", decided_at=iso(NOW)),
+    )
+    assert claim(cancelled, n=2).kind == "duplicate"
+
+
+def test_a_failed_attempt_without_a_job_is_not_retried() -> None:
+    failed = record_with(
+        Attempt(1, "us-central1", "SPOT", iso(NOW - timedelta(hours=1)), outcome="failed"),
+        status=Status.FAILED,
+    )
+    assert claim(failed).kind == "duplicate"
+
+
+# record_job, fail_attempt, release_claim
+
+
+def test_recording_the_job_submits_the_request_once() -> None:
+    pending = record_with(Attempt(1, "us-central1", "SPOT", iso(NOW)), status=Status.CLAIMED)
+    recorded = record_job(
+        pending,
+        n=1,
+        job_name="projects/p/locations/l/customJobs/7",
+        state=JobState.QUEUED,
+        created_at=iso(NOW),
+    )
+    assert recorded is not None and recorded.status == Status.SUBMITTED
+    assert recorded.attempt(1).job == "projects/p/locations/l/customJobs/7"
+    assert recorded.attempt(1).state == JobState.QUEUED and recorded.attempt(1).created_at == iso(
+        NOW
+    )
+    assert (
+        record_job(
+            recorded, n=1, job_name="projects/p/locations/l/customJobs/8", state="x", created_at="y"
+        )
+        is None
+    )
+
+
+def test_recording_keeps_a_state_the_events_function_saw_first() -> None:
+    running = record_with(
+        Attempt(1, "us-central1", "SPOT", iso(NOW), state=JobState.RUNNING), status=Status.RUNNING
+    )
+    recorded = record_job(running, n=1, job_name="j", state=JobState.QUEUED, created_at=iso(NOW))
+    assert recorded.attempt(1).state == JobState.RUNNING and recorded.status == Status.RUNNING
+
+
+def test_a_permanent_refusal_fails_the_request_and_marks_its_alert_once() -> None:
+    pending = record_with(Attempt(1, "us-central1", "SPOT", iso(NOW)), status=Status.CLAIMED)
+    failed = fail_attempt(pending, n=1, error={"code": 400, "message": "bad"}, now=NOW)
+    assert failed.status == Status.FAILED and failed.finished_at == iso(NOW)
+    assert failed.attempt(1).outcome == "failed" and failed.attempt(1).error == {
+        "code": 400,
+        "message": "bad",
+    }
+    assert failed.alerts_sent == ["submit_failed:1"]
+    assert fail_attempt(failed, n=1, error={"code": 400, "message": "bad"}, now=NOW) is None
+
+
+def test_releasing_a_claim_backdates_only_our_own_claim() -> None:
+    ours = iso(NOW)
+    pending = record_with(Attempt(1, "us-central1", "SPOT", ours), status=Status.CLAIMED)
+    released = release_claim(pending, n=1, claimed_at=ours, now=NOW, lease_seconds=LEASE)
+    assert released.attempt(1).claimed_at == iso(NOW - timedelta(seconds=LEASE))
+    assert claim(released).kind == "taken_over"  # the redelivery need not wait
+    assert (
+        release_claim(
+            record_with(Attempt(1, "l", "SPOT", "someone-else")),
+            n=1,
+            claimed_at=ours,
+            now=NOW,
+            lease_seconds=LEASE,
+        )
+        is None
+    )
+
+
+# The CustomJob an attempt creates
+
+
+def test_the_job_is_the_request_plus_spot_labels_output_dir_and_service_account() -> None:
+    user_job = json.loads(load_event("requests/bare_docs.json"))
+    user_job["labels"] = {"team": "vision"}
+    job = build_job_json(
+        user_job,
+        request_id="r1",
+        attempt=2,
+        strategy="SPOT",
+        output_dir=OUTPUT_DIR,
+        service_account="trainer@p.iam.gserviceaccount.com",
+    )
+    assert job["labels"] == {"team": "vision", "spotjobs-request-id": "r1", "spotjobs-attempt": "2"}
+    assert job["jobSpec"]["scheduling"]["strategy"] == "SPOT"
+    assert job["jobSpec"]["baseOutputDirectory"] == {"outputUriPrefix": OUTPUT_DIR}
+    assert job["jobSpec"]["serviceAccount"] == "trainer@p.iam.gserviceaccount.com"
+    assert job["jobSpec"]["workerPoolSpecs"] == user_job["jobSpec"]["workerPoolSpecs"]
+    assert job["displayName"] == "spot-training-job"
+    assert user_job["labels"] == {"team": "vision"}  # the request itself is untouched
+    assert to_job_json(to_custom_job(job))["jobSpec"]["scheduling"] == {"strategy": "SPOT"}
+
+
+def test_a_job_without_display_name_or_scheduling_gets_them_and_keeps_its_own_account() -> None:
+    user_job = json.loads(load_event("requests/bare_docs.json"))
+    del user_job["displayName"], user_job["jobSpec"]["scheduling"]
+    user_job["jobSpec"]["serviceAccount"] = "own@p.iam.gserviceaccount.com"
+    job = build_job_json(
+        user_job,
+        request_id="r1",
+        attempt=3,
+        strategy="STANDARD",
+        output_dir=OUTPUT_DIR,
+        service_account="d@p",
+    )
+    assert job["displayName"] == "r1-a3"
+    assert job["jobSpec"]["scheduling"] == {"strategy": "STANDARD"}
+    assert job["jobSpec"]["serviceAccount"] == "own@p.iam.gserviceaccount.com"
+
+
+def test_the_canonical_envelope_builds_the_same_job_as_the_message() -> None:
+    request, _ = read_request(
+        load_event("requests/envelope_full.json"), message_id="1", attributes={}, max_bytes=10**6
+    )
+    stored = canonical_envelope(request, default_location="us-east1", default_max_attempts=3)
+    job = build_job_json(
+        stored["custom_job"],
+        request_id="resnet-nightly-001",
+        attempt=1,
+        strategy="SPOT",
+        output_dir=OUTPUT_DIR,
+    )
+    pool = to_custom_job(job).job_spec.worker_pool_specs[0]
+    assert pool.replica_count == 2 and pool.machine_spec.accelerator_count == 8
+    assert list(pool.container_spec.args) == ["--epochs", "90"]
+
+
+# Vertex helpers
+
+
+@pytest.mark.parametrize(
+    "state, name, terminal",
+    [
+        (1, JobState.QUEUED, False),
+        (3, JobState.RUNNING, False),
+        (4, JobState.SUCCEEDED, True),
+        (5, JobState.FAILED, True),
+        (7, JobState.CANCELLED, True),
+        ("JOB_STATE_PENDING", JobState.PENDING, False),
+        ("EXPIRED", JobState.EXPIRED, True),
+    ],
+)
+def test_job_state_names(state: object, name: str, terminal: bool) -> None:
+    assert state_name(state) == name and is_terminal(state) is terminal
+
+
+def test_job_state_enum_members_are_named() -> None:
+    from google.cloud.aiplatform_v1 import JobState as Enum
+
+    assert state_name(Enum.JOB_STATE_RUNNING) == JobState.RUNNING
+
+
+def test_names_filters_and_ids() -> None:
+    name = "projects/p/locations/europe-west4/customJobs/123"
+    assert job_id_of(name) == "123" and location_of(name) == "europe-west4"
+    assert label_filter({"spotjobs-request-id": "r1", "spotjobs-attempt": "2"}) == (
+        'labels.spotjobs-attempt="2" AND labels.spotjobs-request-id="r1"'
+    )
+
+
+@pytest.mark.parametrize(
+    "exc, ambiguous",
+    [
+        ("DeadlineExceeded", True),
+        ("GatewayTimeout", True),
+        ("InternalServerError", True),
+        ("ServiceUnavailable", False),
+        ("TooManyRequests", False),
+        ("InvalidArgument", False),
+        ("PermissionDenied", False),
+    ],
+)
+def test_which_failed_creates_may_have_created_the_job(exc: str, ambiguous: bool) -> None:
+    from google.api_core import exceptions as api
+
+    assert may_have_created(getattr(api, exc)("x")) is ambiguous
+
+
+def test_transport_failures_after_sending_are_ambiguous_before_sending_are_not() -> None:
+    import requests
+
+    assert may_have_created(requests.ReadTimeout("read")) is True
+    assert may_have_created(requests.ConnectionError("reset")) is True
+    assert may_have_created(requests.ConnectTimeout("connect")) is False
