@@ -155,22 +155,29 @@ class ManagedProcess:
     def alive(self) -> bool:
         return self.popen is not None and self.popen.poll() is None
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def terminate(self) -> None:
+        """Ask the whole process group to stop (SIGTERM)."""
+        if self.popen is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGTERM)
+
+    def finish(self, deadline: float) -> None:
+        """Wait for the leader until `deadline`, then SIGKILL whatever is left of the group
+        (it may hold children of the leader: gcloud's java, gunicorn's workers)."""
         if self.popen is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.popen.pid, signal.SIGTERM)
-        try:
-            self.popen.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            pass
-        # The group may hold children of the leader (gcloud's java, gunicorn's workers).
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(timeout=max(deadline - time.monotonic(), 0.01))
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.popen.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
-            self.popen.wait(timeout=timeout)
+            self.popen.wait(timeout=10)
         if self.popen.stdout:
             self.popen.stdout.close()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self.terminate()
+        self.finish(time.monotonic() + timeout)
 
     def read_ready_line(self, timeout: float) -> dict[str, Any]:
         """The JSON line a child prints on stdout once it is serving."""
@@ -238,8 +245,13 @@ class Stack:
         return self
 
     def stop(self) -> None:
-        for process in reversed(list(self.processes.values())):
-            process.stop()
+        # Signal every part at once, then wait: stopping takes one grace period, not one per part.
+        processes = list(reversed(self.processes.values()))
+        for process in processes:
+            process.terminate()
+        deadline = time.monotonic() + 10
+        for process in processes:
+            process.finish(deadline)
         if self._own_workdir and not os.environ.get("SPOTJOBS_KEEP_STACK_LOGS"):
             shutil.rmtree(self.workdir, ignore_errors=True)
 

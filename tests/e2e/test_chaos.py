@@ -73,9 +73,17 @@ def _jobs_per_attempt(stack, request_id: str) -> Counter:
 
 
 def _wait_terminal(stack, request_ids: list[str], timeout: float = 120) -> dict[str, str]:
+    """Wait for every request to finish, running reconcile every few seconds as Cloud Scheduler
+    would: a message that ran out of deliveries during an outage is dead-lettered, and the
+    scheduled reconcile is what picks its request up again."""
     ledger = stack.ledger()
+    next_reconcile = 0.0
 
     def statuses() -> dict[str, str] | None:
+        nonlocal next_reconcile
+        if time.monotonic() >= next_reconcile:
+            stack.publish("maintenance", b'{"task": "reconcile"}')
+            next_reconcile = time.monotonic() + 5
         seen = {rid: (ledger.get(rid).status if ledger.get(rid) else None) for rid in request_ids}
         return seen if all(status in Status.TERMINAL for status in seen.values()) else None
 
