@@ -1,0 +1,36 @@
+"""on_job_event: job log entries from the job-events topic (logic in shared.decisions).
+
+Returning acknowledges the message; raising has Pub/Sub redeliver it. Irrelevant and foreign
+entries are acknowledged without a Vertex call; clients are built on the first relevant entry.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import functions_framework
+
+from shared.decisions import Ports, default_ports, handle_job_event
+from shared.delivery import Message, handle_delivery
+from shared.log import Logger
+from shared.settings import get_settings
+
+
+@functions_framework.cloud_event
+def on_job_event(event: Any) -> None:
+    handle_delivery(
+        event,
+        _handle,
+        function="on_job_event",
+        max_age_seconds=get_settings().max_event_age_seconds,
+    )
+
+
+def _handle(message: Message, log: Logger) -> None:
+    handle_job_event(message, log, settings=get_settings(), ports=_ports)
+
+
+@functools.cache
+def _ports() -> Ports:
+    return default_ports()

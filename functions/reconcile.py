@@ -1,0 +1,36 @@
+"""reconcile: a `{"task": "reconcile"}` message on the maintenance topic runs one pass over the
+active requests (logic in shared.reconcile). Other tasks on the topic belong to prune_checkpoints.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import functions_framework
+
+from shared.decisions import Ports, default_ports
+from shared.delivery import Message, handle_delivery
+from shared.log import Logger
+from shared.reconcile import RECONCILE_TASK, maintenance_task, run_reconcile
+from shared.settings import get_settings
+
+
+@functions_framework.cloud_event
+def reconcile(event: Any) -> None:
+    handle_delivery(
+        event, _handle, function="reconcile", max_age_seconds=get_settings().max_event_age_seconds
+    )
+
+
+def _handle(message: Message, log: Logger) -> None:
+    task = maintenance_task(message.data)
+    if task != RECONCILE_TASK:
+        log.debug("ignored a maintenance message for another task", event="ignored_task", task=task)
+        return
+    run_reconcile(_ports(), log)
+
+
+@functools.cache
+def _ports() -> Ports:
+    return default_ports()

@@ -1,0 +1,209 @@
+"""reconcile: the safety net under on_job_event. A lost, unrecognised or filtered-out job event
+delays a decision until the next run; it never loses it.
+
+For every request whose status is not terminal (read from the listing's metadata, paged by
+`settings.reconcile_page_size`, at most `settings.reconcile_requests_per_run` per run):
+
+- a re-queue decided but not confirmed is published once due and abandoned by its decider;
+- a claim without a job older than the claim lease (a submit that crashed and whose message was
+  lost) is settled: the job is looked up by its labels; if found it is recorded (index, then
+  record) and decided on; if absent the attempt is re-published to job-requests, where submit
+  takes the stale claim over;
+- otherwise the latest attempt's job is read and `shared.decisions.apply_observation` decides,
+  exactly as for a log event: preemptions seen as RUNNING -> PENDING, terminal states, re-queues,
+  jobs stuck in a waiting state.
+
+Every change goes through the ledger's compare-and-swap, so runs may overlap each other and
+on_job_event freely.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from shared.decisions import (
+    JobSnapshot,
+    Observation,
+    Ports,
+    apply_observation,
+    publish_request_attempt,
+    settle_requeue,
+    utcnow,
+)
+from shared.errors import is_retryable
+from shared.ledger import (
+    Attempt,
+    JobIndexEntry,
+    LedgerStore,
+    RequestRecord,
+    Status,
+    parse_iso,
+)
+from shared.log import Logger
+from shared.vertex import find_attempt_job, parent_path
+
+RECONCILE_TASK = "reconcile"
+# Requests reconciled at once: each is a few GCS and Vertex round trips, mostly waiting.
+RECONCILE_WORKERS = 8
+
+
+def maintenance_task(data: bytes) -> str | None:
+    """The `task` of a maintenance message (`{"task": "reconcile"}`), or None if it has none."""
+    try:
+        body = json.loads(data)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    task = body.get("task") if isinstance(body, dict) else None
+    return task if isinstance(task, str) else None
+
+
+@dataclass
+class ReconcileSummary:
+    listed: int = 0  # ledger documents listed
+    active: int = 0  # of those, not terminal: the ones reconciled
+    truncated: bool = False  # more active requests remain for the next run
+    outcomes: collections.Counter[str] = field(default_factory=collections.Counter)
+    decisions: collections.Counter[str] = field(default_factory=collections.Counter)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "listed": self.listed,
+            "active": self.active,
+            "truncated": self.truncated,
+            "outcomes": dict(sorted(self.outcomes.items())),
+            "decisions": dict(sorted(self.decisions.items())),
+        }
+
+
+@dataclass(frozen=True)
+class RequestResult:
+    # observed | requeue_published | claim_adopted | claim_republished | waiting | idle | error
+    outcome: str
+    decisions: tuple[str, ...] = ()
+
+
+def run_reconcile(ports: Ports, log: Logger, *, limit: int | None = None) -> ReconcileSummary:
+    """One reconcile pass over the active requests. Logs one summary line and returns it."""
+    settings = ports.settings
+    summary = ReconcileSummary()
+    request_ids = _active_request_ids(
+        ports.ledger,
+        summary,
+        page_size=settings.reconcile_page_size,
+        limit=settings.reconcile_requests_per_run if limit is None else limit,
+    )
+    with ThreadPoolExecutor(RECONCILE_WORKERS, thread_name_prefix="reconcile") as pool:
+        for result in pool.map(lambda rid: reconcile_request(ports, rid, log), request_ids):
+            summary.outcomes[result.outcome] += 1
+            summary.decisions.update(result.decisions)
+    log.info("reconcile finished", event="reconcile_summary", **summary.to_json())
+    return summary
+
+
+def _active_request_ids(
+    ledger: LedgerStore, summary: ReconcileSummary, *, page_size: int, limit: int
+) -> list[str]:
+    active: list[str] = []
+    token: str | None = None
+    while not summary.truncated:
+        rows, token = ledger.list_statuses(page_size=page_size, page_token=token)
+        for request_id, status in rows:
+            summary.listed += 1
+            if status in Status.TERMINAL:
+                continue
+            if len(active) >= limit:
+                summary.truncated = True
+                break
+            active.append(request_id)  # includes no status metadata: the record tells
+        if not token:
+            break
+    summary.active = len(active)
+    return active
+
+
+def reconcile_request(ports: Ports, request_id: str, log: Logger) -> RequestResult:
+    """Bring one request up to date with its job. Never raises: a failure is logged and counted,
+    and the next run tries again."""
+    log = log.bind(request_id=request_id)
+    try:
+        return _reconcile(ports, request_id, log)
+    except Exception as exc:  # noqa: BLE001 - one request must not stop the pass; logged here
+        log.error(
+            "reconcile failed for one request; the next run retries it",
+            event="reconcile_error",
+            transient=is_retryable(exc),
+            error=f"{type(exc).__name__}: {exc}",
+        )
+        return RequestResult("error")
+
+
+def _reconcile(ports: Ports, request_id: str, log: Logger) -> RequestResult:
+    record = ports.ledger.get(request_id)
+    if record is None or record.is_terminal:
+        return RequestResult("idle")
+    now = utcnow()
+    if record.requeue is not None:
+        message_id, waiting = settle_requeue(ports, record, log, decided_here=False, now=now)
+        return RequestResult(
+            "requeue_published" if message_id else "waiting" if waiting else "idle"
+        )
+    latest = record.latest
+    if latest is None or latest.outcome is not None:
+        return RequestResult("idle")
+    if latest.job is None:
+        return _settle_claim(ports, record, latest, log, now)
+    snapshot = ports.read_job(latest.location, latest.job)
+    applied = apply_observation(ports, request_id, Observation(latest.n, snapshot), log)
+    return RequestResult("waiting" if applied.waiting else "observed", applied.events)
+
+
+def _settle_claim(
+    ports: Ports, record: RequestRecord, claim: Attempt, log: Logger, now: datetime
+) -> RequestResult:
+    """A claim without a job: leave a young one to its submit; settle an abandoned one."""
+    held_for = (now - parse_iso(claim.claimed_at)).total_seconds()
+    if held_for < ports.settings.claim_lease_seconds:
+        return RequestResult("idle")
+    client = ports.job_service(claim.location)
+    parent = parent_path(ports.settings.project, claim.location)
+    job = find_attempt_job(client, parent, record.request_id, claim.n)
+    if job is None:
+        message_id = publish_request_attempt(ports, record, claim.n, claim.location)
+        log.warning(
+            f"attempt {claim.n} was claimed {held_for:.0f} s ago and never created; re-published",
+            event="claim_republished",
+            attempt=claim.n,
+            location=claim.location,
+            published_message_id=message_id,
+        )
+        return RequestResult("claim_republished")
+    snapshot = JobSnapshot.of(job)
+    ports.ledger.index_job(JobIndexEntry(record.request_id, claim.n, claim.location, snapshot.name))
+
+    def adopt(current: RequestRecord | None) -> RequestRecord | None:
+        if current is None:
+            return None
+        attempt = current.attempt(claim.n)
+        if attempt is None or attempt.job is not None or attempt.claimed_at != claim.claimed_at:
+            return None  # submit took the claim over, or recorded the job, meanwhile
+        attempt.job = snapshot.name
+        attempt.created_at = snapshot.create_time
+        if current.status == Status.CLAIMED:
+            current.status = Status.SUBMITTED
+        return current
+
+    ports.ledger.update(record.request_id, adopt)
+    log.warning(
+        f"attempt {claim.n} was created but never recorded; recorded job {snapshot.name}",
+        event="claim_adopted",
+        attempt=claim.n,
+        job=snapshot.name,
+        location=claim.location,
+    )
+    applied = apply_observation(ports, record.request_id, Observation(claim.n, snapshot), log)
+    return RequestResult("claim_adopted", applied.events)

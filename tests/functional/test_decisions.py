@@ -1,0 +1,353 @@
+"""on_job_event's logic end to end over a real ledger (fake-gcs-server) with Vertex and Pub/Sub
+faked in memory: exactly-once decisions under duplicates, concurrency and reordering."""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from shared.decisions import EventOutcome, handle_job_event
+from shared.delivery import Message
+from shared.errors import TransientError, is_retryable
+from shared.ledger import LedgerStore, Status
+from shared.policy import validate_request
+from shared.request import canonical_envelope
+from shared.submit import claim_attempt
+from tests.functional.test_decisions_support import (
+    STOCKOUT,
+    USER_ERROR,
+    CapturedLog,
+    FakePublisher,
+    FakeVertex,
+    World,
+    log_entry,
+    make_settings,
+)
+
+RUNNING, FAILED, SUCCEEDED = 3, 5, 4
+
+
+@pytest.fixture
+def world(gcs_bucket) -> World:
+    return World(
+        LedgerStore(gcs_bucket), FakeVertex(), FakePublisher(), make_settings(gcs_bucket.name)
+    )
+
+
+def deliver(world: World, data: bytes, log: CapturedLog | None = None) -> EventOutcome:
+    log = log or CapturedLog()
+    return handle_job_event(
+        Message(data, "m-1"), log.logger, settings=world.settings, ports=lambda: world.ports
+    )
+
+
+def ledger_objects(world: World) -> dict[str, int]:
+    bucket = world.ledger._bucket  # noqa: SLF001 - the test inspects what the store wrote
+    return {blob.name: blob.generation for blob in bucket.client.list_blobs(bucket)}
+
+
+def test_running_line_reads_the_job_and_marks_the_request_running(world: World) -> None:
+    _, job = world.submitted(state=RUNNING)
+    assert deliver(world, log_entry(job, "Job is running.")) is EventOutcome.OBSERVED
+    record = world.ledger.get("req-1")
+    assert record.status == Status.RUNNING and record.attempts[0].state == "JOB_STATE_RUNNING"
+    assert world.vertex.gets == 1
+
+
+def test_irrelevant_lines_and_garbage_build_no_client() -> None:
+    def no_ports():
+        raise AssertionError("an irrelevant entry must not touch the ledger or Vertex")
+
+    settings_ = make_settings("unused")
+    cases = {
+        b"not json": EventOutcome.IGNORED,
+        json.dumps({"resource": {"type": "gce_instance"}}).encode(): EventOutcome.IGNORED,
+        log_entry(
+            "projects/p/locations/l/customJobs/1", "step 10 loss 0.5", task="workerpool0-0"
+        ): EventOutcome.IRRELEVANT,
+        log_entry(
+            "projects/p/locations/l/customJobs/1", "Finished tearing down training program."
+        ): EventOutcome.IRRELEVANT,
+    }
+    for data, outcome in cases.items():
+        log = CapturedLog()
+        assert (
+            handle_job_event(Message(data, "m"), log.logger, settings=settings_, ports=no_ports)
+            is outcome
+        )
+        [line] = log.lines
+        assert line["severity"] == "DEBUG"
+
+
+def test_foreign_job_costs_one_ledger_read_and_no_vertex_call(world: World) -> None:
+    log = CapturedLog()
+    outcome = deliver(
+        world,
+        log_entry("projects/x/locations/l/customJobs/999", "Job failed.", severity="ERROR"),
+        log,
+    )
+    assert outcome is EventOutcome.FOREIGN and world.vertex.gets == 0
+    [line] = log.lines
+    assert (line["severity"], line["event"]) == ("INFO", "foreign_job")
+
+
+def test_too_old_entry_is_dropped_with_a_warning(world: World) -> None:
+    _, job = world.submitted()
+    old = (datetime.now(timezone.utc) - timedelta(days=2)).isoformat()
+    log = CapturedLog()
+    assert deliver(world, log_entry(job, "Job failed.", timestamp=old), log) is EventOutcome.STALE
+    assert log.events("stale_event")[0]["severity"] == "WARNING" and world.vertex.gets == 0
+
+
+def test_a_preemption_line_delivered_twice_counts_once(world: World) -> None:
+    _, job = world.submitted(state=RUNNING)
+    deliver(world, log_entry(job, "Job is running."))
+    log = CapturedLog()
+    preempted = log_entry(
+        job, "The Spot VM was preempted. Restarting the job (restart 1 of 6).", insert_id="ins-1"
+    )
+    for _ in range(2):
+        deliver(world, preempted, log)
+    assert world.ledger.get("req-1").attempts[0].preemptions == 1
+    [line] = log.events("preemption")
+    assert (
+        line["severity"],
+        line["request_id"],
+        line["attempt"],
+        line["job"],
+        line["location"],
+        line["preemptions"],
+    ) == ("WARNING", "req-1", 1, job, "us-central1", 1)
+
+
+def test_ten_concurrent_deliveries_of_the_terminal_event_requeue_once(world: World) -> None:
+    _, job = world.submitted(state=RUNNING)
+    world.vertex.set_state(job, FAILED, STOCKOUT)
+    terminal = log_entry(job, "Job failed.", insert_id="final", severity="ERROR")
+    log = CapturedLog()
+    retried: list[BaseException] = []
+    barrier = threading.Barrier(10)
+
+    def one_delivery() -> None:
+        barrier.wait()
+        try:
+            deliver(world, terminal, log)
+        except TransientError as exc:  # "being re-queued by another delivery": redelivered later
+            retried.append(exc)
+
+    threads = [threading.Thread(target=one_delivery) for _ in range(10)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for _ in retried:  # the redeliveries of the ones that asked for it
+        deliver(world, terminal, log)
+
+    [requeue] = world.publisher.on("job-requests")
+    assert (requeue.data["attempt"], requeue.attributes) == (2, {"request_id": "req-1"})
+    record = world.ledger.get("req-1")
+    assert record.status == Status.REQUEUED and record.requeue.message_id is not None
+    assert len(log.events("requeue")) == 1 and len(log.events("requeue_published")) == 1
+
+
+def test_terminal_event_first_then_earlier_events_still_one_requeue(world: World) -> None:
+    _, job = world.submitted(state=RUNNING)
+    world.vertex.set_state(job, FAILED, STOCKOUT)
+    deliver(world, log_entry(job, "Job failed.", insert_id="final"))
+    earlier = [
+        log_entry(
+            job,
+            f"The Spot VM was preempted. Restarting the job (restart {k} of 6).",
+            insert_id=f"p{k}",
+        )
+        for k in (3, 2, 1)
+    ] + [log_entry(job, "Job is running."), log_entry(job, "Waiting for job to be provisioned.")]
+    for data in earlier:
+        deliver(world, data)
+    assert len(world.publisher.on("job-requests")) == 1
+    record = world.ledger.get("req-1")
+    assert record.status == Status.REQUEUED
+    assert (record.attempts[0].state, record.attempts[0].preemptions) == ("JOB_STATE_FAILED", 3)
+
+    second_job = world.claim_requeue("req-1")  # submit took attempt 2
+    for data in earlier + [log_entry(job, "Job failed.", insert_id="final")]:
+        deliver(world, data)  # attempt 1's late lines
+    record = world.ledger.get("req-1")
+    assert record.status == Status.SUBMITTED and record.requeue is None
+    assert record.attempts[1].job == second_job and record.attempts[1].outcome is None
+    assert len(world.publisher.on("job-requests")) == 1
+
+
+def test_a_failed_publish_is_redelivered_and_published_once(world: World) -> None:
+    _, job = world.submitted(state=RUNNING)
+    world.vertex.set_state(job, FAILED, STOCKOUT)
+    terminal = log_entry(job, "Job failed.", insert_id="final")
+    world.publisher.fail_next = 1
+    with pytest.raises(Exception) as failure:
+        deliver(world, terminal)
+    assert is_retryable(failure.value)
+    record = world.ledger.get("req-1")
+    assert record.status == Status.REQUEUED and record.requeue.message_id is None
+
+    with pytest.raises(TransientError, match="being re-queued"):
+        deliver(world, terminal)  # within the lease the decider may still be publishing
+    assert world.publisher.on("job-requests") == []
+
+    world.settings = replace(world.settings, claim_lease_seconds=0)  # the decider is presumed dead
+    deliver(world, terminal)
+    deliver(world, terminal)
+    assert len(world.publisher.on("job-requests")) == 1
+    assert world.ledger.get("req-1").requeue.message_id == "1"
+
+
+@pytest.mark.parametrize(
+    ("request_options", "location", "strategy"),
+    [
+        ({}, "us-central1", "SPOT"),
+        (
+            {
+                "locations": ["us-central1", "europe-west4"],
+                "fallback": {"after_spot_attempts": 1, "strategy": "STANDARD"},
+                "checkpoints": {"keep_last": 3},
+            },
+            "europe-west4",
+            "STANDARD",
+        ),
+    ],
+)
+def test_requeued_envelope_is_what_submit_accepts_for_the_next_attempt(
+    world: World, request_options: dict, location: str, strategy: str
+) -> None:
+    _, job = world.submitted(state=RUNNING, request=request_options)
+    world.vertex.set_state(job, FAILED, STOCKOUT)
+    deliver(world, log_entry(job, "Job failed."))
+    [published] = world.publisher.on("job-requests")
+    request = validate_request(
+        json.dumps(published.data).encode(),
+        message_id="m-2",
+        attributes=published.attributes,
+        settings=world.settings,
+    )
+    assert (request.request_id, request.attempt, request.location) == ("req-1", 2, location)
+    record = world.ledger.get("req-1")
+    same_request = canonical_envelope(
+        request,
+        default_location=world.settings.location,
+        default_max_attempts=world.settings.default_max_attempts,
+    )
+    assert {**same_request, "location": "us-central1"} == record.request
+    claim = claim_attempt(
+        record,
+        envelope=same_request,
+        n=2,
+        now=datetime.now(timezone.utc),
+        lease_seconds=world.settings.claim_lease_seconds,
+        output_dir=world.settings.output_dir_for("req-1"),
+    )
+    assert claim.kind == "claimed"
+    assert (claim.attempt.location, claim.attempt.strategy) == (location, strategy)
+    assert claim.record.output_dir == world.settings.output_dir_for("req-1")
+
+
+def test_success_requests_one_prune(world: World) -> None:
+    _, job = world.submitted(state=RUNNING)
+    world.vertex.set_state(job, SUCCEEDED)
+    for _ in range(3):
+        deliver(world, log_entry(job, "Job completed successfully."))
+    [prune] = world.publisher.on("maintenance")
+    assert prune.data == {"task": "prune", "request_id": "req-1"}
+    record = world.ledger.get("req-1")
+    assert record.status == Status.SUCCEEDED and record.finished_at and record.attempts[0].ended_at
+
+
+def test_user_error_fails_with_one_alert_and_no_requeue(world: World) -> None:
+    _, job = world.submitted(state=RUNNING)
+    world.vertex.set_state(job, FAILED, USER_ERROR)
+    log = CapturedLog()
+    for data in (
+        log_entry(
+            job, "The replica workerpool0-0 exited with a non-zero status of 1.", severity="ERROR"
+        ),
+        log_entry(job, "Job failed.", severity="ERROR"),
+    ):
+        deliver(world, data, log)
+    [alert] = world.publisher.on("ops-alerts")
+    assert (alert.data["kind"], alert.data["severity"], alert.data["details"]["error"]) == (
+        "job_failed",
+        "ERROR",
+        USER_ERROR,
+    )
+    assert alert.attributes == {"kind": "job_failed", "severity": "ERROR", "request_id": "req-1"}
+    assert world.publisher.on("job-requests") == []
+    assert world.ledger.get("req-1").status == Status.FAILED
+    assert [line["severity"] for line in log.events("job_failed")] == ["ERROR"]
+
+
+def test_last_attempt_gives_up_with_one_alert(world: World) -> None:
+    _, job = world.submitted(state=RUNNING, request={"max_attempts": 1})
+    world.vertex.set_state(job, FAILED, STOCKOUT)
+    for _ in range(3):
+        deliver(world, log_entry(job, "Job failed."))
+    kinds = [m.data["kind"] for m in world.publisher.on("ops-alerts")]
+    assert kinds == ["attempts_exhausted"] and world.publisher.on("job-requests") == []
+    assert world.ledger.get("req-1").status == Status.GAVE_UP
+
+
+def test_failed_job_without_its_error_yet_is_redelivered(world: World) -> None:
+    _, job = world.submitted(state=RUNNING)
+    world.vertex.set_state(job, FAILED)
+    before = ledger_objects(world)
+    with pytest.raises(TransientError, match="error is not published"):
+        deliver(world, log_entry(job, "Job failed."))
+    after = ledger_objects(world)
+    assert after.keys() == before.keys()
+    assert world.ledger.get("req-1").attempts[0].outcome is None
+
+
+def test_line_before_submit_recorded_the_job_is_redelivered(world: World) -> None:
+    record, job = world.submitted(state=RUNNING)
+
+    def unrecord(current):
+        current.attempts[0].job = None
+        return current
+
+    world.ledger.update("req-1", unrecord)
+    with pytest.raises(TransientError, match="no job recorded"):
+        deliver(world, log_entry(job, "Job is running."))
+
+
+garbage = st.binary(max_size=300) | st.builds(
+    lambda job_id, task, text, resource: json.dumps(
+        {
+            "resource": {"type": resource, "labels": {"job_id": job_id, "task_name": task}},
+            "textPayload": text,
+            "insertId": "x",
+        }
+    ).encode(),
+    st.from_regex(r"[0-9]{1,19}", fullmatch=True) | st.text(max_size=30),
+    st.sampled_from(["service", "workerpool0-0", ""]),
+    st.sampled_from(["Job failed.", "Job is running.", "preempted", "STOCKOUT", "hello"])
+    | st.text(max_size=40),
+    st.sampled_from(["ml_job", "gce_instance", "cloud_run_revision"]),
+)
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=garbage)
+def test_garbage_and_foreign_events_are_acknowledged_without_ledger_change(
+    world: World, data: bytes
+) -> None:
+    if not ledger_objects(world):
+        world.submitted(state=RUNNING)  # one real request, so there is something to disturb
+    before = ledger_objects(world)
+    outcome = deliver(world, data)
+    assert outcome in {EventOutcome.IGNORED, EventOutcome.IRRELEVANT, EventOutcome.FOREIGN}
+    assert ledger_objects(world) == before and world.publisher.messages == []

@@ -1,0 +1,280 @@
+"""reconcile's logic over a real ledger (fake-gcs-server) with Vertex and Pub/Sub in memory: the
+same decisions as on_job_event without any event, settling abandoned claims and re-queues."""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from functions import reconcile as reconcile_entry
+from shared.delivery import Message
+from shared.ledger import Attempt, LedgerStore, RequestRecord, Status
+from shared.policy import validate_request
+from shared.reconcile import maintenance_task, run_reconcile
+from shared.request import canonical_envelope
+from shared.submit import claim_attempt
+from tests.functional.test_decisions_support import (
+    STOCKOUT,
+    CapturedLog,
+    FakePublisher,
+    FakeVertex,
+    World,
+    make_settings,
+)
+
+QUEUED, PENDING, RUNNING, SUCCEEDED, FAILED = 1, 2, 3, 4, 5
+
+
+@pytest.fixture
+def world(gcs_bucket) -> World:
+    return World(
+        LedgerStore(gcs_bucket), FakeVertex(), FakePublisher(), make_settings(gcs_bucket.name)
+    )
+
+
+def reconcile(world: World, log: CapturedLog | None = None, **kwargs):
+    return run_reconcile(world.ports, (log or CapturedLog()).logger, **kwargs)
+
+
+def ago(seconds: float) -> str:
+    moment = datetime.now(timezone.utc) - timedelta(seconds=seconds)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def test_maintenance_task_is_read_from_the_body() -> None:
+    assert maintenance_task(b'{"task": "reconcile"}') == "reconcile"
+    assert maintenance_task(b'{"task": "prune", "request_id": "x"}') == "prune"
+    assert maintenance_task(b"[]") is None and maintenance_task(b"\xff") is None
+
+
+def test_other_maintenance_tasks_are_ignored_with_a_debug_line() -> None:
+    log = CapturedLog()
+    reconcile_entry._handle(Message(b'{"task": "prune"}', "m-1"), log.logger)  # noqa: SLF001
+    [line] = log.lines
+    assert (line["severity"], line["event"], line["task"]) == ("DEBUG", "ignored_task", "prune")
+
+
+def test_reconcile_alone_decides_what_events_would_have(world: World) -> None:
+    _, failed = world.submitted("req-stockout", state=RUNNING)
+    _, succeeded = world.submitted("req-done", state=RUNNING)
+    _, running = world.submitted("req-running", state=RUNNING)
+    world.vertex.set_state(failed, FAILED, STOCKOUT)
+    world.vertex.set_state(succeeded, SUCCEEDED)
+    log = CapturedLog()
+
+    summary = reconcile(world, log)
+
+    assert (summary.listed, summary.active) == (3, 3)
+    assert summary.decisions == {"requeue": 1, "job_succeeded": 1}
+    [requeue] = world.publisher.on("job-requests")
+    assert (requeue.data["request_id"], requeue.data["attempt"]) == ("req-stockout", 2)
+    assert world.ledger.get("req-running").status == Status.RUNNING
+    [line] = log.events("reconcile_summary")
+    assert line["listed"] == 3 and line["outcomes"]["observed"] == 3
+
+    again = reconcile(world)  # the finished request is skipped on its listing metadata
+    assert (
+        again.active == 2 and again.outcomes == {"idle": 1, "observed": 1} and again.decisions == {}
+    )
+    assert (
+        len(world.publisher.on("job-requests")) == 1 and len(world.publisher.on("maintenance")) == 1
+    )
+
+
+def test_reconcile_counts_a_running_job_seen_back_in_pending(world: World) -> None:
+    _, job = world.submitted(state=RUNNING)
+    log = CapturedLog()
+    for state in (RUNNING, PENDING, RUNNING, PENDING, RUNNING):
+        world.vertex.set_state(job, state)
+        reconcile(world, log)
+    assert world.ledger.get("req-1").attempts[0].preemptions == 2
+    assert [line["preemptions"] for line in log.events("preemption")] == [1, 2]
+    assert {line["source"] for line in log.events("preemption")} == {"state"}
+
+
+def test_abandoned_claim_with_a_job_is_adopted(world: World) -> None:
+    record, job = world.submitted(state=RUNNING)
+
+    def crash_before_recording(current: RequestRecord) -> RequestRecord:
+        current.attempts[0] = Attempt(1, "us-central1", "SPOT", claimed_at=ago(600))
+        current.status = Status.CLAIMED
+        return current
+
+    world.ledger.update("req-1", crash_before_recording)
+    world.ledger._bucket.blob(f"jobs/{job.rsplit('/', 1)[-1]}.json").delete()  # noqa: SLF001
+    log = CapturedLog()
+
+    summary = reconcile(world, log)
+
+    assert summary.outcomes == {"claim_adopted": 1}
+    stored = world.ledger.get("req-1")
+    assert stored.attempts[0].job == job and stored.status == Status.RUNNING
+    assert world.ledger.find_job(job.rsplit("/", 1)[-1]).request_id == "req-1"
+    assert world.publisher.on("job-requests") == []
+
+
+def test_abandoned_claim_without_a_job_is_republished_and_a_young_one_left_alone(
+    world: World,
+) -> None:
+    envelope = {
+        "schema_version": 1,
+        "request_id": "req-1",
+        "custom_job": {},
+        "location": "us-central1",
+        "locations": [],
+        "max_attempts": 3,
+        "fallback": None,
+        "checkpoints": None,
+    }
+    young = RequestRecord(
+        "req-1", envelope, "gs://c/r/req-1/", attempts=[Attempt(1, "us-central1", "SPOT", ago(1))]
+    )
+    world.ledger.update("req-1", lambda _: young)
+    assert reconcile(world).outcomes == {"idle": 1}
+    assert world.publisher.on("job-requests") == []
+
+    def age(current: RequestRecord) -> RequestRecord:
+        current.attempts[0].claimed_at = ago(600)
+        return current
+
+    world.ledger.update("req-1", age)
+    assert reconcile(world).outcomes == {"claim_republished": 1}
+    [message] = world.publisher.on("job-requests")
+    assert message.data == {
+        "schema_version": 1,
+        "request_id": "req-1",
+        "custom_job": {},
+        "location": "us-central1",
+        "max_attempts": 3,
+        "attempt": 1,
+    }
+    assert message.attributes == {"request_id": "req-1"}
+
+
+def test_delayed_requeue_is_published_by_reconcile_once_due(world: World) -> None:
+    world.settings = replace(world.settings, requeue_delay_seconds=3600)
+    _, job = world.submitted(state=RUNNING)
+    world.vertex.set_state(job, FAILED, STOCKOUT)
+    reconcile(world)
+    record = world.ledger.get("req-1")
+    assert record.status == Status.REQUEUED and record.requeue.not_before is not None
+    assert world.publisher.on("job-requests") == []
+    assert reconcile(world).outcomes == {"idle": 1}
+
+    def due(current: RequestRecord) -> RequestRecord:
+        current.requeue.not_before = ago(1)
+        return current
+
+    world.ledger.update("req-1", due)
+    assert reconcile(world).outcomes == {"requeue_published": 1}
+    reconcile(world)
+    assert len(world.publisher.on("job-requests")) == 1
+    assert world.ledger.get("req-1").requeue.message_id == "1"
+
+
+def test_abandoned_unconfirmed_requeue_is_republished(world: World) -> None:
+    _, job = world.submitted(state=RUNNING)
+    world.vertex.set_state(job, FAILED, STOCKOUT)
+    world.publisher.fail_next = 1  # the decider's publish fails and it never comes back
+    reconcile(world)
+    assert world.publisher.on("job-requests") == []
+    assert reconcile(world).outcomes == {"waiting": 1}  # within the lease: the decider's business
+
+    world.settings = replace(world.settings, claim_lease_seconds=0)
+    assert reconcile(world).outcomes == {"requeue_published": 1}
+    assert len(world.publisher.on("job-requests")) == 1
+
+
+def test_published_requeue_that_is_never_claimed_is_published_again(world: World) -> None:
+    _, job = world.submitted(state=RUNNING)
+    world.vertex.set_state(job, FAILED, STOCKOUT)
+    reconcile(world)  # decides and publishes attempt 2; that message is then lost (dead-lettered)
+    assert len(world.publisher.on("job-requests")) == 1
+    assert reconcile(world).outcomes == {"idle": 1}  # recently published: give submit its time
+
+    world.settings = replace(world.settings, unclaimed_requeue_seconds=0)
+    assert reconcile(world).outcomes == {"requeue_published": 1}
+    resent = world.publisher.on("job-requests")
+    assert len(resent) == 2 and resent[1].data["attempt"] == 2
+    assert world.ledger.get("req-1").requeue.message_id == "2"
+
+    world.claim_requeue("req-1")  # the resent message is claimed: nothing more to resend
+    assert "requeue_published" not in reconcile(world).outcomes
+    assert len(world.publisher.on("job-requests")) == 2
+
+
+def test_concurrent_reconcile_runs_requeue_once(world: World) -> None:
+    for k in range(5):
+        _, job = world.submitted(f"req-{k}", state=RUNNING)
+        world.vertex.set_state(job, FAILED, STOCKOUT)
+    runs = [threading.Thread(target=reconcile, args=(world,)) for _ in range(4)]
+    for run in runs:
+        run.start()
+    for run in runs:
+        run.join()
+    published = sorted(m.data["request_id"] for m in world.publisher.on("job-requests"))
+    assert published == [f"req-{k}" for k in range(5)]
+
+
+def test_stuck_waiting_job_alerts_once(world: World) -> None:
+    world.settings = replace(world.settings, stuck_after_seconds=0)
+    world.submitted(state=QUEUED)
+    reconcile(world)
+    reconcile(world)
+    [alert] = world.publisher.on("ops-alerts")
+    assert (alert.data["kind"], alert.data["details"]["state"]) == ("job_stuck", "JOB_STATE_QUEUED")
+
+
+def test_a_run_is_bounded_and_one_failing_request_does_not_stop_it(world: World) -> None:
+    for k in range(3):
+        world.submitted(f"req-{k}", state=RUNNING)
+
+    def lose_job(current: RequestRecord) -> RequestRecord:
+        current.attempts[0].job = current.attempts[0].job + "0"  # Vertex has no such job
+        return current
+
+    world.ledger.update("req-0", lose_job)
+    log = CapturedLog()
+    summary = reconcile(world, log, limit=2)
+    assert summary.truncated and summary.active == 2
+    assert summary.outcomes == {"error": 1, "observed": 1}
+    [error] = log.events("reconcile_error")
+    assert error["request_id"] == "req-0" and error["transient"] is False
+
+
+def test_republished_claim_is_taken_over_by_submit(world: World) -> None:
+    _, job = world.submitted(state=RUNNING)
+    world.vertex.forget(job)
+
+    def crash_before_create(current: RequestRecord) -> RequestRecord:
+        current.attempts[0] = Attempt(1, "us-central1", "SPOT", claimed_at=ago(600))
+        current.status = Status.CLAIMED
+        return current
+
+    world.ledger.update("req-1", crash_before_create)
+    reconcile(world)
+    [message] = world.publisher.on("job-requests")
+    request = validate_request(
+        json.dumps(message.data).encode(),
+        message_id="m-3",
+        attributes=message.attributes,
+        settings=world.settings,
+    )
+    envelope = canonical_envelope(
+        request,
+        default_location=world.settings.location,
+        default_max_attempts=world.settings.default_max_attempts,
+    )
+    claim = claim_attempt(
+        world.ledger.get("req-1"),
+        envelope=envelope,
+        n=request.attempt or 1,
+        now=datetime.now(timezone.utc),
+        lease_seconds=world.settings.claim_lease_seconds,
+        output_dir=world.settings.output_dir_for("req-1"),
+    )
+    assert (claim.kind, claim.attempt.n) == ("taken_over", 1)

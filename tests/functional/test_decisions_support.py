@@ -1,0 +1,280 @@
+"""Fakes for the decision tests: a Vertex JobService and a Pub/Sub publisher in memory; the ledger
+is real (fake-gcs-server, which enforces the generation preconditions the decisions rely on).
+No tests here."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+import re
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from shared.decisions import Ports
+from shared.ledger import Attempt, JobIndexEntry, LedgerStore, RequestRecord, Status
+from shared.log import Logger
+from shared.settings import Settings
+from shared.vertex import LABEL_ATTEMPT, LABEL_REQUEST_ID
+
+PROJECT = "spotjobs-test"
+STOCKOUT = {"code": 8, "message": "Job failed with STOCKOUT: the Spot VM was preempted 7 times."}
+USER_ERROR = {"code": 3, "message": "The replica workerpool0-0 exited with a non-zero status of 1."}
+
+
+class FakeVertex:
+    """CustomJobs by name; `get_custom_job` and `list_custom_jobs` as the client offers them."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, Any] = {}
+        self._ids = itertools.count(7_000_000_000_000_000_001)
+        self._lock = threading.Lock()
+        self.gets = 0
+        self.lists = 0
+
+    def __call__(self, location: str) -> FakeVertex:  # the Ports.job_service factory
+        return self
+
+    def add(
+        self, request_id: str, attempt: int, location: str = "us-central1", state: int = 1
+    ) -> str:
+        from google.cloud.aiplatform_v1 import CustomJob
+
+        name = f"projects/{PROJECT}/locations/{location}/customJobs/{next(self._ids)}"
+        now = datetime.now(timezone.utc)
+        job = CustomJob(
+            name=name,
+            display_name=f"{request_id}-a{attempt}",
+            state=state,
+            labels={LABEL_REQUEST_ID: request_id, LABEL_ATTEMPT: str(attempt)},
+            create_time=now,
+            update_time=now,
+        )
+        with self._lock:
+            self._jobs[name] = job
+        return name
+
+    def set_state(self, name: str, state: int, error: dict[str, Any] | None = None) -> None:
+        with self._lock:
+            job = self._jobs[name]
+            now = max(datetime.now(timezone.utc), job.update_time + timedelta(microseconds=1))
+            job.state = state
+            job.update_time = now
+            if state == 3 and not job.start_time:
+                job.start_time = now
+            if state in (4, 5, 7, 9):
+                job.end_time = now
+            if error:
+                job.error = error
+
+    def forget(self, name: str) -> None:
+        """As if the create never reached Vertex."""
+        with self._lock:
+            del self._jobs[name]
+
+    def get_custom_job(self, name: str, **_: Any) -> Any:
+        from google.api_core.exceptions import NotFound
+        from google.cloud.aiplatform_v1 import CustomJob
+
+        with self._lock:
+            self.gets += 1
+            if name not in self._jobs:
+                raise NotFound(f"{name} does not exist")
+            return CustomJob.deserialize(CustomJob.serialize(self._jobs[name]))
+
+    def list_custom_jobs(self, request: dict[str, Any], **_: Any) -> list[Any]:
+        wanted = dict(re.findall(r'labels\.([\w-]+)="([^"]*)"', request.get("filter", "")))
+        with self._lock:
+            self.lists += 1
+            return [
+                job
+                for job in self._jobs.values()
+                if job.name.startswith(request["parent"] + "/")
+                and all(job.labels.get(k) == v for k, v in wanted.items())
+            ]
+
+
+@dataclass
+class Published:
+    topic: str
+    data: dict[str, Any]
+    attributes: dict[str, str]
+
+
+@dataclass
+class FakePublisher:
+    """Publishes into a list; `fail_next` makes the next publishes fail as Pub/Sub would (503)."""
+
+    messages: list[Published] = field(default_factory=list)
+    fail_next: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
+
+    def publish(self, topic: str, data: bytes, **attributes: str) -> Future[str]:
+        from google.api_core.exceptions import ServiceUnavailable
+
+        future: Future[str] = Future()
+        with self._lock:
+            if self.fail_next:
+                self.fail_next -= 1
+                future.set_exception(ServiceUnavailable("publish failed"))
+                return future
+            self.messages.append(Published(topic, json.loads(data), dict(attributes)))
+            future.set_result(str(next(self._ids)))
+        return future
+
+    def on(self, topic: str) -> list[Published]:
+        with self._lock:
+            return [m for m in self.messages if m.topic.endswith(f"/topics/{topic}")]
+
+
+class CapturedLog:
+    """A Logger writing into memory, and the parsed lines."""
+
+    def __init__(self) -> None:
+        self.stream = io.StringIO()
+        self.logger = Logger(stream=self.stream, min_severity="DEBUG")
+
+    @property
+    def lines(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.stream.getvalue().splitlines()]
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        return [line for line in self.lines if line.get("event") == name]
+
+
+def make_settings(bucket: str, **env: str) -> Settings:
+    return Settings.from_env(
+        {
+            "GOOGLE_CLOUD_PROJECT": PROJECT,
+            "SPOTJOBS_STATE_BUCKET": bucket,
+            "SPOTJOBS_LOCATION": "us-central1",
+            **env,
+        }
+    )
+
+
+@dataclass
+class World:
+    """A ledger on fake-gcs-server, fake Vertex and Pub/Sub, and Ports over them."""
+
+    ledger: LedgerStore
+    vertex: FakeVertex
+    publisher: FakePublisher
+    settings: Settings
+
+    @property
+    def ports(self) -> Ports:
+        return Ports(self.settings, self.ledger, lambda: self.publisher, self.vertex)
+
+    def submitted(
+        self,
+        request_id: str = "req-1",
+        *,
+        state: int = 3,
+        request: dict[str, Any] | None = None,
+        location: str = "us-central1",
+    ) -> tuple[RequestRecord, str]:
+        """A request whose attempt 1 was created and indexed, as submit leaves it."""
+        job = self.vertex.add(request_id, 1, location, state)
+        envelope = {
+            "schema_version": 1,
+            "request_id": request_id,
+            "custom_job": {
+                "displayName": "train",
+                "jobSpec": {
+                    "workerPoolSpecs": [
+                        {
+                            "machineSpec": {"machineType": "a2-highgpu-1g"},
+                            "replicaCount": "1",
+                            "containerSpec": {
+                                "imageUri": "us-docker.pkg.dev/p/r/trainer:1",
+                                "command": ["python"],
+                            },
+                        }
+                    ]
+                },
+            },
+            "location": location,
+            "locations": [],
+            "max_attempts": 3,
+            "fallback": None,
+            "checkpoints": None,
+            **(request or {}),
+        }
+        record = RequestRecord(
+            request_id,
+            envelope,
+            self.settings.output_dir_for(request_id),
+            status=Status.SUBMITTED,
+            attempts=[
+                Attempt(
+                    1, location, "SPOT", claimed_at=_iso_now(), job=job, state="JOB_STATE_QUEUED"
+                )
+            ],
+        )
+        self.ledger.update(request_id, lambda _: record)
+        self.ledger.index_job(JobIndexEntry(request_id, 1, location, job))
+        return record, job
+
+    def claim_requeue(self, request_id: str) -> str:
+        """What submit does with a re-queued attempt: claim it, create its job, record it."""
+        record = self.ledger.get(request_id)
+        assert record is not None and record.requeue is not None
+        requeue = record.requeue
+        job = self.vertex.add(request_id, requeue.attempt, requeue.location, 1)
+
+        def claim(current: RequestRecord | None) -> RequestRecord | None:
+            assert current is not None and current.requeue is not None
+            current.attempts.append(
+                Attempt(
+                    requeue.attempt,
+                    requeue.location,
+                    requeue.strategy,
+                    claimed_at=_iso_now(),
+                    job=job,
+                    state="JOB_STATE_QUEUED",
+                )
+            )
+            current.requeue = None
+            current.status = Status.SUBMITTED
+            return current
+
+        self.ledger.update(request_id, claim)
+        self.ledger.index_job(JobIndexEntry(request_id, requeue.attempt, requeue.location, job))
+        return job
+
+
+def _iso_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def log_entry(
+    job_name: str,
+    text: str,
+    *,
+    task: str = "service",
+    insert_id: str | None = None,
+    severity: str = "INFO",
+    timestamp: str | None = None,
+) -> bytes:
+    """A LogEntry as the sink publishes it, for the job named."""
+    entry: dict[str, Any] = {
+        "resource": {
+            "type": "ml_job",
+            "labels": {
+                "project_id": PROJECT,
+                "job_id": job_name.rsplit("/", 1)[-1],
+                "task_name": task,
+            },
+        },
+        "severity": severity,
+        "timestamp": timestamp or _iso_now(),
+        "jsonPayload": {"message": text},
+    }
+    if insert_id:
+        entry["insertId"] = insert_id
+    return json.dumps(entry).encode()

@@ -1,0 +1,356 @@
+"""on_job_event through the embedded stack: the Vertex emulator preempts real trainer processes on
+a schedule, its log sink publishes to job-events, and every function is fed by push delivery."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+from shared.ledger import RequestRecord, Status
+from shared.vertex import LABEL_ATTEMPT, LABEL_REQUEST_ID, label_filter, parent_path
+
+pytestmark = pytest.mark.stack
+
+SETTLE_TIMEOUT = 120.0
+
+
+def new_request_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def training_request(
+    request_id: str, *, steps: int = 200, fail_at_step: int | None = None, **envelope: Any
+) -> bytes:
+    """An envelope whose job runs the demo trainer (resuming from AIP_CHECKPOINT_DIR)."""
+    command = [
+        sys.executable,
+        "-m",
+        "devstack.trainer",
+        "--steps",
+        str(steps),
+        "--checkpoint-every",
+        "20",
+        "--step-seconds",
+        "0.01",
+    ]
+    if fail_at_step is not None:
+        command += ["--fail-at-step", str(fail_at_step)]
+    custom_job = {
+        "displayName": request_id,
+        "jobSpec": {
+            "workerPoolSpecs": [
+                {
+                    "machineSpec": {"machineType": "a2-highgpu-1g"},
+                    "replicaCount": "1",
+                    "containerSpec": {
+                        "imageUri": "us-docker.pkg.dev/spotjobs/trainer:latest",
+                        "command": command,
+                    },
+                }
+            ]
+        },
+    }
+    return json.dumps({"request_id": request_id, "custom_job": custom_job, **envelope}).encode()
+
+
+def submit(
+    stack, request_id: str, *, preemptions: int = 0, after_seconds: float = 1.0, **request: Any
+) -> None:
+    """Schedule attempt 1's preemptions, then publish the request."""
+    if preemptions:
+        stack.vertex_control(
+            "POST",
+            "/emulator/v1/preemption-plans",
+            {
+                "labels": {LABEL_REQUEST_ID: request_id, LABEL_ATTEMPT: "1"},
+                "preemptions": preemptions,
+                "after_seconds": after_seconds,
+            },
+        )
+    stack.publish("job_requests", training_request(request_id, **request))
+
+
+def wait_for_status(
+    stack, request_id: str, *statuses: str, timeout: float = SETTLE_TIMEOUT
+) -> RequestRecord:
+    ledger = stack.ledger()
+
+    def reached() -> RequestRecord | None:
+        record = ledger.get(request_id)
+        return record if record is not None and record.status in statuses else None
+
+    return stack.wait_for(reached, timeout, f"{request_id} to reach {statuses}")
+
+
+def decision_lines(stack, request_id: str, event: str) -> list[dict[str, Any]]:
+    return [
+        line
+        for line in stack.function_logs("on_job_event")
+        if line.get("event") == event and line.get("request_id") == request_id
+    ]
+
+
+def jobs_of(stack, request_id: str, location: str, attempt: int | None = None) -> list[Any]:
+    labels = {LABEL_REQUEST_ID: request_id}
+    if attempt is not None:
+        labels[LABEL_ATTEMPT] = str(attempt)
+    parent = parent_path(stack.settings.project, location)
+    return list(
+        stack.job_service().list_custom_jobs(
+            request={"parent": parent, "filter": label_filter(labels)}
+        )
+    )
+
+
+def alerts_for(stack, request_id: str, kind: str, *, timeout: float = 30.0) -> list[dict[str, Any]]:
+    """Every alert of `kind` for the request: waits for the first, then drains a little longer so a
+    duplicate would be seen too."""
+    found: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not found:
+        found += [
+            a
+            for a in stack.pull_alerts(timeout=1.0)
+            if a["request_id"] == request_id and a["kind"] == kind
+        ]
+    found += [
+        a
+        for a in stack.pull_alerts(timeout=3.0)
+        if a["request_id"] == request_id and a["kind"] == kind
+    ]
+    return found
+
+
+def test_three_preemptions_succeed_within_one_attempt(stack) -> None:
+    request_id = new_request_id("pre3")
+    # 500 steps of 10 ms cannot finish within three 1 s runs, so all three preemptions happen.
+    submit(stack, request_id, preemptions=3, after_seconds=1.0, steps=500)
+
+    record = wait_for_status(stack, request_id, Status.SUCCEEDED)
+    preemptions = stack.wait_for(
+        lambda: (
+            len(lines) == 3 and lines
+            if (lines := decision_lines(stack, request_id, "preemption"))
+            else None
+        ),
+        30,
+        "three preemption lines",
+    )
+
+    [attempt] = record.attempts
+    assert attempt.outcome == "succeeded" and record.requeue is None
+    assert stack.vertex_control("GET", f"/emulator/v1/{attempt.job}")["preemptions"] == 3
+    assert stack.ledger().get(request_id).attempts[0].preemptions == 3
+    assert [line["preemptions"] for line in preemptions] == [1, 2, 3]
+    assert all(
+        line["severity"] == "WARNING"
+        and line["job"] == attempt.job
+        and line["attempt"] == 1
+        and line["location"] == attempt.location
+        for line in preemptions
+    )
+    assert decision_lines(stack, request_id, "requeue") == []
+    assert len(jobs_of(stack, request_id, attempt.location)) == 1
+    assert record.prune_requested_at and record.finished_at
+
+
+def test_seven_preemptions_requeue_one_attempt_that_resumes_and_succeeds(stack) -> None:
+    request_id = new_request_id("pre7")
+    submit(stack, request_id, preemptions=7, after_seconds=0.3, steps=300)
+
+    record = wait_for_status(stack, request_id, Status.SUCCEEDED)
+
+    first, second = record.attempts
+    assert (
+        first.outcome == "requeued"
+        and first.error["code"] == 8
+        and "STOCKOUT" in first.error["message"]
+    )
+    assert second.outcome == "succeeded" and second.n == 2
+    jobs = jobs_of(stack, request_id, first.location)
+    assert len(jobs) == 2 and len(jobs_of(stack, request_id, first.location, attempt=2)) == 1
+    output_dirs = {job.job_spec.base_output_directory.output_uri_prefix for job in jobs}
+    assert output_dirs == {stack.settings.output_dir_for(request_id)}
+    assert len(decision_lines(stack, request_id, "requeue")) == 1
+    stack.wait_for(
+        lambda: stack.ledger().get(request_id).attempts[0].preemptions == 7,
+        30,
+        "seven preemptions counted",
+    )
+
+
+def test_last_attempt_preempted_away_gives_up_with_one_alert(stack) -> None:
+    request_id = new_request_id("giveup")
+    submit(stack, request_id, preemptions=7, after_seconds=0.3, steps=300, max_attempts=1)
+
+    record = wait_for_status(stack, request_id, Status.GAVE_UP)
+
+    [attempt] = record.attempts
+    assert attempt.outcome == "gave_up" and record.requeue is None
+    [alert] = alerts_for(stack, request_id, "attempts_exhausted")
+    assert (alert["severity"], alert["attempt"], alert["job"]) == ("ERROR", 1, attempt.job)
+    assert len(decision_lines(stack, request_id, "attempts_exhausted")) == 1
+    assert jobs_of(stack, request_id, attempt.location, attempt=2) == []
+
+
+def test_fallback_and_failover_shape_the_second_attempt(stack) -> None:
+    request_id = new_request_id("fallback")
+    submit(
+        stack,
+        request_id,
+        preemptions=7,
+        after_seconds=0.3,
+        steps=300,
+        locations=["us-central1", "europe-west4"],
+        fallback={"after_spot_attempts": 1, "strategy": "STANDARD"},
+    )
+
+    record = wait_for_status(stack, request_id, Status.SUCCEEDED)
+
+    first, second = record.attempts
+    assert (first.location, first.strategy) == ("us-central1", "SPOT")
+    assert (second.location, second.strategy) == ("europe-west4", "STANDARD")
+    [job] = jobs_of(stack, request_id, "europe-west4", attempt=2)
+    assert job.job_spec.scheduling.strategy.name == "STANDARD"
+    assert job.job_spec.base_output_directory.output_uri_prefix == stack.settings.output_dir_for(
+        request_id
+    )
+    [requeue] = decision_lines(stack, request_id, "requeue")
+    assert requeue["failover"] is True and requeue["fallback"] is True
+
+
+def test_worker_exit_status_1_fails_with_one_alert_and_no_requeue(stack) -> None:
+    request_id = new_request_id("userbug")
+    submit(stack, request_id, fail_at_step=5)
+
+    record = wait_for_status(stack, request_id, Status.FAILED)
+
+    [attempt] = record.attempts
+    assert attempt.outcome == "failed" and record.requeue is None
+    assert "non-zero status of 1" in attempt.error["message"]
+    [alert] = alerts_for(stack, request_id, "job_failed")
+    assert alert["severity"] == "ERROR" and alert["details"]["error"] == attempt.error
+    assert jobs_of(stack, request_id, attempt.location, attempt=2) == []
+    assert len(decision_lines(stack, request_id, "job_failed")) == 1
+
+
+def log_entry(job_name: str, text: str, insert_id: str, severity: str = "INFO") -> bytes:
+    """A service line for `job_name`, as the sink would publish it."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return json.dumps(
+        {
+            "insertId": insert_id,
+            "resource": {
+                "type": "ml_job",
+                "labels": {"job_id": job_name.rsplit("/", 1)[-1], "task_name": "service"},
+            },
+            "severity": severity,
+            "timestamp": now,
+            "jsonPayload": {"message": text},
+        }
+    ).encode()
+
+
+def set_log_sink(stack, enabled: bool) -> None:
+    stack.vertex_control("POST", "/emulator/v1/log-sink", {"enabled": enabled})
+
+
+def test_ten_copies_of_the_terminal_event_and_earlier_events_reversed_requeue_once(stack) -> None:
+    request_id = new_request_id("dupes")
+    set_log_sink(stack, False)
+    try:
+        submit(stack, request_id, preemptions=7, after_seconds=0.3, steps=300)
+        record = stack.wait_for(
+            lambda: (
+                (r := stack.ledger().get(request_id)) and r.attempts and r.attempts[0].job and r
+            ),
+            60,
+            "attempt 1 created",
+        )
+        job_name = record.attempts[0].job
+        service = stack.job_service()
+        stack.wait_for(
+            lambda: service.get_custom_job(name=job_name).state.name == "JOB_STATE_FAILED",
+            60,
+            "attempt 1 to fail with STOCKOUT",
+        )
+    finally:
+        set_log_sink(stack, True)
+
+    terminal = log_entry(job_name, "Job failed.", f"{request_id}-final", "ERROR")
+    earlier = [
+        log_entry(
+            job_name,
+            f"The Spot VM of replica workerpool0-0 was preempted. Restarting the job "
+            f"(restart {k} of 6).",
+            f"{request_id}-p{k}",
+            "WARNING",
+        )
+        for k in range(6, 0, -1)
+    ]
+    earlier.append(log_entry(job_name, "Job is running.", f"{request_id}-running"))
+    copies = [
+        threading.Thread(target=stack.publish, args=("job_events", terminal)) for _ in range(10)
+    ]
+    for thread in copies:
+        thread.start()
+    for thread in copies:
+        thread.join()
+    for data in earlier:
+        stack.publish("job_events", data)
+
+    record = wait_for_status(stack, request_id, Status.SUCCEEDED)
+
+    assert [a.n for a in record.attempts] == [1, 2]
+    assert len(jobs_of(stack, request_id, record.attempts[0].location, attempt=2)) == 1
+    assert len(jobs_of(stack, request_id, record.attempts[0].location, attempt=3)) == 0
+    assert len(decision_lines(stack, request_id, "requeue")) == 1
+    assert len(decision_lines(stack, request_id, "requeue_published")) == 1
+
+
+def test_garbage_foreign_and_irrelevant_events_are_acknowledged_without_a_trace(stack) -> None:
+    ledger_before = {b.name for b in stack.storage().list_blobs(stack.settings.state_bucket)}
+    payloads = [
+        b"\x00\xffnot json",
+        b"[]",
+        json.dumps({"resource": {"type": "gce_instance", "labels": {"instance_id": "1"}}}).encode(),
+        log_entry(
+            "projects/p/locations/us-central1/customJobs/123456789",
+            "Job failed.",
+            "foreign-1",
+            "ERROR",
+        ),
+        json.dumps(
+            {
+                "resource": {
+                    "type": "ml_job",
+                    "labels": {"job_id": "42", "task_name": "workerpool0-0"},
+                },
+                "textPayload": "epoch 3 loss 0.2",
+            }
+        ).encode(),
+    ]
+    message_ids = {stack.publish("job_events", data) for data in payloads}
+
+    def handled() -> list[dict[str, Any]] | None:
+        lines = [
+            line
+            for line in stack.function_logs("on_job_event")
+            if line.get("message_id") in message_ids
+        ]
+        return lines if {line["message_id"] for line in lines} == message_ids else None
+
+    lines = stack.wait_for(handled, 30, "every garbage message to be handled")
+    assert sorted(line["event"] for line in lines) == sorted(
+        ["ignored_event", "ignored_event", "ignored_event", "foreign_job", "irrelevant_event"]
+    )
+    assert {line["severity"] for line in lines} <= {"DEBUG", "INFO"}
+    assert {
+        b.name for b in stack.storage().list_blobs(stack.settings.state_bucket)
+    } == ledger_before

@@ -1,0 +1,382 @@
+"""The pure decision (shared.decisions.decide): one observed job state in, one record and its
+effects out. Every test also checks that deciding again on the result changes nothing, which is
+what makes redeliveries harmless."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from shared.decisions import (
+    ERROR_SETTLE_SECONDS,
+    Decision,
+    DecisionPolicy,
+    JobSnapshot,
+    Observation,
+    classify_failure,
+    decide,
+    iso,
+)
+from shared.events import Signal, patterns_from
+from shared.ledger import Attempt, RequestRecord, Requeue, Status
+from shared.settings import Settings
+from shared.vertex import JobState
+
+NOW = datetime(2026, 11, 29, 18, 0, 0, tzinfo=timezone.utc)
+POLICY = DecisionPolicy.from_settings(Settings())
+JOB1 = "projects/p/locations/us-central1/customJobs/111"
+JOB2 = "projects/p/locations/europe-west4/customJobs/222"
+STOCKOUT = {"code": 8, "message": "Job failed with STOCKOUT: the Spot VM was preempted 7 times."}
+USER_ERROR = {"code": 3, "message": "The replica workerpool0-0 exited with a non-zero status of 1."}
+
+
+def at(seconds: float) -> str:
+    return iso(NOW - timedelta(seconds=600) + timedelta(seconds=seconds)) or ""
+
+
+def make_record(
+    *,
+    status: str = Status.SUBMITTED,
+    state: str | None = JobState.QUEUED,
+    request: dict[str, Any] | None = None,
+    attempts: list[Attempt] | None = None,
+) -> RequestRecord:
+    envelope = {
+        "schema_version": 1,
+        "request_id": "req-1",
+        "custom_job": {"displayName": "train"},
+        "location": "us-central1",
+        "locations": [],
+        "max_attempts": 3,
+        "fallback": None,
+        "checkpoints": None,
+        **(request or {}),
+    }
+    first = Attempt(
+        1, "us-central1", "SPOT", claimed_at=at(0), job=JOB1, state=state, created_at=at(1)
+    )
+    return RequestRecord(
+        "req-1", envelope, "gs://ckpt/requests/req-1/", status=status, attempts=attempts or [first]
+    )
+
+
+def job(
+    state: str, *, update: float = 100, name: str = JOB1, error: dict[str, Any] | None = None
+) -> JobSnapshot:
+    terminal = state in JobState.TERMINAL
+    return JobSnapshot(
+        name=name,
+        state=state,
+        error=error,
+        create_time=at(1),
+        start_time=at(10) if state != JobState.QUEUED else None,
+        end_time=at(update) if terminal else None,
+        update_time=at(update),
+    )
+
+
+def observe(
+    record: RequestRecord,
+    snapshot: JobSnapshot,
+    *,
+    attempt: int = 1,
+    line: str | None = None,
+    policy: DecisionPolicy = POLICY,
+    now: datetime = NOW,
+) -> Decision:
+    """decide() on a copy, as the ledger does; and prove a redelivery finds nothing to do."""
+    observation = Observation(attempt, snapshot, Signal.PREEMPTION if line else None, line)
+    decision = decide(copy.deepcopy(record), observation, policy, now)
+    again = decide(copy.deepcopy(decision.record), observation, policy, now)
+    assert again.record == decision.record, "deciding twice changed the record twice"
+    assert (
+        not again.effects.lines and not again.effects.alerts and not again.effects.requeue_decided
+    )
+    return decision
+
+
+def test_running_job_marks_request_running() -> None:
+    decision = observe(make_record(), job(JobState.RUNNING))
+    attempt = decision.record.attempts[0]
+    assert decision.record.status == Status.RUNNING
+    assert (attempt.state, attempt.started_at, attempt.state_changed_at) == (
+        JobState.RUNNING,
+        at(10),
+        at(100),
+    )
+    assert decision.effects.events == ()
+
+
+def test_preemption_line_counts_once_per_insert_id() -> None:
+    record = make_record(status=Status.RUNNING, state=JobState.RUNNING)
+    first = observe(record, job(JobState.RUNNING, update=50), line="insert-1")
+    assert first.record.attempts[0].preemptions == 1
+    [line] = first.effects.lines
+    assert line.severity == "WARNING"
+    assert line.fields == {
+        "event": "preemption",
+        "request_id": "req-1",
+        "attempt": 1,
+        "job": JOB1,
+        "location": "us-central1",
+        "preemptions": 1,
+        "source": "log",
+    }
+    second = observe(first.record, job(JobState.RUNNING, update=60), line="insert-2")
+    assert second.record.attempts[0].preemptions == 2
+    assert second.effects.events == ("preemption",)
+
+
+def test_line_then_state_of_the_same_preemption_counts_once() -> None:
+    record = make_record(status=Status.RUNNING, state=JobState.RUNNING)
+    seen = observe(record, job(JobState.PENDING, update=200), line="insert-1").record
+    assert seen.attempts[0].preemptions == 1
+    seen = observe(seen, job(JobState.RUNNING, update=210)).record
+    seen_again = observe(seen, job(JobState.PENDING, update=300))  # the second preemption, by state
+    assert seen_again.record.attempts[0].preemptions == 2
+    late_line = observe(seen_again.record, job(JobState.PENDING, update=300), line="insert-2")
+    assert late_line.record.attempts[0].preemptions == 2, (
+        "its line arrived late: the same preemption"
+    )
+    assert late_line.effects.lines == []
+
+
+def test_state_then_line_of_the_same_preemption_counts_once() -> None:
+    record = make_record(status=Status.RUNNING, state=JobState.RUNNING)
+    by_state = observe(record, job(JobState.PENDING, update=200))
+    assert by_state.effects.lines[0].fields["source"] == "state"
+    by_line = observe(by_state.record, job(JobState.RUNNING, update=220), line="insert-1")
+    assert by_line.record.attempts[0].preemptions == 1
+    assert by_line.effects.lines == []
+
+
+def test_reconcile_alone_counts_running_to_pending() -> None:
+    record = make_record(status=Status.RUNNING, state=JobState.RUNNING)
+    for update in (200, 300, 400):
+        record = observe(record, job(JobState.PENDING, update=update)).record
+        record = observe(record, job(JobState.RUNNING, update=update + 10)).record
+    assert record.attempts[0].preemptions == 3
+
+
+def test_container_preemption_lines_are_not_counted() -> None:
+    # The event path passes no evidence for container lines; a hint alone counts nothing.
+    record = make_record(status=Status.RUNNING, state=JobState.RUNNING)
+    observation = Observation(1, job(JobState.RUNNING, update=50), Signal.PREEMPTION, None)
+    assert (
+        decide(copy.deepcopy(record), observation, POLICY, NOW).record.attempts[0].preemptions == 0
+    )
+
+
+def test_preemption_storm_alerts_once_per_attempt() -> None:
+    record = make_record(status=Status.RUNNING, state=JobState.RUNNING)
+    alerts = []
+    for k in range(1, 8):
+        decision = observe(record, job(JobState.RUNNING, update=k), line=f"insert-{k}")
+        alerts += decision.effects.alerts
+        record = decision.record
+    [alert] = alerts
+    assert (alert.kind, alert.severity, alert.attempt) == ("preemption_storm", "WARNING", 1)
+    assert alert.details["preemptions"] == POLICY.storm_threshold + 1
+    assert record.attempts[0].preemptions == 7
+
+
+def test_an_older_read_does_not_overwrite_a_newer_one() -> None:
+    record = observe(make_record(), job(JobState.RUNNING, update=300)).record
+    stale = observe(record, job(JobState.PENDING, update=200))
+    assert stale.record == record, "a PENDING read older than the RUNNING one is not a preemption"
+
+
+def test_stockout_requeues_the_next_attempt_once() -> None:
+    record = make_record(status=Status.RUNNING, state=JobState.RUNNING)
+    decision = observe(record, job(JobState.FAILED, update=400, error=STOCKOUT))
+    stored = decision.record
+    assert stored.status == Status.REQUEUED
+    assert stored.attempts[0].outcome == "requeued"
+    assert stored.attempts[0].error == STOCKOUT and stored.attempts[0].ended_at == at(400)
+    assert stored.requeue == Requeue(
+        2, "us-central1", "SPOT", "stockout", decided_at=iso(NOW) or ""
+    )
+    assert decision.effects.requeue_decided
+    [line] = decision.effects.lines
+    assert line.fields["event"] == "requeue" and line.fields["next_attempt"] == 2
+    assert decision.effects.alerts == []
+
+
+def test_fallback_strategy_after_k_spot_attempts() -> None:
+    record = make_record(request={"fallback": {"after_spot_attempts": 1, "strategy": "STANDARD"}})
+    requeue = observe(record, job(JobState.FAILED, update=400, error=STOCKOUT)).record.requeue
+    assert requeue is not None and requeue.strategy == "STANDARD"
+
+
+def test_failover_to_the_next_location_after_a_stockout() -> None:
+    record = make_record(request={"locations": ["us-central1", "europe-west4"]})
+    decision = observe(record, job(JobState.FAILED, update=400, error=STOCKOUT))
+    assert (
+        decision.record.requeue is not None and decision.record.requeue.location == "europe-west4"
+    )
+    assert decision.effects.lines[0].fields["failover"] is True
+
+
+def test_preemption_without_stockout_stays_in_place() -> None:
+    record = make_record(request={"locations": ["us-central1", "europe-west4"]})
+    error = {"code": 13, "message": "The Spot VM was preempted and could not be restarted."}
+    requeue = observe(record, job(JobState.FAILED, update=400, error=error)).record.requeue
+    assert requeue is not None and (requeue.location, requeue.reason) == (
+        "us-central1",
+        "preemption",
+    )
+
+
+def test_requeue_delay_sets_not_before() -> None:
+    policy = replace(POLICY, requeue_delay_seconds=90)
+    requeue = observe(
+        make_record(), job(JobState.FAILED, update=400, error=STOCKOUT), policy=policy
+    ).record.requeue
+    assert requeue is not None and requeue.not_before == iso(NOW + timedelta(seconds=90))
+
+
+def test_last_attempt_gives_up_with_one_alert() -> None:
+    record = make_record(request={"max_attempts": 1})
+    decision = observe(record, job(JobState.FAILED, update=400, error=STOCKOUT))
+    assert decision.record.status == Status.GAVE_UP and decision.record.requeue is None
+    assert decision.record.finished_at == iso(NOW)
+    assert decision.record.attempts[0].outcome == "gave_up"
+    [alert] = decision.effects.alerts
+    assert (alert.kind, alert.severity, alert.request_id) == (
+        "attempts_exhausted",
+        "ERROR",
+        "req-1",
+    )
+    assert decision.effects.events == ("attempts_exhausted",)
+    assert decision.effects.lines[0].severity == "ERROR"
+
+
+def test_max_attempts_defaults_from_settings() -> None:
+    record = make_record(request={"max_attempts": None})
+    policy = replace(POLICY, default_max_attempts=1)
+    assert (
+        observe(record, job(JobState.FAILED, error=STOCKOUT), policy=policy).record.status
+        == Status.GAVE_UP
+    )
+
+
+def test_other_failure_is_reported_not_requeued() -> None:
+    decision = observe(make_record(), job(JobState.FAILED, update=400, error=USER_ERROR))
+    assert decision.record.status == Status.FAILED and decision.record.requeue is None
+    assert decision.record.attempts[0].outcome == "failed"
+    [alert] = decision.effects.alerts
+    assert (alert.kind, alert.severity, alert.details["error"]) == (
+        "job_failed",
+        "ERROR",
+        USER_ERROR,
+    )
+    assert decision.effects.events == ("job_failed",)
+
+
+def test_expired_job_is_a_failure() -> None:
+    decision = observe(make_record(), job(JobState.EXPIRED, update=400))
+    assert decision.record.status == Status.FAILED
+
+
+def test_failed_without_error_waits_for_it() -> None:
+    fresh_failure = job(JobState.FAILED, update=590)
+    decision = observe(make_record(), fresh_failure)
+    assert decision.waiting and decision.record.status == Status.SUBMITTED
+    assert decision.record.attempts[0].outcome is None
+    later = NOW + timedelta(seconds=ERROR_SETTLE_SECONDS)
+    settled = observe(make_record(), fresh_failure, now=later)
+    assert settled.waiting is None and settled.record.status == Status.FAILED
+
+
+def test_success_records_times_and_requests_prune_once() -> None:
+    decision = observe(make_record(state=JobState.RUNNING), job(JobState.SUCCEEDED, update=500))
+    stored = decision.record
+    assert stored.status == Status.SUCCEEDED and stored.finished_at == iso(NOW)
+    assert stored.attempts[0].outcome == "succeeded" and stored.attempts[0].ended_at == at(500)
+    assert stored.prune_requested_at == iso(NOW) and decision.effects.prune_requested
+    assert decision.effects.events == ("job_succeeded",)
+
+
+def test_cancelled_is_final_and_not_requeued() -> None:
+    error = {"code": 1, "message": "CANCELED"}
+    decision = observe(make_record(), job(JobState.CANCELLED, update=500, error=error))
+    assert decision.record.status == Status.CANCELLED and decision.record.requeue is None
+    assert decision.effects.alerts == []
+
+
+def test_older_attempt_never_changes_the_request_status() -> None:
+    first = Attempt(1, "us-central1", "SPOT", claimed_at=at(0), job=JOB1, state=JobState.RUNNING)
+    second = Attempt(
+        2, "europe-west4", "SPOT", claimed_at=at(300), job=JOB2, state=JobState.RUNNING
+    )
+    record = make_record(status=Status.RUNNING, attempts=[first, second])
+    decision = observe(record, job(JobState.FAILED, update=400, error=STOCKOUT), attempt=1)
+    assert decision.record.status == Status.RUNNING and decision.record.requeue is None
+    assert decision.record.attempts[0].outcome == "requeued"
+    assert decision.record.attempts[1] == second
+    assert not decision.effects.requeue_decided and decision.effects.alerts == []
+
+
+def test_finished_request_is_not_requeued_by_a_late_failure() -> None:
+    record = make_record(status=Status.CANCELLED, state=JobState.CANCELLING)
+    decision = observe(record, job(JobState.FAILED, update=400, error=STOCKOUT))
+    assert decision.record.status == Status.CANCELLED and decision.record.requeue is None
+
+
+def test_stuck_waiting_job_alerts_once_per_attempt_and_state() -> None:
+    policy = replace(POLICY, stuck_after_seconds=3600)
+    record = make_record(state=JobState.PENDING)
+    record.attempts[0].state_changed_at = iso(NOW - timedelta(hours=2))
+    decision = observe(record, job(JobState.PENDING, update=-6600), policy=policy)
+    [alert] = decision.effects.alerts
+    assert (alert.kind, alert.details["state"]) == ("job_stuck", JobState.PENDING)
+    running_for_days = make_record(status=Status.RUNNING, state=JobState.RUNNING)
+    running_for_days.attempts[0].state_changed_at = iso(NOW - timedelta(days=3))
+    assert (
+        observe(
+            running_for_days, job(JobState.RUNNING, update=-(10**5)), policy=policy
+        ).effects.alerts
+        == []
+    )
+
+
+def test_attempt_without_its_job_recorded_waits() -> None:
+    record = make_record()
+    record.attempts[0].job = None
+    decision = observe(record, job(JobState.RUNNING))
+    assert decision.waiting and decision.record == record
+
+
+def test_a_stray_job_for_the_attempt_changes_nothing() -> None:
+    record = make_record()
+    decision = observe(record, job(JobState.FAILED, name=JOB2, error=STOCKOUT))
+    assert decision.waiting is None and decision.record == record
+
+
+@pytest.mark.parametrize(
+    ("state", "error", "capacity", "stockout"),
+    [
+        (JobState.FAILED, STOCKOUT, True, True),
+        (JobState.FAILED, {"code": 8, "message": "quota"}, True, True),  # RESOURCE_EXHAUSTED
+        (
+            JobState.FAILED,
+            {"code": 3, "message": "Resources are insufficient in region: r."},
+            True,
+            True,
+        ),
+        (JobState.FAILED, {"code": 13, "message": "the VM was preempted"}, True, False),
+        (JobState.FAILED, USER_ERROR, False, False),
+        (JobState.FAILED, {"code": 13, "message": "Internal error occurred."}, False, False),
+        (JobState.FAILED, None, False, False),
+        (JobState.EXPIRED, STOCKOUT, False, False),
+    ],
+)
+def test_classify_failure(
+    state: str, error: dict[str, Any] | None, capacity: bool, stockout: bool
+) -> None:
+    cause = classify_failure(JobSnapshot(JOB1, state, error), patterns_from(Settings()))
+    assert (cause.capacity, cause.stockout) == (capacity, stockout)
