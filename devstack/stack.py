@@ -98,6 +98,16 @@ def fake_gcs_binary() -> Path:
     return binary
 
 
+def _exit_with_parent() -> None:
+    """In the child, before exec: get SIGTERM if the launcher dies, even by SIGKILL (Linux only),
+    so a killed `spotjobs local up` does not leave emulators running."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_set_pdeathsig = 1
+    libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
 def start_fake_gcs(log_dir: Path, env: Mapping[str, str] | None = None) -> tuple[ManagedProcess, str]:
     """fake-gcs-server in memory on a free port; returns the process and its base URL."""
     port = free_port()
@@ -145,6 +155,7 @@ class ManagedProcess:
             stdout=subprocess.PIPE if self.stdout_pipe else log,
             stderr=log,
             start_new_session=True,
+            preexec_fn=_exit_with_parent,
         )
         log.close()
 

@@ -91,6 +91,7 @@ class Requeue:
     decided_at: str
     not_before: str | None = None
     message_id: str | None = None  # set once the publish is confirmed
+    published_at: str | None = None
 
 
 @dataclass
@@ -101,7 +102,9 @@ class RequestRecord:
     status: str = Status.CLAIMED
     attempts: list[Attempt] = field(default_factory=list)
     requeue: Requeue | None = None
-    alerts_sent: list[str] = field(default_factory=list)  # "kind:attempt" keys, so alerts are once
+    # Exactly-once markers, written in the same compare-and-swap as the decision they guard:
+    # "kind:attempt" for alerts sent, and the preemption evidence already counted.
+    markers: list[str] = field(default_factory=list)
     created_at: str = field(default_factory=now_iso)
     updated_at: str = field(default_factory=now_iso)
     finished_at: str | None = None

@@ -74,9 +74,14 @@ class Settings:
     )
     preemption_storm_threshold: int = _env("SPOTJOBS_PREEMPTION_STORM_THRESHOLD", 4, kind="int")
     requeue_delay_seconds: float = _env("SPOTJOBS_REQUEUE_DELAY_SECONDS", 0.0, kind="float")
+    # A published re-queue still unclaimed after this was lost (dead-lettered): reconcile resends it.
+    unclaimed_requeue_seconds: float = _env(
+        "SPOTJOBS_UNCLAIMED_REQUEUE_SECONDS", 900.0, kind="float"
+    )
     stuck_after_seconds: float = _env("SPOTJOBS_STUCK_AFTER_SECONDS", 6 * 3600.0, kind="float")
     log_level: str = _env("SPOTJOBS_LOG_LEVEL", "INFO")
     reconcile_page_size: int = _env("SPOTJOBS_RECONCILE_PAGE_SIZE", 200, kind="int")
+    reconcile_requests_per_run: int = _env("SPOTJOBS_RECONCILE_REQUESTS_PER_RUN", 2000, kind="int")
 
     # Checkpoint pruning (DESIGN.md section 6).
     keep_last: int = _env("SPOTJOBS_KEEP_LAST", 2, kind="int")

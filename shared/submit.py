@@ -183,8 +183,8 @@ def fail_attempt(
     current.status = Status.FAILED
     current.finished_at = _iso(now)
     key = submit_failed_alert_key(n)
-    if key not in current.alerts_sent:
-        current.alerts_sent.append(key)
+    if key not in current.markers:
+        current.markers.append(key)
     return current
 
 

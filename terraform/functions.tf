@@ -73,6 +73,7 @@ locals {
     stockout_patterns            = "SPOTJOBS_STOCKOUT_PATTERNS"
     preemption_storm_threshold   = "SPOTJOBS_PREEMPTION_STORM_THRESHOLD"
     requeue_delay_seconds        = "SPOTJOBS_REQUEUE_DELAY_SECONDS"
+    unclaimed_requeue_seconds    = "SPOTJOBS_UNCLAIMED_REQUEUE_SECONDS"
     stuck_after_seconds          = "SPOTJOBS_STUCK_AFTER_SECONDS"
     log_level                    = "SPOTJOBS_LOG_LEVEL"
     reconcile_page_size          = "SPOTJOBS_RECONCILE_PAGE_SIZE"

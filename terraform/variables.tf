@@ -144,6 +144,7 @@ variable "settings" {
     stockout_patterns            = optional(list(string))       # SPOTJOBS_STOCKOUT_PATTERNS
     preemption_storm_threshold   = optional(number)             # SPOTJOBS_PREEMPTION_STORM_THRESHOLD
     requeue_delay_seconds        = optional(number)             # SPOTJOBS_REQUEUE_DELAY_SECONDS
+    unclaimed_requeue_seconds    = optional(number)             # SPOTJOBS_UNCLAIMED_REQUEUE_SECONDS
     stuck_after_seconds          = optional(number)             # SPOTJOBS_STUCK_AFTER_SECONDS
     log_level                    = optional(string)             # SPOTJOBS_LOG_LEVEL
     reconcile_page_size          = optional(number)             # SPOTJOBS_RECONCILE_PAGE_SIZE

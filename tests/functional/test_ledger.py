@@ -67,7 +67,7 @@ def test_concurrent_increments_are_all_kept(gcs_bucket) -> None:
 
     def bump(current: RequestRecord | None) -> RequestRecord:
         assert current is not None
-        current.alerts_sent.append("x")
+        current.markers.append("x")
         return current
 
     threads = [threading.Thread(target=ledger.update, args=("r1", bump)) for _ in range(8)]
@@ -76,7 +76,7 @@ def test_concurrent_increments_are_all_kept(gcs_bucket) -> None:
     for thread in threads:
         thread.join()
 
-    assert len(ledger.get("r1").alerts_sent) == 8
+    assert len(ledger.get("r1").markers) == 8
 
 
 def test_job_index_is_written_once_and_found_by_job_id(gcs_bucket) -> None:

@@ -297,7 +297,7 @@ def test_a_permanent_refusal_fails_the_request_and_marks_its_alert_once() -> Non
         "code": 400,
         "message": "bad",
     }
-    assert failed.alerts_sent == ["submit_failed:1"]
+    assert failed.markers == ["submit_failed:1"]
     assert fail_attempt(failed, n=1, error={"code": 400, "message": "bad"}, now=NOW) is None
 
 
