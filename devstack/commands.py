@@ -29,6 +29,14 @@ def register(subparsers: Any) -> None:
         metavar="FLAG",
         help="extra flag for the Vertex emulator, e.g. --vertex-arg=--preemption-rate=2",
     )
+    up.add_argument(
+        "--reconcile-every", type=float, default=30.0, metavar="SECONDS",
+        help="publish {\"task\": \"reconcile\"} to maintenance this often, as Cloud Scheduler does",
+    )
+    up.add_argument(
+        "--prune-every", type=float, default=300.0, metavar="SECONDS",
+        help="publish {\"task\": \"prune\"} to maintenance this often",
+    )
     up.set_defaults(run=run_local_up)
     try:
         from devstack import demo
@@ -51,7 +59,11 @@ def run_local_up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, request_stop)
     started = time.monotonic()
     stack = Stack(
-        StackOptions(project=args.project or DEFAULT_PROJECT, vertex_args=tuple(args.vertex_arg))
+        StackOptions(
+            project=args.project or DEFAULT_PROJECT,
+            vertex_args=tuple(args.vertex_arg),
+            schedule={"reconcile": args.reconcile_every, "prune": args.prune_every},
+        )
     )
     try:
         stack.start()

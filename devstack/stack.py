@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -52,6 +53,9 @@ class StackOptions:
     vertex_args: tuple[str, ...] = ()  # extra flags for the Vertex emulator
     # Put devstack.fault_proxy in front of fake-gcs-server, so tests can make GCS fail or slow.
     storage_fault_proxy: bool = False
+    # Cloud Scheduler's part: publish these maintenance tasks every so many seconds
+    # (e.g. {"reconcile": 30, "prune": 300}). Off by default, so tests control every message.
+    schedule: Mapping[str, float] = field(default_factory=dict)
     functions: tuple[str, ...] = tuple(TOPOLOGY.functions)
     workdir: Path | None = None  # logs and emulator data; a temporary directory by default
 
@@ -223,6 +227,8 @@ class Stack:
         self.function_urls: dict[str, str] = {}
         self.function_ports: dict[str, int] = {}
         # The functions, the tests' in-process clients and `local up`'s shell all use these.
+        self._scheduler_stop = threading.Event()
+        self._scheduler: threading.Thread | None = None
         self.settings = Settings.from_env(
             {
                 "GOOGLE_CLOUD_PROJECT": self.options.project,
@@ -250,12 +256,16 @@ class Stack:
             self._create_topics()
             self._start_functions()
             self._create_subscriptions()
+            self._start_scheduler()
         except BaseException:
             self.stop()
             raise
         return self
 
     def stop(self) -> None:
+        self._scheduler_stop.set()
+        if self._scheduler is not None:
+            self._scheduler.join(timeout=10)
         # Signal every part at once, then wait: stopping takes one grace period, not one per part.
         processes = list(reversed(self.processes.values()))
         for process in processes:
@@ -478,6 +488,22 @@ class Stack:
                         "ack_deadline_seconds": wiring["ack_deadline_seconds"],
                     }
                 )
+
+    def _start_scheduler(self) -> None:
+        if not self.options.schedule:
+            return
+        next_run = {task: time.monotonic() + every for task, every in self.options.schedule.items()}
+
+        def run() -> None:
+            while not self._scheduler_stop.wait(0.5):
+                for task, due in next_run.items():
+                    if time.monotonic() >= due:
+                        next_run[task] = due + self.options.schedule[task]
+                        with contextlib.suppress(Exception):  # a missed tick is the next one's job
+                            self.publish("maintenance", json.dumps({"task": task}).encode())
+
+        self._scheduler = threading.Thread(target=run, name="stack-scheduler", daemon=True)
+        self._scheduler.start()
 
     # Conveniences for tests, the demo and benchmarks.
 

@@ -51,6 +51,10 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def _read(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
 def _http_status(url: str) -> int:
     try:
         with urllib.request.urlopen(url, timeout=5) as response:
@@ -66,7 +70,7 @@ def _spotjobs_cli() -> list[str]:
 def test_local_up_prints_a_working_environment_and_leaves_nothing_behind() -> None:
     env = {k: v for k, v in os.environ.items() if not k.endswith("_EMULATOR_HOST")}
     process = subprocess.Popen(
-        [*_spotjobs_cli(), "local", "up", "--json"],
+        [*_spotjobs_cli(), "local", "up", "--json", "--reconcile-every", "1"],
         cwd=REPO_ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -88,6 +92,13 @@ def test_local_up_prints_a_working_environment_and_leaves_nothing_behind() -> No
             assert description["env"][variable], variable
         # Java emulator, fake-gcs-server, Vertex emulator and four functions (with their workers).
         assert len(children) >= 7, children
+
+        # Cloud Scheduler's stand-in has reconcile run on its own.
+        reconcile_log = Path(description["logs"]) / "reconcile.log"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and '"reconcile_summary"' not in _read(reconcile_log):
+            time.sleep(0.5)
+        assert '"reconcile_summary"' in _read(reconcile_log)
     finally:
         process.send_signal(signal.SIGTERM)
         exit_status = process.wait(timeout=120)
