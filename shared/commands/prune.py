@@ -1,0 +1,79 @@
+"""`spotjobs prune`: show or carry out the checkpoint pruning plan.
+
+    spotjobs prune [--request-id ID] [--dry-run] [--json]
+
+Without --request-id every request folder under the managed checkpoint prefix is scanned. The
+output is, per request, what is kept and what is (or with --dry-run, would be) deleted, each with
+its reason; --json prints it as a list of objects. Works against real GCS, or the emulator when
+STORAGE_EMULATOR_HOST is set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from shared.prune import PruneResult
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "prune",
+        help="delete stale checkpoints (or show the plan with --dry-run)",
+        description=__doc__.split("\n\n", 2)[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--request-id", help="prune only this request")
+    parser.add_argument("--dry-run", action="store_true", help="plan only; delete nothing")
+    parser.add_argument(
+        "--json", action="store_true", help="print a JSON list, one object per request"
+    )
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from shared import clients, prune
+    from shared.settings import get_settings
+
+    if args.request_id is not None and not prune.is_valid_request_id(args.request_id):
+        print(f"spotjobs prune: {args.request_id!r} is not a request id", file=sys.stderr)
+        return 2
+    result = prune.run(
+        clients.storage_client(), get_settings(), request_id=args.request_id, dry_run=args.dry_run
+    )
+    if args.json:
+        json.dump([r.to_json() for r in result.reports], sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print_text(result, sys.stdout)
+    return 1 if result.summary["errors"] else 0
+
+
+def print_text(result: PruneResult, out: TextIO) -> None:
+    verb = "would delete" if result.dry_run else "deleted"
+    for report in result.reports:
+        head = f"{report.request_id}  [{report.lifecycle or '?'}"
+        if report.status:
+            head += f", {report.status}"
+        out.write(f"{head}, keep_last={report.keep_last}]\n")
+        for entry in report.kept:
+            out.write(f"  keep      {entry['checkpoint']:<32} {entry['reason']}\n")
+        for entry in report.deleted:
+            out.write(f"  {verb:<9} {entry['checkpoint']:<32} {entry['reason']}{_size(entry)}\n")
+        for entry in report.skipped:
+            out.write(f"  skipped   {entry['checkpoint']:<32} {entry['reason']}\n")
+        for error in report.errors:
+            out.write(f"  error     {error}\n")
+    summary = result.summary
+    out.write(
+        f"{summary['requests_scanned']} requests, {summary['checkpoints_deleted']} checkpoints "
+        f"{verb}, {summary['objects_deleted']} objects and {summary['bytes_freed']} bytes freed, "
+        f"{summary['skipped']} skipped, {summary['errors']} errors\n"
+    )
+
+
+def _size(entry: dict[str, Any]) -> str:
+    return f" ({entry['objects']} objects, {entry['bytes']} bytes)" if entry.get("objects") else ""

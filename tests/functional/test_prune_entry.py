@@ -1,0 +1,116 @@
+"""The prune handler (maintenance messages, summary line, alert, cursor) and `spotjobs prune`,
+against fake-gcs-server."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from shared.alerts import Alert
+from shared.delivery import Message
+from shared.log import Logger
+from shared.prune import handle_maintenance
+from shared.settings import Settings
+from tests.functional.test_prune_support import folder, format_layout, surviving, upload
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def state_bucket(gcs_bucket):
+    return gcs_bucket.client.create_bucket(gcs_bucket.name + "-state")
+
+
+@pytest.fixture
+def prune_settings(gcs_bucket, state_bucket, fake_gcs, monkeypatch) -> Settings:
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs)  # what tells prune it runs on the emulator
+    return Settings(checkpoint_bucket=gcs_bucket.name, state_bucket=state_bucket.name, prune_workers=4)
+
+
+def handle(data: bytes, settings: Settings, client) -> tuple[list[dict], list[Alert]]:
+    stream = io.StringIO()
+    alerts: list[Alert] = []
+    handle_maintenance(Message(data, "m-1"), Logger(stream=stream, min_severity="DEBUG"), settings=settings,
+                       storage=lambda: client, publish_alert=alerts.append)
+    return [json.loads(line) for line in stream.getvalue().splitlines()], alerts
+
+
+def test_prune_one_request_logs_a_summary_and_reports(gcs_bucket, prune_settings) -> None:
+    for rid in ("req-1", "req-2"):
+        format_layout(rid, "demo", 5, with_incomplete=False).write(gcs_bucket)
+
+    lines, alerts = handle(b'{"task": "prune", "request_id": "req-1"}', prune_settings, gcs_bucket.client)
+
+    assert {n.split("/")[0] for n in surviving(gcs_bucket, "req-1")} == {"step-000400", "step-000500"}
+    assert len(surviving(gcs_bucket, "req-2")) == 5 * 3  # not asked for
+    [summary] = [line for line in lines if line.get("event") == "prune_summary"]
+    assert (summary["severity"], summary["requests_scanned"], summary["checkpoints_deleted"]) == ("INFO", 1, 3)
+    assert summary["objects_deleted"] == 9 and summary["bytes_freed"] == 9 * 16
+    [alert] = alerts
+    assert (alert.kind, alert.severity, alert.request_id) == ("prune_report", "INFO", "req-1")
+
+
+def test_nothing_to_delete_means_no_alert(gcs_bucket, prune_settings) -> None:
+    format_layout("req-1", "file", 2, with_incomplete=False).write(gcs_bucket)
+    lines, alerts = handle(b'{"task": "prune"}', prune_settings, gcs_bucket.client)
+    assert alerts == []
+    assert [line["objects_deleted"] for line in lines if line.get("event") == "prune_summary"] == [0]
+
+
+@pytest.mark.parametrize("data", [b'{"task": "reconcile"}', b"not json"])
+def test_other_maintenance_tasks_are_ignored_with_one_debug_line(gcs_bucket, prune_settings, data: bytes) -> None:
+    lines, alerts = handle(data, prune_settings, gcs_bucket.client)
+    assert [(line["severity"], line["event"]) for line in lines] == [("DEBUG", "ignored_task")]
+    assert alerts == []
+
+
+def test_bounded_runs_resume_from_the_cursor(gcs_bucket, prune_settings) -> None:
+    from dataclasses import replace
+
+    settings = replace(prune_settings, prune_requests_per_run=3)
+    upload(gcs_bucket, [f"{folder(f'r{i}')}ckpt-{s}.pt" for i in range(7) for s in (1, 2, 3)])
+    scanned = []
+    for _ in range(4):
+        lines, _ = handle(b'{"task": "prune"}', settings, gcs_bucket.client)
+        [summary] = [line for line in lines if line.get("event") == "prune_summary"]
+        scanned.append((summary["requests_scanned"], summary["next_cursor"]))
+    assert scanned == [(3, "r2"), (3, "r5"), (1, ""), (3, "r2")]
+    assert all(len(surviving(gcs_bucket, f"r{i}")) == 2 for i in range(7))
+
+
+def _cli(args: list[str], settings: Settings, fake_gcs: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **settings.as_env(), "STORAGE_EMULATOR_HOST": fake_gcs}
+    return subprocess.run([sys.executable, "-m", "shared.cli", "prune", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_cli_dry_run_shows_the_plan_then_a_run_carries_it_out(gcs_bucket, prune_settings, fake_gcs) -> None:
+    format_layout("req-1", "demo", 4, with_incomplete=True).write(gcs_bucket)
+    before = surviving(gcs_bucket, "req-1")
+
+    dry = _cli(["--dry-run", "--json"], prune_settings, fake_gcs)
+    assert dry.returncode == 0, dry.stderr
+    [plan] = json.loads(dry.stdout)
+    assert surviving(gcs_bucket, "req-1") == before
+    assert plan["request_id"] == "req-1" and plan["dry_run"] is True
+    assert {d["checkpoint"] for d in plan["deleted"]} == {"step-000100/", "step-000200/"}
+    assert {k["checkpoint"] for k in plan["kept"]} == {"step-000300/", "step-000400/", "step-000500/", "step-000050/"}
+    assert all(entry["reason"] for entry in plan["kept"] + plan["deleted"])
+
+    done = _cli(["--request-id", "req-1", "--json"], prune_settings, fake_gcs)
+    assert done.returncode == 0, done.stderr
+    [result] = json.loads(done.stdout)
+    assert result["bytes_freed"] == 6 * 16 and result["objects_deleted"] == 6
+    # The abandoned step-000050/ was written just now: within the grace period, it stays.
+    assert {n.split("/")[0] for n in surviving(gcs_bucket, "req-1")} == {
+        "step-000050", "step-000300", "step-000400", "step-000500"
+    }
+
+    text = _cli(["--dry-run"], prune_settings, fake_gcs)
+    assert "keep      step-000400/" in text.stdout and "1 requests" in text.stdout

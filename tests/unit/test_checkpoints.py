@@ -1,0 +1,171 @@
+"""Discovery and completeness over listings (shared.checkpoints)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from shared.checkpoints import (
+    FolderListing,
+    Kind,
+    ListedObject,
+    discover,
+    group_listing,
+    order_markers,
+    parse_tf_index,
+    step_of,
+    stem_of,
+    tensorflow_stem_complete,
+)
+from tests.unit.test_prune_support import (
+    NOW,
+    MemoryStore,
+    file_checkpoint,
+    folder,
+    prefix_checkpoint,
+    tf_checkpoint,
+    tf_index,
+)
+
+MARKERS = ("commit_success.txt", ".metadata", "checkpoint", "COMMITTED")
+
+
+@pytest.mark.parametrize(
+    ("name", "step"),
+    [
+        ("step-000400", 400),
+        ("400", 400),
+        ("ckpt-5", 5),
+        ("model.ckpt-1000", 1000),
+        ("epoch=3-step=1000", 1000),  # Lightning: the step, not the epoch
+        ("step_400_epoch_2", 400),
+        ("checkpoint-12", 12),
+        ("weights.000400", 400),
+        ("best", None),
+        ("checkpoint", None),
+    ],
+)
+def test_step_of(name: str, step: int | None) -> None:
+    assert step_of(name) == step
+
+
+@pytest.mark.parametrize(
+    ("file_name", "stem"),
+    [
+        ("ckpt-5.index", "ckpt-5"),
+        ("ckpt-5.data-00000-of-00001", "ckpt-5"),
+        ("model.ckpt-1000.meta", "model.ckpt-1000"),
+        ("ckpt-000400.pt", "ckpt-000400"),
+        ("model-400.tar.gz", "model-400"),
+        ("weights.000400.h5", "weights.000400"),
+        ("ckpt-400.v2.pt", "ckpt-400"),
+        ("400.orbax-checkpoint-tmp-1700000000", "400"),
+        ("checkpoint", "checkpoint"),
+    ],
+)
+def test_stem_of(file_name: str, stem: str) -> None:
+    assert stem_of(file_name) == stem
+
+
+def _obj(name: str, minutes: int = 0) -> ListedObject:
+    return ListedObject(name, 1, 10, NOW + timedelta(minutes=minutes))
+
+
+def test_group_listing_splits_prefixes_stems_and_bookkeeping() -> None:
+    prefix = "requests/r1/checkpoints/"
+    listing = FolderListing(
+        prefix,
+        files=(
+            _obj(prefix + "ckpt-5.index"),
+            _obj(prefix + "ckpt-5.data-00000-of-00001"),
+            _obj(prefix + "ckpt-000400.pt"),
+            _obj(prefix + "checkpoint"),
+            _obj(prefix + "README.md"),
+            _obj("requests/r1/model/saved.pb"),  # not in the folder: ignored
+        ),
+        subfolders=(prefix + "step-000100/", prefix + "best/", "requests/r2/checkpoints/x/"),
+    )
+    grouping = group_listing(listing)
+    assert grouping.prefixes == {"step-000100/": 100}
+    assert {stem: len(objs) for stem, objs in grouping.stems.items()} == {"ckpt-5": 2, "ckpt-000400": 1}
+    assert grouping.tf_index is not None and grouping.tf_index.name.endswith("/checkpoint")
+    assert sorted(u.name for u in grouping.unmanaged) == ["README.md", "best/", "checkpoint"]
+
+
+def test_parse_tf_index_reads_both_fields_and_strips_directories() -> None:
+    text = (
+        'model_checkpoint_path: "gs://b/requests/r1/checkpoints/ckpt-7"\n'
+        'all_model_checkpoint_paths: "ckpt-6"\n'
+        'all_model_checkpoint_paths: "gs://b/requests/r1/checkpoints/ckpt-7"\n'
+        "all_model_checkpoint_timestamps: 1700000000.5\n"
+    )
+    assert parse_tf_index(text) == {"ckpt-6", "ckpt-7"}
+
+
+@pytest.mark.parametrize(
+    ("names", "named", "complete"),
+    [
+        (["ckpt-5.index", "ckpt-5.data-00000-of-00002", "ckpt-5.data-00001-of-00002"], {"ckpt-5"}, True),
+        (["ckpt-5.index", "ckpt-5.data-00000-of-00002"], {"ckpt-5"}, False),  # a shard missing
+        (["ckpt-5.data-00000-of-00001"], {"ckpt-5"}, False),  # no .index
+        (["ckpt-5.index", "ckpt-5.data-00000-of-00001"], {"ckpt-4"}, False),  # not named
+        (["ckpt-5.index"], {"ckpt-5"}, False),  # no data at all
+    ],
+)
+def test_tensorflow_stem_completeness(names: list[str], named: set[str], complete: bool) -> None:
+    assert tensorflow_stem_complete("ckpt-5", names, frozenset(named)) is complete
+
+
+def test_order_markers_tries_the_last_hit_first() -> None:
+    assert order_markers(MARKERS, "COMMITTED")[0] == "COMMITTED"
+    assert order_markers(MARKERS, None) == list(MARKERS)
+
+
+def test_discover_judges_every_format() -> None:
+    store = MemoryStore()
+    prefix_checkpoint(store, "r1", "step-000100/", marker="COMMITTED")
+    prefix_checkpoint(store, "r1", "step-000200/", marker=None)
+    prefix_checkpoint(store, "r1", "300/", marker="commit_success.txt")
+    prefix_checkpoint(store, "r1", "checkpoint-400/", marker=".metadata")
+    file_checkpoint(store, "r1", "ckpt-000500.pt")
+    tf_checkpoint(store, "r1", "ckpt-600")
+    tf_checkpoint(store, "r1", "ckpt-700", index=False)
+    tf_index(store, "r1", ["ckpt-600"])
+    found = discover(store, folder("r1"), MARKERS)
+    judged = {(c.name, c.kind, c.step, c.complete) for c in found.checkpoints}
+    assert judged == {
+        ("step-000100/", Kind.PREFIX, 100, True),
+        ("step-000200/", Kind.PREFIX, 200, False),
+        ("300/", Kind.PREFIX, 300, True),
+        ("checkpoint-400/", Kind.PREFIX, 400, True),
+        ("ckpt-000500", Kind.FILES, 500, True),
+        ("ckpt-600", Kind.FILES, 600, True),
+        ("ckpt-700", Kind.FILES, 700, False),
+    }
+    assert [c.step for c in found.checkpoints] == [100, 200, 300, 400, 500, 600, 700]
+    assert [u.name for u in found.unmanaged] == ["checkpoint"]
+
+
+def test_discover_never_lists_shards() -> None:
+    store = MemoryStore()
+    for step in range(10):
+        prefix_checkpoint(store, "r1", f"step-{step:06d}/", shards=50)
+    calls: list[str] = []
+    store.before_list_all = calls.append
+    discover(store, folder("r1"), MARKERS)
+    assert calls == []
+    # One folder listing; the first checkpoint tries the markers in order until COMMITTED hits,
+    # then every other checkpoint tries COMMITTED first: one check each.
+    assert store.calls()["list"] == 1 + len(MARKERS) + 9
+    found = discover(store, folder("r1"), MARKERS, try_first="COMMITTED")
+    assert found.marker_hit == "COMMITTED"
+    assert store.calls()["list"] == (1 + len(MARKERS) + 9) + (1 + 10)  # another request's hint
+
+
+def test_equal_steps_order_by_update_time() -> None:
+    store = MemoryStore()
+    file_checkpoint(store, "r1", "ckpt-000100.pt", at=NOW)
+    prefix_checkpoint(store, "r1", "step-000100/", at=NOW - timedelta(hours=1))
+    found = discover(store, folder("r1"), MARKERS)
+    assert [c.name for c in found.checkpoints] == ["step-000100/", "ckpt-000100"]

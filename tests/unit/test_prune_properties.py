@@ -1,0 +1,127 @@
+"""Properties of pruning over generated layouts: the newest complete checkpoint of every request
+that is not past its retention survives, and nothing outside a request's checkpoints folder (nor
+anything without a step number in it) is ever deleted."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from shared.ledger import RequestRecord, Status
+from shared.prune import Lifecycle, prune
+from tests.unit.test_prune_support import LAYOUT, NOW, MemoryStore, folder, policy
+
+KINDS = ("prefix", "file", "tensorflow")
+MARKERS = ("commit_success.txt", ".metadata", "COMMITTED")
+
+
+@dataclass(frozen=True)
+class Spec:
+    kind: str
+    step: int
+    complete: bool
+    minutes_old: int
+    marker: str
+
+
+checkpoint_specs = st.builds(
+    Spec,
+    kind=st.sampled_from(KINDS),
+    step=st.integers(0, 40),
+    complete=st.booleans(),
+    minutes_old=st.integers(0, 60 * 24 * 10),
+    marker=st.sampled_from(MARKERS),
+)
+statuses = st.sampled_from([None, Status.RUNNING, Status.REQUEUED, Status.SUCCEEDED, Status.GAVE_UP, Status.FAILED])
+requests = st.lists(
+    st.tuples(statuses, st.integers(0, 60 * 24 * 14), st.none() | st.integers(-2, 30), st.lists(checkpoint_specs, max_size=12)),
+    min_size=1,
+    max_size=4,
+)
+
+# Objects that share a prefix string with managed names but are not in any checkpoints folder.
+OUTSIDE = (
+    "requests/{rid}/model/saved_model.pb",
+    "requests/{rid}/logs/events.out.tfevents.1",
+    "requests/{rid}/checkpoints-old/step-000001/COMMITTED",
+    "requests/{rid}/checkpoints",
+    "requestsX/{rid}/checkpoints/step-000001/shard",
+    "other/{rid}/checkpoints/ckpt-1.pt",
+    "requests/README-{rid}",
+)
+UNMANAGED = ("checkpoint", "best/weights.bin", "notes.txt")
+
+
+def write(store: MemoryStore, rid: str, index: int, spec: Spec) -> tuple[str, list[str]]:
+    """Write one checkpoint; returns its unit name and object names."""
+    at = NOW - timedelta(minutes=spec.minutes_old)
+    base = folder(rid)
+    if spec.kind == "prefix":
+        unit = f"step-{spec.step:06d}-{index}/"
+        names = [f"{base}{unit}shard-{i}" for i in range(2)]
+        if spec.complete:
+            names.append(f"{base}{unit}{spec.marker}")
+    elif spec.kind == "file":
+        unit = f"model{index}-step{spec.step}"
+        names = [f"{base}{unit}.pt"]
+    else:
+        unit = f"ckpt{index}_step-{spec.step}"
+        names = [f"{base}{unit}.data-00000-of-00001"] + ([f"{base}{unit}.index"] if spec.complete else [])
+    for name in names:
+        store.put(name, at=at)
+    return unit, names
+
+
+def effective_complete(spec: Spec) -> bool:
+    return spec.complete or spec.kind == "file"  # a file checkpoint is complete once it exists
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(layout=requests, keep_final=st.booleans())
+def test_newest_complete_survives_and_nothing_outside_is_touched(layout, keep_final: bool) -> None:
+    store = MemoryStore()
+    records: dict[str, RequestRecord] = {}
+    protected: set[str] = set()  # must survive
+    newest_complete: dict[str, list[list[str]]] = {}
+    for r, (status, finished_minutes, keep_last, specs) in enumerate(layout):
+        rid = f"req-{r}"
+        for pattern in OUTSIDE:
+            protected.add(store.put(pattern.format(rid=rid)).name)
+        for name in UNMANAGED:
+            protected.add(store.put(folder(rid) + name).name)
+        tf_stems = []
+        complete_units: list[tuple[tuple[int, datetime], list[str]]] = []
+        for i, spec in enumerate(specs):
+            unit, names = write(store, rid, i, spec)
+            if spec.kind == "tensorflow" and spec.complete:
+                tf_stems.append(unit)
+            if effective_complete(spec):
+                complete_units.append(((spec.step, NOW - timedelta(minutes=spec.minutes_old)), names))
+        store.texts[folder(rid) + "checkpoint"] = "".join(f'all_model_checkpoint_paths: "{s}"\n' for s in tf_stems)
+        if status is not None:
+            record = RequestRecord(rid, {"checkpoints": {"keep_last": keep_last}} if keep_last is not None else {}, "")
+            record.status = status
+            if status in Status.TERMINAL:
+                record.finished_at = (NOW - timedelta(minutes=finished_minutes)).isoformat()
+            records[rid] = record
+        lifecycle = policy().lifecycle_of(records.get(rid), NOW)
+        if complete_units and (lifecycle != Lifecycle.RETENTION_EXPIRED or keep_final):
+            best = max(key for key, _ in complete_units)
+            newest_complete[rid] = [names for key, names in complete_units if key == best]
+
+    before = store.names()
+    result = prune(store, store.list_request_ids(LAYOUT.root), read_record=records.get, layout=LAYOUT,
+                   policy=policy(keep_final_checkpoint=keep_final), workers=3, now=NOW)
+
+    assert result.summary["errors"] == 0
+    after = store.names()
+    assert protected <= after
+    for name in before - after:
+        rid = name.split("/")[1]
+        assert name.startswith(folder(rid)), name
+    for rid, candidates in newest_complete.items():
+        # With equal (step, time) any one of them is "the newest": at least one survives whole.
+        assert any(set(names) <= after for names in candidates), rid
