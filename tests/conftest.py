@@ -17,7 +17,8 @@ EVENTS_DIR = Path(__file__).parent / "events"
 TEST_FUNCTION_ENV = {
     "SPOTJOBS_CLAIM_LEASE_SECONDS": "5",
     "SPOTJOBS_LOG_LEVEL": "DEBUG",
-    "SPOTJOBS_ALLOWED_IMAGE_PREFIXES": "",
+    # Production-like: an image allowlist, which every test image lies inside.
+    "SPOTJOBS_ALLOWED_IMAGE_PREFIXES": "us-docker.pkg.dev/",
 }
 
 

@@ -199,6 +199,7 @@ INVALID_FIXTURES = [
     ("invalid_request_id.json", "request_id"),
     ("invalid_unknown_field.json", "jobSpec.workerPoolSpecs[0].machineSpec.machineTyp"),
     ("invalid_wrong_type.json", "jobSpec.workerPoolSpecs[0].machineSpec.acceleratorCount"),
+    ("invalid_image.json", "custom_job.jobSpec.workerPoolSpecs[0].containerSpec.imageUri"),
 ]
 INVALID_BYTES = [
     (b"this is not JSON", "body"),
