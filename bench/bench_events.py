@@ -32,11 +32,11 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any
 
-from bench.coldstart import import_seconds, peak_rss_after_one_event, push_event
+from bench.coldstart import cold_start_figures, peak_rss_after_one_event, push_event
 from bench.report import Figure, emit
+from devstack.samples import custom_job
 
 BENCH = "events"
-SDK = "google.cloud.aiplatform"
 COLD_START_CEILING = 0.55
 RSS_CEILING_MIB = 150
 ENTRIES_PER_JOB = 10
@@ -78,44 +78,11 @@ class CountingJobService:
         return getattr(self._client, name)
 
 
-def cold_start_figures(runs: int) -> list[Figure]:
-    sdk = import_seconds(SDK, runs)
-    entry = import_seconds("functions.events", runs)
-    ratio = entry / sdk
-    return [
-        Figure(f"import {SDK} (yardstick)", round(sdk, 3), "s"),
-        Figure("cold start (import functions.events)", round(entry, 3), "s"),
-        Figure(
-            "cold start / SDK import",
-            round(ratio, 3),
-            "",
-            f"<= {COLD_START_CEILING}",
-            ratio <= COLD_START_CEILING,
-        ),
-    ]
-
-
 def job_json(request_id: str, kind: str) -> dict[str, Any]:
     from shared.vertex import build_job_json
 
-    custom_job = {
-        "displayName": request_id,
-        "labels": {"bench-kind": kind},
-        "jobSpec": {
-            "workerPoolSpecs": [
-                {
-                    "machineSpec": {"machineType": "a2-highgpu-1g"},
-                    "replicaCount": "1",
-                    "containerSpec": {
-                        "imageUri": "us-docker.pkg.dev/bench/trainer:1",
-                        "command": KINDS[kind][1],
-                    },
-                }
-            ]
-        },
-    }
     return build_job_json(
-        custom_job,
+        custom_job(request_id, KINDS[kind][1], labels={"bench-kind": kind}),
         request_id=request_id,
         attempt=1,
         strategy="SPOT",
@@ -353,7 +320,7 @@ def main() -> None:
 
     from devstack.stack import Stack, StackOptions
 
-    figures = cold_start_figures(args.runs)
+    figures = cold_start_figures("functions.events", COLD_START_CEILING, args.runs)
     options = StackOptions(
         functions=(),
         vertex_args=(

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import json
 import random
 import statistics
 import sys
@@ -21,30 +20,12 @@ import time
 from pathlib import Path
 
 from bench.report import Figure, emit
+from devstack.samples import job_request
 
 
 def request_body(request_id: str) -> bytes:
-    return json.dumps(
-        {
-            "request_id": request_id,
-            "custom_job": {
-                "displayName": request_id,
-                "jobSpec": {
-                    "workerPoolSpecs": [
-                        {
-                            "machineSpec": {"machineType": "a2-highgpu-1g"},
-                            "replicaCount": "1",
-                            "containerSpec": {
-                                "imageUri": "us-docker.pkg.dev/bench/trainer:1",
-                                # Cheapest real process: the emulator still forks and waits.
-                                "command": ["/bin/sleep", "0.5"],
-                            },
-                        }
-                    ]
-                },
-            },
-        }
-    ).encode()
+    # The cheapest real process: the emulator still forks and waits for it.
+    return job_request(request_id, ["/bin/sleep", "0.5"])
 
 
 def group_peak_rss_mib(leader_pid: int) -> float:

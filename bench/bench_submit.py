@@ -24,11 +24,11 @@ import time
 import uuid
 from typing import Any
 
-from bench.coldstart import import_seconds, peak_rss_after_one_event, push_event
+from bench.coldstart import cold_start_figures, peak_rss_after_one_event, push_event
 from bench.report import Figure, emit
+from devstack.samples import custom_job
 
 BENCH = "submit"
-SDK = "google.cloud.aiplatform"
 COLD_START_CEILING = 0.55
 RSS_CEILING_MIB = 150
 EMULATOR_CAPACITY = 4  # running jobs at a time: 500 jobs must not become 500 processes
@@ -36,49 +36,8 @@ OVERHEAD_SAMPLES = 40
 
 
 def request_body(request_id: str, run_label: str) -> bytes:
-    return json.dumps(
-        {
-            "request_id": request_id,
-            "custom_job": {
-                "displayName": request_id,
-                "labels": {"bench-run": run_label},
-                "jobSpec": {
-                    "workerPoolSpecs": [
-                        {
-                            "machineSpec": {
-                                "machineType": "a2-highgpu-1g",
-                                "acceleratorType": "NVIDIA_TESLA_A100",
-                                "acceleratorCount": 1,
-                            },
-                            "replicaCount": "1",
-                            "containerSpec": {
-                                "imageUri": "us-docker.pkg.dev/bench/trainer:1",
-                                "command": ["true"],
-                            },
-                        }
-                    ],
-                    "scheduling": {"strategy": "SPOT"},
-                },
-            },
-        }
-    ).encode()
-
-
-def cold_start_figures(runs: int) -> list[Figure]:
-    sdk = import_seconds(SDK, runs)
-    entry = import_seconds("functions.submit", runs)
-    ratio = entry / sdk
-    return [
-        Figure(f"import {SDK} (yardstick)", round(sdk, 3), "s"),
-        Figure("cold start (import functions.submit)", round(entry, 3), "s"),
-        Figure(
-            "cold start / SDK import",
-            round(ratio, 3),
-            "",
-            f"<= {COLD_START_CEILING}",
-            ratio <= COLD_START_CEILING,
-        ),
-    ]
+    job = custom_job(request_id, ["true"], labels={"bench-run": run_label}, scheduling={"strategy": "SPOT"})
+    return json.dumps({"request_id": request_id, "custom_job": job}).encode()
 
 
 def rss_figure(stack: Any) -> Figure:
@@ -256,7 +215,7 @@ def main() -> None:
 
     from devstack.stack import Stack, StackOptions
 
-    figures = cold_start_figures(args.runs)
+    figures = cold_start_figures("functions.submit", COLD_START_CEILING, args.runs)
     options = StackOptions(
         functions=("submit_job",),
         function_env={"SPOTJOBS_LOG_LEVEL": "INFO", "SPOTJOBS_CLAIM_LEASE_SECONDS": "10"},

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from bench.report import Figure, emit
+from devstack.samples import job_request
 
 REPO = Path(__file__).resolve().parent.parent
 # Entry module, the cold-start ceiling as a share of the SDK import, and the RSS ceiling (MiB).
@@ -39,6 +40,18 @@ def import_seconds(module: str, runs: int) -> float:
         subprocess.run([sys.executable, "-c", f"import {module}"], check=True, cwd=REPO)
         samples.append(time.perf_counter() - started)
     return statistics.median(samples)
+
+
+def cold_start_figures(module: str, ceiling: float, runs: int) -> list[Figure]:
+    """The SDK yardstick, the entry module's import time, and their ratio against `ceiling`."""
+    sdk = import_seconds(SDK, runs)
+    entry = import_seconds(module, runs)
+    ratio = entry / sdk
+    return [
+        Figure(f"import {SDK} (yardstick)", round(sdk, 3), "s"),
+        Figure(f"cold start (import {module})", round(entry, 3), "s"),
+        Figure("cold start / SDK import", round(ratio, 3), "", f"<= {ceiling}", ratio <= ceiling),
+    ]
 
 
 def peak_rss_after_one_event(function: str, event: dict, env: dict[str, str]) -> float:
@@ -77,21 +90,8 @@ def sample_events(stack) -> dict[str, dict]:
     """One realistic event per function: a valid request, a state line of that request's job,
     a reconcile pass and a prune pass."""
     project = stack.options.project
-    request = {
-        "request_id": "bench-coldstart",
-        "custom_job": {
-            "displayName": "bench",
-            "jobSpec": {
-                "workerPoolSpecs": [{
-                    "machineSpec": {"machineType": "a2-highgpu-1g"},
-                    "replicaCount": "1",
-                    "containerSpec": {"imageUri": "us-docker.pkg.dev/bench/trainer:1",
-                                      "command": [sys.executable, "-c", "pass"]},
-                }]
-            },
-        },
-    }
-    events = {"submit_job": push_event(json.dumps(request).encode(), "job-requests", project)}
+    request = job_request("bench-coldstart", [sys.executable, "-c", "pass"])
+    events = {"submit_job": push_event(request, "job-requests", project)}
     return events | {
         "reconcile": push_event(b'{"task": "reconcile"}', "maintenance", project),
         "prune_checkpoints": push_event(b'{"task": "prune"}', "maintenance", project),

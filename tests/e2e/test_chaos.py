@@ -20,6 +20,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from devstack.samples import job_request
 from shared.ledger import Status
 from tests.conftest import isolated_stack
 
@@ -34,26 +35,7 @@ def chaos() -> Iterator["Stack"]:  # noqa: F821
 
 def _request(request_id: str, seconds: float = 0.2) -> bytes:
     """A valid envelope whose job exits 0 after `seconds`."""
-    return json.dumps(
-        {
-            "request_id": request_id,
-            "custom_job": {
-                "displayName": request_id,
-                "jobSpec": {
-                    "workerPoolSpecs": [
-                        {
-                            "machineSpec": {"machineType": "a2-highgpu-1g"},
-                            "replicaCount": "1",
-                            "containerSpec": {
-                                "imageUri": "us-docker.pkg.dev/chaos/trainer:1",
-                                "command": [sys.executable, "-c", f"import time; time.sleep({seconds})"],
-                            },
-                        }
-                    ]
-                },
-            },
-        }
-    ).encode()
+    return job_request(request_id, [sys.executable, "-c", f"import time; time.sleep({seconds})"])
 
 
 def _new_id(prefix: str) -> str:

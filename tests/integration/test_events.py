@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from devstack.samples import job_request
 from shared.ledger import RequestRecord, Status
 from shared.vertex import LABEL_ATTEMPT, LABEL_REQUEST_ID, label_filter, parent_path
 
@@ -41,22 +42,7 @@ def training_request(
     ]
     if fail_at_step is not None:
         command += ["--fail-at-step", str(fail_at_step)]
-    custom_job = {
-        "displayName": request_id,
-        "jobSpec": {
-            "workerPoolSpecs": [
-                {
-                    "machineSpec": {"machineType": "a2-highgpu-1g"},
-                    "replicaCount": "1",
-                    "containerSpec": {
-                        "imageUri": "us-docker.pkg.dev/spotjobs/trainer:latest",
-                        "command": command,
-                    },
-                }
-            ]
-        },
-    }
-    return json.dumps({"request_id": request_id, "custom_job": custom_job, **envelope}).encode()
+    return job_request(request_id, command, **envelope)
 
 
 def submit(
