@@ -78,6 +78,7 @@ def main() -> None:
         function_env={"SPOTJOBS_LOG_LEVEL": "WARNING", "SPOTJOBS_ALLOWED_IMAGE_PREFIXES": ""},
         minimum_backoff_seconds=1,
         maximum_backoff_seconds=10,
+        schedule={"reconcile": 30},  # production's scheduler: rescues anything dead-lettered
         vertex_args=(
             "--max-running", str(args.max_running),
             "--preemption-rate", str(args.preemption_rate),
@@ -130,6 +131,7 @@ def main() -> None:
         unique_attempts = sum(len(ledger.get(rid).attempts) for rid in request_ids if ledger.get(rid))
         latencies = sorted(first_create[rid] - published_at[rid] for rid in first_create)
         statuses = [status for _, status in ledger.iter_statuses()]
+        preemptions = stack.vertex_control("GET", "/emulator/v1/stats")["preemptions"]
         rss = {
             name: group_peak_rss_mib(stack.processes[f"function-{name}"].pid)
             for name in stack.function_urls
@@ -142,6 +144,7 @@ def main() -> None:
         Figure("requests submitted per second", round(len(first_create) / max(last_create - started, 1e-9), 1), "req/s"),
         Figure("publish-to-create latency p50", round(statistics.median(latencies), 2) if latencies else -1, "s"),
         Figure("publish-to-create latency p95", round(latencies[int(0.95 * (len(latencies) - 1))], 2) if latencies else -1, "s"),
+        Figure("Spot preemptions injected", preemptions),
         Figure("jobs created", len(jobs)),
         Figure("unique request attempts (ledger)", unique_attempts, "", "= jobs created", unique_attempts == len(jobs) == len(attempts_seen)),
         Figure("requests finished", sum(s in Status.TERMINAL for s in statuses), "", f"= {args.requests}", sum(s in Status.TERMINAL for s in statuses) == args.requests),
