@@ -15,9 +15,20 @@ that folder, found by listing it with delimiter "/", never by listing every shar
   `0..N-1` of its `-of-N` count exists. TensorFlow writes the index file last, so a stem it does
   not name is still being written or was abandoned.
 
-Checkpoints are ordered by the step number in their name (the number after "step" when the name
-has one, else its last number), then by update time. A child with no step number (TensorFlow's
-`checkpoint` index, a README, `best/`) belongs to no one step: it is never deleted.
+Checkpoints are ordered by the step number in their name, then by update time. A step number is
+recognised in these forms only (case-insensitive, the word not inside a longer word, the number
+not followed by a letter or digit, an optional `-`, `_`, `.` or `=` between them):
+
+- after `step` or `global_step` (`step-000400`, `global_step1000`, Lightning's
+  `epoch=3-step=1000`): preferred over the words below;
+- else after `ckpt`, `checkpoint`, `epoch`, `iter` or `iteration` (`ckpt-000400.pt`, TensorFlow's
+  `ckpt-5`, `checkpoint-12/`, `iter_0001000/`), the last such number;
+- a directory named by a number alone (Orbax's `400/`). A file named by a bare number is not a
+  checkpoint: a date-named log would otherwise look like the newest one.
+
+Any other child (TensorFlow's `checkpoint` index, a README, `best/`, `vocab_32000.txt`,
+`run-20240105-1200.log`) belongs to no one step: it is never deleted, and never counted as a
+checkpoint.
 
 The functions over listings are pure; `discover` does the little I/O through a `CheckpointStore`.
 """
@@ -37,8 +48,14 @@ _TF_SUFFIX = re.compile(r"\.(?:index|meta|data-\d+-of-\d+)$")
 _TF_DATA = re.compile(r"\.data-(\d+)-of-(\d+)$")
 _PLAIN_EXTENSION = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,11}$")
 _ORBAX_TMP = re.compile(r"\.orbax-checkpoint-tmp-\d+$")
-_STEP_AFTER_WORD = re.compile(r"step[_\-=]?(\d+)", re.IGNORECASE)
-_NUMBER = re.compile(r"\d+")
+# "<word><separator?><number>", the word not the tail of a longer one, the number not the head of
+# a longer token (`checkpoint_3b` names a size, not a step).
+_WORD_NUMBER = r"(?<![A-Za-z])(?:{words})[-_.=]?(\d+)(?![A-Za-z0-9])"
+_STEP_WORD_NUMBER = re.compile(_WORD_NUMBER.format(words="global_step|step"), re.IGNORECASE)
+_CHECKPOINT_WORD_NUMBER = re.compile(
+    _WORD_NUMBER.format(words="checkpoint|ckpt|epoch|iteration|iter"), re.IGNORECASE
+)
+_BARE_NUMBER = re.compile(r"\d+")
 _TF_INDEX_ENTRY = re.compile(
     r'^\s*(?:model_checkpoint_path|all_model_checkpoint_paths)\s*:\s*"((?:[^"\\]|\\.)*)"', re.M
 )
@@ -115,13 +132,17 @@ class RequestCheckpoints:
 # Names and steps.
 
 
-def step_of(stem: str) -> int | None:
-    """The step number a checkpoint name carries: after the word "step", else its last number."""
-    after_word = _STEP_AFTER_WORD.findall(stem)
-    if after_word:
-        return int(after_word[-1])
-    numbers = _NUMBER.findall(stem)
-    return int(numbers[-1]) if numbers else None
+def step_of(stem: str, *, bare_number: bool = True) -> int | None:
+    """The step number a checkpoint name carries in one of the forms the module docstring lists,
+    or None: not a checkpoint. `bare_number`: whether a name that is only a number counts (it
+    does for directories, not for files)."""
+    for pattern in (_STEP_WORD_NUMBER, _CHECKPOINT_WORD_NUMBER):
+        numbers = pattern.findall(stem)
+        if numbers:
+            return int(numbers[-1])
+    if bare_number and _BARE_NUMBER.fullmatch(stem):
+        return int(stem)
+    return None
 
 
 def stem_of(file_name: str) -> str:
@@ -212,7 +233,7 @@ def group_listing(listing: FolderListing) -> Grouping:
             grouping.unmanaged.append(Unmanaged(relative, "TensorFlow checkpoint index"))
             continue
         stem = stem_of(relative)
-        if step_of(stem) is None:
+        if step_of(stem, bare_number=False) is None:
             grouping.unmanaged.append(Unmanaged(relative, "no step number in its name"))
             continue
         grouping.stems.setdefault(stem, []).append(obj)
@@ -228,7 +249,7 @@ def file_units(grouping: Grouping, tf_named: frozenset[str]) -> list[Checkpoint]
             complete = tensorflow_stem_complete(stem, names, tf_named)
         else:
             complete = True
-        step = step_of(stem)
+        step = step_of(stem, bare_number=False)
         assert step is not None  # group_listing keeps only stems with a step
         units.append(Checkpoint(stem, Kind.FILES, step, complete, tuple(objects)))
     return units

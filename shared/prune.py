@@ -363,6 +363,11 @@ class RequestReport:
             "errors": self.errors,
         }
 
+    @property
+    def permanent_errors(self) -> int:
+        """Errors a redelivery would meet again (403, OutOfScope...): someone has to act."""
+        return len(self.errors) - self.retryable_errors
+
     def record_error(self, what: str, exc: BaseException) -> None:
         with self.lock:
             self.errors.append(f"{what}: {type(exc).__name__}: {exc}")
@@ -455,15 +460,30 @@ class _Execution:
         for decision in plan.deletions:
             entry = {**_entry(decision.checkpoint, decision.reason), "objects": 0, "bytes": 0}
             if self.dry_run:
-                known = decision.checkpoint.contents
-                if decision.checkpoint.kind == Kind.FILES:
-                    known = decision.checkpoint.objects
-                if known is not None:
-                    entry.update(objects=len(known), bytes=sum(o.size for o in known))
                 report.deleted.append(entry)
+                tasks.append(self._measure_task(plan.folder, decision.checkpoint, entry, report))
             else:
                 tasks.append(self._unit_task(plan.folder, decision.checkpoint, entry, report))
         return tasks
+
+    def _measure_task(
+        self, folder: str, checkpoint: Checkpoint, entry: dict[str, Any], report: RequestReport
+    ) -> Task:
+        """Dry run: fill in what deleting the checkpoint would free, so the plan can tell."""
+
+        def measure() -> Iterable[Task]:
+            known = checkpoint.objects if checkpoint.kind == Kind.FILES else checkpoint.contents
+            try:
+                if known is None:  # a complete prefix checkpoint: its shards were never listed
+                    known = self.store.list_all(folder + checkpoint.name)
+            except Exception as exc:
+                report.record_error(checkpoint.name, exc)
+                return ()
+            with report.lock:
+                entry.update(objects=len(known), bytes=sum(o.size for o in known))
+            return ()
+
+        return measure
 
     def _unit_task(
         self, folder: str, checkpoint: Checkpoint, entry: dict[str, Any], report: RequestReport
@@ -679,15 +699,20 @@ class GcsPruneStore:
         ]
 
     def list_request_ids(self, root: str, *, after: str = "") -> Iterator[str]:
-        """Request folder names under `root`, in order, starting after `after`."""
+        """Request folder names under `root`, in listing order, starting after `after`.
+
+        GCS orders the folder prefixes, not the bare ids: `a-1/` comes before `a/` ("-" sorts
+        before "/") although "a-1" > "a". So `after` is compared as the prefix `<root><after>/`.
+        """
         # "<after>0" sorts after every "<after>/..." name ("0" follows "/").
         start = f"{root}{after}0" if after else None
+        after_prefix = f"{root}{after}/"
         for page in self._pages(
             prefix=root, delimiter="/", start_offset=start, fields="prefixes,nextPageToken"
         ):
             for prefix in sorted(page.prefixes):
                 request_id = prefix[len(root) :].rstrip("/")
-                if request_id > after and is_valid_request_id(request_id):
+                if (not after or prefix > after_prefix) and is_valid_request_id(request_id):
                     yield request_id
 
     def stat(self, name: str, *, counted_as: str = "list") -> ListedObject | None:
@@ -847,9 +872,11 @@ def run(
 
 
 def report_alert(result: PruneResult, *, limit: int = 50) -> Alert | None:
-    """The prune_report alert (INFO) of a run that deleted something; None otherwise."""
+    """The prune_report alert of a run that deleted something or met errors; None otherwise.
+    Severity: ERROR with permanent errors (403, OutOfScope: someone must act), WARNING with only
+    transient ones, else INFO."""
     summary = result.summary
-    if not summary["objects_deleted"]:
+    if not summary["objects_deleted"] and not summary["errors"]:
         return None
     requests = [
         {
@@ -857,18 +884,26 @@ def report_alert(result: PruneResult, *, limit: int = 50) -> Alert | None:
             "checkpoints_deleted": len(r.deleted),
             "objects_deleted": r.objects_deleted,
             "bytes_freed": r.bytes_freed,
+            "errors": r.errors[:5],
         }
         for r in result.reports
-        if r.objects_deleted
+        if r.objects_deleted or r.errors
     ]
     only = requests[0]["request_id"] if len(requests) == 1 else None
+    if any(r.permanent_errors for r in result.reports):
+        severity = "ERROR"
+    elif summary["errors"]:
+        severity = "WARNING"
+    else:
+        severity = "INFO"
     return Alert(
         kind="prune_report",
-        severity="INFO",
+        severity=severity,
         message=(
             f"Pruned {summary['checkpoints_deleted']} checkpoints "
             f"({summary['objects_deleted']} objects, {summary['bytes_freed']} bytes) "
-            f"in {len(requests)} requests."
+            f"in {len(requests)} requests"
+            + (f"; {summary['errors']} errors." if summary["errors"] else ".")
         ),
         request_id=only,
         details={
@@ -877,6 +912,27 @@ def report_alert(result: PruneResult, *, limit: int = 50) -> Alert | None:
             "requests_truncated": len(requests) > limit,
         },
     )
+
+
+def log_report(log: Logger, report: RequestReport) -> None:
+    """One line per request that something happened to: ERROR when it had permanent errors,
+    WARNING when only transient ones (the redelivery retries them), else INFO."""
+    if not (report.deleted or report.skipped or report.errors):
+        return
+    fields: dict[str, Any] = {
+        "deleted": [d["checkpoint"] for d in report.deleted],
+        "skipped": report.skipped,
+        "errors": report.errors,
+        "objects_deleted": report.objects_deleted,
+        "bytes_freed": report.bytes_freed,
+    }
+    request_log = log.bind(request_id=report.request_id, event="checkpoints_pruned")
+    if report.permanent_errors:
+        request_log.error("pruning a request failed; a retry would fail the same way", **fields)
+    elif report.errors:
+        request_log.warning("pruning a request failed for now; the redelivery retries", **fields)
+    else:
+        request_log.info("pruned checkpoints", **fields)
 
 
 def handle_maintenance(
@@ -903,16 +959,7 @@ def handle_maintenance(
         storage(), settings, request_id=task.request_id, bounded_run=every_request, log=log
     )
     for report in result.reports:
-        if report.deleted or report.skipped or report.errors:
-            log.bind(request_id=report.request_id).info(
-                "pruned checkpoints",
-                event="checkpoints_pruned",
-                deleted=[d["checkpoint"] for d in report.deleted],
-                skipped=report.skipped,
-                errors=report.errors,
-                objects_deleted=report.objects_deleted,
-                bytes_freed=report.bytes_freed,
-            )
+        log_report(log, report)
     log.info(
         "prune run finished",
         event="prune_summary",

@@ -4,7 +4,8 @@
 
 Without --request-id every request folder under the managed checkpoint prefix is scanned. The
 output is, per request, what is kept and what is (or with --dry-run, would be) deleted, each with
-its reason; --json prints it as a list of objects. Works against real GCS, or the emulator when
+its reason and size (a dry run lists each checkpoint it would delete to measure it); --json
+prints it as a list of objects. Works against real GCS, or the emulator when
 STORAGE_EMULATOR_HOST is set.
 """
 
@@ -68,10 +69,17 @@ def print_text(result: PruneResult, out: TextIO) -> None:
         for error in report.errors:
             out.write(f"  error     {error}\n")
     summary = result.summary
+    if result.dry_run:  # nothing was freed: say what the plan would free
+        planned = [entry for report in result.reports for entry in report.deleted]
+        objects = sum(entry["objects"] for entry in planned)
+        size = sum(entry["bytes"] for entry in planned)
+        outcome = f"would be deleted, would free {objects} objects, {size} bytes"
+    else:
+        freed = f"{summary['objects_deleted']} objects and {summary['bytes_freed']} bytes freed"
+        outcome = f"deleted, {freed}"
     out.write(
         f"{summary['requests_scanned']} requests, {summary['checkpoints_deleted']} checkpoints "
-        f"{verb}, {summary['objects_deleted']} objects and {summary['bytes_freed']} bytes freed, "
-        f"{summary['skipped']} skipped, {summary['errors']} errors\n"
+        f"{outcome}, {summary['skipped']} skipped, {summary['errors']} errors\n"
     )
 
 

@@ -203,3 +203,13 @@ def test_property_on_fake_gcs(gcs_bucket, layouts, keep_last: int) -> None:
     for rid, names in expected.items():
         assert surviving(gcs_bucket, rid) == names
     assert set(outside) <= all_names(gcs_bucket)
+
+
+def test_the_cursor_follows_the_listing_order_of_folder_names(gcs_bucket) -> None:
+    """GCS orders `a-1/` before `a/` ('-' sorts before '/'): resuming after a-1 must not skip a."""
+    upload(gcs_bucket, [f"{folder(rid)}ckpt-1.pt" for rid in ("a", "a-1", "a.b", "b")])
+    store = GcsPruneStore(gcs_bucket, verify_generation=True)
+    listed = list(store.list_request_ids("requests/"))
+    assert listed == ["a-1", "a.b", "a", "b"]
+    for i, after in enumerate(listed):
+        assert list(store.list_request_ids("requests/", after=after)) == listed[i + 1 :]

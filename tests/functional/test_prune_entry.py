@@ -63,6 +63,19 @@ def test_nothing_to_delete_means_no_alert(gcs_bucket, prune_settings) -> None:
     assert [line["objects_deleted"] for line in lines if line.get("event") == "prune_summary"] == [0]
 
 
+def test_a_request_that_cannot_be_pruned_is_an_error_and_alerts(gcs_bucket, state_bucket, prune_settings) -> None:
+    format_layout("req-1", "file", 2, with_incomplete=False).write(gcs_bucket)
+    state_bucket.blob("requests/req-1.json").upload_from_string(b"{not a record")  # unreadable ledger
+
+    lines, alerts = handle(b'{"task": "prune"}', prune_settings, gcs_bucket.client)
+
+    [failed] = [line for line in lines if line.get("event") == "checkpoints_pruned"]
+    assert (failed["severity"], failed["request_id"]) == ("ERROR", "req-1")
+    [alert] = alerts
+    assert (alert.kind, alert.severity, alert.request_id) == ("prune_report", "ERROR", "req-1")
+    assert alert.details["errors"] == 1 and alert.details["objects_deleted"] == 0
+
+
 @pytest.mark.parametrize("data", [b'{"task": "reconcile"}', b"not json"])
 def test_other_maintenance_tasks_are_ignored_with_one_debug_line(gcs_bucket, prune_settings, data: bytes) -> None:
     lines, alerts = handle(data, prune_settings, gcs_bucket.client)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from shared.checkpoints import (
     FolderListing,
@@ -41,13 +43,47 @@ MARKERS = ("commit_success.txt", ".metadata", "checkpoint", "COMMITTED")
         ("epoch=3-step=1000", 1000),  # Lightning: the step, not the epoch
         ("step_400_epoch_2", 400),
         ("checkpoint-12", 12),
-        ("weights.000400", 400),
+        ("checkpoint_12", 12),
+        ("global_step1000", 1000),  # DeepSpeed
+        ("iter_0001000", 1000),  # Megatron
+        ("iteration-7", 7),
+        ("epoch_3", 3),
+        ("ckpt.000400", 400),
+        ("Step400", 400),
         ("best", None),
         ("checkpoint", None),
+        # Numbers that follow no checkpoint word are not steps: these are user files.
+        ("vocab_32000", None),
+        ("run-20240105-1200", None),
+        ("weights.000400", None),
+        ("model-400", None),
+        ("timestep_512", None),  # "step" inside another word
+        ("checkpoint_3b", None),  # a size, not a step
+        ("ckpt-400-final", 400),
     ],
 )
 def test_step_of(name: str, step: int | None) -> None:
     assert step_of(name) == step
+
+
+def test_user_files_with_numbers_are_unmanaged_and_never_checkpoints() -> None:
+    prefix = "requests/r1/checkpoints/"
+    names = ("ckpt-000400.pt", "ckpt-000500.pt", "run-20240105-1200.log", "vocab_32000.txt", "20240105.log")
+    grouping = group_listing(
+        FolderListing(prefix, files=tuple(_obj(prefix + n) for n in names), subfolders=(prefix + "400/",))
+    )
+    assert sorted(grouping.stems) == ["ckpt-000400", "ckpt-000500"]
+    assert grouping.prefixes == {"400/": 400}  # a bare number names a directory checkpoint only
+    assert sorted(u.name for u in grouping.unmanaged) == ["20240105.log", "run-20240105-1200.log", "vocab_32000.txt"]
+
+
+# No checkpoint word can be spelled without c, e, i, k, p, s or t.
+_WORDLESS = st.text(alphabet="abdfghlmnoruvwxyzABD0123456789-_.=", min_size=1, max_size=30)
+
+
+@given(name=_WORDLESS.filter(lambda n: not n.isdigit()))
+def test_numbers_after_no_checkpoint_word_are_never_steps(name: str) -> None:
+    assert step_of(name) is None
 
 
 @pytest.mark.parametrize(

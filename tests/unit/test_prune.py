@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import io
+import json
 import threading
 from datetime import timedelta
 
 import pytest
+from google.api_core.exceptions import Forbidden, ServiceUnavailable
 
 from shared.checkpoints import Checkpoint, Kind, ListedObject
+from shared.commands.prune import print_text
 from shared.ledger import RequestRecord, Status
+from shared.log import Logger
 from shared.prune import (
     Lifecycle,
     OutOfScope,
@@ -16,6 +21,7 @@ from shared.prune import (
     RequestReport,
     contents_needed,
     decide,
+    log_report,
     parse_maintenance_task,
     prune,
     report_alert,
@@ -164,6 +170,25 @@ def test_dry_run_deletes_nothing_and_reports_the_plan() -> None:
     assert store.names() == before
     assert [(d["checkpoint"], d["objects"]) for d in report.deleted] == [("ckpt-000100", 1)]
     assert {k["checkpoint"] for k in report.kept} == {"ckpt-000200", "ckpt-000300"}
+
+
+@pytest.mark.parametrize("keep_last", [1, 2])
+def test_user_files_with_numbers_neither_count_as_checkpoints_nor_get_deleted(keep_last: int) -> None:
+    store = MemoryStore()
+    for name in ("ckpt-000400.pt", "ckpt-000500.pt", "run-20240105-1200.log", "vocab_32000.txt"):
+        file_checkpoint(store, "r1", name)
+    [report] = run_prune(store, {"r1": record(keep_last=keep_last)}).reports
+    kept_checkpoints = {"ckpt-000400.pt", "ckpt-000500.pt"} if keep_last == 2 else {"ckpt-000500.pt"}
+    assert surviving(store) == kept_checkpoints | {"run-20240105-1200.log", "vocab_32000.txt"}
+    assert [d["checkpoint"] for d in report.deleted] == ([] if keep_last == 2 else ["ckpt-000400"])
+
+
+def test_dry_run_measures_the_prefix_checkpoints_it_would_delete() -> None:
+    store = MemoryStore()
+    for step in (100, 200, 300):
+        prefix_checkpoint(store, "r1", f"step-{step:06d}/", shards=3)
+    [report] = run_prune(store, dry_run=True).reports
+    assert [(d["checkpoint"], d["objects"], d["bytes"]) for d in report.deleted] == [("step-000100/", 4, 40)]
 
 
 def test_tensorflow_index_file_survives_and_incomplete_stems_wait_for_grace() -> None:
@@ -371,6 +396,61 @@ def test_report_alert_only_when_something_was_deleted() -> None:
     alert = report_alert(run_prune(store))
     assert alert is not None and (alert.kind, alert.severity, alert.request_id) == ("prune_report", "INFO", "r1")
     assert alert.details["objects_deleted"] == 1
+
+
+class FailingStore(MemoryStore):
+    """Listing one request's checkpoints folder fails with `error`."""
+
+    def __init__(self, failing_request: str, error: Exception) -> None:
+        super().__init__()
+        self.failing_folder, self.error = folder(failing_request), error
+
+    def list_folder(self, prefix: str):
+        if prefix == self.failing_folder:
+            raise self.error
+        return super().list_folder(prefix)
+
+
+@pytest.mark.parametrize(("error", "severity"), [(Forbidden("no storage.objects.list"), "ERROR"),
+                                                 (ServiceUnavailable("try later"), "WARNING")])
+def test_report_alert_fires_on_errors_even_when_nothing_was_deleted(error: Exception, severity: str) -> None:
+    store = FailingStore("r2", error)
+    for rid in ("r1", "r2"):
+        file_checkpoint(store, rid, "ckpt-1.pt")
+    result = run_prune(store)
+    assert result.summary["objects_deleted"] == 0
+    alert = report_alert(result)
+    assert alert is not None and (alert.kind, alert.severity, alert.request_id) == ("prune_report", severity, "r2")
+    [failed] = alert.details["requests"]
+    assert failed["request_id"] == "r2" and failed["errors"] == [f"planning: {type(error).__name__}: {error}"]
+    assert alert.message.endswith("in 1 requests; 1 errors.")
+
+
+def test_log_report_is_an_error_when_a_request_had_permanent_errors() -> None:
+    store = FailingStore("r2", Forbidden("no storage.objects.list"))
+    for rid in ("r1", "r2"):
+        for step in (1, 2, 3):
+            file_checkpoint(store, rid, f"ckpt-{step}.pt")
+    stream = io.StringIO()
+    for report in run_prune(store).reports:
+        log_report(Logger(stream=stream, min_severity="DEBUG"), report)
+    lines = {line["request_id"]: line for line in map(json.loads, stream.getvalue().splitlines())}
+    assert (lines["r1"]["severity"], lines["r1"]["objects_deleted"]) == ("INFO", 1)
+    assert (lines["r2"]["severity"], lines["r2"]["event"]) == ("ERROR", "checkpoints_pruned")
+    assert lines["r2"]["errors"] == ["planning: Forbidden: 403 no storage.objects.list"]
+
+
+def test_dry_run_text_says_what_would_be_freed() -> None:
+    store = MemoryStore()
+    for step in (100, 200, 300):
+        file_checkpoint(store, "r1", f"ckpt-{step:06d}.pt")
+    out = io.StringIO()
+    print_text(run_prune(store, dry_run=True), out)
+    summary = out.getvalue().splitlines()[-1]
+    assert "1 checkpoints would be deleted, would free 1 objects, 10 bytes" in summary
+    out = io.StringIO()
+    print_text(run_prune(store), out)
+    assert "1 checkpoints deleted, 1 objects and 10 bytes freed" in out.getvalue().splitlines()[-1]
 
 
 def test_the_prune_function_imports_neither_vertex_nor_pubsub() -> None:

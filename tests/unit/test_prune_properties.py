@@ -52,7 +52,8 @@ OUTSIDE = (
     "other/{rid}/checkpoints/ckpt-1.pt",
     "requests/README-{rid}",
 )
-UNMANAGED = ("checkpoint", "best/weights.bin", "notes.txt")
+# Numbered user files too: a number that follows no checkpoint word is not a step.
+UNMANAGED = ("checkpoint", "best/weights.bin", "notes.txt", "vocab_32000.txt", "run-20240105-1200.log", "eval-7/metrics.json")
 
 
 def write(store: MemoryStore, rid: str, index: int, spec: Spec) -> tuple[str, list[str]]:

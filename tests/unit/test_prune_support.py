@@ -97,8 +97,9 @@ class MemoryStore:
             return DeleteOutcome.DELETED
 
     def list_request_ids(self, root: str, *, after: str = "") -> Iterator[str]:
-        ids = {n[len(root) :].split("/", 1)[0] for n in self.objects if n.startswith(root)}
-        yield from sorted(i for i in ids if i > after)
+        # Like GCS: in the order of the folder prefixes ("a-1/" before "a/"), not of bare ids.
+        prefixes = {n[len(root) :].split("/", 1)[0] + "/" for n in self.objects if n.startswith(root) and "/" in n[len(root) :]}
+        yield from (p[:-1] for p in sorted(prefixes) if not after or p > f"{after}/")
 
 
 # Layout writers: each returns the relative names it wrote.
