@@ -1,12 +1,14 @@
 """submit_job: job-requests messages become Spot CustomJobs (logic in shared.submit).
 
-Returning acknowledges the message; raising has Pub/Sub redeliver it. Clients are built on first
-use, and the Vertex library is imported only when a job is actually created or looked up.
+Returning acknowledges the message; raising has Pub/Sub redeliver it. Requests are handled at any
+age (only events go stale). Clients are built on first use, and the Vertex library is imported
+only when a job is actually created or looked up.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from typing import TYPE_CHECKING, Any
 
 import functions_framework
@@ -24,15 +26,17 @@ if TYPE_CHECKING:
 
 @functions_framework.cloud_event
 def submit_job(event: Any) -> None:
-    handle_delivery(
-        event, _handle, function="submit_job", max_age_seconds=get_settings().max_event_age_seconds
-    )
+    # No age limit: a job request stays wanted however late it arrives (a Pub/Sub seek, a long
+    # outage). DESIGN section 5 applies the age limit to job events, whose news goes stale.
+    handle_delivery(event, _handle, function="submit_job", max_age_seconds=math.inf)
 
 
 def _handle(message: Message, log: Logger) -> None:
-    from shared.submit import submit_request
+    from shared.submit import redelivered_unless_settled, submit_request
 
-    submit_request(message, log, _deps())
+    with redelivered_unless_settled(log):  # bad settings or credentials must not drop the request
+        deps = _deps()
+    submit_request(message, log, deps)
 
 
 @functools.cache

@@ -86,4 +86,9 @@ def is_retryable(exc: BaseException) -> bool:
 
     if isinstance(exc, auth.TransportError):
         return True
+    if isinstance(exc, auth.RefreshError):
+        # A token refresh that could not reach its endpoint (the metadata server, STS) says so by
+        # wrapping a TransportError, as its cause or its argument; google-auth flags 5xx replies.
+        causes = (exc.__cause__, *exc.args)
+        return exc.retryable or any(isinstance(c, auth.TransportError) for c in causes)
     return False

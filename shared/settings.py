@@ -1,8 +1,9 @@
 """The one settings object, read from the environment once.
 
 Resolution order for every field: the environment variable named in its metadata, else the
-default here. Lists are comma-separated. Durations are seconds. Nothing else reads os.environ
-for spotjobs configuration.
+default here (the create timeout's depends on the claim lease). Lists are comma-separated.
+Durations are seconds. `from_env` rejects a claim lease too short to cover a Vertex create.
+Nothing else reads os.environ for spotjobs configuration.
 """
 
 from __future__ import annotations
@@ -26,6 +27,12 @@ _DEFAULT_STOCKOUT_PATTERNS = (
 )
 # Orbax, torch.distributed.checkpoint, TensorFlow's index file, and the demo trainer's marker.
 _DEFAULT_COMMIT_MARKERS = ("commit_success.txt", ".metadata", "checkpoint", "COMMITTED")
+
+
+DEFAULT_CREATE_TIMEOUT_SECONDS = 30.0
+# Slack between a create's timeout and its claim's lease, as a fraction of the timeout: covers the
+# request's time on the wire and clock skew between the deliveries comparing claim ages.
+CREATE_MARGIN_FRACTION = 0.5
 
 
 def _env(name: str, default: object = None, *, kind: str = "str") -> object:
@@ -62,7 +69,14 @@ class Settings:
     max_attempts_ceiling: int = _env("SPOTJOBS_MAX_ATTEMPTS_CEILING", 10, kind="int")
     max_request_bytes: int = _env("SPOTJOBS_MAX_REQUEST_BYTES", 256 * 1024, kind="int")
     # A claim without a job older than this is taken over by a redelivery (its holder crashed).
+    # It must cover a whole create: at least twice create_timeout_seconds (see from_env).
     claim_lease_seconds: float = _env("SPOTJOBS_CLAIM_LEASE_SECONDS", 120.0, kind="float")
+    # A create is not retried by the client (it is not idempotent); this bounds one try, well inside
+    # the push subscription's ack deadline, after which the outcome is unknown and settled by a
+    # label lookup. Unset, it is 30 s, or half the lease when that is shorter (short test leases).
+    create_timeout_seconds: float = _env(
+        "SPOTJOBS_CREATE_TIMEOUT_SECONDS", DEFAULT_CREATE_TIMEOUT_SECONDS, kind="float"
+    )
 
     # Event handling (DESIGN.md sections 2 and 5).
     max_event_age_seconds: float = _env("SPOTJOBS_MAX_EVENT_AGE_SECONDS", 86400.0, kind="float")
@@ -107,7 +121,36 @@ class Settings:
                 values[f.name] = _convert(f.metadata["env"], raw.strip(), f.metadata["kind"])
             elif raw is not None and f.metadata["kind"] == "list":
                 values[f.name] = ()  # set but empty: an explicitly empty list
-        return cls(**values)
+        if "create_timeout_seconds" not in values:
+            lease = float(values.get("claim_lease_seconds", cls.claim_lease_seconds))
+            values["create_timeout_seconds"] = min(DEFAULT_CREATE_TIMEOUT_SECONDS, lease / 2)
+        settings = cls(**values)
+        settings._check_create_fits_in_lease()
+        return settings
+
+    @property
+    def create_deadline_seconds(self) -> float:
+        """How long after its claim a delivery may still send the create: later, the create could
+        still be in flight when the lease ends and a redelivery takes over and creates a second
+        job."""
+        return self.claim_lease_seconds - self.create_timeout_seconds * (
+            1 + CREATE_MARGIN_FRACTION
+        )
+
+    def _check_create_fits_in_lease(self) -> None:
+        # Checked for the environment's settings only: tests build others with dataclasses.replace.
+        timeout, lease = self.create_timeout_seconds, self.claim_lease_seconds
+        if timeout <= 0:
+            raise ConfigurationError(
+                f"SPOTJOBS_CREATE_TIMEOUT_SECONDS={timeout} and SPOTJOBS_CLAIM_LEASE_SECONDS="
+                f"{lease} must be positive"
+            )
+        if lease < 2 * timeout:
+            raise ConfigurationError(
+                f"SPOTJOBS_CLAIM_LEASE_SECONDS={lease} must be at least twice "
+                f"SPOTJOBS_CREATE_TIMEOUT_SECONDS={timeout}: a claim holder sends its create "
+                "only while the create and a margin still fit in the lease"
+            )
 
     @property
     def checkpoint_root(self) -> str:

@@ -2,14 +2,22 @@
 
 The order of operations is what makes it exactly-once under at-least-once delivery:
 
-1. validate (an invalid request is acknowledged, logged at ERROR and alerted, never retried);
+1. validate (an invalid request is acknowledged, logged at ERROR and alerted, never retried; an
+   invalid re-queue also fails its request in the ledger, so reconcile stops resending it);
 2. claim attempt n in the ledger (compare-and-swap), or find that it was already handled;
 3. create the job (labelled with request id and attempt), index it, record it in the ledger.
 
 A delivery that finds attempt n claimed but without a job either waits (the claim is younger than
 the lease: another delivery is probably creating it right now, so raise and be redelivered later)
 or takes the claim over and looks the job up by its labels before creating it. A create whose
-response is lost is settled the same way: look up, never blindly create again.
+response is lost is settled the same way: look up, never blindly create again. The claim holder
+itself sends its create only while the create (its timeout and a margin) still fits in the lease,
+so no create is in flight when a redelivery may take the claim over; should two jobs exist anyway,
+the one the ledger does not record is cancelled.
+
+Only invalid requests and settled outcomes (created, found, duplicate, refused by Vertex) are
+acknowledged. Any other failure is redelivered (`SubmitBlocked` for permanent ones) so that the
+dead-letter topic, not a silent acknowledgement, ends a request that cannot be handled.
 
 The pure parts (`claim_attempt`, `record_job`, `fail_attempt`, `release_claim`) decide from the
 current ledger record alone; `submit_request` is the shell that runs them and calls the clients
@@ -18,7 +26,8 @@ passed in through `SubmitDeps`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
@@ -33,6 +42,7 @@ from shared.request import InvalidJobRequest, canonical_envelope, plan_attempt
 from shared.settings import Settings
 from shared.vertex import (
     build_job_json,
+    cancel_job,
     create_custom_job,
     find_attempt_job,
     may_have_created,
@@ -58,7 +68,14 @@ class Decision:
 
 
 class ClaimInProgress(TransientError):
-    """Another delivery holds a fresh claim on this attempt, or a create's outcome is still unknown."""
+    """Another delivery holds a fresh claim on this attempt, a create's outcome is still unknown, or
+    this delivery's claim is too old for a create to end inside its lease."""
+
+
+class SubmitBlocked(TransientError):
+    """Something other than the request itself failed for good (a ledger bucket that refuses us,
+    credentials that cannot refresh, a bug). Redelivered, so the dead-letter topic, not a silent
+    acknowledgement, ends it and an operator sees it; the cause is chained."""
 
 
 @dataclass(frozen=True)
@@ -205,8 +222,29 @@ def release_claim(
     return current
 
 
+def fail_invalid_requeue(
+    current: RequestRecord | None, *, n: int, now: datetime
+) -> RequestRecord | None:
+    """Re-queued attempt n was rejected by validation (the policy changed since attempt 1): the
+    request FAILED, its re-queue dropped so reconcile stops resending it, its alert marked sent."""
+    if current is None or current.is_terminal:
+        return None
+    requeue = current.requeue
+    if requeue is None or requeue.attempt != n:
+        return None
+    current.requeue = None
+    current.status = Status.FAILED
+    current.finished_at = _iso(now)
+    current.markers.append(invalid_request_alert_key(n))
+    return current
+
+
 def submit_failed_alert_key(n: int) -> str:
     return f"submit_failed:{n}"
+
+
+def invalid_request_alert_key(n: int) -> str:
+    return f"invalid_request:{n}"
 
 
 # The shell.
@@ -215,39 +253,64 @@ def submit_failed_alert_key(n: int) -> str:
 def submit_request(message: Message, log: Logger, deps: SubmitDeps) -> SubmitOutcome:
     """Handle one job-request message. Returns to acknowledge; raises (transient) to be redelivered."""
     settings = deps.settings
-    warn_if_images_unrestricted(settings, log)
-    try:
-        request = validate_request(
-            message.data,
-            message_id=message.message_id,
-            attributes=message.attributes,
-            settings=settings,
-        )
-    except InvalidJobRequest as exc:
-        return _reject(exc, message, log, deps)
+    with redelivered_unless_settled(log):
+        warn_if_images_unrestricted(settings, log)
+        try:
+            request = validate_request(
+                message.data,
+                message_id=message.message_id,
+                attributes=message.attributes,
+                settings=settings,
+            )
+        except InvalidJobRequest as exc:
+            return _reject(exc, message, log, deps)
     n = request.attempt or 1
     log = log.bind(request_id=request.request_id, attempt=n)
-    envelope = canonical_envelope(
-        request,
-        default_location=settings.location,
-        default_max_attempts=settings.default_max_attempts,
-    )
-    try:
-        claim = _claim(envelope, n, log, deps)
-    except InvalidJobRequest as exc:
-        return _reject(exc, message, log, deps)
-    if claim.kind == "duplicate":
-        job = claim.attempt.job if claim.attempt else None
-        log.info(
-            "duplicate delivery: this attempt was already handled; nothing created",
-            event="duplicate",
-            job=job,
-            status=claim.record.status,
-            same_body=claim.record.request == envelope,
+    with redelivered_unless_settled(log):
+        envelope = canonical_envelope(
+            request,
+            default_location=settings.location,
+            default_max_attempts=settings.default_max_attempts,
         )
-        return SubmitOutcome(Decision.DUPLICATE, request.request_id, n, job)
-    assert claim.attempt is not None  # a claim that writes always names its attempt
-    return _ensure_job(claim.record, claim.attempt, claim.kind == "taken_over", log, deps)
+        try:
+            claim = _claim(envelope, n, log, deps)
+        except InvalidJobRequest as exc:
+            return _reject(exc, message, log, deps)
+        if claim.kind == "duplicate":
+            job = claim.attempt.job if claim.attempt else None
+            same_body = claim.record.request == envelope
+            # The same request id with other content is a publisher mistake worth seeing.
+            log.log(
+                "INFO" if same_body else "WARNING",
+                "duplicate delivery: this attempt was already handled; nothing created",
+                event="duplicate",
+                job=job,
+                status=claim.record.status,
+                same_body=same_body,
+            )
+            return SubmitOutcome(Decision.DUPLICATE, request.request_id, n, job)
+        assert claim.attempt is not None  # a claim that writes always names its attempt
+        return _ensure_job(claim.record, claim.attempt, claim.kind == "taken_over", log, deps)
+
+
+@contextmanager
+def redelivered_unless_settled(log: Logger) -> Iterator[None]:
+    """Turn a permanent failure that is not the request's fault into a redelivery.
+
+    Returning acknowledges; the shell in shared.delivery also acknowledges non-retryable errors, so
+    a refusing state bucket, credentials that cannot refresh or a bug would lose the request with
+    no ledger record and no alert. Redelivered instead, it ends on the dead-letter topic."""
+    try:
+        yield
+    except Exception as exc:
+        if is_retryable(exc):
+            raise
+        log.error(
+            "could not handle the job request; it is redelivered until it dead-letters",
+            event="submit_blocked",
+            error=f"{type(exc).__name__}: {exc}",
+        )
+        raise SubmitBlocked(f"{type(exc).__name__}: {exc}") from exc
 
 
 def _claim(envelope: dict[str, Any], n: int, log: Logger, deps: SubmitDeps) -> Claim:
@@ -294,7 +357,7 @@ def _ensure_job(
     if taken_over:
         found = find_attempt_job(client, parent, request_id, n)
         if found is not None:
-            return _record_created(record, attempt, found, Decision.FOUND, log, deps)
+            return _record_created(record, attempt, found, Decision.FOUND, client, log, deps)
     job_json = build_job_json(
         record.request["custom_job"],
         request_id=request_id,
@@ -303,11 +366,35 @@ def _ensure_job(
         output_dir=record.output_dir,
         service_account=settings.training_service_account,
     )
+    custom_job = to_custom_job(job_json)
+    _check_claim_covers_create(attempt, log, deps)
     try:
-        job = create_custom_job(client, parent, to_custom_job(job_json))
+        job = create_custom_job(client, parent, custom_job, timeout=settings.create_timeout_seconds)
     except Exception as exc:
         return _after_failed_create(exc, record, attempt, client, parent, log, deps)
-    return _record_created(record, attempt, job, Decision.CREATED, log, deps)
+    return _record_created(record, attempt, job, Decision.CREATED, client, log, deps)
+
+
+def _check_claim_covers_create(attempt: Attempt, log: Logger, deps: SubmitDeps) -> None:
+    """Raise ClaimInProgress unless the create, sent now, ends before the claim's lease does.
+
+    The lease only bounds how long other deliveries wait. Slow ledger writes, a cold client build or
+    the takeover lookup can eat it; a create still in flight when a redelivery takes the claim over
+    and finds no job yet would become a second job for the attempt."""
+    held_for = (deps.clock() - parse_iso(attempt.claimed_at)).total_seconds()
+    deadline = deps.settings.create_deadline_seconds
+    if held_for < deadline:
+        return
+    log.warning(
+        "the claim is too old to create within its lease; a redelivery takes it over",
+        event="claim_expiring",
+        held_seconds=round(held_for, 1),
+        deadline_seconds=deadline,
+    )
+    raise ClaimInProgress(
+        f"attempt {attempt.n} was claimed {held_for:.0f}s ago; a create must be sent within "
+        f"{deadline:.0f}s of the claim to end inside its lease"
+    )
 
 
 def _after_failed_create(
@@ -326,7 +413,7 @@ def _after_failed_create(
     if may_have_created(exc):
         found = find_attempt_job(client, parent, request_id, n)
         if found is not None:
-            return _record_created(record, attempt, found, Decision.FOUND, log, deps)
+            return _record_created(record, attempt, found, Decision.FOUND, client, log, deps)
         # Keep the claim: the create may still land. The redelivery after the lease looks again.
         log.warning(
             "create outcome unknown and no job found yet; will look again",
@@ -354,7 +441,9 @@ def _after_failed_create(
         )
         raise exc
     if not isinstance(exc, GoogleAPICallError):
-        raise exc  # a bug, not a verdict on the request: leave the claim for reconcile to see
+        # A bug, not a verdict on the request: keep the claim, and let submit_request have the
+        # message redelivered (SubmitBlocked) until it dead-letters.
+        raise exc
     return _fail(record, attempt, exc, log, deps)
 
 
@@ -375,22 +464,29 @@ def _fail(
         return failed
 
     deps.ledger.update(request_id, transition)
-    log.error("Vertex AI refused the job; the request failed", event="submit_failed", error=error)
-    if wrote[-1]:  # only the delivery that marked the alert as sent publishes it
-        deps.publish_alert(
-            Alert(
-                kind="submit_failed",
-                severity="ERROR",
-                message=f"Vertex AI refused to create attempt {n} of request {request_id}: {error['message']}",
-                request_id=request_id,
-                attempt=n,
-                details={
-                    "error": error,
-                    "location": attempt.location,
-                    "strategy": attempt.strategy,
-                },
-            )
+    if not wrote[-1]:
+        # Another delivery settled the attempt first (recorded a job, or failed it and alerted).
+        log.warning(
+            "Vertex AI refused the job, but the attempt was already settled; nothing recorded",
+            event="refusal_ignored",
+            error=error,
         )
+        return SubmitOutcome(Decision.DUPLICATE, request_id, n)
+    log.error("Vertex AI refused the job; the request failed", event="submit_failed", error=error)
+    deps.publish_alert(  # only the delivery that marked the alert as sent publishes it
+        Alert(
+            kind="submit_failed",
+            severity="ERROR",
+            message=f"Vertex AI refused to create attempt {n} of request {request_id}: {error['message']}",
+            request_id=request_id,
+            attempt=n,
+            details={
+                "error": error,
+                "location": attempt.location,
+                "strategy": attempt.strategy,
+            },
+        )
+    )
     return SubmitOutcome(Decision.FAILED, request_id, n)
 
 
@@ -399,6 +495,7 @@ def _record_created(
     attempt: Attempt,
     job: CustomJob,
     decision: str,
+    client: JobServiceClient,
     log: Logger,
     deps: SubmitDeps,
 ) -> SubmitOutcome:
@@ -421,6 +518,8 @@ def _record_created(
             job=job.name,
             recorded_job=recorded.job,
         )
+        _cancel_unrecorded(client, job.name, log)
+        return SubmitOutcome(Decision.DUPLICATE, request_id, n, recorded.job)
     event = "job_created" if decision == Decision.CREATED else "job_found"
     message = (
         "created the Spot CustomJob"
@@ -431,6 +530,26 @@ def _record_created(
     if decision == Decision.FOUND and deps.observe_found is not None:
         deps.observe_found(request_id, n, job, log)
     return SubmitOutcome(decision, request_id, n, job.name)
+
+
+def _cancel_unrecorded(client: JobServiceClient, job_name: str, log: Logger) -> None:
+    """Cancel a second job of an attempt: unrecorded, nothing would manage it, and it would train
+    into the same checkpoint directory as the recorded one. Best effort: an operator has the log."""
+    try:
+        cancel_job(client, job_name)
+    except Exception as exc:
+        log.error(
+            "could not cancel the job the ledger does not record; cancel it by hand",
+            event="duplicate_job_cancel_failed",
+            job=job_name,
+            error=f"{type(exc).__name__}: {exc}",
+        )
+        return
+    log.warning(
+        "cancelled the job the ledger does not record",
+        event="duplicate_job_cancelled",
+        job=job_name,
+    )
 
 
 def _reject(
@@ -444,6 +563,8 @@ def _reject(
         attempt=exc.attempt,
         violations=violations,
     )
+    if not _fail_rejected_requeue(exc, deps):
+        return SubmitOutcome(Decision.INVALID, exc.request_id, exc.attempt)  # alerted already
     deps.publish_alert(
         Alert(
             kind="invalid_request",
@@ -456,6 +577,24 @@ def _reject(
         )
     )
     return SubmitOutcome(Decision.INVALID, exc.request_id, exc.attempt)
+
+
+def _fail_rejected_requeue(exc: InvalidJobRequest, deps: SubmitDeps) -> bool:
+    """Whether to alert. A rejected re-queue the ledger has pending fails its request (else
+    reconcile would resend it, to be rejected and alerted again, forever); its alert goes out once."""
+    request_id, n = exc.request_id, exc.attempt
+    if request_id is None or n is None or n == 1:
+        return True
+    wrote: list[bool] = []
+
+    def transition(current: RequestRecord | None) -> RequestRecord | None:
+        failed = fail_invalid_requeue(current, n=n, now=deps.clock())
+        wrote.append(failed is not None)
+        return failed
+
+    stored = deps.ledger.update(request_id, transition)
+    already_alerted = stored is not None and invalid_request_alert_key(n) in stored.markers
+    return wrote[-1] or not already_alerted
 
 
 def _unexpected_attempt(request_id: str, n: int, why: str) -> InvalidJobRequest:

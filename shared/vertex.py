@@ -1,7 +1,7 @@
 """The Vertex AI adapter: building, creating, reading and finding CustomJobs, and JobState helpers.
 
-Used by submit (build/create/find) and by the events and reconcile functions (get_job, the state
-helpers, job_error). `google.cloud.aiplatform_v1` is imported inside the functions that need it:
+Used by submit (build/create/find/cancel) and by the events and reconcile functions (get_job, the
+state helpers, job_error). `google.cloud.aiplatform_v1` is imported inside the functions that need it:
 importing this module is free, so a function pays for the Vertex library only when it calls Vertex.
 
 Clients are passed in (`shared.clients.job_service(location)` builds them). Every job spotjobs
@@ -16,6 +16,8 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from shared.settings import DEFAULT_CREATE_TIMEOUT_SECONDS
+
 if TYPE_CHECKING:
     from google.cloud.aiplatform_v1 import CustomJob, JobServiceClient
 
@@ -24,9 +26,6 @@ LABEL_ATTEMPT = "spotjobs-attempt"
 SYSTEM_LABELS = (LABEL_REQUEST_ID, LABEL_ATTEMPT)
 RESERVED_LABEL_PREFIX = "spotjobs-"
 MAX_LABELS = 64
-# A create is not retried by the client (it is not idempotent); this bounds one try, well inside the
-# push subscription's ack deadline, after which the outcome is unknown and settled by a label lookup.
-CREATE_TIMEOUT_SECONDS = 30.0
 
 
 class JobState:
@@ -157,10 +156,15 @@ def create_custom_job(
     parent: str,
     job: CustomJob,
     *,
-    timeout: float = CREATE_TIMEOUT_SECONDS,
+    timeout: float = DEFAULT_CREATE_TIMEOUT_SECONDS,
 ) -> CustomJob:
     """One create, never retried by the client: a retry could create a second job."""
     return client.create_custom_job(parent=parent, custom_job=job, retry=None, timeout=timeout)
+
+
+def cancel_job(client: JobServiceClient, name: str) -> None:
+    """Ask Vertex to cancel a job (asynchronous: it goes CANCELLING, then CANCELLED)."""
+    client.cancel_custom_job(name=name)
 
 
 def get_job(client: JobServiceClient, name: str) -> CustomJob:
@@ -193,17 +197,20 @@ def job_error(job: CustomJob) -> dict[str, Any] | None:
 def may_have_created(exc: BaseException) -> bool:
     """True when a failed create may nevertheless have created the job (the response was lost).
 
-    A deadline, a gateway timeout or a broken connection after the request was sent leave the
-    outcome unknown: the job must be looked up by its labels, never created again blindly.
+    A deadline, a gateway timeout, an UNAVAILABLE or a broken connection after the request was sent
+    leave the outcome unknown: the job must be looked up by its labels, never created again blindly.
+    Only a quota refusal (429) or a connection that never opened say that nothing was created.
     """
     import requests
     from google.api_core import exceptions as api
 
-    if isinstance(exc, (requests.ConnectTimeout, api.TooManyRequests, api.ServiceUnavailable)):
-        return False  # the request never got in, or was refused before any work
+    if isinstance(exc, (requests.ConnectTimeout, api.TooManyRequests)):
+        return False  # the request never got in, or was refused by quota before any work
     return isinstance(
         exc,
         (
+            # gRPC UNAVAILABLE also reports a connection lost after the server took the request.
+            api.ServiceUnavailable,
             api.DeadlineExceeded,
             api.GatewayTimeout,
             api.InternalServerError,

@@ -68,6 +68,7 @@ locals {
     max_attempts_ceiling         = "SPOTJOBS_MAX_ATTEMPTS_CEILING"
     max_request_bytes            = "SPOTJOBS_MAX_REQUEST_BYTES"
     claim_lease_seconds          = "SPOTJOBS_CLAIM_LEASE_SECONDS"
+    create_timeout_seconds       = "SPOTJOBS_CREATE_TIMEOUT_SECONDS"
     max_event_age_seconds        = "SPOTJOBS_MAX_EVENT_AGE_SECONDS"
     preemption_patterns          = "SPOTJOBS_PREEMPTION_PATTERNS"
     stockout_patterns            = "SPOTJOBS_STOCKOUT_PATTERNS"

@@ -139,6 +139,7 @@ variable "settings" {
     max_attempts_ceiling         = optional(number)             # SPOTJOBS_MAX_ATTEMPTS_CEILING
     max_request_bytes            = optional(number)             # SPOTJOBS_MAX_REQUEST_BYTES
     claim_lease_seconds          = optional(number)             # SPOTJOBS_CLAIM_LEASE_SECONDS
+    create_timeout_seconds       = optional(number)             # SPOTJOBS_CREATE_TIMEOUT_SECONDS (bounds one Vertex create)
     max_event_age_seconds        = optional(number)             # SPOTJOBS_MAX_EVENT_AGE_SECONDS
     preemption_patterns          = optional(list(string))       # SPOTJOBS_PREEMPTION_PATTERNS
     stockout_patterns            = optional(list(string))       # SPOTJOBS_STOCKOUT_PATTERNS

@@ -9,7 +9,7 @@ import itertools
 import json
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -19,15 +19,23 @@ from google.cloud.aiplatform_v1 import CustomJob, JobState
 
 from shared.alerts import Alert
 from shared.delivery import Message, handle_delivery
-from shared.errors import TransientError
+from shared.errors import ConfigurationError, TransientError
 from shared.ledger import Attempt, LedgerStore, RequestRecord, Requeue, Status
 from shared.log import Logger
 from shared.settings import Settings
-from shared.submit import ClaimInProgress, Decision, SubmitDeps, SubmitOutcome, submit_request
+from shared.submit import (
+    ClaimInProgress,
+    Decision,
+    SubmitBlocked,
+    SubmitDeps,
+    SubmitOutcome,
+    submit_request,
+)
 from shared.vertex import LABEL_ATTEMPT, LABEL_REQUEST_ID
 from tests.conftest import load_event
 
 LEASE = 30.0
+CREATE_TIMEOUT = 10.0  # a create may be sent up to LEASE - 1.5 * CREATE_TIMEOUT = 15 s after claim
 SETTINGS = Settings.from_env(
     {
         "GOOGLE_CLOUD_PROJECT": "proj",
@@ -35,6 +43,7 @@ SETTINGS = Settings.from_env(
         "SPOTJOBS_CHECKPOINT_BUCKET": "ckpt",
         "SPOTJOBS_CHECKPOINT_PREFIX": "requests",
         "SPOTJOBS_CLAIM_LEASE_SECONDS": str(LEASE),
+        "SPOTJOBS_CREATE_TIMEOUT_SECONDS": str(CREATE_TIMEOUT),
         "SPOTJOBS_ALLOWED_IMAGE_PREFIXES": "us-docker.pkg.dev/my-project/",
         "SPOTJOBS_TRAINING_SERVICE_ACCOUNT": "trainer@my-project.iam.gserviceaccount.com",
         "SPOTJOBS_ALLOWED_SERVICE_ACCOUNTS": "trainer@my-project.iam.gserviceaccount.com",
@@ -47,9 +56,12 @@ class FakeJobService:
 
     def __init__(self) -> None:
         self.jobs: dict[str, CustomJob] = {}
-        self.create_faults: list[Exception | str] = []  # an exception to raise, or "lost"
+        # An exception to raise, or "lost" / "lost_503": the job is created, then the call fails.
+        self.create_faults: list[Exception | str] = []
         self.list_lag = 0  # this many upcoming lists do not see jobs yet (eventual consistency)
         self.creates = 0
+        self.create_timeouts: list[float] = []
+        self.cancelled: list[str] = []
         self._ids = itertools.count(1000)
         self._lock = threading.Lock()
 
@@ -59,6 +71,7 @@ class FakeJobService:
         assert retry is None, "a create must never be retried by the client"
         with self._lock:
             self.creates += 1
+            self.create_timeouts.append(timeout)
             fault = self.create_faults.pop(0) if self.create_faults else None
             if isinstance(fault, Exception):
                 raise fault
@@ -69,7 +82,14 @@ class FakeJobService:
             self.jobs[job.name] = job
         if fault == "lost":
             raise api.DeadlineExceeded("the response was lost")
+        if fault == "lost_503":
+            raise api.ServiceUnavailable("UNAVAILABLE after the server accepted the create")
         return CustomJob(job)
+
+    def cancel_custom_job(self, *, name: str) -> None:
+        with self._lock:
+            self.cancelled.append(name)
+            self.jobs[name].state = JobState.JOB_STATE_CANCELLING
 
     def list_custom_jobs(self, request: dict[str, str]) -> Iterator[CustomJob]:
         with self._lock:
@@ -101,11 +121,13 @@ class Harness:
     settings: Settings = SETTINGS
     locations_used: list[str] = field(default_factory=list)
     observed: list[tuple[str, int, str]] = field(default_factory=list)  # found jobs handed on
+    client_build_seconds: float = 0.0  # the clock advances this much whenever a client is built
 
     @property
     def deps(self) -> SubmitDeps:
         def job_service(location: str) -> FakeJobService:
             self.locations_used.append(location)
+            self.now += timedelta(seconds=self.client_build_seconds)
             return self.vertex
 
         return SubmitDeps(
@@ -323,8 +345,8 @@ def test_a_lost_response_the_list_does_not_show_yet_keeps_the_claim_until_the_le
 
 @pytest.mark.parametrize(
     "refusal",
-    [api.ServiceUnavailable("503"), api.TooManyRequests("429 quota")],
-    ids=["503", "429"],
+    [api.TooManyRequests("429 quota"), api.ResourceExhausted("RESOURCE_EXHAUSTED quota")],
+    ids=["429", "grpc-429"],
 )
 def test_a_refused_create_is_retried_by_redelivery_without_waiting_for_the_lease(
     harness: Harness, refusal: Exception
@@ -497,8 +519,8 @@ def test_through_handle_delivery_transient_failures_raise_and_invalid_requests_r
     def handler(message: Message, log: Logger) -> None:
         submit_request(message, log, harness.deps)
 
-    harness.vertex.create_faults.append(api.ServiceUnavailable("down"))
-    with pytest.raises(api.ServiceUnavailable):
+    harness.vertex.create_faults.append(api.TooManyRequests("quota"))
+    with pytest.raises(api.TooManyRequests):
         handle_delivery(
             _push_event(envelope(), "m-1"),
             handler,
@@ -524,3 +546,307 @@ def test_through_handle_delivery_transient_failures_raise_and_invalid_requests_r
     assert len(harness.jobs_for("r1")) == 1
     assert [a.kind for a in harness.alerts] == ["invalid_request"]
     assert issubclass(ClaimInProgress, TransientError)
+
+
+# The lease bounds the create: a claim holder never sends a create its lease may not cover.
+
+
+def test_the_create_is_sent_with_the_configured_timeout(harness: Harness) -> None:
+    harness.deliver(envelope())
+    assert harness.vertex.create_timeouts == [CREATE_TIMEOUT]
+
+
+def test_a_claim_whose_lease_could_run_out_during_the_create_sends_no_create(
+    harness: Harness,
+) -> None:
+    # Slow ledger writes or a cold client build ate the lease: a create sent now could still be in
+    # flight when a redelivery takes the claim over and creates a second job.
+    harness.client_build_seconds = LEASE - 1.5 * CREATE_TIMEOUT
+    with pytest.raises(ClaimInProgress):
+        harness.deliver(envelope())
+    assert harness.vertex.creates == 0
+    assert harness.ledger.get("r1").attempt(1).job is None
+    [line] = harness.log_lines("claim_expiring")
+    assert line["severity"] == "WARNING"
+
+    harness.client_build_seconds = 0.0
+    harness.now += timedelta(seconds=LEASE)
+    outcome = harness.deliver(envelope())  # takes the claim over with a fresh lease, then creates
+
+    assert outcome.decision == Decision.CREATED and len(harness.jobs_for("r1")) == 1
+
+
+def test_a_claim_with_time_left_for_the_create_creates(harness: Harness) -> None:
+    harness.client_build_seconds = LEASE - 1.5 * CREATE_TIMEOUT - 0.5
+    assert harness.deliver(envelope()).decision == Decision.CREATED
+
+
+class RacingJobService(FakeJobService):
+    """While our create is in flight, another delivery creates and records a second job."""
+
+    def __init__(self, ledger: LedgerStore) -> None:
+        super().__init__()
+        self.ledger = ledger
+        self.ours: str | None = None
+        self.other_job: str | None = None
+
+    def create_custom_job(self, **kwargs: Any) -> CustomJob:
+        ours = super().create_custom_job(**kwargs)
+        if self.other_job is None:
+            self.ours = ours.name
+            self.other_job = super().create_custom_job(**kwargs).name
+
+            def record_other(current: RequestRecord | None) -> RequestRecord:
+                current.attempt(1).job = self.other_job
+                return current
+
+            self.ledger.update("r1", record_other)
+        return ours
+
+
+def test_a_job_the_ledger_does_not_record_is_cancelled_so_it_cannot_run_unmanaged(
+    harness: Harness,
+) -> None:
+    harness.vertex = RacingJobService(harness.ledger)
+
+    outcome = harness.deliver(envelope())
+
+    recorded = harness.ledger.get("r1").attempt(1).job
+    assert recorded == harness.vertex.other_job != harness.vertex.ours
+    assert (outcome.decision, outcome.job) == (Decision.DUPLICATE, recorded)
+    assert harness.vertex.cancelled == [harness.vertex.ours]
+    [duplicate] = harness.log_lines("duplicate_job")
+    assert duplicate["severity"] == "ERROR" and duplicate["recorded_job"] == recorded
+    [cancelled] = harness.log_lines("duplicate_job_cancelled")
+    assert cancelled["job"] == harness.vertex.ours
+    assert harness.log_lines("job_created") == []
+
+
+def test_a_failed_cancel_of_an_unrecorded_job_is_logged_not_raised(harness: Harness) -> None:
+    harness.vertex = RacingJobService(harness.ledger)
+
+    def refuse(*, name: str) -> None:
+        raise api.ServiceUnavailable("down")
+
+    harness.vertex.cancel_custom_job = refuse  # type: ignore[method-assign]
+
+    harness.deliver(envelope())
+
+    [line] = harness.log_lines("duplicate_job_cancel_failed")
+    assert line["severity"] == "ERROR" and "ServiceUnavailable" in line["error"]
+
+
+# 503 may come after the server accepted the create: never "definitely not created".
+
+
+def test_a_503_after_the_create_was_accepted_finds_the_job_instead_of_creating_another(
+    harness: Harness,
+) -> None:
+    harness.vertex.create_faults.append("lost_503")
+
+    outcome = harness.deliver(envelope())
+
+    assert outcome.decision == Decision.FOUND
+    assert harness.vertex.creates == 1 and len(harness.jobs_for("r1")) == 1
+    assert harness.ledger.get("r1").attempt(1).job == outcome.job
+
+
+def test_a_503_with_no_job_found_keeps_the_claim_until_the_lease(harness: Harness) -> None:
+    harness.vertex.create_faults.append(api.ServiceUnavailable("503"))
+    with pytest.raises(ClaimInProgress):
+        harness.deliver(envelope())
+    claimed_at = harness.ledger.get("r1").attempt(1).claimed_at
+    assert claimed_at == harness.now.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    with pytest.raises(ClaimInProgress):
+        harness.deliver(envelope())  # not backdated: an early redelivery waits
+    assert harness.vertex.creates == 1
+
+    harness.now += timedelta(seconds=LEASE + 1)
+    outcome = harness.deliver(envelope())
+
+    assert outcome.decision == Decision.CREATED and len(harness.jobs_for("r1")) == 1
+
+
+# Only invalid requests and settled outcomes are acknowledged; anything else is redelivered.
+
+
+def _forbidden(*args: Any, **kwargs: Any) -> Any:
+    raise api.Forbidden("the function may not write the state bucket")
+
+
+def _no_such_bucket(*args: Any, **kwargs: Any) -> Any:
+    raise api.NotFound("the specified bucket does not exist")
+
+
+@pytest.mark.parametrize("fault", [_forbidden, _no_such_bucket], ids=["403", "404"])
+def test_a_ledger_that_refuses_for_good_blocks_the_request_instead_of_losing_it(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch, fault: Any
+) -> None:
+    monkeypatch.setattr(harness.ledger, "update", fault)
+
+    with pytest.raises(SubmitBlocked) as raised:
+        harness.deliver(envelope())
+
+    assert isinstance(raised.value, TransientError)  # Pub/Sub redelivers, then dead-letters it
+    assert isinstance(raised.value.__cause__, api.GoogleAPICallError)
+    [line] = harness.log_lines("submit_blocked")
+    assert line["severity"] == "ERROR" and line["request_id"] == "r1"
+    assert harness.alerts == [] and harness.vertex.creates == 0
+
+
+def test_a_blocked_request_is_redelivered_through_handle_delivery(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(harness.ledger, "update", _forbidden)
+
+    def handler(message: Message, log: Logger) -> None:
+        submit_request(message, log, harness.deps)
+
+    with pytest.raises(SubmitBlocked):
+        handle_delivery(
+            _push_event(envelope(), "m-1"),
+            handler,
+            function="submit_job",
+            max_age_seconds=60,
+            log=harness.log,
+        )
+
+
+def test_an_unexpected_create_error_keeps_the_claim_and_is_redelivered(harness: Harness) -> None:
+    harness.vertex.create_faults.append(ValueError("a bug, not a verdict on the request"))
+
+    with pytest.raises(SubmitBlocked):
+        harness.deliver(envelope())
+
+    record = harness.ledger.get("r1")
+    assert record.status == Status.CLAIMED and record.attempt(1).outcome is None
+
+
+# Re-queues that validation rejects end the request once instead of looping.
+
+
+def _requeue_attempt_2(harness: Harness, **fields: Any) -> bytes:
+    """Attempt 1 runs, then the events function decides and publishes attempt 2."""
+    harness.deliver(envelope(**fields))
+
+    def requeued(current: RequestRecord | None) -> RequestRecord:
+        current.attempt(1).outcome = "requeued"
+        current.status = Status.REQUEUED
+        current.requeue = Requeue(
+            attempt=2,
+            location="us-central1",
+            strategy="SPOT",
+            reason="preempted",
+            decided_at="t",
+            message_id="m",
+        )
+        return current
+
+    stored = harness.ledger.update("r1", requeued)
+    return json.dumps({**stored.request, "attempt": 2, "location": "us-central1"}).encode()
+
+
+def test_a_requeue_the_policy_now_rejects_fails_the_request_and_alerts_once(
+    harness: Harness,
+) -> None:
+    message = _requeue_attempt_2(harness)
+    harness.settings = replace(SETTINGS, allowed_machine_families=("a3",))  # policy changed
+
+    first = harness.deliver(message, message_id="m-requeue", request_id="r1")
+    again = harness.deliver(message, message_id="m-requeue", request_id="r1")  # reconcile resent
+
+    assert first.decision == again.decision == Decision.INVALID
+    record = harness.ledger.get("r1")
+    assert record.status == Status.FAILED and record.requeue is None
+    assert record.finished_at is not None and "invalid_request:2" in record.markers
+    [alert] = harness.alerts
+    assert (alert.kind, alert.request_id, alert.attempt) == ("invalid_request", "r1", 2)
+    assert len(harness.log_lines("invalid_request")) == 2
+    assert harness.vertex.creates == 1
+
+
+def test_a_requeue_larger_than_the_request_limit_is_still_accepted(harness: Harness) -> None:
+    # The canonical envelope re-published on re-queue is bigger than the request as first sent.
+    fields = {"fallback": {"after_spot_attempts": 2, "strategy": "STANDARD"}}
+    harness.settings = replace(SETTINGS, max_request_bytes=len(envelope(**fields)))
+    message = _requeue_attempt_2(harness, **fields)
+    assert len(message) > harness.settings.max_request_bytes
+
+    outcome = harness.deliver(message, message_id="m-requeue", request_id="r1")
+
+    assert outcome.decision == Decision.CREATED and outcome.attempt == 2
+
+
+# What the log says matches what happened.
+
+
+class RefusingAfterRecordedJobService(FakeJobService):
+    """Refuses our create for good, after another delivery has already recorded a job."""
+
+    def __init__(self, ledger: LedgerStore) -> None:
+        super().__init__()
+        self.ledger = ledger
+
+    def create_custom_job(self, **kwargs: Any) -> CustomJob:
+        other = super().create_custom_job(**kwargs).name
+
+        def record_other(current: RequestRecord | None) -> RequestRecord:
+            current.attempt(1).job = other
+            current.status = Status.SUBMITTED
+            return current
+
+        self.ledger.update("r1", record_other)
+        raise api.InvalidArgument("refused")
+
+
+def test_a_refusal_after_the_attempt_got_a_job_is_not_reported_as_a_failed_request(
+    harness: Harness,
+) -> None:
+    harness.vertex = RefusingAfterRecordedJobService(harness.ledger)
+
+    harness.deliver(envelope())
+
+    assert harness.ledger.get("r1").status == Status.SUBMITTED
+    assert harness.log_lines("submit_failed") == [] and harness.alerts == []
+    [line] = harness.log_lines("refusal_ignored")
+    assert line["severity"] == "WARNING"
+
+
+def test_a_duplicate_publish_with_a_different_body_is_a_warning(harness: Harness) -> None:
+    harness.deliver(envelope())
+    harness.deliver(envelope(), message_id="m-2")
+    harness.deliver(envelope(max_attempts=5), message_id="m-3")
+
+    same, different = harness.log_lines("duplicate")
+    assert (same["severity"], same["same_body"]) == ("INFO", True)
+    assert (different["severity"], different["same_body"]) == ("WARNING", False)
+
+
+def test_submit_job_handles_a_request_of_any_age(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A Pub/Sub seek or a long outage must not silently drop job requests: only events go stale.
+    from functions import submit as entry
+
+    handled: list[Message] = []
+    monkeypatch.setattr(entry, "_handle", lambda message, log: handled.append(message))
+    event = _push_event(envelope(), "m-old")
+    event["data"]["message"]["publishTime"] = (
+        datetime.now(timezone.utc) - timedelta(days=30)
+    ).isoformat()
+
+    entry.submit_job(event)
+
+    assert [m.message_id for m in handled] == ["m-old"]
+
+
+def test_submit_job_redelivers_a_request_it_cannot_build_its_clients_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from functions import submit as entry
+
+    def misconfigured() -> SubmitDeps:
+        raise ConfigurationError("SPOTJOBS_CLAIM_LEASE_SECONDS=1 must be at least twice ...")
+
+    monkeypatch.setattr(entry, "_deps", misconfigured)
+
+    with pytest.raises(SubmitBlocked):
+        entry.submit_job(_push_event(envelope(), "m-1"))

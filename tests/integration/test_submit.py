@@ -172,11 +172,10 @@ def test_a_create_whose_response_is_lost_yields_one_job(stack: Any) -> None:
     assert decisions(stack, request_id, "job_found")
 
 
-@pytest.mark.parametrize("status", [503, 429])
-def test_a_refused_create_is_redelivered_and_ends_with_one_job(stack: Any, status: int) -> None:
-    request_id = unique(f"refused{status}")
+def test_a_quota_refused_create_is_redelivered_and_ends_with_one_job(stack: Any) -> None:
+    request_id = unique("refused429")
     stack.vertex_control(
-        "POST", "/emulator/v1/faults", {"method": "create", "status": status, "count": 2}
+        "POST", "/emulator/v1/faults", {"method": "create", "status": 429, "count": 2}
     )
 
     stack.publish("job_requests", envelope(request_id))
@@ -186,6 +185,26 @@ def test_a_refused_create_is_redelivered_and_ends_with_one_job(stack: Any, statu
     assert (
         len(decisions(stack, request_id, "create_refused")) == 2
     )  # redelivered twice, then created
+    assert len(decisions(stack, request_id, "job_created")) == 1
+
+
+def test_a_503_on_create_keeps_the_claim_and_ends_with_one_job_after_the_lease(stack: Any) -> None:
+    # UNAVAILABLE may come after the server accepted the create: the claim is kept (never released
+    # early), so the redelivery that creates is the one that takes it over after the lease. (One
+    # 503 only: waiting out a lease per 503 spends deliveries; past max_delivery_attempts, the
+    # message dead-letters and reconcile re-publishes the abandoned claim.)
+    request_id = unique("unavailable")
+    stack.vertex_control(
+        "POST", "/emulator/v1/faults", {"method": "create", "status": 503, "count": 1}
+    )
+
+    stack.publish("job_requests", envelope(request_id))
+
+    record = wait_for_job_recorded(stack, request_id)
+    assert [j.name for j in jobs_of(stack, request_id)] == [record.attempt(1).job]
+    assert len(decisions(stack, request_id, "create_unknown")) == 1
+    assert decisions(stack, request_id, "claim_taken_over")
+    assert decisions(stack, request_id, "create_refused") == []
     assert len(decisions(stack, request_id, "job_created")) == 1
 
 

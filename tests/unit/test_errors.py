@@ -97,6 +97,14 @@ def test_api_core_exceptions(name: str, retryable: bool) -> None:
     assert is_retryable(_api_exception(name)) is retryable
 
 
+def _refresh_error_from(cause: BaseException) -> google.auth.exceptions.RefreshError:
+    """A RefreshError raised `from` its cause, as google-auth's credentials raise them."""
+    try:
+        raise google.auth.exceptions.RefreshError("could not refresh the token") from cause
+    except google.auth.exceptions.RefreshError as exc:
+        return exc
+
+
 @pytest.mark.parametrize(
     "exc, retryable",
     [
@@ -115,6 +123,11 @@ def test_api_core_exceptions(name: str, retryable: bool) -> None:
         (requests.ConnectTimeout("slow connect"), True),
         (requests.ReadTimeout("slow read"), True),
         (google.auth.exceptions.TransportError("token endpoint down"), True),
+        (_refresh_error_from(google.auth.exceptions.TransportError("metadata server down")), True),
+        (google.auth.exceptions.RefreshError(google.auth.exceptions.TransportError("down")), True),
+        (google.auth.exceptions.RefreshError("token endpoint 503", retryable=True), True),
+        (google.auth.exceptions.RefreshError("invalid_grant: account deleted"), False),
+        (_refresh_error_from(ValueError("malformed token response")), False),
         (TransientError("try later"), True),
         (ConflictError("lost the CAS race too often"), True),
         (ClaimInProgress("another delivery is creating the job"), True),

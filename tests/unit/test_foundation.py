@@ -52,6 +52,37 @@ def test_a_malformed_setting_is_a_configuration_error_naming_it(variable: str, v
         Settings.from_env({variable: value})
 
 
+def test_the_create_timeout_is_a_setting_the_claim_lease_must_cover_twice() -> None:
+    settings = Settings.from_env(
+        {"SPOTJOBS_CLAIM_LEASE_SECONDS": "5", "SPOTJOBS_CREATE_TIMEOUT_SECONDS": "2"}
+    )
+    assert settings.create_timeout_seconds == 2.0
+    # A create may be sent while it and a margin (half the timeout) still fit in the lease.
+    assert settings.create_deadline_seconds == 5 - 2 - 1
+    assert Settings.from_env({}).create_deadline_seconds == 120 - 30 - 15
+
+
+def test_an_unset_create_timeout_is_30_seconds_or_half_a_shorter_lease() -> None:
+    assert Settings.from_env({}).create_timeout_seconds == 30.0
+    assert Settings.from_env({"SPOTJOBS_CLAIM_LEASE_SECONDS": "5"}).create_timeout_seconds == 2.5
+    settings = Settings.from_env({"SPOTJOBS_CLAIM_LEASE_SECONDS": "15"})
+    assert Settings.from_env(settings.as_env()) == settings
+
+
+@pytest.mark.parametrize(
+    "lease, create_timeout",
+    [("59", "30"), ("120", "61"), ("5", "3"), ("0", None), ("0", "1"), ("10", "0"), ("10", "-1")],
+)
+def test_a_lease_that_cannot_cover_a_create_is_a_configuration_error(
+    lease: str, create_timeout: str | None
+) -> None:
+    environ = {"SPOTJOBS_CLAIM_LEASE_SECONDS": lease}
+    if create_timeout is not None:
+        environ["SPOTJOBS_CREATE_TIMEOUT_SECONDS"] = create_timeout
+    with pytest.raises(ConfigurationError, match="SPOTJOBS_CREATE_TIMEOUT_SECONDS"):
+        Settings.from_env(environ)
+
+
 def test_output_dir_is_stable_per_request() -> None:
     settings = Settings.from_env({"SPOTJOBS_CHECKPOINT_BUCKET": "ckpt", "SPOTJOBS_CHECKPOINT_PREFIX": "/runs/"})
     assert settings.output_dir_for("r-1") == "gs://ckpt/runs/r-1/"
@@ -126,3 +157,15 @@ def test_transient_failures_raise_for_redelivery_and_permanent_ones_are_acknowle
 def test_undecodable_deliveries_are_acknowledged_with_an_error_line(event: dict) -> None:
     lines = _run(event, lambda m, log: pytest.fail("handler must not run"))
     assert lines[0]["event"] == "undecodable"
+
+
+def test_rfc3339_times_parse_to_aware_datetimes_and_garbage_to_none() -> None:
+    from shared.delivery import parse_rfc3339
+
+    utc = timezone.utc
+    exact = datetime(2026, 1, 2, 3, 4, 5, 123456, utc)
+    assert parse_rfc3339("2026-01-02T03:04:05.123456Z") == exact
+    assert parse_rfc3339("2026-01-02T03:04:05") == datetime(2026, 1, 2, 3, 4, 5, tzinfo=utc)
+    assert parse_rfc3339("2026-01-02T05:04:05+02:00") == datetime(2026, 1, 2, 3, 4, 5, tzinfo=utc)
+    for garbage in ("", "yesterday", None, 12):
+        assert parse_rfc3339(garbage) is None

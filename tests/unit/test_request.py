@@ -276,6 +276,29 @@ def test_unusable_bodies_are_one_clear_violation(data: bytes, expected: str) -> 
     assert request.custom_job is None
 
 
+def _padded_envelope(size: int, **fields: Any) -> bytes:
+    """An envelope of exactly `size` bytes (padded with whitespace, which JSON ignores)."""
+    data = json.dumps({"request_id": "r1", "custom_job": docs_body(), **fields}).encode()
+    return data + b" " * (size - len(data))
+
+
+def test_a_system_requeue_may_exceed_the_request_limit_by_the_envelope_it_gained() -> None:
+    # Attempt n+1 carries the canonical envelope, bigger than the request first accepted.
+    request, violations = read(_padded_envelope(MAX_BYTES + 1000, attempt=2))
+    assert violations == [] and request.attempt == 2
+    _, violations = read(_padded_envelope(MAX_BYTES + 1000))
+    assert violations == [f"body: is {MAX_BYTES + 1000} bytes; at most {MAX_BYTES} are accepted"]
+    _, violations = read(_padded_envelope(MAX_BYTES + 1000, attempt=1))
+    assert violations and violations[0].startswith(f"body: is {MAX_BYTES + 1000} bytes")
+
+
+def test_even_a_requeue_is_bounded_at_twice_the_request_limit() -> None:
+    _, violations = read(_padded_envelope(2 * MAX_BYTES + 1, attempt=2))
+    assert violations == [
+        f"body: is {2 * MAX_BYTES + 1} bytes; at most {MAX_BYTES} are accepted"
+    ]
+
+
 def test_an_unusable_body_keeps_the_request_id_its_publisher_gave() -> None:
     assert read(b"nope", request_id="r-7")[0].request_id == "r-7"
     assert read(b"nope", request_id="Not Valid")[0].request_id is None
