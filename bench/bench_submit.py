@@ -218,7 +218,8 @@ def main() -> None:
     figures = cold_start_figures("functions.submit", COLD_START_CEILING, args.runs)
     options = StackOptions(
         functions=("submit_job",),
-        function_env={"SPOTJOBS_LOG_LEVEL": "INFO", "SPOTJOBS_CLAIM_LEASE_SECONDS": "10"},
+        function_env={"SPOTJOBS_LOG_LEVEL": "INFO", "SPOTJOBS_CLAIM_LEASE_SECONDS": "10",
+                      "SPOTJOBS_CREATE_TIMEOUT_SECONDS": "3"},
         minimum_backoff_seconds=1,
         maximum_backoff_seconds=5,
         vertex_args=(

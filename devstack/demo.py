@@ -743,6 +743,7 @@ def demo_stack_options(seed: int) -> Any:
             "SPOTJOBS_ALLOWED_IMAGE_PREFIXES": ALLOWED_IMAGE_PREFIX,
             # A crashed delivery's claim is taken over after 15 s instead of 2 min.
             "SPOTJOBS_CLAIM_LEASE_SECONDS": "15",
+            "SPOTJOBS_CREATE_TIMEOUT_SECONDS": "5",
         },
         # Redeliveries after 1-10 s instead of production's 10-600 s, so the demo stays short.
         minimum_backoff_seconds=1,

@@ -16,6 +16,7 @@ EVENTS_DIR = Path(__file__).parent / "events"
 # everything else is production's default.
 TEST_FUNCTION_ENV = {
     "SPOTJOBS_CLAIM_LEASE_SECONDS": "5",
+    "SPOTJOBS_CREATE_TIMEOUT_SECONDS": "1",
     "SPOTJOBS_LOG_LEVEL": "DEBUG",
     # Production-like: an image allowlist, which every test image lies inside.
     "SPOTJOBS_ALLOWED_IMAGE_PREFIXES": "us-docker.pkg.dev/",
