@@ -6,7 +6,12 @@ read the job from Vertex, wrap it in an `Observation` and call `apply_observatio
 compare-and-swap (so it may run more than once) and returns the new record plus the effects that
 belong to it (log lines, alerts, the re-queue and prune publishes). Effects run only after the
 write that decided them succeeded, and every decision marks the record, so a duplicated,
-concurrent or reordered delivery finds it made and does nothing.
+concurrent or reordered delivery finds it made and decides nothing again. What must reach Pub/Sub
+survives a failed publish or a lost write reply: the re-queue is confirmed in the record once
+published (`settle_requeue`), and alerts and the prune request are written as pending with the
+decision and cleared once published (`publish_pending`). Whoever finds them pending publishes
+them, which the delivery that decided them does at once and anyone else once that delivery is
+presumed dead (the claim lease): at least once, and once unless a publisher crashes mid-way.
 
 Decisions, on the job's state as Vertex reports it (never on the log text):
 
@@ -61,6 +66,7 @@ from shared.ledger import (
     RequestRecord,
     Requeue,
     Status,
+    iso,
     parse_iso,
 )
 from shared.log import Logger
@@ -90,11 +96,10 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def iso(moment: datetime | None) -> str | None:
-    """The ledger's timestamp format (RFC 3339, UTC, `Z`)."""
-    if moment is None:
-        return None
-    return moment.astimezone(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+def _vertex_time(moment: datetime | None) -> str | None:
+    # Microseconds, unlike the ledger's own times: freshness compares a job's update times,
+    # which can be less than a millisecond apart.
+    return None if moment is None else iso(moment, timespec="microseconds")
 
 
 # The inputs.
@@ -118,10 +123,10 @@ class JobSnapshot:
             name=job.name,
             state=state_name(job.state),
             error=job_error(job),
-            create_time=iso(job.create_time),
-            start_time=iso(job.start_time),
-            end_time=iso(job.end_time),
-            update_time=iso(job.update_time),
+            create_time=_vertex_time(job.create_time),
+            start_time=_vertex_time(job.start_time),
+            end_time=_vertex_time(job.end_time),
+            update_time=_vertex_time(job.update_time),
         )
 
     @property
@@ -220,7 +225,18 @@ def decide(
     record: RequestRecord, observation: Observation, policy: DecisionPolicy, now: datetime
 ) -> Decision:
     """The record after `observation`, and the effects of the change. Pure: the record is a copy
-    the ledger handed over, and effects are only described, never carried out."""
+    the ledger handed over, and effects are only described, never carried out. The alerts and the
+    prune request decided are also written into the record as pending (see `publish_pending`)."""
+    decision = _decide(record, observation, policy, now)
+    decision.record.pending_alerts.extend(alert.to_json() for alert in decision.effects.alerts)
+    if decision.effects.prune_requested:
+        decision.record.prune_pending = True
+    return decision
+
+
+def _decide(
+    record: RequestRecord, observation: Observation, policy: DecisionPolicy, now: datetime
+) -> Decision:
     effects = Effects()
     attempt = record.attempt(observation.attempt)
     if attempt is None or attempt.job is None:
@@ -566,7 +582,7 @@ def _alert(
         attempt=attempt.n,
         job=attempt.job,
         details={"location": attempt.location, "strategy": attempt.strategy, **details},
-        time=iso(now) or "",
+        time=iso(now),
     )
 
 
@@ -624,7 +640,8 @@ class Applied:
 def apply_observation(
     ports: Ports, request_id: str, observation: Observation, log: Logger
 ) -> Applied:
-    """Decide under compare-and-swap, then carry out what this call decided (and only that)."""
+    """Decide under compare-and-swap, then carry out what this call decided, and what earlier
+    decisions left pending once their deciders are presumed dead."""
     policy = DecisionPolicy.from_settings(ports.settings)
     last: Decision | None = None
 
@@ -636,10 +653,14 @@ def apply_observation(
     stored = ports.ledger.update(request_id, transition)
     if last is None or stored is None:
         return Applied(None)
-    effects = last.effects if stored is last.record else Effects()
+    # Not the record this call proposed: another delivery decided (or our own write landed
+    # before its reply was lost), so only what is still pending in the record is carried out.
+    decided_here = stored is last.record
+    effects = last.effects if decided_here else Effects()
     for line in effects.lines:
         log.log(line.severity, line.message, **line.fields)
     settled: tuple[str | None, str | None] = (None, None)
+    pending_wait: str | None = None
 
     def requeue() -> None:
         nonlocal settled
@@ -647,17 +668,15 @@ def apply_observation(
             ports, stored, log, decided_here=effects.requeue_decided, now=utcnow()
         )
 
-    steps: list[Callable[[], object]] = [requeue]
-    if effects.prune_requested:
-        steps.append(functools.partial(_request_prune, ports, stored))
-    if effects.alerts:
-        alerts = AlertPublisher(
-            ports.publisher(), ports.topic_path(ports.settings.ops_alerts_topic)
-        )
-        steps.extend(functools.partial(alerts.publish, alert) for alert in effects.alerts)
-    _run_all(steps)
+    def pending() -> None:
+        nonlocal pending_wait
+        # Ours to publish at once only if this call's own write made them pending.
+        made_pending = bool(effects.alerts or effects.prune_requested)
+        pending_wait = publish_pending(ports, stored, decided_here=made_pending, now=utcnow())
+
+    _run_all([requeue, pending])
     message_id, in_flight = settled
-    return Applied(stored, effects.events, last.waiting or in_flight, message_id)
+    return Applied(stored, effects.events, last.waiting or in_flight or pending_wait, message_id)
 
 
 def _run_all(steps: list[Callable[[], object]]) -> None:
@@ -673,10 +692,61 @@ def _run_all(steps: list[Callable[[], object]]) -> None:
         raise failure
 
 
-def _request_prune(ports: Ports, record: RequestRecord) -> None:
-    ports.publish(
-        ports.settings.maintenance_topic, {"task": "prune", "request_id": record.request_id}
-    )
+def publish_pending(
+    ports: Ports, record: RequestRecord, *, decided_here: bool, now: datetime
+) -> str | None:
+    """Publish the record's pending alerts and prune request, then clear the ones published.
+
+    Returns a reason to look again when they are left to the delivery that decided them: anyone
+    else publishes them only once that one is presumed dead (decided longer than the claim lease
+    ago), so concurrent deliveries of one event do not each send the alert. Raises the first
+    failed publish after trying them all; what failed stays pending.
+    """
+    if not record.has_pending_effects:
+        return None
+    decided_for = (now - _pending_since(record)).total_seconds()
+    if not decided_here and decided_for < ports.settings.claim_lease_seconds:
+        return f"effects decided for {record.request_id} are being published by another delivery"
+    published_alerts: list[dict[str, Any]] = []
+    prune_published = False
+
+    def prune() -> None:
+        nonlocal prune_published
+        ports.publish(
+            ports.settings.maintenance_topic, {"task": "prune", "request_id": record.request_id}
+        )
+        prune_published = True
+
+    alerts = AlertPublisher(ports.publisher(), ports.topic_path(ports.settings.ops_alerts_topic))
+
+    def alert(payload: dict[str, Any]) -> None:
+        alerts.publish(Alert(**payload))
+        published_alerts.append(payload)
+
+    steps: list[Callable[[], object]] = [prune] if record.prune_pending else []
+    steps.extend(functools.partial(alert, payload) for payload in record.pending_alerts)
+
+    def clear(current: RequestRecord | None) -> RequestRecord | None:
+        if current is None:
+            return None
+        current.pending_alerts = [a for a in current.pending_alerts if a not in published_alerts]
+        current.prune_pending = current.prune_pending and not prune_published
+        return current
+
+    try:
+        _run_all(steps)
+    finally:
+        if published_alerts or prune_published:
+            ports.ledger.update(record.request_id, clear)
+    return None
+
+
+def _pending_since(record: RequestRecord) -> datetime:
+    """When the youngest pending effect was decided."""
+    moments = [parse_iso(alert["time"]) for alert in record.pending_alerts]
+    if record.prune_pending and record.prune_requested_at:
+        moments.append(parse_iso(record.prune_requested_at))
+    return max(moments, default=datetime.min.replace(tzinfo=timezone.utc))
 
 
 def attempt_envelope(request: dict[str, Any], attempt: int, location: str) -> dict[str, Any]:
@@ -759,10 +829,6 @@ class EventOutcome(enum.Enum):
     STALE = "stale"  # older than the maximum event age
     FOREIGN = "foreign"  # a job spotjobs did not create
     OBSERVED = "observed"  # the job was read from Vertex and decided on
-
-    @property
-    def read_vertex(self) -> bool:
-        return self is EventOutcome.OBSERVED
 
 
 def handle_job_event(

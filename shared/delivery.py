@@ -54,7 +54,7 @@ def message_from_event(event: Any) -> Message:
     if not isinstance(attributes, Mapping):
         attributes = {}
     message_id = str(raw.get("messageId") or raw.get("message_id") or _event_id(event) or "")
-    publish_time = _parse_time(raw.get("publishTime") or raw.get("publish_time"))
+    publish_time = parse_rfc3339(raw.get("publishTime") or raw.get("publish_time"))
     return Message(payload, message_id, dict(attributes), publish_time)
 
 
@@ -65,7 +65,8 @@ def _event_id(event: Any) -> str | None:
         return None
 
 
-def _parse_time(value: Any) -> datetime | None:
+def parse_rfc3339(value: Any) -> datetime | None:
+    """An RFC 3339 time as an aware datetime (UTC when it names no offset); None if it is not one."""
     if not isinstance(value, str) or not value:
         return None
     try:

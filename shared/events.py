@@ -19,9 +19,10 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
+from shared.delivery import parse_rfc3339
 from shared.errors import ConfigurationError
 from shared.settings import Settings
 
@@ -117,7 +118,7 @@ def parse_log_entry(data: bytes) -> JobLogEntry:
         task_name=task_name if isinstance(task_name, str) else "",
         text=_text(entry),
         severity=_severity(entry.get("severity")),
-        timestamp=_timestamp(entry.get("timestamp")),
+        timestamp=parse_rfc3339(entry.get("timestamp")),
         insert_id=_string(entry.get("insertId")),
     )
 
@@ -140,16 +141,6 @@ def _text(entry: Mapping[str, Any]) -> str:
 
 def _severity(value: Any) -> str:
     return value.upper() if isinstance(value, str) and value else "DEFAULT"
-
-
-def _timestamp(value: Any) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
 
 
 @dataclass(frozen=True)

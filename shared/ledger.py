@@ -11,7 +11,16 @@ Layout in `gs://<state bucket>/`:
 Every change is `LedgerStore.update(request_id, transition)`: read (with generation), apply a pure
 transition to a copy, write with `if_generation_match` (0 to create). A 412 means another delivery
 won the race: re-read and decide again. Two deliveries can therefore never both make the same
-transition, which is what makes claims, re-queues and alerts exactly-once.
+transition, which is what makes claims and re-queue decisions exactly-once.
+
+Publishing is not part of a write, so what a decision publishes (alerts, the prune request) is
+at-least-once: it is recorded as pending in the same compare-and-swap as the decision, published
+after the write, then cleared; whoever finds it still pending later (a redelivery, reconcile)
+publishes it. A crash between a publish and its clearing can therefore repeat it. A record with
+pending effects says so in its metadata (`pending_effects`), so reconcile lists it even once
+finished.
+
+`maintenance/reconcile-cursor.json` holds where the next bounded reconcile run starts.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = 1
 REQUESTS_PREFIX = "requests/"
 JOBS_PREFIX = "jobs/"
+RECONCILE_CURSOR = "maintenance/reconcile-cursor.json"
 
 
 class Status:
@@ -51,8 +61,13 @@ class Status:
     ACTIVE = frozenset({CLAIMED, SUBMITTED, RUNNING, REQUEUED})
 
 
+def iso(moment: datetime, *, timespec: str = "milliseconds") -> str:
+    """The ledger's timestamp format: RFC 3339, UTC, `Z`, milliseconds unless asked otherwise."""
+    return moment.astimezone(timezone.utc).isoformat(timespec=timespec).replace("+00:00", "Z")
+
+
 def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return iso(datetime.now(timezone.utc))
 
 
 def parse_iso(value: str) -> datetime:
@@ -102,13 +117,17 @@ class RequestRecord:
     status: str = Status.CLAIMED
     attempts: list[Attempt] = field(default_factory=list)
     requeue: Requeue | None = None
-    # Exactly-once markers, written in the same compare-and-swap as the decision they guard:
-    # "kind:attempt" for alerts sent, and the preemption evidence already counted.
+    # Markers of what was decided, written in the same compare-and-swap as the decision they
+    # guard: "kind:attempt" for alerts decided, and the preemption evidence already counted.
     markers: list[str] = field(default_factory=list)
     created_at: str = field(default_factory=now_iso)
     updated_at: str = field(default_factory=now_iso)
     finished_at: str | None = None
     prune_requested_at: str | None = None
+    # Decided but not yet confirmed published (see the module docstring): alerts as their JSON,
+    # and whether the prune request is still to be sent.
+    pending_alerts: list[dict[str, Any]] = field(default_factory=list)
+    prune_pending: bool = False
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -121,6 +140,10 @@ class RequestRecord:
     @property
     def is_terminal(self) -> bool:
         return self.status in Status.TERMINAL
+
+    @property
+    def has_pending_effects(self) -> bool:
+        return bool(self.pending_alerts) or self.prune_pending
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -138,6 +161,19 @@ def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
     # Tolerate fields written by a newer version rather than crash on them.
     names = {f.name for f in fields(cls)}
     return {k: v for k, v in data.items() if k in names}
+
+
+@dataclass(frozen=True)
+class ListedRequest:
+    """A ledger document as a listing shows it (object metadata, no download)."""
+
+    request_id: str
+    status: str | None
+    pending_effects: bool
+
+    @property
+    def needs_reconcile(self) -> bool:
+        return self.status not in Status.TERMINAL or self.pending_effects
 
 
 @dataclass(frozen=True)
@@ -174,19 +210,37 @@ class LedgerStore:
     def get(self, request_id: str) -> RequestRecord | None:
         return self.read(request_id)[0]
 
-    def list_statuses(
-        self, *, page_size: int = 1000, page_token: str | None = None
-    ) -> tuple[list[tuple[str, str | None]], str | None]:
-        """One page of (request_id, status) from object metadata, and the next page token."""
+    def list_requests(
+        self, *, page_size: int = 1000, page_token: str | None = None, start_at: str = ""
+    ) -> tuple[list[ListedRequest], str | None]:
+        """One page of requests in the listing's (byte) order, from `start_at`'s document on
+        (inclusive; "" = from the first), and the next page token."""
         iterator = self._bucket.client.list_blobs(
-            self._bucket, prefix=REQUESTS_PREFIX, max_results=page_size, page_token=page_token
+            self._bucket,
+            prefix=REQUESTS_PREFIX,
+            start_offset=_request_path(start_at) if start_at else None,
+            max_results=page_size,
+            page_token=page_token,
         )
         page = next(iterator.pages, None)
         rows = []
         for blob in page or ():
-            request_id = blob.name[len(REQUESTS_PREFIX) : -len(".json")]
-            rows.append((request_id, (blob.metadata or {}).get("status")))
+            metadata = blob.metadata or {}
+            rows.append(
+                ListedRequest(
+                    blob.name[len(REQUESTS_PREFIX) : -len(".json")],
+                    metadata.get("status"),
+                    metadata.get("pending_effects") == "true",
+                )
+            )
         return rows, iterator.next_page_token
+
+    def list_statuses(
+        self, *, page_size: int = 1000, page_token: str | None = None
+    ) -> tuple[list[tuple[str, str | None]], str | None]:
+        """One page of (request_id, status) from object metadata, and the next page token."""
+        rows, token = self.list_requests(page_size=page_size, page_token=page_token)
+        return [(row.request_id, row.status) for row in rows], token
 
     def iter_statuses(self, *, page_size: int = 1000) -> Iterator[tuple[str, str | None]]:
         token: str | None = None
@@ -223,11 +277,34 @@ class LedgerStore:
 
     def _write(self, record: RequestRecord, generation: int) -> None:
         blob = self._bucket.blob(_request_path(record.request_id))
-        blob.metadata = {"status": record.status}
+        metadata = {"status": record.status}
+        if record.has_pending_effects:
+            metadata["pending_effects"] = "true"
+        blob.metadata = metadata
         blob.upload_from_string(
             json.dumps(record.to_json(), separators=(",", ":")),
             content_type="application/json",
             if_generation_match=generation,
+        )
+
+    # Where the next bounded reconcile run starts.
+
+    def reconcile_cursor(self) -> str:
+        """The request the next reconcile run starts at; "" = the first."""
+        from google.api_core.exceptions import NotFound
+
+        try:
+            raw = self._bucket.blob(RECONCILE_CURSOR).download_as_bytes()
+        except NotFound:
+            return ""
+        start_at = json.loads(raw).get("start_at", "")
+        return start_at if isinstance(start_at, str) else ""
+
+    def save_reconcile_cursor(self, start_at: str) -> None:
+        # Last writer wins: overlapping runs that race here only make the next run repeat a
+        # range or start a little further on; the rotation comes back to every request anyway.
+        self._bucket.blob(RECONCILE_CURSOR).upload_from_string(
+            json.dumps({"start_at": start_at}), content_type="application/json"
         )
 
     # The job index.

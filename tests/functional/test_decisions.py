@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from shared.decisions import EventOutcome, handle_job_event
 from shared.delivery import Message
 from shared.errors import TransientError, is_retryable
-from shared.ledger import LedgerStore, Status
+from shared.ledger import LedgerStore, RequestRecord, Status
 from shared.policy import validate_request
 from shared.request import canonical_envelope
 from shared.submit import claim_attempt
@@ -351,3 +351,87 @@ def test_garbage_and_foreign_events_are_acknowledged_without_ledger_change(
     outcome = deliver(world, data)
     assert outcome in {EventOutcome.IGNORED, EventOutcome.IRRELEVANT, EventOutcome.FOREIGN}
     assert ledger_objects(world) == before and world.publisher.messages == []
+
+
+def test_a_failed_alert_publish_is_kept_and_published_once_after_redelivery(world: World) -> None:
+    _, job = world.submitted(state=RUNNING)
+    world.vertex.set_state(job, FAILED, USER_ERROR)
+    terminal = log_entry(job, "Job failed.", insert_id="final", severity="ERROR")
+    world.publisher.fail_next = 1
+    with pytest.raises(Exception) as failure:
+        deliver(world, terminal)
+    assert is_retryable(failure.value)
+    record = world.ledger.get("req-1")
+    assert record.status == Status.FAILED
+    assert [alert["kind"] for alert in record.pending_alerts] == ["job_failed"]
+
+    with pytest.raises(TransientError, match="being published"):
+        deliver(world, terminal)  # within the lease the decider may still be publishing
+    assert world.publisher.on("ops-alerts") == []
+
+    world.settings = replace(world.settings, claim_lease_seconds=0)  # the decider is presumed dead
+    deliver(world, terminal)
+    deliver(world, terminal)
+    [alert] = world.publisher.on("ops-alerts")
+    assert (alert.data["kind"], alert.data["request_id"]) == ("job_failed", "req-1")
+    assert world.ledger.get("req-1").pending_alerts == []
+
+
+class LostReplyLedger(LedgerStore):
+    """A ledger whose next write lands but answers 412, as a retried write whose first try
+    already succeeded does."""
+
+    lose_next_reply = False
+
+    def _write(self, record: RequestRecord, generation: int) -> None:
+        from google.api_core.exceptions import PreconditionFailed
+
+        super()._write(record, generation)
+        if self.lose_next_reply:
+            self.lose_next_reply = False
+            raise PreconditionFailed("the first try of this write already landed")
+
+
+def test_a_decision_whose_write_reply_was_lost_still_publishes_its_effects(gcs_bucket) -> None:
+    ledger = LostReplyLedger(gcs_bucket)
+    world = World(ledger, FakeVertex(), FakePublisher(), make_settings(gcs_bucket.name))
+    _, job = world.submitted(state=RUNNING, request={"max_attempts": 1})
+    world.vertex.set_state(job, FAILED, STOCKOUT)
+    terminal = log_entry(job, "Job failed.", insert_id="final")
+    ledger.lose_next_reply = True
+    with pytest.raises(TransientError, match="being published"):
+        deliver(world, terminal)  # its own write landed: the re-run decides nothing new
+    assert world.ledger.get("req-1").status == Status.GAVE_UP
+
+    world.settings = replace(world.settings, claim_lease_seconds=0)
+    deliver(world, terminal)
+    assert [m.data["kind"] for m in world.publisher.on("ops-alerts")] == ["attempts_exhausted"]
+
+
+def test_a_failed_prune_request_is_kept_and_published_once(world: World) -> None:
+    _, job = world.submitted(state=RUNNING)
+    world.vertex.set_state(job, SUCCEEDED)
+    done = log_entry(job, "Job completed successfully.")
+    world.publisher.fail_next = 1
+    with pytest.raises(Exception) as failure:
+        deliver(world, done)
+    assert is_retryable(failure.value) and world.ledger.get("req-1").prune_pending
+
+    world.settings = replace(world.settings, claim_lease_seconds=0)
+    deliver(world, done)
+    deliver(world, done)
+    [prune] = world.publisher.on("maintenance")
+    assert prune.data == {"task": "prune", "request_id": "req-1"}
+    assert not world.ledger.get("req-1").prune_pending
+
+
+def test_ledger_timestamps_written_by_decisions_have_the_ledger_format(world: World) -> None:
+    import re
+
+    _, job = world.submitted(state=RUNNING)
+    world.vertex.set_state(job, SUCCEEDED)
+    deliver(world, log_entry(job, "Job completed successfully."))
+    record = world.ledger.get("req-1")
+    ledger_format = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
+    assert ledger_format.fullmatch(record.finished_at)
+    assert ledger_format.fullmatch(record.prune_requested_at)

@@ -11,10 +11,12 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from functions import reconcile as reconcile_entry
+from shared.decisions import Ports
 from shared.delivery import Message
 from shared.ledger import Attempt, LedgerStore, RequestRecord, Status
+from shared.log import Logger
 from shared.policy import validate_request
-from shared.reconcile import maintenance_task, run_reconcile
+from shared.reconcile import RequestResult, maintenance_task, run_reconcile
 from shared.request import canonical_envelope
 from shared.submit import claim_attempt
 from tests.functional.test_decisions_support import (
@@ -278,3 +280,59 @@ def test_republished_claim_is_taken_over_by_submit(world: World) -> None:
         output_dir=world.settings.output_dir_for("req-1"),
     )
     assert (claim.kind, claim.attempt.n) == ("taken_over", 1)
+
+
+def test_bounded_runs_rotate_through_every_active_request(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from shared import reconcile as reconcile_module
+
+    for k in range(5):
+        world.submitted(f"req-{k}", state=RUNNING)
+    seen: list[list[str]] = []
+    real = reconcile_module.reconcile_request
+
+    def recording(ports: Ports, request_id: str, log: Logger) -> RequestResult:
+        seen[-1].append(request_id)
+        return real(ports, request_id, log)
+
+    monkeypatch.setattr(reconcile_module, "reconcile_request", recording)
+    for _ in range(4):
+        seen.append([])
+        reconcile(world, limit=2)
+    assert [sorted(run) for run in seen] == [
+        ["req-0", "req-1"],
+        ["req-2", "req-3"],
+        ["req-4"],
+        ["req-0", "req-1"],
+    ]
+
+
+def test_a_finished_request_with_an_unpublished_alert_is_reconciled(world: World) -> None:
+    _, job = world.submitted(state=RUNNING)
+    world.vertex.set_state(job, FAILED, {"code": 3, "message": "exit 1"})
+    world.publisher.fail_next = 1  # the decider's alert publish fails and it never comes back
+    reconcile(world)
+    assert world.ledger.get("req-1").status == Status.FAILED
+    assert world.publisher.on("ops-alerts") == []
+
+    assert reconcile(world).outcomes == {"waiting": 1}  # within the lease: the decider's business
+    world.settings = replace(world.settings, claim_lease_seconds=0)
+    assert reconcile(world).outcomes == {"effects_published": 1}
+    assert [m.data["kind"] for m in world.publisher.on("ops-alerts")] == ["job_failed"]
+    assert reconcile(world).active == 0  # nothing pending any more: finished for good
+
+
+def test_a_claim_taken_over_meanwhile_is_not_reported_as_adopted(world: World) -> None:
+    from shared.decisions import utcnow
+    from shared.reconcile import _settle_claim
+
+    record, _ = world.submitted(state=QUEUED)
+    abandoned = Attempt(1, "us-central1", "SPOT", claimed_at=ago(600))
+    record.attempts[0] = abandoned  # what reconcile read, before submit took the claim over
+    log = CapturedLog()
+
+    result = _settle_claim(world.ports, record, abandoned, log.logger, utcnow())
+
+    assert result.outcome != "claim_adopted" and log.events("claim_adopted") == []
+    assert world.ledger.get("req-1").attempts[0].claimed_at != abandoned.claimed_at

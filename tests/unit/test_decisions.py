@@ -19,10 +19,9 @@ from shared.decisions import (
     Observation,
     classify_failure,
     decide,
-    iso,
 )
 from shared.events import Signal, patterns_from
-from shared.ledger import Attempt, RequestRecord, Requeue, Status
+from shared.ledger import Attempt, RequestRecord, Requeue, Status, iso
 from shared.settings import Settings
 from shared.vertex import JobState
 
@@ -35,7 +34,7 @@ USER_ERROR = {"code": 3, "message": "The replica workerpool0-0 exited with a non
 
 
 def at(seconds: float) -> str:
-    return iso(NOW - timedelta(seconds=600) + timedelta(seconds=seconds)) or ""
+    return iso(NOW - timedelta(seconds=600) + timedelta(seconds=seconds))
 
 
 def make_record(
@@ -197,9 +196,7 @@ def test_stockout_requeues_the_next_attempt_once() -> None:
     assert stored.status == Status.REQUEUED
     assert stored.attempts[0].outcome == "requeued"
     assert stored.attempts[0].error == STOCKOUT and stored.attempts[0].ended_at == at(400)
-    assert stored.requeue == Requeue(
-        2, "us-central1", "SPOT", "stockout", decided_at=iso(NOW) or ""
-    )
+    assert stored.requeue == Requeue(2, "us-central1", "SPOT", "stockout", decided_at=iso(NOW))
     assert decision.effects.requeue_decided
     [line] = decision.effects.lines
     assert line.fields["event"] == "requeue" and line.fields["next_attempt"] == 2
@@ -275,6 +272,7 @@ def test_other_failure_is_reported_not_requeued() -> None:
         USER_ERROR,
     )
     assert decision.effects.events == ("job_failed",)
+    assert decision.record.pending_alerts == [alert.to_json()]  # written with the decision
 
 
 def test_expired_job_is_a_failure() -> None:
@@ -298,6 +296,7 @@ def test_success_records_times_and_requests_prune_once() -> None:
     assert stored.status == Status.SUCCEEDED and stored.finished_at == iso(NOW)
     assert stored.attempts[0].outcome == "succeeded" and stored.attempts[0].ended_at == at(500)
     assert stored.prune_requested_at == iso(NOW) and decision.effects.prune_requested
+    assert stored.prune_pending  # written with the decision, cleared once published
     assert decision.effects.events == ("job_succeeded",)
 
 
