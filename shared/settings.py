@@ -126,6 +126,7 @@ class Settings:
             values["create_timeout_seconds"] = min(DEFAULT_CREATE_TIMEOUT_SECONDS, lease / 2)
         settings = cls(**values)
         settings._check_create_fits_in_lease()
+        settings._check_patterns()
         return settings
 
     @property
@@ -136,6 +137,19 @@ class Settings:
         return self.claim_lease_seconds - self.create_timeout_seconds * (
             1 + CREATE_MARGIN_FRACTION
         )
+
+    def _check_patterns(self) -> None:
+        """A bad pattern fails the instance at its first delivery (redelivered, then dead-lettered,
+        so someone notices) instead of quietly acknowledging every event it cannot classify."""
+        import re
+
+        for name in ("preemption_patterns", "stockout_patterns"):
+            for pattern in getattr(self, name):
+                try:
+                    re.compile(pattern)
+                except re.error as exc:
+                    env = next(f.metadata["env"] for f in dataclasses.fields(self) if f.name == name)
+                    raise ConfigurationError(f"{env}: {pattern!r} is not a regular expression: {exc}") from None
 
     def _check_create_fits_in_lease(self) -> None:
         # Checked for the environment's settings only: tests build others with dataclasses.replace.

@@ -169,3 +169,9 @@ def test_rfc3339_times_parse_to_aware_datetimes_and_garbage_to_none() -> None:
     assert parse_rfc3339("2026-01-02T05:04:05+02:00") == datetime(2026, 1, 2, 3, 4, 5, tzinfo=utc)
     for garbage in ("", "yesterday", None, 12):
         assert parse_rfc3339(garbage) is None
+
+
+@pytest.mark.parametrize("variable", ["SPOTJOBS_PREEMPTION_PATTERNS", "SPOTJOBS_STOCKOUT_PATTERNS"])
+def test_a_pattern_that_is_not_a_regular_expression_is_refused_when_settings_are_read(variable: str) -> None:
+    with pytest.raises(ConfigurationError, match=variable):
+        Settings.from_env({variable: "preempt,([unclosed"})
