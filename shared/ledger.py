@@ -87,6 +87,10 @@ class Attempt:
     ended_at: str | None = None
     state_changed_at: str | None = None
     preemptions: int = 0
+    # Times reconcile re-published this attempt because its claim never got a job: bounded, so a
+    # request whose job can never be created (say, a region that does not exist) ends.
+    republished: int = 0
+    republished_at: str | None = None
     error: dict[str, Any] | None = None  # google.rpc.Status {code, message}
     outcome: str | None = None  # succeeded | requeued | failed | gave_up | cancelled
 

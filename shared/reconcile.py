@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from shared.alerts import Alert
 from shared.decisions import (
     JobSnapshot,
     Observation,
@@ -48,6 +49,7 @@ from shared.ledger import (
     LedgerStore,
     RequestRecord,
     Status,
+    now_iso,
     parse_iso,
 )
 from shared.log import Logger
@@ -195,6 +197,87 @@ def _reconcile(ports: Ports, request_id: str, log: Logger) -> RequestResult:
     return RequestResult("waiting" if applied.waiting else "observed", applied.events)
 
 
+def _republish_or_give_up(
+    ports: Ports, record: RequestRecord, claim: Attempt, log: Logger, held_for: float
+) -> RequestResult:
+    """Count the re-publish in the ledger first (so two reconcile runs cannot both count one),
+    then publish; once the bound is reached, fail the request with one alert instead."""
+    limit = ports.settings.max_claim_republishes
+    lease = ports.settings.claim_lease_seconds
+    decided: str | None = None
+
+    def count(current: RequestRecord | None) -> RequestRecord | None:
+        nonlocal decided
+        decided = None
+        attempt = current.attempt(claim.n) if current else None
+        if current is None or attempt is None or attempt.job is not None:
+            return None
+        if attempt.claimed_at != claim.claimed_at or current.is_terminal:
+            return None  # submit took the claim over meanwhile: its own lease runs again
+        if attempt.republished_at and _seconds_since(attempt.republished_at) < lease:
+            return None  # the last re-publish has not had its lease yet
+        if attempt.republished >= limit:
+            _fail_uncreatable(current, attempt, limit)
+            decided = "failed"
+        else:
+            attempt.republished += 1
+            attempt.republished_at = now_iso()
+            decided = "republish"
+        return current
+
+    stored = ports.ledger.update(record.request_id, count)
+    if decided == "failed" and stored is not None:
+        log.error(
+            f"attempt {claim.n} was never created after {limit} re-publishes; the request failed",
+            event="submit_failed",
+            attempt=claim.n,
+            location=claim.location,
+        )
+        publish_pending(ports, stored, decided_here=True, now=utcnow())
+        return RequestResult("claim_abandoned")
+    if decided != "republish":
+        return RequestResult("idle")
+    message_id = publish_request_attempt(ports, record, claim.n, claim.location)
+    log.warning(
+        f"attempt {claim.n} was claimed {held_for:.0f} s ago and never created; re-published",
+        event="claim_republished",
+        attempt=claim.n,
+        location=claim.location,
+        republished=stored.attempt(claim.n).republished if stored else None,
+        published_message_id=message_id,
+    )
+    return RequestResult("claim_republished")
+
+
+def _seconds_since(moment: str) -> float:
+    return (utcnow() - parse_iso(moment)).total_seconds()
+
+
+def _fail_uncreatable(record: RequestRecord, attempt: Attempt, limit: int) -> None:
+    message = (
+        f"attempt {attempt.n} in {attempt.location} was never created after {limit} re-publishes "
+        "(check the location, quotas and the submit_job logs)"
+    )
+    attempt.outcome = "failed"
+    attempt.ended_at = now_iso()
+    attempt.error = {"code": 9, "message": message}  # FAILED_PRECONDITION: no retry will help
+    record.status = Status.FAILED
+    record.finished_at = attempt.ended_at
+    key = f"submit_failed:{attempt.n}"
+    if key not in record.markers:
+        record.markers.append(key)
+        record.pending_alerts.append(
+            Alert(
+                kind="submit_failed",
+                severity="ERROR",
+                message=f"{record.request_id}: {message}",
+                request_id=record.request_id,
+                attempt=attempt.n,
+                details={"location": attempt.location, "republished": attempt.republished},
+            ).to_json()
+        )
+
+
 def _settle_claim(
     ports: Ports, record: RequestRecord, claim: Attempt, log: Logger, now: datetime
 ) -> RequestResult:
@@ -206,15 +289,7 @@ def _settle_claim(
     parent = parent_path(ports.settings.project, claim.location)
     job = find_attempt_job(client, parent, record.request_id, claim.n)
     if job is None:
-        message_id = publish_request_attempt(ports, record, claim.n, claim.location)
-        log.warning(
-            f"attempt {claim.n} was claimed {held_for:.0f} s ago and never created; re-published",
-            event="claim_republished",
-            attempt=claim.n,
-            location=claim.location,
-            published_message_id=message_id,
-        )
-        return RequestResult("claim_republished")
+        return _republish_or_give_up(ports, record, claim, log, held_for)
     snapshot = JobSnapshot.of(job)
     ports.ledger.index_job(JobIndexEntry(record.request_id, claim.n, claim.location, snapshot.name))
     adopted: RequestRecord | None = None

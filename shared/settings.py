@@ -94,6 +94,8 @@ class Settings:
     )
     stuck_after_seconds: float = _env("SPOTJOBS_STUCK_AFTER_SECONDS", 6 * 3600.0, kind="float")
     log_level: str = _env("SPOTJOBS_LOG_LEVEL", "INFO")
+    # Re-publishes of a claim that never got a job before reconcile fails the request.
+    max_claim_republishes: int = _env("SPOTJOBS_MAX_CLAIM_REPUBLISHES", 5, kind="int")
     reconcile_page_size: int = _env("SPOTJOBS_RECONCILE_PAGE_SIZE", 200, kind="int")
     reconcile_requests_per_run: int = _env("SPOTJOBS_RECONCILE_REQUESTS_PER_RUN", 2000, kind="int")
 

@@ -148,6 +148,7 @@ variable "settings" {
     unclaimed_requeue_seconds    = optional(number)             # SPOTJOBS_UNCLAIMED_REQUEUE_SECONDS
     stuck_after_seconds          = optional(number)             # SPOTJOBS_STUCK_AFTER_SECONDS
     log_level                    = optional(string)             # SPOTJOBS_LOG_LEVEL
+    max_claim_republishes        = optional(number)             # SPOTJOBS_MAX_CLAIM_REPUBLISHES
     reconcile_page_size          = optional(number)             # SPOTJOBS_RECONCILE_PAGE_SIZE
     reconcile_requests_per_run   = optional(number)             # SPOTJOBS_RECONCILE_REQUESTS_PER_RUN
     keep_last                    = optional(number)             # SPOTJOBS_KEEP_LAST

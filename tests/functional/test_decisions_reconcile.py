@@ -157,6 +157,38 @@ def test_abandoned_claim_without_a_job_is_republished_and_a_young_one_left_alone
     assert message.attributes == {"request_id": "req-1"}
 
 
+def test_a_claim_that_never_gets_a_job_is_republished_a_bounded_number_of_times_then_fails(
+    world: World,
+) -> None:
+    # Say the request names a region that does not exist: every create fails, forever.
+    world.settings = replace(world.settings, max_claim_republishes=2)
+    envelope = {"schema_version": 1, "request_id": "req-1", "custom_job": {}, "location": "us-nowhere1"}
+    claim = RequestRecord(
+        "req-1", envelope, "gs://c/r/req-1/", attempts=[Attempt(1, "us-nowhere1", "SPOT", ago(600))]
+    )
+    world.ledger.update("req-1", lambda _: claim)
+
+    def lease_passes(current: RequestRecord) -> RequestRecord:
+        current.attempts[0].republished_at = ago(600)
+        return current
+
+    assert reconcile(world).outcomes == {"claim_republished": 1}
+    assert reconcile(world).outcomes == {"idle": 1}  # the re-publish gets its lease first
+    world.ledger.update("req-1", lease_passes)
+    assert reconcile(world).outcomes == {"claim_republished": 1}
+    world.ledger.update("req-1", lease_passes)
+    assert reconcile(world).outcomes == {"claim_abandoned": 1}
+    assert reconcile(world).outcomes == {}  # finished: no longer active
+
+    record = world.ledger.get("req-1")
+    assert record.status == Status.FAILED and record.attempts[0].outcome == "failed"
+    assert "never created after 2 re-publishes" in record.attempts[0].error["message"]
+    assert len(world.publisher.on("job-requests")) == 2
+    [alert] = world.publisher.on("ops-alerts")
+    assert alert.data["kind"] == "submit_failed" and alert.data["request_id"] == "req-1"
+    assert record.pending_alerts == []
+
+
 def test_delayed_requeue_is_published_by_reconcile_once_due(world: World) -> None:
     world.settings = replace(world.settings, requeue_delay_seconds=3600)
     _, job = world.submitted(state=RUNNING)
