@@ -10,9 +10,9 @@ from typing import Any
 import functions_framework
 
 from shared.decisions import Ports, default_ports
-from shared.delivery import Message, handle_delivery
+from shared.delivery import Message, handle_delivery, maintenance_task
 from shared.log import Logger
-from shared.reconcile import RECONCILE_TASK, maintenance_task, run_reconcile
+from shared.reconcile import RECONCILE_TASK, run_reconcile
 from shared.settings import get_settings
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -74,6 +75,23 @@ def parse_rfc3339(value: Any) -> datetime | None:
     except ValueError:
         return None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+
+
+def maintenance_message(data: bytes) -> dict[str, Any]:
+    """The JSON object of a `maintenance` message (`{"task": "reconcile"}`, `{"task": "prune",
+    "request_id": ...}`); {} for anything else. reconcile and prune share the topic and each
+    ignores the tasks that are not its own."""
+    try:
+        body = json.loads(data)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def maintenance_task(data: bytes) -> str | None:
+    """The `task` of a maintenance message, or None if it has none."""
+    task = maintenance_message(data).get("task")
+    return task if isinstance(task, str) else None
 
 
 Handler = Callable[[Message, Logger], None]

@@ -56,6 +56,7 @@ from shared.checkpoints import (
     sorted_checkpoints,
     with_contents,
 )
+from shared.delivery import maintenance_message, maintenance_task
 from shared.errors import SpotjobsError, is_retryable
 from shared.ledger import RequestRecord, Status, parse_iso
 from shared.log import Logger, logger
@@ -801,13 +802,10 @@ class PruneTask:
 
 def parse_maintenance_task(data: bytes) -> tuple[str | None, PruneTask | None]:
     """The message's `task`, and the prune task it asks for (None if not a valid prune task)."""
-    try:
-        body = json.loads(data)
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        return None, None
-    task = body.get("task") if isinstance(body, dict) else None
-    if not isinstance(task, str) or task != PRUNE_TASK:
-        return (task if isinstance(task, str) else None), None
+    body = maintenance_message(data)
+    task = maintenance_task(data)
+    if task != PRUNE_TASK:
+        return task, None
     request_id = body.get("request_id")
     if request_id is None:
         return task, PruneTask()

@@ -25,7 +25,6 @@ on_job_event freely.
 from __future__ import annotations
 
 import collections
-import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -58,16 +57,6 @@ from shared.vertex import find_attempt_job, parent_path
 RECONCILE_TASK = "reconcile"
 # Requests reconciled at once: each is a few GCS and Vertex round trips, mostly waiting.
 RECONCILE_WORKERS = 8
-
-
-def maintenance_task(data: bytes) -> str | None:
-    """The `task` of a maintenance message (`{"task": "reconcile"}`), or None if it has none."""
-    try:
-        body = json.loads(data)
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        return None
-    task = body.get("task") if isinstance(body, dict) else None
-    return task if isinstance(task, str) else None
 
 
 @dataclass

@@ -59,7 +59,6 @@ class JobState:
         11: PARTIALLY_SUCCEEDED,
     }
     TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED, EXPIRED, PARTIALLY_SUCCEEDED})
-    ACTIVE = frozenset({QUEUED, PENDING, RUNNING, CANCELLING, PAUSED, UPDATING})
 
 
 def state_name(state: object) -> str:
@@ -76,23 +75,8 @@ def is_terminal(state: object) -> bool:
     return state_name(state) in JobState.TERMINAL
 
 
-def job_id_of(job_name: str) -> str:
-    """'projects/p/locations/l/customJobs/123' -> '123'."""
-    return job_name.rsplit("/", 1)[-1]
-
-
-def location_of(job_name: str) -> str:
-    """'projects/p/locations/us-central1/customJobs/123' -> 'us-central1'."""
-    parts = job_name.split("/")
-    return parts[parts.index("locations") + 1]
-
-
 def parent_path(project: str, location: str) -> str:
     return f"projects/{project}/locations/{location}"
-
-
-def job_path(project: str, location: str, job_id: str) -> str:
-    return f"{parent_path(project, location)}/customJobs/{job_id}"
 
 
 def attempt_labels(request_id: str, attempt: int) -> dict[str, str]:

@@ -16,7 +16,8 @@ from shared.delivery import Message
 from shared.ledger import Attempt, LedgerStore, RequestRecord, Status
 from shared.log import Logger
 from shared.policy import validate_request
-from shared.reconcile import RequestResult, maintenance_task, run_reconcile
+from shared.delivery import maintenance_task
+from shared.reconcile import RequestResult, run_reconcile
 from shared.request import canonical_envelope
 from shared.submit import claim_attempt
 from tests.functional.test_decisions_support import (

@@ -17,9 +17,7 @@ from shared.vertex import (
     JobState,
     build_job_json,
     is_terminal,
-    job_id_of,
     label_filter,
-    location_of,
     may_have_created,
     state_name,
     to_custom_job,
@@ -402,9 +400,7 @@ def test_job_state_enum_members_are_named() -> None:
     assert state_name(Enum.JOB_STATE_RUNNING) == JobState.RUNNING
 
 
-def test_names_filters_and_ids() -> None:
-    name = "projects/p/locations/europe-west4/customJobs/123"
-    assert job_id_of(name) == "123" and location_of(name) == "europe-west4"
+def test_label_filters() -> None:
     assert label_filter({"spotjobs-request-id": "r1", "spotjobs-attempt": "2"}) == (
         'labels.spotjobs-attempt="2" AND labels.spotjobs-request-id="r1"'
     )
