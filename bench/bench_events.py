@@ -93,7 +93,8 @@ def job_json(request_id: str, kind: str) -> dict[str, Any]:
 def seed_jobs(stack: Any, count: int, run: str) -> dict[str, tuple[str, str]]:
     """Create the jobs on the emulator and their ledger records and index entries, as submit
     would; wait until every job has ended. Returns request id -> (kind, job name)."""
-    from shared.ledger import Attempt, JobIndexEntry, RequestRecord, Status, now_iso
+    from shared.clock import now_iso
+    from shared.ledger import Attempt, JobIndexEntry, RequestRecord, Status
     from shared.vertex import create_custom_job, parent_path, to_custom_job
 
     stack.vertex_control(
@@ -271,7 +272,8 @@ def parse_figures(entries: int = 20000) -> list[Figure]:
 
 
 def rss_figure(stack: Any) -> Figure:
-    from shared.ledger import Attempt, JobIndexEntry, RequestRecord, Status, now_iso
+    from shared.clock import now_iso
+    from shared.ledger import Attempt, JobIndexEntry, RequestRecord, Status
     from shared.vertex import create_custom_job, parent_path, to_custom_job
 
     request_id = f"bench-rss-{uuid.uuid4().hex[:6]}"

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from shared.ledger import now_iso
+from shared.clock import now_iso
 
 if TYPE_CHECKING:
     from google.cloud.pubsub_v1 import PublisherClient

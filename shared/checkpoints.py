@@ -38,8 +38,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Protocol
+
+from shared.clock import EPOCH
 
 CHECKPOINTS_FOLDER = "checkpoints/"
 TF_INDEX_FILE = "checkpoint"
@@ -105,10 +107,7 @@ class Checkpoint:
         return max((o.updated for o in seen), default=None)
 
     def sort_key(self) -> tuple[int, datetime]:
-        return (self.step, self.updated or _EPOCH)
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+        return (self.step, self.updated or EPOCH)
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from shared.alerts import PUBLISH_TIMEOUT_SECONDS, Alert, AlertPublisher
+from shared.clock import iso, parse_iso, utcnow
 from shared.delivery import Message
 from shared.errors import TransientError
 from shared.events import (
@@ -66,8 +67,6 @@ from shared.ledger import (
     RequestRecord,
     Requeue,
     Status,
-    iso,
-    parse_iso,
 )
 from shared.log import Logger
 from shared.request import plan_attempt
@@ -90,10 +89,6 @@ STUCK_STATES = frozenset(
 CAPACITY_ERROR_CODES = frozenset({8})
 # How long a FAILED job may go without its error before it is classified as an ordinary failure.
 ERROR_SETTLE_SECONDS = 600.0
-
-
-def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 def _vertex_time(moment: datetime | None) -> str | None:

@@ -14,9 +14,10 @@ import binascii
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
+from shared.clock import parse_rfc3339, utcnow
 from shared.errors import is_retryable
 from shared.log import Logger, logger
 
@@ -33,7 +34,7 @@ class Message:
     def age_seconds(self, now: datetime | None = None) -> float | None:
         if self.publish_time is None:
             return None
-        now = now or datetime.now(timezone.utc)
+        now = now or utcnow()
         return (now - self.publish_time).total_seconds()
 
 
@@ -65,16 +66,6 @@ def _event_id(event: Any) -> str | None:
     except (KeyError, TypeError):
         return None
 
-
-def parse_rfc3339(value: Any) -> datetime | None:
-    """An RFC 3339 time as an aware datetime (UTC when it names no offset); None if it is not one."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
 
 
 def maintenance_message(data: bytes) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from shared.delivery import parse_rfc3339
+from shared.clock import parse_rfc3339
 from shared.errors import ConfigurationError
 from shared.settings import Settings
 

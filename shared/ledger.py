@@ -31,9 +31,9 @@ import random
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, fields
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from shared.clock import now_iso
 from shared.errors import ConflictError
 
 if TYPE_CHECKING:
@@ -59,19 +59,6 @@ class Status:
 
     TERMINAL = frozenset({SUCCEEDED, FAILED, GAVE_UP, CANCELLED})
     ACTIVE = frozenset({CLAIMED, SUBMITTED, RUNNING, REQUEUED})
-
-
-def iso(moment: datetime, *, timespec: str = "milliseconds") -> str:
-    """The ledger's timestamp format: RFC 3339, UTC, `Z`, milliseconds unless asked otherwise."""
-    return moment.astimezone(timezone.utc).isoformat(timespec=timespec).replace("+00:00", "Z")
-
-
-def now_iso() -> str:
-    return iso(datetime.now(timezone.utc))
-
-
-def parse_iso(value: str) -> datetime:
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
 @dataclass

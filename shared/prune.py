@@ -40,7 +40,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from shared.alerts import Alert
@@ -56,9 +56,10 @@ from shared.checkpoints import (
     sorted_checkpoints,
     with_contents,
 )
+from shared.clock import parse_iso, utcnow
 from shared.delivery import maintenance_message, maintenance_task
 from shared.errors import SpotjobsError, is_retryable
-from shared.ledger import RequestRecord, Status, parse_iso
+from shared.ledger import RequestRecord, Status
 from shared.log import Logger, logger
 from shared.settings import Settings
 
@@ -622,7 +623,7 @@ def prune(
 ) -> PruneResult:
     """Plan and (unless `dry_run`) carry out the pruning of each request, in parallel."""
     started = time.monotonic()
-    now = now or datetime.now(timezone.utc)
+    now = now or utcnow()
     execution = _Execution(store, layout, policy, dry_run=dry_run, now=now)
     reports: list[RequestReport] = []
 

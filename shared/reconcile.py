@@ -31,6 +31,7 @@ from datetime import datetime
 from typing import Any
 
 from shared.alerts import Alert
+from shared.clock import now_iso, parse_iso, utcnow
 from shared.decisions import (
     JobSnapshot,
     Observation,
@@ -39,7 +40,6 @@ from shared.decisions import (
     publish_pending,
     publish_request_attempt,
     settle_requeue,
-    utcnow,
 )
 from shared.errors import is_retryable
 from shared.ledger import (
@@ -48,8 +48,6 @@ from shared.ledger import (
     LedgerStore,
     RequestRecord,
     Status,
-    now_iso,
-    parse_iso,
 )
 from shared.log import Logger
 from shared.vertex import find_attempt_job, parent_path

@@ -29,13 +29,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from shared.alerts import Alert
+from shared.clock import iso, parse_iso, utcnow
 from shared.delivery import Message
 from shared.errors import TransientError, Violation, is_retryable
-from shared.ledger import Attempt, JobIndexEntry, LedgerStore, RequestRecord, Status, parse_iso
+from shared.ledger import Attempt, JobIndexEntry, LedgerStore, RequestRecord, Status
 from shared.log import Logger
 from shared.policy import validate_request, warn_if_images_unrestricted
 from shared.request import InvalidJobRequest, canonical_envelope, plan_attempt
@@ -86,7 +87,7 @@ class SubmitDeps:
     ledger: LedgerStore
     job_service: Callable[[str], JobServiceClient]  # location -> client
     publish_alert: Callable[[Alert], object]
-    clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)
+    clock: Callable[[], datetime] = utcnow
     # Called with (request_id, attempt, job, log) after recording a job this delivery found rather
     # than created: its log events may have come while the job was not yet indexed and been
     # dropped, so the job's current state is handed to the decision logic once (as reconcile does).
@@ -136,7 +137,7 @@ def claim_attempt(
         if n != 1:
             raise _unexpected_attempt(request_id, n, "the request has no record")
         location, strategy = plan_attempt(envelope, 1, None, after_stockout=False)
-        attempt = Attempt(1, location, strategy, claimed_at=_iso(now))
+        attempt = Attempt(1, location, strategy, claimed_at=iso(now))
         record = RequestRecord(
             request_id,
             request=envelope,
@@ -155,7 +156,7 @@ def claim_attempt(
                 f"attempt {requeue.attempt} is queued" if requeue else "no re-queue is pending"
             )
             raise _unexpected_attempt(request_id, n, expected)
-        attempt = Attempt(n, requeue.location, requeue.strategy, claimed_at=_iso(now))
+        attempt = Attempt(n, requeue.location, requeue.strategy, claimed_at=iso(now))
         current.attempts.append(attempt)
         current.requeue = None
         current.status = Status.CLAIMED
@@ -168,7 +169,7 @@ def claim_attempt(
             f"attempt {n} of {request_id} was claimed {age:.0f}s ago and has no job yet; "
             f"re-checking after the {lease_seconds:.0f}s lease"
         )
-    existing.claimed_at = _iso(now)
+    existing.claimed_at = iso(now)
     return Claim("taken_over", current, existing)
 
 
@@ -196,9 +197,9 @@ def fail_attempt(
         return None
     attempt.outcome = "failed"
     attempt.error = error
-    attempt.ended_at = _iso(now)
+    attempt.ended_at = iso(now)
     current.status = Status.FAILED
-    current.finished_at = _iso(now)
+    current.finished_at = iso(now)
     key = submit_failed_alert_key(n)
     if key not in current.markers:
         current.markers.append(key)
@@ -218,7 +219,7 @@ def release_claim(
         or attempt.claimed_at != claimed_at
     ):
         return None
-    attempt.claimed_at = _iso(now - timedelta(seconds=lease_seconds))
+    attempt.claimed_at = iso(now - timedelta(seconds=lease_seconds))
     return current
 
 
@@ -234,7 +235,7 @@ def fail_invalid_requeue(
         return None
     current.requeue = None
     current.status = Status.FAILED
-    current.finished_at = _iso(now)
+    current.finished_at = iso(now)
     current.markers.append(invalid_request_alert_key(n))
     return current
 
@@ -502,7 +503,7 @@ def _record_created(
     request_id, n = record.request_id, attempt.n
     deps.ledger.index_job(JobIndexEntry(request_id, n, attempt.location, job.name))
     state = state_name(job.state)
-    created_at = _iso(job.create_time) if job.create_time else _iso(deps.clock())
+    created_at = iso(job.create_time) if job.create_time else iso(deps.clock())
     stored = deps.ledger.update(
         request_id,
         lambda current: record_job(
@@ -608,7 +609,3 @@ def _unexpected_attempt(request_id: str, n: int, why: str) -> InvalidJobRequest:
         request_id=request_id,
         attempt=n,
     )
-
-
-def _iso(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -12,11 +12,10 @@ import pytest
 
 from functions import reconcile as reconcile_entry
 from shared.decisions import Ports
-from shared.delivery import Message
+from shared.delivery import Message, maintenance_task
 from shared.ledger import Attempt, LedgerStore, RequestRecord, Status
 from shared.log import Logger
 from shared.policy import validate_request
-from shared.delivery import maintenance_task
 from shared.reconcile import RequestResult, run_reconcile
 from shared.request import canonical_envelope
 from shared.submit import claim_attempt
@@ -357,7 +356,7 @@ def test_a_finished_request_with_an_unpublished_alert_is_reconciled(world: World
 
 
 def test_a_claim_taken_over_meanwhile_is_not_reported_as_adopted(world: World) -> None:
-    from shared.decisions import utcnow
+    from shared.clock import utcnow
     from shared.reconcile import _settle_claim
 
     record, _ = world.submitted(state=QUEUED)

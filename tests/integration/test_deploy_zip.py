@@ -39,7 +39,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_terraform_hcl import REPO_ROOT, TERRAFORM_DIR, entry_points, module_config, topology
+from tests.unit.test_terraform_hcl import (
+    REPO_ROOT,
+    TERRAFORM_DIR,
+    entry_points,
+    module_config,
+    topology,
+)
 
 pytestmark = pytest.mark.timeout(1800)
 

@@ -16,8 +16,8 @@ from shared.checkpoints import (
     group_listing,
     order_markers,
     parse_tf_index,
-    step_of,
     stem_of,
+    step_of,
     tensorflow_stem_complete,
 )
 from tests.unit.test_prune_support import (

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from shared.clock import iso
 from shared.decisions import (
     ERROR_SETTLE_SECONDS,
     Decision,
@@ -21,7 +22,7 @@ from shared.decisions import (
     decide,
 )
 from shared.events import Signal, patterns_from
-from shared.ledger import Attempt, RequestRecord, Requeue, Status, iso
+from shared.ledger import Attempt, RequestRecord, Requeue, Status
 from shared.settings import Settings
 from shared.vertex import JobState
 

@@ -160,7 +160,7 @@ def test_undecodable_deliveries_are_acknowledged_with_an_error_line(event: dict)
 
 
 def test_rfc3339_times_parse_to_aware_datetimes_and_garbage_to_none() -> None:
-    from shared.delivery import parse_rfc3339
+    from shared.clock import parse_rfc3339
 
     utc = timezone.utc
     exact = datetime(2026, 1, 2, 3, 4, 5, 123456, utc)
