@@ -7,7 +7,7 @@ Figures:
   ledger read, a Vertex GET, a ledger write) against the embedded stack (target <= 150 MiB);
 - throughput: 1,000 entries (per job: 3 state lines, Vertex's teardown line and 6 container
   lines, shuffled) for 100 jobs that really ran on the Vertex emulator (80 succeed, 10 exit 1,
-  10 are preempted until STOCKOUT), handled by `shared.decisions.handle_job_event` (what the entry
+  10 are preempted until STOCKOUT), handled by `shared.observe.handle_job_event` (what the entry
   point runs) on a pool as wide as a function instance's threads. Reported: entries/second, the
   share of entries that cost a Vertex call (irrelevant ones must cost none), and whether every
   request reached the right status (80 SUCCEEDED, 10 FAILED, 10 REQUEUED);
@@ -94,7 +94,8 @@ def seed_jobs(stack: Any, count: int, run: str) -> dict[str, tuple[str, str]]:
     """Create the jobs on the emulator and their ledger records and index entries, as submit
     would; wait until every job has ended. Returns request id -> (kind, job name)."""
     from shared.clock import now_iso
-    from shared.ledger import Attempt, JobIndexEntry, RequestRecord, Status
+    from shared.ledger import Attempt, JobIndexEntry, RequestRecord
+    from shared.states import RequestStatus
     from shared.vertex import create_custom_job, parent_path, to_custom_job
 
     stack.vertex_control(
@@ -124,13 +125,13 @@ def seed_jobs(stack: Any, count: int, run: str) -> dict[str, tuple[str, str]]:
             request_id,
             envelope,
             stack.settings.output_dir_for(request_id),
-            status=Status.SUBMITTED,
+            status=RequestStatus.SUBMITTED,
             attempts=[
                 Attempt(1, location, "SPOT", now_iso(), job=job.name, state="JOB_STATE_QUEUED")
             ],
         )
         ledger.index_job(JobIndexEntry(request_id, 1, location, job.name))
-        ledger.update(request_id, lambda _current, r=record: r)
+        ledger.restore(record)
         seeded[request_id] = (kind, job.name)
     ended = {"JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED"}
     stack.wait_for(
@@ -183,10 +184,11 @@ def throughput_figures(stack: Any, jobs: int, threads: int) -> list[Figure]:
     from google.cloud import pubsub_v1
 
     from shared.clients import make_job_service
-    from shared.decisions import Ports, handle_job_event
     from shared.delivery import Message
     from shared.errors import TransientError
     from shared.log import Logger
+    from shared.observe import handle_job_event
+    from shared.wiring import Ports
 
     run = uuid.uuid4().hex[:6]
     seeded = seed_jobs(stack, jobs, run)
@@ -273,7 +275,8 @@ def parse_figures(entries: int = 20000) -> list[Figure]:
 
 def rss_figure(stack: Any) -> Figure:
     from shared.clock import now_iso
-    from shared.ledger import Attempt, JobIndexEntry, RequestRecord, Status
+    from shared.ledger import Attempt, JobIndexEntry, RequestRecord
+    from shared.states import RequestStatus
     from shared.vertex import create_custom_job, parent_path, to_custom_job
 
     request_id = f"bench-rss-{uuid.uuid4().hex[:6]}"
@@ -289,10 +292,10 @@ def rss_figure(stack: Any) -> Figure:
         request_id,
         {"request_id": request_id},
         "gs://bench/",
-        status=Status.SUBMITTED,
+        status=RequestStatus.SUBMITTED,
         attempts=[Attempt(1, location, "SPOT", now_iso(), job=job.name)],
     )
-    ledger.update(request_id, lambda _current: record)
+    ledger.restore(record)
     [(entry, _)] = [
         e
         for e in log_entries({request_id: ("succeeds", job.name)}, stack.options.project)

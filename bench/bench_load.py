@@ -65,7 +65,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from devstack.stack import Stack, StackOptions
-    from shared.ledger import Status
+    from shared.states import TERMINAL_STATUSES
     from shared.vertex import LABEL_ATTEMPT, LABEL_REQUEST_ID
 
     rng = random.Random(args.seed)
@@ -109,7 +109,7 @@ def main() -> None:
 
         def progress() -> tuple[int, int]:
             statuses = [status for _, status in ledger.iter_statuses()]
-            return len(statuses), sum(status in Status.TERMINAL for status in statuses)
+            return len(statuses), sum(status in TERMINAL_STATUSES for status in statuses)
 
         deadline = time.monotonic() + args.timeout
         while time.monotonic() < deadline:
@@ -147,7 +147,7 @@ def main() -> None:
         Figure("Spot preemptions injected", preemptions),
         Figure("jobs created", len(jobs)),
         Figure("unique request attempts (ledger)", unique_attempts, "", "= jobs created", unique_attempts == len(jobs) == len(attempts_seen)),
-        Figure("requests finished", sum(s in Status.TERMINAL for s in statuses), "", f"= {args.requests}", sum(s in Status.TERMINAL for s in statuses) == args.requests),
+        Figure("requests finished", sum(s in TERMINAL_STATUSES for s in statuses), "", f"= {args.requests}", sum(s in TERMINAL_STATUSES for s in statuses) == args.requests),
         Figure("wall time to all finished", round(finished_at - started, 1), "s"),
     ] + [Figure(f"{name} peak RSS", round(mib, 1), "MiB") for name, mib in rss.items()]
     emit("load", figures)

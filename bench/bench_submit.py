@@ -147,16 +147,20 @@ def overhead_figures(stack: Any, samples: int) -> list[Figure]:
     from shared.delivery import Message
     from shared.log import Logger
     from shared.policy import validate_request
-    from shared.submit import SubmitDeps, submit_request
+    from shared.submit import submit_request
     from shared.vertex import build_job_json, create_custom_job, parent_path, to_custom_job
+    from shared.wiring import Ports
 
     client = stack.job_service()
     timed = TimedJobService(client)
-    deps = SubmitDeps(
+    from google.cloud import pubsub_v1
+
+    publisher = pubsub_v1.PublisherClient()
+    deps = Ports(
         settings=stack.settings,
         ledger=stack.ledger(),
+        publisher=lambda: publisher,
         job_service=lambda location: timed,
-        publish_alert=lambda alert: None,
     )
     log = Logger(stream=io.StringIO())
     run_label = uuid.uuid4().hex[:8]

@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from shared.ledger import Attempt, Status
+from shared.ledger import Attempt
+from shared.states import TERMINAL_STATUSES
 from shared.vertex import JobState, is_terminal
 
 if TYPE_CHECKING:
@@ -711,7 +712,7 @@ def is_settled(trace: RequestTrace) -> bool:
     scenario = trace.scenario
     if scenario.outcome == REJECTED:
         return trace.outcome == REJECTED or trace.status is not None
-    if trace.status not in Status.TERMINAL:
+    if trace.status not in TERMINAL_STATUSES:
         return False
     if not all(attempt.state and is_terminal(attempt.state) for attempt in trace.attempts):
         return False

@@ -1,4 +1,4 @@
-"""on_job_event: job log entries from the job-events topic (logic in shared.decisions).
+"""on_job_event: job log entries from the job-events topic (logic in shared.observe).
 
 Returning acknowledges the message; raising has Pub/Sub redeliver it. Irrelevant and foreign
 entries are acknowledged without a Vertex call; clients are built on the first relevant entry.
@@ -11,10 +11,11 @@ from typing import Any
 
 import functions_framework
 
-from shared.decisions import Ports, default_ports, handle_job_event
 from shared.delivery import Message, handle_delivery
 from shared.log import Logger
+from shared.observe import handle_job_event
 from shared.settings import get_settings
+from shared.wiring import ports_for
 
 
 @functions_framework.cloud_event
@@ -28,9 +29,6 @@ def on_job_event(event: Any) -> None:
 
 
 def _handle(message: Message, log: Logger) -> None:
-    handle_job_event(message, log, settings=get_settings(), ports=_ports)
-
-
-@functools.cache
-def _ports() -> Ports:
-    return default_ports()
+    handle_job_event(
+        message, log, settings=get_settings(), ports=functools.partial(ports_for, "on_job_event")
+    )

@@ -4,16 +4,15 @@ active requests (logic in shared.reconcile). Other tasks on the topic belong to 
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import functions_framework
 
-from shared.decisions import Ports, default_ports
 from shared.delivery import Message, handle_delivery, maintenance_task
 from shared.log import Logger
 from shared.reconcile import RECONCILE_TASK, run_reconcile
 from shared.settings import get_settings
+from shared.wiring import ports_for
 
 
 @functions_framework.cloud_event
@@ -28,9 +27,4 @@ def _handle(message: Message, log: Logger) -> None:
     if task != RECONCILE_TASK:
         log.debug("ignored a maintenance message for another task", event="ignored_task", task=task)
         return
-    run_reconcile(_ports(), log)
-
-
-@functools.cache
-def _ports() -> Ports:
-    return default_ports()
+    run_reconcile(ports_for("reconcile"), log)

@@ -40,6 +40,13 @@ class Alert:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    def attributes(self) -> dict[str, str]:
+        """Message attributes, for subscribers' filters."""
+        attributes = {"kind": self.kind, "severity": self.severity}
+        if self.request_id:
+            attributes["request_id"] = self.request_id
+        return attributes
+
 
 class AlertPublisher:
     """Publishes alerts and waits for each publish to be confirmed (no work after returning)."""
@@ -51,10 +58,7 @@ class AlertPublisher:
     def publish(self, alert: Alert) -> str:
         import json
 
-        attributes = {"kind": alert.kind, "severity": alert.severity}
-        if alert.request_id:
-            attributes["request_id"] = alert.request_id
         future = self._publisher.publish(
-            self._topic_path, json.dumps(alert.to_json()).encode(), **attributes
+            self._topic_path, json.dumps(alert.to_json()).encode(), **alert.attributes()
         )
         return future.result(timeout=PUBLISH_TIMEOUT_SECONDS)

@@ -1,17 +1,13 @@
-"""What a job's real state means for its request: decisions as ledger transitions, then effects.
+"""What a job's real state means for its request: `decide`, a pure function of the ledger record.
 
-on_job_event (a log line hinted at a change) and reconcile (polling every active request) both
-read the job from Vertex, wrap it in an `Observation` and call `apply_observation`. The decision,
-`decide`, is a pure function of the current ledger record; it runs under the ledger's
-compare-and-swap (so it may run more than once) and returns the new record plus the effects that
-belong to it (log lines, alerts, the re-queue and prune publishes). Effects run only after the
-write that decided them succeeded, and every decision marks the record, so a duplicated,
-concurrent or reordered delivery finds it made and decides nothing again. What must reach Pub/Sub
-survives a failed publish or a lost write reply: the re-queue is confirmed in the record once
-published (`settle_requeue`), and alerts and the prune request are written as pending with the
-decision and cleared once published (`publish_pending`). Whoever finds them pending publishes
-them, which the delivery that decided them does at once and anyone else once that delivery is
-presumed dead (the claim lease): at least once, and once unless a publisher crashes mid-way.
+on_job_event (a log line hinted at a change), reconcile (polling every active request) and submit
+(a job found after the fact) read the job from Vertex, wrap it in an `Observation` and hand it to
+`shared.observe.apply_observation`, which runs `decide` under the ledger's compare-and-swap (so it
+may run more than once) and carries out the effects afterwards. `decide` returns the new record
+plus the effects that belong to it (log lines, alerts, the re-queue and prune request); every
+decision marks the record, so a duplicated, concurrent or reordered delivery finds it made and
+decides nothing again. What must reach Pub/Sub is written pending into the record with the
+decision and published by the outbox (`shared.outbox`).
 
 Decisions, on the job's state as Vertex reports it (never on the log text):
 
@@ -41,41 +37,21 @@ in the same compare-and-swap as the count.
 
 from __future__ import annotations
 
-import enum
-import functools
-import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from shared.alerts import PUBLISH_TIMEOUT_SECONDS, Alert, AlertPublisher
-from shared.clock import iso, parse_iso, utcnow
-from shared.delivery import Message
-from shared.errors import TransientError
-from shared.events import (
-    IgnoredEntry,
-    Signal,
-    SignalPatterns,
-    classify,
-    parse_log_entry,
-    patterns_from,
-)
-from shared.ledger import (
-    Attempt,
-    LedgerStore,
-    RequestRecord,
-    Requeue,
-    Status,
-)
-from shared.log import Logger
+from shared.alerts import Alert
+from shared.clock import iso, parse_iso
+from shared.events import Signal, SignalPatterns, patterns_from
+from shared.ledger import Attempt, RequestRecord, Requeue, alert_marker, evidence_marker
 from shared.request import plan_attempt
 from shared.settings import Settings
-from shared.vertex import JobState, get_job, job_error, state_name
+from shared.states import AttemptOutcome, RequestStatus
+from shared.vertex import JobState, job_error, state_name
 
 if TYPE_CHECKING:
-    from google.cloud.aiplatform_v1 import CustomJob, JobServiceClient
-    from google.cloud.pubsub_v1 import PublisherClient
+    from google.cloud.aiplatform_v1 import CustomJob
 
 PREEMPTION_LINE_KEY = "preemption-line"
 PREEMPTION_STATE_KEY = "preemption-state"
@@ -221,7 +197,7 @@ def decide(
 ) -> Decision:
     """The record after `observation`, and the effects of the change. Pure: the record is a copy
     the ledger handed over, and effects are only described, never carried out. The alerts and the
-    prune request decided are also written into the record as pending (see `publish_pending`)."""
+    prune request decided are also written into the record as pending, for `shared.outbox`."""
     decision = _decide(record, observation, policy, now)
     decision.record.pending_alerts.extend(alert.to_json() for alert in decision.effects.alerts)
     if decision.effects.prune_requested:
@@ -274,13 +250,8 @@ def _track_state(
     if job.start_time and not attempt.started_at:
         attempt.started_at = job.start_time
     started = job.state == JobState.RUNNING
-    if owns_status and started and record.status in (Status.CLAIMED, Status.SUBMITTED):
-        record.status = Status.RUNNING
-
-
-def _evidence(record: RequestRecord, kind: str, n: int) -> int:
-    prefix = f"{kind}:{n}:"
-    return sum(1 for key in record.markers if key.startswith(prefix))
+    if owns_status and started and record.status == RequestStatus.SUBMITTED:
+        record.status = RequestStatus.RUNNING
 
 
 def _count_preemptions(
@@ -294,15 +265,13 @@ def _count_preemptions(
 ) -> None:
     n = attempt.n
     if observation.preemption_evidence:
-        key = f"{PREEMPTION_LINE_KEY}:{n}:{observation.preemption_evidence}"
-        if key not in record.markers:
-            record.markers.append(key)
+        record.mark(evidence_marker(PREEMPTION_LINE_KEY, n, observation.preemption_evidence))
     job = observation.job
     if fresh and attempt.state == JobState.RUNNING and job.state in WAITING_STATES:
-        seen = _evidence(record, PREEMPTION_STATE_KEY, n)
-        record.markers.append(f"{PREEMPTION_STATE_KEY}:{n}:{seen + 1}")
-    by_line = _evidence(record, PREEMPTION_LINE_KEY, n)
-    by_state = _evidence(record, PREEMPTION_STATE_KEY, n)
+        seen = record.count_marks(evidence_marker(PREEMPTION_STATE_KEY, n))
+        record.mark(evidence_marker(PREEMPTION_STATE_KEY, n, str(seen + 1)))
+    by_line = record.count_marks(evidence_marker(PREEMPTION_LINE_KEY, n))
+    by_state = record.count_marks(evidence_marker(PREEMPTION_STATE_KEY, n))
     counted = max(by_line, by_state)
     if counted <= attempt.preemptions:
         return
@@ -320,9 +289,8 @@ def _count_preemptions(
             ),
         )
     )
-    storm_key = f"preemption_storm:{n}"
-    if counted > policy.storm_threshold and storm_key not in record.markers:
-        record.markers.append(storm_key)
+    storm = alert_marker("preemption_storm", n)
+    if counted > policy.storm_threshold and record.mark(storm):
         effects.alerts.append(
             _alert(
                 record,
@@ -359,7 +327,9 @@ def _conclude(
         cause = classify_failure(job, policy.patterns)
         if not owns_status:
             later = record.latest is not None and record.latest.n > attempt.n
-            attempt.outcome = "requeued" if cause.capacity and later else "failed"
+            attempt.outcome = (
+                AttemptOutcome.REQUEUED if cause.capacity and later else AttemptOutcome.FAILED
+            )
         elif cause.capacity:
             _requeue_or_give_up(record, attempt, cause, policy, now, effects)
         else:
@@ -372,7 +342,7 @@ def _settled(job: JobSnapshot, now: datetime) -> bool:
     return ended is not None and (now - parse_iso(ended)).total_seconds() >= ERROR_SETTLE_SECONDS
 
 
-def _finish(record: RequestRecord, status: str, now: datetime) -> None:
+def _finish(record: RequestRecord, status: RequestStatus, now: datetime) -> None:
     record.status = status
     record.finished_at = iso(now)
 
@@ -380,10 +350,10 @@ def _finish(record: RequestRecord, status: str, now: datetime) -> None:
 def _succeed(
     record: RequestRecord, attempt: Attempt, owns_status: bool, now: datetime, effects: Effects
 ) -> None:
-    attempt.outcome = "succeeded"
+    attempt.outcome = AttemptOutcome.SUCCEEDED
     if not owns_status:
         return
-    _finish(record, Status.SUCCEEDED, now)
+    _finish(record, RequestStatus.SUCCEEDED, now)
     if record.prune_requested_at is None:
         record.prune_requested_at = iso(now)
         effects.prune_requested = True
@@ -399,10 +369,10 @@ def _succeed(
 def _cancel(
     record: RequestRecord, attempt: Attempt, owns_status: bool, now: datetime, effects: Effects
 ) -> None:
-    attempt.outcome = "cancelled"
+    attempt.outcome = AttemptOutcome.CANCELLED
     if not owns_status:
         return
-    _finish(record, Status.CANCELLED, now)
+    _finish(record, RequestStatus.CANCELLED, now)
     effects.lines.append(
         LogLine(
             "INFO",
@@ -415,15 +385,13 @@ def _cancel(
 def _fail(
     record: RequestRecord, attempt: Attempt, cause: FailureCause, now: datetime, effects: Effects
 ) -> None:
-    attempt.outcome = "failed"
-    _finish(record, Status.FAILED, now)
+    attempt.outcome = AttemptOutcome.FAILED
+    _finish(record, RequestStatus.FAILED, now)
     message = f"attempt {attempt.n} of {record.request_id} failed: {cause.reason}"
     effects.lines.append(
         LogLine("ERROR", message, _fields(record, attempt, "job_failed", error=attempt.error))
     )
-    key = f"job_failed:{attempt.n}"
-    if key not in record.markers:
-        record.markers.append(key)
+    if record.mark(alert_marker("job_failed", attempt.n)):
         effects.alerts.append(
             _alert(record, attempt, "job_failed", "ERROR", now, message, error=attempt.error)
         )
@@ -439,8 +407,8 @@ def _requeue_or_give_up(
 ) -> None:
     max_attempts = int(record.request.get("max_attempts") or policy.default_max_attempts)
     if attempt.n >= max_attempts:
-        attempt.outcome = "gave_up"
-        _finish(record, Status.GAVE_UP, now)
+        attempt.outcome = AttemptOutcome.GAVE_UP
+        _finish(record, RequestStatus.GAVE_UP, now)
         message = (
             f"{record.request_id} gave up: attempt {attempt.n} of {max_attempts} ended by "
             f"preemption ({cause.reason})"
@@ -458,9 +426,7 @@ def _requeue_or_give_up(
                 ),
             )
         )
-        key = f"attempts_exhausted:{attempt.n}"
-        if key not in record.markers:
-            record.markers.append(key)
+        if record.mark(alert_marker("attempts_exhausted", attempt.n)):
             effects.alerts.append(
                 _alert(
                     record,
@@ -478,8 +444,8 @@ def _requeue_or_give_up(
     following = attempt.n + 1
     location, strategy = plan_attempt(record.request, following, attempt, cause.stockout)
     delay = policy.requeue_delay_seconds
-    attempt.outcome = "requeued"
-    record.status = Status.REQUEUED
+    attempt.outcome = AttemptOutcome.REQUEUED
+    record.status = RequestStatus.REQUEUED
     record.requeue = Requeue(
         attempt=following,
         location=location,
@@ -521,10 +487,10 @@ def _flag_stuck(
     if job.state not in STUCK_STATES or not attempt.state_changed_at:
         return
     stuck_for = (now - parse_iso(attempt.state_changed_at)).total_seconds()
-    key = f"job_stuck:{attempt.n}:{job.state}"
-    if stuck_for < policy.stuck_after_seconds or key in record.markers:
+    if stuck_for < policy.stuck_after_seconds:
         return
-    record.markers.append(key)
+    if not record.mark(alert_marker("job_stuck", attempt.n, job.state)):
+        return
     message = (
         f"attempt {attempt.n} of {record.request_id} has been {job.state} for {stuck_for:.0f} s"
     )
@@ -579,311 +545,3 @@ def _alert(
         details={"location": attempt.location, "strategy": attempt.strategy, **details},
         time=iso(now),
     )
-
-
-# Carrying decisions out.
-
-
-@dataclass(frozen=True)
-class Ports:
-    """The clients decisions need, passed in. Heavy ones are factories, called on first use."""
-
-    settings: Settings
-    ledger: LedgerStore
-    publisher: Callable[[], PublisherClient]
-    job_service: Callable[[str], JobServiceClient]
-
-    def topic_path(self, topic: str) -> str:
-        return f"projects/{self.settings.project}/topics/{topic}"
-
-    def read_job(self, location: str, name: str) -> JobSnapshot:
-        return JobSnapshot.of(get_job(self.job_service(location), name))
-
-    def publish(self, topic: str, payload: dict[str, Any], **attributes: str) -> str:
-        future = self.publisher().publish(
-            self.topic_path(topic),
-            json.dumps(payload, separators=(",", ":")).encode(),
-            **attributes,
-        )
-        return future.result(timeout=PUBLISH_TIMEOUT_SECONDS)
-
-
-def default_ports() -> Ports:
-    """Ports on the process-wide clients (the deployed functions' wiring)."""
-    from shared import clients
-    from shared.settings import get_settings
-
-    settings = get_settings()
-    return Ports(
-        settings=settings,
-        ledger=LedgerStore(clients.storage_client().bucket(settings.state_bucket)),
-        publisher=clients.publisher,
-        job_service=clients.job_service,
-    )
-
-
-@dataclass(frozen=True)
-class Applied:
-    """What one observation did to its request."""
-
-    record: RequestRecord | None
-    events: tuple[str, ...] = ()  # the decisions this call took (event names of their log lines)
-    waiting: str | None = None  # why the observation, or a re-queue, must be looked at again
-    requeue_message_id: str | None = None
-
-
-def apply_observation(
-    ports: Ports, request_id: str, observation: Observation, log: Logger
-) -> Applied:
-    """Decide under compare-and-swap, then carry out what this call decided, and what earlier
-    decisions left pending once their deciders are presumed dead."""
-    policy = DecisionPolicy.from_settings(ports.settings)
-    last: Decision | None = None
-
-    def transition(record: RequestRecord | None) -> RequestRecord | None:
-        nonlocal last
-        last = None if record is None else decide(record, observation, policy, utcnow())
-        return last.record if last else None
-
-    stored = ports.ledger.update(request_id, transition)
-    if last is None or stored is None:
-        return Applied(None)
-    # Not the record this call proposed: another delivery decided (or our own write landed
-    # before its reply was lost), so only what is still pending in the record is carried out.
-    decided_here = stored is last.record
-    effects = last.effects if decided_here else Effects()
-    for line in effects.lines:
-        log.log(line.severity, line.message, **line.fields)
-    settled: tuple[str | None, str | None] = (None, None)
-    pending_wait: str | None = None
-
-    def requeue() -> None:
-        nonlocal settled
-        settled = settle_requeue(
-            ports, stored, log, decided_here=effects.requeue_decided, now=utcnow()
-        )
-
-    def pending() -> None:
-        nonlocal pending_wait
-        # Ours to publish at once only if this call's own write made them pending.
-        made_pending = bool(effects.alerts or effects.prune_requested)
-        pending_wait = publish_pending(ports, stored, decided_here=made_pending, now=utcnow())
-
-    _run_all([requeue, pending])
-    message_id, in_flight = settled
-    return Applied(stored, effects.events, last.waiting or in_flight or pending_wait, message_id)
-
-
-def _run_all(steps: list[Callable[[], object]]) -> None:
-    """Run every effect even if an earlier one fails (an alert must not stop a re-queue), then
-    raise the first failure so the delivery is retried or reported."""
-    failure: Exception | None = None
-    for step in steps:
-        try:
-            step()
-        except Exception as exc:  # noqa: BLE001 - re-raised below once every effect was tried
-            failure = failure or exc
-    if failure is not None:
-        raise failure
-
-
-def publish_pending(
-    ports: Ports, record: RequestRecord, *, decided_here: bool, now: datetime
-) -> str | None:
-    """Publish the record's pending alerts and prune request, then clear the ones published.
-
-    Returns a reason to look again when they are left to the delivery that decided them: anyone
-    else publishes them only once that one is presumed dead (decided longer than the claim lease
-    ago), so concurrent deliveries of one event do not each send the alert. Raises the first
-    failed publish after trying them all; what failed stays pending.
-    """
-    if not record.has_pending_effects:
-        return None
-    decided_for = (now - _pending_since(record)).total_seconds()
-    if not decided_here and decided_for < ports.settings.claim_lease_seconds:
-        return f"effects decided for {record.request_id} are being published by another delivery"
-    published_alerts: list[dict[str, Any]] = []
-    prune_published = False
-
-    def prune() -> None:
-        nonlocal prune_published
-        ports.publish(
-            ports.settings.maintenance_topic, {"task": "prune", "request_id": record.request_id}
-        )
-        prune_published = True
-
-    alerts = AlertPublisher(ports.publisher(), ports.topic_path(ports.settings.ops_alerts_topic))
-
-    def alert(payload: dict[str, Any]) -> None:
-        alerts.publish(Alert(**payload))
-        published_alerts.append(payload)
-
-    steps: list[Callable[[], object]] = [prune] if record.prune_pending else []
-    steps.extend(functools.partial(alert, payload) for payload in record.pending_alerts)
-
-    def clear(current: RequestRecord | None) -> RequestRecord | None:
-        if current is None:
-            return None
-        current.pending_alerts = [a for a in current.pending_alerts if a not in published_alerts]
-        current.prune_pending = current.prune_pending and not prune_published
-        return current
-
-    try:
-        _run_all(steps)
-    finally:
-        if published_alerts or prune_published:
-            ports.ledger.update(record.request_id, clear)
-    return None
-
-
-def _pending_since(record: RequestRecord) -> datetime:
-    """When the youngest pending effect was decided."""
-    moments = [parse_iso(alert["time"]) for alert in record.pending_alerts]
-    if record.prune_pending and record.prune_requested_at:
-        moments.append(parse_iso(record.prune_requested_at))
-    return max(moments, default=datetime.min.replace(tzinfo=timezone.utc))
-
-
-def attempt_envelope(request: dict[str, Any], attempt: int, location: str) -> dict[str, Any]:
-    """The canonical envelope as re-published for `attempt` in `location`.
-
-    Optional fields that are empty are left out, as a publisher would write them: absent means
-    the same to the reader, which rejects an empty `locations` list.
-    """
-    present = {key: value for key, value in request.items() if value is not None and value != []}
-    return {**present, "attempt": attempt, "location": location}
-
-
-def publish_request_attempt(
-    ports: Ports, record: RequestRecord, attempt: int, location: str
-) -> str:
-    """Publish attempt `attempt` to job-requests (submit's claim absorbs duplicates)."""
-    envelope = attempt_envelope(record.request, attempt, location)
-    return ports.publish(ports.settings.job_requests_topic, envelope, request_id=record.request_id)
-
-
-def settle_requeue(
-    ports: Ports, record: RequestRecord, log: Logger, *, decided_here: bool, now: datetime
-) -> tuple[str | None, str | None]:
-    """Publish a decided, unconfirmed re-queue, then confirm it in the ledger.
-
-    Returns (message id if published now, reason to look again if it is left for later). The
-    delivery that decided a re-queue publishes it at once (unless delayed). Anyone else publishes
-    it only once it is due and its decider is presumed dead (decided longer than the claim lease
-    ago), so ten concurrent deliveries of one terminal event publish it once; a delayed re-queue
-    is published by reconcile once `not_before` has passed.
-    """
-    requeue = record.requeue
-    if requeue is None:
-        return None, None
-    if requeue.message_id:
-        # Published, yet not claimed: if that lasts, the message was lost (dead-lettered after
-        # its deliveries ran out). Publish it again; submit's claim absorbs a duplicate.
-        published_at = parse_iso(requeue.published_at or requeue.decided_at)
-        unclaimed_for = (now - published_at).total_seconds()
-        if decided_here or unclaimed_for < ports.settings.unclaimed_requeue_seconds:
-            return None, None
-    elif requeue.not_before and parse_iso(requeue.not_before) > now:
-        return None, None
-    else:
-        decided_for = (now - parse_iso(requeue.decided_at)).total_seconds()
-        abandoned = decided_for >= ports.settings.claim_lease_seconds
-        if not (decided_here or requeue.not_before or abandoned):
-            return None, f"attempt {requeue.attempt} is being re-queued by another delivery"
-    message_id = publish_request_attempt(ports, record, requeue.attempt, requeue.location)
-
-    def confirm(current: RequestRecord | None) -> RequestRecord | None:
-        pending = current.requeue if current else None
-        if pending is None or pending.attempt != requeue.attempt:
-            return None  # submit already claimed it
-        if pending.message_id != requeue.message_id:
-            return None  # another publish was confirmed first
-        pending.message_id = message_id
-        pending.published_at = iso(now)
-        return current
-
-    ports.ledger.update(record.request_id, confirm)
-    log.info(
-        f"published attempt {requeue.attempt} of {record.request_id} to job-requests",
-        event="requeue_published",
-        request_id=record.request_id,
-        attempt=requeue.attempt,
-        location=requeue.location,
-        strategy=requeue.strategy,
-        published_message_id=message_id,
-    )
-    return message_id, None
-
-
-# The event path (on_job_event).
-
-
-class EventOutcome(enum.Enum):
-    IGNORED = "ignored"  # not a job log entry at all
-    IRRELEVANT = "irrelevant"  # a job's line that says nothing about its state
-    STALE = "stale"  # older than the maximum event age
-    FOREIGN = "foreign"  # a job spotjobs did not create
-    OBSERVED = "observed"  # the job was read from Vertex and decided on
-
-
-def handle_job_event(
-    message: Message,
-    log: Logger,
-    *,
-    settings: Settings,
-    ports: Callable[[], Ports],
-    now: datetime | None = None,
-) -> EventOutcome:
-    """One job-events message. Returns what it was; raises TransientError to be redelivered.
-
-    Only a relevant line of a job in the index costs a Vertex call; anything else is acknowledged
-    with one DEBUG/INFO line. `ports` is called only for a relevant line, so a cold instance that
-    sees container chatter never creates a client.
-    """
-    try:
-        entry = parse_log_entry(message.data)
-    except IgnoredEntry as exc:
-        log.debug(
-            "ignored a message that is not a job log entry", event="ignored_event", reason=str(exc)
-        )
-        return EventOutcome.IGNORED
-    signal = classify(entry, patterns_from(settings))
-    log = log.bind(job_id=entry.job_id, insert_id=entry.insert_id)
-    if not signal.is_relevant:
-        log.debug(
-            "ignored a job log line that says nothing about its state",
-            event="irrelevant_event",
-            task_name=entry.task_name,
-        )
-        return EventOutcome.IRRELEVANT
-    age = entry.age_seconds(now or utcnow())
-    if age is not None and age > settings.max_event_age_seconds:
-        log.warning(
-            "dropped a job log entry older than the maximum event age",
-            event="stale_event",
-            age_seconds=round(age, 1),
-            max_age_seconds=settings.max_event_age_seconds,
-        )
-        return EventOutcome.STALE
-    wired = ports()
-    index = wired.ledger.find_job(entry.job_id)
-    if index is None:
-        log.info(
-            "ignored a log entry of a job spotjobs did not create",
-            event="foreign_job",
-            signal=signal.value,
-        )
-        return EventOutcome.FOREIGN
-    counted = signal is Signal.PREEMPTION and entry.is_service_line
-    observation = Observation(
-        attempt=index.attempt,
-        job=wired.read_job(index.location, index.job),
-        signal=signal,
-        preemption_evidence=entry.identity if counted else None,
-    )
-    applied = apply_observation(
-        wired, index.request_id, observation, log.bind(request_id=index.request_id)
-    )
-    if applied.waiting:
-        raise TransientError(applied.waiting)
-    return EventOutcome.OBSERVED

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from shared.clock import now_iso
 from shared.errors import ConflictError
+from shared.states import TERMINAL_STATUSES, AttemptOutcome, RequestStatus, check_transition
 
 if TYPE_CHECKING:
     from google.cloud.storage import Bucket
@@ -43,22 +44,6 @@ SCHEMA_VERSION = 1
 REQUESTS_PREFIX = "requests/"
 JOBS_PREFIX = "jobs/"
 RECONCILE_CURSOR = "maintenance/reconcile-cursor.json"
-
-
-class Status:
-    """Request status. Terminal ones end the request; the rest mean work may still happen."""
-
-    CLAIMED = "CLAIMED"  # attempt n claimed, job not created yet (or creation in doubt)
-    SUBMITTED = "SUBMITTED"  # job created, not yet seen running
-    RUNNING = "RUNNING"
-    REQUEUED = "REQUEUED"  # attempt n ended by preemption; attempt n+1 published, not yet claimed
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    GAVE_UP = "GAVE_UP"  # every allowed attempt was preempted away
-    CANCELLED = "CANCELLED"
-
-    TERMINAL = frozenset({SUCCEEDED, FAILED, GAVE_UP, CANCELLED})
-    ACTIVE = frozenset({CLAIMED, SUBMITTED, RUNNING, REQUEUED})
 
 
 @dataclass
@@ -79,7 +64,7 @@ class Attempt:
     republished: int = 0
     republished_at: str | None = None
     error: dict[str, Any] | None = None  # google.rpc.Status {code, message}
-    outcome: str | None = None  # succeeded | requeued | failed | gave_up | cancelled
+    outcome: AttemptOutcome | None = None
 
     @property
     def job_id(self) -> str | None:
@@ -105,7 +90,7 @@ class RequestRecord:
     request_id: str
     request: dict[str, Any]  # the normalized job request (see shared.request)
     output_dir: str
-    status: str = Status.CLAIMED
+    status: RequestStatus = RequestStatus.CLAIMED
     attempts: list[Attempt] = field(default_factory=list)
     requeue: Requeue | None = None
     # Markers of what was decided, written in the same compare-and-swap as the decision they
@@ -130,7 +115,17 @@ class RequestRecord:
 
     @property
     def is_terminal(self) -> bool:
-        return self.status in Status.TERMINAL
+        return self.status.is_terminal
+
+    def mark(self, key: str) -> bool:
+        """Add marker `key`; False when it was already there (the decision was made before)."""
+        if key in self.markers:
+            return False
+        self.markers.append(key)
+        return True
+
+    def count_marks(self, prefix: str) -> int:
+        return sum(1 for key in self.markers if key.startswith(prefix))
 
     @property
     def has_pending_effects(self) -> bool:
@@ -142,16 +137,35 @@ class RequestRecord:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RequestRecord:
         data = dict(data)
-        data["attempts"] = [Attempt(**_known(Attempt, a)) for a in data.get("attempts", [])]
+        data["status"] = RequestStatus(data.get("status", RequestStatus.CLAIMED))
+        data["attempts"] = [_attempt_from_json(a) for a in data.get("attempts", [])]
         if data.get("requeue"):
             data["requeue"] = Requeue(**_known(Requeue, data["requeue"]))
         return cls(**_known(cls, data))
+
+
+def _attempt_from_json(data: dict[str, Any]) -> Attempt:
+    attempt = Attempt(**_known(Attempt, data))
+    if attempt.outcome is not None:
+        attempt.outcome = AttemptOutcome(attempt.outcome)
+    return attempt
 
 
 def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
     # Tolerate fields written by a newer version rather than crash on them.
     names = {f.name for f in fields(cls)}
     return {k: v for k, v in data.items() if k in names}
+
+
+def alert_marker(kind: str, attempt: int, *qualifiers: str) -> str:
+    """The marker that says alert `kind` was decided for `attempt` (once per qualifier)."""
+    return ":".join((kind, str(attempt), *qualifiers))
+
+
+def evidence_marker(kind: str, attempt: int, identity: str = "") -> str:
+    """The marker of one piece of evidence already counted for `attempt` (e.g. a log line's
+    identity); with no identity, the prefix that `RequestRecord.count_marks` counts."""
+    return f"{kind}:{attempt}:{identity}"
 
 
 @dataclass(frozen=True)
@@ -164,7 +178,7 @@ class ListedRequest:
 
     @property
     def needs_reconcile(self) -> bool:
-        return self.status not in Status.TERMINAL or self.pending_effects
+        return self.status not in TERMINAL_STATUSES or self.pending_effects
 
 
 @dataclass(frozen=True)
@@ -248,7 +262,8 @@ class LedgerStore:
 
         `transition` gets a private copy of the current record (or None) and returns the new
         record, or the same object unchanged / None to write nothing. It must be pure: it may run
-        several times when deliveries race.
+        several times when deliveries race. A proposal the state machine forbids
+        (`shared.states.check_transition`) raises `IllegalTransition` and writes nothing.
         """
         from google.api_core.exceptions import PreconditionFailed
 
@@ -257,6 +272,7 @@ class LedgerStore:
             proposed = transition(copy.deepcopy(current))
             if proposed is None or (current is not None and proposed == current):
                 return current
+            check_transition(current, proposed)
             proposed.updated_at = now_iso()
             try:
                 self._write(proposed, generation)
@@ -265,6 +281,12 @@ class LedgerStore:
                 # Someone else wrote first (or our own retried write already landed): decide again.
                 time.sleep(random.uniform(0, 0.05 * (conflict + 1)))
         raise ConflictError(f"ledger record {request_id} kept changing under us")
+
+    def restore(self, record: RequestRecord) -> None:
+        """Write `record` as it is where no document exists yet (an operator restoring a lost
+        document from a backup, a benchmark seeding a ledger): the state machine governs changes,
+        not a record's first appearance. Raises PreconditionFailed if a document exists."""
+        self._write(record, 0)
 
     def _write(self, record: RequestRecord, generation: int) -> None:
         blob = self._bucket.blob(_request_path(record.request_id))

@@ -59,9 +59,10 @@ from shared.checkpoints import (
 from shared.clock import parse_iso, utcnow
 from shared.delivery import maintenance_message, maintenance_task
 from shared.errors import SpotjobsError, is_retryable
-from shared.ledger import RequestRecord, Status
+from shared.ledger import RequestRecord
 from shared.log import Logger, logger
 from shared.settings import Settings
+from shared.states import TERMINAL_STATUSES
 
 if TYPE_CHECKING:
     from google.cloud.storage import Bucket, Client
@@ -122,7 +123,7 @@ class PrunePolicy:
     def lifecycle_of(self, record: RequestRecord | None, now: datetime) -> str:
         if record is None:
             return Lifecycle.UNTRACKED
-        if record.status not in Status.TERMINAL:
+        if record.status not in TERMINAL_STATUSES:
             return Lifecycle.ACTIVE
         if record.finished_at is None:
             return Lifecycle.FINISHED  # no end time to measure the retention from: be generous

@@ -7,14 +7,14 @@ the listing's metadata, paged by `settings.reconcile_page_size`, at most
 starts, in the ledger's reconcile cursor, so every request gets its turn):
 
 - alerts and a prune request decided but not published are published once their decider is
-  presumed dead (`shared.decisions.publish_pending`);
+  presumed dead (`shared.outbox`);
 
 - a re-queue decided but not confirmed is published once due and abandoned by its decider;
 - a claim without a job older than the claim lease (a submit that crashed and whose message was
   lost) is settled: the job is looked up by its labels; if found it is recorded (index, then
   record) and decided on; if absent the attempt is re-published to job-requests, where submit
   takes the stale claim over;
-- otherwise the latest attempt's job is read and `shared.decisions.apply_observation` decides,
+- otherwise the latest attempt's job is read and `shared.observe.apply_observation` decides,
   exactly as for a log event: preemptions seen as RUNNING -> PENDING, terminal states, re-queues,
   jobs stuck in a waiting state.
 
@@ -27,30 +27,18 @@ from __future__ import annotations
 import collections
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
-from shared.alerts import Alert
+from shared.claims import fail_attempt, record_job
 from shared.clock import now_iso, parse_iso, utcnow
-from shared.decisions import (
-    JobSnapshot,
-    Observation,
-    Ports,
-    apply_observation,
-    publish_pending,
-    publish_request_attempt,
-    settle_requeue,
-)
+from shared.decisions import JobSnapshot, Observation
 from shared.errors import is_retryable
-from shared.ledger import (
-    Attempt,
-    JobIndexEntry,
-    LedgerStore,
-    RequestRecord,
-    Status,
-)
+from shared.ledger import Attempt, JobIndexEntry, LedgerStore, RequestRecord
 from shared.log import Logger
+from shared.observe import apply_observation, read_job
+from shared.outbox import flush, publish_request_attempt
 from shared.vertex import find_attempt_job, parent_path
+from shared.wiring import Ports
 
 RECONCILE_TASK = "reconcile"
 # Requests reconciled at once: each is a few GCS and Vertex round trips, mostly waiting.
@@ -162,24 +150,22 @@ def _reconcile(ports: Ports, request_id: str, log: Logger) -> RequestResult:
     record = ports.ledger.get(request_id)
     if record is None:
         return RequestResult("idle")
-    now = utcnow()
-    if record.has_pending_effects:
-        waiting = publish_pending(ports, record, decided_here=False, now=now)
-        if record.is_terminal:
-            return RequestResult("waiting" if waiting else "effects_published")
+    if record.has_pending_effects or record.requeue is not None:
+        message_id, waiting = flush(ports, record, log, decided_here=False)
+        if record.is_terminal or record.requeue is not None:
+            if message_id:
+                return RequestResult("requeue_published")
+            if waiting:
+                return RequestResult("waiting")
+            return RequestResult("effects_published" if record.has_pending_effects else "idle")
     if record.is_terminal:
         return RequestResult("idle")
-    if record.requeue is not None:
-        message_id, waiting = settle_requeue(ports, record, log, decided_here=False, now=now)
-        return RequestResult(
-            "requeue_published" if message_id else "waiting" if waiting else "idle"
-        )
     latest = record.latest
     if latest is None or latest.outcome is not None:
         return RequestResult("idle")
     if latest.job is None:
-        return _settle_claim(ports, record, latest, log, now)
-    snapshot = ports.read_job(latest.location, latest.job)
+        return _settle_claim(ports, record, latest, log)
+    snapshot = read_job(ports, latest.location, latest.job)
     applied = apply_observation(ports, request_id, Observation(latest.n, snapshot), log)
     return RequestResult("waiting" if applied.waiting else "observed", applied.events)
 
@@ -204,12 +190,22 @@ def _republish_or_give_up(
         if attempt.republished_at and _seconds_since(attempt.republished_at) < lease:
             return None  # the last re-publish has not had its lease yet
         if attempt.republished >= limit:
-            _fail_uncreatable(current, attempt, limit)
             decided = "failed"
-        else:
-            attempt.republished += 1
-            attempt.republished_at = now_iso()
-            decided = "republish"
+            reason = (
+                f"attempt {claim.n} in {claim.location} was never created after {limit} "
+                "re-publishes (check the location, quotas and the submit_job logs)"
+            )
+            return fail_attempt(
+                current,
+                n=claim.n,
+                error={"code": 9, "message": reason},  # FAILED_PRECONDITION: no retry will help
+                now=ports.clock(),
+                reason=reason,
+                republished=attempt.republished,
+            )
+        attempt.republished += 1
+        attempt.republished_at = now_iso()
+        decided = "republish"
         return current
 
     stored = ports.ledger.update(record.request_id, count)
@@ -220,7 +216,7 @@ def _republish_or_give_up(
             attempt=claim.n,
             location=claim.location,
         )
-        publish_pending(ports, stored, decided_here=True, now=utcnow())
+        flush(ports, stored, log, decided_here=True)
         return RequestResult("claim_abandoned")
     if decided != "republish":
         return RequestResult("idle")
@@ -240,36 +236,11 @@ def _seconds_since(moment: str) -> float:
     return (utcnow() - parse_iso(moment)).total_seconds()
 
 
-def _fail_uncreatable(record: RequestRecord, attempt: Attempt, limit: int) -> None:
-    message = (
-        f"attempt {attempt.n} in {attempt.location} was never created after {limit} re-publishes "
-        "(check the location, quotas and the submit_job logs)"
-    )
-    attempt.outcome = "failed"
-    attempt.ended_at = now_iso()
-    attempt.error = {"code": 9, "message": message}  # FAILED_PRECONDITION: no retry will help
-    record.status = Status.FAILED
-    record.finished_at = attempt.ended_at
-    key = f"submit_failed:{attempt.n}"
-    if key not in record.markers:
-        record.markers.append(key)
-        record.pending_alerts.append(
-            Alert(
-                kind="submit_failed",
-                severity="ERROR",
-                message=f"{record.request_id}: {message}",
-                request_id=record.request_id,
-                attempt=attempt.n,
-                details={"location": attempt.location, "republished": attempt.republished},
-            ).to_json()
-        )
-
-
 def _settle_claim(
-    ports: Ports, record: RequestRecord, claim: Attempt, log: Logger, now: datetime
+    ports: Ports, record: RequestRecord, claim: Attempt, log: Logger
 ) -> RequestResult:
     """A claim without a job: leave a young one to its submit; settle an abandoned one."""
-    held_for = (now - parse_iso(claim.claimed_at)).total_seconds()
+    held_for = (ports.clock() - parse_iso(claim.claimed_at)).total_seconds()
     if held_for < ports.settings.claim_lease_seconds:
         return RequestResult("idle")
     client = ports.job_service(claim.location)
@@ -279,26 +250,23 @@ def _settle_claim(
         return _republish_or_give_up(ports, record, claim, log, held_for)
     snapshot = JobSnapshot.of(job)
     ports.ledger.index_job(JobIndexEntry(record.request_id, claim.n, claim.location, snapshot.name))
-    adopted: RequestRecord | None = None
+    proposed: list[RequestRecord | None] = []
 
     def adopt(current: RequestRecord | None) -> RequestRecord | None:
-        nonlocal adopted
-        adopted = None
-        if current is None:
-            return None
-        attempt = current.attempt(claim.n)
-        if attempt is None or attempt.job is not None or attempt.claimed_at != claim.claimed_at:
-            return None  # submit took the claim over, or recorded the job, meanwhile
-        attempt.job = snapshot.name
-        attempt.created_at = snapshot.create_time
-        if current.status == Status.CLAIMED:
-            current.status = Status.SUBMITTED
-        adopted = current
-        return current
+        proposed.append(
+            record_job(
+                current,
+                n=claim.n,
+                job_name=snapshot.name,
+                state=snapshot.state,
+                created_at=snapshot.create_time,
+            )
+        )
+        return proposed[-1]
 
     stored = ports.ledger.update(record.request_id, adopt)
-    applied_here = stored is not None and stored is adopted
-    if applied_here:
+    adopted_here = stored is not None and stored is proposed[-1]
+    if adopted_here:
         log.warning(
             f"attempt {claim.n} was created but never recorded; recorded job {snapshot.name}",
             event="claim_adopted",
@@ -307,4 +275,4 @@ def _settle_claim(
             location=claim.location,
         )
     applied = apply_observation(ports, record.request_id, Observation(claim.n, snapshot), log)
-    return RequestResult("claim_adopted" if applied_here else "observed", applied.events)
+    return RequestResult("claim_adopted" if adopted_here else "observed", applied.events)

@@ -19,28 +19,39 @@ Only invalid requests and settled outcomes (created, found, duplicate, refused b
 acknowledged. Any other failure is redelivered (`SubmitBlocked` for permanent ones) so that the
 dead-letter topic, not a silent acknowledgement, ends a request that cannot be handled.
 
-The pure parts (`claim_attempt`, `record_job`, `fail_attempt`, `release_claim`) decide from the
-current ledger record alone; `submit_request` is the shell that runs them and calls the clients
-passed in through `SubmitDeps`.
+The ledger transitions (`shared.claims`) decide from the current record alone; `submit_request`
+is the shell that runs them and calls the clients passed in through `Ports`. Alerts go through the
+outbox like every other function's: written pending with the decision, published after.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import enum
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from shared.alerts import Alert
-from shared.clock import iso, parse_iso, utcnow
+from shared.claims import (
+    Claim,
+    ClaimInProgress,
+    claim_attempt,
+    fail_attempt,
+    fail_invalid_requeue,
+    invalid_request_alert,
+    record_job,
+    release_claim,
+)
+from shared.clock import iso, parse_iso
+from shared.decisions import JobSnapshot, Observation
 from shared.delivery import Message
-from shared.errors import TransientError, Violation, is_retryable
-from shared.ledger import Attempt, JobIndexEntry, LedgerStore, RequestRecord, Status
+from shared.errors import TransientError, is_retryable
+from shared.ledger import Attempt, JobIndexEntry, RequestRecord, alert_marker
 from shared.log import Logger
+from shared.observe import apply_observation
+from shared.outbox import flush, publish_alert
 from shared.policy import validate_request, warn_if_images_unrestricted
-from shared.request import InvalidJobRequest, canonical_envelope, plan_attempt
-from shared.settings import Settings
+from shared.request import InvalidJobRequest, canonical_envelope
 from shared.vertex import (
     build_job_json,
     cancel_job,
@@ -51,26 +62,20 @@ from shared.vertex import (
     state_name,
     to_custom_job,
 )
+from shared.wiring import Ports
 
 if TYPE_CHECKING:
     from google.cloud.aiplatform_v1 import CustomJob, JobServiceClient
 
 
-class Decision:
+class SubmitResult(enum.StrEnum):
     """What a delivery did; the `event` of its decision log line says the same."""
 
     CREATED = "created"  # this delivery created the job
-    FOUND = (
-        "found"  # the job already existed (lost response or crashed delivery) and is now recorded
-    )
+    FOUND = "found"  # the job already existed (lost response or crashed delivery), now recorded
     DUPLICATE = "duplicate"  # the attempt was already handled: nothing to do
     INVALID = "invalid"  # rejected: acknowledged, logged, alerted
     FAILED = "failed"  # Vertex refused the job permanently (e.g. INVALID_ARGUMENT): alerted
-
-
-class ClaimInProgress(TransientError):
-    """Another delivery holds a fresh claim on this attempt, a create's outcome is still unknown, or
-    this delivery's claim is too old for a create to end inside its lease."""
 
 
 class SubmitBlocked(TransientError):
@@ -80,180 +85,19 @@ class SubmitBlocked(TransientError):
 
 
 @dataclass(frozen=True)
-class SubmitDeps:
-    """Everything submit needs from the outside world, passed in so tests can substitute it."""
-
-    settings: Settings
-    ledger: LedgerStore
-    job_service: Callable[[str], JobServiceClient]  # location -> client
-    publish_alert: Callable[[Alert], object]
-    clock: Callable[[], datetime] = utcnow
-    # Called with (request_id, attempt, job, log) after recording a job this delivery found rather
-    # than created: its log events may have come while the job was not yet indexed and been
-    # dropped, so the job's current state is handed to the decision logic once (as reconcile does).
-    observe_found: Callable[[str, int, CustomJob, Logger], object] | None = None
-
-
-@dataclass(frozen=True)
 class SubmitOutcome:
-    decision: str
+    result: SubmitResult
     request_id: str | None = None
     attempt: int | None = None
     job: str | None = None
 
 
-@dataclass(frozen=True)
-class Claim:
-    """The result of `claim_attempt`: what to do and the record to write (when kind says so)."""
-
-    kind: str  # "claimed" | "taken_over" | "duplicate"
-    record: RequestRecord
-    attempt: Attempt | None
-
-    @property
-    def writes(self) -> bool:
-        return self.kind != "duplicate"
-
-
-# Pure transitions over the ledger record.
-
-
-def claim_attempt(
-    current: RequestRecord | None,
-    *,
-    envelope: dict[str, Any],
-    n: int,
-    now: datetime,
-    lease_seconds: float,
-    output_dir: str,
-) -> Claim:
-    """Decide what a delivery of attempt `n` does, from the current record alone.
-
-    Raises ClaimInProgress when another delivery's fresh claim is pending, and InvalidJobRequest
-    for an attempt the ledger does not expect (only the system sets `attempt`, on re-queue).
-    """
-    request_id = envelope["request_id"]
-    if current is None:
-        if n != 1:
-            raise _unexpected_attempt(request_id, n, "the request has no record")
-        location, strategy = plan_attempt(envelope, 1, None, after_stockout=False)
-        attempt = Attempt(1, location, strategy, claimed_at=iso(now))
-        record = RequestRecord(
-            request_id,
-            request=envelope,
-            output_dir=output_dir,
-            status=Status.CLAIMED,
-            attempts=[attempt],
-        )
-        return Claim("claimed", record, attempt)
-    existing = current.attempt(n)
-    if existing is None:
-        if n == 1 or current.is_terminal:
-            return Claim("duplicate", current, current.latest)
-        requeue = current.requeue
-        if requeue is None or requeue.attempt != n:
-            expected = (
-                f"attempt {requeue.attempt} is queued" if requeue else "no re-queue is pending"
-            )
-            raise _unexpected_attempt(request_id, n, expected)
-        attempt = Attempt(n, requeue.location, requeue.strategy, claimed_at=iso(now))
-        current.attempts.append(attempt)
-        current.requeue = None
-        current.status = Status.CLAIMED
-        return Claim("claimed", current, attempt)
-    if existing.job or existing.outcome or current.is_terminal:
-        return Claim("duplicate", current, existing)
-    age = (now - parse_iso(existing.claimed_at)).total_seconds()
-    if age < lease_seconds:
-        raise ClaimInProgress(
-            f"attempt {n} of {request_id} was claimed {age:.0f}s ago and has no job yet; "
-            f"re-checking after the {lease_seconds:.0f}s lease"
-        )
-    existing.claimed_at = iso(now)
-    return Claim("taken_over", current, existing)
-
-
-def record_job(
-    current: RequestRecord | None, *, n: int, job_name: str, state: str, created_at: str
-) -> RequestRecord | None:
-    """Record attempt n's job (once); None when there is nothing to write."""
-    attempt = current.attempt(n) if current else None
-    if current is None or attempt is None or attempt.job is not None:
-        return None
-    attempt.job = job_name
-    attempt.created_at = created_at
-    attempt.state = attempt.state or state
-    if current.status == Status.CLAIMED and current.latest is attempt:
-        current.status = Status.SUBMITTED
-    return current
-
-
-def fail_attempt(
-    current: RequestRecord | None, *, n: int, error: dict[str, Any], now: datetime
-) -> RequestRecord | None:
-    """Vertex refused attempt n for good: the request FAILED, with its alert marked as sent."""
-    attempt = current.attempt(n) if current else None
-    if current is None or attempt is None or attempt.job is not None or attempt.outcome:
-        return None
-    attempt.outcome = "failed"
-    attempt.error = error
-    attempt.ended_at = iso(now)
-    current.status = Status.FAILED
-    current.finished_at = iso(now)
-    key = submit_failed_alert_key(n)
-    if key not in current.markers:
-        current.markers.append(key)
-    return current
-
-
-def release_claim(
-    current: RequestRecord | None, *, n: int, claimed_at: str, now: datetime, lease_seconds: float
-) -> RequestRecord | None:
-    """Vertex refused the create before doing anything: backdate our claim by one lease so the
-    redelivery may take it over at once instead of waiting the lease out. Only our own claim."""
-    attempt = current.attempt(n) if current else None
-    if (
-        current is None
-        or attempt is None
-        or attempt.job is not None
-        or attempt.claimed_at != claimed_at
-    ):
-        return None
-    attempt.claimed_at = iso(now - timedelta(seconds=lease_seconds))
-    return current
-
-
-def fail_invalid_requeue(
-    current: RequestRecord | None, *, n: int, now: datetime
-) -> RequestRecord | None:
-    """Re-queued attempt n was rejected by validation (the policy changed since attempt 1): the
-    request FAILED, its re-queue dropped so reconcile stops resending it, its alert marked sent."""
-    if current is None or current.is_terminal:
-        return None
-    requeue = current.requeue
-    if requeue is None or requeue.attempt != n:
-        return None
-    current.requeue = None
-    current.status = Status.FAILED
-    current.finished_at = iso(now)
-    current.markers.append(invalid_request_alert_key(n))
-    return current
-
-
-def submit_failed_alert_key(n: int) -> str:
-    return f"submit_failed:{n}"
-
-
-def invalid_request_alert_key(n: int) -> str:
-    return f"invalid_request:{n}"
-
-
 # The shell.
 
 
-def submit_request(message: Message, log: Logger, deps: SubmitDeps) -> SubmitOutcome:
+def submit_request(message: Message, log: Logger, ports: Ports) -> SubmitOutcome:
     """Handle one job-request message. Returns to acknowledge; raises (transient) to be redelivered."""
-    settings = deps.settings
+    settings = ports.settings
     with redelivered_unless_settled(log):
         warn_if_images_unrestricted(settings, log)
         try:
@@ -264,7 +108,7 @@ def submit_request(message: Message, log: Logger, deps: SubmitDeps) -> SubmitOut
                 settings=settings,
             )
         except InvalidJobRequest as exc:
-            return _reject(exc, message, log, deps)
+            return _reject(exc, message, log, ports)
     n = request.attempt or 1
     log = log.bind(request_id=request.request_id, attempt=n)
     with redelivered_unless_settled(log):
@@ -274,9 +118,9 @@ def submit_request(message: Message, log: Logger, deps: SubmitDeps) -> SubmitOut
             default_max_attempts=settings.default_max_attempts,
         )
         try:
-            claim = _claim(envelope, n, log, deps)
+            claim = _claim(envelope, n, log, ports)
         except InvalidJobRequest as exc:
-            return _reject(exc, message, log, deps)
+            return _reject(exc, message, log, ports)
         if claim.kind == "duplicate":
             job = claim.attempt.job if claim.attempt else None
             same_body = claim.record.request == envelope
@@ -289,9 +133,9 @@ def submit_request(message: Message, log: Logger, deps: SubmitDeps) -> SubmitOut
                 status=claim.record.status,
                 same_body=same_body,
             )
-            return SubmitOutcome(Decision.DUPLICATE, request.request_id, n, job)
+            return _duplicate_after_publishing(claim.record, request.request_id, n, log, ports)
         assert claim.attempt is not None  # a claim that writes always names its attempt
-        return _ensure_job(claim.record, claim.attempt, claim.kind == "taken_over", log, deps)
+        return _ensure_job(claim.record, claim.attempt, claim.kind == "taken_over", log, ports)
 
 
 @contextmanager
@@ -314,7 +158,7 @@ def redelivered_unless_settled(log: Logger) -> Iterator[None]:
         raise SubmitBlocked(f"{type(exc).__name__}: {exc}") from exc
 
 
-def _claim(envelope: dict[str, Any], n: int, log: Logger, deps: SubmitDeps) -> Claim:
+def _claim(envelope: dict[str, Any], n: int, log: Logger, ports: Ports) -> Claim:
     request_id = envelope["request_id"]
     decided: list[Claim] = []
 
@@ -323,15 +167,15 @@ def _claim(envelope: dict[str, Any], n: int, log: Logger, deps: SubmitDeps) -> C
             current,
             envelope=envelope,
             n=n,
-            now=deps.clock(),
-            lease_seconds=deps.settings.claim_lease_seconds,
-            output_dir=deps.settings.output_dir_for(request_id),
+            now=ports.clock(),
+            lease_seconds=ports.settings.claim_lease_seconds,
+            output_dir=ports.settings.output_dir_for(request_id),
         )
         decided.append(claim)
         return claim.record if claim.writes else None
 
     try:
-        deps.ledger.update(request_id, transition)
+        ports.ledger.update(request_id, transition)
     except ClaimInProgress as exc:
         log.info(
             "attempt is being created by another delivery; retry later",
@@ -348,17 +192,17 @@ def _claim(envelope: dict[str, Any], n: int, log: Logger, deps: SubmitDeps) -> C
 
 
 def _ensure_job(
-    record: RequestRecord, attempt: Attempt, taken_over: bool, log: Logger, deps: SubmitDeps
+    record: RequestRecord, attempt: Attempt, taken_over: bool, log: Logger, ports: Ports
 ) -> SubmitOutcome:
-    settings = deps.settings
+    settings = ports.settings
     request_id, n = record.request_id, attempt.n
     log = log.bind(location=attempt.location, strategy=attempt.strategy)
-    client = deps.job_service(attempt.location)
+    client = ports.job_service(attempt.location)
     parent = parent_path(settings.project, attempt.location)
     if taken_over:
         found = find_attempt_job(client, parent, request_id, n)
         if found is not None:
-            return _record_created(record, attempt, found, Decision.FOUND, client, log, deps)
+            return _record_created(record, attempt, found, SubmitResult.FOUND, client, log, ports)
     job_json = build_job_json(
         record.request["custom_job"],
         request_id=request_id,
@@ -368,22 +212,22 @@ def _ensure_job(
         service_account=settings.training_service_account,
     )
     custom_job = to_custom_job(job_json)
-    _check_claim_covers_create(attempt, log, deps)
+    _check_claim_covers_create(attempt, log, ports)
     try:
         job = create_custom_job(client, parent, custom_job, timeout=settings.create_timeout_seconds)
     except Exception as exc:
-        return _after_failed_create(exc, record, attempt, client, parent, log, deps)
-    return _record_created(record, attempt, job, Decision.CREATED, client, log, deps)
+        return _after_failed_create(exc, record, attempt, client, parent, log, ports)
+    return _record_created(record, attempt, job, SubmitResult.CREATED, client, log, ports)
 
 
-def _check_claim_covers_create(attempt: Attempt, log: Logger, deps: SubmitDeps) -> None:
+def _check_claim_covers_create(attempt: Attempt, log: Logger, ports: Ports) -> None:
     """Raise ClaimInProgress unless the create, sent now, ends before the claim's lease does.
 
     The lease only bounds how long other deliveries wait. Slow ledger writes, a cold client build or
     the takeover lookup can eat it; a create still in flight when a redelivery takes the claim over
     and finds no job yet would become a second job for the attempt."""
-    held_for = (deps.clock() - parse_iso(attempt.claimed_at)).total_seconds()
-    deadline = deps.settings.create_deadline_seconds
+    held_for = (ports.clock() - parse_iso(attempt.claimed_at)).total_seconds()
+    deadline = ports.settings.create_deadline_seconds
     if held_for < deadline:
         return
     log.warning(
@@ -405,7 +249,7 @@ def _after_failed_create(
     client: JobServiceClient,
     parent: str,
     log: Logger,
-    deps: SubmitDeps,
+    ports: Ports,
 ) -> SubmitOutcome:
     from google.api_core.exceptions import GoogleAPICallError
 
@@ -414,7 +258,7 @@ def _after_failed_create(
     if may_have_created(exc):
         found = find_attempt_job(client, parent, request_id, n)
         if found is not None:
-            return _record_created(record, attempt, found, Decision.FOUND, client, log, deps)
+            return _record_created(record, attempt, found, SubmitResult.FOUND, client, log, ports)
         # Keep the claim: the create may still land. The redelivery after the lease looks again.
         log.warning(
             "create outcome unknown and no job found yet; will look again",
@@ -425,14 +269,14 @@ def _after_failed_create(
             f"create of attempt {n} of {request_id} has an unknown outcome"
         ) from exc
     if is_retryable(exc):
-        deps.ledger.update(
+        ports.ledger.update(
             request_id,
             lambda current: release_claim(
                 current,
                 n=n,
                 claimed_at=attempt.claimed_at,
-                now=deps.clock(),
-                lease_seconds=deps.settings.claim_lease_seconds,
+                now=ports.clock(),
+                lease_seconds=ports.settings.claim_lease_seconds,
             ),
         )
         log.warning(
@@ -445,11 +289,11 @@ def _after_failed_create(
         # A bug, not a verdict on the request: keep the claim, and let submit_request have the
         # message redelivered (SubmitBlocked) until it dead-letters.
         raise exc
-    return _fail(record, attempt, exc, log, deps)
+    return _refused(record, attempt, exc, log, ports)
 
 
-def _fail(
-    record: RequestRecord, attempt: Attempt, exc: Exception, log: Logger, deps: SubmitDeps
+def _refused(
+    record: RequestRecord, attempt: Attempt, exc: Exception, log: Logger, ports: Ports
 ) -> SubmitOutcome:
     request_id, n = record.request_id, attempt.n
     code = getattr(exc, "code", None)
@@ -457,54 +301,63 @@ def _fail(
         "code": int(code) if code is not None else None,
         "message": str(getattr(exc, "message", exc)),
     }
-    wrote: list[bool] = []
+    reason = f"Vertex AI refused to create attempt {n}: {error['message']}"
+    failed: list[RequestRecord | None] = []
 
     def transition(current: RequestRecord | None) -> RequestRecord | None:
-        failed = fail_attempt(current, n=n, error=error, now=deps.clock())
-        wrote.append(failed is not None)
-        return failed
+        failed.append(
+            fail_attempt(
+                current,
+                n=n,
+                error=error,
+                now=ports.clock(),
+                reason=reason,
+                strategy=attempt.strategy,
+            )
+        )
+        return failed[-1]
 
-    deps.ledger.update(request_id, transition)
-    if not wrote[-1]:
+    stored = ports.ledger.update(request_id, transition)
+    if failed[-1] is None or stored is None:
         # Another delivery settled the attempt first (recorded a job, or failed it and alerted).
         log.warning(
             "Vertex AI refused the job, but the attempt was already settled; nothing recorded",
             event="refusal_ignored",
             error=error,
         )
-        return SubmitOutcome(Decision.DUPLICATE, request_id, n)
+        return _duplicate_after_publishing(stored, request_id, n, log, ports)
     log.error("Vertex AI refused the job; the request failed", event="submit_failed", error=error)
-    deps.publish_alert(  # only the delivery that marked the alert as sent publishes it
-        Alert(
-            kind="submit_failed",
-            severity="ERROR",
-            message=f"Vertex AI refused to create attempt {n} of request {request_id}: {error['message']}",
-            request_id=request_id,
-            attempt=n,
-            details={
-                "error": error,
-                "location": attempt.location,
-                "strategy": attempt.strategy,
-            },
-        )
-    )
-    return SubmitOutcome(Decision.FAILED, request_id, n)
+    flush(ports, stored, log, decided_here=stored is failed[-1])
+    return SubmitOutcome(SubmitResult.FAILED, request_id, n)
+
+
+def _duplicate_after_publishing(
+    record: RequestRecord | None, request_id: str, n: int, log: Logger, ports: Ports
+) -> SubmitOutcome:
+    """Acknowledge an attempt already handled, once what its handling left pending is sent: an
+    alert whose first publish failed goes out on this redelivery (or, later, by reconcile)."""
+    if record is not None and record.has_pending_effects:
+        _, waiting = flush(ports, record, log, decided_here=False)
+        if waiting:
+            raise TransientError(waiting)
+    job = record.attempt(n).job if record and record.attempt(n) else None
+    return SubmitOutcome(SubmitResult.DUPLICATE, request_id, n, job)
 
 
 def _record_created(
     record: RequestRecord,
     attempt: Attempt,
     job: CustomJob,
-    decision: str,
+    result: SubmitResult,
     client: JobServiceClient,
     log: Logger,
-    deps: SubmitDeps,
+    ports: Ports,
 ) -> SubmitOutcome:
     request_id, n = record.request_id, attempt.n
-    deps.ledger.index_job(JobIndexEntry(request_id, n, attempt.location, job.name))
+    ports.ledger.index_job(JobIndexEntry(request_id, n, attempt.location, job.name))
     state = state_name(job.state)
-    created_at = iso(job.create_time) if job.create_time else iso(deps.clock())
-    stored = deps.ledger.update(
+    created_at = iso(job.create_time) if job.create_time else iso(ports.clock())
+    stored = ports.ledger.update(
         request_id,
         lambda current: record_job(
             current, n=n, job_name=job.name, state=state, created_at=created_at
@@ -520,17 +373,18 @@ def _record_created(
             recorded_job=recorded.job,
         )
         _cancel_unrecorded(client, job.name, log)
-        return SubmitOutcome(Decision.DUPLICATE, request_id, n, recorded.job)
-    event = "job_created" if decision == Decision.CREATED else "job_found"
-    message = (
-        "created the Spot CustomJob"
-        if decision == Decision.CREATED
-        else "found the job an earlier delivery created"
-    )
-    log.info(message, event=event, job=job.name, state=state)
-    if decision == Decision.FOUND and deps.observe_found is not None:
-        deps.observe_found(request_id, n, job, log)
-    return SubmitOutcome(decision, request_id, n, job.name)
+        return SubmitOutcome(SubmitResult.DUPLICATE, request_id, n, recorded.job)
+    if result == SubmitResult.CREATED:
+        log.info("created the Spot CustomJob", event="job_created", job=job.name, state=state)
+    else:
+        log.info(
+            "found the job an earlier delivery created", event="job_found", job=job.name, state=state
+        )
+        # Its log events may have come while it was not yet indexed and been dropped: decide on
+        # its current state once, as reconcile would. What this function may not publish (a
+        # re-queue, a prune request) stays pending for on_job_event and reconcile.
+        apply_observation(ports, request_id, Observation(n, JobSnapshot.of(job)), log)
+    return SubmitOutcome(result, request_id, n, job.name)
 
 
 def _cancel_unrecorded(client: JobServiceClient, job_name: str, log: Logger) -> None:
@@ -553,9 +407,7 @@ def _cancel_unrecorded(client: JobServiceClient, job_name: str, log: Logger) -> 
     )
 
 
-def _reject(
-    exc: InvalidJobRequest, message: Message, log: Logger, deps: SubmitDeps
-) -> SubmitOutcome:
+def _reject(exc: InvalidJobRequest, message: Message, log: Logger, ports: Ports) -> SubmitOutcome:
     violations = [str(v) for v in exc.violations]
     log.error(
         "rejected an invalid job request",
@@ -564,48 +416,36 @@ def _reject(
         attempt=exc.attempt,
         violations=violations,
     )
-    if not _fail_rejected_requeue(exc, deps):
-        return SubmitOutcome(Decision.INVALID, exc.request_id, exc.attempt)  # alerted already
-    deps.publish_alert(
-        Alert(
-            kind="invalid_request",
-            severity="ERROR",
-            message=f"Job request {exc.request_id or '(unnamed)'} rejected: "
-            + "; ".join(violations),
-            request_id=exc.request_id,
-            attempt=exc.attempt,
-            details={"violations": violations, "message_id": message.message_id},
-        )
-    )
-    return SubmitOutcome(Decision.INVALID, exc.request_id, exc.attempt)
-
-
-def _fail_rejected_requeue(exc: InvalidJobRequest, deps: SubmitDeps) -> bool:
-    """Whether to alert. A rejected re-queue the ledger has pending fails its request (else
-    reconcile would resend it, to be rejected and alerted again, forever); its alert goes out once."""
     request_id, n = exc.request_id, exc.attempt
     if request_id is None or n is None or n == 1:
-        return True
-    wrote: list[bool] = []
+        # No record holds this alert; a failed publish raises, and the redelivery rejects and
+        # alerts again.
+        alert = invalid_request_alert(request_id, n, violations, message.message_id, ports.clock())
+        publish_alert(ports, alert)
+        return SubmitOutcome(SubmitResult.INVALID, request_id, n)
+    # A rejected re-queue fails its request (else reconcile would resend it, to be rejected
+    # again, forever), with its alert pending in the record.
+    failed: list[RequestRecord | None] = []
 
     def transition(current: RequestRecord | None) -> RequestRecord | None:
-        failed = fail_invalid_requeue(current, n=n, now=deps.clock())
-        wrote.append(failed is not None)
-        return failed
-
-    stored = deps.ledger.update(request_id, transition)
-    already_alerted = stored is not None and invalid_request_alert_key(n) in stored.markers
-    return wrote[-1] or not already_alerted
-
-
-def _unexpected_attempt(request_id: str, n: int, why: str) -> InvalidJobRequest:
-    return InvalidJobRequest(
-        [
-            Violation(
-                "attempt",
-                f"is {n} but the ledger does not expect it ({why}); attempt is set by the system",
+        failed.append(
+            fail_invalid_requeue(
+                current,
+                n=n,
+                now=ports.clock(),
+                violations=violations,
+                message_id=message.message_id,
             )
-        ],
-        request_id=request_id,
-        attempt=n,
-    )
+        )
+        return failed[-1]
+
+    stored = ports.ledger.update(request_id, transition)
+    if failed[-1] is None and (stored is None or alert_marker("invalid_request", n) not in stored.markers):
+        # Not a re-queue the ledger holds (a publisher set `attempt`): nothing to fail, alert now.
+        alert = invalid_request_alert(request_id, n, violations, message.message_id, ports.clock())
+        publish_alert(ports, alert)
+    elif stored is not None and stored.has_pending_effects:
+        _, waiting = flush(ports, stored, log, decided_here=stored is failed[-1])
+        if waiting:
+            raise TransientError(waiting)
+    return SubmitOutcome(SubmitResult.INVALID, request_id, n)

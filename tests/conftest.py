@@ -30,7 +30,7 @@ def isolated_stack(**options: object) -> Iterator["Stack"]:  # noqa: F821
     Stacks export their emulator hosts into os.environ (client libraries read them there), so a
     second stack (the chaos tests') must not outlive its module: this puts everything back."""
     from devstack.stack import Stack, StackOptions
-    from shared import clients, settings
+    from shared import clients, settings, wiring
 
     defaults: dict[str, object] = {
         "function_env": TEST_FUNCTION_ENV,
@@ -42,7 +42,7 @@ def isolated_stack(**options: object) -> Iterator["Stack"]:  # noqa: F821
 
     def reset_caches() -> None:
         settings.get_settings.cache_clear()
-        for cached in (clients.storage_client, clients.publisher, clients.job_service):
+        for cached in (clients.storage_client, clients.publisher, clients.job_service, wiring.ports_for):
             cached.cache_clear()
 
     stack = Stack(StackOptions(**{**defaults, **options})).start()

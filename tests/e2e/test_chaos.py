@@ -21,7 +21,7 @@ from collections.abc import Iterator
 import pytest
 
 from devstack.samples import job_request
-from shared.ledger import Status
+from shared.states import TERMINAL_STATUSES, RequestStatus
 from tests.conftest import isolated_stack
 
 pytestmark = pytest.mark.stack
@@ -67,14 +67,14 @@ def _wait_terminal(stack, request_ids: list[str], timeout: float = 120) -> dict[
             stack.publish("maintenance", b'{"task": "reconcile"}')
             next_reconcile = time.monotonic() + 5
         seen = {rid: (ledger.get(rid).status if ledger.get(rid) else None) for rid in request_ids}
-        return seen if all(status in Status.TERMINAL for status in seen.values()) else None
+        return seen if all(status in TERMINAL_STATUSES for status in seen.values()) else None
 
     return stack.wait_for(statuses, timeout=timeout, message=f"{request_ids} to finish")
 
 
 def _assert_nothing_lost_nothing_doubled(stack, request_ids: list[str]) -> None:
     statuses = _wait_terminal(stack, request_ids)
-    assert set(statuses.values()) == {Status.SUCCEEDED}, statuses
+    assert set(statuses.values()) == {RequestStatus.SUCCEEDED}, statuses
     for request_id in request_ids:
         record = stack.ledger().get(request_id)
         per_attempt = _jobs_per_attempt(stack, request_id)

@@ -12,13 +12,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.decisions import EventOutcome, handle_job_event
+from shared.claims import claim_attempt
 from shared.delivery import Message
 from shared.errors import TransientError, is_retryable
-from shared.ledger import LedgerStore, RequestRecord, Status
+from shared.ledger import LedgerStore, RequestRecord
+from shared.observe import EventOutcome, handle_job_event
 from shared.policy import validate_request
 from shared.request import canonical_envelope
-from shared.submit import claim_attempt
+from shared.states import RequestStatus
 from tests.functional.test_decisions_support import (
     STOCKOUT,
     USER_ERROR,
@@ -56,7 +57,7 @@ def test_running_line_reads_the_job_and_marks_the_request_running(world: World) 
     _, job = world.submitted(state=RUNNING)
     assert deliver(world, log_entry(job, "Job is running.")) is EventOutcome.OBSERVED
     record = world.ledger.get("req-1")
-    assert record.status == Status.RUNNING and record.attempts[0].state == "JOB_STATE_RUNNING"
+    assert record.status == RequestStatus.RUNNING and record.attempts[0].state == "JOB_STATE_RUNNING"
     assert world.vertex.gets == 1
 
 
@@ -152,7 +153,7 @@ def test_ten_concurrent_deliveries_of_the_terminal_event_requeue_once(world: Wor
     [requeue] = world.publisher.on("job-requests")
     assert (requeue.data["attempt"], requeue.attributes) == (2, {"request_id": "req-1"})
     record = world.ledger.get("req-1")
-    assert record.status == Status.REQUEUED and record.requeue.message_id is not None
+    assert record.status == RequestStatus.REQUEUED and record.requeue.message_id is not None
     assert len(log.events("requeue")) == 1 and len(log.events("requeue_published")) == 1
 
 
@@ -172,14 +173,14 @@ def test_terminal_event_first_then_earlier_events_still_one_requeue(world: World
         deliver(world, data)
     assert len(world.publisher.on("job-requests")) == 1
     record = world.ledger.get("req-1")
-    assert record.status == Status.REQUEUED
+    assert record.status == RequestStatus.REQUEUED
     assert (record.attempts[0].state, record.attempts[0].preemptions) == ("JOB_STATE_FAILED", 3)
 
     second_job = world.claim_requeue("req-1")  # submit took attempt 2
     for data in earlier + [log_entry(job, "Job failed.", insert_id="final")]:
         deliver(world, data)  # attempt 1's late lines
     record = world.ledger.get("req-1")
-    assert record.status == Status.SUBMITTED and record.requeue is None
+    assert record.status == RequestStatus.SUBMITTED and record.requeue is None
     assert record.attempts[1].job == second_job and record.attempts[1].outcome is None
     assert len(world.publisher.on("job-requests")) == 1
 
@@ -193,7 +194,7 @@ def test_a_failed_publish_is_redelivered_and_published_once(world: World) -> Non
         deliver(world, terminal)
     assert is_retryable(failure.value)
     record = world.ledger.get("req-1")
-    assert record.status == Status.REQUEUED and record.requeue.message_id is None
+    assert record.status == RequestStatus.REQUEUED and record.requeue.message_id is None
 
     with pytest.raises(TransientError, match="being re-queued"):
         deliver(world, terminal)  # within the lease the decider may still be publishing
@@ -263,7 +264,7 @@ def test_success_requests_one_prune(world: World) -> None:
     [prune] = world.publisher.on("maintenance")
     assert prune.data == {"task": "prune", "request_id": "req-1"}
     record = world.ledger.get("req-1")
-    assert record.status == Status.SUCCEEDED and record.finished_at and record.attempts[0].ended_at
+    assert record.status == RequestStatus.SUCCEEDED and record.finished_at and record.attempts[0].ended_at
 
 
 def test_user_error_fails_with_one_alert_and_no_requeue(world: World) -> None:
@@ -285,7 +286,7 @@ def test_user_error_fails_with_one_alert_and_no_requeue(world: World) -> None:
     )
     assert alert.attributes == {"kind": "job_failed", "severity": "ERROR", "request_id": "req-1"}
     assert world.publisher.on("job-requests") == []
-    assert world.ledger.get("req-1").status == Status.FAILED
+    assert world.ledger.get("req-1").status == RequestStatus.FAILED
     assert [line["severity"] for line in log.events("job_failed")] == ["ERROR"]
 
 
@@ -296,7 +297,7 @@ def test_last_attempt_gives_up_with_one_alert(world: World) -> None:
         deliver(world, log_entry(job, "Job failed."))
     kinds = [m.data["kind"] for m in world.publisher.on("ops-alerts")]
     assert kinds == ["attempts_exhausted"] and world.publisher.on("job-requests") == []
-    assert world.ledger.get("req-1").status == Status.GAVE_UP
+    assert world.ledger.get("req-1").status == RequestStatus.GAVE_UP
 
 
 def test_failed_job_without_its_error_yet_is_redelivered(world: World) -> None:
@@ -362,7 +363,7 @@ def test_a_failed_alert_publish_is_kept_and_published_once_after_redelivery(worl
         deliver(world, terminal)
     assert is_retryable(failure.value)
     record = world.ledger.get("req-1")
-    assert record.status == Status.FAILED
+    assert record.status == RequestStatus.FAILED
     assert [alert["kind"] for alert in record.pending_alerts] == ["job_failed"]
 
     with pytest.raises(TransientError, match="being published"):
@@ -401,7 +402,7 @@ def test_a_decision_whose_write_reply_was_lost_still_publishes_its_effects(gcs_b
     ledger.lose_next_reply = True
     with pytest.raises(TransientError, match="being published"):
         deliver(world, terminal)  # its own write landed: the re-run decides nothing new
-    assert world.ledger.get("req-1").status == Status.GAVE_UP
+    assert world.ledger.get("req-1").status == RequestStatus.GAVE_UP
 
     world.settings = replace(world.settings, claim_lease_seconds=0)
     deliver(world, terminal)

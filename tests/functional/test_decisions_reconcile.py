@@ -11,14 +11,15 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from functions import reconcile as reconcile_entry
-from shared.decisions import Ports
+from shared.claims import claim_attempt
 from shared.delivery import Message, maintenance_task
-from shared.ledger import Attempt, LedgerStore, RequestRecord, Status
+from shared.ledger import Attempt, LedgerStore, RequestRecord
 from shared.log import Logger
 from shared.policy import validate_request
 from shared.reconcile import RequestResult, run_reconcile
 from shared.request import canonical_envelope
-from shared.submit import claim_attempt
+from shared.states import RequestStatus
+from shared.wiring import Ports
 from tests.functional.test_decisions_support import (
     STOCKOUT,
     CapturedLog,
@@ -74,7 +75,7 @@ def test_reconcile_alone_decides_what_events_would_have(world: World) -> None:
     assert summary.decisions == {"requeue": 1, "job_succeeded": 1}
     [requeue] = world.publisher.on("job-requests")
     assert (requeue.data["request_id"], requeue.data["attempt"]) == ("req-stockout", 2)
-    assert world.ledger.get("req-running").status == Status.RUNNING
+    assert world.ledger.get("req-running").status == RequestStatus.RUNNING
     [line] = log.events("reconcile_summary")
     assert line["listed"] == 3 and line["outcomes"]["observed"] == 3
 
@@ -103,10 +104,10 @@ def test_abandoned_claim_with_a_job_is_adopted(world: World) -> None:
 
     def crash_before_recording(current: RequestRecord) -> RequestRecord:
         current.attempts[0] = Attempt(1, "us-central1", "SPOT", claimed_at=ago(600))
-        current.status = Status.CLAIMED
+        current.status = RequestStatus.CLAIMED
         return current
 
-    world.ledger.update("req-1", crash_before_recording)
+    world.rewrite("req-1", crash_before_recording)
     world.ledger._bucket.blob(f"jobs/{job.rsplit('/', 1)[-1]}.json").delete()  # noqa: SLF001
     log = CapturedLog()
 
@@ -114,7 +115,7 @@ def test_abandoned_claim_with_a_job_is_adopted(world: World) -> None:
 
     assert summary.outcomes == {"claim_adopted": 1}
     stored = world.ledger.get("req-1")
-    assert stored.attempts[0].job == job and stored.status == Status.RUNNING
+    assert stored.attempts[0].job == job and stored.status == RequestStatus.RUNNING
     assert world.ledger.find_job(job.rsplit("/", 1)[-1]).request_id == "req-1"
     assert world.publisher.on("job-requests") == []
 
@@ -135,7 +136,7 @@ def test_abandoned_claim_without_a_job_is_republished_and_a_young_one_left_alone
     young = RequestRecord(
         "req-1", envelope, "gs://c/r/req-1/", attempts=[Attempt(1, "us-central1", "SPOT", ago(1))]
     )
-    world.ledger.update("req-1", lambda _: young)
+    world.ledger.restore(young)
     assert reconcile(world).outcomes == {"idle": 1}
     assert world.publisher.on("job-requests") == []
 
@@ -166,7 +167,7 @@ def test_a_claim_that_never_gets_a_job_is_republished_a_bounded_number_of_times_
     claim = RequestRecord(
         "req-1", envelope, "gs://c/r/req-1/", attempts=[Attempt(1, "us-nowhere1", "SPOT", ago(600))]
     )
-    world.ledger.update("req-1", lambda _: claim)
+    world.ledger.restore(claim)
 
     def lease_passes(current: RequestRecord) -> RequestRecord:
         current.attempts[0].republished_at = ago(600)
@@ -181,7 +182,7 @@ def test_a_claim_that_never_gets_a_job_is_republished_a_bounded_number_of_times_
     assert reconcile(world).outcomes == {}  # finished: no longer active
 
     record = world.ledger.get("req-1")
-    assert record.status == Status.FAILED and record.attempts[0].outcome == "failed"
+    assert record.status == RequestStatus.FAILED and record.attempts[0].outcome == "failed"
     assert "never created after 2 re-publishes" in record.attempts[0].error["message"]
     assert len(world.publisher.on("job-requests")) == 2
     [alert] = world.publisher.on("ops-alerts")
@@ -195,7 +196,7 @@ def test_delayed_requeue_is_published_by_reconcile_once_due(world: World) -> Non
     world.vertex.set_state(job, FAILED, STOCKOUT)
     reconcile(world)
     record = world.ledger.get("req-1")
-    assert record.status == Status.REQUEUED and record.requeue.not_before is not None
+    assert record.status == RequestStatus.REQUEUED and record.requeue.not_before is not None
     assert world.publisher.on("job-requests") == []
     assert reconcile(world).outcomes == {"idle": 1}
 
@@ -286,10 +287,10 @@ def test_republished_claim_is_taken_over_by_submit(world: World) -> None:
 
     def crash_before_create(current: RequestRecord) -> RequestRecord:
         current.attempts[0] = Attempt(1, "us-central1", "SPOT", claimed_at=ago(600))
-        current.status = Status.CLAIMED
+        current.status = RequestStatus.CLAIMED
         return current
 
-    world.ledger.update("req-1", crash_before_create)
+    world.rewrite("req-1", crash_before_create)
     reconcile(world)
     [message] = world.publisher.on("job-requests")
     request = validate_request(
@@ -345,7 +346,7 @@ def test_a_finished_request_with_an_unpublished_alert_is_reconciled(world: World
     world.vertex.set_state(job, FAILED, {"code": 3, "message": "exit 1"})
     world.publisher.fail_next = 1  # the decider's alert publish fails and it never comes back
     reconcile(world)
-    assert world.ledger.get("req-1").status == Status.FAILED
+    assert world.ledger.get("req-1").status == RequestStatus.FAILED
     assert world.publisher.on("ops-alerts") == []
 
     assert reconcile(world).outcomes == {"waiting": 1}  # within the lease: the decider's business
@@ -356,7 +357,6 @@ def test_a_finished_request_with_an_unpublished_alert_is_reconciled(world: World
 
 
 def test_a_claim_taken_over_meanwhile_is_not_reported_as_adopted(world: World) -> None:
-    from shared.clock import utcnow
     from shared.reconcile import _settle_claim
 
     record, _ = world.submitted(state=QUEUED)
@@ -364,7 +364,7 @@ def test_a_claim_taken_over_meanwhile_is_not_reported_as_adopted(world: World) -
     record.attempts[0] = abandoned  # what reconcile read, before submit took the claim over
     log = CapturedLog()
 
-    result = _settle_claim(world.ports, record, abandoned, log.logger, utcnow())
+    result = _settle_claim(world.ports, record, abandoned, log.logger)
 
     assert result.outcome != "claim_adopted" and log.events("claim_adopted") == []
     assert world.ledger.get("req-1").attempts[0].claimed_at != abandoned.claimed_at

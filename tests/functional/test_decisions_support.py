@@ -9,16 +9,19 @@ import itertools
 import json
 import re
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from shared.decisions import Ports
-from shared.ledger import Attempt, JobIndexEntry, LedgerStore, RequestRecord, Status
+from shared.claims import claim_attempt, record_job
+from shared.ledger import Attempt, JobIndexEntry, LedgerStore, RequestRecord
 from shared.log import Logger
 from shared.settings import Settings
+from shared.states import RequestStatus
 from shared.vertex import LABEL_ATTEMPT, LABEL_REQUEST_ID
+from shared.wiring import Ports
 
 PROJECT = "spotjobs-test"
 STOCKOUT = {"code": 8, "message": "Job failed with STOCKOUT: the Spot VM was preempted 7 times."}
@@ -209,14 +212,14 @@ class World:
             request_id,
             envelope,
             self.settings.output_dir_for(request_id),
-            status=Status.SUBMITTED,
+            status=RequestStatus.SUBMITTED,
             attempts=[
                 Attempt(
                     1, location, "SPOT", claimed_at=_iso_now(), job=job, state="JOB_STATE_QUEUED"
                 )
             ],
         )
-        self.ledger.update(request_id, lambda _: record)
+        self.ledger.restore(record)
         self.ledger.index_job(JobIndexEntry(request_id, 1, location, job))
         return record, job
 
@@ -227,25 +230,34 @@ class World:
         requeue = record.requeue
         job = self.vertex.add(request_id, requeue.attempt, requeue.location, 1)
 
-        def claim(current: RequestRecord | None) -> RequestRecord | None:
-            assert current is not None and current.requeue is not None
-            current.attempts.append(
-                Attempt(
-                    requeue.attempt,
-                    requeue.location,
-                    requeue.strategy,
-                    claimed_at=_iso_now(),
-                    job=job,
-                    state="JOB_STATE_QUEUED",
-                )
-            )
-            current.requeue = None
-            current.status = Status.SUBMITTED
-            return current
-
-        self.ledger.update(request_id, claim)
+        self.ledger.update(
+            request_id,
+            lambda current: claim_attempt(
+                current,
+                envelope=current.request,
+                n=requeue.attempt,
+                now=datetime.now(timezone.utc),
+                lease_seconds=self.settings.claim_lease_seconds,
+                output_dir=current.output_dir,
+            ).record,
+        )
+        self.ledger.update(
+            request_id,
+            lambda current: record_job(
+                current, n=requeue.attempt, job_name=job, state="JOB_STATE_QUEUED", created_at=None
+            ),
+        )
         self.ledger.index_job(JobIndexEntry(request_id, requeue.attempt, requeue.location, job))
         return job
+
+
+    def rewrite(self, request_id: str, change: Callable[[RequestRecord], object]) -> None:
+        """Change a stored record behind the state machine's back, as a crash at the right
+        moment would have left it (test setup only; the ledger refuses such moves)."""
+        record, generation = self.ledger.read(request_id)
+        assert record is not None
+        change(record)
+        self.ledger._write(record, generation)
 
 
 def _iso_now() -> str:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from shared.ledger import Attempt, JobIndexEntry, LedgerStore, RequestRecord, Status
+from shared.ledger import Attempt, JobIndexEntry, LedgerStore, RequestRecord
+from shared.states import RequestStatus
 
 
 def _new_record(request_id: str) -> RequestRecord:
@@ -19,7 +20,7 @@ def test_create_once_then_read_back_with_status_in_metadata(gcs_bucket) -> None:
 
     record, generation = ledger.read("r1")
     assert record == stored and generation > 0
-    assert ledger.list_statuses() == ([("r1", Status.CLAIMED)], None)
+    assert ledger.list_statuses() == ([("r1", RequestStatus.CLAIMED)], None)
 
 
 def test_a_transition_that_changes_nothing_writes_nothing(gcs_bucket) -> None:

@@ -12,8 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shared.checkpoints import ListedObject
-from shared.ledger import RequestRecord, Status
+from shared.ledger import RequestRecord
 from shared.prune import DeleteOutcome, GcsPruneStore
+from shared.states import RequestStatus
 from tests.functional.test_prune_support import (
     all_names,
     folder,
@@ -154,12 +155,12 @@ def test_finished_requests_keep_their_final_checkpoint_after_retention(gcs_bucke
     later = datetime.now(timezone.utc) + timedelta(days=10)
 
     def finished(rid: str, days_ago: float) -> RequestRecord:
-        record = RequestRecord(rid, {}, "", status=Status.SUCCEEDED)
+        record = RequestRecord(rid, {}, "", status=RequestStatus.SUCCEEDED)
         record.finished_at = (later - timedelta(days=days_ago)).isoformat()
         return record
 
     records = {"done": finished("done", 8), "recent": finished("recent", 1),
-               "running": RequestRecord("running", {"checkpoints": {"keep_last": 3}}, "", status=Status.RUNNING)}
+               "running": RequestRecord("running", {"checkpoints": {"keep_last": 3}}, "", status=RequestStatus.RUNNING)}
     run_prune(gcs_bucket, records=records, now=later)
 
     steps = {rid: {n.split("/")[0] for n in surviving(gcs_bucket, rid)} for rid in records}

@@ -9,6 +9,7 @@ import itertools
 import json
 import threading
 from collections.abc import Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -18,20 +19,16 @@ from google.api_core import exceptions as api
 from google.cloud.aiplatform_v1 import CustomJob, JobState
 
 from shared.alerts import Alert
+from shared.claims import ClaimInProgress
 from shared.delivery import Message, handle_delivery
 from shared.errors import ConfigurationError, TransientError
-from shared.ledger import Attempt, LedgerStore, RequestRecord, Requeue, Status
+from shared.ledger import Attempt, LedgerStore, RequestRecord, Requeue
 from shared.log import Logger
 from shared.settings import Settings
-from shared.submit import (
-    ClaimInProgress,
-    Decision,
-    SubmitBlocked,
-    SubmitDeps,
-    SubmitOutcome,
-    submit_request,
-)
+from shared.states import RequestStatus
+from shared.submit import SubmitBlocked, SubmitOutcome, SubmitResult, submit_request
 from shared.vertex import LABEL_ATTEMPT, LABEL_REQUEST_ID
+from shared.wiring import Ports
 from tests.conftest import load_event
 
 LEASE = 30.0
@@ -111,36 +108,62 @@ class FakeJobService:
         return CustomJob(self.jobs[name])
 
 
+class RecordingPublisher:
+    """A Pub/Sub publisher that keeps what it is sent; `fail_next` publishes raise 503."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, dict[str, Any], dict[str, str]]] = []
+        self.fail_next = 0
+
+    def publish(self, topic: str, data: bytes, **attributes: str) -> Future[str]:
+        future: Future[str] = Future()
+        if self.fail_next:
+            self.fail_next -= 1
+            future.set_exception(api.ServiceUnavailable("publish failed"))
+        else:
+            self.sent.append((topic, json.loads(data), attributes))
+            future.set_result(str(len(self.sent)))
+        return future
+
+
 @dataclass
 class Harness:
     ledger: LedgerStore
     vertex: FakeJobService = field(default_factory=FakeJobService)
-    alerts: list[Alert] = field(default_factory=list)
+    publisher: RecordingPublisher = field(default_factory=lambda: RecordingPublisher())
     log_stream: io.StringIO = field(default_factory=io.StringIO)
     now: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
     settings: Settings = SETTINGS
     locations_used: list[str] = field(default_factory=list)
-    observed: list[tuple[str, int, str]] = field(default_factory=list)  # found jobs handed on
     client_build_seconds: float = 0.0  # the clock advances this much whenever a client is built
 
     @property
-    def deps(self) -> SubmitDeps:
+    def ports(self) -> Ports:
         def job_service(location: str) -> FakeJobService:
             self.locations_used.append(location)
             self.now += timedelta(seconds=self.client_build_seconds)
             return self.vertex
 
-        return SubmitDeps(
+        return Ports(
             settings=self.settings,
             ledger=self.ledger,
+            publisher=lambda: self.publisher,  # type: ignore[arg-type, return-value]
             job_service=job_service,  # type: ignore[arg-type]
-            publish_alert=self.alerts.append,
             clock=lambda: self.now,
-            observe_found=lambda request_id, n, job, log: self.observed.append((request_id, n, job.name)),
+            topics={self.settings.ops_alerts_topic},  # what submit_job may publish to
         )
 
+    @property
+    def alerts(self) -> list[Alert]:
+        return [Alert(**data) for topic, data, _ in self.publisher.sent if topic.endswith("/ops-alerts")]
+
     def deliver(self, data: bytes, message_id: str = "m-1", **attributes: str) -> SubmitOutcome:
-        return submit_request(Message(data, message_id, attributes), self.log, self.deps)
+        return submit_request(Message(data, message_id, attributes), self.log, self.ports)
+
+    def observed(self, request_id: str, n: int) -> bool:
+        """Whether the decision logic has looked at attempt n's job (it records when the job's
+        state was first seen; recording a job alone does not)."""
+        return self.ledger.get(request_id).attempt(n).state_changed_at is not None
 
     @property
     def log(self) -> Logger:
@@ -173,7 +196,7 @@ def test_the_docs_body_becomes_one_spot_job_recorded_in_the_ledger(harness: Harn
     outcome = harness.deliver(DOCS_BODY, message_id="4242")
 
     assert (
-        outcome.decision == Decision.CREATED
+        outcome.result == SubmitResult.CREATED
         and outcome.request_id == "msg-4242"
         and outcome.attempt == 1
     )
@@ -195,7 +218,7 @@ def test_the_docs_body_becomes_one_spot_job_recorded_in_the_ledger(harness: Harn
     assert harness.locations_used == ["us-central1"]
 
     record = harness.ledger.get("msg-4242")
-    assert record.status == Status.SUBMITTED and record.output_dir == "gs://ckpt/requests/msg-4242/"
+    assert record.status == RequestStatus.SUBMITTED and record.output_dir == "gs://ckpt/requests/msg-4242/"
     [attempt] = record.attempts
     assert (attempt.job, attempt.state, attempt.strategy, attempt.location) == (
         job.name,
@@ -217,7 +240,7 @@ def test_the_docs_body_becomes_one_spot_job_recorded_in_the_ledger(harness: Harn
     [line] = harness.log_lines("job_created")
     assert line["request_id"] == "msg-4242" and line["attempt"] == 1 and line["job"] == job.name
     assert line["event_id"] == "e-1" and line["severity"] == "INFO"
-    assert harness.observed == []  # a job this delivery created has all its events still to come
+    assert not harness.observed("msg-4242", 1)  # a job created here has all its events to come
 
 
 def test_a_redelivery_and_a_second_publish_create_nothing(harness: Harness) -> None:
@@ -225,8 +248,8 @@ def test_a_redelivery_and_a_second_publish_create_nothing(harness: Harness) -> N
     again = harness.deliver(envelope(), message_id="m-1")
     other_message = harness.deliver(envelope(max_attempts=2), message_id="m-2")
 
-    assert first.decision == Decision.CREATED
-    assert again.decision == other_message.decision == Decision.DUPLICATE
+    assert first.result == SubmitResult.CREATED
+    assert again.result == other_message.result == SubmitResult.DUPLICATE
     assert again.job == other_message.job == first.job
     assert harness.vertex.creates == 1 and len(harness.jobs_for("r1")) == 1
     duplicates = harness.log_lines("duplicate")
@@ -252,12 +275,12 @@ def test_concurrent_deliveries_of_one_request_create_exactly_one_job(harness: Ha
     for thread in threads:
         thread.join()
 
-    decisions = sorted(o.decision if isinstance(o, SubmitOutcome) else "retry" for o in outcomes)
-    assert decisions.count(Decision.CREATED) == 1
-    assert set(decisions) <= {Decision.CREATED, Decision.DUPLICATE, "retry"}
+    decisions = sorted(o.result if isinstance(o, SubmitOutcome) else "retry" for o in outcomes)
+    assert decisions.count(SubmitResult.CREATED) == 1
+    assert set(decisions) <= {SubmitResult.CREATED, SubmitResult.DUPLICATE, "retry"}
     # Those told to retry find the job on redelivery.
     for _ in range(decisions.count("retry")):
-        assert harness.deliver(envelope(), message_id="m-again").decision == Decision.DUPLICATE
+        assert harness.deliver(envelope(), message_id="m-again").result == SubmitResult.DUPLICATE
     assert harness.vertex.creates == 1 and len(harness.jobs_for("r1")) == 1
 
 
@@ -288,7 +311,7 @@ def test_a_crash_between_claim_and_create_is_finished_after_the_lease(harness: H
     harness.now += timedelta(seconds=10)
     outcome = harness.deliver(envelope())
 
-    assert outcome.decision == Decision.CREATED
+    assert outcome.result == SubmitResult.CREATED
     assert len(harness.jobs_for("r1")) == 1
     assert harness.ledger.get("r1").attempt(1).job == outcome.job
     assert harness.log_lines("claim_taken_over")
@@ -305,12 +328,12 @@ def test_a_crash_between_create_and_record_is_settled_by_label_lookup(harness: H
 
     outcome = harness.deliver(envelope())
 
-    assert outcome.decision == Decision.FOUND and outcome.job == existing.name
+    assert outcome.result == SubmitResult.FOUND and outcome.job == existing.name
     assert harness.vertex.creates == 1  # only the one the crashed delivery made
     assert harness.ledger.get("r1").attempt(1).job == existing.name
     assert harness.ledger.find_job(existing.name.rsplit("/", 1)[-1]).request_id == "r1"
     # Its log events came while it was unindexed: the decision logic gets to see it once.
-    assert harness.observed == [("r1", 1, existing.name)]
+    assert harness.observed("r1", 1)
 
 
 def test_a_lost_create_response_is_looked_up_not_retried(harness: Harness) -> None:
@@ -318,10 +341,10 @@ def test_a_lost_create_response_is_looked_up_not_retried(harness: Harness) -> No
 
     outcome = harness.deliver(envelope())
 
-    assert outcome.decision == Decision.FOUND
+    assert outcome.result == SubmitResult.FOUND
     assert harness.vertex.creates == 1 and len(harness.jobs_for("r1")) == 1
     assert harness.ledger.get("r1").attempt(1).job == outcome.job
-    assert harness.observed == [("r1", 1, outcome.job)]
+    assert harness.observed("r1", 1)
 
 
 def test_a_lost_response_the_list_does_not_show_yet_keeps_the_claim_until_the_lease(
@@ -338,7 +361,7 @@ def test_a_lost_response_the_list_does_not_show_yet_keeps_the_claim_until_the_le
     harness.now += timedelta(seconds=LEASE + 1)
     outcome = harness.deliver(envelope())
 
-    assert outcome.decision == Decision.FOUND
+    assert outcome.result == SubmitResult.FOUND
     assert harness.vertex.creates == 1 and len(harness.jobs_for("r1")) == 1
     assert harness.ledger.get("r1").attempt(1).claimed_at != claimed_at  # taken over
 
@@ -355,11 +378,11 @@ def test_a_refused_create_is_retried_by_redelivery_without_waiting_for_the_lease
     for _ in range(2):
         with pytest.raises(type(refusal)):
             harness.deliver(envelope())
-        assert harness.ledger.get("r1").status == Status.CLAIMED
+        assert harness.ledger.get("r1").status == RequestStatus.CLAIMED
 
     outcome = harness.deliver(envelope())  # same clock: the released claim is taken over at once
 
-    assert outcome.decision == Decision.CREATED
+    assert outcome.result == SubmitResult.CREATED
     assert harness.vertex.creates == 3 and len(harness.jobs_for("r1")) == 1
     assert [
         line["event"]
@@ -380,9 +403,9 @@ def test_a_permanent_refusal_fails_the_request_with_one_alert(harness: Harness) 
     outcome = harness.deliver(envelope())
     again = harness.deliver(envelope())
 
-    assert outcome.decision == Decision.FAILED and again.decision == Decision.DUPLICATE
+    assert outcome.result == SubmitResult.FAILED and again.result == SubmitResult.DUPLICATE
     record = harness.ledger.get("r1")
-    assert record.status == Status.FAILED and record.attempt(1).outcome == "failed"
+    assert record.status == RequestStatus.FAILED and record.attempt(1).outcome == "failed"
     assert record.attempt(1).error["code"] == 400
     [alert] = harness.alerts
     assert (alert.kind, alert.severity, alert.request_id, alert.attempt) == (
@@ -413,7 +436,7 @@ def test_a_requeued_attempt_runs_where_the_requeue_said_with_the_same_output_dir
 
     def requeued(current: RequestRecord | None) -> RequestRecord:
         current.attempt(1).outcome = "requeued"
-        current.status = Status.REQUEUED
+        current.status = RequestStatus.REQUEUED
         current.requeue = requeue
         return current
 
@@ -424,9 +447,9 @@ def test_a_requeued_attempt_runs_where_the_requeue_said_with_the_same_output_dir
     again = harness.deliver(json.dumps(message).encode(), message_id="m-requeue", request_id="r1")
 
     assert (
-        outcome.decision == Decision.CREATED
+        outcome.result == SubmitResult.CREATED
         and outcome.attempt == 2
-        and again.decision == Decision.DUPLICATE
+        and again.result == SubmitResult.DUPLICATE
     )
     jobs = {j.labels[LABEL_ATTEMPT]: j for j in harness.jobs_for("r1")}
     assert set(jobs) == {"1", "2"}
@@ -434,7 +457,7 @@ def test_a_requeued_attempt_runs_where_the_requeue_said_with_the_same_output_dir
     assert jobs["2"].job_spec.scheduling.strategy == 3  # STANDARD, the fallback
     assert jobs["1"].job_spec.base_output_directory == jobs["2"].job_spec.base_output_directory
     record = harness.ledger.get("r1")
-    assert record.requeue is None and record.status == Status.SUBMITTED
+    assert record.requeue is None and record.status == RequestStatus.SUBMITTED
     assert [(a.n, a.location, a.strategy) for a in record.attempts] == [
         (1, "us-central1", "SPOT"),
         (2, "europe-west4", "STANDARD"),
@@ -444,7 +467,7 @@ def test_a_requeued_attempt_runs_where_the_requeue_said_with_the_same_output_dir
 
 def test_an_attempt_set_by_a_user_is_rejected(harness: Harness) -> None:
     outcome = harness.deliver(envelope(attempt=2))
-    assert outcome.decision == Decision.INVALID and harness.vertex.creates == 0
+    assert outcome.result == SubmitResult.INVALID and harness.vertex.creates == 0
     [alert] = harness.alerts
     assert alert.kind == "invalid_request" and alert.request_id == "r1"
     assert any("attempt is set by the system" in v for v in alert.details["violations"])
@@ -471,7 +494,7 @@ def test_invalid_requests_are_acknowledged_alerted_and_create_nothing(
 ) -> None:
     outcome = harness.deliver(load_event(f"requests/{fixture}"), message_id="m-9", **attributes)
 
-    assert outcome.decision == Decision.INVALID
+    assert outcome.result == SubmitResult.INVALID
     assert harness.vertex.creates == 0 and harness.ledger.list_statuses()[0] == []
     [alert] = harness.alerts
     assert alert.kind == "invalid_request" and alert.severity == "ERROR"
@@ -495,7 +518,7 @@ def test_unusable_bodies_are_rejected_with_a_null_request_id(
     harness: Harness, data: bytes, expected: str
 ) -> None:
     outcome = harness.deliver(data)
-    assert outcome.decision == Decision.INVALID and outcome.request_id is None
+    assert outcome.result == SubmitResult.INVALID and outcome.request_id is None
     [alert] = harness.alerts
     assert alert.request_id is None and alert.details["violations"][0].startswith(expected)
 
@@ -517,7 +540,7 @@ def test_through_handle_delivery_transient_failures_raise_and_invalid_requests_r
     harness: Harness,
 ) -> None:
     def handler(message: Message, log: Logger) -> None:
-        submit_request(message, log, harness.deps)
+        submit_request(message, log, harness.ports)
 
     harness.vertex.create_faults.append(api.TooManyRequests("quota"))
     with pytest.raises(api.TooManyRequests):
@@ -573,12 +596,12 @@ def test_a_claim_whose_lease_could_run_out_during_the_create_sends_no_create(
     harness.now += timedelta(seconds=LEASE)
     outcome = harness.deliver(envelope())  # takes the claim over with a fresh lease, then creates
 
-    assert outcome.decision == Decision.CREATED and len(harness.jobs_for("r1")) == 1
+    assert outcome.result == SubmitResult.CREATED and len(harness.jobs_for("r1")) == 1
 
 
 def test_a_claim_with_time_left_for_the_create_creates(harness: Harness) -> None:
     harness.client_build_seconds = LEASE - 1.5 * CREATE_TIMEOUT - 0.5
-    assert harness.deliver(envelope()).decision == Decision.CREATED
+    assert harness.deliver(envelope()).result == SubmitResult.CREATED
 
 
 class RacingJobService(FakeJobService):
@@ -613,7 +636,7 @@ def test_a_job_the_ledger_does_not_record_is_cancelled_so_it_cannot_run_unmanage
 
     recorded = harness.ledger.get("r1").attempt(1).job
     assert recorded == harness.vertex.other_job != harness.vertex.ours
-    assert (outcome.decision, outcome.job) == (Decision.DUPLICATE, recorded)
+    assert (outcome.result, outcome.job) == (SubmitResult.DUPLICATE, recorded)
     assert harness.vertex.cancelled == [harness.vertex.ours]
     [duplicate] = harness.log_lines("duplicate_job")
     assert duplicate["severity"] == "ERROR" and duplicate["recorded_job"] == recorded
@@ -646,7 +669,7 @@ def test_a_503_after_the_create_was_accepted_finds_the_job_instead_of_creating_a
 
     outcome = harness.deliver(envelope())
 
-    assert outcome.decision == Decision.FOUND
+    assert outcome.result == SubmitResult.FOUND
     assert harness.vertex.creates == 1 and len(harness.jobs_for("r1")) == 1
     assert harness.ledger.get("r1").attempt(1).job == outcome.job
 
@@ -664,7 +687,7 @@ def test_a_503_with_no_job_found_keeps_the_claim_until_the_lease(harness: Harnes
     harness.now += timedelta(seconds=LEASE + 1)
     outcome = harness.deliver(envelope())
 
-    assert outcome.decision == Decision.CREATED and len(harness.jobs_for("r1")) == 1
+    assert outcome.result == SubmitResult.CREATED and len(harness.jobs_for("r1")) == 1
 
 
 # Only invalid requests and settled outcomes are acknowledged; anything else is redelivered.
@@ -700,7 +723,7 @@ def test_a_blocked_request_is_redelivered_through_handle_delivery(
     monkeypatch.setattr(harness.ledger, "update", _forbidden)
 
     def handler(message: Message, log: Logger) -> None:
-        submit_request(message, log, harness.deps)
+        submit_request(message, log, harness.ports)
 
     with pytest.raises(SubmitBlocked):
         handle_delivery(
@@ -719,7 +742,7 @@ def test_an_unexpected_create_error_keeps_the_claim_and_is_redelivered(harness: 
         harness.deliver(envelope())
 
     record = harness.ledger.get("r1")
-    assert record.status == Status.CLAIMED and record.attempt(1).outcome is None
+    assert record.status == RequestStatus.CLAIMED and record.attempt(1).outcome is None
 
 
 # Re-queues that validation rejects end the request once instead of looping.
@@ -731,7 +754,7 @@ def _requeue_attempt_2(harness: Harness, **fields: Any) -> bytes:
 
     def requeued(current: RequestRecord | None) -> RequestRecord:
         current.attempt(1).outcome = "requeued"
-        current.status = Status.REQUEUED
+        current.status = RequestStatus.REQUEUED
         current.requeue = Requeue(
             attempt=2,
             location="us-central1",
@@ -755,9 +778,9 @@ def test_a_requeue_the_policy_now_rejects_fails_the_request_and_alerts_once(
     first = harness.deliver(message, message_id="m-requeue", request_id="r1")
     again = harness.deliver(message, message_id="m-requeue", request_id="r1")  # reconcile resent
 
-    assert first.decision == again.decision == Decision.INVALID
+    assert first.result == again.result == SubmitResult.INVALID
     record = harness.ledger.get("r1")
-    assert record.status == Status.FAILED and record.requeue is None
+    assert record.status == RequestStatus.FAILED and record.requeue is None
     assert record.finished_at is not None and "invalid_request:2" in record.markers
     [alert] = harness.alerts
     assert (alert.kind, alert.request_id, alert.attempt) == ("invalid_request", "r1", 2)
@@ -774,7 +797,7 @@ def test_a_requeue_larger_than_the_request_limit_is_still_accepted(harness: Harn
 
     outcome = harness.deliver(message, message_id="m-requeue", request_id="r1")
 
-    assert outcome.decision == Decision.CREATED and outcome.attempt == 2
+    assert outcome.result == SubmitResult.CREATED and outcome.attempt == 2
 
 
 # What the log says matches what happened.
@@ -792,7 +815,7 @@ class RefusingAfterRecordedJobService(FakeJobService):
 
         def record_other(current: RequestRecord | None) -> RequestRecord:
             current.attempt(1).job = other
-            current.status = Status.SUBMITTED
+            current.status = RequestStatus.SUBMITTED
             return current
 
         self.ledger.update("r1", record_other)
@@ -806,7 +829,7 @@ def test_a_refusal_after_the_attempt_got_a_job_is_not_reported_as_a_failed_reque
 
     harness.deliver(envelope())
 
-    assert harness.ledger.get("r1").status == Status.SUBMITTED
+    assert harness.ledger.get("r1").status == RequestStatus.SUBMITTED
     assert harness.log_lines("submit_failed") == [] and harness.alerts == []
     [line] = harness.log_lines("refusal_ignored")
     assert line["severity"] == "WARNING"
@@ -843,10 +866,10 @@ def test_submit_job_redelivers_a_request_it_cannot_build_its_clients_for(
 ) -> None:
     from functions import submit as entry
 
-    def misconfigured() -> SubmitDeps:
+    def misconfigured(function: str) -> Ports:
         raise ConfigurationError("SPOTJOBS_CLAIM_LEASE_SECONDS=1 must be at least twice ...")
 
-    monkeypatch.setattr(entry, "_deps", misconfigured)
+    monkeypatch.setattr("shared.wiring.ports_for", misconfigured)
 
     with pytest.raises(SubmitBlocked):
         entry.submit_job(_push_event(envelope(), "m-1"))

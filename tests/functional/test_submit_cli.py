@@ -13,7 +13,8 @@ import pytest
 
 from shared import settings as settings_module
 from shared.cli import main
-from shared.ledger import Attempt, LedgerStore, RequestRecord, Requeue, Status
+from shared.ledger import Attempt, LedgerStore, RequestRecord, Requeue
+from shared.states import RequestStatus
 from tests.conftest import EVENTS_DIR
 
 REQUESTS = EVENTS_DIR / "requests"
@@ -168,7 +169,7 @@ def _record(request_id: str, created_at: str) -> RequestRecord:
         request_id,
         {"request_id": request_id, "max_attempts": 3, "location": "us-central1", "locations": []},
         f"gs://ckpt/requests/{request_id}/",
-        status=Status.REQUEUED,
+        status=RequestStatus.REQUEUED,
         attempts=[
             Attempt(
                 1,
@@ -201,7 +202,7 @@ def test_status_shows_requests_as_a_table_and_as_json(
         ("older", "2026-11-29T09:00:00.000Z"),
         ("newer", "2026-11-29T10:00:00.000Z"),
     ):
-        ledger_env.update(request_id, lambda current, r=request_id, c=created: _record(r, c))
+        ledger_env.restore(_record(request_id, created))
 
     assert main(["status"]) == 0
     table = capsys.readouterr().out.splitlines()

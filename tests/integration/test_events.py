@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from devstack.samples import job_request
-from shared.ledger import RequestRecord, Status
+from shared.ledger import RequestRecord
+from shared.states import RequestStatus
 from shared.vertex import LABEL_ATTEMPT, LABEL_REQUEST_ID, label_filter, parent_path
 
 pytestmark = pytest.mark.stack
@@ -118,7 +119,7 @@ def test_three_preemptions_succeed_within_one_attempt(stack) -> None:
     # 500 steps of 10 ms cannot finish within three 1 s runs, so all three preemptions happen.
     submit(stack, request_id, preemptions=3, after_seconds=1.0, steps=500)
 
-    record = wait_for_status(stack, request_id, Status.SUCCEEDED)
+    record = wait_for_status(stack, request_id, RequestStatus.SUCCEEDED)
     preemptions = stack.wait_for(
         lambda: (
             len(lines) == 3 and lines
@@ -150,7 +151,7 @@ def test_seven_preemptions_requeue_one_attempt_that_resumes_and_succeeds(stack) 
     request_id = new_request_id("pre7")
     submit(stack, request_id, preemptions=7, after_seconds=0.3, steps=300)
 
-    record = wait_for_status(stack, request_id, Status.SUCCEEDED)
+    record = wait_for_status(stack, request_id, RequestStatus.SUCCEEDED)
 
     first, second = record.attempts
     assert (
@@ -175,7 +176,7 @@ def test_last_attempt_preempted_away_gives_up_with_one_alert(stack) -> None:
     request_id = new_request_id("giveup")
     submit(stack, request_id, preemptions=7, after_seconds=0.3, steps=300, max_attempts=1)
 
-    record = wait_for_status(stack, request_id, Status.GAVE_UP)
+    record = wait_for_status(stack, request_id, RequestStatus.GAVE_UP)
 
     [attempt] = record.attempts
     assert attempt.outcome == "gave_up" and record.requeue is None
@@ -197,7 +198,7 @@ def test_fallback_and_failover_shape_the_second_attempt(stack) -> None:
         fallback={"after_spot_attempts": 1, "strategy": "STANDARD"},
     )
 
-    record = wait_for_status(stack, request_id, Status.SUCCEEDED)
+    record = wait_for_status(stack, request_id, RequestStatus.SUCCEEDED)
 
     first, second = record.attempts
     assert (first.location, first.strategy) == ("us-central1", "SPOT")
@@ -215,7 +216,7 @@ def test_worker_exit_status_1_fails_with_one_alert_and_no_requeue(stack) -> None
     request_id = new_request_id("userbug")
     submit(stack, request_id, fail_at_step=5)
 
-    record = wait_for_status(stack, request_id, Status.FAILED)
+    record = wait_for_status(stack, request_id, RequestStatus.FAILED)
 
     [attempt] = record.attempts
     assert attempt.outcome == "failed" and record.requeue is None
@@ -291,7 +292,7 @@ def test_ten_copies_of_the_terminal_event_and_earlier_events_reversed_requeue_on
     for data in earlier:
         stack.publish("job_events", data)
 
-    record = wait_for_status(stack, request_id, Status.SUCCEEDED)
+    record = wait_for_status(stack, request_id, RequestStatus.SUCCEEDED)
 
     assert [a.n for a in record.attempts] == [1, 2]
     assert len(jobs_of(stack, request_id, record.attempts[0].location, attempt=2)) == 1

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from shared.ledger import Status
+from shared.states import RequestStatus
 
 pytestmark = pytest.mark.stack
 
@@ -78,7 +78,7 @@ def test_a_succeeded_training_run_is_pruned_to_keep_last(stack) -> None:
 
     request_id = new_request_id("prunerun")
     submit(stack, request_id, steps=200)  # a checkpoint every 20 steps: ten of them
-    wait_for_status(stack, request_id, Status.SUCCEEDED)
+    wait_for_status(stack, request_id, RequestStatus.SUCCEEDED)
 
     kept = stack.wait_for(
         lambda: steps if len(steps := checkpoint_steps(stack, request_id)) == 2 else None,

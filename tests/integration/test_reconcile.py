@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from shared.ledger import Status
+from shared.states import RequestStatus
 from tests.integration.test_events import jobs_of, new_request_id, set_log_sink, submit
 
 pytestmark = pytest.mark.stack
@@ -19,7 +19,7 @@ def test_reconcile_alone_reaches_the_same_outcomes(stack) -> None:
     succeeds = new_request_id("rc-pre3")
     requeued = new_request_id("rc-pre7")
     fails = new_request_id("rc-bug")
-    expected = {succeeds: Status.SUCCEEDED, requeued: Status.SUCCEEDED, fails: Status.FAILED}
+    expected = {succeeds: RequestStatus.SUCCEEDED, requeued: RequestStatus.SUCCEEDED, fails: RequestStatus.FAILED}
     ledger = stack.ledger()
     set_log_sink(stack, False)
     try:

@@ -22,8 +22,9 @@ from shared.decisions import (
     decide,
 )
 from shared.events import Signal, patterns_from
-from shared.ledger import Attempt, RequestRecord, Requeue, Status
+from shared.ledger import Attempt, RequestRecord, Requeue
 from shared.settings import Settings
+from shared.states import RequestStatus
 from shared.vertex import JobState
 
 NOW = datetime(2026, 11, 29, 18, 0, 0, tzinfo=timezone.utc)
@@ -40,7 +41,7 @@ def at(seconds: float) -> str:
 
 def make_record(
     *,
-    status: str = Status.SUBMITTED,
+    status: str = RequestStatus.SUBMITTED,
     state: str | None = JobState.QUEUED,
     request: dict[str, Any] | None = None,
     attempts: list[Attempt] | None = None,
@@ -102,7 +103,7 @@ def observe(
 def test_running_job_marks_request_running() -> None:
     decision = observe(make_record(), job(JobState.RUNNING))
     attempt = decision.record.attempts[0]
-    assert decision.record.status == Status.RUNNING
+    assert decision.record.status == RequestStatus.RUNNING
     assert (attempt.state, attempt.started_at, attempt.state_changed_at) == (
         JobState.RUNNING,
         at(10),
@@ -112,7 +113,7 @@ def test_running_job_marks_request_running() -> None:
 
 
 def test_preemption_line_counts_once_per_insert_id() -> None:
-    record = make_record(status=Status.RUNNING, state=JobState.RUNNING)
+    record = make_record(status=RequestStatus.RUNNING, state=JobState.RUNNING)
     first = observe(record, job(JobState.RUNNING, update=50), line="insert-1")
     assert first.record.attempts[0].preemptions == 1
     [line] = first.effects.lines
@@ -132,7 +133,7 @@ def test_preemption_line_counts_once_per_insert_id() -> None:
 
 
 def test_line_then_state_of_the_same_preemption_counts_once() -> None:
-    record = make_record(status=Status.RUNNING, state=JobState.RUNNING)
+    record = make_record(status=RequestStatus.RUNNING, state=JobState.RUNNING)
     seen = observe(record, job(JobState.PENDING, update=200), line="insert-1").record
     assert seen.attempts[0].preemptions == 1
     seen = observe(seen, job(JobState.RUNNING, update=210)).record
@@ -146,7 +147,7 @@ def test_line_then_state_of_the_same_preemption_counts_once() -> None:
 
 
 def test_state_then_line_of_the_same_preemption_counts_once() -> None:
-    record = make_record(status=Status.RUNNING, state=JobState.RUNNING)
+    record = make_record(status=RequestStatus.RUNNING, state=JobState.RUNNING)
     by_state = observe(record, job(JobState.PENDING, update=200))
     assert by_state.effects.lines[0].fields["source"] == "state"
     by_line = observe(by_state.record, job(JobState.RUNNING, update=220), line="insert-1")
@@ -155,7 +156,7 @@ def test_state_then_line_of_the_same_preemption_counts_once() -> None:
 
 
 def test_reconcile_alone_counts_running_to_pending() -> None:
-    record = make_record(status=Status.RUNNING, state=JobState.RUNNING)
+    record = make_record(status=RequestStatus.RUNNING, state=JobState.RUNNING)
     for update in (200, 300, 400):
         record = observe(record, job(JobState.PENDING, update=update)).record
         record = observe(record, job(JobState.RUNNING, update=update + 10)).record
@@ -164,7 +165,7 @@ def test_reconcile_alone_counts_running_to_pending() -> None:
 
 def test_container_preemption_lines_are_not_counted() -> None:
     # The event path passes no evidence for container lines; a hint alone counts nothing.
-    record = make_record(status=Status.RUNNING, state=JobState.RUNNING)
+    record = make_record(status=RequestStatus.RUNNING, state=JobState.RUNNING)
     observation = Observation(1, job(JobState.RUNNING, update=50), Signal.PREEMPTION, None)
     assert (
         decide(copy.deepcopy(record), observation, POLICY, NOW).record.attempts[0].preemptions == 0
@@ -172,7 +173,7 @@ def test_container_preemption_lines_are_not_counted() -> None:
 
 
 def test_preemption_storm_alerts_once_per_attempt() -> None:
-    record = make_record(status=Status.RUNNING, state=JobState.RUNNING)
+    record = make_record(status=RequestStatus.RUNNING, state=JobState.RUNNING)
     alerts = []
     for k in range(1, 8):
         decision = observe(record, job(JobState.RUNNING, update=k), line=f"insert-{k}")
@@ -191,10 +192,10 @@ def test_an_older_read_does_not_overwrite_a_newer_one() -> None:
 
 
 def test_stockout_requeues_the_next_attempt_once() -> None:
-    record = make_record(status=Status.RUNNING, state=JobState.RUNNING)
+    record = make_record(status=RequestStatus.RUNNING, state=JobState.RUNNING)
     decision = observe(record, job(JobState.FAILED, update=400, error=STOCKOUT))
     stored = decision.record
-    assert stored.status == Status.REQUEUED
+    assert stored.status == RequestStatus.REQUEUED
     assert stored.attempts[0].outcome == "requeued"
     assert stored.attempts[0].error == STOCKOUT and stored.attempts[0].ended_at == at(400)
     assert stored.requeue == Requeue(2, "us-central1", "SPOT", "stockout", decided_at=iso(NOW))
@@ -240,7 +241,7 @@ def test_requeue_delay_sets_not_before() -> None:
 def test_last_attempt_gives_up_with_one_alert() -> None:
     record = make_record(request={"max_attempts": 1})
     decision = observe(record, job(JobState.FAILED, update=400, error=STOCKOUT))
-    assert decision.record.status == Status.GAVE_UP and decision.record.requeue is None
+    assert decision.record.status == RequestStatus.GAVE_UP and decision.record.requeue is None
     assert decision.record.finished_at == iso(NOW)
     assert decision.record.attempts[0].outcome == "gave_up"
     [alert] = decision.effects.alerts
@@ -258,13 +259,13 @@ def test_max_attempts_defaults_from_settings() -> None:
     policy = replace(POLICY, default_max_attempts=1)
     assert (
         observe(record, job(JobState.FAILED, error=STOCKOUT), policy=policy).record.status
-        == Status.GAVE_UP
+        == RequestStatus.GAVE_UP
     )
 
 
 def test_other_failure_is_reported_not_requeued() -> None:
     decision = observe(make_record(), job(JobState.FAILED, update=400, error=USER_ERROR))
-    assert decision.record.status == Status.FAILED and decision.record.requeue is None
+    assert decision.record.status == RequestStatus.FAILED and decision.record.requeue is None
     assert decision.record.attempts[0].outcome == "failed"
     [alert] = decision.effects.alerts
     assert (alert.kind, alert.severity, alert.details["error"]) == (
@@ -278,23 +279,23 @@ def test_other_failure_is_reported_not_requeued() -> None:
 
 def test_expired_job_is_a_failure() -> None:
     decision = observe(make_record(), job(JobState.EXPIRED, update=400))
-    assert decision.record.status == Status.FAILED
+    assert decision.record.status == RequestStatus.FAILED
 
 
 def test_failed_without_error_waits_for_it() -> None:
     fresh_failure = job(JobState.FAILED, update=590)
     decision = observe(make_record(), fresh_failure)
-    assert decision.waiting and decision.record.status == Status.SUBMITTED
+    assert decision.waiting and decision.record.status == RequestStatus.SUBMITTED
     assert decision.record.attempts[0].outcome is None
     later = NOW + timedelta(seconds=ERROR_SETTLE_SECONDS)
     settled = observe(make_record(), fresh_failure, now=later)
-    assert settled.waiting is None and settled.record.status == Status.FAILED
+    assert settled.waiting is None and settled.record.status == RequestStatus.FAILED
 
 
 def test_success_records_times_and_requests_prune_once() -> None:
     decision = observe(make_record(state=JobState.RUNNING), job(JobState.SUCCEEDED, update=500))
     stored = decision.record
-    assert stored.status == Status.SUCCEEDED and stored.finished_at == iso(NOW)
+    assert stored.status == RequestStatus.SUCCEEDED and stored.finished_at == iso(NOW)
     assert stored.attempts[0].outcome == "succeeded" and stored.attempts[0].ended_at == at(500)
     assert stored.prune_requested_at == iso(NOW) and decision.effects.prune_requested
     assert stored.prune_pending  # written with the decision, cleared once published
@@ -304,7 +305,7 @@ def test_success_records_times_and_requests_prune_once() -> None:
 def test_cancelled_is_final_and_not_requeued() -> None:
     error = {"code": 1, "message": "CANCELED"}
     decision = observe(make_record(), job(JobState.CANCELLED, update=500, error=error))
-    assert decision.record.status == Status.CANCELLED and decision.record.requeue is None
+    assert decision.record.status == RequestStatus.CANCELLED and decision.record.requeue is None
     assert decision.effects.alerts == []
 
 
@@ -313,18 +314,18 @@ def test_older_attempt_never_changes_the_request_status() -> None:
     second = Attempt(
         2, "europe-west4", "SPOT", claimed_at=at(300), job=JOB2, state=JobState.RUNNING
     )
-    record = make_record(status=Status.RUNNING, attempts=[first, second])
+    record = make_record(status=RequestStatus.RUNNING, attempts=[first, second])
     decision = observe(record, job(JobState.FAILED, update=400, error=STOCKOUT), attempt=1)
-    assert decision.record.status == Status.RUNNING and decision.record.requeue is None
+    assert decision.record.status == RequestStatus.RUNNING and decision.record.requeue is None
     assert decision.record.attempts[0].outcome == "requeued"
     assert decision.record.attempts[1] == second
     assert not decision.effects.requeue_decided and decision.effects.alerts == []
 
 
 def test_finished_request_is_not_requeued_by_a_late_failure() -> None:
-    record = make_record(status=Status.CANCELLED, state=JobState.CANCELLING)
+    record = make_record(status=RequestStatus.CANCELLED, state=JobState.CANCELLING)
     decision = observe(record, job(JobState.FAILED, update=400, error=STOCKOUT))
-    assert decision.record.status == Status.CANCELLED and decision.record.requeue is None
+    assert decision.record.status == RequestStatus.CANCELLED and decision.record.requeue is None
 
 
 def test_stuck_waiting_job_alerts_once_per_attempt_and_state() -> None:
@@ -334,7 +335,7 @@ def test_stuck_waiting_job_alerts_once_per_attempt_and_state() -> None:
     decision = observe(record, job(JobState.PENDING, update=-6600), policy=policy)
     [alert] = decision.effects.alerts
     assert (alert.kind, alert.details["state"]) == ("job_stuck", JobState.PENDING)
-    running_for_days = make_record(status=Status.RUNNING, state=JobState.RUNNING)
+    running_for_days = make_record(status=RequestStatus.RUNNING, state=JobState.RUNNING)
     running_for_days.attempts[0].state_changed_at = iso(NOW - timedelta(days=3))
     assert (
         observe(

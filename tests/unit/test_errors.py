@@ -9,6 +9,7 @@ import pytest
 import requests
 from google.api_core import exceptions as api
 
+from shared.claims import ClaimInProgress
 from shared.errors import (
     ConfigurationError,
     ConflictError,
@@ -19,7 +20,6 @@ from shared.errors import (
     is_retryable,
 )
 from shared.request import InvalidJobRequest
-from shared.submit import ClaimInProgress
 
 # Every exception class google.api_core.exceptions defines, and what redelivery would achieve.
 API_EXCEPTIONS: dict[str, bool] = {

@@ -12,7 +12,7 @@ from google.api_core.exceptions import Forbidden, ServiceUnavailable
 
 from shared.checkpoints import Checkpoint, Kind, ListedObject
 from shared.commands.prune import print_text
-from shared.ledger import RequestRecord, Status
+from shared.ledger import RequestRecord
 from shared.log import Logger
 from shared.prune import (
     Lifecycle,
@@ -27,6 +27,7 @@ from shared.prune import (
     report_alert,
     run_tasks,
 )
+from shared.states import RequestStatus
 from tests.unit.test_prune_support import (
     LAYOUT,
     NOW,
@@ -42,7 +43,7 @@ from tests.unit.test_prune_support import (
 HOUR = timedelta(hours=1)
 
 
-def record(status: str = Status.RUNNING, *, finished_ago: timedelta | None = None, keep_last: object = None) -> RequestRecord:
+def record(status: str = RequestStatus.RUNNING, *, finished_ago: timedelta | None = None, keep_last: object = None) -> RequestRecord:
     request: dict = {}
     if keep_last is not None:
         request["checkpoints"] = {"keep_last": keep_last}
@@ -121,11 +122,11 @@ def test_keep_last_override_is_bounded(override: object, expected: int) -> None:
     ("rec", "lifecycle"),
     [
         (None, Lifecycle.UNTRACKED),
-        (record(Status.RUNNING), Lifecycle.ACTIVE),
-        (record(Status.REQUEUED), Lifecycle.ACTIVE),
-        (record(Status.SUCCEEDED, finished_ago=HOUR), Lifecycle.FINISHED),
-        (record(Status.GAVE_UP, finished_ago=8 * 24 * HOUR), Lifecycle.RETENTION_EXPIRED),
-        (record(Status.CANCELLED), Lifecycle.FINISHED),  # no finished_at: retention unknown
+        (record(RequestStatus.RUNNING), Lifecycle.ACTIVE),
+        (record(RequestStatus.REQUEUED), Lifecycle.ACTIVE),
+        (record(RequestStatus.SUCCEEDED, finished_ago=HOUR), Lifecycle.FINISHED),
+        (record(RequestStatus.GAVE_UP, finished_ago=8 * 24 * HOUR), Lifecycle.RETENTION_EXPIRED),
+        (record(RequestStatus.CANCELLED), Lifecycle.FINISHED),  # no finished_at: retention unknown
     ],
 )
 def test_lifecycle(rec: RequestRecord | None, lifecycle: str) -> None:
@@ -208,7 +209,7 @@ def test_finished_request_past_retention_keeps_its_final_checkpoint() -> None:
     store = MemoryStore()
     for step in (100, 200, 300):
         prefix_checkpoint(store, "r1", f"step-{step:06d}/", at=NOW - 9 * 24 * HOUR)
-    run_prune(store, {"r1": record(Status.SUCCEEDED, finished_ago=8 * 24 * HOUR)})
+    run_prune(store, {"r1": record(RequestStatus.SUCCEEDED, finished_ago=8 * 24 * HOUR)})
     assert surviving(store) == {"step-000300"}
 
 

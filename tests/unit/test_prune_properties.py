@@ -10,8 +10,9 @@ from datetime import datetime, timedelta
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.ledger import RequestRecord, Status
+from shared.ledger import RequestRecord
 from shared.prune import Lifecycle, prune
+from shared.states import TERMINAL_STATUSES, RequestStatus
 from tests.unit.test_prune_support import LAYOUT, NOW, MemoryStore, folder, policy
 
 KINDS = ("prefix", "file", "tensorflow")
@@ -35,7 +36,7 @@ checkpoint_specs = st.builds(
     minutes_old=st.integers(0, 60 * 24 * 10),
     marker=st.sampled_from(MARKERS),
 )
-statuses = st.sampled_from([None, Status.RUNNING, Status.REQUEUED, Status.SUCCEEDED, Status.GAVE_UP, Status.FAILED])
+statuses = st.sampled_from([None, RequestStatus.RUNNING, RequestStatus.REQUEUED, RequestStatus.SUCCEEDED, RequestStatus.GAVE_UP, RequestStatus.FAILED])
 requests = st.lists(
     st.tuples(statuses, st.integers(0, 60 * 24 * 14), st.none() | st.integers(-2, 30), st.lists(checkpoint_specs, max_size=12)),
     min_size=1,
@@ -105,7 +106,7 @@ def test_newest_complete_survives_and_nothing_outside_is_touched(layout, keep_fi
         if status is not None:
             record = RequestRecord(rid, {"checkpoints": {"keep_last": keep_last}} if keep_last is not None else {}, "")
             record.status = status
-            if status in Status.TERMINAL:
+            if status in TERMINAL_STATUSES:
                 record.finished_at = (NOW - timedelta(minutes=finished_minutes)).isoformat()
             records[rid] = record
         lifecycle = policy().lifecycle_of(records.get(rid), NOW)

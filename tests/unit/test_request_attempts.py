@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
+from shared.claims import ClaimInProgress, claim_attempt, fail_attempt, record_job, release_claim
 from shared.errors import InvalidRequest
-from shared.ledger import Attempt, RequestRecord, Requeue, Status
+from shared.ledger import Attempt, RequestRecord, Requeue
 from shared.request import canonical_envelope, plan_attempt, read_request
-from shared.submit import ClaimInProgress, claim_attempt, fail_attempt, record_job, release_claim
+from shared.states import RequestStatus
 from shared.vertex import (
     JobState,
     build_job_json,
@@ -55,7 +56,7 @@ def claim(current: RequestRecord | None, n: int = 1, now: datetime = NOW, **env:
 
 
 def record_with(
-    *attempts: Attempt, status: str = Status.SUBMITTED, requeue: Requeue | None = None
+    *attempts: Attempt, status: str = RequestStatus.SUBMITTED, requeue: Requeue | None = None
 ) -> RequestRecord:
     return RequestRecord(
         "r1", envelope(), OUTPUT_DIR, status=status, attempts=list(attempts), requeue=requeue
@@ -157,7 +158,7 @@ def test_attempt_one_of_a_new_request_creates_the_record_with_its_claim() -> Non
     record = result.record
     assert (
         record.request_id == "r1"
-        and record.status == Status.CLAIMED
+        and record.status == RequestStatus.CLAIMED
         and record.output_dir == OUTPUT_DIR
     )
     assert record.attempts == [
@@ -168,11 +169,11 @@ def test_attempt_one_of_a_new_request_creates_the_record_with_its_claim() -> Non
 
 def test_any_later_publish_of_attempt_one_is_a_duplicate_whatever_the_status() -> None:
     for status in (
-        Status.SUBMITTED,
-        Status.RUNNING,
-        Status.REQUEUED,
-        Status.SUCCEEDED,
-        Status.FAILED,
+        RequestStatus.SUBMITTED,
+        RequestStatus.RUNNING,
+        RequestStatus.REQUEUED,
+        RequestStatus.SUCCEEDED,
+        RequestStatus.FAILED,
     ):
         created = Attempt(
             1, "us-central1", "SPOT", iso(NOW), job="projects/p/locations/l/customJobs/1"
@@ -184,7 +185,7 @@ def test_any_later_publish_of_attempt_one_is_a_duplicate_whatever_the_status() -
 def test_a_fresh_claim_without_a_job_means_another_delivery_is_creating_it() -> None:
     pending = record_with(
         Attempt(1, "us-central1", "SPOT", iso(NOW - timedelta(seconds=LEASE - 1))),
-        status=Status.CLAIMED,
+        status=RequestStatus.CLAIMED,
     )
     with pytest.raises(ClaimInProgress):
         claim(pending)
@@ -193,7 +194,7 @@ def test_a_fresh_claim_without_a_job_means_another_delivery_is_creating_it() -> 
 def test_a_stale_claim_is_taken_over_with_a_new_lease() -> None:
     stale = record_with(
         Attempt(1, "us-central1", "SPOT", iso(NOW - timedelta(seconds=LEASE))),
-        status=Status.CLAIMED,
+        status=RequestStatus.CLAIMED,
     )
     result = claim(stale)
     assert result.kind == "taken_over" and result.writes
@@ -210,9 +211,9 @@ def test_a_requeued_attempt_is_claimed_where_the_requeue_decided() -> None:
         decided_at=iso(NOW),
         message_id="m",
     )
-    result = claim(record_with(first, status=Status.REQUEUED, requeue=requeue), n=2)
+    result = claim(record_with(first, status=RequestStatus.REQUEUED, requeue=requeue), n=2)
     assert result.kind == "claimed"
-    assert result.record.requeue is None and result.record.status == Status.CLAIMED
+    assert result.record.requeue is None and result.record.status == RequestStatus.CLAIMED
     assert result.record.attempts[-1] == Attempt(2, "europe-west4", "STANDARD", claimed_at=iso(NOW))
 
 
@@ -240,7 +241,7 @@ def test_an_attempt_the_ledger_does_not_expect_is_invalid(record: RequestRecord 
 def test_a_requeue_arriving_after_the_request_ended_is_a_duplicate() -> None:
     cancelled = record_with(
         Attempt(1, "us-central1", "SPOT", iso(NOW), job="j1"),
-        status=Status.CANCELLED,
+        status=RequestStatus.CANCELLED,
         requeue=Requeue(attempt=2, location="l", strategy="SPOT", reason="r", decided_at=iso(NOW)),
     )
     assert claim(cancelled, n=2).kind == "duplicate"
@@ -249,7 +250,7 @@ def test_a_requeue_arriving_after_the_request_ended_is_a_duplicate() -> None:
 def test_a_failed_attempt_without_a_job_is_not_retried() -> None:
     failed = record_with(
         Attempt(1, "us-central1", "SPOT", iso(NOW - timedelta(hours=1)), outcome="failed"),
-        status=Status.FAILED,
+        status=RequestStatus.FAILED,
     )
     assert claim(failed).kind == "duplicate"
 
@@ -258,7 +259,7 @@ def test_a_failed_attempt_without_a_job_is_not_retried() -> None:
 
 
 def test_recording_the_job_submits_the_request_once() -> None:
-    pending = record_with(Attempt(1, "us-central1", "SPOT", iso(NOW)), status=Status.CLAIMED)
+    pending = record_with(Attempt(1, "us-central1", "SPOT", iso(NOW)), status=RequestStatus.CLAIMED)
     recorded = record_job(
         pending,
         n=1,
@@ -266,7 +267,7 @@ def test_recording_the_job_submits_the_request_once() -> None:
         state=JobState.QUEUED,
         created_at=iso(NOW),
     )
-    assert recorded is not None and recorded.status == Status.SUBMITTED
+    assert recorded is not None and recorded.status == RequestStatus.SUBMITTED
     assert recorded.attempt(1).job == "projects/p/locations/l/customJobs/7"
     assert recorded.attempt(1).state == JobState.QUEUED and recorded.attempt(1).created_at == iso(
         NOW
@@ -281,27 +282,27 @@ def test_recording_the_job_submits_the_request_once() -> None:
 
 def test_recording_keeps_a_state_the_events_function_saw_first() -> None:
     running = record_with(
-        Attempt(1, "us-central1", "SPOT", iso(NOW), state=JobState.RUNNING), status=Status.RUNNING
+        Attempt(1, "us-central1", "SPOT", iso(NOW), state=JobState.RUNNING), status=RequestStatus.RUNNING
     )
     recorded = record_job(running, n=1, job_name="j", state=JobState.QUEUED, created_at=iso(NOW))
-    assert recorded.attempt(1).state == JobState.RUNNING and recorded.status == Status.RUNNING
+    assert recorded.attempt(1).state == JobState.RUNNING and recorded.status == RequestStatus.RUNNING
 
 
-def test_a_permanent_refusal_fails_the_request_and_marks_its_alert_once() -> None:
-    pending = record_with(Attempt(1, "us-central1", "SPOT", iso(NOW)), status=Status.CLAIMED)
-    failed = fail_attempt(pending, n=1, error={"code": 400, "message": "bad"}, now=NOW)
-    assert failed.status == Status.FAILED and failed.finished_at == iso(NOW)
-    assert failed.attempt(1).outcome == "failed" and failed.attempt(1).error == {
-        "code": 400,
-        "message": "bad",
-    }
+def test_a_permanent_refusal_fails_the_request_with_one_alert_pending() -> None:
+    pending = record_with(Attempt(1, "us-central1", "SPOT", iso(NOW)), status=RequestStatus.CLAIMED)
+    error = {"code": 400, "message": "bad"}
+    failed = fail_attempt(pending, n=1, error=error, now=NOW, reason="refused: bad")
+    assert failed.status == RequestStatus.FAILED and failed.finished_at == iso(NOW)
+    assert failed.attempt(1).outcome == "failed" and failed.attempt(1).error == error
     assert failed.markers == ["submit_failed:1"]
-    assert fail_attempt(failed, n=1, error={"code": 400, "message": "bad"}, now=NOW) is None
+    [alert] = failed.pending_alerts  # the outbox publishes it, at least once
+    assert (alert["kind"], alert["attempt"], alert["message"]) == ("submit_failed", 1, "r1: refused: bad")
+    assert fail_attempt(failed, n=1, error=error, now=NOW, reason="again") is None
 
 
 def test_releasing_a_claim_backdates_only_our_own_claim() -> None:
     ours = iso(NOW)
-    pending = record_with(Attempt(1, "us-central1", "SPOT", ours), status=Status.CLAIMED)
+    pending = record_with(Attempt(1, "us-central1", "SPOT", ours), status=RequestStatus.CLAIMED)
     released = release_claim(pending, n=1, claimed_at=ours, now=NOW, lease_seconds=LEASE)
     assert released.attempt(1).claimed_at == iso(NOW - timedelta(seconds=LEASE))
     assert claim(released).kind == "taken_over"  # the redelivery need not wait

@@ -1,0 +1,148 @@
+"""Observations carried out: `apply_observation` runs `decide` under compare-and-swap and then the
+effects, and `handle_job_event` is on_job_event's shell around it.
+
+Effects run only after the write that decided them succeeded. Log lines are written by the call
+whose write landed; what must reach Pub/Sub was written pending with the decision and is
+published by the outbox, so a failed publish or a lost write reply loses nothing.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from shared.clock import utcnow
+from shared.decisions import Decision, DecisionPolicy, Effects, JobSnapshot, Observation, decide
+from shared.delivery import Message
+from shared.errors import TransientError
+from shared.events import IgnoredEntry, Signal, classify, parse_log_entry, patterns_from
+from shared.ledger import RequestRecord
+from shared.log import Logger
+from shared.outbox import flush
+from shared.settings import Settings
+from shared.vertex import get_job
+from shared.wiring import Ports
+
+
+def read_job(ports: Ports, location: str, name: str) -> JobSnapshot:
+    return JobSnapshot.of(get_job(ports.job_service(location), name))
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What one observation did to its request."""
+
+    record: RequestRecord | None
+    events: tuple[str, ...] = ()  # the decisions this call took (event names of their log lines)
+    waiting: str | None = None  # why the observation, or a re-queue, must be looked at again
+    requeue_message_id: str | None = None
+
+
+def apply_observation(
+    ports: Ports, request_id: str, observation: Observation, log: Logger
+) -> Applied:
+    """Decide under compare-and-swap, then carry out what this call decided, and what earlier
+    decisions left pending once their deciders are presumed dead."""
+    policy = DecisionPolicy.from_settings(ports.settings)
+    last: Decision | None = None
+
+    def transition(record: RequestRecord | None) -> RequestRecord | None:
+        nonlocal last
+        last = None if record is None else decide(record, observation, policy, ports.clock())
+        return last.record if last else None
+
+    stored = ports.ledger.update(request_id, transition)
+    if last is None or stored is None:
+        return Applied(None)
+    # Not the record this call proposed: another delivery decided (or our own write landed
+    # before its reply was lost), so only what is still pending in the record is carried out.
+    decided_here = stored is last.record
+    effects = last.effects if decided_here else Effects()
+    for line in effects.lines:
+        log.log(line.severity, line.message, **line.fields)
+    # Ours to publish at once only if this call's own write made them pending.
+    made_pending = bool(effects.alerts or effects.prune_requested)
+    message_id, waiting = flush(
+        ports,
+        stored,
+        log,
+        decided_here=made_pending,
+        requeue_decided_here=effects.requeue_decided,
+    )
+    return Applied(stored, effects.events, last.waiting or waiting, message_id)
+
+
+# The event path (on_job_event).
+
+
+class EventOutcome(enum.Enum):
+    IGNORED = "ignored"  # not a job log entry at all
+    IRRELEVANT = "irrelevant"  # a job's line that says nothing about its state
+    STALE = "stale"  # older than the maximum event age
+    FOREIGN = "foreign"  # a job spotjobs did not create
+    OBSERVED = "observed"  # the job was read from Vertex and decided on
+
+
+def handle_job_event(
+    message: Message,
+    log: Logger,
+    *,
+    settings: Settings,
+    ports: Callable[[], Ports],
+    now: datetime | None = None,
+) -> EventOutcome:
+    """One job-events message. Returns what it was; raises TransientError to be redelivered.
+
+    Only a relevant line of a job in the index costs a Vertex call; anything else is acknowledged
+    with one DEBUG/INFO line. `ports` is called only for a relevant line, so a cold instance that
+    sees container chatter never creates a client.
+    """
+    try:
+        entry = parse_log_entry(message.data)
+    except IgnoredEntry as exc:
+        log.debug(
+            "ignored a message that is not a job log entry", event="ignored_event", reason=str(exc)
+        )
+        return EventOutcome.IGNORED
+    signal = classify(entry, patterns_from(settings))
+    log = log.bind(job_id=entry.job_id, insert_id=entry.insert_id)
+    if not signal.is_relevant:
+        log.debug(
+            "ignored a job log line that says nothing about its state",
+            event="irrelevant_event",
+            task_name=entry.task_name,
+        )
+        return EventOutcome.IRRELEVANT
+    age = entry.age_seconds(now or utcnow())
+    if age is not None and age > settings.max_event_age_seconds:
+        log.warning(
+            "dropped a job log entry older than the maximum event age",
+            event="stale_event",
+            age_seconds=round(age, 1),
+            max_age_seconds=settings.max_event_age_seconds,
+        )
+        return EventOutcome.STALE
+    wired = ports()
+    index = wired.ledger.find_job(entry.job_id)
+    if index is None:
+        log.info(
+            "ignored a log entry of a job spotjobs did not create",
+            event="foreign_job",
+            signal=signal.value,
+        )
+        return EventOutcome.FOREIGN
+    counted = signal is Signal.PREEMPTION and entry.is_service_line
+    observation = Observation(
+        attempt=index.attempt,
+        job=read_job(wired, index.location, index.job),
+        signal=signal,
+        preemption_evidence=entry.identity if counted else None,
+    )
+    applied = apply_observation(
+        wired, index.request_id, observation, log.bind(request_id=index.request_id)
+    )
+    if applied.waiting:
+        raise TransientError(applied.waiting)
+    return EventOutcome.OBSERVED
