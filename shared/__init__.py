@@ -1,1 +1,1 @@
-"""spotjobs' shared logic: pure, typed, clients passed in. See DESIGN in the README."""
+"""spotjobs' shared logic: pure, typed, clients passed in. The map is docs/ARCHITECTURE.md."""

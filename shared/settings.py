@@ -55,7 +55,7 @@ class Settings:
     vertex_endpoint: str = _env("SPOTJOBS_VERTEX_ENDPOINT", "")
     training_service_account: str = _env("SPOTJOBS_TRAINING_SERVICE_ACCOUNT", "")
 
-    # Request policy (DESIGN.md section 3).
+    # Request policy: what a publisher may ask for.
     allowed_machine_families: tuple[str, ...] = _env(
         "SPOTJOBS_ALLOWED_MACHINE_FAMILIES", ("a2", "a3"), kind="list"
     )
@@ -78,7 +78,7 @@ class Settings:
         "SPOTJOBS_CREATE_TIMEOUT_SECONDS", DEFAULT_CREATE_TIMEOUT_SECONDS, kind="float"
     )
 
-    # Event handling (DESIGN.md sections 2 and 5).
+    # Event handling: what a job-state event means and how long it stays news.
     max_event_age_seconds: float = _env("SPOTJOBS_MAX_EVENT_AGE_SECONDS", 86400.0, kind="float")
     preemption_patterns: tuple[str, ...] = _env(
         "SPOTJOBS_PREEMPTION_PATTERNS", _DEFAULT_PREEMPTION_PATTERNS, kind="list"
@@ -99,7 +99,7 @@ class Settings:
     reconcile_page_size: int = _env("SPOTJOBS_RECONCILE_PAGE_SIZE", 200, kind="int")
     reconcile_requests_per_run: int = _env("SPOTJOBS_RECONCILE_REQUESTS_PER_RUN", 2000, kind="int")
 
-    # Checkpoint pruning (DESIGN.md section 6).
+    # Checkpoint pruning: what is kept.
     keep_last: int = _env("SPOTJOBS_KEEP_LAST", 2, kind="int")
     keep_last_ceiling: int = _env("SPOTJOBS_KEEP_LAST_CEILING", 20, kind="int")
     incomplete_grace_seconds: float = _env("SPOTJOBS_INCOMPLETE_GRACE_SECONDS", 3600.0, kind="float")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from shared.ledger import Attempt, JobIndexEntry, LedgerStore, RequestRecord
 from shared.states import RequestStatus
 
@@ -98,3 +100,34 @@ def test_records_from_a_newer_schema_still_load(gcs_bucket) -> None:
     record = RequestRecord.from_json(data)
 
     assert record.attempts[0].n == 1 and record.request_id == "r1"
+
+
+def test_the_ledger_refuses_an_illegal_move_and_writes_nothing(gcs_bucket) -> None:
+    from shared.states import IllegalTransition
+
+    ledger = LedgerStore(gcs_bucket)
+    ledger.update("r1", lambda current: current or _new_record("r1"))
+    _, generation = ledger.read("r1")
+
+    def finish_without_a_job(current: RequestRecord | None) -> RequestRecord | None:
+        assert current is not None
+        current.status = RequestStatus.SUCCEEDED  # CLAIMED has no edge to SUCCEEDED
+        return current
+
+    with pytest.raises(IllegalTransition, match="CLAIMED -> SUCCEEDED"):
+        ledger.update("r1", finish_without_a_job)
+    record, unchanged = ledger.read("r1")
+    assert (record.status, unchanged) == (RequestStatus.CLAIMED, generation)
+
+
+def test_restore_writes_a_record_as_it_is_only_where_none_exists(gcs_bucket) -> None:
+    from google.api_core.exceptions import PreconditionFailed
+
+    ledger = LedgerStore(gcs_bucket)
+    finished = _new_record("r1")
+    finished.status = RequestStatus.SUCCEEDED
+    ledger.restore(finished)
+    assert ledger.get("r1").status == RequestStatus.SUCCEEDED
+    with pytest.raises(PreconditionFailed):
+        ledger.restore(_new_record("r1"))
+    assert ledger.get("r1").status == RequestStatus.SUCCEEDED
