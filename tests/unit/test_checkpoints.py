@@ -1,4 +1,4 @@
-"""Discovery and completeness over listings (shared.checkpoints)."""
+"""Discovery and completeness over listings (shared.pruning.checkpoints)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.checkpoints import (
+from shared.pruning.checkpoints import (
     FolderListing,
     Kind,
     ListedObject,
