@@ -27,6 +27,9 @@ from shared.pruning.report import PruneResult, RequestReport, checkpoint_entry
 from shared.pruning.retention import PrunePolicy
 from shared.pruning.store import DeleteOutcome, PruneStore
 
+# A unit of work for the pool; it returns its follow-ups (a planned request: its deletes).
+Task = Callable[[], Iterable["Task"]]
+
 
 def prune_requests(
     store: PruneStore,
@@ -53,10 +56,6 @@ def prune_requests(
 
     run_tasks(tasks(), workers)
     return PruneResult(reports, dry_run, time.monotonic() - started, store.calls())
-
-
-# A unit of work for the pool; it returns its follow-ups (a planned request: its deletes).
-Task = Callable[[], Iterable["Task"]]
 
 
 def run_tasks(first: Iterable[Task], workers: int) -> None:
