@@ -3,7 +3,7 @@
 Layout per size: R requests x C checkpoints (`step-000100/` ...) x S objects each (S-1 shards and
 the `COMMITTED` marker), every request RUNNING in the ledger, default policy (keep_last=2), so
 (C-2)/C of the objects are deleted. For each size:
-- the full prune (`shared.prune.run`, settings.prune_workers threads) in a fresh child process,
+- the full prune (`shared.pruning.runner.run_prune`, settings.prune_workers threads) in a fresh child process,
   through the latency proxy (devstack/fault_proxy.py, +20 ms per request: about a call to real GCS):
   wall time, objects deleted per second, the child's peak RSS, and its list calls, counted;
 - a serial one-delete-at-a-time baseline over a sample of the same objects, through the same
@@ -162,12 +162,12 @@ def prune_in_child(storage_url: str, bucket: str, state_bucket: str, workers: in
 def child(verify: bool) -> None:
     """One full prune, as the function runs it; prints its figures as JSON."""
     from shared.clients import storage_client
-    from shared.prune import run
+    from shared.pruning.runner import run_prune
     from shared.settings import get_settings
 
     before = resource.getrusage(resource.RUSAGE_SELF)
     started = time.perf_counter()
-    result = run(storage_client(), get_settings(), verify_generation=verify)
+    result = run_prune(storage_client(), get_settings(), verify_generation=verify)
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_SELF)
     cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime

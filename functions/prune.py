@@ -31,7 +31,7 @@ def prune_checkpoints(event: object) -> None:
 
 def _handle(message: Message, log: Logger) -> None:
     from shared import clients
-    from shared.prune import handle_maintenance
+    from shared.pruning.runner import handle_maintenance
 
     settings = get_settings()
     handle_maintenance(

@@ -17,7 +17,7 @@ import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
-    from shared.prune import PruneResult
+    from shared.pruning.report import PruneResult
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -36,13 +36,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from shared import clients, prune
+    from shared import clients
+    from shared.pruning.folders import is_request_folder_name
+    from shared.pruning.runner import run_prune
     from shared.settings import get_settings
 
-    if args.request_id is not None and not prune.is_valid_request_id(args.request_id):
+    if args.request_id is not None and not is_request_folder_name(args.request_id):
         print(f"spotjobs prune: {args.request_id!r} is not a request id", file=sys.stderr)
         return 2
-    result = prune.run(
+    result = run_prune(
         clients.storage_client(), get_settings(), request_id=args.request_id, dry_run=args.dry_run
     )
     if args.json:

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.checkpoints import ListedObject
 from shared.ledger import RequestRecord
-from shared.prune import DeleteOutcome, GcsPruneStore
+from shared.pruning.checkpoints import ListedObject
+from shared.pruning.store import DeleteOutcome, GcsPruneStore
 from shared.states import RequestStatus
 from tests.functional.test_prune_support import (
     all_names,

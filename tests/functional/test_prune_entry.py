@@ -15,7 +15,7 @@ import pytest
 from shared.alerts import Alert
 from shared.delivery import Message
 from shared.log import Logger
-from shared.prune import handle_maintenance
+from shared.pruning.runner import handle_maintenance
 from shared.settings import Settings
 from tests.functional.test_prune_support import folder, format_layout, surviving, upload
 

@@ -10,7 +10,11 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
 from shared.ledger import RequestRecord
-from shared.prune import CheckpointLayout, GcsPruneStore, PrunePolicy, PruneResult, prune
+from shared.pruning.execute import prune_requests
+from shared.pruning.folders import CheckpointLayout
+from shared.pruning.report import PruneResult
+from shared.pruning.retention import PrunePolicy
+from shared.pruning.store import GcsPruneStore
 
 if TYPE_CHECKING:
     from google.cloud.storage import Bucket
@@ -146,5 +150,5 @@ def run_prune(
     layout = CheckpointLayout(bucket.name, ROOT)
     ids = request_ids if request_ids is not None else store.list_request_ids(ROOT)
     records = records or {}
-    return prune(store, ids, read_record=records.get, layout=layout, policy=policy(**overrides),
-                 workers=workers, now=now)
+    return prune_requests(store, ids, read_record=records.get, layout=layout,
+                          policy=policy(**overrides), workers=workers, now=now)

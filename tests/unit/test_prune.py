@@ -1,4 +1,4 @@
-"""Prune policy, plan and guarded deletion over an in-memory store (shared.prune)."""
+"""Prune policy, plan and guarded deletion over an in-memory store (shared.pruning)."""
 
 from __future__ import annotations
 
@@ -10,23 +10,15 @@ from datetime import timedelta
 import pytest
 from google.api_core.exceptions import Forbidden, ServiceUnavailable
 
-from shared.checkpoints import Checkpoint, Kind, ListedObject
 from shared.commands.prune import print_text
 from shared.ledger import RequestRecord
 from shared.log import Logger
-from shared.prune import (
-    Lifecycle,
-    OutOfScope,
-    PruneResult,
-    RequestReport,
-    contents_needed,
-    decide,
-    log_report,
-    parse_maintenance_task,
-    prune,
-    report_alert,
-    run_tasks,
-)
+from shared.pruning.checkpoints import Checkpoint, Kind, ListedObject
+from shared.pruning.execute import prune_requests, run_tasks
+from shared.pruning.folders import OutOfScope
+from shared.pruning.report import PruneResult, RequestReport, log_report, report_alert
+from shared.pruning.retention import Lifecycle, contents_needed, judge_checkpoints
+from shared.pruning.runner import parse_maintenance_task
 from shared.states import RequestStatus
 from tests.unit.test_prune_support import (
     LAYOUT,
@@ -55,7 +47,7 @@ def record(status: str = RequestStatus.RUNNING, *, finished_ago: timedelta | Non
 
 def run_prune(store: MemoryStore, records: dict[str, RequestRecord] | None = None, *, dry_run: bool = False, **overrides: object) -> PruneResult:
     records = records or {}
-    return prune(
+    return prune_requests(
         store,
         store.list_request_ids(LAYOUT.root),
         read_record=records.get,
@@ -81,8 +73,8 @@ def ckpt(step: int, complete: bool = True, *, age: timedelta = 2 * HOUR, kind: s
 
 
 def test_keeps_the_newest_keep_last_complete() -> None:
-    decisions = decide([ckpt(s) for s in (100, 200, 300, 400)], lifecycle=Lifecycle.ACTIVE, keep_last=2, policy=policy(), now=NOW)
-    assert [(d.checkpoint.step, d.delete) for d in decisions] == [(100, True), (200, True), (300, False), (400, False)]
+    verdicts = judge_checkpoints([ckpt(s) for s in (100, 200, 300, 400)], lifecycle=Lifecycle.ACTIVE, keep_last=2, policy=policy(), now=NOW)
+    assert [(d.checkpoint.step, d.delete) for d in verdicts] == [(100, True), (200, True), (300, False), (400, False)]
 
 
 def test_incomplete_checkpoints_need_grace_and_a_newer_complete_one() -> None:
@@ -92,21 +84,21 @@ def test_incomplete_checkpoints_need_grace_and_a_newer_complete_one() -> None:
         ckpt(200),
         ckpt(300, complete=False, age=5 * HOUR),  # newer than the newest complete: may be in progress
     ]
-    decisions = decide(checkpoints, lifecycle=Lifecycle.ACTIVE, keep_last=2, policy=policy(), now=NOW)
-    assert {d.checkpoint.step: d.delete for d in decisions} == {100: True, 150: False, 200: False, 300: False}
+    verdicts = judge_checkpoints(checkpoints, lifecycle=Lifecycle.ACTIVE, keep_last=2, policy=policy(), now=NOW)
+    assert {d.checkpoint.step: d.delete for d in verdicts} == {100: True, 150: False, 200: False, 300: False}
 
 
 def test_without_any_complete_checkpoint_nothing_is_deleted() -> None:
     checkpoints = [ckpt(s, complete=False, age=100 * HOUR) for s in (100, 200)]
-    decisions = decide(checkpoints, lifecycle=Lifecycle.ACTIVE, keep_last=1, policy=policy(), now=NOW)
-    assert not any(d.delete for d in decisions)
+    verdicts = judge_checkpoints(checkpoints, lifecycle=Lifecycle.ACTIVE, keep_last=1, policy=policy(), now=NOW)
+    assert not any(d.delete for d in verdicts)
 
 
 @pytest.mark.parametrize("keep_final", [True, False])
 def test_retention_expired_keeps_only_the_final_checkpoint(keep_final: bool) -> None:
     checkpoints = [ckpt(100), ckpt(200), ckpt(300), ckpt(400, complete=False)]
-    decisions = decide(checkpoints, lifecycle=Lifecycle.RETENTION_EXPIRED, keep_last=5, policy=policy(keep_final_checkpoint=keep_final), now=NOW)
-    kept = [d.checkpoint.step for d in decisions if not d.delete]
+    verdicts = judge_checkpoints(checkpoints, lifecycle=Lifecycle.RETENTION_EXPIRED, keep_last=5, policy=policy(keep_final_checkpoint=keep_final), now=NOW)
+    kept = [d.checkpoint.step for d in verdicts if not d.delete]
     assert kept == ([300] if keep_final else [])
 
 
@@ -298,7 +290,7 @@ def test_two_runs_at_once_end_as_one() -> None:
 
 
 def test_deletes_outside_the_request_folder_are_refused() -> None:
-    from shared.prune import _Execution
+    from shared.pruning.execute import _Execution
 
     store = MemoryStore()
     store.put("requests/r1/model/weights.bin")
@@ -326,7 +318,7 @@ def test_a_failing_request_does_not_stop_the_others() -> None:
             raise ConnectionError("ledger unreachable")
         return None
 
-    result = prune(store, ["a", "b"], read_record=read_record, layout=LAYOUT, policy=policy(), workers=2, now=NOW)
+    result = prune_requests(store, ["a", "b"], read_record=read_record, layout=LAYOUT, policy=policy(), workers=2, now=NOW)
     by_id = {r.request_id: r for r in result.reports}
     assert by_id["a"].errors and by_id["a"].retryable_errors == 1
     assert by_id["b"].objects_deleted == 1
@@ -459,7 +451,7 @@ def test_the_prune_function_imports_neither_vertex_nor_pubsub() -> None:
     import sys
 
     code = (
-        "import sys, functions.prune, shared.prune, shared.commands.prune\n"
+        "import sys, functions.prune, shared.pruning.runner, shared.commands.prune\n"
         "heavy = [m for m in sys.modules if m.startswith(('google.cloud.aiplatform',"
         " 'google.cloud.pubsub', 'google.cloud.storage'))]\n"
         "assert not heavy, heavy\n"

@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shared.ledger import RequestRecord
-from shared.prune import Lifecycle, prune
+from shared.pruning.execute import prune_requests
+from shared.pruning.retention import Lifecycle
 from shared.states import TERMINAL_STATUSES, RequestStatus
 from tests.unit.test_prune_support import LAYOUT, NOW, MemoryStore, folder, policy
 
@@ -115,8 +116,8 @@ def test_newest_complete_survives_and_nothing_outside_is_touched(layout, keep_fi
             newest_complete[rid] = [names for key, names in complete_units if key == best]
 
     before = store.names()
-    result = prune(store, store.list_request_ids(LAYOUT.root), read_record=records.get, layout=LAYOUT,
-                   policy=policy(keep_final_checkpoint=keep_final), workers=3, now=NOW)
+    result = prune_requests(store, store.list_request_ids(LAYOUT.root), read_record=records.get, layout=LAYOUT,
+                            policy=policy(keep_final_checkpoint=keep_final), workers=3, now=NOW)
 
     assert result.summary["errors"] == 0
     after = store.names()

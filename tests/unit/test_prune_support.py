@@ -8,8 +8,10 @@ import threading
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 
-from shared.checkpoints import FolderListing, ListedObject
-from shared.prune import CheckpointLayout, DeleteOutcome, PrunePolicy
+from shared.pruning.checkpoints import FolderListing, ListedObject
+from shared.pruning.folders import CheckpointLayout
+from shared.pruning.retention import PrunePolicy
+from shared.pruning.store import DeleteOutcome
 
 NOW = datetime(2026, 11, 1, 12, 0, tzinfo=timezone.utc)
 LAYOUT = CheckpointLayout("ckpt-bucket", "requests/")

@@ -349,7 +349,7 @@ def test_function_access_is_least_privilege() -> None:
     for fn in ("submit_job", "on_job_event", "reconcile"):
         assert access[fn]["state_prefix"] is None
     # The only object prune_checkpoints writes in the state bucket is its cursor.
-    from shared.prune import CURSOR_OBJECT
+    from shared.pruning.store import CURSOR_OBJECT
 
     assert CURSOR_OBJECT.startswith(prune["state_prefix"])
     writer = config.resource("google_storage_bucket_iam_member", "state_prefix_writer")

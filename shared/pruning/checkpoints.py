@@ -31,6 +31,8 @@ Any other child (TensorFlow's `checkpoint` index, a README, `best/`, `vocab_3200
 checkpoint.
 
 The functions over listings are pure; `discover` does the little I/O through a `CheckpointStore`.
+Standard library only: a trainer that ships without this project's dependencies can share these
+exact rules.
 """
 
 from __future__ import annotations
@@ -38,14 +40,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Protocol
-
-from shared.clock import EPOCH
 
 CHECKPOINTS_FOLDER = "checkpoints/"
 TF_INDEX_FILE = "checkpoint"
 
+# A checkpoint whose write time is unknown sorts before any that was seen written.
+_UNKNOWN_WRITE_TIME = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _TF_SUFFIX = re.compile(r"\.(?:index|meta|data-\d+-of-\d+)$")
 _TF_DATA = re.compile(r"\.data-(\d+)-of-(\d+)$")
 _PLAIN_EXTENSION = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,11}$")
@@ -107,7 +109,7 @@ class Checkpoint:
         return max((o.updated for o in seen), default=None)
 
     def sort_key(self) -> tuple[int, datetime]:
-        return (self.step, self.updated or EPOCH)
+        return (self.step, self.updated or _UNKNOWN_WRITE_TIME)
 
 
 @dataclass(frozen=True)

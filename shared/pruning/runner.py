@@ -1,0 +1,153 @@
+"""What the prune_checkpoints function and `spotjobs prune` call: the maintenance-message
+handler, and one run over one request or every request (bounded per run, resumed by a cursor).
+Clients come in as arguments; google.* loads only when a run builds its store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from shared.alerts import Alert
+from shared.delivery import maintenance_message, maintenance_task
+from shared.errors import TransientError
+from shared.ledger import LedgerStore
+from shared.log import Logger, logger
+from shared.pruning.execute import prune_requests
+from shared.pruning.folders import CheckpointLayout, is_request_folder_name
+from shared.pruning.report import PruneResult, log_report, report_alert
+from shared.pruning.retention import PrunePolicy
+from shared.pruning.store import (
+    GcsPruneStore,
+    emulator_in_use,
+    read_cursor,
+    widen_connection_pool,
+    write_cursor,
+)
+from shared.settings import Settings
+
+if TYPE_CHECKING:
+    from google.cloud.storage import Client
+
+    from shared.delivery import Message
+
+PRUNE_TASK = "prune"
+
+
+@dataclass(frozen=True)
+class PruneTask:
+    request_id: str | None = None  # None: every request, bounded per run
+
+
+def parse_maintenance_task(data: bytes) -> tuple[str | None, PruneTask | None]:
+    """The message's `task`, and the prune task it asks for (None if not a valid prune task)."""
+    body = maintenance_message(data)
+    task = maintenance_task(data)
+    if task != PRUNE_TASK:
+        return task, None
+    request_id = body.get("request_id")
+    if request_id is None:
+        return task, PruneTask()
+    if isinstance(request_id, str) and is_request_folder_name(request_id):
+        return task, PruneTask(request_id)
+    return task, None
+
+
+def bounded(request_ids: Iterable[str], limit: int) -> tuple[list[str], bool]:
+    """At most `limit` ids, and whether the listing ended within them."""
+    taken: list[str] = []
+    for request_id in request_ids:
+        if len(taken) >= limit:
+            return taken, False
+        taken.append(request_id)
+    return taken, True
+
+
+def run_prune(
+    storage: Client,
+    settings: Settings,
+    *,
+    request_id: str | None = None,
+    bounded_run: bool = False,
+    dry_run: bool = False,
+    workers: int | None = None,
+    verify_generation: bool | None = None,
+    log: Logger = logger,
+) -> PruneResult:
+    """Prune one request, or every request (bounded per run and resumed by a cursor when
+    `bounded_run`), in the managed checkpoint bucket. `verify_generation` defaults to
+    `emulator_in_use()`."""
+    workers = workers or settings.prune_workers
+    widen_connection_pool(storage, workers)
+    layout = CheckpointLayout.from_settings(settings)
+    if verify_generation is None:
+        verify_generation = emulator_in_use()
+    store = GcsPruneStore(storage.bucket(layout.bucket), verify_generation=verify_generation)
+    state_bucket = storage.bucket(settings.state_bucket)
+    ledger = LedgerStore(state_bucket)
+    cursor: str | None = None
+    if request_id is not None:
+        ids: Iterable[str] = [request_id]
+    elif bounded_run:
+        start = read_cursor(state_bucket)
+        ids, finished = bounded(
+            store.list_request_ids(layout.root, after=start), settings.prune_requests_per_run
+        )
+        cursor = "" if finished or not ids else ids[-1]
+    else:
+        ids = store.list_request_ids(layout.root)
+    result = prune_requests(
+        store,
+        ids,
+        read_record=ledger.get,
+        layout=layout,
+        policy=PrunePolicy.from_settings(settings),
+        workers=workers,
+        dry_run=dry_run,
+    )
+    if cursor is not None and not dry_run:
+        result.next_cursor = cursor
+        try:
+            write_cursor(state_bucket, cursor)
+        except Exception as exc:  # without it the next run starts over: worth a line, not a retry
+            log.warning(
+                "could not save the prune cursor", event="prune_cursor_unsaved", error=str(exc)
+            )
+    return result
+
+
+def handle_maintenance(
+    message: Message,
+    log: Logger,
+    *,
+    settings: Settings,
+    storage: Callable[[], Client],
+    publish_alert: Callable[[Alert], object],
+) -> None:
+    """The prune_checkpoints handler: prune on a prune task, ignore other maintenance tasks."""
+    name, task = parse_maintenance_task(message.data)
+    if name != PRUNE_TASK:
+        log.debug("ignored a maintenance message for another task", event="ignored_task", task=name)
+        return
+    if task is None:
+        log.warning("ignored a prune task without a valid request_id", event="invalid_prune_task")
+        return
+    log = log.bind(request_id=task.request_id)
+    every_request = task.request_id is None
+    result = run_prune(
+        storage(), settings, request_id=task.request_id, bounded_run=every_request, log=log
+    )
+    for report in result.reports:
+        log_report(log, report)
+    log.info(
+        "prune run finished",
+        event="prune_summary",
+        next_cursor=result.next_cursor,
+        **result.summary,
+    )
+    alert = report_alert(result)
+    if alert is not None:
+        publish_alert(alert)
+    if result.retryable_errors:
+        raise TransientError(f"{result.retryable_errors} transient failures; the run is idempotent")
