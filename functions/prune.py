@@ -7,16 +7,11 @@ Imports stay light: storage and Pub/Sub load on first use, and nothing here need
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import functions_framework
 
 from shared.delivery import Message, handle_delivery
 from shared.log import Logger
 from shared.settings import get_settings
-
-if TYPE_CHECKING:
-    from shared.alerts import Alert
 
 
 @functions_framework.cloud_event
@@ -30,21 +25,7 @@ def prune_checkpoints(event: object) -> None:
 
 
 def _handle(message: Message, log: Logger) -> None:
-    from shared import clients
     from shared.pruning.runner import handle_maintenance
+    from shared.wiring import ports_for
 
-    settings = get_settings()
-    handle_maintenance(
-        message,
-        log,
-        settings=settings,
-        storage=clients.storage_client,
-        publish_alert=lambda alert: _publish(alert, settings.ops_alerts_topic),
-    )
-
-
-def _publish(alert: Alert, topic: str) -> None:
-    from shared import clients
-    from shared.alerts import AlertPublisher
-
-    AlertPublisher(clients.publisher(), clients.topic_path(topic)).publish(alert)
+    handle_maintenance(message, log, ports_for("prune_checkpoints"))

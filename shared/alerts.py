@@ -14,12 +14,9 @@ Message attributes repeat `kind`, `severity` and `request_id` so subscribers can
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from shared.clock import now_iso
-
-if TYPE_CHECKING:
-    from google.cloud.pubsub_v1 import PublisherClient
 
 SCHEMA_VERSION = 1
 PUBLISH_TIMEOUT_SECONDS = 30.0
@@ -46,19 +43,3 @@ class Alert:
         if self.request_id:
             attributes["request_id"] = self.request_id
         return attributes
-
-
-class AlertPublisher:
-    """Publishes alerts and waits for each publish to be confirmed (no work after returning)."""
-
-    def __init__(self, publisher: PublisherClient, topic_path: str) -> None:
-        self._publisher = publisher
-        self._topic_path = topic_path
-
-    def publish(self, alert: Alert) -> str:
-        import json
-
-        future = self._publisher.publish(
-            self._topic_path, json.dumps(alert.to_json()).encode(), **alert.attributes()
-        )
-        return future.result(timeout=PUBLISH_TIMEOUT_SECONDS)

@@ -20,7 +20,7 @@ publishes it. A crash between a publish and its clearing can therefore repeat it
 pending effects says so in its metadata (`pending_effects`), so reconcile lists it even once
 finished.
 
-`maintenance/reconcile-cursor.json` holds where the next bounded reconcile run starts.
+`maintenance/<task>-cursor.json` holds where the next bounded reconcile or prune run starts.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = 1
 REQUESTS_PREFIX = "requests/"
 JOBS_PREFIX = "jobs/"
-RECONCILE_CURSOR = "maintenance/reconcile-cursor.json"
+MAINTENANCE_PREFIX = "maintenance/"
 
 
 @dataclass
@@ -300,24 +300,24 @@ class LedgerStore:
             if_generation_match=generation,
         )
 
-    # Where the next bounded reconcile run starts.
+    # Where the next bounded maintenance run (reconcile, prune) starts.
 
-    def reconcile_cursor(self) -> str:
-        """The request the next reconcile run starts at; "" = the first."""
+    def cursor(self, name: str) -> str:
+        """The position the next bounded `name` run starts at; "" = the beginning."""
         from google.api_core.exceptions import NotFound
 
         try:
-            raw = self._bucket.blob(RECONCILE_CURSOR).download_as_bytes()
+            raw = self._bucket.blob(cursor_path(name)).download_as_bytes()
         except NotFound:
             return ""
-        start_at = json.loads(raw).get("start_at", "")
-        return start_at if isinstance(start_at, str) else ""
+        position = json.loads(raw).get("position", "")
+        return position if isinstance(position, str) else ""
 
-    def save_reconcile_cursor(self, start_at: str) -> None:
+    def save_cursor(self, name: str, position: str) -> None:
         # Last writer wins: overlapping runs that race here only make the next run repeat a
-        # range or start a little further on; the rotation comes back to every request anyway.
-        self._bucket.blob(RECONCILE_CURSOR).upload_from_string(
-            json.dumps({"start_at": start_at}), content_type="application/json"
+        # range or start a little further on; the rotation comes back to every item anyway.
+        self._bucket.blob(cursor_path(name)).upload_from_string(
+            json.dumps({"position": position}), content_type="application/json"
         )
 
     # The job index.
@@ -342,6 +342,10 @@ class LedgerStore:
         except NotFound:
             return None
         return JobIndexEntry(**json.loads(raw))
+
+
+def cursor_path(name: str) -> str:
+    return f"{MAINTENANCE_PREFIX}{name}-cursor.json"
 
 
 def _request_path(request_id: str) -> str:

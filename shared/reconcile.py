@@ -98,7 +98,7 @@ def _requests_to_reconcile(
     """Up to `limit` requests that need reconciling, from the cursor on in listing order. The
     cursor then names the first one left over, or "" once the listing ran out, so the next run
     starts from the first request again."""
-    summary.started_at = ledger.reconcile_cursor()
+    summary.started_at = ledger.cursor(RECONCILE_TASK)
     active: list[str] = []
     next_start = ""
     token: str | None = None
@@ -120,7 +120,7 @@ def _requests_to_reconcile(
     summary.active = len(active)
     if next_start != summary.started_at:
         try:
-            ledger.save_reconcile_cursor(next_start)
+            ledger.save_cursor(RECONCILE_TASK, next_start)
         except Exception as exc:  # noqa: BLE001 - the next run repeats this range: a line, no retry
             log.warning(
                 "could not save the reconcile cursor",

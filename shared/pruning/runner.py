@@ -5,15 +5,15 @@ Clients come in as arguments; google.* loads only when a run builds its store.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from shared.alerts import Alert
 from shared.delivery import maintenance_message, maintenance_task
 from shared.errors import TransientError
 from shared.ledger import LedgerStore
 from shared.log import Logger, logger
+from shared.outbox import publish_alert
 from shared.pruning.execute import prune_requests
 from shared.pruning.folders import CheckpointLayout, is_request_folder_name
 from shared.pruning.report import PruneResult, log_report, report_alert
@@ -21,11 +21,10 @@ from shared.pruning.retention import PrunePolicy
 from shared.pruning.store import (
     GcsPruneStore,
     emulator_in_use,
-    read_cursor,
     widen_connection_pool,
-    write_cursor,
 )
 from shared.settings import Settings
+from shared.wiring import Ports
 
 if TYPE_CHECKING:
     from google.cloud.storage import Client
@@ -90,7 +89,7 @@ def run_prune(
     if request_id is not None:
         ids: Iterable[str] = [request_id]
     elif bounded_run:
-        start = read_cursor(state_bucket)
+        start = ledger.cursor(PRUNE_TASK)
         ids, finished = bounded(
             store.list_request_ids(layout.root, after=start), settings.prune_requests_per_run
         )
@@ -109,7 +108,7 @@ def run_prune(
     if cursor is not None and not dry_run:
         result.next_cursor = cursor
         try:
-            write_cursor(state_bucket, cursor)
+            ledger.save_cursor(PRUNE_TASK, cursor)
         except Exception as exc:  # without it the next run starts over: worth a line, not a retry
             log.warning(
                 "could not save the prune cursor", event="prune_cursor_unsaved", error=str(exc)
@@ -117,15 +116,12 @@ def run_prune(
     return result
 
 
-def handle_maintenance(
-    message: Message,
-    log: Logger,
-    *,
-    settings: Settings,
-    storage: Callable[[], Client],
-    publish_alert: Callable[[Alert], object],
-) -> None:
-    """The prune_checkpoints handler: prune on a prune task, ignore other maintenance tasks."""
+def handle_maintenance(message: Message, log: Logger, ports: Ports) -> None:
+    """The prune_checkpoints handler: prune on a prune task, ignore other maintenance tasks.
+
+    Its report alert belongs to a run, not to one request's record, so it is published directly:
+    a failed publish fails the delivery, and the redelivered run (idempotent) reports again."""
+    settings = ports.settings
     name, task = parse_maintenance_task(message.data)
     if name != PRUNE_TASK:
         log.debug("ignored a maintenance message for another task", event="ignored_task", task=name)
@@ -135,8 +131,9 @@ def handle_maintenance(
         return
     log = log.bind(request_id=task.request_id)
     every_request = task.request_id is None
+    assert ports.storage is not None, "prune_checkpoints is wired with a storage client"
     result = run_prune(
-        storage(), settings, request_id=task.request_id, bounded_run=every_request, log=log
+        ports.storage(), settings, request_id=task.request_id, bounded_run=every_request, log=log
     )
     for report in result.reports:
         log_report(log, report)
@@ -148,6 +145,6 @@ def handle_maintenance(
     )
     alert = report_alert(result)
     if alert is not None:
-        publish_alert(alert)
+        publish_alert(ports, alert)
     if result.retryable_errors:
         raise TransientError(f"{result.retryable_errors} transient failures; the run is idempotent")

@@ -1,6 +1,6 @@
 """Storage: what a prune run needs of it (`PruneStore`), the one adapter over
-google-cloud-storage (list, stat, read, generation-guarded delete, with call counts), and the
-cursor that bounded all-requests runs resume from.
+google-cloud-storage (list, stat, read, generation-guarded delete, with call counts). The cursor
+that bounded all-requests runs resume from is the ledger's (`LedgerStore.cursor`).
 
 No JSON batch API for deletes: fake-gcs-server lacks it, so it could not be tested here, and a
 bucket's initial ~1000 writes/s bounds deletes whichever way they are sent. Deletes come from
@@ -15,7 +15,6 @@ use, so importing this module costs the function's cold start nothing.
 from __future__ import annotations
 
 import enum
-import json
 import os
 import threading
 from collections.abc import Iterator
@@ -27,7 +26,6 @@ from shared.pruning.folders import is_request_folder_name
 if TYPE_CHECKING:
     from google.cloud.storage import Bucket, Client
 
-CURSOR_OBJECT = "maintenance/prune-cursor.json"
 
 
 class DeleteOutcome(enum.Enum):
@@ -168,22 +166,3 @@ def widen_connection_pool(client: Client, size: int) -> None:
     adapter = HTTPAdapter(pool_connections=4, pool_maxsize=max(10, size))
     session.mount("https://", adapter)
     session.mount("http://", adapter)
-
-
-# The cursor of bounded all-requests runs.
-
-
-def read_cursor(state_bucket: Bucket) -> str:
-    from google.api_core.exceptions import NotFound
-
-    try:
-        return json.loads(state_bucket.blob(CURSOR_OBJECT).download_as_bytes()).get("after", "")
-    except NotFound:
-        return ""
-
-
-def write_cursor(state_bucket: Bucket, after: str) -> None:
-    # Advisory: a lost race between two runs only means one range is scanned twice.
-    state_bucket.blob(CURSOR_OBJECT).upload_from_string(
-        json.dumps({"after": after}), content_type="application/json"
-    )

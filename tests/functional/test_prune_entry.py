@@ -14,9 +14,12 @@ import pytest
 
 from shared.alerts import Alert
 from shared.delivery import Message
+from shared.ledger import LedgerStore
 from shared.log import Logger
 from shared.pruning.runner import handle_maintenance
 from shared.settings import Settings
+from shared.wiring import Ports
+from tests.functional.test_decisions_support import FakePublisher
 from tests.functional.test_prune_support import folder, format_layout, surviving, upload
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,9 +38,16 @@ def prune_settings(gcs_bucket, state_bucket, fake_gcs, monkeypatch) -> Settings:
 
 def handle(data: bytes, settings: Settings, client) -> tuple[list[dict], list[Alert]]:
     stream = io.StringIO()
-    alerts: list[Alert] = []
-    handle_maintenance(Message(data, "m-1"), Logger(stream=stream, min_severity="DEBUG"), settings=settings,
-                       storage=lambda: client, publish_alert=alerts.append)
+    publisher = FakePublisher()
+    ports = Ports(
+        settings,
+        LedgerStore(client.bucket(settings.state_bucket)),
+        publisher=lambda: publisher,
+        job_service=lambda location: None,
+        storage=lambda: client,
+    )
+    handle_maintenance(Message(data, "m-1"), Logger(stream=stream, min_severity="DEBUG"), ports)
+    alerts = [Alert(**message.data) for message in publisher.on("ops-alerts")]
     return [json.loads(line) for line in stream.getvalue().splitlines()], alerts
 
 

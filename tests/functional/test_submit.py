@@ -9,7 +9,6 @@ import itertools
 import json
 import threading
 from collections.abc import Iterator
-from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -30,6 +29,7 @@ from shared.submit import SubmitBlocked, SubmitOutcome, SubmitResult, submit_req
 from shared.vertex import LABEL_ATTEMPT, LABEL_REQUEST_ID
 from shared.wiring import Ports
 from tests.conftest import load_event
+from tests.functional.test_decisions_support import FakePublisher
 
 LEASE = 30.0
 CREATE_TIMEOUT = 10.0  # a create may be sent up to LEASE - 1.5 * CREATE_TIMEOUT = 15 s after claim
@@ -108,29 +108,11 @@ class FakeJobService:
         return CustomJob(self.jobs[name])
 
 
-class RecordingPublisher:
-    """A Pub/Sub publisher that keeps what it is sent; `fail_next` publishes raise 503."""
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, dict[str, Any], dict[str, str]]] = []
-        self.fail_next = 0
-
-    def publish(self, topic: str, data: bytes, **attributes: str) -> Future[str]:
-        future: Future[str] = Future()
-        if self.fail_next:
-            self.fail_next -= 1
-            future.set_exception(api.ServiceUnavailable("publish failed"))
-        else:
-            self.sent.append((topic, json.loads(data), attributes))
-            future.set_result(str(len(self.sent)))
-        return future
-
-
 @dataclass
 class Harness:
     ledger: LedgerStore
     vertex: FakeJobService = field(default_factory=FakeJobService)
-    publisher: RecordingPublisher = field(default_factory=lambda: RecordingPublisher())
+    publisher: FakePublisher = field(default_factory=FakePublisher)
     log_stream: io.StringIO = field(default_factory=io.StringIO)
     now: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
     settings: Settings = SETTINGS
@@ -155,7 +137,7 @@ class Harness:
 
     @property
     def alerts(self) -> list[Alert]:
-        return [Alert(**data) for topic, data, _ in self.publisher.sent if topic.endswith("/ops-alerts")]
+        return [Alert(**message.data) for message in self.publisher.on("ops-alerts")]
 
     def deliver(self, data: bytes, message_id: str = "m-1", **attributes: str) -> SubmitOutcome:
         return submit_request(Message(data, message_id, attributes), self.log, self.ports)

@@ -349,9 +349,10 @@ def test_function_access_is_least_privilege() -> None:
     for fn in ("submit_job", "on_job_event", "reconcile"):
         assert access[fn]["state_prefix"] is None
     # The only object prune_checkpoints writes in the state bucket is its cursor.
-    from shared.pruning.store import CURSOR_OBJECT
+    from shared.ledger import cursor_path
+    from shared.pruning.runner import PRUNE_TASK
 
-    assert CURSOR_OBJECT.startswith(prune["state_prefix"])
+    assert cursor_path(PRUNE_TASK).startswith(prune["state_prefix"])
     writer = config.resource("google_storage_bucket_iam_member", "state_prefix_writer")
     assert writer["bucket"] == "${google_storage_bucket.state.name}"
     assert "${each.value.state_prefix}" in writer["condition"][0]["expression"]
