@@ -15,6 +15,8 @@ Mimics the gen2 Python build and runtime without a cloud account:
 5. start `functions-framework --target <entry point>` for each one on a free loopback port and
    check it answers HTTP: a body that is neither a CloudEvent nor a Pub/Sub push gets 400 from the
    CloudEvent handler (an HTTP-signature function would have been called and failed with 500).
+6. run the `spotjobs` CLI from the unpacked tree: `validate` works, and `local up` says in one
+   line that the local stack is not installed (the zip has no devstack).
 
 Skipped, with the reason, only when pip cannot reach the package registry.
 """
@@ -311,6 +313,28 @@ def test_every_entry_point_imports_from_the_unpacked_source(deployment: Deployme
             f"{target} is not registered with @functions_framework.cloud_event; Terraform deploys it "
             "as an HTTP function fed by a Pub/Sub push subscription, so the decorator is required"
         )
+
+
+def test_the_cli_runs_from_the_unpacked_source_without_the_dev_stack(deployment: Deployment) -> None:
+    def spotjobs(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(deployment.bin_dir / "python"), "-m", "shared.cli", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=deployment.workspace,
+            env=deployment.env(),
+        )
+
+    valid = spotjobs("validate", str(REPO_ROOT / "tests" / "events" / "requests" / "envelope_full.json"))
+    assert valid.returncode == 0, valid.stderr[-6000:]
+    assert json.loads(valid.stdout)["request_id"] == "resnet-nightly-001"
+    up = spotjobs("local", "up")
+    assert (up.returncode, up.stdout) == (2, ""), up.stderr[-6000:]
+    assert up.stderr == (
+        "spotjobs local up: the local stack is not installed: run from a checkout of the repository "
+        "(`make up`)\n"
+    )
 
 
 def _free_port() -> int:
