@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 from google.api_core.exceptions import Forbidden, ServiceUnavailable
 
-from shared.commands.prune import print_text
+from shared.cli.prune import print_text
 from shared.ledger import RequestRecord
 from shared.log import Logger
 from shared.pruning.checkpoints import Checkpoint, Kind, ListedObject
@@ -451,7 +451,7 @@ def test_the_prune_function_imports_neither_vertex_nor_pubsub() -> None:
     import sys
 
     code = (
-        "import sys, functions.prune, shared.pruning.runner, shared.commands.prune\n"
+        "import sys, functions.prune, shared.pruning.runner, shared.cli.prune\n"
         "heavy = [m for m in sys.modules if m.startswith(('google.cloud.aiplatform',"
         " 'google.cloud.pubsub', 'google.cloud.storage'))]\n"
         "assert not heavy, heavy\n"

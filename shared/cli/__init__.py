@@ -1,0 +1,43 @@
+"""The `spotjobs` command line: every subcommand is registered here, in this package.
+
+- `requests`: validate, submit, status
+- `prune`: prune
+- `local`: local up, demo (the embedded stack)
+
+Each module exposes `register(subparsers)` and imports heavy libraries only inside the function
+that runs a command, so `spotjobs --help` stays instant. This package is the only code under
+`shared/` that may name `devstack`, and only `local` does, inside its run functions: the deploy
+zip ships `shared/` without `devstack/`, and there `local up` and `demo` say how to get the local
+stack instead of failing (exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from shared.cli import local, prune, requests
+
+COMMAND_MODULES = (requests, prune, local)
+
+EPILOG = """exit status: 0 success; 1 not found, or the command ran and reported errors;
+2 invalid input or usage, or (local up, demo) the local stack is not installed;
+130 interrupted (local up, demo)."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="spotjobs",
+        description="Spot-VM training on Vertex AI that survives preemption.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in COMMAND_MODULES:
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.run(args) or 0)
