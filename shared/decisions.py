@@ -23,39 +23,28 @@ Decisions, on the job's state as Vertex reports it (never on the log text):
 - Only the latest attempt of a request that is not finished decides the request's status; an
   older attempt's late events update that attempt alone.
 
-Preemption counting rule. Two kinds of evidence exist, and neither is complete:
-  * a preemption line from Vertex's service task (configured patterns), counted once per
-    LogEntry `insertId` (container lines are hints only: a trainer logging "preempted" while it
-    checkpoints must not count the same preemption twice);
-  * a RUNNING attempt observed back in QUEUED/PENDING, counted once per observed transition.
-The same preemption usually produces both, and either can be missing (a lost event, a restart
-faster than a poll). The attempt's count is the larger of the two tallies, so one preemption seen
-both ways counts once; the count never exceeds the preemptions that happened and is exact when
-the log sink delivers. The evidence keys live in `record.markers` beside the alert keys, written
-in the same compare-and-swap as the count.
+Preemptions are counted by `shared.preemptions.count_preemptions`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from shared.alerts import Alert
 from shared.clock import iso, parse_iso
+from shared.effects import Effects, LogLine, attempt_alert, event_fields
 from shared.events import Signal, SignalPatterns, patterns_from
-from shared.ledger import Attempt, RequestRecord, Requeue, alert_marker, evidence_marker
+from shared.ledger import Attempt, RequestRecord, Requeue, alert_marker
+from shared.preemptions import count_preemptions
 from shared.request import plan_attempt
 from shared.settings import Settings
 from shared.states import AttemptOutcome, RequestStatus
-from shared.vertex import JobState, job_error, state_name
+from shared.vertex import JobSnapshot, JobState
 
 if TYPE_CHECKING:
-    from google.cloud.aiplatform_v1 import CustomJob
+    pass
 
-PREEMPTION_LINE_KEY = "preemption-line"
-PREEMPTION_STATE_KEY = "preemption-state"
-WAITING_STATES = frozenset({JobState.QUEUED, JobState.PENDING})
 # A job can sit in these for too long; RUNNING is not among them: training legitimately runs
 # for days, bounded by the job's own timeout.
 STUCK_STATES = frozenset(
@@ -65,44 +54,6 @@ STUCK_STATES = frozenset(
 CAPACITY_ERROR_CODES = frozenset({8})
 # How long a FAILED job may go without its error before it is classified as an ordinary failure.
 ERROR_SETTLE_SECONDS = 600.0
-
-
-def _vertex_time(moment: datetime | None) -> str | None:
-    # Microseconds, unlike the ledger's own times: freshness compares a job's update times,
-    # which can be less than a millisecond apart.
-    return None if moment is None else iso(moment, timespec="microseconds")
-
-
-# The inputs.
-
-
-@dataclass(frozen=True)
-class JobSnapshot:
-    """A CustomJob as Vertex returned it, reduced to what decisions read."""
-
-    name: str
-    state: str
-    error: dict[str, Any] | None = None
-    create_time: str | None = None
-    start_time: str | None = None
-    end_time: str | None = None
-    update_time: str | None = None
-
-    @classmethod
-    def of(cls, job: CustomJob) -> JobSnapshot:
-        return cls(
-            name=job.name,
-            state=state_name(job.state),
-            error=job_error(job),
-            create_time=_vertex_time(job.create_time),
-            start_time=_vertex_time(job.start_time),
-            end_time=_vertex_time(job.end_time),
-            update_time=_vertex_time(job.update_time),
-        )
-
-    @property
-    def is_terminal(self) -> bool:
-        return self.state in JobState.TERMINAL
 
 
 @dataclass(frozen=True)
@@ -134,32 +85,7 @@ class DecisionPolicy:
         )
 
 
-# The outputs.
-
-
-@dataclass(frozen=True)
-class LogLine:
-    severity: str
-    message: str
-    fields: dict[str, Any]
-
-    @property
-    def event(self) -> str:
-        return str(self.fields.get("event", ""))
-
-
-@dataclass
-class Effects:
-    """What a transition decided beyond the record itself; carried out after it is written."""
-
-    lines: list[LogLine] = field(default_factory=list)
-    alerts: list[Alert] = field(default_factory=list)
-    requeue_decided: bool = False
-    prune_requested: bool = False
-
-    @property
-    def events(self) -> tuple[str, ...]:
-        return tuple(line.event for line in self.lines)
+# The output.
 
 
 @dataclass(frozen=True)
@@ -219,7 +145,16 @@ def _decide(
     latest = record.latest
     owns_status = latest is not None and latest.n == attempt.n and not record.is_terminal
     fresh = _is_fresh(attempt, job)
-    _count_preemptions(record, attempt, observation, fresh, policy, now, effects)
+    count_preemptions(
+        record,
+        attempt,
+        observation.job,
+        observation.preemption_evidence,
+        fresh=fresh,
+        storm_threshold=policy.storm_threshold,
+        now=now,
+        effects=effects,
+    )
     if not fresh:
         return Decision(record, effects)
     _track_state(record, attempt, job, owns_status, now)
@@ -252,58 +187,6 @@ def _track_state(
     started = job.state == JobState.RUNNING
     if owns_status and started and record.status == RequestStatus.SUBMITTED:
         record.status = RequestStatus.RUNNING
-
-
-def _count_preemptions(
-    record: RequestRecord,
-    attempt: Attempt,
-    observation: Observation,
-    fresh: bool,
-    policy: DecisionPolicy,
-    now: datetime,
-    effects: Effects,
-) -> None:
-    n = attempt.n
-    if observation.preemption_evidence:
-        record.mark(evidence_marker(PREEMPTION_LINE_KEY, n, observation.preemption_evidence))
-    job = observation.job
-    if fresh and attempt.state == JobState.RUNNING and job.state in WAITING_STATES:
-        seen = record.count_marks(evidence_marker(PREEMPTION_STATE_KEY, n))
-        record.mark(evidence_marker(PREEMPTION_STATE_KEY, n, str(seen + 1)))
-    by_line = record.count_marks(evidence_marker(PREEMPTION_LINE_KEY, n))
-    by_state = record.count_marks(evidence_marker(PREEMPTION_STATE_KEY, n))
-    counted = max(by_line, by_state)
-    if counted <= attempt.preemptions:
-        return
-    attempt.preemptions = counted
-    effects.lines.append(
-        LogLine(
-            "WARNING",
-            f"attempt {n} of {record.request_id} was preempted ({counted} so far)",
-            _fields(
-                record,
-                attempt,
-                "preemption",
-                preemptions=counted,
-                source="log" if by_line >= by_state else "state",
-            ),
-        )
-    )
-    storm = alert_marker("preemption_storm", n)
-    if counted > policy.storm_threshold and record.mark(storm):
-        effects.alerts.append(
-            _alert(
-                record,
-                attempt,
-                "preemption_storm",
-                "WARNING",
-                now,
-                f"attempt {n} of {record.request_id} was preempted {counted} times "
-                f"(threshold {policy.storm_threshold})",
-                preemptions=counted,
-                threshold=policy.storm_threshold,
-            )
-        )
 
 
 def _conclude(
@@ -361,7 +244,7 @@ def _succeed(
         LogLine(
             "INFO",
             f"{record.request_id} succeeded on attempt {attempt.n}",
-            _fields(record, attempt, "job_succeeded", preemptions=attempt.preemptions),
+            event_fields(record, attempt, "job_succeeded", preemptions=attempt.preemptions),
         )
     )
 
@@ -377,7 +260,7 @@ def _cancel(
         LogLine(
             "INFO",
             f"attempt {attempt.n} of {record.request_id} was cancelled; not re-queued",
-            _fields(record, attempt, "job_cancelled"),
+            event_fields(record, attempt, "job_cancelled"),
         )
     )
 
@@ -389,11 +272,11 @@ def _fail(
     _finish(record, RequestStatus.FAILED, now)
     message = f"attempt {attempt.n} of {record.request_id} failed: {cause.reason}"
     effects.lines.append(
-        LogLine("ERROR", message, _fields(record, attempt, "job_failed", error=attempt.error))
+        LogLine("ERROR", message, event_fields(record, attempt, "job_failed", error=attempt.error))
     )
     if record.mark(alert_marker("job_failed", attempt.n)):
         effects.alerts.append(
-            _alert(record, attempt, "job_failed", "ERROR", now, message, error=attempt.error)
+            attempt_alert(record, attempt, "job_failed", "ERROR", now, message, error=attempt.error)
         )
 
 
@@ -417,7 +300,7 @@ def _requeue_or_give_up(
             LogLine(
                 "ERROR",
                 message,
-                _fields(
+                event_fields(
                     record,
                     attempt,
                     "attempts_exhausted",
@@ -428,7 +311,7 @@ def _requeue_or_give_up(
         )
         if record.mark(alert_marker("attempts_exhausted", attempt.n)):
             effects.alerts.append(
-                _alert(
+                attempt_alert(
                     record,
                     attempt,
                     "attempts_exhausted",
@@ -460,7 +343,7 @@ def _requeue_or_give_up(
             "WARNING",
             f"attempt {attempt.n} of {record.request_id} ended by preemption; "
             f"re-queued as attempt {following} ({strategy} in {location})",
-            _fields(
+            event_fields(
                 record,
                 attempt,
                 "requeue",
@@ -498,11 +381,11 @@ def _flag_stuck(
         LogLine(
             "WARNING",
             message,
-            _fields(record, attempt, "job_stuck", state=job.state, stuck_seconds=round(stuck_for)),
+            event_fields(record, attempt, "job_stuck", state=job.state, stuck_seconds=round(stuck_for)),
         )
     )
     effects.alerts.append(
-        _alert(
+        attempt_alert(
             record,
             attempt,
             "job_stuck",
@@ -512,36 +395,4 @@ def _flag_stuck(
             state=job.state,
             stuck_seconds=round(stuck_for),
         )
-    )
-
-
-def _fields(record: RequestRecord, attempt: Attempt, event: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "event": event,
-        "request_id": record.request_id,
-        "attempt": attempt.n,
-        "job": attempt.job,
-        "location": attempt.location,
-        **extra,
-    }
-
-
-def _alert(
-    record: RequestRecord,
-    attempt: Attempt,
-    kind: str,
-    severity: str,
-    now: datetime,
-    message: str,
-    **details: Any,
-) -> Alert:
-    return Alert(
-        kind=kind,
-        severity=severity,
-        message=message,
-        request_id=record.request_id,
-        attempt=attempt.n,
-        job=attempt.job,
-        details={"location": attempt.location, "strategy": attempt.strategy, **details},
-        time=iso(now),
     )

@@ -14,15 +14,16 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from shared.clock import utcnow
-from shared.decisions import Decision, DecisionPolicy, Effects, JobSnapshot, Observation, decide
+from shared.decisions import Decision, DecisionPolicy, Observation, decide
 from shared.delivery import Message
+from shared.effects import Effects
 from shared.errors import TransientError
 from shared.events import IgnoredEntry, Signal, classify, parse_log_entry, patterns_from
 from shared.ledger import RequestRecord
 from shared.log import Logger
 from shared.outbox import flush
 from shared.settings import Settings
-from shared.vertex import get_job
+from shared.vertex import JobSnapshot, get_job
 from shared.wiring import Ports
 
 

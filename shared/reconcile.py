@@ -31,13 +31,13 @@ from typing import Any
 
 from shared.claims import fail_attempt, record_job
 from shared.clock import now_iso, parse_iso, utcnow
-from shared.decisions import JobSnapshot, Observation
+from shared.decisions import Observation
 from shared.errors import is_retryable
 from shared.ledger import Attempt, JobIndexEntry, LedgerStore, RequestRecord
 from shared.log import Logger
 from shared.observe import apply_observation, read_job
 from shared.outbox import flush, publish_request_attempt
-from shared.vertex import find_attempt_job, parent_path
+from shared.vertex import JobSnapshot, find_attempt_job, parent_path
 from shared.wiring import Ports
 
 RECONCILE_TASK = "reconcile"

@@ -43,7 +43,7 @@ from shared.claims import (
     release_claim,
 )
 from shared.clock import iso, parse_iso
-from shared.decisions import JobSnapshot, Observation
+from shared.decisions import Observation
 from shared.delivery import Message
 from shared.errors import TransientError, is_retryable
 from shared.ledger import Attempt, JobIndexEntry, RequestRecord, alert_marker
@@ -53,6 +53,7 @@ from shared.outbox import flush, publish_alert
 from shared.policy import validate_request, warn_if_images_unrestricted
 from shared.request import InvalidJobRequest, canonical_envelope
 from shared.vertex import (
+    JobSnapshot,
     build_job_json,
     cancel_job,
     create_custom_job,

@@ -14,8 +14,11 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from shared.clock import iso
 from shared.settings import DEFAULT_CREATE_TIMEOUT_SECONDS
 
 if TYPE_CHECKING:
@@ -212,3 +215,38 @@ def may_have_created(exc: BaseException) -> bool:
 def _create_seconds(job: CustomJob) -> float:
     created = job.create_time
     return created.timestamp() if created else 0.0
+
+
+def _vertex_time(moment: datetime | None) -> str | None:
+    # Microseconds, unlike the ledger's own times: freshness compares a job's update times,
+    # which can be less than a millisecond apart.
+    return None if moment is None else iso(moment, timespec="microseconds")
+
+
+@dataclass(frozen=True)
+class JobSnapshot:
+    """A CustomJob as Vertex returned it, reduced to what decisions read."""
+
+    name: str
+    state: str
+    error: dict[str, Any] | None = None
+    create_time: str | None = None
+    start_time: str | None = None
+    end_time: str | None = None
+    update_time: str | None = None
+
+    @classmethod
+    def of(cls, job: CustomJob) -> JobSnapshot:
+        return cls(
+            name=job.name,
+            state=state_name(job.state),
+            error=job_error(job),
+            create_time=_vertex_time(job.create_time),
+            start_time=_vertex_time(job.start_time),
+            end_time=_vertex_time(job.end_time),
+            update_time=_vertex_time(job.update_time),
+        )
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in JobState.TERMINAL

@@ -41,6 +41,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.test_layering import devstack_references
 from tests.unit.test_terraform_hcl import (
     REPO_ROOT,
     TERRAFORM_DIR,
@@ -48,7 +49,6 @@ from tests.unit.test_terraform_hcl import (
     module_config,
     topology,
 )
-from tests.unit.test_layering import devstack_references
 
 pytestmark = pytest.mark.timeout(1800)
 

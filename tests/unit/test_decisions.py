@@ -16,7 +16,6 @@ from shared.decisions import (
     ERROR_SETTLE_SECONDS,
     Decision,
     DecisionPolicy,
-    JobSnapshot,
     Observation,
     classify_failure,
     decide,
@@ -25,7 +24,7 @@ from shared.events import Signal, patterns_from
 from shared.ledger import Attempt, RequestRecord, Requeue
 from shared.settings import Settings
 from shared.states import RequestStatus
-from shared.vertex import JobState
+from shared.vertex import JobSnapshot, JobState
 
 NOW = datetime(2026, 11, 29, 18, 0, 0, tzinfo=timezone.utc)
 POLICY = DecisionPolicy.from_settings(Settings())
