@@ -5,7 +5,7 @@
 #
 # | identity             | may                                                                   |
 # |----------------------|-----------------------------------------------------------------------|
-# | fn-submit            | ledger r/w; create/get/list custom jobs; actAs training SA; publish ops-alerts |
+# | fn-submit            | ledger r/w; create/get/list/cancel custom jobs; actAs training SA; publish ops-alerts |
 # | fn-events, fn-reconcile | ledger r/w; get/list/cancel custom jobs; publish job-requests, ops-alerts, maintenance |
 # | fn-prune             | ledger read, write its cursor; list/read/delete checkpoints; publish ops-alerts |
 # | push-<fn>            | invoke that one function (OIDC identity of its push subscription)      |
@@ -109,12 +109,18 @@ resource "google_service_account" "build" {
 # ---------------------------------------------------------------------------------------------
 
 # roles/aiplatform.user would allow every Vertex AI operation (endpoints, datasets, notebooks...).
+# cancel: submit_job cancels a second job it finds for an attempt the ledger records with another
+# job (shared/submit.py _cancel_unrecorded); without it the duplicate keeps training and billing.
+# customJobs.cancel is the permission the cancel method requires:
+# https://cloud.google.com/vertex-ai/docs/reference/rest/v1/projects.locations.customJobs/cancel
+# tests/unit/test_terraform_vertex_iam.py checks each role against the methods the code calls.
 resource "google_project_iam_custom_role" "job_submitter" {
   project     = var.project_id
   role_id     = "${local.custom_role_prefix}_jobSubmitter"
   title       = "spotjobs job submitter"
-  description = "Create, get and list Vertex AI CustomJobs (submit_job)."
+  description = "Create, get, list and cancel Vertex AI CustomJobs (submit_job; cancel only for a duplicate job of one attempt)."
   permissions = [
+    "aiplatform.customJobs.cancel",
     "aiplatform.customJobs.create",
     "aiplatform.customJobs.get",
     "aiplatform.customJobs.list",

@@ -314,7 +314,12 @@ def test_no_primitive_roles_and_no_public_members() -> None:
 def test_custom_roles_hold_only_the_permissions_used() -> None:
     config = module_config()
     expected = {
-        "job_submitter": {"aiplatform.customJobs.create", "aiplatform.customJobs.get", "aiplatform.customJobs.list"},
+        "job_submitter": {
+            "aiplatform.customJobs.create",
+            "aiplatform.customJobs.get",
+            "aiplatform.customJobs.list",
+            "aiplatform.customJobs.cancel",
+        },
         "job_controller": {"aiplatform.customJobs.get", "aiplatform.customJobs.list", "aiplatform.customJobs.cancel"},
         "ledger_writer": {"storage.objects.create", "storage.objects.delete", "storage.objects.get", "storage.objects.list"},
         "checkpoint_pruner": {"storage.objects.delete", "storage.objects.get", "storage.objects.list"},
