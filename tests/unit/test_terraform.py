@@ -108,7 +108,7 @@ def test_every_topology_key_terraform_uses_exists_in_the_json() -> None:
     assert used_trigger <= set(topo["trigger_subscription"]), used_trigger - set(topo["trigger_subscription"])
     # Attributes read from each route / reader entry.
     for entry in topo["functions"].values():
-        assert set(entry) == {"topic", "subscription"}
+        assert set(entry) == {"topic", "subscription", "filter"}
         assert entry["topic"] in topo["topics"]
     for entry in topo["pull_subscriptions"].values():
         assert {"topic", "ack_deadline_seconds"} <= set(entry)
@@ -116,6 +116,103 @@ def test_every_topology_key_terraform_uses_exists_in_the_json() -> None:
     assert topo["trigger_subscription"]["dead_letter_topic"] in topo["topics"]
     for topic in topo["topics"].values():
         assert {"name", "message_retention_seconds"} <= set(topic)
+
+
+TASK_FILTER = re.compile(r'^attributes\.task = "([a-z_]+)"$')
+
+
+def _task_filters() -> dict[str, str]:
+    """Entry point -> the `task` its trigger subscription's filter admits (filtered routes only)."""
+    found = {}
+    for fn, route in topology()["functions"].items():
+        if route["filter"] is not None:
+            match = TASK_FILTER.match(route["filter"])
+            assert match, f"{fn}: filter {route['filter']!r} is not attributes.task = \"...\""
+            found[fn] = match.group(1)
+    return found
+
+
+def test_functions_sharing_a_topic_each_get_only_their_own_task() -> None:
+    topo = topology()
+    by_topic: dict[str, list[str]] = {}
+    for fn, route in topo["functions"].items():
+        by_topic.setdefault(route["topic"], []).append(fn)
+        # Pub/Sub: a filter is at most 256 bytes.
+        assert route["filter"] is None or len(route["filter"].encode()) <= 256, fn
+    tasks = _task_filters()
+    for topic, functions in by_topic.items():
+        if len(functions) > 1:
+            # Every subscriber of a shared topic filters, and no message matches two filters.
+            assert all(fn in tasks for fn in functions), f"{topic}: {functions} share it unfiltered"
+            values = [tasks[fn] for fn in functions]
+            assert len(set(values)) == len(values), f"{topic}: overlapping filters {values}"
+    assert by_topic["maintenance"] == ["reconcile", "prune_checkpoints"]
+    assert tasks == {"reconcile": "reconcile", "prune_checkpoints": "prune"}
+    # The tasks the code acts on are the ones the filters admit.
+    from shared.reconcile import RECONCILE_TASK
+
+    assert tasks["reconcile"] == RECONCILE_TASK
+
+
+def test_terraform_trigger_subscriptions_carry_the_topology_filter() -> None:
+    config = module_config()
+    assert config.resource("google_pubsub_subscription", "triggers")["filter"] == "${each.value.filter}"
+    assert "filter" not in config.resource("google_pubsub_subscription", "readers")
+    # A changed filter replaces the subscription (same name): its IAM member must follow it.
+    subscriber = config.resource("google_pubsub_subscription_iam_member", "dead_letter_source_subscriber")
+    assert subscriber["lifecycle"][0]["replace_triggered_by"] == ["${google_pubsub_subscription.triggers[each.key]}"]
+    readme = (TERRAFORM_DIR / "README.md").read_text()
+    assert "filter" in readme and "replace" in readme
+
+
+def test_the_scheduler_sets_the_attribute_the_maintenance_filters_match() -> None:
+    config = module_config()
+    target = config.resource("google_cloud_scheduler_job", "maintenance")["pubsub_target"][0]
+    assert target["attributes"] == {"task": "${each.key}"}
+    scheduled = set(config.locals["maintenance_tasks"])
+    admitted = {task for fn, task in _task_filters().items() if topology()["functions"][fn]["topic"] == "maintenance"}
+    assert scheduled == admitted, "every scheduled task must reach exactly one function"
+
+
+def _maintenance_publishes(package: str) -> list[tuple[str, int, set[str]]]:
+    """(file, line, keyword names) of every `.publish(<something naming maintenance>, ...)` call."""
+    import ast
+
+    found = []
+    for path in sorted((TERRAFORM_DIR.parent / package).rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "publish"
+                and node.args
+                and "maintenance" in ast.unparse(node.args[0])
+            ):
+                found.append((str(path.relative_to(TERRAFORM_DIR.parent)), node.lineno, {k.arg for k in node.keywords}))
+    return found
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the Python publishers (shared/decisions.py prune request, devstack scheduler and demo) "
+    "must still set the task attribute; owned outside terraform/",
+)
+def test_every_python_publisher_to_maintenance_sets_the_task_attribute() -> None:
+    calls = _maintenance_publishes("shared") + _maintenance_publishes("devstack")
+    assert calls, "expected the prune request and the embedded scheduler"
+    missing = [f"{file}:{line}" for file, line, keywords in calls if "task" not in keywords]
+    assert not missing, f"publish to maintenance without task=...: {missing}"
+
+
+@pytest.mark.xfail(strict=True, reason="the embedded stack must still create its trigger subscriptions with the filter")
+def test_embedded_stack_creates_the_filtered_subscriptions() -> None:
+    import inspect
+
+    import devstack.stack as stack
+
+    source = inspect.getsource(stack.Stack._create_subscriptions)
+    assert '"filter"' in source, "devstack/stack.py must pass the topology's filter to create_subscription"
 
 
 def test_topology_settings_are_valid_for_pubsub() -> None:
