@@ -567,6 +567,23 @@ def test_log_metrics_count_the_logged_events() -> None:
     assert policy["notification_channels"] == "${var.notification_channels}"
 
 
+def test_alert_policies_wait_for_their_log_based_metrics() -> None:
+    """Monitoring 404s a log-based metric created moments before (provider issue 11102): the
+    policies on them are created only after a wait that restarts whenever a metric is new."""
+    config = module_config()
+    wait = config.resource("time_sleep", "log_metrics_visible_to_monitoring")
+    assert wait["create_duration"] == "${var.log_metric_propagation_seconds}s"
+    assert "google_logging_metric.events" in wait["triggers"]["metrics"]
+    assert config.variables["log_metric_propagation_seconds"]["default"] >= 600  # "up to 10 minutes"
+    policy = config.resource("google_monitoring_alert_policy", "events")
+    assert policy["depends_on"] == ["${time_sleep.log_metrics_visible_to_monitoring}"]
+    # Every policy whose filter names a user (log-based) metric waits.
+    for name, body in config.of_type("google_monitoring_alert_policy").items():
+        filters = [c["condition_threshold"][0]["filter"] for c in body["conditions"]]
+        if any("logging.googleapis.com/user/" in f for f in filters):
+            assert "${time_sleep.log_metrics_visible_to_monitoring}" in body.get("depends_on", []), name
+
+
 def test_required_apis_are_enabled() -> None:
     apis = set(module_config().locals["apis"])
     assert {
@@ -637,7 +654,7 @@ def test_provider_versions_are_pinned() -> None:
     terraform = module_config().terraform[0]
     assert terraform["required_version"].startswith(">=")
     providers = terraform["required_providers"][0]
-    for name in ("google", "google-beta", "archive"):
+    for name in ("google", "google-beta", "archive", "time"):
         assert providers[name]["source"] == f"hashicorp/{name}"
         assert "<" in providers[name]["version"], f"{name} needs an upper bound"
 
@@ -647,7 +664,7 @@ def test_examples_are_complete_root_modules(example: str) -> None:
     directory = TERRAFORM_DIR / "examples" / example
     config = build_config(sorted(directory.glob("*.tf")))
     assert config.terraform, f"{example}: needs a terraform block with required_providers"
-    assert set(config.terraform[0]["required_providers"][0]) >= {"google", "google-beta", "archive"}
+    assert set(config.terraform[0]["required_providers"][0]) >= {"google", "google-beta", "archive", "time"}
     module = config.modules["spotjobs"]
     assert module["source"] == "../.."
     assert "project_id" in module
