@@ -10,7 +10,7 @@
 # | fn-prune             | ledger read, write its cursor; list/read/delete checkpoints; publish ops-alerts |
 # | push-<fn>            | invoke that one function (OIDC identity of its push subscription)      |
 # | training             | object admin on the checkpoint bucket; write logs                      |
-# | build                | write build logs; push to the functions' Artifact Registry repo; read the source zips |
+# | build                | write build logs; push to the functions' Artifact Registry repo; get the source zips (storage.objects.get) |
 
 locals {
   # What each entry point does (topology keys for topics). An entry point added to
@@ -178,6 +178,24 @@ resource "google_project_iam_custom_role" "checkpoint_pruner" {
   depends_on = [google_project_service.apis]
 }
 
+# The build reads the function source and nothing else in Cloud Storage. Google's page on the
+# Cloud Run functions build service account asks for roles/run.builder on the project
+# (https://cloud.google.com/run/docs/configuring/services/build-service-account); of that role's
+# permissions (https://cloud.google.com/run/docs/reference/iam/roles) the one for reading the
+# source is storage.objects.get, granted here on the two buckets the source is read from only
+# (roles/storage.objectViewer would add list and managed-folder reads).
+resource "google_project_iam_custom_role" "build_source_reader" {
+  project     = var.project_id
+  role_id     = "${local.custom_role_prefix}_buildSourceReader"
+  title       = "spotjobs build source reader"
+  description = "Read (get) objects: the function source, for the build service account, on the source buckets only."
+  permissions = [
+    "storage.objects.get",
+  ]
+
+  depends_on = [google_project_service.apis]
+}
+
 # ---------------------------------------------------------------------------------------------
 # Function grants
 # ---------------------------------------------------------------------------------------------
@@ -287,7 +305,7 @@ resource "google_artifact_registry_repository_iam_member" "build_writer" {
 
 resource "google_storage_bucket_iam_member" "build_reads_source" {
   bucket = google_storage_bucket.source.name
-  role   = "roles/storage.objectViewer"
+  role   = google_project_iam_custom_role.build_source_reader.id
   member = "serviceAccount:${google_service_account.build.email}"
 }
 
@@ -297,7 +315,7 @@ resource "google_storage_bucket_iam_member" "build_reads_source" {
 # to that bucket.
 resource "google_project_iam_member" "build_reads_gcf_sources" {
   project = var.project_id
-  role    = "roles/storage.objectViewer"
+  role    = google_project_iam_custom_role.build_source_reader.id
   member  = "serviceAccount:${google_service_account.build.email}"
 
   condition {

@@ -420,6 +420,8 @@ def test_custom_roles_hold_only_the_permissions_used() -> None:
         "job_controller": {"aiplatform.customJobs.get", "aiplatform.customJobs.list", "aiplatform.customJobs.cancel"},
         "ledger_writer": {"storage.objects.create", "storage.objects.delete", "storage.objects.get", "storage.objects.list"},
         "checkpoint_pruner": {"storage.objects.delete", "storage.objects.get", "storage.objects.list"},
+        # roles/run.builder's one Cloud Storage permission (the source), see iam.tf.
+        "build_source_reader": {"storage.objects.get"},
     }
     roles = config.of_type("google_project_iam_custom_role")
     assert set(roles) == set(expected)
@@ -479,10 +481,35 @@ def test_function_access_is_least_privilege() -> None:
         ),
         "training_log_writer": "roles/logging.logWriter",
         "build_log_writer": "roles/logging.logWriter",
-        "build_reads_gcf_sources": "roles/storage.objectViewer",
+        "build_reads_gcf_sources": "${google_project_iam_custom_role.build_source_reader.id}",
     }
     condition = config.resource("google_project_iam_member", "build_reads_gcf_sources")["condition"][0]
     assert "gcf-v2-sources-" in condition["expression"]
+
+
+def test_build_service_account_gets_what_googles_page_lists_and_no_more() -> None:
+    """https://cloud.google.com/run/docs/configuring/services/build-service-account: roles/run.builder
+    (artifact upload/download/delete, logEntries.create, source.repos.get, storage.objects.get).
+    Granted as narrower pieces: log writer, writer on the one repository, objects.get on the source."""
+    config = module_config()
+    grants = sorted(
+        (rtype, body["role"])
+        for (rtype, _), body in config.resources.items()
+        if IAM_RESOURCE.match(rtype) and "google_service_account.build.email" in body.get("member", "")
+    )
+    reader = "${google_project_iam_custom_role.build_source_reader.id}"
+    assert grants == sorted([
+        ("google_artifact_registry_repository_iam_member", "roles/artifactregistry.writer"),
+        ("google_project_iam_member", "roles/logging.logWriter"),
+        ("google_project_iam_member", reader),
+        ("google_storage_bucket_iam_member", reader),
+    ])
+    # The project-level grant is conditioned to Cloud Functions' staging bucket.
+    condition = config.resource("google_project_iam_member", "build_reads_gcf_sources")["condition"][0]
+    assert "resource.name.startsWith" in condition["expression"]
+    assert config.resource("google_storage_bucket_iam_member", "build_reads_source")["bucket"] == (
+        "${google_storage_bucket.source.name}"
+    )
 
 
 def test_training_service_account_is_limited_to_the_checkpoint_bucket_and_logs() -> None:
