@@ -5,6 +5,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # checkov pins libraries that clash with ours, so it lives in a venv of its own.
 TOOLS := .venv-tools
+# Provider schemas (google, google-beta) extracted from the pinned CDKTF bindings; see tools/provider_schemas.py.
+SCHEMAS := $(TOOLS)/provider-schemas/.installed
 
 .PHONY: demo up test bench install clean
 
@@ -20,6 +22,10 @@ $(TOOLS)/.installed:
 	$(TOOLS)/bin/pip install --quiet 'checkov==3.3.30'
 	touch $(TOOLS)/.installed
 
+$(SCHEMAS): tools/provider_schemas.py | $(STAMP)
+	$(BIN)/python tools/provider_schemas.py fetch
+	touch $(SCHEMAS)
+
 install: $(STAMP)
 
 demo: $(STAMP)
@@ -28,7 +34,7 @@ demo: $(STAMP)
 up: $(STAMP)
 	$(BIN)/spotjobs local up
 
-test: $(STAMP) $(TOOLS)/.installed
+test: $(STAMP) $(TOOLS)/.installed $(SCHEMAS)
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)

@@ -5,12 +5,12 @@
 #
 # | identity             | may                                                                   |
 # |----------------------|-----------------------------------------------------------------------|
-# | fn-submit            | ledger r/w; create/get/list custom jobs; actAs training SA; publish ops-alerts |
+# | fn-submit            | ledger r/w; create/get/list/cancel custom jobs; actAs training SA; publish ops-alerts |
 # | fn-events, fn-reconcile | ledger r/w; get/list/cancel custom jobs; publish job-requests, ops-alerts, maintenance |
 # | fn-prune             | ledger read, write its cursor; list/read/delete checkpoints; publish ops-alerts |
 # | push-<fn>            | invoke that one function (OIDC identity of its push subscription)      |
 # | training             | object admin on the checkpoint bucket; write logs                      |
-# | build                | write build logs; push to the functions' Artifact Registry repo; read the source zips |
+# | build                | write build logs; push to the functions' Artifact Registry repo; get the source zips (storage.objects.get) |
 
 locals {
   # What each entry point does (topology keys for topics). An entry point added to
@@ -109,12 +109,18 @@ resource "google_service_account" "build" {
 # ---------------------------------------------------------------------------------------------
 
 # roles/aiplatform.user would allow every Vertex AI operation (endpoints, datasets, notebooks...).
+# cancel: submit_job cancels a second job it finds for an attempt the ledger records with another
+# job (shared/submit.py _cancel_unrecorded); without it the duplicate keeps training and billing.
+# customJobs.cancel is the permission the cancel method requires:
+# https://cloud.google.com/vertex-ai/docs/reference/rest/v1/projects.locations.customJobs/cancel
+# tests/unit/test_terraform_vertex_iam.py checks each role against the methods the code calls.
 resource "google_project_iam_custom_role" "job_submitter" {
   project     = var.project_id
   role_id     = "${local.custom_role_prefix}_jobSubmitter"
   title       = "spotjobs job submitter"
-  description = "Create, get and list Vertex AI CustomJobs (submit_job)."
+  description = "Create, get, list and cancel Vertex AI CustomJobs (submit_job; cancel only for a duplicate job of one attempt)."
   permissions = [
+    "aiplatform.customJobs.cancel",
     "aiplatform.customJobs.create",
     "aiplatform.customJobs.get",
     "aiplatform.customJobs.list",
@@ -167,6 +173,24 @@ resource "google_project_iam_custom_role" "checkpoint_pruner" {
     "storage.objects.delete",
     "storage.objects.get",
     "storage.objects.list",
+  ]
+
+  depends_on = [google_project_service.apis]
+}
+
+# The build reads the function source and nothing else in Cloud Storage. Google's page on the
+# Cloud Run functions build service account asks for roles/run.builder on the project
+# (https://cloud.google.com/run/docs/configuring/services/build-service-account); of that role's
+# permissions (https://cloud.google.com/run/docs/reference/iam/roles) the one for reading the
+# source is storage.objects.get, granted here on the two buckets the source is read from only
+# (roles/storage.objectViewer would add list and managed-folder reads).
+resource "google_project_iam_custom_role" "build_source_reader" {
+  project     = var.project_id
+  role_id     = "${local.custom_role_prefix}_buildSourceReader"
+  title       = "spotjobs build source reader"
+  description = "Read (get) objects: the function source, for the build service account, on the source buckets only."
+  permissions = [
+    "storage.objects.get",
   ]
 
   depends_on = [google_project_service.apis]
@@ -281,7 +305,7 @@ resource "google_artifact_registry_repository_iam_member" "build_writer" {
 
 resource "google_storage_bucket_iam_member" "build_reads_source" {
   bucket = google_storage_bucket.source.name
-  role   = "roles/storage.objectViewer"
+  role   = google_project_iam_custom_role.build_source_reader.id
   member = "serviceAccount:${google_service_account.build.email}"
 }
 
@@ -291,7 +315,7 @@ resource "google_storage_bucket_iam_member" "build_reads_source" {
 # to that bucket.
 resource "google_project_iam_member" "build_reads_gcf_sources" {
   project = var.project_id
-  role    = "roles/storage.objectViewer"
+  role    = google_project_iam_custom_role.build_source_reader.id
   member  = "serviceAccount:${google_service_account.build.email}"
 
   condition {

@@ -9,8 +9,12 @@ resource "google_logging_project_sink" "job_events" {
   destination = "pubsub.googleapis.com/${google_pubsub_topic.topics["job_events"].id}"
   filter      = trimspace(var.job_event_log_filter)
 
-  # A dedicated writer identity for this sink (service-...@gcp-sa-logging), granted publish on the
-  # one topic below, instead of the shared project logging identity.
+  # true: the writer is the project's Cloud Logging service agent
+  # (service-PROJECT_NUMBER@gcp-sa-logging.iam.gserviceaccount.com), which is shared by every sink of
+  # the project that uses a unique writer, not one identity per sink
+  # (https://cloud.google.com/logging/docs/api/reference/rest/v2/sinks/create, uniqueWriterIdentity).
+  # false would mean the legacy cloud-logs@system.gserviceaccount.com group. The grant below is on
+  # the job-events topic only, but any other such sink in the project could then also route to it.
   unique_writer_identity = true
 }
 

@@ -46,6 +46,20 @@ resource "google_logging_metric" "events" {
   depends_on = [google_project_service.apis]
 }
 
+# A log-based metric is not at once known to Cloud Monitoring: creating an alert policy on it in the
+# same apply fails with 404 "Cannot find metric(s) that match type = logging.googleapis.com/user/...
+# If a metric was created recently, it could take up to 10 minutes to become available"
+# (https://github.com/hashicorp/terraform-provider-google/issues/11102, open, still reported on 7.x).
+# The policies wait here after the metrics are created; a new or changed metric (triggers) waits
+# again, an unchanged one never does.
+resource "time_sleep" "log_metrics_visible_to_monitoring" {
+  create_duration = "${var.log_metric_propagation_seconds}s"
+
+  triggers = {
+    metrics = join(",", sort([for metric in google_logging_metric.events : metric.id]))
+  }
+}
+
 resource "google_monitoring_alert_policy" "events" {
   for_each = { for key, metric in local.log_metrics : key => var.alert_policies[key] if var.alert_policies[key].enabled }
 
@@ -88,6 +102,8 @@ resource "google_monitoring_alert_policy" "events" {
       Alerts with details are also on the ops-alerts topic (subscription ops-alerts-reader).
     EOT
   }
+
+  depends_on = [time_sleep.log_metrics_visible_to_monitoring]
 }
 
 # Anything on the dead-letter topic is a message a function failed on max_delivery_attempts times.

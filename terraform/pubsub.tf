@@ -46,6 +46,14 @@ resource "google_pubsub_subscription" "triggers" {
   ack_deadline_seconds       = local.trigger_ack_deadline[each.key]
   message_retention_duration = "${min(604800, local.topics[each.value.topic].message_retention_seconds)}s"
 
+  # From topology.json (null = every message). reconcile and prune_checkpoints share the
+  # maintenance topic; each subscription delivers only messages whose `task` attribute names its
+  # task, and Pub/Sub acknowledges the others for it, so a busy function is never handed (and
+  # never holds an instance for) the other's work. Pub/Sub cannot change the filter of an existing
+  # subscription: a changed filter replaces the subscription (messages still in it are lost).
+  # https://cloud.google.com/pubsub/docs/subscription-message-filter
+  filter = each.value.filter
+
   # Never expire: job-requests can be idle for weeks, and an expired trigger subscription would
   # silently drop every later request.
   expiration_policy {
@@ -114,6 +122,12 @@ resource "google_pubsub_subscription_iam_member" "dead_letter_source_subscriber"
   subscription = each.value.name
   role         = "roles/pubsub.subscriber"
   member       = local.pubsub_service_agent
+
+  lifecycle {
+    # A replaced subscription (e.g. a new filter) keeps its name, so this member would show no
+    # diff while its grant went away with the old subscription: re-create it with it.
+    replace_triggered_by = [google_pubsub_subscription.triggers[each.key]]
+  }
 }
 
 # Publishers of job requests (people, CI, other services).

@@ -8,8 +8,8 @@ locals {
   }
 }
 
-# Both reconcile and prune_checkpoints subscribe to the maintenance topic; each acts on its own
-# task and acknowledges the other's.
+# reconcile and prune_checkpoints both subscribe to the maintenance topic; their subscriptions
+# filter on the `task` attribute (shared/topology.json), so each job sets it as well as the body.
 resource "google_cloud_scheduler_job" "maintenance" {
   for_each = local.maintenance_tasks
 
@@ -24,6 +24,8 @@ resource "google_cloud_scheduler_job" "maintenance" {
   pubsub_target {
     topic_name = google_pubsub_topic.topics["maintenance"].id
     data       = base64encode(jsonencode({ task = each.key }))
+    # What the trigger subscriptions' filters match (attributes.task = "reconcile" / "prune").
+    attributes = { task = each.key }
   }
 
   depends_on = [google_project_service.apis]

@@ -411,3 +411,17 @@ variable "alert_policies" {
     error_message = "alert_policies: threshold >= 0 and window_seconds between 60 and 86400."
   }
 }
+
+variable "log_metric_propagation_seconds" {
+  description = <<-EOT
+    How long the alert policies wait after their log-based metrics are created (or changed). Cloud Monitoring answers
+    404 "Cannot find metric(s) ... it could take up to 10 minutes to become available" for a metric created moments before,
+    so without the wait the first apply fails on every alert policy. 0 = no wait (the metrics already exist).
+  EOT
+  type        = number
+  default     = 600
+  validation {
+    condition     = var.log_metric_propagation_seconds >= 0 && var.log_metric_propagation_seconds <= 1800
+    error_message = "log_metric_propagation_seconds: between 0 and 1800."
+  }
+}

@@ -20,5 +20,10 @@ terraform {
       source  = "hashicorp/archive"
       version = ">= 2.4, < 3.0"
     }
+    # time_sleep: alert policies wait for their log-based metrics to reach Cloud Monitoring.
+    time = {
+      source  = "hashicorp/time"
+      version = ">= 0.9, < 1.0"
+    }
   }
 }

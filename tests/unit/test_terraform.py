@@ -108,7 +108,7 @@ def test_every_topology_key_terraform_uses_exists_in_the_json() -> None:
     assert used_trigger <= set(topo["trigger_subscription"]), used_trigger - set(topo["trigger_subscription"])
     # Attributes read from each route / reader entry.
     for entry in topo["functions"].values():
-        assert set(entry) == {"topic", "subscription"}
+        assert set(entry) == {"topic", "subscription", "filter"}
         assert entry["topic"] in topo["topics"]
     for entry in topo["pull_subscriptions"].values():
         assert {"topic", "ack_deadline_seconds"} <= set(entry)
@@ -116,6 +116,103 @@ def test_every_topology_key_terraform_uses_exists_in_the_json() -> None:
     assert topo["trigger_subscription"]["dead_letter_topic"] in topo["topics"]
     for topic in topo["topics"].values():
         assert {"name", "message_retention_seconds"} <= set(topic)
+
+
+TASK_FILTER = re.compile(r'^attributes\.task = "([a-z_]+)"$')
+
+
+def _task_filters() -> dict[str, str]:
+    """Entry point -> the `task` its trigger subscription's filter admits (filtered routes only)."""
+    found = {}
+    for fn, route in topology()["functions"].items():
+        if route["filter"] is not None:
+            match = TASK_FILTER.match(route["filter"])
+            assert match, f"{fn}: filter {route['filter']!r} is not attributes.task = \"...\""
+            found[fn] = match.group(1)
+    return found
+
+
+def test_functions_sharing_a_topic_each_get_only_their_own_task() -> None:
+    topo = topology()
+    by_topic: dict[str, list[str]] = {}
+    for fn, route in topo["functions"].items():
+        by_topic.setdefault(route["topic"], []).append(fn)
+        # Pub/Sub: a filter is at most 256 bytes.
+        assert route["filter"] is None or len(route["filter"].encode()) <= 256, fn
+    tasks = _task_filters()
+    for topic, functions in by_topic.items():
+        if len(functions) > 1:
+            # Every subscriber of a shared topic filters, and no message matches two filters.
+            assert all(fn in tasks for fn in functions), f"{topic}: {functions} share it unfiltered"
+            values = [tasks[fn] for fn in functions]
+            assert len(set(values)) == len(values), f"{topic}: overlapping filters {values}"
+    assert by_topic["maintenance"] == ["reconcile", "prune_checkpoints"]
+    assert tasks == {"reconcile": "reconcile", "prune_checkpoints": "prune"}
+    # The tasks the code acts on are the ones the filters admit.
+    from shared.reconcile import RECONCILE_TASK
+
+    assert tasks["reconcile"] == RECONCILE_TASK
+
+
+def test_terraform_trigger_subscriptions_carry_the_topology_filter() -> None:
+    config = module_config()
+    assert config.resource("google_pubsub_subscription", "triggers")["filter"] == "${each.value.filter}"
+    assert "filter" not in config.resource("google_pubsub_subscription", "readers")
+    # A changed filter replaces the subscription (same name): its IAM member must follow it.
+    subscriber = config.resource("google_pubsub_subscription_iam_member", "dead_letter_source_subscriber")
+    assert subscriber["lifecycle"][0]["replace_triggered_by"] == ["${google_pubsub_subscription.triggers[each.key]}"]
+    readme = (TERRAFORM_DIR / "README.md").read_text()
+    assert "filter" in readme and "replace" in readme
+
+
+def test_the_scheduler_sets_the_attribute_the_maintenance_filters_match() -> None:
+    config = module_config()
+    target = config.resource("google_cloud_scheduler_job", "maintenance")["pubsub_target"][0]
+    assert target["attributes"] == {"task": "${each.key}"}
+    scheduled = set(config.locals["maintenance_tasks"])
+    admitted = {task for fn, task in _task_filters().items() if topology()["functions"][fn]["topic"] == "maintenance"}
+    assert scheduled == admitted, "every scheduled task must reach exactly one function"
+
+
+def _maintenance_publishes(package: str) -> list[tuple[str, int, set[str]]]:
+    """(file, line, keyword names) of every `.publish(<something naming maintenance>, ...)` call."""
+    import ast
+
+    found = []
+    for path in sorted((TERRAFORM_DIR.parent / package).rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "publish"
+                and node.args
+                and "maintenance" in ast.unparse(node.args[0])
+            ):
+                found.append((str(path.relative_to(TERRAFORM_DIR.parent)), node.lineno, {k.arg for k in node.keywords}))
+    return found
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the Python publishers (shared/decisions.py prune request, devstack scheduler and demo) "
+    "must still set the task attribute; owned outside terraform/",
+)
+def test_every_python_publisher_to_maintenance_sets_the_task_attribute() -> None:
+    calls = _maintenance_publishes("shared") + _maintenance_publishes("devstack")
+    assert calls, "expected the prune request and the embedded scheduler"
+    missing = [f"{file}:{line}" for file, line, keywords in calls if "task" not in keywords]
+    assert not missing, f"publish to maintenance without task=...: {missing}"
+
+
+@pytest.mark.xfail(strict=True, reason="the embedded stack must still create its trigger subscriptions with the filter")
+def test_embedded_stack_creates_the_filtered_subscriptions() -> None:
+    import inspect
+
+    import devstack.stack as stack
+
+    source = inspect.getsource(stack.Stack._create_subscriptions)
+    assert '"filter"' in source, "devstack/stack.py must pass the topology's filter to create_subscription"
 
 
 def test_topology_settings_are_valid_for_pubsub() -> None:
@@ -314,10 +411,17 @@ def test_no_primitive_roles_and_no_public_members() -> None:
 def test_custom_roles_hold_only_the_permissions_used() -> None:
     config = module_config()
     expected = {
-        "job_submitter": {"aiplatform.customJobs.create", "aiplatform.customJobs.get", "aiplatform.customJobs.list"},
+        "job_submitter": {
+            "aiplatform.customJobs.create",
+            "aiplatform.customJobs.get",
+            "aiplatform.customJobs.list",
+            "aiplatform.customJobs.cancel",
+        },
         "job_controller": {"aiplatform.customJobs.get", "aiplatform.customJobs.list", "aiplatform.customJobs.cancel"},
         "ledger_writer": {"storage.objects.create", "storage.objects.delete", "storage.objects.get", "storage.objects.list"},
         "checkpoint_pruner": {"storage.objects.delete", "storage.objects.get", "storage.objects.list"},
+        # roles/run.builder's one Cloud Storage permission (the source), see iam.tf.
+        "build_source_reader": {"storage.objects.get"},
     }
     roles = config.of_type("google_project_iam_custom_role")
     assert set(roles) == set(expected)
@@ -378,10 +482,35 @@ def test_function_access_is_least_privilege() -> None:
         ),
         "training_log_writer": "roles/logging.logWriter",
         "build_log_writer": "roles/logging.logWriter",
-        "build_reads_gcf_sources": "roles/storage.objectViewer",
+        "build_reads_gcf_sources": "${google_project_iam_custom_role.build_source_reader.id}",
     }
     condition = config.resource("google_project_iam_member", "build_reads_gcf_sources")["condition"][0]
     assert "gcf-v2-sources-" in condition["expression"]
+
+
+def test_build_service_account_gets_what_googles_page_lists_and_no_more() -> None:
+    """https://cloud.google.com/run/docs/configuring/services/build-service-account: roles/run.builder
+    (artifact upload/download/delete, logEntries.create, source.repos.get, storage.objects.get).
+    Granted as narrower pieces: log writer, writer on the one repository, objects.get on the source."""
+    config = module_config()
+    grants = sorted(
+        (rtype, body["role"])
+        for (rtype, _), body in config.resources.items()
+        if IAM_RESOURCE.match(rtype) and "google_service_account.build.email" in body.get("member", "")
+    )
+    reader = "${google_project_iam_custom_role.build_source_reader.id}"
+    assert grants == sorted([
+        ("google_artifact_registry_repository_iam_member", "roles/artifactregistry.writer"),
+        ("google_project_iam_member", "roles/logging.logWriter"),
+        ("google_project_iam_member", reader),
+        ("google_storage_bucket_iam_member", reader),
+    ])
+    # The project-level grant is conditioned to Cloud Functions' staging bucket.
+    condition = config.resource("google_project_iam_member", "build_reads_gcf_sources")["condition"][0]
+    assert "resource.name.startsWith" in condition["expression"]
+    assert config.resource("google_storage_bucket_iam_member", "build_reads_source")["bucket"] == (
+        "${google_storage_bucket.source.name}"
+    )
 
 
 def test_training_service_account_is_limited_to_the_checkpoint_bucket_and_logs() -> None:
@@ -466,6 +595,23 @@ def test_log_metrics_count_the_logged_events() -> None:
     assert policy["notification_channels"] == "${var.notification_channels}"
 
 
+def test_alert_policies_wait_for_their_log_based_metrics() -> None:
+    """Monitoring 404s a log-based metric created moments before (provider issue 11102): the
+    policies on them are created only after a wait that restarts whenever a metric is new."""
+    config = module_config()
+    wait = config.resource("time_sleep", "log_metrics_visible_to_monitoring")
+    assert wait["create_duration"] == "${var.log_metric_propagation_seconds}s"
+    assert "google_logging_metric.events" in wait["triggers"]["metrics"]
+    assert config.variables["log_metric_propagation_seconds"]["default"] >= 600  # "up to 10 minutes"
+    policy = config.resource("google_monitoring_alert_policy", "events")
+    assert policy["depends_on"] == ["${time_sleep.log_metrics_visible_to_monitoring}"]
+    # Every policy whose filter names a user (log-based) metric waits.
+    for name, body in config.of_type("google_monitoring_alert_policy").items():
+        filters = [c["condition_threshold"][0]["filter"] for c in body["conditions"]]
+        if any("logging.googleapis.com/user/" in f for f in filters):
+            assert "${time_sleep.log_metrics_visible_to_monitoring}" in body.get("depends_on", []), name
+
+
 def test_required_apis_are_enabled() -> None:
     apis = set(module_config().locals["apis"])
     assert {
@@ -536,7 +682,7 @@ def test_provider_versions_are_pinned() -> None:
     terraform = module_config().terraform[0]
     assert terraform["required_version"].startswith(">=")
     providers = terraform["required_providers"][0]
-    for name in ("google", "google-beta", "archive"):
+    for name in ("google", "google-beta", "archive", "time"):
         assert providers[name]["source"] == f"hashicorp/{name}"
         assert "<" in providers[name]["version"], f"{name} needs an upper bound"
 
@@ -546,7 +692,7 @@ def test_examples_are_complete_root_modules(example: str) -> None:
     directory = TERRAFORM_DIR / "examples" / example
     config = build_config(sorted(directory.glob("*.tf")))
     assert config.terraform, f"{example}: needs a terraform block with required_providers"
-    assert set(config.terraform[0]["required_providers"][0]) >= {"google", "google-beta", "archive"}
+    assert set(config.terraform[0]["required_providers"][0]) >= {"google", "google-beta", "archive", "time"}
     module = config.modules["spotjobs"]
     assert module["source"] == "../.."
     assert "project_id" in module

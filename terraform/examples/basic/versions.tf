@@ -14,6 +14,10 @@ terraform {
       source  = "hashicorp/archive"
       version = ">= 2.4, < 3.0"
     }
+    time = {
+      source  = "hashicorp/time"
+      version = ">= 0.9, < 1.0"
+    }
   }
 
   # Keep state out of the work tree in real use, e.g.:
