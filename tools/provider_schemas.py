@@ -21,7 +21,7 @@ Which bindings exist (checked when pinning, README line "CDKTF prebuilt bindings
 hashicorp/google provider version X"): cdktf-cdktf-provider-google 13.x binds google 5.x,
 14.0.0 binds 6.1.0 (the first 6.x binding; none binds 6.0.x), 15.0.0 binds 6.38.0 and 16.12.1, the
 last release, binds 6.50.0. The same numbers hold for google-beta. No binding of google 7.x exists
-(on PyPI or npm), so 7.x, which versions.tf allows, is not machine-checked: see terraform/README.md.
+(on PyPI or npm), so versions.tf stops below 7.0: see terraform/README.md.
 
     .venv/bin/python tools/provider_schemas.py fetch    # what `make test` runs once
 """

@@ -4,11 +4,11 @@ terraform {
   required_providers {
     google = {
       source  = "hashicorp/google"
-      version = ">= 6.0, < 8.0"
+      version = ">= 6.0, < 7.0"
     }
     google-beta = {
       source  = "hashicorp/google-beta"
-      version = ">= 6.0, < 8.0"
+      version = ">= 6.0, < 7.0"
     }
     archive = {
       source  = "hashicorp/archive"
