@@ -50,6 +50,7 @@ from shared.ledger import Attempt, JobIndexEntry, RequestRecord, alert_marker
 from shared.log import Logger
 from shared.observe import apply_observation
 from shared.outbox import flush, publish_alert
+from shared.settings import CREATE_MARGIN_FRACTION
 from shared.policy import validate_request, warn_if_images_unrestricted
 from shared.request import InvalidJobRequest, canonical_envelope
 from shared.vertex import (
@@ -213,33 +214,34 @@ def _ensure_job(
         service_account=settings.training_service_account,
     )
     custom_job = to_custom_job(job_json)
-    _check_claim_covers_create(attempt, log, ports)
+    timeout = _create_timeout(attempt, log, ports)  # the clock is read here, just before the send
     try:
-        job = create_custom_job(client, parent, custom_job, timeout=settings.create_timeout_seconds)
+        job = create_custom_job(client, parent, custom_job, timeout=timeout)
     except Exception as exc:
         return _after_failed_create(exc, record, attempt, client, parent, log, ports)
     return _record_created(record, attempt, job, SubmitResult.CREATED, client, log, ports)
 
 
-def _check_claim_covers_create(attempt: Attempt, log: Logger, ports: Ports) -> None:
-    """Raise ClaimInProgress unless the create, sent now, ends before the claim's lease does.
-
-    The lease only bounds how long other deliveries wait. Slow ledger writes, a cold client build or
-    the takeover lookup can eat it; a create still in flight when a redelivery takes the claim over
-    and finds no job yet would become a second job for the attempt."""
+def _create_timeout(attempt: Attempt, log: Logger, ports: Ports) -> float:
+    """The create's timeout, from what is left of the claim's lease at the moment of the call:
+    the create must end (margin included) before the lease does, or a redelivery could take the
+    claim over, find no job yet and create a second one. Raises ClaimInProgress when the claim is
+    too old to send a create at all (slow ledger writes, a cold client or the takeover lookup
+    can eat the lease)."""
+    settings = ports.settings
     held_for = (ports.clock() - parse_iso(attempt.claimed_at)).total_seconds()
-    deadline = ports.settings.create_deadline_seconds
-    if held_for < deadline:
-        return
+    if held_for < settings.create_deadline_seconds:
+        margin = settings.create_timeout_seconds * CREATE_MARGIN_FRACTION
+        return min(settings.create_timeout_seconds, settings.claim_lease_seconds - held_for - margin)
     log.warning(
         "the claim is too old to create within its lease; a redelivery takes it over",
         event="claim_expiring",
         held_seconds=round(held_for, 1),
-        deadline_seconds=deadline,
+        deadline_seconds=settings.create_deadline_seconds,
     )
     raise ClaimInProgress(
         f"attempt {attempt.n} was claimed {held_for:.0f}s ago; a create must be sent within "
-        f"{deadline:.0f}s of the claim to end inside its lease"
+        f"{settings.create_deadline_seconds:.0f}s of the claim to end inside its lease"
     )
 
 

@@ -182,34 +182,24 @@ def job_error(job: CustomJob) -> dict[str, Any] | None:
 
 
 def may_have_created(exc: BaseException) -> bool:
-    """True when a failed create may nevertheless have created the job (the response was lost).
+    """False only when a failed create is known to have created nothing; then it may be retried.
 
-    A deadline, a gateway timeout, an UNAVAILABLE or a broken connection after the request was sent
-    leave the outcome unknown: the job must be looked up by its labels, never created again blindly.
-    Only a quota refusal (429) or a connection that never opened say that nothing was created.
+    Known: Vertex answered with a verdict on the request (a 4xx: invalid, forbidden, not found,
+    quota refused...), or the request never left this process (the connection never opened, the
+    credentials could not be refreshed). Anything else, a deadline, UNAVAILABLE, UNKNOWN,
+    CANCELLED, DATA_LOSS, INTERNAL, a broken connection, an error we do not recognise, may come
+    after Vertex accepted the create: the job is looked up by its labels, never created blindly.
     """
     import requests
     from google.api_core import exceptions as api
+    from google.auth import exceptions as auth
 
-    if isinstance(exc, (requests.ConnectTimeout, api.TooManyRequests)):
-        return False  # the request never got in, or was refused by quota before any work
-    return isinstance(
-        exc,
-        (
-            # gRPC UNAVAILABLE also reports a connection lost after the server took the request.
-            api.ServiceUnavailable,
-            api.DeadlineExceeded,
-            api.GatewayTimeout,
-            api.InternalServerError,
-            api.BadGateway,
-            api.Aborted,
-            api.RetryError,
-            requests.ConnectionError,
-            requests.Timeout,
-            ConnectionError,
-            TimeoutError,
-        ),
-    )
+    if isinstance(exc, (requests.ConnectTimeout, ConnectionRefusedError, auth.RefreshError)):
+        return False  # never sent
+    if isinstance(exc, api.Cancelled | api.Conflict):
+        return True  # CANCELLED (499) and ABORTED/409 can come after the server did the work
+    # A verdict: the server refused the request (4xx, or 501: the method does not exist).
+    return not isinstance(exc, api.ClientError | api.MethodNotImplemented)
 
 
 def _create_seconds(job: CustomJob) -> float:

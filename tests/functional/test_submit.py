@@ -717,14 +717,16 @@ def test_a_blocked_request_is_redelivered_through_handle_delivery(
         )
 
 
-def test_an_unexpected_create_error_keeps_the_claim_and_is_redelivered(harness: Harness) -> None:
+def test_an_unexpected_create_error_keeps_the_claim_and_is_settled_by_lookup(harness: Harness) -> None:
+    # Not a verdict on the request, and not known to be pre-send: the job may exist.
     harness.vertex.create_faults.append(ValueError("a bug, not a verdict on the request"))
 
-    with pytest.raises(SubmitBlocked):
+    with pytest.raises(ClaimInProgress):
         harness.deliver(envelope())
 
     record = harness.ledger.get("r1")
     assert record.status == RequestStatus.CLAIMED and record.attempt(1).outcome is None
+    assert harness.log_lines("create_unknown") and harness.alerts == []
 
 
 # Re-queues that validation rejects end the request once instead of looping.

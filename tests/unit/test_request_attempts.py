@@ -418,6 +418,14 @@ def test_label_filters() -> None:
         ("ResourceExhausted", False),
         ("InvalidArgument", False),
         ("PermissionDenied", False),
+        ("NotFound", False),
+        ("MethodNotImplemented", False),
+        # gRPC codes production meets (only the emulator is reached over REST): each can arrive
+        # after Vertex accepted the create, so the job is looked up, never taken as refused.
+        ("Unknown", True),
+        ("Cancelled", True),
+        ("DataLoss", True),
+        ("Aborted", True),
     ],
 )
 def test_which_failed_creates_may_have_created_the_job(exc: str, ambiguous: bool) -> None:
@@ -432,3 +440,4 @@ def test_transport_failures_after_sending_are_ambiguous_before_sending_are_not()
     assert may_have_created(requests.ReadTimeout("read")) is True
     assert may_have_created(requests.ConnectionError("reset")) is True
     assert may_have_created(requests.ConnectTimeout("connect")) is False
+    assert may_have_created(ValueError("an error nobody classified")) is True
