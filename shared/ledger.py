@@ -65,6 +65,8 @@ class Attempt:
     republished_at: str | None = None
     error: dict[str, Any] | None = None  # google.rpc.Status {code, message}
     outcome: AttemptOutcome | None = None
+    create_sent_at: str | None = None  # when submit sent the create (a lagging list may hide it)
+    newer_fields: dict[str, Any] = field(default_factory=dict)  # see `_known`
 
     @property
     def job_id(self) -> str | None:
@@ -83,6 +85,7 @@ class Requeue:
     not_before: str | None = None
     message_id: str | None = None  # set once the publish is confirmed
     published_at: str | None = None
+    newer_fields: dict[str, Any] = field(default_factory=dict)  # see `_known`
 
 
 @dataclass
@@ -105,6 +108,7 @@ class RequestRecord:
     pending_alerts: list[dict[str, Any]] = field(default_factory=list)
     prune_pending: bool = False
     schema_version: int = SCHEMA_VERSION
+    newer_fields: dict[str, Any] = field(default_factory=dict)  # see `_known`
 
     @property
     def latest(self) -> Attempt | None:
@@ -132,7 +136,7 @@ class RequestRecord:
         return bool(self.pending_alerts) or self.prune_pending
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return _with_newer_fields(asdict(self))
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RequestRecord:
@@ -152,9 +156,25 @@ def _attempt_from_json(data: dict[str, Any]) -> Attempt:
 
 
 def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
-    # Tolerate fields written by a newer version rather than crash on them.
-    names = {f.name for f in fields(cls)}
-    return {k: v for k, v in data.items() if k in names}
+    """The fields `cls` knows, and the others under `newer_fields`: during a rolling deploy an
+    older instance rewrites a record a newer one wrote, and must not drop what it cannot read."""
+    names = {f.name for f in fields(cls)} - {"newer_fields"}
+    known = {k: v for k, v in data.items() if k in names}
+    known["newer_fields"] = {k: v for k, v in data.items() if k not in names}
+    return known
+
+
+def _with_newer_fields(record: dict[str, Any]) -> dict[str, Any]:
+    """`asdict` output of a record with each `newer_fields` folded back in place, as it was read."""
+
+    def fold(data: dict[str, Any]) -> dict[str, Any]:
+        newer = data.pop("newer_fields")
+        return {**data, **newer}
+
+    record["attempts"] = [fold(attempt) for attempt in record["attempts"]]
+    if record["requeue"] is not None:
+        record["requeue"] = fold(record["requeue"])
+    return fold(record)
 
 
 def alert_marker(kind: str, attempt: int, *qualifiers: str) -> str:

@@ -88,3 +88,22 @@ def test_a_stored_status_reads_back_as_the_enum() -> None:
     again = RequestRecord.from_json(stored.to_json())
     assert again.status is RequestStatus.GAVE_UP and again.is_terminal
     assert again.attempts[0].outcome is AttemptOutcome.GAVE_UP
+
+
+def test_fields_written_by_a_newer_version_survive_a_rewrite() -> None:
+    written = {
+        "request_id": "r1",
+        "request": {"custom_job": {}},
+        "output_dir": "gs://b/r1/",
+        "status": "RUNNING",
+        "attempts": [{"n": 1, "location": "l", "strategy": "SPOT", "claimed_at": "t", "gpu_hours": 3.5}],
+        "requeue": {"attempt": 2, "location": "l", "strategy": "SPOT", "reason": "r", "decided_at": "t", "why": "x"},
+        "cost_estimate": {"usd": 12},
+    }
+    read = RequestRecord.from_json(written)
+    read.status = RequestStatus.REQUEUED  # an older instance changes what it knows
+    rewritten = read.to_json()
+    assert rewritten["cost_estimate"] == {"usd": 12}
+    assert rewritten["attempts"][0]["gpu_hours"] == 3.5 and rewritten["requeue"]["why"] == "x"
+    assert "newer_fields" not in rewritten and "newer_fields" not in rewritten["attempts"][0]
+    assert RequestRecord.from_json(rewritten) == read
