@@ -45,12 +45,16 @@ def test_a_submit_failed_alert_whose_first_publish_fails_is_published_later() ->
 
         record = stack.wait_for(failed_with_alert_pending, 60, "the failed request, alert pending")
         assert [a["kind"] for a in record.pending_alerts] == ["submit_failed"]
-        blocked = [
-            line
-            for line in stack.function_logs("submit_job")
-            if line.get("request_id") == request_id and line.get("event") == "submit_blocked"
-        ]
-        assert blocked and "NotFound" in blocked[0]["error"]  # the first publish did fail
+
+        def publish_failed() -> list[dict[str, Any]]:
+            return [
+                line
+                for line in stack.function_logs("submit_job")
+                if line.get("request_id") == request_id and line.get("event") == "submit_blocked"
+            ]
+
+        blocked = stack.wait_for(publish_failed, 30, "the failed publish in submit_job's log")
+        assert "NotFound" in blocked[0]["error"]  # the first publish did fail
 
         publisher.create_topic(name=alerts_topic)
         reader = stack.subscription_path(f"outbox-reader-{uuid.uuid4().hex[:6]}")
