@@ -50,6 +50,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from shared.alerts import PUBLISH_TIMEOUT_SECONDS, Alert, AlertPublisher
+from shared.attempts import plan_attempt
 from shared.clock import iso, parse_iso, utcnow
 from shared.delivery import Message
 from shared.errors import TransientError
@@ -69,7 +70,6 @@ from shared.ledger import (
     Status,
 )
 from shared.log import Logger
-from shared.request import plan_attempt
 from shared.settings import Settings
 from shared.vertex import JobState, get_job, job_error, state_name
 

@@ -26,7 +26,8 @@ from typing import Any
 
 from shared.errors import Violation
 from shared.log import Logger
-from shared.request import InvalidJobRequest, JobRequest, field_path, read_request
+from shared.job_schema import field_path
+from shared.request import InvalidJobRequest, JobRequest, read_request
 from shared.settings import Settings
 from shared.vertex import MAX_LABELS, RESERVED_LABEL_PREFIX, SYSTEM_LABELS
 

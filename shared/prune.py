@@ -33,7 +33,6 @@ from __future__ import annotations
 import enum
 import json
 import os
-import re
 import threading
 import time
 from collections import deque
@@ -61,6 +60,7 @@ from shared.delivery import maintenance_message, maintenance_task
 from shared.errors import SpotjobsError, is_retryable
 from shared.ledger import RequestRecord, Status
 from shared.log import Logger, logger
+from shared.request import is_valid_request_id
 from shared.settings import Settings
 
 if TYPE_CHECKING:
@@ -71,7 +71,6 @@ if TYPE_CHECKING:
 
 PRUNE_TASK = "prune"
 CURSOR_OBJECT = "maintenance/prune-cursor.json"
-_REQUEST_ID = re.compile(r"^[^/\x00-\x1f]+$")
 
 
 class OutOfScope(SpotjobsError):
@@ -254,10 +253,6 @@ class CheckpointLayout:
             and name.startswith(folder)
             and len(name) > len(folder)
         )
-
-
-def is_valid_request_id(request_id: str) -> bool:
-    return bool(_REQUEST_ID.match(request_id)) and request_id not in {".", ".."}
 
 
 # The plan for one request.

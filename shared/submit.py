@@ -33,13 +33,14 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from shared.alerts import Alert
+from shared.attempts import plan_attempt
 from shared.clock import iso, parse_iso, utcnow
 from shared.delivery import Message
 from shared.errors import TransientError, Violation, is_retryable
 from shared.ledger import Attempt, JobIndexEntry, LedgerStore, RequestRecord, Status
 from shared.log import Logger
 from shared.policy import validate_request, warn_if_images_unrestricted
-from shared.request import InvalidJobRequest, canonical_envelope, plan_attempt
+from shared.request import InvalidJobRequest, canonical_envelope
 from shared.settings import Settings
 from shared.vertex import (
     build_job_json,

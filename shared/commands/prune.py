@@ -37,9 +37,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from shared import clients, prune
+    from shared.request import is_valid_request_id
     from shared.settings import get_settings
 
-    if args.request_id is not None and not prune.is_valid_request_id(args.request_id):
+    if args.request_id is not None and not is_valid_request_id(args.request_id):
         print(f"spotjobs prune: {args.request_id!r} is not a request id", file=sys.stderr)
         return 2
     result = prune.run(

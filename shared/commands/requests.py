@@ -92,7 +92,8 @@ def run_validate(args: argparse.Namespace) -> int:
 
 def describe_first_attempt(request: JobRequest, settings: Settings) -> dict[str, Any]:
     """The normalized request and the CustomJob its first attempt would create."""
-    from shared.request import canonical_envelope, plan_attempt
+    from shared.attempts import plan_attempt
+    from shared.request import canonical_envelope
     from shared.vertex import build_job_json, parent_path, to_custom_job, to_job_json
 
     envelope = canonical_envelope(
