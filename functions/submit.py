@@ -47,6 +47,7 @@ def _deps() -> SubmitDeps:
     from shared.submit import SubmitDeps
 
     settings = get_settings()
+    settings.check_deployable()  # fail closed: no jobs as Vertex's default identity
 
     def publish_alert(alert: Alert) -> str:
         publisher = AlertPublisher(

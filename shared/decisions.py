@@ -70,6 +70,7 @@ from shared.ledger import (
     Status,
 )
 from shared.log import Logger
+from shared.request import REQUEUE_ATTRIBUTES
 from shared.settings import Settings
 from shared.vertex import JobState, get_job, job_error, state_name
 
@@ -759,7 +760,12 @@ def publish_request_attempt(
 ) -> str:
     """Publish attempt `attempt` to job-requests (submit's claim absorbs duplicates)."""
     envelope = attempt_envelope(record.request, attempt, location)
-    return ports.publish(ports.settings.job_requests_topic, envelope, request_id=record.request_id)
+    return ports.publish(
+        ports.settings.job_requests_topic,
+        envelope,
+        request_id=record.request_id,
+        **REQUEUE_ATTRIBUTES,  # marks the system's own message: submit reads its `attempt`
+    )
 
 
 def settle_requeue(

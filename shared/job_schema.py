@@ -72,11 +72,94 @@ def read_custom_job(value: object, path: str, violations: list[Violation]) -> di
             # The walk above mirrors the parser; this keeps parity if protobuf's rules drift.
             found.append(Violation(path or BODY, _clean_parse_error(exc)))
         else:
-            text = json_format.MessageToJson(job, indent=None)
+            canonical = json.loads(json_format.MessageToJson(job, indent=None))
+            # JSON accepts any enum number; one this library does not know is not a value.
+            for concrete, _, field, item in set_fields(canonical, path):
+                if field.enum_type is not None and not isinstance(item, str):
+                    found.append(
+                        Violation(
+                            concrete, f"is {item}, not a known {field.enum_type.name} value"
+                        )
+                    )
             violations.extend(found)
-            return json.loads(text)
+            return None if found else canonical
     violations.extend(found)
     return None
+
+
+# Field paths: `jobSpec.workerPoolSpecs[].machineSpec.machineType` names a field of the schema
+# wherever it occurs ("[]" for any element of a repeated field, "{}" for any value of a map).
+
+
+def schema_paths() -> list[str]:
+    """Every field path of the CustomJob schema, walked from the installed proto (so a library
+    upgrade that adds a field adds a path here)."""
+    from google.cloud.aiplatform_v1.types import CustomJob
+
+    paths: list[str] = []
+
+    def walk(descriptor: Descriptor, prefix: str, seen: frozenset[str]) -> None:
+        for field in descriptor.fields:
+            path = _schema_path(prefix, field)
+            paths.append(path)
+            message = _walked_message(field)
+            if message is not None and message.full_name not in seen:
+                walk(message, path, seen | {message.full_name})
+
+    walk(CustomJob.pb().DESCRIPTOR, "", frozenset())
+    return paths
+
+
+def set_fields(
+    job: dict[str, Any], path: str = ""
+) -> list[tuple[str, str, FieldDescriptor, Any]]:
+    """(concrete path, schema path, field, value) of every field set in a canonical CustomJob,
+    parents before their children."""
+    from google.cloud.aiplatform_v1.types import CustomJob
+
+    out: list[tuple[str, str, FieldDescriptor, Any]] = []
+
+    def walk(descriptor: Descriptor, value: dict[str, Any], concrete: str, schema: str) -> None:
+        for key, item in value.items():
+            field = _field_named(descriptor, key)
+            if field is None:
+                continue
+            here, pattern = field_path(concrete, key), _schema_path(schema, field)
+            out.append((here, pattern, field, item))
+            message = _walked_message(field)
+            if message is None:
+                continue
+            if _is_map(field):
+                for map_key, map_value in item.items():
+                    walk(message, map_value, field_path(here, map_key), pattern)
+            elif _is_repeated(field):
+                for index, element in enumerate(item):
+                    walk(message, element, f"{here}[{index}]", pattern)
+            else:
+                walk(message, item, here, pattern)
+
+    walk(CustomJob.pb().DESCRIPTOR, job, path, "")
+    return out
+
+
+def _schema_path(prefix: str, field: FieldDescriptor) -> str:
+    suffix = "{}" if _is_map(field) else "[]" if _is_repeated(field) else ""
+    name = f"{field.json_name}{suffix}"
+    return f"{prefix}.{name}" if prefix else name
+
+
+def _is_map(field: FieldDescriptor) -> bool:
+    return field.message_type is not None and field.message_type.GetOptions().map_entry
+
+
+def _walked_message(field: FieldDescriptor) -> Descriptor | None:
+    """The message a walk descends into: the field's own, a map's value's, none for leaves."""
+    message = field.message_type
+    if message is not None and message.GetOptions().map_entry:
+        message = message.fields_by_name["value"].message_type
+    if message is None or _is_leaf_message(message):
+        return None
+    return message
 
 
 def _check_message(descriptor: Descriptor, value: object, path: str, out: list[Violation]) -> None:

@@ -3,8 +3,7 @@
 A message on `job-requests` is either
 
 - an **envelope** `{"request_id", "custom_job", "location"?, "locations"?, "max_attempts"?,
-  "fallback"?, "checkpoints"?, "schema_version"?, "attempt"?}` (`attempt` is set only by the
-  system, on re-queue), or
+  "fallback"?, "checkpoints"?, "schema_version"?, "attempt"?}`, or
 - a **bare CustomJob body**, exactly what the Vertex AI REST docs POST to `customJobs`. Its request
   id is the `request_id` message attribute, else `msg-<message id>`: a redelivery of the same
   message then maps to the same request and is de-duplicated.
@@ -12,6 +11,12 @@ A message on `job-requests` is either
 The CustomJob part is checked against the aiplatform_v1 schema by `shared.job_schema`. Reading
 never judges what a deployment allows: `shared.policy.validate_request` reads with this module,
 then checks its policy on the result (read, then check; nothing here calls back into policy).
+
+System fields (`attempt`) are read only from the system's own re-queue messages, those carrying
+the message attribute `spotjobs_origin: requeue` (`REQUEUE_ATTRIBUTES`); from anyone else they are
+a violation naming the field. The attribute marks, it does not prove: anyone who may publish can
+set it, so submit honours a re-queued attempt only when the ledger says that attempt is due, and
+a request's `attempt` is set (never None) exactly when it came marked as a re-queue.
 
 `canonical_envelope` is the contract with the events function: the normalized request stored in
 the ledger and re-published, with `attempt` and `location` added, on re-queue.
@@ -46,10 +51,16 @@ ENVELOPE_FIELDS = (
     "attempt",
 )
 REQUEST_ID_ATTRIBUTE = "request_id"
+ORIGIN_ATTRIBUTE = "spotjobs_origin"
+REQUEUE_ORIGIN = "requeue"
+# The attributes the system publishes its re-queues with (shared/decisions.py).
+REQUEUE_ATTRIBUTES = {ORIGIN_ATTRIBUTE: REQUEUE_ORIGIN}
+# Envelope fields only the system sets, on re-queue messages.
+SYSTEM_FIELDS = ("attempt",)
 # The size limit is for what publishers send (attempt 1). A re-queue carries the canonical
-# envelope, bigger than the body first accepted (a bare body gains the envelope's fields), so it may
-# exceed the limit, by a bounded amount so that not every oversized body is parsed. Whether the
-# ledger expects that attempt is checked before anything is created: setting it gains nothing.
+# envelope, bigger than the body first accepted (a bare body gains the envelope's fields), so a
+# message marked as a re-queue may exceed the limit, by a bounded amount so that not every oversized
+# body is parsed. Whether the ledger expects that attempt is checked before anything is created.
 REQUEUE_SIZE_ALLOWANCE = 2
 
 
@@ -80,7 +91,7 @@ class JobRequest:
     max_attempts: int | None = None
     fallback: Fallback | None = None
     keep_last: int | None = None
-    attempt: int | None = None  # only on system re-queues
+    attempt: int | None = None  # set exactly on messages marked as the system's re-queues
 
     @property
     def job_path(self) -> str:
@@ -114,14 +125,31 @@ def read_request(
     Never raises for bad input: whatever the bytes are, the answer is a request and a list.
     """
     attribute_id = attributes.get(REQUEST_ID_ATTRIBUTE)
-    body, problem = _decode_body(data, max_bytes)
+    origin = attributes.get(ORIGIN_ATTRIBUTE)
+    requeue = origin == REQUEUE_ORIGIN
+    found: list[Violation] = []
+    if origin is not None and not requeue:
+        found.append(
+            Violation(
+                f"attributes.{ORIGIN_ATTRIBUTE}",
+                f"is {origin!r}; only the system sets it, to {REQUEUE_ORIGIN!r}",
+            )
+        )
+    allowance = REQUEUE_SIZE_ALLOWANCE if requeue else 1
+    body, problem = _decode_body(data, max_bytes, allowance)
     if problem is not None:
         # Name the request in the rejection when the publisher told us which one it is.
         hint = attribute_id if is_valid_request_id(attribute_id) else None
-        return JobRequest(hint, None, "unknown"), [problem]
+        return JobRequest(hint, None, "unknown"), [*found, problem]
     if any(key in ENVELOPE_FIELDS for key in body):
-        return _read_envelope(body, attribute_id)
-    return _read_bare(body, attribute_id, message_id)
+        request, violations = _read_envelope(body, attribute_id, requeue)
+    else:
+        request, violations = _read_bare(body, attribute_id, message_id)
+        if requeue:
+            found.append(
+                Violation(f"attributes.{ORIGIN_ATTRIBUTE}", "marks a re-queue, which is an envelope")
+            )
+    return request, [*found, *violations]
 
 
 def is_valid_request_id(value: object) -> bool:
@@ -134,10 +162,14 @@ def request_id_from_message_id(message_id: str) -> str:
     return f"msg-{safe}"[:63]
 
 
-def _decode_body(data: bytes, max_bytes: int) -> tuple[dict[str, Any], Violation | None]:
+def _decode_body(
+    data: bytes, max_bytes: int, allowance: int
+) -> tuple[dict[str, Any], Violation | None]:
     if not data or not data.strip():
         return {}, Violation(BODY, "is empty; expected a JSON object (a job request)")
-    if len(data) > max_bytes and not _is_requeue_within_allowance(data, max_bytes):
+    if len(data) > max_bytes and not (
+        len(data) <= allowance * max_bytes and _is_requeue(data)
+    ):
         return {}, Violation(BODY, f"is {len(data)} bytes; at most {max_bytes} are accepted")
     try:
         body = json.loads(data.decode("utf-8"))
@@ -150,11 +182,8 @@ def _decode_body(data: bytes, max_bytes: int) -> tuple[dict[str, Any], Violation
     return body, None
 
 
-def _is_requeue_within_allowance(data: bytes, max_bytes: int) -> bool:
-    """An oversized body that is attempt n+1 as the system re-publishes it, within its allowance.
-    (Whether the ledger expects that attempt is checked before anything is created.)"""
-    if len(data) > REQUEUE_SIZE_ALLOWANCE * max_bytes:
-        return False
+def _is_requeue(data: bytes) -> bool:
+    """A body that is attempt n+1 as the system re-publishes it (the caller checked the marker)."""
     try:
         body = json.loads(data.decode("utf-8"))
     except (ValueError, RecursionError):
@@ -176,9 +205,21 @@ def _read_bare(
 
 
 def _read_envelope(
-    body: dict[str, Any], attribute_id: str | None
+    body: dict[str, Any], attribute_id: str | None, requeue: bool
 ) -> tuple[JobRequest, list[Violation]]:
     violations: list[Violation] = []
+    if not requeue:
+        for key in SYSTEM_FIELDS:
+            if key in body:
+                violations.append(
+                    Violation(
+                        key,
+                        "is set only by spotjobs, on its own re-queue messages; a published "
+                        "request is attempt 1 (leave it out)",
+                    )
+                )
+    elif "attempt" not in body:
+        violations.append(Violation("attempt", "is required on a re-queue message"))
     for key in body:
         if key not in ENVELOPE_FIELDS:
             violations.append(
@@ -219,7 +260,7 @@ def _read_envelope(
         max_attempts=_read_int(body.get("max_attempts"), "max_attempts", 1, violations),
         fallback=_read_fallback(body.get("fallback"), violations),
         keep_last=_read_keep_last(body.get("checkpoints"), violations),
-        attempt=_read_int(body.get("attempt"), "attempt", 1, violations),
+        attempt=_read_int(body.get("attempt"), "attempt", 1, violations) if requeue else None,
     )
     return request, violations
 
