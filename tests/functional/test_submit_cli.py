@@ -253,6 +253,7 @@ def test_validate_shows_the_effective_policy(
     offline: None, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SPOTJOBS_ALLOWED_NETWORKS", "projects/1/global/networks/train")
+    monkeypatch.delenv("SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES", raising=False)  # a stack's export
     settings_module.get_settings.cache_clear()
     assert main(["validate", "--show-policy"]) == 0
     policy = json.loads(capsys.readouterr().out)["policy"]
