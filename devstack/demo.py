@@ -742,6 +742,7 @@ def demo_stack_options(seed: int) -> Any:
         function_env={
             # Show the image allowlist at work (the invalid request names another registry).
             "SPOTJOBS_ALLOWED_IMAGE_PREFIXES": ALLOWED_IMAGE_PREFIX,
+            "SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES": "STANDARD",  # the fallback scenario's
             # A crashed delivery's claim is taken over after 15 s instead of 2 min.
             "SPOTJOBS_CLAIM_LEASE_SECONDS": "15",
             "SPOTJOBS_CREATE_TIMEOUT_SECONDS": "5",

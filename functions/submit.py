@@ -29,4 +29,5 @@ def _handle(message: Message, log: Logger) -> None:
 
     with redelivered_unless_settled(log):  # bad settings or credentials must not drop the request
         ports = ports_for("submit_job")
+        ports.settings.check_deployable()  # fail closed: no jobs as Vertex's default identity
     submit_request(message, log, ports)

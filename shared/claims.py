@@ -15,10 +15,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from shared.alerts import Alert
+from shared.attempts import plan_attempt
 from shared.clock import iso, parse_iso
 from shared.errors import TransientError, Violation
 from shared.ledger import Attempt, RequestRecord, alert_marker
-from shared.request import InvalidJobRequest, plan_attempt
+from shared.request import InvalidJobRequest
 from shared.states import AttemptOutcome, RequestStatus
 
 

@@ -32,12 +32,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from shared.attempts import plan_attempt
 from shared.clock import iso, parse_iso
 from shared.effects import Effects, LogLine, attempt_alert, event_fields
 from shared.events import Signal, SignalPatterns, patterns_from
 from shared.ledger import Attempt, RequestRecord, Requeue, alert_marker
 from shared.preemptions import count_preemptions
-from shared.request import plan_attempt
 from shared.settings import Settings
 from shared.states import AttemptOutcome, RequestStatus
 from shared.vertex import JobSnapshot, JobState

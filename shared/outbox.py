@@ -30,6 +30,7 @@ from shared.alerts import Alert
 from shared.clock import iso, parse_iso
 from shared.ledger import RequestRecord
 from shared.log import Logger
+from shared.request import REQUEUE_ATTRIBUTES
 from shared.wiring import Ports
 
 
@@ -156,7 +157,12 @@ def publish_request_attempt(
 ) -> str:
     """Publish attempt `attempt` to job-requests (submit's claim absorbs duplicates)."""
     envelope = attempt_envelope(record.request, attempt, location)
-    return ports.publish(ports.settings.job_requests_topic, envelope, request_id=record.request_id)
+    return ports.publish(
+        ports.settings.job_requests_topic,
+        envelope,
+        request_id=record.request_id,
+        **REQUEUE_ATTRIBUTES,  # marks the system's own message: submit reads its `attempt`
+    )
 
 
 def settle_requeue(

@@ -1,45 +1,58 @@
 """Request policy: what this deployment lets a job request ask for (configuration, not code).
 
-Every check reports a `Violation(path, message)` naming the field and what is allowed, and all of
-them run, so a rejected publisher learns everything wrong with a request at once. The limits come
-from `Settings` (see the "Request policy" section there).
+Validation flows one way: `shared.request` reads the message (envelope, schema), then this module
+checks what was read: the envelope's options here, the CustomJob in `shared.job_policy` (an
+allowlist of field paths, then value checks). Every check reports a `Violation(path, message)`
+naming the field and what is allowed, and all of them run, so a rejected publisher learns
+everything wrong with a request at once. The limits come from `Settings` (see the "Request
+policy" section there); `describe_policy` shows them as a publisher meets them
+(`spotjobs validate --show-policy`).
 
 Why these rules:
+- an allowlist, failing closed: the CustomJob schema has far more than a training job needs
+  (VPC peering, interactive shells, NFS mounts, other teams' reservations ...); each field outside
+  the allowlist is refused by path until an operator opts in to it, and a field a library upgrade
+  adds is refused until it is classified;
 - machine families: Spot training capacity exists for A2/A3 (the Spot docs); the list is a setting;
 - no TPUs: TPU pods have their own Spot semantics this system does not manage;
 - images: Vertex pulls with its own agent, so IAM cannot stop a publisher naming any image; the
-  allowlist has to be enforced here (empty = any image, with a loud warning);
-- service accounts: a job acts as its service account; only listed ones (and the deployment's
-  training account, which is also the default) may be named;
+  allowlist is enforced here on parsed references at path boundaries (empty = any image, with a
+  loud warning);
+- service accounts: a job acts as its service account; only listed ones and the deployment's
+  training account (the default) may be named; with neither, none may;
 - baseOutputDirectory: must be unset or exactly the request's own directory
-  `gs://<checkpoint bucket>/<prefix>/<request_id>/`. Merely "inside the managed prefix" is not
-  enough: a request pointing at another request's directory would resume from, and overwrite,
-  that request's checkpoints, and the pruner reasons about one request per directory;
+  `gs://<checkpoint bucket>/<prefix>/<request_id>/`, and AIP_* variables cannot be overridden, so
+  a request cannot resume from, or overwrite, another request's checkpoints;
 - scheduling.strategy: spotjobs submits SPOT; on-demand capacity is asked for through `fallback`,
-  so a request that says STANDARD is told so instead of being silently changed.
+  which only the strategies an operator allows may use.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 from shared.errors import Violation
+from shared.job_fields import ALLOWED, FIELDS, OPT_INS, OUTPUT_ONLY
+from shared.job_policy import (
+    RESERVED_ENV_NAMES,
+    RESERVED_ENV_PREFIXES,
+    allowed_service_accounts,
+    check_custom_job,
+)
 from shared.log import Logger
-from shared.request import InvalidJobRequest, JobRequest, field_path, read_request
+from shared.request import SYSTEM_FIELDS, InvalidJobRequest, JobRequest, read_request
 from shared.settings import Settings
-from shared.vertex import MAX_LABELS, RESERVED_LABEL_PREFIX, SYSTEM_LABELS
 
-TPU_MACHINE_PREFIXES = ("ct", "tpu")
-ACCEPTED_STRATEGIES = ("STRATEGY_UNSPECIFIED", "SPOT")
-MAX_LABEL_LENGTH = 63
 _warned_unrestricted_images = False
 
 
 def validate_request(
     data: bytes, *, message_id: str, attributes: Mapping[str, str], settings: Settings
 ) -> JobRequest:
-    """Read and check a message; return the request or raise InvalidJobRequest with every violation."""
+    """Read, then check a message; return the request or raise InvalidJobRequest with every
+    violation."""
     request, violations = read_request(
         data, message_id=message_id, attributes=attributes, max_bytes=settings.max_request_bytes
     )
@@ -70,208 +83,86 @@ def check_policy(request: JobRequest, settings: Settings) -> list[Violation]:
                 f"is {request.keep_last}; at most {settings.keep_last_ceiling} allowed",
             )
         )
+    out.extend(_check_fallback(request, settings))
+    out.extend(_check_locations(request, settings))
     return out
 
 
-def check_custom_job(
-    job: Mapping[str, Any], path: str, request_id: str | None, settings: Settings
-) -> list[Violation]:
-    """Policy over a CustomJob in canonical REST JSON (camelCase, enum names)."""
-    out: list[Violation] = []
-    spec = job.get("jobSpec") or {}
-    spec_path = field_path(path, "jobSpec")
-    pools = spec.get("workerPoolSpecs") or []
-    if not pools:
-        out.append(
-            Violation(f"{spec_path}.workerPoolSpecs", "is required (at least worker pool 0)")
-        )
-    for index, pool in enumerate(pools):
-        # Pools after the first may be empty placeholders (the API skips them).
-        if pool or index == 0:
-            out.extend(_check_pool(pool, f"{spec_path}.workerPoolSpecs[{index}]", settings))
-    out.extend(
-        _check_service_account(spec.get("serviceAccount"), f"{spec_path}.serviceAccount", settings)
-    )
-    out.extend(
-        _check_output_directory(spec.get("baseOutputDirectory"), spec_path, request_id, settings)
-    )
-    strategy = (spec.get("scheduling") or {}).get("strategy")
-    if strategy is not None and strategy not in ACCEPTED_STRATEGIES:
-        out.append(
-            Violation(
-                f"{spec_path}.scheduling.strategy",
-                f"is {strategy}; spotjobs submits SPOT (leave it unset or SPOT) and offers on-demand "
-                'capacity through "fallback": {"after_spot_attempts": k, "strategy": "STANDARD"}',
-            )
-        )
-    out.extend(check_labels(job.get("labels") or {}, field_path(path, "labels")))
-    return out
-
-
-def _check_pool(pool: Mapping[str, Any], path: str, settings: Settings) -> list[Violation]:
-    out: list[Violation] = []
-    machine = pool.get("machineSpec") or {}
-    machine_type = str(machine.get("machineType") or "")
-    families = ", ".join(settings.allowed_machine_families) or "(none configured)"
-    if not machine_type:
-        out.append(
-            Violation(
-                f"{path}.machineSpec.machineType", f"is required; allowed families: {families}"
-            )
-        )
-    elif machine_type.lower().startswith(TPU_MACHINE_PREFIXES):
-        out.append(
-            Violation(
-                f"{path}.machineSpec.machineType",
-                f"is {machine_type}; TPU machine types are not allowed",
-            )
-        )
-    elif machine_family(machine_type) not in settings.allowed_machine_families:
-        out.append(
-            Violation(
-                f"{path}.machineSpec.machineType",
-                f"is {machine_type} (family {machine_family(machine_type)}); allowed families: {families}",
-            )
-        )
-    if machine.get("tpuTopology"):
-        out.append(
-            Violation(f"{path}.machineSpec.tpuTopology", "is set; TPU topologies are not allowed")
-        )
-    accelerator = str(machine.get("acceleratorType") or "")
-    if accelerator.startswith("TPU"):
-        out.append(
-            Violation(
-                f"{path}.machineSpec.acceleratorType", f"is {accelerator}; TPUs are not allowed"
-            )
-        )
-    accelerators = int(machine.get("acceleratorCount") or 0)
-    if accelerators > settings.max_accelerators_per_replica:
-        out.append(
-            Violation(
-                f"{path}.machineSpec.acceleratorCount",
-                f"is {accelerators}; at most {settings.max_accelerators_per_replica} per replica",
-            )
-        )
-    replicas = int(pool.get("replicaCount") or 0)
-    if replicas > settings.max_replicas_per_pool:
-        out.append(
-            Violation(
-                f"{path}.replicaCount",
-                f"is {replicas}; at most {settings.max_replicas_per_pool} per pool",
-            )
-        )
-    out.extend(_check_images(pool, path, settings))
-    return out
-
-
-def machine_family(machine_type: str) -> str:
-    """'a2-highgpu-1g' -> 'a2'."""
-    return machine_type.split("-", 1)[0].lower()
-
-
-def _check_images(pool: Mapping[str, Any], path: str, settings: Settings) -> list[Violation]:
-    images = []
-    if "containerSpec" in pool:
-        images.append(
-            (f"{path}.containerSpec.imageUri", (pool["containerSpec"] or {}).get("imageUri"))
-        )
-    if "pythonPackageSpec" in pool:
-        images.append(
-            (
-                f"{path}.pythonPackageSpec.executorImageUri",
-                (pool["pythonPackageSpec"] or {}).get("executorImageUri"),
-            )
-        )
-    if not images:
-        return [Violation(path, "needs a containerSpec or a pythonPackageSpec")]
-    out = []
-    prefixes = settings.allowed_image_prefixes
-    for image_path, image in images:
-        if not image:
-            out.append(Violation(image_path, "is required"))
-        elif prefixes and not str(image).startswith(prefixes):
-            out.append(
-                Violation(image_path, f"is {image}; allowed image prefixes: {', '.join(prefixes)}")
-            )
-    return out
-
-
-def _check_service_account(account: object, path: str, settings: Settings) -> list[Violation]:
-    allowed = allowed_service_accounts(settings)
-    if not account or not settings.allowed_service_accounts or account in allowed:
+def _check_fallback(request: JobRequest, settings: Settings) -> list[Violation]:
+    fallback = request.fallback
+    if fallback is None:
         return []
+    allowed = settings.allowed_fallback_strategies
+    if fallback.strategy not in allowed:
+        shown = ", ".join(allowed) if allowed else "none: Spot only (SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES)"
+        return [Violation("fallback.strategy", f"is {fallback.strategy}; allowed: {shown}")]
+    minimum = settings.min_spot_attempts
+    if fallback.after_spot_attempts < minimum:
+        return [
+            Violation(
+                "fallback.after_spot_attempts",
+                f"is {fallback.after_spot_attempts}; at least {minimum} Spot attempts come first",
+            )
+        ]
+    return []
+
+
+def _check_locations(request: JobRequest, settings: Settings) -> list[Violation]:
+    allowed = settings.allowed_locations
+    if not allowed:
+        return []
+    named = [("location", request.location)] if request.location else []
+    named += [(f"locations[{i}]", loc) for i, loc in enumerate(request.locations)]
     return [
-        Violation(path, f"is {account}; allowed service accounts: {', '.join(sorted(allowed))}")
+        Violation(path, f"is {loc}; allowed regions: {', '.join(allowed)}")
+        for path, loc in named
+        if loc not in allowed
     ]
 
 
-def allowed_service_accounts(settings: Settings) -> frozenset[str]:
-    """The listed accounts plus the deployment's training account (always allowed)."""
-    accounts = set(settings.allowed_service_accounts)
-    if settings.training_service_account:
-        accounts.add(settings.training_service_account)
-    return frozenset(accounts)
-
-
-def _check_output_directory(
-    destination: object, spec_path: str, request_id: str | None, settings: Settings
-) -> list[Violation]:
-    if not destination or request_id is None:
-        return []
-    prefix = str((destination or {}).get("outputUriPrefix") or "")  # type: ignore[union-attr]
-    expected = settings.output_dir_for(request_id)
-    if prefix.rstrip("/") + "/" == expected:
-        return []
-    return [
-        Violation(
-            f"{spec_path}.baseOutputDirectory.outputUriPrefix",
-            f"is {prefix or '(empty)'}; leave baseOutputDirectory unset or set it to {expected}, "
-            "this request's own checkpoint directory",
-        )
-    ]
-
-
-def check_labels(labels: Mapping[str, str], path: str) -> list[Violation]:
-    """Vertex label rules, plus: the spotjobs-* keys are the system's."""
-    out: list[Violation] = []
-    room = MAX_LABELS - len(SYSTEM_LABELS)
-    if len(labels) > room:
-        out.append(
-            Violation(
-                path,
-                f"has {len(labels)} labels; at most {room} (spotjobs adds {len(SYSTEM_LABELS)})",
-            )
-        )
-    for key, value in labels.items():
-        if key.startswith(RESERVED_LABEL_PREFIX):
-            out.append(
-                Violation(
-                    field_path(path, key),
-                    f"the {RESERVED_LABEL_PREFIX}* labels are set by spotjobs",
-                )
-            )
-        elif not _is_label_text(key) or not key[:1].isalpha():
-            out.append(
-                Violation(
-                    field_path(path, key),
-                    f"label keys are 1-{MAX_LABEL_LENGTH} lowercase letters, digits, '-' or '_', starting with a letter",
-                )
-            )
-        if not (value == "" or _is_label_text(value)):
-            out.append(
-                Violation(
-                    field_path(path, key),
-                    f"value {value!r}: at most {MAX_LABEL_LENGTH} lowercase letters, digits, '-' or '_'",
-                )
-            )
-    return out
-
-
-def _is_label_text(text: str) -> bool:
-    # Vertex allows international lowercase letters too, hence isalpha/isupper rather than [a-z].
-    return 0 < len(text) <= MAX_LABEL_LENGTH and all(
-        c in "-_" or c.isdigit() or (c.isalpha() and not c.isupper()) for c in text
-    )
+def describe_policy(settings: Settings) -> dict[str, Any]:
+    """The effective policy as a publisher meets it: what may be set, and within which limits."""
+    env = {f.name: f.metadata["env"] for f in dataclasses.fields(Settings)}
+    opt_ins = {}
+    for setting in OPT_INS:
+        value = getattr(settings, setting)
+        opt_ins[env[setting]] = {
+            "fields": sorted(path for path, kind in FIELDS.items() if kind == setting),
+            "allowed": value if isinstance(value, bool) else list(value),
+        }
+    return {
+        "custom_job": {
+            "allowed_fields": sorted(path for path, kind in FIELDS.items() if kind == ALLOWED),
+            "opt_in_fields": opt_ins,
+            "refused": "every other field; output-only fields: "
+            + ", ".join(sorted(p for p, k in FIELDS.items() if k == OUTPUT_ONLY)),
+            "machine_families": list(settings.allowed_machine_families),
+            "tpus": False,
+            "images": list(settings.allowed_image_prefixes) or "ANY (no allowlist configured)",
+            "service_accounts": sorted(allowed_service_accounts(settings))
+            or "none may be named (no training service account configured)",
+            "default_service_account": settings.training_service_account or "(Vertex AI's default)",
+            "output_directory": settings.output_dir_for("<request_id>"),
+            "reserved_env": [*RESERVED_ENV_NAMES, *(f"{p}*" for p in RESERVED_ENV_PREFIXES)],
+            "scheduling_strategy": "SPOT (set by spotjobs; leave unset or SPOT)",
+        },
+        "ceilings": {
+            "replicas_per_pool": settings.max_replicas_per_pool,
+            "accelerators_per_replica": settings.max_accelerators_per_replica,
+            "accelerators_per_job": settings.max_accelerators_per_job,
+            "pools_per_job": settings.max_pools_per_job,
+            "timeout_seconds": settings.max_timeout_seconds,
+            "boot_disk_gb": settings.max_boot_disk_gb,
+            "max_attempts": settings.max_attempts_ceiling,
+            "keep_last": settings.keep_last_ceiling,
+            "request_bytes": settings.max_request_bytes,
+        },
+        "fallback_strategies": list(settings.allowed_fallback_strategies) or "none (Spot only)",
+        "min_spot_attempts": settings.min_spot_attempts,
+        "locations": list(settings.allowed_locations) or "any region",
+        "default_location": settings.location,
+        "system_fields": f"{', '.join(SYSTEM_FIELDS)}: only on the system's re-queue messages",
+    }
 
 
 def warn_if_images_unrestricted(settings: Settings, log: Logger) -> None:

@@ -1,23 +1,25 @@
-"""The job request: its two accepted shapes, how it is read, and the canonical envelope.
+"""The job request envelope: its two accepted shapes, how a message is read, the canonical form.
 
 A message on `job-requests` is either
 
 - an **envelope** `{"request_id", "custom_job", "location"?, "locations"?, "max_attempts"?,
-  "fallback"?, "checkpoints"?, "schema_version"?, "attempt"?}` (`attempt` is set only by the
-  system, on re-queue), or
+  "fallback"?, "checkpoints"?, "schema_version"?, "attempt"?}`, or
 - a **bare CustomJob body**, exactly what the Vertex AI REST docs POST to `customJobs`. Its request
   id is the `request_id` message attribute, else `msg-<message id>`: a redelivery of the same
   message then maps to the same request and is de-duplicated.
 
-The CustomJob part is checked against the `google.cloud.aiplatform_v1` CustomJob descriptor, the
-same schema the API parses with, so unknown or mistyped fields are rejected as the API would
-reject them, in camelCase or snake_case. Reading collects every violation with its field path
-instead of stopping at the first (protobuf's own parser stops at the first). Policy (what this
-deployment allows) is applied on top by `shared.policy`.
+The CustomJob part is checked against the aiplatform_v1 schema by `shared.job_schema`. Reading
+never judges what a deployment allows: `shared.policy.validate_request` reads with this module,
+then checks its policy on the result (read, then check; nothing here calls back into policy).
+
+System fields (`attempt`) are read only from the system's own re-queue messages, those carrying
+the message attribute `spotjobs_origin: requeue` (`REQUEUE_ATTRIBUTES`); from anyone else they are
+a violation naming the field. The attribute marks, it does not prove: anyone who may publish can
+set it, so submit honours a re-queued attempt only when the ledger says that attempt is due, and
+a request's `attempt` is set (never None) exactly when it came marked as a re-queue.
 
 `canonical_envelope` is the contract with the events function: the normalized request stored in
-the ledger and re-published, with `attempt` and `location` added, on re-queue. `plan_attempt`
-decides where and how an attempt runs.
+the ledger and re-published, with `attempt` and `location` added, on re-queue.
 """
 
 from __future__ import annotations
@@ -26,21 +28,17 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from shared.attempts import FALLBACK_STRATEGIES
 from shared.errors import InvalidRequest, Violation
-
-if TYPE_CHECKING:
-    from google.protobuf.descriptor import Descriptor, FieldDescriptor
-
-    from shared.ledger import Attempt
+from shared.job_schema import BODY, field_path, json_type, read_custom_job
 
 ENVELOPE_SCHEMA_VERSION = 1
-# Label-safe (a Vertex label value) and usable as a GCS path segment.
+# Label-safe (a Vertex label value) and usable as a GCS path segment: the one rule for request ids
+# (the pruner lists request folders with it too).
 REQUEST_ID_PATTERN = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 LOCATION_PATTERN = re.compile(r"^[a-z]+(-[a-z]+)+[0-9]+$")
-SPOT = "SPOT"
-FALLBACK_STRATEGIES = ("STANDARD", "FLEX_START")
 ENVELOPE_FIELDS = (
     "schema_version",
     "request_id",
@@ -53,27 +51,17 @@ ENVELOPE_FIELDS = (
     "attempt",
 )
 REQUEST_ID_ATTRIBUTE = "request_id"
+ORIGIN_ATTRIBUTE = "spotjobs_origin"
+REQUEUE_ORIGIN = "requeue"
+# The attributes the system publishes its re-queues with (shared/decisions.py).
+REQUEUE_ATTRIBUTES = {ORIGIN_ATTRIBUTE: REQUEUE_ORIGIN}
+# Envelope fields only the system sets, on re-queue messages.
+SYSTEM_FIELDS = ("attempt",)
 # The size limit is for what publishers send (attempt 1). A re-queue carries the canonical
-# envelope, bigger than the body first accepted (a bare body gains the envelope's fields), so it may
-# exceed the limit, by a bounded amount so that not every oversized body is parsed. Whether the
-# ledger expects that attempt is checked before anything is created: setting it gains nothing.
+# envelope, bigger than the body first accepted (a bare body gains the envelope's fields), so a
+# message marked as a re-queue may exceed the limit, by a bounded amount so that not every oversized
+# body is parsed. Whether the ledger expects that attempt is checked before anything is created.
 REQUEUE_SIZE_ALLOWANCE = 2
-BODY = "body"  # the path of a violation about the message as a whole
-# CustomJob fields Vertex sets; a request that sets them is confused about what it is sending.
-OUTPUT_ONLY_FIELDS = frozenset(
-    {
-        "name",
-        "state",
-        "createTime",
-        "startTime",
-        "endTime",
-        "updateTime",
-        "error",
-        "webAccessUris",
-        "satisfiesPzs",
-        "satisfiesPzi",
-    }
-)
 
 
 @dataclass(frozen=True)
@@ -103,7 +91,7 @@ class JobRequest:
     max_attempts: int | None = None
     fallback: Fallback | None = None
     keep_last: int | None = None
-    attempt: int | None = None  # only on system re-queues
+    attempt: int | None = None  # set exactly on messages marked as the system's re-queues
 
     @property
     def job_path(self) -> str:
@@ -137,14 +125,31 @@ def read_request(
     Never raises for bad input: whatever the bytes are, the answer is a request and a list.
     """
     attribute_id = attributes.get(REQUEST_ID_ATTRIBUTE)
-    body, problem = _decode_body(data, max_bytes)
+    origin = attributes.get(ORIGIN_ATTRIBUTE)
+    requeue = origin == REQUEUE_ORIGIN
+    found: list[Violation] = []
+    if origin is not None and not requeue:
+        found.append(
+            Violation(
+                f"attributes.{ORIGIN_ATTRIBUTE}",
+                f"is {origin!r}; only the system sets it, to {REQUEUE_ORIGIN!r}",
+            )
+        )
+    allowance = REQUEUE_SIZE_ALLOWANCE if requeue else 1
+    body, problem = _decode_body(data, max_bytes, allowance)
     if problem is not None:
         # Name the request in the rejection when the publisher told us which one it is.
         hint = attribute_id if is_valid_request_id(attribute_id) else None
-        return JobRequest(hint, None, "unknown"), [problem]
+        return JobRequest(hint, None, "unknown"), [*found, problem]
     if any(key in ENVELOPE_FIELDS for key in body):
-        return _read_envelope(body, attribute_id)
-    return _read_bare(body, attribute_id, message_id)
+        request, violations = _read_envelope(body, attribute_id, requeue)
+    else:
+        request, violations = _read_bare(body, attribute_id, message_id)
+        if requeue:
+            found.append(
+                Violation(f"attributes.{ORIGIN_ATTRIBUTE}", "marks a re-queue, which is an envelope")
+            )
+    return request, [*found, *violations]
 
 
 def is_valid_request_id(value: object) -> bool:
@@ -157,10 +162,14 @@ def request_id_from_message_id(message_id: str) -> str:
     return f"msg-{safe}"[:63]
 
 
-def _decode_body(data: bytes, max_bytes: int) -> tuple[dict[str, Any], Violation | None]:
+def _decode_body(
+    data: bytes, max_bytes: int, allowance: int
+) -> tuple[dict[str, Any], Violation | None]:
     if not data or not data.strip():
         return {}, Violation(BODY, "is empty; expected a JSON object (a job request)")
-    if len(data) > max_bytes and not _is_requeue_within_allowance(data, max_bytes):
+    if len(data) > max_bytes and not (
+        len(data) <= allowance * max_bytes and _is_requeue(data)
+    ):
         return {}, Violation(BODY, f"is {len(data)} bytes; at most {max_bytes} are accepted")
     try:
         body = json.loads(data.decode("utf-8"))
@@ -169,15 +178,12 @@ def _decode_body(data: bytes, max_bytes: int) -> tuple[dict[str, Any], Violation
         reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
         return {}, Violation(BODY, f"is not valid UTF-8 JSON ({reason})")
     if not isinstance(body, dict):
-        return {}, Violation(BODY, f"is {_json_type(body)}; expected an object (a job request)")
+        return {}, Violation(BODY, f"is {json_type(body)}; expected an object (a job request)")
     return body, None
 
 
-def _is_requeue_within_allowance(data: bytes, max_bytes: int) -> bool:
-    """An oversized body that is attempt n+1 as the system re-publishes it, within its allowance.
-    (Whether the ledger expects that attempt is checked before anything is created.)"""
-    if len(data) > REQUEUE_SIZE_ALLOWANCE * max_bytes:
-        return False
+def _is_requeue(data: bytes) -> bool:
+    """A body that is attempt n+1 as the system re-publishes it (the caller checked the marker)."""
     try:
         body = json.loads(data.decode("utf-8"))
     except (ValueError, RecursionError):
@@ -199,9 +205,21 @@ def _read_bare(
 
 
 def _read_envelope(
-    body: dict[str, Any], attribute_id: str | None
+    body: dict[str, Any], attribute_id: str | None, requeue: bool
 ) -> tuple[JobRequest, list[Violation]]:
     violations: list[Violation] = []
+    if not requeue:
+        for key in SYSTEM_FIELDS:
+            if key in body:
+                violations.append(
+                    Violation(
+                        key,
+                        "is set only by spotjobs, on its own re-queue messages; a published "
+                        "request is attempt 1 (leave it out)",
+                    )
+                )
+    elif "attempt" not in body:
+        violations.append(Violation("attempt", "is required on a re-queue message"))
     for key in body:
         if key not in ENVELOPE_FIELDS:
             violations.append(
@@ -242,7 +260,7 @@ def _read_envelope(
         max_attempts=_read_int(body.get("max_attempts"), "max_attempts", 1, violations),
         fallback=_read_fallback(body.get("fallback"), violations),
         keep_last=_read_keep_last(body.get("checkpoints"), violations),
-        attempt=_read_int(body.get("attempt"), "attempt", 1, violations),
+        attempt=_read_int(body.get("attempt"), "attempt", 1, violations) if requeue else None,
     )
     return request, violations
 
@@ -343,218 +361,7 @@ def _read_keep_last(value: object, violations: list[Violation]) -> int | None:
     return _read_int(value.get("keep_last"), "checkpoints.keep_last", 1, violations)
 
 
-def _json_type(value: object) -> str:
-    names = {
-        dict: "a JSON object",
-        list: "a JSON array",
-        str: "a JSON string",
-        bool: "a JSON boolean",
-    }
-    return "JSON null" if value is None else names.get(type(value), "a JSON number")
-
-
-# The CustomJob part: the aiplatform_v1 schema, every violation at once.
-
-
-def read_custom_job(value: object, path: str, violations: list[Violation]) -> dict[str, Any] | None:
-    """Check `value` against the CustomJob schema; return its canonical REST JSON, or None.
-
-    The canonical form is what `CustomJob.to_json` prints: camelCase, enum names, int64 as strings,
-    no default values. It keeps only what the request said.
-    """
-    from google.cloud.aiplatform_v1.types import CustomJob
-    from google.protobuf import json_format
-
-    found: list[Violation] = []
-    if not isinstance(value, dict):
-        found.append(
-            Violation(path or BODY, f"is {_json_type(value)}; expected a CustomJob object")
-        )
-    else:
-        _check_message(CustomJob.pb().DESCRIPTOR, value, path, found)
-        for key in value:
-            if key in OUTPUT_ONLY_FIELDS or _camel(key) in OUTPUT_ONLY_FIELDS:
-                found.append(Violation(field_path(path, key), "is output only; Vertex AI sets it"))
-    if not found:
-        try:
-            job = CustomJob.pb()()
-            json_format.ParseDict(value, job)
-        except (json_format.ParseError, ValueError, TypeError, RecursionError) as exc:
-            # The walk above mirrors the parser; this keeps parity if protobuf's rules drift.
-            found.append(Violation(path or BODY, _clean_parse_error(exc)))
-        else:
-            text = json_format.MessageToJson(job, indent=None)
-            violations.extend(found)
-            return json.loads(text)
-    violations.extend(found)
-    return None
-
-
-def _check_message(descriptor: Descriptor, value: object, path: str, out: list[Violation]) -> None:
-    if not isinstance(value, dict):
-        out.append(
-            Violation(path, f"is {_json_type(value)}; expected an object ({descriptor.name})")
-        )
-        return
-    seen_fields: dict[str, str] = {}
-    seen_oneofs: dict[str, str] = {}
-    for key, item in value.items():
-        item_path = field_path(path, key)
-        field = _field_named(descriptor, key)
-        if field is None:
-            allowed = ", ".join(f.json_name for f in descriptor.fields)
-            out.append(
-                Violation(item_path, f"unknown field of {descriptor.name}; known fields: {allowed}")
-            )
-            continue
-        if field.name in seen_fields:
-            out.append(
-                Violation(
-                    item_path, f"repeats {seen_fields[field.name]} (camelCase and snake_case)"
-                )
-            )
-            continue
-        seen_fields[field.name] = key
-        oneof = field.containing_oneof
-        if oneof is not None and item is not None:
-            if oneof.name in seen_oneofs:
-                out.append(
-                    Violation(
-                        item_path, f"only one of {seen_oneofs[oneof.name]} and {key} may be set"
-                    )
-                )
-            seen_oneofs[oneof.name] = key
-        if item is not None:
-            _check_field(descriptor, field, key, item, item_path, out)
-
-
-def _check_field(
-    parent: Descriptor,
-    field: FieldDescriptor,
-    key: str,
-    value: object,
-    path: str,
-    out: list[Violation],
-) -> None:
-    message_type = field.message_type
-    if message_type is not None and message_type.GetOptions().map_entry:
-        value_type = message_type.fields_by_name["value"].message_type
-        if not isinstance(value, dict):
-            out.append(Violation(path, f"is {_json_type(value)}; expected an object (a map)"))
-        elif value_type is not None and not _is_leaf_message(value_type):
-            for map_key, map_value in value.items():
-                _check_message(value_type, map_value, field_path(path, map_key), out)
-        else:
-            _check_leaf(parent, key, value, path, out)
-        return
-    if _is_repeated(field):
-        if not isinstance(value, list):
-            out.append(Violation(path, f"is {_json_type(value)}; expected an array"))
-        elif message_type is not None and not _is_leaf_message(message_type):
-            for index, element in enumerate(value):
-                _check_message(message_type, element, f"{path}[{index}]", out)
-        else:
-            _check_leaf(parent, key, value, path, out)
-        return
-    if message_type is not None and not _is_leaf_message(message_type):
-        _check_message(message_type, value, path, out)
-    else:
-        _check_leaf(parent, key, value, path, out)
-
-
-def _check_leaf(
-    parent: Descriptor, key: str, value: object, path: str, out: list[Violation]
-) -> None:
-    """Scalars, enums and well-known types: let protobuf's JSON parser judge the one field."""
-    from google.protobuf import json_format, message_factory
-
-    try:
-        json_format.ParseDict({key: value}, message_factory.GetMessageClass(parent)())
-    except (json_format.ParseError, ValueError, TypeError, RecursionError) as exc:
-        field = _field_named(parent, key)
-        expected = _describe(field) if field is not None else "a valid value"
-        out.append(Violation(path, f"expected {expected} ({_clean_parse_error(exc)})"))
-
-
-def _describe(field: FieldDescriptor) -> str:
-    """What a JSON value for `field` looks like, in words."""
-    from google.protobuf.descriptor import FieldDescriptor as F
-
-    if field.message_type is not None and field.message_type.GetOptions().map_entry:
-        return f"a map of {_describe(field.message_type.fields_by_name['value'])}"
-    if field.enum_type is not None:
-        names = [v.name for v in field.enum_type.values]
-        shown = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")
-        kind = f"a {field.enum_type.name} name ({shown}) or number"
-    elif field.message_type is not None:
-        kind = _WELL_KNOWN_JSON.get(
-            field.message_type.full_name, f"a {field.message_type.name} object"
-        )
-    elif field.type == F.TYPE_STRING:
-        kind = "a string"
-    elif field.type == F.TYPE_BOOL:
-        kind = "true or false"
-    elif field.type in (F.TYPE_FLOAT, F.TYPE_DOUBLE):
-        kind = "a number"
-    elif field.type == F.TYPE_BYTES:
-        kind = "a base64 string"
-    else:
-        kind = "an integer"
-    return f"an array of {kind}s" if _is_repeated(field) else kind
-
-
-_WELL_KNOWN_JSON = {
-    "google.protobuf.Duration": 'a duration such as "3600s"',
-    "google.protobuf.Timestamp": 'an RFC 3339 time such as "2024-01-01T00:00:00Z"',
-}
-
-
-def _is_leaf_message(descriptor: Descriptor) -> bool:
-    # Well-known types (Duration, Timestamp, Struct, ...) and google.rpc.Status have special JSON.
-    return descriptor.full_name.startswith(("google.protobuf.", "google.rpc."))
-
-
-def _is_repeated(field: FieldDescriptor) -> bool:
-    repeated = getattr(field, "is_repeated", None)
-    if repeated is not None:
-        return bool(repeated)
-    return field.label == field.LABEL_REPEATED  # protobuf < 5.28
-
-
-def _field_named(descriptor: Descriptor, key: str) -> FieldDescriptor | None:
-    field = descriptor.fields_by_name.get(key)
-    if field is not None:
-        return field
-    return next((f for f in descriptor.fields if f.json_name == key), None)
-
-
-_PARSE_PREFIX = re.compile(r"^(Failed to parse \w+ field: )+")
-_PARSE_SUFFIX = re.compile(r"\s+at\s+\S+\.?$|\.\.\.$")
-
-
-def _clean_parse_error(exc: BaseException) -> str:
-    """protobuf's message without its nesting prefix and location suffix (the path says where)."""
-    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    text = _PARSE_PREFIX.sub("", text)
-    return _PARSE_SUFFIX.sub("", text).rstrip(".")[:300] or type(exc).__name__
-
-
-def _camel(snake: str) -> str:
-    head, *rest = snake.split("_")
-    return head + "".join(part.title() for part in rest)
-
-
-_PLAIN_KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]*$")
-
-
-def field_path(path: str, key: str) -> str:
-    """`path.key`, or `path["key"]` when the key would not read as a name (empty, dotted, ...)."""
-    if not _PLAIN_KEY.fullmatch(key):
-        return f"{path}[{json.dumps(key)}]"
-    return f"{path}.{key}" if path else key
-
-
-# The canonical envelope and attempt planning (shared with the events function).
+# The canonical envelope (shared with the events function).
 
 
 def canonical_envelope(
@@ -580,34 +387,3 @@ def canonical_envelope(
         "fallback": request.fallback.to_json() if request.fallback else None,
         "checkpoints": {"keep_last": request.keep_last} if request.keep_last else None,
     }
-
-
-def plan_attempt(
-    request: Mapping[str, Any], n: int, previous: Attempt | None, after_stockout: bool
-) -> tuple[str, str]:
-    """(location, strategy) for attempt `n` of a canonical envelope.
-
-    Strategy: SPOT, unless `fallback` is set and `n > fallback.after_spot_attempts` (so
-    `after_spot_attempts: 0` means no Spot at all).
-
-    Location: attempt 1 runs in `request["location"]`. A later attempt stays where the previous one
-    ran, unless that attempt ended in a stockout and `locations` lists alternatives: then it moves to
-    the next region in `locations`, wrapping around after the last. Wrapping rather than staying on
-    the last region is deliberate: stockouts are transient, an earlier region has had time to
-    recover, and `max_attempts` bounds the tour anyway.
-    """
-    fallback = request.get("fallback")
-    if fallback and n > int(fallback["after_spot_attempts"]):
-        strategy = str(fallback.get("strategy") or "STANDARD")
-    else:
-        strategy = SPOT
-    locations: list[str] = list(request.get("locations") or [])
-    first = str(request.get("location") or (locations[0] if locations else ""))
-    if n == 1 or previous is None:
-        return first, strategy
-    if not after_stockout or len(locations) < 2:
-        return previous.location, strategy
-    if previous.location not in locations:
-        return locations[0], strategy
-    following = (locations.index(previous.location) + 1) % len(locations)
-    return locations[following], strategy

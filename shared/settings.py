@@ -68,6 +68,36 @@ class Settings:
     default_max_attempts: int = _env("SPOTJOBS_DEFAULT_MAX_ATTEMPTS", 3, kind="int")
     max_attempts_ceiling: int = _env("SPOTJOBS_MAX_ATTEMPTS_CEILING", 10, kind="int")
     max_request_bytes: int = _env("SPOTJOBS_MAX_REQUEST_BYTES", 256 * 1024, kind="int")
+    # Ceilings over the whole job (shared/job_policy.py): accelerators summed over every replica of
+    # every pool, worker pools, scheduling.timeout (Vertex's own default is 7 days), boot disk.
+    max_accelerators_per_job: int = _env("SPOTJOBS_MAX_ACCELERATORS_PER_JOB", 16, kind="int")
+    max_pools_per_job: int = _env("SPOTJOBS_MAX_POOLS_PER_JOB", 2, kind="int")
+    max_timeout_seconds: int = _env("SPOTJOBS_MAX_TIMEOUT_SECONDS", 7 * 86400, kind="int")
+    max_boot_disk_gb: int = _env("SPOTJOBS_MAX_BOOT_DISK_GB", 1000, kind="int")
+    # Fallback strategies a request may ask for (STANDARD, FLEX_START); empty = Spot only.
+    allowed_fallback_strategies: tuple[str, ...] = _env(
+        "SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES", (), kind="list"
+    )
+    # Spot attempts a request must make before its fallback may start.
+    min_spot_attempts: int = _env("SPOTJOBS_MIN_SPOT_ATTEMPTS", 1, kind="int")
+    # Regions a request may name in location/locations; empty = any region.
+    allowed_locations: tuple[str, ...] = _env("SPOTJOBS_ALLOWED_LOCATIONS", (), kind="list")
+    # Opt-ins: CustomJob fields outside the base allowlist, each refused until its setting allows
+    # values. Resource names match exactly, or under an entry ending in "/" (a path prefix).
+    allowed_networks: tuple[str, ...] = _env("SPOTJOBS_ALLOWED_NETWORKS", (), kind="list")
+    allowed_network_attachments: tuple[str, ...] = _env(
+        "SPOTJOBS_ALLOWED_NETWORK_ATTACHMENTS", (), kind="list"
+    )
+    allow_web_access: bool = _env("SPOTJOBS_ALLOW_WEB_ACCESS", False, kind="bool")
+    allowed_mount_servers: tuple[str, ...] = _env("SPOTJOBS_ALLOWED_MOUNT_SERVERS", (), kind="list")
+    allowed_persistent_resources: tuple[str, ...] = _env(
+        "SPOTJOBS_ALLOWED_PERSISTENT_RESOURCES", (), kind="list"
+    )
+    allowed_reservations: tuple[str, ...] = _env("SPOTJOBS_ALLOWED_RESERVATIONS", (), kind="list")
+    allowed_kms_keys: tuple[str, ...] = _env("SPOTJOBS_ALLOWED_KMS_KEYS", (), kind="list")
+    allowed_tensorboards: tuple[str, ...] = _env("SPOTJOBS_ALLOWED_TENSORBOARDS", (), kind="list")
+    allowed_experiments: tuple[str, ...] = _env("SPOTJOBS_ALLOWED_EXPERIMENTS", (), kind="list")
+    allowed_models: tuple[str, ...] = _env("SPOTJOBS_ALLOWED_MODELS", (), kind="list")
     # A claim without a job older than this is taken over by a redelivery (its holder crashed).
     # It must cover a whole create: at least twice create_timeout_seconds (see from_env).
     claim_lease_seconds: float = _env("SPOTJOBS_CLAIM_LEASE_SECONDS", 120.0, kind="float")
@@ -129,7 +159,27 @@ class Settings:
         settings = cls(**values)
         settings._check_create_fits_in_lease()
         settings._check_patterns()
+        settings._check_image_prefixes()
         return settings
+
+    def check_deployable(self) -> None:
+        """Fail closed where jobs are really created (no SPOTJOBS_VERTEX_ENDPOINT: Vertex AI itself).
+
+        Without a training service account a job request naming none would run as Vertex's default
+        identity, and the service-account allowlist would have nothing to hold it to. submit_job
+        calls this before handling any request; the offline CLI does not need it."""
+        if self.vertex_endpoint:
+            return
+        if not self.training_service_account:
+            raise ConfigurationError(
+                "SPOTJOBS_TRAINING_SERVICE_ACCOUNT is unset: jobs would run as Vertex AI's default "
+                "service account; set it to the training service account (Terraform does)"
+            )
+        if self.allowed_locations and self.location not in self.allowed_locations:
+            raise ConfigurationError(
+                f"SPOTJOBS_LOCATION={self.location} is not in SPOTJOBS_ALLOWED_LOCATIONS="
+                f"{','.join(self.allowed_locations)}: requests without a location would be refused"
+            )
 
     @property
     def create_deadline_seconds(self) -> float:
@@ -152,6 +202,15 @@ class Settings:
                 except re.error as exc:
                     env = next(f.metadata["env"] for f in dataclasses.fields(self) if f.name == name)
                     raise ConfigurationError(f"{env}: {pattern!r} is not a regular expression: {exc}") from None
+
+    def _check_image_prefixes(self) -> None:
+        from shared.image_ref import BadReference, parse_prefix
+
+        for entry in self.allowed_image_prefixes:
+            try:
+                parse_prefix(entry)
+            except BadReference as exc:
+                raise ConfigurationError(f"SPOTJOBS_ALLOWED_IMAGE_PREFIXES: {exc}") from None
 
     def _check_create_fits_in_lease(self) -> None:
         # Checked for the environment's settings only: tests build others with dataclasses.replace.

@@ -50,9 +50,9 @@ from shared.ledger import Attempt, JobIndexEntry, RequestRecord, alert_marker
 from shared.log import Logger
 from shared.observe import apply_observation
 from shared.outbox import flush, publish_alert
-from shared.settings import CREATE_MARGIN_FRACTION
 from shared.policy import validate_request, warn_if_images_unrestricted
 from shared.request import InvalidJobRequest, canonical_envelope
+from shared.settings import CREATE_MARGIN_FRACTION
 from shared.vertex import (
     JobSnapshot,
     build_job_json,

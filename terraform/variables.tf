@@ -138,6 +138,23 @@ variable "settings" {
     default_max_attempts         = optional(number)             # SPOTJOBS_DEFAULT_MAX_ATTEMPTS
     max_attempts_ceiling         = optional(number)             # SPOTJOBS_MAX_ATTEMPTS_CEILING
     max_request_bytes            = optional(number)             # SPOTJOBS_MAX_REQUEST_BYTES
+    max_accelerators_per_job     = optional(number)             # SPOTJOBS_MAX_ACCELERATORS_PER_JOB
+    max_pools_per_job            = optional(number)             # SPOTJOBS_MAX_POOLS_PER_JOB
+    max_timeout_seconds          = optional(number)             # SPOTJOBS_MAX_TIMEOUT_SECONDS (default 7 days, Vertex's own)
+    max_boot_disk_gb             = optional(number)             # SPOTJOBS_MAX_BOOT_DISK_GB
+    allowed_fallback_strategies  = optional(list(string))       # SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES (null = none: Spot only)
+    min_spot_attempts            = optional(number)             # SPOTJOBS_MIN_SPOT_ATTEMPTS
+    allowed_locations            = optional(list(string))       # SPOTJOBS_ALLOWED_LOCATIONS (null = any region)
+    allowed_networks             = optional(list(string))       # SPOTJOBS_ALLOWED_NETWORKS (opt-in: jobSpec.network, reservedIpRanges)
+    allowed_network_attachments  = optional(list(string))       # SPOTJOBS_ALLOWED_NETWORK_ATTACHMENTS (opt-in: PSC interface)
+    allow_web_access             = optional(bool)               # SPOTJOBS_ALLOW_WEB_ACCESS (opt-in: web/dashboard access)
+    allowed_mount_servers        = optional(list(string))       # SPOTJOBS_ALLOWED_MOUNT_SERVERS (opt-in: NFS/Lustre mounts)
+    allowed_persistent_resources = optional(list(string))       # SPOTJOBS_ALLOWED_PERSISTENT_RESOURCES
+    allowed_reservations         = optional(list(string))       # SPOTJOBS_ALLOWED_RESERVATIONS
+    allowed_kms_keys             = optional(list(string))       # SPOTJOBS_ALLOWED_KMS_KEYS
+    allowed_tensorboards         = optional(list(string))       # SPOTJOBS_ALLOWED_TENSORBOARDS
+    allowed_experiments          = optional(list(string))       # SPOTJOBS_ALLOWED_EXPERIMENTS
+    allowed_models               = optional(list(string))       # SPOTJOBS_ALLOWED_MODELS
     claim_lease_seconds          = optional(number)             # SPOTJOBS_CLAIM_LEASE_SECONDS
     create_timeout_seconds       = optional(number)             # SPOTJOBS_CREATE_TIMEOUT_SECONDS (bounds one Vertex create)
     max_event_age_seconds        = optional(number)             # SPOTJOBS_MAX_EVENT_AGE_SECONDS
@@ -168,6 +185,17 @@ variable "settings" {
         var.settings.allowed_machine_families, var.settings.allowed_image_prefixes,
         var.settings.allowed_service_accounts, var.settings.preemption_patterns,
         var.settings.stockout_patterns, var.settings.commit_markers,
+        var.settings.allowed_fallback_strategies,
+        var.settings.allowed_locations,
+        var.settings.allowed_networks,
+        var.settings.allowed_network_attachments,
+        var.settings.allowed_mount_servers,
+        var.settings.allowed_persistent_resources,
+        var.settings.allowed_reservations,
+        var.settings.allowed_kms_keys,
+        var.settings.allowed_tensorboards,
+        var.settings.allowed_experiments,
+        var.settings.allowed_models,
       ] : [for item in coalesce(v, []) : !strcontains(item, ",")]
     ]))
     error_message = "settings: list items must not contain commas (the functions split SPOTJOBS_* lists on commas)."

@@ -20,6 +20,8 @@ TEST_FUNCTION_ENV = {
     "SPOTJOBS_LOG_LEVEL": "DEBUG",
     # Production-like: an image allowlist, which every test image lies inside.
     "SPOTJOBS_ALLOWED_IMAGE_PREFIXES": "us-docker.pkg.dev/",
+    # Enabled explicitly for the fallback tests (a deployment allows no fallback by default).
+    "SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES": "STANDARD",
 }
 
 

@@ -1,7 +1,7 @@
 """`spotjobs validate | submit | status`: job requests from the command line.
 
 - `validate FILE` is offline (no network, no credentials): it applies the configured policy and
-  prints the CustomJob that attempt 1 would create. Exit 0 valid, 2 invalid (one violation per
+  prints the CustomJob that attempt 1 would create. `--show-policy` prints the effective policy. Exit 0 valid, 2 invalid (one violation per
   line on stderr) or unreadable.
 - `submit FILE` validates the same way first (nothing is published when invalid), then publishes
   to job-requests (PUBSUB_EMULATOR_HOST is honoured; otherwise Application Default Credentials).
@@ -35,7 +35,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     validate = subparsers.add_parser(
         "validate", help="check a job request offline and print the CustomJob it would create"
     )
-    _add_request_arguments(validate)
+    _add_request_arguments(validate, file_optional=True)
+    validate.add_argument(
+        "--show-policy",
+        action="store_true",
+        help="print the effective request policy (what a publisher may set, and its limits)",
+    )
     validate.set_defaults(run=run_validate)
 
     submit = subparsers.add_parser(
@@ -58,9 +63,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     status.set_defaults(run=run_status)
 
 
-def _add_request_arguments(parser: argparse.ArgumentParser) -> None:
+def _add_request_arguments(parser: argparse.ArgumentParser, file_optional: bool = False) -> None:
     parser.add_argument(
-        "file", help="the job request (envelope or bare CustomJob body) as JSON; - for stdin"
+        "file",
+        nargs="?" if file_optional else None,
+        help="the job request (envelope or bare CustomJob body) as JSON; - for stdin",
     )
     parser.add_argument(
         "--request-id", help="request id for a bare CustomJob body (default: generated)"
@@ -81,6 +88,16 @@ def run_validate(args: argparse.Namespace) -> int:
     from shared.settings import get_settings
 
     settings = get_settings()
+    if args.show_policy:
+        from shared.policy import describe_policy
+
+        json.dump({"policy": describe_policy(settings)}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        if args.file is None:
+            return EXIT_OK
+    elif args.file is None:
+        print("spotjobs validate: a request FILE (or --show-policy) is required", file=sys.stderr)
+        return EXIT_INVALID
     prepared = _prepare(args, settings)
     if prepared is None:
         return EXIT_INVALID
@@ -92,7 +109,8 @@ def run_validate(args: argparse.Namespace) -> int:
 
 def describe_first_attempt(request: JobRequest, settings: Settings) -> dict[str, Any]:
     """The normalized request and the CustomJob its first attempt would create."""
-    from shared.request import canonical_envelope, plan_attempt
+    from shared.attempts import plan_attempt
+    from shared.request import canonical_envelope
     from shared.vertex import build_job_json, parent_path, to_custom_job, to_job_json
 
     envelope = canonical_envelope(

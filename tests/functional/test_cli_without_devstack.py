@@ -22,7 +22,7 @@ from shared.cli import local
 from tests.conftest import EVENTS_DIR
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-VALID_REQUEST = EVENTS_DIR / "requests" / "envelope_full.json"
+VALID_REQUEST = EVENTS_DIR / "requests" / "bare_docs.json"  # valid under the default policy
 
 
 def console_script_target() -> str:
@@ -101,7 +101,7 @@ def test_validate_works(install: Install, how: str) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     out = json.loads(result.stdout)
-    assert (out["request_id"], out["strategy"]) == ("resnet-nightly-001", "SPOT")
+    assert out["strategy"] == "SPOT" and out["custom_job"]["displayName"] == "spot-training-job"
 
 
 @pytest.mark.parametrize("how", HOW)

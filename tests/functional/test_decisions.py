@@ -151,7 +151,10 @@ def test_ten_concurrent_deliveries_of_the_terminal_event_requeue_once(world: Wor
         deliver(world, terminal, log)
 
     [requeue] = world.publisher.on("job-requests")
-    assert (requeue.data["attempt"], requeue.attributes) == (2, {"request_id": "req-1"})
+    assert (requeue.data["attempt"], requeue.attributes) == (
+        2,
+        {"request_id": "req-1", "spotjobs_origin": "requeue"},
+    )
     record = world.ledger.get("req-1")
     assert record.status == RequestStatus.REQUEUED and record.requeue.message_id is not None
     assert len(log.events("requeue")) == 1 and len(log.events("requeue_published")) == 1

@@ -155,7 +155,7 @@ def test_abandoned_claim_without_a_job_is_republished_and_a_young_one_left_alone
         "max_attempts": 3,
         "attempt": 1,
     }
-    assert message.attributes == {"request_id": "req-1"}
+    assert message.attributes == {"request_id": "req-1", "spotjobs_origin": "requeue"}
 
 
 def test_a_claim_that_never_gets_a_job_is_republished_a_bounded_number_of_times_then_fails(

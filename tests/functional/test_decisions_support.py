@@ -155,6 +155,8 @@ def make_settings(bucket: str, **env: str) -> Settings:
             "GOOGLE_CLOUD_PROJECT": PROJECT,
             "SPOTJOBS_STATE_BUCKET": bucket,
             "SPOTJOBS_LOCATION": "us-central1",
+            # Requests here fall back to STANDARD; a deployment allows no fallback by default.
+            "SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES": "STANDARD",
             **env,
         }
     )

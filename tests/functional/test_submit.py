@@ -23,6 +23,7 @@ from shared.delivery import Message, handle_delivery
 from shared.errors import ConfigurationError, TransientError
 from shared.ledger import Attempt, LedgerStore, RequestRecord, Requeue
 from shared.log import Logger
+from shared.request import REQUEUE_ATTRIBUTES
 from shared.settings import Settings
 from shared.states import RequestStatus
 from shared.submit import SubmitBlocked, SubmitOutcome, SubmitResult, submit_request
@@ -44,6 +45,8 @@ SETTINGS = Settings.from_env(
         "SPOTJOBS_ALLOWED_IMAGE_PREFIXES": "us-docker.pkg.dev/my-project/",
         "SPOTJOBS_TRAINING_SERVICE_ACCOUNT": "trainer@my-project.iam.gserviceaccount.com",
         "SPOTJOBS_ALLOWED_SERVICE_ACCOUNTS": "trainer@my-project.iam.gserviceaccount.com",
+        # The fallback tests ask for STANDARD after Spot; a deployment allows none by default.
+        "SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES": "STANDARD",
     }
 )
 
@@ -425,8 +428,12 @@ def test_a_requeued_attempt_runs_where_the_requeue_said_with_the_same_output_dir
     stored = harness.ledger.update("r1", requeued)
     message = {**stored.request, "attempt": 2, "location": "europe-west4"}
 
-    outcome = harness.deliver(json.dumps(message).encode(), message_id="m-requeue", request_id="r1")
-    again = harness.deliver(json.dumps(message).encode(), message_id="m-requeue", request_id="r1")
+    outcome = harness.deliver(
+        json.dumps(message).encode(), message_id="m-requeue", request_id="r1", **REQUEUE_ATTRIBUTES
+    )
+    again = harness.deliver(
+        json.dumps(message).encode(), message_id="m-requeue", request_id="r1", **REQUEUE_ATTRIBUTES
+    )
 
     assert (
         outcome.result == SubmitResult.CREATED
@@ -452,7 +459,15 @@ def test_an_attempt_set_by_a_user_is_rejected(harness: Harness) -> None:
     assert outcome.result == SubmitResult.INVALID and harness.vertex.creates == 0
     [alert] = harness.alerts
     assert alert.kind == "invalid_request" and alert.request_id == "r1"
-    assert any("attempt is set by the system" in v for v in alert.details["violations"])
+    assert any(v.startswith("attempt: is set only by spotjobs") for v in alert.details["violations"])
+
+
+def test_a_forged_requeue_marker_gains_nothing_the_ledger_does_not_expect(harness: Harness) -> None:
+    # Anyone may set the attribute; the ledger decides whether attempt n is due.
+    outcome = harness.deliver(envelope(attempt=2), **REQUEUE_ATTRIBUTES)
+    assert outcome.result == SubmitResult.INVALID and harness.vertex.creates == 0
+    [alert] = harness.alerts
+    assert any("set by the system" in v for v in alert.details["violations"])
 
 
 INVALID = [
@@ -759,8 +774,9 @@ def test_a_requeue_the_policy_now_rejects_fails_the_request_and_alerts_once(
     message = _requeue_attempt_2(harness)
     harness.settings = replace(SETTINGS, allowed_machine_families=("a3",))  # policy changed
 
-    first = harness.deliver(message, message_id="m-requeue", request_id="r1")
-    again = harness.deliver(message, message_id="m-requeue", request_id="r1")  # reconcile resent
+    first = harness.deliver(message, message_id="m-requeue", request_id="r1", **REQUEUE_ATTRIBUTES)
+    # reconcile resent it
+    again = harness.deliver(message, message_id="m-requeue", request_id="r1", **REQUEUE_ATTRIBUTES)
 
     assert first.result == again.result == SubmitResult.INVALID
     record = harness.ledger.get("r1")
@@ -779,7 +795,7 @@ def test_a_requeue_larger_than_the_request_limit_is_still_accepted(harness: Harn
     message = _requeue_attempt_2(harness, **fields)
     assert len(message) > harness.settings.max_request_bytes
 
-    outcome = harness.deliver(message, message_id="m-requeue", request_id="r1")
+    outcome = harness.deliver(message, message_id="m-requeue", request_id="r1", **REQUEUE_ATTRIBUTES)
 
     assert outcome.result == SubmitResult.CREATED and outcome.attempt == 2
 

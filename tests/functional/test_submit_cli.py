@@ -42,8 +42,14 @@ def offline(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_validate_prints_the_spot_job_attempt_one_would_create(
-    offline: None, capsys: pytest.CaptureFixture[str]
+    offline: None, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # An operator policy that allows what this request asks for: its fallback and its account.
+    monkeypatch.setenv("SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES", "STANDARD")
+    monkeypatch.setenv(
+        "SPOTJOBS_ALLOWED_SERVICE_ACCOUNTS", "trainer@my-project.iam.gserviceaccount.com"
+    )
+    settings_module.get_settings.cache_clear()
     code = main(["validate", str(REQUESTS / "envelope_full.json")])
 
     out, err = capsys.readouterr()
@@ -102,6 +108,8 @@ def test_validate_lists_every_violation_on_stderr_and_exits_2(
     assert err.splitlines() == [
         "custom_job.jobSpec.workerPoolSpecs[1].machineSpec.acceleratorCount: is 16; at most 8 per replica",
         "custom_job.jobSpec.workerPoolSpecs[1].replicaCount: is 64; at most 8 per pool",
+        "custom_job.jobSpec.workerPoolSpecs: asks for 1024 accelerators in all (replicas x "
+        "accelerators, every pool); at most 16 per job",
     ]
 
 
@@ -240,3 +248,19 @@ def test_status_of_an_unknown_request_exits_1(
 ) -> None:
     assert main(["status", "nobody"]) == 1
     assert "no request nobody" in capsys.readouterr().err
+
+
+def test_validate_shows_the_effective_policy(
+    offline: None, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SPOTJOBS_ALLOWED_NETWORKS", "projects/1/global/networks/train")
+    monkeypatch.delenv("SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES", raising=False)  # a stack's export
+    settings_module.get_settings.cache_clear()
+    assert main(["validate", "--show-policy"]) == 0
+    policy = json.loads(capsys.readouterr().out)["policy"]
+    assert "jobSpec.workerPoolSpecs[].containerSpec.imageUri" in policy["custom_job"]["allowed_fields"]
+    networks = policy["custom_job"]["opt_in_fields"]["SPOTJOBS_ALLOWED_NETWORKS"]
+    assert networks["allowed"] == ["projects/1/global/networks/train"]
+    assert "jobSpec.network" in networks["fields"]
+    assert policy["fallback_strategies"] == "none (Spot only)"
+    assert main(["validate"]) == 2 and "--show-policy" in capsys.readouterr().err

@@ -257,7 +257,7 @@ def test_scenarios_follow_the_seed() -> None:
 
 @pytest.mark.parametrize("seed", [1, 2, 99])
 def test_the_demo_requests_pass_the_real_policy_except_the_invalid_one(seed: int) -> None:
-    settings = Settings.from_env({"SPOTJOBS_ALLOWED_IMAGE_PREFIXES": demo.ALLOWED_IMAGE_PREFIX})
+    settings = Settings.from_env(demo.demo_stack_options(seed).function_env)
     for item in build_scenarios(seed):
         if item.outcome == demo.REJECTED:
             with pytest.raises(InvalidRequest) as rejected:

@@ -12,14 +12,9 @@ import pytest
 
 from shared import policy
 from shared.errors import InvalidRequest
+from shared.job_policy import check_custom_job, check_labels
 from shared.log import Logger
-from shared.policy import (
-    check_custom_job,
-    check_labels,
-    check_policy,
-    validate_request,
-    warn_if_images_unrestricted,
-)
+from shared.policy import check_policy, validate_request, warn_if_images_unrestricted
 from shared.request import read_request
 from shared.settings import Settings
 from tests.conftest import load_event
@@ -138,8 +133,8 @@ RULES: list[tuple[str, Callable[[dict[str, Any]], Any], str | None]] = [
         "custom_job.jobSpec.workerPoolSpecs: is required (at least worker pool 0)",
     ),
     (
-        "empty placeholder pools after the first",
-        lambda j: j["jobSpec"]["workerPoolSpecs"].extend([{}, {}]),
+        "an empty placeholder pool after the first",
+        lambda j: j["jobSpec"]["workerPoolSpecs"].append({}),
         None,
     ),
     (
@@ -259,10 +254,11 @@ def test_every_policy_violation_is_reported_at_once_with_envelope_limits() -> No
             json.dumps(body).encode(), message_id="1", attributes={}, settings=SETTINGS
         )
     assert [v.path for v in caught.value.violations] == [
-        "custom_job.jobSpec.workerPoolSpecs[0].machineSpec.machineType",
         "custom_job.jobSpec.workerPoolSpecs[0].machineSpec.tpuTopology",
+        "custom_job.jobSpec.workerPoolSpecs[0].machineSpec.machineType",
         "custom_job.jobSpec.workerPoolSpecs[0].replicaCount",
         "custom_job.jobSpec.workerPoolSpecs[0].containerSpec.imageUri",
+        "custom_job.jobSpec.workerPoolSpecs",  # 99 accelerators in all
         "max_attempts",
         "checkpoints.keep_last",
     ]
@@ -282,14 +278,26 @@ def test_schema_and_policy_violations_come_together() -> None:
     assert [v.path for v in check_policy(request, SETTINGS)] == ["max_attempts"]
 
 
-def test_an_empty_service_account_list_allows_any_account() -> None:
+def test_an_empty_service_account_list_means_the_training_account_only() -> None:
     settings = Settings.from_env({**POLICY_ENV, "SPOTJOBS_ALLOWED_SERVICE_ACCOUNTS": ""})
-    assert (
-        job_violations(
-            lambda j: j["jobSpec"].update(serviceAccount="any@x.iam.gserviceaccount.com"), settings
-        )
-        == []
-    )
+    assert job_violations(
+        lambda j: j["jobSpec"].update(serviceAccount="any@x.iam.gserviceaccount.com"), settings
+    ) == [
+        "custom_job.jobSpec.serviceAccount: is any@x.iam.gserviceaccount.com; allowed service "
+        "accounts: default-trainer@my-project.iam.gserviceaccount.com"
+    ]
+    training = "default-trainer@my-project.iam.gserviceaccount.com"
+    assert job_violations(lambda j: j["jobSpec"].update(serviceAccount=training), settings) == []
+
+
+def test_with_no_accounts_configured_none_may_be_named() -> None:
+    settings = Settings.from_env({})
+    assert job_violations(
+        lambda j: j["jobSpec"].update(serviceAccount="any@x.iam.gserviceaccount.com"), settings
+    ) == [
+        "custom_job.jobSpec.serviceAccount: is any@x.iam.gserviceaccount.com; allowed service "
+        "accounts: none (leave serviceAccount unset)"
+    ]
 
 
 def test_an_empty_image_allowlist_allows_any_image_and_warns_loudly_once(

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from shared.errors import InvalidRequest
 from shared.policy import validate_request
 from shared.request import (
+    REQUEUE_ATTRIBUTES,
     JobRequest,
     canonical_envelope,
     read_request,
@@ -284,16 +285,19 @@ def _padded_envelope(size: int, **fields: Any) -> bytes:
 
 def test_a_system_requeue_may_exceed_the_request_limit_by_the_envelope_it_gained() -> None:
     # Attempt n+1 carries the canonical envelope, bigger than the request first accepted.
-    request, violations = read(_padded_envelope(MAX_BYTES + 1000, attempt=2))
+    request, violations = read(_padded_envelope(MAX_BYTES + 1000, attempt=2), **REQUEUE_ATTRIBUTES)
     assert violations == [] and request.attempt == 2
     _, violations = read(_padded_envelope(MAX_BYTES + 1000))
     assert violations == [f"body: is {MAX_BYTES + 1000} bytes; at most {MAX_BYTES} are accepted"]
-    _, violations = read(_padded_envelope(MAX_BYTES + 1000, attempt=1))
+    _, violations = read(_padded_envelope(MAX_BYTES + 1000, attempt=1), **REQUEUE_ATTRIBUTES)
     assert violations and violations[0].startswith(f"body: is {MAX_BYTES + 1000} bytes")
+    # A publisher's `attempt` does not buy the allowance: only the system's marked re-queues get it.
+    _, violations = read(_padded_envelope(MAX_BYTES + 1000, attempt=2))
+    assert violations == [f"body: is {MAX_BYTES + 1000} bytes; at most {MAX_BYTES} are accepted"]
 
 
 def test_even_a_requeue_is_bounded_at_twice_the_request_limit() -> None:
-    _, violations = read(_padded_envelope(2 * MAX_BYTES + 1, attempt=2))
+    _, violations = read(_padded_envelope(2 * MAX_BYTES + 1, attempt=2), **REQUEUE_ATTRIBUTES)
     assert violations == [
         f"body: is {2 * MAX_BYTES + 1} bytes; at most {MAX_BYTES} are accepted"
     ]
@@ -333,7 +337,9 @@ def test_a_republished_canonical_envelope_reads_back_to_the_same_request() -> No
     request, _ = read(json.loads(load_event("requests/envelope_full.json")))
     envelope = canonical_envelope(request, default_location="us-east1", default_max_attempts=3)
     again, violations = read(
-        {**envelope, "attempt": 2, "location": "europe-west4"}, request_id="resnet-nightly-001"
+        {**envelope, "attempt": 2, "location": "europe-west4"},
+        request_id="resnet-nightly-001",
+        **REQUEUE_ATTRIBUTES,
     )
     assert violations == []
     assert again.attempt == 2 and again.location == "europe-west4"
@@ -347,9 +353,29 @@ def test_a_canonical_envelope_without_failover_reads_back_as_is() -> None:
     bare, _ = read(docs_body(), message_id="77")
     envelope = canonical_envelope(bare, default_location="us-east1", default_max_attempts=3)
     assert envelope["locations"] == [] and envelope["fallback"] is None
-    again, violations = read({**envelope, "attempt": 2})
+    again, violations = read({**envelope, "attempt": 2}, **REQUEUE_ATTRIBUTES)
     assert violations == [] and again.attempt == 2 and again.custom_job == bare.custom_job
     assert canonical_envelope(again, default_location="x", default_max_attempts=1) == envelope
+
+
+def test_a_publisher_may_not_set_attempt_only_the_systems_requeue_may() -> None:
+    envelope = {"request_id": "r1", "custom_job": docs_body()}
+    request, violations = read({**envelope, "attempt": 2})
+    assert request.attempt is None and violations == [
+        "attempt: is set only by spotjobs, on its own re-queue messages; a published request is "
+        "attempt 1 (leave it out)"
+    ]
+    request, violations = read({**envelope, "attempt": 2}, **REQUEUE_ATTRIBUTES)
+    assert request.attempt == 2 and violations == []
+    request, violations = read(envelope, **REQUEUE_ATTRIBUTES)
+    assert violations == ["attempt: is required on a re-queue message"]
+    _, violations = read(envelope, spotjobs_origin="me")
+    assert violations == ["attributes.spotjobs_origin: is 'me'; only the system sets it, to 'requeue'"]
+    _, violations = read(docs_body(), **REQUEUE_ATTRIBUTES)
+    assert violations == ["attributes.spotjobs_origin: marks a re-queue, which is an envelope"]
+    # Without the marker, `attempt` is never read: a request is attempt 1.
+    request, _ = read({**envelope, "attempt": 1})
+    assert request.attempt is None
 
 
 # Property: whatever arrives, reading and validating only ever reject it with InvalidRequest.

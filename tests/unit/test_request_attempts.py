@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
+from shared.attempts import plan_attempt
 from shared.claims import ClaimInProgress, claim_attempt, fail_attempt, record_job, release_claim
 from shared.errors import InvalidRequest
 from shared.ledger import Attempt, RequestRecord, Requeue
-from shared.request import canonical_envelope, plan_attempt, read_request
+from shared.request import canonical_envelope, read_request
 from shared.states import RequestStatus
 from shared.vertex import (
     JobState,
