@@ -39,7 +39,7 @@ def register(subparsers: Any) -> None:
     )
     up.set_defaults(run=run_local_up)
     try:
-        from devstack import demo
+        from devstack.demo import cli as demo
     except ModuleNotFoundError as exc:
         if exc.name != "devstack.demo":
             raise

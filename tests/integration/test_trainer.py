@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from devstack.demo import runs_from_output
+from devstack.demo.traces import runs_from_output
 from devstack.stack import REPO_ROOT
 from devstack.trainer import StopRequested, parse_args, train
 
