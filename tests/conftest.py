@@ -73,7 +73,7 @@ def load_event(relative: str) -> bytes:
 @pytest.fixture(scope="session")
 def fake_gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A bare fake-gcs-server (no other part of the stack) for storage-only tests; yields its URL."""
-    from devstack.stack import start_fake_gcs
+    from devstack.emulators import start_fake_gcs
 
     process, url = start_fake_gcs(tmp_path_factory.mktemp("fake-gcs"))
     try:

@@ -162,6 +162,6 @@ def print_ready(description: dict[str, Any], seconds: float) -> None:
 def run_demo(args: argparse.Namespace) -> int:
     if local_stack_missing("demo", "demo"):
         return EXIT_NO_LOCAL_STACK
-    from devstack import demo
+    from devstack.demo.cli import run_demo as play
 
-    return demo.run_demo(args)
+    return play(args)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from devstack.stack import REPO_ROOT
+from devstack.processes import REPO_ROOT
 from tests.integration.test_stack import _alive, _descendants
 
 pytestmark = pytest.mark.stack

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from devstack.stack import REPO_ROOT
+from devstack.processes import REPO_ROOT
 
 pytestmark = pytest.mark.stack
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from devstack.demo import runs_from_output
-from devstack.stack import REPO_ROOT
+from devstack.demo.traces import runs_from_output
+from devstack.processes import REPO_ROOT
 from devstack.trainer import StopRequested, parse_args, train
 
 # The Vertex emulator's default grace period between SIGTERM and SIGKILL (Vertex itself gives 30 s).

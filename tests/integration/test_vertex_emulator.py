@@ -24,8 +24,8 @@ from google.api_core import exceptions
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import aiplatform_v1
 
-from devstack.vertex_emulator import VertexEmulator
-from devstack.vertex_service import EmulatorConfig
+from devstack.vertex.emulator import VertexEmulator
+from devstack.vertex.service import EmulatorConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PROJECT = "spotjobs-test"
@@ -770,7 +770,7 @@ def test_the_command_line_prints_one_ready_line_and_cleans_up_on_sigterm(
         [
             sys.executable,
             "-m",
-            "devstack.vertex_emulator",
+            "devstack.vertex.emulator",
             "--port",
             "0",
             "--project",

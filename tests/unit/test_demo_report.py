@@ -7,22 +7,12 @@ import json
 
 import pytest
 
-from devstack import demo
-from devstack.demo import (
-    AttemptTrace,
-    Prices,
-    RequestTrace,
-    RunTrace,
-    StepAccount,
-    account_steps,
-    build_report,
-    build_scenarios,
-    check_request,
-    estimate_cost,
-    resume_gaps,
-    runs_from_output,
-)
-from devstack.live_view import LiveView, format_table, human_bytes, render_report
+from devstack.demo import runner, scenarios
+from devstack.demo.cost import Prices, StepAccount, account_steps, estimate_cost
+from devstack.demo.report import build_report, check_request, resume_gaps
+from devstack.demo.scenarios import build_scenarios
+from devstack.demo.traces import AttemptTrace, RequestTrace, RunTrace, runs_from_output
+from devstack.demo.view import LiveView, format_table, human_bytes, render_report
 from shared.errors import InvalidRequest
 from shared.policy import validate_request
 from shared.settings import Settings
@@ -42,7 +32,7 @@ def ckpt(run: int, step: int, size: int = 800, **fields: object) -> dict[str, ob
     return line(run, "checkpoint", step, checkpoint=f"step-{step:06d}/", bytes=size, **fields)
 
 
-def scenario(key: str) -> demo.Scenario:
+def scenario(key: str) -> scenarios.Scenario:
     return next(s for s in build_scenarios(1) if s.key == key)
 
 
@@ -156,7 +146,7 @@ def test_the_on_demand_estimate_excludes_steps_lost_to_preemption() -> None:
 
 def test_the_price_table_in_the_repo_is_dated_and_sourced() -> None:
     prices = Prices.load()
-    assert prices.machine_type == demo.MACHINE_TYPE
+    assert prices.machine_type == scenarios.MACHINE_TYPE
     assert 0 < prices.spot_per_hour < prices.on_demand_per_hour
     assert prices.as_of[:4].isdigit() and prices.source
 
@@ -257,9 +247,9 @@ def test_scenarios_follow_the_seed() -> None:
 
 @pytest.mark.parametrize("seed", [1, 2, 99])
 def test_the_demo_requests_pass_the_real_policy_except_the_invalid_one(seed: int) -> None:
-    settings = Settings.from_env(demo.demo_stack_options(seed).function_env)
+    settings = Settings.from_env(runner.demo_stack_options(seed).function_env)
     for item in build_scenarios(seed):
-        if item.outcome == demo.REJECTED:
+        if item.outcome == scenarios.REJECTED:
             with pytest.raises(InvalidRequest) as rejected:
                 validate_request(item.body, message_id="1", attributes={}, settings=settings)
             assert len(rejected.value.violations) >= 3
@@ -273,8 +263,8 @@ def test_every_planned_preemption_lands_before_training_could_finish(seed: int) 
     for item in build_scenarios(seed):
         if item.plan is not None:
             # A run trains at most after_seconds / STEP_SECONDS steps before it is preempted.
-            most_steps_before_last = item.plan["preemptions"] * item.plan["after_seconds"] / demo.STEP_SECONDS
-            assert most_steps_before_last < demo.STEPS, item.key
+            most_steps_before_last = item.plan["preemptions"] * item.plan["after_seconds"] / scenarios.STEP_SECONDS
+            assert most_steps_before_last < scenarios.STEPS, item.key
 
 
 def test_the_requeued_plans_preempt_attempt_1_past_vertex_restarts() -> None:

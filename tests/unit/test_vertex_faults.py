@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from devstack.vertex_faults import FaultInjector, parse_fault
+from devstack.vertex.faults import FaultInjector, parse_fault
 
 
 def test_faults_are_used_in_order_then_run_out() -> None:

@@ -7,7 +7,7 @@ from google.cloud import aiplatform_v1
 from hypothesis import given
 from hypothesis import strategies as st
 
-from devstack.vertex_filter import FilterTerm, matches_all, parse_filter
+from devstack.vertex.filter import FilterTerm, matches_all, parse_filter
 
 label_keys = st.from_regex(r"[a-z][a-z0-9_-]{0,20}", fullmatch=True)
 label_values = st.from_regex(r"[a-z0-9_-]{1,20}", fullmatch=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-from devstack.vertex_logs import LogEntryFactory, nonzero_exit, preempted_and_restarting, stockout
+from devstack.vertex.logs import LogEntryFactory, nonzero_exit, preempted_and_restarting, stockout
 
 
 def test_service_lines_use_json_payload_and_the_ml_job_resource() -> None:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from devstack.vertex_preemption import PreemptionPlanner, parse_plan
+from devstack.vertex.preemption import PreemptionPlanner, parse_plan
 
 
 def delays(

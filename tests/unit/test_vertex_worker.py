@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from google.cloud import aiplatform_v1
 
-from devstack.vertex_worker import UnrunnableJob, build_launch, vertex_environment
+from devstack.vertex.worker import UnrunnableJob, build_launch, vertex_environment
 
 
 def custom_job(

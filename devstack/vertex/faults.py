@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from devstack.vertex_errors import STATUS_NAME_BY_HTTP, ApiError
+from devstack.vertex.errors import STATUS_NAME_BY_HTTP, ApiError
 
 METHODS = ("create", "get", "list", "cancel")
 MODES = ("error", "lost_response")

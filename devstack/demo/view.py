@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from devstack.demo import RequestTrace
+    from devstack.demo.traces import RequestTrace
 
 COLUMNS = ("REQUEST", "STATUS", "ATTEMPT", "JOB STATE", "PREEMPTIONS", "STEPS", "CHECKPOINTS")
 _CURSOR_UP = "\x1b[{n}F"  # to the start of the line n lines up

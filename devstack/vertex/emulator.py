@@ -14,17 +14,17 @@ official client with `transport="rest"` and an `http://` api_endpoint works, and
 Errors are google.rpc JSON (`{"error": {"code", "message", "status"}}`) with the HTTP status the
 real API would use, so the client raises the matching google.api_core exception.
 
-A job runs worker pool 0's command as a local process (see `vertex_worker`) through QUEUED ->
-PENDING -> RUNNING -> SUCCEEDED/FAILED, at most `--max-running` at a time (see `vertex_jobs`),
+A job runs worker pool 0's command as a local process (see `worker`) through QUEUED ->
+PENDING -> RUNNING -> SUCCEEDED/FAILED, at most `--max-running` at a time (see `runner`),
 and writes `ml_job` log entries to `--events-topic` the way a Logging sink would (see
-`vertex_logs`).
+`logs`).
 
 Spot preemption (jobs with `jobSpec.scheduling.strategy` SPOT only): the worker's process group
 gets SIGTERM, SIGKILL after `--grace-seconds` if still alive, and the worker is restarted
 (PENDING -> RUNNING); after six restarts the seventh preemption fails the job with a STOCKOUT
 error (google.rpc code 8). Preemptions come from explicit plans registered through the control
 surface, else from a seeded random rate (`--preemption-rate` per minute of running time,
-`--seed`); see `vertex_preemption`. A worker that exits before its preemption simply finishes.
+`--seed`); see `preemption`. A worker that exits before its preemption simply finishes.
 
 Control surface (JSON in, JSON out):
 
@@ -42,7 +42,7 @@ Control surface (JSON in, JSON out):
     POST /emulator/v1/reset              forget jobs (terminating workers), plans and faults
     GET  /emulator/v1/stats
 
-Run: `python -m devstack.vertex_emulator --port 0 --project P --events-topic
+Run: `python -m devstack.vertex.emulator --port 0 --project P --events-topic
 projects/P/topics/job-events`; it prints one JSON line `{"port": N, "url": "http://HOST:N"}` when
 ready and serves until SIGTERM/SIGINT, then terminates every worker and exits 0. In-process:
 `VertexEmulator(EmulatorConfig(...)).start()`, `.url`, `.stop()`.
@@ -63,8 +63,8 @@ from types import FrameType, TracebackType
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from devstack.vertex_errors import ApiError, invalid_argument, not_found
-from devstack.vertex_service import EmulatorConfig, VertexService
+from devstack.vertex.errors import ApiError, invalid_argument, not_found
+from devstack.vertex.service import EmulatorConfig, VertexService
 from shared.log import Logger
 
 _JOBS = r"/projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)/customJobs"
@@ -278,7 +278,7 @@ class VertexEmulator:
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m devstack.vertex_emulator", description=__doc__.split("\n\n")[0]
+        prog="python -m devstack.vertex.emulator", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")

@@ -16,12 +16,13 @@ from typing import Any
 from google.cloud import aiplatform_v1
 from google.protobuf import json_format
 
-from devstack.vertex_errors import invalid_argument, permission_denied
-from devstack.vertex_faults import FaultInjector, parse_fault
-from devstack.vertex_filter import parse_filter
-from devstack.vertex_jobs import JobRecord, JobRunner, RunnerConfig
-from devstack.vertex_logs import LogEntryFactory, LogSink
-from devstack.vertex_preemption import PreemptionPlanner
+from devstack.vertex.errors import invalid_argument, permission_denied
+from devstack.vertex.faults import FaultInjector, parse_fault
+from devstack.vertex.filter import parse_filter
+from devstack.vertex.jobs import JobRecord
+from devstack.vertex.logs import LogEntryFactory, LogSink
+from devstack.vertex.preemption import PreemptionPlanner
+from devstack.vertex.runner import JobRunner, RunnerConfig
 from shared.log import Logger
 
 _OUTPUT_ONLY_FIELDS = (

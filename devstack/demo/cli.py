@@ -1,0 +1,57 @@
+"""`spotjobs demo` (registered by shared/cli/local.py): the run from starting the stack to printing
+the report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+
+from devstack.demo.cost import Prices
+from devstack.demo.report import build_report
+from devstack.demo.runner import demo_stack_options, play
+from devstack.demo.scenarios import build_scenarios
+from devstack.demo.view import render_report
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    from devstack.stack import Stack
+
+    started = time.monotonic()
+    scenarios = build_scenarios(args.seed)
+    prices = Prices.load()
+    stack = Stack(demo_stack_options(args.seed))
+    _stop_on_sigterm()
+    try:
+        say("starting the embedded stack (Pub/Sub and GCS emulators, Vertex AI emulator, 4 functions)")
+        stack.start()
+        say(f"stack ready in {time.monotonic() - started:.1f} s; publishing {len(scenarios)} job requests")
+        played = play(stack, scenarios, args.timeout)
+    except KeyboardInterrupt:
+        say("interrupted")
+        return 130
+    finally:
+        say("stopping the embedded stack")
+        stack.stop()
+    report = build_report(
+        played.traces, seed=args.seed, keep_last=stack.settings.keep_last, prices=prices,
+        alerts=played.alerts, wall_seconds=time.monotonic() - started,
+    )
+    report["notes"] = played.notes
+    report["scenario_ok"] = report["scenario_ok"] and not played.notes
+    print(json.dumps(report, indent=2) if args.json else render_report(report), flush=True)
+    return 0 if report["scenario_ok"] else 1
+
+
+def say(message: str) -> None:
+    print(f"[demo] {message}", file=sys.stderr, flush=True)
+
+
+def _stop_on_sigterm() -> None:
+    # SIGTERM unwinds like Ctrl-C, so the `finally` above stops every process the stack started.
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)

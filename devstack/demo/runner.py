@@ -1,0 +1,104 @@
+"""Playing the scenario on a started stack: register the preemption plans, publish the requests,
+watch every request end, have checkpoints pruned."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from devstack.demo.observer import AlertCollector, Observer, is_pruned, is_settled
+from devstack.demo.scenarios import ALLOWED_IMAGE_PREFIX, STEPS, Scenario
+from devstack.demo.traces import RequestTrace
+from devstack.demo.view import LiveView, live_rows
+
+if TYPE_CHECKING:
+    from devstack.stack import Stack
+
+POLL_SECONDS = 0.5
+PRUNE_TIMEOUT_SECONDS = 45.0
+
+
+def demo_stack_options(seed: int) -> Any:
+    from devstack.stack import StackOptions
+
+    return StackOptions(
+        function_env={
+            # Show the image allowlist at work (the invalid request names another registry).
+            "SPOTJOBS_ALLOWED_IMAGE_PREFIXES": ALLOWED_IMAGE_PREFIX,
+            "SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES": "STANDARD",  # the fallback scenario's
+            # A crashed delivery's claim is taken over after 15 s instead of 2 min.
+            "SPOTJOBS_CLAIM_LEASE_SECONDS": "15",
+            "SPOTJOBS_CREATE_TIMEOUT_SECONDS": "5",
+        },
+        # Redeliveries after 1-10 s instead of production's 10-600 s, so the demo stays short.
+        minimum_backoff_seconds=1,
+        maximum_backoff_seconds=10,
+        vertex_args=("--seed", str(seed)),
+    )
+
+
+def launch(stack: Stack, scenarios: Sequence[Scenario]) -> None:
+    for scenario in scenarios:
+        if scenario.plan is not None:
+            stack.vertex_control("POST", "/emulator/v1/preemption-plans", dict(scenario.plan))
+    for scenario in scenarios:
+        for _ in range(scenario.publish_count):
+            stack.publish("job_requests", scenario.body)
+
+
+def wait_for(
+    condition: Callable[[], bool], timeout: float, on_tick: Callable[[], None]
+) -> bool:
+    """Poll `condition` every POLL_SECONDS (calling `on_tick` first) until true or the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        on_tick()
+        if condition():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(POLL_SECONDS)
+
+
+@dataclass
+class Played:
+    traces: list[RequestTrace]
+    alerts: list[dict[str, Any]]
+    notes: list[str]  # what did not happen in time
+
+
+def play(stack: Stack, scenarios: Sequence[Scenario], timeout: float) -> Played:
+    """Publish the scenario, watch it end, have checkpoints pruned; returns the final traces."""
+    from google.api_core.exceptions import GoogleAPICallError
+
+    keep_last = stack.settings.keep_last
+    alerts = AlertCollector(stack).start()
+    observer = Observer(stack, scenarios, alerts)
+    launch(stack, scenarios)
+    notes: list[str] = []
+    traces: list[RequestTrace] = []
+    with LiveView(sys.stderr, total_steps=STEPS) as view, contextlib.closing(alerts):
+
+        def refresh() -> None:
+            try:
+                traces[:] = observer.traces()
+            except (OSError, GoogleAPICallError) as exc:  # one failed poll; the next may succeed
+                view.note(f"could not read the state of the stack this time: {exc}")
+                return
+            view.update(live_rows(traces))
+
+        if not wait_for(lambda: all(is_settled(t) for t in traces), timeout, refresh):
+            notes.append(f"not every request ended within {timeout:.0f} s")
+        view.note("every request has ended; publishing {\"task\": \"prune\"} to the maintenance topic")
+        stack.publish("maintenance", json.dumps({"task": "prune"}).encode())
+        if not wait_for(lambda: all(is_pruned(t, keep_last) for t in traces), PRUNE_TIMEOUT_SECONDS, refresh):
+            notes.append(f"checkpoints were not pruned to {keep_last} within {PRUNE_TIMEOUT_SECONDS:.0f} s")
+        traces = observer.traces()
+        for trace in traces:
+            trace.vertex_jobs = observer.vertex_jobs(trace.scenario.request_id)
+    return Played(traces, alerts.alerts, notes)

@@ -1,0 +1,153 @@
+"""The demo's scenario: six job requests, each with the outcome and attempts it must end with."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+MACHINE_TYPE = "a2-highgpu-1g"
+ACCELERATOR = {"acceleratorType": "NVIDIA_TESLA_A100", "acceleratorCount": 1}
+EXECUTOR_IMAGE = "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-4.py310:latest"
+ALLOWED_IMAGE_PREFIX = "us-docker.pkg.dev/vertex-ai/"
+TRAINER_MODULE = "devstack.trainer"
+STEPS = 1000
+CHECKPOINT_EVERY = 50
+STEP_SECONDS = 0.01
+FAIL_AT_STEP = 120
+VERTEX_MAX_PREEMPTIONS = 7  # six restarts, then the seventh preemption fails the job (STOCKOUT)
+
+SUCCEEDED, FAILED, REJECTED = "succeeded", "failed", "rejected"
+
+
+@dataclass(frozen=True)
+class ExpectedAttempt:
+    strategy: str
+    preemptions: int
+
+
+@dataclass(frozen=True)
+class Scenario:
+    key: str
+    request_id: str
+    description: str
+    outcome: str  # SUCCEEDED | FAILED | REJECTED
+    attempts: tuple[ExpectedAttempt, ...]
+    body: bytes
+    publish_count: int = 1
+    plan: Mapping[str, Any] | None = None  # a Vertex emulator preemption plan
+
+    def expected_json(self) -> dict[str, Any]:
+        return {
+            "outcome": self.outcome,
+            "description": self.description,
+            "attempts": [{"strategy": a.strategy, "preemptions": a.preemptions} for a in self.attempts],
+        }
+
+
+def trainer_job(display_name: str, *, data_seed: int, fail_at_step: int | None = None) -> dict[str, Any]:
+    """A CustomJob (REST JSON, as a user would POST it) that runs the demo trainer."""
+    args = [
+        "--steps", str(STEPS), "--checkpoint-every", str(CHECKPOINT_EVERY),
+        "--step-seconds", str(STEP_SECONDS), "--seed", str(data_seed),
+    ]
+    if fail_at_step is not None:
+        args += ["--fail-at-step", str(fail_at_step)]
+    return {
+        "displayName": display_name,
+        "jobSpec": {
+            "workerPoolSpecs": [
+                {
+                    "machineSpec": {"machineType": MACHINE_TYPE, **ACCELERATOR},
+                    "replicaCount": "1",
+                    "pythonPackageSpec": {
+                        "executorImageUri": EXECUTOR_IMAGE,
+                        "packageUris": ["gs://spotjobs-demo-packages/spotjobs-demo-trainer-0.1.tar.gz"],
+                        "pythonModule": TRAINER_MODULE,
+                        "args": args,
+                    },
+                }
+            ]
+        },
+    }
+
+
+def _invalid_job() -> dict[str, Any]:
+    """A request breaking several policy rules at once, so the rejection lists every reason."""
+    return {
+        "displayName": "crypto-miner",
+        "jobSpec": {
+            "workerPoolSpecs": [
+                {
+                    "machineSpec": {"machineType": "n1-standard-96"},
+                    "replicaCount": "64",
+                    "containerSpec": {"imageUri": "docker.io/someone/miner:latest"},
+                }
+            ],
+            "scheduling": {"strategy": "STANDARD"},
+        },
+    }
+
+
+def build_scenarios(seed: int) -> list[Scenario]:
+    rng = random.Random(seed)
+
+    def request_id(key: str) -> str:
+        return f"demo-s{seed}-{key}"
+
+    def plan(key: str, preemptions: int, low: float, high: float) -> dict[str, Any]:
+        # A run trains at most `high / STEP_SECONDS` steps before its preemption, so every planned
+        # preemption lands before training could finish (a unit test holds this for all seeds).
+        return {
+            "labels": {"spotjobs-request-id": request_id(key), "spotjobs-attempt": "1"},
+            "preemptions": preemptions,
+            "after_seconds": round(rng.uniform(low, high), 2),
+        }
+
+    def envelope(key: str, **extra: Any) -> bytes:
+        job = trainer_job(f"demo-{key}", data_seed=rng.randrange(10**6), **extra.pop("job", {}))
+        return json.dumps({"request_id": request_id(key), "custom_job": job, **extra}).encode()
+
+    few = rng.randint(2, 4)
+    return [
+        Scenario(
+            "few-preemptions", request_id("few-preemptions"),
+            f"preempted {few} times, resumes each time, succeeds within attempt 1",
+            SUCCEEDED, (ExpectedAttempt("SPOT", few),),
+            envelope("few-preemptions"), plan=plan("few-preemptions", few, 1.5, 2.2),
+        ),
+        Scenario(
+            "requeued", request_id("requeued"),
+            "preempted 7 times (past Vertex's 6 restarts), re-queued, finishes on attempt 2 from its checkpoint",
+            SUCCEEDED, (ExpectedAttempt("SPOT", VERTEX_MAX_PREEMPTIONS), ExpectedAttempt("SPOT", 0)),
+            envelope("requeued", max_attempts=3),
+            plan=plan("requeued", VERTEX_MAX_PREEMPTIONS, 0.9, 1.3),
+        ),
+        Scenario(
+            "fallback", request_id("fallback"),
+            "preempted 7 times on Spot, falls back to STANDARD capacity for attempt 2",
+            SUCCEEDED, (ExpectedAttempt("SPOT", VERTEX_MAX_PREEMPTIONS), ExpectedAttempt("STANDARD", 0)),
+            envelope("fallback", max_attempts=3, fallback={"after_spot_attempts": 1, "strategy": "STANDARD"}),
+            plan=plan("fallback", VERTEX_MAX_PREEMPTIONS, 0.9, 1.3),
+        ),
+        Scenario(
+            "duplicate", request_id("duplicate"),
+            "published twice; de-duplicated to one job",
+            SUCCEEDED, (ExpectedAttempt("SPOT", 0),),
+            envelope("duplicate"), publish_count=2,
+        ),
+        Scenario(
+            "invalid", request_id("invalid"),
+            "breaks the request policy; rejected with every reason and an alert, no job",
+            REJECTED, (),
+            json.dumps({"request_id": request_id("invalid"), "custom_job": _invalid_job()}).encode(),
+        ),
+        Scenario(
+            "code-bug", request_id("code-bug"),
+            f"the training code fails at step {FAIL_AT_STEP}; an alert, no re-queue",
+            FAILED, (ExpectedAttempt("SPOT", 0),),
+            envelope("code-bug", job={"fail_at_step": FAIL_AT_STEP}),
+        ),
+    ]

