@@ -87,6 +87,7 @@ def job_json(request_id: str, kind: str) -> dict[str, Any]:
         attempt=1,
         strategy="SPOT",
         output_dir=f"gs://bench/requests/{request_id}/",
+        deployment="bench",
     )
 
 

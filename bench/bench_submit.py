@@ -187,6 +187,7 @@ def overhead_figures(stack: Any, samples: int) -> list[Figure]:
                 attempt=1,
                 strategy="SPOT",
                 output_dir=stack.settings.output_dir_for("bare"),
+                deployment=stack.settings.deployment_label,
             )
         )
         started = time.perf_counter()

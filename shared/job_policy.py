@@ -24,7 +24,7 @@ VERTEX_DEFAULT_TIMEOUT_SECONDS = 7 * 86400  # Scheduling.timeout: "The default i
 # Environment variables Vertex or the runtime owns: a request setting them could redirect
 # AIP_CHECKPOINT_DIR to another request's folder, rewrite the cluster spec, or load other code.
 RESERVED_ENV_NAMES = ("CLUSTER_SPEC", "TF_CONFIG")
-RESERVED_ENV_PREFIXES = ("AIP_", "CLOUD_ML_", "GOOGLE_", "LD_", "PYTHON")
+RESERVED_ENV_PREFIXES = ("AIP_", "CLOUD_ML_", "GOOGLE_", "LD_", "PYTHON", "SPOTJOBS_")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _RESOURCE = re.compile(r"^[A-Za-z0-9._~@:/-]+$")
 MAX_LABEL_LENGTH = 63

@@ -245,7 +245,9 @@ def _settle_claim(
         return RequestResult("idle")
     client = ports.job_service(claim.location)
     parent = parent_path(ports.settings.project, claim.location)
-    job = find_attempt_job(client, parent, record.request_id, claim.n)
+    job = find_attempt_job(
+        client, parent, record.request_id, claim.n, ports.settings.deployment_label
+    )
     if job is None:
         return _republish_or_give_up(ports, record, claim, log, held_for)
     snapshot = JobSnapshot.of(job)

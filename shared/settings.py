@@ -54,6 +54,9 @@ class Settings:
     # Empty means the real regional endpoint; the embedded stack sets http://127.0.0.1:PORT.
     vertex_endpoint: str = _env("SPOTJOBS_VERTEX_ENDPOINT", "")
     training_service_account: str = _env("SPOTJOBS_TRAINING_SERVICE_ACCOUNT", "")
+    # Labels every job this deployment creates (a label value: lowercase letters, digits, - and _);
+    # empty means one derived from the state bucket, which is the deployment's own.
+    deployment: str = _env("SPOTJOBS_DEPLOYMENT", "")
 
     # Request policy: what a publisher may ask for.
     allowed_machine_families: tuple[str, ...] = _env(
@@ -124,8 +127,12 @@ class Settings:
     )
     stuck_after_seconds: float = _env("SPOTJOBS_STUCK_AFTER_SECONDS", 6 * 3600.0, kind="float")
     log_level: str = _env("SPOTJOBS_LOG_LEVEL", "INFO")
-    # Re-publishes of a claim that never got a job before reconcile fails the request.
+    # Re-publishes of a claim that never got a job before reconcile alerts (it keeps re-publishing:
+    # a request is failed only when Vertex refuses it, never because a side was down).
     max_claim_republishes: int = _env("SPOTJOBS_MAX_CLAIM_REPUBLISHES", 5, kind="int")
+    # How long Vertex's customJobs.list may lag a create: a delivery that takes a claim over after
+    # a create was sent, and finds no job, waits this long after the send before creating.
+    list_lag_seconds: float = _env("SPOTJOBS_LIST_LAG_SECONDS", 60.0, kind="float")
     reconcile_page_size: int = _env("SPOTJOBS_RECONCILE_PAGE_SIZE", 200, kind="int")
     reconcile_requests_per_run: int = _env("SPOTJOBS_RECONCILE_REQUESTS_PER_RUN", 2000, kind="int")
 
@@ -180,6 +187,14 @@ class Settings:
                 f"SPOTJOBS_LOCATION={self.location} is not in SPOTJOBS_ALLOWED_LOCATIONS="
                 f"{','.join(self.allowed_locations)}: requests without a location would be refused"
             )
+
+    @property
+    def deployment_label(self) -> str:
+        """The value of the jobs' deployment label."""
+        import re
+
+        raw = (self.deployment or self.state_bucket).lower()
+        return re.sub(r"[^a-z0-9_-]", "-", raw)[:63] or "default"
 
     @property
     def create_deadline_seconds(self) -> float:

@@ -202,7 +202,7 @@ def _ensure_job(
     client = ports.job_service(attempt.location)
     parent = parent_path(settings.project, attempt.location)
     if taken_over:
-        found = find_attempt_job(client, parent, request_id, n)
+        found = find_attempt_job(client, parent, request_id, n, settings.deployment_label)
         if found is not None:
             return _record_created(record, attempt, found, SubmitResult.FOUND, client, log, ports)
     job_json = build_job_json(
@@ -211,6 +211,7 @@ def _ensure_job(
         attempt=n,
         strategy=attempt.strategy,
         output_dir=record.output_dir,
+        deployment=settings.deployment_label,
         service_account=settings.training_service_account,
     )
     custom_job = to_custom_job(job_json)
@@ -259,7 +260,9 @@ def _after_failed_create(
     request_id, n = record.request_id, attempt.n
     error = f"{type(exc).__name__}: {exc}"
     if may_have_created(exc):
-        found = find_attempt_job(client, parent, request_id, n)
+        found = find_attempt_job(
+            client, parent, request_id, n, ports.settings.deployment_label
+        )
         if found is not None:
             return _record_created(record, attempt, found, SubmitResult.FOUND, client, log, ports)
         # Keep the claim: the create may still land. The redelivery after the lease looks again.

@@ -26,7 +26,13 @@ if TYPE_CHECKING:
 
 LABEL_REQUEST_ID = "spotjobs-request-id"
 LABEL_ATTEMPT = "spotjobs-attempt"
-SYSTEM_LABELS = (LABEL_REQUEST_ID, LABEL_ATTEMPT)
+# Which spotjobs deployment created the job: two deployments in one project (staging and prod,
+# two teams) never look up, adopt or cancel each other's jobs.
+LABEL_DEPLOYMENT = "spotjobs-deployment"
+SYSTEM_LABELS = (LABEL_REQUEST_ID, LABEL_ATTEMPT, LABEL_DEPLOYMENT)
+# Set in every container of the job, for the trainer (and the trainer kit) to know its attempt.
+ENV_REQUEST_ID = "SPOTJOBS_REQUEST_ID"
+ENV_ATTEMPT = "SPOTJOBS_ATTEMPT"
 RESERVED_LABEL_PREFIX = "spotjobs-"
 MAX_LABELS = 64
 
@@ -82,8 +88,12 @@ def parent_path(project: str, location: str) -> str:
     return f"projects/{project}/locations/{location}"
 
 
-def attempt_labels(request_id: str, attempt: int) -> dict[str, str]:
-    return {LABEL_REQUEST_ID: request_id, LABEL_ATTEMPT: str(attempt)}
+def request_labels(request_id: str, deployment: str) -> dict[str, str]:
+    return {LABEL_REQUEST_ID: request_id, LABEL_DEPLOYMENT: deployment}
+
+
+def attempt_labels(request_id: str, attempt: int, deployment: str) -> dict[str, str]:
+    return {**request_labels(request_id, deployment), LABEL_ATTEMPT: str(attempt)}
 
 
 def label_filter(labels: Mapping[str, str]) -> str:
@@ -98,14 +108,16 @@ def build_job_json(
     attempt: int,
     strategy: str,
     output_dir: str,
+    deployment: str,
     service_account: str = "",
 ) -> dict[str, Any]:
     """The REST JSON of the CustomJob to create for one attempt of a request.
 
     From the request's CustomJob (canonical REST JSON): scheduling.strategy set, the request's
     stable output directory (so AIP_CHECKPOINT_DIR is the same on every attempt and a re-queued
-    attempt resumes), the two spotjobs labels merged over the user's, the display name kept or
-    derived, and the training service account when the request names none.
+    attempt resumes), the spotjobs labels merged over the user's, the request id and attempt in
+    every container's environment, the display name kept or derived, and the training service
+    account when the request names none.
     """
     job = copy.deepcopy(dict(custom_job))
     spec = job.setdefault("jobSpec", {})
@@ -113,7 +125,18 @@ def build_job_json(
     spec["baseOutputDirectory"] = {"outputUriPrefix": output_dir}
     if service_account and not spec.get("serviceAccount"):
         spec["serviceAccount"] = service_account
-    job["labels"] = {**(job.get("labels") or {}), **attempt_labels(request_id, attempt)}
+    job["labels"] = {
+        **(job.get("labels") or {}),
+        **attempt_labels(request_id, attempt, deployment),
+    }
+    system_env = [
+        {"name": ENV_REQUEST_ID, "value": request_id},
+        {"name": ENV_ATTEMPT, "value": str(attempt)},
+    ]
+    for pool in spec.get("workerPoolSpecs") or []:
+        for key in ("containerSpec", "pythonPackageSpec"):
+            if isinstance(pool.get(key), dict):
+                pool[key]["env"] = [*(pool[key].get("env") or []), *system_env]
     job["displayName"] = job.get("displayName") or f"{request_id}-a{attempt}"
     return job
 
@@ -167,10 +190,10 @@ def find_jobs(client: JobServiceClient, parent: str, labels: Mapping[str, str]) 
 
 
 def find_attempt_job(
-    client: JobServiceClient, parent: str, request_id: str, attempt: int
+    client: JobServiceClient, parent: str, request_id: str, attempt: int, deployment: str
 ) -> CustomJob | None:
     """The job created for attempt `attempt` of `request_id`, if any (the oldest, should there be two)."""
-    jobs = find_jobs(client, parent, attempt_labels(request_id, attempt))
+    jobs = find_jobs(client, parent, attempt_labels(request_id, attempt, deployment))
     return jobs[0] if jobs else None
 
 

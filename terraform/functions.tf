@@ -95,6 +95,8 @@ locals {
     stuck_after_seconds          = "SPOTJOBS_STUCK_AFTER_SECONDS"
     log_level                    = "SPOTJOBS_LOG_LEVEL"
     max_claim_republishes        = "SPOTJOBS_MAX_CLAIM_REPUBLISHES"
+    list_lag_seconds             = "SPOTJOBS_LIST_LAG_SECONDS"
+    deployment                   = "SPOTJOBS_DEPLOYMENT"
     reconcile_page_size          = "SPOTJOBS_RECONCILE_PAGE_SIZE"
     reconcile_requests_per_run   = "SPOTJOBS_RECONCILE_REQUESTS_PER_RUN"
     keep_last                    = "SPOTJOBS_KEEP_LAST"

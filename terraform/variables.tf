@@ -166,6 +166,8 @@ variable "settings" {
     stuck_after_seconds          = optional(number)             # SPOTJOBS_STUCK_AFTER_SECONDS
     log_level                    = optional(string)             # SPOTJOBS_LOG_LEVEL
     max_claim_republishes        = optional(number)             # SPOTJOBS_MAX_CLAIM_REPUBLISHES
+    list_lag_seconds             = optional(number)             # SPOTJOBS_LIST_LAG_SECONDS
+    deployment                   = optional(string)             # SPOTJOBS_DEPLOYMENT
     reconcile_page_size          = optional(number)             # SPOTJOBS_RECONCILE_PAGE_SIZE
     reconcile_requests_per_run   = optional(number)             # SPOTJOBS_RECONCILE_REQUESTS_PER_RUN
     keep_last                    = optional(number)             # SPOTJOBS_KEEP_LAST

@@ -125,6 +125,7 @@ def describe_first_attempt(request: JobRequest, settings: Settings) -> dict[str,
         attempt=1,
         strategy=strategy,
         output_dir=settings.output_dir_for(envelope["request_id"]),
+        deployment=settings.deployment_label,
         service_account=settings.training_service_account,
     )
     return {

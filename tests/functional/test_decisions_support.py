@@ -20,7 +20,7 @@ from shared.ledger import Attempt, JobIndexEntry, LedgerStore, RequestRecord
 from shared.log import Logger
 from shared.settings import Settings
 from shared.states import RequestStatus
-from shared.vertex import LABEL_ATTEMPT, LABEL_REQUEST_ID
+from shared.vertex import LABEL_ATTEMPT, LABEL_DEPLOYMENT, LABEL_REQUEST_ID
 from shared.wiring import Ports
 
 PROJECT = "spotjobs-test"
@@ -52,7 +52,11 @@ class FakeVertex:
             name=name,
             display_name=f"{request_id}-a{attempt}",
             state=state,
-            labels={LABEL_REQUEST_ID: request_id, LABEL_ATTEMPT: str(attempt)},
+            labels={
+                LABEL_REQUEST_ID: request_id,
+                LABEL_ATTEMPT: str(attempt),
+                LABEL_DEPLOYMENT: DEPLOYMENT,
+            },
             create_time=now,
             update_time=now,
         )
@@ -149,12 +153,16 @@ class CapturedLog:
         return [line for line in self.lines if line.get("event") == name]
 
 
+DEPLOYMENT = "test"
+
+
 def make_settings(bucket: str, **env: str) -> Settings:
     return Settings.from_env(
         {
             "GOOGLE_CLOUD_PROJECT": PROJECT,
             "SPOTJOBS_STATE_BUCKET": bucket,
             "SPOTJOBS_LOCATION": "us-central1",
+            "SPOTJOBS_DEPLOYMENT": DEPLOYMENT,
             # Requests here fall back to STANDARD; a deployment allows no fallback by default.
             "SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES": "STANDARD",
             **env,

@@ -27,7 +27,7 @@ from shared.request import REQUEUE_ATTRIBUTES
 from shared.settings import Settings
 from shared.states import RequestStatus
 from shared.submit import SubmitBlocked, SubmitOutcome, SubmitResult, submit_request
-from shared.vertex import LABEL_ATTEMPT, LABEL_REQUEST_ID
+from shared.vertex import LABEL_ATTEMPT, LABEL_DEPLOYMENT, LABEL_REQUEST_ID
 from shared.wiring import Ports
 from tests.conftest import load_event
 from tests.functional.test_decisions_support import FakePublisher
@@ -188,7 +188,11 @@ def test_the_docs_body_becomes_one_spot_job_recorded_in_the_ledger(harness: Harn
     [job] = harness.vertex.jobs.values()
     assert job.name == outcome.job
     assert job.job_spec.scheduling.strategy == 4  # SPOT
-    assert dict(job.labels) == {LABEL_REQUEST_ID: "msg-4242", LABEL_ATTEMPT: "1"}
+    assert dict(job.labels) == {
+        LABEL_REQUEST_ID: "msg-4242",
+        LABEL_ATTEMPT: "1",
+        LABEL_DEPLOYMENT: SETTINGS.deployment_label,
+    }
     assert job.job_spec.base_output_directory.output_uri_prefix == "gs://ckpt/requests/msg-4242/"
     assert job.job_spec.service_account == "trainer@my-project.iam.gserviceaccount.com"
     submitted = json.loads(DOCS_BODY)["jobSpec"]["workerPoolSpecs"][0]
@@ -306,7 +310,13 @@ def test_a_crash_between_create_and_record_is_settled_by_label_lookup(harness: H
     _stale_claim(harness, "r1", age_seconds=LEASE + 1)
     existing = harness.vertex.create_custom_job(
         parent="projects/proj/locations/us-central1",
-        custom_job=CustomJob(labels={LABEL_REQUEST_ID: "r1", LABEL_ATTEMPT: "1"}),
+        custom_job=CustomJob(
+            labels={
+                LABEL_REQUEST_ID: "r1",
+                LABEL_ATTEMPT: "1",
+                LABEL_DEPLOYMENT: SETTINGS.deployment_label,
+            }
+        ),
         retry=None,
         timeout=1,
     )

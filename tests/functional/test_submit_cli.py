@@ -68,6 +68,7 @@ def test_validate_prints_the_spot_job_attempt_one_would_create(
         "cost-center": "cc-42",
         "spotjobs-request-id": "resnet-nightly-001",
         "spotjobs-attempt": "1",
+        "spotjobs-deployment": "spotjobs-state",  # derived from the state bucket
     }
     assert job["jobSpec"]["baseOutputDirectory"] == {
         "outputUriPrefix": "gs://team-ckpt/requests/resnet-nightly-001/"

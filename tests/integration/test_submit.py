@@ -36,7 +36,11 @@ def envelope(request_id: str, fixture: str = "requests/bare_quick.json", **field
 
 
 def jobs_of(stack: Any, request_id: str, attempt: int | None = None) -> list[Any]:
-    labels = attempt_labels(request_id, attempt) if attempt else {LABEL_REQUEST_ID: request_id}
+    labels = (
+        attempt_labels(request_id, attempt, stack.settings.deployment_label)
+        if attempt
+        else {LABEL_REQUEST_ID: request_id}
+    )
     parent = parent_path(stack.settings.project, stack.settings.location)
     return find_jobs(stack.job_service(), parent, labels)
 

@@ -228,10 +228,10 @@ def test_policy_rule(
         ({"k" * 64: "v"}, [f"labels.{'k' * 64}"]),
         ({"team.name": "a"}, ['labels["team.name"]']),
         (
-            {f"l{i}": "v" for i in range(63)},
+            {f"l{i}": "v" for i in range(62)},
             ["labels"],
-        ),  # 62 user labels fit beside the 2 of spotjobs
-        ({f"l{i}": "v" for i in range(62)}, []),
+        ),  # 61 user labels fit beside the 3 of spotjobs
+        ({f"l{i}": "v" for i in range(61)}, []),
     ],
 )
 def test_label_rules(labels: dict[str, str], expected_paths: list[str]) -> None:

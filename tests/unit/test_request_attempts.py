@@ -331,12 +331,24 @@ def test_the_job_is_the_request_plus_spot_labels_output_dir_and_service_account(
         attempt=2,
         strategy="SPOT",
         output_dir=OUTPUT_DIR,
+        deployment="prod",
         service_account="trainer@p.iam.gserviceaccount.com",
     )
-    assert job["labels"] == {"team": "vision", "spotjobs-request-id": "r1", "spotjobs-attempt": "2"}
+    assert job["labels"] == {
+        "team": "vision",
+        "spotjobs-request-id": "r1",
+        "spotjobs-attempt": "2",
+        "spotjobs-deployment": "prod",
+    }
     assert job["jobSpec"]["scheduling"]["strategy"] == "SPOT"
     assert job["jobSpec"]["baseOutputDirectory"] == {"outputUriPrefix": OUTPUT_DIR}
     assert job["jobSpec"]["serviceAccount"] == "trainer@p.iam.gserviceaccount.com"
+    [pool] = job["jobSpec"]["workerPoolSpecs"]
+    assert pool["containerSpec"]["env"] == [
+        {"name": "SPOTJOBS_REQUEST_ID", "value": "r1"},
+        {"name": "SPOTJOBS_ATTEMPT", "value": "2"},
+    ]
+    del pool["containerSpec"]["env"]
     assert job["jobSpec"]["workerPoolSpecs"] == user_job["jobSpec"]["workerPoolSpecs"]
     assert job["displayName"] == "spot-training-job"
     assert user_job["labels"] == {"team": "vision"}  # the request itself is untouched
@@ -353,6 +365,7 @@ def test_a_job_without_display_name_or_scheduling_gets_them_and_keeps_its_own_ac
         attempt=3,
         strategy="STANDARD",
         output_dir=OUTPUT_DIR,
+        deployment="d",
         service_account="d@p",
     )
     assert job["displayName"] == "r1-a3"
@@ -371,6 +384,7 @@ def test_the_canonical_envelope_builds_the_same_job_as_the_message() -> None:
         attempt=1,
         strategy="SPOT",
         output_dir=OUTPUT_DIR,
+        deployment="d",
     )
     pool = to_custom_job(job).job_spec.worker_pool_specs[0]
     assert pool.replica_count == 2 and pool.machine_spec.accelerator_count == 8
