@@ -43,19 +43,19 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
-from shared.alerts import Alert
-from shared.checkpoints import (
+from spotjobs_kit.layout import (
     CHECKPOINTS_FOLDER,
     Checkpoint,
-    CheckpointStore,
     FolderListing,
     Kind,
     ListedObject,
     Unmanaged,
-    discover,
     sorted_checkpoints,
     with_contents,
 )
+
+from shared.alerts import Alert
+from shared.checkpoints import CheckpointStore, discover
 from shared.clock import parse_iso, utcnow
 from shared.delivery import maintenance_message, maintenance_task
 from shared.errors import SpotjobsError, is_retryable

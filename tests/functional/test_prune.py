@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.checkpoints import ListedObject
+from spotjobs_kit.layout import ListedObject
 from shared.ledger import RequestRecord, Status
 from shared.prune import DeleteOutcome, GcsPruneStore
 from tests.functional.test_prune_support import (

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.checkpoints import (
+from spotjobs_kit.layout import (
     FolderListing,
     Kind,
     ListedObject,

@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 from google.api_core.exceptions import Forbidden, ServiceUnavailable
 
-from shared.checkpoints import Checkpoint, Kind, ListedObject
+from spotjobs_kit.layout import Checkpoint, Kind, ListedObject
 from shared.commands.prune import print_text
 from shared.ledger import RequestRecord, Status
 from shared.log import Logger

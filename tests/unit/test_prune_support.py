@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 
-from shared.checkpoints import FolderListing, ListedObject
+from spotjobs_kit.layout import FolderListing, ListedObject
 from shared.prune import CheckpointLayout, DeleteOutcome, PrunePolicy
 
 NOW = datetime(2026, 11, 1, 12, 0, tzinfo=timezone.utc)
