@@ -171,11 +171,13 @@ class Run:
         markers: Sequence[str] | None = None,
         environ: Mapping[str, str] | None = None,
         fuse_root: str | None = None,
+        gcs_client: Any = None,
         store: Any = None,
         stream: TextIO | None = None,
     ) -> Run:
         """Install the SIGTERM hook, find the newest complete checkpoint, count this start, and
-        (with `announce`) print `run_started`. `checkpoint_dir` defaults to AIP_CHECKPOINT_DIR."""
+        (with `announce`) print `run_started`. `checkpoint_dir` defaults to AIP_CHECKPOINT_DIR;
+        `gcs_client`: a google.cloud.storage.Client to use if the store is GCS through the API."""
         environ = os.environ if environ is None else environ
         run = cls(
             None,
@@ -189,7 +191,7 @@ class Run:
         if store is None:
             if not checkpoint_dir:
                 raise KitError("no checkpoint directory: AIP_CHECKPOINT_DIR is not set")
-            store = open_store(checkpoint_dir, fuse_root=fuse_root)
+            store = open_store(checkpoint_dir, fuse_root=fuse_root, gcs_client=gcs_client)
         run.store = store
         run.refresh()
         run.resume_checkpoint = newest_complete(run._checkpoints)

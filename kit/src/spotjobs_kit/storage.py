@@ -39,15 +39,18 @@ def split_gcs_uri(uri: str) -> tuple[str, str]:
     return bucket, f"{prefix}/" if prefix else ""
 
 
-def open_store(checkpoint_dir: str, *, fuse_root: str | None = None) -> FileStore | GcsStore:
-    """The store for a checkpoint directory: FUSE mount, else google-cloud-storage, else local."""
+def open_store(
+    checkpoint_dir: str, *, fuse_root: str | None = None, gcs_client: Any = None
+) -> FileStore | GcsStore:
+    """The store for a checkpoint directory: FUSE mount, else google-cloud-storage (with
+    `gcs_client` if given), else local."""
     if checkpoint_dir.startswith("gs://"):
         bucket, prefix = split_gcs_uri(checkpoint_dir)
         mount = Path(fuse_root or os.environ.get("SPOTJOBS_KIT_FUSE_ROOT") or FUSE_ROOT)
         if mount.is_dir():
             return FileStore(mount / bucket / prefix, uri=f"gs://{bucket}/{prefix}")
         try:
-            return GcsStore(checkpoint_dir)
+            return GcsStore(checkpoint_dir, client=gcs_client)
         except ImportError as error:
             raise KitError(
                 f"cannot reach {checkpoint_dir}: no Cloud Storage FUSE mount at {mount} and "
