@@ -4,20 +4,27 @@ It follows Google's advice for training on Spot VMs:
 
 - it reads `AIP_CHECKPOINT_DIR` and resumes from the newest *complete* checkpoint there, so loss
   and step continue where the last run stopped instead of restarting from zero;
-- it checkpoints every `--checkpoint-every` steps through the google-cloud-storage client (so it
-  works against real GCS and against fake-gcs-server through STORAGE_EMULATOR_HOST). A checkpoint
-  is a prefix `step-000400/` holding its shards, then a `COMMITTED` marker written last: a run
-  killed mid-write leaves a prefix without a marker, which the next run skips;
+- it checkpoints every `--checkpoint-every` steps. A checkpoint is a prefix `step-000400/` holding
+  its shards, then a `COMMITTED` marker written last: a run killed mid-write leaves a prefix
+  without a marker, which the next run skips;
 - on SIGTERM (what a Spot VM gets before it is reclaimed) it finishes the step in progress,
   writes a checkpoint and exits 143, well inside the grace period;
+
+All of that goes through the trainer kit (`spotjobs_kit.Run`, kit/): which checkpoint is the
+newest complete one (the same rules the pruner uses), the SIGTERM hook, the commit (shards, then
+the marker naming them), and the kit's `spotjobs_kit` lines (run_started, preempted,
+checkpoint_committed, run_finished). The kit reaches GCS through the FUSE mount when Vertex
+provides one, else through google-cloud-storage (so fake-gcs-server works through
+STORAGE_EMULATOR_HOST). On top, the trainer checks each shard's size against the marker's file
+list before resuming, so a checkpoint with torn shards is skipped too;
 - when done it writes the model to `AIP_MODEL_DIR` and prints the final metrics.
 
 The model is logistic regression trained with SGD + momentum on a synthetic, seeded dataset, in
 pure Python. The mini-batch of step s is a function of (seed, s), so a run resumed from a
 checkpoint computes exactly what an uninterrupted run would have.
 
-Every line on stdout is one JSON object with `message` and `event` (`resume`, `checkpoint`,
-`stopping`, `final`, `error`) and the `step`. The Vertex emulator (and Cloud Logging) turns such
+Every line on stdout is one JSON object: the trainer's own with `message` and `event` (`resume`,
+`checkpoint`, `stopping`, `final`, `error`) and the `step`, and the kit's (a `spotjobs_kit` object). The Vertex emulator (and Cloud Logging) turns such
 lines into structured `jsonPayload` entries, so the demo and tests can see where each run started.
 
     python -m devstack.trainer --steps 600 --checkpoint-every 50 --step-seconds 0.01
@@ -36,9 +43,12 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-COMMIT_MARKER = "COMMITTED"
+from spotjobs_kit import Checkpoint, Run, checkpoint_name
+from spotjobs_kit.layout import KIT_MARKER as COMMIT_MARKER
+
 CHECKPOINT_NAME = re.compile(r"^step-(\d{6,})/$")
 SHARDS = ("model.json", "optimizer.json", "trainer_state.json")
 SIGTERM_EXIT_STATUS = 128 + signal.SIGTERM
@@ -204,66 +214,38 @@ def split_gcs_uri(uri: str) -> tuple[str, str]:
     return bucket, (prefix.rstrip("/") + "/") if prefix.strip("/") else ""
 
 
-def checkpoint_name(step: int) -> str:
-    return f"step-{step:06d}/"
-
-
 def checkpoint_step(name: str) -> int | None:
     """The step of a checkpoint prefix name (relative to the checkpoint dir), or None."""
     match = CHECKPOINT_NAME.match(name)
     return int(match.group(1)) if match else None
 
 
-class CheckpointStore:
-    """Checkpoint prefixes under one gs:// directory, each complete once its marker exists."""
+def load_latest_complete(run: Run) -> tuple[Checkpoint, Model] | None:
+    """The newest complete checkpoint (the kit's rules) of this trainer's layout whose shards
+    match the sizes its marker lists."""
+    for checkpoint in run.complete_checkpoints():
+        if checkpoint_step(checkpoint.name) is None:
+            continue  # complete, but not one this trainer writes
+        folder = Path(run.resume_path(checkpoint, local=True) or "")
+        try:
+            manifest = json.loads((folder / COMMIT_MARKER).read_bytes())
+            shards = {shard: (folder / shard).read_bytes() for shard in SHARDS}
+        except (OSError, ValueError):
+            continue
+        sizes = manifest.get("files") or manifest.get("shards") or {}
+        if all(len(shards[shard]) == sizes.get(shard) for shard in SHARDS):
+            return checkpoint, Model.from_shards(shards)
+    return None
 
-    def __init__(self, client: Any, uri: str) -> None:
-        bucket_name, self._prefix = split_gcs_uri(uri)
-        self._bucket = client.bucket(bucket_name)
-        self._client = client
 
-    def checkpoints(self) -> list[tuple[int, str]]:
-        """(step, name) of every checkpoint prefix, complete or not, newest first."""
-        blobs = self._client.list_blobs(self._bucket, prefix=self._prefix, delimiter="/")
-        for _ in blobs:  # the prefixes are known only once the listing has been consumed
-            pass
-        found = []
-        for full in blobs.prefixes:
-            name = full[len(self._prefix):]
-            step = checkpoint_step(name)
-            if step is not None:
-                found.append((step, name))
-        return sorted(found, reverse=True)
-
-    def load_latest_complete(self) -> tuple[str, Model] | None:
-        """The newest checkpoint whose marker exists and whose shards match it."""
-        from google.api_core.exceptions import NotFound
-
-        for _, name in self.checkpoints():
-            try:
-                manifest = json.loads(self._blob(name, COMMIT_MARKER).download_as_bytes())
-                shards = {shard: self._blob(name, shard).download_as_bytes() for shard in SHARDS}
-            except NotFound:
-                continue  # incomplete: the run writing it died before the marker
-            if all(len(shards[shard]) == manifest["shards"].get(shard) for shard in SHARDS):
-                return name, Model.from_shards(shards)
-        return None
-
-    def save(self, model: Model) -> tuple[str, int]:
-        """Write the shards, then the marker naming them; returns (name, bytes written)."""
-        from google.cloud.storage.retry import DEFAULT_RETRY
-
-        name = checkpoint_name(model.step)
-        shards = model.shards()
-        for shard, data in shards.items():
-            # Rewriting a shard with the same bytes is harmless, so retrying the upload is safe.
-            self._blob(name, shard).upload_from_string(data, retry=DEFAULT_RETRY)
-        marker = _json_bytes({"step": model.step, "shards": {s: len(d) for s, d in shards.items()}})
-        self._blob(name, COMMIT_MARKER).upload_from_string(marker, retry=DEFAULT_RETRY)
-        return name, sum(len(d) for d in shards.values()) + len(marker)
-
-    def _blob(self, name: str, leaf: str) -> Any:
-        return self._bucket.blob(f"{self._prefix}{name}{leaf}")
+def save(run: Run, model: Model) -> tuple[str, int]:
+    """Write the shards, then (the kit) the marker naming them; returns (name, bytes written)."""
+    with run.checkpoint(model.step) as folder:
+        for shard, data in model.shards().items():
+            (Path(folder) / shard).write_bytes(data)
+    name = checkpoint_name(model.step)
+    marker = run.store.stat(name + COMMIT_MARKER)
+    return name, sum(len(d) for d in model.shards().values()) + (marker.size if marker else 0)
 
 
 def write_model(client: Any, uri: str, model: Model, metrics: dict[str, float]) -> str:
@@ -303,21 +285,29 @@ def emit(event: str, message: str, *, severity: str = "INFO", **fields: Any) -> 
 
 
 def train(config: TrainerConfig, client: Any, stop: StopRequested) -> int:
-    """Run (or resume) training; returns the process exit status."""
-    store = CheckpointStore(client, config.checkpoint_dir)
+    """Run (or resume) training; returns the process exit status. From here on SIGTERM reaches
+    the kit's hook (`run.preempted`); `stop` still counts (a signal before the kit was started,
+    or a test's stand-in)."""
+    with Run.start(config.checkpoint_dir, announce=False, gcs_client=client) as run:
+        return _train(config, client, stop, run)
+
+
+def _train(config: TrainerConfig, client: Any, stop: StopRequested, run: Run) -> int:
     train_data, eval_data = make_dataset(config.seed, config.samples, config.features)
-    restored = store.load_latest_complete()
+    restored = load_latest_complete(run)
+    run.announce(restored[0] if restored else None)
     if restored is None:
         model = Model.initial(config.seed, config.features)
         emit("resume", "no complete checkpoint; starting at step 0", step=0, checkpoint=None)
     else:
-        name, model = restored
-        emit("resume", f"resuming from checkpoint {name}", step=model.step, checkpoint=name,
-             eval_loss=model.eval_loss)
+        checkpoint, model = restored
+        emit("resume", f"resuming from checkpoint {checkpoint.name}", step=model.step,
+             checkpoint=checkpoint.name, eval_loss=model.eval_loss)
     last_saved = model.step
     while model.step < config.steps:
-        if stop.requested:
-            return _stop(store, model, last_saved, stop, eval_data)
+        run.step = model.step
+        if run.preempted or stop.requested:
+            return _stop(run, model, last_saved, run.preempted_at or stop.at, eval_data)
         if config.fail_at_step is not None and model.step == config.fail_at_step:
             emit("error", f"training failed at step {model.step}", severity="ERROR", step=model.step)
             raise RuntimeError(f"simulated bug in the training code at step {model.step}")
@@ -326,7 +316,7 @@ def train(config: TrainerConfig, client: Any, stop: StopRequested) -> int:
         model.train_step(batch, train_data, config.learning_rate, config.momentum)
         if model.step % config.checkpoint_every == 0 or model.step == config.steps:
             model.eval_loss = model.evaluate(eval_data)["eval_loss"]
-            name, size = store.save(model)
+            name, size = save(run, model)
             last_saved = model.step
             emit("checkpoint", f"checkpoint {name} committed", step=model.step, checkpoint=name,
                  bytes=size, eval_loss=model.eval_loss)
@@ -337,18 +327,17 @@ def train(config: TrainerConfig, client: Any, stop: StopRequested) -> int:
     uri = write_model(client, config.model_dir, model, metrics)
     emit("final", f"training finished at step {model.step}: accuracy {metrics['accuracy']}",
          step=model.step, model=uri, eval_loss=metrics["eval_loss"], accuracy=metrics["accuracy"])
+    run.finish(model.step)
     return 0
 
 
-def _stop(
-    store: CheckpointStore, model: Model, last_saved: int, stop: StopRequested, eval_data: Dataset
-) -> int:
+def _stop(run: Run, model: Model, last_saved: int, signalled_at: float | None, eval_data: Dataset) -> int:
     # Announce the step first: should the grace period run out mid-write, the work is still counted.
     emit("stopping", f"SIGTERM received; checkpointing step {model.step} before exit", step=model.step)
     if model.step > last_saved:
         model.eval_loss = model.evaluate(eval_data)["eval_loss"]
-        name, size = store.save(model)
-        seconds = time.monotonic() - (stop.at or time.monotonic())
+        name, size = save(run, model)
+        seconds = time.monotonic() - (signalled_at or time.monotonic())
         emit("checkpoint", f"checkpoint {name} committed on SIGTERM", step=model.step,
              checkpoint=name, bytes=size, eval_loss=model.eval_loss, reason="sigterm",
              seconds_after_sigterm=round(seconds, 3))
@@ -364,7 +353,8 @@ def storage_client() -> Any:
 
 def main(argv: Sequence[str] | None = None) -> int:
     stop = StopRequested()
-    # Installed first: a reclaim can come while the libraries are still importing.
+    # Installed first: a reclaim can come while the libraries are still importing. The kit's
+    # hook replaces it once training starts.
     signal.signal(signal.SIGTERM, stop)
     config = parse_args(argv)
     return train(config, storage_client(), stop)

@@ -14,6 +14,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from spotjobs_kit.layout import DEFAULT_COMMIT_MARKERS
+
 from shared.errors import ConfigurationError
 from shared.topology import TOPOLOGY
 
@@ -25,8 +27,8 @@ _DEFAULT_STOCKOUT_PATTERNS = (
     r"stockout",
     r"resources are insufficient",
 )
-# Orbax, torch.distributed.checkpoint, TensorFlow's index file, and the demo trainer's marker.
-_DEFAULT_COMMIT_MARKERS = ("commit_success.txt", ".metadata", "checkpoint", "COMMITTED")
+# Orbax, torch.distributed.checkpoint, TensorFlow's index file, the kit's marker: one definition.
+_DEFAULT_COMMIT_MARKERS = DEFAULT_COMMIT_MARKERS
 
 
 DEFAULT_CREATE_TIMEOUT_SECONDS = 30.0

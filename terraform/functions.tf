@@ -4,6 +4,7 @@
 #   main.py            terraform/source_root/main.py: forwards the entry points to functions/main.py
 #   requirements.txt   exact pins of every runtime dependency (tools/lock_requirements.py)
 #   functions/, shared/  the packages, .py and .json files only
+#   spotjobs_kit/      the trainer kit's package (kit/src/spotjobs_kit/), .py files only
 # Nothing else: no tests, terraform, devstack, bench, venvs, caches or .git, and no stray file a
 # developer left in the work tree (the list below is an allow-list, not a deny-list).
 # Why a root main.py and not GOOGLE_FUNCTION_SOURCE=functions/main.py: see source_root/main.py and
@@ -20,9 +21,13 @@ locals {
     "functions/**/*.json",
     "shared/**/*.py",
     "shared/**/*.json",
+    "kit/src/spotjobs_kit/**/*.py", # the trainer kit: checkpoint rules and kit lines shared/ imports
   ]
   source_files = sort(distinct(flatten([for pattern in local.source_globs : tolist(fileset(local.repo_root, pattern))])))
   source_entry = "${path.module}/source_root/main.py"
+
+  # Packed at the zip's root without this folder: kit/src/spotjobs_kit/x.py -> spotjobs_kit/x.py.
+  source_strip_prefix = "kit/src/"
 
   # Per-function sizing: module defaults, per-function adjustments, then the caller's overrides.
   function_builtin = {
@@ -127,7 +132,7 @@ data "archive_file" "source" {
     for_each = toset(local.source_files)
     content {
       content  = file("${local.repo_root}/${source.value}")
-      filename = source.value
+      filename = trimprefix(source.value, local.source_strip_prefix)
     }
   }
 

@@ -131,7 +131,7 @@ class Observer:
     def _complete_checkpoints(self, output_dir: str) -> dict[str, int]:
         """Checkpoint prefixes under the request's AIP_CHECKPOINT_DIR that hold the commit marker.
 
-        Read with a plain listing of the trainer's own layout rather than `shared.checkpoints`, on
+        Read with a plain listing of the trainer's own layout rather than `spotjobs_kit.layout`, on
         purpose: the demo checks what prune_checkpoints reports against the bucket itself.
         """
         from devstack.trainer import COMMIT_MARKER, checkpoint_step, split_gcs_uri

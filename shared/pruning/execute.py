@@ -18,9 +18,10 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from datetime import datetime, timedelta
 from typing import Any
 
+from spotjobs_kit.layout import Checkpoint, Kind, ListedObject
+
 from shared.clock import utcnow
 from shared.ledger import RequestRecord
-from shared.pruning.checkpoints import Checkpoint, Kind, ListedObject
 from shared.pruning.folders import CheckpointLayout, OutOfScope
 from shared.pruning.plan import RequestPlan, plan_request
 from shared.pruning.report import PruneResult, RequestReport, checkpoint_entry

@@ -7,8 +7,9 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from spotjobs_kit.layout import CHECKPOINTS_FOLDER
+
 from shared.errors import SpotjobsError
-from shared.pruning.checkpoints import CHECKPOINTS_FOLDER
 
 if TYPE_CHECKING:
     from shared.settings import Settings

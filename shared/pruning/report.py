@@ -7,10 +7,11 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from spotjobs_kit.layout import Checkpoint
+
 from shared.alerts import Alert
 from shared.errors import is_retryable
 from shared.log import Logger
-from shared.pruning.checkpoints import Checkpoint
 
 
 @dataclass

@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from spotjobs_kit.layout import Checkpoint, Kind, sorted_checkpoints
+
 from shared.clock import parse_iso
 from shared.ledger import RequestRecord
-from shared.pruning.checkpoints import Checkpoint, Kind, sorted_checkpoints
 from shared.states import TERMINAL_STATUSES
 
 if TYPE_CHECKING:

@@ -20,7 +20,9 @@ import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
-from shared.pruning.checkpoints import CheckpointStore, FolderListing, ListedObject
+from spotjobs_kit.layout import FolderListing, ListedObject
+
+from shared.pruning.checkpoints import CheckpointStore
 from shared.pruning.folders import is_request_folder_name
 
 if TYPE_CHECKING:

@@ -66,8 +66,10 @@ class Install:
 def install(tmp_path_factory: pytest.TempPathFactory) -> Install:
     install = Install(tmp_path_factory.mktemp("no-devstack"))
     ignore = shutil.ignore_patterns("__pycache__")
-    for package in ("shared", "functions"):
-        shutil.copytree(REPO_ROOT / package, install.tree / package, ignore=ignore)
+    # What the package installs, as the deploy zip holds it: everything but devstack/.
+    for source in ("shared", "functions", "kit/src/spotjobs_kit"):
+        target = install.tree / Path(source).name
+        shutil.copytree(REPO_ROOT / source, target, ignore=ignore)
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(install.root / "venv")], check=True, timeout=120)
     site_packages = subprocess.run(
         [str(install.python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],

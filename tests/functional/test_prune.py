@@ -10,9 +10,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from spotjobs_kit.layout import ListedObject
 
 from shared.ledger import RequestRecord
-from shared.pruning.checkpoints import ListedObject
 from shared.pruning.store import DeleteOutcome, GcsPruneStore
 from shared.states import RequestStatus
 from tests.functional.test_prune_support import (

@@ -9,7 +9,8 @@ Mimics the gen2 Python build and runtime without a cloud account:
    and run `pip install -r requirements.txt` inside the unpacked directory, as the buildpack does;
 4. import every entry point Terraform deploys the way functions-framework loads them (source
    main.py at the root), with a clean environment: `shared` and `functions` must come from the
-   unpacked tree, devstack must not be needed, and each entry point must be registered as a
+   unpacked tree (so must `spotjobs_kit`, packed at the root from kit/src/), devstack must not
+   be needed, and each entry point must be registered as a
    CloudEvent function (Cloud Functions starts an HTTP-triggered function with
    FUNCTION_SIGNATURE_TYPE=http; the @functions_framework.cloud_event registration overrides it);
 5. start `functions-framework --target <entry point>` for each one on a free loopback port and
@@ -81,8 +82,9 @@ for target in sys.argv[1:]:
         # What functions-framework will use when the platform says "http".
         "signature": registry.get_func_signature_type(target, "http"),
     }
-import functions, shared
+import functions, shared, spotjobs_kit
 report["shared"] = os.path.realpath(shared.__file__)
+report["spotjobs_kit"] = os.path.realpath(spotjobs_kit.__file__)
 report["functions"] = os.path.realpath(functions.__file__)
 report["devstack_imported"] = sorted(m for m in sys.modules if m.split(".")[0] == "devstack")
 print(json.dumps(report))
@@ -114,6 +116,15 @@ def function_source() -> str:
     return env.get("GOOGLE_FUNCTION_SOURCE", "main.py")
 
 
+def strip_prefix() -> str:
+    """The folder whose files are packed at the zip's root (terraform: trimprefix)."""
+    return module_config().locals["source_strip_prefix"]
+
+
+def zip_name(name: str) -> str:
+    return name.removeprefix(strip_prefix())
+
+
 def source_files() -> list[str]:
     """Terraform fileset(repo_root, pattern) for each pattern: files only, relative paths."""
     found: set[str] = set()
@@ -128,8 +139,8 @@ def build_zip(destination: Path) -> list[str]:
     names = []
     with zipfile.ZipFile(destination, "w", zipfile.ZIP_DEFLATED) as archive:
         for name in source_files():
-            archive.writestr(name, (REPO_ROOT / name).read_text())
-            names.append(name)
+            archive.writestr(zip_name(name), (REPO_ROOT / name).read_text())
+            names.append(zip_name(name))
         archive.writestr("main.py", entry_module().read_text())
         names.append("main.py")
     return sorted(names)
@@ -142,13 +153,13 @@ def test_zip_holds_only_the_deployable_tree(tmp_path: Path) -> None:
     assert "shared/topology.json" in names, "shared/topology.py reads it at import"
     for name in names:
         top = name.split("/", 1)[0]
-        assert top in {"main.py", "requirements.txt", "functions", "shared"}, name
+        assert top in {"main.py", "requirements.txt", "functions", "shared", "spotjobs_kit"}, name
         assert "__pycache__" not in name and not name.endswith((".pyc", ".pyo")), name
     # Every file the packages ship is in: no .py or .json under functions/ or shared/ left out.
-    for package in ("functions", "shared"):
+    for package in ("functions", "shared", "kit/src/spotjobs_kit"):
         for path in (REPO_ROOT / package).rglob("*"):
             if path.is_file() and path.suffix in {".py", ".json"} and "__pycache__" not in path.parts:
-                assert path.relative_to(REPO_ROOT).as_posix() in names, path
+                assert zip_name(path.relative_to(REPO_ROOT).as_posix()) in names, path
 
 
 def test_deployed_packages_do_not_import_the_dev_stack() -> None:
@@ -305,6 +316,7 @@ def test_every_entry_point_imports_from_the_unpacked_source(deployment: Deployme
     workspace = str(deployment.workspace.resolve())
     assert report["shared"].startswith(workspace + os.sep), report["shared"]
     assert report["functions"].startswith(workspace + os.sep), report["functions"]
+    assert report["spotjobs_kit"].startswith(workspace + os.sep), report["spotjobs_kit"]
     assert report["devstack_imported"] == []
     for target in targets:
         info = report["targets"][target]

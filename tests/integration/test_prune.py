@@ -17,10 +17,15 @@ pytestmark = pytest.mark.stack
 TIMEOUT = 60.0
 
 
-def checkpoint_steps(stack, request_id: str) -> set[str]:
+def checkpoint_children(stack, request_id: str) -> set[str]:
     base = f"{stack.settings.output_dir_for(request_id)}checkpoints/".split("/", 3)[3]
     bucket = stack.storage().bucket(stack.settings.checkpoint_bucket)
     return {blob.name[len(base) :].split("/")[0] for blob in bucket.list_blobs(prefix=base)}
+
+
+def checkpoint_steps(stack, request_id: str) -> set[str]:
+    """The checkpoints left: every child but the trainer kit's run objects (`_spotjobs_runs/`)."""
+    return {name for name in checkpoint_children(stack, request_id) if name != "_spotjobs_runs"}
 
 
 def write_checkpoints(stack, request_id: str, steps: list[int]) -> None:
@@ -85,4 +90,6 @@ def test_a_succeeded_training_run_is_pruned_to_keep_last(stack) -> None:
         TIMEOUT, "the succeeded request's checkpoints pruned to keep_last=2",
     )
     assert kept == {"step-000180", "step-000200"}
+    # The demo trainer's kit counted its starts there; no step number, so never pruned.
+    assert "_spotjobs_runs" in checkpoint_children(stack, request_id)
     assert prune_alerts(stack, request_id)

@@ -72,7 +72,12 @@ class Trainer:
         return returncode
 
     def events(self, name: str) -> list[dict[str, Any]]:
-        return [line for line in self.lines if line["event"] == name]
+        return [line for line in self.lines if line.get("event") == name]
+
+    def kit(self, name: str) -> list[dict[str, Any]]:
+        """The trainer kit's lines of one event (their `spotjobs_kit` object)."""
+        return [line["spotjobs_kit"] for line in self.lines
+                if line.get("spotjobs_kit", {}).get("event") == name]
 
     def _stderr(self) -> str:
         if self.process.poll() is None or self.process.stderr is None:
@@ -101,7 +106,7 @@ def test_sigterm_commits_a_checkpoint_within_the_grace_period_and_the_next_run_r
     dirs = paths("sigterm")
     args = ("--steps", "300", "--checkpoint-every", "50", "--step-seconds", "0.01")
     first = Trainer(fake_gcs, *dirs, *args)
-    first.wait_for_line(lambda line: line["event"] == "checkpoint")
+    first.wait_for_line(lambda line: line.get("event") == "checkpoint")
     first.process.send_signal(signal.SIGTERM)
     # The Vertex emulator would SIGKILL after the grace period: the exit must come before it.
     assert first.process.wait(timeout=GRACE_SECONDS) == 128 + signal.SIGTERM
@@ -115,8 +120,16 @@ def test_sigterm_commits_a_checkpoint_within_the_grace_period_and_the_next_run_r
     marker = gcs_bucket.blob(f"sigterm/checkpoints/step-{saved['step']:06d}/COMMITTED")
     assert json.loads(marker.download_as_bytes())["step"] == saved["step"]
 
+    # The kit reported the preemption, and the commit it made on SIGTERM.
+    (preempted,) = first.kit("preempted")
+    assert preempted["step"] is not None and preempted["seconds_since_checkpoint"] >= 0
+    assert first.kit("checkpoint_committed")[-1]["step"] == saved["step"]
+
     second = run_to_end(fake_gcs, dirs, *args)
-    resume = second.lines[0]
+    (started,) = second.kit("run_started")
+    assert (started["resumed_step"], started["checkpoint"]) == (saved["step"], saved["checkpoint"])
+    assert started["run"] == 1  # the second start of this (local) job: the kit counted the first
+    resume = second.events("resume")[0]
     # Step and loss continue from the checkpoint: nothing restarts from zero.
     assert (resume["event"], resume["step"], resume["eval_loss"]) == ("resume", saved["step"], saved["eval_loss"])
     (final,) = second.events("final")
@@ -147,7 +160,12 @@ def test_a_stop_between_checkpoints_commits_one_at_the_current_step(
         "--model-dir", f"gs://{gcs_bucket.name}/stop/model/",
     ])
     assert train(config, gcs_bucket.client, StopAtStep(73)) == 128 + signal.SIGTERM
-    events = [json.loads(raw) for raw in capsys.readouterr().out.splitlines()]
+    lines = [json.loads(raw) for raw in capsys.readouterr().out.splitlines()]
+    events = [line for line in lines if "event" in line]
+    kit = [line["spotjobs_kit"] for line in lines if "spotjobs_kit" in line]
+    assert [(k["event"], k.get("step", k.get("resumed_step"))) for k in kit] == [
+        ("run_started", None), ("checkpoint_committed", 50), ("checkpoint_committed", 73)
+    ]
     assert [(e["event"], e["step"]) for e in events] == [
         ("resume", 0), ("checkpoint", 50), ("stopping", 73), ("checkpoint", 73)
     ]
@@ -163,11 +181,11 @@ def test_a_run_interrupted_and_resumed_trains_exactly_the_same_model(
     run_to_end(fake_gcs, paths("straight"), *args, "--step-seconds", "0")
 
     interrupted = Trainer(fake_gcs, *paths("interrupted"), *args, "--step-seconds", "0.01")
-    interrupted.wait_for_line(lambda line: line["event"] == "checkpoint")
+    interrupted.wait_for_line(lambda line: line.get("event") == "checkpoint")
     interrupted.process.send_signal(signal.SIGTERM)
     assert interrupted.finish() == 128 + signal.SIGTERM
     resumed = run_to_end(fake_gcs, paths("interrupted"), *args, "--step-seconds", "0")
-    assert resumed.lines[0]["step"] > 0
+    assert resumed.events("resume")[0]["step"] > 0
 
     straight = json.loads(gcs_bucket.blob("straight/model/model.json").download_as_bytes())
     again = json.loads(gcs_bucket.blob("interrupted/model/model.json").download_as_bytes())
@@ -191,8 +209,9 @@ def test_resume_skips_checkpoints_without_their_commit_marker_or_with_torn_shard
     )
 
     resumed = run_to_end(fake_gcs, dirs, "--steps", "250", "--checkpoint-every", "50", "--step-seconds", "0")
-    assert resumed.lines[0]["event"] == "resume"
-    assert resumed.lines[0]["checkpoint"] == "step-000100/"
+    assert resumed.events("resume")[0]["checkpoint"] == "step-000100/"
+    # The kit reports the checkpoint the trainer resumed from, not the newest with a marker.
+    assert resumed.kit("run_started")[0]["resumed_step"] == 100
 
 
 def test_failing_training_code_exits_1_after_committing_its_last_checkpoint(
@@ -248,7 +267,7 @@ def test_a_spot_job_preempted_twice_resumes_from_its_checkpoint_each_time(stack:
     details = stack.vertex_control("GET", f"/emulator/v1/{job.name}")
     assert details["runs"] == 3 and details["preemptions"] == 2
     # Every preempted run exited on SIGTERM; none needed the SIGKILL after the grace period.
-    assert {s["signal"] for s in details["signals"]} == {"SIGTERM"}
+    assert {s["signal"] for s in details["signals"]} == {"SIGTERM"}, details["signals"]
     runs = runs_from_output(details["output"])
     assert [run.run for run in runs] == [1, 2, 3]
     for previous, following in zip(runs, runs[1:]):

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from shared.pruning.checkpoints import (
+from spotjobs_kit.layout import (
     FolderListing,
     Kind,
     ListedObject,
@@ -21,6 +19,7 @@ from shared.pruning.checkpoints import (
     step_of,
     tensorflow_stem_complete,
 )
+
 from tests.unit.test_prune_support import (
     NOW,
     MemoryStore,
@@ -206,16 +205,3 @@ def test_equal_steps_order_by_update_time() -> None:
     prefix_checkpoint(store, "r1", "step-000100/", at=NOW - timedelta(hours=1))
     found = discover(store, folder("r1"), MARKERS)
     assert [c.name for c in found.checkpoints] == ["step-000100/", "ckpt-000100"]
-
-
-def test_the_rules_need_only_the_standard_library() -> None:
-    """A trainer that ships without this project's dependencies is to share this very module."""
-    import ast
-    import sys
-
-    from shared.pruning import checkpoints
-
-    tree = ast.parse(Path(checkpoints.__file__).read_text())
-    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-    imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
-    assert {name.split(".")[0] for name in imported} <= set(sys.stdlib_module_names) | {"__future__"}

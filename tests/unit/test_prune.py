@@ -9,11 +9,11 @@ from datetime import timedelta
 
 import pytest
 from google.api_core.exceptions import Forbidden, ServiceUnavailable
+from spotjobs_kit.layout import Checkpoint, Kind, ListedObject
 
 from shared.cli.prune import print_text
 from shared.ledger import RequestRecord
 from shared.log import Logger
-from shared.pruning.checkpoints import Checkpoint, Kind, ListedObject
 from shared.pruning.execute import prune_requests, run_tasks
 from shared.pruning.folders import OutOfScope
 from shared.pruning.report import PruneResult, RequestReport, log_report, report_alert

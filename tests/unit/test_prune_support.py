@@ -8,7 +8,8 @@ import threading
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 
-from shared.pruning.checkpoints import FolderListing, ListedObject
+from spotjobs_kit.layout import FolderListing, ListedObject
+
 from shared.pruning.folders import CheckpointLayout
 from shared.pruning.retention import PrunePolicy
 from shared.pruning.store import DeleteOutcome

@@ -1,0 +1,260 @@
+"""The trainer kit (kit/src/spotjobs_kit): agreement with the pruner, runs, lines, Python 3.9."""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+import os
+import signal
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+import spotjobs_kit
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from spotjobs_kit import Run, parse_kit_line
+from spotjobs_kit.layout import DEFAULT_COMMIT_MARKERS, KIT_MARKER
+from spotjobs_kit.lines import format_line
+from spotjobs_kit.storage import FileStore
+
+from shared.pruning.plan import plan_request
+from shared.settings import Settings
+from tests.unit.checkpoint_layouts import LAYOUTS, mirror
+from tests.unit.test_prune_properties import checkpoint_specs, write
+from tests.unit.test_prune_support import LAYOUT, NOW, MemoryStore, policy
+
+KIT_DIR = Path(spotjobs_kit.__file__).parent
+
+
+def start(root: Path, environ: dict[str, str] | None = None, **kwargs: Any) -> tuple[Run, io.StringIO]:
+    out = io.StringIO()
+    run = Run.start(str(root), environ=environ or {}, handle_sigterm=False, stream=out, **kwargs)
+    return run, out
+
+
+def kit_lines(out: io.StringIO) -> list[dict[str, Any]]:
+    return [json.loads(line)["spotjobs_kit"] for line in out.getvalue().splitlines()]
+
+
+# One definition of completeness: the kit resumes from what the pruner never deletes.
+
+
+def pruner_newest(store: MemoryStore, rid: str) -> tuple[str, int] | None:
+    """The complete checkpoint a pruner keeping only one keeps: the newest complete one."""
+    plan = plan_request(store, rid, None, layout=LAYOUT, policy=policy(keep_last=1), now=NOW)
+    kept = [d.checkpoint for d in plan.verdicts if d.checkpoint.complete and not d.delete]
+    assert len(kept) <= 1
+    return (kept[0].name, kept[0].step) if kept else None
+
+
+def kit_newest(root: Path) -> tuple[str, int] | None:
+    run, _ = start(root, markers=policy().commit_markers)
+    found = run.resume_checkpoint
+    return (found.name, found.step) if found else None
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+def test_the_kit_resumes_from_the_checkpoint_the_pruner_keeps(name: str, tmp_path: Path) -> None:
+    store = MemoryStore()
+    LAYOUTS[name](store, "r1")
+    mirror(store, "r1", tmp_path / "checkpoints")
+    assert kit_newest(tmp_path / "checkpoints") == pruner_newest(store, "r1")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(specs=st.lists(checkpoint_specs, max_size=10))
+def test_the_kit_and_the_pruner_agree_on_generated_layouts(specs: list[Any]) -> None:
+    store = MemoryStore()
+    tf_stems = []
+    for i, spec in enumerate(specs):  # the prune property test's layouts
+        unit, _ = write(store, "r1", i, spec)
+        if spec.kind == "tensorflow" and spec.complete:
+            tf_stems.append(unit)
+    store.put(f"{LAYOUT.folder_for('r1')}checkpoint",
+              text="".join(f'all_model_checkpoint_paths: "{s}"\n' for s in tf_stems))
+    with tempfile.TemporaryDirectory() as scratch:
+        root = Path(scratch) / "checkpoints"
+        mirror(store, "r1", root)
+        assert kit_newest(root) == pruner_newest(store, "r1")
+
+
+def test_the_pruner_never_deletes_the_kit_run_objects() -> None:
+    store = MemoryStore()
+    LAYOUTS["with the kit's run objects"](store, "r1")
+    plan = plan_request(store, "r1", None, layout=LAYOUT, policy=policy(keep_last=1), now=NOW)
+    assert "_spotjobs_runs/" in {u.name for u in plan.unmanaged}
+    assert all(not d.checkpoint.name.startswith("_spotjobs") for d in plan.verdicts)
+
+
+def test_one_list_of_default_commit_markers() -> None:
+    assert Settings.commit_markers == DEFAULT_COMMIT_MARKERS
+    assert Settings.from_env({}).commit_markers == DEFAULT_COMMIT_MARKERS
+
+
+# Runs.
+
+
+def test_a_run_commits_with_the_marker_last_and_the_next_run_resumes_there(tmp_path: Path) -> None:
+    env = {"SPOTJOBS_REQUEST_ID": "r1", "SPOTJOBS_ATTEMPT": "2", "CLOUD_ML_JOB_ID": "123"}
+    order: list[str] = []
+
+    class Recording(FileStore):
+        def publish(self, name: str, local: str) -> dict[str, int]:
+            order.append("publish " + name)
+            return super().publish(name, local)
+
+        def write(self, name: str, data: bytes) -> None:
+            order.append("write " + name)
+            super().write(name, data)
+
+    run, out = start(tmp_path, env, store=Recording(tmp_path))
+    assert run.resume_step() is None and run.resume_path() is None and run.restart == 0
+    with run.checkpoint(400) as folder:
+        Path(folder, "weights.bin").write_bytes(b"w" * 10)
+        Path(folder, "sub").mkdir()
+        Path(folder, "sub", "opt.bin").write_bytes(b"o" * 5)
+    assert order == ["publish step-000400/", "write step-000400/COMMITTED"]
+    marker = json.loads((tmp_path / "step-000400" / KIT_MARKER).read_text())
+    assert marker["step"] == 400 and marker["files"] == {"sub/opt.bin": 5, "weights.bin": 10}
+    started, committed = kit_lines(out)
+    assert started == {**started, "event": "run_started", "request_id": "r1", "attempt": 2,
+                       "run": 0, "job_id": "123", "resumed_step": None, "checkpoint": None}
+    assert committed["event"] == "checkpoint_committed" and committed["step"] == 400
+    assert committed["bytes"] == 15 and committed["seconds"] >= 0
+
+    again, out = start(tmp_path, env)
+    assert again.resume_step() == 400 and again.restart == 1
+    assert again.resume_path() == str(tmp_path / "step-000400/")
+    assert kit_lines(out)[0]["resumed_step"] == 400 and kit_lines(out)[0]["run"] == 1
+    # A new attempt (a new Vertex job) counts its own runs from 0.
+    other, _ = start(tmp_path, {**env, "SPOTJOBS_ATTEMPT": "3"})
+    assert other.restart == 0
+    assert sorted(p.name for p in (tmp_path / "_spotjobs_runs").iterdir()) == [
+        "attempt-2-run-0000.json", "attempt-2-run-0001.json", "attempt-3-run-0000.json"]
+
+
+def test_a_failed_save_commits_nothing(tmp_path: Path) -> None:
+    run, out = start(tmp_path)
+    with pytest.raises(RuntimeError), run.checkpoint(7) as folder:
+        Path(folder, "half").write_bytes(b"x")
+        raise RuntimeError("disk full")
+    assert not (tmp_path / "step-000007" / KIT_MARKER).exists()
+    assert [line["event"] for line in kit_lines(out)] == ["run_started"]
+    assert start(tmp_path)[0].resume_step() is None
+
+
+def test_only_the_primary_replica_commits_and_reports(tmp_path: Path) -> None:
+    spec = {"cluster": {}, "environment": "cloud", "task": {"type": "workerpool1", "index": 0}}
+    run, out = start(tmp_path, {"CLUSTER_SPEC": json.dumps(spec)})
+    with run.checkpoint(5) as folder:
+        Path(folder, "shard-1").write_bytes(b"x")
+    assert out.getvalue() == "" and run.restart is None
+    assert not (tmp_path / "step-000005" / KIT_MARKER).exists()
+    assert not (tmp_path / "_spotjobs_runs").exists()
+    primary = {**spec, "task": {"type": "workerpool0", "index": 0}}
+    assert start(tmp_path, {"CLUSTER_SPEC": json.dumps(primary)})[0].identity.primary
+
+
+def test_gs_uris_go_through_the_fuse_mount_when_there_is_one(tmp_path: Path) -> None:
+    (tmp_path / "gcs" / "bucket").mkdir(parents=True)
+    run = Run.start("gs://bucket/req/r1/checkpoints/", environ={}, handle_sigterm=False,
+                    fuse_root=str(tmp_path / "gcs"), stream=io.StringIO())
+    assert isinstance(run.store, FileStore)
+    assert run.checkpoint_dir == "gs://bucket/req/r1/checkpoints/"
+    with run.checkpoint(3) as folder:
+        Path(folder, "w").write_bytes(b"x")
+    assert (tmp_path / "gcs/bucket/req/r1/checkpoints/step-000003/COMMITTED").exists()
+
+
+def test_sigterm_runs_the_save_and_reports_the_preemption(tmp_path: Path) -> None:
+    out = io.StringIO()
+    saved: list[int] = []
+    with Run.start(str(tmp_path), environ={}, stream=out) as run:
+        with run.checkpoint(10) as folder:
+            Path(folder, "w").write_bytes(b"x")
+        run.step = 12
+
+        def save() -> None:
+            with run.checkpoint(12) as folder:
+                Path(folder, "w").write_bytes(b"y")
+            saved.append(12)
+
+        run.on_preemption(save, exit_code=None)  # return here instead of exiting
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert run.preempted and saved == [12]
+    assert signal.getsignal(signal.SIGTERM) is not run._on_sigterm  # put back
+    events = [(line["event"], line.get("step")) for line in kit_lines(out)]
+    assert events == [("run_started", None), ("checkpoint_committed", 10), ("preempted", 12),
+                      ("checkpoint_committed", 12)]
+    assert kit_lines(out)[2]["seconds_since_checkpoint"] >= 0
+
+
+# Lines.
+
+
+LINE = format_line("run_started", {"request_id": "r 1", "attempt": 2, "run": 1, "resumed_step": 400,
+                                   "checkpoint": "step-000400/", "time": "2026-11-01T12:00:00.000Z"})
+
+
+def test_lines_parse_from_json_payload_with_doubles() -> None:
+    payload = json.loads(LINE)
+    payload.pop("severity")  # Cloud Logging moves it to the entry
+    payload["spotjobs_kit"] = {k: float(v) if isinstance(v, int) else v
+                               for k, v in payload["spotjobs_kit"].items()}
+    record = parse_kit_line(payload)
+    assert record is not None
+    assert (record.event, record.attempt, record.run, record.resumed_step) == ("run_started", 2, 1, 400)
+    assert isinstance(record.attempt, int) and record.request_id == "r 1"
+
+
+@pytest.mark.parametrize("text", [LINE, LINE + "\n", "partial output of another print" + LINE + "\r\n",
+                                  json.loads(LINE)["message"], "2026-11-01 INFO " + json.loads(LINE)["message"]])
+def test_lines_parse_from_text_payload(text: str) -> None:
+    record = parse_kit_line(text)
+    assert record is not None
+    assert (record.event, record.request_id, record.attempt, record.run, record.resumed_step,
+            record.checkpoint) == ("run_started", "r 1", 2, 1, 400, "step-000400/")
+    assert record.dedupe_key() == parse_kit_line(LINE).dedupe_key()  # type: ignore[union-attr]
+
+
+def test_the_message_alone_is_recognised_in_a_json_payload() -> None:
+    record = parse_kit_line({"message": json.loads(LINE)["message"]})
+    assert record is not None and record.resumed_step == 400
+
+
+@pytest.mark.parametrize("payload", [None, 3, "", "plain text", '{"event":"checkpoint","step":5}',
+                                     {"event": "resume"}, {"spotjobs_kit": "nope"}, {"spotjobs_kit": {}},
+                                     '{"spotjobs_kit": {"event": ', "spotjobs-kit"])
+def test_other_lines_are_not_kit_lines(payload: Any) -> None:
+    assert parse_kit_line(payload) is None
+
+
+# Python 3.9, standard library only.
+
+
+def test_kit_sources_are_python_3_9() -> None:
+    files = sorted(KIT_DIR.glob("*.py"))
+    assert files
+    for path in files:
+        text = path.read_text()
+        tree = ast.parse(text, str(path), feature_version=(3, 9))
+        assert "from __future__ import annotations" in text or path.name == "__init__.py", path
+        for node in ast.walk(tree):
+            if isinstance(node, ast.keyword) and node.arg in {"slots", "kw_only"}:
+                pytest.fail(f"{path.name}: dataclass {node.arg}= is Python 3.10+")
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                module = node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
+                top = (module or "").split(".")[0]
+                # google.cloud.storage only inside GcsStore's methods, imported lazily.
+                assert top in {"__future__", "spotjobs_kit", "google"} or top in _stdlib(), (path, module)
+                if top == "google":
+                    assert node.col_offset > 0, f"{path.name}: google imported at module level"
+
+
+def _stdlib() -> frozenset[str]:
+    import sys
+
+    return frozenset(sys.stdlib_module_names)
