@@ -32,12 +32,19 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from spotjobs_kit.lines import KitRecord
+
 from shared.attempts import plan_attempt
 from shared.clock import iso, parse_iso
 from shared.effects import Effects, LogLine, attempt_alert, event_fields
 from shared.events import Signal, SignalPatterns, patterns_from
 from shared.ledger import Attempt, RequestRecord, Requeue, alert_marker
-from shared.preemptions import count_preemptions
+from shared.preemptions import (
+    count_preemptions,
+    note_kit_line,
+    preempted_in_last_run,
+    preemptions_text,
+)
 from shared.settings import Settings
 from shared.states import AttemptOutcome, RequestStatus
 from shared.vertex import JobSnapshot, JobState
@@ -58,12 +65,19 @@ ERROR_SETTLE_SECONDS = 600.0
 
 @dataclass(frozen=True)
 class Observation:
-    """Attempt `attempt`'s job as read just now, and what prompted the read."""
+    """What was learnt about attempt `attempt`'s job: the job as read just now from Vertex, or a
+    trainer kit line about one of its runs (then no read: `job` is None, `job_name` says which)."""
 
     attempt: int
-    job: JobSnapshot
+    job: JobSnapshot | None
     signal: Signal | None = None  # the log line's hint; None when reconcile polled
     preemption_evidence: str | None = None  # insertId of a service preemption line
+    kit: KitRecord | None = None
+    job_name: str | None = None  # the job a kit line came from, when `job` is None
+
+    @property
+    def about_job(self) -> str | None:
+        return self.job.name if self.job is not None else self.job_name
 
 
 @dataclass(frozen=True)
@@ -103,15 +117,21 @@ class FailureCause:
     reason: str
 
 
-def classify_failure(job: JobSnapshot, patterns: SignalPatterns) -> FailureCause:
-    """Why a FAILED/EXPIRED job failed, from its error code and message."""
+def classify_failure(
+    job: JobSnapshot, patterns: SignalPatterns, *, kit_saw_preemption: bool = False
+) -> FailureCause:
+    """Why a FAILED/EXPIRED job failed: from its error message (Vertex documents a STOCKOUT error
+    once a Spot job's restarts run out), its code where one says so, or the trainer kit's word
+    that the last run was preempted and never finished (docs/signals.md)."""
     if job.state == JobState.EXPIRED:
         return FailureCause(False, False, "the job ran past its timeout")
     code = int((job.error or {}).get("code") or 0)
     message = str((job.error or {}).get("message") or "")
     stockout = code in CAPACITY_ERROR_CODES or patterns.is_stockout(message)
-    capacity = stockout or patterns.is_preemption(message)
+    capacity = stockout or patterns.is_preemption(message) or kit_saw_preemption
     reason = message or (f"error code {code}" if code else "no error reported")
+    if kit_saw_preemption and not (stockout or patterns.is_preemption(message)):
+        reason = f"{reason}; the trainer kit saw its last run preempted"
     return FailureCause(capacity, stockout, reason)
 
 
@@ -139,24 +159,26 @@ def _decide(
     if attempt is None or attempt.job is None:
         # The index is written before the record names the job: submit is between the two.
         return Decision(record, effects, f"attempt {observation.attempt} has no job recorded yet")
-    if attempt.job != observation.job.name:
+    if attempt.job != observation.about_job:
         return Decision(record, effects)  # a stray second job of the attempt: not the one it runs
     job = observation.job
-    latest = record.latest
-    owns_status = latest is not None and latest.n == attempt.n and not record.is_terminal
-    fresh = _is_fresh(attempt, job)
+    if observation.kit is not None:
+        note_kit_line(record, attempt, observation.kit)
+    fresh = job is not None and _is_fresh(attempt, job)
     count_preemptions(
         record,
         attempt,
-        observation.job,
+        job,
         observation.preemption_evidence,
         fresh=fresh,
         storm_threshold=policy.storm_threshold,
         now=now,
         effects=effects,
     )
-    if not fresh:
+    if job is None or not fresh:
         return Decision(record, effects)
+    latest = record.latest
+    owns_status = latest is not None and latest.n == attempt.n and not record.is_terminal
     _track_state(record, attempt, job, owns_status, now)
     if job.is_terminal and attempt.outcome is None:
         waiting = _conclude(record, attempt, job, owns_status, policy, now, effects)
@@ -207,7 +229,11 @@ def _conclude(
     elif job.state == JobState.CANCELLED:
         _cancel(record, attempt, owns_status, now, effects)
     else:
-        cause = classify_failure(job, policy.patterns)
+        cause = classify_failure(
+            job, policy.patterns, kit_saw_preemption=preempted_in_last_run(record, attempt.n)
+        )
+        if cause.capacity and attempt.preemptions == 0:
+            attempt.preemptions_unknown = True  # ended by preemption: at least one, however many
         if not owns_status:
             later = record.latest is not None and record.latest.n > attempt.n
             attempt.outcome = (
@@ -320,7 +346,9 @@ def _requeue_or_give_up(
                     message,
                     max_attempts=max_attempts,
                     error=attempt.error,
-                    preemptions=[a.preemptions for a in record.attempts],
+                    # per attempt, as people read them: a count, or "≥1" (never 0) when an
+                    # attempt ended by preemption and no evidence said how often
+                    preemptions=[preemptions_text(a) for a in record.attempts],
                 )
             )
         return

@@ -5,9 +5,11 @@ ones spotjobs reads are `resource.type="ml_job"` with `resource.labels.job_id` a
 `resource.labels.task_name` ("service" for Vertex's own lines, "workerpool0-0" and so on for the
 containers); the text is in `textPayload` or `jsonPayload.message`.
 
-A log line is only a hint: the decision is always taken on the job as the API returns it. The
+A service line is only a hint: the decision is always taken on the job as the API returns it. The
 hint's one job is to say whether an entry is worth a ledger read and a Vertex call at all, so
-container chatter (most of the traffic) costs nothing.
+container chatter (most of the traffic) costs nothing. A trainer kit line (`spotjobs_kit`, in
+either payload) is evidence about one run of the job: counted in the ledger, with no Vertex call.
+The signals and where each comes from: docs/signals.md.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+from spotjobs_kit.lines import KitRecord, parse_kit_line
 
 from shared.clock import parse_rfc3339
 from shared.errors import ConfigurationError
@@ -44,6 +48,7 @@ class Signal(enum.Enum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    KIT = "kit"  # a trainer kit line: run started, preempted, checkpoint committed, run finished
     IRRELEVANT = "irrelevant"
 
     @property
@@ -75,6 +80,7 @@ class JobLogEntry:
     severity: str = "DEFAULT"
     timestamp: datetime | None = None
     insert_id: str | None = None
+    kit: KitRecord | None = None
 
     @property
     def is_service_line(self) -> bool:
@@ -120,6 +126,7 @@ def parse_log_entry(data: bytes) -> JobLogEntry:
         severity=_severity(entry.get("severity")),
         timestamp=parse_rfc3339(entry.get("timestamp")),
         insert_id=_string(entry.get("insertId")),
+        kit=_kit_line(entry),
     )
 
 
@@ -137,6 +144,13 @@ def _text(entry: Mapping[str, Any]) -> str:
         return text
     message = _mapping(entry.get("jsonPayload")).get("message")
     return message if isinstance(message, str) else ""
+
+
+def _kit_line(entry: Mapping[str, Any]) -> KitRecord | None:
+    payload = entry.get("jsonPayload")
+    record = parse_kit_line(payload) if isinstance(payload, Mapping) else None
+    text = entry.get("textPayload")
+    return record or (parse_kit_line(text) if isinstance(text, str) else None)
 
 
 def _severity(value: Any) -> str:
@@ -186,7 +200,10 @@ def patterns_from(settings: Settings) -> SignalPatterns:
 def classify(entry: JobLogEntry, patterns: SignalPatterns) -> Signal:
     """What the line suggests. Preemption/stockout patterns apply to every task; the fixed state
     lines and ERROR severity only to Vertex's service lines, because a trainer's stderr is logged
-    at ERROR and its chatter must not cost a Vertex call."""
+    at ERROR and its chatter must not cost a Vertex call. A kit line is always KIT: its words
+    ("preempted") are the kit's own report, not a pattern match."""
+    if entry.kit is not None:
+        return Signal.KIT
     if patterns.is_preemption(entry.text):
         return Signal.PREEMPTION
     if patterns.is_stockout(entry.text):

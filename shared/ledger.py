@@ -66,6 +66,14 @@ class Attempt:
     error: dict[str, Any] | None = None  # google.rpc.Status {code, message}
     outcome: AttemptOutcome | None = None
     create_sent_at: str | None = None  # when submit sent the create (a lagging list may hide it)
+    # It ended by preemption, but no evidence said how often: at least once (shared/preemptions.py).
+    preemptions_unknown: bool = False
+    # From the trainer kit's checkpoint lines: how many, their total write time, when.
+    checkpoints_committed: int = 0
+    checkpoint_seconds: float = 0.0
+    first_checkpoint_at: str | None = None
+    last_checkpoint_at: str | None = None
+    last_checkpoint: list[int] | None = None  # [run, step] of the last one counted
     newer_fields: dict[str, Any] = field(default_factory=dict)  # see `_known`
 
     @property

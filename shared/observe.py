@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+from spotjobs_kit.lines import KitRecord
+
 from shared.clock import utcnow
 from shared.decisions import Decision, DecisionPolicy, Observation, decide
 from shared.delivery import Message
@@ -96,9 +98,10 @@ def handle_job_event(
 ) -> EventOutcome:
     """One job-events message. Returns what it was; raises TransientError to be redelivered.
 
-    Only a relevant line of a job in the index costs a Vertex call; anything else is acknowledged
-    with one DEBUG/INFO line. `ports` is called only for a relevant line, so a cold instance that
-    sees container chatter never creates a client.
+    Only a relevant service line of a job in the index costs a Vertex call; a trainer kit line
+    is counted in the ledger without one; anything else is acknowledged with one DEBUG/INFO line.
+    `ports` is called only for a relevant line, so a cold instance that sees container chatter
+    never creates a client.
     """
     try:
         entry = parse_log_entry(message.data)
@@ -127,6 +130,10 @@ def handle_job_event(
         return EventOutcome.STALE
     wired = ports()
     index = wired.ledger.find_job(entry.job_id)
+    if index is None and entry.kit is not None and _claim_pending(wired, entry.kit):
+        # The job's own kit says whose it is, and that attempt is being created: submit indexes it
+        # in a moment. Look again then rather than drop the run's first line.
+        raise TransientError(f"job {entry.job_id} is not indexed yet")
     if index is None:
         log.info(
             "ignored a log entry of a job spotjobs did not create",
@@ -134,16 +141,27 @@ def handle_job_event(
             signal=signal.value,
         )
         return EventOutcome.FOREIGN
-    counted = signal is Signal.PREEMPTION and entry.is_service_line
-    observation = Observation(
-        attempt=index.attempt,
-        job=read_job(wired, index.location, index.job),
-        signal=signal,
-        preemption_evidence=entry.identity if counted else None,
-    )
+    if entry.kit is not None:
+        observation = Observation(index.attempt, None, signal, kit=entry.kit, job_name=index.job)
+    else:
+        counted = signal is Signal.PREEMPTION and entry.is_service_line
+        observation = Observation(
+            attempt=index.attempt,
+            job=read_job(wired, index.location, index.job),
+            signal=signal,
+            preemption_evidence=entry.identity if counted else None,
+        )
     applied = apply_observation(
         wired, index.request_id, observation, log.bind(request_id=index.request_id)
     )
     if applied.waiting:
         raise TransientError(applied.waiting)
     return EventOutcome.OBSERVED
+
+
+def _claim_pending(ports: Ports, kit: KitRecord) -> bool:
+    if not kit.request_id or kit.attempt is None:
+        return False
+    record = ports.ledger.get(kit.request_id)
+    attempt = record.attempt(kit.attempt) if record else None
+    return attempt is not None and attempt.job is None and attempt.outcome is None

@@ -280,7 +280,7 @@ variable "state_noncurrent_version_retention_days" {
 variable "job_event_log_filter" {
   description = <<-EOT
     Cloud Logging filter of the project sink that feeds the job-events topic (on_job_event).
-    Default: every Vertex service line of a custom job (task_name="service": "Job is running.", "Job failed.", "Job completed successfully.", ...; a handful per job, any severity) plus container lines at ERROR or above that mention preemption, reclaim, stockout or insufficient resources.
+    Default: every Vertex service line of a custom job (task_name="service": "Job is running.", "Job failed.", "Job completed successfully.", ...; a handful per job, any severity), the trainer kit's lines (run started, preempted, checkpoint committed, run finished: a few per run and checkpoint; Vertex may store a JSON stdout line as jsonPayload or as textPayload, so both forms are selected), plus container lines at ERROR or above that mention preemption, reclaim, stockout or insufficient resources.
     Not every worker ERROR line: Vertex files a container's stderr as ERROR, so a chatty trainer would flood job-events and spend Vertex read quota, and on_job_event reads the job from the API anyway (a log line is only a hint).
   EOT
   type        = string
@@ -288,6 +288,8 @@ variable "job_event_log_filter" {
     resource.type="ml_job"
     AND (
       resource.labels.task_name="service"
+      OR jsonPayload.spotjobs_kit.event:*
+      OR textPayload:"spotjobs-kit"
       OR (
         severity>=ERROR
         AND (

@@ -546,6 +546,11 @@ def test_log_sink_writer_can_publish_to_job_events() -> None:
     assert 'resource.type="ml_job"' in default_filter
     assert 'resource.labels.task_name="service"' in default_filter
     assert "severity>=ERROR" in default_filter
+    # The trainer kit's lines, whichever payload Vertex stores a JSON stdout line in.
+    from spotjobs_kit.lines import KEY, TAG
+
+    assert f"jsonPayload.{KEY}.event:*" in default_filter
+    assert f'textPayload:"{TAG}"' in default_filter
 
 
 def test_every_bucket_is_uniform_and_not_public() -> None:

@@ -1,0 +1,115 @@
+"""Decisions on what production gives: the trainer kit's lines and documented job states only.
+
+Vertex documents no restart state and no per-preemption line: a preempted Spot job stays RUNNING
+while its worker restarts, and FAILS with a STOCKOUT error once the restarts run out. These tests
+feed decide() exactly that, plus the kit's lines, and check the count, the re-queue rule and the
+honest "≥1" when nothing said how often.
+"""
+
+from __future__ import annotations
+
+import copy
+from datetime import datetime
+
+from spotjobs_kit.lines import KitRecord
+
+from shared.decisions import Decision, Observation, decide
+from shared.events import Signal
+from shared.ledger import RequestRecord
+from shared.preemptions import preemptions_text
+from shared.states import RequestStatus
+from shared.vertex import JobState
+from tests.unit.test_decisions import JOB1, NOW, POLICY, USER_ERROR, at, job, make_record
+
+DOCUMENTED_STOCKOUT = {"code": 13, "message": "The job failed with a STOCKOUT error."}
+
+
+def kit(event: str, run: int, **fields: object) -> KitRecord:
+    return KitRecord(event=event, request_id="req-1", attempt=1, run=run, job_id="111", **fields)
+
+
+def line(record: RequestRecord, record_kit: KitRecord, now: datetime = NOW) -> Decision:
+    """One kit line, decided twice (as a redelivery would): the second time changes nothing."""
+    observation = Observation(1, None, Signal.KIT, kit=record_kit, job_name=JOB1)
+    decision = decide(copy.deepcopy(record), observation, POLICY, now)
+    again = decide(copy.deepcopy(decision.record), observation, POLICY, now)
+    assert again.record == decision.record and not again.effects.lines
+    return decision
+
+
+def read(record: RequestRecord, state: str, **kwargs: object) -> Decision:
+    return decide(copy.deepcopy(record), Observation(1, job(state, **kwargs)), POLICY, NOW)
+
+
+def running() -> RequestRecord:
+    return read(make_record(), JobState.RUNNING).record
+
+
+def test_three_preempted_runs_count_three_once_each() -> None:
+    record = running()
+    events: list[str] = []
+    for run in range(3):
+        for item in (kit("run_started", run, resumed_step=run * 50), kit("preempted", run, step=run * 50 + 20)):
+            decision = line(record, item)
+            record = decision.record
+            events += [e for e in decision.effects.events if e == "preemption"]
+    record = line(record, kit("run_started", 3, resumed_step=150)).record
+    assert record.attempts[0].preemptions == 3 and events == ["preemption"] * 3
+    assert record.status == RequestStatus.RUNNING  # the job never left RUNNING: no Vertex read
+
+
+def test_a_restart_without_a_preempted_line_still_counts() -> None:
+    # Killed without notice (grace 0): the run never said "preempted", the next run's start does.
+    record = line(running(), kit("run_started", 0, resumed_step=0)).record
+    decision = line(record, kit("run_started", 1, resumed_step=0))
+    assert decision.record.attempts[0].preemptions == 1
+    [preemption] = [l for l in decision.effects.lines if l.event == "preemption"]
+    assert preemption.fields["source"] == "kit"
+
+
+def test_a_stockout_failure_without_evidence_reports_at_least_one_preemption() -> None:
+    decision = read(running(), JobState.FAILED, update=200, error=DOCUMENTED_STOCKOUT)
+    attempt = decision.record.attempts[0]
+    assert decision.record.status == RequestStatus.REQUEUED
+    assert attempt.preemptions == 0 and attempt.preemptions_unknown
+    assert preemptions_text(attempt) == "≥1"
+
+
+def test_kit_evidence_requeues_a_failure_whose_error_says_nothing_of_preemption() -> None:
+    record = running()
+    for item in (kit("run_started", 0), kit("preempted", 0, step=30)):
+        record = line(record, item).record
+    decision = read(record, JobState.FAILED, update=200, error={"code": 13, "message": "Internal error."})
+    assert decision.record.status == RequestStatus.REQUEUED
+    assert decision.record.requeue is not None and decision.record.requeue.attempt == 2
+    [requeue_line] = [l for l in decision.effects.lines if l.event == "requeue"]
+    assert "trainer kit saw its last run preempted" in requeue_line.fields["reason"]
+    assert preemptions_text(decision.record.attempts[0]) == "1"
+
+
+def test_a_trainer_that_exits_1_fails_without_a_requeue_even_after_earlier_preemptions() -> None:
+    record = running()
+    for item in (kit("run_started", 0), kit("preempted", 0), kit("run_started", 1)):
+        record = line(record, item).record
+    decision = read(record, JobState.FAILED, update=200, error=USER_ERROR)
+    assert decision.record.status == RequestStatus.FAILED and decision.record.requeue is None
+    assert [a.kind for a in decision.effects.alerts] == ["job_failed"]
+    assert decision.record.attempts[0].preemptions == 1  # the earlier one is still counted
+
+
+def test_checkpoint_lines_are_counted_once_in_order() -> None:
+    record = running()
+    for step, seconds, moment in ((50, 2.0, at(100)), (100, 4.0, at(160)), (100, 4.0, at(160)), (50, 2.0, at(100))):
+        record = line(
+            record, kit("checkpoint_committed", 0, step=step, seconds=seconds, time=moment)
+        ).record
+    attempt = record.attempts[0]
+    assert (attempt.checkpoints_committed, attempt.checkpoint_seconds) == (2, 6.0)
+    assert (attempt.first_checkpoint_at, attempt.last_checkpoint_at) == (at(100), at(160))
+
+
+def test_a_kit_line_of_another_job_is_not_counted_for_the_recorded_one() -> None:
+    record = running()
+    observation = Observation(1, None, Signal.KIT, kit=kit("preempted", 0), job_name="projects/p/x/9")
+    decision = decide(copy.deepcopy(record), observation, POLICY, NOW)
+    assert decision.record.attempts[0].preemptions == 0 and not decision.record.markers
