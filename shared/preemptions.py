@@ -21,6 +21,7 @@ beside the alert keys, written in the same compare-and-swap as the count.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 
 from spotjobs_kit.lines import CHECKPOINT_COMMITTED, PREEMPTED, RUN_FINISHED, RUN_STARTED, KitRecord
@@ -141,3 +142,10 @@ def preemptions_text(attempt: Attempt) -> str:
     """The attempt's preemptions as people read them: a count, or "≥1" when the attempt ended by
     preemption and no evidence of how many reached us (never 0)."""
     return "≥1" if attempt.preemptions_unknown else str(attempt.preemptions)
+
+
+def total_preemptions_text(attempts: Iterable[Attempt]) -> str:
+    """The preemptions of several attempts: "4", or "≥4" when some attempt's count is unknown."""
+    attempts = list(attempts)
+    total = sum(a.preemptions or int(a.preemptions_unknown) for a in attempts)
+    return f"≥{total}" if any(a.preemptions_unknown for a in attempts) else str(total)

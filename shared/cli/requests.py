@@ -19,6 +19,8 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from shared.preemptions import preemptions_text, total_preemptions_text
+
 if TYPE_CHECKING:
     from shared.ledger import RequestRecord
     from shared.request import JobRequest
@@ -253,13 +255,32 @@ def run_status(args: argparse.Namespace) -> int:
         records = _recent_records(ledger, args.limit)
     if args.json:
         payload: Any = records[0].to_json() if args.request_id else [r.to_json() for r in records]
+        if args.request_id:
+            advice = _advice(ledger, records[0])
+            payload["advice"] = advice.to_json() if advice else None
         json.dump(payload, sys.stdout, indent=2)
         sys.stdout.write("\n")
     elif args.request_id:
         sys.stdout.write(format_request(records[0]))
+        advice = _advice(ledger, records[0])
+        if advice is not None:
+            sys.stdout.write(advice.sentence() + "\n")
     else:
         sys.stdout.write(format_requests(records))
     return EXIT_OK
+
+
+# Requests whose attempts the preemption rate is measured over.
+ADVICE_SAMPLE = 200
+
+
+def _advice(ledger: Any, record: RequestRecord) -> Any:
+    """Checkpoint-interval advice for `record`, from the preemptions of recent requests."""
+    from shared.advice import advise, preemption_rates
+    from shared.clock import utcnow
+
+    sample = _recent_records(ledger, ADVICE_SAMPLE)
+    return advise(record, preemption_rates(sample, utcnow()))
 
 
 def _recent_records(ledger: Any, limit: int) -> list[RequestRecord]:
@@ -293,7 +314,7 @@ def format_requests(records: Sequence[RequestRecord]) -> str:
                 latest.location if latest else "-",
                 latest.strategy if latest else "-",
                 _short_state(latest.state) if latest else "-",
-                str(sum(a.preemptions for a in record.attempts)),
+                total_preemptions_text(record.attempts),
                 (latest.job_id or "-") if latest else "-",
                 record.updated_at,
             )
@@ -335,7 +356,7 @@ def format_request(record: RequestRecord) -> str:
             a.location,
             a.strategy,
             _short_state(a.state),
-            str(a.preemptions),
+            preemptions_text(a),
             a.job or "-",
             a.claimed_at,
             a.created_at or "-",
