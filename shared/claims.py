@@ -112,11 +112,28 @@ def record_job(
     return current
 
 
+def mark_create_sent(
+    current: RequestRecord | None, *, n: int, claimed_at: str, now: datetime
+) -> RequestRecord | None:
+    """Note that the create of attempt n is being sent now, by the holder of the claim made at
+    `claimed_at`; None (write nothing) if the claim was taken over or the job recorded meanwhile.
+    A delivery that later takes the claim over and finds no job by its labels knows a create may
+    be hidden by a lagging list."""
+    attempt = current.attempt(n) if current else None
+    if current is None or attempt is None or attempt.job is not None or attempt.outcome:
+        return None
+    if attempt.claimed_at != claimed_at:
+        return None
+    attempt.create_sent_at = iso(now)
+    return current
+
+
 def release_claim(
     current: RequestRecord | None, *, n: int, claimed_at: str, now: datetime, lease_seconds: float
 ) -> RequestRecord | None:
     """Vertex refused the create before doing anything: backdate our claim by one lease so the
-    redelivery may take it over at once instead of waiting the lease out. Only our own claim."""
+    redelivery may take it over at once instead of waiting the lease out, and forget the send
+    (nothing was created for a list to lag behind). Only our own claim."""
     attempt = current.attempt(n) if current else None
     if (
         current is None
@@ -126,6 +143,7 @@ def release_claim(
     ):
         return None
     attempt.claimed_at = iso(now - timedelta(seconds=lease_seconds))
+    attempt.create_sent_at = None
     return current
 
 

@@ -39,6 +39,7 @@ from shared.claims import (
     fail_attempt,
     fail_invalid_requeue,
     invalid_request_alert,
+    mark_create_sent,
     record_job,
     release_claim,
 )
@@ -205,6 +206,7 @@ def _ensure_job(
         found = find_attempt_job(client, parent, request_id, n, settings.deployment_label)
         if found is not None:
             return _record_created(record, attempt, found, SubmitResult.FOUND, client, log, ports)
+        _wait_for_the_list(attempt, log, ports)
     job_json = build_job_json(
         record.request["custom_job"],
         request_id=request_id,
@@ -215,12 +217,46 @@ def _ensure_job(
         service_account=settings.training_service_account,
     )
     custom_job = to_custom_job(job_json)
-    timeout = _create_timeout(attempt, log, ports)  # the clock is read here, just before the send
+    timeout = _create_timeout(attempt, log, ports)  # refuses a claim too old to send at all
+    _note_create_sent(record, attempt, log, ports)
     try:
         job = create_custom_job(client, parent, custom_job, timeout=timeout)
     except Exception as exc:
         return _after_failed_create(exc, record, attempt, client, parent, log, ports)
     return _record_created(record, attempt, job, SubmitResult.CREATED, client, log, ports)
+
+
+def _wait_for_the_list(attempt: Attempt, log: Logger, ports: Ports) -> None:
+    """A create sent by an earlier holder of the claim may be missing from a list that lags it:
+    raise ClaimInProgress until `list_lag_seconds` after that send, then create."""
+    if not attempt.create_sent_at:
+        return
+    since = (ports.clock() - parse_iso(attempt.create_sent_at)).total_seconds()
+    if since >= ports.settings.list_lag_seconds:
+        return
+    log.info(
+        "no job found yet for a create sent moments ago; waiting for the list to catch up",
+        event="list_lag_wait",
+        create_sent_at=attempt.create_sent_at,
+        list_lag_seconds=ports.settings.list_lag_seconds,
+    )
+    raise ClaimInProgress(
+        f"attempt {attempt.n}'s create was sent {since:.0f}s ago; the list may not show it yet"
+    )
+
+
+def _note_create_sent(record: RequestRecord, attempt: Attempt, log: Logger, ports: Ports) -> None:
+    """Record the send before it happens; refuse to send if the claim is no longer ours."""
+    stored = ports.ledger.update(
+        record.request_id,
+        lambda current: mark_create_sent(
+            current, n=attempt.n, claimed_at=attempt.claimed_at, now=ports.clock()
+        ),
+    )
+    ours = stored.attempt(attempt.n) if stored else None
+    if ours is None or ours.claimed_at != attempt.claimed_at or ours.job is not None:
+        log.warning("the claim changed hands before the create; not sending it", event="claim_lost")
+        raise ClaimInProgress(f"attempt {attempt.n} of {record.request_id} is no longer ours")
 
 
 def _create_timeout(attempt: Attempt, log: Logger, ports: Ports) -> float:

@@ -33,6 +33,7 @@ from tests.conftest import load_event
 from tests.functional.test_decisions_support import FakePublisher
 
 LEASE = 30.0
+LIST_LAG = 10.0  # shorter than the lease: a takeover after the lease need not wait more
 CREATE_TIMEOUT = 10.0  # a create may be sent up to LEASE - 1.5 * CREATE_TIMEOUT = 15 s after claim
 SETTINGS = Settings.from_env(
     {
@@ -42,6 +43,7 @@ SETTINGS = Settings.from_env(
         "SPOTJOBS_CHECKPOINT_PREFIX": "requests",
         "SPOTJOBS_CLAIM_LEASE_SECONDS": str(LEASE),
         "SPOTJOBS_CREATE_TIMEOUT_SECONDS": str(CREATE_TIMEOUT),
+        "SPOTJOBS_LIST_LAG_SECONDS": str(LIST_LAG),
         "SPOTJOBS_ALLOWED_IMAGE_PREFIXES": "us-docker.pkg.dev/my-project/",
         "SPOTJOBS_TRAINING_SERVICE_ACCOUNT": "trainer@my-project.iam.gserviceaccount.com",
         "SPOTJOBS_ALLOWED_SERVICE_ACCOUNTS": "trainer@my-project.iam.gserviceaccount.com",
@@ -359,6 +361,28 @@ def test_a_lost_response_the_list_does_not_show_yet_keeps_the_claim_until_the_le
     assert outcome.result == SubmitResult.FOUND
     assert harness.vertex.creates == 1 and len(harness.jobs_for("r1")) == 1
     assert harness.ledger.get("r1").attempt(1).claimed_at != claimed_at  # taken over
+
+
+def test_a_takeover_waits_for_a_lagging_list_before_creating(harness: Harness) -> None:
+    # The list lags the create by longer than a lease: the taker finds nothing at first.
+    harness.settings = replace(SETTINGS, list_lag_seconds=60.0)
+    harness.vertex.create_faults.append("lost")
+    harness.vertex.list_lag = 2
+    with pytest.raises(ClaimInProgress):
+        harness.deliver(envelope())  # the create's outcome is unknown; the list shows nothing
+    sent_at = harness.ledger.get("r1").attempt(1).create_sent_at
+    assert sent_at is not None
+
+    harness.now += timedelta(seconds=LEASE + 1)
+    with pytest.raises(ClaimInProgress):
+        harness.deliver(envelope())  # takes the claim over, finds nothing, waits for the list
+    assert harness.log_lines("list_lag_wait") and harness.vertex.creates == 1
+
+    harness.now += timedelta(seconds=60)
+    outcome = harness.deliver(envelope())
+
+    assert outcome.result == SubmitResult.FOUND
+    assert harness.vertex.creates == 1 and len(harness.jobs_for("r1")) == 1
 
 
 @pytest.mark.parametrize(
