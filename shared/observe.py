@@ -25,6 +25,7 @@ from shared.ledger import RequestRecord
 from shared.log import Logger
 from shared.outbox import flush
 from shared.settings import Settings
+from shared.strays import cancel_stray, is_stray
 from shared.vertex import JobSnapshot, get_job
 from shared.wiring import Ports
 
@@ -151,12 +152,24 @@ def handle_job_event(
             signal=signal,
             preemption_evidence=entry.identity if counted else None,
         )
-    applied = apply_observation(
-        wired, index.request_id, observation, log.bind(request_id=index.request_id)
-    )
+    log = log.bind(request_id=index.request_id)
+    applied = apply_observation(wired, index.request_id, observation, log)
+    _cancel_if_stray(wired, applied.record, index.attempt, index.location, index.job, log)
     if applied.waiting:
         raise TransientError(applied.waiting)
     return EventOutcome.OBSERVED
+
+
+def _cancel_if_stray(
+    ports: Ports, record: RequestRecord | None, n: int, location: str, job_name: str, log: Logger
+) -> None:
+    """A line of an indexed job that its attempt does not record: a second job (shared.strays)."""
+    attempt = record.attempt(n) if record else None
+    if record is None or attempt is None or attempt.job in (None, job_name):
+        return
+    job = get_job(ports.job_service(location), job_name)
+    if is_stray(record, job):
+        cancel_stray(ports, record, job, log)
 
 
 def _claim_pending(ports: Ports, kit: KitRecord) -> bool:

@@ -15,8 +15,9 @@ starts, in the ledger's reconcile cursor, so every request gets its turn):
   record) and decided on; if absent the attempt is re-published to job-requests, where submit
   takes the stale claim over;
 - otherwise the latest attempt's job is read and `shared.observe.apply_observation` decides,
-  exactly as for a log event: preemptions seen as RUNNING -> PENDING, terminal states, re-queues,
-  jobs stuck in a waiting state.
+  exactly as for a log event: terminal states, re-queues, jobs stuck in a waiting state; then
+  every job with the request's labels that the ledger does not record is cancelled
+  (`shared.strays`).
 
 Every change goes through the ledger's compare-and-swap, so runs may overlap each other and
 on_job_event freely.
@@ -37,6 +38,7 @@ from shared.ledger import Attempt, JobIndexEntry, LedgerStore, RequestRecord
 from shared.log import Logger
 from shared.observe import apply_observation, read_job
 from shared.outbox import flush, publish_request_attempt
+from shared.strays import cancel_strays
 from shared.vertex import JobSnapshot, find_attempt_job, parent_path
 from shared.wiring import Ports
 
@@ -167,7 +169,9 @@ def _reconcile(ports: Ports, request_id: str, log: Logger) -> RequestResult:
         return _settle_claim(ports, record, latest, log)
     snapshot = read_job(ports, latest.location, latest.job)
     applied = apply_observation(ports, request_id, Observation(latest.n, snapshot), log)
-    return RequestResult("waiting" if applied.waiting else "observed", applied.events)
+    strays = cancel_strays(ports, applied.record or record, log)
+    events = applied.events + ("stray_job_cancelled",) * len(strays)
+    return RequestResult("waiting" if applied.waiting else "observed", events)
 
 
 def _republish_or_give_up(

@@ -368,3 +368,29 @@ def test_a_claim_taken_over_meanwhile_is_not_reported_as_adopted(world: World) -
 
     assert result.outcome != "claim_adopted" and log.events("claim_adopted") == []
     assert world.ledger.get("req-1").attempts[0].claimed_at != abandoned.claimed_at
+
+
+def test_a_job_created_behind_the_ledgers_back_is_cancelled_with_one_alert(world: World) -> None:
+    _, recorded = world.submitted(state=RUNNING)
+    stray = world.vertex.add("req-1", 1, state=RUNNING)  # as a lost create response leaves it
+    log = CapturedLog()
+
+    first = reconcile(world, log)
+    second = reconcile(world, log)  # the stray is CANCELLING now: cancelled again, alerted once
+
+    assert world.vertex.cancelled[0] == stray and recorded not in world.vertex.cancelled
+    assert first.decisions["stray_job_cancelled"] == 1
+    [alert] = [m.data for m in world.publisher.on("ops-alerts")]
+    assert (alert["kind"], alert["attempt"], alert["details"]["stray_job"]) == ("stray_job", 1, stray)
+    assert world.ledger.get("req-1").attempt(1).job == recorded
+    assert second.outcomes["observed"] == 1
+
+
+def test_a_job_of_an_attempt_still_being_created_is_not_a_stray(world: World) -> None:
+    from shared.strays import is_stray
+
+    record, _ = world.submitted(state=RUNNING)
+    record.attempts[0].job = None  # attempt 1 claimed, its job not recorded yet
+    fresh = world.vertex.get_custom_job(world.vertex.add("req-1", 1, state=RUNNING))
+    unknown_attempt = world.vertex.get_custom_job(world.vertex.add("req-1", 5, state=RUNNING))
+    assert not is_stray(record, fresh) and is_stray(record, unknown_attempt)

@@ -37,6 +37,7 @@ class FakeVertex:
         self._lock = threading.Lock()
         self.gets = 0
         self.lists = 0
+        self.cancelled: list[str] = []
 
     def __call__(self, location: str) -> FakeVertex:  # the Ports.job_service factory
         return self
@@ -76,6 +77,11 @@ class FakeVertex:
                 job.end_time = now
             if error:
                 job.error = error
+
+    def cancel_custom_job(self, name: str, **_: Any) -> None:
+        with self._lock:
+            self.cancelled.append(name)
+            self._jobs[name].state = 8  # CANCELLING: Vertex cancels asynchronously
 
     def forget(self, name: str) -> None:
         """As if the create never reached Vertex."""

@@ -1,0 +1,109 @@
+"""Stray jobs: a job with a request's labels that the ledger does not record is cancelled.
+
+However the claim protocol is run, a second job for an attempt can appear behind the ledger's
+back: a create that completes on the server after its deadline, a takeover that missed a job the
+list did not show yet. Nothing would manage it, and it would train, and bill, into the request's
+checkpoint folder. So whoever looks at a request's jobs (reconcile on every pass, on_job_event on
+a line of a job it does not recognise) cancels every job labelled with the request and this
+deployment that is not the job its attempt records, and is not still running, with one log line
+and one `stray_job` alert (pending in the record, through the outbox).
+
+A job of an attempt whose claim has no job recorded yet is not a stray: submit, or reconcile's
+adoption, is about to record it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from shared.clock import iso
+from shared.effects import attempt_alert
+from shared.ledger import RequestRecord, alert_marker
+from shared.log import Logger
+from shared.outbox import flush
+from shared.vertex import (
+    LABEL_ATTEMPT,
+    cancel_job,
+    find_jobs,
+    is_terminal,
+    parent_path,
+    request_labels,
+)
+from shared.wiring import Ports
+
+if TYPE_CHECKING:
+    from google.cloud.aiplatform_v1 import CustomJob
+
+
+def is_stray(record: RequestRecord, job: CustomJob) -> bool:
+    """Whether `job` (labelled with the record's request) is one the ledger will never manage."""
+    if is_terminal(job.state):
+        return False
+    try:
+        n = int(job.labels.get(LABEL_ATTEMPT, ""))
+    except ValueError:
+        return True
+    attempt = record.attempt(n)
+    if attempt is None:
+        return True  # no such attempt was ever claimed
+    if attempt.job is None:
+        return attempt.outcome is not None  # a claim still being created will record it
+    return attempt.job != job.name
+
+
+def cancel_strays(ports: Ports, record: RequestRecord, log: Logger) -> list[str]:
+    """Cancel the request's stray jobs in every location its attempts used; returns their names."""
+    labels = request_labels(record.request_id, ports.settings.deployment_label)
+    cancelled: list[str] = []
+    for location in sorted({attempt.location for attempt in record.attempts}):
+        client = ports.job_service(location)
+        parent = parent_path(ports.settings.project, location)
+        for job in find_jobs(client, parent, labels):
+            if is_stray(record, job):
+                cancel_stray(ports, record, job, log)
+                cancelled.append(job.name)
+    return cancelled
+
+
+def cancel_stray(ports: Ports, record: RequestRecord, job: CustomJob, log: Logger) -> None:
+    """Cancel one stray job, then decide its alert once (pending in the record) and publish it."""
+    client = ports.job_service(job.name.split("/")[3])
+    cancel_job(client, job.name)
+    n = int(job.labels.get(LABEL_ATTEMPT, "0") or 0)
+    log.warning(
+        "cancelled a job with this request's labels that the ledger does not record",
+        event="stray_job_cancelled",
+        request_id=record.request_id,
+        attempt=n,
+        job=job.name,
+    )
+    now = ports.clock()
+    decided: list[RequestRecord | None] = []
+
+    def alert_once(current: RequestRecord | None) -> RequestRecord | None:
+        decided.append(None)
+        marker = alert_marker("stray_job", n, job.name.rsplit("/", 1)[-1])
+        if current is None or not current.mark(marker):
+            return None
+        attempt = current.attempt(n) or current.latest
+        if attempt is None:
+            return None
+        current.pending_alerts.append(
+            attempt_alert(
+                current,
+                attempt,
+                "stray_job",
+                "WARNING",
+                now,
+                f"cancelled job {job.name}: it carried the labels of attempt {n} of "
+                f"{current.request_id}, which records {attempt.job or 'no job'}",
+                stray_job=job.name,
+                cancelled_at=iso(now),
+            ).to_json()
+        )
+        decided[-1] = current
+        return current
+
+    stored = ports.ledger.update(record.request_id, alert_once)
+    if stored is not None and stored.has_pending_effects:
+        flush(ports, stored, log, decided_here=stored is decided[-1])
