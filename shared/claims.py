@@ -129,7 +129,13 @@ def mark_create_sent(
 
 
 def release_claim(
-    current: RequestRecord | None, *, n: int, claimed_at: str, now: datetime, lease_seconds: float
+    current: RequestRecord | None,
+    *,
+    n: int,
+    claimed_at: str,
+    now: datetime,
+    lease_seconds: float,
+    error: dict[str, Any] | None = None,
 ) -> RequestRecord | None:
     """Vertex refused the create before doing anything: backdate our claim by one lease so the
     redelivery may take it over at once instead of waiting the lease out, and forget the send
@@ -144,6 +150,8 @@ def release_claim(
         return None
     attempt.claimed_at = iso(now - timedelta(seconds=lease_seconds))
     attempt.create_sent_at = None
+    if error is not None:
+        attempt.last_create_error = {**error, "at": iso(now)}  # evidence for reconcile's alert
     return current
 
 

@@ -59,10 +59,12 @@ class Attempt:
     ended_at: str | None = None
     state_changed_at: str | None = None
     preemptions: int = 0
-    # Times reconcile re-published this attempt because its claim never got a job: bounded, so a
-    # request whose job can never be created (say, a region that does not exist) ends.
+    # Times reconcile re-published this attempt because its claim never got a job (after a bound,
+    # with one alert naming the evidence: never failed for it, see shared/reconcile.py).
     republished: int = 0
     republished_at: str | None = None
+    # The last create Vertex turned away for now (429, 503: busy, not a verdict on the request).
+    last_create_error: dict[str, Any] | None = None
     error: dict[str, Any] | None = None  # google.rpc.Status {code, message}
     outcome: AttemptOutcome | None = None
     create_sent_at: str | None = None  # when submit sent the create (a lagging list may hide it)

@@ -13,7 +13,9 @@ starts, in the ledger's reconcile cursor, so every request gets its turn):
 - a claim without a job older than the claim lease (a submit that crashed and whose message was
   lost) is settled: the job is looked up by its labels; if found it is recorded (index, then
   record) and decided on; if absent the attempt is re-published to job-requests, where submit
-  takes the stale claim over;
+  takes the stale claim over, at a growing interval and never given up on (one `claim_stalled`
+  alert past `max_claim_republishes`, naming the evidence); a lookup that fails for our own
+  reasons (a permission, a region) is alerted once (`lookup_failed`);
 - otherwise the latest attempt's job is read and `shared.observe.apply_observation` decides,
   exactly as for a log event: terminal states, re-queues, jobs stuck in a waiting state; then
   every job with the request's labels that the ledger does not record is cancelled
@@ -30,11 +32,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.claims import fail_attempt, record_job
+from shared.claims import record_job
 from shared.clock import now_iso, parse_iso, utcnow
 from shared.decisions import Observation
+from shared.effects import attempt_alert
 from shared.errors import is_retryable
-from shared.ledger import Attempt, JobIndexEntry, LedgerStore, RequestRecord
+from shared.ledger import Attempt, JobIndexEntry, LedgerStore, RequestRecord, alert_marker
 from shared.log import Logger
 from shared.observe import apply_observation, read_job
 from shared.outbox import flush, publish_request_attempt
@@ -174,66 +177,119 @@ def _reconcile(ports: Ports, request_id: str, log: Logger) -> RequestResult:
     return RequestResult("waiting" if applied.waiting else "observed", events)
 
 
-def _republish_or_give_up(
+def _republish(
     ports: Ports, record: RequestRecord, claim: Attempt, log: Logger, held_for: float
 ) -> RequestResult:
-    """Count the re-publish in the ledger first (so two reconcile runs cannot both count one),
-    then publish; once the bound is reached, fail the request with one alert instead."""
-    limit = ports.settings.max_claim_republishes
-    lease = ports.settings.claim_lease_seconds
-    decided: str | None = None
+    """Re-publish a claim that never got a job, counted in the ledger first (so two reconcile runs
+    cannot both count one), at a growing interval. A request is never failed here: "Vertex said
+    no" fails it in submit_job (a verdict on the create); a claim that only ever met a busy
+    Vertex (429, 503) or no submit at all ("we could not ask") waits, and after
+    `max_claim_republishes` re-publishes one `claim_stalled` alert says which it is."""
+    settings = ports.settings
+    decided: list[RequestRecord | None] = []
 
     def count(current: RequestRecord | None) -> RequestRecord | None:
-        nonlocal decided
-        decided = None
+        decided.append(None)
         attempt = current.attempt(claim.n) if current else None
         if current is None or attempt is None or attempt.job is not None:
             return None
         if attempt.claimed_at != claim.claimed_at or current.is_terminal:
             return None  # submit took the claim over meanwhile: its own lease runs again
-        if attempt.republished_at and _seconds_since(attempt.republished_at) < lease:
-            return None  # the last re-publish has not had its lease yet
-        if attempt.republished >= limit:
-            decided = "failed"
-            reason = (
-                f"attempt {claim.n} in {claim.location} was never created after {limit} "
-                "re-publishes (check the location, quotas and the submit_job logs)"
-            )
-            return fail_attempt(
-                current,
-                n=claim.n,
-                error={"code": 9, "message": reason},  # FAILED_PRECONDITION: no retry will help
-                now=ports.clock(),
-                reason=reason,
-                republished=attempt.republished,
-            )
+        if attempt.republished_at and _seconds_since(attempt.republished_at) < _backoff(
+            settings.claim_lease_seconds, attempt.republished
+        ):
+            return None  # the last re-publish has not had its turn yet
         attempt.republished += 1
         attempt.republished_at = now_iso()
-        decided = "republish"
+        if attempt.republished > settings.max_claim_republishes:
+            _decide_stalled_alert(current, attempt, ports)
+        decided[-1] = current
         return current
 
     stored = ports.ledger.update(record.request_id, count)
-    if decided == "failed" and stored is not None:
-        log.error(
-            f"attempt {claim.n} was never created after {limit} re-publishes; the request failed",
-            event="submit_failed",
-            attempt=claim.n,
-            location=claim.location,
-        )
-        flush(ports, stored, log, decided_here=True)
-        return RequestResult("claim_abandoned")
-    if decided != "republish":
+    if stored is None or stored is not decided[-1]:
         return RequestResult("idle")
     message_id = publish_request_attempt(ports, record, claim.n, claim.location)
+    attempt = stored.attempt(claim.n)
     log.warning(
         f"attempt {claim.n} was claimed {held_for:.0f} s ago and never created; re-published",
         event="claim_republished",
         attempt=claim.n,
         location=claim.location,
-        republished=stored.attempt(claim.n).republished if stored else None,
+        republished=attempt.republished if attempt else None,
+        last_create_error=attempt.last_create_error if attempt else None,
         published_message_id=message_id,
     )
+    if stored.has_pending_effects:
+        flush(ports, stored, log, decided_here=True)
     return RequestResult("claim_republished")
+
+
+def _alert_lookup_failed(
+    ports: Ports, record: RequestRecord, claim: Attempt, exc: Exception, log: Logger
+) -> None:
+    error = f"{type(exc).__name__}: {exc}"
+    log.error(
+        "could not look up the job of a stale claim; fix the cause, reconcile retries",
+        event="lookup_failed",
+        attempt=claim.n,
+        location=claim.location,
+        error=error,
+    )
+    decided: list[RequestRecord | None] = []
+
+    def alert_once(current: RequestRecord | None) -> RequestRecord | None:
+        decided.append(None)
+        attempt = current.attempt(claim.n) if current else None
+        if current is None or attempt is None or not current.mark(alert_marker("lookup_failed", claim.n)):
+            return None
+        current.pending_alerts.append(
+            attempt_alert(
+                current,
+                attempt,
+                "lookup_failed",
+                "ERROR",
+                ports.clock(),
+                f"cannot look up the job of attempt {claim.n} of {current.request_id} in "
+                f"{claim.location}: {error}",
+                error=error,
+            ).to_json()
+        )
+        decided[-1] = current
+        return current
+
+    stored = ports.ledger.update(record.request_id, alert_once)
+    if stored is not None and stored.has_pending_effects:
+        flush(ports, stored, log, decided_here=stored is decided[-1])
+
+
+def _backoff(lease: float, republished: int) -> float:
+    """Seconds between re-publishes: a lease at first, doubling, at most an hour (a busy Vertex
+    gets room; a long outage is retried hourly, never given up on)."""
+    return min(max(lease, 3600.0), lease * 2 ** min(republished, 12))
+
+
+def _decide_stalled_alert(record: RequestRecord, attempt: Attempt, ports: Ports) -> None:
+    if not record.mark(alert_marker("claim_stalled", attempt.n)):
+        return
+    error = attempt.last_create_error
+    if error:
+        why = f"Vertex keeps turning the create away for now ({error.get('message')})"
+    else:
+        why = "no create was ever attempted: check that submit_job runs and can reach Vertex"
+    record.pending_alerts.append(
+        attempt_alert(
+            record,
+            attempt,
+            "claim_stalled",
+            "ERROR",
+            ports.clock(),
+            f"attempt {attempt.n} of {record.request_id} has no job after {attempt.republished - 1} "
+            f"re-publishes: {why}; it keeps being retried",
+            republished=attempt.republished - 1,
+            last_create_error=error,
+        ).to_json()
+    )
 
 
 def _seconds_since(moment: str) -> float:
@@ -249,11 +305,19 @@ def _settle_claim(
         return RequestResult("idle")
     client = ports.job_service(claim.location)
     parent = parent_path(ports.settings.project, claim.location)
-    job = find_attempt_job(
-        client, parent, record.request_id, claim.n, ports.settings.deployment_label
-    )
+    try:
+        job = find_attempt_job(
+            client, parent, record.request_id, claim.n, ports.settings.deployment_label
+        )
+    except Exception as exc:
+        if is_retryable(exc):
+            raise
+        # A permission missing, a mistyped region: no pass will do better. Say so once; the
+        # claim stays (the request is not failed for what is wrong on our side).
+        _alert_lookup_failed(ports, record, claim, exc, log)
+        return RequestResult("error")
     if job is None:
-        return _republish_or_give_up(ports, record, claim, log, held_for)
+        return _republish(ports, record, claim, log, held_for)
     snapshot = JobSnapshot.of(job)
     ports.ledger.index_job(JobIndexEntry(record.request_id, claim.n, claim.location, snapshot.name))
     proposed: list[RequestRecord | None] = []

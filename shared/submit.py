@@ -311,6 +311,7 @@ def _after_failed_create(
             f"create of attempt {n} of {request_id} has an unknown outcome"
         ) from exc
     if is_retryable(exc):
+        code = getattr(exc, "code", None)
         ports.ledger.update(
             request_id,
             lambda current: release_claim(
@@ -319,6 +320,7 @@ def _after_failed_create(
                 claimed_at=attempt.claimed_at,
                 now=ports.clock(),
                 lease_seconds=ports.settings.claim_lease_seconds,
+                error={"code": int(code) if code is not None else None, "message": error},
             ),
         )
         log.warning(

@@ -158,36 +158,40 @@ def test_abandoned_claim_without_a_job_is_republished_and_a_young_one_left_alone
     assert message.attributes == {"request_id": "req-1", "spotjobs_origin": "requeue"}
 
 
-def test_a_claim_that_never_gets_a_job_is_republished_a_bounded_number_of_times_then_fails(
+def test_a_claim_that_never_gets_a_job_is_republished_with_backoff_and_alerted_once_never_failed(
     world: World,
 ) -> None:
-    # Say the request names a region that does not exist: every create fails, forever.
+    # Vertex keeps answering 429 (submit recorded it releasing the claim): our side waits.
     world.settings = replace(world.settings, max_claim_republishes=2)
-    envelope = {"schema_version": 1, "request_id": "req-1", "custom_job": {}, "location": "us-nowhere1"}
-    claim = RequestRecord(
-        "req-1", envelope, "gs://c/r/req-1/", attempts=[Attempt(1, "us-nowhere1", "SPOT", ago(600))]
-    )
-    world.ledger.restore(claim)
+    envelope = {"schema_version": 1, "request_id": "req-1", "custom_job": {}, "location": "us-central1"}
+    busy = Attempt(1, "us-central1", "SPOT", ago(600))
+    busy.last_create_error = {"code": 429, "message": "TooManyRequests: quota", "at": ago(600)}
+    world.ledger.restore(RequestRecord("req-1", envelope, "gs://c/r/req-1/", attempts=[busy]))
 
-    def lease_passes(current: RequestRecord) -> RequestRecord:
-        current.attempts[0].republished_at = ago(600)
+    def backoff_passes(current: RequestRecord) -> RequestRecord:
+        current.attempts[0].republished_at = ago(7200)
         return current
 
     assert reconcile(world).outcomes == {"claim_republished": 1}
-    assert reconcile(world).outcomes == {"idle": 1}  # the re-publish gets its lease first
-    world.ledger.update("req-1", lease_passes)
-    assert reconcile(world).outcomes == {"claim_republished": 1}
-    world.ledger.update("req-1", lease_passes)
-    assert reconcile(world).outcomes == {"claim_abandoned": 1}
-    assert reconcile(world).outcomes == {}  # finished: no longer active
+    assert reconcile(world).outcomes == {"idle": 1}  # the re-publish gets its turn first
+    for _ in range(4):
+        world.rewrite("req-1", backoff_passes)
+        assert reconcile(world).outcomes == {"claim_republished": 1}
 
     record = world.ledger.get("req-1")
-    assert record.status == RequestStatus.FAILED and record.attempts[0].outcome == "failed"
-    assert "never created after 2 re-publishes" in record.attempts[0].error["message"]
-    assert len(world.publisher.on("job-requests")) == 2
-    [alert] = world.publisher.on("ops-alerts")
-    assert alert.data["kind"] == "submit_failed" and alert.data["request_id"] == "req-1"
+    assert record.status == RequestStatus.CLAIMED and record.attempts[0].outcome is None
+    assert record.attempts[0].republished == 5
+    assert len(world.publisher.on("job-requests")) == 5
+    [alert] = world.publisher.on("ops-alerts")  # once, past the bound, naming the evidence
+    assert alert.data["kind"] == "claim_stalled" and "turning the create away" in alert.data["message"]
+    assert alert.data["details"]["last_create_error"]["code"] == 429
     assert record.pending_alerts == []
+
+
+def test_the_republish_interval_doubles_up_to_an_hour() -> None:
+    from shared.reconcile import _backoff
+
+    assert [_backoff(60, k) for k in (0, 1, 2, 6, 20)] == [60, 120, 240, 3600, 3600]
 
 
 def test_delayed_requeue_is_published_by_reconcile_once_due(world: World) -> None:
@@ -394,3 +398,26 @@ def test_a_job_of_an_attempt_still_being_created_is_not_a_stray(world: World) ->
     fresh = world.vertex.get_custom_job(world.vertex.add("req-1", 1, state=RUNNING))
     unknown_attempt = world.vertex.get_custom_job(world.vertex.add("req-1", 5, state=RUNNING))
     assert not is_stray(record, fresh) and is_stray(record, unknown_attempt)
+
+
+def test_a_lookup_that_keeps_failing_for_our_own_reasons_alerts_once_and_keeps_the_claim(
+    world: World,
+) -> None:
+    from google.api_core.exceptions import PermissionDenied
+
+    envelope = {"schema_version": 1, "request_id": "req-1", "custom_job": {}, "location": "us-central1"}
+    world.ledger.restore(
+        RequestRecord("req-1", envelope, "gs://c/r/req-1/", attempts=[Attempt(1, "us-central1", "SPOT", ago(600))])
+    )
+
+    def forbidden(request: dict, **_: object) -> list:
+        raise PermissionDenied("aiplatform.customJobs.list denied")
+
+    world.vertex.list_custom_jobs = forbidden  # type: ignore[method-assign]
+    assert reconcile(world).outcomes == {"error": 1}
+    assert reconcile(world).outcomes == {"error": 1}
+
+    record = world.ledger.get("req-1")
+    assert record.status == RequestStatus.CLAIMED
+    [alert] = world.publisher.on("ops-alerts")
+    assert alert.data["kind"] == "lookup_failed" and "PermissionDenied" in alert.data["message"]
