@@ -175,7 +175,7 @@ def overhead_figures(stack: Any, samples: int) -> list[Figure]:
         submit_request(Message(body, f"m-{i}"), log, deps)
         overheads.append(time.perf_counter() - started - timed.create_seconds)
         started = time.perf_counter()
-        validate_request(body, message_id="v", attributes={}, settings=stack.settings)
+        validate_request(body, attributes={}, settings=stack.settings)
         validations.append(time.perf_counter() - started)
     parent = parent_path(stack.settings.project, stack.settings.location)
     bare = []

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from shared.errors import Violation
@@ -49,12 +50,19 @@ _warned_unrestricted_images = False
 
 
 def validate_request(
-    data: bytes, *, message_id: str, attributes: Mapping[str, str], settings: Settings
+    data: bytes,
+    *,
+    attributes: Mapping[str, str],
+    settings: Settings,
+    published_at: datetime | None = None,
 ) -> JobRequest:
     """Read, then check a message; return the request or raise InvalidJobRequest with every
     violation."""
     request, violations = read_request(
-        data, message_id=message_id, attributes=attributes, max_bytes=settings.max_request_bytes
+        data,
+        attributes=attributes,
+        max_bytes=settings.max_request_bytes,
+        published_at=published_at,
     )
     violations.extend(check_policy(request, settings))
     if violations:

@@ -5,8 +5,9 @@ A message on `job-requests` is either
 - an **envelope** `{"request_id", "custom_job", "location"?, "locations"?, "max_attempts"?,
   "fallback"?, "checkpoints"?, "schema_version"?, "attempt"?}`, or
 - a **bare CustomJob body**, exactly what the Vertex AI REST docs POST to `customJobs`. Its request
-  id is the `request_id` message attribute, else `msg-<message id>`: a redelivery of the same
-  message then maps to the same request and is de-duplicated.
+  id is the `request_id` message attribute, else derived from its content and the minute it was
+  scheduled or published (`derived_request_id`): a redelivery, a publisher's retry or a
+  scheduler's double fire maps to the same request and is de-duplicated.
 
 The CustomJob part is checked against the aiplatform_v1 schema by `shared.job_schema`. Reading
 never judges what a deployment allows: `shared.policy.validate_request` reads with this module,
@@ -24,13 +25,16 @@ the ledger and re-published, with `attempt` and `location` added, on re-queue.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
 from shared.attempts import FALLBACK_STRATEGIES
+from shared.clock import parse_rfc3339, utcnow
 from shared.errors import InvalidRequest, Violation
 from shared.job_schema import BODY, field_path, json_type, read_custom_job
 
@@ -51,6 +55,9 @@ ENVELOPE_FIELDS = (
     "attempt",
 )
 REQUEST_ID_ATTRIBUTE = "request_id"
+# When a scheduler meant the message to fire (RFC 3339): names a bare body published without a
+# request id, so a double fire of one schedule is one request.
+SCHEDULE_TIME_ATTRIBUTE = "schedule_time"
 ORIGIN_ATTRIBUTE = "spotjobs_origin"
 REQUEUE_ORIGIN = "requeue"
 # The attributes the system publishes its re-queues with (shared/decisions.py).
@@ -118,11 +125,16 @@ class InvalidJobRequest(InvalidRequest):
 
 
 def read_request(
-    data: bytes, *, message_id: str, attributes: Mapping[str, str], max_bytes: int
+    data: bytes,
+    *,
+    attributes: Mapping[str, str],
+    max_bytes: int,
+    published_at: datetime | None = None,
 ) -> tuple[JobRequest, list[Violation]]:
     """Read a message body into a (possibly partial) JobRequest and every violation found.
 
     Never raises for bad input: whatever the bytes are, the answer is a request and a list.
+    `published_at` (the Pub/Sub publish time) names a bare body published without a request id.
     """
     attribute_id = attributes.get(REQUEST_ID_ATTRIBUTE)
     origin = attributes.get(ORIGIN_ATTRIBUTE)
@@ -144,7 +156,8 @@ def read_request(
     if any(key in ENVELOPE_FIELDS for key in body):
         request, violations = _read_envelope(body, attribute_id, requeue)
     else:
-        request, violations = _read_bare(body, attribute_id, message_id)
+        schedule_time = attributes.get(SCHEDULE_TIME_ATTRIBUTE)
+        request, violations = _read_bare(body, attribute_id, schedule_time, published_at)
         if requeue:
             found.append(
                 Violation(f"attributes.{ORIGIN_ATTRIBUTE}", "marks a re-queue, which is an envelope")
@@ -156,10 +169,14 @@ def is_valid_request_id(value: object) -> bool:
     return isinstance(value, str) and REQUEST_ID_PATTERN.fullmatch(value) is not None
 
 
-def request_id_from_message_id(message_id: str) -> str:
-    """A label-safe request id for a bare body published without a `request_id` attribute."""
-    safe = re.sub(r"[^a-z0-9_-]", "-", message_id.lower())
-    return f"msg-{safe}"[:63]
+def derived_request_id(body: Mapping[str, Any], scheduled: datetime | None) -> str:
+    """The request id of a bare body published without one: its content, and the minute it was
+    scheduled (`schedule_time` attribute) or published. Never the Pub/Sub message id: a publisher's
+    retry or a scheduler's double fire is a new message with the same content and minute, and
+    must not start a second job. The same body in another minute is another request."""
+    digest = hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
+    minute = (scheduled or utcnow()).astimezone(timezone.utc).strftime("%Y%m%d%H%M")
+    return f"req-{digest.hexdigest()[:16]}-{minute}"
 
 
 def _decode_body(
@@ -193,13 +210,21 @@ def _is_requeue(data: bytes) -> bool:
 
 
 def _read_bare(
-    body: dict[str, Any], attribute_id: str | None, message_id: str
+    body: dict[str, Any],
+    attribute_id: str | None,
+    schedule_time: str | None,
+    published_at: datetime | None,
 ) -> tuple[JobRequest, list[Violation]]:
     violations: list[Violation] = []
     if attribute_id is not None:
         request_id = _checked_request_id(attribute_id, "attributes.request_id", violations)
     else:
-        request_id = request_id_from_message_id(message_id)
+        scheduled = parse_rfc3339(schedule_time) if schedule_time is not None else published_at
+        if schedule_time is not None and scheduled is None:
+            violations.append(
+                Violation(f"attributes.{SCHEDULE_TIME_ATTRIBUTE}", "is not an RFC 3339 time")
+            )
+        request_id = derived_request_id(body, scheduled)
     custom_job = read_custom_job(body, "", violations)
     return JobRequest(request_id, custom_job, "bare"), violations
 

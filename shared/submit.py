@@ -106,9 +106,9 @@ def submit_request(message: Message, log: Logger, ports: Ports) -> SubmitOutcome
         try:
             request = validate_request(
                 message.data,
-                message_id=message.message_id,
                 attributes=message.attributes,
                 settings=settings,
+                published_at=message.publish_time,
             )
         except InvalidJobRequest as exc:
             return _reject(exc, message, log, ports)

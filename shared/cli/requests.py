@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 EXIT_OK = 0
 EXIT_NOT_FOUND = 1
 EXIT_INVALID = 2
-LOCAL_MESSAGE_ID = "local"
 PUBLISH_TIMEOUT_SECONDS = 60.0
 
 
@@ -160,7 +159,6 @@ def _prepare(
         # A bare body needs a name the user can look up later; an envelope carries its own.
         shape = read_request(
             data,
-            message_id=LOCAL_MESSAGE_ID,
             attributes=attributes,
             max_bytes=settings.max_request_bytes,
         )[0]
@@ -170,7 +168,7 @@ def _prepare(
             attributes["request_id"] = shape.request_id
     try:
         request = validate_request(
-            data, message_id=LOCAL_MESSAGE_ID, attributes=attributes, settings=settings
+            data, attributes=attributes, settings=settings
         )
     except InvalidJobRequest as exc:
         for violation in exc.violations:

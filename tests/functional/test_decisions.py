@@ -234,7 +234,6 @@ def test_requeued_envelope_is_what_submit_accepts_for_the_next_attempt(
     [published] = world.publisher.on("job-requests")
     request = validate_request(
         json.dumps(published.data).encode(),
-        message_id="m-2",
         attributes=published.attributes,
         settings=world.settings,
     )

@@ -299,7 +299,6 @@ def test_republished_claim_is_taken_over_by_submit(world: World) -> None:
     [message] = world.publisher.on("job-requests")
     request = validate_request(
         json.dumps(message.data).encode(),
-        message_id="m-3",
         attributes=message.attributes,
         settings=world.settings,
     )

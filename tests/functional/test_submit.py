@@ -23,7 +23,7 @@ from shared.delivery import Message, handle_delivery
 from shared.errors import ConfigurationError, TransientError
 from shared.ledger import Attempt, LedgerStore, RequestRecord, Requeue
 from shared.log import Logger
-from shared.request import REQUEUE_ATTRIBUTES
+from shared.request import REQUEUE_ATTRIBUTES, derived_request_id
 from shared.settings import Settings
 from shared.states import RequestStatus
 from shared.submit import SubmitBlocked, SubmitOutcome, SubmitResult, submit_request
@@ -145,7 +145,8 @@ class Harness:
         return [Alert(**message.data) for message in self.publisher.on("ops-alerts")]
 
     def deliver(self, data: bytes, message_id: str = "m-1", **attributes: str) -> SubmitOutcome:
-        return submit_request(Message(data, message_id, attributes), self.log, self.ports)
+        message = Message(data, message_id, attributes, publish_time=self.now)
+        return submit_request(message, self.log, self.ports)
 
     def observed(self, request_id: str, n: int) -> bool:
         """Whether the decision logic has looked at attempt n's job (it records when the job's
@@ -179,23 +180,28 @@ def envelope(request_id: str = "r1", **fields: Any) -> bytes:
 DOCS_BODY = load_event("requests/bare_docs.json")
 
 
+def docs_request_id(harness: Harness) -> str:
+    return derived_request_id(json.loads(DOCS_BODY), harness.now)
+
+
 def test_the_docs_body_becomes_one_spot_job_recorded_in_the_ledger(harness: Harness) -> None:
     outcome = harness.deliver(DOCS_BODY, message_id="4242")
+    request_id = docs_request_id(harness)
 
     assert (
         outcome.result == SubmitResult.CREATED
-        and outcome.request_id == "msg-4242"
+        and outcome.request_id == request_id
         and outcome.attempt == 1
     )
     [job] = harness.vertex.jobs.values()
     assert job.name == outcome.job
     assert job.job_spec.scheduling.strategy == 4  # SPOT
     assert dict(job.labels) == {
-        LABEL_REQUEST_ID: "msg-4242",
+        LABEL_REQUEST_ID: request_id,
         LABEL_ATTEMPT: "1",
         LABEL_DEPLOYMENT: SETTINGS.deployment_label,
     }
-    assert job.job_spec.base_output_directory.output_uri_prefix == "gs://ckpt/requests/msg-4242/"
+    assert job.job_spec.base_output_directory.output_uri_prefix == f"gs://ckpt/requests/{request_id}/"
     assert job.job_spec.service_account == "trainer@my-project.iam.gserviceaccount.com"
     submitted = json.loads(DOCS_BODY)["jobSpec"]["workerPoolSpecs"][0]
     assert (
@@ -208,8 +214,8 @@ def test_the_docs_body_becomes_one_spot_job_recorded_in_the_ledger(harness: Harn
     )
     assert harness.locations_used == ["us-central1"]
 
-    record = harness.ledger.get("msg-4242")
-    assert record.status == RequestStatus.SUBMITTED and record.output_dir == "gs://ckpt/requests/msg-4242/"
+    record = harness.ledger.get(request_id)
+    assert record.status == RequestStatus.SUBMITTED and record.output_dir == f"gs://ckpt/requests/{request_id}/"
     [attempt] = record.attempts
     assert (attempt.job, attempt.state, attempt.strategy, attempt.location) == (
         job.name,
@@ -226,12 +232,12 @@ def test_the_docs_body_becomes_one_spot_job_recorded_in_the_ledger(harness: Harn
     assert "labels" not in record.request["custom_job"]
     assert "baseOutputDirectory" not in record.request["custom_job"]["jobSpec"]
     index = harness.ledger.find_job(job.name.rsplit("/", 1)[-1])
-    assert (index.request_id, index.attempt, index.job) == ("msg-4242", 1, job.name)
+    assert (index.request_id, index.attempt, index.job) == (request_id, 1, job.name)
 
     [line] = harness.log_lines("job_created")
-    assert line["request_id"] == "msg-4242" and line["attempt"] == 1 and line["job"] == job.name
+    assert line["request_id"] == request_id and line["attempt"] == 1 and line["job"] == job.name
     assert line["event_id"] == "e-1" and line["severity"] == "INFO"
-    assert not harness.observed("msg-4242", 1)  # a job created here has all its events to come
+    assert not harness.observed(request_id, 1)  # a job created here has all its events to come
 
 
 def test_a_redelivery_and_a_second_publish_create_nothing(harness: Harness) -> None:
@@ -283,7 +289,7 @@ def _stale_claim(harness: Harness, request_id: str, age_seconds: float) -> None:
     )
     from shared.request import canonical_envelope, read_request
 
-    request, _ = read_request(envelope(request_id), message_id="x", attributes={}, max_bytes=10**6)
+    request, _ = read_request(envelope(request_id), attributes={}, max_bytes=10**6)
     record = RequestRecord(
         request_id,
         canonical_envelope(request, default_location="us-central1", default_max_attempts=3),

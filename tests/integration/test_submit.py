@@ -15,9 +15,16 @@ from typing import Any
 import pytest
 
 from shared.ledger import Attempt, RequestRecord
-from shared.request import canonical_envelope, read_request, request_id_from_message_id
+from shared.request import canonical_envelope, derived_request_id, read_request
 from shared.states import TERMINAL_STATUSES, RequestStatus
-from shared.vertex import LABEL_ATTEMPT, LABEL_REQUEST_ID, attempt_labels, find_jobs, parent_path
+from shared.vertex import (
+    LABEL_ATTEMPT,
+    LABEL_DEPLOYMENT,
+    LABEL_REQUEST_ID,
+    attempt_labels,
+    find_jobs,
+    parent_path,
+)
 from tests.conftest import EVENTS_DIR, load_event
 
 pytestmark = pytest.mark.stack
@@ -77,15 +84,22 @@ def alerts_matching(
 
 
 def test_the_docs_body_published_as_is_becomes_one_spot_job(stack: Any) -> None:
-    message_id = stack.publish("job_requests", load_event("requests/bare_docs.json"))
-    request_id = request_id_from_message_id(message_id)
+    body = load_event("requests/bare_docs.json")
+    # published without an id: named by its content and the minute of its schedule_time
+    scheduled = datetime.now(timezone.utc)
+    message_id = stack.publish("job_requests", body, schedule_time=scheduled.isoformat())
+    request_id = derived_request_id(json.loads(body), scheduled)
 
     record = wait_for_job_recorded(stack, request_id)
 
     [job] = jobs_of(stack, request_id)
     assert job.name == record.attempt(1).job
     assert job.job_spec.scheduling.strategy.name == "SPOT"
-    assert dict(job.labels) == {LABEL_REQUEST_ID: request_id, LABEL_ATTEMPT: "1"}
+    assert dict(job.labels) == {
+        LABEL_REQUEST_ID: request_id,
+        LABEL_ATTEMPT: "1",
+        LABEL_DEPLOYMENT: stack.settings.deployment_label,
+    }
     assert job.job_spec.base_output_directory.output_uri_prefix == stack.settings.output_dir_for(
         request_id
     )
@@ -138,7 +152,7 @@ def test_a_redelivery_after_a_crash_between_claim_and_create_yields_one_job(stac
     request_id = unique("crashed")
     body = envelope(request_id)
     request, _ = read_request(
-        body, message_id="x", attributes={}, max_bytes=stack.settings.max_request_bytes
+        body, attributes={}, max_bytes=stack.settings.max_request_bytes
     )
     claimed_at = datetime.now(timezone.utc) - timedelta(
         seconds=stack.settings.claim_lease_seconds + 1

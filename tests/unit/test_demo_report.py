@@ -251,10 +251,10 @@ def test_the_demo_requests_pass_the_real_policy_except_the_invalid_one(seed: int
     for item in build_scenarios(seed):
         if item.outcome == scenarios.REJECTED:
             with pytest.raises(InvalidRequest) as rejected:
-                validate_request(item.body, message_id="1", attributes={}, settings=settings)
+                validate_request(item.body, attributes={}, settings=settings)
             assert len(rejected.value.violations) >= 3
         else:
-            request = validate_request(item.body, message_id="1", attributes={}, settings=settings)
+            request = validate_request(item.body, attributes={}, settings=settings)
             assert request.request_id == item.request_id
 
 

@@ -102,7 +102,7 @@ def test_every_schema_path_is_classified() -> None:
 def test_each_field_is_allowed_or_refused_by_its_path(path: str) -> None:
     job, concrete = job_setting(path)
     body = json.dumps({"request_id": "r1", "custom_job": job}).encode()
-    request, read_violations = read_request(body, message_id="1", attributes={}, max_bytes=10**6)
+    request, read_violations = read_request(body, attributes={}, max_bytes=10**6)
     kind = FIELDS[path]
     if kind == OUTPUT_ONLY:  # refused while reading already
         assert [v.path for v in read_violations] == [concrete]

@@ -251,7 +251,7 @@ def test_every_policy_violation_is_reported_at_once_with_envelope_limits() -> No
     }
     with pytest.raises(InvalidRequest) as caught:
         validate_request(
-            json.dumps(body).encode(), message_id="1", attributes={}, settings=SETTINGS
+            json.dumps(body).encode(), attributes={}, settings=SETTINGS
         )
     assert [v.path for v in caught.value.violations] == [
         "custom_job.jobSpec.workerPoolSpecs[0].machineSpec.tpuTopology",
@@ -272,7 +272,7 @@ def test_schema_and_policy_violations_come_together() -> None:
         "max_attempts": 50,
     }
     request, schema = read_request(
-        json.dumps(body).encode(), message_id="1", attributes={}, max_bytes=10_000
+        json.dumps(body).encode(), attributes={}, max_bytes=10_000
     )
     assert {v.path for v in schema} == {"request_id", "custom_job.displayName"}
     assert [v.path for v in check_policy(request, SETTINGS)] == ["max_attempts"]

@@ -41,7 +41,7 @@ def violations(
 ) -> list[str]:
     try:
         validate_request(
-            json.dumps(body).encode(), message_id="1", attributes=attributes, settings=settings
+            json.dumps(body).encode(), attributes=attributes, settings=settings
         )
     except InvalidRequest as exc:
         return [str(v) for v in exc.violations]
@@ -262,7 +262,7 @@ def test_attempt_is_read_only_from_the_systems_requeue_messages() -> None:
         "attempt 1 (leave it out)"
     ]
     request = validate_request(
-        json.dumps(body).encode(), message_id="1", attributes=REQUEUE_ATTRIBUTES, settings=OPERATOR
+        json.dumps(body).encode(), attributes=REQUEUE_ATTRIBUTES, settings=OPERATOR
     )
     assert request.attempt == 2
 
@@ -278,9 +278,9 @@ def test_the_valid_sample_requests_are_still_accepted(name: str) -> None:
         }
     )
     data = (EVENTS_DIR / "requests" / name).read_bytes()
-    validate_request(data, message_id="1", attributes={"request_id": "r1"} if name.startswith("bare") else {}, settings=settings)
+    validate_request(data, attributes={"request_id": "r1"} if name.startswith("bare") else {}, settings=settings)
     if name.startswith("bare"):  # the bare bodies pass the defaults too
-        validate_request(data, message_id="1", attributes={}, settings=Settings.from_env({}))
+        validate_request(data, attributes={}, settings=Settings.from_env({}))
 
 
 def test_the_effective_policy_says_what_a_publisher_may_do() -> None:

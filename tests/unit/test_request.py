@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 from typing import Any
 
 import pytest
@@ -16,8 +17,9 @@ from shared.request import (
     REQUEUE_ATTRIBUTES,
     JobRequest,
     canonical_envelope,
+    derived_request_id,
+    is_valid_request_id,
     read_request,
-    request_id_from_message_id,
 )
 from shared.settings import Settings
 from tests.conftest import load_event
@@ -26,10 +28,15 @@ SETTINGS = Settings.from_env({})
 MAX_BYTES = SETTINGS.max_request_bytes
 
 
-def read(body: Any, *, message_id: str = "1001", **attributes: str) -> tuple[JobRequest, list[str]]:
+PUBLISHED = datetime(2026, 11, 30, 21, 5, 42, tzinfo=timezone.utc)
+
+
+def read(
+    body: Any, *, published_at: datetime | None = PUBLISHED, **attributes: str
+) -> tuple[JobRequest, list[str]]:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
     request, violations = read_request(
-        data, message_id=message_id, attributes=attributes, max_bytes=MAX_BYTES
+        data, attributes=attributes, max_bytes=MAX_BYTES, published_at=published_at
     )
     return request, [str(v) for v in violations]
 
@@ -39,13 +46,12 @@ def docs_body() -> dict[str, Any]:
 
 
 def test_the_bare_body_from_the_vertex_docs_is_read_as_is() -> None:
-    request, violations = read(load_event("requests/bare_docs.json"), message_id="4242")
+    request, violations = read(load_event("requests/bare_docs.json"))
 
     assert violations == []
     assert request.shape == "bare"
-    assert (
-        request.request_id == "msg-4242"
-    )  # a redelivery of the same message maps to the same request
+    # its content and its minute: a redelivery or a publisher's retry maps to the same request
+    assert request.request_id == derived_request_id(docs_body(), PUBLISHED)
     pool = request.custom_job["jobSpec"]["workerPoolSpecs"][0]
     assert pool["machineSpec"] == {
         "machineType": "a2-highgpu-1g",
@@ -68,14 +74,26 @@ def test_a_bare_body_with_a_bad_request_id_attribute_is_rejected() -> None:
     )
 
 
-@pytest.mark.parametrize(
-    "message_id, expected",
-    [("123456789", "msg-123456789"), ("AbC/def", "msg-abc-def"), ("9" * 80, "msg-" + "9" * 59)],
-)
-def test_request_ids_derived_from_message_ids_are_label_safe(
-    message_id: str, expected: str
-) -> None:
-    assert request_id_from_message_id(message_id) == expected
+def test_a_bare_body_without_an_id_is_named_by_its_content_and_minute_never_its_message() -> None:
+    body = docs_body()
+    same_minute, _ = read(body, published_at=PUBLISHED.replace(second=5))
+    retried, _ = read(body, published_at=PUBLISHED.replace(second=59))
+    next_minute, _ = read(body, published_at=PUBLISHED.replace(minute=6))
+    other = {**body, "displayName": "another"}
+    assert same_minute.request_id == retried.request_id != next_minute.request_id
+    assert read(other)[0].request_id != same_minute.request_id
+    assert is_valid_request_id(same_minute.request_id) and same_minute.request_id.endswith("-202611302105")
+
+
+def test_a_scheduler_double_fire_is_one_request_by_its_schedule_time() -> None:
+    body = docs_body()
+    fire = "2026-11-30T02:00:00Z"  # the scheduled time, whatever minute each copy was published
+    first, _ = read(body, published_at=PUBLISHED, schedule_time=fire)
+    second, _ = read(body, published_at=PUBLISHED.replace(minute=7), schedule_time=fire)
+    assert first.request_id == second.request_id
+    assert first.request_id.endswith("-202611300200")
+    _, violations = read(body, schedule_time="yesterday")
+    assert violations == ["attributes.schedule_time: is not an RFC 3339 time"]
 
 
 def test_snake_case_and_camel_case_read_to_the_same_canonical_custom_job() -> None:
@@ -326,7 +344,7 @@ def test_the_canonical_envelope_resolves_defaults_and_keeps_the_job_as_submitted
         or "spotjobs-attempt" not in envelope["custom_job"]["labels"]
     )
 
-    bare, _ = read(docs_body(), message_id="77")
+    bare, _ = read(docs_body())
     defaults = canonical_envelope(bare, default_location="us-east1", default_max_attempts=3)
     assert defaults["location"] == "us-east1" and defaults["max_attempts"] == 3
     assert defaults["fallback"] is None and defaults["checkpoints"] is None
@@ -350,7 +368,7 @@ def test_a_republished_canonical_envelope_reads_back_to_the_same_request() -> No
 
 
 def test_a_canonical_envelope_without_failover_reads_back_as_is() -> None:
-    bare, _ = read(docs_body(), message_id="77")
+    bare, _ = read(docs_body())
     envelope = canonical_envelope(bare, default_location="us-east1", default_max_attempts=3)
     assert envelope["locations"] == [] and envelope["fallback"] is None
     again, violations = read({**envelope, "attempt": 2}, **REQUEUE_ATTRIBUTES)
@@ -425,7 +443,7 @@ job_shaped = st.recursive(
 
 def _validate_only_rejects_cleanly(data: bytes, attributes: dict[str, str]) -> None:
     try:
-        request = validate_request(data, message_id="m-1", attributes=attributes, settings=SETTINGS)
+        request = validate_request(data, attributes=attributes, settings=SETTINGS)
     except InvalidRequest as exc:
         assert exc.violations and all(v.path and v.message for v in exc.violations)
     else:

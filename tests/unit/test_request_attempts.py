@@ -375,7 +375,7 @@ def test_a_job_without_display_name_or_scheduling_gets_them_and_keeps_its_own_ac
 
 def test_the_canonical_envelope_builds_the_same_job_as_the_message() -> None:
     request, _ = read_request(
-        load_event("requests/envelope_full.json"), message_id="1", attributes={}, max_bytes=10**6
+        load_event("requests/envelope_full.json"), attributes={}, max_bytes=10**6
     )
     stored = canonical_envelope(request, default_location="us-east1", default_max_attempts=3)
     job = build_job_json(
