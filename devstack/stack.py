@@ -51,6 +51,9 @@ class StackOptions:
     maximum_backoff_seconds: float | None = None
     max_delivery_attempts: int | None = None
     vertex_args: tuple[str, ...] = ()  # extra flags for the Vertex emulator
+    # The Vertex emulator's signal profile (devstack.vertex.signals): "documented" (only what
+    # Google documents) or "rich" (also the emulator's invented signals).
+    vertex_signals: str = "documented"
     # Put devstack.fault_proxy in front of fake-gcs-server, so tests can make GCS fail or slow.
     storage_fault_proxy: bool = False
     # Cloud Scheduler's part: publish these maintenance tasks every so many seconds
@@ -139,6 +142,7 @@ class Stack:
             "project": self.options.project,
             "location": self.options.location,
             "vertex_endpoint": self.vertex_url,
+            "vertex_signals": self.options.vertex_signals,
             "functions": dict(self.function_urls),
             "logs": str(self.workdir / "logs"),
         }
@@ -186,7 +190,8 @@ class Stack:
     def _start_vertex(self, port: int = 0) -> None:
         events_topic = f"projects/{self.options.project}/topics/{self.settings.job_events_topic}"
         process, self.vertex_url = start_vertex_emulator(
-            self.options.project, events_topic, self.options.vertex_args, self.workdir / "logs",
+            self.options.project, events_topic,
+            ("--signals", self.options.vertex_signals, *self.options.vertex_args), self.workdir / "logs",
             self._child_env(), port=port,
         )
         self.processes[process.name] = process

@@ -6,9 +6,10 @@ official client with `transport="rest"` and an `http://` api_endpoint works, and
     POST /v1/projects/P/locations/L/customJobs                 create (body: a CustomJob)
     GET  /v1/projects/P/locations/L/customJobs/ID              get
     GET  /v1/projects/P/locations/L/customJobs?filter=&pageSize=&pageToken=
-                                                               list; filter terms joined by AND:
-                                                               labels.K="V", labels.K=V, state=,
-                                                               display_name=, also with !=
+                                                               list; the documented filter
+                                                               (see `filter`): labels.K=V,
+                                                               labels.K:*, state=, displayName:,
+                                                               createTime>, AND/OR/NOT
     POST /v1/projects/P/locations/L/customJobs/ID:cancel       cancel -> CANCELLING -> CANCELLED
 
 Errors are google.rpc JSON (`{"error": {"code", "message", "status"}}`) with the HTTP status the
@@ -20,11 +21,17 @@ and writes `ml_job` log entries to `--events-topic` the way a Logging sink would
 `logs`).
 
 Spot preemption (jobs with `jobSpec.scheduling.strategy` SPOT only): the worker's process group
-gets SIGTERM, SIGKILL after `--grace-seconds` if still alive, and the worker is restarted
-(PENDING -> RUNNING); after six restarts the seventh preemption fails the job with a STOCKOUT
-error (google.rpc code 8). Preemptions come from explicit plans registered through the control
-surface, else from a seeded random rate (`--preemption-rate` per minute of running time,
-`--seed`); see `preemption`. A worker that exits before its preemption simply finishes.
+gets SIGTERM, SIGKILL after `--grace-seconds` if still alive, and the worker is restarted; after
+six restarts the seventh preemption fails the job with a STOCKOUT error. Preemptions come from
+explicit plans registered through the control surface, else from a seeded random rate
+(`--preemption-rate` per minute of running time, `--seed`); see `preemption`. A worker that
+exits before its preemption simply finishes.
+
+Signal profiles (`--signals`, see `signals`): `documented` (the default) shows only what Google
+documents: the job stays RUNNING while its worker restarts, no line marks a preemption, service
+lines are textPayload at INFO, the STOCKOUT error appears `--error-delay-seconds` (default 60)
+after the job ends. `rich` adds the emulator's invented signals (a WARNING line per preemption,
+RUNNING -> PENDING on restart, jsonPayload service lines, error code 8, the error set at once).
 
 Control surface (JSON in, JSON out):
 
@@ -39,6 +46,7 @@ Control surface (JSON in, JSON out):
     POST /emulator/v1/faults             {"method": "create|get|list|cancel", "status": 503,
                                          "count": 2} or {"method": ..., "mode": "lost_response"}
     POST /emulator/v1/log-sink           {"enabled": false}
+    POST /emulator/v1/signals            {"profile": "rich"}: the profile of jobs created next
     POST /emulator/v1/reset              forget jobs (terminating workers), plans and faults
     GET  /emulator/v1/stats
 
@@ -65,6 +73,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from devstack.vertex.errors import ApiError, invalid_argument, not_found
 from devstack.vertex.service import EmulatorConfig, VertexService
+from devstack.vertex.signals import DEFAULT_PROFILE, PROFILES
 from shared.log import Logger
 
 _JOBS = r"/projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)/customJobs"
@@ -148,6 +157,11 @@ _ROUTES: list[tuple[str, re.Pattern[str], _Handler]] = [
         "POST",
         re.compile("^/emulator/v1/log-sink$"),
         lambda service, request: service.set_log_sink(request.json_body()),
+    ),
+    (
+        "POST",
+        re.compile("^/emulator/v1/signals$"),
+        lambda service, request: service.set_signals(request.json_body()),
     ),
     ("POST", re.compile("^/emulator/v1/reset$"), lambda service, request: service.reset()),
     ("GET", re.compile("^/emulator/v1/stats$"), lambda service, request: service.stats()),
@@ -291,10 +305,17 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--pending-seconds", type=float, default=0.2)
     parser.add_argument("--grace-seconds", type=float, default=2.0)
     parser.add_argument(
+        "--signals",
+        choices=PROFILES,
+        default=DEFAULT_PROFILE,
+        help="documented: only what Google documents (default); rich: also invented signals",
+    )
+    parser.add_argument(
         "--error-delay-seconds",
         type=float,
-        default=0.0,
-        help="set a failed job's error this long after its final state (Vertex: about 60)",
+        default=None,
+        help="set a failed job's error this long after its final state (default: the profile's; "
+        "documented 60, Vertex's 'about a minute'; rich 0)",
     )
     parser.add_argument(
         "--preemption-rate",
@@ -320,6 +341,7 @@ def _config_from(args: argparse.Namespace) -> EmulatorConfig:
         error_delay_seconds=args.error_delay_seconds,
         preemption_rate_per_minute=args.preemption_rate,
         seed=args.seed,
+        signals=args.signals,
     )
 
 

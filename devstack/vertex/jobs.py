@@ -15,8 +15,9 @@ from typing import Any
 from google.cloud import aiplatform_v1
 
 from devstack.vertex.errors import invalid_argument, not_found
-from devstack.vertex.filter import FilterTerm, matches_all
+from devstack.vertex.filter import JobFilter
 from devstack.vertex.preemption import JobPreemptionState
+from devstack.vertex.signals import SignalProfile
 from devstack.vertex.worker import WorkerProcess
 
 State = aiplatform_v1.JobState
@@ -33,6 +34,8 @@ class JobRecord:
     labels: dict[str, str]
     is_spot: bool
     preemption: JobPreemptionState
+    # Bound at creation, so a profile switch never mixes shapes within one job.
+    profile: SignalProfile
     wake: threading.Event = field(default_factory=threading.Event)
     cancel_requested: bool = False
     preempt_requested: bool = False
@@ -62,6 +65,7 @@ class JobRecord:
     def details(self) -> dict[str, Any]:
         return {
             "name": self.job.name,
+            "signal_profile": self.profile.name,
             "state": self.state.name,
             "state_history": list(self.state_history),
             "is_spot": self.is_spot,
@@ -98,7 +102,7 @@ class JobStore:
         return record
 
     def page(
-        self, location: str, terms: tuple[FilterTerm, ...], page_size: int, page_token: str
+        self, location: str, job_filter: JobFilter, page_size: int, page_token: str
     ) -> tuple[list[JobRecord], str]:
         """Newest first; the token is the sequence number of the last job returned."""
         before = _parse_page_token(page_token)
@@ -108,7 +112,7 @@ class JobStore:
                 for record in self._jobs.values()
                 if record.location == location
                 and record.sequence < before
-                and matches_all(record.job, terms)
+                and job_filter.matches(record.job)
             ),
             key=lambda record: record.sequence,
             reverse=True,

@@ -1,28 +1,37 @@
 """The Cloud Logging entries the Vertex emulator writes, and the sink that routes them to Pub/Sub.
 
-Every shape and text lives here. They are modelled on:
+Every shape and text lives here; which of them a job emits is its signal profile's choice
+(`devstack.vertex.signals`). They are modelled on:
 
 - the `LogEntry` JSON a project log sink publishes to a Pub/Sub topic (message data = the entry,
   UTF-8; attribute `logging.googleapis.com/timestamp`), for the `ml_job` monitored resource with
-  labels `project_id`, `job_id`, `task_name`;
-- the service lines seen in public transcripts of Vertex AI CustomJobs ("Job is preparing.",
-  "Job is running.", "Finished tearing down training program.", "Job completed successfully.",
-  "Job failed.") and the error texts in "Understanding the training service" ("The replica
-  workerpool0-0 exited with a non-zero status of N. Termination reason: Error."). Vertex documents
-  no preemption line; ours says "preempted", and the final one "STOCKOUT".
+  labels `project_id`, `job_id`, `task_name`, and logName `projects/P/logs/ml.googleapis.com%2F<job_id>`.
+  gcloud's log streaming for Vertex custom jobs reads `resource.type="ml_job"`,
+  `resource.labels.job_id` and `resource.labels.task_name`
+  (https://github.com/google-cloud-sdk-unofficial/google-cloud-sdk/blob/master/lib/googlecloudsdk/command_lib/ai/log_util.py);
+  the logName and `task_name="service"` are those public captures and scripts show;
+- the service lines seen in public transcripts of Vertex AI CustomJobs ("Waiting for job to be
+  provisioned.", "Job is preparing.", "Job is running.", "Tearing down training program.",
+  "Finished tearing down training program.", "Job completed successfully.") and of AI Platform
+  Training ("Job failed."), and the error texts in "Understanding the training service"
+  (https://cloud.google.com/vertex-ai/docs/training/understanding-training-service: "The replica
+  workerpool0-0 exited with a non-zero status of N. Termination reason: Error."). Vertex
+  documents no preemption line; the `rich` profile's says "preempted", and its final one
+  "STOCKOUT".
 
-Payload forms, so a consumer meets both, as it does in production:
+Payload forms:
 
-- service lines (task_name `service`) use `jsonPayload.message`;
-- container lines (task_name `workerpool0-0`) use `textPayload`, stdout at INFO and stderr at
-  ERROR, except a line that is a JSON object with a `message` key, which becomes `jsonPayload`
-  with the line's own `severity` (Cloud Logging parses structured container output that way).
+- service lines (task_name `service`): `textPayload` (documented) or `jsonPayload.message` (rich);
+- container lines (task_name `workerpool0-0`): `textPayload`, stdout at INFO and stderr at ERROR;
+  in rich only, a line that is a JSON object with a `message` key becomes `jsonPayload` with the
+  line's own `severity`.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import re
 import secrets
 import threading
 from concurrent import futures
@@ -41,10 +50,14 @@ MAX_SPOT_RESTARTS = 6
 PREPARING = "Job is preparing."
 PROVISIONING = "Waiting for job to be provisioned."
 RUNNING = "Job is running."
+TEARING_DOWN = "Tearing down training program."
 TEARDOWN = "Finished tearing down training program."
 SUCCEEDED = "Job completed successfully."
 FAILED = "Job failed."
-CANCELLED = "Job was cancelled."
+CANCELLED = "Job was cancelled."  # invented (rich only)
+# The documented profile's error after the Spot restarts ran out: the Spot page's own words
+# ("fails with a STOCKOUT error"); the actual message is not documented.
+STOCKOUT_DOCUMENTED = "The job failed with a STOCKOUT error."
 
 
 def nonzero_exit(exit_status: int) -> str:
@@ -83,17 +96,23 @@ class LogEntryFactory:
         self._insert_prefix = secrets.token_hex(4)
         self._insert_counter = itertools.count(1)
 
-    def service(self, project_id: str, job_id: str, severity: str, message: str) -> dict[str, Any]:
-        payload = {"jsonPayload": {"message": message}}
+    def service(
+        self, project_id: str, job_id: str, severity: str, message: str, *, as_json: bool = False
+    ) -> dict[str, Any]:
+        payload: dict[str, Any] = (
+            {"jsonPayload": {"message": message}} if as_json else {"textPayload": message}
+        )
         return self._entry(project_id, job_id, SERVICE_TASK, severity, payload)
 
-    def container(self, project_id: str, job_id: str, stream: str, line: str) -> dict[str, Any]:
-        structured = _structured_line(line)
-        if structured is not None:
-            severity = str(structured.get("severity", "INFO")).upper()
+    def container(
+        self, project_id: str, job_id: str, stream: str, line: str, *, structured: bool = False
+    ) -> dict[str, Any]:
+        parsed = _structured_line(line) if structured else None
+        if parsed is not None:
+            severity = str(parsed.get("severity", "INFO")).upper()
             if severity not in SEVERITIES:
                 severity = "INFO"
-            payload: dict[str, Any] = {"jsonPayload": structured}
+            payload: dict[str, Any] = {"jsonPayload": parsed}
         else:
             severity = "ERROR" if stream == "stderr" else "INFO"
             payload = {"textPayload": line}
@@ -133,6 +152,52 @@ def _structured_line(line: str) -> dict[str, Any] | None:
     return None
 
 
+# ---- the job-events sink's filter ----
+#
+# The emulator routes to the events topic exactly what the Terraform sink's default filter
+# (`job_event_log_filter` in terraform/variables.tf) routes to job-events: JOB_EVENTS_SINK_FILTER
+# below, which tests/unit/test_vertex_logs.py compares with the Terraform default, and
+# `job_events_sink_admits`, its evaluation. Widen both together: container lines carrying a
+# marker at any severity (e.g. "spotjobs_kit") go in SINK_CONTAINER_MARKERS.
+SINK_CONTAINER_PATTERN = "(?i)preempt|reclaimed|stockout|resources are insufficient"
+SINK_CONTAINER_MARKERS: tuple[str, ...] = ()
+JOB_EVENTS_SINK_FILTER = f"""
+resource.type="ml_job"
+AND (
+  resource.labels.task_name="service"
+  OR (
+    severity>=ERROR
+    AND (
+      textPayload=~"{SINK_CONTAINER_PATTERN}"
+      OR jsonPayload.message=~"{SINK_CONTAINER_PATTERN}"
+    )
+  ){"".join(
+    f' OR textPayload:"{marker}" OR jsonPayload.message:"{marker}"'
+    for marker in SINK_CONTAINER_MARKERS
+)}
+)
+"""
+_SINK_CONTAINER_REGEX = re.compile(SINK_CONTAINER_PATTERN)
+# Cloud Logging's LogSeverity order (https://cloud.google.com/logging/docs/reference/v2/rest/v2/LogEntry#logseverity).
+_AT_LEAST_ERROR = frozenset({"ERROR", "CRITICAL", "ALERT", "EMERGENCY"})
+
+
+def job_events_sink_admits(entry: dict[str, Any]) -> bool:
+    """True when the job-events sink's filter (above) selects `entry`."""
+    resource = entry.get("resource") or {}
+    if resource.get("type") != "ml_job":
+        return False
+    if (resource.get("labels") or {}).get("task_name") == SERVICE_TASK:
+        return True
+    texts = [entry.get("textPayload"), (entry.get("jsonPayload") or {}).get("message")]
+    texts = [text for text in texts if isinstance(text, str)]
+    if any(marker in text for marker in SINK_CONTAINER_MARKERS for text in texts):
+        return True
+    return entry.get("severity") in _AT_LEAST_ERROR and any(
+        _SINK_CONTAINER_REGEX.search(text) for text in texts
+    )
+
+
 @dataclass(frozen=True)
 class SinkStats:
     enabled: bool
@@ -140,6 +205,7 @@ class SinkStats:
     suppressed: int
     failed: int
     in_flight: int
+    filtered_out: int = 0
 
 
 class LogSink:
@@ -148,7 +214,9 @@ class LogSink:
     The publisher is created on first use (it honours PUBSUB_EMULATOR_HOST). Publishing is
     asynchronous; every future is tracked until done, a failure is logged and counted, and
     `flush` waits for the ones in flight. With no topic or when disabled, entries are counted
-    as suppressed and dropped.
+    as suppressed and dropped; entries the sink's filter (`job_events_sink_admits`) does not
+    select are counted as filtered out, as Cloud Logging keeps them in the log and exports
+    nothing.
     """
 
     def __init__(self, topic: str | None, *, enabled: bool, logger: Logger) -> None:
@@ -161,6 +229,7 @@ class LogSink:
         self._published = 0
         self._suppressed = 0
         self._failed = 0
+        self._filtered_out = 0
 
     def set_enabled(self, enabled: bool) -> None:
         with self._lock:
@@ -170,6 +239,9 @@ class LogSink:
         with self._lock:
             if not self._enabled:
                 self._suppressed += 1
+                return
+            if not job_events_sink_admits(entry):
+                self._filtered_out += 1
                 return
             try:
                 future = self._publisher_locked().publish(
@@ -205,6 +277,7 @@ class LogSink:
                 suppressed=self._suppressed,
                 failed=self._failed,
                 in_flight=len(self._in_flight),
+                filtered_out=self._filtered_out,
             )
 
     def _publisher_locked(self) -> Any:

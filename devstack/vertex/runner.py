@@ -1,10 +1,16 @@
 """The runner that takes each job through its lifecycle.
 
-Lifecycle: QUEUED (until a capacity slot is free, then `queued_seconds`) -> PENDING
-(`pending_seconds`) -> RUNNING (the worker process) -> SUCCEEDED on exit 0, FAILED otherwise.
-A Spot preemption sends SIGTERM to the worker's process group, SIGKILL after `grace_seconds`,
-and restarts it through PENDING -> RUNNING; the seventh preemption (after six restarts) fails the
-job with STOCKOUT. Cancel: CANCELLING, the worker is terminated the same way, CANCELLED.
+Lifecycle (the states of job_state.proto,
+https://github.com/googleapis/googleapis/blob/master/google/cloud/aiplatform/v1/job_state.proto):
+QUEUED (until a capacity slot is free, then `queued_seconds`) -> PENDING (`pending_seconds`) ->
+RUNNING (the worker process) -> SUCCEEDED on exit 0, FAILED otherwise. A Spot preemption sends
+SIGTERM to the worker's process group, SIGKILL after `grace_seconds`, and restarts it; the job
+stays RUNNING meanwhile (documented profile; the rich profile goes back through PENDING). "When
+Spot VMs are preempted, the [...] job fails with a STOCKOUT error and Compute Engine tries to
+restart the job up to six times" (https://cloud.google.com/vertex-ai/docs/training/use-spot-vms):
+the seventh preemption fails the job with STOCKOUT. Cancel: CANCELLING, the worker is terminated
+the same way, CANCELLED. Which service lines each moment writes is the job's signal profile's
+choice (`devstack.vertex.signals`).
 
 A job holds one of `max_running` slots from admission to its end, restarts included, so a burst
 of creates queues instead of becoming a burst of processes. Only admitted jobs have a thread.
@@ -45,20 +51,16 @@ _PUMP_JOIN_SECONDS = 1.0
 # classifier should conclude from it (and classifiers must read the message too):
 # - a trainer's non-zero exit is the caller's problem and must not look transient: 3
 #   INVALID_ARGUMENT;
-# - STOCKOUT means Spot capacity ran out, not that the request was wrong: 8 RESOURCE_EXHAUSTED;
+# - STOCKOUT: the profile's (`SignalProfile.stockout`; no code is documented);
 # - a cancelled job: 1 CANCELLED, google.rpc's code for an operation cancelled by its caller;
 # - a failure of the emulator itself: 13 INTERNAL, with the message Vertex documents for its own
 #   internal errors.
 EXIT_FAILURE_CODE = 3
-STOCKOUT_CODE = 8
 CANCELLED_CODE = 1
 INTERNAL_CODE = 13
 CANCELLED_MESSAGE = "CANCELED"
 _CANCEL_STATES = frozenset({State.JOB_STATE_CANCELLING, State.JOB_STATE_CANCELLED})
-_CANCELLED_ENDING: tuple[tuple[int, str], list[tuple[str, str]]] = (
-    (CANCELLED_CODE, CANCELLED_MESSAGE),
-    [("INFO", lines.CANCELLED)],
-)
+_CANCELLED_ERROR = (CANCELLED_CODE, CANCELLED_MESSAGE)
 
 
 def _now() -> datetime:
@@ -71,8 +73,9 @@ class RunnerConfig:
     queued_seconds: float = 0.2
     pending_seconds: float = 0.2
     grace_seconds: float = 2.0
-    # Vertex sets `error` about a minute after a job ends; 0 sets it with the final state.
-    error_delay_seconds: float = 0.0
+    # Vertex sets `error` about a minute after a job ends; 0 sets it with the final state, None
+    # takes the job's signal profile's default (documented: 60, rich: 0).
+    error_delay_seconds: float | None = None
 
 
 class Outcome(enum.Enum):
@@ -109,7 +112,7 @@ class JobRunner:
             self.store.add(record)
             self._transition_locked(record, State.JOB_STATE_QUEUED)
         # Logged once the job can be read, and before its own thread logs anything.
-        self._service_log(record, "INFO", lines.PREPARING)
+        self._service_lines(record, record.profile.created())
         with self.lock:
             if self._stopping:
                 return
@@ -219,7 +222,7 @@ class JobRunner:
                 record,
                 State.JOB_STATE_FAILED,
                 (INTERNAL_CODE, "Internal error occurred for the current attempt."),
-                [("ERROR", lines.FAILED)],
+                record.profile.failed("Internal error occurred for the current attempt.")[-1:],
             )
         finally:
             self._release()
@@ -234,13 +237,16 @@ class JobRunner:
                 record,
                 State.JOB_STATE_FAILED,
                 (EXIT_FAILURE_CODE, str(error)),
-                [("ERROR", str(error)), ("ERROR", lines.FAILED)],
+                record.profile.failed(str(error)),
             )
         with self.lock:
             record.argv, record.image_uri = launch.argv, launch.image_uri
         while True:
-            if self._set_state(record, State.JOB_STATE_PENDING):
-                self._service_log(record, "INFO", lines.PROVISIONING)
+            # A restart stays RUNNING (no state is documented for it) unless the profile (rich)
+            # goes back through PENDING; either way the new VM takes `pending_seconds`.
+            if record.runs == 0 or record.profile.pending_on_restart:
+                if self._set_state(record, State.JOB_STATE_PENDING):
+                    self._service_lines(record, record.profile.pending())
             if not self._pause(record, self._config.pending_seconds):
                 return self._finish_interrupted(record)
             outcome, exit_status = self._run_worker(record, launch)
@@ -272,9 +278,12 @@ class JobRunner:
             run = record.runs
             if not record.job.start_time:
                 record.job.start_time = _now()
-            running = self._transition_locked(record, State.JOB_STATE_RUNNING)
+            # A documented restart is already RUNNING: no transition, no line.
+            running = record.state != State.JOB_STATE_RUNNING and self._transition_locked(
+                record, State.JOB_STATE_RUNNING
+            )
         if running:
-            self._service_log(record, "INFO", lines.RUNNING)
+            self._service_lines(record, record.profile.running())
         worker = WorkerProcess(
             launch, lambda stream, text: self._on_output(record, run, stream, text)
         )
@@ -326,15 +335,12 @@ class JobRunner:
             preemptions = record.preemptions
         self._logger.info("spot preemption", job=record.job.name, preemptions=preemptions)
         if preemptions > lines.MAX_SPOT_RESTARTS:
-            message = lines.stockout(preemptions)
+            code, message = record.profile.stockout(preemptions)
             self._finish(
-                record,
-                State.JOB_STATE_FAILED,
-                (STOCKOUT_CODE, message),
-                [("ERROR", message), ("ERROR", lines.FAILED)],
+                record, State.JOB_STATE_FAILED, (code, message), record.profile.failed(message)
             )
             return False
-        self._service_log(record, "WARNING", lines.preempted_and_restarting(preemptions))
+        self._service_lines(record, record.profile.preempted(preemptions))
         return True
 
     # ---- endings ----
@@ -342,17 +348,14 @@ class JobRunner:
     def _finish_exited(self, record: JobRecord, exit_status: int) -> None:
         if exit_status == 0:
             return self._finish(
-                record,
-                State.JOB_STATE_SUCCEEDED,
-                None,
-                [("INFO", lines.TEARDOWN), ("INFO", lines.SUCCEEDED)],
+                record, State.JOB_STATE_SUCCEEDED, None, record.profile.succeeded()
             )
         message = lines.nonzero_exit(exit_status)
         return self._finish(
             record,
             State.JOB_STATE_FAILED,
             (EXIT_FAILURE_CODE, message),
-            [("ERROR", message), ("INFO", lines.TEARDOWN), ("ERROR", lines.FAILED)],
+            record.profile.exited(message),
         )
 
     def _finish_interrupted(self, record: JobRecord) -> None:
@@ -360,7 +363,9 @@ class JobRunner:
             self._finish_cancelled(record)
 
     def _finish_cancelled(self, record: JobRecord) -> None:
-        self._finish(record, State.JOB_STATE_CANCELLED, *_CANCELLED_ENDING)
+        self._finish(
+            record, State.JOB_STATE_CANCELLED, _CANCELLED_ERROR, record.profile.cancelled()
+        )
 
     def _finish(
         self,
@@ -370,17 +375,19 @@ class JobRunner:
         service_lines: Iterable[tuple[str, str]],
     ) -> None:
         delay = self._config.error_delay_seconds
+        if delay is None:
+            delay = record.profile.default_error_delay_seconds
         with self.lock:
             if record.discarded:
                 return
             if record.cancel_requested:  # decided under the lock: a requested cancel always wins
-                state, (error, service_lines) = State.JOB_STATE_CANCELLED, _CANCELLED_ENDING
+                state, error = State.JOB_STATE_CANCELLED, _CANCELLED_ERROR
+                service_lines = record.profile.cancelled()
             self._transition_locked(record, state)
             record.job.end_time = record.job.update_time
             if error is not None and delay <= 0:
                 record.job.error = status_pb2.Status(code=error[0], message=error[1])
-        for severity, text in service_lines:
-            self._service_log(record, severity, text)
+        self._service_lines(record, service_lines)
         if error is not None and delay > 0:
             timer = threading.Timer(delay, self._set_error, args=(record, error))
             timer.daemon = True
@@ -407,16 +414,32 @@ class JobRunner:
         record.state_history.append(State(state).name)
         return True
 
+    def _service_lines(self, record: JobRecord, service_lines: Iterable[tuple[str, str]]) -> None:
+        for severity, text in service_lines:
+            self._service_log(record, severity, text)
+
     def _service_log(self, record: JobRecord, severity: str, message: str) -> None:
         if not record.discarded:
-            entry = self._entries.service(record.project_id, record.job_id, severity, message)
+            entry = self._entries.service(
+                record.project_id,
+                record.job_id,
+                severity,
+                message,
+                as_json=record.profile.service_lines_as_json,
+            )
             self._sink.publish(entry)
 
     def _on_output(self, record: JobRecord, run: int, stream: str, text: str) -> None:
         with self.lock:
             record.output.append({"run": run, "stream": stream, "line": text})
         if not record.discarded:
-            entry = self._entries.container(record.project_id, record.job_id, stream, text)
+            entry = self._entries.container(
+                record.project_id,
+                record.job_id,
+                stream,
+                text,
+                structured=record.profile.structured_container_lines,
+            )
             self._sink.publish(entry)
 
 

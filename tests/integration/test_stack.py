@@ -84,6 +84,7 @@ def test_local_up_prints_a_working_environment_and_leaves_nothing_behind() -> No
         # Every part answers HTTP (a CloudEvent function refuses a GET with 405: it is serving).
         for url in [*description["functions"].values(), description["vertex_endpoint"]]:
             assert _http_status(url + "/") < 500, url
+        assert description["vertex_signals"] == "documented"  # the emulator's default profile
         assert set(description["functions"]) == {
             "submit_job", "on_job_event", "reconcile", "prune_checkpoints"
         }

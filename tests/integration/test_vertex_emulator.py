@@ -33,7 +33,13 @@ LOCATION = "us-central1"
 PARENT = f"projects/{PROJECT}/locations/{LOCATION}"
 State = aiplatform_v1.JobState
 TERMINAL = {State.JOB_STATE_SUCCEEDED, State.JOB_STATE_FAILED, State.JOB_STATE_CANCELLED}
-FAST = {"queued_seconds": 0.05, "pending_seconds": 0.05, "grace_seconds": 0.5}
+# Errors at once unless a test asks for Vertex's delay (the documented profile's default is 60 s).
+FAST = {
+    "queued_seconds": 0.05,
+    "pending_seconds": 0.05,
+    "grace_seconds": 0.5,
+    "error_delay_seconds": 0.0,
+}
 
 # A stand-in trainer. It records each start, each SIGTERM and each clean exit (one JSON line per
 # event, appended atomically) to WORKER_RECORD, dumps its environment to WORKER_ENV_OUT, writes
@@ -59,6 +65,8 @@ if os.environ.get("WORKER_ENV_OUT"):
 print("worker says hello", flush=True)
 print("worker warns on stderr", file=sys.stderr, flush=True)
 print(json.dumps({"severity": "WARNING", "message": "structured line"}), flush=True)
+for stream, text in json.loads(os.environ.get("WORKER_LINES", "[]")):
+    print(text, file=getattr(sys, stream), flush=True)
 deadline = time.monotonic() + float(os.environ.get("WORKER_SECONDS", "0"))
 while time.monotonic() < deadline:
     time.sleep(0.02)
@@ -300,8 +308,21 @@ def test_list_pages_and_filters_on_state(
     assert len(list(succeeded)) == 5
     not_b1 = client.list_custom_jobs(request={"parent": PARENT, "filter": 'labels.batch!="b1"'})
     assert len(list(not_b1)) == 1
-    with pytest.raises(exceptions.BadRequest, match="Unsupported filter term"):
-        list(client.list_custom_jobs(request={"parent": PARENT, "filter": "create_time>1"}))
+    created = client.get_custom_job(name=names[2]).create_time.isoformat().replace("+00:00", "Z")
+    newer = client.list_custom_jobs(
+        request={
+            "parent": PARENT,
+            "filter": f'createTime>"{created}" AND labels.batch:* AND NOT labels.batch=b2',
+        }
+    )
+    assert [job.name for job in newer] == names[:2:-1]
+    either = client.list_custom_jobs(
+        request={"parent": PARENT, "filter": 'displayName:"emulator-*" OR state=JOB_STATE_FAILED'}
+    )
+    assert len(list(either)) == 6
+    for refused in ("create_time>1", 'updateTime>"2026-01-01T00:00:00Z"'):
+        with pytest.raises(exceptions.BadRequest, match="Invalid filter"):
+            list(client.list_custom_jobs(request={"parent": PARENT, "filter": refused}))
 
 
 def test_a_curl_style_post_of_the_documented_body_runs_the_job(
@@ -521,11 +542,11 @@ def test_workers_that_cannot_succeed_fail_the_job_as_vertex_reports_it(
 # ---- Spot preemption ----
 
 
-def test_a_spot_job_preempted_three_times_runs_four_times_and_succeeds(
-    emulator: VertexEmulator,
-    client: aiplatform_v1.JobServiceClient,
-    make_worker: Callable[..., Worker],
+def test_rich_a_spot_job_preempted_three_times_goes_back_through_pending_and_succeeds(
+    make_emulator: Callable[..., VertexEmulator], make_worker: Callable[..., Worker]
 ) -> None:
+    emulator = make_emulator(signals="rich")  # RUNNING -> PENDING on restart is rich only
+    client = client_for(emulator)
     labels = {"spotjobs-request-id": "r3", "spotjobs-attempt": "1"}
     # Registered before the job exists; matched on a subset of its labels.
     plan = control(
@@ -555,11 +576,11 @@ def test_a_spot_job_preempted_three_times_runs_four_times_and_succeeds(
     assert history[-1] == "JOB_STATE_SUCCEEDED"
 
 
-def test_the_seventh_preemption_fails_the_job_with_stockout(
-    emulator: VertexEmulator,
-    client: aiplatform_v1.JobServiceClient,
-    make_worker: Callable[..., Worker],
+def test_rich_the_seventh_preemption_fails_the_job_with_stockout_code_8(
+    make_emulator: Callable[..., VertexEmulator], make_worker: Callable[..., Worker]
 ) -> None:
+    emulator = make_emulator(signals="rich")  # code 8 is invented, rich only
+    client = client_for(emulator)
     control(
         emulator,
         "preemption-plans",
@@ -907,15 +928,98 @@ class EventsTopic:
             if entry["resource"]["labels"]["job_id"] == job_id(job_name)
         ]
 
-    def service_messages(self, job_name: str) -> list[str]:
+    def service_entries(self, job_name: str) -> list[dict[str, Any]]:
         return [
-            entry["jsonPayload"]["message"]
+            entry
             for entry in self.entries_for(job_name)
             if entry["resource"]["labels"]["task_name"] == "service"
         ]
 
+    def service_messages(self, job_name: str) -> list[str]:
+        return [_text(entry) for entry in self.service_entries(job_name)]
 
-def test_job_log_entries_reach_the_events_topic_in_both_payload_forms(
+
+def _text(entry: dict[str, Any]) -> str:
+    return str(entry.get("textPayload", entry.get("jsonPayload", {}).get("message", "")))
+
+
+# Container lines the job-events sink's filter selects (ERROR and a capacity word), and one it
+# does not (INFO), in both payload candidates.
+SINK_LINES = [
+    ["stderr", "worker was preempted, checkpointing"],
+    ["stdout", json.dumps({"severity": "ERROR", "message": "stockout seen by the worker"})],
+    ["stdout", "preempted, says stdout"],
+]
+
+
+def test_documented_a_job_preempted_seven_times_stays_running_and_fails_with_stockout(
+    pubsub_emulator: str,
+    make_emulator: Callable[..., VertexEmulator],
+    make_worker: Callable[..., Worker],
+) -> None:
+    events = EventsTopic()
+    emulator = make_emulator(events_topic=events.topic, error_delay_seconds=0.5)
+    client = client_for(emulator)
+    assert control(emulator, "stats")["signals"] == "documented"  # the default
+    control(
+        emulator,
+        "preemption-plans",
+        {"labels": {"run": "seven"}, "preemptions": 7, "after_seconds": 0.4},
+    )
+    worker = make_worker(WORKER_SECONDS="60")
+    job = create(client, job_body(worker, labels={"run": "seven"}))
+    observed: list[State] = []
+
+    def failed() -> aiplatform_v1.CustomJob | None:
+        current = client.get_custom_job(name=job.name)
+        observed.append(current.state)
+        return current if current.state in TERMINAL else None
+
+    done = wait_for(failed, timeout=40, what="the job to fail")
+
+    assert done.state == State.JOB_STATE_FAILED
+    assert not done.error.message  # "About one minute after a job ends": here half a second
+    error = wait_for(
+        lambda: (later := client.get_custom_job(name=job.name).error).message and later,
+        what="the delayed error",
+    )
+    assert "STOCKOUT" in error.message and error.code == 2
+    # The state never leaves RUNNING between restarts.
+    seen = details(emulator, job.name)
+    assert seen["state_history"] == [
+        "JOB_STATE_QUEUED", "JOB_STATE_PENDING", "JOB_STATE_RUNNING", "JOB_STATE_FAILED"
+    ]
+    after_running = observed[observed.index(State.JOB_STATE_RUNNING) :]
+    assert set(after_running) == {State.JOB_STATE_RUNNING, State.JOB_STATE_FAILED}
+    assert after_running[-1] == State.JOB_STATE_FAILED
+    assert after_running.count(State.JOB_STATE_FAILED) == 1
+    # The only trace of a preemption: the worker got SIGTERM and started again, seven times.
+    starts = worker.pids("start")
+    assert len(starts) == 7 and len(set(starts)) == 7, worker.events()
+    assert worker.pids("sigterm") == starts, worker.events()
+    assert seen["preemptions"] == 7 and seen["signals"] == [
+        {"run": run, "signal": "SIGTERM"} for run in range(1, 8)
+    ]
+    # No preemption line: the documented service lines only, textPayload at INFO.
+    events.pull_for(20, until=lambda: "Job failed." in events.service_messages(job.name))
+    service = events.service_entries(job.name)
+    assert [entry["textPayload"] for entry in service] == [
+        "Waiting for job to be provisioned.",
+        "Job is preparing.",
+        "Job is running.",
+        "Job failed.",
+    ]
+    for entry in service:
+        assert "jsonPayload" not in entry
+        assert entry["severity"] == "INFO"
+        assert entry["logName"] == f"projects/{PROJECT}/logs/ml.googleapis.com%2F{job_id(job.name)}"
+        assert entry["resource"] == {
+            "type": "ml_job",
+            "labels": {"project_id": PROJECT, "job_id": job_id(job.name), "task_name": "service"},
+        }
+
+
+def test_documented_log_entries_reach_the_events_topic_through_the_sink_filter(
     pubsub_emulator: str,
     make_emulator: Callable[..., VertexEmulator],
     make_worker: Callable[..., Worker],
@@ -923,13 +1027,56 @@ def test_job_log_entries_reach_the_events_topic_in_both_payload_forms(
     events = EventsTopic()
     emulator = make_emulator(events_topic=events.topic)
     client = client_for(emulator)
+    worker = make_worker(WORKER_SECONDS="0.3", WORKER_LINES=json.dumps(SINK_LINES))
+
+    job = create(client, job_body(worker))
+
+    assert wait_for_state(client, job.name, TERMINAL).state == State.JOB_STATE_SUCCEEDED
+    events.pull_for(
+        20, until=lambda: "Job completed successfully." in events.service_messages(job.name)
+    )
+    assert events.service_messages(job.name) == [
+        "Waiting for job to be provisioned.",
+        "Job is preparing.",
+        "Job is running.",
+        "Tearing down training program.",
+        "Finished tearing down training program.",
+        "Job completed successfully.",
+    ]
+    container = [
+        entry
+        for entry in events.entries_for(job.name)
+        if entry["resource"]["labels"]["task_name"] == "workerpool0-0"
+    ]
+    # stdout at INFO, stderr at ERROR, a JSON line as text; only ERROR lines naming a capacity
+    # word pass the filter.
+    assert {(entry["severity"], entry["textPayload"]) for entry in container} == {
+        ("ERROR", "worker was preempted, checkpointing"),
+    }
+    assert control(emulator, "stats")["log_sink"]["filtered_out"] >= 5
+
+
+def test_rich_log_entries_reach_the_events_topic_in_both_payload_forms(
+    pubsub_emulator: str,
+    make_emulator: Callable[..., VertexEmulator],
+    make_worker: Callable[..., Worker],
+) -> None:
+    events = EventsTopic()
+    emulator = make_emulator(events_topic=events.topic, signals="rich")
+    client = client_for(emulator)
     control(emulator, "preemption-plans", {"labels": {"run": "once"}, "delays": [0.5]})
     control(
         emulator,
         "preemption-plans",
         {"labels": {"run": "never"}, "preemptions": 7, "after_seconds": 0.3},
     )
-    succeeding = create(client, job_body(make_worker(WORKER_SECONDS="0.8"), labels={"run": "once"}))
+    succeeding = create(
+        client,
+        job_body(
+            make_worker(WORKER_SECONDS="0.8", WORKER_LINES=json.dumps(SINK_LINES)),
+            labels={"run": "once"},
+        ),
+    )
     stocked_out = create(
         client, job_body(make_worker(WORKER_SECONDS="60"), labels={"run": "never"})
     )
@@ -960,6 +1107,7 @@ def test_job_log_entries_reach_the_events_topic_in_both_payload_forms(
         "logging.googleapis.com/timestamp" in attributes for _, attributes in events.received
     )
 
+    assert all("jsonPayload" in entry for entry in events.service_entries(succeeding.name))
     service = events.service_messages(succeeding.name)
     assert service[0] == "Job is preparing."
     assert service.count("Job is running.") == 2
@@ -971,12 +1119,11 @@ def test_job_log_entries_reach_the_events_topic_in_both_payload_forms(
         "Job completed successfully.",
     ]
     container = [e for e in entries if e["resource"]["labels"]["task_name"] == "workerpool0-0"]
+    # Each run prints the lines: twice (one preemption), each once per run.
     as_text = {(e["severity"], e["textPayload"]) for e in container if "textPayload" in e}
-    assert as_text == {("INFO", "worker says hello"), ("ERROR", "worker warns on stderr")}
-    structured = [e for e in container if "jsonPayload" in e]
-    assert {(e["severity"], e["jsonPayload"]["message"]) for e in structured} == {
-        ("WARNING", "structured line")
-    }
+    assert as_text == {("ERROR", "worker was preempted, checkpointing")}
+    structured = {(e["severity"], e["jsonPayload"]["message"]) for e in container if "jsonPayload" in e}
+    assert structured == {("ERROR", "stockout seen by the worker")}
 
     final = events.service_messages(stocked_out.name)[-2:]
     assert "STOCKOUT" in final[0]
