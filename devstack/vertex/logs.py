@@ -39,6 +39,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from spotjobs_kit.lines import KEY as KIT_KEY
+from spotjobs_kit.lines import TAG as KIT_TAG
+
 from shared.log import SEVERITIES, Logger
 
 SERVICE_TASK = "service"
@@ -157,24 +160,21 @@ def _structured_line(line: str) -> dict[str, Any] | None:
 # The emulator routes to the events topic exactly what the Terraform sink's default filter
 # (`job_event_log_filter` in terraform/variables.tf) routes to job-events: JOB_EVENTS_SINK_FILTER
 # below, which tests/unit/test_vertex_logs.py compares with the Terraform default, and
-# `job_events_sink_admits`, its evaluation. Widen both together: container lines carrying a
-# marker at any severity (e.g. "spotjobs_kit") go in SINK_CONTAINER_MARKERS.
+# `job_events_sink_admits`, its evaluation. Change both together.
 SINK_CONTAINER_PATTERN = "(?i)preempt|reclaimed|stockout|resources are insufficient"
-SINK_CONTAINER_MARKERS: tuple[str, ...] = ()
 JOB_EVENTS_SINK_FILTER = f"""
 resource.type="ml_job"
 AND (
   resource.labels.task_name="service"
+  OR jsonPayload.{KIT_KEY}.event:*
+  OR textPayload:"{KIT_TAG}"
   OR (
     severity>=ERROR
     AND (
       textPayload=~"{SINK_CONTAINER_PATTERN}"
       OR jsonPayload.message=~"{SINK_CONTAINER_PATTERN}"
     )
-  ){"".join(
-    f' OR textPayload:"{marker}" OR jsonPayload.message:"{marker}"'
-    for marker in SINK_CONTAINER_MARKERS
-)}
+  )
 )
 """
 _SINK_CONTAINER_REGEX = re.compile(SINK_CONTAINER_PATTERN)
@@ -189,12 +189,16 @@ def job_events_sink_admits(entry: dict[str, Any]) -> bool:
         return False
     if (resource.get("labels") or {}).get("task_name") == SERVICE_TASK:
         return True
-    texts = [entry.get("textPayload"), (entry.get("jsonPayload") or {}).get("message")]
-    texts = [text for text in texts if isinstance(text, str)]
-    if any(marker in text for marker in SINK_CONTAINER_MARKERS for text in texts):
+    payload = entry.get("jsonPayload") or {}
+    kit = payload.get(KIT_KEY) if isinstance(payload, dict) else None
+    if isinstance(kit, dict) and "event" in kit:
         return True
+    text = entry.get("textPayload")
+    if isinstance(text, str) and KIT_TAG in text:
+        return True
+    texts = [text, payload.get("message") if isinstance(payload, dict) else None]
     return entry.get("severity") in _AT_LEAST_ERROR and any(
-        _SINK_CONTAINER_REGEX.search(text) for text in texts
+        _SINK_CONTAINER_REGEX.search(t) for t in texts if isinstance(t, str)
     )
 
 

@@ -6,6 +6,10 @@ registered before the job existed; from then on the k-th start of its worker und
 preempted `delays[k]` seconds after it started, and later starts are left alone. Each matching job
 gets the whole list: a plan is a template, not a shared budget.
 
+A plan may also set `grace_seconds`: how long its preempted workers get between SIGTERM and
+SIGKILL (0: killed without notice). Invented for tests, opt-in: Compute Engine documents a notice
+period for Spot VMs, and a worker killed without it is what a trainer must also survive.
+
 Without a plan, a SPOT job's worker is preempted after an exponentially distributed delay with
 the configured rate (per minute of running time), drawn from a random stream seeded by the
 emulator seed and the job's creation order, so a run with the same seed and the same sequence of
@@ -29,12 +33,14 @@ class PreemptionPlan:
     plan_id: str
     labels: Mapping[str, str]
     delays: tuple[float, ...]
+    grace_seconds: float | None = None  # None: the emulator's --grace-seconds
 
     def matches(self, job_labels: Mapping[str, str]) -> bool:
         return all(job_labels.get(key) == value for key, value in self.labels.items())
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.plan_id, "labels": dict(self.labels), "delays": list(self.delays)}
+        plan = {"id": self.plan_id, "labels": dict(self.labels), "delays": list(self.delays)}
+        return plan if self.grace_seconds is None else {**plan, "grace_seconds": self.grace_seconds}
 
 
 def parse_plan(plan_id: str, body: Any) -> PreemptionPlan:
@@ -44,7 +50,7 @@ def parse_plan(plan_id: str, body: Any) -> PreemptionPlan:
     """
     if not isinstance(body, dict):
         raise ValueError("a preemption plan must be a JSON object")
-    unknown = set(body) - {"labels", "preemptions", "after_seconds", "delays"}
+    unknown = set(body) - {"labels", "preemptions", "after_seconds", "delays", "grace_seconds"}
     if unknown:
         raise ValueError(f"unknown field(s) in preemption plan: {sorted(unknown)}")
     labels = body.get("labels", {})
@@ -52,7 +58,15 @@ def parse_plan(plan_id: str, body: Any) -> PreemptionPlan:
         isinstance(key, str) and isinstance(value, str) for key, value in labels.items()
     ):
         raise ValueError("labels must be an object of string to string")
-    return PreemptionPlan(plan_id=plan_id, labels=dict(labels), delays=_plan_delays(body))
+    grace = body.get("grace_seconds")
+    if grace is not None and not _is_seconds(grace):
+        raise ValueError("grace_seconds must be a non-negative number")
+    return PreemptionPlan(
+        plan_id=plan_id,
+        labels=dict(labels),
+        delays=_plan_delays(body),
+        grace_seconds=None if grace is None else float(grace),
+    )
 
 
 def _plan_delays(body: dict[str, Any]) -> tuple[float, ...]:

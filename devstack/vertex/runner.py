@@ -299,7 +299,11 @@ class JobRunner:
         if outcome is Outcome.EXITED:
             worker.tear_down()
         else:
-            signals_sent = worker.terminate(self._config.grace_seconds)
+            plan = record.preemption.plan
+            grace = self._config.grace_seconds
+            if plan is not None and plan.grace_seconds is not None:
+                grace = plan.grace_seconds
+            signals_sent = worker.terminate(grace)
             with self.lock:
                 record.signals.extend({"run": run, "signal": name} for name in signals_sent)
         worker.join_output(_PUMP_JOIN_SECONDS)

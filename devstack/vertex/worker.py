@@ -183,8 +183,14 @@ class WorkerProcess:
         return self._process.wait()
 
     def terminate(self, grace_seconds: float) -> list[str]:
-        """SIGTERM the group, SIGKILL it after the grace period; returns the signals sent."""
+        """SIGTERM the group, SIGKILL it after the grace period (at once, with no SIGTERM, for a
+        grace of 0: a reclaim without notice); returns the signals sent."""
         assert self._process is not None, "worker not started"
+        if grace_seconds <= 0:
+            self._signal_group(signal.SIGKILL)
+            self._process.wait()
+            self.tear_down()
+            return ["SIGKILL"]
         sent = ["SIGTERM"]
         self._signal_group(signal.SIGTERM)
         try:

@@ -16,7 +16,6 @@ from devstack.samples import job_request
 from shared.ledger import RequestRecord
 from shared.states import RequestStatus
 from shared.vertex import LABEL_ATTEMPT, LABEL_REQUEST_ID, label_filter, parent_path
-from tests.conftest import vertex_signals
 
 pytestmark = pytest.mark.stack
 
@@ -62,6 +61,27 @@ def submit(
             },
         )
     stack.publish("job_requests", training_request(request_id, **request))
+
+
+def runs_of(stack, job: str) -> list:
+    from devstack.demo.traces import runs_from_output
+
+    return runs_from_output(stack.vertex_control("GET", f"/emulator/v1/{job}")["output"])
+
+
+def resumed_steps(stack, job: str) -> list[int]:
+    """The step each run of the job started from (its resume)."""
+    return [run.start_step for run in runs_of(stack, job)]
+
+
+def committed_before_each_restart(stack, job: str) -> list[int]:
+    """0, then for each run but the last, the newest step it committed: where the next resumes."""
+    runs = runs_of(stack, job)
+    newest = [max((step for step, _ in run.checkpoints.values()), default=0) for run in runs]
+    steps = [0]
+    for step in newest[:-1]:
+        steps.append(max(step, steps[-1]))
+    return steps
 
 
 def wait_for_status(
@@ -117,12 +137,11 @@ def alerts_for(stack, request_id: str, kind: str, *, timeout: float = 30.0) -> l
 
 def test_three_preemptions_succeed_within_one_attempt(stack) -> None:
     request_id = new_request_id("pre3")
-    # until events use the kit's lines (production-signals issue)
-    with vertex_signals(stack, "rich"):
-        # 500 steps of 10 ms cannot finish within three 1 s runs, so all three preemptions happen.
-        submit(stack, request_id, preemptions=3, after_seconds=1.0, steps=500)
+    # Documented signals only: the job stays RUNNING; the kit's lines say what happened.
+    # 500 steps of 10 ms cannot finish within three 1 s runs, so all three preemptions happen.
+    submit(stack, request_id, preemptions=3, after_seconds=1.0, steps=500)
 
-        record = wait_for_status(stack, request_id, RequestStatus.SUCCEEDED)
+    record = wait_for_status(stack, request_id, RequestStatus.SUCCEEDED)
     preemptions = stack.wait_for(
         lambda: (
             len(lines) == 3 and lines
@@ -145,25 +164,25 @@ def test_three_preemptions_succeed_within_one_attempt(stack) -> None:
         and line["location"] == attempt.location
         for line in preemptions
     )
+    assert {line["source"] for line in preemptions} == {"kit"}
     assert decision_lines(stack, request_id, "requeue") == []
     assert len(jobs_of(stack, request_id, attempt.location)) == 1
     assert record.prune_requested_at and record.finished_at
+    # Each run resumed from the newest complete checkpoint the one before committed.
+    assert resumed_steps(stack, attempt.job) == committed_before_each_restart(stack, attempt.job)
 
 
 def test_seven_preemptions_requeue_one_attempt_that_resumes_and_succeeds(stack) -> None:
     request_id = new_request_id("pre7")
-    # until events use the kit's lines (production-signals issue)
-    with vertex_signals(stack, "rich"):
-        submit(stack, request_id, preemptions=7, after_seconds=0.3, steps=300)
+    submit(stack, request_id, preemptions=7, after_seconds=0.3, steps=300)
 
-        record = wait_for_status(stack, request_id, RequestStatus.SUCCEEDED)
+    record = wait_for_status(stack, request_id, RequestStatus.SUCCEEDED)
 
     first, second = record.attempts
-    assert (
-        first.outcome == "requeued"
-        and first.error["code"] == 8
-        and "STOCKOUT" in first.error["message"]
-    )
+    # Vertex documents "a STOCKOUT error", no code: the message is what is matched.
+    assert first.outcome == "requeued" and "STOCKOUT" in first.error["message"]
+    # Attempt 2 starts where attempt 1's last complete checkpoint left off.
+    assert resumed_steps(stack, second.job)[0] == committed_before_each_restart(stack, first.job)[-1]
     assert second.outcome == "succeeded" and second.n == 2
     jobs = jobs_of(stack, request_id, first.location)
     assert len(jobs) == 2 and len(jobs_of(stack, request_id, first.location, attempt=2)) == 1
@@ -346,3 +365,49 @@ def test_garbage_foreign_and_irrelevant_events_are_acknowledged_without_a_trace(
     assert {
         b.name for b in stack.storage().list_blobs(stack.settings.state_bucket)
     } == ledger_before
+
+
+def test_a_trainer_without_the_kit_preempted_seven_times_is_requeued_with_preemptions_unknown(
+    stack,
+) -> None:
+    request_id = new_request_id("nokit")
+    # No kit: nothing says how many preemptions there were, only the STOCKOUT at the end.
+    stack.vertex_control(
+        "POST",
+        "/emulator/v1/preemption-plans",
+        {"labels": {LABEL_REQUEST_ID: request_id, LABEL_ATTEMPT: "1"}, "preemptions": 7, "after_seconds": 0.2},
+    )
+    command = [sys.executable, "-c", "import time; time.sleep(30)"]
+    stack.publish("job_requests", job_request(request_id, command, max_attempts=1))
+
+    record = wait_for_status(stack, request_id, RequestStatus.GAVE_UP)
+
+    [attempt] = record.attempts
+    assert attempt.outcome == "gave_up" and "STOCKOUT" in attempt.error["message"]
+    assert attempt.preemptions == 0 and attempt.preemptions_unknown  # "≥1", never 0
+    [alert] = alerts_for(stack, request_id, "attempts_exhausted")
+    assert alert["details"]["preemptions"] == ["≥1"]
+
+
+def test_a_kill_without_sigterm_still_counts_the_restart(stack) -> None:
+    request_id = new_request_id("nosigterm")
+    stack.vertex_control(
+        "POST",
+        "/emulator/v1/preemption-plans",
+        {
+            "labels": {LABEL_REQUEST_ID: request_id, LABEL_ATTEMPT: "1"},
+            "preemptions": 2,
+            "after_seconds": 1.0,
+            "grace_seconds": 0,  # SIGKILL at once: the run never says "preempted"
+        },
+    )
+    stack.publish("job_requests", training_request(request_id, steps=400))
+
+    record = wait_for_status(stack, request_id, RequestStatus.SUCCEEDED)
+
+    [attempt] = record.attempts
+    signals = stack.vertex_control("GET", f"/emulator/v1/{attempt.job}")["signals"]
+    assert {s["signal"] for s in signals} == {"SIGKILL"}
+    stack.wait_for(
+        lambda: stack.ledger().get(request_id).attempts[0].preemptions == 2, 30, "two restarts counted"
+    )

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from devstack.vertex import logs
 from devstack.vertex.logs import (
     JOB_EVENTS_SINK_FILTER,
     LogEntryFactory,
@@ -203,10 +202,14 @@ def test_the_sink_filter_reads_json_payload_messages_and_refuses_other_resources
     assert not job_events_sink_admits(foreign)
 
 
-def test_a_marker_admits_container_lines_at_any_severity(monkeypatch: pytest.MonkeyPatch) -> None:
-    entry = LogEntryFactory().container("p", "1", "stdout", '{"spotjobs_kit": "checkpoint"}')
-    assert not job_events_sink_admits(entry)
+def test_trainer_kit_lines_pass_the_sink_at_any_severity_in_either_payload() -> None:
+    from spotjobs_kit.lines import format_line
 
-    monkeypatch.setattr(logs, "SINK_CONTAINER_MARKERS", ("spotjobs_kit",))
-
-    assert job_events_sink_admits(entry)
+    line = format_line("preempted", {"request_id": "r1", "attempt": 1, "run": 0, "step": 5})
+    factory = LogEntryFactory()
+    as_text = factory.container("p", "1", "stdout", line)
+    as_json = {**as_text, "jsonPayload": json.loads(line)}
+    del as_json["textPayload"]
+    chatter = factory.container("p", "1", "stdout", '{"message": "step 5 loss 0.3"}')
+    assert job_events_sink_admits(as_text) and job_events_sink_admits(as_json)
+    assert not job_events_sink_admits(chatter)
