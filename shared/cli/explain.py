@@ -444,23 +444,23 @@ def _replay(
     policy = DecisionPolicy.from_settings(settings)
     events: list[str] = []
     alerts: list[str] = []
-    prune = False
-    kit_fed = lines_fed = 0
+    kit_fed = lines_fed = other_jobs = 0
+    kit_names: dict[tuple[str | None, int | None], int] = {}
     job_id = _job_id(snapshot.name)
     for item in ordered:
         entry = item.entry
-        if entry is None or entry.job_id != job_id:
+        if entry is None:
+            continue
+        if entry.job_id != job_id:
+            other_jobs += 1
             continue
         signal = classify(entry, patterns)
         if entry.kit is not None:
             observation = Observation(n, None, Signal.KIT, kit=entry.kit, job_name=snapshot.name)
             kit_fed += 1
             if entry.kit.attempt not in (None, n) or entry.kit.request_id not in (None, request_id):
-                notes.append(
-                    f"entry {item.position}: the kit line says request {entry.kit.request_id} "
-                    f"attempt {entry.kit.attempt}; on_job_event counts it for the job's own "
-                    f"(request {request_id}, attempt {n})"
-                )
+                named = (entry.kit.request_id, entry.kit.attempt)
+                kit_names[named] = kit_names.get(named, 0) + 1
         elif signal is Signal.PREEMPTION and entry.is_service_line:
             observation = Observation(
                 n, None, signal, preemption_evidence=entry.identity, job_name=snapshot.name
@@ -476,7 +476,14 @@ def _replay(
     record = decision.record
     events += decision.effects.events
     alerts += [a.kind for a in decision.effects.alerts]
-    prune = prune or decision.effects.prune_requested
+    for (kit_request, kit_attempt), count in kit_names.items():
+        notes.append(
+            f"{count} kit line(s) name request {kit_request} attempt {kit_attempt}; on_job_event "
+            f"counts them for the job's own (request {request_id}, attempt {n}): check "
+            "SPOTJOBS_REQUEST_ID/SPOTJOBS_ATTEMPT in the container"
+        )
+    if other_jobs:
+        notes.append(f"{other_jobs} entries of other jobs were not fed to this job's decision")
     attempt = record.attempt(n)
     assert attempt is not None
     requeue = None
@@ -504,7 +511,7 @@ def _replay(
         requeue=requeue,
         alerts=alerts,
         events=events,
-        prune_requested=prune,
+        prune_requested=decision.effects.prune_requested,
         waiting=decision.waiting,
         notes=notes,
     )
@@ -564,7 +571,8 @@ def print_text(report: Report, out: TextIO) -> None:
         return
     out.write(
         f"\nReplay: request {replay.request_id}, attempt {replay.attempt}, job {replay.job} "
-        f"(max_attempts {replay.max_attempts}: the deployment default)\n"
+        f"(assumed: max_attempts {replay.max_attempts}, the deployment default; no fallback, "
+        "no other locations)\n"
     )
     out.write(
         f"  fed: {replay.kit_lines_fed} kit lines, {replay.preemption_lines_fed} preemption "

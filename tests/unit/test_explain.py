@@ -284,3 +284,15 @@ def test_unreadable_input_exits_2_with_one_line(
 def test_a_missing_file_exits_2(capsys, tmp_path: Path) -> None:
     assert main(["explain", str(tmp_path / "absent.json")]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_entries_of_other_jobs_are_explained_but_not_fed(capsys, tmp_path: Path) -> None:
+    both = json.loads(Path(captured(SUCCEEDED)).read_text()) + json.loads(
+        Path(captured(STOCKOUT)).read_text()
+    )
+    (tmp_path / "both.json").write_text(json.dumps(both))
+    report = explain_json(capsys, str(tmp_path / "both.json"), "--job", job(SUCCEEDED))
+    assert len(report["entries"]) == 46
+    replay = report["replay"]
+    assert (replay["status"], replay["preemptions"], replay["kit_lines_fed"]) == ("SUCCEEDED", "2", 9)
+    assert replay["notes"] == ["26 entries of other jobs were not fed to this job's decision"]
