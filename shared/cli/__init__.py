@@ -16,9 +16,9 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from shared.cli import local, prune, requests
+from shared.cli import explain, local, prune, requests
 
-COMMAND_MODULES = (requests, prune, local)
+COMMAND_MODULES = (requests, prune, local, explain)
 
 EPILOG = """exit status: 0 success; 1 not found, or the command ran and reported errors;
 2 invalid input or usage, or (local up, demo) the local stack is not installed;

@@ -1,0 +1,129 @@
+"""The captured-style fixtures (tests/events/log_entries/captured, tests/events/jobs) delivered to
+the real on_job_event handler, one entry at a time in time order, over a real ledger
+(fake-gcs-server) with Vertex and Pub/Sub faked: it takes the decisions `spotjobs explain`
+predicts offline, entry by entry and at the end."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared.cli.explain import explain, read_entries
+from shared.clock import parse_rfc3339
+from shared.delivery import Message
+from shared.ledger import LedgerStore
+from shared.observe import EventOutcome, handle_job_event
+from shared.preemptions import preemptions_text
+from tests.conftest import EVENTS_DIR
+from tests.functional.test_decisions_support import (
+    CapturedLog,
+    FakePublisher,
+    FakeVertex,
+    World,
+    make_settings,
+)
+
+QUEUED, PENDING, RUNNING, SUCCEEDED, FAILED = 1, 2, 3, 4, 5
+STATES = {"JOB_STATE_SUCCEEDED": SUCCEEDED, "JOB_STATE_FAILED": FAILED}
+OUTCOMES = {
+    "ignored": EventOutcome.IGNORED,
+    "irrelevant": EventOutcome.IRRELEVANT,
+    "kit_evidence": EventOutcome.OBSERVED,
+    "vertex_read": EventOutcome.OBSERVED,
+}
+# What Vertex reports when each service line is written (the job as the hint finds it).
+STATE_AT_LINE = {
+    "Waiting for job to be provisioned.": PENDING,
+    "Job is preparing.": PENDING,
+    "Job is running.": RUNNING,
+}
+
+
+@pytest.fixture
+def world(gcs_bucket) -> World:
+    return World(
+        LedgerStore(gcs_bucket), FakeVertex(), FakePublisher(), make_settings(gcs_bucket.name)
+    )
+
+
+def oldest_first(name: str) -> list[dict[str, Any]]:
+    entries = read_entries((EVENTS_DIR / "log_entries" / "captured" / f"{name}.json").read_text())
+    return sorted(reversed(entries), key=lambda e: e["timestamp"])  # gcloud prints newest first
+
+
+def deliver_all(
+    world: World, name: str, entries: list[dict[str, Any]]
+) -> tuple[str, list[EventOutcome], CapturedLog]:
+    """Each entry to handle_job_event, the fake job's state following the service lines."""
+    described = json.loads((EVENTS_DIR / "jobs" / f"{name}.json").read_text())
+    request_id = described["labels"]["spotjobs-request-id"]
+    _, job = world.submitted(request_id, state=QUEUED)
+    job_id = job.rsplit("/", 1)[-1]
+    log = CapturedLog()
+    outcomes = []
+    for number, entry in enumerate(entries):
+        entry = json.loads(json.dumps(entry).replace(described["name"].rsplit("/", 1)[-1], job_id))
+        text = entry.get("textPayload")
+        if text in STATE_AT_LINE:
+            world.vertex.set_state(job, STATE_AT_LINE[text])
+        elif text in ("Job completed successfully.", "Job failed."):
+            world.vertex.set_state(job, STATES[described["state"]], described.get("error"))
+        outcomes.append(
+            handle_job_event(
+                Message(json.dumps(entry).encode(), f"m-{number}"),
+                log.logger,
+                settings=world.settings,
+                ports=lambda: world.ports,
+                now=parse_rfc3339(entry["timestamp"]) + timedelta(seconds=1),
+            )
+        )
+    return request_id, outcomes, log
+
+
+@pytest.mark.parametrize("name", ["preempted_twice_succeeded", "preempted_7_stockout"])
+@pytest.mark.parametrize("with_kit", [True, False], ids=["kit", "no-kit"])
+def test_the_handler_decides_what_explain_predicts(world: World, name: str, with_kit: bool) -> None:
+    entries = oldest_first(name)
+    if not with_kit:  # a trainer without the kit
+        entries = [e for e in entries if "spotjobs-kit" not in json.dumps(e)]
+    described = json.loads((EVENTS_DIR / "jobs" / f"{name}.json").read_text())
+    report = explain(entries, world.settings, job_json=described)
+    replay = report.replay
+    assert replay is not None
+
+    request_id, outcomes, log = deliver_all(world, name, entries)
+
+    assert outcomes == [OUTCOMES[e.action] for e in report.entries]
+    assert world.vertex.gets == sum(e.action == "vertex_read" for e in report.entries)
+    record = world.ledger.get(request_id)
+    attempt = record.attempts[0]
+    assert (str(record.status), str(attempt.outcome)) == (replay.status, replay.outcome)
+    assert preemptions_text(attempt) == replay.preemptions
+    if replay.requeue is None:
+        assert record.requeue is None
+    else:
+        assert record.requeue.attempt == replay.requeue["attempt"]
+        assert (record.requeue.location, record.requeue.strategy, record.requeue.reason) == (
+            replay.requeue["location"],
+            replay.requeue["strategy"],
+            replay.requeue["reason"],
+        )
+        assert len(world.publisher.on("job-requests")) == 1
+    assert [m.data["kind"] for m in world.publisher.on("ops-alerts")] == replay.alerts
+    decided = set(replay.events)
+    assert [line["event"] for line in log.lines if line.get("event") in decided] == replay.events
+
+
+def test_the_expected_outcomes(world: World) -> None:
+    """What the two fixtures stand for, stated once: the handler's ledger after each."""
+    request_id, _, _ = deliver_all(world, "preempted_twice_succeeded", oldest_first("preempted_twice_succeeded"))
+    record = world.ledger.get(request_id)
+    assert (str(record.status), preemptions_text(record.attempts[0])) == ("SUCCEEDED", "2")
+    request_id, _, _ = deliver_all(world, "preempted_7_stockout", oldest_first("preempted_7_stockout"))
+    record = world.ledger.get(request_id)
+    assert (str(record.status), preemptions_text(record.attempts[0])) == ("REQUEUED", "7")
+    assert record.requeue is not None and record.requeue.reason == "stockout"
