@@ -41,6 +41,7 @@ from shared.events import Signal, SignalPatterns, patterns_from
 from shared.ledger import Attempt, RequestRecord, Requeue, alert_marker
 from shared.preemptions import (
     count_preemptions,
+    last_run_ended_by_preemption,
     note_kit_line,
     preempted_in_last_run,
     preemptions_text,
@@ -232,6 +233,19 @@ def _conclude(
         cause = classify_failure(
             job, policy.patterns, kit_saw_preemption=preempted_in_last_run(record, attempt.n)
         )
+        if cause.capacity:
+            # The job ended by preemption: so did its last run, said so or not.
+            last_run_ended_by_preemption(record, attempt.n)
+            count_preemptions(
+                record,
+                attempt,
+                None,
+                None,
+                fresh=False,
+                storm_threshold=policy.storm_threshold,
+                now=now,
+                effects=effects,
+            )
         if cause.capacity and attempt.preemptions == 0:
             attempt.preemptions_unknown = True  # ended by preemption: at least one, however many
         if not owns_status:

@@ -1,11 +1,12 @@
 """Preemptions counted once each, from whatever evidence arrives, however often it arrives.
 
-What Vertex documents about a preempted Spot job is little: its worker is stopped and restarted
-(up to six times), the job stays RUNNING, and once the restarts run out it FAILS with a STOCKOUT
-error (docs/signals.md). So the evidence is of three families, none complete alone:
+What Vertex documents about a preempted Spot job is little: it is restarted (up to six times),
+with no documented restart state, and once the restarts run out it FAILS with a STOCKOUT error
+(docs/signals.md). So the evidence is of three families, none complete alone:
 
   * the trainer kit's lines (shared/events.py, Signal.KIT): `run_started` with the run's restart
-    index r says runs 0..r-1 ended, each by a preemption, even one killed without notice;
+    index r says runs 0..r-1 ended; each that did not report `run_failed` (the training code
+    raised, and Vertex restarted it) ended by a preemption, even one killed without notice;
     `preempted` says run r got the SIGTERM. Counted once per (attempt, run);
   * optional Vertex signals where they exist (the emulator's `rich` profile, never needed): a
     preemption line from the service task, counted once per LogEntry `insertId`, and a RUNNING
@@ -24,7 +25,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
-from spotjobs_kit.lines import CHECKPOINT_COMMITTED, PREEMPTED, RUN_FINISHED, RUN_STARTED, KitRecord
+from spotjobs_kit.lines import (
+    CHECKPOINT_COMMITTED,
+    PREEMPTED,
+    RUN_FAILED,
+    RUN_FINISHED,
+    RUN_STARTED,
+    KitRecord,
+)
 
 from shared.effects import Effects, LogLine, attempt_alert, event_fields
 from shared.ledger import Attempt, RequestRecord, alert_marker, evidence_marker
@@ -35,6 +43,7 @@ PREEMPTION_STATE_KEY = "preemption-state"
 KIT_RUN_KEY = "kit-run"  # a run of the job started (its restart index)
 KIT_PREEMPTED_KEY = "kit-preempted"  # a run got the SIGTERM
 KIT_FINISHED_KEY = "kit-finished"  # a run finished its training
+KIT_FAILED_KEY = "kit-failed"  # a run's training code raised
 WAITING_STATES = frozenset({JobState.QUEUED, JobState.PENDING})
 
 
@@ -50,6 +59,8 @@ def note_kit_line(record: RequestRecord, attempt: Attempt, kit: KitRecord) -> No
         record.mark(evidence_marker(KIT_PREEMPTED_KEY, n, str(run)))
     elif kit.event == RUN_FINISHED:
         record.mark(evidence_marker(KIT_FINISHED_KEY, n, str(run)))
+    elif kit.event == RUN_FAILED:
+        record.mark(evidence_marker(KIT_FAILED_KEY, n, str(run)))
     elif kit.event == CHECKPOINT_COMMITTED and kit.step is not None:
         _count_checkpoint(attempt, run, kit)
 
@@ -84,6 +95,18 @@ def preempted_in_last_run(record: RequestRecord, n: int) -> bool:
     )
 
 
+def last_run_ended_by_preemption(record: RequestRecord, n: int) -> None:
+    """Attempt n failed by preemption or stockout: its last run seen ended by preemption too, even
+    if it was reclaimed before it could say so (a reclaim during start-up, a kill without notice)."""
+    runs = kit_runs(record, n)
+    if not runs:
+        return
+    last = max(runs)
+    ended_otherwise = kit_runs(record, n, KIT_FINISHED_KEY) | kit_runs(record, n, KIT_FAILED_KEY)
+    if last not in ended_otherwise:
+        record.mark(evidence_marker(KIT_PREEMPTED_KEY, n, str(last)))
+
+
 def count_preemptions(
     record: RequestRecord,
     attempt: Attempt,
@@ -105,8 +128,9 @@ def count_preemptions(
         seen = record.count_marks(evidence_marker(PREEMPTION_STATE_KEY, n))
         record.mark(evidence_marker(PREEMPTION_STATE_KEY, n, str(seen + 1)))
     runs = kit_runs(record, n)
+    ended = set(range(max(runs, default=0))) - kit_runs(record, n, KIT_FAILED_KEY)
     tallies = {
-        "kit": len(kit_runs(record, n, KIT_PREEMPTED_KEY) | set(range(max(runs, default=0)))),
+        "kit": len(kit_runs(record, n, KIT_PREEMPTED_KEY) | ended),
         "log": record.count_marks(evidence_marker(PREEMPTION_LINE_KEY, n)),
         "state": record.count_marks(evidence_marker(PREEMPTION_STATE_KEY, n)),
     }

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest

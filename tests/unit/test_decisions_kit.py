@@ -113,3 +113,26 @@ def test_a_kit_line_of_another_job_is_not_counted_for_the_recorded_one() -> None
     observation = Observation(1, None, Signal.KIT, kit=kit("preempted", 0), job_name="projects/p/x/9")
     decision = decide(copy.deepcopy(record), observation, POLICY, NOW)
     assert decision.record.attempts[0].preemptions == 0 and not decision.record.markers
+
+
+def test_a_worker_restarted_after_its_code_raised_is_no_preemption() -> None:
+    record = running()
+    for item in (kit("run_started", 0), kit("run_failed", 0, step=12), kit("run_started", 1)):
+        record = line(record, item).record
+    assert record.attempts[0].preemptions == 0
+
+
+def test_a_line_that_only_names_the_package_is_no_kit_line() -> None:
+    from spotjobs_kit.lines import parse_kit_line
+
+    assert parse_kit_line("Requirement already satisfied: spotjobs-kit in /usr/lib/python3") is None
+
+
+def test_the_last_run_of_a_stockout_counts_even_if_it_never_said_preempted() -> None:
+    record = running()
+    for run in range(7):  # seven runs started; the seventh was reclaimed before its line
+        record = line(record, kit("run_started", run)).record
+    assert record.attempts[0].preemptions == 6
+    decision = read(record, JobState.FAILED, update=200, error=DOCUMENTED_STOCKOUT)
+    assert decision.record.attempts[0].preemptions == 7
+    assert not decision.record.attempts[0].preemptions_unknown

@@ -258,3 +258,23 @@ def _stdlib() -> frozenset[str]:
     import sys
 
     return frozenset(sys.stdlib_module_names)
+
+
+def test_training_code_that_raises_reports_run_failed(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from spotjobs_kit.lines import parse_kit_line
+
+    script = (
+        "from spotjobs_kit import Run\n"
+        "run = Run.start()\n"
+        "run.step = 12\n"
+        "raise RuntimeError('a bug in the training code')\n"
+    )
+    env = {"AIP_CHECKPOINT_DIR": str(tmp_path / "checkpoints"), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
+    records = [r for r in map(parse_kit_line, done.stdout.splitlines()) if r is not None]
+    assert done.returncode == 1 and "RuntimeError" in done.stderr
+    assert [r.event for r in records] == ["run_started", "run_failed"]
+    assert records[-1].step == 12 and "a bug in the training code" in (records[-1].error or "")

@@ -16,7 +16,7 @@ that, the `message` text alone (its `key=value` pairs carry every field, values 
 
 Events: `run_started` (attempt, run = restart index, resumed_step, checkpoint), `preempted`
 (step, seconds_since_checkpoint), `checkpoint_committed` (step, seconds, checkpoint, bytes),
-`run_finished` (step). Every line names `request_id`, `attempt` and `run`, so a consumer can
+`run_finished` (step), `run_failed` (step, error: the training code raised). Every line names `request_id`, `attempt` and `run`, so a consumer can
 tell the runs of one job apart and drop a line delivered twice.
 """
 
@@ -37,11 +37,12 @@ RUN_STARTED = "run_started"
 PREEMPTED = "preempted"
 CHECKPOINT_COMMITTED = "checkpoint_committed"
 RUN_FINISHED = "run_finished"
-EVENTS = (RUN_STARTED, PREEMPTED, CHECKPOINT_COMMITTED, RUN_FINISHED)
+RUN_FAILED = "run_failed"  # the training code raised: an ending that is no preemption
+EVENTS = (RUN_STARTED, PREEMPTED, CHECKPOINT_COMMITTED, RUN_FINISHED, RUN_FAILED)
 
 _INT_FIELDS = ("v", "attempt", "run", "step", "resumed_step", "bytes")
 _FLOAT_FIELDS = ("seconds", "seconds_since_checkpoint")
-_STR_FIELDS = ("request_id", "job_id", "checkpoint", "time", "task")
+_STR_FIELDS = ("request_id", "job_id", "checkpoint", "time", "task", "error")
 _MESSAGE = re.compile(r"\b" + re.escape(TAG) + r" ([a-z_]+)((?: [a-z_]+=(?:\"(?:[^\"\\]|\\.)*\"|[^\s\"]+))*)")
 _PAIR = re.compile(r" ([a-z_]+)=(\"(?:[^\"\\]|\\.)*\"|[^\s\"]+)")
 
@@ -89,6 +90,7 @@ class KitRecord:
     bytes: int | None = None
     time: str | None = None  # when the line was written, RFC 3339 UTC
     task: str | None = None
+    error: str | None = None  # run_failed: what the training code raised
     fields: Mapping[str, Any] = field(default_factory=dict, compare=False)  # everything, as sent
 
     def dedupe_key(self) -> tuple[Any, ...]:
@@ -143,8 +145,8 @@ def _from_message(text: str) -> KitRecord | None:
 
 def _record(data: Mapping[str, Any]) -> KitRecord | None:
     event = data.get("event")
-    if not isinstance(event, str) or not event:
-        return None
+    if event not in EVENTS:
+        return None  # e.g. pip's "Requirement already satisfied: spotjobs-kit in ..."
     values: dict[str, Any] = {}
     for name in _INT_FIELDS:
         values[name] = _as_int(data.get(name))

@@ -38,6 +38,7 @@ import json
 import os
 import re
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -57,6 +58,7 @@ from spotjobs_kit.layout import (
 from spotjobs_kit.lines import (
     CHECKPOINT_COMMITTED,
     PREEMPTED,
+    RUN_FAILED,
     RUN_FINISHED,
     RUN_STARTED,
     format_line,
@@ -187,6 +189,7 @@ class Run:
         )
         if handle_sigterm:
             run.install_sigterm_handler()  # first: a reclaim can come while we list
+        run._report_failures()
         checkpoint_dir = checkpoint_dir or environ.get("AIP_CHECKPOINT_DIR")
         if store is None:
             if not checkpoint_dir:
@@ -352,6 +355,18 @@ class Run:
         if step is not None:
             self.step = step
         self.emit(RUN_FINISHED, step=self.step)
+
+    def _report_failures(self) -> None:
+        """Print `run_failed` for an exception the training code lets escape, so a restart after
+        a crash is not taken for one after a preemption."""
+        previous = sys.excepthook
+
+        def hook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+            if not issubclass(kind, (SystemExit, KeyboardInterrupt)):
+                self.emit(RUN_FAILED, step=self.step, error=f"{kind.__name__}: {value}"[:300])
+            previous(kind, value, tb)
+
+        sys.excepthook = hook
 
     def close(self) -> None:
         """Put back the SIGTERM handler that was there before `start()`."""
