@@ -40,6 +40,7 @@ from shared.effects import Effects, LogLine, attempt_alert, event_fields
 from shared.events import Signal, SignalPatterns, patterns_from
 from shared.ledger import Attempt, RequestRecord, Requeue, alert_marker
 from shared.preemptions import (
+    WAITING_STATES,
     count_preemptions,
     last_run_ended_by_preemption,
     note_kit_line,
@@ -48,7 +49,7 @@ from shared.preemptions import (
 )
 from shared.settings import Settings
 from shared.states import AttemptOutcome, RequestStatus
-from shared.vertex import JobSnapshot, JobState
+from shared.vertex import FLEX_START, JobSnapshot, JobState, max_wait_seconds
 
 if TYPE_CHECKING:
     pass
@@ -412,7 +413,12 @@ def _flag_stuck(
     if job.state not in STUCK_STATES or not attempt.state_changed_at:
         return
     stuck_for = (now - parse_iso(attempt.state_changed_at)).total_seconds()
-    if stuck_for < policy.stuck_after_seconds:
+    threshold = policy.stuck_after_seconds
+    if attempt.strategy == FLEX_START and job.state in WAITING_STATES:
+        # FLEX_START waits for capacity by design, up to its maxWaitDuration (a day by default):
+        # stuck only once it waited that long and the usual threshold beyond.
+        threshold += max_wait_seconds(record.request.get("custom_job") or {})
+    if stuck_for < threshold:
         return
     if not record.mark(alert_marker("job_stuck", attempt.n, job.state)):
         return

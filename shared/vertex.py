@@ -30,6 +30,12 @@ LABEL_ATTEMPT = "spotjobs-attempt"
 # two teams) never look up, adopt or cancel each other's jobs.
 LABEL_DEPLOYMENT = "spotjobs-deployment"
 SYSTEM_LABELS = (LABEL_REQUEST_ID, LABEL_ATTEMPT, LABEL_DEPLOYMENT)
+FLEX_START = "FLEX_START"
+# How long a FLEX_START job waits for capacity when its request says nothing: Vertex's own default
+# ("maxWaitDuration ... defaults to 1 day", Scheduling in
+# https://cloud.google.com/vertex-ai/docs/reference/rest/v1/CustomJobSpec#scheduling), made
+# explicit so the stuck-job threshold can be sized to it.
+DEFAULT_FLEX_START_MAX_WAIT_SECONDS = 86400
 # Set in every container of the job, for the trainer (and the trainer kit) to know its attempt.
 ENV_REQUEST_ID = "SPOTJOBS_REQUEST_ID"
 ENV_ATTEMPT = "SPOTJOBS_ATTEMPT"
@@ -121,7 +127,10 @@ def build_job_json(
     """
     job = copy.deepcopy(dict(custom_job))
     spec = job.setdefault("jobSpec", {})
-    spec.setdefault("scheduling", {})["strategy"] = strategy
+    scheduling = spec.setdefault("scheduling", {})
+    scheduling["strategy"] = strategy
+    if strategy == FLEX_START:
+        scheduling.setdefault("maxWaitDuration", f"{DEFAULT_FLEX_START_MAX_WAIT_SECONDS}s")
     spec["baseOutputDirectory"] = {"outputUriPrefix": output_dir}
     if service_account and not spec.get("serviceAccount"):
         spec["serviceAccount"] = service_account
@@ -263,3 +272,13 @@ class JobSnapshot:
     @property
     def is_terminal(self) -> bool:
         return self.state in JobState.TERMINAL
+
+
+def max_wait_seconds(custom_job: Mapping[str, Any]) -> float:
+    """How long a FLEX_START job of this request may wait for capacity (its maxWaitDuration)."""
+    scheduling = (custom_job.get("jobSpec") or {}).get("scheduling") or {}
+    raw = scheduling.get("maxWaitDuration") or scheduling.get("max_wait_duration")
+    try:
+        return float(str(raw).rstrip("s")) if raw else DEFAULT_FLEX_START_MAX_WAIT_SECONDS
+    except ValueError:
+        return DEFAULT_FLEX_START_MAX_WAIT_SECONDS

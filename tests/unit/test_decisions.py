@@ -327,6 +327,36 @@ def test_finished_request_is_not_requeued_by_a_late_failure() -> None:
     assert decision.record.status == RequestStatus.CANCELLED and decision.record.requeue is None
 
 
+def test_a_flex_start_attempt_waiting_within_its_max_wait_is_not_stuck() -> None:
+    policy = replace(POLICY, stuck_after_seconds=3600)
+    record = make_record(
+        state=JobState.PENDING,
+        request={"custom_job": {"jobSpec": {"scheduling": {"maxWaitDuration": "43200s"}}}},
+    )
+    record.attempts[0].strategy = "FLEX_START"
+    record.attempts[0].state_changed_at = iso(NOW - timedelta(hours=12))  # 12 h: past 1 h, not 13 h
+    assert observe(record, job(JobState.PENDING, update=-42600), policy=policy).effects.alerts == []
+    record.attempts[0].state_changed_at = iso(NOW - timedelta(hours=14))
+    [alert] = observe(record, job(JobState.PENDING, update=-49800), policy=policy).effects.alerts
+    assert alert.kind == "job_stuck"
+
+
+def test_a_flex_start_job_gets_an_explicit_max_wait_unless_the_request_sets_one() -> None:
+    from shared.vertex import build_job_json
+
+    def scheduling(job: dict) -> dict:
+        built = build_job_json(
+            job, request_id="r", attempt=2, strategy="FLEX_START", output_dir="gs://b/", deployment="d"
+        )
+        return built["jobSpec"]["scheduling"]
+
+    assert scheduling({"jobSpec": {}}) == {"strategy": "FLEX_START", "maxWaitDuration": "86400s"}
+    own = {"jobSpec": {"scheduling": {"maxWaitDuration": "3600s"}}}
+    assert scheduling(own)["maxWaitDuration"] == "3600s"
+    spot = build_job_json({"jobSpec": {}}, request_id="r", attempt=1, strategy="SPOT", output_dir="gs://b/", deployment="d")
+    assert "maxWaitDuration" not in spot["jobSpec"]["scheduling"]
+
+
 def test_stuck_waiting_job_alerts_once_per_attempt_and_state() -> None:
     policy = replace(POLICY, stuck_after_seconds=3600)
     record = make_record(state=JobState.PENDING)
