@@ -27,11 +27,14 @@ outbox like every other function's: written pending with the decision, published
 from __future__ import annotations
 
 import enum
+import hashlib
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from shared.alerts import Alert
 from shared.claims import (
     Claim,
     ClaimInProgress,
@@ -136,7 +139,12 @@ def submit_request(message: Message, log: Logger, ports: Ports) -> SubmitOutcome
                 status=claim.record.status,
                 same_body=same_body,
             )
-            return _duplicate_after_publishing(claim.record, request.request_id, n, log, ports)
+            record, decided = claim.record, False
+            if not same_body and request.attempt is None:
+                record, decided = _conflict(record, envelope, ports)
+            return _duplicate_after_publishing(
+                record, request.request_id, n, log, ports, decided_here=decided
+            )
         assert claim.attempt is not None  # a claim that writes always names its attempt
         return _ensure_job(claim.record, claim.attempt, claim.kind == "taken_over", log, ports)
 
@@ -375,13 +383,60 @@ def _refused(
     return SubmitOutcome(SubmitResult.FAILED, request_id, n)
 
 
+def _conflict(
+    record: RequestRecord, envelope: dict[str, Any], ports: Ports
+) -> tuple[RequestRecord, bool]:
+    """The same request id published with another body: the first is kept, and the publisher is
+    told once per distinct body (an alert naming both bodies' digests), through the outbox.
+    Returns the record and whether this delivery decided the alert."""
+    kept, refused = body_digest(record.request), body_digest(envelope)
+    now = ports.clock()
+    decided: list[RequestRecord | None] = []
+
+    def alert_once(current: RequestRecord | None) -> RequestRecord | None:
+        decided.append(None)
+        if current is None or not current.mark(alert_marker("request_id_conflict", 1, refused)):
+            return None
+        current.pending_alerts.append(
+            Alert(
+                kind="request_id_conflict",
+                severity="WARNING",
+                message=(
+                    f"request {current.request_id} was published again with a different body "
+                    f"(digest {refused}); the first (digest {kept}) is kept and nothing was "
+                    "created for the second: publish it under a new request id"
+                ),
+                request_id=current.request_id,
+                details={"kept_digest": kept, "refused_digest": refused},
+                time=iso(now),
+            ).to_json()
+        )
+        decided[-1] = current
+        return current
+
+    stored = ports.ledger.update(record.request_id, alert_once)
+    return (stored or record), stored is not None and stored is decided[-1]
+
+
+def body_digest(envelope: dict[str, Any]) -> str:
+    """A short digest of a canonical request body, to name it in an alert."""
+    canonical = json.dumps(envelope, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(canonical).hexdigest()[:16]
+
+
 def _duplicate_after_publishing(
-    record: RequestRecord | None, request_id: str, n: int, log: Logger, ports: Ports
+    record: RequestRecord | None,
+    request_id: str,
+    n: int,
+    log: Logger,
+    ports: Ports,
+    *,
+    decided_here: bool = False,
 ) -> SubmitOutcome:
     """Acknowledge an attempt already handled, once what its handling left pending is sent: an
     alert whose first publish failed goes out on this redelivery (or, later, by reconcile)."""
     if record is not None and record.has_pending_effects:
-        _, waiting = flush(ports, record, log, decided_here=False)
+        _, waiting = flush(ports, record, log, decided_here=decided_here)
         if waiting:
             raise TransientError(waiting)
     job = record.attempt(n).job if record and record.attempt(n) else None

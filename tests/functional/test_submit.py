@@ -251,7 +251,13 @@ def test_a_redelivery_and_a_second_publish_create_nothing(harness: Harness) -> N
     assert harness.vertex.creates == 1 and len(harness.jobs_for("r1")) == 1
     duplicates = harness.log_lines("duplicate")
     assert [line["same_body"] for line in duplicates] == [True, False]
-    assert harness.alerts == []
+    # The same id with another body: the publisher is told, once, naming both bodies.
+    harness.deliver(envelope(max_attempts=2), message_id="m-3")
+    [alert] = harness.alerts
+    assert alert.kind == "request_id_conflict" and alert.request_id == "r1"
+    kept, refused = alert.details["kept_digest"], alert.details["refused_digest"]
+    assert kept != refused and kept in alert.message and refused in alert.message
+    assert harness.ledger.get("r1").request["max_attempts"] != 2  # the first body is kept
 
 
 def test_concurrent_deliveries_of_one_request_create_exactly_one_job(harness: Harness) -> None:
