@@ -44,7 +44,7 @@ class CheckpointAdvice:
 
     def sentence(self) -> str:
         def seconds(value: float | None) -> str:
-            return "unknown" if value is None else f"{value:.0f} s"
+            return "unknown" if value is None else f"{value:.3g} s"
 
         where = f"{self.machine_type} in {self.location}"
         return (

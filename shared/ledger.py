@@ -25,6 +25,7 @@ finished.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import random
@@ -34,7 +35,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from shared.clock import now_iso
-from shared.errors import ConflictError
+from shared.errors import ConflictError, SpotjobsError
 from shared.states import TERMINAL_STATUSES, AttemptOutcome, RequestStatus, check_transition
 
 if TYPE_CHECKING:
@@ -158,6 +159,15 @@ class RequestRecord:
         return cls(**_known(cls, data))
 
 
+class CorruptRecord(SpotjobsError):
+    """A ledger document that cannot be read (hand-edited, truncated): nothing is decided on it
+    until an operator repairs or restores it; `shared.outbox.alert_corrupt_record` says so once."""
+
+    def __init__(self, request_id: str, reason: str) -> None:
+        super().__init__(f"ledger document of {request_id} cannot be read: {reason}")
+        self.request_id = request_id
+
+
 def _attempt_from_json(data: dict[str, Any]) -> Attempt:
     attempt = Attempt(**_known(Attempt, data))
     if attempt.outcome is not None:
@@ -240,7 +250,24 @@ class LedgerStore:
             raw = blob.download_as_bytes()
         except NotFound:
             return None, 0
-        return RequestRecord.from_json(json.loads(raw)), int(blob.generation)
+        try:
+            return RequestRecord.from_json(json.loads(raw)), int(blob.generation)
+        except (ValueError, TypeError, KeyError, RecursionError) as exc:
+            raise CorruptRecord(request_id, f"{type(exc).__name__}: {exc}") from exc
+
+    def note_corrupt(self, request_id: str) -> None:
+        """Note that `request_id`'s document was found corrupt and reported (idempotent)."""
+        from google.api_core.exceptions import PreconditionFailed
+
+        with contextlib.suppress(PreconditionFailed):
+            self._bucket.blob(_corrupt_path(request_id)).upload_from_string(
+                json.dumps({"request_id": request_id, "noted_at": now_iso()}),
+                content_type="application/json",
+                if_generation_match=0,
+            )
+
+    def is_noted_corrupt(self, request_id: str) -> bool:
+        return self._bucket.blob(_corrupt_path(request_id)).exists()
 
     def get(self, request_id: str) -> RequestRecord | None:
         return self.read(request_id)[0]
@@ -376,6 +403,10 @@ class LedgerStore:
 
 def cursor_path(name: str) -> str:
     return f"{MAINTENANCE_PREFIX}{name}-cursor.json"
+
+
+def _corrupt_path(request_id: str) -> str:
+    return f"{MAINTENANCE_PREFIX}corrupt/{request_id}.json"
 
 
 def _request_path(request_id: str) -> str:

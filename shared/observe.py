@@ -21,9 +21,9 @@ from shared.delivery import Message
 from shared.effects import Effects
 from shared.errors import TransientError
 from shared.events import IgnoredEntry, Signal, classify, parse_log_entry, patterns_from
-from shared.ledger import RequestRecord
+from shared.ledger import CorruptRecord, RequestRecord
 from shared.log import Logger
-from shared.outbox import flush
+from shared.outbox import alert_corrupt_record, flush
 from shared.settings import Settings
 from shared.strays import cancel_stray, is_stray
 from shared.vertex import JobSnapshot, get_job
@@ -87,6 +87,7 @@ class EventOutcome(enum.Enum):
     STALE = "stale"  # older than the maximum event age
     FOREIGN = "foreign"  # a job spotjobs did not create
     OBSERVED = "observed"  # the job was read from Vertex and decided on
+    CORRUPT = "corrupt"  # its request's ledger document cannot be read: alerted, not decided
 
 
 def handle_job_event(
@@ -153,7 +154,11 @@ def handle_job_event(
             preemption_evidence=entry.identity if counted else None,
         )
     log = log.bind(request_id=index.request_id)
-    applied = apply_observation(wired, index.request_id, observation, log)
+    try:
+        applied = apply_observation(wired, index.request_id, observation, log)
+    except CorruptRecord as exc:
+        alert_corrupt_record(wired, exc, log)
+        return EventOutcome.CORRUPT
     _cancel_if_stray(wired, applied.record, index.attempt, index.location, index.job, log)
     if applied.waiting:
         raise TransientError(applied.waiting)

@@ -28,7 +28,7 @@ from typing import Any
 
 from shared.alerts import Alert
 from shared.clock import iso, parse_iso
-from shared.ledger import RequestRecord
+from shared.ledger import CorruptRecord, RequestRecord
 from shared.log import Logger
 from shared.request import REQUEUE_ATTRIBUTES
 from shared.wiring import Ports
@@ -81,6 +81,30 @@ def publish_alert(ports: Ports, alert: Alert) -> str:
     """Publish one alert now. Only for an alert no record can hold (a request rejected before it
     has one): the caller raises on failure, so the redelivery decides and sends it again."""
     return ports.publish(ports.settings.ops_alerts_topic, alert.to_json(), **alert.attributes())
+
+
+def alert_corrupt_record(ports: Ports, error: CorruptRecord, log: Logger) -> None:
+    """Tell the operators, once, that a request's ledger document cannot be read. No record can
+    hold this alert, so it is published first and noted after: at least once."""
+    log.error(
+        "a ledger document cannot be read; nothing is decided on it until it is repaired",
+        event="ledger_corrupt",
+        request_id=error.request_id,
+        error=str(error),
+    )
+    if ports.ledger.is_noted_corrupt(error.request_id):
+        return
+    publish_alert(
+        ports,
+        Alert(
+            kind="ledger_corrupt",
+            severity="ERROR",
+            message=f"{error}; repair or restore it (spotjobs status shows it once it reads)",
+            request_id=error.request_id,
+            time=iso(ports.clock()),
+        ),
+    )
+    ports.ledger.note_corrupt(error.request_id)
 
 
 def publish_pending(

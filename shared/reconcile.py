@@ -37,10 +37,17 @@ from shared.clock import now_iso, parse_iso, utcnow
 from shared.decisions import Observation
 from shared.effects import attempt_alert
 from shared.errors import is_retryable
-from shared.ledger import Attempt, JobIndexEntry, LedgerStore, RequestRecord, alert_marker
+from shared.ledger import (
+    Attempt,
+    CorruptRecord,
+    JobIndexEntry,
+    LedgerStore,
+    RequestRecord,
+    alert_marker,
+)
 from shared.log import Logger
 from shared.observe import apply_observation, read_job
-from shared.outbox import flush, publish_request_attempt
+from shared.outbox import alert_corrupt_record, flush, publish_request_attempt
 from shared.strays import cancel_strays
 from shared.vertex import JobSnapshot, find_attempt_job, parent_path
 from shared.wiring import Ports
@@ -141,6 +148,9 @@ def reconcile_request(ports: Ports, request_id: str, log: Logger) -> RequestResu
     log = log.bind(request_id=request_id)
     try:
         return _reconcile(ports, request_id, log)
+    except CorruptRecord as exc:
+        alert_corrupt_record(ports, exc, log)
+        return RequestResult("error")
     except Exception as exc:  # noqa: BLE001 - one request must not stop the pass; logged here
         log.error(
             "reconcile failed for one request; the next run retries it",

@@ -50,10 +50,10 @@ from shared.clock import iso, parse_iso
 from shared.decisions import Observation
 from shared.delivery import Message
 from shared.errors import TransientError, is_retryable
-from shared.ledger import Attempt, JobIndexEntry, RequestRecord, alert_marker
+from shared.ledger import Attempt, CorruptRecord, JobIndexEntry, RequestRecord, alert_marker
 from shared.log import Logger
 from shared.observe import apply_observation
-from shared.outbox import flush, publish_alert
+from shared.outbox import alert_corrupt_record, flush, publish_alert
 from shared.policy import validate_request, warn_if_images_unrestricted
 from shared.request import InvalidJobRequest, canonical_envelope
 from shared.settings import CREATE_MARGIN_FRACTION
@@ -127,6 +127,9 @@ def submit_request(message: Message, log: Logger, ports: Ports) -> SubmitOutcome
             claim = _claim(envelope, n, log, ports)
         except InvalidJobRequest as exc:
             return _reject(exc, message, log, ports)
+        except CorruptRecord as exc:
+            alert_corrupt_record(ports, exc, log)
+            raise  # redelivered until the document is repaired: the request is not lost
         if claim.kind == "duplicate":
             job = claim.attempt.job if claim.attempt else None
             same_body = claim.record.request == envelope

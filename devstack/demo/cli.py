@@ -8,6 +8,7 @@ import json
 import signal
 import sys
 import time
+from typing import Any
 
 from devstack.demo.cost import Prices
 from devstack.demo.report import build_report
@@ -29,6 +30,7 @@ def run_demo(args: argparse.Namespace) -> int:
         stack.start()
         say(f"stack ready in {time.monotonic() - started:.1f} s; publishing {len(scenarios)} job requests")
         played = play(stack, scenarios, args.timeout)
+        advice = checkpoint_advice(stack, [item.request_id for item in scenarios])
     except KeyboardInterrupt:
         say("interrupted")
         return 130
@@ -40,9 +42,23 @@ def run_demo(args: argparse.Namespace) -> int:
         alerts=played.alerts, wall_seconds=time.monotonic() - started,
     )
     report["notes"] = played.notes
+    report["checkpoint_advice"] = advice
     report["scenario_ok"] = report["scenario_ok"] and not played.notes
     print(json.dumps(report, indent=2) if args.json else render_report(report), flush=True)
     return 0 if report["scenario_ok"] else 1
+
+
+def checkpoint_advice(stack: Any, request_ids: list[str]) -> list[dict[str, Any]]:
+    """Per request that ran, the checkpoint interval that loses least to preemptions (shared.advice),
+    from the preemptions and checkpoint times the ledger saw in this run."""
+    from shared.advice import advise, preemption_rates
+    from shared.clock import utcnow
+
+    ledger = stack.ledger()
+    records = [record for request_id in request_ids if (record := ledger.get(request_id))]
+    rates = preemption_rates(records, utcnow())
+    advice = [(record.request_id, advise(record, rates)) for record in records]
+    return [{"request_id": rid, **item.to_json(), "sentence": item.sentence()} for rid, item in advice if item]
 
 
 def say(message: str) -> None:

@@ -115,6 +115,7 @@ class Observer:
             job=attempt.job,
             state=details.get("state") or attempt.state,
             preemptions=attempt.preemptions,
+            preemptions_unknown=attempt.preemptions_unknown,
             preemptions_injected=int(details.get("preemptions", 0)),
             outcome=attempt.outcome,
             runs=runs_from_output(details.get("output", [])),

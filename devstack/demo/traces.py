@@ -75,6 +75,11 @@ class AttemptTrace:
     preemptions_injected: int  # as the emulator did them
     outcome: str | None
     runs: list[RunTrace] = field(default_factory=list)
+    preemptions_unknown: bool = False  # ended by preemption with no count: shown as "≥1"
+
+    @property
+    def preemptions_text(self) -> str:
+        return "≥1" if self.preemptions_unknown else str(self.preemptions)
 
     @property
     def start_step(self) -> int | None:
@@ -93,6 +98,7 @@ class AttemptTrace:
             "location": self.location,
             "state": self.state,
             "preemptions": self.preemptions,
+            "preemptions_text": self.preemptions_text,
             "preemptions_injected": self.preemptions_injected,
             "outcome": self.outcome,
             "start_step": self.start_step,

@@ -30,7 +30,7 @@ def live_rows(traces: Sequence[RequestTrace]) -> list[dict[str, str]]:
                 "STATUS": (trace.status or ("REJECTED" if trace.outcome == "rejected" else "published")),
                 "ATTEMPT": f"{latest.n} {latest.strategy}" if latest else "-",
                 "JOB STATE": (latest.state or "-").removeprefix("JOB_STATE_") if latest else "-",
-                "PREEMPTIONS": "+".join(str(a.preemptions) for a in trace.attempts) or "-",
+                "PREEMPTIONS": "+".join(a.preemptions_text for a in trace.attempts) or "-",
                 "STEPS": str(steps) if trace.attempts else "-",
                 "CHECKPOINTS": str(len(trace.checkpoints_present)) if trace.attempts else "-",
             }
@@ -114,6 +114,10 @@ def render_report(report: Mapping[str, Any]) -> str:
     for request in requests:
         lines += _attempt_lines(request)
     lines += ["", *_totals_lines(totals, pricing)]
+    advice = [item for item in report.get("checkpoint_advice", []) if item.get("mtbf_seconds")]
+    if advice:
+        lines += ["", "Checkpoint interval (where preemptions were seen):"]
+        lines += [f"  {item['request_id']}: {item['sentence']}" for item in advice]
     differences = [(r["request_id"], d) for r in requests for d in r["differences"]]
     if differences or report.get("notes"):
         lines += ["", "What differed from the design:"]
@@ -127,7 +131,7 @@ def _summary_row(request: Mapping[str, Any]) -> dict[str, str]:
         "REQUEST": request["request_id"],
         "OUTCOME": request["outcome"],
         "ATTEMPTS": str(len(request["attempts"])),
-        "PREEMPTIONS": "+".join(str(a["preemptions"]) for a in request["attempts"]) or "-",
+        "PREEMPTIONS": "+".join(a["preemptions_text"] for a in request["attempts"]) or "-",
         "STEPS LOST": str(request["steps_lost"]),
         "CHECKPOINTS KEPT/PRUNED": f"{request['checkpoints_kept']}/{request['checkpoints_pruned']}",
         "FREED": human_bytes(request["bytes_freed"]),
@@ -144,7 +148,7 @@ def _attempt_lines(request: Mapping[str, Any]) -> list[str]:
         lines.append(
             f"  {request['request_id']} #{attempt['n']}: {attempt['strategy']} in {attempt['location']}, "
             f"{(attempt['state'] or '?').removeprefix('JOB_STATE_')}, "
-            f"{attempt['preemptions']} preemption(s), {len(attempt['runs'])} run(s), "
+            f"{attempt['preemptions_text']} preemption(s), {len(attempt['runs'])} run(s), "
             f"start step {attempt['start_step']} -> {attempt['outcome'] or 'running'}"
         )
     return lines

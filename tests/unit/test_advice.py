@@ -52,7 +52,7 @@ def test_advice_uses_the_kits_checkpoint_time_and_interval() -> None:
     assert advice.mtbf_seconds == 9000 and advice.checkpoint_seconds == 20
     assert advice.interval_used_seconds == 3600
     assert math.isclose(advice.optimal_interval_seconds, math.sqrt(2 * 9000 * 20))
-    assert "best about 600 s" in advice.sentence()
+    assert "best about 600 s" in advice.sentence()  # 3 significant digits
 
 
 def test_without_preemptions_or_checkpoint_lines_the_advice_says_unknown() -> None:
