@@ -63,8 +63,10 @@ from shared.vertex import (
     cancel_job,
     create_custom_job,
     find_attempt_job,
+    find_jobs,
     may_have_created,
     parent_path,
+    request_labels,
     state_name,
     to_custom_job,
 )
@@ -123,6 +125,8 @@ def submit_request(message: Message, log: Logger, ports: Ports) -> SubmitOutcome
             default_location=settings.location,
             default_max_attempts=settings.default_max_attempts,
         )
+        if n == 1 and _replayed_without_a_record(message, envelope, log, ports):
+            return SubmitOutcome(SubmitResult.DUPLICATE, request.request_id, n)
         try:
             claim = _claim(envelope, n, log, ports)
         except InvalidJobRequest as exc:
@@ -384,6 +388,49 @@ def _refused(
     log.error("Vertex AI refused the job; the request failed", event="submit_failed", error=error)
     flush(ports, stored, log, decided_here=stored is failed[-1])
     return SubmitOutcome(SubmitResult.FAILED, request_id, n)
+
+
+def _replayed_without_a_record(
+    message: Message, envelope: dict[str, Any], log: Logger, ports: Ports
+) -> bool:
+    """A message old enough to be a replay (a topic seek, a republish after an outage) whose
+    request has no ledger document: if the document was lost (deleted by an operator or a
+    lifecycle rule), jobs with the request's labels exist, and claiming afresh would start
+    another. Look them up first; if any, create nothing and say so once per message."""
+    age = message.age_seconds(ports.clock())
+    if age is None or age < ports.settings.claim_lease_seconds:
+        return False  # fresh: a claim precedes every create, so no record means no job
+    request_id = envelope["request_id"]
+    if ports.ledger.get(request_id) is not None:
+        return False
+    labels = request_labels(request_id, ports.settings.deployment_label)
+    found: list[str] = []
+    for location in envelope.get("locations") or [envelope["location"]]:
+        parent = parent_path(ports.settings.project, location)
+        found += [job.name for job in find_jobs(ports.job_service(location), parent, labels)]
+    if not found:
+        return False
+    log.error(
+        "a replayed request has jobs but no ledger document; nothing created",
+        event="ledger_missing",
+        jobs=found,
+    )
+    publish_alert(
+        ports,
+        Alert(
+            kind="ledger_missing",
+            severity="ERROR",
+            message=(
+                f"request {request_id} was delivered again ({age:.0f} s after it was published) "
+                f"and has {len(found)} job(s) but no ledger document: nothing was created; "
+                "restore the document or resubmit under a new request id"
+            ),
+            request_id=request_id,
+            details={"jobs": found, "message_id": message.message_id},
+            time=iso(ports.clock()),
+        ),
+    )
+    return True
 
 
 def _conflict(

@@ -62,6 +62,7 @@ class FakeJobService:
         self.create_faults: list[Exception | str] = []
         self.list_lag = 0  # this many upcoming lists do not see jobs yet (eventual consistency)
         self.creates = 0
+        self.lists = 0
         self.create_timeouts: list[float] = []
         self.cancelled: list[str] = []
         self._ids = itertools.count(1000)
@@ -95,6 +96,7 @@ class FakeJobService:
 
     def list_custom_jobs(self, request: dict[str, str]) -> Iterator[CustomJob]:
         with self._lock:
+            self.lists += 1
             if self.list_lag:
                 self.list_lag -= 1
                 return iter([])
@@ -919,3 +921,23 @@ def test_submit_job_redelivers_a_request_it_cannot_build_its_clients_for(
 
     with pytest.raises(SubmitBlocked):
         entry.submit_job(_push_event(envelope(), "m-1"))
+
+
+def test_a_replay_of_a_request_whose_document_was_lost_creates_no_second_job(harness: Harness) -> None:
+    first = harness.deliver(envelope(), message_id="m-1")
+    assert first.result == SubmitResult.CREATED
+    harness.ledger._bucket.blob("requests/r1.json").delete()  # an operator, a lifecycle rule
+
+    harness.now += timedelta(days=1)  # the topic is replayed a day later: the message is old
+    message = Message(envelope(), "m-1", {}, publish_time=harness.now - timedelta(days=1))
+    replayed = submit_request(message, harness.log, harness.ports)
+
+    assert replayed.result == SubmitResult.DUPLICATE and harness.vertex.creates == 1
+    assert harness.ledger.get("r1") is None  # nothing claimed afresh
+    [alert] = harness.alerts
+    assert alert.kind == "ledger_missing" and alert.details["jobs"] == [first.job]
+
+
+def test_a_fresh_message_without_a_record_is_claimed_without_a_lookup(harness: Harness) -> None:
+    outcome = harness.deliver(envelope())
+    assert outcome.result == SubmitResult.CREATED and harness.vertex.lists == 0
