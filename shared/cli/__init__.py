@@ -4,6 +4,7 @@
 - `prune`: prune
 - `local`: local up, demo (the embedded stack)
 - `ops`: alerts, dead-letters (the ops rotation's topics)
+- `report`: report (the HTML page)
 
 Each module exposes `register(subparsers)` and imports heavy libraries only inside the function
 that runs a command, so `spotjobs --help` stays instant. This package is the only code under
@@ -17,9 +18,9 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from shared.cli import local, ops, prune, requests
+from shared.cli import local, ops, prune, report, requests
 
-COMMAND_MODULES = (requests, prune, ops, local)
+COMMAND_MODULES = (requests, prune, ops, report, local)
 
 EPILOG = """exit status: 0 success; 1 not found, or the command ran and reported errors;
 2 invalid input or usage, or (local up, demo) the local stack is not installed;

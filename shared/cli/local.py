@@ -69,12 +69,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="play a scripted Spot-preemption scenario on the embedded stack and report on it",
         description="Starts the embedded stack, plays six job requests through the real functions "
         "(preemptions, a re-queue, a fallback to STANDARD, a duplicate, an invalid request, failing "
-        "code), prunes checkpoints, stops the stack and reports outcomes, goodput and cost. Exits 0 "
+        "code), prunes checkpoints, stops the stack and reports outcomes, goodput and cost, and writes "
+        "the HTML report (its path is printed). Exits 0 "
         "only when every scenario ended as designed, 1 otherwise. " + NO_LOCAL_STACK_HELP,
     )
     demo.add_argument("--json", action="store_true", help="write the report as JSON on stdout")
     demo.add_argument(
         "--seed", type=int, default=1, help="request ids, preemption plans and data (default 1)"
+    )
+    demo.add_argument(
+        "--html", metavar="FILE",
+        help="where to write the HTML report (default: spotjobs-demo-seed<N>.html in the temp dir)",
     )
     demo.add_argument(
         "--timeout", type=float, default=DEMO_TIMEOUT_SECONDS,
