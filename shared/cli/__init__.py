@@ -22,9 +22,15 @@ from shared.cli import local, ops, prune, report, requests
 
 COMMAND_MODULES = (requests, prune, ops, report, local)
 
-EPILOG = """exit status: 0 success; 1 not found, or the command ran and reported errors;
+EPILOG = """exit status: 0 success; 1 failure (not found, or the command ran and reported errors);
 2 invalid input or usage, or (local up, demo) the local stack is not installed;
-130 interrupted (local up, demo)."""
+130 interrupted (local up, demo).
+
+examples:
+  spotjobs validate request.json
+  spotjobs submit request.json && spotjobs status --watch resnet-nightly-001
+  spotjobs alerts --follow
+  spotjobs <command> --help"""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,10 +40,20 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"spotjobs {_version()}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in COMMAND_MODULES:
         module.register(subparsers)
     return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("spotjobs")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -46,3 +46,19 @@ def test_report_draws_a_request_the_stack_ran(stack: Any, tmp_path: Path) -> Non
     assert missing.returncode == 1 and "no request report-cli-nope" in missing.stderr
     bad = spotjobs(stack, "report", "--html", str(tmp_path / "no" / "such" / "dir.html"))
     assert bad.returncode == 2
+
+
+def test_status_watch_prints_each_change_until_the_request_ends(stack: Any) -> None:
+    import json
+
+    request_id = "status-watch-1"
+    stack.publish("job_requests", job_request(request_id, [sys.executable, "-c", "import time; time.sleep(2)"]))
+    result = spotjobs(stack, "status", request_id, "--watch", "--json", "--interval", "0.3", "--timeout", "110")
+    assert result.returncode == 0, result.stderr
+    documents = [json.loads(line) for line in result.stdout.splitlines()]
+    seen = [d["status"] if d else None for d in documents]
+    assert seen[-1] == "SUCCEEDED" and len(seen) >= 2, seen
+    assert len(set(map(json.dumps, documents))) == len(documents)  # printed on change only
+
+    gone = spotjobs(stack, "status", "status-watch-nope", "--watch", "--timeout", "1", "--interval", "0.3")
+    assert gone.returncode == 1 and "not in the ledger yet" in gone.stdout
