@@ -8,7 +8,7 @@ TOOLS := .venv-tools
 # Provider schemas (google, google-beta) extracted from the pinned CDKTF bindings; see tools/provider_schemas.py.
 SCHEMAS := $(TOOLS)/provider-schemas/.installed
 
-.PHONY: demo up test bench install clean
+.PHONY: demo up test bench install clean prereqs
 
 # Tested versions = deployed versions: requirements.txt is the deploy lock.
 $(STAMP): pyproject.toml requirements.txt
@@ -28,13 +28,17 @@ $(SCHEMAS): tools/provider_schemas.py | $(STAMP)
 
 install: $(STAMP)
 
-demo: $(STAMP)
+# Python version, gcloud with its Pub/Sub emulator, Java: checked first, one message if missing.
+prereqs:
+	@$(PYTHON) tools/check_prereqs.py
+
+demo: prereqs $(STAMP)
 	$(BIN)/spotjobs demo
 
-up: $(STAMP)
+up: prereqs $(STAMP)
 	$(BIN)/spotjobs local up
 
-test: $(STAMP) $(TOOLS)/.installed $(SCHEMAS)
+test: prereqs $(STAMP) $(TOOLS)/.installed $(SCHEMAS)
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)

@@ -133,6 +133,8 @@ class Stack:
             "PUBSUB_PROJECT_ID": self.options.project,
             "STORAGE_EMULATOR_HOST": self.storage_host,
             "CLOUDSDK_CORE_PROJECT": self.options.project,
+            # Where the functions log: `spotjobs dead-letters` reads why a message failed there.
+            "SPOTJOBS_LOCAL_LOGS": str(self.workdir / "logs"),
         }
 
     def describe(self) -> dict[str, Any]:

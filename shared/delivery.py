@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from shared.clock import parse_rfc3339, utcnow
+from shared.clock import iso, parse_rfc3339, utcnow
 from shared.errors import is_retryable
 from shared.log import Logger, logger
 
@@ -116,6 +116,11 @@ def handle_delivery(
     try:
         handler(message, log)
     except Exception as exc:
+        # A dead-lettered copy gets a new message id but keeps the original publish time
+        # (attribute CloudPubSubDeadLetterSourceTopicPublishTime): logging it on each failure lets
+        # `spotjobs dead-letters` say why a dead-lettered message failed.
+        if message.publish_time is not None:
+            log = log.bind(publish_time=iso(message.publish_time, timespec="microseconds"))
         if is_retryable(exc):
             log.warning(
                 "transient failure; the message will be redelivered",

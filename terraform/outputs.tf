@@ -87,3 +87,8 @@ output "function_environment" {
   description = "Environment every function gets (shared/settings.py names), for reproducing production settings locally."
   value       = local.function_env
 }
+
+output "dashboard_url" {
+  description = "The spotjobs ops dashboard in the Cloud console (every alert policy links to it)."
+  value       = local.dashboard_url
+}

@@ -8,8 +8,10 @@ import json
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
+from devstack.demo import html
 from devstack.demo.cost import Prices
 from devstack.demo.report import build_report
 from devstack.demo.runner import demo_stack_options, play
@@ -44,7 +46,12 @@ def run_demo(args: argparse.Namespace) -> int:
     report["notes"] = played.notes
     report["checkpoint_advice"] = advice
     report["scenario_ok"] = report["scenario_ok"] and not played.notes
+    target = Path(args.html) if getattr(args, "html", None) else html.default_path(args.seed)
+    report["html"] = str(html.write(target, played.traces, played.records, seed=args.seed))
+    say(f"HTML report: {report['html']}")
     print(json.dumps(report, indent=2) if args.json else render_report(report), flush=True)
+    if not args.json:
+        print(f"HTML report: {report['html']}", flush=True)
     return 0 if report["scenario_ok"] else 1
 
 

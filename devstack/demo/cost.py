@@ -3,15 +3,12 @@ demand (pure functions of the traces)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-from devstack.demo.scenarios import MACHINE_TYPE
 from devstack.demo.traces import AttemptTrace, RunTrace
+from shared.prices import PRICES_PATH, Prices  # noqa: F401 - the one price table, in shared/
 
-PRICES_PATH = Path(__file__).parent / "data" / "prices.json"
 # What one demo training step stands for when the scenario is priced.
 SECONDS_PER_STEP_PRICED = 60.0
 
@@ -32,32 +29,6 @@ def account_steps(runs: Sequence[RunTrace], succeeded: bool, final_step: int | N
         lost += max(0, (previous.end_step or 0) - (following.start_step or 0))
     useful = (final_step or 0) if succeeded else 0
     return StepAccount(computed=computed, useful=useful, lost=lost)
-
-
-@dataclass(frozen=True)
-class Prices:
-    machine_type: str
-    location: str
-    on_demand_per_hour: float
-    spot_per_hour: float
-    as_of: str
-    source: str
-    caveat: str
-
-    @classmethod
-    def load(cls, machine_type: str = MACHINE_TYPE, location: str = "us-central1",
-             path: Path = PRICES_PATH) -> Prices:
-        data = json.loads(path.read_text())
-        row = data["machine_types"][machine_type]["locations"][location]
-        return cls(
-            machine_type=machine_type,
-            location=location,
-            on_demand_per_hour=float(row["on_demand_per_hour"]),
-            spot_per_hour=float(row["spot_per_hour"]),
-            as_of=data["as_of"],
-            source=data["source"]["name"],
-            caveat=data["source"]["caveat"],
-        )
 
 
 @dataclass(frozen=True)

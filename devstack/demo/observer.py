@@ -80,6 +80,11 @@ class Observer:
         duplicates = self._duplicates_by_request()
         return [self._trace(scenario, duplicates) for scenario in self._scenarios]
 
+    def records(self) -> list[dict[str, Any]]:
+        """The ledger records of the scenario's requests, as stored (for the HTML report)."""
+        found = [self._ledger.get(scenario.request_id) for scenario in self._scenarios]
+        return [record.to_json() for record in found if record is not None]
+
     def vertex_jobs(self, request_id: str) -> int:
         from shared.vertex import LABEL_REQUEST_ID, find_jobs, parent_path
 

@@ -8,7 +8,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from devstack.demo.observer import AlertCollector, Observer, is_pruned, is_settled
@@ -73,6 +73,7 @@ class Played:
     traces: list[RequestTrace]
     alerts: list[dict[str, Any]]
     notes: list[str]  # what did not happen in time
+    records: list[dict[str, Any]] = field(default_factory=list)  # the ledger's, at the end
 
 
 def play(stack: Stack, scenarios: Sequence[Scenario], timeout: float) -> Played:
@@ -104,4 +105,5 @@ def play(stack: Stack, scenarios: Sequence[Scenario], timeout: float) -> Played:
         traces = observer.traces()
         for trace in traces:
             trace.vertex_jobs = observer.vertex_jobs(trace.scenario.request_id)
-    return Played(traces, alerts.alerts, notes)
+        records = observer.records()
+    return Played(traces, alerts.alerts, notes, records)

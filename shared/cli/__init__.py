@@ -3,6 +3,8 @@
 - `requests`: validate, submit, status
 - `prune`: prune
 - `local`: local up, demo (the embedded stack)
+- `ops`: alerts, dead-letters (the ops rotation's topics)
+- `report`: report (the HTML page)
 
 Each module exposes `register(subparsers)` and imports heavy libraries only inside the function
 that runs a command, so `spotjobs --help` stays instant. This package is the only code under
@@ -16,13 +18,19 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from shared.cli import explain, local, prune, requests
+from shared.cli import explain, local, ops, prune, report, requests
 
-COMMAND_MODULES = (requests, prune, local, explain)
+COMMAND_MODULES = (requests, prune, ops, report, explain, local)
 
-EPILOG = """exit status: 0 success; 1 not found, or the command ran and reported errors;
+EPILOG = """exit status: 0 success; 1 failure (not found, or the command ran and reported errors);
 2 invalid input or usage, or (local up, demo) the local stack is not installed;
-130 interrupted (local up, demo)."""
+130 interrupted (local up, demo).
+
+examples:
+  spotjobs validate request.json
+  spotjobs submit request.json && spotjobs status --watch resnet-nightly-001
+  spotjobs alerts --follow
+  spotjobs <command> --help"""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,10 +40,20 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"spotjobs {_version()}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in COMMAND_MODULES:
         module.register(subparsers)
     return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("spotjobs")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

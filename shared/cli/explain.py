@@ -35,6 +35,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from shared.cli.common import examples
+
 if TYPE_CHECKING:
     from spotjobs_kit.lines import KitRecord
 
@@ -64,6 +66,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="offline: what on_job_event would make of captured log entries (and a job's JSON)",
         description=__doc__.split("\n\n", 2)[2],
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=examples(
+            "spotjobs explain entries.json",
+            "spotjobs explain entries.json --job job.json --json",
+        ),
     )
     parser.add_argument(
         "file",

@@ -19,6 +19,8 @@ import threading
 import time
 from typing import Any
 
+from shared.cli.common import examples
+
 EXIT_OK = 0
 EXIT_NO_LOCAL_STACK = 2
 EXIT_INTERRUPTED = 130
@@ -34,6 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "local",
         help="run the embedded stack on this machine",
         description=f"The embedded stack. {NO_LOCAL_STACK_HELP}",
+        epilog=examples("spotjobs local up", "spotjobs local up --json --reconcile-every 10"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     local_commands = local.add_subparsers(dest="local_command", required=True, metavar="COMMAND")
     up = local_commands.add_parser(
@@ -42,6 +46,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Starts the whole embedded stack, prints the environment a shell needs, and "
         "runs until Ctrl-C or SIGTERM, then stops every process it started. "
         + NO_LOCAL_STACK_HELP,
+        epilog=examples("spotjobs local up", "spotjobs local up --vertex-arg=--preemption-rate=2"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     up.add_argument("--json", action="store_true", help="print one JSON line once ready")
     up.add_argument(
@@ -75,12 +81,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="play a scripted Spot-preemption scenario on the embedded stack and report on it",
         description="Starts the embedded stack, plays six job requests through the real functions "
         "(preemptions, a re-queue, a fallback to STANDARD, a duplicate, an invalid request, failing "
-        "code), prunes checkpoints, stops the stack and reports outcomes, goodput and cost. Exits 0 "
+        "code), prunes checkpoints, stops the stack and reports outcomes, goodput and cost, and writes "
+        "the HTML report (its path is printed). Exits 0 "
         "only when every scenario ended as designed, 1 otherwise. " + NO_LOCAL_STACK_HELP,
+        epilog=examples("spotjobs demo", "spotjobs demo --seed 3 --json --html /tmp/demo.html"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     demo.add_argument("--json", action="store_true", help="write the report as JSON on stdout")
     demo.add_argument(
         "--seed", type=int, default=1, help="request ids, preemption plans and data (default 1)"
+    )
+    demo.add_argument(
+        "--html", metavar="FILE",
+        help="where to write the HTML report (default: spotjobs-demo-seed<N>.html in the temp dir)",
     )
     demo.add_argument(
         "--timeout", type=float, default=DEMO_TIMEOUT_SECONDS,

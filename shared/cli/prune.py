@@ -16,6 +16,8 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
+from shared.cli.common import examples
+
 if TYPE_CHECKING:
     from shared.pruning.report import PruneResult
 
@@ -25,6 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "prune",
         help="delete stale checkpoints (or show the plan with --dry-run)",
         description=__doc__.split("\n\n", 2)[2],
+        epilog=examples("spotjobs prune --dry-run", "spotjobs prune --request-id resnet-nightly-001 --json"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--request-id", help="prune only this request")

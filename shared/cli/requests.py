@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from shared.cli.common import examples
 from shared.preemptions import preemptions_text, total_preemptions_text
 
 if TYPE_CHECKING:
@@ -34,7 +35,13 @@ PUBLISH_TIMEOUT_SECONDS = 60.0
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     validate = subparsers.add_parser(
-        "validate", help="check a job request offline and print the CustomJob it would create"
+        "validate", help="check a job request offline and print the CustomJob it would create",
+        description="Offline (no network, no credentials): applies the configured request policy and "
+        "prints the CustomJob attempt 1 would create. Exits 0 when valid, 2 when invalid (every "
+        "violation on stderr, one per line) or unreadable.",
+        epilog=examples("spotjobs validate request.json", "spotjobs validate --show-policy",
+                        "cat body.json | spotjobs validate - --request-id resnet-001"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_request_arguments(validate, file_optional=True)
     validate.add_argument(
@@ -45,7 +52,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     validate.set_defaults(run=run_validate)
 
     submit = subparsers.add_parser(
-        "submit", help="validate a job request, then publish it to job-requests"
+        "submit", help="validate a job request, then publish it to job-requests",
+        description="Validates like `validate` (nothing is published when invalid: exit 2), then "
+        "publishes to job-requests: the emulator when PUBSUB_EMULATOR_HOST is set, else Google Cloud.",
+        epilog=examples("spotjobs submit request.json",
+                        "spotjobs submit body.json --request-id resnet-001 --attribute team=vision --json"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_request_arguments(submit)
     submit.add_argument("--project", help="Google Cloud project (default: GOOGLE_CLOUD_PROJECT)")
@@ -54,13 +66,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     submit.set_defaults(run=run_submit)
 
-    status = subparsers.add_parser("status", help="requests and their attempts, from the ledger")
+    status = subparsers.add_parser(
+        "status", help="requests and their attempts, from the ledger",
+        description="Reads the ledger: one line per request, or one request with every attempt. "
+        "Exits 1 when the request is not in the ledger.",
+        epilog=examples("spotjobs status", "spotjobs status resnet-nightly-001 --json",
+                        "spotjobs status resnet-nightly-001 --watch"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     status.add_argument("request_id", nargs="?", help="one request (default: all, newest first)")
     status.add_argument("--json", action="store_true", help="print the ledger records as JSON")
     status.add_argument(
         "--limit", type=int, default=100, help="at most this many requests (default 100)"
     )
     status.add_argument("--project", help="Google Cloud project (default: GOOGLE_CLOUD_PROJECT)")
+    status.add_argument(
+        "--watch", action="store_true",
+        help="print again whenever it changes, until the request ends (or Ctrl-C); with --json, "
+        "one JSON document per line",
+    )
+    status.add_argument(
+        "--interval", type=float, default=2.0, metavar="SECONDS", help="--watch polls this often (default 2)"
+    )
+    status.add_argument(
+        "--timeout", type=float, default=None, metavar="SECONDS", help="--watch stops after this long"
+    )
     status.set_defaults(run=run_status)
 
 
@@ -243,6 +273,8 @@ def run_status(args: argparse.Namespace) -> int:
 
     client = storage.Client(project=args.project or settings.project)
     ledger = LedgerStore(client.bucket(settings.state_bucket))
+    if getattr(args, "watch", False):
+        return _watch_status(args, ledger, settings)
     if args.request_id:
         record = ledger.get(args.request_id)
         if record is None:
@@ -279,6 +311,48 @@ def _advice(ledger: Any, record: RequestRecord) -> Any:
 
     sample = _recent_records(ledger, ADVICE_SAMPLE)
     return advise(record, preemption_rates(sample, utcnow()))
+
+
+def _watch_status(args: argparse.Namespace, ledger: Any, settings: Settings) -> int:
+    """Print the status whenever it changes; end when the request (every request listed) has
+    ended, on Ctrl-C/SIGTERM (exit 0) or after --timeout (exit 1 if still active)."""
+    import signal
+    import time
+
+    stopping = {"now": False}
+
+    def stop(signum: int, frame: object) -> None:
+        stopping["now"] = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    deadline = time.monotonic() + args.timeout if args.timeout else None
+    shown: str | None = None
+    while not stopping["now"]:
+        if args.request_id:
+            record = ledger.get(args.request_id)
+            records = [record] if record else []
+        else:
+            records = _recent_records(ledger, args.limit)
+        if args.json:
+            payload: Any = (records[0].to_json() if records else None) if args.request_id else [r.to_json() for r in records]
+            text = json.dumps(payload, separators=(",", ":")) + "\n"
+        elif args.request_id:
+            text = format_request(records[0]) if records else f"{args.request_id}: not in the ledger yet\n"
+        else:
+            text = format_requests(records)
+        if text != shown:
+            if shown is not None and not args.json:
+                sys.stdout.write("\n")
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            shown = text
+        if records and all(r.is_terminal for r in records) and args.request_id:
+            return EXIT_OK
+        if deadline is not None and time.monotonic() >= deadline:
+            return EXIT_NOT_FOUND if args.request_id else EXIT_OK
+        time.sleep(max(0.1, args.interval))
+    return EXIT_OK
 
 
 def _recent_records(ledger: Any, limit: int) -> list[RequestRecord]:

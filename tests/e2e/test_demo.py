@@ -29,9 +29,10 @@ def demo_run() -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.endswith("_EMULATOR_HOST")}
     with tempfile.TemporaryDirectory() as tmp:
         stdout_path, stderr_path = Path(tmp, "stdout"), Path(tmp, "stderr")
+        html_path = Path(tmp, "demo.html")
         with stdout_path.open("w") as stdout, stderr_path.open("w") as stderr:
             process = subprocess.Popen(
-                [sys.executable, "-m", "shared.cli", "demo", "--json", "--seed", str(SEED)],
+                [sys.executable, "-m", "shared.cli", "demo", "--json", "--seed", str(SEED), "--html", str(html_path)],
                 cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
             )
             started = process.pid
@@ -45,11 +46,13 @@ def demo_run() -> dict[str, Any]:
                 pytest.fail(f"the demo did not finish in {DEMO_DEADLINE_SECONDS} s: {stderr_path.read_text()[-3000:]}")
         text = stdout_path.read_text()
         progress = stderr_path.read_text()
+        page = html_path.read_text() if html_path.exists() else None
     try:
         report = json.loads(text)
     except ValueError:
         pytest.fail(f"the demo printed no JSON report (exit {process.returncode}): {progress[-3000:]}")
-    return {"report": report, "returncode": process.returncode, "processes": seen, "progress": progress}
+    return {"report": report, "returncode": process.returncode, "processes": seen, "progress": progress,
+            "html": page, "html_path": str(html_path)}
 
 
 def requests_by_scenario(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -121,3 +124,33 @@ def test_no_process_the_demo_started_is_left_running(demo_run: dict[str, Any]) -
     while time.monotonic() < deadline and any(_alive(pid) for pid in processes):
         time.sleep(0.2)
     assert not [pid for pid in processes if _alive(pid)], "processes left behind by the demo"
+
+
+def test_the_html_report_renders_in_chromium_with_each_scenario_on_its_timeline(
+    demo_run: dict[str, Any], tmp_path: Path
+) -> None:
+    from tests.browser import render
+    from tests.unit.test_report_html import marks, section
+
+    report = demo_run["report"]
+    assert report["html"] == demo_run["html_path"] and demo_run["html"], "the demo wrote no HTML report"
+    assert f"HTML report: {report['html']}" in demo_run["progress"]
+    path = tmp_path / "demo.html"
+    path.write_text(demo_run["html"])
+    page = render(path)
+    assert page.console == [] and page.screenshot_bytes > 10_000
+    by_scenario = requests_by_scenario(report)
+    for key, request in by_scenario.items():
+        part = section(page.dom, request["request_id"])
+        outcomes = [a["outcome"] for a in request["attempts"]]
+        assert [m.split('data-outcome="')[1].split('"')[0] for m in marks(part, "attempt")] == outcomes, key
+        for attempt in request["attempts"]:
+            n = str(attempt["n"])
+            assert len(marks(part, "run", attempt=n)) == len(attempt["runs"]), key
+            assert len(marks(part, "preemption", attempt=n)) == attempt["preemptions"], key
+        assert len(marks(part, "checkpoint", state="kept")) == request["checkpoints_kept"], key
+        assert len(marks(part, "checkpoint", state="pruned")) == request["checkpoints_pruned"], key
+    assert marks(section(page.dom, by_scenario["invalid"]["request_id"]), "outcome", outcome="rejected")
+    totals = report["totals"]
+    assert f'data-total="preemptions"><b>{totals["preemptions"]}</b>' in page.dom
+    assert f'data-total="goodput"><b>{totals["goodput"]:.3f}</b>' in page.dom

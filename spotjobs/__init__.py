@@ -1,0 +1,200 @@
+"""spotjobs for publishers: validate a job request, publish it, ask how it is doing.
+
+    import spotjobs
+
+    request = {"request_id": "resnet-nightly-001", "custom_job": {...}, "max_attempts": 4}
+    problems = spotjobs.validate(request)          # offline: every violation, [] when valid
+    message_id = spotjobs.publish(request)          # validated first; raises InvalidRequest
+    print(spotjobs.status("resnet-nightly-001"))    # None until submit_job has claimed it
+
+`publish` and `status` talk to the emulators when PUBSUB_EMULATOR_HOST / STORAGE_EMULATOR_HOST
+are set (as after `spotjobs local up`), else to Google Cloud with Application Default
+Credentials, exactly like the `spotjobs` CLI; the project, topic and state bucket are the
+`SPOTJOBS_*` settings (`GOOGLE_CLOUD_PROJECT`, `SPOTJOBS_STATE_BUCKET`, ...) unless passed.
+
+Importing this package is cheap: Google client libraries and the request schema are loaded by the
+first call that needs them. The implementation lives in `shared/` (the functions' own code), so a
+request this API accepts is a request submit_job accepts under the same settings.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Union
+
+if TYPE_CHECKING:
+    from shared.settings import Settings
+
+__all__ = [
+    "AttemptStatus",
+    "InvalidRequest",
+    "RequestStatus",
+    "publish",
+    "status",
+    "validate",
+]
+
+Request = Union[Mapping[str, Any], str, bytes]
+"""A job request: the envelope or a bare CustomJob body, as a mapping or its JSON text."""
+
+PUBLISH_TIMEOUT_SECONDS = 60.0
+_VALIDATION_MESSAGE_ID = "local"
+_PLACEHOLDER_ID = "req-validate"
+
+
+class InvalidRequest(ValueError):
+    """The request was not published: `violations` names every problem, one per string."""
+
+    def __init__(self, violations: list[str]) -> None:
+        super().__init__("; ".join(violations))
+        self.violations = violations
+
+
+@dataclass(frozen=True)
+class AttemptStatus:
+    """One attempt of a request, as the ledger records it."""
+
+    n: int
+    location: str
+    strategy: str  # "SPOT", or the fallback strategy
+    state: str | None  # Vertex's job state as last seen, e.g. "JOB_STATE_RUNNING"
+    preemptions: int
+    job: str | None  # the CustomJob's resource name, once created
+    outcome: str | None  # "succeeded", "requeued", "failed", ... once ended
+    claimed_at: str
+    ended_at: str | None
+
+
+@dataclass(frozen=True)
+class RequestStatus:
+    """Where a request stands: `status` is CLAIMED, SUBMITTED, RUNNING, REQUEUED, SUCCEEDED,
+    FAILED, GAVE_UP or CANCELLED; `record` is the whole ledger document."""
+
+    request_id: str
+    status: str
+    attempts: tuple[AttemptStatus, ...]
+    created_at: str
+    updated_at: str
+    finished_at: str | None
+    record: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    @property
+    def done(self) -> bool:
+        return self.status in {"SUCCEEDED", "FAILED", "GAVE_UP", "CANCELLED"}
+
+    @property
+    def preemptions(self) -> int:
+        return sum(attempt.preemptions for attempt in self.attempts)
+
+
+def validate(request: Request, *, request_id: str | None = None, settings: Settings | None = None) -> list[str]:
+    """Every violation of `request` under the request policy, offline; [] when it is valid.
+
+    `request_id` names a bare CustomJob body (an envelope carries its own); without one, a bare
+    body is checked as if it had a valid id. `settings` default to the environment's."""
+    return _check(request, request_id, settings)[1]
+
+
+def publish(
+    request: Request,
+    request_id: str | None = None,
+    *,
+    attributes: Mapping[str, str] | None = None,
+    project: str | None = None,
+    settings: Settings | None = None,
+    timeout: float = PUBLISH_TIMEOUT_SECONDS,
+) -> str:
+    """Validate `request`, then publish it to job-requests; returns the Pub/Sub message id.
+
+    A bare CustomJob body needs `request_id` (its idempotency key); an envelope's own id is used
+    otherwise. Raises InvalidRequest, publishing nothing, when the request has any violation."""
+    attributes = dict(attributes or {})
+    if request_id is not None:
+        attributes["request_id"] = request_id
+    settings = settings or _settings()
+    data = _encode(request)
+    checked, violations = _check(data, request_id, settings, attributes=attributes)
+    if violations:
+        raise InvalidRequest(violations)
+    if checked is not None and checked.shape == "bare" and "request_id" not in attributes:
+        raise InvalidRequest(["request_id: a bare CustomJob body needs request_id=..."])
+    from google.cloud import pubsub_v1
+
+    topic = f"projects/{project or settings.project}/topics/{settings.job_requests_topic}"
+    future = pubsub_v1.PublisherClient().publish(topic, data, **attributes)
+    return str(future.result(timeout=timeout))
+
+
+def status(request_id: str, *, project: str | None = None, settings: Settings | None = None) -> RequestStatus | None:
+    """The request's status and attempts from the ledger; None when it has no record (not yet
+    claimed, or rejected as invalid: its `invalid_request` alert says why)."""
+    from google.cloud import storage
+
+    from shared.ledger import LedgerStore
+
+    settings = settings or _settings()
+    client = storage.Client(project=project or settings.project)
+    record = LedgerStore(client.bucket(settings.state_bucket)).get(request_id)
+    if record is None:
+        return None
+    return RequestStatus(
+        request_id=record.request_id,
+        status=str(record.status),
+        attempts=tuple(
+            AttemptStatus(
+                n=a.n, location=a.location, strategy=a.strategy, state=a.state,
+                preemptions=a.preemptions, job=a.job,
+                outcome=str(a.outcome) if a.outcome is not None else None,
+                claimed_at=a.claimed_at, ended_at=a.ended_at,
+            )
+            for a in record.attempts
+        ),
+        created_at=record.created_at,
+        updated_at=record.updated_at,
+        finished_at=record.finished_at,
+        record=record.to_json(),
+    )
+
+
+def _settings() -> Settings:
+    from shared.settings import get_settings
+
+    return get_settings()
+
+
+def _encode(request: Request) -> bytes:
+    if isinstance(request, bytes):
+        return request
+    if isinstance(request, str):
+        return request.encode()
+    return json.dumps(request, separators=(",", ":")).encode()
+
+
+def _check(
+    request: Request,
+    request_id: str | None,
+    settings: Settings | None,
+    *,
+    attributes: Mapping[str, str] | None = None,
+) -> tuple[Any, list[str]]:
+    """(the request as read, or None; its violations as text)."""
+    from shared.policy import validate_request
+    from shared.request import InvalidJobRequest, read_request
+
+    settings = settings or _settings()
+    data = _encode(request)
+    attributes = dict(attributes or {})
+    if request_id is not None:
+        attributes["request_id"] = request_id
+    if "request_id" not in attributes:
+        shape = read_request(data, message_id=_VALIDATION_MESSAGE_ID, attributes=attributes,
+                             max_bytes=settings.max_request_bytes)[0]
+        if shape.shape == "bare":
+            attributes["request_id"] = _PLACEHOLDER_ID
+    try:
+        checked = validate_request(data, message_id=_VALIDATION_MESSAGE_ID, attributes=attributes, settings=settings)
+    except InvalidJobRequest as exc:
+        return None, [str(violation) for violation in exc.violations]
+    return checked, []

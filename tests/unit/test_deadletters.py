@@ -1,0 +1,65 @@
+"""Dead letters: which function and topic they came from, and why they failed (matched to the
+functions' failure lines by the original publish time, as the forwarded copy has a new id)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shared.deadletters import DeadLetter, cloud_log_lines, cloud_logging_filter, explain
+
+
+def letter(**attributes: str) -> DeadLetter:
+    return DeadLetter(id="77", data=b'{"request_id": "r-1"}', attributes=attributes, publish_time=None)
+
+
+def test_source_function_topic_and_attributes() -> None:
+    dead = letter(CloudPubSubDeadLetterSourceSubscription="projects/p/subscriptions/on-job-event-push",
+                  CloudPubSubDeadLetterSourceDeliveryCount="5", team="vision")
+    assert dead.source_subscription == "on-job-event-push" and dead.function == "on_job_event"
+    assert dead.source_topic_key == "job_events" and dead.delivery_count == 5
+    assert dead.original_attributes == {"team": "vision"} and dead.summary() == "request_id=r-1"
+    assert letter(CloudPubSubDeadLetterSourceSubscription="someone-elses").function is None
+
+
+def test_reasons_are_the_failure_lines_of_its_function_for_its_publish_time() -> None:
+    dead = letter(CloudPubSubDeadLetterSourceSubscription="submit-job-push",
+                  CloudPubSubDeadLetterSourceTopicPublishTime="2026-11-30T20:43:04.935Z")
+    lines: list[dict[str, Any]] = [
+        {"function": "submit_job", "event": "retry", "publish_time": "2026-11-30T20:43:04.935000Z",
+         "time": "t2", "error": "ClaimInProgress: later", "message_id": "1"},
+        {"function": "submit_job", "event": "retry", "publish_time": "2026-11-30T20:43:04.935000Z",
+         "time": "t1", "error": "ConnectionError: refused", "message_id": "1"},
+        {"function": "reconcile", "event": "retry", "publish_time": "2026-11-30T20:43:04.935000Z",
+         "time": "t0", "error": "another function's message"},
+        {"function": "submit_job", "event": "retry", "publish_time": "2026-11-30T20:43:05Z", "error": "other"},
+        {"function": "submit_job", "event": "submitted", "publish_time": "2026-11-30T20:43:04.935Z"},
+    ]
+    explain([dead], lines, "local logs")
+    assert [f["error"] for f in dead.failures] == ["ConnectionError: refused", "ClaimInProgress: later"]
+    assert dead.reason == "ClaimInProgress: later" and dead.reason_source == "local logs"
+
+
+def test_in_the_cloud_the_lines_come_from_cloud_logging() -> None:
+    dead = letter(CloudPubSubDeadLetterSourceSubscription="submit-job-push",
+                  CloudPubSubDeadLetterSourceTopicPublishTime="2026-11-30T20:43:04.935Z")
+    assert 'jsonPayload.publish_time="2026-11-30T20:43:04.935000Z"' in cloud_logging_filter(dead)
+    requests: list[dict[str, Any]] = []
+
+    class Response:
+        status_code = 200
+
+        def json(self) -> dict[str, Any]:
+            return {"entries": [{"timestamp": "t1", "jsonPayload": {
+                "event": "retry", "error": "ServiceUnavailable: 503", "publish_time": "2026-11-30T20:43:04.935000Z",
+                "function": "submit_job"}}]}
+
+    class Session:
+        def post(self, url: str, json: dict[str, Any], timeout: float) -> Response:
+            requests.append({"url": url, **json})
+            return Response()
+
+    lines = cloud_log_lines("proj", [dead], session=Session())
+    assert requests[0]["url"] == "https://logging.googleapis.com/v2/entries:list"
+    assert requests[0]["resourceNames"] == ["projects/proj"]
+    explain([dead], lines, "Cloud Logging")
+    assert dead.reason == "ServiceUnavailable: 503"
