@@ -64,7 +64,7 @@ def _wait_terminal(stack, request_ids: list[str], timeout: float = 120) -> dict[
     def statuses() -> dict[str, str] | None:
         nonlocal next_reconcile
         if time.monotonic() >= next_reconcile:
-            stack.publish("maintenance", b'{"task": "reconcile"}')
+            stack.publish("maintenance", b'{"task": "reconcile"}', task="reconcile")
             next_reconcile = time.monotonic() + 5
         seen = {rid: (ledger.get(rid).status if ledger.get(rid) else None) for rid in request_ids}
         return seen if all(status in TERMINAL_STATUSES for status in seen.values()) else None
