@@ -10,6 +10,12 @@ router, which evaluates the same filter on the pushed message's attributes: a me
 not match is answered 204 (acknowledged, as Pub/Sub would, and logged), one that matches is
 forwarded to the function unchanged and the function's answer is returned.
 
+The router also stands where Cloud Run's front end stands: a push that finds no function process
+listening (it crashed and the stack's supervisor is starting it again) waits for the new process,
+up to `INSTANCE_WAIT_SECONDS`, as a request waits for a new Cloud Run instance, instead of being
+refused at once. A push in flight on a process that dies fails (502), as on a crashed instance,
+and Pub/Sub redelivers it.
+
 `compile_filter` understands the filter grammar spotjobs could use: `attributes.KEY = "v"`,
 `!=`, `attributes:KEY` (has the key), `hasPrefix(attributes.KEY, "p")`, `NOT`/`-`, `AND`, `OR`
 and parentheses. Anything else raises `ValueError`, so a new filter in topology.json that this
@@ -22,12 +28,16 @@ import http.client
 import json
 import re
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 Predicate = Callable[[Mapping[str, str]], bool]
+
+# How long a push waits for a function process to listen again (a cold start under load).
+INSTANCE_WAIT_SECONDS = 45.0
 
 _TOKEN = re.compile(
     r"""\s*(?:
@@ -201,18 +211,30 @@ def _handler(router: PushFilterRouter) -> type[BaseHTTPRequestHandler]:
                 self._answer(204, b"")
                 return
             upstream = urllib.parse.urlsplit(route.upstream)
-            connection = http.client.HTTPConnection(upstream.hostname, upstream.port, timeout=900)
-            try:
-                connection.request("POST", f"/{rest}", body=body, headers={
-                    k: v for k, v in self.headers.items() if k.lower() in ("content-type", "authorization")
-                })
-                response = connection.getresponse()
-                self._answer(response.status, response.read())
-            except OSError as exc:  # the function is down: Pub/Sub sees a failed push and retries
-                router.log(event="forward_failed", function=name, error=str(exc))
-                self._answer(502, b"function unreachable")
-            finally:
-                connection.close()
+            headers = {k: v for k, v in self.headers.items() if k.lower() in ("content-type", "authorization")}
+            deadline = time.monotonic() + INSTANCE_WAIT_SECONDS
+            while True:
+                connection = http.client.HTTPConnection(upstream.hostname, upstream.port, timeout=900)
+                try:
+                    connection.connect()
+                except ConnectionRefusedError:  # no process: wait for the next one, as Cloud Run would
+                    connection.close()
+                    if time.monotonic() < deadline:
+                        time.sleep(0.2)
+                        continue
+                    router.log(event="forward_failed", function=name, error="no instance listening")
+                    self._answer(503, b"no instance")
+                    return
+                try:
+                    connection.request("POST", f"/{rest}", body=body, headers=headers)
+                    response = connection.getresponse()
+                    self._answer(response.status, response.read())
+                except OSError as exc:  # the process died with the push in flight: Pub/Sub retries
+                    router.log(event="forward_failed", function=name, error=str(exc))
+                    self._answer(502, b"function died")
+                finally:
+                    connection.close()
+                return
 
         def _answer(self, status: int, payload: bytes) -> None:
             self.send_response(status)

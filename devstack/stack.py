@@ -6,7 +6,8 @@
 - each function of `functions/main.py` under functions-framework in its own process, fed by a
   push subscription with the retry and dead-letter settings of `shared/topology.json` (the same
   file Terraform reads), so delivery behaves as in production: 2xx acks, anything else redelivers.
-  Subscription filters are applied by `devstack.push_filter` when the emulator does not;
+  Pushes pass through `devstack.push_filter`, which applies subscription filters the emulator
+  does not, and holds a push while a crashed function restarts (as Cloud Run's front end does);
 - each function supervised as Cloud Run would: a process that dies is started again, with
   backoff, and the stack's log (`logs/stack.log`, `Stack.stack_logs()`) gets one line per restart.
 
@@ -255,7 +256,7 @@ class Stack:
                 str(executable) if executable.exists() else "functions-framework",
                 "--source", str(FUNCTIONS_SOURCE),
                 "--target", name,
-                "--signature-type", "cloudevent",
+                "--signature-type", "http",
                 "--host", "127.0.0.1",
                 "--port", str(port),
             ],
@@ -386,12 +387,12 @@ class Stack:
             # The topic in the path, as a Pub/Sub push to production's function URL may carry it.
             endpoint = f"{self.function_urls[name]}/{topic}"
             subscription_filter = wiring.get("filter") or ""
-            if subscription_filter:
-                # The emulator stores the filter but may not apply it: the router does (see
-                # devstack/push_filter.py); with an emulator that filters, both agree.
-                if self.push_router is None:
-                    self.push_router = PushFilterRouter(self.log_event).start()
-                endpoint = f"{self.push_router.add(name, self.function_urls[name], subscription_filter)}/{topic}"
+            # Pushes go through the stack's router (devstack/push_filter.py), which applies the
+            # filter the emulator stores but may not apply (with an emulator that filters, both
+            # agree) and, like Cloud Run's front end, holds a push while a crashed function restarts.
+            if self.push_router is None:
+                self.push_router = PushFilterRouter(self.log_event).start()
+            endpoint = f"{self.push_router.add(name, self.function_urls[name], subscription_filter)}/{topic}"
             with contextlib.suppress(AlreadyExists):
                 subscriber.create_subscription(
                     request={
