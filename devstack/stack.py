@@ -65,7 +65,7 @@ class StackOptions:
     workdir: Path | None = None  # logs and emulator data; a temporary directory by default
     # Start a function again when its process dies (Cloud Run starts a new instance).
     supervise_functions: bool = True
-    # Have each function record the Google API calls it makes (shared/clients.py,
+    # Have each function record the Google API calls it makes (shared/api_recording.py,
     # SPOTJOBS_RECORD_API_CALLS) as JSON lines in <dir>/<function>.jsonl.
     record_api_calls: Path | None = None
 
@@ -248,7 +248,8 @@ class Stack:
         self.function_ports[name] = port
         extra = {"THREADS": "8"}
         if self.options.record_api_calls is not None:
-            extra["SPOTJOBS_RECORD_API_CALLS"] = str(self.options.record_api_calls)
+            self.options.record_api_calls.mkdir(parents=True, exist_ok=True)
+            extra["SPOTJOBS_RECORD_API_CALLS"] = str(self.options.record_api_calls / f"{name}.jsonl")
         executable = Path(sys.executable).with_name("functions-framework")
         process = ManagedProcess(
             f"function-{name}",
