@@ -6,6 +6,10 @@
 - each function of `functions/main.py` under functions-framework in its own process, fed by a
   push subscription with the retry and dead-letter settings of `shared/topology.json` (the same
   file Terraform reads), so delivery behaves as in production: 2xx acks, anything else redelivers.
+  Pushes pass through `devstack.push_filter`, which applies subscription filters the emulator
+  does not, and holds a push while a crashed function restarts (as Cloud Run's front end does);
+- each function supervised as Cloud Run would: a process that dies is started again, with
+  backoff, and the stack's log (`logs/stack.log`, `Stack.stack_logs()`) gets one line per restart.
 
 Ports are chosen free at start, so two stacks can run side by side. Every child runs in its own
 process group and `Stack.stop()` ends each group, so nothing is left behind. How children are
@@ -32,6 +36,7 @@ from typing import Any
 
 from devstack.emulators import start_fake_gcs, start_pubsub_emulator, start_vertex_emulator
 from devstack.processes import REPO_ROOT, ManagedProcess, free_port, http_ok, stop_all, wait_until
+from devstack.push_filter import PushFilterRouter
 from shared.settings import Settings
 from shared.topology import TOPOLOGY
 
@@ -61,6 +66,28 @@ class StackOptions:
     schedule: Mapping[str, float] = field(default_factory=dict)
     functions: tuple[str, ...] = tuple(TOPOLOGY.functions)
     workdir: Path | None = None  # logs and emulator data; a temporary directory by default
+    # Start a function again when its process dies (Cloud Run starts a new instance).
+    supervise_functions: bool = True
+    # Have each function record the Google API calls it makes (shared/api_recording.py,
+    # SPOTJOBS_RECORD_API_CALLS) as JSON lines in <dir>/<function>.jsonl.
+    record_api_calls: Path | None = None
+
+
+# Supervision: the first restart waits this long, each next one twice as long, up to the maximum;
+# a process that stayed up for RESTART_RESET_SECONDS starts again from the first delay.
+RESTART_BACKOFF_SECONDS = 0.5
+RESTART_MAX_BACKOFF_SECONDS = 15.0
+RESTART_RESET_SECONDS = 60.0
+
+
+@dataclass
+class _Supervised:
+    started_at: float = 0.0
+    backoff: float = RESTART_BACKOFF_SECONDS
+    restart_at: float | None = None  # set when the death is noticed
+    restarts: int = 0
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    paused: bool = False  # a deliberate stop/restart is in progress
 
 
 class Stack:
@@ -78,6 +105,10 @@ class Stack:
         self.function_ports: dict[str, int] = {}
         self._scheduler_stop = threading.Event()
         self._scheduler: threading.Thread | None = None
+        self._supervisor: threading.Thread | None = None
+        self._supervised: dict[str, _Supervised] = {}
+        self._log_lock = threading.Lock()
+        self.push_router: PushFilterRouter | None = None
         # The functions, the tests' in-process clients and `local up`'s shell all use these.
         self.settings = Settings.from_env(
             {
@@ -105,6 +136,7 @@ class Stack:
             self._create_buckets()
             self._create_topics()
             self._start_functions()
+            self._start_supervisor()
             self._create_subscriptions()
             self._start_scheduler()
         except BaseException:
@@ -114,8 +146,11 @@ class Stack:
 
     def stop(self) -> None:
         self._scheduler_stop.set()
-        if self._scheduler is not None:
-            self._scheduler.join(timeout=10)
+        for thread in (self._scheduler, self._supervisor):
+            if thread is not None:
+                thread.join(timeout=10)
+        if self.push_router is not None:
+            self.push_router.stop()
         stop_all(reversed(self.processes.values()))
         if self._own_workdir and not os.environ.get("SPOTJOBS_KEEP_STACK_LOGS"):
             shutil.rmtree(self.workdir, ignore_errors=True)
@@ -218,6 +253,10 @@ class Stack:
         """Start (or restart, on the same port) one function under functions-framework."""
         port = self.function_ports.get(name) or free_port()
         self.function_ports[name] = port
+        extra = {"THREADS": "8"}
+        if self.options.record_api_calls is not None:
+            self.options.record_api_calls.mkdir(parents=True, exist_ok=True)
+            extra["SPOTJOBS_RECORD_API_CALLS"] = str(self.options.record_api_calls / f"{name}.jsonl")
         executable = Path(sys.executable).with_name("functions-framework")
         process = ManagedProcess(
             f"function-{name}",
@@ -225,25 +264,102 @@ class Stack:
                 str(executable) if executable.exists() else "functions-framework",
                 "--source", str(FUNCTIONS_SOURCE),
                 "--target", name,
-                "--signature-type", "cloudevent",
+                "--signature-type", "http",
                 "--host", "127.0.0.1",
                 "--port", str(port),
             ],
-            self._child_env({"THREADS": "8"}),
+            self._child_env(extra),
             self.workdir / "logs" / f"{name}.log",
         )
         process.start()
         self.processes[process.name] = process
         self.function_urls[name] = f"http://127.0.0.1:{port}"
+        self._supervised.setdefault(name, _Supervised()).started_at = time.monotonic()
 
     def restart_function(self, name: str) -> None:
-        self.processes[f"function-{name}"].stop()
-        self.start_function(name)
+        state = self._supervised.setdefault(name, _Supervised())
+        with state.lock:
+            state.paused = True
+            try:
+                self.processes[f"function-{name}"].stop()
+                self.start_function(name)
+                state.restart_at = None
+            finally:
+                state.paused = False
         wait_until(lambda: http_ok(self.function_urls[name]), timeout=60, what=f"function {name}")
 
     def kill_function(self, name: str) -> None:
-        """Kill a function's process group at once, as a crashed instance would die."""
+        """Kill a function's process group at once, as a crashed instance would die (the
+        supervisor, when on, starts it again as Cloud Run would start a new instance)."""
         self.processes[f"function-{name}"].kill()
+
+    def function_pid(self, name: str) -> int | None:
+        """The pid of the process serving `name` now (it changes when the function restarts)."""
+        process = self.processes.get(f"function-{name}")
+        return process.pid if process is not None and process.alive() else None
+
+    # Supervision of the functions.
+
+    def _start_supervisor(self) -> None:
+        if not self.options.supervise_functions:
+            return
+        self._supervisor = threading.Thread(target=self._supervise, name="stack-supervisor", daemon=True)
+        self._supervisor.start()
+
+    def _supervise(self) -> None:
+        while not self._scheduler_stop.wait(0.2):
+            for name in list(self._supervised):
+                try:
+                    self._supervise_one(name)
+                except Exception as exc:  # noqa: BLE001 - log it and try again on the next round
+                    self.log_event("function_restart_failed", function=name, error=f"{type(exc).__name__}: {exc}")
+
+    def _supervise_one(self, name: str) -> None:
+        state = self._supervised[name]
+        with state.lock:
+            process = self.processes.get(f"function-{name}")
+            if state.paused or process is None or process.alive() or self._scheduler_stop.is_set():
+                return
+            now = time.monotonic()
+            if state.restart_at is None:  # just noticed: wait out the backoff before starting it
+                if now - state.started_at >= RESTART_RESET_SECONDS:
+                    state.backoff = RESTART_BACKOFF_SECONDS
+                state.restart_at = now + state.backoff
+                return
+            if now < state.restart_at:
+                return
+            exit_code = process.popen.returncode if process.popen is not None else None
+            waited = state.backoff
+            self.start_function(name)
+            state.restarts += 1
+            state.restart_at = None
+            state.backoff = min(state.backoff * 2, RESTART_MAX_BACKOFF_SECONDS)
+            self.log_event(
+                "function_restarted",
+                function=name,
+                exit_code=exit_code,
+                restarts=state.restarts,
+                backoff_seconds=waited,
+                pid=self.processes[f"function-{name}"].pid,
+            )
+
+    # The stack's own log: one JSON object per line.
+
+    @property
+    def stack_log_path(self) -> Path:
+        return self.workdir / "logs" / "stack.log"
+
+    def log_event(self, event: str, **fields: Any) -> None:
+        line = json.dumps({"time": time.time(), "event": event, **fields}, sort_keys=True, default=str)
+        with self._log_lock:
+            self.stack_log_path.parent.mkdir(parents=True, exist_ok=True)
+            with self.stack_log_path.open("a") as out:
+                out.write(line + "\n")
+
+    def stack_logs(self) -> list[dict[str, Any]]:
+        if not self.stack_log_path.exists():
+            return []
+        return [json.loads(raw) for raw in self.stack_log_path.read_text().splitlines() if raw.startswith("{")]
 
     def _create_buckets(self) -> None:
         from google.api_core.exceptions import Conflict
@@ -276,13 +392,21 @@ class Stack:
             if name not in self.function_urls:
                 continue
             topic = self.topic_path(wiring["topic"])
-            # functions-framework derives the CloudEvent source from this path, as in production.
+            # The topic in the path, as a Pub/Sub push to production's function URL may carry it.
             endpoint = f"{self.function_urls[name]}/{topic}"
+            subscription_filter = wiring.get("filter") or ""
+            # Pushes go through the stack's router (devstack/push_filter.py), which applies the
+            # filter the emulator stores but may not apply (with an emulator that filters, both
+            # agree) and, like Cloud Run's front end, holds a push while a crashed function restarts.
+            if self.push_router is None:
+                self.push_router = PushFilterRouter(self.log_event).start()
+            endpoint = f"{self.push_router.add(name, self.function_urls[name], subscription_filter)}/{topic}"
             with contextlib.suppress(AlreadyExists):
                 subscriber.create_subscription(
                     request={
                         "name": self.subscription_path(wiring["subscription"]),
                         "topic": topic,
+                        "filter": subscription_filter,
                         "push_config": {"push_endpoint": endpoint},
                         "ack_deadline_seconds": trigger["ack_deadline_seconds"],
                         "retry_policy": {
@@ -316,7 +440,7 @@ class Stack:
                     if time.monotonic() >= due:
                         next_run[task] = due + self.options.schedule[task]
                         with contextlib.suppress(Exception):  # a missed tick is the next one's job
-                            self.publish("maintenance", json.dumps({"task": task}).encode())
+                            self.publish("maintenance", json.dumps({"task": task}).encode(), task=task)
 
         self._scheduler = threading.Thread(target=run, name="stack-scheduler", daemon=True)
         self._scheduler.start()

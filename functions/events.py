@@ -11,17 +11,17 @@ from typing import Any
 
 import functions_framework
 
-from shared.delivery import Message, handle_delivery
+from shared.delivery import Message, handle_push
 from shared.log import Logger
 from shared.observe import handle_job_event
 from shared.settings import get_settings
 from shared.wiring import ports_for
 
 
-@functions_framework.cloud_event
-def on_job_event(event: Any) -> None:
-    handle_delivery(
-        event,
+@functions_framework.http
+def on_job_event(request: Any) -> tuple[str, int]:
+    return handle_push(
+        request,
         _handle,
         function="on_job_event",
         max_age_seconds=get_settings().max_event_age_seconds,

@@ -7,17 +7,19 @@ Imports stay light: storage and Pub/Sub load on first use, and nothing here need
 
 from __future__ import annotations
 
+from typing import Any
+
 import functions_framework
 
-from shared.delivery import Message, handle_delivery
+from shared.delivery import Message, handle_push
 from shared.log import Logger
 from shared.settings import get_settings
 
 
-@functions_framework.cloud_event
-def prune_checkpoints(event: object) -> None:
-    handle_delivery(
-        event,
+@functions_framework.http
+def prune_checkpoints(request: Any) -> tuple[str, int]:
+    return handle_push(
+        request,
         _handle,
         function="prune_checkpoints",
         max_age_seconds=get_settings().max_event_age_seconds,

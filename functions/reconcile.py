@@ -8,17 +8,17 @@ from typing import Any
 
 import functions_framework
 
-from shared.delivery import Message, handle_delivery, maintenance_task
+from shared.delivery import Message, handle_push, maintenance_task
 from shared.log import Logger
 from shared.reconcile import RECONCILE_TASK, run_reconcile
 from shared.settings import get_settings
 from shared.wiring import ports_for
 
 
-@functions_framework.cloud_event
-def reconcile(event: Any) -> None:
-    handle_delivery(
-        event, _handle, function="reconcile", max_age_seconds=get_settings().max_event_age_seconds
+@functions_framework.http
+def reconcile(request: Any) -> tuple[str, int]:
+    return handle_push(
+        request, _handle, function="reconcile", max_age_seconds=get_settings().max_event_age_seconds
     )
 
 

@@ -12,15 +12,15 @@ from typing import Any
 
 import functions_framework
 
-from shared.delivery import Message, handle_delivery
+from shared.delivery import Message, handle_push
 from shared.log import Logger
 
 
-@functions_framework.cloud_event
-def submit_job(event: Any) -> None:
+@functions_framework.http
+def submit_job(request: Any) -> tuple[str, int]:
     # No age limit: a job request stays wanted however late it arrives (a Pub/Sub seek, a long
     # outage); only job events go stale.
-    handle_delivery(event, _handle, function="submit_job", max_age_seconds=math.inf)
+    return handle_push(request, _handle, function="submit_job", max_age_seconds=math.inf)
 
 
 def _handle(message: Message, log: Logger) -> None:

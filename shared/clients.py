@@ -3,11 +3,16 @@
 The same code targets Google Cloud or the embedded stack: the Pub/Sub and Storage libraries honour
 PUBSUB_EMULATOR_HOST / STORAGE_EMULATOR_HOST themselves, and Vertex is redirected by
 `Settings.vertex_endpoint` (an http:// URL means the local emulator, reached over REST anonymously).
+
+With SPOTJOBS_RECORD_API_CALLS set (the embedded stack's least-privilege test only), each client is
+wrapped by `shared.api_recording`; unset, the clients are the libraries' own and that module is
+never imported.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import threading
 from typing import TYPE_CHECKING
 
@@ -18,14 +23,25 @@ if TYPE_CHECKING:
     from google.cloud.aiplatform_v1 import JobServiceClient
 
 _lock = threading.Lock()
+_RECORD_ENV = "SPOTJOBS_RECORD_API_CALLS"  # shared.api_recording.ENV, without importing it
 
 
 @functools.cache
 def storage_client() -> storage.Client:
     from google.cloud import storage
 
+    # google-cloud-storage >= 3.x fetches each bucket's metadata in a background thread
+    # (storage.buckets.get, for tracing attributes) the first time the client touches it, and
+    # again on a 404. The functions have no use for it and no grant for it (a 403 per bucket per
+    # instance, tolerated by the library); the variable is the library's own switch.
+    os.environ.setdefault("DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA", "true")
     with _lock:
-        return storage.Client(project=get_settings().project)
+        client = storage.Client(project=get_settings().project)
+    if os.environ.get(_RECORD_ENV):
+        from shared.api_recording import record_storage
+
+        return record_storage(client)
+    return client
 
 
 @functools.cache
@@ -33,13 +49,23 @@ def publisher() -> pubsub_v1.PublisherClient:
     from google.cloud import pubsub_v1
 
     with _lock:
-        return pubsub_v1.PublisherClient()
+        client = pubsub_v1.PublisherClient()
+    if os.environ.get(_RECORD_ENV):
+        from shared.api_recording import RecordingPublisher
+
+        return RecordingPublisher(client)
+    return client
 
 
 @functools.cache
 def job_service(location: str) -> JobServiceClient:
     with _lock:
-        return make_job_service(get_settings(), location)
+        client = make_job_service(get_settings(), location)
+    if os.environ.get(_RECORD_ENV):
+        from shared.api_recording import RecordingJobService
+
+        return RecordingJobService(client)
+    return client
 
 
 def make_job_service(settings: Settings, location: str) -> JobServiceClient:

@@ -1,6 +1,14 @@
-"""From a Pub/Sub CloudEvent to a decision to acknowledge (return) or redeliver (raise).
+"""From a Pub/Sub push to a decision to acknowledge (return) or redeliver (raise).
 
-Every function's entry point is `handle_delivery(event, handler, ...)`: decode the message, drop
+Every function is an HTTP function fed by a push subscription, and its entry point is
+`handle_push(request, handler, ...)`: the raw push body (`{"message": {...}, "subscription": ...}`)
+is read here, not by functions-framework's CloudEvent conversion, because that conversion rejects
+with 400 (before any of our code runs) a message without `data`, which Pub/Sub allows (attributes
+only): `event_conversion._is_raw_pubsub_payload` requires `"data" in message`, and the body then
+fails as a background event. A 400 is a nack, so such a message was retried and dead-lettered
+instead of answered. Here it is a message whose data is empty, handled like any other.
+
+`handle_delivery(event, handler, ...)` (the push body inside a CloudEvent-shaped dict): decode the message, drop
 it if it is older than the configured age (measured from the message's own publish time, because
 functions-framework substitutes "now" when a push lacks one), run the handler, and translate the
 outcome with `is_retryable`: transient failures raise so Pub/Sub redelivers with backoff; anything
@@ -42,10 +50,22 @@ class UndecodableMessage(ValueError):
     """The push body is not a Pub/Sub message at all."""
 
 
+def is_push_body(body: Any) -> bool:
+    """Whether `body` is the JSON a Pub/Sub push subscription sends: a `message` object (its
+    `data` may be absent: a message with attributes only)."""
+    return isinstance(body, Mapping) and isinstance(body.get("message"), Mapping)
+
+
+def message_from_push(body: Any) -> Message:
+    """Decode a push body (`{"message": {"data"?, "attributes"?, "messageId", "publishTime"},
+    "subscription": ...}`) into a Message; absent data is empty data."""
+    return message_from_event({"data": body})
+
+
 def message_from_event(event: Any) -> Message:
     """Decode a functions-framework CloudEvent (or a plain dict in its shape) into a Message."""
     data = event.data if hasattr(event, "data") else event.get("data")
-    if not isinstance(data, Mapping) or not isinstance(data.get("message"), Mapping):
+    if not is_push_body(data):
         raise UndecodableMessage("the event carries no Pub/Sub message")
     raw = data["message"]
     try:
@@ -133,3 +153,32 @@ def handle_delivery(
             event="permanent_failure",
             error=f"{type(exc).__name__}: {exc}",
         )
+
+
+def handle_push(
+    request: Any,
+    handler: Handler,
+    *,
+    function: str,
+    max_age_seconds: float,
+    log: Logger = logger,
+) -> tuple[str, int]:
+    """The HTTP entry point's body: `request` is the push request (anything with `get_data()`,
+    functions-framework hands a flask.Request). Returns the response (2xx acknowledges); raises to
+    have the message redelivered (functions-framework answers 500).
+
+    A body that is not a Pub/Sub push at all cannot come from the subscription: 400, logged."""
+    try:
+        body = json.loads(request.get_data() or b"null")
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        body = None
+    if not is_push_body(body):
+        log.bind(function=function).error(
+            "refused a request that is not a Pub/Sub push", event="undecodable", reason="not a push body"
+        )
+        return "not a Pub/Sub push body", 400
+    message_id = body["message"].get("messageId") or body["message"].get("message_id")
+    handle_delivery(
+        {"id": message_id, "data": body}, handler, function=function, max_age_seconds=max_age_seconds, log=log
+    )
+    return "", 204

@@ -48,6 +48,7 @@ from shared.ledger import (
 from shared.log import Logger
 from shared.observe import apply_observation, read_job
 from shared.outbox import alert_corrupt_record, flush, publish_request_attempt
+from shared.run_lock import ledger_bucket, run_lock
 from shared.strays import cancel_strays
 from shared.vertex import JobSnapshot, find_attempt_job, parent_path
 from shared.wiring import Ports
@@ -86,7 +87,13 @@ class RequestResult:
 
 
 def run_reconcile(ports: Ports, log: Logger, *, limit: int | None = None) -> ReconcileSummary:
-    """One reconcile pass over the active requests. Logs one summary line and returns it."""
+    """One reconcile pass over the active requests. Logs one summary line and returns it. A pass
+    already running elsewhere makes this one end at once (`shared.run_lock`: one INFO line)."""
+    with run_lock(ledger_bucket(ports.ledger), RECONCILE_TASK, log, clock=ports.clock) as held:
+        return _run_reconcile(ports, log, limit=limit) if held else ReconcileSummary()
+
+
+def _run_reconcile(ports: Ports, log: Logger, *, limit: int | None) -> ReconcileSummary:
     settings = ports.settings
     summary = ReconcileSummary()
     request_ids = _requests_to_reconcile(

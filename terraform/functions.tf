@@ -31,9 +31,14 @@ locals {
 
   # Per-function sizing: module defaults, per-function adjustments, then the caller's overrides.
   function_builtin = {
-    # Scheduled sweeps: one at a time, longer runs; prune deletes in parallel threads.
-    reconcile         = { timeout_seconds = 300, max_instances = 1, concurrency = 1 }
-    prune_checkpoints = { timeout_seconds = 540, max_instances = 1, concurrency = 1, memory = "1Gi" }
+    # Scheduled sweeps: one instance, longer runs; prune deletes in parallel threads. One sweep at
+    # a time is the run lease's job (shared/run_lock.py), not Cloud Run's: with concurrency 1 a
+    # tick pushed during a run of minutes would get 429, be retried and end in the dead-letter
+    # topic. With room for more requests the tick reaches the instance, finds the lease and is
+    # acknowledged; prune also serves the one-request prunes on_job_event publishes meanwhile.
+    # Concurrency above 1 needs at least 1 vCPU (checked below).
+    reconcile         = { timeout_seconds = 300, max_instances = 1, concurrency = 4 }
+    prune_checkpoints = { timeout_seconds = 540, max_instances = 1, concurrency = 8, memory = "1Gi" }
   }
   function_config = {
     for fn in keys(local.routes) : fn => merge(
@@ -219,6 +224,15 @@ resource "google_cloudfunctions2_function" "functions" {
       # functions-framework serves with gunicorn threads; match the instance concurrency.
       THREADS = tostring(local.function_config[each.key].concurrency)
     })
+  }
+
+  lifecycle {
+    # "If you set concurrency greater than 1, the function must have 1 or more vCPU"
+    # (https://cloud.google.com/functions/docs/configuring/concurrency).
+    precondition {
+      condition     = local.function_config[each.key].concurrency == 1 || try(tonumber(local.function_config[each.key].cpu) >= 1, false)
+      error_message = "${each.key}: concurrency above 1 needs cpu >= 1 (Cloud Run functions)."
+    }
   }
 
   depends_on = [

@@ -74,9 +74,22 @@ def vertex_signals(stack: "Stack", profile: str) -> Iterator[None]:  # noqa: F82
 
 
 @pytest.fixture(scope="session")
-def stack() -> Iterator["Stack"]:  # noqa: F821
-    with isolated_stack() as running:
+def api_calls_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the session stack's functions record the Google API calls they make
+    (tests/integration/test_permissions.py compares them with Terraform's grants)."""
+    return tmp_path_factory.mktemp("api-calls")
+
+
+@pytest.fixture(scope="session")
+def stack(api_calls_dir: Path) -> Iterator["Stack"]:  # noqa: F821
+    with isolated_stack(record_api_calls=api_calls_dir) as running:
         yield running
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked `run_last` run after every other test (the permissions test reads what the
+    whole session's stack tests made the functions call)."""
+    items.sort(key=lambda item: item.get_closest_marker("run_last") is not None)
 
 
 def load_event(relative: str) -> bytes:

@@ -99,7 +99,7 @@ def play(stack: Stack, scenarios: Sequence[Scenario], timeout: float) -> Played:
         if not wait_for(lambda: all(is_settled(t) for t in traces), timeout, refresh):
             notes.append(f"not every request ended within {timeout:.0f} s")
         view.note("every request has ended; publishing {\"task\": \"prune\"} to the maintenance topic")
-        stack.publish("maintenance", json.dumps({"task": "prune"}).encode())
+        stack.publish("maintenance", json.dumps({"task": "prune"}).encode(), task="prune")
         if not wait_for(lambda: all(is_pruned(t, keep_last) for t in traces), PRUNE_TIMEOUT_SECONDS, refresh):
             notes.append(f"checkpoints were not pruned to {keep_last} within {PRUNE_TIMEOUT_SECONDS:.0f} s")
         traces = observer.traces()

@@ -23,6 +23,7 @@ from shared.pruning.store import (
     emulator_in_use,
     widen_connection_pool,
 )
+from shared.run_lock import run_lock
 from shared.settings import Settings
 from shared.wiring import Ports
 
@@ -130,10 +131,22 @@ def handle_maintenance(message: Message, log: Logger, ports: Ports) -> None:
         log.warning("ignored a prune task without a valid request_id", event="invalid_prune_task")
         return
     log = log.bind(request_id=task.request_id)
-    every_request = task.request_id is None
     assert ports.storage is not None, "prune_checkpoints is wired with a storage client"
+    if task.request_id is not None:  # one request: idempotent and short, may overlap anything
+        _prune_and_report(ports, task, log)
+        return
+    # Every request: one run at a time; a tick during a run ends quietly (shared/run_lock.py).
+    state_bucket = ports.storage().bucket(settings.state_bucket)
+    with run_lock(state_bucket, PRUNE_TASK, log, clock=ports.clock) as held:
+        if held:
+            _prune_and_report(ports, task, log)
+
+
+def _prune_and_report(ports: Ports, task: PruneTask, log: Logger) -> None:
+    assert ports.storage is not None
+    every_request = task.request_id is None
     result = run_prune(
-        ports.storage(), settings, request_id=task.request_id, bounded_run=every_request, log=log
+        ports.storage(), ports.settings, request_id=task.request_id, bounded_run=every_request, log=log
     )
     for report in result.reports:
         log_report(log, report)

@@ -64,7 +64,7 @@ def _wait_terminal(stack, request_ids: list[str], timeout: float = 120) -> dict[
     def statuses() -> dict[str, str] | None:
         nonlocal next_reconcile
         if time.monotonic() >= next_reconcile:
-            stack.publish("maintenance", b'{"task": "reconcile"}')
+            stack.publish("maintenance", b'{"task": "reconcile"}', task="reconcile")
             next_reconcile = time.monotonic() + 5
         seen = {rid: (ledger.get(rid).status if ledger.get(rid) else None) for rid in request_ids}
         return seen if all(status in TERMINAL_STATUSES for status in seen.values()) else None
@@ -166,3 +166,38 @@ def test_the_same_message_redelivered_many_times_creates_one_job(chaos) -> None:
 
     assert all(status < 300 for status in statuses), statuses
     _assert_nothing_lost_nothing_doubled(chaos, [request_id])
+
+
+def test_submit_job_sigkilled_while_40_requests_arrive_is_restarted_and_each_gets_one_job(chaos) -> None:
+    """As an operator would try it: 40 requests published while submit_job's process group is
+    SIGKILLed, and nothing else done. The stack's supervisor starts the function again, as Cloud
+    Run starts a new instance (one line in the stack's log); the pushes that failed meanwhile are
+    redelivered; every request ends with exactly one job."""
+    import concurrent.futures
+
+    request_ids = [_new_id("sigkill") for _ in range(40)]
+    restarts_before = [line for line in chaos.stack_logs() if line["event"] == "function_restarted"]
+    old_pid = chaos.function_pid("submit_job")
+    assert old_pid is not None
+
+    def publish(request_id: str) -> str:
+        return chaos.publish("job_requests", _request(request_id))
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        list(pool.map(publish, request_ids[:20]))
+        os.killpg(old_pid, signal.SIGKILL)  # the function's own process group (its session)
+        list(pool.map(publish, request_ids[20:]))
+
+    restarted = chaos.wait_for(
+        lambda: [line for line in chaos.stack_logs() if line["event"] == "function_restarted"][len(restarts_before):],
+        60, "the supervisor to restart submit_job",
+    )
+    assert [(line["function"], line["exit_code"]) for line in restarted] == [("submit_job", -signal.SIGKILL)]
+    assert restarted[0]["pid"] != old_pid
+
+    statuses = _wait_terminal(chaos, request_ids, timeout=300)
+    assert set(statuses.values()) == {RequestStatus.SUCCEEDED}, statuses
+    for request_id in request_ids:
+        record = chaos.ledger().get(request_id)
+        per_attempt = _jobs_per_attempt(chaos, request_id)
+        assert per_attempt == Counter({str(a.n): 1 for a in record.attempts}), (request_id, per_attempt)

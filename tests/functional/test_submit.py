@@ -893,6 +893,14 @@ def test_a_duplicate_publish_with_a_different_body_is_a_warning(harness: Harness
     assert (different["severity"], different["same_body"]) == ("WARNING", False)
 
 
+def _push_request(event: dict[str, Any]) -> Any:
+    """The HTTP request Pub/Sub's push makes: the push body of `event` (entry points are HTTP)."""
+    import types
+
+    body = json.dumps(event["data"]).encode()
+    return types.SimpleNamespace(get_data=lambda: body)
+
+
 def test_submit_job_handles_a_request_of_any_age(monkeypatch: pytest.MonkeyPatch) -> None:
     # A Pub/Sub seek or a long outage must not silently drop job requests: only events go stale.
     from functions import submit as entry
@@ -904,7 +912,7 @@ def test_submit_job_handles_a_request_of_any_age(monkeypatch: pytest.MonkeyPatch
         datetime.now(timezone.utc) - timedelta(days=30)
     ).isoformat()
 
-    entry.submit_job(event)
+    entry.submit_job(_push_request(event))
 
     assert [m.message_id for m in handled] == ["m-old"]
 
@@ -920,7 +928,7 @@ def test_submit_job_redelivers_a_request_it_cannot_build_its_clients_for(
     monkeypatch.setattr("shared.wiring.ports_for", misconfigured)
 
     with pytest.raises(SubmitBlocked):
-        entry.submit_job(_push_event(envelope(), "m-1"))
+        entry.submit_job(_push_request(_push_event(envelope(), "m-1")))
 
 
 def test_a_replay_of_a_request_whose_document_was_lost_creates_no_second_job(harness: Harness) -> None:

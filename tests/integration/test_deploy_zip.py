@@ -10,12 +10,14 @@ Mimics the gen2 Python build and runtime without a cloud account:
 4. import every entry point Terraform deploys the way functions-framework loads them (source
    main.py at the root), with a clean environment: `shared` and `functions` must come from the
    unpacked tree (so must `spotjobs_kit`, packed at the root from kit/src/), devstack must not
-   be needed, and each entry point must be registered as a
-   CloudEvent function (Cloud Functions starts an HTTP-triggered function with
-   FUNCTION_SIGNATURE_TYPE=http; the @functions_framework.cloud_event registration overrides it);
+   be needed, and each entry point must be registered as an
+   HTTP function (@functions_framework.http: Cloud Functions starts an HTTP-triggered function with
+   FUNCTION_SIGNATURE_TYPE=http, and the entry points read the raw push body themselves, see
+   shared/delivery.py);
 5. start `functions-framework --target <entry point>` for each one on a free loopback port and
-   check it answers HTTP: a body that is neither a CloudEvent nor a Pub/Sub push gets 400 from the
-   CloudEvent handler (an HTTP-signature function would have been called and failed with 500).
+   check it answers HTTP: a body that is not a Pub/Sub push gets 400 from our handler, and (for
+   the maintenance functions, which need no cloud client to answer it) a push of a message with
+   attributes and no data, exactly as Pub/Sub sends it, is acknowledged.
 6. run the `spotjobs` CLI from the unpacked tree: `validate` works, and `local up` says in one
    line that the local stack is not installed (the zip has no devstack).
 
@@ -81,6 +83,7 @@ for target in sys.argv[1:]:
         "module": function.__module__,
         # What functions-framework will use when the platform says "http".
         "signature": registry.get_func_signature_type(target, "http"),
+        "registered": registry.REGISTRY_MAP.get(target),
     }
 import functions, shared, spotjobs_kit
 report["shared"] = os.path.realpath(shared.__file__)
@@ -321,9 +324,10 @@ def test_every_entry_point_imports_from_the_unpacked_source(deployment: Deployme
     for target in targets:
         info = report["targets"][target]
         assert info["module"].startswith("functions."), info
-        assert info["signature"] == "cloudevent", (
-            f"{target} is not registered with @functions_framework.cloud_event; Terraform deploys it "
-            "as an HTTP function fed by a Pub/Sub push subscription, so the decorator is required"
+        assert (info["signature"], info["registered"]) == ("http", "http"), (
+            f"{target} is not registered with @functions_framework.http; Terraform deploys it as an "
+            "HTTP function fed by a Pub/Sub push subscription, and it reads the raw push body itself "
+            "(functions-framework's CloudEvent conversion refuses a message without data)"
         )
 
 
@@ -405,8 +409,16 @@ def test_entry_point_starts_and_answers_http(deployment: Deployment, target: str
                 time.sleep(0.5)
         assert status is not None, f"{target} never answered on port {port}:\n{log_path.read_text()[-6000:]}"
         assert status == 400, (
-            f"{target} answered {status} to a body that is not a Pub/Sub push; the CloudEvent "
+            f"{target} answered {status} to a body that is not a Pub/Sub push; the push "
             f"handler answers 400:\n{log_path.read_text()[-6000:]}"
         )
+        if topology()["functions"][target]["topic"] == "maintenance":
+            # A message with attributes and no data, exactly as a push subscription sends it.
+            attributes_only = json.dumps({
+                "message": {"attributes": {"task": "none"}, "messageId": "1", "publishTime": "2026-01-01T00:00:00Z"},
+                "subscription": "projects/test-project/subscriptions/s",
+            }).encode()
+            status = _post(url, attributes_only)
+            assert 200 <= status < 300, f"{target} answered {status}:\n{log_path.read_text()[-6000:]}"
     finally:
         _stop(process)

@@ -28,7 +28,7 @@ def test_reconcile_alone_reaches_the_same_outcomes(stack) -> None:
         submit(stack, fails, fail_at_step=5)
 
         def settled() -> bool:
-            stack.publish("maintenance", json.dumps({"task": "reconcile"}).encode())
+            stack.publish("maintenance", json.dumps({"task": "reconcile"}).encode(), task="reconcile")
             records = {request_id: ledger.get(request_id) for request_id in expected}
             if all(r is not None and r.status == expected[rid] for rid, r in records.items()):
                 return True

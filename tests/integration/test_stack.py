@@ -81,7 +81,7 @@ def test_local_up_prints_a_working_environment_and_leaves_nothing_behind() -> No
         description = json.loads(process.stdout.readline())
         children = _descendants(process.pid)
 
-        # Every part answers HTTP (a CloudEvent function refuses a GET with 405: it is serving).
+        # Every part answers HTTP (a function answers a GET, which is no push, with 400: it is serving).
         for url in [*description["functions"].values(), description["vertex_endpoint"]]:
             assert _http_status(url + "/") < 500, url
         assert description["vertex_signals"] == "documented"  # the emulator's default profile
@@ -118,7 +118,7 @@ def test_a_published_request_reaches_submit_job_through_its_push_subscription(st
         return [line for line in stack.function_logs("submit_job") if line.get("message_id") == message_id]
 
     lines = stack.wait_for(delivered, timeout=30, message="submit_job to log the pushed message")
-    # functions-framework turned the emulator's raw push into a CloudEvent carrying the message id.
+    # The function read the emulator's raw push body and logs its message id.
     assert lines[0]["function"] == "submit_job"
     assert lines[0]["event_id"] == message_id
 

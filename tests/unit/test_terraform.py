@@ -193,11 +193,6 @@ def _maintenance_publishes(package: str) -> list[tuple[str, int, set[str]]]:
     return found
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the Python publishers (shared/decisions.py prune request, devstack scheduler and demo) "
-    "must still set the task attribute; owned outside terraform/",
-)
 def test_every_python_publisher_to_maintenance_sets_the_task_attribute() -> None:
     calls = _maintenance_publishes("shared") + _maintenance_publishes("devstack")
     assert calls, "expected the prune request and the embedded scheduler"
@@ -205,7 +200,6 @@ def test_every_python_publisher_to_maintenance_sets_the_task_attribute() -> None
     assert not missing, f"publish to maintenance without task=...: {missing}"
 
 
-@pytest.mark.xfail(strict=True, reason="the embedded stack must still create its trigger subscriptions with the filter")
 def test_embedded_stack_creates_the_filtered_subscriptions() -> None:
     import inspect
 
