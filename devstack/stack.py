@@ -30,7 +30,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from devstack.emulators import start_fake_gcs, start_pubsub_emulator, start_vertex_emulator
+from devstack.emulators import (
+    notification_args,
+    start_fake_gcs,
+    start_pubsub_emulator,
+    start_vertex_emulator,
+)
 from devstack.processes import REPO_ROOT, ManagedProcess, free_port, http_ok, stop_all, wait_until
 from shared.settings import Settings
 from shared.topology import TOPOLOGY
@@ -38,6 +43,8 @@ from shared.topology import TOPOLOGY
 FUNCTIONS_SOURCE = REPO_ROOT / "functions" / "main.py"
 DEFAULT_PROJECT = "spotjobs-local"
 DEFAULT_LOCATION = "us-central1"
+# A bucket whose object finalize notifications go to on_trigger's topic (retraining triggers).
+DEFAULT_DATA_BUCKET = "spotjobs-data"
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,7 @@ class StackOptions:
     # (e.g. {"reconcile": 30, "prune": 300}). Off by default, so tests control every message.
     schedule: Mapping[str, float] = field(default_factory=dict)
     functions: tuple[str, ...] = tuple(TOPOLOGY.functions)
+    data_bucket: str = DEFAULT_DATA_BUCKET
     workdir: Path | None = None  # logs and emulator data; a temporary directory by default
 
 
@@ -140,6 +148,7 @@ class Stack:
             "location": self.options.location,
             "vertex_endpoint": self.vertex_url,
             "functions": dict(self.function_urls),
+            "data_bucket": self.options.data_bucket,
             "logs": str(self.workdir / "logs"),
         }
 
@@ -165,7 +174,12 @@ class Stack:
         self.processes[process.name] = process
 
     def _start_gcs(self) -> None:
-        process, self.storage_host = start_fake_gcs(self.workdir / "logs", self._child_env())
+        notifications = notification_args(
+            self.options.project, TOPOLOGY.topic_name("triggers"), self.options.data_bucket
+        )
+        process, self.storage_host = start_fake_gcs(
+            self.workdir / "logs", self._child_env(), extra_args=notifications
+        )
         self.processes[process.name] = process
         if self.options.storage_fault_proxy:
             proxy = ManagedProcess(
@@ -242,7 +256,7 @@ class Stack:
         from google.api_core.exceptions import Conflict
 
         client = self.storage()
-        for bucket in {self.settings.state_bucket, self.settings.checkpoint_bucket}:
+        for bucket in {self.settings.state_bucket, self.settings.checkpoint_bucket, self.options.data_bucket}:
             with contextlib.suppress(Conflict):
                 client.create_bucket(bucket)
 
@@ -308,8 +322,9 @@ class Stack:
                 for task, due in next_run.items():
                     if time.monotonic() >= due:
                         next_run[task] = due + self.options.schedule[task]
+                        topic = "triggers" if task == "triggers" else "maintenance"  # on_trigger's own
                         with contextlib.suppress(Exception):  # a missed tick is the next one's job
-                            self.publish("maintenance", json.dumps({"task": task}).encode())
+                            self.publish(topic, json.dumps({"task": task}).encode(), task=task)
 
         self._scheduler = threading.Thread(target=run, name="stack-scheduler", daemon=True)
         self._scheduler.start()
@@ -321,6 +336,25 @@ class Stack:
 
     def subscription_path(self, name: str) -> str:
         return f"projects/{self.options.project}/subscriptions/{name}"
+
+    def watch_topic(self, topic: str) -> None:
+        """A `pubsub` retraining trigger's topic: create it and push it to on_trigger (the endpoint
+        path names the topic, as Terraform's watched-topic subscriptions do)."""
+        from google.api_core.exceptions import AlreadyExists
+        from google.cloud import pubsub_v1
+
+        path = f"projects/{self.options.project}/topics/{topic}"
+        with contextlib.suppress(AlreadyExists):
+            pubsub_v1.PublisherClient().create_topic(name=path)
+        with contextlib.suppress(AlreadyExists):
+            pubsub_v1.SubscriberClient().create_subscription(
+                request={
+                    "name": self.subscription_path(f"on-trigger-{topic}"),
+                    "topic": path,
+                    "push_config": {"push_endpoint": f"{self.function_urls['on_trigger']}/{path}"},
+                    "ack_deadline_seconds": TOPOLOGY.trigger_subscription["ack_deadline_seconds"],
+                }
+            )
 
     def storage(self) -> Any:
         from google.cloud import storage

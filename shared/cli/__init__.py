@@ -3,6 +3,7 @@
 - `requests`: validate, submit, status
 - `prune`: prune
 - `local`: local up, demo (the embedded stack)
+- `triggers`: triggers apply, list, test, delete
 
 Each module exposes `register(subparsers)` and imports heavy libraries only inside the function
 that runs a command, so `spotjobs --help` stays instant. This package is the only code under
@@ -16,9 +17,9 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from shared.cli import local, prune, requests
+from shared.cli import local, prune, requests, triggers
 
-COMMAND_MODULES = (requests, prune, local)
+COMMAND_MODULES = (requests, prune, local, triggers)
 
 EPILOG = """exit status: 0 success; 1 not found, or the command ran and reported errors;
 2 invalid input or usage, or (local up, demo) the local stack is not installed;
