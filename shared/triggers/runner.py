@@ -204,6 +204,8 @@ def record(
         document = _ensure_window(store, definition, window, ports.clock())
         if document["state"] != "open":
             return _late(ports, store, definition, window, key, metadata, log, carry_late)
+        if len(_open_windows) > 10_000:  # bounded: a forgotten entry only costs one read
+            _open_windows.clear()
         _open_windows.add((name, window.id))
     if not store.touch(f"{paths.members_prefix(name, window.id)}{key}", metadata):
         log.debug("a notification already recorded", event="trigger_duplicate", key=key)
