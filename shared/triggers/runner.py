@@ -27,7 +27,6 @@ import json
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -552,11 +551,3 @@ def _json_object(data: bytes) -> dict[str, Any]:
         return {}
     return value if isinstance(value, dict) else {}
 
-
-@dataclass(frozen=True)
-class Preview:
-    """What `spotjobs triggers test` shows: the request a window would publish, offline."""
-
-    envelope: dict[str, Any]
-    violations: list[str]
-    manifest: dict[str, Any]
