@@ -21,6 +21,7 @@ BENCHMARKS = (
     ("bench.bench_events", []),
     ("bench.bench_prune", []),
     ("bench.bench_load", []),
+    ("bench.bench_triggers", []),
 )
 
 

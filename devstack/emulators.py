@@ -39,8 +39,11 @@ def fake_gcs_binary() -> Path:
     return binary
 
 
-def start_fake_gcs(log_dir: Path, env: Mapping[str, str] | None = None) -> tuple[ManagedProcess, str]:
-    """fake-gcs-server in memory on a free port; returns the process and its base URL."""
+def start_fake_gcs(
+    log_dir: Path, env: Mapping[str, str] | None = None, *, extra_args: Sequence[str] = ()
+) -> tuple[ManagedProcess, str]:
+    """fake-gcs-server in memory on a free port; returns the process and its base URL.
+    `extra_args`: e.g. `notification_args(...)`."""
     port = free_port()
     process = ManagedProcess(
         "fake-gcs-server",
@@ -49,6 +52,7 @@ def start_fake_gcs(log_dir: Path, env: Mapping[str, str] | None = None) -> tuple
             "-scheme", "http", "-host", "127.0.0.1", "-port", str(port),
             "-backend", "memory", "-log-level", "warn",
             "-external-url", f"http://127.0.0.1:{port}",
+            *extra_args,
         ],
         dict(env or os.environ),
         log_dir / "fake-gcs-server.log",
@@ -59,6 +63,20 @@ def start_fake_gcs(log_dir: Path, env: Mapping[str, str] | None = None) -> tuple
         lambda: wait_until(lambda: http_ok(f"{url}/storage/v1/b"), timeout=30, what="fake-gcs-server"),
     )
     return process, url
+
+
+def notification_args(project: str, topic: str, bucket: str) -> list[str]:
+    """fake-gcs-server's Pub/Sub notifications, like a bucket's notification configuration with
+    payload format JSON_API_V1 and event type OBJECT_FINALIZE: it publishes (through
+    PUBSUB_EMULATOR_HOST) one message per object finalized in `bucket`, with the attributes
+    `eventType`, `bucketId`, `objectId`, `objectGeneration`, `eventTime`, `payloadFormat` and the
+    object's JSON as data (fake-gcs-server internal/notification/event.go)."""
+    return [
+        "-event.pubsub-project-id", project,
+        "-event.pubsub-topic", topic,
+        "-event.bucket", bucket,
+        "-event.list", "finalize",
+    ]
 
 
 def start_pubsub_emulator(

@@ -34,7 +34,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from devstack.emulators import start_fake_gcs, start_pubsub_emulator, start_vertex_emulator
+from devstack.emulators import (
+    notification_args,
+    start_fake_gcs,
+    start_pubsub_emulator,
+    start_vertex_emulator,
+)
 from devstack.processes import REPO_ROOT, ManagedProcess, free_port, http_ok, stop_all, wait_until
 from devstack.push_filter import PushFilterRouter
 from shared.settings import Settings
@@ -43,6 +48,8 @@ from shared.topology import TOPOLOGY
 FUNCTIONS_SOURCE = REPO_ROOT / "functions" / "main.py"
 DEFAULT_PROJECT = "spotjobs-local"
 DEFAULT_LOCATION = "us-central1"
+# A bucket whose object finalize notifications go to on_trigger's topic (retraining triggers).
+DEFAULT_DATA_BUCKET = "spotjobs-data"
 
 
 @dataclass(frozen=True)
@@ -65,6 +72,7 @@ class StackOptions:
     # (e.g. {"reconcile": 30, "prune": 300}). Off by default, so tests control every message.
     schedule: Mapping[str, float] = field(default_factory=dict)
     functions: tuple[str, ...] = tuple(TOPOLOGY.functions)
+    data_bucket: str = DEFAULT_DATA_BUCKET
     workdir: Path | None = None  # logs and emulator data; a temporary directory by default
     # Start a function again when its process dies (Cloud Run starts a new instance).
     supervise_functions: bool = True
@@ -181,6 +189,7 @@ class Stack:
             "vertex_endpoint": self.vertex_url,
             "vertex_signals": self.options.vertex_signals,
             "functions": dict(self.function_urls),
+            "data_bucket": self.options.data_bucket,
             "logs": str(self.workdir / "logs"),
         }
 
@@ -206,7 +215,12 @@ class Stack:
         self.processes[process.name] = process
 
     def _start_gcs(self) -> None:
-        process, self.storage_host = start_fake_gcs(self.workdir / "logs", self._child_env())
+        notifications = notification_args(
+            self.options.project, TOPOLOGY.topic_name("triggers"), self.options.data_bucket
+        )
+        process, self.storage_host = start_fake_gcs(
+            self.workdir / "logs", self._child_env(), extra_args=notifications
+        )
         self.processes[process.name] = process
         if self.options.storage_fault_proxy:
             proxy = ManagedProcess(
@@ -365,7 +379,7 @@ class Stack:
         from google.api_core.exceptions import Conflict
 
         client = self.storage()
-        for bucket in {self.settings.state_bucket, self.settings.checkpoint_bucket}:
+        for bucket in {self.settings.state_bucket, self.settings.checkpoint_bucket, self.options.data_bucket}:
             with contextlib.suppress(Conflict):
                 client.create_bucket(bucket)
 
@@ -392,15 +406,15 @@ class Stack:
             if name not in self.function_urls:
                 continue
             topic = self.topic_path(wiring["topic"])
-            # The topic in the path, as a Pub/Sub push to production's function URL may carry it.
-            endpoint = f"{self.function_urls[name]}/{topic}"
             subscription_filter = wiring.get("filter") or ""
             # Pushes go through the stack's router (devstack/push_filter.py), which applies the
             # filter the emulator stores but may not apply (with an emulator that filters, both
             # agree) and, like Cloud Run's front end, holds a push while a crashed function restarts.
             if self.push_router is None:
                 self.push_router = PushFilterRouter(self.log_event).start()
-            endpoint = f"{self.push_router.add(name, self.function_urls[name], subscription_filter)}/{topic}"
+            # The topic in the path, as a Pub/Sub push to production's function URL may carry it.
+            route = self.push_router.add(name, self.function_urls[name], subscription_filter)
+            endpoint = f"{route}/{topic}"
             with contextlib.suppress(AlreadyExists):
                 subscriber.create_subscription(
                     request={
@@ -439,8 +453,9 @@ class Stack:
                 for task, due in next_run.items():
                     if time.monotonic() >= due:
                         next_run[task] = due + self.options.schedule[task]
+                        topic = "triggers" if task == "triggers" else "maintenance"  # on_trigger's own
                         with contextlib.suppress(Exception):  # a missed tick is the next one's job
-                            self.publish("maintenance", json.dumps({"task": task}).encode(), task=task)
+                            self.publish(topic, json.dumps({"task": task}).encode(), task=task)
 
         self._scheduler = threading.Thread(target=run, name="stack-scheduler", daemon=True)
         self._scheduler.start()
@@ -452,6 +467,25 @@ class Stack:
 
     def subscription_path(self, name: str) -> str:
         return f"projects/{self.options.project}/subscriptions/{name}"
+
+    def watch_topic(self, topic: str) -> None:
+        """A `pubsub` retraining trigger's topic: create it and push it to on_trigger (the endpoint
+        path names the topic, as Terraform's watched-topic subscriptions do)."""
+        from google.api_core.exceptions import AlreadyExists
+        from google.cloud import pubsub_v1
+
+        path = f"projects/{self.options.project}/topics/{topic}"
+        with contextlib.suppress(AlreadyExists):
+            pubsub_v1.PublisherClient().create_topic(name=path)
+        with contextlib.suppress(AlreadyExists):
+            pubsub_v1.SubscriberClient().create_subscription(
+                request={
+                    "name": self.subscription_path(f"on-trigger-{topic}"),
+                    "topic": path,
+                    "push_config": {"push_endpoint": f"{self.function_urls['on_trigger']}/{path}"},
+                    "ack_deadline_seconds": TOPOLOGY.trigger_subscription["ack_deadline_seconds"],
+                }
+            )
 
     def storage(self) -> Any:
         from google.cloud import storage

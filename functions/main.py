@@ -14,6 +14,7 @@ ENTRY_POINTS = {
     "on_job_event": "functions.events",
     "reconcile": "functions.reconcile",
     "prune_checkpoints": "functions.prune",
+    "on_trigger": "functions.triggers",
 }
 
 __all__ = list(ENTRY_POINTS)

@@ -16,15 +16,23 @@ from shared.image_ref import BadReference, parse_image, parse_prefix
 from shared.job_fields import CODE_SPECS, check_fields, setting_env
 from shared.job_schema import field_path
 from shared.settings import Settings
-from shared.vertex import MAX_LABELS, RESERVED_LABEL_PREFIX, SYSTEM_LABELS
+from shared.vertex import (
+    ENV_ATTEMPT,
+    ENV_REQUEST_ID,
+    MAX_LABELS,
+    RESERVED_LABEL_PREFIX,
+    SYSTEM_LABELS,
+)
 
 TPU_MACHINE_PREFIXES = ("ct", "tpu")
 ACCEPTED_STRATEGIES = ("STRATEGY_UNSPECIFIED", "SPOT")
 VERTEX_DEFAULT_TIMEOUT_SECONDS = 7 * 86400  # Scheduling.timeout: "The default is 7 days."
 # Environment variables Vertex or the runtime owns: a request setting them could redirect
 # AIP_CHECKPOINT_DIR to another request's folder, rewrite the cluster spec, or load other code.
-RESERVED_ENV_NAMES = ("CLUSTER_SPEC", "TF_CONFIG")
-RESERVED_ENV_PREFIXES = ("AIP_", "CLOUD_ML_", "GOOGLE_", "LD_", "PYTHON", "SPOTJOBS_")
+# spotjobs sets the request id and attempt in every container (shared/vertex.py); the trainer kit
+# trusts them.
+RESERVED_ENV_NAMES = ("CLUSTER_SPEC", "TF_CONFIG", ENV_REQUEST_ID, ENV_ATTEMPT)
+RESERVED_ENV_PREFIXES = ("AIP_", "CLOUD_ML_", "GOOGLE_", "LD_", "PYTHON")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _RESOURCE = re.compile(r"^[A-Za-z0-9._~@:/-]+$")
 MAX_LABEL_LENGTH = 63

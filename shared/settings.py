@@ -53,6 +53,7 @@ class Settings:
     job_events_topic: str = _env("SPOTJOBS_JOB_EVENTS_TOPIC", TOPOLOGY.topic_name("job_events"))
     ops_alerts_topic: str = _env("SPOTJOBS_OPS_ALERTS_TOPIC", TOPOLOGY.topic_name("ops_alerts"))
     maintenance_topic: str = _env("SPOTJOBS_MAINTENANCE_TOPIC", TOPOLOGY.topic_name("maintenance"))
+    triggers_topic: str = _env("SPOTJOBS_TRIGGERS_TOPIC", TOPOLOGY.topic_name("triggers"))
     # Empty means the real regional endpoint; the embedded stack sets http://127.0.0.1:PORT.
     vertex_endpoint: str = _env("SPOTJOBS_VERTEX_ENDPOINT", "")
     training_service_account: str = _env("SPOTJOBS_TRAINING_SERVICE_ACCOUNT", "")
@@ -137,6 +138,12 @@ class Settings:
     list_lag_seconds: float = _env("SPOTJOBS_LIST_LAG_SECONDS", 60.0, kind="float")
     reconcile_page_size: int = _env("SPOTJOBS_RECONCILE_PAGE_SIZE", 200, kind="int")
     reconcile_requests_per_run: int = _env("SPOTJOBS_RECONCILE_REQUESTS_PER_RUN", 2000, kind="int")
+
+    # Retraining triggers (shared/triggers/): a window closes at the first tick at least this long
+    # after its end (covers handlers still recording its last notifications), and each instance
+    # re-reads the trigger definitions at most this often.
+    trigger_settle_seconds: float = _env("SPOTJOBS_TRIGGER_SETTLE_SECONDS", 30.0, kind="float")
+    trigger_cache_seconds: float = _env("SPOTJOBS_TRIGGER_CACHE_SECONDS", 30.0, kind="float")
 
     # Checkpoint pruning: what is kept.
     keep_last: int = _env("SPOTJOBS_KEEP_LAST", 2, kind="int")

@@ -34,6 +34,7 @@ PUBLISHES: dict[str, tuple[str, ...]] = {
     "on_job_event": ("ops_alerts_topic", "job_requests_topic", "maintenance_topic"),
     "reconcile": ("ops_alerts_topic", "job_requests_topic", "maintenance_topic"),
     "prune_checkpoints": ("ops_alerts_topic",),
+    "on_trigger": ("ops_alerts_topic", "job_requests_topic"),
 }
 
 

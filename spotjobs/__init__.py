@@ -40,7 +40,6 @@ Request = Union[Mapping[str, Any], str, bytes]
 """A job request: the envelope or a bare CustomJob body, as a mapping or its JSON text."""
 
 PUBLISH_TIMEOUT_SECONDS = 60.0
-_VALIDATION_MESSAGE_ID = "local"
 _PLACEHOLDER_ID = "req-validate"
 
 
@@ -189,12 +188,12 @@ def _check(
     if request_id is not None:
         attributes["request_id"] = request_id
     if "request_id" not in attributes:
-        shape = read_request(data, message_id=_VALIDATION_MESSAGE_ID, attributes=attributes,
+        shape = read_request(data, attributes=attributes,
                              max_bytes=settings.max_request_bytes)[0]
         if shape.shape == "bare":
             attributes["request_id"] = _PLACEHOLDER_ID
     try:
-        checked = validate_request(data, message_id=_VALIDATION_MESSAGE_ID, attributes=attributes, settings=settings)
+        checked = validate_request(data, attributes=attributes, settings=settings)
     except InvalidJobRequest as exc:
         return None, [str(violation) for violation in exc.violations]
     return checked, []

@@ -1,4 +1,4 @@
-# The four Cloud Functions (gen2), built by Cloud Build from one source zip.
+# The five Cloud Functions (gen2), built by Cloud Build from one source zip.
 #
 # Source layout in the zip (the buildpack's source root):
 #   main.py            terraform/source_root/main.py: forwards the entry points to functions/main.py
@@ -60,6 +60,7 @@ locals {
     SPOTJOBS_JOB_EVENTS_TOPIC         = google_pubsub_topic.topics["job_events"].name
     SPOTJOBS_OPS_ALERTS_TOPIC         = google_pubsub_topic.topics["ops_alerts"].name
     SPOTJOBS_MAINTENANCE_TOPIC        = google_pubsub_topic.topics["maintenance"].name
+    SPOTJOBS_TRIGGERS_TOPIC           = google_pubsub_topic.topics["triggers"].name
     SPOTJOBS_TRAINING_SERVICE_ACCOUNT = google_service_account.training.email
   }
   settings = merge(var.settings, {
@@ -117,6 +118,8 @@ locals {
     commit_markers               = "SPOTJOBS_COMMIT_MARKERS"
     prune_workers                = "SPOTJOBS_PRUNE_WORKERS"
     prune_requests_per_run       = "SPOTJOBS_PRUNE_REQUESTS_PER_RUN"
+    trigger_settle_seconds       = "SPOTJOBS_TRIGGER_SETTLE_SECONDS"
+    trigger_cache_seconds        = "SPOTJOBS_TRIGGER_CACHE_SECONDS"
   }
   settings_env = {
     for key, env_name in local.settings_env_names : env_name => (

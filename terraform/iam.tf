@@ -8,6 +8,7 @@
 # | fn-submit            | ledger r/w; create/get/list/cancel custom jobs; actAs training SA; publish ops-alerts |
 # | fn-events, fn-reconcile | ledger r/w; get/list/cancel custom jobs; publish job-requests, ops-alerts, maintenance |
 # | fn-prune             | ledger read, write its cursor; list/read/delete checkpoints; publish ops-alerts |
+# | fn-trigger           | state bucket under triggers/ only (no ledger); create/get manifests under the checkpoint prefix's trg-* folders; publish job-requests, ops-alerts |
 # | push-<fn>            | invoke that one function (OIDC identity of its push subscription)      |
 # | training             | object admin on the checkpoint bucket; write logs                      |
 # | build                | write build logs; push to the functions' Artifact Registry repo; get the source zips (storage.objects.get) |
@@ -48,6 +49,18 @@ locals {
       vertex       = null
       checkpoint   = "prune"
       publishes    = ["ops_alerts"]
+      act_as       = false
+    }
+    on_trigger = {
+      # Never reads the ledger: its state is triggers/ in the state bucket (definitions, windows,
+      # members), and each window's manifest, written once into the request's own output folder
+      # (which the training account reads). It publishes the request and trigger_failed alerts.
+      # The watched data buckets are not read: notifications carry the object metadata.
+      ledger       = "none"
+      state_prefix = "triggers/"
+      vertex       = null
+      checkpoint   = "manifest"
+      publishes    = ["job_requests", "ops_alerts"]
       act_as       = false
     }
   }
@@ -178,6 +191,20 @@ resource "google_project_iam_custom_role" "checkpoint_pruner" {
   depends_on = [google_project_service.apis]
 }
 
+# on_trigger's manifests: written once (if_generation_match=0 needs create only) and read back.
+resource "google_project_iam_custom_role" "manifest_writer" {
+  project     = var.project_id
+  role_id     = "${local.custom_role_prefix}_manifestWriter"
+  title       = "spotjobs trigger manifest writer"
+  description = "Create and read objects (granted on the checkpoint bucket, trigger request folders only); cannot overwrite, delete or list."
+  permissions = [
+    "storage.objects.create",
+    "storage.objects.get",
+  ]
+
+  depends_on = [google_project_service.apis]
+}
+
 # The build reads the function source and nothing else in Cloud Storage. Google's page on the
 # Cloud Run functions build service account asks for roles/run.builder on the project
 # (https://cloud.google.com/run/docs/configuring/services/build-service-account); of that role's
@@ -201,16 +228,20 @@ resource "google_project_iam_custom_role" "build_source_reader" {
 # ---------------------------------------------------------------------------------------------
 
 resource "google_storage_bucket_iam_member" "ledger" {
-  for_each = local.access
+  for_each = { for fn, a in local.access : fn => a if a.ledger != "none" }
 
   bucket = google_storage_bucket.state.name
   role   = each.value.ledger == "read_write" ? google_project_iam_custom_role.ledger_writer.id : "roles/storage.objectViewer"
   member = "serviceAccount:${google_service_account.functions[each.key].email}"
 }
 
-# A read-only ledger user that keeps state of its own gets write access to that prefix only.
+# A function that keeps state of its own (and does not write the ledger) gets write access to that
+# prefix only. Listing is authorised on the bucket, not on an object, so for a function without
+# ledger read access (on_trigger) the condition also admits a list whose prefix lies under its
+# own (the request attribute storage.googleapis.com/objectListPrefix of Cloud Storage's IAM
+# conditions).
 resource "google_storage_bucket_iam_member" "state_prefix_writer" {
-  for_each = { for fn, a in local.access : fn => a if a.ledger == "read" && a.state_prefix != null }
+  for_each = { for fn, a in local.access : fn => a if a.ledger != "read_write" && a.state_prefix != null }
 
   bucket = google_storage_bucket.state.name
   role   = google_project_iam_custom_role.ledger_writer.id
@@ -219,7 +250,27 @@ resource "google_storage_bucket_iam_member" "state_prefix_writer" {
   condition {
     title       = "objects under ${each.value.state_prefix}"
     description = "${each.key} may create and overwrite only its own objects in the state bucket."
-    expression  = "resource.name.startsWith(\"projects/_/buckets/${google_storage_bucket.state.name}/objects/${each.value.state_prefix}\")"
+    expression = join(" || ", concat(
+      ["resource.name.startsWith(\"projects/_/buckets/${google_storage_bucket.state.name}/objects/${each.value.state_prefix}\")"],
+      each.value.ledger == "none" ? ["api.getAttribute(\"storage.googleapis.com/objectListPrefix\", \"\").startsWith(\"${each.value.state_prefix}\")"] : [],
+    ))
+  }
+}
+
+# on_trigger writes each window's manifest once (create, if absent) into the request's own output
+# folder, <checkpoint prefix>/trg-<trigger>-<window>/trigger/, and reads it back when a crashed
+# close is resumed: create and get, under the trg- request folders only.
+resource "google_storage_bucket_iam_member" "manifest_writer" {
+  for_each = { for fn, a in local.access : fn => a if a.checkpoint == "manifest" }
+
+  bucket = google_storage_bucket.checkpoints.name
+  role   = google_project_iam_custom_role.manifest_writer.id
+  member = "serviceAccount:${google_service_account.functions[each.key].email}"
+
+  condition {
+    title       = "trigger manifests"
+    description = "${each.key} may create and read objects in the trigger requests' folders only."
+    expression  = "resource.name.startsWith(\"projects/_/buckets/${google_storage_bucket.checkpoints.name}/objects/${var.settings.checkpoint_prefix}/trg-\")"
   }
 }
 

@@ -1,8 +1,8 @@
-# spotjobs on Google Cloud: the Pub/Sub topology, four Cloud Functions (gen2), their identities,
+# spotjobs on Google Cloud: the Pub/Sub topology, five Cloud Functions (gen2), their identities,
 # buckets, the Vertex job-event log sink, Cloud Scheduler jobs and Cloud Monitoring.
 #
 # Files by concern: pubsub.tf, functions.tf, iam.tf, storage.tf, logging.tf, scheduler.tf,
-# monitoring.tf. This file holds the shared locals, the project lookup and the APIs.
+# monitoring.tf, triggers.tf. This file holds the shared locals, the project lookup and the APIs.
 
 locals {
   # The ONE definition of topics, routes and trigger settings, shared with the embedded stack
@@ -24,6 +24,7 @@ locals {
     on_job_event      = "events"
     reconcile         = "reconcile"
     prune_checkpoints = "prune"
+    on_trigger        = "trigger"
   }
   function_short = {
     for fn in keys(local.routes) : fn => lookup(local.short_ids, fn, substr(replace(fn, "_", "-"), 0, 9))

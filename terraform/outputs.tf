@@ -1,5 +1,5 @@
 output "topic_ids" {
-  description = "Pub/Sub topic ids (projects/P/topics/T) keyed by topology key: job_requests, job_events, ops_alerts, maintenance, dead_letter."
+  description = "Pub/Sub topic ids (projects/P/topics/T) keyed by topology key: job_requests, job_events, ops_alerts, maintenance, dead_letter, triggers."
   value       = { for key, topic in google_pubsub_topic.topics : key => topic.id }
 }
 
@@ -91,4 +91,13 @@ output "function_environment" {
 output "dashboard_url" {
   description = "The spotjobs ops dashboard in the Cloud console (every alert policy links to it)."
   value       = local.dashboard_url
+}
+
+output "retraining_triggers" {
+  description = "Retraining trigger definitions stored in the state bucket (triggers/_definitions/<name>.json), keyed by name, with each gcs trigger's notification and each pubsub trigger's watched-topic subscription."
+  value = {
+    definitions   = { for name, object in google_storage_bucket_object.trigger_definitions : name => "gs://${object.bucket}/${object.name}" }
+    notifications = { for key, n in google_storage_notification.triggers : key => n.notification_id }
+    subscriptions = { for topic, sub in google_pubsub_subscription.watched_topics : topic => sub.id }
+  }
 }

@@ -71,8 +71,8 @@ resource "google_pubsub_subscription" "triggers" {
   }
 
   push_config {
-    # The path carries the topic, so functions-framework gives the CloudEvent the source
-    # //pubsub.googleapis.com/projects/P/topics/T (the same path the embedded stack pushes to).
+    # The path carries the topic (projects/P/topics/T), the same path the embedded stack pushes to:
+    # on_trigger tells a watched topic's messages apart by it.
     push_endpoint = "${google_cloudfunctions2_function.functions[each.key].service_config[0].uri}/projects/${var.project_id}/topics/${local.topics[each.value.topic].name}"
 
     oidc_token {

@@ -178,6 +178,8 @@ variable "settings" {
     commit_markers               = optional(list(string))       # SPOTJOBS_COMMIT_MARKERS
     prune_workers                = optional(number)             # SPOTJOBS_PRUNE_WORKERS
     prune_requests_per_run       = optional(number)             # SPOTJOBS_PRUNE_REQUESTS_PER_RUN
+    trigger_settle_seconds       = optional(number)             # SPOTJOBS_TRIGGER_SETTLE_SECONDS
+    trigger_cache_seconds        = optional(number)             # SPOTJOBS_TRIGGER_CACHE_SECONDS
   })
   default = {}
 
@@ -323,17 +325,24 @@ variable "maintenance_schedules" {
       time_zone = optional(string, "Etc/UTC")
       paused    = optional(bool, false)
     }), {})
+    # The retraining triggers' tick ({"task":"triggers"} on on_trigger's own topic): a window
+    # closes at the first tick after its end (+ SPOTJOBS_TRIGGER_SETTLE_SECONDS).
+    triggers = optional(object({
+      schedule  = optional(string, "* * * * *")
+      time_zone = optional(string, "Etc/UTC")
+      paused    = optional(bool, false)
+    }), {})
   })
   default = {}
 }
 
 variable "retraining_schedules" {
   description = <<-EOT
-    Optional recurring job requests: each entry is a Cloud Scheduler job publishing `request` to job-requests.
-    request is the message body as a JSON string, normally jsonencode({...}) of a bare CustomJob
-    ({ displayName, jobSpec = { workerPoolSpecs, scheduling = { strategy = "SPOT" } } }): a bare body's request id is
-    the Pub/Sub message id, new at every firing, so every firing trains. An envelope carries a fixed request_id, and
-    submit_job would treat every firing after the first as a duplicate of it.
+    Recurring job requests (kept for existing deployments; a `schedule` entry of retraining_triggers is the same thing).
+    Each entry becomes a `schedule` retraining trigger of the same name: its Cloud Scheduler job fires on_trigger, which
+    publishes one request per firing with request id trg-<name>-<window>, so a firing Cloud Scheduler delivers twice
+    trains once. request is a JSON string: a bare CustomJob body ({ displayName, jobSpec = {...} }) becomes the
+    trigger's custom_job; an envelope is used as the trigger's request (its request_id, if any, is dropped).
     (A string rather than an object because Terraform cannot type a list whose elements hold differently shaped objects.)
   EOT
   type = list(object({
@@ -359,6 +368,62 @@ variable "retraining_schedules" {
   validation {
     condition     = alltrue([for s in var.retraining_schedules : can(keys(jsondecode(s.request)))])
     error_message = "retraining_schedules[*].request must be a JSON object (use jsonencode({...}))."
+  }
+}
+
+variable "retraining_triggers" {
+  description = <<-EOT
+    Retraining triggers (shared/triggers/definition.py; README "Retraining triggers"), stored in the state bucket in the
+    format `spotjobs triggers apply` writes. Exactly one source each: gcs = { bucket, prefix, suffixes } (a Cloud Storage
+    notification of the bucket to on_trigger's topic is created, and the Cloud Storage service agent may publish there),
+    pubsub = { topic, attributes } (a push subscription of that topic to on_trigger), schedule = { cron, time_zone } (a
+    Cloud Scheduler job). request is a job-request envelope without request_id, as a JSON string (jsonencode({...})),
+    whose strings may hold {trigger}, {window_id}, {window_start}, {window_end}, {manifest_uri}, {object_count}.
+  EOT
+  type = list(object({
+    name        = string
+    description = optional(string, "")
+    source = object({
+      gcs = optional(object({
+        bucket   = string
+        prefix   = optional(string, "")
+        suffixes = optional(list(string), [])
+      }))
+      pubsub = optional(object({
+        topic      = string
+        attributes = optional(map(string), {})
+      }))
+      schedule = optional(object({
+        cron      = string
+        time_zone = optional(string, "Etc/UTC")
+        paused    = optional(bool, false)
+      }))
+    })
+    coalesce_seconds = optional(number, 300)
+    min_objects      = optional(number)
+    cooldown_seconds = optional(number, 0)
+    request          = string
+  }))
+  default = []
+
+  validation {
+    condition     = alltrue([for t in var.retraining_triggers : can(regex("^[a-z][a-z0-9-]{0,39}$", t.name))])
+    error_message = "retraining_triggers[*].name must be 1-40 characters: lowercase letters, digits, hyphens, starting with a letter."
+  }
+
+  validation {
+    condition     = length(distinct([for t in var.retraining_triggers : t.name])) == length(var.retraining_triggers)
+    error_message = "retraining_triggers names must be unique."
+  }
+
+  validation {
+    condition     = alltrue([for t in var.retraining_triggers : length([for k, v in t.source : k if v != null]) == 1])
+    error_message = "retraining_triggers[*].source must set exactly one of gcs, pubsub, schedule."
+  }
+
+  validation {
+    condition     = alltrue([for t in var.retraining_triggers : can(keys(jsondecode(t.request)))])
+    error_message = "retraining_triggers[*].request must be a JSON object (use jsonencode({...}))."
   }
 }
 

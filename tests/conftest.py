@@ -22,6 +22,10 @@ TEST_FUNCTION_ENV = {
     "SPOTJOBS_ALLOWED_IMAGE_PREFIXES": "us-docker.pkg.dev/",
     # Enabled explicitly for the fallback tests (a deployment allows no fallback by default).
     "SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES": "STANDARD",
+    # Retraining triggers: windows close one second after their end; definitions are re-read at
+    # every message, so a test's `triggers apply` takes effect at once.
+    "SPOTJOBS_TRIGGER_SETTLE_SECONDS": "1",
+    "SPOTJOBS_TRIGGER_CACHE_SECONDS": "0",
 }
 
 

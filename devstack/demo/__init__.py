@@ -1,10 +1,10 @@
 """`spotjobs demo`: one scripted scenario through the real functions on the embedded stack.
 
 The demo starts the embedded stack, registers a preemption plan per request with the Vertex AI
-emulator, publishes six job requests to `job-requests` and then only watches: the ledger, the
-emulator's record of each job's runs (the trainer's JSON lines say where each run started and
-which checkpoints it committed), the checkpoint bucket, the ops-alerts topic and the functions'
-decision logs. When every request has ended it asks for a prune pass, waits for the checkpoints to
+emulator, publishes six job requests to `job-requests`, lands a burst of objects for a retraining
+trigger, and then only watches: the ledger, the emulator's record of each job's runs (the
+trainer's JSON lines say where each run started and which checkpoints it committed), the checkpoint
+bucket, the ops-alerts topic and the functions' decision logs. When every request has ended it asks for a prune pass, waits for the checkpoints to
 be pruned, stops the stack and reports per request and in total, with an estimated cost on Spot
 and on demand and the goodput (useful training steps / steps computed).
 

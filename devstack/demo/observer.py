@@ -109,7 +109,29 @@ class Observer:
             trace.status = record.status
             trace.attempts = [self._attempt(attempt) for attempt in record.attempts]
             trace.checkpoints_present = self._complete_checkpoints(record.output_dir)
+            if scenario.trigger is not None:
+                trace.trigger = self._manifest(scenario, record.output_dir)
         return trace
+
+    def _manifest(self, scenario: Scenario, output_dir: str) -> dict[str, Any] | None:
+        """The trigger's window and the manifest its request carries (SPOTJOBS_MANIFEST_URI)."""
+        from google.api_core.exceptions import NotFound
+
+        uri = f"{output_dir}trigger/manifest.json"
+        bucket, _, name = uri.removeprefix("gs://").partition("/")
+        try:
+            manifest = json.loads(self._storage.bucket(bucket).blob(name).download_as_bytes())
+        except NotFound:
+            return None
+        return {
+            "name": manifest["trigger"],
+            "window_id": manifest["window_id"],
+            "window_start": manifest["window_start"],
+            "window_end": manifest["window_end"],
+            "manifest_uri": uri,
+            "manifest_objects": manifest["object_count"],
+            "manifest_bytes": manifest.get("total_bytes", 0),
+        }
 
     def _attempt(self, attempt: Attempt) -> AttemptTrace:
         details = self._job_details(attempt.job) if attempt.job else {}

@@ -49,6 +49,13 @@ def check_request(trace: RequestTrace, keep_last: int) -> list[str]:
         differences.append(
             f"published {scenario.publish_count} times, {trace.duplicates_suppressed} duplicate(s) suppressed"
         )
+    if scenario.trigger is not None:
+        if trace.trigger is None:
+            differences.append("no manifest for the trigger's window")
+        elif trace.trigger["manifest_objects"] != scenario.objects:
+            differences.append(
+                f"the manifest lists {trace.trigger['manifest_objects']} objects, {scenario.objects} landed"
+            )
     if scenario.outcome == FAILED and not trace.alert_kinds().get("job_failed"):
         differences.append("no job_failed alert")
     if scenario.outcome == SUCCEEDED:
@@ -123,6 +130,7 @@ def request_report(trace: RequestTrace, keep_last: int, prices: Prices) -> dict[
         "alerts": trace.alert_kinds(),
         "cost_spot_usd": round(cost.as_run_usd, 2),
         "cost_on_demand_usd": round(cost.on_demand_usd, 2),
+        "trigger": trace.trigger,
     }
 
 

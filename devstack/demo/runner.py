@@ -34,7 +34,13 @@ def demo_stack_options(seed: int) -> Any:
             # A crashed delivery's claim is taken over after 15 s instead of 2 min.
             "SPOTJOBS_CLAIM_LEASE_SECONDS": "15",
             "SPOTJOBS_CREATE_TIMEOUT_SECONDS": "5",
+            # The new-data trigger: a window closes at the first tick a second after its end, and
+            # on_trigger sees a definition applied a second ago.
+            "SPOTJOBS_TRIGGER_SETTLE_SECONDS": "1",
+            "SPOTJOBS_TRIGGER_CACHE_SECONDS": "1",
         },
+        # Cloud Scheduler's triggers tick (production: every minute).
+        schedule={"triggers": 2},
         # Redeliveries after 1-10 s instead of production's 10-600 s, so the demo stays short.
         minimum_backoff_seconds=1,
         maximum_backoff_seconds=10,
@@ -45,13 +51,43 @@ def demo_stack_options(seed: int) -> Any:
     )
 
 
-def launch(stack: Stack, scenarios: Sequence[Scenario]) -> None:
+def launch(stack: Stack, scenarios: Sequence[Scenario]) -> list[Scenario]:
+    """Publish the requests and land the triggers' data; returns the scenarios with every request
+    id known (a trigger's names its window)."""
     for scenario in scenarios:
         if scenario.plan is not None:
             stack.vertex_control("POST", "/emulator/v1/preemption-plans", dict(scenario.plan))
+    launched = []
     for scenario in scenarios:
+        if scenario.trigger is not None:
+            launched.append(land_data(stack, scenario))
+            continue
         for _ in range(scenario.publish_count):
             stack.publish("job_requests", scenario.body)
+        launched.append(scenario)
+    return launched
+
+
+def land_data(stack: Stack, scenario: Scenario) -> Scenario:
+    """Store the trigger (what `spotjobs triggers apply` does), then land its objects in the data
+    bucket within one window; fake-gcs-server notifies on_trigger of each."""
+    from datetime import datetime, timezone
+
+    from shared.triggers.render import Window, request_id_for
+    from shared.triggers.store import TriggerStore
+
+    definition = dict(scenario.trigger or {})
+    TriggerStore(stack.storage().bucket(stack.settings.state_bucket)).put_definition(definition)
+    time.sleep(1.5)  # on_trigger re-reads definitions every second (the demo's setting)
+    seconds = int(definition["coalesce_seconds"])
+    while time.time() % seconds > 1.0:  # at a window's start: the burst fits in it
+        time.sleep(0.05)
+    window = Window.containing(datetime.now(timezone.utc), seconds)
+    bucket = stack.storage().bucket(definition["source"]["gcs"]["bucket"])
+    prefix = definition["source"]["gcs"]["prefix"]
+    for i in range(scenario.objects):
+        bucket.blob(f"{prefix}part-{i:04d}.jsonl").upload_from_string(f'{{"row": {i}}}\n')
+    return scenario.with_request_id(request_id_for(definition["name"], window.id))
 
 
 def wait_for(
@@ -82,8 +118,8 @@ def play(stack: Stack, scenarios: Sequence[Scenario], timeout: float) -> Played:
 
     keep_last = stack.settings.keep_last
     alerts = AlertCollector(stack).start()
+    scenarios = launch(stack, scenarios)
     observer = Observer(stack, scenarios, alerts)
-    launch(stack, scenarios)
     notes: list[str] = []
     traces: list[RequestTrace] = []
     with LiveView(sys.stderr, total_steps=STEPS) as view, contextlib.closing(alerts):

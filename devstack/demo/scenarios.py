@@ -1,11 +1,12 @@
-"""The demo's scenario: six job requests, each with the outcome and attempts it must end with."""
+"""The demo's scenario: six job requests and one retraining trigger ("new data -> retrain"), each
+with the outcome and attempts it must end with."""
 
 from __future__ import annotations
 
 import json
 import random
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 MACHINE_TYPE = "a2-highgpu-1g"
@@ -18,6 +19,7 @@ CHECKPOINT_EVERY = 50
 STEP_SECONDS = 0.01
 FAIL_AT_STEP = 120
 VERTEX_MAX_PREEMPTIONS = 7  # six restarts, then the seventh preemption fails the job (STOCKOUT)
+TRIGGER_WINDOW_SECONDS = 5  # the new-data trigger's coalesce_seconds
 
 SUCCEEDED, FAILED, REJECTED = "succeeded", "failed", "rejected"
 
@@ -38,13 +40,24 @@ class Scenario:
     body: bytes
     publish_count: int = 1
     plan: Mapping[str, Any] | None = None  # a Vertex emulator preemption plan
+    # A retraining trigger instead of a published request: its definition, and how many objects
+    # land in the stack's data bucket in one window. Its request id (trg-<name>-<window>) is known
+    # once the objects land (`with_request_id`).
+    trigger: Mapping[str, Any] | None = None
+    objects: int = 0
 
     def expected_json(self) -> dict[str, Any]:
-        return {
+        expected = {
             "outcome": self.outcome,
             "description": self.description,
             "attempts": [{"strategy": a.strategy, "preemptions": a.preemptions} for a in self.attempts],
         }
+        if self.trigger is not None:
+            expected["manifest_objects"] = self.objects
+        return expected
+
+    def with_request_id(self, request_id: str) -> Scenario:
+        return replace(self, request_id=request_id)
 
 
 def trainer_job(display_name: str, *, data_seed: int, fail_at_step: int | None = None) -> dict[str, Any]:
@@ -111,7 +124,7 @@ def build_scenarios(seed: int) -> list[Scenario]:
         return json.dumps({"request_id": request_id(key), "custom_job": job, **extra}).encode()
 
     few = rng.randint(2, 4)
-    return [
+    scenarios = [
         Scenario(
             "few-preemptions", request_id("few-preemptions"),
             f"preempted {few} times, resumes each time, succeeds within attempt 1",
@@ -151,3 +164,26 @@ def build_scenarios(seed: int) -> list[Scenario]:
             envelope("code-bug", job={"fail_at_step": FAIL_AT_STEP}),
         ),
     ]
+    # Drawn after the six, so adding it changed none of them.
+    objects = rng.randint(20, 40)
+    name = f"demo-s{seed}-data"
+    definition = {
+        "schema_version": 1,
+        "name": name,
+        "description": "new data in the data bucket -> one retraining request per window",
+        "source": {"gcs": {"bucket": "spotjobs-data", "prefix": f"{name}/incoming/"}},
+        "coalesce_seconds": TRIGGER_WINDOW_SECONDS,
+        "request": {
+            "custom_job": trainer_job("demo-new-data-{window_id}", data_seed=rng.randrange(10**6)),
+            "max_attempts": 2,
+        },
+    }
+    scenarios.append(
+        Scenario(
+            "new-data", f"trg-{name}",
+            f"a burst of {objects} objects lands in the data bucket; one request trains on its manifest",
+            SUCCEEDED, (ExpectedAttempt("SPOT", 0),),
+            json.dumps(definition).encode(), trigger=definition, objects=objects,
+        )
+    )
+    return scenarios

@@ -123,6 +123,8 @@ class RequestTrace:
     # What prune_checkpoints said it deleted for this request (its prune_report alerts).
     reported_pruned: int = 0
     reported_bytes_freed: int = 0
+    # A trigger scenario's window and manifest: {"name", "window_id", "manifest_uri", "manifest_objects"}.
+    trigger: dict[str, Any] | None = None
 
     @property
     def runs(self) -> list[RunTrace]:

@@ -113,6 +113,15 @@ def render_report(report: Mapping[str, Any]) -> str:
     lines += ["", "Attempts (start step = where the attempt's first run resumed):"]
     for request in requests:
         lines += _attempt_lines(request)
+    triggered = [r for r in requests if r.get("trigger")]
+    if triggered:
+        lines += ["", "Retraining triggers (new data -> one request per window):"]
+        for request in triggered:
+            t = request["trigger"]
+            lines.append(
+                f"  trigger {t['name']}: window {t['window_start']} .. {t['window_end']} ({t['window_id']}), "
+                f"manifest {t['manifest_objects']} objects, {human_bytes(t['manifest_bytes'])} -> {request['request_id']}"
+            )
     lines += ["", *_totals_lines(totals, pricing)]
     advice = [item for item in report.get("checkpoint_advice", []) if item.get("mtbf_seconds")]
     if advice:

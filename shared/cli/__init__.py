@@ -5,6 +5,7 @@
 - `local`: local up, demo (the embedded stack)
 - `ops`: alerts, dead-letters (the ops rotation's topics)
 - `report`: report (the HTML page)
+- `triggers`: triggers apply, list, test, delete
 
 Each module exposes `register(subparsers)` and imports heavy libraries only inside the function
 that runs a command, so `spotjobs --help` stays instant. This package is the only code under
@@ -18,9 +19,9 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from shared.cli import explain, local, ops, prune, report, requests
+from shared.cli import explain, local, ops, prune, report, requests, triggers
 
-COMMAND_MODULES = (requests, prune, ops, report, explain, local)
+COMMAND_MODULES = (requests, prune, ops, report, explain, triggers, local)
 
 EPILOG = """exit status: 0 success; 1 failure (not found, or the command ran and reported errors);
 2 invalid input or usage, or (local up, demo) the local stack is not installed;

@@ -24,7 +24,7 @@ from shared.cli.common import examples
 EXIT_OK = 0
 EXIT_NO_LOCAL_STACK = 2
 EXIT_INTERRUPTED = 130
-DEMO_TIMEOUT_SECONDS = 150.0  # how long the demo waits for its six requests to end
+DEMO_TIMEOUT_SECONDS = 150.0  # how long the demo waits for its seven requests to end
 NO_LOCAL_STACK_HELP = (
     f"Exits {EXIT_NO_LOCAL_STACK} when the local stack (the devstack package) is not installed, "
     "as in the deployed package: run it from a checkout of the repository."
@@ -79,7 +79,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     demo = subparsers.add_parser(
         "demo",
         help="play a scripted Spot-preemption scenario on the embedded stack and report on it",
-        description="Starts the embedded stack, plays six job requests through the real functions "
+        description="Starts the embedded stack, plays six job requests and a retraining trigger through the real functions "
         "(preemptions, a re-queue, a fallback to STANDARD, a duplicate, an invalid request, failing "
         "code), prunes checkpoints, stops the stack and reports outcomes, goodput and cost, and writes "
         "the HTML report (its path is printed). Exits 0 "

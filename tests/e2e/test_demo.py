@@ -67,8 +67,16 @@ def test_every_scenario_ends_as_designed_and_the_exit_status_says_so(demo_run: d
     by_scenario = requests_by_scenario(report)
     assert {key: r["outcome"] for key, r in by_scenario.items()} == {
         "few-preemptions": "succeeded", "requeued": "succeeded", "fallback": "succeeded",
-        "duplicate": "succeeded", "invalid": "rejected", "code-bug": "failed",
+        "duplicate": "succeeded", "invalid": "rejected", "code-bug": "failed", "new-data": "succeeded",
     }
+
+
+def test_new_data_lands_and_one_request_trains_on_its_manifest(demo_run: dict[str, Any]) -> None:
+    request = requests_by_scenario(demo_run["report"])["new-data"]
+    trigger = request["trigger"]
+    assert request["request_id"] == f"trg-{trigger['name']}-{trigger['window_id']}"
+    assert trigger["manifest_objects"] == request["expected"]["manifest_objects"] >= 20
+    assert request["vertex_jobs"] == 1 and len(request["attempts"]) == 1
 
 
 def test_a_few_preemptions_are_absorbed_by_vertex_restarts_within_attempt_1(demo_run: dict[str, Any]) -> None:
@@ -105,7 +113,7 @@ def test_the_duplicate_is_one_job_and_the_bad_requests_are_reported(demo_run: di
 def test_totals_goodput_pruning_and_cost(demo_run: dict[str, Any]) -> None:
     report = demo_run["report"]
     totals = report["totals"]
-    assert totals["jobs"] == 7  # 1 + 2 + 2 + 1 + 0 + 1
+    assert totals["jobs"] == 8  # 1 + 2 + 2 + 1 + 0 + 1, and 1 for the new data
     assert totals["requeues"] == 2 and totals["invalid_rejected"] == 1
     assert totals["duplicates_suppressed"] >= 1
     assert totals["preemptions"] == sum(a["preemptions"] for r in report["requests"] for a in r["attempts"])

@@ -242,13 +242,23 @@ def test_scenarios_follow_the_seed() -> None:
     assert build_scenarios(7) == build_scenarios(7)
     assert build_scenarios(7) != build_scenarios(8)
     keys = [s.key for s in build_scenarios(1)]
-    assert keys == ["few-preemptions", "requeued", "fallback", "duplicate", "invalid", "code-bug"]
+    assert keys == ["few-preemptions", "requeued", "fallback", "duplicate", "invalid", "code-bug", "new-data"]
 
 
 @pytest.mark.parametrize("seed", [1, 2, 99])
 def test_the_demo_requests_pass_the_real_policy_except_the_invalid_one(seed: int) -> None:
     settings = Settings.from_env(runner.demo_stack_options(seed).function_env)
     for item in build_scenarios(seed):
+        if item.trigger is not None:
+            from datetime import datetime, timezone
+
+            from shared.triggers.definition import parse_definition
+            from shared.triggers.render import check_request_template
+
+            definition = parse_definition(item.trigger)
+            assert check_request_template(definition, settings, datetime.now(timezone.utc)) == []
+            assert definition.source["bucket"] == "spotjobs-data"
+            continue
         if item.outcome == scenarios.REJECTED:
             with pytest.raises(InvalidRequest) as rejected:
                 validate_request(item.body, attributes={}, settings=settings)

@@ -418,6 +418,8 @@ def test_custom_roles_hold_only_the_permissions_used() -> None:
         "checkpoint_pruner": {"storage.objects.delete", "storage.objects.get", "storage.objects.list"},
         # roles/run.builder's one Cloud Storage permission (the source), see iam.tf.
         "build_source_reader": {"storage.objects.get"},
+        # on_trigger's window manifests: written once, read back on a resumed close.
+        "manifest_writer": {"storage.objects.create", "storage.objects.get"},
     }
     roles = config.of_type("google_project_iam_custom_role")
     assert set(roles) == set(expected)
@@ -577,8 +579,75 @@ def test_scheduler_publishes_the_maintenance_tasks() -> None:
     target = maintenance["pubsub_target"][0]
     assert target["topic_name"] == '${google_pubsub_topic.topics["maintenance"].id}'
     assert target["data"] == "${base64encode(jsonencode({task = each.key}))}"
+    # Retraining schedules are schedule triggers: each firing goes to on_trigger, named by the
+    # attribute on_trigger routes by.
+    from shared.triggers.runner import TICK_TASK, TRIGGER_ATTRIBUTE
+
     retraining = config.resource("google_cloud_scheduler_job", "retraining")
-    assert retraining["pubsub_target"][0]["topic_name"] == '${google_pubsub_topic.topics["job_requests"].id}'
+    assert retraining["for_each"] == "${local.schedule_triggers}"
+    target = retraining["pubsub_target"][0]
+    assert target["topic_name"] == '${google_pubsub_topic.topics["triggers"].id}'
+    assert target["attributes"] == {TRIGGER_ATTRIBUTE: "${each.key}"}
+    tick = config.resource("google_cloud_scheduler_job", "triggers_tick")["pubsub_target"][0]
+    assert tick["topic_name"] == '${google_pubsub_topic.topics["triggers"].id}'
+    assert tick["attributes"] == {"task": TICK_TASK}
+
+
+def test_on_trigger_is_least_privilege() -> None:
+    """on_trigger never touches the ledger: triggers/ in the state bucket (listing included, by the
+    list-prefix attribute), create/get of manifests in trg-* request folders, publish job-requests
+    and ops-alerts. It does not read the watched data buckets."""
+    config = module_config()
+    access = config.locals["function_access"]["on_trigger"]
+    assert access == {
+        "ledger": "none",
+        "state_prefix": "triggers/",
+        "vertex": None,
+        "checkpoint": "manifest",
+        "publishes": ["job_requests", "ops_alerts"],
+        "act_as": False,
+    }
+    from shared.triggers import store
+    from shared.wiring import PUBLISHES
+
+    assert sorted(PUBLISHES["on_trigger"]) == ["job_requests_topic", "ops_alerts_topic"]
+    assert store.PREFIX == access["state_prefix"]
+    ledger = config.resource("google_storage_bucket_iam_member", "ledger")
+    assert 'a.ledger != "none"' in ledger["for_each"]
+    writer = config.resource("google_storage_bucket_iam_member", "state_prefix_writer")
+    assert 'a.ledger != "read_write"' in writer["for_each"]
+    assert "storage.googleapis.com/objectListPrefix" in writer["condition"][0]["expression"]
+    manifest = config.resource("google_storage_bucket_iam_member", "manifest_writer")
+    assert manifest["bucket"] == "${google_storage_bucket.checkpoints.name}"
+    assert manifest["role"] == "${google_project_iam_custom_role.manifest_writer.id}"
+    assert "/trg-" in manifest["condition"][0]["expression"]
+    from shared.triggers.render import REQUEST_ID_PREFIX
+
+    assert REQUEST_ID_PREFIX == "trg-"
+
+
+def test_watched_buckets_notify_on_triggers_topic_and_the_gcs_agent_may_publish() -> None:
+    config = module_config()
+    notification = config.resource("google_storage_notification", "triggers")
+    assert notification["topic"] == '${google_pubsub_topic.topics["triggers"].id}'
+    assert notification["payload_format"] == "JSON_API_V1"
+    assert notification["event_types"] == ["OBJECT_FINALIZE"]
+    agent = config.resource("google_pubsub_topic_iam_member", "gcs_notifies_triggers")
+    assert agent["topic"] == '${google_pubsub_topic.topics["triggers"].name}'
+    assert agent["role"] == "roles/pubsub.publisher"
+    assert "data.google_storage_project_service_account.gcs.email_address" in agent["member"]
+    assert "${google_pubsub_topic_iam_member.gcs_notifies_triggers}" in notification["depends_on"]
+    # Watched topics are pushed to on_trigger with its push identity, retry and dead letters.
+    watched = config.resource("google_pubsub_subscription", "watched_topics")
+    assert "google_service_account.pushers[\"on_trigger\"].email" in watched["push_config"][0]["oidc_token"][0]["service_account_email"]
+    assert watched["dead_letter_policy"][0]["max_delivery_attempts"] == "${local.trigger.max_delivery_attempts}"
+    assert config.resource("google_pubsub_subscription_iam_member", "watched_topics_dead_letter_subscriber")["member"] == "${local.pubsub_service_agent}"
+    # Definitions are written where on_trigger reads them.
+    from shared.triggers.store import definition_path
+
+    definitions = config.resource("google_storage_bucket_object", "trigger_definitions")
+    assert definitions["bucket"] == "${google_storage_bucket.state.name}"
+    assert definitions["name"] == definition_path("${each.key}")
 
 
 def test_log_metrics_count_the_logged_events() -> None:

@@ -1,0 +1,176 @@
+"""Where trigger state lives, and its compare-and-swap writes (the ledger's rules: read with the
+generation, write with `if_generation_match`, 0 to create; a 412 means another delivery won).
+
+In the state bucket, under `triggers/`:
+
+- `_definitions/<name>.json`       the definitions (`spotjobs triggers apply`, Terraform)
+- `<name>/state.json`              per trigger: windows decided, data carried forward, last fire
+- `<name>/open/<window id>`        an empty marker per window still to close (what a tick lists)
+- `<name>/windows/<window id>.json`        the window document (open -> sealed -> closing -> closed...)
+- `<name>/windows/<window id>/objects/<k>`  one empty object per notification; what it notified
+                                   is in its custom metadata, so the manifest is one listing
+
+One notification is one create of its own member object (`if_generation_match=0`): a redelivery
+is a 412, and a burst of 10,000 notifications is 10,000 writes to 10,000 names, never a queue of
+writes to one document (GCS sustains about one write per second per object name).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from shared.errors import ConflictError
+
+if TYPE_CHECKING:
+    from google.cloud.storage import Bucket
+
+PREFIX = "triggers/"
+DEFINITIONS_PREFIX = f"{PREFIX}_definitions/"
+
+Doc = dict[str, Any]
+
+
+def definition_path(name: str) -> str:
+    return f"{DEFINITIONS_PREFIX}{name}.json"
+
+
+def state_path(name: str) -> str:
+    return f"{PREFIX}{name}/state.json"
+
+
+def open_prefix(name: str) -> str:
+    return f"{PREFIX}{name}/open/"
+
+
+def window_path(name: str, window_id: str) -> str:
+    return f"{PREFIX}{name}/windows/{window_id}.json"
+
+
+def members_prefix(name: str, window_id: str) -> str:
+    return f"{PREFIX}{name}/windows/{window_id}/objects/"
+
+
+class TriggerStore:
+    def __init__(self, bucket: Bucket, *, max_conflicts: int = 20) -> None:
+        self._bucket = bucket
+        self._max_conflicts = max_conflicts
+
+    # Definitions.
+
+    def list_definitions(self) -> list[Doc]:
+        out = []
+        for blob in self._bucket.client.list_blobs(self._bucket, prefix=DEFINITIONS_PREFIX):
+            doc = self._read_blob(blob.name)[0]
+            if doc is not None:
+                out.append(doc)
+        return out
+
+    def get_definition(self, name: str) -> Doc | None:
+        return self._read_blob(definition_path(name))[0]
+
+    def put_definition(self, document: Doc) -> None:
+        self._bucket.blob(definition_path(document["name"])).upload_from_string(
+            json.dumps(document, indent=2, sort_keys=True), content_type="application/json"
+        )
+
+    def delete_definition(self, name: str) -> bool:
+        from google.api_core.exceptions import NotFound
+
+        try:
+            self._bucket.blob(definition_path(name)).delete()
+        except NotFound:
+            return False
+        return True
+
+    # Documents (window and trigger state) by compare-and-swap.
+
+    def read(self, path: str) -> tuple[Doc | None, int]:
+        return self._read_blob(path)
+
+    def create(self, path: str, doc: Doc) -> bool:
+        """Create `path` if absent; False if it existed (another delivery made it first)."""
+        from google.api_core.exceptions import PreconditionFailed
+
+        try:
+            self._write(path, doc, 0)
+        except PreconditionFailed:
+            return False
+        return True
+
+    def update(self, path: str, transition: Callable[[Doc | None], Doc | None]) -> Doc | None:
+        """Read, apply `transition` to a copy, write with the generation; again on a 412. A
+        transition returning None writes nothing. Returns the document as stored."""
+        from google.api_core.exceptions import PreconditionFailed
+
+        for attempt in range(self._max_conflicts):
+            current, generation = self._read_blob(path)
+            changed = transition(json.loads(json.dumps(current)) if current is not None else None)
+            if changed is None or changed == current:
+                return current
+            try:
+                self._write(path, changed, generation)
+                return changed
+            except PreconditionFailed:
+                time.sleep(min(0.05 * 2**attempt, 1.0) * random.random())
+        raise ConflictError(f"{path}: lost {self._max_conflicts} compare-and-swap races in a row")
+
+    # Markers and members.
+
+    def touch(self, path: str, metadata: dict[str, str] | None = None) -> bool:
+        """Create an empty object (with custom metadata) if absent; False if it existed."""
+        from google.api_core.exceptions import PreconditionFailed
+
+        blob = self._bucket.blob(path)
+        if metadata:
+            blob.metadata = metadata
+        try:
+            blob.upload_from_string(b"", content_type="application/octet-stream", if_generation_match=0)
+        except PreconditionFailed:
+            return False
+        return True
+
+    def member(self, path: str) -> Any | None:
+        """The member object (with metadata and creation time), or None."""
+        return self._bucket.get_blob(path)
+
+    def delete(self, path: str) -> None:
+        from google.api_core.exceptions import NotFound
+
+        try:
+            self._bucket.blob(path).delete()
+        except NotFound:
+            pass
+
+    def list_names(self, prefix: str) -> list[str]:
+        return [
+            blob.name[len(prefix):]
+            for blob in self._bucket.client.list_blobs(self._bucket, prefix=prefix, fields="items(name),nextPageToken")
+        ]
+
+    def iter_members(self, prefix: str) -> Iterator[tuple[str, dict[str, str]]]:
+        """(key, custom metadata) of every member under `prefix`, in name order (one listing)."""
+        for blob in self._bucket.client.list_blobs(self._bucket, prefix=prefix):
+            yield blob.name[len(prefix):], dict(blob.metadata or {})
+
+    # Internals.
+
+    def _read_blob(self, path: str) -> tuple[Doc | None, int]:
+        from google.api_core.exceptions import NotFound
+
+        blob = self._bucket.blob(path)
+        try:
+            raw = blob.download_as_bytes()
+        except NotFound:
+            return None, 0
+        return json.loads(raw), int(blob.generation)
+
+    def _write(self, path: str, doc: Doc, generation: int) -> None:
+        self._bucket.blob(path).upload_from_string(
+            json.dumps(doc, separators=(",", ":"), sort_keys=True),
+            content_type="application/json",
+            if_generation_match=generation,
+        )

@@ -1,0 +1,298 @@
+"""Retraining triggers against fake-gcs-server, with a controlled clock and an in-memory publisher:
+windows, deduplication, coalescing, cooldown, min_objects, attribute matches, trigger_failed."""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from shared.alerts import Alert
+from shared.delivery import Message
+from shared.errors import Violation
+from shared.ledger import LedgerStore
+from shared.settings import Settings
+from shared.triggers import runner
+from shared.triggers.definition import parse_definition, read_definition
+from shared.triggers.render import check_request_template
+from shared.triggers.store import TriggerStore
+from shared.wiring import Ports
+from tests.functional.test_decisions_support import CapturedLog, FakePublisher
+
+BODY = json.loads((Path(__file__).parents[1] / "events" / "requests" / "bare_quick.json").read_text())
+T0 = datetime(2026, 11, 29, 17, 0, 0, tzinfo=timezone.utc)
+
+
+def definition(name: str = "daily-data", **overrides: object) -> dict:
+    doc = {
+        "schema_version": 1,
+        "name": name,
+        "source": {"gcs": {"bucket": "data-in", "prefix": "incoming/"}},
+        "coalesce_seconds": 300,
+        "request": {"custom_job": {**json.loads(json.dumps(BODY)), "displayName": "retrain-{trigger}-{window_id}"}, "max_attempts": 3},
+    }
+    doc.update(overrides)
+    return doc
+
+
+@dataclass
+class Rig:
+    ports: Ports
+    publisher: FakePublisher
+    log: CapturedLog
+    store: TriggerStore
+    now: list[datetime] = field(default_factory=lambda: [T0])
+    ids: list[int] = field(default_factory=lambda: [0])
+
+    def at(self, moment: datetime) -> None:
+        self.now[0] = moment
+
+    def notify(self, name: str, *, bucket: str = "data-in", generation: int = 1, at: datetime | None = None, event_type: str = "OBJECT_FINALIZE") -> None:
+        attributes = {
+            "eventType": event_type,
+            "bucketId": bucket,
+            "objectId": name,
+            "objectGeneration": str(generation),
+            "eventTime": (at or self.now[0]).isoformat().replace("+00:00", "Z"),
+            "payloadFormat": "JSON_API_V1",
+        }
+        data = json.dumps({"kind": "storage#object", "bucket": bucket, "name": name, "generation": str(generation), "size": "10"}).encode()
+        self.deliver(Message(data, self._id(), attributes, at or self.now[0]), None)
+
+    def deliver(self, message: Message, topic: str | None) -> None:
+        runner.handle_message(self.ports, message, topic, self.log.logger)
+
+    def tick(self) -> None:
+        self.deliver(Message(b'{"task": "triggers"}', self._id(), {"task": "triggers"}, self.now[0]), None)
+
+    def requests(self) -> list[dict]:
+        return [m.data for m in self.publisher.on("job-requests")]
+
+    def alerts(self) -> list[Alert]:
+        return [Alert(**m.data) for m in self.publisher.on("ops-alerts")]
+
+    def manifest(self, request: dict) -> dict:
+        uri = next(e["value"] for e in request["custom_job"]["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["env"] if e["name"] == "SPOTJOBS_MANIFEST_URI")
+        bucket, _, name = uri.removeprefix("gs://").partition("/")
+        return json.loads(self.ports.storage().bucket(bucket).blob(name).download_as_bytes())
+
+    def _id(self) -> str:
+        self.ids[0] += 1
+        return f"m-{self.ids[0]}"
+
+
+@pytest.fixture
+def rig(gcs_bucket, fake_gcs, monkeypatch) -> Rig:
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs)
+    client = gcs_bucket.client
+    state = client.create_bucket(gcs_bucket.name + "-s")
+    settings = Settings(
+        state_bucket=state.name,
+        checkpoint_bucket=gcs_bucket.name,
+        trigger_cache_seconds=0,
+        trigger_settle_seconds=10,
+        allowed_image_prefixes=("us-docker.pkg.dev/",),
+    )
+    publisher = FakePublisher()
+    now = [T0]
+    ports = Ports(
+        settings,
+        LedgerStore(state),
+        publisher=lambda: publisher,
+        job_service=lambda location: None,
+        storage=lambda: client,
+        clock=lambda: now[0],
+    )
+    runner.clear_caches()
+    return Rig(ports, publisher, CapturedLog(), TriggerStore(state), now)
+
+
+def apply(rig: Rig, doc: dict) -> None:
+    parse_definition(doc)
+    rig.store.put_definition(doc)
+
+
+def test_fifty_objects_in_one_window_publish_one_request_listing_them(rig: Rig) -> None:
+    apply(rig, definition())
+    for i in range(50):
+        rig.notify(f"incoming/part-{i:03}.csv", at=T0 + timedelta(seconds=i))
+    rig.at(T0 + timedelta(seconds=200))
+    rig.tick()
+    assert rig.requests() == []  # the window [17:00, 17:05) has not ended
+
+    rig.at(T0 + timedelta(seconds=311))
+    rig.tick()
+    (request,) = rig.requests()
+    assert request["request_id"] == "trg-daily-data-w20261129t170000z"
+    assert request["custom_job"]["displayName"] == "retrain-daily-data-w20261129t170000z"
+    labels = request["custom_job"]["labels"]
+    assert labels == {"retrain-trigger": "daily-data", "retrain-window": "w20261129t170000z"}
+    manifest = rig.manifest(request)
+    assert manifest["object_count"] == 50
+    assert [o["uri"] for o in manifest["objects"]] == [f"gs://data-in/incoming/part-{i:03}.csv" for i in range(50)]
+    assert manifest["total_bytes"] == 500
+
+    # Every notification delivered again, and more ticks: nothing more.
+    for i in range(50):
+        rig.notify(f"incoming/part-{i:03}.csv", at=T0 + timedelta(seconds=i))
+    rig.tick()
+    rig.tick()
+    assert len(rig.requests()) == 1
+    assert rig.log.events("trigger_late") == []
+
+
+def test_two_windows_two_requests_and_a_new_generation_is_new_data(rig: Rig) -> None:
+    apply(rig, definition())
+    rig.notify("incoming/a.csv", at=T0)
+    rig.notify("incoming/a.csv", generation=2, at=T0 + timedelta(seconds=400))
+    rig.at(T0 + timedelta(seconds=711))
+    rig.tick()
+    first, second = rig.requests()
+    assert first["request_id"].endswith("w20261129t170000z")
+    assert second["request_id"].endswith("w20261129t170500z")
+    assert [o["generation"] for o in rig.manifest(second)["objects"]] == ["2"]
+
+
+def test_cooldown_carries_a_window_forward_and_fires_it_when_over(rig: Rig) -> None:
+    apply(rig, definition(cooldown_seconds=900))
+    rig.notify("incoming/a.csv", at=T0)
+    rig.at(T0 + timedelta(seconds=320))
+    rig.tick()
+    assert len(rig.requests()) == 1
+    rig.notify("incoming/b.csv", at=T0 + timedelta(seconds=330))
+    rig.notify("incoming/c.csv", at=T0 + timedelta(seconds=700))
+    rig.at(T0 + timedelta(seconds=1000))
+    rig.tick()
+    assert len(rig.requests()) == 1  # both windows deferred: cooldown runs until 17:20:20
+    assert len(rig.log.events("trigger_window_deferred")) == 2
+    rig.at(T0 + timedelta(seconds=1221))
+    rig.tick()
+    rig.tick()
+    first, second = rig.requests()
+    manifest = rig.manifest(second)
+    assert [o["name"] for o in manifest["objects"]] == ["incoming/b.csv", "incoming/c.csv"]
+    assert manifest["windows"] == ["w20261129t170500z", "w20261129t171000z"]
+
+
+def test_min_objects_accumulates_windows_until_enough(rig: Rig) -> None:
+    apply(rig, definition(min_objects=3))
+    rig.notify("incoming/a.csv", at=T0)
+    rig.notify("incoming/b.csv", at=T0 + timedelta(seconds=300))
+    rig.at(T0 + timedelta(seconds=700))
+    rig.tick()
+    assert rig.requests() == []
+    rig.notify("incoming/c.csv", at=T0 + timedelta(seconds=700))
+    rig.at(T0 + timedelta(seconds=1000))
+    rig.tick()
+    (request,) = rig.requests()
+    assert rig.manifest(request)["object_count"] == 3
+
+
+def test_objects_outside_the_prefix_or_bucket_are_ignored_with_one_debug_line(rig: Rig) -> None:
+    apply(rig, definition())
+    rig.notify("other/a.csv")
+    rig.notify("incoming/a.csv", bucket="unwatched")
+    rig.notify("incoming/a.csv", event_type="OBJECT_DELETE")
+    ignored = rig.log.events("trigger_ignored")
+    assert [line["severity"] for line in ignored] == ["DEBUG"] * 3
+    assert len(rig.log.lines) == 3
+    rig.at(T0 + timedelta(seconds=400))
+    rig.tick()
+    assert rig.requests() == []
+
+
+def test_suffixes_filter_objects(rig: Rig) -> None:
+    apply(rig, definition(source={"gcs": {"bucket": "data-in", "prefix": "incoming/", "suffixes": [".parquet"]}}))
+    rig.notify("incoming/_SUCCESS")
+    rig.notify("incoming/x.parquet")
+    rig.at(T0 + timedelta(seconds=400))
+    rig.tick()
+    (request,) = rig.requests()
+    assert rig.manifest(request)["object_count"] == 1
+
+
+def test_pubsub_trigger_fires_only_on_matching_attributes(rig: Rig) -> None:
+    apply(rig, definition("drift", source={"pubsub": {"topic": "model-monitoring", "attributes": {"policy": "drift"}}}))
+    topic = "projects/spotjobs-local/topics/model-monitoring"
+    rig.deliver(Message(b'{"incident": 1}', "a-1", {"policy": "latency"}, T0), topic)
+    rig.deliver(Message(b'{"incident": 2}', "a-2", {"policy": "drift"}, T0), "projects/p/topics/other-topic")
+    rig.at(T0 + timedelta(seconds=400))
+    rig.tick()
+    assert rig.requests() == []
+    rig.deliver(Message(b'{"incident": 3}', "a-3", {"policy": "drift"}, T0 + timedelta(seconds=400)), topic)
+    rig.deliver(Message(b'{"incident": 3}', "a-3", {"policy": "drift"}, T0 + timedelta(seconds=400)), topic)
+    rig.at(T0 + timedelta(seconds=700))
+    rig.tick()
+    (request,) = rig.requests()
+    (entry,) = rig.manifest(request)["objects"]
+    assert entry["message_id"] == "a-3" and base64.b64decode(entry["data"]) == b'{"incident": 3}'
+
+
+def test_schedule_fire_publishes_once_per_window_even_if_fired_twice(rig: Rig) -> None:
+    apply(rig, definition("nightly", source={"schedule": {"cron": "0 3 * * *"}}))
+    for message_id in ("s-1", "s-2"):
+        rig.deliver(Message(b'{"trigger": "nightly"}', message_id, {"spotjobs_trigger": "nightly"}, T0 + timedelta(seconds=3)), None)
+    (request,) = rig.requests()
+    assert request["request_id"] == "trg-nightly-w20261129t170000z"
+    rig.at(T0 + timedelta(seconds=400))
+    rig.tick()
+    assert len(rig.requests()) == 1
+
+
+def test_a_request_that_fails_validation_alerts_once_per_window(rig: Rig) -> None:
+    doc = definition()
+    apply(rig, doc)
+    # Stored behind apply's back (as a hand edit would): the image is outside the allowlist.
+    bad = json.loads(json.dumps(doc))
+    bad["request"]["custom_job"]["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["imageUri"] = "docker.io/evil:1"
+    rig.store.put_definition(bad)
+    rig.notify("incoming/a.csv")
+    rig.at(T0 + timedelta(seconds=400))
+    rig.tick()
+    rig.tick()
+    assert rig.requests() == []
+    (alert,) = rig.alerts()
+    assert alert.kind == "trigger_failed" and alert.details["window_id"] == "w20261129t170000z"
+    assert any("imageUri" in v for v in alert.details["violations"])
+
+
+def test_a_late_notification_is_carried_into_the_open_window(rig: Rig) -> None:
+    apply(rig, definition())
+    rig.notify("incoming/a.csv", at=T0)
+    rig.at(T0 + timedelta(seconds=320))
+    rig.tick()
+    rig.notify("incoming/late.csv", at=T0 + timedelta(seconds=100))  # delayed delivery
+    rig.notify("incoming/late.csv", at=T0 + timedelta(seconds=100))  # and redelivered
+    rig.at(T0 + timedelta(seconds=620))
+    rig.tick()
+    first, second = rig.requests()
+    assert [o["name"] for o in rig.manifest(second)["objects"]] == ["incoming/late.csv"]
+
+
+def test_definition_violations_are_all_named() -> None:
+    doc = {
+        "schema_version": 2,
+        "name": "Bad Name",
+        "source": {"gcs": {"bucket": "", "prefix": 3}},
+        "coalesce_seconds": 0,
+        "extra": True,
+        "request": {"request_id": "x", "custom_job": {"displayName": "{nope}"}},
+    }
+    definition_, violations = read_definition(doc)
+    assert definition_ is None
+    paths = {v.path for v in violations}
+    assert paths >= {"schema_version", "name", "source.gcs.bucket", "source.gcs.prefix", "coalesce_seconds", "extra", "request.request_id", "request.custom_job.displayName"}
+
+
+def test_request_template_is_checked_with_the_request_policy() -> None:
+    doc = definition()
+    doc["request"]["custom_job"]["jobSpec"]["workerPoolSpecs"][0]["machineSpec"]["machineType"] = "n1-standard-4"
+    settings = Settings(allowed_image_prefixes=("us-docker.pkg.dev/",))
+    violations = check_request_template(parse_definition(doc), settings, T0)
+    assert violations and all(isinstance(v, Violation) for v in violations)
+    assert any("machineType" in v.path and v.path.startswith("request.custom_job") for v in violations)
+    assert check_request_template(parse_definition(definition()), settings, T0) == []
