@@ -27,21 +27,16 @@ outbox like every other function's: written pending with the decision, published
 from __future__ import annotations
 
 import enum
-import hashlib
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from shared.alerts import Alert
 from shared.claims import (
     Claim,
     ClaimInProgress,
     claim_attempt,
     fail_attempt,
-    fail_invalid_requeue,
-    invalid_request_alert,
     mark_create_sent,
     record_job,
     release_claim,
@@ -50,23 +45,27 @@ from shared.clock import iso, parse_iso
 from shared.decisions import Observation
 from shared.delivery import Message
 from shared.errors import TransientError, is_retryable
-from shared.ledger import Attempt, CorruptRecord, JobIndexEntry, RequestRecord, alert_marker
+from shared.ledger import Attempt, CorruptRecord, JobIndexEntry, RequestRecord
 from shared.log import Logger
 from shared.observe import apply_observation
-from shared.outbox import alert_corrupt_record, flush, publish_alert
+from shared.outbox import alert_corrupt_record, flush
 from shared.policy import validate_request, warn_if_images_unrestricted
+from shared.redeliveries import (
+    publish_what_is_pending,
+    record_conflict,
+    reject,
+    replayed_without_a_record,
+)
 from shared.request import InvalidJobRequest, canonical_envelope
 from shared.settings import CREATE_MARGIN_FRACTION
+from shared.strays import cancel_stray
 from shared.vertex import (
     JobSnapshot,
     build_job_json,
-    cancel_job,
     create_custom_job,
     find_attempt_job,
-    find_jobs,
     may_have_created,
     parent_path,
-    request_labels,
     state_name,
     to_custom_job,
 )
@@ -116,7 +115,8 @@ def submit_request(message: Message, log: Logger, ports: Ports) -> SubmitOutcome
                 published_at=message.publish_time,
             )
         except InvalidJobRequest as exc:
-            return _reject(exc, message, log, ports)
+            reject(exc, message, log, ports)
+            return SubmitOutcome(SubmitResult.INVALID, exc.request_id, exc.attempt)
     n = request.attempt or 1
     log = log.bind(request_id=request.request_id, attempt=n)
     with redelivered_unless_settled(log):
@@ -125,12 +125,13 @@ def submit_request(message: Message, log: Logger, ports: Ports) -> SubmitOutcome
             default_location=settings.location,
             default_max_attempts=settings.default_max_attempts,
         )
-        if n == 1 and _replayed_without_a_record(message, envelope, log, ports):
+        if n == 1 and replayed_without_a_record(message, envelope, log, ports):
             return SubmitOutcome(SubmitResult.DUPLICATE, request.request_id, n)
         try:
             claim = _claim(envelope, n, log, ports)
         except InvalidJobRequest as exc:
-            return _reject(exc, message, log, ports)
+            reject(exc, message, log, ports)
+            return SubmitOutcome(SubmitResult.INVALID, exc.request_id, exc.attempt)
         except CorruptRecord as exc:
             alert_corrupt_record(ports, exc, log)
             raise  # redelivered until the document is repaired: the request is not lost
@@ -148,10 +149,9 @@ def submit_request(message: Message, log: Logger, ports: Ports) -> SubmitOutcome
             )
             record, decided = claim.record, False
             if not same_body and request.attempt is None:
-                record, decided = _conflict(record, envelope, ports)
-            return _duplicate_after_publishing(
-                record, request.request_id, n, log, ports, decided_here=decided
-            )
+                record, decided = record_conflict(record, envelope, ports)
+            publish_what_is_pending(record, log, ports, decided_here=decided)
+            return SubmitOutcome(SubmitResult.DUPLICATE, request.request_id, n, job)
         assert claim.attempt is not None  # a claim that writes always names its attempt
         return _ensure_job(claim.record, claim.attempt, claim.kind == "taken_over", log, ports)
 
@@ -384,113 +384,12 @@ def _refused(
             event="refusal_ignored",
             error=error,
         )
-        return _duplicate_after_publishing(stored, request_id, n, log, ports)
+        publish_what_is_pending(stored, log, ports)
+        recorded = stored.attempt(n) if stored else None
+        return SubmitOutcome(SubmitResult.DUPLICATE, request_id, n, recorded.job if recorded else None)
     log.error("Vertex AI refused the job; the request failed", event="submit_failed", error=error)
     flush(ports, stored, log, decided_here=stored is failed[-1])
     return SubmitOutcome(SubmitResult.FAILED, request_id, n)
-
-
-def _replayed_without_a_record(
-    message: Message, envelope: dict[str, Any], log: Logger, ports: Ports
-) -> bool:
-    """A message old enough to be a replay (a topic seek, a republish after an outage) whose
-    request has no ledger document: if the document was lost (deleted by an operator or a
-    lifecycle rule), jobs with the request's labels exist, and claiming afresh would start
-    another. Look them up first; if any, create nothing and say so once per message."""
-    age = message.age_seconds(ports.clock())
-    if age is None or age < ports.settings.claim_lease_seconds:
-        return False  # fresh: a claim precedes every create, so no record means no job
-    request_id = envelope["request_id"]
-    if ports.ledger.get(request_id) is not None:
-        return False
-    labels = request_labels(request_id, ports.settings.deployment_label)
-    found: list[str] = []
-    for location in envelope.get("locations") or [envelope["location"]]:
-        parent = parent_path(ports.settings.project, location)
-        found += [job.name for job in find_jobs(ports.job_service(location), parent, labels)]
-    if not found:
-        return False
-    log.error(
-        "a replayed request has jobs but no ledger document; nothing created",
-        event="ledger_missing",
-        jobs=found,
-    )
-    publish_alert(
-        ports,
-        Alert(
-            kind="ledger_missing",
-            severity="ERROR",
-            message=(
-                f"request {request_id} was delivered again ({age:.0f} s after it was published) "
-                f"and has {len(found)} job(s) but no ledger document: nothing was created; "
-                "restore the document or resubmit under a new request id"
-            ),
-            request_id=request_id,
-            details={"jobs": found, "message_id": message.message_id},
-            time=iso(ports.clock()),
-        ),
-    )
-    return True
-
-
-def _conflict(
-    record: RequestRecord, envelope: dict[str, Any], ports: Ports
-) -> tuple[RequestRecord, bool]:
-    """The same request id published with another body: the first is kept, and the publisher is
-    told once per distinct body (an alert naming both bodies' digests), through the outbox.
-    Returns the record and whether this delivery decided the alert."""
-    kept, refused = body_digest(record.request), body_digest(envelope)
-    now = ports.clock()
-    decided: list[RequestRecord | None] = []
-
-    def alert_once(current: RequestRecord | None) -> RequestRecord | None:
-        decided.append(None)
-        if current is None or not current.mark(alert_marker("request_id_conflict", 1, refused)):
-            return None
-        current.pending_alerts.append(
-            Alert(
-                kind="request_id_conflict",
-                severity="WARNING",
-                message=(
-                    f"request {current.request_id} was published again with a different body "
-                    f"(digest {refused}); the first (digest {kept}) is kept and nothing was "
-                    "created for the second: publish it under a new request id"
-                ),
-                request_id=current.request_id,
-                details={"kept_digest": kept, "refused_digest": refused},
-                time=iso(now),
-            ).to_json()
-        )
-        decided[-1] = current
-        return current
-
-    stored = ports.ledger.update(record.request_id, alert_once)
-    return (stored or record), stored is not None and stored is decided[-1]
-
-
-def body_digest(envelope: dict[str, Any]) -> str:
-    """A short digest of a canonical request body, to name it in an alert."""
-    canonical = json.dumps(envelope, sort_keys=True, separators=(",", ":")).encode()
-    return hashlib.sha256(canonical).hexdigest()[:16]
-
-
-def _duplicate_after_publishing(
-    record: RequestRecord | None,
-    request_id: str,
-    n: int,
-    log: Logger,
-    ports: Ports,
-    *,
-    decided_here: bool = False,
-) -> SubmitOutcome:
-    """Acknowledge an attempt already handled, once what its handling left pending is sent: an
-    alert whose first publish failed goes out on this redelivery (or, later, by reconcile)."""
-    if record is not None and record.has_pending_effects:
-        _, waiting = flush(ports, record, log, decided_here=decided_here)
-        if waiting:
-            raise TransientError(waiting)
-    job = record.attempt(n).job if record and record.attempt(n) else None
-    return SubmitOutcome(SubmitResult.DUPLICATE, request_id, n, job)
 
 
 def _record_created(
@@ -521,7 +420,7 @@ def _record_created(
             job=job.name,
             recorded_job=recorded.job,
         )
-        _cancel_unrecorded(client, job.name, log)
+        _cancel_second_job(ports, stored, job, log)
         return SubmitOutcome(SubmitResult.DUPLICATE, request_id, n, recorded.job)
     if result == SubmitResult.CREATED:
         log.info("created the Spot CustomJob", event="job_created", job=job.name, state=state)
@@ -536,65 +435,15 @@ def _record_created(
     return SubmitOutcome(result, request_id, n, job.name)
 
 
-def _cancel_unrecorded(client: JobServiceClient, job_name: str, log: Logger) -> None:
-    """Cancel a second job of an attempt: unrecorded, nothing would manage it, and it would train
-    into the same checkpoint directory as the recorded one. Best effort: an operator has the log."""
+def _cancel_second_job(ports: Ports, record: RequestRecord, job: CustomJob, log: Logger) -> None:
+    """Nothing would manage a second job of the attempt, and it would train into the same folder:
+    cancel it as a stray (one alert). Should the cancel fail, reconcile's stray sweep retries it."""
     try:
-        cancel_job(client, job_name)
-    except Exception as exc:
+        cancel_stray(ports, record, job, log)
+    except Exception as exc:  # noqa: BLE001 - the job is recorded; the sweep will cancel the stray
         log.error(
-            "could not cancel the job the ledger does not record; cancel it by hand",
+            "could not cancel the job the ledger does not record; reconcile will retry",
             event="duplicate_job_cancel_failed",
-            job=job_name,
+            job=job.name,
             error=f"{type(exc).__name__}: {exc}",
         )
-        return
-    log.warning(
-        "cancelled the job the ledger does not record",
-        event="duplicate_job_cancelled",
-        job=job_name,
-    )
-
-
-def _reject(exc: InvalidJobRequest, message: Message, log: Logger, ports: Ports) -> SubmitOutcome:
-    violations = [str(v) for v in exc.violations]
-    log.error(
-        "rejected an invalid job request",
-        event="invalid_request",
-        request_id=exc.request_id,
-        attempt=exc.attempt,
-        violations=violations,
-    )
-    request_id, n = exc.request_id, exc.attempt
-    if request_id is None or n is None or n == 1:
-        # No record holds this alert; a failed publish raises, and the redelivery rejects and
-        # alerts again.
-        alert = invalid_request_alert(request_id, n, violations, message.message_id, ports.clock())
-        publish_alert(ports, alert)
-        return SubmitOutcome(SubmitResult.INVALID, request_id, n)
-    # A rejected re-queue fails its request (else reconcile would resend it, to be rejected
-    # again, forever), with its alert pending in the record.
-    failed: list[RequestRecord | None] = []
-
-    def transition(current: RequestRecord | None) -> RequestRecord | None:
-        failed.append(
-            fail_invalid_requeue(
-                current,
-                n=n,
-                now=ports.clock(),
-                violations=violations,
-                message_id=message.message_id,
-            )
-        )
-        return failed[-1]
-
-    stored = ports.ledger.update(request_id, transition)
-    if failed[-1] is None and (stored is None or alert_marker("invalid_request", n) not in stored.markers):
-        # Not a re-queue the ledger holds (a publisher set `attempt`): nothing to fail, alert now.
-        alert = invalid_request_alert(request_id, n, violations, message.message_id, ports.clock())
-        publish_alert(ports, alert)
-    elif stored is not None and stored.has_pending_effects:
-        _, waiting = flush(ports, stored, log, decided_here=stored is failed[-1])
-        if waiting:
-            raise TransientError(waiting)
-    return SubmitOutcome(SubmitResult.INVALID, request_id, n)

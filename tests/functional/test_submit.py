@@ -685,9 +685,11 @@ def test_a_job_the_ledger_does_not_record_is_cancelled_so_it_cannot_run_unmanage
     assert harness.vertex.cancelled == [harness.vertex.ours]
     [duplicate] = harness.log_lines("duplicate_job")
     assert duplicate["severity"] == "ERROR" and duplicate["recorded_job"] == recorded
-    [cancelled] = harness.log_lines("duplicate_job_cancelled")
+    [cancelled] = harness.log_lines("stray_job_cancelled")
     assert cancelled["job"] == harness.vertex.ours
     assert harness.log_lines("job_created") == []
+    [alert] = harness.alerts  # one stray_job alert, through the outbox
+    assert alert.kind == "stray_job" and alert.details["stray_job"] == harness.vertex.ours
 
 
 def test_a_failed_cancel_of_an_unrecorded_job_is_logged_not_raised(harness: Harness) -> None:

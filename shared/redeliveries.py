@@ -1,0 +1,165 @@
+"""What a delivery does besides creating a job: an attempt already handled (publish what its
+handling left pending), the same request id with another body (tell the publisher), a replay whose
+ledger document was lost (look before claiming), an invalid request (acknowledge and alert).
+
+Split from shared/submit.py, which runs these from `submit_request`; every alert goes through the
+outbox (docs/ARCHITECTURE.md, "The outbox").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from shared.alerts import Alert
+from shared.claims import fail_invalid_requeue, invalid_request_alert
+from shared.clock import iso
+from shared.delivery import Message
+from shared.errors import TransientError
+from shared.ledger import RequestRecord, alert_marker
+from shared.log import Logger
+from shared.outbox import flush, publish_alert
+from shared.request import InvalidJobRequest
+from shared.vertex import find_jobs, parent_path, request_labels
+from shared.wiring import Ports
+
+
+def publish_what_is_pending(
+    record: RequestRecord | None, log: Logger, ports: Ports, *, decided_here: bool = False
+) -> None:
+    """Acknowledge an attempt already handled, once what its handling left pending is sent: an
+    alert whose first publish failed goes out on this redelivery (or, later, by reconcile)."""
+    if record is not None and record.has_pending_effects:
+        _, waiting = flush(ports, record, log, decided_here=decided_here)
+        if waiting:
+            raise TransientError(waiting)
+
+
+def record_conflict(
+    record: RequestRecord, envelope: dict[str, Any], ports: Ports
+) -> tuple[RequestRecord, bool]:
+    """The same request id published with another body: the first is kept, and the publisher is
+    told once per distinct body (an alert naming both bodies' digests), through the outbox.
+    Returns the record and whether this delivery decided the alert."""
+    kept, refused = body_digest(record.request), body_digest(envelope)
+    now = ports.clock()
+    decided: list[RequestRecord | None] = []
+
+    def alert_once(current: RequestRecord | None) -> RequestRecord | None:
+        decided.append(None)
+        if current is None or not current.mark(alert_marker("request_id_conflict", 1, refused)):
+            return None
+        current.pending_alerts.append(
+            Alert(
+                kind="request_id_conflict",
+                severity="WARNING",
+                message=(
+                    f"request {current.request_id} was published again with a different body "
+                    f"(digest {refused}); the first (digest {kept}) is kept and nothing was "
+                    "created for the second: publish it under a new request id"
+                ),
+                request_id=current.request_id,
+                details={"kept_digest": kept, "refused_digest": refused},
+                time=iso(now),
+            ).to_json()
+        )
+        decided[-1] = current
+        return current
+
+    stored = ports.ledger.update(record.request_id, alert_once)
+    return (stored or record), stored is not None and stored is decided[-1]
+
+
+def body_digest(envelope: dict[str, Any]) -> str:
+    """A short digest of a canonical request body, to name it in an alert."""
+    canonical = json.dumps(envelope, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(canonical).hexdigest()[:16]
+
+
+def replayed_without_a_record(
+    message: Message, envelope: dict[str, Any], log: Logger, ports: Ports
+) -> bool:
+    """A message old enough to be a replay (a topic seek, a republish after an outage) whose
+    request has no ledger document: if the document was lost (deleted by an operator or a
+    lifecycle rule), jobs with the request's labels exist, and claiming afresh would start
+    another. Look them up first; if any, create nothing and say so once per message."""
+    age = message.age_seconds(ports.clock())
+    if age is None or age < ports.settings.claim_lease_seconds:
+        return False  # fresh: a claim precedes every create, so no record means no job
+    request_id = envelope["request_id"]
+    if ports.ledger.get(request_id) is not None:
+        return False
+    labels = request_labels(request_id, ports.settings.deployment_label)
+    found: list[str] = []
+    for location in envelope.get("locations") or [envelope["location"]]:
+        parent = parent_path(ports.settings.project, location)
+        found += [job.name for job in find_jobs(ports.job_service(location), parent, labels)]
+    if not found:
+        return False
+    log.error(
+        "a replayed request has jobs but no ledger document; nothing created",
+        event="ledger_missing",
+        jobs=found,
+    )
+    publish_alert(
+        ports,
+        Alert(
+            kind="ledger_missing",
+            severity="ERROR",
+            message=(
+                f"request {request_id} was delivered again ({age:.0f} s after it was published) "
+                f"and has {len(found)} job(s) but no ledger document: nothing was created; "
+                "restore the document or resubmit under a new request id"
+            ),
+            request_id=request_id,
+            details={"jobs": found, "message_id": message.message_id},
+            time=iso(ports.clock()),
+        ),
+    )
+    return True
+
+
+def reject(exc: InvalidJobRequest, message: Message, log: Logger, ports: Ports) -> None:
+    """Acknowledge an invalid request with one ERROR line and one `invalid_request` alert; a
+    rejected re-queue also fails its request (else reconcile would resend it, forever)."""
+    violations = [str(v) for v in exc.violations]
+    log.error(
+        "rejected an invalid job request",
+        event="invalid_request",
+        request_id=exc.request_id,
+        attempt=exc.attempt,
+        violations=violations,
+    )
+    request_id, n = exc.request_id, exc.attempt
+    if request_id is None or n is None or n == 1:
+        # No record holds this alert; a failed publish raises, and the redelivery rejects and
+        # alerts again.
+        alert = invalid_request_alert(request_id, n, violations, message.message_id, ports.clock())
+        publish_alert(ports, alert)
+        return
+    # A rejected re-queue fails its request (else reconcile would resend it, to be rejected
+    # again, forever), with its alert pending in the record.
+    failed: list[RequestRecord | None] = []
+
+    def transition(current: RequestRecord | None) -> RequestRecord | None:
+        failed.append(
+            fail_invalid_requeue(
+                current,
+                n=n,
+                now=ports.clock(),
+                violations=violations,
+                message_id=message.message_id,
+            )
+        )
+        return failed[-1]
+
+    stored = ports.ledger.update(request_id, transition)
+    if failed[-1] is None and (stored is None or alert_marker("invalid_request", n) not in stored.markers):
+        # Not a re-queue the ledger holds (a publisher set `attempt`): nothing to fail, alert now.
+        alert = invalid_request_alert(request_id, n, violations, message.message_id, ports.clock())
+        publish_alert(ports, alert)
+    elif stored is not None and stored.has_pending_effects:
+        _, waiting = flush(ports, stored, log, decided_here=stored is failed[-1])
+        if waiting:
+            raise TransientError(waiting)
