@@ -76,7 +76,7 @@ def storage_operations(method: str, url: str) -> list[dict[str, str]]:
     obj = "/".join(rest[3:]) if len(rest) > 3 and rest[2] == "o" else ""
     base = {"service": "storage", "resource": bucket}
     if obj:
-        base["prefix"] = obj.split("/", 1)[0] + "/" if "/" in obj else obj
+        base["prefix"] = _folder(obj)
     method = method.upper()
     if len(rest) == 2:
         return [{**base, "method": "buckets.get"}] if method == "GET" else [{**base, "method": f"buckets.{method}"}]
@@ -85,13 +85,15 @@ def storage_operations(method: str, url: str) -> list[dict[str, str]]:
             return []  # the chunks of a resumable upload the POST already recorded
         name = (query.get("name") or [""])[0]
         if name:
-            base["prefix"] = name.split("/", 1)[0] + "/" if "/" in name else name
+            base["prefix"] = _folder(name)
         ops = [{**base, "method": "objects.create"}]
         if (query.get("ifGenerationMatch") or [""])[0] != "0":
             ops.append({**base, "method": "objects.overwrite"})  # may replace a live object
         return ops
     if not obj:
-        return [{**base, "method": "objects.list"}] if method == "GET" else [{**base, "method": f"objects.{method}"}]
+        # A listing is authorised by its prefix (IAM's objectListPrefix): record the one asked for.
+        listed = (query.get("prefix") or [""])[0]
+        return [{**base, "prefix": listed, "method": "objects.list"}] if method == "GET" else [{**base, "method": f"objects.{method}"}]
     return [{**base, "method": {"GET": "objects.get", "DELETE": "objects.delete", "PATCH": "objects.update",
                                 "PUT": "objects.update"}.get(method, f"objects.{method}")}]
 
@@ -185,3 +187,10 @@ def _field(value: Any, name: str) -> Any:
     if isinstance(value, dict):
         return value.get(name)
     return getattr(value, name, None)
+
+
+def _folder(name: str) -> str:
+    """The object's folder, at most two levels deep (`requests/r1/`, `maintenance/`): enough to
+    tell which prefix-conditioned grant a call needs, without a line per object."""
+    parts = name.split("/")[:-1][:2]
+    return "".join(f"{part}/" for part in parts) if parts else name

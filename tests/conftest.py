@@ -17,6 +17,8 @@ EVENTS_DIR = Path(__file__).parent / "events"
 TEST_FUNCTION_ENV = {
     "SPOTJOBS_CLAIM_LEASE_SECONDS": "5",
     "SPOTJOBS_CREATE_TIMEOUT_SECONDS": "1",
+    # The emulator's list does not lag its creates unless a test asks it to.
+    "SPOTJOBS_LIST_LAG_SECONDS": "2",
     "SPOTJOBS_LOG_LEVEL": "DEBUG",
     # Production-like: an image allowlist, which every test image lies inside.
     "SPOTJOBS_ALLOWED_IMAGE_PREFIXES": "us-docker.pkg.dev/",

@@ -34,6 +34,8 @@ def demo_stack_options(seed: int) -> Any:
             # A crashed delivery's claim is taken over after 15 s instead of 2 min.
             "SPOTJOBS_CLAIM_LEASE_SECONDS": "15",
             "SPOTJOBS_CREATE_TIMEOUT_SECONDS": "5",
+            # The emulator's list does not lag its creates: a takeover need not wait a minute.
+            "SPOTJOBS_LIST_LAG_SECONDS": "2",
             # The new-data trigger: a window closes at the first tick a second after its end, and
             # on_trigger sees a definition applied a second ago.
             "SPOTJOBS_TRIGGER_SETTLE_SECONDS": "1",

@@ -174,7 +174,9 @@ def test_three_preemptions_succeed_within_one_attempt(stack) -> None:
 
 def test_seven_preemptions_requeue_one_attempt_that_resumes_and_succeeds(stack) -> None:
     request_id = new_request_id("pre7")
-    submit(stack, request_id, preemptions=7, after_seconds=0.3, steps=300)
+    # A second per run: long enough for each run to start (and say so) even on a busy machine; a
+    # run reclaimed while Python is still starting leaves no evidence to count.
+    submit(stack, request_id, preemptions=7, after_seconds=1.0, steps=1500)
 
     record = wait_for_status(stack, request_id, RequestStatus.SUCCEEDED)
 

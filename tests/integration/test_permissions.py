@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -60,14 +61,27 @@ PREDEFINED = {
     "roles/iam.serviceAccountUser": {"iam.serviceAccounts.actAs"},
 }
 
+def stack_checkpoint_prefix() -> str:
+    from shared.settings import Settings
+
+    return Settings().checkpoint_prefix.strip("/")
+
+
 # Granted but not called in the tests, each for a reason.
 UNUSED_ALLOWED = {
+    ("on_trigger", "storage.objects.get", "bucket:checkpoints:requests/trg-"):
+        "reads a window's manifest back when a close that crashed after writing it is resumed "
+        "(shared/triggers/); a clean close never needs it",
+    ("on_trigger", "pubsub.topics.publish", "topic:ops_alerts"):
+        "trigger_failed alerts, sent only when a window's request cannot render or fails the "
+        "policy; this scenario's triggers render valid requests (tests/functional/test_triggers.py "
+        "covers the alert)",
     ("submit_job", "aiplatform.customJobs.cancel", "project"):
-        "cancels a second job of one attempt (shared/submit.py _cancel_unrecorded); the tests make "
-        "sure no second job exists, so the path is only reached in unit tests with fakes",
+        "cancels a second job of one attempt as a stray (shared/submit.py, shared/strays.py); the "
+        "tests make sure no second job exists, so the path is only reached in unit tests with fakes",
     ("on_job_event", "aiplatform.customJobs.cancel", "project"):
-        "granted for cancelling stray jobs (job_controller role), which the lead is adding now; no "
-        "code calls it yet: drop the exception or the grant when that lands",
+        "cancels a stray job (shared/strays.py), a job with a request's labels the ledger does not "
+        "record; this scenario makes none (tests/integration/test_exactly_once.py does)",
     ("reconcile", "aiplatform.customJobs.cancel", "project"):
         "as for on_job_event (job_controller role)",
     ("on_job_event", "aiplatform.customJobs.list", "project"):
@@ -102,7 +116,9 @@ def terraform_grants() -> dict[str, set[tuple[str, str]]]:
     config = module_config()
     roles = {
         name: set(config.resource("google_project_iam_custom_role", name)["permissions"])
-        for name in ("job_submitter", "job_controller", "ledger_writer", "checkpoint_pruner")
+        for name in (
+            "job_submitter", "job_controller", "ledger_writer", "checkpoint_pruner", "manifest_writer"
+        )
     }
     # The shapes this function relies on (iam.tf); a change there should change this test too.
     ledger = config.resource("google_storage_bucket_iam_member", "ledger")
@@ -119,10 +135,15 @@ def terraform_grants() -> dict[str, set[tuple[str, str]]]:
     grants: dict[str, set[tuple[str, str]]] = {}
     for fn, access in config.locals["function_access"].items():
         granted: set[tuple[str, str]] = set()
-        ledger_perms = roles["ledger_writer"] if access["ledger"] == "read_write" else PREDEFINED["roles/storage.objectViewer"]
-        granted |= {(p, "bucket:state") for p in ledger_perms}
-        if access["ledger"] == "read" and access["state_prefix"]:
+        if access["ledger"] != "none":
+            ledger_perms = roles["ledger_writer"] if access["ledger"] == "read_write" else PREDEFINED["roles/storage.objectViewer"]
+            granted |= {(p, "bucket:state") for p in ledger_perms}
+        if access["ledger"] != "read_write" and access["state_prefix"]:
             granted |= {(p, f"bucket:state:{access['state_prefix']}") for p in roles["ledger_writer"]}
+        if access["checkpoint"] == "manifest":
+            # trigger requests' folders only: <checkpoint prefix>/trg-*
+            prefix = f"{stack_checkpoint_prefix()}/trg-"
+            granted |= {(p, f"bucket:checkpoints:{prefix}") for p in roles["manifest_writer"]}
         if access["checkpoint"] == "prune":
             granted |= {(p, "bucket:checkpoints") for p in roles["checkpoint_pruner"]}
         if access["vertex"]:
@@ -231,7 +252,31 @@ def drive_every_path(stack) -> None:
                                           if line.get("event") == "prune_summary"},
         120, "the one-request prunes",
     )
+    # on_trigger: a trigger over the data bucket; objects land, a window closes on a tick, the
+    # request is published with its manifest.
+    drive_a_trigger(stack)
     time.sleep(2)  # let the last publishes land in the records
+
+
+def drive_a_trigger(stack) -> None:
+    from tests.integration.test_triggers import (
+        apply,
+        at_window_start,
+        definition,
+        tick,
+        trigger_requests,
+    )
+
+    name = f"perm-{uuid.uuid4().hex[:6]}"
+    prefix = f"{name}/incoming/"
+    apply(stack, definition(name, {"gcs": {"bucket": stack.options.data_bucket, "prefix": prefix}}))
+    data = stack.storage().bucket(stack.options.data_bucket)
+    at_window_start(20, room=14)
+    for i in range(3):
+        data.blob(f"{prefix}part-{i}.csv").upload_from_string(f"row {i}\n")
+    time.sleep(max(0.0, 20 - time.time() % 20) + 1.5)  # the window ends, and settles
+    tick(stack)
+    stack.wait_for(lambda: trigger_requests(stack, name), 60, "the trigger's request")
 
 
 def test_each_function_calls_what_terraform_grants_and_nothing_more(stack, api_calls_dir: Path) -> None:
