@@ -581,7 +581,8 @@ def test_scheduler_publishes_the_maintenance_tasks() -> None:
     assert target["data"] == "${base64encode(jsonencode({task = each.key}))}"
     # Retraining schedules are schedule triggers: each firing goes to on_trigger, named by the
     # attribute on_trigger routes by.
-    from shared.triggers.runner import TICK_TASK, TRIGGER_ATTRIBUTE
+    from shared.triggers.publishing import TRIGGER_ATTRIBUTE
+    from shared.triggers.runner import TICK_TASK
 
     retraining = config.resource("google_cloud_scheduler_job", "retraining")
     assert retraining["for_each"] == "${local.schedule_triggers}"
