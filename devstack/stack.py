@@ -13,9 +13,11 @@
 
 Ports are chosen free at start, so two stacks can run side by side. Every child runs in its own
 process group and `Stack.stop()` ends each group, so nothing is left behind. How children are
-run and stopped is `devstack.processes`; how each emulator is started is `devstack.emulators`;
-this module is the wiring: which parts, in which order, with which topics, subscriptions and
-environment.
+run and stopped is `devstack.processes`; how each emulator is started, `devstack.emulators`; the
+functions and their supervision, `devstack.function_processes`; the topics and subscriptions,
+`devstack.pubsub_wiring`; the scheduled tasks, `devstack.scheduler`. This module puts them
+together: which parts, in which order, with which environment, and the conveniences tests, the
+demo and benchmarks use.
 """
 
 from __future__ import annotations
@@ -40,12 +42,14 @@ from devstack.emulators import (
     start_pubsub_emulator,
     start_vertex_emulator,
 )
-from devstack.processes import REPO_ROOT, ManagedProcess, free_port, http_ok, stop_all, wait_until
+from devstack.function_processes import FunctionProcesses
+from devstack.processes import REPO_ROOT, ManagedProcess, stop_all
+from devstack.pubsub_wiring import create_subscriptions, create_topics, subscription_path, topic_path, watch_topic
 from devstack.push_filter import PushFilterRouter
+from devstack.scheduler import Scheduler
 from shared.settings import Settings
 from shared.topology import TOPOLOGY
 
-FUNCTIONS_SOURCE = REPO_ROOT / "functions" / "main.py"
 DEFAULT_PROJECT = "spotjobs-local"
 DEFAULT_LOCATION = "us-central1"
 # A bucket whose object finalize notifications go to on_trigger's topic (retraining triggers).
@@ -81,23 +85,6 @@ class StackOptions:
     record_api_calls: Path | None = None
 
 
-# Supervision: the first restart waits this long, each next one twice as long, up to the maximum;
-# a process that stayed up for RESTART_RESET_SECONDS starts again from the first delay.
-RESTART_BACKOFF_SECONDS = 0.5
-RESTART_MAX_BACKOFF_SECONDS = 15.0
-RESTART_RESET_SECONDS = 60.0
-
-
-@dataclass
-class _Supervised:
-    started_at: float = 0.0
-    backoff: float = RESTART_BACKOFF_SECONDS
-    restart_at: float | None = None  # set when the death is noticed
-    restarts: int = 0
-    lock: threading.RLock = field(default_factory=threading.RLock)
-    paused: bool = False  # a deliberate stop/restart is in progress
-
-
 class Stack:
     """Starts, wires and stops the embedded stack. Use as a context manager or call start/stop."""
 
@@ -109,13 +96,14 @@ class Stack:
         self.pubsub_host = ""
         self.storage_host = ""
         self.vertex_url = ""
-        self.function_urls: dict[str, str] = {}
-        self.function_ports: dict[str, int] = {}
-        self._scheduler_stop = threading.Event()
-        self._scheduler: threading.Thread | None = None
-        self._supervisor: threading.Thread | None = None
-        self._supervised: dict[str, _Supervised] = {}
+        self._stopping = threading.Event()
         self._log_lock = threading.Lock()
+        self.functions = FunctionProcesses(
+            self.processes, self._child_env, self.workdir / "logs", self.log_event, self._stopping,
+            record_api_calls=self.options.record_api_calls,
+        )
+        self.function_urls = self.functions.urls
+        self._scheduler: Scheduler | None = None
         self.push_router: PushFilterRouter | None = None
         # The functions, the tests' in-process clients and `local up`'s shell all use these.
         self.settings = Settings.from_env(
@@ -142,21 +130,28 @@ class Stack:
             self._export_emulator_env()
             self._start_vertex()
             self._create_buckets()
-            self._create_topics()
-            self._start_functions()
-            self._start_supervisor()
-            self._create_subscriptions()
-            self._start_scheduler()
+            create_topics(self.options.project)
+            self.functions.start_all(self.options.functions)
+            if self.options.supervise_functions:
+                self.functions.start_supervisor()
+            self.push_router = create_subscriptions(
+                self.options.project, self.function_urls, self.log_event,
+                minimum_backoff_seconds=self.options.minimum_backoff_seconds,
+                maximum_backoff_seconds=self.options.maximum_backoff_seconds,
+                max_delivery_attempts=self.options.max_delivery_attempts,
+            )
+            if self.options.schedule:
+                self._scheduler = Scheduler(self.options.schedule, self.publish, self._stopping).start()
         except BaseException:
             self.stop()
             raise
         return self
 
     def stop(self) -> None:
-        self._scheduler_stop.set()
-        for thread in (self._scheduler, self._supervisor):
-            if thread is not None:
-                thread.join(timeout=10)
+        self._stopping.set()
+        if self._scheduler is not None:
+            self._scheduler.join(timeout=10)
+        self.functions.join_supervisor(timeout=10)
         if self.push_router is not None:
             self.push_router.stop()
         stop_all(reversed(self.processes.values()))
@@ -256,106 +251,13 @@ class Stack:
         """Bring the Vertex emulator back on the same endpoint, as after an outage."""
         self._start_vertex(port=int(self.vertex_url.rsplit(":", 1)[1]))
 
-    def _start_functions(self) -> None:
-        for name in self.options.functions:
-            self.start_function(name)
-        for name in self.options.functions:
-            url = self.function_urls[name]
-            wait_until(lambda u=url: http_ok(u), timeout=60, what=f"function {name}")
+    def _create_buckets(self) -> None:
+        from google.api_core.exceptions import Conflict
 
-    def start_function(self, name: str) -> None:
-        """Start (or restart, on the same port) one function under functions-framework."""
-        port = self.function_ports.get(name) or free_port()
-        self.function_ports[name] = port
-        extra = {"THREADS": "8"}
-        if self.options.record_api_calls is not None:
-            self.options.record_api_calls.mkdir(parents=True, exist_ok=True)
-            extra["SPOTJOBS_RECORD_API_CALLS"] = str(self.options.record_api_calls / f"{name}.jsonl")
-        executable = Path(sys.executable).with_name("functions-framework")
-        process = ManagedProcess(
-            f"function-{name}",
-            [
-                str(executable) if executable.exists() else "functions-framework",
-                "--source", str(FUNCTIONS_SOURCE),
-                "--target", name,
-                "--signature-type", "http",
-                "--host", "127.0.0.1",
-                "--port", str(port),
-            ],
-            self._child_env(extra),
-            self.workdir / "logs" / f"{name}.log",
-        )
-        process.start()
-        self.processes[process.name] = process
-        self.function_urls[name] = f"http://127.0.0.1:{port}"
-        self._supervised.setdefault(name, _Supervised()).started_at = time.monotonic()
-
-    def restart_function(self, name: str) -> None:
-        state = self._supervised.setdefault(name, _Supervised())
-        with state.lock:
-            state.paused = True
-            try:
-                self.processes[f"function-{name}"].stop()
-                self.start_function(name)
-                state.restart_at = None
-            finally:
-                state.paused = False
-        wait_until(lambda: http_ok(self.function_urls[name]), timeout=60, what=f"function {name}")
-
-    def kill_function(self, name: str) -> None:
-        """Kill a function's process group at once, as a crashed instance would die (the
-        supervisor, when on, starts it again as Cloud Run would start a new instance)."""
-        self.processes[f"function-{name}"].kill()
-
-    def function_pid(self, name: str) -> int | None:
-        """The pid of the process serving `name` now (it changes when the function restarts)."""
-        process = self.processes.get(f"function-{name}")
-        return process.pid if process is not None and process.alive() else None
-
-    # Supervision of the functions.
-
-    def _start_supervisor(self) -> None:
-        if not self.options.supervise_functions:
-            return
-        self._supervisor = threading.Thread(target=self._supervise, name="stack-supervisor", daemon=True)
-        self._supervisor.start()
-
-    def _supervise(self) -> None:
-        while not self._scheduler_stop.wait(0.2):
-            for name in list(self._supervised):
-                try:
-                    self._supervise_one(name)
-                except Exception as exc:  # noqa: BLE001 - log it and try again on the next round
-                    self.log_event("function_restart_failed", function=name, error=f"{type(exc).__name__}: {exc}")
-
-    def _supervise_one(self, name: str) -> None:
-        state = self._supervised[name]
-        with state.lock:
-            process = self.processes.get(f"function-{name}")
-            if state.paused or process is None or process.alive() or self._scheduler_stop.is_set():
-                return
-            now = time.monotonic()
-            if state.restart_at is None:  # just noticed: wait out the backoff before starting it
-                if now - state.started_at >= RESTART_RESET_SECONDS:
-                    state.backoff = RESTART_BACKOFF_SECONDS
-                state.restart_at = now + state.backoff
-                return
-            if now < state.restart_at:
-                return
-            exit_code = process.popen.returncode if process.popen is not None else None
-            waited = state.backoff
-            self.start_function(name)
-            state.restarts += 1
-            state.restart_at = None
-            state.backoff = min(state.backoff * 2, RESTART_MAX_BACKOFF_SECONDS)
-            self.log_event(
-                "function_restarted",
-                function=name,
-                exit_code=exit_code,
-                restarts=state.restarts,
-                backoff_seconds=waited,
-                pid=self.processes[f"function-{name}"].pid,
-            )
+        client = self.storage()
+        for bucket in {self.settings.state_bucket, self.settings.checkpoint_bucket, self.options.data_bucket}:
+            with contextlib.suppress(Conflict):
+                client.create_bucket(bucket)
 
     # The stack's own log: one JSON object per line.
 
@@ -375,117 +277,17 @@ class Stack:
             return []
         return [json.loads(raw) for raw in self.stack_log_path.read_text().splitlines() if raw.startswith("{")]
 
-    def _create_buckets(self) -> None:
-        from google.api_core.exceptions import Conflict
-
-        client = self.storage()
-        for bucket in {self.settings.state_bucket, self.settings.checkpoint_bucket, self.options.data_bucket}:
-            with contextlib.suppress(Conflict):
-                client.create_bucket(bucket)
-
-    def _create_topics(self) -> None:
-        from google.api_core.exceptions import AlreadyExists
-        from google.cloud import pubsub_v1
-
-        publisher = pubsub_v1.PublisherClient()
-        for key in TOPOLOGY.topic_keys:
-            with contextlib.suppress(AlreadyExists):
-                publisher.create_topic(name=self.topic_path(key))
-
-    def _create_subscriptions(self) -> None:
-        from google.api_core.exceptions import AlreadyExists
-        from google.cloud import pubsub_v1
-        from google.protobuf import duration_pb2
-
-        trigger = TOPOLOGY.trigger_subscription
-        minimum = self.options.minimum_backoff_seconds or trigger["minimum_backoff_seconds"]
-        maximum = self.options.maximum_backoff_seconds or trigger["maximum_backoff_seconds"]
-        attempts = self.options.max_delivery_attempts or trigger["max_delivery_attempts"]
-        subscriber = pubsub_v1.SubscriberClient()
-        for name, wiring in TOPOLOGY.functions.items():
-            if name not in self.function_urls:
-                continue
-            topic = self.topic_path(wiring["topic"])
-            subscription_filter = wiring.get("filter") or ""
-            # Pushes go through the stack's router (devstack/push_filter.py), which applies the
-            # filter the emulator stores but may not apply (with an emulator that filters, both
-            # agree) and, like Cloud Run's front end, holds a push while a crashed function restarts.
-            if self.push_router is None:
-                self.push_router = PushFilterRouter(self.log_event).start()
-            # The topic in the path, as a Pub/Sub push to production's function URL may carry it.
-            route = self.push_router.add(name, self.function_urls[name], subscription_filter)
-            endpoint = f"{route}/{topic}"
-            with contextlib.suppress(AlreadyExists):
-                subscriber.create_subscription(
-                    request={
-                        "name": self.subscription_path(wiring["subscription"]),
-                        "topic": topic,
-                        "filter": subscription_filter,
-                        "push_config": {"push_endpoint": endpoint},
-                        "ack_deadline_seconds": trigger["ack_deadline_seconds"],
-                        "retry_policy": {
-                            "minimum_backoff": duration_pb2.Duration(seconds=int(minimum), nanos=int(minimum % 1 * 1e9)),
-                            "maximum_backoff": duration_pb2.Duration(seconds=int(maximum)),
-                        },
-                        "dead_letter_policy": {
-                            "dead_letter_topic": self.topic_path(trigger["dead_letter_topic"]),
-                            "max_delivery_attempts": attempts,
-                        },
-                    }
-                )
-        for name, wiring in TOPOLOGY.pull_subscriptions.items():
-            with contextlib.suppress(AlreadyExists):
-                subscriber.create_subscription(
-                    request={
-                        "name": self.subscription_path(name),
-                        "topic": self.topic_path(wiring["topic"]),
-                        "ack_deadline_seconds": wiring["ack_deadline_seconds"],
-                    }
-                )
-
-    def _start_scheduler(self) -> None:
-        if not self.options.schedule:
-            return
-        next_run = {task: time.monotonic() + every for task, every in self.options.schedule.items()}
-
-        def run() -> None:
-            while not self._scheduler_stop.wait(0.5):
-                for task, due in next_run.items():
-                    if time.monotonic() >= due:
-                        next_run[task] = due + self.options.schedule[task]
-                        topic = "triggers" if task == "triggers" else "maintenance"  # on_trigger's own
-                        with contextlib.suppress(Exception):  # a missed tick is the next one's job
-                            self.publish(topic, json.dumps({"task": task}).encode(), task=task)
-
-        self._scheduler = threading.Thread(target=run, name="stack-scheduler", daemon=True)
-        self._scheduler.start()
-
     # Conveniences for tests, the demo and benchmarks.
 
     def topic_path(self, key: str) -> str:
-        return f"projects/{self.options.project}/topics/{TOPOLOGY.topic_name(key)}"
+        return topic_path(self.options.project, key)
 
     def subscription_path(self, name: str) -> str:
-        return f"projects/{self.options.project}/subscriptions/{name}"
+        return subscription_path(self.options.project, name)
 
     def watch_topic(self, topic: str) -> None:
-        """A `pubsub` retraining trigger's topic: create it and push it to on_trigger (the endpoint
-        path names the topic, as Terraform's watched-topic subscriptions do)."""
-        from google.api_core.exceptions import AlreadyExists
-        from google.cloud import pubsub_v1
-
-        path = f"projects/{self.options.project}/topics/{topic}"
-        with contextlib.suppress(AlreadyExists):
-            pubsub_v1.PublisherClient().create_topic(name=path)
-        with contextlib.suppress(AlreadyExists):
-            pubsub_v1.SubscriberClient().create_subscription(
-                request={
-                    "name": self.subscription_path(f"on-trigger-{topic}"),
-                    "topic": path,
-                    "push_config": {"push_endpoint": f"{self.function_urls['on_trigger']}/{path}"},
-                    "ack_deadline_seconds": TOPOLOGY.trigger_subscription["ack_deadline_seconds"],
-                }
-            )
+        """A `pubsub` retraining trigger's topic, pushed to on_trigger."""
+        watch_topic(self.options.project, topic, self.function_urls["on_trigger"])
 
     def storage(self) -> Any:
         from google.cloud import storage

@@ -1,5 +1,5 @@
 """on_trigger: turns data landing (Cloud Storage notifications), messages on watched topics and
-schedules into one job request per window (logic in shared.triggers.runner).
+schedules into one job request per window (logic in shared/triggers/).
 
 Its own topic carries notifications, schedule fires and the `{"task": "triggers"}` tick that
 closes due windows; messages of a `pubsub` trigger's topic arrive through a push subscription on

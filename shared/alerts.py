@@ -18,8 +18,7 @@ from typing import Any
 
 from shared.clock import now_iso
 
-SCHEMA_VERSION = 1
-PUBLISH_TIMEOUT_SECONDS = 30.0
+ALERT_SCHEMA_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -32,7 +31,7 @@ class Alert:
     job: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
     time: str = field(default_factory=now_iso)
-    schema_version: int = SCHEMA_VERSION
+    schema_version: int = ALERT_SCHEMA_VERSION
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

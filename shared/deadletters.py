@@ -56,7 +56,7 @@ SOURCE_PROJECT = "CloudPubSubDeadLetterSourceSubscriptionProject"
 DELIVERY_COUNT = "CloudPubSubDeadLetterSourceDeliveryCount"
 SOURCE_PUBLISH_TIME = "CloudPubSubDeadLetterSourceTopicPublishTime"
 FAILURE_EVENTS = ("retry", "permanent_failure")
-PUBLISH_TIMEOUT_SECONDS = 60.0
+REDRIVE_PUBLISH_TIMEOUT_SECONDS = 60.0
 
 
 @dataclass
@@ -68,7 +68,7 @@ class DeadLetter:
     attributes: dict[str, str]
     publish_time: str | None  # when it was dead-lettered
     ack_id: str = field(default="", repr=False)
-    # Filled in by `explain`: the failed deliveries' errors, oldest first.
+    # Filled in by `attach_failures`: the failed deliveries' errors, oldest first.
     failures: list[dict[str, Any]] = field(default_factory=list)
     reason_source: str | None = None  # where the reasons came from ("local logs", "Cloud Logging")
 
@@ -207,7 +207,7 @@ def _chunks(items: Sequence[str], size: int) -> Iterable[list[str]]:
 # Why they failed.
 
 
-def explain(letters: Sequence[DeadLetter], lines: Iterable[Mapping[str, Any]], source: str) -> None:
+def attach_failures(letters: Sequence[DeadLetter], lines: Iterable[Mapping[str, Any]], source: str) -> None:
     """Attach to each letter the failure lines of its function for its original publish time."""
     by_key: dict[tuple[str, datetime], list[dict[str, Any]]] = {}
     for line in lines:
@@ -422,6 +422,6 @@ def redrive(
 
 def publisher_function(publisher: Any) -> Callable[[str, bytes, dict[str, str]], str]:
     def publish(topic: str, data: bytes, attributes: dict[str, str]) -> str:
-        return publisher.publish(topic, data, **attributes).result(timeout=PUBLISH_TIMEOUT_SECONDS)
+        return publisher.publish(topic, data, **attributes).result(timeout=REDRIVE_PUBLISH_TIMEOUT_SECONDS)
 
     return publish

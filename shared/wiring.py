@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from shared.alerts import PUBLISH_TIMEOUT_SECONDS
 from shared.clock import utcnow
 from shared.ledger import LedgerStore
 from shared.settings import Settings
@@ -27,6 +26,10 @@ if TYPE_CHECKING:
     from google.cloud import storage
     from google.cloud.aiplatform_v1 import JobServiceClient
     from google.cloud.pubsub_v1 import PublisherClient
+
+# How long a function waits for Pub/Sub to accept a message; past it the publish raises, and the
+# delivery fails and is redelivered.
+FUNCTION_PUBLISH_TIMEOUT_SECONDS = 30.0
 
 # Settings field of each topic a function publishes to; the same grants are in terraform/iam.tf.
 PUBLISHES: dict[str, tuple[str, ...]] = {
@@ -63,7 +66,7 @@ class Ports:
             json.dumps(payload, separators=(",", ":")).encode(),
             **attributes,
         )
-        return future.result(timeout=PUBLISH_TIMEOUT_SECONDS)
+        return future.result(timeout=FUNCTION_PUBLISH_TIMEOUT_SECONDS)
 
 
 @functools.cache

@@ -49,7 +49,7 @@ resource "google_cloud_scheduler_job" "retraining" {
   pubsub_target {
     topic_name = google_pubsub_topic.topics["triggers"].id
     data       = base64encode(jsonencode({ trigger = each.key }))
-    # What on_trigger routes a firing by (shared/triggers/runner.py TRIGGER_ATTRIBUTE).
+    # What on_trigger routes a firing by (shared/triggers/publishing.py TRIGGER_ATTRIBUTE).
     attributes = { spotjobs_trigger = each.key }
   }
 

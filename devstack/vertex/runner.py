@@ -16,6 +16,12 @@ A job holds one of `max_running` slots from admission to its end, restarts inclu
 of creates queues instead of becoming a burst of processes. Only admitted jobs have a thread.
 All job state (the records of `devstack.vertex.jobs`) is guarded by one lock; log entries are
 published outside it.
+
+Over 450 lines and one thing: one state machine under that one lock. Admission, the lifecycle's
+moves, preemption restarts and the endings each read and change the same records, slots and
+threads, and which moves hold the lock is the design; split, that would be one lock shared
+across modules. The parts that need no lock are elsewhere already: the worker process
+(`worker`), the preemption plan (`preemption`), log entries (`logs`), signal profiles (`signals`).
 """
 
 from __future__ import annotations

@@ -7,8 +7,10 @@
 - `report`: report (the HTML page)
 - `triggers`: triggers apply, list, test, delete
 
-Each module exposes `register(subparsers)` and imports heavy libraries only inside the function
-that runs a command, so `spotjobs --help` stays instant. This package is the only code under
+Each module exposes `register(subparsers)`: a plug-in interface, so it is the one name every
+command module defines (tests/unit/test_names.py allows it and nothing else twice in `shared/`);
+what runs a command is named for it (`run_report`, `run_explain`, ...). A module imports heavy
+libraries only inside the function that runs a command, so `spotjobs --help` stays instant. This package is the only code under
 `shared/` that may name `devstack`, and only `local` does, inside its run functions: the deploy
 zip ships `shared/` without `devstack/`, and there `local up` and `demo` say how to get the local
 stack instead of failing (exit 2).

@@ -19,9 +19,8 @@ import threading
 import time
 from typing import Any
 
-from shared.cli.common import examples
+from shared.cli.common import EXIT_OK, examples
 
-EXIT_OK = 0
 EXIT_NO_LOCAL_STACK = 2
 EXIT_INTERRUPTED = 130
 DEMO_TIMEOUT_SECONDS = 150.0  # how long the demo waits for its seven requests to end

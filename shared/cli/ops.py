@@ -189,13 +189,13 @@ def run_alerts(args: argparse.Namespace) -> int:
 # dead-letters
 
 
-def _explain(letters: Sequence[Any], args: argparse.Namespace) -> str | None:
+def _attach_failures(letters: Sequence[Any], args: argparse.Namespace) -> str | None:
     """Attach failure reasons; returns a note when they could not be looked up."""
     from shared import deadletters
 
     logs = args.logs or os.environ.get("SPOTJOBS_LOCAL_LOGS")
     if logs:
-        deadletters.explain(letters, deadletters.local_log_lines(Path(logs)), "local logs")
+        deadletters.attach_failures(letters, deadletters.local_log_lines(Path(logs)), "local logs")
         return None
     if os.environ.get("PUBSUB_EMULATOR_HOST"):
         return "reasons unknown: no function logs (set SPOTJOBS_LOCAL_LOGS or --logs)"
@@ -205,7 +205,7 @@ def _explain(letters: Sequence[Any], args: argparse.Namespace) -> str | None:
         lines = deadletters.cloud_log_lines(args.project or get_settings().project, letters)
     except Exception as exc:  # noqa: BLE001 - reasons are a courtesy; the listing still stands
         return f"reasons unknown: Cloud Logging could not be read ({type(exc).__name__})"
-    deadletters.explain(letters, lines, "Cloud Logging")
+    deadletters.attach_failures(letters, lines, "Cloud Logging")
     return None
 
 
@@ -218,7 +218,7 @@ def run_dead_letters(args: argparse.Namespace) -> int:
     path = _subscription_path(args, DEAD_LETTER_SUBSCRIPTION)
     letters = deadletters.pull_all(subscriber, path)
     try:
-        note = _explain(letters, args)
+        note = _attach_failures(letters, args)
     finally:
         deadletters.release(subscriber, path, letters)
         subscriber.close()

@@ -35,10 +35,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--json", action="store_true", help="print a JSON list, one object per request"
     )
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run_prune_command)
 
 
-def run(args: argparse.Namespace) -> int:
+def run_prune_command(args: argparse.Namespace) -> int:
     from shared import clients
     from shared.pruning.folders import is_request_folder_name
     from shared.pruning.runner import run_prune
@@ -54,11 +54,11 @@ def run(args: argparse.Namespace) -> int:
         json.dump([r.to_json() for r in result.reports], sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        print_text(result, sys.stdout)
+        print_prune_result(result, sys.stdout)
     return 1 if result.summary["errors"] else 0
 
 
-def print_text(result: PruneResult, out: TextIO) -> None:
+def print_prune_result(result: PruneResult, out: TextIO) -> None:
     verb = "would delete" if result.dry_run else "deleted"
     for report in result.reports:
         head = f"{report.request_id}  [{report.lifecycle or '?'}"

@@ -32,10 +32,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--limit", type=int, default=200, help="at most this many requests (default 200)")
     parser.add_argument("--no-checkpoints", action="store_true", help="do not list checkpoint folders")
     parser.add_argument("--project", help="Google Cloud project (default: GOOGLE_CLOUD_PROJECT)")
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run_report)
 
 
-def run(args: argparse.Namespace) -> int:
+def run_report(args: argparse.Namespace) -> int:
     from google.cloud import storage
 
     from shared.cli.requests import _recent_records

@@ -25,10 +25,10 @@ from typing import Any
 
 from shared.errors import InvalidRequest, Violation
 
-SCHEMA_VERSION = 1
+TRIGGER_SCHEMA_VERSION = 1
 # A label value and a path segment; short enough that "trg-<name>-w<window id>" is a request id.
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
-FIELDS = (
+DEFINITION_FIELDS = (
     "schema_version",
     "name",
     "description",
@@ -113,11 +113,11 @@ def read_definition(document: object) -> tuple[TriggerDefinition | None, list[Vi
     if not isinstance(document, dict):
         return None, [Violation("(body)", "expected a JSON object (a trigger definition)")]
     for key in document:
-        if key not in FIELDS:
-            out.append(Violation(key, f"unknown field; a trigger has {', '.join(FIELDS)}"))
+        if key not in DEFINITION_FIELDS:
+            out.append(Violation(key, f"unknown field; a trigger has {', '.join(DEFINITION_FIELDS)}"))
     version = document.get("schema_version")
-    if version != SCHEMA_VERSION or isinstance(version, bool):
-        out.append(Violation("schema_version", f"is {version!r}; this version reads {SCHEMA_VERSION}"))
+    if version != TRIGGER_SCHEMA_VERSION or isinstance(version, bool):
+        out.append(Violation("schema_version", f"is {version!r}; this version reads {TRIGGER_SCHEMA_VERSION}"))
     name = document.get("name")
     if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
         out.append(

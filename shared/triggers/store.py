@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from shared.errors import ConflictError
@@ -155,6 +155,14 @@ class TriggerStore:
         """(key, custom metadata) of every member under `prefix`, in name order (one listing)."""
         for blob in self._bucket.client.list_blobs(self._bucket, prefix=prefix):
             yield blob.name[len(prefix):], dict(blob.metadata or {})
+
+    def window_members(self, name: str, window_ids: Iterable[str]) -> Iterator[dict[str, str]]:
+        """What the windows list: the metadata of their members, less those carried forward to a
+        later window (they are listed there)."""
+        for window_id in window_ids:
+            for _key, metadata in self.iter_members(members_prefix(name, window_id)):
+                if not metadata.get("carried_to"):
+                    yield metadata
 
     # Internals.
 

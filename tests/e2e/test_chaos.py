@@ -90,10 +90,10 @@ def test_submit_killed_between_create_and_record_is_redelivered_without_a_second
         chaos.publish("job_requests", _request(request_id))
         chaos.wait_for(lambda: chaos.ledger().get(request_id), timeout=30, message="the claim")
         time.sleep(0.5)  # the create request is now on the wire
-        chaos.kill_function("submit_job")
+        chaos.functions.kill("submit_job")
     finally:
         os.kill(vertex.pid, signal.SIGCONT)  # Vertex now creates the job for a caller that is gone
-    chaos.restart_function("submit_job")
+    chaos.functions.restart("submit_job")
 
     _assert_nothing_lost_nothing_doubled(chaos, [request_id])
     record = chaos.ledger().get(request_id)
@@ -177,7 +177,7 @@ def test_submit_job_sigkilled_while_40_requests_arrive_is_restarted_and_each_get
 
     request_ids = [_new_id("sigkill") for _ in range(40)]
     restarts_before = [line for line in chaos.stack_logs() if line["event"] == "function_restarted"]
-    old_pid = chaos.function_pid("submit_job")
+    old_pid = chaos.functions.pid("submit_job")
     assert old_pid is not None
 
     def publish(request_id: str) -> str:

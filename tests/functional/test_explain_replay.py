@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from shared.cli.explain import explain, read_entries
 from shared.clock import parse_rfc3339
 from shared.delivery import Message
+from shared.explaining.entries import explain
+from shared.explaining.reading import read_entries
 from shared.ledger import LedgerStore
 from shared.observe import EventOutcome, handle_job_event
 from shared.preemptions import preemptions_text

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.deadletters import DeadLetter, cloud_log_lines, cloud_logging_filter, explain
+from shared.deadletters import DeadLetter, cloud_log_lines, cloud_logging_filter, attach_failures
 
 
 def letter(**attributes: str) -> DeadLetter:
@@ -34,7 +34,7 @@ def test_reasons_are_the_failure_lines_of_its_function_for_its_publish_time() ->
         {"function": "submit_job", "event": "retry", "publish_time": "2026-11-30T20:43:05Z", "error": "other"},
         {"function": "submit_job", "event": "submitted", "publish_time": "2026-11-30T20:43:04.935Z"},
     ]
-    explain([dead], lines, "local logs")
+    attach_failures([dead], lines, "local logs")
     assert [f["error"] for f in dead.failures] == ["ConnectionError: refused", "ClaimInProgress: later"]
     assert dead.reason == "ClaimInProgress: later" and dead.reason_source == "local logs"
 
@@ -61,5 +61,5 @@ def test_in_the_cloud_the_lines_come_from_cloud_logging() -> None:
     lines = cloud_log_lines("proj", [dead], session=Session())
     assert requests[0]["url"] == "https://logging.googleapis.com/v2/entries:list"
     assert requests[0]["resourceNames"] == ["projects/proj"]
-    explain([dead], lines, "Cloud Logging")
+    attach_failures([dead], lines, "Cloud Logging")
     assert dead.reason == "ServiceUnavailable: 503"

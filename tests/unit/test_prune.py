@@ -11,7 +11,7 @@ import pytest
 from google.api_core.exceptions import Forbidden, ServiceUnavailable
 from spotjobs_kit.layout import Checkpoint, Kind, ListedObject
 
-from shared.cli.prune import print_text
+from shared.cli.prune import print_prune_result
 from shared.ledger import RequestRecord
 from shared.log import Logger
 from shared.pruning.execute import prune_requests, run_tasks
@@ -438,11 +438,11 @@ def test_dry_run_text_says_what_would_be_freed() -> None:
     for step in (100, 200, 300):
         file_checkpoint(store, "r1", f"ckpt-{step:06d}.pt")
     out = io.StringIO()
-    print_text(run_prune(store, dry_run=True), out)
+    print_prune_result(run_prune(store, dry_run=True), out)
     summary = out.getvalue().splitlines()[-1]
     assert "1 checkpoints would be deleted, would free 1 objects, 10 bytes" in summary
     out = io.StringIO()
-    print_text(run_prune(store), out)
+    print_prune_result(run_prune(store), out)
     assert "1 checkpoints deleted, 1 objects and 10 bytes freed" in out.getvalue().splitlines()[-1]
 
 

@@ -7,7 +7,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from shared.report_html import build_views, render_report, totals
+from shared.report_html import render_report
+from shared.report_views import build_views, totals
 from tests.browser import render
 
 MACHINE = {"machineType": "a2-highgpu-1g", "acceleratorType": "NVIDIA_TESLA_A100", "acceleratorCount": 1}

@@ -48,10 +48,11 @@ def test_terraform_reads_the_same_topology_file_as_the_embedded_stack() -> None:
 
 
 def test_embedded_stack_wires_the_same_topology_and_push_path() -> None:
+    import devstack.pubsub_wiring as wiring
     import devstack.stack as stack
 
     # The embedded stack creates its topics and subscriptions from the same TOPOLOGY object...
-    assert stack.TOPOLOGY is TOPOLOGY
+    assert wiring.TOPOLOGY is TOPOLOGY
     # ...and pushes to <function url>/projects/P/topics/T, the path Terraform's push endpoints use.
     options = stack.StackOptions()
     topic_path = stack.Stack.topic_path(type("S", (), {"options": options})(), "job_requests")
@@ -203,10 +204,10 @@ def test_every_python_publisher_to_maintenance_sets_the_task_attribute() -> None
 def test_embedded_stack_creates_the_filtered_subscriptions() -> None:
     import inspect
 
-    import devstack.stack as stack
+    import devstack.pubsub_wiring as wiring
 
-    source = inspect.getsource(stack.Stack._create_subscriptions)
-    assert '"filter"' in source, "devstack/stack.py must pass the topology's filter to create_subscription"
+    source = inspect.getsource(wiring.create_subscriptions)
+    assert '"filter"' in source, "devstack/pubsub_wiring.py must pass the topology's filter to create_subscription"
 
 
 def test_topology_settings_are_valid_for_pubsub() -> None:
@@ -581,7 +582,8 @@ def test_scheduler_publishes_the_maintenance_tasks() -> None:
     assert target["data"] == "${base64encode(jsonencode({task = each.key}))}"
     # Retraining schedules are schedule triggers: each firing goes to on_trigger, named by the
     # attribute on_trigger routes by.
-    from shared.triggers.runner import TICK_TASK, TRIGGER_ATTRIBUTE
+    from shared.triggers.publishing import TRIGGER_ATTRIBUTE
+    from shared.triggers.runner import TICK_TASK
 
     retraining = config.resource("google_cloud_scheduler_job", "retraining")
     assert retraining["for_each"] == "${local.schedule_triggers}"

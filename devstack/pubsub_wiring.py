@@ -1,0 +1,117 @@
+"""The stack's topics and subscriptions, from `shared/topology.json` (the file Terraform reads).
+
+Each function gets a push subscription with the topology's retry and dead-letter settings, so
+delivery behaves as in production: 2xx acks, anything else redelivers. Pushes pass through
+`devstack.push_filter`, which applies subscription filters the emulator does not, and holds a
+push while a crashed function restarts (as Cloud Run's front end does).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping
+
+from devstack.push_filter import PushFilterRouter
+from shared.topology import TOPOLOGY
+
+
+def topic_path(project: str, key: str) -> str:
+    return f"projects/{project}/topics/{TOPOLOGY.topic_name(key)}"
+
+
+def subscription_path(project: str, name: str) -> str:
+    return f"projects/{project}/subscriptions/{name}"
+
+
+def create_topics(project: str) -> None:
+    from google.api_core.exceptions import AlreadyExists
+    from google.cloud import pubsub_v1
+
+    publisher = pubsub_v1.PublisherClient()
+    for key in TOPOLOGY.topic_keys:
+        with contextlib.suppress(AlreadyExists):
+            publisher.create_topic(name=topic_path(project, key))
+
+
+def create_subscriptions(
+    project: str,
+    function_urls: Mapping[str, str],
+    log_event: Callable[..., None],
+    *,
+    minimum_backoff_seconds: float | None = None,
+    maximum_backoff_seconds: float | None = None,
+    max_delivery_attempts: int | None = None,
+) -> PushFilterRouter | None:
+    """A push subscription per running function (through a push router, returned to be stopped
+    with the stack), then the pull subscriptions. The backoff and attempts override the topology's."""
+    from google.api_core.exceptions import AlreadyExists
+    from google.cloud import pubsub_v1
+    from google.protobuf import duration_pb2
+
+    trigger = TOPOLOGY.trigger_subscription
+    minimum = minimum_backoff_seconds or trigger["minimum_backoff_seconds"]
+    maximum = maximum_backoff_seconds or trigger["maximum_backoff_seconds"]
+    attempts = max_delivery_attempts or trigger["max_delivery_attempts"]
+    subscriber = pubsub_v1.SubscriberClient()
+    push_router: PushFilterRouter | None = None
+    for name, wiring in TOPOLOGY.functions.items():
+        if name not in function_urls:
+            continue
+        topic = topic_path(project, wiring["topic"])
+        subscription_filter = wiring.get("filter") or ""
+        # Pushes go through the stack's router (devstack/push_filter.py), which applies the
+        # filter the emulator stores but may not apply (with an emulator that filters, both
+        # agree) and, like Cloud Run's front end, holds a push while a crashed function restarts.
+        if push_router is None:
+            push_router = PushFilterRouter(log_event).start()
+        # The topic in the path, as a Pub/Sub push to production's function URL may carry it.
+        route = push_router.add(name, function_urls[name], subscription_filter)
+        endpoint = f"{route}/{topic}"
+        with contextlib.suppress(AlreadyExists):
+            subscriber.create_subscription(
+                request={
+                    "name": subscription_path(project, wiring["subscription"]),
+                    "topic": topic,
+                    "filter": subscription_filter,
+                    "push_config": {"push_endpoint": endpoint},
+                    "ack_deadline_seconds": trigger["ack_deadline_seconds"],
+                    "retry_policy": {
+                        "minimum_backoff": duration_pb2.Duration(seconds=int(minimum), nanos=int(minimum % 1 * 1e9)),
+                        "maximum_backoff": duration_pb2.Duration(seconds=int(maximum)),
+                    },
+                    "dead_letter_policy": {
+                        "dead_letter_topic": topic_path(project, trigger["dead_letter_topic"]),
+                        "max_delivery_attempts": attempts,
+                    },
+                }
+            )
+    for name, wiring in TOPOLOGY.pull_subscriptions.items():
+        with contextlib.suppress(AlreadyExists):
+            subscriber.create_subscription(
+                request={
+                    "name": subscription_path(project, name),
+                    "topic": topic_path(project, wiring["topic"]),
+                    "ack_deadline_seconds": wiring["ack_deadline_seconds"],
+                }
+            )
+    return push_router
+
+
+def watch_topic(project: str, topic: str, on_trigger_url: str) -> None:
+    """A `pubsub` retraining trigger's topic: create it and push it to on_trigger (the endpoint
+    path names the topic, as Terraform's watched-topic subscriptions do)."""
+    from google.api_core.exceptions import AlreadyExists
+    from google.cloud import pubsub_v1
+
+    path = f"projects/{project}/topics/{topic}"
+    with contextlib.suppress(AlreadyExists):
+        pubsub_v1.PublisherClient().create_topic(name=path)
+    with contextlib.suppress(AlreadyExists):
+        pubsub_v1.SubscriberClient().create_subscription(
+            request={
+                "name": subscription_path(project, f"on-trigger-{topic}"),
+                "topic": path,
+                "push_config": {"push_endpoint": f"{on_trigger_url}/{path}"},
+                "ack_deadline_seconds": TOPOLOGY.trigger_subscription["ack_deadline_seconds"],
+            }
+        )

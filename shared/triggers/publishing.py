@@ -1,0 +1,114 @@
+"""A closed window's request: its manifest written once, the request rendered, checked, published.
+
+`closing -> closed` (the request published to job-requests with request id
+`trg-<trigger>-<window id>`) or `closing -> failed` with `trigger_failed` pending in the window
+document until Pub/Sub accepts it (see docs/ARCHITECTURE.md, "Retraining triggers").
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from shared.alerts import Alert
+from shared.clock import iso, parse_iso
+from shared.log import Logger
+from shared.triggers import store as paths
+from shared.triggers.definition import TriggerDefinition
+from shared.triggers.render import Window, check_rendered, manifest_uri_for, render, request_id_for
+from shared.triggers.store import TriggerStore
+
+if TYPE_CHECKING:
+    from shared.wiring import Ports
+
+# The attribute naming the trigger: on a schedule's fire (what on_trigger routes it by) and on the
+# job request a window publishes.
+TRIGGER_ATTRIBUTE = "spotjobs_trigger"
+MANIFEST_SCHEMA_VERSION = 1
+
+
+def finish(ports: Ports, store: TriggerStore, definition: TriggerDefinition, document: dict[str, Any], log: Logger) -> dict[str, Any]:
+    """closing -> closed (request published) or failed (alert): manifest, render, check, publish."""
+    settings = ports.settings
+    name, window_id = definition.name, document["window_id"]
+    window = Window(parse_iso(document["window_start"]), int((parse_iso(document["window_end"]) - parse_iso(document["window_start"])).total_seconds()))
+    path = paths.window_path(name, window_id)
+    request_id = request_id_for(name, window_id)
+    manifest_uri = manifest_uri_for(settings, name, window_id)
+    windows = [*document.get("carried", []), window_id]
+    manifest = write_manifest(ports, definition, window, windows, request_id, manifest_uri, store)
+    count = manifest["object_count"]
+    envelope = render(definition.request, trigger=name, window=window, manifest_uri=manifest_uri, object_count=count)
+    violations = check_rendered(envelope, settings)
+    if violations:
+        store.update(path, lambda d: {**d, "state": "failed", "alert_pending": True, "request_id": request_id, "violations": [str(v) for v in violations]} if d and d["state"] == "closing" else None)
+        log.error("a trigger's request fails validation; nothing published", event="trigger_failed", request_id=request_id, violations=[str(v) for v in violations])
+        return store.read(path)[0] or document
+    message_id = ports.publish(settings.job_requests_topic, envelope, request_id=request_id, **{TRIGGER_ATTRIBUTE: name})
+    log.info(
+        "a trigger published its window's job request",
+        event="trigger_fired",
+        request_id=request_id,
+        object_count=count,
+        windows=windows,
+        manifest_uri=manifest_uri,
+        published_message_id=message_id,
+    )
+
+    def closed(d: dict[str, Any] | None) -> dict[str, Any] | None:
+        if d is None or d["state"] != "closing":
+            return None
+        return {**d, "state": "closed", "request_id": request_id, "manifest_uri": manifest_uri, "manifest_objects": count, "message_id": message_id, "published_at": iso(ports.clock())}
+
+    store.update(path, closed)
+    return store.read(path)[0] or document
+
+
+def write_manifest(ports: Ports, definition: TriggerDefinition, window: Window, windows: list[str], request_id: str, uri: str, store: TriggerStore) -> dict[str, Any]:
+    """The window's manifest, written once (create-if-absent: a resumed close reads the first)."""
+    from google.api_core.exceptions import PreconditionFailed
+
+    bucket_name, _, object_name = uri.removeprefix("gs://").partition("/")
+    blob = ports.storage().bucket(bucket_name).blob(object_name)
+    entries = []
+    for metadata in store.window_members(definition.name, windows):
+        entry = {k: v for k, v in metadata.items() if v != ""}
+        if metadata.get("kind") == "gcs":
+            entry = {"uri": f"gs://{metadata['bucket']}/{metadata['name']}", **entry}
+            if "size" in entry:
+                entry["size"] = int(entry["size"])
+        entries.append(entry)
+    entries.sort(key=lambda e: (e.get("uri", ""), e.get("generation", ""), e.get("message_id", "")))
+    manifest = {
+        "schema_version": MANIFEST_SCHEMA_VERSION,
+        "trigger": definition.name,
+        "source": {definition.source_kind: definition.source},
+        "request_id": request_id,
+        "window_id": window.id,
+        "window_start": iso(window.start, timespec="seconds"),
+        "window_end": iso(window.end, timespec="seconds"),
+        "windows": windows,
+        "object_count": len(entries),
+        "total_bytes": sum(e.get("size", 0) for e in entries if isinstance(e.get("size"), int)),
+        "objects": entries,
+    }
+    try:
+        blob.upload_from_string(json.dumps(manifest, separators=(",", ":")), content_type="application/json", if_generation_match=0)
+    except PreconditionFailed:
+        return json.loads(blob.download_as_bytes())
+    return manifest
+
+
+def publish_failure_alert(ports: Ports, store: TriggerStore, definition: TriggerDefinition, document: dict[str, Any], log: Logger) -> None:
+    """trigger_failed, decided once per window (the window document's state) and kept pending there
+    until Pub/Sub accepts it: at least once."""
+    violations = document.get("violations", [])
+    alert = Alert(
+        kind="trigger_failed",
+        severity="ERROR",
+        message=f"trigger {definition.name}: the request of window {document['window_id']} is invalid; nothing was published",
+        request_id=document.get("request_id"),
+        details={"trigger": definition.name, "window_id": document["window_id"], "violations": violations},
+    )
+    ports.publish(ports.settings.ops_alerts_topic, alert.to_json(), **alert.attributes())
+    store.update(paths.window_path(definition.name, document["window_id"]), lambda d: {**d, "alert_pending": False} if d and d.get("alert_pending") else None)
