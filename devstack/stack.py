@@ -387,10 +387,18 @@ class Stack:
         from google.api_core.exceptions import AlreadyExists
         from google.cloud import pubsub_v1
 
+        from google.protobuf import duration_pb2
+
         publisher = pubsub_v1.PublisherClient()
         for key in TOPOLOGY.topic_keys:
+            # The topic's own retention, as Terraform sets it: a subscription can be sought back
+            # in time (a replay of job requests), acknowledged messages included.
+            retention = TOPOLOGY.raw["topics"][key].get("message_retention_seconds")
+            topic: dict[str, Any] = {"name": self.topic_path(key)}
+            if retention:
+                topic["message_retention_duration"] = duration_pb2.Duration(seconds=int(retention))
             with contextlib.suppress(AlreadyExists):
-                publisher.create_topic(name=self.topic_path(key))
+                publisher.create_topic(request=topic)
 
     def _create_subscriptions(self) -> None:
         from google.api_core.exceptions import AlreadyExists

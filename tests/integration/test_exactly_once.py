@@ -4,12 +4,9 @@ acceptance). The list-lag case needs a stack of its own: tests/e2e/test_list_lag
 
 from __future__ import annotations
 
-import base64
 import json
 import sys
 import time
-import urllib.error
-import urllib.request
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -282,34 +279,25 @@ def test_the_same_request_id_with_another_body_keeps_the_first_and_alerts_once(
 # ---- the ledger document lost after SUCCEEDED, the topic replayed ----
 
 
-def _push(stack: Any, data: bytes, message_id: str, publish_time: datetime) -> int:
-    """POST one Pub/Sub push body to submit_job, as its push subscription would deliver it."""
-    body = json.dumps(
-        {
-            "message": {
-                "data": base64.b64encode(data).decode(),
-                "messageId": message_id,
-                "publishTime": publish_time.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-            },
-            "subscription": stack.subscription_path("submit-job-push"),
-        }
-    ).encode()
-    url = f"{stack.function_urls['submit_job']}/{stack.topic_path('job_requests')}"
-    request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
+def seek(stack: Any, subscription: str, moment: datetime) -> None:
+    """Seek a subscription back to `moment`: what it delivered since is delivered again, with its
+    original publish time (the stack's topics retain messages, as Terraform's do)."""
+    from google.cloud import pubsub_v1
+    from google.protobuf import timestamp_pb2
+
+    at = timestamp_pb2.Timestamp()
+    at.FromDatetime(moment)
+    pubsub_v1.SubscriberClient().seek(
+        request={"subscription": stack.subscription_path(subscription), "time": at}
+    )
 
 
 def test_a_replay_after_the_ledger_document_was_deleted_creates_nothing_and_alerts_once(
     stack: Any,
 ) -> None:
     request_id = unique("lostdoc")
-    data = sleeper(request_id, 0.2)
-    first_message = stack.publish("job_requests", data)
-    first_published = datetime.now(timezone.utc)
+    before_publish = datetime.now(timezone.utc) - timedelta(milliseconds=200)
+    first_message = stack.publish("job_requests", sleeper(request_id, 0.2))
     record = wait_for_status(stack, request_id, RequestStatus.SUCCEEDED)
     [job] = jobs_of(stack, request_id)
     assert job.name == record.attempt(1).job
@@ -317,17 +305,16 @@ def test_a_replay_after_the_ledger_document_was_deleted_creates_nothing_and_aler
     assert stack.ledger().get(request_id) is None
     time.sleep(stack.settings.claim_lease_seconds + 1)  # a replay is older than the claim lease
 
-    # The replay: the same message, with its original publish time, as a seek of the submit
-    # subscription to before the first publish would deliver it again. The Pub/Sub emulator
-    # keeps no acknowledged messages to seek back to, so the push is posted to submit_job itself.
-    status = _push(stack, data, first_message, first_published - timedelta(seconds=1))
+    # The operator's replay: the submit subscription sought back to before the first publish.
+    seek(stack, "submit-job-push", before_publish)
 
-    assert status == 204 or 200 <= status < 300, status
     collected: list[dict[str, Any]] = []
     [alert] = wait_for_alerts(stack, collected, request_id, "ledger_missing")
     assert alert["details"]["jobs"] == [job.name]
     assert alert["details"]["message_id"] == first_message
-    drain_alerts(stack, collected, 2)
+    [line] = decisions(stack, request_id, "ledger_missing")
+    assert line["message_id"] == first_message
+    drain_alerts(stack, collected, 3)
     assert len(alerts_of(collected, request_id, "ledger_missing")) == 1
     assert [j.name for j in jobs_of(stack, request_id)] == [job.name]
     assert stack.ledger().get(request_id) is None  # nothing claimed: no record, no second job
