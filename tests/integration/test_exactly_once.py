@@ -5,6 +5,8 @@ acceptance). The list-lag case needs a stack of its own: tests/e2e/test_list_lag
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import time
 from datetime import datetime, timedelta, timezone
@@ -350,3 +352,57 @@ def test_a_scheduler_message_fired_twice_for_one_scheduled_time_yields_one_job(
     assert job.name == record.attempt(1).job and job.labels[LABEL_ATTEMPT] == "1"
     assert len(decisions(stack, request_id, "job_created")) == 1
     assert not is_terminal(job.state) or state_name(job.state) == "JOB_STATE_SUCCEEDED"
+
+
+# ---- resubmitting a FAILED request: a new request id ----
+
+
+def spotjobs(stack: Any, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "shared.cli", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **stack.env},
+        timeout=60,
+        check=False,
+    )
+
+
+def test_a_failed_request_is_resubmitted_under_a_new_id_by_the_cli(stack: Any) -> None:
+    request_id = unique("refused")
+    stack.vertex_control(
+        "POST", "/emulator/v1/faults", {"method": "create", "status": 400, "count": 1}
+    )
+    stack.publish("job_requests", sleeper(request_id, 0.2))
+    failed = wait_for_status(stack, request_id, RequestStatus.FAILED)
+    assert failed.attempt(1).job is None
+
+    resubmitted = spotjobs(stack, "resubmit", request_id, "--json")
+
+    assert resubmitted.returncode == 0, resubmitted.stderr
+    receipt = json.loads(resubmitted.stdout)
+    assert receipt["request_id"] == f"{request_id}-r2" and receipt["message_id"]
+    assert receipt["resubmitted_from"] == request_id
+    record = wait_for_status(stack, f"{request_id}-r2", RequestStatus.SUCCEEDED)
+    assert record.request == {**failed.request, "request_id": f"{request_id}-r2"}
+    [job] = jobs_of(stack, f"{request_id}-r2")
+    assert job.name == record.attempt(1).job
+    assert jobs_of(stack, request_id) == []  # the old request: as it ended
+    assert stack.ledger().get(request_id).status == RequestStatus.FAILED
+
+    again = spotjobs(stack, "resubmit", request_id)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines()[0] == f"request_id: {request_id}-r3"
+    assert again.stdout.splitlines()[1].startswith("message_id: ")
+    wait_for_job_recorded(stack, f"{request_id}-r3")
+
+    not_ended = spotjobs(stack, "resubmit", f"{request_id}-r2")  # SUCCEEDED: nothing to redo
+    assert not_ended.returncode == 2 and len(not_ended.stderr.strip().splitlines()) == 1
+    assert "SUCCEEDED" in not_ended.stderr and not_ended.stdout == ""
+    taken = spotjobs(stack, "resubmit", request_id, "--new-id", f"{request_id}-r2")
+    assert taken.returncode == 2 and "already in the ledger" in taken.stderr
+    invalid = spotjobs(stack, "resubmit", request_id, "--new-id", "Not_Valid")
+    assert invalid.returncode == 2 and "not a valid request id" in invalid.stderr
+    unknown = spotjobs(stack, "resubmit", unique("never-published"))
+    assert unknown.returncode == 1
+    assert stack.ledger().get(f"{request_id}-r4") is None  # the refusals published nothing
