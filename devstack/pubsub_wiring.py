@@ -26,11 +26,18 @@ def subscription_path(project: str, name: str) -> str:
 def create_topics(project: str) -> None:
     from google.api_core.exceptions import AlreadyExists
     from google.cloud import pubsub_v1
+    from google.protobuf import duration_pb2
 
     publisher = pubsub_v1.PublisherClient()
     for key in TOPOLOGY.topic_keys:
+        # The topic's own retention, as Terraform sets it: a subscription can be sought back in
+        # time (a replay of job requests), acknowledged messages included.
+        retention = TOPOLOGY.raw["topics"][key].get("message_retention_seconds")
+        topic: dict[str, object] = {"name": topic_path(project, key)}
+        if retention:
+            topic["message_retention_duration"] = duration_pb2.Duration(seconds=int(retention))
         with contextlib.suppress(AlreadyExists):
-            publisher.create_topic(name=topic_path(project, key))
+            publisher.create_topic(request=topic)
 
 
 def create_subscriptions(

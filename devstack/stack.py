@@ -44,7 +44,13 @@ from devstack.emulators import (
 )
 from devstack.function_processes import FunctionProcesses
 from devstack.processes import REPO_ROOT, ManagedProcess, stop_all
-from devstack.pubsub_wiring import create_subscriptions, create_topics, subscription_path, topic_path, watch_topic
+from devstack.pubsub_wiring import (
+    create_subscriptions,
+    create_topics,
+    subscription_path,
+    topic_path,
+    watch_topic,
+)
 from devstack.push_filter import PushFilterRouter
 from devstack.scheduler import Scheduler
 from shared.settings import Settings

@@ -44,7 +44,16 @@ Control surface (JSON in, JSON out):
     POST /emulator/v1/projects/P/locations/L/customJobs/ID:preempt    preempt a RUNNING SPOT job now
     GET  /emulator/v1/projects/P/locations/L/customJobs/ID            runs, pids, signals, output
     POST /emulator/v1/faults             {"method": "create|get|list|cancel", "status": 503,
-                                         "count": 2} or {"method": ..., "mode": "lost_response"}
+                                         "count": 2}: the next 2 calls are refused;
+                                         {"method": ..., "mode": "lost_response", "status":
+                                         499|500|503|504, "rpc_status": "DATA_LOSS"}: the call
+                                         is carried out, then answered with that error (opt-in;
+                                         UNKNOWN and DATA_LOSS travel as HTTP 500, so over REST
+                                         the client raises InternalServerError);
+                                         {"method": "list", "mode": "lag", "seconds": 30}: jobs
+                                         created less than 30 s ago are missing from lists
+                                         (invented, opt-in; see `faults`)
+    DELETE /emulator/v1/faults           drop every pending fault and the list lag
     POST /emulator/v1/log-sink           {"enabled": false}
     POST /emulator/v1/signals            {"profile": "rich"}: the profile of jobs created next
     POST /emulator/v1/reset              forget jobs (terminating workers), plans and faults
@@ -152,6 +161,11 @@ _ROUTES: list[tuple[str, re.Pattern[str], _Handler]] = [
         "POST",
         re.compile("^/emulator/v1/faults$"),
         lambda service, request: service.add_fault(request.json_body()),
+    ),
+    (
+        "DELETE",
+        re.compile("^/emulator/v1/faults$"),
+        lambda service, request: service.clear_faults(),
     ),
     (
         "POST",

@@ -9,6 +9,7 @@ import collections
 import itertools
 import random
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +37,8 @@ class JobRecord:
     preemption: JobPreemptionState
     # Bound at creation, so a profile switch never mixes shapes within one job.
     profile: SignalProfile
+    # When the create was stored (time.monotonic()): a list lag fault hides younger jobs.
+    created_monotonic: float = field(default_factory=time.monotonic)
     wake: threading.Event = field(default_factory=threading.Event)
     cancel_requested: bool = False
     preempt_requested: bool = False
@@ -102,9 +105,16 @@ class JobStore:
         return record
 
     def page(
-        self, location: str, job_filter: JobFilter, page_size: int, page_token: str
+        self,
+        location: str,
+        job_filter: JobFilter,
+        page_size: int,
+        page_token: str,
+        *,
+        created_by: float | None = None,
     ) -> tuple[list[JobRecord], str]:
-        """Newest first; the token is the sequence number of the last job returned."""
+        """Newest first; the token is the sequence number of the last job returned. With
+        `created_by` (a time.monotonic() value), jobs created after it are left out (a list lag)."""
         before = _parse_page_token(page_token)
         selected = sorted(
             (
@@ -112,6 +122,7 @@ class JobStore:
                 for record in self._jobs.values()
                 if record.location == location
                 and record.sequence < before
+                and (created_by is None or record.created_monotonic <= created_by)
                 and job_filter.matches(record.job)
             ),
             key=lambda record: record.sequence,

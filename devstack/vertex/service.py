@@ -126,7 +126,7 @@ class VertexService:
         with self._counter_lock:
             self._jobs_created += 1
         self._logger.info("job created", job=record.job.name, labels=record.labels)
-        if fault is not None:  # lost_response: the job exists, the caller never hears of it
+        if fault is not None:  # lost_response: the job exists, the caller hears an error
             raise fault.error()
         return self._job_json(record, int_enums)
 
@@ -153,7 +153,11 @@ class VertexService:
         page_size = _page_size(_single(query, "pageSize"))
         with self._runner.lock:
             records, next_token = self._runner.store.page(
-                location, job_filter, page_size, _single(query, "pageToken")
+                location,
+                job_filter,
+                page_size,
+                _single(query, "pageToken"),
+                created_by=self._faults.visible_since(),
             )
             response = aiplatform_v1.ListCustomJobsResponse(
                 custom_jobs=[record.job for record in records], next_page_token=next_token
@@ -186,6 +190,10 @@ class VertexService:
             raise invalid_argument(str(error)) from error
         self._faults.add(fault)
         return fault.to_json()
+
+    def clear_faults(self) -> dict[str, Any]:
+        """Drop every pending fault and the list lag (the injected count stays, for stats)."""
+        return {"cleared": self._faults.clear_pending()}
 
     def add_preemption_plan(self, body: Any) -> dict[str, Any]:
         try:

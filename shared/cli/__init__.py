@@ -1,6 +1,6 @@
 """The `spotjobs` command line: every subcommand is registered here, in this package.
 
-- `requests`: validate, submit, status
+- `requests`: validate, submit, status, resubmit
 - `prune`: prune
 - `local`: local up, demo (the embedded stack)
 - `ops`: alerts, dead-letters (the ops rotation's topics)

@@ -1,4 +1,4 @@
-"""`spotjobs validate | submit | status`: job requests from the command line.
+"""`spotjobs validate | submit | status | resubmit`: job requests from the command line.
 
 - `validate FILE` is offline (no network, no credentials): it applies the configured policy and
   prints the CustomJob that attempt 1 would create. `--show-policy` prints the effective policy. Exit 0 valid, 2 invalid (one violation per
@@ -6,6 +6,10 @@
 - `submit FILE` validates the same way first (nothing is published when invalid), then publishes
   to job-requests (PUBSUB_EMULATOR_HOST is honoured; otherwise Application Default Credentials).
 - `status [REQUEST_ID]` reads the ledger: a table for people, `--json` for machines.
+- `resubmit REQUEST_ID` runs a request that ended FAILED, GAVE_UP or CANCELLED again, as a new
+  request: its canonical body (`record.request`) published under a new id (`--new-id`, default
+  `<id>-r2`, `-r3`, ..., the first the ledger does not hold). Never a new attempt under the same
+  id: a request id names one run, whose record and jobs stay as they ended.
 
 Heavy libraries are imported inside the commands, so `spotjobs --help` stays instant.
 """
@@ -16,10 +20,10 @@ import argparse
 import json
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from shared.cli.common import examples
+from shared.cli.common import EXIT_FAILED, EXIT_INVALID, EXIT_OK, examples
 from shared.preemptions import preemptions_text, total_preemptions_text
 
 if TYPE_CHECKING:
@@ -27,10 +31,9 @@ if TYPE_CHECKING:
     from shared.request import JobRequest
     from shared.settings import Settings
 
-EXIT_OK = 0
-EXIT_NOT_FOUND = 1
-EXIT_INVALID = 2
 PUBLISH_TIMEOUT_SECONDS = 60.0
+# The statuses a request may be resubmitted from: it ended without succeeding.
+RESUBMITTABLE = ("FAILED", "GAVE_UP", "CANCELLED")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -92,6 +95,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--timeout", type=float, default=None, metavar="SECONDS", help="--watch stops after this long"
     )
     status.set_defaults(run=run_status)
+
+    resubmit = subparsers.add_parser(
+        "resubmit", help="run a FAILED, GAVE_UP or CANCELLED request again, under a new request id",
+        description="Reads the request from the ledger (it must have ended FAILED, GAVE_UP or "
+        "CANCELLED, else exit 2), validates its body against today's policy (exit 2 when invalid) "
+        "and publishes it to job-requests under a new request id: --new-id, or <id>-r2, <id>-r3, "
+        "... (the first the ledger does not hold). The old request keeps its record and jobs. "
+        "Exits 1 when the request is not in the ledger.",
+        epilog=examples("spotjobs resubmit resnet-nightly-001",
+                        "spotjobs resubmit resnet-nightly-001 --new-id resnet-nightly-001b --json"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    resubmit.add_argument("request_id", help="the request that ended FAILED, GAVE_UP or CANCELLED")
+    resubmit.add_argument(
+        "--new-id", help="the new request's id (default: <id>-r2, -r3, ... the first not in the ledger)"
+    )
+    resubmit.add_argument("--project", help="Google Cloud project (default: GOOGLE_CLOUD_PROJECT)")
+    resubmit.add_argument(
+        "--json", action="store_true",
+        help="print {request_id, message_id, topic, resubmitted_from} as JSON",
+    )
+    resubmit.set_defaults(run=run_resubmit)
 
 
 def _add_request_arguments(parser: argparse.ArgumentParser, file_optional: bool = False) -> None:
@@ -261,6 +286,100 @@ def run_submit(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# resubmit
+
+
+def run_resubmit(args: argparse.Namespace) -> int:
+    from shared.ledger import LedgerStore
+    from shared.policy import validate_request
+    from shared.request import InvalidJobRequest, is_valid_request_id
+    from shared.settings import get_settings
+
+    settings = get_settings()
+    from google.cloud import pubsub_v1, storage
+
+    project = args.project or settings.project
+    ledger = LedgerStore(storage.Client(project=project).bucket(settings.state_bucket))
+    record = ledger.get(args.request_id)
+    if record is None:
+        print(f"no request {args.request_id} in gs://{settings.state_bucket}", file=sys.stderr)
+        return EXIT_FAILED
+    if record.status not in RESUBMITTABLE:
+        print(
+            f"spotjobs resubmit: {args.request_id} is {record.status}; only a request that ended "
+            f"{', '.join(RESUBMITTABLE[:-1])} or {RESUBMITTABLE[-1]} can be resubmitted",
+            file=sys.stderr,
+        )
+        return EXIT_INVALID
+    if args.new_id is not None:
+        new_id = args.new_id
+        if not is_valid_request_id(new_id):
+            print(
+                f"spotjobs resubmit: --new-id {new_id!r} is not a valid request id (a lowercase "
+                "letter, then at most 62 lowercase letters, digits, '_' or '-')",
+                file=sys.stderr,
+            )
+            return EXIT_INVALID
+        if ledger.get(new_id) is not None:
+            print(f"spotjobs resubmit: {new_id} is already in the ledger; choose another --new-id",
+                  file=sys.stderr)
+            return EXIT_INVALID
+    else:
+        new_id = next_resubmit_id(args.request_id, lambda candidate: ledger.get(candidate) is not None)
+        if new_id is None:
+            print(
+                f"spotjobs resubmit: {args.request_id}-r<N> would not be a valid request id; "
+                "name the new request with --new-id",
+                file=sys.stderr,
+            )
+            return EXIT_INVALID
+    envelope = {**record.request, "request_id": new_id}
+    data = json.dumps(envelope, separators=(",", ":")).encode()
+    attributes = {"request_id": new_id}
+    try:
+        validate_request(data, attributes=attributes, settings=settings)
+    except InvalidJobRequest as exc:
+        for violation in exc.violations:
+            print(violation, file=sys.stderr)
+        return EXIT_INVALID
+    topic = f"projects/{project}/topics/{settings.job_requests_topic}"
+    future = pubsub_v1.PublisherClient().publish(topic, data, **attributes)
+    message_id = future.result(timeout=PUBLISH_TIMEOUT_SECONDS)
+    if args.json:
+        json.dump(
+            {
+                "request_id": new_id,
+                "message_id": message_id,
+                "topic": topic,
+                "resubmitted_from": args.request_id,
+            },
+            sys.stdout,
+        )
+        sys.stdout.write("\n")
+    else:
+        print(f"request_id: {new_id}")
+        print(f"message_id: {message_id}")
+    return EXIT_OK
+
+
+# How many `-rN` ids `resubmit` tries before asking for --new-id.
+MAX_RESUBMISSIONS = 1000
+
+
+def next_resubmit_id(request_id: str, exists: Callable[[str], bool]) -> str | None:
+    """`<request_id>-r2`, `-r3`, ...: the first that `exists` (a ledger lookup) says is free;
+    None when such an id would be too long to be a request id (or a thousand are taken)."""
+    from shared.request import is_valid_request_id
+
+    for n in range(2, MAX_RESUBMISSIONS + 2):
+        candidate = f"{request_id}-r{n}"
+        if not is_valid_request_id(candidate):
+            return None
+        if not exists(candidate):
+            return candidate
+    return None
+
+
 # status
 
 
@@ -279,7 +398,7 @@ def run_status(args: argparse.Namespace) -> int:
         record = ledger.get(args.request_id)
         if record is None:
             print(f"no request {args.request_id} in gs://{settings.state_bucket}", file=sys.stderr)
-            return EXIT_NOT_FOUND
+            return EXIT_FAILED
         records = [record]
     else:
         records = _recent_records(ledger, args.limit)
@@ -350,7 +469,7 @@ def _watch_status(args: argparse.Namespace, ledger: Any, settings: Settings) -> 
         if records and all(r.is_terminal for r in records) and args.request_id:
             return EXIT_OK
         if deadline is not None and time.monotonic() >= deadline:
-            return EXIT_NOT_FOUND if args.request_id else EXIT_OK
+            return EXIT_FAILED if args.request_id else EXIT_OK
         time.sleep(max(0.1, args.interval))
     return EXIT_OK
 

@@ -706,6 +706,84 @@ def test_a_lost_create_response_still_creates_the_job(
     assert wait_for_state(client, job.name, TERMINAL).state == State.JOB_STATE_SUCCEEDED
 
 
+@pytest.mark.parametrize(
+    ("status", "rpc_status", "raised"),
+    [
+        (499, "CANCELLED", exceptions.Cancelled),
+        (500, "UNKNOWN", exceptions.InternalServerError),
+        (500, "DATA_LOSS", exceptions.InternalServerError),
+        (503, "UNAVAILABLE", exceptions.ServiceUnavailable),
+    ],
+)
+def test_a_lost_response_can_answer_cancelled_unknown_data_loss_or_unavailable(
+    emulator: VertexEmulator,
+    client: aiplatform_v1.JobServiceClient,
+    make_worker: Callable[..., Worker],
+    status: int,
+    rpc_status: str,
+    raised: type[Exception],
+) -> None:
+    # Over REST the exception class comes from the HTTP status alone: UNKNOWN and DATA_LOSS are
+    # both HTTP 500, an InternalServerError; the google.rpc name is only in the body.
+    request_id = f"lost-{rpc_status.lower().replace('_', '-')}"
+    control(
+        emulator,
+        "faults",
+        {"method": "create", "mode": "lost_response", "status": status, "rpc_status": rpc_status},
+    )
+    body = job_body(make_worker(), labels={"spotjobs-request-id": request_id})
+
+    with pytest.raises(raised) as caught:
+        create(client, body)
+    assert caught.value.code == status
+
+    [job] = client.list_custom_jobs(
+        request={"parent": PARENT, "filter": f'labels.spotjobs-request-id="{request_id}"'}
+    )
+    assert wait_for_state(client, job.name, TERMINAL).state == State.JOB_STATE_SUCCEEDED
+    # The same fault over raw HTTP: the google.rpc status named in the body.
+    control(
+        emulator,
+        "faults",
+        {"method": "create", "mode": "lost_response", "status": status, "rpc_status": rpc_status},
+    )
+    code, error = http_json(f"{emulator.url}/v1/{PARENT}/customJobs", body)
+    assert (code, error["error"]["code"], error["error"]["status"]) == (status, status, rpc_status)
+
+
+def test_a_list_lag_hides_young_jobs_from_lists_only_until_cleared(
+    emulator: VertexEmulator,
+    client: aiplatform_v1.JobServiceClient,
+    make_worker: Callable[..., Worker],
+) -> None:
+    listed = lambda: [  # noqa: E731
+        job.name
+        for job in client.list_custom_jobs(
+            request={"parent": PARENT, "filter": 'labels.spotjobs-request-id="lagged"'}
+        )
+    ]
+    old = create(client, job_body(make_worker(), labels={"spotjobs-request-id": "lagged"}))
+    time.sleep(0.6)
+    control(emulator, "faults", {"method": "list", "mode": "lag", "seconds": 0.5})
+
+    young = create(client, job_body(make_worker(), labels={"spotjobs-request-id": "lagged"}))
+
+    assert listed() == [old.name]  # the young job is missing from the list...
+    assert client.get_custom_job(name=young.name).name == young.name  # ...never from get
+    wait_for(lambda: len(listed()) == 2, what="the young job to show in the list")
+    assert control(emulator, "stats")["faults_pending"] == [
+        {"method": "list", "mode": "lag", "seconds": 0.5}
+    ]
+
+    control(emulator, "faults", {"method": "list", "mode": "lag", "seconds": 60})
+    hidden = create(client, job_body(make_worker(), labels={"spotjobs-request-id": "lagged"}))
+    assert hidden.name not in listed()
+    status, cleared = http_json(f"{emulator.url}/emulator/v1/faults", method="DELETE")
+    assert (status, cleared) == (200, {"cleared": 1})
+    assert hidden.name in listed()
+    assert control(emulator, "stats")["faults_pending"] == []
+
+
 def test_the_capacity_limit_bounds_running_processes(
     make_emulator: Callable[..., VertexEmulator], make_worker: Callable[..., Worker]
 ) -> None:

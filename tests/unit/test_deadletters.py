@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.deadletters import DeadLetter, cloud_log_lines, cloud_logging_filter, attach_failures
+from shared.deadletters import DeadLetter, attach_failures, cloud_log_lines, cloud_logging_filter
 
 
 def letter(**attributes: str) -> DeadLetter:

@@ -13,8 +13,6 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARED = REPO_ROOT / "shared"
 ALLOWED = {"register"}
-# shared/cli/requests.py is being changed elsewhere; it is to import these from shared/cli/common.py.
-PENDING = {("EXIT_OK", "shared/cli/requests.py"), ("EXIT_INVALID", "shared/cli/requests.py")}
 
 
 def public_names(source: str) -> set[str]:
@@ -59,12 +57,6 @@ def test_no_two_modules_in_shared_define_the_same_public_name() -> None:
     duplicated = {
         name: paths
         for name, paths in definitions().items()
-        if name not in ALLOWED and len([p for p in paths if (name, p) not in PENDING]) > 1
+        if name not in ALLOWED and len(paths) > 1
     }
     assert duplicated == {}
-
-
-def test_each_pending_exception_is_still_needed() -> None:
-    found = definitions()
-    stale = sorted(entry for entry in PENDING if len(found.get(entry[0], [])) < 2 or entry[1] not in found[entry[0]])
-    assert stale == [], f"no longer defined twice: drop them from PENDING: {stale}"
