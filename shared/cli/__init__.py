@@ -21,9 +21,9 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from shared.cli import explain, local, ops, prune, report, requests, triggers
+from shared.cli import explain, local, ops, prune, report, requests, status, triggers
 
-COMMAND_MODULES = (requests, prune, ops, report, explain, triggers, local)
+COMMAND_MODULES = (requests, status, prune, ops, report, explain, triggers, local)
 
 EPILOG = """exit status: 0 success; 1 failure (not found, or the command ran and reported errors);
 2 invalid input or usage, or (local up, demo) the local stack is not installed;

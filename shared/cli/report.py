@@ -38,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_report(args: argparse.Namespace) -> int:
     from google.cloud import storage
 
-    from shared.cli.requests import _recent_records
+    from shared.cli.status import recent_records
     from shared.ledger import LedgerStore
     from shared.report_html import render_report
     from shared.settings import get_settings
@@ -57,7 +57,7 @@ def run_report(args: argparse.Namespace) -> int:
             print(f"no request {', '.join(missing)} in gs://{settings.state_bucket}", file=sys.stderr)
             return EXIT_FAILED
     else:
-        records = _recent_records(ledger, args.limit)
+        records = recent_records(ledger, args.limit)
     checkpoints = {} if args.no_checkpoints else present_checkpoints(client, settings, [r.request_id for r in records])
     page = render_report(
         [record.to_json() for record in records],
