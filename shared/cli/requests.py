@@ -1,11 +1,11 @@
-"""`spotjobs validate | submit | status | resubmit`: job requests from the command line.
+"""`spotjobs validate | submit | resubmit`: job requests from the command line (`status` is
+shared/cli/status.py).
 
 - `validate FILE` is offline (no network, no credentials): it applies the configured policy and
-  prints the CustomJob that attempt 1 would create. `--show-policy` prints the effective policy. Exit 0 valid, 2 invalid (one violation per
-  line on stderr) or unreadable.
+  prints the CustomJob that attempt 1 would create; `--show-policy` prints the effective policy.
+  Exit 0 valid, 2 invalid (one violation per line on stderr) or unreadable.
 - `submit FILE` validates the same way first (nothing is published when invalid), then publishes
   to job-requests (PUBSUB_EMULATOR_HOST is honoured; otherwise Application Default Credentials).
-- `status [REQUEST_ID]` reads the ledger: a table for people, `--json` for machines.
 - `resubmit REQUEST_ID` runs a request that ended FAILED, GAVE_UP or CANCELLED again, as a new
   request: its canonical body (`record.request`) published under a new id (`--new-id`, default
   `<id>-r2`, `-r3`, ..., the first the ledger does not hold). Never a new attempt under the same
