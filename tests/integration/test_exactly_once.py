@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from devstack.samples import job_request
+from shared.redeliveries import body_digest
 from shared.request import derived_request_id
 from shared.states import RequestStatus
-from shared.submit import body_digest
 from shared.vertex import (
     LABEL_ATTEMPT,
     build_job_json,
