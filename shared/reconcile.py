@@ -37,7 +37,15 @@ from shared.clock import now_iso, parse_iso, utcnow
 from shared.decisions import Observation
 from shared.effects import attempt_alert
 from shared.errors import is_retryable
-from shared.ledger import Attempt, JobIndexEntry, LedgerStore, RequestRecord, alert_marker
+from shared.ledger import (
+    ActiveEntry,
+    Attempt,
+    JobIndexEntry,
+    LedgerStore,
+    ListedRequest,
+    RequestRecord,
+    alert_marker,
+)
 from shared.log import Logger
 from shared.observe import apply_observation, read_job
 from shared.outbox import flush, publish_request_attempt
@@ -100,29 +108,51 @@ def run_reconcile(ports: Ports, log: Logger, *, limit: int | None = None) -> Rec
 def _requests_to_reconcile(
     ledger: LedgerStore, summary: ReconcileSummary, log: Logger, *, page_size: int, limit: int
 ) -> list[str]:
-    """Up to `limit` requests that need reconciling, from the cursor on in listing order. The
-    cursor then names the first one left over, or "" once the listing ran out, so the next run
-    starts from the first request again."""
+    """Up to `limit` requests that need reconciling, from the cursor on, in the order of the
+    active index (`active/<id>` markers; docs/ARCHITECTURE.md, "The active index"): a pass lists
+    the active requests and those finished since the last passes, never every request ever made.
+    A marker may be stale, so each one's record is checked by its metadata (one read each, in
+    parallel) and a stale one old enough is removed. The cursor then names the first one left
+    over, or "" once the index ran out, so the next run starts from the first again.
+
+    A ledger from before the index is listed in full once, writing the active records' markers.
+    Then the retention sweep (`shared.ledger_retention`) takes its bounded turn."""
+    from shared.ledger_retention import backfill_index, sweep_step
+
+    if not ledger.index_built():
+        backfill_index(ledger, log, page_size=page_size)
     summary.started_at = ledger.cursor(RECONCILE_TASK)
     active: list[str] = []
+    stale: list[tuple[ActiveEntry, ListedRequest | None]] = []
     next_start = ""
     token: str | None = None
-    while not summary.truncated:
-        rows, token = ledger.list_requests(
-            page_size=page_size, page_token=token, start_at=summary.started_at
-        )
-        for row in rows:
-            summary.listed += 1
-            if not row.needs_reconcile:
-                continue
-            if len(active) >= limit:
-                summary.truncated = True
-                next_start = row.request_id
+    with ThreadPoolExecutor(INDEX_CHECKERS, thread_name_prefix="reconcile-index") as pool:
+        while not summary.truncated:
+            entries, token = ledger.list_active(
+                page_size=page_size, page_token=token, start_at=summary.started_at
+            )
+            for entry, status in zip(entries, pool.map(lambda e: _status(ledger, e), entries)):
+                summary.listed += 1
+                if status is not _UNKNOWN and (status is None or not status.needs_reconcile):
+                    stale.append((entry, status))
+                    continue
+                if len(active) >= limit:
+                    summary.truncated = True
+                    next_start = entry.request_id
+                    break
+                active.append(entry.request_id)  # the status may be stale: the record tells
+            if not token:
                 break
-            active.append(row.request_id)  # the listed status may be stale: the record tells
-        if not token:
-            break
+        now = utcnow()
+        removed = sum(pool.map(lambda s: ledger.remove_stale_marker(*s, now=now), stale))
     summary.active = len(active)
+    if stale:
+        log.info(
+            "finished requests left the active index",
+            event="active_index_pruned",
+            stale=len(stale),
+            removed=removed,
+        )
     if next_start != summary.started_at:
         try:
             ledger.save_cursor(RECONCILE_TASK, next_start)
@@ -132,7 +162,28 @@ def _requests_to_reconcile(
                 event="reconcile_cursor_unsaved",
                 error=f"{type(exc).__name__}: {exc}",
             )
+    try:
+        sweep_step(ledger, log)
+    except Exception as exc:  # noqa: BLE001 - retention waits for the next pass; never fails this one
+        log.warning(
+            "the ledger retention sweep failed; the next pass resumes it",
+            event="ledger_sweep_failed",
+            error=f"{type(exc).__name__}: {exc}",
+        )
     return active
+
+
+# Markers checked at once (one metadata read each, mostly waiting), and what a failed check gives:
+# the request is reconciled (its record then tells), never skipped.
+INDEX_CHECKERS = 16
+_UNKNOWN = ListedRequest("", None, False)
+
+
+def _status(ledger: LedgerStore, entry: ActiveEntry) -> ListedRequest | None:
+    try:
+        return ledger.listed_status(entry.request_id)
+    except Exception:  # noqa: BLE001 - see _UNKNOWN
+        return _UNKNOWN
 
 
 def reconcile_request(ports: Ports, request_id: str, log: Logger) -> RequestResult:
