@@ -44,8 +44,9 @@ from __future__ import annotations
 import copy
 import json
 import random
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -67,6 +68,8 @@ INDEX_BUILT = f"{MAINTENANCE_PREFIX}active-index.json"
 # Longer than any ledger write can take between writing a marker and its compare-and-swap (a
 # function's whole timeout, 540 s, with room): a younger marker is never removed.
 INDEX_GRACE_SECONDS = 900.0
+# How long a record read ahead by a reconcile pass's index check may stand in for a read.
+PREFETCH_SECONDS = 60.0
 
 
 @dataclass
@@ -266,6 +269,9 @@ class LedgerStore:
     def __init__(self, bucket: Bucket, *, max_conflicts: int = 20) -> None:
         self._bucket = bucket
         self._max_conflicts = max_conflicts
+        # Records read ahead by `prefetch`, each handed out once by `get` (see there).
+        self._prefetched: dict[str, tuple[float, RequestRecord]] = {}
+        self._prefetch_lock = threading.Lock()
 
     # Reading.
 
@@ -281,7 +287,32 @@ class LedgerStore:
         return RequestRecord.from_json(json.loads(raw)), int(blob.generation)
 
     def get(self, request_id: str) -> RequestRecord | None:
+        """The record as read now, or as `prefetch` read it less than `PREFETCH_SECONDS` ago
+        (handed out once): no caller can tell it from a read that took that long, and every
+        change re-reads under compare-and-swap (`update`)."""
+        with self._prefetch_lock:
+            ahead = self._prefetched.pop(request_id, None)
+        if ahead is not None and time.monotonic() - ahead[0] < PREFETCH_SECONDS:
+            return ahead[1]
         return self.read(request_id)[0]
+
+    def prefetch(self, request_id: str) -> ListedRequest | None:
+        """Read the record (one download) for the next `get` of it, and return what a listing
+        would show of it; None if absent. The active index's check: a pass then reads each
+        active record once, not twice."""
+        record = self.read(request_id)[0]
+        if record is None:
+            return None
+        with self._prefetch_lock:
+            self._prefetched[request_id] = (time.monotonic(), record)
+        return ListedRequest(request_id, record.status, record.has_pending_effects)
+
+    def keep_prefetched(self, request_ids: Collection[str]) -> None:
+        """Drop what was read ahead except for `request_ids` (those about to be read)."""
+        keep = set(request_ids)
+        with self._prefetch_lock:
+            for request_id in [r for r in self._prefetched if r not in keep]:
+                del self._prefetched[request_id]
 
     def list_requests(
         self, *, page_size: int = 1000, page_token: str | None = None, start_at: str = ""

@@ -5,7 +5,8 @@ Not to be confused with `shared.pruning.retention`, which decides which *checkpo
 
 The sweep walks `requests/` by its listing metadata, a few pages per reconcile pass, one round a
 day (`SWEEP_INTERVAL_SECONDS`), resumed from `maintenance/ledger-sweep.json`. So a pass costs at
-most `SWEEP_PAGES_PER_RUN` list calls more, and only while a round is under way. On each record:
+most `SWEEP_PAGES_PER_RUN` list calls and `SWEEP_RETIREMENTS_PER_RUN` removals more, and only
+while a round is under way. On each record:
 - one that needs reconciling gets its index marker if it has none (a write by an instance from
   before the index, a marker lost by hand): the index repairs itself within a round;
 - one finished (terminal, nothing pending, no re-queue) longer than the retention is removed, its
@@ -24,6 +25,7 @@ policy before its record goes; a folder without a record is then kept as if acti
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -39,6 +41,8 @@ SWEEP_STATE = "ledger-sweep"
 SWEEP_INTERVAL_SECONDS = 86400.0
 SWEEP_PAGES_PER_RUN = 5
 SWEEP_PAGE_SIZE = 1000
+SWEEP_RETIREMENTS_PER_RUN = 500  # records removed per pass at most (~5 calls each)
+SWEEP_WORKERS = 16
 # Pub/Sub keeps a message at most 31 days (topic retention); a day more.
 MIN_RETENTION_SECONDS = 32 * 86400.0
 
@@ -49,6 +53,7 @@ class SweepSummary:
     markers_repaired: int = 0
     removed: int = 0
     kept: int = 0  # expired but referred to, or written since listed: the next round
+    unchanged: int = 0
     finished_round: bool = False
 
     def to_json(self) -> dict[str, Any]:
@@ -107,17 +112,30 @@ def sweep_step(
     summary = SweepSummary()
     token: str | None = None
     next_position = position
-    for _ in range(pages):
-        rows, token = ledger.list_requests(
-            page_size=SWEEP_PAGE_SIZE, page_token=token, start_at=position
-        )
-        for row in rows:
-            summary.listed += 1
-            _sweep_one(ledger, row, summary, retention, settings.ledger_archive, now)
-        if rows:
-            next_position = rows[-1].request_id  # inclusive: the next turn sees it once more
-        if not token:
-            break
+    budget = SWEEP_RETIREMENTS_PER_RUN
+    with ThreadPoolExecutor(SWEEP_WORKERS, thread_name_prefix="ledger-sweep") as pool:
+        for _ in range(pages):
+            rows, token = ledger.list_requests(
+                page_size=SWEEP_PAGE_SIZE, page_token=token, start_at=position
+            )
+            work: list[tuple[str, ListedRequest]] = []
+            for row in rows:
+                action = _action(row, retention, now)
+                if action == "retire":
+                    if budget == 0:  # enough removals for one pass: the next turn starts here
+                        token, next_position = "more", row.request_id
+                        break
+                    budget -= 1
+                summary.listed += 1
+                next_position = row.request_id  # inclusive: the next turn sees it once more
+                if action:
+                    work.append((action, row))
+            for outcome in pool.map(
+                lambda item: _apply(ledger, *item, retention, settings.ledger_archive, now), work
+            ):
+                setattr(summary, outcome, getattr(summary, outcome) + 1)
+            if not token or budget == 0:
+                break
     summary.finished_round = not token
     ledger.save_maintenance_state(
         SWEEP_STATE,
@@ -129,25 +147,29 @@ def sweep_step(
     return summary
 
 
-def _sweep_one(
+def _action(row: ListedRequest, retention: float, now: datetime) -> str | None:
+    if row.needs_reconcile:
+        return "repair"
+    if not retention or row.updated is None:
+        return None
+    if (now - row.updated).total_seconds() < retention:
+        return None  # its last write is recent: it cannot have finished long enough ago
+    return "retire"
+
+
+def _apply(
     ledger: LedgerStore,
+    action: str,
     row: ListedRequest,
-    summary: SweepSummary,
     retention: float,
     archive: bool,
     now: datetime,
-) -> None:
-    if row.needs_reconcile:
-        summary.markers_repaired += ledger.mark_active(row.request_id, only_if_absent=True)
-        return
-    if not retention or row.updated is None:
-        return
-    if (now - row.updated).total_seconds() < retention:
-        return  # its last write is recent: it cannot have finished long enough ago
-    if retire(ledger, row.request_id, retention, archive=archive, now=now):
-        summary.removed += 1
-    else:
-        summary.kept += 1
+) -> str:
+    """Carry out one action; the summary field it counts in."""
+    if action == "repair":
+        wrote = ledger.mark_active(row.request_id, only_if_absent=True)
+        return "markers_repaired" if wrote else "unchanged"
+    return "removed" if retire(ledger, row.request_id, retention, archive=archive, now=now) else "kept"
 
 
 def retire(

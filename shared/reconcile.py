@@ -111,8 +111,9 @@ def _requests_to_reconcile(
     """Up to `limit` requests that need reconciling, from the cursor on, in the order of the
     active index (`active/<id>` markers; docs/ARCHITECTURE.md, "The active index"): a pass lists
     the active requests and those finished since the last passes, never every request ever made.
-    A marker may be stale, so each one's record is checked by its metadata (one read each, in
-    parallel) and a stale one old enough is removed. The cursor then names the first one left
+    A marker may be stale, so each one's record is read (in parallel, and kept for the
+    `ledger.get` that reconciles it: one read per active request) and a stale one old enough is
+    removed. The cursor then names the first one left
     over, or "" once the index ran out, so the next run starts from the first again.
 
     A ledger from before the index is listed in full once, writing the active records' markers.
@@ -143,6 +144,7 @@ def _requests_to_reconcile(
                 active.append(entry.request_id)  # the status may be stale: the record tells
             if not token:
                 break
+        ledger.keep_prefetched(active)
         now = utcnow()
         removed = sum(pool.map(lambda s: ledger.remove_stale_marker(*s, now=now), stale))
     summary.active = len(active)
@@ -173,15 +175,15 @@ def _requests_to_reconcile(
     return active
 
 
-# Markers checked at once (one metadata read each, mostly waiting), and what a failed check gives:
-# the request is reconciled (its record then tells), never skipped.
-INDEX_CHECKERS = 16
+# Markers checked at once (one read each, mostly waiting), and what a failed check gives: the
+# request is reconciled (its record then tells), never skipped.
+INDEX_CHECKERS = 32
 _UNKNOWN = ListedRequest("", None, False)
 
 
 def _status(ledger: LedgerStore, entry: ActiveEntry) -> ListedRequest | None:
     try:
-        return ledger.listed_status(entry.request_id)
+        return ledger.prefetch(entry.request_id)
     except Exception:  # noqa: BLE001 - see _UNKNOWN
         return _UNKNOWN
 

@@ -144,7 +144,7 @@ def test_a_failed_marker_check_reconciles_the_request(ledger: LedgerStore, monke
     def broken(_: str) -> ListedRequest:
         raise ConnectionError("GCS hiccup")
 
-    monkeypatch.setattr(ledger, "listed_status", broken)
+    monkeypatch.setattr(ledger, "prefetch", broken)
     selected, _ = _select(ledger, CapturedLog().logger)
     assert selected == ["r1"]
 
@@ -210,3 +210,35 @@ def test_retention_is_never_shorter_than_pubsub_keeps_a_message(gcs_bucket) -> N
 
     assert effective_retention(make_settings(gcs_bucket.name, SPOTJOBS_LEDGER_RETENTION_SECONDS="60")) == MIN_RETENTION_SECONDS
     assert effective_retention(make_settings(gcs_bucket.name, SPOTJOBS_LEDGER_RETENTION_SECONDS="0")) == 0
+
+
+def test_a_sweep_turn_removes_a_bounded_number_and_the_next_resumes(ledger: LedgerStore, gcs_bucket, monkeypatch) -> None:
+    from shared import ledger_retention
+
+    monkeypatch.setattr(ledger_retention, "SWEEP_RETIREMENTS_PER_RUN", 1)
+    settings = make_settings(gcs_bucket.name)
+    for rid in ("a", "b"):
+        ledger.update(rid, lambda current, rid=rid: current or _record(rid))
+        _finished(ledger, rid)
+    later, log = utcnow() + FAR, CapturedLog().logger
+
+    first = sweep_step(ledger, log, settings=settings, now=later)
+    second = sweep_step(ledger, log, settings=settings, now=later)
+
+    assert (first.removed, first.finished_round) == (1, False)
+    assert (second.removed, second.finished_round) == (1, True)
+    assert ledger.get("a") is None and ledger.get("b") is None
+
+
+def test_a_pass_reads_each_active_record_once(ledger: LedgerStore, monkeypatch) -> None:
+    for rid in ("a", "b"):
+        ledger.update(rid, lambda current, rid=rid: current or _record(rid))
+    _finished(ledger, "b")
+    selected, _ = _select(ledger, CapturedLog().logger)
+    reads: list[str] = []
+    read = ledger.read
+    monkeypatch.setattr(ledger, "read", lambda rid: reads.append(rid) or read(rid))
+
+    assert ledger.get("a").request_id == "a" and reads == []  # read ahead by the pass
+    assert ledger.get("a").request_id == "a" and reads == ["a"]  # once only
+    assert ledger.get("b").request_id == "b" and reads == ["a", "b"]  # not kept: not selected
