@@ -16,7 +16,8 @@ costs. So here:
 - one proxy (`FarmProxy`) in front adds the latency of a call to real GCS (+20 ms) once per client
   call, routes object calls (get, download, upload, delete) by name to their partition, and serves
   a listing by asking the partitions its range covers in order and merging (page tokens are object
-  names, as fake-gcs-server's own). Bucket names in replies are put back.
+  names, as fake-gcs-server's own). Bucket names and links in replies are put back, and a delete
+  is answered 204 with no body, as GCS does (fake-gcs-server's 200 "null" breaks gcloud).
 
 Everything a client sends is still answered by fake-gcs-server; only where an object lives is ours.
 """
@@ -285,6 +286,11 @@ class FarmProxy:
             path = url.path.replace(f"/b/{bucket.name}/", f"/b/{_partition_bucket(bucket.name, p)}/", 1)
             path += f"?{url.query}" if url.query else ""
             status, response_headers, payload = self._forward(bucket.server_of(p), method, path, body, headers)
+            if method == "DELETE" and status == 200 and payload.strip() in (b"", b"null"):
+                # GCS answers a delete 204 with no body; fake-gcs-server says 200 "null", which
+                # gcloud's JSON decoder rejects (the object is gone, but it reports an error).
+                status, payload = 204, b""
+                response_headers = [(k, v) for k, v in response_headers if k.lower() != "content-type"]
             self._reply(handler, status, response_headers, _unpartition(bucket.name, payload))
             return
         bucket_match = _BUCKET.match(url.path)
