@@ -38,6 +38,7 @@ import sys
 import tempfile
 import time
 import urllib.parse
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -143,9 +144,12 @@ def gcloud_rm(proxy_url: str, bucket: str, names: list[str], workdir: Path) -> d
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
-def prune_in_child(storage_url: str, bucket: str, state_bucket: str, workers: int, verify: bool) -> dict:
+def prune_in_child(storage_url: str, bucket: str, state_bucket: str, workers: int, verify: bool,
+                   *, profiled: bool = False, trust_env: bool = False) -> dict:
     env = {
         **os.environ,
+        "BENCH_PROFILE": "1" if profiled else "",
+        "BENCH_TRUST_ENV": "1" if trust_env else "",
         "STORAGE_EMULATOR_HOST": storage_url,
         "SPOTJOBS_CHECKPOINT_BUCKET": bucket,
         "SPOTJOBS_STATE_BUCKET": state_bucket,
@@ -162,23 +166,79 @@ def prune_in_child(storage_url: str, bucket: str, state_bucket: str, workers: in
 def child(verify: bool) -> None:
     """One full prune, as the function runs it; prints its figures as JSON."""
     from shared.clients import storage_client
+    from shared.pruning import execute
     from shared.pruning.runner import run_prune
     from shared.settings import get_settings
 
+    client = storage_client()
+    if os.environ.get("BENCH_TRUST_ENV"):  # as before shared/clients.py: read_environment_once
+        client._http.trust_env = True  # noqa: SLF001
+    parts = None
     before = resource.getrusage(resource.RUSAGE_SELF)
     started = time.perf_counter()
-    result = run_prune(storage_client(), get_settings(), verify_generation=verify)
+    if os.environ.get("BENCH_PROFILE"):
+        from bench.profile import profile
+
+        def serial(first, workers):  # every task on this thread, so the profiler sees it all
+            backlog = list(first)
+            while backlog:
+                backlog.extend(backlog.pop(0)())
+
+        execute.run_tasks = serial
+        holder = {}
+        parts, _ = profile(lambda: holder.update(result=run_prune(client, get_settings(), verify_generation=verify)))
+        result = holder["result"]
+    else:
+        result = run_prune(client, get_settings(), verify_generation=verify)
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_SELF)
     cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
     peak = after.ru_maxrss / 1024
-    print(json.dumps({"wall": wall, "cpu": cpu, "peak_rss_mib": peak, "summary": result.summary}))
+    print(json.dumps({"wall": wall, "cpu": cpu, "peak_rss_mib": peak, "summary": result.summary,
+                      "parts": parts}))
 
 
 def list_calls_for(farm, proxy, size: Size, updated) -> int:
     bucket = f"calls-{size.label()}"
     seed(farm, bucket, bucket + "-state", size, updated)
     return prune_in_child(proxy.url, bucket, bucket + "-state", 8, verify=False)["summary"]["calls"]["list"]
+
+
+PROFILE_REQUESTS = 20
+
+
+def profile_figures(farm, proxy, size: Size, updated) -> list[Figure]:
+    """Where a prune's CPU goes (bench/profile.py), per object deleted, before and after the
+    storage session stops re-reading the environment on every call, on four identical fresh
+    buckets: one profiled run each (tasks run serially on one thread, so the profiler sees them
+    all), and one plain run each (32 workers) for the CPU without the profiler. No added latency:
+    it changes waiting, not CPU."""
+    from bench.profile import describe
+
+    latency, proxy.latency_seconds = proxy.latency_seconds, 0.0
+    runs = {}
+    try:
+        for name, trust_env in (("before", True), ("after", False)):
+            for profiled in (True, False):
+                bucket = f"prof-{name}-{'p' if profiled else 'c'}"
+                seed(farm, bucket, bucket + "-state", size, updated)
+                runs[name, profiled] = prune_in_child(proxy.url, bucket, bucket + "-state", 32, verify=False,
+                                                      profiled=profiled, trust_env=trust_env)
+    finally:
+        proxy.latency_seconds = latency
+    deleted = runs["after", True]["summary"]["objects_deleted"]
+    per = {key: 1000 * run["cpu"] / run["summary"]["objects_deleted"] for key, run in runs.items()}
+    label = f"prune ({size.label()}, per object deleted)"
+    client = {name: 1000 * runs[name, True]["parts"].get("Google client", 0) / deleted for name in ("before", "after")}
+    return [
+        Figure(f"{label}: CPU, profiled, before", describe(Counter(runs["before", True]["parts"]), deleted)),
+        Figure(f"{label}: CPU, profiled, after (storage session reads the environment once)",
+               describe(Counter(runs["after", True]["parts"]), deleted)),
+        Figure(f"{label}: Google client CPU (profiled), before -> after",
+               f"{client['before']:.2f} -> {client['after']:.2f}", "ms"),
+        Figure(f"{label}: process CPU without the profiler (32 workers), before -> after",
+               f"{per['before', False]:.2f} -> {per['after', False]:.2f}", "ms"),
+    ]
 
 
 def measure_size(farm, proxy, size: Size, args: argparse.Namespace, workdir: Path) -> list[Figure]:
@@ -282,6 +342,7 @@ def main() -> None:
                 figures += measure_size(farm, proxy, size, args, Path(workdir))
             updated = datetime.now(timezone.utc) - timedelta(days=1)
             few, many = (list_calls_for(farm, proxy, Size(5, args.checkpoints, s), updated) for s in (3, 30))
+            figures += profile_figures(farm, proxy, Size(PROFILE_REQUESTS, args.checkpoints, args.shards), updated)
             figures.append(Figure(f"list calls, 5 requests x {args.checkpoints} checkpoints, 3 vs 30 objects each",
                                   f"{few} vs {many}", "", "equal", few == many))
         finally:
