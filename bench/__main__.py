@@ -54,6 +54,8 @@ def main() -> int:
     out.write_text(table)
     if not args.only:
         update_readme(table)
+    elif not failed:
+        update_readme_rows(results, stamp)
     print("\n" + table)
     return 1 if failed else 0
 
@@ -67,6 +69,35 @@ def update_readme(table: str) -> None:
     if BEGIN in text and END in text:
         head, rest = text.split(BEGIN, 1)
         readme.write_text(f"{head}{BEGIN}\n{table}{END}{rest.split(END, 1)[1]}")
+
+
+def update_readme_rows(results: list[dict], stamp: str) -> None:
+    """After `--only`: replace the README rows of the benchmarks that ran, keep the others."""
+    readme = BENCH_DIR.parent / "README.md"
+    text = readme.read_text()
+    if BEGIN not in text or END not in text:
+        return
+    head, rest = text.split(BEGIN, 1)
+    body, tail = rest.split(END, 1)
+    ran = {r["bench"] for r in results}
+    new_rows = markdown_table(results).splitlines()[2:]
+    lines, inserted = [], False
+    for line in body.splitlines():
+        cells = line.split("|")
+        if len(cells) > 2 and cells[1].strip() in ran:
+            if not inserted:
+                lines.extend(new_rows)
+                inserted = True
+            continue
+        lines.append(line)
+    if not inserted:
+        lines[-1:-1] = new_rows
+    note = f"Rerun alone on {stamp}: {', '.join(sorted(ran))}."
+    lines = [line for line in lines if not line.startswith("Rerun alone on ")]
+    stamp_at = next((i for i, line in enumerate(lines) if line.startswith("Measured ")), None)
+    if stamp_at is not None:
+        lines.insert(stamp_at + 1, note)
+    readme.write_text(f"{head}{BEGIN}" + "\n".join(lines) + f"\n{END}{tail}")
 
 
 if __name__ == "__main__":

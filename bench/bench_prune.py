@@ -42,7 +42,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.report import Figure, emit
+from bench.report import Figure, emit, peak_rss_mib
 
 BENCH = "prune"
 REPO = Path(__file__).resolve().parent.parent
@@ -193,7 +193,7 @@ def child(verify: bool) -> None:
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_SELF)
     cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
-    peak = after.ru_maxrss / 1024
+    peak = peak_rss_mib()
     print(json.dumps({"wall": wall, "cpu": cpu, "peak_rss_mib": peak, "summary": result.summary,
                       "parts": parts}))
 

@@ -29,7 +29,7 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from bench.report import Figure, emit
+from bench.report import Figure, emit, peak_rss_mib
 
 BENCH = "reconcile"
 REPO = Path(__file__).resolve().parent.parent
@@ -159,7 +159,7 @@ def child(layout: str) -> None:
     print(json.dumps({
         "wall": wall, "selection": timed["selection"], "summary": summary.to_json(),
         "cpu": after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime,
-        "peak_rss_mib": after.ru_maxrss / 1024,
+        "peak_rss_mib": peak_rss_mib(),
     }))
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import collections
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from shared.claims import record_job
@@ -113,8 +114,8 @@ def _requests_to_reconcile(
     the active requests and those finished since the last passes, never every request ever made.
     A marker may be stale, so each one's record is read (in parallel, and kept for the
     `ledger.get` that reconciles it: one read per active request) and a stale one old enough is
-    removed. The cursor then names the first one left
-    over, or "" once the index ran out, so the next run starts from the first again.
+    removed. The cursor then names the first one left over, or "" once the index ran out, so the
+    next run starts from the first again.
 
     A ledger from before the index is listed in full once, writing the active records' markers.
     Then the retention sweep (`shared.ledger_retention`) takes its bounded turn."""
@@ -146,7 +147,7 @@ def _requests_to_reconcile(
                 break
         ledger.keep_prefetched(active)
         now = utcnow()
-        removed = sum(pool.map(lambda s: ledger.remove_stale_marker(*s, now=now), stale))
+        removed = sum(pool.map(lambda s: _remove_stale(ledger, *s, now=now), stale))
     summary.active = len(active)
     if stale:
         log.info(
@@ -179,6 +180,15 @@ def _requests_to_reconcile(
 # request is reconciled (its record then tells), never skipped.
 INDEX_CHECKERS = 32
 _UNKNOWN = ListedRequest("", None, False)
+
+
+def _remove_stale(
+    ledger: LedgerStore, entry: ActiveEntry, status: ListedRequest | None, *, now: datetime
+) -> bool:
+    try:
+        return ledger.remove_stale_marker(entry, status, now=now)
+    except Exception:  # noqa: BLE001 - a stale marker costs a read per pass until removed
+        return False
 
 
 def _status(ledger: LedgerStore, entry: ActiveEntry) -> ListedRequest | None:
