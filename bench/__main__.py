@@ -1,5 +1,6 @@
-"""`make bench`: run every benchmark, print one Markdown table, and save it to
-bench/results/latest.md (with the date and machine) for the README's performance section."""
+"""`make bench`: run every benchmark, print one Markdown table, save it to
+bench/results/latest.md (with the date and machine) and, when every benchmark ran, put it in the
+README's performance section (between its `bench:begin` / `bench:end` markers)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ BENCHMARKS = (
     ("bench.bench_submit", []),
     ("bench.bench_events", []),
     ("bench.bench_prune", []),
+    ("bench.bench_reconcile", []),
     ("bench.bench_load", []),
     ("bench.bench_triggers", []),
 )
@@ -30,6 +32,7 @@ def main() -> int:
     parser.add_argument("--only", action="append", default=[], help="run only these modules")
     args = parser.parse_args()
     results, failed = [], []
+    load_before = os.getloadavg()[0]
     for module, extra in BENCHMARKS:
         if args.only and module not in args.only:
             continue
@@ -41,15 +44,61 @@ def main() -> int:
         if completed.returncode != 0:
             failed.append(module)
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d")
-    machine = f"{os.cpu_count()} vCPU, {platform.machine()}, Python {platform.python_version()}"
+    machine = (f"{os.cpu_count()} vCPU, {platform.machine()}, Python {platform.python_version()}, "
+               f"load average {load_before:.1f} at the start and {os.getloadavg()[0]:.1f} at the end "
+               "(the machine is shared)")
     table = f"Measured {stamp} on {machine}.\n\n{markdown_table(results)}\n"
     if failed:
         table += f"\nBenchmarks that did not finish: {', '.join(failed)}\n"
     out = BENCH_DIR / "results" / "latest.md"
     out.parent.mkdir(exist_ok=True)
     out.write_text(table)
+    if not args.only:
+        update_readme(table)
+    elif not failed:
+        update_readme_rows(results, stamp)
     print("\n" + table)
     return 1 if failed else 0
+
+
+BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+
+
+def update_readme(table: str) -> None:
+    readme = BENCH_DIR.parent / "README.md"
+    text = readme.read_text()
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        readme.write_text(f"{head}{BEGIN}\n{table}{END}{rest.split(END, 1)[1]}")
+
+
+def update_readme_rows(results: list[dict], stamp: str) -> None:
+    """After `--only`: replace the README rows of the benchmarks that ran, keep the others."""
+    readme = BENCH_DIR.parent / "README.md"
+    text = readme.read_text()
+    if BEGIN not in text or END not in text:
+        return
+    head, rest = text.split(BEGIN, 1)
+    body, tail = rest.split(END, 1)
+    ran = {r["bench"] for r in results}
+    new_rows = markdown_table(results).splitlines()[2:]
+    lines, inserted = [], False
+    for line in body.splitlines():
+        cells = line.split("|")
+        if len(cells) > 2 and cells[1].strip() in ran:
+            if not inserted:
+                lines.extend(new_rows)
+                inserted = True
+            continue
+        lines.append(line)
+    if not inserted:
+        lines[-1:-1] = new_rows
+    note = f"Rerun alone on {stamp}: {', '.join(sorted(ran))}."
+    lines = [line for line in lines if not line.startswith("Rerun alone on ")]
+    stamp_at = next((i for i, line in enumerate(lines) if line.startswith("Measured ")), None)
+    if stamp_at is not None:
+        lines.insert(stamp_at + 1, note)
+    readme.write_text(f"{head}{BEGIN}" + "\n".join(lines) + f"\n{END}{tail}")
 
 
 if __name__ == "__main__":

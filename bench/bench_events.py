@@ -11,7 +11,10 @@ Figures:
   point runs) on a pool as wide as a function instance's threads. Reported: entries/second, the
   share of entries that cost a Vertex call (irrelevant ones must cost none), and whether every
   request reached the right status (80 SUCCEEDED, 10 FAILED, 10 REQUEUED);
-- parse + classify alone, for the entries that need nothing else.
+- parse + classify alone, for the entries that need nothing else;
+- where its CPU goes (bench/profile.py): a profile of one delivery at a time, split into
+  parse/validate, ledger, Google client and logging, before and after the storage session stops
+  re-reading the environment on every call (shared/clients.py: read_environment_once).
 
     python -m bench.bench_events [--jobs 100] [--threads 8] [--runs 5]
 """
@@ -258,6 +261,47 @@ def throughput_figures(stack: Any, jobs: int, threads: int) -> list[Figure]:
     ]
 
 
+PROFILE_JOBS = 20  # per quarter: four fresh sets of jobs, so no entry is handled twice
+
+
+def profile_figures(stack: Any, jobs: int) -> list[Figure]:
+    """Where on_job_event's CPU goes, one delivery at a time (bench/profile.py), before and after
+    the storage session stops re-reading the environment on every call, in the same run."""
+    from google.cloud import pubsub_v1
+
+    from bench.profile import environment_change_figures
+    from shared.clients import make_job_service
+    from shared.delivery import Message
+    from shared.errors import TransientError
+    from shared.log import Logger
+    from shared.observe import handle_job_event
+    from shared.wiring import Ports
+
+    quarters = []
+    for quarter in range(4):
+        seeded = seed_jobs(stack, jobs, f"{uuid.uuid4().hex[:4]}{quarter}")
+        quarters.append([data for data, _ in log_entries(seeded, stack.options.project)])
+    per_quarter = min(len(q) for q in quarters)
+    service = make_job_service(stack.settings, stack.settings.location)
+    publisher = pubsub_v1.PublisherClient()
+    ledger = stack.ledger()
+    ports = Ports(stack.settings, ledger, lambda: publisher, lambda location: service)
+    log = Logger(stream=io.StringIO(), min_severity="INFO")
+
+    def handle(i: int) -> None:
+        data = quarters[i // per_quarter][i % per_quarter]
+        message = Message(data, uuid.uuid4().hex, publish_time=datetime.now(timezone.utc))
+        try:
+            handle_job_event(message, log, settings=stack.settings, ports=lambda: ports)
+        except TransientError:
+            pass
+
+    return environment_change_figures(
+        f"one log entry ({per_quarter} per run, 30% relevant)", handle,
+        ledger._bucket.client._http, per_quarter,  # noqa: SLF001 - the ledger's session
+    )
+
+
 def parse_figures(entries: int = 20000) -> list[Figure]:
     from shared.events import classify, parse_log_entry, patterns_from
     from shared.settings import Settings
@@ -345,6 +389,7 @@ def main() -> None:
         os.environ.update(stack.env)  # the in-process clients below target the stack
         figures.append(rss_figure(stack))
         figures.extend(throughput_figures(stack, args.jobs, args.threads))
+        figures.extend(profile_figures(stack, PROFILE_JOBS))
     figures.extend(parse_figures())
     emit(BENCH, figures)
 

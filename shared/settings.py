@@ -138,6 +138,12 @@ class Settings:
     list_lag_seconds: float = _env("SPOTJOBS_LIST_LAG_SECONDS", 60.0, kind="float")
     reconcile_page_size: int = _env("SPOTJOBS_RECONCILE_PAGE_SIZE", 200, kind="int")
     reconcile_requests_per_run: int = _env("SPOTJOBS_RECONCILE_REQUESTS_PER_RUN", 2000, kind="int")
+    # A finished request's ledger record is removed this long after it finished (0: kept forever;
+    # never less than 32 days, see shared/ledger_retention.py), archived first unless turned off.
+    ledger_retention_seconds: float = _env(
+        "SPOTJOBS_LEDGER_RETENTION_SECONDS", 90 * 86400.0, kind="float"
+    )
+    ledger_archive: bool = _env("SPOTJOBS_LEDGER_ARCHIVE", True, kind="bool")
 
     # Retraining triggers (shared/triggers/): a window closes at the first tick at least this long
     # after its end (covers handlers still recording its last notifications), and each instance

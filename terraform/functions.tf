@@ -110,6 +110,8 @@ locals {
     deployment                   = "SPOTJOBS_DEPLOYMENT"
     reconcile_page_size          = "SPOTJOBS_RECONCILE_PAGE_SIZE"
     reconcile_requests_per_run   = "SPOTJOBS_RECONCILE_REQUESTS_PER_RUN"
+    ledger_retention_seconds     = "SPOTJOBS_LEDGER_RETENTION_SECONDS"
+    ledger_archive               = "SPOTJOBS_LEDGER_ARCHIVE"
     keep_last                    = "SPOTJOBS_KEEP_LAST"
     keep_last_ceiling            = "SPOTJOBS_KEEP_LAST_CEILING"
     incomplete_grace_seconds     = "SPOTJOBS_INCOMPLETE_GRACE_SECONDS"

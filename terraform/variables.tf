@@ -170,6 +170,8 @@ variable "settings" {
     deployment                   = optional(string)             # SPOTJOBS_DEPLOYMENT
     reconcile_page_size          = optional(number)             # SPOTJOBS_RECONCILE_PAGE_SIZE
     reconcile_requests_per_run   = optional(number)             # SPOTJOBS_RECONCILE_REQUESTS_PER_RUN
+    ledger_retention_seconds     = optional(number)             # SPOTJOBS_LEDGER_RETENTION_SECONDS
+    ledger_archive               = optional(bool)               # SPOTJOBS_LEDGER_ARCHIVE
     keep_last                    = optional(number)             # SPOTJOBS_KEEP_LAST
     keep_last_ceiling            = optional(number)             # SPOTJOBS_KEEP_LAST_CEILING
     incomplete_grace_seconds     = optional(number)             # SPOTJOBS_INCOMPLETE_GRACE_SECONDS

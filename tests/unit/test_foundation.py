@@ -175,3 +175,21 @@ def test_rfc3339_times_parse_to_aware_datetimes_and_garbage_to_none() -> None:
 def test_a_pattern_that_is_not_a_regular_expression_is_refused_when_settings_are_read(variable: str) -> None:
     with pytest.raises(ConfigurationError, match=variable):
         Settings.from_env({variable: "preempt,([unclosed"})
+
+
+def test_the_storage_session_reads_the_environment_once_unless_a_proxy_is_set(monkeypatch) -> None:
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    from shared.clients import read_environment_once
+
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    client = storage.Client(project="p", credentials=AnonymousCredentials())
+    read_environment_once(client)
+    assert client._http.trust_env is False  # noqa: SLF001
+
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
+    proxied = storage.Client(project="p", credentials=AnonymousCredentials())
+    read_environment_once(proxied)
+    assert proxied._http.trust_env is True  # noqa: SLF001 - a proxy: requests keeps NO_PROXY rules
