@@ -1,5 +1,10 @@
 """The ledger: one JSON document per request in the state bucket, changed only by compare-and-swap.
 
+One module on purpose (over 450 lines): the record types, their compare-and-swap and every object
+that must stay consistent with a record (its active marker, its job index entries, the corrupt
+note, the cursors) share one bucket layout and one write path; split apart, the ordering rules
+below (marker before record, referrers before removal) would span modules that each look safe.
+
 Layout in `gs://<state bucket>/`:
 - `requests/<request_id>.json`: a `RequestRecord` (the request, its status and attempts).
   Its custom metadata carries `status`, so a listing tells which requests are still active
