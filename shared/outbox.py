@@ -64,6 +64,48 @@ def flush(
     return message_id, in_flight or waiting
 
 
+def decide_alert(
+    ports: Ports,
+    request_id: str,
+    marker: str,
+    alert_for: Callable[[RequestRecord], Alert | None],
+) -> tuple[RequestRecord | None, bool]:
+    """Decide an alert once per `marker`: in one ledger update, mark it and keep the alert
+    `alert_for` makes from the current record pending (None: nothing to say). Returns the stored
+    record (None when nothing was written) and whether this call's write decided it, which
+    `flush(decided_here=...)` needs. A marker already set decides nothing again: a redelivery or
+    a concurrent call finds it and leaves the alert to whoever wrote it."""
+    decided: list[RequestRecord | None] = []
+
+    def alert_once(current: RequestRecord | None) -> RequestRecord | None:
+        decided.append(None)  # one entry per try of the compare-and-swap; the last one counts
+        if current is None or marker in current.markers:
+            return None
+        alert = alert_for(current)
+        if alert is None:
+            return None
+        current.mark(marker)
+        current.pending_alerts.append(alert.to_json())
+        decided[-1] = current
+        return current
+
+    stored = ports.ledger.update(request_id, alert_once)
+    return stored, stored is not None and stored is decided[-1]
+
+
+def decide_and_flush_alert(
+    ports: Ports,
+    request_id: str,
+    marker: str,
+    alert_for: Callable[[RequestRecord], Alert | None],
+    log: Logger,
+) -> None:
+    """`decide_alert`, then publish whatever the record holds pending."""
+    stored, decided_here = decide_alert(ports, request_id, marker, alert_for)
+    if stored is not None and stored.has_pending_effects:
+        flush(ports, stored, log, decided_here=decided_here)
+
+
 def run_all(steps: list[Callable[[], object]]) -> None:
     """Run every step even if an earlier one fails (an alert must not stop a re-queue), then
     raise the first failure so the delivery is retried or reported."""

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from shared.alerts import Alert
 from shared.claims import record_job
 from shared.clock import now_iso, parse_iso, utcnow
 from shared.decisions import Observation
@@ -50,7 +51,12 @@ from shared.ledger import (
 )
 from shared.log import Logger
 from shared.observe import apply_observation, read_job
-from shared.outbox import alert_corrupt_record, flush, publish_request_attempt
+from shared.outbox import (
+    alert_corrupt_record,
+    decide_and_flush_alert,
+    flush,
+    publish_request_attempt,
+)
 from shared.run_lock import ledger_bucket, run_lock
 from shared.strays import cancel_strays
 from shared.vertex import JobSnapshot, find_attempt_job, parent_path
@@ -310,31 +316,23 @@ def _alert_lookup_failed(
         location=claim.location,
         error=error,
     )
-    decided: list[RequestRecord | None] = []
-
-    def alert_once(current: RequestRecord | None) -> RequestRecord | None:
-        decided.append(None)
-        attempt = current.attempt(claim.n) if current else None
-        if current is None or attempt is None or not current.mark(alert_marker("lookup_failed", claim.n)):
+    def lookup_alert(current: RequestRecord) -> Alert | None:
+        attempt = current.attempt(claim.n)
+        if attempt is None:
             return None
-        current.pending_alerts.append(
-            attempt_alert(
-                current,
-                attempt,
-                "lookup_failed",
-                "ERROR",
-                ports.clock(),
-                f"cannot look up the job of attempt {claim.n} of {current.request_id} in "
-                f"{claim.location}: {error}",
-                error=error,
-            ).to_json()
+        return attempt_alert(
+            current,
+            attempt,
+            "lookup_failed",
+            "ERROR",
+            ports.clock(),
+            f"cannot look up the job of attempt {claim.n} of {current.request_id} in "
+            f"{claim.location}: {error}",
+            error=error,
         )
-        decided[-1] = current
-        return current
 
-    stored = ports.ledger.update(record.request_id, alert_once)
-    if stored is not None and stored.has_pending_effects:
-        flush(ports, stored, log, decided_here=stored is decided[-1])
+    marker = alert_marker("lookup_failed", claim.n)
+    decide_and_flush_alert(ports, record.request_id, marker, lookup_alert, log)
 
 
 def _backoff(lease: float, republished: int) -> float:

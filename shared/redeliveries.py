@@ -19,7 +19,7 @@ from shared.delivery import Message
 from shared.errors import TransientError
 from shared.ledger import RequestRecord, alert_marker
 from shared.log import Logger
-from shared.outbox import flush, publish_alert
+from shared.outbox import decide_alert, flush, publish_alert
 from shared.request import InvalidJobRequest
 from shared.vertex import find_jobs, parent_path, request_labels
 from shared.wiring import Ports
@@ -44,31 +44,24 @@ def record_conflict(
     Returns the record and whether this delivery decided the alert."""
     kept, refused = body_digest(record.request), body_digest(envelope)
     now = ports.clock()
-    decided: list[RequestRecord | None] = []
 
-    def alert_once(current: RequestRecord | None) -> RequestRecord | None:
-        decided.append(None)
-        if current is None or not current.mark(alert_marker("request_id_conflict", 1, refused)):
-            return None
-        current.pending_alerts.append(
-            Alert(
-                kind="request_id_conflict",
-                severity="WARNING",
-                message=(
-                    f"request {current.request_id} was published again with a different body "
-                    f"(digest {refused}); the first (digest {kept}) is kept and nothing was "
-                    "created for the second: publish it under a new request id"
-                ),
-                request_id=current.request_id,
-                details={"kept_digest": kept, "refused_digest": refused},
-                time=iso(now),
-            ).to_json()
+    def conflict_alert(current: RequestRecord) -> Alert:
+        return Alert(
+            kind="request_id_conflict",
+            severity="WARNING",
+            message=(
+                f"request {current.request_id} was published again with a different body "
+                f"(digest {refused}); the first (digest {kept}) is kept and nothing was "
+                "created for the second: publish it under a new request id"
+            ),
+            request_id=current.request_id,
+            details={"kept_digest": kept, "refused_digest": refused},
+            time=iso(now),
         )
-        decided[-1] = current
-        return current
 
-    stored = ports.ledger.update(record.request_id, alert_once)
-    return (stored or record), stored is not None and stored is decided[-1]
+    marker = alert_marker("request_id_conflict", 1, refused)
+    stored, decided_here = decide_alert(ports, record.request_id, marker, conflict_alert)
+    return (stored or record), decided_here
 
 
 def body_digest(envelope: dict[str, Any]) -> str:

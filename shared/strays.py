@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from shared.alerts import Alert
 from shared.clock import iso
 from shared.effects import attempt_alert
 from shared.ledger import RequestRecord, alert_marker
 from shared.log import Logger
-from shared.outbox import flush
+from shared.outbox import decide_and_flush_alert
 from shared.vertex import (
     LABEL_ATTEMPT,
     cancel_job,
@@ -78,32 +79,22 @@ def cancel_stray(ports: Ports, record: RequestRecord, job: CustomJob, log: Logge
         job=job.name,
     )
     now = ports.clock()
-    decided: list[RequestRecord | None] = []
 
-    def alert_once(current: RequestRecord | None) -> RequestRecord | None:
-        decided.append(None)
-        marker = alert_marker("stray_job", n, job.name.rsplit("/", 1)[-1])
-        if current is None or not current.mark(marker):
-            return None
+    def stray_alert(current: RequestRecord) -> Alert | None:
         attempt = current.attempt(n) or current.latest
         if attempt is None:
             return None
-        current.pending_alerts.append(
-            attempt_alert(
-                current,
-                attempt,
-                "stray_job",
-                "WARNING",
-                now,
-                f"cancelled job {job.name}: it carried the labels of attempt {n} of "
-                f"{current.request_id}, which records {attempt.job or 'no job'}",
-                stray_job=job.name,
-                cancelled_at=iso(now),
-            ).to_json()
+        return attempt_alert(
+            current,
+            attempt,
+            "stray_job",
+            "WARNING",
+            now,
+            f"cancelled job {job.name}: it carried the labels of attempt {n} of "
+            f"{current.request_id}, which records {attempt.job or 'no job'}",
+            stray_job=job.name,
+            cancelled_at=iso(now),
         )
-        decided[-1] = current
-        return current
 
-    stored = ports.ledger.update(record.request_id, alert_once)
-    if stored is not None and stored.has_pending_effects:
-        flush(ports, stored, log, decided_here=stored is decided[-1])
+    marker = alert_marker("stray_job", n, job.name.rsplit("/", 1)[-1])
+    decide_and_flush_alert(ports, record.request_id, marker, stray_alert, log)
