@@ -17,9 +17,11 @@ starts, in the ledger's reconcile cursor, so every request gets its turn):
   alert past `max_claim_republishes`, naming the evidence); a lookup that fails for our own
   reasons (a permission, a region) is alerted once (`lookup_failed`);
 - otherwise the latest attempt's job is read and `shared.observe.apply_observation` decides,
-  exactly as for a log event: terminal states, re-queues, jobs stuck in a waiting state; then
-  every job with the request's labels that the ledger does not record is cancelled
-  (`shared.strays`).
+  exactly as for a log event: terminal states, re-queues, jobs stuck in a waiting state.
+
+Then the pass sweeps for strays (`shared.strays.sweep_strays`): one list per location of this
+deployment's jobs that have not ended, and every one the ledger does not record is cancelled,
+whether its request is active or long finished.
 
 Every change goes through the ledger's compare-and-swap, so runs may overlap each other and
 on_job_event freely.
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 import collections
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -58,7 +60,7 @@ from shared.outbox import (
     publish_request_attempt,
 )
 from shared.run_lock import ledger_bucket, run_lock
-from shared.strays import cancel_strays
+from shared.strays import sweep_strays
 from shared.vertex import JobSnapshot, find_attempt_job, parent_path
 from shared.wiring import Ports
 
@@ -93,6 +95,7 @@ class RequestResult:
     # waiting | idle | error
     outcome: str
     decisions: tuple[str, ...] = ()
+    locations: tuple[str, ...] = ()  # where the request's attempts ran: the stray sweep lists them
 
 
 def run_reconcile(ports: Ports, log: Logger, *, limit: int | None = None) -> ReconcileSummary:
@@ -112,10 +115,13 @@ def _run_reconcile(ports: Ports, log: Logger, *, limit: int | None) -> Reconcile
         page_size=settings.reconcile_page_size,
         limit=settings.reconcile_requests_per_run if limit is None else limit,
     )
+    locations = {settings.location}
     with ThreadPoolExecutor(RECONCILE_WORKERS, thread_name_prefix="reconcile") as pool:
         for result in pool.map(lambda rid: reconcile_request(ports, rid, log), request_ids):
             summary.outcomes[result.outcome] += 1
             summary.decisions.update(result.decisions)
+            locations.update(result.locations)
+    summary.decisions.update(["stray_job_cancelled"] * len(sweep_strays(ports, locations, log)))
     log.info("reconcile finished", event="reconcile_summary", **summary.to_json())
     return summary
 
@@ -217,7 +223,11 @@ def reconcile_request(ports: Ports, request_id: str, log: Logger) -> RequestResu
     and the next run tries again."""
     log = log.bind(request_id=request_id)
     try:
-        return _reconcile(ports, request_id, log)
+        record = ports.ledger.get(request_id)
+        if record is None:
+            return RequestResult("idle")
+        result = _reconcile(ports, record, log)
+        return replace(result, locations=tuple({a.location for a in record.attempts}))
     except CorruptRecord as exc:
         alert_corrupt_record(ports, exc, log)
         return RequestResult("error")
@@ -231,10 +241,7 @@ def reconcile_request(ports: Ports, request_id: str, log: Logger) -> RequestResu
         return RequestResult("error")
 
 
-def _reconcile(ports: Ports, request_id: str, log: Logger) -> RequestResult:
-    record = ports.ledger.get(request_id)
-    if record is None:
-        return RequestResult("idle")
+def _reconcile(ports: Ports, record: RequestRecord, log: Logger) -> RequestResult:
     if record.has_pending_effects or record.requeue is not None:
         message_id, waiting = flush(ports, record, log, decided_here=False)
         if record.is_terminal or record.requeue is not None:
@@ -251,10 +258,8 @@ def _reconcile(ports: Ports, request_id: str, log: Logger) -> RequestResult:
     if latest.job is None:
         return _settle_claim(ports, record, latest, log)
     snapshot = read_job(ports, latest.location, latest.job)
-    applied = apply_observation(ports, request_id, Observation(latest.n, snapshot), log)
-    strays = cancel_strays(ports, applied.record or record, log)
-    events = applied.events + ("stray_job_cancelled",) * len(strays)
-    return RequestResult("waiting" if applied.waiting else "observed", events)
+    applied = apply_observation(ports, record.request_id, Observation(latest.n, snapshot), log)
+    return RequestResult("waiting" if applied.waiting else "observed", applied.events)
 
 
 def _republish(

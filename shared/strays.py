@@ -3,10 +3,10 @@
 However the claim protocol is run, a second job for an attempt can appear behind the ledger's
 back: a create that completes on the server after its deadline, a takeover that missed a job the
 list did not show yet. Nothing would manage it, and it would train, and bill, into the request's
-checkpoint folder. So whoever looks at a request's jobs (reconcile on every pass, on_job_event on
-a line of a job it does not recognise) cancels every job labelled with the request and this
-deployment that is not the job its attempt records, and is not still running, with one log line
-and one `stray_job` alert (pending in the record, through the outbox).
+checkpoint folder. So whoever looks at a request's jobs (reconcile's sweep on every pass, on_job_event
+on a line of a job it does not recognise, submit on finding a second job) cancels every job
+labelled with the request and this deployment that has not ended and is not the job its attempt
+records, with one log line and one `stray_job` alert (pending in the record, through the outbox).
 
 A job of an attempt whose claim has no job recorded yet is not a stray: submit, or reconcile's
 adoption, is about to record it.
@@ -14,6 +14,8 @@ adoption, is about to record it.
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from shared.alerts import Alert
@@ -24,11 +26,11 @@ from shared.log import Logger
 from shared.outbox import decide_and_flush_alert
 from shared.vertex import (
     LABEL_ATTEMPT,
+    LABEL_REQUEST_ID,
     cancel_job,
-    find_jobs,
     is_terminal,
+    list_unfinished_jobs,
     parent_path,
-    request_labels,
 )
 from shared.wiring import Ports
 
@@ -52,18 +54,59 @@ def is_stray(record: RequestRecord, job: CustomJob) -> bool:
     return attempt.job != job.name
 
 
-def cancel_strays(ports: Ports, record: RequestRecord, log: Logger) -> list[str]:
-    """Cancel the request's stray jobs in every location its attempts used; returns their names."""
-    labels = request_labels(record.request_id, ports.settings.deployment_label)
+def sweep_strays(ports: Ports, locations: Iterable[str], log: Logger) -> list[str]:
+    """Cancel every stray job of this deployment in `locations`; returns their names.
+
+    One list per location, whatever the number of requests: this deployment's jobs that have not
+    ended (a filter on the deployment label and on the state, so the list grows with the running
+    work, never with history), grouped by request. Each request's record is read after the list:
+    a claim is written before its create, so a job created for a newer attempt finds that attempt
+    claimed and is never taken for a stray. A request without a record is left alone (nothing says
+    which of its jobs is the one); a location or record that cannot be read waits for the next
+    pass."""
+    by_request: dict[str, list[CustomJob]] = defaultdict(list)
+    for location in sorted(set(locations)):
+        try:
+            jobs = list_unfinished_jobs(
+                ports.job_service(location),
+                parent_path(ports.settings.project, location),
+                ports.settings.deployment_label,
+            )
+        except Exception as exc:  # noqa: BLE001 - the next pass lists again
+            log.warning(
+                "could not list this deployment's jobs for the stray sweep",
+                event="stray_sweep_failed",
+                location=location,
+                error=f"{type(exc).__name__}: {exc}",
+            )
+            continue
+        for job in jobs:
+            by_request[job.labels.get(LABEL_REQUEST_ID, "")].append(job)
+    by_request.pop("", None)  # the filter asks for the label; a job without it names no request
     cancelled: list[str] = []
-    for location in sorted({attempt.location for attempt in record.attempts}):
-        client = ports.job_service(location)
-        parent = parent_path(ports.settings.project, location)
-        for job in find_jobs(client, parent, labels):
-            if is_stray(record, job):
-                cancel_stray(ports, record, job, log)
-                cancelled.append(job.name)
+    for request_id, jobs in sorted(by_request.items()):
+        try:
+            cancelled += _cancel_strays_of(ports, request_id, jobs, log.bind(request_id=request_id))
+        except Exception as exc:  # noqa: BLE001 - one request must not stop the sweep
+            log.warning(
+                "could not check a request's jobs for strays; the next pass retries",
+                event="stray_sweep_failed",
+                request_id=request_id,
+                error=f"{type(exc).__name__}: {exc}",
+            )
     return cancelled
+
+
+def _cancel_strays_of(
+    ports: Ports, request_id: str, jobs: list[CustomJob], log: Logger
+) -> list[str]:
+    record = ports.ledger.get(request_id)  # after the list: see sweep_strays
+    if record is None:
+        return []
+    strays = [job for job in jobs if is_stray(record, job)]
+    for job in strays:
+        cancel_stray(ports, record, job, log)
+    return [job.name for job in strays]
 
 
 def cancel_stray(ports: Ports, record: RequestRecord, job: CustomJob, log: Logger) -> None:

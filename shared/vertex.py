@@ -198,6 +198,17 @@ def find_jobs(client: JobServiceClient, parent: str, labels: Mapping[str, str]) 
     return sorted(jobs, key=lambda job: (_create_seconds(job), job.name))
 
 
+def list_unfinished_jobs(client: JobServiceClient, parent: str, deployment: str) -> list[CustomJob]:
+    """Every job under `parent` of this deployment, labelled with a request, that has not ended.
+
+    The filter is the one `customJobs.list` documents (`labels.key=value`, `labels.key:*`, `state`
+    with `!=`): https://cloud.google.com/vertex-ai/docs/reference/rest/v1/projects.locations.customJobs/list
+    """
+    ended = " AND ".join(f'state!="{state}"' for state in sorted(JobState.TERMINAL))
+    query = f'labels.{LABEL_DEPLOYMENT}="{deployment}" AND labels.{LABEL_REQUEST_ID}:* AND {ended}'
+    return list(client.list_custom_jobs(request={"parent": parent, "filter": query}))
+
+
 def find_attempt_job(
     client: JobServiceClient, parent: str, request_id: str, attempt: int, deployment: str
 ) -> CustomJob | None:

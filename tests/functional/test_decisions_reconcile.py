@@ -389,6 +389,60 @@ def test_a_job_created_behind_the_ledgers_back_is_cancelled_with_one_alert(world
     assert second.outcomes["observed"] == 1
 
 
+def test_the_stray_sweep_is_one_list_per_location_whatever_the_number_of_requests(
+    world: World,
+) -> None:
+    for k in range(6):
+        world.submitted(f"req-{k}", state=RUNNING)
+    world.submitted("req-eu", state=RUNNING, location="europe-west4")
+    world.vertex.lists = 0
+
+    summary = reconcile(world)
+
+    assert summary.active == 7
+    assert world.vertex.lists == 2  # us-central1 and europe-west4; none per request
+    assert world.vertex.cancelled == []
+
+
+def test_a_stray_of_a_finished_request_is_cancelled(world: World) -> None:
+    _, recorded = world.submitted(state=RUNNING)
+    world.vertex.set_state(recorded, SUCCEEDED)
+    reconcile(world)
+    assert world.ledger.get("req-1").status == RequestStatus.SUCCEEDED
+    stray = world.vertex.add("req-1", 1, state=RUNNING)  # a create that completed too late
+
+    summary = reconcile(world)
+
+    assert world.vertex.cancelled == [stray]
+    assert summary.decisions["stray_job_cancelled"] == 1
+    kinds = [m.data["kind"] for m in world.publisher.on("ops-alerts")]
+    assert kinds.count("stray_job") == 1
+
+
+def test_a_job_created_for_the_next_attempt_during_the_sweep_is_no_stray(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """submit claims and creates attempt 2 between the pass's decision and its sweep's list: the
+    record is read after the list, so the new job is found recorded, never cancelled."""
+    _, first_job = world.submitted(state=RUNNING)
+    world.vertex.set_state(first_job, FAILED, STOCKOUT)
+    real_list = world.vertex.list_custom_jobs
+    created: list[str] = []
+
+    def list_after_submit_claimed(request, **kwargs):
+        if not created and world.ledger.get("req-1").requeue is not None:
+            created.append(world.claim_requeue("req-1"))
+        return real_list(request, **kwargs)
+
+    monkeypatch.setattr(world.vertex, "list_custom_jobs", list_after_submit_claimed)
+
+    summary = reconcile(world)
+
+    assert summary.decisions["requeue"] == 1 and len(created) == 1
+    assert world.vertex.cancelled == []
+    assert world.ledger.get("req-1").attempt(2).job == created[0]
+
+
 def test_a_job_of_an_attempt_still_being_created_is_not_a_stray(world: World) -> None:
     from shared.strays import is_stray
 

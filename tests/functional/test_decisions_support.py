@@ -20,7 +20,7 @@ from shared.ledger import Attempt, JobIndexEntry, LedgerStore, RequestRecord
 from shared.log import Logger
 from shared.settings import Settings
 from shared.states import RequestStatus
-from shared.vertex import LABEL_ATTEMPT, LABEL_DEPLOYMENT, LABEL_REQUEST_ID
+from shared.vertex import LABEL_ATTEMPT, LABEL_DEPLOYMENT, LABEL_REQUEST_ID, state_name
 from shared.wiring import Ports
 
 PROJECT = "spotjobs-test"
@@ -81,7 +81,7 @@ class FakeVertex:
     def cancel_custom_job(self, name: str, **_: Any) -> None:
         with self._lock:
             self.cancelled.append(name)
-            self._jobs[name].state = 8  # CANCELLING: Vertex cancels asynchronously
+            self._jobs[name].state = 6  # CANCELLING: Vertex cancels asynchronously
 
     def forget(self, name: str) -> None:
         """As if the create never reached Vertex."""
@@ -99,7 +99,11 @@ class FakeVertex:
             return CustomJob.deserialize(CustomJob.serialize(self._jobs[name]))
 
     def list_custom_jobs(self, request: dict[str, Any], **_: Any) -> list[Any]:
-        wanted = dict(re.findall(r'labels\.([\w-]+)="([^"]*)"', request.get("filter", "")))
+        """The filter's terms that spotjobs writes: `labels.k="v"`, `labels.k:*`, `state!="S"`."""
+        query = request.get("filter", "")
+        wanted = dict(re.findall(r'labels\.([\w-]+)="([^"]*)"', query))
+        present = re.findall(r"labels\.([\w-]+):\*", query)
+        excluded = set(re.findall(r'state!="(\w+)"', query))
         with self._lock:
             self.lists += 1
             return [
@@ -107,6 +111,8 @@ class FakeVertex:
                 for job in self._jobs.values()
                 if job.name.startswith(request["parent"] + "/")
                 and all(job.labels.get(k) == v for k, v in wanted.items())
+                and all(k in job.labels for k in present)
+                and state_name(job.state) not in excluded
             ]
 
 
