@@ -247,6 +247,7 @@ class ListedRequest:
     status: str | None
     pending_effects: bool
     updated: datetime | None = None  # the document's last write (listings only)
+    created_at: str | None = None  # the record's; None for a document written before it was kept
 
     @property
     def needs_reconcile(self) -> bool:
@@ -368,6 +369,7 @@ class LedgerStore:
                     metadata.get("status"),
                     metadata.get("pending_effects") == "true",
                     blob.updated,
+                    metadata.get("created_at"),
                 )
             )
         return rows, iterator.next_page_token
@@ -426,7 +428,8 @@ class LedgerStore:
 
     def _write(self, record: RequestRecord, generation: int) -> None:
         blob = self._bucket.blob(_request_path(record.request_id))
-        metadata = {"status": record.status}
+        # What a listing needs without a download: reconcile's selection, status's newest first.
+        metadata = {"status": record.status, "created_at": record.created_at}
         if record.has_pending_effects:
             metadata["pending_effects"] = "true"
         blob.metadata = metadata

@@ -144,9 +144,32 @@ def _watch_status(args: argparse.Namespace, ledger: Any, settings: Settings) -> 
 
 
 def recent_records(ledger: Any, limit: int) -> list[RequestRecord]:
-    records = [r for request_id, _ in ledger.iter_statuses() if (r := ledger.get(request_id))]
-    records.sort(key=lambda r: r.created_at, reverse=True)
+    """The `limit` most recently created requests, newest first.
+
+    Chosen from a listing (each document's `created_at` is in its metadata), so only those
+    `limit` records are downloaded, in parallel, however long the history. A document written
+    before the metadata held it is downloaded to learn its time (exact, and rare: any write of
+    the record adds it)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    listed, unlisted = [], []
+    token: str | None = None
+    while True:
+        rows, token = ledger.list_requests(page_size=1000, page_token=token)
+        for row in rows:
+            (listed if row.created_at else unlisted).append(row)
+        if not token:
+            break
+    with ThreadPoolExecutor(RECORD_READERS) as pool:
+        older = [r for r in pool.map(lambda row: ledger.get(row.request_id), unlisted) if r]
+        newest = sorted(listed, key=lambda row: row.created_at, reverse=True)[:limit]
+        chosen = [r for r in pool.map(lambda row: ledger.get(row.request_id), newest) if r]
+    records = sorted(chosen + older, key=lambda r: r.created_at, reverse=True)
     return records[:limit]
+
+
+# Records downloaded at once for a listing (each read mostly waits on the network).
+RECORD_READERS = 16
 
 
 def format_requests(records: Sequence[RequestRecord]) -> str:

@@ -244,6 +244,30 @@ def test_status_shows_requests_as_a_table_and_as_json(
     assert "STOCKOUT" in detail and "requeued" in detail
 
 
+def test_the_newest_requests_are_chosen_from_the_listing_and_only_they_are_read(
+    ledger_env: LedgerStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from shared.cli.status import recent_records
+
+    for k in range(30):
+        ledger_env.restore(_record(f"req-{k:02d}", f"2026-11-29T10:{k:02d}:00.000Z"))
+    # A document written before its metadata held `created_at`: read to learn its time.
+    legacy = ledger_env._bucket.blob("requests/req-07.json")
+    document = legacy.download_as_bytes()
+    legacy.delete()
+    legacy.metadata = {"status": RequestStatus.REQUEUED}
+    legacy.upload_from_string(document, content_type="application/json")
+    reads: list[str] = []
+    real_read = ledger_env.read
+    monkeypatch.setattr(ledger_env, "read", lambda rid: (reads.append(rid), real_read(rid))[1])
+
+    records = recent_records(ledger_env, 3)
+
+    assert [r.request_id for r in records] == ["req-29", "req-28", "req-27"]
+    assert sorted(reads) == ["req-07", "req-27", "req-28", "req-29"]
+    assert not ledger_env.list_requests()[0][7].created_at
+
+
 def test_status_of_an_unknown_request_exits_1(
     ledger_env: LedgerStore, capsys: pytest.CaptureFixture[str]
 ) -> None:
