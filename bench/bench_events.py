@@ -98,7 +98,8 @@ def seed_jobs(stack: Any, count: int, run: str) -> dict[str, tuple[str, str]]:
     """Create the jobs on the emulator and their ledger records and index entries, as submit
     would; wait until every job has ended. Returns request id -> (kind, job name)."""
     from shared.clock import now_iso
-    from shared.ledger import Attempt, JobIndexEntry, RequestRecord
+    from shared.ledger import JobIndexEntry
+    from shared.records import Attempt, RequestRecord
     from shared.states import RequestStatus
     from shared.vertex import create_custom_job, parent_path, to_custom_job
 
@@ -320,7 +321,8 @@ def parse_figures(entries: int = 20000) -> list[Figure]:
 
 def rss_figure(stack: Any) -> Figure:
     from shared.clock import now_iso
-    from shared.ledger import Attempt, JobIndexEntry, RequestRecord
+    from shared.ledger import JobIndexEntry
+    from shared.records import Attempt, RequestRecord
     from shared.states import RequestStatus
     from shared.vertex import create_custom_job, parent_path, to_custom_job
 

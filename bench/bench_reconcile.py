@@ -47,15 +47,9 @@ def seed_ledger(farm, finished: int, active: int) -> dict[str, int]:
     """`finished` SUCCEEDED records (finished over the last 80 days, inside the retention) and
     `active` re-claimed ones spread among them, their markers, and the maintenance documents of a
     ledger whose index is built and whose sweep ran today."""
-    from shared.ledger import (
-        ACTIVE_PREFIX,
-        INDEX_BUILT,
-        MAINTENANCE_PREFIX,
-        REQUESTS_PREFIX,
-        Attempt,
-        RequestRecord,
-    )
+    from shared.ledger import ACTIVE_PREFIX, INDEX_BUILT, MAINTENANCE_PREFIX, REQUESTS_PREFIX
     from shared.ledger_retention import SWEEP_STATE
+    from shared.records import Attempt, RequestRecord
     from shared.states import AttemptOutcome, RequestStatus
 
     now = datetime.now(timezone.utc)

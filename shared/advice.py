@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from shared.clock import parse_iso
-from shared.ledger import Attempt, RequestRecord
+from shared.records import Attempt, RequestRecord
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from shared.ledger import Attempt
+    from shared.records import Attempt
 
 SPOT = "SPOT"
 FALLBACK_STRATEGIES = ("STANDARD", "FLEX_START")

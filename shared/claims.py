@@ -18,7 +18,7 @@ from shared.alerts import Alert
 from shared.attempts import plan_attempt
 from shared.clock import iso, parse_iso
 from shared.errors import TransientError, Violation
-from shared.ledger import Attempt, RequestRecord, alert_marker
+from shared.records import Attempt, RequestRecord, alert_marker
 from shared.request import InvalidJobRequest
 from shared.states import AttemptOutcome, RequestStatus
 

@@ -38,7 +38,6 @@ from shared.attempts import plan_attempt
 from shared.clock import iso, parse_iso
 from shared.effects import Effects, LogLine, attempt_alert, event_fields
 from shared.events import Signal, SignalPatterns, patterns_from
-from shared.ledger import Attempt, RequestRecord, Requeue, alert_marker
 from shared.preemptions import (
     WAITING_STATES,
     count_preemptions,
@@ -47,6 +46,7 @@ from shared.preemptions import (
     preempted_in_last_run,
     preemptions_text,
 )
+from shared.records import Attempt, RequestRecord, Requeue, alert_marker
 from shared.settings import Settings
 from shared.states import AttemptOutcome, RequestStatus
 from shared.vertex import FLEX_START, JobSnapshot, JobState, max_wait_seconds

@@ -8,7 +8,7 @@ from typing import Any
 
 from shared.alerts import Alert
 from shared.clock import iso
-from shared.ledger import Attempt, RequestRecord
+from shared.records import Attempt, RequestRecord
 
 
 @dataclass(frozen=True)

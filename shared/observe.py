@@ -21,9 +21,9 @@ from shared.delivery import Message
 from shared.effects import Effects
 from shared.errors import TransientError
 from shared.events import IgnoredEntry, Signal, classify, parse_log_entry, patterns_from
-from shared.ledger import CorruptRecord, RequestRecord
 from shared.log import Logger
 from shared.outbox import alert_corrupt_record, flush
+from shared.records import CorruptRecord, RequestRecord
 from shared.settings import Settings
 from shared.strays import cancel_stray, is_stray
 from shared.vertex import JobSnapshot, get_job

@@ -28,8 +28,8 @@ from typing import Any
 
 from shared.alerts import Alert
 from shared.clock import iso, parse_iso
-from shared.ledger import CorruptRecord, RequestRecord
 from shared.log import Logger
+from shared.records import CorruptRecord, RequestRecord
 from shared.request import REQUEUE_ATTRIBUTES
 from shared.wiring import Ports
 

@@ -35,7 +35,7 @@ from spotjobs_kit.lines import (
 )
 
 from shared.effects import Effects, LogLine, attempt_alert, event_fields
-from shared.ledger import Attempt, RequestRecord, alert_marker, evidence_marker
+from shared.records import Attempt, RequestRecord, alert_marker, evidence_marker
 from shared.vertex import JobSnapshot, JobState
 
 PREEMPTION_LINE_KEY = "preemption-line"

@@ -41,16 +41,7 @@ from shared.clock import now_iso, parse_iso, utcnow
 from shared.decisions import Observation
 from shared.effects import attempt_alert
 from shared.errors import is_retryable
-from shared.ledger import (
-    ActiveEntry,
-    Attempt,
-    CorruptRecord,
-    JobIndexEntry,
-    LedgerStore,
-    ListedRequest,
-    RequestRecord,
-    alert_marker,
-)
+from shared.ledger import ActiveEntry, JobIndexEntry, LedgerStore, ListedRequest
 from shared.log import Logger
 from shared.observe import apply_observation, read_job
 from shared.outbox import (
@@ -59,6 +50,7 @@ from shared.outbox import (
     flush,
     publish_request_attempt,
 )
+from shared.records import Attempt, CorruptRecord, RequestRecord, alert_marker
 from shared.run_lock import ledger_bucket, run_lock
 from shared.strays import sweep_strays
 from shared.vertex import JobSnapshot, find_attempt_job, parent_path

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from shared.errors import SpotjobsError
 
 if TYPE_CHECKING:
-    from shared.ledger import RequestRecord
+    from shared.records import RequestRecord
 
 
 class RequestStatus(enum.StrEnum):

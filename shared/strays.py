@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING
 from shared.alerts import Alert
 from shared.clock import iso
 from shared.effects import attempt_alert
-from shared.ledger import RequestRecord, alert_marker
 from shared.log import Logger
 from shared.outbox import decide_and_flush_alert
+from shared.records import RequestRecord, alert_marker
 from shared.vertex import (
     LABEL_ATTEMPT,
     LABEL_REQUEST_ID,

@@ -45,11 +45,12 @@ from shared.clock import iso, parse_iso
 from shared.decisions import Observation
 from shared.delivery import Message
 from shared.errors import TransientError, is_retryable
-from shared.ledger import Attempt, CorruptRecord, JobIndexEntry, RequestRecord
+from shared.ledger import JobIndexEntry
 from shared.log import Logger
 from shared.observe import apply_observation
 from shared.outbox import alert_corrupt_record, flush
 from shared.policy import validate_request, warn_if_images_unrestricted
+from shared.records import Attempt, CorruptRecord, RequestRecord
 from shared.redeliveries import (
     publish_what_is_pending,
     record_conflict,

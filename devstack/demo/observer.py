@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from devstack.demo.scenarios import REJECTED, Scenario
 from devstack.demo.traces import AttemptTrace, RequestTrace, runs_from_output
-from shared.ledger import Attempt
+from shared.records import Attempt
 from shared.states import TERMINAL_STATUSES
 from shared.vertex import JobState, is_terminal
 

@@ -19,7 +19,7 @@ from shared.cli.common import EXIT_FAILED, EXIT_OK, examples
 from shared.preemptions import preemptions_text, total_preemptions_text
 
 if TYPE_CHECKING:
-    from shared.ledger import RequestRecord
+    from shared.records import RequestRecord
     from shared.settings import Settings
 
 

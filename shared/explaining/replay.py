@@ -53,8 +53,8 @@ def replay_decision(
     from shared.clock import utcnow
     from shared.decisions import DecisionPolicy, Observation, decide
     from shared.events import Signal, classify
-    from shared.ledger import Attempt, RequestRecord
     from shared.preemptions import preemptions_text
+    from shared.records import Attempt, RequestRecord
     from shared.states import AttemptOutcome, RequestStatus
     from shared.vertex import LABEL_ATTEMPT, LABEL_REQUEST_ID, JobState
 

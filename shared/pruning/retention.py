@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from spotjobs_kit.layout import Checkpoint, Kind, sorted_checkpoints
 
 from shared.clock import parse_iso
-from shared.ledger import RequestRecord
+from shared.records import RequestRecord
 from shared.states import TERMINAL_STATUSES
 
 if TYPE_CHECKING:

@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 from shared.claims import claim_attempt
 from shared.delivery import Message
 from shared.errors import TransientError, is_retryable
-from shared.ledger import LedgerStore, RequestRecord
+from shared.ledger import LedgerStore
 from shared.observe import EventOutcome, handle_job_event
 from shared.policy import validate_request
+from shared.records import RequestRecord
 from shared.request import canonical_envelope
 from shared.states import RequestStatus
 from tests.functional.test_decisions_support import (

@@ -13,10 +13,11 @@ import pytest
 from functions import reconcile as reconcile_entry
 from shared.claims import claim_attempt
 from shared.delivery import Message, maintenance_task
-from shared.ledger import Attempt, LedgerStore, RequestRecord
+from shared.ledger import LedgerStore
 from shared.log import Logger
 from shared.policy import validate_request
 from shared.reconcile import RequestResult, run_reconcile
+from shared.records import Attempt, RequestRecord
 from shared.request import canonical_envelope
 from shared.states import RequestStatus
 from shared.wiring import Ports

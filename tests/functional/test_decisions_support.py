@@ -16,8 +16,9 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from shared.claims import claim_attempt, record_job
-from shared.ledger import Attempt, JobIndexEntry, LedgerStore, RequestRecord
+from shared.ledger import JobIndexEntry, LedgerStore
 from shared.log import Logger
+from shared.records import Attempt, RequestRecord
 from shared.settings import Settings
 from shared.states import RequestStatus
 from shared.vertex import LABEL_ATTEMPT, LABEL_DEPLOYMENT, LABEL_REQUEST_ID, state_name

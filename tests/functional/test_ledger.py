@@ -6,7 +6,8 @@ import threading
 
 import pytest
 
-from shared.ledger import Attempt, JobIndexEntry, LedgerStore, RequestRecord
+from shared.ledger import JobIndexEntry, LedgerStore
+from shared.records import Attempt, RequestRecord
 from shared.states import RequestStatus
 
 

@@ -11,18 +11,11 @@ import pytest
 
 from shared import ledger as ledger_module
 from shared.clock import now_iso, utcnow
-from shared.ledger import (
-    ACTIVE_PREFIX,
-    ARCHIVE_PREFIX,
-    Attempt,
-    JobIndexEntry,
-    LedgerStore,
-    ListedRequest,
-    RequestRecord,
-)
+from shared.ledger import ACTIVE_PREFIX, ARCHIVE_PREFIX, JobIndexEntry, LedgerStore, ListedRequest
 from shared.ledger_retention import MIN_RETENTION_SECONDS, retire, sweep_step
 from shared.log import Logger
 from shared.reconcile import ReconcileSummary, _requests_to_reconcile
+from shared.records import Attempt, RequestRecord
 from shared.states import AttemptOutcome, RequestStatus
 from tests.functional.test_decisions_support import CapturedLog, make_settings
 

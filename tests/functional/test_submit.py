@@ -21,8 +21,9 @@ from shared.alerts import Alert
 from shared.claims import ClaimInProgress
 from shared.delivery import Message, handle_delivery
 from shared.errors import ConfigurationError, TransientError
-from shared.ledger import Attempt, LedgerStore, RequestRecord, Requeue
+from shared.ledger import LedgerStore
 from shared.log import Logger
+from shared.records import Attempt, RequestRecord, Requeue
 from shared.request import REQUEUE_ATTRIBUTES, derived_request_id
 from shared.settings import Settings
 from shared.states import RequestStatus

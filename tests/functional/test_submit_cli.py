@@ -13,7 +13,8 @@ import pytest
 
 from shared import settings as settings_module
 from shared.cli import main
-from shared.ledger import Attempt, LedgerStore, RequestRecord, Requeue
+from shared.ledger import LedgerStore
+from shared.records import Attempt, RequestRecord, Requeue
 from shared.states import RequestStatus
 from tests.conftest import EVENTS_DIR
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from devstack.samples import job_request
-from shared.ledger import RequestRecord
+from shared.records import RequestRecord
 from shared.states import RequestStatus
 from shared.vertex import LABEL_ATTEMPT, LABEL_REQUEST_ID, label_filter, parent_path
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from shared.ledger import Attempt, RequestRecord
+from shared.records import Attempt, RequestRecord
 from shared.request import canonical_envelope, derived_request_id, read_request
 from shared.states import TERMINAL_STATUSES, RequestStatus
 from shared.vertex import (

@@ -7,8 +7,8 @@ from datetime import datetime, timedelta, timezone
 
 from shared.advice import advise, machine_type, preemption_rates
 from shared.clock import iso
-from shared.ledger import Attempt, RequestRecord
 from shared.preemptions import preemptions_text, total_preemptions_text
+from shared.records import Attempt, RequestRecord
 from shared.states import RequestStatus
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)

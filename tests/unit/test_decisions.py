@@ -21,7 +21,7 @@ from shared.decisions import (
     decide,
 )
 from shared.events import Signal, patterns_from
-from shared.ledger import Attempt, RequestRecord, Requeue
+from shared.records import Attempt, RequestRecord, Requeue
 from shared.settings import Settings
 from shared.states import RequestStatus
 from shared.vertex import JobSnapshot, JobState

@@ -15,8 +15,8 @@ from spotjobs_kit.lines import KitRecord
 
 from shared.decisions import Decision, Observation, decide
 from shared.events import Signal
-from shared.ledger import RequestRecord
 from shared.preemptions import preemptions_text
+from shared.records import RequestRecord
 from shared.states import RequestStatus
 from shared.vertex import JobState
 from tests.unit.test_decisions import JOB1, NOW, POLICY, USER_ERROR, at, job, make_record

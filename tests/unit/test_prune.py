@@ -12,13 +12,13 @@ from google.api_core.exceptions import Forbidden, ServiceUnavailable
 from spotjobs_kit.layout import Checkpoint, Kind, ListedObject
 
 from shared.cli.prune import print_prune_result
-from shared.ledger import RequestRecord
 from shared.log import Logger
 from shared.pruning.execute import prune_requests, run_tasks
 from shared.pruning.folders import OutOfScope
 from shared.pruning.report import PruneResult, RequestReport, log_report, report_alert
 from shared.pruning.retention import Lifecycle, contents_needed, judge_checkpoints
 from shared.pruning.runner import parse_maintenance_task
+from shared.records import RequestRecord
 from shared.states import RequestStatus
 from tests.unit.test_prune_support import (
     LAYOUT,

@@ -12,7 +12,7 @@ import pytest
 from shared.attempts import plan_attempt
 from shared.claims import ClaimInProgress, claim_attempt, fail_attempt, record_job, release_claim
 from shared.errors import InvalidRequest
-from shared.ledger import Attempt, RequestRecord, Requeue
+from shared.records import Attempt, RequestRecord, Requeue
 from shared.request import canonical_envelope, read_request
 from shared.states import RequestStatus
 from shared.vertex import (

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.ledger import Attempt, RequestRecord
+from shared.records import Attempt, RequestRecord
 from shared.states import (
     REQUEST_TRANSITIONS,
     TERMINAL_STATUSES,
