@@ -1,12 +1,33 @@
-"""What every `spotjobs` command shares: exit statuses and the examples at the end of `--help`."""
+"""What every `spotjobs` command shares: exit statuses, and how a command is added (its `--help`
+keeps its description as written and ends with examples)."""
 
 from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any
 
 EXIT_OK = 0  # success
 EXIT_FAILED = 1  # the command ran and failed, or what it was asked about does not exist
 EXIT_INVALID = 2  # invalid input or usage
 
 
-def examples(*commands: str) -> str:
-    """The epilog of a command's `--help`: one or more examples (use RawDescriptionHelpFormatter)."""
+def command(
+    subparsers: argparse._SubParsersAction,
+    name: str,
+    *,
+    examples: Sequence[str] = (),
+    **options: Any,
+) -> argparse.ArgumentParser:
+    """Add command `name` (`options` as for `add_parser`); its `--help` ends with `examples`."""
+    return subparsers.add_parser(
+        name,
+        epilog=examples_epilog(*examples) if examples else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        **options,
+    )
+
+
+def examples_epilog(*commands: str) -> str:
+    """The end of a command's `--help`: one or more examples."""
     return "examples:\n" + "\n".join(f"  {command}" for command in commands)

@@ -32,7 +32,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from shared.cli.common import EXIT_OK, examples
+from shared.cli.common import EXIT_OK, command
 from shared.explaining.entries import NOT_CHECKED
 from shared.explaining.reading import UnreadableInput
 
@@ -43,15 +43,15 @@ EXIT_UNREADABLE = 2
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
+    parser = command(
+        subparsers,
         "explain",
         help="offline: what on_job_event would make of captured log entries (and a job's JSON)",
         description=__doc__.split("\n\n", 2)[2],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=examples(
+        examples=[
             "spotjobs explain entries.json",
             "spotjobs explain entries.json --job job.json --json",
-        ),
+        ],
     )
     parser.add_argument(
         "file",

@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Any
 
-from shared.cli.common import EXIT_OK, examples
+from shared.cli.common import EXIT_OK, command
 
 EXIT_NO_LOCAL_STACK = 2
 EXIT_INTERRUPTED = 130
@@ -31,22 +31,22 @@ NO_LOCAL_STACK_HELP = (
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    local = subparsers.add_parser(
+    local = command(
+        subparsers,
         "local",
         help="run the embedded stack on this machine",
         description=f"The embedded stack. {NO_LOCAL_STACK_HELP}",
-        epilog=examples("spotjobs local up", "spotjobs local up --json --reconcile-every 10"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=["spotjobs local up", "spotjobs local up --json --reconcile-every 10"],
     )
     local_commands = local.add_subparsers(dest="local_command", required=True, metavar="COMMAND")
-    up = local_commands.add_parser(
+    up = command(
+        local_commands,
         "up",
         help="start Pub/Sub and GCS emulators, the Vertex AI emulator and every function",
         description="Starts the whole embedded stack, prints the environment a shell needs, and "
         "runs until Ctrl-C or SIGTERM, then stops every process it started. "
         + NO_LOCAL_STACK_HELP,
-        epilog=examples("spotjobs local up", "spotjobs local up --vertex-arg=--preemption-rate=2"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=["spotjobs local up", "spotjobs local up --vertex-arg=--preemption-rate=2"],
     )
     up.add_argument("--json", action="store_true", help="print one JSON line once ready")
     up.add_argument(
@@ -75,7 +75,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     up.set_defaults(run=run_local_up)
 
-    demo = subparsers.add_parser(
+    demo = command(
+        subparsers,
         "demo",
         help="play a scripted Spot-preemption scenario on the embedded stack and report on it",
         description="Starts the embedded stack, plays six job requests and a retraining trigger through the real functions "
@@ -83,8 +84,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "code), prunes checkpoints, stops the stack and reports outcomes, goodput and cost, and writes "
         "the HTML report (its path is printed). Exits 0 "
         "only when every scenario ended as designed, 1 otherwise. " + NO_LOCAL_STACK_HELP,
-        epilog=examples("spotjobs demo", "spotjobs demo --seed 3 --json --html /tmp/demo.html"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=["spotjobs demo", "spotjobs demo --seed 3 --json --html /tmp/demo.html"],
     )
     demo.add_argument("--json", action="store_true", help="write the report as JSON on stdout")
     demo.add_argument(

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from shared.cli.common import EXIT_FAILED, EXIT_OK, examples
+from shared.cli.common import EXIT_FAILED, EXIT_OK, command
 
 ALERTS_SUBSCRIPTION = "ops-alerts-reader"
 DEAD_LETTER_SUBSCRIPTION = "dead-letter-reader"
@@ -26,18 +26,18 @@ FOLLOW_IDLE_SECONDS = 1.0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    alerts = subparsers.add_parser(
+    alerts = command(
+        subparsers,
         "alerts",
         help="print ops alerts (one line each) and acknowledge what was printed",
         description="Reads the ops-alerts-reader subscription: one line per alert (time, severity, "
         "kind, request, message), oldest first. Only the alerts printed are acknowledged; those a "
         "filter leaves out stay on the subscription.",
-        epilog=examples(
+        examples=[
             "spotjobs alerts",
             "spotjobs alerts --kind attempts_exhausted --json",
             "spotjobs alerts --follow --request-id resnet-nightly-001",
-        ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        ],
     )
     alerts.add_argument("--follow", action="store_true", help="keep printing alerts as they arrive (Ctrl-C stops)")
     alerts.add_argument("--kind", action="append", default=[], metavar="K", help="only this kind (repeatable)")
@@ -50,16 +50,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     alerts.add_argument("--project", help="Google Cloud project (default: GOOGLE_CLOUD_PROJECT)")
     alerts.set_defaults(run=run_alerts)
 
-    dead = subparsers.add_parser(
+    dead = command(
+        subparsers,
         "dead-letters",
         help="list dead-lettered messages, and redrive them to the topic they came from",
         description="Lists what Pub/Sub dead-lettered after a function failed it "
         "max_delivery_attempts times: its id, source subscription (so function and topic), "
         "delivery count and, where the functions' logs say, why it failed. Listing acknowledges "
         "nothing.",
-        epilog=examples("spotjobs dead-letters", "spotjobs dead-letters --json",
-                        "spotjobs dead-letters redrive --all --dry-run"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=["spotjobs dead-letters", "spotjobs dead-letters --json",
+                        "spotjobs dead-letters redrive --all --dry-run"],
     )
     dead.add_argument("--json", action="store_true", help="print a JSON list")
     dead.add_argument("--project", help="Google Cloud project (default: GOOGLE_CLOUD_PROJECT)")
@@ -70,16 +70,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     dead.set_defaults(run=run_dead_letters)
     commands = dead.add_subparsers(dest="dead_letters_command", metavar="COMMAND")
-    redrive = commands.add_parser(
+    redrive = command(
+        commands,
         "redrive",
         help="republish dead letters to their source topic, exactly once each",
         description="Republishes each chosen dead letter, with its data and its publisher's "
         "attributes, to the topic of the subscription that dead-lettered it, then acknowledges it. "
         "Each id is claimed in the state bucket first (deadletters/redriven/<id>.json, "
         "if_generation_match=0), so an id already redriven is never sent again.",
-        epilog=examples("spotjobs dead-letters redrive --all --dry-run",
-                        "spotjobs dead-letters redrive --id 4242 --id 4243"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=["spotjobs dead-letters redrive --all --dry-run",
+                        "spotjobs dead-letters redrive --id 4242 --id 4243"],
     )
     chosen = redrive.add_mutually_exclusive_group(required=True)
     chosen.add_argument("--id", action="append", default=[], metavar="ID", help="a dead letter id (repeatable)")

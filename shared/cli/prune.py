@@ -16,19 +16,19 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
-from shared.cli.common import examples
+from shared.cli.common import command
 
 if TYPE_CHECKING:
     from shared.pruning.report import PruneResult
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
+    parser = command(
+        subparsers,
         "prune",
         help="delete stale checkpoints (or show the plan with --dry-run)",
         description=__doc__.split("\n\n", 2)[2],
-        epilog=examples("spotjobs prune --dry-run", "spotjobs prune --request-id resnet-nightly-001 --json"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=["spotjobs prune --dry-run", "spotjobs prune --request-id resnet-nightly-001 --json"],
     )
     parser.add_argument("--request-id", help="prune only this request")
     parser.add_argument("--dry-run", action="store_true", help="plan only; delete nothing")

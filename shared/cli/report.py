@@ -13,19 +13,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from shared.cli.common import EXIT_FAILED, EXIT_INVALID, EXIT_OK, examples
+from shared.cli.common import EXIT_FAILED, EXIT_INVALID, EXIT_OK, command
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
+    parser = command(
+        subparsers,
         "report",
         help="write one self-contained HTML page: a timeline per request and totals",
         description=__doc__.split("\n\n", 1)[1],
-        epilog=examples(
+        examples=[
             "spotjobs report --html report.html",
             "spotjobs report resnet-nightly-001 resnet-nightly-002 --html two.html",
-        ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        ],
     )
     parser.add_argument("request_ids", nargs="*", metavar="REQUEST_ID", help="these requests (default: all)")
     parser.add_argument("--html", required=True, metavar="FILE", help="where to write the page")

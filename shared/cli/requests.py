@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from shared.cli.common import EXIT_FAILED, EXIT_INVALID, EXIT_OK, examples
+from shared.cli.common import EXIT_FAILED, EXIT_INVALID, EXIT_OK, command
 
 if TYPE_CHECKING:
     from shared.request import JobRequest
@@ -35,14 +35,14 @@ RESUBMITTABLE = ("FAILED", "GAVE_UP", "CANCELLED")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    validate = subparsers.add_parser(
+    validate = command(
+        subparsers,
         "validate", help="check a job request offline and print the CustomJob it would create",
         description="Offline (no network, no credentials): applies the configured request policy and "
         "prints the CustomJob attempt 1 would create. Exits 0 when valid, 2 when invalid (every "
         "violation on stderr, one per line) or unreadable.",
-        epilog=examples("spotjobs validate request.json", "spotjobs validate --show-policy",
-                        "cat body.json | spotjobs validate - --request-id resnet-001"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=["spotjobs validate request.json", "spotjobs validate --show-policy",
+                        "cat body.json | spotjobs validate - --request-id resnet-001"],
     )
     _add_request_arguments(validate, file_optional=True)
     validate.add_argument(
@@ -52,13 +52,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     validate.set_defaults(run=run_validate)
 
-    submit = subparsers.add_parser(
+    submit = command(
+        subparsers,
         "submit", help="validate a job request, then publish it to job-requests",
         description="Validates like `validate` (nothing is published when invalid: exit 2), then "
         "publishes to job-requests: the emulator when PUBSUB_EMULATOR_HOST is set, else Google Cloud.",
-        epilog=examples("spotjobs submit request.json",
-                        "spotjobs submit body.json --request-id resnet-001 --attribute team=vision --json"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=["spotjobs submit request.json",
+                        "spotjobs submit body.json --request-id resnet-001 --attribute team=vision --json"],
     )
     _add_request_arguments(submit)
     submit.add_argument("--project", help="Google Cloud project (default: GOOGLE_CLOUD_PROJECT)")
@@ -68,16 +68,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     submit.set_defaults(run=run_submit)
 
 
-    resubmit = subparsers.add_parser(
+    resubmit = command(
+        subparsers,
         "resubmit", help="run a FAILED, GAVE_UP or CANCELLED request again, under a new request id",
         description="Reads the request from the ledger (it must have ended FAILED, GAVE_UP or "
         "CANCELLED, else exit 2), validates its body against today's policy (exit 2 when invalid) "
         "and publishes it to job-requests under a new request id: --new-id, or <id>-r2, <id>-r3, "
         "... (the first the ledger does not hold). The old request keeps its record and jobs. "
         "Exits 1 when the request is not in the ledger.",
-        epilog=examples("spotjobs resubmit resnet-nightly-001",
-                        "spotjobs resubmit resnet-nightly-001 --new-id resnet-nightly-001b --json"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=["spotjobs resubmit resnet-nightly-001",
+                        "spotjobs resubmit resnet-nightly-001 --new-id resnet-nightly-001b --json"],
     )
     resubmit.add_argument("request_id", help="the request that ended FAILED, GAVE_UP or CANCELLED")
     resubmit.add_argument(

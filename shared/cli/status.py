@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from shared.cli.common import EXIT_FAILED, EXIT_OK, examples
+from shared.cli.common import EXIT_FAILED, EXIT_OK, command
 from shared.preemptions import preemptions_text, total_preemptions_text
 
 if TYPE_CHECKING:
@@ -24,13 +24,13 @@ if TYPE_CHECKING:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    status = subparsers.add_parser(
+    status = command(
+        subparsers,
         "status", help="requests and their attempts, from the ledger",
         description="Reads the ledger: one line per request, or one request with every attempt. "
         "Exits 1 when the request is not in the ledger.",
-        epilog=examples("spotjobs status", "spotjobs status resnet-nightly-001 --json",
-                        "spotjobs status resnet-nightly-001 --watch"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=["spotjobs status", "spotjobs status resnet-nightly-001 --json",
+                        "spotjobs status resnet-nightly-001 --watch"],
     )
     status.add_argument("request_id", nargs="?", help="one request (default: all, newest first)")
     status.add_argument("--json", action="store_true", help="print the ledger records as JSON")

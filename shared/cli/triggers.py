@@ -19,56 +19,56 @@ import json
 import sys
 from typing import Any
 
-from shared.cli.common import examples
+from shared.cli.common import command
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
+    parser = command(
+        subparsers,
         "triggers",
         help="retraining triggers: apply, list, test, delete",
         description=__doc__.split("\n\n", 2)[2],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=examples(
+        examples=[
             "spotjobs triggers apply daily-data.json",
             "spotjobs triggers test daily-data --object gs://my-data/incoming/part-0001.parquet",
-        ),
+        ],
     )
     commands = parser.add_subparsers(dest="triggers_command", required=True, metavar="SUBCOMMAND")
-    apply = commands.add_parser(
+    apply = command(
+        commands,
         "apply",
         help="validate and store trigger definitions",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=examples("spotjobs triggers apply daily-data.json", "cat triggers.json | spotjobs triggers apply -"),
+        examples=["spotjobs triggers apply daily-data.json", "cat triggers.json | spotjobs triggers apply -"],
     )
     apply.add_argument("file", help="a JSON definition, or a JSON list of them ('-' for stdin)")
     apply.set_defaults(run=run_apply)
-    listing = commands.add_parser(
+    listing = command(
+        commands,
         "list",
         help="the stored triggers",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=examples("spotjobs triggers list", "spotjobs triggers list --json"),
+        examples=["spotjobs triggers list", "spotjobs triggers list --json"],
     )
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(run=run_list)
-    test = commands.add_parser(
+    test = command(
+        commands,
         "test",
         help="offline: the request a window would publish",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=examples(
+        examples=[
             "spotjobs triggers test daily-data --object gs://my-data/incoming/a.parquet",
             "spotjobs triggers test daily-data --file daily-data.json --json",
-        ),
+        ],
     )
     test.add_argument("name")
     test.add_argument("--object", action="append", default=[], metavar="GS_URI", help="a new object of the window (repeatable)")
     test.add_argument("--file", help="read the definition from this file instead of the state bucket")
     test.add_argument("--json", action="store_true")
     test.set_defaults(run=run_test)
-    delete = commands.add_parser(
+    delete = command(
+        commands,
         "delete",
         help="remove a stored trigger (its windows stay)",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=examples("spotjobs triggers delete daily-data"),
+        examples=["spotjobs triggers delete daily-data"],
     )
     delete.add_argument("name")
     delete.set_defaults(run=run_delete)
