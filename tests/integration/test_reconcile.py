@@ -35,7 +35,11 @@ def test_reconcile_alone_reaches_the_same_outcomes(stack) -> None:
             time.sleep(1.0)  # pace the scheduler stand-in; the loop's exit is the condition above
             return False
 
-        stack.wait_for(settled, 150, "reconcile to settle every request")
+        try:
+            stack.wait_for(settled, 150, "reconcile to settle every request")
+        except AssertionError:
+            print(_diagnosis(stack, ledger, expected))
+            raise
     finally:
         set_log_sink(stack, True)
 
@@ -56,6 +60,36 @@ def test_reconcile_alone_reaches_the_same_outcomes(stack) -> None:
         line["request_id"]
         for line in reconcile_lines
         if line.get("event") in ("requeue", "job_succeeded", "job_failed")
+        and line.get("request_id") in expected
     }
     assert decided == set(expected)
     assert any(line.get("event") == "reconcile_summary" for line in reconcile_lines)
+
+
+def _diagnosis(stack, ledger, expected) -> str:
+    """What a timeout leaves to read: each record, its latest job as Vertex has it, the last
+    reconcile passes and the run lease."""
+    from shared.run_lock import lock_path
+
+    service = stack.job_service()
+    lines = []
+    for request_id in expected:
+        record = ledger.get(request_id)
+        attempts = [(a.n, a.job, a.state, a.outcome) for a in record.attempts] if record else []
+        lines.append(f"{request_id}: {record.status if record else None} {attempts}")
+        if record and record.latest and record.latest.job:
+            job = service.get_custom_job(name=record.latest.job)
+            lines.append(f"  vertex: {job.state.name} error={job.error.message!r}")
+    from collections import Counter
+
+    from shared.vertex import parent_path
+
+    parent = parent_path(stack.settings.project, stack.settings.location)
+    states = Counter(job.state.name for job in service.list_custom_jobs(parent=parent))
+    lines.append(f"every job in the emulator, by state: {dict(states)}")
+    passes = [line for line in stack.function_logs("reconcile")
+              if line.get("event") in ("reconcile_summary", "run_in_progress", "retry")][-10:]
+    lines += [json.dumps(line) for line in passes]
+    lease = stack.storage().bucket(stack.settings.state_bucket).get_blob(lock_path("reconcile"))
+    lines.append(f"lease: {lease.download_as_text() if lease else None}")
+    return "\n".join(lines)
