@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from shared.alerts import Alert
@@ -83,30 +84,35 @@ def sweep_strays(ports: Ports, locations: Iterable[str], log: Logger) -> list[st
         for job in jobs:
             by_request[job.labels.get(LABEL_REQUEST_ID, "")].append(job)
     by_request.pop("", None)  # the filter asks for the label; a job without it names no request
-    cancelled: list[str] = []
-    for request_id, jobs in sorted(by_request.items()):
-        try:
-            cancelled += _cancel_strays_of(ports, request_id, jobs, log.bind(request_id=request_id))
-        except Exception as exc:  # noqa: BLE001 - one request must not stop the sweep
-            log.warning(
-                "could not check a request's jobs for strays; the next pass retries",
-                event="stray_sweep_failed",
-                request_id=request_id,
-                error=f"{type(exc).__name__}: {exc}",
-            )
-    return cancelled
+    with ThreadPoolExecutor(SWEEP_WORKERS, thread_name_prefix="strays") as pool:
+        found = pool.map(lambda item: _cancel_strays_of(ports, *item, log), by_request.items())
+        return [name for names in found for name in names]
+
+
+# Requests whose jobs are checked at once (a record read each, mostly waiting).
+SWEEP_WORKERS = 8
 
 
 def _cancel_strays_of(
     ports: Ports, request_id: str, jobs: list[CustomJob], log: Logger
 ) -> list[str]:
-    record = ports.ledger.get(request_id)  # after the list: see sweep_strays
-    if record is None:
+    """Never raises: one request must not stop the sweep."""
+    log = log.bind(request_id=request_id)
+    try:
+        record, _ = ports.ledger.read(request_id)  # read now, after the list: see sweep_strays
+        if record is None:
+            return []
+        strays = [job for job in jobs if is_stray(record, job)]
+        for job in strays:
+            cancel_stray(ports, record, job, log)
+        return [job.name for job in strays]
+    except Exception as exc:  # noqa: BLE001 - the next pass retries this request
+        log.warning(
+            "could not check a request's jobs for strays; the next pass retries",
+            event="stray_sweep_failed",
+            error=f"{type(exc).__name__}: {exc}",
+        )
         return []
-    strays = [job for job in jobs if is_stray(record, job)]
-    for job in strays:
-        cancel_stray(ports, record, job, log)
-    return [job.name for job in strays]
 
 
 def cancel_stray(ports: Ports, record: RequestRecord, job: CustomJob, log: Logger) -> None:
