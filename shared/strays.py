@@ -84,13 +84,13 @@ def sweep_strays(ports: Ports, locations: Iterable[str], log: Logger) -> list[st
         for job in jobs:
             by_request[job.labels.get(LABEL_REQUEST_ID, "")].append(job)
     by_request.pop("", None)  # the filter asks for the label; a job without it names no request
-    with ThreadPoolExecutor(SWEEP_WORKERS, thread_name_prefix="strays") as pool:
+    with ThreadPoolExecutor(STRAY_CHECKERS, thread_name_prefix="strays") as pool:
         found = pool.map(lambda item: _cancel_strays_of(ports, *item, log), by_request.items())
         return [name for names in found for name in names]
 
 
 # Requests whose jobs are checked at once (a record read each, mostly waiting).
-SWEEP_WORKERS = 8
+STRAY_CHECKERS = 8
 
 
 def _cancel_strays_of(
