@@ -76,8 +76,7 @@ def main() -> None:
 
     options = StackOptions(
         function_env={"SPOTJOBS_LOG_LEVEL": "WARNING", "SPOTJOBS_ALLOWED_IMAGE_PREFIXES": ""},
-        minimum_backoff_seconds=1,
-        maximum_backoff_seconds=10,
+        max_delivery_attempts=30,  # redelivered about once a second here
         schedule={"reconcile": 30},  # production's scheduler: rescues anything dead-lettered
         vertex_args=(
             "--max-running", str(args.max_running),

@@ -235,8 +235,7 @@ def main() -> None:
         functions=("submit_job",),
         function_env={"SPOTJOBS_LOG_LEVEL": "INFO", "SPOTJOBS_CLAIM_LEASE_SECONDS": "10",
                       "SPOTJOBS_CREATE_TIMEOUT_SECONDS": "3"},
-        minimum_backoff_seconds=1,
-        maximum_backoff_seconds=5,
+        max_delivery_attempts=30,  # redelivered about once a second here
         vertex_args=(
             "--max-running",
             str(EMULATOR_CAPACITY),

@@ -44,8 +44,7 @@ def main() -> None:
             "SPOTJOBS_ALLOWED_IMAGE_PREFIXES": "",
             "SPOTJOBS_TRIGGER_SETTLE_SECONDS": "2",
         },
-        minimum_backoff_seconds=1,
-        maximum_backoff_seconds=10,
+        max_delivery_attempts=30,  # redelivered about once a second here
         functions=("submit_job", "on_trigger"),
     )
     with Stack(options) as stack:

@@ -45,19 +45,22 @@ def create_subscriptions(
     function_urls: Mapping[str, str],
     log_event: Callable[..., None],
     *,
-    minimum_backoff_seconds: float | None = None,
-    maximum_backoff_seconds: float | None = None,
     max_delivery_attempts: int | None = None,
 ) -> PushFilterRouter | None:
     """A push subscription per running function (through a push router, returned to be stopped
-    with the stack), then the pull subscriptions. The backoff and attempts override the topology's."""
+    with the stack), then the pull subscriptions. `max_delivery_attempts` overrides the topology's.
+
+    No retry policy, unlike production (Terraform sets the topology's backoff): Google's emulator
+    (cloud-pubsub-emulator 0.8.20) stops redelivering a push that keeps failing once a subscription
+    has any retry policy. Measured here: with a retry policy (1-5 s, 1-1 s or 0-1 s alike), each
+    failing message was pushed 3 or 4 times in its first 7 s and then not again for the next 90 s,
+    ack deadline 60 s; without one, the emulator's push loop retries it every second until the
+    dead-letter policy takes it. So a failed delivery here comes back after about a second, and a
+    stack that must outlast a wait (a claim lease, a list lag) gives it more attempts."""
     from google.api_core.exceptions import AlreadyExists
     from google.cloud import pubsub_v1
-    from google.protobuf import duration_pb2
 
     trigger = TOPOLOGY.trigger_subscription
-    minimum = minimum_backoff_seconds or trigger["minimum_backoff_seconds"]
-    maximum = maximum_backoff_seconds or trigger["maximum_backoff_seconds"]
     attempts = max_delivery_attempts or trigger["max_delivery_attempts"]
     subscriber = pubsub_v1.SubscriberClient()
     push_router: PushFilterRouter | None = None
@@ -82,10 +85,6 @@ def create_subscriptions(
                     "filter": subscription_filter,
                     "push_config": {"push_endpoint": endpoint},
                     "ack_deadline_seconds": trigger["ack_deadline_seconds"],
-                    "retry_policy": {
-                        "minimum_backoff": duration_pb2.Duration(seconds=int(minimum), nanos=int(minimum % 1 * 1e9)),
-                        "maximum_backoff": duration_pb2.Duration(seconds=int(maximum)),
-                    },
                     "dead_letter_policy": {
                         "dead_letter_topic": topic_path(project, trigger["dead_letter_topic"]),
                         "max_delivery_attempts": attempts,

@@ -68,9 +68,8 @@ class StackOptions:
     location: str = DEFAULT_LOCATION
     # SPOTJOBS_* settings for the functions and clients (e.g. a short claim lease in tests).
     function_env: Mapping[str, str] = field(default_factory=dict)
-    # Pub/Sub retry backoff for the trigger subscriptions; production's come from topology.json.
-    minimum_backoff_seconds: float | None = None
-    maximum_backoff_seconds: float | None = None
+    # Deliveries before a push subscription dead-letters (topology.json's when None). The stack's
+    # subscriptions retry about once a second (devstack.pubsub_wiring.create_subscriptions).
     max_delivery_attempts: int | None = None
     vertex_args: tuple[str, ...] = ()  # extra flags for the Vertex emulator
     # The Vertex emulator's signal profile (devstack.vertex.signals): "documented" (only what
@@ -142,8 +141,6 @@ class Stack:
                 self.functions.start_supervisor()
             self.push_router = create_subscriptions(
                 self.options.project, self.function_urls, self.log_event,
-                minimum_backoff_seconds=self.options.minimum_backoff_seconds,
-                maximum_backoff_seconds=self.options.maximum_backoff_seconds,
                 max_delivery_attempts=self.options.max_delivery_attempts,
             )
             if self.options.schedule:

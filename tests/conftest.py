@@ -12,7 +12,7 @@ import pytest
 
 EVENTS_DIR = Path(__file__).parent / "events"
 
-# Settings the functions under test run with: short leases and backoffs keep the suite fast,
+# Settings the functions under test run with: short leases and waits keep the suite fast,
 # everything else is production's default.
 TEST_FUNCTION_ENV = {
     "SPOTJOBS_CLAIM_LEASE_SECONDS": "5",
@@ -44,8 +44,9 @@ def isolated_stack(**options: object) -> Iterator["Stack"]:  # noqa: F821
 
     defaults: dict[str, object] = {
         "function_env": TEST_FUNCTION_ENV,
-        "minimum_backoff_seconds": 1,
-        "maximum_backoff_seconds": 5,
+        # Failed deliveries come back about once a second here (no retry policy: the emulator
+        # stalls with one, devstack/pubsub_wiring.py); twenty outlast a 5 s claim lease.
+        "max_delivery_attempts": 20,
         # Vertex sets a failed job's error "about a minute" after it ends (the documented
         # profile's default); half a second keeps that ordering and the suite fast.
         "vertex_args": ("--grace-seconds", "0.5", "--error-delay-seconds", "0.5"),

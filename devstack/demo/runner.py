@@ -43,9 +43,9 @@ def demo_stack_options(seed: int) -> Any:
         },
         # Cloud Scheduler's triggers tick (production: every minute).
         schedule={"triggers": 2},
-        # Redeliveries after 1-10 s instead of production's 10-600 s, so the demo stays short.
-        minimum_backoff_seconds=1,
-        maximum_backoff_seconds=10,
+        # Failed deliveries come back about once a second (production: 10-600 s of backoff), so
+        # a minute of attempts outlasts the 15 s claim lease before a message is dead-lettered.
+        max_delivery_attempts=60,
         # A failed job's error a second after it ends instead of Vertex's "about a minute".
         vertex_args=("--seed", str(seed), "--error-delay-seconds", "1"),
         # What Google documents, nothing more: preemptions are counted from the trainer kit.

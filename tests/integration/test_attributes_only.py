@@ -56,6 +56,6 @@ def test_a_published_message_with_attributes_only_is_alerted_once(stack) -> None
     message_id = stack.publish("job_requests", b"", request_id=f"attrs-{uuid.uuid4().hex[:8]}")
     [alert] = _alerts_for(stack, message_id)
     assert alert["kind"] == "invalid_request"
-    time.sleep(2)  # backoff is 1 s here: a nacked delivery would be back by now
+    time.sleep(2)  # a nacked delivery is back after about a second here
     lines = [line for line in stack.function_logs("submit_job") if line.get("message_id") == message_id]
     assert [line["event"] for line in lines] == ["invalid_request"]

@@ -51,8 +51,8 @@ def test_a_maintenance_message_without_the_task_attribute_reaches_neither(stack)
 @pytest.mark.parametrize(("task", "function"), [("reconcile", "reconcile"), ("prune", "prune_checkpoints")])
 def test_a_tick_during_a_run_is_acknowledged_with_one_info_line(stack, task, function) -> None:
     """Another instance's run holds the lease (written here as that run would have written it);
-    the tick ends at once with one INFO line and is not redelivered (backoff is 1 s here, so a
-    failed delivery would come back within the wait)."""
+    the tick ends at once with one INFO line and is not redelivered (a failed delivery comes back
+    after about a second here, so it would within the wait)."""
     bucket = stack.storage().bucket(stack.settings.state_bucket)
     lease = bucket.blob(lock_path(task))
     now = utcnow()

@@ -30,7 +30,7 @@ DEAD_LETTER_TIMEOUT = 120.0
 
 @pytest.fixture(scope="module")
 def ops_stack() -> Iterator[Any]:
-    with isolated_stack(functions=("submit_job",)) as stack:
+    with isolated_stack(functions=("submit_job",), max_delivery_attempts=5) as stack:
         yield stack
 
 
