@@ -39,6 +39,8 @@ up: prereqs $(STAMP)
 	$(BIN)/spotjobs local up
 
 test: prereqs $(STAMP) $(TOOLS)/.installed $(SCHEMAS)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)

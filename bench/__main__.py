@@ -9,7 +9,7 @@ import os
 import platform
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.report import markdown_table, parse_results
@@ -37,16 +37,19 @@ def main() -> int:
         if args.only and module not in args.only:
             continue
         print(f"== {module}", flush=True)
-        completed = subprocess.run([sys.executable, "-m", module, *extra], cwd=BENCH_DIR.parent,
-                                   stdout=subprocess.PIPE, text=True)
+        completed = subprocess.run(
+            [sys.executable, "-m", module, *extra], cwd=BENCH_DIR.parent, stdout=subprocess.PIPE, text=True
+        )
         sys.stdout.write(completed.stdout)
         results.extend(parse_results(completed.stdout))
         if completed.returncode != 0:
             failed.append(module)
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d")
-    machine = (f"{os.cpu_count()} vCPU, {platform.machine()}, Python {platform.python_version()}, "
-               f"load average {load_before:.1f} at the start and {os.getloadavg()[0]:.1f} at the end "
-               "(the machine is shared)")
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d")
+    machine = (
+        f"{os.cpu_count()} vCPU, {platform.machine()}, Python {platform.python_version()}, "
+        f"load average {load_before:.1f} at the start and {os.getloadavg()[0]:.1f} at the end "
+        "(the machine is shared)"
+    )
     table = f"Measured {stamp} on {machine}.\n\n{markdown_table(results)}\n"
     if failed:
         table += f"\nBenchmarks that did not finish: {', '.join(failed)}\n"

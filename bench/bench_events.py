@@ -32,7 +32,7 @@ import time
 import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from bench.coldstart import cold_start_figures, peak_rss_after_one_event, push_event
@@ -131,29 +131,23 @@ def seed_jobs(stack: Any, count: int, run: str) -> dict[str, tuple[str, str]]:
             envelope,
             stack.settings.output_dir_for(request_id),
             status=RequestStatus.SUBMITTED,
-            attempts=[
-                Attempt(1, location, "SPOT", now_iso(), job=job.name, state="JOB_STATE_QUEUED")
-            ],
+            attempts=[Attempt(1, location, "SPOT", now_iso(), job=job.name, state="JOB_STATE_QUEUED")],
         )
         ledger.index_job(JobIndexEntry(request_id, 1, location, job.name))
         ledger.restore(record)
         seeded[request_id] = (kind, job.name)
     ended = {"JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED"}
     stack.wait_for(
-        lambda: all(
-            client.get_custom_job(name=name).state.name in ended for _, name in seeded.values()
-        ),
+        lambda: all(client.get_custom_job(name=name).state.name in ended for _, name in seeded.values()),
         timeout=300,
         message="every bench job to end",
     )
     return seeded
 
 
-def log_entries(
-    seeded: dict[str, tuple[str, str]], project: str, seed: int = 7
-) -> list[tuple[bytes, bool]]:
+def log_entries(seeded: dict[str, tuple[str, str]], project: str, seed: int = 7) -> list[tuple[bytes, bool]]:
     """(entry, needs a Vertex call) for every job, shuffled."""
-    now = datetime.now(timezone.utc).isoformat()
+    now = datetime.now(UTC).isoformat()
     entries: list[tuple[bytes, bool]] = []
     for request_id, (kind, name) in seeded.items():
         job_id = name.rsplit("/", 1)[-1]
@@ -163,10 +157,7 @@ def log_entries(
             ("service", "ERROR" if kind != "succeeds" else "INFO", KINDS[kind][2], True),
             ("service", "INFO", "Finished tearing down training program.", False),
         ]
-        lines += [
-            ("workerpool0-0", "ERROR" if "stderr" in text else "INFO", text, False)
-            for text in CONTAINER_LINES
-        ]
+        lines += [("workerpool0-0", "ERROR" if "stderr" in text else "INFO", text, False) for text in CONTAINER_LINES]
         for k, (task, severity, text, relevant) in enumerate(lines):
             entry = {
                 "insertId": f"{request_id}-{k}",
@@ -176,9 +167,7 @@ def log_entries(
                     "type": "ml_job",
                     "labels": {"project_id": project, "job_id": job_id, "task_name": task},
                 },
-                "textPayload" if task != "service" else "jsonPayload": text
-                if task != "service"
-                else {"message": text},
+                "textPayload" if task != "service" else "jsonPayload": text if task != "service" else {"message": text},
             }
             entries.append((json.dumps(entry).encode(), relevant))
     random.Random(seed).shuffle(entries)
@@ -207,11 +196,9 @@ def throughput_figures(stack: Any, jobs: int, threads: int) -> list[Figure]:
     lock = threading.Lock()
 
     def handle(data: bytes) -> None:
-        message = Message(data, uuid.uuid4().hex, publish_time=datetime.now(timezone.utc))
+        message = Message(data, uuid.uuid4().hex, publish_time=datetime.now(UTC))
         try:
-            outcome = handle_job_event(
-                message, log, settings=stack.settings, ports=lambda: ports
-            ).value
+            outcome = handle_job_event(message, log, settings=stack.settings, ports=lambda: ports).value
         except TransientError:  # Pub/Sub would redeliver it after a backoff
             outcome = "retried"
             with lock:
@@ -228,9 +215,7 @@ def throughput_figures(stack: Any, jobs: int, threads: int) -> list[Figure]:
 
     ledger = stack.ledger()
     statuses = Counter(ledger.get(request_id).status for request_id in seeded)
-    expected = Counter(
-        {KINDS[kind][3]: n for kind, n in Counter(k for k, _ in seeded.values()).items()}
-    )
+    expected = Counter({KINDS[kind][3]: n for kind, n in Counter(k for k, _ in seeded.values()).items()})
     relevant = sum(1 for _, needs_vertex in entries if needs_vertex)
     print(f"{BENCH}: outcomes {dict(outcomes)}; statuses {dict(statuses)}", flush=True)
     return [
@@ -291,15 +276,17 @@ def profile_figures(stack: Any, jobs: int) -> list[Figure]:
 
     def handle(i: int) -> None:
         data = quarters[i // per_quarter][i % per_quarter]
-        message = Message(data, uuid.uuid4().hex, publish_time=datetime.now(timezone.utc))
+        message = Message(data, uuid.uuid4().hex, publish_time=datetime.now(UTC))
         try:
             handle_job_event(message, log, settings=stack.settings, ports=lambda: ports)
         except TransientError:
             pass
 
     return environment_change_figures(
-        f"one log entry ({per_quarter} per run, 30% relevant)", handle,
-        ledger._bucket.client._http, per_quarter,  # noqa: SLF001 - the ledger's session
+        f"one log entry ({per_quarter} per run, 30% relevant)",
+        handle,
+        ledger._bucket.client._http,
+        per_quarter,  # noqa: SLF001 - the ledger's session
     )
 
 
@@ -308,9 +295,7 @@ def parse_figures(entries: int = 20000) -> list[Figure]:
     from shared.settings import Settings
 
     patterns = patterns_from(Settings())
-    sample = log_entries(
-        {f"r{i}": ("succeeds", f"projects/p/locations/l/customJobs/{i}") for i in range(100)}, "p"
-    )
+    sample = log_entries({f"r{i}": ("succeeds", f"projects/p/locations/l/customJobs/{i}") for i in range(100)}, "p")
     data = [entry for entry, _ in sample] * (entries // len(sample))
     started = time.perf_counter()
     for entry in data:
@@ -349,9 +334,7 @@ def rss_figure(stack: Any) -> Figure:
         if b"Job is running." in e[0]
     ]
     env = {**os.environ, **stack.env, "SPOTJOBS_LOG_LEVEL": "ERROR"}
-    rss = peak_rss_after_one_event(
-        "on_job_event", push_event(entry, "job-events", stack.options.project), env
-    )
+    rss = peak_rss_after_one_event("on_job_event", push_event(entry, "job-events", stack.options.project), env)
     return Figure(
         "peak RSS after one relevant entry",
         round(rss, 1),
@@ -364,9 +347,7 @@ def rss_figure(stack: Any) -> Figure:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=100)
-    parser.add_argument(
-        "--threads", type=int, default=8, help="concurrent deliveries (THREADS of an instance)"
-    )
+    parser.add_argument("--threads", type=int, default=8, help="concurrent deliveries (THREADS of an instance)")
     parser.add_argument("--runs", type=int, default=5, help="import timing runs (median)")
     args = parser.parse_args()
 

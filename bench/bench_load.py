@@ -79,12 +79,18 @@ def main() -> None:
         max_delivery_attempts=30,  # redelivered about once a second here
         schedule={"reconcile": 30},  # production's scheduler: rescues anything dead-lettered
         vertex_args=(
-            "--max-running", str(args.max_running),
-            "--preemption-rate", str(args.preemption_rate),
-            "--seed", str(args.seed),
-            "--grace-seconds", "0.2",
-            "--queued-seconds", "0.05",
-            "--pending-seconds", "0.05",
+            "--max-running",
+            str(args.max_running),
+            "--preemption-rate",
+            str(args.preemption_rate),
+            "--seed",
+            str(args.seed),
+            "--grace-seconds",
+            "0.2",
+            "--queued-seconds",
+            "0.05",
+            "--pending-seconds",
+            "0.05",
         ),
     )
     with Stack(options) as stack:
@@ -131,22 +137,37 @@ def main() -> None:
         latencies = sorted(first_create[rid] - published_at[rid] for rid in first_create)
         statuses = [status for _, status in ledger.iter_statuses()]
         preemptions = stack.vertex_control("GET", "/emulator/v1/stats")["preemptions"]
-        rss = {
-            name: group_peak_rss_mib(stack.processes[f"function-{name}"].pid)
-            for name in stack.function_urls
-        }
+        rss = {name: group_peak_rss_mib(stack.processes[f"function-{name}"].pid) for name in stack.function_urls}
 
     last_create = max(job.create_time.timestamp() for job in jobs) if jobs else started
     figures = [
         Figure("requests (unique)", args.requests),
         Figure("messages published (with duplicates)", len(messages)),
-        Figure("requests submitted per second", round(len(first_create) / max(last_create - started, 1e-9), 1), "req/s"),
+        Figure(
+            "requests submitted per second", round(len(first_create) / max(last_create - started, 1e-9), 1), "req/s"
+        ),
         Figure("publish-to-create latency p50", round(statistics.median(latencies), 2) if latencies else -1, "s"),
-        Figure("publish-to-create latency p95", round(latencies[int(0.95 * (len(latencies) - 1))], 2) if latencies else -1, "s"),
+        Figure(
+            "publish-to-create latency p95",
+            round(latencies[int(0.95 * (len(latencies) - 1))], 2) if latencies else -1,
+            "s",
+        ),
         Figure("Spot preemptions injected", preemptions),
         Figure("jobs created", len(jobs)),
-        Figure("unique request attempts (ledger)", unique_attempts, "", "= jobs created", unique_attempts == len(jobs) == len(attempts_seen)),
-        Figure("requests finished", sum(s in TERMINAL_STATUSES for s in statuses), "", f"= {args.requests}", sum(s in TERMINAL_STATUSES for s in statuses) == args.requests),
+        Figure(
+            "unique request attempts (ledger)",
+            unique_attempts,
+            "",
+            "= jobs created",
+            unique_attempts == len(jobs) == len(attempts_seen),
+        ),
+        Figure(
+            "requests finished",
+            sum(s in TERMINAL_STATUSES for s in statuses),
+            "",
+            f"= {args.requests}",
+            sum(s in TERMINAL_STATUSES for s in statuses) == args.requests,
+        ),
         Figure("wall time to all finished", round(finished_at - started, 1), "s"),
     ] + [Figure(f"{name} peak RSS", round(mib, 1), "MiB") for name, mib in rss.items()]
     emit("load", figures)

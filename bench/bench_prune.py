@@ -40,6 +40,7 @@ import time
 import urllib.parse
 from collections import Counter
 from dataclasses import dataclass
+from datetime import UTC
 from pathlib import Path
 
 from bench.report import Figure, emit, peak_rss_mib
@@ -89,10 +90,20 @@ def seed(farm, bucket: str, state_bucket: str | None, size: Size, updated) -> fl
     if state_bucket:
         records = [f"requests/bench-{r:05d}.json" for r in range(size.requests)]
         farm.create_bucket(state_bucket, records)
-        farm.seed(state_bucket, (
-            (name, json.dumps({"request_id": name[9:-5], "request": {}, "output_dir": "",
-                               "status": "RUNNING"}).encode(), {"status": "RUNNING"})
-            for name in records), content_type="application/json")
+        farm.seed(
+            state_bucket,
+            (
+                (
+                    name,
+                    json.dumps(
+                        {"request_id": name[9:-5], "request": {}, "output_dir": "", "status": "RUNNING"}
+                    ).encode(),
+                    {"status": "RUNNING"},
+                )
+                for name in records
+            ),
+            content_type="application/json",
+        )
     return time.perf_counter() - started
 
 
@@ -127,9 +138,14 @@ def gcloud_rm(proxy_url: str, bucket: str, names: list[str], workdir: Path) -> d
         raise FileNotFoundError("gcloud is not installed")
     config = workdir / "gcloud-config"
     config.mkdir(exist_ok=True)
-    env = {**os.environ, "CLOUDSDK_CONFIG": str(config), "CLOUDSDK_AUTH_DISABLE_CREDENTIALS": "true",
-           "CLOUDSDK_API_ENDPOINT_OVERRIDES_STORAGE": f"{proxy_url}/storage/v1/",
-           "CLOUDSDK_CORE_PROJECT": "bench", "CLOUDSDK_CORE_DISABLE_PROMPTS": "1"}
+    env = {
+        **os.environ,
+        "CLOUDSDK_CONFIG": str(config),
+        "CLOUDSDK_AUTH_DISABLE_CREDENTIALS": "true",
+        "CLOUDSDK_API_ENDPOINT_OVERRIDES_STORAGE": f"{proxy_url}/storage/v1/",
+        "CLOUDSDK_CORE_PROJECT": "bench",
+        "CLOUDSDK_CORE_DISABLE_PROMPTS": "1",
+    }
     stdin = "".join(f"gs://{bucket}/{name}\n" for name in names)
     script = (
         "import json, resource, subprocess, sys, time\n"
@@ -139,13 +155,27 @@ def gcloud_rm(proxy_url: str, bucket: str, names: list[str], workdir: Path) -> d
         "rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024\n"
         "print(json.dumps({'wall': wall, 'rc': p.returncode, 'peak_rss_mib': rss, 'errors': p.stderr.count('ERROR'), 'tail': p.stderr[-500:]}))\n"
     )
-    completed = subprocess.run([sys.executable, "-c", script, gcloud, "storage", "rm", "-I"],
-                               input=stdin, env=env, capture_output=True, text=True, check=True)
+    completed = subprocess.run(
+        [sys.executable, "-c", script, gcloud, "storage", "rm", "-I"],
+        input=stdin,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
-def prune_in_child(storage_url: str, bucket: str, state_bucket: str, workers: int, verify: bool,
-                   *, profiled: bool = False, trust_env: bool = False) -> dict:
+def prune_in_child(
+    storage_url: str,
+    bucket: str,
+    state_bucket: str,
+    workers: int,
+    verify: bool,
+    *,
+    profiled: bool = False,
+    trust_env: bool = False,
+) -> dict:
     env = {
         **os.environ,
         "BENCH_PROFILE": "1" if profiled else "",
@@ -158,7 +188,11 @@ def prune_in_child(storage_url: str, bucket: str, state_bucket: str, workers: in
     }
     completed = subprocess.run(
         [sys.executable, "-m", "bench.bench_prune", "--child", "--verify" if verify else "--no-verify"],
-        cwd=REPO, env=env, capture_output=True, text=True, check=True,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
@@ -194,8 +228,7 @@ def child(verify: bool) -> None:
     after = resource.getrusage(resource.RUSAGE_SELF)
     cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
     peak = peak_rss_mib()
-    print(json.dumps({"wall": wall, "cpu": cpu, "peak_rss_mib": peak, "summary": result.summary,
-                      "parts": parts}))
+    print(json.dumps({"wall": wall, "cpu": cpu, "peak_rss_mib": peak, "summary": result.summary, "parts": parts}))
 
 
 def list_calls_for(farm, proxy, size: Size, updated) -> int:
@@ -222,8 +255,9 @@ def profile_figures(farm, proxy, size: Size, updated) -> list[Figure]:
             for profiled in (True, False):
                 bucket = f"prof-{name}-{'p' if profiled else 'c'}"
                 seed(farm, bucket, bucket + "-state", size, updated)
-                runs[name, profiled] = prune_in_child(proxy.url, bucket, bucket + "-state", 32, verify=False,
-                                                      profiled=profiled, trust_env=trust_env)
+                runs[name, profiled] = prune_in_child(
+                    proxy.url, bucket, bucket + "-state", 32, verify=False, profiled=profiled, trust_env=trust_env
+                )
     finally:
         proxy.latency_seconds = latency
     deleted = runs["after", True]["summary"]["objects_deleted"]
@@ -232,20 +266,28 @@ def profile_figures(farm, proxy, size: Size, updated) -> list[Figure]:
     client = {name: 1000 * runs[name, True]["parts"].get("Google client", 0) / deleted for name in ("before", "after")}
     return [
         Figure(f"{label}: CPU, profiled, before", describe(Counter(runs["before", True]["parts"]), deleted)),
-        Figure(f"{label}: CPU, profiled, after (storage session reads the environment once)",
-               describe(Counter(runs["after", True]["parts"]), deleted)),
-        Figure(f"{label}: Google client CPU (profiled), before -> after",
-               f"{client['before']:.2f} -> {client['after']:.2f}", "ms"),
-        Figure(f"{label}: process CPU without the profiler (32 workers), before -> after",
-               f"{per['before', False]:.2f} -> {per['after', False]:.2f}", "ms"),
+        Figure(
+            f"{label}: CPU, profiled, after (storage session reads the environment once)",
+            describe(Counter(runs["after", True]["parts"]), deleted),
+        ),
+        Figure(
+            f"{label}: Google client CPU (profiled), before -> after",
+            f"{client['before']:.2f} -> {client['after']:.2f}",
+            "ms",
+        ),
+        Figure(
+            f"{label}: process CPU without the profiler (32 workers), before -> after",
+            f"{per['before', False]:.2f} -> {per['after', False]:.2f}",
+            "ms",
+        ),
     ]
 
 
 def measure_size(farm, proxy, size: Size, args: argparse.Namespace, workdir: Path) -> list[Figure]:
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     label = size.label()
-    updated = datetime.now(timezone.utc) - timedelta(days=1)
+    updated = datetime.now(UTC) - timedelta(days=1)
     buckets = {"spotjobs": f"ckpt-spotjobs-{label}", "gcloud": f"ckpt-gcloud-{label}"}
     state = f"state-{label}"
     seconds = seed(farm, buckets["spotjobs"], state, size, updated)
@@ -268,17 +310,35 @@ def measure_size(farm, proxy, size: Size, args: argparse.Namespace, workdir: Pat
     calls = sum(summary["calls"].values()) + size.requests  # + one ledger read per request
     print(f"[{label}] spotjobs prune: {run['wall']:.1f} s, proxy saw {proxy_calls}", flush=True)
     figures = [
-        Figure(f"[{label}] objects deleted (expected {expected:,})", deleted, "", f"== {expected}", deleted == expected),
-        Figure(f"[{label}] spotjobs prune wall (selection included), +{args.latency_ms:g} ms per call",
-               round(run["wall"], 1), "s"),
+        Figure(
+            f"[{label}] objects deleted (expected {expected:,})", deleted, "", f"== {expected}", deleted == expected
+        ),
+        Figure(
+            f"[{label}] spotjobs prune wall (selection included), +{args.latency_ms:g} ms per call",
+            round(run["wall"], 1),
+            "s",
+        ),
         Figure(f"[{label}] spotjobs prune throughput", round(rate, 1), "objects/s"),
-        Figure(f"[{label}] serial baseline (sample of {args.serial_sample}, extrapolated to {deleted:,})",
-               round(deleted * per_delete, 1), "s"),
+        Figure(
+            f"[{label}] serial baseline (sample of {args.serial_sample}, extrapolated to {deleted:,})",
+            round(deleted * per_delete, 1),
+            "s",
+        ),
         Figure(f"[{label}] serial baseline throughput", round(serial_rate, 1), "objects/s"),
-        Figure(f"[{label}] spotjobs vs serial", round(speedup, 2), "x", f">= {THROUGHPUT_TARGET}",
-               speedup >= THROUGHPUT_TARGET),
-        Figure(f"[{label}] spotjobs prune peak RSS", round(run["peak_rss_mib"], 1), "MiB",
-               f"<= {RSS_TARGET_MIB:.0f}", run["peak_rss_mib"] <= RSS_TARGET_MIB),
+        Figure(
+            f"[{label}] spotjobs vs serial",
+            round(speedup, 2),
+            "x",
+            f">= {THROUGHPUT_TARGET}",
+            speedup >= THROUGHPUT_TARGET,
+        ),
+        Figure(
+            f"[{label}] spotjobs prune peak RSS",
+            round(run["peak_rss_mib"], 1),
+            "MiB",
+            f"<= {RSS_TARGET_MIB:.0f}",
+            run["peak_rss_mib"] <= RSS_TARGET_MIB,
+        ),
         Figure(f"[{label}] list calls (per request)", f"{lists:,} ({lists / size.requests:.1f})"),
         Figure(f"[{label}] calls made by the prune", json.dumps(summary["calls"])),
         Figure(f"[{label}] prune client CPU per call", round(1000 * run["cpu"] / calls, 3), "ms"),
@@ -293,13 +353,22 @@ def measure_size(farm, proxy, size: Size, args: argparse.Namespace, workdir: Pat
         versus = rate / gcloud_rate if gcloud_rate else float("inf")
         extrapolated = "" if len(given) == expected else f", extrapolated from the first {len(given):,}"
         figures += [
-            Figure(f"[{label}] gcloud storage rm -I wall (the same {expected:,} objects{extrapolated}; "
-                   f"exit {gcloud['rc']})", round(gcloud["wall"] * expected / len(given), 1), "s"),
+            Figure(
+                f"[{label}] gcloud storage rm -I wall (the same {expected:,} objects{extrapolated}; "
+                f"exit {gcloud['rc']})",
+                round(gcloud["wall"] * expected / len(given), 1),
+                "s",
+            ),
             Figure(f"[{label}] gcloud storage rm throughput", round(gcloud_rate, 1), "objects/s"),
             Figure(f"[{label}] gcloud storage rm calls", json.dumps(gcloud_calls, sort_keys=True)),
             Figure(f"[{label}] gcloud storage rm peak RSS (largest process)", round(gcloud["peak_rss_mib"], 1), "MiB"),
-            Figure(f"[{label}] spotjobs vs gcloud storage rm", round(versus, 2), "x",
-                   f">= {GCLOUD_TARGET}", versus >= GCLOUD_TARGET),
+            Figure(
+                f"[{label}] spotjobs vs gcloud storage rm",
+                round(versus, 2),
+                "x",
+                f">= {GCLOUD_TARGET}",
+                versus >= GCLOUD_TARGET,
+            ),
         ]
     return figures
 
@@ -316,8 +385,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=None, help="default: settings.prune_workers")
     parser.add_argument("--serial-sample", type=int, default=300)
     parser.add_argument("--no-gcloud", action="store_true", help="skip gcloud storage rm")
-    parser.add_argument("--gcloud-sample", type=int, default=4000,
-                        help="objects given to gcloud (its rate is steady; 0 = all of them)")
+    parser.add_argument(
+        "--gcloud-sample", type=int, default=4000, help="objects given to gcloud (its rate is steady; 0 = all of them)"
+    )
     parser.add_argument("--per-partition", type=int, default=1000, help="objects per farm partition")
     parser.add_argument("--cold-start-runs", type=int, default=3)
     args = parser.parse_args()
@@ -325,7 +395,7 @@ def main() -> None:
         child(args.verify)
         return
 
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     from bench.coldstart import import_seconds
     from bench.gcs_farm import GcsFarm
@@ -340,11 +410,18 @@ def main() -> None:
             for requests in args.requests:
                 size = Size(requests, args.checkpoints, args.shards)
                 figures += measure_size(farm, proxy, size, args, Path(workdir))
-            updated = datetime.now(timezone.utc) - timedelta(days=1)
+            updated = datetime.now(UTC) - timedelta(days=1)
             few, many = (list_calls_for(farm, proxy, Size(5, args.checkpoints, s), updated) for s in (3, 30))
             figures += profile_figures(farm, proxy, Size(PROFILE_REQUESTS, args.checkpoints, args.shards), updated)
-            figures.append(Figure(f"list calls, 5 requests x {args.checkpoints} checkpoints, 3 vs 30 objects each",
-                                  f"{few} vs {many}", "", "equal", few == many))
+            figures.append(
+                Figure(
+                    f"list calls, 5 requests x {args.checkpoints} checkpoints, 3 vs 30 objects each",
+                    f"{few} vs {many}",
+                    "",
+                    "equal",
+                    few == many,
+                )
+            )
         finally:
             proxy.stop()
             farm.stop()
@@ -354,8 +431,13 @@ def main() -> None:
     figures += [
         Figure(f"import {SDK} (yardstick)", round(sdk, 3), "s"),
         Figure("prune_checkpoints cold start (import functions.prune)", round(prune, 3), "s"),
-        Figure("prune_checkpoints cold start / SDK import", round(prune / sdk, 3), "",
-               f"<= {COLD_START_CEILING}", prune / sdk <= COLD_START_CEILING),
+        Figure(
+            "prune_checkpoints cold start / SDK import",
+            round(prune / sdk, 3),
+            "",
+            f"<= {COLD_START_CEILING}",
+            prune / sdk <= COLD_START_CEILING,
+        ),
     ]
     emit(BENCH, figures)
 

@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from bench.report import Figure, emit, peak_rss_mib
@@ -52,7 +52,7 @@ def seed_ledger(farm, finished: int, active: int) -> dict[str, int]:
     from shared.records import Attempt, RequestRecord
     from shared.states import AttemptOutcome, RequestStatus
 
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     total = finished + active
     step = max(1, total // max(1, active))
     active_ids = {f"req-{i:07d}" for i in range(step // 2, total, step)}
@@ -63,39 +63,81 @@ def seed_ledger(farm, finished: int, active: int) -> dict[str, int]:
     names += [INDEX_BUILT, sweep_state]
     farm.create_bucket(BUCKET, names)
 
-    request = {"request_id": "x", "display_name": "nightly-retrain", "worker_pool_specs": [
-        {"machine_spec": {"machine_type": "n1-standard-8", "accelerator_type": "NVIDIA_TESLA_T4",
-                          "accelerator_count": 1}, "replica_count": 1,
-         "container_spec": {"image_uri": "us-docker.pkg.dev/p/r/trainer:1", "args": ["--epochs=10"]}}]}
+    request = {
+        "request_id": "x",
+        "display_name": "nightly-retrain",
+        "worker_pool_specs": [
+            {
+                "machine_spec": {
+                    "machine_type": "n1-standard-8",
+                    "accelerator_type": "NVIDIA_TESLA_T4",
+                    "accelerator_count": 1,
+                },
+                "replica_count": 1,
+                "container_spec": {"image_uri": "us-docker.pkg.dev/p/r/trainer:1", "args": ["--epochs=10"]},
+            }
+        ],
+    }
 
     def finished_record(i: int, rid: str) -> tuple[str, bytes, dict[str, str]]:
         ended = now - timedelta(days=80 * i / total)
-        record = RequestRecord(rid, dict(request, request_id=rid), f"gs://ckpt/requests/{rid}/",
-                               status=RequestStatus.SUCCEEDED, created_at=_iso(ended - timedelta(hours=3)),
-                               updated_at=_iso(ended), finished_at=_iso(ended))
-        record.attempts.append(Attempt(1, "us-central1", "SPOT", _iso(ended - timedelta(hours=3)),
-                                       job=f"projects/p/locations/us-central1/customJobs/{9000000 + i}",
-                                       state="JOB_STATE_SUCCEEDED", outcome=AttemptOutcome.SUCCEEDED,
-                                       ended_at=_iso(ended), checkpoints_committed=12))
+        record = RequestRecord(
+            rid,
+            dict(request, request_id=rid),
+            f"gs://ckpt/requests/{rid}/",
+            status=RequestStatus.SUCCEEDED,
+            created_at=_iso(ended - timedelta(hours=3)),
+            updated_at=_iso(ended),
+            finished_at=_iso(ended),
+        )
+        record.attempts.append(
+            Attempt(
+                1,
+                "us-central1",
+                "SPOT",
+                _iso(ended - timedelta(hours=3)),
+                job=f"projects/p/locations/us-central1/customJobs/{9000000 + i}",
+                state="JOB_STATE_SUCCEEDED",
+                outcome=AttemptOutcome.SUCCEEDED,
+                ended_at=_iso(ended),
+                checkpoints_committed=12,
+            )
+        )
         record.markers.append("job_succeeded:1")
         body = json.dumps(record.to_json(), separators=(",", ":")).encode()
         return f"{REQUESTS_PREFIX}{rid}.json", body, {"status": "SUCCEEDED"}
 
     def active_record(i: int, rid: str) -> tuple[str, bytes, dict[str, str]]:
         started = now - timedelta(hours=2)
-        record = RequestRecord(rid, dict(request, request_id=rid), f"gs://ckpt/requests/{rid}/",
-                               status=RequestStatus.CLAIMED, created_at=_iso(started), updated_at=_iso(now))
-        record.attempts.append(Attempt(1, "us-central1", "SPOT", _iso(started),
-                                       job=f"projects/p/locations/us-central1/customJobs/{9000000 + i}",
-                                       state="JOB_STATE_FAILED", outcome=AttemptOutcome.REQUEUED, preemptions=1))
+        record = RequestRecord(
+            rid,
+            dict(request, request_id=rid),
+            f"gs://ckpt/requests/{rid}/",
+            status=RequestStatus.CLAIMED,
+            created_at=_iso(started),
+            updated_at=_iso(now),
+        )
+        record.attempts.append(
+            Attempt(
+                1,
+                "us-central1",
+                "SPOT",
+                _iso(started),
+                job=f"projects/p/locations/us-central1/customJobs/{9000000 + i}",
+                state="JOB_STATE_FAILED",
+                outcome=AttemptOutcome.REQUEUED,
+                preemptions=1,
+            )
+        )
         record.attempts.append(Attempt(2, "us-central1", "SPOT", _iso(now)))
         body = json.dumps(record.to_json(), separators=(",", ":")).encode()
         return f"{REQUESTS_PREFIX}{rid}.json", body, {"status": "CLAIMED"}
 
     records = (active_record(i, rid) if rid in active_ids else finished_record(i, rid) for i, rid in enumerate(ids))
     count = farm.seed(BUCKET, records, updated=now - timedelta(days=1), content_type="application/json")
-    farm.seed(BUCKET, ((f"{ACTIVE_PREFIX}{rid}", b"", None) for rid in sorted(active_ids)),
-              updated=now - timedelta(hours=2))
+    farm.seed(
+        BUCKET, ((f"{ACTIVE_PREFIX}{rid}", b"", None) for rid in sorted(active_ids)), updated=now - timedelta(hours=2)
+    )
     farm.seed(BUCKET, [(INDEX_BUILT, json.dumps({"built_at": _iso(now)}).encode(), None)])
     today = {"position": "", "finished_at": now.isoformat()}
     farm.seed(BUCKET, [(sweep_state, json.dumps(today).encode(), None)], content_type="application/json")
@@ -142,7 +184,7 @@ def child(layout: str) -> None:
 
         lists = 0
 
-        def __call__(self, location: str) -> "SweepListsOnly":
+        def __call__(self, location: str) -> SweepListsOnly:
             return self
 
         def list_custom_jobs(self, request: dict, **_: object) -> list:
@@ -168,20 +210,38 @@ def child(layout: str) -> None:
     summary = reconcile.run_reconcile(ports, Logger())
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_SELF)
-    print(json.dumps({
-        "wall": wall, "selection": timed["selection"], "summary": summary.to_json(),
-        "cpu": after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime,
-        "peak_rss_mib": peak_rss_mib(), "vertex_lists": SweepListsOnly.lists,
-    }))
+    print(
+        json.dumps(
+            {
+                "wall": wall,
+                "selection": timed["selection"],
+                "summary": summary.to_json(),
+                "cpu": after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime,
+                "peak_rss_mib": peak_rss_mib(),
+                "vertex_lists": SweepListsOnly.lists,
+            }
+        )
+    )
 
 
 def run_child(proxy, layout: str) -> dict:
-    env = {**os.environ, "STORAGE_EMULATOR_HOST": proxy.url, "SPOTJOBS_STATE_BUCKET": BUCKET,
-           "GOOGLE_CLOUD_PROJECT": "bench", "SPOTJOBS_LOCATION": "us-central1",
-           "SPOTJOBS_DEPLOYMENT": "bench", "SPOTJOBS_LOG_LEVEL": "ERROR"}
+    env = {
+        **os.environ,
+        "STORAGE_EMULATOR_HOST": proxy.url,
+        "SPOTJOBS_STATE_BUCKET": BUCKET,
+        "GOOGLE_CLOUD_PROJECT": "bench",
+        "SPOTJOBS_LOCATION": "us-central1",
+        "SPOTJOBS_DEPLOYMENT": "bench",
+        "SPOTJOBS_LOG_LEVEL": "ERROR",
+    }
     proxy.reset_calls()
-    completed = subprocess.run([sys.executable, "-m", "bench.bench_reconcile", "--child", layout],
-                               cwd=REPO, env=env, capture_output=True, text=True)
+    completed = subprocess.run(
+        [sys.executable, "-m", "bench.bench_reconcile", "--child", layout],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     if completed.returncode:
         raise RuntimeError(f"{layout} pass failed:\n{completed.stderr[-3000:]}")
     result = json.loads(completed.stdout.strip().splitlines()[-1])
@@ -223,26 +283,48 @@ def main() -> None:
     speedup = legacy["wall"] / index["wall"]
     lists = index["calls"].get("list", 0)
     figures = [
-        Figure(f"[{size}] active found, index / today's layout",
-               f"{index['summary']['active']} / {legacy['summary']['active']}", "", f"== {args.active}",
-               index["summary"]["active"] == legacy["summary"]["active"] == args.active),
+        Figure(
+            f"[{size}] active found, index / today's layout",
+            f"{index['summary']['active']} / {legacy['summary']['active']}",
+            "",
+            f"== {args.active}",
+            index["summary"]["active"] == legacy["summary"]["active"] == args.active,
+        ),
         Figure("one pass, index: list calls", lists, "", f"<= {LIST_TARGET}", lists <= LIST_TARGET),
         Figure("one pass, today's layout: list calls", legacy["calls"].get("list", 0)),
         Figure("one pass, index: calls by kind", json.dumps(index["calls"], sort_keys=True)),
         Figure("one pass, today's layout: calls by kind", json.dumps(legacy["calls"], sort_keys=True)),
-        Figure(f"one pass, Vertex list calls (stray sweep, {args.active} active requests)",
-               index["vertex_lists"], "", "== 1", index["vertex_lists"] == 1),
+        Figure(
+            f"one pass, Vertex list calls (stray sweep, {args.active} active requests)",
+            index["vertex_lists"],
+            "",
+            "== 1",
+            index["vertex_lists"] == 1,
+        ),
         Figure("one pass wall, index (+20 ms per call)", round(index["wall"], 2), "s"),
         Figure("one pass wall, today's layout", round(legacy["wall"], 2), "s"),
-        Figure("one pass, today's layout / index", round(speedup, 1), "x", f">= {SPEEDUP_TARGET:.0f}",
-               speedup >= SPEEDUP_TARGET),
-        Figure("selection alone (listing + checks), index / today's layout",
-               f"{index['selection']:.3f} / {legacy['selection']:.2f}", "s"),
-        Figure("one pass peak RSS, index / today's layout",
-               f"{index['peak_rss_mib']:.0f} / {legacy['peak_rss_mib']:.0f}", "MiB"),
+        Figure(
+            "one pass, today's layout / index",
+            round(speedup, 1),
+            "x",
+            f">= {SPEEDUP_TARGET:.0f}",
+            speedup >= SPEEDUP_TARGET,
+        ),
+        Figure(
+            "selection alone (listing + checks), index / today's layout",
+            f"{index['selection']:.3f} / {legacy['selection']:.2f}",
+            "s",
+        ),
+        Figure(
+            "one pass peak RSS, index / today's layout",
+            f"{index['peak_rss_mib']:.0f} / {legacy['peak_rss_mib']:.0f}",
+            "MiB",
+        ),
         Figure("one pass CPU, index / today's layout", f"{index['cpu']:.2f} / {legacy['cpu']:.2f}", "s"),
-        Figure("a pass with a retention sweep turn due: list calls / wall",
-               f"{sweeping['calls'].get('list', 0)} / {sweeping['wall']:.2f} s"),
+        Figure(
+            "a pass with a retention sweep turn due: list calls / wall",
+            f"{sweeping['calls'].get('list', 0)} / {sweeping['wall']:.2f} s",
+        ),
     ]
     emit(BENCH, figures)
 

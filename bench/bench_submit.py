@@ -73,9 +73,7 @@ def publish_all(stack: Any, count: int, run_label: str) -> dict[str, float]:
     for i in range(count):
         request_id = f"bench-{run_label}-{i:04d}"
         published[request_id] = time.time()
-        futures.append(
-            publisher.publish(topic, request_body(request_id, run_label), request_id=request_id)
-        )
+        futures.append(publisher.publish(topic, request_body(request_id, run_label), request_id=request_id))
     for future in futures:
         future.result(timeout=120)
     return published
@@ -98,8 +96,7 @@ def load_figures(stack: Any, count: int) -> list[Figure]:
         return sum(
             1
             for line in stack.function_logs("submit_job")
-            if line.get("event") == "job_created"
-            and str(line.get("request_id", "")).startswith(f"bench-{run_label}-")
+            if line.get("event") == "job_created" and str(line.get("request_id", "")).startswith(f"bench-{run_label}-")
         )
 
     stack.wait_for(lambda: created() >= count, timeout=900, message=f"{count} jobs created")
@@ -167,9 +164,7 @@ def overhead_figures(stack: Any, samples: int) -> list[Figure]:
     )
     log = Logger(stream=io.StringIO())
     run_label = uuid.uuid4().hex[:8]
-    submit_request(
-        Message(request_body(f"warm-{run_label}", run_label), "warm"), log, deps
-    )  # imports, clients
+    submit_request(Message(request_body(f"warm-{run_label}", run_label), "warm"), log, deps)  # imports, clients
     overheads, validations = [], []
     for i in range(samples):
         body = request_body(f"ovh-{run_label}-{i:03d}", run_label)
@@ -199,9 +194,10 @@ def overhead_figures(stack: Any, samples: int) -> list[Figure]:
     from bench.profile import environment_change_figures
 
     profiled = environment_change_figures(
-        "one request", lambda i: submit_request(
-            Message(request_body(f"prof-{run_label}-{i:04d}", run_label), f"p-{i}"), log, deps
-        ), deps.ledger._bucket.client._http, samples,  # noqa: SLF001 - the ledger's session
+        "one request",
+        lambda i: submit_request(Message(request_body(f"prof-{run_label}-{i:04d}", run_label), f"p-{i}"), log, deps),
+        deps.ledger._bucket.client._http,
+        samples,  # noqa: SLF001 - the ledger's session
     )
     return profiled + [
         Figure(
@@ -233,8 +229,11 @@ def main() -> None:
     figures = cold_start_figures("functions.submit", COLD_START_CEILING, args.runs)
     options = StackOptions(
         functions=("submit_job",),
-        function_env={"SPOTJOBS_LOG_LEVEL": "INFO", "SPOTJOBS_CLAIM_LEASE_SECONDS": "10",
-                      "SPOTJOBS_CREATE_TIMEOUT_SECONDS": "3"},
+        function_env={
+            "SPOTJOBS_LOG_LEVEL": "INFO",
+            "SPOTJOBS_CLAIM_LEASE_SECONDS": "10",
+            "SPOTJOBS_CREATE_TIMEOUT_SECONDS": "3",
+        },
         max_delivery_attempts=30,  # redelivered about once a second here
         vertex_args=(
             "--max-running",

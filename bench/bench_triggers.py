@@ -17,7 +17,7 @@ import concurrent.futures
 import json
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from bench.bench_load import group_peak_rss_mib
 from bench.report import Figure, emit
@@ -67,7 +67,7 @@ def main() -> None:
         # Start at a window's beginning so the whole burst is recorded while its window is open.
         while time.time() % args.window > 1.0:
             time.sleep(0.2)
-        window = Window.containing(datetime.now(timezone.utc), args.window)
+        window = Window.containing(datetime.now(UTC), args.window)
         event_time = window.start.isoformat().replace("+00:00", "Z")
         names = [f"{PREFIX}part-{i:06d}.parquet" for i in range(args.notifications)]
         messages = names + names[: int(len(names) * args.duplicates)]
@@ -80,10 +80,22 @@ def main() -> None:
         futures = [
             publisher.publish(
                 topic,
-                json.dumps({"kind": "storage#object", "bucket": stack.options.data_bucket, "name": name,
-                            "generation": "1", "size": "1048576", "contentType": "application/octet-stream"}).encode(),
-                eventType="OBJECT_FINALIZE", bucketId=stack.options.data_bucket, objectId=name,
-                objectGeneration="1", eventTime=event_time, payloadFormat="JSON_API_V1",
+                json.dumps(
+                    {
+                        "kind": "storage#object",
+                        "bucket": stack.options.data_bucket,
+                        "name": name,
+                        "generation": "1",
+                        "size": "1048576",
+                        "contentType": "application/octet-stream",
+                    }
+                ).encode(),
+                eventType="OBJECT_FINALIZE",
+                bucketId=stack.options.data_bucket,
+                objectId=name,
+                objectGeneration="1",
+                eventTime=event_time,
+                payloadFormat="JSON_API_V1",
             )
             for name in messages
         ]
@@ -95,7 +107,12 @@ def main() -> None:
         deadline = time.monotonic() + args.timeout
         recorded = 0
         while time.monotonic() < deadline:
-            recorded = sum(1 for _ in client.list_blobs(stack.settings.state_bucket, prefix=members, fields="items(name),nextPageToken"))
+            recorded = sum(
+                1
+                for _ in client.list_blobs(
+                    stack.settings.state_bucket, prefix=members, fields="items(name),nextPageToken"
+                )
+            )
             print(f"  recorded {recorded}/{args.notifications}", file=sys.stderr)
             if recorded >= args.notifications:
                 break
@@ -124,8 +141,10 @@ def main() -> None:
         manifest = json.loads(client.bucket(bucket).blob(name).download_as_bytes())
         requests = [b.name for b in client.list_blobs(stack.settings.state_bucket, prefix=f"requests/trg-{TRIGGER}-")]
         jobs = stack.job_service().list_custom_jobs(
-            request={"parent": f"projects/{stack.options.project}/locations/{stack.options.location}",
-                     "filter": f'labels.spotjobs-request-id="{request_id}"'}
+            request={
+                "parent": f"projects/{stack.options.project}/locations/{stack.options.location}",
+                "filter": f'labels.spotjobs-request-id="{request_id}"',
+            }
         )
         job_count = len(list(jobs))
         rss = group_peak_rss_mib(stack.processes["function-on_trigger"].pid)
@@ -134,11 +153,19 @@ def main() -> None:
         Figure("notifications published (unique + redelivered)", len(messages)),
         Figure("notifications recorded per second", round(recorded / max(recorded_at - started, 1e-9), 1), "notif/s"),
         Figure("burst recorded in", round(recorded_at - started, 1), "s"),
-        Figure("on_trigger peak RSS after the burst", round(rss_after_burst, 1), "MiB", "<= 200", rss_after_burst <= 200),
+        Figure(
+            "on_trigger peak RSS after the burst", round(rss_after_burst, 1), "MiB", "<= 200", rss_after_burst <= 200
+        ),
         Figure("close: tick to request in the ledger (manifest of N built)", round(closed_at - tick_at, 2), "s"),
         Figure("on_trigger peak RSS after the close", round(rss, 1), "MiB", "<= 200", rss <= 200),
         Figure("requests published", len(requests), "", "== 1", len(requests) == 1),
-        Figure("manifest entries", manifest["object_count"], "", f"== {args.notifications}", manifest["object_count"] == args.notifications),
+        Figure(
+            "manifest entries",
+            manifest["object_count"],
+            "",
+            f"== {args.notifications}",
+            manifest["object_count"] == args.notifications,
+        ),
         Figure("jobs created", job_count, "", "== 1", job_count == 1),
     ]
     emit("triggers", figures)

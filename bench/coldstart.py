@@ -17,6 +17,7 @@ import statistics
 import subprocess
 import sys
 import time
+from datetime import UTC
 from pathlib import Path
 
 from bench.report import Figure, emit
@@ -64,17 +65,21 @@ def peak_rss_after_one_event(function: str, event: dict, env: dict[str, str]) ->
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)\n"
     )
     output = subprocess.run(
-        [sys.executable, "-c", child, json.dumps(event)], check=True, cwd=REPO, env=env,
-        capture_output=True, text=True,
+        [sys.executable, "-c", child, json.dumps(event)],
+        check=True,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
     ).stdout
     return float(output.strip().splitlines()[-1])
 
 
 def push_event(data: bytes, topic: str, project: str) -> dict:
     import base64
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    now = datetime.now(timezone.utc).isoformat()
+    now = datetime.now(UTC).isoformat()
     return {
         "message": {"data": base64.b64encode(data).decode(), "messageId": "bench-1", "publishTime": now},
         "subscription": f"projects/{project}/subscriptions/bench",
@@ -94,15 +99,23 @@ def sample_events(stack) -> dict[str, dict]:
 
 
 def job_event_for(stack, request_id: str) -> dict:
-    record = stack.wait_for(lambda: (stack.ledger().get(request_id) or None) and
-                            stack.ledger().get(request_id).latest.job and stack.ledger().get(request_id),
-                            timeout=60, message="the bench request's job")
+    record = stack.wait_for(
+        lambda: (
+            (stack.ledger().get(request_id) or None)
+            and stack.ledger().get(request_id).latest.job
+            and stack.ledger().get(request_id)
+        ),
+        timeout=60,
+        message="the bench request's job",
+    )
     job_id = record.latest.job_id
     entry = {
         "insertId": "bench-entry-1",
         "logName": f"projects/{stack.options.project}/logs/ml.googleapis.com%2F{job_id}",
-        "resource": {"type": "ml_job", "labels": {"job_id": job_id, "task_name": "service",
-                                                  "project_id": stack.options.project}},
+        "resource": {
+            "type": "ml_job",
+            "labels": {"job_id": job_id, "task_name": "service", "project_id": stack.options.project},
+        },
         "severity": "INFO",
         "textPayload": "Job is running.",
         "timestamp": record.latest.claimed_at,
@@ -126,12 +139,20 @@ def main() -> None:
             seconds = import_seconds(module, args.runs)
             ratio = seconds / sdk_seconds
             figures.append(Figure(f"{function} cold start", round(seconds, 3), "s"))
-            figures.append(Figure(f"{function} cold start / SDK import", round(ratio, 3), "",
-                                  f"<= {ceiling}", ratio <= ceiling))
+            figures.append(
+                Figure(f"{function} cold start / SDK import", round(ratio, 3), "", f"<= {ceiling}", ratio <= ceiling)
+            )
             event = events.get(function) or job_event_for(stack, "bench-coldstart")
             rss = peak_rss_after_one_event(function, event, env)
-            figures.append(Figure(f"{function} peak RSS after one event", round(rss, 1), "MiB",
-                                  f"<= {rss_ceiling}", rss <= rss_ceiling))
+            figures.append(
+                Figure(
+                    f"{function} peak RSS after one event",
+                    round(rss, 1),
+                    "MiB",
+                    f"<= {rss_ceiling}",
+                    rss <= rss_ceiling,
+                )
+            )
     emit("coldstart", figures)
 
 

@@ -37,7 +37,7 @@ import urllib.parse
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -90,10 +90,25 @@ class GcsFarm:
             root = self.workdir / f"fs{i}"
             process = ManagedProcess(
                 f"fake-gcs-fs-{i}",
-                [str(fake_gcs_binary()), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port),
-                 "-backend", "filesystem", "-filesystem-root", str(root), "-log-level", "error",
-                 "-external-url", f"http://127.0.0.1:{port}"],
-                dict(os.environ), self.workdir / f"fake-gcs-fs-{i}.log",
+                [
+                    str(fake_gcs_binary()),
+                    "-scheme",
+                    "http",
+                    "-host",
+                    "127.0.0.1",
+                    "-port",
+                    str(port),
+                    "-backend",
+                    "filesystem",
+                    "-filesystem-root",
+                    str(root),
+                    "-log-level",
+                    "error",
+                    "-external-url",
+                    f"http://127.0.0.1:{port}",
+                ],
+                dict(os.environ),
+                self.workdir / f"fake-gcs-fs-{i}.log",
             )
             process.start()
             self._processes.append(process)
@@ -115,9 +130,13 @@ class GcsFarm:
         lows = [""] + ordered[self.per_partition :: self.per_partition]
         bucket = PartitionedBucket(name, lows, self.servers)
         for p in range(len(lows)):
-            _request(self.urls[bucket.server_of(p)], "POST", "/storage/v1/b?project=bench",
-                     json.dumps({"name": _partition_bucket(name, p)}).encode(),
-                     {"Content-Type": "application/json"})
+            _request(
+                self.urls[bucket.server_of(p)],
+                "POST",
+                "/storage/v1/b?project=bench",
+                json.dumps({"name": _partition_bucket(name, p)}).encode(),
+                {"Content-Type": "application/json"},
+            )
         self.buckets[name] = bucket
         return bucket
 
@@ -125,20 +144,36 @@ class GcsFarm:
         """The metadata document the filesystem backend keeps, from one real upload."""
         if self._template is None:
             url, root = self.urls[0], self.roots[0]
-            _request(url, "POST", "/storage/v1/b?project=bench", b'{"name":"farm-template"}',
-                     {"Content-Type": "application/json"})
-            _request(url, "POST", "/upload/storage/v1/b/farm-template/o?uploadType=media&name=t", b"t",
-                     {"Content-Type": "application/octet-stream"})
+            _request(
+                url,
+                "POST",
+                "/storage/v1/b?project=bench",
+                b'{"name":"farm-template"}',
+                {"Content-Type": "application/json"},
+            )
+            _request(
+                url,
+                "POST",
+                "/upload/storage/v1/b/farm-template/o?uploadType=media&name=t",
+                b"t",
+                {"Content-Type": "application/octet-stream"},
+            )
             self._template = json.loads(os.getxattr(root / "farm-template" / "t", "user.metadata"))
         return self._template
 
-    def seed(self, bucket: str, objects: Iterable[tuple[str, bytes, dict[str, str] | None]],
-             *, updated: datetime | None = None, content_type: str = "application/octet-stream") -> int:
+    def seed(
+        self,
+        bucket: str,
+        objects: Iterable[tuple[str, bytes, dict[str, str] | None]],
+        *,
+        updated: datetime | None = None,
+        content_type: str = "application/octet-stream",
+    ) -> int:
         """Write objects (name, body, custom metadata) straight into the partitions' directories."""
         import google_crc32c
 
         layout = self.buckets[bucket]
-        moment = (updated or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        moment = (updated or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         generation = int(time.time() * 1e6)
         document = dict(self.template(), ContentType=content_type, Created=moment, Updated=moment)
         hashes: dict[bytes, tuple[str, str]] = {}
@@ -179,8 +214,18 @@ def _request(url: str, method: str, path: str, body: bytes | None = None, header
         connection.close()
 
 
-_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade",
-               "proxy-authorization", "proxy-authenticate", "content-length", "host"}
+_HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "te",
+    "trailer",
+    "upgrade",
+    "proxy-authorization",
+    "proxy-authenticate",
+    "content-length",
+    "host",
+}
 _OBJECT = re.compile(r"^(/download|/upload)?/storage/v1/b/([^/]+)/o(?:/([^?]*))?$")
 _BUCKET = re.compile(r"^/storage/v1/b/([^/?]+)$")
 
@@ -245,8 +290,9 @@ class FarmProxy:
             connections[server] = http.client.HTTPConnection(parts.hostname, parts.port, timeout=120)
         return connections[server]
 
-    def _forward(self, server: int, method: str, path: str, body: bytes | None,
-                 headers: dict[str, str]) -> tuple[int, list[tuple[str, str]], bytes]:
+    def _forward(
+        self, server: int, method: str, path: str, body: bytes | None, headers: dict[str, str]
+    ) -> tuple[int, list[tuple[str, str]], bytes]:
         for attempt in range(2):
             connection = self._connection(server)
             try:
@@ -349,7 +395,9 @@ class FarmProxy:
             document["nextPageToken"] = token
         return _unpartition(bucket.name, json.dumps(document).encode())
 
-    def _reply(self, handler: BaseHTTPRequestHandler, status: int, headers: list[tuple[str, str]], payload: bytes) -> None:
+    def _reply(
+        self, handler: BaseHTTPRequestHandler, status: int, headers: list[tuple[str, str]], payload: bytes
+    ) -> None:
         if payload[:1] == b"{":
             payload = _links_to(self.url, self.farm.urls, payload)
         handler.send_response(status)

@@ -21,15 +21,51 @@ from typing import Any
 # (part, substrings of a file path), first match wins.
 PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("logging", ("/shared/log.py",)),
-    ("Google client", ("/google/", "/grpc/", "/requests/", "/urllib3/", "/proto/", "/google_crc32c/",
-                       "/google_auth", "/googleapis_common_protos/", "/http/client.py", "/ssl.py",
-                       "/socket.py", "/shared/clients.py", "/shared/vertex.py")),
-    ("ledger", ("/shared/ledger.py", "/shared/claims.py", "/shared/decisions.py", "/shared/states.py",
-                "/shared/outbox.py", "/shared/effects.py", "/shared/alerts.py", "/shared/attempts.py",
-                "/shared/preemptions.py")),
-    ("parse/validate", ("/shared/request.py", "/shared/policy.py", "/shared/job_policy.py",
-                        "/shared/job_schema.py", "/shared/image_ref.py", "/shared/job_fields.py",
-                        "/shared/events.py", "/shared/delivery.py")),
+    (
+        "Google client",
+        (
+            "/google/",
+            "/grpc/",
+            "/requests/",
+            "/urllib3/",
+            "/proto/",
+            "/google_crc32c/",
+            "/google_auth",
+            "/googleapis_common_protos/",
+            "/http/client.py",
+            "/ssl.py",
+            "/socket.py",
+            "/shared/clients.py",
+            "/shared/vertex.py",
+        ),
+    ),
+    (
+        "ledger",
+        (
+            "/shared/ledger.py",
+            "/shared/claims.py",
+            "/shared/decisions.py",
+            "/shared/states.py",
+            "/shared/outbox.py",
+            "/shared/effects.py",
+            "/shared/alerts.py",
+            "/shared/attempts.py",
+            "/shared/preemptions.py",
+        ),
+    ),
+    (
+        "parse/validate",
+        (
+            "/shared/request.py",
+            "/shared/policy.py",
+            "/shared/job_policy.py",
+            "/shared/job_schema.py",
+            "/shared/image_ref.py",
+            "/shared/job_fields.py",
+            "/shared/events.py",
+            "/shared/delivery.py",
+        ),
+    ),
     ("prune planning", ("/shared/pruning/", "/spotjobs_kit/")),
     ("other (ours)", ("/shared/", "/functions/")),
 )
@@ -101,9 +137,7 @@ def describe(parts: Counter[str], messages: int) -> str:
     )
 
 
-def environment_change_figures(
-    label: str, handle: Callable[[int], Any], session: Any, messages: int
-) -> list[Any]:
+def environment_change_figures(label: str, handle: Callable[[int], Any], session: Any, messages: int) -> list[Any]:
     """The profile of `messages` calls of `handle(i)` at load, before and after the change that
     took the largest avoidable share down (shared/clients.py: read_environment_once: the storage
     session stops re-reading the environment on every call), in the same run; `session` is the
@@ -128,10 +162,18 @@ def environment_change_figures(
     client_after = 1000 * after["Google client"] / messages
     return [
         Figure(f"{label}: CPU per message, profiled, before", describe(before, messages)),
-        Figure(f"{label}: CPU per message, profiled, after (storage session reads the environment once)",
-               describe(after, messages)),
-        Figure(f"{label}: Google client CPU per message (profiled), before -> after",
-               f"{client_before:.2f} -> {client_after:.2f}", "ms"),
-        Figure(f"{label}: CPU per message without the profiler, before -> after",
-               f"{1000 * cpu_before:.2f} -> {1000 * cpu_after:.2f}", "ms"),
+        Figure(
+            f"{label}: CPU per message, profiled, after (storage session reads the environment once)",
+            describe(after, messages),
+        ),
+        Figure(
+            f"{label}: Google client CPU per message (profiled), before -> after",
+            f"{client_before:.2f} -> {client_after:.2f}",
+            "ms",
+        ),
+        Figure(
+            f"{label}: CPU per message without the profiler, before -> after",
+            f"{1000 * cpu_before:.2f} -> {1000 * cpu_after:.2f}",
+            "ms",
+        ),
     ]

@@ -31,7 +31,9 @@ def _fmt(value: float | int | str) -> str:
 
 
 def parse_results(output: str) -> list[dict]:
-    return [json.loads(line[len("BENCH_RESULT "):]) for line in output.splitlines() if line.startswith("BENCH_RESULT ")]
+    return [
+        json.loads(line[len("BENCH_RESULT ") :]) for line in output.splitlines() if line.startswith("BENCH_RESULT ")
+    ]
 
 
 def markdown_table(results: list[dict]) -> str:

@@ -49,9 +49,18 @@ def start_fake_gcs(
         "fake-gcs-server",
         [
             str(fake_gcs_binary()),
-            "-scheme", "http", "-host", "127.0.0.1", "-port", str(port),
-            "-backend", "memory", "-log-level", "warn",
-            "-external-url", f"http://127.0.0.1:{port}",
+            "-scheme",
+            "http",
+            "-host",
+            "127.0.0.1",
+            "-port",
+            str(port),
+            "-backend",
+            "memory",
+            "-log-level",
+            "warn",
+            "-external-url",
+            f"http://127.0.0.1:{port}",
             *extra_args,
         ],
         dict(env or os.environ),
@@ -72,10 +81,14 @@ def notification_args(project: str, topic: str, bucket: str) -> list[str]:
     `eventType`, `bucketId`, `objectId`, `objectGeneration`, `eventTime`, `payloadFormat` and the
     object's JSON as data (fake-gcs-server internal/notification/event.go)."""
     return [
-        "-event.pubsub-project-id", project,
-        "-event.pubsub-topic", topic,
-        "-event.bucket", bucket,
-        "-event.list", "finalize",
+        "-event.pubsub-project-id",
+        project,
+        "-event.pubsub-topic",
+        topic,
+        "-event.bucket",
+        bucket,
+        "-event.list",
+        "finalize",
     ]
 
 
@@ -91,7 +104,11 @@ def start_pubsub_emulator(
     process = ManagedProcess(
         "pubsub-emulator",
         [
-            gcloud, "beta", "emulators", "pubsub", "start",
+            gcloud,
+            "beta",
+            "emulators",
+            "pubsub",
+            "start",
             f"--host-port=127.0.0.1:{port}",
             f"--project={project}",
             f"--data-dir={data_dir}",
@@ -109,18 +126,30 @@ def start_pubsub_emulator(
 
 
 def start_vertex_emulator(
-    project: str, events_topic: str, extra_args: Sequence[str], log_dir: Path, env: Mapping[str, str],
-    *, port: int = 0,
+    project: str,
+    events_topic: str,
+    extra_args: Sequence[str],
+    log_dir: Path,
+    env: Mapping[str, str],
+    *,
+    port: int = 0,
 ) -> tuple[ManagedProcess, str]:
     """`python -m devstack.vertex.emulator` (on a free port when `port` is 0); returns the process
     and the URL its ready line names."""
     process = ManagedProcess(
         "vertex-emulator",
         [
-            sys.executable, "-m", "devstack.vertex.emulator",
-            "--host", "127.0.0.1", "--port", str(port),
-            "--project", project,
-            "--events-topic", events_topic,
+            sys.executable,
+            "-m",
+            "devstack.vertex.emulator",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--project",
+            project,
+            "--events-topic",
+            events_topic,
             *extra_args,
         ],
         dict(env),

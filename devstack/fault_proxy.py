@@ -21,8 +21,16 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
-_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade",
-               "proxy-authorization", "proxy-authenticate"}
+_HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "te",
+    "trailer",
+    "upgrade",
+    "proxy-authorization",
+    "proxy-authenticate",
+}
 
 
 class FaultPlan:
@@ -133,8 +141,9 @@ def _make_handler(host: str, port: int, plan: FaultPlan) -> type[BaseHTTPRequest
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length) or b"{}") if length else {}
             if self.path == "/_proxy/faults":
-                plan.set_fault(int(body.get("status", 503)), seconds=float(body.get("seconds", 0)),
-                               count=int(body.get("count", 0)))
+                plan.set_fault(
+                    int(body.get("status", 503)), seconds=float(body.get("seconds", 0)), count=int(body.get("count", 0))
+                )
             elif self.path == "/_proxy/latency":
                 plan.latency_seconds = float(body["seconds"])
             self._reply(200, {"requests": plan.requests, "failed": plan.failed})

@@ -206,8 +206,7 @@ def _handler(router: PushFilterRouter) -> type[BaseHTTPRequestHandler]:
                 return
             attributes = push_attributes(body)
             if not route.admits(attributes):
-                router.log(event="filtered_out", function=name, filter=route.expression,
-                           attributes=dict(attributes))
+                router.log(event="filtered_out", function=name, filter=route.expression, attributes=dict(attributes))
                 self._answer(204, b"")
                 return
             upstream = urllib.parse.urlsplit(route.upstream)

@@ -13,9 +13,7 @@ from collections.abc import Callable, Mapping
 
 
 class Scheduler:
-    def __init__(
-        self, schedule: Mapping[str, float], publish: Callable[..., str], stopping: threading.Event
-    ) -> None:
+    def __init__(self, schedule: Mapping[str, float], publish: Callable[..., str], stopping: threading.Event) -> None:
         self._schedule = dict(schedule)
         self._publish = publish  # (topic key, data, **attributes)
         self._stopping = stopping

@@ -104,7 +104,11 @@ class Stack:
         self._stopping = threading.Event()
         self._log_lock = threading.Lock()
         self.functions = FunctionProcesses(
-            self.processes, self._child_env, self.workdir / "logs", self.log_event, self._stopping,
+            self.processes,
+            self._child_env,
+            self.workdir / "logs",
+            self.log_event,
+            self._stopping,
             record_api_calls=self.options.record_api_calls,
         )
         self.function_urls = self.functions.urls
@@ -140,7 +144,9 @@ class Stack:
             if self.options.supervise_functions:
                 self.functions.start_supervisor()
             self.push_router = create_subscriptions(
-                self.options.project, self.function_urls, self.log_event,
+                self.options.project,
+                self.function_urls,
+                self.log_event,
                 max_delivery_attempts=self.options.max_delivery_attempts,
             )
             if self.options.schedule:
@@ -216,9 +222,7 @@ class Stack:
         notifications = notification_args(
             self.options.project, TOPOLOGY.topic_name("triggers"), self.options.data_bucket
         )
-        process, self.storage_host = start_fake_gcs(
-            self.workdir / "logs", self._child_env(), extra_args=notifications
-        )
+        process, self.storage_host = start_fake_gcs(self.workdir / "logs", self._child_env(), extra_args=notifications)
         self.processes[process.name] = process
         if self.options.storage_fault_proxy:
             proxy = ManagedProcess(
@@ -239,9 +243,12 @@ class Stack:
     def _start_vertex(self, port: int = 0) -> None:
         events_topic = f"projects/{self.options.project}/topics/{self.settings.job_events_topic}"
         process, self.vertex_url = start_vertex_emulator(
-            self.options.project, events_topic,
-            ("--signals", self.options.vertex_signals, *self.options.vertex_args), self.workdir / "logs",
-            self._child_env(), port=port,
+            self.options.project,
+            events_topic,
+            ("--signals", self.options.vertex_signals, *self.options.vertex_args),
+            self.workdir / "logs",
+            self._child_env(),
+            port=port,
         )
         self.processes[process.name] = process
         self.settings = replace(self.settings, vertex_endpoint=self.vertex_url)
@@ -324,16 +331,12 @@ class Stack:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
-                response = subscriber.pull(
-                    request={"subscription": path, "max_messages": max_messages}, timeout=5
-                )
+                response = subscriber.pull(request={"subscription": path, "max_messages": max_messages}, timeout=5)
             except DeadlineExceeded:
                 response = None
             messages = list(response.received_messages) if response else []
             if messages:
-                subscriber.acknowledge(
-                    request={"subscription": path, "ack_ids": [m.ack_id for m in messages]}
-                )
+                subscriber.acknowledge(request={"subscription": path, "ack_ids": [m.ack_id for m in messages]})
                 received.extend(m.message for m in messages)
                 deadline = time.monotonic() + 0.3  # keep draining briefly
             else:
@@ -376,9 +379,7 @@ class Stack:
 
 def _request_json(method: str, url: str, document: Any = None) -> Any:
     data = json.dumps(document).encode() if document is not None else None
-    request = urllib.request.Request(
-        url, data=data, method=method, headers={"Content-Type": "application/json"}
-    )
+    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=10) as response:
         body = response.read()
     return json.loads(body) if body else None
@@ -386,4 +387,3 @@ def _request_json(method: str, url: str, document: Any = None) -> Any:
 
 def _post_json(url: str, document: Any) -> Any:
     return _request_json("POST", url, document)
-

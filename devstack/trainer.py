@@ -75,7 +75,9 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainerConfig:
     parser.add_argument("--steps", type=int, default=600, help="total training steps")
     parser.add_argument("--checkpoint-every", type=int, default=50, help="steps between checkpoints")
     parser.add_argument(
-        "--step-seconds", type=float, default=0.01,
+        "--step-seconds",
+        type=float,
+        default=0.01,
         help="minimum wall time of one step (stands in for an accelerator's step time)",
     )
     parser.add_argument("--fail-at-step", type=int, default=None, help="raise an error at this step (exit 1)")
@@ -208,7 +210,7 @@ def split_gcs_uri(uri: str) -> tuple[str, str]:
     """'gs://bucket/a/b/' -> ('bucket', 'a/b/'); the prefix always ends with '/' (or is empty)."""
     if not uri.startswith("gs://"):
         raise ValueError(f"{uri!r} is not a gs:// URI")
-    bucket, _, prefix = uri[len("gs://"):].partition("/")
+    bucket, _, prefix = uri[len("gs://") :].partition("/")
     if not bucket:
         raise ValueError(f"{uri!r} names no bucket")
     return bucket, (prefix.rstrip("/") + "/") if prefix.strip("/") else ""
@@ -301,8 +303,13 @@ def _train(config: TrainerConfig, client: Any, stop: StopRequested, run: Run) ->
         emit("resume", "no complete checkpoint; starting at step 0", step=0, checkpoint=None)
     else:
         checkpoint, model = restored
-        emit("resume", f"resuming from checkpoint {checkpoint.name}", step=model.step,
-             checkpoint=checkpoint.name, eval_loss=model.eval_loss)
+        emit(
+            "resume",
+            f"resuming from checkpoint {checkpoint.name}",
+            step=model.step,
+            checkpoint=checkpoint.name,
+            eval_loss=model.eval_loss,
+        )
     last_saved = model.step
     while model.step < config.steps:
         run.step = model.step
@@ -318,15 +325,27 @@ def _train(config: TrainerConfig, client: Any, stop: StopRequested, run: Run) ->
             model.eval_loss = model.evaluate(eval_data)["eval_loss"]
             name, size = save(run, model)
             last_saved = model.step
-            emit("checkpoint", f"checkpoint {name} committed", step=model.step, checkpoint=name,
-                 bytes=size, eval_loss=model.eval_loss)
+            emit(
+                "checkpoint",
+                f"checkpoint {name} committed",
+                step=model.step,
+                checkpoint=name,
+                bytes=size,
+                eval_loss=model.eval_loss,
+            )
         remaining = config.step_seconds - (time.monotonic() - started)
         if remaining > 0:
             time.sleep(remaining)
     metrics = model.evaluate(eval_data)
     uri = write_model(client, config.model_dir, model, metrics)
-    emit("final", f"training finished at step {model.step}: accuracy {metrics['accuracy']}",
-         step=model.step, model=uri, eval_loss=metrics["eval_loss"], accuracy=metrics["accuracy"])
+    emit(
+        "final",
+        f"training finished at step {model.step}: accuracy {metrics['accuracy']}",
+        step=model.step,
+        model=uri,
+        eval_loss=metrics["eval_loss"],
+        accuracy=metrics["accuracy"],
+    )
     run.finish(model.step)
     return 0
 
@@ -338,9 +357,16 @@ def _stop(run: Run, model: Model, last_saved: int, signalled_at: float | None, e
         model.eval_loss = model.evaluate(eval_data)["eval_loss"]
         name, size = save(run, model)
         seconds = time.monotonic() - (signalled_at or time.monotonic())
-        emit("checkpoint", f"checkpoint {name} committed on SIGTERM", step=model.step,
-             checkpoint=name, bytes=size, eval_loss=model.eval_loss, reason="sigterm",
-             seconds_after_sigterm=round(seconds, 3))
+        emit(
+            "checkpoint",
+            f"checkpoint {name} committed on SIGTERM",
+            step=model.step,
+            checkpoint=name,
+            bytes=size,
+            eval_loss=model.eval_loss,
+            reason="sigterm",
+            seconds_after_sigterm=round(seconds, 3),
+        )
     return SIGTERM_EXIT_STATUS
 
 

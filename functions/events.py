@@ -29,6 +29,4 @@ def on_job_event(request: Any) -> tuple[str, int]:
 
 
 def _handle(message: Message, log: Logger) -> None:
-    handle_job_event(
-        message, log, settings=get_settings(), ports=functools.partial(ports_for, "on_job_event")
-    )
+    handle_job_event(message, log, settings=get_settings(), ports=functools.partial(ports_for, "on_job_event"))

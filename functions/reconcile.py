@@ -17,9 +17,7 @@ from shared.wiring import ports_for
 
 @functions_framework.http
 def reconcile(request: Any) -> tuple[str, int]:
-    return handle_push(
-        request, _handle, function="reconcile", max_age_seconds=get_settings().max_event_age_seconds
-    )
+    return handle_push(request, _handle, function="reconcile", max_age_seconds=get_settings().max_event_age_seconds)
 
 
 def _handle(message: Message, log: Logger) -> None:

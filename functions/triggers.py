@@ -28,9 +28,7 @@ def on_trigger(request: Any) -> tuple[str, int]:
 
         handle_message(ports_for("on_trigger"), message, topic, log)
 
-    return handle_push(
-        request, handle, function="on_trigger", max_age_seconds=get_settings().max_event_age_seconds
-    )
+    return handle_push(request, handle, function="on_trigger", max_age_seconds=get_settings().max_event_age_seconds)
 
 
 def source_topic(path: str) -> str | None:

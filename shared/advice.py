@@ -61,9 +61,7 @@ def machine_type(record: RequestRecord) -> str:
     return str(spec.get("machineType") or spec.get("machine_type") or "unknown")
 
 
-def preemption_rates(
-    records: Iterable[RequestRecord], now: datetime
-) -> dict[tuple[str, str], PreemptionRate]:
+def preemption_rates(records: Iterable[RequestRecord], now: datetime) -> dict[tuple[str, str], PreemptionRate]:
     """Running time and preemptions per (machine type, location), over every attempt that ran."""
     totals: dict[tuple[str, str], tuple[float, int]] = {}
     for record in records:
@@ -77,9 +75,7 @@ def preemption_rates(
     return {key: PreemptionRate(*value) for key, value in totals.items()}
 
 
-def advise(
-    record: RequestRecord, rates: dict[tuple[str, str], PreemptionRate]
-) -> CheckpointAdvice | None:
+def advise(record: RequestRecord, rates: dict[tuple[str, str], PreemptionRate]) -> CheckpointAdvice | None:
     """Advice for the request's latest attempt, or None before it ran."""
     latest = record.latest
     if latest is None:

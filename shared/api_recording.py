@@ -59,6 +59,7 @@ def recorder() -> Recorder:
 
 # Storage: the JSON API and media paths of a request, as operations on a bucket.
 
+
 def storage_operations(method: str, url: str) -> list[dict[str, str]]:
     """The bucket operations an HTTP request to the Storage JSON API is; [] if none."""
     parts = urllib.parse.urlsplit(url)
@@ -66,7 +67,7 @@ def storage_operations(method: str, url: str) -> list[dict[str, str]]:
     query = urllib.parse.parse_qs(parts.query)
     for prefix in (["storage", "v1"], ["download", "storage", "v1"], ["upload", "storage", "v1"]):
         if segments[: len(prefix)] == prefix:
-            kind, rest = prefix[0], segments[len(prefix):]
+            kind, rest = prefix[0], segments[len(prefix) :]
             break
     else:
         return []
@@ -93,9 +94,22 @@ def storage_operations(method: str, url: str) -> list[dict[str, str]]:
     if not obj:
         # A listing is authorised by its prefix (IAM's objectListPrefix): record the one asked for.
         listed = (query.get("prefix") or [""])[0]
-        return [{**base, "prefix": listed, "method": "objects.list"}] if method == "GET" else [{**base, "method": f"objects.{method}"}]
-    return [{**base, "method": {"GET": "objects.get", "DELETE": "objects.delete", "PATCH": "objects.update",
-                                "PUT": "objects.update"}.get(method, f"objects.{method}")}]
+        return (
+            [{**base, "prefix": listed, "method": "objects.list"}]
+            if method == "GET"
+            else [{**base, "method": f"objects.{method}"}]
+        )
+    return [
+        {
+            **base,
+            "method": {
+                "GET": "objects.get",
+                "DELETE": "objects.delete",
+                "PATCH": "objects.update",
+                "PUT": "objects.update",
+            }.get(method, f"objects.{method}"),
+        }
+    ]
 
 
 def _multipart_name(data: Any) -> str:
@@ -130,6 +144,7 @@ def record_storage(client: Any) -> Any:
 
 
 # Pub/Sub: the topic of each publish.
+
 
 class RecordingPublisher:
     def __init__(self, publisher: Any) -> None:
@@ -168,7 +183,9 @@ class RecordingJobService:
 
         def call(*args: Any, **kwargs: Any) -> Any:
             request = kwargs.get("request") if "request" in kwargs else (args[0] if args else None)
-            where = _field(request, "parent") or _field(request, "name") or kwargs.get("parent") or kwargs.get("name") or ""
+            where = (
+                _field(request, "parent") or _field(request, "name") or kwargs.get("parent") or kwargs.get("name") or ""
+            )
             location = where.split("/locations/", 1)[1].split("/", 1)[0] if "/locations/" in where else ""
             self._recorder.record(service="aiplatform", method=method, resource=location)
             if name == "create_custom_job":

@@ -12,9 +12,7 @@ SPOT = "SPOT"
 FALLBACK_STRATEGIES = ("STANDARD", "FLEX_START")
 
 
-def plan_attempt(
-    request: Mapping[str, Any], n: int, previous: Attempt | None, after_stockout: bool
-) -> tuple[str, str]:
+def plan_attempt(request: Mapping[str, Any], n: int, previous: Attempt | None, after_stockout: bool) -> tuple[str, str]:
     """(location, strategy) for attempt `n` of a canonical envelope.
 
     Strategy: SPOT, unless `fallback` is set and `n > fallback.after_spot_attempts` (so

@@ -75,9 +75,7 @@ def claim_attempt(
             return Claim("duplicate", current, current.latest)
         requeue = current.requeue
         if requeue is None or requeue.attempt != n:
-            expected = (
-                f"attempt {requeue.attempt} is queued" if requeue else "no re-queue is pending"
-            )
+            expected = f"attempt {requeue.attempt} is queued" if requeue else "no re-queue is pending"
             raise _unexpected_attempt(request_id, n, expected)
         attempt = Attempt(n, requeue.location, requeue.strategy, claimed_at=iso(now))
         current.attempts.append(attempt)
@@ -112,9 +110,7 @@ def record_job(
     return current
 
 
-def mark_create_sent(
-    current: RequestRecord | None, *, n: int, claimed_at: str, now: datetime
-) -> RequestRecord | None:
+def mark_create_sent(current: RequestRecord | None, *, n: int, claimed_at: str, now: datetime) -> RequestRecord | None:
     """Note that the create of attempt n is being sent now, by the holder of the claim made at
     `claimed_at`; None (write nothing) if the claim was taken over or the job recorded meanwhile.
     A delivery that later takes the claim over and finds no job by its labels knows a create may
@@ -141,12 +137,7 @@ def release_claim(
     redelivery may take it over at once instead of waiting the lease out, and forget the send
     (nothing was created for a list to lag behind). Only our own claim."""
     attempt = current.attempt(n) if current else None
-    if (
-        current is None
-        or attempt is None
-        or attempt.job is not None
-        or attempt.claimed_at != claimed_at
-    ):
+    if current is None or attempt is None or attempt.job is not None or attempt.claimed_at != claimed_at:
         return None
     attempt.claimed_at = iso(now - timedelta(seconds=lease_seconds))
     attempt.create_sent_at = None

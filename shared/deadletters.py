@@ -158,9 +158,7 @@ def pull_all(subscriber: Any, subscription_path: str, *, max_messages: int = 100
     empty_pulls = 0
     while len(found) < max_messages and empty_pulls < 2:
         try:
-            response = subscriber.pull(
-                request={"subscription": subscription_path, "max_messages": 100}, timeout=10
-            )
+            response = subscriber.pull(request={"subscription": subscription_path, "max_messages": 100}, timeout=10)
             received = list(response.received_messages)
         except DeadlineExceeded:
             received = []
@@ -281,9 +279,7 @@ def cloud_log_lines(
         import google.auth
         from google.auth.transport.requests import AuthorizedSession
 
-        credentials, _ = google.auth.default(
-            scopes=["https://www.googleapis.com/auth/logging.read"]
-        )
+        credentials, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/logging.read"])
         session = AuthorizedSession(credentials)
     lines: list[dict[str, Any]] = []
     for letter in letters[:max_letters]:
@@ -337,9 +333,7 @@ class RedriveClaims:
         blob = self._bucket.blob(f"{REDRIVEN_PREFIX}{letter.id}.json")
         record = {"id": letter.id, "topic": topic, "claimed_at": now_iso(), "message_id": None}
         try:
-            blob.upload_from_string(
-                json.dumps(record), content_type="application/json", if_generation_match=0
-            )
+            blob.upload_from_string(json.dumps(record), content_type="application/json", if_generation_match=0)
         except PreconditionFailed:
             return None
         return int(blob.generation)
@@ -352,9 +346,7 @@ class RedriveClaims:
             "message_id": message_id,
             "redriven_at": now_iso(),
         }
-        blob.upload_from_string(
-            json.dumps(record), content_type="application/json", if_generation_match=generation
-        )
+        blob.upload_from_string(json.dumps(record), content_type="application/json", if_generation_match=generation)
 
     def release(self, letter: DeadLetter, generation: int) -> None:
         self._bucket.blob(f"{REDRIVEN_PREFIX}{letter.id}.json").delete(if_generation_match=generation)
@@ -384,10 +376,13 @@ def redrive(
     for letter in letters:
         key = letter.source_topic_key
         if key is None:
-            results.append(RedriveResult(
-                letter.id, "skipped",
-                f"source subscription {letter.source_subscription!r} is not a spotjobs trigger",
-            ))
+            results.append(
+                RedriveResult(
+                    letter.id,
+                    "skipped",
+                    f"source subscription {letter.source_subscription!r} is not a spotjobs trigger",
+                )
+            )
             continue
         topic = topic_path(key)
         previous = claims.get(letter.id)

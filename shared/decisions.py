@@ -56,9 +56,7 @@ if TYPE_CHECKING:
 
 # A job can sit in these for too long; RUNNING is not among them: training legitimately runs
 # for days, bounded by the job's own timeout.
-STUCK_STATES = frozenset(
-    {JobState.QUEUED, JobState.PENDING, JobState.CANCELLING, JobState.UPDATING, JobState.PAUSED}
-)
+STUCK_STATES = frozenset({JobState.QUEUED, JobState.PENDING, JobState.CANCELLING, JobState.UPDATING, JobState.PAUSED})
 # google.rpc RESOURCE_EXHAUSTED: capacity ran out (Spot stockout, regional shortage).
 CAPACITY_ERROR_CODES = frozenset({8})
 # How long a FAILED job may go without its error before it is classified as an ordinary failure.
@@ -119,9 +117,7 @@ class FailureCause:
     reason: str
 
 
-def classify_failure(
-    job: JobSnapshot, patterns: SignalPatterns, *, kit_saw_preemption: bool = False
-) -> FailureCause:
+def classify_failure(job: JobSnapshot, patterns: SignalPatterns, *, kit_saw_preemption: bool = False) -> FailureCause:
     """Why a FAILED/EXPIRED job failed: from its error message (Vertex documents a STOCKOUT error
     once a Spot job's restarts run out), its code where one says so, or the trainer kit's word
     that the last run was preempted and never finished (docs/signals.md)."""
@@ -140,9 +136,7 @@ def classify_failure(
 # The decision.
 
 
-def decide(
-    record: RequestRecord, observation: Observation, policy: DecisionPolicy, now: datetime
-) -> Decision:
+def decide(record: RequestRecord, observation: Observation, policy: DecisionPolicy, now: datetime) -> Decision:
     """The record after `observation`, and the effects of the change. Pure: the record is a copy
     the ledger handed over, and effects are only described, never carried out. The alerts and the
     prune request decided are also written into the record as pending, for `shared.outbox`."""
@@ -153,9 +147,7 @@ def decide(
     return decision
 
 
-def _decide(
-    record: RequestRecord, observation: Observation, policy: DecisionPolicy, now: datetime
-) -> Decision:
+def _decide(record: RequestRecord, observation: Observation, policy: DecisionPolicy, now: datetime) -> Decision:
     effects = Effects()
     attempt = record.attempt(observation.attempt)
     if attempt is None or attempt.job is None:
@@ -200,9 +192,7 @@ def _is_fresh(attempt: Attempt, job: JobSnapshot) -> bool:
     return parse_iso(job.update_time) >= parse_iso(attempt.state_changed_at)
 
 
-def _track_state(
-    record: RequestRecord, attempt: Attempt, job: JobSnapshot, owns_status: bool, now: datetime
-) -> None:
+def _track_state(record: RequestRecord, attempt: Attempt, job: JobSnapshot, owns_status: bool, now: datetime) -> None:
     if attempt.state != job.state or attempt.state_changed_at is None:
         attempt.state = job.state
         attempt.state_changed_at = job.update_time or iso(now)
@@ -231,9 +221,7 @@ def _conclude(
     elif job.state == JobState.CANCELLED:
         _cancel(record, attempt, owns_status, now, effects)
     else:
-        cause = classify_failure(
-            job, policy.patterns, kit_saw_preemption=preempted_in_last_run(record, attempt.n)
-        )
+        cause = classify_failure(job, policy.patterns, kit_saw_preemption=preempted_in_last_run(record, attempt.n))
         if cause.capacity:
             # The job ended by preemption: so did its last run, said so or not.
             last_run_ended_by_preemption(record, attempt.n)
@@ -251,9 +239,7 @@ def _conclude(
             attempt.preemptions_unknown = True  # ended by preemption: at least one, however many
         if not owns_status:
             later = record.latest is not None and record.latest.n > attempt.n
-            attempt.outcome = (
-                AttemptOutcome.REQUEUED if cause.capacity and later else AttemptOutcome.FAILED
-            )
+            attempt.outcome = AttemptOutcome.REQUEUED if cause.capacity and later else AttemptOutcome.FAILED
         elif cause.capacity:
             _requeue_or_give_up(record, attempt, cause, policy, now, effects)
         else:
@@ -271,9 +257,7 @@ def _finish(record: RequestRecord, status: RequestStatus, now: datetime) -> None
     record.finished_at = iso(now)
 
 
-def _succeed(
-    record: RequestRecord, attempt: Attempt, owns_status: bool, now: datetime, effects: Effects
-) -> None:
+def _succeed(record: RequestRecord, attempt: Attempt, owns_status: bool, now: datetime, effects: Effects) -> None:
     attempt.outcome = AttemptOutcome.SUCCEEDED
     if not owns_status:
         return
@@ -290,9 +274,7 @@ def _succeed(
     )
 
 
-def _cancel(
-    record: RequestRecord, attempt: Attempt, owns_status: bool, now: datetime, effects: Effects
-) -> None:
+def _cancel(record: RequestRecord, attempt: Attempt, owns_status: bool, now: datetime, effects: Effects) -> None:
     attempt.outcome = AttemptOutcome.CANCELLED
     if not owns_status:
         return
@@ -306,19 +288,13 @@ def _cancel(
     )
 
 
-def _fail(
-    record: RequestRecord, attempt: Attempt, cause: FailureCause, now: datetime, effects: Effects
-) -> None:
+def _fail(record: RequestRecord, attempt: Attempt, cause: FailureCause, now: datetime, effects: Effects) -> None:
     attempt.outcome = AttemptOutcome.FAILED
     _finish(record, RequestStatus.FAILED, now)
     message = f"attempt {attempt.n} of {record.request_id} failed: {cause.reason}"
-    effects.lines.append(
-        LogLine("ERROR", message, event_fields(record, attempt, "job_failed", error=attempt.error))
-    )
+    effects.lines.append(LogLine("ERROR", message, event_fields(record, attempt, "job_failed", error=attempt.error)))
     if record.mark(alert_marker("job_failed", attempt.n)):
-        effects.alerts.append(
-            attempt_alert(record, attempt, "job_failed", "ERROR", now, message, error=attempt.error)
-        )
+        effects.alerts.append(attempt_alert(record, attempt, "job_failed", "ERROR", now, message, error=attempt.error))
 
 
 def _requeue_or_give_up(
@@ -334,8 +310,7 @@ def _requeue_or_give_up(
         attempt.outcome = AttemptOutcome.GAVE_UP
         _finish(record, RequestStatus.GAVE_UP, now)
         message = (
-            f"{record.request_id} gave up: attempt {attempt.n} of {max_attempts} ended by "
-            f"preemption ({cause.reason})"
+            f"{record.request_id} gave up: attempt {attempt.n} of {max_attempts} ended by preemption ({cause.reason})"
         )
         effects.lines.append(
             LogLine(
@@ -422,9 +397,7 @@ def _flag_stuck(
         return
     if not record.mark(alert_marker("job_stuck", attempt.n, job.state)):
         return
-    message = (
-        f"attempt {attempt.n} of {record.request_id} has been {job.state} for {stuck_for:.0f} s"
-    )
+    message = f"attempt {attempt.n} of {record.request_id} has been {job.state} for {stuck_for:.0f} s"
     effects.lines.append(
         LogLine(
             "WARNING",

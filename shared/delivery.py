@@ -87,7 +87,6 @@ def _event_id(event: Any) -> str | None:
         return None
 
 
-
 def maintenance_message(data: bytes) -> dict[str, Any]:
     """The JSON object of a `maintenance` message (`{"task": "reconcile"}`, `{"task": "prune",
     "request_id": ...}`); {} for anything else. reconcile and prune share the topic and each

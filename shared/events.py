@@ -182,9 +182,7 @@ def _any_of(kind: str, patterns: Sequence[str]) -> re.Pattern[str] | None:
         try:
             re.compile(pattern)
         except re.error as exc:
-            raise ConfigurationError(
-                f"{kind} pattern {pattern!r} is not a regular expression: {exc}"
-            ) from None
+            raise ConfigurationError(f"{kind} pattern {pattern!r} is not a regular expression: {exc}") from None
     return re.compile("|".join(f"(?:{p})" for p in patterns), re.IGNORECASE)
 
 

@@ -86,7 +86,13 @@ def parse_prefix(entry: str) -> ImagePrefix:
     text = entry.strip()
     parts = text.rstrip("/").split("/")
     registry, path = parts[0], parts[1:]
-    if not registry or not _HOST.fullmatch(registry) or "." not in registry and ":" not in registry and registry != "localhost":
+    if (
+        not registry
+        or not _HOST.fullmatch(registry)
+        or "." not in registry
+        and ":" not in registry
+        and registry != "localhost"
+    ):
         raise BadReference(f"allowed image prefix {entry!r} must start with a registry host")
     for component in path:
         if not _COMPONENT.fullmatch(component):

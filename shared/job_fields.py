@@ -97,8 +97,16 @@ FIELDS: dict[str, str] = {
     **{
         name: OUTPUT_ONLY
         for name in (
-            "name", "state", "createTime", "startTime", "endTime", "updateTime", "error",
-            "webAccessUris{}", "satisfiesPzs", "satisfiesPzi",
+            "name",
+            "state",
+            "createTime",
+            "startTime",
+            "endTime",
+            "updateTime",
+            "error",
+            "webAccessUris{}",
+            "satisfiesPzs",
+            "satisfiesPzi",
         )
     },
 }

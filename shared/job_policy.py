@@ -38,21 +38,15 @@ _RESOURCE = re.compile(r"^[A-Za-z0-9._~@:/-]+$")
 MAX_LABEL_LENGTH = 63
 
 
-def check_custom_job(
-    job: Mapping[str, Any], path: str, request_id: str | None, settings: Settings
-) -> list[Violation]:
+def check_custom_job(job: Mapping[str, Any], path: str, request_id: str | None, settings: Settings) -> list[Violation]:
     """Every policy violation of a CustomJob in canonical REST JSON."""
     out = check_fields(job, path, settings)
     spec = job.get("jobSpec") or {}
     spec_path = field_path(path, "jobSpec")
     out.extend(_check_pools(spec.get("workerPoolSpecs") or [], spec_path, settings))
     out.extend(_check_scheduling(spec.get("scheduling") or {}, spec_path, settings))
-    out.extend(
-        _check_service_account(spec.get("serviceAccount"), f"{spec_path}.serviceAccount", settings)
-    )
-    out.extend(
-        _check_output_directory(spec.get("baseOutputDirectory"), spec_path, request_id, settings)
-    )
+    out.extend(_check_service_account(spec.get("serviceAccount"), f"{spec_path}.serviceAccount", settings))
+    out.extend(_check_output_directory(spec.get("baseOutputDirectory"), spec_path, request_id, settings))
     out.extend(_check_opted_in(job, path, settings))
     out.extend(check_labels(job.get("labels") or {}, field_path(path, "labels")))
     return out
@@ -64,18 +58,14 @@ def _check_pools(pools: Sequence[Any], spec_path: str, settings: Settings) -> li
     if not pools:
         out.append(Violation(path, "is required (at least worker pool 0)"))
     if len(pools) > settings.max_pools_per_job:
-        out.append(
-            Violation(path, f"has {len(pools)} pools; at most {settings.max_pools_per_job}")
-        )
+        out.append(Violation(path, f"has {len(pools)} pools; at most {settings.max_pools_per_job}"))
     total = 0
     for index, pool in enumerate(pools):
         # Pools after the first may be empty placeholders (the API skips them).
         if pool or index == 0:
             out.extend(_check_pool(pool, f"{path}[{index}]", settings))
             machine = pool.get("machineSpec") or {}
-            total += int(machine.get("acceleratorCount") or 0) * max(
-                1, int(pool.get("replicaCount") or 0)
-            )
+            total += int(machine.get("acceleratorCount") or 0) * max(1, int(pool.get("replicaCount") or 0))
     if total > settings.max_accelerators_per_job:
         out.append(
             Violation(
@@ -93,11 +83,7 @@ def _check_pool(pool: Mapping[str, Any], path: str, settings: Settings) -> list[
     machine_type = str(machine.get("machineType") or "")
     families = ", ".join(settings.allowed_machine_families) or "(none configured)"
     if not machine_type:
-        out.append(
-            Violation(
-                f"{path}.machineSpec.machineType", f"is required; allowed families: {families}"
-            )
-        )
+        out.append(Violation(f"{path}.machineSpec.machineType", f"is required; allowed families: {families}"))
     elif machine_type.lower().startswith(TPU_MACHINE_PREFIXES):
         out.append(
             Violation(
@@ -114,11 +100,7 @@ def _check_pool(pool: Mapping[str, Any], path: str, settings: Settings) -> list[
         )
     accelerator = str(machine.get("acceleratorType") or "")
     if accelerator.startswith("TPU"):
-        out.append(
-            Violation(
-                f"{path}.machineSpec.acceleratorType", f"is {accelerator}; TPUs are not allowed"
-            )
-        )
+        out.append(Violation(f"{path}.machineSpec.acceleratorType", f"is {accelerator}; TPUs are not allowed"))
     accelerators = int(machine.get("acceleratorCount") or 0)
     if accelerators > settings.max_accelerators_per_replica:
         out.append(
@@ -196,9 +178,7 @@ def _check_env_name(name: object, path: str) -> list[Violation]:
     return []
 
 
-def _check_scheduling(
-    scheduling: Mapping[str, Any], spec_path: str, settings: Settings
-) -> list[Violation]:
+def _check_scheduling(scheduling: Mapping[str, Any], spec_path: str, settings: Settings) -> list[Violation]:
     out: list[Violation] = []
     path = f"{spec_path}.scheduling"
     strategy = scheduling.get("strategy")
@@ -275,7 +255,11 @@ def _check_opted_in(job: Mapping[str, Any], path: str, settings: Settings) -> li
         (f"{spec_path}.persistentResourceId", spec.get("persistentResourceId"), "allowed_persistent_resources"),
         (f"{spec_path}.tensorboard", spec.get("tensorboard"), "allowed_tensorboards"),
         (f"{spec_path}.experiment", spec.get("experiment"), "allowed_experiments"),
-        (field_path(path, "encryptionSpec.kmsKeyName"), (job.get("encryptionSpec") or {}).get("kmsKeyName"), "allowed_kms_keys"),
+        (
+            field_path(path, "encryptionSpec.kmsKeyName"),
+            (job.get("encryptionSpec") or {}).get("kmsKeyName"),
+            "allowed_kms_keys",
+        ),
     ]
     found += [
         (f"{spec_path}.models[{i}]", str(model).split("@", 1)[0], "allowed_models")
@@ -308,8 +292,10 @@ def _check_opted_in(job: Mapping[str, Any], path: str, settings: Settings) -> li
         if not resource_allowed(str(value), allowed):
             out.append(Violation(where, f"is {value}; allowed by {setting_env(setting)}: {', '.join(allowed)}"))
     run = spec.get("experimentRun")
-    if run and settings.allowed_experiments and not (
-        spec.get("experiment") and str(run).startswith(f"{spec.get('experiment')}-")
+    if (
+        run
+        and settings.allowed_experiments
+        and not (spec.get("experiment") and str(run).startswith(f"{spec.get('experiment')}-"))
     ):
         out.append(Violation(f"{spec_path}.experimentRun", "must be a run of jobSpec.experiment"))
     return out

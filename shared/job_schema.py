@@ -56,9 +56,7 @@ def read_custom_job(value: object, path: str, violations: list[Violation]) -> di
 
     found: list[Violation] = []
     if not isinstance(value, dict):
-        found.append(
-            Violation(path or BODY, f"is {json_type(value)}; expected a CustomJob object")
-        )
+        found.append(Violation(path or BODY, f"is {json_type(value)}; expected a CustomJob object"))
     else:
         _check_message(CustomJob.pb().DESCRIPTOR, value, path, found)
         for key in value:
@@ -76,11 +74,7 @@ def read_custom_job(value: object, path: str, violations: list[Violation]) -> di
             # JSON accepts any enum number; one this library does not know is not a value.
             for concrete, _, field, item in set_fields(canonical, path):
                 if field.enum_type is not None and not isinstance(item, str):
-                    found.append(
-                        Violation(
-                            concrete, f"is {item}, not a known {field.enum_type.name} value"
-                        )
-                    )
+                    found.append(Violation(concrete, f"is {item}, not a known {field.enum_type.name} value"))
             violations.extend(found)
             return None if found else canonical
     violations.extend(found)
@@ -110,9 +104,7 @@ def schema_paths() -> list[str]:
     return paths
 
 
-def set_fields(
-    job: dict[str, Any], path: str = ""
-) -> list[tuple[str, str, FieldDescriptor, Any]]:
+def set_fields(job: dict[str, Any], path: str = "") -> list[tuple[str, str, FieldDescriptor, Any]]:
     """(concrete path, schema path, field, value) of every field set in a canonical CustomJob,
     parents before their children."""
     from google.cloud.aiplatform_v1.types import CustomJob
@@ -164,9 +156,7 @@ def _walked_message(field: FieldDescriptor) -> Descriptor | None:
 
 def _check_message(descriptor: Descriptor, value: object, path: str, out: list[Violation]) -> None:
     if not isinstance(value, dict):
-        out.append(
-            Violation(path, f"is {json_type(value)}; expected an object ({descriptor.name})")
-        )
+        out.append(Violation(path, f"is {json_type(value)}; expected an object ({descriptor.name})"))
         return
     seen_fields: dict[str, str] = {}
     seen_oneofs: dict[str, str] = {}
@@ -175,26 +165,16 @@ def _check_message(descriptor: Descriptor, value: object, path: str, out: list[V
         field = _field_named(descriptor, key)
         if field is None:
             allowed = ", ".join(f.json_name for f in descriptor.fields)
-            out.append(
-                Violation(item_path, f"unknown field of {descriptor.name}; known fields: {allowed}")
-            )
+            out.append(Violation(item_path, f"unknown field of {descriptor.name}; known fields: {allowed}"))
             continue
         if field.name in seen_fields:
-            out.append(
-                Violation(
-                    item_path, f"repeats {seen_fields[field.name]} (camelCase and snake_case)"
-                )
-            )
+            out.append(Violation(item_path, f"repeats {seen_fields[field.name]} (camelCase and snake_case)"))
             continue
         seen_fields[field.name] = key
         oneof = field.containing_oneof
         if oneof is not None and item is not None:
             if oneof.name in seen_oneofs:
-                out.append(
-                    Violation(
-                        item_path, f"only one of {seen_oneofs[oneof.name]} and {key} may be set"
-                    )
-                )
+                out.append(Violation(item_path, f"only one of {seen_oneofs[oneof.name]} and {key} may be set"))
             seen_oneofs[oneof.name] = key
         if item is not None:
             _check_field(descriptor, field, key, item, item_path, out)
@@ -234,9 +214,7 @@ def _check_field(
         _check_leaf(parent, key, value, path, out)
 
 
-def _check_leaf(
-    parent: Descriptor, key: str, value: object, path: str, out: list[Violation]
-) -> None:
+def _check_leaf(parent: Descriptor, key: str, value: object, path: str, out: list[Violation]) -> None:
     """Scalars, enums and well-known types: let protobuf's JSON parser judge the one field."""
     from google.protobuf import json_format, message_factory
 
@@ -259,9 +237,7 @@ def _describe(field: FieldDescriptor) -> str:
         shown = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")
         kind = f"a {field.enum_type.name} name ({shown}) or number"
     elif field.message_type is not None:
-        kind = _WELL_KNOWN_JSON.get(
-            field.message_type.full_name, f"a {field.message_type.name} object"
-        )
+        kind = _WELL_KNOWN_JSON.get(field.message_type.full_name, f"a {field.message_type.name} object")
     elif field.type == F.TYPE_STRING:
         kind = "a string"
     elif field.type == F.TYPE_BOOL:

@@ -295,10 +295,7 @@ class LedgerStore:
             fields="items(name,generation,updated),nextPageToken",
         )
         page = next(iterator.pages, None)
-        rows = [
-            ActiveEntry(blob.name[len(ACTIVE_PREFIX) :], int(blob.generation), blob.updated)
-            for blob in page or ()
-        ]
+        rows = [ActiveEntry(blob.name[len(ACTIVE_PREFIX) :], int(blob.generation), blob.updated) for blob in page or ()]
         return rows, iterator.next_page_token
 
     def listed_status(self, request_id: str) -> ListedRequest | None:
@@ -307,9 +304,7 @@ class LedgerStore:
         if blob is None:
             return None
         metadata = blob.metadata or {}
-        return ListedRequest(
-            request_id, metadata.get("status"), metadata.get("pending_effects") == "true"
-        )
+        return ListedRequest(request_id, metadata.get("status"), metadata.get("pending_effects") == "true")
 
     def mark_active(self, request_id: str, *, only_if_absent: bool = False) -> bool:
         """(Re)write the request's marker: unconditionally before a write that activates the
@@ -318,7 +313,8 @@ class LedgerStore:
 
         try:
             self._bucket.blob(_active_path(request_id)).upload_from_string(
-                b"", content_type="application/octet-stream",
+                b"",
+                content_type="application/octet-stream",
                 if_generation_match=0 if only_if_absent else None,
             )
         except PreconditionFailed:
@@ -378,9 +374,7 @@ class LedgerStore:
 
     def archive(self, request_id: str, raw: bytes) -> None:
         """Copy a record out of the ledger's prefixes (`archive/<id>.json`), before its removal."""
-        self._bucket.blob(f"{ARCHIVE_PREFIX}{request_id}.json").upload_from_string(
-            raw, content_type="application/json"
-        )
+        self._bucket.blob(f"{ARCHIVE_PREFIX}{request_id}.json").upload_from_string(raw, content_type="application/json")
 
     def forget_job(self, job_id: str) -> None:
         from google.api_core.exceptions import NotFound
@@ -438,9 +432,7 @@ class LedgerStore:
 
         blob = self._bucket.blob(_job_path(entry.job.rsplit("/", 1)[-1]))
         try:
-            blob.upload_from_string(
-                json.dumps(asdict(entry)), content_type="application/json", if_generation_match=0
-            )
+            blob.upload_from_string(json.dumps(asdict(entry)), content_type="application/json", if_generation_match=0)
         except PreconditionFailed:
             pass  # already indexed, by us or by a redelivery
 

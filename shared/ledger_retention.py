@@ -115,9 +115,7 @@ def sweep_step(
     budget = SWEEP_RETIREMENTS_PER_RUN
     with ThreadPoolExecutor(SWEEP_WORKERS, thread_name_prefix="ledger-sweep") as pool:
         for _ in range(pages):
-            rows, token = ledger.list_requests(
-                page_size=SWEEP_PAGE_SIZE, page_token=token, start_at=position
-            )
+            rows, token = ledger.list_requests(page_size=SWEEP_PAGE_SIZE, page_token=token, start_at=position)
             work: list[tuple[str, ListedRequest]] = []
             for row in rows:
                 action = _action(row, retention, now)
@@ -130,9 +128,7 @@ def sweep_step(
                 next_position = row.request_id  # inclusive: the next turn sees it once more
                 if action:
                     work.append((action, row))
-            for outcome in pool.map(
-                lambda item: _apply(ledger, *item, retention, settings.ledger_archive, now), work
-            ):
+            for outcome in pool.map(lambda item: _apply(ledger, *item, retention, settings.ledger_archive, now), work):
                 setattr(summary, outcome, getattr(summary, outcome) + 1)
             if not token or budget == 0:
                 break
@@ -172,9 +168,7 @@ def _apply(
     return "removed" if retire(ledger, row.request_id, retention, archive=archive, now=now) else "kept"
 
 
-def retire(
-    ledger: LedgerStore, request_id: str, retention: float, *, archive: bool, now: datetime
-) -> bool:
+def retire(ledger: LedgerStore, request_id: str, retention: float, *, archive: bool, now: datetime) -> bool:
     """Remove one finished record past `retention`, its referrers first. False if it must stay."""
     got = ledger.read_raw(request_id)
     if got is None:

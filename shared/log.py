@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, TextIO
 
 SEVERITIES = ("DEBUG", "INFO", "NOTICE", "WARNING", "ERROR", "CRITICAL", "ALERT", "EMERGENCY")
@@ -44,7 +44,7 @@ class Logger:
         entry = {
             "severity": severity,
             "message": message,
-            "time": datetime.fromtimestamp(time.time(), timezone.utc).isoformat(),
+            "time": datetime.fromtimestamp(time.time(), UTC).isoformat(),
             **self._context,
             **fields,
         }

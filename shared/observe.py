@@ -44,9 +44,7 @@ class Applied:
     requeue_message_id: str | None = None
 
 
-def apply_observation(
-    ports: Ports, request_id: str, observation: Observation, log: Logger
-) -> Applied:
+def apply_observation(ports: Ports, request_id: str, observation: Observation, log: Logger) -> Applied:
     """Decide under compare-and-swap, then carry out what this call decided, and what earlier
     decisions left pending once their deciders are presumed dead."""
     policy = DecisionPolicy.from_settings(ports.settings)
@@ -108,9 +106,7 @@ def handle_job_event(
     try:
         entry = parse_log_entry(message.data)
     except IgnoredEntry as exc:
-        log.debug(
-            "ignored a message that is not a job log entry", event="ignored_event", reason=str(exc)
-        )
+        log.debug("ignored a message that is not a job log entry", event="ignored_event", reason=str(exc))
         return EventOutcome.IGNORED
     signal = classify(entry, patterns_from(settings))
     log = log.bind(job_id=entry.job_id, insert_id=entry.insert_id)

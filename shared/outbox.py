@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from shared.alerts import Alert
@@ -149,9 +149,7 @@ def alert_corrupt_record(ports: Ports, error: CorruptRecord, log: Logger) -> Non
     ports.ledger.note_corrupt(error.request_id)
 
 
-def publish_pending(
-    ports: Ports, record: RequestRecord, *, decided_here: bool, now: datetime
-) -> str | None:
+def publish_pending(ports: Ports, record: RequestRecord, *, decided_here: bool, now: datetime) -> str | None:
     """Publish the record's pending alerts and prune request, then clear the ones published.
 
     Returns a reason to look again when they are left to the delivery that decided them. Raises
@@ -205,7 +203,7 @@ def _pending_since(record: RequestRecord) -> datetime:
     moments = [parse_iso(alert["time"]) for alert in record.pending_alerts]
     if record.prune_pending and record.prune_requested_at:
         moments.append(parse_iso(record.prune_requested_at))
-    return max(moments, default=datetime.min.replace(tzinfo=timezone.utc))
+    return max(moments, default=datetime.min.replace(tzinfo=UTC))
 
 
 def attempt_envelope(request: dict[str, Any], attempt: int, location: str) -> dict[str, Any]:
@@ -218,9 +216,7 @@ def attempt_envelope(request: dict[str, Any], attempt: int, location: str) -> di
     return {**present, "attempt": attempt, "location": location}
 
 
-def publish_request_attempt(
-    ports: Ports, record: RequestRecord, attempt: int, location: str
-) -> str:
+def publish_request_attempt(ports: Ports, record: RequestRecord, attempt: int, location: str) -> str:
     """Publish attempt `attempt` to job-requests (submit's claim absorbs duplicates)."""
     envelope = attempt_envelope(record.request, attempt, location)
     return ports.publish(

@@ -74,9 +74,7 @@ def check_policy(request: JobRequest, settings: Settings) -> list[Violation]:
     """Every policy violation of a (possibly partially read) request."""
     out: list[Violation] = []
     if request.custom_job is not None:
-        out.extend(
-            check_custom_job(request.custom_job, request.job_path, request.request_id, settings)
-        )
+        out.extend(check_custom_job(request.custom_job, request.job_path, request.request_id, settings))
     if request.max_attempts is not None and request.max_attempts > settings.max_attempts_ceiling:
         out.append(
             Violation(
@@ -122,9 +120,7 @@ def _check_locations(request: JobRequest, settings: Settings) -> list[Violation]
     named = [("location", request.location)] if request.location else []
     named += [(f"locations[{i}]", loc) for i, loc in enumerate(request.locations)]
     return [
-        Violation(path, f"is {loc}; allowed regions: {', '.join(allowed)}")
-        for path, loc in named
-        if loc not in allowed
+        Violation(path, f"is {loc}; allowed regions: {', '.join(allowed)}") for path, loc in named if loc not in allowed
     ]
 
 

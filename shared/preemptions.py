@@ -90,9 +90,7 @@ def preempted_in_last_run(record: RequestRecord, n: int) -> bool:
     if not runs:
         return False
     last = max(runs)
-    return last in kit_runs(record, n, KIT_PREEMPTED_KEY) and last not in kit_runs(
-        record, n, KIT_FINISHED_KEY
-    )
+    return last in kit_runs(record, n, KIT_PREEMPTED_KEY) and last not in kit_runs(record, n, KIT_FINISHED_KEY)
 
 
 def last_run_ended_by_preemption(record: RequestRecord, n: int) -> None:
@@ -154,8 +152,7 @@ def count_preemptions(
                 "preemption_storm",
                 "WARNING",
                 now,
-                f"attempt {n} of {record.request_id} was preempted {counted} times "
-                f"(threshold {storm_threshold})",
+                f"attempt {n} of {record.request_id} was preempted {counted} times (threshold {storm_threshold})",
                 preemptions=counted,
                 threshold=storm_threshold,
             )

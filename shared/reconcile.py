@@ -142,9 +142,7 @@ def _requests_to_reconcile(
     token: str | None = None
     with ThreadPoolExecutor(INDEX_CHECKERS, thread_name_prefix="reconcile-index") as pool:
         while not summary.truncated:
-            entries, token = ledger.list_active(
-                page_size=page_size, page_token=token, start_at=summary.started_at
-            )
+            entries, token = ledger.list_active(page_size=page_size, page_token=token, start_at=summary.started_at)
             for entry, status in zip(entries, pool.map(lambda e: _status(ledger, e), entries)):
                 summary.listed += 1
                 if status is not _UNKNOWN and (status is None or not status.needs_reconcile):
@@ -194,9 +192,7 @@ INDEX_CHECKERS = 32
 _UNKNOWN = ListedRequest("", None, False)
 
 
-def _remove_stale(
-    ledger: LedgerStore, entry: ActiveEntry, status: ListedRequest | None, *, now: datetime
-) -> bool:
+def _remove_stale(ledger: LedgerStore, entry: ActiveEntry, status: ListedRequest | None, *, now: datetime) -> bool:
     try:
         return ledger.remove_stale_marker(entry, status, now=now)
     except Exception:  # noqa: BLE001 - a stale marker costs a read per pass until removed
@@ -254,9 +250,7 @@ def _reconcile(ports: Ports, record: RequestRecord, log: Logger) -> RequestResul
     return RequestResult("waiting" if applied.waiting else "observed", applied.events)
 
 
-def _republish(
-    ports: Ports, record: RequestRecord, claim: Attempt, log: Logger, held_for: float
-) -> RequestResult:
+def _republish(ports: Ports, record: RequestRecord, claim: Attempt, log: Logger, held_for: float) -> RequestResult:
     """Re-publish a claim that never got a job, counted in the ledger first (so two reconcile runs
     cannot both count one), at a growing interval. A request is never failed here: "Vertex said
     no" fails it in submit_job (a verdict on the create); a claim that only ever met a busy
@@ -302,9 +296,7 @@ def _republish(
     return RequestResult("claim_republished")
 
 
-def _alert_lookup_failed(
-    ports: Ports, record: RequestRecord, claim: Attempt, exc: Exception, log: Logger
-) -> None:
+def _alert_lookup_failed(ports: Ports, record: RequestRecord, claim: Attempt, exc: Exception, log: Logger) -> None:
     error = f"{type(exc).__name__}: {exc}"
     log.error(
         "could not look up the job of a stale claim; fix the cause, reconcile retries",
@@ -313,6 +305,7 @@ def _alert_lookup_failed(
         location=claim.location,
         error=error,
     )
+
     def lookup_alert(current: RequestRecord) -> Alert | None:
         attempt = current.attempt(claim.n)
         if attempt is None:
@@ -323,8 +316,7 @@ def _alert_lookup_failed(
             "lookup_failed",
             "ERROR",
             ports.clock(),
-            f"cannot look up the job of attempt {claim.n} of {current.request_id} in "
-            f"{claim.location}: {error}",
+            f"cannot look up the job of attempt {claim.n} of {current.request_id} in {claim.location}: {error}",
             error=error,
         )
 
@@ -365,9 +357,7 @@ def _seconds_since(moment: str) -> float:
     return (utcnow() - parse_iso(moment)).total_seconds()
 
 
-def _settle_claim(
-    ports: Ports, record: RequestRecord, claim: Attempt, log: Logger
-) -> RequestResult:
+def _settle_claim(ports: Ports, record: RequestRecord, claim: Attempt, log: Logger) -> RequestResult:
     """A claim without a job: leave a young one to its submit; settle an abandoned one."""
     held_for = (ports.clock() - parse_iso(claim.claimed_at)).total_seconds()
     if held_for < ports.settings.claim_lease_seconds:
@@ -375,9 +365,7 @@ def _settle_claim(
     client = ports.job_service(claim.location)
     parent = parent_path(ports.settings.project, claim.location)
     try:
-        job = find_attempt_job(
-            client, parent, record.request_id, claim.n, ports.settings.deployment_label
-        )
+        job = find_attempt_job(client, parent, record.request_id, claim.n, ports.settings.deployment_label)
     except Exception as exc:
         if is_retryable(exc):
             raise

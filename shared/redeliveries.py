@@ -36,9 +36,7 @@ def publish_what_is_pending(
             raise TransientError(waiting)
 
 
-def record_conflict(
-    record: RequestRecord, envelope: dict[str, Any], ports: Ports
-) -> tuple[RequestRecord, bool]:
+def record_conflict(record: RequestRecord, envelope: dict[str, Any], ports: Ports) -> tuple[RequestRecord, bool]:
     """The same request id published with another body: the first is kept, and the publisher is
     told once per distinct body (an alert naming both bodies' digests), through the outbox.
     Returns the record and whether this delivery decided the alert."""
@@ -70,9 +68,7 @@ def body_digest(envelope: dict[str, Any]) -> str:
     return hashlib.sha256(canonical).hexdigest()[:16]
 
 
-def replayed_without_a_record(
-    message: Message, envelope: dict[str, Any], log: Logger, ports: Ports
-) -> bool:
+def replayed_without_a_record(message: Message, envelope: dict[str, Any], log: Logger, ports: Ports) -> bool:
     """A message old enough to be a replay (a topic seek, a republish after an outage) whose
     request has no ledger document: if the document was lost (deleted by an operator or a
     lifecycle rule), jobs with the request's labels exist, and claiming afresh would start

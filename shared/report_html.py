@@ -46,9 +46,18 @@ svg{display:block;margin:6px 0;max-width:100%}svg text{font:11px system-ui,sans-
 .note{color:#59636e;font-size:12px}
 """
 COLORS = {
-    "SPOT": "#54aeff", "STANDARD": "#8250df", "FLEX_START": "#bf8700", "run": "#4ac26b",
-    "run-failed": "#ff8182", "preemption": "#cf222e", "checkpoint": "#1f2328", "pruned": "#afb8c1",
-    "succeeded": "#1a7f37", "failed": "#cf222e", "requeued": "#bf8700", "gave_up": "#cf222e",
+    "SPOT": "#54aeff",
+    "STANDARD": "#8250df",
+    "FLEX_START": "#bf8700",
+    "run": "#4ac26b",
+    "run-failed": "#ff8182",
+    "preemption": "#cf222e",
+    "checkpoint": "#1f2328",
+    "pruned": "#afb8c1",
+    "succeeded": "#1a7f37",
+    "failed": "#cf222e",
+    "requeued": "#bf8700",
+    "gave_up": "#cf222e",
     "cancelled": "#59636e",
 }
 
@@ -107,9 +116,7 @@ def _render_totals(summary: Mapping[str, Any]) -> str:
         _tile("cost_spot_usd", "estimated cost as run (Spot)", f"${summary['cost_spot_usd']:,.2f}"),
         _tile("cost_on_demand_usd", "the same work on demand", f"${summary['cost_on_demand_usd']:,.2f}"),
     ]
-    outcome_rows = "".join(
-        f'<tr><td>{_e(k)}</td><td class="num">{v}</td></tr>' for k, v in summary["outcomes"].items()
-    )
+    outcome_rows = "".join(f'<tr><td>{_e(k)}</td><td class="num">{v}</td></tr>' for k, v in summary["outcomes"].items())
     machine_rows = "".join(
         f'<tr data-mark="machine-preemptions"><td>{_e(r["machine_type"])}</td><td>{_e(r["location"])}</td>'
         f'<td class="num">{r["preemptions"]}</td></tr>'
@@ -118,13 +125,17 @@ def _render_totals(summary: Mapping[str, Any]) -> str:
     info = table_info()
     steps = ""
     if summary["steps_computed"] is not None:
-        steps = (f'<p>Training steps: {summary["steps_useful"]} useful of {summary["steps_computed"]} computed, '
-                 f'{summary["steps_lost"]} lost to preemption.</p>')
+        steps = (
+            f"<p>Training steps: {summary['steps_useful']} useful of {summary['steps_computed']} computed, "
+            f"{summary['steps_lost']} lost to preemption.</p>"
+        )
     savings = f" ({summary['savings_pct']}% less on Spot)" if summary["savings_pct"] is not None else ""
-    unpriced = (f' Not priced (not in the table): {_e(", ".join(summary["unpriced"]))}.'
-                if summary["unpriced"] else "")
+    unpriced = f" Not priced (not in the table): {_e(', '.join(summary['unpriced']))}." if summary["unpriced"] else ""
     return (
-        '<section id="totals"><h2>Totals</h2><div class="tiles">' + "".join(tiles) + "</div>" + steps
+        '<section id="totals"><h2>Totals</h2><div class="tiles">'
+        + "".join(tiles)
+        + "</div>"
+        + steps
         + f"<p>Estimated cost{savings}: {_e(summary['cost_basis'])}; Spot attempts at the Spot price, "
         f"others at the on-demand price. Prices as of {_e(info['as_of'])} ({_e(info['name'])}).{unpriced}</p>"
         + f'<p class="note">{_e(info.get("caveat", ""))}</p>'
@@ -136,12 +147,21 @@ def _render_totals(summary: Mapping[str, Any]) -> str:
 
 
 def _legend() -> str:
-    items = [("SPOT", "Spot attempt"), ("STANDARD", "on-demand attempt"), ("run", "run between restarts"),
-             ("preemption", "preemption"), ("checkpoint", "checkpoint committed"),
-             ("pruned", "checkpoint pruned")]
-    return '<p class="legend">' + "".join(
-        f'<span><i class="sw" style="background:{COLORS[key]}"></i>{_e(label)}</span>' for key, label in items
-    ) + "</p>"
+    items = [
+        ("SPOT", "Spot attempt"),
+        ("STANDARD", "on-demand attempt"),
+        ("run", "run between restarts"),
+        ("preemption", "preemption"),
+        ("checkpoint", "checkpoint committed"),
+        ("pruned", "checkpoint pruned"),
+    ]
+    return (
+        '<p class="legend">'
+        + "".join(
+            f'<span><i class="sw" style="background:{COLORS[key]}"></i>{_e(label)}</span>' for key, label in items
+        )
+        + "</p>"
+    )
 
 
 def _render_request(view: RequestView, now: datetime) -> str:
@@ -149,11 +169,15 @@ def _render_request(view: RequestView, now: datetime) -> str:
     status = view.status.lower()
     raw = view.raw
     locations = (raw.get("request") or {}).get("locations") or [(raw.get("request") or {}).get("location")]
-    facts = (f"{machine_type} × {replicas} · {', '.join(str(x) for x in locations if x) or '-'} · "
-             f"created {raw.get('created_at', '-')} · finished {raw.get('finished_at') or '-'}")
-    head = (f'<section class="request" data-request-id="{_e(view.request_id)}" data-status="{_e(status)}">'
-            f'<h2>{_e(view.request_id)}<span class="status s-{_e(status)}">{_e(status)}</span></h2>'
-            f'<p class="facts">{_e(facts)}</p>')
+    facts = (
+        f"{machine_type} × {replicas} · {', '.join(str(x) for x in locations if x) or '-'} · "
+        f"created {raw.get('created_at', '-')} · finished {raw.get('finished_at') or '-'}"
+    )
+    head = (
+        f'<section class="request" data-request-id="{_e(view.request_id)}" data-status="{_e(status)}">'
+        f'<h2>{_e(view.request_id)}<span class="status s-{_e(status)}">{_e(status)}</span></h2>'
+        f'<p class="facts">{_e(facts)}</p>'
+    )
     return head + _timeline(view, now) + _attempt_table(view) + "</section>"
 
 
@@ -180,29 +204,39 @@ def _timeline(view: RequestView, now: datetime) -> str:
 
     lanes = 1 + (len(step_rows) if step_rows else (1 if view.checkpoints else 0))
     height = 24 + lanes * LANE_HEIGHT + (18 if has_steps else 0) + 8
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{SVG_WIDTH}" height="{height}" '
-           f'viewBox="0 0 {SVG_WIDTH} {height}" role="img" aria-label="timeline of {_e(view.request_id)}">']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{SVG_WIDTH}" height="{height}" '
+        f'viewBox="0 0 {SVG_WIDTH} {height}" role="img" aria-label="timeline of {_e(view.request_id)}">'
+    ]
     out.append(f'<text x="{LABEL_WIDTH}" y="12">{_e(t0.isoformat(timespec="seconds"))}</text>')
-    out.append(f'<text x="{SVG_WIDTH - 20}" y="12" text-anchor="end">{_e(t1.isoformat(timespec="seconds"))} '
-               f'({span:,.0f} s)</text>')
+    out.append(
+        f'<text x="{SVG_WIDTH - 20}" y="12" text-anchor="end">{_e(t1.isoformat(timespec="seconds"))} '
+        f"({span:,.0f} s)</text>"
+    )
     y = 20
     out.append(f'<text x="4" y="{y + 15}">attempts (time)</text>')
     for attempt in view.attempts:
         x0, x1 = tx(attempt.start), tx(attempt.end or now)
         color = COLORS.get(attempt.strategy, COLORS["STANDARD"])
         outcome = str(attempt.get("outcome") or "running")
-        tip = (f"attempt {attempt.n}: {attempt.strategy} in {attempt.get('location')}, "
-               f"{attempt.preemptions} preemption(s), {outcome}")
-        out.append(f'<rect data-mark="attempt" data-attempt="{attempt.n}" data-strategy="{_e(attempt.strategy)}" '
-                   f'data-outcome="{_e(outcome)}" x="{x0:.1f}" y="{y + 3}" width="{max(x1 - x0, 3):.1f}" height="18" '
-                   f'rx="3" fill="{color}"><title>{_e(tip)}</title></rect>')
+        tip = (
+            f"attempt {attempt.n}: {attempt.strategy} in {attempt.get('location')}, "
+            f"{attempt.preemptions} preemption(s), {outcome}"
+        )
+        out.append(
+            f'<rect data-mark="attempt" data-attempt="{attempt.n}" data-strategy="{_e(attempt.strategy)}" '
+            f'data-outcome="{_e(outcome)}" x="{x0:.1f}" y="{y + 3}" width="{max(x1 - x0, 3):.1f}" height="18" '
+            f'rx="3" fill="{color}"><title>{_e(tip)}</title></rect>'
+        )
         out.append(f'<text x="{x0 + 4:.1f}" y="{y + 16}">#{attempt.n} {_e(attempt.strategy)}</text>')
         if not attempt.runs and attempt.preemptions:  # times unknown: spread over the bar
             for i in range(attempt.preemptions):
                 px = x0 + (x1 - x0) * (i + 1) / (attempt.preemptions + 1)
-                out.append(f'<line data-mark="preemption" data-attempt="{attempt.n}" x1="{px:.1f}" x2="{px:.1f}" '
-                           f'y1="{y + 1}" y2="{y + 23}" stroke="{COLORS["preemption"]}" stroke-width="2">'
-                           f"<title>preemption {i + 1} of attempt {attempt.n} (time not recorded)</title></line>")
+                out.append(
+                    f'<line data-mark="preemption" data-attempt="{attempt.n}" x1="{px:.1f}" x2="{px:.1f}" '
+                    f'y1="{y + 1}" y2="{y + 23}" stroke="{COLORS["preemption"]}" stroke-width="2">'
+                    f"<title>preemption {i + 1} of attempt {attempt.n} (time not recorded)</title></line>"
+                )
         if attempt.get("outcome"):
             out.append(_outcome_mark(x1, y + 12, str(attempt.get("outcome")), attempt.n))
     y += LANE_HEIGHT
@@ -212,13 +246,17 @@ def _timeline(view: RequestView, now: datetime) -> str:
             for index, run in enumerate(attempt.runs):
                 x0, x1 = sx(run.start_step), sx(run.end_step)
                 color = COLORS["run-failed"] if run.failed else COLORS["run"]
-                out.append(f'<rect data-mark="run" data-attempt="{attempt.n}" data-run="{run.run}" x="{x0:.1f}" '
-                           f'y="{y + 5}" width="{max(x1 - x0, 2):.1f}" height="14" fill="{color}" opacity="0.8">'
-                           f"<title>run {run.run}: steps {run.start_step}–{run.end_step}</title></rect>")
+                out.append(
+                    f'<rect data-mark="run" data-attempt="{attempt.n}" data-run="{run.run}" x="{x0:.1f}" '
+                    f'y="{y + 5}" width="{max(x1 - x0, 2):.1f}" height="14" fill="{color}" opacity="0.8">'
+                    f"<title>run {run.run}: steps {run.start_step}–{run.end_step}</title></rect>"
+                )
                 if index < attempt.preemptions:
-                    out.append(f'<line data-mark="preemption" data-attempt="{attempt.n}" x1="{x1:.1f}" x2="{x1:.1f}" '
-                               f'y1="{y + 1}" y2="{y + 23}" stroke="{COLORS["preemption"]}" stroke-width="2">'
-                               f"<title>preempted at step {run.end_step}</title></line>")
+                    out.append(
+                        f'<line data-mark="preemption" data-attempt="{attempt.n}" x1="{x1:.1f}" x2="{x1:.1f}" '
+                        f'y1="{y + 1}" y2="{y + 23}" stroke="{COLORS["preemption"]}" stroke-width="2">'
+                        f"<title>preempted at step {run.end_step}</title></line>"
+                    )
                 for name, step in run.checkpoints:
                     out.append(_checkpoint_mark(sx(step), y, name, step, _checkpoint_state(view, name), attempt.n))
             y += LANE_HEIGHT
@@ -234,8 +272,10 @@ def _timeline(view: RequestView, now: datetime) -> str:
         out.append(f'<text x="{SVG_WIDTH - 20}" y="{y + 12}" text-anchor="end">step {max_step}</text>')
     out.append("</svg>")
     if pruned:
-        out.append(f'<p class="note" data-mark="pruning" data-pruned="{len(pruned)}">Pruning deleted '
-                   f'{len(pruned)} checkpoint(s); {len(view.checkpoints) - len(pruned)} kept.</p>')
+        out.append(
+            f'<p class="note" data-mark="pruning" data-pruned="{len(pruned)}">Pruning deleted '
+            f"{len(pruned)} checkpoint(s); {len(view.checkpoints) - len(pruned)} kept.</p>"
+        )
     return "".join(out)
 
 
@@ -249,15 +289,19 @@ def _checkpoint_state(view: RequestView, name: str) -> str:
 def _checkpoint_mark(x: float, y: float, name: str, step: int, state: str, attempt: int | None) -> str:
     color = COLORS["pruned"] if state == "pruned" else COLORS["checkpoint"]
     attempt_attr = f' data-attempt="{attempt}"' if attempt is not None else ""
-    return (f'<path data-mark="checkpoint" data-state="{_e(state)}"{attempt_attr} '
-            f'd="M{x:.1f} {y + 20} l-4 5 h8 z" fill="{color}"><title>checkpoint {_e(name)} at step {step} '
-            f"({_e(state)})</title></path>")
+    return (
+        f'<path data-mark="checkpoint" data-state="{_e(state)}"{attempt_attr} '
+        f'd="M{x:.1f} {y + 20} l-4 5 h8 z" fill="{color}"><title>checkpoint {_e(name)} at step {step} '
+        f"({_e(state)})</title></path>"
+    )
 
 
 def _outcome_mark(x: float, y: float, outcome: str, attempt: int) -> str:
     color = COLORS.get(outcome, "#59636e")
-    return (f'<circle data-mark="outcome" data-attempt="{attempt}" data-outcome="{_e(outcome)}" cx="{x:.1f}" '
-            f'cy="{y}" r="5" fill="{color}" stroke="#fff"><title>attempt {attempt}: {_e(outcome)}</title></circle>')
+    return (
+        f'<circle data-mark="outcome" data-attempt="{attempt}" data-outcome="{_e(outcome)}" cx="{x:.1f}" '
+        f'cy="{y}" r="5" fill="{color}" stroke="#fff"><title>attempt {attempt}: {_e(outcome)}</title></circle>'
+    )
 
 
 def _attempt_table(view: RequestView) -> str:
@@ -266,15 +310,32 @@ def _attempt_table(view: RequestView) -> str:
         error = attempt.get("error") or {}
         extra = "; ".join(f"{k}: {v}" for k, v in sorted(attempt.extra.items()))
         cells = [
-            attempt.n, attempt.get("location", "-"), attempt.strategy,
-            str(attempt.get("state") or "-").removeprefix("JOB_STATE_"), attempt.preemptions,
-            len(attempt.runs) if attempt.runs else "-", attempt.get("claimed_at") or "-",
-            attempt.get("ended_at") or "-", attempt.get("outcome") or "-",
-            (error.get("message") if isinstance(error, Mapping) else error) or "-", extra or "-",
+            attempt.n,
+            attempt.get("location", "-"),
+            attempt.strategy,
+            str(attempt.get("state") or "-").removeprefix("JOB_STATE_"),
+            attempt.preemptions,
+            len(attempt.runs) if attempt.runs else "-",
+            attempt.get("claimed_at") or "-",
+            attempt.get("ended_at") or "-",
+            attempt.get("outcome") or "-",
+            (error.get("message") if isinstance(error, Mapping) else error) or "-",
+            extra or "-",
         ]
         rows.append("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
     if not rows:
         return ""
-    head = ("N", "location", "strategy", "state", "preemptions", "runs", "claimed", "ended", "outcome",
-            "error", "other")
-    return ("<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>" + "".join(rows) + "</table>")
+    head = (
+        "N",
+        "location",
+        "strategy",
+        "state",
+        "preemptions",
+        "runs",
+        "claimed",
+        "ended",
+        "outcome",
+        "error",
+        "other",
+    )
+    return "<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>" + "".join(rows) + "</table>"

@@ -20,9 +20,22 @@ from shared.clock import parse_rfc3339, utcnow
 from shared.prices import Prices
 
 KNOWN_ATTEMPT_FIELDS = {
-    "n", "location", "strategy", "claimed_at", "job", "state", "created_at", "started_at",
-    "ended_at", "state_changed_at", "preemptions", "republished", "republished_at", "error",
-    "outcome", "create_sent_at",
+    "n",
+    "location",
+    "strategy",
+    "claimed_at",
+    "job",
+    "state",
+    "created_at",
+    "started_at",
+    "ended_at",
+    "state_changed_at",
+    "preemptions",
+    "republished",
+    "republished_at",
+    "error",
+    "outcome",
+    "create_sent_at",
 }
 
 
@@ -125,8 +138,11 @@ def _run_view(data: Mapping[str, Any]) -> RunView:
     if isinstance(checkpoints, Mapping):  # {name: step} or {name: (step, bytes)}
         pairs = [(str(name), int(v[0] if isinstance(v, (list, tuple)) else v)) for name, v in checkpoints.items()]
     else:
-        pairs = [(str(c.get("checkpoint") or c.get("name")), int(c["step"])) for c in checkpoints
-                 if isinstance(c, Mapping) and isinstance(c.get("step"), int)]
+        pairs = [
+            (str(c.get("checkpoint") or c.get("name")), int(c["step"]))
+            for c in checkpoints
+            if isinstance(c, Mapping) and isinstance(c.get("step"), int)
+        ]
     return RunView(
         run=int(data.get("run", 0)),
         start_step=data.get("start_step"),
@@ -225,12 +241,17 @@ def totals(
         "cost_on_demand_usd": round(on_demand, 2),
         "savings_pct": round(100.0 * (1 - spot / on_demand), 1) if on_demand else None,
         "unpriced": sorted(unpriced),
-        "prices": {key: {"spot_per_hour": p.spot_per_hour, "on_demand_per_hour": p.on_demand_per_hour}
-                   for key, p in sorted(priced.items())},
+        "prices": {
+            key: {"spot_per_hour": p.spot_per_hour, "on_demand_per_hour": p.on_demand_per_hour}
+            for key, p in sorted(priced.items())
+        },
         "preemptions_by_machine": [
             {"machine_type": mt, "location": loc, "preemptions": count}
             for (mt, loc), count in sorted(by_machine.items())
         ],
-        "cost_basis": (f"each training step priced as {seconds_per_step:.0f} s of machine time"
-                       if seconds_per_step else "machine time from each attempt's start to its end"),
+        "cost_basis": (
+            f"each training step priced as {seconds_per_step:.0f} s of machine time"
+            if seconds_per_step
+            else "machine time from each attempt's start to its end"
+        ),
     }

@@ -30,7 +30,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from shared.attempts import FALLBACK_STRATEGIES
@@ -159,9 +159,7 @@ def read_request(
         schedule_time = attributes.get(SCHEDULE_TIME_ATTRIBUTE)
         request, violations = _read_bare(body, attribute_id, schedule_time, published_at)
         if requeue:
-            found.append(
-                Violation(f"attributes.{ORIGIN_ATTRIBUTE}", "marks a re-queue, which is an envelope")
-            )
+            found.append(Violation(f"attributes.{ORIGIN_ATTRIBUTE}", "marks a re-queue, which is an envelope"))
     return request, [*found, *violations]
 
 
@@ -175,18 +173,14 @@ def derived_request_id(body: Mapping[str, Any], scheduled: datetime | None) -> s
     retry or a scheduler's double fire is a new message with the same content and minute, and
     must not start a second job. The same body in another minute is another request."""
     digest = hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
-    minute = (scheduled or utcnow()).astimezone(timezone.utc).strftime("%Y%m%d%H%M")
+    minute = (scheduled or utcnow()).astimezone(UTC).strftime("%Y%m%d%H%M")
     return f"req-{digest.hexdigest()[:16]}-{minute}"
 
 
-def _decode_body(
-    data: bytes, max_bytes: int, allowance: int
-) -> tuple[dict[str, Any], Violation | None]:
+def _decode_body(data: bytes, max_bytes: int, allowance: int) -> tuple[dict[str, Any], Violation | None]:
     if not data or not data.strip():
         return {}, Violation(BODY, "is empty; expected a JSON object (a job request)")
-    if len(data) > max_bytes and not (
-        len(data) <= allowance * max_bytes and _is_requeue(data)
-    ):
+    if len(data) > max_bytes and not (len(data) <= allowance * max_bytes and _is_requeue(data)):
         return {}, Violation(BODY, f"is {len(data)} bytes; at most {max_bytes} are accepted")
     try:
         body = json.loads(data.decode("utf-8"))
@@ -221,17 +215,13 @@ def _read_bare(
     else:
         scheduled = parse_rfc3339(schedule_time) if schedule_time is not None else published_at
         if schedule_time is not None and scheduled is None:
-            violations.append(
-                Violation(f"attributes.{SCHEDULE_TIME_ATTRIBUTE}", "is not an RFC 3339 time")
-            )
+            violations.append(Violation(f"attributes.{SCHEDULE_TIME_ATTRIBUTE}", "is not an RFC 3339 time"))
         request_id = derived_request_id(body, scheduled)
     custom_job = read_custom_job(body, "", violations)
     return JobRequest(request_id, custom_job, "bare"), violations
 
 
-def _read_envelope(
-    body: dict[str, Any], attribute_id: str | None, requeue: bool
-) -> tuple[JobRequest, list[Violation]]:
+def _read_envelope(body: dict[str, Any], attribute_id: str | None, requeue: bool) -> tuple[JobRequest, list[Violation]]:
     violations: list[Violation] = []
     if not requeue:
         for key in SYSTEM_FIELDS:
@@ -255,18 +245,10 @@ def _read_envelope(
             )
     version = body.get("schema_version", ENVELOPE_SCHEMA_VERSION)
     if version != ENVELOPE_SCHEMA_VERSION or isinstance(version, bool):
-        violations.append(
-            Violation(
-                "schema_version", f"is {version!r}; this version reads {ENVELOPE_SCHEMA_VERSION}"
-            )
-        )
+        violations.append(Violation("schema_version", f"is {version!r}; this version reads {ENVELOPE_SCHEMA_VERSION}"))
     request_id = _checked_request_id(body.get("request_id"), "request_id", violations)
     if request_id and attribute_id is not None and attribute_id != request_id:
-        violations.append(
-            Violation(
-                "attributes.request_id", f"is {attribute_id!r} but the body says {request_id!r}"
-            )
-        )
+        violations.append(Violation("attributes.request_id", f"is {attribute_id!r} but the body says {request_id!r}"))
     custom_job = None
     if body.get("custom_job") is None:
         violations.append(Violation("custom_job", "is required (a CustomJob in Vertex REST JSON)"))
@@ -319,13 +301,9 @@ def _read_locations(value: object, violations: list[Violation]) -> tuple[str, ..
     if value is None or value == []:  # the canonical envelope writes [] for "no failover"
         return ()
     if not isinstance(value, list):
-        violations.append(
-            Violation("locations", "must be a list of regions in failover order")
-        )
+        violations.append(Violation("locations", "must be a list of regions in failover order"))
         return ()
-    locations = [
-        _read_location(item, f"locations[{i}]", violations) for i, item in enumerate(value)
-    ]
+    locations = [_read_location(item, f"locations[{i}]", violations) for i, item in enumerate(value)]
     if len(set(locations)) != len(locations):
         violations.append(Violation("locations", "lists a region more than once"))
     return tuple(loc for loc in locations if loc)
@@ -344,9 +322,7 @@ def _read_fallback(value: object, violations: list[Violation]) -> Fallback | Non
     if value is None:
         return None
     if not isinstance(value, dict):
-        violations.append(
-            Violation("fallback", 'expected {"after_spot_attempts": k, "strategy": "STANDARD"}')
-        )
+        violations.append(Violation("fallback", 'expected {"after_spot_attempts": k, "strategy": "STANDARD"}'))
         return None
     for key in value:
         if key not in ("after_spot_attempts", "strategy"):
@@ -356,18 +332,12 @@ def _read_fallback(value: object, violations: list[Violation]) -> Fallback | Non
                     "unknown field; expected after_spot_attempts, strategy",
                 )
             )
-    after = _read_int(
-        value.get("after_spot_attempts"), "fallback.after_spot_attempts", 0, violations
-    )
+    after = _read_int(value.get("after_spot_attempts"), "fallback.after_spot_attempts", 0, violations)
     if "after_spot_attempts" not in value:
         violations.append(Violation("fallback.after_spot_attempts", "is required"))
     strategy = value.get("strategy", "STANDARD")
     if strategy not in FALLBACK_STRATEGIES:
-        violations.append(
-            Violation(
-                "fallback.strategy", f"is {strategy!r}; allowed: {', '.join(FALLBACK_STRATEGIES)}"
-            )
-        )
+        violations.append(Violation("fallback.strategy", f"is {strategy!r}; allowed: {', '.join(FALLBACK_STRATEGIES)}"))
         return None
     return Fallback(after, strategy) if after is not None else None
 
@@ -380,18 +350,14 @@ def _read_keep_last(value: object, violations: list[Violation]) -> int | None:
         return None
     for key in value:
         if key != "keep_last":
-            violations.append(
-                Violation(field_path("checkpoints", key), "unknown field; expected keep_last")
-            )
+            violations.append(Violation(field_path("checkpoints", key), "unknown field; expected keep_last"))
     return _read_int(value.get("keep_last"), "checkpoints.keep_last", 1, violations)
 
 
 # The canonical envelope (shared with the events function).
 
 
-def canonical_envelope(
-    request: JobRequest, *, default_location: str, default_max_attempts: int
-) -> dict[str, Any]:
+def canonical_envelope(request: JobRequest, *, default_location: str, default_max_attempts: int) -> dict[str, Any]:
     """The normalized request stored as `record.request` and re-published on re-queue.
 
     Defaults are resolved here so every reader sees the same values: `location` is the first

@@ -62,13 +62,9 @@ class Settings:
     deployment: str = _env("SPOTJOBS_DEPLOYMENT", "")
 
     # Request policy: what a publisher may ask for.
-    allowed_machine_families: tuple[str, ...] = _env(
-        "SPOTJOBS_ALLOWED_MACHINE_FAMILIES", ("a2", "a3"), kind="list"
-    )
+    allowed_machine_families: tuple[str, ...] = _env("SPOTJOBS_ALLOWED_MACHINE_FAMILIES", ("a2", "a3"), kind="list")
     allowed_image_prefixes: tuple[str, ...] = _env("SPOTJOBS_ALLOWED_IMAGE_PREFIXES", (), kind="list")
-    allowed_service_accounts: tuple[str, ...] = _env(
-        "SPOTJOBS_ALLOWED_SERVICE_ACCOUNTS", (), kind="list"
-    )
+    allowed_service_accounts: tuple[str, ...] = _env("SPOTJOBS_ALLOWED_SERVICE_ACCOUNTS", (), kind="list")
     max_replicas_per_pool: int = _env("SPOTJOBS_MAX_REPLICAS_PER_POOL", 8, kind="int")
     max_accelerators_per_replica: int = _env("SPOTJOBS_MAX_ACCELERATORS_PER_REPLICA", 8, kind="int")
     default_max_attempts: int = _env("SPOTJOBS_DEFAULT_MAX_ATTEMPTS", 3, kind="int")
@@ -81,9 +77,7 @@ class Settings:
     max_timeout_seconds: int = _env("SPOTJOBS_MAX_TIMEOUT_SECONDS", 7 * 86400, kind="int")
     max_boot_disk_gb: int = _env("SPOTJOBS_MAX_BOOT_DISK_GB", 1000, kind="int")
     # Fallback strategies a request may ask for (STANDARD, FLEX_START); empty = Spot only.
-    allowed_fallback_strategies: tuple[str, ...] = _env(
-        "SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES", (), kind="list"
-    )
+    allowed_fallback_strategies: tuple[str, ...] = _env("SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES", (), kind="list")
     # Spot attempts a request must make before its fallback may start.
     min_spot_attempts: int = _env("SPOTJOBS_MIN_SPOT_ATTEMPTS", 1, kind="int")
     # Regions a request may name in location/locations; empty = any region.
@@ -91,14 +85,10 @@ class Settings:
     # Opt-ins: CustomJob fields outside the base allowlist, each refused until its setting allows
     # values. Resource names match exactly, or under an entry ending in "/" (a path prefix).
     allowed_networks: tuple[str, ...] = _env("SPOTJOBS_ALLOWED_NETWORKS", (), kind="list")
-    allowed_network_attachments: tuple[str, ...] = _env(
-        "SPOTJOBS_ALLOWED_NETWORK_ATTACHMENTS", (), kind="list"
-    )
+    allowed_network_attachments: tuple[str, ...] = _env("SPOTJOBS_ALLOWED_NETWORK_ATTACHMENTS", (), kind="list")
     allow_web_access: bool = _env("SPOTJOBS_ALLOW_WEB_ACCESS", False, kind="bool")
     allowed_mount_servers: tuple[str, ...] = _env("SPOTJOBS_ALLOWED_MOUNT_SERVERS", (), kind="list")
-    allowed_persistent_resources: tuple[str, ...] = _env(
-        "SPOTJOBS_ALLOWED_PERSISTENT_RESOURCES", (), kind="list"
-    )
+    allowed_persistent_resources: tuple[str, ...] = _env("SPOTJOBS_ALLOWED_PERSISTENT_RESOURCES", (), kind="list")
     allowed_reservations: tuple[str, ...] = _env("SPOTJOBS_ALLOWED_RESERVATIONS", (), kind="list")
     allowed_kms_keys: tuple[str, ...] = _env("SPOTJOBS_ALLOWED_KMS_KEYS", (), kind="list")
     allowed_tensorboards: tuple[str, ...] = _env("SPOTJOBS_ALLOWED_TENSORBOARDS", (), kind="list")
@@ -119,15 +109,11 @@ class Settings:
     preemption_patterns: tuple[str, ...] = _env(
         "SPOTJOBS_PREEMPTION_PATTERNS", _DEFAULT_PREEMPTION_PATTERNS, kind="list"
     )
-    stockout_patterns: tuple[str, ...] = _env(
-        "SPOTJOBS_STOCKOUT_PATTERNS", _DEFAULT_STOCKOUT_PATTERNS, kind="list"
-    )
+    stockout_patterns: tuple[str, ...] = _env("SPOTJOBS_STOCKOUT_PATTERNS", _DEFAULT_STOCKOUT_PATTERNS, kind="list")
     preemption_storm_threshold: int = _env("SPOTJOBS_PREEMPTION_STORM_THRESHOLD", 4, kind="int")
     requeue_delay_seconds: float = _env("SPOTJOBS_REQUEUE_DELAY_SECONDS", 0.0, kind="float")
     # A published re-queue still unclaimed after this was lost (dead-lettered): reconcile resends it.
-    unclaimed_requeue_seconds: float = _env(
-        "SPOTJOBS_UNCLAIMED_REQUEUE_SECONDS", 900.0, kind="float"
-    )
+    unclaimed_requeue_seconds: float = _env("SPOTJOBS_UNCLAIMED_REQUEUE_SECONDS", 900.0, kind="float")
     stuck_after_seconds: float = _env("SPOTJOBS_STUCK_AFTER_SECONDS", 6 * 3600.0, kind="float")
     log_level: str = _env("SPOTJOBS_LOG_LEVEL", "INFO")
     # Re-publishes of a claim that never got a job before reconcile alerts (it keeps re-publishing:
@@ -140,9 +126,7 @@ class Settings:
     reconcile_requests_per_run: int = _env("SPOTJOBS_RECONCILE_REQUESTS_PER_RUN", 2000, kind="int")
     # A finished request's ledger record is removed this long after it finished (0: kept forever;
     # never less than 32 days, see shared/ledger_retention.py), archived first unless turned off.
-    ledger_retention_seconds: float = _env(
-        "SPOTJOBS_LEDGER_RETENTION_SECONDS", 90 * 86400.0, kind="float"
-    )
+    ledger_retention_seconds: float = _env("SPOTJOBS_LEDGER_RETENTION_SECONDS", 90 * 86400.0, kind="float")
     ledger_archive: bool = _env("SPOTJOBS_LEDGER_ARCHIVE", True, kind="bool")
 
     # Retraining triggers (shared/triggers/): a window closes at the first tick at least this long
@@ -155,13 +139,9 @@ class Settings:
     keep_last: int = _env("SPOTJOBS_KEEP_LAST", 2, kind="int")
     keep_last_ceiling: int = _env("SPOTJOBS_KEEP_LAST_CEILING", 20, kind="int")
     incomplete_grace_seconds: float = _env("SPOTJOBS_INCOMPLETE_GRACE_SECONDS", 3600.0, kind="float")
-    finished_retention_seconds: float = _env(
-        "SPOTJOBS_FINISHED_RETENTION_SECONDS", 7 * 86400.0, kind="float"
-    )
+    finished_retention_seconds: float = _env("SPOTJOBS_FINISHED_RETENTION_SECONDS", 7 * 86400.0, kind="float")
     keep_final_checkpoint: bool = _env("SPOTJOBS_KEEP_FINAL_CHECKPOINT", True, kind="bool")
-    commit_markers: tuple[str, ...] = _env(
-        "SPOTJOBS_COMMIT_MARKERS", _DEFAULT_COMMIT_MARKERS, kind="list"
-    )
+    commit_markers: tuple[str, ...] = _env("SPOTJOBS_COMMIT_MARKERS", _DEFAULT_COMMIT_MARKERS, kind="list")
     prune_workers: int = _env("SPOTJOBS_PRUNE_WORKERS", 32, kind="int")
     prune_requests_per_run: int = _env("SPOTJOBS_PRUNE_REQUESTS_PER_RUN", 2000, kind="int")
 
@@ -216,9 +196,7 @@ class Settings:
         """How long after its claim a delivery may still send the create: later, the create could
         still be in flight when the lease ends and a redelivery takes over and creates a second
         job."""
-        return self.claim_lease_seconds - self.create_timeout_seconds * (
-            1 + CREATE_MARGIN_FRACTION
-        )
+        return self.claim_lease_seconds - self.create_timeout_seconds * (1 + CREATE_MARGIN_FRACTION)
 
     def _check_patterns(self) -> None:
         """A bad pattern fails the instance at its first delivery (redelivered, then dead-lettered,
@@ -247,8 +225,7 @@ class Settings:
         timeout, lease = self.create_timeout_seconds, self.claim_lease_seconds
         if timeout <= 0:
             raise ConfigurationError(
-                f"SPOTJOBS_CREATE_TIMEOUT_SECONDS={timeout} and SPOTJOBS_CLAIM_LEASE_SECONDS="
-                f"{lease} must be positive"
+                f"SPOTJOBS_CREATE_TIMEOUT_SECONDS={timeout} and SPOTJOBS_CLAIM_LEASE_SECONDS={lease} must be positive"
             )
         if lease < 2 * timeout:
             raise ConfigurationError(

@@ -77,17 +77,13 @@ def check_transition(current: RequestRecord | None, proposed: RequestRecord) -> 
     before = current.status if current else None
     after = proposed.status
     if after != before and after not in REQUEST_TRANSITIONS[before]:
-        raise IllegalTransition(
-            f"request {proposed.request_id}: status {before or 'new'} -> {after} is not allowed"
-        )
+        raise IllegalTransition(f"request {proposed.request_id}: status {before or 'new'} -> {after} is not allowed")
     if current is None:
         return
     outcomes = {attempt.n: attempt.outcome for attempt in proposed.attempts}
     for attempt in current.attempts:
         if attempt.n not in outcomes:
-            raise IllegalTransition(
-                f"request {proposed.request_id}: attempt {attempt.n} would disappear"
-            )
+            raise IllegalTransition(f"request {proposed.request_id}: attempt {attempt.n} would disappear")
         if attempt.outcome is not None and outcomes[attempt.n] != attempt.outcome:
             raise IllegalTransition(
                 f"request {proposed.request_id}: attempt {attempt.n} outcome "

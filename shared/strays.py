@@ -93,9 +93,7 @@ def sweep_strays(ports: Ports, locations: Iterable[str], log: Logger) -> list[st
 STRAY_CHECKERS = 8
 
 
-def _cancel_strays_of(
-    ports: Ports, request_id: str, jobs: list[CustomJob], log: Logger
-) -> list[str]:
+def _cancel_strays_of(ports: Ports, request_id: str, jobs: list[CustomJob], log: Logger) -> list[str]:
     """Never raises: one request must not stop the sweep."""
     log = log.bind(request_id=request_id)
     try:

@@ -204,15 +204,11 @@ def _claim(envelope: dict[str, Any], n: int, log: Logger, ports: Ports) -> Claim
         raise
     claim = decided[-1]  # the run whose outcome was written (or found nothing to write)
     if claim.kind == "taken_over":
-        log.warning(
-            "took over a stale claim; looking for its job before creating", event="claim_taken_over"
-        )
+        log.warning("took over a stale claim; looking for its job before creating", event="claim_taken_over")
     return claim
 
 
-def _ensure_job(
-    record: RequestRecord, attempt: Attempt, taken_over: bool, log: Logger, ports: Ports
-) -> SubmitOutcome:
+def _ensure_job(record: RequestRecord, attempt: Attempt, taken_over: bool, log: Logger, ports: Ports) -> SubmitOutcome:
     settings = ports.settings
     request_id, n = record.request_id, attempt.n
     log = log.bind(location=attempt.location, strategy=attempt.strategy)
@@ -256,18 +252,14 @@ def _wait_for_the_list(attempt: Attempt, log: Logger, ports: Ports) -> None:
         create_sent_at=attempt.create_sent_at,
         list_lag_seconds=ports.settings.list_lag_seconds,
     )
-    raise ClaimInProgress(
-        f"attempt {attempt.n}'s create was sent {since:.0f}s ago; the list may not show it yet"
-    )
+    raise ClaimInProgress(f"attempt {attempt.n}'s create was sent {since:.0f}s ago; the list may not show it yet")
 
 
 def _note_create_sent(record: RequestRecord, attempt: Attempt, log: Logger, ports: Ports) -> None:
     """Record the send before it happens; refuse to send if the claim is no longer ours."""
     stored = ports.ledger.update(
         record.request_id,
-        lambda current: mark_create_sent(
-            current, n=attempt.n, claimed_at=attempt.claimed_at, now=ports.clock()
-        ),
+        lambda current: mark_create_sent(current, n=attempt.n, claimed_at=attempt.claimed_at, now=ports.clock()),
     )
     ours = stored.attempt(attempt.n) if stored else None
     if ours is None or ours.claimed_at != attempt.claimed_at or ours.job is not None:
@@ -312,9 +304,7 @@ def _after_failed_create(
     request_id, n = record.request_id, attempt.n
     error = f"{type(exc).__name__}: {exc}"
     if may_have_created(exc):
-        found = find_attempt_job(
-            client, parent, request_id, n, ports.settings.deployment_label
-        )
+        found = find_attempt_job(client, parent, request_id, n, ports.settings.deployment_label)
         if found is not None:
             return _record_created(record, attempt, found, SubmitResult.FOUND, client, log, ports)
         # Keep the claim: the create may still land. The redelivery after the lease looks again.
@@ -323,9 +313,7 @@ def _after_failed_create(
             event="create_unknown",
             error=error,
         )
-        raise ClaimInProgress(
-            f"create of attempt {n} of {request_id} has an unknown outcome"
-        ) from exc
+        raise ClaimInProgress(f"create of attempt {n} of {request_id} has an unknown outcome") from exc
     if is_retryable(exc):
         code = getattr(exc, "code", None)
         ports.ledger.update(
@@ -352,9 +340,7 @@ def _after_failed_create(
     return _refused(record, attempt, exc, log, ports)
 
 
-def _refused(
-    record: RequestRecord, attempt: Attempt, exc: Exception, log: Logger, ports: Ports
-) -> SubmitOutcome:
+def _refused(record: RequestRecord, attempt: Attempt, exc: Exception, log: Logger, ports: Ports) -> SubmitOutcome:
     request_id, n = record.request_id, attempt.n
     code = getattr(exc, "code", None)
     error = {
@@ -408,9 +394,7 @@ def _record_created(
     created_at = iso(job.create_time) if job.create_time else iso(ports.clock())
     stored = ports.ledger.update(
         request_id,
-        lambda current: record_job(
-            current, n=n, job_name=job.name, state=state, created_at=created_at
-        ),
+        lambda current: record_job(current, n=n, job_name=job.name, state=state, created_at=created_at),
     )
     recorded = stored.attempt(n) if stored else None
     if recorded is not None and recorded.job not in (None, job.name):
@@ -426,9 +410,7 @@ def _record_created(
     if result == SubmitResult.CREATED:
         log.info("created the Spot CustomJob", event="job_created", job=job.name, state=state)
     else:
-        log.info(
-            "found the job an earlier delivery created", event="job_found", job=job.name, state=state
-        )
+        log.info("found the job an earlier delivery created", event="job_found", job=job.name, state=state)
         # Its log events may have come while it was not yet indexed and been dropped: decide on
         # its current state once, as reconcile would. What this function may not publish (a
         # re-queue, a prune request) stays pending for on_job_event and reconcile.

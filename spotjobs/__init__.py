@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from shared.settings import Settings
@@ -36,7 +36,7 @@ __all__ = [
     "validate",
 ]
 
-Request = Union[Mapping[str, Any], str, bytes]
+Request = Mapping[str, Any] | str | bytes
 """A job request: the envelope or a bare CustomJob body, as a mapping or its JSON text."""
 
 PUBLISH_TIMEOUT_SECONDS = 60.0
@@ -143,10 +143,15 @@ def status(request_id: str, *, project: str | None = None, settings: Settings | 
         status=str(record.status),
         attempts=tuple(
             AttemptStatus(
-                n=a.n, location=a.location, strategy=a.strategy, state=a.state,
-                preemptions=a.preemptions, job=a.job,
+                n=a.n,
+                location=a.location,
+                strategy=a.strategy,
+                state=a.state,
+                preemptions=a.preemptions,
+                job=a.job,
                 outcome=str(a.outcome) if a.outcome is not None else None,
-                claimed_at=a.claimed_at, ended_at=a.ended_at,
+                claimed_at=a.claimed_at,
+                ended_at=a.ended_at,
             )
             for a in record.attempts
         ),
@@ -188,8 +193,7 @@ def _check(
     if request_id is not None:
         attributes["request_id"] = request_id
     if "request_id" not in attributes:
-        shape = read_request(data, attributes=attributes,
-                             max_bytes=settings.max_request_bytes)[0]
+        shape = read_request(data, attributes=attributes, max_bytes=settings.max_request_bytes)[0]
         if shape.shape == "bare":
             attributes["request_id"] = _PLACEHOLDER_ID
     try:

@@ -22,9 +22,16 @@ import pytest
 
 CANDIDATES = ("chromium", "chromium-browser", "google-chrome")
 FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-extensions",
-    "--enable-logging=stderr", "--v=0",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-extensions",
+    "--enable-logging=stderr",
+    "--v=0",
 )
 CONSOLE = re.compile(r":CONSOLE(?:\(\d+\))?:?\d*\]\s*(.*)$")
 
@@ -51,7 +58,10 @@ def chromium() -> str:
 def _run(browser: str, profile: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [browser, *FLAGS, f"--user-data-dir={profile}", *args],
-        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
     )
 
 

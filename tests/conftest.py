@@ -34,7 +34,7 @@ TEST_FUNCTION_ENV = {
 
 
 @contextlib.contextmanager
-def isolated_stack(**options: object) -> Iterator["Stack"]:  # noqa: F821
+def isolated_stack(**options: object) -> Iterator[Stack]:  # noqa: F821
     """Start an embedded stack and point this process's clients at it, restoring both after.
 
     Stacks export their emulator hosts into os.environ (client libraries read them there), so a
@@ -71,7 +71,7 @@ def isolated_stack(**options: object) -> Iterator["Stack"]:  # noqa: F821
 
 
 @contextlib.contextmanager
-def vertex_signals(stack: "Stack", profile: str) -> Iterator[None]:  # noqa: F821
+def vertex_signals(stack: Stack, profile: str) -> Iterator[None]:  # noqa: F821
     """Jobs created inside get the Vertex emulator's `profile` ("documented" or "rich"); the
     stack's own profile is back afterwards. For the tests of the optional signals, which opt in
     to "rich" on the shared stack."""
@@ -90,7 +90,7 @@ def api_calls_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def stack(api_calls_dir: Path) -> Iterator["Stack"]:  # noqa: F821
+def stack(api_calls_dir: Path) -> Iterator[Stack]:  # noqa: F821
     with isolated_stack(record_api_calls=api_calls_dir) as running:
         yield running
 
@@ -119,7 +119,7 @@ def fake_gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture
-def gcs_bucket(fake_gcs: str, request: pytest.FixtureRequest) -> "Bucket":  # noqa: F821
+def gcs_bucket(fake_gcs: str, request: pytest.FixtureRequest) -> Bucket:  # noqa: F821
     """A fresh, empty bucket on the bare fake-gcs-server, named after the test."""
     import re
     import uuid

@@ -22,15 +22,16 @@ EMULATOR_HELP = (
     "the Pub/Sub emulator component of the Google Cloud CLI (Debian/Ubuntu: `sudo apt-get install "
     "google-cloud-cli-pubsub-emulator`; installer: `gcloud components install beta pubsub-emulator`)"
 )
-JAVA_HELP = "Java 11 or newer, which the Pub/Sub emulator runs on (Debian/Ubuntu: `sudo apt-get install default-jre-headless`)"
+JAVA_HELP = (
+    "Java 11 or newer, which the Pub/Sub emulator runs on (Debian/Ubuntu: `sudo apt-get install default-jre-headless`)"
+)
 
 
 def python_problem(version=None, executable=None):
     version = version or sys.version_info
     if tuple(version[:2]) >= MIN_PYTHON:
         return None
-    return "Python {}.{}+ (this is {}.{}; install it, then run `make PYTHON=python3.{} ...`)".format(
-        MIN_PYTHON[0], MIN_PYTHON[1], version[0], version[1], MIN_PYTHON[1])
+    return f"Python {MIN_PYTHON[0]}.{MIN_PYTHON[1]}+ (this is {version[0]}.{version[1]}; install it, then run `make PYTHON=python3.{MIN_PYTHON[1]} ...`)"
 
 
 def gcloud_problem(which=shutil.which):

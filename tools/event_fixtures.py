@@ -23,7 +23,7 @@ import argparse
 import hashlib
 import json
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -97,9 +97,7 @@ class Job:
         """A plain container line: stdout at INFO, stderr at ERROR."""
         return self._entry(at, WORKER, severity, {"textPayload": text})
 
-    def kit(
-        self, at: float, event: str, run: int, form: str, attempt: int = 1, **fields: Any
-    ) -> dict[str, Any]:
+    def kit(self, at: float, event: str, run: int, form: str, attempt: int = 1, **fields: Any) -> dict[str, Any]:
         """A kit line as `Run.emit` prints it, stored as `jsonPayload` or `textPayload`."""
         self.kit_lines.append((at, event, run, attempt, fields))
         line = format_line(
@@ -185,22 +183,19 @@ def _provisioning(job: Job) -> None:
 
 
 def preempted_twice_succeeded() -> tuple[Job, dict[str, Any]]:
-    job = Job(SUCCEEDED_JOB, SUCCEEDED_REQUEST, datetime(2026, 11, 29, 9, 0, tzinfo=timezone.utc))
+    job = Job(SUCCEEDED_JOB, SUCCEEDED_REQUEST, datetime(2026, 11, 29, 9, 0, tzinfo=UTC))
     _provisioning(job)
     job.kit(70, RUN_STARTED, 0, "json", resumed_step=None, checkpoint=None)
     job.worker(75, "step 100 loss 2.3104")
-    job.kit(130, CHECKPOINT_COMMITTED, 0, "json", step=200, seconds=4.211,
-            checkpoint="step-000200", bytes=104857600)
+    job.kit(130, CHECKPOINT_COMMITTED, 0, "json", step=200, seconds=4.211, checkpoint="step-000200", bytes=104857600)
     job.kit(190, PREEMPTED, 0, "json", step=250, seconds_since_checkpoint=60.02)
     # Documented Vertex says nothing here: the job stays RUNNING while the worker restarts.
     job.kit(300, RUN_STARTED, 1, "text", resumed_step=200, checkpoint="step-000200")
     job.worker(301, "UserWarning: torch.cuda.amp.GradScaler(args...) is deprecated.", "ERROR")
-    job.kit(400, CHECKPOINT_COMMITTED, 1, "text", step=400, seconds=4.007,
-            checkpoint="step-000400", bytes=104857600)
+    job.kit(400, CHECKPOINT_COMMITTED, 1, "text", step=400, seconds=4.007, checkpoint="step-000400", bytes=104857600)
     job.kit(460, PREEMPTED, 1, "text", step=430, seconds_since_checkpoint=59.87)
     job.kit(600, RUN_STARTED, 2, "json", resumed_step=400, checkpoint="step-000400")
-    job.kit(700, CHECKPOINT_COMMITTED, 2, "json", step=600, seconds=4.118,
-            checkpoint="step-000600", bytes=104857600)
+    job.kit(700, CHECKPOINT_COMMITTED, 2, "json", step=600, seconds=4.118, checkpoint="step-000600", bytes=104857600)
     job.kit(701, RUN_FINISHED, 2, "json", step=600)
     job.worker(705, "Task completed. Exit code (0). Exit reason (SUCCEEDED)")
     job.service(710, "Tearing down training program.")
@@ -210,18 +205,26 @@ def preempted_twice_succeeded() -> tuple[Job, dict[str, Any]]:
 
 
 def preempted_7_stockout() -> tuple[Job, dict[str, Any]]:
-    job = Job(STOCKOUT_JOB, STOCKOUT_REQUEST, datetime(2026, 11, 30, 2, 0, tzinfo=timezone.utc))
+    job = Job(STOCKOUT_JOB, STOCKOUT_REQUEST, datetime(2026, 11, 30, 2, 0, tzinfo=UTC))
     _provisioning(job)
     for run in range(7):  # the first run and Vertex's six restarts, each preempted
         base, form = 70 + run * 600, "json" if run % 2 == 0 else "text"
         resumed = run * 200 if run else None
-        job.kit(base, RUN_STARTED, run, form, resumed_step=resumed,
-                checkpoint=f"step-{resumed:06d}" if resumed else None)
-        job.kit(base + 300, CHECKPOINT_COMMITTED, run, form, step=(run + 1) * 200,
-                seconds=12.5, checkpoint=f"step-{(run + 1) * 200:06d}", bytes=14_000_000_000)
+        job.kit(
+            base, RUN_STARTED, run, form, resumed_step=resumed, checkpoint=f"step-{resumed:06d}" if resumed else None
+        )
+        job.kit(
+            base + 300,
+            CHECKPOINT_COMMITTED,
+            run,
+            form,
+            step=(run + 1) * 200,
+            seconds=12.5,
+            checkpoint=f"step-{(run + 1) * 200:06d}",
+            bytes=14_000_000_000,
+        )
         if run != 3:  # run 3 was killed without notice: no `preempted` line, the next start says it
-            job.kit(base + 400, PREEMPTED, run, form, step=(run + 1) * 200 + 50,
-                    seconds_since_checkpoint=100.0)
+            job.kit(base + 400, PREEMPTED, run, form, step=(run + 1) * 200 + 50, seconds_since_checkpoint=100.0)
     end = 70 + 6 * 600 + 420
     job.service(end, "Job failed.")
     return job, job.job_json("JOB_STATE_FAILED", end, STOCKOUT_ERROR)

@@ -133,8 +133,7 @@ def resolve(
         for who, spec in node.specifiers:
             if not spec.contains(node.version, prereleases=True):
                 raise LockError(
-                    f"installed {node.display}=={node.version} does not satisfy "
-                    f"{node.display}{spec} required by {who}"
+                    f"installed {node.display}=={node.version} does not satisfy {node.display}{spec} required by {who}"
                 )
     return nodes
 

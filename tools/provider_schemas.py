@@ -106,7 +106,7 @@ def compact(assembly: dict[str, Any]) -> dict[str, Any]:
     types = assembly["types"]
     out: dict[str, Any] = {"resources": {}, "data_sources": {}, "provider_config": None}
     versions: set[str] = set()
-    for fqn, entry in types.items():
+    for entry in types.values():
         if entry.get("kind") != "class":
             continue
         match = REPRESENTS.search(entry.get("docs", {}).get("summary", ""))
@@ -150,8 +150,17 @@ def fetch(force: bool = False) -> list[Path]:
                 continue
             with tempfile.TemporaryDirectory() as tmp:
                 subprocess.run(
-                    [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-                     f"{package}=={package_version}", "--dest", tmp],
+                    [
+                        sys.executable,
+                        "-m",
+                        "pip",
+                        "download",
+                        "--quiet",
+                        "--no-deps",
+                        f"{package}=={package_version}",
+                        "--dest",
+                        tmp,
+                    ],
                     check=True,
                 )
                 [wheel] = Path(tmp).glob("*.whl")
@@ -162,8 +171,10 @@ def fetch(force: bool = False) -> list[Path]:
             )
             target.write_text(json.dumps(schema, sort_keys=True, separators=(",", ":")))
             written.append(target)
-            print(f"{target.relative_to(REPO_ROOT)}: {len(schema['resources'])} resources, "
-                  f"{len(schema['data_sources'])} data sources ({package}=={package_version})")
+            print(
+                f"{target.relative_to(REPO_ROOT)}: {len(schema['resources'])} resources, "
+                f"{len(schema['data_sources'])} data sources ({package}=={package_version})"
+            )
     return written
 
 

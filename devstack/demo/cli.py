@@ -40,8 +40,12 @@ def run_demo(args: argparse.Namespace) -> int:
         say("stopping the embedded stack")
         stack.stop()
     report = build_report(
-        played.traces, seed=args.seed, keep_last=stack.settings.keep_last, prices=prices,
-        alerts=played.alerts, wall_seconds=time.monotonic() - started,
+        played.traces,
+        seed=args.seed,
+        keep_last=stack.settings.keep_last,
+        prices=prices,
+        alerts=played.alerts,
+        wall_seconds=time.monotonic() - started,
     )
     report["notes"] = played.notes
     report["checkpoint_advice"] = advice

@@ -38,7 +38,9 @@ class Cost:
 
 
 def estimate_cost(
-    attempts: Sequence[AttemptTrace], account: StepAccount, prices: Prices,
+    attempts: Sequence[AttemptTrace],
+    account: StepAccount,
+    prices: Prices,
     seconds_per_step: float = SECONDS_PER_STEP_PRICED,
 ) -> Cost:
     hours_per_step = seconds_per_step / 3600.0

@@ -26,14 +26,23 @@ def page(traces: Sequence[RequestTrace], records: Sequence[Mapping[str, Any]], *
     for trace in traces:
         request_id = trace.scenario.request_id
         # A rejected request never gets a ledger record; it still has its place on the page.
-        ordered.append(by_id.get(request_id) or {"request_id": request_id, "status": trace.outcome.upper(),
-                                                 "attempts": [], "request": {}})
+        ordered.append(
+            by_id.get(request_id)
+            or {"request_id": request_id, "status": trace.outcome.upper(), "attempts": [], "request": {}}
+        )
         for attempt in trace.attempts:
             if attempt.job:
                 runs[attempt.job] = [
-                    {"run": run.run, "start_step": run.start_step, "end_step": run.end_step,
-                     "finished": run.finished, "failed": run.failed,
-                     "checkpoints": [{"checkpoint": name, "step": step} for name, (step, _) in run.checkpoints.items()]}
+                    {
+                        "run": run.run,
+                        "start_step": run.start_step,
+                        "end_step": run.end_step,
+                        "finished": run.finished,
+                        "failed": run.failed,
+                        "checkpoints": [
+                            {"checkpoint": name, "step": step} for name, (step, _) in run.checkpoints.items()
+                        ],
+                    }
                     for run in attempt.runs
                 ]
         present = set(trace.checkpoints_present)
@@ -42,7 +51,10 @@ def page(traces: Sequence[RequestTrace], records: Sequence[Mapping[str, Any]], *
             for name, (step, _) in sorted(trace.checkpoints_written.items(), key=lambda item: item[1][0])
         ]
     return render_report(
-        ordered, runs=runs, checkpoints=checkpoints, seconds_per_step=SECONDS_PER_STEP_PRICED,
+        ordered,
+        runs=runs,
+        checkpoints=checkpoints,
+        seconds_per_step=SECONDS_PER_STEP_PRICED,
         title=f"spotjobs demo (seed {seed})",
         subtitle="six scenarios played through the real functions on the embedded stack",
         notes=[f"Each demo training step is priced as {SECONDS_PER_STEP_PRICED:.0f} s of machine time."],

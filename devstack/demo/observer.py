@@ -94,9 +94,13 @@ class Observer:
 
     def _trace(self, scenario: Scenario, duplicates: Mapping[str, int]) -> RequestTrace:
         alerts = self._alerts.alerts
-        pruned = [entry for alert in alerts if alert.get("kind") == "prune_report"
-                  for entry in alert.get("details", {}).get("requests", [])
-                  if entry.get("request_id") == scenario.request_id]
+        pruned = [
+            entry
+            for alert in alerts
+            if alert.get("kind") == "prune_report"
+            for entry in alert.get("details", {}).get("requests", [])
+            if entry.get("request_id") == scenario.request_id
+        ]
         trace = RequestTrace(
             scenario,
             alerts=[a for a in alerts if a.get("request_id") == scenario.request_id],
@@ -168,7 +172,7 @@ class Observer:
         sizes: dict[str, int] = {}
         committed: set[str] = set()
         for blob in self._storage.list_blobs(self._bucket, prefix=prefix):
-            name, _, leaf = blob.name[len(prefix):].partition("/")
+            name, _, leaf = blob.name[len(prefix) :].partition("/")
             if checkpoint_step(name + "/") is None:
                 continue
             sizes[name + "/"] = sizes.get(name + "/", 0) + int(blob.size or 0)
@@ -203,7 +207,4 @@ def is_settled(trace: RequestTrace) -> bool:
 
 def is_pruned(trace: RequestTrace, keep_last: int) -> bool:
     """Pruned down to `keep_last`, and the pruner's report of it has arrived."""
-    return (
-        len(trace.checkpoints_present) <= keep_last
-        and trace.reported_pruned >= len(trace.checkpoints_pruned)
-    )
+    return len(trace.checkpoints_present) <= keep_last and trace.reported_pruned >= len(trace.checkpoints_pruned)

@@ -34,8 +34,12 @@ def check_request(trace: RequestTrace, keep_last: int) -> list[str]:
     if trace.outcome != scenario.outcome:
         differences.append(f"outcome is {trace.outcome}, expected {scenario.outcome}")
     if scenario.outcome == REJECTED:
-        violations = [v for a in trace.alerts if a.get("kind") == "invalid_request"
-                      for v in a.get("details", {}).get("violations", [])]
+        violations = [
+            v
+            for a in trace.alerts
+            if a.get("kind") == "invalid_request"
+            for v in a.get("details", {}).get("violations", [])
+        ]
         if not violations:
             differences.append("no invalid_request alert naming the violations")
         if trace.vertex_jobs:
@@ -135,8 +139,13 @@ def request_report(trace: RequestTrace, keep_last: int, prices: Prices) -> dict[
 
 
 def build_report(
-    traces: Sequence[RequestTrace], *, seed: int, keep_last: int, prices: Prices,
-    alerts: Sequence[Mapping[str, Any]], wall_seconds: float,
+    traces: Sequence[RequestTrace],
+    *,
+    seed: int,
+    keep_last: int,
+    prices: Prices,
+    alerts: Sequence[Mapping[str, Any]],
+    wall_seconds: float,
 ) -> dict[str, Any]:
     requests = [request_report(trace, keep_last, prices) for trace in traces]
     computed = sum(r["steps_computed"] for r in requests)
@@ -180,6 +189,6 @@ def build_report(
             "source": prices.source,
             "caveat": prices.caveat,
             "scale": f"each demo training step is priced as {SECONDS_PER_STEP_PRICED:.0f} s of "
-                     f"{prices.machine_type} time ({STEPS} steps = {STEPS * SECONDS_PER_STEP_PRICED / 3600:.1f} h)",
+            f"{prices.machine_type} time ({STEPS} steps = {STEPS * SECONDS_PER_STEP_PRICED / 3600:.1f} h)",
         },
     }

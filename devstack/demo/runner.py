@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC
 from typing import TYPE_CHECKING, Any
 
 from devstack.demo.observer import AlertCollector, Observer, is_pruned, is_settled
@@ -73,7 +74,7 @@ def launch(stack: Stack, scenarios: Sequence[Scenario]) -> list[Scenario]:
 def land_data(stack: Stack, scenario: Scenario) -> Scenario:
     """Store the trigger (what `spotjobs triggers apply` does), then land its objects in the data
     bucket within one window; fake-gcs-server notifies on_trigger of each."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from shared.triggers.render import Window, request_id_for
     from shared.triggers.store import TriggerStore
@@ -84,7 +85,7 @@ def land_data(stack: Stack, scenario: Scenario) -> Scenario:
     seconds = int(definition["coalesce_seconds"])
     while time.time() % seconds > 1.0:  # at a window's start: the burst fits in it
         time.sleep(0.05)
-    window = Window.containing(datetime.now(timezone.utc), seconds)
+    window = Window.containing(datetime.now(UTC), seconds)
     bucket = stack.storage().bucket(definition["source"]["gcs"]["bucket"])
     prefix = definition["source"]["gcs"]["prefix"]
     for i in range(scenario.objects):
@@ -92,9 +93,7 @@ def land_data(stack: Stack, scenario: Scenario) -> Scenario:
     return scenario.with_request_id(request_id_for(definition["name"], window.id))
 
 
-def wait_for(
-    condition: Callable[[], bool], timeout: float, on_tick: Callable[[], None]
-) -> bool:
+def wait_for(condition: Callable[[], bool], timeout: float, on_tick: Callable[[], None]) -> bool:
     """Poll `condition` every POLL_SECONDS (calling `on_tick` first) until true or the deadline."""
     deadline = time.monotonic() + timeout
     while True:
@@ -136,7 +135,7 @@ def play(stack: Stack, scenarios: Sequence[Scenario], timeout: float) -> Played:
 
         if not wait_for(lambda: all(is_settled(t) for t in traces), timeout, refresh):
             notes.append(f"not every request ended within {timeout:.0f} s")
-        view.note("every request has ended; publishing {\"task\": \"prune\"} to the maintenance topic")
+        view.note('every request has ended; publishing {"task": "prune"} to the maintenance topic')
         stack.publish("maintenance", json.dumps({"task": "prune"}).encode(), task="prune")
         if not wait_for(lambda: all(is_pruned(t, keep_last) for t in traces), PRUNE_TIMEOUT_SECONDS, refresh):
             notes.append(f"checkpoints were not pruned to {keep_last} within {PRUNE_TIMEOUT_SECONDS:.0f} s")

@@ -63,8 +63,14 @@ class Scenario:
 def trainer_job(display_name: str, *, data_seed: int, fail_at_step: int | None = None) -> dict[str, Any]:
     """A CustomJob (REST JSON, as a user would POST it) that runs the demo trainer."""
     args = [
-        "--steps", str(STEPS), "--checkpoint-every", str(CHECKPOINT_EVERY),
-        "--step-seconds", str(STEP_SECONDS), "--seed", str(data_seed),
+        "--steps",
+        str(STEPS),
+        "--checkpoint-every",
+        str(CHECKPOINT_EVERY),
+        "--step-seconds",
+        str(STEP_SECONDS),
+        "--seed",
+        str(data_seed),
     ]
     if fail_at_step is not None:
         args += ["--fail-at-step", str(fail_at_step)]
@@ -126,41 +132,55 @@ def build_scenarios(seed: int) -> list[Scenario]:
     few = rng.randint(2, 4)
     scenarios = [
         Scenario(
-            "few-preemptions", request_id("few-preemptions"),
+            "few-preemptions",
+            request_id("few-preemptions"),
             f"preempted {few} times, resumes each time, succeeds within attempt 1",
-            SUCCEEDED, (ExpectedAttempt("SPOT", few),),
-            envelope("few-preemptions"), plan=plan("few-preemptions", few, 1.5, 2.2),
+            SUCCEEDED,
+            (ExpectedAttempt("SPOT", few),),
+            envelope("few-preemptions"),
+            plan=plan("few-preemptions", few, 1.5, 2.2),
         ),
         Scenario(
-            "requeued", request_id("requeued"),
+            "requeued",
+            request_id("requeued"),
             "preempted 7 times (past Vertex's 6 restarts), re-queued, finishes on attempt 2 from its checkpoint",
-            SUCCEEDED, (ExpectedAttempt("SPOT", VERTEX_MAX_PREEMPTIONS), ExpectedAttempt("SPOT", 0)),
+            SUCCEEDED,
+            (ExpectedAttempt("SPOT", VERTEX_MAX_PREEMPTIONS), ExpectedAttempt("SPOT", 0)),
             envelope("requeued", max_attempts=3),
             plan=plan("requeued", VERTEX_MAX_PREEMPTIONS, 0.9, 1.3),
         ),
         Scenario(
-            "fallback", request_id("fallback"),
+            "fallback",
+            request_id("fallback"),
             "preempted 7 times on Spot, falls back to STANDARD capacity for attempt 2",
-            SUCCEEDED, (ExpectedAttempt("SPOT", VERTEX_MAX_PREEMPTIONS), ExpectedAttempt("STANDARD", 0)),
+            SUCCEEDED,
+            (ExpectedAttempt("SPOT", VERTEX_MAX_PREEMPTIONS), ExpectedAttempt("STANDARD", 0)),
             envelope("fallback", max_attempts=3, fallback={"after_spot_attempts": 1, "strategy": "STANDARD"}),
             plan=plan("fallback", VERTEX_MAX_PREEMPTIONS, 0.9, 1.3),
         ),
         Scenario(
-            "duplicate", request_id("duplicate"),
+            "duplicate",
+            request_id("duplicate"),
             "published twice; de-duplicated to one job",
-            SUCCEEDED, (ExpectedAttempt("SPOT", 0),),
-            envelope("duplicate"), publish_count=2,
+            SUCCEEDED,
+            (ExpectedAttempt("SPOT", 0),),
+            envelope("duplicate"),
+            publish_count=2,
         ),
         Scenario(
-            "invalid", request_id("invalid"),
+            "invalid",
+            request_id("invalid"),
             "breaks the request policy; rejected with every reason and an alert, no job",
-            REJECTED, (),
+            REJECTED,
+            (),
             json.dumps({"request_id": request_id("invalid"), "custom_job": _invalid_job()}).encode(),
         ),
         Scenario(
-            "code-bug", request_id("code-bug"),
+            "code-bug",
+            request_id("code-bug"),
             f"the training code fails at step {FAIL_AT_STEP}; an alert, no re-queue",
-            FAILED, (ExpectedAttempt("SPOT", 0),),
+            FAILED,
+            (ExpectedAttempt("SPOT", 0),),
             envelope("code-bug", job={"fail_at_step": FAIL_AT_STEP}),
         ),
     ]
@@ -180,10 +200,14 @@ def build_scenarios(seed: int) -> list[Scenario]:
     }
     scenarios.append(
         Scenario(
-            "new-data", f"trg-{name}",
+            "new-data",
+            f"trg-{name}",
             f"a burst of {objects} objects lands in the data bucket; one request trains on its manifest",
-            SUCCEEDED, (ExpectedAttempt("SPOT", 0),),
-            json.dumps(definition).encode(), trigger=definition, objects=objects,
+            SUCCEEDED,
+            (ExpectedAttempt("SPOT", 0),),
+            json.dumps(definition).encode(),
+            trigger=definition,
+            objects=objects,
         )
     )
     return scenarios

@@ -104,8 +104,12 @@ class AttemptTrace:
             "start_step": self.start_step,
             "last_checkpoint_step": self.last_checkpoint_step,
             "runs": [
-                {"run": run.run, "start_step": run.start_step, "end_step": run.end_step,
-                 "checkpoints": len(run.checkpoints)}
+                {
+                    "run": run.run,
+                    "start_step": run.start_step,
+                    "end_step": run.end_step,
+                    "checkpoints": len(run.checkpoints),
+                }
                 for run in self.runs
             ],
         }

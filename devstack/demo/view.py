@@ -102,7 +102,8 @@ def render_report(report: Mapping[str, Any]) -> str:
     requests = report["requests"]
     ok = sum(1 for r in requests if r["ok"])
     verdict = (
-        f"all {len(requests)} scenarios ended as designed" if report["scenario_ok"]
+        f"all {len(requests)} scenarios ended as designed"
+        if report["scenario_ok"]
         else f"{ok} of {len(requests)} scenarios ended as designed"
     )
     lines = [f"spotjobs demo (seed {report['seed']}): {verdict}, in {report['wall_seconds']:.0f} s", ""]

@@ -182,9 +182,7 @@ _ROUTES: list[tuple[str, re.Pattern[str], _Handler]] = [
 ]
 
 
-def _route(
-    service: VertexService, method: str, path: str, query: dict[str, list[str]], body: bytes
-) -> str:
+def _route(service: VertexService, method: str, path: str, query: dict[str, list[str]], body: bytes) -> str:
     for route_method, pattern, handler in _ROUTES:
         match = pattern.match(path)
         if match and route_method == method:
@@ -305,9 +303,7 @@ class VertexEmulator:
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m devstack.vertex.emulator", description=__doc__.split("\n\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m devstack.vertex.emulator", description=__doc__.split("\n\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--project", help="refuse requests for other projects")

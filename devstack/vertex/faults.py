@@ -113,9 +113,7 @@ def parse_fault(body: Any) -> Fault:
     if mode == "lost_response":
         status = body.get("status", _LOST_RESPONSE_STATUS)
         if status not in LOST_RESPONSE_STATUSES:
-            raise ValueError(
-                f"status of a lost_response must be one of {list(LOST_RESPONSE_STATUSES)}"
-            )
+            raise ValueError(f"status of a lost_response must be one of {list(LOST_RESPONSE_STATUSES)}")
     else:
         status = body.get("status")
         if status not in STATUS_NAME_BY_HTTP:
@@ -124,10 +122,7 @@ def parse_fault(body: Any) -> Fault:
     if rpc_status:
         if HTTP_BY_RPC_STATUS.get(rpc_status) != status:
             allowed = sorted(name for name, http in HTTP_BY_RPC_STATUS.items() if http == status)
-            raise ValueError(
-                f"rpc_status {rpc_status!r} does not travel as HTTP {status}; "
-                f"one of {allowed}"
-            )
+            raise ValueError(f"rpc_status {rpc_status!r} does not travel as HTTP {status}; one of {allowed}")
     name = rpc_status or STATUS_NAME_BY_HTTP[status]
     default_message = (
         f"The emulator carried the call out and answered {status} {name} (a lost response)."
@@ -151,11 +146,7 @@ def _parse_lag(method: str, body: dict[str, Any]) -> Fault:
     if method != "list":
         raise ValueError("a lag fault applies to method list only")
     seconds = body.get("seconds")
-    if (
-        not isinstance(seconds, int | float)
-        or isinstance(seconds, bool)
-        or not 0 <= seconds <= 3600
-    ):
+    if not isinstance(seconds, int | float) or isinstance(seconds, bool) or not 0 <= seconds <= 3600:
         raise ValueError("seconds must be a number from 0 to 3600")
     return Fault(method=method, mode="lag", status=200, remaining=0, message="", seconds=float(seconds))
 

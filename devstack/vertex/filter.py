@@ -40,7 +40,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from google.cloud import aiplatform_v1
 
@@ -62,9 +62,7 @@ _KEYWORDS = ("AND", "OR", "NOT")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 _LABEL_KEY = re.compile(r"[A-Za-z0-9_-]+")
 _BARE_VALUE = re.compile(r"[^\s()\"]+")
-_RFC3339 = re.compile(
-    r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})"
-)
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})")
 
 Predicate = Callable[[aiplatform_v1.CustomJob], bool]
 
@@ -177,8 +175,7 @@ class _Parser:
         if comparator not in _ALLOWED[field]:
             shown = f"labels.{label_key}" if label_key is not None else field
             raise ValueError(
-                f"Invalid filter: {shown} does not support {comparator!r} "
-                f"(supported: {sorted(_ALLOWED[field])})"
+                f"Invalid filter: {shown} does not support {comparator!r} (supported: {sorted(_ALLOWED[field])})"
             )
         if field == "labels":
             assert label_key is not None
@@ -209,8 +206,7 @@ class _Parser:
         full = name + (dotted.group() if dotted else "")
         if full not in _FIELD_ALIASES:
             raise ValueError(
-                f"Invalid filter: unsupported field {full!r} (supported: displayName, state, "
-                "createTime, labels.KEY)"
+                f"Invalid filter: unsupported field {full!r} (supported: displayName, state, createTime, labels.KEY)"
             )
         self.pos = match.end() + (len(dotted.group()) if dotted else 0)
         return _FIELD_ALIASES[full], None
@@ -312,7 +308,7 @@ def _time_predicate(comparator: str, value: str) -> Predicate:
         if not created:
             return False
         if created.tzinfo is None:
-            created = created.replace(tzinfo=timezone.utc)
+            created = created.replace(tzinfo=UTC)
         return check(created, moment)
 
     return predicate

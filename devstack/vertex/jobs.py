@@ -145,4 +145,3 @@ def _parse_page_token(token: str) -> int:
     if not token.isdigit():
         raise invalid_argument(f"Invalid page token: {token!r}")
     return int(token)
-

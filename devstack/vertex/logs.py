@@ -36,7 +36,7 @@ import secrets
 import threading
 from concurrent import futures
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from spotjobs_kit.lines import KEY as KIT_KEY
@@ -64,10 +64,7 @@ STOCKOUT_DOCUMENTED = "The job failed with a STOCKOUT error."
 
 
 def nonzero_exit(exit_status: int) -> str:
-    return (
-        f"The replica {PRIMARY_REPLICA} exited with a non-zero status of {exit_status}. "
-        "Termination reason: Error."
-    )
+    return f"The replica {PRIMARY_REPLICA} exited with a non-zero status of {exit_status}. Termination reason: Error."
 
 
 def preempted_and_restarting(restart: int) -> str:
@@ -85,11 +82,11 @@ def stockout(preemptions: int) -> str:
 
 
 def rfc3339(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    return moment.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class LogEntryFactory:
@@ -102,9 +99,7 @@ class LogEntryFactory:
     def service(
         self, project_id: str, job_id: str, severity: str, message: str, *, as_json: bool = False
     ) -> dict[str, Any]:
-        payload: dict[str, Any] = (
-            {"jsonPayload": {"message": message}} if as_json else {"textPayload": message}
-        )
+        payload: dict[str, Any] = {"jsonPayload": {"message": message}} if as_json else {"textPayload": message}
         return self._entry(project_id, job_id, SERVICE_TASK, severity, payload)
 
     def container(

@@ -130,9 +130,7 @@ class PreemptionPlanner:
         """Seconds after this (re)start at which to preempt a SPOT worker, or None for never."""
         with self._lock:
             if state.plan is None:
-                state.plan = next(
-                    (plan for plan in reversed(self._plans) if plan.matches(job_labels)), None
-                )
+                state.plan = next((plan for plan in reversed(self._plans) if plan.matches(job_labels)), None)
         if state.plan is not None:
             index = state.starts_under_plan
             state.starts_under_plan += 1

@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from google.rpc import status_pb2
@@ -47,9 +47,7 @@ from shared.log import Logger
 
 # A JobState member: proto-plus enums are IntEnums that type checkers see as plain ints.
 StateValue = int
-TERMINAL_STATES = frozenset(
-    {State.JOB_STATE_SUCCEEDED, State.JOB_STATE_FAILED, State.JOB_STATE_CANCELLED}
-)
+TERMINAL_STATES = frozenset({State.JOB_STATE_SUCCEEDED, State.JOB_STATE_FAILED, State.JOB_STATE_CANCELLED})
 _POLL_SECONDS = 0.05
 _PUMP_JOIN_SECONDS = 1.0
 
@@ -70,7 +68,7 @@ _CANCELLED_ERROR = (CANCELLED_CODE, CANCELLED_MESSAGE)
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 @dataclass(frozen=True)
@@ -130,9 +128,7 @@ class JobRunner:
     def cancel(self, record: JobRecord) -> None:
         with self.lock:
             if record.state in TERMINAL_STATES:
-                raise failed_precondition(
-                    f"Cannot cancel CustomJob {record.job.name} in state {record.state.name}."
-                )
+                raise failed_precondition(f"Cannot cancel CustomJob {record.job.name} in state {record.state.name}.")
             if record.cancel_requested:
                 return
             record.cancel_requested = True
@@ -150,9 +146,7 @@ class JobRunner:
             if not record.is_spot:
                 raise failed_precondition("Only jobs scheduled with strategy SPOT are preempted.")
             if record.state != State.JOB_STATE_RUNNING:
-                raise failed_precondition(
-                    f"CustomJob {record.job.name} is {record.state.name}, not RUNNING."
-                )
+                raise failed_precondition(f"CustomJob {record.job.name} is {record.state.name}, not RUNNING.")
             record.preempt_requested = True
         record.wake.set()
 
@@ -195,9 +189,7 @@ class JobRunner:
     def _release(self) -> None:
         with self.lock:
             self._admitted -= 1
-            while (
-                self._waiting and not self._stopping and self._admitted < self._config.max_running
-            ):
+            while self._waiting and not self._stopping and self._admitted < self._config.max_running:
                 self._admit_locked(self._waiting.popleft())
 
     def _discard_all(self) -> None:
@@ -276,9 +268,7 @@ class JobRunner:
             record.wake.wait(remaining)
 
     def _run_worker(self, record: JobRecord, launch: WorkerLaunch) -> tuple[Outcome, int]:
-        delay = (
-            self._planner.next_delay(record.preemption, record.labels) if record.is_spot else None
-        )
+        delay = self._planner.next_delay(record.preemption, record.labels) if record.is_spot else None
         with self.lock:
             record.runs += 1
             run = record.runs
@@ -290,9 +280,7 @@ class JobRunner:
             )
         if running:
             self._service_lines(record, record.profile.running())
-        worker = WorkerProcess(
-            launch, lambda stream, text: self._on_output(record, run, stream, text)
-        )
+        worker = WorkerProcess(launch, lambda stream, text: self._on_output(record, run, stream, text))
         try:
             worker.start()
         except OSError as error:  # 127: what a container whose command cannot be run exits with
@@ -346,9 +334,7 @@ class JobRunner:
         self._logger.info("spot preemption", job=record.job.name, preemptions=preemptions)
         if preemptions > lines.MAX_SPOT_RESTARTS:
             code, message = record.profile.stockout(preemptions)
-            self._finish(
-                record, State.JOB_STATE_FAILED, (code, message), record.profile.failed(message)
-            )
+            self._finish(record, State.JOB_STATE_FAILED, (code, message), record.profile.failed(message))
             return False
         self._service_lines(record, record.profile.preempted(preemptions))
         return True
@@ -357,9 +343,7 @@ class JobRunner:
 
     def _finish_exited(self, record: JobRecord, exit_status: int) -> None:
         if exit_status == 0:
-            return self._finish(
-                record, State.JOB_STATE_SUCCEEDED, None, record.profile.succeeded()
-            )
+            return self._finish(record, State.JOB_STATE_SUCCEEDED, None, record.profile.succeeded())
         message = lines.nonzero_exit(exit_status)
         return self._finish(
             record,
@@ -373,9 +357,7 @@ class JobRunner:
             self._finish_cancelled(record)
 
     def _finish_cancelled(self, record: JobRecord) -> None:
-        self._finish(
-            record, State.JOB_STATE_CANCELLED, _CANCELLED_ERROR, record.profile.cancelled()
-        )
+        self._finish(record, State.JOB_STATE_CANCELLED, _CANCELLED_ERROR, record.profile.cancelled())
 
     def _finish(
         self,

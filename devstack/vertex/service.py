@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import threading
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from google.cloud import aiplatform_v1
@@ -80,9 +80,7 @@ class EmulatorConfig:
             raise ValueError("durations and the preemption rate cannot be negative")
         profile(self.signals)  # raises ValueError for an unknown profile
         if self.events_topic is not None and not _TOPIC.match(self.events_topic):
-            raise ValueError(
-                f"events_topic must look like projects/P/topics/T: {self.events_topic}"
-            )
+            raise ValueError(f"events_topic must look like projects/P/topics/T: {self.events_topic}")
 
 
 class VertexService:
@@ -139,9 +137,7 @@ class VertexService:
             raise fault.error()
         return self._job_json(record, int_enums)
 
-    def list_jobs(
-        self, project: str, location: str, query: dict[str, list[str]], int_enums: bool
-    ) -> str:
+    def list_jobs(self, project: str, location: str, query: dict[str, list[str]], int_enums: bool) -> str:
         fault = self._faults.take("list")
         if fault is not None and fault.mode == "error":
             raise fault.error()
@@ -295,7 +291,7 @@ class VertexService:
             signals = self._signals
         name_project = self._config.project_number or project
         job.name = f"projects/{name_project}/locations/{location}/customJobs/{job_id}"
-        job.create_time = job.update_time = datetime.now(timezone.utc)
+        job.create_time = job.update_time = datetime.now(UTC)
         return JobRecord(
             job=job,
             job_id=job_id,
@@ -344,8 +340,7 @@ def _validate(job: aiplatform_v1.CustomJob) -> None:
     violations.extend(_label_violations(dict(job.labels)))
     if violations:
         listed = "".join(
-            f"{index}.Field: {path}; Message: {message}\t"
-            for index, (path, message) in enumerate(violations, start=1)
+            f"{index}.Field: {path}; Message: {message}\t" for index, (path, message) in enumerate(violations, start=1)
         )
         raise invalid_argument(f"List of found errors:\t{listed}")
 
@@ -358,13 +353,9 @@ def _primary_pool_violations(pool: aiplatform_v1.WorkerPoolSpec) -> list[tuple[s
     if "python_package_spec" in pool:
         package = pool.python_package_spec
         if not package.executor_image_uri:
-            violations.append(
-                (f"{path}.python_package_spec.executor_image_uri", "Required field is not set.")
-            )
+            violations.append((f"{path}.python_package_spec.executor_image_uri", "Required field is not set."))
         if not package.python_module:
-            violations.append(
-                (f"{path}.python_package_spec.python_module", "Required field is not set.")
-            )
+            violations.append((f"{path}.python_package_spec.python_module", "Required field is not set."))
     elif not pool.container_spec.image_uri:
         violations.append((f"{path}.container_spec.image_uri", "Required field is not set."))
     return violations
@@ -387,8 +378,7 @@ def _label_violations(labels: dict[str, str]) -> list[tuple[str, str]]:
             violations.append(
                 (
                     f"custom_job.labels[{key}]",
-                    "Label values hold at most 63 lowercase letters, digits, underscores or "
-                    "dashes.",
+                    "Label values hold at most 63 lowercase letters, digits, underscores or dashes.",
                 )
             )
     return violations

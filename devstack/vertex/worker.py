@@ -119,8 +119,7 @@ def _cluster_addresses(job: aiplatform_v1.CustomJob, job_id: str) -> dict[str, l
         replicas = max(int(pool.replica_count), 1 if index == 0 else 0)
         if replicas:
             cluster[f"workerpool{index}"] = [
-                f"cmle-training-workerpool{index}-{suffix}-{replica}:{_CLUSTER_PORT}"
-                for replica in range(replicas)
+                f"cmle-training-workerpool{index}-{suffix}-{replica}:{_CLUSTER_PORT}" for replica in range(replicas)
             ]
     return cluster
 
@@ -168,9 +167,7 @@ class WorkerProcess:
             ("stderr", self._process.stderr),
         ):
             assert pipe is not None
-            pump = threading.Thread(
-                target=self._pump, args=(stream_name, pipe), name=f"pump-{self.pid}", daemon=True
-            )
+            pump = threading.Thread(target=self._pump, args=(stream_name, pipe), name=f"pump-{self.pid}", daemon=True)
             pump.start()
             self._pumps.append(pump)
 

@@ -136,10 +136,7 @@ def print_explanation(report: Report, out: TextIO) -> None:
     out.write(f"  preemptions:  {replay.preemptions}\n")
     if replay.requeue:
         r = replay.requeue
-        out.write(
-            f"  re-queue:     attempt {r['attempt']} ({r['strategy']} in {r['location']}, "
-            f"{r['reason']})\n"
-        )
+        out.write(f"  re-queue:     attempt {r['attempt']} ({r['strategy']} in {r['location']}, {r['reason']})\n")
     else:
         out.write("  re-queue:     none\n")
     out.write(f"  alerts:       {', '.join(replay.alerts) or 'none'}\n")

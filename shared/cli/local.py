@@ -44,14 +44,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "up",
         help="start Pub/Sub and GCS emulators, the Vertex AI emulator and every function",
         description="Starts the whole embedded stack, prints the environment a shell needs, and "
-        "runs until Ctrl-C or SIGTERM, then stops every process it started. "
-        + NO_LOCAL_STACK_HELP,
+        "runs until Ctrl-C or SIGTERM, then stops every process it started. " + NO_LOCAL_STACK_HELP,
         examples=["spotjobs local up", "spotjobs local up --vertex-arg=--preemption-rate=2"],
     )
     up.add_argument("--json", action="store_true", help="print one JSON line once ready")
-    up.add_argument(
-        "--project", default=None, help="project id for the emulators (default: the stack's own)"
-    )
+    up.add_argument("--project", default=None, help="project id for the emulators (default: the stack's own)")
     up.add_argument(
         "--vertex-arg",
         action="append",
@@ -60,18 +57,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="extra flag for the Vertex emulator, e.g. --vertex-arg=--preemption-rate=2",
     )
     up.add_argument(
-        "--vertex-signals", choices=("documented", "rich"), default="documented",
+        "--vertex-signals",
+        choices=("documented", "rich"),
+        default="documented",
         help="the Vertex emulator's signal profile: only what Google documents (default), or "
         "also the emulator's invented signals (a line per preemption, RUNNING -> PENDING on "
         "restart); reported as vertex_signals",
     )
     up.add_argument(
-        "--reconcile-every", type=float, default=30.0, metavar="SECONDS",
-        help="publish {\"task\": \"reconcile\"} to maintenance this often, as Cloud Scheduler does",
+        "--reconcile-every",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help='publish {"task": "reconcile"} to maintenance this often, as Cloud Scheduler does',
     )
     up.add_argument(
-        "--prune-every", type=float, default=300.0, metavar="SECONDS",
-        help="publish {\"task\": \"prune\"} to maintenance this often",
+        "--prune-every",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help='publish {"task": "prune"} to maintenance this often',
     )
     up.set_defaults(run=run_local_up)
 
@@ -87,15 +92,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         examples=["spotjobs demo", "spotjobs demo --seed 3 --json --html /tmp/demo.html"],
     )
     demo.add_argument("--json", action="store_true", help="write the report as JSON on stdout")
+    demo.add_argument("--seed", type=int, default=1, help="request ids, preemption plans and data (default 1)")
     demo.add_argument(
-        "--seed", type=int, default=1, help="request ids, preemption plans and data (default 1)"
-    )
-    demo.add_argument(
-        "--html", metavar="FILE",
+        "--html",
+        metavar="FILE",
         help="where to write the HTML report (default: spotjobs-demo-seed<N>.html in the temp dir)",
     )
     demo.add_argument(
-        "--timeout", type=float, default=DEMO_TIMEOUT_SECONDS,
+        "--timeout",
+        type=float,
+        default=DEMO_TIMEOUT_SECONDS,
         help=f"seconds to wait for every request to end (default {DEMO_TIMEOUT_SECONDS:.0f})",
     )
     demo.set_defaults(run=run_demo)
@@ -170,10 +176,7 @@ def print_ready(description: dict[str, Any], seconds: float) -> None:
     print("# functions:")
     for name, url in description["functions"].items():
         print(f"#   {name:<18} {url}")
-    print(
-        f"# Vertex AI emulator: {description['vertex_endpoint']} "
-        f"(signals: {description['vertex_signals']})"
-    )
+    print(f"# Vertex AI emulator: {description['vertex_endpoint']} (signals: {description['vertex_signals']})")
     print(f"# logs: {description['logs']}")
     print("# Ctrl-C stops everything.", flush=True)
 

@@ -44,7 +44,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     alerts.add_argument("--request-id", metavar="ID", help="only alerts about this request")
     alerts.add_argument("--json", action="store_true", help="one JSON object per line, as published")
     alerts.add_argument(
-        "--timeout", type=float, default=None, metavar="SECONDS",
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
         help="with --follow: stop after this many seconds (default: never)",
     )
     alerts.add_argument("--project", help="Google Cloud project (default: GOOGLE_CLOUD_PROJECT)")
@@ -58,15 +61,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "max_delivery_attempts times: its id, source subscription (so function and topic), "
         "delivery count and, where the functions' logs say, why it failed. Listing acknowledges "
         "nothing.",
-        examples=["spotjobs dead-letters", "spotjobs dead-letters --json",
-                        "spotjobs dead-letters redrive --all --dry-run"],
+        examples=[
+            "spotjobs dead-letters",
+            "spotjobs dead-letters --json",
+            "spotjobs dead-letters redrive --all --dry-run",
+        ],
     )
     dead.add_argument("--json", action="store_true", help="print a JSON list")
     dead.add_argument("--project", help="Google Cloud project (default: GOOGLE_CLOUD_PROJECT)")
     dead.add_argument(
-        "--logs", metavar="DIR",
-        help="the embedded stack's function logs (default: SPOTJOBS_LOCAL_LOGS; in the cloud, "
-        "Cloud Logging)",
+        "--logs",
+        metavar="DIR",
+        help="the embedded stack's function logs (default: SPOTJOBS_LOCAL_LOGS; in the cloud, Cloud Logging)",
     )
     dead.set_defaults(run=run_dead_letters)
     commands = dead.add_subparsers(dest="dead_letters_command", metavar="COMMAND")
@@ -78,8 +84,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "attributes, to the topic of the subscription that dead-lettered it, then acknowledges it. "
         "Each id is claimed in the state bucket first (deadletters/redriven/<id>.json, "
         "if_generation_match=0), so an id already redriven is never sent again.",
-        examples=["spotjobs dead-letters redrive --all --dry-run",
-                        "spotjobs dead-letters redrive --id 4242 --id 4243"],
+        examples=["spotjobs dead-letters redrive --all --dry-run", "spotjobs dead-letters redrive --id 4242 --id 4243"],
     )
     chosen = redrive.add_mutually_exclusive_group(required=True)
     chosen.add_argument("--id", action="append", default=[], metavar="ID", help="a dead letter id (repeatable)")
@@ -101,13 +106,15 @@ def _subscription_path(args: argparse.Namespace, name: str) -> str:
 
 def alert_line(alert: dict[str, Any]) -> str:
     message = " ".join(str(alert.get("message", "")).split())
-    return "  ".join((
-        str(alert.get("time") or "-"),
-        f"{alert.get('severity') or '-':<7}",
-        f"{alert.get('kind') or '-':<18}",
-        str(alert.get("request_id") or "-"),
-        message,
-    ))
+    return "  ".join(
+        (
+            str(alert.get("time") or "-"),
+            f"{alert.get('severity') or '-':<7}",
+            f"{alert.get('kind') or '-':<18}",
+            str(alert.get("request_id") or "-"),
+            message,
+        )
+    )
 
 
 def _matches(alert: dict[str, Any], args: argparse.Namespace) -> bool:
@@ -122,8 +129,7 @@ def _decode(data: bytes) -> dict[str, Any]:
     except (ValueError, UnicodeDecodeError, RecursionError):
         alert = None
     if not isinstance(alert, dict):
-        return {"kind": "unreadable", "severity": "WARNING",
-                "message": data[:200].decode(errors="replace")}
+        return {"kind": "unreadable", "severity": "WARNING", "message": data[:200].decode(errors="replace")}
     return alert
 
 
@@ -136,6 +142,7 @@ def run_alerts(args: argparse.Namespace) -> int:
     held: dict[str, str] = {}  # message id -> ack id of alerts left out by a filter
     stopping = {"now": False}
     if args.follow:
+
         def stop(signum: int, frame: object) -> None:
             stopping["now"] = True
 
@@ -180,8 +187,9 @@ def run_alerts(args: argparse.Namespace) -> int:
         if held:
             ids = list(held.values())
             for start in range(0, len(ids), 1000):
-                subscriber.modify_ack_deadline(request={
-                    "subscription": path, "ack_ids": ids[start:start + 1000], "ack_deadline_seconds": 0})
+                subscriber.modify_ack_deadline(
+                    request={"subscription": path, "ack_ids": ids[start : start + 1000], "ack_deadline_seconds": 0}
+                )
         subscriber.close()
     return EXIT_OK
 
@@ -265,9 +273,7 @@ def run_redrive(args: argparse.Namespace) -> int:
     missing = sorted(wanted - {letter.id for letter in letters})
     acknowledged: list[Any] = []
     try:
-        claims = deadletters.RedriveClaims(
-            storage.Client(project=project).bucket(settings.state_bucket)
-        )
+        claims = deadletters.RedriveClaims(storage.Client(project=project).bucket(settings.state_bucket))
         results, acknowledged = deadletters.redrive(
             chosen,
             claims=claims,

@@ -32,9 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--request-id", help="prune only this request")
     parser.add_argument("--dry-run", action="store_true", help="plan only; delete nothing")
-    parser.add_argument(
-        "--json", action="store_true", help="print a JSON list, one object per request"
-    )
+    parser.add_argument("--json", action="store_true", help="print a JSON list, one object per request")
     parser.set_defaults(run=run_prune_command)
 
 
@@ -47,9 +45,7 @@ def run_prune_command(args: argparse.Namespace) -> int:
     if args.request_id is not None and not is_request_folder_name(args.request_id):
         print(f"spotjobs prune: {args.request_id!r} is not a request id", file=sys.stderr)
         return 2
-    result = run_prune(
-        clients.storage_client(), get_settings(), request_id=args.request_id, dry_run=args.dry_run
-    )
+    result = run_prune(clients.storage_client(), get_settings(), request_id=args.request_id, dry_run=args.dry_run)
     if args.json:
         json.dump([r.to_json() for r in result.reports], sys.stdout, indent=2)
         sys.stdout.write("\n")

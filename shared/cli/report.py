@@ -63,8 +63,10 @@ def run_report(args: argparse.Namespace) -> int:
         [record.to_json() for record in records],
         checkpoints=checkpoints,
         subtitle=f"ledger gs://{settings.state_bucket}, project {args.project or settings.project}",
-        notes=["Checkpoints are those in the bucket now; the ledger does not record when each "
-               "preemption happened, so preemptions are drawn evenly over their attempt."],
+        notes=[
+            "Checkpoints are those in the bucket now; the ledger does not record when each "
+            "preemption happened, so preemptions are drawn evenly over their attempt."
+        ],
     )
     target.write_text(page, encoding="utf-8")
     print(target.resolve())

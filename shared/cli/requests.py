@@ -37,12 +37,16 @@ RESUBMITTABLE = ("FAILED", "GAVE_UP", "CANCELLED")
 def register(subparsers: argparse._SubParsersAction) -> None:
     validate = command(
         subparsers,
-        "validate", help="check a job request offline and print the CustomJob it would create",
+        "validate",
+        help="check a job request offline and print the CustomJob it would create",
         description="Offline (no network, no credentials): applies the configured request policy and "
         "prints the CustomJob attempt 1 would create. Exits 0 when valid, 2 when invalid (every "
         "violation on stderr, one per line) or unreadable.",
-        examples=["spotjobs validate request.json", "spotjobs validate --show-policy",
-                        "cat body.json | spotjobs validate - --request-id resnet-001"],
+        examples=[
+            "spotjobs validate request.json",
+            "spotjobs validate --show-policy",
+            "cat body.json | spotjobs validate - --request-id resnet-001",
+        ],
     )
     _add_request_arguments(validate, file_optional=True)
     validate.add_argument(
@@ -54,30 +58,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     submit = command(
         subparsers,
-        "submit", help="validate a job request, then publish it to job-requests",
+        "submit",
+        help="validate a job request, then publish it to job-requests",
         description="Validates like `validate` (nothing is published when invalid: exit 2), then "
         "publishes to job-requests: the emulator when PUBSUB_EMULATOR_HOST is set, else Google Cloud.",
-        examples=["spotjobs submit request.json",
-                        "spotjobs submit body.json --request-id resnet-001 --attribute team=vision --json"],
+        examples=[
+            "spotjobs submit request.json",
+            "spotjobs submit body.json --request-id resnet-001 --attribute team=vision --json",
+        ],
     )
     _add_request_arguments(submit)
     submit.add_argument("--project", help="Google Cloud project (default: GOOGLE_CLOUD_PROJECT)")
-    submit.add_argument(
-        "--json", action="store_true", help="print {request_id, message_id} as JSON"
-    )
+    submit.add_argument("--json", action="store_true", help="print {request_id, message_id} as JSON")
     submit.set_defaults(run=run_submit)
-
 
     resubmit = command(
         subparsers,
-        "resubmit", help="run a FAILED, GAVE_UP or CANCELLED request again, under a new request id",
+        "resubmit",
+        help="run a FAILED, GAVE_UP or CANCELLED request again, under a new request id",
         description="Reads the request from the ledger (it must have ended FAILED, GAVE_UP or "
         "CANCELLED, else exit 2), validates its body against today's policy (exit 2 when invalid) "
         "and publishes it to job-requests under a new request id: --new-id, or <id>-r2, <id>-r3, "
         "... (the first the ledger does not hold). The old request keeps its record and jobs. "
         "Exits 1 when the request is not in the ledger.",
-        examples=["spotjobs resubmit resnet-nightly-001",
-                        "spotjobs resubmit resnet-nightly-001 --new-id resnet-nightly-001b --json"],
+        examples=[
+            "spotjobs resubmit resnet-nightly-001",
+            "spotjobs resubmit resnet-nightly-001 --new-id resnet-nightly-001b --json",
+        ],
     )
     resubmit.add_argument("request_id", help="the request that ended FAILED, GAVE_UP or CANCELLED")
     resubmit.add_argument(
@@ -85,7 +92,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     resubmit.add_argument("--project", help="Google Cloud project (default: GOOGLE_CLOUD_PROJECT)")
     resubmit.add_argument(
-        "--json", action="store_true",
+        "--json",
+        action="store_true",
         help="print {request_id, message_id, topic, resubmitted_from} as JSON",
     )
     resubmit.set_defaults(run=run_resubmit)
@@ -97,9 +105,7 @@ def _add_request_arguments(parser: argparse.ArgumentParser, file_optional: bool 
         nargs="?" if file_optional else None,
         help="the job request (envelope or bare CustomJob body) as JSON; - for stdin",
     )
-    parser.add_argument(
-        "--request-id", help="request id for a bare CustomJob body (default: generated)"
-    )
+    parser.add_argument("--request-id", help="request id for a bare CustomJob body (default: generated)")
     parser.add_argument(
         "--attribute",
         action="append",
@@ -167,9 +173,7 @@ def describe_first_attempt(request: JobRequest, settings: Settings) -> dict[str,
     }
 
 
-def _prepare(
-    args: argparse.Namespace, settings: Settings
-) -> tuple[JobRequest, bytes, dict[str, str]] | None:
+def _prepare(args: argparse.Namespace, settings: Settings) -> tuple[JobRequest, bytes, dict[str, str]] | None:
     """Read, name and validate the request; None (after saying why on stderr) when unusable."""
     from shared.policy import validate_request
     from shared.request import InvalidJobRequest, read_request
@@ -194,9 +198,7 @@ def _prepare(
         elif shape.shape == "envelope" and shape.request_id:
             attributes["request_id"] = shape.request_id
     try:
-        request = validate_request(
-            data, attributes=attributes, settings=settings
-        )
+        request = validate_request(data, attributes=attributes, settings=settings)
     except InvalidJobRequest as exc:
         for violation in exc.violations:
             print(violation, file=sys.stderr)
@@ -248,9 +250,7 @@ def run_submit(args: argparse.Namespace) -> int:
     future = pubsub_v1.PublisherClient().publish(topic, data, **attributes)
     message_id = future.result(timeout=PUBLISH_TIMEOUT_SECONDS)
     if args.json:
-        json.dump(
-            {"request_id": request.request_id, "message_id": message_id, "topic": topic}, sys.stdout
-        )
+        json.dump({"request_id": request.request_id, "message_id": message_id, "topic": topic}, sys.stdout)
         sys.stdout.write("\n")
     else:
         print(f"request_id: {request.request_id}")
@@ -293,8 +293,7 @@ def run_resubmit(args: argparse.Namespace) -> int:
             )
             return EXIT_INVALID
         if ledger.get(new_id) is not None:
-            print(f"spotjobs resubmit: {new_id} is already in the ledger; choose another --new-id",
-                  file=sys.stderr)
+            print(f"spotjobs resubmit: {new_id} is already in the ledger; choose another --new-id", file=sys.stderr)
             return EXIT_INVALID
     else:
         new_id = next_resubmit_id(args.request_id, lambda candidate: ledger.get(candidate) is not None)

@@ -26,29 +26,30 @@ if TYPE_CHECKING:
 def register(subparsers: argparse._SubParsersAction) -> None:
     status = command(
         subparsers,
-        "status", help="requests and their attempts, from the ledger",
+        "status",
+        help="requests and their attempts, from the ledger",
         description="Reads the ledger: one line per request, or one request with every attempt. "
         "Exits 1 when the request is not in the ledger.",
-        examples=["spotjobs status", "spotjobs status resnet-nightly-001 --json",
-                        "spotjobs status resnet-nightly-001 --watch"],
+        examples=[
+            "spotjobs status",
+            "spotjobs status resnet-nightly-001 --json",
+            "spotjobs status resnet-nightly-001 --watch",
+        ],
     )
     status.add_argument("request_id", nargs="?", help="one request (default: all, newest first)")
     status.add_argument("--json", action="store_true", help="print the ledger records as JSON")
-    status.add_argument(
-        "--limit", type=int, default=100, help="at most this many requests (default 100)"
-    )
+    status.add_argument("--limit", type=int, default=100, help="at most this many requests (default 100)")
     status.add_argument("--project", help="Google Cloud project (default: GOOGLE_CLOUD_PROJECT)")
     status.add_argument(
-        "--watch", action="store_true",
+        "--watch",
+        action="store_true",
         help="print again whenever it changes, until the request ends (or Ctrl-C); with --json, "
         "one JSON document per line",
     )
     status.add_argument(
         "--interval", type=float, default=2.0, metavar="SECONDS", help="--watch polls this often (default 2)"
     )
-    status.add_argument(
-        "--timeout", type=float, default=None, metavar="SECONDS", help="--watch stops after this long"
-    )
+    status.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="--watch stops after this long")
     status.set_defaults(run=run_status)
 
 
@@ -123,7 +124,9 @@ def _watch_status(args: argparse.Namespace, ledger: Any, settings: Settings) -> 
         else:
             records = recent_records(ledger, args.limit)
         if args.json:
-            payload: Any = (records[0].to_json() if records else None) if args.request_id else [r.to_json() for r in records]
+            payload: Any = (
+                (records[0].to_json() if records else None) if args.request_id else [r.to_json() for r in records]
+            )
             text = json.dumps(payload, separators=(",", ":")) + "\n"
         elif args.request_id:
             text = format_request(records[0]) if records else f"{args.request_id}: not in the ledger yet\n"
@@ -259,7 +262,6 @@ def _short_state(state: str | None) -> str:
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     widths = [max(len(str(row[i])) for row in (header, *rows)) for i in range(len(header))]
     return "".join(
-        "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        + "\n"
+        "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() + "\n"
         for row in (header, *rows)
     )

@@ -60,7 +60,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ],
     )
     test.add_argument("name")
-    test.add_argument("--object", action="append", default=[], metavar="GS_URI", help="a new object of the window (repeatable)")
+    test.add_argument(
+        "--object", action="append", default=[], metavar="GS_URI", help="a new object of the window (repeatable)"
+    )
     test.add_argument("--file", help="read the definition from this file instead of the state bucket")
     test.add_argument("--json", action="store_true")
     test.set_defaults(run=run_test)
@@ -91,7 +93,11 @@ def check_documents(documents: list[Any]) -> tuple[list[Any], list[str]]:
     definitions = []
     names: set[str] = set()
     for index, document in enumerate(documents):
-        label = document.get("name") if isinstance(document, dict) and isinstance(document.get("name"), str) else f"[{index}]"
+        label = (
+            document.get("name")
+            if isinstance(document, dict) and isinstance(document.get("name"), str)
+            else f"[{index}]"
+        )
         definition, violations = read_definition(document)
         if definition is not None:
             violations = check_request_template(definition, get_settings(), utcnow())
@@ -193,7 +199,9 @@ def run_test(args: argparse.Namespace) -> int:
     settings = get_settings()
     window = Window.containing(utcnow(), definition.coalesce_seconds)
     manifest_uri = manifest_uri_for(settings, definition.name, window.id)
-    envelope = render(definition.request, trigger=definition.name, window=window, manifest_uri=manifest_uri, object_count=len(objects))
+    envelope = render(
+        definition.request, trigger=definition.name, window=window, manifest_uri=manifest_uri, object_count=len(objects)
+    )
     problems = [str(v) for v in check_rendered(envelope, settings)]
     would_fire = definition.source_kind == "schedule" or len(objects) >= max(definition.min_objects, 1)
     result = {

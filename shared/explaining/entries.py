@@ -49,15 +49,12 @@ class EntryExplanation:
     stale: str | None = None  # the age check: only a relevant entry reaches it
 
 
-
 @dataclass
 class Report:
     entries: list[EntryExplanation]
     replay: Replay | None
     source: str = ""
-    offline: dict[str, str] = field(
-        default_factory=lambda: {"event_age": NOT_CHECKED, "job_index": NOT_CHECKED}
-    )
+    offline: dict[str, str] = field(default_factory=lambda: {"event_age": NOT_CHECKED, "job_index": NOT_CHECKED})
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -114,7 +111,7 @@ def _in_time_order(parsed: list[ParsedEntry]) -> list[ParsedEntry]:
 
     times = [p.entry.timestamp for p in parsed if p.entry is not None and p.entry.timestamp]
     items = list(reversed(parsed)) if len(times) > 1 and times[0] > times[-1] else list(parsed)
-    return sorted(items, key=lambda p: (p.entry.timestamp if p.entry and p.entry.timestamp else EPOCH))
+    return sorted(items, key=lambda p: p.entry.timestamp if p.entry and p.entry.timestamp else EPOCH)
 
 
 def _explain_one(item: ParsedEntry, signal: Any) -> EntryExplanation:
@@ -175,10 +172,7 @@ def _explain_one(item: ParsedEntry, signal: Any) -> EntryExplanation:
     if entry.is_service_line:
         explanation = f"service hint: reads job {job} from Vertex and decides on its state"
         if signal is Signal.PREEMPTION:
-            explanation += (
-                f"; its insertId {entry.identity} counts as one preemption "
-                "(a per-preemption service line)"
-            )
+            explanation += f"; its insertId {entry.identity} counts as one preemption (a per-preemption service line)"
     else:
         explanation = (
             f"hint (a container line matching the {signal.value} pattern): reads job {job} from "

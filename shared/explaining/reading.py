@@ -15,7 +15,6 @@ class UnreadableInput(ValueError):
     """FILE or JOB_JSON cannot be read; the message is the one line printed."""
 
 
-
 def read_entries(text: str) -> list[Any]:
     """The entries of a JSON array, of JSON lines, or a single JSON object."""
     stripped = text.strip()
@@ -31,8 +30,7 @@ def read_entries(text: str) -> list[Any]:
         if isinstance(value, dict):
             return [value]
         raise UnreadableInput(
-            f"the file holds a JSON {type(value).__name__}, not LogEntries (a JSON array, JSON "
-            "lines or one entry)"
+            f"the file holds a JSON {type(value).__name__}, not LogEntries (a JSON array, JSON lines or one entry)"
         )
     entries = []
     for number, line in enumerate(text.splitlines(), 1):
@@ -51,8 +49,9 @@ def read_job_json(text: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
     except (ValueError, RecursionError):
-        raise UnreadableInput("the job file is not JSON (gcloud ai custom-jobs describe "
-                              "JOB_ID --region R --format=json)") from None
+        raise UnreadableInput(
+            "the job file is not JSON (gcloud ai custom-jobs describe JOB_ID --region R --format=json)"
+        ) from None
     if not isinstance(value, dict):
         raise UnreadableInput("the job file is not a JSON object (a CustomJob)")
     return value

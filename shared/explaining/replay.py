@@ -42,7 +42,6 @@ class Replay:
     notes: list[str] = field(default_factory=list)
 
 
-
 def replay_decision(
     ordered: list[ParsedEntry],
     patterns: Any,
@@ -74,19 +73,27 @@ def replay_decision(
         notes.append(f"the job's {LABEL_ATTEMPT} label is {raw_attempt or 'missing'}: taken as attempt {n}")
     location = _location(snapshot.name)
     created = snapshot.create_time or now.isoformat()
-    attempts = [
-        Attempt(k, location, "SPOT", claimed_at=created, outcome=AttemptOutcome.REQUEUED)
-        for k in range(1, n)
-    ]
+    attempts = [Attempt(k, location, "SPOT", claimed_at=created, outcome=AttemptOutcome.REQUEUED) for k in range(1, n)]
     attempts.append(
-        Attempt(n, location, strategy, claimed_at=created, job=snapshot.name,
-                state=JobState.QUEUED, created_at=snapshot.create_time)
+        Attempt(
+            n,
+            location,
+            strategy,
+            claimed_at=created,
+            job=snapshot.name,
+            state=JobState.QUEUED,
+            created_at=snapshot.create_time,
+        )
     )
-    envelope = {"schema_version": 1, "request_id": request_id, "location": location,
-                "locations": [], "fallback": None, "checkpoints": None}
-    record = RequestRecord(
-        request_id, envelope, "", status=RequestStatus.SUBMITTED, attempts=attempts
-    )
+    envelope = {
+        "schema_version": 1,
+        "request_id": request_id,
+        "location": location,
+        "locations": [],
+        "fallback": None,
+        "checkpoints": None,
+    }
+    record = RequestRecord(request_id, envelope, "", status=RequestStatus.SUBMITTED, attempts=attempts)
     policy = DecisionPolicy.from_settings(settings)
     events: list[str] = []
     alerts: list[str] = []
@@ -108,9 +115,7 @@ def replay_decision(
                 named = (entry.kit.request_id, entry.kit.attempt)
                 kit_names[named] = kit_names.get(named, 0) + 1
         elif signal is Signal.PREEMPTION and entry.is_service_line:
-            observation = Observation(
-                n, None, signal, preemption_evidence=entry.identity, job_name=snapshot.name
-            )
+            observation = Observation(n, None, signal, preemption_evidence=entry.identity, job_name=snapshot.name)
             lines_fed += 1
         else:
             continue

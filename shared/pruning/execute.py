@@ -68,9 +68,7 @@ def run_tasks(first: Iterable[Task], workers: int) -> None:
     running: set[Future[Iterable[Task]]] = set()
     with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="prune") as pool:
         while True:
-            while len(running) < limit and (
-                task := backlog.popleft() if backlog else next(source, None)
-            ) is not None:
+            while len(running) < limit and (task := backlog.popleft() if backlog else next(source, None)) is not None:
                 running.add(pool.submit(task))
             if not running:
                 return
@@ -129,18 +127,13 @@ class _Execution:
     def _report_plan(self, plan: RequestPlan, report: RequestReport) -> list[Task]:
         report.status, report.lifecycle = plan.status, plan.lifecycle
         report.keep_last = plan.keep_last
+        report.kept.extend(checkpoint_entry(v.checkpoint, v.reason) for v in plan.verdicts if not v.delete)
         report.kept.extend(
-            checkpoint_entry(v.checkpoint, v.reason) for v in plan.verdicts if not v.delete
-        )
-        report.kept.extend(
-            {"checkpoint": u.name, "step": None, "complete": None, "reason": u.reason}
-            for u in plan.unmanaged
+            {"checkpoint": u.name, "step": None, "complete": None, "reason": u.reason} for u in plan.unmanaged
         )
         tasks: list[Task] = []
         for verdict in plan.deletions:
-            entry = {
-                **checkpoint_entry(verdict.checkpoint, verdict.reason), "objects": 0, "bytes": 0
-            }
+            entry = {**checkpoint_entry(verdict.checkpoint, verdict.reason), "objects": 0, "bytes": 0}
             if self.dry_run:
                 report.deleted.append(entry)
                 tasks.append(self._measure_task(plan.folder, verdict.checkpoint, entry, report))
@@ -148,9 +141,7 @@ class _Execution:
                 tasks.append(self._unit_task(plan.folder, verdict.checkpoint, entry, report))
         return tasks
 
-    def _measure_task(
-        self, folder: str, checkpoint: Checkpoint, entry: dict[str, Any], report: RequestReport
-    ) -> Task:
+    def _measure_task(self, folder: str, checkpoint: Checkpoint, entry: dict[str, Any], report: RequestReport) -> Task:
         """Dry run: fill in what deleting the checkpoint would free, so the plan can tell."""
 
         def measure() -> Iterable[Task]:
@@ -167,9 +158,7 @@ class _Execution:
 
         return measure
 
-    def _unit_task(
-        self, folder: str, checkpoint: Checkpoint, entry: dict[str, Any], report: RequestReport
-    ) -> Task:
+    def _unit_task(self, folder: str, checkpoint: Checkpoint, entry: dict[str, Any], report: RequestReport) -> Task:
         def delete_unit() -> Iterable[Task]:
             try:
                 return self._delete_unit(folder, checkpoint, entry, report)
@@ -212,9 +201,7 @@ class _Execution:
             report.skipped.append({"checkpoint": checkpoint.name, "reason": reason})
         return []
 
-    def _object_task(
-        self, folder: str, obj: ListedObject, entry: dict[str, Any], report: RequestReport
-    ) -> Task:
+    def _object_task(self, folder: str, obj: ListedObject, entry: dict[str, Any], report: RequestReport) -> Task:
         def delete_object() -> Iterable[Task]:
             try:
                 self._delete(folder, obj, entry, report)
@@ -224,9 +211,7 @@ class _Execution:
 
         return delete_object
 
-    def _delete(
-        self, folder: str, obj: ListedObject, entry: dict[str, Any], report: RequestReport
-    ) -> DeleteOutcome:
+    def _delete(self, folder: str, obj: ListedObject, entry: dict[str, Any], report: RequestReport) -> DeleteOutcome:
         if not self.layout.in_scope(obj.name, folder):
             raise OutOfScope(f"refusing to delete {obj.name!r}: outside {folder!r}")
         outcome = self.store.delete(obj)

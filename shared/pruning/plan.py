@@ -49,9 +49,7 @@ def plan_request(
     for c in contents_needed(checkpoints, lifecycle):
         listed = with_contents(c, folder, store.list_all(folder + c.name), policy.commit_markers)
         checkpoints[checkpoints.index(c)] = listed
-    verdicts = judge_checkpoints(
-        checkpoints, lifecycle=lifecycle, keep_last=keep_last, policy=policy, now=now
-    )
+    verdicts = judge_checkpoints(checkpoints, lifecycle=lifecycle, keep_last=keep_last, policy=policy, now=now)
     return RequestPlan(
         request_id,
         folder,

@@ -123,8 +123,7 @@ def report_alert(result: PruneResult, *, limit: int = 50) -> Alert | None:
         message=(
             f"Pruned {summary['checkpoints_deleted']} checkpoints "
             f"({summary['objects_deleted']} objects, {summary['bytes_freed']} bytes) "
-            f"in {len(requests)} requests"
-            + (f"; {summary['errors']} errors." if summary["errors"] else ".")
+            f"in {len(requests)} requests" + (f"; {summary['errors']} errors." if summary["errors"] else ".")
         ),
         request_id=only,
         details={

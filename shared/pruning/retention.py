@@ -107,10 +107,7 @@ def contents_needed(checkpoints: Sequence[Checkpoint], lifecycle: str) -> list[C
         if c.kind == Kind.PREFIX
         and not c.complete
         and c.contents is None
-        and (
-            lifecycle == Lifecycle.RETENTION_EXPIRED
-            or (newest is not None and c.step <= newest.step)
-        )
+        and (lifecycle == Lifecycle.RETENTION_EXPIRED or (newest is not None and c.step <= newest.step))
     ]
 
 
@@ -143,17 +140,13 @@ def judge_checkpoints(
     return verdicts
 
 
-def _judge_complete(
-    c: Checkpoint, is_newest: bool, kept: bool, expired: bool, keep_last: int
-) -> PruneVerdict:
+def _judge_complete(c: Checkpoint, is_newest: bool, kept: bool, expired: bool, keep_last: int) -> PruneVerdict:
     if expired:
         if kept:
             return PruneVerdict(c, False, "final checkpoint of a request past its retention")
         if is_newest:
             return PruneVerdict(c, True, "request past its retention; final checkpoint not kept")
-        return PruneVerdict(
-            c, True, "request past its retention; only the final checkpoint is kept"
-        )
+        return PruneVerdict(c, True, "request past its retention; only the final checkpoint is kept")
     if kept:
         return PruneVerdict(c, False, f"among the {keep_last} newest complete checkpoints")
     return PruneVerdict(c, True, f"complete, but {keep_last} newer complete checkpoints are kept")
@@ -164,13 +157,9 @@ def _judge_incomplete(
 ) -> PruneVerdict:
     if not expired:
         if newest is None:
-            return PruneVerdict(
-                c, False, "incomplete, no complete checkpoint yet: may be in progress"
-            )
+            return PruneVerdict(c, False, "incomplete, no complete checkpoint yet: may be in progress")
         if not _older(c, newest):
-            return PruneVerdict(
-                c, False, "incomplete, newer than the newest complete: in progress?"
-            )
+            return PruneVerdict(c, False, "incomplete, newer than the newest complete: in progress?")
     updated = c.updated
     if updated is None:
         return PruneVerdict(c, False, "incomplete, last write unknown")
@@ -179,6 +168,4 @@ def _judge_incomplete(
         return PruneVerdict(c, False, "incomplete, written within the grace period")
     if expired:
         return PruneVerdict(c, True, "incomplete, request past its retention")
-    return PruneVerdict(
-        c, True, "incomplete, older than the newest complete, idle past grace period"
-    )
+    return PruneVerdict(c, True, "incomplete, older than the newest complete, idle past grace period")

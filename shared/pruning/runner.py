@@ -91,9 +91,7 @@ def run_prune(
         ids: Iterable[str] = [request_id]
     elif bounded_run:
         start = ledger.cursor(PRUNE_TASK)
-        ids, finished = bounded(
-            store.list_request_ids(layout.root, after=start), settings.prune_requests_per_run
-        )
+        ids, finished = bounded(store.list_request_ids(layout.root, after=start), settings.prune_requests_per_run)
         cursor = "" if finished or not ids else ids[-1]
     else:
         ids = store.list_request_ids(layout.root)
@@ -111,9 +109,7 @@ def run_prune(
         try:
             ledger.save_cursor(PRUNE_TASK, cursor)
         except Exception as exc:  # without it the next run starts over: worth a line, not a retry
-            log.warning(
-                "could not save the prune cursor", event="prune_cursor_unsaved", error=str(exc)
-            )
+            log.warning("could not save the prune cursor", event="prune_cursor_unsaved", error=str(exc))
     return result
 
 
@@ -145,9 +141,7 @@ def handle_maintenance(message: Message, log: Logger, ports: Ports) -> None:
 def _prune_and_report(ports: Ports, task: PruneTask, log: Logger) -> None:
     assert ports.storage is not None
     every_request = task.request_id is None
-    result = run_prune(
-        ports.storage(), ports.settings, request_id=task.request_id, bounded_run=every_request, log=log
-    )
+    result = run_prune(ports.storage(), ports.settings, request_id=task.request_id, bounded_run=every_request, log=log)
     for report in result.reports:
         log_report(log, report)
     log.info(

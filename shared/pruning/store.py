@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from google.cloud.storage import Bucket, Client
 
 
-
 class DeleteOutcome(enum.Enum):
     DELETED = "deleted"
     GONE = "gone"  # 404: someone else deleted it
@@ -90,11 +89,7 @@ class GcsPruneStore:
         return FolderListing(prefix, tuple(files), tuple(subfolders))
 
     def list_all(self, prefix: str) -> list[ListedObject]:
-        return [
-            _listed(blob)
-            for page in self._pages(prefix=prefix, fields=self._LIST_FIELDS)
-            for blob in page
-        ]
+        return [_listed(blob) for page in self._pages(prefix=prefix, fields=self._LIST_FIELDS) for blob in page]
 
     def list_request_ids(self, root: str, *, after: str = "") -> Iterator[str]:
         """Request folder names under `root`, in listing order, starting after `after`.
@@ -105,9 +100,7 @@ class GcsPruneStore:
         # "<after>0" sorts after every "<after>/..." name ("0" follows "/").
         start = f"{root}{after}0" if after else None
         after_prefix = f"{root}{after}/"
-        for page in self._pages(
-            prefix=root, delimiter="/", start_offset=start, fields="prefixes,nextPageToken"
-        ):
+        for page in self._pages(prefix=root, delimiter="/", start_offset=start, fields="prefixes,nextPageToken"):
             for prefix in sorted(page.prefixes):
                 request_id = prefix[len(root) :].rstrip("/")
                 if (not after or prefix > after_prefix) and is_request_folder_name(request_id):
@@ -145,9 +138,7 @@ class GcsPruneStore:
         self._count("delete")
         try:
             # Generation-guarded, hence safe to retry: a retry after a lost reply answers 404.
-            self._bucket.delete_blob(
-                obj.name, if_generation_match=obj.generation, retry=DEFAULT_RETRY
-            )
+            self._bucket.delete_blob(obj.name, if_generation_match=obj.generation, retry=DEFAULT_RETRY)
         except NotFound:
             return DeleteOutcome.GONE
         except PreconditionFailed:

@@ -139,9 +139,7 @@ def read_definition(document: object) -> tuple[TriggerDefinition | None, list[Vi
         request = None
     else:
         if "request_id" in request:
-            out.append(
-                Violation("request.request_id", "is derived from the trigger and the window; leave it out")
-            )
+            out.append(Violation("request.request_id", "is derived from the trigger and the window; leave it out"))
         if "custom_job" not in request:
             out.append(Violation("request.custom_job", "is required (a CustomJob in Vertex REST JSON)"))
         out.extend(template_violations(request, "request"))

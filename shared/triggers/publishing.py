@@ -27,11 +27,16 @@ TRIGGER_ATTRIBUTE = "spotjobs_trigger"
 MANIFEST_SCHEMA_VERSION = 1
 
 
-def finish(ports: Ports, store: TriggerStore, definition: TriggerDefinition, document: dict[str, Any], log: Logger) -> dict[str, Any]:
+def finish(
+    ports: Ports, store: TriggerStore, definition: TriggerDefinition, document: dict[str, Any], log: Logger
+) -> dict[str, Any]:
     """closing -> closed (request published) or failed (alert): manifest, render, check, publish."""
     settings = ports.settings
     name, window_id = definition.name, document["window_id"]
-    window = Window(parse_iso(document["window_start"]), int((parse_iso(document["window_end"]) - parse_iso(document["window_start"])).total_seconds()))
+    window = Window(
+        parse_iso(document["window_start"]),
+        int((parse_iso(document["window_end"]) - parse_iso(document["window_start"])).total_seconds()),
+    )
     path = paths.window_path(name, window_id)
     request_id = request_id_for(name, window_id)
     manifest_uri = manifest_uri_for(settings, name, window_id)
@@ -41,10 +46,30 @@ def finish(ports: Ports, store: TriggerStore, definition: TriggerDefinition, doc
     envelope = render(definition.request, trigger=name, window=window, manifest_uri=manifest_uri, object_count=count)
     violations = check_rendered(envelope, settings)
     if violations:
-        store.update(path, lambda d: {**d, "state": "failed", "alert_pending": True, "request_id": request_id, "violations": [str(v) for v in violations]} if d and d["state"] == "closing" else None)
-        log.error("a trigger's request fails validation; nothing published", event="trigger_failed", request_id=request_id, violations=[str(v) for v in violations])
+        store.update(
+            path,
+            lambda d: (
+                {
+                    **d,
+                    "state": "failed",
+                    "alert_pending": True,
+                    "request_id": request_id,
+                    "violations": [str(v) for v in violations],
+                }
+                if d and d["state"] == "closing"
+                else None
+            ),
+        )
+        log.error(
+            "a trigger's request fails validation; nothing published",
+            event="trigger_failed",
+            request_id=request_id,
+            violations=[str(v) for v in violations],
+        )
         return store.read(path)[0] or document
-    message_id = ports.publish(settings.job_requests_topic, envelope, request_id=request_id, **{TRIGGER_ATTRIBUTE: name})
+    message_id = ports.publish(
+        settings.job_requests_topic, envelope, request_id=request_id, **{TRIGGER_ATTRIBUTE: name}
+    )
     log.info(
         "a trigger published its window's job request",
         event="trigger_fired",
@@ -58,13 +83,29 @@ def finish(ports: Ports, store: TriggerStore, definition: TriggerDefinition, doc
     def closed(d: dict[str, Any] | None) -> dict[str, Any] | None:
         if d is None or d["state"] != "closing":
             return None
-        return {**d, "state": "closed", "request_id": request_id, "manifest_uri": manifest_uri, "manifest_objects": count, "message_id": message_id, "published_at": iso(ports.clock())}
+        return {
+            **d,
+            "state": "closed",
+            "request_id": request_id,
+            "manifest_uri": manifest_uri,
+            "manifest_objects": count,
+            "message_id": message_id,
+            "published_at": iso(ports.clock()),
+        }
 
     store.update(path, closed)
     return store.read(path)[0] or document
 
 
-def write_manifest(ports: Ports, definition: TriggerDefinition, window: Window, windows: list[str], request_id: str, uri: str, store: TriggerStore) -> dict[str, Any]:
+def write_manifest(
+    ports: Ports,
+    definition: TriggerDefinition,
+    window: Window,
+    windows: list[str],
+    request_id: str,
+    uri: str,
+    store: TriggerStore,
+) -> dict[str, Any]:
     """The window's manifest, written once (create-if-absent: a resumed close reads the first)."""
     from google.api_core.exceptions import PreconditionFailed
 
@@ -93,13 +134,17 @@ def write_manifest(ports: Ports, definition: TriggerDefinition, window: Window, 
         "objects": entries,
     }
     try:
-        blob.upload_from_string(json.dumps(manifest, separators=(",", ":")), content_type="application/json", if_generation_match=0)
+        blob.upload_from_string(
+            json.dumps(manifest, separators=(",", ":")), content_type="application/json", if_generation_match=0
+        )
     except PreconditionFailed:
         return json.loads(blob.download_as_bytes())
     return manifest
 
 
-def publish_failure_alert(ports: Ports, store: TriggerStore, definition: TriggerDefinition, document: dict[str, Any], log: Logger) -> None:
+def publish_failure_alert(
+    ports: Ports, store: TriggerStore, definition: TriggerDefinition, document: dict[str, Any], log: Logger
+) -> None:
     """trigger_failed, decided once per window (the window document's state) and kept pending there
     until Pub/Sub accepts it: at least once."""
     violations = document.get("violations", [])
@@ -111,4 +156,7 @@ def publish_failure_alert(ports: Ports, store: TriggerStore, definition: Trigger
         details={"trigger": definition.name, "window_id": document["window_id"], "violations": violations},
     )
     ports.publish(ports.settings.ops_alerts_topic, alert.to_json(), **alert.attributes())
-    store.update(paths.window_path(definition.name, document["window_id"]), lambda d: {**d, "alert_pending": False} if d and d.get("alert_pending") else None)
+    store.update(
+        paths.window_path(definition.name, document["window_id"]),
+        lambda d: {**d, "alert_pending": False} if d and d.get("alert_pending") else None,
+    )

@@ -19,7 +19,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from shared.clock import iso
@@ -45,11 +45,11 @@ class Window:
     @classmethod
     def containing(cls, moment: datetime, seconds: int) -> Window:
         epoch = int(moment.timestamp())
-        return cls(datetime.fromtimestamp(epoch - epoch % seconds, timezone.utc), seconds)
+        return cls(datetime.fromtimestamp(epoch - epoch % seconds, UTC), seconds)
 
     @classmethod
     def from_id(cls, window_id: str, seconds: int) -> Window:
-        start = datetime.strptime(window_id, "w%Y%m%dt%H%M%Sz").replace(tzinfo=timezone.utc)
+        start = datetime.strptime(window_id, "w%Y%m%dt%H%M%Sz").replace(tzinfo=UTC)
         return cls(start, seconds)
 
     @property
@@ -73,9 +73,7 @@ def template_violations(template: object, path: str) -> list[Violation]:
     for where, text in _strings(template, path):
         for name in _PLACEHOLDER.findall(text):
             if name not in PLACEHOLDERS:
-                out.append(
-                    Violation(where, f"unknown placeholder {{{name}}}; known: {', '.join(PLACEHOLDERS)}")
-                )
+                out.append(Violation(where, f"unknown placeholder {{{name}}}; known: {', '.join(PLACEHOLDERS)}"))
     return out
 
 
@@ -153,9 +151,7 @@ def check_rendered(envelope: Mapping[str, Any], settings: Any) -> list[Violation
     from shared.request import InvalidJobRequest
 
     try:
-        validate_request(
-            json.dumps(envelope).encode(), attributes={}, settings=settings
-        )
+        validate_request(json.dumps(envelope).encode(), attributes={}, settings=settings)
     except InvalidJobRequest as exc:
         return list(exc.violations)
     return []

@@ -68,7 +68,6 @@ def definitions(ports: Ports, store: TriggerStore, log: Logger) -> list[TriggerD
     return loaded
 
 
-
 def clear_caches() -> None:
     with _cache_lock:
         _cache.clear()
@@ -95,12 +94,16 @@ def handle_message(ports: Ports, message: Message, source_topic: str | None, log
         handle_pubsub(ports, store, message, source_topic, log)
 
 
-
 def handle_gcs(ports: Ports, store: TriggerStore, message: Message, log: Logger) -> None:
     a = message.attributes
     bucket, name, generation = a.get("bucketId", ""), a.get("objectId", ""), a.get("objectGeneration", "")
     if a.get("eventType") != FINALIZE:
-        log.debug("ignored a storage event that is not a finalize", event="trigger_ignored", event_type=a.get("eventType"), object=f"gs://{bucket}/{name}")
+        log.debug(
+            "ignored a storage event that is not a finalize",
+            event="trigger_ignored",
+            event_type=a.get("eventType"),
+            object=f"gs://{bucket}/{name}",
+        )
         return
     matching = [d for d in definitions(ports, store, log) if d.matches_object(bucket, name)]
     if not matching:
@@ -128,7 +131,12 @@ def handle_pubsub(ports: Ports, store: TriggerStore, message: Message, source_to
     topic = short_topic(source_topic or "")
     matching = [d for d in definitions(ports, store, log) if d.matches_message(topic, message.attributes)]
     if not matching:
-        log.debug("ignored a message no trigger matches", event="trigger_ignored", topic=topic, attributes=dict(message.attributes))
+        log.debug(
+            "ignored a message no trigger matches",
+            event="trigger_ignored",
+            topic=topic,
+            attributes=dict(message.attributes),
+        )
         return
     metadata = {
         "kind": "pubsub",
@@ -155,8 +163,11 @@ def fire_schedule(ports: Ports, store: TriggerStore, message: Message, name: str
     moment = message.publish_time or ports.clock()
     window = Window.containing(moment, definition.coalesce_seconds)
     metadata = {"kind": "schedule", "message_id": message.message_id, "publish_time": iso(moment)}
-    if record(ports, store, definition, moment, _key(f"schedule:{message.message_id}"), metadata, log, carry_late=False):
+    if record(
+        ports, store, definition, moment, _key(f"schedule:{message.message_id}"), metadata, log, carry_late=False
+    ):
         close_window(ports, store, definition, window.id, log)
+
 
 # Helpers.
 
@@ -171,4 +182,3 @@ def _json_object(data: bytes) -> dict[str, Any]:
     except (ValueError, UnicodeDecodeError, RecursionError):
         return {}
     return value if isinstance(value, dict) else {}
-

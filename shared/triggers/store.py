@@ -147,14 +147,14 @@ class TriggerStore:
 
     def list_names(self, prefix: str) -> list[str]:
         return [
-            blob.name[len(prefix):]
+            blob.name[len(prefix) :]
             for blob in self._bucket.client.list_blobs(self._bucket, prefix=prefix, fields="items(name),nextPageToken")
         ]
 
     def iter_members(self, prefix: str) -> Iterator[tuple[str, dict[str, str]]]:
         """(key, custom metadata) of every member under `prefix`, in name order (one listing)."""
         for blob in self._bucket.client.list_blobs(self._bucket, prefix=prefix):
-            yield blob.name[len(prefix):], dict(blob.metadata or {})
+            yield blob.name[len(prefix) :], dict(blob.metadata or {})
 
     def window_members(self, name: str, window_ids: Iterable[str]) -> Iterator[dict[str, str]]:
         """What the windows list: the metadata of their members, less those carried forward to a

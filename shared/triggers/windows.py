@@ -131,7 +131,12 @@ def _late(
     target = Window.containing(now, definition.coalesce_seconds)
     if target.id == window.id:
         target = Window(window.end, definition.coalesce_seconds)
-    log.info("a notification arrived after its window closed; carried into the open window", event="trigger_late", key=key, carried_to=target.id)
+    log.info(
+        "a notification arrived after its window closed; carried into the open window",
+        event="trigger_late",
+        key=key,
+        carried_to=target.id,
+    )
     recorded = record(ports, store, definition, target.start, key, metadata, log, carry_late=False)
     store.touch(member_path, {**metadata, "carried_to": target.id})
     return recorded
@@ -174,15 +179,27 @@ def close_window(ports: Ports, store: TriggerStore, definition: TriggerDefinitio
     document = store.read(path)[0]
     if document is None:
         window = Window.from_id(window_id, definition.coalesce_seconds)
-        store.create(path, {
-            "schema_version": 1, "trigger": name, "window_id": window_id,
-            "window_start": iso(window.start, timespec="seconds"),
-            "window_end": iso(window.end, timespec="seconds"),
-            "state": "skipped", "reason": "no notification was recorded", "created_at": iso(now),
-        })
+        store.create(
+            path,
+            {
+                "schema_version": 1,
+                "trigger": name,
+                "window_id": window_id,
+                "window_start": iso(window.start, timespec="seconds"),
+                "window_end": iso(window.end, timespec="seconds"),
+                "state": "skipped",
+                "reason": "no notification was recorded",
+                "created_at": iso(now),
+            },
+        )
         document = store.read(path)[0] or {}
     if document.get("state") == "open":
-        document = store.update(path, lambda d: {**d, "state": "sealed", "sealed_at": iso(now)} if d and d["state"] == "open" else None) or document
+        document = (
+            store.update(
+                path, lambda d: {**d, "state": "sealed", "sealed_at": iso(now)} if d and d["state"] == "open" else None
+            )
+            or document
+        )
         document = store.read(path)[0] or document
     if document.get("state") == "sealed":
         count = sum(1 for _ in store.window_members(name, [window_id]))
@@ -192,7 +209,14 @@ def close_window(ports: Ports, store: TriggerStore, definition: TriggerDefinitio
         def settle_decision(d: dict[str, Any] | None) -> dict[str, Any] | None:
             if d is None or d["state"] != "sealed":
                 return None
-            return {**d, "state": state, "object_count": count, "carried": decision.get("carried", []), "decided_at": iso(now), "reason": decision.get("reason")}
+            return {
+                **d,
+                "state": state,
+                "object_count": count,
+                "carried": decision.get("carried", []),
+                "decided_at": iso(now),
+                "reason": decision.get("reason"),
+            }
 
         store.update(path, settle_decision)
         document = store.read(path)[0] or document
@@ -212,7 +236,9 @@ def close_window(ports: Ports, store: TriggerStore, definition: TriggerDefinitio
     return str(document.get("state"))
 
 
-def decide_window(ports: Ports, store: TriggerStore, definition: TriggerDefinition, window_id: str, count: int, log: Logger) -> dict[str, Any]:
+def decide_window(
+    ports: Ports, store: TriggerStore, definition: TriggerDefinition, window_id: str, count: int, log: Logger
+) -> dict[str, Any]:
     """Decide a sealed window once, in the trigger's state document (the one place that orders a
     trigger's windows, so carried data is consumed by exactly one request)."""
     now = ports.clock()
@@ -254,15 +280,29 @@ def fire_carried(ports: Ports, store: TriggerStore, definition: TriggerDefinitio
     latest carried window, without waiting for another window."""
     now = ports.clock()
     state = store.read(paths.state_path(definition.name))[0]
-    if not state or not state["carry"] or _cooling(state, definition, now) or state["carry_count"] < max(definition.min_objects, 1):
+    if (
+        not state
+        or not state["carry"]
+        or _cooling(state, definition, now)
+        or state["carry_count"] < max(definition.min_objects, 1)
+    ):
         return False
     chosen: dict[str, Any] = {}
 
     def transition(state: dict[str, Any] | None) -> dict[str, Any] | None:
-        if not state or not state["carry"] or _cooling(state, definition, now) or state["carry_count"] < max(definition.min_objects, 1):
+        if (
+            not state
+            or not state["carry"]
+            or _cooling(state, definition, now)
+            or state["carry_count"] < max(definition.min_objects, 1)
+        ):
             return None
         latest = state["carry"][-1]
-        decision = {"action": "fire", "carried": state["carry"][:-1], "reason": f"{state['carry_count']} carried objects, cooldown over"}
+        decision = {
+            "action": "fire",
+            "carried": state["carry"][:-1],
+            "reason": f"{state['carry_count']} carried objects, cooldown over",
+        }
         state["decided"][latest] = decision
         _fired(state, latest, now)
         chosen.update(decision, window_id=latest)
@@ -272,7 +312,14 @@ def fire_carried(ports: Ports, store: TriggerStore, definition: TriggerDefinitio
     if not chosen:
         return False
     path = paths.window_path(definition.name, chosen["window_id"])
-    store.update(path, lambda d: {**d, "state": "closing", "carried": chosen["carried"], "reason": chosen["reason"]} if d and d["state"] == "deferred" else None)
+    store.update(
+        path,
+        lambda d: (
+            {**d, "state": "closing", "carried": chosen["carried"], "reason": chosen["reason"]}
+            if d and d["state"] == "deferred"
+            else None
+        ),
+    )
     document = store.read(path)[0]
     if document and document.get("state") == "closing":
         finish(ports, store, definition, document, log.bind(trigger=definition.name, window_id=chosen["window_id"]))
@@ -280,12 +327,22 @@ def fire_carried(ports: Ports, store: TriggerStore, definition: TriggerDefinitio
 
 
 def _new_state(name: str) -> dict[str, Any]:
-    return {"schema_version": 1, "trigger": name, "decided": {}, "carry": [], "carry_count": 0, "last_fired_at": None, "last_fired_window": None}
+    return {
+        "schema_version": 1,
+        "trigger": name,
+        "decided": {},
+        "carry": [],
+        "carry_count": 0,
+        "last_fired_at": None,
+        "last_fired_window": None,
+    }
 
 
 def _cooling(state: dict[str, Any], definition: TriggerDefinition, now: datetime) -> bool:
     last = state.get("last_fired_at")
-    return bool(last and definition.cooldown_seconds and now < parse_iso(last) + timedelta(seconds=definition.cooldown_seconds))
+    return bool(
+        last and definition.cooldown_seconds and now < parse_iso(last) + timedelta(seconds=definition.cooldown_seconds)
+    )
 
 
 def _fired(state: dict[str, Any], window_id: str, now: datetime) -> None:

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.stack
 
 
 @pytest.fixture(scope="module")
-def chaos() -> Iterator["Stack"]:  # noqa: F821
+def chaos() -> Iterator[Stack]:  # noqa: F821
     with isolated_stack(storage_fault_proxy=True) as stack:
         yield stack
 
@@ -48,9 +48,7 @@ def _jobs_per_attempt(stack, request_id: str) -> Counter:
 
     client = stack.job_service()
     parent = f"projects/{stack.options.project}/locations/{stack.options.location}"
-    jobs = client.list_custom_jobs(
-        request={"parent": parent, "filter": f'labels.{LABEL_REQUEST_ID}="{request_id}"'}
-    )
+    jobs = client.list_custom_jobs(request={"parent": parent, "filter": f'labels.{LABEL_REQUEST_ID}="{request_id}"'})
     return Counter(job.labels[LABEL_ATTEMPT] for job in jobs)
 
 
@@ -107,9 +105,7 @@ def test_requests_published_while_vertex_is_down_wait_and_then_complete(chaos) -
         for request_id in request_ids:
             chaos.publish("job_requests", _request(request_id))
         # While Vertex is down the claims exist but no job does; the messages keep coming back.
-        chaos.wait_for(
-            lambda: all(chaos.ledger().get(r) for r in request_ids), timeout=30, message="claims"
-        )
+        chaos.wait_for(lambda: all(chaos.ledger().get(r) for r in request_ids), timeout=30, message="claims")
         time.sleep(3)
         assert all(chaos.ledger().get(r).attempts[0].job is None for r in request_ids)
     finally:
@@ -189,8 +185,9 @@ def test_submit_job_sigkilled_while_40_requests_arrive_is_restarted_and_each_get
         list(pool.map(publish, request_ids[20:]))
 
     restarted = chaos.wait_for(
-        lambda: [line for line in chaos.stack_logs() if line["event"] == "function_restarted"][len(restarts_before):],
-        60, "the supervisor to restart submit_job",
+        lambda: [line for line in chaos.stack_logs() if line["event"] == "function_restarted"][len(restarts_before) :],
+        60,
+        "the supervisor to restart submit_job",
     )
     assert [(line["function"], line["exit_code"]) for line in restarted] == [("submit_job", -signal.SIGKILL)]
     assert restarted[0]["pid"] != old_pid

@@ -33,7 +33,11 @@ def demo_run() -> dict[str, Any]:
         with stdout_path.open("w") as stdout, stderr_path.open("w") as stderr:
             process = subprocess.Popen(
                 [sys.executable, "-m", "shared.cli", "demo", "--json", "--seed", str(SEED), "--html", str(html_path)],
-                cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+                cwd=REPO_ROOT,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=stderr,
             )
             started = process.pid
             seen: set[int] = set()
@@ -51,8 +55,14 @@ def demo_run() -> dict[str, Any]:
         report = json.loads(text)
     except ValueError:
         pytest.fail(f"the demo printed no JSON report (exit {process.returncode}): {progress[-3000:]}")
-    return {"report": report, "returncode": process.returncode, "processes": seen, "progress": progress,
-            "html": page, "html_path": str(html_path)}
+    return {
+        "report": report,
+        "returncode": process.returncode,
+        "processes": seen,
+        "progress": progress,
+        "html": page,
+        "html_path": str(html_path),
+    }
 
 
 def requests_by_scenario(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -66,8 +76,13 @@ def test_every_scenario_ends_as_designed_and_the_exit_status_says_so(demo_run: d
     assert demo_run["returncode"] == 0
     by_scenario = requests_by_scenario(report)
     assert {key: r["outcome"] for key, r in by_scenario.items()} == {
-        "few-preemptions": "succeeded", "requeued": "succeeded", "fallback": "succeeded",
-        "duplicate": "succeeded", "invalid": "rejected", "code-bug": "failed", "new-data": "succeeded",
+        "few-preemptions": "succeeded",
+        "requeued": "succeeded",
+        "fallback": "succeeded",
+        "duplicate": "succeeded",
+        "invalid": "rejected",
+        "code-bug": "failed",
+        "new-data": "succeeded",
     }
 
 

@@ -18,7 +18,11 @@ pytestmark = pytest.mark.stack
 
 # JSON that is structured but wrong: right keys with wrong types, and random documents.
 _scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20)
-_json = st.recursive(_scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=8)
+_json = st.recursive(
+    _scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=8,
+)
 _wrong_requests = st.fixed_dictionaries(
     {"request_id": _scalars, "custom_job": _json},
     optional={"locations": _json, "max_attempts": _scalars, "fallback": _json, "attempt": _scalars},

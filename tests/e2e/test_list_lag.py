@@ -40,9 +40,7 @@ def test_a_lost_create_response_with_a_lagging_list_still_yields_one_job(lagging
     stack.vertex_control(
         "POST", "/emulator/v1/faults", {"method": "list", "mode": "lag", "seconds": EMULATOR_LAG_SECONDS}
     )
-    stack.vertex_control(
-        "POST", "/emulator/v1/faults", {"method": "create", "mode": "lost_response", "count": 1}
-    )
+    stack.vertex_control("POST", "/emulator/v1/faults", {"method": "create", "mode": "lost_response", "count": 1})
     parent = parent_path(stack.settings.project, stack.settings.location)
 
     def jobs() -> list[Any]:

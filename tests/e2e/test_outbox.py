@@ -79,7 +79,5 @@ def test_a_submit_failed_alert_whose_first_publish_fails_is_published_later() ->
         ours = [a for a in received if a["request_id"] == request_id]
         assert [(a["kind"], a["attempt"]) for a in ours] == [("submit_failed", 1)]
         assert "machine type refused" in ours[0]["message"]
-        cleared = stack.wait_for(
-            lambda: not stack.ledger().get(request_id).pending_alerts, 30, "the alert cleared"
-        )
+        cleared = stack.wait_for(lambda: not stack.ledger().get(request_id).pending_alerts, 30, "the alert cleared")
         assert cleared

@@ -73,7 +73,10 @@ def install(tmp_path_factory: pytest.TempPathFactory) -> Install:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(install.root / "venv")], check=True, timeout=120)
     site_packages = subprocess.run(
         [str(install.python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True, text=True, check=True, timeout=60,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
     ).stdout.strip()
     libraries = dict.fromkeys(sysconfig.get_paths()[key] for key in ("purelib", "platlib"))
     Path(site_packages, "libraries.pth").write_text("".join(f"{path}\n" for path in libraries))

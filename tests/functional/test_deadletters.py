@@ -11,8 +11,12 @@ if TYPE_CHECKING:
 
 
 def dead_letter(letter_id: str) -> DeadLetter:
-    return DeadLetter(id=letter_id, data=b"{}", publish_time=None,
-                      attributes={"CloudPubSubDeadLetterSourceSubscription": "submit-job-push", "team": "a"})
+    return DeadLetter(
+        id=letter_id,
+        data=b"{}",
+        publish_time=None,
+        attributes={"CloudPubSubDeadLetterSourceSubscription": "submit-job-push", "team": "a"},
+    )
 
 
 def test_a_redrive_whose_publish_fails_releases_its_claim_for_the_next_try(gcs_bucket: Bucket) -> None:
@@ -43,5 +47,7 @@ def test_a_claim_without_a_confirmed_publish_is_reported_not_resent(gcs_bucket: 
     results, acked = redrive([letter], claims=claims, publish=lambda t, d, a: "never", topic_path=str)
     assert [r.outcome for r in results] == ["already redriven"] and acked == []
     assert "not confirmed" in results[0].detail
-    dry, _ = redrive([dead_letter("dl-3")], claims=claims, publish=lambda t, d, a: "never", topic_path=str, dry_run=True)
+    dry, _ = redrive(
+        [dead_letter("dl-3")], claims=claims, publish=lambda t, d, a: "never", topic_path=str, dry_run=True
+    )
     assert [r.outcome for r in dry] == ["would redrive"] and claims.get("dl-3") is None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -37,16 +37,12 @@ RUNNING, FAILED, SUCCEEDED = 3, 5, 4
 
 @pytest.fixture
 def world(gcs_bucket) -> World:
-    return World(
-        LedgerStore(gcs_bucket), FakeVertex(), FakePublisher(), make_settings(gcs_bucket.name)
-    )
+    return World(LedgerStore(gcs_bucket), FakeVertex(), FakePublisher(), make_settings(gcs_bucket.name))
 
 
 def deliver(world: World, data: bytes, log: CapturedLog | None = None) -> EventOutcome:
     log = log or CapturedLog()
-    return handle_job_event(
-        Message(data, "m-1"), log.logger, settings=world.settings, ports=lambda: world.ports
-    )
+    return handle_job_event(Message(data, "m-1"), log.logger, settings=world.settings, ports=lambda: world.ports)
 
 
 def ledger_objects(world: World) -> dict[str, int]:
@@ -79,10 +75,7 @@ def test_irrelevant_lines_and_garbage_build_no_client() -> None:
     }
     for data, outcome in cases.items():
         log = CapturedLog()
-        assert (
-            handle_job_event(Message(data, "m"), log.logger, settings=settings_, ports=no_ports)
-            is outcome
-        )
+        assert handle_job_event(Message(data, "m"), log.logger, settings=settings_, ports=no_ports) is outcome
         [line] = log.lines
         assert line["severity"] == "DEBUG"
 
@@ -101,7 +94,7 @@ def test_foreign_job_costs_one_ledger_read_and_no_vertex_call(world: World) -> N
 
 def test_too_old_entry_is_dropped_with_a_warning(world: World) -> None:
     _, job = world.submitted()
-    old = (datetime.now(timezone.utc) - timedelta(days=2)).isoformat()
+    old = (datetime.now(UTC) - timedelta(days=2)).isoformat()
     log = CapturedLog()
     assert deliver(world, log_entry(job, "Job failed.", timestamp=old), log) is EventOutcome.STALE
     assert log.events("stale_event")[0]["severity"] == "WARNING" and world.vertex.gets == 0
@@ -111,9 +104,7 @@ def test_a_preemption_line_delivered_twice_counts_once(world: World) -> None:
     _, job = world.submitted(state=RUNNING)
     deliver(world, log_entry(job, "Job is running."))
     log = CapturedLog()
-    preempted = log_entry(
-        job, "The Spot VM was preempted. Restarting the job (restart 1 of 6).", insert_id="ins-1"
-    )
+    preempted = log_entry(job, "The Spot VM was preempted. Restarting the job (restart 1 of 6).", insert_id="ins-1")
     for _ in range(2):
         deliver(world, preempted, log)
     assert world.ledger.get("req-1").attempts[0].preemptions == 1
@@ -250,7 +241,7 @@ def test_requeued_envelope_is_what_submit_accepts_for_the_next_attempt(
         record,
         envelope=same_request,
         n=2,
-        now=datetime.now(timezone.utc),
+        now=datetime.now(UTC),
         lease_seconds=world.settings.claim_lease_seconds,
         output_dir=world.settings.output_dir_for("req-1"),
     )
@@ -275,9 +266,7 @@ def test_user_error_fails_with_one_alert_and_no_requeue(world: World) -> None:
     world.vertex.set_state(job, FAILED, USER_ERROR)
     log = CapturedLog()
     for data in (
-        log_entry(
-            job, "The replica workerpool0-0 exited with a non-zero status of 1.", severity="ERROR"
-        ),
+        log_entry(job, "The replica workerpool0-0 exited with a non-zero status of 1.", severity="ERROR"),
         log_entry(job, "Job failed.", severity="ERROR"),
     ):
         deliver(world, data, log)
@@ -336,19 +325,14 @@ garbage = st.binary(max_size=300) | st.builds(
     ).encode(),
     st.from_regex(r"[0-9]{1,19}", fullmatch=True) | st.text(max_size=30),
     st.sampled_from(["service", "workerpool0-0", ""]),
-    st.sampled_from(["Job failed.", "Job is running.", "preempted", "STOCKOUT", "hello"])
-    | st.text(max_size=40),
+    st.sampled_from(["Job failed.", "Job is running.", "preempted", "STOCKOUT", "hello"]) | st.text(max_size=40),
     st.sampled_from(["ml_job", "gce_instance", "cloud_run_revision"]),
 )
 
 
-@settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=garbage)
-def test_garbage_and_foreign_events_are_acknowledged_without_ledger_change(
-    world: World, data: bytes
-) -> None:
+def test_garbage_and_foreign_events_are_acknowledged_without_ledger_change(world: World, data: bytes) -> None:
     if not ledger_objects(world):
         world.submitted(state=RUNNING)  # one real request, so there is something to disturb
     before = ledger_objects(world)

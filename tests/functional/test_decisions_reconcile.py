@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -35,9 +35,7 @@ QUEUED, PENDING, RUNNING, SUCCEEDED, FAILED = 1, 2, 3, 4, 5
 
 @pytest.fixture
 def world(gcs_bucket) -> World:
-    return World(
-        LedgerStore(gcs_bucket), FakeVertex(), FakePublisher(), make_settings(gcs_bucket.name)
-    )
+    return World(LedgerStore(gcs_bucket), FakeVertex(), FakePublisher(), make_settings(gcs_bucket.name))
 
 
 def reconcile(world: World, log: CapturedLog | None = None, **kwargs):
@@ -45,7 +43,7 @@ def reconcile(world: World, log: CapturedLog | None = None, **kwargs):
 
 
 def ago(seconds: float) -> str:
-    moment = datetime.now(timezone.utc) - timedelta(seconds=seconds)
+    moment = datetime.now(UTC) - timedelta(seconds=seconds)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
@@ -81,12 +79,8 @@ def test_reconcile_alone_decides_what_events_would_have(world: World) -> None:
     assert line["listed"] == 3 and line["outcomes"]["observed"] == 3
 
     again = reconcile(world)  # the finished request is skipped on its listing metadata
-    assert (
-        again.active == 2 and again.outcomes == {"idle": 1, "observed": 1} and again.decisions == {}
-    )
-    assert (
-        len(world.publisher.on("job-requests")) == 1 and len(world.publisher.on("maintenance")) == 1
-    )
+    assert again.active == 2 and again.outcomes == {"idle": 1, "observed": 1} and again.decisions == {}
+    assert len(world.publisher.on("job-requests")) == 1 and len(world.publisher.on("maintenance")) == 1
 
 
 def test_reconcile_counts_a_running_job_seen_back_in_pending(world: World) -> None:
@@ -134,9 +128,7 @@ def test_abandoned_claim_without_a_job_is_republished_and_a_young_one_left_alone
         "fallback": None,
         "checkpoints": None,
     }
-    young = RequestRecord(
-        "req-1", envelope, "gs://c/r/req-1/", attempts=[Attempt(1, "us-central1", "SPOT", ago(1))]
-    )
+    young = RequestRecord("req-1", envelope, "gs://c/r/req-1/", attempts=[Attempt(1, "us-central1", "SPOT", ago(1))])
     world.ledger.restore(young)
     assert reconcile(world).outcomes == {"idle": 1}
     assert world.publisher.on("job-requests") == []
@@ -312,16 +304,14 @@ def test_republished_claim_is_taken_over_by_submit(world: World) -> None:
         world.ledger.get("req-1"),
         envelope=envelope,
         n=request.attempt or 1,
-        now=datetime.now(timezone.utc),
+        now=datetime.now(UTC),
         lease_seconds=world.settings.claim_lease_seconds,
         output_dir=world.settings.output_dir_for("req-1"),
     )
     assert (claim.kind, claim.attempt.n) == ("taken_over", 1)
 
 
-def test_bounded_runs_rotate_through_every_active_request(
-    world: World, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_bounded_runs_rotate_through_every_active_request(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     from shared import reconcile as reconcile_module
 
     for k in range(5):

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from shared.claims import claim_attempt, record_job
@@ -43,13 +43,11 @@ class FakeVertex:
     def __call__(self, location: str) -> FakeVertex:  # the Ports.job_service factory
         return self
 
-    def add(
-        self, request_id: str, attempt: int, location: str = "us-central1", state: int = 1
-    ) -> str:
+    def add(self, request_id: str, attempt: int, location: str = "us-central1", state: int = 1) -> str:
         from google.cloud.aiplatform_v1 import CustomJob
 
         name = f"projects/{PROJECT}/locations/{location}/customJobs/{next(self._ids)}"
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         job = CustomJob(
             name=name,
             display_name=f"{request_id}-a{attempt}",
@@ -69,7 +67,7 @@ class FakeVertex:
     def set_state(self, name: str, state: int, error: dict[str, Any] | None = None) -> None:
         with self._lock:
             job = self._jobs[name]
-            now = max(datetime.now(timezone.utc), job.update_time + timedelta(microseconds=1))
+            now = max(datetime.now(UTC), job.update_time + timedelta(microseconds=1))
             job.state = state
             job.update_time = now
             if state == 3 and not job.start_time:
@@ -236,11 +234,7 @@ class World:
             envelope,
             self.settings.output_dir_for(request_id),
             status=RequestStatus.SUBMITTED,
-            attempts=[
-                Attempt(
-                    1, location, "SPOT", claimed_at=_iso_now(), job=job, state="JOB_STATE_QUEUED"
-                )
-            ],
+            attempts=[Attempt(1, location, "SPOT", claimed_at=_iso_now(), job=job, state="JOB_STATE_QUEUED")],
         )
         self.ledger.restore(record)
         self.ledger.index_job(JobIndexEntry(request_id, 1, location, job))
@@ -255,14 +249,16 @@ class World:
 
         self.ledger.update(
             request_id,
-            lambda current: claim_attempt(
-                current,
-                envelope=current.request,
-                n=requeue.attempt,
-                now=datetime.now(timezone.utc),
-                lease_seconds=self.settings.claim_lease_seconds,
-                output_dir=current.output_dir,
-            ).record,
+            lambda current: (
+                claim_attempt(
+                    current,
+                    envelope=current.request,
+                    n=requeue.attempt,
+                    now=datetime.now(UTC),
+                    lease_seconds=self.settings.claim_lease_seconds,
+                    output_dir=current.output_dir,
+                ).record
+            ),
         )
         self.ledger.update(
             request_id,
@@ -272,7 +268,6 @@ class World:
         )
         self.ledger.index_job(JobIndexEntry(request_id, requeue.attempt, requeue.location, job))
         return job
-
 
     def rewrite(self, request_id: str, change: Callable[[RequestRecord], object]) -> None:
         """Change a stored record behind the state machine's back, as a crash at the right
@@ -284,7 +279,7 @@ class World:
 
 
 def _iso_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def log_entry(

@@ -45,9 +45,7 @@ STATE_AT_LINE = {
 
 @pytest.fixture
 def world(gcs_bucket) -> World:
-    return World(
-        LedgerStore(gcs_bucket), FakeVertex(), FakePublisher(), make_settings(gcs_bucket.name)
-    )
+    return World(LedgerStore(gcs_bucket), FakeVertex(), FakePublisher(), make_settings(gcs_bucket.name))
 
 
 def oldest_first(name: str) -> list[dict[str, Any]]:
@@ -55,9 +53,7 @@ def oldest_first(name: str) -> list[dict[str, Any]]:
     return sorted(reversed(entries), key=lambda e: e["timestamp"])  # gcloud prints newest first
 
 
-def deliver_all(
-    world: World, name: str, entries: list[dict[str, Any]]
-) -> tuple[str, list[EventOutcome], CapturedLog]:
+def deliver_all(world: World, name: str, entries: list[dict[str, Any]]) -> tuple[str, list[EventOutcome], CapturedLog]:
     """Each entry to handle_job_event, the fake job's state following the service lines."""
     described = json.loads((EVENTS_DIR / "jobs" / f"{name}.json").read_text())
     request_id = described["labels"]["spotjobs-request-id"]

@@ -35,8 +35,11 @@ def test_requests_are_forwarded_unchanged(proxy, gcs_bucket) -> None:
 
 
 def test_a_fault_window_fails_every_request_until_it_closes(proxy) -> None:
-    urllib.request.urlopen(urllib.request.Request(
-        f"{proxy.url}/_proxy/faults", data=json.dumps({"status": 503, "seconds": 0.5}).encode(), method="POST"))
+    urllib.request.urlopen(
+        urllib.request.Request(
+            f"{proxy.url}/_proxy/faults", data=json.dumps({"status": 503, "seconds": 0.5}).encode(), method="POST"
+        )
+    )
     assert _status(f"{proxy.url}/storage/v1/b") == 503
     time.sleep(0.6)
     assert _status(f"{proxy.url}/storage/v1/b") == 200

@@ -36,7 +36,7 @@ def _finish(current: RequestRecord) -> RequestRecord:
 
 
 def _markers(bucket) -> list[str]:
-    return sorted(b.name[len(ACTIVE_PREFIX):] for b in bucket.client.list_blobs(bucket, prefix=ACTIVE_PREFIX))
+    return sorted(b.name[len(ACTIVE_PREFIX) :] for b in bucket.client.list_blobs(bucket, prefix=ACTIVE_PREFIX))
 
 
 def _select(ledger: LedgerStore, log: Logger, limit: int = 100) -> tuple[list[str], ReconcileSummary]:
@@ -159,7 +159,9 @@ def test_a_ledger_from_before_the_index_is_indexed_once(gcs_bucket) -> None:
     assert len(log.events("active_index_built")) == 1
 
 
-def test_the_sweep_removes_expired_records_referrers_first_and_repairs_the_index(ledger: LedgerStore, gcs_bucket) -> None:
+def test_the_sweep_removes_expired_records_referrers_first_and_repairs_the_index(
+    ledger: LedgerStore, gcs_bucket
+) -> None:
     settings = make_settings(gcs_bucket.name)
     ledger.update("done", lambda current: current or _record("done"))
     _finished(ledger, "done")
@@ -201,11 +203,16 @@ def test_a_record_written_since_it_was_read_is_kept(ledger: LedgerStore, gcs_buc
 def test_retention_is_never_shorter_than_pubsub_keeps_a_message(gcs_bucket) -> None:
     from shared.ledger_retention import effective_retention
 
-    assert effective_retention(make_settings(gcs_bucket.name, SPOTJOBS_LEDGER_RETENTION_SECONDS="60")) == MIN_RETENTION_SECONDS
+    assert (
+        effective_retention(make_settings(gcs_bucket.name, SPOTJOBS_LEDGER_RETENTION_SECONDS="60"))
+        == MIN_RETENTION_SECONDS
+    )
     assert effective_retention(make_settings(gcs_bucket.name, SPOTJOBS_LEDGER_RETENTION_SECONDS="0")) == 0
 
 
-def test_a_sweep_turn_removes_a_bounded_number_and_the_next_resumes(ledger: LedgerStore, gcs_bucket, monkeypatch) -> None:
+def test_a_sweep_turn_removes_a_bounded_number_and_the_next_resumes(
+    ledger: LedgerStore, gcs_bucket, monkeypatch
+) -> None:
     from shared import ledger_retention
 
     monkeypatch.setattr(ledger_retention, "SWEEP_RETIREMENTS_PER_RUN", 1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -33,7 +33,11 @@ FORMATS = ("demo", "orbax", "torch_dcp", "tensorflow", "file")
 def test_exactly_the_expected_checkpoints_survive(gcs_bucket, fmt: str, count: int, with_incomplete: bool) -> None:
     layout = format_layout("req-1", fmt, count, with_incomplete=with_incomplete)
     layout.write(gcs_bucket)
-    outside = [f"requests/req-1/model/{fmt}.bin", "requests/req-1/logs/events.1", "requests/req-2/checkpoints/step-000001/shard"]
+    outside = [
+        f"requests/req-1/model/{fmt}.bin",
+        "requests/req-1/logs/events.1",
+        "requests/req-2/checkpoints/step-000001/shard",
+    ]
     upload(gcs_bucket, outside)
 
     result = run_prune(gcs_bucket)
@@ -84,7 +88,9 @@ def test_two_runs_at_the_same_time_end_as_one(gcs_bucket, fake_gcs) -> None:
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
-    client = storage.Client(project="spotjobs-test", credentials=AnonymousCredentials(), client_options={"api_endpoint": fake_gcs})
+    client = storage.Client(
+        project="spotjobs-test", credentials=AnonymousCredentials(), client_options={"api_endpoint": fake_gcs}
+    )
     reference = client.create_bucket(gcs_bucket.name + "-ref")
     for bucket in (gcs_bucket, reference):
         for i, fmt in enumerate(FORMATS):
@@ -131,7 +137,7 @@ def test_a_trainer_writing_while_prune_runs_keeps_its_newest_complete_checkpoint
             time.sleep(0.01)
         for _ in range(15):
             newest_before = committed[-1]
-            run_prune(gcs_bucket, keep_last=1, incomplete_grace_seconds=0.0, now=datetime.now(timezone.utc))
+            run_prune(gcs_bucket, keep_last=1, incomplete_grace_seconds=0.0, now=datetime.now(UTC))
             whole = _whole_checkpoints(gcs_bucket, base)
             assert whole and max(whole) >= newest_before, (whole, newest_before)
     finally:
@@ -152,15 +158,18 @@ def _whole_checkpoints(bucket, base: str) -> list[int]:
 def test_finished_requests_keep_their_final_checkpoint_after_retention(gcs_bucket) -> None:
     for rid in ("done", "recent", "running"):
         format_layout(rid, "demo", 4, with_incomplete=False).write(gcs_bucket)
-    later = datetime.now(timezone.utc) + timedelta(days=10)
+    later = datetime.now(UTC) + timedelta(days=10)
 
     def finished(rid: str, days_ago: float) -> RequestRecord:
         record = RequestRecord(rid, {}, "", status=RequestStatus.SUCCEEDED)
         record.finished_at = (later - timedelta(days=days_ago)).isoformat()
         return record
 
-    records = {"done": finished("done", 8), "recent": finished("recent", 1),
-               "running": RequestRecord("running", {"checkpoints": {"keep_last": 3}}, "", status=RequestStatus.RUNNING)}
+    records = {
+        "done": finished("done", 8),
+        "recent": finished("recent", 1),
+        "running": RequestRecord("running", {"checkpoints": {"keep_last": 3}}, "", status=RequestStatus.RUNNING),
+    }
     run_prune(gcs_bucket, records=records, now=later)
 
     steps = {rid: {n.split("/")[0] for n in surviving(gcs_bucket, rid)} for rid in records}
@@ -178,12 +187,12 @@ def test_request_folders_are_listed_in_pages_and_resumed_after_a_cursor(gcs_buck
     assert list(store.list_request_ids("requests/", after="r19")) == [f"r{i:02d}" for i in range(20, 25)]
 
 
-small_layouts = st.lists(
-    st.tuples(st.sampled_from(FORMATS), st.integers(1, 5), st.booleans()), min_size=1, max_size=3
+small_layouts = st.lists(st.tuples(st.sampled_from(FORMATS), st.integers(1, 5), st.booleans()), min_size=1, max_size=3)
+
+
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 )
-
-
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(layouts=small_layouts, keep_last=st.integers(1, 3))
 def test_property_on_fake_gcs(gcs_bucket, layouts, keep_last: int) -> None:
     """A smaller run of the planner property, end to end: each request's expected set survives

@@ -109,8 +109,14 @@ def test_bounded_runs_resume_from_the_cursor(gcs_bucket, prune_settings) -> None
 
 def _cli(args: list[str], settings: Settings, fake_gcs: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, **settings.as_env(), "STORAGE_EMULATOR_HOST": fake_gcs}
-    return subprocess.run([sys.executable, "-m", "shared.cli", "prune", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "shared.cli", "prune", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_cli_dry_run_shows_the_plan_then_a_run_carries_it_out(gcs_bucket, prune_settings, fake_gcs) -> None:
@@ -132,7 +138,10 @@ def test_cli_dry_run_shows_the_plan_then_a_run_carries_it_out(gcs_bucket, prune_
     assert result["bytes_freed"] == 6 * 16 and result["objects_deleted"] == 6
     # The abandoned step-000050/ was written just now: within the grace period, it stays.
     assert {n.split("/")[0] for n in surviving(gcs_bucket, "req-1")} == {
-        "step-000050", "step-000300", "step-000400", "step-000500"
+        "step-000050",
+        "step-000300",
+        "step-000400",
+        "step-000500",
     }
 
     text = _cli(["--dry-run"], prune_settings, fake_gcs)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from shared.pruning.execute import prune_requests
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 ROOT = "requests/"
 # Past every grace period: objects written by the test count as hours old.
-LATER = datetime.now(timezone.utc) + timedelta(hours=3)
+LATER = datetime.now(UTC) + timedelta(hours=3)
 
 
 def policy(**overrides: object) -> PrunePolicy:
@@ -150,5 +150,6 @@ def run_prune(
     layout = CheckpointLayout(bucket.name, ROOT)
     ids = request_ids if request_ids is not None else store.list_request_ids(ROOT)
     records = records or {}
-    return prune_requests(store, ids, read_record=records.get, layout=layout,
-                          policy=policy(**overrides), workers=workers, now=now)
+    return prune_requests(
+        store, ids, read_record=records.get, layout=layout, policy=policy(**overrides), workers=workers, now=now
+    )

@@ -6,12 +6,12 @@ from __future__ import annotations
 import io
 import json
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from shared.log import Logger
 from shared.run_lock import RunLock, lock_path, run_lock
 
-T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
 def _log() -> tuple[Logger, io.StringIO]:

@@ -10,7 +10,7 @@ import json
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -69,9 +69,7 @@ class FakeJobService:
         self._ids = itertools.count(1000)
         self._lock = threading.Lock()
 
-    def create_custom_job(
-        self, *, parent: str, custom_job: CustomJob, retry: Any, timeout: float
-    ) -> CustomJob:
+    def create_custom_job(self, *, parent: str, custom_job: CustomJob, retry: Any, timeout: float) -> CustomJob:
         assert retry is None, "a create must never be retried by the client"
         with self._lock:
             self.creates += 1
@@ -82,7 +80,7 @@ class FakeJobService:
             job = CustomJob(custom_job)
             job.name = f"{parent}/customJobs/{next(self._ids)}"
             job.state = JobState.JOB_STATE_QUEUED
-            job.create_time = datetime.now(timezone.utc)
+            job.create_time = datetime.now(UTC)
             self.jobs[job.name] = job
         if fault == "lost":
             raise api.DeadlineExceeded("the response was lost")
@@ -107,8 +105,7 @@ class FakeJobService:
                 [
                     CustomJob(j)
                     for name, j in self.jobs.items()
-                    if name.startswith(request["parent"] + "/")
-                    and all(j.labels.get(k) == v for k, v in wanted.items())
+                    if name.startswith(request["parent"] + "/") and all(j.labels.get(k) == v for k, v in wanted.items())
                 ]
             )
 
@@ -122,7 +119,7 @@ class Harness:
     vertex: FakeJobService = field(default_factory=FakeJobService)
     publisher: FakePublisher = field(default_factory=FakePublisher)
     log_stream: io.StringIO = field(default_factory=io.StringIO)
-    now: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    now: datetime = field(default_factory=lambda: datetime.now(UTC))
     settings: Settings = SETTINGS
     locations_used: list[str] = field(default_factory=list)
     client_build_seconds: float = 0.0  # the clock advances this much whenever a client is built
@@ -165,9 +162,7 @@ class Harness:
         return [line for line in lines if event is None or line.get("event") == event]
 
     def jobs_for(self, request_id: str) -> list[CustomJob]:
-        return [
-            j for j in self.vertex.jobs.values() if j.labels.get(LABEL_REQUEST_ID) == request_id
-        ]
+        return [j for j in self.vertex.jobs.values() if j.labels.get(LABEL_REQUEST_ID) == request_id]
 
 
 @pytest.fixture
@@ -191,11 +186,7 @@ def test_the_docs_body_becomes_one_spot_job_recorded_in_the_ledger(harness: Harn
     outcome = harness.deliver(DOCS_BODY, message_id="4242")
     request_id = docs_request_id(harness)
 
-    assert (
-        outcome.result == SubmitResult.CREATED
-        and outcome.request_id == request_id
-        and outcome.attempt == 1
-    )
+    assert outcome.result == SubmitResult.CREATED and outcome.request_id == request_id and outcome.attempt == 1
     [job] = harness.vertex.jobs.values()
     assert job.name == outcome.job
     assert job.job_spec.scheduling.strategy == 4  # SPOT
@@ -207,14 +198,8 @@ def test_the_docs_body_becomes_one_spot_job_recorded_in_the_ledger(harness: Harn
     assert job.job_spec.base_output_directory.output_uri_prefix == f"gs://ckpt/requests/{request_id}/"
     assert job.job_spec.service_account == "trainer@my-project.iam.gserviceaccount.com"
     submitted = json.loads(DOCS_BODY)["jobSpec"]["workerPoolSpecs"][0]
-    assert (
-        job.job_spec.worker_pool_specs[0].machine_spec.machine_type
-        == submitted["machineSpec"]["machineType"]
-    )
-    assert (
-        job.job_spec.worker_pool_specs[0].container_spec.image_uri
-        == submitted["containerSpec"]["imageUri"]
-    )
+    assert job.job_spec.worker_pool_specs[0].machine_spec.machine_type == submitted["machineSpec"]["machineType"]
+    assert job.job_spec.worker_pool_specs[0].container_spec.image_uri == submitted["containerSpec"]["imageUri"]
     assert harness.locations_used == ["us-central1"]
 
     record = harness.ledger.get(request_id)
@@ -228,10 +213,7 @@ def test_the_docs_body_becomes_one_spot_job_recorded_in_the_ledger(harness: Harn
     )
     assert attempt.created_at is not None
     # The ledger keeps the user's job as submitted (REST JSON), not ours.
-    assert (
-        record.request["custom_job"]["jobSpec"]["workerPoolSpecs"][0]["machineSpec"]
-        == submitted["machineSpec"]
-    )
+    assert record.request["custom_job"]["jobSpec"]["workerPoolSpecs"][0]["machineSpec"] == submitted["machineSpec"]
     assert "labels" not in record.request["custom_job"]
     assert "baseOutputDirectory" not in record.request["custom_job"]["jobSpec"]
     index = harness.ledger.find_job(job.name.rsplit("/", 1)[-1])
@@ -292,9 +274,7 @@ def test_concurrent_deliveries_of_one_request_create_exactly_one_job(harness: Ha
 
 def _stale_claim(harness: Harness, request_id: str, age_seconds: float) -> None:
     claimed_at = (
-        (harness.now - timedelta(seconds=age_seconds))
-        .isoformat(timespec="milliseconds")
-        .replace("+00:00", "Z")
+        (harness.now - timedelta(seconds=age_seconds)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     )
     from shared.request import canonical_envelope, read_request
 
@@ -418,11 +398,7 @@ def test_a_refused_create_is_retried_by_redelivery_without_waiting_for_the_lease
 
     assert outcome.result == SubmitResult.CREATED
     assert harness.vertex.creates == 3 and len(harness.jobs_for("r1")) == 1
-    assert [
-        line["event"]
-        for line in harness.log_lines()
-        if line["event"] in ("create_refused", "job_created")
-    ] == [
+    assert [line["event"] for line in harness.log_lines() if line["event"] in ("create_refused", "job_created")] == [
         "create_refused",
         "create_refused",
         "job_created",
@@ -430,9 +406,7 @@ def test_a_refused_create_is_retried_by_redelivery_without_waiting_for_the_lease
 
 
 def test_a_permanent_refusal_fails_the_request_with_one_alert(harness: Harness) -> None:
-    harness.vertex.create_faults.append(
-        api.InvalidArgument("List of found errors: 1.Field: job_spec...")
-    )
+    harness.vertex.create_faults.append(api.InvalidArgument("List of found errors: 1.Field: job_spec..."))
 
     outcome = harness.deliver(envelope())
     again = harness.deliver(envelope())
@@ -480,15 +454,9 @@ def test_a_requeued_attempt_runs_where_the_requeue_said_with_the_same_output_dir
     outcome = harness.deliver(
         json.dumps(message).encode(), message_id="m-requeue", request_id="r1", **REQUEUE_ATTRIBUTES
     )
-    again = harness.deliver(
-        json.dumps(message).encode(), message_id="m-requeue", request_id="r1", **REQUEUE_ATTRIBUTES
-    )
+    again = harness.deliver(json.dumps(message).encode(), message_id="m-requeue", request_id="r1", **REQUEUE_ATTRIBUTES)
 
-    assert (
-        outcome.result == SubmitResult.CREATED
-        and outcome.attempt == 2
-        and again.result == SubmitResult.DUPLICATE
-    )
+    assert outcome.result == SubmitResult.CREATED and outcome.attempt == 2 and again.result == SubmitResult.DUPLICATE
     jobs = {j.labels[LABEL_ATTEMPT]: j for j in harness.jobs_for("r1")}
     assert set(jobs) == {"1", "2"}
     assert jobs["2"].name.startswith("projects/proj/locations/europe-west4/")
@@ -560,9 +528,7 @@ def test_invalid_requests_are_acknowledged_alerted_and_create_nothing(
     ],
     ids=["empty", "not-json", "not-an-object", "oversized"],
 )
-def test_unusable_bodies_are_rejected_with_a_null_request_id(
-    harness: Harness, data: bytes, expected: str
-) -> None:
+def test_unusable_bodies_are_rejected_with_a_null_request_id(harness: Harness, data: bytes, expected: str) -> None:
     outcome = harness.deliver(data)
     assert outcome.result == SubmitResult.INVALID and outcome.request_id is None
     [alert] = harness.alerts
@@ -574,7 +540,7 @@ def _push_event(data: bytes, message_id: str, **attributes: str) -> dict[str, An
         "data": base64.b64encode(data).decode(),
         "messageId": message_id,
         "attributes": attributes,
-        "publishTime": datetime.now(timezone.utc).isoformat(),
+        "publishTime": datetime.now(UTC).isoformat(),
     }
     return {
         "id": message_id,
@@ -911,9 +877,7 @@ def test_submit_job_handles_a_request_of_any_age(monkeypatch: pytest.MonkeyPatch
     handled: list[Message] = []
     monkeypatch.setattr(entry, "_handle", lambda message, log: handled.append(message))
     event = _push_event(envelope(), "m-old")
-    event["data"]["message"]["publishTime"] = (
-        datetime.now(timezone.utc) - timedelta(days=30)
-    ).isoformat()
+    event["data"]["message"]["publishTime"] = (datetime.now(UTC) - timedelta(days=30)).isoformat()
 
     entry.submit_job(_push_request(event))
 

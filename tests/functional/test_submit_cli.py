@@ -47,9 +47,7 @@ def test_validate_prints_the_spot_job_attempt_one_would_create(
 ) -> None:
     # An operator policy that allows what this request asks for: its fallback and its account.
     monkeypatch.setenv("SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES", "STANDARD")
-    monkeypatch.setenv(
-        "SPOTJOBS_ALLOWED_SERVICE_ACCOUNTS", "trainer@my-project.iam.gserviceaccount.com"
-    )
+    monkeypatch.setenv("SPOTJOBS_ALLOWED_SERVICE_ACCOUNTS", "trainer@my-project.iam.gserviceaccount.com")
     settings_module.get_settings.cache_clear()
     code = main(["validate", str(REQUESTS / "envelope_full.json")])
 
@@ -71,12 +69,9 @@ def test_validate_prints_the_spot_job_attempt_one_would_create(
         "spotjobs-attempt": "1",
         "spotjobs-deployment": "spotjobs-state",  # derived from the state bucket
     }
-    assert job["jobSpec"]["baseOutputDirectory"] == {
-        "outputUriPrefix": "gs://team-ckpt/requests/resnet-nightly-001/"
-    }
+    assert job["jobSpec"]["baseOutputDirectory"] == {"outputUriPrefix": "gs://team-ckpt/requests/resnet-nightly-001/"}
     assert (
-        result["request"]["max_attempts"] == 4
-        and result["parent"] == "projects/spotjobs-local/locations/us-central1"
+        result["request"]["max_attempts"] == 4 and result["parent"] == "projects/spotjobs-local/locations/us-central1"
     )
 
 
@@ -85,15 +80,10 @@ def test_validate_names_a_bare_body_and_reads_stdin(
 ) -> None:
     import io
 
-    monkeypatch.setattr(
-        sys, "stdin", io.TextIOWrapper(io.BytesIO((REQUESTS / "bare_docs.json").read_bytes()))
-    )
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO((REQUESTS / "bare_docs.json").read_bytes())))
     assert main(["validate", "-", "--request-id", "docs-job"]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert (
-        result["request_id"] == "docs-job"
-        and result["custom_job"]["labels"]["spotjobs-request-id"] == "docs-job"
-    )
+    assert result["request_id"] == "docs-job" and result["custom_job"]["labels"]["spotjobs-request-id"] == "docs-job"
 
     assert main(["validate", str(REQUESTS / "bare_docs.json")]) == 0
     generated = json.loads(capsys.readouterr().out)["request_id"]
@@ -128,13 +118,9 @@ def test_validate_rejects_a_file_that_is_not_a_request(
     assert capsys.readouterr().err.startswith(expected)
 
 
-def test_validate_reports_a_missing_file(
-    offline: None, capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
+def test_validate_reports_a_missing_file(offline: None, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert main(["validate", str(tmp_path / "absent.json")]) == 2
-    assert capsys.readouterr().err.startswith(
-        f"cannot read {tmp_path / 'absent.json'}: No such file"
-    )
+    assert capsys.readouterr().err.startswith(f"cannot read {tmp_path / 'absent.json'}: No such file")
 
 
 def test_submit_validates_first_and_publishes_nothing_when_invalid(
@@ -238,10 +224,7 @@ def test_status_shows_requests_as_a_table_and_as_json(
 
     assert main(["status", "older"]) == 0
     detail = capsys.readouterr().out
-    assert (
-        "re-queue    attempt 2 in europe-west4 (STANDARD) because attempts exhausted by preemption"
-        in detail
-    )
+    assert "re-queue    attempt 2 in europe-west4 (STANDARD) because attempts exhausted by preemption" in detail
     assert "STOCKOUT" in detail and "requeued" in detail
 
 
@@ -269,9 +252,7 @@ def test_the_newest_requests_are_chosen_from_the_listing_and_only_they_are_read(
     assert not ledger_env.list_requests()[0][7].created_at
 
 
-def test_status_of_an_unknown_request_exits_1(
-    ledger_env: LedgerStore, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_status_of_an_unknown_request_exits_1(ledger_env: LedgerStore, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["status", "nobody"]) == 1
     assert "no request nobody" in capsys.readouterr().err
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -24,7 +24,7 @@ from shared.wiring import Ports
 from tests.functional.test_decisions_support import CapturedLog, FakePublisher
 
 BODY = json.loads((Path(__file__).parents[1] / "events" / "requests" / "bare_quick.json").read_text())
-T0 = datetime(2026, 11, 29, 17, 0, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 29, 17, 0, 0, tzinfo=UTC)
 
 
 def definition(name: str = "daily-data", **overrides: object) -> dict:
@@ -33,7 +33,10 @@ def definition(name: str = "daily-data", **overrides: object) -> dict:
         "name": name,
         "source": {"gcs": {"bucket": "data-in", "prefix": "incoming/"}},
         "coalesce_seconds": 300,
-        "request": {"custom_job": {**json.loads(json.dumps(BODY)), "displayName": "retrain-{trigger}-{window_id}"}, "max_attempts": 3},
+        "request": {
+            "custom_job": {**json.loads(json.dumps(BODY)), "displayName": "retrain-{trigger}-{window_id}"},
+            "max_attempts": 3,
+        },
     }
     doc.update(overrides)
     return doc
@@ -51,7 +54,15 @@ class Rig:
     def at(self, moment: datetime) -> None:
         self.now[0] = moment
 
-    def notify(self, name: str, *, bucket: str = "data-in", generation: int = 1, at: datetime | None = None, event_type: str = "OBJECT_FINALIZE") -> None:
+    def notify(
+        self,
+        name: str,
+        *,
+        bucket: str = "data-in",
+        generation: int = 1,
+        at: datetime | None = None,
+        event_type: str = "OBJECT_FINALIZE",
+    ) -> None:
         attributes = {
             "eventType": event_type,
             "bucketId": bucket,
@@ -60,7 +71,9 @@ class Rig:
             "eventTime": (at or self.now[0]).isoformat().replace("+00:00", "Z"),
             "payloadFormat": "JSON_API_V1",
         }
-        data = json.dumps({"kind": "storage#object", "bucket": bucket, "name": name, "generation": str(generation), "size": "10"}).encode()
+        data = json.dumps(
+            {"kind": "storage#object", "bucket": bucket, "name": name, "generation": str(generation), "size": "10"}
+        ).encode()
         self.deliver(Message(data, self._id(), attributes, at or self.now[0]), None)
 
     def deliver(self, message: Message, topic: str | None) -> None:
@@ -76,7 +89,11 @@ class Rig:
         return [Alert(**m.data) for m in self.publisher.on("ops-alerts")]
 
     def manifest(self, request: dict) -> dict:
-        uri = next(e["value"] for e in request["custom_job"]["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["env"] if e["name"] == "SPOTJOBS_MANIFEST_URI")
+        uri = next(
+            e["value"]
+            for e in request["custom_job"]["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["env"]
+            if e["name"] == "SPOTJOBS_MANIFEST_URI"
+        )
         bucket, _, name = uri.removeprefix("gs://").partition("/")
         return json.loads(self.ports.storage().bucket(bucket).blob(name).download_as_bytes())
 
@@ -235,7 +252,10 @@ def test_pubsub_trigger_fires_only_on_matching_attributes(rig: Rig) -> None:
 def test_schedule_fire_publishes_once_per_window_even_if_fired_twice(rig: Rig) -> None:
     apply(rig, definition("nightly", source={"schedule": {"cron": "0 3 * * *"}}))
     for message_id in ("s-1", "s-2"):
-        rig.deliver(Message(b'{"trigger": "nightly"}', message_id, {"spotjobs_trigger": "nightly"}, T0 + timedelta(seconds=3)), None)
+        rig.deliver(
+            Message(b'{"trigger": "nightly"}', message_id, {"spotjobs_trigger": "nightly"}, T0 + timedelta(seconds=3)),
+            None,
+        )
     (request,) = rig.requests()
     assert request["request_id"] == "trg-nightly-w20261129t170000z"
     rig.at(T0 + timedelta(seconds=400))
@@ -285,7 +305,16 @@ def test_definition_violations_are_all_named() -> None:
     definition_, violations = read_definition(doc)
     assert definition_ is None
     paths = {v.path for v in violations}
-    assert paths >= {"schema_version", "name", "source.gcs.bucket", "source.gcs.prefix", "coalesce_seconds", "extra", "request.request_id", "request.custom_job.displayName"}
+    assert paths >= {
+        "schema_version",
+        "name",
+        "source.gcs.bucket",
+        "source.gcs.prefix",
+        "coalesce_seconds",
+        "extra",
+        "request.request_id",
+        "request.custom_job.displayName",
+    }
 
 
 def test_request_template_is_checked_with_the_request_policy() -> None:

@@ -19,28 +19,36 @@ def _alerts_for(stack, message_id: str, timeout: float = 30) -> list[dict]:
     found: list[dict] = []
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        found += [a for a in stack.pull_alerts(timeout=1.0)
-                  if a["kind"] == "invalid_request" and a["details"]["message_id"] == message_id]
+        found += [
+            a
+            for a in stack.pull_alerts(timeout=1.0)
+            if a["kind"] == "invalid_request" and a["details"]["message_id"] == message_id
+        ]
         if found:
             time.sleep(2)  # a second alert (a redelivery) would arrive within this
-            found += [a for a in stack.pull_alerts(timeout=1.0)
-                      if a["kind"] == "invalid_request" and a["details"]["message_id"] == message_id]
+            found += [
+                a
+                for a in stack.pull_alerts(timeout=1.0)
+                if a["kind"] == "invalid_request" and a["details"]["message_id"] == message_id
+            ]
             return found
     return found
 
 
 def test_the_exact_push_body_without_data_is_alerted_and_acknowledged(stack) -> None:
     message_id = f"attrs-{uuid.uuid4().hex[:8]}"
-    body = json.dumps({
-        "message": {
-            "attributes": {"request_id": "no-data"},
-            "messageId": message_id,
-            "message_id": message_id,
-            "publishTime": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime()),
-            "publish_time": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime()),
-        },
-        "subscription": stack.subscription_path("submit-job-push"),
-    }).encode()
+    body = json.dumps(
+        {
+            "message": {
+                "attributes": {"request_id": "no-data"},
+                "messageId": message_id,
+                "message_id": message_id,
+                "publishTime": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime()),
+                "publish_time": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime()),
+            },
+            "subscription": stack.subscription_path("submit-job-push"),
+        }
+    ).encode()
     url = f"{stack.function_urls['submit_job']}/{stack.topic_path('job_requests')}"
     request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=60) as response:

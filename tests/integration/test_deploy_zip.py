@@ -234,10 +234,9 @@ def find_python(version: str) -> tuple[str, str]:
         )
         if probe.returncode == 0 and probe.stdout.strip() == version:
             return candidate, version
-    found = "%d.%d" % sys.version_info[:2]
+    found = "{}.{}".format(*sys.version_info[:2])
     warnings.warn(
-        f"python{version} (the Cloud Functions runtime) is not installed; the deploy test uses "
-        f"Python {found} instead",
+        f"python{version} (the Cloud Functions runtime) is not installed; the deploy test uses Python {found} instead",
         stacklevel=2,
     )
     return sys.executable, found
@@ -349,8 +348,7 @@ def test_the_cli_runs_from_the_unpacked_source_without_the_dev_stack(deployment:
     up = spotjobs("local", "up")
     assert (up.returncode, up.stdout) == (2, ""), up.stderr[-6000:]
     assert up.stderr == (
-        "spotjobs local up: the local stack is not installed: run from a checkout of the repository "
-        "(`make up`)\n"
+        "spotjobs local up: the local stack is not installed: run from a checkout of the repository (`make up`)\n"
     )
 
 
@@ -405,7 +403,7 @@ def test_entry_point_starts_and_answers_http(deployment: Deployment, target: str
             try:
                 status = _post(url, b"{}")
                 break
-            except (ConnectionError, urllib.error.URLError, socket.timeout):
+            except (TimeoutError, ConnectionError, urllib.error.URLError):
                 time.sleep(0.5)
         assert status is not None, f"{target} never answered on port {port}:\n{log_path.read_text()[-6000:]}"
         assert status == 400, (
@@ -414,10 +412,16 @@ def test_entry_point_starts_and_answers_http(deployment: Deployment, target: str
         )
         if topology()["functions"][target]["topic"] == "maintenance":
             # A message with attributes and no data, exactly as a push subscription sends it.
-            attributes_only = json.dumps({
-                "message": {"attributes": {"task": "none"}, "messageId": "1", "publishTime": "2026-01-01T00:00:00Z"},
-                "subscription": "projects/test-project/subscriptions/s",
-            }).encode()
+            attributes_only = json.dumps(
+                {
+                    "message": {
+                        "attributes": {"task": "none"},
+                        "messageId": "1",
+                        "publishTime": "2026-01-01T00:00:00Z",
+                    },
+                    "subscription": "projects/test-project/subscriptions/s",
+                }
+            ).encode()
             status = _post(url, attributes_only)
             assert 200 <= status < 300, f"{target} answered {status}:\n{log_path.read_text()[-6000:]}"
     finally:

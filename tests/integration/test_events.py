@@ -26,9 +26,7 @@ def new_request_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-def training_request(
-    request_id: str, *, steps: int = 200, fail_at_step: int | None = None, **envelope: Any
-) -> bytes:
+def training_request(request_id: str, *, steps: int = 200, fail_at_step: int | None = None, **envelope: Any) -> bytes:
     """An envelope whose job runs the demo trainer (resuming from AIP_CHECKPOINT_DIR)."""
     command = [
         sys.executable,
@@ -46,9 +44,7 @@ def training_request(
     return job_request(request_id, command, **envelope)
 
 
-def submit(
-    stack, request_id: str, *, preemptions: int = 0, after_seconds: float = 1.0, **request: Any
-) -> None:
+def submit(stack, request_id: str, *, preemptions: int = 0, after_seconds: float = 1.0, **request: Any) -> None:
     """Schedule attempt 1's preemptions, then publish the request."""
     if preemptions:
         stack.vertex_control(
@@ -84,9 +80,7 @@ def committed_before_each_restart(stack, job: str) -> list[int]:
     return steps
 
 
-def wait_for_status(
-    stack, request_id: str, *statuses: str, timeout: float = SETTLE_TIMEOUT
-) -> RequestRecord:
+def wait_for_status(stack, request_id: str, *statuses: str, timeout: float = SETTLE_TIMEOUT) -> RequestRecord:
     ledger = stack.ledger()
 
     def reached() -> RequestRecord | None:
@@ -109,11 +103,7 @@ def jobs_of(stack, request_id: str, location: str, attempt: int | None = None) -
     if attempt is not None:
         labels[LABEL_ATTEMPT] = str(attempt)
     parent = parent_path(stack.settings.project, location)
-    return list(
-        stack.job_service().list_custom_jobs(
-            request={"parent": parent, "filter": label_filter(labels)}
-        )
-    )
+    return list(stack.job_service().list_custom_jobs(request={"parent": parent, "filter": label_filter(labels)}))
 
 
 def alerts_for(stack, request_id: str, kind: str, *, timeout: float = 30.0) -> list[dict[str, Any]]:
@@ -122,16 +112,8 @@ def alerts_for(stack, request_id: str, kind: str, *, timeout: float = 30.0) -> l
     found: list[dict[str, Any]] = []
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and not found:
-        found += [
-            a
-            for a in stack.pull_alerts(timeout=1.0)
-            if a["request_id"] == request_id and a["kind"] == kind
-        ]
-    found += [
-        a
-        for a in stack.pull_alerts(timeout=3.0)
-        if a["request_id"] == request_id and a["kind"] == kind
-    ]
+        found += [a for a in stack.pull_alerts(timeout=1.0) if a["request_id"] == request_id and a["kind"] == kind]
+    found += [a for a in stack.pull_alerts(timeout=3.0) if a["request_id"] == request_id and a["kind"] == kind]
     return found
 
 
@@ -143,11 +125,7 @@ def test_three_preemptions_succeed_within_one_attempt(stack) -> None:
 
     record = wait_for_status(stack, request_id, RequestStatus.SUCCEEDED)
     preemptions = stack.wait_for(
-        lambda: (
-            len(lines) == 3 and lines
-            if (lines := decision_lines(stack, request_id, "preemption"))
-            else None
-        ),
+        lambda: len(lines) == 3 and lines if (lines := decision_lines(stack, request_id, "preemption")) else None,
         30,
         "three preemption lines",
     )
@@ -234,9 +212,7 @@ def test_fallback_and_failover_shape_the_second_attempt(stack) -> None:
     assert (second.location, second.strategy) == ("europe-west4", "STANDARD")
     [job] = jobs_of(stack, request_id, "europe-west4", attempt=2)
     assert job.job_spec.scheduling.strategy.name == "STANDARD"
-    assert job.job_spec.base_output_directory.output_uri_prefix == stack.settings.output_dir_for(
-        request_id
-    )
+    assert job.job_spec.base_output_directory.output_uri_prefix == stack.settings.output_dir_for(request_id)
     [requeue] = decision_lines(stack, request_id, "requeue")
     assert requeue["failover"] is True and requeue["fallback"] is True
 
@@ -283,9 +259,7 @@ def test_ten_copies_of_the_terminal_event_and_earlier_events_reversed_requeue_on
     try:
         submit(stack, request_id, preemptions=7, after_seconds=0.3, steps=300)
         record = stack.wait_for(
-            lambda: (
-                (r := stack.ledger().get(request_id)) and r.attempts and r.attempts[0].job and r
-            ),
+            lambda: (r := stack.ledger().get(request_id)) and r.attempts and r.attempts[0].job and r,
             60,
             "attempt 1 created",
         )
@@ -303,17 +277,14 @@ def test_ten_copies_of_the_terminal_event_and_earlier_events_reversed_requeue_on
     earlier = [
         log_entry(
             job_name,
-            f"The Spot VM of replica workerpool0-0 was preempted. Restarting the job "
-            f"(restart {k} of 6).",
+            f"The Spot VM of replica workerpool0-0 was preempted. Restarting the job (restart {k} of 6).",
             f"{request_id}-p{k}",
             "WARNING",
         )
         for k in range(6, 0, -1)
     ]
     earlier.append(log_entry(job_name, "Job is running.", f"{request_id}-running"))
-    copies = [
-        threading.Thread(target=stack.publish, args=("job_events", terminal)) for _ in range(10)
-    ]
+    copies = [threading.Thread(target=stack.publish, args=("job_events", terminal)) for _ in range(10)]
     for thread in copies:
         thread.start()
     for thread in copies:
@@ -355,11 +326,7 @@ def test_garbage_foreign_and_irrelevant_events_are_acknowledged_without_a_trace(
     message_ids = {stack.publish("job_events", data) for data in payloads}
 
     def handled() -> list[dict[str, Any]] | None:
-        lines = [
-            line
-            for line in stack.function_logs("on_job_event")
-            if line.get("message_id") in message_ids
-        ]
+        lines = [line for line in stack.function_logs("on_job_event") if line.get("message_id") in message_ids]
         return lines if {line["message_id"] for line in lines} == message_ids else None
 
     lines = stack.wait_for(handled, 30, "every garbage message to be handled")
@@ -367,9 +334,7 @@ def test_garbage_foreign_and_irrelevant_events_are_acknowledged_without_a_trace(
         ["ignored_event", "ignored_event", "ignored_event", "foreign_job", "irrelevant_event"]
     )
     assert {line["severity"] for line in lines} <= {"DEBUG", "INFO"}
-    assert {
-        b.name for b in stack.storage().list_blobs(stack.settings.state_bucket)
-    } == ledger_before
+    assert {b.name for b in stack.storage().list_blobs(stack.settings.state_bucket)} == ledger_before
 
 
 def test_a_trainer_without_the_kit_preempted_seven_times_is_requeued_with_preemptions_unknown(
@@ -413,6 +378,4 @@ def test_a_kill_without_sigterm_still_counts_the_restart(stack) -> None:
     [attempt] = record.attempts
     signals = stack.vertex_control("GET", f"/emulator/v1/{attempt.job}")["signals"]
     assert {s["signal"] for s in signals} == {"SIGKILL"}
-    stack.wait_for(
-        lambda: stack.ledger().get(request_id).attempts[0].preemptions == 2, 30, "two restarts counted"
-    )
+    stack.wait_for(lambda: stack.ledger().get(request_id).attempts[0].preemptions == 2, 30, "two restarts counted")

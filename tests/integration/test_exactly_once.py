@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -56,9 +56,7 @@ def drain_alerts(stack: Any, collected: list[dict[str, Any]], seconds: float) ->
         collected.extend(stack.pull_alerts(timeout=min(1.0, max(0.1, deadline - time.monotonic()))))
 
 
-def alerts_of(
-    collected: list[dict[str, Any]], request_id: str, kind: str | None = None
-) -> list[dict[str, Any]]:
+def alerts_of(collected: list[dict[str, Any]], request_id: str, kind: str | None = None) -> list[dict[str, Any]]:
     return [
         alert
         for alert in collected
@@ -67,7 +65,11 @@ def alerts_of(
 
 
 def wait_for_alerts(
-    stack: Any, collected: list[dict[str, Any]], request_id: str, kind: str, count: int = 1,
+    stack: Any,
+    collected: list[dict[str, Any]],
+    request_id: str,
+    kind: str,
+    count: int = 1,
     timeout: float = DELIVERY_TIMEOUT,
 ) -> list[dict[str, Any]]:
     def enough() -> list[dict[str, Any]] | None:
@@ -159,8 +161,9 @@ def test_a_job_with_the_requests_labels_the_ledger_does_not_record_is_cancelled_
     reconcile(stack)
 
     stack.wait_for(
-        lambda: state_name(client.get_custom_job(name=stray.name).state)
-        in ("JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED"),
+        lambda: (
+            state_name(client.get_custom_job(name=stray.name).state) in ("JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED")
+        ),
         DELIVERY_TIMEOUT,
         "the stray job to be cancelled",
     )
@@ -193,9 +196,7 @@ def test_a_job_with_the_requests_labels_the_ledger_does_not_record_is_cancelled_
 
 def test_a_create_refused_with_429_for_ten_reconcile_periods_waits_then_runs(stack: Any) -> None:
     request_id = unique("quota429")
-    stack.vertex_control(
-        "POST", "/emulator/v1/faults", {"method": "create", "status": 429, "count": 100_000}
-    )
+    stack.vertex_control("POST", "/emulator/v1/faults", {"method": "create", "status": 429, "count": 100_000})
     seen: list[str] = []
     try:
         stack.publish("job_requests", sleeper(request_id, 0.2))
@@ -265,9 +266,7 @@ def test_the_same_request_id_with_another_body_keeps_the_first_and_alerts_once(
     )
     assert alert["details"]["kept_digest"] == body_digest(record.request)
     assert alert["details"]["refused_digest"] != alert["details"]["kept_digest"]
-    conflicting = [
-        line for line in decisions(stack, request_id, "duplicate") if line["same_body"] is False
-    ]
+    conflicting = [line for line in decisions(stack, request_id, "duplicate") if line["same_body"] is False]
     assert acknowledged in {line["message_id"] for line in conflicting}
     drain_alerts(stack, collected, 3)
     assert len(alerts_of(collected, request_id, "request_id_conflict")) == 1
@@ -289,16 +288,14 @@ def seek(stack: Any, subscription: str, moment: datetime) -> None:
 
     at = timestamp_pb2.Timestamp()
     at.FromDatetime(moment)
-    pubsub_v1.SubscriberClient().seek(
-        request={"subscription": stack.subscription_path(subscription), "time": at}
-    )
+    pubsub_v1.SubscriberClient().seek(request={"subscription": stack.subscription_path(subscription), "time": at})
 
 
 def test_a_replay_after_the_ledger_document_was_deleted_creates_nothing_and_alerts_once(
     stack: Any,
 ) -> None:
     request_id = unique("lostdoc")
-    before_publish = datetime.now(timezone.utc) - timedelta(milliseconds=200)
+    before_publish = datetime.now(UTC) - timedelta(milliseconds=200)
     first_message = stack.publish("job_requests", sleeper(request_id, 0.2))
     record = wait_for_status(stack, request_id, RequestStatus.SUCCEEDED)
     [job] = jobs_of(stack, request_id)
@@ -332,7 +329,7 @@ def test_a_scheduler_message_fired_twice_for_one_scheduled_time_yields_one_job(
     body = json.loads(load_event("requests/bare_quick.json"))
     body["displayName"] = unique("nightly")  # a body no other test publishes
     data = json.dumps(body).encode()
-    scheduled = datetime.now(timezone.utc).replace(second=0, microsecond=0)
+    scheduled = datetime.now(UTC).replace(second=0, microsecond=0)
     schedule_time = scheduled.strftime("%Y-%m-%dT%H:%M:%SZ")
     request_id = derived_request_id(body, scheduled)
 
@@ -343,8 +340,9 @@ def test_a_scheduler_message_fired_twice_for_one_scheduled_time_yields_one_job(
     assert first != second
     record = wait_for_job_recorded(stack, request_id)
     stack.wait_for(
-        lambda: {line["message_id"] for line in decisions(stack, request_id, "job_created", "duplicate")}
-        == {first, second},
+        lambda: (
+            {line["message_id"] for line in decisions(stack, request_id, "job_created", "duplicate")} == {first, second}
+        ),
         DELIVERY_TIMEOUT,
         "both fires to be decided",
     )
@@ -370,9 +368,7 @@ def spotjobs(stack: Any, *args: str) -> subprocess.CompletedProcess[str]:
 
 def test_a_failed_request_is_resubmitted_under_a_new_id_by_the_cli(stack: Any) -> None:
     request_id = unique("refused")
-    stack.vertex_control(
-        "POST", "/emulator/v1/faults", {"method": "create", "status": 400, "count": 1}
-    )
+    stack.vertex_control("POST", "/emulator/v1/faults", {"method": "create", "status": 400, "count": 1})
     stack.publish("job_requests", sleeper(request_id, 0.2))
     failed = wait_for_status(stack, request_id, RequestStatus.FAILED)
     assert failed.attempt(1).job is None

@@ -51,10 +51,16 @@ def test_sigterm_runs_the_save_commits_it_last_and_reports_it(tmp_path: Path) ->
     script = tmp_path / "train.py"
     script.write_text(TRAINER)
     checkpoints = tmp_path / "out" / "checkpoints"
-    env = {**os.environ, "AIP_CHECKPOINT_DIR": str(checkpoints), "SPOTJOBS_REQUEST_ID": "r1",
-           "SPOTJOBS_ATTEMPT": "1", "PYTHONPATH": str(KIT_ROOT / "src")}
-    process = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+    env = {
+        **os.environ,
+        "AIP_CHECKPOINT_DIR": str(checkpoints),
+        "SPOTJOBS_REQUEST_ID": "r1",
+        "SPOTJOBS_ATTEMPT": "1",
+        "PYTHONPATH": str(KIT_ROOT / "src"),
+    }
+    process = subprocess.Popen(
+        [sys.executable, str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     assert process.stdout is not None
     first = parse_kit_line(process.stdout.readline())
     assert first is not None and first.event == "run_started" and first.run == 0
@@ -77,8 +83,9 @@ def test_sigterm_runs_the_save_commits_it_last_and_reports_it(tmp_path: Path) ->
     assert all(marker.stat().st_mtime_ns >= shard.stat().st_mtime_ns for shard in shards)
 
     # The next start resumes there, as the job's second run.
-    again = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+    again = subprocess.Popen(
+        [sys.executable, str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         assert again.stdout is not None
         started = parse_kit_line(again.stdout.readline())
@@ -97,7 +104,10 @@ def test_the_kit_installs_and_imports_in_a_bare_venv(tmp_path: Path) -> None:
     pip_env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
     install = subprocess.run(
         [python, "-m", "pip", "install", "--disable-pip-version-check", str(KIT_ROOT)],
-        capture_output=True, text=True, timeout=600, env={**pip_env, "PYTHONNOUSERSITE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**pip_env, "PYTHONNOUSERSITE": "1"},
     )
     if install.returncode != 0:
         pip_failure(install, "pip install ./kit")
@@ -108,22 +118,24 @@ def test_the_kit_installs_and_imports_in_a_bare_venv(tmp_path: Path) -> None:
         before = set(sys.modules)  # the interpreter's own (site may load a .pth hook)
         import spotjobs_kit
         from spotjobs_kit import Run
-        run = Run.start({str(tmp_path / 'ckpt')!r}, environ={{}}, stream=io.StringIO())
+        run = Run.start({str(tmp_path / "ckpt")!r}, environ={{}}, stream=io.StringIO())
         with run.checkpoint(1) as folder:
             open(folder + "/w", "w").write("x")
-        assert Run.start({str(tmp_path / 'ckpt')!r}, environ={{}}, stream=io.StringIO()).resume_step() == 1
+        assert Run.start({str(tmp_path / "ckpt")!r}, environ={{}}, stream=io.StringIO()).resume_step() == 1
         loaded = {{m.split(".")[0] for m in set(sys.modules) - before}}
         outside = sorted(loaded - set(sys.stdlib_module_names) - {{"spotjobs_kit"}})
         print(json.dumps({{"file": spotjobs_kit.__file__, "outside": outside}}))
         """
     )
-    result = subprocess.run([python, "-I", "-c", probe], capture_output=True, text=True,
-                            timeout=120, env=clean, cwd=tmp_path)
+    result = subprocess.run(
+        [python, "-I", "-c", probe], capture_output=True, text=True, timeout=120, env=clean, cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["file"].startswith(str(bare)), report
     assert report["outside"] == [], report
-    listed = subprocess.run([python, "-m", "pip", "list", "--format", "json"], capture_output=True,
-                            text=True, timeout=120, env=clean)
+    listed = subprocess.run(
+        [python, "-m", "pip", "list", "--format", "json"], capture_output=True, text=True, timeout=120, env=clean
+    )
     names = {p["name"].lower() for p in json.loads(listed.stdout)}
     assert names - {"pip", "setuptools"} == {"spotjobs-kit"}, names

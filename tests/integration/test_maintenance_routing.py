@@ -57,8 +57,14 @@ def test_a_tick_during_a_run_is_acknowledged_with_one_info_line(stack, task, fun
     lease = bucket.blob(lock_path(task))
     now = utcnow()
     lease.upload_from_string(
-        json.dumps({"task": task, "holder": "another-instance", "acquired_at": iso(now),
-                    "expires_at": iso(now + timedelta(minutes=5))}),
+        json.dumps(
+            {
+                "task": task,
+                "holder": "another-instance",
+                "acquired_at": iso(now),
+                "expires_at": iso(now + timedelta(minutes=5)),
+            }
+        ),
         if_generation_match=0,
     )
     try:
@@ -78,12 +84,16 @@ def test_two_ticks_at_once_make_one_run(stack) -> None:
     acknowledged, and none is redelivered."""
     first = stack.publish("maintenance", json.dumps({"task": "reconcile"}).encode(), task="reconcile")
     second = stack.publish("maintenance", json.dumps({"task": "reconcile"}).encode(), task="reconcile")
-    stack.wait_for(lambda: _lines(stack, "reconcile", first) and _lines(stack, "reconcile", second), 60,
-                   "both ticks handled")
+    stack.wait_for(
+        lambda: _lines(stack, "reconcile", first) and _lines(stack, "reconcile", second), 60, "both ticks handled"
+    )
     time.sleep(3)
     events = [
-        [line["event"] for line in _lines(stack, "reconcile", message_id)
-         if line.get("event") in ("reconcile_summary", "run_in_progress", "retry", "permanent_failure")]
+        [
+            line["event"]
+            for line in _lines(stack, "reconcile", message_id)
+            if line.get("event") in ("reconcile_summary", "run_in_progress", "retry", "permanent_failure")
+        ]
         for message_id in (first, second)
     ]
     # Each tick ends once, either by running or by finding the other's run.

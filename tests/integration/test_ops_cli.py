@@ -37,7 +37,10 @@ def ops_stack() -> Iterator[Any]:
 def spotjobs(stack: Any, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "shared.cli", *args],
-        cwd=REPO_ROOT, env={**os.environ, **stack.env}, capture_output=True, text=True,
+        cwd=REPO_ROOT,
+        env={**os.environ, **stack.env},
+        capture_output=True,
+        text=True,
         timeout=timeout,
     )
 
@@ -86,8 +89,11 @@ def test_alerts_shows_a_real_alert_of_a_function_by_request(ops_stack: Any) -> N
 def test_alerts_follow_prints_alerts_as_they_arrive_and_stops_on_sigint(ops_stack: Any) -> None:
     process = subprocess.Popen(
         [sys.executable, "-m", "shared.cli", "alerts", "--follow", "--request-id", "ops-follow"],
-        cwd=REPO_ROOT, env={**os.environ, **ops_stack.env}, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True,
+        cwd=REPO_ROOT,
+        env={**os.environ, **ops_stack.env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         time.sleep(1.0)
@@ -153,8 +159,8 @@ def test_dead_letters_list_says_where_from_how_often_and_why_then_redrive_sends_
     assert dead_letters(ops_stack) == []
 
     # The id is claimed: asked again, it is not sent twice.
-    claim = ops_stack.storage().bucket(ops_stack.settings.state_bucket).blob(
-        f"deadletters/redriven/{letter['id']}.json"
+    claim = (
+        ops_stack.storage().bucket(ops_stack.settings.state_bucket).blob(f"deadletters/redriven/{letter['id']}.json")
     )
     assert json.loads(claim.download_as_bytes())["message_id"] == result["message_id"]
     again = spotjobs(ops_stack, "dead-letters", "redrive", "--id", letter["id"])
@@ -166,7 +172,9 @@ def test_redrive_of_an_id_already_claimed_does_not_publish_it_again(ops_stack: A
 
     bucket = ops_stack.storage().bucket(ops_stack.settings.state_bucket)
     letter = DeadLetter(
-        id="ops-claimed-1", data=b"{}", publish_time=None,
+        id="ops-claimed-1",
+        data=b"{}",
+        publish_time=None,
         attributes={"CloudPubSubDeadLetterSourceSubscription": "submit-job-push"},
     )
     sent: list[str] = []

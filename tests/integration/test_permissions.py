@@ -61,6 +61,7 @@ PREDEFINED = {
     "roles/iam.serviceAccountUser": {"iam.serviceAccounts.actAs"},
 }
 
+
 def stack_checkpoint_prefix() -> str:
     from shared.settings import Settings
 
@@ -69,39 +70,65 @@ def stack_checkpoint_prefix() -> str:
 
 # Granted but not called in the tests, each for a reason.
 UNUSED_ALLOWED = {
-    ("on_trigger", "storage.objects.get", "bucket:checkpoints:requests/trg-"):
-        "reads a window's manifest back when a close that crashed after writing it is resumed "
-        "(shared/triggers/); a clean close never needs it",
-    ("on_trigger", "pubsub.topics.publish", "topic:ops_alerts"):
-        "trigger_failed alerts, sent only when a window's request cannot render or fails the "
-        "policy; this scenario's triggers render valid requests (tests/functional/test_triggers.py "
-        "covers the alert)",
-    ("submit_job", "aiplatform.customJobs.cancel", "project"):
-        "cancels a second job of one attempt as a stray (shared/submit.py, shared/strays.py); the "
-        "tests make sure no second job exists, so the path is only reached in unit tests with fakes",
-    ("on_job_event", "aiplatform.customJobs.cancel", "project"):
-        "cancels a stray job (shared/strays.py), a job with a request's labels the ledger does not "
-        "record; this scenario makes none (tests/integration/test_exactly_once.py does)",
-    ("reconcile", "aiplatform.customJobs.cancel", "project"):
-        "as for on_job_event (job_controller role)",
-    ("on_job_event", "aiplatform.customJobs.list", "project"):
-        "on_job_event shares the job_controller role with reconcile and calls no list today "
-        "(shared/observe.py finds jobs through the ledger's index); left to the lead's stray-job "
-        "change, which may list: split the role if it does not",
-    ("reconcile", "aiplatform.customJobs.list", "project"):
-        "reconcile looks up the job of a claim left without one past the lease (a submit that "
-        "crashed mid-create) to adopt it; reached in tests/e2e/test_chaos.py, not here",
-    ("submit_job", "aiplatform.customJobs.get", "project"):
-        "a delivery that takes over a stale claim looks the job up (list) and reads it (get) before "
-        "creating; reached in tests/e2e/test_chaos.py (its own stacks), not here",
+    (
+        "on_trigger",
+        "storage.objects.get",
+        "bucket:checkpoints:requests/trg-",
+    ): "reads a window's manifest back when a close that crashed after writing it is resumed "
+    "(shared/triggers/); a clean close never needs it",
+    (
+        "on_trigger",
+        "pubsub.topics.publish",
+        "topic:ops_alerts",
+    ): "trigger_failed alerts, sent only when a window's request cannot render or fails the "
+    "policy; this scenario's triggers render valid requests (tests/functional/test_triggers.py "
+    "covers the alert)",
+    (
+        "submit_job",
+        "aiplatform.customJobs.cancel",
+        "project",
+    ): "cancels a second job of one attempt as a stray (shared/submit.py, shared/strays.py); the "
+    "tests make sure no second job exists, so the path is only reached in unit tests with fakes",
+    (
+        "on_job_event",
+        "aiplatform.customJobs.cancel",
+        "project",
+    ): "cancels a stray job (shared/strays.py), a job with a request's labels the ledger does not "
+    "record; this scenario makes none (tests/integration/test_exactly_once.py does)",
+    ("reconcile", "aiplatform.customJobs.cancel", "project"): "as for on_job_event (job_controller role)",
+    (
+        "on_job_event",
+        "aiplatform.customJobs.list",
+        "project",
+    ): "on_job_event shares the job_controller role with reconcile and calls no list today "
+    "(shared/observe.py finds jobs through the ledger's index); left to the lead's stray-job "
+    "change, which may list: split the role if it does not",
+    (
+        "reconcile",
+        "aiplatform.customJobs.list",
+        "project",
+    ): "reconcile looks up the job of a claim left without one past the lease (a submit that "
+    "crashed mid-create) to adopt it; reached in tests/e2e/test_chaos.py, not here",
+    (
+        "submit_job",
+        "aiplatform.customJobs.get",
+        "project",
+    ): "a delivery that takes over a stale claim looks the job up (list) and reads it (get) before "
+    "creating; reached in tests/e2e/test_chaos.py (its own stacks), not here",
     ("submit_job", "aiplatform.customJobs.list", "project"): "as customJobs.get",
-    ("submit_job", "iam.serviceAccounts.actAs", "sa:training"):
-        "jobs run as the training service account in production (Settings.check_deployable); the "
-        "stack's requests name none (its Vertex emulator has no IAM), so no created job shows it",
-    ("prune_checkpoints", "storage.objects.get", "bucket:checkpoints"):
-        "reads TensorFlow's `checkpoint` index file when a folder has one (shared/pruning/"
-        "checkpoints.py); the stack's trainer writes COMMITTED markers, so only the functional "
-        "prune tests reach it",
+    (
+        "submit_job",
+        "iam.serviceAccounts.actAs",
+        "sa:training",
+    ): "jobs run as the training service account in production (Settings.check_deployable); the "
+    "stack's requests name none (its Vertex emulator has no IAM), so no created job shows it",
+    (
+        "prune_checkpoints",
+        "storage.objects.get",
+        "bucket:checkpoints",
+    ): "reads TensorFlow's `checkpoint` index file when a folder has one (shared/pruning/"
+    "checkpoints.py); the stack's trainer writes COMMITTED markers, so only the functional "
+    "prune tests reach it",
 }
 
 
@@ -116,9 +143,7 @@ def terraform_grants() -> dict[str, set[tuple[str, str]]]:
     config = module_config()
     roles = {
         name: set(config.resource("google_project_iam_custom_role", name)["permissions"])
-        for name in (
-            "job_submitter", "job_controller", "ledger_writer", "checkpoint_pruner", "manifest_writer"
-        )
+        for name in ("job_submitter", "job_controller", "ledger_writer", "checkpoint_pruner", "manifest_writer")
     }
     # The shapes this function relies on (iam.tf); a change there should change this test too.
     ledger = config.resource("google_storage_bucket_iam_member", "ledger")
@@ -136,7 +161,9 @@ def terraform_grants() -> dict[str, set[tuple[str, str]]]:
     for fn, access in config.locals["function_access"].items():
         granted: set[tuple[str, str]] = set()
         if access["ledger"] != "none":
-            ledger_perms = roles["ledger_writer"] if access["ledger"] == "read_write" else PREDEFINED["roles/storage.objectViewer"]
+            ledger_perms = (
+                roles["ledger_writer"] if access["ledger"] == "read_write" else PREDEFINED["roles/storage.objectViewer"]
+            )
             granted |= {(p, "bucket:state") for p in ledger_perms}
         if access["ledger"] != "read_write" and access["state_prefix"]:
             granted |= {(p, f"bucket:state:{access['state_prefix']}") for p in roles["ledger_writer"]}
@@ -169,7 +196,9 @@ def used_permissions(stack, calls: list[dict[str, str]]) -> set[tuple[str, str, 
     for call in calls:
         if call["service"] == "storage":
             for permission in STORAGE_PERMISSIONS[call["method"]]:
-                used.add((permission, f"bucket:{buckets.get(call['resource'], call['resource'])}", call.get("prefix", "")))
+                used.add(
+                    (permission, f"bucket:{buckets.get(call['resource'], call['resource'])}", call.get("prefix", ""))
+                )
         elif call["service"] == "pubsub":
             used.add(("pubsub.topics.publish", f"topic:{topics.get(call['resource'], call['resource'])}", ""))
         elif call["service"] == "aiplatform":
@@ -210,7 +239,10 @@ def drive_every_path(stack) -> None:
     ledger = stack.ledger()
     # on_job_event decides: a re-queue (publish job-requests), a success (publish the prune
     # request to maintenance; prune_checkpoints prunes one request and alerts), a failure (alert).
-    by_events = {new_request_id("perm-ev-requeue"): RequestStatus.SUCCEEDED, new_request_id("perm-ev-bug"): RequestStatus.FAILED}
+    by_events = {
+        new_request_id("perm-ev-requeue"): RequestStatus.SUCCEEDED,
+        new_request_id("perm-ev-bug"): RequestStatus.FAILED,
+    }
     requeue, bug = by_events
     submit(stack, requeue, preemptions=7, after_seconds=0.3, steps=100)
     submit(stack, bug, fail_at_step=5)
@@ -230,7 +262,10 @@ def drive_every_path(stack) -> None:
 
     stack.wait_for(lambda: settled(by_events), 150, "on_job_event's decisions")
     # reconcile decides the same with the log sink off.
-    by_reconcile = {new_request_id("perm-rc-requeue"): RequestStatus.SUCCEEDED, new_request_id("perm-rc-bug"): RequestStatus.FAILED}
+    by_reconcile = {
+        new_request_id("perm-rc-requeue"): RequestStatus.SUCCEEDED,
+        new_request_id("perm-rc-bug"): RequestStatus.FAILED,
+    }
     rc_requeue, rc_bug = by_reconcile
     set_log_sink(stack, False)
     try:
@@ -242,15 +277,26 @@ def drive_every_path(stack) -> None:
     # A prune of every request.
     message_id = stack.publish("maintenance", json.dumps({"task": "prune"}).encode(), task="prune")
     stack.wait_for(
-        lambda: [line for line in stack.function_logs("prune_checkpoints")
-                 if line.get("message_id") == message_id and line.get("event") in ("prune_summary", "run_in_progress")],
-        120, "the prune run",
+        lambda: [
+            line
+            for line in stack.function_logs("prune_checkpoints")
+            if line.get("message_id") == message_id and line.get("event") in ("prune_summary", "run_in_progress")
+        ],
+        120,
+        "the prune run",
     )
     # The one-request prunes the successes asked for, and their reports.
     stack.wait_for(
-        lambda: {requeue, rc_requeue} <= {line.get("request_id") for line in stack.function_logs("prune_checkpoints")
-                                          if line.get("event") == "prune_summary"},
-        120, "the one-request prunes",
+        lambda: (
+            {requeue, rc_requeue}
+            <= {
+                line.get("request_id")
+                for line in stack.function_logs("prune_checkpoints")
+                if line.get("event") == "prune_summary"
+            }
+        ),
+        120,
+        "the one-request prunes",
     )
     # on_trigger: a trigger over the data bucket; objects land, a window closes on a tick, the
     # request is published with its manifest.
@@ -320,6 +366,11 @@ def test_recording_is_off_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
         "client = clients.storage_client()\n"
         "print(type(client).__module__, 'shared.api_recording' in sys.modules)\n"
     )
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
-                            cwd=Path(__file__).resolve().parents[2])
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     assert result.stdout.split() == ["google.cloud.storage.client", "False"], result.stderr

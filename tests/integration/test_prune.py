@@ -41,9 +41,9 @@ def prune_alerts(stack, request_id: str) -> list[dict[str, Any]]:
     deadline = time.monotonic() + TIMEOUT
     while time.monotonic() < deadline and not found:
         found = [
-            a for a in stack.pull_alerts(timeout=1.0)
-            if a["kind"] == "prune_report"
-            and any(r["request_id"] == request_id for r in a["details"]["requests"])
+            a
+            for a in stack.pull_alerts(timeout=1.0)
+            if a["kind"] == "prune_report" and any(r["request_id"] == request_id for r in a["details"]["requests"])
         ]
     return found
 
@@ -59,8 +59,11 @@ def test_a_prune_task_for_one_request_prunes_it_and_reports(stack) -> None:
 
     stack.publish("maintenance", json.dumps({"task": "prune", "request_id": request_id}).encode(), task="prune")
 
-    stack.wait_for(lambda: checkpoint_steps(stack, request_id) == {"step-000400", "step-000500"},
-                   TIMEOUT, "three checkpoints pruned")
+    stack.wait_for(
+        lambda: checkpoint_steps(stack, request_id) == {"step-000400", "step-000500"},
+        TIMEOUT,
+        "three checkpoints pruned",
+    )
     [alert] = prune_alerts(stack, request_id)
     assert (alert["severity"], alert["request_id"]) == ("INFO", request_id)
     assert alert["details"]["checkpoints_deleted"] == 3 and alert["details"]["objects_deleted"] == 9
@@ -75,7 +78,8 @@ def test_reconcile_tasks_never_reach_prune_checkpoints(stack) -> None:
     message_id = stack.publish("maintenance", json.dumps({"task": "reconcile"}).encode(), task="reconcile")
     stack.wait_for(
         lambda: [line for line in stack.function_logs("reconcile") if line.get("message_id") == message_id],
-        30, "reconcile to get the reconcile task",
+        30,
+        "reconcile to get the reconcile task",
     )
     time.sleep(2)  # time enough for a push to prune_checkpoints, were there one
     assert [line for line in stack.function_logs("prune_checkpoints") if line.get("message_id") == message_id] == []
@@ -90,7 +94,8 @@ def test_a_succeeded_training_run_is_pruned_to_keep_last(stack) -> None:
 
     kept = stack.wait_for(
         lambda: steps if len(steps := checkpoint_steps(stack, request_id)) == 2 else None,
-        TIMEOUT, "the succeeded request's checkpoints pruned to keep_last=2",
+        TIMEOUT,
+        "the succeeded request's checkpoints pruned to keep_last=2",
     )
     assert kept == {"step-000180", "step-000200"}
     # The demo trainer's kit counted its starts there; no step number, so never pruned.

@@ -18,8 +18,10 @@ pytestmark = pytest.mark.stack
 
 def test_importing_spotjobs_loads_no_google_library() -> None:
     # (`google` and `google.cloud` themselves are namespace stubs a .pth file loads at startup.)
-    code = ("import sys; before = set(sys.modules); import spotjobs; "
-            "print(sorted(m for m in set(sys.modules) - before if m.startswith(('google', 'grpc', 'proto'))))")
+    code = (
+        "import sys; before = set(sys.modules); import spotjobs; "
+        "print(sorted(m for m in set(sys.modules) - before if m.startswith(('google', 'grpc', 'proto'))))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 

@@ -60,7 +60,7 @@ class FailingEndpoint:
 
     @property
     def url(self) -> str:
-        return "http://127.0.0.1:%d" % self.server.server_address[1]
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
 
 
 @pytest.fixture
@@ -102,8 +102,10 @@ def test_pushes_that_keep_failing_come_back_every_second_until_dead_lettered(pub
                 dead[received.message.message_id] = attributes["CloudPubSubDeadLetterSourceDeliveryCount"]
             if response.received_messages:
                 subscriber.acknowledge(
-                    request={"subscription": subscription_path(PROJECT, "dead-letter-reader"),
-                             "ack_ids": [r.ack_id for r in response.received_messages]}
+                    request={
+                        "subscription": subscription_path(PROJECT, "dead-letter-reader"),
+                        "ack_ids": [r.ack_id for r in response.received_messages],
+                    }
                 )
         pushes = {message_id: endpoint.pushes.get(message_id, []) for message_id in message_ids}
     finally:

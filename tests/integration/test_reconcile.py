@@ -51,16 +51,13 @@ def test_reconcile_alone_reaches_the_same_outcomes(stack) -> None:
     assert [a.outcome for a in failure.attempts] == ["failed"] and failure.requeue is None
     assert "job_failed:1" in failure.markers
 
-    event_lines = [
-        line for line in stack.function_logs("on_job_event") if line.get("request_id") in expected
-    ]
+    event_lines = [line for line in stack.function_logs("on_job_event") if line.get("request_id") in expected]
     assert event_lines == [], "with the sink off, every decision came from reconcile"
     reconcile_lines = stack.function_logs("reconcile")
     decided = {
         line["request_id"]
         for line in reconcile_lines
-        if line.get("event") in ("requeue", "job_succeeded", "job_failed")
-        and line.get("request_id") in expected
+        if line.get("event") in ("requeue", "job_succeeded", "job_failed") and line.get("request_id") in expected
     }
     assert decided == set(expected)
     assert any(line.get("event") == "reconcile_summary" for line in reconcile_lines)
@@ -87,8 +84,11 @@ def _diagnosis(stack, ledger, expected) -> str:
     parent = parent_path(stack.settings.project, stack.settings.location)
     states = Counter(job.state.name for job in service.list_custom_jobs(parent=parent))
     lines.append(f"every job in the emulator, by state: {dict(states)}")
-    passes = [line for line in stack.function_logs("reconcile")
-              if line.get("event") in ("reconcile_summary", "run_in_progress", "retry")][-10:]
+    passes = [
+        line
+        for line in stack.function_logs("reconcile")
+        if line.get("event") in ("reconcile_summary", "run_in_progress", "retry")
+    ][-10:]
     lines += [json.dumps(line) for line in passes]
     lease = stack.storage().bucket(stack.settings.state_bucket).get_blob(lock_path("reconcile"))
     lines.append(f"lease: {lease.download_as_text() if lease else None}")

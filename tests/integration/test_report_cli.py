@@ -20,8 +20,12 @@ pytestmark = pytest.mark.stack
 
 def spotjobs(stack: Any, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "shared.cli", *args], cwd=REPO_ROOT, env={**os.environ, **stack.env},
-        capture_output=True, text=True, timeout=120,
+        [sys.executable, "-m", "shared.cli", *args],
+        cwd=REPO_ROOT,
+        env={**os.environ, **stack.env},
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 

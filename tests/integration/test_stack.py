@@ -86,11 +86,21 @@ def test_local_up_prints_a_working_environment_and_leaves_nothing_behind() -> No
             assert _http_status(url + "/") < 500, url
         assert description["vertex_signals"] == "documented"  # the emulator's default profile
         assert set(description["functions"]) == {
-            "submit_job", "on_job_event", "reconcile", "prune_checkpoints", "on_trigger"
+            "submit_job",
+            "on_job_event",
+            "reconcile",
+            "prune_checkpoints",
+            "on_trigger",
         }
         assert description["data_bucket"] == "spotjobs-data"
-        for variable in ("PUBSUB_EMULATOR_HOST", "STORAGE_EMULATOR_HOST", "SPOTJOBS_VERTEX_ENDPOINT",
-                         "GOOGLE_CLOUD_PROJECT", "SPOTJOBS_STATE_BUCKET", "SPOTJOBS_JOB_REQUESTS_TOPIC"):
+        for variable in (
+            "PUBSUB_EMULATOR_HOST",
+            "STORAGE_EMULATOR_HOST",
+            "SPOTJOBS_VERTEX_ENDPOINT",
+            "GOOGLE_CLOUD_PROJECT",
+            "SPOTJOBS_STATE_BUCKET",
+            "SPOTJOBS_JOB_REQUESTS_TOPIC",
+        ):
             assert description["env"][variable], variable
         # Java emulator, fake-gcs-server, Vertex emulator and five functions (with their workers).
         assert len(children) >= 7, children

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -37,9 +37,7 @@ def unique(prefix: str) -> str:
 
 
 def envelope(request_id: str, fixture: str = "requests/bare_quick.json", **fields: Any) -> bytes:
-    return json.dumps(
-        {"request_id": request_id, "custom_job": json.loads(load_event(fixture)), **fields}
-    ).encode()
+    return json.dumps({"request_id": request_id, "custom_job": json.loads(load_event(fixture)), **fields}).encode()
 
 
 def jobs_of(stack: Any, request_id: str, attempt: int | None = None) -> list[Any]:
@@ -63,16 +61,12 @@ def decisions(stack: Any, request_id: str, *events: str) -> list[dict[str, Any]]
 def wait_for_job_recorded(stack: Any, request_id: str, attempt: int = 1) -> RequestRecord:
     def recorded() -> RequestRecord | None:
         record = stack.ledger().get(request_id)
-        return (
-            record if record and record.attempt(attempt) and record.attempt(attempt).job else None
-        )
+        return record if record and record.attempt(attempt) and record.attempt(attempt).job else None
 
     return stack.wait_for(recorded, DELIVERY_TIMEOUT, f"the job of {request_id} in the ledger")
 
 
-def alerts_matching(
-    stack: Any, collected: list[dict[str, Any]], predicate: Any, count: int
-) -> list[dict[str, Any]]:
+def alerts_matching(stack: Any, collected: list[dict[str, Any]], predicate: Any, count: int) -> list[dict[str, Any]]:
     """Drain ops-alerts into `collected` until `count` alerts match `predicate`."""
 
     def enough() -> list[dict[str, Any]] | None:
@@ -86,7 +80,7 @@ def alerts_matching(
 def test_the_docs_body_published_as_is_becomes_one_spot_job(stack: Any) -> None:
     body = load_event("requests/bare_docs.json")
     # published without an id: named by its content and the minute of its schedule_time
-    scheduled = datetime.now(timezone.utc)
+    scheduled = datetime.now(UTC)
     message_id = stack.publish("job_requests", body, schedule_time=scheduled.isoformat())
     request_id = derived_request_id(json.loads(body), scheduled)
 
@@ -100,9 +94,7 @@ def test_the_docs_body_published_as_is_becomes_one_spot_job(stack: Any) -> None:
         LABEL_ATTEMPT: "1",
         LABEL_DEPLOYMENT: stack.settings.deployment_label,
     }
-    assert job.job_spec.base_output_directory.output_uri_prefix == stack.settings.output_dir_for(
-        request_id
-    )
+    assert job.job_spec.base_output_directory.output_uri_prefix == stack.settings.output_dir_for(request_id)
     submitted = json.loads(load_event("requests/bare_docs.json"))["jobSpec"]["workerPoolSpecs"][0]
     pool = job.job_spec.worker_pool_specs[0]
     assert pool.machine_spec.machine_type == submitted["machineSpec"]["machineType"]
@@ -121,8 +113,7 @@ def test_one_request_published_five_times_concurrently_yields_one_job(stack: Any
     body = envelope(request_id)
     message_ids: list[str] = []
     threads = [
-        threading.Thread(target=lambda: message_ids.append(stack.publish("job_requests", body)))
-        for _ in range(5)
+        threading.Thread(target=lambda: message_ids.append(stack.publish("job_requests", body))) for _ in range(5)
     ]
     for thread in threads:
         thread.start()
@@ -131,15 +122,7 @@ def test_one_request_published_five_times_concurrently_yields_one_job(stack: Any
 
     # Every one of the five messages ends in a decision: one creates, four are duplicates.
     stack.wait_for(
-        lambda: (
-            len(
-                {
-                    line["message_id"]
-                    for line in decisions(stack, request_id, "job_created", "duplicate")
-                }
-            )
-            == 5
-        ),
+        lambda: len({line["message_id"] for line in decisions(stack, request_id, "job_created", "duplicate")}) == 5,
         DELIVERY_TIMEOUT,
         "all five deliveries to be decided",
     )
@@ -151,23 +134,13 @@ def test_one_request_published_five_times_concurrently_yields_one_job(stack: Any
 def test_a_redelivery_after_a_crash_between_claim_and_create_yields_one_job(stack: Any) -> None:
     request_id = unique("crashed")
     body = envelope(request_id)
-    request, _ = read_request(
-        body, attributes={}, max_bytes=stack.settings.max_request_bytes
-    )
-    claimed_at = datetime.now(timezone.utc) - timedelta(
-        seconds=stack.settings.claim_lease_seconds + 1
-    )
+    request, _ = read_request(body, attributes={}, max_bytes=stack.settings.max_request_bytes)
+    claimed_at = datetime.now(UTC) - timedelta(seconds=stack.settings.claim_lease_seconds + 1)
     crashed = RequestRecord(
         request_id,
-        canonical_envelope(
-            request, default_location=stack.settings.location, default_max_attempts=3
-        ),
+        canonical_envelope(request, default_location=stack.settings.location, default_max_attempts=3),
         stack.settings.output_dir_for(request_id),
-        attempts=[
-            Attempt(
-                1, stack.settings.location, "SPOT", claimed_at.isoformat().replace("+00:00", "Z")
-            )
-        ],
+        attempts=[Attempt(1, stack.settings.location, "SPOT", claimed_at.isoformat().replace("+00:00", "Z"))],
     )
     stack.ledger().update(request_id, lambda current: crashed)  # the claim a crashed delivery left
 
@@ -180,9 +153,7 @@ def test_a_redelivery_after_a_crash_between_claim_and_create_yields_one_job(stac
 
 def test_a_create_whose_response_is_lost_yields_one_job(stack: Any) -> None:
     request_id = unique("lost")
-    stack.vertex_control(
-        "POST", "/emulator/v1/faults", {"method": "create", "mode": "lost_response", "count": 1}
-    )
+    stack.vertex_control("POST", "/emulator/v1/faults", {"method": "create", "mode": "lost_response", "count": 1})
 
     stack.publish("job_requests", envelope(request_id))
 
@@ -193,17 +164,13 @@ def test_a_create_whose_response_is_lost_yields_one_job(stack: Any) -> None:
 
 def test_a_quota_refused_create_is_redelivered_and_ends_with_one_job(stack: Any) -> None:
     request_id = unique("refused429")
-    stack.vertex_control(
-        "POST", "/emulator/v1/faults", {"method": "create", "status": 429, "count": 2}
-    )
+    stack.vertex_control("POST", "/emulator/v1/faults", {"method": "create", "status": 429, "count": 2})
 
     stack.publish("job_requests", envelope(request_id))
 
     record = wait_for_job_recorded(stack, request_id)
     assert [j.name for j in jobs_of(stack, request_id)] == [record.attempt(1).job]
-    assert (
-        len(decisions(stack, request_id, "create_refused")) == 2
-    )  # redelivered twice, then created
+    assert len(decisions(stack, request_id, "create_refused")) == 2  # redelivered twice, then created
     assert len(decisions(stack, request_id, "job_created")) == 1
 
 
@@ -213,9 +180,7 @@ def test_a_503_on_create_keeps_the_claim_and_ends_with_one_job_after_the_lease(s
     # 503 only: waiting out a lease per 503 spends deliveries; past max_delivery_attempts, the
     # message dead-letters and reconcile re-publishes the abandoned claim.)
     request_id = unique("unavailable")
-    stack.vertex_control(
-        "POST", "/emulator/v1/faults", {"method": "create", "status": 503, "count": 1}
-    )
+    stack.vertex_control("POST", "/emulator/v1/faults", {"method": "create", "status": 503, "count": 1})
 
     stack.publish("job_requests", envelope(request_id))
 
@@ -280,16 +245,13 @@ def test_invalid_requests_are_acknowledged_alerted_once_each_and_create_no_job(s
         assert jobs_of(stack, request_id) == [] and stack.ledger().get(request_id) is None
     # Never a crash: each message was logged as an ERROR decision and the function still serves.
     rejected = {
-        line["message_id"]
-        for line in stack.function_logs("submit_job")
-        if line.get("event") == "invalid_request"
+        line["message_id"] for line in stack.function_logs("submit_job") if line.get("event") == "invalid_request"
     }
     assert set(published) <= rejected
     assert not [
         line
         for line in stack.function_logs("submit_job")
-        if line.get("event") in ("retry", "permanent_failure")
-        and line.get("message_id") in published
+        if line.get("event") in ("retry", "permanent_failure") and line.get("message_id") in published
     ]
 
 
@@ -327,10 +289,7 @@ def test_the_cli_submits_and_reports_status(stack: Any) -> None:
     )
     assert status.returncode == 0, status.stderr
     document = json.loads(status.stdout)
-    assert (
-        document["request_id"] == request_id
-        and document["attempts"][0]["job"] == record.attempt(1).job
-    )
+    assert document["request_id"] == request_id and document["attempts"][0]["job"] == record.attempt(1).job
 
     table = subprocess.run(
         [sys.executable, "-m", "shared.cli", "status"],
@@ -340,6 +299,4 @@ def test_the_cli_submits_and_reports_status(stack: Any) -> None:
         timeout=60,
         check=False,
     )
-    assert table.returncode == 0 and any(
-        line.startswith(request_id) for line in table.stdout.splitlines()
-    )
+    assert table.returncode == 0 and any(line.startswith(request_id) for line in table.stdout.splitlines())

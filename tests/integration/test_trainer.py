@@ -39,7 +39,10 @@ class Trainer:
         }
         self.process = subprocess.Popen(
             [sys.executable, "-m", "devstack.trainer", *args],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         self.lines: list[dict[str, Any]] = []
         self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue()
@@ -76,8 +79,7 @@ class Trainer:
 
     def kit(self, name: str) -> list[dict[str, Any]]:
         """The trainer kit's lines of one event (their `spotjobs_kit` object)."""
-        return [line["spotjobs_kit"] for line in self.lines
-                if line.get("spotjobs_kit", {}).get("event") == name]
+        return [line["spotjobs_kit"] for line in self.lines if line.get("spotjobs_kit", {}).get("event") == name]
 
     def _stderr(self) -> str:
         if self.process.poll() is None or self.process.stderr is None:
@@ -154,20 +156,34 @@ class StopAtStep(StopRequested):
 def test_a_stop_between_checkpoints_commits_one_at_the_current_step(
     gcs_bucket: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    config = parse_args([
-        "--steps", "200", "--checkpoint-every", "50", "--step-seconds", "0",
-        "--checkpoint-dir", f"gs://{gcs_bucket.name}/stop/checkpoints/",
-        "--model-dir", f"gs://{gcs_bucket.name}/stop/model/",
-    ])
+    config = parse_args(
+        [
+            "--steps",
+            "200",
+            "--checkpoint-every",
+            "50",
+            "--step-seconds",
+            "0",
+            "--checkpoint-dir",
+            f"gs://{gcs_bucket.name}/stop/checkpoints/",
+            "--model-dir",
+            f"gs://{gcs_bucket.name}/stop/model/",
+        ]
+    )
     assert train(config, gcs_bucket.client, StopAtStep(73)) == 128 + signal.SIGTERM
     lines = [json.loads(raw) for raw in capsys.readouterr().out.splitlines()]
     events = [line for line in lines if "event" in line]
     kit = [line["spotjobs_kit"] for line in lines if "spotjobs_kit" in line]
     assert [(k["event"], k.get("step", k.get("resumed_step"))) for k in kit] == [
-        ("run_started", None), ("checkpoint_committed", 50), ("checkpoint_committed", 73)
+        ("run_started", None),
+        ("checkpoint_committed", 50),
+        ("checkpoint_committed", 73),
     ]
     assert [(e["event"], e["step"]) for e in events] == [
-        ("resume", 0), ("checkpoint", 50), ("stopping", 73), ("checkpoint", 73)
+        ("resume", 0),
+        ("checkpoint", 50),
+        ("stopping", 73),
+        ("checkpoint", 73),
     ]
     assert events[-1]["reason"] == "sigterm"
     assert gcs_bucket.blob("stop/checkpoints/step-000073/COMMITTED").exists()
@@ -204,9 +220,7 @@ def test_resume_skips_checkpoints_without_their_commit_marker_or_with_torn_shard
         data = gcs_bucket.blob(complete + shard).download_as_bytes()
         gcs_bucket.blob(f"torn/checkpoints/step-000200/{shard}").upload_from_string(data[:-5])
     marker = json.loads(gcs_bucket.blob(complete + "COMMITTED").download_as_bytes())
-    gcs_bucket.blob("torn/checkpoints/step-000200/COMMITTED").upload_from_string(
-        json.dumps({**marker, "step": 200})
-    )
+    gcs_bucket.blob("torn/checkpoints/step-000200/COMMITTED").upload_from_string(json.dumps({**marker, "step": 200}))
 
     resumed = run_to_end(fake_gcs, dirs, "--steps", "250", "--checkpoint-every", "50", "--step-seconds", "0")
     assert resumed.events("resume")[0]["checkpoint"] == "step-000100/"
@@ -217,8 +231,18 @@ def test_resume_skips_checkpoints_without_their_commit_marker_or_with_torn_shard
 def test_failing_training_code_exits_1_after_committing_its_last_checkpoint(
     fake_gcs: str, gcs_bucket: Any, paths: Callable[[str], tuple[str, str]]
 ) -> None:
-    trainer = Trainer(fake_gcs, *paths("bug"), "--steps", "100", "--checkpoint-every", "50",
-                      "--step-seconds", "0", "--fail-at-step", "60")
+    trainer = Trainer(
+        fake_gcs,
+        *paths("bug"),
+        "--steps",
+        "100",
+        "--checkpoint-every",
+        "50",
+        "--step-seconds",
+        "0",
+        "--fail-at-step",
+        "60",
+    )
     assert trainer.finish() == 1
     (error,) = trainer.events("error")
     assert error["step"] == 60 and error["severity"] == "ERROR"
@@ -232,22 +256,27 @@ def test_a_spot_job_preempted_twice_resumes_from_its_checkpoint_each_time(stack:
     from shared.vertex import get_job, parent_path, state_name, to_custom_job
 
     test_id = uuid.uuid4().hex[:10]
-    stack.vertex_control("POST", "/emulator/v1/preemption-plans",
-                         {"labels": {"trainer-test": test_id}, "preemptions": 2, "after_seconds": 2.0})
+    stack.vertex_control(
+        "POST",
+        "/emulator/v1/preemption-plans",
+        {"labels": {"trainer-test": test_id}, "preemptions": 2, "after_seconds": 2.0},
+    )
     job_json = {
         "displayName": f"trainer-{test_id}",
         "labels": {"trainer-test": test_id},
         "jobSpec": {
-            "workerPoolSpecs": [{
-                "machineSpec": {"machineType": "a2-highgpu-1g"},
-                "replicaCount": "1",
-                "pythonPackageSpec": {
-                    "executorImageUri": "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-4.py310:latest",
-                    "pythonModule": "devstack.trainer",
-                    # Long enough (>= 6 s of steps) that two preemptions 2 s into a run both land.
-                    "args": ["--steps", "600", "--checkpoint-every", "50", "--step-seconds", "0.01"],
-                },
-            }],
+            "workerPoolSpecs": [
+                {
+                    "machineSpec": {"machineType": "a2-highgpu-1g"},
+                    "replicaCount": "1",
+                    "pythonPackageSpec": {
+                        "executorImageUri": "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-4.py310:latest",
+                        "pythonModule": "devstack.trainer",
+                        # Long enough (>= 6 s of steps) that two preemptions 2 s into a run both land.
+                        "args": ["--steps", "600", "--checkpoint-every", "50", "--step-seconds", "0.01"],
+                    },
+                }
+            ],
             "scheduling": {"strategy": "SPOT"},
             "baseOutputDirectory": {
                 "outputUriPrefix": f"gs://{stack.settings.checkpoint_bucket}/trainer-tests/{test_id}/"
@@ -256,8 +285,9 @@ def test_a_spot_job_preempted_twice_resumes_from_its_checkpoint_each_time(stack:
     }
     client = stack.job_service()
     settings = stack.settings
-    job = client.create_custom_job(parent=parent_path(settings.project, settings.location),
-                                   custom_job=to_custom_job(job_json))
+    job = client.create_custom_job(
+        parent=parent_path(settings.project, settings.location), custom_job=to_custom_job(job_json)
+    )
 
     def finished() -> str | None:
         state = state_name(get_job(client, job.name).state)

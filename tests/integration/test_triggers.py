@@ -26,7 +26,10 @@ def definition(name: str, source: dict, **extra: Any) -> dict:
         "name": name,
         "source": source,
         "coalesce_seconds": 20,
-        "request": {"custom_job": {**json.loads(json.dumps(BODY)), "displayName": "{trigger}-{window_id}"}, "max_attempts": 1},
+        "request": {
+            "custom_job": {**json.loads(json.dumps(BODY)), "displayName": "{trigger}-{window_id}"},
+            "max_attempts": 1,
+        },
         **extra,
     }
 
@@ -34,7 +37,12 @@ def definition(name: str, source: dict, **extra: Any) -> dict:
 def cli(stack, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "shared.cli", "triggers", *args],
-        cwd=REPO_ROOT, env=stack.env, input=stdin, capture_output=True, text=True, timeout=60,
+        cwd=REPO_ROOT,
+        env=stack.env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -65,7 +73,11 @@ def trigger_requests(stack, name: str) -> list[str]:
 
 
 def fired(stack, name: str) -> list[dict]:
-    return [line for line in stack.function_logs("on_trigger") if line.get("event") == "trigger_fired" and line.get("trigger") == name]
+    return [
+        line
+        for line in stack.function_logs("on_trigger")
+        if line.get("event") == "trigger_fired" and line.get("trigger") == name
+    ]
 
 
 def manifest(stack, request_id: str) -> dict:
@@ -97,7 +109,11 @@ def test_fifty_objects_in_one_window_make_one_request_and_one_job(stack) -> None
 
     def recorded() -> bool:
         lines = [line for line in stack.function_logs("on_trigger") if line.get("trigger") == name]
-        return len(lines) >= 0 and len(list(stack.storage().list_blobs(stack.settings.state_bucket, prefix=f"triggers/{name}/windows/"))) >= 51
+        return (
+            len(lines) >= 0
+            and len(list(stack.storage().list_blobs(stack.settings.state_bucket, prefix=f"triggers/{name}/windows/")))
+            >= 51
+        )
 
     stack.wait_for(recorded, timeout=60, message="50 notifications recorded")
     time.sleep(max(0.0, 20 - time.time() % 20) + 1.5)  # the window ends, and settles
@@ -106,13 +122,22 @@ def test_fifty_objects_in_one_window_make_one_request_and_one_job(stack) -> None
     listed = manifest(stack, request_id)
     assert listed["object_count"] == 50
     assert {o["name"] for o in listed["objects"]} == {f"{prefix}part-{i:03}.csv" for i in range(50)}
-    record = stack.wait_for(lambda: (r := stack.ledger().get(request_id)) and r.latest and r.latest.job and r, timeout=60, message="the job")
+    record = stack.wait_for(
+        lambda: (r := stack.ledger().get(request_id)) and r.latest and r.latest.job and r, timeout=60, message="the job"
+    )
     assert len(jobs_for(stack, request_id)) == 1
-    env = {e["name"]: e["value"] for e in record.request["custom_job"]["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["env"]}
+    env = {
+        e["name"]: e["value"]
+        for e in record.request["custom_job"]["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["env"]
+    }
     assert env["SPOTJOBS_MANIFEST_URI"].endswith(f"/{request_id}/trigger/manifest.json")
 
     # The object outside the prefix: one DEBUG line, nothing else.
-    ignored = [l for l in stack.function_logs("on_trigger") if l.get("event") == "trigger_ignored" and l.get("object", "").endswith(f"{name}/elsewhere/x.csv")]
+    ignored = [
+        l
+        for l in stack.function_logs("on_trigger")
+        if l.get("event") == "trigger_ignored" and l.get("object", "").endswith(f"{name}/elsewhere/x.csv")
+    ]
     assert [l["severity"] for l in ignored] == ["DEBUG"]
 
     # Every notification redelivered (the same attributes and data), and ticks: nothing more.
@@ -120,20 +145,55 @@ def test_fifty_objects_in_one_window_make_one_request_and_one_job(stack) -> None
         blob = data.get_blob(f"{prefix}part-{i:03}.csv")
         stack.publish(
             "triggers",
-            json.dumps({"kind": "storage#object", "bucket": data.name, "name": blob.name, "generation": str(blob.generation), "size": str(blob.size)}).encode(),
-            eventType="OBJECT_FINALIZE", bucketId=data.name, objectId=blob.name,
-            objectGeneration=str(blob.generation), eventTime=blob.time_created.isoformat().replace("+00:00", "Z"),
+            json.dumps(
+                {
+                    "kind": "storage#object",
+                    "bucket": data.name,
+                    "name": blob.name,
+                    "generation": str(blob.generation),
+                    "size": str(blob.size),
+                }
+            ).encode(),
+            eventType="OBJECT_FINALIZE",
+            bucketId=data.name,
+            objectId=blob.name,
+            objectGeneration=str(blob.generation),
+            eventTime=blob.time_created.isoformat().replace("+00:00", "Z"),
             payloadFormat="JSON_API_V1",
         )
-    stack.publish("triggers", b"{}", eventType="OBJECT_FINALIZE", bucketId="unwatched-bucket", objectId=f"{prefix}y.csv", objectGeneration="1")
+    stack.publish(
+        "triggers",
+        b"{}",
+        eventType="OBJECT_FINALIZE",
+        bucketId="unwatched-bucket",
+        objectId=f"{prefix}y.csv",
+        objectGeneration="1",
+    )
     time.sleep(3)
     tick(stack)
-    stack.wait_for(lambda: len([l for l in stack.function_logs("on_trigger") if l.get("event") == "trigger_duplicate" and l.get("trigger") == name]) >= 50, timeout=60, message="the redeliveries")
+    stack.wait_for(
+        lambda: (
+            len(
+                [
+                    l
+                    for l in stack.function_logs("on_trigger")
+                    if l.get("event") == "trigger_duplicate" and l.get("trigger") == name
+                ]
+            )
+            >= 50
+        ),
+        timeout=60,
+        message="the redeliveries",
+    )
     time.sleep(2)
     assert trigger_requests(stack, name) == [request_id]
     assert len(fired(stack, name)) == 1
     assert len(jobs_for(stack, request_id)) == 1
-    unwatched = [l for l in stack.function_logs("on_trigger") if l.get("event") == "trigger_ignored" and "unwatched-bucket" in l.get("object", "")]
+    unwatched = [
+        l
+        for l in stack.function_logs("on_trigger")
+        if l.get("event") == "trigger_ignored" and "unwatched-bucket" in l.get("object", "")
+    ]
     assert [l["severity"] for l in unwatched] == ["DEBUG"]
 
 
@@ -148,7 +208,9 @@ def test_two_windows_make_two_requests(stack) -> None:
     data.blob(f"{prefix}b.csv").upload_from_string("b")
     time.sleep(7)
     tick(stack)
-    requests = stack.wait_for(lambda: len(r := trigger_requests(stack, name)) == 2 and r, timeout=60, message="two requests")
+    requests = stack.wait_for(
+        lambda: len(r := trigger_requests(stack, name)) == 2 and r, timeout=60, message="two requests"
+    )
     assert [manifest(stack, r)["object_count"] for r in requests] == [1, 1]
 
 
@@ -162,13 +224,25 @@ def test_a_pubsub_trigger_fires_only_on_matching_messages(stack) -> None:
     publisher = pubsub_v1.PublisherClient()
     path = f"projects/{stack.options.project}/topics/{topic}"
     publisher.publish(path, b'{"incident": "latency"}', policy="latency").result(timeout=30)
-    stack.wait_for(lambda: [l for l in stack.function_logs("on_trigger") if l.get("event") == "trigger_ignored" and l.get("topic") == topic], timeout=30, message="the ignored message")
+    stack.wait_for(
+        lambda: [
+            l
+            for l in stack.function_logs("on_trigger")
+            if l.get("event") == "trigger_ignored" and l.get("topic") == topic
+        ],
+        timeout=30,
+        message="the ignored message",
+    )
     time.sleep(6)
     tick(stack)
     time.sleep(3)
     assert trigger_requests(stack, name) == []
     publisher.publish(path, b'{"incident": "drift"}', policy="drift").result(timeout=30)
-    stack.wait_for(lambda: list(stack.storage().list_blobs(stack.settings.state_bucket, prefix=f"triggers/{name}/open/")), timeout=30, message="the matching message recorded")
+    stack.wait_for(
+        lambda: list(stack.storage().list_blobs(stack.settings.state_bucket, prefix=f"triggers/{name}/open/")),
+        timeout=30,
+        message="the matching message recorded",
+    )
     time.sleep(7)
     tick(stack)
     (request_id,) = stack.wait_for(lambda: trigger_requests(stack, name), timeout=60, message="the request")
@@ -184,7 +258,13 @@ def test_apply_with_errors_exits_2_naming_every_violation_and_stores_nothing(sta
     good["request"]["custom_job"]["displayName"] = "{unknown}"
     result = cli(stack, "apply", "-", stdin=json.dumps([bad, good]))
     assert result.returncode == 2
-    for path in ("source.gcs.bucket", "source.gcs.prefix", "coalesce_seconds", "cooldown_seconds", "request.custom_job.displayName"):
+    for path in (
+        "source.gcs.bucket",
+        "source.gcs.prefix",
+        "coalesce_seconds",
+        "cooldown_seconds",
+        "request.custom_job.displayName",
+    ):
         assert path in result.stderr, path
     listing = json.loads(cli(stack, "list", "--json").stdout)
     assert not [row for row in listing if row["name"].startswith(name)]
@@ -198,7 +278,9 @@ def test_apply_with_errors_exits_2_naming_every_violation_and_stores_nothing(sta
 def test_triggers_test_shows_the_request_offline(stack) -> None:
     name = f"show-{uuid.uuid4().hex[:6]}"
     apply(stack, definition(name, {"gcs": {"bucket": "my-data", "prefix": "incoming/"}}))
-    result = cli(stack, "test", name, "--object", "gs://my-data/incoming/a.csv", "--object", "gs://my-data/other/b.csv", "--json")
+    result = cli(
+        stack, "test", name, "--object", "gs://my-data/incoming/a.csv", "--object", "gs://my-data/other/b.csv", "--json"
+    )
     assert result.returncode == 0, result.stderr
     shown = json.loads(result.stdout)
     assert shown["objects"] == ["gs://my-data/incoming/a.csv"]

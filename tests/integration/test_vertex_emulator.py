@@ -140,9 +140,7 @@ def job_body(
 
 def http_json(url: str, body: Any = None, method: str | None = None) -> tuple[int, Any]:
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(
-        url, data=data, method=method or ("POST" if data is not None else "GET")
-    )
+    request = urllib.request.Request(url, data=data, method=method or ("POST" if data is not None else "GET"))
     request.add_header("Content-Type", "application/json")
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
@@ -185,9 +183,7 @@ def wait_for_state(
 
 
 def create(client: aiplatform_v1.JobServiceClient, body: dict[str, Any]) -> aiplatform_v1.CustomJob:
-    return client.create_custom_job(
-        parent=PARENT, custom_job=aiplatform_v1.CustomJob.from_json(json.dumps(body))
-    )
+    return client.create_custom_job(parent=PARENT, custom_job=aiplatform_v1.CustomJob.from_json(json.dumps(body)))
 
 
 def job_id(name: str) -> str:
@@ -244,9 +240,7 @@ def test_official_client_creates_gets_lists_by_label_and_cancels(
     make_worker: Callable[..., Worker],
 ) -> None:
     long_worker = make_worker(WORKER_SECONDS="60")
-    wanted = create(
-        client, job_body(long_worker, labels={"spotjobs-request-id": "r1", "spotjobs-attempt": "1"})
-    )
+    wanted = create(client, job_body(long_worker, labels={"spotjobs-request-id": "r1", "spotjobs-attempt": "1"}))
     other = create(
         client,
         job_body(make_worker(), labels={"spotjobs-request-id": "r1", "spotjobs-attempt": "2"}),
@@ -266,9 +260,7 @@ def test_official_client_creates_gets_lists_by_label_and_cancels(
     ):
         found = client.list_custom_jobs(request={"parent": PARENT, "filter": filter_text})
         assert [job.name for job in found] == [wanted.name]
-    both = client.list_custom_jobs(
-        request={"parent": PARENT, "filter": 'labels.spotjobs-request-id="r1"'}
-    )
+    both = client.list_custom_jobs(request={"parent": PARENT, "filter": 'labels.spotjobs-request-id="r1"'})
     assert {job.name for job in both} == {wanted.name, other.name}
 
     client.cancel_custom_job(name=wanted.name)
@@ -296,9 +288,7 @@ def test_list_pages_and_filters_on_state(
     for name in names:
         wait_for_state(client, name, TERMINAL)
 
-    pager = client.list_custom_jobs(
-        request={"parent": PARENT, "filter": 'labels.batch="b1"', "page_size": 2}
-    )
+    pager = client.list_custom_jobs(request={"parent": PARENT, "filter": 'labels.batch="b1"', "page_size": 2})
     pages = list(pager.pages)
     assert [len(page.custom_jobs) for page in pages] == [2, 2, 1]
     assert [job.name for page in pages for job in page.custom_jobs] == names[::-1]  # newest first
@@ -368,9 +358,7 @@ def test_a_curl_style_post_of_the_documented_body_runs_the_job(
     [
         (lambda body: body.update(jobSpecc={}), "jobSpecc"),
         (
-            lambda body: body["jobSpec"]["workerPoolSpecs"][0]["machineSpec"].update(
-                machineTyp="x"
-            ),
+            lambda body: body["jobSpec"]["workerPoolSpecs"][0]["machineSpec"].update(machineTyp="x"),
             "machineTyp",
         ),
         (lambda body: body["jobSpec"]["scheduling"].update(strategy="SPOTTY"), "SPOTTY"),
@@ -438,17 +426,14 @@ def test_the_worker_gets_vertex_environment_variables(
         create(client, job_body(single, base_output="gs://bucket/requests/r1")),
         create(
             client,
-            job_body(
-                distributed, base_output="gs://bucket/requests/r2/", extra_pools=[worker_pool]
-            ),
+            job_body(distributed, base_output="gs://bucket/requests/r2/", extra_pools=[worker_pool]),
         ),
         create(client, job_body(bare)),
     ]
     for job in jobs:
         assert wait_for_state(client, job.name, TERMINAL).state == State.JOB_STATE_SUCCEEDED
     single_env, distributed_env, bare_env = (
-        json.loads((tmp_path / f"{which}.json").read_text())
-        for which in ("single", "distributed", "bare")
+        json.loads((tmp_path / f"{which}.json").read_text()) for which in ("single", "distributed", "bare")
     )
 
     assert single_env["AIP_CHECKPOINT_DIR"] == "gs://bucket/requests/r1/checkpoints/"
@@ -566,9 +551,7 @@ def test_rich_a_spot_job_preempted_three_times_goes_back_through_pending_and_suc
     assert terminated == starts[:3], worker.events()  # every preempted process got SIGTERM...
     assert worker.pids("exit") == starts[3:]
     seen = details(emulator, job.name)
-    assert seen["signals"] == [
-        {"run": run, "signal": "SIGTERM"} for run in (1, 2, 3)
-    ]  # ...no SIGKILL
+    assert seen["signals"] == [{"run": run, "signal": "SIGTERM"} for run in (1, 2, 3)]  # ...no SIGKILL
     assert seen["preemptions"] == 3
     history = seen["state_history"]
     assert history[:3] == ["JOB_STATE_QUEUED", "JOB_STATE_PENDING", "JOB_STATE_RUNNING"]
@@ -700,9 +683,7 @@ def test_a_lost_create_response_still_creates_the_job(
     with pytest.raises(exceptions.GatewayTimeout):  # DeadlineExceeded is one
         create(client, job_body(make_worker(), labels={"spotjobs-request-id": "lost"}))
 
-    [job] = client.list_custom_jobs(
-        request={"parent": PARENT, "filter": 'labels.spotjobs-request-id="lost"'}
-    )
+    [job] = client.list_custom_jobs(request={"parent": PARENT, "filter": 'labels.spotjobs-request-id="lost"'})
     assert wait_for_state(client, job.name, TERMINAL).state == State.JOB_STATE_SUCCEEDED
 
 
@@ -737,9 +718,7 @@ def test_a_lost_response_can_answer_cancelled_unknown_data_loss_or_unavailable(
         create(client, body)
     assert caught.value.code == status
 
-    [job] = client.list_custom_jobs(
-        request={"parent": PARENT, "filter": f'labels.spotjobs-request-id="{request_id}"'}
-    )
+    [job] = client.list_custom_jobs(request={"parent": PARENT, "filter": f'labels.spotjobs-request-id="{request_id}"'})
     assert wait_for_state(client, job.name, TERMINAL).state == State.JOB_STATE_SUCCEEDED
     # The same fault over raw HTTP: the google.rpc status named in the body.
     control(
@@ -758,9 +737,7 @@ def test_a_list_lag_hides_young_jobs_from_lists_only_until_cleared(
 ) -> None:
     listed = lambda: [  # noqa: E731
         job.name
-        for job in client.list_custom_jobs(
-            request={"parent": PARENT, "filter": 'labels.spotjobs-request-id="lagged"'}
-        )
+        for job in client.list_custom_jobs(request={"parent": PARENT, "filter": 'labels.spotjobs-request-id="lagged"'})
     ]
     old = create(client, job_body(make_worker(), labels={"spotjobs-request-id": "lagged"}))
     time.sleep(0.6)
@@ -771,9 +748,7 @@ def test_a_list_lag_hides_young_jobs_from_lists_only_until_cleared(
     assert listed() == [old.name]  # the young job is missing from the list...
     assert client.get_custom_job(name=young.name).name == young.name  # ...never from get
     wait_for(lambda: len(listed()) == 2, what="the young job to show in the list")
-    assert control(emulator, "stats")["faults_pending"] == [
-        {"method": "list", "mode": "lag", "seconds": 0.5}
-    ]
+    assert control(emulator, "stats")["faults_pending"] == [{"method": "list", "mode": "lag", "seconds": 0.5}]
 
     control(emulator, "faults", {"method": "list", "mode": "lag", "seconds": 60})
     hidden = create(client, job_body(make_worker(), labels={"spotjobs-request-id": "lagged"}))
@@ -798,9 +773,7 @@ def test_the_capacity_limit_bounds_running_processes(
     assert max(sample["running_processes"] for sample in samples) == 2
     assert max(sample["jobs_by_state"].get("JOB_STATE_RUNNING", 0) for sample in samples) <= 2
     assert max(sample["waiting_for_capacity"] for sample in samples) >= 3
-    assert all(
-        client.get_custom_job(name=job.name).state == State.JOB_STATE_SUCCEEDED for job in jobs
-    )
+    assert all(client.get_custom_job(name=job.name).state == State.JOB_STATE_SUCCEEDED for job in jobs)
 
 
 def test_a_job_waiting_for_capacity_is_cancelled_at_once(
@@ -853,9 +826,7 @@ def test_the_error_can_arrive_after_the_final_state_as_on_vertex(
 
     assert failed.state == State.JOB_STATE_FAILED
     assert not failed.error.message
-    later = wait_for(
-        lambda: client.get_custom_job(name=job.name).error.message, what="the delayed error"
-    )
+    later = wait_for(lambda: client.get_custom_job(name=job.name).error.message, what="the delayed error")
     assert "non-zero status of 2" in later
 
 
@@ -1000,18 +971,10 @@ class EventsTopic:
                 self.received.append((entry, dict(message.message.attributes)))
 
     def entries_for(self, job_name: str) -> list[dict[str, Any]]:
-        return [
-            entry
-            for entry, _ in self.received
-            if entry["resource"]["labels"]["job_id"] == job_id(job_name)
-        ]
+        return [entry for entry, _ in self.received if entry["resource"]["labels"]["job_id"] == job_id(job_name)]
 
     def service_entries(self, job_name: str) -> list[dict[str, Any]]:
-        return [
-            entry
-            for entry in self.entries_for(job_name)
-            if entry["resource"]["labels"]["task_name"] == "service"
-        ]
+        return [entry for entry in self.entries_for(job_name) if entry["resource"]["labels"]["task_name"] == "service"]
 
     def service_messages(self, job_name: str) -> list[str]:
         return [_text(entry) for entry in self.service_entries(job_name)]
@@ -1064,9 +1027,7 @@ def test_documented_a_job_preempted_seven_times_stays_running_and_fails_with_sto
     assert "STOCKOUT" in error.message and error.code == 2
     # The state never leaves RUNNING between restarts.
     seen = details(emulator, job.name)
-    assert seen["state_history"] == [
-        "JOB_STATE_QUEUED", "JOB_STATE_PENDING", "JOB_STATE_RUNNING", "JOB_STATE_FAILED"
-    ]
+    assert seen["state_history"] == ["JOB_STATE_QUEUED", "JOB_STATE_PENDING", "JOB_STATE_RUNNING", "JOB_STATE_FAILED"]
     after_running = observed[observed.index(State.JOB_STATE_RUNNING) :]
     assert set(after_running) == {State.JOB_STATE_RUNNING, State.JOB_STATE_FAILED}
     assert after_running[-1] == State.JOB_STATE_FAILED
@@ -1075,9 +1036,7 @@ def test_documented_a_job_preempted_seven_times_stays_running_and_fails_with_sto
     starts = worker.pids("start")
     assert len(starts) == 7 and len(set(starts)) == 7, worker.events()
     assert worker.pids("sigterm") == starts, worker.events()
-    assert seen["preemptions"] == 7 and seen["signals"] == [
-        {"run": run, "signal": "SIGTERM"} for run in range(1, 8)
-    ]
+    assert seen["preemptions"] == 7 and seen["signals"] == [{"run": run, "signal": "SIGTERM"} for run in range(1, 8)]
     # No preemption line: the documented service lines only, textPayload at INFO.
     events.pull_for(20, until=lambda: "Job failed." in events.service_messages(job.name))
     service = events.service_entries(job.name)
@@ -1110,9 +1069,7 @@ def test_documented_log_entries_reach_the_events_topic_through_the_sink_filter(
     job = create(client, job_body(worker))
 
     assert wait_for_state(client, job.name, TERMINAL).state == State.JOB_STATE_SUCCEEDED
-    events.pull_for(
-        20, until=lambda: "Job completed successfully." in events.service_messages(job.name)
-    )
+    events.pull_for(20, until=lambda: "Job completed successfully." in events.service_messages(job.name))
     assert events.service_messages(job.name) == [
         "Waiting for job to be provisioned.",
         "Job is preparing.",
@@ -1122,9 +1079,7 @@ def test_documented_log_entries_reach_the_events_topic_through_the_sink_filter(
         "Job completed successfully.",
     ]
     container = [
-        entry
-        for entry in events.entries_for(job.name)
-        if entry["resource"]["labels"]["task_name"] == "workerpool0-0"
+        entry for entry in events.entries_for(job.name) if entry["resource"]["labels"]["task_name"] == "workerpool0-0"
     ]
     # stdout at INFO, stderr at ERROR, a JSON line as text; only ERROR lines naming a capacity
     # word pass the filter.
@@ -1155,9 +1110,7 @@ def test_rich_log_entries_reach_the_events_topic_in_both_payload_forms(
             labels={"run": "once"},
         ),
     )
-    stocked_out = create(
-        client, job_body(make_worker(WORKER_SECONDS="60"), labels={"run": "never"})
-    )
+    stocked_out = create(client, job_body(make_worker(WORKER_SECONDS="60"), labels={"run": "never"}))
     for job in (succeeding, stocked_out):
         wait_for_state(client, job.name, TERMINAL, timeout=40)
 
@@ -1173,17 +1126,12 @@ def test_rich_log_entries_reach_the_events_topic_in_both_payload_forms(
     for entry in entries:
         assert entry["resource"]["type"] == "ml_job"
         assert entry["resource"]["labels"]["project_id"] == PROJECT
-        assert (
-            entry["logName"]
-            == f"projects/{PROJECT}/logs/ml.googleapis.com%2F{job_id(succeeding.name)}"
-        )
+        assert entry["logName"] == f"projects/{PROJECT}/logs/ml.googleapis.com%2F{job_id(succeeding.name)}"
         assert datetime.fromisoformat(entry["timestamp"].replace("Z", "+00:00")).tzinfo is not None
         assert entry["receiveTimestamp"] >= entry["timestamp"]
     insert_ids = [entry["insertId"] for entry, _ in events.received]
     assert len(insert_ids) == len(set(insert_ids))
-    assert all(
-        "logging.googleapis.com/timestamp" in attributes for _, attributes in events.received
-    )
+    assert all("logging.googleapis.com/timestamp" in attributes for _, attributes in events.received)
 
     assert all("jsonPayload" in entry for entry in events.service_entries(succeeding.name))
     service = events.service_messages(succeeding.name)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from shared.advice import advise, machine_type, preemption_rates
 from shared.clock import iso
@@ -11,7 +11,7 @@ from shared.preemptions import preemptions_text, total_preemptions_text
 from shared.records import Attempt, RequestRecord
 from shared.states import RequestStatus
 
-NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 
 def record(request_id: str, *attempts: Attempt, machine: str = "a2-highgpu-1g") -> RequestRecord:
@@ -24,8 +24,15 @@ def record(request_id: str, *attempts: Attempt, machine: str = "a2-highgpu-1g") 
 def ran(hours: float, preemptions: int, *, unknown: bool = False, location: str = "us-central1") -> Attempt:
     start = NOW - timedelta(hours=hours)
     return Attempt(
-        1, location, "SPOT", iso(start), job="j", started_at=iso(start), ended_at=iso(NOW),
-        preemptions=preemptions, preemptions_unknown=unknown,
+        1,
+        location,
+        "SPOT",
+        iso(start),
+        job="j",
+        started_at=iso(start),
+        ended_at=iso(NOW),
+        preemptions=preemptions,
+        preemptions_unknown=unknown,
     )
 
 

@@ -14,7 +14,9 @@ import pytest
 from shared.cli import build_parser, main
 
 
-def commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+def commands(
+    parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
     yield path, parser
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):

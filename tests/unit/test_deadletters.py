@@ -13,8 +13,11 @@ def letter(**attributes: str) -> DeadLetter:
 
 
 def test_source_function_topic_and_attributes() -> None:
-    dead = letter(CloudPubSubDeadLetterSourceSubscription="projects/p/subscriptions/on-job-event-push",
-                  CloudPubSubDeadLetterSourceDeliveryCount="5", team="vision")
+    dead = letter(
+        CloudPubSubDeadLetterSourceSubscription="projects/p/subscriptions/on-job-event-push",
+        CloudPubSubDeadLetterSourceDeliveryCount="5",
+        team="vision",
+    )
     assert dead.source_subscription == "on-job-event-push" and dead.function == "on_job_event"
     assert dead.source_topic_key == "job_events" and dead.delivery_count == 5
     assert dead.original_attributes == {"team": "vision"} and dead.summary() == "request_id=r-1"
@@ -22,15 +25,34 @@ def test_source_function_topic_and_attributes() -> None:
 
 
 def test_reasons_are_the_failure_lines_of_its_function_for_its_publish_time() -> None:
-    dead = letter(CloudPubSubDeadLetterSourceSubscription="submit-job-push",
-                  CloudPubSubDeadLetterSourceTopicPublishTime="2026-11-30T20:43:04.935Z")
+    dead = letter(
+        CloudPubSubDeadLetterSourceSubscription="submit-job-push",
+        CloudPubSubDeadLetterSourceTopicPublishTime="2026-11-30T20:43:04.935Z",
+    )
     lines: list[dict[str, Any]] = [
-        {"function": "submit_job", "event": "retry", "publish_time": "2026-11-30T20:43:04.935000Z",
-         "time": "t2", "error": "ClaimInProgress: later", "message_id": "1"},
-        {"function": "submit_job", "event": "retry", "publish_time": "2026-11-30T20:43:04.935000Z",
-         "time": "t1", "error": "ConnectionError: refused", "message_id": "1"},
-        {"function": "reconcile", "event": "retry", "publish_time": "2026-11-30T20:43:04.935000Z",
-         "time": "t0", "error": "another function's message"},
+        {
+            "function": "submit_job",
+            "event": "retry",
+            "publish_time": "2026-11-30T20:43:04.935000Z",
+            "time": "t2",
+            "error": "ClaimInProgress: later",
+            "message_id": "1",
+        },
+        {
+            "function": "submit_job",
+            "event": "retry",
+            "publish_time": "2026-11-30T20:43:04.935000Z",
+            "time": "t1",
+            "error": "ConnectionError: refused",
+            "message_id": "1",
+        },
+        {
+            "function": "reconcile",
+            "event": "retry",
+            "publish_time": "2026-11-30T20:43:04.935000Z",
+            "time": "t0",
+            "error": "another function's message",
+        },
         {"function": "submit_job", "event": "retry", "publish_time": "2026-11-30T20:43:05Z", "error": "other"},
         {"function": "submit_job", "event": "submitted", "publish_time": "2026-11-30T20:43:04.935Z"},
     ]
@@ -40,8 +62,10 @@ def test_reasons_are_the_failure_lines_of_its_function_for_its_publish_time() ->
 
 
 def test_in_the_cloud_the_lines_come_from_cloud_logging() -> None:
-    dead = letter(CloudPubSubDeadLetterSourceSubscription="submit-job-push",
-                  CloudPubSubDeadLetterSourceTopicPublishTime="2026-11-30T20:43:04.935Z")
+    dead = letter(
+        CloudPubSubDeadLetterSourceSubscription="submit-job-push",
+        CloudPubSubDeadLetterSourceTopicPublishTime="2026-11-30T20:43:04.935Z",
+    )
     assert 'jsonPayload.publish_time="2026-11-30T20:43:04.935000Z"' in cloud_logging_filter(dead)
     requests: list[dict[str, Any]] = []
 
@@ -49,9 +73,19 @@ def test_in_the_cloud_the_lines_come_from_cloud_logging() -> None:
         status_code = 200
 
         def json(self) -> dict[str, Any]:
-            return {"entries": [{"timestamp": "t1", "jsonPayload": {
-                "event": "retry", "error": "ServiceUnavailable: 503", "publish_time": "2026-11-30T20:43:04.935000Z",
-                "function": "submit_job"}}]}
+            return {
+                "entries": [
+                    {
+                        "timestamp": "t1",
+                        "jsonPayload": {
+                            "event": "retry",
+                            "error": "ServiceUnavailable: 503",
+                            "publish_time": "2026-11-30T20:43:04.935000Z",
+                            "function": "submit_job",
+                        },
+                    }
+                ]
+            }
 
     class Session:
         def post(self, url: str, json: dict[str, Any], timeout: float) -> Response:

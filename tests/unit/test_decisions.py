@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -26,7 +26,7 @@ from shared.settings import Settings
 from shared.states import RequestStatus
 from shared.vertex import JobSnapshot, JobState
 
-NOW = datetime(2026, 11, 29, 18, 0, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 29, 18, 0, 0, tzinfo=UTC)
 POLICY = DecisionPolicy.from_settings(Settings())
 JOB1 = "projects/p/locations/us-central1/customJobs/111"
 JOB2 = "projects/p/locations/europe-west4/customJobs/222"
@@ -56,17 +56,11 @@ def make_record(
         "checkpoints": None,
         **(request or {}),
     }
-    first = Attempt(
-        1, "us-central1", "SPOT", claimed_at=at(0), job=JOB1, state=state, created_at=at(1)
-    )
-    return RequestRecord(
-        "req-1", envelope, "gs://ckpt/requests/req-1/", status=status, attempts=attempts or [first]
-    )
+    first = Attempt(1, "us-central1", "SPOT", claimed_at=at(0), job=JOB1, state=state, created_at=at(1))
+    return RequestRecord("req-1", envelope, "gs://ckpt/requests/req-1/", status=status, attempts=attempts or [first])
 
 
-def job(
-    state: str, *, update: float = 100, name: str = JOB1, error: dict[str, Any] | None = None
-) -> JobSnapshot:
+def job(state: str, *, update: float = 100, name: str = JOB1, error: dict[str, Any] | None = None) -> JobSnapshot:
     terminal = state in JobState.TERMINAL
     return JobSnapshot(
         name=name,
@@ -93,9 +87,7 @@ def observe(
     decision = decide(copy.deepcopy(record), observation, policy, now)
     again = decide(copy.deepcopy(decision.record), observation, policy, now)
     assert again.record == decision.record, "deciding twice changed the record twice"
-    assert (
-        not again.effects.lines and not again.effects.alerts and not again.effects.requeue_decided
-    )
+    assert not again.effects.lines and not again.effects.alerts and not again.effects.requeue_decided
     return decision
 
 
@@ -139,9 +131,7 @@ def test_line_then_state_of_the_same_preemption_counts_once() -> None:
     seen_again = observe(seen, job(JobState.PENDING, update=300))  # the second preemption, by state
     assert seen_again.record.attempts[0].preemptions == 2
     late_line = observe(seen_again.record, job(JobState.PENDING, update=300), line="insert-2")
-    assert late_line.record.attempts[0].preemptions == 2, (
-        "its line arrived late: the same preemption"
-    )
+    assert late_line.record.attempts[0].preemptions == 2, "its line arrived late: the same preemption"
     assert late_line.effects.lines == []
 
 
@@ -166,9 +156,7 @@ def test_container_preemption_lines_are_not_counted() -> None:
     # The event path passes no evidence for container lines; a hint alone counts nothing.
     record = make_record(status=RequestStatus.RUNNING, state=JobState.RUNNING)
     observation = Observation(1, job(JobState.RUNNING, update=50), Signal.PREEMPTION, None)
-    assert (
-        decide(copy.deepcopy(record), observation, POLICY, NOW).record.attempts[0].preemptions == 0
-    )
+    assert decide(copy.deepcopy(record), observation, POLICY, NOW).record.attempts[0].preemptions == 0
 
 
 def test_preemption_storm_alerts_once_per_attempt() -> None:
@@ -213,9 +201,7 @@ def test_fallback_strategy_after_k_spot_attempts() -> None:
 def test_failover_to_the_next_location_after_a_stockout() -> None:
     record = make_record(request={"locations": ["us-central1", "europe-west4"]})
     decision = observe(record, job(JobState.FAILED, update=400, error=STOCKOUT))
-    assert (
-        decision.record.requeue is not None and decision.record.requeue.location == "europe-west4"
-    )
+    assert decision.record.requeue is not None and decision.record.requeue.location == "europe-west4"
     assert decision.effects.lines[0].fields["failover"] is True
 
 
@@ -231,9 +217,7 @@ def test_preemption_without_stockout_stays_in_place() -> None:
 
 def test_requeue_delay_sets_not_before() -> None:
     policy = replace(POLICY, requeue_delay_seconds=90)
-    requeue = observe(
-        make_record(), job(JobState.FAILED, update=400, error=STOCKOUT), policy=policy
-    ).record.requeue
+    requeue = observe(make_record(), job(JobState.FAILED, update=400, error=STOCKOUT), policy=policy).record.requeue
     assert requeue is not None and requeue.not_before == iso(NOW + timedelta(seconds=90))
 
 
@@ -256,10 +240,7 @@ def test_last_attempt_gives_up_with_one_alert() -> None:
 def test_max_attempts_defaults_from_settings() -> None:
     record = make_record(request={"max_attempts": None})
     policy = replace(POLICY, default_max_attempts=1)
-    assert (
-        observe(record, job(JobState.FAILED, error=STOCKOUT), policy=policy).record.status
-        == RequestStatus.GAVE_UP
-    )
+    assert observe(record, job(JobState.FAILED, error=STOCKOUT), policy=policy).record.status == RequestStatus.GAVE_UP
 
 
 def test_other_failure_is_reported_not_requeued() -> None:
@@ -310,9 +291,7 @@ def test_cancelled_is_final_and_not_requeued() -> None:
 
 def test_older_attempt_never_changes_the_request_status() -> None:
     first = Attempt(1, "us-central1", "SPOT", claimed_at=at(0), job=JOB1, state=JobState.RUNNING)
-    second = Attempt(
-        2, "europe-west4", "SPOT", claimed_at=at(300), job=JOB2, state=JobState.RUNNING
-    )
+    second = Attempt(2, "europe-west4", "SPOT", claimed_at=at(300), job=JOB2, state=JobState.RUNNING)
     record = make_record(status=RequestStatus.RUNNING, attempts=[first, second])
     decision = observe(record, job(JobState.FAILED, update=400, error=STOCKOUT), attempt=1)
     assert decision.record.status == RequestStatus.RUNNING and decision.record.requeue is None
@@ -353,7 +332,9 @@ def test_a_flex_start_job_gets_an_explicit_max_wait_unless_the_request_sets_one(
     assert scheduling({"jobSpec": {}}) == {"strategy": "FLEX_START", "maxWaitDuration": "86400s"}
     own = {"jobSpec": {"scheduling": {"maxWaitDuration": "3600s"}}}
     assert scheduling(own)["maxWaitDuration"] == "3600s"
-    spot = build_job_json({"jobSpec": {}}, request_id="r", attempt=1, strategy="SPOT", output_dir="gs://b/", deployment="d")
+    spot = build_job_json(
+        {"jobSpec": {}}, request_id="r", attempt=1, strategy="SPOT", output_dir="gs://b/", deployment="d"
+    )
     assert "maxWaitDuration" not in spot["jobSpec"]["scheduling"]
 
 
@@ -366,12 +347,7 @@ def test_stuck_waiting_job_alerts_once_per_attempt_and_state() -> None:
     assert (alert.kind, alert.details["state"]) == ("job_stuck", JobState.PENDING)
     running_for_days = make_record(status=RequestStatus.RUNNING, state=JobState.RUNNING)
     running_for_days.attempts[0].state_changed_at = iso(NOW - timedelta(days=3))
-    assert (
-        observe(
-            running_for_days, job(JobState.RUNNING, update=-(10**5)), policy=policy
-        ).effects.alerts
-        == []
-    )
+    assert observe(running_for_days, job(JobState.RUNNING, update=-(10**5)), policy=policy).effects.alerts == []
 
 
 def test_attempt_without_its_job_recorded_waits() -> None:
@@ -405,8 +381,6 @@ def test_a_stray_job_for_the_attempt_changes_nothing() -> None:
         (JobState.EXPIRED, STOCKOUT, False, False),
     ],
 )
-def test_classify_failure(
-    state: str, error: dict[str, Any] | None, capacity: bool, stockout: bool
-) -> None:
+def test_classify_failure(state: str, error: dict[str, Any] | None, capacity: bool, stockout: bool) -> None:
     cause = classify_failure(JobSnapshot(JOB1, state, error), patterns_from(Settings()))
     assert (cause.capacity, cause.stockout) == (capacity, stockout)

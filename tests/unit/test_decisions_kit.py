@@ -100,9 +100,7 @@ def test_a_trainer_that_exits_1_fails_without_a_requeue_even_after_earlier_preem
 def test_checkpoint_lines_are_counted_once_in_order() -> None:
     record = running()
     for step, seconds, moment in ((50, 2.0, at(100)), (100, 4.0, at(160)), (100, 4.0, at(160)), (50, 2.0, at(100))):
-        record = line(
-            record, kit("checkpoint_committed", 0, step=step, seconds=seconds, time=moment)
-        ).record
+        record = line(record, kit("checkpoint_committed", 0, step=step, seconds=seconds, time=moment)).record
     attempt = record.attempts[0]
     assert (attempt.checkpoints_committed, attempt.checkpoint_seconds) == (2, 6.0)
     assert (attempt.first_checkpoint_at, attempt.last_checkpoint_at) == (at(100), at(160))

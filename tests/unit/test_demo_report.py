@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+from datetime import UTC
 
 import pytest
 
@@ -18,8 +19,13 @@ from shared.policy import validate_request
 from shared.settings import Settings
 
 PRICES = Prices(
-    machine_type="a2-highgpu-1g", location="us-central1", on_demand_per_hour=3.6,
-    spot_per_hour=1.2, as_of="2025-03-06", source="test", caveat="test",
+    machine_type="a2-highgpu-1g",
+    location="us-central1",
+    on_demand_per_hour=3.6,
+    spot_per_hour=1.2,
+    as_of="2025-03-06",
+    source="test",
+    caveat="test",
 )
 
 
@@ -38,9 +44,15 @@ def scenario(key: str) -> scenarios.Scenario:
 
 def attempt(n: int, strategy: str, runs: list[RunTrace], preemptions: int = 0, **kw: object) -> AttemptTrace:
     return AttemptTrace(
-        n=n, strategy=strategy, location="us-central1", job=f"projects/p/locations/l/customJobs/{n}",
-        state=kw.get("state", "JOB_STATE_SUCCEEDED"), preemptions=preemptions,
-        preemptions_injected=preemptions, outcome=kw.get("outcome", "succeeded"), runs=runs,
+        n=n,
+        strategy=strategy,
+        location="us-central1",
+        job=f"projects/p/locations/l/customJobs/{n}",
+        state=kw.get("state", "JOB_STATE_SUCCEEDED"),
+        preemptions=preemptions,
+        preemptions_injected=preemptions,
+        outcome=kw.get("outcome", "succeeded"),
+        runs=runs,
     )
 
 
@@ -199,8 +211,14 @@ def test_a_rejected_request_needs_an_alert_with_its_violations() -> None:
 
 def test_a_duplicate_must_have_been_suppressed() -> None:
     runs = runs_from_output([line(1, "resume", 0), ckpt(1, 950), ckpt(1, 1000), line(1, "final", 1000)])
-    trace = RequestTrace(scenario("duplicate"), status="SUCCEEDED", attempts=[attempt(1, "SPOT", runs)],
-                         vertex_jobs=1, checkpoints_present={"step-001000/": 800}, reported_pruned=1)
+    trace = RequestTrace(
+        scenario("duplicate"),
+        status="SUCCEEDED",
+        attempts=[attempt(1, "SPOT", runs)],
+        vertex_jobs=1,
+        checkpoints_present={"step-001000/": 800},
+        reported_pruned=1,
+    )
     assert "published 2 times, 0 duplicate(s) suppressed" in check_request(trace, keep_last=2)
     trace.duplicates_suppressed = 1
     assert check_request(trace, keep_last=2) == []
@@ -212,10 +230,19 @@ def test_a_duplicate_must_have_been_suppressed() -> None:
 def test_the_report_totals_add_up() -> None:
     trace = requeued_trace()
     failing = RequestTrace(
-        scenario("code-bug"), status="FAILED",
-        attempts=[attempt(1, "SPOT", runs_from_output([line(1, "resume", 0), ckpt(1, 100), line(1, "error", 120)]),
-                          state="JOB_STATE_FAILED", outcome="failed")],
-        vertex_jobs=1, checkpoints_present={"step-000100/": 800},
+        scenario("code-bug"),
+        status="FAILED",
+        attempts=[
+            attempt(
+                1,
+                "SPOT",
+                runs_from_output([line(1, "resume", 0), ckpt(1, 100), line(1, "error", 120)]),
+                state="JOB_STATE_FAILED",
+                outcome="failed",
+            )
+        ],
+        vertex_jobs=1,
+        checkpoints_present={"step-000100/": 800},
         alerts=[{"kind": "job_failed", "request_id": "demo-s1-code-bug"}],
     )
     alerts = [{"kind": "job_failed"}, {"kind": "preemption_storm"}, {"kind": "preemption_storm"}]
@@ -250,13 +277,13 @@ def test_the_demo_requests_pass_the_real_policy_except_the_invalid_one(seed: int
     settings = Settings.from_env(runner.demo_stack_options(seed).function_env)
     for item in build_scenarios(seed):
         if item.trigger is not None:
-            from datetime import datetime, timezone
+            from datetime import datetime
 
             from shared.triggers.definition import parse_definition
             from shared.triggers.render import check_request_template
 
             definition = parse_definition(item.trigger)
-            assert check_request_template(definition, settings, datetime.now(timezone.utc)) == []
+            assert check_request_template(definition, settings, datetime.now(UTC)) == []
             assert definition.source["bucket"] == "spotjobs-data"
             continue
         if item.outcome == scenarios.REJECTED:
@@ -294,8 +321,15 @@ def test_the_table_lines_up() -> None:
 def test_without_a_terminal_a_line_is_printed_only_when_a_request_changes() -> None:
     stream = io.StringIO()
     view = LiveView(stream, total_steps=100, interactive=False)
-    row = {"REQUEST": "r", "STATUS": "RUNNING", "ATTEMPT": "1 SPOT", "JOB STATE": "RUNNING",
-           "PREEMPTIONS": "0", "STEPS": "10", "CHECKPOINTS": "1"}
+    row = {
+        "REQUEST": "r",
+        "STATUS": "RUNNING",
+        "ATTEMPT": "1 SPOT",
+        "JOB STATE": "RUNNING",
+        "PREEMPTIONS": "0",
+        "STEPS": "10",
+        "CHECKPOINTS": "1",
+    }
     view.update([row])
     view.update([{**row, "STEPS": "20", "CHECKPOINTS": "2"}])
     view.update([{**row, "STATUS": "SUCCEEDED"}])
@@ -307,8 +341,15 @@ def test_without_a_terminal_a_line_is_printed_only_when_a_request_changes() -> N
 def test_on_a_terminal_the_table_is_redrawn_in_place() -> None:
     stream = io.StringIO()
     view = LiveView(stream, total_steps=100, interactive=True)
-    row = {"REQUEST": "r", "STATUS": "RUNNING", "ATTEMPT": "1 SPOT", "JOB STATE": "RUNNING",
-           "PREEMPTIONS": "0", "STEPS": "10", "CHECKPOINTS": "1"}
+    row = {
+        "REQUEST": "r",
+        "STATUS": "RUNNING",
+        "ATTEMPT": "1 SPOT",
+        "JOB STATE": "RUNNING",
+        "PREEMPTIONS": "0",
+        "STEPS": "10",
+        "CHECKPOINTS": "1",
+    }
     view.update([row])
     view.update([row])
     assert stream.getvalue().count("\x1b[2F") == 1  # header + one row moved over once

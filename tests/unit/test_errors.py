@@ -74,22 +74,16 @@ API_EXCEPTIONS: dict[str, bool] = {
 
 def _api_exception(name: str) -> BaseException:
     cls = getattr(api, name)
-    return (
-        cls("boom") if name != "RetryError" else cls("gave up", cause=api.ServiceUnavailable("x"))
-    )
+    return cls("boom") if name != "RetryError" else cls("gave up", cause=api.ServiceUnavailable("x"))
 
 
 def test_the_table_covers_every_api_core_exception() -> None:
     defined = {
         name
         for name, value in vars(api).items()
-        if inspect.isclass(value)
-        and issubclass(value, BaseException)
-        and value.__module__ == api.__name__
+        if inspect.isclass(value) and issubclass(value, BaseException) and value.__module__ == api.__name__
     }
-    assert defined - {"RetryError"} == set(API_EXCEPTIONS), (
-        "a new google.api_core exception needs a decision"
-    )
+    assert defined - {"RetryError"} == set(API_EXCEPTIONS), "a new google.api_core exception needs a decision"
 
 
 @pytest.mark.parametrize("name, retryable", sorted(API_EXCEPTIONS.items()))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from hypothesis import given, settings
@@ -59,10 +59,9 @@ def test_parse_reads_every_field() -> None:
     assert entry == JobLogEntry(
         job_id="4512345678901234567",
         task_name="service",
-        text="The Spot VM of replica workerpool0-0 was preempted. "
-        "Restarting the job (restart 1 of 6).",
+        text="The Spot VM of replica workerpool0-0 was preempted. Restarting the job (restart 1 of 6).",
         severity="WARNING",
-        timestamp=datetime(2026, 11, 29, 17, 0, 0, 123456, tzinfo=timezone.utc),
+        timestamp=datetime(2026, 11, 29, 17, 0, 0, 123456, tzinfo=UTC),
         insert_id="a4",
     )
     assert entry.is_service_line and entry.identity == "a4"
@@ -70,10 +69,7 @@ def test_parse_reads_every_field() -> None:
 
 def test_text_payload_and_json_payload_both_read() -> None:
     assert parse_log_entry(entry_file("container_stdout.json")).text == "step 400 loss 0.123"
-    assert (
-        parse_log_entry(entry_file("container_structured.json")).text
-        == "saved checkpoint step-000400"
-    )
+    assert parse_log_entry(entry_file("container_structured.json")).text == "saved checkpoint step-000400"
 
 
 @pytest.mark.parametrize(
@@ -87,9 +83,7 @@ def test_text_payload_and_json_payload_both_read() -> None:
         (entry_file("foreign_audit_log.json"), "not ml_job"),
         (json.dumps({"resource": {"type": "ml_job", "labels": {}}}).encode(), "job_id"),
         (
-            json.dumps(
-                {"resource": {"type": "ml_job", "labels": {"job_id": "../../requests/x"}}}
-            ).encode(),
+            json.dumps({"resource": {"type": "ml_job", "labels": {"job_id": "../../requests/x"}}}).encode(),
             "job_id",
         ),
         (
@@ -106,9 +100,7 @@ def test_non_job_entries_are_ignored_with_a_reason(data: bytes, reason: str) -> 
 def test_timestamp_with_nanoseconds_and_garbage() -> None:
     body = json.loads(entry_file("service_running.json"))
     body["timestamp"] = "2026-11-29T17:00:00.123456789Z"
-    assert parse_log_entry(json.dumps(body).encode()).timestamp == datetime(
-        2026, 11, 29, 17, 0, 0, 123456, tzinfo=timezone.utc
-    )
+    assert parse_log_entry(json.dumps(body).encode()).timestamp == datetime(2026, 11, 29, 17, 0, 0, 123456, tzinfo=UTC)
     body["timestamp"] = "yesterday"
     assert parse_log_entry(json.dumps(body).encode()).timestamp is None
 
@@ -118,15 +110,13 @@ def test_identity_without_insert_id_is_stable_and_text_specific() -> None:
     del body["insertId"]
     first = parse_log_entry(json.dumps(body).encode())
     assert first.identity == parse_log_entry(json.dumps(body).encode()).identity
-    body["jsonPayload"]["message"] = body["jsonPayload"]["message"].replace(
-        "restart 1", "restart 2"
-    )
+    body["jsonPayload"]["message"] = body["jsonPayload"]["message"].replace("restart 1", "restart 2")
     assert parse_log_entry(json.dumps(body).encode()).identity != first.identity
 
 
 def test_age_from_the_entry_timestamp() -> None:
     entry = parse_log_entry(entry_file("service_running.json"))
-    now = datetime(2026, 11, 29, 18, 0, 0, 123456, tzinfo=timezone.utc)
+    now = datetime(2026, 11, 29, 18, 0, 0, 123456, tzinfo=UTC)
     assert entry.age_seconds(now) == 3600.0
 
 
@@ -135,9 +125,7 @@ def test_patterns_come_from_configuration() -> None:
     custom = SignalPatterns.compile(preemption=[r"job is running"], stockout=[])
     assert classify(running, custom) is Signal.PREEMPTION
     preempted = parse_log_entry(entry_file("service_preempted.json"))
-    none = patterns_from(
-        Settings.from_env({"SPOTJOBS_PREEMPTION_PATTERNS": "", "SPOTJOBS_STOCKOUT_PATTERNS": ""})
-    )
+    none = patterns_from(Settings.from_env({"SPOTJOBS_PREEMPTION_PATTERNS": "", "SPOTJOBS_STOCKOUT_PATTERNS": ""}))
     assert classify(preempted, none) is Signal.IRRELEVANT
 
 
@@ -154,9 +142,7 @@ def test_error_severity_counts_only_on_service_lines() -> None:
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
-    lambda children: (
-        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4)
-    ),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4),
     max_leaves=20,
 )
 entry_like = st.fixed_dictionaries(

@@ -120,9 +120,7 @@ def test_each_entry_of_the_succeeded_job_is_explained_oldest_first(capsys) -> No
     assert by_action["vertex_read"]["explanation"] == (
         "service hint: reads job 2238490567215693824 from Vertex and decides on its state"
     )
-    assert {e["stale"] for e in entries if e["action"] in ("kit_evidence", "vertex_read")} == {
-        "not checked offline"
-    }
+    assert {e["stale"] for e in entries if e["action"] in ("kit_evidence", "vertex_read")} == {"not checked offline"}
     assert {e["stale"] for e in entries if e["action"] == "irrelevant"} == {None}
     assert report["replay"] is None
 
@@ -170,20 +168,14 @@ def without_kit_lines(tmp_path: Path, name: str) -> str:
     return str(path)
 
 
-def test_without_the_kit_a_stockout_is_requeued_with_at_least_one_preemption(
-    capsys, tmp_path: Path
-) -> None:
-    replay = explain_json(capsys, without_kit_lines(tmp_path, STOCKOUT), "--job", job(STOCKOUT))[
-        "replay"
-    ]
+def test_without_the_kit_a_stockout_is_requeued_with_at_least_one_preemption(capsys, tmp_path: Path) -> None:
+    replay = explain_json(capsys, without_kit_lines(tmp_path, STOCKOUT), "--job", job(STOCKOUT))["replay"]
     assert (replay["status"], replay["preemptions"], replay["kit_lines_fed"]) == ("REQUEUED", "≥1", 0)
     assert replay["requeue"]["attempt"] == 2 and replay["events"] == ["requeue"]
 
 
 def test_without_the_kit_a_success_reports_no_preemptions(capsys, tmp_path: Path) -> None:
-    replay = explain_json(capsys, without_kit_lines(tmp_path, SUCCEEDED), "--job", job(SUCCEEDED))[
-        "replay"
-    ]
+    replay = explain_json(capsys, without_kit_lines(tmp_path, SUCCEEDED), "--job", job(SUCCEEDED))["replay"]
     # Documented Vertex says nothing while a worker restarts: without the kit, nothing is counted.
     assert (replay["status"], replay["preemptions"]) == ("SUCCEEDED", "0")
 
@@ -287,9 +279,7 @@ def test_a_missing_file_exits_2(capsys, tmp_path: Path) -> None:
 
 
 def test_entries_of_other_jobs_are_explained_but_not_fed(capsys, tmp_path: Path) -> None:
-    both = json.loads(Path(captured(SUCCEEDED)).read_text()) + json.loads(
-        Path(captured(STOCKOUT)).read_text()
-    )
+    both = json.loads(Path(captured(SUCCEEDED)).read_text()) + json.loads(Path(captured(STOCKOUT)).read_text())
     (tmp_path / "both.json").write_text(json.dumps(both))
     report = explain_json(capsys, str(tmp_path / "both.json"), "--job", job(SUCCEEDED))
     assert len(report["entries"]) == 46

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import io
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -45,7 +45,11 @@ def test_settings_are_frozen_and_round_trip_through_their_environment() -> None:
 
 @pytest.mark.parametrize(
     "variable, value",
-    [("SPOTJOBS_KEEP_LAST", "two"), ("SPOTJOBS_KEEP_FINAL_CHECKPOINT", "maybe"), ("SPOTJOBS_MAX_EVENT_AGE_SECONDS", "x")],
+    [
+        ("SPOTJOBS_KEEP_LAST", "two"),
+        ("SPOTJOBS_KEEP_FINAL_CHECKPOINT", "maybe"),
+        ("SPOTJOBS_MAX_EVENT_AGE_SECONDS", "x"),
+    ],
 )
 def test_a_malformed_setting_is_a_configuration_error_naming_it(variable: str, value: str) -> None:
     with pytest.raises(ConfigurationError, match=variable):
@@ -53,9 +57,7 @@ def test_a_malformed_setting_is_a_configuration_error_naming_it(variable: str, v
 
 
 def test_the_create_timeout_is_a_setting_the_claim_lease_must_cover_twice() -> None:
-    settings = Settings.from_env(
-        {"SPOTJOBS_CLAIM_LEASE_SECONDS": "5", "SPOTJOBS_CREATE_TIMEOUT_SECONDS": "2"}
-    )
+    settings = Settings.from_env({"SPOTJOBS_CLAIM_LEASE_SECONDS": "5", "SPOTJOBS_CREATE_TIMEOUT_SECONDS": "2"})
     assert settings.create_timeout_seconds == 2.0
     # A create may be sent while it and a margin (half the timeout) still fit in the lease.
     assert settings.create_deadline_seconds == 5 - 2 - 1
@@ -73,9 +75,7 @@ def test_an_unset_create_timeout_is_30_seconds_or_half_a_shorter_lease() -> None
     "lease, create_timeout",
     [("59", "30"), ("120", "61"), ("5", "3"), ("0", None), ("0", "1"), ("10", "0"), ("10", "-1")],
 )
-def test_a_lease_that_cannot_cover_a_create_is_a_configuration_error(
-    lease: str, create_timeout: str | None
-) -> None:
+def test_a_lease_that_cannot_cover_a_create_is_a_configuration_error(lease: str, create_timeout: str | None) -> None:
     environ = {"SPOTJOBS_CLAIM_LEASE_SECONDS": lease}
     if create_timeout is not None:
         environ["SPOTJOBS_CREATE_TIMEOUT_SECONDS"] = create_timeout
@@ -120,17 +120,19 @@ def _push_event(data: bytes, **message_fields: object) -> dict:
 def test_a_push_event_decodes_into_a_message_with_its_publish_time() -> None:
     published = "2026-11-29T10:00:00.123Z"
     message = message_from_event(_push_event(b"{}", attributes={"request_id": "r"}, publishTime=published))
-    assert message == Message(b"{}", "m-1", {"request_id": "r"}, datetime(2026, 11, 29, 10, 0, 0, 123000, timezone.utc))
+    assert message == Message(b"{}", "m-1", {"request_id": "r"}, datetime(2026, 11, 29, 10, 0, 0, 123000, UTC))
 
 
 def _run(event: dict, handler, max_age: float = 3600) -> list[dict]:
     stream = io.StringIO()
-    handle_delivery(event, handler, function="f", max_age_seconds=max_age, log=Logger(stream=stream, min_severity="DEBUG"))
+    handle_delivery(
+        event, handler, function="f", max_age_seconds=max_age, log=Logger(stream=stream, min_severity="DEBUG")
+    )
     return [json.loads(line) for line in stream.getvalue().splitlines()]
 
 
 def test_a_message_older_than_the_maximum_age_is_dropped_without_running_the_handler() -> None:
-    old = (datetime.now(timezone.utc) - timedelta(hours=2)).isoformat()
+    old = (datetime.now(UTC) - timedelta(hours=2)).isoformat()
     calls: list[Message] = []
     lines = _run(_push_event(b"x", publishTime=old), lambda m, log: calls.append(m), max_age=3600)
     assert calls == []
@@ -162,7 +164,7 @@ def test_undecodable_deliveries_are_acknowledged_with_an_error_line(event: dict)
 def test_rfc3339_times_parse_to_aware_datetimes_and_garbage_to_none() -> None:
     from shared.clock import parse_rfc3339
 
-    utc = timezone.utc
+    utc = UTC
     exact = datetime(2026, 1, 2, 3, 4, 5, 123456, utc)
     assert parse_rfc3339("2026-01-02T03:04:05.123456Z") == exact
     assert parse_rfc3339("2026-01-02T03:04:05") == datetime(2026, 1, 2, 3, 4, 5, tzinfo=utc)

@@ -73,8 +73,9 @@ def test_the_kit_and_the_pruner_agree_on_generated_layouts(specs: list[Any]) -> 
         unit, _ = write(store, "r1", i, spec)
         if spec.kind == "tensorflow" and spec.complete:
             tf_stems.append(unit)
-    store.put(f"{LAYOUT.folder_for('r1')}checkpoint",
-              text="".join(f'all_model_checkpoint_paths: "{s}"\n' for s in tf_stems))
+    store.put(
+        f"{LAYOUT.folder_for('r1')}checkpoint", text="".join(f'all_model_checkpoint_paths: "{s}"\n' for s in tf_stems)
+    )
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch) / "checkpoints"
         mirror(store, "r1", root)
@@ -120,8 +121,16 @@ def test_a_run_commits_with_the_marker_last_and_the_next_run_resumes_there(tmp_p
     marker = json.loads((tmp_path / "step-000400" / KIT_MARKER).read_text())
     assert marker["step"] == 400 and marker["files"] == {"sub/opt.bin": 5, "weights.bin": 10}
     started, committed = kit_lines(out)
-    assert started == {**started, "event": "run_started", "request_id": "r1", "attempt": 2,
-                       "run": 0, "job_id": "123", "resumed_step": None, "checkpoint": None}
+    assert started == {
+        **started,
+        "event": "run_started",
+        "request_id": "r1",
+        "attempt": 2,
+        "run": 0,
+        "job_id": "123",
+        "resumed_step": None,
+        "checkpoint": None,
+    }
     assert committed["event"] == "checkpoint_committed" and committed["step"] == 400
     assert committed["bytes"] == 15 and committed["seconds"] >= 0
 
@@ -133,7 +142,10 @@ def test_a_run_commits_with_the_marker_last_and_the_next_run_resumes_there(tmp_p
     other, _ = start(tmp_path, {**env, "SPOTJOBS_ATTEMPT": "3"})
     assert other.restart == 0
     assert sorted(p.name for p in (tmp_path / "_spotjobs_runs").iterdir()) == [
-        "attempt-2-run-0000.json", "attempt-2-run-0001.json", "attempt-3-run-0000.json"]
+        "attempt-2-run-0000.json",
+        "attempt-2-run-0001.json",
+        "attempt-3-run-0000.json",
+    ]
 
 
 def test_a_failed_save_commits_nothing(tmp_path: Path) -> None:
@@ -160,8 +172,13 @@ def test_only_the_primary_replica_commits_and_reports(tmp_path: Path) -> None:
 
 def test_gs_uris_go_through_the_fuse_mount_when_there_is_one(tmp_path: Path) -> None:
     (tmp_path / "gcs" / "bucket").mkdir(parents=True)
-    run = Run.start("gs://bucket/req/r1/checkpoints/", environ={}, handle_sigterm=False,
-                    fuse_root=str(tmp_path / "gcs"), stream=io.StringIO())
+    run = Run.start(
+        "gs://bucket/req/r1/checkpoints/",
+        environ={},
+        handle_sigterm=False,
+        fuse_root=str(tmp_path / "gcs"),
+        stream=io.StringIO(),
+    )
     assert isinstance(run.store, FileStore)
     assert run.checkpoint_dir == "gs://bucket/req/r1/checkpoints/"
     with run.checkpoint(3) as folder:
@@ -187,36 +204,62 @@ def test_sigterm_runs_the_save_and_reports_the_preemption(tmp_path: Path) -> Non
         assert run.preempted and saved == [12]
     assert signal.getsignal(signal.SIGTERM) is not run._on_sigterm  # put back
     events = [(line["event"], line.get("step")) for line in kit_lines(out)]
-    assert events == [("run_started", None), ("checkpoint_committed", 10), ("preempted", 12),
-                      ("checkpoint_committed", 12)]
+    assert events == [
+        ("run_started", None),
+        ("checkpoint_committed", 10),
+        ("preempted", 12),
+        ("checkpoint_committed", 12),
+    ]
     assert kit_lines(out)[2]["seconds_since_checkpoint"] >= 0
 
 
 # Lines.
 
 
-LINE = format_line("run_started", {"request_id": "r 1", "attempt": 2, "run": 1, "resumed_step": 400,
-                                   "checkpoint": "step-000400/", "time": "2026-11-01T12:00:00.000Z"})
+LINE = format_line(
+    "run_started",
+    {
+        "request_id": "r 1",
+        "attempt": 2,
+        "run": 1,
+        "resumed_step": 400,
+        "checkpoint": "step-000400/",
+        "time": "2026-11-01T12:00:00.000Z",
+    },
+)
 
 
 def test_lines_parse_from_json_payload_with_doubles() -> None:
     payload = json.loads(LINE)
     payload.pop("severity")  # Cloud Logging moves it to the entry
-    payload["spotjobs_kit"] = {k: float(v) if isinstance(v, int) else v
-                               for k, v in payload["spotjobs_kit"].items()}
+    payload["spotjobs_kit"] = {k: float(v) if isinstance(v, int) else v for k, v in payload["spotjobs_kit"].items()}
     record = parse_kit_line(payload)
     assert record is not None
     assert (record.event, record.attempt, record.run, record.resumed_step) == ("run_started", 2, 1, 400)
     assert isinstance(record.attempt, int) and record.request_id == "r 1"
 
 
-@pytest.mark.parametrize("text", [LINE, LINE + "\n", "partial output of another print" + LINE + "\r\n",
-                                  json.loads(LINE)["message"], "2026-11-01 INFO " + json.loads(LINE)["message"]])
+@pytest.mark.parametrize(
+    "text",
+    [
+        LINE,
+        LINE + "\n",
+        "partial output of another print" + LINE + "\r\n",
+        json.loads(LINE)["message"],
+        "2026-11-01 INFO " + json.loads(LINE)["message"],
+    ],
+)
 def test_lines_parse_from_text_payload(text: str) -> None:
     record = parse_kit_line(text)
     assert record is not None
-    assert (record.event, record.request_id, record.attempt, record.run, record.resumed_step,
-            record.checkpoint) == ("run_started", "r 1", 2, 1, 400, "step-000400/")
+    assert (record.event, record.request_id, record.attempt, record.run, record.resumed_step, record.checkpoint) == (
+        "run_started",
+        "r 1",
+        2,
+        1,
+        400,
+        "step-000400/",
+    )
     assert record.dedupe_key() == parse_kit_line(LINE).dedupe_key()  # type: ignore[union-attr]
 
 
@@ -225,9 +268,21 @@ def test_the_message_alone_is_recognised_in_a_json_payload() -> None:
     assert record is not None and record.resumed_step == 400
 
 
-@pytest.mark.parametrize("payload", [None, 3, "", "plain text", '{"event":"checkpoint","step":5}',
-                                     {"event": "resume"}, {"spotjobs_kit": "nope"}, {"spotjobs_kit": {}},
-                                     '{"spotjobs_kit": {"event": ', "spotjobs-kit"])
+@pytest.mark.parametrize(
+    "payload",
+    [
+        None,
+        3,
+        "",
+        "plain text",
+        '{"event":"checkpoint","step":5}',
+        {"event": "resume"},
+        {"spotjobs_kit": "nope"},
+        {"spotjobs_kit": {}},
+        '{"spotjobs_kit": {"event": ',
+        "spotjobs-kit",
+    ],
+)
 def test_other_lines_are_not_kit_lines(payload: Any) -> None:
     assert parse_kit_line(payload) is None
 

@@ -54,9 +54,5 @@ def test_the_scan_sees_functions_classes_and_assignments() -> None:
 
 
 def test_no_two_modules_in_shared_define_the_same_public_name() -> None:
-    duplicated = {
-        name: paths
-        for name, paths in definitions().items()
-        if name not in ALLOWED and len(paths) > 1
-    }
+    duplicated = {name: paths for name, paths in definitions().items() if name not in ALLOWED and len(paths) > 1}
     assert duplicated == {}

@@ -47,9 +47,7 @@ def use_python_package(job: dict[str, Any], executor_image: str) -> None:
     }
 
 
-def job_violations(
-    mutate: Callable[[dict[str, Any]], Any], settings: Settings = SETTINGS
-) -> list[str]:
+def job_violations(mutate: Callable[[dict[str, Any]], Any], settings: Settings = SETTINGS) -> list[str]:
     job = copy.deepcopy(BASE_JOB)
     mutate(job)
     return [str(v) for v in check_custom_job(job, "custom_job", "r1", settings)]
@@ -139,9 +137,7 @@ RULES: list[tuple[str, Callable[[dict[str, Any]], Any], str | None]] = [
     ),
     (
         "a second pool is checked too",
-        lambda j: j["jobSpec"]["workerPoolSpecs"].append(
-            {**copy.deepcopy(pool(j)), "replicaCount": "9"}
-        ),
+        lambda j: j["jobSpec"]["workerPoolSpecs"].append({**copy.deepcopy(pool(j)), "replicaCount": "9"}),
         "custom_job.jobSpec.workerPoolSpecs[1].replicaCount: is 9; at most 4 per pool",
     ),
     (
@@ -151,9 +147,7 @@ RULES: list[tuple[str, Callable[[dict[str, Any]], Any], str | None]] = [
     ),
     (
         "the training service account is always allowed",
-        lambda j: j["jobSpec"].update(
-            serviceAccount="default-trainer@my-project.iam.gserviceaccount.com"
-        ),
+        lambda j: j["jobSpec"].update(serviceAccount="default-trainer@my-project.iam.gserviceaccount.com"),
         None,
     ),
     (
@@ -164,9 +158,7 @@ RULES: list[tuple[str, Callable[[dict[str, Any]], Any], str | None]] = [
     ),
     (
         "own output directory",
-        lambda j: j["jobSpec"].update(
-            baseOutputDirectory={"outputUriPrefix": "gs://ckpt/runs/r1/"}
-        ),
+        lambda j: j["jobSpec"].update(baseOutputDirectory={"outputUriPrefix": "gs://ckpt/runs/r1/"}),
         None,
     ),
     (
@@ -176,17 +168,13 @@ RULES: list[tuple[str, Callable[[dict[str, Any]], Any], str | None]] = [
     ),
     (
         "another request's directory inside the managed prefix",
-        lambda j: j["jobSpec"].update(
-            baseOutputDirectory={"outputUriPrefix": "gs://ckpt/runs/r2/"}
-        ),
+        lambda j: j["jobSpec"].update(baseOutputDirectory={"outputUriPrefix": "gs://ckpt/runs/r2/"}),
         "custom_job.jobSpec.baseOutputDirectory.outputUriPrefix: is gs://ckpt/runs/r2/; leave baseOutputDirectory "
         "unset or set it to gs://ckpt/runs/r1/, this request's own checkpoint directory",
     ),
     (
         "a directory outside the managed bucket",
-        lambda j: j["jobSpec"].update(
-            baseOutputDirectory={"outputUriPrefix": "gs://elsewhere/out/"}
-        ),
+        lambda j: j["jobSpec"].update(baseOutputDirectory={"outputUriPrefix": "gs://elsewhere/out/"}),
         "custom_job.jobSpec.baseOutputDirectory.outputUriPrefix: is gs://elsewhere/out/; leave baseOutputDirectory "
         "unset or set it to gs://ckpt/runs/r1/, this request's own checkpoint directory",
     ),
@@ -211,9 +199,7 @@ RULES: list[tuple[str, Callable[[dict[str, Any]], Any], str | None]] = [
 
 
 @pytest.mark.parametrize("case, mutate, expected", RULES, ids=[r[0] for r in RULES])
-def test_policy_rule(
-    case: str, mutate: Callable[[dict[str, Any]], Any], expected: str | None
-) -> None:
+def test_policy_rule(case: str, mutate: Callable[[dict[str, Any]], Any], expected: str | None) -> None:
     assert job_violations(mutate) == ([] if expected is None else [expected])
 
 
@@ -250,9 +236,7 @@ def test_every_policy_violation_is_reported_at_once_with_envelope_limits() -> No
         "checkpoints": {"keep_last": 11},
     }
     with pytest.raises(InvalidRequest) as caught:
-        validate_request(
-            json.dumps(body).encode(), attributes={}, settings=SETTINGS
-        )
+        validate_request(json.dumps(body).encode(), attributes={}, settings=SETTINGS)
     assert [v.path for v in caught.value.violations] == [
         "custom_job.jobSpec.workerPoolSpecs[0].machineSpec.tpuTopology",
         "custom_job.jobSpec.workerPoolSpecs[0].machineSpec.machineType",
@@ -271,18 +255,14 @@ def test_schema_and_policy_violations_come_together() -> None:
         "custom_job": {**copy.deepcopy(BASE_JOB), "displayName": 1},
         "max_attempts": 50,
     }
-    request, schema = read_request(
-        json.dumps(body).encode(), attributes={}, max_bytes=10_000
-    )
+    request, schema = read_request(json.dumps(body).encode(), attributes={}, max_bytes=10_000)
     assert {v.path for v in schema} == {"request_id", "custom_job.displayName"}
     assert [v.path for v in check_policy(request, SETTINGS)] == ["max_attempts"]
 
 
 def test_an_empty_service_account_list_means_the_training_account_only() -> None:
     settings = Settings.from_env({**POLICY_ENV, "SPOTJOBS_ALLOWED_SERVICE_ACCOUNTS": ""})
-    assert job_violations(
-        lambda j: j["jobSpec"].update(serviceAccount="any@x.iam.gserviceaccount.com"), settings
-    ) == [
+    assert job_violations(lambda j: j["jobSpec"].update(serviceAccount="any@x.iam.gserviceaccount.com"), settings) == [
         "custom_job.jobSpec.serviceAccount: is any@x.iam.gserviceaccount.com; allowed service "
         "accounts: default-trainer@my-project.iam.gserviceaccount.com"
     ]
@@ -292,9 +272,7 @@ def test_an_empty_service_account_list_means_the_training_account_only() -> None
 
 def test_with_no_accounts_configured_none_may_be_named() -> None:
     settings = Settings.from_env({})
-    assert job_violations(
-        lambda j: j["jobSpec"].update(serviceAccount="any@x.iam.gserviceaccount.com"), settings
-    ) == [
+    assert job_violations(lambda j: j["jobSpec"].update(serviceAccount="any@x.iam.gserviceaccount.com"), settings) == [
         "custom_job.jobSpec.serviceAccount: is any@x.iam.gserviceaccount.com; allowed service "
         "accounts: none (leave serviceAccount unset)"
     ]
@@ -305,10 +283,7 @@ def test_an_empty_image_allowlist_allows_any_image_and_warns_loudly_once(
 ) -> None:
     open_settings = Settings.from_env({})
     assert (
-        job_violations(
-            lambda j: pool(j)["containerSpec"].update(imageUri="docker.io/any/thing"), open_settings
-        )
-        == []
+        job_violations(lambda j: pool(j)["containerSpec"].update(imageUri="docker.io/any/thing"), open_settings) == []
     )
     monkeypatch.setattr(policy, "_warned_unrestricted_images", False)
     stream = io.StringIO()
@@ -317,6 +292,4 @@ def test_an_empty_image_allowlist_allows_any_image_and_warns_loudly_once(
     warn_if_images_unrestricted(open_settings, log)
     warn_if_images_unrestricted(open_settings, log)
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
-    assert [(line["severity"], line["event"]) for line in lines] == [
-        ("WARNING", "policy_images_unrestricted")
-    ]
+    assert [(line["severity"], line["event"]) for line in lines] == [("WARNING", "policy_images_unrestricted")]

@@ -36,13 +36,9 @@ def envelope(**extra: Any) -> dict[str, Any]:
     return {"request_id": "r1", "custom_job": job, **extra}
 
 
-def violations(
-    body: dict[str, Any], settings: Settings = OPERATOR, **attributes: str
-) -> list[str]:
+def violations(body: dict[str, Any], settings: Settings = OPERATOR, **attributes: str) -> list[str]:
     try:
-        validate_request(
-            json.dumps(body).encode(), attributes=attributes, settings=settings
-        )
+        validate_request(json.dumps(body).encode(), attributes=attributes, settings=settings)
     except InvalidRequest as exc:
         return [str(v) for v in exc.violations]
     return []
@@ -65,9 +61,7 @@ def four_pools_of_h100(body: dict[str, Any]) -> None:
         },
         "containerSpec": {"imageUri": IMAGE},
     }
-    spec(body)["workerPoolSpecs"] = [
-        {**copy.deepcopy(template), "replicaCount": n} for n in (1, 8, 8, 8)
-    ]
+    spec(body)["workerPoolSpecs"] = [{**copy.deepcopy(template), "replicaCount": n} for n in (1, 8, 8, 8)]
 
 
 # (case, mutation of a valid envelope, the violation path it must name)
@@ -76,43 +70,134 @@ HOSTILE: list[tuple[str, Callable[[dict[str, Any]], Any], str]] = [
     ("reserved ranges", lambda b: spec(b).update(reservedIpRanges=["r"]), "custom_job.jobSpec.reservedIpRanges"),
     (
         "PSC into another project's DNS",
-        lambda b: spec(b).update(pscInterfaceConfig={"networkAttachment": "a", "dnsPeeringConfigs": [{"domain": "corp.", "targetProject": "other", "targetNetwork": "n"}]}),
+        lambda b: spec(b).update(
+            pscInterfaceConfig={
+                "networkAttachment": "a",
+                "dnsPeeringConfigs": [{"domain": "corp.", "targetProject": "other", "targetNetwork": "n"}],
+            }
+        ),
         "custom_job.jobSpec.pscInterfaceConfig",
     ),
     ("interactive shell", lambda b: spec(b).update(enableWebAccess=True), "custom_job.jobSpec.enableWebAccess"),
     ("dashboard", lambda b: spec(b).update(enableDashboardAccess=True), "custom_job.jobSpec.enableDashboardAccess"),
-    ("NFS mount", lambda b: pool0(b).update(nfsMounts=[{"server": "10.0.0.2", "path": "/", "mountPoint": "m"}]), f"{POOL}.nfsMounts"),
-    ("Lustre mount", lambda b: pool0(b).update(lustreMounts=[{"instanceIp": "10.0.0.3", "filesystem": "f", "mountPoint": "m"}]), f"{POOL}.lustreMounts"),
-    ("another team's cluster", lambda b: spec(b).update(persistentResourceId="theirs"), "custom_job.jobSpec.persistentResourceId"),
+    (
+        "NFS mount",
+        lambda b: pool0(b).update(nfsMounts=[{"server": "10.0.0.2", "path": "/", "mountPoint": "m"}]),
+        f"{POOL}.nfsMounts",
+    ),
+    (
+        "Lustre mount",
+        lambda b: pool0(b).update(lustreMounts=[{"instanceIp": "10.0.0.3", "filesystem": "f", "mountPoint": "m"}]),
+        f"{POOL}.lustreMounts",
+    ),
+    (
+        "another team's cluster",
+        lambda b: spec(b).update(persistentResourceId="theirs"),
+        "custom_job.jobSpec.persistentResourceId",
+    ),
     (
         "another team's reservation",
-        lambda b: pool0(b)["machineSpec"].update(reservationAffinity={"reservationAffinityType": "SPECIFIC_RESERVATION", "key": "compute.googleapis.com/reservation-name", "values": ["theirs"]}),
+        lambda b: pool0(b)["machineSpec"].update(
+            reservationAffinity={
+                "reservationAffinityType": "SPECIFIC_RESERVATION",
+                "key": "compute.googleapis.com/reservation-name",
+                "values": ["theirs"],
+            }
+        ),
         f"{POOL}.machineSpec.reservationAffinity",
     ),
-    ("foreign CMEK", lambda b: b["custom_job"].update(encryptionSpec={"kmsKeyName": "projects/o/locations/l/keyRings/r/cryptoKeys/k"}), "custom_job.encryptionSpec"),
-    ("foreign TensorBoard", lambda b: spec(b).update(tensorboard="projects/o/locations/l/tensorboards/1"), "custom_job.jobSpec.tensorboard"),
-    ("foreign experiment", lambda b: spec(b).update(experiment="projects/o/locations/l/metadataStores/d/contexts/e"), "custom_job.jobSpec.experiment"),
-    ("foreign models", lambda b: spec(b).update(models=["projects/o/locations/l/models/m"]), "custom_job.jobSpec.models"),
+    (
+        "foreign CMEK",
+        lambda b: b["custom_job"].update(
+            encryptionSpec={"kmsKeyName": "projects/o/locations/l/keyRings/r/cryptoKeys/k"}
+        ),
+        "custom_job.encryptionSpec",
+    ),
+    (
+        "foreign TensorBoard",
+        lambda b: spec(b).update(tensorboard="projects/o/locations/l/tensorboards/1"),
+        "custom_job.jobSpec.tensorboard",
+    ),
+    (
+        "foreign experiment",
+        lambda b: spec(b).update(experiment="projects/o/locations/l/metadataStores/d/contexts/e"),
+        "custom_job.jobSpec.experiment",
+    ),
+    (
+        "foreign models",
+        lambda b: spec(b).update(models=["projects/o/locations/l/models/m"]),
+        "custom_job.jobSpec.models",
+    ),
     ("four pools of 8 x H100", four_pools_of_h100, "custom_job.jobSpec.workerPoolSpecs"),
-    ("fallback, not allowed by default", lambda b: b.update(fallback={"after_spot_attempts": 1, "strategy": "STANDARD"}), "fallback.strategy"),
-    ("ten thousand years", lambda b: spec(b).update(scheduling={"timeout": "315360000000s"}), "custom_job.jobSpec.scheduling.timeout"),
-    ("65536 GB boot disk", lambda b: pool0(b).update(diskSpec={"bootDiskSizeGb": 65536}), f"{POOL}.diskSpec.bootDiskSizeGb"),
+    (
+        "fallback, not allowed by default",
+        lambda b: b.update(fallback={"after_spot_attempts": 1, "strategy": "STANDARD"}),
+        "fallback.strategy",
+    ),
+    (
+        "ten thousand years",
+        lambda b: spec(b).update(scheduling={"timeout": "315360000000s"}),
+        "custom_job.jobSpec.scheduling.timeout",
+    ),
+    (
+        "65536 GB boot disk",
+        lambda b: pool0(b).update(diskSpec={"bootDiskSizeGb": 65536}),
+        f"{POOL}.diskSpec.bootDiskSizeGb",
+    ),
     (
         "AIP_CHECKPOINT_DIR to another request's folder",
-        lambda b: pool0(b)["containerSpec"].update(env=[{"name": "AIP_CHECKPOINT_DIR", "value": "gs://spotjobs-checkpoints/requests/other/"}]),
+        lambda b: pool0(b)["containerSpec"].update(
+            env=[{"name": "AIP_CHECKPOINT_DIR", "value": "gs://spotjobs-checkpoints/requests/other/"}]
+        ),
         f"{POOL}.containerSpec.env[0].name",
     ),
     *[
-        (f"env {name}", lambda b, name=name: pool0(b)["containerSpec"].update(env=[{"name": name, "value": "x"}]), f"{POOL}.containerSpec.env[0].name")
-        for name in ("CLOUD_ML_JOB_ID", "CLUSTER_SPEC", "TF_CONFIG", "GOOGLE_APPLICATION_CREDENTIALS", "LD_PRELOAD", "PYTHONPATH", "A=B")
+        (
+            f"env {name}",
+            lambda b, name=name: pool0(b)["containerSpec"].update(env=[{"name": name, "value": "x"}]),
+            f"{POOL}.containerSpec.env[0].name",
+        )
+        for name in (
+            "CLOUD_ML_JOB_ID",
+            "CLUSTER_SPEC",
+            "TF_CONFIG",
+            "GOOGLE_APPLICATION_CREDENTIALS",
+            "LD_PRELOAD",
+            "PYTHONPATH",
+            "A=B",
+        )
     ],
-    ("unknown accelerator number", lambda b: pool0(b)["machineSpec"].update(acceleratorType=999), f"{POOL}.machineSpec.acceleratorType"),
-    ("image with ..", lambda b: pool0(b)["containerSpec"].update(imageUri="us-docker.pkg.dev/corp/train/../../evil/x:1"), f"{POOL}.containerSpec.imageUri"),
-    ("image next to the allowed repository", lambda b: pool0(b)["containerSpec"].update(imageUri="us-docker.pkg.dev/corp/train-evil/x:1"), f"{POOL}.containerSpec.imageUri"),
-    ("unlisted service account", lambda b: spec(b).update(serviceAccount="owner@corp.iam.gserviceaccount.com"), "custom_job.jobSpec.serviceAccount"),
+    (
+        "unknown accelerator number",
+        lambda b: pool0(b)["machineSpec"].update(acceleratorType=999),
+        f"{POOL}.machineSpec.acceleratorType",
+    ),
+    (
+        "image with ..",
+        lambda b: pool0(b)["containerSpec"].update(imageUri="us-docker.pkg.dev/corp/train/../../evil/x:1"),
+        f"{POOL}.containerSpec.imageUri",
+    ),
+    (
+        "image next to the allowed repository",
+        lambda b: pool0(b)["containerSpec"].update(imageUri="us-docker.pkg.dev/corp/train-evil/x:1"),
+        f"{POOL}.containerSpec.imageUri",
+    ),
+    (
+        "unlisted service account",
+        lambda b: spec(b).update(serviceAccount="owner@corp.iam.gserviceaccount.com"),
+        "custom_job.jobSpec.serviceAccount",
+    ),
     ("publisher-set attempt", lambda b: b.update(attempt=2), "attempt"),
-    ("GPU partitions", lambda b: pool0(b)["machineSpec"].update(gpuPartitionSize="1g.10gb"), f"{POOL}.machineSpec.gpuPartitionSize"),
-    ("protected artifacts elsewhere", lambda b: spec(b).update(protectedArtifactLocationId="us-east1"), "custom_job.jobSpec.protectedArtifactLocationId"),
+    (
+        "GPU partitions",
+        lambda b: pool0(b)["machineSpec"].update(gpuPartitionSize="1g.10gb"),
+        f"{POOL}.machineSpec.gpuPartitionSize",
+    ),
+    (
+        "protected artifacts elsewhere",
+        lambda b: spec(b).update(protectedArtifactLocationId="us-east1"),
+        "custom_job.jobSpec.protectedArtifactLocationId",
+    ),
 ]
 
 
@@ -133,9 +218,7 @@ def test_a_hostile_request_is_refused_naming_its_path(
 def test_fallback_once_allowed_still_needs_spot_attempts_first() -> None:
     settings = dataclasses.replace(OPERATOR, allowed_fallback_strategies=("STANDARD",))
     body = envelope(fallback={"after_spot_attempts": 0, "strategy": "STANDARD"})
-    assert violations(body, settings) == [
-        "fallback.after_spot_attempts: is 0; at least 1 Spot attempts come first"
-    ]
+    assert violations(body, settings) == ["fallback.after_spot_attempts: is 0; at least 1 Spot attempts come first"]
     body["fallback"]["after_spot_attempts"] = 1
     assert violations(body, settings) == []
     body["fallback"]["strategy"] = "FLEX_START"
@@ -155,7 +238,13 @@ def test_a_prefix_without_its_trailing_slash_still_matches_whole_components() ->
 
 @pytest.mark.parametrize(
     "image",
-    ["us-docker.pkg.dev/corp/train/../x:1", "us-docker.pkg.dev/corp/train//x", "us-docker.pkg.dev/corp/Train/x", " us-docker.pkg.dev/corp/train/x", "us-docker.pkg.dev/corp/train/x:../y"],
+    [
+        "us-docker.pkg.dev/corp/train/../x:1",
+        "us-docker.pkg.dev/corp/train//x",
+        "us-docker.pkg.dev/corp/Train/x",
+        " us-docker.pkg.dev/corp/train/x",
+        "us-docker.pkg.dev/corp/train/x:../y",
+    ],
 )
 def test_malformed_image_references_are_refused(image: str) -> None:
     with pytest.raises(BadReference):
@@ -180,8 +269,7 @@ def test_with_no_account_list_only_the_training_account_may_be_named() -> None:
     assert violations(body, settings) == []
     spec(body)["serviceAccount"] = "any@x.iam.gserviceaccount.com"
     assert violations(body, settings) == [
-        f"custom_job.jobSpec.serviceAccount: is any@x.iam.gserviceaccount.com; allowed service "
-        f"accounts: {TRAINER}"
+        f"custom_job.jobSpec.serviceAccount: is any@x.iam.gserviceaccount.com; allowed service accounts: {TRAINER}"
     ]
 
 
@@ -207,9 +295,7 @@ def test_ceilings_on_pools_accelerators_and_timeout() -> None:
     ]
     body = envelope()
     spec(body)["scheduling"] = {"timeout": "3600s", "maxWaitDuration": "7200s"}
-    assert violations(body, short) == [
-        "custom_job.jobSpec.scheduling.maxWaitDuration: is 7200s; at most 3600s"
-    ]
+    assert violations(body, short) == ["custom_job.jobSpec.scheduling.maxWaitDuration: is 7200s; at most 3600s"]
 
 
 def test_regions_outside_the_allowlist_are_refused() -> None:
@@ -261,9 +347,7 @@ def test_attempt_is_read_only_from_the_systems_requeue_messages() -> None:
         "attempt: is set only by spotjobs, on its own re-queue messages; a published request is "
         "attempt 1 (leave it out)"
     ]
-    request = validate_request(
-        json.dumps(body).encode(), attributes=REQUEUE_ATTRIBUTES, settings=OPERATOR
-    )
+    request = validate_request(json.dumps(body).encode(), attributes=REQUEUE_ATTRIBUTES, settings=OPERATOR)
     assert request.attempt == 2
 
 

@@ -30,8 +30,9 @@ def bin_dir(tmp_path: Path, *tools: str) -> Path:
 
 def test_without_gcloud_and_java_one_line_says_what_to_install_and_how(tmp_path: Path) -> None:
     path = bin_dir(tmp_path)
-    result = subprocess.run([str(path / "python3"), str(SCRIPT)], env={"PATH": str(path)},
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [str(path / "python3"), str(SCRIPT)], env={"PATH": str(path)}, capture_output=True, text=True
+    )
     assert result.returncode == 1 and result.stdout == ""
     lines = result.stderr.splitlines()
     assert len(lines) == 1, result.stderr
@@ -60,9 +61,9 @@ def test_an_old_python_is_named_with_the_version_needed() -> None:
 def test_make_demo_and_make_test_stop_at_the_message(tmp_path: Path) -> None:
     path = bin_dir(tmp_path, "make")
     for target in ("demo", "test"):
-        result = subprocess.run(["make", "-s", target], cwd=REPO, env={"PATH": str(path)},
-                                capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            ["make", "-s", target], cwd=REPO, env={"PATH": str(path)}, capture_output=True, text=True, timeout=60
+        )
         assert result.returncode != 0
         assert result.stderr.startswith("spotjobs needs the Google Cloud CLI"), result.stderr
         assert "Traceback" not in result.stderr and result.stdout == ""
-

@@ -35,7 +35,9 @@ from tests.unit.test_prune_support import (
 HOUR = timedelta(hours=1)
 
 
-def record(status: str = RequestStatus.RUNNING, *, finished_ago: timedelta | None = None, keep_last: object = None) -> RequestRecord:
+def record(
+    status: str = RequestStatus.RUNNING, *, finished_ago: timedelta | None = None, keep_last: object = None
+) -> RequestRecord:
     request: dict = {}
     if keep_last is not None:
         request["checkpoints"] = {"keep_last": keep_last}
@@ -45,7 +47,9 @@ def record(status: str = RequestStatus.RUNNING, *, finished_ago: timedelta | Non
     return rec
 
 
-def run_prune(store: MemoryStore, records: dict[str, RequestRecord] | None = None, *, dry_run: bool = False, **overrides: object) -> PruneResult:
+def run_prune(
+    store: MemoryStore, records: dict[str, RequestRecord] | None = None, *, dry_run: bool = False, **overrides: object
+) -> PruneResult:
     records = records or {}
     return prune_requests(
         store,
@@ -73,7 +77,9 @@ def ckpt(step: int, complete: bool = True, *, age: timedelta = 2 * HOUR, kind: s
 
 
 def test_keeps_the_newest_keep_last_complete() -> None:
-    verdicts = judge_checkpoints([ckpt(s) for s in (100, 200, 300, 400)], lifecycle=Lifecycle.ACTIVE, keep_last=2, policy=policy(), now=NOW)
+    verdicts = judge_checkpoints(
+        [ckpt(s) for s in (100, 200, 300, 400)], lifecycle=Lifecycle.ACTIVE, keep_last=2, policy=policy(), now=NOW
+    )
     assert [(d.checkpoint.step, d.delete) for d in verdicts] == [(100, True), (200, True), (300, False), (400, False)]
 
 
@@ -97,7 +103,13 @@ def test_without_any_complete_checkpoint_nothing_is_deleted() -> None:
 @pytest.mark.parametrize("keep_final", [True, False])
 def test_retention_expired_keeps_only_the_final_checkpoint(keep_final: bool) -> None:
     checkpoints = [ckpt(100), ckpt(200), ckpt(300), ckpt(400, complete=False)]
-    verdicts = judge_checkpoints(checkpoints, lifecycle=Lifecycle.RETENTION_EXPIRED, keep_last=5, policy=policy(keep_final_checkpoint=keep_final), now=NOW)
+    verdicts = judge_checkpoints(
+        checkpoints,
+        lifecycle=Lifecycle.RETENTION_EXPIRED,
+        keep_last=5,
+        policy=policy(keep_final_checkpoint=keep_final),
+        now=NOW,
+    )
     kept = [d.checkpoint.step for d in verdicts if not d.delete]
     assert kept == ([300] if keep_final else [])
 
@@ -191,10 +203,17 @@ def test_tensorflow_index_file_survives_and_incomplete_stems_wait_for_grace() ->
     tf_checkpoint(store, "r1", "ckpt-4", index=False, at=NOW)  # being written
     tf_index(store, "r1", ["ckpt-1", "ckpt-2", "ckpt-3"])
     run_prune(store)
-    assert surviving(store) == {"checkpoint", "ckpt-2.index", "ckpt-2.data-00000-of-00002",
-                                "ckpt-2.data-00001-of-00002", "ckpt-3.index",
-                                "ckpt-3.data-00000-of-00002", "ckpt-3.data-00001-of-00002",
-                                "ckpt-4.data-00000-of-00002", "ckpt-4.data-00001-of-00002"}
+    assert surviving(store) == {
+        "checkpoint",
+        "ckpt-2.index",
+        "ckpt-2.data-00000-of-00002",
+        "ckpt-2.data-00001-of-00002",
+        "ckpt-3.index",
+        "ckpt-3.data-00000-of-00002",
+        "ckpt-3.data-00001-of-00002",
+        "ckpt-4.data-00000-of-00002",
+        "ckpt-4.data-00001-of-00002",
+    }
 
 
 def test_finished_request_past_retention_keeps_its_final_checkpoint() -> None:
@@ -244,11 +263,15 @@ def test_a_prefix_checkpoint_whose_marker_changed_after_planning_is_left_alone()
     store.before_list_all = recommit
     [report] = run_prune(store).reports
     assert surviving(store) == {"step-000100", "step-000200", "step-000300"}
-    assert report.skipped == [{"checkpoint": "step-000100/", "reason": "its commit marker was rewritten since planning"}]
+    assert report.skipped == [
+        {"checkpoint": "step-000100/", "reason": "its commit marker was rewritten since planning"}
+    ]
 
 
 @pytest.mark.parametrize(("late_write_age", "deleted"), [(timedelta(minutes=10), False), (4 * HOUR, True)])
-def test_a_write_after_the_marker_holds_a_checkpoint_only_while_recent(late_write_age: timedelta, deleted: bool) -> None:
+def test_a_write_after_the_marker_holds_a_checkpoint_only_while_recent(
+    late_write_age: timedelta, deleted: bool
+) -> None:
     store = MemoryStore()
     for step in (100, 200, 300):
         prefix_checkpoint(store, "r1", f"step-{step:06d}/", at=NOW - 5 * HOUR)
@@ -263,7 +286,9 @@ def test_a_shard_rewritten_between_listing_and_delete_survives() -> None:
     for step in (100, 200, 300):
         prefix_checkpoint(store, "r1", f"step-{step:06d}/", shards=3)
     shard = f"{folder('r1')}step-000100/shard-1"
-    store.before_delete = lambda obj: store.put(shard, size=7) if obj.name == shard and store.objects[shard].size != 7 else None
+    store.before_delete = lambda obj: (
+        store.put(shard, size=7) if obj.name == shard and store.objects[shard].size != 7 else None
+    )
     [report] = run_prune(store).reports
     assert store.objects[shard].size == 7
     assert report.objects_deleted == 3 and report.objects_skipped == 1
@@ -297,7 +322,9 @@ def test_deletes_outside_the_request_folder_are_refused() -> None:
     execution = _Execution(store, LAYOUT, policy(), dry_run=False, now=NOW)
     report = RequestReport("r1", dry_run=False)
     with pytest.raises(OutOfScope):
-        execution._delete(folder("r1"), store.objects["requests/r1/model/weights.bin"], {"objects": 0, "bytes": 0}, report)
+        execution._delete(
+            folder("r1"), store.objects["requests/r1/model/weights.bin"], {"objects": 0, "bytes": 0}, report
+        )
     assert "requests/r1/model/weights.bin" in store.names()
 
 
@@ -318,7 +345,9 @@ def test_a_failing_request_does_not_stop_the_others() -> None:
             raise ConnectionError("ledger unreachable")
         return None
 
-    result = prune_requests(store, ["a", "b"], read_record=read_record, layout=LAYOUT, policy=policy(), workers=2, now=NOW)
+    result = prune_requests(
+        store, ["a", "b"], read_record=read_record, layout=LAYOUT, policy=policy(), workers=2, now=NOW
+    )
     by_id = {r.request_id: r for r in result.reports}
     assert by_id["a"].errors and by_id["a"].retryable_errors == 1
     assert by_id["b"].objects_deleted == 1
@@ -338,11 +367,13 @@ def test_run_tasks_runs_follow_ups_and_bounds_the_draw() -> None:
             with lock:
                 done.append(name)
             return ()
+
         return task
 
     def parent(i: int):
         def task():
             return [leaf(f"{i}.{j}") for j in range(3)]
+
         return task
 
     def source():
@@ -404,8 +435,10 @@ class FailingStore(MemoryStore):
         return super().list_folder(prefix)
 
 
-@pytest.mark.parametrize(("error", "severity"), [(Forbidden("no storage.objects.list"), "ERROR"),
-                                                 (ServiceUnavailable("try later"), "WARNING")])
+@pytest.mark.parametrize(
+    ("error", "severity"),
+    [(Forbidden("no storage.objects.list"), "ERROR"), (ServiceUnavailable("try later"), "WARNING")],
+)
 def test_report_alert_fires_on_errors_even_when_nothing_was_deleted(error: Exception, severity: str) -> None:
     store = FailingStore("r2", error)
     for rid in ("r1", "r2"):

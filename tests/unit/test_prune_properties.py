@@ -37,9 +37,20 @@ checkpoint_specs = st.builds(
     minutes_old=st.integers(0, 60 * 24 * 10),
     marker=st.sampled_from(MARKERS),
 )
-statuses = st.sampled_from([None, RequestStatus.RUNNING, RequestStatus.REQUEUED, RequestStatus.SUCCEEDED, RequestStatus.GAVE_UP, RequestStatus.FAILED])
+statuses = st.sampled_from(
+    [
+        None,
+        RequestStatus.RUNNING,
+        RequestStatus.REQUEUED,
+        RequestStatus.SUCCEEDED,
+        RequestStatus.GAVE_UP,
+        RequestStatus.FAILED,
+    ]
+)
 requests = st.lists(
-    st.tuples(statuses, st.integers(0, 60 * 24 * 14), st.none() | st.integers(-2, 30), st.lists(checkpoint_specs, max_size=12)),
+    st.tuples(
+        statuses, st.integers(0, 60 * 24 * 14), st.none() | st.integers(-2, 30), st.lists(checkpoint_specs, max_size=12)
+    ),
     min_size=1,
     max_size=4,
 )
@@ -55,7 +66,14 @@ OUTSIDE = (
     "requests/README-{rid}",
 )
 # Numbered user files too: a number that follows no checkpoint word is not a step.
-UNMANAGED = ("checkpoint", "best/weights.bin", "notes.txt", "vocab_32000.txt", "run-20240105-1200.log", "eval-7/metrics.json")
+UNMANAGED = (
+    "checkpoint",
+    "best/weights.bin",
+    "notes.txt",
+    "vocab_32000.txt",
+    "run-20240105-1200.log",
+    "eval-7/metrics.json",
+)
 
 
 def write(store: MemoryStore, rid: str, index: int, spec: Spec) -> tuple[str, list[str]]:
@@ -116,8 +134,15 @@ def test_newest_complete_survives_and_nothing_outside_is_touched(layout, keep_fi
             newest_complete[rid] = [names for key, names in complete_units if key == best]
 
     before = store.names()
-    result = prune_requests(store, store.list_request_ids(LAYOUT.root), read_record=records.get, layout=LAYOUT,
-                            policy=policy(keep_final_checkpoint=keep_final), workers=3, now=NOW)
+    result = prune_requests(
+        store,
+        store.list_request_ids(LAYOUT.root),
+        read_record=records.get,
+        layout=LAYOUT,
+        policy=policy(keep_final_checkpoint=keep_final),
+        workers=3,
+        now=NOW,
+    )
 
     assert result.summary["errors"] == 0
     after = store.names()

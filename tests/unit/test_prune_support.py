@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from spotjobs_kit.layout import FolderListing, ListedObject
 
@@ -14,7 +14,7 @@ from shared.pruning.folders import CheckpointLayout
 from shared.pruning.retention import PrunePolicy
 from shared.pruning.store import DeleteOutcome
 
-NOW = datetime(2026, 11, 1, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 LAYOUT = CheckpointLayout("ckpt-bucket", "requests/")
 
 
@@ -101,7 +101,9 @@ class MemoryStore:
 
     def list_request_ids(self, root: str, *, after: str = "") -> Iterator[str]:
         # Like GCS: in the order of the folder prefixes ("a-1/" before "a/"), not of bare ids.
-        prefixes = {n[len(root) :].split("/", 1)[0] + "/" for n in self.objects if n.startswith(root) and "/" in n[len(root) :]}
+        prefixes = {
+            n[len(root) :].split("/", 1)[0] + "/" for n in self.objects if n.startswith(root) and "/" in n[len(root) :]
+        }
         yield from (p[:-1] for p in sorted(prefixes) if not after or p > f"{after}/")
 
 
@@ -113,8 +115,13 @@ def folder(request_id: str) -> str:
 
 
 def prefix_checkpoint(
-    store: MemoryStore, request_id: str, name: str, *, marker: str | None = "COMMITTED",
-    shards: int = 3, at: datetime = NOW,
+    store: MemoryStore,
+    request_id: str,
+    name: str,
+    *,
+    marker: str | None = "COMMITTED",
+    shards: int = 3,
+    at: datetime = NOW,
 ) -> None:
     base = f"{folder(request_id)}{name}"
     for i in range(shards):
@@ -128,7 +135,12 @@ def file_checkpoint(store: MemoryStore, request_id: str, name: str, *, at: datet
 
 
 def tf_checkpoint(
-    store: MemoryStore, request_id: str, stem: str, *, shards: int = 2, index: bool = True,
+    store: MemoryStore,
+    request_id: str,
+    stem: str,
+    *,
+    shards: int = 2,
+    index: bool = True,
     at: datetime = NOW,
 ) -> None:
     base = f"{folder(request_id)}{stem}"
@@ -139,7 +151,5 @@ def tf_checkpoint(
 
 
 def tf_index(store: MemoryStore, request_id: str, stems: list[str], *, at: datetime = NOW) -> None:
-    lines = [f'model_checkpoint_path: "{stems[-1]}"'] + [
-        f'all_model_checkpoint_paths: "{s}"' for s in stems
-    ]
+    lines = [f'model_checkpoint_path: "{stems[-1]}"'] + [f'all_model_checkpoint_paths: "{s}"' for s in stems]
     store.put(f"{folder(request_id)}checkpoint", at=at, text="\n".join(lines) + "\n")

@@ -11,7 +11,7 @@ import io
 import json
 import textwrap
 import types
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -44,7 +44,10 @@ def _request(body: object) -> types.SimpleNamespace:
 def _run(body: object, handler) -> tuple[tuple[str, int], list[dict]]:
     stream = io.StringIO()
     response = handle_push(
-        _request(body), handler, function="f", max_age_seconds=float("inf"),
+        _request(body),
+        handler,
+        function="f",
+        max_age_seconds=float("inf"),
         log=Logger(stream=stream, min_severity="DEBUG"),
     )
     return response, [json.loads(line) for line in stream.getvalue().splitlines()]
@@ -52,7 +55,7 @@ def _run(body: object, handler) -> tuple[tuple[str, int], list[dict]]:
 
 def test_an_attributes_only_push_decodes_into_a_message_with_empty_data() -> None:
     assert message_from_push(ATTRIBUTES_ONLY) == Message(
-        b"", "1234567890", {"request_id": "r-1"}, datetime(2026, 3, 1, 12, 0, 0, 123000, timezone.utc)
+        b"", "1234567890", {"request_id": "r-1"}, datetime(2026, 3, 1, 12, 0, 0, 123000, UTC)
     )
 
 
@@ -67,7 +70,7 @@ def test_an_attributes_only_push_reaches_the_handler_and_is_acknowledged() -> No
 def test_a_body_that_is_not_a_push_is_refused_with_400_and_a_line() -> None:
     for body in ({}, b"not json", {"message": "x"}, b""):
         called: list[Message] = []
-        (_, status), lines = _run(body, lambda message, log: called.append(message))
+        (_, status), lines = _run(body, lambda message, log, called=called: called.append(message))
         assert status == 400 and called == []
         assert [(line["severity"], line["event"]) for line in lines] == [("ERROR", "undecodable")]
 
@@ -84,13 +87,15 @@ def test_functions_frameworks_cloudevent_conversion_refuses_it_and_our_entry_poi
     import functions_framework
 
     source = tmp_path / "main.py"
-    source.write_text(textwrap.dedent('''
+    source.write_text(
+        textwrap.dedent("""
         import functions_framework
 
         @functions_framework.cloud_event
         def as_cloudevent(event):
             pass
-    '''))
+    """)
+    )
     path = "/projects/p/topics/job-requests"
     cloudevent = functions_framework.create_app("as_cloudevent", str(source), "cloudevent").test_client()
     assert cloudevent.post(path, json=ATTRIBUTES_ONLY).status_code == 400  # why the entry points are HTTP

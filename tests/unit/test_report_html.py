@@ -19,9 +19,15 @@ def record(request_id: str, status: str, attempts: list[dict[str, Any]], **extra
         "request_id": request_id,
         "status": status,
         "request": {
-            "request_id": request_id, "location": "us-central1", "max_attempts": 4,
-            "custom_job": {"displayName": request_id, "jobSpec": {"workerPoolSpecs": [
-                {"machineSpec": MACHINE, "replicaCount": 1, "containerSpec": {"imageUri": "x"}}]}},
+            "request_id": request_id,
+            "location": "us-central1",
+            "max_attempts": 4,
+            "custom_job": {
+                "displayName": request_id,
+                "jobSpec": {
+                    "workerPoolSpecs": [{"machineSpec": MACHINE, "replicaCount": 1, "containerSpec": {"imageUri": "x"}}]
+                },
+            },
         },
         "output_dir": f"gs://ckpt/spotjobs/{request_id}/",
         "attempts": attempts,
@@ -32,22 +38,48 @@ def record(request_id: str, status: str, attempts: list[dict[str, Any]], **extra
     }
 
 
-def attempt(n: int, job: str, start: str, end: str | None, outcome: str | None, preemptions: int,
-            strategy: str = "SPOT", **extra: Any) -> dict[str, Any]:
-    return {"n": n, "location": "us-central1", "strategy": strategy, "claimed_at": start, "job": job,
-            "state": "JOB_STATE_SUCCEEDED" if outcome == "succeeded" else "JOB_STATE_FAILED",
-            "created_at": start, "started_at": start, "ended_at": end, "preemptions": preemptions,
-            "outcome": outcome, **extra}
+def attempt(
+    n: int,
+    job: str,
+    start: str,
+    end: str | None,
+    outcome: str | None,
+    preemptions: int,
+    strategy: str = "SPOT",
+    **extra: Any,
+) -> dict[str, Any]:
+    return {
+        "n": n,
+        "location": "us-central1",
+        "strategy": strategy,
+        "claimed_at": start,
+        "job": job,
+        "state": "JOB_STATE_SUCCEEDED" if outcome == "succeeded" else "JOB_STATE_FAILED",
+        "created_at": start,
+        "started_at": start,
+        "ended_at": end,
+        "preemptions": preemptions,
+        "outcome": outcome,
+        **extra,
+    }
 
 
 def runs(spans: list[tuple[int, int]], every: int = 100, finished_last: bool = False) -> list[dict[str, Any]]:
     result = []
     for index, (start, end) in enumerate(spans):
-        result.append({
-            "run": index, "start_step": start, "end_step": end,
-            "checkpoints": [{"checkpoint": f"ckpt-{s:06d}/", "step": s} for s in range(start + every - start % every, end + 1, every) if s > start],
-            "finished": finished_last and index == len(spans) - 1,
-        })
+        result.append(
+            {
+                "run": index,
+                "start_step": start,
+                "end_step": end,
+                "checkpoints": [
+                    {"checkpoint": f"ckpt-{s:06d}/", "step": s}
+                    for s in range(start + every - start % every, end + 1, every)
+                    if s > start
+                ],
+                "finished": finished_last and index == len(spans) - 1,
+            }
+        )
     return result
 
 
@@ -59,24 +91,57 @@ ATTEMPT_2_RUNS = [(700, 1000)]
 
 
 def scenario() -> dict[str, Any]:
-    first = attempt(1, "projects/p/locations/us-central1/customJobs/1", "2026-11-29T10:00:00.000Z",
-                    "2026-11-29T11:00:00.000Z", "requeued", 7)
-    second = attempt(2, "projects/p/locations/us-central1/customJobs/2", "2026-11-29T11:01:00.000Z",
-                     "2026-11-29T12:00:00.000Z", "succeeded", 0,
-                     # A field a newer ledger writes (the renderer shows it rather than failing).
-                     preemptions_unknown=False)
+    first = attempt(
+        1,
+        "projects/p/locations/us-central1/customJobs/1",
+        "2026-11-29T10:00:00.000Z",
+        "2026-11-29T11:00:00.000Z",
+        "requeued",
+        7,
+    )
+    second = attempt(
+        2,
+        "projects/p/locations/us-central1/customJobs/2",
+        "2026-11-29T11:01:00.000Z",
+        "2026-11-29T12:00:00.000Z",
+        "succeeded",
+        0,
+        # A field a newer ledger writes (the renderer shows it rather than failing).
+        preemptions_unknown=False,
+    )
     run_data = {first["job"]: runs(ATTEMPT_1_RUNS), second["job"]: runs(ATTEMPT_2_RUNS, finished_last=True)}
-    written = sorted({c["checkpoint"]: c["step"] for rs in run_data.values() for r in rs for c in r["checkpoints"]}.items(),
-                     key=lambda item: item[1])
+    written = sorted(
+        {c["checkpoint"]: c["step"] for rs in run_data.values() for r in rs for c in r["checkpoints"]}.items(),
+        key=lambda item: item[1],
+    )
     kept = {name for name, _ in written[-2:]}
-    checkpoints = {"demo-requeued": [{"checkpoint": name, "step": step, "state": "kept" if name in kept else "pruned"}
-                                     for name, step in written]}
+    checkpoints = {
+        "demo-requeued": [
+            {"checkpoint": name, "step": step, "state": "kept" if name in kept else "pruned"} for name, step in written
+        ]
+    }
     rejected = record("demo-invalid", "REJECTED", [])
-    failed = record("demo-bug", "FAILED", [attempt(1, "projects/p/locations/us-central1/customJobs/3",
-                                                    "2026-11-29T10:00:00.000Z", "2026-11-29T10:05:00.000Z", "failed", 2,
-                                                    error={"code": 13, "message": "exit 1"})])
-    return {"records": [record("demo-requeued", "SUCCEEDED", [first, second]), failed, rejected],
-            "runs": run_data, "checkpoints": checkpoints, "written": written}
+    failed = record(
+        "demo-bug",
+        "FAILED",
+        [
+            attempt(
+                1,
+                "projects/p/locations/us-central1/customJobs/3",
+                "2026-11-29T10:00:00.000Z",
+                "2026-11-29T10:05:00.000Z",
+                "failed",
+                2,
+                error={"code": 13, "message": "exit 1"},
+            )
+        ],
+    )
+    return {
+        "records": [record("demo-requeued", "SUCCEEDED", [first, second]), failed, rejected],
+        "runs": run_data,
+        "checkpoints": checkpoints,
+        "written": written,
+    }
 
 
 def marks(dom: str, mark: str, **attributes: str) -> list[str]:
@@ -87,7 +152,7 @@ def marks(dom: str, mark: str, **attributes: str) -> list[str]:
 def section(dom: str, request_id: str) -> str:
     start = dom.index(f'data-request-id="{request_id}"')
     end = dom.find('<section class="request"', start)
-    return dom[start: end if end != -1 else len(dom)]
+    return dom[start : end if end != -1 else len(dom)]
 
 
 def test_totals_of_the_known_scenario() -> None:
@@ -95,11 +160,15 @@ def test_totals_of_the_known_scenario() -> None:
     views = build_views(data["records"], runs=data["runs"], checkpoints=data["checkpoints"])
     summary = totals(views, seconds_per_step=60)
     computed = sum(e - s for s, e in ATTEMPT_1_RUNS + ATTEMPT_2_RUNS)
-    lost = sum(max(0, a[1] - b[0]) for a, b in zip(ATTEMPT_1_RUNS + ATTEMPT_2_RUNS, (ATTEMPT_1_RUNS + ATTEMPT_2_RUNS)[1:]))
+    lost = sum(
+        max(0, a[1] - b[0]) for a, b in zip(ATTEMPT_1_RUNS + ATTEMPT_2_RUNS, (ATTEMPT_1_RUNS + ATTEMPT_2_RUNS)[1:])
+    )
     assert summary["steps_computed"] == computed and summary["steps_lost"] == lost
     assert summary["goodput"] == round(1000 / computed, 4)
     assert summary["preemptions"] == 9 and summary["requeues"] == 1 and summary["attempts"] == 3
-    assert summary["preemptions_by_machine"] == [{"machine_type": "a2-highgpu-1g", "location": "us-central1", "preemptions": 9}]
+    assert summary["preemptions_by_machine"] == [
+        {"machine_type": "a2-highgpu-1g", "location": "us-central1", "preemptions": 9}
+    ]
     assert 0 < summary["cost_spot_usd"] < summary["cost_on_demand_usd"]
     assert summary["outcomes"] == {"failed": 1, "rejected": 1, "succeeded": 1}
 
@@ -115,8 +184,15 @@ def test_the_page_is_self_contained() -> None:
 def test_the_timeline_renders_in_chromium_with_the_expected_marks(tmp_path: Path) -> None:
     data = scenario()
     path = tmp_path / "report.html"
-    path.write_text(render_report(data["records"], runs=data["runs"], checkpoints=data["checkpoints"],
-                                  seconds_per_step=60, title="known scenario"))
+    path.write_text(
+        render_report(
+            data["records"],
+            runs=data["runs"],
+            checkpoints=data["checkpoints"],
+            seconds_per_step=60,
+            title="known scenario",
+        )
+    )
     page = render(path)
     assert page.console == []
     assert page.screenshot_bytes > 10_000  # something was painted
@@ -124,7 +200,10 @@ def test_the_timeline_renders_in_chromium_with_the_expected_marks(tmp_path: Path
     assert "<title>known scenario</title>" in dom
 
     requeued = section(dom, "demo-requeued")
-    assert [re.search(r'data-outcome="(\w+)"', t).group(1) for t in marks(requeued, "attempt")] == ["requeued", "succeeded"]
+    assert [re.search(r'data-outcome="(\w+)"', t).group(1) for t in marks(requeued, "attempt")] == [
+        "requeued",
+        "succeeded",
+    ]
     assert len(marks(requeued, "run", attempt="1")) == 7 and len(marks(requeued, "run", attempt="2")) == 1
     # Every run of attempt 1 ended in a preemption (the seventh made Vertex give up); none in 2.
     assert len(marks(requeued, "preemption", attempt="1")) == 7 and not marks(requeued, "preemption", attempt="2")
@@ -133,7 +212,10 @@ def test_the_timeline_renders_in_chromium_with_the_expected_marks(tmp_path: Path
     assert len(marks(requeued, "checkpoint", state="kept")) == 2
     assert len(marks(requeued, "checkpoint", state="pruned")) == len(committed) - 2
     assert marks(requeued, "pruning", pruned=str(len(data["written"]) - 2))
-    assert [re.search(r'data-outcome="(\w+)"', t).group(1) for t in marks(requeued, "outcome")] == ["requeued", "succeeded"]
+    assert [re.search(r'data-outcome="(\w+)"', t).group(1) for t in marks(requeued, "outcome")] == [
+        "requeued",
+        "succeeded",
+    ]
     assert "preemptions_unknown" in requeued  # a newer ledger field, shown as it is
 
     bug = section(dom, "demo-bug")

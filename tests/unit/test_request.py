@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -28,16 +28,12 @@ SETTINGS = Settings.from_env({})
 MAX_BYTES = SETTINGS.max_request_bytes
 
 
-PUBLISHED = datetime(2026, 11, 30, 21, 5, 42, tzinfo=timezone.utc)
+PUBLISHED = datetime(2026, 11, 30, 21, 5, 42, tzinfo=UTC)
 
 
-def read(
-    body: Any, *, published_at: datetime | None = PUBLISHED, **attributes: str
-) -> tuple[JobRequest, list[str]]:
+def read(body: Any, *, published_at: datetime | None = PUBLISHED, **attributes: str) -> tuple[JobRequest, list[str]]:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    request, violations = read_request(
-        data, attributes=attributes, max_bytes=MAX_BYTES, published_at=published_at
-    )
+    request, violations = read_request(data, attributes=attributes, max_bytes=MAX_BYTES, published_at=published_at)
     return request, [str(v) for v in violations]
 
 
@@ -69,9 +65,7 @@ def test_a_bare_body_takes_its_request_id_from_the_message_attribute() -> None:
 
 def test_a_bare_body_with_a_bad_request_id_attribute_is_rejected() -> None:
     _, violations = read(docs_body(), request_id="Nightly 42")
-    assert len(violations) == 1 and violations[0].startswith(
-        "attributes.request_id: is 'Nightly 42'"
-    )
+    assert len(violations) == 1 and violations[0].startswith("attributes.request_id: is 'Nightly 42'")
 
 
 def test_a_bare_body_without_an_id_is_named_by_its_content_and_minute_never_its_message() -> None:
@@ -150,10 +144,7 @@ def test_enums_may_be_names_or_numbers_as_rest_clients_send_them() -> None:
     request, violations = read(body)
     assert violations == []
     assert request.custom_job["jobSpec"]["scheduling"]["strategy"] == "SPOT"
-    assert (
-        request.custom_job["jobSpec"]["workerPoolSpecs"][0]["machineSpec"]["acceleratorType"]
-        == "NVIDIA_TESLA_A100"
-    )
+    assert request.custom_job["jobSpec"]["workerPoolSpecs"][0]["machineSpec"]["acceleratorType"] == "NVIDIA_TESLA_A100"
 
 
 @pytest.mark.parametrize(
@@ -191,9 +182,7 @@ def test_enums_may_be_names_or_numbers_as_rest_clients_send_them() -> None:
         (lambda b: b.update(labels={"team": 1}), "labels: expected a map of a string"),
         (lambda b: b.update(name="projects/p/locations/l/customJobs/1"), "name: is output only"),
         (
-            lambda b: b["jobSpec"]["workerPoolSpecs"][0].update(
-                pythonPackageSpec={"executorImageUri": "x"}
-            ),
+            lambda b: b["jobSpec"]["workerPoolSpecs"][0].update(pythonPackageSpec={"executorImageUri": "x"}),
             "jobSpec.workerPoolSpecs[0].pythonPackageSpec: only one of containerSpec and pythonPackageSpec",
         ),
         (lambda b: b.update(display_name="again"), "display_name: repeats displayName"),
@@ -316,9 +305,7 @@ def test_a_system_requeue_may_exceed_the_request_limit_by_the_envelope_it_gained
 
 def test_even_a_requeue_is_bounded_at_twice_the_request_limit() -> None:
     _, violations = read(_padded_envelope(2 * MAX_BYTES + 1, attempt=2), **REQUEUE_ATTRIBUTES)
-    assert violations == [
-        f"body: is {2 * MAX_BYTES + 1} bytes; at most {MAX_BYTES} are accepted"
-    ]
+    assert violations == [f"body: is {2 * MAX_BYTES + 1} bytes; at most {MAX_BYTES} are accepted"]
 
 
 def test_an_unusable_body_keeps_the_request_id_its_publisher_gave() -> None:
@@ -339,10 +326,7 @@ def test_the_canonical_envelope_resolves_defaults_and_keeps_the_job_as_submitted
         "fallback": {"after_spot_attempts": 2, "strategy": "STANDARD"},
         "checkpoints": {"keep_last": 3},
     }
-    assert (
-        "labels" not in envelope["custom_job"]
-        or "spotjobs-attempt" not in envelope["custom_job"]["labels"]
-    )
+    assert "labels" not in envelope["custom_job"] or "spotjobs-attempt" not in envelope["custom_job"]["labels"]
 
     bare, _ = read(docs_body())
     defaults = canonical_envelope(bare, default_location="us-east1", default_max_attempts=3)
@@ -400,9 +384,7 @@ def test_a_publisher_may_not_set_attempt_only_the_systems_requeue_may() -> None:
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
-    lambda children: (
-        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4)
-    ),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4),
     max_leaves=30,
 )
 job_keys = st.sampled_from(
@@ -429,14 +411,8 @@ job_keys = st.sampled_from(
     ]
 )
 job_shaped = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.text(max_size=20)
-    | st.sampled_from(["SPOT", "a2-highgpu-1g", "1"]),
-    lambda children: (
-        st.lists(children, max_size=3) | st.dictionaries(job_keys, children, max_size=5)
-    ),
+    st.none() | st.booleans() | st.integers() | st.text(max_size=20) | st.sampled_from(["SPOT", "a2-highgpu-1g", "1"]),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(job_keys, children, max_size=5),
     max_leaves=40,
 )
 
@@ -452,9 +428,7 @@ def _validate_only_rejects_cleanly(data: bytes, attributes: dict[str, str]) -> N
 
 @hypothesis_settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.binary(max_size=300), request_id=st.none() | st.text(max_size=70))
-def test_arbitrary_bytes_only_ever_raise_invalid_request(
-    data: bytes, request_id: str | None
-) -> None:
+def test_arbitrary_bytes_only_ever_raise_invalid_request(data: bytes, request_id: str | None) -> None:
     _validate_only_rejects_cleanly(data, {} if request_id is None else {"request_id": request_id})
 
 
@@ -469,9 +443,7 @@ def test_arbitrary_json_only_ever_raises_invalid_request(body: Any) -> None:
     pool=st.dictionaries(job_keys, job_shaped, max_size=5),
     envelope_extra=st.dictionaries(job_keys, job_shaped, max_size=3),
 )
-def test_arbitrary_job_parts_inside_a_valid_frame_only_raise_invalid_request(
-    pool: dict, envelope_extra: dict
-) -> None:
+def test_arbitrary_job_parts_inside_a_valid_frame_only_raise_invalid_request(pool: dict, envelope_extra: dict) -> None:
     body = docs_body()
     body["jobSpec"]["workerPoolSpecs"].append(pool)
     envelope = {"request_id": "prop", "custom_job": body, **envelope_extra}

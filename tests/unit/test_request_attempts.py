@@ -4,7 +4,7 @@ and the CustomJob an attempt creates. Pure functions: no clients."""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -27,7 +27,7 @@ from shared.vertex import (
 )
 from tests.conftest import load_event
 
-NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 LEASE = 120.0
 OUTPUT_DIR = "gs://ckpt/requests/r1/"
 
@@ -51,17 +51,13 @@ def iso(moment: datetime) -> str:
 
 
 def claim(current: RequestRecord | None, n: int = 1, now: datetime = NOW, **env: Any):
-    return claim_attempt(
-        current, envelope=envelope(**env), n=n, now=now, lease_seconds=LEASE, output_dir=OUTPUT_DIR
-    )
+    return claim_attempt(current, envelope=envelope(**env), n=n, now=now, lease_seconds=LEASE, output_dir=OUTPUT_DIR)
 
 
 def record_with(
     *attempts: Attempt, status: str = RequestStatus.SUBMITTED, requeue: Requeue | None = None
 ) -> RequestRecord:
-    return RequestRecord(
-        "r1", envelope(), OUTPUT_DIR, status=status, attempts=list(attempts), requeue=requeue
-    )
+    return RequestRecord("r1", envelope(), OUTPUT_DIR, status=status, attempts=list(attempts), requeue=requeue)
 
 
 # plan_attempt
@@ -157,14 +153,8 @@ def test_attempt_one_of_a_new_request_creates_the_record_with_its_claim() -> Non
     result = claim(None, fallback={"after_spot_attempts": 0, "strategy": "STANDARD"})
     assert result.kind == "claimed" and result.writes
     record = result.record
-    assert (
-        record.request_id == "r1"
-        and record.status == RequestStatus.CLAIMED
-        and record.output_dir == OUTPUT_DIR
-    )
-    assert record.attempts == [
-        Attempt(1, "us-central1", "STANDARD", claimed_at="2026-11-29T12:00:00.000Z")
-    ]
+    assert record.request_id == "r1" and record.status == RequestStatus.CLAIMED and record.output_dir == OUTPUT_DIR
+    assert record.attempts == [Attempt(1, "us-central1", "STANDARD", claimed_at="2026-11-29T12:00:00.000Z")]
     assert record.request["custom_job"]["displayName"] == "spot-training-job"
 
 
@@ -176,9 +166,7 @@ def test_any_later_publish_of_attempt_one_is_a_duplicate_whatever_the_status() -
         RequestStatus.SUCCEEDED,
         RequestStatus.FAILED,
     ):
-        created = Attempt(
-            1, "us-central1", "SPOT", iso(NOW), job="projects/p/locations/l/customJobs/1"
-        )
+        created = Attempt(1, "us-central1", "SPOT", iso(NOW), job="projects/p/locations/l/customJobs/1")
         result = claim(record_with(created, status=status))
         assert result.kind == "duplicate" and not result.writes and result.attempt == created
 
@@ -225,9 +213,7 @@ def test_a_requeued_attempt_is_claimed_where_the_requeue_decided() -> None:
         record_with(Attempt(1, "us-central1", "SPOT", iso(NOW), job="j1")),  # nothing re-queued
         record_with(
             Attempt(1, "us-central1", "SPOT", iso(NOW), job="j1"),
-            requeue=Requeue(
-                attempt=2, location="l", strategy="SPOT", reason="r", decided_at=iso(NOW)
-            ),
+            requeue=Requeue(attempt=2, location="l", strategy="SPOT", reason="r", decided_at=iso(NOW)),
         ),  # attempt 2 is queued, not 3
     ],
     ids=["no-record", "no-requeue", "other-attempt-queued"],
@@ -270,15 +256,8 @@ def test_recording_the_job_submits_the_request_once() -> None:
     )
     assert recorded is not None and recorded.status == RequestStatus.SUBMITTED
     assert recorded.attempt(1).job == "projects/p/locations/l/customJobs/7"
-    assert recorded.attempt(1).state == JobState.QUEUED and recorded.attempt(1).created_at == iso(
-        NOW
-    )
-    assert (
-        record_job(
-            recorded, n=1, job_name="projects/p/locations/l/customJobs/8", state="x", created_at="y"
-        )
-        is None
-    )
+    assert recorded.attempt(1).state == JobState.QUEUED and recorded.attempt(1).created_at == iso(NOW)
+    assert record_job(recorded, n=1, job_name="projects/p/locations/l/customJobs/8", state="x", created_at="y") is None
 
 
 def test_recording_keeps_a_state_the_events_function_saw_first() -> None:
@@ -374,9 +353,7 @@ def test_a_job_without_display_name_or_scheduling_gets_them_and_keeps_its_own_ac
 
 
 def test_the_canonical_envelope_builds_the_same_job_as_the_message() -> None:
-    request, _ = read_request(
-        load_event("requests/envelope_full.json"), attributes={}, max_bytes=10**6
-    )
+    request, _ = read_request(load_event("requests/envelope_full.json"), attributes={}, max_bytes=10**6)
     stored = canonical_envelope(request, default_location="us-east1", default_max_attempts=3)
     job = build_job_json(
         stored["custom_job"],

@@ -27,9 +27,7 @@ def record(status: RequestStatus, *attempts: Attempt) -> RequestRecord:
 
 def test_the_architecture_document_shows_the_table_as_it_is() -> None:
     text = ARCHITECTURE.read_text()
-    block = re.search(
-        r"<!-- states:begin -->\n```mermaid\n(.*?)\n```\n<!-- states:end -->", text, re.S
-    )
+    block = re.search(r"<!-- states:begin -->\n```mermaid\n(.*?)\n```\n<!-- states:end -->", text, re.S)
     assert block is not None, "docs/ARCHITECTURE.md lost its generated state diagram"
     assert block.group(1) == mermaid()
 
@@ -73,9 +71,7 @@ def test_an_outcome_is_set_once_and_no_attempt_disappears() -> None:
     changed = Attempt(1, "l", "SPOT", "t", job="j", outcome=AttemptOutcome.FAILED)
     open_attempt = Attempt(1, "l", "SPOT", "t", job="j")
     with pytest.raises(IllegalTransition, match="outcome requeued -> failed"):
-        check_transition(
-            record(RequestStatus.REQUEUED, ended), record(RequestStatus.REQUEUED, changed)
-        )
+        check_transition(record(RequestStatus.REQUEUED, ended), record(RequestStatus.REQUEUED, changed))
     with pytest.raises(IllegalTransition, match="attempt 1 would disappear"):
         check_transition(record(RequestStatus.REQUEUED, ended), record(RequestStatus.REQUEUED))
     check_transition(  # an open attempt may end

@@ -128,7 +128,7 @@ def _task_filters() -> dict[str, str]:
     for fn, route in topology()["functions"].items():
         if route["filter"] is not None:
             match = TASK_FILTER.match(route["filter"])
-            assert match, f"{fn}: filter {route['filter']!r} is not attributes.task = \"...\""
+            assert match, f'{fn}: filter {route["filter"]!r} is not attributes.task = "..."'
             found[fn] = match.group(1)
     return found
 
@@ -304,9 +304,9 @@ def test_source_zip_allow_list_leaves_out_development_files() -> None:
     assert "requirements.txt" in globs
     for pattern in globs:
         top = pattern.split("/", 1)[0]
-        assert top in {"requirements.txt", "functions", "shared"} or pattern.startswith(
-            "kit/src/spotjobs_kit/"
-        ), pattern
+        assert top in {"requirements.txt", "functions", "shared"} or pattern.startswith("kit/src/spotjobs_kit/"), (
+            pattern
+        )
     for excluded in ("tests", "terraform", "devstack", "bench", ".venv", ".git", "__pycache__", "egg-info"):
         assert not any(excluded in pattern for pattern in globs), excluded
 
@@ -322,7 +322,9 @@ def test_every_trigger_retries_and_has_a_dead_letter_path() -> None:
     assert dead_letter["max_delivery_attempts"] == "${local.trigger.max_delivery_attempts}"
     assert trigger["expiration_policy"][0]["ttl"] == "", "trigger subscriptions must never expire"
     push = trigger["push_config"][0]
-    assert push["push_endpoint"].startswith("${google_cloudfunctions2_function.functions[each.key].service_config[0].uri}")
+    assert push["push_endpoint"].startswith(
+        "${google_cloudfunctions2_function.functions[each.key].service_config[0].uri}"
+    )
     assert push["oidc_token"][0]["service_account_email"] == "${google_service_account.pushers[each.key].email}"
     # The dead-letter topic has a subscription, so dead letters are kept.
     topo = topology()
@@ -415,7 +417,12 @@ def test_custom_roles_hold_only_the_permissions_used() -> None:
             "aiplatform.customJobs.cancel",
         },
         "job_controller": {"aiplatform.customJobs.get", "aiplatform.customJobs.list", "aiplatform.customJobs.cancel"},
-        "ledger_writer": {"storage.objects.create", "storage.objects.delete", "storage.objects.get", "storage.objects.list"},
+        "ledger_writer": {
+            "storage.objects.create",
+            "storage.objects.delete",
+            "storage.objects.get",
+            "storage.objects.list",
+        },
         "checkpoint_pruner": {"storage.objects.delete", "storage.objects.get", "storage.objects.list"},
         # roles/run.builder's one Cloud Storage permission (the source), see iam.tf.
         "build_source_reader": {"storage.objects.get"},
@@ -471,12 +478,10 @@ def test_function_access_is_least_privilege() -> None:
     assert act_as["role"] == "roles/iam.serviceAccountUser"
     publishers = config.resource("google_pubsub_topic_iam_member", "function_publishers")
     assert publishers["role"] == "roles/pubsub.publisher"
-    project_roles = {
-        name: body["role"] for name, body in config.of_type("google_project_iam_member").items()
-    }
+    project_roles = {name: body["role"] for name, body in config.of_type("google_project_iam_member").items()}
     assert project_roles == {
         "vertex": (
-            "${each.value.vertex == \"submitter\" ? google_project_iam_custom_role.job_submitter.id"
+            '${each.value.vertex == "submitter" ? google_project_iam_custom_role.job_submitter.id'
             " : google_project_iam_custom_role.job_controller.id}"
         ),
         "training_log_writer": "roles/logging.logWriter",
@@ -498,12 +503,14 @@ def test_build_service_account_gets_what_googles_page_lists_and_no_more() -> Non
         if IAM_RESOURCE.match(rtype) and "google_service_account.build.email" in body.get("member", "")
     )
     reader = "${google_project_iam_custom_role.build_source_reader.id}"
-    assert grants == sorted([
-        ("google_artifact_registry_repository_iam_member", "roles/artifactregistry.writer"),
-        ("google_project_iam_member", "roles/logging.logWriter"),
-        ("google_project_iam_member", reader),
-        ("google_storage_bucket_iam_member", reader),
-    ])
+    assert grants == sorted(
+        [
+            ("google_artifact_registry_repository_iam_member", "roles/artifactregistry.writer"),
+            ("google_project_iam_member", "roles/logging.logWriter"),
+            ("google_project_iam_member", reader),
+            ("google_storage_bucket_iam_member", reader),
+        ]
+    )
     # The project-level grant is conditioned to Cloud Functions' staging bucket.
     condition = config.resource("google_project_iam_member", "build_reads_gcf_sources")["condition"][0]
     assert "resource.name.startsWith" in condition["expression"]
@@ -562,7 +569,10 @@ def test_every_bucket_is_uniform_and_not_public() -> None:
 def test_checkpoint_bucket_soft_delete_versioning_and_lifecycle() -> None:
     config = module_config()
     bucket = config.resource("google_storage_bucket", "checkpoints")
-    assert bucket["soft_delete_policy"][0]["retention_duration_seconds"] == "${var.checkpoint_soft_delete_retention_seconds}"
+    assert (
+        bucket["soft_delete_policy"][0]["retention_duration_seconds"]
+        == "${var.checkpoint_soft_delete_retention_seconds}"
+    )
     assert config.variables["checkpoint_soft_delete_retention_seconds"]["default"] == 0
     assert bucket["versioning"][0]["enabled"] is False
     assert bucket["lifecycle_rule"], "a lifecycle rule is the backstop"
@@ -641,9 +651,15 @@ def test_watched_buckets_notify_on_triggers_topic_and_the_gcs_agent_may_publish(
     assert "${google_pubsub_topic_iam_member.gcs_notifies_triggers}" in notification["depends_on"]
     # Watched topics are pushed to on_trigger with its push identity, retry and dead letters.
     watched = config.resource("google_pubsub_subscription", "watched_topics")
-    assert "google_service_account.pushers[\"on_trigger\"].email" in watched["push_config"][0]["oidc_token"][0]["service_account_email"]
+    assert (
+        'google_service_account.pushers["on_trigger"].email'
+        in watched["push_config"][0]["oidc_token"][0]["service_account_email"]
+    )
     assert watched["dead_letter_policy"][0]["max_delivery_attempts"] == "${local.trigger.max_delivery_attempts}"
-    assert config.resource("google_pubsub_subscription_iam_member", "watched_topics_dead_letter_subscriber")["member"] == "${local.pubsub_service_agent}"
+    assert (
+        config.resource("google_pubsub_subscription_iam_member", "watched_topics_dead_letter_subscriber")["member"]
+        == "${local.pubsub_service_agent}"
+    )
     # Definitions are written where on_trigger reads them.
     from shared.triggers.store import definition_path
 

@@ -42,9 +42,7 @@ def unquote(value: str) -> str:
 
 def clean(value: Any) -> Any:
     if isinstance(value, dict):
-        return {
-            unquote(k): clean(v) for k, v in value.items() if k not in ("__is_block__", "__comments__")
-        }
+        return {unquote(k): clean(v) for k, v in value.items() if k not in ("__is_block__", "__comments__")}
     if isinstance(value, list):
         return [clean(v) for v in value]
     if isinstance(value, str):

@@ -83,7 +83,8 @@ def helper_methods() -> dict[str, frozenset[str]]:
     functions = {n.name: n for n in _tree(VERTEX_HELPERS).body if isinstance(n, ast.FunctionDef)}
     direct = {name: _method_calls(fn) for name, fn in functions.items()}
     calls = {
-        name: {n.func.id for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)} & set(functions)
+        name: {n.func.id for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+        & set(functions)
         for name, fn in functions.items()
     }
     resolved: dict[str, frozenset[str]] = {}
@@ -142,7 +143,9 @@ def test_the_call_table_sees_what_the_code_does() -> None:
     """Guards the grep itself: the calls the issue is about are found where they are."""
     assert helper_methods()["cancel_job"] == {"cancel_custom_job"}
     assert helper_methods()["find_attempt_job"] == {"list_custom_jobs"}
-    assert {"create_custom_job", "cancel_custom_job", "list_custom_jobs", "get_custom_job"} <= vertex_methods("submit_job")
+    assert {"create_custom_job", "cancel_custom_job", "list_custom_jobs", "get_custom_job"} <= vertex_methods(
+        "submit_job"
+    )
     assert "get_custom_job" in vertex_methods("on_job_event")
     assert {"list_custom_jobs", "get_custom_job"} <= vertex_methods("reconcile")
     assert vertex_methods("prune_checkpoints") == set()

@@ -29,9 +29,7 @@ def test_faults_are_used_in_order_then_run_out() -> None:
 def test_a_fault_becomes_a_google_rpc_error() -> None:
     fault = parse_fault({"method": "get", "status": 429, "message": "quota"})
 
-    assert fault.error().body() == {
-        "error": {"code": 429, "message": "quota", "status": "RESOURCE_EXHAUSTED"}
-    }
+    assert fault.error().body() == {"error": {"code": 429, "message": "quota", "status": "RESOURCE_EXHAUSTED"}}
 
 
 @pytest.mark.parametrize(
@@ -92,9 +90,7 @@ def test_a_list_lag_is_standing_until_replaced_removed_or_cleared() -> None:
     assert faults.list_lag_seconds() == 30
     assert faults.take("list").status == 503  # a lag is not a queued fault: never taken
     assert faults.take("list") is None and faults.list_lag_seconds() == 30
-    assert [f.to_json() for f in faults.pending()] == [
-        {"method": "list", "mode": "lag", "seconds": 30.0}
-    ]
+    assert [f.to_json() for f in faults.pending()] == [{"method": "list", "mode": "lag", "seconds": 30.0}]
     faults.add(parse_fault({"method": "list", "mode": "lag", "seconds": 2.5}))
     assert faults.list_lag_seconds() == 2.5
     faults.add(parse_fault({"method": "list", "mode": "lag", "seconds": 0}))

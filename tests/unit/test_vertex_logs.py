@@ -178,9 +178,7 @@ def test_the_emulated_sink_filter_is_the_terraform_default() -> None:
         ("container", "stderr", "the spot VM was reclaimed", True),
     ],
 )
-def test_the_sink_admits_what_the_filter_selects(
-    kind: str, stream_or_severity: str, text: str, admitted: bool
-) -> None:
+def test_the_sink_admits_what_the_filter_selects(kind: str, stream_or_severity: str, text: str, admitted: bool) -> None:
     factory = LogEntryFactory()
     entry = (
         factory.service("p", "1", stream_or_severity, text)

@@ -9,18 +9,14 @@ import pytest
 from devstack.vertex.preemption import PreemptionPlanner, parse_plan
 
 
-def delays(
-    planner: PreemptionPlanner, sequence: int, labels: dict[str, str], starts: int
-) -> list[Any]:
+def delays(planner: PreemptionPlanner, sequence: int, labels: dict[str, str], starts: int) -> list[Any]:
     state = planner.new_job_state(sequence)
     return [planner.next_delay(state, labels) for _ in range(starts)]
 
 
 def test_a_plan_preempts_each_matching_job_once_per_entry_then_never() -> None:
     planner = PreemptionPlanner()
-    planner.add_plan(
-        {"labels": {"spotjobs-request-id": "r1"}, "preemptions": 2, "after_seconds": 1.5}
-    )
+    planner.add_plan({"labels": {"spotjobs-request-id": "r1"}, "preemptions": 2, "after_seconds": 1.5})
     labels = {"spotjobs-request-id": "r1", "spotjobs-attempt": "3"}
 
     assert delays(planner, 1, labels, 4) == [1.5, 1.5, None, None]

@@ -39,9 +39,7 @@ CONTAINER = {
 }
 
 
-@pytest.mark.parametrize(
-    "base", ["gs://b/requests/r1", "gs://b/requests/r1/", "gs://b/requests/r1//"]
-)
+@pytest.mark.parametrize("base", ["gs://b/requests/r1", "gs://b/requests/r1/", "gs://b/requests/r1//"])
 def test_output_directories_hang_under_the_base_with_one_slash(base: str) -> None:
     env = vertex_environment(custom_job(CONTAINER, base=base), "42")
 
@@ -88,19 +86,14 @@ def test_cluster_spec_always_and_tf_config_only_for_distributed_jobs() -> None:
     single = vertex_environment(custom_job(CONTAINER), "42")
     workers = {**CONTAINER, "replicaCount": "2"}
     evaluator = {**CONTAINER, "replicaCount": "1"}
-    distributed = vertex_environment(
-        custom_job(CONTAINER, extra_pools=[workers, {}, evaluator]), "42"
-    )
+    distributed = vertex_environment(custom_job(CONTAINER, extra_pools=[workers, {}, evaluator]), "42")
 
     cluster_spec = json.loads(single["CLUSTER_SPEC"])
     assert cluster_spec["task"] == {"type": "workerpool0", "index": 0}
     assert cluster_spec["environment"] == "cloud"
     [address] = cluster_spec["cluster"]["workerpool0"]
     assert address.startswith("cmle-training-workerpool0-") and address.endswith("-0:2222")
-    assert (
-        cluster_spec["job"]["workerPoolSpecs"][0]["containerSpec"]["imageUri"]
-        == "us-docker.pkg.dev/p/trainer:1"
-    )
+    assert cluster_spec["job"]["workerPoolSpecs"][0]["containerSpec"]["imageUri"] == "us-docker.pkg.dev/p/trainer:1"
     assert "TF_CONFIG" not in single
     assert sorted(json.loads(distributed["CLUSTER_SPEC"])["cluster"]) == [
         "workerpool0",

@@ -63,9 +63,7 @@ _ORBAX_TMP = re.compile(r"\.orbax-checkpoint-tmp-\d+$")
 # a longer token (`checkpoint_3b` names a size, not a step).
 _WORD_NUMBER = r"(?<![A-Za-z])(?:{words})[-_.=]?(\d+)(?![A-Za-z0-9])"
 _STEP_WORD_NUMBER = re.compile(_WORD_NUMBER.format(words="global_step|step"), re.IGNORECASE)
-_CHECKPOINT_WORD_NUMBER = re.compile(
-    _WORD_NUMBER.format(words="checkpoint|ckpt|epoch|iteration|iter"), re.IGNORECASE
-)
+_CHECKPOINT_WORD_NUMBER = re.compile(_WORD_NUMBER.format(words="checkpoint|ckpt|epoch|iteration|iter"), re.IGNORECASE)
 _BARE_NUMBER = re.compile(r"\d+")
 _TF_INDEX_ENTRY = re.compile(
     r'^\s*(?:model_checkpoint_path|all_model_checkpoint_paths)\s*:\s*"((?:[^"\\]|\\.)*)"', re.M
@@ -331,6 +329,4 @@ def discover(
                 last_hit = marker
                 break
         units.append(prefix_unit(relative, step, [found] if found else []))
-    return RequestCheckpoints(
-        prefix, tuple(sorted_checkpoints(units)), tuple(grouping.unmanaged), last_hit
-    )
+    return RequestCheckpoints(prefix, tuple(sorted_checkpoints(units)), tuple(grouping.unmanaged), last_hit)

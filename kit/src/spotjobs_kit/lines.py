@@ -52,9 +52,7 @@ def format_line(event: str, fields: Mapping[str, Any], *, severity: str = "INFO"
     record = {"v": VERSION, "event": event, **fields}
     pairs = " ".join(f"{k}={json.dumps(v)}" for k, v in fields.items())
     message = f"{TAG} {event} {pairs}".rstrip()
-    return json.dumps(
-        {"severity": severity, "message": message, KEY: record}, separators=(",", ":")
-    )
+    return json.dumps({"severity": severity, "message": message, KEY: record}, separators=(",", ":"))
 
 
 def write_line(text: str, stream: TextIO | None = None) -> None:

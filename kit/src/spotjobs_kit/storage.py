@@ -39,9 +39,7 @@ def split_gcs_uri(uri: str) -> tuple[str, str]:
     return bucket, f"{prefix}/" if prefix else ""
 
 
-def open_store(
-    checkpoint_dir: str, *, fuse_root: str | None = None, gcs_client: Any = None
-) -> FileStore | GcsStore:
+def open_store(checkpoint_dir: str, *, fuse_root: str | None = None, gcs_client: Any = None) -> FileStore | GcsStore:
     """The store for a checkpoint directory: FUSE mount, else google-cloud-storage (with
     `gcs_client` if given), else local."""
     if checkpoint_dir.startswith("gs://"):
