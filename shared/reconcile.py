@@ -50,6 +50,7 @@ from shared.outbox import (
     flush,
     publish_request_attempt,
 )
+from shared.paced_submit import in_line, restart_stalled_lines
 from shared.records import Attempt, CorruptRecord, RequestRecord, alert_marker
 from shared.run_lock import ledger_bucket, run_lock
 from shared.strays import sweep_strays
@@ -114,6 +115,7 @@ def _run_reconcile(ports: Ports, log: Logger, *, limit: int | None) -> Reconcile
             summary.decisions.update(result.decisions)
             locations.update(result.locations)
     summary.decisions.update(["stray_job_cancelled"] * len(sweep_strays(ports, locations, log)))
+    summary.decisions.update(["quota_line_restarted"] * len(restart_stalled_lines(ports, locations, log)))
     log.info("reconcile finished", event="reconcile_summary", **summary.to_json())
     return summary
 
@@ -244,6 +246,8 @@ def _reconcile(ports: Ports, record: RequestRecord, log: Logger) -> RequestResul
     if latest is None or latest.outcome is not None:
         return RequestResult("idle")
     if latest.job is None:
+        if in_line(ports, record, latest):
+            return RequestResult("waiting_for_quota")  # the line's drainer creates it (shared/pacing.py)
         return _settle_claim(ports, record, latest, log)
     snapshot = read_job(ports, latest.location, latest.job)
     applied = apply_observation(ports, record.request_id, Observation(latest.n, snapshot), log)

@@ -3,7 +3,7 @@
 A message on `job-requests` is either
 
 - an **envelope** `{"request_id", "custom_job", "location"?, "locations"?, "max_attempts"?,
-  "fallback"?, "checkpoints"?, "schema_version"?, "attempt"?}`, or
+  "fallback"?, "checkpoints"?, "priority"?, "schema_version"?, "attempt"?}`, or
 - a **bare CustomJob body**, exactly what the Vertex AI REST docs POST to `customJobs`. Its request
   id is the `request_id` message attribute, else derived from its content and the minute it was
   scheduled or published (`derived_request_id`): a redelivery, a publisher's retry or a
@@ -52,8 +52,11 @@ ENVELOPE_FIELDS = (
     "max_attempts",
     "fallback",
     "checkpoints",
+    "priority",
     "attempt",
 )
+# A request's `priority` orders it among those waiting for Vertex's submission quota (higher first).
+MAX_PRIORITY = 1_000_000
 REQUEST_ID_ATTRIBUTE = "request_id"
 # When a scheduler meant the message to fire (RFC 3339): names a bare body published without a
 # request id, so a double fire of one schedule is one request.
@@ -98,6 +101,7 @@ class JobRequest:
     max_attempts: int | None = None
     fallback: Fallback | None = None
     keep_last: int | None = None
+    priority: int = 0  # higher goes first when creates wait for the quota (shared/pacing.py)
     attempt: int | None = None  # set exactly on messages marked as the system's re-queues
 
     @property
@@ -267,6 +271,7 @@ def _read_envelope(body: dict[str, Any], attribute_id: str | None, requeue: bool
         max_attempts=_read_int(body.get("max_attempts"), "max_attempts", 1, violations),
         fallback=_read_fallback(body.get("fallback"), violations),
         keep_last=_read_keep_last(body.get("checkpoints"), violations),
+        priority=_read_priority(body.get("priority"), violations),
         attempt=_read_int(body.get("attempt"), "attempt", 1, violations) if requeue else None,
     )
     return request, violations
@@ -315,6 +320,17 @@ def _read_int(value: object, path: str, minimum: int, violations: list[Violation
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         violations.append(Violation(path, f"is {value!r}; expected an integer >= {minimum}"))
         return None
+    return value
+
+
+def _read_priority(value: object, violations: list[Violation]) -> int:
+    if value is None:
+        return 0
+    if not isinstance(value, int) or isinstance(value, bool) or abs(value) > MAX_PRIORITY:
+        violations.append(
+            Violation("priority", f"is {value!r}; expected an integer from -{MAX_PRIORITY} to {MAX_PRIORITY}")
+        )
+        return 0
     return value
 
 
@@ -377,4 +393,6 @@ def canonical_envelope(request: JobRequest, *, default_location: str, default_ma
         "max_attempts": request.max_attempts or default_max_attempts,
         "fallback": request.fallback.to_json() if request.fallback else None,
         "checkpoints": {"keep_last": request.keep_last} if request.keep_last else None,
+        # Only when set: a default-priority request's stored envelope is the one stored before.
+        **({"priority": request.priority} if request.priority else {}),
     }
