@@ -51,6 +51,7 @@ from shared.outbox import (
     publish_request_attempt,
 )
 from shared.paced_submit import in_line, restart_stalled_lines
+from shared.reconcile_vertex import CrudBudgetSpent, VertexPass
 from shared.records import Attempt, CorruptRecord, RequestRecord, alert_marker
 from shared.run_lock import ledger_bucket, run_lock
 from shared.strays import sweep_strays
@@ -70,9 +71,11 @@ class ReconcileSummary:
     started_at: str = ""  # the request the run started at ("" = the first)
     outcomes: collections.Counter[str] = field(default_factory=collections.Counter)
     decisions: collections.Counter[str] = field(default_factory=collections.Counter)
+    vertex: dict[str, Any] = field(default_factory=dict)  # its Vertex calls (shared/reconcile_vertex.py)
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "vertex": self.vertex,
             "listed": self.listed,
             "active": self.active,
             "truncated": self.truncated,
@@ -101,6 +104,8 @@ def run_reconcile(ports: Ports, log: Logger, *, limit: int | None = None) -> Rec
 def _run_reconcile(ports: Ports, log: Logger, *, limit: int | None) -> ReconcileSummary:
     settings = ports.settings
     summary = ReconcileSummary()
+    vertex_pass = VertexPass(ports, log)  # one listing per location; gets only where it cannot answer
+    ports = vertex_pass.ports
     request_ids = _requests_to_reconcile(
         ports.ledger,
         summary,
@@ -116,6 +121,7 @@ def _run_reconcile(ports: Ports, log: Logger, *, limit: int | None) -> Reconcile
             locations.update(result.locations)
     summary.decisions.update(["stray_job_cancelled"] * len(sweep_strays(ports, locations, log)))
     summary.decisions.update(["quota_line_restarted"] * len(restart_stalled_lines(ports, locations, log)))
+    summary.vertex = vertex_pass.usage()
     log.info("reconcile finished", event="reconcile_summary", **summary.to_json())
     return summary
 
@@ -221,6 +227,8 @@ def reconcile_request(ports: Ports, request_id: str, log: Logger) -> RequestResu
     except CorruptRecord as exc:
         alert_corrupt_record(ports, exc, log)
         return RequestResult("error")
+    except CrudBudgetSpent:
+        return RequestResult("deferred")  # the next pass has its own share of the quota
     except Exception as exc:  # noqa: BLE001 - one request must not stop the pass; logged here
         log.error(
             "reconcile failed for one request; the next run retries it",
