@@ -23,6 +23,8 @@ BENCHMARKS = (
     ("bench.bench_prune", []),
     ("bench.bench_reconcile", []),
     ("bench.bench_load", []),
+    ("bench.bench_burst", []),
+    ("bench.bench_reconcile_vertex", []),
     ("bench.bench_triggers", []),
 )
 

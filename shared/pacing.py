@@ -68,6 +68,8 @@ _SEPARATOR = "~"  # in no request id
 WAITING_PAGE = 1000
 # Slots a busy head is waited for before the drainer passes it for the rest of its run.
 BUSY_PATIENCE = 5
+# How often a drainer renews its lease (GCS sustains about one write a second to one object).
+RENEW_EVERY_SECONDS = 10.0
 # A drainer's lease outlives its run by a create's worth of time; an expired one may be taken.
 LEASE_MARGIN_SECONDS = 30.0
 
@@ -327,6 +329,7 @@ def drain(ports: Ports, location: str, create_one: Callable[[Waiting], str], log
     passed: set[str] = set()  # heads that stayed busy: passed for the rest of this run
     busy_turns = 0
     deadline = pacer.now() + ports.settings.pacer_run_seconds
+    renewed_at = pacer.now()
     try:
         while lease is not None and pacer.wait_for_slot(location, deadline):
             # The whole line, listed after the slot is ours: whoever is first now goes.
@@ -351,7 +354,8 @@ def drain(ports: Ports, location: str, create_one: Callable[[Waiting], str], log
             if busy_turns >= BUSY_PATIENCE:
                 passed.add(head.key)
                 busy_turns = 0
-            lease = pacer.renew(location, lease)
+            if pacer.now() - renewed_at >= RENEW_EVERY_SECONDS:  # not every slot: one object, ~1 write/s
+                lease, renewed_at = pacer.renew(location, lease), pacer.now()
     finally:
         if lease is not None:
             pacer.release(location, lease)

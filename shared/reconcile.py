@@ -16,8 +16,12 @@ starts, in the ledger's reconcile cursor, so every request gets its turn):
   takes the stale claim over, at a growing interval and never given up on (one `claim_stalled`
   alert past `max_claim_republishes`, naming the evidence); a lookup that fails for our own
   reasons (a permission, a region) is alerted once (`lookup_failed`);
-- otherwise the latest attempt's job is read and `shared.observe.apply_observation` decides,
-  exactly as for a log event: terminal states, re-queues, jobs stuck in a waiting state.
+- otherwise the latest attempt's job is read (from the pass's one listing per location, a get
+  only for a job missing from it: `shared.reconcile_vertex`) and
+  `shared.observe.apply_observation` decides, exactly as for a log event: terminal states,
+  re-queues, jobs stuck in a waiting state;
+- an attempt waiting in line for Vertex's submission quota is left to the line's drainer, and a
+  line left without one is restarted (`shared.pacing`).
 
 Then the pass sweeps for strays (`shared.strays.sweep_strays`): one list per location of this
 deployment's jobs that have not ended, and every one the ledger does not record is cancelled,
