@@ -12,6 +12,8 @@ Identity, from what spotjobs and Vertex put in the worker's environment:
 - `SPOTJOBS_REQUEST_ID`, `SPOTJOBS_ATTEMPT`: set by spotjobs' submit on every worker pool;
 - `CLOUD_ML_JOB_ID`, `CLUSTER_SPEC` (`task.type` `workerpool0`..`workerpool3`, `task.index`;
   the primary replica is workerpool0 index 0), else `TF_CONFIG` (`chief`/`master` index 0);
+- `RANK` (torchrun, accelerate, Lightning): a process other than rank 0 of its replica is no
+  primary either;
 - the restart index (`run`): Vertex restarts a preempted job's workers with the same
   environment, so the kit counts its own starts. The primary replica writes one small object per
   start, `<checkpoint dir>/_spotjobs_runs/<attempt-N | job-ID | local>-run-NNNN.json`, created
@@ -122,10 +124,15 @@ class Identity:
     job_id: str | None = None
     task_type: str | None = None
     task_index: int | None = None
+    process_rank: int | None = None  # RANK, set by torchrun and the launchers built on it
 
     @property
     def primary(self) -> bool:
-        return self.task_type in (None, "workerpool0", "chief", "master") and self.task_index in (None, 0)
+        return (
+            self.task_type in (None, "workerpool0", "chief", "master")
+            and self.task_index in (None, 0)
+            and self.process_rank in (None, 0)
+        )
 
     @property
     def run_key(self) -> str:
@@ -148,6 +155,7 @@ class Identity:
                 task = spec["task"]
                 break
         attempt = (environ.get("SPOTJOBS_ATTEMPT") or "").strip()
+        rank = (environ.get("RANK") or "").strip()
         index = task.get("index")
         return cls(
             request_id=environ.get("SPOTJOBS_REQUEST_ID") or None,
@@ -155,6 +163,7 @@ class Identity:
             job_id=environ.get("CLOUD_ML_JOB_ID") or None,
             task_type=str(task["type"]) if task.get("type") is not None else None,
             task_index=int(index) if isinstance(index, int) or str(index).isdigit() else None,
+            process_rank=int(rank) if rank.isdigit() else None,
         )
 
 

@@ -165,9 +165,10 @@ class FileStore:
         """Make a folder a framework wrote itself (`checkpoint-20/`) durable; returns its files."""
         return _make_durable(self.root / name)
 
-    def remove_folder(self, name: str, marker: str) -> None:
-        """Delete a checkpoint folder, its commit marker first (never complete while half gone)."""
-        self.remove(name + marker)
+    def remove_folder(self, name: str, markers: tuple[str, ...]) -> None:
+        """Delete a checkpoint folder, its commit markers first (never complete while half gone)."""
+        for marker in markers:
+            self.remove(name + marker)
         shutil.rmtree(self.root / name, ignore_errors=True)
 
     def discard(self, local: str) -> None:
@@ -258,8 +259,9 @@ class GcsStore:
         prefix = self._base + name
         return {b.name[len(prefix) :]: int(b.size or 0) for b in self._client.list_blobs(self._bucket, prefix=prefix)}
 
-    def remove_folder(self, name: str, marker: str) -> None:
-        self.remove(name + marker)
+    def remove_folder(self, name: str, markers: tuple[str, ...]) -> None:
+        for marker in markers:
+            self.remove(name + marker)
         for blob in self._client.list_blobs(self._bucket, prefix=self._base + name):
             blob.delete()
 
