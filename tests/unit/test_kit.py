@@ -445,15 +445,22 @@ def test_sigterm_handlers_are_chained_and_reasserted(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "ending",
-    ["pass", "raise SystemExit()", "raise SystemExit(0)", "run.close(); import sys; sys.exit(0)"],
+    [
+        "pass",
+        "raise SystemExit()",
+        "raise SystemExit(0)",
+        "run.exit_preempted()",
+        "run.close(); import sys; sys.exit(0)",
+    ],
 )
 def test_a_preempted_process_exits_143_whatever_the_training_code_does(tmp_path: Path, ending: str) -> None:
     import subprocess
     import sys
 
     script = (
-        "import os, signal\n"
+        "import atexit, os, signal\n"
         "from spotjobs_kit import Run\n"
+        "atexit.register(print, 'an earlier exit hook ran')\n"
         "run = Run.start()\n"
         "os.kill(os.getpid(), signal.SIGTERM)  # then the framework returns cleanly\n"
         f"{ending}\n"
@@ -463,6 +470,8 @@ def test_a_preempted_process_exits_143_whatever_the_training_code_does(tmp_path:
     events = [r.event for r in map(parse_kit_line, done.stdout.splitlines()) if r is not None]
     assert events == ["run_started", "preempted"]
     assert done.returncode == (0 if "close" in ending else 143), done.stderr
+    # The kit's own way out leaves the exit status to SystemExit: every exit hook still runs.
+    assert ("an earlier exit hook ran" in done.stdout) == (ending != "pass" and "SystemExit" not in ending)
 
 
 def test_a_finished_run_exits_as_it_likes_after_a_late_sigterm(tmp_path: Path) -> None:
