@@ -488,3 +488,17 @@ def test_a_finished_run_exits_as_it_likes_after_a_late_sigterm(tmp_path: Path) -
     env = {"AIP_CHECKPOINT_DIR": str(tmp_path / "checkpoints"), "PATH": "/usr/bin:/bin"}
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_checkpoint_limit_retires_only_older_committed_checkpoints(tmp_path: Path) -> None:
+    from spotjobs_kit._integration import retire_old_checkpoints
+
+    run, _ = start(tmp_path)
+    for step in (10, 20):
+        with run.checkpoint(step) as folder:
+            Path(folder, "w").write_text(str(step))
+    (tmp_path / "step-000030").mkdir()  # torn: newer than every committed one
+    assert retire_old_checkpoints(run, 1, ours=lambda c: c.name.startswith("step-")) == ["step-000010/"]
+    assert sorted(p.name for p in tmp_path.glob("step-*")) == ["step-000020", "step-000030"]
+    assert retire_old_checkpoints(run, 1, ours=lambda c: True) == []  # the newest complete one stays
+    assert start(tmp_path)[0].resume_step() == 20
