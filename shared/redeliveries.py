@@ -15,31 +15,30 @@ from typing import Any
 from shared.adapters.vertex import find_jobs, parent_path, request_labels
 from shared.alerts import Alert
 from shared.clock import iso
-from shared.deciding.outbox import decide_alert, flush, publish_alert
+from shared.deciding.outbox import Mine, decide_alert, flush, publish_alert
 from shared.delivery import Message
 from shared.errors import TransientError
 from shared.ledger.claims import fail_invalid_requeue, invalid_request_alert
 from shared.ledger.records import RequestRecord, alert_marker
 from shared.log import Logger
 from shared.requests.envelope import InvalidJobRequest
+from shared.swap import Swapped
 from shared.wiring import Ports
 
 
-def publish_what_is_pending(
-    record: RequestRecord | None, log: Logger, ports: Ports, *, decided_here: bool = False
-) -> None:
+def publish_what_is_pending(record: RequestRecord | None, log: Logger, ports: Ports, *, mine: Mine = Mine.NONE) -> None:
     """Acknowledge an attempt already handled, once what its handling left pending is sent: an
     alert whose first publish failed goes out on this redelivery (or, later, by reconcile)."""
     if record is not None and record.has_pending_effects:
-        _, waiting = flush(ports, record, log, decided_here=decided_here)
+        _, waiting = flush(ports, record, log, mine=mine)
         if waiting:
             raise TransientError(waiting)
 
 
-def record_conflict(record: RequestRecord, envelope: dict[str, Any], ports: Ports) -> tuple[RequestRecord, bool]:
+def record_conflict(record: RequestRecord, envelope: dict[str, Any], ports: Ports) -> Swapped[RequestRecord]:
     """The same request id published with another body: the first is kept, and the publisher is
     told once per distinct body (an alert naming both bodies' digests), through the outbox.
-    Returns the record and whether this delivery decided the alert."""
+    Returns the alert's compare-and-swap (`wrote`: this delivery decided it)."""
     kept, refused = body_digest(record.request), body_digest(envelope)
     now = ports.clock()
 
@@ -58,8 +57,7 @@ def record_conflict(record: RequestRecord, envelope: dict[str, Any], ports: Port
         )
 
     marker = alert_marker("request_id_conflict", 1, refused)
-    stored, decided_here = decide_alert(ports, record.request_id, marker, conflict_alert)
-    return (stored or record), decided_here
+    return decide_alert(ports, record.request_id, marker, conflict_alert)
 
 
 def body_digest(envelope: dict[str, Any]) -> str:
@@ -129,26 +127,22 @@ def reject(exc: InvalidJobRequest, message: Message, log: Logger, ports: Ports) 
         return
     # A rejected re-queue fails its request (else reconcile would resend it, to be rejected
     # again, forever), with its alert pending in the record.
-    failed: list[RequestRecord | None] = []
-
-    def transition(current: RequestRecord | None) -> RequestRecord | None:
-        failed.append(
-            fail_invalid_requeue(
-                current,
-                n=n,
-                now=ports.clock(),
-                violations=violations,
-                message_id=message.message_id,
-            )
-        )
-        return failed[-1]
-
-    stored = ports.ledger.update(request_id, transition)
-    if failed[-1] is None and (stored is None or alert_marker("invalid_request", n) not in stored.markers):
+    swapped = ports.ledger.swap(
+        request_id,
+        lambda current: fail_invalid_requeue(
+            current,
+            n=n,
+            now=ports.clock(),
+            violations=violations,
+            message_id=message.message_id,
+        ),
+    )
+    stored = swapped.value
+    if not swapped.wrote and (stored is None or alert_marker("invalid_request", n) not in stored.markers):
         # Not a re-queue the ledger holds (a publisher set `attempt`): nothing to fail, alert now.
         alert = invalid_request_alert(request_id, n, violations, message.message_id, ports.clock())
         publish_alert(ports, alert)
     elif stored is not None and stored.has_pending_effects:
-        _, waiting = flush(ports, stored, log, decided_here=stored is failed[-1])
+        _, waiting = flush(ports, stored, log, mine=Mine.written(swapped))
         if waiting:
             raise TransientError(waiting)

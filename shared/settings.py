@@ -212,7 +212,7 @@ class Settings:
                     raise ConfigurationError(f"{env}: {pattern!r} is not a regular expression: {exc}") from None
 
     def _check_image_prefixes(self) -> None:
-        from shared.requests.image_ref import BadReference, parse_prefix
+        from shared.image_ref import BadReference, parse_prefix
 
         for entry in self.allowed_image_prefixes:
             try:

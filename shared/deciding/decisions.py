@@ -2,7 +2,7 @@
 
 on_job_event (a log line hinted at a change), reconcile (polling every active request) and submit
 (a job found after the fact) read the job from Vertex, wrap it in an `Observation` and hand it to
-`shared.observe.apply_observation`, which runs `decide` under the ledger's compare-and-swap (so it
+`shared.deciding.applying.apply_observation`, which runs `decide` under the ledger's compare-and-swap (so it
 may run more than once) and carries out the effects afterwards. `decide` returns the new record
 plus the effects that belong to it (log lines, alerts, the re-queue and prune request); every
 decision marks the record, so a duplicated, concurrent or reordered delivery finds it made and
@@ -30,11 +30,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
 from spotjobs_kit.lines import KitRecord
 
-from shared.adapters.vertex import FLEX_START, JobSnapshot, JobState, max_wait_seconds
 from shared.clock import iso, parse_iso
 from shared.deciding.effects import Effects, LogLine, attempt_alert, event_fields
 from shared.deciding.events import Signal, SignalPatterns, patterns_from
@@ -46,13 +44,11 @@ from shared.deciding.preemptions import (
     preempted_in_last_run,
     preemptions_text,
 )
+from shared.jobs import FLEX_START, JobSnapshot, JobState, max_wait_seconds
 from shared.ledger.records import Attempt, RequestRecord, Requeue, alert_marker
 from shared.ledger.states import AttemptOutcome, RequestStatus
 from shared.requests.attempts import plan_attempt
 from shared.settings import Settings
-
-if TYPE_CHECKING:
-    pass
 
 # A job can sit in these for too long; RUNNING is not among them: training legitimately runs
 # for days, bounded by the job's own timeout.

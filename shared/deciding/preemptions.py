@@ -34,8 +34,8 @@ from spotjobs_kit.lines import (
     KitRecord,
 )
 
-from shared.adapters.vertex import JobSnapshot, JobState
 from shared.deciding.effects import Effects, LogLine, attempt_alert, event_fields
+from shared.jobs import JobSnapshot, JobState
 from shared.ledger.records import Attempt, RequestRecord, alert_marker, evidence_marker
 
 PREEMPTION_LINE_KEY = "preemption-line"

@@ -17,10 +17,10 @@ import pytest
 from google.api_core import exceptions as api
 from google.cloud.aiplatform_v1 import CustomJob, JobState
 
-from shared.adapters.vertex import LABEL_ATTEMPT, LABEL_DEPLOYMENT, LABEL_REQUEST_ID
 from shared.alerts import Alert
 from shared.delivery import Message, handle_delivery
 from shared.errors import ConfigurationError, TransientError
+from shared.jobs import LABEL_ATTEMPT, LABEL_DEPLOYMENT, LABEL_REQUEST_ID
 from shared.ledger.claims import ClaimInProgress
 from shared.ledger.records import Attempt, RequestRecord, Requeue
 from shared.ledger.states import RequestStatus

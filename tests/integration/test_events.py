@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from devstack.samples import job_request
-from shared.adapters.vertex import LABEL_ATTEMPT, LABEL_REQUEST_ID, label_filter, parent_path
+from shared.adapters.vertex import label_filter, parent_path
+from shared.jobs import LABEL_ATTEMPT, LABEL_REQUEST_ID
 from shared.ledger.records import RequestRecord
 from shared.ledger.states import RequestStatus
 
