@@ -78,6 +78,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="SECONDS",
         help='publish {"task": "prune"} to maintenance this often',
     )
+    up.add_argument(
+        "--triggers-every",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help='publish {"task": "triggers"} to on_trigger\'s topic this often (closes due trigger windows; '
+        "Cloud Scheduler's every minute in the deployment)",
+    )
     up.set_defaults(run=run_local_up)
 
     demo = command(
@@ -148,7 +156,7 @@ def run_local_up(args: argparse.Namespace) -> int:
             project=args.project or DEFAULT_PROJECT,
             vertex_args=tuple(args.vertex_arg),
             vertex_signals=args.vertex_signals,
-            schedule={"reconcile": args.reconcile_every, "prune": args.prune_every},
+            schedule=local_up_schedule(args),
         )
     )
     try:
@@ -167,6 +175,12 @@ def run_local_up(args: argparse.Namespace) -> int:
     if not args.json:
         print("stopped every process of the embedded stack", file=sys.stderr)
     return EXIT_OK
+
+
+def local_up_schedule(args: argparse.Namespace) -> dict[str, float]:
+    """What `local up` has the stack's scheduler publish, like the deployment's Cloud Scheduler
+    jobs (terraform/scheduler.tf): reconcile and prune to maintenance, the triggers tick."""
+    return {"reconcile": args.reconcile_every, "prune": args.prune_every, "triggers": args.triggers_every}
 
 
 def print_ready(description: dict[str, Any], seconds: float) -> None:
