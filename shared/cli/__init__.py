@@ -19,6 +19,7 @@ stack instead of failing (exit 2).
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 
 from shared.cli import explain, local, ops, prune, report, requests, status, triggers
@@ -27,7 +28,7 @@ COMMAND_MODULES = (requests, status, prune, ops, report, explain, triggers, loca
 
 EPILOG = """exit status: 0 success; 1 failure (not found, or the command ran and reported errors);
 2 invalid input or usage, or (local up, demo) the local stack is not installed;
-130 interrupted (local up, demo).
+130 interrupted (Ctrl-C); 141 the reader of its output went away (e.g. `| head`).
 
 examples:
   spotjobs validate request.json
@@ -59,6 +60,33 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+# What a shell reports for a command killed by SIGPIPE (128 + 13) or SIGINT (128 + 2).
+EXIT_BROKEN_PIPE = 141
+EXIT_INTERRUPTED = 130
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command. A reader that went away (`spotjobs ... | head`) or Ctrl-C ends it quietly,
+    with the status a shell expects, never a traceback."""
     args = build_parser().parse_args(argv)
-    return int(args.run(args) or 0)
+    try:
+        return int(args.run(args) or 0)
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's flush at exit does not fail on the closed
+    pipe again (the Python docs' recipe for SIGPIPE: library/signal.html, "Note on SIGPIPE")."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (AttributeError, ValueError, OSError):  # stdout replaced or already closed
+        pass
+    finally:
+        os.close(devnull)
