@@ -23,6 +23,7 @@ import sys
 from collections.abc import Sequence
 
 from shared.cli import explain, local, ops, prune, report, requests, status, triggers
+from shared.cli.common import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED
 
 COMMAND_MODULES = (requests, status, prune, ops, report, explain, triggers, local)
 
@@ -58,11 +59,6 @@ def _version() -> str:
         return version("spotjobs")
     except PackageNotFoundError:  # run from a checkout that was never installed
         return "unknown (not installed)"
-
-
-# What a shell reports for a command killed by SIGPIPE (128 + 13) or SIGINT (128 + 2).
-EXIT_BROKEN_PIPE = 141
-EXIT_INTERRUPTED = 130
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -19,10 +19,9 @@ import threading
 import time
 from typing import Any
 
-from shared.cli.common import EXIT_OK, command
+from shared.cli.common import EXIT_INTERRUPTED, EXIT_OK, command
 
 EXIT_NO_LOCAL_STACK = 2
-EXIT_INTERRUPTED = 130
 DEMO_TIMEOUT_SECONDS = 150.0  # how long the demo waits for its seven requests to end
 NO_LOCAL_STACK_HELP = (
     f"Exits {EXIT_NO_LOCAL_STACK} when the local stack (the devstack package) is not installed, "
