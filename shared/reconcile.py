@@ -30,6 +30,7 @@ on_job_event freely.
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -106,6 +107,7 @@ def _run_reconcile(ports: Ports, log: Logger, *, limit: int | None) -> Reconcile
         log,
         page_size=settings.reconcile_page_size,
         limit=settings.reconcile_requests_per_run if limit is None else limit,
+        on_corrupt=lambda error: alert_corrupt_record(ports, error, log),
     )
     locations = {settings.location}
     with ThreadPoolExecutor(RECONCILE_WORKERS, thread_name_prefix="reconcile") as pool:
@@ -119,7 +121,13 @@ def _run_reconcile(ports: Ports, log: Logger, *, limit: int | None) -> Reconcile
 
 
 def _requests_to_reconcile(
-    ledger: LedgerStore, summary: ReconcileSummary, log: Logger, *, page_size: int, limit: int
+    ledger: LedgerStore,
+    summary: ReconcileSummary,
+    log: Logger,
+    *,
+    page_size: int,
+    limit: int,
+    on_corrupt: Callable[[CorruptRecord], None] | None = None,
 ) -> list[str]:
     """Up to `limit` requests that need reconciling, from the cursor on, in the order of the
     active index (`active/<id>` markers; docs/ARCHITECTURE.md, "The active index"): a pass lists
@@ -176,7 +184,7 @@ def _requests_to_reconcile(
                 error=f"{type(exc).__name__}: {exc}",
             )
     try:
-        sweep_step(ledger, log)
+        sweep_step(ledger, log, on_corrupt=on_corrupt)
     except Exception as exc:  # noqa: BLE001 - retention waits for the next pass; never fails this one
         log.warning(
             "the ledger retention sweep failed; the next pass resumes it",
