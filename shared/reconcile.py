@@ -53,7 +53,7 @@ from shared.outbox import (
 )
 from shared.records import Attempt, CorruptRecord, RequestRecord, alert_marker
 from shared.run_lock import ledger_bucket, run_lock
-from shared.strays import sweep_strays
+from shared.strays import sweep_locations, sweep_strays
 from shared.vertex import JobSnapshot, find_attempt_job, parent_path
 from shared.wiring import Ports
 
@@ -115,7 +115,7 @@ def _run_reconcile(ports: Ports, log: Logger, *, limit: int | None) -> Reconcile
             summary.outcomes[result.outcome] += 1
             summary.decisions.update(result.decisions)
             locations.update(result.locations)
-    summary.decisions.update(["stray_job_cancelled"] * len(sweep_strays(ports, locations, log)))
+    summary.decisions.update(["stray_job_cancelled"] * len(sweep_strays(ports, sweep_locations(ports, locations), log)))
     log.info("reconcile finished", event="reconcile_summary", **summary.to_json())
     return summary
 

@@ -59,7 +59,7 @@ from shared.redeliveries import (
 )
 from shared.request import InvalidJobRequest, canonical_envelope
 from shared.settings import CREATE_MARGIN_FRACTION
-from shared.strays import cancel_stray
+from shared.strays import cancel_stray, remember_location
 from shared.vertex import (
     JobSnapshot,
     build_job_json,
@@ -230,6 +230,7 @@ def _ensure_job(record: RequestRecord, attempt: Attempt, taken_over: bool, log: 
     )
     custom_job = to_custom_job(job_json)
     timeout = _create_timeout(attempt, log, ports)  # refuses a claim too old to send at all
+    remember_location(ports, attempt.location)  # the stray sweep lists it from now on
     _note_create_sent(record, attempt, log, ports)
     try:
         job = create_custom_job(client, parent, custom_job, timeout=timeout)
