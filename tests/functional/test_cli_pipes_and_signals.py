@@ -11,7 +11,7 @@ import time
 
 from devstack.processes import REPO_ROOT
 
-SPOTJOBS = [sys.executable, "-m", "shared.cli"]
+SPOTJOBS = [sys.executable, "-m", "spotjobs.cli"]
 
 
 def test_a_reader_that_went_away_ends_the_command_with_141_and_no_traceback() -> None:

@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from shared.ledger.records import RequestRecord
 from shared.pruning.execute import prune_requests
 from shared.pruning.folders import CheckpointLayout
 from shared.pruning.report import PruneResult
 from shared.pruning.retention import PrunePolicy
 from shared.pruning.store import GcsPruneStore
-from shared.records import RequestRecord
 
 if TYPE_CHECKING:
     from google.cloud.storage import Bucket

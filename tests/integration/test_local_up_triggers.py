@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from shared.cli import build_parser
-from shared.cli.local import local_up_schedule
+from spotjobs.cli import build_parser
+from spotjobs.cli.local import local_up_schedule
 from tests.conftest import isolated_stack
 from tests.integration.test_triggers import apply, definition, jobs_for, trigger_requests
 

@@ -1,6 +1,6 @@
 """The checkpoint layout rules: what a checkpoint is, its step, whether it is complete, and their order.
 
-One definition for the whole code base: the pruner (shared/prune.py, through shared/checkpoints.py)
+One definition for the whole code base: the pruner (shared/pruning/, through shared/pruning/checkpoints.py)
 and the trainer kit (spotjobs_kit.Run) both judge checkpoints with these functions, so a trainer
 resumes from exactly the checkpoint the pruner never deletes. Python 3.9+, standard library only.
 
