@@ -45,7 +45,7 @@ from shared.adapters.vertex import (
 from shared.clock import iso, parse_iso
 from shared.deciding.decisions import Observation
 from shared.deciding.outbox import alert_corrupt_record, flush
-from shared.deciding.strays import cancel_stray
+from shared.deciding.strays import cancel_stray, remember_location
 from shared.delivery import Message
 from shared.errors import TransientError, is_retryable
 from shared.ledger.claims import (
@@ -230,6 +230,7 @@ def _ensure_job(record: RequestRecord, attempt: Attempt, taken_over: bool, log: 
     )
     custom_job = to_custom_job(job_json)
     timeout = _create_timeout(attempt, log, ports)  # refuses a claim too old to send at all
+    remember_location(ports, attempt.location)  # the stray sweep lists it from now on
     _note_create_sent(record, attempt, log, ports)
     try:
         job = create_custom_job(client, parent, custom_job, timeout=timeout)

@@ -10,10 +10,18 @@ records, with one log line and one `stray_job` alert (pending in the record, thr
 
 A job of an attempt whose claim has no job recorded yet is not a stray: submit, or reconcile's
 adoption, is about to record it.
+
+Where the sweep looks: every location this deployment may have a job in, which is the default,
+the allowed locations, and every location a create was ever sent to. The last are remembered by
+submit before its first create in a location (`remember_location`: one empty marker per location,
+`maintenance/locations/<location>`, created if absent, once per instance), so a stray of a
+finished request in a failover region is found too; one list of markers and one job list per
+location per pass.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -32,11 +40,46 @@ from shared.clock import iso
 from shared.deciding.effects import attempt_alert
 from shared.deciding.outbox import decide_and_flush_alert
 from shared.ledger.records import RequestRecord, alert_marker
+from shared.ledger.run_lock import ledger_bucket
 from shared.log import Logger
 from shared.wiring import Ports
 
 if TYPE_CHECKING:
     from google.cloud.aiplatform_v1 import CustomJob
+
+
+LOCATIONS_PREFIX = "maintenance/locations/"
+_remembered: set[tuple[str, str]] = set()  # (state bucket, location) this instance has marked
+_remembered_lock = threading.Lock()
+
+
+def remember_location(ports: Ports, location: str) -> None:
+    """Mark `location` as one this deployment sends creates to (before the first create there)."""
+    from google.api_core.exceptions import PreconditionFailed
+
+    bucket = ledger_bucket(ports.ledger)
+    key = (bucket.name, location)
+    with _remembered_lock:
+        if key in _remembered:
+            return
+    try:
+        bucket.blob(f"{LOCATIONS_PREFIX}{location}").upload_from_string(b"", if_generation_match=0)
+    except PreconditionFailed:
+        pass  # marked before
+    with _remembered_lock:
+        _remembered.add(key)
+
+
+def sweep_locations(ports: Ports, seen: Iterable[str] = ()) -> list[str]:
+    """Every location the stray sweep lists: the default, the allowed ones, every one a create
+    was sent to (remembered), and `seen` (the locations of the requests reconciled)."""
+    settings = ports.settings
+    bucket = ledger_bucket(ports.ledger)
+    remembered = {
+        blob.name[len(LOCATIONS_PREFIX) :]
+        for blob in bucket.client.list_blobs(bucket, prefix=LOCATIONS_PREFIX, fields="items(name),nextPageToken")
+    }
+    return sorted({settings.location, *settings.allowed_locations, *remembered, *seen} - {""})
 
 
 def is_stray(record: RequestRecord, job: CustomJob) -> bool:

@@ -469,6 +469,9 @@ def test_a_requeued_attempt_runs_where_the_requeue_said_with_the_same_output_dir
         (2, "europe-west4", "STANDARD"),
     ]
     assert first.job != outcome.job
+    # Both regions a create was sent to are where the stray sweep lists from now on.
+    remembered = {b.name for b in harness.ledger._bucket.list_blobs(prefix="maintenance/locations/")}  # noqa: SLF001
+    assert remembered == {"maintenance/locations/us-central1", "maintenance/locations/europe-west4"}
 
 
 def test_an_attempt_set_by_a_user_is_rejected(harness: Harness) -> None:
