@@ -118,6 +118,10 @@ class Settings:
     # A published re-queue still unclaimed after this was lost (dead-lettered): reconcile resends it.
     unclaimed_requeue_seconds: float = _env("SPOTJOBS_UNCLAIMED_REQUEUE_SECONDS", 900.0, kind="float")
     stuck_after_seconds: float = _env("SPOTJOBS_STUCK_AFTER_SECONDS", 6 * 3600.0, kind="float")
+    # A SUCCEEDED job whose kit lines show its last run preempted and unfinished waits this long
+    # after its end for later lines (a restart's run_started may still be on its way) before it
+    # is judged incomplete and re-queued.
+    kit_lines_settle_seconds: float = _env("SPOTJOBS_KIT_LINES_SETTLE_SECONDS", 300.0, kind="float")
     log_level: str = _env("SPOTJOBS_LOG_LEVEL", "INFO")
     # Re-publishes of a claim that never got a job before reconcile alerts (it keeps re-publishing:
     # a request is failed only when Vertex refuses it, never because a side was down).

@@ -164,6 +164,7 @@ variable "settings" {
     requeue_delay_seconds        = optional(number)             # SPOTJOBS_REQUEUE_DELAY_SECONDS
     unclaimed_requeue_seconds    = optional(number)             # SPOTJOBS_UNCLAIMED_REQUEUE_SECONDS
     stuck_after_seconds          = optional(number)             # SPOTJOBS_STUCK_AFTER_SECONDS
+    kit_lines_settle_seconds     = optional(number)             # SPOTJOBS_KIT_LINES_SETTLE_SECONDS
     log_level                    = optional(string)             # SPOTJOBS_LOG_LEVEL
     max_claim_republishes        = optional(number)             # SPOTJOBS_MAX_CLAIM_REPUBLISHES
     list_lag_seconds             = optional(number)             # SPOTJOBS_LIST_LAG_SECONDS
