@@ -226,6 +226,7 @@ def _ensure_job(record: RequestRecord, attempt: Attempt, taken_over: bool, log: 
         strategy=attempt.strategy,
         output_dir=record.output_dir,
         deployment=settings.deployment_label,
+        commit_markers=settings.commit_markers,
         service_account=settings.training_service_account,
     )
     custom_job = to_custom_job(job_json)
