@@ -35,6 +35,7 @@ ROOMS: dict[str, str] = {
     "shared.clock": "foundation",
     "shared.topology": "foundation",
     "shared.alerts": "foundation",
+    "shared.swap": "foundation",
     "shared.requests": "requests",
     "shared.ledger": "ledger",
     "shared.adapters": "adapters",
