@@ -30,6 +30,7 @@ on_job_event freely.
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -49,7 +50,7 @@ from shared.deciding.outbox import (
     publish_request_attempt,
 )
 from shared.errors import is_retryable
-from shared.found_jobs import adopt_job, sweep_strays
+from shared.found_jobs import adopt_job, sweep_locations, sweep_strays
 from shared.ledger.records import Attempt, CorruptRecord, RequestRecord, alert_marker
 from shared.ledger.run_lock import ledger_bucket, run_lock
 from shared.ledger.store import ActiveEntry, LedgerStore, ListedRequest
@@ -107,6 +108,7 @@ def _run_reconcile(ports: Ports, log: Logger, *, limit: int | None) -> Reconcile
         log,
         page_size=settings.reconcile_page_size,
         limit=settings.reconcile_requests_per_run if limit is None else limit,
+        on_corrupt=lambda error: alert_corrupt_record(ports, error, log),
     )
     locations = {settings.location}
     with ThreadPoolExecutor(RECONCILE_WORKERS, thread_name_prefix="reconcile") as pool:
@@ -114,13 +116,19 @@ def _run_reconcile(ports: Ports, log: Logger, *, limit: int | None) -> Reconcile
             summary.outcomes[result.outcome] += 1
             summary.decisions.update(result.decisions)
             locations.update(result.locations)
-    summary.decisions.update(["stray_job_cancelled"] * len(sweep_strays(ports, locations, log)))
+    summary.decisions.update(["stray_job_cancelled"] * len(sweep_strays(ports, sweep_locations(ports, locations), log)))
     log.info("reconcile finished", event="reconcile_summary", **summary.to_json())
     return summary
 
 
 def _requests_to_reconcile(
-    ledger: LedgerStore, summary: ReconcileSummary, log: Logger, *, page_size: int, limit: int
+    ledger: LedgerStore,
+    summary: ReconcileSummary,
+    log: Logger,
+    *,
+    page_size: int,
+    limit: int,
+    on_corrupt: Callable[[CorruptRecord], None] | None = None,
 ) -> list[str]:
     """Up to `limit` requests that need reconciling, from the cursor on, in the order of the
     active index (`active/<id>` markers; docs/ARCHITECTURE.md, "The active index"): a pass lists
@@ -177,7 +185,7 @@ def _requests_to_reconcile(
                 error=f"{type(exc).__name__}: {exc}",
             )
     try:
-        sweep_step(ledger, log)
+        sweep_step(ledger, log, on_corrupt=on_corrupt)
     except Exception as exc:  # noqa: BLE001 - retention waits for the next pass; never fails this one
         log.warning(
             "the ledger retention sweep failed; the next pass resumes it",

@@ -44,7 +44,7 @@ from shared.clock import parse_iso
 from shared.deciding.outbox import Mine, alert_corrupt_record, flush
 from shared.delivery import Message
 from shared.errors import TransientError, is_retryable
-from shared.found_jobs import adopt_job
+from shared.found_jobs import adopt_job, remember_location
 from shared.jobs import state_name
 from shared.ledger.claims import (
     Claim,
@@ -221,10 +221,12 @@ def _ensure_job(record: RequestRecord, attempt: Attempt, taken_over: bool, log: 
         strategy=attempt.strategy,
         output_dir=record.output_dir,
         deployment=settings.deployment_label,
+        commit_markers=settings.commit_markers,
         service_account=settings.training_service_account,
     )
     custom_job = to_custom_job(job_json)
     timeout = _create_timeout(attempt, log, ports)  # refuses a claim too old to send at all
+    remember_location(ports, attempt.location)  # the stray sweep lists it from now on
     _note_create_sent(record, attempt, log, ports)
     try:
         job = create_custom_job(client, parent, custom_job, timeout=timeout)

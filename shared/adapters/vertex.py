@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from shared.jobs import (
@@ -28,7 +28,7 @@ from shared.jobs import (
     JobSnapshot,
     JobState,
 )
-from shared.settings import DEFAULT_CREATE_TIMEOUT_SECONDS
+from shared.settings import COMMIT_MARKERS_ENV, DEFAULT_CREATE_TIMEOUT_SECONDS
 
 if TYPE_CHECKING:
     from google.cloud.aiplatform_v1 import CustomJob, JobServiceClient
@@ -59,14 +59,16 @@ def build_job_json(
     strategy: str,
     output_dir: str,
     deployment: str,
+    commit_markers: Sequence[str],
     service_account: str = "",
 ) -> dict[str, Any]:
     """The REST JSON of the CustomJob to create for one attempt of a request.
 
     From the request's CustomJob (canonical REST JSON): scheduling.strategy set, the request's
     stable output directory (so AIP_CHECKPOINT_DIR is the same on every attempt and a re-queued
-    attempt resumes), the spotjobs labels merged over the user's, the request id and attempt in
-    every container's environment, the display name kept or derived, and the training service
+    attempt resumes), the spotjobs labels merged over the user's, the request id, the attempt and
+    the deployment's commit markers (so the trainer kit judges checkpoints with the pruner's list)
+    in every container's environment, the display name kept or derived, and the training service
     account when the request names none.
     """
     job = copy.deepcopy(dict(custom_job))
@@ -85,6 +87,7 @@ def build_job_json(
     system_env = [
         {"name": ENV_REQUEST_ID, "value": request_id},
         {"name": ENV_ATTEMPT, "value": str(attempt)},
+        {"name": COMMIT_MARKERS_ENV, "value": ",".join(commit_markers)},  # the settings' list format
     ]
     for pool in spec.get("workerPoolSpecs") or []:
         for key in ("containerSpec", "pythonPackageSpec"):

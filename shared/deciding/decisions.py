@@ -11,7 +11,11 @@ decision and published by the outbox (`shared.deciding.outbox`).
 
 Decisions, on the job's state as Vertex reports it (never on the log text):
 
-- SUCCEEDED: the request succeeds; one prune request goes to the maintenance topic.
+- SUCCEEDED: the request succeeds; one prune request goes to the maintenance topic. Unless the
+  trainer kit's lines show the job's last run preempted and never finished (a process that exits
+  0 after SIGTERM, as Lightning 2.6 does): then, once `kit_lines_settle_seconds` passed without a
+  later run's line, the attempt is re-queued like a preempted one (the next resumes from its
+  checkpoints) with one `incomplete_success` alert.
 - FAILED by preemption/stockout (error code RESOURCE_EXHAUSTED, or its message matches the
   configured stockout/preemption patterns): attempt n+1 is re-queued (fallback strategy and
   failover location from `shared.requests.envelope.plan_attempt`), or, when `max_attempts` is reached, the
@@ -39,6 +43,7 @@ from shared.deciding.events import Signal, SignalPatterns, patterns_from
 from shared.deciding.preemptions import (
     WAITING_STATES,
     count_preemptions,
+    kit_runs,
     last_run_ended_by_preemption,
     note_kit_line,
     preempted_in_last_run,
@@ -57,6 +62,7 @@ STUCK_STATES = frozenset({JobState.QUEUED, JobState.PENDING, JobState.CANCELLING
 CAPACITY_ERROR_CODES = frozenset({8})
 # How long a FAILED job may go without its error before it is classified as an ordinary failure.
 ERROR_SETTLE_SECONDS = 600.0
+INCOMPLETE_SUCCESS_REASON = "ended SUCCEEDED, but the trainer kit saw its last run preempted and never finish"
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,7 @@ class DecisionPolicy:
     requeue_delay_seconds: float
     default_max_attempts: int
     stuck_after_seconds: float
+    kit_lines_settle_seconds: float
 
     @classmethod
     def from_settings(cls, settings: Settings) -> DecisionPolicy:
@@ -92,6 +99,7 @@ class DecisionPolicy:
             requeue_delay_seconds=settings.requeue_delay_seconds,
             default_max_attempts=settings.default_max_attempts,
             stuck_after_seconds=settings.stuck_after_seconds,
+            kit_lines_settle_seconds=settings.kit_lines_settle_seconds,
         )
 
 
@@ -208,16 +216,25 @@ def _conclude(
     now: datetime,
     effects: Effects,
 ) -> str | None:
-    if job.state == JobState.FAILED and job.error is None and not _settled(job, now):
+    if job.state == JobState.FAILED and job.error is None and not _settled(job, now, ERROR_SETTLE_SECONDS):
         return f"job {job.name} failed and its error is not published yet"
+    # Vertex's SUCCEEDED says the process exited 0, not that training finished (docs/signals.md).
+    incomplete = job.state == JobState.SUCCEEDED and preempted_in_last_run(record, attempt.n)
+    if incomplete and not _settled(job, now, policy.kit_lines_settle_seconds):
+        return f"job {job.name} succeeded after its last run seen was preempted; waiting for later kit lines"
     attempt.ended_at = job.end_time or iso(now)
     attempt.error = job.error
-    if job.state == JobState.SUCCEEDED:
+    if job.state == JobState.SUCCEEDED and not incomplete:
         _succeed(record, attempt, owns_status, now, effects)
     elif job.state == JobState.CANCELLED:
         _cancel(record, attempt, owns_status, now, effects)
     else:
-        cause = classify_failure(job, policy.patterns, kit_saw_preemption=preempted_in_last_run(record, attempt.n))
+        if incomplete:
+            cause = FailureCause(True, False, INCOMPLETE_SUCCESS_REASON)
+            if owns_status:
+                _flag_incomplete_success(record, attempt, now, effects)
+        else:
+            cause = classify_failure(job, policy.patterns, kit_saw_preemption=preempted_in_last_run(record, attempt.n))
         if cause.capacity:
             # The job ended by preemption: so did its last run, said so or not.
             last_run_ended_by_preemption(record, attempt.n)
@@ -243,9 +260,21 @@ def _conclude(
     return None
 
 
-def _settled(job: JobSnapshot, now: datetime) -> bool:
+def _settled(job: JobSnapshot, now: datetime, seconds: float) -> bool:
     ended = job.end_time or job.update_time
-    return ended is not None and (now - parse_iso(ended)).total_seconds() >= ERROR_SETTLE_SECONDS
+    return ended is not None and (now - parse_iso(ended)).total_seconds() >= seconds
+
+
+def _flag_incomplete_success(record: RequestRecord, attempt: Attempt, now: datetime, effects: Effects) -> None:
+    message = f"attempt {attempt.n} of {record.request_id} {INCOMPLETE_SUCCESS_REASON}; not accepted as a success"
+    last_run = max(kit_runs(record, attempt.n))
+    effects.lines.append(
+        LogLine("WARNING", message, event_fields(record, attempt, "incomplete_success", last_run=last_run))
+    )
+    if record.mark(alert_marker("incomplete_success", attempt.n)):
+        effects.alerts.append(
+            attempt_alert(record, attempt, "incomplete_success", "WARNING", now, message, last_run=last_run)
+        )
 
 
 def _finish(record: RequestRecord, status: RequestStatus, now: datetime) -> None:

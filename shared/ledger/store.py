@@ -376,7 +376,10 @@ class LedgerStore:
             raw = blob.download_as_bytes()
         except NotFound:
             return None
-        return raw, RequestRecord.from_json(json.loads(raw)), int(blob.generation)
+        try:
+            return raw, RequestRecord.from_json(json.loads(raw)), int(blob.generation)
+        except (ValueError, TypeError, KeyError, RecursionError) as exc:
+            raise CorruptRecord(request_id, f"{type(exc).__name__}: {exc}") from exc
 
     def archive(self, request_id: str, raw: bytes) -> None:
         """Copy a record out of the ledger's prefixes (`archive/<id>.json`), before its removal."""

@@ -225,6 +225,25 @@ def test_the_docs_body_becomes_one_spot_job_recorded_in_the_ledger(harness: Harn
     assert not harness.observed(request_id, 1)  # a job created here has all its events to come
 
 
+def test_the_configured_commit_markers_reach_every_container_and_the_kit_reads_them(
+    harness: Harness, tmp_path: Any
+) -> None:
+    from spotjobs_kit import Run
+
+    markers = ("done.txt", "COMMITTED")
+    harness.settings = Settings.from_env({**SETTINGS.as_env(), "SPOTJOBS_COMMIT_MARKERS": ",".join(markers)})
+    two_pools = json.loads(load_event("requests/bare_docs.json"))
+    two_pools["jobSpec"]["workerPoolSpecs"].append(dict(two_pools["jobSpec"]["workerPoolSpecs"][0], replicaCount=2))
+    harness.deliver(json.dumps({"request_id": "r1", "custom_job": two_pools}).encode())
+
+    [job] = harness.vertex.jobs.values()
+    environments = [{e.name: e.value for e in pool.container_spec.env} for pool in job.job_spec.worker_pool_specs]
+    assert [env["SPOTJOBS_COMMIT_MARKERS"] for env in environments] == ["done.txt,COMMITTED"] * 2
+    # The kit in the container, started with that environment, judges with the pruner's list.
+    with Run.start(str(tmp_path), environ=environments[0], handle_sigterm=False, announce=False) as run:
+        assert run.markers == harness.settings.commit_markers == markers
+
+
 def test_a_redelivery_and_a_second_publish_create_nothing(harness: Harness) -> None:
     first = harness.deliver(envelope(), message_id="m-1")
     again = harness.deliver(envelope(), message_id="m-1")
@@ -469,6 +488,9 @@ def test_a_requeued_attempt_runs_where_the_requeue_said_with_the_same_output_dir
         (2, "europe-west4", "STANDARD"),
     ]
     assert first.job != outcome.job
+    # Both regions a create was sent to are where the stray sweep lists from now on.
+    remembered = {b.name for b in harness.ledger._bucket.list_blobs(prefix="maintenance/locations/")}  # noqa: SLF001
+    assert remembered == {"maintenance/locations/us-central1", "maintenance/locations/europe-west4"}
 
 
 def test_an_attempt_set_by_a_user_is_rejected(harness: Harness) -> None:

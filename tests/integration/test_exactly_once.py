@@ -146,6 +146,7 @@ def test_a_job_with_the_requests_labels_the_ledger_does_not_record_is_cancelled_
         strategy="SPOT",
         output_dir=record.output_dir,
         deployment=stack.settings.deployment_label,
+        commit_markers=stack.settings.commit_markers,
     )
     client = stack.job_service()
     parent = parent_path(stack.settings.project, stack.settings.location)

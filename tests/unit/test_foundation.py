@@ -56,6 +56,13 @@ def test_a_malformed_setting_is_a_configuration_error_naming_it(variable: str, v
         Settings.from_env({variable: value})
 
 
+def test_an_empty_commit_marker_list_is_refused_not_read_two_ways() -> None:
+    # The kit reads an empty SPOTJOBS_COMMIT_MARKERS as "its defaults", the pruner would read "none".
+    with pytest.raises(ConfigurationError, match="SPOTJOBS_COMMIT_MARKERS"):
+        Settings.from_env({"SPOTJOBS_COMMIT_MARKERS": " "})
+    assert Settings.from_env({"SPOTJOBS_COMMIT_MARKERS": "a, b"}).commit_markers == ("a", "b")
+
+
 def test_the_create_timeout_is_a_setting_the_claim_lease_must_cover_twice() -> None:
     settings = Settings.from_env({"SPOTJOBS_CLAIM_LEASE_SECONDS": "5", "SPOTJOBS_CREATE_TIMEOUT_SECONDS": "2"})
     assert settings.create_timeout_seconds == 2.0
