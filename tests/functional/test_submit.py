@@ -564,10 +564,7 @@ def _push_event(data: bytes, message_id: str, **attributes: str) -> dict[str, An
         "attributes": attributes,
         "publishTime": datetime.now(UTC).isoformat(),
     }
-    return {
-        "id": message_id,
-        "data": {"message": message, "subscription": "projects/p/subscriptions/s"},
-    }
+    return {"message": message, "subscription": "projects/p/subscriptions/s"}
 
 
 def test_through_handle_delivery_transient_failures_raise_and_invalid_requests_return(
@@ -885,10 +882,10 @@ def test_a_duplicate_publish_with_a_different_body_is_a_warning(harness: Harness
 
 
 def _push_request(event: dict[str, Any]) -> Any:
-    """The HTTP request Pub/Sub's push makes: the push body of `event` (entry points are HTTP)."""
+    """The HTTP request Pub/Sub's push makes with the push body `event` (entry points are HTTP)."""
     import types
 
-    body = json.dumps(event["data"]).encode()
+    body = json.dumps(event).encode()
     return types.SimpleNamespace(get_data=lambda: body)
 
 
@@ -899,7 +896,7 @@ def test_submit_job_handles_a_request_of_any_age(monkeypatch: pytest.MonkeyPatch
     handled: list[Message] = []
     monkeypatch.setattr(entry, "_handle", lambda message, log: handled.append(message))
     event = _push_event(envelope(), "m-old")
-    event["data"]["message"]["publishTime"] = (datetime.now(UTC) - timedelta(days=30)).isoformat()
+    event["message"]["publishTime"] = (datetime.now(UTC) - timedelta(days=30)).isoformat()
 
     entry.submit_job(_push_request(event))
 
