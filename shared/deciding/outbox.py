@@ -31,7 +31,7 @@ from shared.alerts import Alert
 from shared.clock import iso, parse_iso
 from shared.ledger.records import CorruptRecord, RequestRecord
 from shared.log import Logger
-from shared.requests.envelope import REQUEUE_ATTRIBUTES
+from shared.requests.envelope import requeue_message
 from shared.swap import Swapped
 from shared.wiring import Ports
 
@@ -218,25 +218,10 @@ def _pending_since(record: RequestRecord) -> datetime:
     return max(moments, default=datetime.min.replace(tzinfo=UTC))
 
 
-def attempt_envelope(request: dict[str, Any], attempt: int, location: str) -> dict[str, Any]:
-    """The canonical envelope as re-published for `attempt` in `location`.
-
-    Optional fields that are empty are left out, as a publisher would write them: absent means
-    the same to the reader, which rejects an empty `locations` list.
-    """
-    present = {key: value for key, value in request.items() if value is not None and value != []}
-    return {**present, "attempt": attempt, "location": location}
-
-
 def publish_request_attempt(ports: Ports, record: RequestRecord, attempt: int, location: str) -> str:
     """Publish attempt `attempt` to job-requests (submit's claim absorbs duplicates)."""
-    envelope = attempt_envelope(record.request, attempt, location)
-    return ports.publish(
-        ports.settings.job_requests_topic,
-        envelope,
-        request_id=record.request_id,
-        **REQUEUE_ATTRIBUTES,  # marks the system's own message: submit reads its `attempt`
-    )
+    body, attributes = requeue_message(record.request, attempt, location)
+    return ports.publish(ports.settings.job_requests_topic, body, **attributes)
 
 
 def settle_requeue(
