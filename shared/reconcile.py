@@ -37,7 +37,7 @@ from datetime import datetime
 from typing import Any
 
 from shared.adapters.vertex import find_attempt_job, parent_path, read_job
-from shared.alerts import Alert
+from shared.alerts import Alert, AlertKind
 from shared.clock import now_iso, parse_iso, utcnow
 from shared.deciding.applying import apply_observation
 from shared.deciding.decisions import Observation
@@ -320,14 +320,13 @@ def _alert_lookup_failed(ports: Ports, record: RequestRecord, claim: Attempt, ex
         return attempt_alert(
             current,
             attempt,
-            "lookup_failed",
-            "ERROR",
+            AlertKind.LOOKUP_FAILED,
             ports.clock(),
             f"cannot look up the job of attempt {claim.n} of {current.request_id} in {claim.location}: {error}",
             error=error,
         )
 
-    marker = alert_marker("lookup_failed", claim.n)
+    marker = alert_marker(AlertKind.LOOKUP_FAILED, claim.n)
     decide_and_flush_alert(ports, record.request_id, marker, lookup_alert, log)
 
 
@@ -338,7 +337,7 @@ def _backoff(lease: float, republished: int) -> float:
 
 
 def _decide_stalled_alert(record: RequestRecord, attempt: Attempt, ports: Ports) -> None:
-    if not record.mark(alert_marker("claim_stalled", attempt.n)):
+    if not record.mark(alert_marker(AlertKind.CLAIM_STALLED, attempt.n)):
         return
     error = attempt.last_create_error
     if error:
@@ -349,8 +348,7 @@ def _decide_stalled_alert(record: RequestRecord, attempt: Attempt, ports: Ports)
         attempt_alert(
             record,
             attempt,
-            "claim_stalled",
-            "ERROR",
+            AlertKind.CLAIM_STALLED,
             ports.clock(),
             f"attempt {attempt.n} of {record.request_id} has no job after {attempt.republished - 1} "
             f"re-publishes: {why}; it keeps being retried",

@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from shared.adapters.vertex import find_jobs, parent_path, request_labels
-from shared.alerts import Alert
+from shared.alerts import Alert, AlertKind
 from shared.clock import iso
 from shared.deciding.outbox import Mine, decide_alert, flush, publish_alert
 from shared.delivery import Message
@@ -43,10 +43,9 @@ def record_conflict(record: RequestRecord, envelope: dict[str, Any], ports: Port
     now = ports.clock()
 
     def conflict_alert(current: RequestRecord) -> Alert:
-        return Alert(
-            kind="request_id_conflict",
-            severity="WARNING",
-            message=(
+        return Alert.of(
+            AlertKind.REQUEST_ID_CONFLICT,
+            (
                 f"request {current.request_id} was published again with a different body "
                 f"(digest {refused}); the first (digest {kept}) is kept and nothing was "
                 "created for the second: publish it under a new request id"
@@ -56,7 +55,7 @@ def record_conflict(record: RequestRecord, envelope: dict[str, Any], ports: Port
             time=iso(now),
         )
 
-    marker = alert_marker("request_id_conflict", 1, refused)
+    marker = alert_marker(AlertKind.REQUEST_ID_CONFLICT, 1, refused)
     return decide_alert(ports, record.request_id, marker, conflict_alert)
 
 
@@ -91,10 +90,9 @@ def replayed_without_a_record(message: Message, envelope: dict[str, Any], log: L
     )
     publish_alert(
         ports,
-        Alert(
-            kind="ledger_missing",
-            severity="ERROR",
-            message=(
+        Alert.of(
+            AlertKind.LEDGER_MISSING,
+            (
                 f"request {request_id} was delivered again ({age:.0f} s after it was published) "
                 f"and has {len(found)} job(s) but no ledger document: nothing was created; "
                 "restore the document or resubmit under a new request id"
@@ -138,7 +136,7 @@ def reject(exc: InvalidJobRequest, message: Message, log: Logger, ports: Ports) 
         ),
     )
     stored = swapped.value
-    if not swapped.wrote and (stored is None or alert_marker("invalid_request", n) not in stored.markers):
+    if not swapped.wrote and (stored is None or alert_marker(AlertKind.INVALID_REQUEST, n) not in stored.markers):
         # Not a re-queue the ledger holds (a publisher set `attempt`): nothing to fail, alert now.
         alert = invalid_request_alert(request_id, n, violations, message.message_id, ports.clock())
         publish_alert(ports, alert)

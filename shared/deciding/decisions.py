@@ -37,6 +37,7 @@ from datetime import datetime, timedelta
 
 from spotjobs_kit.lines import KitRecord
 
+from shared.alerts import AlertKind
 from shared.clock import iso, parse_iso
 from shared.deciding.effects import Effects, LogLine, attempt_alert, event_fields
 from shared.deciding.events import Signal, SignalPatterns, patterns_from
@@ -271,9 +272,9 @@ def _flag_incomplete_success(record: RequestRecord, attempt: Attempt, now: datet
     effects.lines.append(
         LogLine("WARNING", message, event_fields(record, attempt, "incomplete_success", last_run=last_run))
     )
-    if record.mark(alert_marker("incomplete_success", attempt.n)):
+    if record.mark(alert_marker(AlertKind.INCOMPLETE_SUCCESS, attempt.n)):
         effects.alerts.append(
-            attempt_alert(record, attempt, "incomplete_success", "WARNING", now, message, last_run=last_run)
+            attempt_alert(record, attempt, AlertKind.INCOMPLETE_SUCCESS, now, message, last_run=last_run)
         )
 
 
@@ -318,8 +319,8 @@ def _fail(record: RequestRecord, attempt: Attempt, cause: FailureCause, now: dat
     _finish(record, RequestStatus.FAILED, now)
     message = f"attempt {attempt.n} of {record.request_id} failed: {cause.reason}"
     effects.lines.append(LogLine("ERROR", message, event_fields(record, attempt, "job_failed", error=attempt.error)))
-    if record.mark(alert_marker("job_failed", attempt.n)):
-        effects.alerts.append(attempt_alert(record, attempt, "job_failed", "ERROR", now, message, error=attempt.error))
+    if record.mark(alert_marker(AlertKind.JOB_FAILED, attempt.n)):
+        effects.alerts.append(attempt_alert(record, attempt, AlertKind.JOB_FAILED, now, message, error=attempt.error))
 
 
 def _requeue_or_give_up(
@@ -350,13 +351,12 @@ def _requeue_or_give_up(
                 ),
             )
         )
-        if record.mark(alert_marker("attempts_exhausted", attempt.n)):
+        if record.mark(alert_marker(AlertKind.ATTEMPTS_EXHAUSTED, attempt.n)):
             effects.alerts.append(
                 attempt_alert(
                     record,
                     attempt,
-                    "attempts_exhausted",
-                    "ERROR",
+                    AlertKind.ATTEMPTS_EXHAUSTED,
                     now,
                     message,
                     max_attempts=max_attempts,
@@ -420,7 +420,7 @@ def _flag_stuck(
         threshold += max_wait_seconds(record.request.get("custom_job") or {})
     if stuck_for < threshold:
         return
-    if not record.mark(alert_marker("job_stuck", attempt.n, job.state)):
+    if not record.mark(alert_marker(AlertKind.JOB_STUCK, attempt.n, job.state)):
         return
     message = f"attempt {attempt.n} of {record.request_id} has been {job.state} for {stuck_for:.0f} s"
     effects.lines.append(
@@ -434,8 +434,7 @@ def _flag_stuck(
         attempt_alert(
             record,
             attempt,
-            "job_stuck",
-            "WARNING",
+            AlertKind.JOB_STUCK,
             now,
             message,
             state=job.state,

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from shared.alerts import Alert
+from shared.alerts import Alert, AlertKind
 from shared.clock import iso, parse_iso
 from shared.ledger.records import CorruptRecord, RequestRecord
 from shared.log import Logger
@@ -149,10 +149,9 @@ def alert_corrupt_record(ports: Ports, error: CorruptRecord, log: Logger) -> Non
         return
     publish_alert(
         ports,
-        Alert(
-            kind="ledger_corrupt",
-            severity="ERROR",
-            message=f"{error}; repair or restore it (spotjobs status shows it once it reads)",
+        Alert.of(
+            AlertKind.LEDGER_CORRUPT,
+            f"{error}; repair or restore it (spotjobs status shows it once it reads)",
             request_id=error.request_id,
             time=iso(ports.clock()),
         ),

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from shared.alerts import Alert
+from shared.alerts import Alert, AlertKind
 from shared.clock import iso
 from shared.deciding.effects import attempt_alert
 from shared.deciding.outbox import decide_and_flush_alert
@@ -60,8 +60,7 @@ def alert_stray(ports: Ports, record: RequestRecord, job: CustomJob, log: Logger
         return attempt_alert(
             current,
             attempt,
-            "stray_job",
-            "WARNING",
+            AlertKind.STRAY_JOB,
             now,
             f"cancelled job {job.name}: it carried the labels of attempt {n} of "
             f"{current.request_id}, which records {attempt.job or 'no job'}",
@@ -69,5 +68,5 @@ def alert_stray(ports: Ports, record: RequestRecord, job: CustomJob, log: Logger
             cancelled_at=iso(now),
         )
 
-    marker = alert_marker("stray_job", n, job.name.rsplit("/", 1)[-1])
+    marker = alert_marker(AlertKind.STRAY_JOB, n, job.name.rsplit("/", 1)[-1])
     decide_and_flush_alert(ports, record.request_id, marker, stray_alert, log)

@@ -9,7 +9,7 @@ from typing import Any
 
 from spotjobs_kit.layout import Checkpoint
 
-from shared.alerts import Alert
+from shared.alerts import Alert, AlertKind
 from shared.errors import is_retryable
 from shared.log import Logger
 
@@ -117,8 +117,8 @@ def report_alert(result: PruneResult, *, limit: int = 50) -> Alert | None:
         severity = "WARNING"
     else:
         severity = "INFO"
-    return Alert(
-        kind="prune_report",
+    return Alert.of(
+        AlertKind.PRUNE_REPORT,
         severity=severity,
         message=(
             f"Pruned {summary['checkpoints_deleted']} checkpoints "
