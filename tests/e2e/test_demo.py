@@ -152,7 +152,7 @@ def test_no_process_the_demo_started_is_left_running(demo_run: dict[str, Any]) -
 def test_the_html_report_renders_in_chromium_with_each_scenario_on_its_timeline(
     demo_run: dict[str, Any], tmp_path: Path
 ) -> None:
-    from tests.browser import render
+    from tests.support.browser import render
     from tests.unit.test_report_html import marks, section
 
     report = demo_run["report"]

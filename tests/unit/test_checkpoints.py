@@ -20,7 +20,7 @@ from spotjobs_kit.layout import (
     tensorflow_stem_complete,
 )
 
-from tests.unit.test_prune_support import (
+from tests.support.prune_store import (
     NOW,
     MemoryStore,
     file_checkpoint,

@@ -20,7 +20,7 @@ from shared.pruning.report import PruneResult, RequestReport, log_report, report
 from shared.pruning.retention import Lifecycle, contents_needed, judge_checkpoints
 from shared.pruning.runner import parse_maintenance_task
 from spotjobs.cli.prune import print_prune_result
-from tests.unit.test_prune_support import (
+from tests.support.prune_store import (
     LAYOUT,
     NOW,
     MemoryStore,

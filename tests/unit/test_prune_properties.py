@@ -14,7 +14,7 @@ from shared.ledger.records import RequestRecord
 from shared.ledger.states import TERMINAL_STATUSES, RequestStatus
 from shared.pruning.execute import prune_requests
 from shared.pruning.retention import Lifecycle
-from tests.unit.test_prune_support import LAYOUT, NOW, MemoryStore, folder, policy
+from tests.support.prune_store import LAYOUT, NOW, MemoryStore, folder, policy
 
 KINDS = ("prefix", "file", "tensorflow")
 MARKERS = ("commit_success.txt", ".metadata", "COMMITTED")

@@ -9,7 +9,7 @@ from typing import Any
 
 from spotjobs.reporting.html import render_report
 from spotjobs.reporting.views import build_views, totals
-from tests.browser import render
+from tests.support.browser import render
 
 MACHINE = {"machineType": "a2-highgpu-1g", "acceleratorType": "NVIDIA_TESLA_A100", "acceleratorCount": 1}
 
