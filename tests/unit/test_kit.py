@@ -23,8 +23,8 @@ from spotjobs_kit.storage import FileStore
 from shared.pruning.plan import plan_request
 from shared.settings import Settings
 from tests.support.checkpoint_layouts import LAYOUTS, mirror
+from tests.support.checkpoint_specs import checkpoint_specs, write
 from tests.support.prune_store import LAYOUT, NOW, MemoryStore, policy
-from tests.unit.test_prune_properties import checkpoint_specs, write
 
 KIT_DIR = Path(spotjobs_kit.__file__).parent
 
