@@ -15,18 +15,18 @@ from datetime import datetime
 
 from spotjobs_kit.lines import KitRecord
 
+from shared.adapters.vertex import JobSnapshot, get_job
 from shared.clock import utcnow
-from shared.decisions import Decision, DecisionPolicy, Observation, decide
+from shared.deciding.decisions import Decision, DecisionPolicy, Observation, decide
+from shared.deciding.effects import Effects
+from shared.deciding.events import IgnoredEntry, Signal, classify, parse_log_entry, patterns_from
+from shared.deciding.outbox import alert_corrupt_record, flush
+from shared.deciding.strays import cancel_stray, is_stray
 from shared.delivery import Message
-from shared.effects import Effects
 from shared.errors import TransientError
-from shared.events import IgnoredEntry, Signal, classify, parse_log_entry, patterns_from
+from shared.ledger.records import CorruptRecord, RequestRecord
 from shared.log import Logger
-from shared.outbox import alert_corrupt_record, flush
-from shared.records import CorruptRecord, RequestRecord
 from shared.settings import Settings
-from shared.strays import cancel_stray, is_stray
-from shared.vertex import JobSnapshot, get_job
 from shared.wiring import Ports
 
 
@@ -164,7 +164,7 @@ def handle_job_event(
 def _cancel_if_stray(
     ports: Ports, record: RequestRecord | None, n: int, location: str, job_name: str, log: Logger
 ) -> None:
-    """A line of an indexed job that its attempt does not record: a second job (shared.strays)."""
+    """A line of an indexed job that its attempt does not record: a second job (shared.deciding.strays)."""
     attempt = record.attempt(n) if record else None
     if record is None or attempt is None or attempt.job in (None, job_name):
         return

@@ -7,7 +7,7 @@ the listing's metadata, paged by `settings.reconcile_page_size`, at most
 starts, in the ledger's reconcile cursor, so every request gets its turn):
 
 - alerts and a prune request decided but not published are published once their decider is
-  presumed dead (`shared.outbox`);
+  presumed dead (`shared.deciding.outbox`);
 
 - a re-queue decided but not confirmed is published once due and abandoned by its decider;
 - a claim without a job older than the claim lease (a submit that crashed and whose message was
@@ -19,7 +19,7 @@ starts, in the ledger's reconcile cursor, so every request gets its turn):
 - otherwise the latest attempt's job is read and `shared.observe.apply_observation` decides,
   exactly as for a log event: terminal states, re-queues, jobs stuck in a waiting state.
 
-Then the pass sweeps for strays (`shared.strays.sweep_strays`): one list per location of this
+Then the pass sweeps for strays (`shared.deciding.strays.sweep_strays`): one list per location of this
 deployment's jobs that have not ended, and every one the ledger does not record is cancelled,
 whether its request is active or long finished.
 
@@ -35,25 +35,25 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from shared.adapters.vertex import JobSnapshot, find_attempt_job, parent_path
 from shared.alerts import Alert
-from shared.claims import record_job
 from shared.clock import now_iso, parse_iso, utcnow
-from shared.decisions import Observation
-from shared.effects import attempt_alert
-from shared.errors import is_retryable
-from shared.ledger import ActiveEntry, JobIndexEntry, LedgerStore, ListedRequest
-from shared.log import Logger
-from shared.observe import apply_observation, read_job
-from shared.outbox import (
+from shared.deciding.decisions import Observation
+from shared.deciding.effects import attempt_alert
+from shared.deciding.outbox import (
     alert_corrupt_record,
     decide_and_flush_alert,
     flush,
     publish_request_attempt,
 )
-from shared.records import Attempt, CorruptRecord, RequestRecord, alert_marker
-from shared.run_lock import ledger_bucket, run_lock
-from shared.strays import sweep_strays
-from shared.vertex import JobSnapshot, find_attempt_job, parent_path
+from shared.deciding.strays import sweep_strays
+from shared.errors import is_retryable
+from shared.ledger.claims import record_job
+from shared.ledger.records import Attempt, CorruptRecord, RequestRecord, alert_marker
+from shared.ledger.run_lock import ledger_bucket, run_lock
+from shared.ledger.store import ActiveEntry, JobIndexEntry, LedgerStore, ListedRequest
+from shared.log import Logger
+from shared.observe import apply_observation, read_job
 from shared.wiring import Ports
 
 RECONCILE_TASK = "reconcile"
@@ -92,7 +92,7 @@ class RequestResult:
 
 def run_reconcile(ports: Ports, log: Logger, *, limit: int | None = None) -> ReconcileSummary:
     """One reconcile pass over the active requests. Logs one summary line and returns it. A pass
-    already running elsewhere makes this one end at once (`shared.run_lock`: one INFO line)."""
+    already running elsewhere makes this one end at once (`shared.ledger.run_lock`: one INFO line)."""
     with run_lock(ledger_bucket(ports.ledger), RECONCILE_TASK, log, clock=ports.clock) as held:
         return _run_reconcile(ports, log, limit=limit) if held else ReconcileSummary()
 
@@ -130,8 +130,8 @@ def _requests_to_reconcile(
     next run starts from the first again.
 
     A ledger from before the index is listed in full once, writing the active records' markers.
-    Then the retention sweep (`shared.ledger_retention`) takes its bounded turn."""
-    from shared.ledger_retention import backfill_index, sweep_step
+    Then the retention sweep (`shared.ledger.retention`) takes its bounded turn."""
+    from shared.ledger.retention import backfill_index, sweep_step
 
     if not ledger.index_built():
         backfill_index(ledger, log, page_size=page_size)

@@ -12,16 +12,16 @@ import hashlib
 import json
 from typing import Any
 
+from shared.adapters.vertex import find_jobs, parent_path, request_labels
 from shared.alerts import Alert
-from shared.claims import fail_invalid_requeue, invalid_request_alert
 from shared.clock import iso
+from shared.deciding.outbox import decide_alert, flush, publish_alert
 from shared.delivery import Message
 from shared.errors import TransientError
+from shared.ledger.claims import fail_invalid_requeue, invalid_request_alert
+from shared.ledger.records import RequestRecord, alert_marker
 from shared.log import Logger
-from shared.outbox import decide_alert, flush, publish_alert
-from shared.records import RequestRecord, alert_marker
-from shared.request import InvalidJobRequest
-from shared.vertex import find_jobs, parent_path, request_labels
+from shared.requests.envelope import InvalidJobRequest
 from shared.wiring import Ports
 
 

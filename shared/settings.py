@@ -70,7 +70,7 @@ class Settings:
     default_max_attempts: int = _env("SPOTJOBS_DEFAULT_MAX_ATTEMPTS", 3, kind="int")
     max_attempts_ceiling: int = _env("SPOTJOBS_MAX_ATTEMPTS_CEILING", 10, kind="int")
     max_request_bytes: int = _env("SPOTJOBS_MAX_REQUEST_BYTES", 256 * 1024, kind="int")
-    # Ceilings over the whole job (shared/job_policy.py): accelerators summed over every replica of
+    # Ceilings over the whole job (shared/requests/job_policy.py): accelerators summed over every replica of
     # every pool, worker pools, scheduling.timeout (Vertex's own default is 7 days), boot disk.
     max_accelerators_per_job: int = _env("SPOTJOBS_MAX_ACCELERATORS_PER_JOB", 16, kind="int")
     max_pools_per_job: int = _env("SPOTJOBS_MAX_POOLS_PER_JOB", 2, kind="int")
@@ -125,7 +125,7 @@ class Settings:
     reconcile_page_size: int = _env("SPOTJOBS_RECONCILE_PAGE_SIZE", 200, kind="int")
     reconcile_requests_per_run: int = _env("SPOTJOBS_RECONCILE_REQUESTS_PER_RUN", 2000, kind="int")
     # A finished request's ledger record is removed this long after it finished (0: kept forever;
-    # never less than 32 days, see shared/ledger_retention.py), archived first unless turned off.
+    # never less than 32 days, see shared/ledger/retention.py), archived first unless turned off.
     ledger_retention_seconds: float = _env("SPOTJOBS_LEDGER_RETENTION_SECONDS", 90 * 86400.0, kind="float")
     ledger_archive: bool = _env("SPOTJOBS_LEDGER_ARCHIVE", True, kind="bool")
 
@@ -212,7 +212,7 @@ class Settings:
                     raise ConfigurationError(f"{env}: {pattern!r} is not a regular expression: {exc}") from None
 
     def _check_image_prefixes(self) -> None:
-        from shared.image_ref import BadReference, parse_prefix
+        from shared.requests.image_ref import BadReference, parse_prefix
 
         for entry in self.allowed_image_prefixes:
             try:

@@ -19,7 +19,7 @@ Only invalid requests and settled outcomes (created, found, duplicate, refused b
 acknowledged. Any other failure is redelivered (`SubmitBlocked` for permanent ones) so that the
 dead-letter topic, not a silent acknowledgement, ends a request that cannot be handled.
 
-The ledger transitions (`shared.claims`) decide from the current record alone; `submit_request`
+The ledger transitions (`shared.ledger.claims`) decide from the current record alone; `submit_request`
 is the shell that runs them and calls the clients passed in through `Ports`. Alerts go through the
 outbox like every other function's: written pending with the decision, published after.
 """
@@ -32,35 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from shared.claims import (
-    Claim,
-    ClaimInProgress,
-    claim_attempt,
-    fail_attempt,
-    mark_create_sent,
-    record_job,
-    release_claim,
-)
-from shared.clock import iso, parse_iso
-from shared.decisions import Observation
-from shared.delivery import Message
-from shared.errors import TransientError, is_retryable
-from shared.ledger import JobIndexEntry
-from shared.log import Logger
-from shared.observe import apply_observation
-from shared.outbox import alert_corrupt_record, flush
-from shared.policy import validate_request, warn_if_images_unrestricted
-from shared.records import Attempt, CorruptRecord, RequestRecord
-from shared.redeliveries import (
-    publish_what_is_pending,
-    record_conflict,
-    reject,
-    replayed_without_a_record,
-)
-from shared.request import InvalidJobRequest, canonical_envelope
-from shared.settings import CREATE_MARGIN_FRACTION
-from shared.strays import cancel_stray
-from shared.vertex import (
+from shared.adapters.vertex import (
     JobSnapshot,
     build_job_json,
     create_custom_job,
@@ -70,6 +42,34 @@ from shared.vertex import (
     state_name,
     to_custom_job,
 )
+from shared.clock import iso, parse_iso
+from shared.deciding.decisions import Observation
+from shared.deciding.outbox import alert_corrupt_record, flush
+from shared.deciding.strays import cancel_stray
+from shared.delivery import Message
+from shared.errors import TransientError, is_retryable
+from shared.ledger.claims import (
+    Claim,
+    ClaimInProgress,
+    claim_attempt,
+    fail_attempt,
+    mark_create_sent,
+    record_job,
+    release_claim,
+)
+from shared.ledger.records import Attempt, CorruptRecord, RequestRecord
+from shared.ledger.store import JobIndexEntry
+from shared.log import Logger
+from shared.observe import apply_observation
+from shared.redeliveries import (
+    publish_what_is_pending,
+    record_conflict,
+    reject,
+    replayed_without_a_record,
+)
+from shared.requests.envelope import InvalidJobRequest, canonical_envelope
+from shared.requests.policy import validate_request, warn_if_images_unrestricted
+from shared.settings import CREATE_MARGIN_FRACTION
 from shared.wiring import Ports
 
 if TYPE_CHECKING:

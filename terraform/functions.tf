@@ -32,7 +32,7 @@ locals {
   # Per-function sizing: module defaults, per-function adjustments, then the caller's overrides.
   function_builtin = {
     # Scheduled sweeps: one instance, longer runs; prune deletes in parallel threads. One sweep at
-    # a time is the run lease's job (shared/run_lock.py), not Cloud Run's: with concurrency 1 a
+    # a time is the run lease's job (shared/ledger/run_lock.py), not Cloud Run's: with concurrency 1 a
     # tick pushed during a run of minutes would get 429, be retried and end in the dead-letter
     # topic. With room for more requests the tick reaches the instance, finds the lease and is
     # acknowledged; prune also serves the one-request prunes on_job_event publishes meanwhile.

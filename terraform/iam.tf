@@ -42,7 +42,7 @@ locals {
       act_as       = false
     }
     prune_checkpoints = {
-      # Reads the ledger; writes only its resume cursor (shared/prune.py CURSOR_OBJECT,
+      # Reads the ledger; writes only its resume cursor (shared/ledger/store.py cursor_path,
       # maintenance/prune-cursor.json) in the state bucket.
       ledger       = "read"
       state_prefix = "maintenance/"

@@ -40,7 +40,8 @@ def isolated_stack(**options: object) -> Iterator[Stack]:  # noqa: F821
     Stacks export their emulator hosts into os.environ (client libraries read them there), so a
     second stack (the chaos tests') must not outlive its module: this puts everything back."""
     from devstack.stack import Stack, StackOptions
-    from shared import clients, settings, wiring
+    from shared import settings, wiring
+    from shared.adapters import clients
 
     defaults: dict[str, object] = {
         "function_env": TEST_FUNCTION_ENV,

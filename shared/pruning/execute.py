@@ -21,12 +21,12 @@ from typing import Any
 from spotjobs_kit.layout import Checkpoint, Kind, ListedObject, completion_objects
 
 from shared.clock import utcnow
+from shared.ledger.records import RequestRecord
 from shared.pruning.folders import CheckpointLayout, OutOfScope
 from shared.pruning.plan import RequestPlan, plan_request
 from shared.pruning.report import PruneResult, RequestReport, checkpoint_entry
 from shared.pruning.retention import PrunePolicy
 from shared.pruning.store import DeleteOutcome, PruneStore
-from shared.records import RequestRecord
 
 # A unit of work for the pool; it returns its follow-ups (a planned request: its deletes).
 Task = Callable[[], Iterable["Task"]]

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 from spotjobs_kit.layout import Checkpoint, Kind, sorted_checkpoints
 
 from shared.clock import parse_iso
-from shared.records import RequestRecord
-from shared.states import TERMINAL_STATUSES
+from shared.ledger.records import RequestRecord
+from shared.ledger.states import TERMINAL_STATUSES
 
 if TYPE_CHECKING:
     from shared.settings import Settings

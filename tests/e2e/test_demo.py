@@ -32,7 +32,7 @@ def demo_run() -> dict[str, Any]:
         html_path = Path(tmp, "demo.html")
         with stdout_path.open("w") as stdout, stderr_path.open("w") as stderr:
             process = subprocess.Popen(
-                [sys.executable, "-m", "shared.cli", "demo", "--json", "--seed", str(SEED), "--html", str(html_path)],
+                [sys.executable, "-m", "spotjobs.cli", "demo", "--json", "--seed", str(SEED), "--html", str(html_path)],
                 cwd=REPO_ROOT,
                 env=env,
                 stdin=subprocess.DEVNULL,

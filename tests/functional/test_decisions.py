@@ -12,15 +12,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.claims import claim_attempt
 from shared.delivery import Message
 from shared.errors import TransientError, is_retryable
-from shared.ledger import LedgerStore
+from shared.ledger.claims import claim_attempt
+from shared.ledger.records import RequestRecord
+from shared.ledger.states import RequestStatus
+from shared.ledger.store import LedgerStore
 from shared.observe import EventOutcome, handle_job_event
-from shared.policy import validate_request
-from shared.records import RequestRecord
-from shared.request import canonical_envelope
-from shared.states import RequestStatus
+from shared.requests.envelope import canonical_envelope
+from shared.requests.policy import validate_request
 from tests.functional.test_decisions_support import (
     STOCKOUT,
     USER_ERROR,

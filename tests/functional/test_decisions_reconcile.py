@@ -11,15 +11,15 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from functions import reconcile as reconcile_entry
-from shared.claims import claim_attempt
 from shared.delivery import Message, maintenance_task
-from shared.ledger import LedgerStore
+from shared.ledger.claims import claim_attempt
+from shared.ledger.records import Attempt, RequestRecord
+from shared.ledger.states import RequestStatus
+from shared.ledger.store import LedgerStore
 from shared.log import Logger
-from shared.policy import validate_request
 from shared.reconcile import RequestResult, run_reconcile
-from shared.records import Attempt, RequestRecord
-from shared.request import canonical_envelope
-from shared.states import RequestStatus
+from shared.requests.envelope import canonical_envelope
+from shared.requests.policy import validate_request
 from shared.wiring import Ports
 from tests.functional.test_decisions_support import (
     STOCKOUT,
@@ -435,7 +435,7 @@ def test_a_job_created_for_the_next_attempt_during_the_sweep_is_no_stray(
 
 
 def test_a_job_of_an_attempt_still_being_created_is_not_a_stray(world: World) -> None:
-    from shared.strays import is_stray
+    from shared.deciding.strays import is_stray
 
     record, _ = world.submitted(state=RUNNING)
     record.attempts[0].job = None  # attempt 1 claimed, its job not recorded yet

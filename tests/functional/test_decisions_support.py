@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from shared.claims import claim_attempt, record_job
-from shared.ledger import JobIndexEntry, LedgerStore
+from shared.adapters.vertex import LABEL_ATTEMPT, LABEL_DEPLOYMENT, LABEL_REQUEST_ID, state_name
+from shared.ledger.claims import claim_attempt, record_job
+from shared.ledger.records import Attempt, RequestRecord
+from shared.ledger.states import RequestStatus
+from shared.ledger.store import JobIndexEntry, LedgerStore
 from shared.log import Logger
-from shared.records import Attempt, RequestRecord
 from shared.settings import Settings
-from shared.states import RequestStatus
-from shared.vertex import LABEL_ATTEMPT, LABEL_DEPLOYMENT, LABEL_REQUEST_ID, state_name
 from shared.wiring import Ports
 
 PROJECT = "spotjobs-test"

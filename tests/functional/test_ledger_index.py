@@ -9,14 +9,14 @@ from datetime import timedelta
 
 import pytest
 
-from shared import ledger as ledger_module
 from shared.clock import now_iso, utcnow
-from shared.ledger import ACTIVE_PREFIX, ARCHIVE_PREFIX, JobIndexEntry, LedgerStore, ListedRequest
-from shared.ledger_retention import MIN_RETENTION_SECONDS, retire, sweep_step
+from shared.ledger import store as ledger_module
+from shared.ledger.records import Attempt, RequestRecord
+from shared.ledger.retention import MIN_RETENTION_SECONDS, retire, sweep_step
+from shared.ledger.states import AttemptOutcome, RequestStatus
+from shared.ledger.store import ACTIVE_PREFIX, ARCHIVE_PREFIX, JobIndexEntry, LedgerStore, ListedRequest
 from shared.log import Logger
 from shared.reconcile import ReconcileSummary, _requests_to_reconcile
-from shared.records import Attempt, RequestRecord
-from shared.states import AttemptOutcome, RequestStatus
 from tests.functional.test_decisions_support import CapturedLog, make_settings
 
 FAR = timedelta(days=400)
@@ -201,7 +201,7 @@ def test_a_record_written_since_it_was_read_is_kept(ledger: LedgerStore, gcs_buc
 
 
 def test_retention_is_never_shorter_than_pubsub_keeps_a_message(gcs_bucket) -> None:
-    from shared.ledger_retention import effective_retention
+    from shared.ledger.retention import effective_retention
 
     assert (
         effective_retention(make_settings(gcs_bucket.name, SPOTJOBS_LEDGER_RETENTION_SECONDS="60"))
@@ -213,7 +213,7 @@ def test_retention_is_never_shorter_than_pubsub_keeps_a_message(gcs_bucket) -> N
 def test_a_sweep_turn_removes_a_bounded_number_and_the_next_resumes(
     ledger: LedgerStore, gcs_bucket, monkeypatch
 ) -> None:
-    from shared import ledger_retention
+    from shared.ledger import retention as ledger_retention
 
     monkeypatch.setattr(ledger_retention, "SWEEP_RETIREMENTS_PER_RUN", 1)
     settings = make_settings(gcs_bucket.name)

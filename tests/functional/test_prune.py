@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from spotjobs_kit.layout import ListedObject
 
+from shared.ledger.records import RequestRecord
+from shared.ledger.states import RequestStatus
 from shared.pruning.store import DeleteOutcome, GcsPruneStore
-from shared.records import RequestRecord
-from shared.states import RequestStatus
 from tests.functional.test_prune_support import (
     all_names,
     folder,

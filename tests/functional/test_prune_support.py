@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from shared.ledger.records import RequestRecord
 from shared.pruning.execute import prune_requests
 from shared.pruning.folders import CheckpointLayout
 from shared.pruning.report import PruneResult
 from shared.pruning.retention import PrunePolicy
 from shared.pruning.store import GcsPruneStore
-from shared.records import RequestRecord
 from tests.unit.framework_layouts import hf_trainer, orbax_renamed_legacy
 
 if TYPE_CHECKING:

@@ -17,18 +17,18 @@ import pytest
 from google.api_core import exceptions as api
 from google.cloud.aiplatform_v1 import CustomJob, JobState
 
+from shared.adapters.vertex import LABEL_ATTEMPT, LABEL_DEPLOYMENT, LABEL_REQUEST_ID
 from shared.alerts import Alert
-from shared.claims import ClaimInProgress
 from shared.delivery import Message, handle_delivery
 from shared.errors import ConfigurationError, TransientError
-from shared.ledger import LedgerStore
+from shared.ledger.claims import ClaimInProgress
+from shared.ledger.records import Attempt, RequestRecord, Requeue
+from shared.ledger.states import RequestStatus
+from shared.ledger.store import LedgerStore
 from shared.log import Logger
-from shared.records import Attempt, RequestRecord, Requeue
-from shared.request import REQUEUE_ATTRIBUTES, derived_request_id
+from shared.requests.envelope import REQUEUE_ATTRIBUTES, derived_request_id
 from shared.settings import Settings
-from shared.states import RequestStatus
 from shared.submit import SubmitBlocked, SubmitOutcome, SubmitResult, submit_request
-from shared.vertex import LABEL_ATTEMPT, LABEL_DEPLOYMENT, LABEL_REQUEST_ID
 from shared.wiring import Ports
 from tests.conftest import load_event
 from tests.functional.test_decisions_support import FakePublisher
@@ -276,7 +276,7 @@ def _stale_claim(harness: Harness, request_id: str, age_seconds: float) -> None:
     claimed_at = (
         (harness.now - timedelta(seconds=age_seconds)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     )
-    from shared.request import canonical_envelope, read_request
+    from shared.requests.envelope import canonical_envelope, read_request
 
     request, _ = read_request(envelope(request_id), attributes={}, max_bytes=10**6)
     record = RequestRecord(

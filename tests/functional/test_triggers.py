@@ -14,7 +14,7 @@ import pytest
 from shared.alerts import Alert
 from shared.delivery import Message
 from shared.errors import Violation
-from shared.ledger import LedgerStore
+from shared.ledger.store import LedgerStore
 from shared.settings import Settings
 from shared.triggers import runner
 from shared.triggers.definition import parse_definition, read_definition

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from devstack.samples import job_request
-from shared.records import RequestRecord
-from shared.states import RequestStatus
-from shared.vertex import LABEL_ATTEMPT, LABEL_REQUEST_ID, label_filter, parent_path
+from shared.adapters.vertex import LABEL_ATTEMPT, LABEL_REQUEST_ID, label_filter, parent_path
+from shared.ledger.records import RequestRecord
+from shared.ledger.states import RequestStatus
 
 pytestmark = pytest.mark.stack
 

@@ -15,10 +15,7 @@ from typing import Any
 import pytest
 
 from devstack.samples import job_request
-from shared.redeliveries import body_digest
-from shared.request import derived_request_id
-from shared.states import RequestStatus
-from shared.vertex import (
+from shared.adapters.vertex import (
     LABEL_ATTEMPT,
     build_job_json,
     is_terminal,
@@ -26,6 +23,9 @@ from shared.vertex import (
     state_name,
     to_custom_job,
 )
+from shared.ledger.states import RequestStatus
+from shared.redeliveries import body_digest
+from shared.requests.envelope import derived_request_id
 from tests.conftest import load_event
 from tests.integration.test_submit import (
     DELIVERY_TIMEOUT,
@@ -357,7 +357,7 @@ def test_a_scheduler_message_fired_twice_for_one_scheduled_time_yields_one_job(
 
 def spotjobs(stack: Any, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "shared.cli", *args],
+        [sys.executable, "-m", "spotjobs.cli", *args],
         capture_output=True,
         text=True,
         env={**os.environ, **stack.env},

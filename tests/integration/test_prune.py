@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from shared.states import RequestStatus
+from shared.ledger.states import RequestStatus
 
 pytestmark = pytest.mark.stack
 

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.stack
 
 def spotjobs(stack: Any, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "shared.cli", *args],
+        [sys.executable, "-m", "spotjobs.cli", *args],
         cwd=REPO_ROOT,
         env={**os.environ, **stack.env},
         capture_output=True,

@@ -64,7 +64,7 @@ def _http_status(url: str) -> int:
 
 
 def _spotjobs_cli() -> list[str]:
-    return [sys.executable, "-m", "shared.cli"]
+    return [sys.executable, "-m", "spotjobs.cli"]
 
 
 def test_local_up_prints_a_working_environment_and_leaves_nothing_behind() -> None:

@@ -14,10 +14,7 @@ from typing import Any
 
 import pytest
 
-from shared.records import Attempt, RequestRecord
-from shared.request import canonical_envelope, derived_request_id, read_request
-from shared.states import TERMINAL_STATUSES, RequestStatus
-from shared.vertex import (
+from shared.adapters.vertex import (
     LABEL_ATTEMPT,
     LABEL_DEPLOYMENT,
     LABEL_REQUEST_ID,
@@ -25,6 +22,9 @@ from shared.vertex import (
     find_jobs,
     parent_path,
 )
+from shared.ledger.records import Attempt, RequestRecord
+from shared.ledger.states import TERMINAL_STATUSES, RequestStatus
+from shared.requests.envelope import canonical_envelope, derived_request_id, read_request
 from tests.conftest import EVENTS_DIR, load_event
 
 pytestmark = pytest.mark.stack
@@ -261,7 +261,7 @@ def test_the_cli_submits_and_reports_status(stack: Any) -> None:
         [
             sys.executable,
             "-m",
-            "shared.cli",
+            "spotjobs.cli",
             "submit",
             str(EVENTS_DIR / "requests/bare_quick.json"),
             "--json",
@@ -280,7 +280,7 @@ def test_the_cli_submits_and_reports_status(stack: Any) -> None:
     record = wait_for_job_recorded(stack, request_id)
 
     status = subprocess.run(
-        [sys.executable, "-m", "shared.cli", "status", request_id, "--json"],
+        [sys.executable, "-m", "spotjobs.cli", "status", request_id, "--json"],
         capture_output=True,
         text=True,
         env=env,
@@ -292,7 +292,7 @@ def test_the_cli_submits_and_reports_status(stack: Any) -> None:
     assert document["request_id"] == request_id and document["attempts"][0]["job"] == record.attempt(1).job
 
     table = subprocess.run(
-        [sys.executable, "-m", "shared.cli", "status"],
+        [sys.executable, "-m", "spotjobs.cli", "status"],
         capture_output=True,
         text=True,
         env=env,

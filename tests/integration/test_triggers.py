@@ -36,7 +36,7 @@ def definition(name: str, source: dict, **extra: Any) -> dict:
 
 def cli(stack, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "shared.cli", "triggers", *args],
+        [sys.executable, "-m", "spotjobs.cli", "triggers", *args],
         cwd=REPO_ROOT,
         env=stack.env,
         input=stdin,

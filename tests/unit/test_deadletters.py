@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.deadletters import DeadLetter, attach_failures, cloud_log_lines, cloud_logging_filter
+from spotjobs.deadletters import DeadLetter, attach_failures, cloud_log_lines, cloud_logging_filter
 
 
 def letter(**attributes: str) -> DeadLetter:

@@ -1,4 +1,4 @@
-"""The pure decision (shared.decisions.decide): one observed job state in, one record and its
+"""The pure decision (shared.deciding.decisions.decide): one observed job state in, one record and its
 effects out. Every test also checks that deciding again on the result changes nothing, which is
 what makes redeliveries harmless."""
 
@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
+from shared.adapters.vertex import JobSnapshot, JobState
 from shared.clock import iso
-from shared.decisions import (
+from shared.deciding.decisions import (
     ERROR_SETTLE_SECONDS,
     Decision,
     DecisionPolicy,
@@ -20,11 +21,10 @@ from shared.decisions import (
     classify_failure,
     decide,
 )
-from shared.events import Signal, patterns_from
-from shared.records import Attempt, RequestRecord, Requeue
+from shared.deciding.events import Signal, patterns_from
+from shared.ledger.records import Attempt, RequestRecord, Requeue
+from shared.ledger.states import RequestStatus
 from shared.settings import Settings
-from shared.states import RequestStatus
-from shared.vertex import JobSnapshot, JobState
 
 NOW = datetime(2026, 11, 29, 18, 0, 0, tzinfo=UTC)
 POLICY = DecisionPolicy.from_settings(Settings())
@@ -321,7 +321,7 @@ def test_a_flex_start_attempt_waiting_within_its_max_wait_is_not_stuck() -> None
 
 
 def test_a_flex_start_job_gets_an_explicit_max_wait_unless_the_request_sets_one() -> None:
-    from shared.vertex import build_job_json
+    from shared.adapters.vertex import build_job_json
 
     def scheduling(job: dict) -> dict:
         built = build_job_json(

@@ -13,12 +13,12 @@ from datetime import datetime
 
 from spotjobs_kit.lines import KitRecord
 
-from shared.decisions import Decision, Observation, decide
-from shared.events import Signal
-from shared.preemptions import preemptions_text
-from shared.records import RequestRecord
-from shared.states import RequestStatus
-from shared.vertex import JobState
+from shared.adapters.vertex import JobState
+from shared.deciding.decisions import Decision, Observation, decide
+from shared.deciding.events import Signal
+from shared.deciding.preemptions import preemptions_text
+from shared.ledger.records import RequestRecord
+from shared.ledger.states import RequestStatus
 from tests.unit.test_decisions import JOB1, NOW, POLICY, USER_ERROR, at, job, make_record
 
 DOCUMENTED_STOCKOUT = {"code": 13, "message": "The job failed with a STOCKOUT error."}

@@ -15,7 +15,7 @@ from devstack.demo.scenarios import build_scenarios
 from devstack.demo.traces import AttemptTrace, RequestTrace, RunTrace, runs_from_output
 from devstack.demo.view import LiveView, format_table, human_bytes, render_report
 from shared.errors import InvalidRequest
-from shared.policy import validate_request
+from shared.requests.policy import validate_request
 from shared.settings import Settings
 
 PRICES = Prices(

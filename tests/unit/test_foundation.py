@@ -183,7 +183,7 @@ def test_the_storage_session_reads_the_environment_once_unless_a_proxy_is_set(mo
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
-    from shared.clients import read_environment_once
+    from shared.adapters.clients import read_environment_once
 
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.delenv(name, raising=False)

@@ -1,23 +1,253 @@
-"""Only the CLI may name the dev stack.
+"""Who may import whom: the rooms of docs/ARCHITECTURE.md ("Layout and what each folder may
+import"), the dev stack, and no import cycle.
 
-The deploy zip ships `shared/` and `functions/` without `devstack/`, so nothing they run may need
-it. The `spotjobs` command line (`shared/cli/`) is the one exception, for `local up` and `demo`,
-and even there `devstack` is imported only inside the function that runs a command, so every
-other command works without it. "Names" means an import statement or a string that is a
-`devstack` module name (what importlib.import_module, __import__ or find_spec would be given).
+Every import counts: at module level, inside a function (lazy) and under `if TYPE_CHECKING:`. A
+module that may not import another at run time may not name its types either, or the picture of
+who depends on whom would be wrong for a reader.
+
+The dev stack: the deploy zip ships `shared/` and `functions/` without `devstack/`, so nothing
+they run may need it. The `spotjobs` command line (`spotjobs/cli/`) may name it, for `local up`
+and `demo`, and even there only inside the function that runs a command, so every other command
+works without it. "Names" means an import statement or a string that is a `devstack` module name
+(what importlib.import_module, __import__ or find_spec would be given).
 """
 
 from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-CLI_PACKAGE = REPO_ROOT / "shared" / "cli"
+CLI_PACKAGE = REPO_ROOT / "spotjobs" / "cli"
 DEVSTACK_MODULE = re.compile(r"devstack(\.\w+)*")
+KIT = "spotjobs_kit"
+
+# The rooms of shared/ (module name prefixes; the longest match wins), and the packages around it.
+ROOMS: dict[str, str] = {
+    "shared": "foundation",  # the package docstring
+    "shared.settings": "foundation",
+    "shared.errors": "foundation",
+    "shared.log": "foundation",
+    "shared.clock": "foundation",
+    "shared.topology": "foundation",
+    "shared.alerts": "foundation",
+    "shared.requests": "requests",
+    "shared.ledger": "ledger",
+    "shared.adapters": "adapters",
+    "shared.wiring": "wiring",
+    "shared.delivery": "delivery",
+    "shared.deciding": "deciding",
+    "shared.pruning": "pruning",
+    "shared.triggers": "triggers",
+    "shared.submit": "shells",
+    "shared.reconcile": "shells",
+    "shared.observe": "shells",
+    "shared.redeliveries": "shells",
+    "functions": "functions",
+    "spotjobs": "spotjobs",
+    "devstack": "devstack",
+}
+SHARED_ROOMS = {room for prefix, room in ROOMS.items() if prefix.split(".")[0] == "shared"}
+
+# Room -> the other rooms it may import (its own room is always allowed). The same table is in
+# docs/ARCHITECTURE.md; the kit (spotjobs_kit) may be imported by shared/ and functions/.
+ALLOWED: dict[str, set[str]] = {
+    "foundation": set(),
+    "requests": {"foundation"},
+    "ledger": {"foundation", "requests"},
+    "adapters": {"foundation"},
+    "wiring": {"foundation", "ledger", "adapters"},
+    "delivery": {"foundation"},
+    "deciding": {"foundation", "requests", "ledger", "wiring"},
+    "pruning": {"foundation", "ledger", "wiring", "delivery", "deciding"},
+    "triggers": {"foundation", "requests", "wiring", "delivery"},
+    # A shell is one function's flow; it uses every room but not another shell (exceptions below).
+    "shells": SHARED_ROOMS - {"shells"},
+    "functions": SHARED_ROOMS,
+    "spotjobs": SHARED_ROOMS | {"devstack"},  # devstack: the CLI only, lazily (tests below)
+    "devstack": SHARED_ROOMS | {"spotjobs"},
+}
+
+# (importer, imported module) pairs the table does not allow yet: each is work for phase 2 of
+# issue 21, with the reason it is still here.
+EXCEPTIONS: dict[tuple[str, str], str] = {
+    # settings checks SPOTJOBS_ALLOWED_IMAGES with the image reference parser, lazily.
+    ("shared.settings", "shared.requests.image_ref"): "parse the allowed image prefixes",
+    # attempt planning names the ledger's Attempt type (type-only).
+    ("shared.requests.attempts", "shared.ledger.records"): "the Attempt type",
+    # The label and environment names of a spotjobs job live in the Vertex adapter.
+    ("shared.requests.job_policy", "shared.adapters.vertex"): "SYSTEM_LABELS, ENV_* names",
+    # The pure decision layer takes JobState/JobSnapshot from the adapter (issue 21, item 4).
+    ("shared.deciding.decisions", "shared.adapters.vertex"): "JobState, JobSnapshot, FLEX_START",
+    ("shared.deciding.preemptions", "shared.adapters.vertex"): "JobState, JobSnapshot",
+    ("shared.deciding.strays", "shared.adapters.vertex"): "cancels and lists jobs (I/O in deciding)",
+    # Shells that call another shell: applying an observation belongs in deciding/.
+    ("shared.submit", "shared.observe"): "apply_observation",
+    ("shared.reconcile", "shared.observe"): "apply_observation, read_job",
+    ("shared.submit", "shared.redeliveries"): "replayed and refused deliveries",
+}
+
+
+def room_of(module: str) -> str | None:
+    parts = module.split(".")
+    for end in range(len(parts), 0, -1):
+        room = ROOMS.get(".".join(parts[:end]))
+        if room is not None:
+            return room
+    return None
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO_ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def python_files(*roots: Path) -> list[Path]:
+    return sorted(p for root in roots for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def imported_modules(source: str, importer: str) -> Iterator[tuple[int, str]]:
+    """(line, module) for every import anywhere in `source`: lazy and TYPE_CHECKING ones too.
+
+    `from a.b import c` yields `a.b.c` when c may be a module and `a.b` otherwise, so a caller
+    resolves it with `resolve`."""
+    package = importer if importer.count(".") == 0 else importer.rsplit(".", 1)[0]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                yield node.lineno, f"{base}.{alias.name}"
+
+
+def resolve(name: str, modules: set[str]) -> str | None:
+    """The repository module `name` refers to (a module, or a name inside one), or None."""
+    while name:
+        if name in modules:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def repository_modules() -> dict[str, Path]:
+    roots = [REPO_ROOT / top for top in ("shared", "functions", "spotjobs", "devstack")]
+    return {module_name(path): path for path in python_files(*roots)}
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = repository_modules()
+    names = set(modules)
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        targets = {resolve(name, names) for _, name in imported_modules(path.read_text(), module)}
+        graph[module] = {t for t in targets if t is not None and t != module}
+    return graph
+
+
+def test_every_module_is_in_a_room() -> None:
+    assert [m for m in repository_modules() if room_of(m) is None] == []
+
+
+def test_the_scan_sees_lazy_type_only_and_relative_imports() -> None:
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "import shared.clock\n"
+        "from shared.ledger import store\n"
+        "if TYPE_CHECKING:\n"
+        "    from shared.adapters.vertex import JobState\n"
+        "def f():\n"
+        "    from . import envelope\n"
+    )
+    found = {name for _, name in imported_modules(source, "shared.requests.policy")}
+    modules = {"shared.clock", "shared.ledger", "shared.ledger.store", "shared.adapters.vertex", "shared.requests"}
+    modules.add("shared.requests.envelope")
+    assert {resolve(n, modules) for n in found} - {None} == {
+        "shared.clock",
+        "shared.ledger.store",
+        "shared.adapters.vertex",
+        "shared.requests.envelope",
+    }
+
+
+def test_imports_between_rooms_follow_the_table() -> None:
+    wrong = []
+    for importer, targets in import_graph().items():
+        source_room = room_of(importer)
+        for target in sorted(targets):
+            target_room = room_of(target)
+            allowed = target_room == source_room or target_room in ALLOWED[source_room]
+            if not allowed and (importer, target) not in EXCEPTIONS:
+                wrong.append(f"{importer} ({source_room}) -> {target} ({target_room})")
+    assert wrong == []
+
+
+def test_every_listed_exception_is_still_an_import() -> None:
+    graph = import_graph()
+    assert [pair for pair in EXCEPTIONS if pair[1] not in graph[pair[0]]] == [], "drop it from EXCEPTIONS"
+
+
+def test_shared_and_functions_import_only_shared_the_kit_and_libraries() -> None:
+    ours = {"shared", "functions", "spotjobs", "devstack", "tests", "bench", "tools", KIT}
+    wrong = []
+    for path in python_files(REPO_ROOT / "shared", REPO_ROOT / "functions"):
+        importer = module_name(path)
+        allowed = {"shared", KIT} | ({"functions"} if importer.startswith("functions") else set())
+        for line, name in imported_modules(path.read_text(), importer):
+            top = name.split(".")[0]
+            if top in ours and top not in allowed:
+                wrong.append(f"{importer}:{line} imports {name}")
+    assert wrong == []
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One import cycle of `graph` as [a, b, ..., a], or [] when there is none."""
+    done: set[str] = set()
+    path: list[str] = []
+
+    def visit(node: str) -> list[str]:
+        if node in path:
+            return [*path[path.index(node) :], node]
+        if node in done:
+            return []
+        path.append(node)
+        for target in sorted(graph.get(node, ())):
+            cycle = visit(target)
+            if cycle:
+                return cycle
+        path.pop()
+        done.add(node)
+        return []
+
+    for node in sorted(graph):
+        cycle = visit(node)
+        if cycle:
+            return cycle
+    return []
+
+
+def test_find_cycle_finds_one() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle_among_shared_modules() -> None:
+    graph = import_graph()
+    shared = {m: {t for t in ts if t.startswith("shared.")} for m, ts in graph.items() if m.startswith("shared.")}
+    assert find_cycle(shared) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# The dev stack
+# ---------------------------------------------------------------------------------------------
 
 
 def _is_devstack(name: str | None) -> bool:
@@ -46,10 +276,6 @@ def devstack_references(source: str) -> list[tuple[int, str, bool]]:
     return found
 
 
-def python_files(*roots: Path) -> list[Path]:
-    return sorted(p for root in roots for p in root.rglob("*.py") if "__pycache__" not in p.parts)
-
-
 def test_the_scan_sees_every_way_of_naming_devstack() -> None:
     source = (
         "import devstack\n"
@@ -75,10 +301,14 @@ def test_the_scan_sees_every_way_of_naming_devstack() -> None:
 
 @pytest.mark.parametrize(
     "path",
-    [p for p in python_files(REPO_ROOT / "shared", REPO_ROOT / "functions") if CLI_PACKAGE not in p.parents],
+    [
+        p
+        for p in python_files(REPO_ROOT / "shared", REPO_ROOT / "functions", REPO_ROOT / "spotjobs")
+        if CLI_PACKAGE not in p.parents
+    ],
     ids=lambda p: p.relative_to(REPO_ROOT).as_posix(),
 )
-def test_deployed_code_outside_the_cli_never_names_devstack(path: Path) -> None:
+def test_code_outside_the_cli_never_names_devstack(path: Path) -> None:
     assert devstack_references(path.read_text()) == []
 
 
@@ -89,5 +319,5 @@ def test_the_cli_imports_devstack_only_inside_a_command() -> None:
     }
     assert {name: refs for name, refs in at_module_level.items() if refs} == {}
     assert any(devstack_references(p.read_text()) for p in python_files(CLI_PACKAGE)), (
-        "the CLI no longer runs the local stack: drop this test's exception for shared/cli/"
+        "the CLI no longer runs the local stack: drop this test's exception for spotjobs/cli/"
     )

@@ -11,15 +11,15 @@ import pytest
 from google.api_core.exceptions import Forbidden, ServiceUnavailable
 from spotjobs_kit.layout import Checkpoint, Evidence, Kind, ListedObject
 
-from shared.cli.prune import print_prune_result
+from shared.ledger.records import RequestRecord
+from shared.ledger.states import RequestStatus
 from shared.log import Logger
 from shared.pruning.execute import prune_requests, run_tasks
 from shared.pruning.folders import OutOfScope
 from shared.pruning.report import PruneResult, RequestReport, log_report, report_alert
 from shared.pruning.retention import NEWEST_KEPT_WITHOUT_COMPLETE, Lifecycle, contents_needed, judge_checkpoints
 from shared.pruning.runner import parse_maintenance_task
-from shared.records import RequestRecord
-from shared.states import RequestStatus
+from spotjobs.cli.prune import print_prune_result
 from tests.unit.framework_layouts import hf_trainer, write_save
 from tests.unit.test_prune_support import (
     HOUR,
@@ -454,7 +454,7 @@ def test_the_prune_function_imports_neither_vertex_nor_pubsub() -> None:
     import sys
 
     code = (
-        "import sys, functions.prune, shared.pruning.runner, shared.cli.prune\n"
+        "import sys, functions.prune, shared.pruning.runner, spotjobs.cli.prune\n"
         "heavy = [m for m in sys.modules if m.startswith(('google.cloud.aiplatform',"
         " 'google.cloud.pubsub', 'google.cloud.storage'))]\n"
         "assert not heavy, heavy\n"

@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from spotjobs_kit import Run
 
+from shared.ledger.records import RequestRecord
+from shared.ledger.states import RequestStatus
 from shared.pruning.execute import prune_requests
 from shared.pruning.retention import NEWEST_KEPT_WITHOUT_COMPLETE, Lifecycle
-from shared.records import RequestRecord
-from shared.states import RequestStatus
 from tests.unit.checkpoint_layouts import mirror
 from tests.unit.framework_layouts import NEVER_CHECKPOINTS, SAVES, Save, write_save
 from tests.unit.test_prune_support import LAYOUT, NOW, MemoryStore, folder, policy

@@ -11,10 +11,10 @@ from datetime import datetime, timedelta
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from shared.ledger.records import RequestRecord
+from shared.ledger.states import TERMINAL_STATUSES, RequestStatus
 from shared.pruning.execute import prune_requests
 from shared.pruning.retention import Lifecycle
-from shared.records import RequestRecord
-from shared.states import TERMINAL_STATUSES, RequestStatus
 from tests.unit.test_prune_support import LAYOUT, NOW, MemoryStore, folder, policy
 
 KINDS = ("prefix", "file", "tensorflow")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.states import RequestStatus
+from shared.ledger.states import RequestStatus
 from tests.unit.framework_layouts import deepspeed, hf_trainer, write_save
 from tests.unit.test_prune_support import (
     HOUR,

@@ -10,13 +10,13 @@ from datetime import UTC, datetime, timedelta
 
 from spotjobs_kit.layout import FolderListing, ListedObject
 
+from shared.ledger.records import RequestRecord
+from shared.ledger.states import RequestStatus
 from shared.pruning.execute import prune_requests
 from shared.pruning.folders import CheckpointLayout
 from shared.pruning.report import PruneResult
 from shared.pruning.retention import PrunePolicy
 from shared.pruning.store import DeleteOutcome
-from shared.records import RequestRecord
-from shared.states import RequestStatus
 
 NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 LAYOUT = CheckpointLayout("ckpt-bucket", "requests/")

@@ -1,4 +1,4 @@
-"""The HTML report (shared/report_html.py): a known scenario's timeline and totals, checked in the
+"""The HTML report (spotjobs/reporting/html.py): a known scenario's timeline and totals, checked in the
 page as a real browser (Chromium, headless) parses and lays it out, with no console messages."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from shared.report_html import render_report
-from shared.report_views import build_views, totals
+from spotjobs.reporting.html import render_report
+from spotjobs.reporting.views import build_views, totals
 from tests.browser import render
 
 MACHINE = {"machineType": "a2-highgpu-1g", "acceleratorType": "NVIDIA_TESLA_A100", "acceleratorCount": 1}

@@ -12,8 +12,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from shared.errors import InvalidRequest
-from shared.policy import validate_request
-from shared.request import (
+from shared.requests.envelope import (
     REQUEUE_ATTRIBUTES,
     JobRequest,
     canonical_envelope,
@@ -21,6 +20,7 @@ from shared.request import (
     is_valid_request_id,
     read_request,
 )
+from shared.requests.policy import validate_request
 from shared.settings import Settings
 from tests.conftest import load_event
 

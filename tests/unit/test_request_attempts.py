@@ -9,13 +9,7 @@ from typing import Any
 
 import pytest
 
-from shared.attempts import plan_attempt
-from shared.claims import ClaimInProgress, claim_attempt, fail_attempt, record_job, release_claim
-from shared.errors import InvalidRequest
-from shared.records import Attempt, RequestRecord, Requeue
-from shared.request import canonical_envelope, read_request
-from shared.states import RequestStatus
-from shared.vertex import (
+from shared.adapters.vertex import (
     JobState,
     build_job_json,
     is_terminal,
@@ -25,6 +19,12 @@ from shared.vertex import (
     to_custom_job,
     to_job_json,
 )
+from shared.errors import InvalidRequest
+from shared.ledger.claims import ClaimInProgress, claim_attempt, fail_attempt, record_job, release_claim
+from shared.ledger.records import Attempt, RequestRecord, Requeue
+from shared.ledger.states import RequestStatus
+from shared.requests.attempts import plan_attempt
+from shared.requests.envelope import canonical_envelope, read_request
 from tests.conftest import load_event
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
