@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable
 
 from spotjobs_kit.layout import Checkpoint
-from spotjobs_kit.run import SIGTERM_EXIT_STATUS, Run
+from spotjobs_kit.run import Run
 
 
 def start_run(fallback_dir: str | None, *, run: Run | None = None, total_steps: int | None = None) -> Run:
@@ -50,7 +50,7 @@ class LoopCheckpoints:
         self.run.progress(step)
         if self.run.preempted:
             self.save(step, state())
-            raise SystemExit(SIGTERM_EXIT_STATUS)
+            self.run.exit_preempted()
         if self.every and step % self.every == 0:
             self.save(step, state())
 

@@ -27,7 +27,7 @@ import time
 from typing import Any
 
 from spotjobs_kit._integration import LoopCheckpoints, retire_old_checkpoints, start_run
-from spotjobs_kit.run import SIGTERM_EXIT_STATUS, Run, checkpoint_name
+from spotjobs_kit.run import Run, checkpoint_name
 
 HF_PREFIX = "checkpoint-"  # transformers' PREFIX_CHECKPOINT_DIR
 ITERATION_FILE = "spotjobs_accelerate.json"  # accelerate's save counter, saved with the state
@@ -53,7 +53,7 @@ def train(trainer: Any, *, run: Run | None = None, **train_kwargs: Any) -> Any:
     finally:
         run.announce()  # if training never began (on_train_begin announces with total_steps)
     if run.preempted:
-        raise SystemExit(SIGTERM_EXIT_STATUS)
+        run.exit_preempted()
     run.finish(trainer.state.global_step)
     return result
 
@@ -140,8 +140,10 @@ class AccelerateCheckpoints(LoopCheckpoints):
         if path is None:
             return 0
         self.accelerator.load_state(path)
-        with open(os.path.join(path, ITERATION_FILE)) as saved:
-            self.accelerator.project_configuration.iteration = json.load(saved)["iteration"]
+        counter = os.path.join(path, ITERATION_FILE)
+        if os.path.exists(counter):  # absent from a checkpoint saved without the kit
+            with open(counter) as saved:
+                self.accelerator.project_configuration.iteration = json.load(saved)["iteration"]
         return self.run.resume_step() or 0
 
     def step_done(self, step: int, state: Any = None) -> None:  # type: ignore[override]

@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 from spotjobs_kit._integration import retire_old_checkpoints, start_run
-from spotjobs_kit.run import SIGTERM_EXIT_STATUS, Run, checkpoint_name
+from spotjobs_kit.run import Run, checkpoint_name
 
 CHECKPOINT_FILE = "model.ckpt"
 
@@ -53,12 +53,12 @@ def fit(
         trainer.fit(model, *args, ckpt_path=ckpt_path, **fit_kwargs)
     except SystemExit:
         if run.preempted:  # Lightning's SIGTERMException: exit 0 otherwise
-            raise SystemExit(SIGTERM_EXIT_STATUS) from None
+            run.exit_preempted()
         raise
     finally:
         run.announce()  # if training never began
     if run.preempted and callback.stopped:
-        raise SystemExit(SIGTERM_EXIT_STATUS)
+        run.exit_preempted()
     run.finish(trainer.global_step)
 
 

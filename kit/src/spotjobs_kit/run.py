@@ -49,10 +49,11 @@ interrupted, check `run.preempted` between steps instead. A SIGTERM that lands d
 
 Whatever the training code or its framework does after a SIGTERM (Lightning 2.6 raises a
 `SystemExit` with no code, a Trainer's `train()` returns), the process exits 143 unless
-`finish()` was called: an exit hook (atexit, registered by `start()`) ends a preempted,
-unfinished process with that status, after flushing stdout and stderr. It runs before the exit
-hooks registered earlier (before `start()`), which are then skipped: integrations exit 143
-themselves, so the hook is the last resort.
+`finish()` was called. The kit and its integrations exit through `exit_preempted()` (a
+`SystemExit(143)`, so every exit hook runs); for any other way out, an exit hook (atexit,
+registered by `start()`) ends a preempted, unfinished process with status 143 after flushing
+stdout and stderr. That last resort skips the exit hooks registered before `start()` (they would
+run after it).
 
 Progress: `progress(step)` prints a `progress` line (step, total_steps, steps_per_second) at most
 once a minute; one is printed at every commit too. `run_started` carries `total_steps` when known
@@ -209,6 +210,7 @@ class Run:
         self._chained: list[Callable[..., Any]] = []  # handlers the kit's calls after its own work
         self._in_handler = False
         self._exit_hook_installed = False
+        self._exiting = False  # exit_preempted() raised: the exit status is 143 already
         self._progress_mark: tuple[float, int | None] = (self._started, None)  # (time, step) of the last line
 
     # Starting.
@@ -424,7 +426,7 @@ class Run:
 
     def _exit_if_this_was_the_preemption_save(self) -> None:
         if self.preempted and self._callback is not None and self._exit_code is not None:
-            raise SystemExit(self._exit_code)  # this save was the preemption's save
+            self._exit(self._exit_code)  # this save was the preemption's save
 
     # Progress.
 
@@ -477,8 +479,13 @@ class Run:
             atexit.register(self._exit_after_preemption)
             self._exit_hook_installed = True
 
+    def exit_preempted(self) -> None:
+        """Leave a preempted run: `SystemExit(143)` (the exit hook then has nothing to do)."""
+        self._exiting = True
+        raise SystemExit(SIGTERM_EXIT_STATUS)
+
     def _exit_after_preemption(self) -> None:
-        if self.preempted and not self.finished:
+        if self.preempted and not self.finished and not self._exiting:
             for stream in (sys.stdout, sys.stderr):
                 with contextlib.suppress(Exception):
                     stream.flush()
@@ -516,7 +523,12 @@ class Run:
         assert self._callback is not None
         self._callback()
         if self._exit_code is not None:
-            raise SystemExit(self._exit_code)
+            self._exit(self._exit_code)
+
+    def _exit(self, code: int) -> None:
+        if code == SIGTERM_EXIT_STATUS:
+            self.exit_preempted()
+        raise SystemExit(code)
 
     # Ending.
 

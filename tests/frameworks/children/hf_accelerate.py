@@ -4,7 +4,7 @@ import os
 import torch
 from accelerate import Accelerator
 from accelerate.utils import ProjectConfiguration
-from common import STEPS, record_step, slow_saves, tiny_regression
+from common import STEPS, record_step, slow_saves, tiny_regression  # noqa: F401 (STEPS: the snippet's)
 
 slow_saves()
 torch.manual_seed(0)

@@ -1,6 +1,6 @@
 # A plain PyTorch loop (torch.save or DCP); the README's snippet is appended below by the test.
 import torch
-from common import STEPS, record_step, slow_saves, tiny_regression
+from common import STEPS, record_step, slow_saves, tiny_regression  # noqa: F401 (STEPS: the snippet's)
 
 slow_saves()
 torch.manual_seed(0)
