@@ -47,6 +47,8 @@ CASES = {
     "lightning": Case("lightning_fit.py", (f"step-{TORN_STEP:06d}", "model.ckpt")),
     "torch-save": Case("torch_loop.py", (f"step-{TORN_STEP:06d}", "state.pt")),
     "torch-dcp": Case("torch_loop.py", (f"step-{TORN_STEP:06d}", "__0_0.distcp")),
+    "orbax": Case("orbax_loop.py", (str(TORN_STEP), "_sharding")),
+    "keras": Case("keras_fit.py", (f"step-{TORN_STEP:06d}", "model.weights.h5")),
 }
 
 
