@@ -29,7 +29,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from shared.adapters.vertex import (
@@ -54,7 +54,9 @@ from shared.ledger.claims import (
     mark_create_sent,
     release_claim,
 )
+from shared.ledger.dedupe import bare_request_id
 from shared.ledger.records import Attempt, CorruptRecord, RequestRecord
+from shared.ledger.run_lock import ledger_bucket
 from shared.log import Logger
 from shared.redeliveries import (
     publish_what_is_pending,
@@ -62,7 +64,7 @@ from shared.redeliveries import (
     reject,
     replayed_without_a_record,
 )
-from shared.requests.envelope import InvalidJobRequest, canonical_envelope
+from shared.requests.envelope import InvalidJobRequest, JobRequest, canonical_envelope, content_request_id
 from shared.requests.policy import validate_request, warn_if_images_unrestricted
 from shared.settings import CREATE_MARGIN_FRACTION
 from shared.swap import Decided
@@ -114,6 +116,7 @@ def submit_request(message: Message, log: Logger, ports: Ports) -> SubmitOutcome
         except InvalidJobRequest as exc:
             reject(exc, message, log, ports)
             return SubmitOutcome(SubmitResult.INVALID, exc.request_id, exc.attempt)
+        request = _named_by_content(request, ports)
     n = request.attempt or 1
     log = log.bind(request_id=request.request_id, attempt=n)
     with redelivered_unless_settled(log):
@@ -152,6 +155,22 @@ def submit_request(message: Message, log: Logger, ports: Ports) -> SubmitOutcome
             return SubmitOutcome(SubmitResult.DUPLICATE, request.request_id, n, job)
         assert claim.attempt is not None  # a claim that writes always names its attempt
         return _ensure_job(claim.record, claim.attempt, claim.kind == "taken_over", log, ports)
+
+
+def _named_by_content(request: JobRequest, ports: Ports) -> JobRequest:
+    """A bare body without an id gets the id of its content's dedupe window (one compare-and-swap
+    document per content, so concurrent deliveries agree); any other request keeps its id."""
+    if request.content_digest is None or request.moment is None:
+        return request
+    digest = request.content_digest
+    request_id = bare_request_id(
+        ledger_bucket(ports.ledger),
+        digest,
+        request.moment,
+        ports.settings.bare_dedupe_seconds,
+        lambda opened: content_request_id(digest, opened),
+    )
+    return replace(request, request_id=request_id)
 
 
 @contextmanager

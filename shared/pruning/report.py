@@ -62,7 +62,7 @@ class RequestReport:
 
 def checkpoint_entry(c: Checkpoint, reason: str) -> dict[str, Any]:
     """One checkpoint's line in a report's kept or deleted list."""
-    return {"checkpoint": c.name, "step": c.step, "complete": c.complete, "reason": reason}
+    return {"checkpoint": c.name, "step": c.step, "complete": c.complete, "evidence": c.evidence, "reason": reason}
 
 
 @dataclass

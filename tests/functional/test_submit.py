@@ -875,3 +875,72 @@ def test_a_replay_of_a_request_whose_document_was_lost_creates_no_second_job(har
 def test_a_fresh_message_without_a_record_is_claimed_without_a_lookup(harness: Harness) -> None:
     outcome = harness.deliver(envelope())
     assert outcome.result == SubmitResult.CREATED and harness.vertex.lists == 0
+
+
+def _deliver_at(harness: Harness, moment: datetime, message_id: str, **attributes: str) -> SubmitOutcome:
+    message = Message(DOCS_BODY, message_id, attributes, publish_time=moment)
+    return submit_request(message, harness.log, harness.ports)
+
+
+def test_a_bare_body_retried_across_a_minute_boundary_is_one_request_and_six_minutes_later_another(
+    harness: Harness,
+) -> None:
+    first_publish = datetime(2026, 11, 30, 9, 0, 59, 800000, tzinfo=UTC)
+    first = _deliver_at(harness, first_publish, "m-1")
+    retry = _deliver_at(harness, first_publish + timedelta(seconds=0.5), "m-2")  # 09:01:00.3
+    later = _deliver_at(harness, first_publish + timedelta(minutes=6), "m-3")
+
+    assert first.result == SubmitResult.CREATED and retry.result == SubmitResult.DUPLICATE
+    assert first.request_id == retry.request_id != later.request_id
+    assert later.result == SubmitResult.CREATED
+    assert harness.vertex.creates == 2
+
+
+def test_concurrent_tries_of_a_bare_body_either_side_of_a_minute_are_one_job(harness: Harness) -> None:
+    first_publish = datetime(2026, 11, 30, 9, 0, 59, 800000, tzinfo=UTC)
+    outcomes: list[SubmitOutcome | Exception] = []
+    lock = threading.Lock()
+
+    def deliver(k: int) -> None:
+        try:
+            result: SubmitOutcome | Exception = _deliver_at(
+                harness, first_publish + timedelta(seconds=0.1 * k), f"m-{k}"
+            )
+        except ClaimInProgress as exc:
+            result = exc
+        with lock:
+            outcomes.append(result)
+
+    threads = [threading.Thread(target=deliver, args=(k,)) for k in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    named = {o.request_id for o in outcomes if isinstance(o, SubmitOutcome)}
+    assert len(named) == 1
+    assert harness.vertex.creates == 1
+
+
+def test_a_redriven_bare_body_is_the_request_it_was(harness: Harness) -> None:
+    first_publish = datetime(2026, 11, 30, 9, 0, 59, 800000, tzinfo=UTC)
+    first = _deliver_at(harness, first_publish, "m-1")
+    # An hour later the operator redrives the dead letter: a new message, a new publish time, and
+    # the original publish time carried in the attribute redrive sets.
+    redriven = _deliver_at(
+        harness,
+        first_publish + timedelta(hours=1),
+        "m-redriven",
+        spotjobs_original_publish_time="2026-11-30T09:00:59.800Z",
+    )
+
+    assert redriven.request_id == first.request_id and redriven.result == SubmitResult.DUPLICATE
+    assert harness.vertex.creates == 1
+
+
+def test_an_explicit_request_id_wins_over_the_content(harness: Harness) -> None:
+    moment = datetime(2026, 11, 30, 9, 0, 59, tzinfo=UTC)
+    named = _deliver_at(harness, moment, "m-1", request_id="nightly-1")
+    bare = _deliver_at(harness, moment, "m-2")
+    assert named.request_id == "nightly-1" and bare.request_id != "nightly-1"
+    assert harness.vertex.creates == 2

@@ -304,6 +304,8 @@ LAZY_IMPORTS = {
     "hf.py": {"transformers"},
     "lightning.py": {"pytorch_lightning", "lightning"},
     "torch.py": {"torch"},
+    "orbax.py": {"jax", "orbax"},
+    "keras.py": {"keras"},
 }
 
 
