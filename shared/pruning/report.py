@@ -9,7 +9,7 @@ from typing import Any
 
 from spotjobs_kit.layout import Checkpoint
 
-from shared.alerts import Alert
+from shared.alerts import Alert, AlertKind
 from shared.errors import is_retryable
 from shared.log import Logger
 from shared.pruning.retention import NEWEST_KEPT_WITHOUT_COMPLETE
@@ -118,8 +118,8 @@ def report_alert(result: PruneResult, *, limit: int = 50) -> Alert | None:
         severity = "WARNING"
     else:
         severity = "INFO"
-    return Alert(
-        kind="prune_report",
+    return Alert.of(
+        AlertKind.PRUNE_REPORT,
         severity=severity,
         message=(
             f"Pruned {summary['checkpoints_deleted']} checkpoints "

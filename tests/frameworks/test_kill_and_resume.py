@@ -15,6 +15,7 @@ import os
 import random
 import re
 import signal
+import socket
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -66,7 +67,7 @@ def framework_python() -> str:
 
 @dataclass
 class Outcome:
-    returncode: int
+    returncodes: list[int]  # one per process
     records: list[KitRecord]
     steps: list[int]  # the STEP lines: steps computed in this run
     stderr: str
@@ -86,37 +87,63 @@ class Outcome:
         return max((s for s in saved if s is not None), default=self.started.resumed_step)
 
 
-def run_script(script: Path, env: dict[str, str], kill: Callable[[str], bool] | None) -> Outcome:
-    """Run until it exits; SIGTERM it once, at the first stdout line `kill` accepts."""
-    errors = script.parent / "stderr.txt"
-    with open(errors, "w") as stderr_file:
-        process = subprocess.Popen(
-            [framework_python(), str(script)],
-            env=env,
-            cwd=script.parent,
-            stdout=subprocess.PIPE,
-            stderr=stderr_file,  # a file: a chatty framework never blocks on a full pipe
-            text=True,
-        )
-    assert process.stdout is not None
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def run_script(script: Path, env: dict[str, str], kill: Callable[[str], bool] | None, processes: int) -> Outcome:
+    """Run until it exits (as `processes` torch.distributed processes, rank 0's stdout read);
+    SIGTERM every process once, at the first line of rank 0's that `kill` accepts (Vertex
+    SIGTERMs every container of the VM)."""
+    started = []
+    port = str(free_port())
+    for rank in range(processes):
+        ranked = {**env, "RANK": str(rank), "WORLD_SIZE": str(processes), "MASTER_ADDR": "127.0.0.1"}
+        errors = script.parent / f"stderr-{rank}.txt"
+        with open(errors, "w") as stderr_file, open(script.parent / f"stdout-{rank}.txt", "w") as stdout_file:
+            started.append(
+                subprocess.Popen(
+                    [framework_python(), str(script)],
+                    env={**ranked, "MASTER_PORT": port} if processes > 1 else env,
+                    cwd=script.parent,
+                    stdout=subprocess.PIPE if rank == 0 else stdout_file,
+                    stderr=stderr_file,  # a file: a chatty framework never blocks on a full pipe
+                    text=True,
+                )
+            )
+    primary = started[0]
+    assert primary.stdout is not None
     records, steps, sent = [], [], False
-    for line in process.stdout:
+    for line in primary.stdout:
         record = parse_kit_line(line) if "spotjobs" in line else None
         if record is not None:
             records.append(record)
         elif line.startswith("STEP "):
             steps.append(int(line.split()[1]))
         if kill is not None and not sent and kill(line):
-            process.send_signal(signal.SIGTERM)
+            for process in started:
+                process.send_signal(signal.SIGTERM)
             sent = True
-    returncode = process.wait(timeout=300)
-    return Outcome(returncode, records, steps, errors.read_text()[-3000:])
+    returncodes = [process.wait(timeout=300) for process in started]
+    stderr = "".join((script.parent / f"stderr-{rank}.txt").read_text()[-2000:] for rank in range(processes))
+    return Outcome(returncodes, records, steps, stderr)
 
 
-@pytest.mark.parametrize("name", [*CASES, "torch-dcp-sync"])
+# Each variant: the README snippet it runs, and how many torch.distributed processes run it.
+VARIANTS = {
+    **{name: (name, 1) for name in CASES},
+    "torch-dcp-sync": ("torch-dcp", 1),
+    "torch-dcp-2-processes": ("torch-dcp", 2),
+}
+
+
+@pytest.mark.parametrize("name", VARIANTS)
 def test_sigterm_at_random_points_then_resume_at_the_committed_step(name: str, tmp_path: Path) -> None:
-    case = CASES["torch-dcp" if name == "torch-dcp-sync" else name]
-    snippet = readme_snippet("torch-dcp" if name == "torch-dcp-sync" else name)
+    snippet_name, processes = VARIANTS[name]
+    case = CASES[snippet_name]
+    snippet = readme_snippet(snippet_name)
     if name == "torch-dcp-sync":
         assert snippet.count("async_save=True") == 1
         snippet = snippet.replace("async_save=True", "async_save=False")
@@ -139,26 +166,27 @@ def test_sigterm_at_random_points_then_resume_at_the_committed_step(name: str, t
     }
     context = f"{name}, seed {seed} (SIGTERM at step {at_step})"
 
-    runs = [run_script(script, env, lambda line: line.strip() == f"STEP {at_step}")]
-    runs.append(run_script(script, env, lambda line: line.strip() == "SAVING"))  # in the middle of a save
+    runs = [run_script(script, env, lambda line: line.strip() == f"STEP {at_step}", processes)]
+    runs.append(run_script(script, env, lambda line: line.strip() == "SAVING", processes))  # mid-save
     folder, file = case.torn
     (checkpoints / folder).mkdir(parents=True)
     (checkpoints / folder / file).write_bytes(b"torn: the VM was reclaimed here")
-    runs.append(run_script(script, env, None))
+    runs.append(run_script(script, env, None, processes))
 
     for number, (run, following) in enumerate(zip(runs, runs[1:]), 1):
         where = f"{context}, run {number}: {[(r.event, r.step) for r in run.records]} {run.stderr}"
-        assert run.returncode == 143, where
+        assert run.returncodes == [143] * processes, where
         assert run.events("preempted"), where
         assert run.committed is not None and following.started.resumed_step == run.committed, where
         assert 0 <= max(run.steps) - run.committed <= EVERY, where  # lost: since the last commit
     last = runs[-1]
-    assert last.returncode == 0, f"{context}: {last.stderr}"
+    assert last.returncodes == [0] * processes, f"{context}: {last.stderr}"
     assert [(r.step, r.checkpoint) for r in last.events("checkpoint_torn")] == [(TORN_STEP, f"{folder}/")], context
     assert last.started.total_steps == STEPS, context
     assert [r.step for r in last.events("run_finished")] == [STEPS], context
     assert last.events("progress") and all(r.total_steps == STEPS for r in last.events("progress")), context
     lost = sum(max(run.steps) - run.committed for run in runs[:-1])  # type: ignore[operator]
-    computed = [int(s) for s in (tmp_path / "steps.log").read_text().split()]
-    assert len(computed) == STEPS + lost, context
-    assert sorted(set(computed)) == list(range(1, STEPS + 1)), context
+    for rank in range(processes):  # every process computed the same steps
+        computed = [int(s) for s in (tmp_path / f"steps.log{rank}").read_text().split()]
+        assert len(computed) == STEPS + lost, (context, rank)
+        assert sorted(set(computed)) == list(range(1, STEPS + 1)), (context, rank)

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from shared.adapters.vertex import JobSnapshot, JobState
 from shared.clock import iso
 from shared.deciding.decisions import (
     ERROR_SETTLE_SECONDS,
@@ -22,6 +21,7 @@ from shared.deciding.decisions import (
     decide,
 )
 from shared.deciding.events import Signal, patterns_from
+from shared.jobs import JobSnapshot, JobState
 from shared.ledger.records import Attempt, RequestRecord, Requeue
 from shared.ledger.states import RequestStatus
 from shared.settings import Settings
@@ -325,7 +325,13 @@ def test_a_flex_start_job_gets_an_explicit_max_wait_unless_the_request_sets_one(
 
     def scheduling(job: dict) -> dict:
         built = build_job_json(
-            job, request_id="r", attempt=2, strategy="FLEX_START", output_dir="gs://b/", deployment="d"
+            job,
+            request_id="r",
+            attempt=2,
+            strategy="FLEX_START",
+            output_dir="gs://b/",
+            deployment="d",
+            commit_markers=("COMMITTED",),
         )
         return built["jobSpec"]["scheduling"]
 
@@ -333,7 +339,13 @@ def test_a_flex_start_job_gets_an_explicit_max_wait_unless_the_request_sets_one(
     own = {"jobSpec": {"scheduling": {"maxWaitDuration": "3600s"}}}
     assert scheduling(own)["maxWaitDuration"] == "3600s"
     spot = build_job_json(
-        {"jobSpec": {}}, request_id="r", attempt=1, strategy="SPOT", output_dir="gs://b/", deployment="d"
+        {"jobSpec": {}},
+        request_id="r",
+        attempt=1,
+        strategy="SPOT",
+        output_dir="gs://b/",
+        deployment="d",
+        commit_markers=("COMMITTED",),
     )
     assert "maxWaitDuration" not in spot["jobSpec"]["scheduling"]
 

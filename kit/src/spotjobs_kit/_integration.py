@@ -4,6 +4,7 @@ once newer ones are committed (standard library only)."""
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 
 from spotjobs_kit.layout import Checkpoint
@@ -33,6 +34,21 @@ def retire_old_checkpoints(run: Run, keep: int | None, *, ours: Callable[[Checkp
     return [c.name for c in retired]
 
 
+def preempted_everywhere(run: Run) -> bool:
+    """Whether any process of a torch.distributed job got SIGTERM: every process must save the
+    same step (a collective save on some processes only would hang). The flag is all-reduced
+    when a process group is up (torch already imported by the training code: nothing is
+    imported here); else this process's own."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized() or dist.get_world_size() < 2:
+        return run.preempted
+    torch = sys.modules["torch"]
+    device = f"cuda:{torch.cuda.current_device()}" if dist.get_backend() == "nccl" else "cpu"
+    flag = torch.tensor([1 if run.preempted else 0], device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
+
+
 class LoopCheckpoints:
     """A training loop's side of an integration: a save every `every` steps, and at SIGTERM a
     save of the step just finished, then exit 143 (between steps, never inside one). Subclasses
@@ -48,7 +64,7 @@ class LoopCheckpoints:
     def step_done(self, step: int, state: Callable[[], object]) -> None:
         """Call after each step with a function that returns what to save (built only when saved)."""
         self.run.progress(step)
-        if self.run.preempted:
+        if preempted_everywhere(self.run):
             self.save(step, state())
             self.run.exit_preempted()
         if self.every and step % self.every == 0:

@@ -26,7 +26,7 @@ import os
 import time
 from typing import Any
 
-from spotjobs_kit._integration import LoopCheckpoints, retire_old_checkpoints, start_run
+from spotjobs_kit._integration import LoopCheckpoints, preempted_everywhere, retire_old_checkpoints, start_run
 from spotjobs_kit.run import Run, checkpoint_name
 
 HF_PREFIX = "checkpoint-"  # transformers' PREFIX_CHECKPOINT_DIR
@@ -94,12 +94,12 @@ def _callback(run: Run) -> Any:
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             run.progress(state.global_step)
-            if run.preempted:
+            if preempted_everywhere(run):  # every process saves the same step
                 control.should_save = True
                 control.should_training_stop = True
 
         def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            if run.preempted:
+            if preempted_everywhere(run):
                 control.should_training_stop = True  # a save the SIGTERM landed in: it was the last
 
     return SpotjobsCallback()

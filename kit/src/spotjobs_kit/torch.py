@@ -83,7 +83,18 @@ class DistributedCheckpoints(LoopCheckpoints):
         self.keep = keep
         self.async_save = async_save
         self._pending: tuple[Any, int, str, float] | None = None  # (future, step, name, started)
+        self._group = self._async_group() if async_save else None
         self.run.announce()
+
+    @staticmethod
+    def _async_group() -> Any:
+        """A process group of its own for async saves (as DCP's docs advise): their collectives
+        run in a thread while the loop's (and the kit's SIGTERM agreement) use the default one."""
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+            return None
+        return dist.new_group(backend="gloo")  # every process builds its checkpoints together
 
     def resume(self, state_dict: dict[str, Any]) -> int:
         """Load the newest complete checkpoint into `state_dict` (in place); its step, else 0."""
@@ -109,10 +120,10 @@ class DistributedCheckpoints(LoopCheckpoints):
             dcp.save(state, checkpoint_id=folder)  # returns once .metadata is in place
             self._commit(step, name, started)
             return
-        future = dcp.async_save(state, checkpoint_id=folder)
+        future = dcp.async_save(state, checkpoint_id=folder, process_group=self._group)
         self._pending = (getattr(future, "upload_completion", future), step, name, started)
         if self.run.preempted:
-            self.wait()
+            self.wait()  # the emergency save: committed before the process leaves
 
     def wait(self) -> None:
         """Wait for an async save in flight, then commit it."""
@@ -122,11 +133,6 @@ class DistributedCheckpoints(LoopCheckpoints):
         self._pending = None
         future.result()
         self._commit(step, name, started)
-
-    def step_done(self, step: int, state: Any) -> None:
-        if self.run.preempted:
-            self.wait()  # the save in flight first: it may be all the grace period allows
-        super().step_done(step, state)
 
     def finish(self, step: int) -> None:
         self.wait()

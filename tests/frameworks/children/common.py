@@ -10,8 +10,8 @@ SAVE_DELAY = float(os.environ.get("KIT_TEST_SAVE_DELAY", "0.3"))
 
 
 def record_step(step):
-    """One line per training step computed: the test sums them over every run."""
-    with open(os.environ["KIT_TEST_STEPS_LOG"], "a") as log:
+    """One line per training step computed (a log per process): the test sums them over runs."""
+    with open(os.environ["KIT_TEST_STEPS_LOG"] + os.environ.get("RANK", "0"), "a") as log:
         log.write(f"{step}\n")
     print(f"STEP {step}", flush=True)
 
