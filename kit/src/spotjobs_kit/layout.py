@@ -30,7 +30,10 @@ below follow what each framework writes (checked against its source and real sav
     after every write finished.
 - the files sharing one stem with a checkpoint extension (CHECKPOINT_EXTENSIONS: `ckpt-000400.pt`,
   Lightning's `epoch=3-step=1000.ckpt`, Keras' `ckpt-0002.keras`/`ckpt-2.weights.h5`) are complete
-  once they exist (Lightning and Keras write through a temporary file or one upload); TensorFlow
+  once they exist: a GCS object (through the FUSE mount too) is listed only once its upload
+  finished, and Lightning writes local files through a temporary file (Keras writes local files
+  in place: on a local disk a file cut by SIGKILL looks whole, so the kit's Keras integration
+  saves into a marked folder instead); TensorFlow
   stems (`ckpt-5.index` with `ckpt-5.data-00000-of-00001`) are complete when the folder's
   `checkpoint` index file names the stem in `model_checkpoint_path` or
   `all_model_checkpoint_paths`, its `.index` exists and every data shard `0..N-1` of its `-of-N`
