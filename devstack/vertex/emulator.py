@@ -39,7 +39,10 @@ Control surface (JSON in, JSON out):
                                          "after_seconds": 1.5} or {"labels": {...},
                                          "delays": [0.5, 2.0]}: jobs whose
                                          labels include all pairs are preempted that long after
-                                         each (re)start of their worker, once per entry
+                                         each (re)start of their worker, once per entry;
+                                         "grace_seconds" and "exit_zero_succeeds" (a worker
+                                         exiting 0 after its SIGTERM ends the job SUCCEEDED)
+                                         are opt-in, invented for tests (see `preemption`)
     GET  /emulator/v1/preemption-plans
     POST /emulator/v1/projects/P/locations/L/customJobs/ID:preempt    preempt a RUNNING SPOT job now
     GET  /emulator/v1/projects/P/locations/L/customJobs/ID            runs, pids, signals, output

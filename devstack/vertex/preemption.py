@@ -10,6 +10,11 @@ A plan may also set `grace_seconds`: how long its preempted workers get between 
 SIGKILL (0: killed without notice). Invented for tests, opt-in: Compute Engine documents a notice
 period for Spot VMs, and a worker killed without it is what a trainer must also survive.
 
+A plan may set `exit_zero_succeeds: true`: a preempted worker that exits 0 by itself within its
+grace period ends the job SUCCEEDED instead of being restarted. Invented for tests, opt-in:
+Vertex documents neither way; it is the case a trainer that exits 0 after SIGTERM (Lightning
+2.6 does) may cause, a job recorded SUCCEEDED with its training unfinished.
+
 Without a plan, a SPOT job's worker is preempted after an exponentially distributed delay with
 the configured rate (per minute of running time), drawn from a random stream seeded by the
 emulator seed and the job's creation order, so a run with the same seed and the same sequence of
@@ -34,13 +39,18 @@ class PreemptionPlan:
     labels: Mapping[str, str]
     delays: tuple[float, ...]
     grace_seconds: float | None = None  # None: the emulator's --grace-seconds
+    exit_zero_succeeds: bool = False
 
     def matches(self, job_labels: Mapping[str, str]) -> bool:
         return all(job_labels.get(key) == value for key, value in self.labels.items())
 
     def to_json(self) -> dict[str, Any]:
-        plan = {"id": self.plan_id, "labels": dict(self.labels), "delays": list(self.delays)}
-        return plan if self.grace_seconds is None else {**plan, "grace_seconds": self.grace_seconds}
+        plan: dict[str, Any] = {"id": self.plan_id, "labels": dict(self.labels), "delays": list(self.delays)}
+        if self.grace_seconds is not None:
+            plan["grace_seconds"] = self.grace_seconds
+        if self.exit_zero_succeeds:
+            plan["exit_zero_succeeds"] = True
+        return plan
 
 
 def parse_plan(plan_id: str, body: Any) -> PreemptionPlan:
@@ -50,7 +60,7 @@ def parse_plan(plan_id: str, body: Any) -> PreemptionPlan:
     """
     if not isinstance(body, dict):
         raise ValueError("a preemption plan must be a JSON object")
-    unknown = set(body) - {"labels", "preemptions", "after_seconds", "delays", "grace_seconds"}
+    unknown = set(body) - {"labels", "preemptions", "after_seconds", "delays", "grace_seconds", "exit_zero_succeeds"}
     if unknown:
         raise ValueError(f"unknown field(s) in preemption plan: {sorted(unknown)}")
     labels = body.get("labels", {})
@@ -61,11 +71,15 @@ def parse_plan(plan_id: str, body: Any) -> PreemptionPlan:
     grace = body.get("grace_seconds")
     if grace is not None and not _is_seconds(grace):
         raise ValueError("grace_seconds must be a non-negative number")
+    exit_zero_succeeds = body.get("exit_zero_succeeds", False)
+    if not isinstance(exit_zero_succeeds, bool):
+        raise ValueError("exit_zero_succeeds must be true or false")
     return PreemptionPlan(
         plan_id=plan_id,
         labels=dict(labels),
         delays=_plan_delays(body),
         grace_seconds=None if grace is None else float(grace),
+        exit_zero_succeeds=exit_zero_succeeds,
     )
 
 

@@ -250,10 +250,19 @@ class JobRunner:
             outcome, exit_status = self._run_worker(record, launch)
             if outcome is Outcome.INTERRUPTED:
                 return self._finish_interrupted(record)
-            if outcome is Outcome.EXITED:
+            if outcome is Outcome.EXITED or (
+                outcome is Outcome.PREEMPTED and self._exit_zero_succeeds(record, exit_status)
+            ):
                 return self._finish_exited(record, exit_status)
             if not self._restart_after_preemption(record):
                 return None
+
+    @staticmethod
+    def _exit_zero_succeeds(record: JobRecord, exit_status: int) -> bool:
+        """A preempted worker that exited 0 by itself ends the job SUCCEEDED under a plan that opts
+        in (invented, `devstack.vertex.preemption`)."""
+        plan = record.preemption.plan
+        return exit_status == 0 and plan is not None and plan.exit_zero_succeeds
 
     def _pause(self, record: JobRecord, seconds: float) -> bool:
         """Waits, unless the job is cancelled or discarded first (then returns False)."""
