@@ -97,6 +97,9 @@ class Settings:
     allowed_tensorboards: tuple[str, ...] = _env("SPOTJOBS_ALLOWED_TENSORBOARDS", (), kind="list")
     allowed_experiments: tuple[str, ...] = _env("SPOTJOBS_ALLOWED_EXPERIMENTS", (), kind="list")
     allowed_models: tuple[str, ...] = _env("SPOTJOBS_ALLOWED_MODELS", (), kind="list")
+    # A bare body without a request id: the same content published again within this many seconds
+    # of its first publish (or schedule_time) is the same request (shared/ledger/dedupe.py).
+    bare_dedupe_seconds: float = _env("SPOTJOBS_BARE_DEDUPE_SECONDS", 300.0, kind="float")
     # A claim without a job older than this is taken over by a redelivery (its holder crashed).
     # It must cover a whole create: at least twice create_timeout_seconds (see from_env).
     claim_lease_seconds: float = _env("SPOTJOBS_CLAIM_LEASE_SECONDS", 120.0, kind="float")
@@ -220,7 +223,7 @@ class Settings:
                     raise ConfigurationError(f"{env}: {pattern!r} is not a regular expression: {exc}") from None
 
     def _check_image_prefixes(self) -> None:
-        from shared.requests.image_ref import BadReference, parse_prefix
+        from shared.image_ref import BadReference, parse_prefix
 
         for entry in self.allowed_image_prefixes:
             try:

@@ -96,6 +96,7 @@ locals {
     allowed_experiments          = "SPOTJOBS_ALLOWED_EXPERIMENTS"
     allowed_models               = "SPOTJOBS_ALLOWED_MODELS"
     claim_lease_seconds          = "SPOTJOBS_CLAIM_LEASE_SECONDS"
+    bare_dedupe_seconds          = "SPOTJOBS_BARE_DEDUPE_SECONDS"
     create_timeout_seconds       = "SPOTJOBS_CREATE_TIMEOUT_SECONDS"
     max_event_age_seconds        = "SPOTJOBS_MAX_EVENT_AGE_SECONDS"
     preemption_patterns          = "SPOTJOBS_PREEMPTION_PATTERNS"

@@ -156,6 +156,7 @@ variable "settings" {
     allowed_experiments          = optional(list(string))       # SPOTJOBS_ALLOWED_EXPERIMENTS
     allowed_models               = optional(list(string))       # SPOTJOBS_ALLOWED_MODELS
     claim_lease_seconds          = optional(number)             # SPOTJOBS_CLAIM_LEASE_SECONDS
+    bare_dedupe_seconds          = optional(number)             # SPOTJOBS_BARE_DEDUPE_SECONDS (a bare body's dedupe window)
     create_timeout_seconds       = optional(number)             # SPOTJOBS_CREATE_TIMEOUT_SECONDS (bounds one Vertex create)
     max_event_age_seconds        = optional(number)             # SPOTJOBS_MAX_EVENT_AGE_SECONDS
     preemption_patterns          = optional(list(string))       # SPOTJOBS_PREEMPTION_PATTERNS

@@ -39,7 +39,10 @@ Control surface (JSON in, JSON out):
                                          "after_seconds": 1.5} or {"labels": {...},
                                          "delays": [0.5, 2.0]}: jobs whose
                                          labels include all pairs are preempted that long after
-                                         each (re)start of their worker, once per entry;
+                                         each (re)start of their worker, once per entry; or
+                                         {"labels": {...}, "preemptions": 3, "after_checkpoints":
+                                         2}: right after each run's 2nd committed checkpoint
+                                         (the kit's line; keyed to progress, not speed);
                                          "grace_seconds" and "exit_zero_succeeds" (a worker
                                          exiting 0 after its SIGTERM ends the job SUCCEEDED)
                                          are opt-in, invented for tests (see `preemption`)

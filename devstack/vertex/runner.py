@@ -36,12 +36,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from google.rpc import status_pb2
+from spotjobs_kit.lines import CHECKPOINT_COMMITTED, parse_kit_line
 
 from devstack.vertex import logs as lines
 from devstack.vertex.errors import failed_precondition
 from devstack.vertex.jobs import JobRecord, JobStore, State
 from devstack.vertex.logs import LogEntryFactory, LogSink
-from devstack.vertex.preemption import PreemptionPlanner
+from devstack.vertex.preemption import PlannedPreemption, PreemptionPlanner
 from devstack.vertex.worker import UnrunnableJob, WorkerLaunch, WorkerProcess, build_launch
 from shared.log import Logger
 
@@ -277,9 +278,10 @@ class JobRunner:
             record.wake.wait(remaining)
 
     def _run_worker(self, record: JobRecord, launch: WorkerLaunch) -> tuple[Outcome, int]:
-        delay = self._planner.next_delay(record.preemption, record.labels) if record.is_spot else None
+        planned = self._planner.next_preemption(record.preemption, record.labels) if record.is_spot else None
         with self.lock:
             record.runs += 1
+            record.run_checkpoints = 0
             run = record.runs
             if not record.job.start_time:
                 record.job.start_time = _now()
@@ -298,7 +300,7 @@ class JobRunner:
         with self.lock:
             record.worker = worker
             record.pids.append(worker.pid)
-        outcome = self._watch(record, worker, delay)
+        outcome = self._watch(record, worker, planned)
         if outcome is Outcome.EXITED:
             worker.tear_down()
         else:
@@ -320,7 +322,9 @@ class JobRunner:
         self._logger.info("worker exited", job=record.job.name, run=run, exit_status=exit_status)
         return exit_status
 
-    def _watch(self, record: JobRecord, worker: WorkerProcess, delay: float | None) -> Outcome:
+    def _watch(self, record: JobRecord, worker: WorkerProcess, planned: PlannedPreemption | None) -> Outcome:
+        delay = planned.after_seconds if planned else None
+        checkpoints = planned.after_checkpoints if planned else None
         deadline = None if delay is None else time.monotonic() + delay
         while True:
             record.wake.clear()
@@ -328,7 +332,11 @@ class JobRunner:
                 return Outcome.EXITED
             if record.interrupted:
                 return Outcome.INTERRUPTED
-            if record.preempt_requested or (deadline is not None and time.monotonic() >= deadline):
+            if (
+                record.preempt_requested
+                or (deadline is not None and time.monotonic() >= deadline)
+                or (checkpoints is not None and record.run_checkpoints >= checkpoints)
+            ):
                 record.preempt_requested = False
                 return Outcome.PREEMPTED
             timeout = _POLL_SECONDS
@@ -431,8 +439,13 @@ class JobRunner:
             self._sink.publish(entry)
 
     def _on_output(self, record: JobRecord, run: int, stream: str, text: str) -> None:
+        committed = _is_checkpoint_committed(text)
         with self.lock:
             record.output.append({"run": run, "stream": stream, "line": text})
+            if committed and run == record.runs:
+                record.run_checkpoints += 1
+        if committed:
+            record.wake.set()  # a progress-keyed plan may preempt now
         if not record.discarded:
             entry = self._entries.container(
                 record.project_id,
@@ -442,6 +455,14 @@ class JobRunner:
                 structured=record.profile.structured_container_lines,
             )
             self._sink.publish(entry)
+
+
+def _is_checkpoint_committed(text: str) -> bool:
+    """The trainer kit's line for a committed checkpoint (spotjobs_kit.lines, its one parser)."""
+    if CHECKPOINT_COMMITTED not in text:
+        return False
+    found = parse_kit_line(text)
+    return found is not None and found.event == CHECKPOINT_COMMITTED
 
 
 def _exit_status(returncode: int) -> int:

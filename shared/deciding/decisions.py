@@ -2,7 +2,7 @@
 
 on_job_event (a log line hinted at a change), reconcile (polling every active request) and submit
 (a job found after the fact) read the job from Vertex, wrap it in an `Observation` and hand it to
-`shared.observe.apply_observation`, which runs `decide` under the ledger's compare-and-swap (so it
+`shared.deciding.applying.apply_observation`, which runs `decide` under the ledger's compare-and-swap (so it
 may run more than once) and carries out the effects afterwards. `decide` returns the new record
 plus the effects that belong to it (log lines, alerts, the re-queue and prune request); every
 decision marks the record, so a duplicated, concurrent or reordered delivery finds it made and
@@ -35,11 +35,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
 from spotjobs_kit.lines import KitRecord
 
-from shared.adapters.vertex import FLEX_START, JobSnapshot, JobState, max_wait_seconds
+from shared.alerts import AlertKind
 from shared.clock import iso, parse_iso
 from shared.deciding.effects import Effects, LogLine, attempt_alert, event_fields
 from shared.deciding.events import Signal, SignalPatterns, patterns_from
@@ -53,13 +52,11 @@ from shared.deciding.preemptions import (
     preempted_in_last_run,
     preemptions_text,
 )
+from shared.jobs import FLEX_START, JobSnapshot, JobState, max_wait_seconds
 from shared.ledger.records import Attempt, RequestRecord, Requeue, alert_marker
 from shared.ledger.states import AttemptOutcome, RequestStatus
 from shared.requests.attempts import plan_attempt
 from shared.settings import Settings
-
-if TYPE_CHECKING:
-    pass
 
 # A job can sit in these for too long; RUNNING is not among them: training legitimately runs
 # for days, bounded by the job's own timeout.
@@ -279,9 +276,9 @@ def _flag_incomplete_success(record: RequestRecord, attempt: Attempt, now: datet
     effects.lines.append(
         LogLine("WARNING", message, event_fields(record, attempt, "incomplete_success", last_run=last_run))
     )
-    if record.mark(alert_marker("incomplete_success", attempt.n)):
+    if record.mark(alert_marker(AlertKind.INCOMPLETE_SUCCESS, attempt.n)):
         effects.alerts.append(
-            attempt_alert(record, attempt, "incomplete_success", "WARNING", now, message, last_run=last_run)
+            attempt_alert(record, attempt, AlertKind.INCOMPLETE_SUCCESS, now, message, last_run=last_run)
         )
 
 
@@ -326,8 +323,8 @@ def _fail(record: RequestRecord, attempt: Attempt, cause: FailureCause, now: dat
     _finish(record, RequestStatus.FAILED, now)
     message = f"attempt {attempt.n} of {record.request_id} failed: {cause.reason}"
     effects.lines.append(LogLine("ERROR", message, event_fields(record, attempt, "job_failed", error=attempt.error)))
-    if record.mark(alert_marker("job_failed", attempt.n)):
-        effects.alerts.append(attempt_alert(record, attempt, "job_failed", "ERROR", now, message, error=attempt.error))
+    if record.mark(alert_marker(AlertKind.JOB_FAILED, attempt.n)):
+        effects.alerts.append(attempt_alert(record, attempt, AlertKind.JOB_FAILED, now, message, error=attempt.error))
 
 
 def _requeue_or_give_up(
@@ -358,13 +355,12 @@ def _requeue_or_give_up(
                 ),
             )
         )
-        if record.mark(alert_marker("attempts_exhausted", attempt.n)):
+        if record.mark(alert_marker(AlertKind.ATTEMPTS_EXHAUSTED, attempt.n)):
             effects.alerts.append(
                 attempt_alert(
                     record,
                     attempt,
-                    "attempts_exhausted",
-                    "ERROR",
+                    AlertKind.ATTEMPTS_EXHAUSTED,
                     now,
                     message,
                     max_attempts=max_attempts,
@@ -428,7 +424,7 @@ def _flag_stuck(
         threshold += max_wait_seconds(record.request.get("custom_job") or {})
     if stuck_for < threshold:
         return
-    if not record.mark(alert_marker("job_stuck", attempt.n, job.state)):
+    if not record.mark(alert_marker(AlertKind.JOB_STUCK, attempt.n, job.state)):
         return
     message = f"attempt {attempt.n} of {record.request_id} has been {job.state} for {stuck_for:.0f} s"
     effects.lines.append(
@@ -442,8 +438,7 @@ def _flag_stuck(
         attempt_alert(
             record,
             attempt,
-            "job_stuck",
-            "WARNING",
+            AlertKind.JOB_STUCK,
             now,
             message,
             state=job.state,

@@ -34,8 +34,9 @@ from spotjobs_kit.lines import (
     KitRecord,
 )
 
-from shared.adapters.vertex import JobSnapshot, JobState
+from shared.alerts import AlertKind
 from shared.deciding.effects import Effects, LogLine, attempt_alert, event_fields
+from shared.jobs import JobSnapshot, JobState
 from shared.ledger.records import Attempt, RequestRecord, alert_marker, evidence_marker
 
 PREEMPTION_LINE_KEY = "preemption-line"
@@ -150,13 +151,12 @@ def count_preemptions(
             event_fields(record, attempt, "preemption", preemptions=counted, source=source),
         )
     )
-    if counted > storm_threshold and record.mark(alert_marker("preemption_storm", n)):
+    if counted > storm_threshold and record.mark(alert_marker(AlertKind.PREEMPTION_STORM, n)):
         effects.alerts.append(
             attempt_alert(
                 record,
                 attempt,
-                "preemption_storm",
-                "WARNING",
+                AlertKind.PREEMPTION_STORM,
                 now,
                 f"attempt {n} of {record.request_id} was preempted {counted} times (threshold {storm_threshold})",
                 preemptions=counted,

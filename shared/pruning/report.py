@@ -9,7 +9,7 @@ from typing import Any
 
 from spotjobs_kit.layout import Checkpoint
 
-from shared.alerts import Alert
+from shared.alerts import Alert, AlertKind
 from shared.errors import is_retryable
 from shared.log import Logger
 
@@ -62,7 +62,7 @@ class RequestReport:
 
 def checkpoint_entry(c: Checkpoint, reason: str) -> dict[str, Any]:
     """One checkpoint's line in a report's kept or deleted list."""
-    return {"checkpoint": c.name, "step": c.step, "complete": c.complete, "reason": reason}
+    return {"checkpoint": c.name, "step": c.step, "complete": c.complete, "evidence": c.evidence, "reason": reason}
 
 
 @dataclass
@@ -117,8 +117,8 @@ def report_alert(result: PruneResult, *, limit: int = 50) -> Alert | None:
         severity = "WARNING"
     else:
         severity = "INFO"
-    return Alert(
-        kind="prune_report",
+    return Alert.of(
+        AlertKind.PRUNE_REPORT,
         severity=severity,
         message=(
             f"Pruned {summary['checkpoints_deleted']} checkpoints "

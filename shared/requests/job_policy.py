@@ -11,15 +11,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from shared.adapters.vertex import (
-    ENV_ATTEMPT,
-    ENV_REQUEST_ID,
-    MAX_LABELS,
-    RESERVED_LABEL_PREFIX,
-    SYSTEM_LABELS,
-)
 from shared.errors import Violation
-from shared.requests.image_ref import BadReference, parse_image, parse_prefix
+from shared.image_ref import BadReference, parse_image, parse_prefix
+from shared.jobs import ENV_ATTEMPT, ENV_REQUEST_ID, MAX_LABELS, RESERVED_LABEL_PREFIX, SYSTEM_LABELS
 from shared.requests.job_fields import CODE_SPECS, check_fields, setting_env
 from shared.requests.job_schema import field_path
 from shared.settings import COMMIT_MARKERS_ENV, Settings

@@ -18,12 +18,10 @@ writes to one document (GCS sustains about one write per second per object name)
 from __future__ import annotations
 
 import json
-import random
-import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from shared.errors import ConflictError
+from shared.swap import Swapped, Transition, compare_and_swap
 
 if TYPE_CHECKING:
     from google.cloud.storage import Bucket
@@ -101,22 +99,31 @@ class TriggerStore:
             return False
         return True
 
-    def update(self, path: str, transition: Callable[[Doc | None], Doc | None]) -> Doc | None:
-        """Read, apply `transition` to a copy, write with the generation; again on a 412. A
-        transition returning None writes nothing. Returns the document as stored."""
-        from google.api_core.exceptions import PreconditionFailed
+    def update(self, path: str, transition: Transition[Doc]) -> Doc | None:
+        """Apply `transition` under compare-and-swap and return the document as stored (`swap`)."""
+        return self.swap(path, transition).value
 
-        for attempt in range(self._max_conflicts):
-            current, generation = self._read_blob(path)
-            changed = transition(json.loads(json.dumps(current)) if current is not None else None)
-            if changed is None or changed == current:
-                return current
+    def swap(self, path: str, transition: Transition[Doc]) -> Swapped[Doc]:
+        """Read, apply `transition` to a copy, write with the generation; again on a 412
+        (`shared.swap`). A transition returning None writes nothing."""
+
+        def write(_current: Doc | None, changed: Doc, generation: int) -> bool:
+            from google.api_core.exceptions import PreconditionFailed
+
             try:
                 self._write(path, changed, generation)
-                return changed
             except PreconditionFailed:
-                time.sleep(min(0.05 * 2**attempt, 1.0) * random.random())
-        raise ConflictError(f"{path}: lost {self._max_conflicts} compare-and-swap races in a row")
+                return False
+            return True
+
+        return compare_and_swap(
+            lambda: self._read_blob(path),
+            write,
+            transition,
+            private_copy=lambda doc: json.loads(json.dumps(doc)),
+            what=path,
+            max_conflicts=self._max_conflicts,
+        )
 
     # Markers and members.
 

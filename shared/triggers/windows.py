@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from shared.clock import iso, parse_iso, parse_rfc3339
 from shared.log import Logger
+from shared.swap import Decided
 from shared.triggers import store as paths
 from shared.triggers.definition import TriggerDefinition
 from shared.triggers.publishing import finish, publish_failure_alert
@@ -242,13 +243,11 @@ def decide_window(
     """Decide a sealed window once, in the trigger's state document (the one place that orders a
     trigger's windows, so carried data is consumed by exactly one request)."""
     now = ports.clock()
-    result: dict[str, Any] = {}
 
-    def transition(state: dict[str, Any] | None) -> dict[str, Any] | None:
+    def transition(state: dict[str, Any] | None) -> Decided[dict[str, Any]]:
         state = state or _new_state(definition.name)
         if window_id in state["decided"]:
-            result.update(state["decided"][window_id])
-            return None
+            return Decided(None, state["decided"][window_id])
         total = count + state["carry_count"]
         cooling = _cooling(state, definition, now)
         if count == 0 and definition.source_kind != "schedule":
@@ -267,12 +266,9 @@ def decide_window(
             _fired(state, window_id, now)
         state["decided"][window_id] = decision
         _trim(state)
-        result.clear()
-        result.update(decision)
-        return state
+        return Decided(state, decision)
 
-    store.update(paths.state_path(definition.name), transition)
-    return result
+    return dict(store.swap(paths.state_path(definition.name), transition).decided)
 
 
 def fire_carried(ports: Ports, store: TriggerStore, definition: TriggerDefinition, log: Logger) -> bool:
@@ -287,9 +283,8 @@ def fire_carried(ports: Ports, store: TriggerStore, definition: TriggerDefinitio
         or state["carry_count"] < max(definition.min_objects, 1)
     ):
         return False
-    chosen: dict[str, Any] = {}
 
-    def transition(state: dict[str, Any] | None) -> dict[str, Any] | None:
+    def transition(state: dict[str, Any] | None) -> Decided[dict[str, Any]] | None:
         if (
             not state
             or not state["carry"]
@@ -305,12 +300,12 @@ def fire_carried(ports: Ports, store: TriggerStore, definition: TriggerDefinitio
         }
         state["decided"][latest] = decision
         _fired(state, latest, now)
-        chosen.update(decision, window_id=latest)
-        return state
+        return Decided(state, {**decision, "window_id": latest})
 
-    store.update(paths.state_path(definition.name), transition)
-    if not chosen:
+    fired = store.swap(paths.state_path(definition.name), transition)
+    if not fired.wrote:
         return False
+    chosen = fired.decided
     path = paths.window_path(definition.name, chosen["window_id"])
     store.update(
         path,

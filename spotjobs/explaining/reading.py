@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from shared.adapters.vertex import JobSnapshot
+    from shared.jobs import JobSnapshot
 
 
 class UnreadableInput(ValueError):
@@ -70,7 +70,7 @@ def described_job(job_json: Mapping[str, Any]) -> DescribedJob:
     from google.cloud.aiplatform_v1.types import CustomJob
     from google.protobuf import json_format
 
-    from shared.adapters.vertex import JobSnapshot, JobState
+    from shared.jobs import JobSnapshot, JobState
 
     try:
         job = CustomJob.from_json(json.dumps(job_json), ignore_unknown_fields=True)

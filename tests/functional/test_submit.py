@@ -17,10 +17,10 @@ import pytest
 from google.api_core import exceptions as api
 from google.cloud.aiplatform_v1 import CustomJob, JobState
 
-from shared.adapters.vertex import LABEL_ATTEMPT, LABEL_DEPLOYMENT, LABEL_REQUEST_ID
 from shared.alerts import Alert
 from shared.delivery import Message, handle_delivery
 from shared.errors import ConfigurationError, TransientError
+from shared.jobs import LABEL_ATTEMPT, LABEL_DEPLOYMENT, LABEL_REQUEST_ID
 from shared.ledger.claims import ClaimInProgress
 from shared.ledger.records import Attempt, RequestRecord, Requeue
 from shared.ledger.states import RequestStatus
@@ -488,6 +488,9 @@ def test_a_requeued_attempt_runs_where_the_requeue_said_with_the_same_output_dir
         (2, "europe-west4", "STANDARD"),
     ]
     assert first.job != outcome.job
+    # Both regions a create was sent to are where the stray sweep lists from now on.
+    remembered = {b.name for b in harness.ledger._bucket.list_blobs(prefix="maintenance/locations/")}  # noqa: SLF001
+    assert remembered == {"maintenance/locations/us-central1", "maintenance/locations/europe-west4"}
 
 
 def test_an_attempt_set_by_a_user_is_rejected(harness: Harness) -> None:
@@ -561,10 +564,7 @@ def _push_event(data: bytes, message_id: str, **attributes: str) -> dict[str, An
         "attributes": attributes,
         "publishTime": datetime.now(UTC).isoformat(),
     }
-    return {
-        "id": message_id,
-        "data": {"message": message, "subscription": "projects/p/subscriptions/s"},
-    }
+    return {"message": message, "subscription": "projects/p/subscriptions/s"}
 
 
 def test_through_handle_delivery_transient_failures_raise_and_invalid_requests_return(
@@ -882,10 +882,10 @@ def test_a_duplicate_publish_with_a_different_body_is_a_warning(harness: Harness
 
 
 def _push_request(event: dict[str, Any]) -> Any:
-    """The HTTP request Pub/Sub's push makes: the push body of `event` (entry points are HTTP)."""
+    """The HTTP request Pub/Sub's push makes with the push body `event` (entry points are HTTP)."""
     import types
 
-    body = json.dumps(event["data"]).encode()
+    body = json.dumps(event).encode()
     return types.SimpleNamespace(get_data=lambda: body)
 
 
@@ -896,7 +896,7 @@ def test_submit_job_handles_a_request_of_any_age(monkeypatch: pytest.MonkeyPatch
     handled: list[Message] = []
     monkeypatch.setattr(entry, "_handle", lambda message, log: handled.append(message))
     event = _push_event(envelope(), "m-old")
-    event["data"]["message"]["publishTime"] = (datetime.now(UTC) - timedelta(days=30)).isoformat()
+    event["message"]["publishTime"] = (datetime.now(UTC) - timedelta(days=30)).isoformat()
 
     entry.submit_job(_push_request(event))
 
@@ -935,3 +935,72 @@ def test_a_replay_of_a_request_whose_document_was_lost_creates_no_second_job(har
 def test_a_fresh_message_without_a_record_is_claimed_without_a_lookup(harness: Harness) -> None:
     outcome = harness.deliver(envelope())
     assert outcome.result == SubmitResult.CREATED and harness.vertex.lists == 0
+
+
+def _deliver_at(harness: Harness, moment: datetime, message_id: str, **attributes: str) -> SubmitOutcome:
+    message = Message(DOCS_BODY, message_id, attributes, publish_time=moment)
+    return submit_request(message, harness.log, harness.ports)
+
+
+def test_a_bare_body_retried_across_a_minute_boundary_is_one_request_and_six_minutes_later_another(
+    harness: Harness,
+) -> None:
+    first_publish = datetime(2026, 11, 30, 9, 0, 59, 800000, tzinfo=UTC)
+    first = _deliver_at(harness, first_publish, "m-1")
+    retry = _deliver_at(harness, first_publish + timedelta(seconds=0.5), "m-2")  # 09:01:00.3
+    later = _deliver_at(harness, first_publish + timedelta(minutes=6), "m-3")
+
+    assert first.result == SubmitResult.CREATED and retry.result == SubmitResult.DUPLICATE
+    assert first.request_id == retry.request_id != later.request_id
+    assert later.result == SubmitResult.CREATED
+    assert harness.vertex.creates == 2
+
+
+def test_concurrent_tries_of_a_bare_body_either_side_of_a_minute_are_one_job(harness: Harness) -> None:
+    first_publish = datetime(2026, 11, 30, 9, 0, 59, 800000, tzinfo=UTC)
+    outcomes: list[SubmitOutcome | Exception] = []
+    lock = threading.Lock()
+
+    def deliver(k: int) -> None:
+        try:
+            result: SubmitOutcome | Exception = _deliver_at(
+                harness, first_publish + timedelta(seconds=0.1 * k), f"m-{k}"
+            )
+        except ClaimInProgress as exc:
+            result = exc
+        with lock:
+            outcomes.append(result)
+
+    threads = [threading.Thread(target=deliver, args=(k,)) for k in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    named = {o.request_id for o in outcomes if isinstance(o, SubmitOutcome)}
+    assert len(named) == 1
+    assert harness.vertex.creates == 1
+
+
+def test_a_redriven_bare_body_is_the_request_it_was(harness: Harness) -> None:
+    first_publish = datetime(2026, 11, 30, 9, 0, 59, 800000, tzinfo=UTC)
+    first = _deliver_at(harness, first_publish, "m-1")
+    # An hour later the operator redrives the dead letter: a new message, a new publish time, and
+    # the original publish time carried in the attribute redrive sets.
+    redriven = _deliver_at(
+        harness,
+        first_publish + timedelta(hours=1),
+        "m-redriven",
+        spotjobs_original_publish_time="2026-11-30T09:00:59.800Z",
+    )
+
+    assert redriven.request_id == first.request_id and redriven.result == SubmitResult.DUPLICATE
+    assert harness.vertex.creates == 1
+
+
+def test_an_explicit_request_id_wins_over_the_content(harness: Harness) -> None:
+    moment = datetime(2026, 11, 30, 9, 0, 59, tzinfo=UTC)
+    named = _deliver_at(harness, moment, "m-1", request_id="nightly-1")
+    bare = _deliver_at(harness, moment, "m-2")
+    assert named.request_id == "nightly-1" and bare.request_id != "nightly-1"
+    assert harness.vertex.creates == 2

@@ -249,6 +249,65 @@ def test_pubsub_trigger_fires_only_on_matching_attributes(rig: Rig) -> None:
     assert entry["message_id"] == "a-3" and base64.b64decode(entry["data"]) == b'{"incident": 3}'
 
 
+def test_a_redriven_watched_message_is_the_member_it_was(rig: Rig) -> None:
+    apply(rig, definition("drift", source={"pubsub": {"topic": "model-monitoring", "attributes": {"policy": "drift"}}}))
+    topic = "projects/spotjobs-local/topics/model-monitoring"
+    original = Message(b'{"incident": 3}', "a-3", {"policy": "drift"}, T0 + timedelta(seconds=10))
+    rig.deliver(original, topic)  # recorded, then (say) its acknowledgement was lost: dead-lettered
+    rig.at(T0 + timedelta(seconds=3600))
+    # Redriven an hour later through on_trigger's own topic: a new id, a new publish time.
+    redriven = Message(
+        b'{"incident": 3}',
+        "dl-99",
+        {
+            "policy": "drift",
+            "spotjobs_original_publish_time": "2026-11-29T17:00:10.000Z",
+            "spotjobs_source_topic": "model-monitoring",
+        },
+        T0 + timedelta(seconds=3600),
+    )
+    rig.deliver(redriven, None)
+    rig.deliver(redriven, None)  # and the redrive delivered twice
+    rig.at(T0 + timedelta(seconds=7200))
+    rig.tick()
+    rig.tick()
+    (request,) = rig.requests()
+    (entry,) = rig.manifest(request)["objects"]
+    assert entry["message_id"] == "a-3" and json.loads(entry["attributes"]) == {"policy": "drift"}
+
+
+def test_a_watched_message_recorded_only_by_its_redrive_is_recorded_once(rig: Rig) -> None:
+    apply(rig, definition("drift", source={"pubsub": {"topic": "model-monitoring", "attributes": {"policy": "drift"}}}))
+    rig.at(T0 + timedelta(seconds=3600))
+    redriven = {
+        "policy": "drift",
+        "spotjobs_original_publish_time": "2026-11-29T17:00:10.000Z",
+        "spotjobs_source_topic": "model-monitoring",
+    }
+    for message_id in ("dl-1", "dl-1", "dl-2"):  # redelivered, and redriven again by hand
+        rig.deliver(Message(b'{"incident": 4}', message_id, redriven, T0 + timedelta(seconds=3600)), None)
+    rig.at(T0 + timedelta(seconds=7200))
+    rig.tick()
+    rig.tick()
+    requests = rig.requests()
+    assert sum(len(rig.manifest(r)["objects"]) for r in requests) == 1
+
+
+def test_a_redriven_schedule_fire_starts_no_second_request(rig: Rig) -> None:
+    apply(rig, definition("nightly", source={"schedule": {"cron": "0 3 * * *"}}))
+    fire = Message(b'{"trigger": "nightly"}', "s-1", {"spotjobs_trigger": "nightly"}, T0 + timedelta(seconds=3))
+    rig.deliver(fire, None)
+    rig.at(T0 + timedelta(hours=2))
+    redriven = Message(
+        b'{"trigger": "nightly"}',
+        "dl-7",
+        {"spotjobs_trigger": "nightly", "spotjobs_original_publish_time": "2026-11-29T17:00:03.000Z"},
+        T0 + timedelta(hours=2),
+    )
+    rig.deliver(redriven, None)
+    assert len(rig.requests()) == 1
+
+
 def test_schedule_fire_publishes_once_per_window_even_if_fired_twice(rig: Rig) -> None:
     apply(rig, definition("nightly", source={"schedule": {"cron": "0 3 * * *"}}))
     for message_id in ("s-1", "s-2"):

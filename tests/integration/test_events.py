@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from devstack.samples import job_request
-from shared.adapters.vertex import LABEL_ATTEMPT, LABEL_REQUEST_ID, label_filter, parent_path
+from shared.adapters.vertex import label_filter, parent_path
+from shared.jobs import LABEL_ATTEMPT, LABEL_REQUEST_ID
 from shared.ledger.records import RequestRecord
 from shared.ledger.states import RequestStatus
 
@@ -44,17 +45,23 @@ def training_request(request_id: str, *, steps: int = 200, fail_at_step: int | N
     return job_request(request_id, command, **envelope)
 
 
-def submit(stack, request_id: str, *, preemptions: int = 0, after_seconds: float = 1.0, **request: Any) -> None:
-    """Schedule attempt 1's preemptions, then publish the request."""
+def submit(
+    stack,
+    request_id: str,
+    *,
+    preemptions: int = 0,
+    after_seconds: float | None = None,
+    after_checkpoints: int | None = None,
+    **request: Any,
+) -> None:
+    """Schedule attempt 1's preemptions (after so many seconds, or after so many committed
+    checkpoints of each run), then publish the request."""
     if preemptions:
+        when = {"after_checkpoints": after_checkpoints} if after_checkpoints else {"after_seconds": after_seconds}
         stack.vertex_control(
             "POST",
             "/emulator/v1/preemption-plans",
-            {
-                "labels": {LABEL_REQUEST_ID: request_id, LABEL_ATTEMPT: "1"},
-                "preemptions": preemptions,
-                "after_seconds": after_seconds,
-            },
+            {"labels": {LABEL_REQUEST_ID: request_id, LABEL_ATTEMPT: "1"}, "preemptions": preemptions, **when},
         )
     stack.publish("job_requests", training_request(request_id, **request))
 
@@ -120,8 +127,9 @@ def alerts_for(stack, request_id: str, kind: str, *, timeout: float = 30.0) -> l
 def test_three_preemptions_succeed_within_one_attempt(stack) -> None:
     request_id = new_request_id("pre3")
     # Documented signals only: the job stays RUNNING; the kit's lines say what happened.
-    # 500 steps of 10 ms cannot finish within three 1 s runs, so all three preemptions happen.
-    submit(stack, request_id, preemptions=3, after_seconds=1.0, steps=500)
+    # Each run is preempted after its first checkpoint (so it runs the kit, which says so, however
+    # slow the machine); three runs of about 50 steps leave the fourth steps to train.
+    submit(stack, request_id, preemptions=3, after_checkpoints=1, steps=500)
 
     record = wait_for_status(stack, request_id, RequestStatus.SUCCEEDED)
     preemptions = stack.wait_for(
@@ -152,9 +160,10 @@ def test_three_preemptions_succeed_within_one_attempt(stack) -> None:
 
 def test_seven_preemptions_requeue_one_attempt_that_resumes_and_succeeds(stack) -> None:
     request_id = new_request_id("pre7")
-    # A second per run: long enough for each run to start (and say so) even on a busy machine; a
-    # run reclaimed while Python is still starting leaves no evidence to count.
-    submit(stack, request_id, preemptions=7, after_seconds=1.0, steps=1500)
+    # After each run's first checkpoint: every run started (and says so) and attempt 2 has a
+    # checkpoint to resume from, however busy the machine; a run reclaimed while Python is still
+    # starting would leave no evidence to count.
+    submit(stack, request_id, preemptions=7, after_checkpoints=1, steps=1500)
 
     record = wait_for_status(stack, request_id, RequestStatus.SUCCEEDED)
 
@@ -367,7 +376,7 @@ def test_a_kill_without_sigterm_still_counts_the_restart(stack) -> None:
         {
             "labels": {LABEL_REQUEST_ID: request_id, LABEL_ATTEMPT: "1"},
             "preemptions": 2,
-            "after_seconds": 1.0,
+            "after_checkpoints": 1,  # each run started the kit (run_started) before its kill
             "grace_seconds": 0,  # SIGKILL at once: the run never says "preempted"
         },
     )

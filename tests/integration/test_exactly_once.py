@@ -15,14 +15,8 @@ from typing import Any
 import pytest
 
 from devstack.samples import job_request
-from shared.adapters.vertex import (
-    LABEL_ATTEMPT,
-    build_job_json,
-    is_terminal,
-    parent_path,
-    state_name,
-    to_custom_job,
-)
+from shared.adapters.vertex import build_job_json, parent_path, to_custom_job
+from shared.jobs import LABEL_ATTEMPT, is_terminal, state_name
 from shared.ledger.states import RequestStatus
 from shared.redeliveries import body_digest
 from shared.requests.envelope import derived_request_id

@@ -14,14 +14,8 @@ from typing import Any
 
 import pytest
 
-from shared.adapters.vertex import (
-    LABEL_ATTEMPT,
-    LABEL_DEPLOYMENT,
-    LABEL_REQUEST_ID,
-    attempt_labels,
-    find_jobs,
-    parent_path,
-)
+from shared.adapters.vertex import attempt_labels, find_jobs, parent_path
+from shared.jobs import LABEL_ATTEMPT, LABEL_DEPLOYMENT, LABEL_REQUEST_ID
 from shared.ledger.records import Attempt, RequestRecord
 from shared.ledger.states import TERMINAL_STATUSES, RequestStatus
 from shared.requests.envelope import canonical_envelope, derived_request_id, read_request

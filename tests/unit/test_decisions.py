@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from shared.adapters.vertex import JobSnapshot, JobState
 from shared.clock import iso
 from shared.deciding.decisions import (
     ERROR_SETTLE_SECONDS,
@@ -22,6 +21,7 @@ from shared.deciding.decisions import (
     decide,
 )
 from shared.deciding.events import Signal, patterns_from
+from shared.jobs import JobSnapshot, JobState
 from shared.ledger.records import Attempt, RequestRecord, Requeue
 from shared.ledger.states import RequestStatus
 from shared.settings import Settings

@@ -13,10 +13,10 @@ from datetime import datetime
 
 from spotjobs_kit.lines import KitRecord
 
-from shared.adapters.vertex import JobState
 from shared.deciding.decisions import Decision, Observation, decide
 from shared.deciding.events import Signal
 from shared.deciding.preemptions import preemptions_text
+from shared.jobs import JobState
 from shared.ledger.records import RequestRecord
 from shared.ledger.states import RequestStatus
 from tests.unit.test_decisions import JOB1, NOW, POLICY, USER_ERROR, at, job, make_record

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared.delivery import Message, handle_delivery, message_from_event
+from shared.delivery import Message, handle_delivery, message_from_push
 from shared.errors import ConfigurationError, InvalidRequest, TransientError, Violation
 from shared.log import Logger
 from shared.settings import Settings
@@ -121,12 +121,12 @@ def test_topology_names_every_function_topic_and_subscription() -> None:
 
 def _push_event(data: bytes, **message_fields: object) -> dict:
     message = {"data": base64.b64encode(data).decode(), "messageId": "m-1", **message_fields}
-    return {"id": "m-1", "data": {"message": message, "subscription": "s"}}
+    return {"message": message, "subscription": "s"}
 
 
 def test_a_push_event_decodes_into_a_message_with_its_publish_time() -> None:
     published = "2026-11-29T10:00:00.123Z"
-    message = message_from_event(_push_event(b"{}", attributes={"request_id": "r"}, publishTime=published))
+    message = message_from_push(_push_event(b"{}", attributes={"request_id": "r"}, publishTime=published))
     assert message == Message(b"{}", "m-1", {"request_id": "r"}, datetime(2026, 11, 29, 10, 0, 0, 123000, UTC))
 
 

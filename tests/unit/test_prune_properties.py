@@ -1,5 +1,6 @@
 """Properties of pruning over generated layouts: the newest complete checkpoint of every request
-that is not past its retention survives, and nothing outside a request's checkpoints folder (nor
+that is not past its retention survives (past it, with keep_final_checkpoint, the final one, or
+the newest of all when none is complete), and nothing outside a request's checkpoints folder (nor
 anything without a step number in it) is ever deleted."""
 
 from __future__ import annotations
@@ -115,12 +116,15 @@ def test_newest_complete_survives_and_nothing_outside_is_touched(layout, keep_fi
             protected.add(store.put(folder(rid) + name).name)
         tf_stems = []
         complete_units: list[tuple[tuple[int, datetime], list[str]]] = []
+        every_unit: list[tuple[tuple[int, datetime], list[str]]] = []
         for i, spec in enumerate(specs):
             unit, names = write(store, rid, i, spec)
             if spec.kind == "tensorflow" and spec.complete:
                 tf_stems.append(unit)
+            key = (spec.step, NOW - timedelta(minutes=spec.minutes_old))
+            every_unit.append((key, names))
             if effective_complete(spec):
-                complete_units.append(((spec.step, NOW - timedelta(minutes=spec.minutes_old)), names))
+                complete_units.append((key, names))
         store.texts[folder(rid) + "checkpoint"] = "".join(f'all_model_checkpoint_paths: "{s}"\n' for s in tf_stems)
         if status is not None:
             record = RequestRecord(rid, {"checkpoints": {"keep_last": keep_last}} if keep_last is not None else {}, "")
@@ -132,6 +136,10 @@ def test_newest_complete_survives_and_nothing_outside_is_touched(layout, keep_fi
         if complete_units and (lifecycle != Lifecycle.RETENTION_EXPIRED or keep_final):
             best = max(key for key, _ in complete_units)
             newest_complete[rid] = [names for key, names in complete_units if key == best]
+        elif every_unit and lifecycle == Lifecycle.RETENTION_EXPIRED and keep_final:
+            # Nothing complete: the newest checkpoint is kept, complete or not.
+            best = max(key for key, _ in every_unit)
+            newest_complete[rid] = [names for key, names in every_unit if key == best]
 
     before = store.names()
     result = prune_requests(

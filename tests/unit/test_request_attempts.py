@@ -9,17 +9,9 @@ from typing import Any
 
 import pytest
 
-from shared.adapters.vertex import (
-    JobState,
-    build_job_json,
-    is_terminal,
-    label_filter,
-    may_have_created,
-    state_name,
-    to_custom_job,
-    to_job_json,
-)
+from shared.adapters.vertex import build_job_json, label_filter, may_have_created, to_custom_job, to_job_json
 from shared.errors import InvalidRequest
+from shared.jobs import JobState, is_terminal, state_name
 from shared.ledger.claims import ClaimInProgress, claim_attempt, fail_attempt, record_job, release_claim
 from shared.ledger.records import Attempt, RequestRecord, Requeue
 from shared.ledger.states import RequestStatus
