@@ -340,6 +340,11 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="random Spot preemptions per minute of running time, per job",
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--gcs-fuse-dir",
+        default=None,
+        help="mirror each job's AIP_CHECKPOINT_DIR here, as Vertex's /gcs/ mount (devstack.vertex.fuse)",
+    )
     return parser.parse_args(argv)
 
 
@@ -358,6 +363,7 @@ def _config_from(args: argparse.Namespace) -> EmulatorConfig:
         preemption_rate_per_minute=args.preemption_rate,
         seed=args.seed,
         signals=args.signals,
+        gcs_fuse_dir=args.gcs_fuse_dir,
     )
 
 
