@@ -284,8 +284,9 @@ def test_a_watched_message_recorded_only_by_its_redrive_is_recorded_once(rig: Ri
         "spotjobs_original_publish_time": "2026-11-29T17:00:10.000Z",
         "spotjobs_source_topic": "model-monitoring",
     }
+    own_topic = f"projects/p/topics/{rig.ports.settings.triggers_topic}"  # pushed on on_trigger's own topic
     for message_id in ("dl-1", "dl-1", "dl-2"):  # redelivered, and redriven again by hand
-        rig.deliver(Message(b'{"incident": 4}', message_id, redriven, T0 + timedelta(seconds=3600)), None)
+        rig.deliver(Message(b'{"incident": 4}', message_id, redriven, T0 + timedelta(seconds=3600)), own_topic)
     rig.at(T0 + timedelta(seconds=7200))
     rig.tick()
     rig.tick()
