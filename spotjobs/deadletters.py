@@ -24,6 +24,15 @@ paste into the Logs Explorer):
     jsonPayload.event=("retry" OR "permanent_failure")
     jsonPayload.publish_time="<CloudPubSubDeadLetterSourceTopicPublishTime>"
 
+**A redriven message is the message it was.** Pub/Sub gives the forwarded copy a new message id,
+and the redrive a new publish time; a bare body's request id and a watched message's trigger
+member are named by when it was first published. So the redrive adds
+`spotjobs_original_publish_time` (from `CloudPubSubDeadLetterSourceTopicPublishTime`, else the
+dead letter's own publish time; a second redrive keeps the first), which submit_job and on_trigger
+read in place of the publish time. A watched topic's message goes back through on_trigger's own
+topic with `spotjobs_source_topic` naming the topic (sent to the watched topic, its other
+subscribers would get it twice).
+
 **Redrive, exactly once per id.** Before publishing a dead letter back to its source topic its id is
 claimed in the state bucket: `deadletters/redriven/<dead letter id>.json`, written with
 `if_generation_match=0` (the ledger's claim pattern, docs/ARCHITECTURE.md). Only the writer of the
@@ -31,6 +40,10 @@ claim publishes; anyone else finds the id redriven and does not send it again. T
 the new message id once the publish is confirmed, and the dead letter is then acknowledged. A
 publish that fails releases the claim (so a later redrive can send it); only a crash between the
 publish and its confirmation leaves a claim without a message id, which is reported, not resent.
+
+Over 450 lines and one thing: a dead letter's round trip (pull, why it failed, redrive under its
+claim, acknowledge) reads and writes one `DeadLetter` and one claim; the CLI's `dead-letters`
+commands are its callers.
 """
 
 from __future__ import annotations
@@ -43,12 +56,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shared.clock import now_iso, parse_rfc3339
+from shared.requests.envelope import ORIGINAL_PUBLISH_TIME_ATTRIBUTE
 from shared.topology import TOPOLOGY
+from shared.triggers.definition import SOURCE_TOPIC_ATTRIBUTE
 
 if TYPE_CHECKING:
     from google.cloud.storage import Bucket
 
 READER_SUBSCRIPTION = "dead-letter-reader"
+WATCHED_SUBSCRIPTION_PREFIX = "on-trigger-"
 REDRIVEN_PREFIX = "deadletters/redriven/"
 ATTRIBUTE_PREFIX = "CloudPubSubDeadLetter"
 SOURCE_SUBSCRIPTION = "CloudPubSubDeadLetterSourceSubscription"
@@ -83,8 +99,19 @@ class DeadLetter:
         return function_for_subscription(self.source_subscription)
 
     @property
+    def watched_topic(self) -> str | None:
+        """The watched topic of a `pubsub` trigger whose subscription (`on-trigger-<topic>`,
+        terraform/triggers.tf) gave up on it; None for the functions' own subscriptions."""
+        subscription = self.source_subscription or ""
+        if self.function is not None or not subscription.startswith(WATCHED_SUBSCRIPTION_PREFIX):
+            return None
+        return subscription[len(WATCHED_SUBSCRIPTION_PREFIX) :] or None
+
+    @property
     def source_topic_key(self) -> str | None:
-        function = self.function
+        """Where a redrive sends it: its function's topic; a watched topic's message goes through
+        on_trigger's own topic (its other subscribers must not get it twice)."""
+        function = self.function or ("on_trigger" if self.watched_topic else None)
         return TOPOLOGY.functions[function]["topic"] if function else None
 
     @property
@@ -102,6 +129,19 @@ class DeadLetter:
     def original_attributes(self) -> dict[str, str]:
         """The attributes its publisher set (Pub/Sub's CloudPubSubDeadLetter* left out)."""
         return {k: v for k, v in self.attributes.items() if not k.startswith(ATTRIBUTE_PREFIX)}
+
+    @property
+    def redrive_attributes(self) -> dict[str, str]:
+        """What a redrive publishes with: its publisher's attributes, the time it was first
+        published (so the functions name it as they named the original: its identity survives
+        the redrive) and, for a watched topic's message, that topic."""
+        attributes = self.original_attributes
+        first = attributes.get(ORIGINAL_PUBLISH_TIME_ATTRIBUTE) or self.original_publish_time or self.publish_time
+        if first:
+            attributes[ORIGINAL_PUBLISH_TIME_ATTRIBUTE] = first
+        if self.watched_topic:
+            attributes[SOURCE_TOPIC_ATTRIBUTE] = self.watched_topic
+        return attributes
 
     @property
     def reason(self) -> str | None:
@@ -404,7 +444,7 @@ def redrive(
             results.append(RedriveResult(letter.id, "already redriven", "claimed concurrently", topic))
             continue
         try:
-            message_id = publish(topic, letter.data, letter.original_attributes)
+            message_id = publish(topic, letter.data, letter.redrive_attributes)
         except Exception as exc:  # noqa: BLE001 - reported per letter; the claim is released
             claims.release(letter, generation)
             results.append(RedriveResult(letter.id, "failed", f"{type(exc).__name__}: {exc}", topic))

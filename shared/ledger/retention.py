@@ -14,7 +14,10 @@ while a round is under way. On each record:
   job index entries (a late log line then finds the job is not ours), then, archived to
   `archive/<id>.json` unless `ledger_archive` is off, the record itself, conditional on the
   generation read: any write since (a late event, an effect made pending) keeps it for the next
-  round.
+  round;
+- one whose body does not parse (its metadata says finished) is skipped and handed to
+  `on_corrupt` (reconcile alerts `ledger_corrupt` once); the sweep moves on and saves its
+  position, so one bad record never stalls retention and index repair behind it.
 
 The retention is `ledger_retention_seconds` (0: keep every record), never less than
 `MIN_RETENTION_SECONDS` (longer than Pub/Sub keeps any message, so no redelivered request can
@@ -25,12 +28,14 @@ policy before its record goes; a folder without a record is then kept as if acti
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from shared.clock import parse_iso, utcnow
+from shared.ledger.records import CorruptRecord
 from shared.ledger.store import LedgerStore, ListedRequest, needs_reconcile
 
 if TYPE_CHECKING:
@@ -53,6 +58,7 @@ class SweepSummary:
     markers_repaired: int = 0
     removed: int = 0
     kept: int = 0  # expired but referred to, or written since listed: the next round
+    corrupt: int = 0  # its body does not parse: skipped, handed to on_corrupt
     unchanged: int = 0
     finished_round: bool = False
 
@@ -96,8 +102,10 @@ def sweep_step(
     settings: Settings | None = None,
     now: datetime | None = None,
     pages: int = SWEEP_PAGES_PER_RUN,
+    on_corrupt: Callable[[CorruptRecord], None] | None = None,
 ) -> SweepSummary | None:
-    """One bounded turn of the sweep, if a round is due; None if not."""
+    """One bounded turn of the sweep, if a round is due; None if not. A record that does not
+    parse is skipped, logged and passed to `on_corrupt` (which alerts)."""
     if settings is None:
         from shared.settings import get_settings
 
@@ -128,7 +136,15 @@ def sweep_step(
                 next_position = row.request_id  # inclusive: the next turn sees it once more
                 if action:
                     work.append((action, row))
-            for outcome in pool.map(lambda item: _apply(ledger, *item, retention, settings.ledger_archive, now), work):
+
+            def apply(item: tuple[str, ListedRequest]) -> str:
+                try:
+                    return _apply(ledger, *item, retention, settings.ledger_archive, now)
+                except CorruptRecord as exc:
+                    _report_corrupt(exc, log, on_corrupt)
+                    return "corrupt"
+
+            for outcome in pool.map(apply, work):
                 setattr(summary, outcome, getattr(summary, outcome) + 1)
             if not token or budget == 0:
                 break
@@ -141,6 +157,26 @@ def sweep_step(
     )
     log.info("ledger sweep turn", event="ledger_sweep", **summary.to_json())
     return summary
+
+
+def _report_corrupt(error: CorruptRecord, log: Logger, on_corrupt: Callable[[CorruptRecord], None] | None) -> None:
+    if on_corrupt is None:
+        log.error(
+            "a ledger document cannot be read; the retention sweep skips it",
+            event="ledger_corrupt",
+            request_id=error.request_id,
+            error=str(error),
+        )
+        return
+    try:
+        on_corrupt(error)
+    except Exception as exc:  # noqa: BLE001 - the alert is tried again when the next round meets it
+        log.warning(
+            "could not alert a corrupt ledger document; the next sweep round tries again",
+            event="ledger_corrupt_unalerted",
+            request_id=error.request_id,
+            error=f"{type(exc).__name__}: {exc}",
+        )
 
 
 def _action(row: ListedRequest, retention: float, now: datetime) -> str | None:

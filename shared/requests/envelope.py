@@ -5,9 +5,12 @@ A message on `job-requests` is either
 - an **envelope** `{"request_id", "custom_job", "location"?, "locations"?, "max_attempts"?,
   "fallback"?, "checkpoints"?, "schema_version"?, "attempt"?}`, or
 - a **bare CustomJob body**, exactly what the Vertex AI REST docs POST to `customJobs`. Its request
-  id is the `request_id` message attribute, else derived from its content and the minute it was
-  scheduled or published (`derived_request_id`): a redelivery, a publisher's retry or a
-  scheduler's double fire maps to the same request and is de-duplicated.
+  id is the `request_id` message attribute, else derived from its content and the dedupe window
+  its moment (`schedule_time`, else the original publish time a redrive carries, else the publish
+  time) falls in: a redelivery, a redrive, a publisher's retry or a scheduler's double fire maps
+  to the same request and is de-duplicated. Reading names the window opening at that moment
+  (`derived_request_id`); submit_job places it among the content's windows
+  (`shared.ledger.dedupe`), kept exactly once by compare-and-swap.
 
 The CustomJob part is checked against the aiplatform_v1 schema by `shared.requests.job_schema`. Reading
 never judges what a deployment allows: `shared.requests.policy.validate_request` reads with this module,
@@ -20,7 +23,9 @@ set it, so submit honours a re-queued attempt only when the ledger says that att
 a request's `attempt` is set (never None) exactly when it came marked as a re-queue.
 
 `canonical_envelope` is the contract with the events function: the normalized request stored in
-the ledger and re-published, with `attempt` and `location` added, on re-queue.
+the ledger and re-published, with `attempt` and `location` added, on re-queue. The re-queue
+message is written here too (`requeue_message`, its body and attributes), next to its reader, so
+its wire format is one module's.
 """
 
 from __future__ import annotations
@@ -58,9 +63,12 @@ REQUEST_ID_ATTRIBUTE = "request_id"
 # When a scheduler meant the message to fire (RFC 3339): names a bare body published without a
 # request id, so a double fire of one schedule is one request.
 SCHEDULE_TIME_ATTRIBUTE = "schedule_time"
+# When the message was first published (RFC 3339), set by `spotjobs dead-letters redrive` from
+# Pub/Sub's CloudPubSubDeadLetterSourceTopicPublishTime: a redriven message is the message it was.
+ORIGINAL_PUBLISH_TIME_ATTRIBUTE = "spotjobs_original_publish_time"
 ORIGIN_ATTRIBUTE = "spotjobs_origin"
 REQUEUE_ORIGIN = "requeue"
-# The attributes the system publishes its re-queues with (shared/deciding/decisions.py).
+# The attributes the system publishes its re-queues with (`requeue_message`).
 REQUEUE_ATTRIBUTES = {ORIGIN_ATTRIBUTE: REQUEUE_ORIGIN}
 # Envelope fields only the system sets, on re-queue messages.
 SYSTEM_FIELDS = ("attempt",)
@@ -69,6 +77,18 @@ SYSTEM_FIELDS = ("attempt",)
 # message marked as a re-queue may exceed the limit, by a bounded amount so that not every oversized
 # body is parsed. Whether the ledger expects that attempt is checked before anything is created.
 REQUEUE_SIZE_ALLOWANCE = 2
+
+
+def requeue_message(request: dict[str, Any], attempt: int, location: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """The body and attributes attempt `attempt` of the canonical envelope `request` is
+    re-published with, to run in `location` (what `read_request` reads back as a re-queue).
+
+    Optional fields that are empty are left out, as a publisher would write them: absent means
+    the same to the reader, which rejects an empty `locations` list.
+    """
+    present = {key: value for key, value in request.items() if value is not None and value != []}
+    body = {**present, "attempt": attempt, "location": location}
+    return body, {REQUEST_ID_ATTRIBUTE: str(request["request_id"]), **REQUEUE_ATTRIBUTES}
 
 
 @dataclass(frozen=True)
@@ -99,6 +119,9 @@ class JobRequest:
     fallback: Fallback | None = None
     keep_last: int | None = None
     attempt: int | None = None  # set exactly on messages marked as the system's re-queues
+    # A bare body without an id: its content digest and moment, which name it (shared.ledger.dedupe).
+    content_digest: str | None = None
+    moment: datetime | None = None
 
     @property
     def job_path(self) -> str:
@@ -157,7 +180,8 @@ def read_request(
         request, violations = _read_envelope(body, attribute_id, requeue)
     else:
         schedule_time = attributes.get(SCHEDULE_TIME_ATTRIBUTE)
-        request, violations = _read_bare(body, attribute_id, schedule_time, published_at)
+        original = parse_rfc3339(attributes.get(ORIGINAL_PUBLISH_TIME_ATTRIBUTE))
+        request, violations = _read_bare(body, attribute_id, schedule_time, original or published_at)
         if requeue:
             found.append(Violation(f"attributes.{ORIGIN_ATTRIBUTE}", "marks a re-queue, which is an envelope"))
     return request, [*found, *violations]
@@ -167,14 +191,20 @@ def is_valid_request_id(value: object) -> bool:
     return isinstance(value, str) and REQUEST_ID_PATTERN.fullmatch(value) is not None
 
 
-def derived_request_id(body: Mapping[str, Any], scheduled: datetime | None) -> str:
-    """The request id of a bare body published without one: its content, and the minute it was
-    scheduled (`schedule_time` attribute) or published. Never the Pub/Sub message id: a publisher's
-    retry or a scheduler's double fire is a new message with the same content and minute, and
-    must not start a second job. The same body in another minute is another request."""
-    digest = hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
-    minute = (scheduled or utcnow()).astimezone(UTC).strftime("%Y%m%d%H%M")
-    return f"req-{digest.hexdigest()[:16]}-{minute}"
+def content_digest(body: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def derived_request_id(body: Mapping[str, Any], opened: datetime | None) -> str:
+    """The request id of a bare body published without one whose dedupe window opened at
+    `opened`: its content and that second. Never the Pub/Sub message id: a publisher's retry, a
+    redrive or a scheduler's double fire is a new message with the same content, and must not
+    start a second job (shared.ledger.dedupe says which window a moment belongs to)."""
+    return content_request_id(content_digest(body), opened or utcnow())
+
+
+def content_request_id(digest: str, opened: datetime) -> str:
+    return f"req-{digest[:16]}-{opened.astimezone(UTC):%Y%m%d%H%M%S}"
 
 
 def _decode_body(data: bytes, max_bytes: int, allowance: int) -> tuple[dict[str, Any], Violation | None]:
@@ -212,13 +242,17 @@ def _read_bare(
     violations: list[Violation] = []
     if attribute_id is not None:
         request_id = _checked_request_id(attribute_id, "attributes.request_id", violations)
-    else:
-        scheduled = parse_rfc3339(schedule_time) if schedule_time is not None else published_at
-        if schedule_time is not None and scheduled is None:
-            violations.append(Violation(f"attributes.{SCHEDULE_TIME_ATTRIBUTE}", "is not an RFC 3339 time"))
-        request_id = derived_request_id(body, scheduled)
+        custom_job = read_custom_job(body, "", violations)
+        return JobRequest(request_id, custom_job, "bare"), violations
+    scheduled = parse_rfc3339(schedule_time) if schedule_time is not None else published_at
+    if schedule_time is not None and scheduled is None:
+        violations.append(Violation(f"attributes.{SCHEDULE_TIME_ATTRIBUTE}", "is not an RFC 3339 time"))
+    moment = scheduled or utcnow()
     custom_job = read_custom_job(body, "", violations)
-    return JobRequest(request_id, custom_job, "bare"), violations
+    request = JobRequest(
+        derived_request_id(body, moment), custom_job, "bare", content_digest=content_digest(body), moment=moment
+    )
+    return request, violations
 
 
 def _read_envelope(body: dict[str, Any], attribute_id: str | None, requeue: bool) -> tuple[JobRequest, list[Violation]]:

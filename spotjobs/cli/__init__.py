@@ -19,15 +19,17 @@ stack instead of failing (exit 2).
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 
 from spotjobs.cli import explain, local, ops, prune, report, requests, status, triggers
+from spotjobs.cli.common import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED
 
 COMMAND_MODULES = (requests, status, prune, ops, report, explain, triggers, local)
 
 EPILOG = """exit status: 0 success; 1 failure (not found, or the command ran and reported errors);
 2 invalid input or usage, or (local up, demo) the local stack is not installed;
-130 interrupted (local up, demo).
+130 interrupted (Ctrl-C); 141 the reader of its output went away (e.g. `| head`).
 
 examples:
   spotjobs validate request.json
@@ -60,5 +62,27 @@ def _version() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command. A reader that went away (`spotjobs ... | head`) or Ctrl-C ends it quietly,
+    with the status a shell expects, never a traceback."""
     args = build_parser().parse_args(argv)
-    return int(args.run(args) or 0)
+    try:
+        return int(args.run(args) or 0)
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's flush at exit does not fail on the closed
+    pipe again (the Python docs' recipe for SIGPIPE: library/signal.html, "Note on SIGPIPE")."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (AttributeError, ValueError, OSError):  # stdout replaced or already closed
+        pass
+    finally:
+        os.close(devnull)

@@ -10,6 +10,9 @@ from typing import Any
 EXIT_OK = 0  # success
 EXIT_FAILED = 1  # the command ran and failed, or what it was asked about does not exist
 EXIT_INVALID = 2  # invalid input or usage
+# What a shell reports for a command killed by SIGINT (128 + 2) or SIGPIPE (128 + 13).
+EXIT_INTERRUPTED = 130  # Ctrl-C
+EXIT_BROKEN_PIPE = 141  # the reader of its output went away (`spotjobs ... | head`)
 
 
 def command(

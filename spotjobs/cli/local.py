@@ -19,10 +19,9 @@ import threading
 import time
 from typing import Any
 
-from spotjobs.cli.common import EXIT_OK, command
+from spotjobs.cli.common import EXIT_INTERRUPTED, EXIT_OK, command
 
 EXIT_NO_LOCAL_STACK = 2
-EXIT_INTERRUPTED = 130
 DEMO_TIMEOUT_SECONDS = 150.0  # how long the demo waits for its seven requests to end
 NO_LOCAL_STACK_HELP = (
     f"Exits {EXIT_NO_LOCAL_STACK} when the local stack (the devstack package) is not installed, "
@@ -77,6 +76,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=300.0,
         metavar="SECONDS",
         help='publish {"task": "prune"} to maintenance this often',
+    )
+    up.add_argument(
+        "--triggers-every",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help='publish {"task": "triggers"} to on_trigger\'s topic this often (closes due trigger windows; '
+        "Cloud Scheduler's every minute in the deployment)",
     )
     up.set_defaults(run=run_local_up)
 
@@ -148,7 +155,7 @@ def run_local_up(args: argparse.Namespace) -> int:
             project=args.project or DEFAULT_PROJECT,
             vertex_args=tuple(args.vertex_arg),
             vertex_signals=args.vertex_signals,
-            schedule={"reconcile": args.reconcile_every, "prune": args.prune_every},
+            schedule=local_up_schedule(args),
         )
     )
     try:
@@ -167,6 +174,12 @@ def run_local_up(args: argparse.Namespace) -> int:
     if not args.json:
         print("stopped every process of the embedded stack", file=sys.stderr)
     return EXIT_OK
+
+
+def local_up_schedule(args: argparse.Namespace) -> dict[str, float]:
+    """What `local up` has the stack's scheduler publish, like the deployment's Cloud Scheduler
+    jobs (terraform/scheduler.tf): reconcile and prune to maintenance, the triggers tick."""
+    return {"reconcile": args.reconcile_every, "prune": args.prune_every, "triggers": args.triggers_every}
 
 
 def print_ready(description: dict[str, Any], seconds: float) -> None:

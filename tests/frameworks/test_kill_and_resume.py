@@ -27,10 +27,11 @@ import pytest
 from spotjobs_kit import parse_kit_line
 from spotjobs_kit.lines import KitRecord
 
+from tests.support.frameworks import REPO, framework_python
+
 HERE = Path(__file__).parent
-REPO = HERE.parents[1]
+
 README = REPO / "README.md"
-FRAMEWORK_PYTHON = REPO / ".venv-frameworks" / "bin" / "python"
 STEPS = 30
 EVERY = 10
 TORN_STEP = 999
@@ -49,6 +50,8 @@ CASES = {
     "lightning": Case("lightning_fit.py", (f"step-{TORN_STEP:06d}", "model.ckpt")),
     "torch-save": Case("torch_loop.py", (f"step-{TORN_STEP:06d}", "state.pt")),
     "torch-dcp": Case("torch_loop.py", (f"step-{TORN_STEP:06d}", "__0_0.distcp")),
+    "orbax": Case("orbax_loop.py", (str(TORN_STEP), "_sharding")),
+    "keras": Case("keras_fit.py", (f"step-{TORN_STEP:06d}", "model.weights.h5")),
 }
 
 
@@ -57,12 +60,6 @@ def readme_snippet(name: str) -> str:
     found = re.search(rf"<!-- snippet: {re.escape(name)} -->\n```python\n(.*?)```\n", README.read_text(), re.S)
     assert found, f"README.md has no snippet {name!r}"
     return found.group(1)
-
-
-def framework_python() -> str:
-    if not FRAMEWORK_PYTHON.exists():
-        pytest.fail(f"{FRAMEWORK_PYTHON.relative_to(REPO)} is missing: `make .venv-frameworks` (run by `make test`)")
-    return str(FRAMEWORK_PYTHON)
 
 
 @dataclass

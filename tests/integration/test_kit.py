@@ -18,7 +18,7 @@ import pytest
 from spotjobs_kit import parse_kit_line
 
 from devstack.stack import REPO_ROOT
-from tests.integration.test_deploy_zip import pip_failure
+from tests.support.deploy_zip import pip_failure
 
 KIT_ROOT = REPO_ROOT / "kit"
 GRACE_SECONDS = 10.0
@@ -137,7 +137,7 @@ def test_the_kit_installs_and_imports_in_a_bare_venv(tmp_path: Path, interpreter
         import io, json, sys, sysconfig
         before = set(sys.modules)  # the interpreter's own (site may load a .pth hook)
         import spotjobs_kit
-        import spotjobs_kit.hf, spotjobs_kit.lightning, spotjobs_kit.torch  # no framework until used
+        import spotjobs_kit.hf, spotjobs_kit.lightning, spotjobs_kit.torch, spotjobs_kit.orbax, spotjobs_kit.keras  # no framework until used
         from spotjobs_kit import Run
         run = Run.start({str(tmp_path / "ckpt")!r}, environ={{}}, stream=io.StringIO())
         with run.checkpoint(1) as folder:

@@ -22,9 +22,9 @@ from spotjobs_kit.storage import FileStore
 
 from shared.pruning.plan import plan_request
 from shared.settings import Settings
-from tests.unit.checkpoint_layouts import LAYOUTS, mirror
-from tests.unit.test_prune_properties import checkpoint_specs, write
-from tests.unit.test_prune_support import LAYOUT, NOW, MemoryStore, policy
+from tests.support.checkpoint_layouts import LAYOUTS, mirror
+from tests.support.checkpoint_specs import checkpoint_specs, write
+from tests.support.prune_store import LAYOUT, NOW, MemoryStore, policy
 
 KIT_DIR = Path(spotjobs_kit.__file__).parent
 
@@ -304,6 +304,8 @@ LAZY_IMPORTS = {
     "hf.py": {"transformers"},
     "lightning.py": {"pytorch_lightning", "lightning"},
     "torch.py": {"torch"},
+    "orbax.py": {"jax", "orbax"},
+    "keras.py": {"keras"},
 }
 
 
