@@ -52,7 +52,7 @@ FIXED_K = 1
 POLICIES = ("on_demand", "fixed_k", "greedy", "uniform_progress", "spotjobs", "omniscient")
 
 
-def deadline_chooser(rule: Rule, lifetime: float | None) -> Chooser:
+def deadline_chooser(rule: Rule) -> Chooser:
     """`shared.deadline.decide` with the simulator's clock; the review interval is one tick."""
 
     def choose(run: Run) -> tuple[Action, float | None]:
@@ -66,9 +66,8 @@ def deadline_chooser(rule: Rule, lifetime: float | None) -> Chooser:
                 placement=run.placement,
                 placed_at=EPOCH + timedelta(seconds=run.placed_at),
                 changeover_seconds=job.changeover_seconds,
-                price_ratio=job.price_ratio,
                 review_seconds=run.trace.gap_seconds,
-                spot_lifetime_seconds=lifetime,
+                # The traces were taken by trying to launch a Spot VM every tick: capacity is known.
                 spot_available=run.available(),
             ),
             rule,
@@ -100,6 +99,16 @@ def on_demand_chooser(run: Run) -> tuple[Action, float | None]:
     return (Action.STAY if run.placement is Placement.ON_DEMAND else Action.SWITCH_TO_ON_DEMAND), None
 
 
+# A fresh chooser per run (fixed_k counts the run's attempts).
+CHOOSERS: dict[str, Callable[[], Chooser]] = {
+    "on_demand": lambda: on_demand_chooser,
+    "fixed_k": lambda: fixed_k_chooser(FIXED_K),
+    "greedy": lambda: deadline_chooser(Rule.GREEDY),
+    "uniform_progress": lambda: deadline_chooser(Rule.UNIFORM_PROGRESS),
+    "spotjobs": lambda: deadline_chooser(Rule.SPOTJOBS),
+}
+
+
 def random_starts(trace: Trace, count: int, longest_ticks: int) -> list[int]:
     rng = random.Random(f"{SEED}:{trace.name}")
     return [rng.randrange(0, len(trace.available) - longest_ticks) for _ in range(count)]
@@ -116,7 +125,6 @@ def run_cells(
     gap = traces[0].gap_seconds
     longest = max(deadline_ticks(f, gap) for f in fractions)
     origins = {t.name: random_starts(t, starts, longest) for t in traces}
-    lifetimes = {t.name: [t.mean_run_seconds(s) for s in origins[t.name]] for t in traces}
     cells = []
     for hours in changeovers:
         d = int(round(hours * HOUR))
@@ -133,14 +141,7 @@ def run_cells(
             for trace in traces:
                 optimum_costs, optimum_spot = best[trace.name][ticks[fraction]]
                 for i, start in enumerate(origins[trace.name]):
-                    choosers: dict[str, Callable[[], Chooser]] = {
-                        "on_demand": lambda: on_demand_chooser,
-                        "fixed_k": lambda: fixed_k_chooser(FIXED_K),
-                        "greedy": lambda: deadline_chooser(Rule.GREEDY, None),
-                        "uniform_progress": lambda: deadline_chooser(Rule.UNIFORM_PROGRESS, None),
-                        "spotjobs": lambda i=i, trace=trace: deadline_chooser(Rule.SPOTJOBS, lifetimes[trace.name][i]),
-                    }
-                    for name, make in choosers.items():
+                    for name, make in CHOOSERS.items():
                         outcomes[name].append(simulate(job, trace, start, make()))
                     spot_hours = optimum_spot[i]
                     outcomes["omniscient"].append(Outcome(optimum_costs[i], spot_hours, WORK_HOURS - spot_hours, False))

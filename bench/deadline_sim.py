@@ -50,18 +50,6 @@ class Trace:
                 nxt = i
         return cls(name, gap_seconds, available, tuple(following))
 
-    def mean_run_seconds(self, before: int) -> float | None:
-        """Mean length of the availability runs that ended before tick `before` (what was seen of
-        Spot lifetimes by then); None when none did."""
-        runs, length = [], 0
-        for up in self.available[:before]:
-            if up:
-                length += 1
-            elif length:
-                runs.append(length)
-                length = 0
-        return sum(runs) * self.gap_seconds / len(runs) if runs else None
-
 
 def load_traces(folder: Path) -> list[Trace]:
     """Every trace in the shared format under `folder`, searched recursively, by path."""
@@ -189,7 +177,8 @@ def omniscient_costs(
     on-demand), the changeover left on the instance and the work done, in units of gcd(g, d) (all
     work done in a tick is a multiple of it); its value is the least cost to get there. Each tick
     the job may wait, start a new instance (changeover d) or keep the one it has; Spot only where
-    the trace is available. Vectorised over the starts with numpy.
+    the trace is available. Vectorised over the starts with numpy; each tick only the work done
+    that is reachable by then and can still finish by the last deadline is computed.
     """
     import numpy as np
 
@@ -198,66 +187,68 @@ def omniscient_costs(
     total = work_seconds // unit
     if total * unit != work_seconds:
         raise ValueError(f"work {work_seconds} s is not a multiple of gcd(tick, changeover) = {unit} s")
+    per_tick = g // unit
     levels = sorted({max(0, d - j * g) for j in range(1, d // g + 2)})
+    last = max(deadline_ticks)
     available = np.array(trace.available, dtype=bool)
     origin = np.array(starts)
+    rows = np.arange(len(starts))
     shape = (len(starts), total + 1)
-    infinite = np.full(shape, np.inf)
-    cost = {("wait", 0): infinite.copy(), **{(m, o): infinite.copy() for m in ("spot", "od") for o in levels}}
+    keys = [("wait", 0)] + [(mode, o) for mode in ("spot", "od") for o in levels]
+    cost = {key: np.full(shape, np.inf) for key in keys}
+    spot = {key: np.zeros(shape) for key in keys}
     cost[("wait", 0)][:, 0] = 0.0
-    spot = {key: np.zeros(shape) for key in cost}
-    done_index = np.arange(total + 1)
     results: dict[int, tuple[list[float], list[float]]] = {}
 
-    def best_of(keys: Iterable[tuple[str, int]]) -> tuple[np.ndarray, np.ndarray]:
-        best_cost, best_spot = None, None
-        for key in keys:
-            if best_cost is None:
-                best_cost, best_spot = cost[key].copy(), spot[key].copy()
-            else:
-                better = cost[key] < best_cost
-                best_cost[better] = cost[key][better]
-                best_spot[better] = spot[key][better]
+    def best_of(candidates: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+        best_cost, best_spot = candidates[0]
+        for c, s in candidates[1:]:
+            better = c < best_cost
+            best_cost, best_spot = np.where(better, c, best_cost), np.where(better, s, best_spot)
         return best_cost, best_spot
 
-    def one_tick(src_cost, src_spot, overhead: int, price: float, on_spot: bool):
+    def one_tick(src_cost, src_spot, overhead: int, price: float, on_spot: bool, lo: int, hi: int):
+        """An instance run for one tick: the work done from [lo, hi] of the next boundary."""
         step = max(0, g - overhead) // unit
-        dst_cost, dst_spot = infinite.copy(), np.zeros(shape)
+        dst_cost, dst_spot = np.full(shape, np.inf), np.zeros(shape)
         if step == 0:
-            return src_cost + price * g, src_spot.copy()
-        keep = max(0, total - step)
-        dst_cost[:, step : step + keep] = src_cost[:, :keep] + price * g
-        dst_spot[:, step : step + keep] = src_spot[:, :keep] + (step if on_spot else 0)
-        # Work that finishes in this tick: billed until done.
-        tail = done_index[keep:total]
-        finishing = src_cost[:, keep:total] + price * (overhead + (total - tail) * unit)
-        at = np.argmin(finishing, axis=1)
-        rows = np.arange(len(starts))
-        dst_cost[:, total] = finishing[rows, at]
-        dst_spot[:, total] = src_spot[:, keep:total][rows, at] + ((total - tail[at]) if on_spot else 0)
+            dst_cost[:, lo : hi + 1] = src_cost[:, lo : hi + 1] + price * g
+            dst_spot[:, lo : hi + 1] = src_spot[:, lo : hi + 1]
+            return dst_cost, dst_spot
+        a, b = max(lo, step), min(hi, total - 1)
+        if a <= b:
+            dst_cost[:, a : b + 1] = src_cost[:, a - step : b - step + 1] + price * g
+            dst_spot[:, a : b + 1] = src_spot[:, a - step : b - step + 1] + (step if on_spot else 0)
+        if hi == total:
+            # Work that finishes in this tick: billed until done.
+            first = max(0, total - step)
+            left = total - np.arange(first, total)
+            finishing = src_cost[:, first:total] + price * (overhead + left * unit)
+            at = np.argmin(finishing, axis=1)
+            dst_cost[:, total] = finishing[rows, at]
+            dst_spot[:, total] = src_spot[:, first:total][rows, at] + (left[at] if on_spot else 0)
         return dst_cost, dst_spot
 
-    for tick in range(max(deadline_ticks)):
-        fresh_cost, fresh_spot = best_of(cost)
+    for tick in range(last):
+        lo = max(0, total - (last - tick - 1) * per_tick)
+        hi = min(total, (tick + 1) * per_tick)
+        fresh = best_of([(cost[key], spot[key]) for key in keys])
         up = available[origin + tick][:, None]
-        new_cost, new_spot = {("wait", 0): fresh_cost}, {("wait", 0): fresh_spot}
+        new: dict[tuple[str, int], list[tuple[np.ndarray, np.ndarray]]] = {("wait", 0): [fresh]}
         for mode, price in (("spot", 1.0), ("od", k)):
-            sources = [(fresh_cost, fresh_spot, d)] + [(cost[(mode, o)], spot[(mode, o)], o) for o in levels]
-            for src_cost, src_spot, overhead in sources:
-                c, s = one_tick(src_cost, src_spot, overhead, price, mode == "spot")
+            sources = [(fresh, d)] + [((cost[(mode, o)], spot[(mode, o)]), o) for o in levels]
+            for (src_cost, src_spot), overhead in sources:
+                c, s = one_tick(src_cost, src_spot, overhead, price, mode == "spot", lo, hi)
                 if mode == "spot":
                     c = np.where(up, c, np.inf)
-                key = (mode, max(0, overhead - g))
-                if key not in new_cost:
-                    new_cost[key], new_spot[key] = c, s
-                else:
-                    better = c < new_cost[key]
-                    new_cost[key] = np.where(better, c, new_cost[key])
-                    new_spot[key] = np.where(better, s, new_spot[key])
-        for key in cost:
-            cost[key], spot[key] = new_cost.get(key, infinite), new_spot.get(key, np.zeros(shape))
+                new.setdefault((mode, max(0, overhead - g)), []).append((c, s))
+        for key in keys:
+            if key in new:
+                cost[key], spot[key] = best_of(new[key])
+            else:
+                cost[key], spot[key] = np.full(shape, np.inf), np.zeros(shape)
         if tick + 1 in deadline_ticks:
-            final_cost, final_spot = best_of(cost)
+            final_cost, final_spot = best_of([(cost[key], spot[key]) for key in keys])
             norm = k * (work_seconds + d)
             results[tick + 1] = ((final_cost[:, total] / norm).tolist(), (final_spot[:, total] * unit / HOUR).tolist())
     return results

@@ -2,9 +2,9 @@
 
 `decide(situation)` is a pure function: the time, the deadline, the work left from the last
 committed checkpoint, where the job runs now (waiting for Spot, on Spot, on on-demand), the
-changeover delay, the price ratio k (on-demand / Spot) and, when seen, the Spot lifetime in this
-machine type and location. It returns a `Decision` (stay, switch to on-demand, back to Spot) with
-its reason and the figures behind it. The model and the rules are those of Wu et al., "Can't Be
+changeover delay (`changeover_estimate`: a high percentile of those seen on the machine type and
+location) and, when known, whether Spot has capacity. It returns a `Decision` (stay, switch to
+on-demand, back to Spot) with its reason and the figures behind it. The model and the rules are those of Wu et al., "Can't Be
 Late: Optimizing Spot Instance Savings under Deadlines" (NSDI '24); docs/deadlines.md derives them
 and reports what the benchmark (`python -m bench.bench_deadline`) measured.
 
@@ -13,16 +13,19 @@ never missed (docs/deadlines.md, "Why no deadline is missed"):
 
 - stop when done;
 - safety net: waiting for Spot with slack below 2d + m (d the changeover, m the longest time
-  until the next decision), go to on-demand and stay there;
-- exploitation: once on Spot, stay until preempted.
+  until the next decision), go to on-demand and stay there; a Spot run that began with too
+  little slack to pay its changeover and still leave on-demand time goes to on-demand at once;
+- exploitation: otherwise, once on Spot, stay until preempted.
 
 The modes differ in what they do with the rest of the slack. `Rule.GREEDY` waits for Spot until
 the safety net fires. `Rule.UNIFORM_PROGRESS` (the paper's) keeps the committed progress on the
 line ep(t) = (t - t0) / (deadline - t0): waiting and behind it, it goes to on-demand and stays
 until ahead of ep(t + 2d) (hysteresis), then back to Spot. `Rule.SPOTJOBS` (production) is
-Uniform Progress that does not come back to Spot when Spot is not worth its changeovers: when its
-expected lifetime is below k d / (k - 1), a Spot run costs more than the on-demand work it
-replaces.
+Uniform Progress that stays on on-demand while Spot is known to have no capacity: going back
+would only wait, fall behind the line and pay a second on-demand changeover. Without that
+knowledge (`spot_available` None) it is Uniform Progress. Also not coming back to Spot whose mean
+lifetime is below k d / (k - 1) (the paper's break-even) was measured, made no cell cheaper and
+most dearer, and is not used (docs/deadlines.md). The rules do not depend on the prices.
 """
 
 from __future__ import annotations
@@ -98,11 +101,9 @@ class Situation:
     placement: Placement
     placed_at: datetime  # when the current attempt was asked for (its changeover runs from there)
     changeover_seconds: float  # a high percentile of those seen (`changeover_estimate`)
-    price_ratio: float  # k: on-demand price / Spot price
     # The longest time until `decide` is asked again (a reconcile pass, a simulator tick): the
     # safety net fires that much earlier, so a decision made late by it is still in time.
     review_seconds: float
-    spot_lifetime_seconds: float | None = None  # mean time between preemptions seen, if any
     spot_available: bool | None = None  # whether Spot could start now, when known
 
 
@@ -176,27 +177,9 @@ def decide(situation: Situation, rule: Rule = Rule.SPOTJOBS) -> Decision:
             f"hysteresis: on on-demand until ahead of the line 2d on ({progress:.3f} < {ahead_of:.3f})",
             _until_caught_up(s),
         )
-    if rule is Rule.SPOTJOBS:
-        if s.spot_available is False:
-            return decision(Action.STAY, "ahead of the line, but Spot has no capacity now")
-        threshold = spot_worth_threshold_seconds(d, s.price_ratio)
-        if s.spot_lifetime_seconds is not None and s.spot_lifetime_seconds < threshold:
-            return decision(
-                Action.STAY,
-                f"Spot not worth it: mean lifetime {s.spot_lifetime_seconds:.0f} s < k d / (k - 1) = {threshold:.0f} s",
-            )
+    if rule is Rule.SPOTJOBS and s.spot_available is False:
+        return decision(Action.STAY, "ahead of the line, but Spot has no capacity now")
     return decision(Action.BACK_TO_SPOT, f"ahead of the line ({progress:.3f} >= {ahead_of:.3f}): back to Spot")
-
-
-def spot_worth_threshold_seconds(changeover_seconds: float, price_ratio: float) -> float:
-    """The Spot run length below which it costs more than the on-demand work it replaces.
-
-    A run of L seconds costs L at Spot prices and does L - d of work, which on-demand would do at k
-    per second: it pays when k (L - d) > L, i.e. L > k d / (k - 1). Infinite when k <= 1.
-    """
-    if price_ratio <= 1:
-        return math.inf
-    return price_ratio * changeover_seconds / (price_ratio - 1)
 
 
 def changeover_estimate(

@@ -23,7 +23,6 @@ from shared.deadline import (
     Work,
     changeover_estimate,
     decide,
-    spot_worth_threshold_seconds,
 )
 
 T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
@@ -52,7 +51,6 @@ def situation(
         placement=placement,
         placed_at=now - timedelta(hours=1) if placed_h is None else T0 + timedelta(hours=placed_h),
         changeover_seconds=D,
-        price_ratio=3.0,
         review_seconds=M,
     )
     return replace(base, **changes)
@@ -159,22 +157,13 @@ def test_on_demand_with_slack_below_the_net_stays_to_the_end() -> None:
     assert decide(s, Rule.UNIFORM_PROGRESS).action is Action.STAY
 
 
-def test_spotjobs_does_not_come_back_to_spot_that_is_not_worth_its_changeovers() -> None:
-    clear = situation(elapsed_h=10.0, done_h=6.0, placement=Placement.ON_DEMAND)
-    threshold = spot_worth_threshold_seconds(D, 3.0)
-    assert threshold == pytest.approx(900.0)
-    short = replace(clear, spot_lifetime_seconds=threshold - 1)
-    assert decide(short).action is Action.STAY
-    assert "not worth it" in decide(short).reason
-    assert decide(short, Rule.UNIFORM_PROGRESS).action is Action.BACK_TO_SPOT
-    assert decide(replace(clear, spot_lifetime_seconds=threshold + 1)).action is Action.BACK_TO_SPOT
-    assert decide(replace(clear, spot_lifetime_seconds=None)).action is Action.BACK_TO_SPOT
-
-
 def test_spotjobs_stays_on_demand_while_spot_has_no_capacity() -> None:
     clear = situation(elapsed_h=10.0, done_h=6.0, placement=Placement.ON_DEMAND)
     assert decide(replace(clear, spot_available=False)).action is Action.STAY
     assert decide(replace(clear, spot_available=True)).action is Action.BACK_TO_SPOT
+    # Unknown capacity: as Uniform Progress, back to Spot (to wait for it there).
+    assert decide(clear).action is Action.BACK_TO_SPOT
+    assert decide(replace(clear, spot_available=False), Rule.UNIFORM_PROGRESS).action is Action.BACK_TO_SPOT
 
 
 def test_slack_counts_the_on_demand_step_rate_and_the_changeover_left() -> None:
@@ -182,10 +171,6 @@ def test_slack_counts_the_on_demand_step_rate_and_the_changeover_left() -> None:
     s = situation(elapsed_h=10.0, done_h=0.0, placement=Placement.ON_DEMAND, placed_h=10.0 - 100 / HOUR, work=work)
     # 10 h to the deadline, 500 steps x 8 s on on-demand, 500 s of the changeover left.
     assert slack_seconds(s) == pytest.approx(10 * HOUR - 4000 - (D - 100))
-
-
-def test_spot_worth_threshold_is_infinite_when_on_demand_is_no_dearer() -> None:
-    assert math.isinf(spot_worth_threshold_seconds(D, 1.0))
 
 
 def test_changeover_estimate_a_high_percentile_with_a_prior_until_enough_are_seen() -> None:
@@ -225,27 +210,26 @@ def trace_of(bits: list[bool]) -> Trace:
     extra_ticks=st.integers(min_value=0, max_value=29),
     changeover=st.sampled_from([0, 180, 600, 720, 1800]),
     rule=st.sampled_from(list(Rule)),
-    lifetime=st.sampled_from([None, 300.0, 36000.0]),
 )
 def test_no_deadline_that_on_demand_could_meet_is_missed(
-    bits: list[bool], work_ticks: int, extra_ticks: int, changeover: int, rule: Rule, lifetime: float | None
+    bits: list[bool], work_ticks: int, extra_ticks: int, changeover: int, rule: Rule
 ) -> None:
     work = work_ticks * GAP
     deadline_ticks = math.ceil((work + changeover) / GAP) + extra_ticks  # on-demand from the start fits
     job = Job(work, deadline_ticks * GAP, changeover, 3.0)
     trace = trace_of(bits)
-    outcome = simulate(job, trace, 0, bench.deadline_chooser(rule, lifetime))
+    outcome = simulate(job, trace, 0, bench.deadline_chooser(rule))
     assert not outcome.missed
     assert outcome.spot_work_hours + outcome.on_demand_work_hours == pytest.approx(work / HOUR)
     # Jumping over ticks where nothing can change gives what asking at every tick gives.
-    assert simulate(job, trace, 0, bench.deadline_chooser(rule, lifetime), every_tick=True) == outcome
+    assert simulate(job, trace, 0, bench.deadline_chooser(rule), every_tick=True) == outcome
 
 
 def test_greedy_on_a_synthetic_trace_uses_spot_until_the_slack_runs_out() -> None:
     # 3 h of work, a 6 h deadline, d = 0.2 h; Spot for the first 2 h, then none.
     trace = trace_of([True] * 12 + [False] * 48)
     job = Job(3 * HOUR, 36 * GAP, 720, 3.0)
-    outcome = simulate(job, trace, 0, bench.deadline_chooser(Rule.GREEDY, None))
+    outcome = simulate(job, trace, 0, bench.deadline_chooser(Rule.GREEDY))
     assert not outcome.missed
     assert outcome.spot_work_hours == pytest.approx(2 - 0.2)
     assert outcome.on_demand_work_hours == pytest.approx(1.2)
@@ -262,7 +246,7 @@ def test_fixed_k_falls_back_after_the_spot_attempt_runs_out_of_restarts_and_miss
     assert outcome.spot_work_hours == pytest.approx(7 * (GAP - 180) / HOUR)
     never = trace_of([False] * 80)
     assert simulate(job, never, 0, bench.fixed_k_chooser(1)).missed
-    assert not simulate(job, never, 0, bench.deadline_chooser(Rule.SPOTJOBS, None)).missed
+    assert not simulate(job, never, 0, bench.deadline_chooser(Rule.SPOTJOBS)).missed
 
 
 def test_omniscient_is_the_least_cost_and_never_above_any_policy() -> None:
@@ -273,7 +257,7 @@ def test_omniscient_is_the_least_cost_and_never_above_any_policy() -> None:
     costs, spot_hours = omniscient_costs(trace, starts, int(job.work_seconds), 720, 3.0, [40])[40]
     for i, start in enumerate(starts):
         for rule in Rule:
-            assert costs[i] <= simulate(job, trace, start, bench.deadline_chooser(rule, None)).cost + 1e-9
+            assert costs[i] <= simulate(job, trace, start, bench.deadline_chooser(rule)).cost + 1e-9
         assert 0 < spot_hours[i] <= 4.0
     # Always available: all of it on Spot, one changeover.
     always = trace_of([True] * 60)
