@@ -4,7 +4,7 @@ Replays traces in the shared format (`{"metadata": {"gap_seconds": 600}, "data":
 every `*.json` under `--traces`, recursively) through `bench.deadline_sim` and reports, per
 policy, the mean and p75 of the cost normalised by on-demand only, the Spot and on-demand hours of
 work and the deadline misses. The policies under test are the production function,
-`shared.deadline.decide`, in its three rules, and today's fixed fallback, `shared.attempts.plan_attempt`;
+`shared.deadline.decide_deadline`, in its three rules, and today's fixed fallback, `shared.attempts.plan_attempt`;
 nothing here re-implements them. On-demand only and the Omniscient optimum (a dynamic programme
 that knows the trace) bound them.
 
@@ -32,7 +32,7 @@ from bench.report import Figure, emit
 from devstack.vertex.logs import MAX_SPOT_RESTARTS
 from shared.attempts import SPOT, plan_attempt
 from shared.clock import EPOCH
-from shared.deadline import Action, Placement, Rule, Situation, Work, decide
+from shared.deadline import Action, Placement, Rule, Situation, Work, decide_deadline
 from shared.prices import Prices
 
 BENCH = "deadline"
@@ -53,11 +53,11 @@ POLICIES = ("on_demand", "fixed_k", "greedy", "uniform_progress", "spotjobs", "o
 
 
 def deadline_chooser(rule: Rule) -> Chooser:
-    """`shared.deadline.decide` with the simulator's clock; the review interval is one tick."""
+    """`shared.deadline.decide_deadline` with the simulator's clock; the review interval is one tick."""
 
     def choose(run: Run) -> tuple[Action, float | None]:
         job = run.job
-        decision = decide(
+        decision = decide_deadline(
             Situation(
                 now=EPOCH + timedelta(seconds=run.now),
                 deadline=EPOCH + timedelta(seconds=job.deadline_seconds),

@@ -13,7 +13,7 @@ boundary the job's placement is settled, then a chooser is asked what to do:
 Every start of an instance costs the changeover d (launch, setup, progress lost since the last
 checkpoint): its first d seconds do no work. Spot costs 1 per second, on-demand k; the last
 instance is billed until the work is done. A chooser says how long its decision holds
-(`Decision.holds_seconds`), so the clock jumps to the next tick where something can change: a
+(`DeadlineDecision.holds_seconds`), so the clock jumps to the next tick where something can change: a
 change of availability, the decision's end, the deadline. `every_tick=True` asks at every tick
 instead (the tests check both give the same outcome).
 
@@ -109,6 +109,7 @@ def simulate(job: Job, trace: Trace, start: int, choose: Chooser, every_tick: bo
     while run.done < job.work_seconds:
         if tick >= deadline_tick:
             # Missed: the job still has to finish, on on-demand.
+            work[Placement.ON_DEMAND] += job.work_seconds - run.done
             spend[Placement.ON_DEMAND] += job.work_seconds - run.done + job.changeover_seconds
             return _outcome(job, spend, work, missed=True)
         run.now = tick * g

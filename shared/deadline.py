@@ -1,9 +1,9 @@
 """Finish by the deadline at the least cost: when to leave Spot for on-demand, and when to come back.
 
-`decide(situation)` is a pure function: the time, the deadline, the work left from the last
+`decide_deadline(situation)` is a pure function: the time, the deadline, the work left from the last
 committed checkpoint, where the job runs now (waiting for Spot, on Spot, on on-demand), the
 changeover delay (`changeover_estimate`: a high percentile of those seen on the machine type and
-location) and, when known, whether Spot has capacity. It returns a `Decision` (stay, switch to
+location) and, when known, whether Spot has capacity. It returns a `DeadlineDecision` (stay, switch to
 on-demand, back to Spot) with its reason and the figures behind it. The model and the rules are those of Wu et al., "Can't Be
 Late: Optimizing Spot Instance Savings under Deadlines" (NSDI '24); docs/deadlines.md derives them
 and reports what the benchmark (`python -m bench.bench_deadline`) measured.
@@ -101,14 +101,14 @@ class Situation:
     placement: Placement
     placed_at: datetime  # when the current attempt was asked for (its changeover runs from there)
     changeover_seconds: float  # a high percentile of those seen (`changeover_estimate`)
-    # The longest time until `decide` is asked again (a reconcile pass, a simulator tick): the
+    # The longest time until `decide_deadline` is asked again (a reconcile pass, a simulator tick): the
     # safety net fires that much earlier, so a decision made late by it is still in time.
     review_seconds: float
     spot_available: bool | None = None  # whether Spot could start now, when known
 
 
 @dataclass(frozen=True)
-class Decision:
+class DeadlineDecision:
     action: Action
     reason: str
     slack_seconds: float  # time to the deadline minus what on-demand from now needs
@@ -129,7 +129,7 @@ class Decision:
         }
 
 
-def decide(situation: Situation, rule: Rule = Rule.SPOTJOBS) -> Decision:
+def decide_deadline(situation: Situation, rule: Rule = Rule.SPOTJOBS) -> DeadlineDecision:
     """What to do now; see the module docstring for the rules."""
     s = situation
     d = s.changeover_seconds
@@ -137,8 +137,8 @@ def decide(situation: Situation, rule: Rule = Rule.SPOTJOBS) -> Decision:
     progress = s.work.done_fraction
     expected = _expected(s, 0.0)
 
-    def decision(action: Action, reason: str, holds: float | None = None) -> Decision:
-        return Decision(action, reason, slack, progress, expected, holds)
+    def decision(action: Action, reason: str, holds: float | None = None) -> DeadlineDecision:
+        return DeadlineDecision(action, reason, slack, progress, expected, holds)
 
     if s.work.committed_steps >= s.work.total_steps:
         return decision(Action.STAY, "done")

@@ -22,7 +22,7 @@ from shared.deadline import (
     Situation,
     Work,
     changeover_estimate,
-    decide,
+    decide_deadline,
 )
 
 T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
@@ -57,7 +57,7 @@ def situation(
 
 
 def slack_seconds(s: Situation) -> float:
-    return decide(s).slack_seconds
+    return decide_deadline(s).slack_seconds
 
 
 # --- the rules ---------------------------------------------------------------------------------
@@ -66,8 +66,8 @@ def slack_seconds(s: Situation) -> float:
 @pytest.mark.parametrize("rule", list(Rule))
 def test_done_means_stay_whatever_the_time(rule: Rule) -> None:
     s = situation(elapsed_h=19.9, done_h=10.0, placement=Placement.WAITING_FOR_SPOT)
-    assert decide(s, rule).action is Action.STAY
-    assert decide(s, rule).reason == "done"
+    assert decide_deadline(s, rule).action is Action.STAY
+    assert decide_deadline(s, rule).reason == "done"
 
 
 @pytest.mark.parametrize("rule", list(Rule))
@@ -76,20 +76,20 @@ def test_safety_net_waiting_with_slack_below_2d_plus_m_goes_on_demand(rule: Rule
     elapsed = 20.0 - 5.0 - (D + 2 * D + M - 1) / HOUR
     s = situation(elapsed_h=elapsed, done_h=5.0, placement=Placement.WAITING_FOR_SPOT)
     assert slack_seconds(s) == pytest.approx(2 * D + M - 1, abs=1)
-    decision = decide(s, rule)
+    decision = decide_deadline(s, rule)
     assert decision.action is Action.SWITCH_TO_ON_DEMAND
     assert decision.reason.startswith("safety net")
 
 
 def test_greedy_waits_while_slack_is_above_the_net_and_says_for_how_long() -> None:
     s = situation(elapsed_h=8.0, done_h=5.0, placement=Placement.WAITING_FOR_SPOT)
-    decision = decide(s, Rule.GREEDY)
+    decision = decide_deadline(s, Rule.GREEDY)
     assert decision.action is Action.STAY
     assert decision.holds_seconds == pytest.approx(decision.slack_seconds - (2 * D + M))
     later = replace(s, now=s.now + timedelta(seconds=decision.holds_seconds + 1))
-    assert decide(later, Rule.GREEDY).action is Action.SWITCH_TO_ON_DEMAND
+    assert decide_deadline(later, Rule.GREEDY).action is Action.SWITCH_TO_ON_DEMAND
     sooner = replace(s, now=s.now + timedelta(seconds=decision.holds_seconds - 1))
-    assert decide(sooner, Rule.GREEDY).action is Action.STAY
+    assert decide_deadline(sooner, Rule.GREEDY).action is Action.STAY
 
 
 @pytest.mark.parametrize("rule", list(Rule))
@@ -97,7 +97,7 @@ def test_exploitation_on_spot_stays_even_with_almost_no_slack(rule: Rule) -> Non
     # Past its changeover, 30 s of slack: a preemption now would still leave on-demand time.
     s = situation(elapsed_h=20.0 - 5.0 - (D + 30) / HOUR, done_h=5.0, placement=Placement.ON_SPOT)
     assert 0 < slack_seconds(s) < D
-    assert decide(s, rule).action is Action.STAY
+    assert decide_deadline(s, rule).action is Action.STAY
 
 
 @pytest.mark.parametrize("rule", list(Rule))
@@ -107,17 +107,17 @@ def test_a_spot_run_started_too_late_for_its_changeover_moves_to_on_demand(rule:
     now_h = 20.0 - 5.0 - 1.5 * D / HOUR
     s = situation(elapsed_h=now_h, done_h=5.0, placement=Placement.ON_SPOT, placed_h=now_h)
     assert slack_seconds(s) == pytest.approx(0.5 * D, abs=1)
-    decision = decide(s, rule)
+    decision = decide_deadline(s, rule)
     assert decision.action is Action.SWITCH_TO_ON_DEMAND
     assert "too little slack" in decision.reason
 
 
 def test_uniform_progress_waiting_behind_the_line_goes_on_demand_ahead_of_it_waits() -> None:
     behind = situation(elapsed_h=10.0, done_h=4.0, placement=Placement.WAITING_FOR_SPOT)  # line: 0.5
-    assert decide(behind, Rule.UNIFORM_PROGRESS).action is Action.SWITCH_TO_ON_DEMAND
-    assert decide(behind, Rule.GREEDY).action is Action.STAY
+    assert decide_deadline(behind, Rule.UNIFORM_PROGRESS).action is Action.SWITCH_TO_ON_DEMAND
+    assert decide_deadline(behind, Rule.GREEDY).action is Action.STAY
     ahead = situation(elapsed_h=10.0, done_h=6.0, placement=Placement.WAITING_FOR_SPOT)
-    decision = decide(ahead, Rule.UNIFORM_PROGRESS)
+    decision = decide_deadline(ahead, Rule.UNIFORM_PROGRESS)
     assert decision.action is Action.STAY
     # The line (0.05 per hour) reaches 0.6 at 12 h.
     assert decision.holds_seconds == pytest.approx(2 * HOUR)
@@ -128,18 +128,18 @@ def test_uniform_progress_hysteresis_stays_on_demand_until_ahead_of_the_line_2d_
     just_ahead = situation(elapsed_h=10.0, done_h=5.1, placement=Placement.ON_DEMAND)
     ahead_2d = 0.5 + 2 * D / (20 * HOUR)
     assert just_ahead.work.done_fraction < ahead_2d
-    decision = decide(just_ahead, Rule.UNIFORM_PROGRESS)
+    decision = decide_deadline(just_ahead, Rule.UNIFORM_PROGRESS)
     assert decision.action is Action.STAY
     assert decision.reason.startswith("hysteresis")
     assert decision.holds_seconds is not None and decision.holds_seconds > 0
     clear = situation(elapsed_h=10.0, done_h=10 * ahead_2d + 0.01, placement=Placement.ON_DEMAND)
-    assert decide(clear, Rule.UNIFORM_PROGRESS).action is Action.BACK_TO_SPOT
-    assert decide(clear, Rule.GREEDY).action is Action.STAY
+    assert decide_deadline(clear, Rule.UNIFORM_PROGRESS).action is Action.BACK_TO_SPOT
+    assert decide_deadline(clear, Rule.GREEDY).action is Action.STAY
 
 
 def test_hysteresis_holds_until_progress_on_demand_reaches_the_line() -> None:
     s = situation(elapsed_h=10.0, done_h=5.0, placement=Placement.ON_DEMAND, placed_h=9.0)
-    holds = decide(s, Rule.UNIFORM_PROGRESS).holds_seconds
+    holds = decide_deadline(s, Rule.UNIFORM_PROGRESS).holds_seconds
     assert holds is not None
     # Progress on on-demand runs at 1 / 10 h, the line at 1 / 20 h.
     later = replace(
@@ -147,23 +147,23 @@ def test_hysteresis_holds_until_progress_on_demand_reaches_the_line() -> None:
         now=s.now + timedelta(seconds=holds + 60),
         work=Work.in_seconds(int(10 * HOUR), int(5 * HOUR + holds + 60)),
     )
-    assert decide(later, Rule.UNIFORM_PROGRESS).action is Action.BACK_TO_SPOT
+    assert decide_deadline(later, Rule.UNIFORM_PROGRESS).action is Action.BACK_TO_SPOT
 
 
 def test_on_demand_with_slack_below_the_net_stays_to_the_end() -> None:
     s = situation(elapsed_h=10.5, done_h=9.9, span_h=11.0, placement=Placement.ON_DEMAND)
     assert s.work.done_fraction > (10.5 + 2 * D / HOUR) / 11.0  # ahead of the line 2d on
     assert slack_seconds(s) < 2 * D + M
-    assert decide(s, Rule.UNIFORM_PROGRESS).action is Action.STAY
+    assert decide_deadline(s, Rule.UNIFORM_PROGRESS).action is Action.STAY
 
 
 def test_spotjobs_stays_on_demand_while_spot_has_no_capacity() -> None:
     clear = situation(elapsed_h=10.0, done_h=6.0, placement=Placement.ON_DEMAND)
-    assert decide(replace(clear, spot_available=False)).action is Action.STAY
-    assert decide(replace(clear, spot_available=True)).action is Action.BACK_TO_SPOT
+    assert decide_deadline(replace(clear, spot_available=False)).action is Action.STAY
+    assert decide_deadline(replace(clear, spot_available=True)).action is Action.BACK_TO_SPOT
     # Unknown capacity: as Uniform Progress, back to Spot (to wait for it there).
-    assert decide(clear).action is Action.BACK_TO_SPOT
-    assert decide(replace(clear, spot_available=False), Rule.UNIFORM_PROGRESS).action is Action.BACK_TO_SPOT
+    assert decide_deadline(clear).action is Action.BACK_TO_SPOT
+    assert decide_deadline(replace(clear, spot_available=False), Rule.UNIFORM_PROGRESS).action is Action.BACK_TO_SPOT
 
 
 def test_slack_counts_the_on_demand_step_rate_and_the_changeover_left() -> None:
@@ -183,7 +183,7 @@ def test_changeover_estimate_a_high_percentile_with_a_prior_until_enough_are_see
 
 
 def test_decision_to_json_names_the_figures() -> None:
-    body = decide(situation(elapsed_h=10.0, done_h=6.0, placement=Placement.WAITING_FOR_SPOT)).to_json()
+    body = decide_deadline(situation(elapsed_h=10.0, done_h=6.0, placement=Placement.WAITING_FOR_SPOT)).to_json()
     assert body["action"] == "stay"
     assert set(body) == {"action", "reason", "slack_seconds", "progress", "expected_progress", "holds_seconds"}
     assert body["progress"] == 0.6 and body["expected_progress"] == 0.5
@@ -193,7 +193,7 @@ def test_decision_to_json_names_the_figures() -> None:
 
 
 def test_the_simulator_calls_the_production_policy_function() -> None:
-    assert bench.decide is deadline.decide
+    assert bench.decide_deadline is deadline.decide_deadline
 
 
 GAP = 600
@@ -245,7 +245,11 @@ def test_fixed_k_falls_back_after_the_spot_attempt_runs_out_of_restarts_and_miss
     # Seven Spot runs of one tick (the first and six restarts), each paying the changeover.
     assert outcome.spot_work_hours == pytest.approx(7 * (GAP - 180) / HOUR)
     never = trace_of([False] * 80)
-    assert simulate(job, never, 0, bench.fixed_k_chooser(1)).missed
+    missed = simulate(job, never, 0, bench.fixed_k_chooser(1))
+    assert missed.missed
+    # A missed job is still finished, on on-demand after the deadline, and paid for.
+    assert missed.on_demand_work_hours == pytest.approx(2.0)
+    assert missed.cost == pytest.approx(1.0)
     assert not simulate(job, never, 0, bench.deadline_chooser(Rule.SPOTJOBS)).missed
 
 
