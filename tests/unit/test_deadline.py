@@ -192,8 +192,18 @@ def test_decision_to_json_names_the_figures() -> None:
 # --- the simulator runs the production function --------------------------------------------
 
 
-def test_the_simulator_calls_the_production_policy_function() -> None:
+def test_the_simulator_calls_the_production_policy_function(monkeypatch: pytest.MonkeyPatch) -> None:
     assert bench.decide_deadline is deadline.decide_deadline
+    # And every decision of a simulated run goes through that name, not a copy of the rules.
+    rules: list[Rule] = []
+
+    def counted(s: Situation, rule: Rule) -> deadline.DeadlineDecision:
+        rules.append(rule)
+        return deadline.decide_deadline(s, rule)
+
+    monkeypatch.setattr(bench, "decide_deadline", counted)
+    simulate(Job(HOUR, 12 * GAP, 600, 3.0), trace_of([True, False] * 10), 0, bench.deadline_chooser(Rule.SPOTJOBS))
+    assert rules and set(rules) == {Rule.SPOTJOBS}
 
 
 GAP = 600
