@@ -123,7 +123,9 @@ def run_cells(
     traces: list[Trace], fractions: list[float], changeovers: list[float], starts: int, price_ratio: float
 ) -> list[dict]:
     gap = traces[0].gap_seconds
-    longest = max(deadline_ticks(f, gap) for f in fractions)
+    # Starts that fit the longest deadline of the sweep, whatever cells are asked: one cell run
+    # alone gives the figures it has in the sweep.
+    longest = max(deadline_ticks(f, gap) for f in (*FRACTIONS, *fractions))
     origins = {t.name: random_starts(t, starts, longest) for t in traces}
     cells = []
     for hours in changeovers:
