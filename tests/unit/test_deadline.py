@@ -278,3 +278,15 @@ def test_omniscient_is_the_least_cost_and_never_above_any_policy() -> None:
     best, spot = omniscient_costs(always, [0], int(job.work_seconds), 720, 3.0, [40])[40]
     assert best[0] == pytest.approx((4 * HOUR + 720) / (3.0 * (4 * HOUR + 720)))
     assert spot[0] == pytest.approx(4.0)
+
+
+def test_the_margin_of_one_tick_is_what_keeps_the_promise(monkeypatch: pytest.MonkeyPatch) -> None:
+    # One tick of work, a changeover of 180 s, a deadline two ticks away, no Spot at all:
+    # on-demand from the start fits (780 s of 1,200). Waiting at the first tick leaves 420 s of
+    # slack, above 2d: without the margin (m = 0) the safety net waits, and the next tick is too late.
+    job = Job(GAP, 2 * GAP, 180, 3.0)
+    never = trace_of([False, False])
+    assert not simulate(job, never, 0, bench.deadline_chooser(Rule.GREEDY)).missed
+    real = deadline.decide_deadline
+    monkeypatch.setattr(bench, "decide_deadline", lambda s, rule: real(replace(s, review_seconds=0.0), rule))
+    assert simulate(job, never, 0, bench.deadline_chooser(Rule.GREEDY)).missed
