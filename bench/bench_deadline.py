@@ -4,7 +4,7 @@ Replays traces in the shared format (`{"metadata": {"gap_seconds": 600}, "data":
 every `*.json` under `--traces`, recursively) through `bench.deadline_sim` and reports, per
 policy, the mean and p75 of the cost normalised by on-demand only, the Spot and on-demand hours of
 work and the deadline misses. The policies under test are the production function,
-`shared.deadline.decide_deadline`, in its three rules, and today's fixed fallback, `shared.attempts.plan_attempt`;
+`shared.deciding.deadline.decide_deadline`, in its three rules, and today's fixed fallback, `shared.requests.attempts.plan_attempt`;
 nothing here re-implements them. On-demand only and the Omniscient optimum (a dynamic programme
 that knows the trace) bound them.
 
@@ -30,10 +30,10 @@ from pathlib import Path
 from bench.deadline_sim import HOUR, Chooser, Job, Outcome, Run, Trace, load_traces, omniscient_costs, simulate
 from bench.report import Figure, emit
 from devstack.vertex.logs import MAX_SPOT_RESTARTS
-from shared.attempts import SPOT, plan_attempt
 from shared.clock import EPOCH
-from shared.deadline import Action, Placement, Rule, Situation, Work, decide_deadline
-from shared.prices import Prices
+from shared.deciding.deadline import Action, Placement, Rule, Situation, Work, decide_deadline
+from shared.requests.attempts import SPOT, plan_attempt
+from spotjobs.reporting.prices import Prices
 
 BENCH = "deadline"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -53,7 +53,7 @@ POLICIES = ("on_demand", "fixed_k", "greedy", "uniform_progress", "spotjobs", "o
 
 
 def deadline_chooser(rule: Rule) -> Chooser:
-    """`shared.deadline.decide_deadline` with the simulator's clock; the review interval is one tick."""
+    """`shared.deciding.deadline.decide_deadline` with the simulator's clock; the review interval is one tick."""
 
     def choose(run: Run) -> tuple[Action, float | None]:
         job = run.job
@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.json:
         print(
             f"{len(traces)} traces under {args.traces} (AWS availability, the public stand-in for GCP Spot); "
-            f"k = {k:.2f} ({prices.machine_type} in {prices.location}, shared/prices.json, {prices.as_of})"
+            f"k = {k:.2f} ({prices.machine_type} in {prices.location}, spotjobs/reporting/prices.json, {prices.as_of})"
         )
     cells = run_cells(traces, fractions, changeovers, args.starts, k)
     for cell in cells:

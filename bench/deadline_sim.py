@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.deadline import Action, Placement
+from shared.deciding.deadline import Action, Placement
 
 HOUR = 3600.0
 

@@ -11,7 +11,7 @@ from importlib.metadata import version
 
 import pytest
 
-from shared.cli import build_parser, main
+from spotjobs.cli import build_parser, main
 
 
 def commands(
@@ -25,7 +25,7 @@ def commands(
 
 
 def test_version() -> None:
-    out = subprocess.run([sys.executable, "-m", "shared.cli", "--version"], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "spotjobs.cli", "--version"], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == f"spotjobs {version('spotjobs')}"
 
 

@@ -1,4 +1,4 @@
-"""The deadline policy (shared/deadline.py): its rules one by one, the promise that no deadline
+"""The deadline policy (shared/deciding/deadline.py): its rules one by one, the promise that no deadline
 on-demand could still meet is missed (on synthetic traces, through the simulator), and that the
 simulator runs the production function itself."""
 
@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import bench.bench_deadline as bench
-import shared.deadline as deadline
+import shared.deciding.deadline as deadline
 from bench.deadline_sim import Job, Trace, omniscient_costs, simulate
-from shared.deadline import (
+from shared.deciding.deadline import (
     Action,
     Placement,
     Rule,
@@ -174,12 +174,13 @@ def test_slack_counts_the_on_demand_step_rate_and_the_changeover_left() -> None:
 
 
 def test_changeover_estimate_a_high_percentile_with_a_prior_until_enough_are_seen() -> None:
-    assert changeover_estimate([]) == deadline.PRIOR_CHANGEOVER_SECONDS
-    assert changeover_estimate([100.0, 200.0]) == deadline.PRIOR_CHANGEOVER_SECONDS
+    prior = 1200.0
+    assert changeover_estimate([], prior) == prior
+    assert changeover_estimate([100.0, 200.0], prior) == prior
     seen = [100.0 * i for i in range(1, 11)]  # 100 .. 1000
-    assert changeover_estimate(seen) == 900.0  # the 90th percentile, below the prior: seen enough
-    assert changeover_estimate([*seen, 5000.0]) == 1000.0
-    assert changeover_estimate([3000.0, 100.0]) == 3000.0  # a slow one counts at once
+    assert changeover_estimate(seen, prior) == 900.0  # the 90th percentile, below the prior: seen enough
+    assert changeover_estimate([*seen, 5000.0], prior) == 1000.0
+    assert changeover_estimate([3000.0, 100.0], prior) == 3000.0  # a slow one counts at once
 
 
 def test_decision_to_json_names_the_figures() -> None:

@@ -9,9 +9,8 @@ from typing import Any
 
 import pytest
 
-from shared.deadline import PRIOR_CHANGEOVER_SECONDS
-from shared.policy import check_policy, describe_policy, validate_request
-from shared.request import REQUEUE_ATTRIBUTES, InvalidJobRequest, canonical_envelope, read_request
+from shared.requests.envelope import REQUEUE_ATTRIBUTES, InvalidJobRequest, canonical_envelope, read_request
+from shared.requests.policy import check_policy, describe_policy, validate_request
 from shared.settings import Settings
 from tests.conftest import load_event
 
@@ -85,7 +84,7 @@ def test_a_deadline_on_demand_could_not_meet_is_refused_naming_the_numbers() -> 
         validate(body)
     (violation,) = refused.value.violations
     assert violation.path == "deadline"
-    needed = 36_000 + PRIOR_CHANGEOVER_SECONDS
+    needed = 36_000 + SETTINGS.changeover_prior_seconds
     for figure in ("36000 s after 2026-12-01T09:00:00Z", f"needs {needed:.0f} s", "10000 steps x 3.6 s", "1200 s"):
         assert figure in violation.message
     # With a changeover the publisher knows to be short, and a step a bit faster, it fits.
