@@ -8,7 +8,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from shared.deciding.events import JobLogEntry
     from shared.jobs import JobSnapshot
+
+
+@dataclass(frozen=True)
+class ParsedEntry:
+    """One input entry as read: its position, the raw JSON, and the log entry or why it was ignored."""
+
+    position: int
+    raw: Any
+    entry: JobLogEntry | None
+    ignored_reason: str | None
 
 
 class UnreadableInput(ValueError):

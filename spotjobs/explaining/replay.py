@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from shared.settings import Settings
-    from spotjobs.explaining.entries import ParsedEntry
-    from spotjobs.explaining.reading import DescribedJob
+    from spotjobs.explaining.reading import DescribedJob, ParsedEntry
 
 
 @dataclass

@@ -8,7 +8,7 @@ import subprocess
 import textwrap
 from pathlib import Path
 
-from tests.frameworks.test_kill_and_resume import framework_python
+from tests.support.frameworks import framework_python
 
 SCRIPT = textwrap.dedent(
     """

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from spotjobs_kit import parse_kit_line
 
-from tests.frameworks.test_kill_and_resume import framework_python
+from tests.support.frameworks import framework_python
 
 INITIALIZE = """
 import socket

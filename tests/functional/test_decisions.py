@@ -22,7 +22,7 @@ from shared.ledger.store import LedgerStore
 from shared.observe import EventOutcome, handle_job_event
 from shared.requests.envelope import canonical_envelope
 from shared.requests.policy import validate_request
-from tests.functional.test_decisions_support import (
+from tests.support.decisions import (
     STOCKOUT,
     USER_ERROR,
     CapturedLog,

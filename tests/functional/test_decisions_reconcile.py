@@ -21,7 +21,7 @@ from shared.reconcile import RequestResult, run_reconcile
 from shared.requests.envelope import canonical_envelope
 from shared.requests.policy import validate_request
 from shared.wiring import Ports
-from tests.functional.test_decisions_support import (
+from tests.support.decisions import (
     STOCKOUT,
     CapturedLog,
     FakePublisher,

@@ -15,7 +15,7 @@ from spotjobs_kit.layout import ListedObject
 from shared.ledger.records import RequestRecord
 from shared.ledger.states import RequestStatus
 from shared.pruning.store import DeleteOutcome, GcsPruneStore
-from tests.functional.test_prune_support import (
+from tests.support.prune_gcs import (
     all_names,
     folder,
     format_layout,

@@ -5,17 +5,15 @@ from __future__ import annotations
 
 import base64
 import io
-import itertools
 import json
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from google.api_core import exceptions as api
-from google.cloud.aiplatform_v1 import CustomJob, JobState
+from google.cloud.aiplatform_v1 import CustomJob
 
 from shared.alerts import Alert
 from shared.delivery import Message, handle_delivery
@@ -31,7 +29,8 @@ from shared.settings import Settings
 from shared.submit import SubmitBlocked, SubmitOutcome, SubmitResult, submit_request
 from shared.wiring import Ports
 from tests.conftest import load_event
-from tests.functional.test_decisions_support import FakePublisher
+from tests.support.decisions import FakePublisher
+from tests.support.vertex import FakeVertex as FakeJobService
 
 LEASE = 30.0
 LIST_LAG = 10.0  # shorter than the lease: a takeover after the lease need not wait more
@@ -52,65 +51,6 @@ SETTINGS = Settings.from_env(
         "SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES": "STANDARD",
     }
 )
-
-
-class FakeJobService:
-    """The slice of aiplatform_v1.JobServiceClient submit uses, with scripted create faults."""
-
-    def __init__(self) -> None:
-        self.jobs: dict[str, CustomJob] = {}
-        # An exception to raise, or "lost" / "lost_503": the job is created, then the call fails.
-        self.create_faults: list[Exception | str] = []
-        self.list_lag = 0  # this many upcoming lists do not see jobs yet (eventual consistency)
-        self.creates = 0
-        self.lists = 0
-        self.create_timeouts: list[float] = []
-        self.cancelled: list[str] = []
-        self._ids = itertools.count(1000)
-        self._lock = threading.Lock()
-
-    def create_custom_job(self, *, parent: str, custom_job: CustomJob, retry: Any, timeout: float) -> CustomJob:
-        assert retry is None, "a create must never be retried by the client"
-        with self._lock:
-            self.creates += 1
-            self.create_timeouts.append(timeout)
-            fault = self.create_faults.pop(0) if self.create_faults else None
-            if isinstance(fault, Exception):
-                raise fault
-            job = CustomJob(custom_job)
-            job.name = f"{parent}/customJobs/{next(self._ids)}"
-            job.state = JobState.JOB_STATE_QUEUED
-            job.create_time = datetime.now(UTC)
-            self.jobs[job.name] = job
-        if fault == "lost":
-            raise api.DeadlineExceeded("the response was lost")
-        if fault == "lost_503":
-            raise api.ServiceUnavailable("UNAVAILABLE after the server accepted the create")
-        return CustomJob(job)
-
-    def cancel_custom_job(self, *, name: str) -> None:
-        with self._lock:
-            self.cancelled.append(name)
-            self.jobs[name].state = JobState.JOB_STATE_CANCELLING
-
-    def list_custom_jobs(self, request: dict[str, str]) -> Iterator[CustomJob]:
-        with self._lock:
-            self.lists += 1
-            if self.list_lag:
-                self.list_lag -= 1
-                return iter([])
-            wanted = dict(term.split("=", 1) for term in request["filter"].split(" AND "))
-            wanted = {k.removeprefix("labels."): v.strip('"') for k, v in wanted.items()}
-            return iter(
-                [
-                    CustomJob(j)
-                    for name, j in self.jobs.items()
-                    if name.startswith(request["parent"] + "/") and all(j.labels.get(k) == v for k, v in wanted.items())
-                ]
-            )
-
-    def get_custom_job(self, *, name: str) -> CustomJob:
-        return CustomJob(self.jobs[name])
 
 
 @dataclass

@@ -21,7 +21,7 @@ from shared.ledger.states import RequestStatus
 from shared.redeliveries import body_digest
 from shared.requests.envelope import derived_request_id
 from tests.conftest import load_event
-from tests.integration.test_submit import (
+from tests.support.stack_submit import (
     DELIVERY_TIMEOUT,
     decisions,
     jobs_of,

@@ -18,7 +18,7 @@ import pytest
 from spotjobs_kit import parse_kit_line
 
 from devstack.stack import REPO_ROOT
-from tests.integration.test_deploy_zip import pip_failure
+from tests.support.deploy_zip import pip_failure
 
 KIT_ROOT = REPO_ROOT / "kit"
 GRACE_SECONDS = 10.0

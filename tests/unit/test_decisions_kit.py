@@ -19,7 +19,7 @@ from shared.deciding.preemptions import preemptions_text
 from shared.jobs import JobState
 from shared.ledger.records import RequestRecord
 from shared.ledger.states import RequestStatus
-from tests.unit.test_decisions import JOB1, NOW, POLICY, USER_ERROR, at, job, make_record
+from tests.support.decide import JOB1, NOW, POLICY, USER_ERROR, at, job, make_record
 
 DOCUMENTED_STOCKOUT = {"code": 13, "message": "The job failed with a STOCKOUT error."}
 

@@ -18,9 +18,9 @@ from shared.ledger.records import RequestRecord
 from shared.ledger.states import RequestStatus
 from shared.pruning.execute import prune_requests
 from shared.pruning.retention import NEWEST_KEPT_WITHOUT_COMPLETE, Lifecycle
-from tests.unit.checkpoint_layouts import mirror
-from tests.unit.framework_layouts import NEVER_CHECKPOINTS, SAVES, Save, write_save
-from tests.unit.test_prune_support import LAYOUT, NOW, MemoryStore, folder, policy
+from tests.support.checkpoint_layouts import mirror
+from tests.support.framework_layouts import NEVER_CHECKPOINTS, SAVES, Save, write_save
+from tests.support.prune_store import LAYOUT, NOW, MemoryStore, folder, policy
 
 saves = st.lists(
     st.tuples(st.sampled_from(sorted(SAVES)), st.integers(1, 9999), st.none() | st.integers(1, 12)),

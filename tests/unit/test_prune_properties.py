@@ -5,7 +5,6 @@ anything without a step number in it) is ever deleted."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from hypothesis import HealthCheck, given, settings
@@ -15,29 +14,9 @@ from shared.ledger.records import RequestRecord
 from shared.ledger.states import TERMINAL_STATUSES, RequestStatus
 from shared.pruning.execute import prune_requests
 from shared.pruning.retention import Lifecycle
-from tests.unit.test_prune_support import LAYOUT, NOW, MemoryStore, folder, policy
+from tests.support.checkpoint_specs import Spec, checkpoint_specs, write
+from tests.support.prune_store import LAYOUT, NOW, MemoryStore, folder, policy
 
-KINDS = ("prefix", "file", "tensorflow")
-MARKERS = ("commit_success.txt", ".metadata", "COMMITTED")
-
-
-@dataclass(frozen=True)
-class Spec:
-    kind: str
-    step: int
-    complete: bool
-    minutes_old: int
-    marker: str
-
-
-checkpoint_specs = st.builds(
-    Spec,
-    kind=st.sampled_from(KINDS),
-    step=st.integers(0, 40),
-    complete=st.booleans(),
-    minutes_old=st.integers(0, 60 * 24 * 10),
-    marker=st.sampled_from(MARKERS),
-)
 statuses = st.sampled_from(
     [
         None,
@@ -75,26 +54,6 @@ UNMANAGED = (
     "run-20240105-1200.log",
     "eval-7/metrics.json",
 )
-
-
-def write(store: MemoryStore, rid: str, index: int, spec: Spec) -> tuple[str, list[str]]:
-    """Write one checkpoint; returns its unit name and object names."""
-    at = NOW - timedelta(minutes=spec.minutes_old)
-    base = folder(rid)
-    if spec.kind == "prefix":
-        unit = f"step-{spec.step:06d}-{index}/"
-        names = [f"{base}{unit}shard-{i}" for i in range(2)]
-        if spec.complete:
-            names.append(f"{base}{unit}{spec.marker}")
-    elif spec.kind == "file":
-        unit = f"model{index}-step{spec.step}"
-        names = [f"{base}{unit}.pt"]
-    else:
-        unit = f"ckpt{index}_step-{spec.step}"
-        names = [f"{base}{unit}.data-00000-of-00001"] + ([f"{base}{unit}.index"] if spec.complete else [])
-    for name in names:
-        store.put(name, at=at)
-    return unit, names
 
 
 def effective_complete(spec: Spec) -> bool:

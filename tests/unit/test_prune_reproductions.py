@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from shared.ledger.states import RequestStatus
-from tests.unit.framework_layouts import deepspeed, hf_trainer, write_save
-from tests.unit.test_prune_support import (
+from tests.support.framework_layouts import deepspeed, hf_trainer, write_save
+from tests.support.prune_store import (
     HOUR,
     NOW,
     MemoryStore,

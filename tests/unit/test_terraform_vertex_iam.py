@@ -17,7 +17,7 @@ import ast
 from functools import cache
 from pathlib import Path
 
-from tests.unit.test_terraform_hcl import REPO_ROOT, entry_points, module_config
+from tests.support.terraform import REPO_ROOT, entry_points, module_config
 
 PACKAGES = ("functions", "shared")
 VERTEX_HELPERS = "shared.adapters.vertex"

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from tests.unit.test_prune_support import NOW, MemoryStore, folder
+from tests.support.prune_store import NOW, MemoryStore, folder
 
 ORBAX_ITEM = [
     "default/_METADATA",

@@ -15,7 +15,7 @@ from shared.pruning.folders import CheckpointLayout
 from shared.pruning.report import PruneResult
 from shared.pruning.retention import PrunePolicy
 from shared.pruning.store import GcsPruneStore
-from tests.unit.framework_layouts import hf_trainer, orbax_renamed_legacy
+from tests.support.framework_layouts import hf_trainer, orbax_renamed_legacy
 
 if TYPE_CHECKING:
     from google.cloud.storage import Bucket
