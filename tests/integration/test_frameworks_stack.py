@@ -24,12 +24,13 @@ import pytest
 from spotjobs_kit.lines import KitRecord, parse_kit_line
 
 from devstack.samples import custom_job
-from shared.adapters.vertex import LABEL_ATTEMPT, LABEL_REQUEST_ID
+from shared.jobs import LABEL_ATTEMPT, LABEL_REQUEST_ID
 from shared.ledger.states import RequestStatus
 from spotjobs.reporting.views import build_views, totals
 from tests.conftest import isolated_stack
-from tests.frameworks.test_kill_and_resume import CASES, HERE, framework_python, readme_snippet
+from tests.frameworks.test_kill_and_resume import CASES, HERE, readme_snippet
 from tests.integration.test_prune import checkpoint_steps
+from tests.support.frameworks import framework_python
 
 pytestmark = pytest.mark.stack
 
