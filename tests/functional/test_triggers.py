@@ -506,3 +506,14 @@ def test_a_window_that_cannot_be_published_alerts_trigger_failed_once_and_is_ret
     rig.tick()  # Pub/Sub is back: the window's request is published
     (request,) = _deferred_window_requests(rig)
     assert [o["name"] for o in rig.manifest(request)["objects"]] == ["incoming/b.csv"]
+
+
+def test_a_watched_message_cannot_claim_another_topic_by_attribute(rig: Rig) -> None:
+    apply(rig, definition("drift", source={"pubsub": {"topic": "model-monitoring", "attributes": {"policy": "drift"}}}))
+    # Published on some other watched topic, naming model-monitoring: only on_trigger's own topic
+    # (where redrive sends) may say which topic a message came from.
+    forged = {"policy": "drift", "spotjobs_source_topic": "model-monitoring"}
+    rig.deliver(Message(b'{"incident": 9}', "f-1", forged, T0), "projects/p/topics/someone-elses")
+    rig.at(T0 + timedelta(seconds=400))
+    rig.tick()
+    assert rig.requests() == []
