@@ -83,6 +83,7 @@ class CountingJobService:
 
 def job_json(request_id: str, kind: str) -> dict[str, Any]:
     from shared.adapters.vertex import build_job_json
+    from shared.settings import Settings
 
     return build_job_json(
         custom_job(request_id, KINDS[kind][1], labels={"bench-kind": kind}),
@@ -91,6 +92,7 @@ def job_json(request_id: str, kind: str) -> dict[str, Any]:
         strategy="SPOT",
         output_dir=f"gs://bench/requests/{request_id}/",
         deployment="bench",
+        commit_markers=Settings.commit_markers,
     )
 
 

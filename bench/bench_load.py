@@ -65,7 +65,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from devstack.stack import Stack, StackOptions
-    from shared.adapters.vertex import LABEL_ATTEMPT, LABEL_REQUEST_ID
+    from shared.jobs import LABEL_ATTEMPT, LABEL_REQUEST_ID
     from shared.ledger.states import TERMINAL_STATUSES
 
     rng = random.Random(args.seed)

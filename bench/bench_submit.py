@@ -186,6 +186,7 @@ def overhead_figures(stack: Any, samples: int) -> list[Figure]:
                 strategy="SPOT",
                 output_dir=stack.settings.output_dir_for("bare"),
                 deployment=stack.settings.deployment_label,
+                commit_markers=stack.settings.commit_markers,
             )
         )
         started = time.perf_counter()

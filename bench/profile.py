@@ -43,6 +43,7 @@ PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "ledger",
         (
             "/shared/ledger/store.py",
+            "/shared/swap.py",
             "/shared/ledger/claims.py",
             "/shared/deciding/decisions.py",
             "/shared/ledger/states.py",
@@ -60,7 +61,7 @@ PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "/shared/requests/policy.py",
             "/shared/requests/job_policy.py",
             "/shared/requests/job_schema.py",
-            "/shared/requests/image_ref.py",
+            "/shared/image_ref.py",
             "/shared/requests/job_fields.py",
             "/shared/deciding/events.py",
             "/shared/delivery.py",

@@ -16,10 +16,10 @@ starts, in the ledger's reconcile cursor, so every request gets its turn):
   takes the stale claim over, at a growing interval and never given up on (one `claim_stalled`
   alert past `max_claim_republishes`, naming the evidence); a lookup that fails for our own
   reasons (a permission, a region) is alerted once (`lookup_failed`);
-- otherwise the latest attempt's job is read and `shared.observe.apply_observation` decides,
+- otherwise the latest attempt's job is read and `shared.deciding.applying.apply_observation` decides,
   exactly as for a log event: terminal states, re-queues, jobs stuck in a waiting state.
 
-Then the pass sweeps for strays (`shared.deciding.strays.sweep_strays`): one list per location of this
+Then the pass sweeps for strays (`shared.found_jobs.sweep_strays`): one list per location of this
 deployment's jobs that have not ended, and every one the ledger does not record is cancelled,
 whether its request is active or long finished.
 
@@ -36,25 +36,26 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from shared.adapters.vertex import JobSnapshot, find_attempt_job, parent_path
-from shared.alerts import Alert
+from shared.adapters.vertex import find_attempt_job, parent_path, read_job
+from shared.alerts import Alert, AlertKind
 from shared.clock import now_iso, parse_iso, utcnow
+from shared.deciding.applying import apply_observation
 from shared.deciding.decisions import Observation
 from shared.deciding.effects import attempt_alert
 from shared.deciding.outbox import (
+    Mine,
     alert_corrupt_record,
     decide_and_flush_alert,
     flush,
     publish_request_attempt,
 )
-from shared.deciding.strays import sweep_locations, sweep_strays
 from shared.errors import is_retryable
-from shared.ledger.claims import record_job
+from shared.found_jobs import adopt_job, sweep_locations, sweep_strays
 from shared.ledger.records import Attempt, CorruptRecord, RequestRecord, alert_marker
 from shared.ledger.run_lock import ledger_bucket, run_lock
-from shared.ledger.store import ActiveEntry, JobIndexEntry, LedgerStore, ListedRequest
+from shared.ledger.store import ActiveEntry, LedgerStore, ListedRequest
 from shared.log import Logger
-from shared.observe import apply_observation, read_job
+from shared.swap import backoff_seconds
 from shared.wiring import Ports
 
 RECONCILE_TASK = "reconcile"
@@ -239,7 +240,7 @@ def reconcile_request(ports: Ports, request_id: str, log: Logger) -> RequestResu
 
 def _reconcile(ports: Ports, record: RequestRecord, log: Logger) -> RequestResult:
     if record.has_pending_effects or record.requeue is not None:
-        message_id, waiting = flush(ports, record, log, decided_here=False)
+        message_id, waiting = flush(ports, record, log)
         if record.is_terminal or record.requeue is not None:
             if message_id:
                 return RequestResult("requeue_published")
@@ -253,7 +254,7 @@ def _reconcile(ports: Ports, record: RequestRecord, log: Logger) -> RequestResul
         return RequestResult("idle")
     if latest.job is None:
         return _settle_claim(ports, record, latest, log)
-    snapshot = read_job(ports, latest.location, latest.job)
+    snapshot = read_job(ports.job_service(latest.location), latest.job)
     applied = apply_observation(ports, record.request_id, Observation(latest.n, snapshot), log)
     return RequestResult("waiting" if applied.waiting else "observed", applied.events)
 
@@ -265,10 +266,8 @@ def _republish(ports: Ports, record: RequestRecord, claim: Attempt, log: Logger,
     Vertex (429, 503) or no submit at all ("we could not ask") waits, and after
     `max_claim_republishes` re-publishes one `claim_stalled` alert says which it is."""
     settings = ports.settings
-    decided: list[RequestRecord | None] = []
 
     def count(current: RequestRecord | None) -> RequestRecord | None:
-        decided.append(None)
         attempt = current.attempt(claim.n) if current else None
         if current is None or attempt is None or attempt.job is not None:
             return None
@@ -282,11 +281,11 @@ def _republish(ports: Ports, record: RequestRecord, claim: Attempt, log: Logger,
         attempt.republished_at = now_iso()
         if attempt.republished > settings.max_claim_republishes:
             _decide_stalled_alert(current, attempt, ports)
-        decided[-1] = current
         return current
 
-    stored = ports.ledger.update(record.request_id, count)
-    if stored is None or stored is not decided[-1]:
+    swapped = ports.ledger.swap(record.request_id, count)
+    stored = swapped.value
+    if stored is None or not swapped.wrote:
         return RequestResult("idle")
     message_id = publish_request_attempt(ports, record, claim.n, claim.location)
     attempt = stored.attempt(claim.n)
@@ -300,7 +299,7 @@ def _republish(ports: Ports, record: RequestRecord, claim: Attempt, log: Logger,
         published_message_id=message_id,
     )
     if stored.has_pending_effects:
-        flush(ports, stored, log, decided_here=True)
+        flush(ports, stored, log, mine=Mine.EFFECTS)
     return RequestResult("claim_republished")
 
 
@@ -321,25 +320,24 @@ def _alert_lookup_failed(ports: Ports, record: RequestRecord, claim: Attempt, ex
         return attempt_alert(
             current,
             attempt,
-            "lookup_failed",
-            "ERROR",
+            AlertKind.LOOKUP_FAILED,
             ports.clock(),
             f"cannot look up the job of attempt {claim.n} of {current.request_id} in {claim.location}: {error}",
             error=error,
         )
 
-    marker = alert_marker("lookup_failed", claim.n)
+    marker = alert_marker(AlertKind.LOOKUP_FAILED, claim.n)
     decide_and_flush_alert(ports, record.request_id, marker, lookup_alert, log)
 
 
 def _backoff(lease: float, republished: int) -> float:
     """Seconds between re-publishes: a lease at first, doubling, at most an hour (a busy Vertex
     gets room; a long outage is retried hourly, never given up on)."""
-    return min(max(lease, 3600.0), lease * 2 ** min(republished, 12))
+    return backoff_seconds(lease, republished, max(lease, 3600.0))
 
 
 def _decide_stalled_alert(record: RequestRecord, attempt: Attempt, ports: Ports) -> None:
-    if not record.mark(alert_marker("claim_stalled", attempt.n)):
+    if not record.mark(alert_marker(AlertKind.CLAIM_STALLED, attempt.n)):
         return
     error = attempt.last_create_error
     if error:
@@ -350,8 +348,7 @@ def _decide_stalled_alert(record: RequestRecord, attempt: Attempt, ports: Ports)
         attempt_alert(
             record,
             attempt,
-            "claim_stalled",
-            "ERROR",
+            AlertKind.CLAIM_STALLED,
             ports.clock(),
             f"attempt {attempt.n} of {record.request_id} has no job after {attempt.republished - 1} "
             f"re-publishes: {why}; it keeps being retried",
@@ -383,31 +380,13 @@ def _settle_claim(ports: Ports, record: RequestRecord, claim: Attempt, log: Logg
         return RequestResult("error")
     if job is None:
         return _republish(ports, record, claim, log, held_for)
-    snapshot = JobSnapshot.of(job)
-    ports.ledger.index_job(JobIndexEntry(record.request_id, claim.n, claim.location, snapshot.name))
-    proposed: list[RequestRecord | None] = []
-
-    def adopt(current: RequestRecord | None) -> RequestRecord | None:
-        proposed.append(
-            record_job(
-                current,
-                n=claim.n,
-                job_name=snapshot.name,
-                state=snapshot.state,
-                created_at=snapshot.create_time,
-            )
-        )
-        return proposed[-1]
-
-    stored = ports.ledger.update(record.request_id, adopt)
-    adopted_here = stored is not None and stored is proposed[-1]
-    if adopted_here:
+    adopted = adopt_job(ports, record.request_id, claim.n, claim.location, job, log, observe=True)
+    if adopted.wrote:
         log.warning(
-            f"attempt {claim.n} was created but never recorded; recorded job {snapshot.name}",
+            f"attempt {claim.n} was created but never recorded; recorded job {job.name}",
             event="claim_adopted",
             attempt=claim.n,
-            job=snapshot.name,
+            job=job.name,
             location=claim.location,
         )
-    applied = apply_observation(ports, record.request_id, Observation(claim.n, snapshot), log)
-    return RequestResult("claim_adopted" if adopted_here else "observed", applied.events)
+    return RequestResult("claim_adopted" if adopted.wrote else "observed", adopted.events)

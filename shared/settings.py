@@ -29,6 +29,9 @@ _DEFAULT_STOCKOUT_PATTERNS = (
 )
 # Orbax, torch.distributed.checkpoint, TensorFlow's index file, the kit's marker: one definition.
 _DEFAULT_COMMIT_MARKERS = DEFAULT_COMMIT_MARKERS
+# The variable the pruner's settings and the trainer kit (spotjobs_kit.Run) both read the commit
+# markers from; submit sets it in every job's containers, so both judge with one list.
+COMMIT_MARKERS_ENV = "SPOTJOBS_COMMIT_MARKERS"
 
 
 DEFAULT_CREATE_TIMEOUT_SECONDS = 30.0
@@ -118,6 +121,10 @@ class Settings:
     # A published re-queue still unclaimed after this was lost (dead-lettered): reconcile resends it.
     unclaimed_requeue_seconds: float = _env("SPOTJOBS_UNCLAIMED_REQUEUE_SECONDS", 900.0, kind="float")
     stuck_after_seconds: float = _env("SPOTJOBS_STUCK_AFTER_SECONDS", 6 * 3600.0, kind="float")
+    # A SUCCEEDED job whose kit lines show its last run preempted and unfinished waits this long
+    # after its end for later lines (a restart's run_started may still be on its way) before it
+    # is judged incomplete and re-queued.
+    kit_lines_settle_seconds: float = _env("SPOTJOBS_KIT_LINES_SETTLE_SECONDS", 300.0, kind="float")
     log_level: str = _env("SPOTJOBS_LOG_LEVEL", "INFO")
     # Re-publishes of a claim that never got a job before reconcile alerts (it keeps re-publishing:
     # a request is failed only when Vertex refuses it, never because a side was down).
@@ -144,7 +151,7 @@ class Settings:
     incomplete_grace_seconds: float = _env("SPOTJOBS_INCOMPLETE_GRACE_SECONDS", 3600.0, kind="float")
     finished_retention_seconds: float = _env("SPOTJOBS_FINISHED_RETENTION_SECONDS", 7 * 86400.0, kind="float")
     keep_final_checkpoint: bool = _env("SPOTJOBS_KEEP_FINAL_CHECKPOINT", True, kind="bool")
-    commit_markers: tuple[str, ...] = _env("SPOTJOBS_COMMIT_MARKERS", _DEFAULT_COMMIT_MARKERS, kind="list")
+    commit_markers: tuple[str, ...] = _env(COMMIT_MARKERS_ENV, _DEFAULT_COMMIT_MARKERS, kind="list")
     prune_workers: int = _env("SPOTJOBS_PRUNE_WORKERS", 32, kind="int")
     prune_requests_per_run: int = _env("SPOTJOBS_PRUNE_REQUESTS_PER_RUN", 2000, kind="int")
 
@@ -165,6 +172,7 @@ class Settings:
         settings._check_create_fits_in_lease()
         settings._check_patterns()
         settings._check_image_prefixes()
+        settings._check_commit_markers()
         return settings
 
     def check_deployable(self) -> None:
@@ -215,13 +223,21 @@ class Settings:
                     raise ConfigurationError(f"{env}: {pattern!r} is not a regular expression: {exc}") from None
 
     def _check_image_prefixes(self) -> None:
-        from shared.requests.image_ref import BadReference, parse_prefix
+        from shared.image_ref import BadReference, parse_prefix
 
         for entry in self.allowed_image_prefixes:
             try:
                 parse_prefix(entry)
             except BadReference as exc:
                 raise ConfigurationError(f"SPOTJOBS_ALLOWED_IMAGE_PREFIXES: {exc}") from None
+
+    def _check_commit_markers(self) -> None:
+        # An empty list would mean "the kit's defaults" to the jobs (spotjobs_kit.Run reads an
+        # empty variable so) and "no marker completes anything" to the pruner: two lists again.
+        if not self.commit_markers:
+            raise ConfigurationError(
+                f"{COMMIT_MARKERS_ENV} is set but empty: name at least one commit marker, or unset it for the defaults"
+            )
 
     def _check_create_fits_in_lease(self) -> None:
         # Checked for the environment's settings only: tests build others with dataclasses.replace.

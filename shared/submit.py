@@ -33,36 +33,31 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from shared.adapters.vertex import (
-    JobSnapshot,
     build_job_json,
     create_custom_job,
     find_attempt_job,
     may_have_created,
     parent_path,
-    state_name,
     to_custom_job,
 )
-from shared.clock import iso, parse_iso
-from shared.deciding.decisions import Observation
-from shared.deciding.outbox import alert_corrupt_record, flush
-from shared.deciding.strays import cancel_stray, remember_location
+from shared.clock import parse_iso
+from shared.deciding.outbox import Mine, alert_corrupt_record, flush
 from shared.delivery import Message
 from shared.errors import TransientError, is_retryable
+from shared.found_jobs import adopt_job, remember_location
+from shared.jobs import state_name
 from shared.ledger.claims import (
     Claim,
     ClaimInProgress,
     claim_attempt,
     fail_attempt,
     mark_create_sent,
-    record_job,
     release_claim,
 )
 from shared.ledger.dedupe import bare_request_id
 from shared.ledger.records import Attempt, CorruptRecord, RequestRecord
 from shared.ledger.run_lock import ledger_bucket
-from shared.ledger.store import JobIndexEntry
 from shared.log import Logger
-from shared.observe import apply_observation
 from shared.redeliveries import (
     publish_what_is_pending,
     record_conflict,
@@ -72,6 +67,7 @@ from shared.redeliveries import (
 from shared.requests.envelope import InvalidJobRequest, JobRequest, canonical_envelope, content_request_id
 from shared.requests.policy import validate_request, warn_if_images_unrestricted
 from shared.settings import CREATE_MARGIN_FRACTION
+from shared.swap import Decided
 from shared.wiring import Ports
 
 if TYPE_CHECKING:
@@ -151,10 +147,11 @@ def submit_request(message: Message, log: Logger, ports: Ports) -> SubmitOutcome
                 status=claim.record.status,
                 same_body=same_body,
             )
-            record, decided = claim.record, False
             if not same_body and request.attempt is None:
-                record, decided = record_conflict(record, envelope, ports)
-            publish_what_is_pending(record, log, ports, decided_here=decided)
+                conflict = record_conflict(claim.record, envelope, ports)
+                publish_what_is_pending(conflict.value or claim.record, log, ports, mine=Mine.written(conflict))
+            else:
+                publish_what_is_pending(claim.record, log, ports)
             return SubmitOutcome(SubmitResult.DUPLICATE, request.request_id, n, job)
         assert claim.attempt is not None  # a claim that writes always names its attempt
         return _ensure_job(claim.record, claim.attempt, claim.kind == "taken_over", log, ports)
@@ -198,9 +195,8 @@ def redelivered_unless_settled(log: Logger) -> Iterator[None]:
 
 def _claim(envelope: dict[str, Any], n: int, log: Logger, ports: Ports) -> Claim:
     request_id = envelope["request_id"]
-    decided: list[Claim] = []
 
-    def transition(current: RequestRecord | None) -> RequestRecord | None:
+    def transition(current: RequestRecord | None) -> Decided[RequestRecord]:
         claim = claim_attempt(
             current,
             envelope=envelope,
@@ -209,11 +205,10 @@ def _claim(envelope: dict[str, Any], n: int, log: Logger, ports: Ports) -> Claim
             lease_seconds=ports.settings.claim_lease_seconds,
             output_dir=ports.settings.output_dir_for(request_id),
         )
-        decided.append(claim)
-        return claim.record if claim.writes else None
+        return Decided(claim.record if claim.writes else None, claim)
 
     try:
-        ports.ledger.update(request_id, transition)
+        swapped = ports.ledger.swap(request_id, transition)
     except ClaimInProgress as exc:
         log.info(
             "attempt is being created by another delivery; retry later",
@@ -221,7 +216,7 @@ def _claim(envelope: dict[str, Any], n: int, log: Logger, ports: Ports) -> Claim
             reason=str(exc),
         )
         raise
-    claim = decided[-1]  # the run whose outcome was written (or found nothing to write)
+    claim: Claim = swapped.decided  # the run whose outcome was written (or found nothing to write)
     if claim.kind == "taken_over":
         log.warning("took over a stale claim; looking for its job before creating", event="claim_taken_over")
     return claim
@@ -236,7 +231,7 @@ def _ensure_job(record: RequestRecord, attempt: Attempt, taken_over: bool, log: 
     if taken_over:
         found = find_attempt_job(client, parent, request_id, n, settings.deployment_label)
         if found is not None:
-            return _record_created(record, attempt, found, SubmitResult.FOUND, client, log, ports)
+            return _record_created(record, attempt, found, SubmitResult.FOUND, log, ports)
         _wait_for_the_list(attempt, log, ports)
     job_json = build_job_json(
         record.request["custom_job"],
@@ -245,6 +240,7 @@ def _ensure_job(record: RequestRecord, attempt: Attempt, taken_over: bool, log: 
         strategy=attempt.strategy,
         output_dir=record.output_dir,
         deployment=settings.deployment_label,
+        commit_markers=settings.commit_markers,
         service_account=settings.training_service_account,
     )
     custom_job = to_custom_job(job_json)
@@ -255,7 +251,7 @@ def _ensure_job(record: RequestRecord, attempt: Attempt, taken_over: bool, log: 
         job = create_custom_job(client, parent, custom_job, timeout=timeout)
     except Exception as exc:
         return _after_failed_create(exc, record, attempt, client, parent, log, ports)
-    return _record_created(record, attempt, job, SubmitResult.CREATED, client, log, ports)
+    return _record_created(record, attempt, job, SubmitResult.CREATED, log, ports)
 
 
 def _wait_for_the_list(attempt: Attempt, log: Logger, ports: Ports) -> None:
@@ -326,7 +322,7 @@ def _after_failed_create(
     if may_have_created(exc):
         found = find_attempt_job(client, parent, request_id, n, ports.settings.deployment_label)
         if found is not None:
-            return _record_created(record, attempt, found, SubmitResult.FOUND, client, log, ports)
+            return _record_created(record, attempt, found, SubmitResult.FOUND, log, ports)
         # Keep the claim: the create may still land. The redelivery after the lease looks again.
         log.warning(
             "create outcome unknown and no job found yet; will look again",
@@ -368,23 +364,19 @@ def _refused(record: RequestRecord, attempt: Attempt, exc: Exception, log: Logge
         "message": str(getattr(exc, "message", exc)),
     }
     reason = f"Vertex AI refused to create attempt {n}: {error['message']}"
-    failed: list[RequestRecord | None] = []
-
-    def transition(current: RequestRecord | None) -> RequestRecord | None:
-        failed.append(
-            fail_attempt(
-                current,
-                n=n,
-                error=error,
-                now=ports.clock(),
-                reason=reason,
-                strategy=attempt.strategy,
-            )
-        )
-        return failed[-1]
-
-    stored = ports.ledger.update(request_id, transition)
-    if failed[-1] is None or stored is None:
+    swapped = ports.ledger.swap(
+        request_id,
+        lambda current: fail_attempt(
+            current,
+            n=n,
+            error=error,
+            now=ports.clock(),
+            reason=reason,
+            strategy=attempt.strategy,
+        ),
+    )
+    stored = swapped.value
+    if not swapped.wrote or stored is None:
         # Another delivery settled the attempt first (recorded a job, or failed it and alerted).
         log.warning(
             "Vertex AI refused the job, but the attempt was already settled; nothing recorded",
@@ -395,7 +387,7 @@ def _refused(record: RequestRecord, attempt: Attempt, exc: Exception, log: Logge
         recorded = stored.attempt(n) if stored else None
         return SubmitOutcome(SubmitResult.DUPLICATE, request_id, n, recorded.job if recorded else None)
     log.error("Vertex AI refused the job; the request failed", event="submit_failed", error=error)
-    flush(ports, stored, log, decided_here=stored is failed[-1])
+    flush(ports, stored, log, mine=Mine.EFFECTS)
     return SubmitOutcome(SubmitResult.FAILED, request_id, n)
 
 
@@ -404,49 +396,19 @@ def _record_created(
     attempt: Attempt,
     job: CustomJob,
     result: SubmitResult,
-    client: JobServiceClient,
     log: Logger,
     ports: Ports,
 ) -> SubmitOutcome:
     request_id, n = record.request_id, attempt.n
-    ports.ledger.index_job(JobIndexEntry(request_id, n, attempt.location, job.name))
+    # A found job's log events may have come while it was not yet indexed and been dropped: it is
+    # decided on once, as reconcile would. What this function may not publish (a re-queue, a
+    # prune request) stays pending for on_job_event and reconcile.
+    adopted = adopt_job(ports, request_id, n, attempt.location, job, log, observe=result == SubmitResult.FOUND)
+    if adopted.job != job.name:
+        return SubmitOutcome(SubmitResult.DUPLICATE, request_id, n, adopted.job)
     state = state_name(job.state)
-    created_at = iso(job.create_time) if job.create_time else iso(ports.clock())
-    stored = ports.ledger.update(
-        request_id,
-        lambda current: record_job(current, n=n, job_name=job.name, state=state, created_at=created_at),
-    )
-    recorded = stored.attempt(n) if stored else None
-    if recorded is not None and recorded.job not in (None, job.name):
-        # Two jobs for one attempt would mean the claim protocol failed; say so loudly.
-        log.error(
-            "attempt already records a different job",
-            event="duplicate_job",
-            job=job.name,
-            recorded_job=recorded.job,
-        )
-        _cancel_second_job(ports, stored, job, log)
-        return SubmitOutcome(SubmitResult.DUPLICATE, request_id, n, recorded.job)
     if result == SubmitResult.CREATED:
         log.info("created the Spot CustomJob", event="job_created", job=job.name, state=state)
     else:
         log.info("found the job an earlier delivery created", event="job_found", job=job.name, state=state)
-        # Its log events may have come while it was not yet indexed and been dropped: decide on
-        # its current state once, as reconcile would. What this function may not publish (a
-        # re-queue, a prune request) stays pending for on_job_event and reconcile.
-        apply_observation(ports, request_id, Observation(n, JobSnapshot.of(job)), log)
     return SubmitOutcome(result, request_id, n, job.name)
-
-
-def _cancel_second_job(ports: Ports, record: RequestRecord, job: CustomJob, log: Logger) -> None:
-    """Nothing would manage a second job of the attempt, and it would train into the same folder:
-    cancel it as a stray (one alert). Should the cancel fail, reconcile's stray sweep retries it."""
-    try:
-        cancel_stray(ports, record, job, log)
-    except Exception as exc:  # noqa: BLE001 - the job is recorded; the sweep will cancel the stray
-        log.error(
-            "could not cancel the job the ledger does not record; reconcile will retry",
-            event="duplicate_job_cancel_failed",
-            job=job.name,
-            error=f"{type(exc).__name__}: {exc}",
-        )

@@ -105,6 +105,7 @@ locals {
     requeue_delay_seconds        = "SPOTJOBS_REQUEUE_DELAY_SECONDS"
     unclaimed_requeue_seconds    = "SPOTJOBS_UNCLAIMED_REQUEUE_SECONDS"
     stuck_after_seconds          = "SPOTJOBS_STUCK_AFTER_SECONDS"
+    kit_lines_settle_seconds     = "SPOTJOBS_KIT_LINES_SETTLE_SECONDS"
     log_level                    = "SPOTJOBS_LOG_LEVEL"
     max_claim_republishes        = "SPOTJOBS_MAX_CLAIM_REPUBLISHES"
     list_lag_seconds             = "SPOTJOBS_LIST_LAG_SECONDS"

@@ -1,7 +1,8 @@
-"""The Vertex AI adapter: building, creating, reading and finding CustomJobs, and JobState helpers.
+"""The Vertex AI adapter: building, creating, reading, finding and cancelling CustomJobs.
 
-Used by submit (build/create/find/cancel) and by the events and reconcile functions (get_job, the
-state helpers, job_error). `google.cloud.aiplatform_v1` is imported inside the functions that need it:
+Used by submit (build/create/find/cancel) and by the events and reconcile functions (get_job,
+list). What a job is as plain data (its states, the snapshot decisions read, the label and
+environment names) is `shared.jobs`, which the pure layers import instead of this module. `google.cloud.aiplatform_v1` is imported inside the functions that need it:
 importing this module is free, so a function pays for the Vertex library only when it calls Vertex.
 
 Clients are passed in (`shared.adapters.clients.job_service(location)` builds them). Every job spotjobs
@@ -13,81 +14,24 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from shared.clock import iso
-from shared.settings import DEFAULT_CREATE_TIMEOUT_SECONDS
+from shared.jobs import (
+    DEFAULT_FLEX_START_MAX_WAIT_SECONDS,
+    ENV_ATTEMPT,
+    ENV_REQUEST_ID,
+    FLEX_START,
+    LABEL_ATTEMPT,
+    LABEL_DEPLOYMENT,
+    LABEL_REQUEST_ID,
+    JobSnapshot,
+    JobState,
+)
+from shared.settings import COMMIT_MARKERS_ENV, DEFAULT_CREATE_TIMEOUT_SECONDS
 
 if TYPE_CHECKING:
     from google.cloud.aiplatform_v1 import CustomJob, JobServiceClient
-
-LABEL_REQUEST_ID = "spotjobs-request-id"
-LABEL_ATTEMPT = "spotjobs-attempt"
-# Which spotjobs deployment created the job: two deployments in one project (staging and prod,
-# two teams) never look up, adopt or cancel each other's jobs.
-LABEL_DEPLOYMENT = "spotjobs-deployment"
-SYSTEM_LABELS = (LABEL_REQUEST_ID, LABEL_ATTEMPT, LABEL_DEPLOYMENT)
-FLEX_START = "FLEX_START"
-# How long a FLEX_START job waits for capacity when its request says nothing: Vertex's own default
-# ("maxWaitDuration ... defaults to 1 day", Scheduling in
-# https://cloud.google.com/vertex-ai/docs/reference/rest/v1/CustomJobSpec#scheduling), made
-# explicit so the stuck-job threshold can be sized to it.
-DEFAULT_FLEX_START_MAX_WAIT_SECONDS = 86400
-# Set in every container of the job, for the trainer (and the trainer kit) to know its attempt.
-ENV_REQUEST_ID = "SPOTJOBS_REQUEST_ID"
-ENV_ATTEMPT = "SPOTJOBS_ATTEMPT"
-RESERVED_LABEL_PREFIX = "spotjobs-"
-MAX_LABELS = 64
-
-
-class JobState:
-    """JobState names as the REST API spells them, and how they classify."""
-
-    UNSPECIFIED = "JOB_STATE_UNSPECIFIED"
-    QUEUED = "JOB_STATE_QUEUED"
-    PENDING = "JOB_STATE_PENDING"
-    RUNNING = "JOB_STATE_RUNNING"
-    SUCCEEDED = "JOB_STATE_SUCCEEDED"
-    FAILED = "JOB_STATE_FAILED"
-    CANCELLING = "JOB_STATE_CANCELLING"
-    CANCELLED = "JOB_STATE_CANCELLED"
-    PAUSED = "JOB_STATE_PAUSED"
-    EXPIRED = "JOB_STATE_EXPIRED"
-    UPDATING = "JOB_STATE_UPDATING"
-    PARTIALLY_SUCCEEDED = "JOB_STATE_PARTIALLY_SUCCEEDED"
-
-    BY_NUMBER = {
-        0: UNSPECIFIED,
-        1: QUEUED,
-        2: PENDING,
-        3: RUNNING,
-        4: SUCCEEDED,
-        5: FAILED,
-        6: CANCELLING,
-        7: CANCELLED,
-        8: PAUSED,
-        9: EXPIRED,
-        10: UPDATING,
-        11: PARTIALLY_SUCCEEDED,
-    }
-    TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED, EXPIRED, PARTIALLY_SUCCEEDED})
-
-
-def state_name(state: object) -> str:
-    """'JOB_STATE_RUNNING' from a JobState enum member, its number, or its name."""
-    if isinstance(state, str):
-        return state if state.startswith("JOB_STATE_") else f"JOB_STATE_{state}"
-    name = getattr(state, "name", None)  # a proto-plus enum member (an IntEnum)
-    if isinstance(name, str):
-        return name
-    return JobState.BY_NUMBER.get(int(state), JobState.UNSPECIFIED)  # type: ignore[call-overload]
-
-
-def is_terminal(state: object) -> bool:
-    return state_name(state) in JobState.TERMINAL
 
 
 def parent_path(project: str, location: str) -> str:
@@ -115,14 +59,16 @@ def build_job_json(
     strategy: str,
     output_dir: str,
     deployment: str,
+    commit_markers: Sequence[str],
     service_account: str = "",
 ) -> dict[str, Any]:
     """The REST JSON of the CustomJob to create for one attempt of a request.
 
     From the request's CustomJob (canonical REST JSON): scheduling.strategy set, the request's
     stable output directory (so AIP_CHECKPOINT_DIR is the same on every attempt and a re-queued
-    attempt resumes), the spotjobs labels merged over the user's, the request id and attempt in
-    every container's environment, the display name kept or derived, and the training service
+    attempt resumes), the spotjobs labels merged over the user's, the request id, the attempt and
+    the deployment's commit markers (so the trainer kit judges checkpoints with the pruner's list)
+    in every container's environment, the display name kept or derived, and the training service
     account when the request names none.
     """
     job = copy.deepcopy(dict(custom_job))
@@ -141,6 +87,7 @@ def build_job_json(
     system_env = [
         {"name": ENV_REQUEST_ID, "value": request_id},
         {"name": ENV_ATTEMPT, "value": str(attempt)},
+        {"name": COMMIT_MARKERS_ENV, "value": ",".join(commit_markers)},  # the settings' list format
     ]
     for pool in spec.get("workerPoolSpecs") or []:
         for key in ("containerSpec", "pythonPackageSpec"):
@@ -191,6 +138,11 @@ def get_job(client: JobServiceClient, name: str) -> CustomJob:
     return client.get_custom_job(name=name)
 
 
+def read_job(client: JobServiceClient, name: str) -> JobSnapshot:
+    """`get_job`, reduced to what a decision reads."""
+    return JobSnapshot.of(get_job(client, name))
+
+
 def find_jobs(client: JobServiceClient, parent: str, labels: Mapping[str, str]) -> list[CustomJob]:
     """Every job under `parent` carrying all of `labels`, oldest first."""
     pager = client.list_custom_jobs(request={"parent": parent, "filter": label_filter(labels)})
@@ -217,13 +169,6 @@ def find_attempt_job(
     return jobs[0] if jobs else None
 
 
-def job_error(job: CustomJob) -> dict[str, Any] | None:
-    """The job's google.rpc.Status as {code, message}, or None when it has none."""
-    if not job.error or (not job.error.code and not job.error.message):
-        return None
-    return {"code": int(job.error.code), "message": str(job.error.message)}
-
-
 def may_have_created(exc: BaseException) -> bool:
     """False only when a failed create is known to have created nothing; then it may be retried.
 
@@ -248,48 +193,3 @@ def may_have_created(exc: BaseException) -> bool:
 def _create_seconds(job: CustomJob) -> float:
     created = job.create_time
     return created.timestamp() if created else 0.0
-
-
-def _vertex_time(moment: datetime | None) -> str | None:
-    # Microseconds, unlike the ledger's own times: freshness compares a job's update times,
-    # which can be less than a millisecond apart.
-    return None if moment is None else iso(moment, timespec="microseconds")
-
-
-@dataclass(frozen=True)
-class JobSnapshot:
-    """A CustomJob as Vertex returned it, reduced to what decisions read."""
-
-    name: str
-    state: str
-    error: dict[str, Any] | None = None
-    create_time: str | None = None
-    start_time: str | None = None
-    end_time: str | None = None
-    update_time: str | None = None
-
-    @classmethod
-    def of(cls, job: CustomJob) -> JobSnapshot:
-        return cls(
-            name=job.name,
-            state=state_name(job.state),
-            error=job_error(job),
-            create_time=_vertex_time(job.create_time),
-            start_time=_vertex_time(job.start_time),
-            end_time=_vertex_time(job.end_time),
-            update_time=_vertex_time(job.update_time),
-        )
-
-    @property
-    def is_terminal(self) -> bool:
-        return self.state in JobState.TERMINAL
-
-
-def max_wait_seconds(custom_job: Mapping[str, Any]) -> float:
-    """How long a FLEX_START job of this request may wait for capacity (its maxWaitDuration)."""
-    scheduling = (custom_job.get("jobSpec") or {}).get("scheduling") or {}
-    raw = scheduling.get("maxWaitDuration") or scheduling.get("max_wait_duration")
-    try:
-        return float(str(raw).rstrip("s")) if raw else DEFAULT_FLEX_START_MAX_WAIT_SECONDS
-    except ValueError:
-        return DEFAULT_FLEX_START_MAX_WAIT_SECONDS

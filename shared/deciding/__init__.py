@@ -2,9 +2,11 @@
 
 Owns `decide` over the ledger record (`decisions`), the preemption counting rule (`preemptions`),
 the log lines and alerts a decision describes (`effects`), reading job-event log entries into
-signals (`events`), the outbox that publishes what a decision left pending (`outbox`) and jobs the
-ledger does not record (`strays`).
+signals (`events`), the outbox that publishes what a decision left pending (`outbox`), which jobs
+the ledger does not record are strays (`strays`) and applying an observation under the ledger's
+compare-and-swap (`applying`).
 
-May import: the foundation, `requests`, `ledger` and `wiring` (the `Ports` the outbox publishes
-through). Not the adapters: the listed exceptions in tests/unit/test_layering.py are for now.
+May import: the foundation (a job as plain data is `shared.jobs`), `requests`, `ledger` and
+`wiring` (the `Ports` the outbox publishes and the ledger is reached through). Never an adapter or
+a client module: listing and cancelling jobs is the shells' (`shared.found_jobs`).
 """

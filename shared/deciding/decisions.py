@@ -2,7 +2,7 @@
 
 on_job_event (a log line hinted at a change), reconcile (polling every active request) and submit
 (a job found after the fact) read the job from Vertex, wrap it in an `Observation` and hand it to
-`shared.observe.apply_observation`, which runs `decide` under the ledger's compare-and-swap (so it
+`shared.deciding.applying.apply_observation`, which runs `decide` under the ledger's compare-and-swap (so it
 may run more than once) and carries out the effects afterwards. `decide` returns the new record
 plus the effects that belong to it (log lines, alerts, the re-queue and prune request); every
 decision marks the record, so a duplicated, concurrent or reordered delivery finds it made and
@@ -11,7 +11,12 @@ decision and published by the outbox (`shared.deciding.outbox`).
 
 Decisions, on the job's state as Vertex reports it (never on the log text):
 
-- SUCCEEDED: the request succeeds; one prune request goes to the maintenance topic.
+- SUCCEEDED: the request succeeds; one prune request goes to the maintenance topic. Unless the
+  trainer kit's lines show the job's last run preempted and never finished (a process that exits
+  0 after SIGTERM, as Lightning 2.6 does): then the attempt is re-queued like a preempted one (the
+  next resumes from its checkpoints) with one `incomplete_success` alert. A job whose kit spoke
+  but whose last run has not said `run_finished` yet is decided once it does, or once
+  `kit_lines_settle_seconds` passed after the job's end (the last lines may still be on their way).
 - FAILED by preemption/stockout (error code RESOURCE_EXHAUSTED, or its message matches the
   configured stockout/preemption patterns): attempt n+1 is re-queued (fallback strategy and
   failover location from `shared.requests.envelope.plan_attempt`), or, when `max_attempts` is reached, the
@@ -30,29 +35,28 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
 from spotjobs_kit.lines import KitRecord
 
-from shared.adapters.vertex import FLEX_START, JobSnapshot, JobState, max_wait_seconds
+from shared.alerts import AlertKind
 from shared.clock import iso, parse_iso
 from shared.deciding.effects import Effects, LogLine, attempt_alert, event_fields
 from shared.deciding.events import Signal, SignalPatterns, patterns_from
 from shared.deciding.preemptions import (
     WAITING_STATES,
     count_preemptions,
+    kit_runs,
     last_run_ended_by_preemption,
+    last_run_unfinished,
     note_kit_line,
     preempted_in_last_run,
     preemptions_text,
 )
+from shared.jobs import FLEX_START, JobSnapshot, JobState, max_wait_seconds
 from shared.ledger.records import Attempt, RequestRecord, Requeue, alert_marker
 from shared.ledger.states import AttemptOutcome, RequestStatus
 from shared.requests.attempts import plan_attempt
 from shared.settings import Settings
-
-if TYPE_CHECKING:
-    pass
 
 # A job can sit in these for too long; RUNNING is not among them: training legitimately runs
 # for days, bounded by the job's own timeout.
@@ -61,6 +65,7 @@ STUCK_STATES = frozenset({JobState.QUEUED, JobState.PENDING, JobState.CANCELLING
 CAPACITY_ERROR_CODES = frozenset({8})
 # How long a FAILED job may go without its error before it is classified as an ordinary failure.
 ERROR_SETTLE_SECONDS = 600.0
+INCOMPLETE_SUCCESS_REASON = "ended SUCCEEDED, but the trainer kit saw its last run preempted and never finish"
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,7 @@ class DecisionPolicy:
     requeue_delay_seconds: float
     default_max_attempts: int
     stuck_after_seconds: float
+    kit_lines_settle_seconds: float
 
     @classmethod
     def from_settings(cls, settings: Settings) -> DecisionPolicy:
@@ -96,6 +102,7 @@ class DecisionPolicy:
             requeue_delay_seconds=settings.requeue_delay_seconds,
             default_max_attempts=settings.default_max_attempts,
             stuck_after_seconds=settings.stuck_after_seconds,
+            kit_lines_settle_seconds=settings.kit_lines_settle_seconds,
         )
 
 
@@ -212,16 +219,27 @@ def _conclude(
     now: datetime,
     effects: Effects,
 ) -> str | None:
-    if job.state == JobState.FAILED and job.error is None and not _settled(job, now):
+    if job.state == JobState.FAILED and job.error is None and not _settled(job, now, ERROR_SETTLE_SECONDS):
         return f"job {job.name} failed and its error is not published yet"
+    # Vertex's SUCCEEDED says the process exited 0, not that training finished (docs/signals.md):
+    # with the kit in the job, its last run's lines (run_finished, or preempted) settle it.
+    succeeded = job.state == JobState.SUCCEEDED
+    if succeeded and last_run_unfinished(record, attempt.n) and not _settled(job, now, policy.kit_lines_settle_seconds):
+        return f"job {job.name} succeeded; waiting for its last run's kit lines (run_finished or preempted)"
+    incomplete = succeeded and preempted_in_last_run(record, attempt.n)
     attempt.ended_at = job.end_time or iso(now)
     attempt.error = job.error
-    if job.state == JobState.SUCCEEDED:
+    if job.state == JobState.SUCCEEDED and not incomplete:
         _succeed(record, attempt, owns_status, now, effects)
     elif job.state == JobState.CANCELLED:
         _cancel(record, attempt, owns_status, now, effects)
     else:
-        cause = classify_failure(job, policy.patterns, kit_saw_preemption=preempted_in_last_run(record, attempt.n))
+        if incomplete:
+            cause = FailureCause(True, False, INCOMPLETE_SUCCESS_REASON)
+            if owns_status:
+                _flag_incomplete_success(record, attempt, now, effects)
+        else:
+            cause = classify_failure(job, policy.patterns, kit_saw_preemption=preempted_in_last_run(record, attempt.n))
         if cause.capacity:
             # The job ended by preemption: so did its last run, said so or not.
             last_run_ended_by_preemption(record, attempt.n)
@@ -247,9 +265,21 @@ def _conclude(
     return None
 
 
-def _settled(job: JobSnapshot, now: datetime) -> bool:
+def _settled(job: JobSnapshot, now: datetime, seconds: float) -> bool:
     ended = job.end_time or job.update_time
-    return ended is not None and (now - parse_iso(ended)).total_seconds() >= ERROR_SETTLE_SECONDS
+    return ended is not None and (now - parse_iso(ended)).total_seconds() >= seconds
+
+
+def _flag_incomplete_success(record: RequestRecord, attempt: Attempt, now: datetime, effects: Effects) -> None:
+    message = f"attempt {attempt.n} of {record.request_id} {INCOMPLETE_SUCCESS_REASON}; not accepted as a success"
+    last_run = max(kit_runs(record, attempt.n))
+    effects.lines.append(
+        LogLine("WARNING", message, event_fields(record, attempt, "incomplete_success", last_run=last_run))
+    )
+    if record.mark(alert_marker(AlertKind.INCOMPLETE_SUCCESS, attempt.n)):
+        effects.alerts.append(
+            attempt_alert(record, attempt, AlertKind.INCOMPLETE_SUCCESS, now, message, last_run=last_run)
+        )
 
 
 def _finish(record: RequestRecord, status: RequestStatus, now: datetime) -> None:
@@ -293,8 +323,8 @@ def _fail(record: RequestRecord, attempt: Attempt, cause: FailureCause, now: dat
     _finish(record, RequestStatus.FAILED, now)
     message = f"attempt {attempt.n} of {record.request_id} failed: {cause.reason}"
     effects.lines.append(LogLine("ERROR", message, event_fields(record, attempt, "job_failed", error=attempt.error)))
-    if record.mark(alert_marker("job_failed", attempt.n)):
-        effects.alerts.append(attempt_alert(record, attempt, "job_failed", "ERROR", now, message, error=attempt.error))
+    if record.mark(alert_marker(AlertKind.JOB_FAILED, attempt.n)):
+        effects.alerts.append(attempt_alert(record, attempt, AlertKind.JOB_FAILED, now, message, error=attempt.error))
 
 
 def _requeue_or_give_up(
@@ -325,13 +355,12 @@ def _requeue_or_give_up(
                 ),
             )
         )
-        if record.mark(alert_marker("attempts_exhausted", attempt.n)):
+        if record.mark(alert_marker(AlertKind.ATTEMPTS_EXHAUSTED, attempt.n)):
             effects.alerts.append(
                 attempt_alert(
                     record,
                     attempt,
-                    "attempts_exhausted",
-                    "ERROR",
+                    AlertKind.ATTEMPTS_EXHAUSTED,
                     now,
                     message,
                     max_attempts=max_attempts,
@@ -395,7 +424,7 @@ def _flag_stuck(
         threshold += max_wait_seconds(record.request.get("custom_job") or {})
     if stuck_for < threshold:
         return
-    if not record.mark(alert_marker("job_stuck", attempt.n, job.state)):
+    if not record.mark(alert_marker(AlertKind.JOB_STUCK, attempt.n, job.state)):
         return
     message = f"attempt {attempt.n} of {record.request_id} has been {job.state} for {stuck_for:.0f} s"
     effects.lines.append(
@@ -409,8 +438,7 @@ def _flag_stuck(
         attempt_alert(
             record,
             attempt,
-            "job_stuck",
-            "WARNING",
+            AlertKind.JOB_STUCK,
             now,
             message,
             state=job.state,

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from shared.alerts import Alert
+from shared.alerts import Alert, AlertKind
 from shared.clock import iso
 from shared.ledger.records import Attempt, RequestRecord
 
@@ -50,16 +50,14 @@ def event_fields(record: RequestRecord, attempt: Attempt, event: str, **extra: A
 def attempt_alert(
     record: RequestRecord,
     attempt: Attempt,
-    kind: str,
-    severity: str,
+    kind: AlertKind,
     now: datetime,
     message: str,
     **details: Any,
 ) -> Alert:
-    return Alert(
-        kind=kind,
-        severity=severity,
-        message=message,
+    return Alert.of(
+        kind,
+        message,
         request_id=record.request_id,
         attempt=attempt.n,
         job=attempt.job,

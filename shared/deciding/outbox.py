@@ -21,17 +21,33 @@ absorbs the copies.
 
 from __future__ import annotations
 
+import enum
 import functools
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from shared.alerts import Alert
+from shared.alerts import Alert, AlertKind
 from shared.clock import iso, parse_iso
 from shared.ledger.records import CorruptRecord, RequestRecord
 from shared.log import Logger
-from shared.requests.envelope import REQUEUE_ATTRIBUTES
+from shared.requests.envelope import requeue_message
+from shared.swap import Swapped
 from shared.wiring import Ports
+
+
+class Mine(enum.Flag):
+    """Which of a record's pending messages this call's own write decided: `flush` publishes those
+    at once, and any other only once its decider is presumed dead (older than the claim lease)."""
+
+    NONE = 0
+    EFFECTS = enum.auto()  # the alerts and the prune request
+    REQUEUE = enum.auto()  # the re-queue of the next attempt
+
+    @classmethod
+    def written(cls, swapped: Swapped[RequestRecord]) -> Mine:
+        """What a write that decided alerts (or nothing else) made pending: its effects if it landed."""
+        return cls.EFFECTS if swapped.wrote else cls.NONE
 
 
 def flush(
@@ -39,8 +55,7 @@ def flush(
     record: RequestRecord,
     log: Logger,
     *,
-    decided_here: bool,
-    requeue_decided_here: bool = False,
+    mine: Mine = Mine.NONE,
 ) -> tuple[str | None, str | None]:
     """Publish whatever `record` holds pending, re-queue included; every publish is tried even if
     an earlier one fails, then the first failure is raised (what failed stays pending).
@@ -53,11 +68,11 @@ def flush(
 
     def requeue() -> None:
         nonlocal settled
-        settled = settle_requeue(ports, record, log, decided_here=requeue_decided_here, now=now)
+        settled = settle_requeue(ports, record, log, ours=Mine.REQUEUE in mine, now=now)
 
     def pending() -> None:
         nonlocal waiting
-        waiting = publish_pending(ports, record, decided_here=decided_here, now=now)
+        waiting = publish_pending(ports, record, ours=Mine.EFFECTS in mine, now=now)
 
     run_all([requeue, pending])
     message_id, in_flight = settled
@@ -69,16 +84,14 @@ def decide_alert(
     request_id: str,
     marker: str,
     alert_for: Callable[[RequestRecord], Alert | None],
-) -> tuple[RequestRecord | None, bool]:
+) -> Swapped[RequestRecord]:
     """Decide an alert once per `marker`: in one ledger update, mark it and keep the alert
-    `alert_for` makes from the current record pending (None: nothing to say). Returns the stored
-    record (None when nothing was written) and whether this call's write decided it, which
-    `flush(decided_here=...)` needs. A marker already set decides nothing again: a redelivery or
-    a concurrent call finds it and leaves the alert to whoever wrote it."""
-    decided: list[RequestRecord | None] = []
+    `alert_for` makes from the current record pending (None: nothing to say). Returns the
+    compare-and-swap's outcome: `wrote` says this call decided it (`Mine.written`). A marker
+    already set decides nothing again: a redelivery or a concurrent call finds it and leaves the
+    alert to whoever wrote it."""
 
     def alert_once(current: RequestRecord | None) -> RequestRecord | None:
-        decided.append(None)  # one entry per try of the compare-and-swap; the last one counts
         if current is None or marker in current.markers:
             return None
         alert = alert_for(current)
@@ -86,11 +99,9 @@ def decide_alert(
             return None
         current.mark(marker)
         current.pending_alerts.append(alert.to_json())
-        decided[-1] = current
         return current
 
-    stored = ports.ledger.update(request_id, alert_once)
-    return stored, stored is not None and stored is decided[-1]
+    return ports.ledger.swap(request_id, alert_once)
 
 
 def decide_and_flush_alert(
@@ -101,9 +112,9 @@ def decide_and_flush_alert(
     log: Logger,
 ) -> None:
     """`decide_alert`, then publish whatever the record holds pending."""
-    stored, decided_here = decide_alert(ports, request_id, marker, alert_for)
-    if stored is not None and stored.has_pending_effects:
-        flush(ports, stored, log, decided_here=decided_here)
+    swapped = decide_alert(ports, request_id, marker, alert_for)
+    if swapped.value is not None and swapped.value.has_pending_effects:
+        flush(ports, swapped.value, log, mine=Mine.written(swapped))
 
 
 def run_all(steps: list[Callable[[], object]]) -> None:
@@ -138,10 +149,9 @@ def alert_corrupt_record(ports: Ports, error: CorruptRecord, log: Logger) -> Non
         return
     publish_alert(
         ports,
-        Alert(
-            kind="ledger_corrupt",
-            severity="ERROR",
-            message=f"{error}; repair or restore it (spotjobs status shows it once it reads)",
+        Alert.of(
+            AlertKind.LEDGER_CORRUPT,
+            f"{error}; repair or restore it (spotjobs status shows it once it reads)",
             request_id=error.request_id,
             time=iso(ports.clock()),
         ),
@@ -149,17 +159,18 @@ def alert_corrupt_record(ports: Ports, error: CorruptRecord, log: Logger) -> Non
     ports.ledger.note_corrupt(error.request_id)
 
 
-def publish_pending(ports: Ports, record: RequestRecord, *, decided_here: bool, now: datetime) -> str | None:
+def publish_pending(ports: Ports, record: RequestRecord, *, ours: bool, now: datetime) -> str | None:
     """Publish the record's pending alerts and prune request, then clear the ones published.
 
-    Returns a reason to look again when they are left to the delivery that decided them. Raises
+    `ours`: this call's write made them pending. Returns a reason to look again when they are
+    left to the delivery that decided them. Raises
     the first failed publish after trying them all; what failed stays pending.
     """
     settings = ports.settings
     if not record.has_pending_effects:
         return None
     decided_for = (now - _pending_since(record)).total_seconds()
-    if not decided_here and decided_for < settings.claim_lease_seconds:
+    if not ours and decided_for < settings.claim_lease_seconds:
         return f"effects decided for {record.request_id} are being published by another delivery"
     published_alerts: list[dict[str, Any]] = []
     prune_published = False
@@ -206,34 +217,19 @@ def _pending_since(record: RequestRecord) -> datetime:
     return max(moments, default=datetime.min.replace(tzinfo=UTC))
 
 
-def attempt_envelope(request: dict[str, Any], attempt: int, location: str) -> dict[str, Any]:
-    """The canonical envelope as re-published for `attempt` in `location`.
-
-    Optional fields that are empty are left out, as a publisher would write them: absent means
-    the same to the reader, which rejects an empty `locations` list.
-    """
-    present = {key: value for key, value in request.items() if value is not None and value != []}
-    return {**present, "attempt": attempt, "location": location}
-
-
 def publish_request_attempt(ports: Ports, record: RequestRecord, attempt: int, location: str) -> str:
     """Publish attempt `attempt` to job-requests (submit's claim absorbs duplicates)."""
-    envelope = attempt_envelope(record.request, attempt, location)
-    return ports.publish(
-        ports.settings.job_requests_topic,
-        envelope,
-        request_id=record.request_id,
-        **REQUEUE_ATTRIBUTES,  # marks the system's own message: submit reads its `attempt`
-    )
+    body, attributes = requeue_message(record.request, attempt, location)
+    return ports.publish(ports.settings.job_requests_topic, body, **attributes)
 
 
 def settle_requeue(
-    ports: Ports, record: RequestRecord, log: Logger, *, decided_here: bool, now: datetime
+    ports: Ports, record: RequestRecord, log: Logger, *, ours: bool, now: datetime
 ) -> tuple[str | None, str | None]:
     """Publish a decided, unconfirmed re-queue, then confirm it in the ledger.
 
     Returns (message id if published now, reason to look again if it is left for later). The
-    delivery that decided a re-queue publishes it at once (unless delayed). Anyone else publishes
+    delivery that decided a re-queue (`ours`) publishes it at once (unless delayed). Anyone else publishes
     it only once it is due and its decider is presumed dead (decided longer than the claim lease
     ago), so ten concurrent deliveries of one terminal event publish it once; a delayed re-queue
     is published by reconcile once `not_before` has passed.
@@ -246,14 +242,14 @@ def settle_requeue(
         # its deliveries ran out). Publish it again; submit's claim absorbs a duplicate.
         published_at = parse_iso(requeue.published_at or requeue.decided_at)
         unclaimed_for = (now - published_at).total_seconds()
-        if decided_here or unclaimed_for < ports.settings.unclaimed_requeue_seconds:
+        if ours or unclaimed_for < ports.settings.unclaimed_requeue_seconds:
             return None, None
     elif requeue.not_before and parse_iso(requeue.not_before) > now:
         return None, None
     else:
         decided_for = (now - parse_iso(requeue.decided_at)).total_seconds()
         abandoned = decided_for >= ports.settings.claim_lease_seconds
-        if not (decided_here or requeue.not_before or abandoned):
+        if not (ours or requeue.not_before or abandoned):
             return None, f"attempt {requeue.attempt} is being re-queued by another delivery"
     message_id = publish_request_attempt(ports, record, requeue.attempt, requeue.location)
 

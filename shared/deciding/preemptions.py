@@ -34,8 +34,9 @@ from spotjobs_kit.lines import (
     KitRecord,
 )
 
-from shared.adapters.vertex import JobSnapshot, JobState
+from shared.alerts import AlertKind
 from shared.deciding.effects import Effects, LogLine, attempt_alert, event_fields
+from shared.jobs import JobSnapshot, JobState
 from shared.ledger.records import Attempt, RequestRecord, alert_marker, evidence_marker
 
 PREEMPTION_LINE_KEY = "preemption-line"
@@ -93,6 +94,12 @@ def preempted_in_last_run(record: RequestRecord, n: int) -> bool:
     return last in kit_runs(record, n, KIT_PREEMPTED_KEY) and last not in kit_runs(record, n, KIT_FINISHED_KEY)
 
 
+def last_run_unfinished(record: RequestRecord, n: int) -> bool:
+    """The kit has spoken for attempt n, and its latest run seen never said `run_finished`."""
+    runs = kit_runs(record, n)
+    return bool(runs) and max(runs) not in kit_runs(record, n, KIT_FINISHED_KEY)
+
+
 def last_run_ended_by_preemption(record: RequestRecord, n: int) -> None:
     """Attempt n failed by preemption or stockout: its last run seen ended by preemption too, even
     if it was reclaimed before it could say so (a reclaim during start-up, a kill without notice)."""
@@ -144,13 +151,12 @@ def count_preemptions(
             event_fields(record, attempt, "preemption", preemptions=counted, source=source),
         )
     )
-    if counted > storm_threshold and record.mark(alert_marker("preemption_storm", n)):
+    if counted > storm_threshold and record.mark(alert_marker(AlertKind.PREEMPTION_STORM, n)):
         effects.alerts.append(
             attempt_alert(
                 record,
                 attempt,
-                "preemption_storm",
-                "WARNING",
+                AlertKind.PREEMPTION_STORM,
                 now,
                 f"attempt {n} of {record.request_id} was preempted {counted} times (threshold {storm_threshold})",
                 preemptions=counted,

@@ -11,75 +11,25 @@ records, with one log line and one `stray_job` alert (pending in the record, thr
 A job of an attempt whose claim has no job recorded yet is not a stray: submit, or reconcile's
 adoption, is about to record it.
 
-Where the sweep looks: every location this deployment may have a job in, which is the default,
-the allowed locations, and every location a create was ever sent to. The last are remembered by
-submit before its first create in a location (`remember_location`: one empty marker per location,
-`maintenance/locations/<location>`, created if absent, once per instance), so a stray of a
-finished request in a failover region is found too; one list of markers and one job list per
-location per pass.
+This module decides (`is_stray`, the alert); listing and cancelling jobs at Vertex is the shells'
+(`shared.found_jobs`).
 """
 
 from __future__ import annotations
 
-import threading
-from collections import defaultdict
-from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-from shared.adapters.vertex import (
-    LABEL_ATTEMPT,
-    LABEL_REQUEST_ID,
-    cancel_job,
-    is_terminal,
-    list_unfinished_jobs,
-    parent_path,
-)
-from shared.alerts import Alert
+from shared.alerts import Alert, AlertKind
 from shared.clock import iso
 from shared.deciding.effects import attempt_alert
 from shared.deciding.outbox import decide_and_flush_alert
+from shared.jobs import LABEL_ATTEMPT, is_terminal
 from shared.ledger.records import RequestRecord, alert_marker
-from shared.ledger.run_lock import ledger_bucket
 from shared.log import Logger
 from shared.wiring import Ports
 
 if TYPE_CHECKING:
     from google.cloud.aiplatform_v1 import CustomJob
-
-
-LOCATIONS_PREFIX = "maintenance/locations/"
-_remembered: set[tuple[str, str]] = set()  # (state bucket, location) this instance has marked
-_remembered_lock = threading.Lock()
-
-
-def remember_location(ports: Ports, location: str) -> None:
-    """Mark `location` as one this deployment sends creates to (before the first create there)."""
-    from google.api_core.exceptions import PreconditionFailed
-
-    bucket = ledger_bucket(ports.ledger)
-    key = (bucket.name, location)
-    with _remembered_lock:
-        if key in _remembered:
-            return
-    try:
-        bucket.blob(f"{LOCATIONS_PREFIX}{location}").upload_from_string(b"", if_generation_match=0)
-    except PreconditionFailed:
-        pass  # marked before
-    with _remembered_lock:
-        _remembered.add(key)
-
-
-def sweep_locations(ports: Ports, seen: Iterable[str] = ()) -> list[str]:
-    """Every location the stray sweep lists: the default, the allowed ones, every one a create
-    was sent to (remembered), and `seen` (the locations of the requests reconciled)."""
-    settings = ports.settings
-    bucket = ledger_bucket(ports.ledger)
-    remembered = {
-        blob.name[len(LOCATIONS_PREFIX) :]
-        for blob in bucket.client.list_blobs(bucket, prefix=LOCATIONS_PREFIX, fields="items(name),nextPageToken")
-    }
-    return sorted({settings.location, *settings.allowed_locations, *remembered, *seen} - {""})
 
 
 def is_stray(record: RequestRecord, job: CustomJob) -> bool:
@@ -98,76 +48,9 @@ def is_stray(record: RequestRecord, job: CustomJob) -> bool:
     return attempt.job != job.name
 
 
-def sweep_strays(ports: Ports, locations: Iterable[str], log: Logger) -> list[str]:
-    """Cancel every stray job of this deployment in `locations`; returns their names.
-
-    One list per location, whatever the number of requests: this deployment's jobs that have not
-    ended (a filter on the deployment label and on the state, so the list grows with the running
-    work, never with history), grouped by request. Each request's record is read after the list:
-    a claim is written before its create, so a job created for a newer attempt finds that attempt
-    claimed and is never taken for a stray. A request without a record is left alone (nothing says
-    which of its jobs is the one); a location or record that cannot be read waits for the next
-    pass."""
-    by_request: dict[str, list[CustomJob]] = defaultdict(list)
-    for location in sorted(set(locations)):
-        try:
-            jobs = list_unfinished_jobs(
-                ports.job_service(location),
-                parent_path(ports.settings.project, location),
-                ports.settings.deployment_label,
-            )
-        except Exception as exc:  # noqa: BLE001 - the next pass lists again
-            log.warning(
-                "could not list this deployment's jobs for the stray sweep",
-                event="stray_sweep_failed",
-                location=location,
-                error=f"{type(exc).__name__}: {exc}",
-            )
-            continue
-        for job in jobs:
-            by_request[job.labels.get(LABEL_REQUEST_ID, "")].append(job)
-    by_request.pop("", None)  # the filter asks for the label; a job without it names no request
-    with ThreadPoolExecutor(STRAY_CHECKERS, thread_name_prefix="strays") as pool:
-        found = pool.map(lambda item: _cancel_strays_of(ports, *item, log), by_request.items())
-        return [name for names in found for name in names]
-
-
-# Requests whose jobs are checked at once (a record read each, mostly waiting).
-STRAY_CHECKERS = 8
-
-
-def _cancel_strays_of(ports: Ports, request_id: str, jobs: list[CustomJob], log: Logger) -> list[str]:
-    """Never raises: one request must not stop the sweep."""
-    log = log.bind(request_id=request_id)
-    try:
-        record, _ = ports.ledger.read(request_id)  # read now, after the list: see sweep_strays
-        if record is None:
-            return []
-        strays = [job for job in jobs if is_stray(record, job)]
-        for job in strays:
-            cancel_stray(ports, record, job, log)
-        return [job.name for job in strays]
-    except Exception as exc:  # noqa: BLE001 - the next pass retries this request
-        log.warning(
-            "could not check a request's jobs for strays; the next pass retries",
-            event="stray_sweep_failed",
-            error=f"{type(exc).__name__}: {exc}",
-        )
-        return []
-
-
-def cancel_stray(ports: Ports, record: RequestRecord, job: CustomJob, log: Logger) -> None:
-    """Cancel one stray job, then decide its alert once (pending in the record) and publish it."""
-    client = ports.job_service(job.name.split("/")[3])
-    cancel_job(client, job.name)
+def alert_stray(ports: Ports, record: RequestRecord, job: CustomJob, log: Logger) -> None:
+    """A stray job was cancelled: decide its alert once (pending in the record) and publish it."""
     n = int(job.labels.get(LABEL_ATTEMPT, "0") or 0)
-    log.warning(
-        "cancelled a job with this request's labels that the ledger does not record",
-        event="stray_job_cancelled",
-        request_id=record.request_id,
-        attempt=n,
-        job=job.name,
-    )
     now = ports.clock()
 
     def stray_alert(current: RequestRecord) -> Alert | None:
@@ -177,8 +60,7 @@ def cancel_stray(ports: Ports, record: RequestRecord, job: CustomJob, log: Logge
         return attempt_alert(
             current,
             attempt,
-            "stray_job",
-            "WARNING",
+            AlertKind.STRAY_JOB,
             now,
             f"cancelled job {job.name}: it carried the labels of attempt {n} of "
             f"{current.request_id}, which records {attempt.job or 'no job'}",
@@ -186,5 +68,5 @@ def cancel_stray(ports: Ports, record: RequestRecord, job: CustomJob, log: Logge
             cancelled_at=iso(now),
         )
 
-    marker = alert_marker("stray_job", n, job.name.rsplit("/", 1)[-1])
+    marker = alert_marker(AlertKind.STRAY_JOB, n, job.name.rsplit("/", 1)[-1])
     decide_and_flush_alert(ports, record.request_id, marker, stray_alert, log)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from shared.alerts import Alert
+from shared.alerts import Alert, AlertKind
 from shared.clock import iso, parse_iso
 from shared.errors import TransientError, Violation
 from shared.ledger.records import Attempt, RequestRecord, alert_marker
@@ -165,12 +165,11 @@ def fail_attempt(
     attempt.ended_at = iso(now)
     current.status = RequestStatus.FAILED
     current.finished_at = iso(now)
-    if current.mark(alert_marker("submit_failed", n)):
+    if current.mark(alert_marker(AlertKind.SUBMIT_FAILED, n)):
         current.pending_alerts.append(
-            Alert(
-                kind="submit_failed",
-                severity="ERROR",
-                message=f"{current.request_id}: {reason}",
+            Alert.of(
+                AlertKind.SUBMIT_FAILED,
+                f"{current.request_id}: {reason}",
                 request_id=current.request_id,
                 attempt=n,
                 details={"error": error, "location": attempt.location, **details},
@@ -193,7 +192,7 @@ def fail_invalid_requeue(
     current.requeue = None
     current.status = RequestStatus.FAILED
     current.finished_at = iso(now)
-    if current.mark(alert_marker("invalid_request", n)):
+    if current.mark(alert_marker(AlertKind.INVALID_REQUEST, n)):
         current.pending_alerts.append(
             invalid_request_alert(current.request_id, n, violations, message_id, now).to_json()
         )
@@ -203,10 +202,9 @@ def fail_invalid_requeue(
 def invalid_request_alert(
     request_id: str | None, n: int | None, violations: list[str], message_id: str, now: datetime
 ) -> Alert:
-    return Alert(
-        kind="invalid_request",
-        severity="ERROR",
-        message=f"Job request {request_id or '(unnamed)'} rejected: " + "; ".join(violations),
+    return Alert.of(
+        AlertKind.INVALID_REQUEST,
+        f"Job request {request_id or '(unnamed)'} rejected: " + "; ".join(violations),
         request_id=request_id,
         attempt=n,
         details={"violations": violations, "message_id": message_id},

@@ -25,14 +25,12 @@ still name them) are dropped on the next write.
 from __future__ import annotations
 
 import json
-import random
-import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from shared.clock import iso, parse_iso
-from shared.errors import ConflictError
+from shared.swap import Decided, compare_and_swap
 
 if TYPE_CHECKING:
     from google.cloud.storage import Bucket
@@ -78,23 +76,35 @@ def bare_request_id(
     from google.api_core.exceptions import NotFound, PreconditionFailed
 
     blob_name = f"{DEDUPE_PREFIX}{digest}.json"
-    for attempt in range(MAX_CONFLICTS):
+
+    def read() -> tuple[dict[str, Any] | None, int]:
         blob = bucket.blob(blob_name)
         try:
-            document: dict[str, Any] = json.loads(blob.download_as_bytes())
-            generation = int(blob.generation)
+            return json.loads(blob.download_as_bytes()), int(blob.generation)
         except NotFound:
-            document, generation = {}, 0
-        request_id, changed = place(list(document.get("windows", [])), moment, dedupe_seconds, name)
-        if changed is None:
-            return request_id
+            return None, 0
+
+    def write(_current: dict[str, Any] | None, document: dict[str, Any], generation: int) -> bool:
         try:
             bucket.blob(blob_name).upload_from_string(
-                json.dumps({"windows": changed}, separators=(",", ":")),
+                json.dumps(document, separators=(",", ":")),
                 content_type="application/json",
                 if_generation_match=generation,
             )
-            return request_id
         except PreconditionFailed:  # another delivery placed this content first: read again
-            time.sleep(min(0.05 * 2**attempt, 1.0) * random.random())
-    raise ConflictError(f"{blob_name}: lost {MAX_CONFLICTS} compare-and-swap races in a row")
+            return False
+        return True
+
+    def join(document: dict[str, Any] | None) -> Decided[dict[str, Any]]:
+        request_id, changed = place(list((document or {}).get("windows", [])), moment, dedupe_seconds, name)
+        return Decided(None if changed is None else {"windows": changed}, request_id)
+
+    placed = compare_and_swap(
+        read,
+        write,
+        join,
+        private_copy=lambda doc: json.loads(json.dumps(doc)),
+        what=blob_name,
+        max_conflicts=MAX_CONFLICTS,
+    )
+    return placed.decided

@@ -33,7 +33,9 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from shared.clock import iso, parse_rfc3339, utcnow
+from shared.errors import ConflictError
 from shared.log import Logger
+from shared.swap import compare_and_swap
 
 if TYPE_CHECKING:
     from google.cloud.storage import Bucket
@@ -73,53 +75,59 @@ class RunLock:
         self.generation: int | None = None  # set while held
         self.current: dict[str, Any] = {}  # the lease found held by another run
 
-    def _document(self) -> str:
+    def _document(self) -> dict[str, Any]:
         now = self.clock()
-        return json.dumps(
-            {
-                "task": self.task,
-                "holder": self.holder,
-                "acquired_at": iso(now),
-                "expires_at": iso(now + timedelta(seconds=self.lease_seconds)),
-            }
-        )
+        return {
+            "task": self.task,
+            "holder": self.holder,
+            "acquired_at": iso(now),
+            "expires_at": iso(now + timedelta(seconds=self.lease_seconds)),
+        }
 
-    def _write(self, if_generation_match: int) -> bool:
+    def _read(self) -> tuple[dict[str, Any] | None, int]:
+        """The lease as found (`{}` when unreadable: taken over like an expired one) and its
+        generation; (None, 0) when there is none."""
+        from google.api_core.exceptions import NotFound, PreconditionFailed
+
+        found = self.bucket.get_blob(lock_path(self.task))
+        if found is None:
+            return None, 0
+        try:
+            lease = json.loads(found.download_as_bytes(if_generation_match=found.generation))
+        except (NotFound, PreconditionFailed):
+            lease = None  # replaced or released since: a write matched on `found` loses, and we look again
+        except ValueError:
+            lease = {}
+        return (lease if isinstance(lease, dict) else {}), int(found.generation)
+
+    def _write(self, _current: dict[str, Any] | None, lease: dict[str, Any], generation: int) -> bool:
         from google.api_core.exceptions import PreconditionFailed
 
         blob = self.bucket.blob(lock_path(self.task))
         try:
-            blob.upload_from_string(
-                self._document(), content_type="application/json", if_generation_match=if_generation_match
-            )
+            blob.upload_from_string(json.dumps(lease), content_type="application/json", if_generation_match=generation)
         except PreconditionFailed:
             return False
         self.generation = blob.generation
         return True
 
+    def _take(self, lease: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Ours if there is no lease or it has expired (or cannot be read); else nothing to write."""
+        expires = parse_rfc3339(lease.get("expires_at")) if lease else None
+        if expires is not None and self.clock() < expires:
+            return None
+        return self._document()
+
     def acquire(self) -> bool:
         """Take the lease; False if another run holds an unexpired one (`self.current` says which)."""
-        for _ in range(_ROUNDS):
-            if self._write(0):
-                return True
-            found = self.bucket.get_blob(lock_path(self.task))
-            if found is None:  # released between our create and our read: create again
-                continue
-            try:
-                self.current = json.loads(found.download_as_bytes(if_generation_match=found.generation))
-            except Exception as exc:  # noqa: BLE001 - replaced again, or not JSON: decide from what is known
-                from google.api_core.exceptions import NotFound, PreconditionFailed
-
-                if isinstance(exc, (NotFound, PreconditionFailed)):
-                    continue
-                self.current = {}
-            expires = parse_rfc3339(self.current.get("expires_at")) if isinstance(self.current, dict) else None
-            if expires is not None and self.clock() < expires:
-                return False
-            # Expired (or unreadable): take it over, unless someone else just did.
-            if self._write(found.generation):
-                return True
-        return False
+        try:
+            taken = compare_and_swap(
+                self._read, self._write, self._take, private_copy=dict, what=lock_path(self.task), max_conflicts=_ROUNDS
+            )
+        except ConflictError:
+            return False  # the lease keeps changing hands: another run has it
+        self.current = {} if taken.wrote else (taken.value or {})
+        return taken.wrote
 
     def release(self) -> None:
         from google.api_core.exceptions import NotFound, PreconditionFailed

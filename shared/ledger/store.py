@@ -50,18 +50,17 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-import random
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from shared.clock import now_iso, utcnow
-from shared.errors import ConflictError
 from shared.ledger.records import CorruptRecord, RequestRecord
 from shared.ledger.states import TERMINAL_STATUSES, check_transition
+from shared.swap import Swapped, Transition, compare_and_swap
 
 if TYPE_CHECKING:
     from google.cloud.storage import Bucket
@@ -114,9 +113,6 @@ class JobIndexEntry:
     attempt: int
     location: str
     job: str
-
-
-Transition = Callable[[RequestRecord | None], RequestRecord | None]
 
 
 class LedgerStore:
@@ -231,32 +227,42 @@ class LedgerStore:
 
     # Writing.
 
-    def update(self, request_id: str, transition: Transition) -> RequestRecord | None:
-        """Apply `transition` under compare-and-swap and return the record as stored.
+    def update(self, request_id: str, transition: Transition[RequestRecord]) -> RequestRecord | None:
+        """Apply `transition` under compare-and-swap and return the record as stored (`swap`)."""
+        return self.swap(request_id, transition).value
+
+    def swap(self, request_id: str, transition: Transition[RequestRecord]) -> Swapped[RequestRecord]:
+        """Apply `transition` under compare-and-swap (`shared.swap`): the record as stored, whether
+        this call wrote it, and what the transition's last run decided.
 
         `transition` gets a private copy of the current record (or None) and returns the new
-        record, or the same object unchanged / None to write nothing. It must be pure: it may run
-        several times when deliveries race. A proposal the state machine forbids
-        (`shared.ledger.states.check_transition`) raises `IllegalTransition` and writes nothing.
+        record, or the same object unchanged / None to write nothing (or either as a `Decided`).
+        It must be pure: it may run several times when deliveries race. A proposal the state
+        machine forbids (`shared.ledger.states.check_transition`) raises `IllegalTransition` and
+        writes nothing.
         """
-        from google.api_core.exceptions import PreconditionFailed
 
-        for conflict in range(self._max_conflicts):
-            current, generation = self.read(request_id)
-            proposed = transition(copy.deepcopy(current))
-            if proposed is None or (current is not None and proposed == current):
-                return current
+        def write(current: RequestRecord | None, proposed: RequestRecord, generation: int) -> bool:
+            from google.api_core.exceptions import PreconditionFailed
+
             check_transition(current, proposed)
             proposed.updated_at = now_iso()
             if needs_reconcile(proposed) and not needs_reconcile(current):
                 self.mark_active(request_id)  # before the record: see the module docstring
             try:
                 self._write(proposed, generation)
-                return proposed
             except PreconditionFailed:
-                # Someone else wrote first (or our own retried write already landed): decide again.
-                time.sleep(random.uniform(0, 0.05 * (conflict + 1)))
-        raise ConflictError(f"ledger record {request_id} kept changing under us")
+                return False
+            return True
+
+        return compare_and_swap(
+            lambda: self.read(request_id),
+            write,
+            transition,
+            private_copy=copy.deepcopy,
+            what=f"ledger record {request_id}",
+            max_conflicts=self._max_conflicts,
+        )
 
     def restore(self, record: RequestRecord) -> None:
         """Write `record` as it is where no document exists yet (an operator restoring a lost

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from shared.ledger.records import Attempt
+
+class Placed(Protocol):
+    """Where an earlier attempt ran (a ledger `Attempt` is one)."""
+
+    location: str
+
 
 SPOT = "SPOT"
 FALLBACK_STRATEGIES = ("STANDARD", "FLEX_START")
 
 
-def plan_attempt(request: Mapping[str, Any], n: int, previous: Attempt | None, after_stockout: bool) -> tuple[str, str]:
+def plan_attempt(request: Mapping[str, Any], n: int, previous: Placed | None, after_stockout: bool) -> tuple[str, str]:
     """(location, strategy) for attempt `n` of a canonical envelope.
 
     Strategy: SPOT, unless `fallback` is set and `n > fallback.after_spot_attempts` (so

@@ -23,7 +23,9 @@ set it, so submit honours a re-queued attempt only when the ledger says that att
 a request's `attempt` is set (never None) exactly when it came marked as a re-queue.
 
 `canonical_envelope` is the contract with the events function: the normalized request stored in
-the ledger and re-published, with `attempt` and `location` added, on re-queue.
+the ledger and re-published, with `attempt` and `location` added, on re-queue. The re-queue
+message is written here too (`requeue_message`, its body and attributes), next to its reader, so
+its wire format is one module's.
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ SCHEDULE_TIME_ATTRIBUTE = "schedule_time"
 ORIGINAL_PUBLISH_TIME_ATTRIBUTE = "spotjobs_original_publish_time"
 ORIGIN_ATTRIBUTE = "spotjobs_origin"
 REQUEUE_ORIGIN = "requeue"
-# The attributes the system publishes its re-queues with (shared/deciding/decisions.py).
+# The attributes the system publishes its re-queues with (`requeue_message`).
 REQUEUE_ATTRIBUTES = {ORIGIN_ATTRIBUTE: REQUEUE_ORIGIN}
 # Envelope fields only the system sets, on re-queue messages.
 SYSTEM_FIELDS = ("attempt",)
@@ -75,6 +77,18 @@ SYSTEM_FIELDS = ("attempt",)
 # message marked as a re-queue may exceed the limit, by a bounded amount so that not every oversized
 # body is parsed. Whether the ledger expects that attempt is checked before anything is created.
 REQUEUE_SIZE_ALLOWANCE = 2
+
+
+def requeue_message(request: dict[str, Any], attempt: int, location: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """The body and attributes attempt `attempt` of the canonical envelope `request` is
+    re-published with, to run in `location` (what `read_request` reads back as a re-queue).
+
+    Optional fields that are empty are left out, as a publisher would write them: absent means
+    the same to the reader, which rejects an empty `locations` list.
+    """
+    present = {key: value for key, value in request.items() if value is not None and value != []}
+    body = {**present, "attempt": attempt, "location": location}
+    return body, {REQUEST_ID_ATTRIBUTE: str(request["request_id"]), **REQUEUE_ATTRIBUTES}
 
 
 @dataclass(frozen=True)

@@ -20,12 +20,10 @@ writes to one document (GCS sustains about one write per second per object name)
 from __future__ import annotations
 
 import json
-import random
-import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from shared.errors import ConflictError
+from shared.swap import Swapped, Transition, compare_and_swap
 
 if TYPE_CHECKING:
     from google.cloud.storage import Bucket
@@ -109,22 +107,31 @@ class TriggerStore:
             return False
         return True
 
-    def update(self, path: str, transition: Callable[[Doc | None], Doc | None]) -> Doc | None:
-        """Read, apply `transition` to a copy, write with the generation; again on a 412. A
-        transition returning None writes nothing. Returns the document as stored."""
-        from google.api_core.exceptions import PreconditionFailed
+    def update(self, path: str, transition: Transition[Doc]) -> Doc | None:
+        """Apply `transition` under compare-and-swap and return the document as stored (`swap`)."""
+        return self.swap(path, transition).value
 
-        for attempt in range(self._max_conflicts):
-            current, generation = self._read_blob(path)
-            changed = transition(json.loads(json.dumps(current)) if current is not None else None)
-            if changed is None or changed == current:
-                return current
+    def swap(self, path: str, transition: Transition[Doc]) -> Swapped[Doc]:
+        """Read, apply `transition` to a copy, write with the generation; again on a 412
+        (`shared.swap`). A transition returning None writes nothing."""
+
+        def write(_current: Doc | None, changed: Doc, generation: int) -> bool:
+            from google.api_core.exceptions import PreconditionFailed
+
             try:
                 self._write(path, changed, generation)
-                return changed
             except PreconditionFailed:
-                time.sleep(min(0.05 * 2**attempt, 1.0) * random.random())
-        raise ConflictError(f"{path}: lost {self._max_conflicts} compare-and-swap races in a row")
+                return False
+            return True
+
+        return compare_and_swap(
+            lambda: self._read_blob(path),
+            write,
+            transition,
+            private_copy=lambda doc: json.loads(json.dumps(doc)),
+            what=path,
+            max_conflicts=self._max_conflicts,
+        )
 
     # Markers and members.
 
@@ -152,26 +159,35 @@ class TriggerStore:
 
     def claim_carry(self, path: str, metadata: dict[str, str], target: str) -> str:
         """Record on member `path` (created if absent) that it is carried to window `target`,
-        unless a carry is recorded already; returns the target in force. A metageneration
-        compare-and-swap on the member itself: the record cannot be skipped because the member
-        exists (a create-if-absent would be), and two instances agree on one target."""
-        from google.api_core.exceptions import NotFound, PreconditionFailed
+        unless a carry is recorded already; returns the target in force. A compare-and-swap on the
+        member's own metadata (its metageneration; 0 = create): the record cannot be skipped
+        because the member exists (a create-if-absent would be), and two instances agree on one
+        target."""
 
-        for _ in range(self._max_conflicts):
+        def read() -> tuple[dict[str, str] | None, int]:
             blob = self._bucket.get_blob(path)
-            if blob is None:
-                self.touch(path, {**metadata, "carried_to": target})
-                continue  # read back what is there (ours, or another instance's)
-            current = dict(blob.metadata or {})
-            if current.get("carried_to"):
-                return current["carried_to"]
-            blob.metadata = {**current, "carried_to": target}
+            return (None, 0) if blob is None else (dict(blob.metadata or {}), int(blob.metageneration))
+
+        def write(_current: dict[str, str] | None, proposed: dict[str, str], metageneration: int) -> bool:
+            from google.api_core.exceptions import NotFound, PreconditionFailed
+
+            if metageneration == 0:
+                return self.touch(path, proposed)
+            blob = self._bucket.blob(path)
+            blob.metadata = proposed
             try:
-                blob.patch(if_metageneration_match=blob.metageneration)
+                blob.patch(if_metageneration_match=metageneration)
             except (PreconditionFailed, NotFound):
-                continue
-            return target
-        raise ConflictError(f"{path}: lost {self._max_conflicts} carry races in a row")
+                return False
+            return True
+
+        def carry(current: dict[str, str] | None) -> dict[str, str] | None:
+            if current is not None and current.get("carried_to"):
+                return None  # carried already: that target stands
+            return {**(current if current is not None else metadata), "carried_to": target}
+
+        stored = compare_and_swap(read, write, carry, private_copy=dict, what=path, max_conflicts=self._max_conflicts)
+        return stored.value["carried_to"] if stored.value else target
 
     def member(self, path: str) -> Any | None:
         """The member object (with metadata and creation time), or None."""

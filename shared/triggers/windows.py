@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from shared.alerts import Alert
 from shared.clock import iso, parse_iso, parse_rfc3339
 from shared.log import Logger
+from shared.swap import Decided
 from shared.triggers import store as paths
 from shared.triggers.definition import TriggerDefinition
 from shared.triggers.publishing import finish, publish_failure_alert
@@ -315,13 +316,11 @@ def decide_window(
     """Decide a sealed window once, in the trigger's state document (the one place that orders a
     trigger's windows, so carried data is consumed by exactly one request)."""
     now = ports.clock()
-    result: dict[str, Any] = {}
 
-    def transition(state: dict[str, Any] | None) -> dict[str, Any] | None:
+    def transition(state: dict[str, Any] | None) -> Decided[dict[str, Any]]:
         state = state or _new_state(definition.name)
         if window_id in state["decided"]:
-            result.update(state["decided"][window_id])
-            return None
+            return Decided(None, state["decided"][window_id])
         total = count + state["carry_count"]
         cooling = _cooling(state, definition, now)
         if count == 0 and definition.source_kind != "schedule":
@@ -340,12 +339,9 @@ def decide_window(
             _fired(state, window_id, now)
         state["decided"][window_id] = decision
         _trim(state)
-        result.clear()
-        result.update(decision)
-        return state
+        return Decided(state, decision)
 
-    store.update(paths.state_path(definition.name), transition)
-    return result
+    return dict(store.swap(paths.state_path(definition.name), transition).decided)
 
 
 def fire_carried(ports: Ports, store: TriggerStore, definition: TriggerDefinition, log: Logger) -> bool:
@@ -363,9 +359,8 @@ def fire_carried(ports: Ports, store: TriggerStore, definition: TriggerDefinitio
     # The open marker first, so the tick after a failed publish or a crash at any later step
     # resumes this window (close_window: deferred and decided to fire -> closing -> published).
     store.touch(f"{paths.open_prefix(definition.name)}{state['carry'][-1]}")
-    chosen: dict[str, Any] = {}
 
-    def transition(state: dict[str, Any] | None) -> dict[str, Any] | None:
+    def transition(state: dict[str, Any] | None) -> Decided[dict[str, Any]] | None:
         if (
             not state
             or not state["carry"]
@@ -381,13 +376,12 @@ def fire_carried(ports: Ports, store: TriggerStore, definition: TriggerDefinitio
         }
         state["decided"][latest] = decision
         _fired(state, latest, now)
-        chosen.update(decision, window_id=latest)
-        return state
+        return Decided(state, {**decision, "window_id": latest})
 
-    store.update(paths.state_path(definition.name), transition)
-    if not chosen:
+    fired = store.swap(paths.state_path(definition.name), transition)
+    if not fired.wrote:
         return False
-    close_window(ports, store, definition, chosen["window_id"], log)
+    close_window(ports, store, definition, fired.decided["window_id"], log)
     return True
 
 

@@ -167,6 +167,7 @@ def describe_first_attempt(request: JobRequest, settings: Settings) -> dict[str,
         strategy=strategy,
         output_dir=settings.output_dir_for(envelope["request_id"]),
         deployment=settings.deployment_label,
+        commit_markers=settings.commit_markers,
         service_account=settings.training_service_account,
     )
     return {

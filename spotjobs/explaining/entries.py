@@ -13,13 +13,12 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from spotjobs.explaining.reading import described_job
+from spotjobs.explaining.reading import ParsedEntry, described_job
 from spotjobs.explaining.replay import replay_decision
 
 if TYPE_CHECKING:
     from spotjobs_kit.lines import KitRecord
 
-    from shared.deciding.events import JobLogEntry
     from shared.settings import Settings
     from spotjobs.explaining.replay import Replay
 
@@ -63,14 +62,6 @@ class Report:
             "entries": [asdict(e) for e in self.entries],
             "replay": asdict(self.replay) if self.replay else None,
         }
-
-
-@dataclass(frozen=True)
-class ParsedEntry:
-    position: int
-    raw: Any
-    entry: JobLogEntry | None
-    ignored_reason: str | None
 
 
 def explain(

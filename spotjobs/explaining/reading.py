@@ -8,7 +8,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from shared.adapters.vertex import JobSnapshot
+    from shared.deciding.events import JobLogEntry
+    from shared.jobs import JobSnapshot
+
+
+@dataclass(frozen=True)
+class ParsedEntry:
+    """One input entry as read: its position, the raw JSON, and the log entry or why it was ignored."""
+
+    position: int
+    raw: Any
+    entry: JobLogEntry | None
+    ignored_reason: str | None
 
 
 class UnreadableInput(ValueError):
@@ -70,7 +81,7 @@ def described_job(job_json: Mapping[str, Any]) -> DescribedJob:
     from google.cloud.aiplatform_v1.types import CustomJob
     from google.protobuf import json_format
 
-    from shared.adapters.vertex import JobSnapshot, JobState
+    from shared.jobs import JobSnapshot, JobState
 
     try:
         job = CustomJob.from_json(json.dumps(job_json), ignore_unknown_fields=True)

@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from shared.settings import Settings
-    from spotjobs.explaining.entries import ParsedEntry
-    from spotjobs.explaining.reading import DescribedJob
+    from spotjobs.explaining.reading import DescribedJob, ParsedEntry
 
 
 @dataclass
@@ -49,11 +48,11 @@ def replay_decision(
     described: DescribedJob,
     now: datetime | None,
 ) -> Replay:
-    from shared.adapters.vertex import LABEL_ATTEMPT, LABEL_REQUEST_ID, JobState
     from shared.clock import utcnow
     from shared.deciding.decisions import DecisionPolicy, Observation, decide
     from shared.deciding.events import Signal, classify
     from shared.deciding.preemptions import preemptions_text
+    from shared.jobs import LABEL_ATTEMPT, LABEL_REQUEST_ID, JobState
     from shared.ledger.records import Attempt, RequestRecord
     from shared.ledger.states import AttemptOutcome, RequestStatus
 

@@ -44,7 +44,7 @@ def _new_id(prefix: str) -> str:
 
 def _jobs_per_attempt(stack, request_id: str) -> Counter:
     """How many Vertex jobs carry each attempt label of this request."""
-    from shared.adapters.vertex import LABEL_ATTEMPT, LABEL_REQUEST_ID
+    from shared.jobs import LABEL_ATTEMPT, LABEL_REQUEST_ID
 
     client = stack.job_service()
     parent = f"projects/{stack.options.project}/locations/{stack.options.location}"

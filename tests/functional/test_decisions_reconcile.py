@@ -21,7 +21,7 @@ from shared.reconcile import RequestResult, run_reconcile
 from shared.requests.envelope import canonical_envelope
 from shared.requests.policy import validate_request
 from shared.wiring import Ports
-from tests.functional.test_decisions_support import (
+from tests.support.decisions import (
     STOCKOUT,
     CapturedLog,
     FakePublisher,
@@ -420,7 +420,7 @@ def _finished_in(world: World, region: str) -> str:
 
 
 def test_a_stray_of_a_finished_request_in_a_failover_region_is_cancelled_on_the_next_pass(world: World) -> None:
-    from shared.deciding.strays import remember_location
+    from shared.found_jobs import remember_location
 
     remember_location(world.ports, "europe-west4")  # what submit did before creating there
     _finished_in(world, "europe-west4")

@@ -19,7 +19,7 @@ from shared.observe import EventOutcome, handle_job_event
 from spotjobs.explaining.entries import explain
 from spotjobs.explaining.reading import read_entries
 from tests.conftest import EVENTS_DIR
-from tests.functional.test_decisions_support import (
+from tests.support.decisions import (
     CapturedLog,
     FakePublisher,
     FakeVertex,

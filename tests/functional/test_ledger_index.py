@@ -17,7 +17,7 @@ from shared.ledger.states import AttemptOutcome, RequestStatus
 from shared.ledger.store import ACTIVE_PREFIX, ARCHIVE_PREFIX, JobIndexEntry, LedgerStore, ListedRequest
 from shared.log import Logger
 from shared.reconcile import ReconcileSummary, _requests_to_reconcile
-from tests.functional.test_decisions_support import CapturedLog, make_settings
+from tests.support.decisions import CapturedLog, make_settings
 
 FAR = timedelta(days=400)
 
@@ -282,7 +282,7 @@ def test_a_corrupt_finished_record_is_alerted_once_and_the_sweep_moves_on(ledger
 def test_reconcile_alerts_a_corrupt_finished_record_the_sweep_meets_once(gcs_bucket, monkeypatch) -> None:
     from shared.ledger import retention as ledger_retention
     from shared.reconcile import run_reconcile
-    from tests.functional.test_decisions_support import FakePublisher, FakeVertex, World
+    from tests.support.decisions import FakePublisher, FakeVertex, World
 
     world = World(LedgerStore(gcs_bucket), FakeVertex(), FakePublisher(), make_settings(gcs_bucket.name))
     world.ledger.mark_index_built()

@@ -19,8 +19,8 @@ from shared.log import Logger
 from shared.pruning.runner import handle_maintenance
 from shared.settings import Settings
 from shared.wiring import Ports
-from tests.functional.test_decisions_support import FakePublisher
-from tests.functional.test_prune_support import folder, format_layout, surviving, upload
+from tests.support.decisions import FakePublisher
+from tests.support.prune_gcs import folder, format_layout, surviving, upload
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -5,22 +5,20 @@ from __future__ import annotations
 
 import base64
 import io
-import itertools
 import json
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from google.api_core import exceptions as api
-from google.cloud.aiplatform_v1 import CustomJob, JobState
+from google.cloud.aiplatform_v1 import CustomJob
 
-from shared.adapters.vertex import LABEL_ATTEMPT, LABEL_DEPLOYMENT, LABEL_REQUEST_ID
 from shared.alerts import Alert
 from shared.delivery import Message, handle_delivery
 from shared.errors import ConfigurationError, TransientError
+from shared.jobs import LABEL_ATTEMPT, LABEL_DEPLOYMENT, LABEL_REQUEST_ID
 from shared.ledger.claims import ClaimInProgress
 from shared.ledger.records import Attempt, RequestRecord, Requeue
 from shared.ledger.states import RequestStatus
@@ -31,7 +29,8 @@ from shared.settings import Settings
 from shared.submit import SubmitBlocked, SubmitOutcome, SubmitResult, submit_request
 from shared.wiring import Ports
 from tests.conftest import load_event
-from tests.functional.test_decisions_support import FakePublisher
+from tests.support.decisions import FakePublisher
+from tests.support.vertex import FakeVertex as FakeJobService
 
 LEASE = 30.0
 LIST_LAG = 10.0  # shorter than the lease: a takeover after the lease need not wait more
@@ -52,65 +51,6 @@ SETTINGS = Settings.from_env(
         "SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES": "STANDARD",
     }
 )
-
-
-class FakeJobService:
-    """The slice of aiplatform_v1.JobServiceClient submit uses, with scripted create faults."""
-
-    def __init__(self) -> None:
-        self.jobs: dict[str, CustomJob] = {}
-        # An exception to raise, or "lost" / "lost_503": the job is created, then the call fails.
-        self.create_faults: list[Exception | str] = []
-        self.list_lag = 0  # this many upcoming lists do not see jobs yet (eventual consistency)
-        self.creates = 0
-        self.lists = 0
-        self.create_timeouts: list[float] = []
-        self.cancelled: list[str] = []
-        self._ids = itertools.count(1000)
-        self._lock = threading.Lock()
-
-    def create_custom_job(self, *, parent: str, custom_job: CustomJob, retry: Any, timeout: float) -> CustomJob:
-        assert retry is None, "a create must never be retried by the client"
-        with self._lock:
-            self.creates += 1
-            self.create_timeouts.append(timeout)
-            fault = self.create_faults.pop(0) if self.create_faults else None
-            if isinstance(fault, Exception):
-                raise fault
-            job = CustomJob(custom_job)
-            job.name = f"{parent}/customJobs/{next(self._ids)}"
-            job.state = JobState.JOB_STATE_QUEUED
-            job.create_time = datetime.now(UTC)
-            self.jobs[job.name] = job
-        if fault == "lost":
-            raise api.DeadlineExceeded("the response was lost")
-        if fault == "lost_503":
-            raise api.ServiceUnavailable("UNAVAILABLE after the server accepted the create")
-        return CustomJob(job)
-
-    def cancel_custom_job(self, *, name: str) -> None:
-        with self._lock:
-            self.cancelled.append(name)
-            self.jobs[name].state = JobState.JOB_STATE_CANCELLING
-
-    def list_custom_jobs(self, request: dict[str, str]) -> Iterator[CustomJob]:
-        with self._lock:
-            self.lists += 1
-            if self.list_lag:
-                self.list_lag -= 1
-                return iter([])
-            wanted = dict(term.split("=", 1) for term in request["filter"].split(" AND "))
-            wanted = {k.removeprefix("labels."): v.strip('"') for k, v in wanted.items()}
-            return iter(
-                [
-                    CustomJob(j)
-                    for name, j in self.jobs.items()
-                    if name.startswith(request["parent"] + "/") and all(j.labels.get(k) == v for k, v in wanted.items())
-                ]
-            )
-
-    def get_custom_job(self, *, name: str) -> CustomJob:
-        return CustomJob(self.jobs[name])
 
 
 @dataclass
@@ -223,6 +163,25 @@ def test_the_docs_body_becomes_one_spot_job_recorded_in_the_ledger(harness: Harn
     assert line["request_id"] == request_id and line["attempt"] == 1 and line["job"] == job.name
     assert line["event_id"] == "e-1" and line["severity"] == "INFO"
     assert not harness.observed(request_id, 1)  # a job created here has all its events to come
+
+
+def test_the_configured_commit_markers_reach_every_container_and_the_kit_reads_them(
+    harness: Harness, tmp_path: Any
+) -> None:
+    from spotjobs_kit import Run
+
+    markers = ("done.txt", "COMMITTED")
+    harness.settings = Settings.from_env({**SETTINGS.as_env(), "SPOTJOBS_COMMIT_MARKERS": ",".join(markers)})
+    two_pools = json.loads(load_event("requests/bare_docs.json"))
+    two_pools["jobSpec"]["workerPoolSpecs"].append(dict(two_pools["jobSpec"]["workerPoolSpecs"][0], replicaCount=2))
+    harness.deliver(json.dumps({"request_id": "r1", "custom_job": two_pools}).encode())
+
+    [job] = harness.vertex.jobs.values()
+    environments = [{e.name: e.value for e in pool.container_spec.env} for pool in job.job_spec.worker_pool_specs]
+    assert [env["SPOTJOBS_COMMIT_MARKERS"] for env in environments] == ["done.txt,COMMITTED"] * 2
+    # The kit in the container, started with that environment, judges with the pruner's list.
+    with Run.start(str(tmp_path), environ=environments[0], handle_sigterm=False, announce=False) as run:
+        assert run.markers == harness.settings.commit_markers == markers
 
 
 def test_a_redelivery_and_a_second_publish_create_nothing(harness: Harness) -> None:
@@ -545,10 +504,7 @@ def _push_event(data: bytes, message_id: str, **attributes: str) -> dict[str, An
         "attributes": attributes,
         "publishTime": datetime.now(UTC).isoformat(),
     }
-    return {
-        "id": message_id,
-        "data": {"message": message, "subscription": "projects/p/subscriptions/s"},
-    }
+    return {"message": message, "subscription": "projects/p/subscriptions/s"}
 
 
 def test_through_handle_delivery_transient_failures_raise_and_invalid_requests_return(
@@ -866,10 +822,10 @@ def test_a_duplicate_publish_with_a_different_body_is_a_warning(harness: Harness
 
 
 def _push_request(event: dict[str, Any]) -> Any:
-    """The HTTP request Pub/Sub's push makes: the push body of `event` (entry points are HTTP)."""
+    """The HTTP request Pub/Sub's push makes with the push body `event` (entry points are HTTP)."""
     import types
 
-    body = json.dumps(event["data"]).encode()
+    body = json.dumps(event).encode()
     return types.SimpleNamespace(get_data=lambda: body)
 
 
@@ -880,7 +836,7 @@ def test_submit_job_handles_a_request_of_any_age(monkeypatch: pytest.MonkeyPatch
     handled: list[Message] = []
     monkeypatch.setattr(entry, "_handle", lambda message, log: handled.append(message))
     event = _push_event(envelope(), "m-old")
-    event["data"]["message"]["publishTime"] = (datetime.now(UTC) - timedelta(days=30)).isoformat()
+    event["message"]["publishTime"] = (datetime.now(UTC) - timedelta(days=30)).isoformat()
 
     entry.submit_job(_push_request(event))
 

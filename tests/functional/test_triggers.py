@@ -21,7 +21,7 @@ from shared.triggers.definition import parse_definition, read_definition
 from shared.triggers.render import check_request_template
 from shared.triggers.store import TriggerStore
 from shared.wiring import Ports
-from tests.functional.test_decisions_support import CapturedLog, FakePublisher
+from tests.support.decisions import CapturedLog, FakePublisher
 
 BODY = json.loads((Path(__file__).parents[1] / "events" / "requests" / "bare_quick.json").read_text())
 T0 = datetime(2026, 11, 29, 17, 0, 0, tzinfo=UTC)

@@ -46,8 +46,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_layering import devstack_references
-from tests.unit.test_terraform_hcl import (
+from tests.support.deploy_zip import pip_failure
+from tests.support.imports import devstack_references
+from tests.support.terraform import (
     REPO_ROOT,
     TERRAFORM_DIR,
     entry_points,
@@ -57,17 +58,6 @@ from tests.unit.test_terraform_hcl import (
 
 pytestmark = pytest.mark.timeout(1800)
 
-NETWORK_ERRORS = (
-    "NewConnectionError",
-    "Temporary failure in name resolution",
-    "Name or service not known",
-    "Network is unreachable",
-    "No route to host",
-    "ConnectTimeoutError",
-    "Connection refused",
-    "ProxyError",
-    "Read timed out",
-)
 # Never let google-auth probe a metadata server from here.
 NO_METADATA = {"NO_GCE_CHECK": "true", "GCE_METADATA_HOST": "127.0.0.1:9", "GCE_METADATA_IP": "127.0.0.1:9"}
 
@@ -282,15 +272,6 @@ def find_python(version: str) -> tuple[str, str]:
         stacklevel=2,
     )
     return sys.executable, found
-
-
-def pip_failure(result: subprocess.CompletedProcess[str], what: str) -> None:
-    output = result.stdout + result.stderr
-    network = next((marker for marker in NETWORK_ERRORS if marker in output), None)
-    if network is not None:
-        lines = [line for line in output.splitlines() if network in line]
-        pytest.skip(f"pip cannot reach the package registry ({what}): {lines[0].strip()[:300]}")
-    pytest.fail(f"{what} failed ({result.returncode}):\n{output[-6000:]}")
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import pytest
 from spotjobs.cli import build_parser
 from spotjobs.cli.local import local_up_schedule
 from tests.conftest import isolated_stack
-from tests.integration.test_triggers import apply, definition, jobs_for, trigger_requests
+from tests.support.stack_triggers import apply, definition, jobs_for, trigger_requests
 
 pytestmark = pytest.mark.stack
 

@@ -35,7 +35,7 @@ import pytest
 
 from shared.ledger.states import RequestStatus
 from shared.topology import TOPOLOGY
-from tests.unit.test_terraform_hcl import module_config
+from tests.support.terraform import module_config
 
 pytestmark = [pytest.mark.stack, pytest.mark.run_last]
 
@@ -234,7 +234,7 @@ def read_calls(directory: Path, function: str) -> list[dict[str, str]]:
 
 
 def drive_every_path(stack) -> None:
-    from tests.integration.test_events import log_entry, new_request_id, set_log_sink, submit
+    from tests.support.stack_events import log_entry, new_request_id, set_log_sink, submit
 
     ledger = stack.ledger()
     # on_job_event decides: a re-queue (publish job-requests), a success (publish the prune
@@ -305,7 +305,7 @@ def drive_every_path(stack) -> None:
 
 
 def drive_a_trigger(stack) -> None:
-    from tests.integration.test_triggers import (
+    from tests.support.stack_triggers import (
         apply,
         at_window_start,
         definition,

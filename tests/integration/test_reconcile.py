@@ -10,7 +10,7 @@ import time
 import pytest
 
 from shared.ledger.states import RequestStatus
-from tests.integration.test_events import jobs_of, new_request_id, set_log_sink, submit
+from tests.support.stack_events import jobs_of, new_request_id, set_log_sink, submit
 
 pytestmark = pytest.mark.stack
 

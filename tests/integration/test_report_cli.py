@@ -12,8 +12,8 @@ import pytest
 
 from devstack.processes import REPO_ROOT
 from devstack.samples import job_request
-from tests.browser import render
-from tests.unit.test_report_html import marks, section
+from tests.support.browser import render
+from tests.support.report_html import marks, section
 
 pytestmark = pytest.mark.stack
 

@@ -253,7 +253,8 @@ def test_failing_training_code_exits_1_after_committing_its_last_checkpoint(
 
 @pytest.mark.stack
 def test_a_spot_job_preempted_twice_resumes_from_its_checkpoint_each_time(stack: Any) -> None:
-    from shared.adapters.vertex import get_job, parent_path, state_name, to_custom_job
+    from shared.adapters.vertex import get_job, parent_path, to_custom_job
+    from shared.jobs import state_name
 
     test_id = uuid.uuid4().hex[:10]
     stack.vertex_control(

@@ -1,5 +1,6 @@
 """Who may import whom: the rooms of docs/ARCHITECTURE.md ("Layout and what each folder may
-import"), the dev stack, and no import cycle.
+import"), the dev stack, no import cycle, and tests take shared helpers from conftest.py or
+tests/support/ only.
 
 Every import counts: at module level, inside a function (lazy) and under `if TYPE_CHECKING:`. A
 module that may not import another at run time may not name its types either, or the picture of
@@ -15,15 +16,15 @@ works without it. "Names" means an import statement or a string that is a `devst
 from __future__ import annotations
 
 import ast
-import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.support.imports import devstack_references
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CLI_PACKAGE = REPO_ROOT / "spotjobs" / "cli"
-DEVSTACK_MODULE = re.compile(r"devstack(\.\w+)*")
 KIT = "spotjobs_kit"
 
 # The rooms of shared/ (module name prefixes; the longest match wins), and the packages around it.
@@ -35,6 +36,9 @@ ROOMS: dict[str, str] = {
     "shared.clock": "foundation",
     "shared.topology": "foundation",
     "shared.alerts": "foundation",
+    "shared.image_ref": "foundation",
+    "shared.jobs": "foundation",
+    "shared.swap": "foundation",
     "shared.requests": "requests",
     "shared.ledger": "ledger",
     "shared.adapters": "adapters",
@@ -46,7 +50,8 @@ ROOMS: dict[str, str] = {
     "shared.submit": "shells",
     "shared.reconcile": "shells",
     "shared.observe": "shells",
-    "shared.redeliveries": "shells",
+    "shared.redeliveries": "shell parts",
+    "shared.found_jobs": "shell parts",
     "functions": "functions",
     "spotjobs": "spotjobs",
     "devstack": "devstack",
@@ -65,31 +70,19 @@ ALLOWED: dict[str, set[str]] = {
     "deciding": {"foundation", "requests", "ledger", "wiring"},
     "pruning": {"foundation", "ledger", "wiring", "delivery", "deciding"},
     "triggers": {"foundation", "requests", "wiring", "delivery"},
-    # A shell is one function's flow; it uses every room but not another shell (exceptions below).
+    # What more than one shell does around the rooms' decisions (adopting a found job, cancelling a
+    # stray) or one shell's flow split out for size (redeliveries, submit's): never a shell.
+    "shell parts": SHARED_ROOMS - {"shells"},
+    # A shell is one function's flow; it uses every room but not another shell.
     "shells": SHARED_ROOMS - {"shells"},
     "functions": SHARED_ROOMS,
     "spotjobs": SHARED_ROOMS | {"devstack"},  # devstack: the CLI only, lazily (tests below)
     "devstack": SHARED_ROOMS | {"spotjobs"},
 }
 
-# (importer, imported module) pairs the table does not allow yet: each is work for phase 2 of
-# issue 21, with the reason it is still here.
-EXCEPTIONS: dict[tuple[str, str], str] = {
-    # settings checks SPOTJOBS_ALLOWED_IMAGES with the image reference parser, lazily.
-    ("shared.settings", "shared.requests.image_ref"): "parse the allowed image prefixes",
-    # attempt planning names the ledger's Attempt type (type-only).
-    ("shared.requests.attempts", "shared.ledger.records"): "the Attempt type",
-    # The label and environment names of a spotjobs job live in the Vertex adapter.
-    ("shared.requests.job_policy", "shared.adapters.vertex"): "SYSTEM_LABELS, ENV_* names",
-    # The pure decision layer takes JobState/JobSnapshot from the adapter (issue 21, item 4).
-    ("shared.deciding.decisions", "shared.adapters.vertex"): "JobState, JobSnapshot, FLEX_START",
-    ("shared.deciding.preemptions", "shared.adapters.vertex"): "JobState, JobSnapshot",
-    ("shared.deciding.strays", "shared.adapters.vertex"): "cancels and lists jobs (I/O in deciding)",
-    # Shells that call another shell: applying an observation belongs in deciding/.
-    ("shared.submit", "shared.observe"): "apply_observation",
-    ("shared.reconcile", "shared.observe"): "apply_observation, read_job",
-    ("shared.submit", "shared.redeliveries"): "replayed and refused deliveries",
-}
+# (importer, imported module) pairs the table does not allow, each with the reason it is allowed
+# anyway. None since issue 21's phase 2; a new one needs a reason a reviewer accepts.
+EXCEPTIONS: dict[tuple[str, str], str] = {}
 
 
 def room_of(module: str) -> str | None:
@@ -208,6 +201,20 @@ def test_shared_and_functions_import_only_shared_the_kit_and_libraries() -> None
     assert wrong == []
 
 
+def test_test_helpers_come_from_conftest_or_tests_support_only() -> None:
+    """A helper two test modules share lives in a conftest.py or tests/support/; a test module is
+    never imported for its helpers (running it, or renaming one of its tests, must not break
+    another module)."""
+    wrong = []
+    for path in python_files(REPO_ROOT / "tests"):
+        importer = module_name(path)
+        for line, name in imported_modules(path.read_text(), importer):
+            parts = name.split(".")
+            if parts[0] == "tests" and len(parts) > 1 and parts[1] != "support" and "conftest" not in parts:
+                wrong.append(f"{importer}:{line} imports {name}")
+    assert wrong == []
+
+
 def find_cycle(graph: dict[str, set[str]]) -> list[str]:
     """One import cycle of `graph` as [a, b, ..., a], or [] when there is none."""
     done: set[str] = set()
@@ -239,41 +246,27 @@ def test_find_cycle_finds_one() -> None:
     assert find_cycle({"a": {"b"}, "b": set()}) == []
 
 
-def test_no_import_cycle_among_shared_modules() -> None:
-    graph = import_graph()
-    shared = {m: {t for t in ts if t.startswith("shared.")} for m, ts in graph.items() if m.startswith("shared.")}
-    assert find_cycle(shared) == []
+def test_no_import_cycle_anywhere() -> None:
+    """In shared/, functions/, spotjobs/ and devstack/, type-only imports included."""
+    assert find_cycle(import_graph()) == []
+
+
+MAX_LINES = 450
+
+
+def test_a_module_over_450_lines_says_why_it_is_one_thing() -> None:
+    """Its docstring says so in words that name the size ("over 450 lines") and give the reason."""
+    unexplained = []
+    for module, path in repository_modules().items():
+        source = path.read_text()
+        if source.count("\n") > MAX_LINES and "450 lines" not in (ast.get_docstring(ast.parse(source)) or "").lower():
+            unexplained.append(module)
+    assert unexplained == []
 
 
 # ---------------------------------------------------------------------------------------------
 # The dev stack
 # ---------------------------------------------------------------------------------------------
-
-
-def _is_devstack(name: str | None) -> bool:
-    return name is not None and DEVSTACK_MODULE.fullmatch(name) is not None
-
-
-def devstack_references(source: str) -> list[tuple[int, str, bool]]:
-    """(line, what, at module level) for every import of devstack or devstack module-name string."""
-    tree = ast.parse(source)
-    found: list[tuple[int, str, bool]] = []
-
-    def visit(node: ast.AST, in_function: bool) -> None:
-        for child in ast.iter_child_nodes(node):
-            nested = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
-            if isinstance(child, ast.Import):
-                found.extend(
-                    (child.lineno, f"import {a.name}", not in_function) for a in child.names if _is_devstack(a.name)
-                )
-            elif isinstance(child, ast.ImportFrom) and child.level == 0 and _is_devstack(child.module):
-                found.append((child.lineno, f"from {child.module} import ...", not in_function))
-            elif isinstance(child, ast.Constant) and isinstance(child.value, str) and _is_devstack(child.value):
-                found.append((child.lineno, repr(child.value), not in_function))
-            visit(child, nested)
-
-    visit(tree, False)
-    return found
 
 
 def test_the_scan_sees_every_way_of_naming_devstack() -> None:

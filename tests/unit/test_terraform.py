@@ -19,7 +19,7 @@ import pytest
 
 from shared.settings import Settings
 from shared.topology import TOPOLOGY, TOPOLOGY_FILE
-from tests.unit.test_terraform_hcl import (
+from tests.support.terraform import (
     TERRAFORM_DIR,
     build_config,
     entry_points,

@@ -17,7 +17,7 @@ import ast
 from functools import cache
 from pathlib import Path
 
-from tests.unit.test_terraform_hcl import REPO_ROOT, entry_points, module_config
+from tests.support.terraform import REPO_ROOT, entry_points, module_config
 
 PACKAGES = ("functions", "shared")
 VERTEX_HELPERS = "shared.adapters.vertex"
@@ -143,9 +143,7 @@ def test_the_call_table_sees_what_the_code_does() -> None:
     """Guards the grep itself: the calls the issue is about are found where they are."""
     assert helper_methods()["cancel_job"] == {"cancel_custom_job"}
     assert helper_methods()["find_attempt_job"] == {"list_custom_jobs"}
-    assert {"create_custom_job", "cancel_custom_job", "list_custom_jobs", "get_custom_job"} <= vertex_methods(
-        "submit_job"
-    )
+    assert {"create_custom_job", "cancel_custom_job", "list_custom_jobs"} <= vertex_methods("submit_job")
     assert "get_custom_job" in vertex_methods("on_job_event")
     assert {"list_custom_jobs", "get_custom_job"} <= vertex_methods("reconcile")
     assert vertex_methods("prune_checkpoints") == set()

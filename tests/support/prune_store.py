@@ -1,5 +1,5 @@
-"""An in-memory checkpoint store that honours generation preconditions like GCS, and layout
-writers shared by the prune tests. No tests here."""
+"""An in-memory checkpoint store that honours generation preconditions like GCS, layout writers,
+and a prune run over it, shared by the prune tests. No tests here."""
 
 from __future__ import annotations
 
@@ -10,7 +10,11 @@ from datetime import UTC, datetime, timedelta
 
 from spotjobs_kit.layout import FolderListing, ListedObject
 
+from shared.ledger.records import RequestRecord
+from shared.ledger.states import RequestStatus
+from shared.pruning.execute import prune_requests
 from shared.pruning.folders import CheckpointLayout
+from shared.pruning.report import PruneResult
 from shared.pruning.retention import PrunePolicy
 from shared.pruning.store import DeleteOutcome
 
@@ -153,3 +157,41 @@ def tf_checkpoint(
 def tf_index(store: MemoryStore, request_id: str, stems: list[str], *, at: datetime = NOW) -> None:
     lines = [f'model_checkpoint_path: "{stems[-1]}"'] + [f'all_model_checkpoint_paths: "{s}"' for s in stems]
     store.put(f"{folder(request_id)}checkpoint", at=at, text="\n".join(lines) + "\n")
+
+
+# Running the pruner over a MemoryStore, and what survives.
+
+HOUR = timedelta(hours=1)
+
+
+def record(
+    status: str = RequestStatus.RUNNING, *, finished_ago: timedelta | None = None, keep_last: object = None
+) -> RequestRecord:
+    request: dict = {}
+    if keep_last is not None:
+        request["checkpoints"] = {"keep_last": keep_last}
+    rec = RequestRecord("r1", request, "gs://ckpt-bucket/requests/r1/", status=status)
+    if finished_ago is not None:
+        rec.finished_at = (NOW - finished_ago).isoformat().replace("+00:00", "Z")
+    return rec
+
+
+def run_prune(
+    store: MemoryStore, records: dict[str, RequestRecord] | None = None, *, dry_run: bool = False, **overrides: object
+) -> PruneResult:
+    records = records or {}
+    return prune_requests(
+        store,
+        store.list_request_ids(LAYOUT.root),
+        read_record=records.get,
+        layout=LAYOUT,
+        policy=policy(**overrides),
+        workers=4,
+        dry_run=dry_run,
+        now=NOW,
+    )
+
+
+def surviving(store: MemoryStore, request_id: str = "r1") -> set[str]:
+    base = folder(request_id)
+    return {n[len(base) :].split("/", 1)[0] for n in store.names() if n.startswith(base)}

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
-from tests.unit.test_prune_support import (
+from tests.support.prune_store import (
     NOW,
     MemoryStore,
     file_checkpoint,

@@ -1,5 +1,5 @@
-"""Fakes for the decision tests: a Vertex JobService and a Pub/Sub publisher in memory; the ledger
-is real (fake-gcs-server, which enforces the generation preconditions the decisions rely on).
+"""Fakes for the decision tests: Vertex (tests.support.vertex) and a Pub/Sub publisher in memory;
+the ledger is real (fake-gcs-server, which enforces the generation preconditions the decisions rely on).
 No tests here."""
 
 from __future__ import annotations
@@ -7,15 +7,13 @@ from __future__ import annotations
 import io
 import itertools
 import json
-import re
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
-from shared.adapters.vertex import LABEL_ATTEMPT, LABEL_DEPLOYMENT, LABEL_REQUEST_ID, state_name
 from shared.ledger.claims import claim_attempt, record_job
 from shared.ledger.records import Attempt, RequestRecord
 from shared.ledger.states import RequestStatus
@@ -23,96 +21,10 @@ from shared.ledger.store import JobIndexEntry, LedgerStore
 from shared.log import Logger
 from shared.settings import Settings
 from shared.wiring import Ports
+from tests.support.vertex import DEPLOYMENT, PROJECT, FakeVertex
 
-PROJECT = "spotjobs-test"
 STOCKOUT = {"code": 8, "message": "Job failed with STOCKOUT: the Spot VM was preempted 7 times."}
 USER_ERROR = {"code": 3, "message": "The replica workerpool0-0 exited with a non-zero status of 1."}
-
-
-class FakeVertex:
-    """CustomJobs by name; `get_custom_job` and `list_custom_jobs` as the client offers them."""
-
-    def __init__(self) -> None:
-        self._jobs: dict[str, Any] = {}
-        self._ids = itertools.count(7_000_000_000_000_000_001)
-        self._lock = threading.Lock()
-        self.gets = 0
-        self.lists = 0
-        self.cancelled: list[str] = []
-
-    def __call__(self, location: str) -> FakeVertex:  # the Ports.job_service factory
-        return self
-
-    def add(self, request_id: str, attempt: int, location: str = "us-central1", state: int = 1) -> str:
-        from google.cloud.aiplatform_v1 import CustomJob
-
-        name = f"projects/{PROJECT}/locations/{location}/customJobs/{next(self._ids)}"
-        now = datetime.now(UTC)
-        job = CustomJob(
-            name=name,
-            display_name=f"{request_id}-a{attempt}",
-            state=state,
-            labels={
-                LABEL_REQUEST_ID: request_id,
-                LABEL_ATTEMPT: str(attempt),
-                LABEL_DEPLOYMENT: DEPLOYMENT,
-            },
-            create_time=now,
-            update_time=now,
-        )
-        with self._lock:
-            self._jobs[name] = job
-        return name
-
-    def set_state(self, name: str, state: int, error: dict[str, Any] | None = None) -> None:
-        with self._lock:
-            job = self._jobs[name]
-            now = max(datetime.now(UTC), job.update_time + timedelta(microseconds=1))
-            job.state = state
-            job.update_time = now
-            if state == 3 and not job.start_time:
-                job.start_time = now
-            if state in (4, 5, 7, 9):
-                job.end_time = now
-            if error:
-                job.error = error
-
-    def cancel_custom_job(self, name: str, **_: Any) -> None:
-        with self._lock:
-            self.cancelled.append(name)
-            self._jobs[name].state = 6  # CANCELLING: Vertex cancels asynchronously
-
-    def forget(self, name: str) -> None:
-        """As if the create never reached Vertex."""
-        with self._lock:
-            del self._jobs[name]
-
-    def get_custom_job(self, name: str, **_: Any) -> Any:
-        from google.api_core.exceptions import NotFound
-        from google.cloud.aiplatform_v1 import CustomJob
-
-        with self._lock:
-            self.gets += 1
-            if name not in self._jobs:
-                raise NotFound(f"{name} does not exist")
-            return CustomJob.deserialize(CustomJob.serialize(self._jobs[name]))
-
-    def list_custom_jobs(self, request: dict[str, Any], **_: Any) -> list[Any]:
-        """The filter's terms that spotjobs writes: `labels.k="v"`, `labels.k:*`, `state!="S"`."""
-        query = request.get("filter", "")
-        wanted = dict(re.findall(r'labels\.([\w-]+)="([^"]*)"', query))
-        present = re.findall(r"labels\.([\w-]+):\*", query)
-        excluded = set(re.findall(r'state!="(\w+)"', query))
-        with self._lock:
-            self.lists += 1
-            return [
-                job
-                for job in self._jobs.values()
-                if job.name.startswith(request["parent"] + "/")
-                and all(job.labels.get(k) == v for k, v in wanted.items())
-                and all(k in job.labels for k in present)
-                and state_name(job.state) not in excluded
-            ]
 
 
 @dataclass
@@ -162,9 +74,6 @@ class CapturedLog:
 
     def events(self, name: str) -> list[dict[str, Any]]:
         return [line for line in self.lines if line.get("event") == name]
-
-
-DEPLOYMENT = "test"
 
 
 def make_settings(bucket: str, **env: str) -> Settings:

@@ -15,6 +15,7 @@ from shared.pruning.folders import CheckpointLayout
 from shared.pruning.report import PruneResult
 from shared.pruning.retention import PrunePolicy
 from shared.pruning.store import GcsPruneStore
+from tests.support.framework_layouts import hf_trainer, orbax_renamed_legacy
 
 if TYPE_CHECKING:
     from google.cloud.storage import Bucket
@@ -55,21 +56,37 @@ class Layout:
     expected: set[str] = field(default_factory=set)
     tf_index: str | None = None
 
+    texts: dict[str, str] = field(default_factory=dict)  # objects whose content matters
+
     def write(self, bucket: Bucket) -> None:
         for batch in self.batches:
-            upload(bucket, batch)
+            upload(bucket, [n for n in batch if n not in self.texts])
+            upload_texts(bucket, {n: t for n, t in self.texts.items() if n in batch})
         if self.tf_index is not None:
             bucket.blob(folder(self.request_id) + "checkpoint").upload_from_string(self.tf_index)
+
+
+def upload_texts(bucket: Bucket, texts: dict[str, str]) -> None:
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda item: bucket.blob(item[0]).upload_from_string(item[1]), texts.items()))
 
 
 def _name(fmt: str, step: int) -> str:
     return {
         "demo": f"step-{step:06d}/",
         "orbax": f"{step}/",
+        "orbax_legacy": f"{step}/",
         "torch_dcp": f"checkpoint-{step}/",
+        "hf": f"checkpoint-{step}/",
         "file": f"ckpt-{step:06d}.pt",
+        "lightning": f"epoch=0-step={step}.ckpt",
         "tensorflow": f"ckpt-{step}",
     }[fmt]
+
+
+# What the framework writes, as observed (tests/unit/framework_layouts.py): all but the last
+# object are data, the last one completes the checkpoint.
+_OBSERVED = {"hf": hf_trainer, "orbax_legacy": orbax_renamed_legacy}
 
 
 _MARKER = {"demo": "COMMITTED", "orbax": "commit_success.txt", "torch_dcp": ".metadata"}
@@ -83,19 +100,29 @@ _SHARDS = {
 def checkpoint_objects(fmt: str, step: int, *, complete: bool) -> tuple[list[str], list[str]]:
     """(the unit's data objects, its commit objects) as names relative to the checkpoints folder."""
     name = _name(fmt, step)
-    if fmt == "file":
+    if fmt in ("file", "lightning"):
         return [name], []
+    if fmt in _OBSERVED:
+        writes = [n for n, _ in _OBSERVED[fmt](step).writes]
+        return writes[:-1], (writes[-1:] if complete else [])
     if fmt == "tensorflow":
         data = [f"{name}.data-00000-of-00002", f"{name}.data-00001-of-00002"]
         return data, ([f"{name}.index"] if complete else [])
     return [name + s for s in _SHARDS[fmt]], ([name + _MARKER[fmt]] if complete else [])
 
 
-def format_layout(request_id: str, fmt: str, count: int, *, with_incomplete: bool, keep_last: int = 2) -> Layout:
+def format_layout(
+    request_id: str, fmt: str, count: int, *, with_incomplete: bool, keep_last: int = 2, with_metrics: bool = False
+) -> Layout:
     """`count` complete checkpoints (steps 100, 200, ...); with_incomplete adds an abandoned one
     before the first (deleted once past grace) and one in progress after the last (kept).
-    Files are complete once they exist, so the file format has no incomplete variant."""
+    Files are complete once they exist, so the file formats have no incomplete variant.
+    `with_metrics`: beside each checkpoint, a metrics file with its step (`eval_step_100.json`),
+    never a checkpoint, never deleted."""
     layout = Layout(request_id)
+    if fmt in _OBSERVED:
+        for step in [50, *(100 * (i + 1) for i in range(count + 1))]:
+            layout.texts.update((folder(request_id) + n, t) for n, t in _OBSERVED[fmt](step).writes if t is not None)
     steps = [100 * (i + 1) for i in range(count)]
     data: list[str] = []
     commits: list[str] = []
@@ -106,13 +133,15 @@ def format_layout(request_id: str, fmt: str, count: int, *, with_incomplete: boo
         commits += c
         complete_names.append(set(d) | set(c))
     in_progress: set[str] = set()
-    if with_incomplete and fmt != "file":
+    if with_incomplete and fmt not in ("file", "lightning"):
         d, _ = checkpoint_objects(fmt, 50, complete=False)
         data += d
         d, _ = checkpoint_objects(fmt, steps[-1] + 100, complete=False)
         data += d
         in_progress = set(d)
-    layout.batches = [[folder(request_id) + n for n in data], [folder(request_id) + n for n in commits]]
+    metrics = [f"eval_step_{step}.json" for step in steps] if with_metrics else []
+    layout.batches = [[folder(request_id) + n for n in data + metrics], [folder(request_id) + n for n in commits]]
+    layout.expected |= set(metrics)
     for names in complete_names[-keep_last:]:
         layout.expected |= names
     layout.expected |= in_progress
