@@ -297,7 +297,12 @@ class Stack:
 
     def watch_topic(self, topic: str) -> None:
         """A `pubsub` retraining trigger's topic, pushed to on_trigger."""
-        watch_topic(self.options.project, topic, self.function_urls["on_trigger"])
+        watch_topic(
+            self.options.project,
+            topic,
+            self.function_urls["on_trigger"],
+            max_delivery_attempts=self.options.max_delivery_attempts,
+        )
 
     def storage(self) -> Any:
         from google.cloud import storage

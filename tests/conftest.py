@@ -30,6 +30,9 @@ TEST_FUNCTION_ENV = {
     # every message, so a test's `triggers apply` takes effect at once.
     "SPOTJOBS_TRIGGER_SETTLE_SECONDS": "1",
     "SPOTJOBS_TRIGGER_CACHE_SECONDS": "0",
+    # A SUCCEEDED job whose kit saw its last run preempted waits this long for later kit lines
+    # (production: 300 s); the stack delivers them within a second or two.
+    "SPOTJOBS_KIT_LINES_SETTLE_SECONDS": "3",
 }
 
 

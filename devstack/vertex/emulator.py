@@ -42,7 +42,10 @@ Control surface (JSON in, JSON out):
                                          each (re)start of their worker, once per entry; or
                                          {"labels": {...}, "preemptions": 3, "after_checkpoints":
                                          2}: right after each run's 2nd committed checkpoint
-                                         (the kit's line; keyed to progress, not speed)
+                                         (the kit's line; keyed to progress, not speed);
+                                         "grace_seconds" and "exit_zero_succeeds" (a worker
+                                         exiting 0 after its SIGTERM ends the job SUCCEEDED)
+                                         are opt-in, invented for tests (see `preemption`)
     GET  /emulator/v1/preemption-plans
     POST /emulator/v1/projects/P/locations/L/customJobs/ID:preempt    preempt a RUNNING SPOT job now
     GET  /emulator/v1/projects/P/locations/L/customJobs/ID            runs, pids, signals, output
@@ -337,6 +340,11 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="random Spot preemptions per minute of running time, per job",
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--gcs-fuse-dir",
+        default=None,
+        help="mirror each job's AIP_CHECKPOINT_DIR here, as Vertex's /gcs/ mount (devstack.vertex.fuse)",
+    )
     return parser.parse_args(argv)
 
 
@@ -355,6 +363,7 @@ def _config_from(args: argparse.Namespace) -> EmulatorConfig:
         preemption_rate_per_minute=args.preemption_rate,
         seed=args.seed,
         signals=args.signals,
+        gcs_fuse_dir=args.gcs_fuse_dir,
     )
 
 

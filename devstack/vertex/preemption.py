@@ -17,6 +17,11 @@ A plan may also set `grace_seconds`: how long its preempted workers get between 
 SIGKILL (0: killed without notice). Invented for tests, opt-in: Compute Engine documents a notice
 period for Spot VMs, and a worker killed without it is what a trainer must also survive.
 
+A plan may set `exit_zero_succeeds: true`: a preempted worker that exits 0 by itself within its
+grace period ends the job SUCCEEDED instead of being restarted. Invented for tests, opt-in:
+Vertex documents neither way; it is the case a trainer that exits 0 after SIGTERM (Lightning
+2.6 does) may cause, a job recorded SUCCEEDED with its training unfinished.
+
 Without a plan, a SPOT job's worker is preempted after an exponentially distributed delay with
 the configured rate (per minute of running time), drawn from a random stream seeded by the
 emulator seed and the job's creation order, so a run with the same seed and the same sequence of
@@ -51,6 +56,7 @@ class PreemptionPlan:
     delays: tuple[float, ...]  # seconds per start; with after_checkpoints, one 0 per start
     grace_seconds: float | None = None  # None: the emulator's --grace-seconds
     after_checkpoints: int | None = None
+    exit_zero_succeeds: bool = False
 
     def matches(self, job_labels: Mapping[str, str]) -> bool:
         return all(job_labels.get(key) == value for key, value in self.labels.items())
@@ -68,7 +74,11 @@ class PreemptionPlan:
             plan.update(preemptions=len(self.delays), after_checkpoints=self.after_checkpoints)
         else:
             plan["delays"] = list(self.delays)
-        return plan if self.grace_seconds is None else {**plan, "grace_seconds": self.grace_seconds}
+        if self.grace_seconds is not None:
+            plan["grace_seconds"] = self.grace_seconds
+        if self.exit_zero_succeeds:
+            plan["exit_zero_succeeds"] = True
+        return plan
 
 
 def parse_plan(plan_id: str, body: Any) -> PreemptionPlan:
@@ -79,7 +89,15 @@ def parse_plan(plan_id: str, body: Any) -> PreemptionPlan:
     """
     if not isinstance(body, dict):
         raise ValueError("a preemption plan must be a JSON object")
-    unknown = set(body) - {"labels", "preemptions", "after_seconds", "after_checkpoints", "delays", "grace_seconds"}
+    unknown = set(body) - {
+        "labels",
+        "preemptions",
+        "after_seconds",
+        "after_checkpoints",
+        "delays",
+        "grace_seconds",
+        "exit_zero_succeeds",
+    }
     if unknown:
         raise ValueError(f"unknown field(s) in preemption plan: {sorted(unknown)}")
     labels = body.get("labels", {})
@@ -90,6 +108,9 @@ def parse_plan(plan_id: str, body: Any) -> PreemptionPlan:
     grace = body.get("grace_seconds")
     if grace is not None and not _is_seconds(grace):
         raise ValueError("grace_seconds must be a non-negative number")
+    exit_zero_succeeds = body.get("exit_zero_succeeds", False)
+    if not isinstance(exit_zero_succeeds, bool):
+        raise ValueError("exit_zero_succeeds must be true or false")
     checkpoints = body.get("after_checkpoints")
     if checkpoints is not None:
         if not isinstance(checkpoints, int) or isinstance(checkpoints, bool) or checkpoints < 1:
@@ -103,6 +124,7 @@ def parse_plan(plan_id: str, body: Any) -> PreemptionPlan:
         delays=_plan_delays(body),
         grace_seconds=None if grace is None else float(grace),
         after_checkpoints=checkpoints,
+        exit_zero_succeeds=exit_zero_succeeds,
     )
 
 

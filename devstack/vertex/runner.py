@@ -27,6 +27,7 @@ across modules. The parts that need no lock are elsewhere already: the worker pr
 from __future__ import annotations
 
 import collections
+import dataclasses
 import enum
 import threading
 import time
@@ -40,6 +41,7 @@ from spotjobs_kit.lines import CHECKPOINT_COMMITTED, parse_kit_line
 
 from devstack.vertex import logs as lines
 from devstack.vertex.errors import failed_precondition
+from devstack.vertex.fuse import FuseMirror
 from devstack.vertex.jobs import JobRecord, JobStore, State
 from devstack.vertex.logs import LogEntryFactory, LogSink
 from devstack.vertex.preemption import PlannedPreemption, PreemptionPlanner
@@ -81,6 +83,7 @@ class RunnerConfig:
     # Vertex sets `error` about a minute after a job ends; 0 sets it with the final state, None
     # takes the job's signal profile's default (documented: 60, rich: 0).
     error_delay_seconds: float | None = None
+    gcs_fuse_dir: str | None = None  # devstack.vertex.fuse; None: no mount
 
 
 class Outcome(enum.Enum):
@@ -106,6 +109,7 @@ class JobRunner:
         self._sink = sink
         self._entries = entries
         self._logger = logger
+        self._fuse = FuseMirror(config.gcs_fuse_dir) if config.gcs_fuse_dir else None
         self._waiting: collections.deque[JobRecord] = collections.deque()
         self._admitted = 0
         self._stopping = False
@@ -238,6 +242,8 @@ class JobRunner:
                 (EXIT_FAILURE_CODE, str(error)),
                 record.profile.failed(str(error)),
             )
+        if self._fuse is not None:
+            launch = dataclasses.replace(launch, env={**launch.env, **self._fuse.environment()})
         with self.lock:
             record.argv, record.image_uri = launch.argv, launch.image_uri
         while True:
@@ -251,10 +257,19 @@ class JobRunner:
             outcome, exit_status = self._run_worker(record, launch)
             if outcome is Outcome.INTERRUPTED:
                 return self._finish_interrupted(record)
-            if outcome is Outcome.EXITED:
+            if outcome is Outcome.EXITED or (
+                outcome is Outcome.PREEMPTED and self._exit_zero_succeeds(record, exit_status)
+            ):
                 return self._finish_exited(record, exit_status)
             if not self._restart_after_preemption(record):
                 return None
+
+    @staticmethod
+    def _exit_zero_succeeds(record: JobRecord, exit_status: int) -> bool:
+        """A preempted worker that exited 0 by itself ends the job SUCCEEDED under a plan that opts
+        in (invented, `devstack.vertex.preemption`)."""
+        plan = record.preemption.plan
+        return exit_status == 0 and plan is not None and plan.exit_zero_succeeds
 
     def _pause(self, record: JobRecord, seconds: float) -> bool:
         """Waits, unless the job is cancelled or discarded first (then returns False)."""
@@ -282,6 +297,8 @@ class JobRunner:
             )
         if running:
             self._service_lines(record, record.profile.running())
+        if self._fuse is not None:
+            self._fuse.pull(launch.env)  # the new VM's mount shows the bucket as it is now
         worker = WorkerProcess(launch, lambda stream, text: self._on_output(record, run, stream, text))
         try:
             worker.start()
@@ -305,7 +322,10 @@ class JobRunner:
         worker.join_output(_PUMP_JOIN_SECONDS)
         with self.lock:
             record.worker = None
-        return outcome, self._record_exit(record, run, _exit_status(worker.wait()))
+        exit_status = _exit_status(worker.wait())
+        if self._fuse is not None:
+            self._fuse.push(launch.env)  # before the job's state says it ended
+        return outcome, self._record_exit(record, run, exit_status)
 
     def _record_exit(self, record: JobRecord, run: int, exit_status: int) -> int:
         with self.lock:

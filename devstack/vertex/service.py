@@ -65,6 +65,8 @@ class EmulatorConfig:
     # `documented` or `rich` (devstack.vertex.signals); the control surface can switch it for
     # jobs created afterwards.
     signals: str = DEFAULT_PROFILE
+    # A folder standing in for Vertex's Cloud Storage FUSE mount (devstack.vertex.fuse); None: off.
+    gcs_fuse_dir: str | None = None
 
     def __post_init__(self) -> None:
         if self.max_running < 1:
@@ -97,6 +99,7 @@ class VertexService:
                 pending_seconds=config.pending_seconds,
                 grace_seconds=config.grace_seconds,
                 error_delay_seconds=config.error_delay_seconds,
+                gcs_fuse_dir=config.gcs_fuse_dir,
             ),
             planner=self._planner,
             sink=self._sink,

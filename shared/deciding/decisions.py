@@ -13,9 +13,10 @@ Decisions, on the job's state as Vertex reports it (never on the log text):
 
 - SUCCEEDED: the request succeeds; one prune request goes to the maintenance topic. Unless the
   trainer kit's lines show the job's last run preempted and never finished (a process that exits
-  0 after SIGTERM, as Lightning 2.6 does): then, once `kit_lines_settle_seconds` passed without a
-  later run's line, the attempt is re-queued like a preempted one (the next resumes from its
-  checkpoints) with one `incomplete_success` alert.
+  0 after SIGTERM, as Lightning 2.6 does): then the attempt is re-queued like a preempted one (the
+  next resumes from its checkpoints) with one `incomplete_success` alert. A job whose kit spoke
+  but whose last run has not said `run_finished` yet is decided once it does, or once
+  `kit_lines_settle_seconds` passed after the job's end (the last lines may still be on their way).
 - FAILED by preemption/stockout (error code RESOURCE_EXHAUSTED, or its message matches the
   configured stockout/preemption patterns): attempt n+1 is re-queued (fallback strategy and
   failover location from `shared.requests.envelope.plan_attempt`), or, when `max_attempts` is reached, the
@@ -46,6 +47,7 @@ from shared.deciding.preemptions import (
     count_preemptions,
     kit_runs,
     last_run_ended_by_preemption,
+    last_run_unfinished,
     note_kit_line,
     preempted_in_last_run,
     preemptions_text,
@@ -219,10 +221,12 @@ def _conclude(
 ) -> str | None:
     if job.state == JobState.FAILED and job.error is None and not _settled(job, now, ERROR_SETTLE_SECONDS):
         return f"job {job.name} failed and its error is not published yet"
-    # Vertex's SUCCEEDED says the process exited 0, not that training finished (docs/signals.md).
-    incomplete = job.state == JobState.SUCCEEDED and preempted_in_last_run(record, attempt.n)
-    if incomplete and not _settled(job, now, policy.kit_lines_settle_seconds):
-        return f"job {job.name} succeeded after its last run seen was preempted; waiting for later kit lines"
+    # Vertex's SUCCEEDED says the process exited 0, not that training finished (docs/signals.md):
+    # with the kit in the job, its last run's lines (run_finished, or preempted) settle it.
+    succeeded = job.state == JobState.SUCCEEDED
+    if succeeded and last_run_unfinished(record, attempt.n) and not _settled(job, now, policy.kit_lines_settle_seconds):
+        return f"job {job.name} succeeded; waiting for its last run's kit lines (run_finished or preempted)"
+    incomplete = succeeded and preempted_in_last_run(record, attempt.n)
     attempt.ended_at = job.end_time or iso(now)
     attempt.error = job.error
     if job.state == JobState.SUCCEEDED and not incomplete:

@@ -94,6 +94,12 @@ def preempted_in_last_run(record: RequestRecord, n: int) -> bool:
     return last in kit_runs(record, n, KIT_PREEMPTED_KEY) and last not in kit_runs(record, n, KIT_FINISHED_KEY)
 
 
+def last_run_unfinished(record: RequestRecord, n: int) -> bool:
+    """The kit has spoken for attempt n, and its latest run seen never said `run_finished`."""
+    runs = kit_runs(record, n)
+    return bool(runs) and max(runs) not in kit_runs(record, n, KIT_FINISHED_KEY)
+
+
 def last_run_ended_by_preemption(record: RequestRecord, n: int) -> None:
     """Attempt n failed by preemption or stockout: its last run seen ended by preemption too, even
     if it was reclaimed before it could say so (a reclaim during start-up, a kill without notice)."""

@@ -86,7 +86,8 @@ def trigger_store(ports: Ports) -> TriggerStore:
 def handle_message(ports: Ports, message: Message, source_topic: str | None, log: Logger) -> None:
     store = trigger_store(ports)
     attributes = message.attributes
-    source_topic = source_topic or attributes.get(SOURCE_TOPIC_ATTRIBUTE)  # a redriven watched message
+    if attributes.get(SOURCE_TOPIC_ATTRIBUTE) and short_topic(source_topic or "") in ("", own_topic(ports)):
+        source_topic = attributes[SOURCE_TOPIC_ATTRIBUTE]  # a watched message redriven through our own topic
     if "eventType" in attributes and "bucketId" in attributes:
         handle_gcs(ports, store, message, log)
     elif attributes.get("task") == TICK_TASK or maintenance_message(message.data).get("task") == TICK_TASK:
@@ -175,6 +176,11 @@ def fire_schedule(ports: Ports, store: TriggerStore, message: Message, name: str
 
 
 # Helpers.
+
+
+def own_topic(ports: Ports) -> str:
+    return short_topic(ports.settings.triggers_topic)
+
 
 _REDRIVE_ATTRIBUTES = (ORIGINAL_PUBLISH_TIME_ATTRIBUTE, SOURCE_TOPIC_ATTRIBUTE)
 

@@ -283,7 +283,7 @@ def test_a_success_after_an_unfinished_preemption_requeues_once_with_one_alert(g
         deliver(world, line)
     world.vertex.set_state(job, SUCCEEDED)  # the process exited 0 after its SIGTERM
     success = log_entry(job, "Job completed successfully.")
-    with pytest.raises(TransientError, match="waiting for later kit lines"):
+    with pytest.raises(TransientError, match="waiting for its last run.s kit lines"):
         deliver(world, success)  # just ended: a later run's line may still be on its way
     assert world.ledger.get("req-1").attempts[0].outcome is None
     time.sleep(0.6)

@@ -283,6 +283,8 @@ def test_hugging_face_checkpoints_are_complete_once_trainer_state_follows_the_mo
         ({"trainer_state.json", "model-00001-of-00002.safetensors"}, set(), False),  # a shard missing
         ({"trainer_state.json", "config.json", "optimizer.pt"}, set(), False),  # no weights
         ({"model.safetensors", "optimizer.pt", "scheduler.pt"}, set(), False),  # torn: no state
+        ({"trainer_state.json", "model.safetensors", "rng_state_0.pth", "rng_state_1.pth"}, set(), True),
+        ({"trainer_state.json", "model.safetensors", "rng_state_0.pth", "rng_state_2.pth"}, set(), False),
     ],
 )
 def test_hf_checkpoint_complete(files: set[str], subfolders: set[str], complete: bool) -> None:

@@ -173,13 +173,26 @@ def test_a_success_whose_last_run_was_preempted_and_unfinished_is_requeued_with_
     assert again.record == stored and not again.effects.alerts and not again.effects.requeue_decided
 
 
-def test_a_success_the_kit_saw_finish_or_restart_after_its_preemption_is_a_success() -> None:
+def test_a_success_whose_last_run_said_run_finished_is_a_success_at_once() -> None:
     finished = line(preempted_then_exited(0), kit("run_finished", 0, step=600)).record  # preempted in its last save
     restarted = line(preempted_then_exited(0), kit("run_started", 1)).record  # run 1 trained to the end
+    restarted = line(restarted, kit("run_finished", 1, step=600)).record
     for record in (finished, restarted):
-        decision = read(record, JobState.SUCCEEDED, update=590)
+        decision = read(record, JobState.SUCCEEDED, update=590)  # ended 10 s ago
         assert decision.record.status == RequestStatus.SUCCEEDED and decision.effects.prune_requested
-        assert decision.effects.alerts == []
+        assert decision.effects.alerts == [] and decision.waiting is None
+
+
+def test_a_success_whose_last_run_never_said_run_finished_nor_preempted_is_a_success_once_settled() -> None:
+    record = line(preempted_then_exited(0), kit("run_started", 1)).record  # a trainer that never calls finish()
+    assert read(record, JobState.SUCCEEDED, update=590).waiting  # its run_finished may be on its way
+    decision = read(record, JobState.SUCCEEDED, update=200)
+    assert decision.record.status == RequestStatus.SUCCEEDED and decision.effects.alerts == []
+
+
+def test_a_success_without_kit_lines_is_a_success_at_once() -> None:
+    decision = read(running(), JobState.SUCCEEDED, update=590)
+    assert decision.record.status == RequestStatus.SUCCEEDED and decision.waiting is None
 
 
 def test_a_success_after_an_unfinished_preempted_run_waits_for_later_kit_lines() -> None:
@@ -188,8 +201,9 @@ def test_a_success_after_an_unfinished_preempted_run_waits_for_later_kit_lines()
     waiting = decide(copy.deepcopy(record), Observation(1, just_ended), POLICY, NOW)
     assert waiting.waiting and waiting.record.status == RequestStatus.RUNNING
     assert waiting.record.attempts[0].outcome is None and not waiting.effects.alerts
-    # It was on its way: the run that trained to the end started after the preempted one.
+    # They were on their way: the run that trained to the end started after the preempted one.
     record = line(waiting.record, kit("run_started", 1)).record
+    record = line(record, kit("run_finished", 1, step=600)).record
     decided = decide(copy.deepcopy(record), Observation(1, just_ended), POLICY, NOW)
     assert decided.record.status == RequestStatus.SUCCEEDED and not decided.effects.alerts
 

@@ -490,3 +490,41 @@ def test_a_finished_run_exits_as_it_likes_after_a_late_sigterm(tmp_path: Path) -
     env = {"AIP_CHECKPOINT_DIR": str(tmp_path / "checkpoints"), "PATH": "/usr/bin:/bin"}
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_checkpoint_limit_retires_only_older_committed_checkpoints(tmp_path: Path) -> None:
+    from spotjobs_kit._integration import retire_old_checkpoints
+
+    run, _ = start(tmp_path)
+    for step in (10, 20):
+        with run.checkpoint(step) as folder:
+            Path(folder, "w").write_text(str(step))
+    (tmp_path / "step-000030").mkdir()  # torn: newer than every committed one
+    assert retire_old_checkpoints(run, 1, ours=lambda c: c.name.startswith("step-")) == ["step-000010/"]
+    assert sorted(p.name for p in tmp_path.glob("step-*")) == ["step-000020", "step-000030"]
+    assert retire_old_checkpoints(run, 1, ours=lambda c: True) == []  # the newest complete one stays
+    assert start(tmp_path)[0].resume_step() == 20
+
+
+def test_a_loop_saves_at_sigterm_and_exits_143_unless_it_was_the_last_step(tmp_path: Path) -> None:
+    import time
+
+    from spotjobs_kit._integration import LoopCheckpoints
+
+    class Saves(LoopCheckpoints):
+        def save(self, step: int, state: object) -> None:
+            with self.run.checkpoint(step) as folder:
+                Path(folder, "state").write_text(json.dumps(state))
+
+    run, out = start(tmp_path, total_steps=3)
+    loop = Saves(run, every=10)
+    loop.step_done(1, lambda: {"step": 1})
+    assert run.last_committed is None  # neither a tenth step nor a SIGTERM
+    run.preempted_at = time.monotonic()  # what the SIGTERM handler sets
+    with pytest.raises(SystemExit) as exited:
+        loop.step_done(2, lambda: {"step": 2})
+    assert exited.value.code == 143 and run.last_committed == (2, "step-000002/")
+    loop.step_done(3, lambda: {"step": 3})  # the last planned step: saved, and the run may finish
+    loop.finish(3)
+    assert run.finished and run.last_committed == (3, "step-000003/")
+    assert [line["event"] for line in kit_lines(out)][-1] == "run_finished"

@@ -476,6 +476,9 @@ def test_an_expired_request_with_nothing_complete_keeps_its_newest_checkpoint(ke
     [report] = run_prune(store, records, keep_final_checkpoint=keep_final).reports
     assert surviving(store) == ({"step-000200"} if keep_final else set()) | {"notes-step-300.txt"}
     kept = [k for k in report.kept if k["step"] is not None]
+    stream = io.StringIO()
+    log_report(Logger(stream=stream, min_severity="DEBUG"), report)
+    [line] = map(json.loads, stream.getvalue().splitlines())
     if keep_final:
         assert kept == [
             {
@@ -486,8 +489,9 @@ def test_an_expired_request_with_nothing_complete_keeps_its_newest_checkpoint(ke
                 "reason": NEWEST_KEPT_WITHOUT_COMPLETE,
             }
         ]
+        assert line["kept_without_complete"] == kept and line["deleted"] == ["step-000100/"]
     else:
-        assert kept == []
+        assert kept == [] and "kept_without_complete" not in line
 
 
 def test_a_hugging_face_checkpoint_loses_trainer_state_first() -> None:

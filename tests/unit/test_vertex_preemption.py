@@ -76,6 +76,7 @@ def test_the_random_rate_averages_to_its_mean() -> None:
         ({"labels": {}, "delays": []}, "1 to 100"),
         ({"labels": {}, "delays": [1], "preemptions": 1}, "not both"),
         ({"labels": {}, "delays": [1], "after": 1}, "unknown field"),
+        ({"labels": {}, "delays": [1], "exit_zero_succeeds": "yes"}, "true or false"),
         ({"labels": {}, "preemptions": 2, "after_checkpoints": 0}, "after_checkpoints must be a positive"),
         ({"labels": {}, "preemptions": 2, "after_checkpoints": 1, "after_seconds": 1}, "not both"),
         ({"labels": {}, "after_checkpoints": 1}, "positive integer"),
@@ -84,3 +85,9 @@ def test_the_random_rate_averages_to_its_mean() -> None:
 def test_malformed_plans_are_refused_with_a_reason(body: Any, complaint: str) -> None:
     with pytest.raises(ValueError, match=complaint):
         parse_plan("plan-1", body)
+
+
+def test_exit_zero_succeeds_is_opt_in_and_shown() -> None:
+    assert not parse_plan("plan-1", {"labels": {}, "delays": [1]}).exit_zero_succeeds
+    plan = parse_plan("plan-2", {"labels": {}, "delays": [1], "exit_zero_succeeds": True})
+    assert plan.exit_zero_succeeds and plan.to_json()["exit_zero_succeeds"] is True

@@ -51,8 +51,8 @@ def preempted_everywhere(run: Run) -> bool:
 
 class LoopCheckpoints:
     """A training loop's side of an integration: a save every `every` steps, and at SIGTERM a
-    save of the step just finished, then exit 143 (between steps, never inside one). Subclasses
-    say how a framework saves (`save`)."""
+    save of the step just finished, then exit 143 (between steps, never inside one; not after
+    the last planned step: that run is done). Subclasses say how a framework saves (`save`)."""
 
     def __init__(self, run: Run, *, every: int | None = None) -> None:
         self.run = run
@@ -66,7 +66,8 @@ class LoopCheckpoints:
         self.run.progress(step)
         if preempted_everywhere(self.run):
             self.save(step, state())
-            self.run.exit_preempted()
+            if self.run.total_steps is None or step < self.run.total_steps:
+                self.run.exit_preempted()  # else the training is done: `finish` comes next
         if self.every and step % self.every == 0:
             self.save(step, state())
 

@@ -16,7 +16,8 @@ What transformers 5.24 does, and what `train` changes (read in its source):
 - SIGTERM: the JIT mode's handler (installed in `Trainer.__init__`) replaces the one it finds
   without calling it; `train` puts the kit's back on top with the JIT one chained. On SIGTERM the
   kit's callback asks for a save at the end of the current step and stops training.
-- `train()` returns normally after a stop; `train` then exits 143.
+- `train()` returns normally after a stop; `train` then exits 143 (unless the SIGTERM came at the
+  last step: the training is done, and `run_finished` is printed).
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ def train(trainer: Any, *, run: Run | None = None, **train_kwargs: Any) -> Any:
         result = trainer.train(resume_from_checkpoint=path, **train_kwargs)
     finally:
         run.announce()  # if training never began (on_train_begin announces with total_steps)
-    if run.preempted:
+    reached_the_end = 0 < trainer.state.max_steps <= trainer.state.global_step
+    if run.preempted and not reached_the_end:
         run.exit_preempted()
     run.finish(trainer.state.global_step)
     return result

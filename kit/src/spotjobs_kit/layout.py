@@ -19,7 +19,8 @@ below follow what each framework writes (checked against its source and real sav
   - Hugging Face Trainer `checkpoint-N/`: `trainer_state.json` (the Trainer writes it last) and the
     model files it follows (`model.safetensors`/`pytorch_model.bin`/a PEFT adapter, every shard
     of a `-0000k-of-0000N` set, or DeepSpeed's `latest` with a `global_step*/` folder, or FSDP's
-    `pytorch_model_fsdp_*/`); judged from one delimiter listing of the folder;
+    `pytorch_model_fsdp_*/`), and with several processes' `rng_state_K.pth`, every K from 0 up;
+    judged from one delimiter listing of the folder;
   - DeepSpeed `global_stepN/`: named by the `latest` file beside it (DeepSpeed writes the tag
     there after every rank saved);
   - Orbax: a `N.orbax-checkpoint-tmp` folder (`-<timestamp>` in older releases) is never complete
@@ -29,7 +30,10 @@ below follow what each framework writes (checked against its source and real sav
     after every write finished.
 - the files sharing one stem with a checkpoint extension (CHECKPOINT_EXTENSIONS: `ckpt-000400.pt`,
   Lightning's `epoch=3-step=1000.ckpt`, Keras' `ckpt-0002.keras`/`ckpt-2.weights.h5`) are complete
-  once they exist (Lightning and Keras write through a temporary file or one upload); TensorFlow
+  once they exist: a GCS object (through the FUSE mount too) is listed only once its upload
+  finished, and Lightning writes local files through a temporary file (Keras writes local files
+  in place: on a local disk a file cut by SIGKILL looks whole, so the kit's Keras integration
+  saves into a marked folder instead); TensorFlow
   stems (`ckpt-5.index` with `ckpt-5.data-00000-of-00001`) are complete when the folder's
   `checkpoint` index file names the stem in `model_checkpoint_path` or
   `all_model_checkpoint_paths`, its `.index` exists and every data shard `0..N-1` of its `-of-N`
@@ -96,6 +100,7 @@ _HF_NAME = re.compile(r"checkpoint-\d+/")
 _DEEPSPEED_NAME = re.compile(r"global_step\d+/")
 _HF_WEIGHTS = frozenset({"model.safetensors", "pytorch_model.bin", "adapter_model.safetensors", "adapter_model.bin"})
 _HF_WEIGHT_SHARD = re.compile(r"(model|pytorch_model)-(\d+)-of-(\d+)\.(safetensors|bin)")
+_HF_RNG_STATE = re.compile(r"rng_state_(\d+)\.pth")  # one per process when there are several
 
 
 @dataclass(frozen=True)
@@ -262,6 +267,9 @@ def hf_checkpoint_complete(files: Iterable[str], subfolders: Iterable[str]) -> b
     folders = set(subfolders)
     if HF_TRAINER_STATE not in names:
         return False
+    ranks = {int(m[1]) for n in names if (m := _HF_RNG_STATE.fullmatch(n))}
+    if ranks and ranks != set(range(max(ranks) + 1)):
+        return False  # a process's RNG state missing (each process writes its own)
     if names & _HF_WEIGHTS:
         return True
     shard_sets: dict[tuple[str, int, str], set[int]] = {}

@@ -57,7 +57,8 @@ def fit(
         raise
     finally:
         run.announce()  # if training never began
-    if run.preempted and callback.stopped:
+    reached_the_end = 0 < trainer.max_steps <= trainer.global_step
+    if run.preempted and callback.stopped and not reached_the_end:
         run.exit_preempted()
     run.finish(trainer.global_step)
 

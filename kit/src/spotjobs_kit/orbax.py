@@ -24,7 +24,9 @@ What orbax-checkpoint 0.12.8 does (read in its source, seen on disk with a tiny 
   JAX's notifier still does (`reached_preemption`); `reassert_sigterm(run)` does the same for a
   kit `Run` started before `initialize`.
 - a SIGTERM lets the save in flight finish and commit, then saves the step just done, then exits
-  143 (between steps, never inside one).
+  143 (between steps, never inside one). With several processes, the step saved is the one JAX's
+  preemption sync point agrees on (`reached_preemption`), so every process saves the same step
+  (not run here: that needs several hosts).
 """
 
 from __future__ import annotations
@@ -108,6 +110,7 @@ class Checkpoints(LoopCheckpoints):
         checkpoint_dir: str | None = None,
         run: Run | None = None,
     ) -> None:
+        import jax
         import orbax.checkpoint as ocp
 
         native = _native_sigterm_handler()  # JAX's notifier, if jax.distributed.initialize came first
@@ -121,6 +124,7 @@ class Checkpoints(LoopCheckpoints):
         store = self.run.store
         self.directory = os.path.abspath(store.root) if isinstance(store, FileStore) else store.uri
         self._pending: tuple[int, str, float] | None = None  # (step, name, started)
+        self.processes = jax.process_count()
         self.run.announce()
 
     def resume(self, state: Any) -> tuple[Any, int]:
@@ -164,9 +168,26 @@ class Checkpoints(LoopCheckpoints):
         retire_old_checkpoints(self.run, self.keep, ours=lambda c: c.name.rstrip("/").isdigit())
 
     def step_done(self, step: int, state: Callable[[], Any]) -> None:  # type: ignore[override]
-        if self.run.preempted:
-            self.wait()  # the save in flight first: it may be all the grace period allows
-        super().step_done(step, state)
+        """Call after each step: a save every `every` steps; once preempted, the save in flight
+        committed first (it may be all the grace period allows), then a save of this step, then
+        exit 143."""
+        self.run.progress(step)
+        if self._preempted_at(step):
+            self.wait()
+            self.save(step, state())
+            self.run.exit_preempted()
+        if self.every and step % self.every == 0:
+            self.save(step, state())
+
+    def _preempted_at(self, step: int) -> bool:
+        """One process: whether the kit saw SIGTERM. Several: whether JAX's preemption sync point
+        is this step (every process saves the same step; one that saw SIGTERM earlier trains on
+        until then), which JAX's notifier, chained to the kit's handler, still feeds."""
+        if self.processes == 1:
+            return self.run.preempted
+        from orbax.checkpoint import multihost
+
+        return bool(multihost.reached_preemption(step))
 
     def finish(self, step: int) -> None:
         self.wait()
