@@ -5,10 +5,14 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # checkov pins libraries that clash with ours, so it lives in a venv of its own.
 TOOLS := .venv-tools
+# The ML frameworks the kit's integrations are tested with (tests/frameworks/): a venv of their own,
+# CPU only (torch pinned to the CPU build on disk), with the kit installed editable.
+FRAMEWORKS := .venv-frameworks
+FRAMEWORKS_STAMP := $(FRAMEWORKS)/.installed
 # Provider schemas (google, google-beta) extracted from the pinned CDKTF bindings; see tools/provider_schemas.py.
 SCHEMAS := $(TOOLS)/provider-schemas/.installed
 
-.PHONY: demo up test bench install clean prereqs
+.PHONY: demo up test bench install clean prereqs $(FRAMEWORKS)
 
 # Tested versions = deployed versions: requirements.txt is the deploy lock.
 $(STAMP): pyproject.toml requirements.txt
@@ -26,6 +30,15 @@ $(SCHEMAS): tools/provider_schemas.py | $(STAMP)
 	$(BIN)/python tools/provider_schemas.py fetch
 	touch $(SCHEMAS)
 
+$(FRAMEWORKS_STAMP): tests/frameworks/requirements.txt kit/pyproject.toml
+	$(PYTHON) -m venv $(FRAMEWORKS)
+	$(FRAMEWORKS)/bin/pip install --quiet --upgrade pip
+	$(FRAMEWORKS)/bin/pip install --quiet -r tests/frameworks/requirements.txt
+	$(FRAMEWORKS)/bin/pip install --quiet --no-deps -e kit
+	touch $(FRAMEWORKS_STAMP)
+
+$(FRAMEWORKS): $(FRAMEWORKS_STAMP)
+
 install: $(STAMP)
 
 # Python version, gcloud with its Pub/Sub emulator, Java: checked first, one message if missing.
@@ -38,7 +51,7 @@ demo: prereqs $(STAMP)
 up: prereqs $(STAMP)
 	$(BIN)/spotjobs local up
 
-test: prereqs $(STAMP) $(TOOLS)/.installed $(SCHEMAS)
+test: prereqs $(STAMP) $(TOOLS)/.installed $(SCHEMAS) $(FRAMEWORKS_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q
@@ -47,4 +60,4 @@ bench: $(STAMP)
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) $(TOOLS) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(TOOLS) $(FRAMEWORKS) .pytest_cache .hypothesis

@@ -26,6 +26,7 @@ BENCHMARKS = (
     ("bench.bench_burst", []),
     ("bench.bench_reconcile_vertex", []),
     ("bench.bench_triggers", []),
+    ("bench.bench_deadline", []),
 )
 
 

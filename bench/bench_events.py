@@ -14,7 +14,7 @@ Figures:
 - parse + classify alone, for the entries that need nothing else;
 - where its CPU goes (bench/profile.py): a profile of one delivery at a time, split into
   parse/validate, ledger, Google client and logging, before and after the storage session stops
-  re-reading the environment on every call (shared/clients.py: read_environment_once).
+  re-reading the environment on every call (shared/adapters/clients.py: read_environment_once).
 
     python -m bench.bench_events [--jobs 100] [--threads 8] [--runs 5]
 """
@@ -82,7 +82,8 @@ class CountingJobService:
 
 
 def job_json(request_id: str, kind: str) -> dict[str, Any]:
-    from shared.vertex import build_job_json
+    from shared.adapters.vertex import build_job_json
+    from shared.settings import Settings
 
     return build_job_json(
         custom_job(request_id, KINDS[kind][1], labels={"bench-kind": kind}),
@@ -91,17 +92,18 @@ def job_json(request_id: str, kind: str) -> dict[str, Any]:
         strategy="SPOT",
         output_dir=f"gs://bench/requests/{request_id}/",
         deployment="bench",
+        commit_markers=Settings.commit_markers,
     )
 
 
 def seed_jobs(stack: Any, count: int, run: str) -> dict[str, tuple[str, str]]:
     """Create the jobs on the emulator and their ledger records and index entries, as submit
     would; wait until every job has ended. Returns request id -> (kind, job name)."""
+    from shared.adapters.vertex import create_custom_job, parent_path, to_custom_job
     from shared.clock import now_iso
-    from shared.ledger import JobIndexEntry
-    from shared.records import Attempt, RequestRecord
-    from shared.states import RequestStatus
-    from shared.vertex import create_custom_job, parent_path, to_custom_job
+    from shared.ledger.records import Attempt, RequestRecord
+    from shared.ledger.states import RequestStatus
+    from shared.ledger.store import JobIndexEntry
 
     stack.vertex_control(
         "POST",
@@ -177,7 +179,7 @@ def log_entries(seeded: dict[str, tuple[str, str]], project: str, seed: int = 7)
 def throughput_figures(stack: Any, jobs: int, threads: int) -> list[Figure]:
     from google.cloud import pubsub_v1
 
-    from shared.clients import make_job_service
+    from shared.adapters.clients import make_job_service
     from shared.delivery import Message
     from shared.errors import TransientError
     from shared.log import Logger
@@ -256,7 +258,7 @@ def profile_figures(stack: Any, jobs: int) -> list[Figure]:
     from google.cloud import pubsub_v1
 
     from bench.profile import environment_change_figures
-    from shared.clients import make_job_service
+    from shared.adapters.clients import make_job_service
     from shared.delivery import Message
     from shared.errors import TransientError
     from shared.log import Logger
@@ -291,7 +293,7 @@ def profile_figures(stack: Any, jobs: int) -> list[Figure]:
 
 
 def parse_figures(entries: int = 20000) -> list[Figure]:
-    from shared.events import classify, parse_log_entry, patterns_from
+    from shared.deciding.events import classify, parse_log_entry, patterns_from
     from shared.settings import Settings
 
     patterns = patterns_from(Settings())
@@ -305,11 +307,11 @@ def parse_figures(entries: int = 20000) -> list[Figure]:
 
 
 def rss_figure(stack: Any) -> Figure:
+    from shared.adapters.vertex import create_custom_job, parent_path, to_custom_job
     from shared.clock import now_iso
-    from shared.ledger import JobIndexEntry
-    from shared.records import Attempt, RequestRecord
-    from shared.states import RequestStatus
-    from shared.vertex import create_custom_job, parent_path, to_custom_job
+    from shared.ledger.records import Attempt, RequestRecord
+    from shared.ledger.states import RequestStatus
+    from shared.ledger.store import JobIndexEntry
 
     request_id = f"bench-rss-{uuid.uuid4().hex[:6]}"
     location = stack.settings.location

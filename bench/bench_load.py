@@ -68,8 +68,8 @@ def main() -> None:
     args = parser.parse_args()
 
     from devstack.stack import Stack, StackOptions
-    from shared.states import TERMINAL_STATUSES
-    from shared.vertex import LABEL_ATTEMPT, LABEL_REQUEST_ID
+    from shared.jobs import LABEL_ATTEMPT, LABEL_REQUEST_ID
+    from shared.ledger.states import TERMINAL_STATUSES
 
     rng = random.Random(args.seed)
     request_ids = [f"load-{i:05d}" for i in range(args.requests)]

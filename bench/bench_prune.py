@@ -199,13 +199,13 @@ def prune_in_child(
 
 def child(verify: bool) -> None:
     """One full prune, as the function runs it; prints its figures as JSON."""
-    from shared.clients import storage_client
+    from shared.adapters.clients import storage_client
     from shared.pruning import execute
     from shared.pruning.runner import run_prune
     from shared.settings import get_settings
 
     client = storage_client()
-    if os.environ.get("BENCH_TRUST_ENV"):  # as before shared/clients.py: read_environment_once
+    if os.environ.get("BENCH_TRUST_ENV"):  # as before shared/adapters/clients.py: read_environment_once
         client._http.trust_env = True  # noqa: SLF001
     parts = None
     before = resource.getrusage(resource.RUSAGE_SELF)

@@ -47,10 +47,10 @@ def seed_ledger(farm, finished: int, active: int) -> dict[str, int]:
     """`finished` SUCCEEDED records (finished over the last 80 days, inside the retention) and
     `active` re-claimed ones spread among them, their markers, and the maintenance documents of a
     ledger whose index is built and whose sweep ran today."""
-    from shared.ledger import ACTIVE_PREFIX, INDEX_BUILT, MAINTENANCE_PREFIX, REQUESTS_PREFIX
-    from shared.ledger_retention import SWEEP_STATE
-    from shared.records import Attempt, RequestRecord
-    from shared.states import AttemptOutcome, RequestStatus
+    from shared.ledger.records import Attempt, RequestRecord
+    from shared.ledger.retention import SWEEP_STATE
+    from shared.ledger.states import AttemptOutcome, RequestStatus
+    from shared.ledger.store import ACTIVE_PREFIX, INDEX_BUILT, MAINTENANCE_PREFIX, REQUESTS_PREFIX
 
     now = datetime.now(UTC)
     total = finished + active
@@ -171,7 +171,7 @@ def child(layout: str) -> None:
     from google.cloud import storage
 
     from shared import reconcile
-    from shared.ledger import LedgerStore
+    from shared.ledger.store import LedgerStore
     from shared.log import Logger
     from shared.settings import get_settings
     from shared.wiring import Ports

@@ -46,10 +46,10 @@ def job_name(i: int) -> str:
 def seed_ledger(farm, bucket: str, finished: int, active: int) -> None:
     """`active` RUNNING requests (their markers too) among `finished` SUCCEEDED ones, and the
     maintenance documents of a ledger whose index is built and whose sweep ran today."""
-    from shared.ledger import ACTIVE_PREFIX, INDEX_BUILT, MAINTENANCE_PREFIX, REQUESTS_PREFIX
-    from shared.ledger_retention import SWEEP_STATE
-    from shared.records import Attempt, RequestRecord
-    from shared.states import AttemptOutcome, RequestStatus
+    from shared.ledger.records import Attempt, RequestRecord
+    from shared.ledger.retention import SWEEP_STATE
+    from shared.ledger.states import AttemptOutcome, RequestStatus
+    from shared.ledger.store import ACTIVE_PREFIX, INDEX_BUILT, MAINTENANCE_PREFIX, REQUESTS_PREFIX
 
     now = datetime.now(UTC)
     sweep_state = f"{MAINTENANCE_PREFIX}{SWEEP_STATE}.json"
@@ -114,7 +114,7 @@ class CountingVertex:
     def __init__(self, active: int, ended: int) -> None:
         from google.cloud.aiplatform_v1 import CustomJob
 
-        from shared.vertex import LABEL_ATTEMPT, LABEL_DEPLOYMENT, LABEL_REQUEST_ID
+        from shared.jobs import LABEL_ATTEMPT, LABEL_DEPLOYMENT, LABEL_REQUEST_ID
 
         self.calls: dict[str, int] = {"get": 0, "list": 0, "cancel": 0}
         self.jobs = {
@@ -161,7 +161,7 @@ def child(layout: str, active: int, ended: int) -> None:
     from google.cloud import storage
 
     from shared import reconcile_vertex
-    from shared.ledger import LedgerStore
+    from shared.ledger.store import LedgerStore
     from shared.log import Logger
     from shared.reconcile import run_reconcile
     from shared.settings import get_settings

@@ -11,7 +11,7 @@ Figures:
   beside a bare `create_custom_job` round trip on the emulator, both measured in-process;
 - where its CPU goes (bench/profile.py): a profile of 40 requests split into parse/validate,
   ledger, Google client and logging, before and after the storage session stops re-reading the
-  environment on every call (shared/clients.py: read_environment_once), in the same run.
+  environment on every call (shared/adapters/clients.py: read_environment_once), in the same run.
 
     python -m bench.bench_submit [--requests 500] [--runs 5]
 """
@@ -80,7 +80,7 @@ def publish_all(stack: Any, count: int, run_label: str) -> dict[str, float]:
 
 
 def jobs_of_run(stack: Any, run_label: str) -> list[Any]:
-    from shared.vertex import find_jobs, parent_path
+    from shared.adapters.vertex import find_jobs, parent_path
 
     parent = parent_path(stack.settings.project, stack.settings.location)
     return find_jobs(stack.job_service(), parent, {"bench-run": run_label})
@@ -144,11 +144,11 @@ class TimedJobService:
 
 def overhead_figures(stack: Any, samples: int) -> list[Figure]:
     """Per request, in-process: submit's own work (validation + ledger) vs a bare create round trip."""
+    from shared.adapters.vertex import build_job_json, create_custom_job, parent_path, to_custom_job
     from shared.delivery import Message
     from shared.log import Logger
-    from shared.policy import validate_request
+    from shared.requests.policy import validate_request
     from shared.submit import submit_request
-    from shared.vertex import build_job_json, create_custom_job, parent_path, to_custom_job
     from shared.wiring import Ports
 
     client = stack.job_service()
@@ -186,6 +186,7 @@ def overhead_figures(stack: Any, samples: int) -> list[Figure]:
                 strategy="SPOT",
                 output_dir=stack.settings.output_dir_for("bare"),
                 deployment=stack.settings.deployment_label,
+                commit_markers=stack.settings.commit_markers,
             )
         )
         started = time.perf_counter()

@@ -35,34 +35,35 @@ PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "/http/client.py",
             "/ssl.py",
             "/socket.py",
-            "/shared/clients.py",
-            "/shared/vertex.py",
+            "/shared/adapters/clients.py",
+            "/shared/adapters/vertex.py",
         ),
     ),
     (
         "ledger",
         (
-            "/shared/ledger.py",
-            "/shared/claims.py",
-            "/shared/decisions.py",
-            "/shared/states.py",
-            "/shared/outbox.py",
-            "/shared/effects.py",
+            "/shared/ledger/store.py",
+            "/shared/swap.py",
+            "/shared/ledger/claims.py",
+            "/shared/deciding/decisions.py",
+            "/shared/ledger/states.py",
+            "/shared/deciding/outbox.py",
+            "/shared/deciding/effects.py",
             "/shared/alerts.py",
-            "/shared/attempts.py",
-            "/shared/preemptions.py",
+            "/shared/requests/attempts.py",
+            "/shared/deciding/preemptions.py",
         ),
     ),
     (
         "parse/validate",
         (
-            "/shared/request.py",
-            "/shared/policy.py",
-            "/shared/job_policy.py",
-            "/shared/job_schema.py",
+            "/shared/requests/envelope.py",
+            "/shared/requests/policy.py",
+            "/shared/requests/job_policy.py",
+            "/shared/requests/job_schema.py",
             "/shared/image_ref.py",
-            "/shared/job_fields.py",
-            "/shared/events.py",
+            "/shared/requests/job_fields.py",
+            "/shared/deciding/events.py",
             "/shared/delivery.py",
         ),
     ),
@@ -139,7 +140,7 @@ def describe(parts: Counter[str], messages: int) -> str:
 
 def environment_change_figures(label: str, handle: Callable[[int], Any], session: Any, messages: int) -> list[Any]:
     """The profile of `messages` calls of `handle(i)` at load, before and after the change that
-    took the largest avoidable share down (shared/clients.py: read_environment_once: the storage
+    took the largest avoidable share down (shared/adapters/clients.py: read_environment_once: the storage
     session stops re-reading the environment on every call), in the same run; `session` is the
     storage session the handler's ledger uses. Also the CPU per message without the profiler.
     `handle` is called with 0 .. 4 * messages - 1, each index once (a fresh message each)."""

@@ -103,9 +103,10 @@ def create_subscriptions(
     return push_router
 
 
-def watch_topic(project: str, topic: str, on_trigger_url: str) -> None:
+def watch_topic(project: str, topic: str, on_trigger_url: str, *, max_delivery_attempts: int | None = None) -> None:
     """A `pubsub` retraining trigger's topic: create it and push it to on_trigger (the endpoint
-    path names the topic, as Terraform's watched-topic subscriptions do)."""
+    path names the topic, and failures dead-letter, as Terraform's watched-topic subscriptions
+    do: `on-trigger-<topic>`, the trigger subscriptions' dead-letter policy)."""
     from google.api_core.exceptions import AlreadyExists
     from google.cloud import pubsub_v1
 
@@ -119,5 +120,10 @@ def watch_topic(project: str, topic: str, on_trigger_url: str) -> None:
                 "topic": path,
                 "push_config": {"push_endpoint": f"{on_trigger_url}/{path}"},
                 "ack_deadline_seconds": TOPOLOGY.trigger_subscription["ack_deadline_seconds"],
+                "dead_letter_policy": {
+                    "dead_letter_topic": topic_path(project, TOPOLOGY.trigger_subscription["dead_letter_topic"]),
+                    "max_delivery_attempts": max_delivery_attempts
+                    or TOPOLOGY.trigger_subscription["max_delivery_attempts"],
+                },
             }
         )

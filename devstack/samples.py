@@ -43,5 +43,5 @@ def custom_job(
 
 
 def job_request(request_id: str, command: Sequence[str], **envelope: Any) -> bytes:
-    """An envelope (see shared/request.py) for `command`, encoded as it is published."""
+    """An envelope (see shared/requests/envelope.py) for `command`, encoded as it is published."""
     return json.dumps({"request_id": request_id, "custom_job": custom_job(request_id, command), **envelope}).encode()

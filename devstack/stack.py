@@ -90,7 +90,7 @@ class StackOptions:
     workdir: Path | None = None  # logs and emulator data; a temporary directory by default
     # Start a function again when its process dies (Cloud Run starts a new instance).
     supervise_functions: bool = True
-    # Have each function record the Google API calls it makes (shared/api_recording.py,
+    # Have each function record the Google API calls it makes (shared/adapters/api_recording.py,
     # SPOTJOBS_RECORD_API_CALLS) as JSON lines in <dir>/<function>.jsonl.
     record_api_calls: Path | None = None
 
@@ -317,7 +317,12 @@ class Stack:
 
     def watch_topic(self, topic: str) -> None:
         """A `pubsub` retraining trigger's topic, pushed to on_trigger."""
-        watch_topic(self.options.project, topic, self.function_urls["on_trigger"])
+        watch_topic(
+            self.options.project,
+            topic,
+            self.function_urls["on_trigger"],
+            max_delivery_attempts=self.options.max_delivery_attempts,
+        )
 
     def storage(self) -> Any:
         from google.cloud import storage
@@ -325,12 +330,12 @@ class Stack:
         return storage.Client(project=self.options.project)
 
     def ledger(self) -> Any:
-        from shared.ledger import LedgerStore
+        from shared.ledger.store import LedgerStore
 
         return LedgerStore(self.storage().bucket(self.settings.state_bucket))
 
     def job_service(self) -> Any:
-        from shared.clients import make_job_service
+        from shared.adapters.clients import make_job_service
 
         return make_job_service(self.settings, self.options.location)
 

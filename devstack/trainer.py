@@ -19,6 +19,10 @@ STORAGE_EMULATOR_HOST). On top, the trainer checks each shard's size against the
 list before resuming, so a checkpoint with torn shards is skipped too;
 - when done it writes the model to `AIP_MODEL_DIR` and prints the final metrics.
 
+`--exit-zero-after-sigterm` (invented for tests, opt-in) makes it exit 0 after its SIGTERM
+checkpoint instead of 143, as Lightning 2.6 does: the process a Vertex job may record SUCCEEDED
+with its training unfinished (docs/signals.md).
+
 The model is logistic regression trained with SGD + momentum on a synthetic, seeded dataset, in
 pure Python. The mini-batch of step s is a function of (seed, s), so a run resumed from a
 checkpoint computes exactly what an uninterrupted run would have.
@@ -62,6 +66,7 @@ class TrainerConfig:
     checkpoint_dir: str
     model_dir: str
     fail_at_step: int | None = None
+    exit_zero_after_sigterm: bool = False
     seed: int = 0
     features: int = 16
     samples: int = 2048
@@ -81,6 +86,11 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainerConfig:
         help="minimum wall time of one step (stands in for an accelerator's step time)",
     )
     parser.add_argument("--fail-at-step", type=int, default=None, help="raise an error at this step (exit 1)")
+    parser.add_argument(
+        "--exit-zero-after-sigterm",
+        action="store_true",
+        help="exit 0 after the SIGTERM checkpoint, as Lightning 2.6 does (invented for tests)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="dataset and initialisation seed")
     parser.add_argument("--checkpoint-dir", default=os.environ.get("AIP_CHECKPOINT_DIR"))
     parser.add_argument("--model-dir", default=os.environ.get("AIP_MODEL_DIR"))
@@ -96,6 +106,7 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainerConfig:
         checkpoint_dir=args.checkpoint_dir,
         model_dir=args.model_dir,
         fail_at_step=args.fail_at_step,
+        exit_zero_after_sigterm=args.exit_zero_after_sigterm,
         seed=args.seed,
     )
 
@@ -314,7 +325,8 @@ def _train(config: TrainerConfig, client: Any, stop: StopRequested, run: Run) ->
     while model.step < config.steps:
         run.step = model.step
         if run.preempted or stop.requested:
-            return _stop(run, model, last_saved, run.preempted_at or stop.at, eval_data)
+            _stop(run, model, last_saved, run.preempted_at or stop.at, eval_data)
+            return 0 if config.exit_zero_after_sigterm else SIGTERM_EXIT_STATUS
         if config.fail_at_step is not None and model.step == config.fail_at_step:
             emit("error", f"training failed at step {model.step}", severity="ERROR", step=model.step)
             raise RuntimeError(f"simulated bug in the training code at step {model.step}")
@@ -350,7 +362,7 @@ def _train(config: TrainerConfig, client: Any, stop: StopRequested, run: Run) ->
     return 0
 
 
-def _stop(run: Run, model: Model, last_saved: int, signalled_at: float | None, eval_data: Dataset) -> int:
+def _stop(run: Run, model: Model, last_saved: int, signalled_at: float | None, eval_data: Dataset) -> None:
     # Announce the step first: should the grace period run out mid-write, the work is still counted.
     emit("stopping", f"SIGTERM received; checkpointing step {model.step} before exit", step=model.step)
     if model.step > last_saved:
@@ -367,7 +379,6 @@ def _stop(run: Run, model: Model, last_saved: int, signalled_at: float | None, e
             reason="sigterm",
             seconds_after_sigterm=round(seconds, 3),
         )
-    return SIGTERM_EXIT_STATUS
 
 
 def storage_client() -> Any:

@@ -1,7 +1,8 @@
-"""Ops alerts: one JSON schema for everything published to the ops-alerts topic.
+"""Ops alerts: one JSON schema for everything published to the ops-alerts topic, and the catalogue
+of their kinds (`AlertKind`: each kind's severity and one-line meaning; the README's alert table is
+checked against it by tests/unit/test_alerts.py).
 
-    {"kind": "invalid_request" | "preemption_storm" | "attempts_exhausted" | "job_failed" |
-             "job_stuck" | "prune_report" | ...,
+    {"kind": an AlertKind value,
      "severity": "INFO" | "WARNING" | "ERROR",
      "request_id": str | null, "attempt": int | null, "job": str | null,
      "message": str,            # one human sentence
@@ -13,12 +14,102 @@ Message attributes repeat `kind`, `severity` and `request_id` so subscribers can
 
 from __future__ import annotations
 
+import enum
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from shared.clock import now_iso
 
 ALERT_SCHEMA_VERSION = 1
+
+
+class AlertKind(enum.StrEnum):
+    """Every kind of ops alert, with its severity and what it means (one line each)."""
+
+    severity: str
+    meaning: str
+
+    def __new__(cls, value: str, severity: str, meaning: str) -> AlertKind:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.severity = severity
+        member.meaning = meaning
+        return member
+
+    INVALID_REQUEST = (
+        "invalid_request",
+        "ERROR",
+        "a request was rejected (malformed, or refused by the deployment's policy): nothing was created",
+    )
+    SUBMIT_FAILED = (
+        "submit_failed",
+        "ERROR",
+        "Vertex AI refused the create for good (a verdict on the job): the request failed",
+    )
+    PREEMPTION_STORM = (
+        "preemption_storm",
+        "WARNING",
+        "an attempt was preempted `SPOTJOBS_PREEMPTION_STORM_THRESHOLD` times or more",
+    )
+    ATTEMPTS_EXHAUSTED = (
+        "attempts_exhausted",
+        "ERROR",
+        "the last attempt (`max_attempts`) ended by preemption or stockout: the request gave up",
+    )
+    JOB_FAILED = (
+        "job_failed",
+        "ERROR",
+        "the job failed for another reason, or expired: the request failed, nothing re-queued",
+    )
+    INCOMPLETE_SUCCESS = (
+        "incomplete_success",
+        "WARNING",
+        "Vertex said SUCCEEDED but the kit saw the last run preempted and unfinished: re-queued (docs/signals.md)",
+    )
+    JOB_STUCK = "job_stuck", "WARNING", "a job waited (queued, pending, ...) longer than `SPOTJOBS_STUCK_AFTER_SECONDS`"
+    PRUNE_REPORT = (
+        "prune_report",
+        "INFO",
+        "what a prune pass deleted (WARNING when a delete failed, ERROR when one failed for good)",
+    )
+    TRIGGER_FAILED = (
+        "trigger_failed",
+        "ERROR",
+        "a trigger's window whose request cannot render, fails validation or cannot be published (once per window)",
+    )
+    STRAY_JOB = "stray_job", "WARNING", "a job with a request's labels that the ledger does not record was cancelled"
+    CLAIM_STALLED = (
+        "claim_stalled",
+        "ERROR",
+        "an attempt has no job after `SPOTJOBS_MAX_CLAIM_REPUBLISHES` re-publishes (Vertex busy, or submit never "
+        "asked); it keeps being retried",
+    )
+    QUOTA_LIMITED = (
+        "quota_limited",
+        "WARNING",
+        "a burst waits for Vertex AI's submission quota (how many, the expected drain time): created in turn, "
+        "never failed for it; once per burst",
+    )
+    LOOKUP_FAILED = (
+        "lookup_failed",
+        "ERROR",
+        "the job of a stale claim cannot be looked up (a permission, a region); reconcile retries",
+    )
+    REQUEST_ID_CONFLICT = (
+        "request_id_conflict",
+        "WARNING",
+        "the same request id was published with another body: the first is kept, nothing created for the second",
+    )
+    LEDGER_MISSING = (
+        "ledger_missing",
+        "ERROR",
+        "a replayed request has jobs but no ledger document: nothing was created",
+    )
+    LEDGER_CORRUPT = (
+        "ledger_corrupt",
+        "ERROR",
+        "a request's ledger document cannot be read: nothing is decided on it until it is repaired",
+    )
 
 
 @dataclass(frozen=True)
@@ -32,6 +123,12 @@ class Alert:
     details: dict[str, Any] = field(default_factory=dict)
     time: str = field(default_factory=now_iso)
     schema_version: int = ALERT_SCHEMA_VERSION
+
+    @classmethod
+    def of(cls, kind: AlertKind, message: str, *, severity: str | None = None, **fields: Any) -> Alert:
+        """An alert of `kind` at the catalogue's severity (a kind whose meaning names others may
+        pass one of them)."""
+        return cls(kind=kind.value, severity=severity or kind.severity, message=message, **fields)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -8,9 +8,9 @@ only): `event_conversion._is_raw_pubsub_payload` requires `"data" in message`, a
 fails as a background event. A 400 is a nack, so such a message was retried and dead-lettered
 instead of answered. Here it is a message whose data is empty, handled like any other.
 
-`handle_delivery(event, handler, ...)` (the push body inside a CloudEvent-shaped dict): decode the message, drop
-it if it is older than the configured age (measured from the message's own publish time, because
-functions-framework substitutes "now" when a push lacks one), run the handler, and translate the
+`handle_delivery(body, handler, ...)`: decode the push body once into a `Message`, drop it if it
+is older than the configured age (measured from the message's own publish time, which a push
+always carries; none means no age), run the handler, and translate the
 outcome with `is_retryable`: transient failures raise so Pub/Sub redelivers with backoff; anything
 else is logged at ERROR and acknowledged, so a poison message cannot loop forever.
 """
@@ -32,7 +32,7 @@ from shared.log import Logger, logger
 
 @dataclass(frozen=True)
 class Message:
-    """The Pub/Sub message inside a push CloudEvent."""
+    """The Pub/Sub message of a push body."""
 
     data: bytes
     message_id: str
@@ -59,15 +59,9 @@ def is_push_body(body: Any) -> bool:
 def message_from_push(body: Any) -> Message:
     """Decode a push body (`{"message": {"data"?, "attributes"?, "messageId", "publishTime"},
     "subscription": ...}`) into a Message; absent data is empty data."""
-    return message_from_event({"data": body})
-
-
-def message_from_event(event: Any) -> Message:
-    """Decode a functions-framework CloudEvent (or a plain dict in its shape) into a Message."""
-    data = event.data if hasattr(event, "data") else event.get("data")
-    if not is_push_body(data):
-        raise UndecodableMessage("the event carries no Pub/Sub message")
-    raw = data["message"]
+    if not is_push_body(body):
+        raise UndecodableMessage("the body carries no Pub/Sub message")
+    raw = body["message"]
     try:
         payload = base64.b64decode(raw.get("data") or "", validate=True)
     except (binascii.Error, TypeError, ValueError):
@@ -75,16 +69,9 @@ def message_from_event(event: Any) -> Message:
     attributes = raw.get("attributes") or {}
     if not isinstance(attributes, Mapping):
         attributes = {}
-    message_id = str(raw.get("messageId") or raw.get("message_id") or _event_id(event) or "")
+    message_id = str(raw.get("messageId") or raw.get("message_id") or "")
     publish_time = parse_rfc3339(raw.get("publishTime") or raw.get("publish_time"))
     return Message(payload, message_id, dict(attributes), publish_time)
-
-
-def _event_id(event: Any) -> str | None:
-    try:
-        return event["id"]
-    except (KeyError, TypeError):
-        return None
 
 
 def maintenance_message(data: bytes) -> dict[str, Any]:
@@ -108,21 +95,21 @@ Handler = Callable[[Message, Logger], None]
 
 
 def handle_delivery(
-    event: Any,
+    body: Any,
     handler: Handler,
     *,
     function: str,
     max_age_seconds: float,
     log: Logger = logger,
 ) -> None:
-    """Run `handler` for one delivery. Returns to acknowledge; raises to have it redelivered."""
-    log = log.bind(function=function, event_id=_event_id(event))
+    """Run `handler` for one push body. Returns to acknowledge; raises to have it redelivered."""
+    log = log.bind(function=function)
     try:
-        message = message_from_event(event)
+        message = message_from_push(body)
     except UndecodableMessage as exc:
         log.error("dropped an undecodable delivery", event="undecodable", reason=str(exc))
         return
-    log = log.bind(message_id=message.message_id)
+    log = log.bind(event_id=message.message_id, message_id=message.message_id)
     age = message.age_seconds()
     if age is not None and age > max_age_seconds:
         log.warning(
@@ -176,8 +163,5 @@ def handle_push(
             "refused a request that is not a Pub/Sub push", event="undecodable", reason="not a push body"
         )
         return "not a Pub/Sub push body", 400
-    message_id = body["message"].get("messageId") or body["message"].get("message_id")
-    handle_delivery(
-        {"id": message_id, "data": body}, handler, function=function, max_age_seconds=max_age_seconds, log=log
-    )
+    handle_delivery(body, handler, function=function, max_age_seconds=max_age_seconds, log=log)
     return "", 204

@@ -1,82 +1,28 @@
-"""Observations carried out: `apply_observation` runs `decide` under compare-and-swap and then the
-effects, and `handle_job_event` is on_job_event's shell around it.
-
-Effects run only after the write that decided them succeeded. Log lines are written by the call
-whose write landed; what must reach Pub/Sub was written pending with the decision and is
-published by the outbox, so a failed publish or a lost write reply loses nothing.
+"""on_job_event's shell: `handle_job_event` reads a job-events message into an observation and has
+`shared.deciding.applying.apply_observation` decide on it (and cancels a second job it names).
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime
 
 from spotjobs_kit.lines import KitRecord
 
+from shared.adapters.vertex import get_job, read_job
 from shared.clock import utcnow
-from shared.decisions import Decision, DecisionPolicy, Observation, decide
+from shared.deciding.applying import apply_observation
+from shared.deciding.decisions import Observation
+from shared.deciding.events import IgnoredEntry, Signal, classify, parse_log_entry, patterns_from
+from shared.deciding.outbox import alert_corrupt_record
+from shared.deciding.strays import is_stray
 from shared.delivery import Message
-from shared.effects import Effects
 from shared.errors import TransientError
-from shared.events import IgnoredEntry, Signal, classify, parse_log_entry, patterns_from
+from shared.ledger.records import CorruptRecord, RequestRecord
 from shared.log import Logger
-from shared.outbox import alert_corrupt_record, flush
-from shared.records import CorruptRecord, RequestRecord
 from shared.settings import Settings
-from shared.strays import cancel_stray, is_stray
-from shared.vertex import JobSnapshot, get_job
 from shared.wiring import Ports
-
-
-def read_job(ports: Ports, location: str, name: str) -> JobSnapshot:
-    return JobSnapshot.of(get_job(ports.job_service(location), name))
-
-
-@dataclass(frozen=True)
-class Applied:
-    """What one observation did to its request."""
-
-    record: RequestRecord | None
-    events: tuple[str, ...] = ()  # the decisions this call took (event names of their log lines)
-    waiting: str | None = None  # why the observation, or a re-queue, must be looked at again
-    requeue_message_id: str | None = None
-
-
-def apply_observation(ports: Ports, request_id: str, observation: Observation, log: Logger) -> Applied:
-    """Decide under compare-and-swap, then carry out what this call decided, and what earlier
-    decisions left pending once their deciders are presumed dead."""
-    policy = DecisionPolicy.from_settings(ports.settings)
-    last: Decision | None = None
-
-    def transition(record: RequestRecord | None) -> RequestRecord | None:
-        nonlocal last
-        last = None if record is None else decide(record, observation, policy, ports.clock())
-        return last.record if last else None
-
-    stored = ports.ledger.update(request_id, transition)
-    if last is None or stored is None:
-        return Applied(None)
-    # Not the record this call proposed: another delivery decided (or our own write landed
-    # before its reply was lost), so only what is still pending in the record is carried out.
-    decided_here = stored is last.record
-    effects = last.effects if decided_here else Effects()
-    for line in effects.lines:
-        log.log(line.severity, line.message, **line.fields)
-    # Ours to publish at once only if this call's own write made them pending.
-    made_pending = bool(effects.alerts or effects.prune_requested)
-    message_id, waiting = flush(
-        ports,
-        stored,
-        log,
-        decided_here=made_pending,
-        requeue_decided_here=effects.requeue_decided,
-    )
-    return Applied(stored, effects.events, last.waiting or waiting, message_id)
-
-
-# The event path (on_job_event).
 
 
 class EventOutcome(enum.Enum):
@@ -145,7 +91,7 @@ def handle_job_event(
         counted = signal is Signal.PREEMPTION and entry.is_service_line
         observation = Observation(
             attempt=index.attempt,
-            job=read_job(wired, index.location, index.job),
+            job=read_job(wired.job_service(index.location), index.job),
             signal=signal,
             preemption_evidence=entry.identity if counted else None,
         )
@@ -164,12 +110,14 @@ def handle_job_event(
 def _cancel_if_stray(
     ports: Ports, record: RequestRecord | None, n: int, location: str, job_name: str, log: Logger
 ) -> None:
-    """A line of an indexed job that its attempt does not record: a second job (shared.strays)."""
+    """A line of an indexed job that its attempt does not record: a second job (shared.found_jobs)."""
     attempt = record.attempt(n) if record else None
     if record is None or attempt is None or attempt.job in (None, job_name):
         return
     job = get_job(ports.job_service(location), job_name)
     if is_stray(record, job):
+        from shared.found_jobs import cancel_stray  # rare: a cold instance need not load the sweep
+
         cancel_stray(ports, record, job, log)
 
 

@@ -12,8 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from shared.claims import Claim, ClaimInProgress
 from shared.clock import parse_iso
+from shared.ledger.claims import Claim, ClaimInProgress
+from shared.ledger.records import Attempt, RequestRecord
 from shared.log import Logger
 from shared.pacing import (
     BUSY,
@@ -30,7 +31,6 @@ from shared.pacing import (
     restart_stalled,
     waiting_entry,
 )
-from shared.records import Attempt, RequestRecord
 from shared.wiring import Ports
 
 # The result of a delivery (and of the drainer's create) whose attempt waits in line.

@@ -31,6 +31,12 @@ state bucket, per region:
   waiting; its creator publishes the one `quota_limited` alert of the burst (how many wait, the expected drain time).
   The drainer that finds the line empty removes it.
 
+One module on purpose (over 450 lines): the slots, the line, the drainer lease and the burst
+share one layout under `pacing/` and one order of writes (an entry before its record, the line
+listed after the slot is taken, the hand-over after the lease is released); split apart, the
+argument that no one waits without a drainer and no one is passed would span modules that each
+look safe.
+
 A request waits (acknowledged, never redelivered for it) when anyone is already waiting in its
 region, when its moment's slot is taken, or when Vertex answers a create with a rate-limit 429
 anyway (another client of the project's quota). A 429 for a resource quota (GPUs, CPUs) is not a
@@ -46,11 +52,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from shared.alerts import Alert
+from shared.alerts import Alert, AlertKind
 from shared.clock import iso
+from shared.ledger.records import RequestRecord
 from shared.log import Logger
-from shared.records import RequestRecord
-from shared.request import MAX_PRIORITY
+from shared.requests.envelope import MAX_PRIORITY
 
 if TYPE_CHECKING:
     from google.cloud.storage import Bucket
@@ -303,7 +309,7 @@ def _prefix(location: str) -> str:
 
 
 def pacer_for(ports: Ports) -> Pacer:
-    from shared.run_lock import ledger_bucket
+    from shared.ledger.run_lock import ledger_bucket
 
     return Pacer(ledger_bucket(ports.ledger), ports.settings)
 
@@ -381,7 +387,7 @@ def _others_wait(pacer: Pacer, location: str, passed: set[str]) -> bool:
 def hand_over(ports: Ports, pacer: Pacer, location: str, log: Logger) -> str | None:
     """If anyone still waits, publish the head attempt's message: its delivery drains on. Returns
     its request id. A publish that fails leaves it to reconcile (`restart_stalled`)."""
-    from shared.outbox import publish_request_attempt
+    from shared.deciding.outbox import publish_request_attempt
 
     head = pacer.waiting(location)
     if not head or not ports.may_publish(ports.settings.job_requests_topic):
@@ -425,13 +431,12 @@ def restart_stalled(ports: Ports, locations: set[str], log: Logger) -> list[str]
 def _alert_quota_limited(ports: Ports, pacer: Pacer, location: str, count: int, log: Logger) -> None:
     """The burst's one alert. Its burst document is created first, so a second drainer never
     sends another; a failed publish removes it, so the next drainer sends it instead."""
-    from shared.outbox import publish_alert
+    from shared.deciding.outbox import publish_alert
 
     drain_seconds = round(count * pacer.slot_seconds)
-    alert = Alert(
-        kind="quota_limited",
-        severity="WARNING",
-        message=(
+    alert = Alert.of(
+        AlertKind.QUOTA_LIMITED,
+        (
             f"{count} job requests in {location} wait for Vertex AI's "
             f"submission quota; they are created in turn at {ports.settings.vertex_creates_per_minute} "
             f"a minute, about {drain_seconds} s to drain"

@@ -7,7 +7,7 @@ the listing's metadata, paged by `settings.reconcile_page_size`, at most
 starts, in the ledger's reconcile cursor, so every request gets its turn):
 
 - alerts and a prune request decided but not published are published once their decider is
-  presumed dead (`shared.outbox`);
+  presumed dead (`shared.deciding.outbox`);
 
 - a re-queue decided but not confirmed is published once due and abandoned by its decider;
 - a claim without a job older than the claim lease (a submit that crashed and whose message was
@@ -18,12 +18,12 @@ starts, in the ledger's reconcile cursor, so every request gets its turn):
   reasons (a permission, a region) is alerted once (`lookup_failed`);
 - otherwise the latest attempt's job is read (from the pass's one listing per location, a get
   only for a job missing from it: `shared.reconcile_vertex`) and
-  `shared.observe.apply_observation` decides, exactly as for a log event: terminal states,
-  re-queues, jobs stuck in a waiting state;
+  `shared.deciding.applying.apply_observation` decides, exactly as for a log event: terminal
+  states, re-queues, jobs stuck in a waiting state;
 - an attempt waiting in line for Vertex's submission quota is left to the line's drainer, and a
   line left without one is restarted (`shared.pacing`).
 
-Then the pass sweeps for strays (`shared.strays.sweep_strays`): one list per location of this
+Then the pass sweeps for strays (`shared.found_jobs.sweep_strays`): one list per location of this
 deployment's jobs that have not ended, and every one the ledger does not record is cancelled,
 whether its request is active or long finished.
 
@@ -34,32 +34,34 @@ on_job_event freely.
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from shared.alerts import Alert
-from shared.claims import record_job
+from shared.adapters.vertex import find_attempt_job, parent_path, read_job
+from shared.alerts import Alert, AlertKind
 from shared.clock import now_iso, parse_iso, utcnow
-from shared.decisions import Observation
-from shared.effects import attempt_alert
-from shared.errors import is_retryable
-from shared.ledger import ActiveEntry, JobIndexEntry, LedgerStore, ListedRequest
-from shared.log import Logger
-from shared.observe import apply_observation, read_job
-from shared.outbox import (
+from shared.deciding.applying import apply_observation
+from shared.deciding.decisions import Observation
+from shared.deciding.effects import attempt_alert
+from shared.deciding.outbox import (
+    Mine,
     alert_corrupt_record,
     decide_and_flush_alert,
     flush,
     publish_request_attempt,
 )
+from shared.errors import is_retryable
+from shared.found_jobs import adopt_job, observe_adopted, sweep_locations, sweep_strays
+from shared.ledger.records import Attempt, CorruptRecord, RequestRecord, alert_marker
+from shared.ledger.run_lock import ledger_bucket, run_lock
+from shared.ledger.store import ActiveEntry, LedgerStore, ListedRequest
+from shared.log import Logger
 from shared.paced_submit import in_line, restart_stalled_lines
 from shared.reconcile_vertex import CrudBudgetSpent, VertexPass
-from shared.records import Attempt, CorruptRecord, RequestRecord, alert_marker
-from shared.run_lock import ledger_bucket, run_lock
-from shared.strays import sweep_strays
-from shared.vertex import JobSnapshot, find_attempt_job, parent_path
+from shared.swap import backoff_seconds
 from shared.wiring import Ports
 
 RECONCILE_TASK = "reconcile"
@@ -100,7 +102,7 @@ class RequestResult:
 
 def run_reconcile(ports: Ports, log: Logger, *, limit: int | None = None) -> ReconcileSummary:
     """One reconcile pass over the active requests. Logs one summary line and returns it. A pass
-    already running elsewhere makes this one end at once (`shared.run_lock`: one INFO line)."""
+    already running elsewhere makes this one end at once (`shared.ledger.run_lock`: one INFO line)."""
     with run_lock(ledger_bucket(ports.ledger), RECONCILE_TASK, log, clock=ports.clock) as held:
         return _run_reconcile(ports, log, limit=limit) if held else ReconcileSummary()
 
@@ -116,6 +118,7 @@ def _run_reconcile(ports: Ports, log: Logger, *, limit: int | None) -> Reconcile
         log,
         page_size=settings.reconcile_page_size,
         limit=settings.reconcile_requests_per_run if limit is None else limit,
+        on_corrupt=lambda error: alert_corrupt_record(ports, error, log),
     )
     locations = {settings.location}
     with ThreadPoolExecutor(RECONCILE_WORKERS, thread_name_prefix="reconcile") as pool:
@@ -123,7 +126,7 @@ def _run_reconcile(ports: Ports, log: Logger, *, limit: int | None) -> Reconcile
             summary.outcomes[result.outcome] += 1
             summary.decisions.update(result.decisions)
             locations.update(result.locations)
-    summary.decisions.update(["stray_job_cancelled"] * len(sweep_strays(ports, locations, log)))
+    summary.decisions.update(["stray_job_cancelled"] * len(sweep_strays(ports, sweep_locations(ports, locations), log)))
     summary.decisions.update(["quota_line_restarted"] * len(restart_stalled_lines(ports, locations, log)))
     summary.vertex = vertex_pass.usage()
     log.info("reconcile finished", event="reconcile_summary", **summary.to_json())
@@ -131,7 +134,13 @@ def _run_reconcile(ports: Ports, log: Logger, *, limit: int | None) -> Reconcile
 
 
 def _requests_to_reconcile(
-    ledger: LedgerStore, summary: ReconcileSummary, log: Logger, *, page_size: int, limit: int
+    ledger: LedgerStore,
+    summary: ReconcileSummary,
+    log: Logger,
+    *,
+    page_size: int,
+    limit: int,
+    on_corrupt: Callable[[CorruptRecord], None] | None = None,
 ) -> list[str]:
     """Up to `limit` requests that need reconciling, from the cursor on, in the order of the
     active index (`active/<id>` markers; docs/ARCHITECTURE.md, "The active index"): a pass lists
@@ -142,8 +151,8 @@ def _requests_to_reconcile(
     next run starts from the first again.
 
     A ledger from before the index is listed in full once, writing the active records' markers.
-    Then the retention sweep (`shared.ledger_retention`) takes its bounded turn."""
-    from shared.ledger_retention import backfill_index, sweep_step
+    Then the retention sweep (`shared.ledger.retention`) takes its bounded turn."""
+    from shared.ledger.retention import backfill_index, sweep_step
 
     if not ledger.index_built():
         backfill_index(ledger, log, page_size=page_size)
@@ -188,7 +197,7 @@ def _requests_to_reconcile(
                 error=f"{type(exc).__name__}: {exc}",
             )
     try:
-        sweep_step(ledger, log)
+        sweep_step(ledger, log, on_corrupt=on_corrupt)
     except Exception as exc:  # noqa: BLE001 - retention waits for the next pass; never fails this one
         log.warning(
             "the ledger retention sweep failed; the next pass resumes it",
@@ -245,7 +254,7 @@ def reconcile_request(ports: Ports, request_id: str, log: Logger) -> RequestResu
 
 def _reconcile(ports: Ports, record: RequestRecord, log: Logger) -> RequestResult:
     if record.has_pending_effects or record.requeue is not None:
-        message_id, waiting = flush(ports, record, log, decided_here=False)
+        message_id, waiting = flush(ports, record, log)
         if record.is_terminal or record.requeue is not None:
             if message_id:
                 return RequestResult("requeue_published")
@@ -261,7 +270,7 @@ def _reconcile(ports: Ports, record: RequestRecord, log: Logger) -> RequestResul
         if in_line(ports, record, latest):
             return RequestResult("waiting_for_quota")  # the line's drainer creates it (shared/pacing.py)
         return _settle_claim(ports, record, latest, log)
-    snapshot = read_job(ports, latest.location, latest.job)
+    snapshot = read_job(ports.job_service(latest.location), latest.job)
     applied = apply_observation(ports, record.request_id, Observation(latest.n, snapshot), log)
     return RequestResult("waiting" if applied.waiting else "observed", applied.events)
 
@@ -273,10 +282,8 @@ def _republish(ports: Ports, record: RequestRecord, claim: Attempt, log: Logger,
     Vertex (429, 503) or no submit at all ("we could not ask") waits, and after
     `max_claim_republishes` re-publishes one `claim_stalled` alert says which it is."""
     settings = ports.settings
-    decided: list[RequestRecord | None] = []
 
     def count(current: RequestRecord | None) -> RequestRecord | None:
-        decided.append(None)
         attempt = current.attempt(claim.n) if current else None
         if current is None or attempt is None or attempt.job is not None:
             return None
@@ -290,11 +297,11 @@ def _republish(ports: Ports, record: RequestRecord, claim: Attempt, log: Logger,
         attempt.republished_at = now_iso()
         if attempt.republished > settings.max_claim_republishes:
             _decide_stalled_alert(current, attempt, ports)
-        decided[-1] = current
         return current
 
-    stored = ports.ledger.update(record.request_id, count)
-    if stored is None or stored is not decided[-1]:
+    swapped = ports.ledger.swap(record.request_id, count)
+    stored = swapped.value
+    if stored is None or not swapped.wrote:
         return RequestResult("idle")
     message_id = publish_request_attempt(ports, record, claim.n, claim.location)
     attempt = stored.attempt(claim.n)
@@ -308,7 +315,7 @@ def _republish(ports: Ports, record: RequestRecord, claim: Attempt, log: Logger,
         published_message_id=message_id,
     )
     if stored.has_pending_effects:
-        flush(ports, stored, log, decided_here=True)
+        flush(ports, stored, log, mine=Mine.EFFECTS)
     return RequestResult("claim_republished")
 
 
@@ -329,25 +336,24 @@ def _alert_lookup_failed(ports: Ports, record: RequestRecord, claim: Attempt, ex
         return attempt_alert(
             current,
             attempt,
-            "lookup_failed",
-            "ERROR",
+            AlertKind.LOOKUP_FAILED,
             ports.clock(),
             f"cannot look up the job of attempt {claim.n} of {current.request_id} in {claim.location}: {error}",
             error=error,
         )
 
-    marker = alert_marker("lookup_failed", claim.n)
+    marker = alert_marker(AlertKind.LOOKUP_FAILED, claim.n)
     decide_and_flush_alert(ports, record.request_id, marker, lookup_alert, log)
 
 
 def _backoff(lease: float, republished: int) -> float:
     """Seconds between re-publishes: a lease at first, doubling, at most an hour (a busy Vertex
     gets room; a long outage is retried hourly, never given up on)."""
-    return min(max(lease, 3600.0), lease * 2 ** min(republished, 12))
+    return backoff_seconds(lease, republished, max(lease, 3600.0))
 
 
 def _decide_stalled_alert(record: RequestRecord, attempt: Attempt, ports: Ports) -> None:
-    if not record.mark(alert_marker("claim_stalled", attempt.n)):
+    if not record.mark(alert_marker(AlertKind.CLAIM_STALLED, attempt.n)):
         return
     error = attempt.last_create_error
     if error:
@@ -358,8 +364,7 @@ def _decide_stalled_alert(record: RequestRecord, attempt: Attempt, ports: Ports)
         attempt_alert(
             record,
             attempt,
-            "claim_stalled",
-            "ERROR",
+            AlertKind.CLAIM_STALLED,
             ports.clock(),
             f"attempt {attempt.n} of {record.request_id} has no job after {attempt.republished - 1} "
             f"re-publishes: {why}; it keeps being retried",
@@ -391,31 +396,14 @@ def _settle_claim(ports: Ports, record: RequestRecord, claim: Attempt, log: Logg
         return RequestResult("error")
     if job is None:
         return _republish(ports, record, claim, log, held_for)
-    snapshot = JobSnapshot.of(job)
-    ports.ledger.index_job(JobIndexEntry(record.request_id, claim.n, claim.location, snapshot.name))
-    proposed: list[RequestRecord | None] = []
-
-    def adopt(current: RequestRecord | None) -> RequestRecord | None:
-        proposed.append(
-            record_job(
-                current,
-                n=claim.n,
-                job_name=snapshot.name,
-                state=snapshot.state,
-                created_at=snapshot.create_time,
-            )
-        )
-        return proposed[-1]
-
-    stored = ports.ledger.update(record.request_id, adopt)
-    adopted_here = stored is not None and stored is proposed[-1]
-    if adopted_here:
+    adoption = adopt_job(ports, record.request_id, claim.n, claim.location, job, log)
+    if adoption.wrote:
         log.warning(
-            f"attempt {claim.n} was created but never recorded; recorded job {snapshot.name}",
+            f"attempt {claim.n} was created but never recorded; recorded job {job.name}",
             event="claim_adopted",
             attempt=claim.n,
-            job=snapshot.name,
+            job=job.name,
             location=claim.location,
         )
-    applied = apply_observation(ports, record.request_id, Observation(claim.n, snapshot), log)
-    return RequestResult("claim_adopted" if adopted_here else "observed", applied.events)
+    events = observe_adopted(ports, record.request_id, adoption, claim.n, log) if adoption.adopted else ()
+    return RequestResult("claim_adopted" if adoption.wrote else "observed", events)

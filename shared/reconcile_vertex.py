@@ -31,9 +31,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from shared.adapters.vertex import parent_path, unfinished_jobs_filter
 from shared.errors import TransientError
 from shared.log import Logger
-from shared.vertex import parent_path, unfinished_jobs_filter
 from shared.wiring import Ports
 
 if TYPE_CHECKING:

@@ -12,42 +12,40 @@ import hashlib
 import json
 from typing import Any
 
-from shared.alerts import Alert
-from shared.claims import fail_invalid_requeue, invalid_request_alert
+from shared.adapters.vertex import find_jobs, parent_path, request_labels
+from shared.alerts import Alert, AlertKind
 from shared.clock import iso
+from shared.deciding.outbox import Mine, decide_alert, flush, publish_alert
 from shared.delivery import Message
 from shared.errors import TransientError
+from shared.ledger.claims import fail_invalid_requeue, invalid_request_alert
+from shared.ledger.records import RequestRecord, alert_marker
 from shared.log import Logger
-from shared.outbox import decide_alert, flush, publish_alert
-from shared.records import RequestRecord, alert_marker
-from shared.request import InvalidJobRequest
-from shared.vertex import find_jobs, parent_path, request_labels
+from shared.requests.envelope import InvalidJobRequest
+from shared.swap import Swapped
 from shared.wiring import Ports
 
 
-def publish_what_is_pending(
-    record: RequestRecord | None, log: Logger, ports: Ports, *, decided_here: bool = False
-) -> None:
+def publish_what_is_pending(record: RequestRecord | None, log: Logger, ports: Ports, *, mine: Mine = Mine.NONE) -> None:
     """Acknowledge an attempt already handled, once what its handling left pending is sent: an
     alert whose first publish failed goes out on this redelivery (or, later, by reconcile)."""
     if record is not None and record.has_pending_effects:
-        _, waiting = flush(ports, record, log, decided_here=decided_here)
+        _, waiting = flush(ports, record, log, mine=mine)
         if waiting:
             raise TransientError(waiting)
 
 
-def record_conflict(record: RequestRecord, envelope: dict[str, Any], ports: Ports) -> tuple[RequestRecord, bool]:
+def record_conflict(record: RequestRecord, envelope: dict[str, Any], ports: Ports) -> Swapped[RequestRecord]:
     """The same request id published with another body: the first is kept, and the publisher is
     told once per distinct body (an alert naming both bodies' digests), through the outbox.
-    Returns the record and whether this delivery decided the alert."""
+    Returns the alert's compare-and-swap (`wrote`: this delivery decided it)."""
     kept, refused = body_digest(record.request), body_digest(envelope)
     now = ports.clock()
 
     def conflict_alert(current: RequestRecord) -> Alert:
-        return Alert(
-            kind="request_id_conflict",
-            severity="WARNING",
-            message=(
+        return Alert.of(
+            AlertKind.REQUEST_ID_CONFLICT,
+            (
                 f"request {current.request_id} was published again with a different body "
                 f"(digest {refused}); the first (digest {kept}) is kept and nothing was "
                 "created for the second: publish it under a new request id"
@@ -57,9 +55,8 @@ def record_conflict(record: RequestRecord, envelope: dict[str, Any], ports: Port
             time=iso(now),
         )
 
-    marker = alert_marker("request_id_conflict", 1, refused)
-    stored, decided_here = decide_alert(ports, record.request_id, marker, conflict_alert)
-    return (stored or record), decided_here
+    marker = alert_marker(AlertKind.REQUEST_ID_CONFLICT, 1, refused)
+    return decide_alert(ports, record.request_id, marker, conflict_alert)
 
 
 def body_digest(envelope: dict[str, Any]) -> str:
@@ -93,10 +90,9 @@ def replayed_without_a_record(message: Message, envelope: dict[str, Any], log: L
     )
     publish_alert(
         ports,
-        Alert(
-            kind="ledger_missing",
-            severity="ERROR",
-            message=(
+        Alert.of(
+            AlertKind.LEDGER_MISSING,
+            (
                 f"request {request_id} was delivered again ({age:.0f} s after it was published) "
                 f"and has {len(found)} job(s) but no ledger document: nothing was created; "
                 "restore the document or resubmit under a new request id"
@@ -129,26 +125,22 @@ def reject(exc: InvalidJobRequest, message: Message, log: Logger, ports: Ports) 
         return
     # A rejected re-queue fails its request (else reconcile would resend it, to be rejected
     # again, forever), with its alert pending in the record.
-    failed: list[RequestRecord | None] = []
-
-    def transition(current: RequestRecord | None) -> RequestRecord | None:
-        failed.append(
-            fail_invalid_requeue(
-                current,
-                n=n,
-                now=ports.clock(),
-                violations=violations,
-                message_id=message.message_id,
-            )
-        )
-        return failed[-1]
-
-    stored = ports.ledger.update(request_id, transition)
-    if failed[-1] is None and (stored is None or alert_marker("invalid_request", n) not in stored.markers):
+    swapped = ports.ledger.swap(
+        request_id,
+        lambda current: fail_invalid_requeue(
+            current,
+            n=n,
+            now=ports.clock(),
+            violations=violations,
+            message_id=message.message_id,
+        ),
+    )
+    stored = swapped.value
+    if not swapped.wrote and (stored is None or alert_marker(AlertKind.INVALID_REQUEST, n) not in stored.markers):
         # Not a re-queue the ledger holds (a publisher set `attempt`): nothing to fail, alert now.
         alert = invalid_request_alert(request_id, n, violations, message.message_id, ports.clock())
         publish_alert(ports, alert)
     elif stored is not None and stored.has_pending_effects:
-        _, waiting = flush(ports, stored, log, decided_here=stored is failed[-1])
+        _, waiting = flush(ports, stored, log, mine=Mine.written(swapped))
         if waiting:
             raise TransientError(waiting)

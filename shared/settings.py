@@ -29,6 +29,9 @@ _DEFAULT_STOCKOUT_PATTERNS = (
 )
 # Orbax, torch.distributed.checkpoint, TensorFlow's index file, the kit's marker: one definition.
 _DEFAULT_COMMIT_MARKERS = DEFAULT_COMMIT_MARKERS
+# The variable the pruner's settings and the trainer kit (spotjobs_kit.Run) both read the commit
+# markers from; submit sets it in every job's containers, so both judge with one list.
+COMMIT_MARKERS_ENV = "SPOTJOBS_COMMIT_MARKERS"
 
 
 DEFAULT_CREATE_TIMEOUT_SECONDS = 30.0
@@ -70,7 +73,7 @@ class Settings:
     default_max_attempts: int = _env("SPOTJOBS_DEFAULT_MAX_ATTEMPTS", 3, kind="int")
     max_attempts_ceiling: int = _env("SPOTJOBS_MAX_ATTEMPTS_CEILING", 10, kind="int")
     max_request_bytes: int = _env("SPOTJOBS_MAX_REQUEST_BYTES", 256 * 1024, kind="int")
-    # Ceilings over the whole job (shared/job_policy.py): accelerators summed over every replica of
+    # Ceilings over the whole job (shared/requests/job_policy.py): accelerators summed over every replica of
     # every pool, worker pools, scheduling.timeout (Vertex's own default is 7 days), boot disk.
     max_accelerators_per_job: int = _env("SPOTJOBS_MAX_ACCELERATORS_PER_JOB", 16, kind="int")
     max_pools_per_job: int = _env("SPOTJOBS_MAX_POOLS_PER_JOB", 2, kind="int")
@@ -80,6 +83,10 @@ class Settings:
     allowed_fallback_strategies: tuple[str, ...] = _env("SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES", (), kind="list")
     # Spot attempts a request must make before its fallback may start.
     min_spot_attempts: int = _env("SPOTJOBS_MIN_SPOT_ATTEMPTS", 1, kind="int")
+    # The changeover (a move to a new attempt: launch, setup, checkpoint restore) a deadline is
+    # planned with before any is seen on a machine type and location, and what validation assumes
+    # when a request does not say (shared/deciding/deadline.py, docs/deadlines.md).
+    changeover_prior_seconds: float = _env("SPOTJOBS_CHANGEOVER_PRIOR_SECONDS", 1200.0, kind="float")
     # Regions a request may name in location/locations; empty = any region.
     allowed_locations: tuple[str, ...] = _env("SPOTJOBS_ALLOWED_LOCATIONS", (), kind="list")
     # Opt-ins: CustomJob fields outside the base allowlist, each refused until its setting allows
@@ -94,6 +101,9 @@ class Settings:
     allowed_tensorboards: tuple[str, ...] = _env("SPOTJOBS_ALLOWED_TENSORBOARDS", (), kind="list")
     allowed_experiments: tuple[str, ...] = _env("SPOTJOBS_ALLOWED_EXPERIMENTS", (), kind="list")
     allowed_models: tuple[str, ...] = _env("SPOTJOBS_ALLOWED_MODELS", (), kind="list")
+    # A bare body without a request id: the same content published again within this many seconds
+    # of its first publish (or schedule_time) is the same request (shared/ledger/dedupe.py).
+    bare_dedupe_seconds: float = _env("SPOTJOBS_BARE_DEDUPE_SECONDS", 300.0, kind="float")
     # A claim without a job older than this is taken over by a redelivery (its holder crashed).
     # It must cover a whole create: at least twice create_timeout_seconds (see from_env).
     claim_lease_seconds: float = _env("SPOTJOBS_CLAIM_LEASE_SECONDS", 120.0, kind="float")
@@ -115,6 +125,10 @@ class Settings:
     # A published re-queue still unclaimed after this was lost (dead-lettered): reconcile resends it.
     unclaimed_requeue_seconds: float = _env("SPOTJOBS_UNCLAIMED_REQUEUE_SECONDS", 900.0, kind="float")
     stuck_after_seconds: float = _env("SPOTJOBS_STUCK_AFTER_SECONDS", 6 * 3600.0, kind="float")
+    # A SUCCEEDED job whose kit lines show its last run preempted and unfinished waits this long
+    # after its end for later lines (a restart's run_started may still be on its way) before it
+    # is judged incomplete and re-queued.
+    kit_lines_settle_seconds: float = _env("SPOTJOBS_KIT_LINES_SETTLE_SECONDS", 300.0, kind="float")
     log_level: str = _env("SPOTJOBS_LOG_LEVEL", "INFO")
     # Re-publishes of a claim that never got a job before reconcile alerts (it keeps re-publishing:
     # a request is failed only when Vertex refuses it, never because a side was down).
@@ -135,7 +149,7 @@ class Settings:
     reconcile_page_size: int = _env("SPOTJOBS_RECONCILE_PAGE_SIZE", 200, kind="int")
     reconcile_requests_per_run: int = _env("SPOTJOBS_RECONCILE_REQUESTS_PER_RUN", 2000, kind="int")
     # A finished request's ledger record is removed this long after it finished (0: kept forever;
-    # never less than 32 days, see shared/ledger_retention.py), archived first unless turned off.
+    # never less than 32 days, see shared/ledger/retention.py), archived first unless turned off.
     ledger_retention_seconds: float = _env("SPOTJOBS_LEDGER_RETENTION_SECONDS", 90 * 86400.0, kind="float")
     ledger_archive: bool = _env("SPOTJOBS_LEDGER_ARCHIVE", True, kind="bool")
 
@@ -151,7 +165,7 @@ class Settings:
     incomplete_grace_seconds: float = _env("SPOTJOBS_INCOMPLETE_GRACE_SECONDS", 3600.0, kind="float")
     finished_retention_seconds: float = _env("SPOTJOBS_FINISHED_RETENTION_SECONDS", 7 * 86400.0, kind="float")
     keep_final_checkpoint: bool = _env("SPOTJOBS_KEEP_FINAL_CHECKPOINT", True, kind="bool")
-    commit_markers: tuple[str, ...] = _env("SPOTJOBS_COMMIT_MARKERS", _DEFAULT_COMMIT_MARKERS, kind="list")
+    commit_markers: tuple[str, ...] = _env(COMMIT_MARKERS_ENV, _DEFAULT_COMMIT_MARKERS, kind="list")
     prune_workers: int = _env("SPOTJOBS_PRUNE_WORKERS", 32, kind="int")
     prune_requests_per_run: int = _env("SPOTJOBS_PRUNE_REQUESTS_PER_RUN", 2000, kind="int")
 
@@ -172,6 +186,7 @@ class Settings:
         settings._check_create_fits_in_lease()
         settings._check_patterns()
         settings._check_image_prefixes()
+        settings._check_commit_markers()
         return settings
 
     def check_deployable(self) -> None:
@@ -229,6 +244,14 @@ class Settings:
                 parse_prefix(entry)
             except BadReference as exc:
                 raise ConfigurationError(f"SPOTJOBS_ALLOWED_IMAGE_PREFIXES: {exc}") from None
+
+    def _check_commit_markers(self) -> None:
+        # An empty list would mean "the kit's defaults" to the jobs (spotjobs_kit.Run reads an
+        # empty variable so) and "no marker completes anything" to the pruner: two lists again.
+        if not self.commit_markers:
+            raise ConfigurationError(
+                f"{COMMIT_MARKERS_ENV} is set but empty: name at least one commit marker, or unset it for the defaults"
+            )
 
     def _check_create_fits_in_lease(self) -> None:
         # Checked for the environment's settings only: tests build others with dataclasses.replace.

@@ -19,7 +19,7 @@ Only invalid requests and settled outcomes (created, found, duplicate, refused b
 acknowledged. Any other failure is redelivered (`SubmitBlocked` for permanent ones) so that the
 dead-letter topic, not a silent acknowledgement, ends a request that cannot be handled.
 
-The ledger transitions (`shared.claims`) decide from the current record alone; `submit_request`
+The ledger transitions (`shared.ledger.claims`) decide from the current record alone; `submit_request`
 is the shell that runs them and calls the clients passed in through `Ports`. Alerts go through the
 outbox like every other function's: written pending with the decision, published after.
 """
@@ -29,48 +29,46 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from shared.claims import (
+from shared.adapters.vertex import (
+    build_job_json,
+    create_custom_job,
+    find_attempt_job,
+    may_have_created,
+    parent_path,
+    to_custom_job,
+)
+from shared.clock import parse_iso
+from shared.deciding.outbox import Mine, alert_corrupt_record, flush
+from shared.delivery import Message
+from shared.errors import TransientError, is_retryable
+from shared.found_jobs import adopt_job, observe_adopted, remember_location
+from shared.jobs import state_name
+from shared.ledger.claims import (
     Claim,
     ClaimInProgress,
     claim_attempt,
     fail_attempt,
     mark_create_sent,
-    record_job,
     release_claim,
 )
-from shared.clock import iso, parse_iso
-from shared.decisions import Observation
-from shared.delivery import Message
-from shared.errors import TransientError, is_retryable
-from shared.ledger import JobIndexEntry
+from shared.ledger.dedupe import bare_request_id
+from shared.ledger.records import Attempt, CorruptRecord, RequestRecord
+from shared.ledger.run_lock import ledger_bucket
 from shared.log import Logger
-from shared.observe import apply_observation
-from shared.outbox import alert_corrupt_record, flush
 from shared.paced_submit import WAITING_RESULT, SubmitSteps, may_create_now, never_sent, wait_in_line, waits_for
-from shared.policy import validate_request, warn_if_images_unrestricted
-from shared.records import Attempt, CorruptRecord, RequestRecord
 from shared.redeliveries import (
     publish_what_is_pending,
     record_conflict,
     reject,
     replayed_without_a_record,
 )
-from shared.request import InvalidJobRequest, canonical_envelope
+from shared.requests.envelope import InvalidJobRequest, JobRequest, canonical_envelope, content_request_id
+from shared.requests.policy import validate_request, warn_if_images_unrestricted
 from shared.settings import CREATE_MARGIN_FRACTION
-from shared.strays import cancel_stray
-from shared.vertex import (
-    JobSnapshot,
-    build_job_json,
-    create_custom_job,
-    find_attempt_job,
-    may_have_created,
-    parent_path,
-    state_name,
-    to_custom_job,
-)
+from shared.swap import Decided
 from shared.wiring import Ports
 
 if TYPE_CHECKING:
@@ -120,6 +118,7 @@ def submit_request(message: Message, log: Logger, ports: Ports) -> SubmitOutcome
         except InvalidJobRequest as exc:
             reject(exc, message, log, ports)
             return SubmitOutcome(SubmitResult.INVALID, exc.request_id, exc.attempt)
+        request = _named_by_content(request, ports)
     n = request.attempt or 1
     log = log.bind(request_id=request.request_id, attempt=n)
     with redelivered_unless_settled(log):
@@ -150,13 +149,30 @@ def submit_request(message: Message, log: Logger, ports: Ports) -> SubmitOutcome
                 status=claim.record.status,
                 same_body=same_body,
             )
-            record, decided = claim.record, False
             if not same_body and request.attempt is None:
-                record, decided = record_conflict(record, envelope, ports)
-            publish_what_is_pending(record, log, ports, decided_here=decided)
+                conflict = record_conflict(claim.record, envelope, ports)
+                publish_what_is_pending(conflict.value or claim.record, log, ports, mine=Mine.written(conflict))
+            else:
+                publish_what_is_pending(claim.record, log, ports)
             return SubmitOutcome(SubmitResult.DUPLICATE, request.request_id, n, job)
         assert claim.attempt is not None  # a claim that writes always names its attempt
         return _ensure_job(claim.record, claim.attempt, claim.kind == "taken_over", log, ports)
+
+
+def _named_by_content(request: JobRequest, ports: Ports) -> JobRequest:
+    """A bare body without an id gets the id of its content's dedupe window (one compare-and-swap
+    document per content, so concurrent deliveries agree); any other request keeps its id."""
+    if request.content_digest is None or request.moment is None:
+        return request
+    digest = request.content_digest
+    request_id = bare_request_id(
+        ledger_bucket(ports.ledger),
+        digest,
+        request.moment,
+        ports.settings.bare_dedupe_seconds,
+        lambda opened: content_request_id(digest, opened),
+    )
+    return replace(request, request_id=request_id)
 
 
 @contextmanager
@@ -181,9 +197,8 @@ def redelivered_unless_settled(log: Logger) -> Iterator[None]:
 
 def _claim(envelope: dict[str, Any], n: int, log: Logger, ports: Ports) -> Claim:
     request_id = envelope["request_id"]
-    decided: list[Claim] = []
 
-    def transition(current: RequestRecord | None) -> RequestRecord | None:
+    def transition(current: RequestRecord | None) -> Decided[RequestRecord]:
         claim = claim_attempt(
             current,
             envelope=envelope,
@@ -192,11 +207,10 @@ def _claim(envelope: dict[str, Any], n: int, log: Logger, ports: Ports) -> Claim
             lease_seconds=ports.settings.claim_lease_seconds,
             output_dir=ports.settings.output_dir_for(request_id),
         )
-        decided.append(claim)
-        return claim.record if claim.writes else None
+        return Decided(claim.record if claim.writes else None, claim)
 
     try:
-        ports.ledger.update(request_id, transition)
+        swapped = ports.ledger.swap(request_id, transition)
     except ClaimInProgress as exc:
         log.info(
             "attempt is being created by another delivery; retry later",
@@ -204,7 +218,7 @@ def _claim(envelope: dict[str, Any], n: int, log: Logger, ports: Ports) -> Claim
             reason=str(exc),
         )
         raise
-    claim = decided[-1]  # the run whose outcome was written (or found nothing to write)
+    claim: Claim = swapped.decided  # the run whose outcome was written (or found nothing to write)
     if claim.kind == "taken_over" and not never_sent(claim.attempt):  # a waiting attempt's turn is no news
         log.warning("took over a stale claim; looking for its job before creating", event="claim_taken_over")
     return claim
@@ -221,9 +235,9 @@ def _ensure_job(
     if taken_over and not never_sent(attempt):
         found = find_attempt_job(client, parent, request_id, n, settings.deployment_label)
         if found is not None:
-            return _record_created(record, attempt, found, SubmitResult.FOUND, client, log, ports)
+            return _record_created(record, attempt, found, SubmitResult.FOUND, log, ports)
         _wait_for_the_list(attempt, log, ports)
-    if not paced and not may_create_now(ports, attempt.location):
+    if not paced and not may_create_now(ports, attempt.location):  # paced: the drainer holds a slot
         return _wait_in_line(record, attempt, log, ports, paced=False)
     job_json = build_job_json(
         record.request["custom_job"],
@@ -232,16 +246,18 @@ def _ensure_job(
         strategy=attempt.strategy,
         output_dir=record.output_dir,
         deployment=settings.deployment_label,
+        commit_markers=settings.commit_markers,
         service_account=settings.training_service_account,
     )
     custom_job = to_custom_job(job_json)
     timeout = _create_timeout(attempt, log, ports)  # refuses a claim too old to send at all
+    remember_location(ports, attempt.location)  # the stray sweep lists it from now on
     _note_create_sent(record, attempt, log, ports)
     try:
         job = create_custom_job(client, parent, custom_job, timeout=timeout)
     except Exception as exc:
         return _after_failed_create(exc, record, attempt, client, parent, log, ports, paced=paced)
-    return _record_created(record, attempt, job, SubmitResult.CREATED, client, log, ports)
+    return _record_created(record, attempt, job, SubmitResult.CREATED, log, ports)
 
 
 def _wait_in_line(record: RequestRecord, attempt: Attempt, log: Logger, ports: Ports, *, paced: bool) -> SubmitOutcome:
@@ -321,7 +337,7 @@ def _after_failed_create(
     if may_have_created(exc):
         found = find_attempt_job(client, parent, request_id, n, ports.settings.deployment_label)
         if found is not None:
-            return _record_created(record, attempt, found, SubmitResult.FOUND, client, log, ports)
+            return _record_created(record, attempt, found, SubmitResult.FOUND, log, ports)
         # Keep the claim: the create may still land. The redelivery after the lease looks again.
         log.warning(
             "create outcome unknown and no job found yet; will look again",
@@ -363,23 +379,19 @@ def _refused(record: RequestRecord, attempt: Attempt, exc: Exception, log: Logge
         "message": str(getattr(exc, "message", exc)),
     }
     reason = f"Vertex AI refused to create attempt {n}: {error['message']}"
-    failed: list[RequestRecord | None] = []
-
-    def transition(current: RequestRecord | None) -> RequestRecord | None:
-        failed.append(
-            fail_attempt(
-                current,
-                n=n,
-                error=error,
-                now=ports.clock(),
-                reason=reason,
-                strategy=attempt.strategy,
-            )
-        )
-        return failed[-1]
-
-    stored = ports.ledger.update(request_id, transition)
-    if failed[-1] is None or stored is None:
+    swapped = ports.ledger.swap(
+        request_id,
+        lambda current: fail_attempt(
+            current,
+            n=n,
+            error=error,
+            now=ports.clock(),
+            reason=reason,
+            strategy=attempt.strategy,
+        ),
+    )
+    stored = swapped.value
+    if not swapped.wrote or stored is None:
         # Another delivery settled the attempt first (recorded a job, or failed it and alerted).
         log.warning(
             "Vertex AI refused the job, but the attempt was already settled; nothing recorded",
@@ -390,7 +402,7 @@ def _refused(record: RequestRecord, attempt: Attempt, exc: Exception, log: Logge
         recorded = stored.attempt(n) if stored else None
         return SubmitOutcome(SubmitResult.DUPLICATE, request_id, n, recorded.job if recorded else None)
     log.error("Vertex AI refused the job; the request failed", event="submit_failed", error=error)
-    flush(ports, stored, log, decided_here=stored is failed[-1])
+    flush(ports, stored, log, mine=Mine.EFFECTS)
     return SubmitOutcome(SubmitResult.FAILED, request_id, n)
 
 
@@ -399,29 +411,14 @@ def _record_created(
     attempt: Attempt,
     job: CustomJob,
     result: SubmitResult,
-    client: JobServiceClient,
     log: Logger,
     ports: Ports,
 ) -> SubmitOutcome:
     request_id, n = record.request_id, attempt.n
-    ports.ledger.index_job(JobIndexEntry(request_id, n, attempt.location, job.name))
+    adoption = adopt_job(ports, request_id, n, attempt.location, job, log)
+    if not adoption.adopted:
+        return SubmitOutcome(SubmitResult.DUPLICATE, request_id, n, adoption.job)
     state = state_name(job.state)
-    created_at = iso(job.create_time) if job.create_time else iso(ports.clock())
-    stored = ports.ledger.update(
-        request_id,
-        lambda current: record_job(current, n=n, job_name=job.name, state=state, created_at=created_at),
-    )
-    recorded = stored.attempt(n) if stored else None
-    if recorded is not None and recorded.job not in (None, job.name):
-        # Two jobs for one attempt would mean the claim protocol failed; say so loudly.
-        log.error(
-            "attempt already records a different job",
-            event="duplicate_job",
-            job=job.name,
-            recorded_job=recorded.job,
-        )
-        _cancel_second_job(ports, stored, job, log)
-        return SubmitOutcome(SubmitResult.DUPLICATE, request_id, n, recorded.job)
     if result == SubmitResult.CREATED:
         log.info("created the Spot CustomJob", event="job_created", job=job.name, state=state)
     else:
@@ -429,22 +426,8 @@ def _record_created(
         # Its log events may have come while it was not yet indexed and been dropped: decide on
         # its current state once, as reconcile would. What this function may not publish (a
         # re-queue, a prune request) stays pending for on_job_event and reconcile.
-        apply_observation(ports, request_id, Observation(n, JobSnapshot.of(job)), log)
+        observe_adopted(ports, request_id, adoption, n, log)
     return SubmitOutcome(result, request_id, n, job.name)
-
-
-def _cancel_second_job(ports: Ports, record: RequestRecord, job: CustomJob, log: Logger) -> None:
-    """Nothing would manage a second job of the attempt, and it would train into the same folder:
-    cancel it as a stray (one alert). Should the cancel fail, reconcile's stray sweep retries it."""
-    try:
-        cancel_stray(ports, record, job, log)
-    except Exception as exc:  # noqa: BLE001 - the job is recorded; the sweep will cancel the stray
-        log.error(
-            "could not cancel the job the ledger does not record; reconcile will retry",
-            event="duplicate_job_cancel_failed",
-            job=job.name,
-            error=f"{type(exc).__name__}: {exc}",
-        )
 
 
 SUBMIT_STEPS = SubmitSteps(_claim, _ensure_job)  # what the drainer runs for a waiting attempt

@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from shared.clock import utcnow
-from shared.ledger import LedgerStore
+from shared.ledger.store import LedgerStore
 from shared.settings import Settings
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ class Ports:
 @functools.cache
 def ports_for(function: str) -> Ports:
     """Ports on the process-wide clients, for the deployed function `function`."""
-    from shared import clients
+    from shared.adapters import clients
     from shared.settings import get_settings
 
     settings = get_settings()

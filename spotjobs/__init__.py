@@ -24,6 +24,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+# The one exception for a request that can never succeed as sent (submit_job raises it too):
+# `violations` names every problem, each a Violation (`path: message` as text).
+from shared.errors import InvalidRequest, Violation
+
 if TYPE_CHECKING:
     from shared.settings import Settings
 
@@ -41,14 +45,6 @@ Request = Mapping[str, Any] | str | bytes
 
 PUBLISH_TIMEOUT_SECONDS = 60.0
 _PLACEHOLDER_ID = "req-validate"
-
-
-class InvalidRequest(ValueError):
-    """The request was not published: `violations` names every problem, one per string."""
-
-    def __init__(self, violations: list[str]) -> None:
-        super().__init__("; ".join(violations))
-        self.violations = violations
 
 
 @dataclass(frozen=True)
@@ -93,7 +89,7 @@ def validate(request: Request, *, request_id: str | None = None, settings: Setti
 
     `request_id` names a bare CustomJob body (an envelope carries its own); without one, a bare
     body is checked as if it had a valid id. `settings` default to the environment's."""
-    return _check(request, request_id, settings)[1]
+    return [str(violation) for violation in _check(request, request_id, settings)[1]]
 
 
 def publish(
@@ -118,7 +114,7 @@ def publish(
     if violations:
         raise InvalidRequest(violations)
     if checked is not None and checked.shape == "bare" and "request_id" not in attributes:
-        raise InvalidRequest(["request_id: a bare CustomJob body needs request_id=..."])
+        raise InvalidRequest([Violation("request_id", "a bare CustomJob body needs request_id=...")])
     from google.cloud import pubsub_v1
 
     topic = f"projects/{project or settings.project}/topics/{settings.job_requests_topic}"
@@ -131,7 +127,7 @@ def status(request_id: str, *, project: str | None = None, settings: Settings | 
     claimed, or rejected as invalid: its `invalid_request` alert says why)."""
     from google.cloud import storage
 
-    from shared.ledger import LedgerStore
+    from shared.ledger.store import LedgerStore
 
     settings = settings or _settings()
     client = storage.Client(project=project or settings.project)
@@ -182,10 +178,10 @@ def _check(
     settings: Settings | None,
     *,
     attributes: Mapping[str, str] | None = None,
-) -> tuple[Any, list[str]]:
-    """(the request as read, or None; its violations as text)."""
-    from shared.policy import validate_request
-    from shared.request import InvalidJobRequest, read_request
+) -> tuple[Any, list[Violation]]:
+    """(the request as read, or None; its violations)."""
+    from shared.requests.envelope import InvalidJobRequest, read_request
+    from shared.requests.policy import validate_request
 
     settings = settings or _settings()
     data = _encode(request)
@@ -199,5 +195,5 @@ def _check(
     try:
         checked = validate_request(data, attributes=attributes, settings=settings)
     except InvalidJobRequest as exc:
-        return None, [str(violation) for violation in exc.violations]
+        return None, list(exc.violations)
     return checked, []

@@ -32,7 +32,7 @@ locals {
   # Per-function sizing: module defaults, per-function adjustments, then the caller's overrides.
   function_builtin = {
     # Scheduled sweeps: one instance, longer runs; prune deletes in parallel threads. One sweep at
-    # a time is the run lease's job (shared/run_lock.py), not Cloud Run's: with concurrency 1 a
+    # a time is the run lease's job (shared/ledger/run_lock.py), not Cloud Run's: with concurrency 1 a
     # tick pushed during a run of minutes would get 429, be retried and end in the dead-letter
     # topic. With room for more requests the tick reaches the instance, finds the lease and is
     # acknowledged; prune also serves the one-request prunes on_job_event publishes meanwhile.
@@ -84,6 +84,7 @@ locals {
     max_boot_disk_gb             = "SPOTJOBS_MAX_BOOT_DISK_GB"
     allowed_fallback_strategies  = "SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES"
     min_spot_attempts            = "SPOTJOBS_MIN_SPOT_ATTEMPTS"
+    changeover_prior_seconds     = "SPOTJOBS_CHANGEOVER_PRIOR_SECONDS"
     allowed_locations            = "SPOTJOBS_ALLOWED_LOCATIONS"
     allowed_networks             = "SPOTJOBS_ALLOWED_NETWORKS"
     allowed_network_attachments  = "SPOTJOBS_ALLOWED_NETWORK_ATTACHMENTS"
@@ -96,6 +97,7 @@ locals {
     allowed_experiments          = "SPOTJOBS_ALLOWED_EXPERIMENTS"
     allowed_models               = "SPOTJOBS_ALLOWED_MODELS"
     claim_lease_seconds          = "SPOTJOBS_CLAIM_LEASE_SECONDS"
+    bare_dedupe_seconds          = "SPOTJOBS_BARE_DEDUPE_SECONDS"
     create_timeout_seconds       = "SPOTJOBS_CREATE_TIMEOUT_SECONDS"
     max_event_age_seconds        = "SPOTJOBS_MAX_EVENT_AGE_SECONDS"
     preemption_patterns          = "SPOTJOBS_PREEMPTION_PATTERNS"
@@ -104,6 +106,7 @@ locals {
     requeue_delay_seconds        = "SPOTJOBS_REQUEUE_DELAY_SECONDS"
     unclaimed_requeue_seconds    = "SPOTJOBS_UNCLAIMED_REQUEUE_SECONDS"
     stuck_after_seconds          = "SPOTJOBS_STUCK_AFTER_SECONDS"
+    kit_lines_settle_seconds     = "SPOTJOBS_KIT_LINES_SETTLE_SECONDS"
     log_level                    = "SPOTJOBS_LOG_LEVEL"
     max_claim_republishes        = "SPOTJOBS_MAX_CLAIM_REPUBLISHES"
     list_lag_seconds             = "SPOTJOBS_LIST_LAG_SECONDS"

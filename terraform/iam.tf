@@ -42,7 +42,7 @@ locals {
       act_as       = false
     }
     prune_checkpoints = {
-      # Reads the ledger; writes only its resume cursor (shared/prune.py CURSOR_OBJECT,
+      # Reads the ledger; writes only its resume cursor (shared/ledger/store.py cursor_path,
       # maintenance/prune-cursor.json) in the state bucket.
       ledger       = "read"
       state_prefix = "maintenance/"
@@ -174,9 +174,10 @@ resource "google_project_iam_custom_role" "ledger_writer" {
   depends_on = [google_project_service.apis]
 }
 
-# roles/storage.objectAdmin would also let the pruner write checkpoints. get is needed: to tell
-# which files belong to which step the pruner reads TensorFlow's small `checkpoint` index file
-# (shared/checkpoints.py); everything else it learns from listings.
+# roles/storage.objectAdmin would also let the pruner write checkpoints. get is needed: the layout
+# rules (kit/src/spotjobs_kit/layout.py) read a few small files frameworks complete checkpoints
+# with (TensorFlow's `checkpoint` index, DeepSpeed's `latest`, Orbax's `_CHECKPOINT_METADATA` of a
+# folder without a marker); everything else the pruner learns from listings.
 resource "google_project_iam_custom_role" "checkpoint_pruner" {
   project     = var.project_id
   role_id     = "${local.custom_role_prefix}_checkpointPruner"

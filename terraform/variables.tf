@@ -144,6 +144,7 @@ variable "settings" {
     max_boot_disk_gb             = optional(number)             # SPOTJOBS_MAX_BOOT_DISK_GB
     allowed_fallback_strategies  = optional(list(string))       # SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES (null = none: Spot only)
     min_spot_attempts            = optional(number)             # SPOTJOBS_MIN_SPOT_ATTEMPTS
+    changeover_prior_seconds     = optional(number)             # SPOTJOBS_CHANGEOVER_PRIOR_SECONDS (default 1200)
     allowed_locations            = optional(list(string))       # SPOTJOBS_ALLOWED_LOCATIONS (null = any region)
     allowed_networks             = optional(list(string))       # SPOTJOBS_ALLOWED_NETWORKS (opt-in: jobSpec.network, reservedIpRanges)
     allowed_network_attachments  = optional(list(string))       # SPOTJOBS_ALLOWED_NETWORK_ATTACHMENTS (opt-in: PSC interface)
@@ -156,6 +157,7 @@ variable "settings" {
     allowed_experiments          = optional(list(string))       # SPOTJOBS_ALLOWED_EXPERIMENTS
     allowed_models               = optional(list(string))       # SPOTJOBS_ALLOWED_MODELS
     claim_lease_seconds          = optional(number)             # SPOTJOBS_CLAIM_LEASE_SECONDS
+    bare_dedupe_seconds          = optional(number)             # SPOTJOBS_BARE_DEDUPE_SECONDS (a bare body's dedupe window)
     create_timeout_seconds       = optional(number)             # SPOTJOBS_CREATE_TIMEOUT_SECONDS (bounds one Vertex create)
     max_event_age_seconds        = optional(number)             # SPOTJOBS_MAX_EVENT_AGE_SECONDS
     preemption_patterns          = optional(list(string))       # SPOTJOBS_PREEMPTION_PATTERNS
@@ -164,6 +166,7 @@ variable "settings" {
     requeue_delay_seconds        = optional(number)             # SPOTJOBS_REQUEUE_DELAY_SECONDS
     unclaimed_requeue_seconds    = optional(number)             # SPOTJOBS_UNCLAIMED_REQUEUE_SECONDS
     stuck_after_seconds          = optional(number)             # SPOTJOBS_STUCK_AFTER_SECONDS
+    kit_lines_settle_seconds     = optional(number)             # SPOTJOBS_KIT_LINES_SETTLE_SECONDS
     log_level                    = optional(string)             # SPOTJOBS_LOG_LEVEL
     max_claim_republishes        = optional(number)             # SPOTJOBS_MAX_CLAIM_REPUBLISHES
     list_lag_seconds             = optional(number)             # SPOTJOBS_LIST_LAG_SECONDS
@@ -181,7 +184,7 @@ variable "settings" {
     incomplete_grace_seconds     = optional(number)             # SPOTJOBS_INCOMPLETE_GRACE_SECONDS
     finished_retention_seconds   = optional(number)             # SPOTJOBS_FINISHED_RETENTION_SECONDS
     keep_final_checkpoint        = optional(bool)               # SPOTJOBS_KEEP_FINAL_CHECKPOINT
-    commit_markers               = optional(list(string))       # SPOTJOBS_COMMIT_MARKERS
+    commit_markers               = optional(list(string))       # SPOTJOBS_COMMIT_MARKERS (submit sets it in every job too)
     prune_workers                = optional(number)             # SPOTJOBS_PRUNE_WORKERS
     prune_requests_per_run       = optional(number)             # SPOTJOBS_PRUNE_REQUESTS_PER_RUN
     trigger_settle_seconds       = optional(number)             # SPOTJOBS_TRIGGER_SETTLE_SECONDS
@@ -209,6 +212,11 @@ variable "settings" {
       ] : [for item in coalesce(v, []) : !strcontains(item, ",")]
     ]))
     error_message = "settings: list items must not contain commas (the functions split SPOTJOBS_* lists on commas)."
+  }
+
+  validation {
+    condition     = var.settings.commit_markers == null || length(coalesce(var.settings.commit_markers, [])) > 0
+    error_message = "settings.commit_markers must name at least one marker (or be left unset for the defaults): the pruner and the trainer kit in every job judge checkpoints with this list."
   }
 
   validation {

@@ -30,6 +30,9 @@ TEST_FUNCTION_ENV = {
     # every message, so a test's `triggers apply` takes effect at once.
     "SPOTJOBS_TRIGGER_SETTLE_SECONDS": "1",
     "SPOTJOBS_TRIGGER_CACHE_SECONDS": "0",
+    # A SUCCEEDED job whose kit saw its last run preempted waits this long for later kit lines
+    # (production: 300 s); the stack delivers them within a second or two.
+    "SPOTJOBS_KIT_LINES_SETTLE_SECONDS": "3",
 }
 
 
@@ -40,7 +43,8 @@ def isolated_stack(**options: object) -> Iterator[Stack]:  # noqa: F821
     Stacks export their emulator hosts into os.environ (client libraries read them there), so a
     second stack (the chaos tests') must not outlive its module: this puts everything back."""
     from devstack.stack import Stack, StackOptions
-    from shared import clients, settings, wiring
+    from shared import settings, wiring
+    from shared.adapters import clients
 
     defaults: dict[str, object] = {
         "function_env": TEST_FUNCTION_ENV,

@@ -1,4 +1,4 @@
-"""`spotjobs demo` (registered by shared/cli/local.py): the run from starting the stack to printing
+"""`spotjobs demo` (registered by spotjobs/cli/local.py): the run from starting the stack to printing
 the report."""
 
 from __future__ import annotations
@@ -60,10 +60,10 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def checkpoint_advice(stack: Any, request_ids: list[str]) -> list[dict[str, Any]]:
-    """Per request that ran, the checkpoint interval that loses least to preemptions (shared.advice),
+    """Per request that ran, the checkpoint interval that loses least to preemptions (spotjobs.reporting.advice),
     from the preemptions and checkpoint times the ledger saw in this run."""
-    from shared.advice import advise, preemption_rates
     from shared.clock import utcnow
+    from spotjobs.reporting.advice import advise, preemption_rates
 
     ledger = stack.ledger()
     records = [record for request_id in request_ids if (record := ledger.get(request_id))]

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from devstack.demo.traces import AttemptTrace, RunTrace
-from shared.prices import PRICES_PATH, Prices  # noqa: F401 - the one price table, in shared/
+from spotjobs.reporting.prices import PRICES_PATH, Prices  # noqa: F401 - the one price table, in shared/
 
 # What one demo training step stands for when the scenario is priced.
 SECONDS_PER_STEP_PRICED = 60.0

@@ -1,4 +1,4 @@
-"""The demo's HTML page: shared/report_html.py fed with the ledger records the demo read at the end
+"""The demo's HTML page: spotjobs/reporting/html.py fed with the ledger records the demo read at the end
 and what the traces add (each run of each job, every checkpoint committed and whether pruning
 deleted it)."""
 
@@ -11,7 +11,7 @@ from typing import Any
 
 from devstack.demo.cost import SECONDS_PER_STEP_PRICED
 from devstack.demo.traces import RequestTrace
-from shared.report_html import render_report
+from spotjobs.reporting.html import render_report
 
 
 def default_path(seed: int) -> Path:

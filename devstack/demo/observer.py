@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 from devstack.demo.scenarios import REJECTED, Scenario
 from devstack.demo.traces import AttemptTrace, RequestTrace, runs_from_output
-from shared.records import Attempt
-from shared.states import TERMINAL_STATUSES
-from shared.vertex import JobState, is_terminal
+from shared.jobs import JobState, is_terminal
+from shared.ledger.records import Attempt
+from shared.ledger.states import TERMINAL_STATUSES
 
 if TYPE_CHECKING:
     from devstack.stack import Stack
@@ -86,7 +86,8 @@ class Observer:
         return [record.to_json() for record in found if record is not None]
 
     def vertex_jobs(self, request_id: str) -> int:
-        from shared.vertex import LABEL_REQUEST_ID, find_jobs, parent_path
+        from shared.adapters.vertex import find_jobs, parent_path
+        from shared.jobs import LABEL_REQUEST_ID
 
         settings = self._stack.settings
         parent = parent_path(settings.project, settings.location)

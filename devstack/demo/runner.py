@@ -41,6 +41,8 @@ def demo_stack_options(seed: int) -> Any:
             # on_trigger sees a definition applied a second ago.
             "SPOTJOBS_TRIGGER_SETTLE_SECONDS": "1",
             "SPOTJOBS_TRIGGER_CACHE_SECONDS": "1",
+            # A SUCCEEDED job whose kit's last lines are late waits 5 s for them, not 5 minutes.
+            "SPOTJOBS_KIT_LINES_SETTLE_SECONDS": "5",
         },
         # Cloud Scheduler's triggers tick (production: every minute).
         schedule={"triggers": 2},

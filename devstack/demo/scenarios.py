@@ -116,13 +116,16 @@ def build_scenarios(seed: int) -> list[Scenario]:
     def request_id(key: str) -> str:
         return f"demo-s{seed}-{key}"
 
-    def plan(key: str, preemptions: int, low: float, high: float) -> dict[str, Any]:
-        # A run trains at most `high / STEP_SECONDS` steps before its preemption, so every planned
-        # preemption lands before training could finish (a unit test holds this for all seeds).
+    def plan(key: str, preemptions: int, most_checkpoints: int) -> dict[str, Any]:
+        # Keyed to the trainer's progress, not to time: each run is preempted right after its
+        # k-th committed checkpoint, so every restart resumes from one however loaded the machine
+        # (a time-keyed plan on a slow machine preempts before the first). A run trains about
+        # k * CHECKPOINT_EVERY steps, so every planned preemption lands before training could
+        # finish (a unit test holds this for all seeds).
         return {
             "labels": {"spotjobs-request-id": request_id(key), "spotjobs-attempt": "1"},
             "preemptions": preemptions,
-            "after_seconds": round(rng.uniform(low, high), 2),
+            "after_checkpoints": rng.randint(1, most_checkpoints),
         }
 
     def envelope(key: str, **extra: Any) -> bytes:
@@ -138,7 +141,7 @@ def build_scenarios(seed: int) -> list[Scenario]:
             SUCCEEDED,
             (ExpectedAttempt("SPOT", few),),
             envelope("few-preemptions"),
-            plan=plan("few-preemptions", few, 1.5, 2.2),
+            plan=plan("few-preemptions", few, 2),
         ),
         Scenario(
             "requeued",
@@ -147,7 +150,7 @@ def build_scenarios(seed: int) -> list[Scenario]:
             SUCCEEDED,
             (ExpectedAttempt("SPOT", VERTEX_MAX_PREEMPTIONS), ExpectedAttempt("SPOT", 0)),
             envelope("requeued", max_attempts=3),
-            plan=plan("requeued", VERTEX_MAX_PREEMPTIONS, 0.9, 1.3),
+            plan=plan("requeued", VERTEX_MAX_PREEMPTIONS, 1),
         ),
         Scenario(
             "fallback",
@@ -156,7 +159,7 @@ def build_scenarios(seed: int) -> list[Scenario]:
             SUCCEEDED,
             (ExpectedAttempt("SPOT", VERTEX_MAX_PREEMPTIONS), ExpectedAttempt("STANDARD", 0)),
             envelope("fallback", max_attempts=3, fallback={"after_spot_attempts": 1, "strategy": "STANDARD"}),
-            plan=plan("fallback", VERTEX_MAX_PREEMPTIONS, 0.9, 1.3),
+            plan=plan("fallback", VERTEX_MAX_PREEMPTIONS, 1),
         ),
         Scenario(
             "duplicate",

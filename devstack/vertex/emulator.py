@@ -44,7 +44,13 @@ Control surface (JSON in, JSON out):
                                          "after_seconds": 1.5} or {"labels": {...},
                                          "delays": [0.5, 2.0]}: jobs whose
                                          labels include all pairs are preempted that long after
-                                         each (re)start of their worker, once per entry
+                                         each (re)start of their worker, once per entry; or
+                                         {"labels": {...}, "preemptions": 3, "after_checkpoints":
+                                         2}: right after each run's 2nd committed checkpoint
+                                         (the kit's line; keyed to progress, not speed);
+                                         "grace_seconds" and "exit_zero_succeeds" (a worker
+                                         exiting 0 after its SIGTERM ends the job SUCCEEDED)
+                                         are opt-in, invented for tests (see `preemption`)
     GET  /emulator/v1/preemption-plans
     POST /emulator/v1/projects/P/locations/L/customJobs/ID:preempt    preempt a RUNNING SPOT job now
     GET  /emulator/v1/projects/P/locations/L/customJobs/ID            runs, pids, signals, output
@@ -354,6 +360,11 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="get, list and cancel calls per project and region in any minute "
         f"(Vertex AI's documented quota, {DEFAULT_CRUD_PER_MINUTE}; 0: off)",
     )
+    parser.add_argument(
+        "--gcs-fuse-dir",
+        default=None,
+        help="mirror each job's AIP_CHECKPOINT_DIR here, as Vertex's /gcs/ mount (devstack.vertex.fuse)",
+    )
     return parser.parse_args(argv)
 
 
@@ -374,6 +385,7 @@ def _config_from(args: argparse.Namespace) -> EmulatorConfig:
         signals=args.signals,
         quota_submissions_per_minute=args.quota_submissions_per_minute,
         quota_crud_per_minute=args.quota_crud_per_minute,
+        gcs_fuse_dir=args.gcs_fuse_dir,
     )
 
 

@@ -44,6 +44,8 @@ class JobRecord:
     preempt_requested: bool = False
     discarded: bool = False
     runs: int = 0
+    # Checkpoints the current run committed (its kit lines): what a progress-keyed plan counts.
+    run_checkpoints: int = 0
     preemptions: int = 0
     argv: tuple[str, ...] = ()
     image_uri: str = ""

@@ -6,9 +6,21 @@ registered before the job existed; from then on the k-th start of its worker und
 preempted `delays[k]` seconds after it started, and later starts are left alone. Each matching job
 gets the whole list: a plan is a template, not a shared budget.
 
+A plan may instead key its preemptions to the trainer's progress: `after_checkpoints: K` preempts
+each of its `preemptions` starts right after the K-th checkpoint that run committed (the trainer
+kit's `checkpoint_committed` line on the worker's output, which the emulator already reads as
+Cloud Logging would). Invented for tests, opt-in: a scenario that needs "the restart resumes from
+a checkpoint" then holds however slow the machine, where a time-keyed one assumes how many steps
+fit in so many seconds.
+
 A plan may also set `grace_seconds`: how long its preempted workers get between SIGTERM and
 SIGKILL (0: killed without notice). Invented for tests, opt-in: Compute Engine documents a notice
 period for Spot VMs, and a worker killed without it is what a trainer must also survive.
+
+A plan may set `exit_zero_succeeds: true`: a preempted worker that exits 0 by itself within its
+grace period ends the job SUCCEEDED instead of being restarted. Invented for tests, opt-in:
+Vertex documents neither way; it is the case a trainer that exits 0 after SIGTERM (Lightning
+2.6 does) may cause, a job recorded SUCCEEDED with its training unfinished.
 
 Without a plan, a SPOT job's worker is preempted after an exponentially distributed delay with
 the configured rate (per minute of running time), drawn from a random stream seeded by the
@@ -29,28 +41,63 @@ _MAX_PLANNED_PREEMPTIONS = 100
 
 
 @dataclass(frozen=True)
+class PlannedPreemption:
+    """When to preempt one start of a worker: so many seconds after it started, or right after
+    it committed so many checkpoints."""
+
+    after_seconds: float | None = None
+    after_checkpoints: int | None = None
+
+
+@dataclass(frozen=True)
 class PreemptionPlan:
     plan_id: str
     labels: Mapping[str, str]
-    delays: tuple[float, ...]
+    delays: tuple[float, ...]  # seconds per start; with after_checkpoints, one 0 per start
     grace_seconds: float | None = None  # None: the emulator's --grace-seconds
+    after_checkpoints: int | None = None
+    exit_zero_succeeds: bool = False
 
     def matches(self, job_labels: Mapping[str, str]) -> bool:
         return all(job_labels.get(key) == value for key, value in self.labels.items())
 
+    def preemption(self, start: int) -> PlannedPreemption | None:
+        if start >= len(self.delays):
+            return None
+        if self.after_checkpoints is not None:
+            return PlannedPreemption(after_checkpoints=self.after_checkpoints)
+        return PlannedPreemption(after_seconds=self.delays[start])
+
     def to_json(self) -> dict[str, Any]:
-        plan = {"id": self.plan_id, "labels": dict(self.labels), "delays": list(self.delays)}
-        return plan if self.grace_seconds is None else {**plan, "grace_seconds": self.grace_seconds}
+        plan: dict[str, Any] = {"id": self.plan_id, "labels": dict(self.labels)}
+        if self.after_checkpoints is not None:
+            plan.update(preemptions=len(self.delays), after_checkpoints=self.after_checkpoints)
+        else:
+            plan["delays"] = list(self.delays)
+        if self.grace_seconds is not None:
+            plan["grace_seconds"] = self.grace_seconds
+        if self.exit_zero_succeeds:
+            plan["exit_zero_succeeds"] = True
+        return plan
 
 
 def parse_plan(plan_id: str, body: Any) -> PreemptionPlan:
-    """Reads `{"labels": {...}, "preemptions": N, "after_seconds": S}` or `{"labels", "delays"}`.
+    """Reads `{"labels": {...}, "preemptions": N, "after_seconds": S}`, `{"labels", "delays"}` or
+    `{"labels", "preemptions": N, "after_checkpoints": K}`.
 
     Raises ValueError with a message naming the offending field.
     """
     if not isinstance(body, dict):
         raise ValueError("a preemption plan must be a JSON object")
-    unknown = set(body) - {"labels", "preemptions", "after_seconds", "delays", "grace_seconds"}
+    unknown = set(body) - {
+        "labels",
+        "preemptions",
+        "after_seconds",
+        "after_checkpoints",
+        "delays",
+        "grace_seconds",
+        "exit_zero_succeeds",
+    }
     if unknown:
         raise ValueError(f"unknown field(s) in preemption plan: {sorted(unknown)}")
     labels = body.get("labels", {})
@@ -61,11 +108,23 @@ def parse_plan(plan_id: str, body: Any) -> PreemptionPlan:
     grace = body.get("grace_seconds")
     if grace is not None and not _is_seconds(grace):
         raise ValueError("grace_seconds must be a non-negative number")
+    exit_zero_succeeds = body.get("exit_zero_succeeds", False)
+    if not isinstance(exit_zero_succeeds, bool):
+        raise ValueError("exit_zero_succeeds must be true or false")
+    checkpoints = body.get("after_checkpoints")
+    if checkpoints is not None:
+        if not isinstance(checkpoints, int) or isinstance(checkpoints, bool) or checkpoints < 1:
+            raise ValueError("after_checkpoints must be a positive integer")
+        if "delays" in body or "after_seconds" in body:
+            raise ValueError("give after_checkpoints or after_seconds/delays, not both")
+        body = {**body, "after_seconds": 0}
     return PreemptionPlan(
         plan_id=plan_id,
         labels=dict(labels),
         delays=_plan_delays(body),
         grace_seconds=None if grace is None else float(grace),
+        after_checkpoints=checkpoints,
+        exit_zero_succeeds=exit_zero_succeeds,
     )
 
 
@@ -126,15 +185,15 @@ class PreemptionPlanner:
         with self._lock:
             self._plans.clear()
 
-    def next_delay(self, state: JobPreemptionState, job_labels: Mapping[str, str]) -> float | None:
-        """Seconds after this (re)start at which to preempt a SPOT worker, or None for never."""
+    def next_preemption(self, state: JobPreemptionState, job_labels: Mapping[str, str]) -> PlannedPreemption | None:
+        """When to preempt this (re)start of a SPOT worker, or None for never."""
         with self._lock:
             if state.plan is None:
                 state.plan = next((plan for plan in reversed(self._plans) if plan.matches(job_labels)), None)
         if state.plan is not None:
             index = state.starts_under_plan
             state.starts_under_plan += 1
-            return state.plan.delays[index] if index < len(state.plan.delays) else None
+            return state.plan.preemption(index)
         if self.rate_per_minute > 0:
-            return state.rng.expovariate(self.rate_per_minute / 60.0)
+            return PlannedPreemption(after_seconds=state.rng.expovariate(self.rate_per_minute / 60.0))
         return None

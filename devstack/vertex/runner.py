@@ -27,6 +27,7 @@ across modules. The parts that need no lock are elsewhere already: the worker pr
 from __future__ import annotations
 
 import collections
+import dataclasses
 import enum
 import threading
 import time
@@ -36,12 +37,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from google.rpc import status_pb2
+from spotjobs_kit.lines import CHECKPOINT_COMMITTED, parse_kit_line
 
 from devstack.vertex import logs as lines
 from devstack.vertex.errors import failed_precondition
+from devstack.vertex.fuse import FuseMirror
 from devstack.vertex.jobs import JobRecord, JobStore, State
 from devstack.vertex.logs import LogEntryFactory, LogSink
-from devstack.vertex.preemption import PreemptionPlanner
+from devstack.vertex.preemption import PlannedPreemption, PreemptionPlanner
 from devstack.vertex.worker import UnrunnableJob, WorkerLaunch, WorkerProcess, build_launch
 from shared.log import Logger
 
@@ -80,6 +83,7 @@ class RunnerConfig:
     # Vertex sets `error` about a minute after a job ends; 0 sets it with the final state, None
     # takes the job's signal profile's default (documented: 60, rich: 0).
     error_delay_seconds: float | None = None
+    gcs_fuse_dir: str | None = None  # devstack.vertex.fuse; None: no mount
 
 
 class Outcome(enum.Enum):
@@ -105,6 +109,7 @@ class JobRunner:
         self._sink = sink
         self._entries = entries
         self._logger = logger
+        self._fuse = FuseMirror(config.gcs_fuse_dir) if config.gcs_fuse_dir else None
         self._waiting: collections.deque[JobRecord] = collections.deque()
         self._admitted = 0
         self._stopping = False
@@ -237,6 +242,8 @@ class JobRunner:
                 (EXIT_FAILURE_CODE, str(error)),
                 record.profile.failed(str(error)),
             )
+        if self._fuse is not None:
+            launch = dataclasses.replace(launch, env={**launch.env, **self._fuse.environment()})
         with self.lock:
             record.argv, record.image_uri = launch.argv, launch.image_uri
         while True:
@@ -250,10 +257,19 @@ class JobRunner:
             outcome, exit_status = self._run_worker(record, launch)
             if outcome is Outcome.INTERRUPTED:
                 return self._finish_interrupted(record)
-            if outcome is Outcome.EXITED:
+            if outcome is Outcome.EXITED or (
+                outcome is Outcome.PREEMPTED and self._exit_zero_succeeds(record, exit_status)
+            ):
                 return self._finish_exited(record, exit_status)
             if not self._restart_after_preemption(record):
                 return None
+
+    @staticmethod
+    def _exit_zero_succeeds(record: JobRecord, exit_status: int) -> bool:
+        """A preempted worker that exited 0 by itself ends the job SUCCEEDED under a plan that opts
+        in (invented, `devstack.vertex.preemption`)."""
+        plan = record.preemption.plan
+        return exit_status == 0 and plan is not None and plan.exit_zero_succeeds
 
     def _pause(self, record: JobRecord, seconds: float) -> bool:
         """Waits, unless the job is cancelled or discarded first (then returns False)."""
@@ -268,9 +284,10 @@ class JobRunner:
             record.wake.wait(remaining)
 
     def _run_worker(self, record: JobRecord, launch: WorkerLaunch) -> tuple[Outcome, int]:
-        delay = self._planner.next_delay(record.preemption, record.labels) if record.is_spot else None
+        planned = self._planner.next_preemption(record.preemption, record.labels) if record.is_spot else None
         with self.lock:
             record.runs += 1
+            record.run_checkpoints = 0
             run = record.runs
             if not record.job.start_time:
                 record.job.start_time = _now()
@@ -280,6 +297,8 @@ class JobRunner:
             )
         if running:
             self._service_lines(record, record.profile.running())
+        if self._fuse is not None:
+            self._fuse.pull(launch.env)  # the new VM's mount shows the bucket as it is now
         worker = WorkerProcess(launch, lambda stream, text: self._on_output(record, run, stream, text))
         try:
             worker.start()
@@ -289,7 +308,7 @@ class JobRunner:
         with self.lock:
             record.worker = worker
             record.pids.append(worker.pid)
-        outcome = self._watch(record, worker, delay)
+        outcome = self._watch(record, worker, planned)
         if outcome is Outcome.EXITED:
             worker.tear_down()
         else:
@@ -303,7 +322,10 @@ class JobRunner:
         worker.join_output(_PUMP_JOIN_SECONDS)
         with self.lock:
             record.worker = None
-        return outcome, self._record_exit(record, run, _exit_status(worker.wait()))
+        exit_status = _exit_status(worker.wait())
+        if self._fuse is not None:
+            self._fuse.push(launch.env)  # before the job's state says it ended
+        return outcome, self._record_exit(record, run, exit_status)
 
     def _record_exit(self, record: JobRecord, run: int, exit_status: int) -> int:
         with self.lock:
@@ -311,7 +333,9 @@ class JobRunner:
         self._logger.info("worker exited", job=record.job.name, run=run, exit_status=exit_status)
         return exit_status
 
-    def _watch(self, record: JobRecord, worker: WorkerProcess, delay: float | None) -> Outcome:
+    def _watch(self, record: JobRecord, worker: WorkerProcess, planned: PlannedPreemption | None) -> Outcome:
+        delay = planned.after_seconds if planned else None
+        checkpoints = planned.after_checkpoints if planned else None
         deadline = None if delay is None else time.monotonic() + delay
         while True:
             record.wake.clear()
@@ -319,7 +343,11 @@ class JobRunner:
                 return Outcome.EXITED
             if record.interrupted:
                 return Outcome.INTERRUPTED
-            if record.preempt_requested or (deadline is not None and time.monotonic() >= deadline):
+            if (
+                record.preempt_requested
+                or (deadline is not None and time.monotonic() >= deadline)
+                or (checkpoints is not None and record.run_checkpoints >= checkpoints)
+            ):
                 record.preempt_requested = False
                 return Outcome.PREEMPTED
             timeout = _POLL_SECONDS
@@ -422,8 +450,13 @@ class JobRunner:
             self._sink.publish(entry)
 
     def _on_output(self, record: JobRecord, run: int, stream: str, text: str) -> None:
+        committed = _is_checkpoint_committed(text)
         with self.lock:
             record.output.append({"run": run, "stream": stream, "line": text})
+            if committed and run == record.runs:
+                record.run_checkpoints += 1
+        if committed:
+            record.wake.set()  # a progress-keyed plan may preempt now
         if not record.discarded:
             entry = self._entries.container(
                 record.project_id,
@@ -433,6 +466,14 @@ class JobRunner:
                 structured=record.profile.structured_container_lines,
             )
             self._sink.publish(entry)
+
+
+def _is_checkpoint_committed(text: str) -> bool:
+    """The trainer kit's line for a committed checkpoint (spotjobs_kit.lines, its one parser)."""
+    if CHECKPOINT_COMMITTED not in text:
+        return False
+    found = parse_kit_line(text)
+    return found is not None and found.event == CHECKPOINT_COMMITTED
 
 
 def _exit_status(returncode: int) -> int:

@@ -69,6 +69,8 @@ class EmulatorConfig:
     # Vertex AI's request quotas per project and region (devstack.vertex.quotas); 0 turns one off.
     quota_submissions_per_minute: int = DEFAULT_SUBMISSIONS_PER_MINUTE
     quota_crud_per_minute: int = DEFAULT_CRUD_PER_MINUTE
+    # A folder standing in for Vertex's Cloud Storage FUSE mount (devstack.vertex.fuse); None: off.
+    gcs_fuse_dir: str | None = None
 
     def __post_init__(self) -> None:
         if self.max_running < 1:
@@ -107,6 +109,7 @@ class VertexService:
                 pending_seconds=config.pending_seconds,
                 grace_seconds=config.grace_seconds,
                 error_delay_seconds=config.error_delay_seconds,
+                gcs_fuse_dir=config.gcs_fuse_dir,
             ),
             planner=self._planner,
             sink=self._sink,

@@ -5,4 +5,6 @@ request folders live, and the bounds no delete may cross), retention (what to ke
 request's checkpoints judged), execute (threaded, generation-guarded deletes), report (what
 happened), store (the storage a run needs, its GCS adapter and the run cursor), runner (the
 handler and the run that the prune_checkpoints function and `spotjobs prune` call).
+
+May import: the foundation, `ledger`, `wiring`, `delivery` and `deciding` (to publish its report alert).
 """

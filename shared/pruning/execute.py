@@ -1,8 +1,8 @@
 """Carrying out plans: every request planned, and every delete done, on a bounded thread pool.
 
 Every delete carries `if_generation_match` with the generation listed; 412 (rewritten) or 404
-(someone else deleted it) is skipped and counted. A prefix checkpoint loses its commit marker
-first, so a trainer looking for a checkpoint to resume from never sees a committed one with
+(someone else deleted it) is skipped and counted. A prefix checkpoint loses what makes it
+complete first (its commit marker, a Hugging Face trainer_state.json: layout.completion_objects), so a trainer looking for a checkpoint to resume from never sees a committed one with
 shards missing; if the marker changed since planning, or the checkpoint is being written again,
 it is left alone. Transient errors are retried with backoff by the storage client (every delete
 is generation-guarded, hence idempotent), and a later run finishes what a failed one left. Before
@@ -18,15 +18,15 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from datetime import datetime, timedelta
 from typing import Any
 
-from spotjobs_kit.layout import Checkpoint, Kind, ListedObject
+from spotjobs_kit.layout import Checkpoint, Kind, ListedObject, completion_objects
 
 from shared.clock import utcnow
+from shared.ledger.records import RequestRecord
 from shared.pruning.folders import CheckpointLayout, OutOfScope
 from shared.pruning.plan import RequestPlan, plan_request
 from shared.pruning.report import PruneResult, RequestReport, checkpoint_entry
 from shared.pruning.retention import PrunePolicy
 from shared.pruning.store import DeleteOutcome, PruneStore
-from shared.records import RequestRecord
 
 # A unit of work for the pool; it returns its follow-ups (a planned request: its deletes).
 Task = Callable[[], Iterable["Task"]]
@@ -176,11 +176,10 @@ class _Execution:
             if contents is None:
                 contents = tuple(self.store.list_all(folder + checkpoint.name))
                 quiet_since = self.now - timedelta(seconds=self.policy.incomplete_grace_seconds)
-                problem = _changed_since_planned(checkpoint, contents, quiet_since=quiet_since)
+                problem = _changed_since_planned(checkpoint, folder, contents, quiet_since=quiet_since)
                 if problem:
                     return self._skip(report, checkpoint, problem)
-            marker_names = {f"{folder}{checkpoint.name}{m}" for m in self.policy.commit_markers}
-            gates = [o for o in contents if o.name in marker_names]
+            gates = completion_objects(checkpoint, folder, contents, self.policy.commit_markers)
         else:
             contents = checkpoint.objects
             # TensorFlow's .index names the data; a plain file is its own gate.
@@ -227,19 +226,23 @@ class _Execution:
 
 
 def _changed_since_planned(
-    checkpoint: Checkpoint, contents: Sequence[ListedObject], *, quiet_since: datetime
+    checkpoint: Checkpoint, folder: str, contents: Sequence[ListedObject], *, quiet_since: datetime
 ) -> str | None:
     """Why a complete prefix checkpoint listed for deletion must be left alone, if it must: its
     marker changed, or something in it was written after the marker and lately (a rewrite under
     way; a late write long ago is just how that framework finishes)."""
     by_name = {o.name: o for o in contents}
-    for marker in checkpoint.objects:
+    # DeepSpeed's `latest` lies beside the checkpoint, not in it: only what is inside is compared.
+    inside = [m for m in checkpoint.objects if m.name.startswith(folder + checkpoint.name)]
+    for marker in inside:
         now_listed = by_name.get(marker.name)
         if now_listed is None:
             return "its commit marker is gone (another prune run got there first)"
         if now_listed.generation != marker.generation:
             return "its commit marker was rewritten since planning"
-    committed_at = max(m.updated for m in checkpoint.objects)
+    if not inside:
+        return None
+    committed_at = max(m.updated for m in inside)
     if any(o.updated > committed_at and o.updated > quiet_since for o in contents):
         return "written after its commit marker, within the grace period: being rewritten"
     return None

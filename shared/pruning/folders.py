@@ -14,7 +14,7 @@ from shared.errors import SpotjobsError
 if TYPE_CHECKING:
     from shared.settings import Settings
 
-# Looser than a submitted request id (shared.request): folders published by hand, or from before
+# Looser than a submitted request id (shared.requests.envelope): folders published by hand, or from before
 # the ledger, are pruned too. What matters here is that the name cannot leave its folder.
 _REQUEST_FOLDER_NAME = re.compile(r"^[^/\x00-\x1f]+$")
 

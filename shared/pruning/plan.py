@@ -8,10 +8,10 @@ from datetime import datetime
 
 from spotjobs_kit.layout import Unmanaged, discover, with_contents
 
+from shared.ledger.records import RequestRecord
 from shared.pruning.checkpoints import CheckpointStore
 from shared.pruning.folders import CheckpointLayout
 from shared.pruning.retention import PrunePolicy, PruneVerdict, contents_needed, judge_checkpoints
-from shared.records import RequestRecord
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,10 @@ from typing import Any
 
 from spotjobs_kit.layout import Checkpoint
 
-from shared.alerts import Alert
+from shared.alerts import Alert, AlertKind
 from shared.errors import is_retryable
 from shared.log import Logger
+from shared.pruning.retention import NEWEST_KEPT_WITHOUT_COMPLETE
 
 
 @dataclass
@@ -62,7 +63,7 @@ class RequestReport:
 
 def checkpoint_entry(c: Checkpoint, reason: str) -> dict[str, Any]:
     """One checkpoint's line in a report's kept or deleted list."""
-    return {"checkpoint": c.name, "step": c.step, "complete": c.complete, "reason": reason}
+    return {"checkpoint": c.name, "step": c.step, "complete": c.complete, "evidence": c.evidence, "reason": reason}
 
 
 @dataclass
@@ -117,8 +118,8 @@ def report_alert(result: PruneResult, *, limit: int = 50) -> Alert | None:
         severity = "WARNING"
     else:
         severity = "INFO"
-    return Alert(
-        kind="prune_report",
+    return Alert.of(
+        AlertKind.PRUNE_REPORT,
         severity=severity,
         message=(
             f"Pruned {summary['checkpoints_deleted']} checkpoints "
@@ -137,7 +138,9 @@ def report_alert(result: PruneResult, *, limit: int = 50) -> Alert | None:
 def log_report(log: Logger, report: RequestReport) -> None:
     """One line per request that something happened to: ERROR when it had permanent errors,
     WARNING when only transient ones (the redelivery retries them), else INFO."""
-    if not (report.deleted or report.skipped or report.errors):
+    # Kept with nothing known complete: worth a line even when nothing was deleted.
+    kept_incomplete = [k for k in report.kept if k["reason"] == NEWEST_KEPT_WITHOUT_COMPLETE]
+    if not (report.deleted or report.skipped or report.errors or kept_incomplete):
         return
     fields: dict[str, Any] = {
         "deleted": [d["checkpoint"] for d in report.deleted],
@@ -146,6 +149,8 @@ def log_report(log: Logger, report: RequestReport) -> None:
         "objects_deleted": report.objects_deleted,
         "bytes_freed": report.bytes_freed,
     }
+    if kept_incomplete:
+        fields["kept_without_complete"] = kept_incomplete
     request_log = log.bind(request_id=report.request_id, event="checkpoints_pruned")
     if report.permanent_errors:
         request_log.error("pruning a request failed; a retry would fail the same way", **fields)

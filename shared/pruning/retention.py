@@ -7,8 +7,12 @@ The rules (settings, `keep_last` overridable per request within [1, keep_last_ce
 - delete an incomplete checkpoint only when it is older than the newest complete one (a newer one
   may still be being written) and nothing in it was written for `incomplete_grace_seconds`;
 - a request finished (terminal status) longer than `finished_retention_seconds` ago keeps only
-  its final complete checkpoint, or none when `keep_final_checkpoint` is false;
-- children with no step number are never deleted (shared.pruning.checkpoints never offers them),
+  its final complete checkpoint, or none when `keep_final_checkpoint` is false; with
+  `keep_final_checkpoint` and no complete checkpoint at all, it keeps its newest checkpoint,
+  complete or not (unknown completeness is never "nothing to keep": the newest is likely the
+  only copy of the work, written by a framework whose evidence the layout rules cannot read);
+- children with no step number, and files without a checkpoint extension (metrics, logs, JSON),
+  are never deleted (the layout rules, spotjobs_kit.layout, never offer them),
   and nothing outside the request's `checkpoints/` folder is ever deleted (shared.pruning.folders).
 """
 
@@ -22,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 from spotjobs_kit.layout import Checkpoint, Kind, sorted_checkpoints
 
 from shared.clock import parse_iso
-from shared.records import RequestRecord
-from shared.states import TERMINAL_STATUSES
+from shared.ledger.records import RequestRecord
+from shared.ledger.states import TERMINAL_STATUSES
 
 if TYPE_CHECKING:
     from shared.settings import Settings
@@ -80,6 +84,12 @@ class PrunePolicy:
         return Lifecycle.FINISHED
 
 
+NEWEST_KEPT_WITHOUT_COMPLETE = (
+    "request past its retention with no checkpoint known complete: its newest checkpoint is kept, "
+    "complete or not, as the final one"
+)
+
+
 @dataclass(frozen=True)
 class PruneVerdict:
     """Whether one checkpoint goes, and the reason the plan shows for it."""
@@ -129,12 +139,16 @@ def judge_checkpoints(
     else:
         kept_complete = complete[-max(1, keep_last) :]
     kept_ids = {id(c) for c in kept_complete}
+    # Past its retention with nothing known complete: the newest checkpoint stays, whatever it is.
+    last_resort = ordered[-1] if expired and policy.keep_final_checkpoint and newest is None and ordered else None
 
     verdicts = []
     for c in ordered:
         if c.complete:
             kept = id(c) in kept_ids
             verdicts.append(_judge_complete(c, c is newest, kept, expired, keep_last))
+        elif c is last_resort:
+            verdicts.append(PruneVerdict(c, False, NEWEST_KEPT_WITHOUT_COMPLETE))
         else:
             verdicts.append(_judge_incomplete(c, newest, expired, policy, now))
     return verdicts

@@ -9,11 +9,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from shared.deciding.outbox import publish_alert
 from shared.delivery import maintenance_message, maintenance_task
 from shared.errors import TransientError
-from shared.ledger import LedgerStore
+from shared.ledger.run_lock import run_lock
+from shared.ledger.store import LedgerStore
 from shared.log import Logger, logger
-from shared.outbox import publish_alert
 from shared.pruning.execute import prune_requests
 from shared.pruning.folders import CheckpointLayout, is_request_folder_name
 from shared.pruning.report import PruneResult, log_report, report_alert
@@ -23,7 +24,6 @@ from shared.pruning.store import (
     emulator_in_use,
     widen_connection_pool,
 )
-from shared.run_lock import run_lock
 from shared.settings import Settings
 from shared.wiring import Ports
 
@@ -131,7 +131,7 @@ def handle_maintenance(message: Message, log: Logger, ports: Ports) -> None:
     if task.request_id is not None:  # one request: idempotent and short, may overlap anything
         _prune_and_report(ports, task, log)
         return
-    # Every request: one run at a time; a tick during a run ends quietly (shared/run_lock.py).
+    # Every request: one run at a time; a tick during a run ends quietly (shared/ledger/run_lock.py).
     state_bucket = ports.storage().bucket(settings.state_bucket)
     with run_lock(state_bucket, PRUNE_TASK, log, clock=ports.clock) as held:
         if held:

@@ -7,8 +7,9 @@ bucket's initial ~1000 writes/s bounds deletes whichever way they are sent. Dele
 settings.prune_workers threads sharing one client, whose connection pool is widened to match.
 
 Permissions: storage.objects.list and .delete on the checkpoint bucket (markers are found by
-one-item listings, not reads); storage.objects.get there only for TensorFlow `checkpoint` index
-files; ledger reads, and writing one cursor object, in the state bucket. google.* loads on first
+one-item listings, not reads); storage.objects.get there only for the small files some frameworks
+complete a checkpoint with (TensorFlow's `checkpoint` index, DeepSpeed's `latest`, Orbax's
+`_CHECKPOINT_METADATA`); ledger reads, and writing one cursor object, in the state bucket. google.* loads on first
 use, so importing this module costs the function's cold start nothing.
 """
 

@@ -86,6 +86,11 @@ class TriggerDefinition:
         return dict(self.raw)
 
 
+# Set by `spotjobs dead-letters redrive` on a watched topic's message it sends back through
+# on_trigger's own topic (never to the watched topic: its other subscribers would get it twice).
+SOURCE_TOPIC_ATTRIBUTE = "spotjobs_source_topic"
+
+
 def short_topic(topic: str) -> str:
     """`projects/P/topics/T` or `T` -> `T` (one spotjobs per project: topics are named, not pathed)."""
     return topic.rsplit("/", 1)[-1]

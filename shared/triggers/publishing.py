@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from shared.alerts import Alert
+from shared.alerts import Alert, AlertKind
 from shared.clock import iso, parse_iso
 from shared.log import Logger
 from shared.triggers import store as paths
@@ -148,10 +148,9 @@ def publish_failure_alert(
     """trigger_failed, decided once per window (the window document's state) and kept pending there
     until Pub/Sub accepts it: at least once."""
     violations = document.get("violations", [])
-    alert = Alert(
-        kind="trigger_failed",
-        severity="ERROR",
-        message=f"trigger {definition.name}: the request of window {document['window_id']} is invalid; nothing was published",
+    alert = Alert.of(
+        AlertKind.TRIGGER_FAILED,
+        f"trigger {definition.name}: the request of window {document['window_id']} is invalid; nothing was published",
         request_id=document.get("request_id"),
         details={"trigger": definition.name, "window_id": document["window_id"], "violations": violations},
     )

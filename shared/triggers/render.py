@@ -9,7 +9,7 @@ data, in every worker pool and as labels:
 - labels `retrain-trigger` and `retrain-window` (label values cannot hold a URI; the window id
   names the manifest: `.../trg-<trigger>-<window id>/trigger/manifest.json`).
 
-The result is checked with the request policy (`shared.policy.validate_request`), exactly as
+The result is checked with the request policy (`shared.requests.policy.validate_request`), exactly as
 submit_job will check it, so a trigger never publishes what submit would reject.
 """
 
@@ -147,8 +147,8 @@ def _inject(job: dict[str, Any], env: Mapping[str, str]) -> None:
 
 def check_rendered(envelope: Mapping[str, Any], settings: Any) -> list[Violation]:
     """Every violation submit_job would find in `envelope` (empty: it will be accepted)."""
-    from shared.policy import validate_request
-    from shared.request import InvalidJobRequest
+    from shared.requests.envelope import InvalidJobRequest
+    from shared.requests.policy import validate_request
 
     try:
         validate_request(json.dumps(envelope).encode(), attributes={}, settings=settings)

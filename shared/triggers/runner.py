@@ -20,12 +20,14 @@ import hashlib
 import json
 import threading
 import time
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from shared.clock import iso, parse_rfc3339
 from shared.delivery import Message, maintenance_message
 from shared.log import Logger
-from shared.triggers.definition import TriggerDefinition, read_definition, short_topic
+from shared.requests.envelope import ORIGINAL_PUBLISH_TIME_ATTRIBUTE
+from shared.triggers.definition import SOURCE_TOPIC_ATTRIBUTE, TriggerDefinition, read_definition, short_topic
 from shared.triggers.publishing import TRIGGER_ATTRIBUTE
 from shared.triggers.render import Window
 from shared.triggers.store import TriggerStore
@@ -84,6 +86,8 @@ def trigger_store(ports: Ports) -> TriggerStore:
 def handle_message(ports: Ports, message: Message, source_topic: str | None, log: Logger) -> None:
     store = trigger_store(ports)
     attributes = message.attributes
+    if attributes.get(SOURCE_TOPIC_ATTRIBUTE) and short_topic(source_topic or "") in ("", own_topic(ports)):
+        source_topic = attributes[SOURCE_TOPIC_ATTRIBUTE]  # a watched message redriven through our own topic
     if "eventType" in attributes and "bucketId" in attributes:
         handle_gcs(ports, store, message, log)
     elif attributes.get("task") == TICK_TASK or maintenance_message(message.data).get("task") == TICK_TASK:
@@ -138,16 +142,18 @@ def handle_pubsub(ports: Ports, store: TriggerStore, message: Message, source_to
             attributes=dict(message.attributes),
         )
         return
+    published = first_published(message)
+    attributes = {k: v for k, v in message.attributes.items() if k not in _REDRIVE_ATTRIBUTES}
     metadata = {
         "kind": "pubsub",
         "topic": topic,
         "message_id": message.message_id,
-        "publish_time": iso(message.publish_time) if message.publish_time else "",
-        "attributes": json.dumps(dict(message.attributes), sort_keys=True)[:_METADATA_TEXT_LIMIT],
+        "publish_time": iso(published) if published else "",
+        "attributes": json.dumps(attributes, sort_keys=True)[:_METADATA_TEXT_LIMIT],
         "data": base64.b64encode(message.data[:_METADATA_TEXT_LIMIT]).decode(),
     }
-    moment = message.publish_time or ports.clock()
-    key = _key(f"pubsub:{topic}:{message.message_id}")
+    moment = published or ports.clock()
+    key = _key(pubsub_identity(topic, published, message.data, attributes))
     for definition in matching:
         record(ports, store, definition, moment, key, metadata, log)
 
@@ -160,7 +166,7 @@ def fire_schedule(ports: Ports, store: TriggerStore, message: Message, name: str
     if definition is None or definition.source_kind != "schedule":
         log.warning("a schedule fired for no schedule trigger", event="trigger_ignored", trigger=name)
         return
-    moment = message.publish_time or ports.clock()
+    moment = first_published(message) or ports.clock()  # a redriven fire is the fire it was
     window = Window.containing(moment, definition.coalesce_seconds)
     metadata = {"kind": "schedule", "message_id": message.message_id, "publish_time": iso(moment)}
     if record(
@@ -170,6 +176,27 @@ def fire_schedule(ports: Ports, store: TriggerStore, message: Message, name: str
 
 
 # Helpers.
+
+
+def own_topic(ports: Ports) -> str:
+    return short_topic(ports.settings.triggers_topic)
+
+
+_REDRIVE_ATTRIBUTES = (ORIGINAL_PUBLISH_TIME_ATTRIBUTE, SOURCE_TOPIC_ATTRIBUTE)
+
+
+def first_published(message: Message) -> datetime | None:
+    """When the message was first published: the original publish time a redrive carries, else
+    its own."""
+    return parse_rfc3339(message.attributes.get(ORIGINAL_PUBLISH_TIME_ATTRIBUTE)) or message.publish_time
+
+
+def pubsub_identity(topic: str, published: datetime | None, data: bytes, attributes: dict[str, str]) -> str:
+    """A watched message's member identity: what survives a dead-letter redrive (its topic, first
+    publish time, data and publisher's attributes), never its message id, which the forwarding
+    to the dead-letter topic replaces (docs/ARCHITECTURE.md, "Retraining triggers")."""
+    content = hashlib.sha256(data + b"\0" + json.dumps(attributes, sort_keys=True).encode()).hexdigest()
+    return f"pubsub:{topic}:{iso(published) if published else ''}:{content}"
 
 
 def _key(identity: str) -> str:

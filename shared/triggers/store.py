@@ -9,6 +9,8 @@ In the state bucket, under `triggers/`:
 - `<name>/windows/<window id>.json`        the window document (open -> sealed -> closing -> closed...)
 - `<name>/windows/<window id>/objects/<k>`  one empty object per notification; what it notified
                                    is in its custom metadata, so the manifest is one listing
+- `<name>/windows/<window id>/sealed`  created at the seal: members created before it are the
+                                   window's, later ones are carried forward (GCS times both)
 
 One notification is one create of its own member object (`if_generation_match=0`): a redelivery
 is a 412, and a burst of 10,000 notifications is 10,000 writes to 10,000 names, never a queue of
@@ -18,12 +20,10 @@ writes to one document (GCS sustains about one write per second per object name)
 from __future__ import annotations
 
 import json
-import random
-import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from shared.errors import ConflictError
+from shared.swap import Swapped, Transition, compare_and_swap
 
 if TYPE_CHECKING:
     from google.cloud.storage import Bucket
@@ -52,6 +52,12 @@ def window_path(name: str, window_id: str) -> str:
 
 def members_prefix(name: str, window_id: str) -> str:
     return f"{PREFIX}{name}/windows/{window_id}/objects/"
+
+
+def seal_path(name: str, window_id: str) -> str:
+    """An empty object created when the window is sealed: its creation time (the server's clock,
+    as its members' are) divides the members the window lists from those it carries forward."""
+    return f"{PREFIX}{name}/windows/{window_id}/sealed"
 
 
 class TriggerStore:
@@ -101,27 +107,40 @@ class TriggerStore:
             return False
         return True
 
-    def update(self, path: str, transition: Callable[[Doc | None], Doc | None]) -> Doc | None:
-        """Read, apply `transition` to a copy, write with the generation; again on a 412. A
-        transition returning None writes nothing. Returns the document as stored."""
-        from google.api_core.exceptions import PreconditionFailed
+    def update(self, path: str, transition: Transition[Doc]) -> Doc | None:
+        """Apply `transition` under compare-and-swap and return the document as stored (`swap`)."""
+        return self.swap(path, transition).value
 
-        for attempt in range(self._max_conflicts):
-            current, generation = self._read_blob(path)
-            changed = transition(json.loads(json.dumps(current)) if current is not None else None)
-            if changed is None or changed == current:
-                return current
+    def swap(self, path: str, transition: Transition[Doc]) -> Swapped[Doc]:
+        """Read, apply `transition` to a copy, write with the generation; again on a 412
+        (`shared.swap`). A transition returning None writes nothing."""
+
+        def write(_current: Doc | None, changed: Doc, generation: int) -> bool:
+            from google.api_core.exceptions import PreconditionFailed
+
             try:
                 self._write(path, changed, generation)
-                return changed
             except PreconditionFailed:
-                time.sleep(min(0.05 * 2**attempt, 1.0) * random.random())
-        raise ConflictError(f"{path}: lost {self._max_conflicts} compare-and-swap races in a row")
+                return False
+            return True
+
+        return compare_and_swap(
+            lambda: self._read_blob(path),
+            write,
+            transition,
+            private_copy=lambda doc: json.loads(json.dumps(doc)),
+            what=path,
+            max_conflicts=self._max_conflicts,
+        )
 
     # Markers and members.
 
     def touch(self, path: str, metadata: dict[str, str] | None = None) -> bool:
         """Create an empty object (with custom metadata) if absent; False if it existed."""
+        return self.create_empty(path, metadata) is not None
+
+    def create_empty(self, path: str, metadata: dict[str, str] | None = None) -> Any | None:
+        """`touch`, returning the object created (with its creation time), or None if it existed."""
         from google.api_core.exceptions import PreconditionFailed
 
         blob = self._bucket.blob(path)
@@ -130,8 +149,45 @@ class TriggerStore:
         try:
             blob.upload_from_string(b"", content_type="application/octet-stream", if_generation_match=0)
         except PreconditionFailed:
-            return False
-        return True
+            return None
+        return blob
+
+    def sealed_time(self, name: str, window_id: str) -> Any | None:
+        """When the window was sealed, by the server's clock (its seal object), or None."""
+        blob = self._bucket.get_blob(seal_path(name, window_id))
+        return blob.time_created if blob is not None else None
+
+    def claim_carry(self, path: str, metadata: dict[str, str], target: str) -> str:
+        """Record on member `path` (created if absent) that it is carried to window `target`,
+        unless a carry is recorded already; returns the target in force. A compare-and-swap on the
+        member's own metadata (its metageneration; 0 = create): the record cannot be skipped
+        because the member exists (a create-if-absent would be), and two instances agree on one
+        target."""
+
+        def read() -> tuple[dict[str, str] | None, int]:
+            blob = self._bucket.get_blob(path)
+            return (None, 0) if blob is None else (dict(blob.metadata or {}), int(blob.metageneration))
+
+        def write(_current: dict[str, str] | None, proposed: dict[str, str], metageneration: int) -> bool:
+            from google.api_core.exceptions import NotFound, PreconditionFailed
+
+            if metageneration == 0:
+                return self.touch(path, proposed)
+            blob = self._bucket.blob(path)
+            blob.metadata = proposed
+            try:
+                blob.patch(if_metageneration_match=metageneration)
+            except (PreconditionFailed, NotFound):
+                return False
+            return True
+
+        def carry(current: dict[str, str] | None) -> dict[str, str] | None:
+            if current is not None and current.get("carried_to"):
+                return None  # carried already: that target stands
+            return {**(current if current is not None else metadata), "carried_to": target}
+
+        stored = compare_and_swap(read, write, carry, private_copy=dict, what=path, max_conflicts=self._max_conflicts)
+        return stored.value["carried_to"] if stored.value else target
 
     def member(self, path: str) -> Any | None:
         """The member object (with metadata and creation time), or None."""
@@ -151,18 +207,22 @@ class TriggerStore:
             for blob in self._bucket.client.list_blobs(self._bucket, prefix=prefix, fields="items(name),nextPageToken")
         ]
 
-    def iter_members(self, prefix: str) -> Iterator[tuple[str, dict[str, str]]]:
-        """(key, custom metadata) of every member under `prefix`, in name order (one listing)."""
+    def iter_members(self, prefix: str) -> Iterator[tuple[str, dict[str, str], Any]]:
+        """(key, custom metadata, creation time) of every member under `prefix`, in name order
+        (one listing)."""
         for blob in self._bucket.client.list_blobs(self._bucket, prefix=prefix):
-            yield blob.name[len(prefix) :], dict(blob.metadata or {})
+            yield blob.name[len(prefix) :], dict(blob.metadata or {}), blob.time_created
 
     def window_members(self, name: str, window_ids: Iterable[str]) -> Iterator[dict[str, str]]:
-        """What the windows list: the metadata of their members, less those carried forward to a
-        later window (they are listed there)."""
+        """What the windows list: the metadata of their members created before the seal, less
+        those carried forward to a later window (they are listed there); a member created after
+        the seal is carried by whoever wrote it."""
         for window_id in window_ids:
-            for _key, metadata in self.iter_members(members_prefix(name, window_id)):
-                if not metadata.get("carried_to"):
-                    yield metadata
+            sealed = self.sealed_time(name, window_id)
+            for _key, metadata, created in self.iter_members(members_prefix(name, window_id)):
+                if metadata.get("carried_to") or (sealed is not None and created is not None and created >= sealed):
+                    continue
+                yield metadata
 
     # Internals.
 

@@ -15,8 +15,10 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from shared.alerts import Alert, AlertKind
 from shared.clock import iso, parse_iso, parse_rfc3339
 from shared.log import Logger
+from shared.swap import Decided
 from shared.triggers import store as paths
 from shared.triggers.definition import TriggerDefinition
 from shared.triggers.publishing import finish, publish_failure_alert
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
 SKEW_SECONDS = 5.0
 DECISIONS_KEPT = 200
 FINAL_STATES = ("closed", "skipped", "deferred", "failed")
+CLOSE_ATTEMPTS_BEFORE_ALERT = 5  # failed ticks in a row on one window before trigger_failed
 
 # Windows this instance has seen open: the first notification of a window reads (and creates) its
 # document; later ones only write their member object.
@@ -66,18 +69,27 @@ def record(
         if len(_open_windows) > 10_000:  # bounded: a forgotten entry only costs one read
             _open_windows.clear()
         _open_windows.add((name, window.id))
-    if not store.touch(f"{paths.members_prefix(name, window.id)}{key}", metadata):
+    created = store.create_empty(f"{paths.members_prefix(name, window.id)}{key}", metadata)
+    if created is None:
         log.debug("a notification already recorded", event="trigger_duplicate", key=key)
         return False
     now = ports.clock()
     if now + timedelta(seconds=SKEW_SECONDS) >= window.end + timedelta(seconds=ports.settings.trigger_settle_seconds):
-        # The window may have been sealed meanwhile: if the member came after, it may be missing
-        # from the manifest, so it is carried forward (at least once, never lost).
-        document = store.read(paths.window_path(name, window.id))[0] or {}
-        if document.get("state") not in (None, "open"):
+        # The window may have been sealed meanwhile: a member created after its seal object is
+        # not in its listing, so it is carried forward (exactly once: see _late).
+        if _after_seal(store, name, window.id, created.time_created):
             _open_windows.discard((name, window.id))
             return _late(ports, store, definition, window, key, metadata, log, carry_late)
     return True
+
+
+def _after_seal(store: TriggerStore, name: str, window_id: str, created: datetime | None) -> bool:
+    """Whether a member created at `created` (the server's clock) missed the window's listing."""
+    sealed = store.sealed_time(name, window_id)
+    if sealed is not None:
+        return created is None or created >= sealed
+    # Sealed by a version without the seal object: the window document says it.
+    return (store.read(paths.window_path(name, window_id))[0] or {}).get("state") not in (None, "open")
 
 
 def _ensure_window(store: TriggerStore, definition: TriggerDefinition, window: Window, now: datetime) -> dict[str, Any]:
@@ -118,10 +130,19 @@ def _late(
     existing = store.member(member_path)
     document = store.read(paths.window_path(name, window.id))[0] or {}
     sealed_at = parse_rfc3339(document.get("sealed_at"))
-    if existing is not None and (
-        (existing.metadata or {}).get("carried_to")
-        or (sealed_at and existing.time_created and existing.time_created < sealed_at - timedelta(seconds=SKEW_SECONDS))
-    ):
+    carried_to = (existing.metadata or {}).get("carried_to") if existing is not None else None
+    sealed = store.sealed_time(name, window.id)
+    listed = (
+        (
+            existing.time_created < sealed
+            if sealed is not None
+            # Sealed by a version without the seal object: by the function's clock, with a margin.
+            else bool(sealed_at and existing.time_created < sealed_at - timedelta(seconds=SKEW_SECONDS))
+        )
+        if existing is not None and existing.time_created
+        else False
+    )
+    if existing is not None and not carried_to and listed:
         log.debug("a notification already recorded in a closed window", event="trigger_duplicate", key=key)
         return False
     if not carry_late:
@@ -131,15 +152,19 @@ def _late(
     target = Window.containing(now, definition.coalesce_seconds)
     if target.id == window.id:
         target = Window(window.end, definition.coalesce_seconds)
-    log.info(
-        "a notification arrived after its window closed; carried into the open window",
-        event="trigger_late",
-        key=key,
-        carried_to=target.id,
-    )
-    recorded = record(ports, store, definition, target.start, key, metadata, log, carry_late=False)
-    store.touch(member_path, {**metadata, "carried_to": target.id})
-    return recorded
+    # The carry is recorded on the member first, where it cannot be skipped: a redelivery (or a
+    # crash before the next line) goes to the same target, never to a new one, and a target
+    # sealed meanwhile carries it on from there (its own record says whether it was listed).
+    target_id = store.claim_carry(member_path, metadata, carried_to or target.id)
+    if target_id != carried_to:
+        log.info(
+            "a notification arrived after its window closed; carried into the open window",
+            event="trigger_late",
+            key=key,
+            carried_to=target_id,
+        )
+    target = Window.from_id(target_id, definition.coalesce_seconds)
+    return record(ports, store, definition, target.start, key, metadata, log)
 
 
 # Closing.
@@ -162,12 +187,57 @@ def tick(ports: Ports, store: TriggerStore, definitions: Sequence[TriggerDefinit
             end = parse_iso(document["window_end"]) if document else window.end
             if now < end + settle:
                 break  # later windows end later still
-            outcome = close_window(ports, store, definition, window_id, log)
+            outcome = _close_or_retry_later(ports, store, definition, window_id, log)
             counts[outcome] = counts.get(outcome, 0) + 1
-        if fire_carried(ports, store, definition, log):
-            counts["closed"] = counts.get("closed", 0) + 1
+        try:
+            if fire_carried(ports, store, definition, log):
+                counts["closed"] = counts.get("closed", 0) + 1
+        except Exception as exc:  # noqa: BLE001 - its open marker is written first: the next tick resumes it
+            log.warning(
+                "firing carried data failed; the next tick resumes it",
+                event="trigger_close_failed",
+                trigger=definition.name,
+                error=f"{type(exc).__name__}: {exc}",
+            )
     log.info("triggers tick", event="triggers_tick", **{f"windows_{k}": v for k, v in counts.items()})
     return counts
+
+
+def _close_or_retry_later(
+    ports: Ports, store: TriggerStore, definition: TriggerDefinition, window_id: str, log: Logger
+) -> str:
+    """close_window, and on a failure (Pub/Sub refusing the request, GCS) leave the open marker
+    for the next tick; `trigger_failed` is alerted once when CLOSE_ATTEMPTS_BEFORE_ALERT ticks
+    in a row have failed on the window."""
+    try:
+        return close_window(ports, store, definition, window_id, log)
+    except Exception as exc:  # noqa: BLE001 - one window must not stop the tick; the next resumes it
+        error = f"{type(exc).__name__}: {exc}"
+    path = paths.window_path(definition.name, window_id)
+    document = store.update(path, lambda d: {**d, "close_failures": d.get("close_failures", 0) + 1} if d else None)
+    failures = (document or {}).get("close_failures", 0)
+    log.error(
+        "could not close a trigger window; the next tick resumes it",
+        event="trigger_close_failed",
+        trigger=definition.name,
+        window_id=window_id,
+        attempts=failures,
+        error=error,
+    )
+    if document and failures >= CLOSE_ATTEMPTS_BEFORE_ALERT and not document.get("failure_alerted"):
+        alert = Alert.of(
+            AlertKind.TRIGGER_FAILED,
+            f"trigger {definition.name}: window {window_id} could not be closed after {failures} "
+            f"ticks ({error}); it is retried every tick",
+            request_id=document.get("request_id"),
+            details={"trigger": definition.name, "window_id": window_id, "error": error},
+        )
+        try:
+            ports.publish(ports.settings.ops_alerts_topic, alert.to_json(), **alert.attributes())
+        except Exception:  # noqa: BLE001 - alerted on a later tick instead
+            return "retrying"
+        store.update(path, lambda d: {**d, "failure_alerted": True} if d else None)
+    return "retrying"
 
 
 def close_window(ports: Ports, store: TriggerStore, definition: TriggerDefinition, window_id: str, log: Logger) -> str:
@@ -194,6 +264,7 @@ def close_window(ports: Ports, store: TriggerStore, definition: TriggerDefinitio
         )
         document = store.read(path)[0] or {}
     if document.get("state") == "open":
+        store.touch(paths.seal_path(name, window_id))  # first: what divides listed from carried
         document = (
             store.update(
                 path, lambda d: {**d, "state": "sealed", "sealed_at": iso(now)} if d and d["state"] == "open" else None
@@ -226,6 +297,8 @@ def close_window(ports: Ports, store: TriggerStore, definition: TriggerDefinitio
                 event=f"trigger_window_{state}",
                 object_count=count,
             )
+    if document.get("state") == "deferred":
+        document = _resume_fired(store, definition, window_id, document)
     if document.get("state") == "closing":
         document = finish(ports, store, definition, document, log)
     if document.get("state") == "failed" and document.get("alert_pending"):
@@ -242,13 +315,11 @@ def decide_window(
     """Decide a sealed window once, in the trigger's state document (the one place that orders a
     trigger's windows, so carried data is consumed by exactly one request)."""
     now = ports.clock()
-    result: dict[str, Any] = {}
 
-    def transition(state: dict[str, Any] | None) -> dict[str, Any] | None:
+    def transition(state: dict[str, Any] | None) -> Decided[dict[str, Any]]:
         state = state or _new_state(definition.name)
         if window_id in state["decided"]:
-            result.update(state["decided"][window_id])
-            return None
+            return Decided(None, state["decided"][window_id])
         total = count + state["carry_count"]
         cooling = _cooling(state, definition, now)
         if count == 0 and definition.source_kind != "schedule":
@@ -267,12 +338,9 @@ def decide_window(
             _fired(state, window_id, now)
         state["decided"][window_id] = decision
         _trim(state)
-        result.clear()
-        result.update(decision)
-        return state
+        return Decided(state, decision)
 
-    store.update(paths.state_path(definition.name), transition)
-    return result
+    return dict(store.swap(paths.state_path(definition.name), transition).decided)
 
 
 def fire_carried(ports: Ports, store: TriggerStore, definition: TriggerDefinition, log: Logger) -> bool:
@@ -287,9 +355,11 @@ def fire_carried(ports: Ports, store: TriggerStore, definition: TriggerDefinitio
         or state["carry_count"] < max(definition.min_objects, 1)
     ):
         return False
-    chosen: dict[str, Any] = {}
+    # The open marker first, so the tick after a failed publish or a crash at any later step
+    # resumes this window (close_window: deferred and decided to fire -> closing -> published).
+    store.touch(f"{paths.open_prefix(definition.name)}{state['carry'][-1]}")
 
-    def transition(state: dict[str, Any] | None) -> dict[str, Any] | None:
+    def transition(state: dict[str, Any] | None) -> Decided[dict[str, Any]] | None:
         if (
             not state
             or not state["carry"]
@@ -305,25 +375,34 @@ def fire_carried(ports: Ports, store: TriggerStore, definition: TriggerDefinitio
         }
         state["decided"][latest] = decision
         _fired(state, latest, now)
-        chosen.update(decision, window_id=latest)
-        return state
+        return Decided(state, {**decision, "window_id": latest})
 
-    store.update(paths.state_path(definition.name), transition)
-    if not chosen:
+    fired = store.swap(paths.state_path(definition.name), transition)
+    if not fired.wrote:
         return False
-    path = paths.window_path(definition.name, chosen["window_id"])
+    close_window(ports, store, definition, fired.decided["window_id"], log)
+    return True
+
+
+def _resume_fired(
+    store: TriggerStore, definition: TriggerDefinition, window_id: str, document: dict[str, Any]
+) -> dict[str, Any]:
+    """A deferred window the trigger's state decided to fire (its carried data, cooldown over)
+    goes to closing with what it carries; any other deferred window stays as it is."""
+    state = store.read(paths.state_path(definition.name))[0] or {}
+    decision = state.get("decided", {}).get(window_id, {})
+    if decision.get("action") != "fire":
+        return document
+    path = paths.window_path(definition.name, window_id)
     store.update(
         path,
         lambda d: (
-            {**d, "state": "closing", "carried": chosen["carried"], "reason": chosen["reason"]}
+            {**d, "state": "closing", "carried": decision.get("carried", []), "reason": decision.get("reason")}
             if d and d["state"] == "deferred"
             else None
         ),
     )
-    document = store.read(path)[0]
-    if document and document.get("state") == "closing":
-        finish(ports, store, definition, document, log.bind(trigger=definition.name, window_id=chosen["window_id"]))
-    return True
+    return store.read(path)[0] or document
 
 
 def _new_state(name: str) -> dict[str, Any]:

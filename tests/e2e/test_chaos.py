@@ -21,7 +21,7 @@ from collections.abc import Iterator
 import pytest
 
 from devstack.samples import job_request
-from shared.states import TERMINAL_STATUSES, RequestStatus
+from shared.ledger.states import TERMINAL_STATUSES, RequestStatus
 from tests.conftest import isolated_stack
 
 pytestmark = pytest.mark.stack
@@ -44,7 +44,7 @@ def _new_id(prefix: str) -> str:
 
 def _jobs_per_attempt(stack, request_id: str) -> Counter:
     """How many Vertex jobs carry each attempt label of this request."""
-    from shared.vertex import LABEL_ATTEMPT, LABEL_REQUEST_ID
+    from shared.jobs import LABEL_ATTEMPT, LABEL_REQUEST_ID
 
     client = stack.job_service()
     parent = f"projects/{stack.options.project}/locations/{stack.options.location}"

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from devstack.processes import REPO_ROOT
-from tests.integration.test_stack import _alive, _descendants
+from tests.support.processes import _alive, _descendants
 
 pytestmark = pytest.mark.stack
 
@@ -32,7 +32,7 @@ def demo_run() -> dict[str, Any]:
         html_path = Path(tmp, "demo.html")
         with stdout_path.open("w") as stdout, stderr_path.open("w") as stderr:
             process = subprocess.Popen(
-                [sys.executable, "-m", "shared.cli", "demo", "--json", "--seed", str(SEED), "--html", str(html_path)],
+                [sys.executable, "-m", "spotjobs.cli", "demo", "--json", "--seed", str(SEED), "--html", str(html_path)],
                 cwd=REPO_ROOT,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -152,8 +152,8 @@ def test_no_process_the_demo_started_is_left_running(demo_run: dict[str, Any]) -
 def test_the_html_report_renders_in_chromium_with_each_scenario_on_its_timeline(
     demo_run: dict[str, Any], tmp_path: Path
 ) -> None:
-    from tests.browser import render
-    from tests.unit.test_report_html import marks, section
+    from tests.support.browser import render
+    from tests.support.report_html import marks, section
 
     report = demo_run["report"]
     assert report["html"] == demo_run["html_path"] and demo_run["html"], "the demo wrote no HTML report"

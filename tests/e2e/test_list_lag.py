@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from devstack.samples import job_request
-from shared.states import RequestStatus
-from shared.vertex import LABEL_REQUEST_ID, find_jobs, parent_path
+from shared.adapters.vertex import find_jobs, parent_path
+from shared.jobs import LABEL_REQUEST_ID
+from shared.ledger.states import RequestStatus
 from tests.conftest import TEST_FUNCTION_ENV, isolated_stack
 
 pytestmark = pytest.mark.stack

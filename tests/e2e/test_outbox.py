@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from devstack.samples import job_request
-from shared.states import RequestStatus
+from shared.ledger.states import RequestStatus
 from tests.conftest import isolated_stack
 
 pytestmark = pytest.mark.stack

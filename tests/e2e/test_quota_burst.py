@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from devstack.samples import job_request
-from shared.states import RequestStatus
+from shared.ledger.states import RequestStatus
 from tests.conftest import isolated_stack
 
 pytestmark = pytest.mark.stack

@@ -1,8 +1,8 @@
-"""The CLI installed without `devstack/`, as the deploy zip ships it.
+"""The CLI installed without `devstack/`, as the package installs it outside a checkout.
 
 A fresh virtualenv sees this venv's libraries (as a plain path: the editable install's finder,
-which would map `devstack` back to the checkout, is not loaded) and a copy of `shared/` and
-`functions/` on PYTHONPATH, and runs from a directory outside the repository. There `validate`
+which would map `devstack` back to the checkout, is not loaded) and a copy of `spotjobs/`,
+`shared/` and `functions/` on PYTHONPATH, and runs from a directory outside the repository. There `validate`
 works, and `local up` and `demo` say in one line how to get the local stack and exit 2.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.cli import local
+from spotjobs.cli import local
 from tests.conftest import EVENTS_DIR
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -55,8 +55,8 @@ class Install:
         )
 
     def spotjobs(self, how: str, *args: str) -> subprocess.CompletedProcess[str]:
-        if how == "python -m shared.cli":
-            return self.run("-m", "shared.cli", *args)
+        if how == "python -m spotjobs.cli":
+            return self.run("-m", "spotjobs.cli", *args)
         module, function = console_script_target().split(":")
         # What the generated `spotjobs` wrapper does.
         return self.run("-c", f"import sys; from {module} import {function}; sys.exit({function}())", *args)
@@ -66,8 +66,8 @@ class Install:
 def install(tmp_path_factory: pytest.TempPathFactory) -> Install:
     install = Install(tmp_path_factory.mktemp("no-devstack"))
     ignore = shutil.ignore_patterns("__pycache__")
-    # What the package installs, as the deploy zip holds it: everything but devstack/.
-    for source in ("shared", "functions", "kit/src/spotjobs_kit"):
+    # What the package installs: everything but devstack/.
+    for source in ("spotjobs", "shared", "functions", "kit/src/spotjobs_kit"):
         target = install.tree / Path(source).name
         shutil.copytree(REPO_ROOT / source, target, ignore=ignore)
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(install.root / "venv")], check=True, timeout=120)
@@ -97,7 +97,7 @@ def test_the_install_has_shared_and_functions_but_no_devstack(install: Install) 
     assert found["devstack"] is False
 
 
-HOW = ["python -m shared.cli", "console script"]
+HOW = ["python -m spotjobs.cli", "console script"]
 
 
 @pytest.mark.parametrize("how", HOW)
@@ -144,7 +144,7 @@ def test_an_absent_devstack_package_is_reported(
 
 
 def test_a_module_missing_inside_devstack_is_a_real_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from shared.cli import main
+    from spotjobs.cli import main
 
     monkeypatch.setitem(sys.modules, "devstack.stack", None)
     with pytest.raises(ModuleNotFoundError) as raised:

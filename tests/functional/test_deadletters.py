@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from shared.deadletters import DeadLetter, RedriveClaims, redrive
+from spotjobs.deadletters import DeadLetter, RedriveClaims, redrive
 
 if TYPE_CHECKING:
     from google.cloud.storage import Bucket

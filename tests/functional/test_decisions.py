@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -12,16 +13,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.claims import claim_attempt
 from shared.delivery import Message
 from shared.errors import TransientError, is_retryable
-from shared.ledger import LedgerStore
+from shared.ledger.claims import claim_attempt
+from shared.ledger.records import RequestRecord
+from shared.ledger.states import RequestStatus
+from shared.ledger.store import LedgerStore
 from shared.observe import EventOutcome, handle_job_event
-from shared.policy import validate_request
-from shared.records import RequestRecord
-from shared.request import canonical_envelope
-from shared.states import RequestStatus
-from tests.functional.test_decisions_support import (
+from shared.requests.envelope import canonical_envelope
+from shared.requests.policy import validate_request
+from tests.support.decisions import (
     STOCKOUT,
     USER_ERROR,
     CapturedLog,
@@ -259,6 +260,61 @@ def test_success_requests_one_prune(world: World) -> None:
     assert prune.data == {"task": "prune", "request_id": "req-1"}
     record = world.ledger.get("req-1")
     assert record.status == RequestStatus.SUCCEEDED and record.finished_at and record.attempts[0].ended_at
+
+
+def kit_entry(job_name: str, event: str, run: int, **fields: object) -> bytes:
+    """A trainer kit line of the job's primary replica, as the sink publishes it (jsonPayload)."""
+    from spotjobs_kit.lines import format_line
+
+    line = format_line(event, {"request_id": "req-1", "attempt": 1, "run": run, **fields})
+    entry = json.loads(log_entry(job_name, "", task="workerpool0-0"))
+    return json.dumps({**entry, "jsonPayload": json.loads(line)}).encode()
+
+
+def test_a_success_after_an_unfinished_preemption_requeues_once_with_one_alert(gcs_bucket) -> None:
+    world = World(
+        LedgerStore(gcs_bucket),
+        FakeVertex(),
+        FakePublisher(),
+        make_settings(gcs_bucket.name, SPOTJOBS_KIT_LINES_SETTLE_SECONDS="0.5"),
+    )
+    _, job = world.submitted(state=RUNNING)
+    for line in (kit_entry(job, "run_started", 0, resumed_step=0), kit_entry(job, "preempted", 0, step=30)):
+        deliver(world, line)
+    world.vertex.set_state(job, SUCCEEDED)  # the process exited 0 after its SIGTERM
+    success = log_entry(job, "Job completed successfully.")
+    with pytest.raises(TransientError, match="waiting for its last run.s kit lines"):
+        deliver(world, success)  # just ended: a later run's line may still be on its way
+    assert world.ledger.get("req-1").attempts[0].outcome is None
+    time.sleep(0.6)
+    log = CapturedLog()
+    barrier = threading.Barrier(8)
+    retried: list[BaseException] = []
+
+    def one_delivery() -> None:
+        barrier.wait()
+        try:
+            deliver(world, success, log)
+        except TransientError as exc:
+            retried.append(exc)
+
+    threads = [threading.Thread(target=one_delivery) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for _ in retried:
+        deliver(world, success, log)
+
+    record = world.ledger.get("req-1")
+    assert record.status == RequestStatus.REQUEUED and record.requeue.attempt == 2
+    assert record.prune_requested_at is None and record.pending_alerts == []
+    [requeue] = world.publisher.on("job-requests")
+    assert requeue.data["attempt"] == 2
+    [alert] = world.publisher.on("ops-alerts")
+    assert (alert.data["kind"], alert.data["attempt"], alert.data["job"]) == ("incomplete_success", 1, job)
+    assert world.publisher.on("maintenance") == []  # no prune of a request that is not done
+    assert len(log.events("incomplete_success")) == 1 and len(log.events("requeue")) == 1
 
 
 def test_user_error_fails_with_one_alert_and_no_requeue(world: World) -> None:

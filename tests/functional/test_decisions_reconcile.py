@@ -11,17 +11,17 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from functions import reconcile as reconcile_entry
-from shared.claims import claim_attempt
 from shared.delivery import Message, maintenance_task
-from shared.ledger import LedgerStore
+from shared.ledger.claims import claim_attempt
+from shared.ledger.records import Attempt, RequestRecord
+from shared.ledger.states import RequestStatus
+from shared.ledger.store import LedgerStore
 from shared.log import Logger
-from shared.policy import validate_request
 from shared.reconcile import RequestResult, run_reconcile
-from shared.records import Attempt, RequestRecord
-from shared.request import canonical_envelope
-from shared.states import RequestStatus
+from shared.requests.envelope import canonical_envelope
+from shared.requests.policy import validate_request
 from shared.wiring import Ports
-from tests.functional.test_decisions_support import (
+from tests.support.decisions import (
     STOCKOUT,
     CapturedLog,
     FakePublisher,
@@ -410,6 +410,40 @@ def test_a_stray_of_a_finished_request_is_cancelled(world: World) -> None:
     assert kinds.count("stray_job") == 1
 
 
+def _finished_in(world: World, region: str) -> str:
+    """req-1 ran its attempt in `region` and succeeded; reconcile saw it finish."""
+    _, recorded = world.submitted(state=RUNNING, location=region)
+    world.vertex.set_state(recorded, SUCCEEDED)
+    reconcile(world)
+    assert world.ledger.get("req-1").status == RequestStatus.SUCCEEDED
+    return recorded
+
+
+def test_a_stray_of_a_finished_request_in_a_failover_region_is_cancelled_on_the_next_pass(world: World) -> None:
+    from shared.found_jobs import remember_location
+
+    remember_location(world.ports, "europe-west4")  # what submit did before creating there
+    _finished_in(world, "europe-west4")
+    stray = world.vertex.add("req-1", 1, "europe-west4", state=RUNNING)  # a create that completed late
+    world.vertex.lists = 0
+
+    summary = reconcile(world)
+
+    assert world.vertex.cancelled == [stray]
+    assert summary.decisions["stray_job_cancelled"] == 1
+    assert world.vertex.lists == 2  # us-central1 (the default) and europe-west4: one each
+
+
+def test_the_stray_sweep_lists_every_allowed_location(world: World) -> None:
+    world.settings = replace(world.settings, allowed_locations=("us-central1", "asia-east1"))
+    _finished_in(world, "asia-east1")
+    stray = world.vertex.add("req-1", 1, "asia-east1", state=RUNNING)
+
+    reconcile(world)
+
+    assert world.vertex.cancelled == [stray]
+
+
 def test_a_job_created_for_the_next_attempt_during_the_sweep_is_no_stray(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -439,7 +473,7 @@ def test_a_job_created_for_the_next_attempt_during_the_sweep_is_no_stray(
 
 
 def test_a_job_of_an_attempt_still_being_created_is_not_a_stray(world: World) -> None:
-    from shared.strays import is_stray
+    from shared.deciding.strays import is_stray
 
     record, _ = world.submitted(state=RUNNING)
     record.attempts[0].job = None  # attempt 1 claimed, its job not recorded yet

@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 
 from shared.clock import parse_rfc3339
+from shared.deciding.preemptions import preemptions_text
 from shared.delivery import Message
-from shared.explaining.entries import explain
-from shared.explaining.reading import read_entries
-from shared.ledger import LedgerStore
+from shared.ledger.store import LedgerStore
 from shared.observe import EventOutcome, handle_job_event
-from shared.preemptions import preemptions_text
+from spotjobs.explaining.entries import explain
+from spotjobs.explaining.reading import read_entries
 from tests.conftest import EVENTS_DIR
-from tests.functional.test_decisions_support import (
+from tests.support.decisions import (
     CapturedLog,
     FakePublisher,
     FakeVertex,

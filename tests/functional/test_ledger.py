@@ -6,9 +6,9 @@ import threading
 
 import pytest
 
-from shared.ledger import JobIndexEntry, LedgerStore
-from shared.records import Attempt, RequestRecord
-from shared.states import RequestStatus
+from shared.ledger.records import Attempt, RequestRecord
+from shared.ledger.states import RequestStatus
+from shared.ledger.store import JobIndexEntry, LedgerStore
 
 
 def _new_record(request_id: str) -> RequestRecord:
@@ -104,7 +104,7 @@ def test_records_from_a_newer_schema_still_load(gcs_bucket) -> None:
 
 
 def test_the_ledger_refuses_an_illegal_move_and_writes_nothing(gcs_bucket) -> None:
-    from shared.states import IllegalTransition
+    from shared.ledger.states import IllegalTransition
 
     ledger = LedgerStore(gcs_bucket)
     ledger.update("r1", lambda current: current or _new_record("r1"))

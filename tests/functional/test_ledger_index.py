@@ -9,15 +9,15 @@ from datetime import timedelta
 
 import pytest
 
-from shared import ledger as ledger_module
 from shared.clock import now_iso, utcnow
-from shared.ledger import ACTIVE_PREFIX, ARCHIVE_PREFIX, JobIndexEntry, LedgerStore, ListedRequest
-from shared.ledger_retention import MIN_RETENTION_SECONDS, retire, sweep_step
+from shared.ledger import store as ledger_module
+from shared.ledger.records import Attempt, RequestRecord
+from shared.ledger.retention import MIN_RETENTION_SECONDS, retire, sweep_step
+from shared.ledger.states import AttemptOutcome, RequestStatus
+from shared.ledger.store import ACTIVE_PREFIX, ARCHIVE_PREFIX, JobIndexEntry, LedgerStore, ListedRequest
 from shared.log import Logger
 from shared.reconcile import ReconcileSummary, _requests_to_reconcile
-from shared.records import Attempt, RequestRecord
-from shared.states import AttemptOutcome, RequestStatus
-from tests.functional.test_decisions_support import CapturedLog, make_settings
+from tests.support.decisions import CapturedLog, make_settings
 
 FAR = timedelta(days=400)
 
@@ -201,7 +201,7 @@ def test_a_record_written_since_it_was_read_is_kept(ledger: LedgerStore, gcs_buc
 
 
 def test_retention_is_never_shorter_than_pubsub_keeps_a_message(gcs_bucket) -> None:
-    from shared.ledger_retention import effective_retention
+    from shared.ledger.retention import effective_retention
 
     assert (
         effective_retention(make_settings(gcs_bucket.name, SPOTJOBS_LEDGER_RETENTION_SECONDS="60"))
@@ -213,7 +213,7 @@ def test_retention_is_never_shorter_than_pubsub_keeps_a_message(gcs_bucket) -> N
 def test_a_sweep_turn_removes_a_bounded_number_and_the_next_resumes(
     ledger: LedgerStore, gcs_bucket, monkeypatch
 ) -> None:
-    from shared import ledger_retention
+    from shared.ledger import retention as ledger_retention
 
     monkeypatch.setattr(ledger_retention, "SWEEP_RETIREMENTS_PER_RUN", 1)
     settings = make_settings(gcs_bucket.name)
@@ -242,3 +242,59 @@ def test_a_pass_reads_each_active_record_once(ledger: LedgerStore, monkeypatch) 
     assert ledger.get("a").request_id == "a" and reads == []  # read ahead by the pass
     assert ledger.get("a").request_id == "a" and reads == ["a"]  # once only
     assert ledger.get("b").request_id == "b" and reads == ["a", "b"]  # not kept: not selected
+
+
+def _corrupt_body_keeping_metadata(gcs_bucket, request_id: str) -> None:
+    """The record's body no longer parses; its listing metadata still says finished."""
+    blob = gcs_bucket.get_blob(f"requests/{request_id}.json")
+    metadata = dict(blob.metadata or {})
+    blob = gcs_bucket.blob(f"requests/{request_id}.json")
+    blob.metadata = metadata
+    blob.upload_from_string(b'{"request_id": "bad", trunc', content_type="application/json")
+
+
+def test_a_corrupt_finished_record_is_alerted_once_and_the_sweep_moves_on(ledger: LedgerStore, gcs_bucket) -> None:
+    settings = make_settings(gcs_bucket.name)
+    for rid in ("a-bad", "b-done"):
+        ledger.update(rid, lambda current, rid=rid: current or _record(rid))
+        _finished(ledger, rid)
+    _corrupt_body_keeping_metadata(gcs_bucket, "a-bad")
+    corrupt: list[str] = []
+    later, log = utcnow() + FAR, CapturedLog()
+
+    summary = sweep_step(
+        ledger, log.logger, settings=settings, now=later, on_corrupt=lambda exc: corrupt.append(exc.request_id)
+    )
+
+    assert summary.finished_round and summary.removed == 1 and summary.corrupt == 1
+    assert ledger.get("b-done") is None  # the record after the corrupt one was retired
+    assert corrupt == ["a-bad"]
+    assert ledger.maintenance_state("ledger-sweep")["finished_at"]  # the position was saved
+
+    # The next round meets it again: still skipped, the sweep still finishes.
+    ledger.save_maintenance_state("ledger-sweep", {})
+    again = sweep_step(ledger, log.logger, settings=settings, now=later)
+    assert again.finished_round and again.corrupt == 1
+    [line] = log.events("ledger_corrupt")  # with no one to alert, the sweep says it
+    assert line["request_id"] == "a-bad"
+
+
+def test_reconcile_alerts_a_corrupt_finished_record_the_sweep_meets_once(gcs_bucket, monkeypatch) -> None:
+    from shared.ledger import retention as ledger_retention
+    from shared.reconcile import run_reconcile
+    from tests.support.decisions import FakePublisher, FakeVertex, World
+
+    world = World(LedgerStore(gcs_bucket), FakeVertex(), FakePublisher(), make_settings(gcs_bucket.name))
+    world.ledger.mark_index_built()
+    world.ledger.update("bad", lambda current: current or _record("bad"))
+    _finished(world.ledger, "bad")
+    _corrupt_body_keeping_metadata(gcs_bucket, "bad")
+    monkeypatch.setattr(ledger_retention, "utcnow", lambda: utcnow() + FAR)  # past its retention
+
+    for _ in range(2):
+        world.ledger.save_maintenance_state("ledger-sweep", {})
+        run_reconcile(world.ports, CapturedLog().logger)
+
+    alerts = [m.data for m in world.publisher.on(world.settings.ops_alerts_topic)]
+    assert [(a["kind"], a["request_id"]) for a in alerts] == [("ledger_corrupt", "bad")]
+    assert world.ledger.maintenance_state("ledger-sweep")["finished_at"]

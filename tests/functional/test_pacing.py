@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -22,21 +22,31 @@ from google.cloud.aiplatform_v1 import CustomJob
 from devstack.vertex.quotas import SUBMISSIONS, SlidingWindow, quota_exceeded
 from shared.alerts import Alert
 from shared.delivery import Message
-from shared.ledger import LedgerStore
+from shared.jobs import LABEL_REQUEST_ID
+from shared.ledger.states import RequestStatus
+from shared.ledger.store import LedgerStore
 from shared.log import Logger
 from shared.pacing import Pacer, Waiting, pacer_for
 from shared.reconcile import run_reconcile
-from shared.request import REQUEUE_ATTRIBUTES
+from shared.requests.envelope import REQUEUE_ATTRIBUTES
 from shared.settings import Settings
-from shared.states import RequestStatus
 from shared.submit import SubmitResult, submit_request
-from shared.vertex import LABEL_REQUEST_ID
 from shared.wiring import Ports
-from tests.functional.test_decisions_support import FakePublisher
-from tests.functional.test_submit import SETTINGS, FakeJobService, envelope
+from tests.conftest import load_event
+from tests.support.decisions import FakePublisher
+from tests.support.vertex import FakeVertex as FakeJobService
 
 # A fast pace (a slot every 50 ms) and short drainer runs, so hand-overs happen in a test.
-PACED = replace(SETTINGS, vertex_creates_per_minute=1200, pacer_run_seconds=2.0)
+PACED = Settings.from_env(
+    {
+        "GOOGLE_CLOUD_PROJECT": "proj",
+        "SPOTJOBS_LOCATION": "us-central1",
+        "SPOTJOBS_ALLOWED_IMAGE_PREFIXES": "us-docker.pkg.dev/my-project/",
+        "SPOTJOBS_TRAINING_SERVICE_ACCOUNT": "trainer@my-project.iam.gserviceaccount.com",
+        "SPOTJOBS_VERTEX_CREATES_PER_MINUTE": "1200",
+        "SPOTJOBS_PACER_RUN_SECONDS": "2",
+    }
+)
 LOCATION = "us-central1"
 
 
@@ -61,6 +71,11 @@ class RateLimitedJobService(FakeJobService):
             error = quota_exceeded(SUBMISSIONS, "projects/proj")
             raise api.TooManyRequests(error.message, error_info=error.details[0])
         return super().create_custom_job(parent=parent, custom_job=custom_job, retry=retry, timeout=timeout)
+
+
+def envelope(request_id: str, **fields: Any) -> bytes:
+    job = json.loads(load_event("requests/bare_docs.json"))
+    return json.dumps({"request_id": request_id, "custom_job": job, **fields}).encode()
 
 
 @dataclass

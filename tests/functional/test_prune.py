@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from spotjobs_kit.layout import ListedObject
 
+from shared.ledger.records import RequestRecord
+from shared.ledger.states import RequestStatus
 from shared.pruning.store import DeleteOutcome, GcsPruneStore
-from shared.records import RequestRecord
-from shared.states import RequestStatus
-from tests.functional.test_prune_support import (
+from tests.support.prune_gcs import (
     all_names,
     folder,
     format_layout,
@@ -24,14 +24,14 @@ from tests.functional.test_prune_support import (
     upload,
 )
 
-FORMATS = ("demo", "orbax", "torch_dcp", "tensorflow", "file")
+FORMATS = ("demo", "orbax", "orbax_legacy", "torch_dcp", "hf", "tensorflow", "file", "lightning")
 
 
 @pytest.mark.parametrize("count", [1, 2, 20])
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("with_incomplete", [False, True], ids=["complete", "with-incomplete"])
 def test_exactly_the_expected_checkpoints_survive(gcs_bucket, fmt: str, count: int, with_incomplete: bool) -> None:
-    layout = format_layout("req-1", fmt, count, with_incomplete=with_incomplete)
+    layout = format_layout("req-1", fmt, count, with_incomplete=with_incomplete, with_metrics=True)
     layout.write(gcs_bucket)
     outside = [
         f"requests/req-1/model/{fmt}.bin",
@@ -157,7 +157,7 @@ def _whole_checkpoints(bucket, base: str) -> list[int]:
 
 def test_finished_requests_keep_their_final_checkpoint_after_retention(gcs_bucket) -> None:
     for rid in ("done", "recent", "running"):
-        format_layout(rid, "demo", 4, with_incomplete=False).write(gcs_bucket)
+        format_layout(rid, "demo", 4, with_incomplete=False, with_metrics=True).write(gcs_bucket)
     later = datetime.now(UTC) + timedelta(days=10)
 
     def finished(rid: str, days_ago: float) -> RequestRecord:
@@ -172,7 +172,9 @@ def test_finished_requests_keep_their_final_checkpoint_after_retention(gcs_bucke
     }
     run_prune(gcs_bucket, records=records, now=later)
 
-    steps = {rid: {n.split("/")[0] for n in surviving(gcs_bucket, rid)} for rid in records}
+    metrics = {f"eval_step_{step}.json" for step in (100, 200, 300, 400)}  # never checkpoints
+    assert all(metrics <= surviving(gcs_bucket, rid) for rid in records)
+    steps = {rid: {n.split("/")[0] for n in surviving(gcs_bucket, rid) - metrics} for rid in records}
     assert steps == {
         "done": {"step-000400"},
         "recent": {"step-000300", "step-000400"},
@@ -202,7 +204,7 @@ def test_property_on_fake_gcs(gcs_bucket, layouts, keep_last: int) -> None:
     outside = []
     for i, (fmt, count, with_incomplete) in enumerate(layouts):
         rid = f"p{run_id}-{i}"
-        layout = format_layout(rid, fmt, count, with_incomplete=with_incomplete, keep_last=keep_last)
+        layout = format_layout(rid, fmt, count, with_incomplete=with_incomplete, keep_last=keep_last, with_metrics=True)
         layout.write(gcs_bucket)
         expected[rid] = layout.expected
         outside.append(f"requests/{rid}/model/m.bin")

@@ -14,13 +14,13 @@ import pytest
 
 from shared.alerts import Alert
 from shared.delivery import Message
-from shared.ledger import LedgerStore
+from shared.ledger.store import LedgerStore
 from shared.log import Logger
 from shared.pruning.runner import handle_maintenance
 from shared.settings import Settings
 from shared.wiring import Ports
-from tests.functional.test_decisions_support import FakePublisher
-from tests.functional.test_prune_support import folder, format_layout, surviving, upload
+from tests.support.decisions import FakePublisher
+from tests.support.prune_gcs import folder, format_layout, surviving, upload
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -110,7 +110,7 @@ def test_bounded_runs_resume_from_the_cursor(gcs_bucket, prune_settings) -> None
 def _cli(args: list[str], settings: Settings, fake_gcs: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, **settings.as_env(), "STORAGE_EMULATOR_HOST": fake_gcs}
     return subprocess.run(
-        [sys.executable, "-m", "shared.cli", "prune", *args],
+        [sys.executable, "-m", "spotjobs.cli", "prune", *args],
         cwd=REPO,
         env=env,
         capture_output=True,

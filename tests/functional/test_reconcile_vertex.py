@@ -11,12 +11,13 @@ from typing import Any
 
 import pytest
 
-from shared.ledger import JobIndexEntry, LedgerStore
+from shared.ledger.records import RequestRecord
+from shared.ledger.states import RequestStatus
+from shared.ledger.store import JobIndexEntry, LedgerStore
 from shared.log import Logger
 from shared.reconcile import run_reconcile
-from shared.records import RequestRecord
-from shared.states import RequestStatus
-from tests.functional.test_decisions_support import FakePublisher, FakeVertex, World, make_settings
+from tests.support.decisions import FakePublisher, World, make_settings
+from tests.support.vertex import FakeVertex
 
 RUNNING, SUCCEEDED = 3, 4
 

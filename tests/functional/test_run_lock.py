@@ -1,4 +1,4 @@
-"""shared/run_lock.py on fake-gcs-server: one run at a time, a second tick ends quietly, an
+"""shared/ledger/run_lock.py on fake-gcs-server: one run at a time, a second tick ends quietly, an
 expired lease is taken over, a run's release never deletes a successor's lease."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import json
 import threading
 from datetime import UTC, datetime, timedelta
 
+from shared.ledger.run_lock import RunLock, lock_path, run_lock
 from shared.log import Logger
-from shared.run_lock import RunLock, lock_path, run_lock
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 

@@ -5,33 +5,32 @@ from __future__ import annotations
 
 import base64
 import io
-import itertools
 import json
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from google.api_core import exceptions as api
-from google.cloud.aiplatform_v1 import CustomJob, JobState
+from google.cloud.aiplatform_v1 import CustomJob
 
 from shared.alerts import Alert
-from shared.claims import ClaimInProgress
 from shared.delivery import Message, handle_delivery
 from shared.errors import ConfigurationError, TransientError
-from shared.ledger import LedgerStore
+from shared.jobs import LABEL_ATTEMPT, LABEL_DEPLOYMENT, LABEL_REQUEST_ID
+from shared.ledger.claims import ClaimInProgress
+from shared.ledger.records import Attempt, RequestRecord, Requeue
+from shared.ledger.states import RequestStatus
+from shared.ledger.store import LedgerStore
 from shared.log import Logger
-from shared.records import Attempt, RequestRecord, Requeue
-from shared.request import REQUEUE_ATTRIBUTES, derived_request_id
+from shared.requests.envelope import REQUEUE_ATTRIBUTES, derived_request_id
 from shared.settings import Settings
-from shared.states import RequestStatus
 from shared.submit import SubmitBlocked, SubmitOutcome, SubmitResult, submit_request
-from shared.vertex import LABEL_ATTEMPT, LABEL_DEPLOYMENT, LABEL_REQUEST_ID
 from shared.wiring import Ports
 from tests.conftest import load_event
-from tests.functional.test_decisions_support import FakePublisher
+from tests.support.decisions import FakePublisher
+from tests.support.vertex import FakeVertex as FakeJobService
 
 LEASE = 30.0
 LIST_LAG = 10.0  # shorter than the lease: a takeover after the lease need not wait more
@@ -55,65 +54,6 @@ SETTINGS = Settings.from_env(
         "SPOTJOBS_VERTEX_CREATES_PER_MINUTE": "0",
     }
 )
-
-
-class FakeJobService:
-    """The slice of aiplatform_v1.JobServiceClient submit uses, with scripted create faults."""
-
-    def __init__(self) -> None:
-        self.jobs: dict[str, CustomJob] = {}
-        # An exception to raise, or "lost" / "lost_503": the job is created, then the call fails.
-        self.create_faults: list[Exception | str] = []
-        self.list_lag = 0  # this many upcoming lists do not see jobs yet (eventual consistency)
-        self.creates = 0
-        self.lists = 0
-        self.create_timeouts: list[float] = []
-        self.cancelled: list[str] = []
-        self._ids = itertools.count(1000)
-        self._lock = threading.Lock()
-
-    def create_custom_job(self, *, parent: str, custom_job: CustomJob, retry: Any, timeout: float) -> CustomJob:
-        assert retry is None, "a create must never be retried by the client"
-        with self._lock:
-            self.creates += 1
-            self.create_timeouts.append(timeout)
-            fault = self.create_faults.pop(0) if self.create_faults else None
-            if isinstance(fault, Exception):
-                raise fault
-            job = CustomJob(custom_job)
-            job.name = f"{parent}/customJobs/{next(self._ids)}"
-            job.state = JobState.JOB_STATE_QUEUED
-            job.create_time = datetime.now(UTC)
-            self.jobs[job.name] = job
-        if fault == "lost":
-            raise api.DeadlineExceeded("the response was lost")
-        if fault == "lost_503":
-            raise api.ServiceUnavailable("UNAVAILABLE after the server accepted the create")
-        return CustomJob(job)
-
-    def cancel_custom_job(self, *, name: str) -> None:
-        with self._lock:
-            self.cancelled.append(name)
-            self.jobs[name].state = JobState.JOB_STATE_CANCELLING
-
-    def list_custom_jobs(self, request: dict[str, str]) -> Iterator[CustomJob]:
-        with self._lock:
-            self.lists += 1
-            if self.list_lag:
-                self.list_lag -= 1
-                return iter([])
-            wanted = dict(term.split("=", 1) for term in request["filter"].split(" AND "))
-            wanted = {k.removeprefix("labels."): v.strip('"') for k, v in wanted.items()}
-            return iter(
-                [
-                    CustomJob(j)
-                    for name, j in self.jobs.items()
-                    if name.startswith(request["parent"] + "/") and all(j.labels.get(k) == v for k, v in wanted.items())
-                ]
-            )
-
-    def get_custom_job(self, *, name: str) -> CustomJob:
-        return CustomJob(self.jobs[name])
 
 
 @dataclass
@@ -228,6 +168,25 @@ def test_the_docs_body_becomes_one_spot_job_recorded_in_the_ledger(harness: Harn
     assert not harness.observed(request_id, 1)  # a job created here has all its events to come
 
 
+def test_the_configured_commit_markers_reach_every_container_and_the_kit_reads_them(
+    harness: Harness, tmp_path: Any
+) -> None:
+    from spotjobs_kit import Run
+
+    markers = ("done.txt", "COMMITTED")
+    harness.settings = Settings.from_env({**SETTINGS.as_env(), "SPOTJOBS_COMMIT_MARKERS": ",".join(markers)})
+    two_pools = json.loads(load_event("requests/bare_docs.json"))
+    two_pools["jobSpec"]["workerPoolSpecs"].append(dict(two_pools["jobSpec"]["workerPoolSpecs"][0], replicaCount=2))
+    harness.deliver(json.dumps({"request_id": "r1", "custom_job": two_pools}).encode())
+
+    [job] = harness.vertex.jobs.values()
+    environments = [{e.name: e.value for e in pool.container_spec.env} for pool in job.job_spec.worker_pool_specs]
+    assert [env["SPOTJOBS_COMMIT_MARKERS"] for env in environments] == ["done.txt,COMMITTED"] * 2
+    # The kit in the container, started with that environment, judges with the pruner's list.
+    with Run.start(str(tmp_path), environ=environments[0], handle_sigterm=False, announce=False) as run:
+        assert run.markers == harness.settings.commit_markers == markers
+
+
 def test_a_redelivery_and_a_second_publish_create_nothing(harness: Harness) -> None:
     first = harness.deliver(envelope(), message_id="m-1")
     again = harness.deliver(envelope(), message_id="m-1")
@@ -279,7 +238,7 @@ def _stale_claim(harness: Harness, request_id: str, age_seconds: float) -> None:
     claimed_at = (
         (harness.now - timedelta(seconds=age_seconds)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     )
-    from shared.request import canonical_envelope, read_request
+    from shared.requests.envelope import canonical_envelope, read_request
 
     request, _ = read_request(envelope(request_id), attributes={}, max_bytes=10**6)
     record = RequestRecord(
@@ -472,6 +431,9 @@ def test_a_requeued_attempt_runs_where_the_requeue_said_with_the_same_output_dir
         (2, "europe-west4", "STANDARD"),
     ]
     assert first.job != outcome.job
+    # Both regions a create was sent to are where the stray sweep lists from now on.
+    remembered = {b.name for b in harness.ledger._bucket.list_blobs(prefix="maintenance/locations/")}  # noqa: SLF001
+    assert remembered == {"maintenance/locations/us-central1", "maintenance/locations/europe-west4"}
 
 
 def test_an_attempt_set_by_a_user_is_rejected(harness: Harness) -> None:
@@ -545,10 +507,7 @@ def _push_event(data: bytes, message_id: str, **attributes: str) -> dict[str, An
         "attributes": attributes,
         "publishTime": datetime.now(UTC).isoformat(),
     }
-    return {
-        "id": message_id,
-        "data": {"message": message, "subscription": "projects/p/subscriptions/s"},
-    }
+    return {"message": message, "subscription": "projects/p/subscriptions/s"}
 
 
 def test_through_handle_delivery_transient_failures_raise_and_invalid_requests_return(
@@ -866,10 +825,10 @@ def test_a_duplicate_publish_with_a_different_body_is_a_warning(harness: Harness
 
 
 def _push_request(event: dict[str, Any]) -> Any:
-    """The HTTP request Pub/Sub's push makes: the push body of `event` (entry points are HTTP)."""
+    """The HTTP request Pub/Sub's push makes with the push body `event` (entry points are HTTP)."""
     import types
 
-    body = json.dumps(event["data"]).encode()
+    body = json.dumps(event).encode()
     return types.SimpleNamespace(get_data=lambda: body)
 
 
@@ -880,7 +839,7 @@ def test_submit_job_handles_a_request_of_any_age(monkeypatch: pytest.MonkeyPatch
     handled: list[Message] = []
     monkeypatch.setattr(entry, "_handle", lambda message, log: handled.append(message))
     event = _push_event(envelope(), "m-old")
-    event["data"]["message"]["publishTime"] = (datetime.now(UTC) - timedelta(days=30)).isoformat()
+    event["message"]["publishTime"] = (datetime.now(UTC) - timedelta(days=30)).isoformat()
 
     entry.submit_job(_push_request(event))
 
@@ -919,3 +878,72 @@ def test_a_replay_of_a_request_whose_document_was_lost_creates_no_second_job(har
 def test_a_fresh_message_without_a_record_is_claimed_without_a_lookup(harness: Harness) -> None:
     outcome = harness.deliver(envelope())
     assert outcome.result == SubmitResult.CREATED and harness.vertex.lists == 0
+
+
+def _deliver_at(harness: Harness, moment: datetime, message_id: str, **attributes: str) -> SubmitOutcome:
+    message = Message(DOCS_BODY, message_id, attributes, publish_time=moment)
+    return submit_request(message, harness.log, harness.ports)
+
+
+def test_a_bare_body_retried_across_a_minute_boundary_is_one_request_and_six_minutes_later_another(
+    harness: Harness,
+) -> None:
+    first_publish = datetime(2026, 11, 30, 9, 0, 59, 800000, tzinfo=UTC)
+    first = _deliver_at(harness, first_publish, "m-1")
+    retry = _deliver_at(harness, first_publish + timedelta(seconds=0.5), "m-2")  # 09:01:00.3
+    later = _deliver_at(harness, first_publish + timedelta(minutes=6), "m-3")
+
+    assert first.result == SubmitResult.CREATED and retry.result == SubmitResult.DUPLICATE
+    assert first.request_id == retry.request_id != later.request_id
+    assert later.result == SubmitResult.CREATED
+    assert harness.vertex.creates == 2
+
+
+def test_concurrent_tries_of_a_bare_body_either_side_of_a_minute_are_one_job(harness: Harness) -> None:
+    first_publish = datetime(2026, 11, 30, 9, 0, 59, 800000, tzinfo=UTC)
+    outcomes: list[SubmitOutcome | Exception] = []
+    lock = threading.Lock()
+
+    def deliver(k: int) -> None:
+        try:
+            result: SubmitOutcome | Exception = _deliver_at(
+                harness, first_publish + timedelta(seconds=0.1 * k), f"m-{k}"
+            )
+        except ClaimInProgress as exc:
+            result = exc
+        with lock:
+            outcomes.append(result)
+
+    threads = [threading.Thread(target=deliver, args=(k,)) for k in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    named = {o.request_id for o in outcomes if isinstance(o, SubmitOutcome)}
+    assert len(named) == 1
+    assert harness.vertex.creates == 1
+
+
+def test_a_redriven_bare_body_is_the_request_it_was(harness: Harness) -> None:
+    first_publish = datetime(2026, 11, 30, 9, 0, 59, 800000, tzinfo=UTC)
+    first = _deliver_at(harness, first_publish, "m-1")
+    # An hour later the operator redrives the dead letter: a new message, a new publish time, and
+    # the original publish time carried in the attribute redrive sets.
+    redriven = _deliver_at(
+        harness,
+        first_publish + timedelta(hours=1),
+        "m-redriven",
+        spotjobs_original_publish_time="2026-11-30T09:00:59.800Z",
+    )
+
+    assert redriven.request_id == first.request_id and redriven.result == SubmitResult.DUPLICATE
+    assert harness.vertex.creates == 1
+
+
+def test_an_explicit_request_id_wins_over_the_content(harness: Harness) -> None:
+    moment = datetime(2026, 11, 30, 9, 0, 59, tzinfo=UTC)
+    named = _deliver_at(harness, moment, "m-1", request_id="nightly-1")
+    bare = _deliver_at(harness, moment, "m-2")
+    assert named.request_id == "nightly-1" and bare.request_id != "nightly-1"
+    assert harness.vertex.creates == 2

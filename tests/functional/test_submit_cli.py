@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from shared import settings as settings_module
-from shared.cli import main
-from shared.ledger import LedgerStore
-from shared.records import Attempt, RequestRecord, Requeue
-from shared.states import RequestStatus
+from shared.ledger.records import Attempt, RequestRecord, Requeue
+from shared.ledger.states import RequestStatus
+from shared.ledger.store import LedgerStore
+from spotjobs.cli import main
 from tests.conftest import EVENTS_DIR
 
 REQUESTS = EVENTS_DIR / "requests"
@@ -136,7 +136,7 @@ def test_the_console_script_runs_validate_as_a_separate_process() -> None:
         [
             sys.executable,
             "-m",
-            "shared.cli",
+            "spotjobs.cli",
             "validate",
             str(REQUESTS / "bare_quick.json"),
             "--request-id",
@@ -231,7 +231,7 @@ def test_status_shows_requests_as_a_table_and_as_json(
 def test_the_newest_requests_are_chosen_from_the_listing_and_only_they_are_read(
     ledger_env: LedgerStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from shared.cli.status import recent_records
+    from spotjobs.cli.status import recent_records
 
     for k in range(30):
         ledger_env.restore(_record(f"req-{k:02d}", f"2026-11-29T10:{k:02d}:00.000Z"))

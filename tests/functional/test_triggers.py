@@ -14,14 +14,14 @@ import pytest
 from shared.alerts import Alert
 from shared.delivery import Message
 from shared.errors import Violation
-from shared.ledger import LedgerStore
+from shared.ledger.store import LedgerStore
 from shared.settings import Settings
 from shared.triggers import runner
 from shared.triggers.definition import parse_definition, read_definition
 from shared.triggers.render import check_request_template
 from shared.triggers.store import TriggerStore
 from shared.wiring import Ports
-from tests.functional.test_decisions_support import CapturedLog, FakePublisher
+from tests.support.decisions import CapturedLog, FakePublisher
 
 BODY = json.loads((Path(__file__).parents[1] / "events" / "requests" / "bare_quick.json").read_text())
 T0 = datetime(2026, 11, 29, 17, 0, 0, tzinfo=UTC)
@@ -249,6 +249,66 @@ def test_pubsub_trigger_fires_only_on_matching_attributes(rig: Rig) -> None:
     assert entry["message_id"] == "a-3" and base64.b64decode(entry["data"]) == b'{"incident": 3}'
 
 
+def test_a_redriven_watched_message_is_the_member_it_was(rig: Rig) -> None:
+    apply(rig, definition("drift", source={"pubsub": {"topic": "model-monitoring", "attributes": {"policy": "drift"}}}))
+    topic = "projects/spotjobs-local/topics/model-monitoring"
+    original = Message(b'{"incident": 3}', "a-3", {"policy": "drift"}, T0 + timedelta(seconds=10))
+    rig.deliver(original, topic)  # recorded, then (say) its acknowledgement was lost: dead-lettered
+    rig.at(T0 + timedelta(seconds=3600))
+    # Redriven an hour later through on_trigger's own topic: a new id, a new publish time.
+    redriven = Message(
+        b'{"incident": 3}',
+        "dl-99",
+        {
+            "policy": "drift",
+            "spotjobs_original_publish_time": "2026-11-29T17:00:10.000Z",
+            "spotjobs_source_topic": "model-monitoring",
+        },
+        T0 + timedelta(seconds=3600),
+    )
+    rig.deliver(redriven, None)
+    rig.deliver(redriven, None)  # and the redrive delivered twice
+    rig.at(T0 + timedelta(seconds=7200))
+    rig.tick()
+    rig.tick()
+    (request,) = rig.requests()
+    (entry,) = rig.manifest(request)["objects"]
+    assert entry["message_id"] == "a-3" and json.loads(entry["attributes"]) == {"policy": "drift"}
+
+
+def test_a_watched_message_recorded_only_by_its_redrive_is_recorded_once(rig: Rig) -> None:
+    apply(rig, definition("drift", source={"pubsub": {"topic": "model-monitoring", "attributes": {"policy": "drift"}}}))
+    rig.at(T0 + timedelta(seconds=3600))
+    redriven = {
+        "policy": "drift",
+        "spotjobs_original_publish_time": "2026-11-29T17:00:10.000Z",
+        "spotjobs_source_topic": "model-monitoring",
+    }
+    own_topic = f"projects/p/topics/{rig.ports.settings.triggers_topic}"  # pushed on on_trigger's own topic
+    for message_id in ("dl-1", "dl-1", "dl-2"):  # redelivered, and redriven again by hand
+        rig.deliver(Message(b'{"incident": 4}', message_id, redriven, T0 + timedelta(seconds=3600)), own_topic)
+    rig.at(T0 + timedelta(seconds=7200))
+    rig.tick()
+    rig.tick()
+    requests = rig.requests()
+    assert sum(len(rig.manifest(r)["objects"]) for r in requests) == 1
+
+
+def test_a_redriven_schedule_fire_starts_no_second_request(rig: Rig) -> None:
+    apply(rig, definition("nightly", source={"schedule": {"cron": "0 3 * * *"}}))
+    fire = Message(b'{"trigger": "nightly"}', "s-1", {"spotjobs_trigger": "nightly"}, T0 + timedelta(seconds=3))
+    rig.deliver(fire, None)
+    rig.at(T0 + timedelta(hours=2))
+    redriven = Message(
+        b'{"trigger": "nightly"}',
+        "dl-7",
+        {"spotjobs_trigger": "nightly", "spotjobs_original_publish_time": "2026-11-29T17:00:03.000Z"},
+        T0 + timedelta(hours=2),
+    )
+    rig.deliver(redriven, None)
+    assert len(rig.requests()) == 1
+
+
 def test_schedule_fire_publishes_once_per_window_even_if_fired_twice(rig: Rig) -> None:
     apply(rig, definition("nightly", source={"schedule": {"cron": "0 3 * * *"}}))
     for message_id in ("s-1", "s-2"):
@@ -325,3 +385,135 @@ def test_request_template_is_checked_with_the_request_policy() -> None:
     assert violations and all(isinstance(v, Violation) for v in violations)
     assert any("machineType" in v.path and v.path.startswith("request.custom_job") for v in violations)
     assert check_request_template(parse_definition(definition()), settings, T0) == []
+
+
+def _deferred_by_cooldown(rig: Rig) -> None:
+    """One request fired; the next window (b.csv) deferred by the cooldown, which is now over."""
+    apply(rig, definition(cooldown_seconds=900))
+    rig.notify("incoming/a.csv", at=T0)
+    rig.at(T0 + timedelta(seconds=320))
+    rig.tick()
+    rig.notify("incoming/b.csv", at=T0 + timedelta(seconds=330))
+    rig.at(T0 + timedelta(seconds=700))
+    rig.tick()
+    assert len(rig.requests()) == 1 and len(rig.log.events("trigger_window_deferred")) == 1
+    rig.at(T0 + timedelta(seconds=1300))
+
+
+def _deferred_window_requests(rig: Rig) -> list[dict]:
+    return [r for r in rig.requests() if r["request_id"] == "trg-daily-data-w20261129t170500z"]
+
+
+def test_a_failed_publish_while_firing_a_deferred_window_is_followed_by_exactly_one_request(rig: Rig) -> None:
+    _deferred_by_cooldown(rig)
+    rig.publisher.fail_next = 1  # Pub/Sub refuses the window's request once
+    try:
+        rig.tick()
+    except Exception:  # noqa: BLE001 - a failed tick is redelivered: the next delivery resumes
+        pass
+    rig.tick()
+    rig.tick()
+    (request,) = _deferred_window_requests(rig)
+    assert [o["name"] for o in rig.manifest(request)["objects"]] == ["incoming/b.csv"]
+
+
+@pytest.mark.parametrize("crash_at", ["state", "closing", "manifest", "publish"])
+def test_a_crash_at_each_step_of_firing_a_deferred_window_is_followed_by_exactly_one_request(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch, crash_at: str
+) -> None:
+    from shared.triggers import publishing, windows
+
+    _deferred_by_cooldown(rig)
+
+    class Crash(BaseException):
+        pass
+
+    real_swap, real_manifest, real_publish = windows.TriggerStore.swap, publishing.write_manifest, rig.ports.publish
+    crashed: list[bool] = []
+
+    def once(step: str, original):
+        def wrapper(*args, **kwargs):
+            result = original(*args, **kwargs)
+            if not crashed and step == crash_at:
+                crashed.append(True)
+                raise Crash(step)
+            return result
+
+        return wrapper
+
+    def swap(store, path, transition):
+        # Every compare-and-swap write goes through TriggerStore.swap: the state's decision, and
+        # the window document's moves (deferred -> closing among them).
+        step = "state" if path.endswith("state.json") else "closing"
+        return once(step, real_swap)(store, path, transition)
+
+    monkeypatch.setattr(windows.TriggerStore, "swap", swap)
+    monkeypatch.setattr(publishing, "write_manifest", once("manifest", real_manifest))
+    monkeypatch.setattr(type(rig.ports), "publish", lambda self, *a, **k: once("publish", real_publish)(*a, **k))
+    with pytest.raises(Crash):
+        rig.tick()
+    monkeypatch.undo()
+    rig.tick()
+    rig.tick()
+    # One request: a crash after the publish repeats it under the same request id, which
+    # submit_job's ledger claim absorbs; the same manifest either way.
+    published = _deferred_window_requests(rig)
+    assert len(published) == (2 if crash_at == "publish" else 1)
+    assert all(r == published[0] for r in published)
+    assert [o["name"] for o in rig.manifest(published[0])["objects"]] == ["incoming/b.csv"]
+
+
+def test_a_member_written_into_a_sealed_window_and_redelivered_later_is_in_exactly_one_manifest(rig: Rig) -> None:
+    apply(rig, definition())
+    rig.notify("incoming/a.csv", at=T0)
+    rig.at(T0 + timedelta(seconds=320))
+    rig.tick()  # w17:00 sealed and fired with a.csv
+    # An instance whose cache says w17:00 is open writes a late member into it, finds it sealed,
+    # and carries it into the open window (w17:05).
+    runner_windows = __import__("shared.triggers.windows", fromlist=["_open_windows"])
+    runner_windows._open_windows.add(("daily-data", "w20261129t170000z"))
+    rig.notify("incoming/late.csv", at=T0 + timedelta(seconds=100))
+    rig.at(T0 + timedelta(seconds=620))
+    rig.tick()  # w17:05 closes with late.csv
+    # Redelivered after w17:05 closed, to a fresh instance (nothing cached).
+    runner_windows.forget_open_windows()
+    rig.notify("incoming/late.csv", at=T0 + timedelta(seconds=100))
+    rig.at(T0 + timedelta(seconds=920))
+    rig.tick()
+    rig.at(T0 + timedelta(seconds=1220))
+    rig.tick()
+    listed = [o["name"] for r in rig.requests() for o in rig.manifest(r)["objects"]]
+    assert sorted(listed) == ["incoming/a.csv", "incoming/late.csv"]
+
+
+def test_a_window_that_cannot_be_published_alerts_trigger_failed_once_and_is_retried(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _deferred_by_cooldown(rig)
+    real_publish = type(rig.ports).publish
+
+    def refuse_requests(self, topic: str, data: bytes, **attributes: str) -> str:
+        if topic.endswith("job-requests"):
+            raise ConnectionError("Pub/Sub unreachable")
+        return real_publish(self, topic, data, **attributes)
+
+    monkeypatch.setattr(type(rig.ports), "publish", refuse_requests)
+    for _ in range(7):
+        rig.tick()
+    monkeypatch.undo()
+    alerts = [a for a in rig.alerts() if a.kind == "trigger_failed"]
+    assert len(alerts) == 1 and alerts[0].details["window_id"] == "w20261129t170500z"
+    rig.tick()  # Pub/Sub is back: the window's request is published
+    (request,) = _deferred_window_requests(rig)
+    assert [o["name"] for o in rig.manifest(request)["objects"]] == ["incoming/b.csv"]
+
+
+def test_a_watched_message_cannot_claim_another_topic_by_attribute(rig: Rig) -> None:
+    apply(rig, definition("drift", source={"pubsub": {"topic": "model-monitoring", "attributes": {"policy": "drift"}}}))
+    # Published on some other watched topic, naming model-monitoring: only on_trigger's own topic
+    # (where redrive sends) may say which topic a message came from.
+    forged = {"policy": "drift", "spotjobs_source_topic": "model-monitoring"}
+    rig.deliver(Message(b'{"incident": 9}', "f-1", forged, T0), "projects/p/topics/someone-elses")
+    rig.at(T0 + timedelta(seconds=400))
+    rig.tick()
+    assert rig.requests() == []

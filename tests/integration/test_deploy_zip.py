@@ -18,8 +18,9 @@ Mimics the gen2 Python build and runtime without a cloud account:
    check it answers HTTP: a body that is not a Pub/Sub push gets 400 from our handler, and (for
    the maintenance functions, which need no cloud client to answer it) a push of a message with
    attributes and no data, exactly as Pub/Sub sends it, is acknowledged.
-6. run the `spotjobs` CLI from the unpacked tree: `validate` works, and `local up` says in one
-   line that the local stack is not installed (the zip has no devstack).
+6. the zip holds runtime code only: no operator tool (the CLI, explain, dead letters, reports,
+   all in `spotjobs/`), so editing one leaves the zip, and so every function's source hash, as
+   it was. (The CLI without devstack: tests/functional/test_cli_without_devstack.py.)
 
 Skipped, with the reason, only when pip cannot reach the package registry.
 """
@@ -27,6 +28,7 @@ Skipped, with the reason, only when pip cannot reach the package registry.
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import os
 import shutil
@@ -44,8 +46,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_layering import devstack_references
-from tests.unit.test_terraform_hcl import (
+from tests.support.deploy_zip import pip_failure
+from tests.support.imports import devstack_references
+from tests.support.terraform import (
     REPO_ROOT,
     TERRAFORM_DIR,
     entry_points,
@@ -55,17 +58,6 @@ from tests.unit.test_terraform_hcl import (
 
 pytestmark = pytest.mark.timeout(1800)
 
-NETWORK_ERRORS = (
-    "NewConnectionError",
-    "Temporary failure in name resolution",
-    "Name or service not known",
-    "Network is unreachable",
-    "No route to host",
-    "ConnectTimeoutError",
-    "Connection refused",
-    "ProxyError",
-    "Read timed out",
-)
 # Never let google-auth probe a metadata server from here.
 NO_METADATA = {"NO_GCE_CHECK": "true", "GCE_METADATA_HOST": "127.0.0.1:9", "GCE_METADATA_IP": "127.0.0.1:9"}
 
@@ -128,14 +120,22 @@ def zip_name(name: str) -> str:
     return name.removeprefix(strip_prefix())
 
 
-def source_files() -> list[str]:
-    """Terraform fileset(repo_root, pattern) for each pattern: files only, relative paths."""
+def source_files(root: Path = REPO_ROOT) -> list[str]:
+    """Terraform fileset(root, pattern) for each pattern: files only, relative paths."""
     found: set[str] = set()
     for pattern in source_globs():
-        for path in REPO_ROOT.glob(pattern):
+        for path in root.glob(pattern):
             if path.is_file():
-                found.add(path.relative_to(REPO_ROOT).as_posix())
+                found.add(path.relative_to(root).as_posix())
     return sorted(found)
+
+
+def source_hash(root: Path) -> str:
+    """What archive_file's output_md5 depends on: each packed file's zip name and content."""
+    digest = hashlib.md5()
+    for name in source_files(root):
+        digest.update(zip_name(name).encode() + b"\0" + (root / name).read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 def build_zip(destination: Path) -> list[str]:
@@ -165,13 +165,45 @@ def test_zip_holds_only_the_deployable_tree(tmp_path: Path) -> None:
                 assert zip_name(path.relative_to(REPO_ROOT).as_posix()) in names, path
 
 
+OPERATOR_TOOLS = ("spotjobs/cli/", "spotjobs/explaining/", "spotjobs/deadletters.py", "spotjobs/reporting/")
+
+
+def test_zip_holds_no_operator_tool(tmp_path: Path) -> None:
+    tools = [p.relative_to(REPO_ROOT).as_posix() for p in REPO_ROOT.joinpath("spotjobs").rglob("*.py")]
+    assert {prefix for prefix in OPERATOR_TOOLS if any(t.startswith(prefix) for t in tools)} == set(OPERATOR_TOOLS)
+    names = build_zip(tmp_path / "source.zip")
+    assert [n for n in names if n.startswith("spotjobs/")] == []
+    leaf_names = {"cli", "explaining", "deadletters", "reporting", "report_views", "report_html", "advice", "prices"}
+    assert [n for n in names if leaf_names & set(Path(n).with_suffix("").parts)] == []
+
+
+def test_editing_a_cli_module_changes_no_function_source_hash(tmp_path: Path) -> None:
+    # One zip holds every function's source (archive_file "source"): a copy of the packaged tree,
+    # hashed before and after an edit of a CLI module, and of a runtime module as the control.
+    tree = tmp_path / "repo"
+    for top in ("requirements.txt", "functions", "shared", "kit/src/spotjobs_kit", "spotjobs"):
+        source = REPO_ROOT / top
+        if source.is_dir():
+            shutil.copytree(source, tree / top, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            (tree / top).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(source, tree / top)
+    before = source_hash(tree)
+    cli = tree / "spotjobs" / "cli" / "__init__.py"
+    cli.write_text(cli.read_text() + "\n# a --help text changed\n")
+    assert source_hash(tree) == before
+    runtime = tree / "shared" / "settings.py"
+    runtime.write_text(runtime.read_text() + "\n# a runtime change\n")
+    assert source_hash(tree) != before
+
+
 def test_deployed_packages_do_not_import_the_dev_stack() -> None:
-    # The CLI (shared/cli/) is the one exception, and only inside the functions that run `local up`
+    # The CLI (spotjobs/cli/) is the one exception, and only inside the functions that run `local up`
     # and `demo`: loading any deployed module never imports devstack (tests/unit/test_layering.py).
     for name in source_files():
         if name.endswith(".py"):
             references = devstack_references((REPO_ROOT / name).read_text())
-            if name.startswith("shared/cli/"):
+            if name.startswith("spotjobs/cli/"):
                 references = [ref for ref in references if ref[2]]  # at module level
             assert references == [], name
 
@@ -240,15 +272,6 @@ def find_python(version: str) -> tuple[str, str]:
         stacklevel=2,
     )
     return sys.executable, found
-
-
-def pip_failure(result: subprocess.CompletedProcess[str], what: str) -> None:
-    output = result.stdout + result.stderr
-    network = next((marker for marker in NETWORK_ERRORS if marker in output), None)
-    if network is not None:
-        lines = [line for line in output.splitlines() if network in line]
-        pytest.skip(f"pip cannot reach the package registry ({what}): {lines[0].strip()[:300]}")
-    pytest.fail(f"{what} failed ({result.returncode}):\n{output[-6000:]}")
 
 
 @pytest.fixture(scope="module")
@@ -328,28 +351,6 @@ def test_every_entry_point_imports_from_the_unpacked_source(deployment: Deployme
             "HTTP function fed by a Pub/Sub push subscription, and it reads the raw push body itself "
             "(functions-framework's CloudEvent conversion refuses a message without data)"
         )
-
-
-def test_the_cli_runs_from_the_unpacked_source_without_the_dev_stack(deployment: Deployment) -> None:
-    def spotjobs(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(deployment.bin_dir / "python"), "-m", "shared.cli", *args],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=deployment.workspace,
-            env=deployment.env(),
-        )
-
-    # Valid under the default policy (the full envelope needs a fallback and an account allowed).
-    valid = spotjobs("validate", str(REPO_ROOT / "tests" / "events" / "requests" / "bare_docs.json"))
-    assert valid.returncode == 0, valid.stderr[-6000:]
-    assert json.loads(valid.stdout)["custom_job"]["displayName"] == "spot-training-job"
-    up = spotjobs("local", "up")
-    assert (up.returncode, up.stdout) == (2, ""), up.stderr[-6000:]
-    assert up.stderr == (
-        "spotjobs local up: the local stack is not installed: run from a checkout of the repository (`make up`)\n"
-    )
 
 
 def _free_port() -> int:

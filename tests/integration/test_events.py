@@ -6,63 +6,26 @@ from __future__ import annotations
 import json
 import sys
 import threading
-import time
-import uuid
 from typing import Any
 
 import pytest
 
 from devstack.samples import job_request
-from shared.records import RequestRecord
-from shared.states import RequestStatus
-from shared.vertex import LABEL_ATTEMPT, LABEL_REQUEST_ID, label_filter, parent_path
+from shared.jobs import LABEL_ATTEMPT, LABEL_REQUEST_ID
+from shared.ledger.states import RequestStatus
+from tests.support.stack_events import (
+    alerts_for,
+    jobs_of,
+    log_entry,
+    new_request_id,
+    runs_of,
+    set_log_sink,
+    submit,
+    training_request,
+    wait_for_status,
+)
 
 pytestmark = pytest.mark.stack
-
-SETTLE_TIMEOUT = 120.0
-
-
-def new_request_id(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def training_request(request_id: str, *, steps: int = 200, fail_at_step: int | None = None, **envelope: Any) -> bytes:
-    """An envelope whose job runs the demo trainer (resuming from AIP_CHECKPOINT_DIR)."""
-    command = [
-        sys.executable,
-        "-m",
-        "devstack.trainer",
-        "--steps",
-        str(steps),
-        "--checkpoint-every",
-        "20",
-        "--step-seconds",
-        "0.01",
-    ]
-    if fail_at_step is not None:
-        command += ["--fail-at-step", str(fail_at_step)]
-    return job_request(request_id, command, **envelope)
-
-
-def submit(stack, request_id: str, *, preemptions: int = 0, after_seconds: float = 1.0, **request: Any) -> None:
-    """Schedule attempt 1's preemptions, then publish the request."""
-    if preemptions:
-        stack.vertex_control(
-            "POST",
-            "/emulator/v1/preemption-plans",
-            {
-                "labels": {LABEL_REQUEST_ID: request_id, LABEL_ATTEMPT: "1"},
-                "preemptions": preemptions,
-                "after_seconds": after_seconds,
-            },
-        )
-    stack.publish("job_requests", training_request(request_id, **request))
-
-
-def runs_of(stack, job: str) -> list:
-    from devstack.demo.traces import runs_from_output
-
-    return runs_from_output(stack.vertex_control("GET", f"/emulator/v1/{job}")["output"])
 
 
 def resumed_steps(stack, job: str) -> list[int]:
@@ -80,16 +43,6 @@ def committed_before_each_restart(stack, job: str) -> list[int]:
     return steps
 
 
-def wait_for_status(stack, request_id: str, *statuses: str, timeout: float = SETTLE_TIMEOUT) -> RequestRecord:
-    ledger = stack.ledger()
-
-    def reached() -> RequestRecord | None:
-        record = ledger.get(request_id)
-        return record if record is not None and record.status in statuses else None
-
-    return stack.wait_for(reached, timeout, f"{request_id} to reach {statuses}")
-
-
 def decision_lines(stack, request_id: str, event: str) -> list[dict[str, Any]]:
     return [
         line
@@ -98,30 +51,12 @@ def decision_lines(stack, request_id: str, event: str) -> list[dict[str, Any]]:
     ]
 
 
-def jobs_of(stack, request_id: str, location: str, attempt: int | None = None) -> list[Any]:
-    labels = {LABEL_REQUEST_ID: request_id}
-    if attempt is not None:
-        labels[LABEL_ATTEMPT] = str(attempt)
-    parent = parent_path(stack.settings.project, location)
-    return list(stack.job_service().list_custom_jobs(request={"parent": parent, "filter": label_filter(labels)}))
-
-
-def alerts_for(stack, request_id: str, kind: str, *, timeout: float = 30.0) -> list[dict[str, Any]]:
-    """Every alert of `kind` for the request: waits for the first, then drains a little longer so a
-    duplicate would be seen too."""
-    found: list[dict[str, Any]] = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not found:
-        found += [a for a in stack.pull_alerts(timeout=1.0) if a["request_id"] == request_id and a["kind"] == kind]
-    found += [a for a in stack.pull_alerts(timeout=3.0) if a["request_id"] == request_id and a["kind"] == kind]
-    return found
-
-
 def test_three_preemptions_succeed_within_one_attempt(stack) -> None:
     request_id = new_request_id("pre3")
     # Documented signals only: the job stays RUNNING; the kit's lines say what happened.
-    # 500 steps of 10 ms cannot finish within three 1 s runs, so all three preemptions happen.
-    submit(stack, request_id, preemptions=3, after_seconds=1.0, steps=500)
+    # Each run is preempted after its first checkpoint (so it runs the kit, which says so, however
+    # slow the machine); three runs of about 50 steps leave the fourth steps to train.
+    submit(stack, request_id, preemptions=3, after_checkpoints=1, steps=500)
 
     record = wait_for_status(stack, request_id, RequestStatus.SUCCEEDED)
     preemptions = stack.wait_for(
@@ -152,9 +87,10 @@ def test_three_preemptions_succeed_within_one_attempt(stack) -> None:
 
 def test_seven_preemptions_requeue_one_attempt_that_resumes_and_succeeds(stack) -> None:
     request_id = new_request_id("pre7")
-    # A second per run: long enough for each run to start (and say so) even on a busy machine; a
-    # run reclaimed while Python is still starting leaves no evidence to count.
-    submit(stack, request_id, preemptions=7, after_seconds=1.0, steps=1500)
+    # After each run's first checkpoint: every run started (and says so) and attempt 2 has a
+    # checkpoint to resume from, however busy the machine; a run reclaimed while Python is still
+    # starting would leave no evidence to count.
+    submit(stack, request_id, preemptions=7, after_checkpoints=1, steps=1500)
 
     record = wait_for_status(stack, request_id, RequestStatus.SUCCEEDED)
 
@@ -230,27 +166,6 @@ def test_worker_exit_status_1_fails_with_one_alert_and_no_requeue(stack) -> None
     assert alert["severity"] == "ERROR" and alert["details"]["error"] == attempt.error
     assert jobs_of(stack, request_id, attempt.location, attempt=2) == []
     assert len(decision_lines(stack, request_id, "job_failed")) == 1
-
-
-def log_entry(job_name: str, text: str, insert_id: str, severity: str = "INFO") -> bytes:
-    """A service line for `job_name`, as the sink would publish it."""
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    return json.dumps(
-        {
-            "insertId": insert_id,
-            "resource": {
-                "type": "ml_job",
-                "labels": {"job_id": job_name.rsplit("/", 1)[-1], "task_name": "service"},
-            },
-            "severity": severity,
-            "timestamp": now,
-            "jsonPayload": {"message": text},
-        }
-    ).encode()
-
-
-def set_log_sink(stack, enabled: bool) -> None:
-    stack.vertex_control("POST", "/emulator/v1/log-sink", {"enabled": enabled})
 
 
 def test_ten_copies_of_the_terminal_event_and_earlier_events_reversed_requeue_once(stack) -> None:
@@ -367,7 +282,7 @@ def test_a_kill_without_sigterm_still_counts_the_restart(stack) -> None:
         {
             "labels": {LABEL_REQUEST_ID: request_id, LABEL_ATTEMPT: "1"},
             "preemptions": 2,
-            "after_seconds": 1.0,
+            "after_checkpoints": 1,  # each run started the kit (run_started) before its kill
             "grace_seconds": 0,  # SIGKILL at once: the run never says "preempted"
         },
     )
@@ -379,3 +294,37 @@ def test_a_kill_without_sigterm_still_counts_the_restart(stack) -> None:
     signals = stack.vertex_control("GET", f"/emulator/v1/{attempt.job}")["signals"]
     assert {s["signal"] for s in signals} == {"SIGKILL"}
     stack.wait_for(lambda: stack.ledger().get(request_id).attempts[0].preemptions == 2, 30, "two restarts counted")
+
+
+def test_a_resubmitted_gave_up_request_resumes_at_its_step_and_fresh_starts_from_zero(stack) -> None:
+    import os
+    import subprocess
+
+    from devstack.processes import REPO_ROOT
+
+    request_id = new_request_id("resume")
+    submit(stack, request_id, preemptions=7, after_checkpoints=1, steps=1500, max_attempts=1)
+    gave_up = wait_for_status(stack, request_id, RequestStatus.GAVE_UP)
+    newest = max(step for run in runs_of(stack, gave_up.attempts[0].job) for step, _ in run.checkpoints.values())
+
+    def resubmit(*flags: str) -> dict[str, Any]:
+        result = subprocess.run(
+            [sys.executable, "-m", "spotjobs.cli", "resubmit", request_id, "--json", *flags],
+            cwd=REPO_ROOT,
+            env={**os.environ, **stack.env},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    resumed = resubmit()
+    assert resumed["resumed_from"]["step"] == newest > 0
+    record = wait_for_status(stack, resumed["request_id"], RequestStatus.SUCCEEDED)
+    assert resumed_steps(stack, record.attempts[0].job)[0] == newest  # where the old one stopped
+
+    fresh = resubmit("--fresh")
+    assert fresh["resumed_from"] is None
+    record = wait_for_status(stack, fresh["request_id"], RequestStatus.SUCCEEDED)
+    assert resumed_steps(stack, record.attempts[0].job)[0] == 0

@@ -15,19 +15,13 @@ from typing import Any
 import pytest
 
 from devstack.samples import job_request
+from shared.adapters.vertex import build_job_json, parent_path, to_custom_job
+from shared.jobs import LABEL_ATTEMPT, is_terminal, state_name
+from shared.ledger.states import RequestStatus
 from shared.redeliveries import body_digest
-from shared.request import derived_request_id
-from shared.states import RequestStatus
-from shared.vertex import (
-    LABEL_ATTEMPT,
-    build_job_json,
-    is_terminal,
-    parent_path,
-    state_name,
-    to_custom_job,
-)
+from shared.requests.envelope import derived_request_id
 from tests.conftest import load_event
-from tests.integration.test_submit import (
+from tests.support.stack_submit import (
     DELIVERY_TIMEOUT,
     decisions,
     jobs_of,
@@ -152,6 +146,7 @@ def test_a_job_with_the_requests_labels_the_ledger_does_not_record_is_cancelled_
         strategy="SPOT",
         output_dir=record.output_dir,
         deployment=stack.settings.deployment_label,
+        commit_markers=stack.settings.commit_markers,
     )
     client = stack.job_service()
     parent = parent_path(stack.settings.project, stack.settings.location)
@@ -357,7 +352,7 @@ def test_a_scheduler_message_fired_twice_for_one_scheduled_time_yields_one_job(
 
 def spotjobs(stack: Any, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "shared.cli", *args],
+        [sys.executable, "-m", "spotjobs.cli", *args],
         capture_output=True,
         text=True,
         env={**os.environ, **stack.env},

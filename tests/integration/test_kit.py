@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,10 +14,11 @@ import time
 import venv
 from pathlib import Path
 
+import pytest
 from spotjobs_kit import parse_kit_line
 
 from devstack.stack import REPO_ROOT
-from tests.integration.test_deploy_zip import pip_failure
+from tests.support.deploy_zip import pip_failure
 
 KIT_ROOT = REPO_ROOT / "kit"
 GRACE_SECONDS = 10.0
@@ -95,11 +97,29 @@ def test_sigterm_runs_the_save_commits_it_last_and_reports_it(tmp_path: Path) ->
         again.communicate(timeout=30)
 
 
-def test_the_kit_installs_and_imports_in_a_bare_venv(tmp_path: Path) -> None:
+def python_3_9() -> str:
+    """The oldest Python the kit promises: pyenv's, else a python3.9 on PATH that runs (pyenv's
+    shim is on PATH but fails when no 3.9 is selected)."""
+    candidates = [str(p) for p in sorted(Path.home().glob(".pyenv/versions/3.9.*/bin/python3.9"))]
+    candidates += [c for c in [shutil.which("python3.9")] if c]
+    runs = (c for c in candidates if subprocess.run([c, "--version"], capture_output=True).returncode == 0)
+    found = next(runs, None)
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail("no Python 3.9 (python3.9 on PATH, or pyenv's): the kit's oldest Python goes untested")
+        pytest.skip("no Python 3.9 here (python3.9 on PATH, or pyenv's)")
+    return found
+
+
+@pytest.mark.parametrize("interpreter", ["this one", "3.9"])
+def test_the_kit_installs_and_imports_in_a_bare_venv(tmp_path: Path, interpreter: str) -> None:
     # As a user would: `pip install ./kit` in a fresh venv (pip builds it in an isolated build
     # environment, fetching setuptools from the package index; the venv gets the kit only).
     bare = tmp_path / "bare"
-    venv.EnvBuilder(with_pip=True, clear=True).create(bare)
+    if interpreter == "3.9":
+        subprocess.run([python_3_9(), "-m", "venv", "--clear", str(bare)], check=True, timeout=300)
+    else:
+        venv.EnvBuilder(with_pip=True, clear=True).create(bare)
     python = str(bare / "bin" / "python")
     pip_env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
     install = subprocess.run(
@@ -114,17 +134,24 @@ def test_the_kit_installs_and_imports_in_a_bare_venv(tmp_path: Path) -> None:
     clean = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONNOUSERSITE": "1"}
     probe = textwrap.dedent(
         f"""
-        import io, json, sys
+        import io, json, sys, sysconfig
         before = set(sys.modules)  # the interpreter's own (site may load a .pth hook)
         import spotjobs_kit
+        import spotjobs_kit.hf, spotjobs_kit.lightning, spotjobs_kit.torch, spotjobs_kit.orbax, spotjobs_kit.keras  # no framework until used
         from spotjobs_kit import Run
         run = Run.start({str(tmp_path / "ckpt")!r}, environ={{}}, stream=io.StringIO())
         with run.checkpoint(1) as folder:
             open(folder + "/w", "w").write("x")
         assert Run.start({str(tmp_path / "ckpt")!r}, environ={{}}, stream=io.StringIO()).resume_step() == 1
-        loaded = {{m.split(".")[0] for m in set(sys.modules) - before}}
-        outside = sorted(loaded - set(sys.stdlib_module_names) - {{"spotjobs_kit"}})
-        print(json.dumps({{"file": spotjobs_kit.__file__, "outside": outside}}))
+        # Python 3.9 has no sys.stdlib_module_names: a module is the standard library's when it
+        # is built in or lives in the interpreter's stdlib folders (not site-packages).
+        stdlib = tuple(sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib"))
+        def outside_stdlib(name):
+            path = getattr(sys.modules[name], "__file__", None) or ""
+            return bool(path) and (not path.startswith(stdlib) or "site-packages" in path)
+        loaded = {{m for m in set(sys.modules) - before if outside_stdlib(m)}}
+        outside = sorted({{m.split(".")[0] for m in loaded}} - {{"spotjobs_kit"}})
+        print(json.dumps({{"file": spotjobs_kit.__file__, "outside": outside, "version": sys.version_info[:2]}}))
         """
     )
     result = subprocess.run(
@@ -134,6 +161,8 @@ def test_the_kit_installs_and_imports_in_a_bare_venv(tmp_path: Path) -> None:
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["file"].startswith(str(bare)), report
     assert report["outside"] == [], report
+    if interpreter == "3.9":
+        assert report["version"] == [3, 9], report
     listed = subprocess.run(
         [python, "-m", "pip", "list", "--format", "json"], capture_output=True, text=True, timeout=120, env=clean
     )

@@ -11,7 +11,7 @@ from datetime import timedelta
 import pytest
 
 from shared.clock import iso, utcnow
-from shared.run_lock import lock_path
+from shared.ledger.run_lock import lock_path
 from shared.topology import TOPOLOGY
 
 pytestmark = pytest.mark.stack

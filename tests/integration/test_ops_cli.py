@@ -36,7 +36,7 @@ def ops_stack() -> Iterator[Any]:
 
 def spotjobs(stack: Any, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "shared.cli", *args],
+        [sys.executable, "-m", "spotjobs.cli", *args],
         cwd=REPO_ROOT,
         env={**os.environ, **stack.env},
         capture_output=True,
@@ -88,7 +88,7 @@ def test_alerts_shows_a_real_alert_of_a_function_by_request(ops_stack: Any) -> N
 
 def test_alerts_follow_prints_alerts_as_they_arrive_and_stops_on_sigint(ops_stack: Any) -> None:
     process = subprocess.Popen(
-        [sys.executable, "-m", "shared.cli", "alerts", "--follow", "--request-id", "ops-follow"],
+        [sys.executable, "-m", "spotjobs.cli", "alerts", "--follow", "--request-id", "ops-follow"],
         cwd=REPO_ROOT,
         env={**os.environ, **ops_stack.env},
         stdout=subprocess.PIPE,
@@ -168,7 +168,7 @@ def test_dead_letters_list_says_where_from_how_often_and_why_then_redrive_sends_
 
 
 def test_redrive_of_an_id_already_claimed_does_not_publish_it_again(ops_stack: Any) -> None:
-    from shared.deadletters import DeadLetter, RedriveClaims, redrive
+    from spotjobs.deadletters import DeadLetter, RedriveClaims, redrive
 
     bucket = ops_stack.storage().bucket(ops_stack.settings.state_bucket)
     letter = DeadLetter(

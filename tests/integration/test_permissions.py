@@ -1,7 +1,7 @@
 """Permissions, sufficient and least: what each function really calls, against what Terraform
 grants its service account.
 
-The session's stack runs its functions with SPOTJOBS_RECORD_API_CALLS (shared/api_recording.py):
+The session's stack runs its functions with SPOTJOBS_RECORD_API_CALLS (shared/adapters/api_recording.py):
 each distinct Google API call a function makes (Storage operation per bucket and object prefix,
 Pub/Sub publish per topic, Vertex AI JobService method, the service account a created job runs
 as) is a line in <dir>/<function>.jsonl. This test runs last (`run_last`), so it sees every call
@@ -33,9 +33,9 @@ from pathlib import Path
 
 import pytest
 
-from shared.states import RequestStatus
+from shared.ledger.states import RequestStatus
 from shared.topology import TOPOLOGY
-from tests.unit.test_terraform_hcl import module_config
+from tests.support.terraform import module_config
 
 pytestmark = [pytest.mark.stack, pytest.mark.run_last]
 
@@ -94,13 +94,13 @@ UNUSED_ALLOWED = {
         "submit_job",
         "aiplatform.customJobs.cancel",
         "project",
-    ): "cancels a second job of one attempt as a stray (shared/submit.py, shared/strays.py); the "
+    ): "cancels a second job of one attempt as a stray (shared/submit.py, shared/deciding/strays.py); the "
     "tests make sure no second job exists, so the path is only reached in unit tests with fakes",
     (
         "on_job_event",
         "aiplatform.customJobs.cancel",
         "project",
-    ): "cancels a stray job (shared/strays.py), a job with a request's labels the ledger does not "
+    ): "cancels a stray job (shared/deciding/strays.py), a job with a request's labels the ledger does not "
     "record; this scenario makes none (tests/integration/test_exactly_once.py does)",
     ("reconcile", "aiplatform.customJobs.cancel", "project"): "as for on_job_event (job_controller role)",
     (
@@ -241,7 +241,7 @@ def read_calls(directory: Path, function: str) -> list[dict[str, str]]:
 
 
 def drive_every_path(stack) -> None:
-    from tests.integration.test_events import log_entry, new_request_id, set_log_sink, submit
+    from tests.support.stack_events import log_entry, new_request_id, set_log_sink, submit
 
     ledger = stack.ledger()
     # on_job_event decides: a re-queue (publish job-requests), a success (publish the prune
@@ -312,7 +312,7 @@ def drive_every_path(stack) -> None:
 
 
 def drive_a_trigger(stack) -> None:
-    from tests.integration.test_triggers import (
+    from tests.support.stack_triggers import (
         apply,
         at_window_start,
         definition,
@@ -371,7 +371,7 @@ def test_recording_is_off_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
         "os.environ['STORAGE_EMULATOR_HOST'] = 'http://127.0.0.1:9'\n"
         "from shared import clients\n"
         "client = clients.storage_client()\n"
-        "print(type(client).__module__, 'shared.api_recording' in sys.modules)\n"
+        "print(type(client).__module__, 'shared.adapters.api_recording' in sys.modules)\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", probe],

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from shared.states import RequestStatus
+from shared.ledger.states import RequestStatus
 
 pytestmark = pytest.mark.stack
 
@@ -86,7 +86,7 @@ def test_reconcile_tasks_never_reach_prune_checkpoints(stack) -> None:
 
 
 def test_a_succeeded_training_run_is_pruned_to_keep_last(stack) -> None:
-    from tests.integration.test_events import new_request_id, submit, wait_for_status
+    from tests.support.stack_events import new_request_id, submit, wait_for_status
 
     request_id = new_request_id("prunerun")
     submit(stack, request_id, steps=200)  # a checkpoint every 20 steps: ten of them

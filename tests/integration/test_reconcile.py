@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from shared.states import RequestStatus
-from tests.integration.test_events import jobs_of, new_request_id, set_log_sink, submit
+from shared.ledger.states import RequestStatus
+from tests.support.stack_events import jobs_of, new_request_id, set_log_sink, submit
 
 pytestmark = pytest.mark.stack
 
@@ -66,7 +66,7 @@ def test_reconcile_alone_reaches_the_same_outcomes(stack) -> None:
 def _diagnosis(stack, ledger, expected) -> str:
     """What a timeout leaves to read: each record, its latest job as Vertex has it, the last
     reconcile passes and the run lease."""
-    from shared.run_lock import lock_path
+    from shared.ledger.run_lock import lock_path
 
     service = stack.job_service()
     lines = []
@@ -79,7 +79,7 @@ def _diagnosis(stack, ledger, expected) -> str:
             lines.append(f"  vertex: {job.state.name} error={job.error.message!r}")
     from collections import Counter
 
-    from shared.vertex import parent_path
+    from shared.adapters.vertex import parent_path
 
     parent = parent_path(stack.settings.project, stack.settings.location)
     states = Counter(job.state.name for job in service.list_custom_jobs(parent=parent))

@@ -12,15 +12,15 @@ import pytest
 
 from devstack.processes import REPO_ROOT
 from devstack.samples import job_request
-from tests.browser import render
-from tests.unit.test_report_html import marks, section
+from tests.support.browser import render
+from tests.support.report_html import marks, section
 
 pytestmark = pytest.mark.stack
 
 
 def spotjobs(stack: Any, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "shared.cli", *args],
+        [sys.executable, "-m", "spotjobs.cli", *args],
         cwd=REPO_ROOT,
         env={**os.environ, **stack.env},
         capture_output=True,

@@ -15,40 +15,9 @@ from pathlib import Path
 import pytest
 
 from devstack.processes import REPO_ROOT
+from tests.support.processes import _alive, _descendants
 
 pytestmark = pytest.mark.stack
-
-
-def _descendants(root: int) -> set[int]:
-    """Every live process below `root`, found through /proc's parent links."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # The command name may hold spaces and parentheses; the fields after the last ")" do not.
-        fields = stat.rsplit(")", 1)[1].split()
-        if fields[0] != "Z":
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
-    found: set[int] = set()
-    pending = [root]
-    while pending:
-        for child in children.get(pending.pop(), []):
-            if child not in found:
-                found.add(child)
-                pending.append(child)
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def _read(path: Path) -> str:
@@ -64,7 +33,7 @@ def _http_status(url: str) -> int:
 
 
 def _spotjobs_cli() -> list[str]:
-    return [sys.executable, "-m", "shared.cli"]
+    return [sys.executable, "-m", "spotjobs.cli"]
 
 
 def test_local_up_prints_a_working_environment_and_leaves_nothing_behind() -> None:

@@ -8,62 +8,23 @@ import os
 import subprocess
 import sys
 import threading
-import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from shared.records import Attempt, RequestRecord
-from shared.request import canonical_envelope, derived_request_id, read_request
-from shared.states import TERMINAL_STATUSES, RequestStatus
-from shared.vertex import (
-    LABEL_ATTEMPT,
-    LABEL_DEPLOYMENT,
-    LABEL_REQUEST_ID,
-    attempt_labels,
-    find_jobs,
-    parent_path,
-)
+from shared.jobs import LABEL_ATTEMPT, LABEL_DEPLOYMENT, LABEL_REQUEST_ID
+from shared.ledger.records import Attempt, RequestRecord
+from shared.ledger.states import TERMINAL_STATUSES, RequestStatus
+from shared.requests.envelope import canonical_envelope, derived_request_id, read_request
 from tests.conftest import EVENTS_DIR, load_event
+from tests.support.stack_submit import DELIVERY_TIMEOUT, decisions, jobs_of, unique, wait_for_job_recorded
 
 pytestmark = pytest.mark.stack
-
-DELIVERY_TIMEOUT = 60.0  # redeliveries back off up to 5 s in the test stack; a lease is 5 s
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def envelope(request_id: str, fixture: str = "requests/bare_quick.json", **fields: Any) -> bytes:
     return json.dumps({"request_id": request_id, "custom_job": json.loads(load_event(fixture)), **fields}).encode()
-
-
-def jobs_of(stack: Any, request_id: str, attempt: int | None = None) -> list[Any]:
-    labels = (
-        attempt_labels(request_id, attempt, stack.settings.deployment_label)
-        if attempt
-        else {LABEL_REQUEST_ID: request_id}
-    )
-    parent = parent_path(stack.settings.project, stack.settings.location)
-    return find_jobs(stack.job_service(), parent, labels)
-
-
-def decisions(stack: Any, request_id: str, *events: str) -> list[dict[str, Any]]:
-    return [
-        line
-        for line in stack.function_logs("submit_job")
-        if line.get("request_id") == request_id and (not events or line.get("event") in events)
-    ]
-
-
-def wait_for_job_recorded(stack: Any, request_id: str, attempt: int = 1) -> RequestRecord:
-    def recorded() -> RequestRecord | None:
-        record = stack.ledger().get(request_id)
-        return record if record and record.attempt(attempt) and record.attempt(attempt).job else None
-
-    return stack.wait_for(recorded, DELIVERY_TIMEOUT, f"the job of {request_id} in the ledger")
 
 
 def alerts_matching(stack: Any, collected: list[dict[str, Any]], predicate: Any, count: int) -> list[dict[str, Any]]:
@@ -261,7 +222,7 @@ def test_the_cli_submits_and_reports_status(stack: Any) -> None:
         [
             sys.executable,
             "-m",
-            "shared.cli",
+            "spotjobs.cli",
             "submit",
             str(EVENTS_DIR / "requests/bare_quick.json"),
             "--json",
@@ -280,7 +241,7 @@ def test_the_cli_submits_and_reports_status(stack: Any) -> None:
     record = wait_for_job_recorded(stack, request_id)
 
     status = subprocess.run(
-        [sys.executable, "-m", "shared.cli", "status", request_id, "--json"],
+        [sys.executable, "-m", "spotjobs.cli", "status", request_id, "--json"],
         capture_output=True,
         text=True,
         env=env,
@@ -292,7 +253,7 @@ def test_the_cli_submits_and_reports_status(stack: Any) -> None:
     assert document["request_id"] == request_id and document["attempts"][0]["job"] == record.attempt(1).job
 
     table = subprocess.run(
-        [sys.executable, "-m", "shared.cli", "status"],
+        [sys.executable, "-m", "spotjobs.cli", "status"],
         capture_output=True,
         text=True,
         env=env,

@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime, timedelta
 
-from shared.advice import advise, machine_type, preemption_rates
 from shared.clock import iso
-from shared.preemptions import preemptions_text, total_preemptions_text
-from shared.records import Attempt, RequestRecord
-from shared.states import RequestStatus
+from shared.deciding.preemptions import preemptions_text, total_preemptions_text
+from shared.ledger.records import Attempt, RequestRecord
+from shared.ledger.states import RequestStatus
+from spotjobs.reporting.advice import advise, machine_type, preemption_rates
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 

@@ -1,4 +1,4 @@
-"""Discovery and completeness over listings (shared.pruning.checkpoints)."""
+"""Discovery and completeness over listings (spotjobs_kit.layout, the kit's and the pruner's rules)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from spotjobs_kit.layout import (
+    Evidence,
     FolderListing,
     Kind,
     ListedObject,
     discover,
     group_listing,
+    hf_checkpoint_complete,
+    is_checkpoint_file,
+    is_orbax_tmp,
+    orbax_committed,
     order_markers,
     parse_tf_index,
     stem_of,
@@ -20,7 +25,22 @@ from spotjobs_kit.layout import (
     tensorflow_stem_complete,
 )
 
-from tests.unit.test_prune_support import (
+from tests.support.framework_layouts import (
+    NEVER_CHECKPOINTS,
+    dcp,
+    deepspeed,
+    hf_trainer,
+    hf_trainer_sharded,
+    keras_model_checkpoint,
+    keras_weights,
+    lightning,
+    orbax_gcs,
+    orbax_metadata,
+    orbax_renamed_legacy,
+    orbax_tmp,
+    write_save,
+)
+from tests.support.prune_store import (
     NOW,
     MemoryStore,
     file_checkpoint,
@@ -97,6 +117,8 @@ def test_numbers_after_no_checkpoint_word_are_never_steps(name: str) -> None:
         ("weights.000400.h5", "weights.000400"),
         ("ckpt-400.v2.pt", "ckpt-400"),
         ("400.orbax-checkpoint-tmp-1700000000", "400"),
+        ("400.orbax-checkpoint-tmp", "400"),
+        ("ckpt-2.weights.h5", "ckpt-2"),
         ("checkpoint", "checkpoint"),
     ],
 )
@@ -205,3 +227,136 @@ def test_equal_steps_order_by_update_time() -> None:
     prefix_checkpoint(store, "r1", "step-000100/", at=NOW - timedelta(hours=1))
     found = discover(store, folder("r1"), MARKERS)
     assert [c.name for c in found.checkpoints] == ["step-000100/", "ckpt-000100"]
+
+
+# What real frameworks write (tests/unit/framework_layouts.py), judged without the kit's marker.
+
+
+@pytest.mark.parametrize(
+    ("name", "checkpoint"),
+    [
+        ("ckpt-000400.pt", True),
+        ("epoch=3-step=1000.ckpt", True),
+        ("ckpt-0002.keras", True),
+        ("weights-epoch2.weights.h5", True),
+        ("model-step-5.safetensors", True),
+        ("params_step_9.msgpack", True),
+        ("ckpt-5.index", True),
+        ("ckpt-5.data-00000-of-00001", True),
+        ("eval_step_1100.json", False),
+        ("metrics-step-300.csv", False),
+        ("train_step_5.log", False),
+        ("step-400.txt", False),
+    ],
+)
+def test_only_files_with_a_checkpoint_extension_are_checkpoints(name: str, checkpoint: bool) -> None:
+    assert is_checkpoint_file(name) is checkpoint
+    grouping = group_listing(FolderListing("p/", files=(_obj("p/" + name),)))
+    assert bool(grouping.stems) is checkpoint
+    assert [u.name for u in grouping.unmanaged] == ([] if checkpoint else [name])
+
+
+def _written(save, cut=None) -> MemoryStore:
+    store = MemoryStore()
+    write_save(store, "r1", save, cut=cut)
+    return store
+
+
+@pytest.mark.parametrize("save", [hf_trainer(20), hf_trainer_sharded(20)], ids=["single", "sharded"])
+def test_hugging_face_checkpoints_are_complete_once_trainer_state_follows_the_model(save) -> None:
+    for cut in range(len(save.writes) + 1):
+        found = discover(_written(save, cut), folder("r1"), MARKERS)
+        judged = [(c.name, c.complete) for c in found.checkpoints]
+        assert judged == ([] if cut == 0 else [("checkpoint-20/", cut == len(save.writes))]), cut
+    [complete] = discover(_written(save), folder("r1"), MARKERS).checkpoints
+    assert complete.evidence == Evidence.HF_TRAINER_STATE
+    assert [o.name.rsplit("/", 1)[-1] for o in complete.objects] == ["trainer_state.json"]
+
+
+@pytest.mark.parametrize(
+    ("files", "subfolders", "complete"),
+    [
+        ({"trainer_state.json", "model.safetensors"}, set(), True),
+        ({"trainer_state.json", "adapter_model.safetensors"}, set(), True),  # PEFT
+        ({"trainer_state.json", "latest"}, {"global_step20"}, True),  # DeepSpeed ZeRO inside
+        ({"trainer_state.json"}, {"pytorch_model_fsdp_0"}, True),  # FSDP sharded state
+        ({"trainer_state.json", "model-00001-of-00002.safetensors"}, set(), False),  # a shard missing
+        ({"trainer_state.json", "config.json", "optimizer.pt"}, set(), False),  # no weights
+        ({"model.safetensors", "optimizer.pt", "scheduler.pt"}, set(), False),  # torn: no state
+        ({"trainer_state.json", "model.safetensors", "rng_state_0.pth", "rng_state_1.pth"}, set(), True),
+        ({"trainer_state.json", "model.safetensors", "rng_state_0.pth", "rng_state_2.pth"}, set(), False),
+    ],
+)
+def test_hf_checkpoint_complete(files: set[str], subfolders: set[str], complete: bool) -> None:
+    assert hf_checkpoint_complete(files, subfolders) is complete
+
+
+def test_deepspeed_tag_folders_are_complete_when_latest_names_them() -> None:
+    store = MemoryStore()
+    write_save(store, "r1", deepspeed(100))
+    write_save(store, "r1", deepspeed(200))
+    write_save(store, "r1", deepspeed(300), cut=3)  # torn: `latest` still names global_step200
+    found = discover(store, folder("r1"), MARKERS)
+    assert [(c.name, c.complete) for c in found.checkpoints] == [
+        ("global_step100/", False),  # no longer named, no kit marker: not provably complete
+        ("global_step200/", True),
+        ("global_step300/", False),
+    ]
+    assert "latest" in [u.name for u in found.unmanaged]
+    store.put(folder("r1") + "global_step100/COMMITTED")  # the kit's marker
+    assert [c.complete for c in discover(store, folder("r1"), MARKERS).checkpoints] == [True, True, False]
+
+
+def test_orbax_folders_with_or_without_tmp_folders() -> None:
+    store = MemoryStore()
+    write_save(store, "r1", orbax_gcs(10))  # gs:// in place, commit_success.txt last
+    write_save(store, "r1", orbax_gcs(20), cut=len(orbax_gcs(20).writes) - 2)  # torn in place
+    write_save(store, "r1", orbax_renamed_legacy(30))  # an older Orbax's rename
+    write_save(store, "r1", orbax_tmp(40))  # 0.12 caught before its rename, commit file included
+    found = discover(store, folder("r1"), MARKERS)
+    assert [(c.name, c.step, c.complete, c.evidence) for c in found.checkpoints] == [
+        ("10/", 10, True, Evidence.MARKER),
+        ("20/", 20, False, Evidence.NO_MARKER),
+        ("30/", 30, True, Evidence.ORBAX_METADATA),
+        ("40.orbax-checkpoint-tmp/", 40, False, Evidence.ORBAX_TMP),
+    ]
+
+
+@pytest.mark.parametrize("name", ["400.orbax-checkpoint-tmp/", "400.orbax-checkpoint-tmp-1700000000/"])
+def test_orbax_tmp_folders_carry_their_step(name: str) -> None:
+    assert is_orbax_tmp(name)
+    assert group_listing(FolderListing("p/", subfolders=("p/" + name,))).prefixes == {name: 400}
+
+
+@pytest.mark.parametrize(
+    ("text", "committed"),
+    [
+        (orbax_metadata(True), True),
+        (orbax_metadata(False), False),
+        ("not json", False),
+        ("[]", False),
+        (None, False),
+    ],
+)
+def test_orbax_committed(text: str | None, committed: bool) -> None:
+    assert orbax_committed(text) is committed
+
+
+def test_lightning_keras_and_dcp_checkpoints_beside_what_is_never_one() -> None:
+    store = MemoryStore()
+    for save in (lightning(4), lightning(8), keras_model_checkpoint(2), keras_weights(3), dcp(5)):
+        write_save(store, "r1", save)
+    write_save(store, "r1", dcp(6), cut=1)  # .metadata not written yet
+    for name in NEVER_CHECKPOINTS:
+        store.put(folder("r1") + name)
+    found = discover(store, folder("r1"), MARKERS)
+    assert [(c.name, c.complete) for c in found.checkpoints] == [
+        ("ckpt-0002", True),
+        ("weights-epoch3", True),
+        ("epoch=0-step=4", True),
+        ("step-000005/", True),
+        ("step-000006/", False),
+        ("epoch=0-step=8", True),
+    ]
+    unmanaged = {u.name for u in found.unmanaged}
+    assert unmanaged == {"backup/", "last.ckpt", "zero_to_fp32.py"} | {n for n in NEVER_CHECKPOINTS if "/" not in n}

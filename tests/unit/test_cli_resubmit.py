@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from shared.cli.requests import next_resubmit_id
-from shared.request import is_valid_request_id
+from shared.requests.envelope import is_valid_request_id
+from spotjobs.cli.requests import next_resubmit_id
 
 
 def test_the_first_free_dash_r_id_from_r2_is_chosen() -> None:

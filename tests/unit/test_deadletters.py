@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.deadletters import DeadLetter, attach_failures, cloud_log_lines, cloud_logging_filter
+from spotjobs.deadletters import DeadLetter, attach_failures, cloud_log_lines, cloud_logging_filter
 
 
 def letter(**attributes: str) -> DeadLetter:
@@ -22,6 +22,34 @@ def test_source_function_topic_and_attributes() -> None:
     assert dead.source_topic_key == "job_events" and dead.delivery_count == 5
     assert dead.original_attributes == {"team": "vision"} and dead.summary() == "request_id=r-1"
     assert letter(CloudPubSubDeadLetterSourceSubscription="someone-elses").function is None
+
+
+def test_a_redrive_carries_the_first_publish_time_so_the_message_keeps_its_identity() -> None:
+    dead = letter(
+        CloudPubSubDeadLetterSourceSubscription="submit-job-push",
+        CloudPubSubDeadLetterSourceTopicPublishTime="2026-11-30T20:43:04.935Z",
+        team="vision",
+    )
+    assert dead.redrive_attributes == {"team": "vision", "spotjobs_original_publish_time": "2026-11-30T20:43:04.935Z"}
+    # Redriven twice (it dead-lettered again): the first publish time is kept.
+    again = letter(
+        CloudPubSubDeadLetterSourceSubscription="submit-job-push",
+        CloudPubSubDeadLetterSourceTopicPublishTime="2026-11-30T22:00:00Z",
+        spotjobs_original_publish_time="2026-11-30T20:43:04.935Z",
+    )
+    assert again.redrive_attributes["spotjobs_original_publish_time"] == "2026-11-30T20:43:04.935Z"
+    # Without Pub/Sub's attribute, the dead letter's own publish time.
+    bare = DeadLetter(id="78", data=b"{}", attributes={}, publish_time="2026-11-30T21:00:00+00:00")
+    assert bare.redrive_attributes == {"spotjobs_original_publish_time": "2026-11-30T21:00:00+00:00"}
+
+
+def test_a_watched_topics_message_is_redriven_through_on_triggers_own_topic() -> None:
+    dead = letter(CloudPubSubDeadLetterSourceSubscription="projects/p/subscriptions/on-trigger-model-drift")
+    assert dead.watched_topic == "model-drift" and dead.source_topic_key == "triggers"
+    assert dead.redrive_attributes["spotjobs_source_topic"] == "model-drift"
+    own = letter(CloudPubSubDeadLetterSourceSubscription="on-trigger-push")
+    assert own.watched_topic is None and own.function == "on_trigger"
+    assert "spotjobs_source_topic" not in own.redrive_attributes
 
 
 def test_reasons_are_the_failure_lines_of_its_function_for_its_publish_time() -> None:

@@ -1,4 +1,4 @@
-"""The pure decision (shared.decisions.decide): one observed job state in, one record and its
+"""The pure decision (shared.deciding.decisions.decide): one observed job state in, one record and its
 effects out. Every test also checks that deciding again on the result changes nothing, which is
 what makes redeliveries harmless."""
 
@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import copy
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 
 from shared.clock import iso
-from shared.decisions import (
+from shared.deciding.decisions import (
     ERROR_SETTLE_SECONDS,
     Decision,
     DecisionPolicy,
@@ -20,57 +20,15 @@ from shared.decisions import (
     classify_failure,
     decide,
 )
-from shared.events import Signal, patterns_from
-from shared.records import Attempt, RequestRecord, Requeue
+from shared.deciding.events import Signal, patterns_from
+from shared.jobs import JobSnapshot, JobState
+from shared.ledger.records import Attempt, RequestRecord, Requeue
+from shared.ledger.states import RequestStatus
 from shared.settings import Settings
-from shared.states import RequestStatus
-from shared.vertex import JobSnapshot, JobState
+from tests.support.decide import JOB1, NOW, POLICY, USER_ERROR, at, job, make_record
 
-NOW = datetime(2026, 11, 29, 18, 0, 0, tzinfo=UTC)
-POLICY = DecisionPolicy.from_settings(Settings())
-JOB1 = "projects/p/locations/us-central1/customJobs/111"
 JOB2 = "projects/p/locations/europe-west4/customJobs/222"
 STOCKOUT = {"code": 8, "message": "Job failed with STOCKOUT: the Spot VM was preempted 7 times."}
-USER_ERROR = {"code": 3, "message": "The replica workerpool0-0 exited with a non-zero status of 1."}
-
-
-def at(seconds: float) -> str:
-    return iso(NOW - timedelta(seconds=600) + timedelta(seconds=seconds))
-
-
-def make_record(
-    *,
-    status: str = RequestStatus.SUBMITTED,
-    state: str | None = JobState.QUEUED,
-    request: dict[str, Any] | None = None,
-    attempts: list[Attempt] | None = None,
-) -> RequestRecord:
-    envelope = {
-        "schema_version": 1,
-        "request_id": "req-1",
-        "custom_job": {"displayName": "train"},
-        "location": "us-central1",
-        "locations": [],
-        "max_attempts": 3,
-        "fallback": None,
-        "checkpoints": None,
-        **(request or {}),
-    }
-    first = Attempt(1, "us-central1", "SPOT", claimed_at=at(0), job=JOB1, state=state, created_at=at(1))
-    return RequestRecord("req-1", envelope, "gs://ckpt/requests/req-1/", status=status, attempts=attempts or [first])
-
-
-def job(state: str, *, update: float = 100, name: str = JOB1, error: dict[str, Any] | None = None) -> JobSnapshot:
-    terminal = state in JobState.TERMINAL
-    return JobSnapshot(
-        name=name,
-        state=state,
-        error=error,
-        create_time=at(1),
-        start_time=at(10) if state != JobState.QUEUED else None,
-        end_time=at(update) if terminal else None,
-        update_time=at(update),
-    )
 
 
 def observe(
@@ -321,11 +279,17 @@ def test_a_flex_start_attempt_waiting_within_its_max_wait_is_not_stuck() -> None
 
 
 def test_a_flex_start_job_gets_an_explicit_max_wait_unless_the_request_sets_one() -> None:
-    from shared.vertex import build_job_json
+    from shared.adapters.vertex import build_job_json
 
     def scheduling(job: dict) -> dict:
         built = build_job_json(
-            job, request_id="r", attempt=2, strategy="FLEX_START", output_dir="gs://b/", deployment="d"
+            job,
+            request_id="r",
+            attempt=2,
+            strategy="FLEX_START",
+            output_dir="gs://b/",
+            deployment="d",
+            commit_markers=("COMMITTED",),
         )
         return built["jobSpec"]["scheduling"]
 
@@ -333,7 +297,13 @@ def test_a_flex_start_job_gets_an_explicit_max_wait_unless_the_request_sets_one(
     own = {"jobSpec": {"scheduling": {"maxWaitDuration": "3600s"}}}
     assert scheduling(own)["maxWaitDuration"] == "3600s"
     spot = build_job_json(
-        {"jobSpec": {}}, request_id="r", attempt=1, strategy="SPOT", output_dir="gs://b/", deployment="d"
+        {"jobSpec": {}},
+        request_id="r",
+        attempt=1,
+        strategy="SPOT",
+        output_dir="gs://b/",
+        deployment="d",
+        commit_markers=("COMMITTED",),
     )
     assert "maxWaitDuration" not in spot["jobSpec"]["scheduling"]
 

@@ -13,13 +13,13 @@ from datetime import datetime
 
 from spotjobs_kit.lines import KitRecord
 
-from shared.decisions import Decision, Observation, decide
-from shared.events import Signal
-from shared.preemptions import preemptions_text
-from shared.records import RequestRecord
-from shared.states import RequestStatus
-from shared.vertex import JobState
-from tests.unit.test_decisions import JOB1, NOW, POLICY, USER_ERROR, at, job, make_record
+from shared.deciding.decisions import Decision, Observation, decide
+from shared.deciding.events import Signal
+from shared.deciding.preemptions import preemptions_text
+from shared.jobs import JobState
+from shared.ledger.records import RequestRecord
+from shared.ledger.states import RequestStatus
+from tests.support.decide import JOB1, NOW, POLICY, USER_ERROR, at, job, make_record
 
 DOCUMENTED_STOCKOUT = {"code": 13, "message": "The job failed with a STOCKOUT error."}
 
@@ -134,3 +134,83 @@ def test_the_last_run_of_a_stockout_counts_even_if_it_never_said_preempted() -> 
     decision = read(record, JobState.FAILED, update=200, error=DOCUMENTED_STOCKOUT)
     assert decision.record.attempts[0].preemptions == 7
     assert not decision.record.attempts[0].preemptions_unknown
+
+
+# A SUCCEEDED job is not always a success: Vertex says the process exited 0, the kit says more.
+
+
+def preempted_then_exited(*runs: int) -> RequestRecord:
+    """Runs 0..last started; each preempted; no run_finished (a trainer that exits 0 after SIGTERM)."""
+    record = running()
+    for run in runs:
+        for item in (kit("run_started", run), kit("preempted", run, step=40 * (run + 1))):
+            record = line(record, item).record
+    return record
+
+
+def test_a_success_whose_last_run_was_preempted_and_unfinished_is_requeued_with_one_alert() -> None:
+    record = preempted_then_exited(0, 1)
+    # 400 s after the end: past the settle time, no later run's line came.
+    decision = decide(copy.deepcopy(record), Observation(1, job(JobState.SUCCEEDED, update=200)), POLICY, NOW)
+
+    stored = decision.record
+    assert decision.waiting is None
+    assert stored.status == RequestStatus.REQUEUED and stored.requeue is not None
+    assert (stored.requeue.attempt, stored.requeue.location, stored.requeue.reason) == (2, "us-central1", "preemption")
+    assert stored.attempts[0].outcome == "requeued" and stored.attempts[0].preemptions == 2
+    assert not decision.effects.prune_requested and stored.prune_requested_at is None and not stored.finished_at
+    [alert] = decision.effects.alerts
+    assert (alert.kind, alert.severity, alert.attempt, alert.details["last_run"]) == (
+        "incomplete_success",
+        "WARNING",
+        1,
+        1,
+    )
+    assert [pending["kind"] for pending in stored.pending_alerts] == ["incomplete_success"]  # the outbox's
+    assert decision.effects.events == ("incomplete_success", "requeue") and decision.effects.requeue_decided
+    # Delivered again (or by reconcile): decided already, nothing repeats.
+    again = decide(copy.deepcopy(stored), Observation(1, job(JobState.SUCCEEDED, update=200)), POLICY, NOW)
+    assert again.record == stored and not again.effects.alerts and not again.effects.requeue_decided
+
+
+def test_a_success_whose_last_run_said_run_finished_is_a_success_at_once() -> None:
+    finished = line(preempted_then_exited(0), kit("run_finished", 0, step=600)).record  # preempted in its last save
+    restarted = line(preempted_then_exited(0), kit("run_started", 1)).record  # run 1 trained to the end
+    restarted = line(restarted, kit("run_finished", 1, step=600)).record
+    for record in (finished, restarted):
+        decision = read(record, JobState.SUCCEEDED, update=590)  # ended 10 s ago
+        assert decision.record.status == RequestStatus.SUCCEEDED and decision.effects.prune_requested
+        assert decision.effects.alerts == [] and decision.waiting is None
+
+
+def test_a_success_whose_last_run_never_said_run_finished_nor_preempted_is_a_success_once_settled() -> None:
+    record = line(preempted_then_exited(0), kit("run_started", 1)).record  # a trainer that never calls finish()
+    assert read(record, JobState.SUCCEEDED, update=590).waiting  # its run_finished may be on its way
+    decision = read(record, JobState.SUCCEEDED, update=200)
+    assert decision.record.status == RequestStatus.SUCCEEDED and decision.effects.alerts == []
+
+
+def test_a_success_without_kit_lines_is_a_success_at_once() -> None:
+    decision = read(running(), JobState.SUCCEEDED, update=590)
+    assert decision.record.status == RequestStatus.SUCCEEDED and decision.waiting is None
+
+
+def test_a_success_after_an_unfinished_preempted_run_waits_for_later_kit_lines() -> None:
+    record = preempted_then_exited(0)
+    just_ended = job(JobState.SUCCEEDED, update=590)  # 10 s ago: run 1's run_started may be on its way
+    waiting = decide(copy.deepcopy(record), Observation(1, just_ended), POLICY, NOW)
+    assert waiting.waiting and waiting.record.status == RequestStatus.RUNNING
+    assert waiting.record.attempts[0].outcome is None and not waiting.effects.alerts
+    # They were on their way: the run that trained to the end started after the preempted one.
+    record = line(waiting.record, kit("run_started", 1)).record
+    record = line(record, kit("run_finished", 1, step=600)).record
+    decided = decide(copy.deepcopy(record), Observation(1, just_ended), POLICY, NOW)
+    assert decided.record.status == RequestStatus.SUCCEEDED and not decided.effects.alerts
+
+
+def test_an_incomplete_success_of_the_last_allowed_attempt_gives_up_and_says_why() -> None:
+    record = preempted_then_exited(0)
+    record.request["max_attempts"] = 1
+    decision = read(record, JobState.SUCCEEDED, update=200)
+    assert decision.record.status == RequestStatus.GAVE_UP and decision.record.requeue is None
+    assert sorted(a.kind for a in decision.effects.alerts) == ["attempts_exhausted", "incomplete_success"]

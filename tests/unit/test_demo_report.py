@@ -15,7 +15,7 @@ from devstack.demo.scenarios import build_scenarios
 from devstack.demo.traces import AttemptTrace, RequestTrace, RunTrace, runs_from_output
 from devstack.demo.view import LiveView, format_table, human_bytes, render_report
 from shared.errors import InvalidRequest
-from shared.policy import validate_request
+from shared.requests.policy import validate_request
 from shared.settings import Settings
 
 PRICES = Prices(
@@ -299,9 +299,11 @@ def test_the_demo_requests_pass_the_real_policy_except_the_invalid_one(seed: int
 def test_every_planned_preemption_lands_before_training_could_finish(seed: int) -> None:
     for item in build_scenarios(seed):
         if item.plan is not None:
-            # A run trains at most after_seconds / STEP_SECONDS steps before it is preempted.
-            most_steps_before_last = item.plan["preemptions"] * item.plan["after_seconds"] / scenarios.STEP_SECONDS
-            assert most_steps_before_last < scenarios.STEPS, item.key
+            # A run is preempted right after its k-th checkpoint: about k checkpoint periods of
+            # steps, one more allowed for the steps it trains until SIGTERM stops it.
+            checkpoints = item.plan["after_checkpoints"]
+            most_steps_before_last = item.plan["preemptions"] * (checkpoints + 1) * scenarios.CHECKPOINT_EVERY
+            assert checkpoints >= 1 and most_steps_before_last < scenarios.STEPS, item.key
 
 
 def test_the_requeued_plans_preempt_attempt_1_past_vertex_restarts() -> None:

@@ -9,7 +9,6 @@ import pytest
 import requests
 from google.api_core import exceptions as api
 
-from shared.claims import ClaimInProgress
 from shared.errors import (
     ConfigurationError,
     ConflictError,
@@ -19,7 +18,8 @@ from shared.errors import (
     Violation,
     is_retryable,
 )
-from shared.request import InvalidJobRequest
+from shared.ledger.claims import ClaimInProgress
+from shared.requests.envelope import InvalidJobRequest
 
 # Every exception class google.api_core.exceptions defines, and what redelivery would achieve.
 API_EXCEPTIONS: dict[str, bool] = {

@@ -1,4 +1,4 @@
-"""Log-entry parsing and classification (shared.events), over canned sink payloads."""
+"""Log-entry parsing and classification (shared.deciding.events), over canned sink payloads."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.errors import ConfigurationError
-from shared.events import (
+from shared.deciding.events import (
     IgnoredEntry,
     JobLogEntry,
     Signal,
@@ -19,6 +18,7 @@ from shared.events import (
     parse_log_entry,
     patterns_from,
 )
+from shared.errors import ConfigurationError
 from shared.settings import Settings
 from tests.conftest import load_event
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from shared.cli import main
-from shared.events import Signal, classify, parse_log_entry, patterns_from
+from shared.deciding.events import Signal, classify, parse_log_entry, patterns_from
 from shared.settings import Settings
+from spotjobs.cli import main
 from tests.conftest import EVENTS_DIR
 from tools import event_fixtures
 

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared.delivery import Message, handle_delivery, message_from_event
+from shared.delivery import Message, handle_delivery, message_from_push
 from shared.errors import ConfigurationError, InvalidRequest, TransientError, Violation
 from shared.log import Logger
 from shared.settings import Settings
@@ -54,6 +54,13 @@ def test_settings_are_frozen_and_round_trip_through_their_environment() -> None:
 def test_a_malformed_setting_is_a_configuration_error_naming_it(variable: str, value: str) -> None:
     with pytest.raises(ConfigurationError, match=variable):
         Settings.from_env({variable: value})
+
+
+def test_an_empty_commit_marker_list_is_refused_not_read_two_ways() -> None:
+    # The kit reads an empty SPOTJOBS_COMMIT_MARKERS as "its defaults", the pruner would read "none".
+    with pytest.raises(ConfigurationError, match="SPOTJOBS_COMMIT_MARKERS"):
+        Settings.from_env({"SPOTJOBS_COMMIT_MARKERS": " "})
+    assert Settings.from_env({"SPOTJOBS_COMMIT_MARKERS": "a, b"}).commit_markers == ("a", "b")
 
 
 def test_the_create_timeout_is_a_setting_the_claim_lease_must_cover_twice() -> None:
@@ -114,12 +121,12 @@ def test_topology_names_every_function_topic_and_subscription() -> None:
 
 def _push_event(data: bytes, **message_fields: object) -> dict:
     message = {"data": base64.b64encode(data).decode(), "messageId": "m-1", **message_fields}
-    return {"id": "m-1", "data": {"message": message, "subscription": "s"}}
+    return {"message": message, "subscription": "s"}
 
 
 def test_a_push_event_decodes_into_a_message_with_its_publish_time() -> None:
     published = "2026-11-29T10:00:00.123Z"
-    message = message_from_event(_push_event(b"{}", attributes={"request_id": "r"}, publishTime=published))
+    message = message_from_push(_push_event(b"{}", attributes={"request_id": "r"}, publishTime=published))
     assert message == Message(b"{}", "m-1", {"request_id": "r"}, datetime(2026, 11, 29, 10, 0, 0, 123000, UTC))
 
 
@@ -183,7 +190,7 @@ def test_the_storage_session_reads_the_environment_once_unless_a_proxy_is_set(mo
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
-    from shared.clients import read_environment_once
+    from shared.adapters.clients import read_environment_once
 
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.delenv(name, raising=False)

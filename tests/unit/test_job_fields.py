@@ -1,7 +1,7 @@
 """The request allowlist, table-driven over every field path of the aiplatform_v1 CustomJob schema.
 
 The table of paths is walked from the installed proto, so a library upgrade that adds a field
-fails `test_every_schema_path_is_classified` until the field is classified in shared/job_fields.py.
+fails `test_every_schema_path_is_classified` until the field is classified in shared/requests/job_fields.py.
 Then each path is set in a valid request and must be refused, naming its path, unless the
 allowlist (or an opt-in the operator set) allows it.
 """
@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from shared.job_fields import ALLOWED, FIELDS, OPT_INS, OUTPUT_ONLY, REFUSED, check_fields
-from shared.job_schema import schema_paths, set_fields
-from shared.policy import check_policy, describe_policy
-from shared.request import read_request
+from shared.requests.envelope import read_request
+from shared.requests.job_fields import ALLOWED, FIELDS, OPT_INS, OUTPUT_ONLY, REFUSED, check_fields
+from shared.requests.job_schema import schema_paths, set_fields
+from shared.requests.policy import check_policy, describe_policy
 from shared.settings import Settings
 from tests.conftest import load_event
 
@@ -94,7 +94,7 @@ def job_setting(path: str) -> tuple[dict[str, Any], str]:
 
 def test_every_schema_path_is_classified() -> None:
     unclassified = sorted(set(PATHS) - set(FIELDS))
-    assert not unclassified, f"classify these CustomJob fields in shared/job_fields.py: {unclassified}"
+    assert not unclassified, f"classify these CustomJob fields in shared/requests/job_fields.py: {unclassified}"
     assert not sorted(set(FIELDS) - set(PATHS)), "FIELDS names paths the schema no longer has"
 
 

@@ -22,9 +22,9 @@ from spotjobs_kit.storage import FileStore
 
 from shared.pruning.plan import plan_request
 from shared.settings import Settings
-from tests.unit.checkpoint_layouts import LAYOUTS, mirror
-from tests.unit.test_prune_properties import checkpoint_specs, write
-from tests.unit.test_prune_support import LAYOUT, NOW, MemoryStore, policy
+from tests.support.checkpoint_layouts import LAYOUTS, mirror
+from tests.support.checkpoint_specs import checkpoint_specs, write
+from tests.support.prune_store import LAYOUT, NOW, MemoryStore, policy
 
 KIT_DIR = Path(spotjobs_kit.__file__).parent
 
@@ -103,9 +103,9 @@ def test_a_run_commits_with_the_marker_last_and_the_next_run_resumes_there(tmp_p
     order: list[str] = []
 
     class Recording(FileStore):
-        def publish(self, name: str, local: str) -> dict[str, int]:
+        def publish(self, name: str, local: str, **kwargs: Any) -> dict[str, int]:
             order.append("publish " + name)
-            return super().publish(name, local)
+            return super().publish(name, local, **kwargs)
 
         def write(self, name: str, data: bytes) -> None:
             order.append("write " + name)
@@ -120,7 +120,7 @@ def test_a_run_commits_with_the_marker_last_and_the_next_run_resumes_there(tmp_p
     assert order == ["publish step-000400/", "write step-000400/COMMITTED"]
     marker = json.loads((tmp_path / "step-000400" / KIT_MARKER).read_text())
     assert marker["step"] == 400 and marker["files"] == {"sub/opt.bin": 5, "weights.bin": 10}
-    started, committed = kit_lines(out)
+    started, committed, progress = kit_lines(out)
     assert started == {
         **started,
         "event": "run_started",
@@ -133,6 +133,7 @@ def test_a_run_commits_with_the_marker_last_and_the_next_run_resumes_there(tmp_p
     }
     assert committed["event"] == "checkpoint_committed" and committed["step"] == 400
     assert committed["bytes"] == 15 and committed["seconds"] >= 0
+    assert (progress["event"], progress["step"]) == ("progress", 400)  # one at every commit
 
     again, out = start(tmp_path, env)
     assert again.resume_step() == 400 and again.restart == 1
@@ -155,7 +156,12 @@ def test_a_failed_save_commits_nothing(tmp_path: Path) -> None:
         raise RuntimeError("disk full")
     assert not (tmp_path / "step-000007" / KIT_MARKER).exists()
     assert [line["event"] for line in kit_lines(out)] == ["run_started"]
-    assert start(tmp_path)[0].resume_step() is None
+    again, out = start(tmp_path)
+    assert again.resume_step() is None
+    assert [(line["event"], line.get("step")) for line in kit_lines(out)] == [
+        ("run_started", None),
+        ("checkpoint_torn", 7),
+    ]
 
 
 def test_only_the_primary_replica_commits_and_reports(tmp_path: Path) -> None:
@@ -203,14 +209,15 @@ def test_sigterm_runs_the_save_and_reports_the_preemption(tmp_path: Path) -> Non
         os.kill(os.getpid(), signal.SIGTERM)
         assert run.preempted and saved == [12]
     assert signal.getsignal(signal.SIGTERM) is not run._on_sigterm  # put back
-    events = [(line["event"], line.get("step")) for line in kit_lines(out)]
+    events = [(line["event"], line.get("step")) for line in kit_lines(out) if line["event"] != "progress"]
     assert events == [
         ("run_started", None),
         ("checkpoint_committed", 10),
         ("preempted", 12),
         ("checkpoint_committed", 12),
     ]
-    assert kit_lines(out)[2]["seconds_since_checkpoint"] >= 0
+    preempted = next(line for line in kit_lines(out) if line["event"] == "preempted")
+    assert preempted["seconds_since_checkpoint"] >= 0
 
 
 # Lines.
@@ -290,10 +297,23 @@ def test_other_lines_are_not_kit_lines(payload: Any) -> None:
 # Python 3.9, standard library only.
 
 
+# What each module may import, inside a function only (lazily): google-cloud-storage for the GCS
+# store, and each integration its own framework.
+LAZY_IMPORTS = {
+    "storage.py": {"google"},
+    "hf.py": {"transformers"},
+    "lightning.py": {"pytorch_lightning", "lightning"},
+    "torch.py": {"torch"},
+    "orbax.py": {"jax", "orbax"},
+    "keras.py": {"keras"},
+}
+
+
 def test_kit_sources_are_python_3_9() -> None:
     files = sorted(KIT_DIR.glob("*.py"))
     assert files
     for path in files:
+        lazy = LAZY_IMPORTS.get(path.name, set())
         text = path.read_text()
         tree = ast.parse(text, str(path), feature_version=(3, 9))
         assert "from __future__ import annotations" in text or path.name == "__init__.py", path
@@ -303,10 +323,9 @@ def test_kit_sources_are_python_3_9() -> None:
             if isinstance(node, ast.Import | ast.ImportFrom):
                 module = node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
                 top = (module or "").split(".")[0]
-                # google.cloud.storage only inside GcsStore's methods, imported lazily.
-                assert top in {"__future__", "spotjobs_kit", "google"} or top in _stdlib(), (path, module)
-                if top == "google":
-                    assert node.col_offset > 0, f"{path.name}: google imported at module level"
+                assert top in {"__future__", "spotjobs_kit"} | lazy or top in _stdlib(), (path, module)
+                if top in lazy:
+                    assert node.col_offset > 0, f"{path.name}: {top} imported at module level"
 
 
 def _stdlib() -> frozenset[str]:
@@ -333,3 +352,179 @@ def test_training_code_that_raises_reports_run_failed(tmp_path: Path) -> None:
     assert done.returncode == 1 and "RuntimeError" in done.stderr
     assert [r.event for r in records] == ["run_started", "run_failed"]
     assert records[-1].step == 12 and "a bug in the training code" in (records[-1].error or "")
+
+
+# Never un-commit; commit what a framework wrote; torn checkpoints; progress; SIGTERM ownership.
+
+
+def test_re_saving_a_committed_step_keeps_it_committed_whatever_happens_during_the_save(tmp_path: Path) -> None:
+    run, _ = start(tmp_path)
+    with run.checkpoint(5) as folder:
+        Path(folder, "weights").write_text("trained to step 5")
+    # The documented pattern right after a resume: SIGTERM, on_preemption(save) saves the resumed
+    # step again, and the VM is reclaimed halfway through that save.
+    resumed, out = start(tmp_path)
+    assert resumed.resume_step() == 5
+    with pytest.raises(SystemExit), resumed.checkpoint(5) as folder:
+        Path(folder, "weights").write_text("half")
+        raise SystemExit(143)
+    assert start(tmp_path)[0].resume_step() == 5
+    assert (tmp_path / "step-000005" / "weights").read_text() == "trained to step 5"
+    with resumed.checkpoint(5) as folder:  # a save that completes: a no-op that says so
+        Path(folder, "weights").write_text("again")
+    assert (tmp_path / "step-000005" / "weights").read_text() == "trained to step 5"
+    kept = [line for line in kit_lines(out) if line["event"] == "checkpoint_kept"]
+    assert [(k["step"], k["checkpoint"], k["reason"]) for k in kept] == [(5, "step-000005/", "already committed")]
+
+
+def test_a_folder_the_framework_wrote_is_committed_after_its_files(tmp_path: Path) -> None:
+    run, out = start(tmp_path, total_steps=40)
+    folder = tmp_path / "checkpoint-20"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"m" * 7)
+    assert not run.is_committed("checkpoint-20/")
+    assert run.commit("checkpoint-20", 20) is True
+    marker = json.loads((folder / KIT_MARKER).read_text())
+    assert marker["files"] == {"model.safetensors": 7} and marker["step"] == 20
+    assert run.is_committed("checkpoint-20/")
+    assert run.commit("checkpoint-20/", 20) is False  # once
+    lines = kit_lines(out)
+    assert lines[0]["event"] == "run_started" and lines[0]["total_steps"] == 40
+    assert [line["event"] for line in lines[1:]] == ["checkpoint_committed", "progress", "checkpoint_kept"]
+    assert lines[2]["total_steps"] == 40 and lines[2]["step"] == 20
+
+
+def test_a_torn_checkpoint_newer_than_the_resume_point_is_skipped_and_reported(tmp_path: Path) -> None:
+    run, _ = start(tmp_path)
+    with run.checkpoint(10) as folder:
+        Path(folder, "w").write_text("10")
+    (tmp_path / "step-000020").mkdir()
+    (tmp_path / "step-000020" / "w").write_text("half")  # no marker: the save was cut short
+    (tmp_path / "step-000005").mkdir()  # older and incomplete: not in the way, not reported
+    again, out = start(tmp_path)
+    assert again.resume_step() == 10 and [t.step for t in again.torn] == [20]
+    torn = [line for line in kit_lines(out) if line["event"] == "checkpoint_torn"]
+    assert [(t["step"], t["checkpoint"]) for t in torn] == [(20, "step-000020/")]
+    record = parse_kit_line(out.getvalue().splitlines()[-1])
+    assert record is not None and (record.event, record.step) == ("checkpoint_torn", 20)
+
+
+def test_progress_lines_are_at_most_one_a_minute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr("spotjobs_kit.run.time.monotonic", lambda: clock[0])
+    run, out = start(tmp_path, total_steps=100)
+    for step in range(1, 31):
+        clock[0] += 1.0  # a step a second
+        run.progress(step)
+    clock[0] += 31.0
+    run.progress(31)  # 61 s after the start: one line
+    clock[0] += 1.0
+    run.progress(32)
+    progress = [line for line in kit_lines(out) if line["event"] == "progress"]
+    assert [(p["step"], p["total_steps"]) for p in progress] == [(31, 100)]
+    assert progress[0]["steps_per_second"] == pytest.approx(31 / 61, abs=1e-3)
+    record = parse_kit_line(out.getvalue().splitlines()[-1])
+    assert record is not None and record.steps_per_second == pytest.approx(31 / 61, abs=1e-3)
+    assert record.total_steps == 100
+
+
+def test_sigterm_handlers_are_chained_and_reasserted(tmp_path: Path) -> None:
+    calls: list[str] = []
+    before = signal.signal(signal.SIGTERM, lambda s, f: calls.append("user's"))
+    try:
+        with Run.start(str(tmp_path), environ={}, stream=io.StringIO()) as run:
+            run.install_exit_hook = lambda: None  # type: ignore[method-assign]
+            framework = signal.signal(signal.SIGTERM, lambda s, f: calls.append("framework's"))
+            run.reassert_sigterm()  # the framework replaced the kit's without chaining it
+            assert signal.getsignal(signal.SIGTERM) == run._on_sigterm and callable(framework)
+            run.on_preemption(None, exit_code=None)
+            os.kill(os.getpid(), signal.SIGTERM)
+            assert run.preempted and calls == ["user's", "framework's"]
+            run.finish()  # this test's process must not exit 143
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+@pytest.mark.parametrize(
+    "ending",
+    [
+        "pass",
+        "raise SystemExit()",
+        "raise SystemExit(0)",
+        "run.exit_preempted()",
+        "run.close(); import sys; sys.exit(0)",
+    ],
+)
+def test_a_preempted_process_exits_143_whatever_the_training_code_does(tmp_path: Path, ending: str) -> None:
+    import subprocess
+    import sys
+
+    script = (
+        "import atexit, os, signal\n"
+        "from spotjobs_kit import Run\n"
+        "atexit.register(print, 'an earlier exit hook ran')\n"
+        "run = Run.start()\n"
+        "os.kill(os.getpid(), signal.SIGTERM)  # then the framework returns cleanly\n"
+        f"{ending}\n"
+    )
+    env = {"AIP_CHECKPOINT_DIR": str(tmp_path / "checkpoints"), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
+    events = [r.event for r in map(parse_kit_line, done.stdout.splitlines()) if r is not None]
+    assert events == ["run_started", "preempted"]
+    assert done.returncode == (0 if "close" in ending else 143), done.stderr
+    # The kit's own way out leaves the exit status to SystemExit: every exit hook still runs.
+    assert ("an earlier exit hook ran" in done.stdout) == (ending != "pass" and "SystemExit" not in ending)
+
+
+def test_a_finished_run_exits_as_it_likes_after_a_late_sigterm(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    script = (
+        "import os, signal\n"
+        "from spotjobs_kit import Run\n"
+        "run = Run.start()\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"
+        "run.finish(10)  # the training was done: its end is not a preemption\n"
+    )
+    env = {"AIP_CHECKPOINT_DIR": str(tmp_path / "checkpoints"), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_checkpoint_limit_retires_only_older_committed_checkpoints(tmp_path: Path) -> None:
+    from spotjobs_kit._integration import retire_old_checkpoints
+
+    run, _ = start(tmp_path)
+    for step in (10, 20):
+        with run.checkpoint(step) as folder:
+            Path(folder, "w").write_text(str(step))
+    (tmp_path / "step-000030").mkdir()  # torn: newer than every committed one
+    assert retire_old_checkpoints(run, 1, ours=lambda c: c.name.startswith("step-")) == ["step-000010/"]
+    assert sorted(p.name for p in tmp_path.glob("step-*")) == ["step-000020", "step-000030"]
+    assert retire_old_checkpoints(run, 1, ours=lambda c: True) == []  # the newest complete one stays
+    assert start(tmp_path)[0].resume_step() == 20
+
+
+def test_a_loop_saves_at_sigterm_and_exits_143_unless_it_was_the_last_step(tmp_path: Path) -> None:
+    import time
+
+    from spotjobs_kit._integration import LoopCheckpoints
+
+    class Saves(LoopCheckpoints):
+        def save(self, step: int, state: object) -> None:
+            with self.run.checkpoint(step) as folder:
+                Path(folder, "state").write_text(json.dumps(state))
+
+    run, out = start(tmp_path, total_steps=3)
+    loop = Saves(run, every=10)
+    loop.step_done(1, lambda: {"step": 1})
+    assert run.last_committed is None  # neither a tenth step nor a SIGTERM
+    run.preempted_at = time.monotonic()  # what the SIGTERM handler sets
+    with pytest.raises(SystemExit) as exited:
+        loop.step_done(2, lambda: {"step": 2})
+    assert exited.value.code == 143 and run.last_committed == (2, "step-000002/")
+    loop.step_done(3, lambda: {"step": 3})  # the last planned step: saved, and the run may finish
+    loop.finish(3)
+    assert run.finished and run.last_committed == (3, "step-000003/")
+    assert [line["event"] for line in kit_lines(out)][-1] == "run_finished"

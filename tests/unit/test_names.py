@@ -1,7 +1,7 @@
 """No two modules in `shared/` define the same public top-level name.
 
 A name then says what one thing is, wherever it is imported. The exception is the CLI's plug-in
-interface: every module of shared/cli/ defines `register(subparsers)` (shared/cli/__init__.py).
+interface: every module of spotjobs/cli/ defines `register(subparsers)` (spotjobs/cli/__init__.py).
 """
 
 from __future__ import annotations

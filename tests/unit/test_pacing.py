@@ -11,9 +11,9 @@ from google.api_core import exceptions as api
 
 from devstack.vertex.quotas import CRUD, SUBMISSIONS, quota_exceeded
 from shared.clock import iso
+from shared.ledger.records import Attempt, RequestRecord
 from shared.pacing import Waiting, generation_time, hold_for_quota, is_rate_limited, waiting_entry
-from shared.records import Attempt, RequestRecord
-from shared.request import MAX_PRIORITY, canonical_envelope, read_request
+from shared.requests.envelope import MAX_PRIORITY, canonical_envelope, read_request
 from tests.conftest import load_event
 
 NOW = datetime(2026, 12, 1, 15, 0, tzinfo=UTC)

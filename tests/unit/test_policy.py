@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from shared import policy
 from shared.errors import InvalidRequest
-from shared.job_policy import check_custom_job, check_labels
 from shared.log import Logger
-from shared.policy import check_policy, validate_request, warn_if_images_unrestricted
-from shared.request import read_request
+from shared.requests import policy
+from shared.requests.envelope import read_request
+from shared.requests.job_policy import check_custom_job, check_labels
+from shared.requests.policy import check_policy, validate_request, warn_if_images_unrestricted
 from shared.settings import Settings
 from tests.conftest import load_event
 

@@ -13,9 +13,9 @@ import pytest
 
 from shared.errors import ConfigurationError, InvalidRequest
 from shared.image_ref import BadReference, parse_image, parse_prefix
-from shared.job_policy import resource_allowed
-from shared.policy import describe_policy, validate_request
-from shared.request import REQUEUE_ATTRIBUTES
+from shared.requests.envelope import REQUEUE_ATTRIBUTES
+from shared.requests.job_policy import resource_allowed
+from shared.requests.policy import describe_policy, validate_request
 from shared.settings import Settings
 from tests.conftest import EVENTS_DIR, load_event
 
@@ -164,6 +164,7 @@ HOSTILE: list[tuple[str, Callable[[dict[str, Any]], Any], str]] = [
             "GOOGLE_APPLICATION_CREDENTIALS",
             "LD_PRELOAD",
             "PYTHONPATH",
+            "SPOTJOBS_COMMIT_MARKERS",  # the deployment's list: the kit must judge with the pruner's
             "A=B",
         )
     ],

@@ -9,18 +9,20 @@ from datetime import timedelta
 
 import pytest
 from google.api_core.exceptions import Forbidden, ServiceUnavailable
-from spotjobs_kit.layout import Checkpoint, Kind, ListedObject
+from spotjobs_kit.layout import Checkpoint, Evidence, Kind, ListedObject
 
-from shared.cli.prune import print_prune_result
+from shared.ledger.records import RequestRecord
+from shared.ledger.states import RequestStatus
 from shared.log import Logger
 from shared.pruning.execute import prune_requests, run_tasks
 from shared.pruning.folders import OutOfScope
 from shared.pruning.report import PruneResult, RequestReport, log_report, report_alert
-from shared.pruning.retention import Lifecycle, contents_needed, judge_checkpoints
+from shared.pruning.retention import NEWEST_KEPT_WITHOUT_COMPLETE, Lifecycle, contents_needed, judge_checkpoints
 from shared.pruning.runner import parse_maintenance_task
-from shared.records import RequestRecord
-from shared.states import RequestStatus
-from tests.unit.test_prune_support import (
+from spotjobs.cli.prune import print_prune_result
+from tests.support.framework_layouts import hf_trainer, write_save
+from tests.support.prune_store import (
+    HOUR,
     LAYOUT,
     NOW,
     MemoryStore,
@@ -28,44 +30,12 @@ from tests.unit.test_prune_support import (
     folder,
     policy,
     prefix_checkpoint,
+    record,
+    run_prune,
+    surviving,
     tf_checkpoint,
     tf_index,
 )
-
-HOUR = timedelta(hours=1)
-
-
-def record(
-    status: str = RequestStatus.RUNNING, *, finished_ago: timedelta | None = None, keep_last: object = None
-) -> RequestRecord:
-    request: dict = {}
-    if keep_last is not None:
-        request["checkpoints"] = {"keep_last": keep_last}
-    rec = RequestRecord("r1", request, "gs://ckpt-bucket/requests/r1/", status=status)
-    if finished_ago is not None:
-        rec.finished_at = (NOW - finished_ago).isoformat().replace("+00:00", "Z")
-    return rec
-
-
-def run_prune(
-    store: MemoryStore, records: dict[str, RequestRecord] | None = None, *, dry_run: bool = False, **overrides: object
-) -> PruneResult:
-    records = records or {}
-    return prune_requests(
-        store,
-        store.list_request_ids(LAYOUT.root),
-        read_record=records.get,
-        layout=LAYOUT,
-        policy=policy(**overrides),
-        workers=4,
-        dry_run=dry_run,
-        now=NOW,
-    )
-
-
-def surviving(store: MemoryStore, request_id: str = "r1") -> set[str]:
-    base = folder(request_id)
-    return {n[len(base) :].split("/", 1)[0] for n in store.names() if n.startswith(base)}
 
 
 def ckpt(step: int, complete: bool = True, *, age: timedelta = 2 * HOUR, kind: str = Kind.PREFIX) -> Checkpoint:
@@ -484,10 +454,52 @@ def test_the_prune_function_imports_neither_vertex_nor_pubsub() -> None:
     import sys
 
     code = (
-        "import sys, functions.prune, shared.pruning.runner, shared.cli.prune\n"
+        "import sys, functions.prune, shared.pruning.runner, spotjobs.cli.prune\n"
         "heavy = [m for m in sys.modules if m.startswith(('google.cloud.aiplatform',"
         " 'google.cloud.pubsub', 'google.cloud.storage'))]\n"
         "assert not heavy, heavy\n"
     )
     completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert completed.returncode == 0, completed.stderr
+
+
+# Framework checkpoints without the kit's marker, and files that are not checkpoints.
+
+
+@pytest.mark.parametrize("keep_final", [True, False])
+def test_an_expired_request_with_nothing_complete_keeps_its_newest_checkpoint(keep_final: bool) -> None:
+    store = MemoryStore()
+    prefix_checkpoint(store, "r1", "step-000100/", marker=None, at=NOW - 9 * 24 * HOUR)
+    prefix_checkpoint(store, "r1", "step-000200/", marker=None, at=NOW - 9 * 24 * HOUR)
+    file_checkpoint(store, "r1", "notes-step-300.txt", at=NOW - 9 * 24 * HOUR)  # not a checkpoint
+    records = {"r1": record(RequestStatus.FAILED, finished_ago=8 * 24 * HOUR)}
+    [report] = run_prune(store, records, keep_final_checkpoint=keep_final).reports
+    assert surviving(store) == ({"step-000200"} if keep_final else set()) | {"notes-step-300.txt"}
+    kept = [k for k in report.kept if k["step"] is not None]
+    stream = io.StringIO()
+    log_report(Logger(stream=stream, min_severity="DEBUG"), report)
+    [line] = map(json.loads, stream.getvalue().splitlines())
+    if keep_final:
+        assert kept == [
+            {
+                "checkpoint": "step-000200/",
+                "step": 200,
+                "complete": False,
+                "evidence": Evidence.NO_MARKER,
+                "reason": NEWEST_KEPT_WITHOUT_COMPLETE,
+            }
+        ]
+        assert line["kept_without_complete"] == kept and line["deleted"] == ["step-000100/"]
+    else:
+        assert kept == [] and "kept_without_complete" not in line
+
+
+def test_a_hugging_face_checkpoint_loses_trainer_state_first() -> None:
+    store = MemoryStore()
+    for step in (100, 200, 300):
+        write_save(store, "r1", hf_trainer(step), at=NOW - 3 * HOUR)
+    order: list[str] = []
+    store.before_delete = lambda obj: order.append(obj.name[len(folder("r1")) :])
+    run_prune(store, keep_last=2)
+    assert order[0] == "checkpoint-100/trainer_state.json" and len(order) == len(hf_trainer(100).writes)
+    assert surviving(store) == {"checkpoint-200", "checkpoint-300"}

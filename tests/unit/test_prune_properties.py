@@ -1,42 +1,22 @@
 """Properties of pruning over generated layouts: the newest complete checkpoint of every request
-that is not past its retention survives, and nothing outside a request's checkpoints folder (nor
+that is not past its retention survives (past it, with keep_final_checkpoint, the final one, or
+the newest of all when none is complete), and nothing outside a request's checkpoints folder (nor
 anything without a step number in it) is ever deleted."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from shared.ledger.records import RequestRecord
+from shared.ledger.states import TERMINAL_STATUSES, RequestStatus
 from shared.pruning.execute import prune_requests
 from shared.pruning.retention import Lifecycle
-from shared.records import RequestRecord
-from shared.states import TERMINAL_STATUSES, RequestStatus
-from tests.unit.test_prune_support import LAYOUT, NOW, MemoryStore, folder, policy
+from tests.support.checkpoint_specs import Spec, checkpoint_specs, write
+from tests.support.prune_store import LAYOUT, NOW, MemoryStore, folder, policy
 
-KINDS = ("prefix", "file", "tensorflow")
-MARKERS = ("commit_success.txt", ".metadata", "COMMITTED")
-
-
-@dataclass(frozen=True)
-class Spec:
-    kind: str
-    step: int
-    complete: bool
-    minutes_old: int
-    marker: str
-
-
-checkpoint_specs = st.builds(
-    Spec,
-    kind=st.sampled_from(KINDS),
-    step=st.integers(0, 40),
-    complete=st.booleans(),
-    minutes_old=st.integers(0, 60 * 24 * 10),
-    marker=st.sampled_from(MARKERS),
-)
 statuses = st.sampled_from(
     [
         None,
@@ -76,26 +56,6 @@ UNMANAGED = (
 )
 
 
-def write(store: MemoryStore, rid: str, index: int, spec: Spec) -> tuple[str, list[str]]:
-    """Write one checkpoint; returns its unit name and object names."""
-    at = NOW - timedelta(minutes=spec.minutes_old)
-    base = folder(rid)
-    if spec.kind == "prefix":
-        unit = f"step-{spec.step:06d}-{index}/"
-        names = [f"{base}{unit}shard-{i}" for i in range(2)]
-        if spec.complete:
-            names.append(f"{base}{unit}{spec.marker}")
-    elif spec.kind == "file":
-        unit = f"model{index}-step{spec.step}"
-        names = [f"{base}{unit}.pt"]
-    else:
-        unit = f"ckpt{index}_step-{spec.step}"
-        names = [f"{base}{unit}.data-00000-of-00001"] + ([f"{base}{unit}.index"] if spec.complete else [])
-    for name in names:
-        store.put(name, at=at)
-    return unit, names
-
-
 def effective_complete(spec: Spec) -> bool:
     return spec.complete or spec.kind == "file"  # a file checkpoint is complete once it exists
 
@@ -115,12 +75,15 @@ def test_newest_complete_survives_and_nothing_outside_is_touched(layout, keep_fi
             protected.add(store.put(folder(rid) + name).name)
         tf_stems = []
         complete_units: list[tuple[tuple[int, datetime], list[str]]] = []
+        every_unit: list[tuple[tuple[int, datetime], list[str]]] = []
         for i, spec in enumerate(specs):
             unit, names = write(store, rid, i, spec)
             if spec.kind == "tensorflow" and spec.complete:
                 tf_stems.append(unit)
+            key = (spec.step, NOW - timedelta(minutes=spec.minutes_old))
+            every_unit.append((key, names))
             if effective_complete(spec):
-                complete_units.append(((spec.step, NOW - timedelta(minutes=spec.minutes_old)), names))
+                complete_units.append((key, names))
         store.texts[folder(rid) + "checkpoint"] = "".join(f'all_model_checkpoint_paths: "{s}"\n' for s in tf_stems)
         if status is not None:
             record = RequestRecord(rid, {"checkpoints": {"keep_last": keep_last}} if keep_last is not None else {}, "")
@@ -132,6 +95,10 @@ def test_newest_complete_survives_and_nothing_outside_is_touched(layout, keep_fi
         if complete_units and (lifecycle != Lifecycle.RETENTION_EXPIRED or keep_final):
             best = max(key for key, _ in complete_units)
             newest_complete[rid] = [names for key, names in complete_units if key == best]
+        elif every_unit and lifecycle == Lifecycle.RETENTION_EXPIRED and keep_final:
+            # Nothing complete: the newest checkpoint is kept, complete or not.
+            best = max(key for key, _ in every_unit)
+            newest_complete[rid] = [names for key, names in every_unit if key == best]
 
     before = store.names()
     result = prune_requests(

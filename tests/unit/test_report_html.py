@@ -1,4 +1,4 @@
-"""The HTML report (shared/report_html.py): a known scenario's timeline and totals, checked in the
+"""The HTML report (spotjobs/reporting/html.py): a known scenario's timeline and totals, checked in the
 page as a real browser (Chromium, headless) parses and lays it out, with no console messages."""
 
 from __future__ import annotations
@@ -7,9 +7,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from shared.report_html import render_report
-from shared.report_views import build_views, totals
-from tests.browser import render
+from spotjobs.reporting.html import render_report
+from spotjobs.reporting.views import build_views, totals
+from tests.support.browser import render
+from tests.support.report_html import marks, section
 
 MACHINE = {"machineType": "a2-highgpu-1g", "acceleratorType": "NVIDIA_TESLA_A100", "acceleratorCount": 1}
 
@@ -142,17 +143,6 @@ def scenario() -> dict[str, Any]:
         "checkpoints": checkpoints,
         "written": written,
     }
-
-
-def marks(dom: str, mark: str, **attributes: str) -> list[str]:
-    found = re.findall(rf'<[a-z]+ [^>]*data-mark="{mark}"[^>]*>', dom)
-    return [tag for tag in found if all(f'data-{k}="{v}"' in tag for k, v in attributes.items())]
-
-
-def section(dom: str, request_id: str) -> str:
-    start = dom.index(f'data-request-id="{request_id}"')
-    end = dom.find('<section class="request"', start)
-    return dom[start : end if end != -1 else len(dom)]
 
 
 def test_totals_of_the_known_scenario() -> None:

@@ -12,8 +12,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from shared.errors import InvalidRequest
-from shared.policy import validate_request
-from shared.request import (
+from shared.requests.envelope import (
     REQUEUE_ATTRIBUTES,
     JobRequest,
     canonical_envelope,
@@ -21,6 +20,7 @@ from shared.request import (
     is_valid_request_id,
     read_request,
 )
+from shared.requests.policy import validate_request
 from shared.settings import Settings
 from tests.conftest import load_event
 
@@ -68,15 +68,24 @@ def test_a_bare_body_with_a_bad_request_id_attribute_is_rejected() -> None:
     assert len(violations) == 1 and violations[0].startswith("attributes.request_id: is 'Nightly 42'")
 
 
-def test_a_bare_body_without_an_id_is_named_by_its_content_and_minute_never_its_message() -> None:
+def test_a_bare_body_without_an_id_is_named_by_its_content_and_moment_never_its_message() -> None:
     body = docs_body()
-    same_minute, _ = read(body, published_at=PUBLISHED.replace(second=5))
-    retried, _ = read(body, published_at=PUBLISHED.replace(second=59))
-    next_minute, _ = read(body, published_at=PUBLISHED.replace(minute=6))
+    first, _ = read(body, published_at=PUBLISHED.replace(second=5))
+    again, _ = read(body, published_at=PUBLISHED.replace(second=5))
     other = {**body, "displayName": "another"}
-    assert same_minute.request_id == retried.request_id != next_minute.request_id
-    assert read(other)[0].request_id != same_minute.request_id
-    assert is_valid_request_id(same_minute.request_id) and same_minute.request_id.endswith("-202611302105")
+    assert first.request_id == again.request_id  # the window opening at its moment
+    assert first.moment == PUBLISHED.replace(second=5) and first.content_digest == again.content_digest
+    assert read(other)[0].content_digest != first.content_digest
+    assert is_valid_request_id(first.request_id) and first.request_id.endswith("-20261130210505")
+    # Which window a later publish joins is the dedupe store's (tests/unit/test_dedupe.py).
+    named, _ = read(body, request_id="nightly-42")
+    assert named.content_digest is None  # an explicit id always wins
+
+
+def test_a_redriven_bare_body_is_named_by_its_original_publish_time() -> None:
+    original = "2026-11-30T21:05:05.250Z"
+    redriven, _ = read(docs_body(), published_at=PUBLISHED.replace(hour=23), spotjobs_original_publish_time=original)
+    assert redriven.moment == datetime(2026, 11, 30, 21, 5, 5, 250000, tzinfo=UTC)
 
 
 def test_a_scheduler_double_fire_is_one_request_by_its_schedule_time() -> None:
@@ -84,8 +93,8 @@ def test_a_scheduler_double_fire_is_one_request_by_its_schedule_time() -> None:
     fire = "2026-11-30T02:00:00Z"  # the scheduled time, whatever minute each copy was published
     first, _ = read(body, published_at=PUBLISHED, schedule_time=fire)
     second, _ = read(body, published_at=PUBLISHED.replace(minute=7), schedule_time=fire)
-    assert first.request_id == second.request_id
-    assert first.request_id.endswith("-202611300200")
+    assert first.request_id == second.request_id and first.moment == second.moment
+    assert first.request_id.endswith("-20261130020000")
     _, violations = read(body, schedule_time="yesterday")
     assert violations == ["attributes.schedule_time: is not an RFC 3339 time"]
 

@@ -9,22 +9,15 @@ from typing import Any
 
 import pytest
 
-from shared.attempts import plan_attempt
-from shared.claims import ClaimInProgress, claim_attempt, fail_attempt, record_job, release_claim
+from shared.adapters.vertex import build_job_json, label_filter, may_have_created, to_custom_job, to_job_json
 from shared.errors import InvalidRequest
-from shared.records import Attempt, RequestRecord, Requeue
-from shared.request import canonical_envelope, read_request
-from shared.states import RequestStatus
-from shared.vertex import (
-    JobState,
-    build_job_json,
-    is_terminal,
-    label_filter,
-    may_have_created,
-    state_name,
-    to_custom_job,
-    to_job_json,
-)
+from shared.jobs import JobState, is_terminal, state_name
+from shared.ledger.claims import ClaimInProgress, claim_attempt, fail_attempt, record_job, release_claim
+from shared.ledger.records import Attempt, RequestRecord, Requeue
+from shared.ledger.states import RequestStatus
+from shared.requests.attempts import plan_attempt
+from shared.requests.envelope import canonical_envelope, read_request
+from shared.settings import Settings
 from tests.conftest import load_event
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
@@ -311,6 +304,7 @@ def test_the_job_is_the_request_plus_spot_labels_output_dir_and_service_account(
         strategy="SPOT",
         output_dir=OUTPUT_DIR,
         deployment="prod",
+        commit_markers=("COMMITTED", "done.txt"),
         service_account="trainer@p.iam.gserviceaccount.com",
     )
     assert job["labels"] == {
@@ -326,6 +320,7 @@ def test_the_job_is_the_request_plus_spot_labels_output_dir_and_service_account(
     assert pool["containerSpec"]["env"] == [
         {"name": "SPOTJOBS_REQUEST_ID", "value": "r1"},
         {"name": "SPOTJOBS_ATTEMPT", "value": "2"},
+        {"name": "SPOTJOBS_COMMIT_MARKERS", "value": "COMMITTED,done.txt"},
     ]
     del pool["containerSpec"]["env"]
     assert job["jobSpec"]["workerPoolSpecs"] == user_job["jobSpec"]["workerPoolSpecs"]
@@ -345,6 +340,7 @@ def test_a_job_without_display_name_or_scheduling_gets_them_and_keeps_its_own_ac
         strategy="STANDARD",
         output_dir=OUTPUT_DIR,
         deployment="d",
+        commit_markers=Settings.commit_markers,
         service_account="d@p",
     )
     assert job["displayName"] == "r1-a3"
@@ -362,6 +358,7 @@ def test_the_canonical_envelope_builds_the_same_job_as_the_message() -> None:
         strategy="SPOT",
         output_dir=OUTPUT_DIR,
         deployment="d",
+        commit_markers=Settings.commit_markers,
     )
     pool = to_custom_job(job).job_spec.worker_pool_specs[0]
     assert pool.replica_count == 2 and pool.machine_spec.accelerator_count == 8

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from shared.records import Attempt, RequestRecord
-from shared.states import (
+from shared.ledger.records import Attempt, RequestRecord
+from shared.ledger.states import (
     REQUEST_TRANSITIONS,
     TERMINAL_STATUSES,
     AttemptOutcome,

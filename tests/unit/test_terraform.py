@@ -19,7 +19,7 @@ import pytest
 
 from shared.settings import Settings
 from shared.topology import TOPOLOGY, TOPOLOGY_FILE
-from tests.unit.test_terraform_hcl import (
+from tests.support.terraform import (
     TERRAFORM_DIR,
     build_config,
     entry_points,
@@ -459,7 +459,7 @@ def test_function_access_is_least_privilege() -> None:
     for fn in ("submit_job", "on_job_event", "reconcile"):
         assert access[fn]["state_prefix"] is None
     # The only object prune_checkpoints writes in the state bucket is its cursor.
-    from shared.ledger import cursor_path
+    from shared.ledger.store import cursor_path
     from shared.pruning.runner import PRUNE_TASK
 
     assert cursor_path(PRUNE_TASK).startswith(prune["state_prefix"])

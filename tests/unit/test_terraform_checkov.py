@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from tests.unit.test_terraform_hcl import REPO_ROOT, TERRAFORM_DIR
+from tests.support.terraform import REPO_ROOT, TERRAFORM_DIR
 
 CHECKOV = REPO_ROOT / ".venv-tools" / "bin" / "checkov"
 INSTALL = "python3 -m venv .venv-tools && .venv-tools/bin/pip install checkov"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from tests.unit.test_terraform_hcl import module_config
+from tests.support.terraform import module_config
 
 # Built-in metrics the dashboard may chart, with the aligners valid for their kind, from Google's
 # metrics list (https://cloud.google.com/monitoring/api/metrics_gcp_p_z): Cloud Run, which runs

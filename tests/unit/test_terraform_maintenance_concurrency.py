@@ -3,7 +3,7 @@ concurrency above 1 comes with the vCPU it needs."""
 
 from __future__ import annotations
 
-from tests.unit.test_terraform_hcl import module_config
+from tests.support.terraform import module_config
 
 
 def test_reconcile_and_prune_serve_a_second_request_during_a_run() -> None:

@@ -14,7 +14,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from tests.unit.test_terraform_hcl import REPO_ROOT, module_config
+from tests.support.terraform import REPO_ROOT, module_config
 from tools import lock_requirements
 
 PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;#]+)$")

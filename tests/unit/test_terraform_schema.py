@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.test_terraform_hcl import TERRAFORM_DIR, parse, tf_files, unquote
+from tests.support.terraform import TERRAFORM_DIR, parse, tf_files, unquote
 from tools import provider_schemas
 
 META_ARGUMENTS = {"count", "for_each", "depends_on", "provider", "lifecycle", "provisioner", "connection"}

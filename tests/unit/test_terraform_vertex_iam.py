@@ -3,7 +3,7 @@
 Grep-level and deliberately simple: for each entry point Terraform deploys, follow the imports of
 its module through the repository's own packages (functions/, shared/), collect the Vertex AI
 JobService methods called there (`client.cancel_custom_job(...)`) or reached through the helpers
-of shared/vertex.py the modules import (`from shared.vertex import cancel_job`), and require the
+of shared/adapters/vertex.py the modules import (`from shared.adapters.vertex import cancel_job`), and require the
 custom role terraform/iam.tf gives that function to hold the matching permission. It would have
 caught submit_job's `_cancel_unrecorded` calling cancel_custom_job under a create/get/list role.
 
@@ -17,10 +17,10 @@ import ast
 from functools import cache
 from pathlib import Path
 
-from tests.unit.test_terraform_hcl import REPO_ROOT, entry_points, module_config
+from tests.support.terraform import REPO_ROOT, entry_points, module_config
 
 PACKAGES = ("functions", "shared")
-VERTEX_HELPERS = "shared.vertex"
+VERTEX_HELPERS = "shared.adapters.vertex"
 
 # JobService method -> the IAM permission Google's REST reference says it requires, e.g.
 # https://cloud.google.com/vertex-ai/docs/reference/rest/v1/projects.locations.customJobs/cancel
@@ -51,7 +51,7 @@ def _tree(module: str) -> ast.Module:
 
 
 def _imports(module: str) -> tuple[set[str], set[str]]:
-    """(repository modules `module` imports anywhere in its body, names it imports from shared.vertex)."""
+    """(repository modules `module` imports anywhere in its body, names it imports from shared.adapters.vertex)."""
     modules: set[str] = set()
     helpers: set[str] = set()
     for node in ast.walk(_tree(module)):
@@ -79,7 +79,7 @@ def _method_calls(node: ast.AST) -> set[str]:
 
 @cache
 def helper_methods() -> dict[str, frozenset[str]]:
-    """shared.vertex function -> the JobService methods it calls, directly or through its siblings."""
+    """shared.adapters.vertex function -> the JobService methods it calls, directly or through its siblings."""
     functions = {n.name: n for n in _tree(VERTEX_HELPERS).body if isinstance(n, ast.FunctionDef)}
     direct = {name: _method_calls(fn) for name, fn in functions.items()}
     calls = {
@@ -143,9 +143,7 @@ def test_the_call_table_sees_what_the_code_does() -> None:
     """Guards the grep itself: the calls the issue is about are found where they are."""
     assert helper_methods()["cancel_job"] == {"cancel_custom_job"}
     assert helper_methods()["find_attempt_job"] == {"list_custom_jobs"}
-    assert {"create_custom_job", "cancel_custom_job", "list_custom_jobs", "get_custom_job"} <= vertex_methods(
-        "submit_job"
-    )
+    assert {"create_custom_job", "cancel_custom_job", "list_custom_jobs"} <= vertex_methods("submit_job")
     assert "get_custom_job" in vertex_methods("on_job_event")
     assert {"list_custom_jobs", "get_custom_job"} <= vertex_methods("reconcile")
     assert vertex_methods("prune_checkpoints") == set()

@@ -6,12 +6,16 @@ from typing import Any
 
 import pytest
 
-from devstack.vertex.preemption import PreemptionPlanner, parse_plan
+from devstack.vertex.preemption import PlannedPreemption, PreemptionPlanner, parse_plan
 
 
 def delays(planner: PreemptionPlanner, sequence: int, labels: dict[str, str], starts: int) -> list[Any]:
     state = planner.new_job_state(sequence)
-    return [planner.next_delay(state, labels) for _ in range(starts)]
+    return [seconds(planner.next_preemption(state, labels)) for _ in range(starts)]
+
+
+def seconds(planned: PlannedPreemption | None) -> float | None:
+    return None if planned is None else planned.after_seconds
 
 
 def test_a_plan_preempts_each_matching_job_once_per_entry_then_never() -> None:
@@ -27,11 +31,21 @@ def test_a_plan_preempts_each_matching_job_once_per_entry_then_never() -> None:
 def test_the_newest_matching_plan_wins_and_binds_at_the_next_start() -> None:
     planner = PreemptionPlanner()
     state = planner.new_job_state(1)
-    assert planner.next_delay(state, {"a": "b"}) is None  # no plan yet, no rate
+    assert planner.next_preemption(state, {"a": "b"}) is None  # no plan yet, no rate
     planner.add_plan({"labels": {}, "delays": [9]})
     planner.add_plan({"labels": {"a": "b"}, "delays": [0.5, 2]})
 
-    assert [planner.next_delay(state, {"a": "b"}) for _ in range(3)] == [0.5, 2.0, None]
+    assert [seconds(planner.next_preemption(state, {"a": "b"})) for _ in range(3)] == [0.5, 2.0, None]
+
+
+def test_a_plan_keyed_to_progress_preempts_each_start_after_its_kth_checkpoint() -> None:
+    planner = PreemptionPlanner()
+    plan = planner.add_plan({"labels": {"a": "b"}, "preemptions": 2, "after_checkpoints": 2})
+    state = planner.new_job_state(1)
+
+    starts = [planner.next_preemption(state, {"a": "b"}) for _ in range(3)]
+    assert starts == [PlannedPreemption(after_checkpoints=2), PlannedPreemption(after_checkpoints=2), None]
+    assert plan.to_json() == {"id": plan.plan_id, "labels": {"a": "b"}, "preemptions": 2, "after_checkpoints": 2}
 
 
 def test_the_random_rate_is_reproducible_per_seed_and_job() -> None:
@@ -62,8 +76,18 @@ def test_the_random_rate_averages_to_its_mean() -> None:
         ({"labels": {}, "delays": []}, "1 to 100"),
         ({"labels": {}, "delays": [1], "preemptions": 1}, "not both"),
         ({"labels": {}, "delays": [1], "after": 1}, "unknown field"),
+        ({"labels": {}, "delays": [1], "exit_zero_succeeds": "yes"}, "true or false"),
+        ({"labels": {}, "preemptions": 2, "after_checkpoints": 0}, "after_checkpoints must be a positive"),
+        ({"labels": {}, "preemptions": 2, "after_checkpoints": 1, "after_seconds": 1}, "not both"),
+        ({"labels": {}, "after_checkpoints": 1}, "positive integer"),
     ],
 )
 def test_malformed_plans_are_refused_with_a_reason(body: Any, complaint: str) -> None:
     with pytest.raises(ValueError, match=complaint):
         parse_plan("plan-1", body)
+
+
+def test_exit_zero_succeeds_is_opt_in_and_shown() -> None:
+    assert not parse_plan("plan-1", {"labels": {}, "delays": [1]}).exit_zero_succeeds
+    plan = parse_plan("plan-2", {"labels": {}, "delays": [1], "exit_zero_succeeds": True})
+    assert plan.exit_zero_succeeds and plan.to_json()["exit_zero_succeeds"] is True

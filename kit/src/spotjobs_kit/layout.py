@@ -1,23 +1,44 @@
 """The checkpoint layout rules: what a checkpoint is, its step, whether it is complete, and their order.
 
-One definition for the whole code base: the pruner (shared/prune.py, through shared/checkpoints.py)
-and the trainer kit (spotjobs_kit.Run) both judge checkpoints with these functions, so a trainer
-resumes from exactly the checkpoint the pruner never deletes. Python 3.9+, standard library only.
+One definition for the whole code base: the pruner (shared/pruning/) and the trainer kit
+(spotjobs_kit.Run and its framework integrations) both judge checkpoints with these functions, so
+a trainer resumes from exactly the checkpoint the pruner never deletes. That is why the rules of
+every framework live in this one module. Python 3.9+, standard library only.
 
 A request's checkpoints live under `<output dir>checkpoints/`. A checkpoint is one direct child of
-that folder, found by listing it with delimiter "/", never by listing every shard:
+that folder, found by listing it with delimiter "/", never by listing every shard. The rules
+below follow what each framework writes (checked against its source and real saves: transformers
+5.24, DeepSpeed's engine, Lightning 2.6, torch 2.13 DCP, orbax-checkpoint 0.12, Keras 3.15):
 
-- a prefix (`step-000400/...`): complete when one of the configured commit markers
-  (DEFAULT_COMMIT_MARKERS, overridable by SPOTJOBS_COMMIT_MARKERS: Orbax `commit_success.txt`, torch.distributed.checkpoint `.metadata`,
-  TensorFlow `checkpoint`, the demo trainer's `COMMITTED`) exists directly under it. Markers are
-  found with targeted existence checks, trying first the marker that matched last, so a request
-  written by one framework costs one check per checkpoint.
-- the files sharing one stem (`ckpt-000400.pt`; TensorFlow's `ckpt-5.index` with
-  `ckpt-5.data-00000-of-00001`): complete once they exist, except TensorFlow stems (a `.index` or
-  `.data-*` file), which are complete when the folder's `checkpoint` index file names the stem in
-  `model_checkpoint_path` or `all_model_checkpoint_paths`, its `.index` exists and every data shard
-  `0..N-1` of its `-of-N` count exists. TensorFlow writes the index file last, so a stem it does
-  not name is still being written or was abandoned.
+- a prefix (`step-000400/...`) is complete when one of the configured commit markers
+  (DEFAULT_COMMIT_MARKERS, overridable by SPOTJOBS_COMMIT_MARKERS: Orbax `commit_success.txt`,
+  torch.distributed.checkpoint `.metadata`, TensorFlow `checkpoint`, the kit's `COMMITTED`) exists
+  directly under it; markers are found with targeted existence checks, trying first the marker
+  that matched last, so a request written by one framework costs one check per checkpoint.
+  Without a marker, a framework's own completion evidence counts:
+  - Hugging Face Trainer `checkpoint-N/`: `trainer_state.json` (the Trainer writes it last) and the
+    model files it follows (`model.safetensors`/`pytorch_model.bin`/a PEFT adapter, every shard
+    of a `-0000k-of-0000N` set, or DeepSpeed's `latest` with a `global_step*/` folder, or FSDP's
+    `pytorch_model_fsdp_*/`), and with several processes' `rng_state_K.pth`, every K from 0 up;
+    judged from one delimiter listing of the folder;
+  - DeepSpeed `global_stepN/`: named by the `latest` file beside it (DeepSpeed writes the tag
+    there after every rank saved);
+  - Orbax: a `N.orbax-checkpoint-tmp` folder (`-<timestamp>` in older releases) is never complete
+    (Orbax itself treats it as unfinished; 0.12 writes `commit_success.txt` into it just before
+    the rename); a finalised folder without `commit_success.txt` (an older Orbax's rename) is
+    complete when its `_CHECKPOINT_METADATA` carries `commit_timestamp_nsecs`, set at finalisation
+    after every write finished.
+- the files sharing one stem with a checkpoint extension (CHECKPOINT_EXTENSIONS: `ckpt-000400.pt`,
+  Lightning's `epoch=3-step=1000.ckpt`, Keras' `ckpt-0002.keras`/`ckpt-2.weights.h5`) are complete
+  once they exist: a GCS object (through the FUSE mount too) is listed only once its upload
+  finished, and Lightning writes local files through a temporary file (Keras writes local files
+  in place: on a local disk a file cut by SIGKILL looks whole, so the kit's Keras integration
+  saves into a marked folder instead); TensorFlow
+  stems (`ckpt-5.index` with `ckpt-5.data-00000-of-00001`) are complete when the folder's
+  `checkpoint` index file names the stem in `model_checkpoint_path` or
+  `all_model_checkpoint_paths`, its `.index` exists and every data shard `0..N-1` of its `-of-N`
+  count exists (TensorFlow writes the index file last). A file with any other extension is never a
+  checkpoint, whatever its name: metrics and logs (`eval_step_1100.json`, `train-step-5.log`).
 
 Checkpoints are ordered by the step number in their name, then by update time. A step number is
 recognised in these forms only (case-insensitive, the word not inside a longer word, the number
@@ -30,9 +51,10 @@ not followed by a letter or digit, an optional `-`, `_`, `.` or `=` between them
 - a directory named by a number alone (Orbax's `400/`). A file named by a bare number is not a
   checkpoint: a date-named log would otherwise look like the newest one.
 
-Any other child (TensorFlow's `checkpoint` index, a README, `best/`, `vocab_32000.txt`,
-`run-20240105-1200.log`) belongs to no one step: it is never deleted, and never counted as a
-checkpoint.
+Any other child (TensorFlow's `checkpoint` index, DeepSpeed's `latest`, a README, `best/`, Lightning's
+`last.ckpt`, a Keras BackupAndRestore folder (`latest.weights.h5` and `training_metadata.json`,
+overwritten in place), `vocab_32000.txt`, `eval_step_1100.json`) belongs to no one step: it is never
+deleted, and never counted as a checkpoint.
 
 The functions over listings are pure; `discover` does the little I/O through a `ListingStore`
 (the pruner's GCS store, or one of the kit's storage backends). Names given to and returned by a
@@ -42,6 +64,7 @@ the kit's are relative to the checkpoint directory (`step-000400/`, prefix "").
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -54,11 +77,16 @@ DEFAULT_COMMIT_MARKERS = ("commit_success.txt", ".metadata", "checkpoint", "COMM
 KIT_MARKER = "COMMITTED"
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 TF_INDEX_FILE = "checkpoint"
+# The extensions of a file that is a checkpoint on its own (TensorFlow's stems aside).
+CHECKPOINT_EXTENSIONS = (".pt", ".pth", ".ckpt", ".safetensors", ".bin", ".h5", ".keras", ".msgpack", ".npz")
+HF_TRAINER_STATE = "trainer_state.json"
+DEEPSPEED_LATEST = "latest"
+ORBAX_METADATA = "_CHECKPOINT_METADATA"
 
 _TF_SUFFIX = re.compile(r"\.(?:index|meta|data-\d+-of-\d+)$")
 _TF_DATA = re.compile(r"\.data-(\d+)-of-(\d+)$")
 _PLAIN_EXTENSION = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,11}$")
-_ORBAX_TMP = re.compile(r"\.orbax-checkpoint-tmp-\d+$")
+_ORBAX_TMP = re.compile(r"\.orbax-checkpoint-tmp(?:-\d+)?$")
 # "<word><separator?><number>", the word not the tail of a longer one, the number not the head of
 # a longer token (`checkpoint_3b` names a size, not a step).
 _WORD_NUMBER = r"(?<![A-Za-z])(?:{words})[-_.=]?(\d+)(?![A-Za-z0-9])"
@@ -68,6 +96,11 @@ _BARE_NUMBER = re.compile(r"\d+")
 _TF_INDEX_ENTRY = re.compile(
     r'^\s*(?:model_checkpoint_path|all_model_checkpoint_paths)\s*:\s*"((?:[^"\\]|\\.)*)"', re.M
 )
+_HF_NAME = re.compile(r"checkpoint-\d+/")
+_DEEPSPEED_NAME = re.compile(r"global_step\d+/")
+_HF_WEIGHTS = frozenset({"model.safetensors", "pytorch_model.bin", "adapter_model.safetensors", "adapter_model.bin"})
+_HF_WEIGHT_SHARD = re.compile(r"(model|pytorch_model)-(\d+)-of-(\d+)\.(safetensors|bin)")
+_HF_RNG_STATE = re.compile(r"rng_state_(\d+)\.pth")  # one per process when there are several
 
 
 @dataclass(frozen=True)
@@ -94,6 +127,21 @@ class Kind:
     FILES = "files"
 
 
+class Evidence:
+    """How a checkpoint was judged: what made it complete, or why it is not (reports show it)."""
+
+    MARKER = "commit marker"
+    HF_TRAINER_STATE = "Hugging Face trainer_state.json and its model files"
+    DEEPSPEED_LATEST = "named by DeepSpeed's latest file"
+    ORBAX_METADATA = "Orbax commit timestamp in _CHECKPOINT_METADATA"
+    FILES = "checkpoint file"
+    TENSORFLOW = "named by the TensorFlow checkpoint index, every shard present"
+    NO_MARKER = "no commit marker"
+    HF_INCOMPLETE = "Hugging Face checkpoint without trainer_state.json or its model files"
+    ORBAX_TMP = "Orbax temporary folder: never finalised"
+    TENSORFLOW_INCOMPLETE = "TensorFlow stem not named by the index, or shards missing"
+
+
 @dataclass(frozen=True)
 class Checkpoint:
     """One checkpoint unit under a request's checkpoints folder."""
@@ -102,10 +150,12 @@ class Checkpoint:
     kind: str
     step: int
     complete: bool
-    # FILES: the unit's files. PREFIX: the commit marker(s) found in it.
+    # FILES: the unit's files. PREFIX: what made it complete (marker(s), trainer_state.json...);
+    # for DeepSpeed, the `latest` file beside it.
     objects: tuple[ListedObject, ...] = ()
     # PREFIX only: every object under it, once listed (None: not listed).
     contents: tuple[ListedObject, ...] | None = None
+    evidence: str = ""
 
     @property
     def updated(self) -> datetime | None:
@@ -155,7 +205,7 @@ def stem_of(file_name: str) -> str:
     """The name shared by a checkpoint's files: TensorFlow suffixes and plain extensions removed.
 
     `ckpt-5.data-00000-of-00001` and `ckpt-5.index` -> `ckpt-5`; `ckpt-000400.pt` -> `ckpt-000400`;
-    `model-400.tar.gz` -> `model-400`; `weights.000400.h5` -> `weights.000400`.
+    `ckpt-2.weights.h5` -> `ckpt-2`; `400.orbax-checkpoint-tmp` -> `400`.
     """
     stem = _TF_SUFFIX.sub("", file_name)
     if stem != file_name:
@@ -168,6 +218,17 @@ def stem_of(file_name: str) -> str:
 
 def _is_tensorflow_file(file_name: str) -> bool:
     return file_name.endswith(".index") or _TF_DATA.search(file_name) is not None
+
+
+def is_checkpoint_file(file_name: str) -> bool:
+    """Whether a file can be (part of) a checkpoint: a checkpoint extension or a TensorFlow stem's
+    suffix. Metrics, logs and JSON never are, whatever step their name carries."""
+    return file_name.lower().endswith(CHECKPOINT_EXTENSIONS) or _TF_SUFFIX.search(file_name) is not None
+
+
+def is_orbax_tmp(relative: str) -> bool:
+    """An Orbax temporary folder (`400.orbax-checkpoint-tmp/`, older `...-tmp-1700000000/`)."""
+    return _ORBAX_TMP.search(relative.rstrip("/")) is not None
 
 
 # Completeness.
@@ -198,11 +259,64 @@ def tensorflow_stem_complete(stem: str, file_names: Iterable[str], named: frozen
     return shards == set(range(count))
 
 
+def hf_checkpoint_complete(files: Iterable[str], subfolders: Iterable[str]) -> bool:
+    """A Hugging Face Trainer `checkpoint-N/` without a marker, from the names directly in it
+    (`subfolders` without their trailing "/"): `trainer_state.json`, written last, and the model
+    files written before it."""
+    names = set(files)
+    folders = set(subfolders)
+    if HF_TRAINER_STATE not in names:
+        return False
+    ranks = {int(m[1]) for n in names if (m := _HF_RNG_STATE.fullmatch(n))}
+    if ranks and ranks != set(range(max(ranks) + 1)):
+        return False  # a process's RNG state missing (each process writes its own)
+    if names & _HF_WEIGHTS:
+        return True
+    shard_sets: dict[tuple[str, int, str], set[int]] = {}
+    for name in names:
+        match = _HF_WEIGHT_SHARD.fullmatch(name)
+        if match:
+            shard_sets.setdefault((match[1], int(match[3]), match[4]), set()).add(int(match[2]))
+    if any(got == set(range(1, total + 1)) for (_, total, _), got in shard_sets.items()):
+        return True
+    if DEEPSPEED_LATEST in names and any(f.startswith("global_step") for f in folders):
+        return True  # DeepSpeed (ZeRO) keeps the weights in its own folder
+    return any(f.startswith("pytorch_model_fsdp_") for f in folders)
+
+
+def orbax_committed(metadata_text: str | None) -> bool:
+    """Whether Orbax's `_CHECKPOINT_METADATA` records a finalised save (`commit_timestamp_nsecs`)."""
+    if not metadata_text:
+        return False
+    try:
+        metadata = json.loads(metadata_text)
+    except ValueError:
+        return False
+    return isinstance(metadata, dict) and isinstance(metadata.get("commit_timestamp_nsecs"), int)
+
+
 def order_markers(markers: Sequence[str], last_hit: str | None) -> list[str]:
     """Markers in the order to look for them: the one that matched last first."""
     if last_hit in markers:
         return [last_hit, *(m for m in markers if m != last_hit)]
     return list(markers)
+
+
+def completion_objects(
+    checkpoint: Checkpoint, folder_prefix: str, contents: Iterable[ListedObject], markers: Sequence[str]
+) -> list[ListedObject]:
+    """The objects directly in a prefix checkpoint (from its listing `contents`) without which it
+    is no longer complete by any rule above: a pruner deletes these first, so what a failed delete
+    leaves is an incomplete checkpoint, never one that looks whole with shards missing."""
+    unit = f"{folder_prefix}{checkpoint.name}"
+    gates = {*markers, HF_TRAINER_STATE, ORBAX_METADATA}
+    deepspeed = checkpoint.evidence == Evidence.DEEPSPEED_LATEST
+    found = []
+    for obj in contents:
+        rest = obj.name[len(unit) :] if obj.name.startswith(unit) else "/"
+        if "/" not in rest and (rest in gates or (deepspeed and rest.endswith("model_states.pt"))):
+            found.append(obj)
+    return found
 
 
 # Grouping a listing into units.
@@ -214,6 +328,7 @@ class Grouping:
     stems: dict[str, list[ListedObject]] = field(default_factory=dict)
     unmanaged: list[Unmanaged] = field(default_factory=list)
     tf_index: ListedObject | None = None
+    deepspeed_latest: ListedObject | None = None
 
 
 def group_listing(listing: FolderListing) -> Grouping:
@@ -238,9 +353,16 @@ def group_listing(listing: FolderListing) -> Grouping:
             grouping.tf_index = obj
             grouping.unmanaged.append(Unmanaged(relative, "TensorFlow checkpoint index"))
             continue
+        if relative == DEEPSPEED_LATEST:
+            grouping.deepspeed_latest = obj
+            grouping.unmanaged.append(Unmanaged(relative, "DeepSpeed's latest file"))
+            continue
         stem = stem_of(relative)
         if step_of(stem, bare_number=False) is None:
             grouping.unmanaged.append(Unmanaged(relative, "no step number in its name"))
+            continue
+        if not is_checkpoint_file(relative):
+            grouping.unmanaged.append(Unmanaged(relative, "not a checkpoint file (metrics, logs, JSON...)"))
             continue
         grouping.stems.setdefault(stem, []).append(obj)
     return grouping
@@ -253,16 +375,40 @@ def file_units(grouping: Grouping, tf_named: frozenset[str]) -> list[Checkpoint]
         names = [o.name.rsplit("/", 1)[-1] for o in objects]
         if any(_is_tensorflow_file(n) for n in names):
             complete = tensorflow_stem_complete(stem, names, tf_named)
+            evidence = Evidence.TENSORFLOW if complete else Evidence.TENSORFLOW_INCOMPLETE
         else:
-            complete = True
+            complete, evidence = True, Evidence.FILES
         step = step_of(stem, bare_number=False)
         assert step is not None  # group_listing keeps only stems with a step
-        units.append(Checkpoint(stem, Kind.FILES, step, complete, tuple(objects)))
+        units.append(Checkpoint(stem, Kind.FILES, step, complete, tuple(objects), evidence=evidence))
     return units
 
 
-def prefix_unit(relative: str, step: int, markers_found: Sequence[ListedObject]) -> Checkpoint:
-    return Checkpoint(relative, Kind.PREFIX, step, bool(markers_found), tuple(markers_found))
+def judge_prefix_listing(
+    relative: str,
+    step: int,
+    folder_prefix: str,
+    files: Sequence[ListedObject],
+    subfolders: Iterable[str],
+    markers: Sequence[str],
+) -> Checkpoint:
+    """A prefix checkpoint judged from a listing of what is directly in it (pure): its markers,
+    else (Hugging Face) trainer_state.json and the model files. Orbax temporary folders never
+    count. `files`: full object names; `subfolders`: leaf names."""
+    unit = f"{folder_prefix}{relative}"
+    direct = {o.name[len(unit) :]: o for o in files if o.name.startswith(unit) and "/" not in o.name[len(unit) :]}
+    if is_orbax_tmp(relative):
+        return Checkpoint(relative, Kind.PREFIX, step, False, evidence=Evidence.ORBAX_TMP)
+    found = tuple(direct[m] for m in markers if m in direct)
+    if found:
+        return Checkpoint(relative, Kind.PREFIX, step, True, found, evidence=Evidence.MARKER)
+    if _HF_NAME.fullmatch(relative):
+        if hf_checkpoint_complete(direct, subfolders):
+            return Checkpoint(
+                relative, Kind.PREFIX, step, True, (direct[HF_TRAINER_STATE],), evidence=Evidence.HF_TRAINER_STATE
+            )
+        return Checkpoint(relative, Kind.PREFIX, step, False, evidence=Evidence.HF_INCOMPLETE)
+    return Checkpoint(relative, Kind.PREFIX, step, False, evidence=Evidence.NO_MARKER)
 
 
 def with_contents(
@@ -271,17 +417,23 @@ def with_contents(
     contents: Sequence[ListedObject],
     markers: Sequence[str],
 ) -> Checkpoint:
-    """A PREFIX checkpoint with its contents listed, re-judged from them: a marker that appeared
-    since discovery (the trainer just committed) makes it complete."""
-    marker_names = {f"{folder_prefix}{checkpoint.name}{m}" for m in markers}
-    found = tuple(o for o in contents if o.name in marker_names)
+    """A PREFIX checkpoint with its contents listed, re-judged from them: a marker (or a Hugging
+    Face trainer_state.json) that appeared since discovery makes it complete."""
+    unit = f"{folder_prefix}{checkpoint.name}"
+    subfolders = {o.name[len(unit) :].split("/", 1)[0] for o in contents if "/" in o.name[len(unit) :]}
+    judged = judge_prefix_listing(checkpoint.name, checkpoint.step, folder_prefix, contents, subfolders, markers)
+    if checkpoint.complete or not judged.complete:
+        return Checkpoint(
+            checkpoint.name,
+            checkpoint.kind,
+            checkpoint.step,
+            checkpoint.complete,
+            checkpoint.objects,
+            tuple(contents),
+            checkpoint.evidence,
+        )
     return Checkpoint(
-        checkpoint.name,
-        checkpoint.kind,
-        checkpoint.step,
-        checkpoint.complete or bool(found),
-        found or checkpoint.objects,
-        tuple(contents),
+        checkpoint.name, checkpoint.kind, checkpoint.step, True, judged.objects, tuple(contents), judged.evidence
     )
 
 
@@ -311,7 +463,9 @@ def discover(
     store: ListingStore, prefix: str, markers: Sequence[str], *, try_first: str | None = None
 ) -> RequestCheckpoints:
     """List one checkpoints folder and judge each unit, with one check per prefix checkpoint
-    once a marker has matched (`try_first`: the marker other requests' checkpoints had)."""
+    once a marker has matched (`try_first`: the marker other requests' checkpoints had). A
+    checkpoint without a marker costs what its framework's rule needs: one listing (Hugging Face),
+    the `latest` file read once (DeepSpeed), one metadata read (anything else)."""
     grouping = group_listing(store.list_folder(prefix))
     tf_named: frozenset[str] = frozenset()
     if grouping.tf_index is not None and any(
@@ -320,13 +474,38 @@ def discover(
         tf_named = parse_tf_index(store.read_text(grouping.tf_index.name) or "")
     units = file_units(grouping, tf_named)
     last_hit = try_first
+    deepspeed_tag: str | None = None
     # Newest first: the freshest checkpoints decide what is kept, and set the marker order early.
     for relative, step in sorted(grouping.prefixes.items(), key=lambda kv: -kv[1]):
+        if is_orbax_tmp(relative):
+            units.append(Checkpoint(relative, Kind.PREFIX, step, False, evidence=Evidence.ORBAX_TMP))
+            continue
+        if _HF_NAME.fullmatch(relative):
+            listing = store.list_folder(f"{prefix}{relative}")
+            subfolders = [s[len(listing.prefix) :].rstrip("/") for s in listing.subfolders]
+            units.append(judge_prefix_listing(relative, step, prefix, listing.files, subfolders, markers))
+            continue
         found = None
         for marker in order_markers(markers, last_hit):
             found = store.stat(f"{prefix}{relative}{marker}")
             if found is not None:
                 last_hit = marker
                 break
-        units.append(prefix_unit(relative, step, [found] if found else []))
+        if found is not None:
+            units.append(Checkpoint(relative, Kind.PREFIX, step, True, (found,), evidence=Evidence.MARKER))
+        elif _DEEPSPEED_NAME.fullmatch(relative) and grouping.deepspeed_latest is not None:
+            if deepspeed_tag is None:
+                deepspeed_tag = (store.read_text(grouping.deepspeed_latest.name) or "").strip()
+            named = deepspeed_tag == relative.rstrip("/")
+            evidence = Evidence.DEEPSPEED_LATEST if named else Evidence.NO_MARKER
+            objects = (grouping.deepspeed_latest,) if named else ()
+            units.append(Checkpoint(relative, Kind.PREFIX, step, named, objects, evidence=evidence))
+        else:
+            metadata = store.read_text(f"{prefix}{relative}{ORBAX_METADATA}")
+            if orbax_committed(metadata):
+                obj = store.stat(f"{prefix}{relative}{ORBAX_METADATA}")
+                objects = (obj,) if obj is not None else ()
+                units.append(Checkpoint(relative, Kind.PREFIX, step, True, objects, evidence=Evidence.ORBAX_METADATA))
+            else:
+                units.append(Checkpoint(relative, Kind.PREFIX, step, False, evidence=Evidence.NO_MARKER))
     return RequestCheckpoints(prefix, tuple(sorted_checkpoints(units)), tuple(grouping.unmanaged), last_hit)

@@ -14,10 +14,14 @@ its `spotjobs_kit` object is looked up in it), or a string holding the JSON line
 (a trailing newline or a prefix such as another process's unterminated output), or, failing
 that, the `message` text alone (its `key=value` pairs carry every field, values in JSON).
 
-Events: `run_started` (attempt, run = restart index, resumed_step, checkpoint), `preempted`
-(step, seconds_since_checkpoint), `checkpoint_committed` (step, seconds, checkpoint, bytes),
-`run_finished` (step), `run_failed` (step, error: the training code raised). Every line names `request_id`, `attempt` and `run`, so a consumer can
-tell the runs of one job apart and drop a line delivered twice.
+Events: `run_started` (attempt, run = restart index, resumed_step, checkpoint, total_steps when
+known), `checkpoint_torn` (step, checkpoint: an incomplete checkpoint newer than the resume point,
+skipped), `preempted` (step, seconds_since_checkpoint), `checkpoint_committed` (step, seconds,
+checkpoint, bytes), `checkpoint_kept` (step, checkpoint, reason: a save of a step already committed,
+which the kit does not redo), `progress` (step, total_steps, steps_per_second: at most one a minute,
+and one at each commit), `run_finished` (step), `run_failed` (step, error: the training code
+raised). Every line names `request_id`, `attempt` and `run`, so a consumer can tell the runs of one
+job apart and drop a line delivered twice.
 """
 
 from __future__ import annotations
@@ -38,11 +42,23 @@ PREEMPTED = "preempted"
 CHECKPOINT_COMMITTED = "checkpoint_committed"
 RUN_FINISHED = "run_finished"
 RUN_FAILED = "run_failed"  # the training code raised: an ending that is no preemption
-EVENTS = (RUN_STARTED, PREEMPTED, CHECKPOINT_COMMITTED, RUN_FINISHED, RUN_FAILED)
+CHECKPOINT_TORN = "checkpoint_torn"
+CHECKPOINT_KEPT = "checkpoint_kept"
+PROGRESS = "progress"
+EVENTS = (
+    RUN_STARTED,
+    PREEMPTED,
+    CHECKPOINT_COMMITTED,
+    RUN_FINISHED,
+    RUN_FAILED,
+    CHECKPOINT_TORN,
+    CHECKPOINT_KEPT,
+    PROGRESS,
+)
 
-_INT_FIELDS = ("v", "attempt", "run", "step", "resumed_step", "bytes")
-_FLOAT_FIELDS = ("seconds", "seconds_since_checkpoint")
-_STR_FIELDS = ("request_id", "job_id", "checkpoint", "time", "task", "error")
+_INT_FIELDS = ("v", "attempt", "run", "step", "resumed_step", "bytes", "total_steps")
+_FLOAT_FIELDS = ("seconds", "seconds_since_checkpoint", "steps_per_second")
+_STR_FIELDS = ("request_id", "job_id", "checkpoint", "time", "task", "error", "reason")
 _MESSAGE = re.compile(r"\b" + re.escape(TAG) + r" ([a-z_]+)((?: [a-z_]+=(?:\"(?:[^\"\\]|\\.)*\"|[^\s\"]+))*)")
 _PAIR = re.compile(r" ([a-z_]+)=(\"(?:[^\"\\]|\\.)*\"|[^\s\"]+)")
 
@@ -89,6 +105,9 @@ class KitRecord:
     time: str | None = None  # when the line was written, RFC 3339 UTC
     task: str | None = None
     error: str | None = None  # run_failed: what the training code raised
+    total_steps: int | None = None  # run_started, progress: the steps the run plans, when known
+    steps_per_second: float | None = None  # progress: since the previous progress line
+    reason: str | None = None  # checkpoint_kept: why the save was not redone
     fields: Mapping[str, Any] = field(default_factory=dict, compare=False)  # everything, as sent
 
     def dedupe_key(self) -> tuple[Any, ...]:

@@ -1,4 +1,6 @@
 """One run of a training script under spotjobs: where to resume, how to commit, what to report.
+One module because these share one run's state (where it resumed, what it committed, whether
+SIGTERM came) and each decision reads the others' (a preempted run's exit, a kept re-save).
 
     run = Run.start()                      # AIP_CHECKPOINT_DIR; prints run_started
     state = load(run.resume_path(local=True)) if run.resume_step() is not None else fresh()
@@ -10,6 +12,8 @@ Identity, from what spotjobs and Vertex put in the worker's environment:
 - `SPOTJOBS_REQUEST_ID`, `SPOTJOBS_ATTEMPT`: set by spotjobs' submit on every worker pool;
 - `CLOUD_ML_JOB_ID`, `CLUSTER_SPEC` (`task.type` `workerpool0`..`workerpool3`, `task.index`;
   the primary replica is workerpool0 index 0), else `TF_CONFIG` (`chief`/`master` index 0);
+- `RANK` (torchrun, accelerate, Lightning): a process other than rank 0 of its replica is no
+  primary either;
 - the restart index (`run`): Vertex restarts a preempted job's workers with the same
   environment, so the kit counts its own starts. The primary replica writes one small object per
   start, `<checkpoint dir>/_spotjobs_runs/<attempt-N | job-ID | local>-run-NNNN.json`, created
@@ -20,25 +24,53 @@ Only the primary replica writes markers and run objects and prints lines; other 
 from the same checkpoint and save into the same folders (synchronise their saves with the
 primary's before it leaves `checkpoint()`).
 
+Resuming: `resume_checkpoint` is the newest checkpoint the layout rules judge complete; every
+incomplete checkpoint newer than it (a save a preemption tore) is skipped and reported in a
+`checkpoint_torn` line after `run_started`. Integrations hand `resume_path()` to the framework
+explicitly, never the framework's own "latest" guess.
+
+Committing never un-commits: `checkpoint(step)` for a step already complete is a no-op that says
+so (`checkpoint_kept`; the block gets a scratch folder, thrown away), because rewriting the files
+of the only resume point in place would tear it. A folder a framework wrote itself (HF's
+`checkpoint-20/`) is committed with `commit(name, step)` once the framework returned (and, across
+processes, after the framework's barrier): its files are fsync'ed, then the marker is written.
+
 SIGTERM (what Vertex sends a Spot VM's containers before reclaiming it, with a grace period of
 about 30 s): the handler is installed first thing in `Run.start()`. It prints `preempted`
 (`step`: `run.step`, which `checkpoint()` advances and a loop may set; `seconds_since_checkpoint`:
-since this run's last commit, or since it started) and sets `run.preempted`. With
-`on_preemption(save)`, it then calls `save()` (which normally uses `run.checkpoint`) and exits
-with status 143 (128 + SIGTERM). The callback runs in the main thread wherever the signal
-interrupted it; if a step must not be interrupted, check `run.preempted` between steps instead.
-A SIGTERM that lands during a `checkpoint()` block lets that checkpoint commit, then exits
-without calling the callback again.
+since this run's last commit, or since it started), sets `run.preempted`, then calls the handler
+that was there before (a user's or a framework's: chained, not replaced). A framework that
+replaces the kit's handler later (HF's `enable_jit_checkpoint`) is chained too once
+`reassert_sigterm()` puts the kit's back on top. With `on_preemption(save)`, it then calls
+`save()` (which normally uses `run.checkpoint`) and exits with status 143 (128 + SIGTERM). The
+callback runs in the main thread wherever the signal interrupted it; if a step must not be
+interrupted, check `run.preempted` between steps instead. A SIGTERM that lands during a
+`checkpoint()` block lets that checkpoint commit, then exits without calling the callback again.
+
+Whatever the training code or its framework does after a SIGTERM (Lightning 2.6 raises a
+`SystemExit` with no code, a Trainer's `train()` returns), the process exits 143 unless
+`finish()` was called. The kit and its integrations exit through `exit_preempted()` (a
+`SystemExit(143)`, so every exit hook runs); for any other way out, an exit hook (atexit,
+registered by `start()`) ends a preempted, unfinished process with status 143 after flushing
+stdout and stderr. That last resort skips the exit hooks registered before `start()` (they would
+run after it).
+
+Progress: `progress(step)` prints a `progress` line (step, total_steps, steps_per_second) at most
+once a minute; one is printed at every commit too. `run_started` carries `total_steps` when known
+(`Run.start(total_steps=...)`, or set `run.total_steps` before `announce()`).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -57,7 +89,10 @@ from spotjobs_kit.layout import (
 )
 from spotjobs_kit.lines import (
     CHECKPOINT_COMMITTED,
+    CHECKPOINT_KEPT,
+    CHECKPOINT_TORN,
     PREEMPTED,
+    PROGRESS,
     RUN_FAILED,
     RUN_FINISHED,
     RUN_STARTED,
@@ -68,6 +103,8 @@ from spotjobs_kit.storage import FileStore, KitError, open_store
 
 RUNS_FOLDER = "_spotjobs_runs/"
 SIGTERM_EXIT_STATUS = 128 + int(signal.SIGTERM)
+PROGRESS_INTERVAL_SECONDS = 60.0
+ALREADY_COMMITTED = "already committed"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 _UNSET = object()
 
@@ -88,10 +125,15 @@ class Identity:
     job_id: str | None = None
     task_type: str | None = None
     task_index: int | None = None
+    process_rank: int | None = None  # RANK, set by torchrun and the launchers built on it
 
     @property
     def primary(self) -> bool:
-        return self.task_type in (None, "workerpool0", "chief", "master") and self.task_index in (None, 0)
+        return (
+            self.task_type in (None, "workerpool0", "chief", "master")
+            and self.task_index in (None, 0)
+            and self.process_rank in (None, 0)
+        )
 
     @property
     def run_key(self) -> str:
@@ -114,6 +156,7 @@ class Identity:
                 task = spec["task"]
                 break
         attempt = (environ.get("SPOTJOBS_ATTEMPT") or "").strip()
+        rank = (environ.get("RANK") or "").strip()
         index = task.get("index")
         return cls(
             request_id=environ.get("SPOTJOBS_REQUEST_ID") or None,
@@ -121,6 +164,7 @@ class Identity:
             job_id=environ.get("CLOUD_ML_JOB_ID") or None,
             task_type=str(task["type"]) if task.get("type") is not None else None,
             task_index=int(index) if isinstance(index, int) or str(index).isdigit() else None,
+            process_rank=int(rank) if rank.isdigit() else None,
         )
 
 
@@ -152,6 +196,9 @@ class Run:
         self.step: int | None = None
         self.preempted_at: float | None = None  # time.monotonic() of the first SIGTERM
         self.last_committed: tuple[int, str] | None = None
+        self.total_steps: int | None = None
+        self.torn: list[Checkpoint] = []  # incomplete checkpoints newer than the resume point
+        self.finished = False
         self._started = time.monotonic()
         self._last_commit: float | None = None
         self._checkpoints: list[Checkpoint] = []
@@ -160,6 +207,11 @@ class Run:
         self._exit_code: int | None = SIGTERM_EXIT_STATUS
         self._saving = 0
         self._previous_handler: Any = _UNSET
+        self._chained: list[Callable[..., Any]] = []  # handlers the kit's calls after its own work
+        self._in_handler = False
+        self._exit_hook_installed = False
+        self._exiting = False  # exit_preempted() raised: the exit status is 143 already
+        self._progress_mark: tuple[float, int | None] = (self._started, None)  # (time, step) of the last line
 
     # Starting.
 
@@ -176,9 +228,11 @@ class Run:
         gcs_client: Any = None,
         store: Any = None,
         stream: TextIO | None = None,
+        total_steps: int | None = None,
     ) -> Run:
-        """Install the SIGTERM hook, find the newest complete checkpoint, count this start, and
-        (with `announce`) print `run_started`. `checkpoint_dir` defaults to AIP_CHECKPOINT_DIR;
+        """Install the SIGTERM hook (and the exit hook), find the newest complete checkpoint,
+        count this start, and (with `announce`) print `run_started`, then `checkpoint_torn` for
+        each torn checkpoint skipped. `checkpoint_dir` defaults to AIP_CHECKPOINT_DIR;
         `gcs_client`: a google.cloud.storage.Client to use if the store is GCS through the API."""
         environ = os.environ if environ is None else environ
         run = cls(
@@ -187,8 +241,10 @@ class Run:
             markers=tuple(markers) if markers is not None else _markers_from_env(environ),
             stream=stream,
         )
+        run.total_steps = total_steps
         if handle_sigterm:
             run.install_sigterm_handler()  # first: a reclaim can come while we list
+            run.install_exit_hook()
         run._report_failures()
         checkpoint_dir = checkpoint_dir or environ.get("AIP_CHECKPOINT_DIR")
         if store is None:
@@ -199,6 +255,7 @@ class Run:
         run.refresh()
         run.resume_checkpoint = newest_complete(run._checkpoints)
         run.step = run.resume_step()
+        run._progress_mark = (run._started, run.step)
         if run.identity.primary:
             run.restart = run._record_start()
         if announce:
@@ -237,15 +294,26 @@ class Run:
         if checkpoint is not _UNSET:
             self.resume_checkpoint = checkpoint  # type: ignore[assignment]
             self.step = self.resume_step()
+            self._progress_mark = (self._progress_mark[0], self.step)
         if self._announced:
             return
         self._announced = True
         resumed = self.resume_checkpoint
-        self.emit(
-            RUN_STARTED,
-            resumed_step=resumed.step if resumed else None,
-            checkpoint=resumed.name if resumed else None,
-        )
+        fields: dict[str, Any] = {
+            "resumed_step": resumed.step if resumed else None,
+            "checkpoint": resumed.name if resumed else None,
+        }
+        if self.total_steps is not None:
+            fields["total_steps"] = self.total_steps
+        self.emit(RUN_STARTED, **fields)
+        newer = resumed.sort_key() if resumed else None
+        self.torn = [
+            c
+            for c in sorted_checkpoints(self._checkpoints)
+            if not c.complete and (newer is None or c.sort_key() > newer)
+        ]
+        for torn in self.torn:
+            self.emit(CHECKPOINT_TORN, step=torn.step, checkpoint=torn.name)
 
     # Resuming.
 
@@ -271,32 +339,76 @@ class Run:
 
     # Saving.
 
+    def is_committed(self, name: str) -> bool:
+        """Whether the checkpoint folder `name` (`step-000400/`, `checkpoint-20/`) is complete:
+        one of the commit markers is in it."""
+        return any(self.store.stat(name + marker) is not None for marker in self.markers)
+
+    def local_dir(self) -> str:
+        """The checkpoint directory as a local path (the FUSE mount or a local folder), for a
+        framework that writes its checkpoints itself."""
+        if not isinstance(self.store, FileStore):
+            raise KitError(
+                f"{self.checkpoint_dir} is reached through the Cloud Storage API: a framework that writes "
+                "its own files needs it as a path (the /gcs/ FUSE mount, or a local folder)"
+            )
+        return str(self.store.root)
+
     @contextlib.contextmanager
     def checkpoint(self, step: int, *, commit: bool = True) -> Iterator[str]:
         """A local folder to save the checkpoint of `step` into. On a clean exit its files are
-        made durable (uploaded, for GCS), then the `COMMITTED` marker is written, last, with the
-        file list; then `checkpoint_committed` is printed. On an exception nothing is committed.
-        `commit=False`: the framework writes its own marker (Orbax, torch DCP); the kit times
-        and reports the save only."""
+        made durable (fsync'ed, or uploaded for GCS), then the `COMMITTED` marker is written,
+        last, with the file list; then `checkpoint_committed` is printed. On an exception nothing
+        is committed. `commit=False`: the framework writes its own marker (Orbax, torch DCP); the
+        kit times and reports the save, and uploads the markers last. A step already committed
+        is not saved again: the block gets a scratch folder, thrown away, and `checkpoint_kept`
+        is printed (the committed files stay exactly as they were)."""
         name = checkpoint_name(step)
         started = time.monotonic()
         self._saving += 1
         try:
-            if commit and self.identity.primary:
-                self.store.remove(name + KIT_MARKER)  # rewriting a step: never complete while torn
-            local = self.store.staging(name)
-            try:
-                yield local
-            except BaseException:
-                self.store.discard(local)
-                raise
-            files = self.store.publish(name, local)
-            files.pop(KIT_MARKER, None)
-            if commit and self.identity.primary:
-                marker = {"v": 1, "step": step, "files": files, "committed_at": _utc_now()}
-                self.store.write(name + KIT_MARKER, json.dumps(marker, sort_keys=True).encode())
+            if self.is_committed(name):
+                scratch = tempfile.mkdtemp(prefix="spotjobs-kit-kept-")
+                try:
+                    yield scratch
+                finally:
+                    shutil.rmtree(scratch, ignore_errors=True)
+                self._kept(step, name)
+            else:
+                local = self.store.staging(name)
+                try:
+                    yield local
+                except BaseException:
+                    self.store.discard(local)
+                    raise
+                files = self.store.publish(name, local, last=self.markers)
+                self._committed(step, name, files, started, write_marker=commit)
         finally:
             self._saving -= 1
+        self._exit_if_this_was_the_preemption_save()
+
+    def commit(self, name: str, step: int, *, started: float | None = None) -> bool:
+        """Commit a checkpoint folder a framework wrote itself (`checkpoint-20/`), once it has
+        returned (across processes: after its barrier; only the primary writes): its files made
+        durable, then the `COMMITTED` marker, then `checkpoint_committed`. A folder that has the
+        kit's marker already is left alone (`checkpoint_kept`); one with only a framework's marker
+        (DCP's `.metadata`) gets the kit's too. Returns whether this call committed it.
+        `started`: time.monotonic() when the save began, for the line's `seconds`."""
+        if not name.endswith("/"):
+            name += "/"
+        began = time.monotonic() if started is None else started
+        if self.store.stat(name + KIT_MARKER) is not None:
+            self._kept(step, name)
+            return False
+        files = self.store.seal(name) if self.identity.primary else {}
+        self._committed(step, name, files, began, write_marker=True)
+        return True
+
+    def _committed(self, step: int, name: str, files: dict[str, int], started: float, *, write_marker: bool) -> None:
+        files.pop(KIT_MARKER, None)
+        if write_marker and self.identity.primary:
+            marker = {"v": 1, "step": step, "files": files, "committed_at": _utc_now()}
+            self.store.write(name + KIT_MARKER, json.dumps(marker, sort_keys=True).encode())
         self.step = step if self.step is None else max(self.step, step)
         self._last_commit = time.monotonic()
         self.last_committed = (step, name)
@@ -307,8 +419,31 @@ class Run:
             checkpoint=name,
             bytes=sum(files.values()),
         )
+        self.progress(step, force=True)
+
+    def _kept(self, step: int, name: str) -> None:
+        self.step = step if self.step is None else max(self.step, step)
+        self.emit(CHECKPOINT_KEPT, step=step, checkpoint=name, reason=ALREADY_COMMITTED)
+
+    def _exit_if_this_was_the_preemption_save(self) -> None:
         if self.preempted and self._callback is not None and self._exit_code is not None:
-            raise SystemExit(self._exit_code)  # this save was the preemption's save
+            self._exit(self._exit_code)  # this save was the preemption's save
+
+    # Progress.
+
+    def progress(self, step: int, *, force: bool = False) -> None:
+        """Note that training reached `step`; print a `progress` line if the last one is a minute
+        old (or with `force`), with the steps per second since then."""
+        self.step = step if self.step is None else max(self.step, step)  # an async commit lags
+        now = time.monotonic()
+        since, from_step = self._progress_mark
+        if not force and now - since < PROGRESS_INTERVAL_SECONDS:
+            return
+        elapsed = now - since
+        done = step - (from_step or 0)
+        rate = round(done / elapsed, 4) if elapsed > 0 and done >= 0 else None
+        self._progress_mark = (now, self.step)
+        self.emit(PROGRESS, step=self.step, total_steps=self.total_steps, steps_per_second=rate)
 
     # Preemption.
 
@@ -321,6 +456,41 @@ class Run:
             return  # signal handlers can only be set from the main thread
         if self._previous_handler is _UNSET:
             self._previous_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
+            self._chain(self._previous_handler)
+
+    def reassert_sigterm(self) -> None:
+        """Put the kit's SIGTERM handler back on top if something replaced it (a framework that
+        installs its own without calling the one it found); the replacing handler is chained,
+        so it still runs, after the kit's."""
+        if threading.current_thread() is not threading.main_thread() or self._previous_handler is _UNSET:
+            return
+        current = signal.getsignal(signal.SIGTERM)
+        if current != self._on_sigterm:
+            self._chain(current)
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _chain(self, handler: Any) -> None:
+        if callable(handler) and handler != self._on_sigterm and handler not in self._chained:
+            self._chained.append(handler)
+
+    def install_exit_hook(self) -> None:
+        """Register the exit hook: a preempted, unfinished process exits 143 (the module
+        docstring). `close()` removes it."""
+        if not self._exit_hook_installed:
+            atexit.register(self._exit_after_preemption)
+            self._exit_hook_installed = True
+
+    def exit_preempted(self) -> None:
+        """Leave a preempted run: `SystemExit(143)` (the exit hook then has nothing to do)."""
+        self._exiting = True
+        raise SystemExit(SIGTERM_EXIT_STATUS)
+
+    def _exit_after_preemption(self) -> None:
+        if self.preempted and not self.finished and not self._exiting:
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            os._exit(SIGTERM_EXIT_STATUS)
 
     def on_preemption(
         self, callback: Callable[[], Any] | None = None, *, exit_code: int | None = SIGTERM_EXIT_STATUS
@@ -334,19 +504,32 @@ class Run:
             self._save_and_exit()
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
-        if self.preempted_at is not None:
-            return
-        self.preempted_at = time.monotonic()
-        since = self._last_commit if self._last_commit is not None else self._started
-        self.emit(PREEMPTED, step=self.step, seconds_since_checkpoint=round(self.preempted_at - since, 3))
-        if self._callback is not None and not self._saving:
+        if self._in_handler:
+            return  # a chained handler that chains back to the kit's (Lightning's does)
+        self._in_handler = True
+        try:
+            first = self.preempted_at is None
+            if first:
+                self.preempted_at = time.monotonic()
+                since = self._last_commit if self._last_commit is not None else self._started
+                self.emit(PREEMPTED, step=self.step, seconds_since_checkpoint=round(self.preempted_at - since, 3))
+            for handler in list(self._chained):
+                handler(signum, frame)
+        finally:
+            self._in_handler = False
+        if first and self._callback is not None and not self._saving:
             self._save_and_exit()
 
     def _save_and_exit(self) -> None:
         assert self._callback is not None
         self._callback()
         if self._exit_code is not None:
-            raise SystemExit(self._exit_code)
+            self._exit(self._exit_code)
+
+    def _exit(self, code: int) -> None:
+        if code == SIGTERM_EXIT_STATUS:
+            self.exit_preempted()
+        raise SystemExit(code)
 
     # Ending.
 
@@ -354,6 +537,7 @@ class Run:
         """Print `run_finished` (training done)."""
         if step is not None:
             self.step = step
+        self.finished = True
         self.emit(RUN_FINISHED, step=self.step)
 
     def _report_failures(self) -> None:
@@ -369,10 +553,14 @@ class Run:
         sys.excepthook = hook
 
     def close(self) -> None:
-        """Put back the SIGTERM handler that was there before `start()`."""
+        """Put back the SIGTERM handler that was there before `start()`; remove the exit hook."""
         if self._previous_handler is not _UNSET and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._previous_handler)
             self._previous_handler = _UNSET
+            self._chained.clear()
+        if self._exit_hook_installed:
+            atexit.unregister(self._exit_after_preemption)
+            self._exit_hook_installed = False
 
     def __enter__(self) -> Run:
         return self

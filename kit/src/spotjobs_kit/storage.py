@@ -66,6 +66,30 @@ def _walk(local: Path) -> dict[str, int]:
     return files
 
 
+def _fsync(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _make_durable(local: Path) -> dict[str, int]:
+    """fsync every file under `local` and every folder, so a marker written next is never on disk
+    (or, through the FUSE mount, in the bucket) before the data it vouches for; returns the files."""
+    files = _walk(local)
+    for relative in files:
+        _fsync(local / relative)
+    for folder in sorted({(local / r).parent for r in files} | {local}, key=lambda p: -len(p.parts)):
+        _fsync(folder)
+    return files
+
+
+def _markers_last(files: dict[str, int], last: tuple[str, ...]) -> list[str]:
+    """Upload order: a framework's own commit marker (`.metadata`) after everything it vouches for."""
+    return sorted(files, key=lambda relative: (relative in last, relative))
+
+
 class FileStore:
     """A folder on a file system: a local one, or a bucket through the Cloud Storage FUSE mount."""
 
@@ -133,9 +157,19 @@ class FileStore:
         path.mkdir(parents=True, exist_ok=True)
         return str(path)
 
-    def publish(self, name: str, local: str) -> dict[str, int]:
+    def publish(self, name: str, local: str, *, last: tuple[str, ...] = ()) -> dict[str, int]:
         """Make what was saved into `staging(name)` durable; returns its files and sizes."""
-        return _walk(Path(local))
+        return _make_durable(Path(local))
+
+    def seal(self, name: str) -> dict[str, int]:
+        """Make a folder a framework wrote itself (`checkpoint-20/`) durable; returns its files."""
+        return _make_durable(self.root / name)
+
+    def remove_folder(self, name: str, markers: tuple[str, ...]) -> None:
+        """Delete a checkpoint folder, its commit markers first (never complete while half gone)."""
+        for marker in markers:
+            self.remove(name + marker)
+        shutil.rmtree(self.root / name, ignore_errors=True)
 
     def discard(self, local: str) -> None:
         """A save that failed: what it wrote stays (incomplete, never resumed from)."""
@@ -205,12 +239,12 @@ class GcsStore:
     def staging(self, name: str) -> str:
         return tempfile.mkdtemp(prefix="spotjobs-kit-")
 
-    def publish(self, name: str, local: str) -> dict[str, int]:
+    def publish(self, name: str, local: str, *, last: tuple[str, ...] = ()) -> dict[str, int]:
         from google.cloud.storage.retry import DEFAULT_RETRY
 
         try:
             files = _walk(Path(local))
-            for relative in files:
+            for relative in _markers_last(files, last):
                 blob = self._bucket.blob(f"{self._base}{name}{relative}")
                 blob.upload_from_filename(str(Path(local) / relative), retry=DEFAULT_RETRY)
             return files
@@ -219,6 +253,17 @@ class GcsStore:
 
     def discard(self, local: str) -> None:
         shutil.rmtree(local, ignore_errors=True)
+
+    def seal(self, name: str) -> dict[str, int]:
+        """A folder a framework wrote to gs:// itself: uploaded objects are durable; their sizes."""
+        prefix = self._base + name
+        return {b.name[len(prefix) :]: int(b.size or 0) for b in self._client.list_blobs(self._bucket, prefix=prefix)}
+
+    def remove_folder(self, name: str, markers: tuple[str, ...]) -> None:
+        for marker in markers:
+            self.remove(name + marker)
+        for blob in self._client.list_blobs(self._bucket, prefix=self._base + name):
+            blob.delete()
 
     def fetch(self, names: list[str]) -> str:
         """Download the objects `names` (a name ending in "/": everything under it) into a new

@@ -1,0 +1,447 @@
+"""What a job's real state means for its request: `decide`, a pure function of the ledger record.
+
+on_job_event (a log line hinted at a change), reconcile (polling every active request) and submit
+(a job found after the fact) read the job from Vertex, wrap it in an `Observation` and hand it to
+`shared.deciding.applying.apply_observation`, which runs `decide` under the ledger's compare-and-swap (so it
+may run more than once) and carries out the effects afterwards. `decide` returns the new record
+plus the effects that belong to it (log lines, alerts, the re-queue and prune request); every
+decision marks the record, so a duplicated, concurrent or reordered delivery finds it made and
+decides nothing again. What must reach Pub/Sub is written pending into the record with the
+decision and published by the outbox (`shared.deciding.outbox`).
+
+Decisions, on the job's state as Vertex reports it (never on the log text):
+
+- SUCCEEDED: the request succeeds; one prune request goes to the maintenance topic. Unless the
+  trainer kit's lines show the job's last run preempted and never finished (a process that exits
+  0 after SIGTERM, as Lightning 2.6 does): then the attempt is re-queued like a preempted one (the
+  next resumes from its checkpoints) with one `incomplete_success` alert. A job whose kit spoke
+  but whose last run has not said `run_finished` yet is decided once it does, or once
+  `kit_lines_settle_seconds` passed after the job's end (the last lines may still be on their way).
+- FAILED by preemption/stockout (error code RESOURCE_EXHAUSTED, or its message matches the
+  configured stockout/preemption patterns): attempt n+1 is re-queued (fallback strategy and
+  failover location from `shared.requests.envelope.plan_attempt`), or, when `max_attempts` is reached, the
+  request GAVE_UP with an `attempts_exhausted` alert.
+- FAILED otherwise, EXPIRED: the request FAILED with a `job_failed` alert; nothing is re-queued.
+  A FAILED job whose error is not published yet (Vertex sets it about a minute after the end)
+  is not classified until the error appears or `ERROR_SETTLE_SECONDS` pass.
+- CANCELLED: the request is CANCELLED.
+- Only the latest attempt of a request that is not finished decides the request's status; an
+  older attempt's late events update that attempt alone.
+
+Preemptions are counted by `shared.deciding.preemptions.count_preemptions`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from spotjobs_kit.lines import KitRecord
+
+from shared.alerts import AlertKind
+from shared.clock import iso, parse_iso
+from shared.deciding.effects import Effects, LogLine, attempt_alert, event_fields
+from shared.deciding.events import Signal, SignalPatterns, patterns_from
+from shared.deciding.preemptions import (
+    WAITING_STATES,
+    count_preemptions,
+    kit_runs,
+    last_run_ended_by_preemption,
+    last_run_unfinished,
+    note_kit_line,
+    preempted_in_last_run,
+    preemptions_text,
+)
+from shared.jobs import FLEX_START, JobSnapshot, JobState, max_wait_seconds
+from shared.ledger.records import Attempt, RequestRecord, Requeue, alert_marker
+from shared.ledger.states import AttemptOutcome, RequestStatus
+from shared.requests.attempts import plan_attempt
+from shared.settings import Settings
+
+# A job can sit in these for too long; RUNNING is not among them: training legitimately runs
+# for days, bounded by the job's own timeout.
+STUCK_STATES = frozenset({JobState.QUEUED, JobState.PENDING, JobState.CANCELLING, JobState.UPDATING, JobState.PAUSED})
+# google.rpc RESOURCE_EXHAUSTED: capacity ran out (Spot stockout, regional shortage).
+CAPACITY_ERROR_CODES = frozenset({8})
+# How long a FAILED job may go without its error before it is classified as an ordinary failure.
+ERROR_SETTLE_SECONDS = 600.0
+INCOMPLETE_SUCCESS_REASON = "ended SUCCEEDED, but the trainer kit saw its last run preempted and never finish"
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What was learnt about attempt `attempt`'s job: the job as read just now from Vertex, or a
+    trainer kit line about one of its runs (then no read: `job` is None, `job_name` says which)."""
+
+    attempt: int
+    job: JobSnapshot | None
+    signal: Signal | None = None  # the log line's hint; None when reconcile polled
+    preemption_evidence: str | None = None  # insertId of a service preemption line
+    kit: KitRecord | None = None
+    job_name: str | None = None  # the job a kit line came from, when `job` is None
+
+    @property
+    def about_job(self) -> str | None:
+        return self.job.name if self.job is not None else self.job_name
+
+
+@dataclass(frozen=True)
+class DecisionPolicy:
+    patterns: SignalPatterns
+    storm_threshold: int
+    requeue_delay_seconds: float
+    default_max_attempts: int
+    stuck_after_seconds: float
+    kit_lines_settle_seconds: float
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> DecisionPolicy:
+        return cls(
+            patterns=patterns_from(settings),
+            storm_threshold=settings.preemption_storm_threshold,
+            requeue_delay_seconds=settings.requeue_delay_seconds,
+            default_max_attempts=settings.default_max_attempts,
+            stuck_after_seconds=settings.stuck_after_seconds,
+            kit_lines_settle_seconds=settings.kit_lines_settle_seconds,
+        )
+
+
+# The output.
+
+
+@dataclass(frozen=True)
+class Decision:
+    record: RequestRecord
+    effects: Effects
+    # Set when the observation cannot be decided yet; the event path retries, reconcile comes back.
+    waiting: str | None = None
+
+
+@dataclass(frozen=True)
+class FailureCause:
+    capacity: bool  # preemption or stockout: worth another attempt
+    stockout: bool  # capacity ran out where it ran: worth another location
+    reason: str
+
+
+def classify_failure(job: JobSnapshot, patterns: SignalPatterns, *, kit_saw_preemption: bool = False) -> FailureCause:
+    """Why a FAILED/EXPIRED job failed: from its error message (Vertex documents a STOCKOUT error
+    once a Spot job's restarts run out), its code where one says so, or the trainer kit's word
+    that the last run was preempted and never finished (docs/signals.md)."""
+    if job.state == JobState.EXPIRED:
+        return FailureCause(False, False, "the job ran past its timeout")
+    code = int((job.error or {}).get("code") or 0)
+    message = str((job.error or {}).get("message") or "")
+    stockout = code in CAPACITY_ERROR_CODES or patterns.is_stockout(message)
+    capacity = stockout or patterns.is_preemption(message) or kit_saw_preemption
+    reason = message or (f"error code {code}" if code else "no error reported")
+    if kit_saw_preemption and not (stockout or patterns.is_preemption(message)):
+        reason = f"{reason}; the trainer kit saw its last run preempted"
+    return FailureCause(capacity, stockout, reason)
+
+
+# The decision.
+
+
+def decide(record: RequestRecord, observation: Observation, policy: DecisionPolicy, now: datetime) -> Decision:
+    """The record after `observation`, and the effects of the change. Pure: the record is a copy
+    the ledger handed over, and effects are only described, never carried out. The alerts and the
+    prune request decided are also written into the record as pending, for `shared.deciding.outbox`."""
+    decision = _decide(record, observation, policy, now)
+    decision.record.pending_alerts.extend(alert.to_json() for alert in decision.effects.alerts)
+    if decision.effects.prune_requested:
+        decision.record.prune_pending = True
+    return decision
+
+
+def _decide(record: RequestRecord, observation: Observation, policy: DecisionPolicy, now: datetime) -> Decision:
+    effects = Effects()
+    attempt = record.attempt(observation.attempt)
+    if attempt is None or attempt.job is None:
+        # The index is written before the record names the job: submit is between the two.
+        return Decision(record, effects, f"attempt {observation.attempt} has no job recorded yet")
+    if attempt.job != observation.about_job:
+        return Decision(record, effects)  # a stray second job of the attempt: not the one it runs
+    job = observation.job
+    if observation.kit is not None:
+        note_kit_line(record, attempt, observation.kit)
+    fresh = job is not None and _is_fresh(attempt, job)
+    count_preemptions(
+        record,
+        attempt,
+        job,
+        observation.preemption_evidence,
+        fresh=fresh,
+        storm_threshold=policy.storm_threshold,
+        now=now,
+        effects=effects,
+    )
+    if job is None or not fresh:
+        return Decision(record, effects)
+    latest = record.latest
+    owns_status = latest is not None and latest.n == attempt.n and not record.is_terminal
+    _track_state(record, attempt, job, owns_status, now)
+    if job.is_terminal and attempt.outcome is None:
+        waiting = _conclude(record, attempt, job, owns_status, policy, now, effects)
+        return Decision(record, effects, waiting)
+    if owns_status:
+        _flag_stuck(record, attempt, job, policy, now, effects)
+    return Decision(record, effects)
+
+
+def _is_fresh(attempt: Attempt, job: JobSnapshot) -> bool:
+    """False for a read older than what the ledger already holds (concurrent deliveries may write
+    in any order; a job never leaves a terminal state)."""
+    if attempt.outcome is not None and not job.is_terminal:
+        return False
+    if attempt.state in (None, job.state) or not job.update_time or not attempt.state_changed_at:
+        return True
+    return parse_iso(job.update_time) >= parse_iso(attempt.state_changed_at)
+
+
+def _track_state(record: RequestRecord, attempt: Attempt, job: JobSnapshot, owns_status: bool, now: datetime) -> None:
+    if attempt.state != job.state or attempt.state_changed_at is None:
+        attempt.state = job.state
+        attempt.state_changed_at = job.update_time or iso(now)
+    if job.start_time and not attempt.started_at:
+        attempt.started_at = job.start_time
+    started = job.state == JobState.RUNNING
+    if owns_status and started and record.status == RequestStatus.SUBMITTED:
+        record.status = RequestStatus.RUNNING
+
+
+def _conclude(
+    record: RequestRecord,
+    attempt: Attempt,
+    job: JobSnapshot,
+    owns_status: bool,
+    policy: DecisionPolicy,
+    now: datetime,
+    effects: Effects,
+) -> str | None:
+    if job.state == JobState.FAILED and job.error is None and not _settled(job, now, ERROR_SETTLE_SECONDS):
+        return f"job {job.name} failed and its error is not published yet"
+    # Vertex's SUCCEEDED says the process exited 0, not that training finished (docs/signals.md):
+    # with the kit in the job, its last run's lines (run_finished, or preempted) settle it.
+    succeeded = job.state == JobState.SUCCEEDED
+    if succeeded and last_run_unfinished(record, attempt.n) and not _settled(job, now, policy.kit_lines_settle_seconds):
+        return f"job {job.name} succeeded; waiting for its last run's kit lines (run_finished or preempted)"
+    incomplete = succeeded and preempted_in_last_run(record, attempt.n)
+    attempt.ended_at = job.end_time or iso(now)
+    attempt.error = job.error
+    if job.state == JobState.SUCCEEDED and not incomplete:
+        _succeed(record, attempt, owns_status, now, effects)
+    elif job.state == JobState.CANCELLED:
+        _cancel(record, attempt, owns_status, now, effects)
+    else:
+        if incomplete:
+            cause = FailureCause(True, False, INCOMPLETE_SUCCESS_REASON)
+            if owns_status:
+                _flag_incomplete_success(record, attempt, now, effects)
+        else:
+            cause = classify_failure(job, policy.patterns, kit_saw_preemption=preempted_in_last_run(record, attempt.n))
+        if cause.capacity:
+            # The job ended by preemption: so did its last run, said so or not.
+            last_run_ended_by_preemption(record, attempt.n)
+            count_preemptions(
+                record,
+                attempt,
+                None,
+                None,
+                fresh=False,
+                storm_threshold=policy.storm_threshold,
+                now=now,
+                effects=effects,
+            )
+        if cause.capacity and attempt.preemptions == 0:
+            attempt.preemptions_unknown = True  # ended by preemption: at least one, however many
+        if not owns_status:
+            later = record.latest is not None and record.latest.n > attempt.n
+            attempt.outcome = AttemptOutcome.REQUEUED if cause.capacity and later else AttemptOutcome.FAILED
+        elif cause.capacity:
+            _requeue_or_give_up(record, attempt, cause, policy, now, effects)
+        else:
+            _fail(record, attempt, cause, now, effects)
+    return None
+
+
+def _settled(job: JobSnapshot, now: datetime, seconds: float) -> bool:
+    ended = job.end_time or job.update_time
+    return ended is not None and (now - parse_iso(ended)).total_seconds() >= seconds
+
+
+def _flag_incomplete_success(record: RequestRecord, attempt: Attempt, now: datetime, effects: Effects) -> None:
+    message = f"attempt {attempt.n} of {record.request_id} {INCOMPLETE_SUCCESS_REASON}; not accepted as a success"
+    last_run = max(kit_runs(record, attempt.n))
+    effects.lines.append(
+        LogLine("WARNING", message, event_fields(record, attempt, "incomplete_success", last_run=last_run))
+    )
+    if record.mark(alert_marker(AlertKind.INCOMPLETE_SUCCESS, attempt.n)):
+        effects.alerts.append(
+            attempt_alert(record, attempt, AlertKind.INCOMPLETE_SUCCESS, now, message, last_run=last_run)
+        )
+
+
+def _finish(record: RequestRecord, status: RequestStatus, now: datetime) -> None:
+    record.status = status
+    record.finished_at = iso(now)
+
+
+def _succeed(record: RequestRecord, attempt: Attempt, owns_status: bool, now: datetime, effects: Effects) -> None:
+    attempt.outcome = AttemptOutcome.SUCCEEDED
+    if not owns_status:
+        return
+    _finish(record, RequestStatus.SUCCEEDED, now)
+    if record.prune_requested_at is None:
+        record.prune_requested_at = iso(now)
+        effects.prune_requested = True
+    effects.lines.append(
+        LogLine(
+            "INFO",
+            f"{record.request_id} succeeded on attempt {attempt.n}",
+            event_fields(record, attempt, "job_succeeded", preemptions=attempt.preemptions),
+        )
+    )
+
+
+def _cancel(record: RequestRecord, attempt: Attempt, owns_status: bool, now: datetime, effects: Effects) -> None:
+    attempt.outcome = AttemptOutcome.CANCELLED
+    if not owns_status:
+        return
+    _finish(record, RequestStatus.CANCELLED, now)
+    effects.lines.append(
+        LogLine(
+            "INFO",
+            f"attempt {attempt.n} of {record.request_id} was cancelled; not re-queued",
+            event_fields(record, attempt, "job_cancelled"),
+        )
+    )
+
+
+def _fail(record: RequestRecord, attempt: Attempt, cause: FailureCause, now: datetime, effects: Effects) -> None:
+    attempt.outcome = AttemptOutcome.FAILED
+    _finish(record, RequestStatus.FAILED, now)
+    message = f"attempt {attempt.n} of {record.request_id} failed: {cause.reason}"
+    effects.lines.append(LogLine("ERROR", message, event_fields(record, attempt, "job_failed", error=attempt.error)))
+    if record.mark(alert_marker(AlertKind.JOB_FAILED, attempt.n)):
+        effects.alerts.append(attempt_alert(record, attempt, AlertKind.JOB_FAILED, now, message, error=attempt.error))
+
+
+def _requeue_or_give_up(
+    record: RequestRecord,
+    attempt: Attempt,
+    cause: FailureCause,
+    policy: DecisionPolicy,
+    now: datetime,
+    effects: Effects,
+) -> None:
+    max_attempts = int(record.request.get("max_attempts") or policy.default_max_attempts)
+    if attempt.n >= max_attempts:
+        attempt.outcome = AttemptOutcome.GAVE_UP
+        _finish(record, RequestStatus.GAVE_UP, now)
+        message = (
+            f"{record.request_id} gave up: attempt {attempt.n} of {max_attempts} ended by preemption ({cause.reason})"
+        )
+        effects.lines.append(
+            LogLine(
+                "ERROR",
+                message,
+                event_fields(
+                    record,
+                    attempt,
+                    "attempts_exhausted",
+                    max_attempts=max_attempts,
+                    error=attempt.error,
+                ),
+            )
+        )
+        if record.mark(alert_marker(AlertKind.ATTEMPTS_EXHAUSTED, attempt.n)):
+            effects.alerts.append(
+                attempt_alert(
+                    record,
+                    attempt,
+                    AlertKind.ATTEMPTS_EXHAUSTED,
+                    now,
+                    message,
+                    max_attempts=max_attempts,
+                    error=attempt.error,
+                    # per attempt, as people read them: a count, or "≥1" (never 0) when an
+                    # attempt ended by preemption and no evidence said how often
+                    preemptions=[preemptions_text(a) for a in record.attempts],
+                )
+            )
+        return
+    following = attempt.n + 1
+    location, strategy = plan_attempt(record.request, following, attempt, cause.stockout)
+    delay = policy.requeue_delay_seconds
+    attempt.outcome = AttemptOutcome.REQUEUED
+    record.status = RequestStatus.REQUEUED
+    record.requeue = Requeue(
+        attempt=following,
+        location=location,
+        strategy=strategy,
+        reason="stockout" if cause.stockout else "preemption",
+        decided_at=iso(now),
+        not_before=iso(now + timedelta(seconds=delay)) if delay > 0 else None,
+    )
+    effects.requeue_decided = True
+    effects.lines.append(
+        LogLine(
+            "WARNING",
+            f"attempt {attempt.n} of {record.request_id} ended by preemption; "
+            f"re-queued as attempt {following} ({strategy} in {location})",
+            event_fields(
+                record,
+                attempt,
+                "requeue",
+                next_attempt=following,
+                next_location=location,
+                next_strategy=strategy,
+                failover=location != attempt.location,
+                fallback=strategy != attempt.strategy,
+                not_before=record.requeue.not_before,
+                reason=cause.reason,
+            ),
+        )
+    )
+
+
+def _flag_stuck(
+    record: RequestRecord,
+    attempt: Attempt,
+    job: JobSnapshot,
+    policy: DecisionPolicy,
+    now: datetime,
+    effects: Effects,
+) -> None:
+    if job.state not in STUCK_STATES or not attempt.state_changed_at:
+        return
+    stuck_for = (now - parse_iso(attempt.state_changed_at)).total_seconds()
+    threshold = policy.stuck_after_seconds
+    if attempt.strategy == FLEX_START and job.state in WAITING_STATES:
+        # FLEX_START waits for capacity by design, up to its maxWaitDuration (a day by default):
+        # stuck only once it waited that long and the usual threshold beyond.
+        threshold += max_wait_seconds(record.request.get("custom_job") or {})
+    if stuck_for < threshold:
+        return
+    if not record.mark(alert_marker(AlertKind.JOB_STUCK, attempt.n, job.state)):
+        return
+    message = f"attempt {attempt.n} of {record.request_id} has been {job.state} for {stuck_for:.0f} s"
+    effects.lines.append(
+        LogLine(
+            "WARNING",
+            message,
+            event_fields(record, attempt, "job_stuck", state=job.state, stuck_seconds=round(stuck_for)),
+        )
+    )
+    effects.alerts.append(
+        attempt_alert(
+            record,
+            attempt,
+            AlertKind.JOB_STUCK,
+            now,
+            message,
+            state=job.state,
+            stuck_seconds=round(stuck_for),
+        )
+    )

@@ -1,0 +1,72 @@
+"""Stray jobs: a job with a request's labels that the ledger does not record is cancelled.
+
+However the claim protocol is run, a second job for an attempt can appear behind the ledger's
+back: a create that completes on the server after its deadline, a takeover that missed a job the
+list did not show yet. Nothing would manage it, and it would train, and bill, into the request's
+checkpoint folder. So whoever looks at a request's jobs (reconcile's sweep on every pass, on_job_event
+on a line of a job it does not recognise, submit on finding a second job) cancels every job
+labelled with the request and this deployment that has not ended and is not the job its attempt
+records, with one log line and one `stray_job` alert (pending in the record, through the outbox).
+
+A job of an attempt whose claim has no job recorded yet is not a stray: submit, or reconcile's
+adoption, is about to record it.
+
+This module decides (`is_stray`, the alert); listing and cancelling jobs at Vertex is the shells'
+(`shared.found_jobs`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from shared.alerts import Alert, AlertKind
+from shared.clock import iso
+from shared.deciding.effects import attempt_alert
+from shared.deciding.outbox import decide_and_flush_alert
+from shared.jobs import LABEL_ATTEMPT, is_terminal
+from shared.ledger.records import RequestRecord, alert_marker
+from shared.log import Logger
+from shared.wiring import Ports
+
+if TYPE_CHECKING:
+    from google.cloud.aiplatform_v1 import CustomJob
+
+
+def is_stray(record: RequestRecord, job: CustomJob) -> bool:
+    """Whether `job` (labelled with the record's request) is one the ledger will never manage."""
+    if is_terminal(job.state):
+        return False
+    try:
+        n = int(job.labels.get(LABEL_ATTEMPT, ""))
+    except ValueError:
+        return True
+    attempt = record.attempt(n)
+    if attempt is None:
+        return True  # no such attempt was ever claimed
+    if attempt.job is None:
+        return attempt.outcome is not None  # a claim still being created will record it
+    return attempt.job != job.name
+
+
+def alert_stray(ports: Ports, record: RequestRecord, job: CustomJob, log: Logger) -> None:
+    """A stray job was cancelled: decide its alert once (pending in the record) and publish it."""
+    n = int(job.labels.get(LABEL_ATTEMPT, "0") or 0)
+    now = ports.clock()
+
+    def stray_alert(current: RequestRecord) -> Alert | None:
+        attempt = current.attempt(n) or current.latest
+        if attempt is None:
+            return None
+        return attempt_alert(
+            current,
+            attempt,
+            AlertKind.STRAY_JOB,
+            now,
+            f"cancelled job {job.name}: it carried the labels of attempt {n} of "
+            f"{current.request_id}, which records {attempt.job or 'no job'}",
+            stray_job=job.name,
+            cancelled_at=iso(now),
+        )
+
+    marker = alert_marker(AlertKind.STRAY_JOB, n, job.name.rsplit("/", 1)[-1])
+    decide_and_flush_alert(ports, record.request_id, marker, stray_alert, log)

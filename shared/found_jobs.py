@@ -1,0 +1,203 @@
+"""Jobs found at Vertex that the ledger must hear of: an attempt's own job, found or just created,
+is adopted (`adopt_job`), and a job the ledger does not record is cancelled (`sweep_strays`,
+`cancel_stray`; what makes a job a stray is `shared.deciding.strays`).
+
+Where the sweep looks: every location this deployment may have a job in, which is the default,
+the allowed locations, and every location a create was ever sent to. The last are remembered by
+submit before its first create in a location (`remember_location`: one empty marker per location,
+`maintenance/locations/<location>`, created if absent, once per instance), so a stray of a
+finished request in a failover region is found too; one list of markers and one job list per
+location per pass.
+
+A part of the shells (submit, reconcile and on_job_event each use it), not a shell of its own: the
+I/O the deciding room may not do (list, cancel) around its decisions.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from shared.adapters.vertex import cancel_job, list_unfinished_jobs, parent_path
+from shared.clock import iso
+from shared.deciding.applying import apply_observation
+from shared.deciding.decisions import Observation
+from shared.deciding.strays import alert_stray, is_stray
+from shared.jobs import LABEL_ATTEMPT, LABEL_REQUEST_ID, JobSnapshot
+from shared.ledger.claims import record_job
+from shared.ledger.records import RequestRecord
+from shared.ledger.run_lock import ledger_bucket
+from shared.ledger.store import JobIndexEntry
+from shared.log import Logger
+from shared.wiring import Ports
+
+if TYPE_CHECKING:
+    from google.cloud.aiplatform_v1 import CustomJob
+
+
+@dataclass(frozen=True)
+class Adoption:
+    """What `adopt_job` did."""
+
+    job: str  # the job the attempt records: another one when the job given was a second job
+    wrote: bool  # this call recorded it (else an earlier delivery had)
+    snapshot: JobSnapshot  # the job given, as a decision reads it
+
+    @property
+    def adopted(self) -> bool:
+        """The job given is the attempt's (recorded now or before), not a second job."""
+        return self.job == self.snapshot.name
+
+
+def adopt_job(ports: Ports, request_id: str, n: int, location: str, job: CustomJob, log: Logger) -> Adoption:
+    """Make `job`, created or found by its labels for attempt `n`, the attempt's job: index it,
+    then record it (once, under compare-and-swap). An attempt that already records another job
+    means the claim protocol failed: `job` is cancelled as a stray, with an ERROR line. A caller
+    that found the job then decides on its state (`observe_adopted`): its log events may have come while
+    it was not indexed and been dropped."""
+    snapshot = JobSnapshot.of(job)
+    ports.ledger.index_job(JobIndexEntry(request_id, n, location, job.name))
+    created_at = snapshot.create_time or iso(ports.clock())
+    swapped = ports.ledger.swap(
+        request_id,
+        lambda current: record_job(current, n=n, job_name=job.name, state=snapshot.state, created_at=created_at),
+    )
+    recorded = swapped.value.attempt(n) if swapped.value else None
+    if swapped.value is not None and recorded is not None and recorded.job not in (None, job.name):
+        log.error(
+            "attempt already records a different job",
+            event="duplicate_job",
+            job=job.name,
+            recorded_job=recorded.job,
+        )
+        _cancel_second_job(ports, swapped.value, job, log)
+        return Adoption(recorded.job, False, snapshot)
+    return Adoption(job.name, swapped.wrote, snapshot)
+
+
+def observe_adopted(ports: Ports, request_id: str, adoption: Adoption, n: int, log: Logger) -> tuple[str, ...]:
+    """Decide once on an adopted job's current state, as reconcile would; the decisions' events."""
+    return apply_observation(ports, request_id, Observation(n, adoption.snapshot), log).events
+
+
+def _cancel_second_job(ports: Ports, record: RequestRecord, job: CustomJob, log: Logger) -> None:
+    """Nothing would manage a second job of the attempt, and it would train into the same folder:
+    cancel it as a stray (one alert). Should the cancel fail, reconcile's stray sweep retries it."""
+    try:
+        cancel_stray(ports, record, job, log)
+    except Exception as exc:  # noqa: BLE001 - the job is recorded; the sweep will cancel the stray
+        log.error(
+            "could not cancel the job the ledger does not record; reconcile will retry",
+            event="duplicate_job_cancel_failed",
+            job=job.name,
+            error=f"{type(exc).__name__}: {exc}",
+        )
+
+
+LOCATIONS_PREFIX = "maintenance/locations/"
+_remembered: set[tuple[str, str]] = set()  # (state bucket, location) this instance has marked
+_remembered_lock = threading.Lock()
+
+
+def remember_location(ports: Ports, location: str) -> None:
+    """Mark `location` as one this deployment sends creates to (before the first create there)."""
+    from google.api_core.exceptions import PreconditionFailed
+
+    bucket = ledger_bucket(ports.ledger)
+    key = (bucket.name, location)
+    with _remembered_lock:
+        if key in _remembered:
+            return
+    try:
+        bucket.blob(f"{LOCATIONS_PREFIX}{location}").upload_from_string(b"", if_generation_match=0)
+    except PreconditionFailed:
+        pass  # marked before
+    with _remembered_lock:
+        _remembered.add(key)
+
+
+def sweep_locations(ports: Ports, seen: Iterable[str] = ()) -> list[str]:
+    """Every location the stray sweep lists: the default, the allowed ones, every one a create
+    was sent to (remembered), and `seen` (the locations of the requests reconciled)."""
+    settings = ports.settings
+    bucket = ledger_bucket(ports.ledger)
+    remembered = {
+        blob.name[len(LOCATIONS_PREFIX) :]
+        for blob in bucket.client.list_blobs(bucket, prefix=LOCATIONS_PREFIX, fields="items(name),nextPageToken")
+    }
+    return sorted({settings.location, *settings.allowed_locations, *remembered, *seen} - {""})
+
+
+def sweep_strays(ports: Ports, locations: Iterable[str], log: Logger) -> list[str]:
+    """Cancel every stray job of this deployment in `locations`; returns their names.
+
+    One list per location, whatever the number of requests: this deployment's jobs that have not
+    ended (a filter on the deployment label and on the state, so the list grows with the running
+    work, never with history), grouped by request. Each request's record is read after the list:
+    a claim is written before its create, so a job created for a newer attempt finds that attempt
+    claimed and is never taken for a stray. A request without a record is left alone (nothing says
+    which of its jobs is the one); a location or record that cannot be read waits for the next
+    pass."""
+    by_request: dict[str, list[CustomJob]] = defaultdict(list)
+    for location in sorted(set(locations)):
+        try:
+            jobs = list_unfinished_jobs(
+                ports.job_service(location),
+                parent_path(ports.settings.project, location),
+                ports.settings.deployment_label,
+            )
+        except Exception as exc:  # noqa: BLE001 - the next pass lists again
+            log.warning(
+                "could not list this deployment's jobs for the stray sweep",
+                event="stray_sweep_failed",
+                location=location,
+                error=f"{type(exc).__name__}: {exc}",
+            )
+            continue
+        for job in jobs:
+            by_request[job.labels.get(LABEL_REQUEST_ID, "")].append(job)
+    by_request.pop("", None)  # the filter asks for the label; a job without it names no request
+    with ThreadPoolExecutor(STRAY_CHECKERS, thread_name_prefix="strays") as pool:
+        found = pool.map(lambda item: _cancel_strays_of(ports, *item, log), by_request.items())
+        return [name for names in found for name in names]
+
+
+# Requests whose jobs are checked at once (a record read each, mostly waiting).
+STRAY_CHECKERS = 8
+
+
+def _cancel_strays_of(ports: Ports, request_id: str, jobs: list[CustomJob], log: Logger) -> list[str]:
+    """Never raises: one request must not stop the sweep."""
+    log = log.bind(request_id=request_id)
+    try:
+        record, _ = ports.ledger.read(request_id)  # read now, after the list: see sweep_strays
+        if record is None:
+            return []
+        strays = [job for job in jobs if is_stray(record, job)]
+        for job in strays:
+            cancel_stray(ports, record, job, log)
+        return [job.name for job in strays]
+    except Exception as exc:  # noqa: BLE001 - the next pass retries this request
+        log.warning(
+            "could not check a request's jobs for strays; the next pass retries",
+            event="stray_sweep_failed",
+            error=f"{type(exc).__name__}: {exc}",
+        )
+        return []
+
+
+def cancel_stray(ports: Ports, record: RequestRecord, job: CustomJob, log: Logger) -> None:
+    """Cancel one stray job, then decide its alert once (pending in the record) and publish it."""
+    cancel_job(ports.job_service(job.name.split("/")[3]), job.name)
+    log.warning(
+        "cancelled a job with this request's labels that the ledger does not record",
+        event="stray_job_cancelled",
+        request_id=record.request_id,
+        attempt=int(job.labels.get(LABEL_ATTEMPT, "0") or 0),
+        job=job.name,
+    )
+    alert_stray(ports, record, job, log)

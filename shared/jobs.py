@@ -1,0 +1,136 @@
+"""A Vertex AI CustomJob as spotjobs reads it: plain data and names, no client and no I/O.
+
+The job states and how they classify, the snapshot a decision reads (`JobSnapshot`), the labels
+and environment variables every spotjobs job carries, and the FLEX_START defaults. The requests,
+deciding and ledger rooms import this, never the adapter (`shared.adapters.vertex`), which builds
+and sends jobs with these names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from shared.clock import iso
+
+if TYPE_CHECKING:
+    from google.cloud.aiplatform_v1 import CustomJob
+
+LABEL_REQUEST_ID = "spotjobs-request-id"
+LABEL_ATTEMPT = "spotjobs-attempt"
+# Which spotjobs deployment created the job: two deployments in one project (staging and prod,
+# two teams) never look up, adopt or cancel each other's jobs.
+LABEL_DEPLOYMENT = "spotjobs-deployment"
+SYSTEM_LABELS = (LABEL_REQUEST_ID, LABEL_ATTEMPT, LABEL_DEPLOYMENT)
+FLEX_START = "FLEX_START"
+# How long a FLEX_START job waits for capacity when its request says nothing: Vertex's own default
+# ("maxWaitDuration ... defaults to 1 day", Scheduling in
+# https://cloud.google.com/vertex-ai/docs/reference/rest/v1/CustomJobSpec#scheduling), made
+# explicit so the stuck-job threshold can be sized to it.
+DEFAULT_FLEX_START_MAX_WAIT_SECONDS = 86400
+# Set in every container of the job, for the trainer (and the trainer kit) to know its attempt.
+ENV_REQUEST_ID = "SPOTJOBS_REQUEST_ID"
+ENV_ATTEMPT = "SPOTJOBS_ATTEMPT"
+RESERVED_LABEL_PREFIX = "spotjobs-"
+MAX_LABELS = 64
+
+
+class JobState:
+    """JobState names as the REST API spells them, and how they classify."""
+
+    UNSPECIFIED = "JOB_STATE_UNSPECIFIED"
+    QUEUED = "JOB_STATE_QUEUED"
+    PENDING = "JOB_STATE_PENDING"
+    RUNNING = "JOB_STATE_RUNNING"
+    SUCCEEDED = "JOB_STATE_SUCCEEDED"
+    FAILED = "JOB_STATE_FAILED"
+    CANCELLING = "JOB_STATE_CANCELLING"
+    CANCELLED = "JOB_STATE_CANCELLED"
+    PAUSED = "JOB_STATE_PAUSED"
+    EXPIRED = "JOB_STATE_EXPIRED"
+    UPDATING = "JOB_STATE_UPDATING"
+    PARTIALLY_SUCCEEDED = "JOB_STATE_PARTIALLY_SUCCEEDED"
+
+    BY_NUMBER = {
+        0: UNSPECIFIED,
+        1: QUEUED,
+        2: PENDING,
+        3: RUNNING,
+        4: SUCCEEDED,
+        5: FAILED,
+        6: CANCELLING,
+        7: CANCELLED,
+        8: PAUSED,
+        9: EXPIRED,
+        10: UPDATING,
+        11: PARTIALLY_SUCCEEDED,
+    }
+    TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED, EXPIRED, PARTIALLY_SUCCEEDED})
+
+
+def state_name(state: object) -> str:
+    """'JOB_STATE_RUNNING' from a JobState enum member, its number, or its name."""
+    if isinstance(state, str):
+        return state if state.startswith("JOB_STATE_") else f"JOB_STATE_{state}"
+    name = getattr(state, "name", None)  # a proto-plus enum member (an IntEnum)
+    if isinstance(name, str):
+        return name
+    return JobState.BY_NUMBER.get(int(state), JobState.UNSPECIFIED)  # type: ignore[call-overload]
+
+
+def is_terminal(state: object) -> bool:
+    return state_name(state) in JobState.TERMINAL
+
+
+def job_error(job: CustomJob) -> dict[str, Any] | None:
+    """The job's google.rpc.Status as {code, message}, or None when it has none."""
+    if not job.error or (not job.error.code and not job.error.message):
+        return None
+    return {"code": int(job.error.code), "message": str(job.error.message)}
+
+
+def _vertex_time(moment: datetime | None) -> str | None:
+    # Microseconds, unlike the ledger's own times: freshness compares a job's update times,
+    # which can be less than a millisecond apart.
+    return None if moment is None else iso(moment, timespec="microseconds")
+
+
+@dataclass(frozen=True)
+class JobSnapshot:
+    """A CustomJob as Vertex returned it, reduced to what decisions read."""
+
+    name: str
+    state: str
+    error: dict[str, Any] | None = None
+    create_time: str | None = None
+    start_time: str | None = None
+    end_time: str | None = None
+    update_time: str | None = None
+
+    @classmethod
+    def of(cls, job: CustomJob) -> JobSnapshot:
+        return cls(
+            name=job.name,
+            state=state_name(job.state),
+            error=job_error(job),
+            create_time=_vertex_time(job.create_time),
+            start_time=_vertex_time(job.start_time),
+            end_time=_vertex_time(job.end_time),
+            update_time=_vertex_time(job.update_time),
+        )
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in JobState.TERMINAL
+
+
+def max_wait_seconds(custom_job: Mapping[str, Any]) -> float:
+    """How long a FLEX_START job of this request may wait for capacity (its maxWaitDuration)."""
+    scheduling = (custom_job.get("jobSpec") or {}).get("scheduling") or {}
+    raw = scheduling.get("maxWaitDuration") or scheduling.get("max_wait_duration")
+    try:
+        return float(str(raw).rstrip("s")) if raw else DEFAULT_FLEX_START_MAX_WAIT_SECONDS
+    except ValueError:
+        return DEFAULT_FLEX_START_MAX_WAIT_SECONDS

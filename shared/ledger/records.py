@@ -1,0 +1,181 @@
+"""A request's record: the document the ledger keeps per request (`shared.ledger.store` stores it).
+
+Plain data and its JSON form. Fields this version does not know are kept under `newer_fields` and
+written back as they were read: during a rolling deploy an older instance rewrites a record a
+newer one wrote, and must not drop what it cannot read. Markers name decisions already made, in
+the same compare-and-swap as the decision (`alert_marker`, `evidence_marker`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from shared.clock import now_iso
+from shared.errors import SpotjobsError
+from shared.ledger.states import AttemptOutcome, RequestStatus
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class Attempt:
+    n: int
+    location: str
+    strategy: str  # "SPOT" or the fallback strategy
+    claimed_at: str
+    job: str | None = None  # full resource name, once created
+    state: str | None = None  # Vertex JobState name as last observed, e.g. "JOB_STATE_RUNNING"
+    created_at: str | None = None
+    started_at: str | None = None
+    ended_at: str | None = None
+    state_changed_at: str | None = None
+    preemptions: int = 0
+    # Times reconcile re-published this attempt because its claim never got a job (after a bound,
+    # with one alert naming the evidence: never failed for it, see shared/reconcile.py).
+    republished: int = 0
+    republished_at: str | None = None
+    # The last create Vertex turned away for now (429, 503: busy, not a verdict on the request).
+    last_create_error: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None  # google.rpc.Status {code, message}
+    outcome: AttemptOutcome | None = None
+    create_sent_at: str | None = None  # when submit sent the create (a lagging list may hide it)
+    # When it began waiting for Vertex's submission quota (shared/pacing.py); its place in line.
+    waiting_since: str | None = None
+    # It ended by preemption, but no evidence said how often: at least once (shared/deciding/preemptions.py).
+    preemptions_unknown: bool = False
+    # From the trainer kit's checkpoint lines: how many, their total write time, when.
+    checkpoints_committed: int = 0
+    checkpoint_seconds: float = 0.0
+    first_checkpoint_at: str | None = None
+    last_checkpoint_at: str | None = None
+    last_checkpoint: list[int] | None = None  # [run, step] of the last one counted
+    newer_fields: dict[str, Any] = field(default_factory=dict)  # see `_known`
+
+    @property
+    def job_id(self) -> str | None:
+        return self.job.rsplit("/", 1)[-1] if self.job else None
+
+
+@dataclass
+class Requeue:
+    """Attempt n+1 decided (ledger first), then published (confirmed by `message_id`)."""
+
+    attempt: int
+    location: str
+    strategy: str
+    reason: str
+    decided_at: str
+    not_before: str | None = None
+    message_id: str | None = None  # set once the publish is confirmed
+    published_at: str | None = None
+    newer_fields: dict[str, Any] = field(default_factory=dict)  # see `_known`
+
+
+@dataclass
+class RequestRecord:
+    request_id: str
+    request: dict[str, Any]  # the normalized job request (see shared.requests.envelope)
+    output_dir: str
+    status: RequestStatus = RequestStatus.CLAIMED
+    attempts: list[Attempt] = field(default_factory=list)
+    requeue: Requeue | None = None
+    # Markers of what was decided, written in the same compare-and-swap as the decision they
+    # guard: "kind:attempt" for alerts decided, and the preemption evidence already counted.
+    markers: list[str] = field(default_factory=list)
+    created_at: str = field(default_factory=now_iso)
+    updated_at: str = field(default_factory=now_iso)
+    finished_at: str | None = None
+    prune_requested_at: str | None = None
+    # Decided but not yet confirmed published (see the module docstring): alerts as their JSON,
+    # and whether the prune request is still to be sent.
+    pending_alerts: list[dict[str, Any]] = field(default_factory=list)
+    prune_pending: bool = False
+    schema_version: int = SCHEMA_VERSION
+    newer_fields: dict[str, Any] = field(default_factory=dict)  # see `_known`
+
+    @property
+    def latest(self) -> Attempt | None:
+        return self.attempts[-1] if self.attempts else None
+
+    def attempt(self, n: int) -> Attempt | None:
+        return next((a for a in self.attempts if a.n == n), None)
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status.is_terminal
+
+    def mark(self, key: str) -> bool:
+        """Add marker `key`; False when it was already there (the decision was made before)."""
+        if key in self.markers:
+            return False
+        self.markers.append(key)
+        return True
+
+    def count_marks(self, prefix: str) -> int:
+        return sum(1 for key in self.markers if key.startswith(prefix))
+
+    @property
+    def has_pending_effects(self) -> bool:
+        return bool(self.pending_alerts) or self.prune_pending
+
+    def to_json(self) -> dict[str, Any]:
+        return _with_newer_fields(asdict(self))
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RequestRecord:
+        data = dict(data)
+        data["status"] = RequestStatus(data.get("status", RequestStatus.CLAIMED))
+        data["attempts"] = [_attempt_from_json(a) for a in data.get("attempts", [])]
+        if data.get("requeue"):
+            data["requeue"] = Requeue(**_known(Requeue, data["requeue"]))
+        return cls(**_known(cls, data))
+
+
+class CorruptRecord(SpotjobsError):
+    """A ledger document that cannot be read (hand-edited, truncated): nothing is decided on it
+    until an operator repairs or restores it; `shared.deciding.outbox.alert_corrupt_record` says so once."""
+
+    def __init__(self, request_id: str, reason: str) -> None:
+        super().__init__(f"ledger document of {request_id} cannot be read: {reason}")
+        self.request_id = request_id
+
+
+def _attempt_from_json(data: dict[str, Any]) -> Attempt:
+    attempt = Attempt(**_known(Attempt, data))
+    if attempt.outcome is not None:
+        attempt.outcome = AttemptOutcome(attempt.outcome)
+    return attempt
+
+
+def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    """The fields `cls` knows, and the others under `newer_fields`: during a rolling deploy an
+    older instance rewrites a record a newer one wrote, and must not drop what it cannot read."""
+    names = {f.name for f in fields(cls)} - {"newer_fields"}
+    known = {k: v for k, v in data.items() if k in names}
+    known["newer_fields"] = {k: v for k, v in data.items() if k not in names}
+    return known
+
+
+def _with_newer_fields(record: dict[str, Any]) -> dict[str, Any]:
+    """`asdict` output of a record with each `newer_fields` folded back in place, as it was read."""
+
+    def fold(data: dict[str, Any]) -> dict[str, Any]:
+        newer = data.pop("newer_fields")
+        return {**data, **newer}
+
+    record["attempts"] = [fold(attempt) for attempt in record["attempts"]]
+    if record["requeue"] is not None:
+        record["requeue"] = fold(record["requeue"])
+    return fold(record)
+
+
+def alert_marker(kind: str, attempt: int, *qualifiers: str) -> str:
+    """The marker that says alert `kind` was decided for `attempt` (once per qualifier)."""
+    return ":".join((kind, str(attempt), *qualifiers))
+
+
+def evidence_marker(kind: str, attempt: int, identity: str = "") -> str:
+    """The marker of one piece of evidence already counted for `attempt` (e.g. a log line's
+    identity); with no identity, the prefix that `RequestRecord.count_marks` counts."""
+    return f"{kind}:{attempt}:{identity}"

@@ -1,0 +1,227 @@
+"""Ledger retention: finished records leave the ledger once nothing can refer to them; and the
+upkeep of the active index (`shared.ledger.store`, docs/ARCHITECTURE.md "The active index").
+
+Not to be confused with `shared.pruning.retention`, which decides which *checkpoints* stay.
+
+The sweep walks `requests/` by its listing metadata, a few pages per reconcile pass, one round a
+day (`SWEEP_INTERVAL_SECONDS`), resumed from `maintenance/ledger-sweep.json`. So a pass costs at
+most `SWEEP_PAGES_PER_RUN` list calls and `SWEEP_RETIREMENTS_PER_RUN` removals more, and only
+while a round is under way. On each record:
+- one that needs reconciling gets its index marker if it has none (a write by an instance from
+  before the index, a marker lost by hand): the index repairs itself within a round;
+- one finished (terminal, nothing pending, no re-queue) longer than the retention is removed, its
+  referrers first: its index marker (only if stale, see `LedgerStore.remove_stale_marker`), its
+  job index entries (a late log line then finds the job is not ours), then, archived to
+  `archive/<id>.json` unless `ledger_archive` is off, the record itself, conditional on the
+  generation read: any write since (a late event, an effect made pending) keeps it for the next
+  round;
+- one whose body does not parse (its metadata says finished) is skipped and handed to
+  `on_corrupt` (reconcile alerts `ledger_corrupt` once); the sweep moves on and saves its
+  position, so one bad record never stalls retention and index repair behind it.
+
+The retention is `ledger_retention_seconds` (0: keep every record), never less than
+`MIN_RETENTION_SECONDS` (longer than Pub/Sub keeps any message, so no redelivered request can
+find its record gone and claim it anew) nor than the checkpoint pruner's
+`finished_retention_seconds` plus a day (so the pruner has applied a finished request's final
+policy before its record goes; a folder without a record is then kept as if active).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from shared.clock import parse_iso, utcnow
+from shared.ledger.records import CorruptRecord
+from shared.ledger.store import LedgerStore, ListedRequest, needs_reconcile
+
+if TYPE_CHECKING:
+    from shared.log import Logger
+    from shared.settings import Settings
+
+SWEEP_STATE = "ledger-sweep"
+SWEEP_INTERVAL_SECONDS = 86400.0
+SWEEP_PAGES_PER_RUN = 5
+SWEEP_PAGE_SIZE = 1000
+SWEEP_RETIREMENTS_PER_RUN = 500  # records removed per pass at most (~5 calls each)
+SWEEP_WORKERS = 16
+# Pub/Sub keeps a message at most 31 days (topic retention); a day more.
+MIN_RETENTION_SECONDS = 32 * 86400.0
+
+
+@dataclass
+class SweepSummary:
+    listed: int = 0
+    markers_repaired: int = 0
+    removed: int = 0
+    kept: int = 0  # expired but referred to, or written since listed: the next round
+    corrupt: int = 0  # its body does not parse: skipped, handed to on_corrupt
+    unchanged: int = 0
+    finished_round: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def effective_retention(settings: Settings) -> float:
+    """Seconds a finished record stays; 0 = forever."""
+    if settings.ledger_retention_seconds <= 0:
+        return 0.0
+    return max(
+        settings.ledger_retention_seconds,
+        MIN_RETENTION_SECONDS,
+        settings.finished_retention_seconds + 86400.0,
+    )
+
+
+def backfill_index(ledger: LedgerStore, log: Logger, *, page_size: int = SWEEP_PAGE_SIZE) -> int:
+    """Build the active index of a ledger from before it: list every record once and mark the
+    active ones, then say the index is built. A crash before the end repeats it (markers are
+    written only where absent). Returns the markers written."""
+    written = 0
+    token: str | None = None
+    while True:
+        rows, token = ledger.list_requests(page_size=page_size, page_token=token)
+        for row in rows:
+            if row.needs_reconcile:
+                written += ledger.mark_active(row.request_id, only_if_absent=True)
+        if not token:
+            break
+    ledger.mark_index_built()
+    log.info("built the active index", event="active_index_built", markers_written=written)
+    return written
+
+
+def sweep_step(
+    ledger: LedgerStore,
+    log: Logger,
+    *,
+    settings: Settings | None = None,
+    now: datetime | None = None,
+    pages: int = SWEEP_PAGES_PER_RUN,
+    on_corrupt: Callable[[CorruptRecord], None] | None = None,
+) -> SweepSummary | None:
+    """One bounded turn of the sweep, if a round is due; None if not. A record that does not
+    parse is skipped, logged and passed to `on_corrupt` (which alerts)."""
+    if settings is None:
+        from shared.settings import get_settings
+
+        settings = get_settings()
+    now = now or utcnow()
+    state = ledger.maintenance_state(SWEEP_STATE)
+    finished_at = state.get("finished_at")
+    if finished_at and (now - parse_iso(finished_at)).total_seconds() < SWEEP_INTERVAL_SECONDS:
+        return None
+    retention = effective_retention(settings)
+    position = state.get("position", "") if not finished_at else ""
+    summary = SweepSummary()
+    token: str | None = None
+    next_position = position
+    budget = SWEEP_RETIREMENTS_PER_RUN
+    with ThreadPoolExecutor(SWEEP_WORKERS, thread_name_prefix="ledger-sweep") as pool:
+        for _ in range(pages):
+            rows, token = ledger.list_requests(page_size=SWEEP_PAGE_SIZE, page_token=token, start_at=position)
+            work: list[tuple[str, ListedRequest]] = []
+            for row in rows:
+                action = _action(row, retention, now)
+                if action == "retire":
+                    if budget == 0:  # enough removals for one pass: the next turn starts here
+                        token, next_position = "more", row.request_id
+                        break
+                    budget -= 1
+                summary.listed += 1
+                next_position = row.request_id  # inclusive: the next turn sees it once more
+                if action:
+                    work.append((action, row))
+
+            def apply(item: tuple[str, ListedRequest]) -> str:
+                try:
+                    return _apply(ledger, *item, retention, settings.ledger_archive, now)
+                except CorruptRecord as exc:
+                    _report_corrupt(exc, log, on_corrupt)
+                    return "corrupt"
+
+            for outcome in pool.map(apply, work):
+                setattr(summary, outcome, getattr(summary, outcome) + 1)
+            if not token or budget == 0:
+                break
+    summary.finished_round = not token
+    ledger.save_maintenance_state(
+        SWEEP_STATE,
+        {"position": "", "finished_at": now.isoformat()}
+        if summary.finished_round
+        else {"position": next_position, "finished_at": None},
+    )
+    log.info("ledger sweep turn", event="ledger_sweep", **summary.to_json())
+    return summary
+
+
+def _report_corrupt(error: CorruptRecord, log: Logger, on_corrupt: Callable[[CorruptRecord], None] | None) -> None:
+    if on_corrupt is None:
+        log.error(
+            "a ledger document cannot be read; the retention sweep skips it",
+            event="ledger_corrupt",
+            request_id=error.request_id,
+            error=str(error),
+        )
+        return
+    try:
+        on_corrupt(error)
+    except Exception as exc:  # noqa: BLE001 - the alert is tried again when the next round meets it
+        log.warning(
+            "could not alert a corrupt ledger document; the next sweep round tries again",
+            event="ledger_corrupt_unalerted",
+            request_id=error.request_id,
+            error=f"{type(exc).__name__}: {exc}",
+        )
+
+
+def _action(row: ListedRequest, retention: float, now: datetime) -> str | None:
+    if row.needs_reconcile:
+        return "repair"
+    if not retention or row.updated is None:
+        return None
+    if (now - row.updated).total_seconds() < retention:
+        return None  # its last write is recent: it cannot have finished long enough ago
+    return "retire"
+
+
+def _apply(
+    ledger: LedgerStore,
+    action: str,
+    row: ListedRequest,
+    retention: float,
+    archive: bool,
+    now: datetime,
+) -> str:
+    """Carry out one action; the summary field it counts in."""
+    if action == "repair":
+        wrote = ledger.mark_active(row.request_id, only_if_absent=True)
+        return "markers_repaired" if wrote else "unchanged"
+    return "removed" if retire(ledger, row.request_id, retention, archive=archive, now=now) else "kept"
+
+
+def retire(ledger: LedgerStore, request_id: str, retention: float, *, archive: bool, now: datetime) -> bool:
+    """Remove one finished record past `retention`, its referrers first. False if it must stay."""
+    got = ledger.read_raw(request_id)
+    if got is None:
+        return False
+    raw, record, generation = got
+    if needs_reconcile(record) or record.requeue is not None:
+        return False
+    ended = record.finished_at or record.updated_at
+    if (now - parse_iso(ended)).total_seconds() < retention:
+        return False
+    marker = ledger.active_entry(request_id)
+    status = ListedRequest(request_id, record.status, record.has_pending_effects)
+    if marker is not None and not ledger.remove_stale_marker(marker, status, now=now):
+        return False  # a marker too young to judge: the next round
+    for attempt in record.attempts:
+        if attempt.job_id:
+            ledger.forget_job(attempt.job_id)
+    if archive:
+        ledger.archive(request_id, raw)
+    return ledger.remove_record(request_id, generation)

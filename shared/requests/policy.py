@@ -1,0 +1,222 @@
+"""Request policy: what this deployment lets a job request ask for (configuration, not code).
+
+Validation flows one way: `shared.requests.envelope` reads the message (envelope, schema), then this module
+checks what was read: the envelope's options here, the CustomJob in `shared.requests.job_policy` (an
+allowlist of field paths, then value checks). Every check reports a `Violation(path, message)`
+naming the field and what is allowed, and all of them run, so a rejected publisher learns
+everything wrong with a request at once. The limits come from `Settings` (see the "Request
+policy" section there); `describe_policy` shows them as a publisher meets them
+(`spotjobs validate --show-policy`).
+
+Why these rules:
+- an allowlist, failing closed: the CustomJob schema has far more than a training job needs
+  (VPC peering, interactive shells, NFS mounts, other teams' reservations ...); each field outside
+  the allowlist is refused by path until an operator opts in to it, and a field a library upgrade
+  adds is refused until it is classified;
+- machine families: Spot training capacity exists for A2/A3 (the Spot docs); the list is a setting;
+- no TPUs: TPU pods have their own Spot semantics this system does not manage;
+- images: Vertex pulls with its own agent, so IAM cannot stop a publisher naming any image; the
+  allowlist is enforced here on parsed references at path boundaries (empty = any image, with a
+  loud warning);
+- service accounts: a job acts as its service account; only listed ones and the deployment's
+  training account (the default) may be named; with neither, none may;
+- baseOutputDirectory: must be unset or exactly the request's own directory
+  `gs://<checkpoint bucket>/<prefix>/<request_id>/`, and AIP_* variables cannot be overridden, so
+  a request cannot resume from, or overwrite, another request's checkpoints;
+- scheduling.strategy: spotjobs submits SPOT; on-demand capacity is asked for through `fallback`,
+  which only the strategies an operator allows may use.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from shared.clock import iso, utcnow
+from shared.errors import Violation
+from shared.log import Logger
+from shared.requests.envelope import SYSTEM_FIELDS, InvalidJobRequest, JobRequest, read_request
+from shared.requests.job_fields import ALLOWED, FIELDS, OPT_INS, OUTPUT_ONLY
+from shared.requests.job_policy import (
+    RESERVED_ENV_NAMES,
+    RESERVED_ENV_PREFIXES,
+    allowed_service_accounts,
+    check_custom_job,
+)
+from shared.settings import Settings
+
+_warned_unrestricted_images = False
+
+
+def validate_request(
+    data: bytes,
+    *,
+    attributes: Mapping[str, str],
+    settings: Settings,
+    published_at: datetime | None = None,
+) -> JobRequest:
+    """Read, then check a message; return the request or raise InvalidJobRequest with every
+    violation."""
+    request, violations = read_request(
+        data,
+        attributes=attributes,
+        max_bytes=settings.max_request_bytes,
+        published_at=published_at,
+    )
+    violations.extend(check_policy(request, settings, now=published_at))
+    if violations:
+        raise InvalidJobRequest(violations, request_id=request.request_id, attempt=request.attempt)
+    return request
+
+
+def check_policy(request: JobRequest, settings: Settings, now: datetime | None = None) -> list[Violation]:
+    """Every policy violation of a (possibly partially read) request; `now` is when it was
+    published (a redelivery a day late is judged as when it was sent), else the present."""
+    out: list[Violation] = []
+    if request.custom_job is not None:
+        out.extend(check_custom_job(request.custom_job, request.job_path, request.request_id, settings))
+    if request.max_attempts is not None and request.max_attempts > settings.max_attempts_ceiling:
+        out.append(
+            Violation(
+                "max_attempts",
+                f"is {request.max_attempts}; at most {settings.max_attempts_ceiling} allowed",
+            )
+        )
+    if request.keep_last is not None and request.keep_last > settings.keep_last_ceiling:
+        out.append(
+            Violation(
+                "checkpoints.keep_last",
+                f"is {request.keep_last}; at most {settings.keep_last_ceiling} allowed",
+            )
+        )
+    out.extend(_check_fallback(request, settings))
+    out.extend(_check_locations(request, settings))
+    out.extend(_check_deadline(request, settings, now or utcnow()))
+    return out
+
+
+def _check_deadline(request: JobRequest, settings: Settings, now: datetime) -> list[Violation]:
+    """A deadline that on-demand from the start could not meet is refused, with the numbers. Only
+    on attempt 1: a re-queue is judged by the deadline policy, not refused for being late."""
+    deadline = request.deadline
+    if deadline is None or request.attempt is not None:
+        return []
+    left = (deadline.at - now).total_seconds()
+    prior = settings.changeover_prior_seconds
+    changeover = prior if deadline.changeover_seconds is None else deadline.changeover_seconds
+    shown = f"is {iso(deadline.at, timespec='seconds')}, {left:.0f} s after {iso(now, timespec='seconds')}"
+    if deadline.total_steps is not None and deadline.expected_step_seconds is not None:
+        needed = deadline.total_steps * deadline.expected_step_seconds + changeover
+        if left < needed:
+            return [
+                Violation(
+                    "deadline",
+                    f"{shown}; even on on-demand from the start the work needs {needed:.0f} s "
+                    f"({deadline.total_steps} steps x {deadline.expected_step_seconds:g} s + a changeover of "
+                    f"{changeover:.0f} s)",
+                )
+            ]
+    elif left < changeover:
+        return [Violation("deadline", f"{shown}; less than one changeover ({changeover:.0f} s) away")]
+    return []
+
+
+def _check_fallback(request: JobRequest, settings: Settings) -> list[Violation]:
+    fallback = request.fallback
+    if fallback is None:
+        return []
+    allowed = settings.allowed_fallback_strategies
+    if fallback.strategy not in allowed:
+        shown = ", ".join(allowed) if allowed else "none: Spot only (SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES)"
+        return [Violation("fallback.strategy", f"is {fallback.strategy}; allowed: {shown}")]
+    minimum = settings.min_spot_attempts
+    if fallback.after_spot_attempts < minimum:
+        return [
+            Violation(
+                "fallback.after_spot_attempts",
+                f"is {fallback.after_spot_attempts}; at least {minimum} Spot attempts come first",
+            )
+        ]
+    return []
+
+
+def _check_locations(request: JobRequest, settings: Settings) -> list[Violation]:
+    allowed = settings.allowed_locations
+    if not allowed:
+        return []
+    named = [("location", request.location)] if request.location else []
+    named += [(f"locations[{i}]", loc) for i, loc in enumerate(request.locations)]
+    return [
+        Violation(path, f"is {loc}; allowed regions: {', '.join(allowed)}") for path, loc in named if loc not in allowed
+    ]
+
+
+def describe_policy(settings: Settings) -> dict[str, Any]:
+    """The effective policy as a publisher meets it: what may be set, and within which limits."""
+    env = {f.name: f.metadata["env"] for f in dataclasses.fields(Settings)}
+    opt_ins = {}
+    for setting in OPT_INS:
+        value = getattr(settings, setting)
+        opt_ins[env[setting]] = {
+            "fields": sorted(path for path, kind in FIELDS.items() if kind == setting),
+            "allowed": value if isinstance(value, bool) else list(value),
+        }
+    return {
+        "custom_job": {
+            "allowed_fields": sorted(path for path, kind in FIELDS.items() if kind == ALLOWED),
+            "opt_in_fields": opt_ins,
+            "refused": "every other field; output-only fields: "
+            + ", ".join(sorted(p for p, k in FIELDS.items() if k == OUTPUT_ONLY)),
+            "machine_families": list(settings.allowed_machine_families),
+            "tpus": False,
+            "images": list(settings.allowed_image_prefixes) or "ANY (no allowlist configured)",
+            "service_accounts": sorted(allowed_service_accounts(settings))
+            or "none may be named (no training service account configured)",
+            "default_service_account": settings.training_service_account or "(Vertex AI's default)",
+            "output_directory": settings.output_dir_for("<request_id>"),
+            "reserved_env": [*RESERVED_ENV_NAMES, *(f"{p}*" for p in RESERVED_ENV_PREFIXES)],
+            "scheduling_strategy": "SPOT (set by spotjobs; leave unset or SPOT)",
+        },
+        "ceilings": {
+            "replicas_per_pool": settings.max_replicas_per_pool,
+            "accelerators_per_replica": settings.max_accelerators_per_replica,
+            "accelerators_per_job": settings.max_accelerators_per_job,
+            "pools_per_job": settings.max_pools_per_job,
+            "timeout_seconds": settings.max_timeout_seconds,
+            "boot_disk_gb": settings.max_boot_disk_gb,
+            "max_attempts": settings.max_attempts_ceiling,
+            "keep_last": settings.keep_last_ceiling,
+            "request_bytes": settings.max_request_bytes,
+        },
+        "fallback_strategies": list(settings.allowed_fallback_strategies) or "none (Spot only)",
+        "min_spot_attempts": settings.min_spot_attempts,
+        "deadline": {
+            "fields": {
+                "deadline": "RFC 3339 time the work must be done by",
+                "total_steps": "integer >= 1 (else the trainer kit's total_steps)",
+                "expected_step_seconds": "number > 0: seconds per step on on-demand (an estimate override)",
+                "changeover_seconds": "number >= 0: a move to a new attempt (an estimate override)",
+            },
+            "refused": "a deadline on-demand from the start could not meet: total_steps x "
+            f"expected_step_seconds + changeover_seconds (default {settings.changeover_prior_seconds:.0f} s) "
+            "beyond the time left when published",
+        },
+        "locations": list(settings.allowed_locations) or "any region",
+        "default_location": settings.location,
+        "system_fields": f"{', '.join(SYSTEM_FIELDS)}: only on the system's re-queue messages",
+    }
+
+
+def warn_if_images_unrestricted(settings: Settings, log: Logger) -> None:
+    """Log a loud WARNING, once per process, when any container image is accepted."""
+    global _warned_unrestricted_images
+    if settings.allowed_image_prefixes or _warned_unrestricted_images:
+        return
+    _warned_unrestricted_images = True
+    log.warning(
+        "SPOTJOBS_ALLOWED_IMAGE_PREFIXES is empty: job requests may run ANY container image. "
+        "Set it to your registries (e.g. us-docker.pkg.dev/my-project/).",
+        event="policy_images_unrestricted",
+    )

@@ -1,0 +1,36 @@
+"""What every `spotjobs` command shares: exit statuses, and how a command is added (its `--help`
+keeps its description as written and ends with examples)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any
+
+EXIT_OK = 0  # success
+EXIT_FAILED = 1  # the command ran and failed, or what it was asked about does not exist
+EXIT_INVALID = 2  # invalid input or usage
+# What a shell reports for a command killed by SIGINT (128 + 2) or SIGPIPE (128 + 13).
+EXIT_INTERRUPTED = 130  # Ctrl-C
+EXIT_BROKEN_PIPE = 141  # the reader of its output went away (`spotjobs ... | head`)
+
+
+def command(
+    subparsers: argparse._SubParsersAction,
+    name: str,
+    *,
+    examples: Sequence[str] = (),
+    **options: Any,
+) -> argparse.ArgumentParser:
+    """Add command `name` (`options` as for `add_parser`); its `--help` ends with `examples`."""
+    return subparsers.add_parser(
+        name,
+        epilog=examples_epilog(*examples) if examples else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        **options,
+    )
+
+
+def examples_epilog(*commands: str) -> str:
+    """The end of a command's `--help`: one or more examples."""
+    return "examples:\n" + "\n".join(f"  {command}" for command in commands)

@@ -1,0 +1,267 @@
+"""`spotjobs status`: requests and their attempts from the ledger; `--watch` follows them.
+
+    spotjobs status [REQUEST_ID] [--json] [--watch]
+
+One line per request, or one request with every attempt, its re-queue and the checkpoint-interval
+advice (spotjobs/reporting/advice.py). Preemptions read as a count, or "≥1" when an attempt ended by
+preemption and nothing said how often.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from shared.deciding.preemptions import preemptions_text, total_preemptions_text
+from spotjobs.cli.common import EXIT_FAILED, EXIT_OK, command
+
+if TYPE_CHECKING:
+    from shared.ledger.records import RequestRecord
+    from shared.settings import Settings
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    status = command(
+        subparsers,
+        "status",
+        help="requests and their attempts, from the ledger",
+        description="Reads the ledger: one line per request, or one request with every attempt. "
+        "Exits 1 when the request is not in the ledger.",
+        examples=[
+            "spotjobs status",
+            "spotjobs status resnet-nightly-001 --json",
+            "spotjobs status resnet-nightly-001 --watch",
+        ],
+    )
+    status.add_argument("request_id", nargs="?", help="one request (default: all, newest first)")
+    status.add_argument("--json", action="store_true", help="print the ledger records as JSON")
+    status.add_argument("--limit", type=int, default=100, help="at most this many requests (default 100)")
+    status.add_argument("--project", help="Google Cloud project (default: GOOGLE_CLOUD_PROJECT)")
+    status.add_argument(
+        "--watch",
+        action="store_true",
+        help="print again whenever it changes, until the request ends (or Ctrl-C); with --json, "
+        "one JSON document per line",
+    )
+    status.add_argument(
+        "--interval", type=float, default=2.0, metavar="SECONDS", help="--watch polls this often (default 2)"
+    )
+    status.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="--watch stops after this long")
+    status.set_defaults(run=run_status)
+
+
+def run_status(args: argparse.Namespace) -> int:
+    from shared.ledger.store import LedgerStore
+    from shared.settings import get_settings
+
+    settings = get_settings()
+    from google.cloud import storage
+
+    client = storage.Client(project=args.project or settings.project)
+    ledger = LedgerStore(client.bucket(settings.state_bucket))
+    if getattr(args, "watch", False):
+        return _watch_status(args, ledger, settings)
+    if args.request_id:
+        record = ledger.get(args.request_id)
+        if record is None:
+            print(f"no request {args.request_id} in gs://{settings.state_bucket}", file=sys.stderr)
+            return EXIT_FAILED
+        records = [record]
+    else:
+        records = recent_records(ledger, args.limit)
+    if args.json:
+        payload: Any = records[0].to_json() if args.request_id else [r.to_json() for r in records]
+        if args.request_id:
+            advice = _advice(ledger, records[0])
+            payload["advice"] = advice.to_json() if advice else None
+        json.dump(payload, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    elif args.request_id:
+        sys.stdout.write(format_request(records[0]))
+        advice = _advice(ledger, records[0])
+        if advice is not None:
+            sys.stdout.write(advice.sentence() + "\n")
+    else:
+        sys.stdout.write(format_requests(records))
+    return EXIT_OK
+
+
+# Requests whose attempts the preemption rate is measured over.
+ADVICE_SAMPLE = 200
+
+
+def _advice(ledger: Any, record: RequestRecord) -> Any:
+    """Checkpoint-interval advice for `record`, from the preemptions of recent requests."""
+    from shared.clock import utcnow
+    from spotjobs.reporting.advice import advise, preemption_rates
+
+    sample = recent_records(ledger, ADVICE_SAMPLE)
+    return advise(record, preemption_rates(sample, utcnow()))
+
+
+def _watch_status(args: argparse.Namespace, ledger: Any, settings: Settings) -> int:
+    """Print the status whenever it changes; end when the request (every request listed) has
+    ended, on Ctrl-C/SIGTERM (exit 0) or after --timeout (exit 1 if still active)."""
+    import signal
+    import time
+
+    stopping = {"now": False}
+
+    def stop(signum: int, frame: object) -> None:
+        stopping["now"] = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    deadline = time.monotonic() + args.timeout if args.timeout else None
+    shown: str | None = None
+    while not stopping["now"]:
+        if args.request_id:
+            record = ledger.get(args.request_id)
+            records = [record] if record else []
+        else:
+            records = recent_records(ledger, args.limit)
+        if args.json:
+            payload: Any = (
+                (records[0].to_json() if records else None) if args.request_id else [r.to_json() for r in records]
+            )
+            text = json.dumps(payload, separators=(",", ":")) + "\n"
+        elif args.request_id:
+            text = format_request(records[0]) if records else f"{args.request_id}: not in the ledger yet\n"
+        else:
+            text = format_requests(records)
+        if text != shown:
+            if shown is not None and not args.json:
+                sys.stdout.write("\n")
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            shown = text
+        if records and all(r.is_terminal for r in records) and args.request_id:
+            return EXIT_OK
+        if deadline is not None and time.monotonic() >= deadline:
+            return EXIT_FAILED if args.request_id else EXIT_OK
+        time.sleep(max(0.1, args.interval))
+    return EXIT_OK
+
+
+def recent_records(ledger: Any, limit: int) -> list[RequestRecord]:
+    """The `limit` most recently created requests, newest first.
+
+    Chosen from a listing (each document's `created_at` is in its metadata), so only those
+    `limit` records are downloaded, in parallel, however long the history. A document written
+    before the metadata held it is downloaded to learn its time (exact, and rare: any write of
+    the record adds it)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    listed, unlisted = [], []
+    token: str | None = None
+    while True:
+        rows, token = ledger.list_requests(page_size=1000, page_token=token)
+        for row in rows:
+            (listed if row.created_at else unlisted).append(row)
+        if not token:
+            break
+    with ThreadPoolExecutor(RECORD_READERS) as pool:
+        older = [r for r in pool.map(lambda row: ledger.get(row.request_id), unlisted) if r]
+        newest = sorted(listed, key=lambda row: row.created_at, reverse=True)[:limit]
+        chosen = [r for r in pool.map(lambda row: ledger.get(row.request_id), newest) if r]
+    records = sorted(chosen + older, key=lambda r: r.created_at, reverse=True)
+    return records[:limit]
+
+
+# Records downloaded at once for a listing (each read mostly waits on the network).
+RECORD_READERS = 16
+
+
+def format_requests(records: Sequence[RequestRecord]) -> str:
+    """One line per request: where its latest attempt stands."""
+    header = (
+        "REQUEST_ID",
+        "STATUS",
+        "ATTEMPT",
+        "LOCATION",
+        "STRATEGY",
+        "STATE",
+        "PREEMPTIONS",
+        "JOB",
+        "UPDATED",
+    )
+    rows = []
+    for record in records:
+        latest = record.latest
+        max_attempts = record.request.get("max_attempts", "?")
+        rows.append(
+            (
+                record.request_id,
+                record.status,
+                f"{latest.n}/{max_attempts}" if latest else f"-/{max_attempts}",
+                latest.location if latest else "-",
+                latest.strategy if latest else "-",
+                _short_state(latest.state) if latest else "-",
+                total_preemptions_text(record.attempts),
+                (latest.job_id or "-") if latest else "-",
+                record.updated_at,
+            )
+        )
+    return _table(header, rows) if rows else "no requests\n"
+
+
+def format_request(record: RequestRecord) -> str:
+    """A request and every attempt, re-queue and outcome."""
+    lines = [
+        f"request     {record.request_id}",
+        f"status      {record.status}",
+        f"output dir  {record.output_dir}",
+        f"created     {record.created_at}   updated {record.updated_at}   finished {record.finished_at or '-'}",
+        f"max attempts {record.request.get('max_attempts', '?')}   locations {', '.join(record.request.get('locations') or []) or record.request.get('location', '-')}",
+    ]
+    if record.requeue:
+        requeue = record.requeue
+        lines.append(
+            f"re-queue    attempt {requeue.attempt} in {requeue.location} ({requeue.strategy}) because {requeue.reason}; "
+            f"decided {requeue.decided_at}, published {'yes' if requeue.message_id else 'not yet'}"
+        )
+    header = (
+        "N",
+        "LOCATION",
+        "STRATEGY",
+        "STATE",
+        "PREEMPTIONS",
+        "JOB",
+        "CLAIMED",
+        "CREATED",
+        "ENDED",
+        "OUTCOME",
+        "ERROR",
+    )
+    rows = [
+        (
+            str(a.n),
+            a.location,
+            a.strategy,
+            _short_state(a.state),
+            preemptions_text(a),
+            a.job or "-",
+            a.claimed_at,
+            a.created_at or "-",
+            a.ended_at or "-",
+            a.outcome or "-",
+            (a.error or {}).get("message", "-") if a.error else "-",
+        )
+        for a in record.attempts
+    ]
+    return "\n".join(lines) + "\n\n" + _table(header, rows)
+
+
+def _short_state(state: str | None) -> str:
+    return state.removeprefix("JOB_STATE_") if state else "-"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(str(row[i])) for row in (header, *rows)) for i in range(len(header))]
+    return "".join(
+        "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() + "\n"
+        for row in (header, *rows)
+    )

@@ -1,0 +1,65 @@
+"""Shared by the framework test scripts (run by the framework venv's python): the plan, the step
+record the test counts, and the points where a script waits for the test's SIGTERM (at a step,
+or inside a save) so it lands exactly there however loaded the machine is."""
+
+import os
+import time
+
+STEPS = int(os.environ["KIT_TEST_STEPS"])
+EVERY = int(os.environ["KIT_TEST_EVERY"])
+PAUSE_AT_STEP = int(os.environ.get("KIT_TEST_PAUSE_AT_STEP") or 0)
+PAUSE_IN_SAVE = os.environ.get("KIT_TEST_PAUSE_IN_SAVE") == "1"
+HANDSHAKE = os.environ.get("KIT_TEST_HANDSHAKE", "")  # the test creates it right after its SIGTERM
+SAVE_DELAY = float(os.environ.get("KIT_TEST_SAVE_DELAY", "0.3"))  # the Orbax and Keras scripts' saves
+_paused_in_save = []
+
+
+def wait_for_sigterm():
+    """Until the test says it sent SIGTERM (by then the signal is pending: the kit's handler runs
+    before this returns); at most 60 s."""
+    deadline = time.monotonic() + 60
+    while not os.path.exists(HANDSHAKE) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def record_step(step):
+    """One line per training step computed (a log per process): the test sums them over runs."""
+    with open(os.environ["KIT_TEST_STEPS_LOG"] + os.environ.get("RANK", "0"), "a") as log:
+        log.write(f"{step}\n")
+    print(f"STEP {step}", flush=True)
+    if step == PAUSE_AT_STEP:
+        wait_for_sigterm()
+
+
+def slow_saves():
+    """Every torch.save (and DCP file write) announces itself; with PAUSE_IN_SAVE the first one
+    waits for the SIGTERM first (the framework's save has begun: HF has written the model)."""
+    import torch
+    import torch.distributed.checkpoint.filesystem as dcp_files
+
+    def slowly(save):
+        def wrapper(*args, **kwargs):
+            print("SAVING", flush=True)
+            pause_in_save()
+            return save(*args, **kwargs)
+
+        return wrapper
+
+    torch.save = slowly(torch.save)
+    dcp_files.FileSystemWriter.write_data = slowly(dcp_files.FileSystemWriter.write_data)
+
+
+def tiny_regression(torch):
+    """A tiny model and a fixed data set, the same in every run."""
+    generator = torch.Generator().manual_seed(0)
+    inputs = torch.randn(64, 4, generator=generator)
+    targets = inputs.sum(dim=1, keepdim=True)
+    return inputs, targets
+
+
+def pause_in_save():
+    """Call at the start of a save after printing SAVING: with PAUSE_IN_SAVE, the first save of
+    the process waits there for the test's SIGTERM."""
+    if PAUSE_IN_SAVE and not _paused_in_save:
+        _paused_in_save.append(True)
+        wait_for_sigterm()

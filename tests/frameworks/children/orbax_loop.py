@@ -1,0 +1,51 @@
+# JAX with Orbax on a tiny regression, after jax.distributed.initialize (whose preemption notifier
+# takes SIGTERM from Python natively); the README's snippet is appended below by the test.
+import socket
+import threading
+
+import common
+import jax
+import jax.numpy as jnp
+import numpy as np
+from common import STEPS, record_step  # noqa: F401 (STEPS: the snippet's)
+from orbax.checkpoint._src.path import atomicity
+
+with socket.socket() as probe:  # a free port on this machine for the one-process coordinator
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=1, process_id=0)
+
+finalize = atomicity.AtomicRenameTemporaryPath.finalize
+save_paused = threading.Event()  # the first save is waiting, in Orbax's background thread
+
+
+async def announced_finalize(self):
+    """Every Orbax save announces itself before its rename; with PAUSE_IN_SAVE the first one
+    waits there for the SIGTERM (training waits too, so the signal finds the save in flight)."""
+    print("SAVING", flush=True)
+    if common.PAUSE_IN_SAVE and not save_paused.is_set():
+        save_paused.set()
+        common.wait_for_sigterm()
+    await finalize(self)
+
+
+atomicity.AtomicRenameTemporaryPath.finalize = announced_finalize
+generator = np.random.default_rng(0)
+inputs = jnp.asarray(generator.normal(size=(64, 4)), dtype=jnp.float32)
+targets = inputs.sum(axis=1, keepdims=True)
+state = {"w": jnp.zeros((4, 1)), "b": jnp.zeros((1,))}
+
+
+@jax.jit
+def update(params, x, y):
+    grads = jax.grad(lambda p: jnp.mean((x @ p["w"] + p["b"] - y) ** 2))(params)
+    return jax.tree_util.tree_map(lambda p, g: p - 0.01 * g, params, grads)
+
+
+def train_step(state, step):
+    if save_paused.is_set():
+        common.wait_for_sigterm()
+    start = (step * 8) % 64
+    state = update(state, inputs[start : start + 8], targets[start : start + 8])
+    record_step(step)
+    return state

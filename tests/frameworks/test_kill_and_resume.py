@@ -1,0 +1,196 @@
+"""The kit's framework integrations in real processes on the CPU, with the README's own snippets.
+
+Each case appends a snippet from README.md ("Your framework") to a small training script
+(children/), runs it with the framework venv's python (.venv-frameworks, made by `make test`),
+and: SIGTERMs it at a random step, restarts it, SIGTERMs it in the middle of a save, plants a
+torn checkpoint newer than everything, and runs it to the end. The script waits at that step
+(or inside that save) until the test has sent the signal, so it lands there however loaded the
+machine is. Each preempted run must exit 143, its emergency save must hold the step it was at,
+and the next run resume exactly there; the last run must skip the torn checkpoint
+(`checkpoint_torn`) and finish; the steps computed over all runs must be the planned steps plus,
+per preemption, the steps since its last commit.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import socket
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from spotjobs_kit import parse_kit_line
+from spotjobs_kit.lines import KitRecord
+
+from tests.support.frameworks import REPO, framework_python
+
+HERE = Path(__file__).parent
+
+README = REPO / "README.md"
+STEPS = 30
+EVERY = 10
+TORN_STEP = 999
+
+
+@dataclass(frozen=True)
+class Case:
+    script: str
+    torn: tuple[str, str]  # (folder, file) planted as a torn checkpoint
+    edit: Callable[[str], str] = field(default=lambda text: text)
+
+
+CASES = {
+    "hf-trainer": Case("hf_trainer.py", (f"checkpoint-{TORN_STEP}", "model.safetensors")),
+    "hf-accelerate": Case("hf_accelerate.py", (f"step-{TORN_STEP:06d}", "model.safetensors")),
+    "lightning": Case("lightning_fit.py", (f"step-{TORN_STEP:06d}", "model.ckpt")),
+    "torch-save": Case("torch_loop.py", (f"step-{TORN_STEP:06d}", "state.pt")),
+    "torch-dcp": Case("torch_loop.py", (f"step-{TORN_STEP:06d}", "__0_0.distcp")),
+    "orbax": Case("orbax_loop.py", (str(TORN_STEP), "_sharding")),
+    "keras": Case("keras_fit.py", (f"step-{TORN_STEP:06d}", "model.weights.h5")),
+}
+
+
+def readme_snippet(name: str) -> str:
+    """The code block under `<!-- snippet: NAME -->` in README.md, exactly."""
+    found = re.search(rf"<!-- snippet: {re.escape(name)} -->\n```python\n(.*?)```\n", README.read_text(), re.S)
+    assert found, f"README.md has no snippet {name!r}"
+    return found.group(1)
+
+
+@dataclass
+class Outcome:
+    returncodes: list[int]  # one per process
+    records: list[KitRecord]
+    steps: list[int]  # the STEP lines: steps computed in this run
+    stderr: str
+
+    def events(self, event: str) -> list[KitRecord]:
+        return [r for r in self.records if r.event == event]
+
+    @property
+    def started(self) -> KitRecord:
+        (started,) = self.events("run_started")
+        return started
+
+    @property
+    def committed(self) -> int | None:
+        """The newest step this run committed (or found committed: a kept re-save)."""
+        saved = [r.step for r in self.records if r.event in ("checkpoint_committed", "checkpoint_kept")]
+        return max((s for s in saved if s is not None), default=self.started.resumed_step)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def run_script(script: Path, env: dict[str, str], kill: Callable[[str], bool] | None, processes: int) -> Outcome:
+    """Run until it exits (as `processes` torch.distributed processes, rank 0's stdout read);
+    SIGTERM every process once, at the first line of rank 0's that `kill` accepts (Vertex
+    SIGTERMs every container of the VM), then create the handshake file the script waits for."""
+    started = []
+    port = str(free_port())
+    handshake = Path(env["KIT_TEST_HANDSHAKE"])
+    handshake.unlink(missing_ok=True)
+    for rank in range(processes):
+        ranked = {**env, "RANK": str(rank), "WORLD_SIZE": str(processes), "MASTER_ADDR": "127.0.0.1"}
+        errors = script.parent / f"stderr-{rank}.txt"
+        with open(errors, "w") as stderr_file, open(script.parent / f"stdout-{rank}.txt", "w") as stdout_file:
+            started.append(
+                subprocess.Popen(
+                    [framework_python(), str(script)],
+                    env={**ranked, "MASTER_PORT": port} if processes > 1 else env,
+                    cwd=script.parent,
+                    stdout=subprocess.PIPE if rank == 0 else stdout_file,
+                    stderr=stderr_file,  # a file: a chatty framework never blocks on a full pipe
+                    text=True,
+                )
+            )
+    primary = started[0]
+    assert primary.stdout is not None
+    records, steps, sent = [], [], False
+    for line in primary.stdout:
+        record = parse_kit_line(line) if "spotjobs" in line else None
+        if record is not None:
+            records.append(record)
+        elif line.startswith("STEP "):
+            steps.append(int(line.split()[1]))
+        if kill is not None and not sent and kill(line):
+            for process in started:
+                process.send_signal(signal.SIGTERM)
+            handshake.touch()
+            sent = True
+    returncodes = [process.wait(timeout=300) for process in started]
+    stderr = "".join((script.parent / f"stderr-{rank}.txt").read_text()[-2000:] for rank in range(processes))
+    return Outcome(returncodes, records, steps, stderr)
+
+
+# Each variant: the README snippet it runs, and how many torch.distributed processes run it.
+VARIANTS = {
+    **{name: (name, 1) for name in CASES if name != "torch-dcp"},
+    "torch-dcp-sync": ("torch-dcp", 1),
+    "torch-dcp-async-2-processes": ("torch-dcp", 2),  # one process would add time, not coverage
+}
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_sigterm_at_random_points_then_resume_at_the_committed_step(name: str, tmp_path: Path) -> None:
+    snippet_name, processes = VARIANTS[name]
+    case = CASES[snippet_name]
+    snippet = readme_snippet(snippet_name)
+    if name == "torch-dcp-sync":
+        assert snippet.count("async_save=True") == 1
+        snippet = snippet.replace("async_save=True", "async_save=False")
+    script = tmp_path / case.script
+    script.write_text((HERE / "children" / case.script).read_text() + "\n" + snippet)
+    (tmp_path / "common.py").write_text((HERE / "children" / "common.py").read_text())
+    checkpoints = tmp_path / "checkpoints"
+    seed = int(os.environ.get("KIT_TEST_SEED") or random.randrange(1 << 30))  # to replay a failure
+    at_step = random.Random(seed).randint(3, 2 * EVERY - 3)
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(tmp_path),
+        "AIP_CHECKPOINT_DIR": str(checkpoints),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "KIT_TEST_STEPS": str(STEPS),
+        "KIT_TEST_EVERY": str(EVERY),
+        "KIT_TEST_STEPS_LOG": str(tmp_path / "steps.log"),
+        "OMP_NUM_THREADS": "1",
+        "KIT_TEST_HANDSHAKE": str(tmp_path / "sigterm-sent"),
+    }
+    context = f"{name}, seed {seed} (SIGTERM at step {at_step})"
+
+    at_a_step = {**env, "KIT_TEST_PAUSE_AT_STEP": str(at_step)}
+    runs = [run_script(script, at_a_step, lambda line: line.strip() == f"STEP {at_step}", processes)]
+    in_a_save = {**env, "KIT_TEST_PAUSE_IN_SAVE": "1"}  # the first save after the resume
+    runs.append(run_script(script, in_a_save, lambda line: line.strip() == "SAVING", processes))
+    folder, file = case.torn
+    (checkpoints / folder).mkdir(parents=True)
+    (checkpoints / folder / file).write_bytes(b"torn: the VM was reclaimed here")
+    runs.append(run_script(script, env, None, processes))
+
+    for number, (run, following) in enumerate(zip(runs, runs[1:]), 1):
+        where = f"{context}, run {number}: {[(r.event, r.step) for r in run.records]} {run.stderr}"
+        assert run.returncodes == [143] * processes, where
+        assert run.events("preempted"), where
+        assert run.committed is not None and following.started.resumed_step == run.committed, where
+        assert 0 <= max(run.steps) - run.committed <= EVERY, where  # lost: since the last commit
+        assert max(run.steps) == run.committed, where  # the emergency save saved the step it was at
+    last = runs[-1]
+    assert last.returncodes == [0] * processes, f"{context}: {last.stderr}"
+    assert [(r.step, r.checkpoint) for r in last.events("checkpoint_torn")] == [(TORN_STEP, f"{folder}/")], context
+    assert last.started.total_steps == STEPS, context
+    assert [r.step for r in last.events("run_finished")] == [STEPS], context
+    assert last.events("progress") and all(r.total_steps == STEPS for r in last.events("progress")), context
+    lost = sum(max(run.steps) - run.committed for run in runs[:-1])  # type: ignore[operator]
+    for rank in range(processes):  # every process computed the same steps
+        computed = [int(s) for s in (tmp_path / f"steps.log{rank}").read_text().split()]
+        assert len(computed) == STEPS + lost, (context, rank)
+        assert sorted(set(computed)) == list(range(1, STEPS + 1)), (context, rank)

@@ -1,0 +1,63 @@
+"""SIGTERM after `jax.distributed.initialize`, in real processes (the framework venv's python):
+JAX's preemption notifier replaces Python's SIGTERM handler natively, so without the kit putting
+its own back the kit never hears of the preemption; with it, the kit does and JAX's notifier
+still does too (chained: it logs "SIGTERM caught")."""
+
+from __future__ import annotations
+
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+from spotjobs_kit import parse_kit_line
+
+from tests.support.frameworks import framework_python
+
+INITIALIZE = """
+import socket
+import jax
+with socket.socket() as probe:
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=1, process_id=0)
+"""
+# Each scenario: what the script does before it SIGTERMs itself, and whether the kit must see it.
+SCENARIOS = {
+    "initialize, then Checkpoints": (
+        INITIALIZE + "from spotjobs_kit.orbax import Checkpoints\nrun = Checkpoints().run\n",
+        True,
+    ),
+    "a Run, then initialize and reassert_sigterm": (
+        "from spotjobs_kit import Run\nfrom spotjobs_kit.orbax import reassert_sigterm\nrun = Run.start()\n"
+        + INITIALIZE
+        + "reassert_sigterm(run)\n",
+        True,
+    ),
+    "a plain Run, then initialize (nothing put back)": (
+        "from spotjobs_kit import Run\nrun = Run.start()\n" + INITIALIZE,
+        False,
+    ),
+}
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_the_kit_hears_sigterm_after_jax_distributed_initialize(scenario: str, tmp_path: Path) -> None:
+    setup, kit_hears = SCENARIOS[scenario]
+    script = setup + textwrap.dedent(
+        """
+        import os, signal, time
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(1)  # the handler runs between bytecodes; JAX's notifier on its own thread
+        print("PREEMPTED", run.preempted, flush=True)
+        run.finish()  # a clean exit, so the status says nothing: the lines do
+        """
+    )
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "AIP_CHECKPOINT_DIR": str(tmp_path / "checkpoints")}
+    done = subprocess.run(
+        [framework_python(), "-c", script], capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    events = [r.event for r in map(parse_kit_line, done.stdout.splitlines()) if r is not None]
+    assert (f"PREEMPTED {kit_hears}" in done.stdout) and (("preempted" in events) is kit_hears), done.stdout
+    assert "SIGTERM caught" in done.stderr, done.stderr[-3000:]  # JAX's notifier heard it either way

@@ -1,0 +1,65 @@
+"""Records, jobs and the policy the pure `decide` tests build on."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from shared.clock import iso
+from shared.deciding.decisions import (
+    DecisionPolicy,
+)
+from shared.jobs import JobSnapshot, JobState
+from shared.ledger.records import Attempt, RequestRecord
+from shared.ledger.states import RequestStatus
+from shared.settings import Settings
+
+NOW = datetime(2026, 11, 29, 18, 0, 0, tzinfo=UTC)
+
+
+POLICY = DecisionPolicy.from_settings(Settings())
+
+
+JOB1 = "projects/p/locations/us-central1/customJobs/111"
+
+
+USER_ERROR = {"code": 3, "message": "The replica workerpool0-0 exited with a non-zero status of 1."}
+
+
+def at(seconds: float) -> str:
+    return iso(NOW - timedelta(seconds=600) + timedelta(seconds=seconds))
+
+
+def make_record(
+    *,
+    status: str = RequestStatus.SUBMITTED,
+    state: str | None = JobState.QUEUED,
+    request: dict[str, Any] | None = None,
+    attempts: list[Attempt] | None = None,
+) -> RequestRecord:
+    envelope = {
+        "schema_version": 1,
+        "request_id": "req-1",
+        "custom_job": {"displayName": "train"},
+        "location": "us-central1",
+        "locations": [],
+        "max_attempts": 3,
+        "fallback": None,
+        "checkpoints": None,
+        **(request or {}),
+    }
+    first = Attempt(1, "us-central1", "SPOT", claimed_at=at(0), job=JOB1, state=state, created_at=at(1))
+    return RequestRecord("req-1", envelope, "gs://ckpt/requests/req-1/", status=status, attempts=attempts or [first])
+
+
+def job(state: str, *, update: float = 100, name: str = JOB1, error: dict[str, Any] | None = None) -> JobSnapshot:
+    terminal = state in JobState.TERMINAL
+    return JobSnapshot(
+        name=name,
+        state=state,
+        error=error,
+        create_time=at(1),
+        start_time=at(10) if state != JobState.QUEUED else None,
+        end_time=at(update) if terminal else None,
+        update_time=at(update),
+    )
