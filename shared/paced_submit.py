@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.clock import parse_iso
+from shared.deciding.outbox import alert_corrupt_record
 from shared.ledger.claims import Claim, ClaimInProgress
-from shared.ledger.records import Attempt, RequestRecord
+from shared.ledger.records import Attempt, CorruptRecord, RequestRecord
 from shared.log import Logger
 from shared.pacing import (
     BUSY,
@@ -137,6 +138,11 @@ def create_waiting(entry: Waiting, log: Logger, ports: Ports, steps: SubmitSteps
         outcome = steps.ensure_job(claim.record, claim.attempt, claim.kind == "taken_over", log, ports, paced=True)
     except ClaimInProgress:
         return BUSY
+    except CorruptRecord as exc:
+        # Nothing can be decided on it: alerted once, out of line; once repaired, reconcile finds it
+        # waiting with no entry and re-publishes it, which puts it back in line.
+        alert_corrupt_record(ports, exc, log)
+        return SETTLED
     except Exception as exc:  # noqa: BLE001 - it keeps its place; the next slot tries again
         log.warning(
             "could not create a waiting attempt; it keeps its place in line",

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -365,10 +365,9 @@ def drain(ports: Ports, location: str, create_one: Callable[[Waiting], str], log
     finally:
         if lease is not None:
             pacer.release(location, lease)
-    # Only passed heads left: reconcile's next pass restarts the line, not a loop of hand-overs.
-    handed_over = (
-        None if passed and not _others_wait(pacer, location, passed) else hand_over(ports, pacer, location, log)
-    )
+    # Anyone left, passed heads included: the next run waits for them again (a busy head is a
+    # fresh claim or a create failing for now; a corrupt record leaves the line, see paced_submit).
+    handed_over = hand_over(ports, pacer, location, log, passed)
     log.info(
         "drained the line of creates waiting for the quota",
         event="quota_drain",
@@ -380,23 +379,23 @@ def drain(ports: Ports, location: str, create_one: Callable[[Waiting], str], log
     return Drained(True, settled, rate_limited, handed_over)
 
 
-def _others_wait(pacer: Pacer, location: str, passed: set[str]) -> bool:
-    return any(entry.key not in passed for entry in pacer.waiting(location))
-
-
-def hand_over(ports: Ports, pacer: Pacer, location: str, log: Logger) -> str | None:
-    """If anyone still waits, publish the head attempt's message: its delivery drains on. Returns
-    its request id. A publish that fails leaves it to reconcile (`restart_stalled`)."""
+def hand_over(ports: Ports, pacer: Pacer, location: str, log: Logger, passed: Collection[str] = ()) -> str | None:
+    """If anyone still waits, publish the message of the first attempt in line that this run did
+    not pass (a passed one may be held by a fresh claim, whose delivery would be redelivered, not
+    drain): its delivery drains on. Returns its request id. A publish that fails leaves it to
+    reconcile (`restart_stalled`)."""
     from shared.deciding.outbox import publish_request_attempt
 
-    head = pacer.waiting(location)
-    if not head or not ports.may_publish(ports.settings.job_requests_topic):
+    line = pacer.waiting(location)
+    heads = [entry for entry in line if entry.key not in passed] or line
+    if not heads or not ports.may_publish(ports.settings.job_requests_topic):
         return None
-    record = ports.ledger.get(head[0].request_id)
+    head = heads[0]
+    record = ports.ledger.get(head.request_id)
     if record is None:
         return None
     try:
-        publish_request_attempt(ports, record, head[0].attempt, location)
+        publish_request_attempt(ports, record, head.attempt, location)
     except Exception as exc:  # noqa: BLE001 - reconcile restarts a stalled line
         log.warning(
             "could not hand the waiting line over; reconcile restarts it",

@@ -5,9 +5,9 @@ Vertex AI allows 600 resource-management (CRUD) calls a minute per project and r
 (https://cloud.google.com/vertex-ai/docs/quotas), shared with on_job_event's reads and with
 submit. A pass hands every step the clients of a `VertexPass` instead of the plain ones:
 
-- **One listing per location**, made the first time the pass needs a job there: this deployment's
-  jobs that have not ended (the stray sweep's filter, `shared.vertex.unfinished_jobs_filter`), a
-  thousand a page. A `get` of a job it holds is answered from it; the sweep's own list of the
+- **One listing per location**, made the first time the pass needs a job there: this
+  deployment's jobs that have not ended (the stray sweep's filter,
+  `shared.adapters.vertex.unfinished_jobs_filter`), a thousand a page. A `get` of a job it holds is answered from it; the sweep's own list of the
   location is the same listing. It was taken after the pass read its records' selection, so it is
   no older than a `get` made at the start of the pass would have been.
 - **A `get` only where the listing cannot answer**: a job missing from it has ended (or was
