@@ -227,7 +227,7 @@ def _close_or_retry_later(
     if document and failures >= CLOSE_ATTEMPTS_BEFORE_ALERT and not document.get("failure_alerted"):
         alert = Alert.of(
             AlertKind.TRIGGER_FAILED,
-            message=f"trigger {definition.name}: window {window_id} could not be closed after {failures} "
+            f"trigger {definition.name}: window {window_id} could not be closed after {failures} "
             f"ticks ({error}); it is retried every tick",
             request_id=document.get("request_id"),
             details={"trigger": definition.name, "window_id": window_id, "error": error},
