@@ -10,6 +10,7 @@ EVERY = int(os.environ["KIT_TEST_EVERY"])
 PAUSE_AT_STEP = int(os.environ.get("KIT_TEST_PAUSE_AT_STEP") or 0)
 PAUSE_IN_SAVE = os.environ.get("KIT_TEST_PAUSE_IN_SAVE") == "1"
 HANDSHAKE = os.environ.get("KIT_TEST_HANDSHAKE", "")  # the test creates it right after its SIGTERM
+SAVE_DELAY = float(os.environ.get("KIT_TEST_SAVE_DELAY", "0.3"))  # the Orbax and Keras scripts' saves
 _paused_in_save = []
 
 
@@ -39,9 +40,7 @@ def slow_saves():
     def slowly(save):
         def wrapper(*args, **kwargs):
             print("SAVING", flush=True)
-            if PAUSE_IN_SAVE and not _paused_in_save:
-                _paused_in_save.append(True)
-                wait_for_sigterm()
+            pause_in_save()
             return save(*args, **kwargs)
 
         return wrapper
@@ -56,3 +55,11 @@ def tiny_regression(torch):
     inputs = torch.randn(64, 4, generator=generator)
     targets = inputs.sum(dim=1, keepdim=True)
     return inputs, targets
+
+
+def pause_in_save():
+    """Call at the start of a save after printing SAVING: with PAUSE_IN_SAVE, the first save of
+    the process waits there for the test's SIGTERM."""
+    if PAUSE_IN_SAVE and not _paused_in_save:
+        _paused_in_save.append(True)
+        wait_for_sigterm()
