@@ -25,9 +25,9 @@ async def announced_finalize(self):
     """Every Orbax save announces itself before its rename; with PAUSE_IN_SAVE the first one
     waits there for the SIGTERM."""
     print("SAVING", flush=True)
-    if common.PAUSE_IN_SAVE and not save_paused.is_set():
+    if common.PAUSE_IN_SAVE:
         save_paused.set()
-        common.wait_for_sigterm()
+    common.pause_in_save()
     await finalize(self)
 
 
