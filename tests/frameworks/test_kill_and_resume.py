@@ -26,9 +26,7 @@ import pytest
 from spotjobs_kit import parse_kit_line
 from spotjobs_kit.lines import KitRecord
 
-from tests.support.frameworks import CASES, TORN_STEP, framework_python, readme_snippet
-
-HERE = Path(__file__).parent
+from tests.support.frameworks import CASES, CHILDREN, TORN_STEP, framework_python, readme_snippet
 
 STEPS = 30
 EVERY = 10
@@ -120,8 +118,8 @@ def test_sigterm_at_random_points_then_resume_at_the_committed_step(name: str, t
         assert snippet.count("async_save=True") == 1
         snippet = snippet.replace("async_save=True", "async_save=False")
     script = tmp_path / case.script
-    script.write_text((HERE / "children" / case.script).read_text() + "\n" + snippet)
-    (tmp_path / "common.py").write_text((HERE / "children" / "common.py").read_text())
+    script.write_text((CHILDREN / case.script).read_text() + "\n" + snippet)
+    (tmp_path / "common.py").write_text((CHILDREN / "common.py").read_text())
     checkpoints = tmp_path / "checkpoints"
     seed = int(os.environ.get("KIT_TEST_SEED") or random.randrange(1 << 30))  # to replay a failure
     at_step = random.Random(seed).randint(3, 2 * EVERY - 3)

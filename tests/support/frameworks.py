@@ -1,6 +1,4 @@
-"""The framework venv's interpreter, the README's framework snippets and the kill-and-resume cases
-(each framework's child script and the torn checkpoint planted for it), for the framework tests
-and the stack's."""
+"""The framework venv's interpreter, for the kill-and-resume tests and the kit's."""
 
 from __future__ import annotations
 
@@ -12,10 +10,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-README = REPO / "README.md"
-# The framework tests' child scripts are under children/ here.
-FRAMEWORK_TESTS = REPO / "tests" / "frameworks"
-TORN_STEP = 999
 
 
 FRAMEWORK_PYTHON = REPO / ".venv-frameworks" / "bin" / "python"
@@ -25,6 +19,13 @@ def framework_python() -> str:
     if not FRAMEWORK_PYTHON.exists():
         pytest.fail(f"{FRAMEWORK_PYTHON.relative_to(REPO)} is missing: `make .venv-frameworks` (run by `make test`)")
     return str(FRAMEWORK_PYTHON)
+
+
+# The training scripts the README snippets are appended to.
+CHILDREN = REPO / "tests" / "frameworks" / "children"
+
+README = REPO / "README.md"
+TORN_STEP = 999
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""A request's checkpoint folder on the embedded stack, as the prune tests read it."""
+"""What is left of a request's checkpoints in the stack's bucket."""
 
 from __future__ import annotations
 
