@@ -87,10 +87,12 @@ def never_sent(attempt: Attempt) -> bool:
 
 def wait_in_line(
     record: RequestRecord, attempt: Attempt, log: Logger, ports: Ports, steps: SubmitSteps, *, paced: bool
-) -> None:
+) -> bool:
     """Put attempt `attempt` in its region's line (the entry first, then the record: a crash in
     between leaves an entry whose claim a redelivery takes over), then, unless the drainer itself
-    is calling, try to drain the line from this delivery."""
+    is calling, try to drain the line from this delivery. True when it already waited: this
+    delivery (a duplicate, a redelivery, a hand-over) only handed its claim back."""
+    already = bool(attempt.waiting_since)
     pacer = pacer_for(ports)
     entry = waiting_entry(attempt.location, priority_of(record), record.request_id, attempt.n)
     since = generation_time(pacer.enqueue(entry))
@@ -107,14 +109,17 @@ def wait_in_line(
     )
     held = stored.attempt(attempt.n) if stored else None
     log.info(
-        "waiting in line for Vertex AI's submission quota",
-        event="quota_wait",
+        "duplicate delivery: this attempt already waits in line; nothing created"
+        if already and not paced
+        else "waiting in line for Vertex AI's submission quota",
+        event="duplicate" if already and not paced else "quota_wait",
         location=attempt.location,
         priority=priority_of(record),
         waiting_since=held.waiting_since if held else since,
     )
     if not paced:
         drain_line(attempt.location, log, ports, steps, pacer)
+    return already
 
 
 def drain_line(location: str, log: Logger, ports: Ports, steps: SubmitSteps, pacer: Pacer | None = None) -> None:

@@ -261,8 +261,9 @@ def _ensure_job(
 
 
 def _wait_in_line(record: RequestRecord, attempt: Attempt, log: Logger, ports: Ports, *, paced: bool) -> SubmitOutcome:
-    wait_in_line(record, attempt, log, ports, SUBMIT_STEPS, paced=paced)
-    return SubmitOutcome(SubmitResult.WAITING, record.request_id, attempt.n)
+    already = wait_in_line(record, attempt, log, ports, SUBMIT_STEPS, paced=paced)
+    result = SubmitResult.DUPLICATE if already and not paced else SubmitResult.WAITING
+    return SubmitOutcome(result, record.request_id, attempt.n)
 
 
 def _wait_for_the_list(attempt: Attempt, log: Logger, ports: Ports) -> None:
