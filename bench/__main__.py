@@ -24,6 +24,7 @@ BENCHMARKS = (
     ("bench.bench_reconcile", []),
     ("bench.bench_load", []),
     ("bench.bench_triggers", []),
+    ("bench.bench_deadline", []),
 )
 
 

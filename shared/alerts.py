@@ -75,7 +75,7 @@ class AlertKind(enum.StrEnum):
     TRIGGER_FAILED = (
         "trigger_failed",
         "ERROR",
-        "a trigger's window whose request cannot render or fails validation (once per window)",
+        "a trigger's window whose request cannot render, fails validation or cannot be published (once per window)",
     )
     STRAY_JOB = "stray_job", "WARNING", "a job with a request's labels that the ledger does not record was cancelled"
     CLAIM_STALLED = (

@@ -83,6 +83,10 @@ class Settings:
     allowed_fallback_strategies: tuple[str, ...] = _env("SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES", (), kind="list")
     # Spot attempts a request must make before its fallback may start.
     min_spot_attempts: int = _env("SPOTJOBS_MIN_SPOT_ATTEMPTS", 1, kind="int")
+    # The changeover (a move to a new attempt: launch, setup, checkpoint restore) a deadline is
+    # planned with before any is seen on a machine type and location, and what validation assumes
+    # when a request does not say (shared/deciding/deadline.py, docs/deadlines.md).
+    changeover_prior_seconds: float = _env("SPOTJOBS_CHANGEOVER_PRIOR_SECONDS", 1200.0, kind="float")
     # Regions a request may name in location/locations; empty = any region.
     allowed_locations: tuple[str, ...] = _env("SPOTJOBS_ALLOWED_LOCATIONS", (), kind="list")
     # Opt-ins: CustomJob fields outside the base allowlist, each refused until its setting allows

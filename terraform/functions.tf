@@ -84,6 +84,7 @@ locals {
     max_boot_disk_gb             = "SPOTJOBS_MAX_BOOT_DISK_GB"
     allowed_fallback_strategies  = "SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES"
     min_spot_attempts            = "SPOTJOBS_MIN_SPOT_ATTEMPTS"
+    changeover_prior_seconds     = "SPOTJOBS_CHANGEOVER_PRIOR_SECONDS"
     allowed_locations            = "SPOTJOBS_ALLOWED_LOCATIONS"
     allowed_networks             = "SPOTJOBS_ALLOWED_NETWORKS"
     allowed_network_attachments  = "SPOTJOBS_ALLOWED_NETWORK_ATTACHMENTS"

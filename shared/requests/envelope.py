@@ -3,7 +3,8 @@
 A message on `job-requests` is either
 
 - an **envelope** `{"request_id", "custom_job", "location"?, "locations"?, "max_attempts"?,
-  "fallback"?, "checkpoints"?, "schema_version"?, "attempt"?}`, or
+  "fallback"?, "checkpoints"?, "deadline"?, "total_steps"?, "expected_step_seconds"?,
+  "changeover_seconds"?, "schema_version"?, "attempt"?}`, or
 - a **bare CustomJob body**, exactly what the Vertex AI REST docs POST to `customJobs`. Its request
   id is the `request_id` message attribute, else derived from its content and the dedupe window
   its moment (`schedule_time`, else the original publish time a redrive carries, else the publish
@@ -25,7 +26,9 @@ a request's `attempt` is set (never None) exactly when it came marked as a re-qu
 `canonical_envelope` is the contract with the events function: the normalized request stored in
 the ledger and re-published, with `attempt` and `location` added, on re-queue. The re-queue
 message is written here too (`requeue_message`, its body and attributes), next to its reader, so
-its wire format is one module's.
+its wire format is one module's. That is why it is over 450 lines: every envelope key (the
+deadline's among them) is read, canonicalised and re-published here, and a key added in one of
+those places and not the others would be lost on re-queue.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from shared.clock import parse_rfc3339, utcnow
+from shared.clock import iso, parse_rfc3339, utcnow
 from shared.errors import InvalidRequest, Violation
 from shared.requests.attempts import FALLBACK_STRATEGIES
 from shared.requests.job_schema import BODY, field_path, json_type, read_custom_job
@@ -57,8 +60,14 @@ ENVELOPE_FIELDS = (
     "max_attempts",
     "fallback",
     "checkpoints",
+    "deadline",
+    "total_steps",
+    "expected_step_seconds",
+    "changeover_seconds",
     "attempt",
 )
+# What a deadline comes with: the work and, optionally, overrides of the estimates.
+DEADLINE_DETAILS = ("total_steps", "expected_step_seconds", "changeover_seconds")
 REQUEST_ID_ATTRIBUTE = "request_id"
 # When a scheduler meant the message to fire (RFC 3339): names a bare body published without a
 # request id, so a double fire of one schedule is one request.
@@ -103,6 +112,26 @@ class Fallback:
 
 
 @dataclass(frozen=True)
+class Deadline:
+    """Finish by `at`. The work is `total_steps` (else the trainer kit's, once it runs); the step
+    time and the changeover override what spotjobs would estimate (shared/deciding/deadline.py)."""
+
+    at: datetime
+    total_steps: int | None = None
+    expected_step_seconds: float | None = None
+    changeover_seconds: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The envelope fields, as the canonical envelope carries them."""
+        return {
+            "deadline": iso(self.at, timespec="seconds"),
+            "total_steps": self.total_steps,
+            "expected_step_seconds": self.expected_step_seconds,
+            "changeover_seconds": self.changeover_seconds,
+        }
+
+
+@dataclass(frozen=True)
 class JobRequest:
     """A job request as read from a message.
 
@@ -118,6 +147,7 @@ class JobRequest:
     max_attempts: int | None = None
     fallback: Fallback | None = None
     keep_last: int | None = None
+    deadline: Deadline | None = None
     attempt: int | None = None  # set exactly on messages marked as the system's re-queues
     # A bare body without an id: its content digest and moment, which name it (shared.ledger.dedupe).
     content_digest: str | None = None
@@ -301,6 +331,7 @@ def _read_envelope(body: dict[str, Any], attribute_id: str | None, requeue: bool
         max_attempts=_read_int(body.get("max_attempts"), "max_attempts", 1, violations),
         fallback=_read_fallback(body.get("fallback"), violations),
         keep_last=_read_keep_last(body.get("checkpoints"), violations),
+        deadline=_read_deadline(body, violations),
         attempt=_read_int(body.get("attempt"), "attempt", 1, violations) if requeue else None,
     )
     return request, violations
@@ -376,6 +407,36 @@ def _read_fallback(value: object, violations: list[Violation]) -> Fallback | Non
     return Fallback(after, strategy) if after is not None else None
 
 
+def _read_deadline(body: Mapping[str, Any], violations: list[Violation]) -> Deadline | None:
+    value = body.get("deadline")
+    if value is None:
+        for key in DEADLINE_DETAILS:
+            if body.get(key) is not None:
+                violations.append(Violation(key, "is used only with a deadline (an RFC 3339 time)"))
+        return None
+    at = parse_rfc3339(value)
+    if at is None:
+        violations.append(
+            Violation("deadline", f"is {value!r}; expected an RFC 3339 time such as 2026-12-07T09:00:00Z")
+        )
+    steps = _read_int(body.get("total_steps"), "total_steps", 1, violations)
+    step_seconds = _read_seconds(body.get("expected_step_seconds"), "expected_step_seconds", violations, positive=True)
+    changeover = _read_seconds(body.get("changeover_seconds"), "changeover_seconds", violations, positive=False)
+    return Deadline(at, steps, step_seconds, changeover) if at is not None else None
+
+
+def _read_seconds(value: object, path: str, violations: list[Violation], *, positive: bool) -> float | None:
+    if value is None:
+        return None
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or value != value or value in (float("inf"), float("-inf")) or value < 0 or (positive and value == 0):
+        violations.append(
+            Violation(path, f"is {value!r}; expected a number of seconds {'> 0' if positive else '>= 0'}")
+        )
+        return None
+    return float(value)  # type: ignore[arg-type]  # checked above
+
+
 def _read_keep_last(value: object, violations: list[Violation]) -> int | None:
     if value is None:
         return None
@@ -411,4 +472,6 @@ def canonical_envelope(request: JobRequest, *, default_location: str, default_ma
         "max_attempts": request.max_attempts or default_max_attempts,
         "fallback": request.fallback.to_json() if request.fallback else None,
         "checkpoints": {"keep_last": request.keep_last} if request.keep_last else None,
+        # Only with a deadline, so that requests without one keep the form they always had.
+        **(request.deadline.to_json() if request.deadline else {}),
     }

@@ -34,6 +34,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from shared.clock import iso, utcnow
 from shared.errors import Violation
 from shared.log import Logger
 from shared.requests.envelope import SYSTEM_FIELDS, InvalidJobRequest, JobRequest, read_request
@@ -64,14 +65,15 @@ def validate_request(
         max_bytes=settings.max_request_bytes,
         published_at=published_at,
     )
-    violations.extend(check_policy(request, settings))
+    violations.extend(check_policy(request, settings, now=published_at))
     if violations:
         raise InvalidJobRequest(violations, request_id=request.request_id, attempt=request.attempt)
     return request
 
 
-def check_policy(request: JobRequest, settings: Settings) -> list[Violation]:
-    """Every policy violation of a (possibly partially read) request."""
+def check_policy(request: JobRequest, settings: Settings, now: datetime | None = None) -> list[Violation]:
+    """Every policy violation of a (possibly partially read) request; `now` is when it was
+    published (a redelivery a day late is judged as when it was sent), else the present."""
     out: list[Violation] = []
     if request.custom_job is not None:
         out.extend(check_custom_job(request.custom_job, request.job_path, request.request_id, settings))
@@ -91,7 +93,34 @@ def check_policy(request: JobRequest, settings: Settings) -> list[Violation]:
         )
     out.extend(_check_fallback(request, settings))
     out.extend(_check_locations(request, settings))
+    out.extend(_check_deadline(request, settings, now or utcnow()))
     return out
+
+
+def _check_deadline(request: JobRequest, settings: Settings, now: datetime) -> list[Violation]:
+    """A deadline that on-demand from the start could not meet is refused, with the numbers. Only
+    on attempt 1: a re-queue is judged by the deadline policy, not refused for being late."""
+    deadline = request.deadline
+    if deadline is None or request.attempt is not None:
+        return []
+    left = (deadline.at - now).total_seconds()
+    prior = settings.changeover_prior_seconds
+    changeover = prior if deadline.changeover_seconds is None else deadline.changeover_seconds
+    shown = f"is {iso(deadline.at, timespec='seconds')}, {left:.0f} s after {iso(now, timespec='seconds')}"
+    if deadline.total_steps is not None and deadline.expected_step_seconds is not None:
+        needed = deadline.total_steps * deadline.expected_step_seconds + changeover
+        if left < needed:
+            return [
+                Violation(
+                    "deadline",
+                    f"{shown}; even on on-demand from the start the work needs {needed:.0f} s "
+                    f"({deadline.total_steps} steps x {deadline.expected_step_seconds:g} s + a changeover of "
+                    f"{changeover:.0f} s)",
+                )
+            ]
+    elif left < changeover:
+        return [Violation("deadline", f"{shown}; less than one changeover ({changeover:.0f} s) away")]
+    return []
 
 
 def _check_fallback(request: JobRequest, settings: Settings) -> list[Violation]:
@@ -163,6 +192,17 @@ def describe_policy(settings: Settings) -> dict[str, Any]:
         },
         "fallback_strategies": list(settings.allowed_fallback_strategies) or "none (Spot only)",
         "min_spot_attempts": settings.min_spot_attempts,
+        "deadline": {
+            "fields": {
+                "deadline": "RFC 3339 time the work must be done by",
+                "total_steps": "integer >= 1 (else the trainer kit's total_steps)",
+                "expected_step_seconds": "number > 0: seconds per step on on-demand (an estimate override)",
+                "changeover_seconds": "number >= 0: a move to a new attempt (an estimate override)",
+            },
+            "refused": "a deadline on-demand from the start could not meet: total_steps x "
+            f"expected_step_seconds + changeover_seconds (default {settings.changeover_prior_seconds:.0f} s) "
+            "beyond the time left when published",
+        },
         "locations": list(settings.allowed_locations) or "any region",
         "default_location": settings.location,
         "system_fields": f"{', '.join(SYSTEM_FIELDS)}: only on the system's re-queue messages",

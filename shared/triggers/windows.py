@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from shared.alerts import Alert
+from shared.alerts import Alert, AlertKind
 from shared.clock import iso, parse_iso, parse_rfc3339
 from shared.log import Logger
 from shared.swap import Decided
@@ -225,10 +225,9 @@ def _close_or_retry_later(
         error=error,
     )
     if document and failures >= CLOSE_ATTEMPTS_BEFORE_ALERT and not document.get("failure_alerted"):
-        alert = Alert(
-            kind="trigger_failed",
-            severity="ERROR",
-            message=f"trigger {definition.name}: window {window_id} could not be closed after {failures} "
+        alert = Alert.of(
+            AlertKind.TRIGGER_FAILED,
+            f"trigger {definition.name}: window {window_id} could not be closed after {failures} "
             f"ticks ({error}); it is retried every tick",
             request_id=document.get("request_id"),
             details={"trigger": definition.name, "window_id": window_id, "error": error},

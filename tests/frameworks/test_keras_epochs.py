@@ -9,7 +9,7 @@ from pathlib import Path
 
 from spotjobs_kit import parse_kit_line
 
-from tests.frameworks.test_kill_and_resume import framework_python
+from tests.support.frameworks import framework_python
 
 SCRIPT = """
 import os, signal

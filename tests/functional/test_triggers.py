@@ -428,7 +428,8 @@ def test_a_crash_at_each_step_of_firing_a_deferred_window_is_followed_by_exactly
     class Crash(BaseException):
         pass
 
-    real_update, real_manifest, real_publish = rig.store.update, publishing.write_manifest, rig.ports.publish
+    # Every document change goes through TriggerStore.swap (update too), so a crash is planted there.
+    real_swap, real_manifest, real_publish = rig.store.swap, publishing.write_manifest, rig.ports.publish
     crashed: list[bool] = []
 
     def once(step: str, original):
@@ -441,13 +442,11 @@ def test_a_crash_at_each_step_of_firing_a_deferred_window_is_followed_by_exactly
 
         return wrapper
 
-    def update(path, transition):
+    def swap(path, transition):
         step = "state" if path.endswith("state.json") else "closing"
-        return (
-            once(step, real_update)(path, transition) if step in ("state", "closing") else real_update(path, transition)
-        )
+        return once(step, real_swap)(path, transition)
 
-    monkeypatch.setattr(windows.TriggerStore, "update", lambda self, path, t: update(path, t))
+    monkeypatch.setattr(windows.TriggerStore, "swap", lambda self, path, t: swap(path, t))
     monkeypatch.setattr(publishing, "write_manifest", once("manifest", real_manifest))
     monkeypatch.setattr(type(rig.ports), "publish", lambda self, *a, **k: once("publish", real_publish)(*a, **k))
     with pytest.raises(Crash):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import sys
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -15,9 +14,11 @@ from devstack.samples import job_request
 from shared.jobs import LABEL_ATTEMPT, LABEL_REQUEST_ID
 from shared.ledger.states import RequestStatus
 from tests.support.stack_events import (
+    alerts_for,
     jobs_of,
     log_entry,
     new_request_id,
+    runs_of,
     set_log_sink,
     submit,
     training_request,
@@ -25,12 +26,6 @@ from tests.support.stack_events import (
 )
 
 pytestmark = pytest.mark.stack
-
-
-def runs_of(stack, job: str) -> list:
-    from devstack.demo.traces import runs_from_output
-
-    return runs_from_output(stack.vertex_control("GET", f"/emulator/v1/{job}")["output"])
 
 
 def resumed_steps(stack, job: str) -> list[int]:
@@ -54,17 +49,6 @@ def decision_lines(stack, request_id: str, event: str) -> list[dict[str, Any]]:
         for line in stack.function_logs("on_job_event")
         if line.get("event") == event and line.get("request_id") == request_id
     ]
-
-
-def alerts_for(stack, request_id: str, kind: str, *, timeout: float = 30.0) -> list[dict[str, Any]]:
-    """Every alert of `kind` for the request: waits for the first, then drains a little longer so a
-    duplicate would be seen too."""
-    found: list[dict[str, Any]] = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not found:
-        found += [a for a in stack.pull_alerts(timeout=1.0) if a["request_id"] == request_id and a["kind"] == kind]
-    found += [a for a in stack.pull_alerts(timeout=3.0) if a["request_id"] == request_id and a["kind"] == kind]
-    return found
 
 
 def test_three_preemptions_succeed_within_one_attempt(stack) -> None:

@@ -1,7 +1,7 @@
 """The kit's framework integrations as a user's container runs them, through the embedded stack.
 
 A transformers Trainer script and a Lightning script (tests/frameworks/children/ plus the README's
-own snippet, as tests/frameworks/test_kill_and_resume.py builds them) are the Vertex emulator's job
+own snippet, as tests/support/frameworks.py builds them) are the Vertex emulator's job
 command, run by the framework venv's python (.venv-frameworks, made by `make test`). The
 emulator mirrors the checkpoint folder as Vertex's /gcs/ mount (`--gcs-fuse-dir`,
 devstack/vertex/fuse.py) and preempts on a `documented`-profile plan keyed to progress (each run
@@ -28,14 +28,14 @@ from shared.jobs import LABEL_ATTEMPT, LABEL_REQUEST_ID
 from shared.ledger.states import RequestStatus
 from spotjobs.reporting.views import build_views, totals
 from tests.conftest import isolated_stack
-from tests.frameworks.test_kill_and_resume import CASES, HERE, readme_snippet
-from tests.integration.test_prune import checkpoint_steps
-from tests.support.frameworks import framework_python
+from tests.support.frameworks import framework_python, write_framework_script
+from tests.support.stack_events import checkpoint_steps
 
 pytestmark = pytest.mark.stack
 
 EVERY = 10
-FRAMEWORKS = ("hf-trainer", "lightning")
+# The README snippet and the child script (tests/frameworks/children/) it is appended to.
+FRAMEWORKS = {"hf-trainer": "hf_trainer.py", "lightning": "lightning_fit.py"}
 # (preemptions of attempt 1, planned steps): seven runs commit at least ten steps each before the
 # seventh preemption fails the job; attempt 2 then has steps left to resume into.
 SCENARIOS = {"three": (3, 40), "seven": (7, 90)}
@@ -53,11 +53,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 def framework_job(request_id: str, framework: str, steps: int, folder: Path) -> bytes:
     """The request a user would publish: the framework script as the container's command."""
-    case = CASES[framework]
-    folder.mkdir(parents=True)
-    script = folder / case.script
-    script.write_text((HERE / "children" / case.script).read_text() + "\n" + readme_snippet(framework))
-    (folder / "common.py").write_text((HERE / "children" / "common.py").read_text())
+    script = write_framework_script(folder, FRAMEWORKS[framework], framework)
     job = custom_job(request_id, [framework_python(), str(script)])
     env = {
         "KIT_TEST_STEPS": str(steps),

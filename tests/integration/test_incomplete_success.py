@@ -12,8 +12,7 @@ import pytest
 from devstack.samples import job_request
 from shared.jobs import LABEL_ATTEMPT, LABEL_REQUEST_ID
 from shared.ledger.states import RequestStatus
-from tests.integration.test_events import alerts_for, runs_of
-from tests.support.stack_events import new_request_id, wait_for_status
+from tests.support.stack_events import alerts_for, new_request_id, runs_of, wait_for_status
 
 pytestmark = pytest.mark.stack
 

@@ -23,7 +23,7 @@ from devstack.processes import REPO_ROOT
 from devstack.samples import custom_job, job_request
 from shared.requests.envelope import content_digest
 from tests.conftest import isolated_stack
-from tests.integration.test_triggers import apply, definition, jobs_for
+from tests.support.stack_triggers import apply, definition, jobs_for
 
 pytestmark = pytest.mark.stack
 

@@ -1,0 +1,253 @@
+"""Deadline policies on Spot availability traces: the cost of finishing in time.
+
+Replays traces in the shared format (`{"metadata": {"gap_seconds": 600}, "data": [1, 0, ...]}`,
+every `*.json` under `--traces`, recursively) through `bench.deadline_sim` and reports, per
+policy, the mean and p75 of the cost normalised by on-demand only, the Spot and on-demand hours of
+work and the deadline misses. The policies under test are the production function,
+`shared.deciding.deadline.decide_deadline`, in its three rules, and today's fixed fallback, `shared.requests.attempts.plan_attempt`;
+nothing here re-implements them. On-demand only and the Omniscient optimum (a dynamic programme
+that knows the trace) bound them.
+
+First the paper's Table 3 (Wu et al., NSDI '24: 48 h of work, d = 0.2 h, job fraction C/R = 0.8,
+300 random starts per trace), then the sweep: job fractions 0.6 to 0.95, d = 0.05, 0.2, 0.5 h.
+The default traces are the 2-week AWS traces in the `shared/spot-traces` folder beside the
+repository's own folder; no public trace of GCP GPU Spot capacity exists, these are the stand-in.
+
+    python -m bench.bench_deadline [--traces DIR] [--job-fraction F] [--changeover-hours D]
+                                   [--starts 300] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+
+from bench.deadline_sim import HOUR, Chooser, Job, Outcome, Run, Trace, load_traces, omniscient_costs, simulate
+from bench.report import Figure, emit
+from devstack.vertex.logs import MAX_SPOT_RESTARTS
+from shared.clock import EPOCH
+from shared.deciding.deadline import Action, Placement, Rule, Situation, Work, decide_deadline
+from shared.requests.attempts import SPOT, plan_attempt
+from spotjobs.reporting.prices import Prices
+
+BENCH = "deadline"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_TRACES = REPO_ROOT.parent / "shared" / "spot-traces"
+WORK_HOURS = 48.0
+FRACTIONS = (0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
+CHANGEOVER_HOURS = (0.05, 0.2, 0.5)
+TABLE3 = {
+    "fraction": 0.8,
+    "changeover_hours": 0.2,
+    "spot_hours": {"greedy": 17.2, "uniform_progress": 22.9, "omniscient": 27.4},
+}
+SEED = 25
+# Today's fallback: STANDARD after this many Spot attempts (the least `SPOTJOBS_MIN_SPOT_ATTEMPTS` allows).
+FIXED_K = 1
+POLICIES = ("on_demand", "fixed_k", "greedy", "uniform_progress", "spotjobs", "omniscient")
+
+
+def deadline_chooser(rule: Rule) -> Chooser:
+    """`shared.deciding.deadline.decide_deadline` with the simulator's clock; the review interval is one tick."""
+
+    def choose(run: Run) -> tuple[Action, float | None]:
+        job = run.job
+        decision = decide_deadline(
+            Situation(
+                now=EPOCH + timedelta(seconds=run.now),
+                deadline=EPOCH + timedelta(seconds=job.deadline_seconds),
+                started=EPOCH,
+                work=Work.in_seconds(int(job.work_seconds), int(round(run.done))),
+                placement=run.placement,
+                placed_at=EPOCH + timedelta(seconds=run.placed_at),
+                changeover_seconds=job.changeover_seconds,
+                review_seconds=run.trace.gap_seconds,
+                # The traces were taken by trying to launch a Spot VM every tick: capacity is known.
+                spot_available=run.available(),
+            ),
+            rule,
+        )
+        return decision.action, decision.holds_seconds
+
+    return choose
+
+
+def fixed_k_chooser(after_spot_attempts: int) -> Chooser:
+    """Today's behaviour: a Spot attempt restarts after each preemption until Vertex's restarts run
+    out, then `plan_attempt` plans the next attempt (STANDARD once the Spot attempts are spent)."""
+    request = {"fallback": {"after_spot_attempts": after_spot_attempts, "strategy": "STANDARD"}}
+    attempt = {"n": 1, "preemptions_before": 0, "strategy": SPOT}
+
+    def choose(run: Run) -> tuple[Action, float | None]:
+        ended = run.preemptions - attempt["preemptions_before"] > MAX_SPOT_RESTARTS
+        if attempt["strategy"] == SPOT and ended:
+            attempt.update(n=attempt["n"] + 1, preemptions_before=run.preemptions)
+            attempt["strategy"] = plan_attempt(request, attempt["n"], None, after_stockout=True)[1]
+        if attempt["strategy"] != SPOT and run.placement is not Placement.ON_DEMAND:
+            return Action.SWITCH_TO_ON_DEMAND, None
+        return Action.STAY, None
+
+    return choose
+
+
+def on_demand_chooser(run: Run) -> tuple[Action, float | None]:
+    return (Action.STAY if run.placement is Placement.ON_DEMAND else Action.SWITCH_TO_ON_DEMAND), None
+
+
+# A fresh chooser per run (fixed_k counts the run's attempts).
+CHOOSERS: dict[str, Callable[[], Chooser]] = {
+    "on_demand": lambda: on_demand_chooser,
+    "fixed_k": lambda: fixed_k_chooser(FIXED_K),
+    "greedy": lambda: deadline_chooser(Rule.GREEDY),
+    "uniform_progress": lambda: deadline_chooser(Rule.UNIFORM_PROGRESS),
+    "spotjobs": lambda: deadline_chooser(Rule.SPOTJOBS),
+}
+
+
+def random_starts(trace: Trace, count: int, longest_ticks: int) -> list[int]:
+    rng = random.Random(f"{SEED}:{trace.name}")
+    return [rng.randrange(0, len(trace.available) - longest_ticks) for _ in range(count)]
+
+
+def deadline_ticks(fraction: float, gap_seconds: int) -> int:
+    """The deadline C / fraction, down to a whole tick (so every policy sees the same one)."""
+    return int(WORK_HOURS * HOUR / fraction / gap_seconds + 1e-9)
+
+
+def run_cells(
+    traces: list[Trace], fractions: list[float], changeovers: list[float], starts: int, price_ratio: float
+) -> list[dict]:
+    gap = traces[0].gap_seconds
+    # Starts that fit the longest deadline of the sweep, whatever cells are asked: one cell run
+    # alone gives the figures it has in the sweep.
+    longest = max(deadline_ticks(f, gap) for f in (*FRACTIONS, *fractions))
+    origins = {t.name: random_starts(t, starts, longest) for t in traces}
+    cells = []
+    for hours in changeovers:
+        d = int(round(hours * HOUR))
+        ticks = {f: deadline_ticks(f, gap) for f in fractions}
+        best = {
+            t.name: omniscient_costs(
+                t, origins[t.name], int(WORK_HOURS * HOUR), d, price_ratio, sorted(set(ticks.values()))
+            )
+            for t in traces
+        }
+        for fraction in fractions:
+            job = Job(WORK_HOURS * HOUR, ticks[fraction] * gap, d, price_ratio)
+            outcomes: dict[str, list[Outcome]] = {name: [] for name in POLICIES}
+            for trace in traces:
+                optimum_costs, optimum_spot = best[trace.name][ticks[fraction]]
+                for i, start in enumerate(origins[trace.name]):
+                    for name, make in CHOOSERS.items():
+                        outcomes[name].append(simulate(job, trace, start, make()))
+                    spot_hours = optimum_spot[i]
+                    outcomes["omniscient"].append(Outcome(optimum_costs[i], spot_hours, WORK_HOURS - spot_hours, False))
+            cells.append(
+                {
+                    "job_fraction": fraction,
+                    "changeover_hours": hours,
+                    "traces": len(traces),
+                    "starts": starts,
+                    "policies": {name: summary(outcomes[name]) for name in POLICIES},
+                }
+            )
+    return cells
+
+
+def summary(outcomes: list[Outcome]) -> dict[str, float | int]:
+    import numpy as np
+
+    costs = np.array([o.cost for o in outcomes])
+    return {
+        "cost_mean": round(float(costs.mean()), 4),
+        "cost_p75": round(float(np.percentile(costs, 75)), 4),
+        "spot_hours_mean": round(sum(o.spot_work_hours for o in outcomes) / len(outcomes), 2),
+        "on_demand_hours_mean": round(sum(o.on_demand_work_hours for o in outcomes) / len(outcomes), 2),
+        "misses": sum(o.missed for o in outcomes),
+    }
+
+
+def markdown(cell: dict) -> str:
+    rows = [
+        f"job fraction {cell['job_fraction']}, d = {cell['changeover_hours']} h "
+        f"({cell['traces']} traces x {cell['starts']} starts)",
+        "",
+        "| policy | cost mean | cost p75 | Spot h | on-demand h | misses |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, p in cell["policies"].items():
+        rows.append(
+            f"| {name} | {p['cost_mean']:.3f} | {p['cost_p75']:.3f} | {p['spot_hours_mean']:.1f} "
+            f"| {p['on_demand_hours_mean']:.1f} | {p['misses']} |"
+        )
+    return "\n".join(rows)
+
+
+def gap_closed(cell: dict) -> tuple[float, float]:
+    """The mean cost above Omniscient's of spotjobs and of Uniform Progress."""
+    p = cell["policies"]
+    best = p["omniscient"]["cost_mean"]
+    return p["spotjobs"]["cost_mean"] - best, p["uniform_progress"]["cost_mean"] - best
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--traces", type=Path, default=DEFAULT_TRACES, help="folder of traces (searched recursively)")
+    parser.add_argument("--job-fraction", type=float, help="one job fraction C/R (default: the sweep)")
+    parser.add_argument("--changeover-hours", type=float, help="one changeover d in hours (default: the sweep)")
+    parser.add_argument("--starts", type=int, default=300, help="random starts per trace")
+    parser.add_argument("--json", action="store_true", help="print one JSON object per cell")
+    args = parser.parse_args(argv)
+    traces = load_traces(args.traces) if args.traces.is_dir() else []
+    if not traces:
+        print(f"bench_deadline: no traces under {args.traces} (give --traces DIR)", file=sys.stderr)
+        emit(BENCH, [Figure("traces", f"absent: none under {args.traces}")])
+        return 0
+    prices = Prices.load()
+    k = prices.on_demand_per_hour / prices.spot_per_hour
+    fractions = [args.job_fraction] if args.job_fraction else list(FRACTIONS)
+    changeovers = [args.changeover_hours] if args.changeover_hours is not None else list(CHANGEOVER_HOURS)
+    if not args.json:
+        print(
+            f"{len(traces)} traces under {args.traces} (AWS availability, the public stand-in for GCP Spot); "
+            f"k = {k:.2f} ({prices.machine_type} in {prices.location}, spotjobs/reporting/prices.json, {prices.as_of})"
+        )
+    cells = run_cells(traces, fractions, changeovers, args.starts, k)
+    for cell in cells:
+        print(json.dumps(cell) if args.json else markdown(cell) + "\n", flush=True)
+    if not args.json:
+        report(cells)
+    return 0
+
+
+def report(cells: list[dict]) -> None:
+    figures = []
+    for cell in cells:
+        if (cell["job_fraction"], cell["changeover_hours"]) == (TABLE3["fraction"], TABLE3["changeover_hours"]):
+            for name, paper in TABLE3["spot_hours"].items():
+                ours = cell["policies"][name]["spot_hours_mean"]
+                off = ours / paper - 1
+                figures.append(
+                    Figure(f"Table 3 {name} Spot h (paper {paper})", ours, "h", "within 10%", bool(abs(off) <= 0.10))
+                )
+    misses = sum(c["policies"]["spotjobs"]["misses"] for c in cells)
+    cheaper = sum(
+        c["policies"]["spotjobs"]["cost_mean"] <= c["policies"]["uniform_progress"]["cost_mean"] for c in cells
+    )
+    ours, theirs = zip(*(gap_closed(c) for c in cells), strict=True)
+    figures += [
+        Figure("spotjobs deadline misses, all cells", misses, "", "0", misses == 0),
+        Figure("cells where spotjobs costs <= UP", f"{cheaper}/{len(cells)}", "", "all", cheaper == len(cells)),
+        Figure("mean gap to Omniscient, spotjobs", round(sum(ours) / len(ours), 4), "x on-demand"),
+        Figure("mean gap to Omniscient, UP", round(sum(theirs) / len(theirs), 4), "x on-demand"),
+    ]
+    emit(BENCH, figures)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

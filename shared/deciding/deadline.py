@@ -1,0 +1,228 @@
+"""Finish by the deadline at the least cost: when to leave Spot for on-demand, and when to come back.
+
+`decide_deadline(situation)` is a pure function: the time, the deadline, the work left from the last
+committed checkpoint, where the job runs now (waiting for Spot, on Spot, on on-demand), the
+changeover delay (`changeover_estimate`: a high percentile of those seen on the machine type and
+location) and, when known, whether Spot has capacity. It returns a `DeadlineDecision` (stay, switch to
+on-demand, back to Spot) with its reason and the figures behind it. The model and the rules are those of Wu et al., "Can't Be
+Late: Optimizing Spot Instance Savings under Deadlines" (NSDI '24); docs/deadlines.md derives them
+and reports what the benchmark (`python -m bench.bench_deadline`) measured.
+
+Three rules hold in every mode, and together they make a deadline that on-demand could still meet
+never missed (docs/deadlines.md, "Why no deadline is missed"):
+
+- stop when done;
+- safety net: waiting for Spot with slack below 2d + m (d the changeover, m the longest time
+  until the next decision), go to on-demand and stay there; a Spot run that began with too
+  little slack to pay its changeover and still leave on-demand time goes to on-demand at once;
+- exploitation: otherwise, once on Spot, stay until preempted.
+
+The modes differ in what they do with the rest of the slack. `Rule.GREEDY` waits for Spot until
+the safety net fires. `Rule.UNIFORM_PROGRESS` (the paper's) keeps the committed progress on the
+line ep(t) = (t - t0) / (deadline - t0): waiting and behind it, it goes to on-demand and stays
+until ahead of ep(t + 2d) (hysteresis), then back to Spot. `Rule.SPOTJOBS` (production) is
+Uniform Progress that stays on on-demand while Spot is known to have no capacity: going back
+would only wait, fall behind the line and pay a second on-demand changeover. Without that
+knowledge (`spot_available` None) it is Uniform Progress. Also not coming back to Spot whose mean
+lifetime is below k d / (k - 1) (the paper's break-even) was measured, made no cell cheaper and
+most dearer, and is not used (docs/deadlines.md). The rules do not depend on the prices.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+# Changeovers vary and a STANDARD GPU can also be short: plan with a high percentile, not the mean.
+CHANGEOVER_PERCENTILE = 0.9
+# Observations needed before they alone (not the prior) set the estimate.
+CHANGEOVER_MIN_SAMPLES = 5
+
+
+class Rule(StrEnum):
+    GREEDY = "greedy"
+    UNIFORM_PROGRESS = "uniform_progress"
+    SPOTJOBS = "spotjobs"
+
+
+class Placement(StrEnum):
+    """Where the job is: a Spot attempt waiting for capacity (or restarting), running on Spot, or
+    running on on-demand (STANDARD)."""
+
+    WAITING_FOR_SPOT = "waiting_for_spot"
+    ON_SPOT = "on_spot"
+    ON_DEMAND = "on_demand"
+
+
+class Action(StrEnum):
+    STAY = "stay"
+    SWITCH_TO_ON_DEMAND = "switch_to_on_demand"
+    BACK_TO_SPOT = "back_to_spot"
+
+
+@dataclass(frozen=True)
+class Work:
+    """The job's work in steps (the trainer kit's `total_steps` and last committed step) and the
+    seconds a step takes on each capacity type."""
+
+    total_steps: int
+    committed_steps: int
+    spot_step_seconds: float
+    on_demand_step_seconds: float | None = None  # None: as on Spot (the same machine type)
+
+    @classmethod
+    def in_seconds(cls, total_seconds: int, done_seconds: int) -> Work:
+        """Work counted in seconds of compute (a step of one second)."""
+        return cls(total_steps=total_seconds, committed_steps=done_seconds, spot_step_seconds=1.0)
+
+    @property
+    def done_fraction(self) -> float:
+        return min(1.0, self.committed_steps / self.total_steps) if self.total_steps > 0 else 1.0
+
+    def remaining_seconds(self, placement: Placement) -> float:
+        per_step = self.spot_step_seconds
+        if placement is Placement.ON_DEMAND and self.on_demand_step_seconds is not None:
+            per_step = self.on_demand_step_seconds
+        return max(0, self.total_steps - self.committed_steps) * per_step
+
+
+@dataclass(frozen=True)
+class Situation:
+    now: datetime
+    deadline: datetime
+    started: datetime  # when the request began: Uniform Progress's line starts there
+    work: Work
+    placement: Placement
+    placed_at: datetime  # when the current attempt was asked for (its changeover runs from there)
+    changeover_seconds: float  # a high percentile of those seen (`changeover_estimate`)
+    # The longest time until `decide_deadline` is asked again (a reconcile pass, a simulator tick): the
+    # safety net fires that much earlier, so a decision made late by it is still in time.
+    review_seconds: float
+    spot_available: bool | None = None  # whether Spot could start now, when known
+
+
+@dataclass(frozen=True)
+class DeadlineDecision:
+    action: Action
+    reason: str
+    slack_seconds: float  # time to the deadline minus what on-demand from now needs
+    progress: float  # committed fraction of the work
+    expected_progress: float  # Uniform Progress's line now
+    # How long this decision holds if nothing happens (no preemption, no Spot capacity, progress
+    # as planned); None: until something happens. Callers may decide again sooner, never later.
+    holds_seconds: float | None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "action": self.action.value,
+            "reason": self.reason,
+            "slack_seconds": round(self.slack_seconds, 1),
+            "progress": round(self.progress, 4),
+            "expected_progress": round(self.expected_progress, 4),
+            "holds_seconds": None if self.holds_seconds is None else round(self.holds_seconds, 1),
+        }
+
+
+def decide_deadline(situation: Situation, rule: Rule = Rule.SPOTJOBS) -> DeadlineDecision:
+    """What to do now; see the module docstring for the rules."""
+    s = situation
+    d = s.changeover_seconds
+    slack = (s.deadline - s.now).total_seconds() - s.work.remaining_seconds(Placement.ON_DEMAND) - _changeover_left(s)
+    progress = s.work.done_fraction
+    expected = _expected(s, 0.0)
+
+    def decision(action: Action, reason: str, holds: float | None = None) -> DeadlineDecision:
+        return DeadlineDecision(action, reason, slack, progress, expected, holds)
+
+    if s.work.committed_steps >= s.work.total_steps:
+        return decision(Action.STAY, "done")
+    if s.placement is Placement.ON_SPOT:
+        # A Spot run started with less than 2d of slack (a request submitted late, a pending Spot
+        # job that got capacity at the last moment) could be preempted after the point where
+        # on-demand still fits: slack minus the changeover it still has to pay stays the same all
+        # through the changeover, so when it is negative, leave now.
+        spot_changeover_left = max(0.0, d - (s.now - s.placed_at).total_seconds())
+        if slack - spot_changeover_left < 0:
+            return decision(
+                Action.SWITCH_TO_ON_DEMAND,
+                f"safety net: Spot started with too little slack ({slack:.0f} s, changeover left "
+                f"{spot_changeover_left:.0f} s)",
+            )
+        return decision(Action.STAY, "exploitation: on Spot, stay until preempted")
+    # Below this slack a wait for Spot, or a new Spot run, could leave on-demand too little time.
+    net = 2 * d + s.review_seconds
+    if s.placement is Placement.WAITING_FOR_SPOT:
+        if slack < net:
+            return decision(Action.SWITCH_TO_ON_DEMAND, f"safety net: slack {slack:.0f} s < 2d + m = {net:.0f} s")
+        if rule is Rule.GREEDY:
+            return decision(Action.STAY, "waiting for Spot: slack to spare", slack - net)
+        if progress < expected:
+            return decision(
+                Action.SWITCH_TO_ON_DEMAND,
+                f"uniform progress: behind the line while waiting ({progress:.3f} < {expected:.3f})",
+            )
+        return decision(Action.STAY, "waiting for Spot: ahead of the line", min(slack - net, _until_behind(s)))
+    if rule is Rule.GREEDY or slack < net:
+        return decision(Action.STAY, f"on on-demand until done: slack {slack:.0f} s < 2d + m = {net:.0f} s")
+    ahead_of = _expected(s, 2 * d)
+    if progress < ahead_of:
+        return decision(
+            Action.STAY,
+            f"hysteresis: on on-demand until ahead of the line 2d on ({progress:.3f} < {ahead_of:.3f})",
+            _until_caught_up(s),
+        )
+    if rule is Rule.SPOTJOBS and s.spot_available is False:
+        return decision(Action.STAY, "ahead of the line, but Spot has no capacity now")
+    return decision(Action.BACK_TO_SPOT, f"ahead of the line ({progress:.3f} >= {ahead_of:.3f}): back to Spot")
+
+
+def changeover_estimate(
+    observed_seconds: Sequence[float],
+    prior_seconds: float,
+    percentile: float = CHANGEOVER_PERCENTILE,
+    min_samples: int = CHANGEOVER_MIN_SAMPLES,
+) -> float:
+    """The changeover to plan with: a high percentile of those observed (per machine type and
+    location), never below the prior (`Settings.changeover_prior_seconds`) until
+    `min_samples` were seen."""
+    if not observed_seconds:
+        return prior_seconds
+    ordered = sorted(observed_seconds)
+    high = ordered[min(len(ordered) - 1, math.ceil(percentile * len(ordered)) - 1)]
+    return high if len(ordered) >= min_samples else max(high, prior_seconds)
+
+
+def _changeover_left(s: Situation) -> float:
+    """The changeover still ahead before on-demand makes progress: all of it unless the job is on
+    on-demand already, then what is left of the one under way."""
+    if s.placement is not Placement.ON_DEMAND:
+        return s.changeover_seconds
+    return max(0.0, s.changeover_seconds - (s.now - s.placed_at).total_seconds())
+
+
+def _span(s: Situation) -> float:
+    return max(1e-9, (s.deadline - s.started).total_seconds())
+
+
+def _expected(s: Situation, ahead_seconds: float) -> float:
+    """Uniform Progress's line: the share of the work done by now + ahead_seconds."""
+    return min(1.0, max(0.0, ((s.now - s.started).total_seconds() + ahead_seconds) / _span(s)))
+
+
+def _until_behind(s: Situation) -> float:
+    """Waiting (no progress), the line reaches the committed progress in this long."""
+    return s.work.done_fraction * _span(s) - (s.now - s.started).total_seconds()
+
+
+def _until_caught_up(s: Situation) -> float | None:
+    """On on-demand, progress passes the line 2d on in this long (after the changeover left)."""
+    rate = 1.0 / max(1e-9, s.work.total_steps * (s.work.on_demand_step_seconds or s.work.spot_step_seconds))
+    line_rate = 1.0 / _span(s)
+    if rate <= line_rate:
+        return None
+    pending = _changeover_left(s)
+    gap = _expected(s, 2 * s.changeover_seconds + pending) - s.work.done_fraction
+    return pending + max(0.0, gap) / (rate - line_rate)
