@@ -27,6 +27,9 @@ explicit plans registered through the control surface, else from a seeded random
 (`--preemption-rate` per minute of running time, `--seed`); see `preemption`. A worker that
 exits before its preemption simply finishes.
 
+`--gcs-fuse-dir DIR` (opt-in) stands in for the Cloud Storage FUSE mount Vertex gives training at
+`/gcs/`: each job's checkpoint folder mirrored between the bucket and DIR (see `fuse`).
+
 Signal profiles (`--signals`, see `signals`): `documented` (the default) shows only what Google
 documents: the job stays RUNNING while its worker restarts, no line marks a preemption, service
 lines are textPayload at INFO, the STOCKOUT error appears `--error-delay-seconds` (default 60)
