@@ -19,7 +19,6 @@ from shared.deciding.outbox import alert_corrupt_record
 from shared.deciding.strays import is_stray
 from shared.delivery import Message
 from shared.errors import TransientError
-from shared.found_jobs import cancel_stray
 from shared.ledger.records import CorruptRecord, RequestRecord
 from shared.log import Logger
 from shared.settings import Settings
@@ -117,6 +116,8 @@ def _cancel_if_stray(
         return
     job = get_job(ports.job_service(location), job_name)
     if is_stray(record, job):
+        from shared.found_jobs import cancel_stray  # rare: a cold instance need not load the sweep
+
         cancel_stray(ports, record, job, log)
 
 

@@ -50,7 +50,7 @@ from shared.deciding.outbox import (
     publish_request_attempt,
 )
 from shared.errors import is_retryable
-from shared.found_jobs import adopt_job, sweep_locations, sweep_strays
+from shared.found_jobs import adopt_job, observe_adopted, sweep_locations, sweep_strays
 from shared.ledger.records import Attempt, CorruptRecord, RequestRecord, alert_marker
 from shared.ledger.run_lock import ledger_bucket, run_lock
 from shared.ledger.store import ActiveEntry, LedgerStore, ListedRequest
@@ -380,8 +380,8 @@ def _settle_claim(ports: Ports, record: RequestRecord, claim: Attempt, log: Logg
         return RequestResult("error")
     if job is None:
         return _republish(ports, record, claim, log, held_for)
-    adopted = adopt_job(ports, record.request_id, claim.n, claim.location, job, log, observe=True)
-    if adopted.wrote:
+    adoption = adopt_job(ports, record.request_id, claim.n, claim.location, job, log)
+    if adoption.wrote:
         log.warning(
             f"attempt {claim.n} was created but never recorded; recorded job {job.name}",
             event="claim_adopted",
@@ -389,4 +389,5 @@ def _settle_claim(ports: Ports, record: RequestRecord, claim: Attempt, log: Logg
             job=job.name,
             location=claim.location,
         )
-    return RequestResult("claim_adopted" if adopted.wrote else "observed", adopted.events)
+    events = observe_adopted(ports, record.request_id, adoption, claim.n, log) if adoption.adopted else ()
+    return RequestResult("claim_adopted" if adoption.wrote else "observed", events)

@@ -1,7 +1,7 @@
 """The kit's framework integrations as a user's container runs them, through the embedded stack.
 
 A transformers Trainer script and a Lightning script (tests/frameworks/children/ plus the README's
-own snippet, as tests/support/frameworks.py builds them) are the Vertex emulator's job
+own snippet, as tests/frameworks/test_kill_and_resume.py builds them) are the Vertex emulator's job
 command, run by the framework venv's python (.venv-frameworks, made by `make test`). The
 emulator mirrors the checkpoint folder as Vertex's /gcs/ mount (`--gcs-fuse-dir`,
 devstack/vertex/fuse.py) and preempts on a `documented`-profile plan keyed to progress (each run
@@ -28,23 +28,18 @@ from shared.jobs import LABEL_ATTEMPT, LABEL_REQUEST_ID
 from shared.ledger.states import RequestStatus
 from spotjobs.reporting.views import build_views, totals
 from tests.conftest import TEST_FUNCTION_ENV, isolated_stack
-from tests.support.frameworks import framework_python, write_framework_script
-from tests.support.stack_events import checkpoint_steps
+from tests.support.frameworks import CASES, CHILDREN, framework_python, readme_snippet
+from tests.support.stack_checkpoints import checkpoint_steps
 
 pytestmark = pytest.mark.stack
 
 EVERY = 10
-# The README snippet and the child script (tests/frameworks/children/) it is appended to.
-FRAMEWORKS = {"hf-trainer": "hf_trainer.py", "lightning": "lightning_fit.py"}
+FRAMEWORKS = ("hf-trainer", "lightning")
 # (preemptions of attempt 1, planned steps): seven runs commit at least ten steps each before the
 # seventh preemption fails the job; attempt 2 then has steps left to resume into.
 SCENARIOS = {"three": (3, 40), "seven": (7, 90)}
-TIMEOUT = 900.0
-MORE_MARKERS = (
-    "commit_success.txt",
-    ".metadata",
-    "training-done.txt",
-)  # up to nine runs, each importing torch and its framework on a busy machine
+TIMEOUT = 900.0  # up to nine runs, each importing torch and its framework on a busy machine
+MORE_MARKERS = ("commit_success.txt", ".metadata", "training-done.txt")  # after COMMITTED, customised
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +55,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 def framework_job(request_id: str, framework: str, steps: int, folder: Path) -> bytes:
     """The request a user would publish: the framework script as the container's command."""
-    script = write_framework_script(folder, FRAMEWORKS[framework], framework)
+    case = CASES[framework]
+    folder.mkdir(parents=True)
+    script = folder / case.script
+    script.write_text((CHILDREN / case.script).read_text() + "\n" + readme_snippet(framework))
+    (folder / "common.py").write_text((CHILDREN / "common.py").read_text())
     job = custom_job(request_id, [framework_python(), str(script)])
     env = {
         "KIT_TEST_STEPS": str(steps),

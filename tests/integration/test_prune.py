@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from shared.ledger.states import RequestStatus
-from tests.support.stack_events import checkpoint_children, checkpoint_steps
+from tests.support.stack_checkpoints import checkpoint_children, checkpoint_steps
 
 pytestmark = pytest.mark.stack
 

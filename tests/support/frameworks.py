@@ -1,10 +1,10 @@
-"""The framework venv's interpreter, for the kill-and-resume tests and the kit's; a framework
-script as those tests build it (a child script from tests/frameworks/children/ plus the README's
-snippet), for the stack's."""
+"""The framework venv's interpreter, for the kill-and-resume tests and the kit's."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -21,23 +21,33 @@ def framework_python() -> str:
     return str(FRAMEWORK_PYTHON)
 
 
+# The training scripts the README snippets are appended to.
 CHILDREN = REPO / "tests" / "frameworks" / "children"
+
+README = REPO / "README.md"
+TORN_STEP = 999
+
+
+@dataclass(frozen=True)
+class Case:
+    script: str
+    torn: tuple[str, str]  # (folder, file) planted as a torn checkpoint
+    edit: Callable[[str], str] = field(default=lambda text: text)
+
+
+CASES = {
+    "hf-trainer": Case("hf_trainer.py", (f"checkpoint-{TORN_STEP}", "model.safetensors")),
+    "hf-accelerate": Case("hf_accelerate.py", (f"step-{TORN_STEP:06d}", "model.safetensors")),
+    "lightning": Case("lightning_fit.py", (f"step-{TORN_STEP:06d}", "model.ckpt")),
+    "torch-save": Case("torch_loop.py", (f"step-{TORN_STEP:06d}", "state.pt")),
+    "torch-dcp": Case("torch_loop.py", (f"step-{TORN_STEP:06d}", "__0_0.distcp")),
+    "orbax": Case("orbax_loop.py", (str(TORN_STEP), "_sharding")),
+    "keras": Case("keras_fit.py", (f"step-{TORN_STEP:06d}", "model.weights.h5")),
+}
 
 
 def readme_snippet(name: str) -> str:
     """The code block under `<!-- snippet: NAME -->` in README.md, exactly."""
-    found = re.search(
-        rf"<!-- snippet: {re.escape(name)} -->\n```python\n(.*?)```\n", (REPO / "README.md").read_text(), re.S
-    )
+    found = re.search(rf"<!-- snippet: {re.escape(name)} -->\n```python\n(.*?)```\n", README.read_text(), re.S)
     assert found, f"README.md has no snippet {name!r}"
     return found.group(1)
-
-
-def write_framework_script(folder: Path, child: str, snippet: str) -> Path:
-    """`children/<child>` with README snippet `snippet` appended, and the `common.py` it imports,
-    in `folder`; returns the script's path."""
-    folder.mkdir(parents=True, exist_ok=True)
-    script = folder / child
-    script.write_text((CHILDREN / child).read_text() + "\n" + readme_snippet(snippet))
-    (folder / "common.py").write_text((CHILDREN / "common.py").read_text())
-    return script

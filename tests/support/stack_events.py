@@ -113,15 +113,3 @@ def alerts_for(stack, request_id: str, kind: str, *, timeout: float = 30.0) -> l
         found += [a for a in stack.pull_alerts(timeout=1.0) if a["request_id"] == request_id and a["kind"] == kind]
     found += [a for a in stack.pull_alerts(timeout=3.0) if a["request_id"] == request_id and a["kind"] == kind]
     return found
-
-
-def checkpoint_children(stack, request_id: str) -> set[str]:
-    """The direct children of the request's checkpoint folder in the stack's bucket."""
-    base = f"{stack.settings.output_dir_for(request_id)}checkpoints/".split("/", 3)[3]
-    bucket = stack.storage().bucket(stack.settings.checkpoint_bucket)
-    return {blob.name[len(base) :].split("/")[0] for blob in bucket.list_blobs(prefix=base)}
-
-
-def checkpoint_steps(stack, request_id: str) -> set[str]:
-    """The checkpoints left: every child but the trainer kit's run objects (`_spotjobs_runs/`)."""
-    return {name for name in checkpoint_children(stack, request_id) if name != "_spotjobs_runs"}
