@@ -19,7 +19,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from shared.adapters.vertex import cancel_job, list_unfinished_jobs, parent_path
@@ -181,6 +181,11 @@ def _cancel_strays_of(ports: Ports, request_id: str, jobs: list[CustomJob], log:
             error=f"{type(exc).__name__}: {exc}",
         )
         return []
+
+
+def with_cancels(ports: Ports) -> Ports:
+    """`ports` that can send the outbox's pending cancels (a deadline switch's)."""
+    return replace(ports, cancel_job=lambda location, name: cancel_job(ports.job_service(location), name))
 
 
 def cancel_stray(ports: Ports, record: RequestRecord, job: CustomJob, log: Logger) -> None:

@@ -19,7 +19,7 @@ from shared.deciding.outbox import alert_corrupt_record
 from shared.deciding.strays import is_stray
 from shared.delivery import Message
 from shared.errors import TransientError
-from shared.found_jobs import cancel_stray
+from shared.found_jobs import cancel_stray, with_cancels
 from shared.ledger.records import CorruptRecord, RequestRecord
 from shared.log import Logger
 from shared.settings import Settings
@@ -73,7 +73,7 @@ def handle_job_event(
             max_age_seconds=settings.max_event_age_seconds,
         )
         return EventOutcome.STALE
-    wired = ports()
+    wired = with_cancels(ports())
     index = wired.ledger.find_job(entry.job_id)
     if index is None and entry.kit is not None and _claim_pending(wired, entry.kit):
         # The job's own kit says whose it is, and that attempt is being created: submit indexes it

@@ -50,7 +50,7 @@ from shared.deciding.outbox import (
     publish_request_attempt,
 )
 from shared.errors import is_retryable
-from shared.found_jobs import adopt_job, sweep_locations, sweep_strays
+from shared.found_jobs import adopt_job, sweep_locations, sweep_strays, with_cancels
 from shared.ledger.records import Attempt, CorruptRecord, RequestRecord, alert_marker
 from shared.ledger.run_lock import ledger_bucket, run_lock
 from shared.ledger.store import ActiveEntry, LedgerStore, ListedRequest
@@ -100,6 +100,7 @@ def run_reconcile(ports: Ports, log: Logger, *, limit: int | None = None) -> Rec
 
 
 def _run_reconcile(ports: Ports, log: Logger, *, limit: int | None) -> ReconcileSummary:
+    ports = with_cancels(ports)
     settings = ports.settings
     summary = ReconcileSummary()
     request_ids = _requests_to_reconcile(

@@ -28,7 +28,15 @@ Decisions, on the job's state as Vertex reports it (never on the log text):
 - Only the latest attempt of a request that is not finished decides the request's status; an
   older attempt's late events update that attempt alone.
 
+- A request with a `deadline`: every observation of its latest attempt that is not ended asks
+  the deadline rule (`shared.deciding.deadline_watch.watch_deadline`), which may switch it to
+  on-demand (or back to Spot) and raise `deadline_at_risk` / `deadline_missed` once each.
+
 Preemptions are counted by `shared.deciding.preemptions.count_preemptions`.
+
+It is over 450 lines because it is one table, what each state of a job means for its request, and every row
+reads the same record and writes the same effects; the parts with a life of their own (counting
+preemptions, the deadline rule, applying under compare-and-swap) are modules of their own.
 """
 
 from __future__ import annotations
@@ -36,10 +44,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from spotjobs_kit.lines import KitRecord
+from spotjobs_kit.lines import PREEMPTED, KitRecord
 
 from shared.alerts import AlertKind
 from shared.clock import iso, parse_iso
+from shared.deciding.deadline_watch import note_progress, watch_deadline
 from shared.deciding.effects import Effects, LogLine, attempt_alert, event_fields
 from shared.deciding.events import Signal, SignalPatterns, patterns_from
 from shared.deciding.preemptions import (
@@ -93,6 +102,8 @@ class DecisionPolicy:
     default_max_attempts: int
     stuck_after_seconds: float
     kit_lines_settle_seconds: float
+    changeover_prior_seconds: float
+    reconcile_interval_seconds: float
 
     @classmethod
     def from_settings(cls, settings: Settings) -> DecisionPolicy:
@@ -103,6 +114,8 @@ class DecisionPolicy:
             default_max_attempts=settings.default_max_attempts,
             stuck_after_seconds=settings.stuck_after_seconds,
             kit_lines_settle_seconds=settings.kit_lines_settle_seconds,
+            changeover_prior_seconds=settings.changeover_prior_seconds,
+            reconcile_interval_seconds=settings.reconcile_interval_seconds,
         )
 
 
@@ -165,6 +178,7 @@ def _decide(record: RequestRecord, observation: Observation, policy: DecisionPol
     job = observation.job
     if observation.kit is not None:
         note_kit_line(record, attempt, observation.kit)
+        note_progress(attempt, observation.kit.total_steps, observation.kit.steps_per_second)
     fresh = job is not None and _is_fresh(attempt, job)
     count_preemptions(
         record,
@@ -176,6 +190,9 @@ def _decide(record: RequestRecord, observation: Observation, policy: DecisionPol
         now=now,
         effects=effects,
     )
+    if job is None and observation.kit is not None:
+        # A kit line: the job runs (or just did); no Vertex read to track.
+        _watch_deadline(record, attempt, policy, now, effects, running=observation.kit.event != PREEMPTED)
     if job is None or not fresh:
         return Decision(record, effects)
     latest = record.latest
@@ -186,7 +203,27 @@ def _decide(record: RequestRecord, observation: Observation, policy: DecisionPol
         return Decision(record, effects, waiting)
     if owns_status:
         _flag_stuck(record, attempt, job, policy, now, effects)
+        _watch_deadline(record, attempt, policy, now, effects)
     return Decision(record, effects)
+
+
+def _watch_deadline(
+    record: RequestRecord,
+    attempt: Attempt,
+    policy: DecisionPolicy,
+    now: datetime,
+    effects: Effects,
+    running: bool = False,
+) -> None:
+    watch_deadline(
+        record,
+        attempt,
+        now,
+        effects,
+        prior_seconds=policy.changeover_prior_seconds,
+        review_seconds=policy.reconcile_interval_seconds,
+        running=running,
+    )
 
 
 def _is_fresh(attempt: Attempt, job: JobSnapshot) -> bool:
