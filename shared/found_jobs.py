@@ -19,7 +19,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from shared.adapters.vertex import cancel_job, list_unfinished_jobs, parent_path
@@ -45,17 +45,20 @@ class Adoption:
 
     job: str  # the job the attempt records: another one when the job given was a second job
     wrote: bool  # this call recorded it (else an earlier delivery had)
-    events: tuple[str, ...] = ()  # the decisions taken on its state
+    snapshot: JobSnapshot  # the job given, as a decision reads it
+
+    @property
+    def adopted(self) -> bool:
+        """The job given is the attempt's (recorded now or before), not a second job."""
+        return self.job == self.snapshot.name
 
 
-def adopt_job(
-    ports: Ports, request_id: str, n: int, location: str, job: CustomJob, log: Logger, *, observe: bool
-) -> Adoption:
+def adopt_job(ports: Ports, request_id: str, n: int, location: str, job: CustomJob, log: Logger) -> Adoption:
     """Make `job`, created or found by its labels for attempt `n`, the attempt's job: index it,
-    then record it (once, under compare-and-swap), then, when `observe`, decide on its current
-    state as reconcile would (its log events may have come while it was not indexed and been
-    dropped). An attempt that already records another job means the claim protocol failed: `job`
-    is cancelled as a stray, with an ERROR line."""
+    then record it (once, under compare-and-swap). An attempt that already records another job
+    means the claim protocol failed: `job` is cancelled as a stray, with an ERROR line. A caller
+    that found the job then decides on its state (`observe_adopted`): its log events may have come while
+    it was not indexed and been dropped."""
     snapshot = JobSnapshot.of(job)
     ports.ledger.index_job(JobIndexEntry(request_id, n, location, job.name))
     created_at = snapshot.create_time or iso(ports.clock())
@@ -72,9 +75,13 @@ def adopt_job(
             recorded_job=recorded.job,
         )
         _cancel_second_job(ports, swapped.value, job, log)
-        return Adoption(recorded.job, wrote=False)
-    events = apply_observation(ports, request_id, Observation(n, snapshot), log).events if observe else ()
-    return Adoption(job.name, swapped.wrote, events)
+        return Adoption(recorded.job, False, snapshot)
+    return Adoption(job.name, swapped.wrote, snapshot)
+
+
+def observe_adopted(ports: Ports, request_id: str, adoption: Adoption, n: int, log: Logger) -> tuple[str, ...]:
+    """Decide once on an adopted job's current state, as reconcile would; the decisions' events."""
+    return apply_observation(ports, request_id, Observation(n, adoption.snapshot), log).events
 
 
 def _cancel_second_job(ports: Ports, record: RequestRecord, job: CustomJob, log: Logger) -> None:
@@ -181,11 +188,6 @@ def _cancel_strays_of(ports: Ports, request_id: str, jobs: list[CustomJob], log:
             error=f"{type(exc).__name__}: {exc}",
         )
         return []
-
-
-def with_cancels(ports: Ports) -> Ports:
-    """`ports` that can send the outbox's pending cancels (a deadline switch's)."""
-    return replace(ports, cancel_job=lambda location, name: cancel_job(ports.job_service(location), name))
 
 
 def cancel_stray(ports: Ports, record: RequestRecord, job: CustomJob, log: Logger) -> None:

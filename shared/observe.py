@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 
 from spotjobs_kit.lines import KitRecord
 
-from shared.adapters.vertex import get_job, read_job
+from shared.adapters.vertex import canceller, get_job, read_job
 from shared.clock import utcnow
 from shared.deciding.applying import apply_observation
 from shared.deciding.decisions import Observation
@@ -19,7 +20,6 @@ from shared.deciding.outbox import alert_corrupt_record
 from shared.deciding.strays import is_stray
 from shared.delivery import Message
 from shared.errors import TransientError
-from shared.found_jobs import cancel_stray, with_cancels
 from shared.ledger.records import CorruptRecord, RequestRecord
 from shared.log import Logger
 from shared.settings import Settings
@@ -73,7 +73,8 @@ def handle_job_event(
             max_age_seconds=settings.max_event_age_seconds,
         )
         return EventOutcome.STALE
-    wired = with_cancels(ports())
+    wired = ports()
+    wired = replace(wired, cancel_job=canceller(wired.job_service))
     index = wired.ledger.find_job(entry.job_id)
     if index is None and entry.kit is not None and _claim_pending(wired, entry.kit):
         # The job's own kit says whose it is, and that attempt is being created: submit indexes it
@@ -117,6 +118,8 @@ def _cancel_if_stray(
         return
     job = get_job(ports.job_service(location), job_name)
     if is_stray(record, job):
+        from shared.found_jobs import cancel_stray  # rare: a cold instance need not load the sweep
+
         cancel_stray(ports, record, job, log)
 
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from shared.adapters.vertex import find_attempt_job, parent_path, read_job
+from shared.adapters.vertex import canceller, find_attempt_job, parent_path, read_job
 from shared.alerts import Alert, AlertKind
 from shared.clock import now_iso, parse_iso, utcnow
 from shared.deciding.applying import apply_observation
@@ -50,7 +50,7 @@ from shared.deciding.outbox import (
     publish_request_attempt,
 )
 from shared.errors import is_retryable
-from shared.found_jobs import adopt_job, sweep_locations, sweep_strays, with_cancels
+from shared.found_jobs import adopt_job, observe_adopted, sweep_locations, sweep_strays
 from shared.ledger.records import Attempt, CorruptRecord, RequestRecord, alert_marker
 from shared.ledger.run_lock import ledger_bucket, run_lock
 from shared.ledger.store import ActiveEntry, LedgerStore, ListedRequest
@@ -100,7 +100,7 @@ def run_reconcile(ports: Ports, log: Logger, *, limit: int | None = None) -> Rec
 
 
 def _run_reconcile(ports: Ports, log: Logger, *, limit: int | None) -> ReconcileSummary:
-    ports = with_cancels(ports)
+    ports = replace(ports, cancel_job=canceller(ports.job_service))
     settings = ports.settings
     summary = ReconcileSummary()
     request_ids = _requests_to_reconcile(
@@ -381,8 +381,8 @@ def _settle_claim(ports: Ports, record: RequestRecord, claim: Attempt, log: Logg
         return RequestResult("error")
     if job is None:
         return _republish(ports, record, claim, log, held_for)
-    adopted = adopt_job(ports, record.request_id, claim.n, claim.location, job, log, observe=True)
-    if adopted.wrote:
+    adoption = adopt_job(ports, record.request_id, claim.n, claim.location, job, log)
+    if adoption.wrote:
         log.warning(
             f"attempt {claim.n} was created but never recorded; recorded job {job.name}",
             event="claim_adopted",
@@ -390,4 +390,5 @@ def _settle_claim(ports: Ports, record: RequestRecord, claim: Attempt, log: Logg
             job=job.name,
             location=claim.location,
         )
-    return RequestResult("claim_adopted" if adopted.wrote else "observed", adopted.events)
+    events = observe_adopted(ports, record.request_id, adoption, claim.n, log) if adoption.adopted else ()
+    return RequestResult("claim_adopted" if adoption.wrote else "observed", events)

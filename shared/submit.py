@@ -44,7 +44,7 @@ from shared.clock import parse_iso
 from shared.deciding.outbox import Mine, alert_corrupt_record, flush
 from shared.delivery import Message
 from shared.errors import TransientError, is_retryable
-from shared.found_jobs import adopt_job, remember_location
+from shared.found_jobs import adopt_job, observe_adopted, remember_location
 from shared.jobs import state_name
 from shared.ledger.claims import (
     Claim,
@@ -400,15 +400,16 @@ def _record_created(
     ports: Ports,
 ) -> SubmitOutcome:
     request_id, n = record.request_id, attempt.n
-    # A found job's log events may have come while it was not yet indexed and been dropped: it is
-    # decided on once, as reconcile would. What this function may not publish (a re-queue, a
-    # prune request) stays pending for on_job_event and reconcile.
-    adopted = adopt_job(ports, request_id, n, attempt.location, job, log, observe=result == SubmitResult.FOUND)
-    if adopted.job != job.name:
-        return SubmitOutcome(SubmitResult.DUPLICATE, request_id, n, adopted.job)
+    adoption = adopt_job(ports, request_id, n, attempt.location, job, log)
+    if not adoption.adopted:
+        return SubmitOutcome(SubmitResult.DUPLICATE, request_id, n, adoption.job)
     state = state_name(job.state)
     if result == SubmitResult.CREATED:
         log.info("created the Spot CustomJob", event="job_created", job=job.name, state=state)
     else:
         log.info("found the job an earlier delivery created", event="job_found", job=job.name, state=state)
+        # Its log events may have come while it was not yet indexed and been dropped: decide on
+        # its current state once, as reconcile would. What this function may not publish (a
+        # re-queue, a prune request) stays pending for on_job_event and reconcile.
+        observe_adopted(ports, request_id, adoption, n, log)
     return SubmitOutcome(result, request_id, n, job.name)

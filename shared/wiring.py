@@ -52,8 +52,8 @@ class Ports:
     storage: Callable[[], storage.Client] | None = None
     clock: Callable[[], datetime] = utcnow
     topics: Collection[str] | None = None  # topic names this function may publish to; None: any
-    # (location, job name) -> cancel it: set by the shells that may cancel (`shared.found_jobs.
-    # with_cancels`); the outbox leaves a pending cancel to them when None.
+    # (location, job name) -> cancel it: set by the shells that cancel (on_job_event, reconcile:
+    # `shared.adapters.vertex.canceller`); the outbox leaves a pending cancel to them when None.
     cancel_job: Callable[[str, str], None] | None = None
 
     def may_publish(self, topic: str) -> bool:

@@ -11,7 +11,7 @@ gone) after the worker exits, and `SPOTJOBS_KIT_FUSE_ROOT=DIR` in the worker's e
 trainer kit's override of `/gcs/`).
 
 Where it differs from Cloud Storage FUSE (invented, for tests): the bucket sees a run's files when
-its worker exits, not as each file is closed; a file being written when the worker is killed is
+its worker exits (uploaded in the order they were written), not as each file is closed; a file being written when the worker is killed is
 uploaded as it is (a torn file, what the kit's markers guard against); what another job wrote
 meanwhile is seen at the next start only. Only one job at a time may use a checkpoint folder,
 as spotjobs runs one attempt of a request at a time.
@@ -88,7 +88,10 @@ class FuseMirror:
         remote = {blob.name: blob.size for blob in self.client.list_blobs(bucket_name, prefix=prefix)}
         pulled_at = self._pulled_at.get(local, 0)
         present = set()
-        for path in sorted(p for p in local.rglob("*") if p.is_file()):
+        # In the order they were written, as FUSE uploads each file when it is closed: a commit
+        # marker written last reaches the bucket last (the pruner reads the order).
+        files = sorted((p.stat().st_mtime_ns, p.as_posix(), p) for p in local.rglob("*") if p.is_file())
+        for _, _, path in files:
             name = prefix + path.relative_to(local).as_posix()
             present.add(name)
             stat = path.stat()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import signal
 import sys
 import threading
@@ -65,21 +66,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     up.add_argument(
         "--reconcile-every",
-        type=float,
+        type=positive_seconds,
         default=30.0,
         metavar="SECONDS",
         help='publish {"task": "reconcile"} to maintenance this often, as Cloud Scheduler does',
     )
     up.add_argument(
         "--prune-every",
-        type=float,
+        type=positive_seconds,
         default=300.0,
         metavar="SECONDS",
         help='publish {"task": "prune"} to maintenance this often',
     )
     up.add_argument(
         "--triggers-every",
-        type=float,
+        type=positive_seconds,
         default=60.0,
         metavar="SECONDS",
         help='publish {"task": "triggers"} to on_trigger\'s topic this often (closes due trigger windows; '
@@ -112,6 +113,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=f"seconds to wait for every request to end (default {DEMO_TIMEOUT_SECONDS:.0f})",
     )
     demo.set_defaults(run=run_demo)
+
+
+def positive_seconds(text: str) -> float:
+    """A schedule's period: a finite number of seconds above 0 (0 would publish without pause)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return seconds
 
 
 def local_stack_missing(command: str, make_target: str) -> bool:

@@ -80,6 +80,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "CANCELLED, else exit 2), validates its body against today's policy (exit 2 when invalid) "
         "and publishes it to job-requests under a new request id: --new-id, or <id>-r2, <id>-r3, "
         "... (the first the ledger does not hold). The old request keeps its record and jobs. "
+        "It resumes: the newest complete checkpoint of the old request is copied into the new "
+        "request's folder first (--fresh: start from step 0). "
         "Exits 1 when the request is not in the ledger.",
         examples=[
             "spotjobs resubmit resnet-nightly-001",
@@ -92,9 +94,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     resubmit.add_argument("--project", help="Google Cloud project (default: GOOGLE_CLOUD_PROJECT)")
     resubmit.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start from step 0 instead of the old request's newest complete checkpoint",
+    )
+    resubmit.add_argument(
         "--json",
         action="store_true",
-        help="print {request_id, message_id, topic, resubmitted_from} as JSON",
+        help="print {request_id, message_id, topic, resubmitted_from, resumed_from} as JSON",
     )
     resubmit.set_defaults(run=run_resubmit)
 
@@ -314,6 +321,11 @@ def run_resubmit(args: argparse.Namespace) -> int:
         for violation in exc.violations:
             print(violation, file=sys.stderr)
         return EXIT_INVALID
+    carried = None
+    if not args.fresh:
+        from spotjobs.resume import carry_newest_checkpoint
+
+        carried = carry_newest_checkpoint(storage.Client(project=project), settings, args.request_id, new_id)
     topic = f"projects/{project}/topics/{settings.job_requests_topic}"
     future = pubsub_v1.PublisherClient().publish(topic, data, **attributes)
     message_id = future.result(timeout=PUBLISH_TIMEOUT_SECONDS)
@@ -324,6 +336,7 @@ def run_resubmit(args: argparse.Namespace) -> int:
                 "message_id": message_id,
                 "topic": topic,
                 "resubmitted_from": args.request_id,
+                "resumed_from": carried.to_json() if carried else None,
             },
             sys.stdout,
         )
@@ -331,6 +344,10 @@ def run_resubmit(args: argparse.Namespace) -> int:
     else:
         print(f"request_id: {new_id}")
         print(f"message_id: {message_id}")
+        if carried:
+            print(f"resumes from: {args.request_id}'s checkpoint {carried.name} (step {carried.step})")
+        else:
+            print("starts from step 0" + (" (--fresh)" if args.fresh else f": {args.request_id} has no checkpoint"))
     return EXIT_OK
 
 

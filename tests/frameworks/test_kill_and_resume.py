@@ -3,10 +3,12 @@
 Each case appends a snippet from README.md ("Your framework") to a small training script
 (children/), runs it with the framework venv's python (.venv-frameworks, made by `make test`),
 and: SIGTERMs it at a random step, restarts it, SIGTERMs it in the middle of a save, plants a
-torn checkpoint newer than everything, and runs it to the end. Each preempted run must exit 143
-and the next resume exactly where the kit committed last; the last run must skip the torn
-checkpoint (`checkpoint_torn`) and finish; the steps computed over all runs must be the planned
-steps plus, per preemption, the steps since its last commit (at most one save interval).
+torn checkpoint newer than everything, and runs it to the end. The script waits at that step
+(or inside that save) until the test has sent the signal, so it lands there however loaded the
+machine is. Each preempted run must exit 143, its emergency save must hold the step it was at,
+and the next run resume exactly there; the last run must skip the torn checkpoint
+(`checkpoint_torn`) and finish; the steps computed over all runs must be the planned steps plus,
+per preemption, the steps since its last commit.
 """
 
 from __future__ import annotations
@@ -91,9 +93,11 @@ def free_port() -> int:
 def run_script(script: Path, env: dict[str, str], kill: Callable[[str], bool] | None, processes: int) -> Outcome:
     """Run until it exits (as `processes` torch.distributed processes, rank 0's stdout read);
     SIGTERM every process once, at the first line of rank 0's that `kill` accepts (Vertex
-    SIGTERMs every container of the VM)."""
+    SIGTERMs every container of the VM), then create the handshake file the script waits for."""
     started = []
     port = str(free_port())
+    handshake = Path(env["KIT_TEST_HANDSHAKE"])
+    handshake.unlink(missing_ok=True)
     for rank in range(processes):
         ranked = {**env, "RANK": str(rank), "WORLD_SIZE": str(processes), "MASTER_ADDR": "127.0.0.1"}
         errors = script.parent / f"stderr-{rank}.txt"
@@ -120,6 +124,7 @@ def run_script(script: Path, env: dict[str, str], kill: Callable[[str], bool] | 
         if kill is not None and not sent and kill(line):
             for process in started:
                 process.send_signal(signal.SIGTERM)
+            handshake.touch()
             sent = True
     returncodes = [process.wait(timeout=300) for process in started]
     stderr = "".join((script.parent / f"stderr-{rank}.txt").read_text()[-2000:] for rank in range(processes))
@@ -158,11 +163,14 @@ def test_sigterm_at_random_points_then_resume_at_the_committed_step(name: str, t
         "KIT_TEST_EVERY": str(EVERY),
         "KIT_TEST_STEPS_LOG": str(tmp_path / "steps.log"),
         "OMP_NUM_THREADS": "1",
+        "KIT_TEST_HANDSHAKE": str(tmp_path / "sigterm-sent"),
     }
     context = f"{name}, seed {seed} (SIGTERM at step {at_step})"
 
-    runs = [run_script(script, env, lambda line: line.strip() == f"STEP {at_step}", processes)]
-    runs.append(run_script(script, env, lambda line: line.strip() == "SAVING", processes))  # mid-save
+    at_a_step = {**env, "KIT_TEST_PAUSE_AT_STEP": str(at_step)}
+    runs = [run_script(script, at_a_step, lambda line: line.strip() == f"STEP {at_step}", processes)]
+    in_a_save = {**env, "KIT_TEST_PAUSE_IN_SAVE": "1"}  # the first save after the resume
+    runs.append(run_script(script, in_a_save, lambda line: line.strip() == "SAVING", processes))
     folder, file = case.torn
     (checkpoints / folder).mkdir(parents=True)
     (checkpoints / folder / file).write_bytes(b"torn: the VM was reclaimed here")
@@ -174,6 +182,7 @@ def test_sigterm_at_random_points_then_resume_at_the_committed_step(name: str, t
         assert run.events("preempted"), where
         assert run.committed is not None and following.started.resumed_step == run.committed, where
         assert 0 <= max(run.steps) - run.committed <= EVERY, where  # lost: since the last commit
+        assert max(run.steps) == run.committed, where  # the emergency save saved the step it was at
     last = runs[-1]
     assert last.returncodes == [0] * processes, f"{context}: {last.stderr}"
     assert [(r.step, r.checkpoint) for r in last.events("checkpoint_torn")] == [(TORN_STEP, f"{folder}/")], context

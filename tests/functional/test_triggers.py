@@ -428,8 +428,7 @@ def test_a_crash_at_each_step_of_firing_a_deferred_window_is_followed_by_exactly
     class Crash(BaseException):
         pass
 
-    # Every document change goes through TriggerStore.swap (update too), so a crash is planted there.
-    real_swap, real_manifest, real_publish = rig.store.swap, publishing.write_manifest, rig.ports.publish
+    real_swap, real_manifest, real_publish = windows.TriggerStore.swap, publishing.write_manifest, rig.ports.publish
     crashed: list[bool] = []
 
     def once(step: str, original):
@@ -442,11 +441,13 @@ def test_a_crash_at_each_step_of_firing_a_deferred_window_is_followed_by_exactly
 
         return wrapper
 
-    def swap(path, transition):
+    def swap(store, path, transition):
+        # Every compare-and-swap write goes through TriggerStore.swap: the state's decision, and
+        # the window document's moves (deferred -> closing among them).
         step = "state" if path.endswith("state.json") else "closing"
-        return once(step, real_swap)(path, transition)
+        return once(step, real_swap)(store, path, transition)
 
-    monkeypatch.setattr(windows.TriggerStore, "swap", lambda self, path, t: swap(path, t))
+    monkeypatch.setattr(windows.TriggerStore, "swap", swap)
     monkeypatch.setattr(publishing, "write_manifest", once("manifest", real_manifest))
     monkeypatch.setattr(type(rig.ports), "publish", lambda self, *a, **k: once("publish", real_publish)(*a, **k))
     with pytest.raises(Crash):
@@ -505,3 +506,14 @@ def test_a_window_that_cannot_be_published_alerts_trigger_failed_once_and_is_ret
     rig.tick()  # Pub/Sub is back: the window's request is published
     (request,) = _deferred_window_requests(rig)
     assert [o["name"] for o in rig.manifest(request)["objects"]] == ["incoming/b.csv"]
+
+
+def test_a_watched_message_cannot_claim_another_topic_by_attribute(rig: Rig) -> None:
+    apply(rig, definition("drift", source={"pubsub": {"topic": "model-monitoring", "attributes": {"policy": "drift"}}}))
+    # Published on some other watched topic, naming model-monitoring: only on_trigger's own topic
+    # (where redrive sends) may say which topic a message came from.
+    forged = {"policy": "drift", "spotjobs_source_topic": "model-monitoring"}
+    rig.deliver(Message(b'{"incident": 9}', "f-1", forged, T0), "projects/p/topics/someone-elses")
+    rig.at(T0 + timedelta(seconds=400))
+    rig.tick()
+    assert rig.requests() == []

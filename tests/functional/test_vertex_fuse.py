@@ -4,6 +4,7 @@ its exit (new, changed and deleted files), outside the checkpoint folder untouch
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -41,12 +42,18 @@ def test_a_worker_sees_the_bucket_at_its_start_and_the_bucket_sees_its_files_at_
     (local / "step-000020" / "state.pt").write_bytes(b"rewritten")  # same size or not: uploaded
     (local / "step-000030").mkdir()
     (local / "step-000030" / "state.pt").write_bytes(b"thirty")
+    time.sleep(0.01)
+    (local / "step-000030" / "COMMITTED").write_bytes(b"{}")  # last, though first by name
     for leaf in ("state.pt", "COMMITTED"):
         (local / "step-000010" / leaf).unlink()  # the kit retired it
     mirror.push(env)
 
+    uploaded = {b.name: b.updated for b in gcs_bucket.client.list_blobs(gcs_bucket, prefix=base)}
+    # In write order, as FUSE uploads on close: the marker written last is newer than its files.
+    assert uploaded[f"{base}step-000030/COMMITTED"] > uploaded[f"{base}step-000030/state.pt"]
     assert objects(gcs_bucket) == {
         f"{base}step-000020/state.pt": b"rewritten",
+        f"{base}step-000030/COMMITTED": b"{}",
         f"{base}step-000030/state.pt": b"thirty",
         "requests/r1/model/model.json": b"outside the checkpoint folder",
     }

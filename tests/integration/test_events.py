@@ -294,3 +294,37 @@ def test_a_kill_without_sigterm_still_counts_the_restart(stack) -> None:
     signals = stack.vertex_control("GET", f"/emulator/v1/{attempt.job}")["signals"]
     assert {s["signal"] for s in signals} == {"SIGKILL"}
     stack.wait_for(lambda: stack.ledger().get(request_id).attempts[0].preemptions == 2, 30, "two restarts counted")
+
+
+def test_a_resubmitted_gave_up_request_resumes_at_its_step_and_fresh_starts_from_zero(stack) -> None:
+    import os
+    import subprocess
+
+    from devstack.processes import REPO_ROOT
+
+    request_id = new_request_id("resume")
+    submit(stack, request_id, preemptions=7, after_checkpoints=1, steps=1500, max_attempts=1)
+    gave_up = wait_for_status(stack, request_id, RequestStatus.GAVE_UP)
+    newest = max(step for run in runs_of(stack, gave_up.attempts[0].job) for step, _ in run.checkpoints.values())
+
+    def resubmit(*flags: str) -> dict[str, Any]:
+        result = subprocess.run(
+            [sys.executable, "-m", "spotjobs.cli", "resubmit", request_id, "--json", *flags],
+            cwd=REPO_ROOT,
+            env={**os.environ, **stack.env},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    resumed = resubmit()
+    assert resumed["resumed_from"]["step"] == newest > 0
+    record = wait_for_status(stack, resumed["request_id"], RequestStatus.SUCCEEDED)
+    assert resumed_steps(stack, record.attempts[0].job)[0] == newest  # where the old one stopped
+
+    fresh = resubmit("--fresh")
+    assert fresh["resumed_from"] is None
+    record = wait_for_status(stack, fresh["request_id"], RequestStatus.SUCCEEDED)
+    assert resumed_steps(stack, record.attempts[0].job)[0] == 0

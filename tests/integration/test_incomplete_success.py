@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from devstack.samples import job_request
-from shared.adapters.vertex import LABEL_ATTEMPT, LABEL_REQUEST_ID
+from shared.jobs import LABEL_ATTEMPT, LABEL_REQUEST_ID
 from shared.ledger.states import RequestStatus
 from tests.support.stack_events import alerts_for, new_request_id, runs_of, wait_for_status
 

@@ -52,3 +52,14 @@ def test_bad_usage_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         main(["status", "--no-such-flag"])
     assert exited.value.code == 2
+
+
+@pytest.mark.parametrize("flag", ["--triggers-every", "--reconcile-every", "--prune-every"])
+@pytest.mark.parametrize("value", ["0", "-5", "nan", "inf"])
+def test_local_up_refuses_a_schedule_that_is_not_a_positive_number_of_seconds(flag: str, value: str, capsys) -> None:
+    from spotjobs.cli import build_parser
+
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(["local", "up", flag, value])
+    assert exited.value.code == 2
+    assert "positive number of seconds" in capsys.readouterr().err

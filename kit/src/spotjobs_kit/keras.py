@@ -95,11 +95,10 @@ def _callback(run: Run, every: int | None, keep: int | None) -> Any:
                 return  # stopped inside this epoch: saved as not done
             done = epoch + 1
             run.progress(done)
-            if run.preempted:
+            if run.preempted or (every and done % every == 0):
                 self.save(done)
+            if run.preempted:  # before, or during, that save: it was the last
                 self.model.stop_training = True
-            elif every and done % every == 0:
-                self.save(done)
 
         def save(self, step: int) -> None:
             if step == self.saved_step:

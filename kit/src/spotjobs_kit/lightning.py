@@ -12,7 +12,8 @@ What Lightning 2.6 does, and what `fit` changes (read in its source):
   complete checkpoint by path, and reports newer torn ones (`checkpoint_torn`).
 - SIGTERM: Lightning's handler chains the one it finds (the kit's), and at the end of the batch
   raises `SIGTERMException`, a `SystemExit` with no code: the process would exit 0. The kit's
-  save runs first (its callback's `on_train_batch_end`), then `fit` exits 143.
+  save runs first (its callback's `on_train_batch_end`, or `on_exception` for a SIGTERM that came
+  after that hook: it runs before Lightning's teardown), then `fit` exits 143.
 """
 
 from __future__ import annotations
@@ -92,6 +93,13 @@ def _callback(run: Run, every: int | None, keep: int | None) -> Any:
                 trainer.should_stop = True  # for a SIGTERM Lightning's handler did not see
             elif every and step % every == 0:
                 self.save(trainer, step)
+
+        def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+            # A SIGTERM after this callback's on_train_batch_end: Lightning raises at the end of
+            # that batch; this hook runs before its teardown, so the step can still be saved.
+            if run.preempted and isinstance(exception, SystemExit):
+                self.save(trainer, trainer.global_step)
+                self.stopped = True
 
         def save(self, trainer: Any, step: int) -> None:
             if step == self.saved_step:

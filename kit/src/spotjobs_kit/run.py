@@ -390,8 +390,9 @@ class Run:
     def commit(self, name: str, step: int, *, started: float | None = None) -> bool:
         """Commit a checkpoint folder a framework wrote itself (`checkpoint-20/`), once it has
         returned (across processes: after its barrier; only the primary writes): its files made
-        durable, then the `COMMITTED` marker, then `checkpoint_committed`. A folder already
-        committed is left alone (`checkpoint_kept`); returns whether this call committed it.
+        durable, then the `COMMITTED` marker, then `checkpoint_committed`. A folder that has the
+        kit's marker already is left alone (`checkpoint_kept`); one with only a framework's marker
+        (DCP's `.metadata`) gets the kit's too. Returns whether this call committed it.
         `started`: time.monotonic() when the save began, for the line's `seconds`."""
         if not name.endswith("/"):
             name += "/"
@@ -433,7 +434,7 @@ class Run:
     def progress(self, step: int, *, force: bool = False) -> None:
         """Note that training reached `step`; print a `progress` line if the last one is a minute
         old (or with `force`), with the steps per second since then."""
-        self.step = step
+        self.step = step if self.step is None else max(self.step, step)  # an async commit lags
         now = time.monotonic()
         since, from_step = self._progress_mark
         if not force and now - since < PROGRESS_INTERVAL_SECONDS:
@@ -441,8 +442,8 @@ class Run:
         elapsed = now - since
         done = step - (from_step or 0)
         rate = round(done / elapsed, 4) if elapsed > 0 and done >= 0 else None
-        self._progress_mark = (now, step)
-        self.emit(PROGRESS, step=step, total_steps=self.total_steps, steps_per_second=rate)
+        self._progress_mark = (now, self.step)
+        self.emit(PROGRESS, step=self.step, total_steps=self.total_steps, steps_per_second=rate)
 
     # Preemption.
 

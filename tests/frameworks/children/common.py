@@ -1,12 +1,25 @@
 """Shared by the framework test scripts (run by the framework venv's python): the plan, the step
-record the test counts, and slow saves so a SIGTERM can land in the middle of one."""
+record the test counts, and the points where a script waits for the test's SIGTERM (at a step,
+or inside a save) so it lands exactly there however loaded the machine is."""
 
 import os
 import time
 
 STEPS = int(os.environ["KIT_TEST_STEPS"])
 EVERY = int(os.environ["KIT_TEST_EVERY"])
-SAVE_DELAY = float(os.environ.get("KIT_TEST_SAVE_DELAY", "0.3"))
+PAUSE_AT_STEP = int(os.environ.get("KIT_TEST_PAUSE_AT_STEP") or 0)
+PAUSE_IN_SAVE = os.environ.get("KIT_TEST_PAUSE_IN_SAVE") == "1"
+HANDSHAKE = os.environ.get("KIT_TEST_HANDSHAKE", "")  # the test creates it right after its SIGTERM
+SAVE_DELAY = float(os.environ.get("KIT_TEST_SAVE_DELAY", "0.3"))  # the Orbax and Keras scripts' saves
+_paused_in_save = []
+
+
+def wait_for_sigterm():
+    """Until the test says it sent SIGTERM (by then the signal is pending: the kit's handler runs
+    before this returns); at most 60 s."""
+    deadline = time.monotonic() + 60
+    while not os.path.exists(HANDSHAKE) and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def record_step(step):
@@ -14,20 +27,21 @@ def record_step(step):
     with open(os.environ["KIT_TEST_STEPS_LOG"] + os.environ.get("RANK", "0"), "a") as log:
         log.write(f"{step}\n")
     print(f"STEP {step}", flush=True)
+    if step == PAUSE_AT_STEP:
+        wait_for_sigterm()
 
 
 def slow_saves():
-    """Every torch.save (and DCP file write) announces itself and takes SAVE_DELAY longer."""
+    """Every torch.save (and DCP file write) announces itself; with PAUSE_IN_SAVE the first one
+    waits for the SIGTERM first (the framework's save has begun: HF has written the model)."""
     import torch
     import torch.distributed.checkpoint.filesystem as dcp_files
 
     def slowly(save):
         def wrapper(*args, **kwargs):
             print("SAVING", flush=True)
-            time.sleep(SAVE_DELAY / 2)
-            result = save(*args, **kwargs)
-            time.sleep(SAVE_DELAY / 2)
-            return result
+            pause_in_save()
+            return save(*args, **kwargs)
 
         return wrapper
 
@@ -41,3 +55,11 @@ def tiny_regression(torch):
     inputs = torch.randn(64, 4, generator=generator)
     targets = inputs.sum(dim=1, keepdim=True)
     return inputs, targets
+
+
+def pause_in_save():
+    """Call at the start of a save after printing SAVING: with PAUSE_IN_SAVE, the first save of
+    the process waits there for the test's SIGTERM."""
+    if PAUSE_IN_SAVE and not _paused_in_save:
+        _paused_in_save.append(True)
+        wait_for_sigterm()

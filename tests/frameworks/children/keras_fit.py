@@ -1,25 +1,27 @@
 # A Keras model (JAX backend) on a tiny regression, one batch per epoch so an epoch is a step;
 # the README's snippet is appended below by the test.
 import os
-import time
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
+import common
 import keras
 import numpy as np
-from common import SAVE_DELAY, STEPS, record_step  # noqa: F401 (STEPS: the snippet's)
+from common import STEPS, record_step  # noqa: F401 (STEPS: the snippet's)
 
 save_weights = keras.Model.save_weights
+paused = []
 
 
-def slow_save_weights(self, *args, **kwargs):
-    """Every save announces itself and takes SAVE_DELAY longer."""
+def announced_save_weights(self, *args, **kwargs):
+    """Every save announces itself; with PAUSE_IN_SAVE the first one waits for the SIGTERM."""
     print("SAVING", flush=True)
-    time.sleep(SAVE_DELAY / 2)
+    if common.PAUSE_IN_SAVE and not paused:
+        paused.append(True)
+        common.wait_for_sigterm()
     save_weights(self, *args, **kwargs)
-    time.sleep(SAVE_DELAY / 2)
 
 
-keras.Model.save_weights = slow_save_weights
+keras.Model.save_weights = announced_save_weights
 keras.utils.set_random_seed(0)
 generator = np.random.default_rng(0)
 x = generator.normal(size=(64, 4)).astype("float32")

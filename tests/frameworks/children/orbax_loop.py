@@ -1,13 +1,13 @@
 # JAX with Orbax on a tiny regression, after jax.distributed.initialize (whose preemption notifier
 # takes SIGTERM from Python natively); the README's snippet is appended below by the test.
-import asyncio
 import socket
-import time
+import threading
 
+import common
 import jax
 import jax.numpy as jnp
 import numpy as np
-from common import SAVE_DELAY, STEPS, record_step  # noqa: F401 (STEPS: the snippet's)
+from common import STEPS, record_step  # noqa: F401 (STEPS: the snippet's)
 from orbax.checkpoint._src.path import atomicity
 
 with socket.socket() as probe:  # a free port on this machine for the one-process coordinator
@@ -16,16 +16,20 @@ with socket.socket() as probe:  # a free port on this machine for the one-proces
 jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=1, process_id=0)
 
 finalize = atomicity.AtomicRenameTemporaryPath.finalize
+save_paused = threading.Event()  # the first save is waiting, in Orbax's background thread
 
 
-async def slow_finalize(self):
-    """Every Orbax save announces itself and takes SAVE_DELAY longer before its rename."""
+async def announced_finalize(self):
+    """Every Orbax save announces itself before its rename; with PAUSE_IN_SAVE the first one
+    waits there for the SIGTERM (training waits too, so the signal finds the save in flight)."""
     print("SAVING", flush=True)
-    await asyncio.sleep(SAVE_DELAY)
+    if common.PAUSE_IN_SAVE and not save_paused.is_set():
+        save_paused.set()
+        common.wait_for_sigterm()
     await finalize(self)
 
 
-atomicity.AtomicRenameTemporaryPath.finalize = slow_finalize
+atomicity.AtomicRenameTemporaryPath.finalize = announced_finalize
 generator = np.random.default_rng(0)
 inputs = jnp.asarray(generator.normal(size=(64, 4)), dtype=jnp.float32)
 targets = inputs.sum(axis=1, keepdims=True)
@@ -39,8 +43,9 @@ def update(params, x, y):
 
 
 def train_step(state, step):
+    if save_paused.is_set():
+        common.wait_for_sigterm()
     start = (step * 8) % 64
     state = update(state, inputs[start : start + 8], targets[start : start + 8])
-    time.sleep(0.03)  # a step takes a while, so a SIGTERM during an async save lands mid-training
     record_step(step)
     return state
