@@ -106,3 +106,19 @@ def test_at_risk_then_missed_alert_once_each() -> None:
         record = decision.record
         kinds += [alert.kind for alert in decision.effects.alerts]
     assert kinds == ["deadline_at_risk", "deadline_missed"]
+
+
+def test_status_shows_the_deadline_progress_projected_finish_and_slack() -> None:
+    from shared.settings import Settings
+    from spotjobs.cli.status import deadline_view, format_request
+
+    record = make_record(request=deadline(500), status=RequestStatus.RUNNING, state=JobState.RUNNING)
+    record.attempts[0].last_checkpoint = [0, 250]
+    view = deadline_view(record, Settings(), NOW)
+    # On Spot, 750 steps left at 1 s: on-demand from now needs 750 s + one changeover.
+    assert view["slack_seconds"] == round(STEPS + CHANGEOVER + 500 - 750 - CHANGEOVER)
+    assert view["projected_finish"] == iso(NOW + timedelta(seconds=750), timespec="seconds")
+    text = format_request(record, Settings(), NOW)
+    assert "progress 250/1000 steps committed (25%)   on spot" in text
+    assert f"slack {view['slack_seconds']} s (one changeover 60 s)" in text
+    assert "deadline" not in format_request(make_record(), Settings(), NOW)
