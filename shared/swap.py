@@ -1,6 +1,7 @@
 """The one compare-and-swap loop, and the one backoff, for every document the functions change in
-the state bucket: a ledger record (`shared.ledger.store`), a trigger's documents
-(`shared.triggers.store`) and a run lease (`shared.ledger.run_lock`).
+the state bucket: a ledger record (`shared.ledger.store`), a trigger's documents and a member's
+carry (`shared.triggers.store`), a run lease (`shared.ledger.run_lock`) and a bare body's dedupe
+windows (`shared.ledger.dedupe`).
 
 Read the document with its generation, give a private copy to a pure transition, write what it
 proposes matched on that generation (0 = create), and on a lost race (a 412) wait a little and

@@ -15,51 +15,21 @@ from __future__ import annotations
 
 import os
 import random
-import re
 import signal
 import socket
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from spotjobs_kit import parse_kit_line
 from spotjobs_kit.lines import KitRecord
 
-from tests.support.frameworks import REPO, framework_python
+from tests.support.frameworks import CASES, CHILDREN, TORN_STEP, framework_python, readme_snippet
 
-HERE = Path(__file__).parent
-
-README = REPO / "README.md"
 STEPS = 30
 EVERY = 10
-TORN_STEP = 999
-
-
-@dataclass(frozen=True)
-class Case:
-    script: str
-    torn: tuple[str, str]  # (folder, file) planted as a torn checkpoint
-    edit: Callable[[str], str] = field(default=lambda text: text)
-
-
-CASES = {
-    "hf-trainer": Case("hf_trainer.py", (f"checkpoint-{TORN_STEP}", "model.safetensors")),
-    "hf-accelerate": Case("hf_accelerate.py", (f"step-{TORN_STEP:06d}", "model.safetensors")),
-    "lightning": Case("lightning_fit.py", (f"step-{TORN_STEP:06d}", "model.ckpt")),
-    "torch-save": Case("torch_loop.py", (f"step-{TORN_STEP:06d}", "state.pt")),
-    "torch-dcp": Case("torch_loop.py", (f"step-{TORN_STEP:06d}", "__0_0.distcp")),
-    "orbax": Case("orbax_loop.py", (str(TORN_STEP), "_sharding")),
-    "keras": Case("keras_fit.py", (f"step-{TORN_STEP:06d}", "model.weights.h5")),
-}
-
-
-def readme_snippet(name: str) -> str:
-    """The code block under `<!-- snippet: NAME -->` in README.md, exactly."""
-    found = re.search(rf"<!-- snippet: {re.escape(name)} -->\n```python\n(.*?)```\n", README.read_text(), re.S)
-    assert found, f"README.md has no snippet {name!r}"
-    return found.group(1)
 
 
 @dataclass
@@ -148,8 +118,8 @@ def test_sigterm_at_random_points_then_resume_at_the_committed_step(name: str, t
         assert snippet.count("async_save=True") == 1
         snippet = snippet.replace("async_save=True", "async_save=False")
     script = tmp_path / case.script
-    script.write_text((HERE / "children" / case.script).read_text() + "\n" + snippet)
-    (tmp_path / "common.py").write_text((HERE / "children" / "common.py").read_text())
+    script.write_text((CHILDREN / case.script).read_text() + "\n" + snippet)
+    (tmp_path / "common.py").write_text((CHILDREN / "common.py").read_text())
     checkpoints = tmp_path / "checkpoints"
     seed = int(os.environ.get("KIT_TEST_SEED") or random.randrange(1 << 30))  # to replay a failure
     at_step = random.Random(seed).randint(3, 2 * EVERY - 3)

@@ -28,9 +28,8 @@ from shared.jobs import LABEL_ATTEMPT, LABEL_REQUEST_ID
 from shared.ledger.states import RequestStatus
 from spotjobs.reporting.views import build_views, totals
 from tests.conftest import isolated_stack
-from tests.frameworks.test_kill_and_resume import CASES, HERE, readme_snippet
-from tests.integration.test_prune import checkpoint_steps
-from tests.support.frameworks import framework_python
+from tests.support.frameworks import CASES, CHILDREN, framework_python, readme_snippet
+from tests.support.stack_checkpoints import checkpoint_steps
 
 pytestmark = pytest.mark.stack
 
@@ -56,8 +55,8 @@ def framework_job(request_id: str, framework: str, steps: int, folder: Path) -> 
     case = CASES[framework]
     folder.mkdir(parents=True)
     script = folder / case.script
-    script.write_text((HERE / "children" / case.script).read_text() + "\n" + readme_snippet(framework))
-    (folder / "common.py").write_text((HERE / "children" / "common.py").read_text())
+    script.write_text((CHILDREN / case.script).read_text() + "\n" + readme_snippet(framework))
+    (folder / "common.py").write_text((CHILDREN / "common.py").read_text())
     job = custom_job(request_id, [framework_python(), str(script)])
     env = {
         "KIT_TEST_STEPS": str(steps),

@@ -11,21 +11,11 @@ from typing import Any
 import pytest
 
 from shared.ledger.states import RequestStatus
+from tests.support.stack_checkpoints import checkpoint_children, checkpoint_steps
 
 pytestmark = pytest.mark.stack
 
 TIMEOUT = 60.0
-
-
-def checkpoint_children(stack, request_id: str) -> set[str]:
-    base = f"{stack.settings.output_dir_for(request_id)}checkpoints/".split("/", 3)[3]
-    bucket = stack.storage().bucket(stack.settings.checkpoint_bucket)
-    return {blob.name[len(base) :].split("/")[0] for blob in bucket.list_blobs(prefix=base)}
-
-
-def checkpoint_steps(stack, request_id: str) -> set[str]:
-    """The checkpoints left: every child but the trainer kit's run objects (`_spotjobs_runs/`)."""
-    return {name for name in checkpoint_children(stack, request_id) if name != "_spotjobs_runs"}
 
 
 def write_checkpoints(stack, request_id: str, steps: list[int]) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -16,3 +19,35 @@ def framework_python() -> str:
     if not FRAMEWORK_PYTHON.exists():
         pytest.fail(f"{FRAMEWORK_PYTHON.relative_to(REPO)} is missing: `make .venv-frameworks` (run by `make test`)")
     return str(FRAMEWORK_PYTHON)
+
+
+# The training scripts the README snippets are appended to.
+CHILDREN = REPO / "tests" / "frameworks" / "children"
+
+README = REPO / "README.md"
+TORN_STEP = 999
+
+
+@dataclass(frozen=True)
+class Case:
+    script: str
+    torn: tuple[str, str]  # (folder, file) planted as a torn checkpoint
+    edit: Callable[[str], str] = field(default=lambda text: text)
+
+
+CASES = {
+    "hf-trainer": Case("hf_trainer.py", (f"checkpoint-{TORN_STEP}", "model.safetensors")),
+    "hf-accelerate": Case("hf_accelerate.py", (f"step-{TORN_STEP:06d}", "model.safetensors")),
+    "lightning": Case("lightning_fit.py", (f"step-{TORN_STEP:06d}", "model.ckpt")),
+    "torch-save": Case("torch_loop.py", (f"step-{TORN_STEP:06d}", "state.pt")),
+    "torch-dcp": Case("torch_loop.py", (f"step-{TORN_STEP:06d}", "__0_0.distcp")),
+    "orbax": Case("orbax_loop.py", (str(TORN_STEP), "_sharding")),
+    "keras": Case("keras_fit.py", (f"step-{TORN_STEP:06d}", "model.weights.h5")),
+}
+
+
+def readme_snippet(name: str) -> str:
+    """The code block under `<!-- snippet: NAME -->` in README.md, exactly."""
+    found = re.search(rf"<!-- snippet: {re.escape(name)} -->\n```python\n(.*?)```\n", README.read_text(), re.S)
+    assert found, f"README.md has no snippet {name!r}"
+    return found.group(1)

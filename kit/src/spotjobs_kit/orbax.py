@@ -11,8 +11,10 @@
 What orbax-checkpoint 0.12.8 does (read in its source, seen on disk with a tiny state):
 - an async save of step N into a local path (the `/gcs/` FUSE mount included) writes
   `N.orbax-checkpoint-tmp/`, writes `commit_success.txt` into it and renames it to `N/`; into
-  a `gs://` path it writes `N/` in place, `commit_success.txt` last. The kit saves by explicit
-  path (`N/`, no CheckpointManager and its `latest_step()` guess) and writes its marker into
+  a `gs://` path it writes `N/` in place, `commit_success.txt` last. The kit gives Orbax the
+  bucket's gs:// URI whenever the checkpoint directory is one (a folder rename through FUSE is
+  not atomic), saves by explicit path (`N/`, no CheckpointManager and its `latest_step()`
+  guess) and writes its marker into
   `N/` only after `wait_until_finished()` returned (the rename or the commit file done, on every
   process). A step already committed is not saved again (`checkpoint_kept`).
 - resuming restores the kit's newest complete checkpoint by path; newer torn ones are reported
@@ -120,9 +122,12 @@ class Checkpoints(LoopCheckpoints):
         self.async_save = async_save
         handler = ocp.StandardCheckpointHandler()
         self.checkpointer = ocp.AsyncCheckpointer(handler) if async_save else ocp.Checkpointer(handler)
-        # A local path (the FUSE mount) when there is one, else gs:// (Orbax writes it in place).
+        # A bucket by its gs:// URI even when the FUSE mount is there: Orbax then writes in place
+        # with commit_success.txt last, where through the mount it would rename a folder, which
+        # Cloud Storage FUSE does object by object (a cut rename leaves a partial `N/`).
         store = self.run.store
-        self.directory = os.path.abspath(store.root) if isinstance(store, FileStore) else store.uri
+        on_gcs = store.uri.startswith("gs://")
+        self.directory = store.uri if on_gcs or not isinstance(store, FileStore) else os.path.abspath(store.root)
         self._pending: tuple[int, str, float] | None = None  # (step, name, started)
         self.processes = jax.process_count()
         self.run.announce()

@@ -10,7 +10,6 @@ EVERY = int(os.environ["KIT_TEST_EVERY"])
 PAUSE_AT_STEP = int(os.environ.get("KIT_TEST_PAUSE_AT_STEP") or 0)
 PAUSE_IN_SAVE = os.environ.get("KIT_TEST_PAUSE_IN_SAVE") == "1"
 HANDSHAKE = os.environ.get("KIT_TEST_HANDSHAKE", "")  # the test creates it right after its SIGTERM
-SAVE_DELAY = float(os.environ.get("KIT_TEST_SAVE_DELAY", "0.3"))  # the Orbax and Keras scripts' saves
 _paused_in_save = []
 
 

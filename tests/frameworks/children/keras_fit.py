@@ -9,15 +9,12 @@ import numpy as np
 from common import STEPS, record_step  # noqa: F401 (STEPS: the snippet's)
 
 save_weights = keras.Model.save_weights
-paused = []
 
 
 def announced_save_weights(self, *args, **kwargs):
     """Every save announces itself; with PAUSE_IN_SAVE the first one waits for the SIGTERM."""
     print("SAVING", flush=True)
-    if common.PAUSE_IN_SAVE and not paused:
-        paused.append(True)
-        common.wait_for_sigterm()
+    common.pause_in_save()
     save_weights(self, *args, **kwargs)
 
 

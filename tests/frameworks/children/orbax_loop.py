@@ -7,6 +7,7 @@ import common
 import jax
 import jax.numpy as jnp
 import numpy as np
+import orbax.checkpoint as ocp
 from common import STEPS, record_step  # noqa: F401 (STEPS: the snippet's)
 from orbax.checkpoint._src.path import atomicity
 
@@ -16,20 +17,31 @@ with socket.socket() as probe:  # a free port on this machine for the one-proces
 jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=1, process_id=0)
 
 finalize = atomicity.AtomicRenameTemporaryPath.finalize
+save = ocp.AsyncCheckpointer.save
 save_paused = threading.Event()  # the first save is waiting, in Orbax's background thread
 
 
 async def announced_finalize(self):
     """Every Orbax save announces itself before its rename; with PAUSE_IN_SAVE the first one
-    waits there for the SIGTERM (training waits too, so the signal finds the save in flight)."""
+    waits there for the SIGTERM."""
     print("SAVING", flush=True)
-    if common.PAUSE_IN_SAVE and not save_paused.is_set():
+    if common.PAUSE_IN_SAVE:
         save_paused.set()
-        common.wait_for_sigterm()
+    common.pause_in_save()
     await finalize(self)
 
 
+def save_then_hold_training(self, *args, **kwargs):
+    """With PAUSE_IN_SAVE, training waits once the first save is paused in flight, so the
+    SIGTERM finds it there (not a finished run)."""
+    result = save(self, *args, **kwargs)
+    if common.PAUSE_IN_SAVE and save_paused.wait(60):
+        common.wait_for_sigterm()
+    return result
+
+
 atomicity.AtomicRenameTemporaryPath.finalize = announced_finalize
+ocp.AsyncCheckpointer.save = save_then_hold_training
 generator = np.random.default_rng(0)
 inputs = jnp.asarray(generator.normal(size=(64, 4)), dtype=jnp.float32)
 targets = inputs.sum(axis=1, keepdims=True)
@@ -43,8 +55,6 @@ def update(params, x, y):
 
 
 def train_step(state, step):
-    if save_paused.is_set():
-        common.wait_for_sigterm()
     start = (step * 8) % 64
     state = update(state, inputs[start : start + 8], targets[start : start + 8])
     record_step(step)
