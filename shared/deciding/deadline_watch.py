@@ -51,9 +51,8 @@ from shared.deciding.preemptions import preempted_in_last_run
 from shared.jobs import JobState
 from shared.ledger.records import Attempt, RequestRecord, Requeue
 from shared.ledger.states import AttemptOutcome, RequestStatus
-from shared.requests.attempts import SPOT
+from shared.requests.attempts import ON_DEMAND, SPOT
 
-ON_DEMAND = "STANDARD"
 SWITCH_REASON = "deadline"
 
 
@@ -135,6 +134,18 @@ def watch_deadline(
     elif decision.action is Action.BACK_TO_SPOT and attempt.strategy != SPOT:
         _switch(record, attempt, decision, now, effects, SPOT)
     return decision
+
+
+def alert_if_finished_late(record: RequestRecord, attempt: Attempt, now: datetime, effects: Effects) -> None:
+    """A request that succeeded after its deadline (between two observations): `deadline_missed`,
+    unless it was raised already."""
+    at = record.request.get("deadline")
+    ended = parse_iso(attempt.ended_at or iso(now))
+    if not at or ended <= parse_iso(at) or not record.mark(str(AlertKind.DEADLINE_MISSED)):
+        return
+    message = f"{record.request_id} finished at {iso(ended)}, after its deadline {at}"
+    effects.alerts.append(attempt_alert(record, attempt, AlertKind.DEADLINE_MISSED, now, message, deadline=at))
+    effects.lines.append(LogLine("WARNING", message, event_fields(record, attempt, str(AlertKind.DEADLINE_MISSED))))
 
 
 def projected_finish(situation: Situation) -> datetime:

@@ -48,7 +48,7 @@ from spotjobs_kit.lines import PREEMPTED, KitRecord
 
 from shared.alerts import AlertKind
 from shared.clock import iso, parse_iso
-from shared.deciding.deadline_watch import note_progress, watch_deadline
+from shared.deciding.deadline_watch import alert_if_finished_late, note_progress, watch_deadline
 from shared.deciding.effects import Effects, LogLine, attempt_alert, event_fields
 from shared.deciding.events import Signal, SignalPatterns, patterns_from
 from shared.deciding.preemptions import (
@@ -329,6 +329,7 @@ def _succeed(record: RequestRecord, attempt: Attempt, owns_status: bool, now: da
     if not owns_status:
         return
     _finish(record, RequestStatus.SUCCEEDED, now)
+    alert_if_finished_late(record, attempt, now, effects)
     if record.prune_requested_at is None:
         record.prune_requested_at = iso(now)
         effects.prune_requested = True

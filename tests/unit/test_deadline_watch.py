@@ -122,3 +122,11 @@ def test_status_shows_the_deadline_progress_projected_finish_and_slack() -> None
     assert "progress 250/1000 steps committed (25%)   on spot" in text
     assert f"slack {view['slack_seconds']} s (one changeover 60 s)" in text
     assert "deadline" not in format_request(make_record(), Settings(), NOW)
+
+
+def test_a_success_after_the_deadline_is_missed_once_and_one_before_it_is_not() -> None:
+    for slack, expected in ((-CHANGEOVER - STEPS - 700, ["deadline_missed"]), (10 * 3600, [])):
+        record = make_record(request=deadline(slack), status=RequestStatus.RUNNING, state=JobState.RUNNING)
+        decision = decide(record, Observation(1, job(JobState.SUCCEEDED)), POLICY, NOW)
+        assert [alert.kind for alert in decision.effects.alerts] == expected
+        assert decision.record.status is RequestStatus.SUCCEEDED
