@@ -20,7 +20,8 @@ Decisions, on the job's state as Vertex reports it (never on the log text):
 - FAILED by preemption/stockout (error code RESOURCE_EXHAUSTED, or its message matches the
   configured stockout/preemption patterns): attempt n+1 is re-queued (fallback strategy and
   failover location from `shared.requests.envelope.plan_attempt`), or, when `max_attempts` is reached, the
-  request GAVE_UP with an `attempts_exhausted` alert.
+  request GAVE_UP with an `attempts_exhausted` alert (a request with a deadline goes on to
+  STANDARD instead: docs/deadlines.md).
 - FAILED otherwise, EXPIRED: the request FAILED with a `job_failed` alert; nothing is re-queued.
   A FAILED job whose error is not published yet (Vertex sets it about a minute after the end)
   is not classified until the error appears or `ERROR_SETTLE_SECONDS` pass.
@@ -64,7 +65,7 @@ from shared.deciding.preemptions import (
 from shared.jobs import FLEX_START, JobSnapshot, JobState, max_wait_seconds
 from shared.ledger.records import Attempt, RequestRecord, Requeue, alert_marker
 from shared.ledger.states import AttemptOutcome, RequestStatus
-from shared.requests.attempts import plan_attempt
+from shared.requests.attempts import ON_DEMAND, SPOT, plan_attempt
 from shared.settings import Settings
 
 # A job can sit in these for too long; RUNNING is not among them: training legitimately runs
@@ -374,7 +375,10 @@ def _requeue_or_give_up(
     effects: Effects,
 ) -> None:
     max_attempts = int(record.request.get("max_attempts") or policy.default_max_attempts)
-    if attempt.n >= max_attempts:
+    # A deadline outranks max_attempts: its Spot attempts ran out, on-demand finishes the work
+    # (a deadline's switches use attempts too; an on-demand attempt is not preempted).
+    on_demand_next = attempt.n >= max_attempts and bool(record.request.get("deadline")) and attempt.strategy == SPOT
+    if attempt.n >= max_attempts and not on_demand_next:
         attempt.outcome = AttemptOutcome.GAVE_UP
         _finish(record, RequestStatus.GAVE_UP, now)
         message = (
@@ -411,6 +415,8 @@ def _requeue_or_give_up(
         return
     following = attempt.n + 1
     location, strategy = plan_attempt(record.request, following, attempt, cause.stockout)
+    if on_demand_next:
+        strategy = ON_DEMAND
     delay = policy.requeue_delay_seconds
     attempt.outcome = AttemptOutcome.REQUEUED
     record.status = RequestStatus.REQUEUED

@@ -130,3 +130,19 @@ def test_a_success_after_the_deadline_is_missed_once_and_one_before_it_is_not() 
         decision = decide(record, Observation(1, job(JobState.SUCCEEDED)), POLICY, NOW)
         assert [alert.kind for alert in decision.effects.alerts] == expected
         assert decision.record.status is RequestStatus.SUCCEEDED
+
+
+def test_a_deadline_request_whose_last_spot_attempt_stocks_out_goes_on_demand_not_gave_up() -> None:
+    from tests.support.decide import USER_ERROR
+
+    stockout = {"code": 8, "message": "Job failed with STOCKOUT: the Spot VM was preempted 7 times."}
+    for request, expected in (({**deadline(10 * 3600), "max_attempts": 1}, "STANDARD"), ({"max_attempts": 1}, None)):
+        record = make_record(request=request, status=RequestStatus.RUNNING, state=JobState.RUNNING)
+        decided = decide(record, Observation(1, job(JobState.FAILED, error=stockout)), POLICY, NOW).record
+        if expected is None:
+            assert decided.status is RequestStatus.GAVE_UP
+        else:
+            assert decided.status is RequestStatus.REQUEUED and decided.requeue.strategy == expected
+    record = make_record(request={**deadline(10 * 3600), "max_attempts": 1}, state=JobState.RUNNING)
+    failed = decide(record, Observation(1, job(JobState.FAILED, error=USER_ERROR)), POLICY, NOW).record
+    assert failed.status is RequestStatus.FAILED  # only capacity is worked around
