@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from shared.adapters.vertex import find_attempt_job, parent_path, read_job
+from shared.adapters.vertex import canceller, find_attempt_job, parent_path, read_job
 from shared.alerts import Alert, AlertKind
 from shared.clock import now_iso, parse_iso, utcnow
 from shared.deciding.applying import apply_observation
@@ -100,6 +100,7 @@ def run_reconcile(ports: Ports, log: Logger, *, limit: int | None = None) -> Rec
 
 
 def _run_reconcile(ports: Ports, log: Logger, *, limit: int | None) -> ReconcileSummary:
+    ports = replace(ports, cancel_job=canceller(ports.job_service))
     settings = ports.settings
     summary = ReconcileSummary()
     request_ids = _requests_to_reconcile(

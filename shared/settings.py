@@ -87,6 +87,9 @@ class Settings:
     # planned with before any is seen on a machine type and location, and what validation assumes
     # when a request does not say (shared/deciding/deadline.py, docs/deadlines.md).
     changeover_prior_seconds: float = _env("SPOTJOBS_CHANGEOVER_PRIOR_SECONDS", 1200.0, kind="float")
+    # The longest time between two reconcile passes (its schedule's interval): a job waiting for
+    # Spot is seen by reconcile, so the deadline rule decides that much early.
+    reconcile_interval_seconds: float = _env("SPOTJOBS_RECONCILE_INTERVAL_SECONDS", 300.0, kind="float")
     # Regions a request may name in location/locations; empty = any region.
     allowed_locations: tuple[str, ...] = _env("SPOTJOBS_ALLOWED_LOCATIONS", (), kind="list")
     # Opt-ins: CustomJob fields outside the base allowlist, each refused until its setting allows

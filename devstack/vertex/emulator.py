@@ -50,6 +50,11 @@ Control surface (JSON in, JSON out):
                                          exiting 0 after its SIGTERM ends the job SUCCEEDED)
                                          are opt-in, invented for tests (see `preemption`)
     GET  /emulator/v1/preemption-plans
+    POST /emulator/v1/spot-capacity      {"data": [1, 0, ...], "tick_seconds": 2}: replay a Spot
+                                         availability trace (invented, opt-in; see `capacity`):
+                                         Spot jobs wait while it says 0, and are preempted when
+                                         it turns 0; {"data": []} ends it
+    GET  /emulator/v1/spot-capacity
     POST /emulator/v1/projects/P/locations/L/customJobs/ID:preempt    preempt a RUNNING SPOT job now
     GET  /emulator/v1/projects/P/locations/L/customJobs/ID            runs, pids, signals, output
     POST /emulator/v1/faults             {"method": "create|get|list|cancel", "status": 503,
@@ -155,6 +160,16 @@ _ROUTES: list[tuple[str, re.Pattern[str], _Handler]] = [
         "GET",
         re.compile("^/emulator/v1/preemption-plans$"),
         lambda service, request: service.preemption_plans(),
+    ),
+    (
+        "POST",
+        re.compile("^/emulator/v1/spot-capacity$"),
+        lambda service, request: service.set_spot_capacity(request.json_body()),
+    ),
+    (
+        "GET",
+        re.compile("^/emulator/v1/spot-capacity$"),
+        lambda service, request: service.spot_capacity(),
     ),
     (
         "POST",
