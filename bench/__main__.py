@@ -23,6 +23,9 @@ BENCHMARKS = (
     ("bench.bench_prune", []),
     ("bench.bench_reconcile", []),
     ("bench.bench_load", []),
+    ("bench.bench_burst", []),
+    ("bench.bench_burst", ["--requests", "120"]),  # the stack acceptance test's burst, timed
+    ("bench.bench_reconcile_vertex", []),
     ("bench.bench_triggers", []),
     ("bench.bench_deadline", []),
 )

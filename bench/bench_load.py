@@ -1,7 +1,9 @@
 """Load: a burst of job requests with duplicates, through the whole embedded stack.
 
 N requests (10% of them published twice) are published at once to job-requests while the
-Vertex emulator preempts Spot jobs at a random rate. Reported: requests per second submitted
+Vertex emulator preempts Spot jobs at a random rate, and enforces Vertex AI's documented request
+quotas (60 creates, 600 CRUD calls a minute): the submission rate is then the quota's, as in a
+real project. Reported: requests per second submitted
 (publish of the first message to the last job created), publish-to-create latency (p50, p95),
 jobs created against unique request attempts (must be equal), and the peak RSS of each function
 process.
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import json
 import random
 import statistics
 import sys
@@ -136,7 +139,8 @@ def main() -> None:
         unique_attempts = sum(len(ledger.get(rid).attempts) for rid in request_ids if ledger.get(rid))
         latencies = sorted(first_create[rid] - published_at[rid] for rid in first_create)
         statuses = [status for _, status in ledger.iter_statuses()]
-        preemptions = stack.vertex_control("GET", "/emulator/v1/stats")["preemptions"]
+        vertex_stats = stack.vertex_control("GET", "/emulator/v1/stats")
+        preemptions = vertex_stats["preemptions"]
         rss = {name: group_peak_rss_mib(stack.processes[f"function-{name}"].pid) for name in stack.function_urls}
 
     last_create = max(job.create_time.timestamp() for job in jobs) if jobs else started
@@ -153,6 +157,11 @@ def main() -> None:
             "s",
         ),
         Figure("Spot preemptions injected", preemptions),
+        Figure("Vertex 429s answered (creates / CRUD)", json.dumps(vertex_stats["quotas"]["refused"], sort_keys=True)),
+        Figure(
+            "create calls per job",
+            round(vertex_stats["creates_attempted"] / max(1, vertex_stats["jobs_created"]), 3),
+        ),
         Figure("jobs created", len(jobs)),
         Figure(
             "unique request attempts (ledger)",

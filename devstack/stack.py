@@ -53,6 +53,7 @@ from devstack.pubsub_wiring import (
 )
 from devstack.push_filter import PushFilterRouter
 from devstack.scheduler import Scheduler
+from devstack.vertex.quotas import DEFAULT_CRUD_PER_MINUTE, DEFAULT_SUBMISSIONS_PER_MINUTE
 from shared.settings import Settings
 from shared.topology import TOPOLOGY
 
@@ -75,6 +76,10 @@ class StackOptions:
     # The Vertex emulator's signal profile (devstack.vertex.signals): "documented" (only what
     # Google documents) or "rich" (also the emulator's invented signals).
     vertex_signals: str = "documented"
+    # Vertex AI's request quotas per project and region (devstack.vertex.quotas): on at Google's
+    # documented defaults; 0 turns one off (a test that does says why).
+    vertex_quota_submissions_per_minute: int = DEFAULT_SUBMISSIONS_PER_MINUTE
+    vertex_quota_crud_per_minute: int = DEFAULT_CRUD_PER_MINUTE
     # Put devstack.fault_proxy in front of fake-gcs-server, so tests can make GCS fail or slow.
     storage_fault_proxy: bool = False
     # Cloud Scheduler's part: publish these maintenance tasks every so many seconds
@@ -192,9 +197,18 @@ class Stack:
             "location": self.options.location,
             "vertex_endpoint": self.vertex_url,
             "vertex_signals": self.options.vertex_signals,
+            "vertex_quotas": self.vertex_quotas,
             "functions": dict(self.function_urls),
             "data_bucket": self.options.data_bucket,
             "logs": str(self.workdir / "logs"),
+        }
+
+    @property
+    def vertex_quotas(self) -> dict[str, int]:
+        """The Vertex emulator's request quotas per minute (0: off)."""
+        return {
+            "submissions_per_minute": self.options.vertex_quota_submissions_per_minute,
+            "crud_per_minute": self.options.vertex_quota_crud_per_minute,
         }
 
     def _child_env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -245,7 +259,13 @@ class Stack:
         process, self.vertex_url = start_vertex_emulator(
             self.options.project,
             events_topic,
-            ("--signals", self.options.vertex_signals, *self.options.vertex_args),
+            (
+                "--signals",
+                self.options.vertex_signals,
+                f"--quota-submissions-per-minute={self.options.vertex_quota_submissions_per_minute}",
+                f"--quota-crud-per-minute={self.options.vertex_quota_crud_per_minute}",
+                *self.options.vertex_args,
+            ),
             self.workdir / "logs",
             self._child_env(),
             port=port,

@@ -90,6 +90,12 @@ class AlertKind(enum.StrEnum):
         "an attempt has no job after `SPOTJOBS_MAX_CLAIM_REPUBLISHES` re-publishes (Vertex busy, or submit never "
         "asked); it keeps being retried",
     )
+    QUOTA_LIMITED = (
+        "quota_limited",
+        "WARNING",
+        "a burst waits for Vertex AI's submission quota (how many, the expected drain time): created in turn, "
+        "never failed for it; once per burst",
+    )
     LOOKUP_FAILED = (
         "lookup_failed",
         "ERROR",

@@ -16,8 +16,12 @@ starts, in the ledger's reconcile cursor, so every request gets its turn):
   takes the stale claim over, at a growing interval and never given up on (one `claim_stalled`
   alert past `max_claim_republishes`, naming the evidence); a lookup that fails for our own
   reasons (a permission, a region) is alerted once (`lookup_failed`);
-- otherwise the latest attempt's job is read and `shared.deciding.applying.apply_observation` decides,
-  exactly as for a log event: terminal states, re-queues, jobs stuck in a waiting state.
+- otherwise the latest attempt's job is read (from the pass's one listing per location, a get
+  only for a job missing from it: `shared.reconcile_vertex`) and
+  `shared.deciding.applying.apply_observation` decides, exactly as for a log event: terminal
+  states, re-queues, jobs stuck in a waiting state;
+- an attempt waiting in line for Vertex's submission quota is left to the line's drainer, and a
+  line left without one is restarted (`shared.pacing`).
 
 Then the pass sweeps for strays (`shared.found_jobs.sweep_strays`): one list per location of this
 deployment's jobs that have not ended, and every one the ledger does not record is cancelled,
@@ -55,6 +59,8 @@ from shared.ledger.records import Attempt, CorruptRecord, RequestRecord, alert_m
 from shared.ledger.run_lock import ledger_bucket, run_lock
 from shared.ledger.store import ActiveEntry, LedgerStore, ListedRequest
 from shared.log import Logger
+from shared.paced_submit import in_line, restart_stalled_lines
+from shared.reconcile_vertex import CrudBudgetSpent, VertexPass
 from shared.swap import backoff_seconds
 from shared.wiring import Ports
 
@@ -71,9 +77,11 @@ class ReconcileSummary:
     started_at: str = ""  # the request the run started at ("" = the first)
     outcomes: collections.Counter[str] = field(default_factory=collections.Counter)
     decisions: collections.Counter[str] = field(default_factory=collections.Counter)
+    vertex: dict[str, Any] = field(default_factory=dict)  # its Vertex calls (shared/reconcile_vertex.py)
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "vertex": self.vertex,
             "listed": self.listed,
             "active": self.active,
             "truncated": self.truncated,
@@ -103,6 +111,8 @@ def _run_reconcile(ports: Ports, log: Logger, *, limit: int | None) -> Reconcile
     ports = replace(ports, cancel_job=canceller(ports.job_service))
     settings = ports.settings
     summary = ReconcileSummary()
+    vertex_pass = VertexPass(ports, log)  # one listing per location; gets only where it cannot answer
+    ports = vertex_pass.ports
     request_ids = _requests_to_reconcile(
         ports.ledger,
         summary,
@@ -118,6 +128,8 @@ def _run_reconcile(ports: Ports, log: Logger, *, limit: int | None) -> Reconcile
             summary.decisions.update(result.decisions)
             locations.update(result.locations)
     summary.decisions.update(["stray_job_cancelled"] * len(sweep_strays(ports, sweep_locations(ports, locations), log)))
+    summary.decisions.update(["quota_line_restarted"] * len(restart_stalled_lines(ports, locations, log)))
+    summary.vertex = vertex_pass.usage()
     log.info("reconcile finished", event="reconcile_summary", **summary.to_json())
     return summary
 
@@ -229,6 +241,8 @@ def reconcile_request(ports: Ports, request_id: str, log: Logger) -> RequestResu
     except CorruptRecord as exc:
         alert_corrupt_record(ports, exc, log)
         return RequestResult("error")
+    except CrudBudgetSpent:
+        return RequestResult("deferred")  # the next pass has its own share of the quota
     except Exception as exc:  # noqa: BLE001 - one request must not stop the pass; logged here
         log.error(
             "reconcile failed for one request; the next run retries it",
@@ -254,6 +268,8 @@ def _reconcile(ports: Ports, record: RequestRecord, log: Logger) -> RequestResul
     if latest is None or latest.outcome is not None:
         return RequestResult("idle")
     if latest.job is None:
+        if in_line(ports, record, latest):
+            return RequestResult("waiting_for_quota")  # the line's drainer creates it (shared/pacing.py)
         return _settle_claim(ports, record, latest, log)
     snapshot = read_job(ports.job_service(latest.location), latest.job)
     applied = apply_observation(ports, record.request_id, Observation(latest.n, snapshot), log)

@@ -139,6 +139,16 @@ class Settings:
     # How long Vertex's customJobs.list may lag a create: a delivery that takes a claim over after
     # a create was sent, and finds no job, waits this long after the send before creating.
     list_lag_seconds: float = _env("SPOTJOBS_LIST_LAG_SECONDS", 60.0, kind="float")
+    # Vertex AI's request quotas per project and region (https://cloud.google.com/vertex-ai/docs/quotas):
+    # creates are paced below the submission quota (shared/pacing.py: 58, not 60, so that no
+    # minute can hold 61 creates whatever their timing inside their slots), and reconcile spends
+    # at most `reconcile_crud_share` of the CRUD quota per pass.
+    vertex_creates_per_minute: int = _env("SPOTJOBS_VERTEX_CREATES_PER_MINUTE", 58, kind="int")
+    vertex_crud_per_minute: int = _env("SPOTJOBS_VERTEX_CRUD_PER_MINUTE", 600, kind="int")
+    reconcile_crud_share: float = _env("SPOTJOBS_RECONCILE_CRUD_SHARE", 0.5, kind="float")
+    # How long one submit_job delivery drains the waiting queue before handing over (inside the
+    # push subscription's 60 s acknowledgement deadline, with room for its last create).
+    pacer_run_seconds: float = _env("SPOTJOBS_PACER_RUN_SECONDS", 40.0, kind="float")
     reconcile_page_size: int = _env("SPOTJOBS_RECONCILE_PAGE_SIZE", 200, kind="int")
     reconcile_requests_per_run: int = _env("SPOTJOBS_RECONCILE_REQUESTS_PER_RUN", 2000, kind="int")
     # A finished request's ledger record is removed this long after it finished (0: kept forever;

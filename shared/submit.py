@@ -58,6 +58,7 @@ from shared.ledger.dedupe import bare_request_id
 from shared.ledger.records import Attempt, CorruptRecord, RequestRecord
 from shared.ledger.run_lock import ledger_bucket
 from shared.log import Logger
+from shared.paced_submit import WAITING_RESULT, SubmitSteps, may_create_now, never_sent, wait_in_line, waits_for
 from shared.redeliveries import (
     publish_what_is_pending,
     record_conflict,
@@ -82,6 +83,7 @@ class SubmitResult(enum.StrEnum):
     DUPLICATE = "duplicate"  # the attempt was already handled: nothing to do
     INVALID = "invalid"  # rejected: acknowledged, logged, alerted
     FAILED = "failed"  # Vertex refused the job permanently (e.g. INVALID_ARGUMENT): alerted
+    WAITING = WAITING_RESULT  # in line for Vertex's submission quota (shared/pacing.py)
 
 
 class SubmitBlocked(TransientError):
@@ -217,22 +219,26 @@ def _claim(envelope: dict[str, Any], n: int, log: Logger, ports: Ports) -> Claim
         )
         raise
     claim: Claim = swapped.decided  # the run whose outcome was written (or found nothing to write)
-    if claim.kind == "taken_over":
+    if claim.kind == "taken_over" and not never_sent(claim.attempt):  # a waiting attempt's turn is no news
         log.warning("took over a stale claim; looking for its job before creating", event="claim_taken_over")
     return claim
 
 
-def _ensure_job(record: RequestRecord, attempt: Attempt, taken_over: bool, log: Logger, ports: Ports) -> SubmitOutcome:
+def _ensure_job(
+    record: RequestRecord, attempt: Attempt, taken_over: bool, log: Logger, ports: Ports, *, paced: bool = False
+) -> SubmitOutcome:
     settings = ports.settings
     request_id, n = record.request_id, attempt.n
     log = log.bind(location=attempt.location, strategy=attempt.strategy)
     client = ports.job_service(attempt.location)
     parent = parent_path(settings.project, attempt.location)
-    if taken_over:
+    if taken_over and not never_sent(attempt):
         found = find_attempt_job(client, parent, request_id, n, settings.deployment_label)
         if found is not None:
             return _record_created(record, attempt, found, SubmitResult.FOUND, log, ports)
         _wait_for_the_list(attempt, log, ports)
+    if not paced and not may_create_now(ports, attempt.location):  # paced: the drainer holds a slot
+        return _wait_in_line(record, attempt, log, ports, paced=False)
     job_json = build_job_json(
         record.request["custom_job"],
         request_id=request_id,
@@ -250,8 +256,13 @@ def _ensure_job(record: RequestRecord, attempt: Attempt, taken_over: bool, log: 
     try:
         job = create_custom_job(client, parent, custom_job, timeout=timeout)
     except Exception as exc:
-        return _after_failed_create(exc, record, attempt, client, parent, log, ports)
+        return _after_failed_create(exc, record, attempt, client, parent, log, ports, paced=paced)
     return _record_created(record, attempt, job, SubmitResult.CREATED, log, ports)
+
+
+def _wait_in_line(record: RequestRecord, attempt: Attempt, log: Logger, ports: Ports, *, paced: bool) -> SubmitOutcome:
+    wait_in_line(record, attempt, log, ports, SUBMIT_STEPS, paced=paced)
+    return SubmitOutcome(SubmitResult.WAITING, record.request_id, attempt.n)
 
 
 def _wait_for_the_list(attempt: Attempt, log: Logger, ports: Ports) -> None:
@@ -314,11 +325,15 @@ def _after_failed_create(
     parent: str,
     log: Logger,
     ports: Ports,
+    *,
+    paced: bool,
 ) -> SubmitOutcome:
     from google.api_core.exceptions import GoogleAPICallError
 
     request_id, n = record.request_id, attempt.n
     error = f"{type(exc).__name__}: {exc}"
+    if waits_for(exc, ports):  # the rate, not the request (a verdict: nothing was created)
+        return _wait_in_line(record, attempt, log, ports, paced=paced)
     if may_have_created(exc):
         found = find_attempt_job(client, parent, request_id, n, ports.settings.deployment_label)
         if found is not None:
@@ -413,3 +428,6 @@ def _record_created(
         # re-queue, a prune request) stays pending for on_job_event and reconcile.
         observe_adopted(ports, request_id, adoption, n, log)
     return SubmitOutcome(result, request_id, n, job.name)
+
+
+SUBMIT_STEPS = SubmitSteps(_claim, _ensure_job)  # what the drainer runs for a waiting attempt

@@ -5,7 +5,7 @@
 #
 # | identity             | may                                                                   |
 # |----------------------|-----------------------------------------------------------------------|
-# | fn-submit            | ledger r/w; create/get/list/cancel custom jobs; actAs training SA; publish ops-alerts |
+# | fn-submit            | ledger r/w; create/get/list/cancel custom jobs; actAs training SA; publish ops-alerts, job-requests (the waiting line's hand-over) |
 # | fn-events, fn-reconcile | ledger r/w; get/list/cancel custom jobs; publish job-requests, ops-alerts, maintenance |
 # | fn-prune             | ledger read, write its cursor; list/read/delete checkpoints; publish ops-alerts |
 # | fn-trigger           | state bucket under triggers/ only (no ledger); create/get manifests under the checkpoint prefix's trg-* folders; publish job-requests, ops-alerts |
@@ -22,7 +22,7 @@ locals {
       state_prefix = null
       vertex       = "submitter"
       checkpoint   = null
-      publishes    = ["ops_alerts"]
+      publishes    = ["job_requests", "ops_alerts"] # job_requests: the quota line's hand-over (shared/pacing.py)
       act_as       = true
     }
     on_job_event = {

@@ -46,6 +46,17 @@ resource "google_storage_bucket" "state" {
     }
   }
 
+  # The pacing slots (shared/pacing.py): one empty object per create, never read once past.
+  lifecycle_rule {
+    condition {
+      age            = 1
+      matches_prefix = ["pacing/slots/"]
+    }
+    action {
+      type = "Delete"
+    }
+  }
+
   depends_on = [google_project_service.apis]
 }
 

@@ -174,6 +174,10 @@ variable "settings" {
     deployment                   = optional(string)             # SPOTJOBS_DEPLOYMENT
     reconcile_page_size          = optional(number)             # SPOTJOBS_RECONCILE_PAGE_SIZE
     reconcile_requests_per_run   = optional(number)             # SPOTJOBS_RECONCILE_REQUESTS_PER_RUN
+    vertex_creates_per_minute    = optional(number)             # SPOTJOBS_VERTEX_CREATES_PER_MINUTE
+    vertex_crud_per_minute       = optional(number)             # SPOTJOBS_VERTEX_CRUD_PER_MINUTE
+    reconcile_crud_share         = optional(number)             # SPOTJOBS_RECONCILE_CRUD_SHARE
+    pacer_run_seconds            = optional(number)             # SPOTJOBS_PACER_RUN_SECONDS
     ledger_retention_seconds     = optional(number)             # SPOTJOBS_LEDGER_RETENTION_SECONDS
     ledger_archive               = optional(bool)               # SPOTJOBS_LEDGER_ARCHIVE
     keep_last                    = optional(number)             # SPOTJOBS_KEEP_LAST

@@ -15,6 +15,11 @@ official client with `transport="rest"` and an `http://` api_endpoint works, and
 Errors are google.rpc JSON (`{"error": {"code", "message", "status"}}`) with the HTTP status the
 real API would use, so the client raises the matching google.api_core exception.
 
+Vertex AI's request quotas are enforced by default, per project and region over a sliding minute
+(see `quotas`): 60 creates (`--quota-submissions-per-minute`) and 600 get/list/cancel calls
+(`--quota-crud-per-minute`), then 429 RESOURCE_EXHAUSTED naming the quota; 0 turns one off.
+`GET /emulator/v1/stats` reports them under "quotas" with what each refused.
+
 A job runs worker pool 0's command as a local process (see `worker`) through QUEUED ->
 PENDING -> RUNNING -> SUCCEEDED/FAILED, at most `--max-running` at a time (see `runner`),
 and writes `ml_job` log entries to `--events-topic` the way a Logging sink would (see
@@ -95,6 +100,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from devstack.vertex.errors import ApiError, invalid_argument, not_found
+from devstack.vertex.quotas import DEFAULT_CRUD_PER_MINUTE, DEFAULT_SUBMISSIONS_PER_MINUTE
 from devstack.vertex.service import EmulatorConfig, VertexService
 from devstack.vertex.signals import DEFAULT_PROFILE, PROFILES
 from shared.log import Logger
@@ -359,6 +365,20 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
+        "--quota-submissions-per-minute",
+        type=int,
+        default=DEFAULT_SUBMISSIONS_PER_MINUTE,
+        help="custom job creates per project and region in any minute, then 429 RESOURCE_EXHAUSTED "
+        f"(Vertex AI's documented quota, {DEFAULT_SUBMISSIONS_PER_MINUTE}; 0: off)",
+    )
+    parser.add_argument(
+        "--quota-crud-per-minute",
+        type=int,
+        default=DEFAULT_CRUD_PER_MINUTE,
+        help="get, list and cancel calls per project and region in any minute "
+        f"(Vertex AI's documented quota, {DEFAULT_CRUD_PER_MINUTE}; 0: off)",
+    )
+    parser.add_argument(
         "--gcs-fuse-dir",
         default=None,
         help="mirror each job's AIP_CHECKPOINT_DIR here, as Vertex's /gcs/ mount (devstack.vertex.fuse)",
@@ -381,6 +401,8 @@ def _config_from(args: argparse.Namespace) -> EmulatorConfig:
         preemption_rate_per_minute=args.preemption_rate,
         seed=args.seed,
         signals=args.signals,
+        quota_submissions_per_minute=args.quota_submissions_per_minute,
+        quota_crud_per_minute=args.quota_crud_per_minute,
         gcs_fuse_dir=args.gcs_fuse_dir,
     )
 

@@ -31,14 +31,25 @@ STATUS_NAME_BY_HTTP: dict[int, str] = {
 class ApiError(Exception):
     """A failed API call: an HTTP status, its google.rpc status name and a message."""
 
-    def __init__(self, http_status: int, message: str, status: str | None = None) -> None:
+    def __init__(
+        self,
+        http_status: int,
+        message: str,
+        status: str | None = None,
+        *,
+        details: list[dict[str, Any]] | None = None,
+    ) -> None:
         super().__init__(message)
         self.http_status = http_status
         self.message = message
         self.status = status or STATUS_NAME_BY_HTTP.get(http_status, "UNKNOWN")
+        self.details = details or []  # google.rpc error details, each with its "@type"
 
     def body(self) -> dict[str, Any]:
-        return {"error": {"code": self.http_status, "message": self.message, "status": self.status}}
+        error: dict[str, Any] = {"code": self.http_status, "message": self.message, "status": self.status}
+        if self.details:
+            error["details"] = self.details
+        return {"error": error}
 
 
 def invalid_argument(message: str) -> ApiError:

@@ -23,6 +23,7 @@ from devstack.vertex.filter import parse_filter
 from devstack.vertex.jobs import JobRecord
 from devstack.vertex.logs import LogEntryFactory, LogSink
 from devstack.vertex.preemption import PreemptionPlanner
+from devstack.vertex.quotas import DEFAULT_CRUD_PER_MINUTE, DEFAULT_SUBMISSIONS_PER_MINUTE, QuotaEnforcer
 from devstack.vertex.runner import JobRunner, RunnerConfig
 from devstack.vertex.signals import DEFAULT_PROFILE, PROFILES, profile
 from shared.log import Logger
@@ -66,12 +67,17 @@ class EmulatorConfig:
     # `documented` or `rich` (devstack.vertex.signals); the control surface can switch it for
     # jobs created afterwards.
     signals: str = DEFAULT_PROFILE
+    # Vertex AI's request quotas per project and region (devstack.vertex.quotas); 0 turns one off.
+    quota_submissions_per_minute: int = DEFAULT_SUBMISSIONS_PER_MINUTE
+    quota_crud_per_minute: int = DEFAULT_CRUD_PER_MINUTE
     # A folder standing in for Vertex's Cloud Storage FUSE mount (devstack.vertex.fuse); None: off.
     gcs_fuse_dir: str | None = None
 
     def __post_init__(self) -> None:
         if self.max_running < 1:
             raise ValueError("max_running must be at least 1")
+        if self.quota_submissions_per_minute < 0 or self.quota_crud_per_minute < 0:
+            raise ValueError("quotas cannot be negative (0 turns one off)")
         durations = (
             self.queued_seconds,
             self.pending_seconds,
@@ -93,6 +99,10 @@ class VertexService:
         self._planner = PreemptionPlanner(config.preemption_rate_per_minute, config.seed)
         self._capacity = SpotCapacity()
         self._faults = FaultInjector()
+        self._quotas = QuotaEnforcer(
+            submissions_per_minute=config.quota_submissions_per_minute,
+            crud_per_minute=config.quota_crud_per_minute,
+        )
         self._sink = LogSink(config.events_topic, enabled=config.log_sink_enabled, logger=logger)
         self._runner = JobRunner(
             config=RunnerConfig(
@@ -119,6 +129,7 @@ class VertexService:
     def create_job(self, project: str, location: str, body: bytes, int_enums: bool) -> str:
         with self._counter_lock:
             self._creates_attempted += 1
+        self._count_against_quota("create", project, location)
         fault = self._faults.take("create")
         if fault is not None and fault.mode == "error":
             raise fault.error()
@@ -135,6 +146,7 @@ class VertexService:
         return self._job_json(record, int_enums)
 
     def get_job(self, project: str, location: str, job_id: str, int_enums: bool) -> str:
+        self._count_against_quota("get", project, location)
         fault = self._faults.take("get")
         if fault is not None and fault.mode == "error":
             raise fault.error()
@@ -144,6 +156,7 @@ class VertexService:
         return self._job_json(record, int_enums)
 
     def list_jobs(self, project: str, location: str, query: dict[str, list[str]], int_enums: bool) -> str:
+        self._count_against_quota("list", project, location)
         fault = self._faults.take("list")
         if fault is not None and fault.mode == "error":
             raise fault.error()
@@ -174,6 +187,7 @@ class VertexService:
         return text
 
     def cancel_job(self, project: str, location: str, job_id: str) -> str:
+        self._count_against_quota("cancel", project, location)
         fault = self._faults.take("cancel")
         if fault is not None and fault.mode == "error":
             raise fault.error()
@@ -255,6 +269,7 @@ class VertexService:
             "faults_injected": self._faults.injected,
             "faults_pending": [fault.to_json() for fault in self._faults.pending()],
             "preemption_plans": len(self._planner.plans()),
+            "quotas": self._quotas.stats(),
             "log_sink": {
                 "enabled": sink.enabled,
                 "topic": self._config.events_topic,
@@ -272,6 +287,7 @@ class VertexService:
         self._planner.clear()
         self._capacity.clear()
         self._faults.clear()
+        self._quotas.reset()
         self._sink.set_enabled(self._config.log_sink_enabled)
         with self._counter_lock:
             self._creates_attempted = 0
@@ -284,6 +300,10 @@ class VertexService:
         self._sink.close(_SINK_FLUSH_SECONDS)
 
     # ---- helpers ----
+
+    def _count_against_quota(self, method: str, project: str, location: str) -> None:
+        # Before anything else, as Google's front end does: a refused call does nothing.
+        self._quotas.check(method, project, location, f"projects/{self._config.project_number or project}")
 
     def _check_project(self, project: str, location: str, verb: str) -> None:
         allowed = {self._config.project, self._config.project_number} - {None}

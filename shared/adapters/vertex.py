@@ -161,9 +161,13 @@ def list_unfinished_jobs(client: JobServiceClient, parent: str, deployment: str)
     The filter is the one `customJobs.list` documents (`labels.key=value`, `labels.key:*`, `state`
     with `!=`): https://cloud.google.com/vertex-ai/docs/reference/rest/v1/projects.locations.customJobs/list
     """
+    return list(client.list_custom_jobs(request={"parent": parent, "filter": unfinished_jobs_filter(deployment)}))
+
+
+def unfinished_jobs_filter(deployment: str) -> str:
+    """The list filter of this deployment's request jobs that have not ended."""
     ended = " AND ".join(f'state!="{state}"' for state in sorted(JobState.TERMINAL))
-    query = f'labels.{LABEL_DEPLOYMENT}="{deployment}" AND labels.{LABEL_REQUEST_ID}:* AND {ended}'
-    return list(client.list_custom_jobs(request={"parent": parent, "filter": query}))
+    return f'labels.{LABEL_DEPLOYMENT}="{deployment}" AND labels.{LABEL_REQUEST_ID}:* AND {ended}'
 
 
 def find_attempt_job(

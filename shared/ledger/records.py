@@ -40,6 +40,8 @@ class Attempt:
     error: dict[str, Any] | None = None  # google.rpc.Status {code, message}
     outcome: AttemptOutcome | None = None
     create_sent_at: str | None = None  # when submit sent the create (a lagging list may hide it)
+    # When it began waiting for Vertex's submission quota (shared/pacing.py); its place in line.
+    waiting_since: str | None = None
     # It ended by preemption, but no evidence said how often: at least once (shared/deciding/preemptions.py).
     preemptions_unknown: bool = False
     # From the trainer kit's checkpoint lines: how many, their total write time, when.

@@ -4,7 +4,7 @@ A message on `job-requests` is either
 
 - an **envelope** `{"request_id", "custom_job", "location"?, "locations"?, "max_attempts"?,
   "fallback"?, "checkpoints"?, "deadline"?, "total_steps"?, "expected_step_seconds"?,
-  "changeover_seconds"?, "schema_version"?, "attempt"?}`, or
+  "changeover_seconds"?, "priority"?, "schema_version"?, "attempt"?}`, or
 - a **bare CustomJob body**, exactly what the Vertex AI REST docs POST to `customJobs`. Its request
   id is the `request_id` message attribute, else derived from its content and the dedupe window
   its moment (`schedule_time`, else the original publish time a redrive carries, else the publish
@@ -64,10 +64,13 @@ ENVELOPE_FIELDS = (
     "total_steps",
     "expected_step_seconds",
     "changeover_seconds",
+    "priority",
     "attempt",
 )
 # What a deadline comes with: the work and, optionally, overrides of the estimates.
 DEADLINE_DETAILS = ("total_steps", "expected_step_seconds", "changeover_seconds")
+# A request's `priority` orders it among those waiting for Vertex's submission quota (higher first).
+MAX_PRIORITY = 1_000_000
 REQUEST_ID_ATTRIBUTE = "request_id"
 # When a scheduler meant the message to fire (RFC 3339): names a bare body published without a
 # request id, so a double fire of one schedule is one request.
@@ -148,6 +151,7 @@ class JobRequest:
     fallback: Fallback | None = None
     keep_last: int | None = None
     deadline: Deadline | None = None
+    priority: int = 0  # higher goes first when creates wait for the quota (shared/pacing.py)
     attempt: int | None = None  # set exactly on messages marked as the system's re-queues
     # A bare body without an id: its content digest and moment, which name it (shared.ledger.dedupe).
     content_digest: str | None = None
@@ -332,6 +336,7 @@ def _read_envelope(body: dict[str, Any], attribute_id: str | None, requeue: bool
         fallback=_read_fallback(body.get("fallback"), violations),
         keep_last=_read_keep_last(body.get("checkpoints"), violations),
         deadline=_read_deadline(body, violations),
+        priority=_read_priority(body.get("priority"), violations),
         attempt=_read_int(body.get("attempt"), "attempt", 1, violations) if requeue else None,
     )
     return request, violations
@@ -380,6 +385,17 @@ def _read_int(value: object, path: str, minimum: int, violations: list[Violation
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         violations.append(Violation(path, f"is {value!r}; expected an integer >= {minimum}"))
         return None
+    return value
+
+
+def _read_priority(value: object, violations: list[Violation]) -> int:
+    if value is None:
+        return 0
+    if not isinstance(value, int) or isinstance(value, bool) or abs(value) > MAX_PRIORITY:
+        violations.append(
+            Violation("priority", f"is {value!r}; expected an integer from -{MAX_PRIORITY} to {MAX_PRIORITY}")
+        )
+        return 0
     return value
 
 
@@ -474,4 +490,6 @@ def canonical_envelope(request: JobRequest, *, default_location: str, default_ma
         "checkpoints": {"keep_last": request.keep_last} if request.keep_last else None,
         # Only with a deadline, so that requests without one keep the form they always had.
         **(request.deadline.to_json() if request.deadline else {}),
+        # Only when set: a default-priority request's stored envelope is the one stored before.
+        **({"priority": request.priority} if request.priority else {}),
     }

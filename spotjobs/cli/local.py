@@ -65,6 +65,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "restart); reported as vertex_signals",
     )
     up.add_argument(
+        "--quota-submissions-per-minute",
+        type=int,
+        metavar="N",
+        help="the Vertex emulator's job creates per minute per region before 429 RESOURCE_EXHAUSTED "
+        "(default: Vertex AI's documented quota, 60; 0: off); reported as vertex_quotas",
+    )
+    up.add_argument(
+        "--quota-crud-per-minute",
+        type=int,
+        metavar="N",
+        help="the Vertex emulator's get/list/cancel calls per minute per region (default: the documented 600; 0: off)",
+    )
+    up.add_argument(
         "--reconcile-every",
         type=positive_seconds,
         default=30.0,
@@ -167,6 +180,7 @@ def run_local_up(args: argparse.Namespace) -> int:
             project=args.project or DEFAULT_PROJECT,
             vertex_args=tuple(args.vertex_arg),
             vertex_signals=args.vertex_signals,
+            **quota_options(args),
             schedule=local_up_schedule(args),
         )
     )
@@ -194,6 +208,15 @@ def local_up_schedule(args: argparse.Namespace) -> dict[str, float]:
     return {"reconcile": args.reconcile_every, "prune": args.prune_every, "triggers": args.triggers_every}
 
 
+def quota_options(args: argparse.Namespace) -> dict[str, int]:
+    """The quota flags given, as StackOptions fields (unset: the stack's documented defaults)."""
+    given = {
+        "vertex_quota_submissions_per_minute": args.quota_submissions_per_minute,
+        "vertex_quota_crud_per_minute": args.quota_crud_per_minute,
+    }
+    return {name: value for name, value in given.items() if value is not None}
+
+
 def print_ready(description: dict[str, Any], seconds: float) -> None:
     print(f"# spotjobs embedded stack ready in {seconds:.1f} s; paste into a shell:")
     for key, value in sorted(description["env"].items()):
@@ -201,7 +224,11 @@ def print_ready(description: dict[str, Any], seconds: float) -> None:
     print("# functions:")
     for name, url in description["functions"].items():
         print(f"#   {name:<18} {url}")
-    print(f"# Vertex AI emulator: {description['vertex_endpoint']} (signals: {description['vertex_signals']})")
+    quotas = description["vertex_quotas"]
+    print(
+        f"# Vertex AI emulator: {description['vertex_endpoint']} (signals: {description['vertex_signals']}; "
+        f"quotas per minute: {quotas['submissions_per_minute']} creates, {quotas['crud_per_minute']} CRUD, 0 = off)"
+    )
     print(f"# logs: {description['logs']}")
     print("# Ctrl-C stops everything.", flush=True)
 

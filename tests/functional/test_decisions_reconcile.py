@@ -447,23 +447,27 @@ def test_the_stray_sweep_lists_every_allowed_location(world: World) -> None:
 def test_a_job_created_for_the_next_attempt_during_the_sweep_is_no_stray(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """submit claims and creates attempt 2 between the pass's decision and its sweep's list: the
-    record is read after the list, so the new job is found recorded, never cancelled."""
+    """submit claims and creates attempt 2 between the pass's decision and its sweep: the sweep
+    checks the listing the pass took (before that create) against records read after it, so the
+    new job is found recorded, never cancelled."""
     _, first_job = world.submitted(state=RUNNING)
     world.vertex.set_state(first_job, FAILED, STOCKOUT)
-    real_list = world.vertex.list_custom_jobs
+    real_publish = world.publisher.publish
     created: list[str] = []
 
-    def list_after_submit_claimed(request, **kwargs):
-        if not created and world.ledger.get("req-1").requeue is not None:
+    def submit_claims_on_the_requeue(topic, data, **attributes):
+        future = real_publish(topic, data, **attributes)
+        if topic.endswith("/job-requests") and not created:
             created.append(world.claim_requeue("req-1"))
-        return real_list(request, **kwargs)
+        return future
 
-    monkeypatch.setattr(world.vertex, "list_custom_jobs", list_after_submit_claimed)
+    monkeypatch.setattr(world.publisher, "publish", submit_claims_on_the_requeue)
+    world.vertex.lists = 0
 
     summary = reconcile(world)
 
     assert summary.decisions["requeue"] == 1 and len(created) == 1
+    assert world.vertex.lists == 1  # the pass's one listing, which the sweep reuses
     assert world.vertex.cancelled == []
     assert world.ledger.get("req-1").attempt(2).job == created[0]
 

@@ -49,6 +49,9 @@ SETTINGS = Settings.from_env(
         "SPOTJOBS_ALLOWED_SERVICE_ACCOUNTS": "trainer@my-project.iam.gserviceaccount.com",
         # The fallback tests ask for STANDARD after Spot; a deployment allows none by default.
         "SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES": "STANDARD",
+        # Pacing off: these tests are about one request's claim protocol, against a fake Vertex
+        # without quotas; tests/functional/test_pacing.py paces.
+        "SPOTJOBS_VERTEX_CREATES_PER_MINUTE": "0",
     }
 )
 

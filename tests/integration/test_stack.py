@@ -39,7 +39,7 @@ def _spotjobs_cli() -> list[str]:
 def test_local_up_prints_a_working_environment_and_leaves_nothing_behind() -> None:
     env = {k: v for k, v in os.environ.items() if not k.endswith("_EMULATOR_HOST")}
     process = subprocess.Popen(
-        [*_spotjobs_cli(), "local", "up", "--json", "--reconcile-every", "1"],
+        [*_spotjobs_cli(), "local", "up", "--json", "--reconcile-every", "1", "--quota-submissions-per-minute", "30"],
         cwd=REPO_ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -54,6 +54,10 @@ def test_local_up_prints_a_working_environment_and_leaves_nothing_behind() -> No
         for url in [*description["functions"].values(), description["vertex_endpoint"]]:
             assert _http_status(url + "/") < 500, url
         assert description["vertex_signals"] == "documented"  # the emulator's default profile
+        # The quotas asked for, and CRUD's documented default, as the emulator enforces them.
+        assert description["vertex_quotas"] == {"submissions_per_minute": 30, "crud_per_minute": 600}
+        with urllib.request.urlopen(description["vertex_endpoint"] + "/emulator/v1/stats", timeout=5) as response:
+            assert json.loads(response.read())["quotas"]["per_minute"] == {"submissions": 30, "crud": 600}
         assert set(description["functions"]) == {
             "submit_job",
             "on_job_event",

@@ -1209,3 +1209,48 @@ def test_the_log_sink_can_be_switched_off_and_jobs_still_run(
     sink = control(emulator, "stats")["log_sink"]
     assert sink["published"] == 0
     assert sink["suppressed"] >= 5
+
+
+# ---- request quotas (devstack/vertex/quotas.py) ----
+
+
+def test_creates_past_the_submission_quota_get_429_naming_it_per_project_and_region(
+    make_emulator: Callable[..., VertexEmulator], make_worker: Callable[..., Worker]
+) -> None:
+    emulator = make_emulator(quota_submissions_per_minute=2, quota_crud_per_minute=0)
+    client = client_for(emulator)
+    body = job_body(make_worker())
+    created = [create(client, body) for _ in range(2)]
+
+    with pytest.raises(exceptions.TooManyRequests) as refused:
+        create(client, body)
+
+    assert "Quota exceeded for quota metric 'aiplatform.googleapis.com/job_submission_requests'" in str(refused.value)
+    assert refused.value.reason == "RATE_LIMIT_EXCEEDED"
+    other_region = f"projects/{PROJECT}/locations/europe-west4"
+    client.create_custom_job(parent=other_region, custom_job=aiplatform_v1.CustomJob.from_json(json.dumps(body)))
+    for job in created:
+        client.get_custom_job(name=job.name)  # CRUD is off here: reads are never refused
+    stats = control(emulator, "stats")
+    assert stats["quotas"] == {"per_minute": {"submissions": 2, "crud": 0}, "refused": {"submissions": 1, "crud": 0}}
+    assert stats["jobs_created"] == 3  # the refused create stored nothing
+
+
+def test_get_list_and_cancel_share_the_crud_quota(
+    make_emulator: Callable[..., VertexEmulator], make_worker: Callable[..., Worker]
+) -> None:
+    emulator = make_emulator(quota_submissions_per_minute=0, quota_crud_per_minute=3)
+    client = client_for(emulator)
+    job = create(client, job_body(make_worker(WORKER_SECONDS="30")))
+    client.get_custom_job(name=job.name)
+    list(client.list_custom_jobs(request={"parent": PARENT}))
+    client.cancel_custom_job(name=job.name)
+
+    for call in (
+        lambda: client.get_custom_job(name=job.name),
+        lambda: list(client.list_custom_jobs(request={"parent": PARENT})),
+    ):
+        with pytest.raises(exceptions.TooManyRequests, match="resource_management_requests"):
+            call()
+    create(client, job_body(make_worker()))  # creates count against the other quota
+    assert control(emulator, "stats")["quotas"]["refused"] == {"submissions": 0, "crud": 2}

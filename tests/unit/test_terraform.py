@@ -439,7 +439,7 @@ def test_function_access_is_least_privilege() -> None:
     config = module_config()
     access = config.locals["function_access"]
     assert set(access) == set(entry_points())
-    assert access["submit_job"]["publishes"] == ["ops_alerts"]
+    assert access["submit_job"]["publishes"] == ["job_requests", "ops_alerts"]
     assert access["submit_job"]["vertex"] == "submitter"
     assert access["submit_job"]["act_as"] is True
     for fn in ("on_job_event", "reconcile"):

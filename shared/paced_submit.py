@@ -1,0 +1,160 @@
+"""submit_job's side of pacing (shared/pacing.py): when to wait in line, how to wait, and how the
+drainer creates a waiting attempt when its turn comes.
+
+The steps of the claim protocol are submit's own (`shared.submit`), passed in as `SubmitSteps`,
+so a waiting attempt is created exactly as any other: claimed under compare-and-swap (taken over
+from the wait), the create noted before it is sent, recorded after.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from shared.clock import parse_iso
+from shared.deciding.outbox import alert_corrupt_record
+from shared.ledger.claims import Claim, ClaimInProgress
+from shared.ledger.records import Attempt, CorruptRecord, RequestRecord
+from shared.log import Logger
+from shared.pacing import (
+    BUSY,
+    QUOTA,
+    SETTLED,
+    Pacer,
+    Waiting,
+    drain,
+    generation_time,
+    hold_for_quota,
+    is_rate_limited,
+    pacer_for,
+    priority_of,
+    restart_stalled,
+    waiting_entry,
+)
+from shared.wiring import Ports
+
+# The result of a delivery (and of the drainer's create) whose attempt waits in line.
+WAITING_RESULT = "waiting"
+
+
+@dataclass(frozen=True)
+class SubmitSteps:
+    """submit's claim and create, for the drainer: `claim(envelope, n, log, ports)` and
+    `ensure_job(record, attempt, taken_over, log, ports, paced=True)` (a SubmitOutcome)."""
+
+    claim: Callable[[dict[str, Any], int, Logger, Ports], Claim]
+    ensure_job: Callable[..., Any]
+
+
+def pacing_on(ports: Ports) -> bool:
+    return ports.settings.vertex_creates_per_minute > 0
+
+
+def waits_for(exc: BaseException, ports: Ports) -> bool:
+    """Whether a failed create waits in line: Vertex refused it for the rate, and pacing is on."""
+    return pacing_on(ports) and is_rate_limited(exc)
+
+
+def may_create_now(ports: Ports, location: str) -> bool:
+    """Whether an arriving create may go at once: nobody waits in its region (it would pass them)
+    and this moment's slot is free (now it is this create's)."""
+    if not pacing_on(ports):
+        return True
+    pacer = pacer_for(ports)
+    return not pacer.anyone_waiting(location) and pacer.take_slot(location)
+
+
+def in_line(ports: Ports, record: RequestRecord, attempt: Attempt) -> bool:
+    """Whether attempt `attempt` waits in its region's line (noted in the record, and its entry
+    there): reconcile leaves it to the drainer. One that fell out of line is settled like any
+    stale claim (re-published: submit puts it back)."""
+    if not attempt.waiting_since or attempt.job or attempt.outcome:
+        return False
+    entry = waiting_entry(attempt.location, priority_of(record), record.request_id, attempt.n)
+    return pacer_for(ports).has_entry(entry)
+
+
+def restart_stalled_lines(ports: Ports, locations: set[str], log: Logger) -> list[str]:
+    return restart_stalled(ports, locations, log) if pacing_on(ports) else []
+
+
+def never_sent(attempt: Attempt) -> bool:
+    """A waiting attempt whose claim sent no create since it last waited: a takeover of it needs
+    no lookup by labels (nothing can exist for it)."""
+    return bool(attempt.waiting_since) and not attempt.create_sent_at
+
+
+def wait_in_line(
+    record: RequestRecord, attempt: Attempt, log: Logger, ports: Ports, steps: SubmitSteps, *, paced: bool
+) -> None:
+    """Put attempt `attempt` in its region's line (the entry first, then the record: a crash in
+    between leaves an entry whose claim a redelivery takes over), then, unless the drainer itself
+    is calling, try to drain the line from this delivery."""
+    pacer = pacer_for(ports)
+    entry = waiting_entry(attempt.location, priority_of(record), record.request_id, attempt.n)
+    since = generation_time(pacer.enqueue(entry))
+    stored = ports.ledger.update(
+        record.request_id,
+        lambda current: hold_for_quota(
+            current,
+            n=attempt.n,
+            claimed_at=attempt.claimed_at,
+            now=ports.clock(),
+            lease_seconds=ports.settings.claim_lease_seconds,
+            waiting_since=since,
+        ),
+    )
+    held = stored.attempt(attempt.n) if stored else None
+    log.info(
+        "waiting in line for Vertex AI's submission quota",
+        event="quota_wait",
+        location=attempt.location,
+        priority=priority_of(record),
+        waiting_since=held.waiting_since if held else since,
+    )
+    if not paced:
+        drain_line(attempt.location, log, ports, steps, pacer)
+
+
+def drain_line(location: str, log: Logger, ports: Ports, steps: SubmitSteps, pacer: Pacer | None = None) -> None:
+    drain(ports, location, lambda entry: create_waiting(entry, log, ports, steps), log, pacer or pacer_for(ports))
+
+
+def create_waiting(entry: Waiting, log: Logger, ports: Ports, steps: SubmitSteps) -> str:
+    """The drainer's create of one waiting attempt: SETTLED (created, found, or nothing left to
+    create), QUOTA (Vertex still refused it for the rate) or BUSY (a delivery holds a fresh claim
+    on it, or the create failed for now). Never raises: one entry must not stop the drain."""
+    log = log.bind(request_id=entry.request_id, attempt=entry.attempt)
+    try:
+        record = ports.ledger.get(entry.request_id)
+        attempt = record.attempt(entry.attempt) if record else None
+        if record is None or attempt is None or attempt.job or attempt.outcome or record.is_terminal:
+            return SETTLED
+        claim = steps.claim(record.request, entry.attempt, log, ports)
+        if claim.kind == "duplicate" or claim.attempt is None:
+            return SETTLED
+        waited_for = _seconds_since(ports, claim.attempt.waiting_since)
+        outcome = steps.ensure_job(claim.record, claim.attempt, claim.kind == "taken_over", log, ports, paced=True)
+    except ClaimInProgress:
+        return BUSY
+    except CorruptRecord as exc:
+        # Nothing can be decided on it: alerted once, out of line; once repaired, reconcile finds it
+        # waiting with no entry and re-publishes it, which puts it back in line.
+        alert_corrupt_record(ports, exc, log)
+        return SETTLED
+    except Exception as exc:  # noqa: BLE001 - it keeps its place; the next slot tries again
+        log.warning(
+            "could not create a waiting attempt; it keeps its place in line",
+            event="quota_create_failed",
+            error=f"{type(exc).__name__}: {exc}",
+        )
+        return BUSY
+    if outcome.result == WAITING_RESULT:
+        return QUOTA
+    log.info("created a waiting attempt in its turn", event="quota_turn", waited_seconds=waited_for)
+    return SETTLED
+
+
+def _seconds_since(ports: Ports, moment: str | None) -> float | None:
+    return round((ports.clock() - parse_iso(moment)).total_seconds(), 1) if moment else None

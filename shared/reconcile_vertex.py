@@ -1,0 +1,180 @@
+"""Reconcile's Vertex calls: a pass's cost grows with listing pages and with the jobs that ended,
+not with the active requests, and stays within a share of the CRUD quota.
+
+Vertex AI allows 600 resource-management (CRUD) calls a minute per project and region
+(https://cloud.google.com/vertex-ai/docs/quotas), shared with on_job_event's reads and with
+submit. A pass hands every step the clients of a `VertexPass` instead of the plain ones:
+
+- **One listing per location**, made the first time the pass needs a job there: this
+  deployment's jobs that have not ended (the stray sweep's filter,
+  `shared.adapters.vertex.unfinished_jobs_filter`), a thousand a page. A `get` of a job it holds is answered from it; the sweep's own list of the
+  location is the same listing. It was taken after the pass read its records' selection, so it is
+  no older than a `get` made at the start of the pass would have been.
+- **A `get` only where the listing cannot answer**: a job missing from it has ended (or was
+  created moments ago and a lagging list does not show it yet); Vertex is asked, and the decision
+  is taken on its answer as before.
+- **The budget**: at most `reconcile_crud_share` of `vertex_crud_per_minute` calls in any minute
+  of the pass (half the quota by default). A call past it raises `CrudBudgetSpent`, and the request
+  that needed it waits for the next pass (`deferred`): the listings are always made (the sweep and
+  every answer depend on them), and counted.
+
+`usage()` is what the pass's summary line reports: calls by kind, gets answered by the listings,
+the budget, and the share of a minute's CRUD quota the pass used.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from shared.adapters.vertex import parent_path, unfinished_jobs_filter
+from shared.errors import TransientError
+from shared.log import Logger
+from shared.wiring import Ports
+
+if TYPE_CHECKING:
+    from google.cloud.aiplatform_v1 import CustomJob
+
+LISTING_PAGE_SIZE = 1000  # the most customJobs.list returns a page
+WINDOW_SECONDS = 60.0
+
+
+class CrudBudgetSpent(TransientError):
+    """This pass has spent its share of the CRUD quota for the minute: the call waits for the next."""
+
+
+class CrudBudget:
+    """At most `per_minute` calls in any 60 s, counted by kind."""
+
+    def __init__(self, per_minute: int, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.per_minute = per_minute
+        self._clock = clock
+        self._spent: collections.deque[float] = collections.deque()
+        self._lock = threading.Lock()
+        self.calls: collections.Counter[str] = collections.Counter()
+
+    def spend(self, kind: str, *, force: bool = False) -> None:
+        now = self._clock()
+        with self._lock:
+            while self._spent and self._spent[0] <= now - WINDOW_SECONDS:
+                self._spent.popleft()
+            if not force and len(self._spent) >= self.per_minute:
+                raise CrudBudgetSpent(f"reconcile's CRUD budget ({self.per_minute} a minute) is spent")
+            self._spent.append(now)
+            self.calls[kind] += 1
+
+
+class VertexPass:
+    """The Vertex side of one reconcile pass: `ports` hands out its counting clients."""
+
+    def __init__(self, ports: Ports, log: Logger) -> None:
+        settings = ports.settings
+        self._ports = ports
+        self._log = log
+        self.budget = CrudBudget(max(1, int(settings.vertex_crud_per_minute * settings.reconcile_crud_share)))
+        self._listings: dict[str, dict[str, CustomJob] | None] = {}
+        self._listing_locks: collections.defaultdict[str, threading.Lock] = collections.defaultdict(threading.Lock)
+        self._lock = threading.Lock()
+        self.answered = 0  # gets the listings answered
+        self.ports = replace(ports, job_service=self.job_service)
+
+    def job_service(self, location: str) -> PassClient:
+        return PassClient(self, location, self._ports.job_service(location))
+
+    def listing(self, location: str, client: Any) -> dict[str, CustomJob] | None:
+        """This deployment's unfinished jobs in `location` by name, listed once per pass; None if
+        the listing failed (every job is then read with a get)."""
+        with self._lock:
+            lock = self._listing_locks[location]
+        with lock:
+            if location not in self._listings:
+                self._listings[location] = self._list(location, client)
+            return self._listings[location]
+
+    def _list(self, location: str, client: Any) -> dict[str, CustomJob] | None:
+        settings = self._ports.settings
+        request = {
+            "parent": parent_path(settings.project, location),
+            "filter": unfinished_jobs_filter(settings.deployment_label),
+            "page_size": LISTING_PAGE_SIZE,
+        }
+        try:
+            jobs: dict[str, CustomJob] = {}
+            for page in _pages(client.list_custom_jobs(request=request)):
+                self.budget.spend("list", force=True)
+                jobs.update((job.name, job) for job in page)
+            return jobs
+        except Exception as exc:  # noqa: BLE001 - the pass reads each job with a get instead
+            self._log.warning(
+                "could not list this deployment's jobs; reading each with a get",
+                event="reconcile_listing_failed",
+                location=location,
+                error=f"{type(exc).__name__}: {exc}",
+            )
+            return None
+
+    def note_answered(self) -> None:
+        with self._lock:
+            self.answered += 1
+
+    def usage(self) -> dict[str, Any]:
+        calls = dict(sorted(self.budget.calls.items()))
+        total = sum(calls.values())
+        quota = self._ports.settings.vertex_crud_per_minute
+        return {
+            "calls": calls,
+            "answered_by_listing": self.answered,
+            "budget_per_minute": self.budget.per_minute,
+            "share_of_crud_quota": round(total / quota, 4) if quota else None,
+        }
+
+
+class PassClient:
+    """A JobServiceClient whose CRUD calls are counted against the pass's budget, and whose gets
+    and unfinished-jobs lists are answered from the pass's listing where it can."""
+
+    def __init__(self, vertex_pass: VertexPass, location: str, client: Any) -> None:
+        self._pass = vertex_pass
+        self._location = location
+        self._client = client
+
+    def get_custom_job(self, *, name: str, **kwargs: Any) -> Any:
+        listed = self._pass.listing(self._location, self._client)
+        if listed is not None and name in listed:
+            self._pass.note_answered()
+            return listed[name]
+        self._pass.budget.spend("get")
+        return self._client.get_custom_job(name=name, **kwargs)
+
+    def list_custom_jobs(self, request: dict[str, Any], **kwargs: Any) -> list[Any]:
+        settings = self._pass._ports.settings  # noqa: SLF001 - the pass's own settings
+        if request.get("filter") == unfinished_jobs_filter(settings.deployment_label):
+            listed = self._pass.listing(self._location, self._client)
+            if listed is not None:
+                return list(listed.values())
+        jobs: list[Any] = []
+        for page in _pages(self._client.list_custom_jobs(request=request, **kwargs)):
+            self._pass.budget.spend("list")
+            jobs.extend(page)
+        return jobs
+
+    def cancel_custom_job(self, **kwargs: Any) -> Any:
+        self._pass.budget.spend("cancel")
+        return self._client.cancel_custom_job(**kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+def _pages(pager: Any) -> Any:
+    """The pages of a list call, each a list of jobs (one page for a fake without `pages`)."""
+    pages = getattr(pager, "pages", None)
+    if pages is None:
+        yield list(pager)
+        return
+    for page in pages:
+        yield list(page.custom_jobs)

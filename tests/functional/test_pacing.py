@@ -1,0 +1,287 @@
+"""Pacing creates to Vertex's submission quota (shared/pacing.py, shared/paced_submit.py), through
+submit_request against a real ledger (fake-gcs-server) and an in-memory Vertex with a rate quota:
+a burst waits in line and is created in turn (priority first, then arrival), exactly once per
+attempt under redelivery and concurrency, never failed, with one quota_limited alert."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from google.api_core import exceptions as api
+from google.cloud.aiplatform_v1 import CustomJob
+
+from devstack.vertex.quotas import SUBMISSIONS, SlidingWindow, quota_exceeded
+from shared.alerts import Alert
+from shared.delivery import Message
+from shared.jobs import LABEL_REQUEST_ID
+from shared.ledger.states import RequestStatus
+from shared.ledger.store import LedgerStore
+from shared.log import Logger
+from shared.pacing import Pacer, Waiting, pacer_for
+from shared.reconcile import run_reconcile
+from shared.requests.envelope import REQUEUE_ATTRIBUTES
+from shared.settings import Settings
+from shared.submit import SubmitResult, submit_request
+from shared.wiring import Ports
+from tests.conftest import load_event
+from tests.support.decisions import FakePublisher
+from tests.support.vertex import FakeVertex as FakeJobService
+
+# A fast pace (a slot every 50 ms) and short drainer runs, so hand-overs happen in a test.
+PACED = Settings.from_env(
+    {
+        "GOOGLE_CLOUD_PROJECT": "proj",
+        "SPOTJOBS_LOCATION": "us-central1",
+        "SPOTJOBS_ALLOWED_IMAGE_PREFIXES": "us-docker.pkg.dev/my-project/",
+        "SPOTJOBS_TRAINING_SERVICE_ACCOUNT": "trainer@my-project.iam.gserviceaccount.com",
+        "SPOTJOBS_VERTEX_CREATES_PER_MINUTE": "1200",
+        "SPOTJOBS_PACER_RUN_SECONDS": "2",
+    }
+)
+LOCATION = "us-central1"
+
+
+class RateLimitedJobService(FakeJobService):
+    """FakeJobService whose creates past `limit` in any `window` seconds get Vertex's 429."""
+
+    def __init__(self, limit: int = 0, window: float = 60.0) -> None:
+        super().__init__()
+        self.window = SlidingWindow(limit, window=window)
+        self.refused = 0
+        self.list_filters: list[str] = []
+
+    def list_custom_jobs(self, request: dict[str, str]) -> Iterator[CustomJob]:
+        self.list_filters.append(request.get("filter", ""))
+        return super().list_custom_jobs(request)
+
+    def create_custom_job(self, *, parent: str, custom_job: CustomJob, retry: Any, timeout: float) -> CustomJob:
+        if not self.window.try_acquire(parent):
+            with self._lock:
+                self.creates += 1
+                self.refused += 1
+            error = quota_exceeded(SUBMISSIONS, "projects/proj")
+            raise api.TooManyRequests(error.message, error_info=error.details[0])
+        return super().create_custom_job(parent=parent, custom_job=custom_job, retry=retry, timeout=timeout)
+
+
+def envelope(request_id: str, **fields: Any) -> bytes:
+    job = json.loads(load_event("requests/bare_docs.json"))
+    return json.dumps({"request_id": request_id, "custom_job": job, **fields}).encode()
+
+
+@dataclass
+class Line:
+    """submit_request with pacing on, and Pub/Sub's part: what submit publishes to job-requests
+    (a drainer's hand-over) is delivered again by `pump`."""
+
+    ledger: LedgerStore
+    vertex: RateLimitedJobService = field(default_factory=RateLimitedJobService)
+    publisher: FakePublisher = field(default_factory=FakePublisher)
+    settings: Settings = PACED
+    log_stream: io.StringIO = field(default_factory=io.StringIO)
+    raised: list[BaseException] = field(default_factory=list)
+    delivered: int = 0
+
+    @property
+    def ports(self) -> Ports:
+        return Ports(
+            settings=self.settings,
+            ledger=self.ledger,
+            publisher=lambda: self.publisher,  # type: ignore[arg-type, return-value]
+            job_service=lambda location: self.vertex,  # type: ignore[arg-type, return-value]
+            topics={self.settings.ops_alerts_topic, self.settings.job_requests_topic},
+        )
+
+    @property
+    def pacer(self) -> Pacer:
+        return pacer_for(self.ports)
+
+    def deliver(self, data: bytes, message_id: str = "m", **attributes: str) -> Any:
+        try:
+            return submit_request(Message(data, message_id, attributes), Logger(stream=self.log_stream), self.ports)
+        except Exception as exc:  # a delivery that raised is redelivered by Pub/Sub: counted
+            self.raised.append(exc)
+            return None
+
+    def pump(self, seconds: float = 30.0) -> None:
+        """Deliver every hand-over published so far, until the line is empty."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            messages = self.publisher.on("job-requests")[self.delivered :]
+            self.delivered += len(messages)
+            for message in messages:
+                self.deliver(json.dumps(message.data).encode(), "handover", **message.attributes)
+            if not self.pacer.anyone_waiting(LOCATION) and not messages:
+                return
+            time.sleep(0.05)  # another delivery may be draining: its hand-over comes
+        raise AssertionError("the line never drained")
+
+    def jobs_by_request(self) -> dict[str, list[CustomJob]]:
+        jobs: dict[str, list[CustomJob]] = {}
+        for name in sorted(self.vertex.jobs, key=lambda n: int(n.rsplit("/", 1)[1])):  # creation order
+            job = self.vertex.jobs[name]
+            jobs.setdefault(job.labels[LABEL_REQUEST_ID], []).append(job)
+        return jobs
+
+    @property
+    def alerts(self) -> list[Alert]:
+        return [Alert(**message.data) for message in self.publisher.on("ops-alerts")]
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        lines = [json.loads(line) for line in self.log_stream.getvalue().splitlines()]
+        return [line for line in lines if line.get("event") == name]
+
+
+@pytest.fixture
+def line(gcs_bucket: Any) -> Line:
+    return Line(LedgerStore(gcs_bucket))
+
+
+@contextlib.contextmanager
+def drainer_held(line: Line) -> Iterator[None]:
+    """Hold the drainer lease (as a drainer busy elsewhere would) with someone in line, so every
+    delivery inside waits in line; on leaving, the line drains from one hand-over."""
+    pacer = line.pacer
+    lease = pacer.acquire(LOCATION)
+    assert lease is not None
+    blocker = Waiting(LOCATION, "9999999~blocker~1")  # sorts after any priority's entries
+    pacer.enqueue(blocker)
+    try:
+        yield
+    finally:
+        pacer.remove(blocker)
+        pacer.release(LOCATION, lease)
+
+
+def restart(line: Line) -> None:
+    """What reconcile does for a line without a drainer: hand it to its head."""
+    from shared.pacing import hand_over
+
+    assert hand_over(line.ports, line.pacer, LOCATION, Logger(stream=line.log_stream))
+    line.pump()
+
+
+def burst(count: int, priority_every: int = 0) -> list[tuple[str, bytes]]:
+    requests = []
+    for i in range(count):
+        priority = 5 if priority_every and i % priority_every == 0 else 0
+        fields = {"priority": priority} if priority else {}
+        requests.append((f"burst-{i:03d}", envelope(f"burst-{i:03d}", **fields)))
+    return requests
+
+
+def test_a_burst_waits_in_line_and_is_created_in_turn_priority_first_once_each(line: Line) -> None:
+    requests = burst(16, priority_every=4)
+    with drainer_held(line):
+        for request_id, body in requests:  # in order: each arrives after the one before
+            assert line.deliver(body, f"m-{request_id}").result == SubmitResult.WAITING
+
+    restart(line)
+
+    jobs = line.jobs_by_request()
+    assert {rid: len(js) for rid, js in jobs.items()} == {rid: 1 for rid, _ in requests}
+    records = {rid: line.ledger.get(rid) for rid, _ in requests}
+    assert all(r.status == RequestStatus.SUBMITTED for r in records.values())
+    in_turn = sorted(
+        records, key=lambda rid: (-records[rid].request.get("priority", 0), records[rid].latest.waiting_since)
+    )
+    assert list(jobs) == in_turn  # created in line order: the four priority-5 requests first
+    assert list(jobs)[:4] == ["burst-000", "burst-004", "burst-008", "burst-012"]
+    assert line.vertex.creates == 16 and not line.raised
+    assert not line.pacer.anyone_waiting(LOCATION)
+
+
+def test_one_quota_limited_alert_per_burst_names_how_many_wait_and_the_drain_time(line: Line) -> None:
+    with drainer_held(line):
+        for request_id, body in burst(6):
+            line.deliver(body, f"m-{request_id}")
+    restart(line)
+
+    [alert] = line.alerts
+    assert alert.kind == "quota_limited" and alert.severity == "WARNING"
+    assert alert.details["waiting"] == 6
+    assert alert.details["expected_drain_seconds"] == round(6 * 60 / PACED.vertex_creates_per_minute)
+    # The burst is over once the line is empty: the next one alerts again, once.
+    with drainer_held(line):
+        line.deliver(envelope("later-1"), "m-later-1")
+        line.deliver(envelope("later-2"), "m-later-2")
+    restart(line)
+    assert [a.details["waiting"] for a in line.alerts] == [6, 2]
+
+
+def test_redelivered_and_concurrent_waiting_requests_are_created_once_each(line: Line) -> None:
+    requests = burst(10)
+    with drainer_held(line):
+        with ThreadPoolExecutor(8) as pool:  # every message delivered three times at once
+            list(pool.map(lambda item: line.deliver(item[1], f"m-{item[0]}"), requests * 3))
+    drains = threading.Thread(target=restart, args=(line,))
+    drains.start()
+    with ThreadPoolExecutor(4) as pool:  # and again while the line drains
+        list(pool.map(lambda item: line.deliver(item[1], f"again-{item[0]}"), requests))
+    drains.join()
+    line.pump()
+
+    jobs = line.jobs_by_request()
+    assert {rid: len(js) for rid, js in jobs.items()} == {rid: 1 for rid, _ in requests}
+    for request_id, _ in requests:
+        record = line.ledger.get(request_id)
+        assert record.status == RequestStatus.SUBMITTED and record.latest.job == jobs[request_id][0].name
+    # Only claim races raise (ClaimInProgress: redelivered, then a duplicate), never the quota.
+    assert all(type(exc).__name__ == "ClaimInProgress" for exc in line.raised), line.raised
+
+
+def test_creates_vertex_refuses_for_the_rate_wait_their_turn_again_and_none_fails(line: Line) -> None:
+    line.vertex = RateLimitedJobService(limit=3, window=0.5)  # stricter than the pace
+    requests = burst(8)
+    for request_id, body in requests:
+        line.deliver(body, f"m-{request_id}")
+    line.pump()
+    if line.pacer.anyone_waiting(LOCATION):  # a hand-over raced the last arrival
+        restart(line)
+
+    jobs = line.jobs_by_request()
+    assert {rid: len(js) for rid, js in jobs.items()} == {rid: 1 for rid, _ in requests}
+    assert line.vertex.refused > 0  # the quota did bind
+    assert line.vertex.creates == len(requests) + line.vertex.refused
+    assert not any(line.ledger.get(rid).status == RequestStatus.FAILED for rid, _ in requests)
+    assert not line.raised
+
+
+def test_a_resource_quota_429_is_not_the_rate_and_is_redelivered_as_before(line: Line) -> None:
+    gpus = api.TooManyRequests(
+        "The following quota metrics exceed quota limits: aiplatform.googleapis.com/custom_model_training_nvidia_l4_gpus"
+    )
+    line.vertex.create_faults.append(gpus)
+
+    assert line.deliver(envelope("gpus"), "m-gpus") is None  # raised: Pub/Sub redelivers it
+    [raised] = line.raised
+    assert raised is gpus
+    record = line.ledger.get("gpus")
+    assert record.latest.waiting_since is None and record.latest.last_create_error["code"] == 429
+    assert not line.pacer.anyone_waiting(LOCATION)
+
+
+def test_reconcile_leaves_a_waiting_attempt_to_the_line_and_restarts_a_line_without_drainer(line: Line) -> None:
+    with drainer_held(line):
+        for request_id, body in burst(3):
+            line.deliver(body, f"m-{request_id}")
+    # The drainer is gone (its lease released, no hand-over): reconcile finds the line stalled.
+    summary = run_reconcile(line.ports, Logger(stream=line.log_stream))
+
+    assert summary.outcomes["waiting_for_quota"] == 3
+    assert summary.decisions["quota_line_restarted"] == 1
+    # No lookup by labels for attempts that never sent a create (only the pass's listing).
+    assert not [f for f in line.vertex.list_filters if "spotjobs-attempt" in f]
+    [handover] = line.publisher.on("job-requests")
+    assert handover.attributes == REQUEUE_ATTRIBUTES | {"request_id": "burst-000"}
+    line.pump()
+    assert sorted(line.jobs_by_request()) == ["burst-000", "burst-001", "burst-002"]

@@ -1,0 +1,115 @@
+"""Reconcile's Vertex cost (shared/reconcile_vertex.py) over a real ledger: one listing per
+location, a page per thousand jobs, answers every job still running; a `get` only for the jobs
+that left it (ended); the pass within its share of the CRUD quota, counted in its summary."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from shared.ledger.records import RequestRecord
+from shared.ledger.states import RequestStatus
+from shared.ledger.store import JobIndexEntry, LedgerStore
+from shared.log import Logger
+from shared.reconcile import run_reconcile
+from tests.support.decisions import FakePublisher, World, make_settings
+from tests.support.vertex import FakeVertex
+
+RUNNING, SUCCEEDED = 3, 4
+
+
+class PagedVertex(FakeVertex):
+    """FakeVertex whose list answers in pages of `page_size` (Vertex's default 100), each page
+    one call, as the client's pager fetches them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pages_served = 0
+
+    def list_custom_jobs(self, request: dict[str, Any], **kwargs: Any) -> Any:
+        jobs = super().list_custom_jobs(request, **kwargs)
+        self.lists -= 1  # counted per page below
+        size = int(request.get("page_size") or 100)
+        vertex = self
+
+        class Pager:
+            @property
+            def pages(self) -> Any:
+                for start in range(0, max(1, len(jobs)), size):
+                    vertex.lists += 1
+                    yield type("Page", (), {"custom_jobs": jobs[start : start + size]})()
+
+            def __iter__(self) -> Any:
+                return (job for page in self.pages for job in page.custom_jobs)
+
+        return Pager()
+
+
+@pytest.fixture
+def world(gcs_bucket: Any) -> World:
+    return World(LedgerStore(gcs_bucket), PagedVertex(), FakePublisher(), make_settings(gcs_bucket.name))
+
+
+def seed_running(world: World, count: int) -> list[str]:
+    """`count` requests whose job runs, each as the ledger has it once a pass saw it running: the
+    first is submitted and reconciled, the others are copies of its record (restored directly,
+    so seeding 2,000 does not take 2,000 decisions)."""
+    _, first_job = world.submitted("req-00000", state=RUNNING)
+    run_reconcile(world.ports, Logger())
+    template = world.ledger.get("req-00000").to_json()
+
+    def seed(k: int) -> str:
+        request_id = f"req-{k:05d}"
+        job = world.vertex.add(request_id, 1, state=RUNNING)
+        data = json.loads(json.dumps(template).replace("req-00000", request_id).replace(first_job, job))
+        world.ledger.restore(RequestRecord.from_json(data))
+        world.ledger.index_job(JobIndexEntry(request_id, 1, "us-central1", job))
+        return job
+
+    with ThreadPoolExecutor(32) as pool:
+        return [first_job, *pool.map(seed, range(1, count))]
+
+
+def test_a_pass_over_2000_active_requests_lists_by_page_and_gets_only_the_jobs_that_ended(world: World) -> None:
+    jobs = seed_running(world, 2000)
+    ended = jobs[::50]  # 40 jobs end between passes; the other 1,960 still run
+    for name in ended:
+        world.vertex.set_state(name, SUCCEEDED)
+    world.vertex.lists = world.vertex.gets = 0
+
+    summary = run_reconcile(world.ports, Logger())
+
+    assert summary.active == 2000
+    # One listing of the 1,960 unfinished jobs: two pages of a thousand, for the pass and its sweep.
+    assert world.vertex.lists == 2
+    assert world.vertex.gets == len(ended)  # one per job that changed by ending; none for the rest
+    assert summary.vertex["calls"] == {"get": len(ended), "list": 2}
+    assert summary.vertex["answered_by_listing"] == 2000 - len(ended)
+    assert summary.vertex["share_of_crud_quota"] == round((2 + len(ended)) / 600, 4)
+    assert summary.decisions["job_succeeded"] == len(ended)
+    finished = {world.ledger.get(f"req-{k:05d}").status for k in range(0, 2000, 50)}
+    assert finished == {RequestStatus.SUCCEEDED}
+
+
+def test_a_pass_past_its_share_of_the_crud_quota_defers_the_rest_to_the_next_pass(world: World) -> None:
+    world.settings = replace(world.settings, reconcile_crud_share=10 / 600)  # 10 calls a minute
+    jobs = seed_running(world, 30)
+    for name in jobs[:20]:
+        world.vertex.set_state(name, SUCCEEDED)
+    world.vertex.gets = 0
+
+    first = run_reconcile(world.ports, Logger())
+
+    # The listing (one page) is always made; 9 gets fit in what is left; 11 requests wait.
+    assert first.vertex["budget_per_minute"] == 10
+    assert first.vertex["calls"] == {"get": 9, "list": 1}
+    assert first.outcomes["deferred"] == 11 and world.vertex.gets == 9
+    second = run_reconcile(world.ports, Logger())
+    assert second.outcomes["deferred"] == 2 and second.vertex["calls"]["get"] == 9
+    third = run_reconcile(world.ports, Logger())
+    assert third.outcomes.get("deferred", 0) == 0
+    assert all(world.ledger.get(f"req-{k:05d}").status == RequestStatus.SUCCEEDED for k in range(20))
