@@ -14,7 +14,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from spotjobs_kit.layout import DEFAULT_COMMIT_MARKERS
+from spotjobs_kit.layout import COMMIT_MARKERS_ENV, DEFAULT_COMMIT_MARKERS
 
 from shared.errors import ConfigurationError
 from shared.topology import TOPOLOGY
@@ -29,9 +29,8 @@ _DEFAULT_STOCKOUT_PATTERNS = (
 )
 # Orbax, torch.distributed.checkpoint, TensorFlow's index file, the kit's marker: one definition.
 _DEFAULT_COMMIT_MARKERS = DEFAULT_COMMIT_MARKERS
-# The variable the pruner's settings and the trainer kit (spotjobs_kit.Run) both read the commit
-# markers from; submit sets it in every job's containers, so both judge with one list.
-COMMIT_MARKERS_ENV = "SPOTJOBS_COMMIT_MARKERS"
+# The pruner's settings read the commit markers from the variable the trainer kit reads
+# (COMMIT_MARKERS_ENV, defined by the kit); submit sets it in every job's containers.
 
 
 DEFAULT_CREATE_TIMEOUT_SECONDS = 30.0
