@@ -77,6 +77,12 @@ class AlertKind(enum.StrEnum):
         "ERROR",
         "a trigger's window whose request cannot render, fails validation or cannot be published (once per window)",
     )
+    DEADLINE_AT_RISK = (
+        "deadline_at_risk",
+        "WARNING",
+        "a request's slack to its deadline fell below one changeover (docs/deadlines.md); once per request",
+    )
+    DEADLINE_MISSED = "deadline_missed", "ERROR", "a request's deadline passed before it finished; once per request"
     STRAY_JOB = "stray_job", "WARNING", "a job with a request's labels that the ledger does not record was cancelled"
     CLAIM_STALLED = (
         "claim_stalled",

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 
 from spotjobs_kit.lines import KitRecord
 
-from shared.adapters.vertex import get_job, read_job
+from shared.adapters.vertex import canceller, get_job, read_job
 from shared.clock import utcnow
 from shared.deciding.applying import apply_observation
 from shared.deciding.decisions import Observation
@@ -73,6 +74,7 @@ def handle_job_event(
         )
         return EventOutcome.STALE
     wired = ports()
+    wired = replace(wired, cancel_job=canceller(wired.job_service))
     index = wired.ledger.find_job(entry.job_id)
     if index is None and entry.kit is not None and _claim_pending(wired, entry.kit):
         # The job's own kit says whose it is, and that attempt is being created: submit indexes it

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from shared.adapters.vertex import find_attempt_job, parent_path, read_job
+from shared.adapters.vertex import canceller, find_attempt_job, parent_path, read_job
 from shared.alerts import Alert, AlertKind
 from shared.clock import now_iso, parse_iso, utcnow
 from shared.deciding.applying import apply_observation
@@ -108,6 +108,7 @@ def run_reconcile(ports: Ports, log: Logger, *, limit: int | None = None) -> Rec
 
 
 def _run_reconcile(ports: Ports, log: Logger, *, limit: int | None) -> ReconcileSummary:
+    ports = replace(ports, cancel_job=canceller(ports.job_service))
     settings = ports.settings
     summary = ReconcileSummary()
     vertex_pass = VertexPass(ports, log)  # one listing per location; gets only where it cannot answer

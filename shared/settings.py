@@ -14,7 +14,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from spotjobs_kit.layout import DEFAULT_COMMIT_MARKERS
+from spotjobs_kit.layout import COMMIT_MARKERS_ENV, DEFAULT_COMMIT_MARKERS
 
 from shared.errors import ConfigurationError
 from shared.topology import TOPOLOGY
@@ -29,9 +29,8 @@ _DEFAULT_STOCKOUT_PATTERNS = (
 )
 # Orbax, torch.distributed.checkpoint, TensorFlow's index file, the kit's marker: one definition.
 _DEFAULT_COMMIT_MARKERS = DEFAULT_COMMIT_MARKERS
-# The variable the pruner's settings and the trainer kit (spotjobs_kit.Run) both read the commit
-# markers from; submit sets it in every job's containers, so both judge with one list.
-COMMIT_MARKERS_ENV = "SPOTJOBS_COMMIT_MARKERS"
+# The pruner's settings read the commit markers from the variable the trainer kit reads
+# (COMMIT_MARKERS_ENV, defined by the kit); submit sets it in every job's containers.
 
 
 DEFAULT_CREATE_TIMEOUT_SECONDS = 30.0
@@ -87,6 +86,9 @@ class Settings:
     # planned with before any is seen on a machine type and location, and what validation assumes
     # when a request does not say (shared/deciding/deadline.py, docs/deadlines.md).
     changeover_prior_seconds: float = _env("SPOTJOBS_CHANGEOVER_PRIOR_SECONDS", 1200.0, kind="float")
+    # The longest time between two reconcile passes (its schedule's interval): a job waiting for
+    # Spot is seen by reconcile, so the deadline rule decides that much early.
+    reconcile_interval_seconds: float = _env("SPOTJOBS_RECONCILE_INTERVAL_SECONDS", 300.0, kind="float")
     # Regions a request may name in location/locations; empty = any region.
     allowed_locations: tuple[str, ...] = _env("SPOTJOBS_ALLOWED_LOCATIONS", (), kind="list")
     # Opt-ins: CustomJob fields outside the base allowlist, each refused until its setting allows

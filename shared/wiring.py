@@ -53,6 +53,9 @@ class Ports:
     storage: Callable[[], storage.Client] | None = None
     clock: Callable[[], datetime] = utcnow
     topics: Collection[str] | None = None  # topic names this function may publish to; None: any
+    # (location, job name) -> cancel it: set by the shells that cancel (on_job_event, reconcile:
+    # `shared.adapters.vertex.canceller`); the outbox leaves a pending cancel to them when None.
+    cancel_job: Callable[[str, str], None] | None = None
 
     def may_publish(self, topic: str) -> bool:
         return self.topics is None or topic in self.topics

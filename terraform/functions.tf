@@ -85,6 +85,7 @@ locals {
     allowed_fallback_strategies  = "SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES"
     min_spot_attempts            = "SPOTJOBS_MIN_SPOT_ATTEMPTS"
     changeover_prior_seconds     = "SPOTJOBS_CHANGEOVER_PRIOR_SECONDS"
+    reconcile_interval_seconds   = "SPOTJOBS_RECONCILE_INTERVAL_SECONDS"
     allowed_locations            = "SPOTJOBS_ALLOWED_LOCATIONS"
     allowed_networks             = "SPOTJOBS_ALLOWED_NETWORKS"
     allowed_network_attachments  = "SPOTJOBS_ALLOWED_NETWORK_ATTACHMENTS"

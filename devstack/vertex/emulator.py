@@ -32,6 +32,9 @@ explicit plans registered through the control surface, else from a seeded random
 (`--preemption-rate` per minute of running time, `--seed`); see `preemption`. A worker that
 exits before its preemption simply finishes.
 
+`--gcs-fuse-dir DIR` (opt-in) stands in for the Cloud Storage FUSE mount Vertex gives training at
+`/gcs/`: each job's checkpoint folder mirrored between the bucket and DIR (see `fuse`).
+
 Signal profiles (`--signals`, see `signals`): `documented` (the default) shows only what Google
 documents: the job stays RUNNING while its worker restarts, no line marks a preemption, service
 lines are textPayload at INFO, the STOCKOUT error appears `--error-delay-seconds` (default 60)
@@ -52,6 +55,11 @@ Control surface (JSON in, JSON out):
                                          exiting 0 after its SIGTERM ends the job SUCCEEDED)
                                          are opt-in, invented for tests (see `preemption`)
     GET  /emulator/v1/preemption-plans
+    POST /emulator/v1/spot-capacity      {"data": [1, 0, ...], "tick_seconds": 2}: replay a Spot
+                                         availability trace (invented, opt-in; see `capacity`):
+                                         Spot jobs wait while it says 0, and are preempted when
+                                         it turns 0; {"data": []} ends it
+    GET  /emulator/v1/spot-capacity
     POST /emulator/v1/projects/P/locations/L/customJobs/ID:preempt    preempt a RUNNING SPOT job now
     GET  /emulator/v1/projects/P/locations/L/customJobs/ID            runs, pids, signals, output
     POST /emulator/v1/faults             {"method": "create|get|list|cancel", "status": 503,
@@ -158,6 +166,16 @@ _ROUTES: list[tuple[str, re.Pattern[str], _Handler]] = [
         "GET",
         re.compile("^/emulator/v1/preemption-plans$"),
         lambda service, request: service.preemption_plans(),
+    ),
+    (
+        "POST",
+        re.compile("^/emulator/v1/spot-capacity$"),
+        lambda service, request: service.set_spot_capacity(request.json_body()),
+    ),
+    (
+        "GET",
+        re.compile("^/emulator/v1/spot-capacity$"),
+        lambda service, request: service.spot_capacity(),
     ),
     (
         "POST",

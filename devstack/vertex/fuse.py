@@ -26,8 +26,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from spotjobs_kit.storage import FUSE_ROOT_ENV
+
 # The trainer kit's override of the mount point (spotjobs_kit.storage reads it; default /gcs/).
-KIT_FUSE_ROOT_ENV = "SPOTJOBS_KIT_FUSE_ROOT"
 
 
 def _split(uri: str) -> tuple[str, str]:
@@ -53,7 +54,7 @@ class FuseMirror:
         return self._client
 
     def environment(self) -> dict[str, str]:
-        return {KIT_FUSE_ROOT_ENV: str(self.root)}
+        return {FUSE_ROOT_ENV: str(self.root)}
 
     def _folder(self, env: Mapping[str, str]) -> tuple[str, str, Path] | None:
         uri = env.get("AIP_CHECKPOINT_DIR") or ""

@@ -40,6 +40,7 @@ from google.rpc import status_pb2
 from spotjobs_kit.lines import CHECKPOINT_COMMITTED, parse_kit_line
 
 from devstack.vertex import logs as lines
+from devstack.vertex.capacity import SpotCapacity
 from devstack.vertex.errors import failed_precondition
 from devstack.vertex.fuse import FuseMirror
 from devstack.vertex.jobs import JobRecord, JobStore, State
@@ -98,6 +99,7 @@ class JobRunner:
         *,
         config: RunnerConfig,
         planner: PreemptionPlanner,
+        capacity: SpotCapacity,
         sink: LogSink,
         entries: LogEntryFactory,
         logger: Logger,
@@ -106,6 +108,7 @@ class JobRunner:
         self.store = JobStore()
         self._config = config
         self._planner = planner
+        self._capacity = capacity
         self._sink = sink
         self._entries = entries
         self._logger = logger
@@ -252,6 +255,8 @@ class JobRunner:
             if record.runs == 0 or record.profile.pending_on_restart:
                 if self._set_state(record, State.JOB_STATE_PENDING):
                     self._service_lines(record, record.profile.pending())
+            if record.is_spot and not self._wait_for_spot_capacity(record):
+                return self._finish_interrupted(record)
             if not self._pause(record, self._config.pending_seconds):
                 return self._finish_interrupted(record)
             outcome, exit_status = self._run_worker(record, launch)
@@ -270,6 +275,16 @@ class JobRunner:
         in (invented, `devstack.vertex.preemption`)."""
         plan = record.preemption.plan
         return exit_status == 0 and plan is not None and plan.exit_zero_succeeds
+
+    def _wait_for_spot_capacity(self, record: JobRecord) -> bool:
+        """Waits while the capacity trace (`capacity`, opt-in) has no Spot VM; False if the job is
+        cancelled or discarded meanwhile."""
+        while not self._capacity.available():
+            record.wake.clear()
+            if record.interrupted:
+                return False
+            record.wake.wait(min(_POLL_SECONDS, self._capacity.seconds_to_next_tick()))
+        return True
 
     def _pause(self, record: JobRecord, seconds: float) -> bool:
         """Waits, unless the job is cancelled or discarded first (then returns False)."""
@@ -345,6 +360,7 @@ class JobRunner:
                 return Outcome.INTERRUPTED
             if (
                 record.preempt_requested
+                or (record.is_spot and not self._capacity.available())
                 or (deadline is not None and time.monotonic() >= deadline)
                 or (checkpoints is not None and record.run_checkpoints >= checkpoints)
             ):

@@ -16,6 +16,7 @@ from typing import Any
 from google.cloud import aiplatform_v1
 from google.protobuf import json_format
 
+from devstack.vertex.capacity import SpotCapacity
 from devstack.vertex.errors import invalid_argument, permission_denied
 from devstack.vertex.faults import FaultInjector, parse_fault
 from devstack.vertex.filter import parse_filter
@@ -96,6 +97,7 @@ class VertexService:
         self._config = config
         self._logger = logger
         self._planner = PreemptionPlanner(config.preemption_rate_per_minute, config.seed)
+        self._capacity = SpotCapacity()
         self._faults = FaultInjector()
         self._quotas = QuotaEnforcer(
             submissions_per_minute=config.quota_submissions_per_minute,
@@ -112,6 +114,7 @@ class VertexService:
                 gcs_fuse_dir=config.gcs_fuse_dir,
             ),
             planner=self._planner,
+            capacity=self._capacity,
             sink=self._sink,
             entries=LogEntryFactory(),
             logger=logger,
@@ -214,6 +217,15 @@ class VertexService:
         except ValueError as error:
             raise invalid_argument(str(error)) from error
 
+    def set_spot_capacity(self, body: Any) -> dict[str, Any]:
+        try:
+            return self._capacity.set_trace(body)
+        except ValueError as error:
+            raise invalid_argument(str(error)) from error
+
+    def spot_capacity(self) -> dict[str, Any]:
+        return {**self._capacity.to_json(), "available": self._capacity.available()}
+
     def preemption_plans(self) -> dict[str, Any]:
         return {"plans": [plan.to_json() for plan in self._planner.plans()]}
 
@@ -273,6 +285,7 @@ class VertexService:
         """Back to the state at start-up: no jobs (workers terminated), plans or faults."""
         self._runner.reset()
         self._planner.clear()
+        self._capacity.clear()
         self._faults.clear()
         self._quotas.reset()
         self._sink.set_enabled(self._config.log_sink_enabled)

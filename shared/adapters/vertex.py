@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from shared.jobs import (
@@ -131,6 +131,11 @@ def create_custom_job(
 def cancel_job(client: JobServiceClient, name: str) -> None:
     """Ask Vertex to cancel a job (asynchronous: it goes CANCELLING, then CANCELLED)."""
     client.cancel_custom_job(name=name)
+
+
+def canceller(job_service: Callable[[str], JobServiceClient]) -> Callable[[str, str], None]:
+    """(location, job name) -> cancel it: what `Ports.cancel_job` holds in the shells that cancel."""
+    return lambda location, name: cancel_job(job_service(location), name)
 
 
 def get_job(client: JobServiceClient, name: str) -> CustomJob:

@@ -20,7 +20,8 @@ Decisions, on the job's state as Vertex reports it (never on the log text):
 - FAILED by preemption/stockout (error code RESOURCE_EXHAUSTED, or its message matches the
   configured stockout/preemption patterns): attempt n+1 is re-queued (fallback strategy and
   failover location from `shared.requests.envelope.plan_attempt`), or, when `max_attempts` is reached, the
-  request GAVE_UP with an `attempts_exhausted` alert.
+  request GAVE_UP with an `attempts_exhausted` alert (a request with a deadline goes on to
+  STANDARD instead: docs/deadlines.md).
 - FAILED otherwise, EXPIRED: the request FAILED with a `job_failed` alert; nothing is re-queued.
   A FAILED job whose error is not published yet (Vertex sets it about a minute after the end)
   is not classified until the error appears or `ERROR_SETTLE_SECONDS` pass.
@@ -28,7 +29,15 @@ Decisions, on the job's state as Vertex reports it (never on the log text):
 - Only the latest attempt of a request that is not finished decides the request's status; an
   older attempt's late events update that attempt alone.
 
+- A request with a `deadline`: every observation of its latest attempt that is not ended asks
+  the deadline rule (`shared.deciding.deadline_watch.watch_deadline`), which may switch it to
+  on-demand (or back to Spot) and raise `deadline_at_risk` / `deadline_missed` once each.
+
 Preemptions are counted by `shared.deciding.preemptions.count_preemptions`.
+
+It is over 450 lines because it is one table, what each state of a job means for its request, and every row
+reads the same record and writes the same effects; the parts with a life of their own (counting
+preemptions, the deadline rule, applying under compare-and-swap) are modules of their own.
 """
 
 from __future__ import annotations
@@ -36,10 +45,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from spotjobs_kit.lines import KitRecord
+from spotjobs_kit.lines import PREEMPTED, KitRecord
 
 from shared.alerts import AlertKind
 from shared.clock import iso, parse_iso
+from shared.deciding.deadline_watch import alert_if_finished_late, note_progress, watch_deadline
 from shared.deciding.effects import Effects, LogLine, attempt_alert, event_fields
 from shared.deciding.events import Signal, SignalPatterns, patterns_from
 from shared.deciding.preemptions import (
@@ -55,7 +65,7 @@ from shared.deciding.preemptions import (
 from shared.jobs import FLEX_START, JobSnapshot, JobState, max_wait_seconds
 from shared.ledger.records import Attempt, RequestRecord, Requeue, alert_marker
 from shared.ledger.states import AttemptOutcome, RequestStatus
-from shared.requests.attempts import plan_attempt
+from shared.requests.attempts import ON_DEMAND, SPOT, plan_attempt
 from shared.settings import Settings
 
 # A job can sit in these for too long; RUNNING is not among them: training legitimately runs
@@ -93,6 +103,8 @@ class DecisionPolicy:
     default_max_attempts: int
     stuck_after_seconds: float
     kit_lines_settle_seconds: float
+    changeover_prior_seconds: float
+    reconcile_interval_seconds: float
 
     @classmethod
     def from_settings(cls, settings: Settings) -> DecisionPolicy:
@@ -103,6 +115,8 @@ class DecisionPolicy:
             default_max_attempts=settings.default_max_attempts,
             stuck_after_seconds=settings.stuck_after_seconds,
             kit_lines_settle_seconds=settings.kit_lines_settle_seconds,
+            changeover_prior_seconds=settings.changeover_prior_seconds,
+            reconcile_interval_seconds=settings.reconcile_interval_seconds,
         )
 
 
@@ -165,6 +179,7 @@ def _decide(record: RequestRecord, observation: Observation, policy: DecisionPol
     job = observation.job
     if observation.kit is not None:
         note_kit_line(record, attempt, observation.kit)
+        note_progress(attempt, observation.kit.total_steps, observation.kit.steps_per_second)
     fresh = job is not None and _is_fresh(attempt, job)
     count_preemptions(
         record,
@@ -176,6 +191,9 @@ def _decide(record: RequestRecord, observation: Observation, policy: DecisionPol
         now=now,
         effects=effects,
     )
+    if job is None and observation.kit is not None:
+        # A kit line: the job runs (or just did); no Vertex read to track.
+        _watch_deadline(record, attempt, policy, now, effects, running=observation.kit.event != PREEMPTED)
     if job is None or not fresh:
         return Decision(record, effects)
     latest = record.latest
@@ -186,7 +204,27 @@ def _decide(record: RequestRecord, observation: Observation, policy: DecisionPol
         return Decision(record, effects, waiting)
     if owns_status:
         _flag_stuck(record, attempt, job, policy, now, effects)
+        _watch_deadline(record, attempt, policy, now, effects)
     return Decision(record, effects)
+
+
+def _watch_deadline(
+    record: RequestRecord,
+    attempt: Attempt,
+    policy: DecisionPolicy,
+    now: datetime,
+    effects: Effects,
+    running: bool = False,
+) -> None:
+    watch_deadline(
+        record,
+        attempt,
+        now,
+        effects,
+        prior_seconds=policy.changeover_prior_seconds,
+        review_seconds=policy.reconcile_interval_seconds,
+        running=running,
+    )
 
 
 def _is_fresh(attempt: Attempt, job: JobSnapshot) -> bool:
@@ -292,6 +330,7 @@ def _succeed(record: RequestRecord, attempt: Attempt, owns_status: bool, now: da
     if not owns_status:
         return
     _finish(record, RequestStatus.SUCCEEDED, now)
+    alert_if_finished_late(record, attempt, now, effects)
     if record.prune_requested_at is None:
         record.prune_requested_at = iso(now)
         effects.prune_requested = True
@@ -336,7 +375,10 @@ def _requeue_or_give_up(
     effects: Effects,
 ) -> None:
     max_attempts = int(record.request.get("max_attempts") or policy.default_max_attempts)
-    if attempt.n >= max_attempts:
+    # A deadline outranks max_attempts: its Spot attempts ran out, on-demand finishes the work
+    # (a deadline's switches use attempts too; an on-demand attempt is not preempted).
+    on_demand_next = attempt.n >= max_attempts and bool(record.request.get("deadline")) and attempt.strategy == SPOT
+    if attempt.n >= max_attempts and not on_demand_next:
         attempt.outcome = AttemptOutcome.GAVE_UP
         _finish(record, RequestStatus.GAVE_UP, now)
         message = (
@@ -373,6 +415,8 @@ def _requeue_or_give_up(
         return
     following = attempt.n + 1
     location, strategy = plan_attempt(record.request, following, attempt, cause.stockout)
+    if on_demand_next:
+        strategy = ON_DEMAND
     delay = policy.requeue_delay_seconds
     attempt.outcome = AttemptOutcome.REQUEUED
     record.status = RequestStatus.REQUEUED

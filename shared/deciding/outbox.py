@@ -13,6 +13,10 @@ message pending publishes it at once; anyone else only once that delivery is pre
 message is older than the claim lease). A function publishes only to topics it may
 (`Ports.may_publish`); anything else stays pending for the function that owns the topic.
 
+A deadline switch (shared/deciding/deadline_watch.py) also keeps a cancel pending: the Spot
+attempt's job is cancelled (`send_cancels`) before the re-queue of its on-demand successor is
+published, so the two never train into the request's checkpoints at once.
+
 The re-queue is both a message and a state: `record.requeue` is the decision submit's claim is
 checked against; `message_id` confirms its publish. A re-queue published but never claimed (its
 message dead-lettered) is published again after `unclaimed_requeue_seconds`; submit's claim
@@ -65,18 +69,25 @@ def flush(
     now = ports.clock()
     settled: tuple[str | None, str | None] = (None, None)
     waiting: str | None = None
+    cancel_waiting: str | None = None
+
+    def cancels() -> None:
+        nonlocal cancel_waiting
+        cancel_waiting = send_cancels(ports, record, log, ours=Mine.REQUEUE in mine, now=now)
 
     def requeue() -> None:
         nonlocal settled
+        if any(attempt.cancel_pending for attempt in record.attempts):
+            return  # the next attempt starts once the job it replaces was told to stop (never both)
         settled = settle_requeue(ports, record, log, ours=Mine.REQUEUE in mine, now=now)
 
     def pending() -> None:
         nonlocal waiting
         waiting = publish_pending(ports, record, ours=Mine.EFFECTS in mine, now=now)
 
-    run_all([requeue, pending])
+    run_all([cancels, requeue, pending])
     message_id, in_flight = settled
-    return message_id, in_flight or waiting
+    return message_id, in_flight or cancel_waiting or waiting
 
 
 def decide_alert(
@@ -221,6 +232,48 @@ def publish_request_attempt(ports: Ports, record: RequestRecord, attempt: int, l
     """Publish attempt `attempt` to job-requests (submit's claim absorbs duplicates)."""
     body, attributes = requeue_message(record.request, attempt, location)
     return ports.publish(ports.settings.job_requests_topic, body, **attributes)
+
+
+def send_cancels(ports: Ports, record: RequestRecord, log: Logger, *, ours: bool, now: datetime) -> str | None:
+    """Send the cancels the record holds pending (a deadline switch's), then confirm each in the
+    ledger. The delivery that decided one sends it at once; anyone else once its decider is
+    presumed dead. A job already ended or gone needs no cancel. Returns a reason to look again
+    when a cancel is left to its decider."""
+    from google.api_core import exceptions
+
+    cancel = ports.cancel_job
+    for attempt in record.attempts:
+        if not attempt.cancel_pending or attempt.job is None or attempt.cancel_decided_at is None:
+            continue
+        decided_for = (now - parse_iso(attempt.cancel_decided_at)).total_seconds()
+        if not ours and decided_for < ports.settings.claim_lease_seconds:
+            return f"the cancel of attempt {attempt.n} is being sent by another delivery"
+        if cancel is None:
+            return f"the cancel of attempt {attempt.n} is left to on_job_event and reconcile"
+        try:
+            cancel(attempt.location, attempt.job)
+        except (exceptions.NotFound, exceptions.FailedPrecondition) as exc:
+            log.info("no cancel needed: the job ended", event="cancel_not_needed", job=attempt.job, error=str(exc))
+        sent_at = iso(now)
+        attempt.cancel_sent_at = sent_at
+
+        def confirm(current: RequestRecord | None, n: int = attempt.n, at: str = sent_at) -> RequestRecord | None:
+            pending = current.attempt(n) if current else None
+            if current is None or pending is None or not pending.cancel_pending:
+                return None
+            pending.cancel_sent_at = at
+            return current
+
+        ports.ledger.update(record.request_id, confirm)
+        log.info(
+            f"cancelled attempt {attempt.n} of {record.request_id}: {attempt.outcome}",
+            event="attempt_cancel_sent",
+            request_id=record.request_id,
+            attempt=attempt.n,
+            job=attempt.job,
+            outcome=attempt.outcome,
+        )
+    return None
 
 
 def settle_requeue(

@@ -50,7 +50,18 @@ class Attempt:
     first_checkpoint_at: str | None = None
     last_checkpoint_at: str | None = None
     last_checkpoint: list[int] | None = None  # [run, step] of the last one counted
+    # From the kit's progress lines: the steps the run plans, and its latest rate.
+    total_steps: int | None = None
+    steps_per_second: float | None = None
+    # A deadline switch to on-demand decided this attempt's cancel (shared/deciding/deadline_watch.py):
+    # pending until the outbox sent it (`cancel_sent_at`).
+    cancel_decided_at: str | None = None
+    cancel_sent_at: str | None = None
     newer_fields: dict[str, Any] = field(default_factory=dict)  # see `_known`
+
+    @property
+    def cancel_pending(self) -> bool:
+        return self.cancel_decided_at is not None and self.cancel_sent_at is None
 
     @property
     def job_id(self) -> str | None:

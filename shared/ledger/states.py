@@ -40,6 +40,10 @@ class AttemptOutcome(enum.StrEnum):
     FAILED = "failed"
     GAVE_UP = "gave_up"  # ended by preemption with no attempt left
     CANCELLED = "cancelled"
+    # cancelled by spotjobs to meet its deadline on on-demand: a STANDARD attempt follows
+    SWITCHED_TO_ON_DEMAND = "switched_to_on_demand"
+    # cancelled by spotjobs once ahead of its deadline's line: a SPOT attempt follows
+    SWITCHED_TO_SPOT = "switched_to_spot"
 
 
 TERMINAL_STATUSES = frozenset(

@@ -13,6 +13,7 @@ class Placed(Protocol):
 
 
 SPOT = "SPOT"
+ON_DEMAND = "STANDARD"  # what a deadline switches to (shared/deciding/deadline_watch.py)
 FALLBACK_STRATEGIES = ("STANDARD", "FLEX_START")
 
 

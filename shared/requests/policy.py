@@ -37,6 +37,7 @@ from typing import Any
 from shared.clock import iso, utcnow
 from shared.errors import Violation
 from shared.log import Logger
+from shared.requests.attempts import ON_DEMAND
 from shared.requests.envelope import SYSTEM_FIELDS, InvalidJobRequest, JobRequest, read_request
 from shared.requests.job_fields import ALLOWED, FIELDS, OPT_INS, OUTPUT_ONLY
 from shared.requests.job_policy import (
@@ -103,6 +104,15 @@ def _check_deadline(request: JobRequest, settings: Settings, now: datetime) -> l
     deadline = request.deadline
     if deadline is None or request.attempt is not None:
         return []
+    if ON_DEMAND not in settings.allowed_fallback_strategies:
+        # Meeting a deadline may need an on-demand attempt, which this deployment does not allow.
+        return [
+            Violation(
+                "deadline",
+                "needs on-demand capacity to be kept: the deployment allows no STANDARD attempt "
+                "(SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES)",
+            )
+        ]
     left = (deadline.at - now).total_seconds()
     prior = settings.changeover_prior_seconds
     changeover = prior if deadline.changeover_seconds is None else deadline.changeover_seconds
@@ -201,7 +211,8 @@ def describe_policy(settings: Settings) -> dict[str, Any]:
             },
             "refused": "a deadline on-demand from the start could not meet: total_steps x "
             f"expected_step_seconds + changeover_seconds (default {settings.changeover_prior_seconds:.0f} s) "
-            "beyond the time left when published",
+            "beyond the time left when published; any deadline where STANDARD is not an allowed fallback "
+            "strategy (a deadline may need an on-demand attempt)",
         },
         "locations": list(settings.allowed_locations) or "any region",
         "default_location": settings.location,

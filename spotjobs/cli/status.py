@@ -13,6 +13,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from shared.deciding.preemptions import preemptions_text, total_preemptions_text
@@ -77,10 +78,11 @@ def run_status(args: argparse.Namespace) -> int:
         if args.request_id:
             advice = _advice(ledger, records[0])
             payload["advice"] = advice.to_json() if advice else None
+            payload["deadline_view"] = deadline_view(records[0], settings)
         json.dump(payload, sys.stdout, indent=2)
         sys.stdout.write("\n")
     elif args.request_id:
-        sys.stdout.write(format_request(records[0]))
+        sys.stdout.write(format_request(records[0], settings))
         advice = _advice(ledger, records[0])
         if advice is not None:
             sys.stdout.write(advice.sentence() + "\n")
@@ -129,7 +131,7 @@ def _watch_status(args: argparse.Namespace, ledger: Any, settings: Settings) -> 
             )
             text = json.dumps(payload, separators=(",", ":")) + "\n"
         elif args.request_id:
-            text = format_request(records[0]) if records else f"{args.request_id}: not in the ledger yet\n"
+            text = format_request(records[0], settings) if records else f"{args.request_id}: not in the ledger yet\n"
         else:
             text = format_requests(records)
         if text != shown:
@@ -208,8 +210,57 @@ def format_requests(records: Sequence[RequestRecord]) -> str:
     return _table(header, rows) if rows else "no requests\n"
 
 
-def format_request(record: RequestRecord) -> str:
-    """A request and every attempt, re-queue and outcome."""
+def deadline_view(record: RequestRecord, settings: Settings, now: datetime | None = None) -> dict[str, Any] | None:
+    """The deadline, the progress, the projected finish where the job runs now and the slack (what
+    on_job_event and reconcile decide on: shared/deciding/deadline_watch.py); None without one."""
+    from shared.clock import iso, utcnow
+    from shared.deciding.deadline import decide_deadline
+    from shared.deciding.deadline_watch import deadline_situation, projected_finish
+
+    if not record.request.get("deadline"):
+        return None
+    view: dict[str, Any] = {"deadline": record.request["deadline"]}
+    situation = deadline_situation(
+        record,
+        now or utcnow(),
+        prior_seconds=settings.changeover_prior_seconds,
+        review_seconds=settings.reconcile_interval_seconds,
+    )
+    if situation is None:
+        return {**view, "known": False}  # the work or its rate not known yet (no kit line so far)
+    decision = decide_deadline(situation)
+    return {
+        **view,
+        "known": True,
+        "committed_steps": situation.work.committed_steps,
+        "total_steps": situation.work.total_steps,
+        "placement": situation.placement.value,
+        "projected_finish": iso(projected_finish(situation), timespec="seconds"),
+        "slack_seconds": round(decision.slack_seconds),
+        "changeover_seconds": round(situation.changeover_seconds),
+        "next": decision.action.value,
+        "reason": decision.reason,
+    }
+
+
+def _deadline_lines(view: dict[str, Any] | None) -> list[str]:
+    if view is None:
+        return []
+    if not view["known"]:
+        return [f"deadline    {view['deadline']}   progress unknown until the kit reports total_steps and a rate"]
+    done, total = view["committed_steps"], view["total_steps"]
+    return [
+        f"deadline    {view['deadline']}   progress {done}/{total} steps committed ({done / total:.0%})   "
+        f"{view['placement'].replace('_', ' ')}",
+        f"            projected finish {view['projected_finish']} on the current plan   slack {view['slack_seconds']} s "
+        f"(one changeover {view['changeover_seconds']} s)   next: {view['next'].replace('_', ' ')}",
+    ]
+
+
+def format_request(record: RequestRecord, settings: Settings | None = None, now: datetime | None = None) -> str:
+    """A request and every attempt, re-queue and outcome, and its deadline's slack if it has one."""
+    from shared.settings import Settings
+
     lines = [
         f"request     {record.request_id}",
         f"status      {record.status}",
@@ -217,6 +268,7 @@ def format_request(record: RequestRecord) -> str:
         f"created     {record.created_at}   updated {record.updated_at}   finished {record.finished_at or '-'}",
         f"max attempts {record.request.get('max_attempts', '?')}   locations {', '.join(record.request.get('locations') or []) or record.request.get('location', '-')}",
     ]
+    lines.extend(_deadline_lines(deadline_view(record, settings or Settings(), now)))
     if record.requeue:
         requeue = record.requeue
         lines.append(

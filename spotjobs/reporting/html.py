@@ -9,9 +9,12 @@ Per request, the timeline draws:
 - on a step axis, each run of the attempt's job between restarts, a preemption where a run was
   cut short, every checkpoint committed and whether pruning has since deleted it;
 - preemptions the ledger counted but no run data places are drawn on the attempt's bar (their
-  times are not recorded).
-Every mark carries `data-mark` (attempt, run, preemption, checkpoint, pruning, outcome) so tests and
-scripts can read the page.
+  times are not recorded);
+- for a request with a deadline, below: its committed progress (each attempt's last checkpoint)
+  against Uniform Progress's line to the deadline, the deadline, and each switch between Spot and
+  on-demand (docs/deadlines.md).
+Every mark carries `data-mark` (attempt, run, preemption, checkpoint, pruning, outcome, deadline,
+deadline-line, deadline-progress, deadline-switch) so tests and scripts can read the page.
 
 Totals (spotjobs/reporting/views.py: `totals`) are tiles and tables above the requests.
 """
@@ -23,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from shared.clock import utcnow
+from shared.clock import parse_iso, utcnow
 from spotjobs.reporting.prices import table_info
 from spotjobs.reporting.views import RequestView, build_views, totals
 
@@ -178,7 +181,64 @@ def _render_request(view: RequestView, now: datetime) -> str:
         f'<h2>{_e(view.request_id)}<span class="status s-{_e(status)}">{_e(status)}</span></h2>'
         f'<p class="facts">{_e(facts)}</p>'
     )
-    return head + _timeline(view, now) + _attempt_table(view) + "</section>"
+    return head + _timeline(view, now) + _deadline_chart(view, now) + _attempt_table(view) + "</section>"
+
+
+DEADLINE_HEIGHT = 90
+
+
+def _deadline_chart(view: RequestView, now: datetime) -> str:
+    """A request with a deadline: its committed progress (each attempt's last checkpoint) against
+    Uniform Progress's line to the deadline (docs/deadlines.md), the deadline, and each switch."""
+    request = view.raw.get("request") or {}
+    total = request.get("total_steps") or max((int(a.get("total_steps") or 0) for a in view.attempts), default=0)
+    if not request.get("deadline") or not total:
+        return ""
+    t0, deadline = parse_iso(view.raw["created_at"]), parse_iso(request["deadline"])
+    points = [(t0, 0.0)]
+    for attempt in view.attempts:
+        last, at = attempt.get("last_checkpoint"), attempt.get("last_checkpoint_at")
+        if last and at:
+            points.append((parse_iso(at), min(1.0, last[1] / total)))
+    points.sort()
+    t1 = max([deadline, now if not view.raw.get("finished_at") else parse_iso(view.raw["finished_at"])])
+    span = max((t1 - t0).total_seconds(), 1.0)
+    inner, top, bottom = SVG_WIDTH - LABEL_WIDTH - 20, 14, DEADLINE_HEIGHT - 18
+
+    def x(moment: datetime) -> float:
+        return LABEL_WIDTH + inner * max(0.0, (moment - t0).total_seconds()) / span
+
+    def y(share: float) -> float:
+        return bottom - (bottom - top) * share
+
+    progress = " ".join(f"{x(moment):.1f},{y(share):.1f}" for moment, share in points)
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{SVG_WIDTH}" height="{DEADLINE_HEIGHT}" '
+        f'viewBox="0 0 {SVG_WIDTH} {DEADLINE_HEIGHT}" role="img" aria-label="progress of {_e(view.request_id)} '
+        f'against its deadline">',
+        f'<text x="4" y="{top + 12}">progress (deadline)</text>',
+        f'<line data-mark="deadline-line" x1="{x(t0):.1f}" y1="{y(0):.1f}" x2="{x(deadline):.1f}" y2="{y(1):.1f}" '
+        f'stroke="#59636e" stroke-dasharray="4 3"><title>uniform progress to the deadline</title></line>',
+        f'<line data-mark="deadline" x1="{x(deadline):.1f}" x2="{x(deadline):.1f}" y1="{top}" y2="{bottom}" '
+        f'stroke="#cf222e" stroke-width="2"><title>deadline {_e(request["deadline"])}</title></line>',
+        f'<polyline data-mark="deadline-progress" points="{progress}" fill="none" stroke="#1a7f37" '
+        f'stroke-width="2"><title>committed steps of {total}</title></polyline>',
+    ]
+    for attempt in view.attempts:
+        outcome = str(attempt.get("outcome") or "")
+        if outcome.startswith("switched_to_") and attempt.get("cancel_decided_at"):
+            sx = x(parse_iso(attempt.get("cancel_decided_at")))
+            out.append(
+                f'<line data-mark="deadline-switch" data-attempt="{attempt.n}" data-outcome="{_e(outcome)}" '
+                f'x1="{sx:.1f}" x2="{sx:.1f}" y1="{top}" y2="{bottom}" stroke="{COLORS["STANDARD"]}" '
+                f'stroke-width="2"><title>attempt {attempt.n}: {_e(outcome.replace("_", " "))}</title></line>'
+            )
+    out.append(f'<text x="{LABEL_WIDTH}" y="{DEADLINE_HEIGHT - 4}">{_e(t0.isoformat(timespec="seconds"))}</text>')
+    out.append(
+        f'<text x="{SVG_WIDTH - 20}" y="{DEADLINE_HEIGHT - 4}" text-anchor="end">deadline '
+        f"{_e(request['deadline'])}</text></svg>"
+    )
+    return "".join(out)
 
 
 def _timeline(view: RequestView, now: datetime) -> str:

@@ -8,7 +8,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from devstack.vertex.fuse import KIT_FUSE_ROOT_ENV, FuseMirror
+from spotjobs_kit.storage import FUSE_ROOT_ENV
+
+from devstack.vertex.fuse import FuseMirror
 
 
 def objects(bucket: Any, prefix: str = "") -> dict[str, bytes]:
@@ -37,7 +39,7 @@ def test_a_worker_sees_the_bucket_at_its_start_and_the_bucket_sees_its_files_at_
         "step-000010/state.pt",
         "step-000020/state.pt",
     ]
-    assert mirror.environment() == {KIT_FUSE_ROOT_ENV: str(tmp_path / "gcs")}
+    assert mirror.environment() == {FUSE_ROOT_ENV: str(tmp_path / "gcs")}
 
     (local / "step-000020" / "state.pt").write_bytes(b"rewritten")  # same size or not: uploaded
     (local / "step-000030").mkdir()

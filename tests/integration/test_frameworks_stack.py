@@ -8,8 +8,8 @@ devstack/vertex/fuse.py) and preempts on a `documented`-profile plan keyed to pr
 right after its first committed checkpoint): three times (one attempt), or seven (the job fails
 with STOCKOUT, is re-queued, and attempt 2 resumes). What must hold however slow the machine:
 SUCCEEDED at exactly the planned last step, every run resumed where the one before committed,
-every preemption counted, checkpoints pruned afterwards to the usual rules, and the goodput
-computed from the kit's own lines.
+every preemption counted, checkpoints pruned afterwards to the usual rules, the goodput
+computed from the kit's own lines, and the deployment's customised commit markers in every job.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from devstack.samples import custom_job
 from shared.jobs import LABEL_ATTEMPT, LABEL_REQUEST_ID
 from shared.ledger.states import RequestStatus
 from spotjobs.reporting.views import build_views, totals
-from tests.conftest import isolated_stack
+from tests.conftest import TEST_FUNCTION_ENV, isolated_stack
 from tests.support.frameworks import CASES, CHILDREN, framework_python, readme_snippet
 from tests.support.stack_checkpoints import checkpoint_steps
 
@@ -39,6 +39,7 @@ FRAMEWORKS = ("hf-trainer", "lightning")
 # seventh preemption fails the job; attempt 2 then has steps left to resume into.
 SCENARIOS = {"three": (3, 40), "seven": (7, 90)}
 TIMEOUT = 900.0  # up to nine runs, each importing torch and its framework on a busy machine
+MORE_MARKERS = ("commit_success.txt", ".metadata", "training-done.txt")  # after COMMITTED, customised
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +47,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     framework_python()  # fails early, naming `make .venv-frameworks`, when it is missing
     mount = tmp_path_factory.mktemp("gcs-fuse")
     vertex_args = ("--grace-seconds", "0.5", "--error-delay-seconds", "0.5", "--gcs-fuse-dir", str(mount))
-    with isolated_stack(vertex_args=vertex_args, vertex_signals="documented") as running:
+    # A customised marker list: every job gets it (the kit judges with the pruner's list).
+    function_env = {**TEST_FUNCTION_ENV, "SPOTJOBS_COMMIT_MARKERS": ",".join(("COMMITTED", *MORE_MARKERS))}
+    with isolated_stack(vertex_args=vertex_args, vertex_signals="documented", function_env=function_env) as running:
         yield running
 
 
@@ -131,6 +134,14 @@ def test_a_framework_script_preempted_on_plan_succeeds_at_its_last_step(
     )
 
     assert record.status == RequestStatus.SUCCEEDED, record
+    for attempt in record.attempts:  # the deployment's markers reached the job's container
+        [pool] = stack.job_service().get_custom_job(name=attempt.job).job_spec.worker_pool_specs
+        env = {variable.name: variable.value for variable in pool.container_spec.env}
+        assert (
+            env["SPOTJOBS_COMMIT_MARKERS"]
+            == ",".join(stack.settings.commit_markers)
+            == "COMMITTED," + ",".join(MORE_MARKERS)
+        )
     runs = [run for attempt in record.attempts for run in kit_runs(stack, attempt.job)]
     where = [[(r.event, r.step, r.resumed_step) for r in run] for run in runs]
     # Every run resumed exactly where the one before committed last, and the last finished at the

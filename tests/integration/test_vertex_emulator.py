@@ -582,6 +582,35 @@ def test_rich_the_seventh_preemption_fails_the_job_with_stockout_code_8(
     assert details(emulator, job.name)["preemptions"] == 7
 
 
+def test_a_spot_capacity_trace_holds_spot_jobs_pending_and_preempts_them_when_it_goes(
+    emulator: VertexEmulator,
+    client: aiplatform_v1.JobServiceClient,
+    make_worker: Callable[..., Worker],
+) -> None:
+    """The availability trace (invented, opt-in: devstack/vertex/capacity.py). The control
+    surface sets it; each change below replaces the trace, so nothing here waits on a tick."""
+    control(emulator, "spot-capacity", {"data": [0], "tick_seconds": 3600})
+    worker = make_worker(WORKER_SECONDS="60")
+    spot = create(client, job_body(worker, labels={"kind": "capacity"}))
+    standard = create(client, job_body(make_worker(WORKER_SECONDS="60"), strategy="STANDARD"))
+    wait_for_state(client, standard.name, {State.JOB_STATE_RUNNING})  # STANDARD never waits for Spot
+    wait_for_state(client, spot.name, {State.JOB_STATE_PENDING})
+    assert worker.pids("start") == [] and details(emulator, spot.name)["runs"] == 0
+
+    control(emulator, "spot-capacity", {"data": [1], "tick_seconds": 3600})
+    wait_for(lambda: worker.pids("start"), what="the Spot worker to start once capacity is there")
+    control(emulator, "spot-capacity", {"data": [0], "tick_seconds": 3600})
+    wait_for(lambda: worker.pids("sigterm"), what="the Spot worker's SIGTERM when capacity goes")
+    wait_for(lambda: details(emulator, spot.name)["preemptions"] == 1, what="one preemption counted")
+    assert len(worker.pids("start")) == 1  # and no restart while there is none
+    assert details(emulator, standard.name)["preemptions"] == 0
+    assert control(emulator, "spot-capacity")["available"] is False
+    control(emulator, "spot-capacity", {"data": []})
+    wait_for(lambda: len(worker.pids("start")) == 2, what="the restart once the trace is gone")
+    status, payload = http_json(f"{emulator.url}/emulator/v1/spot-capacity", {"data": [2]})
+    assert status == 400 and "data" in payload["error"]["message"]
+
+
 def test_a_worker_that_ignores_sigterm_is_killed_after_the_grace_period(
     emulator: VertexEmulator,
     client: aiplatform_v1.JobServiceClient,

@@ -222,3 +222,40 @@ def test_an_empty_ledger_renders_a_page_saying_so(tmp_path: Path) -> None:
     path.write_text(render_report([]))
     page = render(path)
     assert page.console == [] and 'data-mark="empty"' in page.dom
+
+
+def test_a_deadline_request_draws_progress_against_the_deadline_and_marks_each_switch() -> None:
+    spot = {
+        "n": 1,
+        "location": "us-central1",
+        "strategy": "SPOT",
+        "claimed_at": "2026-11-29T10:00:00.000Z",
+        "ended_at": "2026-11-29T10:40:00.000Z",
+        "outcome": "switched_to_on_demand",
+        "cancel_decided_at": "2026-11-29T10:40:00.000Z",
+        "last_checkpoint": [0, 300],
+        "last_checkpoint_at": "2026-11-29T10:30:00.000Z",
+    }
+    standard = {
+        "n": 2,
+        "location": "us-central1",
+        "strategy": "STANDARD",
+        "claimed_at": "2026-11-29T10:41:00.000Z",
+        "ended_at": "2026-11-29T12:00:00.000Z",
+        "outcome": "succeeded",
+        "last_checkpoint": [0, 1000],
+        "last_checkpoint_at": "2026-11-29T12:00:00.000Z",
+    }
+    late = record("dl-1", "SUCCEEDED", [spot, standard])
+    late["request"].update(deadline="2026-11-29T13:00:00Z", total_steps=1000)
+    page = render_report([late, record("plain", "SUCCEEDED", [])])
+    dom = section(page, "dl-1")
+    [switch] = marks(dom, "deadline-switch")
+    assert 'data-attempt="1"' in switch and 'data-outcome="switched_to_on_demand"' in switch
+    assert len(marks(dom, "deadline")) == len(marks(dom, "deadline-line")) == 1
+    [progress] = marks(dom, "deadline-progress")
+    points = re.search(r'points="([^"]+)"', progress).group(1).split()
+    assert len(points) == 3  # the start, then each attempt's last checkpoint, rising
+    heights = [float(p.split(",")[1]) for p in points]
+    assert heights[0] > heights[1] > heights[2]
+    assert marks(section(page, "plain"), "deadline") == []

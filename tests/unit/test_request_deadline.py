@@ -14,7 +14,8 @@ from shared.requests.policy import check_policy, describe_policy, validate_reque
 from shared.settings import Settings
 from tests.conftest import load_event
 
-SETTINGS = Settings.from_env({})
+# A deadline may need an on-demand attempt: the deployment allows STANDARD.
+SETTINGS = Settings.from_env({"SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES": "STANDARD"})
 PUBLISHED = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 JOB: dict[str, Any] = json.loads(load_event("requests/bare_docs.json"))
 
@@ -106,6 +107,16 @@ def test_a_requeued_attempt_is_not_refused_for_a_deadline_that_has_come_close() 
     assert [v.path for v in check_policy(request, SETTINGS, now=PUBLISHED)] == []
     first, _ = read(envelope(deadline="2026-12-01T09:10:00Z", total_steps=10, expected_step_seconds=3600))
     assert [v.path for v in check_policy(first, SETTINGS, now=PUBLISHED)] == ["deadline"]
+
+
+def test_a_deadline_is_refused_where_the_deployment_allows_no_on_demand() -> None:
+    spot_only = Settings.from_env({})
+    body = envelope(deadline="2026-12-01T19:00:00Z", total_steps=10, expected_step_seconds=1)
+    with pytest.raises(InvalidJobRequest) as refused:
+        validate_request(json.dumps(body).encode(), attributes={}, settings=spot_only, published_at=PUBLISHED)
+    [violation] = refused.value.violations
+    assert violation.path == "deadline" and "SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES" in violation.message
+    validate(body)
 
 
 def test_the_effective_policy_shows_the_deadline_fields() -> None:

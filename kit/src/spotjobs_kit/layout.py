@@ -73,6 +73,9 @@ from typing import Protocol
 
 CHECKPOINTS_FOLDER = "checkpoints/"
 # Orbax, torch.distributed.checkpoint, TensorFlow's index file, and the kit's (and demo trainer's) marker.
+# The deployment's marker list reaches each job in this variable (set by spotjobs' submit), so the
+# kit in the container and the pruner judge with one list.
+COMMIT_MARKERS_ENV = "SPOTJOBS_COMMIT_MARKERS"
 DEFAULT_COMMIT_MARKERS = ("commit_success.txt", ".metadata", "checkpoint", "COMMITTED")
 KIT_MARKER = "COMMITTED"
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)

@@ -79,6 +79,7 @@ from datetime import datetime, timezone
 from typing import Any, TextIO
 
 from spotjobs_kit.layout import (
+    COMMIT_MARKERS_ENV,
     DEFAULT_COMMIT_MARKERS,
     KIT_MARKER,
     Checkpoint,
@@ -170,7 +171,7 @@ class Identity:
 
 def _markers_from_env(environ: Mapping[str, str]) -> tuple[str, ...]:
     # The same variable (and format) the pruner's settings read: one list for both when set.
-    raw = environ.get("SPOTJOBS_COMMIT_MARKERS")
+    raw = environ.get(COMMIT_MARKERS_ENV)
     if raw is None or not raw.strip():
         return DEFAULT_COMMIT_MARKERS
     return tuple(m.strip() for m in raw.split(",") if m.strip())

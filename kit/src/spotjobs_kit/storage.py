@@ -22,6 +22,8 @@ from typing import Any
 from spotjobs_kit.layout import EPOCH, FolderListing, ListedObject
 
 FUSE_ROOT = "/gcs"
+# Where a stand-in for the mount lives instead (the embedded stack's emulator sets it).
+FUSE_ROOT_ENV = "SPOTJOBS_KIT_FUSE_ROOT"
 
 
 class KitError(Exception):
@@ -44,7 +46,7 @@ def open_store(checkpoint_dir: str, *, fuse_root: str | None = None, gcs_client:
     `gcs_client` if given), else local."""
     if checkpoint_dir.startswith("gs://"):
         bucket, prefix = split_gcs_uri(checkpoint_dir)
-        mount = Path(fuse_root or os.environ.get("SPOTJOBS_KIT_FUSE_ROOT") or FUSE_ROOT)
+        mount = Path(fuse_root or os.environ.get(FUSE_ROOT_ENV) or FUSE_ROOT)
         if mount.is_dir():
             return FileStore(mount / bucket / prefix, uri=f"gs://{bucket}/{prefix}")
         try:

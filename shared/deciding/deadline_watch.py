@@ -1,0 +1,251 @@
+"""The deadline rule wired into the decisions: what a request's record says of its deadline, and a
+switch to on-demand when `shared.deciding.deadline.decide_deadline` asks for one.
+
+`decide` calls `watch_deadline` for the latest attempt of a request that has a `deadline`, on
+every observation: a kit line (progress, checkpoint, run started), a service line, and every
+reconcile pass (so a Spot job left waiting for capacity, which writes no line, is still seen).
+The inputs come from the record alone (`deadline_situation`, which `spotjobs status` uses too):
+
+- the work: `total_steps` of the envelope, else the kit's (run_started, progress); the committed
+  step is the last checkpoint_committed line of any attempt (the checkpoint folder is the
+  request's, so the next attempt resumes from it);
+- seconds per step per capacity type: the kit's latest progress rate of the latest attempt on
+  that capacity type; on-demand falls back to the envelope's `expected_step_seconds`, and either
+  to the other's;
+- the changeover: the envelope's `changeover_seconds`, else `changeover_estimate` of the
+  create-to-running times Vertex reported for this request's on-demand attempts in the location
+  (a Spot attempt's own wait for capacity is no changeover of on-demand's), never below the prior
+  until enough were seen;
+- the review interval: the reconcile interval (`Settings.reconcile_interval_seconds`).
+
+A switch is a decision like any other, made in the record under compare-and-swap: the Spot
+attempt's outcome becomes SWITCHED_TO_ON_DEMAND (set once, so a redelivery or a concurrent pass
+decides nothing again), its job's cancel is written pending (`Attempt.cancel_decided_at`) and
+attempt n+1 on STANDARD in the same location is the record's re-queue; the outbox
+(`shared.deciding.outbox.flush`) sends the cancel, then publishes the re-queue. "Back to Spot"
+(Uniform Progress's hysteresis done) is the same move the other way: SWITCHED_TO_SPOT, and
+attempt n+1 on SPOT.
+
+A Spot job queued or pending for less than one changeover since it was asked for is counted as
+on Spot within its changeover (the model's first d seconds of a new instance: Vertex queues and
+provisions a job for minutes even when capacity is there); past that it is waiting for Spot.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from shared.alerts import AlertKind
+from shared.clock import iso, parse_iso
+from shared.deciding.deadline import (
+    Action,
+    DeadlineDecision,
+    Placement,
+    Situation,
+    Work,
+    changeover_estimate,
+    decide_deadline,
+)
+from shared.deciding.effects import Effects, LogLine, attempt_alert, event_fields
+from shared.deciding.preemptions import preempted_in_last_run
+from shared.jobs import JobState
+from shared.ledger.records import Attempt, RequestRecord, Requeue
+from shared.ledger.states import AttemptOutcome, RequestStatus
+from shared.requests.attempts import ON_DEMAND, SPOT
+
+SWITCH_REASON = "deadline"
+
+
+def note_progress(attempt: Attempt, total_steps: int | None, steps_per_second: float | None) -> None:
+    """Keep what a kit line says of the work (its total) and the attempt's step rate."""
+    if total_steps is not None and total_steps > 0:
+        attempt.total_steps = total_steps
+    if steps_per_second is not None and steps_per_second > 0:
+        attempt.steps_per_second = steps_per_second
+
+
+def deadline_situation(
+    record: RequestRecord,
+    now: datetime,
+    *,
+    prior_seconds: float,
+    review_seconds: float,
+    running: bool = False,
+) -> Situation | None:
+    """The deadline rule's inputs for the request's latest attempt; None without a deadline, or
+    while the work or its rate is not known yet. `running`: a kit line just said the job runs."""
+    request = record.request
+    latest = record.latest
+    if not request.get("deadline") or latest is None:
+        return None
+    total = request.get("total_steps") or max((a.total_steps or 0 for a in record.attempts), default=0)
+    on_demand_seconds = _step_seconds(record, on_demand=True) or request.get("expected_step_seconds")
+    spot_seconds = _step_seconds(record, on_demand=False) or on_demand_seconds
+    if not total or not spot_seconds:
+        return None
+    committed = max((a.last_checkpoint[1] for a in record.attempts if a.last_checkpoint), default=0)
+    changeover = request.get("changeover_seconds")
+    if changeover is None:
+        changeover = changeover_estimate(_changeovers(record, latest.location), prior_seconds)
+    placement, placed_at = _placement(record, latest, running, float(changeover), now)
+    return Situation(
+        now=now,
+        deadline=parse_iso(request["deadline"]),
+        started=parse_iso(record.created_at),
+        work=Work(
+            int(total),
+            int(committed),
+            float(spot_seconds),
+            None if on_demand_seconds is None else float(on_demand_seconds),
+        ),
+        placement=placement,
+        placed_at=min(now, placed_at),
+        changeover_seconds=float(changeover),
+        review_seconds=review_seconds,
+    )
+
+
+def watch_deadline(
+    record: RequestRecord,
+    attempt: Attempt,
+    now: datetime,
+    effects: Effects,
+    *,
+    prior_seconds: float,
+    review_seconds: float,
+    running: bool = False,
+) -> DeadlineDecision | None:
+    """Ask the deadline rule about the request's current attempt and carry out its answer in the
+    record: its alerts (once per request) and a switch to on-demand."""
+    if record.latest is not attempt or attempt.outcome is not None or attempt.job is None:
+        return None
+    if record.is_terminal or record.requeue is not None:
+        return None
+    situation = deadline_situation(
+        record, now, prior_seconds=prior_seconds, review_seconds=review_seconds, running=running
+    )
+    if situation is None:
+        return None
+    decision = decide_deadline(situation)
+    if situation.work.committed_steps < situation.work.total_steps:
+        _alert(record, attempt, situation, decision, now, effects)
+    if decision.action is Action.SWITCH_TO_ON_DEMAND and attempt.strategy == SPOT:
+        _switch(record, attempt, decision, now, effects, ON_DEMAND)
+    elif decision.action is Action.BACK_TO_SPOT and attempt.strategy != SPOT:
+        _switch(record, attempt, decision, now, effects, SPOT)
+    return decision
+
+
+def alert_if_finished_late(record: RequestRecord, attempt: Attempt, now: datetime, effects: Effects) -> None:
+    """A request that succeeded after its deadline (between two observations): `deadline_missed`,
+    unless it was raised already."""
+    at = record.request.get("deadline")
+    ended = parse_iso(attempt.ended_at or iso(now))
+    if not at or ended <= parse_iso(at) or not record.mark(str(AlertKind.DEADLINE_MISSED)):
+        return
+    message = f"{record.request_id} finished at {iso(ended)}, after its deadline {at}"
+    effects.alerts.append(attempt_alert(record, attempt, AlertKind.DEADLINE_MISSED, now, message, deadline=at))
+    effects.lines.append(LogLine("WARNING", message, event_fields(record, attempt, str(AlertKind.DEADLINE_MISSED))))
+
+
+def projected_finish(situation: Situation) -> datetime:
+    """When the work is done if the rest runs where the attempt is now: on its capacity type once
+    its changeover is paid (a job waiting for Spot: were capacity there now)."""
+    s = situation
+    placement = Placement.ON_DEMAND if s.placement is Placement.ON_DEMAND else Placement.ON_SPOT
+    changeover = s.changeover_seconds
+    if s.placement is not Placement.WAITING_FOR_SPOT:
+        changeover = max(0.0, changeover - (s.now - s.placed_at).total_seconds())
+    return s.now + timedelta(seconds=s.work.remaining_seconds(placement) + changeover)
+
+
+def _alert(
+    record: RequestRecord,
+    attempt: Attempt,
+    situation: Situation,
+    decision: DeadlineDecision,
+    now: datetime,
+    effects: Effects,
+) -> None:
+    figures = decision.to_json()
+    deadline = iso(situation.deadline)
+    if now >= situation.deadline:
+        kind = AlertKind.DEADLINE_MISSED
+        message = f"{record.request_id} missed its deadline {deadline}: {decision.progress:.0%} of the work done"
+    elif decision.slack_seconds < situation.changeover_seconds:
+        kind = AlertKind.DEADLINE_AT_RISK
+        message = (
+            f"{record.request_id} has {decision.slack_seconds:.0f} s of slack to its deadline {deadline}, "
+            f"less than one changeover ({situation.changeover_seconds:.0f} s)"
+        )
+    else:
+        return
+    if record.mark(str(kind)):  # once per request, whichever attempt sees it
+        effects.alerts.append(attempt_alert(record, attempt, kind, now, message, deadline=deadline, **figures))
+        effects.lines.append(LogLine("WARNING", message, event_fields(record, attempt, str(kind), **figures)))
+
+
+def _switch(
+    record: RequestRecord, attempt: Attempt, decision: DeadlineDecision, now: datetime, effects: Effects, strategy: str
+) -> None:
+    following = attempt.n + 1
+    to_spot = strategy == SPOT
+    attempt.outcome = AttemptOutcome.SWITCHED_TO_SPOT if to_spot else AttemptOutcome.SWITCHED_TO_ON_DEMAND
+    attempt.cancel_decided_at = iso(now)
+    record.status = RequestStatus.REQUEUED
+    record.requeue = Requeue(
+        attempt=following,
+        location=attempt.location,
+        strategy=strategy,
+        reason=SWITCH_REASON,
+        decided_at=iso(now),
+    )
+    effects.requeue_decided = True
+    effects.lines.append(
+        LogLine(
+            "WARNING",
+            f"attempt {attempt.n} of {record.request_id} leaves {attempt.strategy} for its deadline: "
+            f"{decision.reason}; cancelling its job, attempt {following} runs {strategy} in {attempt.location}",
+            event_fields(
+                record,
+                attempt,
+                "deadline_switch",
+                next_attempt=following,
+                next_strategy=strategy,
+                **decision.to_json(),
+            ),
+        )
+    )
+
+
+def _step_seconds(record: RequestRecord, *, on_demand: bool) -> float | None:
+    """Seconds per step from the kit's rate on the latest attempt of that capacity type."""
+    for attempt in reversed(record.attempts):
+        if (attempt.strategy != SPOT) == on_demand and attempt.steps_per_second:
+            return 1.0 / attempt.steps_per_second
+    return None
+
+
+def _placement(
+    record: RequestRecord, latest: Attempt, running: bool, changeover: float, now: datetime
+) -> tuple[Placement, datetime]:
+    asked = parse_iso(latest.created_at or latest.claimed_at)
+    if latest.strategy != SPOT:
+        return Placement.ON_DEMAND, asked  # its changeover runs from the ask, queueing included
+    if (running or latest.state == JobState.RUNNING) and not preempted_in_last_run(record, latest.n):
+        # The Spot run's changeover counts from when it got capacity (later is the cautious choice).
+        return Placement.ON_SPOT, parse_iso(latest.started_at or latest.state_changed_at or iso(asked))
+    if latest.preemptions == 0 and (now - asked).total_seconds() < changeover:
+        # A new Spot job is queued and provisioned for a while even when capacity is there: that
+        # is its changeover (the model's first d seconds of an instance), not a wait for Spot.
+        return Placement.ON_SPOT, asked
+    return Placement.WAITING_FOR_SPOT, asked
+
+
+def _changeovers(record: RequestRecord, location: str) -> list[float]:
+    """Create-to-running times of this request's on-demand attempts in `location`."""
+    return [
+        (parse_iso(a.started_at) - parse_iso(a.created_at)).total_seconds()
+        for a in record.attempts
+        if a.strategy != SPOT and a.location == location and a.created_at and a.started_at
+    ]

@@ -1,0 +1,159 @@
+"""The deadline rule wired in (shared/deciding/deadline_watch.py), over a real ledger
+(fake-gcs-server) with Vertex and Pub/Sub in memory: one switch to on-demand, one cancel and one
+STANDARD attempt, however often and however concurrently the request is observed."""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from spotjobs_kit.lines import format_line
+
+import bench.bench_deadline as bench
+import shared.deciding.deadline_watch as deadline_watch
+from shared.clock import iso
+from shared.delivery import Message
+from shared.errors import TransientError
+from shared.ledger.states import AttemptOutcome, RequestStatus
+from shared.ledger.store import LedgerStore
+from shared.observe import handle_job_event
+from shared.reconcile import run_reconcile
+from tests.support.decisions import CapturedLog, FakePublisher, FakeVertex, World, log_entry, make_settings
+
+QUEUED, RUNNING, CANCELLED = 1, 3, 7
+STEPS, STEP_SECONDS, CHANGEOVER = 1000, 1.0, 60.0
+
+
+@pytest.fixture
+def world(gcs_bucket) -> World:
+    return World(LedgerStore(gcs_bucket), FakeVertex(), FakePublisher(), make_settings(gcs_bucket.name))
+
+
+def deadline_request(slack_seconds: float) -> dict[str, object]:
+    """A request whose deadline leaves `slack_seconds` once on-demand did all the work from now."""
+    at = datetime.now(UTC) + timedelta(seconds=STEPS * STEP_SECONDS + CHANGEOVER + slack_seconds)
+    return {
+        "deadline": iso(at, timespec="seconds"),
+        "total_steps": STEPS,
+        "expected_step_seconds": STEP_SECONDS,
+        "changeover_seconds": CHANGEOVER,
+    }
+
+
+def waited(world: World, seconds: float) -> None:
+    """As if attempt 1 had been queued for `seconds` (past its changeover: waiting for Spot)."""
+    asked = iso(datetime.now(UTC) - timedelta(seconds=seconds))
+    world.rewrite("req-1", lambda r: setattr(r.attempt(1), "created_at", asked))
+
+
+def deliver(world: World, data: bytes, log: CapturedLog) -> None:
+    try:
+        handle_job_event(Message(data, "m-1"), log.logger, settings=world.settings, ports=lambda: world.ports)
+    except TransientError:
+        pass  # left to the delivery that decided it: the redelivery comes later
+
+
+def kit_progress(job: str, step: int) -> bytes:
+    fields = {"request_id": "req-1", "attempt": 1, "run": 0, "step": step, "total_steps": STEPS}
+    line = json.loads(format_line("progress", {**fields, "steps_per_second": 1 / STEP_SECONDS}))
+    return log_entry(job, line["message"], task="workerpool0-0")
+
+
+def test_redelivered_and_reconciled_concurrently_one_switch_one_standard_attempt(world: World) -> None:
+    # Waiting for Spot with a slack below the safety net (2d + the reconcile interval).
+    _, job = world.submitted(state=QUEUED, request=deadline_request(slack_seconds=100))
+    waited(world, 5 * CHANGEOVER)
+    log = CapturedLog()
+    service_line = log_entry(job, "Waiting for job to be provisioned.", insert_id="queued")
+    barrier = threading.Barrier(8)
+
+    def one(kind: int) -> None:
+        barrier.wait()
+        if kind % 2:
+            deliver(world, service_line, log)
+        else:
+            run_reconcile(world.ports, log.logger)
+
+    threads = [threading.Thread(target=one, args=(k,)) for k in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    deliver(world, service_line, log)  # a late redelivery
+    run_reconcile(world.ports, log.logger)
+
+    record = world.ledger.get("req-1")
+    spot = record.attempt(1)
+    assert spot.outcome is AttemptOutcome.SWITCHED_TO_ON_DEMAND and spot.cancel_sent_at is not None
+    assert world.vertex.cancelled == [job]
+    assert record.status is RequestStatus.REQUEUED
+    assert (record.requeue.attempt, record.requeue.strategy, record.requeue.reason) == (2, "STANDARD", "deadline")
+    [requeue] = world.publisher.on("job-requests")
+    assert requeue.data["attempt"] == 2
+    [switch] = log.events("deadline_switch")
+    assert switch["action"] == "switch_to_on_demand" and switch["slack_seconds"] < 2 * CHANGEOVER + 300
+
+    # The STANDARD attempt runs; neither the cancelled Spot job's end nor more passes switch again.
+    standard = world.claim_requeue("req-1")
+    world.vertex.set_state(standard, RUNNING)
+    world.vertex.set_state(job, CANCELLED)
+    deliver(world, log_entry(job, "Job was cancelled.", insert_id="cancelled"), log)
+    deliver(world, service_line, log)
+    run_reconcile(world.ports, log.logger)
+    record = world.ledger.get("req-1")
+    assert [(a.n, a.strategy) for a in record.attempts] == [(1, "SPOT"), (2, "STANDARD")]
+    assert record.attempt(1).outcome is AttemptOutcome.SWITCHED_TO_ON_DEMAND
+    assert record.status is RequestStatus.RUNNING and record.attempt(2).outcome is None
+    assert len(world.publisher.on("job-requests")) == 1 and world.vertex.cancelled == [job]
+    assert len(log.events("deadline_switch")) == 1
+
+
+def test_a_loose_deadline_stays_on_spot_and_a_failed_cancel_holds_the_requeue(world: World) -> None:
+    _, job = world.submitted(state=QUEUED, request=deadline_request(slack_seconds=10 * 3600))
+    log = CapturedLog()
+    run_reconcile(world.ports, log.logger)  # queued within its changeover: on Spot, however late
+    assert world.ledger.get("req-1").attempt(1).outcome is None and world.vertex.cancelled == []
+    waited(world, 5 * CHANGEOVER)
+
+    # Now the deadline is tight; the first cancel fails: nothing is re-queued until it went out.
+    world.rewrite("req-1", lambda r: r.request.update(deadline_request(slack_seconds=100)))
+    failing = world.vertex.cancel_custom_job
+
+    def unavailable(name: str, **_: object) -> None:
+        from google.api_core.exceptions import ServiceUnavailable
+
+        raise ServiceUnavailable("cancel failed")
+
+    world.vertex.cancel_custom_job = unavailable  # type: ignore[method-assign]
+    run_reconcile(world.ports, log.logger)
+    record = world.ledger.get("req-1")
+    assert record.attempt(1).cancel_pending and world.publisher.on("job-requests") == []
+    world.vertex.cancel_custom_job = failing  # type: ignore[method-assign]
+    long_ago = iso(datetime.now(UTC) - timedelta(seconds=world.settings.claim_lease_seconds + 1))
+
+    def decided_long_ago(record) -> None:
+        record.attempt(1).cancel_decided_at = record.requeue.decided_at = long_ago
+
+    world.rewrite("req-1", decided_long_ago)
+    run_reconcile(world.ports, log.logger)  # the decider is presumed dead: reconcile sends both
+    assert world.vertex.cancelled == [job] and len(world.publisher.on("job-requests")) == 1
+
+
+def test_on_job_event_asks_the_simulators_policy_function(world: World, monkeypatch) -> None:
+    """The bench (bench/bench_deadline.py) and on_job_event run one function object."""
+    asked: list[object] = []
+    production = deadline_watch.decide_deadline
+    assert production is bench.decide_deadline
+
+    def spy(situation, *args, **kwargs):
+        asked.append(situation)
+        return production(situation, *args, **kwargs)
+
+    monkeypatch.setattr(deadline_watch, "decide_deadline", spy)
+    _, job = world.submitted(state=RUNNING, request=deadline_request(slack_seconds=10 * 3600))
+    deliver(world, kit_progress(job, 10), CapturedLog())
+    [situation] = asked
+    assert situation.work.total_steps == STEPS and situation.placement.value == "on_spot"
+    assert world.ledger.get("req-1").attempt(1).steps_per_second == 1 / STEP_SECONDS
