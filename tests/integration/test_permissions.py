@@ -369,7 +369,7 @@ def test_recording_is_off_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
         "import os, sys\n"
         "os.environ.pop('SPOTJOBS_RECORD_API_CALLS', None)\n"
         "os.environ['STORAGE_EMULATOR_HOST'] = 'http://127.0.0.1:9'\n"
-        "from shared import clients\n"
+        "from shared.adapters import clients\n"
         "client = clients.storage_client()\n"
         "print(type(client).__module__, 'shared.adapters.api_recording' in sys.modules)\n"
     )
