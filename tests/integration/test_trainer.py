@@ -310,4 +310,6 @@ def test_a_spot_job_preempted_twice_resumes_from_its_checkpoint_each_time(stack:
         newest = max(step for step, _ in previous.checkpoints.values()) if previous.checkpoints else 0
         assert following.start_step == newest == previous.end_step
     assert runs[-1].finished and runs[-1].end_step == 600
-    assert runs[1].start_step >= 100 and runs[2].start_step >= runs[1].start_step + 100
+    # Each run is preempted after its second checkpoint (every 50 steps) past where it resumed; the
+    # SIGTERM may land a step later than that checkpoint, whose emergency save is then the resume.
+    assert runs[1].start_step >= 100 and runs[2].start_step >= (runs[1].start_step // 50 + 2) * 50
