@@ -27,8 +27,10 @@ state bucket, per region:
   arrives while the lease is held is seen by the holder's next listing or by that re-list, so no
   waiting attempt is left without a drainer; one that crashed is replaced by reconcile once its
   lease ran out (`restart_stalled`).
-- **the burst**: `pacing/<location>/burst.json`, created once when a drainer first finds anyone
-  waiting; its creator publishes the one `quota_limited` alert of the burst (how many wait, the expected drain time).
+- **the burst**: `pacing/<location>/burst.json`, created once when a drainer first finds a line
+  that needs longer than `quota_alert_after_seconds` to drain (a short line is pacing, not a
+  quota problem); its creator publishes the one `quota_limited` alert of the burst (how many
+  wait, the expected drain time).
   The drainer that finds the line empty removes it.
 
 One module on purpose (over 450 lines): the slots, the line, the drainer lease and the burst
@@ -345,7 +347,8 @@ def drain(ports: Ports, location: str, create_one: Callable[[Waiting], str], log
                 pacer.close_burst(location)
             if not entries:
                 break
-            if pacer.open_burst(location, len(line)):
+            draining_long = len(line) * pacer.slot_seconds > ports.settings.quota_alert_after_seconds
+            if draining_long and pacer.open_burst(location, len(line)):
                 _alert_quota_limited(ports, pacer, location, len(line), log)
             head = entries[0]
             outcome = create_one(head)

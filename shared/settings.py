@@ -148,6 +148,9 @@ class Settings:
     # How long one submit_job delivery drains the waiting queue before handing over (inside the
     # push subscription's 60 s acknowledgement deadline, with room for its last create).
     pacer_run_seconds: float = _env("SPOTJOBS_PACER_RUN_SECONDS", 40.0, kind="float")
+    # A line that drains within this long is pacing, not a quota problem: `quota_limited` is
+    # alerted only once a line needs longer (by default a minute's worth of the quota waits).
+    quota_alert_after_seconds: float = _env("SPOTJOBS_QUOTA_ALERT_AFTER_SECONDS", 60.0, kind="float")
     reconcile_page_size: int = _env("SPOTJOBS_RECONCILE_PAGE_SIZE", 200, kind="int")
     reconcile_requests_per_run: int = _env("SPOTJOBS_RECONCILE_REQUESTS_PER_RUN", 2000, kind="int")
     # A finished request's ledger record is removed this long after it finished (0: kept forever;

@@ -118,6 +118,7 @@ locals {
     vertex_crud_per_minute       = "SPOTJOBS_VERTEX_CRUD_PER_MINUTE"
     reconcile_crud_share         = "SPOTJOBS_RECONCILE_CRUD_SHARE"
     pacer_run_seconds            = "SPOTJOBS_PACER_RUN_SECONDS"
+    quota_alert_after_seconds    = "SPOTJOBS_QUOTA_ALERT_AFTER_SECONDS"
     ledger_retention_seconds     = "SPOTJOBS_LEDGER_RETENTION_SECONDS"
     ledger_archive               = "SPOTJOBS_LEDGER_ARCHIVE"
     keep_last                    = "SPOTJOBS_KEEP_LAST"

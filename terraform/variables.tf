@@ -178,6 +178,7 @@ variable "settings" {
     vertex_crud_per_minute       = optional(number)             # SPOTJOBS_VERTEX_CRUD_PER_MINUTE
     reconcile_crud_share         = optional(number)             # SPOTJOBS_RECONCILE_CRUD_SHARE
     pacer_run_seconds            = optional(number)             # SPOTJOBS_PACER_RUN_SECONDS
+    quota_alert_after_seconds    = optional(number)             # SPOTJOBS_QUOTA_ALERT_AFTER_SECONDS
     ledger_retention_seconds     = optional(number)             # SPOTJOBS_LEDGER_RETENTION_SECONDS
     ledger_archive               = optional(bool)               # SPOTJOBS_LEDGER_ARCHIVE
     keep_last                    = optional(number)             # SPOTJOBS_KEEP_LAST

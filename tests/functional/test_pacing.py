@@ -45,6 +45,8 @@ PACED = Settings.from_env(
         "SPOTJOBS_TRAINING_SERVICE_ACCOUNT": "trainer@my-project.iam.gserviceaccount.com",
         "SPOTJOBS_VERTEX_CREATES_PER_MINUTE": "1200",
         "SPOTJOBS_PACER_RUN_SECONDS": "2",
+        # 0.05 s per slot: a line of more than 4 is a burst worth an alert.
+        "SPOTJOBS_QUOTA_ALERT_AFTER_SECONDS": "0.2",
     }
 )
 LOCATION = "us-central1"
@@ -170,12 +172,12 @@ def restart(line: Line) -> None:
     line.pump()
 
 
-def burst(count: int, priority_every: int = 0) -> list[tuple[str, bytes]]:
+def burst(count: int, priority_every: int = 0, prefix: str = "burst") -> list[tuple[str, bytes]]:
     requests = []
     for i in range(count):
         priority = 5 if priority_every and i % priority_every == 0 else 0
         fields = {"priority": priority} if priority else {}
-        requests.append((f"burst-{i:03d}", envelope(f"burst-{i:03d}", **fields)))
+        requests.append((f"{prefix}-{i:03d}", envelope(f"{prefix}-{i:03d}", **fields)))
     return requests
 
 
@@ -212,10 +214,16 @@ def test_one_quota_limited_alert_per_burst_names_how_many_wait_and_the_drain_tim
     assert alert.details["expected_drain_seconds"] == round(6 * 60 / PACED.vertex_creates_per_minute)
     # The burst is over once the line is empty: the next one alerts again, once.
     with drainer_held(line):
-        line.deliver(envelope("later-1"), "m-later-1")
-        line.deliver(envelope("later-2"), "m-later-2")
+        for request_id, body in burst(5, prefix="later"):
+            line.deliver(body, f"m-{request_id}")
     restart(line)
-    assert [a.details["waiting"] for a in line.alerts] == [6, 2]
+    assert [a.details["waiting"] for a in line.alerts] == [6, 5]
+    # A line that drains within quota_alert_after_seconds is pacing, not a quota problem.
+    with drainer_held(line):
+        line.deliver(envelope("short-1"), "m-short-1")
+        line.deliver(envelope("short-2"), "m-short-2")
+    restart(line)
+    assert [a.details["waiting"] for a in line.alerts] == [6, 5]
 
 
 def test_redelivered_and_concurrent_waiting_requests_are_created_once_each(line: Line) -> None:
