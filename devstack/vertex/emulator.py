@@ -229,6 +229,12 @@ class _EmulatorHTTPServer(ThreadingHTTPServer):
         self.service = service
         self.logger = logger
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client closing its keep-alive connection (a test or the demo ending) is not an error.
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
 
 class _RequestHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as the REST client's session expects
