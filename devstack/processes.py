@@ -14,6 +14,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -52,14 +53,16 @@ def http_ok(url: str) -> bool:
         return False
 
 
-def _exit_with_parent() -> None:
-    """In the child, before exec: get SIGTERM if the launcher dies, even by SIGKILL (Linux only),
-    so a killed `spotjobs local up` does not leave emulators running."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    pr_set_pdeathsig = 1
-    libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+# In the child, before it execs the real command: ask the kernel for SIGTERM when the launcher dies,
+# even by SIGKILL (Linux prctl PR_SET_PDEATHSIG), so a killed `spotjobs local up` leaves nothing
+# running. A trampoline, not `preexec_fn`: with `preexec_fn` subprocess must fork() and run every
+# at-fork handler, and gRPC's (the Pub/Sub client's, in the launcher) can block that fork forever
+# (seen: a stack test's launcher stuck in _fork_exec on a futex); without it CPython uses vfork.
+_EXIT_WITH_PARENT = (
+    "import ctypes, os, signal, sys; "
+    "ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM); "
+    "os.execvp(sys.argv[1], sys.argv[1:])"
+)
 
 
 @dataclass
@@ -78,14 +81,13 @@ class ManagedProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child for its lifetime
         self.popen = subprocess.Popen(
-            self.argv,
+            [sys.executable, "-c", _EXIT_WITH_PARENT, *self.argv],
             env=self.env,
             cwd=self.cwd,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE if self.stdout_pipe else log,
             stderr=log,
             start_new_session=True,
-            preexec_fn=_exit_with_parent,
         )
         log.close()
 
