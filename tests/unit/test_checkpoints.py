@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import pytest
@@ -17,6 +18,7 @@ from spotjobs_kit.layout import (
     hf_checkpoint_complete,
     is_checkpoint_file,
     is_orbax_tmp,
+    newest_complete,
     orbax_committed,
     order_markers,
     parse_tf_index,
@@ -360,3 +362,69 @@ def test_lightning_keras_and_dcp_checkpoints_beside_what_is_never_one() -> None:
     ]
     unmanaged = {u.name for u in found.unmanaged}
     assert unmanaged == {"backup/", "last.ckpt", "zero_to_fp32.py"} | {n for n in NEVER_CHECKPOINTS if "/" not in n}
+
+
+# A folder holding the kit's marker is complete only while the files it lists are there at their sizes.
+
+KIT_FILES = {"model.ckpt": 300, "default/d/3e73d032": 40, ".metadata": 5}
+
+
+def _kit_committed(store: MemoryStore, name: str, files: dict[str, int] = KIT_FILES) -> None:
+    for relative, size in files.items():
+        store.put(f"{folder('r1')}{name}{relative}", size=size)
+    store.put(f"{folder('r1')}{name}COMMITTED", text=json.dumps({"v": 1, "step": step_of(name), "files": files}))
+
+
+@pytest.mark.parametrize(
+    ("change", "complete"),
+    [
+        ("nothing", True),
+        ("model.ckpt deleted", False),
+        ("default/d/3e73d032 deleted", False),  # a file in a subfolder
+        ("model.ckpt resized", False),
+        ("a file added", True),  # what the marker does not list is not its business
+    ],
+)
+def test_a_kit_marker_counts_only_while_the_files_it_lists_are_there_at_their_sizes(
+    change: str, complete: bool
+) -> None:
+    store = MemoryStore()
+    _kit_committed(store, "step-000100/")
+    _kit_committed(store, "step-000200/")
+    newest = f"{folder('r1')}step-000200/"
+    if change.endswith("deleted"):
+        del store.objects[newest + change.split()[0]]
+    elif change.endswith("resized"):
+        store.put(newest + "model.ckpt", size=299)
+    elif change == "a file added":
+        store.put(newest + "notes.txt", size=1)
+    found = discover(store, folder("r1"), MARKERS)
+    judged = {c.name: (c.complete, c.evidence) for c in found.checkpoints}
+    assert judged["step-000100/"] == (True, Evidence.MARKER)
+    # .metadata (DCP's marker) is found before COMMITTED; the kit's list is checked all the same.
+    assert judged["step-000200/"] == ((True, Evidence.MARKER) if complete else (False, Evidence.FILES_MISSING))
+    assert newest_complete(found.checkpoints).name == ("step-000200/" if complete else "step-000100/")
+
+
+def test_a_hugging_face_folder_with_the_kit_marker_is_checked_against_its_list() -> None:
+    store = MemoryStore()
+    write_save(store, "r1", hf_trainer(20))
+    files = {o.name[len(folder("r1") + "checkpoint-20/") :]: o.size for o in store.objects.values()}
+    store.put(f"{folder('r1')}checkpoint-20/COMMITTED", text=json.dumps({"v": 1, "step": 20, "files": files}))
+    assert [c.complete for c in discover(store, folder("r1"), MARKERS).checkpoints] == [True]
+    del store.objects[f"{folder('r1')}checkpoint-20/optimizer.pt"]
+    [torn] = discover(store, folder("r1"), MARKERS).checkpoints
+    assert (torn.complete, torn.evidence) == (False, Evidence.FILES_MISSING)
+
+
+def test_an_orbax_metadata_file_alone_is_no_checkpoint() -> None:
+    """Issue 28, break 8: a copy cut short after `_CHECKPOINT_METADATA` (it sorts first) was
+    judged complete by its commit timestamp, with none of the arrays it commits."""
+    store = MemoryStore()
+    write_save(store, "r1", orbax_renamed_legacy(300))
+    store.put(f"{folder('r1')}400/_CHECKPOINT_METADATA", text=orbax_metadata(True))
+    found = discover(store, folder("r1"), MARKERS)
+    assert [(c.name, c.complete, c.evidence) for c in found.checkpoints] == [
+        ("300/", True, Evidence.ORBAX_METADATA),
+        ("400/", False, Evidence.ORBAX_METADATA_ALONE),
+    ]

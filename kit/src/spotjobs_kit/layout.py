@@ -15,6 +15,9 @@ below follow what each framework writes (checked against its source and real sav
   torch.distributed.checkpoint `.metadata`, TensorFlow `checkpoint`, the kit's `COMMITTED`) exists
   directly under it; markers are found with targeted existence checks, trying first the marker
   that matched last, so a request written by one framework costs one check per checkpoint.
+  Whichever marker is found, a folder holding the kit's `COMMITTED` stays complete only while
+  the files it lists are there at their sizes (a read of it, and a delimiter listing of each
+  folder holding them): one whose files were deleted later is skipped for the previous one.
   Without a marker, a framework's own completion evidence counts:
   - Hugging Face Trainer `checkpoint-N/`: `trainer_state.json` (the Trainer writes it last) and the
     model files it follows (`model.safetensors`/`pytorch_model.bin`/a PEFT adapter, every shard
@@ -27,7 +30,8 @@ below follow what each framework writes (checked against its source and real sav
     (Orbax itself treats it as unfinished; 0.12 writes `commit_success.txt` into it just before
     the rename); a finalised folder without `commit_success.txt` (an older Orbax's rename) is
     complete when its `_CHECKPOINT_METADATA` carries `commit_timestamp_nsecs`, set at finalisation
-    after every write finished.
+    after every write finished, and the folder holds something besides it (a copy cut short
+    after the metadata, which sorts first, holds none of the items).
 - the files sharing one stem with a checkpoint extension (CHECKPOINT_EXTENSIONS: `ckpt-000400.pt`,
   Lightning's `epoch=3-step=1000.ckpt`, Keras' `ckpt-0002.keras`/`ckpt-2.weights.h5`) are complete
   once they exist: a GCS object (through the FUSE mount too) is listed only once its upload
@@ -142,6 +146,8 @@ class Evidence:
     NO_MARKER = "no commit marker"
     HF_INCOMPLETE = "Hugging Face checkpoint without trainer_state.json or its model files"
     ORBAX_TMP = "Orbax temporary folder: never finalised"
+    ORBAX_METADATA_ALONE = "Orbax _CHECKPOINT_METADATA without anything it commits"
+    FILES_MISSING = "a file the kit's marker lists is missing or of another size"
     TENSORFLOW_INCOMPLETE = "TensorFlow stem not named by the index, or shards missing"
 
 
@@ -298,6 +304,38 @@ def orbax_committed(metadata_text: str | None) -> bool:
     return isinstance(metadata, dict) and isinstance(metadata.get("commit_timestamp_nsecs"), int)
 
 
+def listed_files(marker_text: str | None) -> dict[str, int] | None:
+    """The files and sizes the kit's marker lists (`{"files": {"model.ckpt": 1234, ...}}`, names
+    relative to the checkpoint folder); None when it lists none (not the kit's format)."""
+    if not marker_text:
+        return None
+    try:
+        marker = json.loads(marker_text)
+    except ValueError:
+        return None
+    files = marker.get("files") if isinstance(marker, dict) else None
+    if not isinstance(files, dict):
+        return None
+    return {str(name): size for name, size in files.items() if isinstance(size, int) and not isinstance(size, bool)}
+
+
+def _is_relative_path(name: str) -> bool:
+    return all(part not in ("", ".", "..") for part in name.split("/"))
+
+
+def files_present(store: ListingStore, unit: str, listed: dict[str, int]) -> bool:
+    """Whether every file `listed` (relative to the prefix `unit`) is under it at its size: one
+    delimiter listing per folder that holds one. A name that could leave the folder never is."""
+    if not all(_is_relative_path(name) for name in listed):
+        return False
+    folders = {name.rsplit("/", 1)[0] + "/" if "/" in name else "" for name in listed}
+    present: dict[str, int] = {}
+    for sub in sorted(folders):
+        for obj in store.list_folder(unit + sub).files:
+            present[obj.name[len(unit) :]] = obj.size
+    return all(present.get(name) == size for name, size in listed.items())
+
+
 def order_markers(markers: Sequence[str], last_hit: str | None) -> list[str]:
     """Markers in the order to look for them: the one that matched last first."""
     if last_hit in markers:
@@ -421,11 +459,13 @@ def with_contents(
     markers: Sequence[str],
 ) -> Checkpoint:
     """A PREFIX checkpoint with its contents listed, re-judged from them: a marker (or a Hugging
-    Face trainer_state.json) that appeared since discovery makes it complete."""
+    Face trainer_state.json) that appeared since discovery makes it complete (never one whose
+    kit marker lists files it lacks)."""
     unit = f"{folder_prefix}{checkpoint.name}"
     subfolders = {o.name[len(unit) :].split("/", 1)[0] for o in contents if "/" in o.name[len(unit) :]}
     judged = judge_prefix_listing(checkpoint.name, checkpoint.step, folder_prefix, contents, subfolders, markers)
-    if checkpoint.complete or not judged.complete:
+    # A marker whose listed files are missing was there at discovery: it has not "appeared since".
+    if checkpoint.complete or not judged.complete or checkpoint.evidence == Evidence.FILES_MISSING:
         return Checkpoint(
             checkpoint.name,
             checkpoint.kind,
@@ -504,11 +544,35 @@ def discover(
             objects = (grouping.deepspeed_latest,) if named else ()
             units.append(Checkpoint(relative, Kind.PREFIX, step, named, objects, evidence=evidence))
         else:
-            metadata = store.read_text(f"{prefix}{relative}{ORBAX_METADATA}")
-            if orbax_committed(metadata):
-                obj = store.stat(f"{prefix}{relative}{ORBAX_METADATA}")
-                objects = (obj,) if obj is not None else ()
-                units.append(Checkpoint(relative, Kind.PREFIX, step, True, objects, evidence=Evidence.ORBAX_METADATA))
-            else:
-                units.append(Checkpoint(relative, Kind.PREFIX, step, False, evidence=Evidence.NO_MARKER))
+            units.append(_judge_orbax_metadata(store, prefix, relative, step))
+    units = [_checked_against_kit_marker(store, prefix, c) for c in units]
     return RequestCheckpoints(prefix, tuple(sorted_checkpoints(units)), tuple(grouping.unmanaged), last_hit)
+
+
+def _judge_orbax_metadata(store: ListingStore, prefix: str, relative: str, step: int) -> Checkpoint:
+    """A folder without a marker: complete when Orbax's `_CHECKPOINT_METADATA` carries the commit
+    timestamp and the folder holds something besides it (the items it commits; a copy cut short
+    after the metadata, which sorts first, holds none)."""
+    unit = f"{prefix}{relative}"
+    if not orbax_committed(store.read_text(unit + ORBAX_METADATA)):
+        return Checkpoint(relative, Kind.PREFIX, step, False, evidence=Evidence.NO_MARKER)
+    listing = store.list_folder(unit)
+    metadata = tuple(o for o in listing.files if o.name == unit + ORBAX_METADATA)
+    if not listing.subfolders and len(listing.files) == len(metadata):
+        return Checkpoint(relative, Kind.PREFIX, step, False, metadata, evidence=Evidence.ORBAX_METADATA_ALONE)
+    return Checkpoint(relative, Kind.PREFIX, step, True, metadata, evidence=Evidence.ORBAX_METADATA)
+
+
+def _checked_against_kit_marker(store: ListingStore, prefix: str, checkpoint: Checkpoint) -> Checkpoint:
+    """A complete folder holding the kit's marker stays complete only while the files the marker
+    lists are there at their sizes (deleted later: the previous complete checkpoint is the one
+    to resume from, not a crash at every restart). Whichever marker was found first."""
+    if checkpoint.kind != Kind.PREFIX or not checkpoint.complete:
+        return checkpoint
+    unit = f"{prefix}{checkpoint.name}"
+    listed = listed_files(store.read_text(unit + KIT_MARKER))
+    if not listed or files_present(store, unit, listed):
+        return checkpoint
+    return Checkpoint(
+        checkpoint.name, checkpoint.kind, checkpoint.step, False, checkpoint.objects, evidence=Evidence.FILES_MISSING
+    )
