@@ -13,7 +13,9 @@ from spotjobs_kit.layout import (
     FolderListing,
     Kind,
     ListedObject,
+    copy_order,
     discover,
+    evidence_beside,
     group_listing,
     hf_checkpoint_complete,
     is_checkpoint_file,
@@ -29,6 +31,7 @@ from spotjobs_kit.layout import (
 
 from tests.support.framework_layouts import (
     NEVER_CHECKPOINTS,
+    SAVES,
     dcp,
     deepspeed,
     hf_trainer,
@@ -428,3 +431,46 @@ def test_an_orbax_metadata_file_alone_is_no_checkpoint() -> None:
         ("300/", True, Evidence.ORBAX_METADATA),
         ("400/", False, Evidence.ORBAX_METADATA_ALONE),
     ]
+
+
+@pytest.mark.parametrize("framework", sorted(SAVES))
+@pytest.mark.parametrize("kit_marker", [False, True])
+def test_a_copy_in_copy_order_is_complete_only_with_every_data_file(framework: str, kit_marker: bool) -> None:
+    """What resubmit writes into the new folder, cut after any object: complete only once
+    every file but a redundant commit marker is there (issue 28, break 8)."""
+    save = SAVES[framework](400)
+    source = _written(save)
+    if kit_marker and save.unit.endswith("/"):
+        files = {n[len(folder("r1") + save.unit) :]: o.size for n, o in source.objects.items() if save.unit in n}
+        source.put(f"{folder('r1')}{save.unit}COMMITTED", text=json.dumps({"v": 1, "step": 400, "files": files}))
+    found = discover(source, folder("r1"), MARKERS)
+    newest = newest_complete(found.checkpoints)
+    if newest is None or newest.kind != Kind.PREFIX:
+        return  # torn by construction (Orbax's tmp folder), or a file checkpoint: nothing to order
+    contents = source.list_all(folder("r1") + newest.name)
+    ordered = copy_order(newest, folder("r1"), contents, MARKERS)
+    beside = evidence_beside(newest, found.unmanaged)
+    data = {o.name for o in contents if o.name.rsplit("/", 1)[-1] not in MARKERS}
+    for cut in range(len(ordered) + len(beside) + 1):
+        copy = MemoryStore()
+        for obj in ordered[:cut]:
+            copy.put(obj.name.replace("/r1/", "/r2/"), size=obj.size, text=source.texts.get(obj.name))
+        for name, text in list(beside.items())[: max(0, cut - len(ordered))]:
+            copy.put(folder("r2") + name, text=text)
+        resumed = newest_complete(discover(copy, folder("r2"), MARKERS).checkpoints)
+        if resumed is not None:
+            assert {n.replace("/r2/", "/r1/") for n in copy.names()} >= data, (framework, cut)
+    assert resumed is not None and (resumed.name, resumed.step) == (newest.name, 400)
+
+
+def test_the_evidence_beside_a_folder_names_what_was_copied() -> None:
+    store = MemoryStore()
+    write_save(store, "r1", deepspeed(100))
+    tf_checkpoint(store, "r1", "ckpt-7")
+    tf_index(store, "r1", ["ckpt-7"])
+    found = discover(store, folder("r1"), MARKERS)
+    by_name = {c.name: c for c in found.checkpoints}
+    assert evidence_beside(by_name["global_step100/"], found.unmanaged) == {"latest": "global_step100"}
+    [(name, index)] = evidence_beside(by_name["ckpt-7"], found.unmanaged).items()
+    assert name == "checkpoint" and parse_tf_index(index) == {"ckpt-7"}
+    assert evidence_beside(by_name["global_step100/"], []) == {}  # no `latest` to carry

@@ -360,6 +360,36 @@ def completion_objects(
     return found
 
 
+def copy_order(
+    checkpoint: Checkpoint, folder_prefix: str, contents: Iterable[ListedObject], markers: Sequence[str]
+) -> list[ListedObject]:
+    """The objects of a prefix checkpoint in the order a copy writes them, so that a copy cut
+    short is never complete by any rule above: everything else first, then its completion
+    objects, the commit markers among them last and the kit's (which lists every file) very
+    last. The pruner's deletion order, reversed."""
+    unit = f"{folder_prefix}{checkpoint.name}"
+    gates = {o.name for o in completion_objects(checkpoint, folder_prefix, contents, markers)}
+
+    def rank(obj: ListedObject) -> tuple[bool, bool, bool, str]:
+        leaf = obj.name[len(unit) :]
+        return (obj.name in gates, obj.name in gates and leaf in markers, leaf == KIT_MARKER, obj.name)
+
+    return sorted(contents, key=rank)
+
+
+def evidence_beside(checkpoint: Checkpoint, unmanaged: Iterable[Unmanaged]) -> dict[str, str]:
+    """What a copy of `checkpoint` into an empty folder writes beside it, after everything else,
+    to be complete there by the rules above (name relative to the folder: text): TensorFlow's
+    `checkpoint` index naming its stem, DeepSpeed's `latest` naming its tag (when the folder
+    copied from had one: DeepSpeed loads the tag `latest` names)."""
+    if checkpoint.evidence == Evidence.TENSORFLOW:
+        quoted = '"' + checkpoint.name.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return {TF_INDEX_FILE: f"model_checkpoint_path: {quoted}\nall_model_checkpoint_paths: {quoted}\n"}
+    if _DEEPSPEED_NAME.fullmatch(checkpoint.name) and any(u.name == DEEPSPEED_LATEST for u in unmanaged):
+        return {DEEPSPEED_LATEST: checkpoint.name.rstrip("/")}
+    return {}
+
+
 # Grouping a listing into units.
 
 
