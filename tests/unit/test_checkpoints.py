@@ -312,6 +312,21 @@ def test_deepspeed_tag_folders_are_complete_when_latest_names_them() -> None:
     assert [c.complete for c in discover(store, folder("r1"), MARKERS).checkpoints] == [True, True, False]
 
 
+def test_a_deepspeed_folder_named_by_latest_needs_its_model_states() -> None:
+    """The pruner deletes a DeepSpeed folder's model states first (layout.completion_objects), so
+    that what an interrupted delete leaves is incomplete; the rule counted the folder complete
+    while `latest` named it, model states or not."""
+    store = MemoryStore()
+    write_save(store, "r1", deepspeed(100))
+    write_save(store, "r1", deepspeed(200))
+    del store.objects[f"{folder('r1')}global_step200/mp_rank_00_model_states.pt"]
+    found = discover(store, folder("r1"), MARKERS)
+    assert [(c.name, c.complete, c.evidence) for c in found.checkpoints] == [
+        ("global_step100/", False, Evidence.NO_MARKER),
+        ("global_step200/", False, Evidence.DEEPSPEED_INCOMPLETE),
+    ]
+
+
 def test_orbax_folders_with_or_without_tmp_folders() -> None:
     store = MemoryStore()
     write_save(store, "r1", orbax_gcs(10))  # gs:// in place, commit_success.txt last

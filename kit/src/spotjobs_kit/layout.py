@@ -25,7 +25,7 @@ below follow what each framework writes (checked against its source and real sav
     `pytorch_model_fsdp_*/`), and with several processes' `rng_state_K.pth`, every K from 0 up;
     judged from one delimiter listing of the folder;
   - DeepSpeed `global_stepN/`: named by the `latest` file beside it (DeepSpeed writes the tag
-    there after every rank saved);
+    there after every rank saved), with its model states in it (what the pruner deletes first);
   - Orbax: a `N.orbax-checkpoint-tmp` folder (`-<timestamp>` in older releases) is never complete
     (Orbax itself treats it as unfinished; 0.12 writes `commit_success.txt` into it just before
     the rename); a finalised folder without `commit_success.txt` (an older Orbax's rename) is
@@ -88,6 +88,7 @@ TF_INDEX_FILE = "checkpoint"
 CHECKPOINT_EXTENSIONS = (".pt", ".pth", ".ckpt", ".safetensors", ".bin", ".h5", ".keras", ".msgpack", ".npz")
 HF_TRAINER_STATE = "trainer_state.json"
 DEEPSPEED_LATEST = "latest"
+DEEPSPEED_MODEL_STATES = "model_states.pt"  # each rank's `mp_rank_00_model_states.pt` (ZeRO-3: zero_pp_rank_...)
 ORBAX_METADATA = "_CHECKPOINT_METADATA"
 
 _TF_SUFFIX = re.compile(r"\.(?:index|meta|data-\d+-of-\d+)$")
@@ -140,6 +141,7 @@ class Evidence:
     MARKER = "commit marker"
     HF_TRAINER_STATE = "Hugging Face trainer_state.json and its model files"
     DEEPSPEED_LATEST = "named by DeepSpeed's latest file"
+    DEEPSPEED_INCOMPLETE = "named by DeepSpeed's latest file, without model states"
     ORBAX_METADATA = "Orbax commit timestamp in _CHECKPOINT_METADATA"
     FILES = "checkpoint file"
     TENSORFLOW = "named by the TensorFlow checkpoint index, every shard present"
@@ -355,7 +357,7 @@ def completion_objects(
     found = []
     for obj in contents:
         rest = obj.name[len(unit) :] if obj.name.startswith(unit) else "/"
-        if "/" not in rest and (rest in gates or (deepspeed and rest.endswith("model_states.pt"))):
+        if "/" not in rest and (rest in gates or (deepspeed and rest.endswith(DEEPSPEED_MODEL_STATES))):
             found.append(obj)
     return found
 
@@ -538,7 +540,9 @@ def discover(
     """List one checkpoints folder and judge each unit, with one check per prefix checkpoint
     once a marker has matched (`try_first`: the marker other requests' checkpoints had). A
     checkpoint without a marker costs what its framework's rule needs: one listing (Hugging Face),
-    the `latest` file read once (DeepSpeed), one metadata read (anything else)."""
+    the `latest` file read once and a listing of the folder it names (DeepSpeed), one metadata
+    read and, when it is committed, one listing (anything else). A complete folder costs a read
+    of the kit's marker more, and one listing per folder holding the files it lists."""
     grouping = group_listing(store.list_folder(prefix))
     tf_named: frozenset[str] = frozenset()
     if grouping.tf_index is not None and any(
@@ -569,10 +573,13 @@ def discover(
         elif _DEEPSPEED_NAME.fullmatch(relative) and grouping.deepspeed_latest is not None:
             if deepspeed_tag is None:
                 deepspeed_tag = (store.read_text(grouping.deepspeed_latest.name) or "").strip()
-            named = deepspeed_tag == relative.rstrip("/")
-            evidence = Evidence.DEEPSPEED_LATEST if named else Evidence.NO_MARKER
-            objects = (grouping.deepspeed_latest,) if named else ()
-            units.append(Checkpoint(relative, Kind.PREFIX, step, named, objects, evidence=evidence))
+            if deepspeed_tag != relative.rstrip("/"):
+                units.append(Checkpoint(relative, Kind.PREFIX, step, False, evidence=Evidence.NO_MARKER))
+            elif not any(o.name.endswith(DEEPSPEED_MODEL_STATES) for o in store.list_folder(prefix + relative).files):
+                units.append(Checkpoint(relative, Kind.PREFIX, step, False, evidence=Evidence.DEEPSPEED_INCOMPLETE))
+            else:
+                latest = (grouping.deepspeed_latest,)
+                units.append(Checkpoint(relative, Kind.PREFIX, step, True, latest, evidence=Evidence.DEEPSPEED_LATEST))
         else:
             units.append(_judge_orbax_metadata(store, prefix, relative, step))
     units = [_checked_against_kit_marker(store, prefix, c) for c in units]
