@@ -70,7 +70,7 @@ class CopyStore(GcsPruneStore):
 
         try:
             # ifGenerationMatch=0: only if no live object has the name; ifSourceGenerationMatch:
-            # the version judged complete (https://cloud.google.com/storage/docs/json_api/v1/objects/copy).
+            # the version judged complete (https://cloud.google.com/storage/docs/request-preconditions).
             self._bucket.copy_blob(
                 self._bucket.blob(source.name),
                 self._bucket,
