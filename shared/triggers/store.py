@@ -12,6 +12,9 @@ In the state bucket, under `triggers/`:
 - `<name>/windows/<window id>/sealed`  created at the seal: members created before it are the
                                    window's, later ones are carried forward (GCS times both)
 
+A window's document, members and seal are removed once it is done and no notification can name it
+any more (`shared.triggers.retention`); definitions and state documents are one per trigger.
+
 One notification is one create of its own member object (`if_generation_match=0`): a redelivery
 is a 412, and a burst of 10,000 notifications is 10,000 writes to 10,000 names, never a queue of
 writes to one document (GCS sustains about one write per second per object name).
@@ -30,6 +33,9 @@ if TYPE_CHECKING:
 
 PREFIX = "triggers/"
 DEFINITIONS_PREFIX = f"{PREFIX}_definitions/"
+# A window document in one of these states is done with (a request published, or nothing to
+# publish); "deferred" is done once the trigger's state no longer carries it.
+FINAL_STATES = ("closed", "skipped", "deferred", "failed")
 
 Doc = dict[str, Any]
 
@@ -50,6 +56,10 @@ def window_path(name: str, window_id: str) -> str:
     return f"{PREFIX}{name}/windows/{window_id}.json"
 
 
+def windows_prefix(name: str) -> str:
+    return f"{PREFIX}{name}/windows/"
+
+
 def members_prefix(name: str, window_id: str) -> str:
     return f"{PREFIX}{name}/windows/{window_id}/objects/"
 
@@ -64,6 +74,10 @@ class TriggerStore:
     def __init__(self, bucket: Bucket, *, max_conflicts: int = 20) -> None:
         self._bucket = bucket
         self._max_conflicts = max_conflicts
+
+    @property
+    def bucket_name(self) -> str:
+        return str(self._bucket.name)
 
     # Definitions.
 
@@ -200,6 +214,33 @@ class TriggerStore:
             self._bucket.blob(path).delete()
         except NotFound:
             pass
+
+    def window_ids_before(self, name: str, end: str) -> list[str]:
+        """The ids of trigger `name`'s windows (a document, or objects under the window) that sort
+        before window id `end`, oldest first: window ids sort like their start, so one listing
+        bounded by `end` costs the old windows only."""
+        prefix = windows_prefix(name)
+        listing = self._bucket.client.list_blobs(
+            self._bucket, prefix=prefix, delimiter="/", end_offset=f"{prefix}{end}"
+        )
+        ids = {blob.name[len(prefix) :].removesuffix(".json") for blob in listing}
+        ids |= {folder[len(prefix) :].rstrip("/") for folder in listing.prefixes}
+        return sorted(ids)
+
+    def delete_window(self, name: str, window_id: str) -> int:
+        """Remove a window: its members and seal, then its document (last, so a removal cut short
+        is still listed and finished later). Returns the objects removed."""
+        from google.api_core.exceptions import NotFound
+
+        folder = f"{PREFIX}{name}/windows/{window_id}/"
+        removed = 0
+        for path in [*(folder + key for key in self.list_names(folder)), window_path(name, window_id)]:
+            try:
+                self._bucket.blob(path).delete()
+            except NotFound:
+                continue
+            removed += 1
+        return removed
 
     def list_names(self, prefix: str) -> list[str]:
         return [

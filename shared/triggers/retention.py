@@ -1,0 +1,103 @@
+"""A trigger's windows leave the state bucket once done with: state grows with open windows, never
+with the notifications of the past (docs/ARCHITECTURE.md, "What the state bucket keeps").
+
+A window's objects (its document, one member per notification, its seal) are needed until its
+request is published and no notification can name the window any more: a redelivery of one it
+listed must find it closed (or the notification would open it again and be published twice). Pub/Sub
+keeps a message at most 31 days, so a window is removed `RETENTION_SECONDS` after its end, and only
+- if its document is done with (`FINAL_STATES`, no alert pending), or it has none (a removal cut
+  short: its document goes last);
+- unless it is still wanted for a manifest: carried forward by the trigger's state, a window still
+  closing (its open marker), or carried by one (its decision and document name what it carries).
+
+The tick sweeps each trigger at most once every `SWEEP_EVERY_SECONDS` per instance: a listing of the
+windows older than the retention (bounded by the listing's end, so it costs the old windows only),
+at most `REMOVALS_PER_SWEEP` objects removed; what is left is removed by the next sweep.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from shared.clock import parse_iso
+from shared.log import Logger
+from shared.triggers import store as paths
+from shared.triggers.definition import TriggerDefinition
+from shared.triggers.render import Window
+from shared.triggers.store import FINAL_STATES, TriggerStore
+
+# Pub/Sub keeps a message at most 31 days (topic retention); a day more.
+RETENTION_SECONDS = 32 * 86400.0
+SWEEP_EVERY_SECONDS = 3600.0
+REMOVALS_PER_SWEEP = 2000
+
+# (state bucket, trigger) -> when this instance last finished a sweep of it.
+_swept: dict[tuple[str, str], datetime] = {}
+
+
+def retire_windows(store: TriggerStore, definition: TriggerDefinition, now: datetime, log: Logger) -> int:
+    """Remove the trigger's windows that are done with and past the retention, if a sweep is due.
+    Returns the objects removed. A failure is logged and left to the next sweep: housekeeping
+    never fails the tick that closes windows."""
+    key = (store.bucket_name, definition.name)
+    last = _swept.get(key)
+    if last is not None and timedelta(0) <= now - last < timedelta(seconds=SWEEP_EVERY_SECONDS):
+        return 0
+    try:
+        removed, finished = _sweep(store, definition, now)
+    except Exception as exc:  # noqa: BLE001 - the next sweep tries again
+        log.warning(
+            "could not remove old trigger windows; the next sweep tries again",
+            event="trigger_retention_failed",
+            trigger=definition.name,
+            error=f"{type(exc).__name__}: {exc}",
+        )
+        return 0
+    if finished:
+        _swept[key] = now
+    if removed:
+        log.info(
+            "removed trigger windows past their retention",
+            event="trigger_windows_retired",
+            trigger=definition.name,
+            objects_removed=removed,
+        )
+    return removed
+
+
+def _sweep(store: TriggerStore, definition: TriggerDefinition, now: datetime) -> tuple[int, bool]:
+    """(objects removed, whether every window due was looked at)."""
+    name = definition.name
+    horizon = now - timedelta(seconds=RETENTION_SECONDS)
+    # Windows starting before the one containing the horizon ended by it (the document's own end
+    # is checked too: the coalescing may have been changed since the window was cut).
+    candidates = store.window_ids_before(name, Window.containing(horizon, definition.coalesce_seconds).id)
+    if not candidates:
+        return 0, True
+    wanted = _still_wanted(store, name)
+    removed = 0
+    for window_id in candidates:
+        if removed >= REMOVALS_PER_SWEEP:
+            return removed, False
+        if window_id in wanted:
+            continue
+        document = store.read(paths.window_path(name, window_id))[0]
+        if document is not None and (
+            document.get("state") not in FINAL_STATES
+            or document.get("alert_pending")
+            or parse_iso(document["window_end"]) > horizon
+        ):
+            continue
+        removed += store.delete_window(name, window_id)
+    return removed, True
+
+
+def _still_wanted(store: TriggerStore, name: str) -> set[str]:
+    """Windows a manifest may still list: carried forward, still closing, or carried by one."""
+    state = store.read(paths.state_path(name))[0] or {}
+    closing = set(store.list_names(paths.open_prefix(name)))
+    wanted = set(state.get("carry", [])) | closing
+    for window_id in closing:
+        wanted.update(state.get("decided", {}).get(window_id, {}).get("carried", []))
+        wanted.update((store.read(paths.window_path(name, window_id))[0] or {}).get("carried", []))
+    return wanted
