@@ -10,16 +10,18 @@ keeps a message at most 31 days, so a window is removed `RETENTION_SECONDS` afte
 - unless it is still wanted for a manifest: carried forward by the trigger's state, a window still
   closing (its open marker), or carried by one (its decision and document name what it carries).
 
-The tick sweeps each trigger at most once every `SWEEP_EVERY_SECONDS` per instance: a listing of the
-windows older than the retention (bounded by the listing's end, so it costs the old windows only),
-at most `REMOVALS_PER_SWEEP` objects removed; what is left is removed by the next sweep.
+The tick sweeps each trigger at most once every `SWEEP_EVERY_SECONDS` (noted in its state
+document, so once in all, whatever the instances): a listing of the windows older than the
+retention (bounded by the listing's end, so it costs the old windows only), at most
+`REMOVALS_PER_SWEEP` objects removed; what is left is removed by the next tick's sweep.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
-from shared.clock import parse_iso
+from shared.clock import iso, parse_iso
 from shared.log import Logger
 from shared.triggers import store as paths
 from shared.triggers.definition import TriggerDefinition
@@ -30,21 +32,25 @@ from shared.triggers.store import FINAL_STATES, TriggerStore
 RETENTION_SECONDS = 32 * 86400.0
 SWEEP_EVERY_SECONDS = 3600.0
 REMOVALS_PER_SWEEP = 2000
-
-# (state bucket, trigger) -> when this instance last finished a sweep of it.
-_swept: dict[tuple[str, str], datetime] = {}
+# In the trigger's state document: when its last sweep finished (one sweep an hour in all).
+SWEPT_FIELD = "windows_retired_at"
 
 
 def retire_windows(store: TriggerStore, definition: TriggerDefinition, now: datetime, log: Logger) -> int:
     """Remove the trigger's windows that are done with and past the retention, if a sweep is due.
     Returns the objects removed. A failure is logged and left to the next sweep: housekeeping
     never fails the tick that closes windows."""
-    key = (store.bucket_name, definition.name)
-    last = _swept.get(key)
-    if last is not None and timedelta(0) <= now - last < timedelta(seconds=SWEEP_EVERY_SECONDS):
+    path = paths.state_path(definition.name)
+    state = store.read(path)[0]
+    if state is None:
+        return 0  # no window was ever decided
+    swept = state.get(SWEPT_FIELD)
+    if swept and timedelta(0) <= now - parse_iso(swept) < timedelta(seconds=SWEEP_EVERY_SECONDS):
         return 0
     try:
-        removed, finished = _sweep(store, definition, now)
+        removed, finished = _sweep(store, definition, state, now)
+        if finished:
+            store.update(path, lambda current: {**current, SWEPT_FIELD: iso(now)} if current else None)
     except Exception as exc:  # noqa: BLE001 - the next sweep tries again
         log.warning(
             "could not remove old trigger windows; the next sweep tries again",
@@ -53,8 +59,6 @@ def retire_windows(store: TriggerStore, definition: TriggerDefinition, now: date
             error=f"{type(exc).__name__}: {exc}",
         )
         return 0
-    if finished:
-        _swept[key] = now
     if removed:
         log.info(
             "removed trigger windows past their retention",
@@ -65,7 +69,9 @@ def retire_windows(store: TriggerStore, definition: TriggerDefinition, now: date
     return removed
 
 
-def _sweep(store: TriggerStore, definition: TriggerDefinition, now: datetime) -> tuple[int, bool]:
+def _sweep(
+    store: TriggerStore, definition: TriggerDefinition, state: dict[str, Any], now: datetime
+) -> tuple[int, bool]:
     """(objects removed, whether every window due was looked at)."""
     name = definition.name
     horizon = now - timedelta(seconds=RETENTION_SECONDS)
@@ -74,7 +80,7 @@ def _sweep(store: TriggerStore, definition: TriggerDefinition, now: datetime) ->
     candidates = store.window_ids_before(name, Window.containing(horizon, definition.coalesce_seconds).id)
     if not candidates:
         return 0, True
-    wanted = _still_wanted(store, name)
+    wanted = _still_wanted(store, name, state)
     removed = 0
     for window_id in candidates:
         if removed >= REMOVALS_PER_SWEEP:
@@ -92,9 +98,11 @@ def _sweep(store: TriggerStore, definition: TriggerDefinition, now: datetime) ->
     return removed, True
 
 
-def _still_wanted(store: TriggerStore, name: str) -> set[str]:
-    """Windows a manifest may still list: carried forward, still closing, or carried by one."""
-    state = store.read(paths.state_path(name))[0] or {}
+def _still_wanted(store: TriggerStore, name: str, state: dict[str, Any]) -> set[str]:
+    """Windows a manifest may still list: carried forward, still closing, or carried by one. The
+    state is read before the open markers are listed: a window fired since carried its windows
+    in the state read, or has its marker listed (written before its decision, removed after its
+    close) with its decision or document naming them."""
     closing = set(store.list_names(paths.open_prefix(name)))
     wanted = set(state.get("carry", [])) | closing
     for window_id in closing:

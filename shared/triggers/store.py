@@ -75,10 +75,6 @@ class TriggerStore:
         self._bucket = bucket
         self._max_conflicts = max_conflicts
 
-    @property
-    def bucket_name(self) -> str:
-        return str(self._bucket.name)
-
     # Definitions.
 
     def list_definitions(self) -> list[Doc]:
