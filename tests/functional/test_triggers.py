@@ -576,3 +576,16 @@ def test_carried_windows_are_kept_until_the_window_carrying_them_is_published(ri
     rig.at(rig.now[0] + timedelta(days=40))
     rig.tick()
     assert state_objects(rig) == ["triggers/daily-data/state.json"]
+
+
+def test_the_sweep_lists_only_the_windows_older_than_its_cutoff(rig: Rig) -> None:
+    for window_id in ("w20261129t165500z", "w20261129t170000z", "w20261129t170500z"):
+        rig.store.create(f"triggers/t/windows/{window_id}.json", {"window_id": window_id})
+        rig.store.touch(f"triggers/t/windows/{window_id}/sealed")
+    rig.store.touch("triggers/t/windows/w20261129t165000z/objects/k")  # a removal cut short: no document
+
+    assert rig.store.window_ids_before("t", "w20261129t170500z") == [
+        "w20261129t165000z",
+        "w20261129t165500z",
+        "w20261129t170000z",
+    ]
