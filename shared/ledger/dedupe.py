@@ -20,9 +20,10 @@ redriven with its original publish time), always lands in the window it landed i
 - otherwise it opens a window `[moment, moment + dedupe)`, which ends before the next one.
 Windows older than `HORIZON_SECONDS` (longer than Pub/Sub keeps a message, so no delivery can
 still name them) are dropped on the next write, and the whole document goes once its newest window
-is that old: every write sets the object's Custom-Time to the newest window's end, and a lifecycle
-rule on `dedupe/` (terraform/storage.tf, `days_since_custom_time`) deletes it a day after the
-horizon. A content never published again leaves nothing behind.
+is that old: every write (a new generation) sets the object's Custom-Time
+(https://cloud.google.com/storage/docs/metadata#custom-time) to the newest window's end, and a
+lifecycle rule on `dedupe/` (terraform/storage.tf, `days_since_custom_time`) deletes it a day after
+the horizon. A content never published again leaves nothing behind.
 """
 
 from __future__ import annotations
