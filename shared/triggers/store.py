@@ -52,22 +52,22 @@ def open_prefix(name: str) -> str:
     return f"{PREFIX}{name}/open/"
 
 
-def window_path(name: str, window_id: str) -> str:
-    return f"{PREFIX}{name}/windows/{window_id}.json"
-
-
 def windows_prefix(name: str) -> str:
     return f"{PREFIX}{name}/windows/"
 
 
+def window_path(name: str, window_id: str) -> str:
+    return f"{windows_prefix(name)}{window_id}.json"
+
+
 def members_prefix(name: str, window_id: str) -> str:
-    return f"{PREFIX}{name}/windows/{window_id}/objects/"
+    return f"{windows_prefix(name)}{window_id}/objects/"
 
 
 def seal_path(name: str, window_id: str) -> str:
     """An empty object created when the window is sealed: its creation time (the server's clock,
     as its members' are) divides the members the window lists from those it carries forward."""
-    return f"{PREFIX}{name}/windows/{window_id}/sealed"
+    return f"{windows_prefix(name)}{window_id}/sealed"
 
 
 class TriggerStore:
@@ -228,7 +228,7 @@ class TriggerStore:
         is still listed and finished later). Returns the objects removed."""
         from google.api_core.exceptions import NotFound
 
-        folder = f"{PREFIX}{name}/windows/{window_id}/"
+        folder = f"{windows_prefix(name)}{window_id}/"
         removed = 0
         for path in [*(folder + key for key in self.list_names(folder)), window_path(name, window_id)]:
             try:
