@@ -10,6 +10,10 @@ keeps a message at most 31 days, so a window is removed `RETENTION_SECONDS` afte
 - unless it is still wanted for a manifest: carried forward by the trigger's state, a window still
   closing (its open marker), or carried by one (its decision and document name what it carries).
 
+A deleted trigger records no notification and closes no window: its objects all go once none has
+been written for `RETENTION_SECONDS` (its windows ended before that, and a trigger applied again
+under its name meanwhile is not deleted any more).
+
 The tick sweeps each trigger at most once every `SWEEP_EVERY_SECONDS` (noted in its state
 document, so once in all, whatever the instances): a listing of the windows older than the
 retention (bounded by the listing's end, so it costs the old windows only), at most
@@ -34,6 +38,8 @@ SWEEP_EVERY_SECONDS = 3600.0
 REMOVALS_PER_SWEEP = 2000
 # In the trigger's state document: when its last sweep finished (one sweep an hour in all).
 SWEPT_FIELD = "windows_retired_at"
+# When the objects of deleted triggers were last looked for.
+DELETED_SWEEP_PATH = f"{paths.PREFIX}_retention.json"
 
 
 def retire_windows(store: TriggerStore, definition: TriggerDefinition, now: datetime, log: Logger) -> int:
@@ -109,3 +115,41 @@ def _still_wanted(store: TriggerStore, name: str, state: dict[str, Any]) -> set[
         wanted.update(state.get("decided", {}).get(window_id, {}).get("carried", []))
         wanted.update((store.read(paths.window_path(name, window_id))[0] or {}).get("carried", []))
     return wanted
+
+
+def retire_deleted_triggers(store: TriggerStore, now: datetime, log: Logger) -> int:
+    """Remove the objects of triggers without a stored definition (one this version cannot read
+    is still a definition) once none was written for the retention, if a sweep is due (hourly,
+    noted in `DELETED_SWEEP_PATH`). Returns the objects removed; a failure is logged and left to
+    the next sweep."""
+    swept = (store.read(DELETED_SWEEP_PATH)[0] or {}).get("swept_at")
+    if swept and timedelta(0) <= now - parse_iso(swept) < timedelta(seconds=SWEEP_EVERY_SECONDS):
+        return 0
+    horizon = now - timedelta(seconds=RETENTION_SECONDS)
+    removed = 0
+    try:
+        defined = {stored.removesuffix(".json") for stored in store.list_names(paths.DEFINITIONS_PREFIX)}
+        for name in store.trigger_names():
+            if name in defined:
+                continue
+            prefix = f"{paths.PREFIX}{name}/"
+            objects = [(key, created) for key, _metadata, created in store.iter_members(prefix)]
+            if any(created is None or created > horizon for _key, created in objects):
+                continue
+            for key, _created in objects:
+                store.delete(prefix + key)
+            removed += len(objects)
+            if removed >= REMOVALS_PER_SWEEP:
+                break
+        else:
+            store.put(DELETED_SWEEP_PATH, {"swept_at": iso(now)})
+    except Exception as exc:  # noqa: BLE001 - the next sweep tries again
+        log.warning(
+            "could not remove a deleted trigger's objects; the next sweep tries again",
+            event="trigger_retention_failed",
+            error=f"{type(exc).__name__}: {exc}",
+        )
+        return 0
+    if removed:
+        log.info("removed the objects of deleted triggers", event="trigger_deleted_retired", objects_removed=removed)
+    return removed

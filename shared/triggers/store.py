@@ -11,9 +11,11 @@ In the state bucket, under `triggers/`:
                                    is in its custom metadata, so the manifest is one listing
 - `<name>/windows/<window id>/sealed`  created at the seal: members created before it are the
                                    window's, later ones are carried forward (GCS times both)
+- `_retention.json`                when the objects of deleted triggers were last looked for
 
 A window's document, members and seal are removed once it is done and no notification can name it
-any more (`shared.triggers.retention`); definitions and state documents are one per trigger.
+any more, and a deleted trigger's objects once none was written for as long
+(`shared.triggers.retention`); definitions and state documents are one per trigger.
 
 One notification is one create of its own member object (`if_generation_match=0`): a redelivery
 is a 412, and a burst of 10,000 notifications is 10,000 writes to 10,000 names, never a queue of
@@ -117,6 +119,10 @@ class TriggerStore:
             return False
         return True
 
+    def put(self, path: str, doc: Doc) -> None:
+        """Write `path` whatever is there (last writer wins)."""
+        self._write(path, doc, None)
+
     def update(self, path: str, transition: Transition[Doc]) -> Doc | None:
         """Apply `transition` under compare-and-swap and return the document as stored (`swap`)."""
         return self.swap(path, transition).value
@@ -211,6 +217,14 @@ class TriggerStore:
         except NotFound:
             pass
 
+    def trigger_names(self) -> list[str]:
+        """Every trigger with objects under `triggers/` (defined or not)."""
+        listing = self._bucket.client.list_blobs(
+            self._bucket, prefix=PREFIX, delimiter="/", fields="prefixes,nextPageToken"
+        )
+        names = {folder[len(PREFIX) :].rstrip("/") for page in listing.pages for folder in page.prefixes}
+        return sorted(names - {DEFINITIONS_PREFIX[len(PREFIX) :].rstrip("/")})
+
     def window_ids_before(self, name: str, end: str) -> list[str]:
         """The ids of trigger `name`'s windows (a document, or objects under the window) that sort
         before window id `end`, oldest first: window ids sort like their start, so one listing
@@ -273,7 +287,7 @@ class TriggerStore:
             return None, 0
         return json.loads(raw), int(blob.generation)
 
-    def _write(self, path: str, doc: Doc, generation: int) -> None:
+    def _write(self, path: str, doc: Doc, generation: int | None) -> None:
         self._bucket.blob(path).upload_from_string(
             json.dumps(doc, separators=(",", ":"), sort_keys=True),
             content_type="application/json",

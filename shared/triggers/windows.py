@@ -23,7 +23,7 @@ from shared.triggers import store as paths
 from shared.triggers.definition import TriggerDefinition
 from shared.triggers.publishing import finish, publish_failure_alert
 from shared.triggers.render import Window
-from shared.triggers.retention import retire_windows
+from shared.triggers.retention import retire_deleted_triggers, retire_windows
 from shared.triggers.store import FINAL_STATES, TriggerStore
 
 if TYPE_CHECKING:
@@ -200,6 +200,7 @@ def tick(ports: Ports, store: TriggerStore, definitions: Sequence[TriggerDefinit
                 error=f"{type(exc).__name__}: {exc}",
             )
         retire_windows(store, definition, now, log)
+    retire_deleted_triggers(store, now, log)
     log.info("triggers tick", event="triggers_tick", **{f"windows_{k}": v for k, v in counts.items()})
     return counts
 

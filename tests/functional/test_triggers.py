@@ -589,3 +589,31 @@ def test_the_sweep_lists_only_the_windows_older_than_its_cutoff(rig: Rig) -> Non
         "w20261129t165500z",
         "w20261129t170000z",
     ]
+
+
+def test_a_deleted_triggers_objects_go_once_none_was_written_for_the_retention(rig: Rig) -> None:
+    apply(rig, definition(min_objects=2))
+    apply(rig, definition("other"))
+    rig.notify("incoming/a.csv")
+    rig.at(T0 + timedelta(seconds=311))
+    rig.tick()  # deferred: data carried, waiting for more
+    rig.store.delete_definition("daily-data")
+
+    rig.at(T0 + timedelta(days=1))
+    rig.tick()
+    assert state_objects(rig) != []  # applied again soon, it would carry on where it was
+    rig.at(T0 + timedelta(days=400))
+    rig.tick()
+    assert state_objects(rig) == []
+
+
+def test_a_definition_this_version_cannot_read_keeps_its_triggers_objects(rig: Rig) -> None:
+    apply(rig, definition())
+    rig.notify("incoming/a.csv")
+    rig.at(T0 + timedelta(seconds=311))
+    rig.tick()
+    rig.store.put_definition({**definition(), "coalesce_seconds": 0})  # say, written by a newer version
+
+    rig.at(T0 + timedelta(days=400))
+    rig.tick()
+    assert "triggers/daily-data/state.json" in state_objects(rig)

@@ -113,6 +113,9 @@ FAMILIES = {
         ("triggers/", "_definitions/"),
         (Bounded("one per trigger; `spotjobs triggers delete` removes it"),),
     ),
+    "trigger retention sweep": Family(
+        "triggers/_retention.json", "triggers/_retention.json", ("_retention.json",), (Bounded("one"),)
+    ),
     "trigger state": Family(
         "triggers/<name>/state.json", "triggers/daily/state.json", ("/state.json",), (Bounded("one per trigger"),)
     ),
