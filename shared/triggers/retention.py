@@ -35,7 +35,7 @@ from shared.triggers.store import FINAL_STATES, TriggerStore
 # Pub/Sub keeps a message at most 31 days (topic retention); a day more.
 RETENTION_SECONDS = 32 * 86400.0
 SWEEP_EVERY_SECONDS = 3600.0
-REMOVALS_PER_SWEEP = 2000
+REMOVALS_PER_SWEEP = 1000  # a tick's worth of deletes; the next tick carries on
 # In the trigger's state document: when its last sweep finished (one sweep an hour in all).
 SWEPT_FIELD = "windows_retired_at"
 # When the objects of deleted triggers were last looked for.
@@ -89,8 +89,6 @@ def _sweep(
     wanted = _still_wanted(store, name, state)
     removed = 0
     for window_id in candidates:
-        if removed >= REMOVALS_PER_SWEEP:
-            return removed, False
         if window_id in wanted:
             continue
         document = store.read(paths.window_path(name, window_id))[0]
@@ -100,7 +98,9 @@ def _sweep(
             or parse_iso(document["window_end"]) > horizon
         ):
             continue
-        removed += store.delete_window(name, window_id)
+        removed += store.delete_window(name, window_id, REMOVALS_PER_SWEEP - removed)
+        if removed >= REMOVALS_PER_SWEEP:
+            return removed, False  # the next tick carries on
     return removed, True
 
 
@@ -136,11 +136,11 @@ def retire_deleted_triggers(store: TriggerStore, now: datetime, log: Logger) -> 
             objects = [(key, created) for key, _metadata, created in store.iter_members(prefix)]
             if any(created is None or created > horizon for _key, created in objects):
                 continue
-            for key, _created in objects:
+            for key, _created in objects[: REMOVALS_PER_SWEEP - removed]:
                 store.delete(prefix + key)
-            removed += len(objects)
-            if removed >= REMOVALS_PER_SWEEP:
-                break
+            removed = min(removed + len(objects), REMOVALS_PER_SWEEP)
+            if removed == REMOVALS_PER_SWEEP:
+                break  # the next tick carries on
         else:
             store.put(DELETED_SWEEP_PATH, {"swept_at": iso(now)})
     except Exception as exc:  # noqa: BLE001 - the next sweep tries again

@@ -237,14 +237,17 @@ class TriggerStore:
         ids |= {folder[len(prefix) :].rstrip("/") for folder in listing.prefixes}
         return sorted(ids)
 
-    def delete_window(self, name: str, window_id: str) -> int:
-        """Remove a window: its members and seal, then its document (last, so a removal cut short
-        is still listed and finished later). Returns the objects removed."""
+    def delete_window(self, name: str, window_id: str, limit: int) -> int:
+        """Remove up to `limit` objects of a window: its members and seal, then, once they are
+        gone, its document (last, so a removal cut short is still listed and finished later).
+        Returns the objects removed."""
         from google.api_core.exceptions import NotFound
 
         folder = f"{windows_prefix(name)}{window_id}/"
+        doomed = [folder + key for key in self.list_names(folder)]
+        doomed = doomed[:limit] if len(doomed) >= limit else [*doomed, window_path(name, window_id)]
         removed = 0
-        for path in [*(folder + key for key in self.list_names(folder)), window_path(name, window_id)]:
+        for path in doomed:
             try:
                 self._bucket.blob(path).delete()
             except NotFound:

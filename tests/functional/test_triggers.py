@@ -617,3 +617,23 @@ def test_a_definition_this_version_cannot_read_keeps_its_triggers_objects(rig: R
     rig.at(T0 + timedelta(days=400))
     rig.tick()
     assert "triggers/daily-data/state.json" in state_objects(rig)
+
+
+def test_a_sweep_removes_a_bounded_number_of_objects_and_the_next_tick_carries_on(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from shared.triggers import retention
+
+    monkeypatch.setattr(retention, "REMOVALS_PER_SWEEP", 3)
+    apply(rig, definition())
+    for i in range(5):
+        rig.notify(f"incoming/part-{i}.csv")
+    rig.at(T0 + timedelta(seconds=311))
+    rig.tick()
+    rig.at(T0 + timedelta(days=400))
+
+    rig.tick()
+    assert len(state_objects(rig)) == 1 + 5 + 2 - 3  # the state, 5 members, seal and document
+    rig.tick()
+    rig.tick()
+    assert state_objects(rig) == ["triggers/daily-data/state.json"]
