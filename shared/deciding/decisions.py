@@ -62,10 +62,12 @@ from shared.deciding.preemptions import (
     preempted_in_last_run,
     preemptions_text,
 )
+from shared.errors import Violation
 from shared.jobs import FLEX_START, JobSnapshot, JobState, max_wait_seconds
 from shared.ledger.records import Attempt, RequestRecord, Requeue, alert_marker
 from shared.ledger.states import AttemptOutcome, RequestStatus
 from shared.requests.attempts import ON_DEMAND, SPOT, plan_attempt
+from shared.requests.policy import check_strategy
 from shared.settings import Settings
 
 # A job can sit in these for too long; RUNNING is not among them: training legitimately runs
@@ -105,6 +107,9 @@ class DecisionPolicy:
     kit_lines_settle_seconds: float
     changeover_prior_seconds: float
     reconcile_interval_seconds: float
+    # What capacity other than Spot an attempt may be planned on (shared.requests.policy.check_strategy).
+    allowed_fallback_strategies: tuple[str, ...]
+    min_spot_attempts: int
 
     @classmethod
     def from_settings(cls, settings: Settings) -> DecisionPolicy:
@@ -117,6 +122,17 @@ class DecisionPolicy:
             kit_lines_settle_seconds=settings.kit_lines_settle_seconds,
             changeover_prior_seconds=settings.changeover_prior_seconds,
             reconcile_interval_seconds=settings.reconcile_interval_seconds,
+            allowed_fallback_strategies=settings.allowed_fallback_strategies,
+            min_spot_attempts=settings.min_spot_attempts,
+        )
+
+    def refuses(self, strategy: str, record: RequestRecord, n: int) -> Violation | None:
+        """Why attempt `n` of `record` may not run on `strategy` in this deployment, if it may not."""
+        return check_strategy(
+            strategy,
+            record.spot_attempts_before(n),
+            allowed_fallbacks=self.allowed_fallback_strategies,
+            min_spot_attempts=self.min_spot_attempts,
         )
 
 
@@ -223,6 +239,7 @@ def _watch_deadline(
         effects,
         prior_seconds=policy.changeover_prior_seconds,
         review_seconds=policy.reconcile_interval_seconds,
+        refuses=lambda strategy: policy.refuses(strategy, record, attempt.n + 1),
         running=running,
     )
 
@@ -377,7 +394,13 @@ def _requeue_or_give_up(
     max_attempts = int(record.request.get("max_attempts") or policy.default_max_attempts)
     # A deadline outranks max_attempts: its Spot attempts ran out, on-demand finishes the work
     # (a deadline's switches use attempts too; an on-demand attempt is not preempted).
-    on_demand_next = attempt.n >= max_attempts and bool(record.request.get("deadline")) and attempt.strategy == SPOT
+    # Never before the deployment's minimum of Spot attempts, nor where it allows no STANDARD.
+    on_demand_next = (
+        attempt.n >= max_attempts
+        and bool(record.request.get("deadline"))
+        and attempt.strategy == SPOT
+        and policy.refuses(ON_DEMAND, record, attempt.n + 1) is None
+    )
     if attempt.n >= max_attempts and not on_demand_next:
         attempt.outcome = AttemptOutcome.GAVE_UP
         _finish(record, RequestStatus.GAVE_UP, now)

@@ -14,6 +14,7 @@ from typing import Any
 from shared.clock import now_iso
 from shared.errors import SpotjobsError
 from shared.ledger.states import AttemptOutcome, RequestStatus
+from shared.requests.attempts import SPOT
 
 SCHEMA_VERSION = 1
 
@@ -111,6 +112,10 @@ class RequestRecord:
 
     def attempt(self, n: int) -> Attempt | None:
         return next((a for a in self.attempts if a.n == n), None)
+
+    def spot_attempts_before(self, n: int) -> int:
+        """How many Spot attempts came before attempt n (the policy's minimum counts them)."""
+        return sum(1 for a in self.attempts if a.n < n and a.strategy == SPOT)
 
     @property
     def is_terminal(self) -> bool:

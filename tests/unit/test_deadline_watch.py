@@ -3,6 +3,7 @@ the switches both ways, and the deadline's alerts once each."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 from spotjobs_kit.lines import KitRecord
@@ -14,8 +15,11 @@ from shared.deciding.decisions import Observation, decide
 from shared.jobs import JobState
 from shared.ledger.records import Attempt
 from shared.ledger.states import AttemptOutcome, RequestStatus
-from tests.support.decide import JOB1, NOW, POLICY, job, make_record
+from tests.support.decide import JOB1, NOW, job, make_record
+from tests.support.decide import POLICY as SPOT_ONLY
 
+# A deadline is accepted only where STANDARD is an allowed fallback (shared/requests/policy.py).
+POLICY = replace(SPOT_ONLY, allowed_fallback_strategies=("STANDARD",))
 STEPS, CHANGEOVER = 1000, 60.0
 REVIEW = POLICY.reconcile_interval_seconds
 
@@ -146,3 +150,55 @@ def test_a_deadline_request_whose_last_spot_attempt_stocks_out_goes_on_demand_no
     record = make_record(request={**deadline(10 * 3600), "max_attempts": 1}, state=JobState.RUNNING)
     failed = decide(record, Observation(1, job(JobState.FAILED, error=USER_ERROR)), POLICY, NOW).record
     assert failed.status is RequestStatus.FAILED  # only capacity is worked around
+
+
+def loose_deadline_waiting_for_spot():
+    """Issue 28, break 5: 17 minutes of work due in 6 hours, its Spot attempt queued for 40
+    minutes (past its changeover): Uniform Progress says it is behind its line."""
+    record = make_record(
+        request={
+            "deadline": iso(NOW + timedelta(hours=6) - timedelta(minutes=40)),
+            "total_steps": 17 * 60,
+            "expected_step_seconds": 1.0,
+        }
+    )
+    record.created_at = record.attempts[0].created_at = iso(NOW - timedelta(minutes=40))
+    return record
+
+
+def test_a_deadline_never_moves_to_standard_before_the_deployments_minimum_of_spot_attempts() -> None:
+    allowed = decide(loose_deadline_waiting_for_spot(), Observation(1, job(JobState.QUEUED)), POLICY, NOW)
+    assert allowed.record.requeue.strategy == "STANDARD"  # the rule does ask for on-demand here
+    minimum = replace(POLICY, min_spot_attempts=3)
+    record, lines = loose_deadline_waiting_for_spot(), []
+    for _ in range(2):  # an event, then a reconcile pass
+        decision = decide(record, Observation(1, job(JobState.QUEUED)), minimum, NOW)
+        record, lines = decision.record, lines + decision.effects.lines
+    assert record.requeue is None and record.attempts[0].outcome is None and not record.attempts[0].cancel_pending
+    [refused] = [line for line in lines if line.event == "deadline_switch_refused"]
+    assert "at least 3 come first" in refused.message
+
+
+def test_a_deadline_switch_asks_the_policy_in_a_deployment_without_standard() -> None:
+    # A deadline that slipped past validation (issue 28, break 6) still gets no STANDARD attempt.
+    record = make_record(request=deadline(100))
+    decision = decide(record, Observation(1, job(JobState.QUEUED)), SPOT_ONLY, NOW)
+    assert decision.record.requeue is None and decision.record.attempts[0].outcome is None
+    [refused] = [line for line in decision.effects.lines if line.event == "deadline_switch_refused"]
+    assert "allowed fallback strategies: none" in refused.message
+
+
+def test_a_deadline_outranks_max_attempts_only_as_far_as_the_policy_allows() -> None:
+    stockout = {"code": 8, "message": "Job failed with STOCKOUT: the Spot VM was preempted 7 times."}
+    minimum = replace(POLICY, min_spot_attempts=2)
+    for policy in (minimum, SPOT_ONLY):
+        record = make_record(request={**deadline(10 * 3600), "max_attempts": 1}, state=JobState.RUNNING)
+        decided = decide(record, Observation(1, job(JobState.FAILED, error=stockout)), policy, NOW).record
+        assert decided.status is RequestStatus.GAVE_UP and decided.requeue is None
+    # Two Spot attempts made: the minimum is met, the deadline's STANDARD attempt follows.
+    record = make_record(request={**deadline(10 * 3600), "max_attempts": 2}, state=JobState.RUNNING)
+    record.attempts[0].outcome = AttemptOutcome.REQUEUED
+    second = Attempt(2, "us-central1", "SPOT", claimed_at=iso(NOW), job=JOB1 + "2", state=JobState.RUNNING)
+    record.attempts.append(second)
+    failed = job(JobState.FAILED, error=stockout, name=JOB1 + "2")
+    assert decide(record, Observation(2, failed), minimum, NOW).record.requeue.strategy == "STANDARD"
