@@ -22,7 +22,9 @@ A switch is a decision like any other, made in the record under compare-and-swap
 attempt's outcome becomes SWITCHED_TO_ON_DEMAND (set once, so a redelivery or a concurrent pass
 decides nothing again), its job's cancel is written pending (`Attempt.cancel_decided_at`) and
 attempt n+1 on STANDARD in the same location is the record's re-queue; the outbox
-(`shared.deciding.outbox.flush`) sends the cancel, then publishes the re-queue. "Back to Spot"
+(`shared.deciding.outbox.flush`) sends the cancel, and the re-queue is published once Vertex
+reports the cancelled job ended (`Attempt.ending`), by the observation that sees it. A switch to
+STANDARD is made only where the deployment's policy allows it for attempt n+1. "Back to Spot"
 (Uniform Progress's hysteresis done) is the same move the other way: SWITCHED_TO_SPOT, and
 attempt n+1 on SPOT.
 

@@ -214,7 +214,10 @@ def _decide(record: RequestRecord, observation: Observation, policy: DecisionPol
         return Decision(record, effects)
     latest = record.latest
     owns_status = latest is not None and latest.n == attempt.n and not record.is_terminal
+    was_ending = attempt.ending
     _track_state(record, attempt, job, owns_status, now)
+    if was_ending and not attempt.ending:
+        _release_successor(record, attempt, job, now, effects)
     if job.is_terminal and attempt.outcome is None:
         waiting = _conclude(record, attempt, job, owns_status, policy, now, effects)
         return Decision(record, effects, waiting)
@@ -241,6 +244,25 @@ def _watch_deadline(
         review_seconds=policy.reconcile_interval_seconds,
         refuses=lambda strategy: policy.refuses(strategy, record, attempt.n + 1),
         running=running,
+    )
+
+
+def _release_successor(
+    record: RequestRecord, attempt: Attempt, job: JobSnapshot, now: datetime, effects: Effects
+) -> None:
+    """The job a switch cancelled is seen ended: the next attempt, held until now, is published
+    by this observation (a cancel only starts one: CANCELLING comes first)."""
+    attempt.ended_at = attempt.ended_at or job.end_time or iso(now)
+    if record.requeue is None or record.requeue.message_id:
+        return
+    effects.requeue_decided = True
+    effects.lines.append(
+        LogLine(
+            "INFO",
+            f"the job of attempt {attempt.n} of {record.request_id} ended ({job.state}); "
+            f"attempt {record.requeue.attempt} is published",
+            event_fields(record, attempt, "switched_job_ended", state=job.state, next_attempt=record.requeue.attempt),
+        )
     )
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from shared.clock import now_iso
 from shared.errors import SpotjobsError
+from shared.jobs import JobState
 from shared.ledger.states import AttemptOutcome, RequestStatus
 from shared.requests.attempts import SPOT
 
@@ -63,6 +64,13 @@ class Attempt:
     @property
     def cancel_pending(self) -> bool:
         return self.cancel_decided_at is not None and self.cancel_sent_at is None
+
+    @property
+    def ending(self) -> bool:
+        """Its job was told to stop (a deadline switch) and Vertex has not been seen to end it:
+        the cancel is asynchronous (CANCELLING first), and the next attempt must wait for the end
+        or both would train into the request's checkpoints."""
+        return self.cancel_decided_at is not None and self.state not in JobState.TERMINAL
 
     @property
     def job_id(self) -> str | None:

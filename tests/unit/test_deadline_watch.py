@@ -202,3 +202,18 @@ def test_a_deadline_outranks_max_attempts_only_as_far_as_the_policy_allows() -> 
     record.attempts.append(second)
     failed = job(JobState.FAILED, error=stockout, name=JOB1 + "2")
     assert decide(record, Observation(2, failed), minimum, NOW).record.requeue.strategy == "STANDARD"
+
+
+def test_the_end_of_a_switched_job_is_what_publishes_its_successor_once() -> None:
+    record = decide(make_record(request=deadline(100)), Observation(1, job(JobState.QUEUED)), POLICY, NOW).record
+    assert record.attempts[0].ending and record.requeue.attempt == 2
+    still = decide(record, Observation(1, job(JobState.CANCELLING, update=200)), POLICY, NOW)
+    assert not still.effects.requeue_decided and still.record.attempts[0].ending
+    ended = decide(still.record, Observation(1, job(JobState.CANCELLED, update=300)), POLICY, NOW)
+    assert ended.effects.requeue_decided and "switched_job_ended" in ended.effects.events
+    assert (
+        not ended.record.attempts[0].ending
+        and ended.record.attempts[0].ended_at == job(JobState.CANCELLED, update=300).end_time
+    )
+    again = decide(ended.record, Observation(1, job(JobState.CANCELLED, update=300)), POLICY, NOW)
+    assert not again.effects.requeue_decided and "switched_job_ended" not in again.effects.events
