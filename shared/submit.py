@@ -199,6 +199,9 @@ def _claim(envelope: dict[str, Any], n: int, log: Logger, ports: Ports) -> Claim
     request_id = envelope["request_id"]
 
     def transition(current: RequestRecord | None) -> Decided[RequestRecord]:
+        ending = [a.n for a in current.attempts if a.n < n and a.ending] if current else []
+        if ending:  # however the message came: two attempts never train into one checkpoint folder
+            raise ClaimInProgress(f"attempt {n} waits for the job of attempt {ending[0]} to end (it was cancelled)")
         claim = claim_attempt(
             current,
             envelope=envelope,
@@ -213,7 +216,7 @@ def _claim(envelope: dict[str, Any], n: int, log: Logger, ports: Ports) -> Claim
         swapped = ports.ledger.swap(request_id, transition)
     except ClaimInProgress as exc:
         log.info(
-            "attempt is being created by another delivery; retry later",
+            "attempt cannot be claimed yet; retry later",
             event="claim_in_progress",
             reason=str(exc),
         )

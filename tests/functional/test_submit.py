@@ -796,6 +796,26 @@ def test_an_attempt_the_policy_refuses_is_not_created_whatever_planned_it(
     assert refused in alert.message
 
 
+def test_no_attempt_is_claimed_while_the_job_it_replaces_has_not_ended(harness: Harness) -> None:
+    # A deadline switch cancelled attempt 1 (Vertex: CANCELLING) and holds attempt 2 until the
+    # job ends; a message for attempt 2 that comes early (forged, or redriven) creates nothing.
+    message = _requeue_attempt_2(harness, strategy="STANDARD")
+
+    record, generation = harness.ledger.read("r1")
+    spot = record.attempt(1)
+    spot.outcome, spot.state = "switched_to_on_demand", "JOB_STATE_CANCELLING"
+    spot.cancel_decided_at = spot.cancel_sent_at = harness.now.isoformat()
+    record.requeue.message_id = None
+    harness.ledger._write(record, generation)  # noqa: SLF001 - as the switch left it (the state machine refuses the shortcut)
+    with pytest.raises(ClaimInProgress, match="waits for the job of attempt 1 to end"):
+        harness.deliver(message, message_id="m-early", request_id="r1", **REQUEUE_ATTRIBUTES)
+    assert harness.vertex.creates == 1 and harness.ledger.get("r1").requeue.attempt == 2
+
+    harness.ledger.update("r1", lambda current: setattr(current.attempt(1), "state", "JOB_STATE_CANCELLED") or current)
+    outcome = harness.deliver(message, message_id="m-requeue", request_id="r1", **REQUEUE_ATTRIBUTES)
+    assert outcome.result == SubmitResult.CREATED and outcome.attempt == 2
+
+
 def test_a_requeue_larger_than_the_request_limit_is_still_accepted(harness: Harness) -> None:
     # The canonical envelope re-published on re-queue is bigger than the request as first sent.
     fields = {"fallback": {"after_spot_attempts": 2, "strategy": "STANDARD"}}

@@ -347,3 +347,30 @@ def test_the_job_about_to_be_created_is_judged_by_the_policy_of_the_day(
     settings = Settings.from_env({**POLICY_ENV, **change})
     violations = check_attempt_job(copy.deepcopy(BASE_JOB), **ATTEMPT, **attempt, settings=settings)
     assert [v.path for v in violations] == refused
+
+
+def test_every_create_goes_through_the_one_place_that_asks_the_policy_first() -> None:
+    """Whatever path plans an attempt (publish, re-queue, hand-over, deadline switch, failover),
+    its job is created in one function, which checks it against the policy before the create."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    creators: dict[str, dict[str, int]] = {}
+    for folder in ("shared", "functions", "spotjobs"):
+        for path in sorted((root / folder).rglob("*.py")):
+            if path.parent.name == "adapters":
+                continue  # the adapter's create_custom_job is the client call itself
+            for function in ast.walk(ast.parse(path.read_text())):
+                if not isinstance(function, ast.FunctionDef):
+                    continue
+                calls = {
+                    getattr(node.func, "id", getattr(node.func, "attr", "")): node.lineno
+                    for node in ast.walk(function)
+                    if isinstance(node, ast.Call)
+                }
+                if "create_custom_job" in calls:
+                    creators[f"{path.relative_to(root)}:{function.name}"] = calls
+    assert list(creators) == ["shared/submit.py:_ensure_job"]
+    calls = creators["shared/submit.py:_ensure_job"]
+    assert calls.get("check_attempt_job", calls["create_custom_job"]) < calls["create_custom_job"]
