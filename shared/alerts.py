@@ -66,7 +66,11 @@ class AlertKind(enum.StrEnum):
         "WARNING",
         "Vertex said SUCCEEDED but the kit saw the last run preempted and unfinished: re-queued (docs/signals.md)",
     )
-    JOB_STUCK = "job_stuck", "WARNING", "a job waited (queued, pending, ...) longer than `SPOTJOBS_STUCK_AFTER_SECONDS`"
+    JOB_STUCK = (
+        "job_stuck",
+        "WARNING",
+        "a job waited (queued, pending, ...), or had not ended after a deadline switch's cancel, longer than `SPOTJOBS_STUCK_AFTER_SECONDS`",
+    )
     PRUNE_REPORT = (
         "prune_report",
         "INFO",

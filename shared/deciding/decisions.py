@@ -210,6 +210,8 @@ def _decide(record: RequestRecord, observation: Observation, policy: DecisionPol
     if job is None and observation.kit is not None:
         # A kit line: the job runs (or just did); no Vertex read to track.
         _watch_deadline(record, attempt, policy, now, effects, running=observation.kit.event != PREEMPTED)
+    if job is not None and not fresh and attempt.ending:
+        _flag_stuck(record, attempt, job, policy, now, effects)  # cancelled, and not ended yet
     if job is None or not fresh:
         return Decision(record, effects)
     latest = record.latest
@@ -503,19 +505,29 @@ def _flag_stuck(
     now: datetime,
     effects: Effects,
 ) -> None:
-    if job.state not in STUCK_STATES or not attempt.state_changed_at:
-        return
-    stuck_for = (now - parse_iso(attempt.state_changed_at)).total_seconds()
     threshold = policy.stuck_after_seconds
-    if attempt.strategy == FLEX_START and job.state in WAITING_STATES:
-        # FLEX_START waits for capacity by design, up to its maxWaitDuration (a day by default):
-        # stuck only once it waited that long and the usual threshold beyond.
-        threshold += max_wait_seconds(record.request.get("custom_job") or {})
-    if stuck_for < threshold:
+    if attempt.ending:
+        # A cancel is best effort: a job it does not end holds back the attempt decided after it.
+        if not attempt.cancel_sent_at:
+            return
+        stuck_for = (now - parse_iso(attempt.cancel_sent_at)).total_seconds()
+        marker = alert_marker(AlertKind.JOB_STUCK, attempt.n, "cancel")
+        message = (
+            f"attempt {attempt.n} of {record.request_id} is still {job.state} {stuck_for:.0f} s after its "
+            f"cancel; attempt {attempt.n + 1} waits for it to end"
+        )
+    else:
+        if job.state not in STUCK_STATES or not attempt.state_changed_at:
+            return
+        stuck_for = (now - parse_iso(attempt.state_changed_at)).total_seconds()
+        if attempt.strategy == FLEX_START and job.state in WAITING_STATES:
+            # FLEX_START waits for capacity by design, up to its maxWaitDuration (a day by default):
+            # stuck only once it waited that long and the usual threshold beyond.
+            threshold += max_wait_seconds(record.request.get("custom_job") or {})
+        marker = alert_marker(AlertKind.JOB_STUCK, attempt.n, job.state)
+        message = f"attempt {attempt.n} of {record.request_id} has been {job.state} for {stuck_for:.0f} s"
+    if stuck_for < threshold or not record.mark(marker):
         return
-    if not record.mark(alert_marker(AlertKind.JOB_STUCK, attempt.n, job.state)):
-        return
-    message = f"attempt {attempt.n} of {record.request_id} has been {job.state} for {stuck_for:.0f} s"
     effects.lines.append(
         LogLine(
             "WARNING",

@@ -217,3 +217,15 @@ def test_the_end_of_a_switched_job_is_what_publishes_its_successor_once() -> Non
     )
     again = decide(ended.record, Observation(1, job(JobState.CANCELLED, update=300)), POLICY, NOW)
     assert not again.effects.requeue_decided and "switched_job_ended" not in again.effects.events
+
+
+def test_a_cancelled_job_that_does_not_end_is_flagged_once_since_it_holds_its_successor_back() -> None:
+    record = decide(make_record(request=deadline(100)), Observation(1, job(JobState.QUEUED)), POLICY, NOW).record
+    record.attempts[0].cancel_sent_at = iso(NOW)
+    later = NOW + timedelta(seconds=POLICY.stuck_after_seconds + 1)
+    kinds = []
+    for when in (NOW + timedelta(seconds=60), later, later):
+        decision = decide(record, Observation(1, job(JobState.RUNNING, update=200)), POLICY, when)
+        record, kinds = decision.record, kinds + [alert.kind for alert in decision.effects.alerts]
+    assert kinds == ["job_stuck"] and record.requeue.message_id is None
+    assert "waits for it to end" in record.pending_alerts[-1]["message"]
