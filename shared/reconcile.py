@@ -257,10 +257,10 @@ def reconcile_request(ports: Ports, request_id: str, log: Logger) -> RequestResu
 
 
 def _reconcile(ports: Ports, record: RequestRecord, log: Logger) -> RequestResult:
-    ending = next((a for a in record.attempts if a.ending and a.job), None)
-    if ending is not None:
+    latest = record.latest
+    if latest is not None and latest.ending and latest.job:
         # A switch's next attempt waits for this job's end, which a lost event would never report.
-        return _observe(ports, record, ending, log)
+        return _observe(ports, record, latest, log)
     if record.has_pending_effects or record.requeue is not None:
         message_id, waiting = flush(ports, record, log)
         if record.is_terminal or record.requeue is not None:
@@ -271,7 +271,6 @@ def _reconcile(ports: Ports, record: RequestRecord, log: Logger) -> RequestResul
             return RequestResult("effects_published" if record.has_pending_effects else "idle")
     if record.is_terminal:
         return RequestResult("idle")
-    latest = record.latest
     if latest is None or latest.outcome is not None:
         return RequestResult("idle")
     if latest.job is None:
