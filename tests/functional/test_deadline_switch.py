@@ -22,7 +22,7 @@ from shared.observe import handle_job_event
 from shared.reconcile import run_reconcile
 from tests.support.decisions import CapturedLog, FakePublisher, FakeVertex, World, log_entry, make_settings
 
-QUEUED, RUNNING, CANCELLED = 1, 3, 7
+QUEUED, RUNNING, SUCCEEDED, CANCELLED = 1, 3, 4, 7
 STEPS, STEP_SECONDS, CHANGEOVER = 1000, 1.0, 60.0
 
 
@@ -192,3 +192,16 @@ def test_on_job_event_asks_the_simulators_policy_function(world: World, monkeypa
     [situation] = asked
     assert situation.work.total_steps == STEPS and situation.placement.value == "on_spot"
     assert world.ledger.get("req-1").attempt(1).steps_per_second == 1 / STEP_SECONDS
+
+
+def test_reconcile_observes_a_claimed_successor_even_while_the_cancelled_job_still_ends(world: World) -> None:
+    # A record from before the hold: attempt 2 was claimed while attempt 1 was still CANCELLING.
+    _, job = world.submitted(state=QUEUED, request=deadline_request(slack_seconds=100))
+    waited(world, 5 * CHANGEOVER)
+    log = CapturedLog()
+    run_reconcile(world.ports, log.logger)
+    assert world.vertex.cancelled == [job]
+    standard = world.claim_requeue("req-1")
+    world.vertex.set_state(standard, SUCCEEDED)
+    run_reconcile(world.ports, log.logger)
+    assert world.ledger.get("req-1").status is RequestStatus.SUCCEEDED
