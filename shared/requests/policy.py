@@ -266,6 +266,7 @@ def describe_policy(settings: Settings) -> dict[str, Any]:
             f"expected_step_seconds + changeover_seconds (default {settings.changeover_prior_seconds:.0f} s) "
             "beyond the time left when published; any deadline where STANDARD is not an allowed fallback "
             "strategy (a deadline may need an on-demand attempt)",
+            "on_demand": f"only after {settings.min_spot_attempts} Spot attempts, as a fallback (the minimum wins)",
         },
         "locations": list(settings.allowed_locations) or "any region",
         "default_location": settings.location,

@@ -126,6 +126,12 @@ def test_status_shows_the_deadline_progress_projected_finish_and_slack() -> None
     assert "progress 250/1000 steps committed (25%)   on spot" in text
     assert f"slack {view['slack_seconds']} s (one changeover 60 s)" in text
     assert "deadline" not in format_request(make_record(), Settings(), NOW)
+    # The rule would leave Spot; a deployment allowing no STANDARD keeps it there, and says so.
+    waiting = make_record(request=deadline(100))
+    assert deadline_view(waiting, Settings(), NOW)["refused"].startswith("strategy: is STANDARD")
+    assert "refused by the policy" in format_request(waiting, Settings(), NOW)
+    allowed = Settings(allowed_fallback_strategies=("STANDARD",))
+    assert deadline_view(waiting, allowed, NOW)["refused"] is None
 
 
 def test_a_success_after_the_deadline_is_missed_once_and_one_before_it_is_not() -> None:

@@ -135,3 +135,4 @@ def test_the_effective_policy_shows_the_deadline_fields() -> None:
     shown = describe_policy(SETTINGS)["deadline"]
     assert set(shown["fields"]) == {"deadline", "total_steps", "expected_step_seconds", "changeover_seconds"}
     assert "1200 s" in shown["refused"]
+    assert shown["on_demand"].startswith("only after 1 Spot attempts")
