@@ -243,7 +243,6 @@ def _ensure_job(
     violations = check_attempt_job(
         record.request["custom_job"],
         request_id=request_id,
-        output_dir=record.output_dir,
         strategy=attempt.strategy,
         location=attempt.location,
         spot_attempts_before=record.spot_attempts_before(n),

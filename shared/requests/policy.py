@@ -102,7 +102,6 @@ def check_attempt_job(
     custom_job: Mapping[str, Any],
     *,
     request_id: str,
-    output_dir: str,
     strategy: str,
     location: str,
     spot_attempts_before: int,
@@ -110,20 +109,19 @@ def check_attempt_job(
 ) -> list[Violation]:
     """Every policy violation of the CustomJob about to be created for an attempt, at the point of
     create, whichever path asked for it (attempt 1, a re-queue after a preemption or a failover, a
-    pacing hand-over, a deadline switch): what it is built from (`build_job_json` adds only the
-    strategy, this output directory, the training account and the system's labels and variables)
-    judged by today's policy, so no attribute, deadline or record written under an older policy
-    creates what a publisher may not ask for."""
+    pacing hand-over, a deadline switch): what it is built from, judged by today's policy, so no
+    attribute, deadline or record written under an older policy creates what a publisher may not
+    ask for. `build_job_json` adds only the strategy and location checked here, the training
+    account, the request's own output directory (the system's, fixed at its first claim) and the
+    system's labels and variables."""
     out = check_custom_job(custom_job, "custom_job", request_id, settings)
-    if output_dir != settings.output_dir_for(request_id):
-        out.append(Violation("output_dir", f"is {output_dir}; this request's is {settings.output_dir_for(request_id)}"))
-    strategy_refused = check_strategy(
+    refused = check_strategy(
         strategy,
         spot_attempts_before,
         allowed_fallbacks=settings.allowed_fallback_strategies,
         min_spot_attempts=settings.min_spot_attempts,
     )
-    out.extend([strategy_refused] if strategy_refused else [])
+    out.extend([refused] if refused else [])
     if settings.allowed_locations and location not in settings.allowed_locations:
         out.append(Violation("location", f"is {location}; allowed regions: {', '.join(settings.allowed_locations)}"))
     return out

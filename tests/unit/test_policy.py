@@ -318,7 +318,7 @@ def test_an_attempt_runs_on_other_capacity_than_spot_only_as_the_deployment_allo
     assert violation is None if refused is None else refused in str(violation)
 
 
-ATTEMPT = {"request_id": "r1", "output_dir": "gs://ckpt/runs/r1/", "location": "us-central1"}
+ATTEMPT = {"request_id": "r1", "location": "us-central1"}
 
 
 @pytest.mark.parametrize(
@@ -332,14 +332,13 @@ ATTEMPT = {"request_id": "r1", "output_dir": "gs://ckpt/runs/r1/", "location": "
             {"strategy": "SPOT", "spot_attempts_before": 0},
             ["location"],
         ),
-        ({"SPOTJOBS_CHECKPOINT_PREFIX": "other"}, {"strategy": "SPOT", "spot_attempts_before": 0}, ["output_dir"]),
         (
             {"SPOTJOBS_ALLOWED_MACHINE_FAMILIES": "a3"},
             {"strategy": "SPOT", "spot_attempts_before": 0},
             ["custom_job.jobSpec.workerPoolSpecs[0].machineSpec.machineType"],
         ),
     ],
-    ids=["spot", "standard-not-allowed", "standard-allowed", "location", "output-dir", "machine"],
+    ids=["spot", "standard-not-allowed", "standard-allowed", "location", "machine"],
 )
 def test_the_job_about_to_be_created_is_judged_by_the_policy_of_the_day(
     change: dict[str, str], attempt: dict[str, Any], refused: list[str]
