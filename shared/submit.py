@@ -199,9 +199,9 @@ def _claim(envelope: dict[str, Any], n: int, log: Logger, ports: Ports) -> Claim
     request_id = envelope["request_id"]
 
     def transition(current: RequestRecord | None) -> Decided[RequestRecord]:
-        ending = [a.n for a in current.attempts if a.n < n and a.ending] if current else []
-        if ending:  # however the message came: two attempts never train into one checkpoint folder
-            raise ClaimInProgress(f"attempt {n} waits for the job of attempt {ending[0]} to end (it was cancelled)")
+        replaced = current.attempt(n - 1) if current else None
+        if replaced is not None and replaced.ending:  # however the message came: never two at once
+            raise ClaimInProgress(f"attempt {n} waits for the job of attempt {n - 1} to end (it was cancelled)")
         claim = claim_attempt(
             current,
             envelope=envelope,

@@ -255,8 +255,8 @@ def _release_successor(
     """The job a switch cancelled is seen ended: the next attempt, held until now, is published
     by this observation (a cancel only starts one: CANCELLING comes first)."""
     attempt.ended_at = attempt.ended_at or job.end_time or iso(now)
-    if record.requeue is None or record.requeue.message_id:
-        return
+    if record.latest is not attempt or record.requeue is None or record.requeue.message_id:
+        return  # its successor was published already (a record from before the hold)
     effects.requeue_decided = True
     effects.lines.append(
         LogLine(

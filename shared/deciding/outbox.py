@@ -80,7 +80,7 @@ def flush(
 
     def requeue() -> None:
         nonlocal settled
-        if any(attempt.ending for attempt in record.attempts):
+        if record.latest is not None and record.latest.ending:
             return  # the next attempt starts once Vertex reports the job it replaces ended (never both)
         settled = settle_requeue(ports, record, log, ours=Mine.REQUEUE in mine, now=now)
 

@@ -22,7 +22,7 @@ from shared.observe import handle_job_event
 from shared.reconcile import run_reconcile
 from tests.support.decisions import CapturedLog, FakePublisher, FakeVertex, World, log_entry, make_settings
 
-QUEUED, RUNNING, SUCCEEDED, CANCELLED = 1, 3, 4, 7
+QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED = 1, 3, 4, 5, 7
 STEPS, STEP_SECONDS, CHANGEOVER = 1000, 1.0, 60.0
 
 
@@ -205,3 +205,21 @@ def test_reconcile_observes_a_claimed_successor_even_while_the_cancelled_job_sti
     world.vertex.set_state(standard, SUCCEEDED)
     run_reconcile(world.ports, log.logger)
     assert world.ledger.get("req-1").status is RequestStatus.SUCCEEDED
+
+
+def test_a_cancelled_job_never_seen_ending_holds_back_only_its_own_successor(world: World) -> None:
+    # A record from before the hold: attempt 2 claimed while attempt 1 was CANCELLING, and
+    # attempt 1 never observed again. Attempt 2's own re-queue, and attempt 3's claim, go ahead.
+    from tests.support.decisions import STOCKOUT
+
+    _, job = world.submitted(state=QUEUED, request=deadline_request(slack_seconds=100))
+    waited(world, 5 * CHANGEOVER)
+    log = CapturedLog()
+    run_reconcile(world.ports, log.logger)
+    standard = world.claim_requeue("req-1")
+    world.vertex.set_state(standard, FAILED, STOCKOUT)
+    run_reconcile(world.ports, log.logger)
+    [requeue] = world.publisher.on("job-requests")
+    assert requeue.data["attempt"] == 3 and world.ledger.get("req-1").attempt(1).ending
+    world.claim_requeue("req-1")
+    assert [a.n for a in world.ledger.get("req-1").attempts] == [1, 2, 3]
