@@ -44,7 +44,7 @@ class AlertKind(enum.StrEnum):
     SUBMIT_FAILED = (
         "submit_failed",
         "ERROR",
-        "Vertex AI refused the create for good (a verdict on the job): the request failed",
+        "Vertex AI refused the create for good (a verdict on the job), or the deployment's policy refused the job built for an attempt: the request failed",
     )
     PREEMPTION_STORM = (
         "preemption_storm",
