@@ -107,7 +107,8 @@ def replayed_without_a_record(message: Message, envelope: dict[str, Any], log: L
 
 def reject(exc: InvalidJobRequest, message: Message, log: Logger, ports: Ports) -> None:
     """Acknowledge an invalid request with one ERROR line and one `invalid_request` alert; a
-    rejected re-queue also fails its request (else reconcile would resend it, forever)."""
+    rejected re-queue the ledger holds also fails its request (else reconcile would resend it,
+    forever); a forged one leaves the record alone."""
     violations = [str(v) for v in exc.violations]
     log.error(
         "rejected an invalid job request",
@@ -133,11 +134,13 @@ def reject(exc: InvalidJobRequest, message: Message, log: Logger, ports: Ports) 
             now=ports.clock(),
             violations=violations,
             message_id=message.message_id,
+            data=message.data,
         ),
     )
     stored = swapped.value
     if not swapped.wrote and (stored is None or alert_marker(AlertKind.INVALID_REQUEST, n) not in stored.markers):
-        # Not a re-queue the ledger holds (a publisher set `attempt`): nothing to fail, alert now.
+        # Not a re-queue the ledger holds (a publisher set `attempt`, or forged the marker on a
+        # body that is not the pending re-queue's): nothing to fail, alert now.
         alert = invalid_request_alert(request_id, n, violations, message.message_id, ports.clock())
         publish_alert(ports, alert)
     elif stored is not None and stored.has_pending_effects:

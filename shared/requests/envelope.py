@@ -103,6 +103,20 @@ def requeue_message(request: dict[str, Any], attempt: int, location: str) -> tup
     return body, {REQUEST_ID_ATTRIBUTE: str(request["request_id"]), **REQUEUE_ATTRIBUTES}
 
 
+def is_requeue_of(data: bytes, request: dict[str, Any], attempt: int, location: str) -> bool:
+    """Whether `data` is the body the system publishes for the re-queue the ledger holds (its
+    stored request, attempt and location): the marker attribute is anyone's to set, the body
+    the ledger confirms. Empty optional fields count as absent, as the reader takes them."""
+    try:
+        body = json.loads(data.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return False
+    if not isinstance(body, dict):
+        return False
+    present = {key: value for key, value in body.items() if value is not None and value != []}
+    return present == requeue_message(request, attempt, location)[0]
+
+
 @dataclass(frozen=True)
 class Fallback:
     """After `after_spot_attempts` Spot attempts, run the remaining ones with `strategy`."""

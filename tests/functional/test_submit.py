@@ -947,3 +947,44 @@ def test_an_explicit_request_id_wins_over_the_content(harness: Harness) -> None:
     bare = _deliver_at(harness, moment, "m-2")
     assert named.request_id == "nightly-1" and bare.request_id != "nightly-1"
     assert harness.vertex.creates == 2
+
+
+# Re-queue attributes are honoured only with the ledger's confirmation (issue 32 item 3).
+
+
+def test_a_forged_requeue_naming_a_pending_attempt_is_rejected_without_touching_the_record(
+    harness: Harness,
+) -> None:
+    _requeue_attempt_2(harness)
+    before = harness.ledger.get("r1")
+    forged = json.dumps({"request_id": "r1", "attempt": 2}).encode()
+
+    outcome = harness.deliver(forged, message_id="m-forged", request_id="r1", **REQUEUE_ATTRIBUTES)
+
+    assert outcome.result == SubmitResult.INVALID
+    after = harness.ledger.get("r1")
+    assert after == before and after.status == RequestStatus.REQUEUED and after.requeue.attempt == 2
+    [alert] = harness.alerts
+    assert alert.kind == "invalid_request" and alert.details["message_id"] == "m-forged"
+    # The real re-queue still runs attempt 2.
+    real = harness.deliver(_system_requeue(harness, 2), message_id="m-requeue", request_id="r1", **REQUEUE_ATTRIBUTES)
+    assert real.result == SubmitResult.CREATED and real.attempt == 2
+
+
+def test_a_requeue_marker_with_attempt_1_on_an_unknown_request_is_not_claimed_as_new(harness: Harness) -> None:
+    forged = envelope("newcomer", attempt=1)
+
+    outcome = harness.deliver(forged, message_id="m-forged", request_id="newcomer", **REQUEUE_ATTRIBUTES)
+
+    assert outcome.result == SubmitResult.INVALID and harness.vertex.creates == 0
+    assert harness.ledger.get("newcomer") is None
+    [alert] = harness.alerts
+    assert any("no record" in v for v in alert.details["violations"])
+
+
+def _system_requeue(harness: Harness, n: int) -> bytes:
+    from shared.requests.envelope import requeue_message
+
+    record = harness.ledger.get("r1")
+    body, _ = requeue_message(record.request, n, record.requeue.location)
+    return json.dumps(body).encode()
