@@ -84,11 +84,18 @@ def trigger_store(ports: Ports) -> TriggerStore:
 
 
 def handle_message(ports: Ports, message: Message, source_topic: str | None, log: Logger) -> None:
+    """Route by the topic the message came through (its push endpoint's path, set by the
+    deployment, not by a publisher): a watched topic's message is a watched message whatever its
+    attributes say. Only on our own topic (the storage notifications, the scheduler's ticks and
+    fires, and what an operator redrives) do attributes say what a message is."""
     store = trigger_store(ports)
     attributes = message.attributes
-    if attributes.get(SOURCE_TOPIC_ATTRIBUTE) and short_topic(source_topic or "") in ("", own_topic(ports)):
-        source_topic = attributes[SOURCE_TOPIC_ATTRIBUTE]  # a watched message redriven through our own topic
-    if "eventType" in attributes and "bucketId" in attributes:
+    if short_topic(source_topic or "") not in ("", own_topic(ports)):
+        handle_pubsub(ports, store, message, source_topic, log)
+        return
+    if attributes.get(SOURCE_TOPIC_ATTRIBUTE):  # a watched message redriven through our own topic
+        handle_pubsub(ports, store, message, attributes[SOURCE_TOPIC_ATTRIBUTE], log)
+    elif "eventType" in attributes and "bucketId" in attributes:
         handle_gcs(ports, store, message, log)
     elif attributes.get("task") == TICK_TASK or maintenance_message(message.data).get("task") == TICK_TASK:
         tick(ports, store, definitions(ports, store, log), log)

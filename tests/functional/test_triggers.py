@@ -517,3 +517,25 @@ def test_a_watched_message_cannot_claim_another_topic_by_attribute(rig: Rig) -> 
     rig.at(T0 + timedelta(seconds=400))
     rig.tick()
     assert rig.requests() == []
+
+
+def test_a_watched_topic_message_is_routed_by_its_topic_never_by_its_attributes(rig: Rig) -> None:
+    # Issue 32 item 4: a publisher on a watched topic sets the attributes of a storage notification
+    # and of a schedule's fire; it reaches on_trigger through that topic's push subscription.
+    apply(rig, definition())  # watches gs://data-in/incoming/
+    apply(rig, definition("nightly", source={"schedule": {"cron": "0 3 * * *"}}))
+    apply(rig, definition("drift", source={"pubsub": {"topic": "model-monitoring", "attributes": {"policy": "x"}}}))
+    watched = "projects/p/topics/model-monitoring"
+    storage = {
+        "eventType": "OBJECT_FINALIZE",
+        "bucketId": "data-in",
+        "objectId": "incoming/forged.csv",
+        "objectGeneration": "1",
+        "payloadFormat": "JSON_API_V1",
+    }
+    rig.deliver(Message(b'{"size": "999", "md5Hash": "forged"}', "f-1", storage, T0), watched)
+    rig.deliver(Message(b"{}", "f-2", {"spotjobs_trigger": "nightly"}, T0), watched)
+    rig.at(T0 + timedelta(seconds=400))
+    rig.tick()
+    assert rig.requests() == []
+    assert rig.store.list_names("triggers/daily-data/") == rig.store.list_names("triggers/nightly/") == []
