@@ -988,3 +988,23 @@ def _system_requeue(harness: Harness, n: int) -> bytes:
     record = harness.ledger.get("r1")
     body, _ = requeue_message(record.request, n, record.requeue.location)
     return json.dumps(body).encode()
+
+
+@pytest.mark.parametrize(
+    ("body", "attributes"),
+    [
+        (DOCS_BODY, {"schedule_time": "9999-12-31T23:59:59Z"}),
+        (DOCS_BODY, {"spotjobs_original_publish_time": "9999-12-31T23:59:59Z"}),
+        (envelope(deadline="2026-12-07T09:00:00Z", total_steps=10**400, expected_step_seconds=10**400), {}),
+    ],
+    ids=["schedule_time", "original_publish_time", "huge_numbers"],
+)
+def test_far_times_and_huge_numbers_are_one_invalid_request_never_an_exception(
+    harness: Harness, body: bytes, attributes: dict[str, str]
+) -> None:
+    # Issue 32 items 5 and 9: acknowledged with one alert, not five deliveries and a dead letter.
+    outcome = harness.deliver(body, message_id="m-far", **attributes)
+
+    assert outcome.result == SubmitResult.INVALID and harness.vertex.creates == 0
+    [alert] = harness.alerts
+    assert alert.kind == "invalid_request"

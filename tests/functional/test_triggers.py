@@ -539,3 +539,27 @@ def test_a_watched_topic_message_is_routed_by_its_topic_never_by_its_attributes(
     rig.tick()
     assert rig.requests() == []
     assert rig.store.list_names("triggers/daily-data/") == rig.store.list_names("triggers/nightly/") == []
+
+
+def test_a_first_publish_time_counts_only_from_a_redrive_and_only_within_range(rig: Rig) -> None:
+    # Issue 32 item 5: a watched publisher's own `spotjobs_original_publish_time` is not a redrive's
+    # (a past window that would fire at once), and a redrive's year-9999 time never reaches a window.
+    apply(rig, definition("drift", source={"pubsub": {"topic": "model-monitoring", "attributes": {"policy": "x"}}}))
+    apply(rig, definition())
+    at = T0 + timedelta(hours=3)
+    rig.at(at)
+    forged = {"policy": "x", "spotjobs_original_publish_time": "2026-11-29T17:00:10.000Z"}
+    rig.deliver(Message(b'{"incident": 1}', "w-1", forged, at), "projects/p/topics/model-monitoring")
+    far = {"policy": "x", "spotjobs_original_publish_time": "9999-12-31T23:59:59Z"}
+    redriven = {**far, "spotjobs_source_topic": "model-monitoring"}
+    rig.deliver(Message(b'{"incident": 2}', "dl-1", redriven, at), None)
+    rig.tick()  # every later tick still closes windows
+    assert rig.requests() == []
+    rig.notify("incoming/a.csv", at=at)
+    rig.at(at + timedelta(seconds=700))
+    rig.tick()
+    data, drift = sorted(rig.requests(), key=lambda r: r["request_id"])
+    window = "w20261129t200000z"  # the one the messages were published in
+    assert drift["request_id"] == f"trg-drift-{window}" and data["request_id"] == f"trg-daily-data-{window}"
+    assert sorted(e["publish_time"] for e in rig.manifest(drift)["objects"]) == ["2026-11-29T20:00:00.000Z"] * 2
+    assert rig.log.events("trigger_time_refused")
