@@ -62,6 +62,7 @@ from shared.paced_submit import WAITING_RESULT, SubmitSteps, may_create_now, nev
 from shared.redeliveries import (
     publish_what_is_pending,
     record_conflict,
+    refuse_reserved_id,
     reject,
     replayed_without_a_record,
 )
@@ -115,6 +116,7 @@ def submit_request(message: Message, log: Logger, ports: Ports) -> SubmitOutcome
                 settings=settings,
                 published_at=message.publish_time,
             )
+            refuse_reserved_id(request, message.data, ports)
         except InvalidJobRequest as exc:
             reject(exc, message, log, ports)
             return SubmitOutcome(SubmitResult.INVALID, exc.request_id, exc.attempt)

@@ -26,7 +26,7 @@ a request's `attempt` is set (never None) exactly when it came marked as a re-qu
 `canonical_envelope` is the contract with the events function: the normalized request stored in
 the ledger and re-published, with `attempt` and `location` added, on re-queue. The re-queue
 message is written here too (`requeue_message`, its body and attributes), next to its reader, so
-its wire format is one module's. That is why it is over 550 lines: every envelope key (the
+its wire format is one module's. That is why it is over 450 lines: every envelope key (the
 deadline's among them) is read, canonicalised and re-published here, and a key added in one of
 those places and not the others would be lost on re-queue.
 """
@@ -57,6 +57,12 @@ ENVELOPE_SCHEMA_VERSION = 1
 # Label-safe (a Vertex label value) and usable as a GCS path segment: the one rule for request ids
 # (the pruner lists request folders with it too).
 REQUEST_ID_PATTERN = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+# The prefixes of the ids spotjobs derives: a bare body's (`content_request_id`) and a trigger
+# window's (shared/triggers/render.py). Reserved: a publisher naming its request with one could
+# claim the id a trigger or a bare body will get first (shared/redeliveries.py refuses them).
+DERIVED_ID_PREFIX = "req-"
+TRIGGER_ID_PREFIX = "trg-"
+RESERVED_ID_PREFIXES = (DERIVED_ID_PREFIX, TRIGGER_ID_PREFIX)
 LOCATION_PATTERN = re.compile(r"^[a-z]+(-[a-z]+)+[0-9]+$")
 ENVELOPE_FIELDS = (
     "schema_version",
@@ -264,7 +270,7 @@ def derived_request_id(body: Mapping[str, Any], opened: datetime | None) -> str:
 
 
 def content_request_id(digest: str, opened: datetime) -> str:
-    return f"req-{digest[:16]}-{opened.astimezone(UTC):%Y%m%d%H%M%S}"
+    return f"{DERIVED_ID_PREFIX}{digest[:16]}-{opened.astimezone(UTC):%Y%m%d%H%M%S}"
 
 
 def _decode_body(data: bytes, max_bytes: int, allowance: int) -> tuple[dict[str, Any], Violation | None]:

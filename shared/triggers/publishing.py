@@ -8,14 +8,16 @@ document until Pub/Sub accepts it (see docs/ARCHITECTURE.md, "Retraining trigger
 from __future__ import annotations
 
 import json
+import re
 from typing import TYPE_CHECKING, Any
 
 from shared.alerts import Alert, AlertKind
 from shared.clock import iso, parse_iso
 from shared.log import Logger
+from shared.requests.envelope import content_digest
 from shared.triggers import store as paths
 from shared.triggers.definition import TriggerDefinition
-from shared.triggers.render import Window, check_rendered, manifest_uri_for, render, request_id_for
+from shared.triggers.render import REQUEST_ID_PREFIX, Window, check_rendered, manifest_uri_for, render, request_id_for
 from shared.triggers.store import TriggerStore
 
 if TYPE_CHECKING:
@@ -25,6 +27,8 @@ if TYPE_CHECKING:
 # job request a window publishes.
 TRIGGER_ATTRIBUTE = "spotjobs_trigger"
 MANIFEST_SCHEMA_VERSION = 1
+# `trg-<trigger>-<window id>` (render.request_id_for; a window id is Window.id's format).
+_TRIGGER_REQUEST_ID = re.compile(re.escape(REQUEST_ID_PREFIX) + r"(?P<trigger>.+)-(?P<window>w\d{8}t\d{6}z)")
 
 
 def finish(
@@ -67,6 +71,10 @@ def finish(
             violations=[str(v) for v in violations],
         )
         return store.read(path)[0] or document
+    # What submit_job accepts under this window's request id: this request, by its digest, written
+    # before it is published (a publisher who computes the id in advance gains nothing).
+    digest = content_digest(envelope)
+    store.update(path, lambda d: {**d, "request_digest": digest} if d and d.get("request_digest") != digest else None)
     message_id = ports.publish(
         settings.job_requests_topic, envelope, request_id=request_id, **{TRIGGER_ATTRIBUTE: name}
     )
@@ -95,6 +103,16 @@ def finish(
 
     store.update(path, closed)
     return store.read(path)[0] or document
+
+
+def published_by_window(store: TriggerStore, request_id: str, body: dict[str, Any]) -> bool:
+    """Whether `body`, published under `request_id`, is the request a trigger's window publishes
+    under that id: its window document holds the request's digest (`finish`)."""
+    match = _TRIGGER_REQUEST_ID.fullmatch(request_id)
+    if match is None:
+        return False
+    document, _ = store.read(paths.window_path(match["trigger"], match["window"]))
+    return document is not None and document.get("request_digest") == content_digest(body)
 
 
 def write_manifest(

@@ -215,7 +215,9 @@ def _prepare(args: argparse.Namespace, settings: Settings) -> tuple[JobRequest, 
 
 
 def generate_request_id() -> str:
-    return f"req-{uuid.uuid4().hex[:12]}"
+    """A name for a bare body `spotjobs submit` publishes; not `req-`, which spotjobs reserves for
+    the ids it derives itself."""
+    return f"cli-{uuid.uuid4().hex[:12]}"
 
 
 def _read_input(path: str) -> bytes | None:

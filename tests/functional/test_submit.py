@@ -1008,3 +1008,45 @@ def test_far_times_and_huge_numbers_are_one_invalid_request_never_an_exception(
     assert outcome.result == SubmitResult.INVALID and harness.vertex.creates == 0
     [alert] = harness.alerts
     assert alert.kind == "invalid_request"
+
+
+# The ids the system derives are reserved (issue 32 item 6).
+
+
+@pytest.mark.parametrize(
+    ("body", "attributes", "path"),
+    [
+        (envelope("req-0123456789abcdef-20261201090000"), {}, "request_id"),
+        (envelope("trg-nightly-w20261201t090000z"), {}, "request_id"),
+        (DOCS_BODY, {"request_id": "trg-nightly-w20261201t090000z"}, "attributes.request_id"),
+    ],
+    ids=["derived", "trigger_envelope", "trigger_attribute"],
+)
+def test_a_publisher_may_not_take_an_id_the_system_derives(
+    harness: Harness, body: bytes, attributes: dict[str, str], path: str
+) -> None:
+    outcome = harness.deliver(body, message_id="m-squat", **attributes)
+
+    assert outcome.result == SubmitResult.INVALID and harness.vertex.creates == 0
+    assert harness.ledger.list_statuses()[0] == []
+    [alert] = harness.alerts
+    assert any(v.startswith(f"{path}: ") and "reserved" in v for v in alert.details["violations"]), alert.details
+
+
+def test_a_trigger_request_is_accepted_exactly_as_its_window_published_it(harness: Harness) -> None:
+    from shared.requests.envelope import content_digest
+    from shared.triggers.store import TriggerStore, window_path
+
+    request_id = "trg-daily-data-w20261201t090000z"
+    published = json.loads(envelope(request_id))
+    TriggerStore(harness.ledger._bucket).create(  # noqa: SLF001 - the state bucket the ledger lives in
+        window_path("daily-data", "w20261201t090000z"),
+        {"window_id": "w20261201t090000z", "state": "closing", "request_digest": content_digest(published)},
+    )
+    other = {**published, "max_attempts": 9}
+
+    squatted = harness.deliver(json.dumps(other).encode(), message_id="m-squat")
+    real = harness.deliver(json.dumps(published).encode(), message_id="m-trigger")
+
+    assert squatted.result == SubmitResult.INVALID
+    assert real.result == SubmitResult.CREATED and real.request_id == request_id

@@ -563,3 +563,14 @@ def test_a_first_publish_time_counts_only_from_a_redrive_and_only_within_range(r
     assert drift["request_id"] == f"trg-drift-{window}" and data["request_id"] == f"trg-daily-data-{window}"
     assert sorted(e["publish_time"] for e in rig.manifest(drift)["objects"]) == ["2026-11-29T20:00:00.000Z"] * 2
     assert rig.log.events("trigger_time_refused")
+
+
+def test_a_window_names_the_request_it_publishes_so_that_only_that_one_takes_its_id(rig: Rig) -> None:
+    from shared.triggers.publishing import published_by_window
+
+    apply(rig, definition("nightly", source={"schedule": {"cron": "0 3 * * *"}}))
+    rig.deliver(Message(b"{}", "s-1", {"spotjobs_trigger": "nightly"}, T0 + timedelta(seconds=3)), None)
+    (request,) = rig.requests()
+    assert published_by_window(rig.store, request["request_id"], request)
+    assert not published_by_window(rig.store, request["request_id"], {**request, "max_attempts": 9})
+    assert not published_by_window(rig.store, "trg-nightly-w20261129t180000z", request)  # no such window
