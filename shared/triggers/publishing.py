@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from shared.alerts import Alert, AlertKind
 from shared.clock import iso, parse_iso
+from shared.errors import Violation
 from shared.log import Logger
 from shared.requests.envelope import content_digest
 from shared.triggers import store as paths
@@ -46,9 +47,20 @@ def finish(
     manifest_uri = manifest_uri_for(settings, name, window_id)
     windows = [*document.get("carried", []), window_id]
     manifest = write_manifest(ports, definition, window, windows, request_id, manifest_uri, store)
-    count = manifest["object_count"]
-    envelope = render(definition.request, trigger=name, window=window, manifest_uri=manifest_uri, object_count=count)
-    violations = check_rendered(envelope, settings)
+    if manifest is None:
+        violations = [
+            Violation(
+                "manifest",
+                f"{manifest_uri} holds an object this window did not write (jobs may write the checkpoint "
+                "bucket): not adopted, and nothing is published for this window",
+            )
+        ]
+    else:
+        count = manifest["object_count"]
+        envelope = render(
+            definition.request, trigger=name, window=window, manifest_uri=manifest_uri, object_count=count
+        )
+        violations = check_rendered(envelope, settings)
     if violations:
         store.update(
             path,
@@ -123,8 +135,10 @@ def write_manifest(
     request_id: str,
     uri: str,
     store: TriggerStore,
-) -> dict[str, Any]:
-    """The window's manifest, written once (create-if-absent: a resumed close reads the first)."""
+) -> dict[str, Any] | None:
+    """The window's manifest, written once (create-if-absent). An object already there is adopted
+    only if it is the manifest this window lists (a resumed close): its path is predictable and
+    jobs may write the bucket, so presence proves nothing; None for any other object."""
     from google.api_core.exceptions import PreconditionFailed
 
     bucket_name, _, object_name = uri.removeprefix("gs://").partition("/")
@@ -156,7 +170,11 @@ def write_manifest(
             json.dumps(manifest, separators=(",", ":")), content_type="application/json", if_generation_match=0
         )
     except PreconditionFailed:
-        return json.loads(blob.download_as_bytes())
+        try:
+            found = json.loads(blob.download_as_bytes())
+        except (ValueError, RecursionError):
+            return None
+        return found if found == manifest else None
     return manifest
 
 

@@ -574,3 +574,20 @@ def test_a_window_names_the_request_it_publishes_so_that_only_that_one_takes_its
     assert published_by_window(rig.store, request["request_id"], request)
     assert not published_by_window(rig.store, request["request_id"], {**request, "max_attempts": 9})
     assert not published_by_window(rig.store, "trg-nightly-w20261129t180000z", request)  # no such window
+
+
+def test_a_manifest_planted_before_the_window_closes_is_never_adopted(rig: Rig) -> None:
+    # Issue 32 item 2: any job may write the checkpoint bucket, and the manifest's path is predictable.
+    from shared.triggers.render import manifest_uri_for
+
+    apply(rig, definition())
+    uri = manifest_uri_for(rig.ports.settings, "daily-data", "w20261129t170000z")
+    bucket, _, name = uri.removeprefix("gs://").partition("/")
+    planted = {"objects": [{"uri": "gs://attacker/poison.csv"}], "object_count": 1}
+    rig.ports.storage().bucket(bucket).blob(name).upload_from_string(json.dumps(planted))
+    rig.notify("incoming/a.csv", at=T0)
+    rig.at(T0 + timedelta(seconds=320))
+    rig.tick()
+    assert rig.requests() == []
+    (alert,) = rig.alerts()
+    assert alert.kind == "trigger_failed" and any("manifest" in v for v in alert.details["violations"])
