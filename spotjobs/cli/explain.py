@@ -85,7 +85,7 @@ def run_explain(args: argparse.Namespace) -> int:
         return EXIT_UNREADABLE
     report.source = args.file
     if args.json:
-        json.dump(report.to_json(), sys.stdout, indent=2, ensure_ascii=False)
+        json.dump(report.to_json(), sys.stdout, indent=2)  # ASCII: every control and override escaped
         sys.stdout.write("\n")
     else:
         print_explanation(report, sys.stdout)

@@ -64,3 +64,15 @@ def test_dead_letters_show_their_data_and_reasons_as_text() -> None:
     assert len(lines) == 3
     for line in lines[1:]:
         assert_inert(line)
+
+
+def test_explain_json_escapes_what_json_alone_would_pass_through(tmp_path, capsys) -> None:  # noqa: ANN001
+    from spotjobs.cli import main
+
+    entries = [{"timestamp": "2026-12-01T09:00:00Z", "textPayload": HOSTILE, "resource": {"labels": {}}}]
+    path = tmp_path / "entries.json"
+    path.write_text(json.dumps(entries))
+    assert main(["explain", str(path), "--json"]) == 0
+    out = capsys.readouterr().out
+    assert_inert(out)
+    assert json.loads(out)["entries"][0]["text"].startswith("a2-\x1b[2J")  # the data itself is kept
