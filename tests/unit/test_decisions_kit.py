@@ -236,3 +236,14 @@ def test_runs_below_the_limit_still_count_the_restarts_between_them() -> None:
 
     record = line(running(), kit("run_started", MAX_KIT_RUN - 1)).record
     assert record.attempts[0].preemptions == MAX_KIT_RUN - 1  # every earlier run ended by a restart
+
+
+def test_a_crafted_text_payload_is_no_kit_line_and_never_an_exception() -> None:
+    # Issue 32 item 8: any job writes log text; nesting deep enough to exhaust the recursion limit
+    # (and a text far longer than any kit line) is simply not a kit line.
+    from spotjobs_kit.lines import KEY, parse_kit_line
+
+    nested = '{"x":' + "[" * 200_000 + f' "{KEY}"'
+    assert parse_kit_line(nested) is None
+    assert parse_kit_line("{" * 100_000 + f'"{KEY}"') is None
+    assert parse_kit_line({"message": nested}) is None
