@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# How far a time a publisher gives (a schedule time, the first publish time a redrive carries) may
+# lie from when Pub/Sub says its message was published. Before: a message waits at most 31 days
+# on its topic's subscription and 31 more on the dead-letter topic before a redrive
+# (https://cloud.google.com/pubsub/docs/subscription-properties#message_retention_duration).
+# After: a scheduler's clock skew. Anything else is refused, not computed with (a year-9999 time
+# overflows a window's end).
+PUBLISHER_TIME_EARLIEST = timedelta(days=62)
+PUBLISHER_TIME_LATEST = timedelta(hours=1)
 
 
 def utcnow() -> datetime:
@@ -35,3 +43,8 @@ def parse_rfc3339(value: Any) -> datetime | None:
     except ValueError:
         return None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def within_publish_range(moment: datetime, published_at: datetime) -> bool:
+    """Whether a publisher's `moment` is one its message, published at `published_at`, can have."""
+    return published_at - PUBLISHER_TIME_EARLIEST <= moment <= published_at + PUBLISHER_TIME_LATEST

@@ -1,6 +1,7 @@
 """What a delivery does besides creating a job: an attempt already handled (publish what its
 handling left pending), the same request id with another body (tell the publisher), a replay whose
-ledger document was lost (look before claiming), an invalid request (acknowledge and alert).
+ledger document was lost (look before claiming), an id only the system derives (refuse it), an
+invalid request (acknowledge and alert).
 
 Split from shared/submit.py, which runs these from `submit_request`; every alert goes through the
 outbox (docs/ARCHITECTURE.md, "The outbox").
@@ -17,12 +18,15 @@ from shared.alerts import Alert, AlertKind
 from shared.clock import iso
 from shared.deciding.outbox import Mine, decide_alert, flush, publish_alert
 from shared.delivery import Message
-from shared.errors import TransientError
+from shared.errors import TransientError, Violation
 from shared.ledger.claims import fail_invalid_requeue, invalid_request_alert
 from shared.ledger.records import RequestRecord, alert_marker
+from shared.ledger.run_lock import ledger_bucket
 from shared.log import Logger
-from shared.requests.envelope import InvalidJobRequest
+from shared.requests.envelope import RESERVED_ID_PREFIXES, TRIGGER_ID_PREFIX, InvalidJobRequest, JobRequest
 from shared.swap import Swapped
+from shared.triggers.publishing import published_by_window
+from shared.triggers.store import TriggerStore
 from shared.wiring import Ports
 
 
@@ -63,6 +67,33 @@ def body_digest(envelope: dict[str, Any]) -> str:
     """A short digest of a canonical request body, to name it in an alert."""
     canonical = json.dumps(envelope, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(canonical).hexdigest()[:16]
+
+
+def refuse_reserved_id(request: JobRequest, data: bytes, ports: Ports) -> None:
+    """Raise InvalidJobRequest for a request its publisher named with a prefix spotjobs derives ids
+    with: computed in advance, it would claim a trigger window's (or a bare body's) id first, and
+    the system's own request would be a duplicate that never runs. A re-queue is the ledger's to
+    confirm (claim_attempt); a trigger window's request is the one its window document names."""
+    request_id = request.request_id
+    if request.attempt is not None or request.content_digest is not None or request_id is None:
+        return  # a re-queue, or a bare body the system named
+    if not request_id.startswith(RESERVED_ID_PREFIXES):
+        return
+    if request_id.startswith(TRIGGER_ID_PREFIX) and request.shape == "envelope":
+        store = TriggerStore(ledger_bucket(ports.ledger))
+        if published_by_window(store, request_id, json.loads(data)):
+            return
+    path = "request_id" if request.shape == "envelope" else "attributes.request_id"
+    raise InvalidJobRequest(
+        [
+            Violation(
+                path,
+                f"is {request_id!r}; ids starting with {' or '.join(map(repr, RESERVED_ID_PREFIXES))} are "
+                "reserved for the ids spotjobs derives (bare bodies, trigger windows): choose another",
+            )
+        ],
+        request_id=request_id,
+    )
 
 
 def replayed_without_a_record(message: Message, envelope: dict[str, Any], log: Logger, ports: Ports) -> bool:
@@ -107,7 +138,8 @@ def replayed_without_a_record(message: Message, envelope: dict[str, Any], log: L
 
 def reject(exc: InvalidJobRequest, message: Message, log: Logger, ports: Ports) -> None:
     """Acknowledge an invalid request with one ERROR line and one `invalid_request` alert; a
-    rejected re-queue also fails its request (else reconcile would resend it, forever)."""
+    rejected re-queue the ledger holds also fails its request (else reconcile would resend it,
+    forever); a forged one leaves the record alone."""
     violations = [str(v) for v in exc.violations]
     log.error(
         "rejected an invalid job request",
@@ -133,11 +165,13 @@ def reject(exc: InvalidJobRequest, message: Message, log: Logger, ports: Ports) 
             now=ports.clock(),
             violations=violations,
             message_id=message.message_id,
+            data=message.data,
         ),
     )
     stored = swapped.value
     if not swapped.wrote and (stored is None or alert_marker(AlertKind.INVALID_REQUEST, n) not in stored.markers):
-        # Not a re-queue the ledger holds (a publisher set `attempt`): nothing to fail, alert now.
+        # Not a re-queue the ledger holds (a publisher set `attempt`, or forged the marker on a
+        # body that is not the pending re-queue's): nothing to fail, alert now.
         alert = invalid_request_alert(request_id, n, violations, message.message_id, ports.clock())
         publish_alert(ports, alert)
     elif stored is not None and stored.has_pending_effects:

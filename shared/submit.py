@@ -62,6 +62,7 @@ from shared.paced_submit import WAITING_RESULT, SubmitSteps, may_create_now, nev
 from shared.redeliveries import (
     publish_what_is_pending,
     record_conflict,
+    refuse_reserved_id,
     reject,
     replayed_without_a_record,
 )
@@ -115,6 +116,7 @@ def submit_request(message: Message, log: Logger, ports: Ports) -> SubmitOutcome
                 settings=settings,
                 published_at=message.publish_time,
             )
+            refuse_reserved_id(request, message.data, ports)
         except InvalidJobRequest as exc:
             reject(exc, message, log, ports)
             return SubmitOutcome(SubmitResult.INVALID, exc.request_id, exc.attempt)
@@ -130,7 +132,7 @@ def submit_request(message: Message, log: Logger, ports: Ports) -> SubmitOutcome
         if n == 1 and replayed_without_a_record(message, envelope, log, ports):
             return SubmitOutcome(SubmitResult.DUPLICATE, request.request_id, n)
         try:
-            claim = _claim(envelope, n, log, ports)
+            claim = _claim(envelope, n, log, ports, requeued=request.attempt is not None)
         except InvalidJobRequest as exc:
             reject(exc, message, log, ports)
             return SubmitOutcome(SubmitResult.INVALID, exc.request_id, exc.attempt)
@@ -195,7 +197,7 @@ def redelivered_unless_settled(log: Logger) -> Iterator[None]:
         raise SubmitBlocked(f"{type(exc).__name__}: {exc}") from exc
 
 
-def _claim(envelope: dict[str, Any], n: int, log: Logger, ports: Ports) -> Claim:
+def _claim(envelope: dict[str, Any], n: int, log: Logger, ports: Ports, *, requeued: bool = False) -> Claim:
     request_id = envelope["request_id"]
 
     def transition(current: RequestRecord | None) -> Decided[RequestRecord]:
@@ -209,6 +211,7 @@ def _claim(envelope: dict[str, Any], n: int, log: Logger, ports: Ports) -> Claim
             now=ports.clock(),
             lease_seconds=ports.settings.claim_lease_seconds,
             output_dir=ports.settings.output_dir_for(request_id),
+            requeued=requeued,
         )
         return Decided(claim.record if claim.writes else None, claim)
 

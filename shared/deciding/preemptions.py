@@ -46,12 +46,16 @@ KIT_PREEMPTED_KEY = "kit-preempted"  # a run got the SIGTERM
 KIT_FINISHED_KEY = "kit-finished"  # a run finished its training
 KIT_FAILED_KEY = "kit-failed"  # a run's training code raised
 WAITING_STATES = frozenset({JobState.QUEUED, JobState.PENDING})
+# A kit line's run index is a number any writer of the job's log sets: a line naming a run at or
+# past this is not evidence (far more restarts than one job lives through), so the markers of an
+# attempt and the work on them stay bounded (docs/security.md, "Limits").
+MAX_KIT_RUN = 1000
 
 
 def note_kit_line(record: RequestRecord, attempt: Attempt, kit: KitRecord) -> None:
     """Record what one kit line says about `attempt`; a line delivered twice changes nothing."""
     n, run = attempt.n, kit.run
-    if run is None:
+    if run is None or not 0 <= run < MAX_KIT_RUN:
         return
     if kit.event == RUN_STARTED:
         record.mark(evidence_marker(KIT_RUN_KEY, n, str(run)))
@@ -132,10 +136,8 @@ def count_preemptions(
     if job is not None and fresh and attempt.state == JobState.RUNNING and job.state in WAITING_STATES:
         seen = record.count_marks(evidence_marker(PREEMPTION_STATE_KEY, n))
         record.mark(evidence_marker(PREEMPTION_STATE_KEY, n, str(seen + 1)))
-    runs = kit_runs(record, n)
-    ended = set(range(max(runs, default=0))) - kit_runs(record, n, KIT_FAILED_KEY)
     tallies = {
-        "kit": len(kit_runs(record, n, KIT_PREEMPTED_KEY) | ended),
+        "kit": _kit_preemptions(record, n),
         "log": record.count_marks(evidence_marker(PREEMPTION_LINE_KEY, n)),
         "state": record.count_marks(evidence_marker(PREEMPTION_STATE_KEY, n)),
     }
@@ -163,6 +165,16 @@ def count_preemptions(
                 threshold=storm_threshold,
             )
         )
+
+
+def _kit_preemptions(record: RequestRecord, n: int) -> int:
+    """Runs that said `preempted`, and every run before the last one seen that did not fail (a
+    restart ends the run before it), counted without building the runs before the last."""
+    last = max(kit_runs(record, n), default=0)
+    failed = kit_runs(record, n, KIT_FAILED_KEY)
+    ended = last - sum(1 for run in failed if 0 <= run < last)  # runs 0 .. last-1 that did not fail
+    preempted = kit_runs(record, n, KIT_PREEMPTED_KEY)
+    return ended + sum(1 for run in preempted if not 0 <= run < last or run in failed)
 
 
 def preemptions_text(attempt: Attempt) -> str:

@@ -20,7 +20,7 @@ from shared.errors import TransientError, Violation
 from shared.ledger.records import Attempt, RequestRecord, alert_marker
 from shared.ledger.states import AttemptOutcome, RequestStatus
 from shared.requests.attempts import plan_attempt
-from shared.requests.envelope import InvalidJobRequest
+from shared.requests.envelope import InvalidJobRequest, is_requeue_of
 
 
 class ClaimInProgress(TransientError):
@@ -49,15 +49,18 @@ def claim_attempt(
     now: datetime,
     lease_seconds: float,
     output_dir: str,
+    requeued: bool = False,
 ) -> Claim:
     """Decide what a delivery of attempt `n` does, from the current record alone.
 
     Raises ClaimInProgress when another delivery's fresh claim is pending, and InvalidJobRequest
-    for an attempt the ledger does not expect (only the system sets `attempt`, on re-queue).
+    for an attempt the ledger does not expect (only the system sets `attempt`, on re-queue). A
+    message `requeued` (marked as the system's re-queue) is never a new request: the marker is
+    anyone's to set, so without a record it would skip the checks only a new request gets.
     """
     request_id = envelope["request_id"]
     if current is None:
-        if n != 1:
+        if n != 1 or requeued:
             raise _unexpected_attempt(request_id, n, "the request has no record")
         location, strategy = plan_attempt(envelope, 1, None, after_stockout=False)
         attempt = Attempt(1, location, strategy, claimed_at=iso(now))
@@ -180,14 +183,16 @@ def fail_attempt(
 
 
 def fail_invalid_requeue(
-    current: RequestRecord | None, *, n: int, now: datetime, violations: list[str], message_id: str
+    current: RequestRecord | None, *, n: int, now: datetime, violations: list[str], message_id: str, data: bytes
 ) -> RequestRecord | None:
     """Re-queued attempt n was rejected by validation (the policy changed since attempt 1): the
-    request FAILED, its re-queue dropped so reconcile stops resending it, one alert pending."""
+    request FAILED, its re-queue dropped so reconcile stops resending it, one alert pending.
+    Only for the message the system publishes for that re-queue (`data` is its body): a forged
+    one naming the attempt leaves the record alone, and its real re-queue still runs."""
     if current is None or current.is_terminal:
         return None
     requeue = current.requeue
-    if requeue is None or requeue.attempt != n:
+    if requeue is None or requeue.attempt != n or not is_requeue_of(data, current.request, n, requeue.location):
         return None
     current.requeue = None
     current.status = RequestStatus.FAILED

@@ -38,10 +38,17 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from shared.clock import iso, parse_rfc3339, utcnow
+from shared.clock import (
+    PUBLISHER_TIME_EARLIEST,
+    PUBLISHER_TIME_LATEST,
+    iso,
+    parse_rfc3339,
+    utcnow,
+    within_publish_range,
+)
 from shared.errors import InvalidRequest, Violation
 from shared.requests.attempts import FALLBACK_STRATEGIES
 from shared.requests.job_schema import BODY, field_path, json_type, read_custom_job
@@ -50,6 +57,12 @@ ENVELOPE_SCHEMA_VERSION = 1
 # Label-safe (a Vertex label value) and usable as a GCS path segment: the one rule for request ids
 # (the pruner lists request folders with it too).
 REQUEST_ID_PATTERN = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+# The prefixes of the ids spotjobs derives: a bare body's (`content_request_id`) and a trigger
+# window's (shared/triggers/render.py). Reserved: a publisher naming its request with one could
+# claim the id a trigger or a bare body will get first (shared/redeliveries.py refuses them).
+DERIVED_ID_PREFIX = "req-"
+TRIGGER_ID_PREFIX = "trg-"
+RESERVED_ID_PREFIXES = (DERIVED_ID_PREFIX, TRIGGER_ID_PREFIX)
 LOCATION_PATTERN = re.compile(r"^[a-z]+(-[a-z]+)+[0-9]+$")
 ENVELOPE_FIELDS = (
     "schema_version",
@@ -71,6 +84,12 @@ ENVELOPE_FIELDS = (
 DEADLINE_DETAILS = ("total_steps", "expected_step_seconds", "changeover_seconds")
 # A request's `priority` orders it among those waiting for Vertex's submission quota (higher first).
 MAX_PRIORITY = 1_000_000
+# Bounds on what a deadline comes with, so that no arithmetic on them overflows or means nothing:
+# a deadline within a year of its publish, at most a trillion steps, no step or changeover longer
+# than a year.
+MAX_DEADLINE_AHEAD = timedelta(days=366)
+MAX_TOTAL_STEPS = 10**12
+MAX_SECONDS = MAX_DEADLINE_AHEAD.total_seconds()
 REQUEST_ID_ATTRIBUTE = "request_id"
 # When a scheduler meant the message to fire (RFC 3339): names a bare body published without a
 # request id, so a double fire of one schedule is one request.
@@ -101,6 +120,20 @@ def requeue_message(request: dict[str, Any], attempt: int, location: str) -> tup
     present = {key: value for key, value in request.items() if value is not None and value != []}
     body = {**present, "attempt": attempt, "location": location}
     return body, {REQUEST_ID_ATTRIBUTE: str(request["request_id"]), **REQUEUE_ATTRIBUTES}
+
+
+def is_requeue_of(data: bytes, request: dict[str, Any], attempt: int, location: str) -> bool:
+    """Whether `data` is the body the system publishes for the re-queue the ledger holds (its
+    stored request, attempt and location): the marker attribute is anyone's to set, the body
+    the ledger confirms. Empty optional fields count as absent, as the reader takes them."""
+    try:
+        body = json.loads(data.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return False
+    if not isinstance(body, dict):
+        return False
+    present = {key: value for key, value in body.items() if value is not None and value != []}
+    return present == requeue_message(request, attempt, location)[0]
 
 
 @dataclass(frozen=True)
@@ -210,12 +243,11 @@ def read_request(
         # Name the request in the rejection when the publisher told us which one it is.
         hint = attribute_id if is_valid_request_id(attribute_id) else None
         return JobRequest(hint, None, "unknown"), [*found, problem]
+    published_at = published_at or utcnow()
     if any(key in ENVELOPE_FIELDS for key in body):
-        request, violations = _read_envelope(body, attribute_id, requeue)
+        request, violations = _read_envelope(body, attribute_id, requeue, published_at)
     else:
-        schedule_time = attributes.get(SCHEDULE_TIME_ATTRIBUTE)
-        original = parse_rfc3339(attributes.get(ORIGINAL_PUBLISH_TIME_ATTRIBUTE))
-        request, violations = _read_bare(body, attribute_id, schedule_time, original or published_at)
+        request, violations = _read_bare(body, attribute_id, attributes, published_at)
         if requeue:
             found.append(Violation(f"attributes.{ORIGIN_ATTRIBUTE}", "marks a re-queue, which is an envelope"))
     return request, [*found, *violations]
@@ -238,7 +270,7 @@ def derived_request_id(body: Mapping[str, Any], opened: datetime | None) -> str:
 
 
 def content_request_id(digest: str, opened: datetime) -> str:
-    return f"req-{digest[:16]}-{opened.astimezone(UTC):%Y%m%d%H%M%S}"
+    return f"{DERIVED_ID_PREFIX}{digest[:16]}-{opened.astimezone(UTC):%Y%m%d%H%M%S}"
 
 
 def _decode_body(data: bytes, max_bytes: int, allowance: int) -> tuple[dict[str, Any], Violation | None]:
@@ -270,18 +302,15 @@ def _is_requeue(data: bytes) -> bool:
 def _read_bare(
     body: dict[str, Any],
     attribute_id: str | None,
-    schedule_time: str | None,
-    published_at: datetime | None,
+    attributes: Mapping[str, str],
+    published_at: datetime,
 ) -> tuple[JobRequest, list[Violation]]:
     violations: list[Violation] = []
     if attribute_id is not None:
         request_id = _checked_request_id(attribute_id, "attributes.request_id", violations)
         custom_job = read_custom_job(body, "", violations)
         return JobRequest(request_id, custom_job, "bare"), violations
-    scheduled = parse_rfc3339(schedule_time) if schedule_time is not None else published_at
-    if schedule_time is not None and scheduled is None:
-        violations.append(Violation(f"attributes.{SCHEDULE_TIME_ATTRIBUTE}", "is not an RFC 3339 time"))
-    moment = scheduled or utcnow()
+    moment = _given_moment(attributes, published_at, violations) or published_at
     custom_job = read_custom_job(body, "", violations)
     request = JobRequest(
         derived_request_id(body, moment), custom_job, "bare", content_digest=content_digest(body), moment=moment
@@ -289,7 +318,35 @@ def _read_bare(
     return request, violations
 
 
-def _read_envelope(body: dict[str, Any], attribute_id: str | None, requeue: bool) -> tuple[JobRequest, list[Violation]]:
+def _given_moment(
+    attributes: Mapping[str, str], published_at: datetime, violations: list[Violation]
+) -> datetime | None:
+    """The moment a scheduler (`schedule_time`) or a redrive (the first publish time) gives a bare
+    body, range-checked against its publish time; None when neither is given or it is refused."""
+    for name in (SCHEDULE_TIME_ATTRIBUTE, ORIGINAL_PUBLISH_TIME_ATTRIBUTE):
+        value = attributes.get(name)
+        if value is None:
+            continue
+        moment = parse_rfc3339(value)
+        if moment is None:
+            violations.append(Violation(f"attributes.{name}", "is not an RFC 3339 time"))
+        elif not within_publish_range(moment, published_at):
+            violations.append(
+                Violation(
+                    f"attributes.{name}",
+                    f"is {value!r}; expected a time from {PUBLISHER_TIME_EARLIEST.days} days before to "
+                    f"{PUBLISHER_TIME_LATEST.total_seconds() / 3600:.0f} h after the message was published "
+                    f"({iso(published_at, timespec='seconds')})",
+                )
+            )
+            return None
+        return moment
+    return None
+
+
+def _read_envelope(
+    body: dict[str, Any], attribute_id: str | None, requeue: bool, published_at: datetime
+) -> tuple[JobRequest, list[Violation]]:
     violations: list[Violation] = []
     if not requeue:
         for key in SYSTEM_FIELDS:
@@ -335,7 +392,7 @@ def _read_envelope(body: dict[str, Any], attribute_id: str | None, requeue: bool
         max_attempts=_read_int(body.get("max_attempts"), "max_attempts", 1, violations),
         fallback=_read_fallback(body.get("fallback"), violations),
         keep_last=_read_keep_last(body.get("checkpoints"), violations),
-        deadline=_read_deadline(body, violations),
+        deadline=_read_deadline(body, published_at, violations),
         priority=_read_priority(body.get("priority"), violations),
         attempt=_read_int(body.get("attempt"), "attempt", 1, violations) if requeue else None,
     )
@@ -379,13 +436,23 @@ def _read_locations(value: object, violations: list[Violation]) -> tuple[str, ..
     return tuple(loc for loc in locations if loc)
 
 
-def _read_int(value: object, path: str, minimum: int, violations: list[Violation]) -> int | None:
+def _read_int(
+    value: object, path: str, minimum: int, violations: list[Violation], maximum: int | None = None
+) -> int | None:
     if value is None:
         return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        violations.append(Violation(path, f"is {value!r}; expected an integer >= {minimum}"))
+    too_big = maximum is not None and isinstance(value, int) and value > maximum
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum or too_big:
+        expected = f"from {minimum} to {maximum}" if maximum is not None else f">= {minimum}"
+        violations.append(Violation(path, f"is {_shown(value)}; expected an integer {expected}"))
         return None
     return value
+
+
+def _shown(value: object) -> str:
+    """A value as a violation quotes it: a 400-digit number is not repeated whole."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
 
 
 def _read_priority(value: object, violations: list[Violation]) -> int:
@@ -423,7 +490,7 @@ def _read_fallback(value: object, violations: list[Violation]) -> Fallback | Non
     return Fallback(after, strategy) if after is not None else None
 
 
-def _read_deadline(body: Mapping[str, Any], violations: list[Violation]) -> Deadline | None:
+def _read_deadline(body: Mapping[str, Any], published_at: datetime, violations: list[Violation]) -> Deadline | None:
     value = body.get("deadline")
     if value is None:
         for key in DEADLINE_DETAILS:
@@ -433,9 +500,16 @@ def _read_deadline(body: Mapping[str, Any], violations: list[Violation]) -> Dead
     at = parse_rfc3339(value)
     if at is None:
         violations.append(
-            Violation("deadline", f"is {value!r}; expected an RFC 3339 time such as 2026-12-07T09:00:00Z")
+            Violation("deadline", f"is {_shown(value)}; expected an RFC 3339 time such as 2026-12-07T09:00:00Z")
         )
-    steps = _read_int(body.get("total_steps"), "total_steps", 1, violations)
+    elif at > published_at + MAX_DEADLINE_AHEAD:
+        violations.append(
+            Violation(
+                "deadline", f"is {value!r}; at most {MAX_DEADLINE_AHEAD.days} days after the request is published"
+            )
+        )
+        at = None
+    steps = _read_int(body.get("total_steps"), "total_steps", 1, violations, MAX_TOTAL_STEPS)
     step_seconds = _read_seconds(body.get("expected_step_seconds"), "expected_step_seconds", violations, positive=True)
     changeover = _read_seconds(body.get("changeover_seconds"), "changeover_seconds", violations, positive=False)
     return Deadline(at, steps, step_seconds, changeover) if at is not None else None
@@ -445,9 +519,12 @@ def _read_seconds(value: object, path: str, violations: list[Violation], *, posi
     if value is None:
         return None
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not number or value != value or value in (float("inf"), float("-inf")) or value < 0 or (positive and value == 0):
+    # NaN fails every comparison; infinity and huge integers fail the maximum (compared, never
+    # converted: float() of a 400-digit integer raises).
+    if not number or not (0 <= value <= MAX_SECONDS) or (positive and value == 0):  # type: ignore[operator]
+        low = "> 0" if positive else ">= 0"
         violations.append(
-            Violation(path, f"is {value!r}; expected a number of seconds {'> 0' if positive else '>= 0'}")
+            Violation(path, f"is {_shown(value)}; expected a number of seconds {low} and at most {MAX_SECONDS:.0f}")
         )
         return None
     return float(value)  # type: ignore[arg-type]  # checked above

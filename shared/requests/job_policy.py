@@ -263,8 +263,12 @@ def _check_opted_in(job: Mapping[str, Any], path: str, settings: Settings) -> li
     psc = spec.get("pscInterfaceConfig") or {}
     psc_path = f"{spec_path}.pscInterfaceConfig"
     found.append((f"{psc_path}.networkAttachment", psc.get("networkAttachment"), "allowed_network_attachments"))
+    # Opted in by the attachments' setting, so check_fields lets them through: they name networks,
+    # and an empty network list allows none of them (fails closed), as it does jobSpec.network.
+    peered = set()
     for i, peering in enumerate(psc.get("dnsPeeringConfigs") or []):
         network = f"projects/{peering.get('targetProject', '')}/global/networks/{peering.get('targetNetwork', '')}"
+        peered.add(f"{psc_path}.dnsPeeringConfigs[{i}]")
         found.append((f"{psc_path}.dnsPeeringConfigs[{i}]", network, "allowed_networks"))
     for p, pool in enumerate(spec.get("workerPoolSpecs") or []):
         pool_path = f"{spec_path}.workerPoolSpecs[{p}]"
@@ -282,10 +286,11 @@ def _check_opted_in(job: Mapping[str, Any], path: str, settings: Settings) -> li
     out = []
     for where, value, setting in found:
         allowed = getattr(settings, setting)
-        if value is None or value == "" or not allowed:
-            continue  # unset, or refused by check_fields
+        if value is None or value == "" or (not allowed and where not in peered):
+            continue  # unset, or refused by check_fields (its field's opt-in is this empty setting)
         if not resource_allowed(str(value), allowed):
-            out.append(Violation(where, f"is {value}; allowed by {setting_env(setting)}: {', '.join(allowed)}"))
+            shown = ", ".join(allowed) or "none (it is empty)"
+            out.append(Violation(where, f"is {value}; allowed by {setting_env(setting)}: {shown}"))
     run = spec.get("experimentRun")
     if (
         run

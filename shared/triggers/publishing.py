@@ -8,14 +8,17 @@ document until Pub/Sub accepts it (see docs/ARCHITECTURE.md, "Retraining trigger
 from __future__ import annotations
 
 import json
+import re
 from typing import TYPE_CHECKING, Any
 
 from shared.alerts import Alert, AlertKind
 from shared.clock import iso, parse_iso
+from shared.errors import Violation
 from shared.log import Logger
+from shared.requests.envelope import content_digest
 from shared.triggers import store as paths
 from shared.triggers.definition import TriggerDefinition
-from shared.triggers.render import Window, check_rendered, manifest_uri_for, render, request_id_for
+from shared.triggers.render import REQUEST_ID_PREFIX, Window, check_rendered, manifest_uri_for, render, request_id_for
 from shared.triggers.store import TriggerStore
 
 if TYPE_CHECKING:
@@ -25,6 +28,8 @@ if TYPE_CHECKING:
 # job request a window publishes.
 TRIGGER_ATTRIBUTE = "spotjobs_trigger"
 MANIFEST_SCHEMA_VERSION = 1
+# `trg-<trigger>-<window id>` (render.request_id_for; a window id is Window.id's format).
+_TRIGGER_REQUEST_ID = re.compile(re.escape(REQUEST_ID_PREFIX) + r"(?P<trigger>.+)-(?P<window>w\d{8}t\d{6}z)")
 
 
 def finish(
@@ -42,9 +47,20 @@ def finish(
     manifest_uri = manifest_uri_for(settings, name, window_id)
     windows = [*document.get("carried", []), window_id]
     manifest = write_manifest(ports, definition, window, windows, request_id, manifest_uri, store)
-    count = manifest["object_count"]
-    envelope = render(definition.request, trigger=name, window=window, manifest_uri=manifest_uri, object_count=count)
-    violations = check_rendered(envelope, settings)
+    if manifest is None:
+        violations = [
+            Violation(
+                "manifest",
+                f"{manifest_uri} holds an object this window did not write (jobs may write the checkpoint "
+                "bucket): not adopted, and nothing is published for this window",
+            )
+        ]
+    else:
+        count = manifest["object_count"]
+        envelope = render(
+            definition.request, trigger=name, window=window, manifest_uri=manifest_uri, object_count=count
+        )
+        violations = check_rendered(envelope, settings)
     if violations:
         store.update(
             path,
@@ -67,6 +83,10 @@ def finish(
             violations=[str(v) for v in violations],
         )
         return store.read(path)[0] or document
+    # What submit_job accepts under this window's request id: this request, by its digest, written
+    # before it is published (a publisher who computes the id in advance gains nothing).
+    digest = content_digest(envelope)
+    store.update(path, lambda d: {**d, "request_digest": digest} if d and d.get("request_digest") != digest else None)
     message_id = ports.publish(
         settings.job_requests_topic, envelope, request_id=request_id, **{TRIGGER_ATTRIBUTE: name}
     )
@@ -97,6 +117,16 @@ def finish(
     return store.read(path)[0] or document
 
 
+def published_by_window(store: TriggerStore, request_id: str, body: dict[str, Any]) -> bool:
+    """Whether `body`, published under `request_id`, is the request a trigger's window publishes
+    under that id: its window document holds the request's digest (`finish`)."""
+    match = _TRIGGER_REQUEST_ID.fullmatch(request_id)
+    if match is None:
+        return False
+    document, _ = store.read(paths.window_path(match["trigger"], match["window"]))
+    return document is not None and document.get("request_digest") == content_digest(body)
+
+
 def write_manifest(
     ports: Ports,
     definition: TriggerDefinition,
@@ -105,8 +135,10 @@ def write_manifest(
     request_id: str,
     uri: str,
     store: TriggerStore,
-) -> dict[str, Any]:
-    """The window's manifest, written once (create-if-absent: a resumed close reads the first)."""
+) -> dict[str, Any] | None:
+    """The window's manifest, written once (create-if-absent). An object already there is adopted
+    only if it is the manifest this window lists (a resumed close): its path is predictable and
+    jobs may write the bucket, so presence proves nothing; None for any other object."""
     from google.api_core.exceptions import PreconditionFailed
 
     bucket_name, _, object_name = uri.removeprefix("gs://").partition("/")
@@ -138,7 +170,11 @@ def write_manifest(
             json.dumps(manifest, separators=(",", ":")), content_type="application/json", if_generation_match=0
         )
     except PreconditionFailed:
-        return json.loads(blob.download_as_bytes())
+        try:
+            found = json.loads(blob.download_as_bytes())
+        except (ValueError, RecursionError):
+            return None
+        return found if found == manifest else None
     return manifest
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from shared.clock import iso
 from shared.errors import Violation
+from shared.requests.envelope import TRIGGER_ID_PREFIX
 
 PLACEHOLDERS = ("trigger", "window_id", "window_start", "window_end", "manifest_uri", "object_count")
 _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
@@ -32,7 +33,7 @@ TRIGGER_ENV = "SPOTJOBS_TRIGGER"
 WINDOW_ENV = "SPOTJOBS_WINDOW_ID"
 TRIGGER_LABEL = "retrain-trigger"
 WINDOW_LABEL = "retrain-window"
-REQUEST_ID_PREFIX = "trg-"
+REQUEST_ID_PREFIX = TRIGGER_ID_PREFIX
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ import time
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from shared.clock import iso, parse_rfc3339
+from shared.clock import iso, parse_rfc3339, within_publish_range
 from shared.delivery import Message, maintenance_message
 from shared.log import Logger
 from shared.requests.envelope import ORIGINAL_PUBLISH_TIME_ATTRIBUTE
@@ -84,11 +84,18 @@ def trigger_store(ports: Ports) -> TriggerStore:
 
 
 def handle_message(ports: Ports, message: Message, source_topic: str | None, log: Logger) -> None:
+    """Route by the topic the message came through (its push endpoint's path, set by the
+    deployment, not by a publisher): a watched topic's message is a watched message whatever its
+    attributes say. Only on our own topic (the storage notifications, the scheduler's ticks and
+    fires, and what an operator redrives) do attributes say what a message is."""
     store = trigger_store(ports)
     attributes = message.attributes
-    if attributes.get(SOURCE_TOPIC_ATTRIBUTE) and short_topic(source_topic or "") in ("", own_topic(ports)):
-        source_topic = attributes[SOURCE_TOPIC_ATTRIBUTE]  # a watched message redriven through our own topic
-    if "eventType" in attributes and "bucketId" in attributes:
+    if short_topic(source_topic or "") not in ("", own_topic(ports)):
+        handle_pubsub(ports, store, message, source_topic, log, redriven=False)
+        return
+    if attributes.get(SOURCE_TOPIC_ATTRIBUTE):  # a watched message redriven through our own topic
+        handle_pubsub(ports, store, message, attributes[SOURCE_TOPIC_ATTRIBUTE], log, redriven=True)
+    elif "eventType" in attributes and "bucketId" in attributes:
         handle_gcs(ports, store, message, log)
     elif attributes.get("task") == TICK_TASK or maintenance_message(message.data).get("task") == TICK_TASK:
         tick(ports, store, definitions(ports, store, log), log)
@@ -125,13 +132,17 @@ def handle_gcs(ports: Ports, store: TriggerStore, message: Message, log: Logger)
         "contentType": str(resource.get("contentType", "")),
         "timeCreated": str(resource.get("timeCreated", "")),
     }
-    moment = parse_rfc3339(a.get("eventTime")) or message.publish_time or ports.clock()
+    moment = given_time(message, "eventTime", log) or ports.clock()
     key = _key(f"gs://{bucket}/{name}#{generation}")
     for definition in matching:
         record(ports, store, definition, moment, key, metadata, log)
 
 
-def handle_pubsub(ports: Ports, store: TriggerStore, message: Message, source_topic: str | None, log: Logger) -> None:
+def handle_pubsub(
+    ports: Ports, store: TriggerStore, message: Message, source_topic: str | None, log: Logger, *, redriven: bool
+) -> None:
+    """A watched message; its first publish time is a redrive's (through our own topic) only: on
+    a watched topic, that attribute is its publisher's to set."""
     topic = short_topic(source_topic or "")
     matching = [d for d in definitions(ports, store, log) if d.matches_message(topic, message.attributes)]
     if not matching:
@@ -142,7 +153,7 @@ def handle_pubsub(ports: Ports, store: TriggerStore, message: Message, source_to
             attributes=dict(message.attributes),
         )
         return
-    published = first_published(message)
+    published = first_published(message, log) if redriven else message.publish_time
     attributes = {k: v for k, v in message.attributes.items() if k not in _REDRIVE_ATTRIBUTES}
     metadata = {
         "kind": "pubsub",
@@ -166,7 +177,7 @@ def fire_schedule(ports: Ports, store: TriggerStore, message: Message, name: str
     if definition is None or definition.source_kind != "schedule":
         log.warning("a schedule fired for no schedule trigger", event="trigger_ignored", trigger=name)
         return
-    moment = first_published(message) or ports.clock()  # a redriven fire is the fire it was
+    moment = first_published(message, log) or ports.clock()  # a redriven fire is the fire it was
     window = Window.containing(moment, definition.coalesce_seconds)
     metadata = {"kind": "schedule", "message_id": message.message_id, "publish_time": iso(moment)}
     if record(
@@ -185,10 +196,30 @@ def own_topic(ports: Ports) -> str:
 _REDRIVE_ATTRIBUTES = (ORIGINAL_PUBLISH_TIME_ATTRIBUTE, SOURCE_TOPIC_ATTRIBUTE)
 
 
-def first_published(message: Message) -> datetime | None:
+def first_published(message: Message, log: Logger) -> datetime | None:
     """When the message was first published: the original publish time a redrive carries, else
     its own."""
-    return parse_rfc3339(message.attributes.get(ORIGINAL_PUBLISH_TIME_ATTRIBUTE)) or message.publish_time
+    return given_time(message, ORIGINAL_PUBLISH_TIME_ATTRIBUTE, log)
+
+
+def given_time(message: Message, attribute: str, log: Logger) -> datetime | None:
+    """The time `attribute` gives, if it is one the message can have (shared.clock's range around
+    its publish time), else its publish time: a year-9999 time would overflow its window's end,
+    and one weeks old would land in a window that fires at once."""
+    value = message.attributes.get(attribute)
+    moment = parse_rfc3339(value)
+    published = message.publish_time
+    if moment is not None and (published is None or within_publish_range(moment, published)):
+        return moment
+    if value is not None:
+        log.warning(
+            "a message's time attribute is refused; its publish time counts",
+            event="trigger_time_refused",
+            attribute=attribute,
+            value=value[:64],
+            publish_time=iso(published) if published else None,
+        )
+    return published
 
 
 def pubsub_identity(topic: str, published: datetime | None, data: bytes, attributes: dict[str, str]) -> str:

@@ -1,9 +1,10 @@
-"""What every `spotjobs` command shares: exit statuses, and how a command is added (its `--help`
-keeps its description as written and ends with examples)."""
+"""What every `spotjobs` command shares: exit statuses, how a command is added (its `--help`
+keeps its description as written and ends with examples), and how text others wrote is shown."""
 
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,3 +35,16 @@ def command(
 def examples_epilog(*commands: str) -> str:
     """The end of a command's `--help`: one or more examples."""
     return "examples:\n" + "\n".join(f"  {command}" for command in commands)
+
+
+# C0 and C1 controls and DEL (escape sequences, bells, carriage returns, newlines that would fake
+# a line) and the bidirectional overrides and isolates (which reorder what a reader sees).
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def terminal_text(value: object) -> str:
+    """`value` as text safe to print: every control character escaped as Python writes it (`\\x1b`,
+    `\\n`, `\\u202e`). For every field a publisher or a job wrote (a request's fields quoted by
+    a violation, an error, a log line, a dead letter's data): shown as text, never obeyed by the
+    terminal."""
+    return _CONTROLS.sub(lambda match: match.group().encode("unicode_escape").decode("ascii"), str(value))

@@ -32,7 +32,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from spotjobs.cli.common import EXIT_OK, command
+from spotjobs.cli.common import EXIT_OK, command, terminal_text
 from spotjobs.explaining.entries import NOT_CHECKED
 from spotjobs.explaining.reading import UnreadableInput
 
@@ -85,7 +85,7 @@ def run_explain(args: argparse.Namespace) -> int:
         return EXIT_UNREADABLE
     report.source = args.file
     if args.json:
-        json.dump(report.to_json(), sys.stdout, indent=2, ensure_ascii=False)
+        json.dump(report.to_json(), sys.stdout, indent=2)  # ASCII: every control and override escaped
         sys.stdout.write("\n")
     else:
         print_explanation(report, sys.stdout)
@@ -103,7 +103,10 @@ def _read_text(path: str) -> str:
 
 
 def print_explanation(report: Report, out: TextIO) -> None:
-    out.write(
+    """The report as lines; every value in them may come from a log line a job wrote, so each
+    line is shown as text (its own line ending kept)."""
+    safe = _TerminalSafe(out)
+    safe.write(
         f"{report.source or 'entries'}: {len(report.entries)} entries, oldest first "
         f"(event age and job index: {NOT_CHECKED})\n"
     )
@@ -112,41 +115,56 @@ def print_explanation(report: Report, out: TextIO) -> None:
         signal = (e.signal or "-").upper()
         if e.kit:
             signal += f" {e.kit['event']} run={_dash(e.kit['run'])} step={_dash(e.kit['step'])}"
-        out.write(f"#{e.position:<3} {e.timestamp or '-'}  {where}  {e.severity or '-'}  {signal}\n")
+        safe.write(f"#{e.position:<3} {e.timestamp or '-'}  {where}  {e.severity or '-'}  {signal}\n")
         if e.text and not e.kit:  # a kit line's event, run and step are on the line above
-            out.write(f"       {e.text}\n")
+            safe.write(f"       {e.text}\n")
         stale = f" [stale: {e.stale}]" if e.stale else ""
-        out.write(f"     → {e.explanation}{stale}\n")
+        safe.write(f"     → {e.explanation}{stale}\n")
     replay = report.replay
     if replay is None:
         return
-    out.write(
+    safe.write(
         f"\nReplay: request {replay.request_id}, attempt {replay.attempt}, job {replay.job} "
         f"(assumed: max_attempts {replay.max_attempts}, the deployment default; no fallback, "
         "no other locations)\n"
     )
-    out.write(
+    safe.write(
         f"  fed: {replay.kit_lines_fed} kit lines, {replay.preemption_lines_fed} preemption "
         f"lines, then the job: {replay.state}"
         + (f" error {json.dumps(replay.error, ensure_ascii=False)}" if replay.error else "")
         + "\n"
     )
-    out.write(f"  status:       {replay.status}")
-    out.write(f" (attempt {replay.attempt}: {replay.outcome})\n" if replay.outcome else "\n")
-    out.write(f"  preemptions:  {replay.preemptions}\n")
+    safe.write(f"  status:       {replay.status}")
+    safe.write(f" (attempt {replay.attempt}: {replay.outcome})\n" if replay.outcome else "\n")
+    safe.write(f"  preemptions:  {replay.preemptions}\n")
     if replay.requeue:
         r = replay.requeue
-        out.write(f"  re-queue:     attempt {r['attempt']} ({r['strategy']} in {r['location']}, {r['reason']})\n")
+        safe.write(f"  re-queue:     attempt {r['attempt']} ({r['strategy']} in {r['location']}, {r['reason']})\n")
     else:
-        out.write("  re-queue:     none\n")
-    out.write(f"  alerts:       {', '.join(replay.alerts) or 'none'}\n")
-    out.write(f"  log events:   {', '.join(replay.events) or 'none'}\n")
+        safe.write("  re-queue:     none\n")
+    safe.write(f"  alerts:       {', '.join(replay.alerts) or 'none'}\n")
+    safe.write(f"  log events:   {', '.join(replay.events) or 'none'}\n")
     if replay.prune_requested:
-        out.write("  prune:        requested\n")
+        safe.write("  prune:        requested\n")
     if replay.waiting:
-        out.write(f"  waiting:      {replay.waiting} (on_job_event would retry)\n")
+        safe.write(f"  waiting:      {replay.waiting} (on_job_event would retry)\n")
     for note in replay.notes:
-        out.write(f"  note:         {note}\n")
+        safe.write(f"  note:         {note}\n")
+
+
+class _TerminalSafe:
+    """Writes each piece with its control characters escaped, but for the newlines around it."""
+
+    def __init__(self, out: TextIO) -> None:
+        self._out = out
+
+    def write(self, text: str) -> None:
+        body = text.strip("\n")
+        if not body:
+            self._out.write(text)
+            return
+        lead = text[: len(text) - len(text.lstrip("\n"))]
+        self._out.write(lead + terminal_text(body) + text[len(text.rstrip("\n")) :])
 
 
 def _dash(value: Any) -> str:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from spotjobs.cli.common import EXIT_FAILED, EXIT_OK, command
+from spotjobs.cli.common import EXIT_FAILED, EXIT_OK, command, terminal_text
 
 ALERTS_SUBSCRIPTION = "ops-alerts-reader"
 DEAD_LETTER_SUBSCRIPTION = "dead-letter-reader"
@@ -106,13 +106,15 @@ def _subscription_path(args: argparse.Namespace, name: str) -> str:
 
 def alert_line(alert: dict[str, Any]) -> str:
     message = " ".join(str(alert.get("message", "")).split())
-    return "  ".join(
-        (
-            str(alert.get("time") or "-"),
-            f"{alert.get('severity') or '-':<7}",
-            f"{alert.get('kind') or '-':<18}",
-            str(alert.get("request_id") or "-"),
-            message,
+    return terminal_text(
+        "  ".join(
+            (
+                str(alert.get("time") or "-"),
+                f"{alert.get('severity') or '-':<7}",
+                f"{alert.get('kind') or '-':<18}",
+                str(alert.get("request_id") or "-"),
+                message,
+            )
         )
     )
 
@@ -237,24 +239,35 @@ def run_dead_letters(args: argparse.Namespace) -> int:
     if not letters:
         print("no dead-lettered messages")
         return EXIT_OK
+    for line in dead_letter_table(letters):
+        print(line)
+    if note:
+        print(note, file=sys.stderr)
+    return EXIT_OK
+
+
+def dead_letter_table(letters: Sequence[Any]) -> list[str]:
+    """The dead letters as lines of a table; their data and reasons are their writers' text."""
     header = ("ID", "SOURCE SUBSCRIPTION", "DELIVERIES", "PUBLISHED", "MESSAGE", "WHY IT FAILED")
     rows = [
-        (
-            letter.id,
-            letter.source_subscription or "?",
-            str(letter.delivery_count if letter.delivery_count is not None else "?"),
-            letter.original_publish_time or "-",
-            letter.summary(),
-            (letter.reason or "unknown")[:120],
+        tuple(
+            terminal_text(cell)
+            for cell in (
+                letter.id,
+                letter.source_subscription or "?",
+                str(letter.delivery_count if letter.delivery_count is not None else "?"),
+                letter.original_publish_time or "-",
+                letter.summary(),
+                (letter.reason or "unknown")[:120],
+            )
         )
         for letter in letters
     ]
     widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header) - 1)]
-    for row in (header, *rows):
-        print("  ".join(cell.ljust(width) for cell, width in zip(row[:-1], widths)) + "  " + row[-1])
-    if note:
-        print(note, file=sys.stderr)
-    return EXIT_OK
+    return [
+        "  ".join(cell.ljust(width) for cell, width in zip(row[:-1], widths)) + "  " + row[-1]
+        for row in (header, *rows)
+    ]
 
 
 def run_redrive(args: argparse.Namespace) -> int:
@@ -297,7 +310,7 @@ def run_redrive(args: argparse.Namespace) -> int:
             target = f" -> {result.topic}" if result.topic else ""
             new_id = f" as {result.message_id}" if result.message_id and result.outcome == "redriven" else ""
             detail = f" ({result.detail})" if result.detail else ""
-            print(f"{result.id}: {result.outcome}{target}{new_id}{detail}")
+            print(terminal_text(f"{result.id}: {result.outcome}{target}{new_id}{detail}"))
         if not results:
             print("no dead-lettered messages")
     if missing:

@@ -219,7 +219,9 @@ def _prepare(args: argparse.Namespace, settings: Settings) -> tuple[JobRequest, 
 
 
 def generate_request_id() -> str:
-    return f"req-{uuid.uuid4().hex[:12]}"
+    """A name for a bare body `spotjobs submit` publishes; not `req-`, which spotjobs reserves for
+    the ids it derives itself."""
+    return f"cli-{uuid.uuid4().hex[:12]}"
 
 
 def _read_input(path: str) -> bytes | None:
@@ -377,11 +379,13 @@ MAX_RESUBMISSIONS = 1000
 def next_resubmit_id(request_id: str, taken: Callable[[str], bool]) -> str | None:
     """`<request_id>-r2`, `-r3`, ...: the first that `taken` (in the ledger, or a folder holding
     anything) says is free; None when such an id would be too long to be a request id (or a
-    thousand are taken)."""
-    from shared.requests.envelope import is_valid_request_id
+    thousand are taken). An id spotjobs derived (`req-`, `trg-`: reserved, submit_job refuses them
+    from publishers) gets `rs-` in front."""
+    from shared.requests.envelope import RESERVED_ID_PREFIXES, is_valid_request_id
 
+    base = f"rs-{request_id}" if request_id.startswith(RESERVED_ID_PREFIXES) else request_id
     for n in range(2, MAX_RESUBMISSIONS + 2):
-        candidate = f"{request_id}-r{n}"
+        candidate = f"{base}-r{n}"
         if not is_valid_request_id(candidate):
             return None
         if not taken(candidate):

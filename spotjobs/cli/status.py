@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from shared.deciding.preemptions import preemptions_text, total_preemptions_text
-from spotjobs.cli.common import EXIT_FAILED, EXIT_OK, command
+from spotjobs.cli.common import EXIT_FAILED, EXIT_OK, command, terminal_text
 
 if TYPE_CHECKING:
     from shared.ledger.records import RequestRecord
@@ -311,7 +311,7 @@ def format_request(record: RequestRecord, settings: Settings | None = None, now:
         )
         for a in record.attempts
     ]
-    return "\n".join(lines) + "\n\n" + _table(header, rows)
+    return "\n".join(terminal_text(line) for line in lines) + "\n\n" + _table(header, rows)
 
 
 def _short_state(state: str | None) -> str:
@@ -319,8 +319,9 @@ def _short_state(state: str | None) -> str:
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(str(row[i])) for row in (header, *rows)) for i in range(len(header))]
+    shown = [[terminal_text(cell) for cell in row] for row in rows]  # a record quotes its writers
+    widths = [max(len(row[i]) for row in (header, *shown)) for i in range(len(header))]
     return "".join(
-        "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() + "\n"
-        for row in (header, *rows)
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() + "\n"
+        for row in (header, *shown)
     )

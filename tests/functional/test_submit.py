@@ -996,3 +996,106 @@ def test_an_explicit_request_id_wins_over_the_content(harness: Harness) -> None:
     bare = _deliver_at(harness, moment, "m-2")
     assert named.request_id == "nightly-1" and bare.request_id != "nightly-1"
     assert harness.vertex.creates == 2
+
+
+# Re-queue attributes are honoured only with the ledger's confirmation (issue 32 item 3).
+
+
+def test_a_forged_requeue_naming_a_pending_attempt_is_rejected_without_touching_the_record(
+    harness: Harness,
+) -> None:
+    _requeue_attempt_2(harness)
+    before = harness.ledger.get("r1")
+    forged = json.dumps({"request_id": "r1", "attempt": 2}).encode()
+
+    outcome = harness.deliver(forged, message_id="m-forged", request_id="r1", **REQUEUE_ATTRIBUTES)
+
+    assert outcome.result == SubmitResult.INVALID
+    after = harness.ledger.get("r1")
+    assert after == before and after.status == RequestStatus.REQUEUED and after.requeue.attempt == 2
+    [alert] = harness.alerts
+    assert alert.kind == "invalid_request" and alert.details["message_id"] == "m-forged"
+    # The real re-queue still runs attempt 2.
+    real = harness.deliver(_system_requeue(harness, 2), message_id="m-requeue", request_id="r1", **REQUEUE_ATTRIBUTES)
+    assert real.result == SubmitResult.CREATED and real.attempt == 2
+
+
+def test_a_requeue_marker_with_attempt_1_on_an_unknown_request_is_not_claimed_as_new(harness: Harness) -> None:
+    forged = envelope("newcomer", attempt=1)
+
+    outcome = harness.deliver(forged, message_id="m-forged", request_id="newcomer", **REQUEUE_ATTRIBUTES)
+
+    assert outcome.result == SubmitResult.INVALID and harness.vertex.creates == 0
+    assert harness.ledger.get("newcomer") is None
+    [alert] = harness.alerts
+    assert any("no record" in v for v in alert.details["violations"])
+
+
+def _system_requeue(harness: Harness, n: int) -> bytes:
+    from shared.requests.envelope import requeue_message
+
+    record = harness.ledger.get("r1")
+    body, _ = requeue_message(record.request, n, record.requeue.location)
+    return json.dumps(body).encode()
+
+
+@pytest.mark.parametrize(
+    ("body", "attributes"),
+    [
+        (DOCS_BODY, {"schedule_time": "9999-12-31T23:59:59Z"}),
+        (DOCS_BODY, {"spotjobs_original_publish_time": "9999-12-31T23:59:59Z"}),
+        (envelope(deadline="2026-12-07T09:00:00Z", total_steps=10**400, expected_step_seconds=10**400), {}),
+    ],
+    ids=["schedule_time", "original_publish_time", "huge_numbers"],
+)
+def test_far_times_and_huge_numbers_are_one_invalid_request_never_an_exception(
+    harness: Harness, body: bytes, attributes: dict[str, str]
+) -> None:
+    # Issue 32 items 5 and 9: acknowledged with one alert, not five deliveries and a dead letter.
+    outcome = harness.deliver(body, message_id="m-far", **attributes)
+
+    assert outcome.result == SubmitResult.INVALID and harness.vertex.creates == 0
+    [alert] = harness.alerts
+    assert alert.kind == "invalid_request"
+
+
+# The ids the system derives are reserved (issue 32 item 6).
+
+
+@pytest.mark.parametrize(
+    ("body", "attributes", "path"),
+    [
+        (envelope("req-0123456789abcdef-20261201090000"), {}, "request_id"),
+        (envelope("trg-nightly-w20261201t090000z"), {}, "request_id"),
+        (DOCS_BODY, {"request_id": "trg-nightly-w20261201t090000z"}, "attributes.request_id"),
+    ],
+    ids=["derived", "trigger_envelope", "trigger_attribute"],
+)
+def test_a_publisher_may_not_take_an_id_the_system_derives(
+    harness: Harness, body: bytes, attributes: dict[str, str], path: str
+) -> None:
+    outcome = harness.deliver(body, message_id="m-squat", **attributes)
+
+    assert outcome.result == SubmitResult.INVALID and harness.vertex.creates == 0
+    assert harness.ledger.list_statuses()[0] == []
+    [alert] = harness.alerts
+    assert any(v.startswith(f"{path}: ") and "reserved" in v for v in alert.details["violations"]), alert.details
+
+
+def test_a_trigger_request_is_accepted_exactly_as_its_window_published_it(harness: Harness) -> None:
+    from shared.requests.envelope import content_digest
+    from shared.triggers.store import TriggerStore, window_path
+
+    request_id = "trg-daily-data-w20261201t090000z"
+    published = json.loads(envelope(request_id))
+    TriggerStore(harness.ledger._bucket).create(  # noqa: SLF001 - the state bucket the ledger lives in
+        window_path("daily-data", "w20261201t090000z"),
+        {"window_id": "w20261201t090000z", "state": "closing", "request_digest": content_digest(published)},
+    )
+    other = {**published, "max_attempts": 9}
+
+    squatted = harness.deliver(json.dumps(other).encode(), message_id="m-squat")
+    real = harness.deliver(json.dumps(published).encode(), message_id="m-trigger")
+
+    assert squatted.result == SubmitResult.INVALID
+    assert real.result == SubmitResult.CREATED and real.request_id == request_id

@@ -87,7 +87,7 @@ def test_validate_names_a_bare_body_and_reads_stdin(
 
     assert main(["validate", str(REQUESTS / "bare_docs.json")]) == 0
     generated = json.loads(capsys.readouterr().out)["request_id"]
-    assert generated.startswith("req-") and len(generated) == len("req-") + 12
+    assert generated.startswith("cli-") and len(generated) == len("cli-") + 12
 
 
 def test_validate_lists_every_violation_on_stderr_and_exits_2(

@@ -637,3 +637,77 @@ def test_a_sweep_removes_a_bounded_number_of_objects_and_the_next_tick_carries_o
     rig.tick()
     rig.tick()
     assert state_objects(rig) == ["triggers/daily-data/state.json"]
+
+
+def test_a_watched_topic_message_is_routed_by_its_topic_never_by_its_attributes(rig: Rig) -> None:
+    # Issue 32 item 4: a publisher on a watched topic sets the attributes of a storage notification
+    # and of a schedule's fire; it reaches on_trigger through that topic's push subscription.
+    apply(rig, definition())  # watches gs://data-in/incoming/
+    apply(rig, definition("nightly", source={"schedule": {"cron": "0 3 * * *"}}))
+    apply(rig, definition("drift", source={"pubsub": {"topic": "model-monitoring", "attributes": {"policy": "x"}}}))
+    watched = "projects/p/topics/model-monitoring"
+    storage = {
+        "eventType": "OBJECT_FINALIZE",
+        "bucketId": "data-in",
+        "objectId": "incoming/forged.csv",
+        "objectGeneration": "1",
+        "payloadFormat": "JSON_API_V1",
+    }
+    rig.deliver(Message(b'{"size": "999", "md5Hash": "forged"}', "f-1", storage, T0), watched)
+    rig.deliver(Message(b"{}", "f-2", {"spotjobs_trigger": "nightly"}, T0), watched)
+    rig.at(T0 + timedelta(seconds=400))
+    rig.tick()
+    assert rig.requests() == []
+    assert rig.store.list_names("triggers/daily-data/") == rig.store.list_names("triggers/nightly/") == []
+
+
+def test_a_first_publish_time_counts_only_from_a_redrive_and_only_within_range(rig: Rig) -> None:
+    # Issue 32 item 5: a watched publisher's own `spotjobs_original_publish_time` is not a redrive's
+    # (a past window that would fire at once), and a redrive's year-9999 time never reaches a window.
+    apply(rig, definition("drift", source={"pubsub": {"topic": "model-monitoring", "attributes": {"policy": "x"}}}))
+    apply(rig, definition())
+    at = T0 + timedelta(hours=3)
+    rig.at(at)
+    forged = {"policy": "x", "spotjobs_original_publish_time": "2026-11-29T17:00:10.000Z"}
+    rig.deliver(Message(b'{"incident": 1}', "w-1", forged, at), "projects/p/topics/model-monitoring")
+    far = {"policy": "x", "spotjobs_original_publish_time": "9999-12-31T23:59:59Z"}
+    redriven = {**far, "spotjobs_source_topic": "model-monitoring"}
+    rig.deliver(Message(b'{"incident": 2}', "dl-1", redriven, at), None)
+    rig.tick()  # every later tick still closes windows
+    assert rig.requests() == []
+    rig.notify("incoming/a.csv", at=at)
+    rig.at(at + timedelta(seconds=700))
+    rig.tick()
+    data, drift = sorted(rig.requests(), key=lambda r: r["request_id"])
+    window = "w20261129t200000z"  # the one the messages were published in
+    assert drift["request_id"] == f"trg-drift-{window}" and data["request_id"] == f"trg-daily-data-{window}"
+    assert sorted(e["publish_time"] for e in rig.manifest(drift)["objects"]) == ["2026-11-29T20:00:00.000Z"] * 2
+    assert rig.log.events("trigger_time_refused")
+
+
+def test_a_window_names_the_request_it_publishes_so_that_only_that_one_takes_its_id(rig: Rig) -> None:
+    from shared.triggers.publishing import published_by_window
+
+    apply(rig, definition("nightly", source={"schedule": {"cron": "0 3 * * *"}}))
+    rig.deliver(Message(b"{}", "s-1", {"spotjobs_trigger": "nightly"}, T0 + timedelta(seconds=3)), None)
+    (request,) = rig.requests()
+    assert published_by_window(rig.store, request["request_id"], request)
+    assert not published_by_window(rig.store, request["request_id"], {**request, "max_attempts": 9})
+    assert not published_by_window(rig.store, "trg-nightly-w20261129t180000z", request)  # no such window
+
+
+def test_a_manifest_planted_before_the_window_closes_is_never_adopted(rig: Rig) -> None:
+    # Issue 32 item 2: any job may write the checkpoint bucket, and the manifest's path is predictable.
+    from shared.triggers.render import manifest_uri_for
+
+    apply(rig, definition())
+    uri = manifest_uri_for(rig.ports.settings, "daily-data", "w20261129t170000z")
+    bucket, _, name = uri.removeprefix("gs://").partition("/")
+    planted = {"objects": [{"uri": "gs://attacker/poison.csv"}], "object_count": 1}
+    rig.ports.storage().bucket(bucket).blob(name).upload_from_string(json.dumps(planted))
+    rig.notify("incoming/a.csv", at=T0)
+    rig.at(T0 + timedelta(seconds=320))
+    rig.tick()
+    assert rig.requests() == []
+    (alert,) = rig.alerts()
+    assert alert.kind == "trigger_failed" and any("manifest" in v for v in alert.details["violations"])

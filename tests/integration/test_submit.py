@@ -236,7 +236,7 @@ def test_the_cli_submits_and_reports_status(stack: Any) -> None:
     assert submitted.returncode == 0, submitted.stderr
     receipt = json.loads(submitted.stdout)
     request_id = receipt["request_id"]
-    assert request_id.startswith("req-") and receipt["message_id"]
+    assert request_id.startswith("cli-") and receipt["message_id"]
 
     record = wait_for_job_recorded(stack, request_id)
 

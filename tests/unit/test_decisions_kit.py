@@ -214,3 +214,36 @@ def test_an_incomplete_success_of_the_last_allowed_attempt_gives_up_and_says_why
     decision = read(record, JobState.SUCCEEDED, update=200)
     assert decision.record.status == RequestStatus.GAVE_UP and decision.record.requeue is None
     assert sorted(a.kind for a in decision.effects.alerts) == ["attempts_exhausted", "incomplete_success"]
+
+
+def test_a_huge_run_index_costs_bounded_memory_and_counts_nothing() -> None:
+    # Issue 32 item 8: the run index is any writer's number; nothing is built in proportion to it.
+    import tracemalloc
+
+    record = running()
+    tracemalloc.start()
+    try:
+        decision = line(record, kit("preempted", 2_000_000, step=1))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 5_000_000, peak
+    assert decision.record.attempts[0].preemptions == 0 and decision.record.markers == record.markers
+
+
+def test_runs_below_the_limit_still_count_the_restarts_between_them() -> None:
+    from shared.deciding.preemptions import MAX_KIT_RUN
+
+    record = line(running(), kit("run_started", MAX_KIT_RUN - 1)).record
+    assert record.attempts[0].preemptions == MAX_KIT_RUN - 1  # every earlier run ended by a restart
+
+
+def test_a_crafted_text_payload_is_no_kit_line_and_never_an_exception() -> None:
+    # Issue 32 item 8: any job writes log text; nesting deep enough to exhaust the recursion limit
+    # (and a text far longer than any kit line) is simply not a kit line.
+    from spotjobs_kit.lines import KEY, parse_kit_line
+
+    nested = '{"x":' + "[" * 200_000 + f' "{KEY}"'
+    assert parse_kit_line(nested) is None
+    assert parse_kit_line("{" * 100_000 + f'"{KEY}"') is None
+    assert parse_kit_line({"message": nested}) is None

@@ -37,6 +37,9 @@ from typing import Any, TextIO
 KEY = "spotjobs_kit"
 TAG = "spotjobs-kit"
 VERSION = 1
+# A kit line is a few hundred characters (its longest field, run_failed's error, is cut at 300):
+# a longer text is no kit line, so what looking for one costs stays bounded whatever a job logs.
+MAX_LINE_CHARS = 16_384
 RUN_STARTED = "run_started"
 PREEMPTED = "preempted"
 CHECKPOINT_COMMITTED = "checkpoint_committed"
@@ -124,8 +127,8 @@ def parse_kit_line(payload: Any) -> KitRecord | None:
         if isinstance(nested, Mapping):
             return _record(nested)
         message = payload.get("message")
-        return _from_message(message) if isinstance(message, str) else None
-    if not isinstance(payload, str) or (KEY not in payload and TAG not in payload):
+        return _from_message(message) if isinstance(message, str) and len(message) <= MAX_LINE_CHARS else None
+    if not isinstance(payload, str) or len(payload) > MAX_LINE_CHARS or (KEY not in payload and TAG not in payload):
         return None
     found = _from_json_text(payload)
     return found if found is not None else _from_message(payload)
@@ -138,7 +141,7 @@ def _from_json_text(text: str) -> KitRecord | None:
     while 0 <= start < end:
         try:
             value, _ = decoder.raw_decode(text, start)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nesting deeper than Python recurses
             pass
         else:
             if isinstance(value, dict) and isinstance(value.get(KEY), Mapping):
