@@ -173,3 +173,51 @@ def test_sigterm_at_random_points_then_resume_at_the_committed_step(name: str, t
         computed = [int(s) for s in (tmp_path / f"steps.log{rank}").read_text().split()]
         assert len(computed) == STEPS + lost, (context, rank)
         assert sorted(set(computed)) == list(range(1, STEPS + 1)), (context, rank)
+
+
+# What a finished run's process does next: the VM it ran on is reclaimed (SIGTERM), then it prints.
+LATE_SIGTERM = """
+import os as _os, signal as _signal
+_os.kill(_os.getpid(), _signal.SIGTERM)
+print("ALIVE AFTER A LATE SIGTERM", flush=True)
+"""
+
+
+def checkpoint_files(checkpoints: Path) -> dict[str, bytes]:
+    """Every checkpoint file and its bytes (not the kit's run objects: one more per start)."""
+    return {
+        str(path.relative_to(checkpoints)): path.read_bytes()
+        for path in sorted(checkpoints.rglob("*"))
+        if path.is_file() and path.relative_to(checkpoints).parts[0] != "_spotjobs_runs"
+    }
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_a_sigterm_at_the_last_planned_step_saves_it_and_the_run_finishes(name: str, tmp_path: Path) -> None:
+    script, env, processes = prepare(name, tmp_path, steps=EVERY)
+    at_the_end = {**env, "KIT_TEST_PAUSE_AT_STEP": str(EVERY)}
+    run = run_script(script, at_the_end, lambda line: line.strip() == f"STEP {EVERY}", processes)
+    where = f"{name}: {[(r.event, r.step) for r in run.records]} {run.stderr}"
+    assert run.returncodes == [0] * processes, where  # a finished run: Vertex must not restart it
+    assert run.events("preempted") and run.committed == EVERY, where
+    assert [r.step for r in run.events("run_finished")] == [EVERY], where
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_a_finished_run_restarted_finishes_at_once_and_a_late_sigterm_exits_0(name: str, tmp_path: Path) -> None:
+    script, env, processes = prepare(name, tmp_path, steps=EVERY, after=LATE_SIGTERM)  # its last step is a save
+    checkpoints = Path(env["AIP_CHECKPOINT_DIR"])
+    first = run_script(script, env, None, processes)
+    finished = checkpoint_files(checkpoints)
+    restart = run_script(script, env, None, processes)  # after a SIGKILL past run_finished, say
+
+    for number, run in enumerate((first, restart), 1):
+        where = f"{name}, run {number}: {[(r.event, r.step) for r in run.records]} {run.stderr}"
+        assert run.returncodes == [0] * processes, where
+        assert [r.step for r in run.events("run_finished")] == [EVERY], where
+        assert "ALIVE AFTER A LATE SIGTERM\n" in run.stdout, where  # the kit's handler took it, let it be
+        assert not run.events("preempted"), where  # a finished run's SIGTERM is no preemption
+    where = f"{name}, the restart: {[(r.event, r.step) for r in restart.records]} {restart.stderr}"
+    assert restart.started.resumed_step == EVERY and restart.steps == [], where  # not one step more
+    assert not restart.events("checkpoint_committed") and not restart.events("checkpoint_kept"), where
+    assert checkpoint_files(checkpoints) == finished, where  # nothing saved, rewritten or retired
