@@ -8,7 +8,7 @@ import subprocess
 import textwrap
 from pathlib import Path
 
-from tests.support.frameworks import framework_python
+from tests.support.frameworks import framework_env, framework_python
 
 SCRIPT = textwrap.dedent(
     """
@@ -37,7 +37,7 @@ SCRIPT = textwrap.dedent(
 def test_resume_restores_the_save_counter_and_the_limit_keeps_one_complete(tmp_path: Path) -> None:
     script = tmp_path / "loop.py"
     script.write_text(SCRIPT)
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "AIP_CHECKPOINT_DIR": str(tmp_path / "ckpt")}
+    env = {**framework_env(tmp_path), "AIP_CHECKPOINT_DIR": str(tmp_path / "ckpt")}
     reports = []
     for _ in range(2):
         done = subprocess.run([framework_python(), str(script)], env=env, capture_output=True, text=True, timeout=300)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from spotjobs_kit import parse_kit_line
 
-from tests.support.frameworks import framework_python
+from tests.support.frameworks import framework_env, framework_python
 
 SCRIPT = """
 import os, signal
@@ -40,7 +40,7 @@ kit_keras.fit(model, x, y, epochs=6, every=2, batch_size=16, callbacks=[Batches(
 
 
 def run(tmp_path: Path, *, kill: bool) -> tuple[int, list, list[tuple[int, int]]]:
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "AIP_CHECKPOINT_DIR": str(tmp_path / "checkpoints")}
+    env = {**framework_env(tmp_path), "AIP_CHECKPOINT_DIR": str(tmp_path / "checkpoints")}
     if kill:
         env["KILL"] = "1"
     done = subprocess.run(

@@ -26,7 +26,7 @@ import pytest
 from spotjobs_kit import parse_kit_line
 from spotjobs_kit.lines import KitRecord
 
-from tests.support.frameworks import CASES, CHILDREN, TORN_STEP, framework_python, readme_snippet
+from tests.support.frameworks import CASES, CHILDREN, TORN_STEP, framework_env, framework_python, readme_snippet
 
 STEPS = 30
 EVERY = 10
@@ -37,6 +37,7 @@ class Outcome:
     returncodes: list[int]  # one per process
     records: list[KitRecord]
     steps: list[int]  # the STEP lines: steps computed in this run
+    stdout: list[str]  # rank 0's
     stderr: str
 
     def events(self, event: str) -> list[KitRecord]:
@@ -84,8 +85,9 @@ def run_script(script: Path, env: dict[str, str], kill: Callable[[str], bool] | 
             )
     primary = started[0]
     assert primary.stdout is not None
-    records, steps, sent = [], [], False
+    records, steps, lines, sent = [], [], [], False
     for line in primary.stdout:
+        lines.append(line)
         record = parse_kit_line(line) if "spotjobs" in line else None
         if record is not None:
             records.append(record)
@@ -98,7 +100,7 @@ def run_script(script: Path, env: dict[str, str], kill: Callable[[str], bool] | 
             sent = True
     returncodes = [process.wait(timeout=300) for process in started]
     stderr = "".join((script.parent / f"stderr-{rank}.txt").read_text()[-2000:] for rank in range(processes))
-    return Outcome(returncodes, records, steps, stderr)
+    return Outcome(returncodes, records, steps, lines, stderr)
 
 
 # Each variant: the README snippet it runs, and how many torch.distributed processes run it.
@@ -109,8 +111,9 @@ VARIANTS = {
 }
 
 
-@pytest.mark.parametrize("name", VARIANTS)
-def test_sigterm_at_random_points_then_resume_at_the_committed_step(name: str, tmp_path: Path) -> None:
+def prepare(name: str, tmp_path: Path, *, steps: int = STEPS, after: str = "") -> tuple[Path, dict[str, str], int]:
+    """The variant's training script (the child, its README snippet, then `after`) in `tmp_path`,
+    the environment it runs in (planned `steps`, the kit of this checkout), and its process count."""
     snippet_name, processes = VARIANTS[name]
     case = CASES[snippet_name]
     snippet = readme_snippet(snippet_name)
@@ -118,23 +121,29 @@ def test_sigterm_at_random_points_then_resume_at_the_committed_step(name: str, t
         assert snippet.count("async_save=True") == 1
         snippet = snippet.replace("async_save=True", "async_save=False")
     script = tmp_path / case.script
-    script.write_text((CHILDREN / case.script).read_text() + "\n" + snippet)
+    script.write_text((CHILDREN / case.script).read_text() + "\n" + snippet + after)
     (tmp_path / "common.py").write_text((CHILDREN / "common.py").read_text())
-    checkpoints = tmp_path / "checkpoints"
-    seed = int(os.environ.get("KIT_TEST_SEED") or random.randrange(1 << 30))  # to replay a failure
-    at_step = random.Random(seed).randint(3, 2 * EVERY - 3)
     env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(tmp_path),
-        "AIP_CHECKPOINT_DIR": str(checkpoints),
+        **framework_env(tmp_path),
+        "AIP_CHECKPOINT_DIR": str(tmp_path / "checkpoints"),
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
-        "KIT_TEST_STEPS": str(STEPS),
+        "KIT_TEST_STEPS": str(steps),
         "KIT_TEST_EVERY": str(EVERY),
         "KIT_TEST_STEPS_LOG": str(tmp_path / "steps.log"),
         "OMP_NUM_THREADS": "1",
         "KIT_TEST_HANDSHAKE": str(tmp_path / "sigterm-sent"),
     }
+    return script, env, processes
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_sigterm_at_random_points_then_resume_at_the_committed_step(name: str, tmp_path: Path) -> None:
+    script, env, processes = prepare(name, tmp_path)
+    case = CASES[VARIANTS[name][0]]
+    checkpoints = Path(env["AIP_CHECKPOINT_DIR"])
+    seed = int(os.environ.get("KIT_TEST_SEED") or random.randrange(1 << 30))  # to replay a failure
+    at_step = random.Random(seed).randint(3, 2 * EVERY - 3)
     context = f"{name}, seed {seed} (SIGTERM at step {at_step})"
 
     at_a_step = {**env, "KIT_TEST_PAUSE_AT_STEP": str(at_step)}
@@ -164,3 +173,51 @@ def test_sigterm_at_random_points_then_resume_at_the_committed_step(name: str, t
         computed = [int(s) for s in (tmp_path / f"steps.log{rank}").read_text().split()]
         assert len(computed) == STEPS + lost, (context, rank)
         assert sorted(set(computed)) == list(range(1, STEPS + 1)), (context, rank)
+
+
+# What a finished run's process does next: the VM it ran on is reclaimed (SIGTERM), then it prints.
+LATE_SIGTERM = """
+import os as _os, signal as _signal
+_os.kill(_os.getpid(), _signal.SIGTERM)
+print("ALIVE AFTER A LATE SIGTERM", flush=True)
+"""
+
+
+def checkpoint_files(checkpoints: Path) -> dict[str, bytes]:
+    """Every checkpoint file and its bytes (not the kit's run objects: one more per start)."""
+    return {
+        str(path.relative_to(checkpoints)): path.read_bytes()
+        for path in sorted(checkpoints.rglob("*"))
+        if path.is_file() and path.relative_to(checkpoints).parts[0] != "_spotjobs_runs"
+    }
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_a_sigterm_at_the_last_planned_step_saves_it_and_the_run_finishes(name: str, tmp_path: Path) -> None:
+    script, env, processes = prepare(name, tmp_path, steps=EVERY)
+    at_the_end = {**env, "KIT_TEST_PAUSE_AT_STEP": str(EVERY)}
+    run = run_script(script, at_the_end, lambda line: line.strip() == f"STEP {EVERY}", processes)
+    where = f"{name}: {[(r.event, r.step) for r in run.records]} {run.stderr}"
+    assert run.returncodes == [0] * processes, where  # a finished run: Vertex must not restart it
+    assert run.events("preempted") and run.committed == EVERY, where
+    assert [r.step for r in run.events("run_finished")] == [EVERY], where
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_a_finished_run_restarted_finishes_at_once_and_a_late_sigterm_exits_0(name: str, tmp_path: Path) -> None:
+    script, env, processes = prepare(name, tmp_path, steps=EVERY, after=LATE_SIGTERM)  # its last step is a save
+    checkpoints = Path(env["AIP_CHECKPOINT_DIR"])
+    first = run_script(script, env, None, processes)
+    finished = checkpoint_files(checkpoints)
+    restart = run_script(script, env, None, processes)  # after a SIGKILL past run_finished, say
+
+    for number, run in enumerate((first, restart), 1):
+        where = f"{name}, run {number}: {[(r.event, r.step) for r in run.records]} {run.stderr}"
+        assert run.returncodes == [0] * processes, where
+        assert [r.step for r in run.events("run_finished")] == [EVERY], where
+        assert "ALIVE AFTER A LATE SIGTERM\n" in run.stdout, where  # the kit's handler took it, let it be
+        assert not run.events("preempted"), where  # a finished run's SIGTERM is no preemption
+    where = f"{name}, the restart: {[(r.event, r.step) for r in restart.records]} {restart.stderr}"
+    assert restart.started.resumed_step == EVERY and restart.steps == [], where  # not one step more
+    assert not restart.events("checkpoint_committed") and not restart.events("checkpoint_kept"), where
+    assert checkpoint_files(checkpoints) == finished, where  # nothing saved, rewritten or retired

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from spotjobs_kit import parse_kit_line
 
-from tests.support.frameworks import framework_python
+from tests.support.frameworks import framework_env, framework_python
 
 INITIALIZE = """
 import socket
@@ -53,7 +53,7 @@ def test_the_kit_hears_sigterm_after_jax_distributed_initialize(scenario: str, t
         run.finish()  # a clean exit, so the status says nothing: the lines do
         """
     )
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "AIP_CHECKPOINT_DIR": str(tmp_path / "checkpoints")}
+    env = {**framework_env(tmp_path), "AIP_CHECKPOINT_DIR": str(tmp_path / "checkpoints")}
     done = subprocess.run(
         [framework_python(), "-c", script], capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,6 +20,15 @@ def framework_python() -> str:
     if not FRAMEWORK_PYTHON.exists():
         pytest.fail(f"{FRAMEWORK_PYTHON.relative_to(REPO)} is missing: `make .venv-frameworks` (run by `make test`)")
     return str(FRAMEWORK_PYTHON)
+
+
+# The kit of this checkout, ahead of the copy installed in the venv (a worktree's own changes).
+KIT_SOURCE = REPO / "kit" / "src"
+
+
+def framework_env(home: Path) -> dict[str, str]:
+    """The environment a framework script starts from: a PATH, `home`, and this checkout's kit."""
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "PYTHONPATH": str(KIT_SOURCE)}
 
 
 # The training scripts the README snippets are appended to.

@@ -508,6 +508,29 @@ def test_a_finished_run_exits_as_it_likes_after_a_late_sigterm(tmp_path: Path) -
     assert done.returncode == 0, done.stderr
 
 
+def test_a_sigterm_after_run_finished_is_no_preemption(tmp_path: Path) -> None:
+    calls: list[str] = []
+
+    def users(signum: int, frame: Any) -> None:
+        calls.append("user's")
+
+    before = signal.signal(signal.SIGTERM, users)
+    try:
+        out = io.StringIO()
+        with Run.start(str(tmp_path), environ={}, stream=out) as run:
+            signal.signal(signal.SIGTERM, lambda s, f: calls.append("framework's"))
+            run.reassert_sigterm()  # the framework's is chained
+            run.on_preemption(lambda: calls.append("save"))  # then exit 143
+            signal.signal(signal.SIGTERM, users)  # its training over, the framework put back what it found
+            run.finish(10)
+            assert signal.getsignal(signal.SIGTERM) == run._on_sigterm  # the kit's is back on top
+            os.kill(os.getpid(), signal.SIGTERM)  # no SystemExit: the process goes on to its end
+        assert calls == ["user's"] and not run.preempted  # no save, and the framework's is done
+        assert [line["event"] for line in kit_lines(out)] == ["run_started", "run_finished"]
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def test_a_checkpoint_limit_retires_only_older_committed_checkpoints(tmp_path: Path) -> None:
     from spotjobs_kit._integration import retire_old_checkpoints
 

@@ -64,12 +64,16 @@ class LoopCheckpoints:
     def step_done(self, step: int, state: Callable[[], object]) -> None:
         """Call after each step with a function that returns what to save (built only when saved)."""
         self.run.progress(step)
-        if preempted_everywhere(self.run):
+        if self.preempted_at(step):
             self.save(step, state())
             if self.run.total_steps is None or step < self.run.total_steps:
                 self.run.exit_preempted()  # else the training is done: `finish` comes next
-        if self.every and step % self.every == 0:
+        elif self.every and step % self.every == 0:
             self.save(step, state())
+
+    def preempted_at(self, step: int) -> bool:
+        """Whether to save at `step` and stop: a SIGTERM, on any process (`preempted_everywhere`)."""
+        return preempted_everywhere(self.run)
 
     def finish(self, step: int) -> None:
         """Training done: `run_finished` (a SIGTERM after this no longer turns the exit into 143)."""

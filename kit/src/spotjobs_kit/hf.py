@@ -18,6 +18,10 @@ What transformers 5.24 does, and what `train` changes (read in its source):
   kit's callback asks for a save at the end of the current step and stops training.
 - `train()` returns normally after a stop; `train` then exits 143 (unless the SIGTERM came at the
   last step: the training is done, and `run_finished` is printed).
+- resumed from the last planned step, transformers trains one step more (it checks `max_steps`
+  after a step), saves `checkpoint-N+1/` and retires the final one; `train` stops it in
+  `on_train_begin` (everything loaded, nothing trained) and the run finishes at once. The JIT
+  mode puts back the handler it found at the end of `train()`; `run.finish` puts the kit's back.
 """
 
 from __future__ import annotations
@@ -51,6 +55,8 @@ def train(trainer: Any, *, run: Run | None = None, **train_kwargs: Any) -> Any:
     path = run.resume_path() if resume is not None and resume.name.startswith(HF_PREFIX) else None
     try:
         result = trainer.train(resume_from_checkpoint=path, **train_kwargs)
+    except _TrainedToTheEnd:
+        result = _end_untrained(trainer)
     finally:
         run.announce()  # if training never began (on_train_begin announces with total_steps)
     reached_the_end = 0 < trainer.state.max_steps <= trainer.state.global_step
@@ -58,6 +64,21 @@ def train(trainer: Any, *, run: Run | None = None, **train_kwargs: Any) -> Any:
         run.exit_preempted()
     run.finish(trainer.state.global_step)
     return result
+
+
+class _TrainedToTheEnd(Exception):
+    """The run resumed from its last planned step: there is no step left to train."""
+
+
+def _end_untrained(trainer: Any) -> Any:
+    """End a `train()` the kit stopped before its first step as transformers ends one (the
+    callbacks' `on_train_end`: the JIT mode's handler put back, the reporters closed); the model
+    and the trainer's state are the checkpoint's, loaded by transformers."""
+    from transformers.trainer_utils import TrainOutput
+
+    trainer.is_in_train = False
+    trainer.control = trainer.callback_handler.on_train_end(trainer.args, trainer.state, trainer.control)
+    return TrainOutput(trainer.state.global_step, 0.0, {})
 
 
 def _commit_each_save(trainer: Any, run: Run) -> None:
@@ -93,6 +114,8 @@ def _callback(run: Run) -> Any:
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             run.total_steps = state.max_steps or None
             run.announce()
+            if 0 < state.max_steps <= state.global_step:
+                raise _TrainedToTheEnd  # transformers would train one step more before it checks
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             run.progress(state.global_step)

@@ -17,7 +17,8 @@ What Keras 3.15 does, and what `fit` changes (read in its source, seen on disk):
   stops; that epoch runs again from its start on resume, with the weights as saved (as with
   BackupAndRestore's batch saves). Short epochs (`steps_per_epoch`) make resuming finer.
 - Keras installs no SIGTERM handler: the kit's sees the signal; `fit` exits 143 after a
-  preemption (`model.fit` would return normally once training stopped).
+  preemption (`model.fit` would return normally once training stopped), unless the SIGTERM came
+  at the end of the last epoch, saved: that run finishes.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def fit(
         )
     finally:
         run.announce()  # if training never began
-    if run.preempted:
+    if run.preempted and (run.step or 0) < epochs:  # the last epoch saved at SIGTERM: the run is done
         run.exit_preempted()
     run.finish(epochs)
     return history

@@ -13,7 +13,8 @@ What Lightning 2.6 does, and what `fit` changes (read in its source):
 - SIGTERM: Lightning's handler chains the one it finds (the kit's), and at the end of the batch
   raises `SIGTERMException`, a `SystemExit` with no code: the process would exit 0. The kit's
   save runs first (its callback's `on_train_batch_end`, or `on_exception` for a SIGTERM that came
-  after that hook: it runs before Lightning's teardown), then `fit` exits 143.
+  after that hook: it runs before Lightning's teardown), then `fit` exits 143; at the last
+  planned step (Lightning raises at the end of that epoch) the run finishes instead.
 """
 
 from __future__ import annotations
@@ -53,12 +54,13 @@ def fit(
     try:
         trainer.fit(model, *args, ckpt_path=ckpt_path, **fit_kwargs)
     except SystemExit:
-        if run.preempted:  # Lightning's SIGTERMException: exit 0 otherwise
-            run.exit_preempted()
-        raise
+        if not run.preempted:
+            raise
+        # Lightning's SIGTERMException (it would exit 0): the kit's callback saved the step; the
+        # run exits 143 below unless that was the last planned step.
     finally:
         run.announce()  # if training never began
-    reached_the_end = 0 < trainer.max_steps <= trainer.global_step
+    reached_the_end = run.total_steps is not None and trainer.global_step >= run.total_steps
     if run.preempted and callback.stopped and not reached_the_end:
         run.exit_preempted()
     run.finish(trainer.global_step)

@@ -26,9 +26,10 @@ What orbax-checkpoint 0.12.8 does (read in its source, seen on disk with a tiny 
   JAX's notifier still does (`reached_preemption`); `reassert_sigterm(run)` does the same for a
   kit `Run` started before `initialize`.
 - a SIGTERM lets the save in flight finish and commit, then saves the step just done, then exits
-  143 (between steps, never inside one). With several processes, the step saved is the one JAX's
-  preemption sync point agrees on (`reached_preemption`), so every process saves the same step
-  (not run here: that needs several hosts).
+  143 (between steps, never inside one; not after the last planned step: that run finishes).
+  With several processes, the step saved is the one JAX's preemption sync point agrees on
+  (`reached_preemption`), so every process saves the same step (not run here: that needs
+  several hosts).
 """
 
 from __future__ import annotations
@@ -172,19 +173,7 @@ class Checkpoints(LoopCheckpoints):
         self.run.commit(name, step, started=started)  # files fsync'ed, then the kit's marker
         retire_old_checkpoints(self.run, self.keep, ours=lambda c: c.name.rstrip("/").isdigit())
 
-    def step_done(self, step: int, state: Callable[[], Any]) -> None:  # type: ignore[override]
-        """Call after each step: a save every `every` steps; once preempted, the save in flight
-        committed first (it may be all the grace period allows), then a save of this step, then
-        exit 143."""
-        self.run.progress(step)
-        if self._preempted_at(step):
-            self.wait()
-            self.save(step, state())
-            self.run.exit_preempted()
-        if self.every and step % self.every == 0:
-            self.save(step, state())
-
-    def _preempted_at(self, step: int) -> bool:
+    def preempted_at(self, step: int) -> bool:
         """One process: whether the kit saw SIGTERM. Several: whether JAX's preemption sync point
         is this step (every process saves the same step; one that saw SIGTERM earlier trains on
         until then), which JAX's notifier, chained to the kit's handler, still feeds."""

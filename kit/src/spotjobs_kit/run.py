@@ -53,7 +53,9 @@ Whatever the training code or its framework does after a SIGTERM (Lightning 2.6 
 `SystemExit(143)`, so every exit hook runs); for any other way out, an exit hook (atexit,
 registered by `start()`) ends a preempted, unfinished process with status 143 after flushing
 stdout and stderr. That last resort skips the exit hooks registered before `start()` (they would
-run after it).
+run after it). A SIGTERM after `finish()` (the VM reclaimed while the script writes its model) is
+no preemption: no line, no save, no 143; only the handler from before `start()` still runs, and
+the process goes on to its end (`finish()` puts the kit's handler back on top first).
 
 Progress: `progress(step)` prints a `progress` line (step, total_steps, steps_per_second) at most
 once a minute; one is printed at every commit too. `run_started` carries `total_steps` when known
@@ -505,6 +507,12 @@ class Run:
             self._save_and_exit()
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
+        if self.finished:
+            # The training is done: nothing to report or save, and no 143 (a restart of a finished
+            # run); the process goes on to its end. The frameworks' handlers ended with training.
+            if callable(self._previous_handler):
+                self._previous_handler(signum, frame)
+            return
         if self._in_handler:
             return  # a chained handler that chains back to the kit's (Lightning's does)
         self._in_handler = True
@@ -535,10 +543,13 @@ class Run:
     # Ending.
 
     def finish(self, step: int | None = None) -> None:
-        """Print `run_finished` (training done)."""
+        """Print `run_finished` (training done). A SIGTERM after this is no preemption: the kit's
+        handler (put back on top: a framework may have restored the one it found, as the HF
+        Trainer does at the end of `train()`) lets the process go on to its end."""
         if step is not None:
             self.step = step
         self.finished = True
+        self.reassert_sigterm()
         self.emit(RUN_FINISHED, step=self.step)
 
     def _report_failures(self) -> None:
