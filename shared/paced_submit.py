@@ -21,12 +21,15 @@ from shared.pacing import (
     BUSY,
     QUOTA,
     SETTLED,
+    TURNED_AWAY,
     Pacer,
     Waiting,
     drain,
     generation_time,
     hold_for_quota,
     is_rate_limited,
+    is_resource_quota,
+    is_settled,
     pacer_for,
     priority_of,
     restart_stalled,
@@ -128,14 +131,15 @@ def drain_line(location: str, log: Logger, ports: Ports, steps: SubmitSteps, pac
 
 def create_waiting(entry: Waiting, log: Logger, ports: Ports, steps: SubmitSteps) -> str:
     """The drainer's create of one waiting attempt: SETTLED (created, found, or nothing left to
-    create), QUOTA (Vertex still refused it for the rate) or BUSY (a delivery holds a fresh claim
-    on it, or the create failed for now). Never raises: one entry must not stop the drain."""
+    create), QUOTA (Vertex still refused it for the rate), TURNED_AWAY (refused for a resource
+    quota: it leaves the line) or BUSY (a delivery holds a fresh claim on it, or the create failed
+    for now). Never raises: one entry must not stop the drain."""
     log = log.bind(request_id=entry.request_id, attempt=entry.attempt)
     try:
         record = ports.ledger.get(entry.request_id)
-        attempt = record.attempt(entry.attempt) if record else None
-        if record is None or attempt is None or attempt.job or attempt.outcome or record.is_terminal:
+        if is_settled(record, entry.attempt):
             return SETTLED
+        assert record is not None  # not settled
         claim = steps.claim(record.request, entry.attempt, log, ports)
         if claim.kind == "duplicate" or claim.attempt is None:
             return SETTLED
@@ -148,7 +152,15 @@ def create_waiting(entry: Waiting, log: Logger, ports: Ports, steps: SubmitSteps
         # waiting with no entry and re-publishes it, which puts it back in line.
         alert_corrupt_record(ports, exc, log)
         return SETTLED
-    except Exception as exc:  # noqa: BLE001 - it keeps its place; the next slot tries again
+    except Exception as exc:  # noqa: BLE001 - one entry must not stop the drain
+        if is_resource_quota(exc):  # its claim was released with the error: reconcile's to re-publish
+            log.warning(
+                "Vertex refused a waiting attempt for a resource quota; it leaves the line and is "
+                "re-published with backoff",
+                event="quota_resource_refused",
+                error=f"{type(exc).__name__}: {exc}",
+            )
+            return TURNED_AWAY
         log.warning(
             "could not create a waiting attempt; it keeps its place in line",
             event="quota_create_failed",

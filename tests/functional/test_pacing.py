@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -293,3 +293,177 @@ def test_reconcile_leaves_a_waiting_attempt_to_the_line_and_restarts_a_line_with
     assert handover.attributes == REQUEUE_ATTRIBUTES | {"request_id": "burst-000"}
     line.pump()
     assert sorted(line.jobs_by_request()) == ["burst-000", "burst-001", "burst-002"]
+
+
+# A line stays live whatever crashed where (issue 28, items 1-4).
+
+
+class Crash(BaseException):
+    """The function instance dies here: nothing after it runs (not an exception anyone catches)."""
+
+
+def crash_once(monkeypatch: pytest.MonkeyPatch, owner: type, name: str) -> None:
+    real = getattr(owner, name)
+    crashed: list[bool] = []
+
+    def once(*args: Any, **kwargs: Any) -> Any:
+        if not crashed:
+            crashed.append(True)
+            raise Crash(name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, once)
+
+
+def forget_the_drainer(line: Line) -> None:
+    """A crashed drainer's lease, once it expired (as reconcile finds it)."""
+    with contextlib.suppress(api.NotFound):
+        line.pacer._bucket.delete_blob(f"pacing/{LOCATION}/drainer.json")  # noqa: SLF001
+
+
+def test_a_head_created_by_a_drainer_that_died_before_removing_its_entry_leaves_the_line(
+    line: Line, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    requests = burst(3)
+    with drainer_held(line):
+        for request_id, body in requests:
+            line.deliver(body, f"m-{request_id}")
+    crash_once(monkeypatch, Pacer, "remove")  # the head's job is created and recorded, then the drainer dies
+    with pytest.raises(Crash):
+        restart(line)
+    assert sorted(line.jobs_by_request()) == ["burst-000"]
+    forget_the_drainer(line)
+
+    # Reconcile's restart finds the settled head first in line: it leaves the line, the next one goes.
+    summary = run_reconcile(line.ports, Logger(stream=line.log_stream))
+    assert summary.decisions["quota_line_restarted"] == 1
+    line.pump(seconds=5)
+
+    assert sorted(line.jobs_by_request()) == [rid for rid, _ in requests]
+    assert line.vertex.creates == 3
+    assert not line.pacer.waiting(LOCATION)
+
+
+def test_a_failed_delete_of_a_settled_head_does_not_stall_the_line(line: Line, monkeypatch: pytest.MonkeyPatch) -> None:
+    requests = burst(3)
+    with drainer_held(line):
+        for request_id, body in requests:
+            line.deliver(body, f"m-{request_id}")
+    real_remove = Pacer.remove
+    failures: list[str] = []
+
+    def remove_failing_once(self: Pacer, entry: Waiting) -> None:
+        if not failures:
+            failures.append(entry.key)
+            raise api.ServiceUnavailable("the delete of the entry failed")
+        real_remove(self, entry)
+
+    monkeypatch.setattr(Pacer, "remove", remove_failing_once)
+    restart(line)  # the hand-over's delivery drains the line despite the failed delete
+
+    assert failures and sorted(line.jobs_by_request()) == [rid for rid, _ in requests]
+    assert line.vertex.creates == 3 and not line.raised
+    assert not line.pacer.waiting(LOCATION)
+
+
+def burst_document(line: Line) -> Any:
+    return line.pacer._bucket.get_blob(f"pacing/{LOCATION}/burst.json")  # noqa: SLF001
+
+
+def test_the_burst_ends_when_the_run_ends_right_after_creating_the_last_waiting_attempt(
+    line: Line, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    requests = burst(6)
+    with drainer_held(line):
+        for request_id, body in requests:
+            line.deliver(body, f"m-{request_id}")
+    slots = iter(range(len(requests)))  # exactly one slot per waiting attempt, then the run is over
+    monkeypatch.setattr(Pacer, "wait_for_slot", lambda self, location, deadline: next(slots, None) is not None)
+
+    restart(line)
+
+    assert len(line.jobs_by_request()) == 6 and [a.details["waiting"] for a in line.alerts] == [6]
+    assert burst_document(line) is None
+    # So the next burst alerts again.
+    monkeypatch.undo()
+    with drainer_held(line):
+        for request_id, body in burst(5, prefix="later"):
+            line.deliver(body, f"m-{request_id}")
+    restart(line)
+    assert [a.details["waiting"] for a in line.alerts] == [6, 5]
+
+
+def test_reconcile_ends_the_burst_of_an_empty_line_whose_drainer_died_before_it_could(line: Line) -> None:
+    line.pacer.open_burst(LOCATION, 6)  # the drainer removed the last entry, then died
+
+    run_reconcile(line.ports, Logger(stream=line.log_stream))
+
+    assert burst_document(line) is None
+
+
+def test_a_request_accepted_at_the_size_limit_is_created_when_the_line_hands_over_to_it(line: Line) -> None:
+    job = json.loads(load_event("requests/bare_docs.json"))
+    # Non-ASCII text in its arguments: re-published, each such character is written \uXXXX.
+    job["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["args"] = ["--prompt", "é" * 2000]
+    body = json.dumps(job, ensure_ascii=False, separators=(",", ":")).encode()
+    line.settings = replace(PACED, max_request_bytes=len(body))  # accepted at publish, with no byte to spare
+    with drainer_held(line):
+        assert line.deliver(body, "m-big", request_id="big").result == SubmitResult.WAITING
+
+    restart(line)  # the hand-over re-publishes it as a re-queue of attempt 1: bigger than it was
+
+    assert list(line.jobs_by_request()) == ["big"] and not line.alerts
+    assert line.ledger.get("big").status == RequestStatus.SUBMITTED
+
+
+class GpuQuotaJobService(RateLimitedJobService):
+    """Refuses every create that asks for accelerators: the project's GPU quota is spent."""
+
+    def create_custom_job(self, *, parent: str, custom_job: CustomJob, retry: Any, timeout: float) -> CustomJob:
+        if any(pool.machine_spec.accelerator_count for pool in custom_job.job_spec.worker_pool_specs):
+            with self._lock:
+                self.creates += 1
+                self.refused += 1
+            raise api.TooManyRequests(
+                "The following quota metrics exceed quota limits: "
+                "aiplatform.googleapis.com/custom_model_training_nvidia_a100_gpus"
+            )
+        return super().create_custom_job(parent=parent, custom_job=custom_job, retry=retry, timeout=timeout)
+
+
+def cpu_envelope(request_id: str) -> bytes:
+    job = json.loads(load_event("requests/bare_docs.json"))
+    job["jobSpec"]["workerPoolSpecs"][0]["machineSpec"] = {"machineType": "a2-highgpu-1g"}  # no GPU asked for
+    return json.dumps({"request_id": request_id, "custom_job": job}).encode()
+
+
+def test_heads_refused_for_a_gpu_quota_leave_the_line_to_back_off_and_say_so_once(
+    line: Line, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    line.vertex = GpuQuotaJobService()
+    line.settings = replace(PACED, max_claim_republishes=0)  # claim_stalled at the first re-publish
+    gpus, cpus = burst(8, prefix="gpu"), [(f"cpu-{i}", cpu_envelope(f"cpu-{i}")) for i in range(4)]
+    with drainer_held(line):
+        for request_id, body in [*gpus, *cpus]:
+            line.deliver(body, f"m-{request_id}")
+    slots = iter(range(20))  # one drainer run of 20 slots: fewer than five tries of each GPU head
+    monkeypatch.setattr(Pacer, "wait_for_slot", lambda self, location, deadline: next(slots, None) is not None)
+
+    restart(line)
+
+    assert sorted(line.jobs_by_request()) == [rid for rid, _ in cpus]  # not held back behind the GPUs
+    assert line.vertex.refused == 8  # one try each, then they left the line
+    assert not line.pacer.waiting(LOCATION)
+    for request_id, _ in gpus:
+        record = line.ledger.get(request_id)
+        assert record.status == RequestStatus.CLAIMED and record.latest.last_create_error["code"] == 429
+    # Reconcile settles them like any claim Vertex turns away for now: re-published with backoff,
+    # with one claim_stalled alert each, not reported waiting for the quota forever.
+    monkeypatch.undo()
+    summary = run_reconcile(line.ports, Logger(stream=line.log_stream))
+    assert summary.outcomes["claim_republished"] == 8 and not summary.outcomes["waiting_for_quota"]
+    again = run_reconcile(line.ports, Logger(stream=line.log_stream))
+    assert not again.outcomes["claim_republished"]  # its backoff
+    stalled = [a for a in line.alerts if a.kind == "claim_stalled"]
+    assert sorted(a.request_id for a in stalled) == [rid for rid, _ in gpus]
+    assert all("nvidia_a100_gpus" in a.message for a in stalled)
