@@ -30,7 +30,8 @@ state bucket, per region:
 - **the burst**: `pacing/<location>/burst.json`, created once when a drainer first finds a line
   that needs longer than `quota_alert_after_seconds` to drain (a short line is pacing, not a
   quota problem); its creator publishes the one `quota_limited` alert of the burst (how many
-  wait, the expected drain time). Whoever hands the line over, or restarts it, and finds it empty
+  wait, the expected drain time), then notes it sent: if it died before that, the next drainer
+  run that finds the line long sends it. Whoever hands the line over, or restarts it, and finds it empty
   removes it.
 
 One module on purpose (over 450 lines): the slots, the line, the drainer lease and the burst
@@ -292,18 +293,27 @@ class Pacer:
 
     # The burst.
 
-    def open_burst(self, location: str, waiting: int) -> bool:
-        """True for the one caller that starts this burst (its alert is theirs to send)."""
-        body = {"started_at": self._clock(), "waiting_at_start": waiting}
-        return self._create_once(f"{_prefix(location)}burst.json", body) is not None
+    def burst_alert_due(self, location: str, waiting: int) -> int | None:
+        """Open the burst (once), or find it open with its alert unsent (its opener died or could
+        not publish; this drainer holds the lease now): the document's generation, the alert then
+        being this caller's to send. None when the burst's alert was sent."""
+        name = f"{_prefix(location)}burst.json"
+        body = {"started_at": self._clock(), "waiting_at_start": waiting, "alerted": False}
+        generation = self._create_once(name, body)
+        if generation is not None:
+            return generation
+        burst = self._bucket.get_blob(name)
+        if burst is None or json.loads(burst.download_as_bytes()).get("alerted", True):
+            return None
+        return int(burst.generation)
 
-    def close_burst(self, location: str) -> None:
-        from google.api_core.exceptions import NotFound
+    def burst_alerted(self, location: str, generation: int) -> None:
+        from google.api_core.exceptions import PreconditionFailed
 
         try:
-            self._bucket.delete_blob(f"{_prefix(location)}burst.json")
-        except NotFound:
-            pass
+            self._write(f"{_prefix(location)}burst.json", {"alerted": True, "alerted_at": self._clock()}, generation)
+        except PreconditionFailed:
+            pass  # ended (the line emptied) or taken on by a newer drainer meanwhile
 
     def end_burst(self, location: str) -> None:
         """The burst is over when the line is empty: remove its document, read before the listing
@@ -370,6 +380,7 @@ def drain(ports: Ports, location: str, create_one: Callable[[Waiting], str], log
     settled = rate_limited = 0
     passed: set[str] = set()  # heads that stayed busy: passed for the rest of this run
     busy_turns = 0
+    burst_seen = False  # looked at once a run, not every slot (one object, ~1 write/s)
     deadline = pacer.now() + ports.settings.pacer_run_seconds
     renewed_at = pacer.now()
     try:
@@ -379,8 +390,8 @@ def drain(ports: Ports, location: str, create_one: Callable[[Waiting], str], log
             entries = [entry for entry in line if entry.key not in passed]
             if not entries:
                 break  # the hand-over below ends the burst of an empty line
-            draining_long = len(line) * pacer.slot_seconds > ports.settings.quota_alert_after_seconds
-            if draining_long and pacer.open_burst(location, len(line)):
+            if not burst_seen and len(line) * pacer.slot_seconds > ports.settings.quota_alert_after_seconds:
+                burst_seen = True
                 _alert_quota_limited(ports, pacer, location, len(line), log)
             head = entries[0]
             outcome = create_one(head)
@@ -511,9 +522,13 @@ def restart_stalled(ports: Ports, locations: set[str], log: Logger) -> list[str]
 
 def _alert_quota_limited(ports: Ports, pacer: Pacer, location: str, count: int, log: Logger) -> None:
     """The burst's one alert. Its burst document is created first, so a second drainer never
-    sends another; a failed publish removes it, so the next drainer sends it instead."""
+    sends another, and noted sent after: a drainer that died or failed to publish in between
+    leaves it unsent, and the next run that finds the line long sends it (at least once)."""
     from shared.deciding.outbox import publish_alert
 
+    generation = pacer.burst_alert_due(location, count)
+    if generation is None:
+        return
     drain_seconds = round(count * pacer.slot_seconds)
     alert = Alert.of(
         AlertKind.QUOTA_LIMITED,
@@ -531,8 +546,8 @@ def _alert_quota_limited(ports: Ports, pacer: Pacer, location: str, count: int, 
     )
     try:
         publish_alert(ports, alert)
-    except Exception as exc:  # noqa: BLE001 - the next drainer sends it
-        pacer.close_burst(location)
+    except Exception as exc:  # noqa: BLE001 - the next run sends it
         log.warning("could not publish the quota_limited alert", event="quota_alert_failed", error=str(exc))
         return
+    pacer.burst_alerted(location, generation)
     log.warning(alert.message, event="quota_limited", **alert.details)

@@ -394,7 +394,7 @@ def test_the_burst_ends_when_the_run_ends_right_after_creating_the_last_waiting_
 
 
 def test_reconcile_ends_the_burst_of_an_empty_line_whose_drainer_died_before_it_could(line: Line) -> None:
-    line.pacer.open_burst(LOCATION, 6)  # the drainer removed the last entry, then died
+    line.pacer.burst_alert_due(LOCATION, 6)  # the drainer removed the last entry, then died
 
     run_reconcile(line.ports, Logger(stream=line.log_stream))
 
@@ -467,3 +467,24 @@ def test_heads_refused_for_a_gpu_quota_leave_the_line_to_back_off_and_say_so_onc
     stalled = [a for a in line.alerts if a.kind == "claim_stalled"]
     assert sorted(a.request_id for a in stalled) == [rid for rid, _ in gpus]
     assert all("nvidia_a100_gpus" in a.message for a in stalled)
+
+
+def test_a_drainer_that_died_between_opening_the_burst_and_its_alert_leaves_the_alert_to_the_next_run(
+    line: Line, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from shared.deciding import outbox
+
+    with drainer_held(line):
+        for request_id, body in burst(6):
+            line.deliver(body, f"m-{request_id}")
+    crash_once(monkeypatch, outbox, "publish_alert")  # burst.json is created, then the drainer dies
+    with pytest.raises(Crash):
+        restart(line)
+    assert burst_document(line) is not None and not line.alerts
+    forget_the_drainer(line)
+
+    run_reconcile(line.ports, Logger(stream=line.log_stream))  # the next run, on the restarted line
+    line.pump(seconds=5)
+
+    assert [a.details["waiting"] for a in line.alerts] == [6]
+    assert len(line.jobs_by_request()) == 6 and burst_document(line) is None
