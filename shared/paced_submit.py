@@ -32,7 +32,6 @@ from shared.pacing import (
     is_settled,
     pacer_for,
     priority_of,
-    restart_stalled,
     waiting_entry,
 )
 from shared.wiring import Ports
@@ -70,16 +69,13 @@ def may_create_now(ports: Ports, location: str) -> bool:
 
 def in_line(ports: Ports, record: RequestRecord, attempt: Attempt) -> bool:
     """Whether attempt `attempt` waits in its region's line (noted in the record, and its entry
-    there): reconcile leaves it to the drainer. One that fell out of line is settled like any
-    stale claim (re-published: submit puts it back)."""
-    if not attempt.waiting_since or attempt.job or attempt.outcome:
+    there): reconcile leaves it to the drainer. One that fell out of line, or waits in a line no
+    drainer serves any more (pacing turned off), is settled like any stale claim (re-published:
+    submit puts it back, or creates it)."""
+    if not pacing_on(ports) or not attempt.waiting_since or attempt.job or attempt.outcome:
         return False
     entry = waiting_entry(attempt.location, priority_of(record), record.request_id, attempt.n)
     return pacer_for(ports).has_entry(entry)
-
-
-def restart_stalled_lines(ports: Ports, locations: set[str], log: Logger) -> list[str]:
-    return restart_stalled(ports, locations, log) if pacing_on(ports) else []
 
 
 def never_sent(attempt: Attempt) -> bool:

@@ -223,6 +223,15 @@ class Pacer:
             generation = int(blob.generation) if blob is not None else 0
         return generation
 
+    def line_locations(self) -> list[str]:
+        """Every region with a line, a burst or a lease under `pacing/` (one delimiter listing):
+        a line outlives the requests that put it there, so no list of active ones finds them all."""
+        iterator = self._bucket.client.list_blobs(
+            self._bucket, prefix=PACING_PREFIX, delimiter="/", fields="prefixes,nextPageToken"
+        )
+        prefixes = {prefix for page in iterator.pages for prefix in page.prefixes}
+        return sorted(p[len(PACING_PREFIX) : -1] for p in prefixes if p != SLOTS_PREFIX)
+
     def anyone_waiting(self, location: str) -> bool:
         iterator = self._bucket.client.list_blobs(
             self._bucket, prefix=f"{_prefix(location)}waiting/", max_results=1, fields="items(name)"
@@ -499,12 +508,13 @@ def hand_over(ports: Ports, pacer: Pacer, location: str, log: Logger, passed: Co
     return None
 
 
-def restart_stalled(ports: Ports, locations: set[str], log: Logger) -> list[str]:
-    """Reconcile's part: a line with no live drainer (it crashed, or its hand-over was lost) is
-    handed to its head again. Returns the locations restarted."""
+def restart_stalled(ports: Ports, log: Logger) -> list[str]:
+    """Reconcile's part, in every region with anything under `pacing/`: a line with no live
+    drainer (it crashed, or its hand-over was lost) is handed to its head again, and an empty
+    one's burst ends. Returns the locations restarted."""
     pacer = pacer_for(ports)
     restarted = []
-    for location in sorted(locations):
+    for location in pacer.line_locations():
         try:
             if not pacer.anyone_waiting(location):
                 pacer.end_burst(location)  # its drainer may have died before it could

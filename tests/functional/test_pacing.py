@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ from devstack.vertex.quotas import SUBMISSIONS, SlidingWindow, quota_exceeded
 from shared.alerts import Alert
 from shared.delivery import Message
 from shared.jobs import LABEL_REQUEST_ID
+from shared.ledger.claims import fail_attempt
 from shared.ledger.states import RequestStatus
 from shared.ledger.store import LedgerStore
 from shared.log import Logger
@@ -149,19 +151,19 @@ def line(gcs_bucket: Any) -> Line:
 
 
 @contextlib.contextmanager
-def drainer_held(line: Line) -> Iterator[None]:
+def drainer_held(line: Line, location: str = LOCATION) -> Iterator[None]:
     """Hold the drainer lease (as a drainer busy elsewhere would) with someone in line, so every
     delivery inside waits in line; on leaving, the line drains from one hand-over."""
     pacer = line.pacer
-    lease = pacer.acquire(LOCATION)
+    lease = pacer.acquire(location)
     assert lease is not None
-    blocker = Waiting(LOCATION, "9999999~blocker~1")  # sorts after any priority's entries
+    blocker = Waiting(location, "9999999~blocker~1")  # sorts after any priority's entries
     pacer.enqueue(blocker)
     try:
         yield
     finally:
         pacer.remove(blocker)
-        pacer.release(LOCATION, lease)
+        pacer.release(location, lease)
 
 
 def restart(line: Line) -> None:
@@ -488,3 +490,37 @@ def test_a_drainer_that_died_between_opening_the_burst_and_its_alert_leaves_the_
 
     assert [a.details["waiting"] for a in line.alerts] == [6]
     assert len(line.jobs_by_request()) == 6 and burst_document(line) is None
+
+
+def test_reconcile_empties_a_line_in_a_region_where_no_request_is_active_any_more(line: Line) -> None:
+    with drainer_held(line, "europe-west4"):
+        line.deliver(envelope("away", location="europe-west4"), "m-away")
+    assert line.ledger.get("away").latest.location == "europe-west4"
+    # It failed while it waited, its alert sent, its entry still in line: no active request names
+    # that region any more.
+    line.ledger.update(
+        "away", lambda current: fail_attempt(current, n=1, error={}, now=datetime.now(UTC), reason="gone")
+    )
+    line.ledger.update("away", lambda current: replace(current, pending_alerts=[]))
+    assert line.ledger.get("away").is_terminal and line.pacer.waiting("europe-west4")
+
+    run_reconcile(line.ports, Logger(stream=line.log_stream))
+
+    assert not line.pacer.waiting("europe-west4")
+
+
+def test_a_line_left_when_pacing_is_turned_off_is_created_and_emptied_by_reconcile(line: Line) -> None:
+    requests = burst(3)
+    with drainer_held(line):
+        for request_id, body in requests:
+            line.deliver(body, f"m-{request_id}")
+    line.settings = replace(PACED, vertex_creates_per_minute=0)  # redeployed without pacing: no drainer
+
+    summary = run_reconcile(line.ports, Logger(stream=line.log_stream))
+    for message in line.publisher.on("job-requests"):  # the re-published attempts are created at once
+        line.deliver(json.dumps(message.data).encode(), "republished", **message.attributes)
+    run_reconcile(line.ports, Logger(stream=line.log_stream))  # their settled entries leave the line
+
+    assert not summary.outcomes["waiting_for_quota"]
+    assert sorted(line.jobs_by_request()) == [rid for rid, _ in requests]
+    assert not line.pacer.waiting(LOCATION)
