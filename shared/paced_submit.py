@@ -19,6 +19,7 @@ from shared.ledger.records import Attempt, CorruptRecord, RequestRecord
 from shared.log import Logger
 from shared.pacing import (
     BUSY,
+    IN_DOUBT,
     QUOTA,
     SETTLED,
     TURNED_AWAY,
@@ -128,21 +129,26 @@ def drain_line(location: str, log: Logger, ports: Ports, steps: SubmitSteps, pac
 def create_waiting(entry: Waiting, log: Logger, ports: Ports, steps: SubmitSteps) -> str:
     """The drainer's create of one waiting attempt: SETTLED (created, found, or nothing left to
     create), QUOTA (Vertex still refused it for the rate), TURNED_AWAY (refused for a resource
-    quota: it leaves the line) or BUSY (a delivery holds a fresh claim on it, or the create failed
-    for now). Never raises: one entry must not stop the drain."""
+    quota: it leaves the line), IN_DOUBT (a create of it is in flight or of unknown outcome) or
+    BUSY (a delivery holds a fresh claim on it, or the create failed for now). Never raises: one
+    entry must not stop the drain."""
     log = log.bind(request_id=entry.request_id, attempt=entry.attempt)
+    lease_bound = False  # whether a ClaimInProgress can only clear once a claim lease ran out
     try:
         record = ports.ledger.get(entry.request_id)
         if is_settled(record, entry.attempt):
             return SETTLED
         assert record is not None  # not settled
+        # A create may be out (a claim handed back to the line has none noted).
+        lease_bound = bool(record.attempt(entry.attempt).create_sent_at)
         claim = steps.claim(record.request, entry.attempt, log, ports)
         if claim.kind == "duplicate" or claim.attempt is None:
             return SETTLED
         waited_for = _seconds_since(ports, claim.attempt.waiting_since)
+        lease_bound = True  # the claim is ours now: its own create (or lookup) is in doubt
         outcome = steps.ensure_job(claim.record, claim.attempt, claim.kind == "taken_over", log, ports, paced=True)
     except ClaimInProgress:
-        return BUSY
+        return IN_DOUBT if lease_bound else BUSY
     except CorruptRecord as exc:
         # Nothing can be decided on it: alerted once, out of line; once repaired, reconcile finds it
         # waiting with no entry and re-publishes it, which puts it back in line.

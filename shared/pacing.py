@@ -86,6 +86,9 @@ LEASE_MARGIN_SECONDS = 30.0
 SETTLED = "settled"  # created, found, or nothing left to create: the entry goes
 QUOTA = "quota"  # Vertex refused it for the rate anyway: it keeps its place
 BUSY = "busy"  # another delivery holds a fresh claim on it, or the create failed for now
+# A create of it is in flight or of unknown outcome: its claim is held for a lease (minutes), so
+# waiting a few slots cannot help; it is passed at once for the rest of the run.
+IN_DOUBT = "in_doubt"
 # Vertex refused it for a resource quota (GPUs, CPUs): not a rate, so the line cannot help; it
 # leaves the line, its claim released, and reconcile re-publishes it with backoff like any claim
 # Vertex turns away for now (`claim_stalled` once), so it never holds back the others behind it.
@@ -413,7 +416,7 @@ def drain(ports: Ports, location: str, create_one: Callable[[Waiting], str], log
             # BUSY: the delivery that just put it in line is about to hand its claim over, or the
             # create failed for now: the line waits for it, and passes it only after a while.
             busy_turns = busy_turns + 1 if outcome == BUSY else 0
-            if busy_turns >= BUSY_PATIENCE:
+            if busy_turns >= BUSY_PATIENCE or outcome == IN_DOUBT:
                 passed.add(head.key)
                 busy_turns = 0
             if pacer.now() - renewed_at >= RENEW_EVERY_SECONDS:  # not every slot: one object, ~1 write/s

@@ -28,7 +28,7 @@ from shared.ledger.claims import fail_attempt
 from shared.ledger.states import RequestStatus
 from shared.ledger.store import LedgerStore
 from shared.log import Logger
-from shared.pacing import Pacer, Waiting, pacer_for
+from shared.pacing import Pacer, Waiting, hand_over, pacer_for
 from shared.reconcile import run_reconcile
 from shared.requests.envelope import REQUEUE_ATTRIBUTES
 from shared.settings import Settings
@@ -168,8 +168,6 @@ def drainer_held(line: Line, location: str = LOCATION) -> Iterator[None]:
 
 def restart(line: Line) -> None:
     """What reconcile does for a line without a drainer: hand it to its head."""
-    from shared.pacing import hand_over
-
     assert hand_over(line.ports, line.pacer, LOCATION, Logger(stream=line.log_stream))
     line.pump()
 
@@ -524,3 +522,24 @@ def test_a_line_left_when_pacing_is_turned_off_is_created_and_emptied_by_reconci
     assert not summary.outcomes["waiting_for_quota"]
     assert sorted(line.jobs_by_request()) == [rid for rid, _ in requests]
     assert not line.pacer.waiting(LOCATION)
+
+
+def test_heads_whose_create_outcome_is_unknown_are_passed_at_once_not_waited_for(
+    line: Line, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    unknown, others = burst(8, prefix="unknown"), burst(4, prefix="other")
+    with drainer_held(line):
+        for request_id, body in [*unknown, *others]:
+            line.deliver(body, f"m-{request_id}")
+    # Each of the first eight creates fails with a 500: maybe created, found nowhere yet, so its
+    # claim is kept for a lease; retrying it every slot cannot help.
+    line.vertex.create_faults.extend(api.InternalServerError("internal error") for _ in unknown)
+    slots = iter(range(20))  # one drainer run of 20 slots: fewer than five tries of each
+    monkeypatch.setattr(Pacer, "wait_for_slot", lambda self, location, deadline: next(slots, None) is not None)
+
+    assert hand_over(line.ports, line.pacer, LOCATION, Logger(stream=line.log_stream))
+    [message] = line.publisher.on("job-requests")
+    line.deliver(json.dumps(message.data).encode(), "handover", **message.attributes)  # that one run
+
+    assert sorted(line.jobs_by_request()) == [rid for rid, _ in others]  # not held back behind them
+    assert [entry.request_id for entry in line.pacer.waiting(LOCATION)] == [rid for rid, _ in unknown]
