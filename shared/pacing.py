@@ -165,7 +165,7 @@ def is_rate_limited(exc: BaseException) -> bool:
 
 
 def is_resource_quota(exc: BaseException) -> bool:
-    """A 429 that is not for the rate: a resource quota (GPUs, CPUs) that only finishing jobs free."""
+    """A 429 that is not for the rate: a resource quota (GPUs, CPUs), which a later slot does not clear."""
     from google.api_core.exceptions import TooManyRequests
 
     return isinstance(exc, TooManyRequests) and not is_rate_limited(exc)
