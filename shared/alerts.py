@@ -44,7 +44,7 @@ class AlertKind(enum.StrEnum):
     SUBMIT_FAILED = (
         "submit_failed",
         "ERROR",
-        "Vertex AI refused the create for good (a verdict on the job): the request failed",
+        "Vertex AI refused the create for good (a verdict on the job), or the deployment's policy refused the job built for an attempt: the request failed",
     )
     PREEMPTION_STORM = (
         "preemption_storm",
@@ -66,7 +66,11 @@ class AlertKind(enum.StrEnum):
         "WARNING",
         "Vertex said SUCCEEDED but the kit saw the last run preempted and unfinished: re-queued (docs/signals.md)",
     )
-    JOB_STUCK = "job_stuck", "WARNING", "a job waited (queued, pending, ...) longer than `SPOTJOBS_STUCK_AFTER_SECONDS`"
+    JOB_STUCK = (
+        "job_stuck",
+        "WARNING",
+        "a job waited (queued, pending, ...), or had not ended after a deadline switch's cancel, longer than `SPOTJOBS_STUCK_AFTER_SECONDS`",
+    )
     PRUNE_REPORT = (
         "prune_report",
         "INFO",

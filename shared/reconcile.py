@@ -16,6 +16,9 @@ starts, in the ledger's reconcile cursor, so every request gets its turn):
   takes the stale claim over, at a growing interval and never given up on (one `claim_stalled`
   alert past `max_claim_republishes`, naming the evidence); a lookup that fails for our own
   reasons (a permission, a region) is alerted once (`lookup_failed`);
+- an attempt whose job a deadline switch cancelled is read until Vertex reports it ended, and
+  the observation that sees the end publishes the next attempt (held until then, so a lost event
+  cannot stall it);
 - otherwise the latest attempt's job is read (from the pass's one listing per location, a get
   only for a job missing from it: `shared.reconcile_vertex`) and
   `shared.deciding.applying.apply_observation` decides, exactly as for a log event: terminal
@@ -255,6 +258,10 @@ def reconcile_request(ports: Ports, request_id: str, log: Logger) -> RequestResu
 
 
 def _reconcile(ports: Ports, record: RequestRecord, log: Logger) -> RequestResult:
+    latest = record.latest
+    if latest is not None and latest.ending and latest.job:
+        # A switch's next attempt waits for this job's end, which a lost event would never report.
+        return _observe(ports, record, latest, log)
     if record.has_pending_effects or record.requeue is not None:
         message_id, waiting = flush(ports, record, log)
         if record.is_terminal or record.requeue is not None:
@@ -265,15 +272,19 @@ def _reconcile(ports: Ports, record: RequestRecord, log: Logger) -> RequestResul
             return RequestResult("effects_published" if record.has_pending_effects else "idle")
     if record.is_terminal:
         return RequestResult("idle")
-    latest = record.latest
     if latest is None or latest.outcome is not None:
         return RequestResult("idle")
     if latest.job is None:
         if in_line(ports, record, latest):
             return RequestResult("waiting_for_quota")  # the line's drainer creates it (shared/pacing.py)
         return _settle_claim(ports, record, latest, log)
-    snapshot = read_job(ports.job_service(latest.location), latest.job)
-    applied = apply_observation(ports, record.request_id, Observation(latest.n, snapshot), log)
+    return _observe(ports, record, latest, log)
+
+
+def _observe(ports: Ports, record: RequestRecord, attempt: Attempt, log: Logger) -> RequestResult:
+    assert attempt.job is not None  # both callers observe an attempt that has its job
+    snapshot = read_job(ports.job_service(attempt.location), attempt.job)
+    applied = apply_observation(ports, record.request_id, Observation(attempt.n, snapshot), log)
     return RequestResult("waiting" if applied.waiting else "observed", applied.events)
 
 

@@ -66,7 +66,7 @@ from shared.redeliveries import (
     replayed_without_a_record,
 )
 from shared.requests.envelope import InvalidJobRequest, JobRequest, canonical_envelope, content_request_id
-from shared.requests.policy import validate_request, warn_if_images_unrestricted
+from shared.requests.policy import check_attempt_job, validate_request, warn_if_images_unrestricted
 from shared.settings import CREATE_MARGIN_FRACTION
 from shared.swap import Decided
 from shared.wiring import Ports
@@ -199,6 +199,9 @@ def _claim(envelope: dict[str, Any], n: int, log: Logger, ports: Ports) -> Claim
     request_id = envelope["request_id"]
 
     def transition(current: RequestRecord | None) -> Decided[RequestRecord]:
+        replaced = current.attempt(n - 1) if current else None
+        if replaced is not None and replaced.ending:  # however the message came: never two at once
+            raise ClaimInProgress(f"attempt {n} waits for the job of attempt {n - 1} to end (it was cancelled)")
         claim = claim_attempt(
             current,
             envelope=envelope,
@@ -213,7 +216,7 @@ def _claim(envelope: dict[str, Any], n: int, log: Logger, ports: Ports) -> Claim
         swapped = ports.ledger.swap(request_id, transition)
     except ClaimInProgress as exc:
         log.info(
-            "attempt is being created by another delivery; retry later",
+            "attempt cannot be claimed yet; retry later",
             event="claim_in_progress",
             reason=str(exc),
         )
@@ -237,6 +240,18 @@ def _ensure_job(
         if found is not None:
             return _record_created(record, attempt, found, SubmitResult.FOUND, log, ports)
         _wait_for_the_list(attempt, log, ports)
+    violations = check_attempt_job(
+        record.request["custom_job"],
+        request_id=request_id,
+        strategy=attempt.strategy,
+        location=attempt.location,
+        spot_attempts_before=record.spot_attempts_before(n),
+        settings=settings,
+    )
+    if violations:  # whichever path planned it: nothing the deployment refuses is created
+        error = {"code": None, "message": "the deployment's policy refuses it: " + "; ".join(map(str, violations))}
+        why = f"spotjobs did not create attempt {n} ({attempt.strategy} in {attempt.location})"
+        return _refused(record, attempt, error, why, log, ports)
     if not paced and not may_create_now(ports, attempt.location):  # paced: the drainer holds a slot
         return _wait_in_line(record, attempt, log, ports, paced=False)
     job_json = build_job_json(
@@ -369,17 +384,17 @@ def _after_failed_create(
         # A bug, not a verdict on the request: keep the claim, and let submit_request have the
         # message redelivered (SubmitBlocked) until it dead-letters.
         raise exc
-    return _refused(record, attempt, exc, log, ports)
-
-
-def _refused(record: RequestRecord, attempt: Attempt, exc: Exception, log: Logger, ports: Ports) -> SubmitOutcome:
-    request_id, n = record.request_id, attempt.n
     code = getattr(exc, "code", None)
-    error = {
-        "code": int(code) if code is not None else None,
-        "message": str(getattr(exc, "message", exc)),
-    }
-    reason = f"Vertex AI refused to create attempt {n}: {error['message']}"
+    error = {"code": int(code) if code is not None else None, "message": str(getattr(exc, "message", exc))}
+    return _refused(record, attempt, error, f"Vertex AI refused to create attempt {n}", log, ports)
+
+
+def _refused(
+    record: RequestRecord, attempt: Attempt, error: dict[str, Any], why: str, log: Logger, ports: Ports
+) -> SubmitOutcome:
+    """Attempt n is not created (`why`: who refused it): the request fails with one alert."""
+    request_id, n = record.request_id, attempt.n
+    reason = f"{why}: {error['message']}"
     swapped = ports.ledger.swap(
         request_id,
         lambda current: fail_attempt(
@@ -395,14 +410,14 @@ def _refused(record: RequestRecord, attempt: Attempt, exc: Exception, log: Logge
     if not swapped.wrote or stored is None:
         # Another delivery settled the attempt first (recorded a job, or failed it and alerted).
         log.warning(
-            "Vertex AI refused the job, but the attempt was already settled; nothing recorded",
+            "the job was not created, but the attempt was already settled; nothing recorded",
             event="refusal_ignored",
             error=error,
         )
         publish_what_is_pending(stored, log, ports)
         recorded = stored.attempt(n) if stored else None
         return SubmitOutcome(SubmitResult.DUPLICATE, request_id, n, recorded.job if recorded else None)
-    log.error("Vertex AI refused the job; the request failed", event="submit_failed", error=error)
+    log.error(f"{reason}; the request failed", event="submit_failed", error=error)
     flush(ports, stored, log, mine=Mine.EFFECTS)
     return SubmitOutcome(SubmitResult.FAILED, request_id, n)
 

@@ -177,7 +177,8 @@ resource "google_project_iam_custom_role" "ledger_writer" {
 # roles/storage.objectAdmin would also let the pruner write checkpoints. get is needed: the layout
 # rules (kit/src/spotjobs_kit/layout.py) read a few small files frameworks complete checkpoints
 # with (TensorFlow's `checkpoint` index, DeepSpeed's `latest`, Orbax's `_CHECKPOINT_METADATA` of a
-# folder without a marker); everything else the pruner learns from listings.
+# folder without a marker, the kit's `COMMITTED`, whose listed files must be there); everything
+# else the pruner learns from listings.
 resource "google_project_iam_custom_role" "checkpoint_pruner" {
   project     = var.project_id
   role_id     = "${local.custom_role_prefix}_checkpointPruner"

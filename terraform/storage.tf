@@ -46,11 +46,67 @@ resource "google_storage_bucket" "state" {
     }
   }
 
+  # What grows with history goes by lifecycle rule where its age says when nothing needs it any
+  # more (docs/ARCHITECTURE.md, "What the state bucket keeps"; the rules:
+  # https://cloud.google.com/storage/docs/lifecycle). Every age exceeds the longest time the object
+  # is needed. Pub/Sub keeps a message at most 31 days, the horizon of several below.
+
   # The pacing slots (shared/pacing.py): one empty object per create, never read once past.
   lifecycle_rule {
     condition {
       age            = 1
       matches_prefix = ["pacing/slots/"]
+    }
+    action {
+      type = "Delete"
+    }
+  }
+
+  # A bare body's dedupe windows (shared/ledger/dedupe.py): each write sets the document's
+  # Custom-Time to the end of its newest window; no delivery names a window 32 days after its end
+  # (HORIZON_SECONDS: every window would be dropped by the next write anyway). A day more.
+  lifecycle_rule {
+    condition {
+      days_since_custom_time = 33
+      matches_prefix         = ["dedupe/"]
+    }
+    action {
+      type = "Delete"
+    }
+  }
+
+  # Redrive claims (spotjobs/deadletters.py): one per dead letter redriven, needed while that dead
+  # letter can still be pulled (the dead-letter subscription keeps it 7 days, a topic 31 at most).
+  lifecycle_rule {
+    condition {
+      age            = 32
+      matches_prefix = ["deadletters/redriven/"]
+    }
+    action {
+      type = "Delete"
+    }
+  }
+
+  # A region's burst document (shared/pacing.py): the drainer that finds its line empty removes
+  # it; this is the backstop. Needed while a burst drains (a week at 58 a minute is over half a
+  # million requests); if one lasts longer, the next drainer alerts quota_limited once more.
+  lifecycle_rule {
+    condition {
+      age            = 7
+      matches_prefix = ["pacing/"]
+      matches_suffix = ["/burst.json"]
+    }
+    action {
+      type = "Delete"
+    }
+  }
+
+  # Ledger records removed by the retention sweep, archived first (shared/ledger/retention.py):
+  # nothing reads them; they are for the operator, for var.ledger_archive_retention_days.
+  lifecycle_rule {
+    condition {
+      age            = var.ledger_archive_retention_days
+      matches_prefix = ["archive/"]
     }
     action {
       type = "Delete"

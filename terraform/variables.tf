@@ -291,6 +291,17 @@ variable "state_noncurrent_version_retention_days" {
   }
 }
 
+variable "ledger_archive_retention_days" {
+  description = "Ledger records removed by the retention sweep are archived to archive/<id>.json in the state bucket (settings.ledger_archive); a lifecycle rule deletes them this many days after archiving."
+  type        = number
+  default     = 365
+
+  validation {
+    condition     = var.ledger_archive_retention_days >= 1
+    error_message = "ledger_archive_retention_days must be at least 1."
+  }
+}
+
 # ---------------------------------------------------------------------------------------------
 # Job events (log sink)
 # ---------------------------------------------------------------------------------------------

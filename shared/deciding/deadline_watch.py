@@ -22,7 +22,9 @@ A switch is a decision like any other, made in the record under compare-and-swap
 attempt's outcome becomes SWITCHED_TO_ON_DEMAND (set once, so a redelivery or a concurrent pass
 decides nothing again), its job's cancel is written pending (`Attempt.cancel_decided_at`) and
 attempt n+1 on STANDARD in the same location is the record's re-queue; the outbox
-(`shared.deciding.outbox.flush`) sends the cancel, then publishes the re-queue. "Back to Spot"
+(`shared.deciding.outbox.flush`) sends the cancel, and the re-queue is published once Vertex
+reports the cancelled job ended (`Attempt.ending`), by the observation that sees it. A switch to
+STANDARD is made only where the deployment's policy allows it for attempt n+1. "Back to Spot"
 (Uniform Progress's hysteresis done) is the same move the other way: SWITCHED_TO_SPOT, and
 attempt n+1 on SPOT.
 
@@ -33,6 +35,7 @@ provisions a job for minutes even when capacity is there); past that it is waiti
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from shared.alerts import AlertKind
@@ -48,6 +51,7 @@ from shared.deciding.deadline import (
 )
 from shared.deciding.effects import Effects, LogLine, attempt_alert, event_fields
 from shared.deciding.preemptions import preempted_in_last_run
+from shared.errors import Violation
 from shared.jobs import JobState
 from shared.ledger.records import Attempt, RequestRecord, Requeue
 from shared.ledger.states import AttemptOutcome, RequestStatus
@@ -113,10 +117,14 @@ def watch_deadline(
     *,
     prior_seconds: float,
     review_seconds: float,
+    refuses: Callable[[str], Violation | None],
     running: bool = False,
 ) -> DeadlineDecision | None:
     """Ask the deadline rule about the request's current attempt and carry out its answer in the
-    record: its alerts (once per request) and a switch to on-demand."""
+    record: its alerts (once per request) and a switch to on-demand. `refuses(strategy)` is the
+    deployment's policy for the next attempt: a switch it refuses is not made (the deployment's
+    minimum of Spot attempts wins over a deadline, so a publisher gets by a deadline no fallback
+    the policy refuses), and said once per attempt."""
     if record.latest is not attempt or attempt.outcome is not None or attempt.job is None:
         return None
     if record.is_terminal or record.requeue is not None:
@@ -130,7 +138,20 @@ def watch_deadline(
     if situation.work.committed_steps < situation.work.total_steps:
         _alert(record, attempt, situation, decision, now, effects)
     if decision.action is Action.SWITCH_TO_ON_DEMAND and attempt.strategy == SPOT:
-        _switch(record, attempt, decision, now, effects, ON_DEMAND)
+        refused = refuses(ON_DEMAND)
+        if refused is None:
+            _switch(record, attempt, decision, now, effects, ON_DEMAND)
+        elif record.mark(f"deadline_switch_refused:{attempt.n}"):
+            effects.lines.append(
+                LogLine(
+                    "WARNING",
+                    f"attempt {attempt.n} of {record.request_id} stays on Spot: the deadline rule would move it "
+                    f"to {ON_DEMAND} ({decision.reason}), which the deployment's policy refuses ({refused})",
+                    event_fields(
+                        record, attempt, "deadline_switch_refused", refused=str(refused), **decision.to_json()
+                    ),
+                )
+            )
     elif decision.action is Action.BACK_TO_SPOT and attempt.strategy != SPOT:
         _switch(record, attempt, decision, now, effects, SPOT)
     return decision

@@ -62,10 +62,12 @@ from shared.deciding.preemptions import (
     preempted_in_last_run,
     preemptions_text,
 )
+from shared.errors import Violation
 from shared.jobs import FLEX_START, JobSnapshot, JobState, max_wait_seconds
 from shared.ledger.records import Attempt, RequestRecord, Requeue, alert_marker
 from shared.ledger.states import AttemptOutcome, RequestStatus
 from shared.requests.attempts import ON_DEMAND, SPOT, plan_attempt
+from shared.requests.policy import check_strategy
 from shared.settings import Settings
 
 # A job can sit in these for too long; RUNNING is not among them: training legitimately runs
@@ -105,6 +107,9 @@ class DecisionPolicy:
     kit_lines_settle_seconds: float
     changeover_prior_seconds: float
     reconcile_interval_seconds: float
+    # What capacity other than Spot an attempt may be planned on (shared.requests.policy.check_strategy).
+    allowed_fallback_strategies: tuple[str, ...]
+    min_spot_attempts: int
 
     @classmethod
     def from_settings(cls, settings: Settings) -> DecisionPolicy:
@@ -117,6 +122,17 @@ class DecisionPolicy:
             kit_lines_settle_seconds=settings.kit_lines_settle_seconds,
             changeover_prior_seconds=settings.changeover_prior_seconds,
             reconcile_interval_seconds=settings.reconcile_interval_seconds,
+            allowed_fallback_strategies=settings.allowed_fallback_strategies,
+            min_spot_attempts=settings.min_spot_attempts,
+        )
+
+    def refuses(self, strategy: str, record: RequestRecord, n: int) -> Violation | None:
+        """Why attempt `n` of `record` may not run on `strategy` in this deployment, if it may not."""
+        return check_strategy(
+            strategy,
+            record.spot_attempts_before(n),
+            allowed_fallbacks=self.allowed_fallback_strategies,
+            min_spot_attempts=self.min_spot_attempts,
         )
 
 
@@ -194,11 +210,16 @@ def _decide(record: RequestRecord, observation: Observation, policy: DecisionPol
     if job is None and observation.kit is not None:
         # A kit line: the job runs (or just did); no Vertex read to track.
         _watch_deadline(record, attempt, policy, now, effects, running=observation.kit.event != PREEMPTED)
+    if job is not None and not fresh and attempt.ending:
+        _flag_stuck(record, attempt, job, policy, now, effects)  # cancelled, and not ended yet
     if job is None or not fresh:
         return Decision(record, effects)
     latest = record.latest
     owns_status = latest is not None and latest.n == attempt.n and not record.is_terminal
+    was_ending = attempt.ending
     _track_state(record, attempt, job, owns_status, now)
+    if was_ending and not attempt.ending:
+        _release_successor(record, attempt, job, now, effects)
     if job.is_terminal and attempt.outcome is None:
         waiting = _conclude(record, attempt, job, owns_status, policy, now, effects)
         return Decision(record, effects, waiting)
@@ -223,7 +244,27 @@ def _watch_deadline(
         effects,
         prior_seconds=policy.changeover_prior_seconds,
         review_seconds=policy.reconcile_interval_seconds,
+        refuses=lambda strategy: policy.refuses(strategy, record, attempt.n + 1),
         running=running,
+    )
+
+
+def _release_successor(
+    record: RequestRecord, attempt: Attempt, job: JobSnapshot, now: datetime, effects: Effects
+) -> None:
+    """The job a switch cancelled is seen ended: the next attempt, held until now, is published
+    by this observation (a cancel only starts one: CANCELLING comes first)."""
+    attempt.ended_at = attempt.ended_at or job.end_time or iso(now)
+    if record.latest is not attempt or record.requeue is None or record.requeue.message_id:
+        return  # its successor was published already (a record from before the hold)
+    effects.requeue_decided = True
+    effects.lines.append(
+        LogLine(
+            "INFO",
+            f"the job of attempt {attempt.n} of {record.request_id} ended ({job.state}); "
+            f"attempt {record.requeue.attempt} is published",
+            event_fields(record, attempt, "switched_job_ended", state=job.state, next_attempt=record.requeue.attempt),
+        )
     )
 
 
@@ -377,7 +418,13 @@ def _requeue_or_give_up(
     max_attempts = int(record.request.get("max_attempts") or policy.default_max_attempts)
     # A deadline outranks max_attempts: its Spot attempts ran out, on-demand finishes the work
     # (a deadline's switches use attempts too; an on-demand attempt is not preempted).
-    on_demand_next = attempt.n >= max_attempts and bool(record.request.get("deadline")) and attempt.strategy == SPOT
+    # Never before the deployment's minimum of Spot attempts, nor where it allows no STANDARD.
+    on_demand_next = (
+        attempt.n >= max_attempts
+        and bool(record.request.get("deadline"))
+        and attempt.strategy == SPOT
+        and policy.refuses(ON_DEMAND, record, attempt.n + 1) is None
+    )
     if attempt.n >= max_attempts and not on_demand_next:
         attempt.outcome = AttemptOutcome.GAVE_UP
         _finish(record, RequestStatus.GAVE_UP, now)
@@ -458,19 +505,29 @@ def _flag_stuck(
     now: datetime,
     effects: Effects,
 ) -> None:
-    if job.state not in STUCK_STATES or not attempt.state_changed_at:
-        return
-    stuck_for = (now - parse_iso(attempt.state_changed_at)).total_seconds()
     threshold = policy.stuck_after_seconds
-    if attempt.strategy == FLEX_START and job.state in WAITING_STATES:
-        # FLEX_START waits for capacity by design, up to its maxWaitDuration (a day by default):
-        # stuck only once it waited that long and the usual threshold beyond.
-        threshold += max_wait_seconds(record.request.get("custom_job") or {})
-    if stuck_for < threshold:
+    if attempt.ending:
+        # A cancel is best effort: a job it does not end holds back the attempt decided after it.
+        if not attempt.cancel_sent_at:
+            return
+        stuck_for = (now - parse_iso(attempt.cancel_sent_at)).total_seconds()
+        marker = alert_marker(AlertKind.JOB_STUCK, attempt.n, "cancel")
+        message = (
+            f"attempt {attempt.n} of {record.request_id} is still {job.state} {stuck_for:.0f} s after its "
+            f"cancel; attempt {attempt.n + 1} waits for it to end"
+        )
+    else:
+        if job.state not in STUCK_STATES or not attempt.state_changed_at:
+            return
+        stuck_for = (now - parse_iso(attempt.state_changed_at)).total_seconds()
+        if attempt.strategy == FLEX_START and job.state in WAITING_STATES:
+            # FLEX_START waits for capacity by design, up to its maxWaitDuration (a day by default):
+            # stuck only once it waited that long and the usual threshold beyond.
+            threshold += max_wait_seconds(record.request.get("custom_job") or {})
+        marker = alert_marker(AlertKind.JOB_STUCK, attempt.n, job.state)
+        message = f"attempt {attempt.n} of {record.request_id} has been {job.state} for {stuck_for:.0f} s"
+    if stuck_for < threshold or not record.mark(marker):
         return
-    if not record.mark(alert_marker(AlertKind.JOB_STUCK, attempt.n, job.state)):
-        return
-    message = f"attempt {attempt.n} of {record.request_id} has been {job.state} for {stuck_for:.0f} s"
     effects.lines.append(
         LogLine(
             "WARNING",

@@ -14,8 +14,11 @@ message is older than the claim lease). A function publishes only to topics it m
 (`Ports.may_publish`); anything else stays pending for the function that owns the topic.
 
 A deadline switch (shared/deciding/deadline_watch.py) also keeps a cancel pending: the Spot
-attempt's job is cancelled (`send_cancels`) before the re-queue of its on-demand successor is
-published, so the two never train into the request's checkpoints at once.
+attempt's job is cancelled (`send_cancels`), and the re-queue of its on-demand successor is
+published only once Vertex reports that job ended (`Attempt.ending`; a cancel is asynchronous,
+https://cloud.google.com/vertex-ai/docs/reference/rest/v1/projects.locations.customJobs/cancel),
+by the observation that sees the end (an event, or reconcile when the event is lost), so the two
+never train into the request's checkpoints at once.
 
 The re-queue is both a message and a state: `record.requeue` is the decision submit's claim is
 checked against; `message_id` confirms its publish. A re-queue published but never claimed (its
@@ -77,8 +80,8 @@ def flush(
 
     def requeue() -> None:
         nonlocal settled
-        if any(attempt.cancel_pending for attempt in record.attempts):
-            return  # the next attempt starts once the job it replaces was told to stop (never both)
+        if record.latest is not None and record.latest.ending:
+            return  # the next attempt starts once Vertex reports the job it replaces ended (never both)
         settled = settle_requeue(ports, record, log, ours=Mine.REQUEUE in mine, now=now)
 
     def pending() -> None:

@@ -19,7 +19,11 @@ redriven with its original publish time), always lands in the window it landed i
   first try) extends that window back to it;
 - otherwise it opens a window `[moment, moment + dedupe)`, which ends before the next one.
 Windows older than `HORIZON_SECONDS` (longer than Pub/Sub keeps a message, so no delivery can
-still name them) are dropped on the next write.
+still name them) are dropped on the next write, and the whole document goes once its newest window
+is that old: every write (a new generation) sets the object's Custom-Time
+(https://cloud.google.com/storage/docs/metadata#custom-time) to the newest window's end, and a
+lifecycle rule on `dedupe/` (terraform/storage.tf, `days_since_custom_time`) deletes it a day after
+the horizon. A content never published again leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -65,6 +69,12 @@ def place(
     return opened["request_id"], sorted([*kept, opened], key=lambda w: w["lo"])
 
 
+def newest_end(windows: Windows) -> datetime:
+    """The end of the newest window: the document is needed until `HORIZON_SECONDS` after it.
+    Windows only grow, and one is dropped only by a write opening a later one: it never moves back."""
+    return max(parse_iso(w["hi"]) for w in windows)
+
+
 def bare_request_id(
     bucket: Bucket,
     digest: str,
@@ -85,8 +95,10 @@ def bare_request_id(
             return None, 0
 
     def write(_current: dict[str, Any] | None, document: dict[str, Any], generation: int) -> bool:
+        blob = bucket.blob(blob_name)
+        blob.custom_time = newest_end(document["windows"])  # what the lifecycle rule counts from
         try:
-            bucket.blob(blob_name).upload_from_string(
+            blob.upload_from_string(
                 json.dumps(document, separators=(",", ":")),
                 content_type="application/json",
                 if_generation_match=generation,

@@ -13,7 +13,9 @@ from typing import Any
 
 from shared.clock import now_iso
 from shared.errors import SpotjobsError
+from shared.jobs import JobState
 from shared.ledger.states import AttemptOutcome, RequestStatus
+from shared.requests.attempts import SPOT
 
 SCHEMA_VERSION = 1
 
@@ -64,6 +66,13 @@ class Attempt:
         return self.cancel_decided_at is not None and self.cancel_sent_at is None
 
     @property
+    def ending(self) -> bool:
+        """Its job was told to stop (a deadline switch) and Vertex has not been seen to end it:
+        the cancel is asynchronous (CANCELLING first), and the next attempt must wait for the end
+        or both would train into the request's checkpoints."""
+        return self.cancel_decided_at is not None and self.state not in JobState.TERMINAL
+
+    @property
     def job_id(self) -> str | None:
         return self.job.rsplit("/", 1)[-1] if self.job else None
 
@@ -111,6 +120,10 @@ class RequestRecord:
 
     def attempt(self, n: int) -> Attempt | None:
         return next((a for a in self.attempts if a.n == n), None)
+
+    def spot_attempts_before(self, n: int) -> int:
+        """How many Spot attempts came before attempt n (the policy's minimum counts them)."""
+        return sum(1 for a in self.attempts if a.n < n and a.strategy == SPOT)
 
     @property
     def is_terminal(self) -> bool:

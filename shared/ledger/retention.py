@@ -14,7 +14,7 @@ while a round is under way. On each record:
   job index entries (a late log line then finds the job is not ours), then, archived to
   `archive/<id>.json` unless `ledger_archive` is off, the record itself, conditional on the
   generation read: any write since (a late event, an effect made pending) keeps it for the next
-  round;
+  round; then the note that it was once found corrupt, if any (`maintenance/corrupt/<id>.json`);
 - one whose body does not parse (its metadata says finished) is skipped and handed to
   `on_corrupt` (reconcile alerts `ledger_corrupt` once); the sweep moves on and saves its
   position, so one bad record never stalls retention and index repair behind it.
@@ -224,4 +224,7 @@ def retire(ledger: LedgerStore, request_id: str, retention: float, *, archive: b
             ledger.forget_job(attempt.job_id)
     if archive:
         ledger.archive(request_id, raw)
-    return ledger.remove_record(request_id, generation)
+    if not ledger.remove_record(request_id, generation):
+        return False
+    ledger.forget_corrupt(request_id)  # a note that it was once found corrupt (and repaired since)
+    return True

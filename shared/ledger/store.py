@@ -155,6 +155,13 @@ class LedgerStore:
     def is_noted_corrupt(self, request_id: str) -> bool:
         return self._bucket.blob(_corrupt_path(request_id)).exists()
 
+    def forget_corrupt(self, request_id: str) -> None:
+        """Remove the note with the record it was about (ledger retention)."""
+        from google.api_core.exceptions import NotFound
+
+        with contextlib.suppress(NotFound):
+            self._bucket.delete_blob(_corrupt_path(request_id))
+
     def get(self, request_id: str) -> RequestRecord | None:
         """The record as read now, or as `prefetch` read it less than `PREFETCH_SECONDS` ago
         (handed out once): no caller can tell it from a read that took that long, and every

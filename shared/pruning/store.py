@@ -9,7 +9,7 @@ settings.prune_workers threads sharing one client, whose connection pool is wide
 Permissions: storage.objects.list and .delete on the checkpoint bucket (markers are found by
 one-item listings, not reads); storage.objects.get there only for the small files some frameworks
 complete a checkpoint with (TensorFlow's `checkpoint` index, DeepSpeed's `latest`, Orbax's
-`_CHECKPOINT_METADATA`); ledger reads, and writing one cursor object, in the state bucket. google.* loads on first
+`_CHECKPOINT_METADATA`, the kit's `COMMITTED` with the files it lists); ledger reads, and writing one cursor object, in the state bucket. google.* loads on first
 use, so importing this module costs the function's cold start nothing.
 """
 

@@ -30,14 +30,14 @@ Why these rules:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from shared.clock import iso, utcnow
 from shared.errors import Violation
 from shared.log import Logger
-from shared.requests.attempts import ON_DEMAND
+from shared.requests.attempts import ON_DEMAND, SPOT
 from shared.requests.envelope import SYSTEM_FIELDS, InvalidJobRequest, JobRequest, read_request
 from shared.requests.job_fields import ALLOWED, FIELDS, OPT_INS, OUTPUT_ONLY
 from shared.requests.job_policy import (
@@ -98,11 +98,62 @@ def check_policy(request: JobRequest, settings: Settings, now: datetime | None =
     return out
 
 
+def check_attempt_job(
+    custom_job: Mapping[str, Any],
+    *,
+    request_id: str,
+    strategy: str,
+    location: str,
+    spot_attempts_before: int,
+    settings: Settings,
+) -> list[Violation]:
+    """Every policy violation of the CustomJob about to be created for an attempt, at the point of
+    create, whichever path asked for it (attempt 1, a re-queue after a preemption or a failover, a
+    pacing hand-over, a deadline switch): what it is built from, judged by today's policy, so no
+    attribute, deadline or record written under an older policy creates what a publisher may not
+    ask for. `build_job_json` adds only the strategy and location checked here, the training
+    account, the request's own output directory (the system's, fixed at its first claim) and the
+    system's labels and variables."""
+    out = check_custom_job(custom_job, "custom_job", request_id, settings)
+    refused = check_strategy(
+        strategy,
+        spot_attempts_before,
+        allowed_fallbacks=settings.allowed_fallback_strategies,
+        min_spot_attempts=settings.min_spot_attempts,
+    )
+    out.extend([refused] if refused else [])
+    if settings.allowed_locations and location not in settings.allowed_locations:
+        out.append(Violation("location", f"is {location}; allowed regions: {', '.join(settings.allowed_locations)}"))
+    return out
+
+
+def check_strategy(
+    strategy: str, spot_attempts_before: int, *, allowed_fallbacks: Sequence[str], min_spot_attempts: int
+) -> Violation | None:
+    """Whether an attempt may run on `strategy` after `spot_attempts_before` Spot attempts: Spot
+    always; anything else only where the deployment allows it as a fallback and once its minimum
+    of Spot attempts came first. Asked by every decision that plans an attempt on other capacity
+    (a deadline's switch included) and again at its create."""
+    if strategy == SPOT:
+        return None
+    if strategy not in allowed_fallbacks:
+        shown = ", ".join(allowed_fallbacks) or "none: Spot only (SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES)"
+        return Violation("strategy", f"is {strategy}; allowed fallback strategies: {shown}")
+    if spot_attempts_before < min_spot_attempts:
+        return Violation(
+            "strategy",
+            f"is {strategy} after {spot_attempts_before} Spot attempts; at least {min_spot_attempts} come first "
+            "(SPOTJOBS_MIN_SPOT_ATTEMPTS)",
+        )
+    return None
+
+
 def _check_deadline(request: JobRequest, settings: Settings, now: datetime) -> list[Violation]:
-    """A deadline that on-demand from the start could not meet is refused, with the numbers. Only
-    on attempt 1: a re-queue is judged by the deadline policy, not refused for being late."""
+    """A deadline that on-demand from the start could not meet is refused, with the numbers. On
+    attempt 1, whatever the message says it is: a re-queue (attempt 2 on) is judged by the
+    deadline policy, not refused for being late."""
     deadline = request.deadline
-    if deadline is None or request.attempt is not None:
+    if deadline is None or (request.attempt or 1) > 1:
         return []
     if ON_DEMAND not in settings.allowed_fallback_strategies:
         # Meeting a deadline may need an on-demand attempt, which this deployment does not allow.
@@ -213,6 +264,7 @@ def describe_policy(settings: Settings) -> dict[str, Any]:
             f"expected_step_seconds + changeover_seconds (default {settings.changeover_prior_seconds:.0f} s) "
             "beyond the time left when published; any deadline where STANDARD is not an allowed fallback "
             "strategy (a deadline may need an on-demand attempt)",
+            "on_demand": f"only after {settings.min_spot_attempts} Spot attempts, as a fallback (the minimum wins)",
         },
         "locations": list(settings.allowed_locations) or "any region",
         "default_location": settings.location,

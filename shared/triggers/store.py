@@ -11,6 +11,11 @@ In the state bucket, under `triggers/`:
                                    is in its custom metadata, so the manifest is one listing
 - `<name>/windows/<window id>/sealed`  created at the seal: members created before it are the
                                    window's, later ones are carried forward (GCS times both)
+- `_retention.json`                when the objects of deleted triggers were last looked for
+
+A window's document, members and seal are removed once it is done and no notification can name it
+any more, and a deleted trigger's objects once none was written for as long
+(`shared.triggers.retention`); definitions and state documents are one per trigger.
 
 One notification is one create of its own member object (`if_generation_match=0`): a redelivery
 is a 412, and a burst of 10,000 notifications is 10,000 writes to 10,000 names, never a queue of
@@ -30,6 +35,9 @@ if TYPE_CHECKING:
 
 PREFIX = "triggers/"
 DEFINITIONS_PREFIX = f"{PREFIX}_definitions/"
+# A window document in one of these states is done with (a request published, or nothing to
+# publish); "deferred" is done once the trigger's state no longer carries it.
+FINAL_STATES = ("closed", "skipped", "deferred", "failed")
 
 Doc = dict[str, Any]
 
@@ -46,18 +54,22 @@ def open_prefix(name: str) -> str:
     return f"{PREFIX}{name}/open/"
 
 
+def windows_prefix(name: str) -> str:
+    return f"{PREFIX}{name}/windows/"
+
+
 def window_path(name: str, window_id: str) -> str:
-    return f"{PREFIX}{name}/windows/{window_id}.json"
+    return f"{windows_prefix(name)}{window_id}.json"
 
 
 def members_prefix(name: str, window_id: str) -> str:
-    return f"{PREFIX}{name}/windows/{window_id}/objects/"
+    return f"{windows_prefix(name)}{window_id}/objects/"
 
 
 def seal_path(name: str, window_id: str) -> str:
     """An empty object created when the window is sealed: its creation time (the server's clock,
     as its members' are) divides the members the window lists from those it carries forward."""
-    return f"{PREFIX}{name}/windows/{window_id}/sealed"
+    return f"{windows_prefix(name)}{window_id}/sealed"
 
 
 class TriggerStore:
@@ -106,6 +118,10 @@ class TriggerStore:
         except PreconditionFailed:
             return False
         return True
+
+    def put(self, path: str, doc: Doc) -> None:
+        """Write `path` whatever is there (last writer wins)."""
+        self._write(path, doc, None)
 
     def update(self, path: str, transition: Transition[Doc]) -> Doc | None:
         """Apply `transition` under compare-and-swap and return the document as stored (`swap`)."""
@@ -201,6 +217,44 @@ class TriggerStore:
         except NotFound:
             pass
 
+    def trigger_names(self) -> list[str]:
+        """Every trigger with objects under `triggers/` (defined or not)."""
+        listing = self._bucket.client.list_blobs(
+            self._bucket, prefix=PREFIX, delimiter="/", fields="prefixes,nextPageToken"
+        )
+        names = {folder[len(PREFIX) :].rstrip("/") for page in listing.pages for folder in page.prefixes}
+        return sorted(names - {DEFINITIONS_PREFIX[len(PREFIX) :].rstrip("/")})
+
+    def window_ids_before(self, name: str, end: str) -> list[str]:
+        """The ids of trigger `name`'s windows (a document, or objects under the window) that sort
+        before window id `end`, oldest first: window ids sort like their start, so one listing
+        bounded by `end` costs the old windows only."""
+        prefix = windows_prefix(name)
+        listing = self._bucket.client.list_blobs(
+            self._bucket, prefix=prefix, delimiter="/", end_offset=f"{prefix}{end}"
+        )
+        ids = {blob.name[len(prefix) :].removesuffix(".json") for blob in listing}
+        ids |= {folder[len(prefix) :].rstrip("/") for folder in listing.prefixes}
+        return sorted(ids)
+
+    def delete_window(self, name: str, window_id: str, limit: int) -> int:
+        """Remove up to `limit` objects of a window: its members and seal, then, once they are
+        gone, its document (last, so a removal cut short is still listed and finished later).
+        Returns the objects removed."""
+        from google.api_core.exceptions import NotFound
+
+        folder = f"{windows_prefix(name)}{window_id}/"
+        doomed = [folder + key for key in self.list_names(folder)]
+        doomed = doomed[:limit] if len(doomed) >= limit else [*doomed, window_path(name, window_id)]
+        removed = 0
+        for path in doomed:
+            try:
+                self._bucket.blob(path).delete()
+            except NotFound:
+                continue
+            removed += 1
+        return removed
+
     def list_names(self, prefix: str) -> list[str]:
         return [
             blob.name[len(prefix) :]
@@ -236,7 +290,7 @@ class TriggerStore:
             return None, 0
         return json.loads(raw), int(blob.generation)
 
-    def _write(self, path: str, doc: Doc, generation: int) -> None:
+    def _write(self, path: str, doc: Doc, generation: int | None) -> None:
         self._bucket.blob(path).upload_from_string(
             json.dumps(doc, separators=(",", ":"), sort_keys=True),
             content_type="application/json",

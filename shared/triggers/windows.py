@@ -23,7 +23,8 @@ from shared.triggers import store as paths
 from shared.triggers.definition import TriggerDefinition
 from shared.triggers.publishing import finish, publish_failure_alert
 from shared.triggers.render import Window
-from shared.triggers.store import TriggerStore
+from shared.triggers.retention import retire_deleted_triggers, retire_windows
+from shared.triggers.store import FINAL_STATES, TriggerStore
 
 if TYPE_CHECKING:
     from shared.wiring import Ports
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
 # Clock skew allowed between instances (and GCS) when comparing times across them.
 SKEW_SECONDS = 5.0
 DECISIONS_KEPT = 200
-FINAL_STATES = ("closed", "skipped", "deferred", "failed")
 CLOSE_ATTEMPTS_BEFORE_ALERT = 5  # failed ticks in a row on one window before trigger_failed
 
 # Windows this instance has seen open: the first notification of a window reads (and creates) its
@@ -199,6 +199,8 @@ def tick(ports: Ports, store: TriggerStore, definitions: Sequence[TriggerDefinit
                 trigger=definition.name,
                 error=f"{type(exc).__name__}: {exc}",
             )
+        retire_windows(store, definition, now, log)
+    retire_deleted_triggers(store, now, log)
     log.info("triggers tick", event="triggers_tick", **{f"windows_{k}": v for k, v in counts.items()})
     return counts
 

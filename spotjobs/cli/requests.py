@@ -8,8 +8,9 @@ spotjobs/cli/status.py).
   to job-requests (PUBSUB_EMULATOR_HOST is honoured; otherwise Application Default Credentials).
 - `resubmit REQUEST_ID` runs a request that ended FAILED, GAVE_UP or CANCELLED again, as a new
   request: its canonical body (`record.request`) published under a new id (`--new-id`, default
-  `<id>-r2`, `-r3`, ..., the first the ledger does not hold). Never a new attempt under the same
-  id: a request id names one run, whose record and jobs stay as they ended.
+  `<id>-r2`, `-r3`, ..., the first the ledger does not hold and whose folder is empty). Never a
+  new attempt under the same id: a request id names one run, whose record and jobs stay as they
+  ended. The checkpoint it resumes from is copied and checked first (spotjobs/resume.py).
 
 Heavy libraries are imported inside the commands, so `spotjobs --help` stays instant.
 """
@@ -79,10 +80,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Reads the request from the ledger (it must have ended FAILED, GAVE_UP or "
         "CANCELLED, else exit 2), validates its body against today's policy (exit 2 when invalid) "
         "and publishes it to job-requests under a new request id: --new-id, or <id>-r2, <id>-r3, "
-        "... (the first the ledger does not hold). The old request keeps its record and jobs. "
+        "... (the first the ledger does not hold and whose folder is empty; a --new-id whose "
+        "folder holds anything: exit 2). The old request keeps its record and jobs. "
         "It resumes: the newest complete checkpoint of the old request is copied into the new "
-        "request's folder first (--fresh: start from step 0). "
-        "Exits 1 when the request is not in the ledger.",
+        "request's folder first and checked (--fresh: start from step 0). "
+        "Exits 1 when the request is not in the ledger, or the copy does not check out "
+        "(nothing is published).",
         examples=[
             "spotjobs resubmit resnet-nightly-001",
             "spotjobs resubmit resnet-nightly-001 --new-id resnet-nightly-001b --json",
@@ -90,7 +93,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     resubmit.add_argument("request_id", help="the request that ended FAILED, GAVE_UP or CANCELLED")
     resubmit.add_argument(
-        "--new-id", help="the new request's id (default: <id>-r2, -r3, ... the first not in the ledger)"
+        "--new-id",
+        help="the new request's id (default: <id>-r2, -r3, ... the first not in the ledger, with an empty folder)",
     )
     resubmit.add_argument("--project", help="Google Cloud project (default: GOOGLE_CLOUD_PROJECT)")
     resubmit.add_argument(
@@ -278,8 +282,12 @@ def run_resubmit(args: argparse.Namespace) -> int:
     settings = get_settings()
     from google.cloud import pubsub_v1, storage
 
+    from spotjobs.resume import CheckpointCarrier, ResumeError
+
     project = args.project or settings.project
-    ledger = LedgerStore(storage.Client(project=project).bucket(settings.state_bucket))
+    client = storage.Client(project=project)
+    ledger = LedgerStore(client.bucket(settings.state_bucket))
+    carrier = CheckpointCarrier(client, settings)
     record = ledger.get(args.request_id)
     if record is None:
         print(f"no request {args.request_id} in gs://{settings.state_bucket}", file=sys.stderr)
@@ -303,8 +311,17 @@ def run_resubmit(args: argparse.Namespace) -> int:
         if ledger.get(new_id) is not None:
             print(f"spotjobs resubmit: {new_id} is already in the ledger; choose another --new-id", file=sys.stderr)
             return EXIT_INVALID
+        if not carrier.folder_empty(new_id):
+            print(
+                f"spotjobs resubmit: {new_id}'s folder {carrier.folder_uri(new_id)} is not empty (another "
+                "run's checkpoints, which the new request would resume from); choose another --new-id",
+                file=sys.stderr,
+            )
+            return EXIT_INVALID
     else:
-        new_id = next_resubmit_id(args.request_id, lambda candidate: ledger.get(candidate) is not None)
+        new_id = next_resubmit_id(
+            args.request_id, lambda candidate: ledger.get(candidate) is not None or not carrier.folder_empty(candidate)
+        )
         if new_id is None:
             print(
                 f"spotjobs resubmit: {args.request_id}-r<N> would not be a valid request id; "
@@ -323,9 +340,11 @@ def run_resubmit(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     carried = None
     if not args.fresh:
-        from spotjobs.resume import carry_newest_checkpoint
-
-        carried = carry_newest_checkpoint(storage.Client(project=project), settings, args.request_id, new_id)
+        try:
+            carried = carrier.carry(args.request_id, new_id)
+        except ResumeError as exc:
+            print(f"spotjobs resubmit: {exc}; nothing was published", file=sys.stderr)
+            return EXIT_FAILED
     topic = f"projects/{project}/topics/{settings.job_requests_topic}"
     future = pubsub_v1.PublisherClient().publish(topic, data, **attributes)
     message_id = future.result(timeout=PUBLISH_TIMEOUT_SECONDS)
@@ -355,15 +374,16 @@ def run_resubmit(args: argparse.Namespace) -> int:
 MAX_RESUBMISSIONS = 1000
 
 
-def next_resubmit_id(request_id: str, exists: Callable[[str], bool]) -> str | None:
-    """`<request_id>-r2`, `-r3`, ...: the first that `exists` (a ledger lookup) says is free;
-    None when such an id would be too long to be a request id (or a thousand are taken)."""
+def next_resubmit_id(request_id: str, taken: Callable[[str], bool]) -> str | None:
+    """`<request_id>-r2`, `-r3`, ...: the first that `taken` (in the ledger, or a folder holding
+    anything) says is free; None when such an id would be too long to be a request id (or a
+    thousand are taken)."""
     from shared.requests.envelope import is_valid_request_id
 
     for n in range(2, MAX_RESUBMISSIONS + 2):
         candidate = f"{request_id}-r{n}"
         if not is_valid_request_id(candidate):
             return None
-        if not exists(candidate):
+        if not taken(candidate):
             return candidate
     return None

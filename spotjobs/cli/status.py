@@ -214,8 +214,10 @@ def deadline_view(record: RequestRecord, settings: Settings, now: datetime | Non
     """The deadline, the progress, the projected finish where the job runs now and the slack (what
     on_job_event and reconcile decide on: shared/deciding/deadline_watch.py); None without one."""
     from shared.clock import iso, utcnow
-    from shared.deciding.deadline import decide_deadline
+    from shared.deciding.deadline import Action, decide_deadline
     from shared.deciding.deadline_watch import deadline_situation, projected_finish
+    from shared.deciding.decisions import DecisionPolicy
+    from shared.requests.attempts import ON_DEMAND, SPOT
 
     if not record.request.get("deadline"):
         return None
@@ -229,6 +231,10 @@ def deadline_view(record: RequestRecord, settings: Settings, now: datetime | Non
     if situation is None:
         return {**view, "known": False}  # the work or its rate not known yet (no kit line so far)
     decision = decide_deadline(situation)
+    latest = record.latest
+    if decision.action is Action.SWITCH_TO_ON_DEMAND and latest is not None and latest.strategy == SPOT:
+        refused = DecisionPolicy.from_settings(settings).refuses(ON_DEMAND, record, latest.n + 1)
+        view["refused"] = str(refused) if refused else None  # the request stays on Spot
     return {
         **view,
         "known": True,
@@ -253,7 +259,8 @@ def _deadline_lines(view: dict[str, Any] | None) -> list[str]:
         f"deadline    {view['deadline']}   progress {done}/{total} steps committed ({done / total:.0%})   "
         f"{view['placement'].replace('_', ' ')}",
         f"            projected finish {view['projected_finish']} on the current plan   slack {view['slack_seconds']} s "
-        f"(one changeover {view['changeover_seconds']} s)   next: {view['next'].replace('_', ' ')}",
+        f"(one changeover {view['changeover_seconds']} s)   next: {view['next'].replace('_', ' ')}"
+        + (f", refused by the policy ({view['refused']}): stays on Spot" if view.get("refused") else ""),
     ]
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from shared.clock import parse_iso, utcnow
 from spotjobs.reporting.prices import table_info
-from spotjobs.reporting.views import RequestView, build_views, totals
+from spotjobs.reporting.views import RequestView, build_views, human_duration, human_fields, human_time, totals
 
 SVG_WIDTH = 960
 LABEL_WIDTH = 150
@@ -368,7 +368,7 @@ def _attempt_table(view: RequestView) -> str:
     rows = []
     for attempt in view.attempts:
         error = attempt.get("error") or {}
-        extra = "; ".join(f"{k}: {v}" for k, v in sorted(attempt.extra.items()))
+        duration = attempt.duration_seconds
         cells = [
             attempt.n,
             attempt.get("location", "-"),
@@ -376,11 +376,12 @@ def _attempt_table(view: RequestView) -> str:
             str(attempt.get("state") or "-").removeprefix("JOB_STATE_"),
             attempt.preemptions,
             len(attempt.runs) if attempt.runs else "-",
-            attempt.get("claimed_at") or "-",
-            attempt.get("ended_at") or "-",
+            human_time(attempt.get("claimed_at") or "-"),
+            human_time(attempt.get("ended_at") or "-"),
+            human_duration(duration) if duration is not None else "-",
             attempt.get("outcome") or "-",
             (error.get("message") if isinstance(error, Mapping) else error) or "-",
-            extra or "-",
+            human_fields(attempt.extra) or "-",
         ]
         rows.append("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
     if not rows:
@@ -394,8 +395,9 @@ def _attempt_table(view: RequestView) -> str:
         "runs",
         "claimed",
         "ended",
+        "took",
         "outcome",
         "error",
-        "other",
+        "details",
     )
     return "<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>" + "".join(rows) + "</table>"

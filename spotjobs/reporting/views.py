@@ -85,8 +85,13 @@ class AttemptView:
 
     @property
     def extra(self) -> dict[str, Any]:
-        """Fields this renderer does not know (a newer ledger's), shown as they are."""
+        """Fields the table has no column for (the kit's figures, a newer ledger's fields)."""
         return {k: v for k, v in self.raw.items() if k not in KNOWN_ATTEMPT_FIELDS and v not in (None, "", [], {})}
+
+    @property
+    def duration_seconds(self) -> float | None:
+        start, end = self.start, self.end
+        return (end - start).total_seconds() if start and end else None
 
 
 @dataclass
@@ -123,6 +128,67 @@ class RequestView:
     @property
     def runs(self) -> list[RunView]:
         return [run for attempt in self.attempts for run in attempt.runs]
+
+
+# Names a person reads for the fields the ledger records with an attempt; others show their key.
+FIELD_LABELS = {
+    "checkpoints_committed": "checkpoints",
+    "checkpoint_seconds": "checkpoint writes",
+    "steps_per_second": "rate",
+    "total_steps": "planned steps",
+    "last_checkpoint": "last checkpoint",
+    "first_checkpoint_at": "first checkpoint",
+    "last_checkpoint_at": "last checkpoint at",
+    "waiting_since": "waiting since",
+}
+
+
+def human_duration(seconds: float) -> str:
+    """A duration as a person reads it: `0.43 s`, `12.3 s`, `4 min 12 s`, `2 h 05 min`, `3 d 4 h`."""
+    if seconds < 60:
+        return f"{seconds:.3g} s"
+    whole = round(seconds)
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60} s"
+    if whole < 86400:
+        return f"{whole // 3600} h {whole % 3600 // 60:02d} min"
+    return f"{whole // 86400} d {whole % 86400 // 3600} h"
+
+
+def human_time(value: str) -> str:
+    """An RFC 3339 time to the second, as `2026-11-29 10:30:00Z`; text that is not one, as it is."""
+    parsed = parse_rfc3339(value)
+    return parsed.strftime("%Y-%m-%d %H:%M:%SZ") if parsed else value
+
+
+def human_value(key: str, value: Any) -> str:
+    """One attempt field in human units with sensible precision: never a raw float."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if key == "last_checkpoint" and isinstance(value, list) and len(value) == 2:
+        return f"step {human_value('step', value[1])} (run {value[0]})"
+    if isinstance(value, int | float) and (key.endswith("seconds") or key.endswith("_s")):
+        return human_duration(float(value))
+    if isinstance(value, int | float) and key.endswith("per_second"):
+        return f"{value:.3g}/s"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+    if isinstance(value, str):
+        return human_time(value) if key.endswith("_at") or key.endswith("_since") else value
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k} {human_value(str(k), v)}" for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return ", ".join(human_value(key, v) for v in value)
+    return str(value)
+
+
+def human_fields(fields: Mapping[str, Any]) -> str:
+    """Fields as one compact line: `checkpoints 3 · checkpoint writes 1.28 s · rate 94.2/s`."""
+    return " · ".join(
+        f"{FIELD_LABELS.get(k, k.replace('_', ' '))} {human_value(k, v)}" for k, v in sorted(fields.items())
+    )
 
 
 def _first_time(raw: Mapping[str, Any], *keys: str) -> datetime | None:

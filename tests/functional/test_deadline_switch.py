@@ -22,7 +22,7 @@ from shared.observe import handle_job_event
 from shared.reconcile import run_reconcile
 from tests.support.decisions import CapturedLog, FakePublisher, FakeVertex, World, log_entry, make_settings
 
-QUEUED, RUNNING, CANCELLED = 1, 3, 7
+QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED = 1, 3, 4, 5, 7
 STEPS, STEP_SECONDS, CHANGEOVER = 1000, 1.0, 60.0
 
 
@@ -90,6 +90,9 @@ def test_redelivered_and_reconciled_concurrently_one_switch_one_standard_attempt
     assert world.vertex.cancelled == [job]
     assert record.status is RequestStatus.REQUEUED
     assert (record.requeue.attempt, record.requeue.strategy, record.requeue.reason) == (2, "STANDARD", "deadline")
+    assert world.publisher.on("job-requests") == []  # the Spot job is CANCELLING, not ended
+    world.vertex.set_state(job, CANCELLED)
+    run_reconcile(world.ports, log.logger)  # its event lost: reconcile sees the end
     [requeue] = world.publisher.on("job-requests")
     assert requeue.data["attempt"] == 2
     [switch] = log.events("deadline_switch")
@@ -98,7 +101,6 @@ def test_redelivered_and_reconciled_concurrently_one_switch_one_standard_attempt
     # The STANDARD attempt runs; neither the cancelled Spot job's end nor more passes switch again.
     standard = world.claim_requeue("req-1")
     world.vertex.set_state(standard, RUNNING)
-    world.vertex.set_state(job, CANCELLED)
     deliver(world, log_entry(job, "Job was cancelled.", insert_id="cancelled"), log)
     deliver(world, service_line, log)
     run_reconcile(world.ports, log.logger)
@@ -137,8 +139,41 @@ def test_a_loose_deadline_stays_on_spot_and_a_failed_cancel_holds_the_requeue(wo
         record.attempt(1).cancel_decided_at = record.requeue.decided_at = long_ago
 
     world.rewrite("req-1", decided_long_ago)
-    run_reconcile(world.ports, log.logger)  # the decider is presumed dead: reconcile sends both
-    assert world.vertex.cancelled == [job] and len(world.publisher.on("job-requests")) == 1
+    run_reconcile(world.ports, log.logger)  # the decider is presumed dead: reconcile sends the cancel
+    assert world.vertex.cancelled == [job] and world.publisher.on("job-requests") == []
+    world.vertex.set_state(job, CANCELLED)
+    run_reconcile(world.ports, log.logger)  # and publishes the re-queue once the job ended
+    assert len(world.publisher.on("job-requests")) == 1
+
+
+@pytest.mark.parametrize("seen_by", ["event", "reconcile"])
+def test_the_next_attempt_is_published_only_once_vertex_reports_the_cancelled_job_ended(
+    world: World, seen_by: str
+) -> None:
+    """Issue 28, break 7: a cancel is asynchronous (JOB_STATE_CANCELLING first); attempt 2 must
+    not start while attempt 1's job still runs, and a lost event must not stall it."""
+    _, job = world.submitted(state=RUNNING, request=deadline_request(slack_seconds=-CHANGEOVER / 2))
+    world.rewrite("req-1", lambda r: setattr(r.attempt(1), "started_at", iso(datetime.now(UTC))))
+    log = CapturedLog()
+    run_reconcile(world.ports, log.logger)  # on Spot with too little slack to pay its changeover
+    assert world.vertex.cancelled == [job]
+    cancelling = log_entry(job, "Job is being cancelled.", insert_id="cancelling")
+    for _ in range(2):
+        deliver(world, cancelling, log)
+        run_reconcile(world.ports, log.logger)
+    assert world.publisher.on("job-requests") == []  # still CANCELLING: both would train
+
+    world.vertex.set_state(job, CANCELLED)
+    if seen_by == "event":
+        deliver(world, log_entry(job, "Job was cancelled.", insert_id="cancelled"), log)
+    run_reconcile(world.ports, log.logger)
+    deliver(world, log_entry(job, "Job was cancelled.", insert_id="cancelled"), log)  # late, or again
+    [requeue] = world.publisher.on("job-requests")
+    assert (requeue.data["attempt"], requeue.data["location"]) == (2, "us-central1")
+    record = world.ledger.get("req-1")
+    assert record.attempt(1).state == "JOB_STATE_CANCELLED" and record.attempt(1).ended_at is not None
+    assert record.requeue.message_id is not None
+    assert len(log.events("switched_job_ended")) == 1
 
 
 def test_on_job_event_asks_the_simulators_policy_function(world: World, monkeypatch) -> None:
@@ -157,3 +192,34 @@ def test_on_job_event_asks_the_simulators_policy_function(world: World, monkeypa
     [situation] = asked
     assert situation.work.total_steps == STEPS and situation.placement.value == "on_spot"
     assert world.ledger.get("req-1").attempt(1).steps_per_second == 1 / STEP_SECONDS
+
+
+def test_reconcile_observes_a_claimed_successor_even_while_the_cancelled_job_still_ends(world: World) -> None:
+    # A record from before the hold: attempt 2 was claimed while attempt 1 was still CANCELLING.
+    _, job = world.submitted(state=QUEUED, request=deadline_request(slack_seconds=100))
+    waited(world, 5 * CHANGEOVER)
+    log = CapturedLog()
+    run_reconcile(world.ports, log.logger)
+    assert world.vertex.cancelled == [job]
+    standard = world.claim_requeue("req-1")
+    world.vertex.set_state(standard, SUCCEEDED)
+    run_reconcile(world.ports, log.logger)
+    assert world.ledger.get("req-1").status is RequestStatus.SUCCEEDED
+
+
+def test_a_cancelled_job_never_seen_ending_holds_back_only_its_own_successor(world: World) -> None:
+    # A record from before the hold: attempt 2 claimed while attempt 1 was CANCELLING, and
+    # attempt 1 never observed again. Attempt 2's own re-queue, and attempt 3's claim, go ahead.
+    from tests.support.decisions import STOCKOUT
+
+    _, job = world.submitted(state=QUEUED, request=deadline_request(slack_seconds=100))
+    waited(world, 5 * CHANGEOVER)
+    log = CapturedLog()
+    run_reconcile(world.ports, log.logger)
+    standard = world.claim_requeue("req-1")
+    world.vertex.set_state(standard, FAILED, STOCKOUT)
+    run_reconcile(world.ports, log.logger)
+    [requeue] = world.publisher.on("job-requests")
+    assert requeue.data["attempt"] == 3 and world.ledger.get("req-1").attempt(1).ending
+    world.claim_requeue("req-1")
+    assert [a.n for a in world.ledger.get("req-1").attempts] == [1, 2, 3]

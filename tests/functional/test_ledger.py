@@ -132,3 +132,45 @@ def test_restore_writes_a_record_as_it_is_only_where_none_exists(gcs_bucket) -> 
     with pytest.raises(PreconditionFailed):
         ledger.restore(_new_record("r1"))
     assert ledger.get("r1").status == RequestStatus.SUCCEEDED
+
+
+def test_a_dedupe_document_goes_by_lifecycle_rule_once_no_delivery_can_name_its_windows(gcs_bucket) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from shared.ledger.dedupe import HORIZON_SECONDS, bare_request_id
+    from tests.support.lifecycle import deleted_by_lifecycle
+
+    t0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
+    for moment in (t0, t0 + timedelta(minutes=10)):  # two windows of one content
+        bare_request_id(gcs_bucket, "d1", moment, 300.0, lambda opened: f"req-{opened:%H%M}")
+    document = gcs_bucket.get_blob("dedupe/d1.json")
+    newest_end = t0 + timedelta(minutes=15)
+    assert document.custom_time == newest_end
+
+    def deleted(now: datetime) -> bool:
+        return deleted_by_lifecycle(
+            document.name, created=document.time_created, custom_time=document.custom_time, now=now
+        )
+
+    # A redelivery of the newest window's message may come until the horizon: the document stays.
+    assert not deleted(newest_end + timedelta(seconds=HORIZON_SECONDS))
+    assert deleted(newest_end + timedelta(seconds=HORIZON_SECONDS, days=1))
+
+
+def test_a_dedupe_document_of_a_message_scheduled_ahead_stays_until_its_window_is_past(gcs_bucket) -> None:
+    from datetime import timedelta
+
+    from shared.clock import utcnow
+    from shared.ledger.dedupe import HORIZON_SECONDS, bare_request_id
+    from tests.support.lifecycle import deleted_by_lifecycle
+
+    scheduled = utcnow() + timedelta(days=60)  # schedule_time two months ahead
+    bare_request_id(gcs_bucket, "d2", scheduled, 300.0, lambda opened: "req-later")
+    document = gcs_bucket.get_blob("dedupe/d2.json")
+    # Its age counts from its write; it is needed until the horizon after its window's end.
+    assert not deleted_by_lifecycle(
+        document.name,
+        created=document.time_created,
+        custom_time=document.custom_time,
+        now=scheduled + timedelta(seconds=HORIZON_SECONDS),
+    )

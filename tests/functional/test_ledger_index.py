@@ -298,3 +298,13 @@ def test_reconcile_alerts_a_corrupt_finished_record_the_sweep_meets_once(gcs_buc
     alerts = [m.data for m in world.publisher.on(world.settings.ops_alerts_topic)]
     assert [(a["kind"], a["request_id"]) for a in alerts] == [("ledger_corrupt", "bad")]
     assert world.ledger.maintenance_state("ledger-sweep")["finished_at"]
+
+
+def test_a_retired_record_leaves_no_corrupt_note_behind(ledger: LedgerStore, gcs_bucket) -> None:
+    ledger.update("mended", lambda current: current or _record("mended"))
+    ledger.note_corrupt("mended")  # found corrupt and alerted once; an operator repaired it since
+    _finished(ledger, "mended")
+
+    assert retire(ledger, "mended", MIN_RETENTION_SECONDS, archive=False, now=utcnow() + FAR)
+    left = [b.name for b in gcs_bucket.client.list_blobs(gcs_bucket) if "mended" in b.name]
+    assert left == []

@@ -726,7 +726,7 @@ def test_an_unexpected_create_error_keeps_the_claim_and_is_settled_by_lookup(har
 # Re-queues that validation rejects end the request once instead of looping.
 
 
-def _requeue_attempt_2(harness: Harness, **fields: Any) -> bytes:
+def _requeue_attempt_2(harness: Harness, strategy: str = "SPOT", **fields: Any) -> bytes:
     """Attempt 1 runs, then the events function decides and publishes attempt 2."""
     harness.deliver(envelope(**fields))
 
@@ -736,7 +736,7 @@ def _requeue_attempt_2(harness: Harness, **fields: Any) -> bytes:
         current.requeue = Requeue(
             attempt=2,
             location="us-central1",
-            strategy="SPOT",
+            strategy=strategy,
             reason="preempted",
             decided_at="t",
             message_id="m",
@@ -765,6 +765,55 @@ def test_a_requeue_the_policy_now_rejects_fails_the_request_and_alerts_once(
     assert (alert.kind, alert.request_id, alert.attempt) == ("invalid_request", "r1", 2)
     assert len(harness.log_lines("invalid_request")) == 2
     assert harness.vertex.creates == 1
+
+
+@pytest.mark.parametrize(
+    "policy, refused",
+    [
+        ({"allowed_fallback_strategies": ()}, "strategy: is STANDARD; allowed fallback strategies: none"),
+        ({"min_spot_attempts": 2}, "strategy: is STANDARD after 1 Spot attempts; at least 2 come first"),
+    ],
+    ids=["no-standard", "minimum"],
+)
+def test_an_attempt_the_policy_refuses_is_not_created_whatever_planned_it(
+    harness: Harness, policy: dict[str, Any], refused: str
+) -> None:
+    # The ledger plans attempt 2 on STANDARD (a deadline's switch, a fallback, a record written
+    # under an older policy); the deployment's policy at the create is what decides.
+    deadline = {"deadline": (harness.now + timedelta(days=1)).isoformat(), "total_steps": 100}
+    message = _requeue_attempt_2(harness, strategy="STANDARD", **deadline)
+    harness.settings = replace(SETTINGS, **policy)
+
+    first = harness.deliver(message, message_id="m-requeue", request_id="r1", **REQUEUE_ATTRIBUTES)
+    again = harness.deliver(message, message_id="m-requeue", request_id="r1", **REQUEUE_ATTRIBUTES)
+
+    assert (first.result, again.result) == (SubmitResult.FAILED, SubmitResult.DUPLICATE)
+    assert harness.vertex.creates == 1  # attempt 1's only
+    record = harness.ledger.get("r1")
+    assert record.status == RequestStatus.FAILED and record.attempt(2).job is None
+    [alert] = harness.alerts
+    assert (alert.kind, alert.attempt, alert.details["strategy"]) == ("submit_failed", 2, "STANDARD")
+    assert refused in alert.message
+
+
+def test_no_attempt_is_claimed_while_the_job_it_replaces_has_not_ended(harness: Harness) -> None:
+    # A deadline switch cancelled attempt 1 (Vertex: CANCELLING) and holds attempt 2 until the
+    # job ends; a message for attempt 2 that comes early (forged, or redriven) creates nothing.
+    message = _requeue_attempt_2(harness, strategy="STANDARD")
+
+    record, generation = harness.ledger.read("r1")
+    spot = record.attempt(1)
+    spot.outcome, spot.state = "switched_to_on_demand", "JOB_STATE_CANCELLING"
+    spot.cancel_decided_at = spot.cancel_sent_at = harness.now.isoformat()
+    record.requeue.message_id = None
+    harness.ledger._write(record, generation)  # noqa: SLF001 - as the switch left it (the state machine refuses the shortcut)
+    with pytest.raises(ClaimInProgress, match="waits for the job of attempt 1 to end"):
+        harness.deliver(message, message_id="m-early", request_id="r1", **REQUEUE_ATTRIBUTES)
+    assert harness.vertex.creates == 1 and harness.ledger.get("r1").requeue.attempt == 2
+
+    harness.ledger.update("r1", lambda current: setattr(current.attempt(1), "state", "JOB_STATE_CANCELLED") or current)
+    outcome = harness.deliver(message, message_id="m-requeue", request_id="r1", **REQUEUE_ATTRIBUTES)
+    assert outcome.result == SubmitResult.CREATED and outcome.attempt == 2
 
 
 def test_a_requeue_larger_than_the_request_limit_is_still_accepted(harness: Harness) -> None:

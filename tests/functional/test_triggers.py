@@ -517,3 +517,123 @@ def test_a_watched_message_cannot_claim_another_topic_by_attribute(rig: Rig) -> 
     rig.at(T0 + timedelta(seconds=400))
     rig.tick()
     assert rig.requests() == []
+
+
+def state_objects(rig: Rig, name: str = "daily-data") -> list[str]:
+    bucket = rig.ports.storage().bucket(rig.ports.settings.state_bucket)
+    return sorted(b.name for b in rig.ports.storage().list_blobs(bucket, prefix=f"triggers/{name}/"))
+
+
+def test_a_year_after_150_notifications_only_the_triggers_state_is_left(rig: Rig) -> None:
+    apply(rig, definition())
+    for i in range(150):  # thirty windows of five notifications, each closed by a tick
+        rig.notify(f"incoming/part-{i:03}.csv", at=T0 + timedelta(seconds=60 * i))
+        if i % 5 == 4:
+            rig.at(T0 + timedelta(seconds=60 * i + 120))
+            rig.tick()
+    assert len(rig.requests()) == 30
+    assert len(state_objects(rig)) > 150  # members, documents, seals, the state
+
+    rig.at(T0 + timedelta(days=365))
+    rig.tick()
+    assert state_objects(rig) == ["triggers/daily-data/state.json"]
+    # A notification of today is recorded as before.
+    rig.notify("incoming/new.csv")
+    rig.at(rig.now[0] + timedelta(seconds=311))
+    rig.tick()
+    assert [o["name"] for o in rig.manifest(rig.requests()[-1])["objects"]] == ["incoming/new.csv"]
+
+
+def test_windows_stay_while_a_notification_may_still_name_them(rig: Rig) -> None:
+    apply(rig, definition())
+    rig.notify("incoming/a.csv", at=T0)
+    rig.at(T0 + timedelta(seconds=311))
+    rig.tick()
+    rig.at(T0 + timedelta(days=31))
+    rig.tick()
+    kept = state_objects(rig)
+    assert "triggers/daily-data/windows/w20261129t170000z.json" in kept
+    # Redelivered a month late: a duplicate of a closed window, not a new request.
+    rig.notify("incoming/a.csv", at=T0)
+    rig.tick()
+    assert len(rig.requests()) == 1
+
+
+def test_carried_windows_are_kept_until_the_window_carrying_them_is_published(rig: Rig) -> None:
+    apply(rig, definition(min_objects=2))
+    rig.notify("incoming/a.csv", at=T0)
+    rig.at(T0 + timedelta(seconds=311))
+    rig.tick()  # w17:00 deferred: one object, fewer than min_objects
+    rig.at(T0 + timedelta(days=40))
+    rig.tick()
+    assert "triggers/daily-data/windows/w20261129t170000z/objects/" in "".join(state_objects(rig))
+
+    rig.notify("incoming/b.csv")
+    rig.at(rig.now[0] + timedelta(seconds=311))
+    rig.tick()
+    (request,) = rig.requests()
+    assert [o["name"] for o in rig.manifest(request)["objects"]] == ["incoming/a.csv", "incoming/b.csv"]
+    rig.at(rig.now[0] + timedelta(days=40))
+    rig.tick()
+    assert state_objects(rig) == ["triggers/daily-data/state.json"]
+
+
+def test_the_sweep_lists_only_the_windows_older_than_its_cutoff(rig: Rig) -> None:
+    for window_id in ("w20261129t165500z", "w20261129t170000z", "w20261129t170500z"):
+        rig.store.create(f"triggers/t/windows/{window_id}.json", {"window_id": window_id})
+        rig.store.touch(f"triggers/t/windows/{window_id}/sealed")
+    rig.store.touch("triggers/t/windows/w20261129t165000z/objects/k")  # a removal cut short: no document
+
+    assert rig.store.window_ids_before("t", "w20261129t170500z") == [
+        "w20261129t165000z",
+        "w20261129t165500z",
+        "w20261129t170000z",
+    ]
+
+
+def test_a_deleted_triggers_objects_go_once_none_was_written_for_the_retention(rig: Rig) -> None:
+    apply(rig, definition(min_objects=2))
+    apply(rig, definition("other"))
+    rig.notify("incoming/a.csv")
+    rig.at(T0 + timedelta(seconds=311))
+    rig.tick()  # deferred: data carried, waiting for more
+    rig.store.delete_definition("daily-data")
+
+    rig.at(T0 + timedelta(days=1))
+    rig.tick()
+    assert state_objects(rig) != []  # applied again soon, it would carry on where it was
+    rig.at(T0 + timedelta(days=400))
+    rig.tick()
+    assert state_objects(rig) == []
+
+
+def test_a_definition_this_version_cannot_read_keeps_its_triggers_objects(rig: Rig) -> None:
+    apply(rig, definition())
+    rig.notify("incoming/a.csv")
+    rig.at(T0 + timedelta(seconds=311))
+    rig.tick()
+    rig.store.put_definition({**definition(), "coalesce_seconds": 0})  # say, written by a newer version
+
+    rig.at(T0 + timedelta(days=400))
+    rig.tick()
+    assert "triggers/daily-data/state.json" in state_objects(rig)
+
+
+def test_a_sweep_removes_a_bounded_number_of_objects_and_the_next_tick_carries_on(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from shared.triggers import retention
+
+    monkeypatch.setattr(retention, "REMOVALS_PER_SWEEP", 3)
+    apply(rig, definition())
+    for i in range(5):
+        rig.notify(f"incoming/part-{i}.csv")
+    rig.at(T0 + timedelta(seconds=311))
+    rig.tick()
+    rig.at(T0 + timedelta(days=400))
+
+    rig.tick()
+    assert len(state_objects(rig)) == 1 + 5 + 2 - 3  # the state, 5 members, seal and document
+    rig.tick()
+    rig.tick()
+    assert state_objects(rig) == ["triggers/daily-data/state.json"]

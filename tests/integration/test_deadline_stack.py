@@ -85,6 +85,8 @@ def test_a_tight_deadline_without_spot_capacity_switches_once_and_finishes_on_st
     spot, standard = record.attempts
     assert (spot.strategy, spot.outcome) == ("SPOT", AttemptOutcome.SWITCHED_TO_ON_DEMAND)
     assert spot.cancel_sent_at is not None and spot.started_at is None  # it never got capacity
+    # The STANDARD job was created only once Vertex reported the Spot job's cancel done.
+    assert spot.state == "JOB_STATE_CANCELLED" and parse_iso(standard.created_at) >= parse_iso(spot.ended_at)
     assert (standard.strategy, standard.outcome) == ("STANDARD", AttemptOutcome.SUCCEEDED)
     assert parse_iso(standard.ended_at) <= deadline
     [switch] = switches(stack, request_id)

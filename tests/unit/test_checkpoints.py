@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import pytest
@@ -12,11 +13,14 @@ from spotjobs_kit.layout import (
     FolderListing,
     Kind,
     ListedObject,
+    copy_order,
     discover,
+    evidence_beside,
     group_listing,
     hf_checkpoint_complete,
     is_checkpoint_file,
     is_orbax_tmp,
+    newest_complete,
     orbax_committed,
     order_markers,
     parse_tf_index,
@@ -27,6 +31,7 @@ from spotjobs_kit.layout import (
 
 from tests.support.framework_layouts import (
     NEVER_CHECKPOINTS,
+    SAVES,
     dcp,
     deepspeed,
     hf_trainer,
@@ -307,6 +312,21 @@ def test_deepspeed_tag_folders_are_complete_when_latest_names_them() -> None:
     assert [c.complete for c in discover(store, folder("r1"), MARKERS).checkpoints] == [True, True, False]
 
 
+def test_a_deepspeed_folder_named_by_latest_needs_its_model_states() -> None:
+    """The pruner deletes a DeepSpeed folder's model states first (layout.completion_objects), so
+    that what an interrupted delete leaves is incomplete; the rule counted the folder complete
+    while `latest` named it, model states or not."""
+    store = MemoryStore()
+    write_save(store, "r1", deepspeed(100))
+    write_save(store, "r1", deepspeed(200))
+    del store.objects[f"{folder('r1')}global_step200/mp_rank_00_model_states.pt"]
+    found = discover(store, folder("r1"), MARKERS)
+    assert [(c.name, c.complete, c.evidence) for c in found.checkpoints] == [
+        ("global_step100/", False, Evidence.NO_MARKER),
+        ("global_step200/", False, Evidence.DEEPSPEED_INCOMPLETE),
+    ]
+
+
 def test_orbax_folders_with_or_without_tmp_folders() -> None:
     store = MemoryStore()
     write_save(store, "r1", orbax_gcs(10))  # gs:// in place, commit_success.txt last
@@ -360,3 +380,112 @@ def test_lightning_keras_and_dcp_checkpoints_beside_what_is_never_one() -> None:
     ]
     unmanaged = {u.name for u in found.unmanaged}
     assert unmanaged == {"backup/", "last.ckpt", "zero_to_fp32.py"} | {n for n in NEVER_CHECKPOINTS if "/" not in n}
+
+
+# A folder holding the kit's marker is complete only while the files it lists are there at their sizes.
+
+KIT_FILES = {"model.ckpt": 300, "default/d/3e73d032": 40, ".metadata": 5}
+
+
+def _kit_committed(store: MemoryStore, name: str, files: dict[str, int] = KIT_FILES) -> None:
+    for relative, size in files.items():
+        store.put(f"{folder('r1')}{name}{relative}", size=size)
+    store.put(f"{folder('r1')}{name}COMMITTED", text=json.dumps({"v": 1, "step": step_of(name), "files": files}))
+
+
+@pytest.mark.parametrize(
+    ("change", "complete"),
+    [
+        ("nothing", True),
+        ("model.ckpt deleted", False),
+        ("default/d/3e73d032 deleted", False),  # a file in a subfolder
+        ("model.ckpt resized", False),
+        ("a file added", True),  # what the marker does not list is not its business
+    ],
+)
+def test_a_kit_marker_counts_only_while_the_files_it_lists_are_there_at_their_sizes(
+    change: str, complete: bool
+) -> None:
+    store = MemoryStore()
+    _kit_committed(store, "step-000100/")
+    _kit_committed(store, "step-000200/")
+    newest = f"{folder('r1')}step-000200/"
+    if change.endswith("deleted"):
+        del store.objects[newest + change.split()[0]]
+    elif change.endswith("resized"):
+        store.put(newest + "model.ckpt", size=299)
+    elif change == "a file added":
+        store.put(newest + "notes.txt", size=1)
+    found = discover(store, folder("r1"), MARKERS)
+    judged = {c.name: (c.complete, c.evidence) for c in found.checkpoints}
+    assert judged["step-000100/"] == (True, Evidence.MARKER)
+    # .metadata (DCP's marker) is found before COMMITTED; the kit's list is checked all the same.
+    assert judged["step-000200/"] == ((True, Evidence.MARKER) if complete else (False, Evidence.FILES_MISSING))
+    assert newest_complete(found.checkpoints).name == ("step-000200/" if complete else "step-000100/")
+
+
+def test_a_hugging_face_folder_with_the_kit_marker_is_checked_against_its_list() -> None:
+    store = MemoryStore()
+    write_save(store, "r1", hf_trainer(20))
+    files = {o.name[len(folder("r1") + "checkpoint-20/") :]: o.size for o in store.objects.values()}
+    store.put(f"{folder('r1')}checkpoint-20/COMMITTED", text=json.dumps({"v": 1, "step": 20, "files": files}))
+    assert [c.complete for c in discover(store, folder("r1"), MARKERS).checkpoints] == [True]
+    del store.objects[f"{folder('r1')}checkpoint-20/optimizer.pt"]
+    [torn] = discover(store, folder("r1"), MARKERS).checkpoints
+    assert (torn.complete, torn.evidence) == (False, Evidence.FILES_MISSING)
+
+
+def test_an_orbax_metadata_file_alone_is_no_checkpoint() -> None:
+    """Issue 28, break 8: a copy cut short after `_CHECKPOINT_METADATA` (it sorts first) was
+    judged complete by its commit timestamp, with none of the arrays it commits."""
+    store = MemoryStore()
+    write_save(store, "r1", orbax_renamed_legacy(300))
+    store.put(f"{folder('r1')}400/_CHECKPOINT_METADATA", text=orbax_metadata(True))
+    found = discover(store, folder("r1"), MARKERS)
+    assert [(c.name, c.complete, c.evidence) for c in found.checkpoints] == [
+        ("300/", True, Evidence.ORBAX_METADATA),
+        ("400/", False, Evidence.ORBAX_METADATA_ALONE),
+    ]
+
+
+@pytest.mark.parametrize("framework", sorted(SAVES))
+@pytest.mark.parametrize("kit_marker", [False, True])
+def test_a_copy_in_copy_order_is_complete_only_with_every_data_file(framework: str, kit_marker: bool) -> None:
+    """What resubmit writes into the new folder, cut after any object: complete only once
+    every file but a redundant commit marker is there (issue 28, break 8)."""
+    save = SAVES[framework](400)
+    source = _written(save)
+    if kit_marker and save.unit.endswith("/"):
+        files = {n[len(folder("r1") + save.unit) :]: o.size for n, o in source.objects.items() if save.unit in n}
+        source.put(f"{folder('r1')}{save.unit}COMMITTED", text=json.dumps({"v": 1, "step": 400, "files": files}))
+    found = discover(source, folder("r1"), MARKERS)
+    newest = newest_complete(found.checkpoints)
+    if newest is None or newest.kind != Kind.PREFIX:
+        return  # torn by construction (Orbax's tmp folder), or a file checkpoint: nothing to order
+    contents = source.list_all(folder("r1") + newest.name)
+    ordered = copy_order(newest, folder("r1"), contents, MARKERS)
+    beside = evidence_beside(newest, found.unmanaged)
+    data = {o.name for o in contents if o.name.rsplit("/", 1)[-1] not in MARKERS}
+    for cut in range(len(ordered) + len(beside) + 1):
+        copy = MemoryStore()
+        for obj in ordered[:cut]:
+            copy.put(obj.name.replace("/r1/", "/r2/"), size=obj.size, text=source.texts.get(obj.name))
+        for name, text in list(beside.items())[: max(0, cut - len(ordered))]:
+            copy.put(folder("r2") + name, text=text)
+        resumed = newest_complete(discover(copy, folder("r2"), MARKERS).checkpoints)
+        if resumed is not None:
+            assert {n.replace("/r2/", "/r1/") for n in copy.names()} >= data, (framework, cut)
+    assert resumed is not None and (resumed.name, resumed.step) == (newest.name, 400)
+
+
+def test_the_evidence_beside_a_folder_names_what_was_copied() -> None:
+    store = MemoryStore()
+    write_save(store, "r1", deepspeed(100))
+    tf_checkpoint(store, "r1", "ckpt-7")
+    tf_index(store, "r1", ["ckpt-7"])
+    found = discover(store, folder("r1"), MARKERS)
+    by_name = {c.name: c for c in found.checkpoints}
+    assert evidence_beside(by_name["global_step100/"], found.unmanaged) == {"latest": "global_step100"}
+    [(name, index)] = evidence_beside(by_name["ckpt-7"], found.unmanaged).items()
+    assert name == "checkpoint" and parse_tf_index(index) == {"ckpt-7"}
+    assert evidence_beside(by_name["global_step100/"], []) == {}  # no `latest` to carry

@@ -3,6 +3,7 @@ the switches both ways, and the deadline's alerts once each."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 from spotjobs_kit.lines import KitRecord
@@ -14,8 +15,11 @@ from shared.deciding.decisions import Observation, decide
 from shared.jobs import JobState
 from shared.ledger.records import Attempt
 from shared.ledger.states import AttemptOutcome, RequestStatus
-from tests.support.decide import JOB1, NOW, POLICY, job, make_record
+from tests.support.decide import JOB1, NOW, job, make_record
+from tests.support.decide import POLICY as SPOT_ONLY
 
+# A deadline is accepted only where STANDARD is an allowed fallback (shared/requests/policy.py).
+POLICY = replace(SPOT_ONLY, allowed_fallback_strategies=("STANDARD",))
 STEPS, CHANGEOVER = 1000, 60.0
 REVIEW = POLICY.reconcile_interval_seconds
 
@@ -122,6 +126,12 @@ def test_status_shows_the_deadline_progress_projected_finish_and_slack() -> None
     assert "progress 250/1000 steps committed (25%)   on spot" in text
     assert f"slack {view['slack_seconds']} s (one changeover 60 s)" in text
     assert "deadline" not in format_request(make_record(), Settings(), NOW)
+    # The rule would leave Spot; a deployment allowing no STANDARD keeps it there, and says so.
+    waiting = make_record(request=deadline(100))
+    assert deadline_view(waiting, Settings(), NOW)["refused"].startswith("strategy: is STANDARD")
+    assert "refused by the policy" in format_request(waiting, Settings(), NOW)
+    allowed = Settings(allowed_fallback_strategies=("STANDARD",))
+    assert deadline_view(waiting, allowed, NOW)["refused"] is None
 
 
 def test_a_success_after_the_deadline_is_missed_once_and_one_before_it_is_not() -> None:
@@ -146,3 +156,82 @@ def test_a_deadline_request_whose_last_spot_attempt_stocks_out_goes_on_demand_no
     record = make_record(request={**deadline(10 * 3600), "max_attempts": 1}, state=JobState.RUNNING)
     failed = decide(record, Observation(1, job(JobState.FAILED, error=USER_ERROR)), POLICY, NOW).record
     assert failed.status is RequestStatus.FAILED  # only capacity is worked around
+
+
+def loose_deadline_waiting_for_spot():
+    """Issue 28, break 5: 17 minutes of work due in 6 hours, its Spot attempt queued for 40
+    minutes (past its changeover): Uniform Progress says it is behind its line."""
+    record = make_record(
+        request={
+            "deadline": iso(NOW + timedelta(hours=6) - timedelta(minutes=40)),
+            "total_steps": 17 * 60,
+            "expected_step_seconds": 1.0,
+        }
+    )
+    record.created_at = record.attempts[0].created_at = iso(NOW - timedelta(minutes=40))
+    return record
+
+
+def test_a_deadline_never_moves_to_standard_before_the_deployments_minimum_of_spot_attempts() -> None:
+    allowed = decide(loose_deadline_waiting_for_spot(), Observation(1, job(JobState.QUEUED)), POLICY, NOW)
+    assert allowed.record.requeue.strategy == "STANDARD"  # the rule does ask for on-demand here
+    minimum = replace(POLICY, min_spot_attempts=3)
+    record, lines = loose_deadline_waiting_for_spot(), []
+    for _ in range(2):  # an event, then a reconcile pass
+        decision = decide(record, Observation(1, job(JobState.QUEUED)), minimum, NOW)
+        record, lines = decision.record, lines + decision.effects.lines
+    assert record.requeue is None and record.attempts[0].outcome is None and not record.attempts[0].cancel_pending
+    [refused] = [line for line in lines if line.event == "deadline_switch_refused"]
+    assert "at least 3 come first" in refused.message
+
+
+def test_a_deadline_switch_asks_the_policy_in_a_deployment_without_standard() -> None:
+    # A deadline that slipped past validation (issue 28, break 6) still gets no STANDARD attempt.
+    record = make_record(request=deadline(100))
+    decision = decide(record, Observation(1, job(JobState.QUEUED)), SPOT_ONLY, NOW)
+    assert decision.record.requeue is None and decision.record.attempts[0].outcome is None
+    [refused] = [line for line in decision.effects.lines if line.event == "deadline_switch_refused"]
+    assert "allowed fallback strategies: none" in refused.message
+
+
+def test_a_deadline_outranks_max_attempts_only_as_far_as_the_policy_allows() -> None:
+    stockout = {"code": 8, "message": "Job failed with STOCKOUT: the Spot VM was preempted 7 times."}
+    minimum = replace(POLICY, min_spot_attempts=2)
+    for policy in (minimum, SPOT_ONLY):
+        record = make_record(request={**deadline(10 * 3600), "max_attempts": 1}, state=JobState.RUNNING)
+        decided = decide(record, Observation(1, job(JobState.FAILED, error=stockout)), policy, NOW).record
+        assert decided.status is RequestStatus.GAVE_UP and decided.requeue is None
+    # Two Spot attempts made: the minimum is met, the deadline's STANDARD attempt follows.
+    record = make_record(request={**deadline(10 * 3600), "max_attempts": 2}, state=JobState.RUNNING)
+    record.attempts[0].outcome = AttemptOutcome.REQUEUED
+    second = Attempt(2, "us-central1", "SPOT", claimed_at=iso(NOW), job=JOB1 + "2", state=JobState.RUNNING)
+    record.attempts.append(second)
+    failed = job(JobState.FAILED, error=stockout, name=JOB1 + "2")
+    assert decide(record, Observation(2, failed), minimum, NOW).record.requeue.strategy == "STANDARD"
+
+
+def test_the_end_of_a_switched_job_is_what_publishes_its_successor_once() -> None:
+    record = decide(make_record(request=deadline(100)), Observation(1, job(JobState.QUEUED)), POLICY, NOW).record
+    assert record.attempts[0].ending and record.requeue.attempt == 2
+    still = decide(record, Observation(1, job(JobState.CANCELLING, update=200)), POLICY, NOW)
+    assert not still.effects.requeue_decided and still.record.attempts[0].ending
+    ended = decide(still.record, Observation(1, job(JobState.CANCELLED, update=300)), POLICY, NOW)
+    assert ended.effects.requeue_decided and "switched_job_ended" in ended.effects.events
+    assert (
+        not ended.record.attempts[0].ending
+        and ended.record.attempts[0].ended_at == job(JobState.CANCELLED, update=300).end_time
+    )
+    again = decide(ended.record, Observation(1, job(JobState.CANCELLED, update=300)), POLICY, NOW)
+    assert not again.effects.requeue_decided and "switched_job_ended" not in again.effects.events
+
+
+def test_a_cancelled_job_that_does_not_end_is_flagged_once_since_it_holds_its_successor_back() -> None:
+    record = decide(make_record(request=deadline(100)), Observation(1, job(JobState.QUEUED)), POLICY, NOW).record
+    record.attempts[0].cancel_sent_at = iso(NOW)
+    later = NOW + timedelta(seconds=POLICY.stuck_after_seconds + 1)
+    kinds = []
+    for when in (NOW + timedelta(seconds=60), later, later):
+        decision = decide(record, Observation(1, job(JobState.RUNNING, update=200)), POLICY, when)
+        record, kinds = decision.record, kinds + [alert.kind for alert in decision.effects.alerts]
+    assert kinds == ["job_stuck"] and record.requeue.message_id is None
+    assert "waits for it to end" in record.pending_alerts[-1]["message"]

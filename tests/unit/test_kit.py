@@ -409,6 +409,22 @@ def test_a_torn_checkpoint_newer_than_the_resume_point_is_skipped_and_reported(t
     assert record is not None and (record.event, record.step) == ("checkpoint_torn", 20)
 
 
+def test_a_committed_folder_missing_a_file_it_lists_is_skipped_for_the_previous_one(tmp_path: Path) -> None:
+    """Issue 28, break 15: a committed folder whose files were deleted later was resumed from, and
+    the framework raised at every restart: a crash loop instead of the previous checkpoint."""
+    run, _ = start(tmp_path)
+    for step in (10, 20):
+        with run.checkpoint(step) as folder:
+            Path(folder, "weights.bin").write_bytes(b"w" * step)
+            Path(folder, "opt").mkdir()
+            Path(folder, "opt", "state.bin").write_bytes(b"o" * step)
+    (tmp_path / "step-000020" / "opt" / "state.bin").unlink()
+    again, out = start(tmp_path)
+    assert again.resume_step() == 10 and again.resume_path() == str(tmp_path / "step-000010")
+    torn = [line for line in kit_lines(out) if line["event"] == "checkpoint_torn"]
+    assert [(t["step"], t["checkpoint"]) for t in torn] == [(20, "step-000020/")]
+
+
 def test_progress_lines_are_at_most_one_a_minute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     clock = [1000.0]
     monkeypatch.setattr("spotjobs_kit.run.time.monotonic", lambda: clock[0])

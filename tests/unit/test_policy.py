@@ -15,7 +15,13 @@ from shared.log import Logger
 from shared.requests import policy
 from shared.requests.envelope import read_request
 from shared.requests.job_policy import check_custom_job, check_labels
-from shared.requests.policy import check_policy, validate_request, warn_if_images_unrestricted
+from shared.requests.policy import (
+    check_attempt_job,
+    check_policy,
+    check_strategy,
+    validate_request,
+    warn_if_images_unrestricted,
+)
 from shared.settings import Settings
 from tests.conftest import load_event
 
@@ -293,3 +299,77 @@ def test_an_empty_image_allowlist_allows_any_image_and_warns_loudly_once(
     warn_if_images_unrestricted(open_settings, log)
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     assert [(line["severity"], line["event"]) for line in lines] == [("WARNING", "policy_images_unrestricted")]
+
+
+@pytest.mark.parametrize(
+    ("strategy", "spot_before", "allowed", "minimum", "refused"),
+    [
+        ("SPOT", 0, (), 3, None),
+        ("STANDARD", 5, (), 1, "allowed fallback strategies: none"),
+        ("STANDARD", 2, ("STANDARD",), 3, "after 2 Spot attempts; at least 3 come first"),
+        ("STANDARD", 3, ("STANDARD",), 3, None),
+        ("FLEX_START", 1, ("STANDARD",), 1, "allowed fallback strategies: STANDARD"),
+    ],
+)
+def test_an_attempt_runs_on_other_capacity_than_spot_only_as_the_deployment_allows(
+    strategy: str, spot_before: int, allowed: tuple[str, ...], minimum: int, refused: str | None
+) -> None:
+    violation = check_strategy(strategy, spot_before, allowed_fallbacks=allowed, min_spot_attempts=minimum)
+    assert violation is None if refused is None else refused in str(violation)
+
+
+ATTEMPT = {"request_id": "r1", "location": "us-central1"}
+
+
+@pytest.mark.parametrize(
+    ("change", "attempt", "refused"),
+    [
+        ({}, {"strategy": "SPOT", "spot_attempts_before": 0}, []),
+        ({}, {"strategy": "STANDARD", "spot_attempts_before": 1}, ["strategy"]),
+        ({"SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES": "STANDARD"}, {"strategy": "STANDARD", "spot_attempts_before": 1}, []),
+        (
+            {"SPOTJOBS_ALLOWED_LOCATIONS": "europe-west4", "SPOTJOBS_LOCATION": "europe-west4"},
+            {"strategy": "SPOT", "spot_attempts_before": 0},
+            ["location"],
+        ),
+        (
+            {"SPOTJOBS_ALLOWED_MACHINE_FAMILIES": "a3"},
+            {"strategy": "SPOT", "spot_attempts_before": 0},
+            ["custom_job.jobSpec.workerPoolSpecs[0].machineSpec.machineType"],
+        ),
+    ],
+    ids=["spot", "standard-not-allowed", "standard-allowed", "location", "machine"],
+)
+def test_the_job_about_to_be_created_is_judged_by_the_policy_of_the_day(
+    change: dict[str, str], attempt: dict[str, Any], refused: list[str]
+) -> None:
+    settings = Settings.from_env({**POLICY_ENV, **change})
+    violations = check_attempt_job(copy.deepcopy(BASE_JOB), **ATTEMPT, **attempt, settings=settings)
+    assert [v.path for v in violations] == refused
+
+
+def test_every_create_goes_through_the_one_place_that_asks_the_policy_first() -> None:
+    """Whatever path plans an attempt (publish, re-queue, hand-over, deadline switch, failover),
+    its job is created in one function, which checks it against the policy before the create."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    creators: dict[str, dict[str, int]] = {}
+    for folder in ("shared", "functions", "spotjobs"):
+        for path in sorted((root / folder).rglob("*.py")):
+            if path.parent.name == "adapters":
+                continue  # the adapter's create_custom_job is the client call itself
+            for function in ast.walk(ast.parse(path.read_text())):
+                if not isinstance(function, ast.FunctionDef):
+                    continue
+                calls = {
+                    getattr(node.func, "id", getattr(node.func, "attr", "")): node.lineno
+                    for node in ast.walk(function)
+                    if isinstance(node, ast.Call)
+                }
+                if "create_custom_job" in calls:
+                    creators[f"{path.relative_to(root)}:{function.name}"] = calls
+    assert list(creators) == ["shared/submit.py:_ensure_job"]
+    calls = creators["shared/submit.py:_ensure_job"]
+    assert calls.get("check_attempt_job", calls["create_custom_job"]) < calls["create_custom_job"]

@@ -503,3 +503,26 @@ def test_a_hugging_face_checkpoint_loses_trainer_state_first() -> None:
     run_prune(store, keep_last=2)
     assert order[0] == "checkpoint-100/trainer_state.json" and len(order) == len(hf_trainer(100).writes)
     assert surviving(store) == {"checkpoint-200", "checkpoint-300"}
+
+
+def _kit_checkpoint(store: MemoryStore, step: int, *, missing: str | None = None) -> None:
+    """A folder the kit committed (its marker lists the files and sizes), `missing` deleted later."""
+    files = {"model.ckpt": 300, "opt/state.pt": 40}
+    base = f"{folder('r1')}step-{step:06d}/"
+    for relative, size in files.items():
+        if relative != missing:
+            store.put(base + relative, size=size, at=NOW - 3 * HOUR)
+    store.put(base + "COMMITTED", at=NOW - 3 * HOUR, text=json.dumps({"v": 1, "step": step, "files": files}))
+
+
+def test_a_committed_folder_whose_files_were_deleted_is_not_counted_complete() -> None:
+    """Issue 28, break 15: the marker lists the files and sizes and nothing checked them, so a
+    folder with files deleted later counted as complete: kept among the newest, while the
+    complete checkpoint the kit falls back to was deleted."""
+    store = MemoryStore()
+    _kit_checkpoint(store, 100)
+    _kit_checkpoint(store, 200, missing="opt/state.pt")
+    _kit_checkpoint(store, 300)
+    [report] = run_prune(store, {"r1": record(keep_last=2)}).reports
+    assert surviving(store) == {"step-000100", "step-000300"}
+    assert [(d["checkpoint"], d["evidence"]) for d in report.deleted] == [("step-000200/", Evidence.FILES_MISSING)]

@@ -7,8 +7,10 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from spotjobs.reporting.html import render_report
-from spotjobs.reporting.views import build_views, totals
+from spotjobs.reporting.views import build_views, human_value, totals
 from tests.support.browser import render
 from tests.support.report_html import marks, section
 
@@ -109,6 +111,12 @@ def scenario() -> dict[str, Any]:
         0,
         # A field a newer ledger writes (the renderer shows it rather than failing).
         preemptions_unknown=False,
+        # The kit's figures as the ledger sums them, float noise included.
+        checkpoints_committed=3,
+        checkpoint_seconds=0.4280000000000016,
+        steps_per_second=94.2445,
+        total_steps=1000,
+        last_checkpoint=[0, 1000],
     )
     run_data = {first["job"]: runs(ATTEMPT_1_RUNS), second["job"]: runs(ATTEMPT_2_RUNS, finished_last=True)}
     written = sorted(
@@ -206,7 +214,12 @@ def test_the_timeline_renders_in_chromium_with_the_expected_marks(tmp_path: Path
         "requeued",
         "succeeded",
     ]
-    assert "preemptions_unknown" in requeued  # a newer ledger field, shown as it is
+    # The attempts table in human units: the kit's figures, durations and a newer ledger field.
+    assert "preemptions unknown no" in requeued
+    assert "checkpoint writes 0.428 s" in requeued and "rate 94.2/s" in requeued
+    assert "checkpoints 3" in requeued and "last checkpoint step 1,000 (run 0)" in requeued
+    assert "<td>59 min 0 s</td>" in requeued and "<td>2026-11-29 11:01:00Z</td>" in requeued
+    assert not re.search(r"\d\.\d{4,}", re.sub(r"<svg.*?</svg>", "", dom, flags=re.S)), "a raw float is shown"
 
     bug = section(dom, "demo-bug")
     assert len(marks(bug, "preemption")) == 2  # no run data: drawn on the attempt's bar
@@ -259,3 +272,21 @@ def test_a_deadline_request_draws_progress_against_the_deadline_and_marks_each_s
     heights = [float(p.split(",")[1]) for p in points]
     assert heights[0] > heights[1] > heights[2]
     assert marks(section(page, "plain"), "deadline") == []
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "shown"),
+    [
+        ("checkpoint_seconds", 0.4280000000000016, "0.428 s"),
+        ("checkpoint_seconds", 252.4, "4 min 12 s"),
+        ("wait_seconds", 7500, "2 h 05 min"),
+        ("wait_seconds", 273600, "3 d 4 h"),
+        ("steps_per_second", 94.2445, "94.2/s"),
+        ("total_steps", 1200000, "1,200,000"),
+        ("ratio", 0.333333333, "0.333"),
+        ("last_checkpoint_at", "2026-11-29T10:30:00.123Z", "2026-11-29 10:30:00Z"),
+        ("note", "not a time", "not a time"),
+    ],
+)
+def test_attempt_fields_are_shown_in_human_units(key: str, value: Any, shown: str) -> None:
+    assert human_value(key, value) == shown

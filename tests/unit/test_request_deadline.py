@@ -119,7 +119,20 @@ def test_a_deadline_is_refused_where_the_deployment_allows_no_on_demand() -> Non
     validate(body)
 
 
+def test_a_message_marked_as_attempt_1_gets_every_deadline_check() -> None:
+    # Attempt 1 is what publishers send, whatever attribute or field says it is a re-queue.
+    spot_only = Settings.from_env({})
+    body = {**envelope(deadline="2026-12-01T19:00:00Z", total_steps=10, expected_step_seconds=1), "attempt": 1}
+    request, _ = read(body, **REQUEUE_ATTRIBUTES)
+    assert request.attempt == 1
+    [violation] = check_policy(request, spot_only, now=PUBLISHED)
+    assert violation.path == "deadline" and "SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES" in violation.message
+    late, _ = read({**body, "deadline": "2026-12-01T09:10:00Z"}, **REQUEUE_ATTRIBUTES)
+    assert [v.path for v in check_policy(late, SETTINGS, now=PUBLISHED)] == ["deadline"]
+
+
 def test_the_effective_policy_shows_the_deadline_fields() -> None:
     shown = describe_policy(SETTINGS)["deadline"]
     assert set(shown["fields"]) == {"deadline", "total_steps", "expected_step_seconds", "changeover_seconds"}
     assert "1200 s" in shown["refused"]
+    assert shown["on_demand"].startswith("only after 1 Spot attempts")

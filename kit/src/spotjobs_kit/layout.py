@@ -15,6 +15,9 @@ below follow what each framework writes (checked against its source and real sav
   torch.distributed.checkpoint `.metadata`, TensorFlow `checkpoint`, the kit's `COMMITTED`) exists
   directly under it; markers are found with targeted existence checks, trying first the marker
   that matched last, so a request written by one framework costs one check per checkpoint.
+  Whichever marker is found, a folder holding the kit's `COMMITTED` stays complete only while
+  the files it lists are there at their sizes (a read of it, and a delimiter listing of each
+  folder holding them): one whose files were deleted later is skipped for the previous one.
   Without a marker, a framework's own completion evidence counts:
   - Hugging Face Trainer `checkpoint-N/`: `trainer_state.json` (the Trainer writes it last) and the
     model files it follows (`model.safetensors`/`pytorch_model.bin`/a PEFT adapter, every shard
@@ -22,12 +25,13 @@ below follow what each framework writes (checked against its source and real sav
     `pytorch_model_fsdp_*/`), and with several processes' `rng_state_K.pth`, every K from 0 up;
     judged from one delimiter listing of the folder;
   - DeepSpeed `global_stepN/`: named by the `latest` file beside it (DeepSpeed writes the tag
-    there after every rank saved);
+    there after every rank saved), with its model states in it (what the pruner deletes first);
   - Orbax: a `N.orbax-checkpoint-tmp` folder (`-<timestamp>` in older releases) is never complete
     (Orbax itself treats it as unfinished; 0.12 writes `commit_success.txt` into it just before
     the rename); a finalised folder without `commit_success.txt` (an older Orbax's rename) is
     complete when its `_CHECKPOINT_METADATA` carries `commit_timestamp_nsecs`, set at finalisation
-    after every write finished.
+    after every write finished, and the folder holds something besides it (a copy cut short
+    after the metadata, which sorts first, holds none of the items).
 - the files sharing one stem with a checkpoint extension (CHECKPOINT_EXTENSIONS: `ckpt-000400.pt`,
   Lightning's `epoch=3-step=1000.ckpt`, Keras' `ckpt-0002.keras`/`ckpt-2.weights.h5`) are complete
   once they exist: a GCS object (through the FUSE mount too) is listed only once its upload
@@ -84,6 +88,7 @@ TF_INDEX_FILE = "checkpoint"
 CHECKPOINT_EXTENSIONS = (".pt", ".pth", ".ckpt", ".safetensors", ".bin", ".h5", ".keras", ".msgpack", ".npz")
 HF_TRAINER_STATE = "trainer_state.json"
 DEEPSPEED_LATEST = "latest"
+DEEPSPEED_MODEL_STATES = "model_states.pt"  # each rank's `mp_rank_00_model_states.pt` (ZeRO-3: zero_pp_rank_...)
 ORBAX_METADATA = "_CHECKPOINT_METADATA"
 
 _TF_SUFFIX = re.compile(r"\.(?:index|meta|data-\d+-of-\d+)$")
@@ -136,12 +141,15 @@ class Evidence:
     MARKER = "commit marker"
     HF_TRAINER_STATE = "Hugging Face trainer_state.json and its model files"
     DEEPSPEED_LATEST = "named by DeepSpeed's latest file"
+    DEEPSPEED_INCOMPLETE = "named by DeepSpeed's latest file, without model states"
     ORBAX_METADATA = "Orbax commit timestamp in _CHECKPOINT_METADATA"
     FILES = "checkpoint file"
     TENSORFLOW = "named by the TensorFlow checkpoint index, every shard present"
     NO_MARKER = "no commit marker"
     HF_INCOMPLETE = "Hugging Face checkpoint without trainer_state.json or its model files"
     ORBAX_TMP = "Orbax temporary folder: never finalised"
+    ORBAX_METADATA_ALONE = "Orbax _CHECKPOINT_METADATA without anything it commits"
+    FILES_MISSING = "a file the kit's marker lists is missing or of another size"
     TENSORFLOW_INCOMPLETE = "TensorFlow stem not named by the index, or shards missing"
 
 
@@ -298,6 +306,38 @@ def orbax_committed(metadata_text: str | None) -> bool:
     return isinstance(metadata, dict) and isinstance(metadata.get("commit_timestamp_nsecs"), int)
 
 
+def listed_files(marker_text: str | None) -> dict[str, int] | None:
+    """The files and sizes the kit's marker lists (`{"files": {"model.ckpt": 1234, ...}}`, names
+    relative to the checkpoint folder); None when it lists none (not the kit's format)."""
+    if not marker_text:
+        return None
+    try:
+        marker = json.loads(marker_text)
+    except ValueError:
+        return None
+    files = marker.get("files") if isinstance(marker, dict) else None
+    if not isinstance(files, dict):
+        return None
+    return {str(name): size for name, size in files.items() if isinstance(size, int) and not isinstance(size, bool)}
+
+
+def _is_relative_path(name: str) -> bool:
+    return all(part not in ("", ".", "..") for part in name.split("/"))
+
+
+def files_present(store: ListingStore, unit: str, listed: dict[str, int]) -> bool:
+    """Whether every file `listed` (relative to the prefix `unit`) is under it at its size: one
+    delimiter listing per folder that holds one. A name that could leave the folder never is."""
+    if not all(_is_relative_path(name) for name in listed):
+        return False
+    folders = {name.rsplit("/", 1)[0] + "/" if "/" in name else "" for name in listed}
+    present: dict[str, int] = {}
+    for sub in sorted(folders):
+        for obj in store.list_folder(unit + sub).files:
+            present[obj.name[len(unit) :]] = obj.size
+    return all(present.get(name) == size for name, size in listed.items())
+
+
 def order_markers(markers: Sequence[str], last_hit: str | None) -> list[str]:
     """Markers in the order to look for them: the one that matched last first."""
     if last_hit in markers:
@@ -317,9 +357,39 @@ def completion_objects(
     found = []
     for obj in contents:
         rest = obj.name[len(unit) :] if obj.name.startswith(unit) else "/"
-        if "/" not in rest and (rest in gates or (deepspeed and rest.endswith("model_states.pt"))):
+        if "/" not in rest and (rest in gates or (deepspeed and rest.endswith(DEEPSPEED_MODEL_STATES))):
             found.append(obj)
     return found
+
+
+def copy_order(
+    checkpoint: Checkpoint, folder_prefix: str, contents: Iterable[ListedObject], markers: Sequence[str]
+) -> list[ListedObject]:
+    """The objects of a prefix checkpoint in the order a copy writes them, so that a copy cut
+    short is never complete by any rule above: everything else first, then its completion
+    objects, the commit markers among them last and the kit's (which lists every file) very
+    last. The pruner's deletion order, reversed."""
+    unit = f"{folder_prefix}{checkpoint.name}"
+    gates = {o.name for o in completion_objects(checkpoint, folder_prefix, contents, markers)}
+
+    def rank(obj: ListedObject) -> tuple[bool, bool, bool, str]:
+        leaf = obj.name[len(unit) :]
+        return (obj.name in gates, obj.name in gates and leaf in markers, leaf == KIT_MARKER, obj.name)
+
+    return sorted(contents, key=rank)
+
+
+def evidence_beside(checkpoint: Checkpoint, unmanaged: Iterable[Unmanaged]) -> dict[str, str]:
+    """What a copy of `checkpoint` into an empty folder writes beside it, after everything else,
+    to be complete there by the rules above (name relative to the folder: text): TensorFlow's
+    `checkpoint` index naming its stem, DeepSpeed's `latest` naming its tag (when the folder
+    copied from had one: DeepSpeed loads the tag `latest` names)."""
+    if checkpoint.evidence == Evidence.TENSORFLOW:
+        quoted = '"' + checkpoint.name.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return {TF_INDEX_FILE: f"model_checkpoint_path: {quoted}\nall_model_checkpoint_paths: {quoted}\n"}
+    if _DEEPSPEED_NAME.fullmatch(checkpoint.name) and any(u.name == DEEPSPEED_LATEST for u in unmanaged):
+        return {DEEPSPEED_LATEST: checkpoint.name.rstrip("/")}
+    return {}
 
 
 # Grouping a listing into units.
@@ -421,11 +491,13 @@ def with_contents(
     markers: Sequence[str],
 ) -> Checkpoint:
     """A PREFIX checkpoint with its contents listed, re-judged from them: a marker (or a Hugging
-    Face trainer_state.json) that appeared since discovery makes it complete."""
+    Face trainer_state.json) that appeared since discovery makes it complete (never one whose
+    kit marker lists files it lacks)."""
     unit = f"{folder_prefix}{checkpoint.name}"
     subfolders = {o.name[len(unit) :].split("/", 1)[0] for o in contents if "/" in o.name[len(unit) :]}
     judged = judge_prefix_listing(checkpoint.name, checkpoint.step, folder_prefix, contents, subfolders, markers)
-    if checkpoint.complete or not judged.complete:
+    # A marker whose listed files are missing was there at discovery: it has not "appeared since".
+    if checkpoint.complete or not judged.complete or checkpoint.evidence == Evidence.FILES_MISSING:
         return Checkpoint(
             checkpoint.name,
             checkpoint.kind,
@@ -468,7 +540,9 @@ def discover(
     """List one checkpoints folder and judge each unit, with one check per prefix checkpoint
     once a marker has matched (`try_first`: the marker other requests' checkpoints had). A
     checkpoint without a marker costs what its framework's rule needs: one listing (Hugging Face),
-    the `latest` file read once (DeepSpeed), one metadata read (anything else)."""
+    the `latest` file read once and a listing of the folder it names (DeepSpeed), one metadata
+    read and, when it is committed, one listing (anything else). A complete folder costs a read
+    of the kit's marker more, and one listing per folder holding the files it lists."""
     grouping = group_listing(store.list_folder(prefix))
     tf_named: frozenset[str] = frozenset()
     if grouping.tf_index is not None and any(
@@ -499,16 +573,43 @@ def discover(
         elif _DEEPSPEED_NAME.fullmatch(relative) and grouping.deepspeed_latest is not None:
             if deepspeed_tag is None:
                 deepspeed_tag = (store.read_text(grouping.deepspeed_latest.name) or "").strip()
-            named = deepspeed_tag == relative.rstrip("/")
-            evidence = Evidence.DEEPSPEED_LATEST if named else Evidence.NO_MARKER
-            objects = (grouping.deepspeed_latest,) if named else ()
-            units.append(Checkpoint(relative, Kind.PREFIX, step, named, objects, evidence=evidence))
-        else:
-            metadata = store.read_text(f"{prefix}{relative}{ORBAX_METADATA}")
-            if orbax_committed(metadata):
-                obj = store.stat(f"{prefix}{relative}{ORBAX_METADATA}")
-                objects = (obj,) if obj is not None else ()
-                units.append(Checkpoint(relative, Kind.PREFIX, step, True, objects, evidence=Evidence.ORBAX_METADATA))
-            else:
+            if deepspeed_tag != relative.rstrip("/"):
                 units.append(Checkpoint(relative, Kind.PREFIX, step, False, evidence=Evidence.NO_MARKER))
+            elif not any(o.name.endswith(DEEPSPEED_MODEL_STATES) for o in store.list_folder(prefix + relative).files):
+                units.append(Checkpoint(relative, Kind.PREFIX, step, False, evidence=Evidence.DEEPSPEED_INCOMPLETE))
+            else:
+                latest = (grouping.deepspeed_latest,)
+                units.append(Checkpoint(relative, Kind.PREFIX, step, True, latest, evidence=Evidence.DEEPSPEED_LATEST))
+        else:
+            units.append(_judge_orbax_metadata(store, prefix, relative, step))
+    units = [_checked_against_kit_marker(store, prefix, c) for c in units]
     return RequestCheckpoints(prefix, tuple(sorted_checkpoints(units)), tuple(grouping.unmanaged), last_hit)
+
+
+def _judge_orbax_metadata(store: ListingStore, prefix: str, relative: str, step: int) -> Checkpoint:
+    """A folder without a marker: complete when Orbax's `_CHECKPOINT_METADATA` carries the commit
+    timestamp and the folder holds something besides it (the items it commits; a copy cut short
+    after the metadata, which sorts first, holds none)."""
+    unit = f"{prefix}{relative}"
+    if not orbax_committed(store.read_text(unit + ORBAX_METADATA)):
+        return Checkpoint(relative, Kind.PREFIX, step, False, evidence=Evidence.NO_MARKER)
+    listing = store.list_folder(unit)
+    metadata = tuple(o for o in listing.files if o.name == unit + ORBAX_METADATA)
+    if not listing.subfolders and len(listing.files) == len(metadata):
+        return Checkpoint(relative, Kind.PREFIX, step, False, metadata, evidence=Evidence.ORBAX_METADATA_ALONE)
+    return Checkpoint(relative, Kind.PREFIX, step, True, metadata, evidence=Evidence.ORBAX_METADATA)
+
+
+def _checked_against_kit_marker(store: ListingStore, prefix: str, checkpoint: Checkpoint) -> Checkpoint:
+    """A complete folder holding the kit's marker stays complete only while the files the marker
+    lists are there at their sizes (deleted later: the previous complete checkpoint is the one
+    to resume from, not a crash at every restart). Whichever marker was found first."""
+    if checkpoint.kind != Kind.PREFIX or not checkpoint.complete:
+        return checkpoint
+    unit = f"{prefix}{checkpoint.name}"
+    listed = listed_files(store.read_text(unit + KIT_MARKER))
+    if not listed or files_present(store, unit, listed):
+        return checkpoint
+    return Checkpoint(
+        checkpoint.name, checkpoint.kind, checkpoint.step, False, checkpoint.objects, evidence=Evidence.FILES_MISSING
+    )
