@@ -35,6 +35,7 @@ NOT_STATE = {
     "/global/networks/": "Google resource names",
     "prices.json": "a file of the package",
     "topology.json": "a file of the package",
+    "/s": "a unit the HTML report shows (per second)",
     "trigger/manifest.json": "in the request's own folder of the checkpoint bucket (kept with its outputs)",
 }
 
