@@ -384,13 +384,15 @@ class Drained:
 
 def drain(ports: Ports, location: str, create_one: Callable[[Waiting], str], log: Logger, pacer: Pacer) -> Drained:
     """Create waiting attempts in turn, one per slot, while this delivery holds the drainer lease
-    and its run lasts; then hand over to the head of what is left. Never raises: whatever failed,
-    the lease is released and the line handed over (or left to reconcile's restart)."""
+    and its run lasts; then hand over to the head of what is left. Once it holds the lease it never
+    raises: whatever failed, the lease is released and the line handed over (or left to
+    reconcile's restart), since a redelivery of this message may find its own attempt settled and
+    carry nothing on."""
     lease = pacer.acquire(location)
     if lease is None:
         return Drained(held=False)
     settled = rate_limited = 0
-    passed: set[str] = set()  # heads that stayed busy: passed for the rest of this run
+    passed: set[str] = set()  # heads that stayed busy or are in doubt: passed for the rest of this run
     busy_turns = 0
     burst_seen = False  # looked at once a run, not every slot (one object, ~1 write/s)
     deadline = pacer.now() + ports.settings.pacer_run_seconds

@@ -543,3 +543,26 @@ def test_heads_whose_create_outcome_is_unknown_are_passed_at_once_not_waited_for
 
     assert sorted(line.jobs_by_request()) == [rid for rid, _ in others]  # not held back behind them
     assert [entry.request_id for entry in line.pacer.waiting(LOCATION)] == [rid for rid, _ in unknown]
+
+
+def test_a_drainer_whose_listing_fails_mid_run_still_hands_the_line_over(
+    line: Line, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    requests = burst(4)
+    with drainer_held(line):
+        for request_id, body in requests:
+            line.deliver(body, f"m-{request_id}")
+    real_waiting = Pacer.waiting
+    listings: list[int] = []
+
+    def waiting_failing_once_mid_run(self: Pacer, location: str) -> list[Waiting]:
+        listings.append(1)
+        if len(listings) == 3:  # the hand-over's listing, then the run's first, then this one
+            raise api.ServiceUnavailable("the listing failed")
+        return real_waiting(self, location)
+
+    monkeypatch.setattr(Pacer, "waiting", waiting_failing_once_mid_run)
+    restart(line)
+
+    assert sorted(line.jobs_by_request()) == [rid for rid, _ in requests] and not line.raised
+    assert not line.pacer.waiting(LOCATION)
