@@ -19,17 +19,20 @@ from shared.ledger.records import Attempt, CorruptRecord, RequestRecord
 from shared.log import Logger
 from shared.pacing import (
     BUSY,
+    IN_DOUBT,
     QUOTA,
     SETTLED,
+    TURNED_AWAY,
     Pacer,
     Waiting,
     drain,
     generation_time,
     hold_for_quota,
     is_rate_limited,
+    is_resource_quota,
+    is_settled,
     pacer_for,
     priority_of,
-    restart_stalled,
     waiting_entry,
 )
 from shared.wiring import Ports
@@ -67,16 +70,13 @@ def may_create_now(ports: Ports, location: str) -> bool:
 
 def in_line(ports: Ports, record: RequestRecord, attempt: Attempt) -> bool:
     """Whether attempt `attempt` waits in its region's line (noted in the record, and its entry
-    there): reconcile leaves it to the drainer. One that fell out of line is settled like any
-    stale claim (re-published: submit puts it back)."""
-    if not attempt.waiting_since or attempt.job or attempt.outcome:
+    there): reconcile leaves it to the drainer. One that fell out of line, or waits in a line no
+    drainer serves any more (pacing turned off), is settled like any stale claim (re-published:
+    submit puts it back, or creates it)."""
+    if not pacing_on(ports) or not attempt.waiting_since or attempt.job or attempt.outcome:
         return False
     entry = waiting_entry(attempt.location, priority_of(record), record.request_id, attempt.n)
     return pacer_for(ports).has_entry(entry)
-
-
-def restart_stalled_lines(ports: Ports, locations: set[str], log: Logger) -> list[str]:
-    return restart_stalled(ports, locations, log) if pacing_on(ports) else []
 
 
 def never_sent(attempt: Attempt) -> bool:
@@ -128,27 +128,41 @@ def drain_line(location: str, log: Logger, ports: Ports, steps: SubmitSteps, pac
 
 def create_waiting(entry: Waiting, log: Logger, ports: Ports, steps: SubmitSteps) -> str:
     """The drainer's create of one waiting attempt: SETTLED (created, found, or nothing left to
-    create), QUOTA (Vertex still refused it for the rate) or BUSY (a delivery holds a fresh claim
-    on it, or the create failed for now). Never raises: one entry must not stop the drain."""
+    create), QUOTA (Vertex still refused it for the rate), TURNED_AWAY (refused for a resource
+    quota: it leaves the line), IN_DOUBT (a create of it is in flight or of unknown outcome) or
+    BUSY (a delivery holds a fresh claim on it, or the create failed for now). Never raises: one
+    entry must not stop the drain."""
     log = log.bind(request_id=entry.request_id, attempt=entry.attempt)
+    lease_bound = False  # whether a ClaimInProgress can only clear once a claim lease ran out
     try:
         record = ports.ledger.get(entry.request_id)
-        attempt = record.attempt(entry.attempt) if record else None
-        if record is None or attempt is None or attempt.job or attempt.outcome or record.is_terminal:
+        if is_settled(record, entry.attempt):
             return SETTLED
+        assert record is not None  # not settled
+        # A create may be out (a claim handed back to the line has none noted).
+        lease_bound = bool(record.attempt(entry.attempt).create_sent_at)
         claim = steps.claim(record.request, entry.attempt, log, ports)
         if claim.kind == "duplicate" or claim.attempt is None:
             return SETTLED
         waited_for = _seconds_since(ports, claim.attempt.waiting_since)
+        lease_bound = True  # the claim is ours now: its own create (or lookup) is in doubt
         outcome = steps.ensure_job(claim.record, claim.attempt, claim.kind == "taken_over", log, ports, paced=True)
     except ClaimInProgress:
-        return BUSY
+        return IN_DOUBT if lease_bound else BUSY
     except CorruptRecord as exc:
         # Nothing can be decided on it: alerted once, out of line; once repaired, reconcile finds it
         # waiting with no entry and re-publishes it, which puts it back in line.
         alert_corrupt_record(ports, exc, log)
         return SETTLED
-    except Exception as exc:  # noqa: BLE001 - it keeps its place; the next slot tries again
+    except Exception as exc:  # noqa: BLE001 - one entry must not stop the drain
+        if is_resource_quota(exc):  # its claim was released with the error: reconcile's to re-publish
+            log.warning(
+                "Vertex refused a waiting attempt for a resource quota; it leaves the line and is "
+                "re-published with backoff",
+                event="quota_resource_refused",
+                error=f"{type(exc).__name__}: {exc}",
+            )
+            return TURNED_AWAY
         log.warning(
             "could not create a waiting attempt; it keeps its place in line",
             event="quota_create_failed",

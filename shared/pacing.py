@@ -30,8 +30,9 @@ state bucket, per region:
 - **the burst**: `pacing/<location>/burst.json`, created once when a drainer first finds a line
   that needs longer than `quota_alert_after_seconds` to drain (a short line is pacing, not a
   quota problem); its creator publishes the one `quota_limited` alert of the burst (how many
-  wait, the expected drain time).
-  The drainer that finds the line empty removes it.
+  wait, the expected drain time), then notes it sent: if it died before that, the next drainer
+  run that finds the line long sends it. Whoever hands the line over, or restarts it, and finds it empty
+  removes it.
 
 One module on purpose (over 450 lines): the slots, the line, the drainer lease and the burst
 share one layout under `pacing/` and one order of writes (an entry before its record, the line
@@ -85,6 +86,13 @@ LEASE_MARGIN_SECONDS = 30.0
 SETTLED = "settled"  # created, found, or nothing left to create: the entry goes
 QUOTA = "quota"  # Vertex refused it for the rate anyway: it keeps its place
 BUSY = "busy"  # another delivery holds a fresh claim on it, or the create failed for now
+# A create of it is in flight or of unknown outcome: its claim is held for a lease (minutes), so
+# waiting a few slots cannot help; it is passed at once for the rest of the run.
+IN_DOUBT = "in_doubt"
+# Vertex refused it for a resource quota (GPUs, CPUs): not a rate, so the line cannot help; it
+# leaves the line, its claim released, and reconcile re-publishes it with backoff like any claim
+# Vertex turns away for now (`claim_stalled` once), so it never holds back the others behind it.
+TURNED_AWAY = "turned_away"
 
 
 @dataclass(frozen=True)
@@ -156,6 +164,21 @@ def is_rate_limited(exc: BaseException) -> bool:
     return getattr(exc, "reason", None) == "RATE_LIMIT_EXCEEDED" or "per minute" in str(exc).lower()
 
 
+def is_resource_quota(exc: BaseException) -> bool:
+    """A 429 that is not for the rate: a resource quota (GPUs, CPUs), which a later slot does not clear."""
+    from google.api_core.exceptions import TooManyRequests
+
+    return isinstance(exc, TooManyRequests) and not is_rate_limited(exc)
+
+
+def is_settled(record: RequestRecord | None, n: int) -> bool:
+    """Whether waiting attempt n needs nothing more from the line: it has a job or an outcome, or
+    its request finished (or is gone). Its entry leaves the line on sight, whoever sees it: a
+    drainer that died after creating it must not leave it first in line for good."""
+    attempt = record.attempt(n) if record else None
+    return record is None or attempt is None or bool(attempt.job or attempt.outcome) or record.is_terminal
+
+
 class Pacer:
     """The slots, the waiting line, the drainer lease and the burst of one state bucket."""
 
@@ -202,6 +225,15 @@ class Pacer:
             blob = self._bucket.get_blob(name)
             generation = int(blob.generation) if blob is not None else 0
         return generation
+
+    def line_locations(self) -> list[str]:
+        """Every region with a line, a burst or a lease under `pacing/` (one delimiter listing):
+        a line outlives the requests that put it there, so no list of active ones finds them all."""
+        iterator = self._bucket.client.list_blobs(
+            self._bucket, prefix=PACING_PREFIX, delimiter="/", fields="prefixes,nextPageToken"
+        )
+        prefixes = {prefix for page in iterator.pages for prefix in page.prefixes}
+        return sorted(p[len(PACING_PREFIX) : -1] for p in prefixes if p != SLOTS_PREFIX)
 
     def anyone_waiting(self, location: str) -> bool:
         iterator = self._bucket.client.list_blobs(
@@ -273,17 +305,40 @@ class Pacer:
 
     # The burst.
 
-    def open_burst(self, location: str, waiting: int) -> bool:
-        """True for the one caller that starts this burst (its alert is theirs to send)."""
-        body = {"started_at": self._clock(), "waiting_at_start": waiting}
-        return self._create_once(f"{_prefix(location)}burst.json", body) is not None
+    def burst_alert_due(self, location: str, waiting: int) -> int | None:
+        """Open the burst (once), or find it open with its alert unsent (its opener died or could
+        not publish; this drainer holds the lease now): the document's generation, the alert then
+        being this caller's to send. None when the burst's alert was sent."""
+        name = f"{_prefix(location)}burst.json"
+        body = {"started_at": self._clock(), "waiting_at_start": waiting, "alerted": False}
+        generation = self._create_once(name, body)
+        if generation is not None:
+            return generation
+        burst = self._bucket.get_blob(name)
+        if burst is None or json.loads(burst.download_as_bytes()).get("alerted", True):
+            return None
+        return int(burst.generation)
 
-    def close_burst(self, location: str) -> None:
-        from google.api_core.exceptions import NotFound
+    def burst_alerted(self, location: str, generation: int) -> None:
+        from google.api_core.exceptions import PreconditionFailed
 
         try:
-            self._bucket.delete_blob(f"{_prefix(location)}burst.json")
-        except NotFound:
+            self._write(f"{_prefix(location)}burst.json", {"alerted": True, "alerted_at": self._clock()}, generation)
+        except PreconditionFailed:
+            pass  # ended (the line emptied) or taken on by a newer drainer meanwhile
+
+    def end_burst(self, location: str) -> None:
+        """The burst is over when the line is empty: remove its document, read before the listing
+        and deleted at the generation read, so a burst that opened after that listing stays."""
+        from google.api_core.exceptions import NotFound, PreconditionFailed
+
+        name = f"{_prefix(location)}burst.json"
+        burst = self._bucket.get_blob(name)
+        if burst is None or self.anyone_waiting(location):
+            return
+        try:
+            self._bucket.delete_blob(name, if_generation_match=int(burst.generation))
+        except (NotFound, PreconditionFailed):
             pass
 
     # Storage.
@@ -329,13 +384,17 @@ class Drained:
 
 def drain(ports: Ports, location: str, create_one: Callable[[Waiting], str], log: Logger, pacer: Pacer) -> Drained:
     """Create waiting attempts in turn, one per slot, while this delivery holds the drainer lease
-    and its run lasts; then hand over to the head of what is left."""
+    and its run lasts; then hand over to the head of what is left. Once it holds the lease it never
+    raises: whatever failed, the lease is released and the line handed over (or left to
+    reconcile's restart), since a redelivery of this message may find its own attempt settled and
+    carry nothing on."""
     lease = pacer.acquire(location)
     if lease is None:
         return Drained(held=False)
     settled = rate_limited = 0
-    passed: set[str] = set()  # heads that stayed busy: passed for the rest of this run
+    passed: set[str] = set()  # heads that stayed busy or are in doubt: passed for the rest of this run
     busy_turns = 0
+    burst_seen = False  # looked at once a run, not every slot (one object, ~1 write/s)
     deadline = pacer.now() + ports.settings.pacer_run_seconds
     renewed_at = pacer.now()
     try:
@@ -343,34 +402,35 @@ def drain(ports: Ports, location: str, create_one: Callable[[Waiting], str], log
             # The whole line, listed after the slot is ours: whoever is first now goes.
             line = pacer.waiting(location)
             entries = [entry for entry in line if entry.key not in passed]
-            if not line:
-                pacer.close_burst(location)
             if not entries:
-                break
-            draining_long = len(line) * pacer.slot_seconds > ports.settings.quota_alert_after_seconds
-            if draining_long and pacer.open_burst(location, len(line)):
+                break  # the hand-over below ends the burst of an empty line
+            if not burst_seen and len(line) * pacer.slot_seconds > ports.settings.quota_alert_after_seconds:
+                burst_seen = True
                 _alert_quota_limited(ports, pacer, location, len(line), log)
             head = entries[0]
             outcome = create_one(head)
-            if outcome == SETTLED:
-                pacer.remove(head)
-                settled += 1
+            if outcome in (SETTLED, TURNED_AWAY):
+                # A failed delete leaves it first in line: the next slot finds it settled again.
+                left = _leave_line(pacer, head, log)
+                settled += int(left and outcome == SETTLED)
             elif outcome == QUOTA:
                 rate_limited += 1  # it keeps its place: the next slot tries it again
             # BUSY: the delivery that just put it in line is about to hand its claim over, or the
             # create failed for now: the line waits for it, and passes it only after a while.
             busy_turns = busy_turns + 1 if outcome == BUSY else 0
-            if busy_turns >= BUSY_PATIENCE:
+            if busy_turns >= BUSY_PATIENCE or outcome == IN_DOUBT:
                 passed.add(head.key)
                 busy_turns = 0
             if pacer.now() - renewed_at >= RENEW_EVERY_SECONDS:  # not every slot: one object, ~1 write/s
                 lease, renewed_at = pacer.renew(location, lease), pacer.now()
+    except Exception as exc:  # noqa: BLE001 - the run ends; the hand-over (or reconcile) carries the line on
+        log.warning("the drainer's run ended early", event="quota_drain_failed", error=f"{type(exc).__name__}: {exc}")
     finally:
         if lease is not None:
-            pacer.release(location, lease)
+            _release(pacer, location, lease, log)
     # Anyone left, passed heads included: the next run waits for them again (a busy head is a
     # fresh claim or a create failing for now; a corrupt record leaves the line, see paced_submit).
-    handed_over = hand_over(ports, pacer, location, log, passed)
+    handed_over = _hand_over_or_leave_to_reconcile(ports, pacer, location, log, passed)
     log.info(
         "drained the line of creates waiting for the quota",
         event="quota_drain",
@@ -382,23 +442,33 @@ def drain(ports: Ports, location: str, create_one: Callable[[Waiting], str], log
     return Drained(True, settled, rate_limited, handed_over)
 
 
-def hand_over(ports: Ports, pacer: Pacer, location: str, log: Logger, passed: Collection[str] = ()) -> str | None:
-    """If anyone still waits, publish the message of the first attempt in line that this run did
-    not pass (a passed one may be held by a fresh claim, whose delivery would be redelivered, not
-    drain): its delivery drains on. Returns its request id. A publish that fails leaves it to
-    reconcile (`restart_stalled`)."""
-    from shared.deciding.outbox import publish_request_attempt
-
-    line = pacer.waiting(location)
-    heads = [entry for entry in line if entry.key not in passed] or line
-    if not heads or not ports.may_publish(ports.settings.job_requests_topic):
-        return None
-    head = heads[0]
-    record = ports.ledger.get(head.request_id)
-    if record is None:
-        return None
+def _leave_line(pacer: Pacer, entry: Waiting, log: Logger) -> bool:
     try:
-        publish_request_attempt(ports, record, head.attempt, location)
+        pacer.remove(entry)
+    except Exception as exc:  # noqa: BLE001 - it stays first in line, settled: whoever sees it next removes it
+        log.warning(
+            "could not remove a settled entry from the line; it is removed when next seen",
+            event="quota_leave_failed",
+            request_id=entry.request_id,
+            attempt=entry.attempt,
+            error=f"{type(exc).__name__}: {exc}",
+        )
+        return False
+    return True
+
+
+def _release(pacer: Pacer, location: str, lease: int, log: Logger) -> None:
+    try:
+        pacer.release(location, lease)
+    except Exception as exc:  # noqa: BLE001 - the lease expires; reconcile restarts the line then
+        log.warning("could not release the drainer lease", event="quota_release_failed", error=str(exc))
+
+
+def _hand_over_or_leave_to_reconcile(
+    ports: Ports, pacer: Pacer, location: str, log: Logger, passed: Collection[str]
+) -> str | None:
+    try:
+        return hand_over(ports, pacer, location, log, passed)
     except Exception as exc:  # noqa: BLE001 - reconcile restarts a stalled line
         log.warning(
             "could not hand the waiting line over; reconcile restarts it",
@@ -407,19 +477,54 @@ def hand_over(ports: Ports, pacer: Pacer, location: str, log: Logger, passed: Co
             error=f"{type(exc).__name__}: {exc}",
         )
         return None
-    return record.request_id
 
 
-def restart_stalled(ports: Ports, locations: set[str], log: Logger) -> list[str]:
-    """Reconcile's part: a line with no live drainer (it crashed, or its hand-over was lost) is
-    handed to its head again. Returns the locations restarted."""
+def hand_over(ports: Ports, pacer: Pacer, location: str, log: Logger, passed: Collection[str] = ()) -> str | None:
+    """If anyone still waits, publish the message of the first attempt in line that needs a create
+    (one this run did not pass first: a passed one may be held by a fresh claim, whose delivery
+    would be redelivered, not drain): its delivery drains on. Settled heads (and unreadable ones,
+    alerted) leave the line on the way; an empty line ends the burst. Returns the request id
+    handed to. A publish that fails raises: reconcile restarts the line (`restart_stalled`)."""
+    from shared.deciding.outbox import alert_corrupt_record, publish_request_attempt
+    from shared.ledger.records import CorruptRecord
+
+    for head in sorted(pacer.waiting(location), key=lambda entry: entry.key in passed):  # stable: in turn
+        try:
+            record = ports.ledger.get(head.request_id)
+        except CorruptRecord as exc:
+            alert_corrupt_record(ports, exc, log)  # once repaired, reconcile re-publishes it
+            pacer.remove(head)
+            continue
+        if is_settled(record, head.attempt):
+            pacer.remove(head)
+            log.info(
+                "a settled attempt left the line",
+                event="quota_settled_left",
+                request_id=head.request_id,
+                attempt=head.attempt,
+            )
+            continue
+        if not ports.may_publish(ports.settings.job_requests_topic):
+            return None
+        assert record is not None  # not settled
+        publish_request_attempt(ports, record, head.attempt, location)
+        return record.request_id
+    pacer.end_burst(location)
+    return None
+
+
+def restart_stalled(ports: Ports, log: Logger) -> list[str]:
+    """Reconcile's part, in every region with anything under `pacing/`: a line with no live
+    drainer (it crashed, or its hand-over was lost) is handed to its head again, and an empty
+    one's burst ends. Returns the locations restarted."""
     pacer = pacer_for(ports)
     restarted = []
-    for location in sorted(locations):
+    for location in pacer.line_locations():
         try:
-            if pacer.anyone_waiting(location) and pacer.lease_free(location):
-                if hand_over(ports, pacer, location, log):
-                    restarted.append(location)
+            if not pacer.anyone_waiting(location):
+                pacer.end_burst(location)  # its drainer may have died before it could
+            elif pacer.lease_free(location) and hand_over(ports, pacer, location, log):
+                restarted.append(location)
         except Exception as exc:  # noqa: BLE001 - the next pass looks again
             log.warning(
                 "could not check the line waiting for the quota",
@@ -432,9 +537,13 @@ def restart_stalled(ports: Ports, locations: set[str], log: Logger) -> list[str]
 
 def _alert_quota_limited(ports: Ports, pacer: Pacer, location: str, count: int, log: Logger) -> None:
     """The burst's one alert. Its burst document is created first, so a second drainer never
-    sends another; a failed publish removes it, so the next drainer sends it instead."""
+    sends another, and noted sent after: a drainer that died or failed to publish in between
+    leaves it unsent, and the next run that finds the line long sends it (at least once)."""
     from shared.deciding.outbox import publish_alert
 
+    generation = pacer.burst_alert_due(location, count)
+    if generation is None:
+        return
     drain_seconds = round(count * pacer.slot_seconds)
     alert = Alert.of(
         AlertKind.QUOTA_LIMITED,
@@ -452,8 +561,8 @@ def _alert_quota_limited(ports: Ports, pacer: Pacer, location: str, count: int, 
     )
     try:
         publish_alert(ports, alert)
-    except Exception as exc:  # noqa: BLE001 - the next drainer sends it
-        pacer.close_burst(location)
+    except Exception as exc:  # noqa: BLE001 - the next run sends it
         log.warning("could not publish the quota_limited alert", event="quota_alert_failed", error=str(exc))
         return
+    pacer.burst_alerted(location, generation)
     log.warning(alert.message, event="quota_limited", **alert.details)

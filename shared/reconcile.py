@@ -62,7 +62,8 @@ from shared.ledger.records import Attempt, CorruptRecord, RequestRecord, alert_m
 from shared.ledger.run_lock import ledger_bucket, run_lock
 from shared.ledger.store import ActiveEntry, LedgerStore, ListedRequest
 from shared.log import Logger
-from shared.paced_submit import in_line, restart_stalled_lines
+from shared.paced_submit import in_line
+from shared.pacing import restart_stalled
 from shared.reconcile_vertex import CrudBudgetSpent, VertexPass
 from shared.swap import backoff_seconds
 from shared.wiring import Ports
@@ -131,7 +132,7 @@ def _run_reconcile(ports: Ports, log: Logger, *, limit: int | None) -> Reconcile
             summary.decisions.update(result.decisions)
             locations.update(result.locations)
     summary.decisions.update(["stray_job_cancelled"] * len(sweep_strays(ports, sweep_locations(ports, locations), log)))
-    summary.decisions.update(["quota_line_restarted"] * len(restart_stalled_lines(ports, locations, log)))
+    summary.decisions.update(["quota_line_restarted"] * len(restart_stalled(ports, log)))
     summary.vertex = vertex_pass.usage()
     log.info("reconcile finished", event="reconcile_summary", **summary.to_json())
     return summary

@@ -103,11 +103,13 @@ REQUEUE_ORIGIN = "requeue"
 REQUEUE_ATTRIBUTES = {ORIGIN_ATTRIBUTE: REQUEUE_ORIGIN}
 # Envelope fields only the system sets, on re-queue messages.
 SYSTEM_FIELDS = ("attempt",)
-# The size limit is for what publishers send (attempt 1). A re-queue carries the canonical
-# envelope, bigger than the body first accepted (a bare body gains the envelope's fields), so a
-# message marked as a re-queue may exceed the limit, by a bounded amount so that not every oversized
-# body is parsed. Whether the ledger expects that attempt is checked before anything is created.
-REQUEUE_SIZE_ALLOWANCE = 2
+# The size limit is for what publishers send. A re-queue (attempt 1 too: the quota line hands over
+# by re-publishing its head) carries the canonical envelope, bigger than the body first accepted:
+# a bare body gains the envelope's fields, and the compact JSON it is re-published as escapes
+# every non-ASCII character as \uXXXX, up to three times its UTF-8 bytes. So a message marked as a
+# re-queue may exceed the limit, by a bounded amount so that not every oversized body is parsed.
+# Whether the ledger expects that attempt is checked before anything is created.
+REQUEUE_SIZE_ALLOWANCE = 3
 
 
 def requeue_message(request: dict[str, Any], attempt: int, location: str) -> tuple[dict[str, Any], dict[str, str]]:
@@ -290,13 +292,13 @@ def _decode_body(data: bytes, max_bytes: int, allowance: int) -> tuple[dict[str,
 
 
 def _is_requeue(data: bytes) -> bool:
-    """A body that is attempt n+1 as the system re-publishes it (the caller checked the marker)."""
+    """A body that is an attempt as the system re-publishes it (the caller checked the marker)."""
     try:
         body = json.loads(data.decode("utf-8"))
     except (ValueError, RecursionError):
         return False
     attempt = body.get("attempt") if isinstance(body, dict) else None
-    return isinstance(attempt, int) and not isinstance(attempt, bool) and attempt > 1
+    return isinstance(attempt, int) and not isinstance(attempt, bool) and attempt >= 1
 
 
 def _read_bare(

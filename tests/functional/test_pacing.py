@@ -12,7 +12,8 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -23,10 +24,11 @@ from devstack.vertex.quotas import SUBMISSIONS, SlidingWindow, quota_exceeded
 from shared.alerts import Alert
 from shared.delivery import Message
 from shared.jobs import LABEL_REQUEST_ID
+from shared.ledger.claims import fail_attempt
 from shared.ledger.states import RequestStatus
 from shared.ledger.store import LedgerStore
 from shared.log import Logger
-from shared.pacing import Pacer, Waiting, pacer_for
+from shared.pacing import Pacer, Waiting, hand_over, pacer_for
 from shared.reconcile import run_reconcile
 from shared.requests.envelope import REQUEUE_ATTRIBUTES
 from shared.settings import Settings
@@ -149,25 +151,23 @@ def line(gcs_bucket: Any) -> Line:
 
 
 @contextlib.contextmanager
-def drainer_held(line: Line) -> Iterator[None]:
+def drainer_held(line: Line, location: str = LOCATION) -> Iterator[None]:
     """Hold the drainer lease (as a drainer busy elsewhere would) with someone in line, so every
     delivery inside waits in line; on leaving, the line drains from one hand-over."""
     pacer = line.pacer
-    lease = pacer.acquire(LOCATION)
+    lease = pacer.acquire(location)
     assert lease is not None
-    blocker = Waiting(LOCATION, "9999999~blocker~1")  # sorts after any priority's entries
+    blocker = Waiting(location, "9999999~blocker~1")  # sorts after any priority's entries
     pacer.enqueue(blocker)
     try:
         yield
     finally:
         pacer.remove(blocker)
-        pacer.release(LOCATION, lease)
+        pacer.release(location, lease)
 
 
 def restart(line: Line) -> None:
     """What reconcile does for a line without a drainer: hand it to its head."""
-    from shared.pacing import hand_over
-
     assert hand_over(line.ports, line.pacer, LOCATION, Logger(stream=line.log_stream))
     line.pump()
 
@@ -293,3 +293,276 @@ def test_reconcile_leaves_a_waiting_attempt_to_the_line_and_restarts_a_line_with
     assert handover.attributes == REQUEUE_ATTRIBUTES | {"request_id": "burst-000"}
     line.pump()
     assert sorted(line.jobs_by_request()) == ["burst-000", "burst-001", "burst-002"]
+
+
+# A line stays live whatever crashed where (issue 28, items 1-4).
+
+
+class Crash(BaseException):
+    """The function instance dies here: nothing after it runs (not an exception anyone catches)."""
+
+
+def crash_once(monkeypatch: pytest.MonkeyPatch, owner: type, name: str) -> None:
+    real = getattr(owner, name)
+    crashed: list[bool] = []
+
+    def once(*args: Any, **kwargs: Any) -> Any:
+        if not crashed:
+            crashed.append(True)
+            raise Crash(name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, once)
+
+
+def forget_the_drainer(line: Line) -> None:
+    """A crashed drainer's lease, once it expired (as reconcile finds it)."""
+    with contextlib.suppress(api.NotFound):
+        line.pacer._bucket.delete_blob(f"pacing/{LOCATION}/drainer.json")  # noqa: SLF001
+
+
+def test_a_head_created_by_a_drainer_that_died_before_removing_its_entry_leaves_the_line(
+    line: Line, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    requests = burst(3)
+    with drainer_held(line):
+        for request_id, body in requests:
+            line.deliver(body, f"m-{request_id}")
+    crash_once(monkeypatch, Pacer, "remove")  # the head's job is created and recorded, then the drainer dies
+    with pytest.raises(Crash):
+        restart(line)
+    assert sorted(line.jobs_by_request()) == ["burst-000"]
+    forget_the_drainer(line)
+
+    # Reconcile's restart finds the settled head first in line: it leaves the line, the next one goes.
+    summary = run_reconcile(line.ports, Logger(stream=line.log_stream))
+    assert summary.decisions["quota_line_restarted"] == 1
+    line.pump(seconds=5)
+
+    assert sorted(line.jobs_by_request()) == [rid for rid, _ in requests]
+    assert line.vertex.creates == 3
+    assert not line.pacer.waiting(LOCATION)
+
+
+def test_a_failed_delete_of_a_settled_head_does_not_stall_the_line(line: Line, monkeypatch: pytest.MonkeyPatch) -> None:
+    requests = burst(3)
+    with drainer_held(line):
+        for request_id, body in requests:
+            line.deliver(body, f"m-{request_id}")
+    real_remove = Pacer.remove
+    failures: list[str] = []
+
+    def remove_failing_once(self: Pacer, entry: Waiting) -> None:
+        if not failures:
+            failures.append(entry.key)
+            raise api.ServiceUnavailable("the delete of the entry failed")
+        real_remove(self, entry)
+
+    monkeypatch.setattr(Pacer, "remove", remove_failing_once)
+    restart(line)  # the hand-over's delivery drains the line despite the failed delete
+
+    assert failures and sorted(line.jobs_by_request()) == [rid for rid, _ in requests]
+    assert line.vertex.creates == 3 and not line.raised
+    assert not line.pacer.waiting(LOCATION)
+
+
+def burst_document(line: Line) -> Any:
+    return line.pacer._bucket.get_blob(f"pacing/{LOCATION}/burst.json")  # noqa: SLF001
+
+
+def test_the_burst_ends_when_the_run_ends_right_after_creating_the_last_waiting_attempt(
+    line: Line, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    requests = burst(6)
+    with drainer_held(line):
+        for request_id, body in requests:
+            line.deliver(body, f"m-{request_id}")
+    slots = iter(range(len(requests)))  # exactly one slot per waiting attempt, then the run is over
+    monkeypatch.setattr(Pacer, "wait_for_slot", lambda self, location, deadline: next(slots, None) is not None)
+
+    restart(line)
+
+    assert len(line.jobs_by_request()) == 6 and [a.details["waiting"] for a in line.alerts] == [6]
+    assert burst_document(line) is None
+    # So the next burst alerts again.
+    monkeypatch.undo()
+    with drainer_held(line):
+        for request_id, body in burst(5, prefix="later"):
+            line.deliver(body, f"m-{request_id}")
+    restart(line)
+    assert [a.details["waiting"] for a in line.alerts] == [6, 5]
+
+
+def test_reconcile_ends_the_burst_of_an_empty_line_whose_drainer_died_before_it_could(line: Line) -> None:
+    line.pacer.burst_alert_due(LOCATION, 6)  # the drainer removed the last entry, then died
+
+    run_reconcile(line.ports, Logger(stream=line.log_stream))
+
+    assert burst_document(line) is None
+
+
+def test_a_request_accepted_at_the_size_limit_is_created_when_the_line_hands_over_to_it(line: Line) -> None:
+    job = json.loads(load_event("requests/bare_docs.json"))
+    # Non-ASCII text in its arguments: re-published, each such character is written \uXXXX.
+    job["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["args"] = ["--prompt", "é" * 2000]
+    body = json.dumps(job, ensure_ascii=False, separators=(",", ":")).encode()
+    line.settings = replace(PACED, max_request_bytes=len(body))  # accepted at publish, with no byte to spare
+    with drainer_held(line):
+        assert line.deliver(body, "m-big", request_id="big").result == SubmitResult.WAITING
+
+    restart(line)  # the hand-over re-publishes it as a re-queue of attempt 1: bigger than it was
+
+    assert list(line.jobs_by_request()) == ["big"] and not line.alerts
+    assert line.ledger.get("big").status == RequestStatus.SUBMITTED
+
+
+class GpuQuotaJobService(RateLimitedJobService):
+    """Refuses every create that asks for accelerators: the project's GPU quota is spent."""
+
+    def create_custom_job(self, *, parent: str, custom_job: CustomJob, retry: Any, timeout: float) -> CustomJob:
+        if any(pool.machine_spec.accelerator_count for pool in custom_job.job_spec.worker_pool_specs):
+            with self._lock:
+                self.creates += 1
+                self.refused += 1
+            raise api.TooManyRequests(
+                "The following quota metrics exceed quota limits: "
+                "aiplatform.googleapis.com/custom_model_training_nvidia_a100_gpus"
+            )
+        return super().create_custom_job(parent=parent, custom_job=custom_job, retry=retry, timeout=timeout)
+
+
+def cpu_envelope(request_id: str) -> bytes:
+    job = json.loads(load_event("requests/bare_docs.json"))
+    job["jobSpec"]["workerPoolSpecs"][0]["machineSpec"] = {"machineType": "a2-highgpu-1g"}  # no GPU asked for
+    return json.dumps({"request_id": request_id, "custom_job": job}).encode()
+
+
+def test_heads_refused_for_a_gpu_quota_leave_the_line_to_back_off_and_say_so_once(
+    line: Line, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    line.vertex = GpuQuotaJobService()
+    line.settings = replace(PACED, max_claim_republishes=0)  # claim_stalled at the first re-publish
+    gpus, cpus = burst(8, prefix="gpu"), [(f"cpu-{i}", cpu_envelope(f"cpu-{i}")) for i in range(4)]
+    with drainer_held(line):
+        for request_id, body in [*gpus, *cpus]:
+            line.deliver(body, f"m-{request_id}")
+    slots = iter(range(20))  # one drainer run of 20 slots: fewer than five tries of each GPU head
+    monkeypatch.setattr(Pacer, "wait_for_slot", lambda self, location, deadline: next(slots, None) is not None)
+
+    restart(line)
+
+    assert sorted(line.jobs_by_request()) == [rid for rid, _ in cpus]  # not held back behind the GPUs
+    assert line.vertex.refused == 8  # one try each, then they left the line
+    assert not line.pacer.waiting(LOCATION)
+    for request_id, _ in gpus:
+        record = line.ledger.get(request_id)
+        assert record.status == RequestStatus.CLAIMED and record.latest.last_create_error["code"] == 429
+    # Reconcile settles them like any claim Vertex turns away for now: re-published with backoff,
+    # with one claim_stalled alert each, not reported waiting for the quota forever.
+    monkeypatch.undo()
+    summary = run_reconcile(line.ports, Logger(stream=line.log_stream))
+    assert summary.outcomes["claim_republished"] == 8 and not summary.outcomes["waiting_for_quota"]
+    again = run_reconcile(line.ports, Logger(stream=line.log_stream))
+    assert not again.outcomes["claim_republished"]  # its backoff
+    stalled = [a for a in line.alerts if a.kind == "claim_stalled"]
+    assert sorted(a.request_id for a in stalled) == [rid for rid, _ in gpus]
+    assert all("nvidia_a100_gpus" in a.message for a in stalled)
+
+
+def test_a_drainer_that_died_between_opening_the_burst_and_its_alert_leaves_the_alert_to_the_next_run(
+    line: Line, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from shared.deciding import outbox
+
+    with drainer_held(line):
+        for request_id, body in burst(6):
+            line.deliver(body, f"m-{request_id}")
+    crash_once(monkeypatch, outbox, "publish_alert")  # burst.json is created, then the drainer dies
+    with pytest.raises(Crash):
+        restart(line)
+    assert burst_document(line) is not None and not line.alerts
+    forget_the_drainer(line)
+
+    run_reconcile(line.ports, Logger(stream=line.log_stream))  # the next run, on the restarted line
+    line.pump(seconds=5)
+
+    assert [a.details["waiting"] for a in line.alerts] == [6]
+    assert len(line.jobs_by_request()) == 6 and burst_document(line) is None
+
+
+def test_reconcile_empties_a_line_in_a_region_where_no_request_is_active_any_more(line: Line) -> None:
+    with drainer_held(line, "europe-west4"):
+        line.deliver(envelope("away", location="europe-west4"), "m-away")
+    assert line.ledger.get("away").latest.location == "europe-west4"
+    # It failed while it waited, its alert sent, its entry still in line: no active request names
+    # that region any more.
+    line.ledger.update(
+        "away", lambda current: fail_attempt(current, n=1, error={}, now=datetime.now(UTC), reason="gone")
+    )
+    line.ledger.update("away", lambda current: replace(current, pending_alerts=[]))
+    assert line.ledger.get("away").is_terminal and line.pacer.waiting("europe-west4")
+
+    run_reconcile(line.ports, Logger(stream=line.log_stream))
+
+    assert not line.pacer.waiting("europe-west4")
+
+
+def test_a_line_left_when_pacing_is_turned_off_is_created_and_emptied_by_reconcile(line: Line) -> None:
+    requests = burst(3)
+    with drainer_held(line):
+        for request_id, body in requests:
+            line.deliver(body, f"m-{request_id}")
+    line.settings = replace(PACED, vertex_creates_per_minute=0)  # redeployed without pacing: no drainer
+
+    summary = run_reconcile(line.ports, Logger(stream=line.log_stream))
+    for message in line.publisher.on("job-requests"):  # the re-published attempts are created at once
+        line.deliver(json.dumps(message.data).encode(), "republished", **message.attributes)
+    run_reconcile(line.ports, Logger(stream=line.log_stream))  # their settled entries leave the line
+
+    assert not summary.outcomes["waiting_for_quota"]
+    assert sorted(line.jobs_by_request()) == [rid for rid, _ in requests]
+    assert not line.pacer.waiting(LOCATION)
+
+
+def test_heads_whose_create_outcome_is_unknown_are_passed_at_once_not_waited_for(
+    line: Line, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    unknown, others = burst(8, prefix="unknown"), burst(4, prefix="other")
+    with drainer_held(line):
+        for request_id, body in [*unknown, *others]:
+            line.deliver(body, f"m-{request_id}")
+    # Each of the first eight creates fails with a 500: maybe created, found nowhere yet, so its
+    # claim is kept for a lease; retrying it every slot cannot help.
+    line.vertex.create_faults.extend(api.InternalServerError("internal error") for _ in unknown)
+    slots = iter(range(20))  # one drainer run of 20 slots: fewer than five tries of each
+    monkeypatch.setattr(Pacer, "wait_for_slot", lambda self, location, deadline: next(slots, None) is not None)
+
+    assert hand_over(line.ports, line.pacer, LOCATION, Logger(stream=line.log_stream))
+    [message] = line.publisher.on("job-requests")
+    line.deliver(json.dumps(message.data).encode(), "handover", **message.attributes)  # that one run
+
+    assert sorted(line.jobs_by_request()) == [rid for rid, _ in others]  # not held back behind them
+    assert [entry.request_id for entry in line.pacer.waiting(LOCATION)] == [rid for rid, _ in unknown]
+
+
+def test_a_drainer_whose_listing_fails_mid_run_still_hands_the_line_over(
+    line: Line, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    requests = burst(4)
+    with drainer_held(line):
+        for request_id, body in requests:
+            line.deliver(body, f"m-{request_id}")
+    real_waiting = Pacer.waiting
+    listings: list[int] = []
+
+    def waiting_failing_once_mid_run(self: Pacer, location: str) -> list[Waiting]:
+        listings.append(1)
+        if len(listings) == 3:  # the hand-over's listing, then the run's first, then this one
+            raise api.ServiceUnavailable("the listing failed")
+        return real_waiting(self, location)
+
+    monkeypatch.setattr(Pacer, "waiting", waiting_failing_once_mid_run)
+    restart(line)
+
+    assert sorted(line.jobs_by_request()) == [rid for rid, _ in requests] and not line.raised
+    assert not line.pacer.waiting(LOCATION)

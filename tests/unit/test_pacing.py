@@ -12,7 +12,16 @@ from google.api_core import exceptions as api
 from devstack.vertex.quotas import CRUD, SUBMISSIONS, quota_exceeded
 from shared.clock import iso
 from shared.ledger.records import Attempt, RequestRecord
-from shared.pacing import Waiting, generation_time, hold_for_quota, is_rate_limited, waiting_entry
+from shared.ledger.states import RequestStatus
+from shared.pacing import (
+    Waiting,
+    generation_time,
+    hold_for_quota,
+    is_rate_limited,
+    is_resource_quota,
+    is_settled,
+    waiting_entry,
+)
 from shared.requests.envelope import MAX_PRIORITY, canonical_envelope, read_request
 from tests.conftest import load_event
 
@@ -50,6 +59,26 @@ def test_a_rate_limit_429_waits_in_line_a_resource_quota_429_does_not() -> None:
     gpus = "The following quota metrics exceed quota limits: aiplatform.googleapis.com/custom_model_training_nvidia_l4_gpus"
     assert not is_rate_limited(api.TooManyRequests(gpus))
     assert not is_rate_limited(api.ServiceUnavailable("per minute"))
+    # Only the resource quota's 429 makes a waiting head leave the line.
+    assert is_resource_quota(api.TooManyRequests(gpus))
+    assert not is_resource_quota(api.TooManyRequests("Quota exceeded ... 'Job submission requests per minute'"))
+    assert not is_resource_quota(api.ServiceUnavailable(gpus))
+
+
+def test_a_waiting_attempt_is_settled_once_it_has_a_job_or_an_outcome_or_its_request_ended() -> None:
+    def record(**fields: object) -> RequestRecord:
+        attempt = Attempt(1, "us-central1", "SPOT", iso(NOW), waiting_since=iso(NOW))
+        for name, value in fields.items():
+            setattr(attempt, name, value)
+        return RequestRecord("r1", {}, "gs://b/r1/", attempts=[attempt])
+
+    assert not is_settled(record(), 1)
+    assert is_settled(record(job="projects/p/locations/l/customJobs/1"), 1)
+    assert is_settled(record(outcome="failed"), 1)
+    ended = record()
+    ended.status = RequestStatus.CANCELLED
+    assert is_settled(ended, 1)
+    assert is_settled(None, 1) and is_settled(record(), 2)  # gone, or an attempt it never had
 
 
 def test_holding_for_the_quota_hands_our_claim_back_and_keeps_the_first_arrival() -> None:

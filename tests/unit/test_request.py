@@ -300,21 +300,21 @@ def _padded_envelope(size: int, **fields: Any) -> bytes:
 
 
 def test_a_system_requeue_may_exceed_the_request_limit_by_the_envelope_it_gained() -> None:
-    # Attempt n+1 carries the canonical envelope, bigger than the request first accepted.
-    request, violations = read(_padded_envelope(MAX_BYTES + 1000, attempt=2), **REQUEUE_ATTRIBUTES)
-    assert violations == [] and request.attempt == 2
+    # A re-queued attempt carries the canonical envelope, bigger than the request first accepted;
+    # attempt 1 too, as the quota line's hand-over re-publishes it.
+    for attempt in (1, 2):
+        request, violations = read(_padded_envelope(MAX_BYTES + 1000, attempt=attempt), **REQUEUE_ATTRIBUTES)
+        assert violations == [] and request.attempt == attempt
     _, violations = read(_padded_envelope(MAX_BYTES + 1000))
     assert violations == [f"body: is {MAX_BYTES + 1000} bytes; at most {MAX_BYTES} are accepted"]
-    _, violations = read(_padded_envelope(MAX_BYTES + 1000, attempt=1), **REQUEUE_ATTRIBUTES)
-    assert violations and violations[0].startswith(f"body: is {MAX_BYTES + 1000} bytes")
     # A publisher's `attempt` does not buy the allowance: only the system's marked re-queues get it.
     _, violations = read(_padded_envelope(MAX_BYTES + 1000, attempt=2))
     assert violations == [f"body: is {MAX_BYTES + 1000} bytes; at most {MAX_BYTES} are accepted"]
 
 
-def test_even_a_requeue_is_bounded_at_twice_the_request_limit() -> None:
-    _, violations = read(_padded_envelope(2 * MAX_BYTES + 1, attempt=2), **REQUEUE_ATTRIBUTES)
-    assert violations == [f"body: is {2 * MAX_BYTES + 1} bytes; at most {MAX_BYTES} are accepted"]
+def test_even_a_requeue_is_bounded_at_three_times_the_request_limit() -> None:
+    _, violations = read(_padded_envelope(3 * MAX_BYTES + 1, attempt=2), **REQUEUE_ATTRIBUTES)
+    assert violations == [f"body: is {3 * MAX_BYTES + 1} bytes; at most {MAX_BYTES} are accepted"]
 
 
 def test_an_unusable_body_keeps_the_request_id_its_publisher_gave() -> None:

@@ -154,7 +154,7 @@ FAMILIES = {
         "pacing/<region>/burst.json",
         "pacing/us-central1/burst.json",
         ("burst.json",),
-        (Code("shared.pacing:Pacer.close_burst"), Lifecycle(timedelta(days=6))),  # backstop: a 6-day drain
+        (Code("shared.pacing:Pacer.end_burst"), Lifecycle(timedelta(days=6))),  # backstop: a 6-day drain
     ),
 }
 
