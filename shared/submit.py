@@ -40,7 +40,7 @@ from shared.adapters.vertex import (
     parent_path,
     to_custom_job,
 )
-from shared.clock import parse_iso
+from shared.create_lease import create_timeout, note_create_sent, wait_for_the_list
 from shared.deciding.outbox import Mine, alert_corrupt_record, flush
 from shared.delivery import Message
 from shared.errors import TransientError, is_retryable
@@ -51,7 +51,6 @@ from shared.ledger.claims import (
     ClaimInProgress,
     claim_attempt,
     fail_attempt,
-    mark_create_sent,
     release_claim,
 )
 from shared.ledger.dedupe import bare_request_id
@@ -68,7 +67,6 @@ from shared.redeliveries import (
 )
 from shared.requests.envelope import InvalidJobRequest, JobRequest, canonical_envelope, content_request_id
 from shared.requests.policy import check_attempt_job, validate_request, warn_if_images_unrestricted
-from shared.settings import CREATE_MARGIN_FRACTION
 from shared.swap import Decided
 from shared.wiring import Ports
 
@@ -242,7 +240,7 @@ def _ensure_job(
         found = find_attempt_job(client, parent, request_id, n, settings.deployment_label)
         if found is not None:
             return _record_created(record, attempt, found, SubmitResult.FOUND, log, ports)
-        _wait_for_the_list(attempt, log, ports)
+        wait_for_the_list(attempt, log, ports)
     violations = check_attempt_job(
         record.request["custom_job"],
         request_id=request_id,
@@ -268,9 +266,9 @@ def _ensure_job(
         service_account=settings.training_service_account,
     )
     custom_job = to_custom_job(job_json)
-    timeout = _create_timeout(attempt, log, ports)  # refuses a claim too old to send at all
+    timeout = create_timeout(attempt, log, ports)  # refuses a claim too old to send at all
     remember_location(ports, attempt.location)  # the stray sweep lists it from now on
-    _note_create_sent(record, attempt, log, ports)
+    note_create_sent(record, attempt, log, ports)
     try:
         job = create_custom_job(client, parent, custom_job, timeout=timeout)
     except Exception as exc:
@@ -282,58 +280,6 @@ def _wait_in_line(record: RequestRecord, attempt: Attempt, log: Logger, ports: P
     already = wait_in_line(record, attempt, log, ports, SUBMIT_STEPS, paced=paced)
     result = SubmitResult.DUPLICATE if already and not paced else SubmitResult.WAITING
     return SubmitOutcome(result, record.request_id, attempt.n)
-
-
-def _wait_for_the_list(attempt: Attempt, log: Logger, ports: Ports) -> None:
-    """A create sent by an earlier holder of the claim may be missing from a list that lags it:
-    raise ClaimInProgress until `list_lag_seconds` after that send, then create."""
-    if not attempt.create_sent_at:
-        return
-    since = (ports.clock() - parse_iso(attempt.create_sent_at)).total_seconds()
-    if since >= ports.settings.list_lag_seconds:
-        return
-    log.info(
-        "no job found yet for a create sent moments ago; waiting for the list to catch up",
-        event="list_lag_wait",
-        create_sent_at=attempt.create_sent_at,
-        list_lag_seconds=ports.settings.list_lag_seconds,
-    )
-    raise ClaimInProgress(f"attempt {attempt.n}'s create was sent {since:.0f}s ago; the list may not show it yet")
-
-
-def _note_create_sent(record: RequestRecord, attempt: Attempt, log: Logger, ports: Ports) -> None:
-    """Record the send before it happens; refuse to send if the claim is no longer ours."""
-    stored = ports.ledger.update(
-        record.request_id,
-        lambda current: mark_create_sent(current, n=attempt.n, claimed_at=attempt.claimed_at, now=ports.clock()),
-    )
-    ours = stored.attempt(attempt.n) if stored else None
-    if ours is None or ours.claimed_at != attempt.claimed_at or ours.job is not None:
-        log.warning("the claim changed hands before the create; not sending it", event="claim_lost")
-        raise ClaimInProgress(f"attempt {attempt.n} of {record.request_id} is no longer ours")
-
-
-def _create_timeout(attempt: Attempt, log: Logger, ports: Ports) -> float:
-    """The create's timeout, from what is left of the claim's lease at the moment of the call:
-    the create must end (margin included) before the lease does, or a redelivery could take the
-    claim over, find no job yet and create a second one. Raises ClaimInProgress when the claim is
-    too old to send a create at all (slow ledger writes, a cold client or the takeover lookup
-    can eat the lease)."""
-    settings = ports.settings
-    held_for = (ports.clock() - parse_iso(attempt.claimed_at)).total_seconds()
-    if held_for < settings.create_deadline_seconds:
-        margin = settings.create_timeout_seconds * CREATE_MARGIN_FRACTION
-        return min(settings.create_timeout_seconds, settings.claim_lease_seconds - held_for - margin)
-    log.warning(
-        "the claim is too old to create within its lease; a redelivery takes it over",
-        event="claim_expiring",
-        held_seconds=round(held_for, 1),
-        deadline_seconds=settings.create_deadline_seconds,
-    )
-    raise ClaimInProgress(
-        f"attempt {attempt.n} was claimed {held_for:.0f}s ago; a create must be sent within "
-        f"{settings.create_deadline_seconds:.0f}s of the claim to end inside its lease"
-    )
 
 
 def _after_failed_create(
