@@ -62,6 +62,8 @@ Control surface (JSON in, JSON out):
     GET  /emulator/v1/spot-capacity
     POST /emulator/v1/projects/P/locations/L/customJobs/ID:preempt    preempt a RUNNING SPOT job now
     GET  /emulator/v1/projects/P/locations/L/customJobs/ID            runs, pids, signals, output
+                                         (the worker's last 1,000 lines: run, stream,
+                                         line, time; what `spotjobs logs` reads locally)
     POST /emulator/v1/faults             {"method": "create|get|list|cancel", "status": 503,
                                          "count": 2}: the next 2 calls are refused;
                                          {"method": ..., "mode": "lost_response", "status":

@@ -468,7 +468,8 @@ class JobRunner:
     def _on_output(self, record: JobRecord, run: int, stream: str, text: str) -> None:
         committed = _is_checkpoint_committed(text)
         with self.lock:
-            record.output.append({"run": run, "stream": stream, "line": text})
+            # Timed under the lock, so a job's lines keep their order in time (`spotjobs logs --since`).
+            record.output.append({"run": run, "stream": stream, "line": text, "time": lines.rfc3339(_now())})
             if committed and run == record.runs:
                 record.run_checkpoints += 1
         if committed:

@@ -513,9 +513,9 @@ def test_workers_that_cannot_succeed_fail_the_job_as_vertex_reports_it(
     assert failed.error.message == (
         "The replica workerpool0-0 exited with a non-zero status of 3. Termination reason: Error."
     )
-    output = details(emulator, failing.name)["output"]
-    assert {"run": 1, "stream": "stdout", "line": "worker says hello"} in output
-    assert {"run": 1, "stream": "stderr", "line": "worker warns on stderr"} in output
+    output = [(item["run"], item["stream"], item["line"]) for item in details(emulator, failing.name)["output"]]
+    assert (1, "stdout", "worker says hello") in output
+    assert (1, "stderr", "worker warns on stderr") in output
     unrunnable = wait_for_state(client, not_runnable.name, TERMINAL)
     assert unrunnable.state == State.JOB_STATE_FAILED
     assert "non-zero status of 127" in unrunnable.error.message

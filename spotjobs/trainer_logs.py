@@ -1,0 +1,292 @@
+"""A request's trainer output: every attempt's job, every restart, in order (`spotjobs logs`).
+
+The job of each attempt comes from the ledger record. Two sources hold what a job printed:
+
+- Cloud Logging (`CloudLogging`): `entries.list` over REST with the google-auth session the project
+  already uses (https://cloud.google.com/logging/docs/reference/v2/rest/v2/entries/list), one query
+  for every job of the request, `resource.type="ml_job" AND resource.labels.job_id=("A" OR "B")`
+  (https://cloud.google.com/logging/docs/view/logging-query-language), bounded below by a time
+  (the request's creation, `--since`, or where `--follow` got to), oldest first, 1,000 entries a
+  page (the most a page holds) so a long log costs few calls of the project's small read quota
+  (https://cloud.google.com/logging/quotas, https://cloud.google.com/logging/docs/reference/api-overview).
+  A page may come back empty with a next page token: the search is not done, the loop goes on. A
+  429 (the quota) or a 5xx waits and asks again, doubling the wait (`shared.swap.backoff_seconds`).
+- the Vertex emulator (`EmulatorLogs`, when SPOTJOBS_VERTEX_ENDPOINT is an http:// emulator, as
+  `spotjobs local up` sets it): its job details keep each job's last 1,000 worker lines with the
+  worker start they came from (devstack/vertex/emulator.py). It keeps no service lines.
+
+A line is marked with its attempt and, where the kit's lines tell (every kit line names its `run`,
+the restart index), its run: a line belongs to the run of the kit line before it in the same job,
+and is unmarked before the job's first kit line or, locally, when a new worker start begins.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import urllib.request
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Protocol
+
+from spotjobs_kit.lines import KitRecord, parse_kit_line
+
+from shared.clock import iso, parse_rfc3339, utcnow
+from shared.errors import TransientError
+from shared.swap import backoff_seconds
+
+if TYPE_CHECKING:
+    from shared.ledger.records import Attempt
+
+ENTRIES_LIST_URL = "https://logging.googleapis.com/v2/entries:list"
+PAGE_SIZE = 1000  # entries.list's largest page
+READ_SCOPE = "https://www.googleapis.com/auth/logging.read"
+# A throttled or failing read waits 2 s, 4 s, ... at most 60 s, and gives up after 8 tries.
+RETRY_BASE_SECONDS = 2.0
+RETRY_CAP_SECONDS = 60.0
+MAX_TRIES = 8
+RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+class LogsUnavailable(TransientError):
+    """The log source kept refusing (its quota, or an outage): try again later."""
+
+
+@dataclass(frozen=True)
+class LogLine:
+    attempt: int
+    job_id: str
+    key: str  # unique per line (Cloud Logging's insertId): what `--follow` has shown
+    time: str | None  # RFC 3339
+    severity: str
+    text: str
+    service: bool = False  # a Vertex service line ("Job is running."), not the trainer's
+    kit: KitRecord | None = None
+    worker_start: int | None = None  # the emulator's worker start (1, 2, ...); unknown in the cloud
+    run: int | None = None  # set by `mark_runs`
+
+    @property
+    def event(self) -> str | None:
+        return self.kit.event if self.kit else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "attempt": self.attempt,
+            "job_id": self.job_id,
+            "run": self.run,
+            "time": self.time,
+            "severity": self.severity,
+            "source": "vertex" if self.service else "trainer",
+            "event": self.event,
+            "text": self.text,
+        }
+
+
+class RunMarker:
+    """Marks lines, in order, with the run the kit's lines say they belong to (see the module)."""
+
+    def __init__(self) -> None:
+        self._runs: dict[str, tuple[int | None, int | None]] = {}  # job -> (worker start, run)
+
+    def mark(self, line: LogLine) -> LogLine:
+        start, run = self._runs.get(line.job_id, (line.worker_start, None))
+        if line.worker_start != start:
+            run = None  # a new worker start: its run is unknown until its kit line says
+        if line.kit is not None and line.kit.run is not None:
+            run = line.kit.run
+        self._runs[line.job_id] = (line.worker_start, run)
+        return replace(line, run=run) if not line.service else line
+
+
+def ordered(lines: Iterable[LogLine]) -> list[LogLine]:
+    """Oldest first: attempt by attempt (a source gives each job's lines in time order)."""
+    return sorted(lines, key=lambda line: line.attempt)
+
+
+def parse_since(text: str) -> str:
+    """`--since`: an RFC 3339 time, or a duration ago (`90s`, `30m`, `2h`, `1d`)."""
+    match = re.fullmatch(r"(\d+)([smhd])", text.strip())
+    if match:
+        unit = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[match.group(2)]
+        return iso(utcnow() - timedelta(**{unit: int(match.group(1))}), timespec="microseconds")
+    moment = parse_rfc3339(text)
+    if moment is None:
+        raise ValueError(f"--since {text!r}: give an RFC 3339 time or a duration such as 30m, 2h, 1d")
+    return iso(moment, timespec="microseconds")
+
+
+def _message_of(payload: Any) -> str:
+    if isinstance(payload, dict):
+        message = payload.get("message")
+        return message if isinstance(message, str) else json.dumps(payload, sort_keys=True)
+    return str(payload)
+
+
+class CloudLogging:
+    """The jobs' entries in Cloud Logging (see the module)."""
+
+    def __init__(self, project: str, session: Any = None, *, sleep: Callable[[float], None] = time.sleep) -> None:
+        self._project = project
+        self._session = session
+        self._sleep = sleep
+
+    def read(self, attempts: Sequence[Attempt], since: str | None) -> list[LogLine]:
+        by_job = {a.job_id: a.n for a in attempts if a.job_id}
+        if not by_job:
+            return []
+        jobs = " OR ".join(f'"{job_id}"' for job_id in by_job)
+        query = f'resource.type="ml_job" AND resource.labels.job_id=({jobs})'
+        if since:
+            query += f' AND timestamp>="{since}"'
+        return [self._line(entry, by_job) for entry in self._entries(query)]
+
+    def _entries(self, query: str) -> Iterator[dict[str, Any]]:
+        body: dict[str, Any] = {
+            "resourceNames": [f"projects/{self._project}"],
+            "filter": query,
+            "orderBy": "timestamp asc",
+            "pageSize": PAGE_SIZE,
+        }
+        while True:
+            page = self._list(body)
+            yield from page.get("entries", [])
+            token = page.get("nextPageToken")
+            if not token:
+                return
+            body = {**body, "pageToken": token}
+
+    def _list(self, body: dict[str, Any]) -> dict[str, Any]:
+        for tried in range(MAX_TRIES):
+            response = self._http().post(ENTRIES_LIST_URL, json=body, timeout=60)
+            if response.status_code == 200:
+                return response.json()
+            if response.status_code not in RETRIED_STATUSES:
+                raise LogsUnavailable(
+                    f"Cloud Logging refused entries.list: {response.status_code} {response.text[:300]}"
+                )
+            if tried < MAX_TRIES - 1:
+                self._sleep(backoff_seconds(RETRY_BASE_SECONDS, tried, RETRY_CAP_SECONDS))
+        raise LogsUnavailable(f"Cloud Logging answered {response.status_code} {MAX_TRIES} times; try again later")
+
+    def _http(self) -> Any:
+        if self._session is None:
+            import google.auth
+            from google.auth.transport.requests import AuthorizedSession
+
+            credentials, _ = google.auth.default(scopes=[READ_SCOPE])
+            self._session = AuthorizedSession(credentials)
+        return self._session
+
+    @staticmethod
+    def _line(entry: dict[str, Any], by_job: dict[str, int]) -> LogLine:
+        labels = (entry.get("resource") or {}).get("labels") or {}
+        job_id = str(labels.get("job_id"))
+        payload = entry.get("jsonPayload") if "jsonPayload" in entry else entry.get("textPayload", "")
+        return LogLine(
+            attempt=by_job.get(job_id, 0),
+            job_id=job_id,
+            key=str(entry.get("insertId") or json.dumps(entry, sort_keys=True)),
+            time=entry.get("timestamp"),
+            severity=str(entry.get("severity") or "DEFAULT"),
+            text=_message_of(payload),
+            service=labels.get("task_name") == "service",
+            kit=parse_kit_line(payload),
+        )
+
+
+class EmulatorLogs:
+    """The jobs' worker lines the local Vertex emulator keeps (see the module)."""
+
+    def __init__(self, endpoint: str, get_json: Callable[[str], Any] | None = None) -> None:
+        self._endpoint = endpoint.rstrip("/")
+        self._get_json = get_json or _get_json
+
+    def read(self, attempts: Sequence[Attempt], since: str | None) -> list[LogLine]:
+        floor = parse_rfc3339(since) if since else None
+        lines: list[LogLine] = []
+        for attempt in attempts:
+            if not attempt.job or not attempt.job_id:
+                continue
+            same_time: dict[str, int] = {}
+            for item in self._get_json(f"{self._endpoint}/emulator/v1/{attempt.job}").get("output", []):
+                moment = str(item.get("time") or "")
+                written = parse_rfc3339(moment)
+                if floor is not None and (written is None or written < floor):
+                    continue
+                ordinal = same_time[moment] = same_time.get(moment, -1) + 1
+                raw = str(item.get("line", ""))
+                payload = _json_line(raw)
+                lines.append(
+                    LogLine(
+                        attempt=attempt.n,
+                        job_id=attempt.job_id,
+                        key=f"{attempt.job_id}/{moment}/{ordinal}",
+                        time=moment or None,
+                        severity="ERROR" if item.get("stream") == "stderr" else "INFO",
+                        text=_message_of(payload) if payload is not None else raw,
+                        kit=parse_kit_line(raw),
+                        worker_start=item.get("run"),
+                    )
+                )
+        return lines
+
+
+def _json_line(raw: str) -> dict[str, Any] | None:
+    """A line that is one JSON object with a `message`, as Cloud Logging would store it."""
+    if not raw.startswith("{"):
+        return None
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, dict) and isinstance(parsed.get("message"), str) else None
+
+
+def _get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=30) as response:
+        return json.loads(response.read())
+
+
+# Where `--follow` asks again from: this long before the newest line shown, so an entry Cloud
+# Logging stored late (its timestamp older than lines already read) is still found; what was
+# shown is recognised by its key and not shown twice.
+FOLLOW_LOOKBACK = timedelta(seconds=60)
+
+
+class Source(Protocol):
+    """What a log source offers (`CloudLogging`, `EmulatorLogs`): each job's lines in time order."""
+
+    def read(self, attempts: Sequence[Attempt], since: str | None) -> list[LogLine]: ...
+
+
+def request_lines(
+    read_record: Callable[[], Any],
+    source: Source,
+    *,
+    attempt: int | None = None,
+    since: str | None = None,
+    follow: bool = False,
+    interval: float = 5.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Iterator[LogLine]:
+    """The request's lines, oldest first, each marked; with `follow`, then the new ones every
+    `interval` seconds until the request has ended (read after the record said so: nothing left)."""
+    marker = RunMarker()
+    shown: set[str] = set()
+    floor = since
+    while True:
+        record = read_record()
+        ended = record.is_terminal
+        attempts = [a for a in record.attempts if attempt is None or a.n == attempt]
+        fresh = [line for line in ordered(source.read(attempts, floor or record.created_at)) if line.key not in shown]
+        for line in fresh:
+            shown.add(line.key)
+            yield marker.mark(line)
+        if not follow or ended:
+            return
+        newest = max((parse_rfc3339(line.time) for line in fresh if line.time), default=None)
+        if newest is not None:
+            floor = max(since or "", iso(newest - FOLLOW_LOOKBACK, timespec="microseconds"))
+        sleep(interval)

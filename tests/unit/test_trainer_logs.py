@@ -1,0 +1,227 @@
+"""`spotjobs logs` on fake sources: order across attempts and restarts, run marks, paging, the 429
+backoff, and `--follow` ending with the request."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+import pytest
+from spotjobs_kit.lines import format_line as kit_line
+
+from shared.ledger.records import Attempt, RequestRecord
+from shared.ledger.states import RequestStatus
+from spotjobs.cli.logs import format_line, print_lines
+from spotjobs.trainer_logs import (
+    MAX_TRIES,
+    PAGE_SIZE,
+    CloudLogging,
+    EmulatorLogs,
+    LogLine,
+    LogsUnavailable,
+    request_lines,
+)
+
+PARENT = "projects/p/locations/us-central1/customJobs/"
+CREATED = "2026-01-01T00:00:00.000Z"
+
+
+def record(*jobs: str, status: RequestStatus = RequestStatus.SUCCEEDED) -> RequestRecord:
+    attempts = [
+        Attempt(n, "us-central1", "SPOT", claimed_at=CREATED, job=PARENT + job) for n, job in enumerate(jobs, 1)
+    ]
+    return RequestRecord("r1", {}, "gs://b/r1", status=status, attempts=attempts, created_at=CREATED)
+
+
+def kit(event: str, attempt: int, run: int, **fields: Any) -> str:
+    return kit_line(event, {"request_id": "r1", "attempt": attempt, "run": run, **fields})
+
+
+def at(second: int) -> str:
+    return f"2026-01-01T00:00:{second:02d}.000000Z"
+
+
+def output(*lines: tuple[int, str]) -> list[dict[str, Any]]:
+    """The emulator's job output: (worker start, line), a second apart."""
+    return [{"run": start, "stream": "stdout", "line": line, "time": at(i)} for i, (start, line) in enumerate(lines)]
+
+
+def marks(lines: list[LogLine]) -> list[tuple[int, int | None, str | None, str]]:
+    return [(line.attempt, line.run, line.event, line.text) for line in lines]
+
+
+def test_lines_of_every_attempt_and_restart_in_order_marked_with_their_run() -> None:
+    outputs = {
+        "111": output(
+            (1, "importing torch"),
+            (1, kit("run_started", 1, 0, resumed_step=0)),
+            (1, "step 10 loss 0.5"),
+            (1, kit("preempted", 1, 0, step=12)),
+            (2, "importing torch"),  # the restart's first line: no kit line has said its run yet
+            (2, kit("run_started", 1, 1, resumed_step=10)),
+            (2, "step 20 loss 0.4"),
+        ),
+        "222": output((1, kit("run_started", 2, 0, resumed_step=20)), (1, "step 30 loss 0.3")),
+    }
+    source = EmulatorLogs("http://emulator", get_json=lambda url: {"output": outputs[url.rsplit("/", 1)[-1]]})
+
+    lines = list(request_lines(lambda: record("111", "222"), source))
+
+    assert [(a, run, event) for a, run, event, _ in marks(lines)] == [
+        (1, None, None),
+        (1, 0, "run_started"),
+        (1, 0, None),
+        (1, 0, "preempted"),
+        (1, None, None),
+        (1, 1, "run_started"),
+        (1, 1, None),
+        (2, 0, "run_started"),
+        (2, 0, None),
+    ]
+    assert lines[2].text == "step 10 loss 0.5"
+    assert lines[3].text.startswith("spotjobs-kit preempted")  # a JSON line shows its message
+
+
+def test_since_and_one_attempt_only() -> None:
+    outputs = {"111": output((1, "old"), (1, "new")), "222": output((1, "second attempt"))}
+    source = EmulatorLogs("http://emulator", get_json=lambda url: {"output": outputs[url.rsplit("/", 1)[-1]]})
+
+    lines = list(request_lines(lambda: record("111", "222"), source, attempt=1, since=at(1)))
+
+    assert [line.text for line in lines] == ["new"]
+
+
+class FakeResponse:
+    def __init__(self, status_code: int, document: Any = None) -> None:
+        self.status_code = status_code
+        self._document = document
+        self.text = json.dumps(document)
+
+    def json(self) -> Any:
+        return self._document
+
+
+class FakeSession:
+    """entries.list answers, in order; records every request body."""
+
+    def __init__(self, *answers: FakeResponse) -> None:
+        self.answers = list(answers)
+        self.bodies: list[dict[str, Any]] = []
+
+    def post(self, url: str, json: dict[str, Any], timeout: float) -> FakeResponse:
+        self.bodies.append(json)
+        return self.answers.pop(0)
+
+
+def entry(job_id: str, second: int, text: str, *, task: str = "workerpool0-0", **payload: Any) -> dict[str, Any]:
+    body = {"jsonPayload": payload} if payload else {"textPayload": text}
+    return {
+        "insertId": f"{job_id}-{second}",
+        "timestamp": at(second),
+        "severity": "INFO",
+        "resource": {"type": "ml_job", "labels": {"job_id": job_id, "task_name": task}},
+        **body,
+    }
+
+
+def test_cloud_logging_pages_through_every_entry_of_every_job_in_one_query() -> None:
+    started = json.loads(kit("run_started", 1, 0))
+    session = FakeSession(
+        FakeResponse(200, {"entries": [entry("111", 1, "", **started)], "nextPageToken": "t1"}),
+        FakeResponse(200, {"nextPageToken": "t2"}),  # an empty page that is not the end
+        FakeResponse(
+            200,
+            {
+                "entries": [
+                    entry("222", 5, "attempt 2 says hi"),
+                    # Vertex's teardown of attempt 1, stamped after attempt 2 began: still attempt 1's.
+                    entry("111", 6, "Finished tearing down training program.", task="service"),
+                ]
+            },
+        ),
+    )
+    source = CloudLogging("p", session, sleep=lambda seconds: None)
+
+    lines = list(request_lines(lambda: record("111", "222"), source, since=at(0)))
+
+    assert marks(lines) == [
+        (1, 0, "run_started", started["message"]),
+        (1, None, None, "Finished tearing down training program."),
+        (2, None, None, "attempt 2 says hi"),
+    ]
+    assert lines[1].service and not lines[0].service
+    assert [body.get("pageToken") for body in session.bodies] == [None, "t1", "t2"]
+    first = session.bodies[0]
+    assert first["resourceNames"] == ["projects/p"] and first["pageSize"] == PAGE_SIZE
+    assert first["orderBy"] == "timestamp asc"
+    assert first["filter"] == (
+        f'resource.type="ml_job" AND resource.labels.job_id=("111" OR "222") AND timestamp>="{at(0)}"'
+    )
+
+
+def test_a_throttled_read_waits_longer_each_time_then_goes_on() -> None:
+    waits: list[float] = []
+    session = FakeSession(FakeResponse(429), FakeResponse(503), FakeResponse(200, {"entries": [entry("111", 1, "hi")]}))
+
+    lines = list(request_lines(lambda: record("111"), CloudLogging("p", session, sleep=waits.append)))
+
+    assert [line.text for line in lines] == ["hi"]
+    assert waits == [2.0, 4.0]
+
+
+def test_a_read_throttled_every_time_gives_up_and_a_refusal_at_once() -> None:
+    waits: list[float] = []
+    always = CloudLogging("p", FakeSession(*[FakeResponse(429)] * MAX_TRIES), sleep=waits.append)
+    with pytest.raises(LogsUnavailable, match="429"):
+        list(request_lines(lambda: record("111"), always))
+    assert len(waits) == MAX_TRIES - 1 and waits[-1] == 60.0
+
+    refused = CloudLogging("p", FakeSession(FakeResponse(403, {"error": "denied"})), sleep=waits.append)
+    with pytest.raises(LogsUnavailable, match="403"):
+        list(request_lines(lambda: record("111"), refused))
+    assert len(waits) == MAX_TRIES - 1
+
+
+def test_follow_prints_each_line_once_and_ends_when_the_request_has_ended() -> None:
+    statuses = iter([RequestStatus.RUNNING, RequestStatus.RUNNING, RequestStatus.SUCCEEDED])
+    produced: list[tuple[int, str]] = [(1, kit("run_started", 1, 0))]
+    polls: list[float] = []
+
+    def poll(seconds: float) -> None:  # the trainer prints on between two polls
+        polls.append(seconds)
+        produced.append((1, f"line {len(polls)}"))
+
+    source = EmulatorLogs("http://emulator", get_json=lambda url: {"output": output(*produced)})
+
+    lines = list(
+        request_lines(lambda: record("111", status=next(statuses)), source, follow=True, interval=3, sleep=poll)
+    )
+
+    assert [line.text.split(" ", 1)[0] for line in lines] == ["spotjobs-kit", "line", "line"]
+    assert [line.run for line in lines] == [0, 0, 0]
+    assert polls == [3, 3]  # two polls while running; the read after the end is the last
+
+
+def test_printed_lines_escape_what_the_job_wrote_and_mark_kit_and_vertex_lines() -> None:
+    plain = LogLine(1, "111", "k1", at(1), "INFO", "evil \x1b[2J text", run=0)
+    service = LogLine(1, "111", "k2", at(2), "INFO", "Job is running.", service=True)
+    source = EmulatorLogs("http://emulator", get_json=lambda url: {"output": output((1, kit("preempted", 1, 0)))})
+    [preempted] = request_lines(lambda: record("111"), source)
+
+    assert format_line(plain) == f"{at(1)}  attempt 1 run 0  evil \\x1b[2J text\n"
+    assert format_line(service) == f"{at(2)}  attempt 1        vertex  Job is running.\n"
+    assert "attempt 1 run 0  kit:preempted  spotjobs-kit preempted" in format_line(preempted)
+
+
+def test_json_output_is_one_object_per_line(capsys: pytest.CaptureFixture[str]) -> None:
+    source = EmulatorLogs("http://emulator", get_json=lambda url: {"output": output((1, "a"), (1, "b"))})
+    args = argparse.Namespace(attempt=None, follow=False, interval=1.0, json=True)
+
+    print_lines(args, source, lambda: record("111"), None)
+
+    printed = [json.loads(raw) for raw in capsys.readouterr().out.splitlines()]
+    assert [(p["attempt"], p["job_id"], p["text"], p["source"]) for p in printed] == [
+        (1, "111", "a", "trainer"),
+        (1, "111", "b", "trainer"),
+    ]
