@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import re
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -245,8 +246,16 @@ def _json_line(raw: str) -> dict[str, Any] | None:
 
 
 def _get_json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=30) as response:
-        return json.loads(response.read())
+    """The emulator's job details; a job it no longer knows (after a reset) printed nothing."""
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        if error.code == 404:
+            return {}
+        raise LogsUnavailable(f"the Vertex emulator answered {error.code} for {url}") from error
+    except urllib.error.URLError as error:
+        raise LogsUnavailable(f"the Vertex emulator at {url} cannot be reached: {error.reason}") from error
 
 
 # Where `--follow` asks again from: this long before the newest line shown, so an entry Cloud

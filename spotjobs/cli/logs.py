@@ -66,8 +66,12 @@ def run_logs(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     project = args.project or settings.project
     ledger = LedgerStore(storage.Client(project=project).bucket(settings.state_bucket))
-    if ledger.get(args.request_id) is None:
+    record = ledger.get(args.request_id)
+    if record is None:
         print(f"no request {args.request_id} in gs://{settings.state_bucket}", file=sys.stderr)
+        return EXIT_FAILED
+    if args.attempt is not None and record.attempt(args.attempt) is None and not args.follow:
+        print(f"{args.request_id} has no attempt {args.attempt}", file=sys.stderr)
         return EXIT_FAILED
     local = settings.vertex_endpoint.startswith("http://")
     source: Source = EmulatorLogs(settings.vertex_endpoint) if local else CloudLogging(project)

@@ -225,3 +225,41 @@ def test_json_output_is_one_object_per_line(capsys: pytest.CaptureFixture[str]) 
         (1, "111", "a", "trainer"),
         (1, "111", "b", "trainer"),
     ]
+
+
+def test_the_emulator_forgetting_a_job_means_no_lines_and_an_emulator_down_says_so() -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Forgetful(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            self.send_error(404)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Forgetful)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        forgotten = EmulatorLogs(f"http://127.0.0.1:{server.server_port}")
+        assert list(request_lines(lambda: record("111"), forgotten)) == []
+    finally:
+        server.shutdown()
+        server.server_close()
+    with pytest.raises(LogsUnavailable, match="cannot be reached"):
+        list(request_lines(lambda: record("111"), EmulatorLogs(f"http://127.0.0.1:{server.server_port}")))
+
+
+def test_logs_of_an_attempt_the_request_never_had_exits_1(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from google.cloud import storage
+
+    from shared.ledger.store import LedgerStore
+    from spotjobs.cli import main
+
+    monkeypatch.setattr(storage, "Client", lambda project: type("Client", (), {"bucket": lambda self, name: None})())
+    monkeypatch.setattr(LedgerStore, "get", lambda self, request_id: record("111"))
+
+    assert main(["logs", "r1", "--attempt", "2"]) == 1
+    assert "r1 has no attempt 2" in capsys.readouterr().err
