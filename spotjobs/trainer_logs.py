@@ -259,8 +259,9 @@ def _get_json(url: str) -> Any:
 
 
 # Where `--follow` asks again from: this long before the newest line shown, so an entry Cloud
-# Logging stored late (its timestamp older than lines already read) is still found; what was
-# shown is recognised by its key and not shown twice.
+# Logging stored late (its timestamp older than lines already read; entries.tail buffers for the
+# same reason, https://cloud.google.com/logging/docs/reference/v2/rest/v2/entries/tail) is still
+# found; what was shown is recognised by its key and not shown twice.
 FOLLOW_LOOKBACK = timedelta(seconds=60)
 
 
@@ -281,20 +282,23 @@ def request_lines(
     sleep: Callable[[float], None] = time.sleep,
 ) -> Iterator[LogLine]:
     """The request's lines, oldest first, each marked; with `follow`, then the new ones every
-    `interval` seconds until the request has ended (read after the record said so: nothing left)."""
+    `interval` seconds until the request has ended. The jobs ended before the record says so, but
+    Cloud Logging may store their last lines a little later: one more read, an interval after the
+    first that found the request ended, shows those too."""
     marker = RunMarker()
     shown: set[str] = set()
     floor = since
+    ended_before = False  # the previous read already found the request ended
     while True:
         record = read_record()
-        ended = record.is_terminal
         attempts = [a for a in record.attempts if attempt is None or a.n == attempt]
         fresh = [line for line in ordered(source.read(attempts, floor or record.created_at)) if line.key not in shown]
         for line in fresh:
             shown.add(line.key)
             yield marker.mark(line)
-        if not follow or ended:
+        if not follow or ended_before:
             return
+        ended_before = record.is_terminal
         newest = max((parse_rfc3339(line.time) for line in fresh if line.time), default=None)
         if newest is not None:
             floor = max(since or "", iso(newest - FOLLOW_LOOKBACK, timespec="microseconds"))

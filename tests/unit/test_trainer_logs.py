@@ -183,12 +183,12 @@ def test_a_read_throttled_every_time_gives_up_and_a_refusal_at_once() -> None:
     assert len(waits) == MAX_TRIES - 1
 
 
-def test_follow_prints_each_line_once_and_ends_when_the_request_has_ended() -> None:
-    statuses = iter([RequestStatus.RUNNING, RequestStatus.RUNNING, RequestStatus.SUCCEEDED])
+def test_follow_prints_each_line_once_and_ends_one_read_after_the_request_has_ended() -> None:
+    statuses = iter([RequestStatus.RUNNING, RequestStatus.RUNNING, RequestStatus.SUCCEEDED, RequestStatus.SUCCEEDED])
     produced: list[tuple[int, str]] = [(1, kit("run_started", 1, 0))]
     polls: list[float] = []
 
-    def poll(seconds: float) -> None:  # the trainer prints on between two polls
+    def poll(seconds: float) -> None:  # a line arrives between two polls (the last one stored late)
         polls.append(seconds)
         produced.append((1, f"line {len(polls)}"))
 
@@ -198,9 +198,10 @@ def test_follow_prints_each_line_once_and_ends_when_the_request_has_ended() -> N
         request_lines(lambda: record("111", status=next(statuses)), source, follow=True, interval=3, sleep=poll)
     )
 
-    assert [line.text.split(" ", 1)[0] for line in lines] == ["spotjobs-kit", "line", "line"]
-    assert [line.run for line in lines] == [0, 0, 0]
-    assert polls == [3, 3]  # two polls while running; the read after the end is the last
+    assert [line.text for line in lines[1:]] == ["line 1", "line 2", "line 3"]
+    assert [line.run for line in lines] == [0, 0, 0, 0]
+    # Two polls while it runs, one after the read that found it ended; then no more.
+    assert polls == [3, 3, 3]
 
 
 def test_printed_lines_escape_what_the_job_wrote_and_mark_kit_and_vertex_lines() -> None:
