@@ -7,10 +7,12 @@ The job of each attempt comes from the ledger record. Two sources hold what a jo
   for every job of the request, `resource.type="ml_job" AND resource.labels.job_id=("A" OR "B")`
   (https://cloud.google.com/logging/docs/view/logging-query-language), bounded below by a time
   (the request's creation, `--since`, or where `--follow` got to), oldest first, 1,000 entries a
-  page (the most a page holds) so a long log costs few calls of the project's small read quota
-  (https://cloud.google.com/logging/quotas, https://cloud.google.com/logging/docs/reference/api-overview).
+  page (the most a page holds) so a long log costs few calls of the project's read quota (60
+  entries.list calls a minute when written, https://cloud.google.com/logging/quotas; the advice:
+  https://cloud.google.com/logging/docs/reference/api-overview); `--follow` every 5 s spends 12.
   A page may come back empty with a next page token: the search is not done, the loop goes on. A
-  429 (the quota) or a 5xx waits and asks again, doubling the wait (`shared.swap.backoff_seconds`).
+  429 (the quota), a 5xx or a dropped connection waits and asks again, doubling the wait
+  (`shared.swap.backoff_seconds`).
 - the Vertex emulator (`EmulatorLogs`, when SPOTJOBS_VERTEX_ENDPOINT is an http:// emulator, as
   `spotjobs local up` sets it): its job details keep each job's last 1,000 worker lines with the
   worker start they came from (devstack/vertex/emulator.py). It keeps no service lines.
@@ -35,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from spotjobs_kit.lines import KitRecord, parse_kit_line
 
 from shared.clock import iso, parse_rfc3339, utcnow
-from shared.errors import TransientError
+from shared.errors import TransientError, is_retryable
 from shared.swap import backoff_seconds
 
 if TYPE_CHECKING:
@@ -66,7 +68,7 @@ class LogLine:
     service: bool = False  # a Vertex service line ("Job is running."), not the trainer's
     kit: KitRecord | None = None
     worker_start: int | None = None  # the emulator's worker start (1, 2, ...); unknown in the cloud
-    run: int | None = None  # set by `mark_runs`
+    run: int | None = None  # set by `RunMarker`
 
     @property
     def event(self) -> str | None:
@@ -159,17 +161,23 @@ class CloudLogging:
             body = {**body, "pageToken": token}
 
     def _list(self, body: dict[str, Any]) -> dict[str, Any]:
+        failure = ""
         for tried in range(MAX_TRIES):
-            response = self._http().post(ENTRIES_LIST_URL, json=body, timeout=60)
+            if tried:
+                self._sleep(backoff_seconds(RETRY_BASE_SECONDS, tried - 1, RETRY_CAP_SECONDS))
+            try:
+                response = self._http().post(ENTRIES_LIST_URL, json=body, timeout=60)
+            except Exception as error:  # the network: retried when the project's one predicate says so
+                if not is_retryable(error):
+                    raise
+                failure = repr(error)
+                continue
             if response.status_code == 200:
                 return response.json()
+            failure = f"{response.status_code} {response.text[:300]}"
             if response.status_code not in RETRIED_STATUSES:
-                raise LogsUnavailable(
-                    f"Cloud Logging refused entries.list: {response.status_code} {response.text[:300]}"
-                )
-            if tried < MAX_TRIES - 1:
-                self._sleep(backoff_seconds(RETRY_BASE_SECONDS, tried, RETRY_CAP_SECONDS))
-        raise LogsUnavailable(f"Cloud Logging answered {response.status_code} {MAX_TRIES} times; try again later")
+                raise LogsUnavailable(f"Cloud Logging refused entries.list: {failure}")
+        raise LogsUnavailable(f"entries.list failed {MAX_TRIES} times, the last with {failure}; try again later")
 
     def _http(self) -> Any:
         if self._session is None:

@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 import pytest
+import requests
 from spotjobs_kit.lines import format_line as kit_line
 
 from shared.ledger.records import Attempt, RequestRecord
@@ -105,13 +106,16 @@ class FakeResponse:
 class FakeSession:
     """entries.list answers, in order; records every request body."""
 
-    def __init__(self, *answers: FakeResponse) -> None:
+    def __init__(self, *answers: FakeResponse | Exception) -> None:
         self.answers = list(answers)
         self.bodies: list[dict[str, Any]] = []
 
     def post(self, url: str, json: dict[str, Any], timeout: float) -> FakeResponse:
         self.bodies.append(json)
-        return self.answers.pop(0)
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
 
 
 def entry(job_id: str, second: int, text: str, *, task: str = "workerpool0-0", **payload: Any) -> dict[str, Any]:
@@ -162,12 +166,17 @@ def test_cloud_logging_pages_through_every_entry_of_every_job_in_one_query() -> 
 
 def test_a_throttled_read_waits_longer_each_time_then_goes_on() -> None:
     waits: list[float] = []
-    session = FakeSession(FakeResponse(429), FakeResponse(503), FakeResponse(200, {"entries": [entry("111", 1, "hi")]}))
+    session = FakeSession(
+        FakeResponse(429),
+        FakeResponse(503),
+        requests.ConnectionError("connection reset"),
+        FakeResponse(200, {"entries": [entry("111", 1, "hi")]}),
+    )
 
     lines = list(request_lines(lambda: record("111"), CloudLogging("p", session, sleep=waits.append)))
 
     assert [line.text for line in lines] == ["hi"]
-    assert waits == [2.0, 4.0]
+    assert waits == [2.0, 4.0, 8.0]
 
 
 def test_a_read_throttled_every_time_gives_up_and_a_refusal_at_once() -> None:
