@@ -62,7 +62,7 @@ def run_logs(args: argparse.Namespace) -> int:
     try:
         since = parse_since(args.since) if args.since else None
     except ValueError as error:
-        print(error, file=sys.stderr)
+        print(terminal_text(error), file=sys.stderr)
         return EXIT_INVALID
     project = args.project or settings.project
     ledger = LedgerStore(storage.Client(project=project).bucket(settings.state_bucket))

@@ -21,6 +21,7 @@ from spotjobs.trainer_logs import (
     EmulatorLogs,
     LogLine,
     LogsUnavailable,
+    parse_since,
     request_lines,
 )
 
@@ -273,3 +274,10 @@ def test_logs_of_an_attempt_the_request_never_had_exits_1(
 
     assert main(["logs", "r1", "--attempt", "2"]) == 1
     assert "r1 has no attempt 2" in capsys.readouterr().err
+
+
+def test_since_is_a_time_or_a_duration_ago() -> None:
+    assert parse_since("2026-01-01T01:00:00+01:00") == "2026-01-01T00:00:00.000000Z"
+    assert parse_since("90s") < parse_since("1s")
+    with pytest.raises(ValueError, match="duration such as 30m"):
+        parse_since("yesterday")
