@@ -36,6 +36,7 @@ NOT_STATE = {
     "prices.json": "a file of the package",
     "topology.json": "a file of the package",
     "/s": "a unit the HTML report shows (per second)",
+    "/emulator/v1/": "the local Vertex emulator's HTTP paths",
     "trigger/manifest.json": "in the request's own folder of the checkpoint bucket (kept with its outputs)",
 }
 
