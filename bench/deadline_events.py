@@ -141,7 +141,11 @@ class _Run:
     def action(self, t: float) -> Action:
         s = self.settings
         situation = deadline_situation(
-            self.record, at(t), prior_seconds=s.changeover_prior_seconds, review_seconds=s.reconcile_interval_seconds
+            self.record,
+            at(t),
+            prior_seconds=s.changeover_prior_seconds,
+            review_seconds=s.reconcile_interval_seconds,
+            checkpoint_prior_seconds=s.checkpoint_prior_seconds,
         )
         if situation is None or self.rule is None:
             return Action.STAY

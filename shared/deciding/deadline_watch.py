@@ -16,7 +16,9 @@ The inputs come from the record alone (`deadline_situation`, which `spotjobs sta
   create-to-running times Vertex reported for this request's on-demand attempts in the location
   (a Spot attempt's own wait for capacity is no changeover of on-demand's), never below the prior
   until enough were seen;
-- the review interval: the reconcile interval (`Settings.reconcile_interval_seconds`).
+- the review interval: the reconcile interval (`Settings.reconcile_interval_seconds`) plus the
+  checkpoint interval (`checkpoint_interval`): between two commits the committed slack falls as
+  if the job waited, so a commit may come up to one interval after the moment that mattered.
 
 A switch is a decision like any other, made in the record under compare-and-swap: the Spot
 attempt's outcome becomes SWITCHED_TO_ON_DEMAND (set once, so a redelivery or a concurrent pass
@@ -70,6 +72,7 @@ def deadline_situation(
     *,
     prior_seconds: float,
     review_seconds: float,
+    checkpoint_prior_seconds: float,
     running: bool = False,
 ) -> Situation | None:
     """The deadline rule's inputs for the request's latest attempt; None without a deadline, or
@@ -101,8 +104,16 @@ def deadline_situation(
         placement=placement,
         placed_at=min(now, placed_at),
         changeover_seconds=float(changeover),
-        review_seconds=review_seconds,
+        review_seconds=review_seconds + checkpoint_interval(record, checkpoint_prior_seconds),
     )
+
+
+def checkpoint_interval(record: RequestRecord, prior_seconds: float) -> float:
+    """Seconds between two commits of the trainer: the longest mean interval of an attempt that
+    committed twice or more and was never preempted (a restart's wait is no interval); the prior
+    until one is seen."""
+    seen = [a.mean_checkpoint_interval for a in record.attempts if not a.preemptions]
+    return max((s for s in seen if s is not None), default=prior_seconds)
 
 
 def watch_deadline(
@@ -113,6 +124,7 @@ def watch_deadline(
     *,
     prior_seconds: float,
     review_seconds: float,
+    checkpoint_prior_seconds: float,
     running: bool = False,
 ) -> DeadlineDecision | None:
     """Ask the deadline rule about the request's current attempt and carry out its answer in the
@@ -122,7 +134,12 @@ def watch_deadline(
     if record.is_terminal or record.requeue is not None:
         return None
     situation = deadline_situation(
-        record, now, prior_seconds=prior_seconds, review_seconds=review_seconds, running=running
+        record,
+        now,
+        prior_seconds=prior_seconds,
+        review_seconds=review_seconds,
+        checkpoint_prior_seconds=checkpoint_prior_seconds,
+        running=running,
     )
     if situation is None:
         return None

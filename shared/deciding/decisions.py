@@ -105,6 +105,7 @@ class DecisionPolicy:
     kit_lines_settle_seconds: float
     changeover_prior_seconds: float
     reconcile_interval_seconds: float
+    checkpoint_prior_seconds: float
 
     @classmethod
     def from_settings(cls, settings: Settings) -> DecisionPolicy:
@@ -117,6 +118,7 @@ class DecisionPolicy:
             kit_lines_settle_seconds=settings.kit_lines_settle_seconds,
             changeover_prior_seconds=settings.changeover_prior_seconds,
             reconcile_interval_seconds=settings.reconcile_interval_seconds,
+            checkpoint_prior_seconds=settings.checkpoint_prior_seconds,
         )
 
 
@@ -223,6 +225,7 @@ def _watch_deadline(
         effects,
         prior_seconds=policy.changeover_prior_seconds,
         review_seconds=policy.reconcile_interval_seconds,
+        checkpoint_prior_seconds=policy.checkpoint_prior_seconds,
         running=running,
     )
 
