@@ -143,7 +143,7 @@ def run_cells(
     origins = start_ticks(traces, fractions, starts)
     cells = []
     for hours in changeovers:
-        began = time.perf_counter()
+        began = time.perf_counter(), time.process_time()
         d = int(round(hours * HOUR))
         ticks = {f: deadline_ticks(f, gap) for f in fractions}
         best = {
@@ -169,11 +169,19 @@ def run_cells(
                     "traces": len(traces),
                     "starts": starts,
                     "policies": {name: summary(outcomes[name]) for name in POLICIES},
-                    "seconds": round(time.perf_counter() - began, 1),
+                    **elapsed(began),
                 }
             )
-            began = time.perf_counter()
+            began = time.perf_counter(), time.process_time()
     return cells
+
+
+def elapsed(began: tuple[float, float]) -> dict[str, float]:
+    """Wall and CPU seconds since `began`: on a shared machine the wall time is mostly the others'."""
+    return {
+        "seconds": round(time.perf_counter() - began[0], 1),
+        "cpu_seconds": round(time.process_time() - began[1], 1),
+    }
 
 
 def start_ticks(traces: list[Trace], fractions: list[float], starts: int) -> dict[str, list[int]]:
@@ -199,7 +207,7 @@ def run_event_cells(
     cells = []
     for interval in intervals:
         for fraction in fractions:
-            began = time.perf_counter()
+            began = time.perf_counter(), time.process_time()
             job = EventJob(
                 int(WORK_HOURS * HOUR),
                 deadline_ticks(fraction, gap) * gap,
@@ -223,7 +231,7 @@ def run_event_cells(
                     "traces": len(traces),
                     "starts": starts,
                     "policies": {name: summary(found) for name, found in outcomes.items()},
-                    "seconds": round(time.perf_counter() - began, 1),
+                    **elapsed(began),
                     "model": "event",
                     "checkpoint_seconds": interval,
                     "changeover_tail": tail,
@@ -319,6 +327,7 @@ def report_events(cells: list[dict]) -> None:
     runs = sum(c["traces"] * c["starts"] for c in cells)
     misses = sum(c["policies"]["spotjobs"]["misses"] for c in cells)
     tail = any(c["changeover_tail"] for c in cells)
+    slowest = max(c["cpu_seconds"] for c in cells)
     emit(
         BENCH,
         [
@@ -333,9 +342,8 @@ def report_events(cells: list[dict]) -> None:
                 "spotjobs switches per job, mean",
                 round(sum(c["policies"]["spotjobs"]["switches_mean"] for c in cells) / len(cells), 2),
             ),
-            Figure(
-                "slowest cell", max(c["seconds"] for c in cells), "s", "< 120", max(c["seconds"] for c in cells) < 120
-            ),
+            Figure("slowest cell, wall", max(c["seconds"] for c in cells), "s"),
+            Figure("slowest cell, CPU", slowest, "s", "< 120", slowest < 120),
         ],
     )
 

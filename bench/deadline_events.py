@@ -40,7 +40,7 @@ from bench.deadline_sim import HOUR, Outcome, Trace
 from devstack.vertex.logs import MAX_SPOT_RESTARTS
 from shared.clock import EPOCH, iso
 from shared.deciding.deadline import Action, Rule, decide_deadline
-from shared.deciding.deadline_watch import deadline_situation, note_progress
+from shared.deciding.deadline_watch import deadline_situation, no_spot_capacity_until, note_progress
 from shared.deciding.effects import Effects
 from shared.deciding.preemptions import count_preemptions, note_kit_line
 from shared.jobs import JobState
@@ -139,6 +139,8 @@ class _Run:
     # The production side: the record and the rule.
 
     def action(self, t: float) -> Action:
+        if self.rule is None:
+            return Action.STAY
         s = self.settings
         situation = deadline_situation(
             self.record,
@@ -147,7 +149,7 @@ class _Run:
             review_seconds=s.reconcile_interval_seconds,
             checkpoint_prior_seconds=s.checkpoint_prior_seconds,
         )
-        if situation is None or self.rule is None:
+        if situation is None:
             return Action.STAY
         action = decide_deadline(situation, self.rule).action
         strategy = self.record.latest.strategy
@@ -163,9 +165,10 @@ class _Run:
         line = KitRecord(event=event, attempt=job.attempt.n, run=job.run, time=iso(at(t)), **fields)
         note_kit_line(self.record, job.attempt, line)
         note_progress(job.attempt, line.total_steps, line.steps_per_second)
-        count_preemptions(
-            self.record, job.attempt, None, None, fresh=False, storm_threshold=10**6, now=at(t), effects=Effects()
-        )
+        if event != CHECKPOINT_COMMITTED:  # a commit is no evidence of a preemption
+            count_preemptions(
+                self.record, job.attempt, None, None, fresh=False, storm_threshold=10**6, now=at(t), effects=Effects()
+            )
 
     def create(self, t: float, strategy: str) -> None:
         n = len(self.record.attempts) + 1
@@ -211,7 +214,14 @@ class _Run:
         return [x for x in times if t < x < until]
 
     def first_move(self, times: list[float]) -> tuple[float, Action] | None:
-        """The first of `times` where the rule moves (see the module docstring for the bisection)."""
+        """The first of `times` where the rule moves (see the module docstring for the bisection),
+        in two pieces when the back-off on Spot capacity ends among them."""
+        until = no_spot_capacity_until(self.record)
+        end = (until - EPOCH).total_seconds() if until is not None else -math.inf
+        split = next((i for i, x in enumerate(times) if x >= end), len(times))
+        return self._first_move(times[:split]) or self._first_move(times[split:])
+
+    def _first_move(self, times: list[float]) -> tuple[float, Action] | None:
         if not times:
             return None
         if self.exhaustive:
@@ -286,6 +296,7 @@ def simulate_events(
                 current.attempt.outcome = (
                     AttemptOutcome.SWITCHED_TO_SPOT if to_spot else AttemptOutcome.SWITCHED_TO_ON_DEMAND
                 )
+                current.attempt.cancel_decided_at = iso(at(t))
                 pending = (t + wait, SPOT if to_spot else ON_DEMAND)
                 run.switches += 1
                 asked_now = False

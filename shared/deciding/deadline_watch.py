@@ -18,7 +18,9 @@ The inputs come from the record alone (`deadline_situation`, which `spotjobs sta
   until enough were seen;
 - the review interval: the reconcile interval (`Settings.reconcile_interval_seconds`) plus the
   checkpoint interval (`checkpoint_interval`): between two commits the committed slack falls as
-  if the job waited, so a commit may come up to one interval after the moment that mattered.
+  if the job waited, so a commit may come up to one interval after the moment that mattered;
+- whether Spot has capacity: known to have none for a back-off after the request's last tries of
+  Spot found none (`no_spot_capacity_until`), else unknown.
 
 A switch is a decision like any other, made in the record under compare-and-swap: the Spot
 attempt's outcome becomes SWITCHED_TO_ON_DEMAND (set once, so a redelivery or a concurrent pass
@@ -105,6 +107,7 @@ def deadline_situation(
         placed_at=min(now, placed_at),
         changeover_seconds=float(changeover),
         review_seconds=review_seconds + checkpoint_interval(record, checkpoint_prior_seconds),
+        spot_available=False if (until := no_spot_capacity_until(record)) and now < until else None,
     )
 
 
@@ -114,6 +117,26 @@ def checkpoint_interval(record: RequestRecord, prior_seconds: float) -> float:
     until one is seen."""
     seen = [a.mean_checkpoint_interval for a in record.attempts if not a.preemptions]
     return max((s for s in seen if s is not None), default=prior_seconds)
+
+
+def no_spot_capacity_until(record: RequestRecord) -> datetime | None:
+    """Until when Spot is taken to have no capacity (`Situation.spot_available` False), when the
+    request's last tries of Spot found none: for as long as the last one waited in vain, doubled
+    for each such try in a row (a back-off). Without it Uniform Progress goes back to Spot through
+    a whole outage every few changeovers, each time a cancel, a create and an on-demand changeover
+    (issue 31)."""
+    futile: list[Attempt] = []
+    for attempt in reversed(record.attempts):
+        if attempt.strategy != SPOT:
+            continue
+        if attempt.started_at or attempt.outcome is not AttemptOutcome.SWITCHED_TO_ON_DEMAND:
+            break
+        futile.append(attempt)
+    if not futile or not futile[0].cancel_decided_at:
+        return None
+    left = parse_iso(futile[0].cancel_decided_at)
+    waited = (left - parse_iso(futile[0].created_at or futile[0].claimed_at)).total_seconds()
+    return left + timedelta(seconds=waited * 2 ** (len(futile) - 1))
 
 
 def watch_deadline(

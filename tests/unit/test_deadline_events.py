@@ -145,3 +145,34 @@ def test_the_changeover_prior_stays_a_floor_of_d_however_many_were_seen() -> Non
         attempt.started_at, attempt.outcome = iso(created + timedelta(seconds=seconds)), AttemptOutcome.SWITCHED_TO_SPOT
         record.attempts.insert(0, attempt)
     assert deadline_watch.deadline_situation(record, NOW, **INPUTS).changeover_seconds == D
+
+
+def test_a_replay_that_missed_its_deadline_under_yesterdays_inputs_meets_it() -> None:
+    # 12 h of work due in 15 h, commits every hour, on a flickering synthetic trace: before the
+    # checkpoint interval was in the margin and d's prior a floor, spotjobs finished late here.
+    flicker = trace_of(
+        "10000001111110000001010010001001111111111110000000000001100010011000000111111111111011101000000000"
+        "000111111001101110111111111111000000111111111111001110000000000001101111110110000001001100000010011111"
+    )
+    outcome = events.simulate_events(job(3600, 0.8, work_hours=12), flicker, 0, Rule.SPOTJOBS, "s127")
+    assert not outcome.missed
+
+
+def test_spot_is_taken_to_have_no_capacity_for_a_back_off_after_tries_that_found_none() -> None:
+    # Back on on-demand after a Spot attempt that waited 1,500 s in vain: no capacity for as long
+    # again (the line says "back to Spot", spotjobs stays), then unknown (Uniform Progress again).
+    record = on_demand_for_three_commits(deadline_in=TOTAL - COMMITTED + 2 * D + M + 2 * I)
+    assert rule_says(record)[0] is Action.BACK_TO_SPOT
+    for n, waited in ((8, 1500), (9, 1500)):
+        asked, left = NOW - timedelta(seconds=waited + 600 * (10 - n)), NOW - timedelta(seconds=600 * (10 - n))
+        futile = Attempt(n, "us-central1", "SPOT", claimed_at=iso(asked), job=JOB1 + str(n), created_at=iso(asked))
+        futile.outcome, futile.cancel_decided_at = AttemptOutcome.SWITCHED_TO_ON_DEMAND, iso(left)
+        record.attempts.insert(-1, futile)
+    # Two tries in a row found none: the last one's 1,500 s, doubled, from when it was left.
+    left = NOW - timedelta(seconds=600)
+    assert deadline_watch.no_spot_capacity_until(record) == left + timedelta(seconds=3000)
+    assert rule_says(record)[0] is Action.STAY
+    assert deadline_watch.deadline_situation(record, left + timedelta(seconds=3000), **INPUTS).spot_available is None
+    # A Spot attempt that ran ends the streak: one try, 1,500 s.
+    record.attempts[-3].started_at = record.attempts[-3].created_at
+    assert deadline_watch.no_spot_capacity_until(record) == left + timedelta(seconds=1500)
