@@ -58,6 +58,9 @@ from shared.ledger.states import AttemptOutcome, RequestStatus
 from shared.requests.attempts import ON_DEMAND, SPOT
 
 SWITCH_REASON = "deadline"
+# The back-off on Spot after tries that found no capacity doubles at most this often (1,024 times
+# the last wait): the streak of a rule that ignores it (Uniform Progress) grows without bound.
+BACK_OFF_DOUBLINGS = 10
 
 
 def note_progress(attempt: Attempt, total_steps: int | None, steps_per_second: float | None) -> None:
@@ -136,7 +139,7 @@ def no_spot_capacity_until(record: RequestRecord) -> datetime | None:
         return None
     left = parse_iso(futile[0].cancel_decided_at)
     waited = (left - parse_iso(futile[0].created_at or futile[0].claimed_at)).total_seconds()
-    return left + timedelta(seconds=waited * 2 ** (len(futile) - 1))
+    return left + timedelta(seconds=waited * 2 ** min(len(futile) - 1, BACK_OFF_DOUBLINGS))
 
 
 def watch_deadline(

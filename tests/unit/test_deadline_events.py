@@ -176,3 +176,16 @@ def test_spot_is_taken_to_have_no_capacity_for_a_back_off_after_tries_that_found
     # A Spot attempt that ran ends the streak: one try, 1,500 s.
     record.attempts[-3].started_at = record.attempts[-3].created_at
     assert deadline_watch.no_spot_capacity_until(record) == left + timedelta(seconds=1500)
+
+
+def test_the_back_off_is_bounded_however_long_the_streak() -> None:
+    record = on_demand_for_three_commits(deadline_in=10 * I)
+    left = NOW - timedelta(seconds=100)
+    for n in range(2, 80):  # Uniform Progress, which ignores the back-off, tries Spot again and again
+        futile = Attempt(n, "us-central1", "SPOT", claimed_at=iso(left), job=JOB1 + str(n), created_at=iso(left))
+        futile.outcome, futile.cancel_decided_at = (
+            AttemptOutcome.SWITCHED_TO_ON_DEMAND,
+            iso(left + timedelta(seconds=1)),
+        )
+        record.attempts.insert(-1, futile)
+    assert deadline_watch.no_spot_capacity_until(record) == left + timedelta(seconds=1 + 1024)
