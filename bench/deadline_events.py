@@ -258,7 +258,7 @@ def simulate_events(
     exhaustive: bool = False,
 ) -> EventOutcome:
     """One request from its creation to its last commit; `rule` None runs on on-demand only."""
-    run = _Run(job, trace, start, rule, random.Random(seed), settings or Settings(), exhaustive)
+    run = _Run(job, trace, start, rule, random.Random(seed), settings or Settings.from_env(), exhaustive)
     total, interval = job.work_seconds, job.checkpoint_seconds
     give_up = job.deadline_seconds + 2 * total
     run.create(0.0, SPOT if rule is not None else ON_DEMAND)
