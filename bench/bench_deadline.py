@@ -264,7 +264,7 @@ def markdown(cell: dict) -> str:
     )
     rows = [
         f"job fraction {cell['job_fraction']}, d = {cell['changeover_hours']} h "
-        f"({cell['traces']} traces x {cell['starts']} starts; {model}; {cell['seconds']} s)",
+        f"({cell['traces']} traces x {cell['starts']} starts; {model}; {cell['seconds']} s, {cell['cpu_seconds']} s of CPU)",
         "",
         "| policy | cost mean | cost p75 | Spot h | on-demand h | misses | switches |",
         "|---|---|---|---|---|---|---|",

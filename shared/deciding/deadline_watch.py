@@ -14,8 +14,7 @@ The inputs come from the record alone (`deadline_situation`, which `spotjobs sta
   to the other's;
 - the changeover: the envelope's `changeover_seconds`, else `changeover_estimate` of the
   create-to-running times Vertex reported for this request's on-demand attempts in the location
-  (a Spot attempt's own wait for capacity is no changeover of on-demand's), never below the prior
-  until enough were seen;
+  (a Spot attempt's own wait for capacity is no changeover of on-demand's), never below the prior;
 - the review interval: the reconcile interval (`Settings.reconcile_interval_seconds`) plus the
   checkpoint interval (`checkpoint_interval`): between two commits the committed slack falls as
   if the job waited, so a commit may come up to one interval after the moment that mattered;
