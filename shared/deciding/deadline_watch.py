@@ -115,9 +115,9 @@ def deadline_situation(
 
 def checkpoint_interval(record: RequestRecord, prior_seconds: float) -> float:
     """Seconds between two commits of the trainer: the longest mean interval of an attempt that
-    committed twice or more and was never preempted (a restart's wait is no interval); the prior
-    until one is seen."""
-    seen = [a.mean_checkpoint_interval for a in record.attempts if not a.preemptions]
+    committed twice or more (a restart's wait after a preemption lengthens it: the safe side);
+    the prior until one is seen."""
+    seen = [a.mean_checkpoint_interval for a in record.attempts]
     return max((s for s in seen if s is not None), default=prior_seconds)
 
 
