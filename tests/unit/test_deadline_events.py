@@ -131,6 +131,8 @@ def test_a_spot_job_waiting_with_less_slack_than_a_checkpoint_interval_past_the_
 def test_the_checkpoint_interval_is_the_kits_with_a_prior_until_seen() -> None:
     record = on_demand_for_three_commits(deadline_in=10 * I)
     assert deadline_watch.checkpoint_interval(record, 3600.0) == I
+    record.attempts[0].preemptions = 2  # a restart's wait only lengthens the mean: still counted
+    assert deadline_watch.checkpoint_interval(record, 3600.0) == I
     record.attempts[0].checkpoints_committed = 1  # one commit: no interval seen yet
     assert deadline_watch.checkpoint_interval(record, 3600.0) == 3600.0
 
