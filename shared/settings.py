@@ -89,6 +89,9 @@ class Settings:
     # The longest time between two reconcile passes (its schedule's interval): a job waiting for
     # Spot is seen by reconcile, so the deadline rule decides that much early.
     reconcile_interval_seconds: float = _env("SPOTJOBS_RECONCILE_INTERVAL_SECONDS", 300.0, kind="float")
+    # The trainer's checkpoint interval a deadline is planned with until the kit's commit lines
+    # show one (the rule sees committed progress only: shared/deciding/deadline_watch.py).
+    checkpoint_prior_seconds: float = _env("SPOTJOBS_CHECKPOINT_PRIOR_SECONDS", 3600.0, kind="float")
     # Regions a request may name in location/locations; empty = any region.
     allowed_locations: tuple[str, ...] = _env("SPOTJOBS_ALLOWED_LOCATIONS", (), kind="list")
     # Opt-ins: CustomJob fields outside the base allowlist, each refused until its setting allows

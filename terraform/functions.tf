@@ -86,6 +86,7 @@ locals {
     min_spot_attempts            = "SPOTJOBS_MIN_SPOT_ATTEMPTS"
     changeover_prior_seconds     = "SPOTJOBS_CHANGEOVER_PRIOR_SECONDS"
     reconcile_interval_seconds   = "SPOTJOBS_RECONCILE_INTERVAL_SECONDS"
+    checkpoint_prior_seconds     = "SPOTJOBS_CHECKPOINT_PRIOR_SECONDS"
     allowed_locations            = "SPOTJOBS_ALLOWED_LOCATIONS"
     allowed_networks             = "SPOTJOBS_ALLOWED_NETWORKS"
     allowed_network_attachments  = "SPOTJOBS_ALLOWED_NETWORK_ATTACHMENTS"

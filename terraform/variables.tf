@@ -146,6 +146,7 @@ variable "settings" {
     min_spot_attempts            = optional(number)             # SPOTJOBS_MIN_SPOT_ATTEMPTS
     changeover_prior_seconds     = optional(number)             # SPOTJOBS_CHANGEOVER_PRIOR_SECONDS (default 1200)
     reconcile_interval_seconds   = optional(number)             # SPOTJOBS_RECONCILE_INTERVAL_SECONDS (default 300: keep it the reconcile schedule's interval)
+    checkpoint_prior_seconds     = optional(number)             # SPOTJOBS_CHECKPOINT_PRIOR_SECONDS (default 3600: the trainer's checkpoint interval until seen)
     allowed_locations            = optional(list(string))       # SPOTJOBS_ALLOWED_LOCATIONS (null = any region)
     allowed_networks             = optional(list(string))       # SPOTJOBS_ALLOWED_NETWORKS (opt-in: jobSpec.network, reservedIpRanges)
     allowed_network_attachments  = optional(list(string))       # SPOTJOBS_ALLOWED_NETWORK_ATTACHMENTS (opt-in: PSC interface)

@@ -38,8 +38,6 @@ from enum import StrEnum
 
 # Changeovers vary and a STANDARD GPU can also be short: plan with a high percentile, not the mean.
 CHANGEOVER_PERCENTILE = 0.9
-# Observations needed before they alone (not the prior) set the estimate.
-CHANGEOVER_MIN_SAMPLES = 5
 
 
 class Rule(StrEnum):
@@ -183,16 +181,15 @@ def changeover_estimate(
     observed_seconds: Sequence[float],
     prior_seconds: float,
     percentile: float = CHANGEOVER_PERCENTILE,
-    min_samples: int = CHANGEOVER_MIN_SAMPLES,
 ) -> float:
     """The changeover to plan with: a high percentile of those observed (per machine type and
-    location), never below the prior (`Settings.changeover_prior_seconds`) until
-    `min_samples` were seen."""
+    location), never below the prior (`Settings.changeover_prior_seconds`). The prior stays a
+    floor however many were seen: the p90 of a handful is their largest, often below the true
+    p90, and the rule's guarantee needs d not underestimated (issue 31)."""
     if not observed_seconds:
         return prior_seconds
     ordered = sorted(observed_seconds)
-    high = ordered[min(len(ordered) - 1, math.ceil(percentile * len(ordered)) - 1)]
-    return high if len(ordered) >= min_samples else max(high, prior_seconds)
+    return max(prior_seconds, ordered[min(len(ordered) - 1, math.ceil(percentile * len(ordered)) - 1)])
 
 
 def _changeover_left(s: Situation) -> float:

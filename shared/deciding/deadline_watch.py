@@ -14,9 +14,12 @@ The inputs come from the record alone (`deadline_situation`, which `spotjobs sta
   to the other's;
 - the changeover: the envelope's `changeover_seconds`, else `changeover_estimate` of the
   create-to-running times Vertex reported for this request's on-demand attempts in the location
-  (a Spot attempt's own wait for capacity is no changeover of on-demand's), never below the prior
-  until enough were seen;
-- the review interval: the reconcile interval (`Settings.reconcile_interval_seconds`).
+  (a Spot attempt's own wait for capacity is no changeover of on-demand's), never below the prior;
+- the review interval: the reconcile interval (`Settings.reconcile_interval_seconds`) plus the
+  checkpoint interval (`checkpoint_interval`): between two commits the committed slack falls as
+  if the job waited, so a commit may come up to one interval after the moment that mattered;
+- whether Spot has capacity: known to have none for a back-off after the request's last tries of
+  Spot found none (`no_spot_capacity_until`), else unknown.
 
 A switch is a decision like any other, made in the record under compare-and-swap: the Spot
 attempt's outcome becomes SWITCHED_TO_ON_DEMAND (set once, so a redelivery or a concurrent pass
@@ -58,6 +61,9 @@ from shared.ledger.states import AttemptOutcome, RequestStatus
 from shared.requests.attempts import ON_DEMAND, SPOT
 
 SWITCH_REASON = "deadline"
+# The back-off on Spot after tries that found no capacity doubles at most this often (1,024 times
+# the last wait): the streak of a rule that ignores it (Uniform Progress) grows without bound.
+BACK_OFF_DOUBLINGS = 10
 
 
 def note_progress(attempt: Attempt, total_steps: int | None, steps_per_second: float | None) -> None:
@@ -74,6 +80,7 @@ def deadline_situation(
     *,
     prior_seconds: float,
     review_seconds: float,
+    checkpoint_prior_seconds: float,
     running: bool = False,
 ) -> Situation | None:
     """The deadline rule's inputs for the request's latest attempt; None without a deadline, or
@@ -105,8 +112,37 @@ def deadline_situation(
         placement=placement,
         placed_at=min(now, placed_at),
         changeover_seconds=float(changeover),
-        review_seconds=review_seconds,
+        review_seconds=review_seconds + checkpoint_interval(record, checkpoint_prior_seconds),
+        spot_available=False if (until := no_spot_capacity_until(record)) and now < until else None,
     )
+
+
+def checkpoint_interval(record: RequestRecord, prior_seconds: float) -> float:
+    """Seconds between two commits of the trainer: the longest mean interval of an attempt that
+    committed twice or more (a restart's wait after a preemption lengthens it: the safe side);
+    the prior until one is seen."""
+    seen = [a.mean_checkpoint_interval for a in record.attempts]
+    return max((s for s in seen if s is not None), default=prior_seconds)
+
+
+def no_spot_capacity_until(record: RequestRecord) -> datetime | None:
+    """Until when Spot is taken to have no capacity (`Situation.spot_available` False), when the
+    request's last tries of Spot found none: for as long as the last one waited in vain, doubled
+    for each such try in a row (a back-off). Without it Uniform Progress goes back to Spot through
+    a whole outage every few changeovers, each time a cancel, a create and an on-demand changeover
+    (issue 31)."""
+    futile: list[Attempt] = []
+    for attempt in reversed(record.attempts):
+        if attempt.strategy != SPOT:
+            continue
+        if attempt.started_at or attempt.outcome is not AttemptOutcome.SWITCHED_TO_ON_DEMAND:
+            break
+        futile.append(attempt)
+    if not futile or not futile[0].cancel_decided_at:
+        return None
+    left = parse_iso(futile[0].cancel_decided_at)
+    waited = (left - parse_iso(futile[0].created_at or futile[0].claimed_at)).total_seconds()
+    return left + timedelta(seconds=waited * 2 ** min(len(futile) - 1, BACK_OFF_DOUBLINGS))
 
 
 def watch_deadline(
@@ -118,6 +154,7 @@ def watch_deadline(
     prior_seconds: float,
     review_seconds: float,
     refuses: Callable[[str], Violation | None],
+    checkpoint_prior_seconds: float,
     running: bool = False,
 ) -> DeadlineDecision | None:
     """Ask the deadline rule about the request's current attempt and carry out its answer in the
@@ -130,7 +167,12 @@ def watch_deadline(
     if record.is_terminal or record.requeue is not None:
         return None
     situation = deadline_situation(
-        record, now, prior_seconds=prior_seconds, review_seconds=review_seconds, running=running
+        record,
+        now,
+        prior_seconds=prior_seconds,
+        review_seconds=review_seconds,
+        checkpoint_prior_seconds=checkpoint_prior_seconds,
+        running=running,
     )
     if situation is None:
         return None

@@ -107,6 +107,7 @@ class DecisionPolicy:
     kit_lines_settle_seconds: float
     changeover_prior_seconds: float
     reconcile_interval_seconds: float
+    checkpoint_prior_seconds: float
     # What capacity other than Spot an attempt may be planned on (shared.requests.policy.check_strategy).
     allowed_fallback_strategies: tuple[str, ...]
     min_spot_attempts: int
@@ -122,6 +123,7 @@ class DecisionPolicy:
             kit_lines_settle_seconds=settings.kit_lines_settle_seconds,
             changeover_prior_seconds=settings.changeover_prior_seconds,
             reconcile_interval_seconds=settings.reconcile_interval_seconds,
+            checkpoint_prior_seconds=settings.checkpoint_prior_seconds,
             allowed_fallback_strategies=settings.allowed_fallback_strategies,
             min_spot_attempts=settings.min_spot_attempts,
         )
@@ -245,6 +247,7 @@ def _watch_deadline(
         prior_seconds=policy.changeover_prior_seconds,
         review_seconds=policy.reconcile_interval_seconds,
         refuses=lambda strategy: policy.refuses(strategy, record, attempt.n + 1),
+        checkpoint_prior_seconds=policy.checkpoint_prior_seconds,
         running=running,
     )
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from shared.clock import now_iso
+from shared.clock import now_iso, parse_iso
 from shared.errors import SpotjobsError
 from shared.jobs import JobState
 from shared.ledger.states import AttemptOutcome, RequestStatus
@@ -71,6 +71,14 @@ class Attempt:
         the cancel is asynchronous (CANCELLING first), and the next attempt must wait for the end
         or both would train into the request's checkpoints."""
         return self.cancel_decided_at is not None and self.state not in JobState.TERMINAL
+
+    @property
+    def mean_checkpoint_interval(self) -> float | None:
+        """Seconds between two of its commits on average (the kit's lines); None before two."""
+        if self.checkpoints_committed < 2 or not self.first_checkpoint_at or not self.last_checkpoint_at:
+            return None
+        span = parse_iso(self.last_checkpoint_at) - parse_iso(self.first_checkpoint_at)
+        return span.total_seconds() / (self.checkpoints_committed - 1)
 
     @property
     def job_id(self) -> str | None:

@@ -227,6 +227,7 @@ def deadline_view(record: RequestRecord, settings: Settings, now: datetime | Non
         now or utcnow(),
         prior_seconds=settings.changeover_prior_seconds,
         review_seconds=settings.reconcile_interval_seconds,
+        checkpoint_prior_seconds=settings.checkpoint_prior_seconds,
     )
     if situation is None:
         return {**view, "known": False}  # the work or its rate not known yet (no kit line so far)

@@ -91,12 +91,7 @@ def advise(record: RequestRecord, rates: dict[tuple[str, str], PreemptionRate]) 
 
 
 def _interval_used(attempts: list[Attempt]) -> float | None:
-    spans = [
-        (parse_iso(a.last_checkpoint_at) - parse_iso(a.first_checkpoint_at)).total_seconds()
-        / (a.checkpoints_committed - 1)
-        for a in attempts
-        if a.checkpoints_committed > 1 and a.first_checkpoint_at and a.last_checkpoint_at
-    ]
+    spans = [a.mean_checkpoint_interval for a in attempts if a.mean_checkpoint_interval is not None]
     return sum(spans) / len(spans) if spans else None
 
 

@@ -173,13 +173,15 @@ def test_slack_counts_the_on_demand_step_rate_and_the_changeover_left() -> None:
     assert slack_seconds(s) == pytest.approx(10 * HOUR - 4000 - (D - 100))
 
 
-def test_changeover_estimate_a_high_percentile_with_a_prior_until_enough_are_seen() -> None:
+def test_changeover_estimate_a_high_percentile_never_below_the_prior() -> None:
     prior = 1200.0
     assert changeover_estimate([], prior) == prior
     assert changeover_estimate([100.0, 200.0], prior) == prior
     seen = [100.0 * i for i in range(1, 11)]  # 100 .. 1000
-    assert changeover_estimate(seen, prior) == 900.0  # the 90th percentile, below the prior: seen enough
-    assert changeover_estimate([*seen, 5000.0], prior) == 1000.0
+    assert changeover_estimate(seen, prior) == prior  # the 90th percentile, 900 s: below the floor
+    tens = [150.0 * i for i in range(1, 11)]  # 150 .. 1500
+    assert changeover_estimate(tens, prior) == 1350.0  # the 90th percentile
+    assert changeover_estimate([*tens, 5000.0], prior) == 1500.0
     assert changeover_estimate([3000.0, 100.0], prior) == 3000.0  # a slow one counts at once
 
 

@@ -35,7 +35,9 @@ def deadline(slack: float, *, total_steps: int | None = STEPS) -> dict[str, obje
 
 
 def situation(record, **kwargs):
-    return deadline_situation(record, NOW, prior_seconds=1200.0, review_seconds=REVIEW, **kwargs)
+    return deadline_situation(
+        record, NOW, prior_seconds=1200.0, review_seconds=REVIEW, checkpoint_prior_seconds=3600.0, **kwargs
+    )
 
 
 def test_a_spot_job_queued_within_its_changeover_is_on_spot_and_waits_after_it() -> None:
