@@ -201,7 +201,8 @@ def test_status_shows_requests_as_a_table_and_as_json(
         ledger_env.restore(_record(request_id, created))
 
     assert main(["status"]) == 0
-    table = capsys.readouterr().out.splitlines()
+    counts, *table = capsys.readouterr().out.splitlines()
+    assert counts == "2 requests: REQUEUED 2"
     assert table[0].split() == [
         "REQUEST_ID",
         "STATUS",
