@@ -47,6 +47,12 @@ class MemoryBucket:
         """Backdate an object's last write (a ledger with history)."""
         self._objects[name].updated = moment
 
+    def objects(self) -> Iterator[tuple[str, bytes, dict[str, str] | None, datetime]]:
+        """Every object (name, body, custom metadata, last write), in name order: to copy elsewhere."""
+        for name in self._names:
+            stored = self._objects[name]
+            yield name, stored.data, stored.metadata, stored.updated
+
     def _call(self, kind: str, size: int) -> None:
         with self._lock:
             self.calls[kind] += 1
