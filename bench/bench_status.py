@@ -118,12 +118,12 @@ def run_query(bucket: MemoryBucket, argv: list[str], limit: int = 100) -> dict:
     from shared.ledger.store import LedgerStore
     from spotjobs.cli import build_parser
     from spotjobs.cli.find import find_records, format_counts
-    from spotjobs.cli.status import _query, format_requests
+    from spotjobs.cli.status import format_requests, query_of
 
     args = build_parser().parse_args(["status", *argv, "--limit", str(limit)])
     bucket.reset_counts()
     started = time.perf_counter()
-    found = find_records(LedgerStore(bucket), _query(args), args.limit)
+    found = find_records(LedgerStore(bucket), query_of(args), args.limit)
     text = format_counts(found) + format_requests(found.records)
     wall = time.perf_counter() - started
     return {
@@ -141,14 +141,14 @@ def full_read(bucket: MemoryBucket, argv: list[str]) -> dict:
     and the listing's metadata."""
     from shared.ledger.store import LedgerStore
     from spotjobs.cli import build_parser
-    from spotjobs.cli.find import RECORD_READERS, _pages
-    from spotjobs.cli.status import _query
+    from spotjobs.cli.find import RECORD_READERS, every_row
+    from spotjobs.cli.status import query_of
 
-    query = _query(build_parser().parse_args(["status", *argv]))
+    query = query_of(build_parser().parse_args(["status", *argv]))
     ledger = LedgerStore(bucket)
     bucket.reset_counts()
     started = time.perf_counter()
-    ids = [row.request_id for row in _pages(ledger.list_requests)]
+    ids = [row.request_id for row in every_row(ledger.list_requests)]
     with ThreadPoolExecutor(RECORD_READERS) as pool:
         matches = [r for r in pool.map(ledger.get, ids) if r is not None and query.matches(r)]
     return {

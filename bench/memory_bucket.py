@@ -146,12 +146,6 @@ class MemoryBlob:
         raw = data.encode() if isinstance(data, str) else data
         self.generation = self._bucket._upload(self.name, raw, self.metadata, content_type, if_generation_match)
 
-    def exists(self) -> bool:
-        return self._bucket.get_blob(self.name) is not None
-
-    def delete(self) -> None:
-        self._bucket.delete_blob(self.name)
-
 
 class _Listing:
     """One page of a listing, as the store reads it (`next(iterator.pages)`, `next_page_token`)."""

@@ -138,27 +138,24 @@ def find_records(ledger: Any, query: Query, limit: int) -> Found:
     matches are read, plus any document whose metadata cannot tell (written before it held it)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    def read(request_id: str) -> RequestRecord | None:
-        return ledger.get(request_id)
-
     with ThreadPoolExecutor(RECORD_READERS) as pool:
         if query.active_only and ledger.index_built():
-            ids = [entry.request_id for entry in _pages(ledger.list_active)]
-            read_ahead = [r for r in pool.map(read, ids) if r is not None and query.matches(r)]
-            return _newest(read_ahead, [], limit, pool, read, reads=len(ids))
+            ids = [entry.request_id for entry in every_row(ledger.list_active)]
+            read_ahead = [r for r in pool.map(ledger.get, ids) if r is not None and query.matches(r)]
+            return _newest(read_ahead, [], limit, pool, ledger, reads=len(ids))
         listed, undecided = [], []
-        for row in _pages(ledger.list_requests):
+        for row in every_row(ledger.list_requests):
             verdict = query.matches_listed(row)
             if verdict is None or (verdict and not row.created_at):
                 undecided.append(row.request_id)
             elif verdict:
                 listed.append(row)
-        read_ahead = [r for r in pool.map(read, undecided) if r is not None and query.matches(r)]
-        return _newest(read_ahead, listed, limit, pool, read, reads=len(undecided))
+        read_ahead = [r for r in pool.map(ledger.get, undecided) if r is not None and query.matches(r)]
+        return _newest(read_ahead, listed, limit, pool, ledger, reads=len(undecided))
 
 
 def _newest(
-    read_ahead: list[RequestRecord], listed: list[ListedRequest], limit: int, pool: Any, read: Any, *, reads: int
+    read_ahead: list[RequestRecord], listed: list[ListedRequest], limit: int, pool: Any, ledger: Any, *, reads: int
 ) -> Found:
     """The newest `limit` of the matches (records already read, and rows still to read)."""
     counts = Counter(r.status for r in read_ahead) + Counter(row.status for row in listed)
@@ -166,12 +163,12 @@ def _newest(
     candidates += [(row.created_at or "", row.request_id, None) for row in listed]
     chosen = sorted(candidates, key=lambda c: c[0], reverse=True)[: max(0, limit)]
     to_read = [request_id for _, request_id, record in chosen if record is None]
-    fetched = {r.request_id: r for r in pool.map(read, to_read) if r is not None}
+    fetched = {r.request_id: r for r in pool.map(ledger.get, to_read) if r is not None}
     records = [record or fetched.get(request_id) for _, request_id, record in chosen]
     return Found([r for r in records if r is not None], counts, reads + len(to_read))
 
 
-def _pages(list_page: Any) -> Iterator[Any]:
+def every_row(list_page: Any) -> Iterator[Any]:
     """Every row of a paged ledger listing (`list_requests`, `list_active`)."""
     token: str | None = None
     while True:

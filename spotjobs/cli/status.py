@@ -105,7 +105,7 @@ def run_status(args: argparse.Namespace) -> int:
             return EXIT_FAILED
         records = [record]
     else:
-        found = find_records(ledger, _query(args), args.limit)
+        found = find_records(ledger, query_of(args), args.limit)
         records = found.records
     if args.json:
         payload: Any = records[0].to_json() if args.request_id else [r.to_json() for r in records]
@@ -158,7 +158,7 @@ def _watch_status(args: argparse.Namespace, ledger: Any, settings: Settings) -> 
             record = ledger.get(args.request_id)
             records = [record] if record else []
         else:
-            found = find_records(ledger, _query(args), args.limit)
+            found = find_records(ledger, query_of(args), args.limit)
             records = found.records
         if args.json:
             payload: Any = (
@@ -188,7 +188,7 @@ def recent_records(ledger: Any, limit: int) -> list[RequestRecord]:
     return find_records(ledger, Query(), limit).records
 
 
-def _query(args: argparse.Namespace) -> Query:
+def query_of(args: argparse.Namespace) -> Query:
     return Query(frozenset(args.statuses or ()), dict(args.labels or ()), args.since)
 
 

@@ -31,10 +31,10 @@ def _record(request_id: str, status: str, labels: dict[str, str], created: datet
     )
 
 
-def _ledger(finished: int, active: int, bucket: MemoryBucket | None = None) -> tuple[LedgerStore, MemoryBucket]:
+def _ledger(finished: int, active: int) -> tuple[LedgerStore, MemoryBucket]:
     """`finished` SUCCEEDED/FAILED requests (every third FAILED, half team=vision) changed days
     ago, and `active` RUNNING ones (half team=vision) changed now; the index built."""
-    bucket = bucket or MemoryBucket()
+    bucket = MemoryBucket()
     ledger = LedgerStore(bucket)
     for i in range(finished):
         created = NOW - timedelta(days=10, minutes=i)
@@ -72,9 +72,7 @@ def test_a_stale_marker_is_read_and_left_out() -> None:
 
 
 def test_without_the_index_built_an_active_query_lists_every_request() -> None:
-    bucket = MemoryBucket()
-    ledger = LedgerStore(bucket)
-    _ledger(20, active=3, bucket=bucket)
+    ledger, bucket = _ledger(20, active=3)
     bucket.delete_blob("maintenance/active-index.json")
     bucket.reset_counts()
 
