@@ -33,8 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         subparsers,
         "status",
         help="requests and their attempts, from the ledger",
-        description="Reads the ledger: one line per request, or one request with every attempt. "
-        "Exits 1 when the request is not in the ledger.",
+        description="Reads the ledger: one line per request (the filters' matches, newest first, under a "
+        "count per status), or one request with every attempt. Exits 1 when the request is not in the "
+        "ledger, 2 on a filter it cannot read.",
         examples=[
             "spotjobs status",
             "spotjobs status resnet-nightly-001 --json",
