@@ -8,8 +8,9 @@ with no storage in it, is `shared.ledger.records`.
 
 Layout in `gs://<state bucket>/`:
 - `requests/<request_id>.json`: a `RequestRecord` (the request, its status and attempts).
-  Its custom metadata carries `status` and `created_at`, so a listing tells which requests are
-  still active, and which are newest, without downloading every document.
+  Its custom metadata carries `status`, `created_at` and the CustomJob's `labels`, so a listing
+  tells which requests are still active, which are newest and which carry a label, without
+  downloading every document.
 - `jobs/<job_id>.json`: `{"request_id", "attempt", "location", "job"}`, written once per created
   job. A log entry names only the numeric job id; this index answers "is it ours, and where"
   with one read and no Vertex call.
@@ -76,6 +77,11 @@ INDEX_BUILT = f"{MAINTENANCE_PREFIX}active-index.json"
 INDEX_GRACE_SECONDS = 900.0
 # How long a record read ahead by a reconcile pass's index check may stand in for a read.
 PREFETCH_SECONDS = 60.0
+# The largest `labels` metadata value written: GCS allows 8 KiB of custom metadata per object and
+# 4 KiB per value (https://docs.cloud.google.com/storage/docs/reference/rpc/google.storage.v1,
+# ServiceConstants), and a CustomJob's labels may take more (64-character keys and values). Larger
+# label sets are left out: a listing then reads the record, as for one written before labels were kept.
+LABELS_METADATA_BYTES = 2048
 
 
 @dataclass(frozen=True)
@@ -87,6 +93,7 @@ class ListedRequest:
     pending_effects: bool
     updated: datetime | None = None  # the document's last write (listings only)
     created_at: str | None = None  # the record's; None for a document written before it was kept
+    labels: dict[str, str] | None = None  # the CustomJob's; None when not kept (read the record)
 
     @property
     def needs_reconcile(self) -> bool:
@@ -213,6 +220,7 @@ class LedgerStore:
                     metadata.get("pending_effects") == "true",
                     blob.updated,
                     metadata.get("created_at"),
+                    _listed_labels(metadata.get("labels")),
                 )
             )
         return rows, iterator.next_page_token
@@ -281,8 +289,12 @@ class LedgerStore:
 
     def _write(self, record: RequestRecord, generation: int) -> None:
         blob = self._bucket.blob(_request_path(record.request_id))
-        # What a listing needs without a download: reconcile's selection, status's newest first.
+        # What a listing needs without a download: reconcile's selection, status's newest first
+        # and its label filter.
         metadata = {"status": record.status, "created_at": record.created_at}
+        labels = json.dumps(job_labels(record), sort_keys=True, separators=(",", ":"))
+        if len(labels.encode()) <= LABELS_METADATA_BYTES:
+            metadata["labels"] = labels
         if record.has_pending_effects:
             metadata["pending_effects"] = "true"
         blob.metadata = metadata
@@ -460,6 +472,23 @@ class LedgerStore:
         except NotFound:
             return None
         return JobIndexEntry(**json.loads(raw))
+
+
+def job_labels(record: RequestRecord) -> dict[str, str]:
+    """The labels the request gives its CustomJob (the user's; spotjobs adds its own at creation)."""
+    labels = (record.request.get("custom_job") or {}).get("labels") or {}
+    return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
+
+
+def _listed_labels(value: str | None) -> dict[str, str] | None:
+    """The `labels` metadata as written by `_write`; None when absent or unreadable."""
+    if not value:
+        return None
+    try:
+        labels = json.loads(value)
+    except ValueError:
+        return None
+    return labels if isinstance(labels, dict) else None
 
 
 def _emulator_in_use() -> bool:

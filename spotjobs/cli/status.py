@@ -1,10 +1,13 @@
 """`spotjobs status`: requests and their attempts from the ledger; `--watch` follows them.
 
     spotjobs status [REQUEST_ID] [--json] [--watch]
+    spotjobs status [--status S]... [--label K=V]... [--since T] [--limit N]
 
 One line per request, or one request with every attempt, its re-queue and the checkpoint-interval
 advice (spotjobs/reporting/advice.py). Preemptions read as a count, or "≥1" when an attempt ended by
 preemption and nothing said how often.
+
+Finding requests (the filters, the counts on top, what they read): spotjobs/cli/find.py.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from shared.deciding.preemptions import preemptions_text, total_preemptions_text
-from spotjobs.cli.common import EXIT_FAILED, EXIT_OK, command, terminal_text
+from spotjobs.cli.common import EXIT_FAILED, EXIT_INVALID, EXIT_OK, command, terminal_text
+from spotjobs.cli.find import Query, find_records, format_counts, label_filter, since_filter, status_filter, statuses
 
 if TYPE_CHECKING:
     from shared.ledger.records import RequestRecord
@@ -29,15 +33,42 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         subparsers,
         "status",
         help="requests and their attempts, from the ledger",
-        description="Reads the ledger: one line per request, or one request with every attempt. "
-        "Exits 1 when the request is not in the ledger.",
+        description="Reads the ledger: one line per request (the filters' matches, newest first, under a "
+        "count per status), or one request with every attempt. Exits 1 when the request is not in the "
+        "ledger, 2 on a filter it cannot read.",
         examples=[
             "spotjobs status",
             "spotjobs status resnet-nightly-001 --json",
             "spotjobs status resnet-nightly-001 --watch",
+            "spotjobs status --status active --label team=vision",
+            "spotjobs status --status failed --since 24h",
         ],
     )
     status.add_argument("request_id", nargs="?", help="one request (default: all, newest first)")
+    status.add_argument(
+        "--status",
+        dest="statuses",
+        action="append",
+        type=status_filter,
+        metavar="STATUS",
+        help="only requests with this status (repeatable): active (not finished), "
+        + ", ".join(s.lower() for s in statuses()),
+    )
+    status.add_argument(
+        "--label",
+        dest="labels",
+        action="append",
+        type=label_filter,
+        metavar="KEY=VALUE",
+        help="only requests whose CustomJob carries this label (repeatable: all of them)",
+    )
+    status.add_argument(
+        "--since",
+        type=since_filter,
+        metavar="TIME",
+        help="only requests changed (created, moved on or finished) since TIME: an RFC 3339 time or "
+        "date (2026-11-30T08:00:00Z, 2026-11-30) or a duration back from now (90m, 24h, 7d)",
+    )
     status.add_argument("--json", action="store_true", help="print the ledger records as JSON")
     status.add_argument("--limit", type=int, default=100, help="at most this many requests (default 100)")
     status.add_argument("--project", help="Google Cloud project (default: GOOGLE_CLOUD_PROJECT)")
@@ -55,6 +86,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_status(args: argparse.Namespace) -> int:
+    if args.request_id and (args.statuses or args.labels or args.since):
+        print("--status, --label and --since find requests; give them without a REQUEST_ID", file=sys.stderr)
+        return EXIT_INVALID
     from shared.ledger.store import LedgerStore
     from shared.settings import get_settings
 
@@ -72,7 +106,8 @@ def run_status(args: argparse.Namespace) -> int:
             return EXIT_FAILED
         records = [record]
     else:
-        records = recent_records(ledger, args.limit)
+        found = find_records(ledger, query_of(args), args.limit)
+        records = found.records
     if args.json:
         payload: Any = records[0].to_json() if args.request_id else [r.to_json() for r in records]
         if args.request_id:
@@ -87,7 +122,7 @@ def run_status(args: argparse.Namespace) -> int:
         if advice is not None:
             sys.stdout.write(advice.sentence() + "\n")
     else:
-        sys.stdout.write(format_requests(records))
+        sys.stdout.write(format_counts(found) + format_requests(records))
     return EXIT_OK
 
 
@@ -124,7 +159,8 @@ def _watch_status(args: argparse.Namespace, ledger: Any, settings: Settings) -> 
             record = ledger.get(args.request_id)
             records = [record] if record else []
         else:
-            records = recent_records(ledger, args.limit)
+            found = find_records(ledger, query_of(args), args.limit)
+            records = found.records
         if args.json:
             payload: Any = (
                 (records[0].to_json() if records else None) if args.request_id else [r.to_json() for r in records]
@@ -133,7 +169,7 @@ def _watch_status(args: argparse.Namespace, ledger: Any, settings: Settings) -> 
         elif args.request_id:
             text = format_request(records[0], settings) if records else f"{args.request_id}: not in the ledger yet\n"
         else:
-            text = format_requests(records)
+            text = format_counts(found) + format_requests(records)
         if text != shown:
             if shown is not None and not args.json:
                 sys.stdout.write("\n")
@@ -149,32 +185,12 @@ def _watch_status(args: argparse.Namespace, ledger: Any, settings: Settings) -> 
 
 
 def recent_records(ledger: Any, limit: int) -> list[RequestRecord]:
-    """The `limit` most recently created requests, newest first.
-
-    Chosen from a listing (each document's `created_at` is in its metadata), so only those
-    `limit` records are downloaded, in parallel, however long the history. A document written
-    before the metadata held it is downloaded to learn its time (exact, and rare: any write of
-    the record adds it)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    listed, unlisted = [], []
-    token: str | None = None
-    while True:
-        rows, token = ledger.list_requests(page_size=1000, page_token=token)
-        for row in rows:
-            (listed if row.created_at else unlisted).append(row)
-        if not token:
-            break
-    with ThreadPoolExecutor(RECORD_READERS) as pool:
-        older = [r for r in pool.map(lambda row: ledger.get(row.request_id), unlisted) if r]
-        newest = sorted(listed, key=lambda row: row.created_at, reverse=True)[:limit]
-        chosen = [r for r in pool.map(lambda row: ledger.get(row.request_id), newest) if r]
-    records = sorted(chosen + older, key=lambda r: r.created_at, reverse=True)
-    return records[:limit]
+    """The `limit` most recently created requests, newest first (`find_records` with no filter)."""
+    return find_records(ledger, Query(), limit).records
 
 
-# Records downloaded at once for a listing (each read mostly waits on the network).
-RECORD_READERS = 16
+def query_of(args: argparse.Namespace) -> Query:
+    return Query(frozenset(args.statuses or ()), dict(args.labels or ()), args.since)
 
 
 def format_requests(records: Sequence[RequestRecord]) -> str:

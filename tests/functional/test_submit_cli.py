@@ -201,7 +201,8 @@ def test_status_shows_requests_as_a_table_and_as_json(
         ledger_env.restore(_record(request_id, created))
 
     assert main(["status"]) == 0
-    table = capsys.readouterr().out.splitlines()
+    counts, *table = capsys.readouterr().out.splitlines()
+    assert counts == "2 requests: REQUEUED 2"
     assert table[0].split() == [
         "REQUEST_ID",
         "STATUS",
@@ -250,6 +251,33 @@ def test_the_newest_requests_are_chosen_from_the_listing_and_only_they_are_read(
     assert [r.request_id for r in records] == ["req-29", "req-28", "req-27"]
     assert sorted(reads) == ["req-07", "req-27", "req-28", "req-29"]
     assert not ledger_env.list_requests()[0][7].created_at
+
+
+def test_status_finds_requests_by_status_label_and_time_on_a_real_storage_client(
+    ledger_env: LedgerStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The labels go through fake-gcs-server's metadata and back in a listing."""
+    for request_id, team, status in (
+        ("vision-live", "vision", RequestStatus.REQUEUED),
+        ("nlp-live", "nlp", RequestStatus.REQUEUED),
+        ("vision-done", "vision", RequestStatus.SUCCEEDED),
+    ):
+        record = _record(request_id, "2026-11-29T10:00:00.000Z")
+        record.request["custom_job"] = {"labels": {"team": team}}
+        record.status = status
+        ledger_env.restore(record)
+    ledger_env.mark_index_built()
+
+    assert main(["status", "--status", "active", "--label", "team=vision"]) == 0
+    counts, header, *rows = capsys.readouterr().out.splitlines()
+    assert counts == "1 request: REQUEUED 1" and [row.split()[0] for row in rows] == ["vision-live"]
+
+    assert main(["status", "--status", "succeeded", "--label", "team=vision", "--since", "1h"]) == 0
+    counts, header, *rows = capsys.readouterr().out.splitlines()
+    assert counts == "1 request: SUCCEEDED 1" and [row.split()[0] for row in rows] == ["vision-done"]
+
+    assert main(["status", "--label", "team=nlp", "--since", "2000-01-01"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "1 request: REQUEUED 1"
 
 
 def test_status_of_an_unknown_request_exits_1(ledger_env: LedgerStore, capsys: pytest.CaptureFixture[str]) -> None:
