@@ -62,9 +62,10 @@ deleted, and never counted as a checkpoint.
 
 The functions over listings are pure; `discover` does the little I/O through a `ListingStore`
 (the pruner's GCS store, or one of the kit's storage backends), and `judge_folder` judges one
-folder with the same code (the kit, before saving a step it may have committed already). Names given to and returned by a
-store are object names: the pruner's are bucket-relative (`requests/r1/checkpoints/step-000400/`),
-the kit's are relative to the checkpoint directory (`step-000400/`, prefix "").
+folder with the same code (the kit, before saving a step it may have committed already). Names
+given to and returned by a store are object names: the pruner's are bucket-relative
+(`requests/r1/checkpoints/step-000400/`), the kit's are relative to the checkpoint directory
+(`step-000400/`, prefix "").
 """
 
 from __future__ import annotations
