@@ -13,6 +13,7 @@ per preemption, the steps since its last commit.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import pytest
 from spotjobs_kit import parse_kit_line
+from spotjobs_kit.layout import DEFAULT_COMMIT_MARKERS, KIT_MARKER
 from spotjobs_kit.lines import KitRecord
 
 from tests.support.frameworks import CASES, CHILDREN, TORN_STEP, framework_env, framework_python, readme_snippet
@@ -221,3 +223,31 @@ def test_a_finished_run_restarted_finishes_at_once_and_a_late_sigterm_exits_0(na
     assert restart.started.resumed_step == EVERY and restart.steps == [], where  # not one step more
     assert not restart.events("checkpoint_committed") and not restart.events("checkpoint_kept"), where
     assert checkpoint_files(checkpoints) == finished, where  # nothing saved, rewritten or retired
+
+
+@pytest.mark.parametrize("name", ["torch-dcp-sync", "orbax", "torch-save", "hf-trainer", "hf-accelerate", "lightning"])
+def test_a_committed_step_whose_files_were_deleted_is_saved_again_when_training_reaches_it(
+    name: str, tmp_path: Path
+) -> None:
+    script, env, processes = prepare(name, tmp_path, steps=2 * EVERY)
+    checkpoints = Path(env["AIP_CHECKPOINT_DIR"])
+    first = run_script(script, env, None, processes)
+    (broken,) = [r.checkpoint for r in first.events("checkpoint_committed") if r.step == 2 * EVERY]
+    assert broken is not None
+    listed = json.loads((checkpoints / broken / KIT_MARKER).read_text())["files"]
+    data = [f for f in sorted(listed) if f.rsplit("/", 1)[-1] not in DEFAULT_COMMIT_MARKERS]
+    (checkpoints / broken / max(data, key=listed.__getitem__)).unlink()  # its largest data file, deleted later
+    # Resumed from step 10, unless the script keeps one checkpoint (the HF scripts' limit of 1 retired it).
+    (previous,) = [r.checkpoint for r in first.events("checkpoint_committed") if r.step == EVERY]
+    resumed = EVERY if (checkpoints / str(previous)).exists() else None
+    rerun = run_script(script, env, None, processes)  # trains to step 20 again
+    restart = run_script(script, env, None, processes)
+
+    where = f"{name}: {[(r.event, r.step) for r in rerun.records]} {rerun.stderr}"
+    assert rerun.returncodes == [0] * processes and rerun.started.resumed_step == resumed, where
+    assert [(r.step, r.checkpoint) for r in rerun.events("checkpoint_torn")] == [(2 * EVERY, broken)], where
+    saved_again = [r.step for r in rerun.events("checkpoint_committed")]
+    assert saved_again == ([] if resumed else [EVERY]) + [2 * EVERY], where
+    assert not rerun.events("checkpoint_kept"), where
+    where = f"{name}, the restart: {[(r.event, r.step) for r in restart.records]} {restart.stderr}"
+    assert restart.started.resumed_step == 2 * EVERY and restart.steps == [], where  # complete again

@@ -394,6 +394,87 @@ def test_a_folder_the_framework_wrote_is_committed_after_its_files(tmp_path: Pat
     assert lines[2]["total_steps"] == 40 and lines[2]["step"] == 20
 
 
+# "Already committed" is judged by the rules discover applies, not by a marker's presence.
+
+
+def plant(root: Path, files: dict[str, bytes | str]) -> None:
+    for relative, body in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(body if isinstance(body, bytes) else body.encode())
+
+
+def kit_marker(files: dict[str, int]) -> str:
+    return json.dumps({"v": 1, "step": 0, "files": files})
+
+
+ORBAX_COMMITTED = json.dumps({"commit_timestamp_nsecs": 1})
+
+
+@pytest.mark.parametrize(
+    ("name", "files", "committed"),
+    [
+        ("step-000010/", {"w": b"12345", KIT_MARKER: kit_marker({"w": 5})}, True),
+        ("step-000011/", {KIT_MARKER: kit_marker({"w": 5})}, False),  # its file deleted later
+        ("step-000012/", {"w": b"123", KIT_MARKER: kit_marker({"w": 5})}, False),  # another size
+        ("step-000013/", {".metadata": b"m", KIT_MARKER: kit_marker({".metadata": 1, "__0_0.distcp": 4})}, False),
+        ("14/", {"commit_success.txt": b"", "d/x": b"1", KIT_MARKER: kit_marker({"d/x": 1, "d/y": 1})}, False),
+        ("15/", {"_CHECKPOINT_METADATA": ORBAX_COMMITTED}, False),  # Orbax's metadata alone
+        ("16/", {"_CHECKPOINT_METADATA": ORBAX_COMMITTED, "state/x": b"1"}, True),  # an older Orbax's rename
+        ("checkpoint-20/", {"trainer_state.json": "{}", "model.safetensors": b"m"}, True),  # HF, no marker
+        ("17.orbax-checkpoint-tmp/", {"commit_success.txt": b""}, False),
+    ],
+)
+def test_a_folder_is_committed_exactly_when_discover_judges_it_complete(
+    name: str, files: dict[str, bytes | str], committed: bool, tmp_path: Path
+) -> None:
+    plant(tmp_path / name, files)
+    run, _ = start(tmp_path)
+    assert (name in {c.name for c in run.complete_checkpoints()}) is committed  # what resuming judges
+    assert run.is_committed(name) is committed
+
+
+def test_is_committed_names_no_checkpoint_without_a_step(tmp_path: Path) -> None:
+    plant(tmp_path / "best", {KIT_MARKER: kit_marker({})})
+    run, _ = start(tmp_path)
+    assert not run.is_committed("best/")  # discover counts it as no checkpoint either
+
+
+@pytest.mark.parametrize("commit", [True, False])
+def test_a_step_whose_files_were_deleted_is_saved_again_and_committed(commit: bool, tmp_path: Path) -> None:
+    run, _ = start(tmp_path)
+    with run.checkpoint(3) as folder:
+        Path(folder, "w").write_text("step 3")
+    with run.checkpoint(5) as folder:
+        Path(folder, "w").write_text("step 5")
+    (tmp_path / "step-000005" / "w").unlink()  # deleted later: step 5's marker vouches for nothing
+    rerun, out = start(tmp_path)
+    assert rerun.resume_step() == 3
+    with rerun.checkpoint(5, commit=commit) as folder:  # training reaches step 5 again
+        Path(folder, "w").write_text("step 5, saved again")  # another size than the marker lists
+        if not commit:
+            Path(folder, ".metadata").write_text("the framework's own marker")
+    events = [(line["event"], line.get("step")) for line in kit_lines(out)]
+    assert ("checkpoint_committed", 5) in events and ("checkpoint_kept", 5) not in events
+    assert (tmp_path / "step-000005" / "w").read_text() == "step 5, saved again"
+    assert start(tmp_path)[0].resume_step() == 5
+
+
+def test_a_framework_folder_saved_again_over_a_stale_marker_is_committed_again(tmp_path: Path) -> None:
+    run, _ = start(tmp_path)
+    folder = tmp_path / "step-000020"
+    plant(folder, {"__0_0.distcp": b"old!", ".metadata": b"m"})  # what torch DCP writes
+    assert run.commit("step-000020/", 20) is True
+    (folder / "__0_0.distcp").unlink()
+    rerun, out = start(tmp_path)
+    assert not rerun.is_committed("step-000020/")  # saved again, not kept
+    (folder / "__0_0.distcp").write_bytes(b"new!")  # the re-save: the same size as before
+    assert rerun.commit("step-000020/", 20, started=0.0) is True  # a save preceded: committed afresh
+    assert rerun.commit("step-000020/", 20) is False  # then kept
+    assert [line["event"] for line in kit_lines(out)][-3:] == ["checkpoint_committed", "progress", "checkpoint_kept"]
+    assert start(tmp_path)[0].resume_step() == 20
+
+
 def test_a_torn_checkpoint_newer_than_the_resume_point_is_skipped_and_reported(tmp_path: Path) -> None:
     run, _ = start(tmp_path)
     with run.checkpoint(10) as folder:

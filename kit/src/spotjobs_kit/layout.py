@@ -61,9 +61,11 @@ overwritten in place), `vocab_32000.txt`, `eval_step_1100.json`) belongs to no o
 deleted, and never counted as a checkpoint.
 
 The functions over listings are pure; `discover` does the little I/O through a `ListingStore`
-(the pruner's GCS store, or one of the kit's storage backends). Names given to and returned by a
-store are object names: the pruner's are bucket-relative (`requests/r1/checkpoints/step-000400/`),
-the kit's are relative to the checkpoint directory (`step-000400/`, prefix "").
+(the pruner's GCS store, or one of the kit's storage backends), and `judge_folder` judges one
+folder with the same code (the kit, before saving a step it may have committed already). Names
+given to and returned by a store are object names: the pruner's are bucket-relative
+(`requests/r1/checkpoints/step-000400/`), the kit's are relative to the checkpoint directory
+(`step-000400/`, prefix "").
 """
 
 from __future__ import annotations
@@ -550,40 +552,71 @@ def discover(
     ):
         tf_named = parse_tf_index(store.read_text(grouping.tf_index.name) or "")
     units = file_units(grouping, tf_named)
-    last_hit = try_first
-    deepspeed_tag: str | None = None
+    judge = _PrefixJudge(store, prefix, markers, last_hit=try_first, deepspeed_latest=grouping.deepspeed_latest)
     # Newest first: the freshest checkpoints decide what is kept, and set the marker order early.
     for relative, step in sorted(grouping.prefixes.items(), key=lambda kv: -kv[1]):
+        units.append(judge.judge(relative, step))
+    return RequestCheckpoints(prefix, tuple(sorted_checkpoints(units)), tuple(grouping.unmanaged), judge.last_hit)
+
+
+def judge_folder(store: ListingStore, prefix: str, relative: str, markers: Sequence[str]) -> Checkpoint | None:
+    """One prefix checkpoint (`step-000400/`) judged exactly as `discover` judges it, without
+    listing the whole checkpoints folder: what the kit asks before saving a step (again). None
+    when the name carries no step number (`discover` counts it as no checkpoint)."""
+    step = step_of(stem_of(relative.rstrip("/")))
+    if step is None:
+        return None
+    latest = store.stat(prefix + DEEPSPEED_LATEST) if _DEEPSPEED_NAME.fullmatch(relative) else None
+    return _PrefixJudge(store, prefix, markers, deepspeed_latest=latest).judge(relative, step)
+
+
+class _PrefixJudge:
+    """Judges prefix checkpoints of one checkpoints folder by the rules in the module docstring,
+    carrying what one judgement learnt to the next: the marker that matched last (tried first)
+    and the tag DeepSpeed's `latest` file names (read once)."""
+
+    def __init__(
+        self,
+        store: ListingStore,
+        prefix: str,
+        markers: Sequence[str],
+        *,
+        last_hit: str | None = None,
+        deepspeed_latest: ListedObject | None = None,
+    ) -> None:
+        self.store = store
+        self.prefix = prefix
+        self.markers = markers
+        self.last_hit = last_hit
+        self.deepspeed_latest = deepspeed_latest
+        self._deepspeed_tag: str | None = None
+
+    def judge(self, relative: str, step: int) -> Checkpoint:
+        return _checked_against_kit_marker(self.store, self.prefix, self._judge(relative, step))
+
+    def _judge(self, relative: str, step: int) -> Checkpoint:
+        store, prefix = self.store, self.prefix
         if is_orbax_tmp(relative):
-            units.append(Checkpoint(relative, Kind.PREFIX, step, False, evidence=Evidence.ORBAX_TMP))
-            continue
+            return Checkpoint(relative, Kind.PREFIX, step, False, evidence=Evidence.ORBAX_TMP)
         if _HF_NAME.fullmatch(relative):
             listing = store.list_folder(f"{prefix}{relative}")
             subfolders = [s[len(listing.prefix) :].rstrip("/") for s in listing.subfolders]
-            units.append(judge_prefix_listing(relative, step, prefix, listing.files, subfolders, markers))
-            continue
-        found = None
-        for marker in order_markers(markers, last_hit):
+            return judge_prefix_listing(relative, step, prefix, listing.files, subfolders, self.markers)
+        for marker in order_markers(self.markers, self.last_hit):
             found = store.stat(f"{prefix}{relative}{marker}")
             if found is not None:
-                last_hit = marker
-                break
-        if found is not None:
-            units.append(Checkpoint(relative, Kind.PREFIX, step, True, (found,), evidence=Evidence.MARKER))
-        elif _DEEPSPEED_NAME.fullmatch(relative) and grouping.deepspeed_latest is not None:
-            if deepspeed_tag is None:
-                deepspeed_tag = (store.read_text(grouping.deepspeed_latest.name) or "").strip()
-            if deepspeed_tag != relative.rstrip("/"):
-                units.append(Checkpoint(relative, Kind.PREFIX, step, False, evidence=Evidence.NO_MARKER))
-            elif not any(o.name.endswith(DEEPSPEED_MODEL_STATES) for o in store.list_folder(prefix + relative).files):
-                units.append(Checkpoint(relative, Kind.PREFIX, step, False, evidence=Evidence.DEEPSPEED_INCOMPLETE))
-            else:
-                latest = (grouping.deepspeed_latest,)
-                units.append(Checkpoint(relative, Kind.PREFIX, step, True, latest, evidence=Evidence.DEEPSPEED_LATEST))
-        else:
-            units.append(_judge_orbax_metadata(store, prefix, relative, step))
-    units = [_checked_against_kit_marker(store, prefix, c) for c in units]
-    return RequestCheckpoints(prefix, tuple(sorted_checkpoints(units)), tuple(grouping.unmanaged), last_hit)
+                self.last_hit = marker
+                return Checkpoint(relative, Kind.PREFIX, step, True, (found,), evidence=Evidence.MARKER)
+        if _DEEPSPEED_NAME.fullmatch(relative) and self.deepspeed_latest is not None:
+            if self._deepspeed_tag is None:
+                self._deepspeed_tag = (store.read_text(self.deepspeed_latest.name) or "").strip()
+            if self._deepspeed_tag != relative.rstrip("/"):
+                return Checkpoint(relative, Kind.PREFIX, step, False, evidence=Evidence.NO_MARKER)
+            if not any(o.name.endswith(DEEPSPEED_MODEL_STATES) for o in store.list_folder(prefix + relative).files):
+                return Checkpoint(relative, Kind.PREFIX, step, False, evidence=Evidence.DEEPSPEED_INCOMPLETE)
+            latest = (self.deepspeed_latest,)
+            return Checkpoint(relative, Kind.PREFIX, step, True, latest, evidence=Evidence.DEEPSPEED_LATEST)
+        return _judge_orbax_metadata(store, prefix, relative, step)
 
 
 def _judge_orbax_metadata(store: ListingStore, prefix: str, relative: str, step: int) -> Checkpoint:

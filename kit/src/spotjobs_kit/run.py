@@ -31,7 +31,8 @@ explicitly, never the framework's own "latest" guess.
 
 Committing never un-commits: `checkpoint(step)` for a step already complete is a no-op that says
 so (`checkpoint_kept`; the block gets a scratch folder, thrown away), because rewriting the files
-of the only resume point in place would tear it. A folder a framework wrote itself (HF's
+of the only resume point in place would tear it. Complete is judged by the rules resuming uses
+(`layout.judge_folder`): a step whose marker lists files deleted since is saved again. A folder a framework wrote itself (HF's
 `checkpoint-20/`) is committed with `commit(name, step)` once the framework returned (and, across
 processes, after the framework's barrier): its files are fsync'ed, then the marker is written.
 
@@ -87,6 +88,7 @@ from spotjobs_kit.layout import (
     Checkpoint,
     Kind,
     discover,
+    judge_folder,
     newest_complete,
     sorted_checkpoints,
 )
@@ -343,9 +345,12 @@ class Run:
     # Saving.
 
     def is_committed(self, name: str) -> bool:
-        """Whether the checkpoint folder `name` (`step-000400/`, `checkpoint-20/`) is complete:
-        one of the commit markers is in it."""
-        return any(self.store.stat(name + marker) is not None for marker in self.markers)
+        """Whether the checkpoint folder `name` (`step-000400/`, `checkpoint-20/`) is complete by
+        the rules `discover` applies (`judge_folder`): a marker is not enough when the kit's lists
+        files that are gone, nor Orbax's `_CHECKPOINT_METADATA` alone. An incomplete folder is
+        saved again, its stale objects replaced as the framework replaces them."""
+        judged = judge_folder(self.store, "", name, self.markers)
+        return judged is not None and judged.complete
 
     def local_dir(self) -> str:
         """The checkpoint directory as a local path (the FUSE mount or a local folder), for a
@@ -363,9 +368,10 @@ class Run:
         made durable (fsync'ed, or uploaded for GCS), then the `COMMITTED` marker is written,
         last, with the file list; then `checkpoint_committed` is printed. On an exception nothing
         is committed. `commit=False`: the framework writes its own marker (Orbax, torch DCP); the
-        kit times and reports the save, and uploads the markers last. A step already committed
-        is not saved again: the block gets a scratch folder, thrown away, and `checkpoint_kept`
-        is printed (the committed files stay exactly as they were)."""
+        kit times and reports the save, and uploads the markers last (a kit marker left from an
+        earlier save of the step is replaced all the same). A step already committed (by the
+        rules `discover` applies) is not saved again: the block gets a scratch folder, thrown
+        away, and `checkpoint_kept` is printed (the committed files stay exactly as they were)."""
         name = checkpoint_name(step)
         started = time.monotonic()
         self._saving += 1
@@ -384,8 +390,9 @@ class Run:
                 except BaseException:
                     self.store.discard(local)
                     raise
+                stale_marker = self.store.stat(name + KIT_MARKER) is not None
                 files = self.store.publish(name, local, last=self.markers)
-                self._committed(step, name, files, started, write_marker=commit)
+                self._committed(step, name, files, started, write_marker=commit or stale_marker)
         finally:
             self._saving -= 1
         self._exit_if_this_was_the_preemption_save()
@@ -393,16 +400,19 @@ class Run:
     def commit(self, name: str, step: int, *, started: float | None = None) -> bool:
         """Commit a checkpoint folder a framework wrote itself (`checkpoint-20/`), once it has
         returned (across processes: after its barrier; only the primary writes): its files made
-        durable, then the `COMMITTED` marker, then `checkpoint_committed`. A folder that has the
-        kit's marker already is left alone (`checkpoint_kept`); one with only a framework's marker
-        (DCP's `.metadata`) gets the kit's too. Returns whether this call committed it.
-        `started`: time.monotonic() when the save began, for the line's `seconds`."""
+        durable, then the `COMMITTED` marker, then `checkpoint_committed`. `started`:
+        time.monotonic() when the save that wrote it began (the line's `seconds`); without it, no
+        save preceded: a folder complete with the kit's marker already is left alone
+        (`checkpoint_kept`), one complete by a framework's marker only (DCP's `.metadata`) gets
+        the kit's too. With it, the marker is written whatever one the folder held (a marker left
+        from a save whose files were deleted lists files this save replaced). Returns whether
+        this call committed it."""
         if not name.endswith("/"):
             name += "/"
-        began = time.monotonic() if started is None else started
-        if self.store.stat(name + KIT_MARKER) is not None:
+        if started is None and self.store.stat(name + KIT_MARKER) is not None and self.is_committed(name):
             self._kept(step, name)
             return False
+        began = time.monotonic() if started is None else started
         files = self.store.seal(name) if self.identity.primary else {}
         self._committed(step, name, files, began, write_marker=True)
         return True
