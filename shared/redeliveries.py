@@ -136,6 +136,25 @@ def replayed_without_a_record(message: Message, envelope: dict[str, Any], log: L
     return True
 
 
+# Notes of the messages whose rejection was alerted (a lifecycle rule removes them once Pub/Sub can
+# no longer deliver the message: 31 days at most).
+REJECTION_NOTES = "rejections/"
+
+
+def alert_rejection_once(ports: Ports, alert: Alert) -> None:
+    """Publish a rejection's alert once per message, however often Pub/Sub delivers it (it may,
+    even after an acknowledgement). No record holds this alert, so a note per message id says it
+    went out: written after the publish, a crash between the two repeats the alert once, never
+    loses it; a failed publish raises and the redelivery alerts."""
+    message_id = alert.details.get("message_id")
+    note = ledger_bucket(ports.ledger).blob(f"{REJECTION_NOTES}{message_id}") if message_id else None
+    if note is not None and note.exists():
+        return
+    publish_alert(ports, alert)
+    if note is not None:
+        note.upload_from_string(b"")
+
+
 def reject(exc: InvalidJobRequest, message: Message, log: Logger, ports: Ports) -> None:
     """Acknowledge an invalid request with one ERROR line and one `invalid_request` alert; a
     rejected re-queue the ledger holds also fails its request (else reconcile would resend it,
@@ -150,10 +169,7 @@ def reject(exc: InvalidJobRequest, message: Message, log: Logger, ports: Ports) 
     )
     request_id, n = exc.request_id, exc.attempt
     if request_id is None or n is None or n == 1:
-        # No record holds this alert; a failed publish raises, and the redelivery rejects and
-        # alerts again.
-        alert = invalid_request_alert(request_id, n, violations, message.message_id, ports.clock())
-        publish_alert(ports, alert)
+        alert_rejection_once(ports, invalid_request_alert(request_id, n, violations, message.message_id, ports.clock()))
         return
     # A rejected re-queue fails its request (else reconcile would resend it, to be rejected
     # again, forever), with its alert pending in the record.
@@ -172,8 +188,7 @@ def reject(exc: InvalidJobRequest, message: Message, log: Logger, ports: Ports) 
     if not swapped.wrote and (stored is None or alert_marker(AlertKind.INVALID_REQUEST, n) not in stored.markers):
         # Not a re-queue the ledger holds (a publisher set `attempt`, or forged the marker on a
         # body that is not the pending re-queue's): nothing to fail, alert now.
-        alert = invalid_request_alert(request_id, n, violations, message.message_id, ports.clock())
-        publish_alert(ports, alert)
+        alert_rejection_once(ports, invalid_request_alert(request_id, n, violations, message.message_id, ports.clock()))
     elif stored is not None and stored.has_pending_effects:
         _, waiting = flush(ports, stored, log, mine=Mine.written(swapped))
         if waiting:

@@ -87,6 +87,18 @@ resource "google_storage_bucket" "state" {
     }
   }
 
+  # Rejection notes (shared/redeliveries.py): one per job-requests message rejected, needed while
+  # Pub/Sub may deliver that message again (a subscription keeps a message 31 days at most).
+  lifecycle_rule {
+    condition {
+      age            = 32
+      matches_prefix = ["rejections/"]
+    }
+    action {
+      type = "Delete"
+    }
+  }
+
   # A region's burst document (shared/pacing.py): the drainer that finds its line empty removes
   # it; this is the backstop. Needed while a burst drains (a week at 58 a minute is over half a
   # million requests); if one lasts longer, the next drainer alerts quota_limited once more.

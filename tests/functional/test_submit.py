@@ -483,6 +483,26 @@ def test_invalid_requests_are_acknowledged_alerted_and_create_nothing(
     assert line["severity"] == "ERROR" and line["violations"] == alert.details["violations"]
 
 
+def test_a_rejection_is_alerted_once_however_often_its_message_is_delivered(harness: Harness) -> None:
+    # Pub/Sub may deliver one message again, even after it was acknowledged: a rejection has no
+    # record to hold its alert, so a note per message keeps the duplicates quiet.
+    data = load_event("requests/invalid_image.json")
+    for _ in range(3):
+        assert harness.deliver(data, message_id="m-7").result == SubmitResult.INVALID
+    assert harness.deliver(data, message_id="m-8").result == SubmitResult.INVALID  # another message
+    assert [a.details["message_id"] for a in harness.alerts] == ["m-7", "m-8"]
+    assert len(harness.log_lines("invalid_request")) == 4  # every delivery still logs its rejection
+
+
+def test_a_rejection_whose_alert_was_not_sent_alerts_on_the_redelivery(harness: Harness) -> None:
+    data = load_event("requests/invalid_image.json")
+    harness.publisher.fail_next = 1
+    with pytest.raises(Exception, match="publish"):
+        harness.deliver(data, message_id="m-7")
+    assert harness.deliver(data, message_id="m-7").result == SubmitResult.INVALID
+    assert [a.details["message_id"] for a in harness.alerts] == ["m-7"]
+
+
 @pytest.mark.parametrize(
     "data, expected",
     [

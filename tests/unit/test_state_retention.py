@@ -109,6 +109,12 @@ FAMILIES = {
         ("deadletters/redriven/",),
         (Lifecycle(timedelta(days=31)),),  # a dead letter can be pulled at most 31 days
     ),
+    "rejection notes": Family(
+        "rejections/<message id>",
+        "rejections/1234567890",
+        ("rejections/",),
+        (Lifecycle(timedelta(days=31)),),  # Pub/Sub delivers a message 31 days at most
+    ),
     "trigger definitions": Family(
         "triggers/_definitions/<name>.json",
         "triggers/_definitions/daily.json",
