@@ -28,6 +28,7 @@ BENCHMARKS = (
     ("bench.bench_reconcile_vertex", []),
     ("bench.bench_triggers", []),
     ("bench.bench_deadline", []),
+    ("bench.bench_sim", []),
 )
 
 

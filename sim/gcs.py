@@ -15,12 +15,36 @@
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from google.api_core import exceptions as api
+
+
+class ObjectTable(dict[str, "StoredObject"]):
+    """A bucket's objects by name, with the names kept sorted for listings."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._names: list[str] = []
+
+    def __setitem__(self, name: str, obj: StoredObject) -> None:
+        if name not in self:
+            bisect.insort(self._names, name)
+        super().__setitem__(name, obj)
+
+    def __delitem__(self, name: str) -> None:
+        super().__delitem__(name)
+        del self._names[bisect.bisect_left(self._names, name)]
+
+    def names_from(self, low: str) -> Iterator[str]:
+        """The names from `low` on, in order (a snapshot: safe against writes meanwhile)."""
+        names = self._names
+        for i in range(bisect.bisect_left(names, low), len(names)):
+            yield names[i]
 
 
 @dataclass
@@ -47,11 +71,14 @@ class MemoryStorage:
 
     clock: Callable[[], datetime]
     io: IoHook = _direct
-    buckets: dict[str, dict[str, StoredObject]] = field(default_factory=dict)
+    buckets: dict[str, ObjectTable] = field(default_factory=dict)
     _last_generation: int = 0
 
-    def objects(self, bucket: str) -> dict[str, StoredObject]:
-        return self.buckets.setdefault(bucket, {})
+    def objects(self, bucket: str) -> ObjectTable:
+        table = self.buckets.get(bucket)
+        if table is None:
+            table = self.buckets[bucket] = ObjectTable()
+        return table
 
     def next_generation(self) -> int:
         now = int(self.clock().timestamp() * 1_000_000)
@@ -108,18 +135,17 @@ class Client:
         bucket = bucket if isinstance(bucket, Bucket) else self.bucket(bucket)
 
         def perform() -> list[tuple[str, StoredObject | None]]:
+            table = self._storage.objects(bucket.name)
+            low = max(prefix or "", start_offset or "", (page_token + "\0") if page_token else "")
             items: list[tuple[str, StoredObject | None]] = []
             seen_prefixes: set[str] = set()
-            for name in sorted(self._storage.objects(bucket.name)):
-                obj = self._storage.objects(bucket.name)[name]
+            for name in table.names_from(low):
                 if prefix and not name.startswith(prefix):
-                    continue
-                if start_offset and name < start_offset:
-                    continue
+                    break
                 if end_offset and name >= end_offset:
-                    continue
-                if page_token and name <= page_token:
-                    continue
+                    break
+                if max_results is not None and len(items) > max_results:
+                    break  # one more than asked: enough to know a next page exists
                 if delimiter:
                     rest = name[len(prefix or "") :]
                     if delimiter in rest:
@@ -128,7 +154,7 @@ class Client:
                             seen_prefixes.add(sub)
                             items.append((sub, None))
                         continue
-                items.append((name, _copy(obj)))
+                items.append((name, _copy(table[name])))
             return items
 
         items = self._storage.io("gcs", "list", perform)
@@ -371,7 +397,10 @@ def state_bucket_rules(terraform_dir: str) -> list[LifecycleRule]:
 
     import hcl2
 
-    parsed = [_unquote_keys(hcl2.loads(path.read_text())) for path in sorted(Path(terraform_dir).glob("*.tf"))]
+    texts = [path.read_text() for path in sorted(Path(terraform_dir).glob("*.tf"))]
+    parsed = [_unquote_keys(hcl2.loads(text)) for text in texts if "lifecycle_rule" in text]
+    wanted = {name for tree in parsed for name in _variables_named(tree)}
+    parsed += [_unquote_keys(hcl2.loads(t)) for t in texts if wanted and "lifecycle_rule" not in t and "variable" in t]
     defaults = {
         name: body.get("default")
         for tree in parsed
@@ -394,6 +423,12 @@ def state_bucket_rules(terraform_dir: str) -> list[LifecycleRule]:
                 prefixes = tuple(_unquote(p) for p in condition.get("matches_prefix") or [])
                 rules.append(LifecycleRule(int(age), prefixes))
     return rules
+
+
+def _variables_named(tree: Any) -> set[str]:
+    import re
+
+    return set(re.findall(r"\$\{var\.(\w+)\}", str(tree)))
 
 
 def _unquote_keys(value: Any) -> Any:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 import json
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from shared.alerts import AlertKind
@@ -24,6 +25,9 @@ ALERT_KINDS = {kind.value for kind in AlertKind}
 # What the state bucket may keep of finished requests for good: configuration, the maintenance
 # cursors and remembered regions, and the operator's archive of removed records (ledger_archive).
 KEPT_FOR_GOOD = ("maintenance/", "archive/", "triggers/_definitions/")
+# Pacing slots are deleted by a lifecycle rule a day after they are written (terraform/storage.tf).
+SLOTS_PREFIX = "pacing/slots/"
+SLOT_LIFETIME = timedelta(days=2)
 
 
 def violation(invariant: str, detail: str) -> Violation:
@@ -268,18 +272,37 @@ def retention_horizon_seconds(settings: Settings) -> float:
 
 
 def bounded_state(world: World) -> list[Violation]:
-    """After retention, nothing of a finished request is left in the state bucket."""
-    leftovers = collections.defaultdict(list)
-    for name in sorted(world.storage.objects(world.settings.state_bucket)):
-        if name.startswith(KEPT_FOR_GOOD):
-            continue
-        leftovers[_kind_of_state(name)].append(name)
+    """After retention, nothing of a finished request is left in the state bucket (what belongs
+    to a request still running, e.g. a job that never leaves PENDING, may stay)."""
     unfinished = set(unsettled_requests(world))
+    leftovers = collections.defaultdict(list)
+    now = world.clock.now()
+    for name, obj in sorted(world.storage.objects(world.settings.state_bucket).items()):
+        if name.startswith(KEPT_FOR_GOOD) or _request_of(name, obj.data) in unfinished:
+            continue
+        if name.startswith(SLOTS_PREFIX) and now - obj.time_created < SLOT_LIFETIME:
+            continue  # a slot of the last day: its lifecycle rule has not come round yet
+        leftovers[_kind_of_state(name)].append(name)
     return [
         violation("bounded_state", f"{len(names)} {kind} object(s) left after retention, e.g. {names[0]}")
         for kind, names in sorted(leftovers.items())
-        if not (kind == "ledger" and all(any(u in n for u in unfinished) for n in names))
     ]
+
+
+def _request_of(name: str, data: bytes) -> str | None:
+    """The request a ledger object belongs to, if it names one."""
+    if name.startswith("jobs/"):
+        try:
+            return json.loads(data).get("request_id")
+        except ValueError:
+            return None
+    if name.startswith("requests/") and name.endswith(".json"):
+        return name[len("requests/") : -len(".json")]
+    if name.startswith("active/"):
+        return name[len("active/") :]
+    if name.startswith("pacing/") and "/waiting/" in name:
+        return name.rsplit("/", 1)[-1].split("~")[1]
+    return None
 
 
 def _kind_of_state(name: str) -> str:

@@ -111,6 +111,7 @@ def _settings(rng: random.Random) -> dict[str, str]:
         "SPOTJOBS_MAX_REQUEST_BYTES": str(rng.choice((256 * 1024, 6000))),
         "SPOTJOBS_LEDGER_RETENTION_SECONDS": str(32 * 86400),
         "SPOTJOBS_BARE_DEDUPE_SECONDS": str(rng.choice((300, 3600))),
+        "SPOTJOBS_PACER_RUN_SECONDS": str(rng.choice((10, 40))),
         "SPOTJOBS_LOG_LEVEL": "WARNING",
     }
 
@@ -133,7 +134,7 @@ def generate(rng: random.Random) -> Workload:
     def moment() -> datetime:
         return start + timedelta(seconds=rng.uniform(0, duration.total_seconds() * 0.8))
 
-    count = rng.choice((3, 6, 12, 25))
+    count = rng.choice((2, 4, 8, 16))
     for i in range(count):
         at = moment()
         gpu = rng.random() < 0.6
@@ -185,7 +186,7 @@ def generate(rng: random.Random) -> Workload:
             )
     if rng.random() < 0.35:  # a burst beyond the pace
         at = moment()
-        for j in range(rng.choice((8, 20, 70))):
+        for j in range(rng.choice((8, 20, 50))):
             body = {
                 "request_id": f"burst{j}",
                 "custom_job": custom_job(rng, gpu=rng.random() < 0.5),
@@ -207,7 +208,7 @@ def generate(rng: random.Random) -> Workload:
         gpu_quota_full=gpu_quota_full,
         gpu_quota_forever=gpu_quota_full and rng.random() < 0.5,
         duration=duration,
-        max_steps=20_000,
+        max_steps=1200,
     )
 
 
