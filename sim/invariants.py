@@ -208,7 +208,7 @@ def liveness(world: World) -> list[Violation]:
             out.append(violation("liveness", f"request {record.request_id} is {record.status} with no alert"))
     refused = {a.get("request_id") for a in published_alerts if a.get("kind") == "invalid_request"}
     for arrival in world.workload.arrivals:
-        if arrival.index in world.disabled_arrivals:
+        if arrival.index in world.disabled_arrivals or arrival.topic != "job_requests_topic":
             continue
         body = json.loads(arrival.data)
         rid = body.get("request_id") or arrival.attributes.get("request_id")

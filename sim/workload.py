@@ -31,6 +31,7 @@ class Arrival:
     data: bytes
     attributes: dict[str, str]
     label: str
+    topic: str = "job_requests_topic"  # the Settings field naming the topic it is published to
 
     def describe(self) -> str:
         return f"#{self.index} {self.label} ({len(self.data)} bytes{', ' + str(self.attributes) if self.attributes else ''})"
@@ -60,7 +61,7 @@ class Workload:
     gpu_quota_forever: bool
     duration: timedelta
     max_steps: int
-    notes: list[str] = field(default_factory=list)
+    triggers: list[dict[str, Any]] = field(default_factory=list)  # definitions, as `triggers apply` stores them
 
     def fate_of(self, request_id: str, attempt: int) -> tuple[str, int]:
         """How Vertex treats attempt `attempt` of `request_id`'s job: (fate, preemptions)."""
@@ -193,6 +194,42 @@ def generate(rng: random.Random) -> Workload:
                 **({"priority": 5} if rng.random() < 0.2 else {}),
             }
             add(at, body, {}, f"burst burst{j}")
+    triggers = []
+    if rng.random() < 0.3:  # a retraining trigger on data landing, with late members
+        coalesce = rng.choice((300, 1800))
+        triggers.append(
+            {
+                "schema_version": 1,
+                "name": "daily-data",
+                "source": {"gcs": {"bucket": "sim-data", "prefix": "incoming/"}},
+                "coalesce_seconds": coalesce,
+                "request": {"custom_job": custom_job(rng, gpu=False), "max_attempts": 2},
+            }
+        )
+        for k in range(rng.choice((3, 10, 30))):
+            at = moment()
+            late = rng.random() < 0.2
+            event_time = at - timedelta(seconds=coalesce * 2 if late else rng.uniform(0, 5))
+            name = f"incoming/part-{k}.parquet"
+            arrivals.append(
+                Arrival(
+                    len(arrivals),
+                    at,
+                    json.dumps(
+                        {"kind": "storage#object", "bucket": "sim-data", "name": name, "generation": "1"}
+                    ).encode(),
+                    {
+                        "eventType": "OBJECT_FINALIZE",
+                        "bucketId": "sim-data",
+                        "objectId": name,
+                        "objectGeneration": "1",
+                        "eventTime": event_time.isoformat().replace("+00:00", "Z"),
+                        "payloadFormat": "JSON_API_V1",
+                    },
+                    f"notification {name}{' (late)' if late else ''}",
+                    topic="triggers_topic",
+                )
+            )
     operations = [
         Operation(start + timedelta(hours=h), "redrive the dead letters", redrive_dead_letters) for h in (2, 9, 20, 40)
     ]
@@ -209,6 +246,7 @@ def generate(rng: random.Random) -> Workload:
         gpu_quota_forever=gpu_quota_full and rng.random() < 0.5,
         duration=duration,
         max_steps=1200,
+        triggers=triggers,
     )
 
 

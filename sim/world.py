@@ -37,6 +37,9 @@ LIVENESS_BOUND = timedelta(hours=12)
 # A world that is still busy after this many steps of the quiet phase is judged as it stands.
 QUIET_STEPS = 1000
 RETENTION_STEP = timedelta(hours=12)
+# Cloud Scheduler's trigger tick (every minute in terraform/scheduler.tf; every five here, which
+# only closes windows a little later).
+TRIGGER_TICK_SECONDS = 300.0
 # Deliveries per retention step: the ticks' own and what they publish (a line that waits for GPUs
 # for good hands over forever; it is not what retention is about).
 RETENTION_DELIVERIES = 60
@@ -83,7 +86,16 @@ HANDLERS = {
     "on_job_event": ("functions.events", "_handle"),
     "reconcile": ("functions.reconcile", "_handle"),
     "prune_checkpoints": ("functions.prune", "_handle"),
+    "on_trigger": ("sim.world", "on_trigger"),
 }
+
+
+def on_trigger(message: Any, log: Any) -> None:
+    """functions.triggers' handler for its own topic (the shell builds it per request)."""
+    from shared.triggers.runner import handle_message
+    from shared.wiring import ports_for
+
+    handle_message(ports_for("on_trigger"), message, None, log)
 
 
 @dataclass
@@ -128,6 +140,13 @@ class World:
             "prune": self.clock.now() + timedelta(hours=1),
         }
         self._arrivals = [a for a in self.workload.arrivals if a.index not in self.disabled_arrivals]
+        if self.workload.triggers:  # `spotjobs triggers apply`, before anything arrives
+            self._next_tick["triggers"] = self.clock.now() + timedelta(seconds=TRIGGER_TICK_SECONDS)
+            bucket = self.storage.client().bucket(self.settings.state_bucket)
+            for definition in self.workload.triggers:
+                bucket.blob(f"triggers/_definitions/{definition['name']}.json").upload_from_string(
+                    json.dumps(definition)
+                )
 
     # Wiring.
 
@@ -277,7 +296,7 @@ class World:
         horizon = self.clock.now() + timedelta(seconds=invariants.retention_horizon_seconds(self.settings))
         while self.clock.now() < horizon and not self.violations:
             self.clock.advance(RETENTION_STEP.total_seconds())
-            for task in ("reconcile", "prune"):
+            for task in self._next_tick:
                 self._tick(task)
             self._drain(limit=RETENTION_DELIVERIES)
             self._check(invariants, "step")
@@ -316,7 +335,8 @@ class World:
             kind, what = self.rng.choice(choices)
             if kind == "arrival":
                 self._arrivals.remove(what)
-                message_id = self.pubsub.accept(self.settings.job_requests_topic, what.data, dict(what.attributes))
+                topic = getattr(self.settings, what.topic)
+                message_id = self.pubsub.accept(topic, what.data, dict(what.attributes))
                 self.note(f"publisher: {what.describe()} -> message {message_id}")
             elif kind == "deliver":
                 self._deliver(what)
