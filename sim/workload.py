@@ -141,7 +141,7 @@ def generate(rng: random.Random) -> Workload:
         gpu = rng.random() < 0.6
         kind = rng.choices(
             ("envelope", "bare", "bare_named", "deadline", "hostile", "near_limit", "invalid", "fallback"),
-            weights=(40, 12, 6, 10, 4, 6, 3, 6),
+            weights=(40, 12, 6, 5, 2, 6, 3, 6),
         )[0]
         request_id = f"r{i}-{kind.replace('_', '-')}"
         body: dict[str, Any] = {"request_id": request_id, "custom_job": custom_job(rng, gpu=gpu)}
