@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, help="scheduling steps of the faulty phase (default: the workload's)")
     parser.add_argument("--verbose", action="store_true", help="the whole trace, and the functions' warnings")
     parser.add_argument("--no-shrink", action="store_true", help="print a failing seed's trace unshrunk")
+    parser.add_argument("--no-faults", action="store_true", help="leave every fault out")
     parser.add_argument("--disable-faults", type=_ids, default=frozenset(), help="fault ordinals to leave out")
     parser.add_argument("--disable-arrivals", type=_ids, default=frozenset(), help="arrivals to leave out")
     args = parser.parse_args(argv)
@@ -42,6 +43,7 @@ def replay(args: argparse.Namespace) -> int:
         args.seed,
         disabled_faults=args.disable_faults,
         disabled_arrivals=args.disable_arrivals,
+        no_faults=args.no_faults,
         max_steps=args.steps,
         verbose=args.verbose,
     )
@@ -54,22 +56,23 @@ def replay(args: argparse.Namespace) -> int:
         return 0
     shown = world
     command = f"python -m sim --seed {args.seed}"
-    if not args.no_shrink and not (args.disable_faults or args.disable_arrivals):
+    if not args.no_shrink and not (args.disable_faults or args.disable_arrivals or args.no_faults):
         from sim.shrink import shrink
 
         shrunk = shrink(args.seed, violations[0].invariant, max_steps=args.steps)
         shown = shrunk.world
         print(
-            f"shrunk in {shrunk.replays} replays: {len(shrunk.disabled_faults & {f.ordinal for f in world.faults})} "
-            f"of {len(world.faults)} faults and {len(shrunk.disabled_arrivals)} of {len(world.workload.arrivals)} "
+            f"shrunk in {shrunk.replays} replays: "
+            f"{len(world.faults) if shrunk.no_faults else len(shrunk.disabled_faults)} of {len(world.faults)} faults and {len(shrunk.disabled_arrivals)} of {len(world.workload.arrivals)} "
             "arrivals left out, the same invariant still fails"
         )
-        if shrunk.disabled_faults or shrunk.disabled_arrivals:
-            command += _flags(shrunk.disabled_faults, shrunk.disabled_arrivals)
+        command += " --no-faults" if shrunk.no_faults else ""
+        command += _flags(shrunk.disabled_faults, shrunk.disabled_arrivals)
     print("\n".join(map(str, shown.trace if args.verbose else interesting(shown))))
     for violation in shown.violations or violations:
         print(f"VIOLATION {violation}")
-    print(f"replay: python -m sim --seed {args.seed}" + (f"   (shrunk: {command})" if command.count("--") > 1 else ""))
+    shrunk_note = f"   (shrunk: {command})" if command.count("--") > 1 else ""
+    print(f"replay: python -m sim --seed {args.seed}{shrunk_note}")
     return 1
 
 

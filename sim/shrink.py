@@ -15,6 +15,7 @@ REPLAY_BUDGET = 60
 @dataclass
 class Shrunk:
     world: World
+    no_faults: bool
     disabled_faults: frozenset[int]
     disabled_arrivals: frozenset[int]
     replays: int
@@ -26,6 +27,7 @@ def fails_alike(world: World, invariant: str) -> bool:
 
 def shrink(seed: int, invariant: str, *, budget: int = REPLAY_BUDGET, max_steps: int | None = None) -> Shrunk:
     """The smallest failing replay of `seed` found within `budget` replays."""
+    no_faults = False
     faults: frozenset[int] = frozenset()
     arrivals: frozenset[int] = frozenset()
     replays = 0
@@ -33,18 +35,21 @@ def shrink(seed: int, invariant: str, *, budget: int = REPLAY_BUDGET, max_steps:
     first.run()
     best = first
 
-    def attempt(more_faults: frozenset[int], more_arrivals: frozenset[int]) -> World | None:
+    def attempt(more_faults: frozenset[int], more_arrivals: frozenset[int], off: bool = False) -> World | None:
         nonlocal replays
         replays += 1
-        world = World(seed, disabled_faults=more_faults, disabled_arrivals=more_arrivals, max_steps=max_steps)
+        world = World(
+            seed,
+            disabled_faults=more_faults,
+            disabled_arrivals=more_arrivals,
+            no_faults=off or no_faults,
+            max_steps=max_steps,
+        )
         return world if fails_alike(world, invariant) else None
 
     # Every fault at once first: many violations need none.
-    everything = frozenset(f.ordinal for f in first.faults)
-    if everything and (world := attempt(everything, arrivals)) is not None:
-        faults, best = everything | frozenset(range(1, 10 * len(everything) + 100)), world
-        # Disabled ordinals past the ones seen: faults drawn in a changed run stay off too.
-        best = attempt(faults, arrivals) or best
+    if first.faults and (world := attempt(faults, arrivals, off=True)) is not None:
+        no_faults, best = True, world
     else:
         for fault in first.faults:
             if replays >= budget:
@@ -56,4 +61,4 @@ def shrink(seed: int, invariant: str, *, budget: int = REPLAY_BUDGET, max_steps:
             break
         if (world := attempt(faults, arrivals | {arrival.index})) is not None:
             arrivals, best = arrivals | {arrival.index}, world
-    return Shrunk(best, faults, arrivals, replays)
+    return Shrunk(best, no_faults, faults, arrivals, replays)

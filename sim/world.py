@@ -103,6 +103,7 @@ class World:
     seed: int
     disabled_faults: frozenset[int] = frozenset()
     disabled_arrivals: frozenset[int] = frozenset()
+    no_faults: bool = False  # every fault left out (what shrinking tries first)
     max_steps: int | None = None
     verbose: bool = False
     workload: Workload = field(init=False)
@@ -199,7 +200,7 @@ class World:
         raise SimCrash(f"crash {fault.kind} {fault.where}")
 
     def _draw_fault(self, service: str, operation: str) -> Fault | None:
-        if self._in_handler is None or self.phase != "faults":
+        if self._in_handler is None or self.phase != "faults" or self.no_faults:
             return None
         if self._fault_rng.random() >= self.workload.fault_rate:
             return None
