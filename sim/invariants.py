@@ -224,8 +224,18 @@ def liveness(world: World) -> list[Violation]:
             rid = name.rsplit("/", 1)[-1].split("~")[1]
             record = next((r for r in records(world) if r.request_id == rid), None)
             if record is None or not waits_for_gpus_forever(world, record):
-                out.append(violation("liveness", f"{name} is still in line after the bound"))
+                out.append(violation("liveness", f"{name} is still in line after the bound ({_standing(record)})"))
     return out
+
+
+def _standing(record: RequestRecord | None) -> str:
+    """Where a waiting entry's request stands: a settled one should have left the line."""
+    if record is None:
+        return "no record"
+    latest = record.latest
+    if record.is_terminal or (latest is not None and latest.job):
+        return f"its request is settled: {record.status}, job {latest.job_id if latest else None}"
+    return f"its request waits: {record.status}"
 
 
 def alerts_at_least_once(world: World) -> list[Violation]:
