@@ -193,7 +193,12 @@ def generate(rng: random.Random) -> Workload:
                 "custom_job": custom_job(rng, gpu=rng.random() < 0.5),
                 **({"priority": 5} if rng.random() < 0.2 else {}),
             }
-            add(at, body, {}, f"burst burst{j}")
+            if rng.random() < 0.1:  # one near the size limit, waiting in line with the others
+                body["request_id"] = f"burst{j}-near-limit"
+                size = len(json.dumps(body, separators=(",", ":")))
+                pad = max(0, settings.max_request_bytes - size - rng.randint(40, 400))
+                body["custom_job"] = custom_job(rng, gpu=False, pad=pad)
+            add(at, body, {}, f"burst {body['request_id']}")
     triggers = []
     if rng.random() < 0.3:  # a retraining trigger on data landing, with late members
         coalesce = rng.choice((300, 1800))

@@ -399,11 +399,12 @@ class World:
             self._in_handler = None
             self._crashed = False
         duplicate = acked and self.phase == "faults" and self.rng.random() < self.workload.duplicate_rate
+        delivery_number = delivery.attempts + 1
         self.pubsub.settle(delivery, acked, duplicate)
         if self.verbose or delivery.function != "on_job_event" or not acked:
             self.note(
                 f"{delivery.function} <- message {delivery.message.message_id} "
-                f"{_summary(delivery)} (delivery {delivery.attempts + (0 if acked else 0) + 1}): {outcome}"
+                f"{_summary(delivery)} (delivery {delivery_number}): {outcome}"
                 + (" [will be delivered again]" if duplicate else "")
             )
         if not acked and delivery not in self.pubsub.pending:
