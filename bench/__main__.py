@@ -29,6 +29,7 @@ BENCHMARKS = (
     ("bench.bench_triggers", []),
     ("bench.bench_deadline", []),
     ("bench.bench_status", []),
+    ("bench.bench_sim", []),
 )
 
 

@@ -1,0 +1,147 @@
+"""`python -m sim`: run the deterministic simulator over seeds, or replay one.
+
+    python -m sim --seeds 300              # seeds 0..299; one line per failing seed, a summary
+    python -m sim --seed 42                # replay seed 42: its trace, shrunk if it fails
+    python -m sim --seed 42 --disable-faults 1,3 --disable-arrivals 0   # a shrunk replay, exactly
+
+Exit status 1 when any seed violates an invariant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+import time
+
+from sim.world import World
+
+
+def _ids(text: str) -> frozenset[int]:
+    return frozenset(int(x) for x in text.split(",") if x.strip())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sim", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, default=100, help="how many seeds to run (from --start)")
+    parser.add_argument("--start", type=int, default=0, help="the first seed")
+    parser.add_argument("--seed", type=int, help="replay this one seed, with its trace")
+    parser.add_argument("--steps", type=int, help="scheduling steps of the faulty phase (default: the workload's)")
+    parser.add_argument("--verbose", action="store_true", help="the whole trace, and the functions' warnings")
+    parser.add_argument("--no-shrink", action="store_true", help="print a failing seed's trace unshrunk")
+    parser.add_argument("--no-faults", action="store_true", help="leave every fault out")
+    parser.add_argument("--disable-faults", type=_ids, default=frozenset(), help="fault ordinals to leave out")
+    parser.add_argument("--disable-arrivals", type=_ids, default=frozenset(), help="arrivals to leave out")
+    args = parser.parse_args(argv)
+    if args.seed is not None:
+        return replay(args)
+    return run_seeds(args.start, args.seeds, args.steps)
+
+
+def replay(args: argparse.Namespace) -> int:
+    world = World(
+        args.seed,
+        disabled_faults=args.disable_faults,
+        disabled_arrivals=args.disable_arrivals,
+        no_faults=args.no_faults,
+        max_steps=args.steps,
+        verbose=args.verbose,
+    )
+    violations = world.run()
+    print(describe(world))
+    if not violations:
+        if args.verbose:
+            print("\n".join(map(str, world.trace)))
+        print(f"seed {args.seed}: no violation ({world.steps} steps, {world.events} events)")
+        return 0
+    shown = world
+    command = f"python -m sim --seed {args.seed}"
+    if not args.no_shrink and not (args.disable_faults or args.disable_arrivals or args.no_faults):
+        from sim.shrink import shrink
+
+        shrunk = shrink(args.seed, violations[0].invariant, max_steps=args.steps)
+        shown = shrunk.world
+        print(
+            f"shrunk in {shrunk.replays} replays: "
+            f"{len(world.faults) if shrunk.no_faults else len(shrunk.disabled_faults)} of {len(world.faults)} faults and {len(shrunk.disabled_arrivals)} of {len(world.workload.arrivals)} "
+            "arrivals left out, the same invariant still fails"
+        )
+        command += " --no-faults" if shrunk.no_faults else ""
+        command += _flags(shrunk.disabled_faults, shrunk.disabled_arrivals)
+    print("\n".join(map(str, shown.trace if args.verbose else interesting(shown))))
+    for violation in shown.violations or violations:
+        print(f"VIOLATION {violation}")
+    shrunk_note = f"   (shrunk: {command})" if command.count("--") > 1 else ""
+    print(f"replay: python -m sim --seed {args.seed}{shrunk_note}")
+    return 1
+
+
+def _flags(faults: frozenset[int], arrivals: frozenset[int]) -> str:
+    out = ""
+    if faults:
+        out += " --disable-faults " + ",".join(map(str, sorted(faults)))
+    if arrivals:
+        out += " --disable-arrivals " + ",".join(map(str, sorted(arrivals)))
+    return out
+
+
+def interesting(world: World) -> list[str]:
+    """The trace without the routine: maintenance ticks that were simply acknowledged."""
+    return [
+        str(line)
+        for line in world.trace
+        if not (("task=reconcile" in line.text or "task=prune" in line.text) and line.text.endswith(": acked"))
+    ]
+
+
+def describe(world: World) -> str:
+    w = world.workload
+    return (
+        f"seed {world.seed}: {len(w.arrivals)} arrivals over {w.duration}, fault rate {w.fault_rate}, "
+        f"duplicates {w.duplicate_rate}, GPU quota {'full' + (' for good' if w.gpu_quota_forever else '') if w.gpu_quota_full else 'free'}; "
+        + ", ".join(f"{k}={v}" for k, v in sorted(w.env.items()) if k not in STATIC_SETTINGS)
+    )
+
+
+STATIC_SETTINGS = {
+    "GOOGLE_CLOUD_PROJECT",
+    "SPOTJOBS_STATE_BUCKET",
+    "SPOTJOBS_CHECKPOINT_BUCKET",
+    "SPOTJOBS_LOCATION",
+    "SPOTJOBS_DEPLOYMENT",
+    "SPOTJOBS_TRAINING_SERVICE_ACCOUNT",
+    "SPOTJOBS_ALLOWED_IMAGE_PREFIXES",
+    "SPOTJOBS_ALLOWED_MACHINE_FAMILIES",
+    "SPOTJOBS_LOG_LEVEL",
+}
+
+
+def run_seeds(start: int, count: int, steps: int | None) -> int:
+    began = time.perf_counter()
+    failures: collections.Counter[str] = collections.Counter()
+    first_seed: dict[str, int] = {}
+    events = 0
+    for seed in range(start, start + count):
+        world = World(seed, max_steps=steps)
+        violations = world.run()
+        events += world.events
+        if violations:
+            for name in sorted({v.invariant for v in violations}):
+                failures[name] += 1
+                first_seed.setdefault(name, seed)
+            print(f"seed {seed}: {violations[0]}  (replay: python -m sim --seed {seed})", flush=True)
+    elapsed = time.perf_counter() - began
+    print(
+        f"{count} seeds ({start}..{start + count - 1}) in {elapsed:.0f} s: {count / elapsed:.2f} seeds/s, "
+        f"{events / elapsed:.0f} events/s; "
+        + (
+            "failing: " + ", ".join(f"{n} x{c} (first seed {first_seed[n]})" for n, c in failures.most_common())
+            if failures
+            else "no violation"
+        )
+    )
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,449 @@
+"""Cloud Storage in memory: the subset of google-cloud-storage the functions call, with its semantics.
+
+- every write of an object gives it a new generation (the microsecond of the write on the virtual
+  clock, strictly increasing: `shared.pacing` reads a generation as its commit time) and
+  metageneration 1; a metadata patch bumps the metageneration;
+- `if_generation_match` / `if_metageneration_match` are checked on every write, read and delete
+  (0: the object must not exist) and fail with 412 PreconditionFailed; a missing object is 404;
+- listings are in lexicographic name order, paged (`max_results`, `page_token`), from
+  `start_offset`, with `delimiter` prefixes;
+- `updated` / `time_created` are the server's (virtual) time;
+- every call goes through the world's `io` hook first, which may crash the handler (before or
+  after the call), fail it with a 503 before it happens, or lose the response after it happened;
+- lifecycle rules (age in days, `matches_prefix`, action Delete) are applied by `apply_lifecycle`.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from google.api_core import exceptions as api
+
+
+class ObjectTable(dict[str, "StoredObject"]):
+    """A bucket's objects by name, with the names kept sorted for listings."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._names: list[str] = []
+
+    def __setitem__(self, name: str, obj: StoredObject) -> None:
+        if name not in self:
+            bisect.insort(self._names, name)
+        super().__setitem__(name, obj)
+
+    def __delitem__(self, name: str) -> None:
+        super().__delitem__(name)
+        del self._names[bisect.bisect_left(self._names, name)]
+
+    def names_from(self, low: str) -> Iterator[str]:
+        """The names from `low` on, in order (a snapshot: safe against writes meanwhile)."""
+        names = self._names
+        for i in range(bisect.bisect_left(names, low), len(names)):
+            yield names[i]
+
+
+@dataclass
+class StoredObject:
+    data: bytes
+    generation: int
+    metageneration: int
+    metadata: dict[str, str] | None
+    content_type: str | None
+    time_created: datetime
+    updated: datetime
+
+
+IoHook = Callable[[str, str, Callable[[], Any]], Any]  # (service, operation, perform) -> result
+
+
+def _direct(_service: str, _operation: str, perform: Callable[[], Any]) -> Any:
+    return perform()
+
+
+@dataclass
+class MemoryStorage:
+    """The whole of Cloud Storage: buckets of objects, one virtual clock, one io hook."""
+
+    clock: Callable[[], datetime]
+    io: IoHook = _direct
+    buckets: dict[str, ObjectTable] = field(default_factory=dict)
+    _last_generation: int = 0
+
+    def objects(self, bucket: str) -> ObjectTable:
+        table = self.buckets.get(bucket)
+        if table is None:
+            table = self.buckets[bucket] = ObjectTable()
+        return table
+
+    def next_generation(self) -> int:
+        now = int(self.clock().timestamp() * 1_000_000)
+        self._last_generation = max(self._last_generation + 1, now)
+        return self._last_generation
+
+    def client(self) -> Client:
+        return Client(self)
+
+    def apply_lifecycle(self, bucket: str, rules: list[LifecycleRule]) -> list[str]:
+        """Delete what the Delete rules match at the current time; the names deleted."""
+        now = self.clock()
+        objects = self.objects(bucket)
+        gone = [name for name, obj in objects.items() if any(r.matches(name, obj, now) for r in rules)]
+        for name in gone:
+            del objects[name]
+        return gone
+
+
+@dataclass(frozen=True)
+class LifecycleRule:
+    age_days: int
+    prefixes: tuple[str, ...] = ()
+
+    def matches(self, name: str, obj: StoredObject, now: datetime) -> bool:
+        if self.prefixes and not name.startswith(self.prefixes):
+            return False
+        # GCS counts age in whole days since creation (https://cloud.google.com/storage/docs/lifecycle#age).
+        return now - obj.time_created >= timedelta(days=self.age_days)
+
+
+class Client:
+    def __init__(self, storage: MemoryStorage) -> None:
+        self._storage = storage
+        self.project = "sim"
+
+    def bucket(self, name: str) -> Bucket:
+        return Bucket(self, name)
+
+    def list_blobs(
+        self,
+        bucket: Bucket | str,
+        *,
+        prefix: str | None = None,
+        start_offset: str | None = None,
+        end_offset: str | None = None,
+        max_results: int | None = None,
+        page_token: str | None = None,
+        page_size: int | None = None,
+        delimiter: str | None = None,
+        fields: str | None = None,
+        **_: Any,
+    ) -> BlobIterator:
+        bucket = bucket if isinstance(bucket, Bucket) else self.bucket(bucket)
+
+        def perform() -> list[tuple[str, StoredObject | None]]:
+            table = self._storage.objects(bucket.name)
+            low = max(prefix or "", start_offset or "", (page_token + "\0") if page_token else "")
+            items: list[tuple[str, StoredObject | None]] = []
+            seen_prefixes: set[str] = set()
+            for name in table.names_from(low):
+                if prefix and not name.startswith(prefix):
+                    break
+                if end_offset and name >= end_offset:
+                    break
+                if max_results is not None and len(items) > max_results:
+                    break  # one more than asked: enough to know a next page exists
+                if delimiter:
+                    rest = name[len(prefix or "") :]
+                    if delimiter in rest:
+                        sub = (prefix or "") + rest[: rest.index(delimiter) + len(delimiter)]
+                        if sub not in seen_prefixes:
+                            seen_prefixes.add(sub)
+                            items.append((sub, None))
+                        continue
+                items.append((name, _copy(table[name])))
+            return items
+
+        items = self._storage.io("gcs", "list", perform)
+        return BlobIterator(bucket, items, max_results, page_size)
+
+
+class BlobIterator:
+    """The listing: `pages` (each with `prefixes`), iteration over every blob, `next_page_token`
+    (the name after which the next page starts) once `max_results` cut it short."""
+
+    def __init__(
+        self,
+        bucket: Bucket,
+        items: list[tuple[str, StoredObject | None]],
+        max_results: int | None,
+        page_size: int | None,
+    ) -> None:
+        self.next_page_token: str | None = None
+        if max_results is not None and len(items) > max_results:
+            items = items[:max_results]
+            self.next_page_token = items[-1][0]
+        size = page_size or 1000
+        self._pages = [items[i : i + size] for i in range(0, len(items), size)] or [[]]
+        self._bucket = bucket
+        self.prefixes: set[str] = set()
+
+    @property
+    def pages(self) -> Iterator[Page]:
+        for chunk in self._pages:
+            page = Page(
+                [Blob._listed(self._bucket, name, obj) for name, obj in chunk if obj is not None],
+                {name for name, obj in chunk if obj is None},
+            )
+            self.prefixes |= page.prefixes
+            yield page
+
+    def __iter__(self) -> Iterator[Blob]:
+        for page in self.pages:
+            yield from page
+
+
+class Page:
+    def __init__(self, blobs: list[Blob], prefixes: set[str]) -> None:
+        self._blobs = blobs
+        self.prefixes = prefixes
+        self.num_items = len(blobs)
+
+    def __iter__(self) -> Iterator[Blob]:
+        return iter(self._blobs)
+
+
+class Bucket:
+    def __init__(self, client: Client, name: str) -> None:
+        self.client = client
+        self.name = name
+
+    @property
+    def _storage(self) -> MemoryStorage:
+        return self.client._storage  # noqa: SLF001
+
+    def blob(self, name: str, **_: Any) -> Blob:
+        return Blob(self, name)
+
+    def get_blob(self, name: str, **_: Any) -> Blob | None:
+        def perform() -> StoredObject | None:
+            obj = self._storage.objects(self.name).get(name)
+            return _copy(obj) if obj else None
+
+        obj = self._storage.io("gcs", "get", perform)
+        return Blob._listed(self, name, obj) if obj is not None else None
+
+    def delete_blob(self, name: str, *, if_generation_match: int | None = None, **_: Any) -> None:
+        Blob(self, name).delete(if_generation_match=if_generation_match)
+
+    def copy_blob(self, blob: Blob, destination_bucket: Bucket, new_name: str | None = None, **_: Any) -> Blob:
+        def perform() -> StoredObject:
+            source = self._storage.objects(self.name).get(blob.name)
+            if source is None:
+                raise api.NotFound(f"{blob.name} does not exist")
+            now = self._storage.clock()
+            copied = StoredObject(
+                source.data,
+                self._storage.next_generation(),
+                1,
+                dict(source.metadata) if source.metadata else None,
+                source.content_type,
+                now,
+                now,
+            )
+            self._storage.objects(destination_bucket.name)[new_name or blob.name] = copied
+            return _copy(copied)
+
+        obj = self._storage.io("gcs", "copy", perform)
+        return Blob._listed(destination_bucket, new_name or blob.name, obj)
+
+
+class Blob:
+    def __init__(self, bucket: Bucket, name: str) -> None:
+        self.bucket = bucket
+        self.name = name
+        self.generation: int | None = None
+        self.metageneration: int | None = None
+        self.metadata: dict[str, str] | None = None
+        self.updated: datetime | None = None
+        self.time_created: datetime | None = None
+        self.size: int | None = None
+        self.content_type: str | None = None
+
+    @classmethod
+    def _listed(cls, bucket: Bucket, name: str, obj: StoredObject) -> Blob:
+        blob = cls(bucket, name)
+        blob._load(obj)
+        return blob
+
+    def _load(self, obj: StoredObject) -> None:
+        self.generation = obj.generation
+        self.metageneration = obj.metageneration
+        self.metadata = dict(obj.metadata) if obj.metadata is not None else None
+        self.updated = obj.updated
+        self.time_created = obj.time_created
+        self.size = len(obj.data)
+        self.content_type = obj.content_type
+
+    @property
+    def _storage(self) -> MemoryStorage:
+        return self.bucket._storage  # noqa: SLF001
+
+    def _objects(self) -> dict[str, StoredObject]:
+        return self._storage.objects(self.bucket.name)
+
+    def _check(self, obj: StoredObject | None, generation: int | None, metageneration: int | None = None) -> None:
+        if generation is not None and (obj.generation if obj else 0) != generation:
+            raise api.PreconditionFailed(f"{self.name}: generation does not match {generation}")
+        if metageneration is not None and (obj is None or obj.metageneration != metageneration):
+            raise api.PreconditionFailed(f"{self.name}: metageneration does not match {metageneration}")
+
+    def upload_from_string(
+        self,
+        data: bytes | str,
+        content_type: str = "text/plain",
+        *,
+        if_generation_match: int | None = None,
+        if_metageneration_match: int | None = None,
+        **_: Any,
+    ) -> None:
+        payload = data.encode() if isinstance(data, str) else bytes(data)
+
+        def perform() -> StoredObject:
+            current = self._objects().get(self.name)
+            self._check(current, if_generation_match, if_metageneration_match)
+            now = self._storage.clock()
+            obj = StoredObject(
+                payload,
+                self._storage.next_generation(),
+                1,
+                dict(self.metadata) if self.metadata else None,
+                content_type,
+                now,
+                now,
+            )
+            self._objects()[self.name] = obj
+            return _copy(obj)
+
+        self._load(self._storage.io("gcs", "write", perform))
+
+    def download_as_bytes(self, *, if_generation_match: int | None = None, **_: Any) -> bytes:
+        def perform() -> StoredObject:
+            obj = self._objects().get(self.name)
+            if obj is None:
+                raise api.NotFound(f"{self.name} does not exist")
+            self._check(obj, if_generation_match)
+            return _copy(obj)
+
+        obj = self._storage.io("gcs", "read", perform)
+        self._load(obj)
+        return obj.data
+
+    def download_as_text(self, **kwargs: Any) -> str:
+        return self.download_as_bytes(**kwargs).decode()
+
+    def exists(self, **_: Any) -> bool:
+        return self._storage.io("gcs", "get", lambda: self.name in self._objects())
+
+    def reload(self, **_: Any) -> None:
+        def perform() -> StoredObject:
+            obj = self._objects().get(self.name)
+            if obj is None:
+                raise api.NotFound(f"{self.name} does not exist")
+            return _copy(obj)
+
+        self._load(self._storage.io("gcs", "get", perform))
+
+    def patch(self, *, if_metageneration_match: int | None = None, **_: Any) -> None:
+        metadata = dict(self.metadata) if self.metadata else None
+
+        def perform() -> StoredObject:
+            obj = self._objects().get(self.name)
+            if obj is None:
+                raise api.NotFound(f"{self.name} does not exist")
+            self._check(obj, None, if_metageneration_match)
+            obj.metadata = {**(obj.metadata or {}), **(metadata or {})}
+            obj.metageneration += 1
+            obj.updated = self._storage.clock()
+            return _copy(obj)
+
+        self._load(self._storage.io("gcs", "patch", perform))
+
+    def delete(self, *, if_generation_match: int | None = None, **_: Any) -> None:
+        def perform() -> None:
+            obj = self._objects().get(self.name)
+            if obj is None:
+                raise api.NotFound(f"{self.name} does not exist")
+            self._check(obj, if_generation_match)
+            del self._objects()[self.name]
+
+        self._storage.io("gcs", "delete", perform)
+
+    def open(self, mode: str = "r", **_: Any) -> Any:
+        import io
+
+        return io.StringIO(self.download_as_text()) if "b" not in mode else io.BytesIO(self.download_as_bytes())
+
+
+def _copy(obj: StoredObject) -> StoredObject:
+    return StoredObject(
+        obj.data,
+        obj.generation,
+        obj.metageneration,
+        dict(obj.metadata) if obj.metadata is not None else None,
+        obj.content_type,
+        obj.time_created,
+        obj.updated,
+    )
+
+
+def state_bucket_rules(terraform_dir: str) -> list[LifecycleRule]:
+    """The Delete rules on live objects of the state bucket, as terraform/ declares them (an age
+    given as `var.x` takes the variable's default)."""
+    from pathlib import Path
+
+    import hcl2
+
+    texts = [path.read_text() for path in sorted(Path(terraform_dir).glob("*.tf"))]
+    parsed = [_unquote_keys(hcl2.loads(text)) for text in texts if "lifecycle_rule" in text]
+    wanted = {name for tree in parsed for name in _variables_named(tree)}
+    parsed += [_unquote_keys(hcl2.loads(t)) for t in texts if wanted and "lifecycle_rule" not in t and "variable" in t]
+    defaults = {
+        name: body.get("default")
+        for tree in parsed
+        for variable in tree.get("variable", [])
+        for name, body in variable.items()
+    }
+    rules: list[LifecycleRule] = []
+    for tree in parsed:
+        for resource in tree.get("resource", []):
+            state = resource.get("google_storage_bucket", {}).get("state")
+            for rule in (state or {}).get("lifecycle_rule", []):
+                condition, action = _first(rule.get("condition")), _first(rule.get("action"))
+                if _unquote(action.get("type")) != "Delete" or "age" not in condition:
+                    continue
+                if _unquote(condition.get("with_state")) not in (None, "LIVE", "ANY"):
+                    continue
+                age = condition["age"]
+                if isinstance(age, str) and age.startswith("${var."):
+                    age = defaults.get(age[len("${var.") : -1])
+                prefixes = tuple(_unquote(p) for p in condition.get("matches_prefix") or [])
+                rules.append(LifecycleRule(int(age), prefixes))
+    return rules
+
+
+def _variables_named(tree: Any) -> set[str]:
+    import re
+
+    return set(re.findall(r"\$\{var\.(\w+)\}", str(tree)))
+
+
+def _unquote_keys(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {_unquote(k): _unquote_keys(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unquote_keys(v) for v in value]
+    return value
+
+
+def _first(value: Any) -> dict[str, Any]:
+    if isinstance(value, list):
+        return value[0] if value else {}
+    return value or {}
+
+
+def _unquote(value: Any) -> Any:
+    return value[1:-1] if isinstance(value, str) and len(value) >= 2 and value[0] == value[-1] == '"' else value

@@ -1,0 +1,351 @@
+"""The invariants the simulator checks: each a small function of the world returning the
+violations it sees. Adding one is writing a function and adding it to `STEP`, `QUIESCENCE` or
+`RETENTION` (when it is checked: after every step, once the world is quiet, after retention).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from shared.alerts import AlertKind
+
+if TYPE_CHECKING:
+    from shared.ledger.records import RequestRecord
+    from shared.settings import Settings
+    from sim.world import Violation, World
+
+# An alert is published at least once; a crash between its publish and its clearing may repeat
+# it, never once per redelivery (a message is delivered at most 5 times before it dead-letters).
+MAX_COPIES_OF_AN_ALERT = 3
+ALERT_KINDS = {kind.value for kind in AlertKind}
+# What the state bucket may keep of finished requests for good: configuration, the maintenance
+# cursors and remembered regions, and the operator's archive of removed records (ledger_archive).
+KEPT_FOR_GOOD = ("maintenance/", "archive/", "triggers/_definitions/")
+# Pacing slots are deleted by a lifecycle rule a day after they are written (terraform/storage.tf).
+SLOTS_PREFIX = "pacing/slots/"
+SLOT_LIFETIME = timedelta(days=2)
+
+
+def violation(invariant: str, detail: str) -> Violation:
+    from sim.world import Violation
+
+    return Violation(invariant, detail)
+
+
+# Reading the world (no faults: the checker is not a function instance).
+
+
+def records(world: World) -> Iterator[RequestRecord]:
+    from shared.ledger.records import RequestRecord
+
+    objects = world.storage.objects(world.settings.state_bucket)
+    for name, obj in sorted(objects.items()):
+        if name.startswith("requests/") and name.endswith(".json"):
+            yield RequestRecord.from_json(json.loads(obj.data))
+
+
+def alerts(world: World) -> list[dict[str, Any]]:
+    return [m.json() for m in world.pubsub.on(world.settings.ops_alerts_topic) if isinstance(m.json(), dict)]
+
+
+def unsettled_requests(world: World) -> list[str]:
+    return [r.request_id for r in records(world) if not r.is_terminal or r.has_pending_effects]
+
+
+def waits_for_gpus_forever(world: World, record: RequestRecord) -> bool:
+    """A GPU request in a project whose GPU quota never frees: it may wait, it is not stuck."""
+    from sim.vertex import _uses_gpus
+
+    pools = record.request.get("custom_job", {})
+    return world.workload.gpu_quota_forever and _uses_gpus(pools)
+
+
+# After every step.
+
+
+def one_live_job_per_request(world: World) -> list[Violation]:
+    live = collections.defaultdict(list)
+    for job in world.vertex.jobs.values():
+        if job.live:
+            live[job.request_id].append(job)
+    return [
+        violation(
+            "one_live_job_per_request",
+            f"request {rid} has {len(jobs)} live jobs: "
+            + ", ".join(
+                f"a{j.attempt} {j.request.get('jobSpec', {}).get('scheduling', {}).get('strategy')} {j.state}"
+                for j in jobs
+            ),
+        )
+        for rid, jobs in live.items()
+        if len(jobs) > 1
+    ]
+
+
+def policy_on_every_create(world: World) -> list[Violation]:
+    """Every create sent to Vertex, whatever path sent it, is one the deployment allows."""
+    settings = world.settings
+    out = []
+    new = world.vertex.created[world._checked_creates :]  # noqa: SLF001
+    world._checked_creates = len(world.vertex.created)  # noqa: SLF001
+    for create in new:
+        out += [
+            violation("policy_on_every_create", f"{_job_name(create.job)}: {p}")
+            for p in policy_problems(world, settings, create)
+        ]
+    return out
+
+
+def policy_problems(world: World, settings: Settings, create: Any) -> list[str]:
+    from shared.jobs import LABEL_ATTEMPT, LABEL_DEPLOYMENT, LABEL_REQUEST_ID
+
+    job = create.job
+    spec = job.get("jobSpec") or {}
+    labels = job.get("labels") or {}
+    strategy = (spec.get("scheduling") or {}).get("strategy", "SPOT")
+    problems = []
+    if strategy != "SPOT" and strategy not in settings.allowed_fallback_strategies:
+        problems.append(
+            f"strategy {strategy}, allowed: SPOT, {', '.join(settings.allowed_fallback_strategies) or 'nothing else'}"
+        )
+    if strategy != "SPOT":
+        attempt = int(labels.get(LABEL_ATTEMPT, "0") or 0)
+        spot_before = {
+            int(c.job.get("labels", {}).get(LABEL_ATTEMPT, "0"))
+            for c in world.vertex.created
+            if c.accepted
+            and c.job.get("labels", {}).get(LABEL_REQUEST_ID) == labels.get(LABEL_REQUEST_ID)
+            and (c.job.get("jobSpec", {}).get("scheduling") or {}).get("strategy", "SPOT") == "SPOT"
+            and int(c.job.get("labels", {}).get(LABEL_ATTEMPT, "0")) < attempt
+        }
+        if len(spot_before) < settings.min_spot_attempts:
+            problems.append(
+                f"attempt {attempt} on {strategy} after {len(spot_before)} Spot attempt(s); "
+                f"SPOTJOBS_MIN_SPOT_ATTEMPTS={settings.min_spot_attempts}"
+            )
+    if settings.allowed_locations and create.location not in settings.allowed_locations:
+        problems.append(f"location {create.location} not allowed")
+    account = spec.get("serviceAccount")
+    if account != settings.training_service_account and account not in settings.allowed_service_accounts:
+        problems.append(f"service account {account!r}")
+    for pool in spec.get("workerPoolSpecs") or []:
+        family = ((pool.get("machineSpec") or {}).get("machineType") or "").split("-")[0]
+        if family not in settings.allowed_machine_families:
+            problems.append(f"machine family {family!r}")
+        image = (pool.get("containerSpec") or {}).get("imageUri", "")
+        if settings.allowed_image_prefixes and not image.startswith(settings.allowed_image_prefixes):
+            problems.append(f"image {image!r}")
+    if labels.get(LABEL_DEPLOYMENT) != settings.deployment_label:
+        problems.append("not labelled with the deployment")
+    return problems
+
+
+def _job_name(job: dict[str, Any]) -> str:
+    from shared.jobs import LABEL_ATTEMPT, LABEL_REQUEST_ID
+
+    labels = job.get("labels") or {}
+    return f"create of {labels.get(LABEL_REQUEST_ID)} a{labels.get(LABEL_ATTEMPT)}"
+
+
+def alerts_not_per_redelivery(world: World) -> list[Violation]:
+    counts = collections.Counter(
+        (a.get("kind"), a.get("request_id"), a.get("attempt"), a.get("job"))
+        for a in alerts(world)
+        if a.get("request_id")
+    )
+    return [
+        violation("alerts_once", f"alert {kind} for {rid} attempt {attempt} published {n} times")
+        for (kind, rid, attempt, _job), n in counts.items()
+        if n > MAX_COPIES_OF_AN_ALERT
+    ]
+
+
+# Once the world is quiet.
+
+
+def no_unknown_live_job(world: World) -> list[Violation]:
+    """After the last stray pass, every live job is the recorded job of its request's attempt."""
+    recorded = {a.job for r in records(world) for a in r.attempts if a.job}
+    return [
+        violation(
+            "no_unknown_live_job",
+            f"live job {job.name.rsplit('/', 1)[-1]} of {job.request_id} a{job.attempt} is not in the ledger",
+        )
+        for job in world.vertex.jobs.values()
+        if job.live and job.name not in recorded
+    ]
+
+
+def liveness(world: World) -> list[Violation]:
+    """Every accepted request has a live job or a terminal status (failed ones with an alert);
+    every line waiting for the quota is empty; every request a publisher sent is in the ledger
+    or was refused with an invalid_request alert."""
+    out = []
+    published_alerts = alerts(world)
+    alerted = {(a.get("request_id")) for a in published_alerts if a.get("severity") == "ERROR"}
+    live_jobs = {job.name for job in world.vertex.jobs.values() if job.live}
+    known = set()
+    for record in records(world):
+        known.add(record.request_id)
+        if waits_for_gpus_forever(world, record):
+            continue
+        latest = record.latest
+        if not record.is_terminal:
+            if latest is None or latest.job not in live_jobs:
+                where = (
+                    f"attempt {latest.n} {'waits in line' if latest and latest.waiting_since else 'has no live job'}"
+                    if latest
+                    else "no attempt"
+                )
+                out.append(
+                    violation("liveness", f"request {record.request_id} is {record.status} after the bound: {where}")
+                )
+        elif record.status in ("FAILED", "GAVE_UP") and record.request_id not in alerted:
+            out.append(violation("liveness", f"request {record.request_id} is {record.status} with no alert"))
+    refused = {a.get("request_id") for a in published_alerts if a.get("kind") == "invalid_request"}
+    for arrival in world.workload.arrivals:
+        if arrival.index in world.disabled_arrivals or arrival.topic != "job_requests_topic":
+            continue
+        body = json.loads(arrival.data)
+        rid = body.get("request_id") or arrival.attributes.get("request_id")
+        if rid and rid not in known and rid not in refused:
+            out.append(
+                violation(
+                    "liveness",
+                    f"request {rid} was published ({arrival.label}) and is neither in the ledger nor refused",
+                )
+            )
+    for name in world.storage.objects(world.settings.state_bucket):
+        if name.startswith("pacing/") and "/waiting/" in name:
+            rid = name.rsplit("/", 1)[-1].split("~")[1]
+            record = next((r for r in records(world) if r.request_id == rid), None)
+            if record is None or not waits_for_gpus_forever(world, record):
+                out.append(violation("liveness", f"{name} is still in line after the bound ({_standing(record)})"))
+    return out
+
+
+def _standing(record: RequestRecord | None) -> str:
+    """Where a waiting entry's request stands: a settled one should have left the line."""
+    if record is None:
+        return "no record"
+    latest = record.latest
+    if record.is_terminal or (latest is not None and latest.job):
+        return f"its request is settled: {record.status}, job {latest.job_id if latest else None}"
+    return f"its request waits: {record.status}"
+
+
+def alerts_at_least_once(world: World) -> list[Violation]:
+    """Every alert a record says was decided was published; none is left pending."""
+    published = {(a.get("kind"), a.get("request_id"), a.get("attempt")) for a in alerts(world)}
+    out = []
+    for record in records(world):
+        if record.pending_alerts:
+            out.append(
+                violation(
+                    "alerts_once",
+                    f"request {record.request_id} still has {len(record.pending_alerts)} alert(s) pending",
+                )
+            )
+        for marker in record.markers:
+            kind, _, rest = marker.partition(":")
+            if kind not in ALERT_KINDS:
+                continue
+            attempt = int(rest.split(":")[0]) if rest.split(":")[0].isdigit() else None
+            if (kind, record.request_id, attempt) not in published and not any(
+                k == kind and r == record.request_id for k, r, _ in published
+            ):
+                out.append(
+                    violation("alerts_once", f"alert {marker} of {record.request_id} was decided, never published")
+                )
+    return out
+
+
+# After retention.
+
+
+def retention_horizon_seconds(settings: Settings) -> float:
+    from shared.ledger.retention import MIN_RETENTION_SECONDS
+
+    return (
+        max(
+            settings.ledger_retention_seconds,
+            MIN_RETENTION_SECONDS,
+            settings.finished_retention_seconds + 86400,
+            settings.bare_dedupe_seconds,
+        )
+        + 2 * 86400
+    )
+
+
+def bounded_state(world: World) -> list[Violation]:
+    """After retention, nothing of a finished request is left in the state bucket (what belongs
+    to a request still running, e.g. a job that never leaves PENDING, may stay)."""
+    unfinished = set(unsettled_requests(world))
+    leftovers = collections.defaultdict(list)
+    now = world.clock.now()
+    for name, obj in sorted(world.storage.objects(world.settings.state_bucket).items()):
+        if name.startswith(KEPT_FOR_GOOD) or _request_of(name, obj.data) in unfinished:
+            continue
+        if name.startswith(SLOTS_PREFIX) and now - obj.time_created < SLOT_LIFETIME:
+            continue  # a slot of the last day: its lifecycle rule has not come round yet
+        leftovers[_kind_of_state(name)].append(name)
+    return [
+        violation("bounded_state", f"{len(names)} {kind} object(s) left after retention, e.g. {names[0]}")
+        for kind, names in sorted(leftovers.items())
+    ]
+
+
+def _request_of(name: str, data: bytes) -> str | None:
+    """The request a ledger object belongs to, if it names one."""
+    if name.startswith("jobs/"):
+        try:
+            return json.loads(data).get("request_id")
+        except ValueError:
+            return None
+    if name.startswith("requests/") and name.endswith(".json"):
+        return name[len("requests/") : -len(".json")]
+    if name.startswith("active/"):
+        return name[len("active/") :]
+    if name.startswith("pacing/") and "/waiting/" in name:
+        return name.rsplit("/", 1)[-1].split("~")[1]
+    return None
+
+
+def _kind_of_state(name: str) -> str:
+    first = name.split("/", 1)[0]
+    return {
+        "requests": "ledger",
+        "active": "ledger",
+        "jobs": "ledger",
+        "dedupe": "dedupe",
+        "triggers": "triggers",
+        "pacing": "pacing",
+        "deadletters": "redrive-claim",
+    }.get(first, first)
+
+
+STEP: list[Callable[[World], list[Violation]]] = [
+    one_live_job_per_request,
+    policy_on_every_create,
+    alerts_not_per_redelivery,
+]
+QUIESCENCE: list[Callable[[World], list[Violation]]] = [
+    one_live_job_per_request,
+    no_unknown_live_job,
+    liveness,
+    alerts_at_least_once,
+    alerts_not_per_redelivery,
+]
+RETENTION: list[Callable[[World], list[Violation]]] = [bounded_state]
+CHECKS = {"step": STEP, "quiescence": QUIESCENCE, "retention": RETENTION}
+
+
+def check(world: World, which: str) -> list[Violation]:
+    out: list[Violation] = []
+    for invariant in CHECKS[which]:
+        out += invariant(world)
+    return out

@@ -1,0 +1,288 @@
+"""Vertex AI's JobService in memory, on the virtual clock: what spotjobs calls on
+`aiplatform_v1.JobServiceClient` (create, get, list, cancel) with Vertex's documented behaviour.
+
+- a create is accepted as JOB_STATE_QUEUED and runs asynchronously: the world moves each job on
+  (PENDING, RUNNING, restarts after preemption, SUCCEEDED / FAILED) from the fate drawn for it;
+- a cancel is asynchronous too: CANCELLING at once, CANCELLED a while later
+  (https://cloud.google.com/vertex-ai/docs/reference/rest/v1/projects.locations.customJobs/cancel);
+- a preempted Spot job is restarted, and after six restarts it FAILS with a STOCKOUT error, as
+  the code's own classifier expects (docs/signals.md);
+- 429s per quota kind: submissions (60 creates a minute per region, a rate), CRUD (get, list,
+  cancel: 600 a minute) and a resource quota (GPUs: not a rate) as the world decides; 5xx; a
+  create whose response is lost after the job was created;
+- every state change is a service log line the log sink routes to job-events (`emit`).
+Every create is kept (`created`) with its request JSON, for the policy invariant.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from google.api_core import exceptions as api
+
+from shared.adapters.vertex import to_job_json
+from shared.jobs import LABEL_ATTEMPT, LABEL_REQUEST_ID
+
+SUBMISSIONS_PER_MINUTE = 60
+CRUD_PER_MINUTE = 600
+STOCKOUT_ERROR = {"code": 8, "message": "Job failed with STOCKOUT: the Spot VM was preempted 7 times."}
+USER_ERROR = {"code": 3, "message": "The replica workerpool0-0 exited with a non-zero status of 1."}
+MAX_RESTARTS = 6
+LIVE_STATES = ("JOB_STATE_QUEUED", "JOB_STATE_PENDING", "JOB_STATE_RUNNING", "JOB_STATE_CANCELLING")
+TERMINAL_STATES = ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED")
+
+
+@dataclass
+class SimJob:
+    name: str
+    location: str
+    request: dict[str, Any]  # the create's CustomJob as REST JSON
+    labels: dict[str, str]
+    state: str
+    create_time: datetime
+    update_time: datetime
+    fate: str = "succeed"  # succeed | fail | stockout | hang
+    preemptions: int = 0  # still to come
+    restarts: int = 0
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+    error: dict[str, Any] | None = None
+    next_change: datetime | None = None
+
+    @property
+    def request_id(self) -> str:
+        return self.labels.get(LABEL_REQUEST_ID, "")
+
+    @property
+    def attempt(self) -> int:
+        return int(self.labels.get(LABEL_ATTEMPT, "0") or 0)
+
+    @property
+    def live(self) -> bool:
+        return self.state in LIVE_STATES
+
+    def to_proto(self) -> Any:
+        from google.cloud.aiplatform_v1 import CustomJob
+
+        job = CustomJob(
+            name=self.name,
+            display_name=self.request.get("displayName", ""),
+            state=self.state,
+            labels=dict(self.labels),
+            create_time=self.create_time,
+            update_time=self.update_time,
+        )
+        if self.start_time:
+            job.start_time = self.start_time
+        if self.end_time:
+            job.end_time = self.end_time
+        if self.error:
+            job.error = self.error
+        return job
+
+
+@dataclass
+class Create:
+    """One create that reached Vertex (accepted or not), for the policy invariant."""
+
+    at: datetime
+    location: str
+    job: dict[str, Any]
+    accepted: bool
+
+
+class SimVertex:
+    """One project's JobService, every region. An instance is the `Ports.job_service` factory."""
+
+    def __init__(self, clock: Callable[[], datetime], io: Callable[..., Any], rng: Any, project: str) -> None:
+        self.clock = clock
+        self.io = io
+        self.rng = rng
+        self.project = project
+        self.jobs: dict[str, SimJob] = {}
+        self.created: list[Create] = []
+        self.emit: Callable[[SimJob, str, str], None] = lambda job, text, severity: None
+        self.gpu_quota_full = False  # creates of GPU machines get the resource-quota 429
+        self.fate: Callable[[SimJob], None] = lambda job: None
+        self._ids = 5_000_000_000_000_000_001
+        self._calls: dict[tuple[str, str], collections.deque[datetime]] = collections.defaultdict(collections.deque)
+
+    def __call__(self, location: str) -> SimVertex:
+        return self
+
+    # The quotas.
+
+    def _admit(self, kind: str, location: str, limit: int) -> None:
+        now = self.clock()
+        window = self._calls[(kind, location)]
+        while window and window[0] <= now - timedelta(seconds=60):
+            window.popleft()
+        if len(window) >= limit:
+            from google.rpc.error_details_pb2 import ErrorInfo
+
+            metric = "job_submission_requests" if kind == "submissions" else "resource_management_requests"
+            limit_name = (
+                "Job or LRO submission requests per minute per region"
+                if kind == "submissions"
+                else "Resource management (CRUD) requests per minute per region"
+            )
+            raise api.TooManyRequests(
+                f"Quota exceeded for quota metric 'aiplatform.googleapis.com/{metric}' and limit "
+                f"'{limit_name}' of service 'aiplatform.googleapis.com' for consumer 'projects/{self.project}'.",
+                error_info=ErrorInfo(reason="RATE_LIMIT_EXCEEDED", domain="googleapis.com"),
+            )
+        window.append(now)
+
+    # The JobService methods spotjobs calls.
+
+    def create_custom_job(self, *, parent: str, custom_job: Any, retry: Any = None, timeout: float = 0) -> Any:
+        location = parent.split("/locations/")[1]
+        request = to_job_json(custom_job)
+
+        def perform() -> Any:
+            accepted = False
+            try:
+                self._admit("submissions", location, SUBMISSIONS_PER_MINUTE)
+                if self.gpu_quota_full and _uses_gpus(request):
+                    raise api.TooManyRequests(
+                        "The following quota metrics exceed quota limits: "
+                        "aiplatform.googleapis.com/custom_model_training_nvidia_a100_gpus"
+                    )
+                now = self.clock()
+                name = f"{parent}/customJobs/{self._ids}"
+                self._ids += 1
+                job = SimJob(name, location, request, dict(request.get("labels") or {}), "JOB_STATE_QUEUED", now, now)
+                self.jobs[name] = job
+                self.fate(job)
+                accepted = True
+                return job.to_proto()
+            finally:
+                self.created.append(Create(self.clock(), location, request, accepted))
+
+        return self.io("vertex", "create", perform)
+
+    def get_custom_job(self, name: str = "", *, request: Any = None, **_: Any) -> Any:
+        name = name or (request or {}).get("name", "")
+        location = _location(name)
+
+        def perform() -> Any:
+            self._admit("crud", location, CRUD_PER_MINUTE)
+            job = self.jobs.get(name)
+            if job is None:
+                raise api.NotFound(f"{name} does not exist")
+            return job.to_proto()
+
+        return self.io("vertex", "get", perform)
+
+    def list_custom_jobs(self, request: dict[str, Any] | None = None, **_: Any) -> list[Any]:
+        request = request or {}
+        parent = request["parent"]
+        query = request.get("filter", "")
+        wanted = dict(re.findall(r'labels\.([\w-]+)="([^"]*)"', query))
+        present = re.findall(r"labels\.([\w-]+):\*", query)
+        excluded = set(re.findall(r'state!="(\w+)"', query))
+
+        def perform() -> list[Any]:
+            self._admit("crud", parent.split("/locations/")[1], CRUD_PER_MINUTE)
+            return [
+                job.to_proto()
+                for job in self.jobs.values()
+                if job.name.startswith(parent + "/")
+                and all(job.labels.get(k) == v for k, v in wanted.items())
+                and all(k in job.labels for k in present)
+                and job.state not in excluded
+            ]
+
+        return self.io("vertex", "list", perform)
+
+    def cancel_custom_job(self, name: str = "", *, request: Any = None, **_: Any) -> None:
+        name = name or (request or {}).get("name", "")
+
+        def perform() -> None:
+            self._admit("crud", _location(name), CRUD_PER_MINUTE)
+            job = self.jobs.get(name)
+            if job is None:
+                raise api.NotFound(f"{name} does not exist")
+            if job.state in TERMINAL_STATES:
+                raise api.FailedPrecondition(f"{name} has ended")
+            if job.state != "JOB_STATE_CANCELLING":
+                self.set_state(job, "JOB_STATE_CANCELLING")
+                job.next_change = self.clock() + timedelta(seconds=self.rng.choice((5, 30, 120, 400)))
+
+        self.io("vertex", "cancel", perform)
+
+    # Vertex running its jobs.
+
+    def set_state(self, job: SimJob, state: str, error: dict[str, Any] | None = None) -> None:
+        now = self.clock()
+        job.state = state
+        job.update_time = max(now, job.update_time + timedelta(microseconds=1))
+        if state == "JOB_STATE_RUNNING" and job.start_time is None:
+            job.start_time = job.update_time
+        if state in TERMINAL_STATES:
+            job.end_time = job.update_time
+            job.next_change = None
+        if error:
+            job.error = error
+        text, severity = SERVICE_LINES[state]
+        self.emit(job, text, severity)
+
+    def advance(self, job: SimJob) -> None:
+        """Move `job` one step along its fate (called when its `next_change` is due)."""
+        step = self.rng.choice((20, 60, 300, 900))
+        job.next_change = self.clock() + timedelta(seconds=step)
+        if job.state == "JOB_STATE_CANCELLING":
+            self.set_state(job, "JOB_STATE_CANCELLED")
+        elif job.state == "JOB_STATE_QUEUED":
+            self.set_state(job, "JOB_STATE_PENDING")
+        elif job.state == "JOB_STATE_PENDING":
+            if job.fate == "hang":
+                job.next_change = None  # waits for capacity until someone cancels it
+                return
+            self.set_state(job, "JOB_STATE_RUNNING")
+        elif job.state == "JOB_STATE_RUNNING":
+            if job.preemptions > 0 or job.fate == "stockout":
+                job.preemptions = max(0, job.preemptions - 1)
+                job.restarts += 1
+                if job.restarts > MAX_RESTARTS:
+                    self.set_state(job, "JOB_STATE_FAILED", STOCKOUT_ERROR)
+                    return
+                self.emit(
+                    job,
+                    f"The Spot VM of replica workerpool0-0 was preempted. Restarting the job "
+                    f"(restart {job.restarts} of {MAX_RESTARTS}).",
+                    "WARNING",
+                )
+                return
+            if job.fate == "fail":
+                self.set_state(job, "JOB_STATE_FAILED", USER_ERROR)
+            else:
+                self.set_state(job, "JOB_STATE_SUCCEEDED")
+
+    def live_jobs(self, request_id: str) -> list[SimJob]:
+        return [job for job in self.jobs.values() if job.request_id == request_id and job.live]
+
+
+SERVICE_LINES = {
+    "JOB_STATE_QUEUED": ("Waiting for job to be provisioned.", "INFO"),
+    "JOB_STATE_PENDING": ("Job is preparing.", "INFO"),
+    "JOB_STATE_RUNNING": ("Job is running.", "INFO"),
+    "JOB_STATE_SUCCEEDED": ("Job completed successfully.", "INFO"),
+    "JOB_STATE_FAILED": ("Job failed.", "ERROR"),
+    "JOB_STATE_CANCELLING": ("Job is being cancelled.", "INFO"),
+    "JOB_STATE_CANCELLED": ("Job was cancelled.", "INFO"),
+}
+
+
+def _location(name: str) -> str:
+    return name.split("/locations/")[1].split("/")[0] if "/locations/" in name else ""
+
+
+def _uses_gpus(request: dict[str, Any]) -> bool:
+    pools = (request.get("jobSpec") or {}).get("workerPoolSpecs") or []
+    return any((pool.get("machineSpec") or {}).get("acceleratorCount") for pool in pools)

@@ -1,0 +1,175 @@
+"""Everything in the functions' code paths that reads the wall clock, sleeps, draws randomness or
+starts threads, made virtual, in one place (`install`), for the simulated world:
+
+| what the code uses                                   | where                                   | in the sim |
+|------------------------------------------------------|-----------------------------------------|------------|
+| `datetime.now(UTC)`                                  | `shared.clock.utcnow` (every module)    | the virtual clock |
+| `time.time`, `time.monotonic`, `time.sleep`          | pacing, ledger.store, swap, log, triggers.runner, reconcile_vertex, pruning.execute | virtual; a sleep advances the clock |
+| `Pacer(clock=time.time, sleep=time.sleep)`, `CrudBudget(clock=time.monotonic)` | default arguments, bound at import | replaced defaults |
+| `random.uniform` (compare-and-swap backoff)          | `shared.swap`                           | the world's seeded `random.Random` |
+| `ThreadPoolExecutor`                                 | reconcile, ledger.retention, found_jobs, pruning.execute | runs each task at once, in order |
+| `get_settings()`, `ports_for(name)`                  | the shells, `shared.settings`, `shared.wiring` | the world's settings and Ports |
+| per-process caches                                   | found_jobs, triggers.runner, triggers.windows | emptied for each world |
+
+`install(world)` points all of it at `world` (the originals are kept; `uninstall` restores them).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+_ORIGINALS: dict[tuple[str, str], Any] = {}
+
+
+class VirtualClock:
+    """The simulated world's time: starts at `start`, moves only when told to (or by a sleep)."""
+
+    def __init__(self, start: datetime) -> None:
+        self.now_value = start
+
+    def now(self) -> datetime:
+        return self.now_value
+
+    def time(self) -> float:
+        return self.now_value.timestamp()
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            self.advance(seconds)
+
+    def advance(self, seconds: float) -> None:
+        self.now_value += timedelta(seconds=seconds)
+
+    def advance_to(self, moment: datetime) -> None:
+        self.now_value = max(self.now_value, moment)
+
+
+class VirtualTime:
+    """A stand-in for the `time` module as the functions use it."""
+
+    def __init__(self, clock: VirtualClock) -> None:
+        self._clock = clock
+
+    def time(self) -> float:
+        return self._clock.time()
+
+    def monotonic(self) -> float:
+        return self._clock.time()
+
+    perf_counter = monotonic
+
+    def sleep(self, seconds: float) -> None:
+        self._clock.sleep(seconds)
+
+
+def virtual_datetime(clock: VirtualClock) -> type[datetime]:
+    class VirtualDatetime(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> datetime:  # type: ignore[override]
+            moment = clock.now()
+            return moment.astimezone(tz) if tz else moment.replace(tzinfo=None)
+
+    return VirtualDatetime
+
+
+class SyncExecutor:
+    """ThreadPoolExecutor's interface, running every task at once on the calling thread. A crash
+    (a BaseException) is not caught: it aborts the handler as a process crash would."""
+
+    def __init__(self, *_: Any, **__: Any) -> None:
+        pass
+
+    def __enter__(self) -> SyncExecutor:
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        pass
+
+    def shutdown(self, *_: Any, **__: Any) -> None:
+        pass
+
+    def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except Exception as exc:  # noqa: BLE001 - the future carries it, as a pool's does
+            future.set_exception(exc)
+        return future
+
+    def map(self, fn: Callable[..., Any], *iterables: Iterable[Any], **_: Any) -> Iterator[Any]:
+        futures = [self.submit(fn, *args) for args in zip(*iterables, strict=False)]
+        return (future.result() for future in futures)
+
+
+TIME_USERS = (
+    "shared.pacing",
+    "shared.ledger.store",
+    "shared.swap",
+    "shared.log",
+    "shared.triggers.runner",
+    "shared.reconcile_vertex",
+    "shared.pruning.execute",
+)
+THREAD_USERS = ("shared.reconcile", "shared.ledger.retention", "shared.found_jobs", "shared.pruning.execute")
+SETTINGS_USERS = ("shared.settings", "functions.events", "functions.prune", "functions.reconcile", "functions.triggers")
+PORTS_USERS = ("shared.wiring", "functions.events", "functions.reconcile")
+
+
+def _set(module_name: str, attribute: str, value: Any) -> None:
+    module = importlib.import_module(module_name)
+    _ORIGINALS.setdefault((module_name, attribute), getattr(module, attribute))
+    setattr(module, attribute, value)
+
+
+def install(world: Any) -> None:
+    """Point every clock, sleep, random draw, thread pool, settings and Ports lookup at `world`."""
+    import shared.pacing
+    import shared.reconcile_vertex
+
+    clock: VirtualClock = world.clock
+    virtual_time = VirtualTime(clock)
+    _set("shared.clock", "datetime", virtual_datetime(clock))
+    for name in TIME_USERS:
+        _set(name, "time", virtual_time)
+    _set("shared.swap", "random", world.rng)
+    for name in THREAD_USERS:
+        _set(name, "ThreadPoolExecutor", SyncExecutor)
+    for name in SETTINGS_USERS:
+        _set(name, "get_settings", lambda: world.settings)
+    for name in PORTS_USERS:
+        _set(name, "ports_for", world.ports_for)
+    # Default arguments are bound at import: replace them.
+    shared.pacing.Pacer.__init__.__kwdefaults__.update(clock=virtual_time.time, sleep=virtual_time.sleep)
+    shared.reconcile_vertex.CrudBudget.__init__.__kwdefaults__.update(clock=virtual_time.monotonic)
+    reset_process_caches()
+
+
+def reset_process_caches() -> None:
+    """What one function instance remembers between deliveries; a world starts with new instances."""
+    import shared.found_jobs
+    import shared.triggers.runner
+    import shared.triggers.windows
+
+    shared.found_jobs._remembered.clear()  # noqa: SLF001
+    shared.triggers.runner._cache.clear()  # noqa: SLF001
+    shared.triggers.windows._open_windows.clear()  # noqa: SLF001
+
+
+def uninstall() -> None:
+    import time
+
+    import shared.pacing
+    import shared.reconcile_vertex
+
+    for (module_name, attribute), value in _ORIGINALS.items():
+        setattr(importlib.import_module(module_name), attribute, value)
+    _ORIGINALS.clear()
+    shared.pacing.Pacer.__init__.__kwdefaults__.update(clock=time.time, sleep=time.sleep)
+    shared.reconcile_vertex.CrudBudget.__init__.__kwdefaults__.update(clock=time.monotonic)
+
+
+EPOCH_OF_SIMULATION = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)

@@ -1,0 +1,281 @@
+"""The workload of one seed: the deployment's settings, what publishers send and when, how Vertex
+treats each job, which operator commands run, and how hostile the world is.
+
+Everything is drawn from the `random.Random` passed in, so a seed names one workload exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from shared.settings import Settings
+
+PROJECT = "sim-project"
+IMAGE = f"us-docker.pkg.dev/{PROJECT}/training/trainer:1"
+TRAINER = f"trainer@{PROJECT}.iam.gserviceaccount.com"
+HOME = "us-central1"
+OTHER_REGION = "europe-west4"
+
+
+@dataclass
+class Arrival:
+    """One publish to job-requests, by a publisher (not the system)."""
+
+    index: int  # what shrinking disables
+    at: datetime
+    data: bytes
+    attributes: dict[str, str]
+    label: str
+    topic: str = "job_requests_topic"  # the Settings field naming the topic it is published to
+
+    def describe(self) -> str:
+        return f"#{self.index} {self.label} ({len(self.data)} bytes{', ' + str(self.attributes) if self.attributes else ''})"
+
+
+@dataclass
+class Operation:
+    at: datetime
+    label: str
+    run: Callable[[Any], None]
+    done: bool = False
+
+    def describe(self) -> str:
+        return self.label
+
+
+@dataclass
+class Workload:
+    settings: Settings
+    env: dict[str, str]
+    arrivals: list[Arrival]
+    operations: list[Operation]
+    seed_text: str
+    fault_rate: float
+    duplicate_rate: float
+    gpu_quota_full: bool
+    gpu_quota_forever: bool
+    duration: timedelta
+    max_steps: int
+    triggers: list[dict[str, Any]] = field(default_factory=list)  # definitions, as `triggers apply` stores them
+
+    def fate_of(self, request_id: str, attempt: int) -> tuple[str, int]:
+        """How Vertex treats attempt `attempt` of `request_id`'s job: (fate, preemptions)."""
+        rng = random.Random(f"{self.seed_text}:{request_id}:{attempt}")
+        roll = rng.random()
+        if "deadline" in request_id and attempt == 1:
+            return ("hang", 0) if roll < 0.7 else ("succeed", rng.choice((0, 1)))
+        if roll < 0.5:
+            return "succeed", 0
+        if roll < 0.7:
+            return "succeed", rng.randint(1, 3)
+        if roll < 0.8:
+            return "stockout", 0
+        if roll < 0.9:
+            return "fail", 0
+        return "hang", 0
+
+
+def custom_job(rng: random.Random, *, gpu: bool, pad: int = 0) -> dict[str, Any]:
+    machine = (
+        {"machineType": "a2-highgpu-1g", "acceleratorType": "NVIDIA_TESLA_A100", "acceleratorCount": 1}
+        if gpu
+        else {"machineType": "n1-standard-4"}
+    )
+    container: dict[str, Any] = {"imageUri": IMAGE, "command": ["python", "train.py"]}
+    if pad:
+        container["args"] = ["--note", "x" * pad]
+    return {
+        "displayName": f"train-{rng.randrange(1000)}",
+        "jobSpec": {"workerPoolSpecs": [{"machineSpec": machine, "replicaCount": 1, "containerSpec": container}]},
+    }
+
+
+def _settings(rng: random.Random) -> dict[str, str]:
+    return {
+        "GOOGLE_CLOUD_PROJECT": PROJECT,
+        "SPOTJOBS_STATE_BUCKET": "sim-state",
+        "SPOTJOBS_CHECKPOINT_BUCKET": "sim-checkpoints",
+        "SPOTJOBS_LOCATION": HOME,
+        "SPOTJOBS_DEPLOYMENT": "sim",
+        "SPOTJOBS_TRAINING_SERVICE_ACCOUNT": TRAINER,
+        "SPOTJOBS_ALLOWED_IMAGE_PREFIXES": f"us-docker.pkg.dev/{PROJECT}/",
+        "SPOTJOBS_ALLOWED_MACHINE_FAMILIES": "a2,a3,n1",
+        "SPOTJOBS_ALLOWED_LOCATIONS": rng.choice(("", f"{HOME},{OTHER_REGION}")),
+        "SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES": rng.choice(("STANDARD", "STANDARD", "")),
+        "SPOTJOBS_MIN_SPOT_ATTEMPTS": str(rng.choice((1, 1, 3))),
+        "SPOTJOBS_VERTEX_CREATES_PER_MINUTE": str(rng.choice((58, 58, 6, 2))),
+        "SPOTJOBS_MAX_REQUEST_BYTES": str(rng.choice((256 * 1024, 6000))),
+        "SPOTJOBS_LEDGER_RETENTION_SECONDS": str(32 * 86400),
+        "SPOTJOBS_BARE_DEDUPE_SECONDS": str(rng.choice((300, 3600))),
+        "SPOTJOBS_PACER_RUN_SECONDS": str(rng.choice((10, 40))),
+        "SPOTJOBS_LOG_LEVEL": "WARNING",
+    }
+
+
+def generate(rng: random.Random) -> Workload:
+    from shared.requests.envelope import REQUEUE_ATTRIBUTES
+    from sim.virtual import EPOCH_OF_SIMULATION
+
+    env = _settings(rng)
+    settings = Settings.from_env(env)
+    start = EPOCH_OF_SIMULATION
+    arrivals: list[Arrival] = []
+    gpu_quota_full = rng.random() < 0.15
+    duration = timedelta(hours=rng.choice((1, 3, 8)))
+
+    def add(at: datetime, body: dict[str, Any] | bytes, attributes: dict[str, str], label: str) -> None:
+        data = body if isinstance(body, bytes) else json.dumps(body, separators=(",", ":")).encode()
+        arrivals.append(Arrival(len(arrivals), at, data, attributes, label))
+
+    def moment() -> datetime:
+        return start + timedelta(seconds=rng.uniform(0, duration.total_seconds() * 0.8))
+
+    count = rng.choice((2, 4, 8, 16))
+    for i in range(count):
+        at = moment()
+        gpu = rng.random() < 0.6
+        kind = rng.choices(
+            ("envelope", "bare", "bare_named", "deadline", "hostile", "near_limit", "invalid", "fallback"),
+            weights=(40, 12, 6, 5, 2, 6, 3, 6),
+        )[0]
+        request_id = f"r{i}-{kind.replace('_', '-')}"
+        body: dict[str, Any] = {"request_id": request_id, "custom_job": custom_job(rng, gpu=gpu)}
+        if rng.random() < 0.3:
+            body["priority"] = rng.choice((1, 5, 100))
+        if rng.random() < 0.3:
+            body["max_attempts"] = rng.choice((1, 2, 5))
+        attributes: dict[str, str] = {}
+        if kind in ("deadline", "hostile"):
+            request_id = f"r{i}-deadline" if kind == "deadline" else f"r{i}-hostile-deadline"
+            body["request_id"] = request_id
+            steps = rng.choice((100, 1000))
+            step_seconds = rng.choice((1.0, 6.0))
+            slack = rng.choice((2.0, 6.0, 20.0))
+            body["deadline"] = (
+                (at + timedelta(seconds=steps * step_seconds * slack + 1800)).isoformat().replace("+00:00", "Z")
+            )
+            body["total_steps"] = steps
+            body["expected_step_seconds"] = step_seconds
+            if kind == "hostile":  # a publisher marking its own message as the system's re-queue
+                body["attempt"] = 1
+                attributes = dict(REQUEUE_ATTRIBUTES)
+        elif kind == "fallback":
+            body["fallback"] = {"after_spot_attempts": rng.choice((0, 1, 2)), "strategy": "STANDARD"}
+        elif kind == "near_limit":
+            size = len(json.dumps(body, separators=(",", ":")))
+            body["custom_job"] = custom_job(
+                rng, gpu=gpu, pad=max(0, settings.max_request_bytes - size - rng.randint(40, 400))
+            )
+        elif kind == "invalid":
+            body["custom_job"]["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["imageUri"] = "docker.io/evil:1"
+        elif kind in ("bare", "bare_named"):
+            body = body["custom_job"]
+            if kind == "bare_named":
+                attributes = {"request_id": request_id}
+        add(at, body, attributes, f"{kind} {request_id}")
+        if rng.random() < 0.1:  # the publisher retries: the same message again
+            add(
+                at + timedelta(seconds=rng.choice((0, 5, 120))),
+                arrivals[-1].data,
+                dict(attributes),
+                f"retry of {kind} {request_id}",
+            )
+    if rng.random() < 0.35:  # a burst beyond the pace
+        at = moment()
+        for j in range(rng.choice((8, 20, 50))):
+            body = {
+                "request_id": f"burst{j}",
+                "custom_job": custom_job(rng, gpu=rng.random() < 0.5),
+                **({"priority": 5} if rng.random() < 0.2 else {}),
+            }
+            if rng.random() < 0.1:  # one near the size limit, waiting in line with the others
+                body["request_id"] = f"burst{j}-near-limit"
+                size = len(json.dumps(body, separators=(",", ":")))
+                pad = max(0, settings.max_request_bytes - size - rng.randint(40, 400))
+                body["custom_job"] = custom_job(rng, gpu=False, pad=pad)
+            add(at, body, {}, f"burst {body['request_id']}")
+    triggers = []
+    if rng.random() < 0.3:  # a retraining trigger on data landing, with late members
+        coalesce = rng.choice((300, 1800))
+        triggers.append(
+            {
+                "schema_version": 1,
+                "name": "daily-data",
+                "source": {"gcs": {"bucket": "sim-data", "prefix": "incoming/"}},
+                "coalesce_seconds": coalesce,
+                "request": {"custom_job": custom_job(rng, gpu=False), "max_attempts": 2},
+            }
+        )
+        for k in range(rng.choice((3, 10, 30))):
+            at = moment()
+            late = rng.random() < 0.2
+            event_time = at - timedelta(seconds=coalesce * 2 if late else rng.uniform(0, 5))
+            name = f"incoming/part-{k}.parquet"
+            arrivals.append(
+                Arrival(
+                    len(arrivals),
+                    at,
+                    json.dumps(
+                        {"kind": "storage#object", "bucket": "sim-data", "name": name, "generation": "1"}
+                    ).encode(),
+                    {
+                        "eventType": "OBJECT_FINALIZE",
+                        "bucketId": "sim-data",
+                        "objectId": name,
+                        "objectGeneration": "1",
+                        "eventTime": event_time.isoformat().replace("+00:00", "Z"),
+                        "payloadFormat": "JSON_API_V1",
+                    },
+                    f"notification {name}{' (late)' if late else ''}",
+                    topic="triggers_topic",
+                )
+            )
+    operations = [
+        Operation(start + timedelta(hours=h), "redrive the dead letters", redrive_dead_letters) for h in (2, 9, 20, 40)
+    ]
+    fault_rate = rng.choice((0.0, 0.005, 0.02, 0.05))
+    return Workload(
+        settings=settings,
+        env=env,
+        arrivals=sorted(arrivals, key=lambda a: (a.at, a.index)),
+        operations=operations,
+        seed_text=str(rng.random()),
+        fault_rate=fault_rate,
+        duplicate_rate=rng.choice((0.0, 0.05, 0.2)),
+        gpu_quota_full=gpu_quota_full,
+        gpu_quota_forever=gpu_quota_full and rng.random() < 0.5,
+        duration=duration,
+        max_steps=1200,
+        triggers=triggers,
+    )
+
+
+def redrive_dead_letters(world: Any) -> None:
+    """`spotjobs dead-letters redrive`: every dead letter back to its function's topic, once
+    (the CLI's own library: its claims in the state bucket)."""
+    from shared.topology import TOPOLOGY
+    from sim.pubsub import DEAD_LETTER_TOPIC
+    from spotjobs.deadletters import DeadLetter, RedriveClaims, publisher_function, redrive
+
+    letters = [
+        DeadLetter(m.message_id, m.data, dict(m.attributes), m.publish_time.isoformat())
+        for m in world.pubsub.on(DEAD_LETTER_TOPIC)
+        if m.message_id not in world.redriven
+    ]
+    if not letters:
+        return
+    bucket = world.storage.client().bucket(world.settings.state_bucket)
+    results, done = redrive(
+        letters,
+        claims=RedriveClaims(bucket),
+        publish=publisher_function(world.pubsub),
+        topic_path=lambda key: f"projects/{world.settings.project}/topics/{TOPOLOGY.topic_name(key)}",
+    )
+    world.redriven.update(letter.id for letter in done)
+    for result in results:
+        world.note(f"operator: dead letter {result.id}: {result.outcome} {result.detail}".rstrip())

@@ -1,0 +1,429 @@
+"""The simulated world of one seed: the virtual clock, the stand-ins, the five functions' real
+code, and the seeded scheduler that interleaves everything (docs/ARCHITECTURE.md, "The
+deterministic simulator").
+
+A run has three phases:
+1. **faults**: the workload arrives; every I/O call a handler makes may be hit by a fault (a crash
+   before or after it, a 503 before it, a response lost after it, a 429, a lost create);
+2. **quiet**: no more faults; the clock runs on for at most `LIVENESS_BOUND` with the reconcile,
+   prune and trigger ticks, until nothing is left to do (then liveness is judged);
+3. **retention**: the clock jumps on past every retention setting, in six-hour steps with the
+   ticks and the state bucket's lifecycle rules (then bounded state is judged).
+Invariants (`sim.invariants`) are checked after every step and at the end of phases 2 and 3.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from google.api_core import exceptions as api
+
+from sim import virtual
+from sim.gcs import LifecycleRule, MemoryStorage, state_bucket_rules
+from sim.pubsub import Delivery, SimPubSub
+from sim.vertex import SimJob, SimVertex
+from sim.workload import Workload, generate
+
+# After faults stop, everything accepted is settled within this (the longest fate of a job is a
+# few hours; a line of 100 at 2 creates a minute drains in under one).
+LIVENESS_BOUND = timedelta(hours=12)
+# A world that is still busy after this many steps of the quiet phase is judged as it stands.
+QUIET_STEPS = 1000
+RETENTION_STEP = timedelta(hours=12)
+# Cloud Scheduler's trigger tick (every minute in terraform/scheduler.tf; every five here, which
+# only closes windows a little later).
+TRIGGER_TICK_SECONDS = 300.0
+# Deliveries per retention step: the ticks' own and what they publish (a line that waits for GPUs
+# for good hands over forever; it is not what retention is about).
+RETENTION_DELIVERIES = 60
+TERRAFORM_DIR = str(__import__("pathlib").Path(__file__).resolve().parent.parent / "terraform")
+
+
+class SimCrash(BaseException):  # noqa: N818 - a crash, not an error: nothing may catch it
+    """The function instance died: the handler stops where it is, the message is not acknowledged."""
+
+
+@dataclass
+class Fault:
+    ordinal: int  # the n-th fault drawn in this run (what shrinking disables)
+    kind: str
+    where: str  # service.operation
+    at: datetime
+
+
+@dataclass
+class TraceLine:
+    at: datetime
+    text: str
+
+    def __str__(self) -> str:
+        return f"{self.at.strftime('%m-%d %H:%M:%S.%f')[:-3]} {self.text}"
+
+
+@dataclass
+class Violation:
+    invariant: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.invariant}: {self.detail}"
+
+
+@functools.cache
+def _lifecycle_rules() -> tuple[LifecycleRule, ...]:
+    return tuple(state_bucket_rules(TERRAFORM_DIR))
+
+
+HANDLERS = {
+    "submit_job": ("functions.submit", "_handle"),
+    "on_job_event": ("functions.events", "_handle"),
+    "reconcile": ("functions.reconcile", "_handle"),
+    "prune_checkpoints": ("functions.prune", "_handle"),
+    "on_trigger": ("sim.world", "on_trigger"),
+}
+
+
+def on_trigger(message: Any, log: Any) -> None:
+    """functions.triggers' handler for its own topic (the shell builds it per request)."""
+    from shared.triggers.runner import handle_message
+    from shared.wiring import ports_for
+
+    handle_message(ports_for("on_trigger"), message, None, log)
+
+
+@dataclass
+class World:
+    seed: int
+    disabled_faults: frozenset[int] = frozenset()
+    disabled_arrivals: frozenset[int] = frozenset()
+    no_faults: bool = False  # every fault left out (what shrinking tries first)
+    max_steps: int | None = None
+    verbose: bool = False
+    workload: Workload = field(init=False)
+    trace: list[TraceLine] = field(default_factory=list)
+    faults: list[Fault] = field(default_factory=list)
+    violations: list[Violation] = field(default_factory=list)
+    steps: int = 0
+    events: int = 0  # handler invocations and job changes (the benchmark's unit)
+    phase: str = "faults"
+    redriven: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+        self._fault_rng = random.Random(self.seed * 7919 + 1)
+        self.workload = generate(random.Random(self.seed * 104729 + 2))
+        self.settings = self.workload.settings
+        self.clock = virtual.VirtualClock(virtual.EPOCH_OF_SIMULATION)
+        self.storage = MemoryStorage(self.clock.now, io=self.io)
+        self.vertex = SimVertex(self.clock.now, self.io, self.rng, self.settings.project)
+        self.vertex.emit = self._emit_log_line
+        self.vertex.fate = self._draw_fate
+        self.vertex.gpu_quota_full = self.workload.gpu_quota_full
+        self.pubsub = SimPubSub(self.clock.now, self.io, self.rng)
+        self._ports: dict[str, Any] = {}
+        self._in_handler: str | None = None
+        self._crashed = False
+        self._fault_count = 0
+        self._checked_creates = 0
+        self.log_stream = io.StringIO()
+        from shared.log import Logger
+
+        self.log = Logger(stream=self.log_stream, min_severity="WARNING" if self.verbose else "CRITICAL")
+        self._next_tick = {
+            "reconcile": self.clock.now() + timedelta(seconds=self.settings.reconcile_interval_seconds),
+            "prune": self.clock.now() + timedelta(hours=1),
+        }
+        self._arrivals = [a for a in self.workload.arrivals if a.index not in self.disabled_arrivals]
+        if self.workload.triggers:  # `spotjobs triggers apply`, before anything arrives
+            self._next_tick["triggers"] = self.clock.now() + timedelta(seconds=TRIGGER_TICK_SECONDS)
+            bucket = self.storage.client().bucket(self.settings.state_bucket)
+            for definition in self.workload.triggers:
+                bucket.blob(f"triggers/_definitions/{definition['name']}.json").upload_from_string(
+                    json.dumps(definition)
+                )
+
+    # Wiring.
+
+    def ports_for(self, function: str) -> Any:
+        """`shared.wiring.ports_for` in the sim: one instance per function, as a warm one is."""
+        if function not in self._ports:
+            from shared.ledger.store import LedgerStore
+            from shared.wiring import PUBLISHES, Ports
+
+            client = self.storage.client()
+            self._ports[function] = Ports(
+                settings=self.settings,
+                ledger=LedgerStore(client.bucket(self.settings.state_bucket)),
+                publisher=self.pubsub.publisher,
+                job_service=self.vertex,
+                storage=lambda: client,
+                clock=self.clock.now,
+                topics=frozenset(getattr(self.settings, f) for f in PUBLISHES[function]),
+            )
+        return self._ports[function]
+
+    def note(self, text: str) -> None:
+        self.trace.append(TraceLine(self.clock.now(), text))
+
+    # The io hook every stand-in calls.
+
+    def io(self, service: str, operation: str, perform: Callable[[], Any]) -> Any:
+        if self._crashed:
+            raise SimCrash("the instance is gone")
+        fault = self._draw_fault(service, operation)
+        if fault is None:
+            return perform()
+        if fault.kind == "crash_before":
+            self._crash(fault)
+        if fault.kind == "unavailable":
+            raise api.ServiceUnavailable(f"injected 503 on {fault.where}")
+        if fault.kind == "too_many_requests":
+            raise api.TooManyRequests(f"injected 429 on {fault.where}: Quota exceeded (CRUD)")
+        result = perform()
+        if fault.kind == "crash_after":
+            self._crash(fault)
+        if fault.kind == "lost":
+            if service == "vertex":
+                raise api.DeadlineExceeded(f"the response of {fault.where} was lost")
+            raise api.ServiceUnavailable(f"the response of {fault.where} was lost after it happened")
+        return result
+
+    def _crash(self, fault: Fault) -> None:
+        self._crashed = True
+        raise SimCrash(f"crash {fault.kind} {fault.where}")
+
+    def _draw_fault(self, service: str, operation: str) -> Fault | None:
+        if self._in_handler is None or self.phase != "faults" or self.no_faults:
+            return None
+        if self._fault_rng.random() >= self.workload.fault_rate:
+            return None
+        kinds = ["crash_before", "crash_after", "unavailable", "lost"]
+        if service == "vertex" and operation != "create":
+            kinds.append("too_many_requests")
+        kind = self._fault_rng.choice(kinds)
+        self._fault_count += 1
+        if self._fault_count in self.disabled_faults:
+            return None
+        fault = Fault(self._fault_count, kind, f"{service}.{operation}", self.clock.now())
+        self.faults.append(fault)
+        self.note(f"fault #{fault.ordinal}: {kind} at {fault.where} in {self._in_handler}")
+        return fault
+
+    # Vertex running jobs: fates and the log sink.
+
+    def _draw_fate(self, job: SimJob) -> None:
+        spec = self.workload.fate_of(job.request_id, job.attempt)
+        job.fate, job.preemptions = spec
+        job.next_change = self.clock.now() + timedelta(seconds=self.rng.choice((5, 30, 90)))
+        self.note(f"vertex: created {job.name.rsplit('/', 1)[-1]} for {job.request_id} a{job.attempt} fate={job.fate}")
+
+    def _emit_log_line(self, job: SimJob, text: str, severity: str) -> None:
+        entry = {
+            "insertId": f"sim-{self.events}-{job.name.rsplit('/', 1)[-1][-6:]}",
+            "logName": f"projects/{self.settings.project}/logs/ml.googleapis.com%2F{job.name.rsplit('/', 1)[-1]}",
+            "resource": {
+                "type": "ml_job",
+                "labels": {
+                    "project_id": self.settings.project,
+                    "job_id": job.name.rsplit("/", 1)[-1],
+                    "task_name": "service",
+                },
+            },
+            "severity": severity,
+            "timestamp": self.clock.now().isoformat().replace("+00:00", "Z"),
+            "textPayload": text,
+        }
+        self.note(f"vertex: {job.request_id} a{job.attempt} {job.state}: {text}")
+        self.pubsub.accept(self.settings.job_events_topic, json.dumps(entry).encode(), {})
+
+    # The scheduler.
+
+    def run(self) -> list[Violation]:
+        """The whole run; the violations found (the first one stops it)."""
+        from sim import invariants
+
+        virtual.install(self)
+        try:
+            self._phase_faults(invariants)
+            if not self.violations:
+                self._phase_quiet(invariants)
+            if not self.violations:
+                self._phase_retention(invariants)
+        finally:
+            virtual.uninstall()
+        return self.violations
+
+    def _check(self, invariants: Any, which: str) -> None:
+        if self.violations:
+            return
+        self.violations.extend(invariants.check(self, which))
+        for violation in self.violations:
+            self.note(f"VIOLATION {violation}")
+
+    def _phase_faults(self, invariants: Any) -> None:
+        end = self.workload.duration
+        limit = self.max_steps or self.workload.max_steps
+        while not self.violations and self.steps < limit:
+            if not self._step(until=self.clock.now() + end if not self._arrivals else None):
+                break
+            self._check(invariants, "step")
+            if not self._arrivals and self.clock.now() - virtual.EPOCH_OF_SIMULATION >= end:
+                break
+
+    def _phase_quiet(self, invariants: Any) -> None:
+        self.phase = "quiet"
+        self.vertex.gpu_quota_full = self.workload.gpu_quota_full and self.workload.gpu_quota_forever
+        self.note("faults stop")
+        bound = self.clock.now() + LIVENESS_BOUND
+        budget = self.steps + QUIET_STEPS
+        while not self.violations and self.clock.now() < bound and self.steps < budget:
+            if not self._step(until=bound):
+                break
+            self._check(invariants, "step")
+            if self._settled():
+                break
+        self._check(invariants, "quiescence")
+
+    def _phase_retention(self, invariants: Any) -> None:
+        self.phase = "retention"
+        self.note("retention: the clock runs on past every retention setting")
+        horizon = self.clock.now() + timedelta(seconds=invariants.retention_horizon_seconds(self.settings))
+        while self.clock.now() < horizon and not self.violations:
+            self.clock.advance(RETENTION_STEP.total_seconds())
+            for task in self._next_tick:
+                self._tick(task)
+            self._drain(limit=RETENTION_DELIVERIES)
+            self._check(invariants, "step")
+        self._check(invariants, "retention")
+
+    def _drain(self, limit: int) -> None:
+        """Deliver everything due now (and what that publishes), in order."""
+        for _ in range(limit):
+            due = self.pubsub.deliverable()
+            if not due:
+                return
+            self._deliver(due[0])
+
+    def _settled(self) -> bool:
+        if self._arrivals or self.pubsub.pending:
+            return False
+        if any(job.live for job in self.vertex.jobs.values()):
+            return False
+        from sim.invariants import unsettled_requests
+
+        return not unsettled_requests(self)
+
+    def _step(self, until: datetime | None) -> bool:
+        """One scheduling decision: an arrival, a delivery, a tick or a job change that is due
+        now (chosen at random among them), else the clock moves to the next one. False when
+        nothing will ever happen again (before `until`)."""
+        self.steps += 1
+        now = self.clock.now()
+        choices: list[tuple[str, Any]] = []
+        choices += [("arrival", a) for a in self._arrivals if a.at <= now][:1]
+        choices += [("deliver", d) for d in self.pubsub.deliverable()]
+        choices += [("tick", task) for task, at in self._next_tick.items() if at <= now]
+        choices += [("job", j) for j in self.vertex.jobs.values() if j.next_change and j.next_change <= now]
+        choices += [("operator", op) for op in self.workload.operations if op.at <= now and not op.done]
+        if choices:
+            kind, what = self.rng.choice(choices)
+            if kind == "arrival":
+                self._arrivals.remove(what)
+                topic = getattr(self.settings, what.topic)
+                message_id = self.pubsub.accept(topic, what.data, dict(what.attributes))
+                self.note(f"publisher: {what.describe()} -> message {message_id}")
+            elif kind == "deliver":
+                self._deliver(what)
+            elif kind == "tick":
+                self._tick(what)
+            elif kind == "job":
+                self.events += 1
+                self.vertex.advance(what)
+            else:
+                what.done = True
+                self._operate(what)
+            return True
+        upcoming = [a.at for a in self._arrivals]
+        upcoming += [d.not_before for d in self.pubsub.pending]
+        upcoming += list(self._next_tick.values())
+        upcoming += [j.next_change for j in self.vertex.jobs.values() if j.next_change]
+        upcoming += [op.at for op in self.workload.operations if not op.done]
+        nxt = min(upcoming, default=None)
+        if nxt is None or (until is not None and nxt > until):
+            return False
+        # A little past it, so that things due at once interleave with what the clock brings.
+        self.clock.advance_to(nxt + timedelta(milliseconds=self.rng.choice((0, 1, 250))))
+        return True
+
+    def _tick(self, task: str) -> None:
+        """Cloud Scheduler publishing a maintenance task (terraform/scheduler.tf). With the hourly
+        prune tick, the state bucket's lifecycle rules run (GCS applies them asynchronously)."""
+        if task == "prune":
+            self.storage.apply_lifecycle(self.settings.state_bucket, list(_lifecycle_rules()))
+        interval = self.settings.reconcile_interval_seconds if task == "reconcile" else 3600.0
+        self._next_tick[task] = self.clock.now() + timedelta(seconds=interval)
+        self.pubsub.accept(self.settings.maintenance_topic, json.dumps({"task": task}).encode(), {"task": task})
+
+    def _deliver(self, delivery: Delivery) -> None:
+        from shared.delivery import handle_delivery
+
+        self.events += 1
+        module_name, attribute = HANDLERS[delivery.function]
+        handler = getattr(__import__(module_name, fromlist=[attribute]), attribute)
+        max_age = float("inf") if delivery.function == "submit_job" else self.settings.max_event_age_seconds
+        self._in_handler = delivery.function
+        self._crashed = False
+        acked = False
+        outcome = "acked"
+        try:
+            handle_delivery(
+                delivery.message.push_body(delivery.subscription),
+                handler,
+                function=delivery.function,
+                max_age_seconds=max_age,
+                log=self.log,
+            )
+            acked = True
+        except SimCrash as crash:
+            outcome = f"crashed ({crash})"
+        except Exception as exc:  # noqa: BLE001 - a raise is a nack: Pub/Sub redelivers
+            outcome = f"nacked ({type(exc).__name__}: {str(exc)[:120]})"
+        finally:
+            self._in_handler = None
+            self._crashed = False
+        duplicate = acked and self.phase == "faults" and self.rng.random() < self.workload.duplicate_rate
+        delivery_number = delivery.attempts + 1
+        self.pubsub.settle(delivery, acked, duplicate)
+        if self.verbose or delivery.function != "on_job_event" or not acked:
+            self.note(
+                f"{delivery.function} <- message {delivery.message.message_id} "
+                f"{_summary(delivery)} (delivery {delivery_number}): {outcome}"
+                + (" [will be delivered again]" if duplicate else "")
+            )
+        if not acked and delivery not in self.pubsub.pending:
+            self.note(f"dead-lettered message {delivery.message.message_id} from {delivery.subscription}")
+
+    def _operate(self, operation: Any) -> None:
+        """An operator's command (redrive the dead letters, resubmit a request)."""
+        self.note(f"operator: {operation.describe()}")
+        operation.run(self)
+
+
+def _summary(delivery: Delivery) -> str:
+    body = delivery.message.json()
+    if isinstance(body, dict):
+        if "task" in body:
+            return f"task={body['task']}"
+        if "request_id" in body:
+            extra = f" attempt={body['attempt']}" if "attempt" in body else ""
+            return f"request {body['request_id']}{extra}"
+        if "textPayload" in body:
+            return f"log line '{body['textPayload'][:40]}'"
+    return f"{len(delivery.message.data)} bytes"

@@ -1,0 +1,159 @@
+"""The simulator's checker has teeth: each invariant reports a violation planted in a world,
+whatever the state of the code under test (these run no handler)."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+
+from shared.alerts import Alert, AlertKind
+from shared.ledger.records import Attempt, RequestRecord
+from shared.ledger.states import RequestStatus
+from shared.ledger.store import LedgerStore
+from sim import invariants
+from sim.vertex import Create, SimJob
+from sim.workload import IMAGE
+from sim.world import World
+
+
+@pytest.fixture
+def world() -> World:
+    return World(0)
+
+
+def job(
+    world: World, request_id: str, attempt: int, state: str = "JOB_STATE_RUNNING", strategy: str = "SPOT"
+) -> SimJob:
+    now = world.clock.now()
+    name = f"projects/{world.settings.project}/locations/us-central1/customJobs/{len(world.vertex.jobs) + 1}"
+    request = {
+        "labels": {"spotjobs-request-id": request_id, "spotjobs-attempt": str(attempt), "spotjobs-deployment": "sim"},
+        "jobSpec": {
+            "scheduling": {"strategy": strategy},
+            "serviceAccount": world.settings.training_service_account,
+            "workerPoolSpecs": [
+                {
+                    "machineSpec": {"machineType": "n1-standard-4"},
+                    "containerSpec": {"imageUri": IMAGE},
+                }
+            ],
+        },
+    }
+    sim_job = SimJob(name, "us-central1", request, dict(request["labels"]), state, now, now)
+    world.vertex.jobs[name] = sim_job
+    return sim_job
+
+
+def record(world: World, request_id: str, status: RequestStatus, *attempts: Attempt, **fields: object) -> None:
+    ledger = LedgerStore(world.storage.client().bucket(world.settings.state_bucket))
+    ledger.restore(
+        RequestRecord(request_id, {"custom_job": {}}, "gs://c/", status=status, attempts=list(attempts), **fields)
+    )
+
+
+def attempt(n: int, job_name: str | None = None) -> Attempt:
+    return Attempt(n, "us-central1", "SPOT", claimed_at="2026-03-02T08:00:00Z", job=job_name)
+
+
+def test_two_live_jobs_for_one_request_are_caught(world: World) -> None:
+    job(world, "r1", 1, "JOB_STATE_CANCELLING")
+    assert invariants.one_live_job_per_request(world) == []
+    job(world, "r1", 2, "JOB_STATE_QUEUED", strategy="STANDARD")
+
+    [found] = invariants.one_live_job_per_request(world)
+    assert found.invariant == "one_live_job_per_request" and "2 live jobs" in found.detail
+
+
+def test_a_create_the_policy_forbids_is_caught_on_any_path(world: World) -> None:
+    allowed = job(world, "r1", 1).request
+    world.vertex.created.append(Create(world.clock.now(), "us-central1", allowed, True))
+    assert invariants.policy_on_every_create(world) == []
+
+    forbidden = json.loads(json.dumps(allowed))
+    forbidden["jobSpec"]["scheduling"]["strategy"] = "FLEX_START"
+    forbidden["jobSpec"]["serviceAccount"] = "someone@else.iam.gserviceaccount.com"
+    world.vertex.created.append(Create(world.clock.now(), "us-central1", forbidden, False))
+
+    problems = [v.detail for v in invariants.policy_on_every_create(world)]
+    assert any("strategy FLEX_START" in p for p in problems)
+    assert any("service account" in p for p in problems)
+
+
+def test_a_fallback_before_the_minimum_spot_attempts_is_caught(world: World) -> None:
+    world.settings = type(world.settings).from_env(
+        {**world.workload.env, "SPOTJOBS_MIN_SPOT_ATTEMPTS": "3", "SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES": "STANDARD"}
+    )
+    spot = job(world, "r1", 1).request
+    standard = job(world, "r1", 2, strategy="STANDARD").request
+    world.vertex.created += [
+        Create(world.clock.now(), "us-central1", spot, True),
+        Create(world.clock.now(), "us-central1", standard, True),
+    ]
+
+    [found] = invariants.policy_on_every_create(world)
+    assert "after 1 Spot attempt(s)" in found.detail
+
+
+def test_an_alert_repeated_per_redelivery_is_caught(world: World) -> None:
+    alert = Alert.of(AlertKind.INVALID_REQUEST, "refused", request_id="r1", attempt=1)
+    for _ in range(invariants.MAX_COPIES_OF_AN_ALERT + 1):
+        world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert.to_json()).encode(), {})
+
+    [found] = invariants.alerts_not_per_redelivery(world)
+    assert "invalid_request" in found.detail
+
+
+def test_a_decided_alert_never_published_is_caught(world: World) -> None:
+    record(world, "r1", RequestStatus.FAILED, attempt(1), markers=["job_failed:1"])
+
+    [found] = invariants.alerts_at_least_once(world)
+    assert "job_failed:1" in found.detail
+
+
+def test_a_live_job_the_ledger_does_not_know_is_caught(world: World) -> None:
+    stray = job(world, "r1", 1)
+    assert invariants.no_unknown_live_job(world)
+    record(world, "r1", RequestStatus.RUNNING, attempt(1, stray.name))
+    assert invariants.no_unknown_live_job(world) == []
+
+
+def test_a_request_left_without_a_job_or_an_end_is_caught(world: World) -> None:
+    record(world, "r1", RequestStatus.CLAIMED, attempt(1))
+    world.storage.client().bucket(world.settings.state_bucket).blob(
+        "pacing/us-central1/waiting/1000000~r2~1"
+    ).upload_from_string(b"")
+
+    details = [v.detail for v in invariants.liveness(world)]
+    assert any("r1 is CLAIMED" in d for d in details)
+    assert any("still in line" in d for d in details)
+
+
+def test_a_failed_request_without_its_alert_is_caught(world: World) -> None:
+    record(world, "r1", RequestStatus.FAILED, attempt(1))
+
+    assert any("with no alert" in v.detail for v in invariants.liveness(world))
+
+
+def test_state_left_by_finished_requests_is_caught(world: World) -> None:
+    bucket = world.storage.client().bucket(world.settings.state_bucket)
+    bucket.blob("maintenance/reconcile-cursor.json").upload_from_string(b"{}")
+    assert invariants.bounded_state(world) == []
+    bucket.blob("dedupe/abc.json").upload_from_string(b"{}")
+    record(world, "r1", RequestStatus.SUCCEEDED, attempt(1))
+
+    kinds = sorted(v.detail.split(" object")[0] for v in invariants.bounded_state(world))
+    assert kinds == ["1 dedupe", "1 ledger"]
+
+
+def test_what_a_running_request_keeps_is_not_a_leak(world: World) -> None:
+    record(world, "r1", RequestStatus.RUNNING, attempt(1))
+
+    assert invariants.bounded_state(world) == []
+
+
+def test_the_retention_horizon_is_past_every_retention_setting(world: World) -> None:
+    horizon = invariants.retention_horizon_seconds(world.settings)
+    assert horizon > world.settings.ledger_retention_seconds
+    assert horizon > world.settings.finished_retention_seconds + timedelta(days=1).total_seconds()
