@@ -10,18 +10,22 @@
 - `updated` / `time_created` are the server's (virtual) time;
 - every call goes through the world's `io` hook first, which may crash the handler (before or
   after the call), fail it with a 503 before it happens, or lose the response after it happened;
-- lifecycle rules (age in days, `matches_prefix`, action Delete) are applied by `apply_lifecycle`.
+- lifecycle rules are applied by `apply_lifecycle`, judged by tests/support/lifecycle.py (age, the
+  object's Custom-Time, name prefixes and suffixes), the evaluator the retention tests use.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from google.api_core import exceptions as api
+
+if TYPE_CHECKING:
+    from tests.support.lifecycle import Rule
 
 
 class ObjectTable(dict[str, "StoredObject"]):
@@ -56,6 +60,7 @@ class StoredObject:
     content_type: str | None
     time_created: datetime
     updated: datetime
+    custom_time: datetime | None = None  # what `days_since_custom_time` lifecycle rules count from
 
 
 IoHook = Callable[[str, str, Callable[[], Any]], Any]  # (service, operation, perform) -> result
@@ -88,26 +93,18 @@ class MemoryStorage:
     def client(self) -> Client:
         return Client(self)
 
-    def apply_lifecycle(self, bucket: str, rules: list[LifecycleRule]) -> list[str]:
+    def apply_lifecycle(self, bucket: str, rules: Sequence[Rule]) -> list[str]:
         """Delete what the Delete rules match at the current time; the names deleted."""
         now = self.clock()
         objects = self.objects(bucket)
-        gone = [name for name, obj in objects.items() if any(r.matches(name, obj, now) for r in rules)]
+        gone = [
+            name
+            for name, obj in objects.items()
+            if any(r.deletes(name, created=obj.time_created, custom_time=obj.custom_time, now=now) for r in rules)
+        ]
         for name in gone:
             del objects[name]
         return gone
-
-
-@dataclass(frozen=True)
-class LifecycleRule:
-    age_days: int
-    prefixes: tuple[str, ...] = ()
-
-    def matches(self, name: str, obj: StoredObject, now: datetime) -> bool:
-        if self.prefixes and not name.startswith(self.prefixes):
-            return False
-        # GCS counts age in whole days since creation (https://cloud.google.com/storage/docs/lifecycle#age).
-        return now - obj.time_created >= timedelta(days=self.age_days)
 
 
 class Client:
@@ -262,6 +259,7 @@ class Blob:
         self.time_created: datetime | None = None
         self.size: int | None = None
         self.content_type: str | None = None
+        self.custom_time: datetime | None = None
 
     @classmethod
     def _listed(cls, bucket: Bucket, name: str, obj: StoredObject) -> Blob:
@@ -277,6 +275,7 @@ class Blob:
         self.time_created = obj.time_created
         self.size = len(obj.data)
         self.content_type = obj.content_type
+        self.custom_time = obj.custom_time
 
     @property
     def _storage(self) -> MemoryStorage:
@@ -314,6 +313,7 @@ class Blob:
                 content_type,
                 now,
                 now,
+                self.custom_time,
             )
             self._objects()[self.name] = obj
             return _copy(obj)
@@ -387,63 +387,5 @@ def _copy(obj: StoredObject) -> StoredObject:
         obj.content_type,
         obj.time_created,
         obj.updated,
+        obj.custom_time,
     )
-
-
-def state_bucket_rules(terraform_dir: str) -> list[LifecycleRule]:
-    """The Delete rules on live objects of the state bucket, as terraform/ declares them (an age
-    given as `var.x` takes the variable's default)."""
-    from pathlib import Path
-
-    import hcl2
-
-    texts = [path.read_text() for path in sorted(Path(terraform_dir).glob("*.tf"))]
-    parsed = [_unquote_keys(hcl2.loads(text)) for text in texts if "lifecycle_rule" in text]
-    wanted = {name for tree in parsed for name in _variables_named(tree)}
-    parsed += [_unquote_keys(hcl2.loads(t)) for t in texts if wanted and "lifecycle_rule" not in t and "variable" in t]
-    defaults = {
-        name: body.get("default")
-        for tree in parsed
-        for variable in tree.get("variable", [])
-        for name, body in variable.items()
-    }
-    rules: list[LifecycleRule] = []
-    for tree in parsed:
-        for resource in tree.get("resource", []):
-            state = resource.get("google_storage_bucket", {}).get("state")
-            for rule in (state or {}).get("lifecycle_rule", []):
-                condition, action = _first(rule.get("condition")), _first(rule.get("action"))
-                if _unquote(action.get("type")) != "Delete" or "age" not in condition:
-                    continue
-                if _unquote(condition.get("with_state")) not in (None, "LIVE", "ANY"):
-                    continue
-                age = condition["age"]
-                if isinstance(age, str) and age.startswith("${var."):
-                    age = defaults.get(age[len("${var.") : -1])
-                prefixes = tuple(_unquote(p) for p in condition.get("matches_prefix") or [])
-                rules.append(LifecycleRule(int(age), prefixes))
-    return rules
-
-
-def _variables_named(tree: Any) -> set[str]:
-    import re
-
-    return set(re.findall(r"\$\{var\.(\w+)\}", str(tree)))
-
-
-def _unquote_keys(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {_unquote(k): _unquote_keys(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_unquote_keys(v) for v in value]
-    return value
-
-
-def _first(value: Any) -> dict[str, Any]:
-    if isinstance(value, list):
-        return value[0] if value else {}
-    return value or {}
-
-
-def _unquote(value: Any) -> Any:
-    return value[1:-1] if isinstance(value, str) and len(value) >= 2 and value[0] == value[-1] == '"' else value

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import json
+import re
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,9 @@ ALERT_KINDS = {kind.value for kind in AlertKind}
 # What the state bucket may keep of finished requests for good: configuration, the maintenance
 # cursors and remembered regions, and the operator's archive of removed records (ledger_archive).
 KEPT_FOR_GOOD = ("maintenance/", "archive/", "triggers/_definitions/")
+# One per deployment, trigger or region (docs/ARCHITECTURE.md, "What the state bucket keeps"): a
+# fixed set of names, which never grows with history.
+FIXED_SET = re.compile(r"triggers/_retention\.json|triggers/[^/]+/state\.json|pacing/[^/]+/drainer\.json")
 # Pacing slots are deleted by a lifecycle rule a day after they are written (terraform/storage.tf).
 SLOTS_PREFIX = "pacing/slots/"
 SLOT_LIFETIME = timedelta(days=2)
@@ -288,7 +292,7 @@ def bounded_state(world: World) -> list[Violation]:
     leftovers = collections.defaultdict(list)
     now = world.clock.now()
     for name, obj in sorted(world.storage.objects(world.settings.state_bucket).items()):
-        if name.startswith(KEPT_FOR_GOOD) or _request_of(name, obj.data) in unfinished:
+        if name.startswith(KEPT_FOR_GOOD) or FIXED_SET.fullmatch(name) or _request_of(name, obj.data) in unfinished:
             continue
         if name.startswith(SLOTS_PREFIX) and now - obj.time_created < SLOT_LIFETIME:
             continue  # a slot of the last day: its lifecycle rule has not come round yet

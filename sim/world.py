@@ -26,10 +26,11 @@ from typing import Any
 from google.api_core import exceptions as api
 
 from sim import virtual
-from sim.gcs import LifecycleRule, MemoryStorage, state_bucket_rules
+from sim.gcs import MemoryStorage
 from sim.pubsub import Delivery, SimPubSub
 from sim.vertex import SimJob, SimVertex
 from sim.workload import Workload, generate
+from tests.support.lifecycle import Rule, state_bucket_rules
 
 # After faults stop, everything accepted is settled within this (the longest fate of a job is a
 # few hours; a line of 100 at 2 creates a minute drains in under one).
@@ -43,7 +44,6 @@ TRIGGER_TICK_SECONDS = 300.0
 # Deliveries per retention step: the ticks' own and what they publish (a line that waits for GPUs
 # for good hands over forever; it is not what retention is about).
 RETENTION_DELIVERIES = 60
-TERRAFORM_DIR = str(__import__("pathlib").Path(__file__).resolve().parent.parent / "terraform")
 
 
 class SimCrash(BaseException):  # noqa: N818 - a crash, not an error: nothing may catch it
@@ -77,8 +77,10 @@ class Violation:
 
 
 @functools.cache
-def _lifecycle_rules() -> tuple[LifecycleRule, ...]:
-    return tuple(state_bucket_rules(TERRAFORM_DIR))
+def _lifecycle_rules() -> tuple[Rule, ...]:
+    """The state bucket's lifecycle rules as terraform/storage.tf declares them (one evaluator,
+    shared with the retention tests)."""
+    return tuple(state_bucket_rules())
 
 
 HANDLERS = {
@@ -369,7 +371,9 @@ class World:
             self.storage.apply_lifecycle(self.settings.state_bucket, list(_lifecycle_rules()))
         interval = self.settings.reconcile_interval_seconds if task == "reconcile" else 3600.0
         self._next_tick[task] = self.clock.now() + timedelta(seconds=interval)
-        self.pubsub.accept(self.settings.maintenance_topic, json.dumps({"task": task}).encode(), {"task": task})
+        # The triggers' tick goes to on_trigger's own topic; reconcile and prune share maintenance.
+        topic = self.settings.triggers_topic if task == "triggers" else self.settings.maintenance_topic
+        self.pubsub.accept(topic, json.dumps({"task": task}).encode(), {"task": task})
 
     def _deliver(self, delivery: Delivery) -> None:
         from shared.delivery import handle_delivery
