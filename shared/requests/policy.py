@@ -151,7 +151,10 @@ def check_strategy(
 def _check_deadline(request: JobRequest, settings: Settings, now: datetime) -> list[Violation]:
     """A deadline that on-demand from the start could not meet is refused, with the numbers. On
     attempt 1, whatever the message says it is: a re-queue (attempt 2 on) is judged by the
-    deadline policy, not refused for being late."""
+    deadline policy, not refused for being late. Lateness is judged at the publisher's publish
+    only: attempt 1 marked as the system's re-publication (a pacing hand-over, reconcile's re-send
+    of a claim) is judged against its first publish by the ledger, which holds it, and a forged
+    one names no claim and is never claimed (`shared.ledger.claims.claim_attempt`)."""
     deadline = request.deadline
     if deadline is None or (request.attempt or 1) > 1:
         return []
@@ -164,6 +167,8 @@ def _check_deadline(request: JobRequest, settings: Settings, now: datetime) -> l
                 "(SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES)",
             )
         ]
+    if request.attempt is not None:
+        return []
     left = (deadline.at - now).total_seconds()
     prior = settings.changeover_prior_seconds
     changeover = prior if deadline.changeover_seconds is None else deadline.changeover_seconds
