@@ -1,9 +1,11 @@
 """The CI budget of the deterministic simulator: a fixed range of seeds, each the five functions
 under faults, then quiet, then retention, with every invariant checked (sim/invariants.py).
 
-Red until the fixes of issue 28 are merged: on the code as it was, its first 20 seeds already find
-breaks 1, 2, 4, 5, 6, 7, 11 and 12 of the issue (see the issue's closing note). A failure names its seed; replay and shrink it with
-`python -m sim --seed N`."""
+On the code before issue 28's fixes, its first 20 seeds already found breaks 1, 2, 4, 5, 6, 7, 11
+and 12 of the issue. A failure names its seed; replay and shrink it with `python -m sim --seed N`.
+
+A seed that finds a defect not fixed yet is listed in OPEN_DEFECTS with what it finds: it must
+keep failing (a strict xfail), so the day the fix lands the list must lose it."""
 
 from __future__ import annotations
 
@@ -13,8 +15,21 @@ from sim.world import World
 
 CI_SEEDS = range(0, 150)
 
+OPEN_DEFECTS = {
+    123: "two requests refused for a GPU quota that never frees hand the pacing line over to each "
+    "other every 30 s for good (the retention phase starves: bounded_state)",
+}
 
-@pytest.mark.parametrize("seed", CI_SEEDS)
+
+@pytest.mark.parametrize(
+    "seed",
+    [
+        pytest.param(seed, marks=pytest.mark.xfail(strict=True, reason=OPEN_DEFECTS[seed]))
+        if seed in OPEN_DEFECTS
+        else seed
+        for seed in CI_SEEDS
+    ],
+)
 def test_no_seed_violates_an_invariant(seed: int) -> None:
     violations = World(seed).run()
     assert not violations, f"seed {seed}: {violations[0]} (replay: python -m sim --seed {seed})"
