@@ -14,7 +14,7 @@ from typing import Any
 
 from shared.clock import parse_iso
 from shared.deciding.outbox import alert_corrupt_record
-from shared.ledger.claims import Claim, ClaimInProgress
+from shared.ledger.claims import Claim, ClaimInProgress, release_claim
 from shared.ledger.records import Attempt, CorruptRecord, RequestRecord
 from shared.log import Logger
 from shared.pacing import (
@@ -77,6 +77,44 @@ def in_line(ports: Ports, record: RequestRecord, attempt: Attempt) -> bool:
         return False
     entry = waiting_entry(attempt.location, priority_of(record), record.request_id, attempt.n)
     return pacer_for(ports).has_entry(entry)
+
+
+def turned_away(ports: Ports, record: RequestRecord, attempt: Attempt) -> bool:
+    """Whether a delivery finds attempt `attempt` turned away by the line (the drainer met a
+    resource-quota refusal for it, noted as its last create error: it left the line unsettled)
+    and not re-published by reconcile since. Such a delivery is a hand-over or a redelivery sent
+    before it was turned away: putting it back in line would try it again at the line's pace,
+    not reconcile's backoff (two of them would turn each other away every run, for ever)."""
+    refused_at = (attempt.last_create_error or {}).get("at")
+    if not pacing_on(ports) or not attempt.waiting_since or not refused_at:
+        return False
+    if attempt.republished_at and parse_iso(attempt.republished_at) >= parse_iso(refused_at):
+        return False
+    entry = waiting_entry(attempt.location, priority_of(record), record.request_id, attempt.n)
+    return not pacer_for(ports).has_entry(entry)
+
+
+def stay_out_of_line(record: RequestRecord, attempt: Attempt, log: Logger, ports: Ports, steps: SubmitSteps) -> None:
+    """A turned-away attempt's delivery (see `turned_away`): hand its claim back, as after the
+    refusal, for reconcile to re-publish with backoff, and carry the line on for the others (a
+    hand-over's delivery is the line's drainer)."""
+    ports.ledger.update(
+        record.request_id,
+        lambda current: release_claim(
+            current,
+            n=attempt.n,
+            claimed_at=attempt.claimed_at,
+            now=ports.clock(),
+            lease_seconds=ports.settings.claim_lease_seconds,
+        ),
+    )
+    log.info(
+        "this attempt was turned away for a resource quota; it waits for reconcile's re-publish",
+        event="quota_turned_away",
+        location=attempt.location,
+        last_create_error=attempt.last_create_error,
+    )
+    drain_line(attempt.location, log, ports, steps)
 
 
 def never_sent(attempt: Attempt) -> bool:

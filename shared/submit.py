@@ -57,7 +57,16 @@ from shared.ledger.dedupe import bare_request_id
 from shared.ledger.records import Attempt, CorruptRecord, RequestRecord
 from shared.ledger.run_lock import ledger_bucket
 from shared.log import Logger
-from shared.paced_submit import WAITING_RESULT, SubmitSteps, may_create_now, never_sent, wait_in_line, waits_for
+from shared.paced_submit import (
+    WAITING_RESULT,
+    SubmitSteps,
+    may_create_now,
+    never_sent,
+    stay_out_of_line,
+    turned_away,
+    wait_in_line,
+    waits_for,
+)
 from shared.redeliveries import (
     publish_what_is_pending,
     record_conflict,
@@ -253,6 +262,9 @@ def _ensure_job(
         error = {"code": None, "message": "the deployment's policy refuses it: " + "; ".join(map(str, violations))}
         why = f"spotjobs did not create attempt {n} ({attempt.strategy} in {attempt.location})"
         return _refused(record, attempt, error, why, log, ports)
+    if not paced and turned_away(ports, record, attempt):
+        stay_out_of_line(record, attempt, log, ports, SUBMIT_STEPS)
+        return SubmitOutcome(SubmitResult.WAITING, request_id, n)
     if not paced and not may_create_now(ports, attempt.location):  # paced: the drainer holds a slot
         return _wait_in_line(record, attempt, log, ports, paced=False)
     job_json = build_job_json(

@@ -28,11 +28,12 @@ from shared.ledger.claims import fail_attempt
 from shared.ledger.states import RequestStatus
 from shared.ledger.store import LedgerStore
 from shared.log import Logger
+from shared.paced_submit import drain_line
 from shared.pacing import Pacer, Waiting, hand_over, pacer_for
 from shared.reconcile import run_reconcile
 from shared.requests.envelope import REQUEUE_ATTRIBUTES
 from shared.settings import Settings
-from shared.submit import SubmitResult, submit_request
+from shared.submit import SUBMIT_STEPS, SubmitResult, submit_request
 from shared.wiring import Ports
 from tests.conftest import load_event
 from tests.support.decisions import FakePublisher
@@ -566,3 +567,32 @@ def test_a_drainer_whose_listing_fails_mid_run_still_hands_the_line_over(
 
     assert sorted(line.jobs_by_request()) == [rid for rid, _ in requests] and not line.raised
     assert not line.pacer.waiting(LOCATION)
+
+
+def test_a_head_turned_away_for_a_gpu_quota_stays_out_of_line_until_reconcile_re_publishes_it(
+    line: Line, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the simulator (seed 123): a hand-over already published for a head that the next
+    run turned away put it back in line, two such heads turning each other away every run."""
+    line.vertex = GpuQuotaJobService()
+    with drainer_held(line):
+        for request_id in ("gpu-a", "gpu-b"):
+            line.deliver(envelope(request_id), f"m-{request_id}")
+    slots = [1]  # the first run has one slot: it turns gpu-a away and hands the line to gpu-b
+    monkeypatch.setattr(Pacer, "wait_for_slot", lambda self, location, deadline: slots.pop() if slots else False)
+    assert hand_over(line.ports, line.pacer, LOCATION, Logger(stream=line.log_stream)) == "gpu-a"  # in flight
+    drain_line(LOCATION, Logger(stream=line.log_stream), line.ports, SUBMIT_STEPS)
+    assert line.vertex.refused == 1 and [e.request_id for e in line.pacer.waiting(LOCATION)] == ["gpu-b"]
+    slots.extend([True] * 10)
+
+    line.pump(5)  # gpu-a's hand-over, then gpu-b's
+
+    assert line.vertex.refused == 2  # one try each: neither came back in line, nor was sent again
+    assert not line.pacer.waiting(LOCATION) and not line.raised
+    assert len(line.events("quota_resource_refused")) == 2
+    # They wait for reconcile, which re-publishes them with backoff: then each is tried again.
+    summary = run_reconcile(line.ports, Logger(stream=line.log_stream))
+    assert summary.outcomes["claim_republished"] == 2
+    line.pump(5)
+    assert line.vertex.refused == 4
+    assert all(line.ledger.get(rid).status == RequestStatus.CLAIMED for rid in ("gpu-a", "gpu-b"))
