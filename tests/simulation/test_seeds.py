@@ -15,10 +15,7 @@ from sim.world import World
 
 CI_SEEDS = range(0, 150)
 
-OPEN_DEFECTS = {
-    123: "two requests refused for a GPU quota that never frees hand the pacing line over to each "
-    "other every 30 s for good (the retention phase starves: bounded_state)",
-}
+OPEN_DEFECTS: dict[int, str] = {}
 
 
 @pytest.mark.parametrize(
