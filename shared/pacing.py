@@ -165,10 +165,12 @@ def is_rate_limited(exc: BaseException) -> bool:
 
 
 def is_resource_quota(exc: BaseException) -> bool:
-    """A 429 that is not for the rate: a resource quota (GPUs, CPUs), which a later slot does not clear."""
+    """A 429 that names a quota other than the rate: a resource quota (GPUs, CPUs), which a later
+    slot does not clear. A 429 that names no quota at all is not judged one: it keeps its place in
+    line and is tried again at the next slot, as a rate 429 is."""
     from google.api_core.exceptions import TooManyRequests
 
-    return isinstance(exc, TooManyRequests) and not is_rate_limited(exc)
+    return isinstance(exc, TooManyRequests) and not is_rate_limited(exc) and "quota" in str(exc).lower()
 
 
 def is_settled(record: RequestRecord | None, n: int) -> bool:

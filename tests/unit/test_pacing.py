@@ -63,6 +63,8 @@ def test_a_rate_limit_429_waits_in_line_a_resource_quota_429_does_not() -> None:
     assert is_resource_quota(api.TooManyRequests(gpus))
     assert not is_resource_quota(api.TooManyRequests("Quota exceeded ... 'Job submission requests per minute'"))
     assert not is_resource_quota(api.ServiceUnavailable(gpus))
+    # A 429 that names no quota (the emulator's injected fault) is no verdict on GPUs: it stays in line.
+    assert not is_resource_quota(api.TooManyRequests("Injected fault: RESOURCE_EXHAUSTED."))
 
 
 def test_a_waiting_attempt_is_settled_once_it_has_a_job_or_an_outcome_or_its_request_ended() -> None:
