@@ -55,6 +55,9 @@ def test_ctrl_c_ends_a_waiting_command_with_130_and_no_traceback() -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # As from a terminal: a suite started in the background (`make test &`) ignores SIGINT, and
+        # an ignored signal is inherited, so the command would never hear Ctrl-C.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         wait_until_reading_a_pipe(process.pid)  # a SIGINT earlier would hit the interpreter's startup
