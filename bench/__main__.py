@@ -1,6 +1,7 @@
 """`make bench`: run every benchmark, print one Markdown table, save it to
-bench/results/latest.md (with the date and machine) and, when every benchmark ran, put it in the
-README's performance section (between its `bench:begin` / `bench:end` markers)."""
+bench/results/latest.md (with the date and machine) and, when every benchmark ran, put it in
+docs/performance.md (between its `bench:begin` / `bench:end` markers); after `--only`, replace the
+rows of the benchmarks that ran there."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from pathlib import Path
 from bench.report import markdown_table, parse_results
 
 BENCH_DIR = Path(__file__).resolve().parent
-# Module and the arguments of the run the README reports.
+# The page that shows the latest run.
+PERFORMANCE_PAGE = BENCH_DIR.parent / "docs" / "performance.md"
+# Module and the arguments of the run the performance page reports.
 BENCHMARKS = (
     ("bench.coldstart", []),
     ("bench.bench_submit", []),
@@ -63,9 +66,9 @@ def main() -> int:
     out.parent.mkdir(exist_ok=True)
     out.write_text(table)
     if not args.only:
-        update_readme(table)
+        update_table(PERFORMANCE_PAGE, table)
     elif not failed:
-        update_readme_rows(results, stamp)
+        update_rows(PERFORMANCE_PAGE, results, stamp)
     print("\n" + table)
     return 1 if failed else 0
 
@@ -73,18 +76,16 @@ def main() -> int:
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 
 
-def update_readme(table: str) -> None:
-    readme = BENCH_DIR.parent / "README.md"
-    text = readme.read_text()
+def update_table(page: Path, table: str) -> None:
+    text = page.read_text()
     if BEGIN in text and END in text:
         head, rest = text.split(BEGIN, 1)
-        readme.write_text(f"{head}{BEGIN}\n{table}{END}{rest.split(END, 1)[1]}")
+        page.write_text(f"{head}{BEGIN}\n{table}{END}{rest.split(END, 1)[1]}")
 
 
-def update_readme_rows(results: list[dict], stamp: str) -> None:
-    """After `--only`: replace the README rows of the benchmarks that ran, keep the others."""
-    readme = BENCH_DIR.parent / "README.md"
-    text = readme.read_text()
+def update_rows(page: Path, results: list[dict], stamp: str) -> None:
+    """After `--only`: replace the rows of the benchmarks that ran, keep the others."""
+    text = page.read_text()
     if BEGIN not in text or END not in text:
         return
     head, rest = text.split(BEGIN, 1)
@@ -100,14 +101,15 @@ def update_readme_rows(results: list[dict], stamp: str) -> None:
                 inserted = True
             continue
         lines.append(line)
-    if not inserted:
-        lines[-1:-1] = new_rows
+    if not inserted:  # a benchmark new to the table: after its last row
+        last_row = max((i for i, line in enumerate(lines) if line.startswith("|")), default=len(lines) - 1)
+        lines[last_row + 1 : last_row + 1] = new_rows
     note = f"Rerun alone on {stamp}: {', '.join(sorted(ran))}."
     lines = [line for line in lines if not line.startswith("Rerun alone on ")]
     stamp_at = next((i for i, line in enumerate(lines) if line.startswith("Measured ")), None)
     if stamp_at is not None:
         lines.insert(stamp_at + 1, note)
-    readme.write_text(f"{head}{BEGIN}" + "\n".join(lines) + f"\n{END}{tail}")
+    page.write_text(f"{head}{BEGIN}" + "\n".join(lines) + f"\n{END}{tail}")
 
 
 if __name__ == "__main__":

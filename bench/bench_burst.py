@@ -10,7 +10,7 @@ alerts, and whether the higher priority went first (creation ranks of each prior
 `--scale K` runs the same burst K times faster: the emulator's quotas and spotjobs' pace are
 multiplied by K, so the ideal is N/(60K) minutes. Only the per-create work (a few GCS writes and
 the create itself) does not shrink with it, so a scaled run is the harder one (that work takes a
-larger share of each slot); the README reports the unscaled run.
+larger share of each slot); docs/performance.md reports the unscaled run.
 """
 
 from __future__ import annotations

@@ -360,7 +360,7 @@ def main() -> None:
         functions=(),
         # Quotas off: the seeding creates its jobs at once straight on the emulator and polls each
         # until it ends (no spotjobs call); the handler's cost against the CRUD quota is stated in
-        # README "How it scales" (one get per relevant line).
+        # docs/performance.md, "How it scales" (one get per relevant line).
         vertex_quota_submissions_per_minute=0,
         vertex_quota_crud_per_minute=0,
         vertex_args=(

@@ -8,7 +8,7 @@ written from an hour to 80 days ago, the active ones RUNNING, SUBMITTED, CLAIMED
 - the figure, at full size, in memory (bench/memory_bucket.py): +20 ms per call, as the other
   benchmarks' proxy adds, counting calls and the bytes GCS would send (a listing's object
   resources, a download's body). fake-gcs-server cannot hold 100,000 objects at a per-call cost
-  like GCS's (README, "How to read it": prune), and the in-memory bucket makes the same calls the
+  like GCS's (docs/performance.md, "How to read it": prune), and the in-memory bucket makes the same calls the
   store makes, which is what is measured. The query runs as the command does
   (`spotjobs.cli.find.find_records`, then the counts and the table), a full read lists
   `requests/` and downloads every record (16 at a time) to filter them, and a second query,

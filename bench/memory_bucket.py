@@ -1,7 +1,7 @@
 """A bucket in memory with the calls `shared.ledger.store.LedgerStore` makes, counting each call and
 the bytes a real one would carry (a listing's JSON object resources, a download's body), with an
 optional latency per call. For benchmarks at a size fake-gcs-server cannot hold (its backends scan
-every object on each call: README, "How to read it", prune) and for tests that count calls."""
+every object on each call: docs/performance.md, "How to read it", prune) and for tests that count calls."""
 
 from __future__ import annotations
 

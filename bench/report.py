@@ -1,5 +1,5 @@
 """How a benchmark reports: human lines as it goes, then one `BENCH_RESULT {json}` line that
-`python -m bench` gathers into the Markdown table in the README."""
+`python -m bench` gathers into the Markdown table of docs/performance.md."""
 
 from __future__ import annotations
 

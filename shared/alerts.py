@@ -1,6 +1,6 @@
 """Ops alerts: one JSON schema for everything published to the ops-alerts topic, and the catalogue
-of their kinds (`AlertKind`: each kind's severity and one-line meaning; the README's alert table is
-checked against it by tests/unit/test_alerts.py).
+of their kinds (`AlertKind`: each kind's severity and one-line meaning; the alert table of
+docs/operations.md is checked against it by tests/unit/test_alerts.py).
 
     {"kind": an AlertKind value,
      "severity": "INFO" | "WARNING" | "ERROR",

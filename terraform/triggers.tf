@@ -1,4 +1,4 @@
-# Retraining triggers (on_trigger; README "Retraining triggers"): the definitions, written into the
+# Retraining triggers (on_trigger; docs/triggers.md): the definitions, written into the
 # state bucket in the format `spotjobs triggers apply` stores; a Cloud Storage notification per
 # watched bucket and prefix; a push subscription per watched topic; Cloud Scheduler jobs for the
 # tick and for schedule triggers (scheduler.tf, `retraining`). on_trigger's own topic and push

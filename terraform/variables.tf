@@ -401,7 +401,7 @@ variable "retraining_schedules" {
 
 variable "retraining_triggers" {
   description = <<-EOT
-    Retraining triggers (shared/triggers/definition.py; README "Retraining triggers"), stored in the state bucket in the
+    Retraining triggers (shared/triggers/definition.py; docs/triggers.md), stored in the state bucket in the
     format `spotjobs triggers apply` writes. Exactly one source each: gcs = { bucket, prefix, suffixes } (a Cloud Storage
     notification of the bucket to on_trigger's topic is created, and the Cloud Storage service agent may publish there),
     pubsub = { topic, attributes } (a push subscription of that topic to on_trigger), schedule = { cron, time_zone } (a

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shlex
 import signal
 import sys
 import threading
@@ -220,7 +221,8 @@ def quota_options(args: argparse.Namespace) -> dict[str, int]:
 def print_ready(description: dict[str, Any], seconds: float) -> None:
     print(f"# spotjobs embedded stack ready in {seconds:.1f} s; paste into a shell:")
     for key, value in sorted(description["env"].items()):
-        print(f"export {key}={value}")
+        # Quoted: some settings hold spaces and regex characters (the stockout and preemption patterns).
+        print(f"export {key}={shlex.quote(value)}")
     print("# functions:")
     for name, url in description["functions"].items():
         print(f"#   {name:<18} {url}")

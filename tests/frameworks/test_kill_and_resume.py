@@ -1,6 +1,6 @@
-"""The kit's framework integrations in real processes on the CPU, with the README's own snippets.
+"""The kit's framework integrations in real processes on the CPU, with docs/kit.md's own snippets.
 
-Each case appends a snippet from README.md ("Your framework") to a small training script
+Each case appends a snippet from docs/kit.md ("Your framework") to a small training script
 (children/), runs it with the framework venv's python (.venv-frameworks, made by `make test`),
 and: SIGTERMs it at a random step, restarts it, SIGTERMs it in the middle of a save, plants a
 torn checkpoint newer than everything, and runs it to the end. The script waits at that step
@@ -28,7 +28,7 @@ from spotjobs_kit import parse_kit_line
 from spotjobs_kit.layout import DEFAULT_COMMIT_MARKERS, KIT_MARKER
 from spotjobs_kit.lines import KitRecord
 
-from tests.support.frameworks import CASES, CHILDREN, TORN_STEP, framework_env, framework_python, readme_snippet
+from tests.support.frameworks import CASES, CHILDREN, TORN_STEP, framework_env, framework_python, kit_snippet
 
 STEPS = 30
 EVERY = 10
@@ -105,7 +105,7 @@ def run_script(script: Path, env: dict[str, str], kill: Callable[[str], bool] | 
     return Outcome(returncodes, records, steps, lines, stderr)
 
 
-# Each variant: the README snippet it runs, and how many torch.distributed processes run it.
+# Each variant: the docs/kit.md snippet it runs, and how many torch.distributed processes run it.
 VARIANTS = {
     **{name: (name, 1) for name in CASES if name != "torch-dcp"},
     "torch-dcp-sync": ("torch-dcp", 1),
@@ -114,11 +114,11 @@ VARIANTS = {
 
 
 def prepare(name: str, tmp_path: Path, *, steps: int = STEPS, after: str = "") -> tuple[Path, dict[str, str], int]:
-    """The variant's training script (the child, its README snippet, then `after`) in `tmp_path`,
+    """The variant's training script (the child, its docs/kit.md snippet, then `after`) in `tmp_path`,
     the environment it runs in (planned `steps`, the kit of this checkout), and its process count."""
     snippet_name, processes = VARIANTS[name]
     case = CASES[snippet_name]
-    snippet = readme_snippet(snippet_name)
+    snippet = kit_snippet(snippet_name)
     if name == "torch-dcp-sync":
         assert snippet.count("async_save=True") == 1
         snippet = snippet.replace("async_save=True", "async_save=False")

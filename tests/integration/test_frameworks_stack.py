@@ -1,6 +1,6 @@
 """The kit's framework integrations as a user's container runs them, through the embedded stack.
 
-A transformers Trainer script and a Lightning script (tests/frameworks/children/ plus the README's
+A transformers Trainer script and a Lightning script (tests/frameworks/children/ plus docs/kit.md's
 own snippet, as tests/frameworks/test_kill_and_resume.py builds them) are the Vertex emulator's job
 command, run by the framework venv's python (.venv-frameworks, made by `make test`). The
 emulator mirrors the checkpoint folder as Vertex's /gcs/ mount (`--gcs-fuse-dir`,
@@ -28,7 +28,7 @@ from shared.jobs import LABEL_ATTEMPT, LABEL_REQUEST_ID
 from shared.ledger.states import RequestStatus
 from spotjobs.reporting.views import build_views, totals
 from tests.conftest import TEST_FUNCTION_ENV, isolated_stack
-from tests.support.frameworks import CASES, CHILDREN, framework_python, readme_snippet
+from tests.support.frameworks import CASES, CHILDREN, framework_python, kit_snippet
 from tests.support.stack_checkpoints import checkpoint_steps
 
 pytestmark = pytest.mark.stack
@@ -58,7 +58,7 @@ def framework_job(request_id: str, framework: str, steps: int, folder: Path) -> 
     case = CASES[framework]
     folder.mkdir(parents=True)
     script = folder / case.script
-    script.write_text((CHILDREN / case.script).read_text() + "\n" + readme_snippet(framework))
+    script.write_text((CHILDREN / case.script).read_text() + "\n" + kit_snippet(framework))
     (folder / "common.py").write_text((CHILDREN / "common.py").read_text())
     job = custom_job(request_id, [framework_python(), str(script)])
     env = {

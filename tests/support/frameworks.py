@@ -31,10 +31,10 @@ def framework_env(home: Path) -> dict[str, str]:
     return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "PYTHONPATH": str(KIT_SOURCE)}
 
 
-# The training scripts the README snippets are appended to.
+# The training scripts the snippets of docs/kit.md ("Your framework") are appended to.
 CHILDREN = REPO / "tests" / "frameworks" / "children"
 
-README = REPO / "README.md"
+KIT_PAGE = REPO / "docs" / "kit.md"
 TORN_STEP = 999
 
 
@@ -56,8 +56,8 @@ CASES = {
 }
 
 
-def readme_snippet(name: str) -> str:
-    """The code block under `<!-- snippet: NAME -->` in README.md, exactly."""
-    found = re.search(rf"<!-- snippet: {re.escape(name)} -->\n```python\n(.*?)```\n", README.read_text(), re.S)
-    assert found, f"README.md has no snippet {name!r}"
+def kit_snippet(name: str) -> str:
+    """The code block under `<!-- snippet: NAME -->` in docs/kit.md, exactly."""
+    found = re.search(rf"<!-- snippet: {re.escape(name)} -->\n```python\n(.*?)```\n", KIT_PAGE.read_text(), re.S)
+    assert found, f"docs/kit.md has no snippet {name!r}"
     return found.group(1)

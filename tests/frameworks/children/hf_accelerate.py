@@ -1,4 +1,4 @@
-# A plain loop under accelerate; the README's snippet is appended below by the test.
+# A plain loop under accelerate; the snippet from docs/kit.md is appended below by the test.
 import os
 
 import torch

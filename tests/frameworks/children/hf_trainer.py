@@ -1,4 +1,4 @@
-# A transformers Trainer on a tiny GPT-2 built from its config (no hub download); the README's
+# A transformers Trainer on a tiny GPT-2 built from its config (no hub download); docs/kit.md's
 # snippet is appended below by the test.
 import torch
 from common import EVERY, STEPS, record_step, slow_saves

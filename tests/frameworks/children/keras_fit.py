@@ -1,5 +1,5 @@
 # A Keras model (JAX backend) on a tiny regression, one batch per epoch so an epoch is a step;
-# the README's snippet is appended below by the test.
+# the snippet from docs/kit.md is appended below by the test.
 import os
 
 os.environ.setdefault("KERAS_BACKEND", "jax")

@@ -1,4 +1,4 @@
-# A LightningModule on a tiny regression; the README's snippet is appended below by the test.
+# A LightningModule on a tiny regression; the snippet from docs/kit.md is appended below by the test.
 import pytorch_lightning as pl
 import torch
 from common import STEPS, record_step, slow_saves, tiny_regression

@@ -1,5 +1,5 @@
 # JAX with Orbax on a tiny regression, after jax.distributed.initialize (whose preemption notifier
-# takes SIGTERM from Python natively); the README's snippet is appended below by the test.
+# takes SIGTERM from Python natively); the snippet from docs/kit.md is appended below by the test.
 import socket
 import threading
 

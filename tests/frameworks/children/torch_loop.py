@@ -1,4 +1,4 @@
-# A plain PyTorch loop (torch.save or DCP); the README's snippet is appended below by the test.
+# A plain PyTorch loop (torch.save or DCP); the snippet from docs/kit.md is appended below by the test.
 import os
 
 import torch
