@@ -11,6 +11,7 @@ from datetime import timedelta
 import pytest
 
 import bench.bench_deadline as bench
+import bench.bench_deadline_speed as speed
 import bench.deadline_events as events
 import shared.deciding.deadline_watch as deadline_watch
 from bench.deadline_sim import Trace
@@ -209,3 +210,13 @@ def test_the_back_off_is_bounded_however_long_the_streak() -> None:
         )
         record.attempts.insert(-1, futile)
     assert deadline_watch.no_spot_capacity_until(record) == left + timedelta(seconds=1 + 1024)
+
+
+def test_the_speed_cell_cuts_nine_traces_of_20000_ticks_from_the_traces_joined_end_to_end() -> None:
+    short = [trace_of("10" * 50), trace_of("0011" * 25)]
+    joined = short[0].available + short[1].available
+    long = speed.long_traces(short)
+    assert [len(t.available) for t in long] == [speed.TICKS] * speed.TRACES
+    step = len(joined) // speed.TRACES
+    assert long[1].available[: len(joined)] == joined[step:] + joined[:step]
+    assert long[1].available[len(joined) : 2 * len(joined)] == long[1].available[: len(joined)]
