@@ -4,11 +4,14 @@ moment would."""
 
 from __future__ import annotations
 
+import random
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 
 import bench.bench_deadline as bench
+import bench.bench_deadline_speed as speed
 import bench.deadline_events as events
 import shared.deciding.deadline_watch as deadline_watch
 from bench.deadline_sim import Trace
@@ -110,8 +113,12 @@ def test_back_to_spot_needs_a_checkpoint_interval_more_slack_than_the_net() -> N
     # act), the next pass switches with slack of about I/2 - m, and the commits cost up to I more.
     record = on_demand_for_three_commits(deadline_in=TOTAL - COMMITTED + 2 * D + M + I / 2)
     assert rule_says(record) == (Action.STAY, 2 * D + M + I / 2)
-    # With a slack of 2d + m + I it goes back to Spot.
+    # With a slack of 2d + m + I it still keeps its return reserve of one d (the heavy tail: a
+    # return that fails leaves its last move room for a changeover slower than d) ...
     record = on_demand_for_three_commits(deadline_in=TOTAL - COMMITTED + 2 * D + M + I)
+    assert rule_says(record) == (Action.STAY, 2 * D + M + I)
+    # ... and with 2d + m + I + d it goes back to Spot.
+    record = on_demand_for_three_commits(deadline_in=TOTAL - COMMITTED + 3 * D + M + I)
     assert rule_says(record)[0] is Action.BACK_TO_SPOT
 
 
@@ -160,6 +167,18 @@ def test_a_replay_that_missed_its_deadline_under_yesterdays_inputs_meets_it() ->
     assert not outcome.missed
 
 
+def test_a_replay_with_the_heavy_tail_that_missed_without_the_return_reserve_meets_it() -> None:
+    # 12 h of work due in 13.3 h, commits every 10 min, changeovers with the heavy tail: without
+    # the reserve spotjobs went back to Spot late with little slack, came back to on-demand with
+    # about d of it, and drew a 45-90 min changeover there.
+    rng, bits = random.Random(3), ""
+    while len(bits) < 400:  # runs of 1 to 8 ticks, 60% of them with capacity
+        bits += ("1" if rng.random() < 0.6 else "0") * rng.randint(1, 8)
+    tail = replace(job(600, 0.9, work_hours=12), changeover_tail=True)
+    outcome = events.simulate_events(tail, trace_of(bits[:400]), 0, Rule.SPOTJOBS, "t1")
+    assert not outcome.missed
+
+
 def test_spot_is_taken_to_have_no_capacity_for_a_back_off_after_tries_that_found_none() -> None:
     # Back on on-demand after a Spot attempt that waited 1,500 s in vain: no capacity for as long
     # again (the line says "back to Spot", spotjobs stays), then unknown (Uniform Progress again).
@@ -191,3 +210,13 @@ def test_the_back_off_is_bounded_however_long_the_streak() -> None:
         )
         record.attempts.insert(-1, futile)
     assert deadline_watch.no_spot_capacity_until(record) == left + timedelta(seconds=1 + 1024)
+
+
+def test_the_speed_cell_cuts_nine_traces_of_20000_ticks_from_the_traces_joined_end_to_end() -> None:
+    short = [trace_of("10" * 50), trace_of("0011" * 25)]
+    joined = short[0].available + short[1].available
+    long = speed.long_traces(short)
+    assert [len(t.available) for t in long] == [speed.TICKS] * speed.TRACES
+    step = len(joined) // speed.TRACES
+    assert long[1].available[: len(joined)] == joined[step:] + joined[:step]
+    assert long[1].available[len(joined) : 2 * len(joined)] == long[1].available[: len(joined)]
