@@ -271,6 +271,58 @@ class Spotjobs(Policy):
         return None if chosen == job.region else chosen
 
 
+class SpotjobsTruth(Spotjobs):
+    """Placement as spotjobs, with the trace's truth as the capacity signal (what probing every
+    tick would know)."""
+
+    def spot_available(self, job: Attempt, tick: int) -> bool | None:
+        return _region(self.setup, job).available[job.start + tick]
+
+
+class SpotjobsBlind(Spotjobs):
+    """Placement as spotjobs, with no capacity signal (the deadline rule is Uniform Progress)."""
+
+    def spot_available(self, job: Attempt, tick: int) -> bool | None:
+        return None
+
+
+@dataclass
+class Quality:
+    """The estimate's `has_capacity` against the trace, at every ask of the deadline rule."""
+
+    asked: int = 0
+    known: int = 0
+    true_yes: int = 0
+    said_yes: int = 0
+    truly_yes: int = 0  # among the known
+
+    def line(self) -> str:
+        precision = self.true_yes / max(1, self.said_yes)
+        recall = self.true_yes / max(1, self.truly_yes)
+        no_right = self.known - self.said_yes - (self.truly_yes - self.true_yes)
+        return (
+            f"estimate vs trace at {self.asked} asks: known {self.known / max(1, self.asked):.0%}; "
+            f"capacity: precision {precision:.2f}, recall {recall:.2f}; "
+            f"no capacity right {no_right / max(1, self.known - self.truly_yes):.2f}"
+        )
+
+
+def measured(quality: Quality) -> Callable[[Setup, Fleet], Policy]:
+    class Measured(Spotjobs):
+        def spot_available(self, job: Attempt, tick: int) -> bool | None:
+            said = super().spot_available(job, tick)
+            truth = _region(self.setup, job).available[job.start + tick]
+            quality.asked += 1
+            if said is not None:
+                quality.known += 1
+                quality.said_yes += said
+                quality.truly_yes += truth
+                quality.true_yes += said and truth
+            return said
+
+    return Measured
+
+
 def simulate_fleet(setup: Setup, starts: Sequence[int], make_policy: Callable[[Setup, Fleet], Policy]) -> list[Attempt]:
     """Run the requests starting at `starts` (trace ticks) together, one tick at a time."""
     fleet = Fleet()
@@ -353,6 +405,8 @@ def _settle(job: Attempt, fleet: Fleet, setup: Setup, tick: int, policy: Policy)
         if not job.ran:
             _obs(fleet, setup, job, Kind.WAIT, tick, (tick - job.placed) * setup.gap)
             job.ran, job.run_began = True, tick
+        else:
+            _obs(fleet, setup, job, Kind.RESTART, tick, index=job.restarts)  # the kit's run_started
         job.mode, job.placed, job.changeover_left = Placement.ON_SPOT, tick, setup.changeover_ticks
 
 
@@ -485,7 +539,9 @@ def pinned(region: int) -> Callable[[Setup, Fleet], Policy]:
     return Pinned
 
 
-def run_ratio(regions: Sequence[Region], gap: int, args: argparse.Namespace, ratio: float) -> dict[str, Row]:
+def run_ratio(
+    regions: Sequence[Region], gap: int, args: argparse.Namespace, ratio: float
+) -> tuple[dict[str, Row], Quality]:
     work_ticks = round(args.job_hours * 3600 / gap)
     setup = Setup(
         tuple(regions),
@@ -514,10 +570,14 @@ def run_ratio(regions: Sequence[Region], gap: int, args: argparse.Namespace, rat
     )
     rows["up_best_region"] = min(per_region, key=lambda r: r.cost_mean)
     rows["failover_order"] = _row([j for starts in fleets for j in simulate_fleet(setup, starts, FailoverOrder)])
-    rows["spotjobs"] = _row([j for starts in fleets for j in simulate_fleet(setup, starts, Spotjobs)])
+    quality = Quality()
+    rows["spotjobs"] = _row([j for starts in fleets for j in simulate_fleet(setup, starts, measured(quality))])
+    if args.signals:
+        for name, policy in (("spotjobs_truth", SpotjobsTruth), ("spotjobs_blind", SpotjobsBlind)):
+            rows[name] = _row([j for starts in fleets for j in simulate_fleet(setup, starts, policy)])
     optimum = omniscient(setup, every)
     rows["omniscient"] = Row(statistics.fmean(optimum), 0, 0.0, 0.0, len(optimum))
-    return rows
+    return rows, quality
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -529,13 +589,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=12, help="start times spread over the traces (default 12)")
     parser.add_argument("--changeover-hours", type=float, default=0.2, help="d, rounded up to ticks (default 0.2)")
     parser.add_argument("--checkpoint-gb", type=float, default=100.0, help="checkpoint moved per move (default 100)")
+    parser.add_argument(
+        "--signals",
+        action="store_true",
+        help="also spotjobs with the trace's truth and with no capacity signal, and the estimate's precision",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object per ratio")
     args = parser.parse_args(argv)
     regions, gap = load_regions(args.traces)
     cheapest = min(r.on_demand_per_hour for r in regions)
     for ratio in args.deadline_ratio:
         began = time.process_time()
-        rows = run_ratio(regions, gap, args, ratio)
+        rows, quality = run_ratio(regions, gap, args, ratio)
         if args.json:
             print(json.dumps({"deadline_ratio": ratio, "policies": {n: rows[n].to_json() for n in POLICIES}}))
             continue
@@ -546,12 +611,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"({time.process_time() - began:.0f} s of CPU)"
         )
         print("  policy           cost $   / on-demand  misses  moves/job  egress $/job  gap to optimum")
-        for name in POLICIES:
+        for name in [*POLICIES, *(n for n in rows if n not in POLICIES)]:
             r = rows[name]
             print(
                 f"  {name:<15} {r.cost_mean:8.0f}   {r.cost_mean / norm:9.3f}  {r.misses:6d}  {r.moves:9.2f}"
                 f"  {r.egress:12.2f}  {r.cost_mean / best - 1:+13.1%}"
             )
+        if args.signals:
+            print(f"  {quality.line()}")
     return 0
 
 

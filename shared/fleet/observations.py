@@ -13,6 +13,8 @@ repeated. The kinds:
 - `run`: a Spot attempt that ran and ended: seconds from its start to its end, `count` its
   preemptions (at least one when it ended by preemption with no count);
 - `preempt`: a Spot attempt's k-th preemption, at the time it was first recorded;
+- `restart`: its k-th restart got capacity again (the trainer kit's `run_started` of run k),
+  at the time it was first recorded;
 - `changeover`: an on-demand attempt's create-to-running seconds (what a move costs in time);
 - `stockout`: an attempt ended with a stockout error (RESOURCE_EXHAUSTED, or the stockout
   patterns), at its end.
@@ -43,6 +45,7 @@ class Kind(StrEnum):
     NO_CAPACITY = "nocap"
     RUN = "run"
     PREEMPT = "preempt"
+    RESTART = "restart"
     CHANGEOVER = "changeover"
     STOCKOUT = "stockout"
 
@@ -101,12 +104,27 @@ def attempt_key(request_id: str, n: int) -> str:
     return f"{hashlib.sha256(request_id.encode()).hexdigest()[:16]}-{n}"
 
 
-def observations_of(record: RequestRecord, is_stockout: Callable[[str], bool] = lambda _: False) -> list[Observation]:
+@dataclass(frozen=True)
+class Reading:
+    """What the deciding room knows how to read in a record: the deployment's stockout patterns,
+    and the runs of an attempt the trainer kit said started (their restart indexes)."""
+
+    is_stockout: Callable[[str], bool] = lambda _: False
+    runs_started: Callable[[RequestRecord, int], set[int]] = lambda record, n: set()
+
+
+def observations_of(record: RequestRecord, reading: Reading = Reading()) -> list[Observation]:
     """Every fact the record's attempts with a job tell (see the module docstring)."""
     found: list[Observation] = []
     for attempt in record.attempts:
         if attempt.job:
-            found.extend(_of_attempt(attempt, attempt_key(record.request_id, attempt.n), is_stockout))
+            key = attempt_key(record.request_id, attempt.n)
+            found.extend(_of_attempt(attempt, key, reading.is_stockout))
+            if attempt.strategy == SPOT:
+                restarts = sorted(r for r in reading.runs_started(record, attempt.n) if r > 0)
+                found.extend(
+                    Observation(Kind.RESTART, attempt.location, None, attempt_key=key, index=r) for r in restarts
+                )
     return found
 
 

@@ -9,7 +9,7 @@ move there costs:
   since the last checkpoint);
 - with a deadline T hours away, only the slack may be spent waiting for Spot: B = T - W - 3d
   (the deadline rule keeps 2d in hand, and d is the next changeover). With capacity a share p of
-  the time (the estimate), each hour waited comes with p / (1 - p) hours of Spot work, so a share
+  the time (the estimate's `share_available`: time on Spot over time on Spot and waiting), each hour waited comes with p / (1 - p) hours of Spot work, so a share
   f = min(1, p B / ((1 - p) W)) of the work is done on Spot and the rest on on-demand, which the
   deadline rule switches to in time (plus one on-demand changeover);
 - without a deadline every hour of waiting is weighed at `hour_value` (the time itself is worth
@@ -98,7 +98,9 @@ def expected_cost(job: Job, candidate: Candidate, move: Move) -> Costed:
     if job.on_demand:
         return Costed(candidate.location, on_demand_cost + move_dollars, 0.0, move_dollars)
     est = candidate.estimate
-    p = est.available if est is not None else 0.5
+    # How much of the time Spot has capacity there (the past window's share), not whether it has
+    # now: the work runs for hours, through outages and back.
+    p = est.share_available if est is not None else 0.5
     lifetime = PRIOR_LIFETIME_HOURS
     if est is not None and est.mean_lifetime_seconds:
         seen = est.mean_lifetime_seconds / 3600

@@ -7,9 +7,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from shared.fleet import store
 from shared.fleet.estimate import OPEN_WAIT_GRACE_SECONDS, estimate
-from shared.fleet.observations import Kind, MachineClass, Observation, observations_of
+from shared.fleet.observations import Kind, MachineClass, Observation, Reading, observations_of
 from shared.fleet.recording import fleet_facts, new_facts
 from shared.ledger.records import Attempt, RequestRecord
 
@@ -42,10 +44,6 @@ def record(*attempts: Attempt) -> RequestRecord:
 
 def spot(n: int = 1, **fields: Any) -> Attempt:
     return Attempt(n, "us-east4", "SPOT", claimed_at=at(0), job=f"j{n}", created_at=at(0), **fields)
-
-
-def no_stockout(message: str) -> bool:
-    return False
 
 
 def kinds(observations: list[Observation]) -> list[tuple[str, float, int]]:
@@ -82,10 +80,10 @@ def test_a_decision_records_only_what_it_added_and_the_open_waits_again() -> Non
     now = T0 + timedelta(hours=3)
     before = record(spot(started_at=at(30)))
     after = record(spot(started_at=at(30), preemptions=1))
-    added = new_facts(fleet_facts(before, no_stockout), after, no_stockout, now)
+    added = new_facts(fleet_facts(before, Reading()), after, Reading(), now)
     assert [(o.kind, o.at) for o in added] == [(Kind.PREEMPT, now)]  # stamped when first recorded
     still_waiting = record(spot())
-    again = new_facts(fleet_facts(still_waiting, no_stockout), still_waiting, no_stockout, now)
+    again = new_facts(fleet_facts(still_waiting, Reading()), still_waiting, Reading(), now)
     assert [o.kind for o in again] == [Kind.WAITING]
 
 
@@ -216,3 +214,26 @@ def test_spotjobs_fleet_shows_each_class_and_location() -> None:
     assert rows[0]["mean_lifetime_seconds"] == 5400.0 and rows[0]["median_wait_seconds"] == 600.0
     text = render(rows)
     assert "us-east4" in text and "1.5 h" in text and "10 min" in text
+
+
+def test_a_restart_the_kit_saw_is_a_fact_and_says_the_run_has_capacity_again() -> None:
+    ran = record(spot(started_at=at(30), preemptions=1))
+    reading = Reading(runs_started=lambda record, n: {0, 1})
+    assert ("restart", 0.0, 1) in kinds(observations_of(ran, reading))
+    preempted = [observation(Kind.WAIT, 300, "a"), observation(Kind.PREEMPT, 60, "a")]
+    assert estimate(preempted, "us-east4", NOW).has_capacity is False  # restarting for an hour
+    restarted = [*preempted, observation(Kind.RESTART, 50, "a")]
+    assert estimate(restarted, "us-east4", NOW).has_capacity is True
+
+
+def test_the_share_of_time_with_capacity_counts_waits_and_restart_waits_against_time_on_spot() -> None:
+    facts = [
+        observation(Kind.WAIT, 240, "a", seconds=1800),  # waited 30 min, then ran from 4 h ago
+        observation(Kind.PREEMPT, 180, "a"),
+        observation(Kind.RESTART, 120, "a"),  # an hour without capacity
+        Observation(Kind.RUN, "us-east4", NOW, 4 * 3600.0, 1, "a"),
+    ]
+    found = estimate(facts, "us-east4", NOW)
+    on_spot, waited, prior = 3 * 3600, 1800 + 3600, 3600
+    assert found.share_available == pytest.approx((on_spot + prior / 2) / (on_spot + waited + prior))
+    assert estimate([], "us-east4", NOW).share_available == 0.5

@@ -10,16 +10,18 @@ from shared.fleet.placement import MOVE_MARGIN, Candidate, Job, Move, choose_loc
 from spotjobs.reporting.prices import Prices
 
 
-def seen(location: str, available: float, lifetime_hours: float | None = 10.0, sure: float = 3.0) -> CapacityEstimate:
+def seen(location: str, share: float, lifetime_hours: float | None = 10.0, sure: float = 3.0) -> CapacityEstimate:
+    """An estimate whose Spot jobs had capacity `share` of the time (and now as likely)."""
     return CapacityEstimate(
         location=location,
-        available=available,
+        available=share,
         sure=sure,
         mean_lifetime_seconds=None if lifetime_hours is None else lifetime_hours * 3600,
         lifetime_censored=False,
         median_wait_seconds=600.0,
         changeover_p90_seconds=None,
         open_waits=0,
+        share_available=share,
     )
 
 
@@ -33,7 +35,7 @@ def test_with_nothing_observed_the_cheapest_spot_wins() -> None:
     assert choose_location(DEADLINE, [CENTRAL, EAST, ASIA]).location == "us-east4"
 
 
-def test_a_location_without_capacity_loses_to_a_dearer_one_with_it() -> None:
+def test_a_location_seldom_with_capacity_loses_to_a_dearer_one_often_with_it() -> None:
     east = Candidate("us-east4", 14.85, 82.53, seen("us-east4", 0.1))
     central = Candidate("us-central1", 18.98, 82.53, seen("us-central1", 0.95))
     choice = choose_location(DEADLINE, [east, central])
