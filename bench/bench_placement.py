@@ -31,6 +31,9 @@ Policies (all decide with production's `decide_deadline`; the review interval is
 - `omniscient`: the least cost knowing every trace (a dynamic programme over ticks, work and
   placement: wait, Spot in a region, on-demand in the cheapest region; moves free of egress).
 
+`--signals` adds spotjobs' placement with the trace's truth as the capacity signal, with none,
+and with `Rule.GREEDY`, and the estimate's precision and recall against the trace at the asks.
+
 Prints per ratio the mean cost in dollars and normalised to on-demand in the cheapest region,
 misses, moves and egress per job, and the gap to the optimum; `--json` one object per ratio:
 `{"deadline_ratio": R, "policies": {NAME: {"cost_mean": C, "misses": M, "moves": V}}}`.
@@ -307,6 +310,13 @@ class Quality:
         )
 
 
+class SpotjobsGreedy(Spotjobs):
+    """Placement as spotjobs, with `Rule.GREEDY` (wait for Spot until the safety net): production's
+    rule is Uniform Progress's, which goes to on-demand as soon as it falls behind its line."""
+
+    rule = Rule.GREEDY
+
+
 def measured(quality: Quality) -> Callable[[Setup, Fleet], Policy]:
     class Measured(Spotjobs):
         def spot_available(self, job: Attempt, tick: int) -> bool | None:
@@ -573,7 +583,12 @@ def run_ratio(
     quality = Quality()
     rows["spotjobs"] = _row([j for starts in fleets for j in simulate_fleet(setup, starts, measured(quality))])
     if args.signals:
-        for name, policy in (("spotjobs_truth", SpotjobsTruth), ("spotjobs_blind", SpotjobsBlind)):
+        variants = (
+            ("spotjobs_truth", SpotjobsTruth),
+            ("spotjobs_blind", SpotjobsBlind),
+            ("spotjobs_greedy", SpotjobsGreedy),
+        )
+        for name, policy in variants:
             rows[name] = _row([j for starts in fleets for j in simulate_fleet(setup, starts, policy)])
     optimum = omniscient(setup, every)
     rows["omniscient"] = Row(statistics.fmean(optimum), 0, 0.0, 0.0, len(optimum))
@@ -592,7 +607,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--signals",
         action="store_true",
-        help="also spotjobs with the trace's truth and with no capacity signal, and the estimate's precision",
+        help="also spotjobs with the trace's truth, with no capacity signal and with the Greedy rule, "
+        "and the estimate against the trace",
     )
     parser.add_argument("--json", action="store_true", help="one JSON object per ratio")
     args = parser.parse_args(argv)
