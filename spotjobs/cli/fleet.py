@@ -84,7 +84,17 @@ def fleet_rows(
 def render(rows: Sequence[Mapping[str, Any]]) -> str:
     if not rows:
         return "no fleet observations in the last week"
-    header = ("class", "location", "capacity now", "sure", "mean lifetime", "median wait", "changeover p90", "$/h spot")
+    header = (
+        "class",
+        "location",
+        "capacity now",
+        "sure",
+        "mean lifetime",
+        "median wait",
+        "changeover p90",
+        "$/h spot",
+        "$/h on-demand",
+    )
     lines = [header]
     for row in rows:
         klass = f"{row['machine_type']} {row['accelerator_count']}x{row['accelerator_type'] or '-'}"
@@ -92,7 +102,6 @@ def render(rows: Sequence[Mapping[str, Any]]) -> str:
         lifetime = _hours(row["mean_lifetime_seconds"])
         if row["lifetime_censored"] and row["mean_lifetime_seconds"] is not None:
             lifetime = f">={lifetime}"
-        spot = row["spot_per_hour"]
         lines.append(
             (
                 terminal_text(klass),
@@ -102,11 +111,16 @@ def render(rows: Sequence[Mapping[str, Any]]) -> str:
                 lifetime,
                 _minutes(row["median_wait_seconds"]),
                 _minutes(row["changeover_p90_seconds"]),
-                "-" if spot is None else f"{spot:.2f}",
+                _price(row["spot_per_hour"]),
+                _price(row["on_demand_per_hour"]),
             )
         )
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in lines)
+
+
+def _price(per_hour: float | None) -> str:
+    return "-" if per_hour is None else f"{per_hour:.2f}"
 
 
 def _hours(seconds: float | None) -> str:

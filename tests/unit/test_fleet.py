@@ -213,7 +213,7 @@ def test_spotjobs_fleet_shows_each_class_and_location() -> None:
     ]
     assert rows[0]["mean_lifetime_seconds"] == 5400.0 and rows[0]["median_wait_seconds"] == 600.0
     text = render(rows)
-    assert "us-east4" in text and "1.5 h" in text and "10 min" in text
+    assert "us-east4" in text and "1.5 h" in text and "10 min" in text and "82.53" in text
 
 
 def test_a_restart_the_kit_saw_is_a_fact_and_says_the_run_has_capacity_again() -> None:
