@@ -13,6 +13,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from shared.alerts import AlertKind
+from shared.fleet.store import FLEET_PREFIX
+from shared.fleet.store import RETENTION_DAYS as FLEET_RETENTION_DAYS
 
 if TYPE_CHECKING:
     from shared.ledger.records import RequestRecord
@@ -32,6 +34,9 @@ FIXED_SET = re.compile(r"triggers/_retention\.json|triggers/[^/]+/state\.json|pa
 # Pacing slots are deleted by a lifecycle rule a day after they are written (terraform/storage.tf).
 SLOTS_PREFIX = "pacing/slots/"
 SLOT_LIFETIME = timedelta(days=2)
+# Fleet observations (shared/fleet/store.py) belong to no request: a lifecycle rule deletes them
+# RETENTION_DAYS after their creation, and a job still waiting has its open wait written again.
+FLEET_LIFETIME = timedelta(days=FLEET_RETENTION_DAYS + 1)
 
 
 def violation(invariant: str, detail: str) -> Violation:
@@ -296,6 +301,8 @@ def bounded_state(world: World) -> list[Violation]:
             continue
         if name.startswith(SLOTS_PREFIX) and now - obj.time_created < SLOT_LIFETIME:
             continue  # a slot of the last day: its lifecycle rule has not come round yet
+        if name.startswith(FLEET_PREFIX) and now - obj.time_created < FLEET_LIFETIME:
+            continue  # a fact of the estimate's window: its lifecycle rule has not come round yet
         leftovers[_kind_of_state(name)].append(name)
     return [
         violation("bounded_state", f"{len(names)} {kind} object(s) left after retention, e.g. {names[0]}")

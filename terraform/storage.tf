@@ -113,6 +113,18 @@ resource "google_storage_bucket" "state" {
     }
   }
 
+  # Fleet observations (shared/fleet/store.py): one empty object per fact a job told about Spot
+  # capacity; the capacity estimate reads the last 7 days (WINDOW_SECONDS). A day more.
+  lifecycle_rule {
+    condition {
+      age            = 8
+      matches_prefix = ["fleet/"]
+    }
+    action {
+      type = "Delete"
+    }
+  }
+
   # Ledger records removed by the retention sweep, archived first (shared/ledger/retention.py):
   # nothing reads them; they are for the operator, for var.ledger_archive_retention_days.
   lifecycle_rule {

@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from shared.deciding.decisions import Decision, DecisionPolicy, Observation, decide
 from shared.deciding.effects import Effects
 from shared.deciding.outbox import Mine, flush
+from shared.deciding.preemptions import kit_runs
+from shared.fleet.observations import Reading
+from shared.fleet.recording import FleetFacts, fleet_facts, note_fleet
 from shared.ledger.records import RequestRecord
 from shared.log import Logger
 from shared.swap import Decided
@@ -33,10 +36,13 @@ def apply_observation(ports: Ports, request_id: str, observation: Observation, l
     """Decide under compare-and-swap, then carry out what this call decided, and what earlier
     decisions left pending once their deciders are presumed dead."""
     policy = DecisionPolicy.from_settings(ports.settings)
+    reading = Reading(policy.patterns.is_stockout, kit_runs)
+    seen: list[FleetFacts] = []  # the fleet facts of the record the last decision started from
 
     def transition(record: RequestRecord | None) -> Decided[RequestRecord] | None:
         if record is None:
             return None
+        seen[:] = [fleet_facts(record, reading)]
         decision = decide(record, observation, policy, ports.clock())
         return Decided(decision.record, decision)
 
@@ -44,6 +50,9 @@ def apply_observation(ports: Ports, request_id: str, observation: Observation, l
     decision: Decision | None = swapped.decided
     if decision is None or swapped.value is None:
         return Applied(None)
+    # What this call's write added; without a write, only what is still open (a wait).
+    before = seen[0] if swapped.wrote and seen else fleet_facts(swapped.value, reading)
+    note_fleet(ports, before, swapped.value, reading, log)
     # Not written by this call: another delivery decided (or our own write landed before its
     # reply was lost), so only what is still pending in the record is carried out.
     effects = decision.effects if swapped.wrote else Effects()

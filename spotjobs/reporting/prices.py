@@ -40,15 +40,17 @@ class Prices:
     ) -> Prices:
         """The row for `machine_type` in `location`; KeyError when the table has none."""
         data = _table(path)
-        row = data["machine_types"][machine_type]["locations"][location]
+        machine = data["machine_types"][machine_type]
+        row = machine["locations"][location]
+        source = machine.get("source", data["source"])  # a machine type may have its own source and date
         return cls(
             machine_type=machine_type,
             location=location,
             on_demand_per_hour=float(row["on_demand_per_hour"]),
             spot_per_hour=float(row["spot_per_hour"]),
-            as_of=data["as_of"],
-            source=data["source"]["name"],
-            caveat=data["source"]["caveat"],
+            as_of=machine.get("as_of", data["as_of"]),
+            source=source["name"],
+            caveat=source["caveat"],
         )
 
     @classmethod

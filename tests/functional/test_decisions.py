@@ -51,6 +51,10 @@ def ledger_objects(world: World) -> dict[str, int]:
     return {blob.name: blob.generation for blob in bucket.client.list_blobs(bucket)}
 
 
+def fleet_objects(world: World) -> list[str]:
+    return sorted(name for name in ledger_objects(world) if name.startswith("fleet/"))
+
+
 def test_running_line_reads_the_job_and_marks_the_request_running(world: World) -> None:
     _, job = world.submitted(state=RUNNING)
     assert deliver(world, log_entry(job, "Job is running.")) is EventOutcome.OBSERVED
@@ -355,7 +359,7 @@ def test_failed_job_without_its_error_yet_is_redelivered(world: World) -> None:
     with pytest.raises(TransientError, match="error is not published"):
         deliver(world, log_entry(job, "Job failed."))
     after = ledger_objects(world)
-    assert after.keys() == before.keys()
+    assert after.keys() - set(fleet_objects(world)) == before.keys()  # only the open wait is new
     assert world.ledger.get("req-1").attempts[0].outcome is None
 
 
@@ -479,3 +483,33 @@ def test_ledger_timestamps_written_by_decisions_have_the_ledger_format(world: Wo
     ledger_format = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
     assert ledger_format.fullmatch(record.finished_at)
     assert ledger_format.fullmatch(record.prune_requested_at)
+
+
+def test_concurrent_deliveries_record_each_fleet_fact_once(world: World) -> None:
+    # The decisions' facts (shared/fleet): the Spot wait once it runs, then
+    # the stockout, the run and its preemption at the end: each one object however many decide.
+    _, job = world.submitted(state=1)
+    world.vertex.set_state(job, RUNNING)
+    deliver(world, log_entry(job, "Job is running."))
+    world.vertex.set_state(job, FAILED, STOCKOUT)
+    terminal = log_entry(job, "Job failed.", insert_id="final", severity="ERROR")
+    barrier = threading.Barrier(5)
+
+    def one_delivery() -> None:
+        barrier.wait()
+        for _ in range(5):  # a delivery told to come back is redelivered
+            try:
+                deliver(world, terminal)
+                return
+            except TransientError:
+                continue
+
+    threads = [threading.Thread(target=one_delivery) for _ in range(5)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    facts = fleet_objects(world)
+    kinds = sorted(name.split("/")[3].split("~")[0] for name in facts)
+    assert kinds == ["preempt", "run", "stockout", "wait"]
+    assert all(name.startswith("fleet/a2-highgpu-1g+none+0/us-central1/") for name in facts)

@@ -45,6 +45,7 @@ ROOMS: dict[str, str] = {
     "shared.wiring": "wiring",
     "shared.delivery": "delivery",
     "shared.deciding": "deciding",
+    "shared.fleet": "fleet",
     "shared.pruning": "pruning",
     "shared.triggers": "triggers",
     "shared.submit": "shells",
@@ -71,7 +72,8 @@ ALLOWED: dict[str, set[str]] = {
     "adapters": {"foundation"},
     "wiring": {"foundation", "ledger", "adapters"},
     "delivery": {"foundation"},
-    "deciding": {"foundation", "requests", "ledger", "wiring"},
+    "fleet": {"foundation", "requests", "ledger", "wiring"},
+    "deciding": {"foundation", "requests", "ledger", "wiring", "fleet"},
     "pruning": {"foundation", "ledger", "wiring", "delivery", "deciding"},
     "triggers": {"foundation", "requests", "wiring", "delivery"},
     # What more than one shell does around the rooms' decisions (adopting a found job, cancelling a

@@ -157,6 +157,12 @@ FAMILIES = {
         ("drainer.json",),
         (Bounded("one per region"), Code("shared.pacing:Pacer.release")),
     ),
+    "fleet observations": Family(
+        "fleet/<class>/<location>/<fact>",
+        "fleet/a3-highgpu-8g+nvidia_h100_80gb+8/us-east4/wait~1764590400~1800~0~0a1b-1~0",
+        ("fleet/",),
+        (Lifecycle(timedelta(days=7)),),  # the estimate reads a week (shared/fleet/store.py)
+    ),
     "burst documents": Family(
         "pacing/<region>/burst.json",
         "pacing/us-central1/burst.json",

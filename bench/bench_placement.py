@@ -1,0 +1,642 @@
+"""Placement across locations on Spot availability traces: the cost of finishing by a deadline.
+
+    python -m bench.bench_placement [--traces DIR] [--deadline-ratio R ...] [--job-hours H]
+        [--fleet N] [--json]
+
+Reads every `*.json` under DIR (default: bench/traces/gcp-h100, the GCP H100 traces) in the
+shared format (one zone a file: `metadata.region`, `metadata.spot_price_per_hour`,
+`metadata.on_demand_price_per_hour`, `metadata.gap_seconds`; `data`, 1 = available). A region is
+available at a tick when any of its zones is (Vertex picks the zone). A job needs H hours of work
+and must be done `R x H` hours after its start; `--fleet N` requests run at once from staggered
+starts, and the run is repeated from `--runs` start times spread over the traces.
+
+The model is the tick model of `bench.deadline_sim`, per location: every new instance pays the
+changeover d (whole ticks, no work, billed); a Spot job waits where it was placed until that
+region has capacity and is preempted when it has none; the last tick is billed whole. A move of
+a waiting job, or of a job going to on-demand elsewhere, pays the checkpoint's transfer
+(`--checkpoint-gb` x the price between the two regions, `egress_per_gb`). Missed deadlines are
+finished on on-demand in the cheapest region and counted.
+
+Policies (all decide with production's `decide_deadline`; the review interval is one tick):
+
+- `up_mean_region`, `up_best_region`: Uniform Progress pinned to one region, the mean over the
+  regions and the region with the least mean cost (chosen knowing the outcome);
+- `failover_order`: today's production: Uniform Progress (no capacity signal), the request's
+  `locations` in a static order (cheapest Spot first) moved along only on a stockout, which
+  Vertex reports after a Spot job's sixth restart;
+- `spotjobs`: placement (`shared.fleet.placement.choose_location`) for every new attempt and for
+  a job waiting longer than its changeover, fed by `shared.fleet.estimate.estimate` of the
+  fleet's own attempts (the observations production records: waits, open waits, preemptions,
+  runs), and `Rule.SPOTJOBS` with `spot_available` from the same estimate;
+- `omniscient`: the least cost knowing every trace (a dynamic programme over ticks, work and
+  placement: wait, Spot in a region, on-demand in the cheapest region; moves free of egress).
+
+`--signals` adds spotjobs' placement with the trace's truth as the capacity signal, with none,
+and with `Rule.GREEDY`, and the estimate's precision and recall against the trace at the asks.
+
+Prints per ratio the mean cost in dollars and normalised to on-demand in the cheapest region,
+misses, moves and egress per job, and the gap to the optimum; `--json` one object per ratio:
+`{"deadline_ratio": R, "policies": {NAME: {"cost_mean": C, "misses": M, "moves": V}}}`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from shared.deciding.deadline import Action, Placement, Rule, Situation, Work, decide_deadline
+from shared.fleet.estimate import CapacityEstimate, estimate
+from shared.fleet.observations import Kind, Observation
+from shared.fleet.placement import Candidate, Job, Move, choose_location
+
+DEFAULT_TRACES = Path(__file__).with_name("traces") / "gcp-h100"
+RATIOS = (1.05, 1.1, 1.2, 1.5, 2.0)
+POLICIES = ("up_mean_region", "up_best_region", "failover_order", "spotjobs", "omniscient")
+EPOCH = datetime(2025, 10, 4, tzinfo=UTC)
+# Vertex fails a Spot job with STOCKOUT after its sixth restart (docs/deadlines.md).
+RESTARTS_BEFORE_STOCKOUT = 6
+# Cloud Storage data transfer between regions, per GB: within a continent, between continents
+# (https://cloud.google.com/storage/pricing, "Data transfer within Google Cloud"; the defaults
+# here are the order of the listed rates, not a quote: check them for a real bucket).
+EGRESS_SAME_CONTINENT = 0.02
+EGRESS_OTHER_CONTINENT = 0.08
+CONTINENTS = {"us": "na", "northamerica": "na", "southamerica": "sa", "europe": "eu", "asia": "asia", "me": "me"}
+
+
+@dataclass(frozen=True)
+class Region:
+    name: str
+    spot_per_hour: float
+    on_demand_per_hour: float
+    available: tuple[bool, ...]
+
+
+def load_regions(folder: Path) -> tuple[list[Region], int]:
+    """The regions of every trace under `folder` (a region's zones merged: any available), and
+    the tick in seconds."""
+    zones: dict[str, list[dict]] = {}
+    gap = None
+    for path in sorted(folder.rglob("*.json")):
+        body = json.loads(path.read_text())
+        meta = body.get("metadata", {}) if isinstance(body, dict) else {}
+        if "data" not in body or "region" not in meta:
+            continue
+        gap = gap or int(meta["gap_seconds"])
+        if int(meta["gap_seconds"]) != gap:
+            raise ValueError(f"{path}: tick {meta['gap_seconds']} s, others {gap} s")
+        zones.setdefault(meta["region"], []).append(body)
+    if gap is None:
+        raise ValueError(f"no trace in {folder}")
+    length = min(len(b["data"]) for bodies in zones.values() for b in bodies)
+    regions = []
+    for name, bodies in sorted(zones.items()):
+        meta = bodies[0]["metadata"]
+        merged = tuple(any(bool(b["data"][t]) for b in bodies) for t in range(length))
+        regions.append(
+            Region(name, float(meta["spot_price_per_hour"]), float(meta["on_demand_price_per_hour"]), merged)
+        )
+    return regions, gap
+
+
+def egress_per_gb(source: str, target: str) -> float:
+    if source == target:
+        return 0.0
+    same = CONTINENTS.get(source.split("-")[0]) == CONTINENTS.get(target.split("-")[0])
+    return EGRESS_SAME_CONTINENT if same else EGRESS_OTHER_CONTINENT
+
+
+@dataclass(frozen=True)
+class Setup:
+    regions: tuple[Region, ...]
+    gap: int  # seconds per tick
+    work_ticks: int
+    deadline_ticks: int
+    changeover_ticks: int
+    checkpoint_gb: float
+
+    @property
+    def cheapest_on_demand(self) -> Region:
+        return min(self.regions, key=lambda r: (r.on_demand_per_hour, r.name))
+
+    def hours(self, ticks: float) -> float:
+        return ticks * self.gap / 3600
+
+
+@dataclass
+class Attempt:
+    """One job of the fleet as the simulator runs it."""
+
+    start: int  # trace tick of the request's start
+    region: int
+    mode: Placement = Placement.WAITING_FOR_SPOT
+    placed: int = 0  # tick (from the start) of the current attempt or instance
+    changeover_left: int = 0
+    done: int = 0  # ticks of work committed
+    cost: float = 0.0
+    moves: int = 0
+    egress: float = 0.0
+    restarts: int = 0  # preemptions of the current Spot attempt
+    number: int = 1  # attempt number (observation keys)
+    ran: bool = False  # the current Spot attempt got capacity once
+    run_began: int = 0
+    finished: bool = False
+    missed: bool = False
+    key: str = ""
+
+
+@dataclass
+class Fleet:
+    """The fleet's observations, as production would record them, and the estimates of a tick."""
+
+    observations: list[Observation] = field(default_factory=list)
+    cache: dict[tuple[int, str], CapacityEstimate] = field(default_factory=dict)
+
+    def note(self, observation: Observation) -> None:
+        self.observations.append(observation)
+        self.cache.clear()
+
+    def estimate(self, region: str, tick: int, setup: Setup) -> CapacityEstimate:
+        found = self.cache.get((tick, region))
+        if found is None:
+            found = self.cache[(tick, region)] = estimate(self.observations, region, at(tick, setup))
+        return found
+
+
+def at(tick: int, setup: Setup) -> datetime:
+    return EPOCH + timedelta(seconds=tick * setup.gap)
+
+
+def situation(setup: Setup, job: Attempt, tick: int, spot_available: bool | None) -> Situation:
+    g = setup.gap
+    return Situation(
+        now=at(tick, setup),
+        deadline=at(setup.deadline_ticks, setup),
+        started=EPOCH,
+        work=Work.in_seconds(setup.work_ticks * g, job.done * g),
+        placement=job.mode,
+        placed_at=at(job.placed, setup),
+        changeover_seconds=setup.changeover_ticks * g,
+        review_seconds=g,
+        spot_available=spot_available,
+    )
+
+
+class Policy:
+    """Where and when: the hooks the simulator calls (`tick` counted from the job's start); the
+    base is Uniform Progress pinned."""
+
+    rule = Rule.UNIFORM_PROGRESS
+
+    def __init__(self, setup: Setup, fleet: Fleet) -> None:
+        self.setup, self.fleet = setup, fleet
+
+    def first_region(self, job: Attempt, tick: int) -> int:
+        return job.region
+
+    def spot_available(self, job: Attempt, tick: int) -> bool | None:
+        return None
+
+    def on_demand_region(self, job: Attempt, tick: int) -> int:
+        return job.region
+
+    def spot_region(self, job: Attempt, tick: int) -> int:
+        return job.region
+
+    def waiting_move(self, job: Attempt, tick: int) -> int | None:
+        return None
+
+    def after_stockout(self, job: Attempt) -> int:
+        return job.region
+
+
+class FailoverOrder(Policy):
+    """Today's: the static order, moved along on a stockout only."""
+
+    def __init__(self, setup: Setup, fleet: Fleet) -> None:
+        super().__init__(setup, fleet)
+        self.order = sorted(range(len(setup.regions)), key=lambda i: setup.regions[i].spot_per_hour)
+
+    def first_region(self, job: Attempt, tick: int) -> int:
+        return self.order[0]
+
+    def after_stockout(self, job: Attempt) -> int:
+        return self.order[(self.order.index(job.region) + 1) % len(self.order)]
+
+
+class Spotjobs(Policy):
+    """Placement by expected cost from the fleet's estimate; `Rule.SPOTJOBS` with its signal."""
+
+    rule = Rule.SPOTJOBS
+
+    def _choose(self, job: Attempt, tick: int, current: int | None, on_demand: bool) -> int:
+        s = self.setup
+        candidates = [
+            Candidate(r.name, r.spot_per_hour, r.on_demand_per_hour, self.fleet.estimate(r.name, job.start + tick, s))
+            for r in s.regions
+        ]
+        remaining = s.hours(s.work_ticks - job.done)
+        placement_job = Job(
+            remaining_hours=remaining,
+            changeover_hours=s.hours(s.changeover_ticks),
+            current_location=None if current is None else s.regions[current].name,
+            hours_to_deadline=s.hours(s.deadline_ticks - tick),
+            on_demand=on_demand,
+        )
+        move = Move(checkpoint_gb=s.checkpoint_gb if job.done else 0.0, price_per_gb=egress_per_gb)
+        chosen = choose_location(placement_job, candidates, move).location
+        return next(i for i, r in enumerate(s.regions) if r.name == chosen)
+
+    def first_region(self, job: Attempt, tick: int) -> int:
+        return self._choose(job, tick, None, on_demand=False)
+
+    def spot_available(self, job: Attempt, tick: int) -> bool | None:
+        region = self.setup.regions[job.region].name
+        return self.fleet.estimate(region, job.start + tick, self.setup).has_capacity
+
+    def on_demand_region(self, job: Attempt, tick: int) -> int:
+        return self._choose(job, tick, job.region, on_demand=True)
+
+    def spot_region(self, job: Attempt, tick: int) -> int:
+        return self._choose(job, tick, job.region, on_demand=False)
+
+    def waiting_move(self, job: Attempt, tick: int) -> int | None:
+        if tick - job.placed < self.setup.changeover_ticks:
+            return None
+        chosen = self._choose(job, tick, job.region, on_demand=False)
+        return None if chosen == job.region else chosen
+
+
+class SpotjobsTruth(Spotjobs):
+    """Placement as spotjobs, with the trace's truth as the capacity signal (what probing every
+    tick would know)."""
+
+    def spot_available(self, job: Attempt, tick: int) -> bool | None:
+        return _region(self.setup, job).available[job.start + tick]
+
+
+class SpotjobsBlind(Spotjobs):
+    """Placement as spotjobs, with no capacity signal (the deadline rule is Uniform Progress)."""
+
+    def spot_available(self, job: Attempt, tick: int) -> bool | None:
+        return None
+
+
+@dataclass
+class Quality:
+    """The estimate's `has_capacity` against the trace, at every ask of the deadline rule."""
+
+    asked: int = 0
+    known: int = 0
+    true_yes: int = 0
+    said_yes: int = 0
+    truly_yes: int = 0  # among the known
+
+    def line(self) -> str:
+        precision = self.true_yes / max(1, self.said_yes)
+        recall = self.true_yes / max(1, self.truly_yes)
+        no_right = self.known - self.said_yes - (self.truly_yes - self.true_yes)
+        return (
+            f"estimate vs trace at {self.asked} asks: known {self.known / max(1, self.asked):.0%}; "
+            f"capacity: precision {precision:.2f}, recall {recall:.2f}; "
+            f"no capacity right {no_right / max(1, self.known - self.truly_yes):.2f}"
+        )
+
+
+class SpotjobsGreedy(Spotjobs):
+    """Placement as spotjobs, with `Rule.GREEDY` (wait for Spot until the safety net): production's
+    rule is Uniform Progress's, which goes to on-demand as soon as it falls behind its line."""
+
+    rule = Rule.GREEDY
+
+
+def measured(quality: Quality) -> Callable[[Setup, Fleet], Policy]:
+    class Measured(Spotjobs):
+        def spot_available(self, job: Attempt, tick: int) -> bool | None:
+            said = super().spot_available(job, tick)
+            truth = _region(self.setup, job).available[job.start + tick]
+            quality.asked += 1
+            if said is not None:
+                quality.known += 1
+                quality.said_yes += said
+                quality.truly_yes += truth
+                quality.true_yes += said and truth
+            return said
+
+    return Measured
+
+
+def simulate_fleet(setup: Setup, starts: Sequence[int], make_policy: Callable[[Setup, Fleet], Policy]) -> list[Attempt]:
+    """Run the requests starting at `starts` (trace ticks) together, one tick at a time."""
+    fleet = Fleet()
+    policy = make_policy(setup, fleet)
+    jobs = [Attempt(start=s, region=0, key=f"r{i}") for i, s in enumerate(starts)]
+    first, last = min(starts), max(starts) + setup.deadline_ticks
+    for absolute in range(first, last):
+        for job in jobs:
+            tick = absolute - job.start
+            if job.finished or tick < 0:
+                continue
+            if tick == 0:
+                job.region = policy.first_region(job, 0)
+                _wait(job, fleet, setup, 0)
+            if tick >= setup.deadline_ticks:
+                _miss(job, setup)
+                continue
+            _settle(job, fleet, setup, tick, policy)
+        for job in jobs:
+            tick = absolute - job.start
+            if job.finished or tick < 0 or tick >= setup.deadline_ticks:
+                continue
+            _decide(job, fleet, setup, tick, policy)
+            _advance(job, setup)
+            if job.done >= setup.work_ticks:
+                job.finished = True
+    for job in jobs:
+        if not job.finished:
+            _miss(job, setup)
+    return jobs
+
+
+def _region(setup: Setup, job: Attempt) -> Region:
+    return setup.regions[job.region]
+
+
+def _obs(fleet: Fleet, setup: Setup, job: Attempt, kind: Kind, tick: int, seconds: float = 0.0, index: int = 0) -> None:
+    fleet.note(
+        Observation(
+            kind,
+            _region(setup, job).name,
+            at(job.start + tick, setup),
+            seconds,
+            attempt_key=f"{job.key}-{job.number}",
+            index=index,
+        )
+    )
+
+
+def _wait(job: Attempt, fleet: Fleet, setup: Setup, tick: int) -> None:
+    """A new Spot attempt, waiting in its region."""
+    job.mode, job.placed, job.restarts, job.ran = Placement.WAITING_FOR_SPOT, tick, 0, False
+    _obs(fleet, setup, job, Kind.WAITING, tick)
+
+
+def _end_attempt(job: Attempt, fleet: Fleet, setup: Setup, tick: int) -> None:
+    """The current attempt ends (cancelled, switched, stocked out): what production records."""
+    g = setup.gap
+    if job.mode is Placement.ON_DEMAND:
+        pass
+    elif not job.ran:
+        _obs(fleet, setup, job, Kind.NO_CAPACITY, tick, (tick - job.placed) * g)
+    else:
+        _obs(fleet, setup, job, Kind.RUN, tick, (tick - job.run_began) * g)
+    job.number += 1
+
+
+def _settle(job: Attempt, fleet: Fleet, setup: Setup, tick: int, policy: Policy) -> None:
+    """Capacity at this tick: a Spot instance is preempted, a waiting Spot job starts."""
+    up = _region(setup, job).available[job.start + tick]
+    if job.mode is Placement.ON_SPOT and not up:
+        job.restarts += 1
+        _obs(fleet, setup, job, Kind.PREEMPT, tick, index=job.restarts - 1)
+        job.mode, job.placed = Placement.WAITING_FOR_SPOT, tick
+        if job.restarts > RESTARTS_BEFORE_STOCKOUT:
+            _end_attempt(job, fleet, setup, tick)
+            job.region = policy.after_stockout(job)
+            _wait(job, fleet, setup, tick)
+    elif job.mode is Placement.WAITING_FOR_SPOT and up:
+        if not job.ran:
+            _obs(fleet, setup, job, Kind.WAIT, tick, (tick - job.placed) * setup.gap)
+            job.ran, job.run_began = True, tick
+        else:
+            _obs(fleet, setup, job, Kind.RESTART, tick, index=job.restarts)  # the kit's run_started
+        job.mode, job.placed, job.changeover_left = Placement.ON_SPOT, tick, setup.changeover_ticks
+
+
+def _move(job: Attempt, setup: Setup, target: int) -> None:
+    if target != job.region:
+        job.moves += 1
+        if job.done:
+            job.egress += setup.checkpoint_gb * egress_per_gb(_region(setup, job).name, setup.regions[target].name)
+        job.region = target
+
+
+def _decide(job: Attempt, fleet: Fleet, setup: Setup, tick: int, policy: Policy) -> None:
+    absolute = job.start + tick
+    if job.mode is Placement.WAITING_FOR_SPOT:
+        target = policy.waiting_move(job, tick)
+        if target is not None:
+            _end_attempt(job, fleet, setup, tick)
+            _move(job, setup, target)
+            _wait(job, fleet, setup, tick)
+            if _region(setup, job).available[absolute]:
+                _settle(job, fleet, setup, tick, policy)
+    decision = decide_deadline(situation(setup, job, tick, policy.spot_available(job, tick)), policy.rule)
+    if decision.action is Action.SWITCH_TO_ON_DEMAND:
+        _end_attempt(job, fleet, setup, tick)
+        _move(job, setup, policy.on_demand_region(job, tick))
+        job.mode, job.placed, job.changeover_left = Placement.ON_DEMAND, tick, setup.changeover_ticks
+    elif decision.action is Action.BACK_TO_SPOT:
+        _end_attempt(job, fleet, setup, tick)
+        _move(job, setup, policy.spot_region(job, tick))
+        _wait(job, fleet, setup, tick)
+        if _region(setup, job).available[absolute]:
+            _settle(job, fleet, setup, tick, policy)
+
+
+def _advance(job: Attempt, setup: Setup) -> None:
+    if job.mode is Placement.WAITING_FOR_SPOT:
+        return
+    region = _region(setup, job)
+    price = region.spot_per_hour if job.mode is Placement.ON_SPOT else region.on_demand_per_hour
+    job.cost += price * setup.hours(1)
+    if job.changeover_left:
+        job.changeover_left -= 1
+    else:
+        job.done += 1
+
+
+def _miss(job: Attempt, setup: Setup) -> None:
+    """Past the deadline: finished on on-demand in the cheapest region, counted as missed."""
+    left = setup.work_ticks - job.done + setup.changeover_ticks
+    job.cost += setup.cheapest_on_demand.on_demand_per_hour * setup.hours(left)
+    job.done, job.finished, job.missed = setup.work_ticks, True, True
+
+
+def omniscient(setup: Setup, starts: Sequence[int]) -> list[float]:
+    """The least cost of each start knowing every trace: a dynamic programme over ticks, work done
+    and placement (waiting; Spot in a region or on-demand in the cheapest, each with the changeover
+    ticks left), vectorised over the starts. Same billing as the simulator (whole ticks);
+    moves pay no egress, so it is a lower bound by at most that."""
+    import numpy as np
+
+    s = setup
+    w, d, tick_hours = s.work_ticks, s.changeover_ticks, s.hours(1)
+    origin = np.array(starts)
+    shape = (len(starts), w + 1)
+    instances = [(r.spot_per_hour, np.array(r.available, dtype=bool)) for r in s.regions]
+    instances.append((s.cheapest_on_demand.on_demand_per_hour, None))
+    inf = np.inf
+    waiting = np.full(shape, inf)
+    waiting[:, 0] = 0.0
+    # running[i][c]: on instance i with c changeover ticks left before this tick
+    running = [[np.full(shape, inf) for _ in range(d + 1)] for _ in instances]
+    for tick in range(s.deadline_ticks):
+        best = waiting.copy()
+        for states in running:
+            for state in states:
+                best = np.minimum(best, state)
+        new_running = []
+        for (price, available), states in zip(instances, running):
+            up = np.ones(len(starts), dtype=bool) if available is None else available[origin + tick]
+            cost = price * tick_hours
+            nxt = [np.full(shape, inf) for _ in range(d + 1)]
+            # A new instance this tick: its first changeover tick.
+            entering = [(best, d)] + [(states[c], c) for c in range(d + 1)]
+            for source, left in entering:
+                if left > 0:
+                    nxt[left - 1] = np.minimum(nxt[left - 1], source + cost)
+                else:
+                    moved = np.full(shape, inf)
+                    moved[:, 1:] = source[:, :-1] + cost
+                    moved[:, w] = np.minimum(moved[:, w], source[:, w])  # done: stays done, unbilled
+                    nxt[0] = np.minimum(nxt[0], moved)
+            for c in range(d + 1):
+                nxt[c] = np.where(up[:, None], nxt[c], inf)
+            new_running.append(nxt)
+        waiting, running = best, new_running
+    final = waiting[:, w]
+    for states in running:
+        for state in states:
+            final = np.minimum(final, state[:, w])
+    return final.tolist()
+
+
+@dataclass(frozen=True)
+class Row:
+    cost_mean: float
+    misses: int
+    moves: float
+    egress: float
+    runs: int
+
+    def to_json(self) -> dict[str, float | int]:
+        return {"cost_mean": round(self.cost_mean, 2), "misses": self.misses, "moves": round(self.moves, 3)}
+
+
+def _row(jobs: Sequence[Attempt]) -> Row:
+    return Row(
+        statistics.fmean(j.cost + j.egress for j in jobs),
+        sum(j.missed for j in jobs),
+        statistics.fmean(j.moves for j in jobs),
+        statistics.fmean(j.egress for j in jobs),
+        len(jobs),
+    )
+
+
+def pinned(region: int) -> Callable[[Setup, Fleet], Policy]:
+    class Pinned(Policy):
+        def first_region(self, job: Attempt, tick: int) -> int:
+            return region
+
+    return Pinned
+
+
+def run_ratio(
+    regions: Sequence[Region], gap: int, args: argparse.Namespace, ratio: float
+) -> tuple[dict[str, Row], Quality]:
+    work_ticks = round(args.job_hours * 3600 / gap)
+    setup = Setup(
+        tuple(regions),
+        gap,
+        work_ticks,
+        math.floor(work_ticks * ratio),
+        math.ceil(args.changeover_hours * 3600 / gap),
+        args.checkpoint_gb,
+    )
+    length = len(regions[0].available)
+    stagger = max(1, work_ticks // max(1, args.fleet))
+    span = (args.fleet - 1) * stagger + setup.deadline_ticks
+    bases = [round(i * (length - span - 1) / max(1, args.runs - 1)) for i in range(args.runs)]
+    fleets = [[b + i * stagger for i in range(args.fleet)] for b in bases]
+    every = [s for starts in fleets for s in starts]
+    rows: dict[str, Row] = {}
+    per_region = [
+        _row([j for starts in fleets for j in simulate_fleet(setup, starts, pinned(r))]) for r in range(len(regions))
+    ]
+    rows["up_mean_region"] = Row(
+        statistics.fmean(r.cost_mean for r in per_region),
+        sum(r.misses for r in per_region),
+        0.0,
+        0.0,
+        sum(r.runs for r in per_region),
+    )
+    rows["up_best_region"] = min(per_region, key=lambda r: r.cost_mean)
+    rows["failover_order"] = _row([j for starts in fleets for j in simulate_fleet(setup, starts, FailoverOrder)])
+    quality = Quality()
+    rows["spotjobs"] = _row([j for starts in fleets for j in simulate_fleet(setup, starts, measured(quality))])
+    if args.signals:
+        variants = (
+            ("spotjobs_truth", SpotjobsTruth),
+            ("spotjobs_blind", SpotjobsBlind),
+            ("spotjobs_greedy", SpotjobsGreedy),
+        )
+        for name, policy in variants:
+            rows[name] = _row([j for starts in fleets for j in simulate_fleet(setup, starts, policy)])
+    optimum = omniscient(setup, every)
+    rows["omniscient"] = Row(statistics.fmean(optimum), 0, 0.0, 0.0, len(optimum))
+    return rows, quality
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.bench_placement", description=__doc__.split("\n\n")[1])
+    parser.add_argument("--traces", type=Path, default=DEFAULT_TRACES, help="folder of traces (default: %(default)s)")
+    parser.add_argument("--deadline-ratio", type=float, nargs="+", default=list(RATIOS), help="deadline / work")
+    parser.add_argument("--job-hours", type=float, default=24.0, help="hours of work (default 24)")
+    parser.add_argument("--fleet", type=int, default=8, help="requests of the class at once (default 8)")
+    parser.add_argument("--runs", type=int, default=12, help="start times spread over the traces (default 12)")
+    parser.add_argument("--changeover-hours", type=float, default=0.2, help="d, rounded up to ticks (default 0.2)")
+    parser.add_argument("--checkpoint-gb", type=float, default=100.0, help="checkpoint moved per move (default 100)")
+    parser.add_argument(
+        "--signals",
+        action="store_true",
+        help="also spotjobs with the trace's truth, with no capacity signal and with the Greedy rule, "
+        "and the estimate against the trace",
+    )
+    parser.add_argument("--json", action="store_true", help="one JSON object per ratio")
+    args = parser.parse_args(argv)
+    regions, gap = load_regions(args.traces)
+    cheapest = min(r.on_demand_per_hour for r in regions)
+    for ratio in args.deadline_ratio:
+        began = time.process_time()
+        rows, quality = run_ratio(regions, gap, args, ratio)
+        if args.json:
+            print(json.dumps({"deadline_ratio": ratio, "policies": {n: rows[n].to_json() for n in POLICIES}}))
+            continue
+        norm = cheapest * (args.job_hours + math.ceil(args.changeover_hours * 3600 / gap) * gap / 3600)
+        best = rows["omniscient"].cost_mean
+        print(
+            f"deadline ratio {ratio}: {args.job_hours:g} h of work, fleet {args.fleet}, {args.runs} runs "
+            f"({time.process_time() - began:.0f} s of CPU)"
+        )
+        print("  policy           cost $   / on-demand  misses  moves/job  egress $/job  gap to optimum")
+        for name in [*POLICIES, *(n for n in rows if n not in POLICIES)]:
+            r = rows[name]
+            print(
+                f"  {name:<15} {r.cost_mean:8.0f}   {r.cost_mean / norm:9.3f}  {r.misses:6d}  {r.moves:9.2f}"
+                f"  {r.egress:12.2f}  {r.cost_mean / best - 1:+13.1%}"
+            )
+        if args.signals:
+            print(f"  {quality.line()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,158 @@
+"""The capacity estimate: from the fleet's observations only (no trace, no probe), whether Spot has
+capacity now in a location for a machine class, how sure that is, and how long a Spot run lasts
+there. Pure: `estimate(observations, location, now)`.
+
+Each fact is evidence about capacity at its time: a Spot job that got capacity (`wait`, a
+`restart`) or runs now says yes; a wait that found none (`nocap`), a stockout, a preemption, or a wait still open past
+`OPEN_WAIT_GRACE_SECONDS` (Vertex queues and provisions a job for minutes even with capacity)
+says no. Capacity comes and goes, so older evidence counts less: weight 1/2 per
+`HALF_LIFE_SECONDS` of age. The estimate is the weighted share of yes, pulled towards 1/2 by a
+prior of weight `PRIOR_WEIGHT`; `sure` is the evidence's total weight, and below `MIN_SURE` the
+answer to "capacity now?" is unknown (None), which the deadline rule treats as Uniform Progress.
+
+The mean Spot lifetime is the time on Spot over the preemptions seen (the maximum-likelihood
+mean of an exponential lifetime with runs still going counted as censored); with no preemption
+seen it is a lower bound (`lifetime_censored`)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from shared.fleet.observations import Kind, Observation
+
+HALF_LIFE_SECONDS = 3600.0
+OPEN_WAIT_GRACE_SECONDS = 900.0
+PRIOR_WEIGHT = 1.0
+MIN_SURE = 0.5
+PRIOR_HOURS = 1.0
+
+
+@dataclass(frozen=True)
+class CapacityEstimate:
+    location: str
+    available: float  # how likely Spot has capacity now (1/2 with no evidence)
+    sure: float  # the evidence's weight: 0 none, each fresh observation about 1
+    mean_lifetime_seconds: float | None  # time on Spot per preemption; None: never on Spot
+    lifetime_censored: bool  # no preemption seen: the mean lifetime is a lower bound
+    median_wait_seconds: float | None  # of the waits that got capacity
+    changeover_p90_seconds: float | None  # of the on-demand attempts' create-to-running
+    open_waits: int  # Spot attempts waiting now
+    # The share of the time a Spot job had capacity there over the window: time on Spot over time
+    # on Spot and waiting (closed, open and restart waits), with `PRIOR_HOURS` of prior at 1/2.
+    share_available: float = 0.5
+
+    @property
+    def has_capacity(self) -> bool | None:
+        """The deadline rule's `spot_available`: None when too little is known."""
+        return None if self.sure < MIN_SURE else self.available >= 0.5
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "location": self.location,
+            "available": round(self.available, 3),
+            "sure": round(self.sure, 2),
+            "has_capacity": self.has_capacity,
+            "mean_lifetime_seconds": _rounded(self.mean_lifetime_seconds),
+            "lifetime_censored": self.lifetime_censored,
+            "median_wait_seconds": _rounded(self.median_wait_seconds),
+            "changeover_p90_seconds": _rounded(self.changeover_p90_seconds),
+            "open_waits": self.open_waits,
+            "share_available": round(self.share_available, 3),
+        }
+
+
+def estimate(observations: Iterable[Observation], location: str, now: datetime) -> CapacityEstimate:
+    """The estimate for `location` from the class's observations (any location's may be passed)."""
+    here = [o for o in observations if o.location == location and o.at is not None and o.at <= now]
+    by_attempt: dict[str, list[Observation]] = {}
+    for o in here:
+        by_attempt.setdefault(o.attempt_key, []).append(o)
+    evidence: list[tuple[float, float]] = []  # (age in seconds, 1 capacity / 0 none)
+    exposure = 0.0
+    waited = 0.0
+    preemptions = 0
+    open_waits = 0
+    for facts in by_attempt.values():
+        kinds = {o.kind: o for o in facts}
+        for o in facts:
+            age = (now - o.at).total_seconds() if o.at else 0.0
+            if o.kind in (Kind.WAIT, Kind.RESTART):
+                evidence.append((age, 1.0))
+            elif o.kind in (Kind.NO_CAPACITY, Kind.STOCKOUT, Kind.PREEMPT):
+                evidence.append((age, 0.0))
+            if o.kind is Kind.PREEMPT:
+                preemptions += 1
+            elif o.kind is Kind.RUN:
+                exposure += o.seconds
+            elif o.kind in (Kind.WAIT, Kind.NO_CAPACITY):
+                waited += o.seconds
+        started = kinds.get(Kind.WAIT)
+        if started is not None and Kind.RUN not in kinds and started.at is not None:
+            exposure += (now - started.at).total_seconds()
+            last_preempt = max((o.at for o in facts if o.kind is Kind.PREEMPT and o.at), default=None)
+            restarts = [o for o in facts if o.kind is Kind.RESTART]
+            preempted = sum(o.kind is Kind.PREEMPT for o in facts)
+            if last_preempt is None or len(restarts) >= preempted:
+                evidence.append((0.0, 1.0))  # running now
+            elif (now - last_preempt).total_seconds() > OPEN_WAIT_GRACE_SECONDS:
+                evidence.append((0.0, 0.0))  # restarting after a preemption, still without capacity
+        waiting = kinds.get(Kind.WAITING)
+        if waiting is not None and started is None and Kind.NO_CAPACITY not in kinds and waiting.at is not None:
+            open_waits += 1
+            waited += (now - waiting.at).total_seconds()
+            if (now - waiting.at).total_seconds() > OPEN_WAIT_GRACE_SECONDS:
+                evidence.append((0.0, 0.0))
+    # The time on Spot counted restart waits (from a run's start to its end): they are waits.
+    restart_waits = min(exposure, _restart_waits(by_attempt.values(), now))
+    prior = PRIOR_HOURS * 3600
+    weights = [(0.5 ** (age / HALF_LIFE_SECONDS), value) for age, value in evidence]
+    sure = sum(w for w, _ in weights)
+    available = (0.5 * PRIOR_WEIGHT + sum(w * v for w, v in weights)) / (PRIOR_WEIGHT + sure)
+    waits = [o.seconds for o in here if o.kind is Kind.WAIT]
+    changeovers = [o.seconds for o in here if o.kind is Kind.CHANGEOVER]
+    return CapacityEstimate(
+        location=location,
+        available=available,
+        sure=sure,
+        mean_lifetime_seconds=(exposure / max(1, preemptions)) if exposure > 0 or preemptions else None,
+        lifetime_censored=preemptions == 0,
+        median_wait_seconds=statistics.median(waits) if waits else None,
+        changeover_p90_seconds=percentile(changeovers, 0.9),
+        open_waits=open_waits,
+        share_available=(exposure - restart_waits + prior / 2) / (exposure + waited + prior),
+    )
+
+
+def _restart_waits(attempts: Iterable[list[Observation]], now: datetime) -> float:
+    """The time attempts spent waiting between a preemption and the restart that followed it (or
+    now), counted out of their time on Spot."""
+    total = 0.0
+    for facts in attempts:
+        preempts = sorted(o.at for o in facts if o.kind is Kind.PREEMPT and o.at)
+        restarts = sorted(o.at for o in facts if o.kind is Kind.RESTART and o.at)
+        ended = next((o.at for o in facts if o.kind is Kind.RUN and o.at), None)
+        for k, preempted in enumerate(preempts):
+            back = restarts[k] if k < len(restarts) else (ended or now)
+            total += max(0.0, (back - preempted).total_seconds())
+    return total
+
+
+def estimates(observations: Sequence[Observation], now: datetime) -> dict[str, CapacityEstimate]:
+    """One estimate per location seen."""
+    return {loc: estimate(observations, loc, now) for loc in sorted({o.location for o in observations})}
+
+
+def percentile(values: Sequence[float], share: float) -> float | None:
+    """The nearest-rank percentile (as `changeover_estimate` takes it); None of nothing."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(share * len(ordered)) - 1))]
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)

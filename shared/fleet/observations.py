@@ -1,0 +1,163 @@
+"""Fleet observations: the facts one request's attempts tell about Spot capacity, per machine class
+and location, as small immutable values named so that the name carries the whole fact.
+
+`observations_of(record)` derives them from a ledger record, deterministically: the same record
+gives the same observations, each with a stable key (the attempt, the kind, an index), so a hook
+that records what a decision added (`shared.fleet.recording`) writes each fact once however often a delivery is
+repeated. The kinds:
+
+- `wait`: a Spot attempt got capacity: seconds from its create to RUNNING, at the start;
+- `waiting`: a Spot attempt created and not running yet: an open wait since `at`;
+- `nocap`: a Spot attempt that ended without ever running (cancelled, switched, stocked out):
+  a wait that found no capacity, seconds from its create to its end;
+- `run`: a Spot attempt that ran and ended: seconds from its start to its end, `count` its
+  preemptions (at least one when it ended by preemption with no count);
+- `preempt`: a Spot attempt's k-th preemption, at the time it was first recorded;
+- `restart`: its k-th restart got capacity again (the trainer kit's `run_started` of run k),
+  at the time it was first recorded;
+- `changeover`: an on-demand attempt's create-to-running seconds (what a move costs in time);
+- `stockout`: an attempt ended with a stockout error (RESOURCE_EXHAUSTED, or the stockout
+  patterns), at its end.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from shared.clock import parse_iso
+from shared.ledger.records import Attempt, RequestRecord
+from shared.requests.attempts import SPOT
+
+# google.rpc RESOURCE_EXHAUSTED, as shared.deciding.decisions classifies a capacity failure.
+STOCKOUT_CODE = 8
+_UNSAFE = re.compile(r"[^a-z0-9_.-]+")
+
+
+class Kind(StrEnum):
+    WAIT = "wait"
+    WAITING = "waiting"
+    NO_CAPACITY = "nocap"
+    RUN = "run"
+    PREEMPT = "preempt"
+    RESTART = "restart"
+    CHANGEOVER = "changeover"
+    STOCKOUT = "stockout"
+
+
+@dataclass(frozen=True, order=True)
+class MachineClass:
+    """What capacity is asked for: the machine type and its accelerators (of the first pool)."""
+
+    machine_type: str
+    accelerator_type: str = ""
+    accelerator_count: int = 0
+
+    @property
+    def key(self) -> str:
+        """Its name segment: lower case, safe in an object name."""
+        parts = (self.machine_type, self.accelerator_type or "none", str(self.accelerator_count))
+        return "+".join(_UNSAFE.sub("-", part.lower()) for part in parts)
+
+    @classmethod
+    def from_key(cls, key: str) -> MachineClass:
+        machine_type, accelerator, count = key.split("+")
+        return cls(machine_type, "" if accelerator == "none" else accelerator, int(count))
+
+    @classmethod
+    def of_request(cls, request: Mapping[str, Any]) -> MachineClass | None:
+        pools = ((request.get("custom_job") or {}).get("jobSpec") or {}).get("workerPoolSpecs") or []
+        machine = (pools[0] or {}).get("machineSpec") or {} if pools else {}
+        if not machine.get("machineType"):
+            return None
+        return cls(
+            str(machine["machineType"]),
+            str(machine.get("acceleratorType") or ""),
+            int(machine.get("acceleratorCount") or 0),
+        )
+
+
+@dataclass(frozen=True)
+class Observation:
+    kind: Kind
+    location: str
+    at: datetime | None  # None: when it was first recorded (set by `stamped`)
+    seconds: float = 0.0
+    count: int = 0
+    attempt_key: str = ""  # the attempt it is about (a hash of the request id, and n)
+    index: int = 0  # the k-th of its kind for the attempt (preemptions)
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.attempt_key, self.kind.value, self.index)
+
+    def stamped(self, now: datetime) -> Observation:
+        return self if self.at is not None else replace(self, at=now)
+
+
+def attempt_key(request_id: str, n: int) -> str:
+    return f"{hashlib.sha256(request_id.encode()).hexdigest()[:16]}-{n}"
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What the deciding room knows how to read in a record: the deployment's stockout patterns,
+    and the runs of an attempt the trainer kit said started (their restart indexes)."""
+
+    is_stockout: Callable[[str], bool] = lambda _: False
+    runs_started: Callable[[RequestRecord, int], set[int]] = lambda record, n: set()
+
+
+def observations_of(record: RequestRecord, reading: Reading = Reading()) -> list[Observation]:
+    """Every fact the record's attempts with a job tell (see the module docstring)."""
+    found: list[Observation] = []
+    for attempt in record.attempts:
+        if attempt.job:
+            key = attempt_key(record.request_id, attempt.n)
+            found.extend(_of_attempt(attempt, key, reading.is_stockout))
+            if attempt.strategy == SPOT:
+                restarts = sorted(r for r in reading.runs_started(record, attempt.n) if r > 0)
+                found.extend(
+                    Observation(Kind.RESTART, attempt.location, None, attempt_key=key, index=r) for r in restarts
+                )
+    return found
+
+
+def _of_attempt(attempt: Attempt, key: str, is_stockout: Callable[[str], bool]) -> list[Observation]:
+    # Its create time as Vertex gave it; a job found after the fact may lack one: its claim.
+    created = parse_iso(attempt.created_at or attempt.claimed_at)
+    started = parse_iso(attempt.started_at) if attempt.started_at else None
+    ended = parse_iso(attempt.ended_at) if attempt.ended_at else None
+    loc = attempt.location
+    out: list[Observation] = []
+    if attempt.strategy != SPOT:
+        if started is not None:
+            out.append(Observation(Kind.CHANGEOVER, loc, started, _seconds(created, started), attempt_key=key))
+    elif started is None:
+        out.append(Observation(Kind.WAITING, loc, created, attempt_key=key))
+        if ended is not None or attempt.outcome is not None:
+            end = ended or created
+            out.append(Observation(Kind.NO_CAPACITY, loc, end, _seconds(created, end), attempt_key=key))
+    else:
+        out.append(Observation(Kind.WAIT, loc, started, _seconds(created, started), attempt_key=key))
+        preemptions = max(attempt.preemptions, 1 if attempt.preemptions_unknown else 0)
+        out.extend(Observation(Kind.PREEMPT, loc, None, attempt_key=key, index=i) for i in range(preemptions))
+        if ended is not None:
+            out.append(Observation(Kind.RUN, loc, ended, _seconds(started, ended), preemptions, attempt_key=key))
+    error = attempt.error or {}
+    if error and (error.get("code") == STOCKOUT_CODE or is_stockout(str(error.get("message") or ""))):
+        out.append(Observation(Kind.STOCKOUT, loc, ended, attempt_key=key))
+    return out
+
+
+def _seconds(start: datetime, end: datetime) -> float:
+    return max(0.0, (end - start).total_seconds())
+
+
+def epoch(moment: datetime) -> int:
+    return int(moment.astimezone(UTC).timestamp())

@@ -1,0 +1,133 @@
+"""Placement: the location, among a request's allowed ones, with the least expected cost to finish.
+Pure: `choose_location(job, candidates, move)`; docs/placement.md derives the model.
+
+For each location, from its prices, the capacity estimate (`shared.fleet.estimate`) and what a
+move there costs:
+
+- on Spot, the work W is paid at the Spot price, plus a changeover d per preemption (W / L of
+  them, L the mean Spot lifetime there: the time to get going again is billed and repeats work
+  since the last checkpoint);
+- with a deadline T hours away, only the slack may be spent waiting for Spot: B = T - W - 3d
+  (the deadline rule keeps 2d in hand, and d is the next changeover). With capacity a share p of
+  the time (the estimate's `share_available`: time on Spot over time on Spot and waiting), each hour waited comes with p / (1 - p) hours of Spot work, so a share
+  f = min(1, p B / ((1 - p) W)) of the work is done on Spot and the rest on on-demand, which the
+  deadline rule switches to in time (plus one on-demand changeover);
+- without a deadline every hour of waiting is weighed at `hour_value` (the time itself is worth
+  something: a result later), the expected wait (1 - p) / p times the median wait seen;
+- a move (another location than the current one) pays the checkpoint's transfer (its size x the
+  inter-region price; nothing when the bucket is multi-region or in the same region) and the
+  time to copy it, which adds to the changeover.
+
+The current location wins unless another saves more than `MOVE_MARGIN` of its cost: the
+estimate is noisy, and a move is a cancel and a new attempt."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from shared.fleet.estimate import CapacityEstimate
+
+# Below this share of the current location's expected cost a move is not worth its risk.
+MOVE_MARGIN = 0.02
+# A Spot lifetime never seen preempted, or never seen at all: assume this (hours), the same order
+# as the GCP H100 traces' median run of available ticks (docs/placement.md).
+PRIOR_LIFETIME_HOURS = 6.0
+PRIOR_WAIT_HOURS = 1.0  # a wait for Spot when none was seen closing
+
+
+@dataclass(frozen=True)
+class Candidate:
+    location: str
+    spot_per_hour: float
+    on_demand_per_hour: float
+    estimate: CapacityEstimate | None = None  # None: nothing observed there (p = 1/2)
+
+
+@dataclass(frozen=True)
+class Job:
+    remaining_hours: float  # work left, in hours on the machine
+    changeover_hours: float  # d: decision to first progress
+    current_location: str | None  # None: a first attempt, nothing to move
+    hours_to_deadline: float | None = None  # None: no deadline
+    hour_value: float = 0.0  # without a deadline: what an hour of waiting is worth, in dollars
+    on_demand: bool = False  # placing an on-demand attempt (a deadline switch)
+
+
+@dataclass(frozen=True)
+class Move:
+    """What moving the checkpoint costs: its size, the price per GB between two regions (0 within
+    one, or from a multi-region bucket), and the copy rate."""
+
+    checkpoint_gb: float = 0.0
+    price_per_gb: Callable[[str, str], float] = lambda source, target: 0.0
+    gb_per_hour: float = 1000.0
+
+    def cost(self, source: str | None, target: str) -> tuple[float, float]:
+        """(dollars, hours) of moving from `source` to `target`."""
+        if source is None or source == target or self.checkpoint_gb <= 0:
+            return 0.0, 0.0
+        return self.checkpoint_gb * self.price_per_gb(source, target), self.checkpoint_gb / self.gb_per_hour
+
+
+@dataclass(frozen=True)
+class Costed:
+    location: str
+    cost: float  # expected dollars to finish there, the move included
+    spot_share: float  # expected share of the work on Spot
+    move_cost: float
+
+
+@dataclass(frozen=True)
+class Choice:
+    location: str
+    reason: str
+    costs: tuple[Costed, ...]  # every candidate, cheapest first
+
+    @property
+    def cost(self) -> float:
+        return next(c.cost for c in self.costs if c.location == self.location)
+
+
+def expected_cost(job: Job, candidate: Candidate, move: Move) -> Costed:
+    """The expected dollars to finish in `candidate`'s location (see the module docstring)."""
+    move_dollars, move_hours = move.cost(job.current_location, candidate.location)
+    d = job.changeover_hours + move_hours
+    w = max(0.0, job.remaining_hours)
+    on_demand_cost = (w + d) * candidate.on_demand_per_hour
+    if job.on_demand:
+        return Costed(candidate.location, on_demand_cost + move_dollars, 0.0, move_dollars)
+    est = candidate.estimate
+    # How much of the time Spot has capacity there (the past window's share), not whether it has
+    # now: the work runs for hours, through outages and back.
+    p = est.share_available if est is not None else 0.5
+    lifetime = PRIOR_LIFETIME_HOURS
+    if est is not None and est.mean_lifetime_seconds:
+        seen = est.mean_lifetime_seconds / 3600
+        lifetime = max(seen, PRIOR_LIFETIME_HOURS) if est.lifetime_censored else seen
+    spot_hour_cost = candidate.spot_per_hour * (1 + d / max(lifetime, 1e-6))
+    if job.hours_to_deadline is None:
+        wait = (est.median_wait_seconds / 3600) if est is not None and est.median_wait_seconds else PRIOR_WAIT_HOURS
+        expected_wait = (1 - p) / max(p, 1e-3) * wait
+        cost = w * spot_hour_cost + d * candidate.spot_per_hour + expected_wait * job.hour_value
+        return Costed(candidate.location, cost + move_dollars, 1.0, move_dollars)
+    # The slack beyond the two changeovers the deadline rule keeps in hand is what may be spent
+    # waiting; Spot has capacity a share p of the time, so p / (1 - p) hours of work come per
+    # hour waited.
+    budget = max(0.0, job.hours_to_deadline - w - 3 * d)
+    share = 1.0 if w <= 0 or p >= 1 else min(1.0, p * budget / ((1 - p) * w))
+    rest = (1 - share) * w
+    cost = share * w * spot_hour_cost + (rest + d) * candidate.on_demand_per_hour if rest > 0 else w * spot_hour_cost
+    return Costed(candidate.location, cost + move_dollars, share, move_dollars)
+
+
+def choose_location(job: Job, candidates: Sequence[Candidate], move: Move = Move()) -> Choice:
+    """The cheapest candidate to finish in; the current one unless another saves `MOVE_MARGIN`."""
+    if not candidates:
+        raise ValueError("no candidate location")
+    costs = tuple(sorted((expected_cost(job, c, move) for c in candidates), key=lambda c: (c.cost, c.location)))
+    best = costs[0]
+    current = next((c for c in costs if c.location == job.current_location), None)
+    if current is not None and current.cost <= best.cost * (1 + MOVE_MARGIN):
+        return Choice(current.location, f"stay: within {MOVE_MARGIN:.0%} of the cheapest ({best.location})", costs)
+    return Choice(best.location, f"cheapest expected cost to finish: ${best.cost:,.0f}", costs)

@@ -1,0 +1,50 @@
+"""The hook that records fleet observations where decisions are applied
+(`shared.deciding.applying.apply_observation`: on_job_event, reconcile, submit): the facts a
+decision's write added to the record, each written once (`shared.fleet.store`)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from shared.errors import is_retryable
+from shared.fleet import store
+from shared.fleet.observations import Kind, MachineClass, Observation, Reading, observations_of
+from shared.ledger.records import RequestRecord
+from shared.log import Logger
+from shared.wiring import Ports
+
+FleetFacts = frozenset[tuple[str, str, int]]
+
+
+def fleet_facts(record: RequestRecord, reading: Reading) -> FleetFacts:
+    """The keys of what the record tells now (taken before a decision changes it)."""
+    return frozenset(o.key for o in observations_of(record, reading))
+
+
+def new_facts(before: FleetFacts | None, after: RequestRecord, reading: Reading, now: datetime) -> list[Observation]:
+    """What the decision added, and the open waits again: submit records the create outside any
+    decision, so a wait is first seen open by the decision after it (written once: create-once)."""
+    known = before or frozenset()
+    found = observations_of(after, reading)
+    closed = {o.attempt_key for o in found if o.kind in (Kind.WAIT, Kind.NO_CAPACITY)}
+    return [
+        o.stamped(now) for o in found if o.key not in known or (o.kind is Kind.WAITING and o.attempt_key not in closed)
+    ]
+
+
+def note_fleet(ports: Ports, before: FleetFacts | None, after: RequestRecord, reading: Reading, log: Logger) -> None:
+    """Write what the decision added. Advisory: a failed write loses a fact, never the delivery."""
+    machine_class = MachineClass.of_request(after.request)
+    facts = new_facts(before, after, reading, ports.clock())
+    if machine_class is None or not facts:
+        return
+    from google.api_core.exceptions import GoogleAPICallError
+
+    from shared.ledger.run_lock import ledger_bucket
+
+    try:
+        store.record(ledger_bucket(ports.ledger), machine_class, facts)
+    except Exception as exc:
+        if not (is_retryable(exc) or isinstance(exc, GoogleAPICallError)):
+            raise
+        log.warning("fleet observations not recorded", request_id=after.request_id, error=str(exc))

@@ -1,0 +1,84 @@
+"""The multi-location simulator (bench/bench_placement.py): its command line and JSON shape, that
+it decides with production's functions, and what placement does on scripted traces."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench import bench_placement
+from bench.bench_placement import POLICIES, FailoverOrder, Setup, Spotjobs, load_regions, omniscient, simulate_fleet
+
+
+def write_zone(folder: Path, zone: str, region: str, spot: float, on_demand: float, data: list[int]) -> None:
+    body = {
+        "metadata": {
+            "gap_seconds": 600,
+            "zone": zone,
+            "region": region,
+            "spot_price_per_hour": spot,
+            "on_demand_price_per_hour": on_demand,
+        },
+        "data": data,
+    }
+    (folder / f"{zone}.json").write_text(json.dumps(body))
+
+
+@pytest.fixture
+def traces(tmp_path: Path) -> Path:
+    # us-east4 is the cheapest and never has Spot; europe-west1 always has, for a little more.
+    write_zone(tmp_path, "us-east4-a", "us-east4", 10.0, 80.0, [0] * 300)
+    write_zone(tmp_path, "europe-west1-b", "europe-west1", 12.0, 90.0, [1] * 300)
+    # a region's zones merge: available when any is
+    write_zone(tmp_path, "us-west1-a", "us-west1", 20.0, 80.0, [1, 0] * 150)
+    write_zone(tmp_path, "us-west1-b", "us-west1", 20.0, 80.0, [0, 1] * 150)
+    return tmp_path
+
+
+def test_zones_of_a_region_are_merged(traces: Path) -> None:
+    regions, gap = load_regions(traces)
+    assert gap == 600 and [r.name for r in regions] == ["europe-west1", "us-east4", "us-west1"]
+    assert all(next(r for r in regions if r.name == "us-west1").available)
+
+
+def test_json_has_one_object_per_ratio_with_every_policy(traces: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--traces", str(traces), "--deadline-ratio", "1.5", "2", "--job-hours", "4", "--fleet", "2", "--runs", "2"]
+    assert bench_placement.main([*argv, "--json"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["deadline_ratio"] for line in lines] == [1.5, 2.0]
+    for line in lines:
+        assert sorted(line["policies"]) == sorted(POLICIES)
+        assert all(sorted(row) == ["cost_mean", "misses", "moves"] for row in line["policies"].values())
+
+
+def test_it_decides_with_production_functions(traces: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    called: dict[str, int] = {}
+    for name in ("decide_deadline", "estimate", "choose_location"):
+        real = getattr(bench_placement, name)
+
+        def counting(*args, _real=real, _name=name, **kwargs):  # type: ignore[no-untyped-def]
+            called[_name] = called.get(_name, 0) + 1
+            return _real(*args, **kwargs)
+
+        assert real.__module__.startswith("shared.")  # production's, imported by the bench
+        monkeypatch.setattr(bench_placement, name, counting)
+    regions, _ = load_regions(traces)
+    setup = Setup(tuple(regions), 600, 24, 36, 2, 10.0)
+    simulate_fleet(setup, [0, 10], Spotjobs)
+    assert called["decide_deadline"] > 0 and called["estimate"] > 0 and called["choose_location"] > 0
+
+
+def test_placement_leaves_a_region_without_spot_and_today_waits_there(traces: Path) -> None:
+    regions, _ = load_regions(traces)
+    setup = Setup(tuple(regions), 600, 24, 48, 2, 10.0)
+    placed = simulate_fleet(setup, [0], Spotjobs)[0]
+    today = simulate_fleet(setup, [0], FailoverOrder)[0]
+    assert not placed.missed and not today.missed
+    assert placed.moves == 1 and placed.region == 0  # to europe-west1, where Spot is
+    assert placed.egress == pytest.approx(10.0 * 0.08)  # the checkpoint, across continents
+    assert today.moves == 0  # never preempted, so never a stockout: it waits, then on-demand
+    best = omniscient(setup, [0])[0]
+    assert best <= placed.cost < today.cost
+    assert best == pytest.approx(12.0 * (24 + 2) / 6)  # Spot in europe-west1 throughout

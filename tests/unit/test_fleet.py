@@ -1,0 +1,239 @@
+"""Fleet observations (shared/fleet): what a record tells, written once per fact, read in one
+listing, and the capacity estimate on scripted observations."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from shared.fleet import store
+from shared.fleet.estimate import OPEN_WAIT_GRACE_SECONDS, estimate
+from shared.fleet.observations import Kind, MachineClass, Observation, Reading, observations_of
+from shared.fleet.recording import fleet_facts, new_facts
+from shared.ledger.records import Attempt, RequestRecord
+
+T0 = datetime(2026, 12, 1, 12, tzinfo=UTC)
+H100 = MachineClass("a3-highgpu-8g", "NVIDIA_H100_80GB", 8)
+JOB = {
+    "custom_job": {
+        "jobSpec": {
+            "workerPoolSpecs": [
+                {
+                    "machineSpec": {
+                        "machineType": "a3-highgpu-8g",
+                        "acceleratorType": "NVIDIA_H100_80GB",
+                        "acceleratorCount": 8,
+                    }
+                }
+            ]
+        }
+    }
+}
+
+
+def at(minutes: float) -> str:
+    return (T0 + timedelta(minutes=minutes)).isoformat().replace("+00:00", "Z")
+
+
+def record(*attempts: Attempt) -> RequestRecord:
+    return RequestRecord("r1", JOB, "gs://c/r1", attempts=list(attempts))
+
+
+def spot(n: int = 1, **fields: Any) -> Attempt:
+    return Attempt(n, "us-east4", "SPOT", claimed_at=at(0), job=f"j{n}", created_at=at(0), **fields)
+
+
+def kinds(observations: list[Observation]) -> list[tuple[str, float, int]]:
+    return sorted((o.kind.value, o.seconds, o.index) for o in observations)
+
+
+def test_the_class_is_the_first_pools_machine_and_accelerators() -> None:
+    assert MachineClass.of_request(JOB) == H100
+    assert MachineClass.from_key(H100.key).key == H100.key  # names are lower case
+    assert H100.key == "a3-highgpu-8g+nvidia_h100_80gb+8"
+
+
+def test_a_record_tells_waits_runs_preemptions_changeovers_and_stockouts() -> None:
+    waiting = record(spot())
+    assert kinds(observations_of(waiting)) == [("waiting", 0.0, 0)]
+    ran = record(
+        spot(started_at=at(30), ended_at=at(150), preemptions=2, error={"code": 8, "message": "STOCKOUT"}),
+        Attempt(2, "us-central1", "STANDARD", claimed_at=at(150), job="j2", created_at=at(151), started_at=at(161)),
+        spot(3, ended_at=at(40), outcome="switched_to_on_demand"),
+    )
+    assert kinds(observations_of(ran)) == [
+        ("changeover", 600.0, 0),
+        ("nocap", 2400.0, 0),
+        ("preempt", 0.0, 0),
+        ("preempt", 0.0, 1),
+        ("run", 7200.0, 0),
+        ("stockout", 0.0, 0),
+        ("wait", 1800.0, 0),
+        ("waiting", 0.0, 0),
+    ]
+
+
+def test_a_decision_records_only_what_it_added_and_the_open_waits_again() -> None:
+    now = T0 + timedelta(hours=3)
+    before = record(spot(started_at=at(30)))
+    after = record(spot(started_at=at(30), preemptions=1))
+    added = new_facts(fleet_facts(before, Reading()), after, Reading(), now)
+    assert [(o.kind, o.at) for o in added] == [(Kind.PREEMPT, now)]  # stamped when first recorded
+    still_waiting = record(spot())
+    again = new_facts(fleet_facts(still_waiting, Reading()), still_waiting, Reading(), now)
+    assert [o.kind for o in again] == [Kind.WAITING]
+
+
+@dataclass
+class Blob:
+    name: str
+
+
+@dataclass
+class Bucket:
+    """Just what shared.fleet.store calls: create-once uploads and a prefix listing."""
+
+    names: set[str] = field(default_factory=set)
+    uploads: int = 0
+    listings: int = 0
+
+    @property
+    def client(self) -> Bucket:
+        return self
+
+    def blob(self, name: str) -> Any:
+        bucket = self
+
+        class Upload:
+            def upload_from_string(self, data: bytes, content_type: str, if_generation_match: int) -> None:
+                from google.api_core.exceptions import PreconditionFailed
+
+                bucket.uploads += 1
+                if if_generation_match == 0 and name in bucket.names:
+                    raise PreconditionFailed(name)
+                bucket.names.add(name)
+
+        return Upload()
+
+    def list_blobs(self, bucket: Any, prefix: str, **_: Any) -> list[Blob]:
+        self.listings += 1
+        return [Blob(n) for n in sorted(self.names) if n.startswith(prefix)]
+
+
+def test_each_fact_is_written_once_and_a_window_is_read_in_one_listing() -> None:
+    bucket = Bucket()
+    facts = [
+        Observation(Kind.WAIT, "us-east4", T0, 1800.0, attempt_key="k-1"),
+        Observation(Kind.PREEMPT, "us-east4", T0 + timedelta(hours=2), attempt_key="k-1"),
+        Observation(Kind.NO_CAPACITY, "europe-west3", T0 - timedelta(days=9), 600.0, attempt_key="k-2"),
+    ]
+    assert store.record(bucket, H100, facts) == 3
+    assert store.record(bucket, H100, facts) == 0  # a redelivery: every name is there
+    assert len(bucket.names) == 3
+    read = store.read(bucket, H100, T0 + timedelta(hours=3))
+    assert bucket.listings == 1
+    assert sorted((o.kind, o.location, o.at, o.seconds) for o in read) == sorted(
+        (o.kind, o.location, o.at, o.seconds) for o in facts[:2]
+    )  # the one older than the window is left out
+
+
+def observation(
+    kind: Kind, minutes_ago: float, key: str, seconds: float = 0.0, location: str = "us-east4"
+) -> Observation:
+    return Observation(kind, location, NOW - timedelta(minutes=minutes_ago), seconds, attempt_key=key)
+
+
+NOW = T0 + timedelta(days=1)
+
+
+def test_with_no_evidence_capacity_is_unknown() -> None:
+    assert estimate([], "us-east4", NOW).has_capacity is None
+    # evidence from elsewhere says nothing about here
+    assert estimate([observation(Kind.WAIT, 5, "a", location="us-west1")], "us-east4", NOW).has_capacity is None
+
+
+def test_a_job_running_on_spot_now_says_there_is_capacity() -> None:
+    found = estimate([observation(Kind.WAIT, 60, "a", seconds=300)], "us-east4", NOW)
+    assert found.has_capacity is True
+    assert found.mean_lifetime_seconds == 3600.0 and found.lifetime_censored  # a lower bound
+    assert found.median_wait_seconds == 300.0
+
+
+def test_a_wait_open_past_the_grace_says_there_is_none() -> None:
+    fresh = estimate([observation(Kind.WAITING, OPEN_WAIT_GRACE_SECONDS / 60 - 1, "a")], "us-east4", NOW)
+    assert fresh.has_capacity is None and fresh.open_waits == 1  # still provisioning, perhaps
+    stale = estimate([observation(Kind.WAITING, 60, "a")], "us-east4", NOW)
+    assert stale.has_capacity is False
+
+
+def test_recent_evidence_outweighs_old() -> None:
+    old_yes = [observation(Kind.WAIT, 600, f"y{i}") for i in range(3)] + [
+        observation(Kind.RUN, 300, f"y{i}", seconds=18000) for i in range(3)
+    ]
+    new_no = [observation(Kind.NO_CAPACITY, 10, "n", seconds=3600)]
+    assert estimate(old_yes + new_no, "us-east4", NOW).has_capacity is False
+    assert estimate(old_yes, "us-east4", NOW).has_capacity is None  # five hours old: too faint
+
+
+def test_the_mean_lifetime_is_the_time_on_spot_over_the_preemptions() -> None:
+    facts = [
+        observation(Kind.WAIT, 300, "a"),
+        observation(Kind.PREEMPT, 240, "a"),
+        observation(Kind.PREEMPT, 100, "a"),
+        Observation(Kind.RUN, "us-east4", NOW - timedelta(minutes=60), 12000.0, 2, "a"),
+        observation(Kind.WAIT, 30, "b"),  # running: 30 more minutes on Spot, no preemption yet
+    ]
+    found = estimate(facts, "us-east4", NOW)
+    assert found.mean_lifetime_seconds == (12000.0 + 1800.0) / 2
+    assert not found.lifetime_censored
+    assert found.has_capacity is True  # b runs now
+
+
+def test_the_lifecycle_rule_outlives_the_window() -> None:
+    assert store.RETENTION_DAYS * 86400 > store.WINDOW_SECONDS
+
+
+def test_spotjobs_fleet_shows_each_class_and_location() -> None:
+    from spotjobs.cli.fleet import fleet_rows, render
+
+    observed = {
+        H100: [
+            observation(Kind.WAIT, 90, "a", seconds=600),
+            observation(Kind.PREEMPT, 30, "a"),
+            observation(Kind.WAITING, 60, "b", location="us-west1"),
+        ]
+    }
+    rows = fleet_rows(observed, NOW, lambda machine, location: (14.85, 82.53) if location == "us-east4" else None)
+    assert [(r["location"], r["has_capacity"], r["spot_per_hour"]) for r in rows] == [
+        ("us-east4", False, 14.85),  # preempted half an hour ago, restarting without capacity since
+        ("us-west1", False, None),
+    ]
+    assert rows[0]["mean_lifetime_seconds"] == 5400.0 and rows[0]["median_wait_seconds"] == 600.0
+    text = render(rows)
+    assert "us-east4" in text and "1.5 h" in text and "10 min" in text and "82.53" in text
+
+
+def test_a_restart_the_kit_saw_is_a_fact_and_says_the_run_has_capacity_again() -> None:
+    ran = record(spot(started_at=at(30), preemptions=1))
+    reading = Reading(runs_started=lambda record, n: {0, 1})
+    assert ("restart", 0.0, 1) in kinds(observations_of(ran, reading))
+    preempted = [observation(Kind.WAIT, 300, "a"), observation(Kind.PREEMPT, 60, "a")]
+    assert estimate(preempted, "us-east4", NOW).has_capacity is False  # restarting for an hour
+    restarted = [*preempted, observation(Kind.RESTART, 50, "a")]
+    assert estimate(restarted, "us-east4", NOW).has_capacity is True
+
+
+def test_the_share_of_time_with_capacity_counts_waits_and_restart_waits_against_time_on_spot() -> None:
+    facts = [
+        observation(Kind.WAIT, 240, "a", seconds=1800),  # waited 30 min, then ran from 4 h ago
+        observation(Kind.PREEMPT, 180, "a"),
+        observation(Kind.RESTART, 120, "a"),  # an hour without capacity
+        Observation(Kind.RUN, "us-east4", NOW, 4 * 3600.0, 1, "a"),
+    ]
+    found = estimate(facts, "us-east4", NOW)
+    on_spot, waited, prior = 3 * 3600, 1800 + 3600, 3600
+    assert found.share_available == pytest.approx((on_spot + prior / 2) / (on_spot + waited + prior))
+    assert estimate([], "us-east4", NOW).share_available == 0.5
