@@ -299,7 +299,7 @@ class LedgerStore:
             metadata["pending_effects"] = "true"
         blob.metadata = metadata
         blob.upload_from_string(
-            json.dumps(record.to_json(), separators=(",", ":")),
+            json.dumps(record.to_document(), separators=(",", ":")),
             content_type="application/json",
             if_generation_match=generation,
         )
