@@ -13,6 +13,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from shared.alerts import AlertKind
+from shared.requests.envelope import MANIFESTS_PREFIX
 
 if TYPE_CHECKING:
     from shared.ledger.records import RequestRecord
@@ -314,6 +315,8 @@ def _request_of(name: str, data: bytes) -> str | None:
         return name[len("requests/") : -len(".json")]
     if name.startswith("active/"):
         return name[len("active/") :]
+    if name.startswith(MANIFESTS_PREFIX) and name.endswith(".json"):  # a trigger request's manifest
+        return name[len(MANIFESTS_PREFIX) : -len(".json")]
     if name.startswith("pacing/") and "/waiting/" in name:
         return name.rsplit("/", 1)[-1].split("~")[1]
     return None

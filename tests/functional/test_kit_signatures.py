@@ -10,6 +10,7 @@ import pytest
 from spotjobs_kit.lines import format_line
 
 from shared.delivery import Message
+from shared.errors import TransientError
 from shared.ledger.records import RequestRecord
 from shared.ledger.states import RequestStatus
 from shared.ledger.store import LedgerStore
@@ -103,3 +104,22 @@ def test_a_signed_line_altered_after_signing_is_only_a_hint(world: World) -> Non
 
     assert world.vertex.gets == gets + 1
     assert world.ledger.get("req-1").attempts[0].preemptions == 0
+
+
+def test_only_a_signed_line_of_a_job_not_indexed_yet_is_waited_for(world: World) -> None:
+    """A run's first line may come before submit indexes its job: it is redelivered. A forged line
+    naming an attempt being created is not worth a redelivery: it is acknowledged as foreign."""
+    world.submitted(state=RUNNING)
+    world.submitted("attacker", state=RUNNING)
+
+    def being_created(current: RequestRecord) -> RequestRecord:
+        current.attempts[0].job = None  # claimed, its create under way
+        return current
+
+    world.ledger.update("req-1", being_created)
+    job = world.vertex.add("req-1", 1)  # created, not indexed yet
+
+    forged = kit_entry(job, "run_started", 0, world.kit_key("attacker"), request_id="req-1", resumed_step=0)
+    assert deliver(world, forged) == EventOutcome.FOREIGN
+    with pytest.raises(TransientError, match="not indexed yet"):
+        deliver(world, kit_entry(job, "run_started", 0, world.kit_key(), request_id="req-1", resumed_step=0))

@@ -128,9 +128,8 @@ class KitRecord:
     total_steps: int | None = None  # run_started, progress: the steps the run plans, when known
     steps_per_second: float | None = None  # progress: since the previous progress line
     reason: str | None = None  # checkpoint_kept: why the save was not redone
-    fields: Mapping[str, Any] = field(default_factory=dict, compare=False)  # everything, as sent
-
     sig: str | None = None  # HMAC-SHA256 of `signed_bytes`, hex: see the module docstring
+    fields: Mapping[str, Any] = field(default_factory=dict, compare=False)  # everything, as sent
 
     def dedupe_key(self) -> tuple[Any, ...]:
         """Equal for the same line delivered twice; different for distinct runs and events."""
