@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 
 from bench.bench_load import group_peak_rss_mib
 from bench.report import Figure, emit
+from shared.triggers.render import manifest_uri
 
 TRIGGER = "bench-burst"
 PREFIX = "incoming/"
@@ -136,7 +137,7 @@ def main() -> None:
         while time.monotonic() < deadline and not (record and record.latest and record.latest.job):
             time.sleep(0.5)
             record = ledger.get(request_id)
-        uri = f"{stack.settings.output_dir_for(request_id)}trigger/manifest.json"
+        uri = manifest_uri(stack.settings, request_id)
         bucket, _, name = uri.removeprefix("gs://").partition("/")
         manifest = json.loads(client.bucket(bucket).blob(name).download_as_bytes())
         requests = [b.name for b in client.list_blobs(stack.settings.state_bucket, prefix=f"requests/trg-{TRIGGER}-")]

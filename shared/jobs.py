@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from spotjobs_kit.lines import KEY_ENV as KIT_KEY_ENV
+
 from shared.clock import iso
 
 if TYPE_CHECKING:
@@ -33,6 +35,8 @@ DEFAULT_FLEX_START_MAX_WAIT_SECONDS = 86400
 # Set in every container of the job, for the trainer (and the trainer kit) to know its attempt.
 ENV_REQUEST_ID = "SPOTJOBS_REQUEST_ID"
 ENV_ATTEMPT = "SPOTJOBS_ATTEMPT"
+# The attempt's own key, in its containers only: the kit signs its lines with it (docs/security.md).
+ENV_KIT_KEY = KIT_KEY_ENV
 RESERVED_LABEL_PREFIX = "spotjobs-"
 MAX_LABELS = 64
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 
-from spotjobs_kit.lines import KitRecord
+from spotjobs_kit.lines import KitRecord, is_signed_with
 
 from shared.adapters.vertex import canceller, get_job, read_job
 from shared.clock import utcnow
@@ -46,7 +46,9 @@ def handle_job_event(
     """One job-events message. Returns what it was; raises TransientError to be redelivered.
 
     Only a relevant service line of a job in the index costs a Vertex call; a trainer kit line
-    is counted in the ledger without one; anything else is acknowledged with one DEBUG/INFO line.
+    signed with its attempt's key is counted in the ledger without one (an unsigned or badly
+    signed one is a hint like a service line: the job is read from Vertex, and the line counts for
+    nothing); anything else is acknowledged with one DEBUG/INFO line.
     `ports` is called only for a relevant line, so a cold instance that sees container chatter
     never creates a client.
     """
@@ -87,9 +89,11 @@ def handle_job_event(
             signal=signal.value,
         )
         return EventOutcome.FOREIGN
-    if entry.kit is not None:
+    if entry.kit is not None and _signed_by_its_attempt(wired, index.request_id, index.attempt, entry.kit):
         observation = Observation(index.attempt, None, signal, kit=entry.kit, job_name=index.job)
     else:
+        if entry.kit is not None:
+            log.info("a kit line without its attempt's signature; reading the job", event="unsigned_kit_line")
         counted = signal is Signal.PREEMPTION and entry.is_service_line
         observation = Observation(
             attempt=index.attempt,
@@ -128,4 +132,20 @@ def _claim_pending(ports: Ports, kit: KitRecord) -> bool:
         return False
     record = ports.ledger.get(kit.request_id)
     attempt = record.attempt(kit.attempt) if record else None
-    return attempt is not None and attempt.job is None and attempt.outcome is None
+    return (
+        attempt is not None and attempt.job is None and attempt.outcome is None and is_signed_with(kit, attempt.kit_key)
+    )
+
+
+def _signed_by_its_attempt(ports: Ports, request_id: str, n: int, kit: KitRecord) -> bool:
+    """The line names the attempt the index gives its job, and is signed with that attempt's key:
+    only that attempt's containers hold it, so no other principal (another request's job, anyone
+    who may write a log entry) can make a line count (docs/security.md)."""
+    if kit.request_id != request_id or kit.attempt != n:
+        return False
+    try:
+        record = ports.ledger.get(request_id)
+    except CorruptRecord:
+        return False  # read from Vertex: applying it alerts the corrupt record
+    attempt = record.attempt(n) if record else None
+    return attempt is not None and is_signed_with(kit, attempt.kit_key)

@@ -276,6 +276,7 @@ def _ensure_job(
         deployment=settings.deployment_label,
         commit_markers=settings.commit_markers,
         service_account=settings.training_service_account,
+        kit_key=attempt.kit_key,
     )
     custom_job = to_custom_job(job_json)
     timeout = create_timeout(attempt, log, ports)  # refuses a claim too old to send at all

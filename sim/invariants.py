@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from shared.alerts import AlertKind
 from shared.fleet.store import FLEET_PREFIX
 from shared.fleet.store import RETENTION_DAYS as FLEET_RETENTION_DAYS
+from shared.requests.envelope import MANIFESTS_PREFIX
 
 if TYPE_CHECKING:
     from shared.ledger.records import RequestRecord
@@ -321,6 +322,8 @@ def _request_of(name: str, data: bytes) -> str | None:
         return name[len("requests/") : -len(".json")]
     if name.startswith("active/"):
         return name[len("active/") :]
+    if name.startswith(MANIFESTS_PREFIX) and name.endswith(".json"):  # a trigger request's manifest
+        return name[len(MANIFESTS_PREFIX) : -len(".json")]
     if name.startswith("pacing/") and "/waiting/" in name:
         return name.rsplit("/", 1)[-1].split("~")[1]
     return None

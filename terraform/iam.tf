@@ -8,9 +8,9 @@
 # | fn-submit            | ledger r/w; create/get/list/cancel custom jobs; actAs training SA; publish ops-alerts, job-requests (the waiting line's hand-over) |
 # | fn-events, fn-reconcile | ledger r/w; get/list/cancel custom jobs; publish job-requests, ops-alerts, maintenance |
 # | fn-prune             | ledger read, write its cursor; list/read/delete checkpoints; publish ops-alerts |
-# | fn-trigger           | state bucket under triggers/ only (no ledger); create/get manifests under the checkpoint prefix's trg-* folders; publish job-requests, ops-alerts |
+# | fn-trigger           | state bucket under triggers/ only (no ledger); create/get manifests under the state bucket's manifests/; publish job-requests, ops-alerts |
 # | push-<fn>            | invoke that one function (OIDC identity of its push subscription)      |
-# | training             | object admin on the checkpoint bucket; write logs                      |
+# | training             | object admin under the checkpoint prefix only; read the state bucket's manifests/ only; write logs |
 # | build                | write build logs; push to the functions' Artifact Registry repo; get the source zips (storage.objects.get) |
 
 locals {
@@ -22,6 +22,7 @@ locals {
       state_prefix = null
       vertex       = "submitter"
       checkpoint   = null
+      manifests    = false
       publishes    = ["job_requests", "ops_alerts"] # job_requests: the quota line's hand-over (shared/pacing.py)
       act_as       = true
     }
@@ -30,6 +31,7 @@ locals {
       state_prefix = null
       vertex       = "controller"
       checkpoint   = null
+      manifests    = false
       publishes    = ["job_requests", "ops_alerts", "maintenance"]
       act_as       = false
     }
@@ -38,6 +40,7 @@ locals {
       state_prefix = null
       vertex       = "controller"
       checkpoint   = null
+      manifests    = false
       publishes    = ["job_requests", "ops_alerts", "maintenance"]
       act_as       = false
     }
@@ -48,18 +51,21 @@ locals {
       state_prefix = "maintenance/"
       vertex       = null
       checkpoint   = "prune"
+      manifests    = false
       publishes    = ["ops_alerts"]
       act_as       = false
     }
     on_trigger = {
       # Never reads the ledger: its state is triggers/ in the state bucket (definitions, windows,
-      # members), and each window's manifest, written once into the request's own output folder
-      # (which the training account reads). It publishes the request and trigger_failed alerts.
-      # The watched data buckets are not read: notifications carry the object metadata.
+      # members), and each window's manifest, written once into the state bucket's manifests/
+      # (which the training account reads, and no job may write). It publishes the request and
+      # trigger_failed alerts. The watched data buckets are not read: notifications carry the
+      # object metadata.
       ledger       = "none"
       state_prefix = "triggers/"
       vertex       = null
-      checkpoint   = "manifest"
+      checkpoint   = null
+      manifests    = true
       publishes    = ["job_requests", "ops_alerts"]
       act_as       = false
     }
@@ -71,6 +77,7 @@ locals {
   ]...)
 
   custom_role_prefix = replace(var.name_prefix, "-", "_")
+  manifests_prefix   = "manifests/" # shared/requests/envelope.py MANIFESTS_PREFIX
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -198,9 +205,22 @@ resource "google_project_iam_custom_role" "manifest_writer" {
   project     = var.project_id
   role_id     = "${local.custom_role_prefix}_manifestWriter"
   title       = "spotjobs trigger manifest writer"
-  description = "Create and read objects (granted on the checkpoint bucket, trigger request folders only); cannot overwrite, delete or list."
+  description = "Create and read objects (granted on the state bucket, its manifests/ prefix only); cannot overwrite, delete or list."
   permissions = [
     "storage.objects.create",
+    "storage.objects.get",
+  ]
+
+  depends_on = [google_project_service.apis]
+}
+
+# Training jobs read their trigger's manifest: get only (roles/storage.objectViewer would add list).
+resource "google_project_iam_custom_role" "manifest_reader" {
+  project     = var.project_id
+  role_id     = "${local.custom_role_prefix}_manifestReader"
+  title       = "spotjobs trigger manifest reader"
+  description = "Read (get) objects: trigger manifests, for the training service account, on the state bucket's manifests/ only."
+  permissions = [
     "storage.objects.get",
   ]
 
@@ -259,20 +279,20 @@ resource "google_storage_bucket_iam_member" "state_prefix_writer" {
   }
 }
 
-# on_trigger writes each window's manifest once (create, if absent) into the request's own output
-# folder, <checkpoint prefix>/trg-<trigger>-<window>/trigger/, and reads it back when a crashed
-# close is resumed: create and get, under the trg- request folders only.
+# on_trigger writes each window's manifest once (create, if absent) into the state bucket's
+# manifests/ (shared/requests/envelope.py manifest_path), where no job may write, and reads it
+# back when a crashed close is resumed: create and get, under manifests/ only.
 resource "google_storage_bucket_iam_member" "manifest_writer" {
-  for_each = { for fn, a in local.access : fn => a if a.checkpoint == "manifest" }
+  for_each = { for fn, a in local.access : fn => a if a.manifests }
 
-  bucket = google_storage_bucket.checkpoints.name
+  bucket = google_storage_bucket.state.name
   role   = google_project_iam_custom_role.manifest_writer.id
   member = "serviceAccount:${google_service_account.functions[each.key].email}"
 
   condition {
     title       = "trigger manifests"
-    description = "${each.key} may create and read objects in the trigger requests' folders only."
-    expression  = "resource.name.startsWith(\"projects/_/buckets/${google_storage_bucket.checkpoints.name}/objects/${var.settings.checkpoint_prefix}/trg-\")"
+    description = "${each.key} may create and read the trigger requests' manifests only."
+    expression  = "resource.name.startsWith(\"projects/_/buckets/${google_storage_bucket.state.name}/objects/${local.manifests_prefix}\")"
   }
 }
 
@@ -326,10 +346,41 @@ resource "google_service_account_iam_member" "pubsub_mints_push_tokens" {
 # Training jobs
 # ---------------------------------------------------------------------------------------------
 
+# Jobs write under the checkpoint prefix only (every request's output folder is there,
+# Settings.output_dir_for): not the rest of the bucket. Cloud Storage evaluates a condition on the
+# object's name (https://cloud.google.com/iam/docs/conditions-resource-attributes); a listing is
+# authorised on the bucket, so the second clause admits listings of prefixes under it (the request
+# attribute storage.googleapis.com/objectListPrefix, as state_prefix_writer does). One identity per
+# request is not possible (at most 20 bindings of one role and member with different conditions:
+# https://cloud.google.com/iam/quotas), so jobs of different requests still share this prefix:
+# what keeps a job from speaking for another is the kit's per-attempt key (docs/security.md).
 resource "google_storage_bucket_iam_member" "training_checkpoints" {
   bucket = google_storage_bucket.checkpoints.name
   role   = "roles/storage.objectAdmin"
   member = "serviceAccount:${google_service_account.training.email}"
+
+  condition {
+    title       = "the checkpoint prefix"
+    description = "Training jobs may read and write objects under ${var.settings.checkpoint_prefix}/ only."
+    expression = join(" || ", [
+      "resource.name.startsWith(\"projects/_/buckets/${google_storage_bucket.checkpoints.name}/objects/${var.settings.checkpoint_prefix}/\")",
+      "api.getAttribute(\"storage.googleapis.com/objectListPrefix\", \"\").startsWith(\"${var.settings.checkpoint_prefix}/\")",
+    ])
+  }
+}
+
+# A trigger's request reads its window's manifest (SPOTJOBS_MANIFEST_URI) from the state bucket:
+# get, under manifests/ only (no listing, no write; nothing else of the state bucket).
+resource "google_storage_bucket_iam_member" "training_reads_manifests" {
+  bucket = google_storage_bucket.state.name
+  role   = google_project_iam_custom_role.manifest_reader.id
+  member = "serviceAccount:${google_service_account.training.email}"
+
+  condition {
+    title       = "trigger manifests"
+    description = "Training jobs may read the trigger requests' manifests only."
+    expression  = "resource.name.startsWith(\"projects/_/buckets/${google_storage_bucket.state.name}/objects/${local.manifests_prefix}\")"
+  }
 }
 
 resource "google_project_iam_member" "training_log_writer" {

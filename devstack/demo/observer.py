@@ -115,14 +115,16 @@ class Observer:
             trace.attempts = [self._attempt(attempt) for attempt in record.attempts]
             trace.checkpoints_present = self._complete_checkpoints(record.output_dir)
             if scenario.trigger is not None:
-                trace.trigger = self._manifest(scenario, record.output_dir)
+                trace.trigger = self._manifest(scenario, record.request_id)
         return trace
 
-    def _manifest(self, scenario: Scenario, output_dir: str) -> dict[str, Any] | None:
+    def _manifest(self, scenario: Scenario, request_id: str) -> dict[str, Any] | None:
         """The trigger's window and the manifest its request carries (SPOTJOBS_MANIFEST_URI)."""
         from google.api_core.exceptions import NotFound
 
-        uri = f"{output_dir}trigger/manifest.json"
+        from shared.triggers.render import manifest_uri
+
+        uri = manifest_uri(self._stack.settings, request_id)
         bucket, _, name = uri.removeprefix("gs://").partition("/")
         try:
             manifest = json.loads(self._storage.bucket(bucket).blob(name).download_as_bytes())

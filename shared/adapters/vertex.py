@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from shared.jobs import (
     DEFAULT_FLEX_START_MAX_WAIT_SECONDS,
     ENV_ATTEMPT,
+    ENV_KIT_KEY,
     ENV_REQUEST_ID,
     FLEX_START,
     LABEL_ATTEMPT,
@@ -61,6 +62,7 @@ def build_job_json(
     deployment: str,
     commit_markers: Sequence[str],
     service_account: str = "",
+    kit_key: str | None = None,
 ) -> dict[str, Any]:
     """The REST JSON of the CustomJob to create for one attempt of a request.
 
@@ -68,8 +70,8 @@ def build_job_json(
     stable output directory (so AIP_CHECKPOINT_DIR is the same on every attempt and a re-queued
     attempt resumes), the spotjobs labels merged over the user's, the request id, the attempt and
     the deployment's commit markers (so the trainer kit judges checkpoints with the pruner's list)
-    in every container's environment, the display name kept or derived, and the training service
-    account when the request names none.
+    and the attempt's kit key (which signs the kit's lines) in every container's environment, the
+    display name kept or derived, and the training service account when the request names none.
     """
     job = copy.deepcopy(dict(custom_job))
     spec = job.setdefault("jobSpec", {})
@@ -88,6 +90,7 @@ def build_job_json(
         {"name": ENV_REQUEST_ID, "value": request_id},
         {"name": ENV_ATTEMPT, "value": str(attempt)},
         {"name": COMMIT_MARKERS_ENV, "value": ",".join(commit_markers)},  # the settings' list format
+        *([{"name": ENV_KIT_KEY, "value": kit_key}] if kit_key else []),
     ]
     for pool in spec.get("workerPoolSpecs") or []:
         for key in ("containerSpec", "pythonPackageSpec"):

@@ -10,6 +10,7 @@ pending, for the outbox.
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -41,6 +42,12 @@ class Claim:
         return self.kind != "duplicate"
 
 
+def new_kit_key() -> str:
+    """A fresh attempt's signing key: 32 random bytes, drawn when the attempt is claimed, so every
+    create of that attempt (a retry, a takeover) carries the same one."""
+    return secrets.token_hex(32)
+
+
 def claim_attempt(
     current: RequestRecord | None,
     *,
@@ -63,7 +70,7 @@ def claim_attempt(
         if n != 1 or requeued:
             raise _unexpected_attempt(request_id, n, "the request has no record")
         location, strategy = plan_attempt(envelope, 1, None, after_stockout=False)
-        attempt = Attempt(1, location, strategy, claimed_at=iso(now))
+        attempt = Attempt(1, location, strategy, claimed_at=iso(now), kit_key=new_kit_key())
         record = RequestRecord(
             request_id,
             request=envelope,
@@ -80,7 +87,7 @@ def claim_attempt(
         if requeue is None or requeue.attempt != n:
             expected = f"attempt {requeue.attempt} is queued" if requeue else "no re-queue is pending"
             raise _unexpected_attempt(request_id, n, expected)
-        attempt = Attempt(n, requeue.location, requeue.strategy, claimed_at=iso(now))
+        attempt = Attempt(n, requeue.location, requeue.strategy, claimed_at=iso(now), kit_key=new_kit_key())
         current.attempts.append(attempt)
         current.requeue = None
         current.status = RequestStatus.CLAIMED

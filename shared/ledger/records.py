@@ -59,6 +59,9 @@ class Attempt:
     # pending until the outbox sent it (`cancel_sent_at`).
     cancel_decided_at: str | None = None
     cancel_sent_at: str | None = None
+    # The key its containers sign their kit lines with (shared/ledger/claims.py draws it before the
+    # create). Stored, never shown: `RequestRecord.to_json` leaves it out.
+    kit_key: str | None = field(default=None, repr=False, compare=False)
     newer_fields: dict[str, Any] = field(default_factory=dict)  # see `_known`
 
     @property
@@ -152,6 +155,14 @@ class RequestRecord:
         return bool(self.pending_alerts) or self.prune_pending
 
     def to_json(self) -> dict[str, Any]:
+        """The record as shown (status, explain, reports): without the attempts' kit keys."""
+        shown = self.to_document()
+        for attempt in shown["attempts"]:
+            attempt.pop("kit_key", None)
+        return shown
+
+    def to_document(self) -> dict[str, Any]:
+        """The record as the ledger stores it, kit keys included (the state bucket, which no job reads)."""
         return _with_newer_fields(asdict(self))
 
     @classmethod

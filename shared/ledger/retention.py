@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from shared.clock import parse_iso, utcnow
 from shared.ledger.records import CorruptRecord
 from shared.ledger.store import LedgerStore, ListedRequest, needs_reconcile
+from shared.requests.envelope import TRIGGER_ID_PREFIX
 
 if TYPE_CHECKING:
     from shared.log import Logger
@@ -227,4 +228,6 @@ def retire(ledger: LedgerStore, request_id: str, retention: float, *, archive: b
     if not ledger.remove_record(request_id, generation):
         return False
     ledger.forget_corrupt(request_id)  # a note that it was once found corrupt (and repaired since)
+    if request_id.startswith(TRIGGER_ID_PREFIX):
+        ledger.forget_manifest(request_id)  # what its window's job trained on: no attempt is left to run
     return True

@@ -61,6 +61,7 @@ from typing import TYPE_CHECKING, Any
 from shared.clock import now_iso, utcnow
 from shared.ledger.records import CorruptRecord, RequestRecord
 from shared.ledger.states import TERMINAL_STATUSES, check_transition
+from shared.requests.envelope import manifest_path
 from shared.swap import Swapped, Transition, compare_and_swap
 
 if TYPE_CHECKING:
@@ -161,6 +162,13 @@ class LedgerStore:
 
     def is_noted_corrupt(self, request_id: str) -> bool:
         return self._bucket.blob(_corrupt_path(request_id)).exists()
+
+    def forget_manifest(self, request_id: str) -> None:
+        """Remove a trigger request's manifest with its record (ledger retention)."""
+        from google.api_core.exceptions import NotFound
+
+        with contextlib.suppress(NotFound):
+            self._bucket.delete_blob(manifest_path(request_id))
 
     def forget_corrupt(self, request_id: str) -> None:
         """Remove the note with the record it was about (ledger retention)."""
@@ -299,7 +307,7 @@ class LedgerStore:
             metadata["pending_effects"] = "true"
         blob.metadata = metadata
         blob.upload_from_string(
-            json.dumps(record.to_json(), separators=(",", ":")),
+            json.dumps(record.to_document(), separators=(",", ":")),
             content_type="application/json",
             if_generation_match=generation,
         )

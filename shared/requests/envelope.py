@@ -63,6 +63,16 @@ REQUEST_ID_PATTERN = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 DERIVED_ID_PREFIX = "req-"
 TRIGGER_ID_PREFIX = "trg-"
 RESERVED_ID_PREFIXES = (DERIVED_ID_PREFIX, TRIGGER_ID_PREFIX)
+# A trigger request's manifest, in the state bucket: on_trigger writes it, the training account
+# may only read it (terraform/iam.tf), so no job can plant or overwrite one (docs/security.md).
+# Removed with its request's record (shared/ledger/retention.py).
+MANIFESTS_PREFIX = "manifests/"
+
+
+def manifest_path(request_id: str) -> str:
+    return f"{MANIFESTS_PREFIX}{request_id}.json"
+
+
 LOCATION_PATTERN = re.compile(r"^[a-z]+(-[a-z]+)+[0-9]+$")
 ENVELOPE_FIELDS = (
     "schema_version",

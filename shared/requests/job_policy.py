@@ -13,7 +13,7 @@ from typing import Any
 
 from shared.errors import Violation
 from shared.image_ref import BadReference, parse_image, parse_prefix
-from shared.jobs import ENV_ATTEMPT, ENV_REQUEST_ID, MAX_LABELS, RESERVED_LABEL_PREFIX, SYSTEM_LABELS
+from shared.jobs import ENV_ATTEMPT, ENV_KIT_KEY, ENV_REQUEST_ID, MAX_LABELS, RESERVED_LABEL_PREFIX, SYSTEM_LABELS
 from shared.requests.job_fields import CODE_SPECS, check_fields, setting_env
 from shared.requests.job_schema import field_path
 from shared.settings import COMMIT_MARKERS_ENV, Settings
@@ -25,8 +25,8 @@ VERTEX_DEFAULT_TIMEOUT_SECONDS = 7 * 86400  # Scheduling.timeout: "The default i
 # AIP_CHECKPOINT_DIR to another request's folder, rewrite the cluster spec, or load other code.
 # spotjobs sets the request id, the attempt and the commit markers in every container
 # (shared/adapters/vertex.py); the trainer kit trusts them, and a request's own marker list would
-# make the kit and the pruner judge its checkpoints differently.
-RESERVED_ENV_NAMES = ("CLUSTER_SPEC", "TF_CONFIG", ENV_REQUEST_ID, ENV_ATTEMPT, COMMIT_MARKERS_ENV)
+# make the kit and the pruner judge its checkpoints differently. The kit key is the attempt's own.
+RESERVED_ENV_NAMES = ("CLUSTER_SPEC", "TF_CONFIG", ENV_REQUEST_ID, ENV_ATTEMPT, COMMIT_MARKERS_ENV, ENV_KIT_KEY)
 RESERVED_ENV_PREFIXES = ("AIP_", "CLOUD_ML_", "GOOGLE_", "LD_", "PYTHON")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _RESOURCE = re.compile(r"^[A-Za-z0-9._~@:/-]+$")

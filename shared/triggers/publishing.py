@@ -51,8 +51,8 @@ def finish(
         violations = [
             Violation(
                 "manifest",
-                f"{manifest_uri} holds an object this window did not write (jobs may write the checkpoint "
-                "bucket): not adopted, and nothing is published for this window",
+                f"{manifest_uri} holds an object this window did not write: not adopted, and nothing is "
+                "published for this window",
             )
         ]
     else:
@@ -137,8 +137,8 @@ def write_manifest(
     store: TriggerStore,
 ) -> dict[str, Any] | None:
     """The window's manifest, written once (create-if-absent). An object already there is adopted
-    only if it is the manifest this window lists (a resumed close): its path is predictable and
-    jobs may write the bucket, so presence proves nothing; None for any other object."""
+    only if it is the manifest this window lists (a resumed close): its path is predictable, so
+    presence proves nothing (no job may write there, but a hand or a bug could); None otherwise."""
     from google.api_core.exceptions import PreconditionFailed
 
     bucket_name, _, object_name = uri.removeprefix("gs://").partition("/")

@@ -7,7 +7,7 @@ data, in every worker pool and as labels:
 - env `SPOTJOBS_MANIFEST_URI` (the manifest's gs:// URI), `SPOTJOBS_TRIGGER`, `SPOTJOBS_WINDOW_ID`
   (`SPOTJOBS_*` is not a name the request policy reserves, so submit_job accepts them);
 - labels `retrain-trigger` and `retrain-window` (label values cannot hold a URI; the window id
-  names the manifest: `.../trg-<trigger>-<window id>/trigger/manifest.json`).
+  names the manifest: `gs://<state bucket>/manifests/trg-<trigger>-<window id>.json`).
 
 The result is checked with the request policy (`shared.requests.policy.validate_request`), exactly as
 submit_job will check it, so a trigger never publishes what submit would reject.
@@ -24,7 +24,7 @@ from typing import Any
 
 from shared.clock import iso
 from shared.errors import Violation
-from shared.requests.envelope import TRIGGER_ID_PREFIX
+from shared.requests.envelope import TRIGGER_ID_PREFIX, manifest_path
 
 PLACEHOLDERS = ("trigger", "window_id", "window_start", "window_end", "manifest_uri", "object_count")
 _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
@@ -172,6 +172,11 @@ def check_request_template(definition: Any, settings: Any, now: datetime) -> lis
 
 
 def manifest_uri_for(settings: Any, trigger: str, window_id: str) -> str:
-    """The manifest sits in the request's own output folder (`<checkpoint root><request_id>/`,
-    never pruned: only `checkpoints/` below it is), which the training service account can read."""
-    return f"{settings.output_dir_for(request_id_for(trigger, window_id))}trigger/manifest.json"
+    """The manifest sits in the state bucket (`manifests/<request id>.json`), which the training
+    service account may read there and nowhere else, and write nowhere: a job cannot plant or
+    overwrite the manifest of a window (jobs may write the checkpoint bucket)."""
+    return manifest_uri(settings, request_id_for(trigger, window_id))
+
+
+def manifest_uri(settings: Any, request_id: str) -> str:
+    return f"gs://{settings.state_bucket}/{manifest_path(request_id)}"

@@ -55,9 +55,9 @@ def deliver(world: World, data: bytes, log: CapturedLog) -> None:
         pass  # left to the delivery that decided it: the redelivery comes later
 
 
-def kit_progress(job: str, step: int) -> bytes:
+def kit_progress(job: str, step: int, key: str | None) -> bytes:
     fields = {"request_id": "req-1", "attempt": 1, "run": 0, "step": step, "total_steps": STEPS}
-    line = json.loads(format_line("progress", {**fields, "steps_per_second": 1 / STEP_SECONDS}))
+    line = json.loads(format_line("progress", {**fields, "steps_per_second": 1 / STEP_SECONDS}, key=key))
     return log_entry(job, line["message"], task="workerpool0-0")
 
 
@@ -188,7 +188,7 @@ def test_on_job_event_asks_the_simulators_policy_function(world: World, monkeypa
 
     monkeypatch.setattr(deadline_watch, "decide_deadline", spy)
     _, job = world.submitted(state=RUNNING, request=deadline_request(slack_seconds=10 * 3600))
-    deliver(world, kit_progress(job, 10), CapturedLog())
+    deliver(world, kit_progress(job, 10, world.kit_key()), CapturedLog())
     [situation] = asked
     assert situation.work.total_steps == STEPS and situation.placement.value == "on_spot"
     assert world.ledger.get("req-1").attempt(1).steps_per_second == 1 / STEP_SECONDS

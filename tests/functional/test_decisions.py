@@ -266,11 +266,12 @@ def test_success_requests_one_prune(world: World) -> None:
     assert record.status == RequestStatus.SUCCEEDED and record.finished_at and record.attempts[0].ended_at
 
 
-def kit_entry(job_name: str, event: str, run: int, **fields: object) -> bytes:
-    """A trainer kit line of the job's primary replica, as the sink publishes it (jsonPayload)."""
+def kit_entry(job_name: str, event: str, run: int, key: str | None, **fields: object) -> bytes:
+    """A trainer kit line of the job's primary replica, as the sink publishes it (jsonPayload),
+    signed with `key`."""
     from spotjobs_kit.lines import format_line
 
-    line = format_line(event, {"request_id": "req-1", "attempt": 1, "run": run, **fields})
+    line = format_line(event, {"request_id": "req-1", "attempt": 1, "run": run, **fields}, key=key)
     entry = json.loads(log_entry(job_name, "", task="workerpool0-0"))
     return json.dumps({**entry, "jsonPayload": json.loads(line)}).encode()
 
@@ -283,7 +284,8 @@ def test_a_success_after_an_unfinished_preemption_requeues_once_with_one_alert(g
         make_settings(gcs_bucket.name, SPOTJOBS_KIT_LINES_SETTLE_SECONDS="0.5"),
     )
     _, job = world.submitted(state=RUNNING)
-    for line in (kit_entry(job, "run_started", 0, resumed_step=0), kit_entry(job, "preempted", 0, step=30)):
+    key = world.kit_key()
+    for line in (kit_entry(job, "run_started", 0, key, resumed_step=0), kit_entry(job, "preempted", 0, key, step=30)):
         deliver(world, line)
     world.vertex.set_state(job, SUCCEEDED)  # the process exited 0 after its SIGTERM
     success = log_entry(job, "Job completed successfully.")

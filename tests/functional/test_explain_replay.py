@@ -10,6 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from spotjobs_kit.lines import format_line, parse_kit_line
 
 from shared.clock import parse_rfc3339
 from shared.deciding.preemptions import preemptions_text
@@ -53,6 +54,18 @@ def oldest_first(name: str) -> list[dict[str, Any]]:
     return sorted(reversed(entries), key=lambda e: e["timestamp"])  # gcloud prints newest first
 
 
+def signed(entry: dict[str, Any], key: str | None) -> dict[str, Any]:
+    """The entry as a kit holding its attempt's key prints it: the fixtures' kit lines are unsigned
+    (the key is drawn per attempt), and on_job_event counts only a signed one as evidence."""
+    for form in ("jsonPayload", "textPayload"):
+        record = parse_kit_line(entry[form]) if form in entry else None
+        if record is not None:
+            fields = {k: v for k, v in record.fields.items() if k not in ("v", "event")}
+            line = format_line(record.event, fields, key=key)
+            entry[form] = json.loads(line) if form == "jsonPayload" else line
+    return entry
+
+
 def deliver_all(world: World, name: str, entries: list[dict[str, Any]]) -> tuple[str, list[EventOutcome], CapturedLog]:
     """Each entry to handle_job_event, the fake job's state following the service lines."""
     described = json.loads((EVENTS_DIR / "jobs" / f"{name}.json").read_text())
@@ -61,8 +74,9 @@ def deliver_all(world: World, name: str, entries: list[dict[str, Any]]) -> tuple
     job_id = job.rsplit("/", 1)[-1]
     log = CapturedLog()
     outcomes = []
+    key = world.kit_key(request_id)
     for number, entry in enumerate(entries):
-        entry = json.loads(json.dumps(entry).replace(described["name"].rsplit("/", 1)[-1], job_id))
+        entry = signed(json.loads(json.dumps(entry).replace(described["name"].rsplit("/", 1)[-1], job_id)), key)
         text = entry.get("textPayload")
         if text in STATE_AT_LINE:
             world.vertex.set_state(job, STATE_AT_LINE[text])

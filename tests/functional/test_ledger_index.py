@@ -308,3 +308,15 @@ def test_a_retired_record_leaves_no_corrupt_note_behind(ledger: LedgerStore, gcs
     assert retire(ledger, "mended", MIN_RETENTION_SECONDS, archive=False, now=utcnow() + FAR)
     left = [b.name for b in gcs_bucket.client.list_blobs(gcs_bucket) if "mended" in b.name]
     assert left == []
+
+
+def test_a_retired_trigger_request_takes_its_manifest_with_it(ledger: LedgerStore, gcs_bucket) -> None:
+    from shared.requests.envelope import manifest_path
+
+    request_id = "trg-daily-w20261129t170000z"
+    ledger.update(request_id, lambda current: current or _record(request_id))
+    gcs_bucket.blob(manifest_path(request_id)).upload_from_string(b"{}")  # what on_trigger wrote
+    _finished(ledger, request_id)
+
+    assert retire(ledger, request_id, MIN_RETENTION_SECONDS, archive=False, now=utcnow() + FAR)
+    assert [b.name for b in gcs_bucket.client.list_blobs(gcs_bucket) if request_id in b.name] == []

@@ -187,6 +187,43 @@ def test_the_configured_commit_markers_reach_every_container_and_the_kit_reads_t
         assert run.markers == harness.settings.commit_markers == markers
 
 
+def test_every_create_of_an_attempt_gives_its_containers_the_attempts_own_kit_key(
+    harness: Harness, tmp_path: Any
+) -> None:
+    from spotjobs_kit import Run
+    from spotjobs_kit.lines import is_signed_with, parse_kit_line
+
+    sent: list[list[dict[str, str]]] = []
+    create = harness.vertex.create_custom_job
+
+    def recording_create(*, custom_job: Any, **kwargs: Any) -> Any:
+        sent.append(
+            [{e.name: e.value for e in pool.container_spec.env} for pool in custom_job.job_spec.worker_pool_specs]
+        )
+        return create(custom_job=custom_job, **kwargs)
+
+    harness.vertex.create_custom_job = recording_create  # type: ignore[method-assign]
+    harness.vertex.create_faults.append(api.TooManyRequests("429 quota"))  # refused: sent again
+    two_pools = json.loads(load_event("requests/bare_docs.json"))
+    two_pools["jobSpec"]["workerPoolSpecs"].append(dict(two_pools["jobSpec"]["workerPoolSpecs"][0], replicaCount=2))
+    body = json.dumps({"request_id": "r1", "custom_job": two_pools}).encode()
+    with pytest.raises(api.TooManyRequests):
+        harness.deliver(body)
+    harness.deliver(body)
+
+    key = harness.ledger.get("r1").attempt(1).kit_key
+    assert key and len(bytes.fromhex(key)) == 32
+    assert [env["SPOTJOBS_KIT_KEY"] for create in sent for env in create] == [key] * 4  # 2 creates, 2 pools
+    assert key not in harness.log_stream.getvalue()  # nor in what is shown of the record:
+    assert key not in json.dumps(harness.ledger.get("r1").to_json())
+    # The kit in the container signs with it.
+    stream = io.StringIO()
+    with Run.start(str(tmp_path), environ=sent[-1][0], handle_sigterm=False, stream=stream):
+        pass
+    line = parse_kit_line(stream.getvalue().splitlines()[0])
+    assert line is not None and line.request_id == "r1" and is_signed_with(line, key)
+
+
 def test_a_redelivery_and_a_second_publish_create_nothing(harness: Harness) -> None:
     first = harness.deliver(envelope(), message_id="m-1")
     again = harness.deliver(envelope(), message_id="m-1")

@@ -711,3 +711,20 @@ def test_a_manifest_planted_before_the_window_closes_is_never_adopted(rig: Rig) 
     assert rig.requests() == []
     (alert,) = rig.alerts()
     assert alert.kind == "trigger_failed" and any("manifest" in v for v in alert.details["violations"])
+
+
+def test_a_windows_manifest_is_written_where_no_job_may_write(rig: Rig) -> None:
+    # Issue 32 item 2: jobs may write the checkpoint bucket (their own prefix of it, terraform/
+    # iam.tf); the manifest lives in the state bucket's manifests/, which they may only read.
+    apply(rig, definition())
+    rig.notify("incoming/a.csv", at=T0)
+    rig.at(T0 + timedelta(seconds=320))
+    rig.tick()
+    (request,) = rig.requests()
+    env = {
+        e["name"]: e["value"] for e in request["custom_job"]["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["env"]
+    }
+    settings = rig.ports.settings
+    assert env["SPOTJOBS_MANIFEST_URI"] == f"gs://{settings.state_bucket}/manifests/{request['request_id']}.json"
+    assert not env["SPOTJOBS_MANIFEST_URI"].startswith(settings.checkpoint_root)  # the jobs' own prefix
+    assert [o["name"] for o in rig.manifest(request)["objects"]] == ["incoming/a.csv"]

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from shared.triggers.render import manifest_uri
 from spotjobs.cli import build_parser
 from spotjobs.cli.local import local_up_schedule
 from tests.conftest import isolated_stack
@@ -67,7 +68,7 @@ def test_data_under_a_watched_prefix_becomes_one_job_with_no_hand_made_tick(loca
     )
     assert record.latest.job
     assert len(jobs_for(stack, request_id)) == 1
-    uri = f"{stack.settings.output_dir_for(request_id)}trigger/manifest.json"
+    uri = manifest_uri(stack.settings, request_id)
     bucket, _, object_name = uri.removeprefix("gs://").partition("/")
     manifest = json.loads(stack.storage().bucket(bucket).blob(object_name).download_as_bytes())
     assert {o["name"] for o in manifest["objects"]} == {f"{prefix}part-{i:03}.csv" for i in range(50)}

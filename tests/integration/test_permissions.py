@@ -62,12 +62,6 @@ PREDEFINED = {
 }
 
 
-def stack_checkpoint_prefix() -> str:
-    from shared.settings import Settings
-
-    return Settings().checkpoint_prefix.strip("/")
-
-
 # Granted but not called in the tests, each for a reason.
 UNUSED_ALLOWED = {
     (
@@ -80,7 +74,7 @@ UNUSED_ALLOWED = {
     (
         "on_trigger",
         "storage.objects.get",
-        "bucket:checkpoints:requests/trg-",
+        "bucket:state:manifests/",
     ): "reads a window's manifest back when a close that crashed after writing it is resumed "
     "(shared/triggers/); a clean close never needs it",
     (
@@ -174,10 +168,10 @@ def terraform_grants() -> dict[str, set[tuple[str, str]]]:
             granted |= {(p, "bucket:state") for p in ledger_perms}
         if access["ledger"] != "read_write" and access["state_prefix"]:
             granted |= {(p, f"bucket:state:{access['state_prefix']}") for p in roles["ledger_writer"]}
-        if access["checkpoint"] == "manifest":
-            # trigger requests' folders only: <checkpoint prefix>/trg-*
-            prefix = f"{stack_checkpoint_prefix()}/trg-"
-            granted |= {(p, f"bucket:checkpoints:{prefix}") for p in roles["manifest_writer"]}
+        if access["manifests"]:
+            # the state bucket's manifests/ only (shared/requests/envelope.py manifest_path)
+            prefix = config.locals["manifests_prefix"]
+            granted |= {(p, f"bucket:state:{prefix}") for p in roles["manifest_writer"]}
         if access["checkpoint"] == "prune":
             granted |= {(p, "bucket:checkpoints") for p in roles["checkpoint_pruner"]}
         if access["vertex"]:

@@ -9,6 +9,7 @@ import uuid
 
 import pytest
 
+from shared.triggers.render import manifest_uri
 from tests.support.stack_triggers import apply, at_window_start, cli, definition, jobs_for, tick, trigger_requests
 
 pytestmark = pytest.mark.stack
@@ -23,7 +24,7 @@ def fired(stack, name: str) -> list[dict]:
 
 
 def manifest(stack, request_id: str) -> dict:
-    uri = f"{stack.settings.output_dir_for(request_id)}trigger/manifest.json"
+    uri = manifest_uri(stack.settings, request_id)
     bucket, _, name = uri.removeprefix("gs://").partition("/")
     return json.loads(stack.storage().bucket(bucket).blob(name).download_as_bytes())
 
@@ -62,7 +63,7 @@ def test_fifty_objects_in_one_window_make_one_request_and_one_job(stack) -> None
         e["name"]: e["value"]
         for e in record.request["custom_job"]["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["env"]
     }
-    assert env["SPOTJOBS_MANIFEST_URI"].endswith(f"/{request_id}/trigger/manifest.json")
+    assert env["SPOTJOBS_MANIFEST_URI"] == manifest_uri(stack.settings, request_id)  # where no job may write
 
     # The object outside the prefix: one DEBUG line, nothing else.
     ignored = [

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from shared.ledger.claims import claim_attempt, record_job
+from shared.ledger.claims import claim_attempt, new_kit_key, record_job
 from shared.ledger.records import Attempt, RequestRecord
 from shared.ledger.states import RequestStatus
 from shared.ledger.store import JobIndexEntry, LedgerStore
@@ -143,11 +143,27 @@ class World:
             envelope,
             self.settings.output_dir_for(request_id),
             status=RequestStatus.SUBMITTED,
-            attempts=[Attempt(1, location, "SPOT", claimed_at=_iso_now(), job=job, state="JOB_STATE_QUEUED")],
+            attempts=[
+                Attempt(
+                    1,
+                    location,
+                    "SPOT",
+                    claimed_at=_iso_now(),
+                    job=job,
+                    state="JOB_STATE_QUEUED",
+                    kit_key=new_kit_key(),
+                )
+            ],
         )
         self.ledger.restore(record)
         self.ledger.index_job(JobIndexEntry(request_id, 1, location, job))
         return record, job
+
+    def kit_key(self, request_id: str = "req-1", n: int = 1) -> str | None:
+        """The key attempt n's containers sign their kit lines with (as submit gave it to them)."""
+        record = self.ledger.get(request_id)
+        attempt = record.attempt(n) if record else None
+        return attempt.kit_key if attempt else None
 
     def claim_requeue(self, request_id: str) -> str:
         """What submit does with a re-queued attempt: claim it, create its job, record it."""

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from spotjobs_kit import Run, parse_kit_line
 from spotjobs_kit.layout import DEFAULT_COMMIT_MARKERS, KIT_MARKER
-from spotjobs_kit.lines import format_line
+from spotjobs_kit.lines import format_line, is_signed_with
 from spotjobs_kit.storage import FileStore
 
 from shared.pruning.plan import plan_request
@@ -648,3 +648,40 @@ def test_a_loop_saves_at_sigterm_and_exits_143_unless_it_was_the_last_step(tmp_p
     loop.finish(3)
     assert run.finished and run.last_committed == (3, "step-000003/")
     assert [line["event"] for line in kit_lines(out)][-1] == "run_finished"
+
+
+KIT_KEY = "k" * 64
+
+
+def test_a_run_with_its_attempts_key_signs_each_line_and_every_transport_verifies(tmp_path: Path) -> None:
+    """The JSON line, its jsonPayload (numbers as doubles) and its message text alone all verify."""
+    environ = {"SPOTJOBS_REQUEST_ID": "r1", "SPOTJOBS_ATTEMPT": "2", "SPOTJOBS_KIT_KEY": KIT_KEY}
+    run, out = start(tmp_path, environ)
+    with run.checkpoint(10) as folder:
+        Path(folder, "w.bin").write_bytes(b"x")
+    run.finish(10)
+    lines = out.getvalue().splitlines()
+    events = {json.loads(line)["spotjobs_kit"]["event"] for line in lines}
+    assert events >= {"run_started", "checkpoint_committed", "progress", "run_finished"}
+    assert KIT_KEY not in out.getvalue() and KIT_KEY not in repr(run.identity)
+    for line in lines:
+        payload = json.loads(line)
+        doubles = {k: float(v) if type(v) is int else v for k, v in payload["spotjobs_kit"].items()}
+        for form in (line, {**payload, "spotjobs_kit": doubles}, payload["message"]):
+            record = parse_kit_line(form)
+            assert record is not None and record.sig and is_signed_with(record, KIT_KEY), form
+            assert not is_signed_with(record, "another attempt's key")
+
+
+@pytest.mark.parametrize("field, value", [("run", 7), ("request_id", "victim"), ("attempt", 3), ("event", "preempted")])
+def test_a_signed_line_with_any_field_changed_does_not_verify(field: str, value: object) -> None:
+    fields = {"request_id": "r1", "attempt": 2, "run": 0, "step": 5, "time": "2026-12-02T00:00:00.000Z"}
+    payload = json.loads(format_line("run_finished", fields, key=KIT_KEY))
+    payload["spotjobs_kit"][field] = value
+    record = parse_kit_line(payload)
+    assert record is not None and not is_signed_with(record, KIT_KEY)
+
+
+def test_a_line_without_a_key_is_unsigned() -> None:
+    record = parse_kit_line(format_line("run_finished", {"request_id": "r1", "attempt": 1, "run": 0}))
+    assert record is not None and record.sig is None and not is_signed_with(record, KIT_KEY)

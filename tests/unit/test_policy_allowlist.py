@@ -165,6 +165,7 @@ HOSTILE: list[tuple[str, Callable[[dict[str, Any]], Any], str]] = [
             "LD_PRELOAD",
             "PYTHONPATH",
             "SPOTJOBS_COMMIT_MARKERS",  # the deployment's list: the kit must judge with the pruner's
+            "SPOTJOBS_KIT_KEY",  # the attempt's own: a request choosing it could sign for it
             "A=B",
         )
     ],

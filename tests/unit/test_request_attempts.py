@@ -430,3 +430,47 @@ def test_transport_failures_after_sending_are_ambiguous_before_sending_are_not()
     assert may_have_created(requests.ConnectionError("reset")) is True
     assert may_have_created(requests.ConnectTimeout("connect")) is False
     assert may_have_created(ValueError("an error nobody classified")) is True
+
+
+# The attempt's kit key (issue 32, item 1)
+
+
+def test_each_attempt_draws_its_own_kit_key_and_a_takeover_keeps_it() -> None:
+    first = claim(None)
+    key = first.attempt.kit_key
+    assert key and len(bytes.fromhex(key)) == 32
+    stale = NOW + timedelta(seconds=LEASE + 1)
+    assert claim(first.record, now=stale).attempt.kit_key == key  # the same create, sent again
+    first.attempt.job, first.attempt.outcome = "j1", "requeued"
+    first.record.requeue = Requeue(2, "us-central1", "SPOT", "preemption", iso(NOW))
+    second = claim(first.record, n=2)
+    assert second.attempt.kit_key and second.attempt.kit_key != key
+    assert claim(None).attempt.kit_key != key  # another request's first attempt
+
+
+def test_the_kit_key_is_stored_and_never_shown() -> None:
+    record = claim(None).record
+    key = record.attempts[0].kit_key
+    stored = RequestRecord.from_json(json.loads(json.dumps(record.to_document())))
+    assert stored.attempts[0].kit_key == key
+    assert key not in json.dumps(record.to_json()) and key not in repr(record)
+
+
+def test_the_attempts_kit_key_reaches_every_container_and_package() -> None:
+    user_job = json.loads(load_event("requests/bare_docs.json"))
+    pools = user_job["jobSpec"]["workerPoolSpecs"]
+    pools.append({"pythonPackageSpec": {"executorImageUri": "i", "packageUris": ["gs://b/p"], "pythonModule": "m"}})
+    job = build_job_json(
+        user_job,
+        request_id="r1",
+        attempt=1,
+        strategy="SPOT",
+        output_dir=OUTPUT_DIR,
+        deployment="d",
+        commit_markers=Settings.commit_markers,
+        kit_key="ab" * 32,
+    )
+    envs = [
+        pool.get("containerSpec", pool.get("pythonPackageSpec"))["env"] for pool in job["jobSpec"]["workerPoolSpecs"]
+    ]
+    assert [{e["name"]: e["value"] for e in env}["SPOTJOBS_KIT_KEY"] for env in envs] == ["ab" * 32] * 2

@@ -37,7 +37,6 @@ NOT_STATE = {
     "topology.json": "a file of the package",
     "/s": "a unit the HTML report shows (per second)",
     "/emulator/v1/": "the local Vertex emulator's HTTP paths",
-    "trigger/manifest.json": "in the request's own folder of the checkpoint bucket (kept with its outputs)",
 }
 
 
@@ -87,6 +86,12 @@ FAMILIES = {
         "maintenance/corrupt/r1.json",
         ("corrupt/",),
         (Code("shared.ledger.store:LedgerStore.forget_corrupt"),),
+    ),
+    "trigger manifests": Family(
+        "manifests/<id>.json",
+        "manifests/trg-daily-w20261129t170000z.json",
+        ("manifests/",),
+        (Code("shared.ledger.store:LedgerStore.forget_manifest"),),
     ),
     "archived records": Family(
         "archive/<id>.json", "archive/r1.json", ("archive/",), (Lifecycle(timedelta(days=364)),)

@@ -428,6 +428,8 @@ def test_custom_roles_hold_only_the_permissions_used() -> None:
         "build_source_reader": {"storage.objects.get"},
         # on_trigger's window manifests: written once, read back on a resumed close.
         "manifest_writer": {"storage.objects.create", "storage.objects.get"},
+        # training jobs read their trigger's manifest (SPOTJOBS_MANIFEST_URI).
+        "manifest_reader": {"storage.objects.get"},
     }
     roles = config.of_type("google_project_iam_custom_role")
     assert set(roles) == set(expected)
@@ -453,6 +455,7 @@ def test_function_access_is_least_privilege() -> None:
         "state_prefix": "maintenance/",
         "vertex": None,
         "checkpoint": "prune",
+        "manifests": False,
         "publishes": ["ops_alerts"],
         "act_as": False,
     }
@@ -519,16 +522,42 @@ def test_build_service_account_gets_what_googles_page_lists_and_no_more() -> Non
     )
 
 
-def test_training_service_account_is_limited_to_the_checkpoint_bucket_and_logs() -> None:
+def test_training_service_account_writes_only_the_checkpoint_prefix_and_reads_only_manifests() -> None:
+    """Issue 32: a job writes its requests' folders (under the checkpoint prefix, where
+    `output_dir_for` puts every one) and nothing else; it reads a trigger's manifest (where
+    `manifest_uri` puts it) and nothing else of the state bucket; it writes logs."""
+    from shared.requests.envelope import MANIFESTS_PREFIX
+    from shared.settings import Settings
+    from shared.triggers.render import manifest_uri
+
     config = module_config()
-    grants = [
-        body
-        for (rtype, _), body in config.resources.items()
+    grants = {
+        name: body
+        for (rtype, name), body in config.resources.items()
         if IAM_RESOURCE.match(rtype) and "google_service_account.training.email" in body.get("member", "")
-    ]
-    assert sorted(g["role"] for g in grants) == ["roles/logging.logWriter", "roles/storage.objectAdmin"]
-    bucket_grant = config.resource("google_storage_bucket_iam_member", "training_checkpoints")
-    assert bucket_grant["bucket"] == "${google_storage_bucket.checkpoints.name}"
+    }
+    assert {name: body["role"] for name, body in grants.items()} == {
+        "training_checkpoints": "roles/storage.objectAdmin",
+        "training_reads_manifests": "${google_project_iam_custom_role.manifest_reader.id}",
+        "training_log_writer": "roles/logging.logWriter",
+    }
+    writes = grants["training_checkpoints"]
+    assert writes["bucket"] == "${google_storage_bucket.checkpoints.name}"
+    expression = writes["condition"][0]["expression"]
+    # Object names under the prefix, and listings of prefixes under it: nothing else.
+    assert "buckets/${google_storage_bucket.checkpoints.name}/objects/${var.settings.checkpoint_prefix}/" in expression
+    listing = 'getAttribute(\\"storage.googleapis.com/objectListPrefix\\", \\"\\").startsWith(\\"${var.settings.checkpoint_prefix}/'
+    assert listing in expression and expression.count("startsWith") == 2
+    settings = Settings()
+    assert settings.output_dir_for("r1").startswith(f"gs://{settings.checkpoint_bucket}/{settings.checkpoint_prefix}/")
+    reads = grants["training_reads_manifests"]
+    assert reads["bucket"] == "${google_storage_bucket.state.name}"
+    assert reads["condition"][0]["expression"] == (
+        'resource.name.startsWith("projects/_/buckets/${google_storage_bucket.state.name}/objects/'
+        '${local.manifests_prefix}")'
+    )
+    assert config.locals["manifests_prefix"] == MANIFESTS_PREFIX
+    assert manifest_uri(settings, "trg-t-w1").startswith(f"gs://{settings.state_bucket}/{MANIFESTS_PREFIX}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -607,7 +636,7 @@ def test_scheduler_publishes_the_maintenance_tasks() -> None:
 
 def test_on_trigger_is_least_privilege() -> None:
     """on_trigger never touches the ledger: triggers/ in the state bucket (listing included, by the
-    list-prefix attribute), create/get of manifests in trg-* request folders, publish job-requests
+    list-prefix attribute), create/get of manifests under the state bucket's manifests/, publish job-requests
     and ops-alerts. It does not read the watched data buckets."""
     config = module_config()
     access = config.locals["function_access"]["on_trigger"]
@@ -615,7 +644,8 @@ def test_on_trigger_is_least_privilege() -> None:
         "ledger": "none",
         "state_prefix": "triggers/",
         "vertex": None,
-        "checkpoint": "manifest",
+        "checkpoint": None,
+        "manifests": True,
         "publishes": ["job_requests", "ops_alerts"],
         "act_as": False,
     }
@@ -630,9 +660,10 @@ def test_on_trigger_is_least_privilege() -> None:
     assert 'a.ledger != "read_write"' in writer["for_each"]
     assert "storage.googleapis.com/objectListPrefix" in writer["condition"][0]["expression"]
     manifest = config.resource("google_storage_bucket_iam_member", "manifest_writer")
-    assert manifest["bucket"] == "${google_storage_bucket.checkpoints.name}"
+    assert manifest["bucket"] == "${google_storage_bucket.state.name}"
     assert manifest["role"] == "${google_project_iam_custom_role.manifest_writer.id}"
-    assert "/trg-" in manifest["condition"][0]["expression"]
+    assert "/objects/${local.manifests_prefix}" in manifest["condition"][0]["expression"]
+    assert [fn for fn, a in config.locals["function_access"].items() if a["manifests"]] == ["on_trigger"]
     from shared.triggers.render import REQUEST_ID_PREFIX
 
     assert REQUEST_ID_PREFIX == "trg-"

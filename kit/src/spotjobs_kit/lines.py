@@ -22,10 +22,18 @@ which the kit does not redo), `progress` (step, total_steps, steps_per_second: a
 and one at each commit), `run_finished` (step), `run_failed` (step, error: the training code
 raised). Every line names `request_id`, `attempt` and `run`, so a consumer can tell the runs of one
 job apart and drop a line delivered twice.
+
+Signed lines: with the attempt's key (`SPOTJOBS_KIT_KEY`, which spotjobs puts in that attempt's
+containers only) a line carries `sig`, the HMAC-SHA256 of `signed_bytes(record)`: every field a
+parsed line has, as the parser types them, so the JSON line, its `jsonPayload` (numbers as
+doubles) and its message text all verify alike. Anyone may write a log line naming any job; only
+the attempt's own containers can sign one (docs/security.md).
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import re
@@ -35,6 +43,8 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 KEY = "spotjobs_kit"
+KEY_ENV = "SPOTJOBS_KIT_KEY"  # the attempt's signing key, in its containers' environment
+SIGNATURE = "sig"
 TAG = "spotjobs-kit"
 VERSION = 1
 # A kit line is a few hundred characters (its longest field, run_failed's error, is cut at 300):
@@ -62,13 +72,20 @@ EVENTS = (
 _INT_FIELDS = ("v", "attempt", "run", "step", "resumed_step", "bytes", "total_steps")
 _FLOAT_FIELDS = ("seconds", "seconds_since_checkpoint", "steps_per_second")
 _STR_FIELDS = ("request_id", "job_id", "checkpoint", "time", "task", "error", "reason")
+_SIGNED_FIELDS = _INT_FIELDS + _FLOAT_FIELDS + _STR_FIELDS
 _MESSAGE = re.compile(r"\b" + re.escape(TAG) + r" ([a-z_]+)((?: [a-z_]+=(?:\"(?:[^\"\\]|\\.)*\"|[^\s\"]+))*)")
 _PAIR = re.compile(r" ([a-z_]+)=(\"(?:[^\"\\]|\\.)*\"|[^\s\"]+)")
 
 
-def format_line(event: str, fields: Mapping[str, Any], *, severity: str = "INFO") -> str:
-    """The JSON text of one line (no newline). `fields` values must be JSON scalars."""
+def format_line(event: str, fields: Mapping[str, Any], *, severity: str = "INFO", key: str | None = None) -> str:
+    """The JSON text of one line (no newline), signed with `key` when there is one. `fields`
+    values must be JSON scalars."""
     record = {"v": VERSION, "event": event, **fields}
+    if key:
+        parsed = _record(record)
+        if parsed is not None:
+            fields = {**fields, SIGNATURE: signature(parsed, key)}
+            record[SIGNATURE] = fields[SIGNATURE]
     pairs = " ".join(f"{k}={json.dumps(v)}" for k, v in fields.items())
     message = f"{TAG} {event} {pairs}".rstrip()
     return json.dumps({"severity": severity, "message": message, KEY: record}, separators=(",", ":"))
@@ -111,11 +128,29 @@ class KitRecord:
     total_steps: int | None = None  # run_started, progress: the steps the run plans, when known
     steps_per_second: float | None = None  # progress: since the previous progress line
     reason: str | None = None  # checkpoint_kept: why the save was not redone
+    sig: str | None = None  # HMAC-SHA256 of `signed_bytes`, hex: see the module docstring
     fields: Mapping[str, Any] = field(default_factory=dict, compare=False)  # everything, as sent
 
     def dedupe_key(self) -> tuple[Any, ...]:
         """Equal for the same line delivered twice; different for distinct runs and events."""
         return (self.request_id, self.attempt, self.job_id, self.run, self.event, self.step, self.time)
+
+
+def signed_bytes(record: KitRecord) -> bytes:
+    """The canonical encoding a signature covers: every typed field but the signature itself."""
+    values = [record.event] + [getattr(record, name) for name in _SIGNED_FIELDS]
+    return json.dumps(values, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+
+
+def signature(record: KitRecord, key: str) -> str:
+    return hmac.new(key.encode("utf-8"), signed_bytes(record), hashlib.sha256).hexdigest()
+
+
+def is_signed_with(record: KitRecord, key: str | None) -> bool:
+    """The line carries a signature made with `key` (False without a key or a signature)."""
+    if not key or not record.sig:
+        return False
+    return hmac.compare_digest(record.sig, signature(record, key))
 
 
 def parse_kit_line(payload: Any) -> KitRecord | None:
@@ -177,7 +212,8 @@ def _record(data: Mapping[str, Any]) -> KitRecord | None:
         values[name] = str(raw) if isinstance(raw, (str, int)) and not isinstance(raw, bool) else None
     if values["v"] is None:
         values["v"] = VERSION
-    return KitRecord(event=event, fields=dict(data), **values)
+    sig = data.get(SIGNATURE)
+    return KitRecord(event=event, fields=dict(data), sig=sig if isinstance(sig, str) else None, **values)
 
 
 def _as_int(value: Any) -> int | None:

@@ -10,6 +10,8 @@ SIGTERM came) and each decision reads the others' (a preempted run's exit, a kep
 
 Identity, from what spotjobs and Vertex put in the worker's environment:
 - `SPOTJOBS_REQUEST_ID`, `SPOTJOBS_ATTEMPT`: set by spotjobs' submit on every worker pool;
+- `SPOTJOBS_KIT_KEY`: the attempt's own key, set by submit too; the kit signs its lines with it
+  (spotjobs counts a line as evidence only if it is signed; unsigned, it only prompts a Vertex read);
 - `CLOUD_ML_JOB_ID`, `CLUSTER_SPEC` (`task.type` `workerpool0`..`workerpool3`, `task.index`;
   the primary replica is workerpool0 index 0), else `TF_CONFIG` (`chief`/`master` index 0);
 - `RANK` (torchrun, accelerate, Lightning): a process other than rank 0 of its replica is no
@@ -77,7 +79,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
@@ -96,6 +98,7 @@ from spotjobs_kit.lines import (
     CHECKPOINT_COMMITTED,
     CHECKPOINT_KEPT,
     CHECKPOINT_TORN,
+    KEY_ENV,
     PREEMPTED,
     PROGRESS,
     RUN_FAILED,
@@ -131,6 +134,7 @@ class Identity:
     task_type: str | None = None
     task_index: int | None = None
     process_rank: int | None = None  # RANK, set by torchrun and the launchers built on it
+    kit_key: str | None = field(default=None, repr=False)  # signs the lines; never printed
 
     @property
     def primary(self) -> bool:
@@ -170,6 +174,7 @@ class Identity:
             task_type=str(task["type"]) if task.get("type") is not None else None,
             task_index=int(index) if isinstance(index, int) or str(index).isdigit() else None,
             process_rank=int(rank) if rank.isdigit() else None,
+            kit_key=environ.get(KEY_ENV) or None,
         )
 
 
@@ -611,5 +616,6 @@ class Run:
                 **fields,
                 "time": _utc_now(),
             },
+            key=ident.kit_key,
         )
         write_line(line, self.stream)

@@ -1,0 +1,125 @@
+"""A job speaks only for itself (issue 32, item 1): on_job_event counts a kit line as evidence only
+if it is signed with the key of the attempt it names; any other kit line is a hint (a Vertex read).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from spotjobs_kit.lines import format_line
+
+from shared.delivery import Message
+from shared.errors import TransientError
+from shared.ledger.records import RequestRecord
+from shared.ledger.states import RequestStatus
+from shared.ledger.store import LedgerStore
+from shared.observe import EventOutcome, handle_job_event
+from tests.support.decisions import CapturedLog, FakePublisher, World, log_entry, make_settings
+from tests.support.vertex import FakeVertex
+
+RUNNING, SUCCEEDED = 3, 4
+
+
+@pytest.fixture
+def world(gcs_bucket) -> World:
+    # Settled at once: a success is decided on the kit lines already counted, with no wait.
+    settings = make_settings(gcs_bucket.name, SPOTJOBS_KIT_LINES_SETTLE_SECONDS="0")
+    return World(LedgerStore(gcs_bucket), FakeVertex(), FakePublisher(), settings)
+
+
+def deliver(world: World, data: bytes) -> EventOutcome:
+    return handle_job_event(
+        Message(data, "m-1"), CapturedLog().logger, settings=world.settings, ports=lambda: world.ports
+    )
+
+
+def kit_entry(job_name: str, event: str, run: int, key: str | None, *, request_id: str, **fields: object) -> bytes:
+    """A kit line in the job's log, as the sink publishes it: whoever wrote the entry chose every
+    field of it, the job id in its resource labels included."""
+    line = format_line(event, {"request_id": request_id, "attempt": 1, "run": run, **fields}, key=key)
+    entry = json.loads(log_entry(job_name, "", task="workerpool0-0"))
+    return json.dumps({**entry, "jsonPayload": json.loads(line)}).encode()
+
+
+def preempted_then_succeeded(world: World, job: str, key: str | None, request_id: str) -> RequestRecord:
+    """A run that started, got the SIGTERM and never finished, then Vertex's SUCCEEDED."""
+    deliver(world, kit_entry(job, "run_started", 0, key, request_id=request_id, resumed_step=0))
+    deliver(world, kit_entry(job, "preempted", 0, key, request_id=request_id, step=30))
+    world.vertex.set_state(job, SUCCEEDED)
+    deliver(world, log_entry(job, "Job completed successfully."))
+    record = world.ledger.get(request_id)
+    assert record is not None
+    return record
+
+
+def test_a_line_another_job_forged_for_a_victim_is_ignored(world: World) -> None:
+    """The issue's attack: the attacker's job reads the victim's job id (its run objects) and
+    writes a `preempted` line for it; the victim's SUCCEEDED was then taken for an incomplete
+    success and re-run. The attacker holds its own attempt's key, not the victim's."""
+    _, victim_job = world.submitted("victim", state=RUNNING)
+    world.submitted("attacker", state=RUNNING)
+    attacker_key = world.kit_key("attacker")
+
+    record = preempted_then_succeeded(world, victim_job, attacker_key, "victim")
+
+    assert record.status == RequestStatus.SUCCEEDED and record.requeue is None
+    assert record.attempts[0].preemptions == 0 and not record.markers
+    assert world.publisher.on("job-requests") == [] and world.publisher.on("ops-alerts") == []
+
+
+def test_a_line_signed_with_its_attempts_key_counts_without_a_vertex_read(world: World) -> None:
+    _, job = world.submitted(state=RUNNING)
+    gets = world.vertex.gets
+
+    record = preempted_then_succeeded(world, job, world.kit_key(), "req-1")
+
+    assert world.vertex.gets == gets + 1  # only for the service line
+    assert record.attempts[0].preemptions == 1
+    assert record.status == RequestStatus.REQUEUED and record.requeue.attempt == 2
+    [alert] = world.publisher.on("ops-alerts")
+    assert alert.data["kind"] == "incomplete_success"
+
+
+def test_an_unsigned_line_of_an_old_kit_is_a_hint_that_reads_the_job(world: World) -> None:
+    _, job = world.submitted(state=RUNNING)
+    world.vertex.set_state(job, SUCCEEDED)
+    gets = world.vertex.gets
+
+    outcome = deliver(world, kit_entry(job, "preempted", 0, None, request_id="req-1", step=30))
+
+    assert outcome == EventOutcome.OBSERVED and world.vertex.gets == gets + 1
+    record = world.ledger.get("req-1")
+    assert record.status == RequestStatus.SUCCEEDED  # decided on Vertex's word alone
+    assert record.attempts[0].preemptions == 0 and not record.markers
+
+
+def test_a_signed_line_altered_after_signing_is_only_a_hint(world: World) -> None:
+    _, job = world.submitted(state=RUNNING)
+    signed = json.loads(kit_entry(job, "run_started", 0, world.kit_key(), request_id="req-1", resumed_step=0))
+    signed["jsonPayload"]["spotjobs_kit"]["run"] = 5  # "runs 0..4 ended": five preemptions
+    gets = world.vertex.gets
+
+    deliver(world, json.dumps(signed).encode())
+
+    assert world.vertex.gets == gets + 1
+    assert world.ledger.get("req-1").attempts[0].preemptions == 0
+
+
+def test_only_a_signed_line_of_a_job_not_indexed_yet_is_waited_for(world: World) -> None:
+    """A run's first line may come before submit indexes its job: it is redelivered. A forged line
+    naming an attempt being created is not worth a redelivery: it is acknowledged as foreign."""
+    world.submitted(state=RUNNING)
+    world.submitted("attacker", state=RUNNING)
+
+    def being_created(current: RequestRecord) -> RequestRecord:
+        current.attempts[0].job = None  # claimed, its create under way
+        return current
+
+    world.ledger.update("req-1", being_created)
+    job = world.vertex.add("req-1", 1)  # created, not indexed yet
+
+    forged = kit_entry(job, "run_started", 0, world.kit_key("attacker"), request_id="req-1", resumed_step=0)
+    assert deliver(world, forged) == EventOutcome.FOREIGN
+    with pytest.raises(TransientError, match="not indexed yet"):
+        deliver(world, kit_entry(job, "run_started", 0, world.kit_key(), request_id="req-1", resumed_step=0))
