@@ -54,7 +54,7 @@ from pathlib import Path
 
 from shared.deciding.deadline import Action, Placement, Rule, Situation, Work, decide_deadline
 from shared.fleet.estimate import CapacityEstimate, estimate
-from shared.fleet.observations import Kind, Observation
+from shared.fleet.observations import FleetFact, Kind
 from shared.fleet.placement import Candidate, Job, Move, choose_location
 
 DEFAULT_TRACES = Path(__file__).with_name("traces") / "gcp-h100"
@@ -156,10 +156,10 @@ class Attempt:
 class Fleet:
     """The fleet's observations, as production would record them, and the estimates of a tick."""
 
-    observations: list[Observation] = field(default_factory=list)
+    observations: list[FleetFact] = field(default_factory=list)
     cache: dict[tuple[int, str], CapacityEstimate] = field(default_factory=dict)
 
-    def note(self, observation: Observation) -> None:
+    def note(self, observation: FleetFact) -> None:
         self.observations.append(observation)
         self.cache.clear()
 
@@ -371,7 +371,7 @@ def _region(setup: Setup, job: Attempt) -> Region:
 
 def _obs(fleet: Fleet, setup: Setup, job: Attempt, kind: Kind, tick: int, seconds: float = 0.0, index: int = 0) -> None:
     fleet.note(
-        Observation(
+        FleetFact(
             kind,
             _region(setup, job).name,
             at(job.start + tick, setup),

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from shared.fleet.observations import Kind, Observation
+from shared.fleet.observations import FleetFact, Kind
 
 HALF_LIFE_SECONDS = 3600.0
 OPEN_WAIT_GRACE_SECONDS = 900.0
@@ -65,10 +65,10 @@ class CapacityEstimate:
         }
 
 
-def estimate(observations: Iterable[Observation], location: str, now: datetime) -> CapacityEstimate:
+def estimate(observations: Iterable[FleetFact], location: str, now: datetime) -> CapacityEstimate:
     """The estimate for `location` from the class's observations (any location's may be passed)."""
     here = [o for o in observations if o.location == location and o.at is not None and o.at <= now]
-    by_attempt: dict[str, list[Observation]] = {}
+    by_attempt: dict[str, list[FleetFact]] = {}
     for o in here:
         by_attempt.setdefault(o.attempt_key, []).append(o)
     evidence: list[tuple[float, float]] = []  # (age in seconds, 1 capacity / 0 none)
@@ -127,7 +127,7 @@ def estimate(observations: Iterable[Observation], location: str, now: datetime) 
     )
 
 
-def _restart_waits(attempts: Iterable[list[Observation]], now: datetime) -> float:
+def _restart_waits(attempts: Iterable[list[FleetFact]], now: datetime) -> float:
     """The time attempts spent waiting between a preemption and the restart that followed it (or
     now), counted out of their time on Spot."""
     total = 0.0
@@ -141,7 +141,7 @@ def _restart_waits(attempts: Iterable[list[Observation]], now: datetime) -> floa
     return total
 
 
-def estimates(observations: Sequence[Observation], now: datetime) -> dict[str, CapacityEstimate]:
+def estimates(observations: Sequence[FleetFact], now: datetime) -> dict[str, CapacityEstimate]:
     """One estimate per location seen."""
     return {loc: estimate(observations, loc, now) for loc in sorted({o.location for o in observations})}
 

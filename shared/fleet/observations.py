@@ -83,7 +83,7 @@ class MachineClass:
 
 
 @dataclass(frozen=True)
-class Observation:
+class FleetFact:
     kind: Kind
     location: str
     at: datetime | None  # None: when it was first recorded (set by `stamped`)
@@ -96,7 +96,7 @@ class Observation:
     def key(self) -> tuple[str, str, int]:
         return (self.attempt_key, self.kind.value, self.index)
 
-    def stamped(self, now: datetime) -> Observation:
+    def stamped(self, now: datetime) -> FleetFact:
         return self if self.at is not None else replace(self, at=now)
 
 
@@ -113,9 +113,9 @@ class Reading:
     runs_started: Callable[[RequestRecord, int], set[int]] = lambda record, n: set()
 
 
-def observations_of(record: RequestRecord, reading: Reading = Reading()) -> list[Observation]:
+def observations_of(record: RequestRecord, reading: Reading = Reading()) -> list[FleetFact]:
     """Every fact the record's attempts with a job tell (see the module docstring)."""
-    found: list[Observation] = []
+    found: list[FleetFact] = []
     for attempt in record.attempts:
         if attempt.job:
             key = attempt_key(record.request_id, attempt.n)
@@ -123,35 +123,35 @@ def observations_of(record: RequestRecord, reading: Reading = Reading()) -> list
             if attempt.strategy == SPOT:
                 restarts = sorted(r for r in reading.runs_started(record, attempt.n) if r > 0)
                 found.extend(
-                    Observation(Kind.RESTART, attempt.location, None, attempt_key=key, index=r) for r in restarts
+                    FleetFact(Kind.RESTART, attempt.location, None, attempt_key=key, index=r) for r in restarts
                 )
     return found
 
 
-def _of_attempt(attempt: Attempt, key: str, is_stockout: Callable[[str], bool]) -> list[Observation]:
+def _of_attempt(attempt: Attempt, key: str, is_stockout: Callable[[str], bool]) -> list[FleetFact]:
     # Its create time as Vertex gave it; a job found after the fact may lack one: its claim.
     created = parse_iso(attempt.created_at or attempt.claimed_at)
     started = parse_iso(attempt.started_at) if attempt.started_at else None
     ended = parse_iso(attempt.ended_at) if attempt.ended_at else None
     loc = attempt.location
-    out: list[Observation] = []
+    out: list[FleetFact] = []
     if attempt.strategy != SPOT:
         if started is not None:
-            out.append(Observation(Kind.CHANGEOVER, loc, started, _seconds(created, started), attempt_key=key))
+            out.append(FleetFact(Kind.CHANGEOVER, loc, started, _seconds(created, started), attempt_key=key))
     elif started is None:
-        out.append(Observation(Kind.WAITING, loc, created, attempt_key=key))
+        out.append(FleetFact(Kind.WAITING, loc, created, attempt_key=key))
         if ended is not None or attempt.outcome is not None:
             end = ended or created
-            out.append(Observation(Kind.NO_CAPACITY, loc, end, _seconds(created, end), attempt_key=key))
+            out.append(FleetFact(Kind.NO_CAPACITY, loc, end, _seconds(created, end), attempt_key=key))
     else:
-        out.append(Observation(Kind.WAIT, loc, started, _seconds(created, started), attempt_key=key))
+        out.append(FleetFact(Kind.WAIT, loc, started, _seconds(created, started), attempt_key=key))
         preemptions = max(attempt.preemptions, 1 if attempt.preemptions_unknown else 0)
-        out.extend(Observation(Kind.PREEMPT, loc, None, attempt_key=key, index=i) for i in range(preemptions))
+        out.extend(FleetFact(Kind.PREEMPT, loc, None, attempt_key=key, index=i) for i in range(preemptions))
         if ended is not None:
-            out.append(Observation(Kind.RUN, loc, ended, _seconds(started, ended), preemptions, attempt_key=key))
+            out.append(FleetFact(Kind.RUN, loc, ended, _seconds(started, ended), preemptions, attempt_key=key))
     error = attempt.error or {}
     if error and (error.get("code") == STOCKOUT_CODE or is_stockout(str(error.get("message") or ""))):
-        out.append(Observation(Kind.STOCKOUT, loc, ended, attempt_key=key))
+        out.append(FleetFact(Kind.STOCKOUT, loc, ended, attempt_key=key))
     return out
 
 

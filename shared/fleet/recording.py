@@ -8,7 +8,7 @@ from datetime import datetime
 
 from shared.errors import is_retryable
 from shared.fleet import store
-from shared.fleet.observations import Kind, MachineClass, Observation, Reading, observations_of
+from shared.fleet.observations import FleetFact, Kind, MachineClass, Reading, observations_of
 from shared.ledger.records import RequestRecord
 from shared.log import Logger
 from shared.wiring import Ports
@@ -21,7 +21,7 @@ def fleet_facts(record: RequestRecord, reading: Reading) -> FleetFacts:
     return frozenset(o.key for o in observations_of(record, reading))
 
 
-def new_facts(before: FleetFacts | None, after: RequestRecord, reading: Reading, now: datetime) -> list[Observation]:
+def new_facts(before: FleetFacts | None, after: RequestRecord, reading: Reading, now: datetime) -> list[FleetFact]:
     """What the decision added, and the open waits again: submit records the create outside any
     decision, so a wait is first seen open by the decision after it (written once: create-once)."""
     known = before or frozenset()
@@ -43,7 +43,7 @@ def note_fleet(ports: Ports, before: FleetFacts | None, after: RequestRecord, re
     from shared.ledger.run_lock import ledger_bucket
 
     try:
-        store.record(ledger_bucket(ports.ledger), machine_class, facts)
+        store.write_facts(ledger_bucket(ports.ledger), machine_class, facts)
     except Exception as exc:
         if not (is_retryable(exc) or isinstance(exc, GoogleAPICallError)):
             raise

@@ -5,7 +5,7 @@ it there) and a decision reads a class's window in one listing (a page per thous
     fleet/<class key>/<location>/<kind>~<epoch seconds>~<seconds>~<count>~<attempt key>~<index>
 
 A lifecycle rule deletes them `RETENTION_DAYS` after their creation (terraform/storage.tf); the
-reader keeps only the last `WINDOW_SECONDS`, so what is read is bounded by what a class's fleet
+reader keeps only the last `ESTIMATE_WINDOW_SECONDS`, so what is read is bounded by what a class's fleet
 does in a window (docs/placement.md, "Observations")."""
 
 from __future__ import annotations
@@ -14,30 +14,30 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from shared.fleet.observations import Kind, MachineClass, Observation, epoch
+from shared.fleet.observations import FleetFact, Kind, MachineClass, epoch
 
 if TYPE_CHECKING:
     from google.cloud.storage import Bucket
 
 FLEET_PREFIX = "fleet/"
-WINDOW_SECONDS = 7 * 24 * 3600.0  # what the estimate weighs: a week of the fleet's history
+ESTIMATE_WINDOW_SECONDS = 7 * 24 * 3600.0  # what the estimate weighs: a week of the fleet's history
 RETENTION_DAYS = 8  # the lifecycle rule's age: a day past the window
 PAGE = 1000
 
 
-def object_name(machine_class: MachineClass, observation: Observation) -> str:
+def object_name(machine_class: MachineClass, observation: FleetFact) -> str:
     o = observation
     at = epoch(o.at) if o.at is not None else 0
     fact = f"{o.kind.value}~{at}~{round(o.seconds)}~{o.count}~{o.attempt_key}~{o.index}"
     return f"{FLEET_PREFIX}{machine_class.key}/{o.location}/{fact}"
 
 
-def parse_name(name: str) -> tuple[MachineClass, Observation] | None:
+def parse_name(name: str) -> tuple[MachineClass, FleetFact] | None:
     """The observation a name holds; None for a name not of this format."""
     try:
         _, class_key, location, fact = name.split("/", 3)
         kind, at, seconds, count, key, index = fact.split("~")
-        observation = Observation(
+        observation = FleetFact(
             Kind(kind),
             location,
             datetime.fromtimestamp(int(at), UTC),
@@ -51,7 +51,7 @@ def parse_name(name: str) -> tuple[MachineClass, Observation] | None:
         return None
 
 
-def record(bucket: Bucket, machine_class: MachineClass, observations: Iterable[Observation]) -> int:
+def write_facts(bucket: Bucket, machine_class: MachineClass, observations: Iterable[FleetFact]) -> int:
     """Create each observation's object once; how many were new."""
     from google.api_core.exceptions import PreconditionFailed
 
@@ -68,8 +68,8 @@ def record(bucket: Bucket, machine_class: MachineClass, observations: Iterable[O
 
 
 def read(
-    bucket: Bucket, machine_class: MachineClass, now: datetime, window_seconds: float = WINDOW_SECONDS
-) -> list[Observation]:
+    bucket: Bucket, machine_class: MachineClass, now: datetime, window_seconds: float = ESTIMATE_WINDOW_SECONDS
+) -> list[FleetFact]:
     """The class's observations of the window, every location, in one listing."""
     since = now - timedelta(seconds=window_seconds)
     blobs = bucket.client.list_blobs(

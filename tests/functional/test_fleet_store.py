@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from shared.fleet import store
-from shared.fleet.observations import Kind, MachineClass, Observation
+from shared.fleet.observations import FleetFact, Kind, MachineClass
 from spotjobs.cli.fleet import fleet_rows
 
 NOW = datetime(2026, 12, 2, 12, tzinfo=UTC)
@@ -17,13 +17,13 @@ A100 = MachineClass("a2-highgpu-1g", "NVIDIA_TESLA_A100", 1)
 
 def test_facts_round_trip_through_the_bucket(gcs_bucket) -> None:
     facts = [
-        Observation(Kind.WAIT, "us-east4", NOW - timedelta(minutes=90), 600.0, attempt_key="k-1"),
-        Observation(Kind.PREEMPT, "us-east4", NOW - timedelta(minutes=30), attempt_key="k-1"),
-        Observation(Kind.WAITING, "us-central1", NOW - timedelta(minutes=60), attempt_key="k-2"),
+        FleetFact(Kind.WAIT, "us-east4", NOW - timedelta(minutes=90), 600.0, attempt_key="k-1"),
+        FleetFact(Kind.PREEMPT, "us-east4", NOW - timedelta(minutes=30), attempt_key="k-1"),
+        FleetFact(Kind.WAITING, "us-central1", NOW - timedelta(minutes=60), attempt_key="k-2"),
     ]
-    assert store.record(gcs_bucket, H100, facts) == 3
-    assert store.record(gcs_bucket, H100, facts) == 0
-    store.record(gcs_bucket, A100, [Observation(Kind.WAIT, "us-central1", NOW, 60.0, attempt_key="k-3")])
+    assert store.write_facts(gcs_bucket, H100, facts) == 3
+    assert store.write_facts(gcs_bucket, H100, facts) == 0
+    store.write_facts(gcs_bucket, A100, [FleetFact(Kind.WAIT, "us-central1", NOW, 60.0, attempt_key="k-3")])
 
     assert [c.key for c in store.classes(gcs_bucket)] == [A100.key, H100.key]
     read = store.read(gcs_bucket, H100, NOW)

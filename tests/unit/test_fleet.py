@@ -11,7 +11,7 @@ import pytest
 
 from shared.fleet import store
 from shared.fleet.estimate import OPEN_WAIT_GRACE_SECONDS, estimate
-from shared.fleet.observations import Kind, MachineClass, Observation, Reading, observations_of
+from shared.fleet.observations import FleetFact, Kind, MachineClass, Reading, observations_of
 from shared.fleet.recording import fleet_facts, new_facts
 from shared.ledger.records import Attempt, RequestRecord
 
@@ -46,7 +46,7 @@ def spot(n: int = 1, **fields: Any) -> Attempt:
     return Attempt(n, "us-east4", "SPOT", claimed_at=at(0), job=f"j{n}", created_at=at(0), **fields)
 
 
-def kinds(observations: list[Observation]) -> list[tuple[str, float, int]]:
+def kinds(observations: list[FleetFact]) -> list[tuple[str, float, int]]:
     return sorted((o.kind.value, o.seconds, o.index) for o in observations)
 
 
@@ -126,12 +126,12 @@ class Bucket:
 def test_each_fact_is_written_once_and_a_window_is_read_in_one_listing() -> None:
     bucket = Bucket()
     facts = [
-        Observation(Kind.WAIT, "us-east4", T0, 1800.0, attempt_key="k-1"),
-        Observation(Kind.PREEMPT, "us-east4", T0 + timedelta(hours=2), attempt_key="k-1"),
-        Observation(Kind.NO_CAPACITY, "europe-west3", T0 - timedelta(days=9), 600.0, attempt_key="k-2"),
+        FleetFact(Kind.WAIT, "us-east4", T0, 1800.0, attempt_key="k-1"),
+        FleetFact(Kind.PREEMPT, "us-east4", T0 + timedelta(hours=2), attempt_key="k-1"),
+        FleetFact(Kind.NO_CAPACITY, "europe-west3", T0 - timedelta(days=9), 600.0, attempt_key="k-2"),
     ]
-    assert store.record(bucket, H100, facts) == 3
-    assert store.record(bucket, H100, facts) == 0  # a redelivery: every name is there
+    assert store.write_facts(bucket, H100, facts) == 3
+    assert store.write_facts(bucket, H100, facts) == 0  # a redelivery: every name is there
     assert len(bucket.names) == 3
     read = store.read(bucket, H100, T0 + timedelta(hours=3))
     assert bucket.listings == 1
@@ -142,8 +142,8 @@ def test_each_fact_is_written_once_and_a_window_is_read_in_one_listing() -> None
 
 def observation(
     kind: Kind, minutes_ago: float, key: str, seconds: float = 0.0, location: str = "us-east4"
-) -> Observation:
-    return Observation(kind, location, NOW - timedelta(minutes=minutes_ago), seconds, attempt_key=key)
+) -> FleetFact:
+    return FleetFact(kind, location, NOW - timedelta(minutes=minutes_ago), seconds, attempt_key=key)
 
 
 NOW = T0 + timedelta(days=1)
@@ -183,7 +183,7 @@ def test_the_mean_lifetime_is_the_time_on_spot_over_the_preemptions() -> None:
         observation(Kind.WAIT, 300, "a"),
         observation(Kind.PREEMPT, 240, "a"),
         observation(Kind.PREEMPT, 100, "a"),
-        Observation(Kind.RUN, "us-east4", NOW - timedelta(minutes=60), 12000.0, 2, "a"),
+        FleetFact(Kind.RUN, "us-east4", NOW - timedelta(minutes=60), 12000.0, 2, "a"),
         observation(Kind.WAIT, 30, "b"),  # running: 30 more minutes on Spot, no preemption yet
     ]
     found = estimate(facts, "us-east4", NOW)
@@ -193,7 +193,7 @@ def test_the_mean_lifetime_is_the_time_on_spot_over_the_preemptions() -> None:
 
 
 def test_the_lifecycle_rule_outlives_the_window() -> None:
-    assert store.RETENTION_DAYS * 86400 > store.WINDOW_SECONDS
+    assert store.RETENTION_DAYS * 86400 > store.ESTIMATE_WINDOW_SECONDS
 
 
 def test_spotjobs_fleet_shows_each_class_and_location() -> None:
@@ -231,7 +231,7 @@ def test_the_share_of_time_with_capacity_counts_waits_and_restart_waits_against_
         observation(Kind.WAIT, 240, "a", seconds=1800),  # waited 30 min, then ran from 4 h ago
         observation(Kind.PREEMPT, 180, "a"),
         observation(Kind.RESTART, 120, "a"),  # an hour without capacity
-        Observation(Kind.RUN, "us-east4", NOW, 4 * 3600.0, 1, "a"),
+        FleetFact(Kind.RUN, "us-east4", NOW, 4 * 3600.0, 1, "a"),
     ]
     found = estimate(facts, "us-east4", NOW)
     on_spot, waited, prior = 3 * 3600, 1800 + 3600, 3600
