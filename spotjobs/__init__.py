@@ -21,6 +21,7 @@ request this API accepts is a request submit_job accepts under the same settings
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -194,6 +195,9 @@ def cancel(
     from shared.ledger.store import LedgerStore
 
     settings = settings or _settings()
+    # As the functions' client (shared/adapters/clients.py): no bucket metadata read, which a
+    # canceller is not granted (the ledger's records are all it may touch).
+    os.environ.setdefault("DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA", "true")
     client = storage.Client(project=project or settings.project)
     who = by or caller_identity()
     swapped = LedgerStore(client.bucket(settings.state_bucket)).swap(
@@ -214,7 +218,6 @@ def caller_identity() -> str:
     tokeninfo, which names it when the token has the email scope:
     https://hexdocs.pm/google_api_o_auth2/api-reference.html, Tokeninfo)."""
     import getpass
-    import os
 
     local = getpass.getuser()
     if os.environ.get("STORAGE_EMULATOR_HOST"):

@@ -122,14 +122,14 @@ def record_job(
 
 def mark_create_sent(current: RequestRecord | None, *, n: int, claimed_at: str, now: datetime) -> RequestRecord | None:
     """Note that the create of attempt n is being sent now, by the holder of the claim made at
-    `claimed_at`; None (write nothing) if the claim was taken over, the job recorded or the request
-    cancelled meanwhile.
+    `claimed_at`; None (write nothing) if the claim was taken over, the job recorded or the attempt
+    ended meanwhile (a cancel ends an attempt that has not sent its create).
     A delivery that later takes the claim over and finds no job by its labels knows a create may
     be hidden by a lagging list."""
     attempt = current.attempt(n) if current else None
     if current is None or attempt is None or attempt.job is not None or attempt.outcome:
         return None
-    if attempt.claimed_at != claimed_at or current.cancel is not None:
+    if attempt.claimed_at != claimed_at:
         return None
     attempt.create_sent_at = iso(now)
     return current
