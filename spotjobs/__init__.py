@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from shared.errors import InvalidRequest, Violation
 
 if TYPE_CHECKING:
+    from shared.ledger.store import LedgerStore
     from shared.settings import Settings
 
 __all__ = [
@@ -181,28 +182,30 @@ def cancel(
     by: str | None = None,
     project: str | None = None,
     settings: Settings | None = None,
+    ledger: LedgerStore | None = None,
 ) -> CancelOutcome:
     """Cancel a request: its intent is recorded in the ledger (once, under compare-and-swap), and
     from then on no attempt of it is created; its live job is cancelled by the functions, and it
     ends CANCELLED once Vertex reports that job ended (at once when none runs). Its checkpoints
-    stay (`spotjobs resubmit` resumes from them). `by` defaults to the caller's account.
+    stay (`spotjobs resubmit` resumes from them). `by` defaults to the caller's account; `ledger`
+    to the state bucket's, through Google Cloud (or the emulator).
 
     Needs the role on the state bucket's `requests/` prefix that Terraform grants `cancellers`."""
-    from google.cloud import storage
-
     from shared.clock import utcnow
     from shared.ledger.cancelling import cancel_request
     from shared.ledger.store import LedgerStore
 
-    settings = settings or _settings()
-    # As the functions' client (shared/adapters/clients.py): no bucket metadata read, which a
-    # canceller is not granted (the ledger's records are all it may touch).
-    os.environ.setdefault("DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA", "true")
-    client = storage.Client(project=project or settings.project)
+    if ledger is None:
+        from google.cloud import storage
+
+        settings = settings or _settings()
+        # As the functions' client (shared/adapters/clients.py): no bucket metadata read, which a
+        # canceller is not granted (the ledger's records are all it may touch).
+        os.environ.setdefault("DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA", "true")
+        client = storage.Client(project=project or settings.project)
+        ledger = LedgerStore(client.bucket(settings.state_bucket))
     who = by or caller_identity()
-    swapped = LedgerStore(client.bucket(settings.state_bucket)).swap(
-        request_id, lambda current: cancel_request(current, by=who, reason=reason, now=utcnow())
-    )
+    swapped = ledger.swap(request_id, lambda current: cancel_request(current, by=who, reason=reason, now=utcnow()))
     record = swapped.value
     return CancelOutcome(
         request_id,
