@@ -17,7 +17,7 @@ from typing import Any
 from shared.alerts import Alert, AlertKind
 from shared.clock import iso, now_iso, parse_iso
 from shared.errors import TransientError, Violation
-from shared.ledger.cancelling import is_live
+from shared.ledger.cancelling import is_live, settle_cancel
 from shared.ledger.records import Attempt, RequestRecord, alert_marker
 from shared.ledger.states import AttemptOutcome, RequestStatus
 from shared.requests.attempts import plan_attempt
@@ -174,6 +174,8 @@ def fail_attempt(
     attempt.outcome = AttemptOutcome.FAILED
     attempt.error = error
     attempt.ended_at = iso(now)
+    if settle_cancel(current, now):  # cancelled while its create was on its way: nothing to alert
+        return current
     current.status = RequestStatus.FAILED
     current.finished_at = iso(now)
     if current.mark(alert_marker(AlertKind.SUBMIT_FAILED, n)):

@@ -12,7 +12,7 @@ from shared.clock import iso
 from shared.deciding.decisions import Observation, decide
 from shared.jobs import JobState
 from shared.ledger.cancelling import CancelResult, cancel_request, end_unsent_claim
-from shared.ledger.claims import claim_attempt, mark_create_sent, record_job
+from shared.ledger.claims import claim_attempt, fail_attempt, mark_create_sent, record_job
 from shared.ledger.records import Attempt, RequestRecord, Requeue
 from shared.ledger.states import AttemptOutcome, RequestStatus, check_transition
 from tests.support.decide import JOB1, NOW, POLICY, at, job, make_record
@@ -79,6 +79,13 @@ def test_a_claim_whose_create_was_sent_waits_for_its_job_and_that_job_is_cancell
     # Reconcile's lookup after the lease found no job instead: the attempt ends, the request too.
     unsent = end_unsent_claim(copy.deepcopy(record), n=1, claimed_at=at(0), now=NOW)
     assert unsent.status is RequestStatus.CANCELLED and unsent.attempts[0].outcome is AttemptOutcome.CANCELLED
+
+
+def test_a_create_refused_after_the_cancel_ends_the_request_cancelled_without_an_alert() -> None:
+    record = cancelled(claimed(create_sent=True))
+    refused = fail_attempt(copy.deepcopy(record), n=1, error={"code": 3, "message": "no"}, now=NOW, reason="refused")
+    assert refused.status is RequestStatus.CANCELLED and refused.pending_alerts == []
+    assert refused.attempts[0].outcome is AttemptOutcome.FAILED
 
 
 def test_no_message_claims_an_attempt_of_a_cancelled_request() -> None:
