@@ -5,6 +5,7 @@ is cancelled, and it ends CANCELLED once Vertex reports that job ended."""
 
 from __future__ import annotations
 
+import getpass
 import json
 import threading
 from dataclasses import replace
@@ -175,11 +176,11 @@ def test_a_claim_held_when_the_cancel_lands_never_sends_its_create(world: World)
 
 
 def test_a_claim_whose_create_never_landed_ends_cancelled_after_its_lease(world: World) -> None:
-    world.submitted("run-1", state=RUNNING)
+    _, job = world.submitted("run-1", state=RUNNING)
     sent = iso(datetime.now(UTC) - timedelta(seconds=world.settings.claim_lease_seconds + 1))
     attempt = Attempt(1, "us-central1", "SPOT", claimed_at=sent, create_sent_at=sent)
     world.rewrite("run-1", lambda r: (setattr(r, "attempts", [attempt]), setattr(r, "status", RequestStatus.CLAIMED)))
-    world.vertex.forget(world.ledger.get("run-1").attempt(1).job or next(iter(world.vertex.jobs)))
+    world.vertex.forget(job)  # its create never landed
     cancel(world)
     run_reconcile(world.ports, CapturedLog().logger)  # looks it up, finds none, re-publishes nothing
     assert world.ledger.get("run-1").status is RequestStatus.CANCELLED
@@ -224,27 +225,31 @@ def test_a_job_cancelled_by_hand_at_vertex_stops_every_path(world: World) -> Non
     assert created(world) == 1 and world.publisher.on("job-requests") == []
 
 
-def test_the_cli_says_already_cancelled_finished_or_unknown_with_its_exit_status(world: World, capsys) -> None:
+def test_the_cli_says_already_cancelled_finished_or_unknown_with_its_exit_status(
+    world: World, capsys, monkeypatch
+) -> None:
+    from shared.settings import get_settings
+
     world.submitted("run-1", state=RUNNING)
     done, job = world.submitted("run-2", state=RUNNING)
     world.vertex.set_state(job, 4)
     run_reconcile(world.ports, CapturedLog().logger)
     assert world.ledger.get("run-2").status is RequestStatus.SUCCEEDED
-    env = {"SPOTJOBS_STATE_BUCKET": world.settings.state_bucket, "GOOGLE_CLOUD_PROJECT": world.settings.project}
-    with pytest.MonkeyPatch.context() as patch:
-        for key, value in env.items():
-            patch.setenv(key, value)
-        from shared.settings import get_settings
-
-        get_settings.cache_clear() if hasattr(get_settings, "cache_clear") else None
+    monkeypatch.setenv("SPOTJOBS_STATE_BUCKET", world.settings.state_bucket)
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", world.settings.project)
+    get_settings.cache_clear()  # the command reads its settings from this environment
+    try:
         assert main(["cancel", "run-1", "--reason", "wrong data"]) == 0
         assert main(["cancel", "run-1"]) == 0
         assert main(["cancel", "run-2"]) == 1
         assert main(["cancel", "nope"]) == 1
+    finally:
+        get_settings.cache_clear()
     out, err = capsys.readouterr()
     assert "run-1: cancel recorded" in out and "run-1: already cancelled" in out
     assert "run-2: already finished (SUCCEEDED)" in err and "nope: no such request" in err
-    assert world.ledger.get("run-1").cancel.reason == "wrong data"
+    intent = world.ledger.get("run-1").cancel
+    assert (intent.by, intent.reason) == (getpass.getuser(), "wrong data")  # the local user, locally
 
 
 # The storage permissions a recorded call needs (https://cloud.google.com/storage/docs/access-control/iam-json,
