@@ -41,7 +41,7 @@ def note_create_sent(record: RequestRecord, attempt: Attempt, log: Logger, ports
         lambda current: mark_create_sent(current, n=attempt.n, claimed_at=attempt.claimed_at, now=ports.clock()),
     )
     ours = stored.attempt(attempt.n) if stored else None
-    if ours is None or ours.claimed_at != attempt.claimed_at or ours.job is not None:
+    if ours is None or ours.claimed_at != attempt.claimed_at or ours.job is not None or ours.outcome is not None:
         log.warning("the claim changed hands before the create; not sending it", event="claim_lost")
         raise ClaimInProgress(f"attempt {attempt.n} of {record.request_id} is no longer ours")
 

@@ -19,13 +19,14 @@ import threading
 from collections import defaultdict
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from shared.adapters.vertex import cancel_job, list_unfinished_jobs, parent_path
+from shared.adapters.vertex import cancel_job, canceller, list_unfinished_jobs, parent_path
 from shared.clock import iso
 from shared.deciding.applying import apply_observation
 from shared.deciding.decisions import Observation
+from shared.deciding.outbox import send_cancels
 from shared.deciding.strays import alert_stray, is_stray
 from shared.jobs import LABEL_ATTEMPT, LABEL_REQUEST_ID, JobSnapshot
 from shared.ledger.claims import record_job
@@ -58,7 +59,7 @@ def adopt_job(ports: Ports, request_id: str, n: int, location: str, job: CustomJ
     then record it (once, under compare-and-swap). An attempt that already records another job
     means the claim protocol failed: `job` is cancelled as a stray, with an ERROR line. A caller
     that found the job then decides on its state (`observe_adopted`): its log events may have come while
-    it was not indexed and been dropped."""
+    it was not indexed and been dropped. A job of a cancelled request is cancelled at once."""
     snapshot = JobSnapshot.of(job)
     ports.ledger.index_job(JobIndexEntry(request_id, n, location, job.name))
     created_at = snapshot.create_time or iso(ports.clock())
@@ -76,6 +77,10 @@ def adopt_job(ports: Ports, request_id: str, n: int, location: str, job: CustomJ
         )
         _cancel_second_job(ports, swapped.value, job, log)
         return Adoption(recorded.job, False, snapshot)
+    if swapped.wrote and recorded is not None and recorded.cancel_pending:
+        # Created by a submit in flight when the request's cancel landed: cancelled when found.
+        sender = replace(ports, cancel_job=ports.cancel_job or canceller(ports.job_service))
+        send_cancels(sender, swapped.value, log, ours=True, now=ports.clock())
     return Adoption(job.name, swapped.wrote, snapshot)
 
 
@@ -200,4 +205,5 @@ def cancel_stray(ports: Ports, record: RequestRecord, job: CustomJob, log: Logge
         attempt=int(job.labels.get(LABEL_ATTEMPT, "0") or 0),
         job=job.name,
     )
-    alert_stray(ports, record, job, log)
+    if record.cancel is None:  # a cancelled request's late job is what its cancel asked to stop
+        alert_stray(ports, record, job, log)

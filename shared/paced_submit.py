@@ -180,7 +180,7 @@ def create_waiting(entry: Waiting, log: Logger, ports: Ports, steps: SubmitSteps
         # A create may be out (a claim handed back to the line has none noted).
         lease_bound = bool(record.attempt(entry.attempt).create_sent_at)
         claim = steps.claim(record.request, entry.attempt, log, ports)
-        if claim.kind == "duplicate" or claim.attempt is None:
+        if not claim.writes or claim.attempt is None:  # handled before, or the request cancelled
             return SETTLED
         waited_for = _seconds_since(ports, claim.attempt.waiting_since)
         lease_bound = True  # the claim is ours now: its own create (or lookup) is in doubt

@@ -58,6 +58,7 @@ from shared.deciding.outbox import (
 )
 from shared.errors import is_retryable
 from shared.found_jobs import adopt_job, observe_adopted, sweep_locations, sweep_strays
+from shared.ledger.cancelling import end_unsent_claim
 from shared.ledger.records import Attempt, CorruptRecord, RequestRecord, alert_marker
 from shared.ledger.run_lock import ledger_bucket, run_lock
 from shared.ledger.store import ActiveEntry, LedgerStore, ListedRequest
@@ -407,6 +408,13 @@ def _settle_claim(ports: Ports, record: RequestRecord, claim: Attempt, log: Logg
         # claim stays (the request is not failed for what is wrong on our side).
         _alert_lookup_failed(ports, record, claim, exc, log)
         return RequestResult("error")
+    if job is None and record.cancel is not None:
+        # Its create never landed: nothing to wait for (a job that turns up later is a stray).
+        ports.ledger.update(
+            record.request_id,
+            lambda current: end_unsent_claim(current, n=claim.n, claimed_at=claim.claimed_at, now=ports.clock()),
+        )
+        return RequestResult("cancelled")
     if job is None:
         return _republish(ports, record, claim, log, held_for)
     adoption = adopt_job(ports, record.request_id, claim.n, claim.location, job, log)

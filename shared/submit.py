@@ -146,6 +146,15 @@ def submit_request(message: Message, log: Logger, ports: Ports) -> SubmitOutcome
         except CorruptRecord as exc:
             alert_corrupt_record(ports, exc, log)
             raise  # redelivered until the document is repaired: the request is not lost
+        if claim.kind == "cancelled":
+            log.info(
+                "the request was cancelled; nothing created",
+                event="cancelled_request",
+                status=claim.record.status,
+                cancelled_by=claim.record.cancel.by if claim.record.cancel else None,
+            )
+            publish_what_is_pending(claim.record, log, ports)
+            return SubmitOutcome(SubmitResult.DUPLICATE, request.request_id, n)
         if claim.kind == "duplicate":
             job = claim.attempt.job if claim.attempt else None
             same_body = claim.record.request == envelope
@@ -209,7 +218,8 @@ def _claim(envelope: dict[str, Any], n: int, log: Logger, ports: Ports, *, reque
 
     def transition(current: RequestRecord | None) -> Decided[RequestRecord]:
         replaced = current.attempt(n - 1) if current else None
-        if replaced is not None and replaced.ending:  # however the message came: never two at once
+        cancelled = current is not None and current.cancel is not None  # claim_attempt says so
+        if replaced is not None and replaced.ending and not cancelled:  # however it came: never two at once
             raise ClaimInProgress(f"attempt {n} waits for the job of attempt {n - 1} to end (it was cancelled)")
         claim = claim_attempt(
             current,

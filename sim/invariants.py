@@ -363,3 +363,55 @@ def check(world: World, which: str) -> list[Violation]:
     for invariant in CHECKS[which]:
         out += invariant(world)
     return out
+
+
+def nothing_created_after_a_cancel(world: World) -> list[Violation]:
+    """No create reaches Vertex for a request after its cancel was recorded, but one already on
+    its way (its attempt noted the send before the cancel, and its job is then cancelled)."""
+    from shared.clock import parse_iso
+    from shared.jobs import LABEL_ATTEMPT, LABEL_REQUEST_ID
+
+    cancels = {r.request_id: r for r in records(world) if r.cancel is not None}
+    out = []
+    for create in world.vertex.created:
+        labels = create.job.get("labels") or {}
+        record = cancels.get(labels.get(LABEL_REQUEST_ID, ""))
+        if record is None or create.at <= parse_iso(record.cancel.at):
+            continue
+        attempt = record.attempt(int(labels.get(LABEL_ATTEMPT, "0") or 0))
+        sent = attempt.create_sent_at if attempt is not None else None
+        if sent is None or parse_iso(sent) > parse_iso(record.cancel.at):
+            out.append(
+                violation(
+                    "nothing_created_after_a_cancel",
+                    f"{record.request_id} attempt {labels.get(LABEL_ATTEMPT)} created at {create.at.isoformat()}, "
+                    f"after its cancel at {record.cancel.at} (create sent {sent})",
+                )
+            )
+    return out
+
+
+def cancelled_requests_end_cancelled(world: World) -> list[Violation]:
+    """A cancelled request ends CANCELLED with no live job (or SUCCEEDED: its job finished the
+    work before the cancel reached it)."""
+    from shared.ledger.states import RequestStatus
+
+    out = []
+    for record in records(world):
+        if record.cancel is None:
+            continue
+        live = world.vertex.live_jobs(record.request_id)
+        done = record.status is RequestStatus.SUCCEEDED and record.latest is not None and not live
+        if (record.status is not RequestStatus.CANCELLED or live) and not done:
+            out.append(
+                violation(
+                    "cancelled_requests_end_cancelled",
+                    f"{record.request_id} cancelled at {record.cancel.at} is {record.status} with {len(live)} live jobs",
+                )
+            )
+    return out
+
+
+# Checked with the others (`check` reads the lists when it runs); once quiet is enough for the
+# first too: every create is kept with its moment, and the record with its cancel.
+QUIESCENCE.extend((nothing_created_after_a_cancel, cancelled_requests_end_cancelled))

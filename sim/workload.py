@@ -6,6 +6,7 @@ Everything is drawn from the `random.Random` passed in, so a seed names one work
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 from collections.abc import Callable
@@ -279,3 +280,26 @@ def redrive_dead_letters(world: Any) -> None:
     world.redriven.update(letter.id for letter in done)
     for result in results:
         world.note(f"operator: dead letter {result.id}: {result.outcome} {result.detail}".rstrip())
+
+
+def with_cancels(workload: Workload) -> Workload:
+    """Operators cancel a request now and then, at a random moment after its publish (drawn from
+    a generator of its own, so every other draw of the seed stays as it was)."""
+    rng = random.Random(f"{workload.seed_text}:cancel")
+    published = {a.label.split()[-1]: a.at for a in workload.arrivals if a.topic == "job_requests_topic"}
+    for request_id, published_at in published.items():  # a bare body's label names no id it has
+        if rng.random() < 0.25:
+            at = published_at + timedelta(seconds=rng.choice((0, 5, 60, 600, rng.uniform(0, 7200))))
+            run = functools.partial(cancel_request, request_id=request_id)
+            workload.operations.append(Operation(at, f"cancel {request_id}", run))
+    return workload
+
+
+def cancel_request(world: Any, request_id: str) -> None:
+    """`spotjobs cancel REQUEST_ID`: the CLI's own library, on the world's state bucket."""
+    import spotjobs
+    from shared.ledger.store import LedgerStore
+
+    ledger = LedgerStore(world.storage.client().bucket(world.settings.state_bucket))
+    outcome = spotjobs.cancel(request_id, reason="sim", by="operator", ledger=ledger)
+    world.note(f"operator: cancel {request_id}: {outcome.result} ({outcome.status})")

@@ -29,7 +29,7 @@ from sim import virtual
 from sim.gcs import MemoryStorage
 from sim.pubsub import Delivery, SimPubSub
 from sim.vertex import SimJob, SimVertex
-from sim.workload import Workload, generate
+from sim.workload import Workload, generate, with_cancels
 from tests.support.lifecycle import Rule, state_bucket_rules
 
 # After faults stop, everything accepted is settled within this (the longest fate of a job is a
@@ -120,7 +120,7 @@ class World:
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
         self._fault_rng = random.Random(self.seed * 7919 + 1)
-        self.workload = generate(random.Random(self.seed * 104729 + 2))
+        self.workload = with_cancels(generate(random.Random(self.seed * 104729 + 2)))
         self.settings = self.workload.settings
         self.clock = virtual.VirtualClock(virtual.EPOCH_OF_SIMULATION)
         self.storage = MemoryStorage(self.clock.now, io=self.io)

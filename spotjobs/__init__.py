@@ -6,8 +6,9 @@
     problems = spotjobs.validate(request)          # offline: every violation, [] when valid
     message_id = spotjobs.publish(request)          # validated first; raises InvalidRequest
     print(spotjobs.status("resnet-nightly-001"))    # None until submit_job has claimed it
+    spotjobs.cancel("resnet-nightly-001", reason="wrong data")  # no attempt is created after it
 
-`publish` and `status` talk to the emulators when PUBSUB_EMULATOR_HOST / STORAGE_EMULATOR_HOST
+`publish`, `status` and `cancel` talk to the emulators when PUBSUB_EMULATOR_HOST / STORAGE_EMULATOR_HOST
 are set (as after `spotjobs local up`), else to Google Cloud with Application Default
 Credentials, exactly like the `spotjobs` CLI; the project, topic and state bucket are the
 `SPOTJOBS_*` settings (`GOOGLE_CLOUD_PROJECT`, `SPOTJOBS_STATE_BUCKET`, ...) unless passed.
@@ -20,6 +21,7 @@ request this API accepts is a request submit_job accepts under the same settings
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -29,12 +31,15 @@ from typing import TYPE_CHECKING, Any
 from shared.errors import InvalidRequest, Violation
 
 if TYPE_CHECKING:
+    from shared.ledger.store import LedgerStore
     from shared.settings import Settings
 
 __all__ = [
     "AttemptStatus",
+    "CancelOutcome",
     "InvalidRequest",
     "RequestStatus",
+    "cancel",
     "publish",
     "status",
     "validate",
@@ -156,6 +161,86 @@ def status(request_id: str, *, project: str | None = None, settings: Settings | 
         finished_at=record.finished_at,
         record=record.to_json(),
     )
+
+
+@dataclass(frozen=True)
+class CancelOutcome:
+    """What `cancel` did: `result` is "recorded" (cancelled now), "already_cancelled" (a no-op),
+    "finished" (it ended before: nothing to cancel) or "unknown" (no such request); `cancel` is
+    who cancelled it, when and why, as the ledger records it."""
+
+    request_id: str
+    result: str
+    status: str | None
+    cancel: dict[str, Any] | None = None
+
+
+def cancel(
+    request_id: str,
+    *,
+    reason: str | None = None,
+    by: str | None = None,
+    project: str | None = None,
+    settings: Settings | None = None,
+    ledger: LedgerStore | None = None,
+) -> CancelOutcome:
+    """Cancel a request: its intent is recorded in the ledger (once, under compare-and-swap), and
+    from then on no attempt of it is created; its live job is cancelled by the functions, and it
+    ends CANCELLED once Vertex reports that job ended (at once when none runs). Its checkpoints
+    stay (`spotjobs resubmit` resumes from them). `by` defaults to the caller's account; `ledger`
+    to the state bucket's, through Google Cloud (or the emulator).
+
+    Needs the role on the state bucket's `requests/` prefix that Terraform grants `cancellers`."""
+    from shared.clock import utcnow
+    from shared.ledger.cancelling import cancel_request
+    from shared.ledger.store import LedgerStore
+
+    if ledger is None:
+        from google.cloud import storage
+
+        settings = settings or _settings()
+        # As the functions' client (shared/adapters/clients.py): no bucket metadata read, which a
+        # canceller is not granted (the ledger's records are all it may touch).
+        os.environ.setdefault("DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA", "true")
+        client = storage.Client(project=project or settings.project)
+        ledger = LedgerStore(client.bucket(settings.state_bucket))
+    who = by or caller_identity()
+    swapped = ledger.swap(request_id, lambda current: cancel_request(current, by=who, reason=reason, now=utcnow()))
+    record = swapped.value
+    return CancelOutcome(
+        request_id,
+        str(swapped.decided),
+        str(record.status) if record is not None else None,
+        record.to_json()["cancel"] if record is not None and record.cancel is not None else None,
+    )
+
+
+def caller_identity() -> str:
+    """Who is asking: the local user against the emulators; in the cloud, the account of the
+    Application Default Credentials (a service account's email, or a user's from the token's
+    tokeninfo, which names it when the token has the email scope:
+    https://hexdocs.pm/google_api_o_auth2/api-reference.html, Tokeninfo)."""
+    import getpass
+
+    local = getpass.getuser()
+    if os.environ.get("STORAGE_EMULATOR_HOST"):
+        return local
+    try:
+        import google.auth
+        from google.auth.transport.requests import AuthorizedSession, Request
+
+        credentials, _ = google.auth.default()
+        email = getattr(credentials, "service_account_email", None)
+        if email and "@" in email:
+            return str(email)
+        credentials.refresh(Request())
+        answer = AuthorizedSession(credentials).get(
+            "https://oauth2.googleapis.com/tokeninfo", params={"access_token": credentials.token}, timeout=10
+        )
+        email = answer.json().get("email") if answer.ok else None
+    except Exception:  # noqa: BLE001 - who asked is worth recording, not worth failing the cancel for
+        email = None
+    return str(email) if email else f"{local} (account unknown)"
 
 
 def _settings() -> Settings:

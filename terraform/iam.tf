@@ -11,6 +11,7 @@
 # | fn-trigger           | state bucket under triggers/ only (no ledger); create/get manifests under the state bucket's manifests/; publish job-requests, ops-alerts |
 # | push-<fn>            | invoke that one function (OIDC identity of its push subscription)      |
 # | training             | object admin under the checkpoint prefix only; read the state bucket's manifests/ only; write logs |
+# | var.cancellers       | read and compare-and-swap ledger records (requests/ of the state bucket): `spotjobs cancel` |
 # | build                | write build logs; push to the functions' Artifact Registry repo; get the source zips (storage.objects.get) |
 
 locals {
@@ -78,6 +79,9 @@ locals {
 
   custom_role_prefix = replace(var.name_prefix, "-", "_")
   manifests_prefix   = "manifests/" # shared/requests/envelope.py MANIFESTS_PREFIX
+
+  # Where the ledger keeps one record per request (shared/ledger/store.py).
+  ledger_records_prefix = "requests/"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -276,6 +280,27 @@ resource "google_storage_bucket_iam_member" "state_prefix_writer" {
       ["resource.name.startsWith(\"projects/_/buckets/${google_storage_bucket.state.name}/objects/${each.value.state_prefix}\")"],
       each.value.ledger == "none" ? ["api.getAttribute(\"storage.googleapis.com/objectListPrefix\", \"\").startsWith(\"${each.value.state_prefix}\")"] : [],
     ))
+  }
+}
+
+# People who may cancel requests (`spotjobs cancel` writes the cancel into the request's ledger
+# record under compare-and-swap; the functions then cancel the job): the ledger writer role on the
+# state bucket's requests/ prefix only, where listing is allowed for lists under that prefix (a read
+# of a record that does not exist must answer 404). Nothing at Vertex, no other object.
+resource "google_storage_bucket_iam_member" "cancellers" {
+  for_each = toset(var.cancellers)
+
+  bucket = google_storage_bucket.state.name
+  role   = google_project_iam_custom_role.ledger_writer.id
+  member = each.value
+
+  condition {
+    title       = "ledger records"
+    description = "spotjobs cancel: read and compare-and-swap ledger records (requests/) only."
+    expression = join(" || ", [
+      "resource.name.startsWith(\"projects/_/buckets/${google_storage_bucket.state.name}/objects/${local.ledger_records_prefix}\")",
+      "api.getAttribute(\"storage.googleapis.com/objectListPrefix\", \"\").startsWith(\"${local.ledger_records_prefix}\")",
+    ])
   }
 }
 

@@ -470,6 +470,17 @@ variable "job_request_publishers" {
   }
 }
 
+variable "cancellers" {
+  description = "IAM members allowed to run `spotjobs cancel`: they may read and compare-and-swap ledger records (requests/ in the state bucket) and nothing else. Public principals are rejected."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for m in var.cancellers : can(regex("^(user|group|serviceAccount|domain|principal|principalSet):", m)) && !contains(["allUsers", "allAuthenticatedUsers"], m)])
+    error_message = "cancellers must be IAM member strings such as group:ml-team@example.com; allUsers/allAuthenticatedUsers are not allowed."
+  }
+}
+
 variable "ops_subscribers" {
   description = "IAM members allowed to pull the ops-alerts and dead-letter reader subscriptions (on-call, an alert router). Public principals are rejected."
   type        = list(string)

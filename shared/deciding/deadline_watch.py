@@ -170,8 +170,8 @@ def watch_deadline(
     the policy refuses), and said once per attempt."""
     if record.latest is not attempt or attempt.outcome is not None or attempt.job is None:
         return None
-    if record.is_terminal or record.requeue is not None:
-        return None
+    if record.is_terminal or record.requeue is not None or record.cancel is not None:
+        return None  # finished, its next attempt decided, or cancelled: nothing to switch
     situation = deadline_situation(
         record,
         now,

@@ -25,7 +25,10 @@ Decisions, on the job's state as Vertex reports it (never on the log text):
 - FAILED otherwise, EXPIRED: the request FAILED with a `job_failed` alert; nothing is re-queued.
   A FAILED job whose error is not published yet (Vertex sets it about a minute after the end)
   is not classified until the error appears or `ERROR_SETTLE_SECONDS` pass.
-- CANCELLED: the request is CANCELLED.
+- CANCELLED: the request is CANCELLED; a cancel spotjobs never asked for (by hand at Vertex) is
+  recorded as the request's cancel (`shared.ledger.cancelling`). Once a request's cancel is
+  recorded, its job's end, however it ended but a success, is a CANCELLED attempt, and the request
+  ends CANCELLED when none of its jobs is live.
 - Only the latest attempt of a request that is not finished decides the request's status; an
   older attempt's late events update that attempt alone.
 
@@ -64,6 +67,7 @@ from shared.deciding.preemptions import (
 )
 from shared.errors import Violation
 from shared.jobs import FLEX_START, JobSnapshot, JobState, max_wait_seconds
+from shared.ledger.cancelling import settle_cancel, vertex_cancel
 from shared.ledger.records import Attempt, RequestRecord, Requeue, alert_marker
 from shared.ledger.states import AttemptOutcome, RequestStatus
 from shared.requests.attempts import ON_DEMAND, SPOT, plan_attempt
@@ -180,6 +184,15 @@ def decide(record: RequestRecord, observation: Observation, policy: DecisionPoli
     the ledger handed over, and effects are only described, never carried out. The alerts and the
     prune request decided are also written into the record as pending, for `shared.deciding.outbox`."""
     decision = _decide(record, observation, policy, now)
+    if settle_cancel(decision.record, now):  # the last live job of a cancelled request ended
+        latest = decision.record.latest
+        decision.effects.lines.append(
+            LogLine(
+                "INFO",
+                f"{record.request_id} is cancelled: none of its jobs runs",
+                event_fields(decision.record, latest, "request_cancelled") if latest else {},
+            )
+        )
     decision.record.pending_alerts.extend(alert.to_json() for alert in decision.effects.alerts)
     if decision.effects.prune_requested:
         decision.record.prune_pending = True
@@ -313,8 +326,9 @@ def _conclude(
     attempt.error = job.error
     if job.state == JobState.SUCCEEDED and not incomplete:
         _succeed(record, attempt, owns_status, now, effects)
-    elif job.state == JobState.CANCELLED:
-        _cancel(record, attempt, owns_status, now, effects)
+    elif job.state == JobState.CANCELLED or record.cancel is not None:
+        # Asked to stop: however its job ended (a preemption during the cancel too), nothing follows.
+        _cancel(record, attempt, job, owns_status, now, effects)
     else:
         if incomplete:
             cause = FailureCause(True, False, INCOMPLETE_SUCCESS_REASON)
@@ -387,11 +401,18 @@ def _succeed(record: RequestRecord, attempt: Attempt, owns_status: bool, now: da
     )
 
 
-def _cancel(record: RequestRecord, attempt: Attempt, owns_status: bool, now: datetime, effects: Effects) -> None:
+def _cancel(
+    record: RequestRecord, attempt: Attempt, job: JobSnapshot, owns_status: bool, now: datetime, effects: Effects
+) -> None:
     attempt.outcome = AttemptOutcome.CANCELLED
+    if job.state == JobState.CANCELLED:
+        vertex_cancel(record, attempt, job.end_time, now)  # by hand at Vertex: the request's cancel
     if not owns_status:
         return
-    _finish(record, RequestStatus.CANCELLED, now)
+    if record.cancel is None:
+        _finish(record, RequestStatus.CANCELLED, now)
+    elif not settle_cancel(record, now) and not record.is_terminal:
+        return  # another job of the request still runs: its end settles it
     effects.lines.append(
         LogLine(
             "INFO",

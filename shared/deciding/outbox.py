@@ -13,7 +13,8 @@ message pending publishes it at once; anyone else only once that delivery is pre
 message is older than the claim lease). A function publishes only to topics it may
 (`Ports.may_publish`); anything else stays pending for the function that owns the topic.
 
-A deadline switch (shared/deciding/deadline_watch.py) also keeps a cancel pending: the Spot
+A request's cancel (shared/ledger/cancelling.py) keeps its live job's cancel pending the same way,
+sent by whoever sees it first. A deadline switch (shared/deciding/deadline_watch.py) also keeps a cancel pending: the Spot
 attempt's job is cancelled (`send_cancels`), and the re-queue of its on-demand successor is
 published only once Vertex reports that job ended (`Attempt.ending`; a cancel is asynchronous,
 https://cloud.google.com/vertex-ai/docs/reference/rest/v1/projects.locations.customJobs/cancel),
@@ -238,7 +239,7 @@ def publish_request_attempt(ports: Ports, record: RequestRecord, attempt: int, l
 
 
 def send_cancels(ports: Ports, record: RequestRecord, log: Logger, *, ours: bool, now: datetime) -> str | None:
-    """Send the cancels the record holds pending (a deadline switch's), then confirm each in the
+    """Send the cancels the record holds pending (a deadline switch's, the request's cancel), then confirm each in the
     ledger. The delivery that decided one sends it at once; anyone else once its decider is
     presumed dead. A job already ended or gone needs no cancel. Returns a reason to look again
     when a cancel is left to its decider."""
@@ -249,7 +250,9 @@ def send_cancels(ports: Ports, record: RequestRecord, log: Logger, *, ours: bool
         if not attempt.cancel_pending or attempt.job is None or attempt.cancel_decided_at is None:
             continue
         decided_for = (now - parse_iso(attempt.cancel_decided_at)).total_seconds()
-        if not ours and decided_for < ports.settings.claim_lease_seconds:
+        # The request's own cancel is anyone's to send at once: its decider (`spotjobs cancel`)
+        # may not call Vertex, and a second cancel of a job is harmless.
+        if not ours and record.cancel is None and decided_for < ports.settings.claim_lease_seconds:
             return f"the cancel of attempt {attempt.n} is being sent by another delivery"
         if cancel is None:
             return f"the cancel of attempt {attempt.n} is left to on_job_event and reconcile"

@@ -16,8 +16,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from shared.alerts import Alert, AlertKind
-from shared.clock import iso, parse_iso
+from shared.clock import iso, now_iso, parse_iso
 from shared.errors import TransientError, Violation
+from shared.ledger.cancelling import is_live, settle_cancel
 from shared.ledger.records import Attempt, RequestRecord, alert_marker
 from shared.ledger.states import AttemptOutcome, RequestStatus
 from shared.requests.attempts import plan_attempt
@@ -33,13 +34,13 @@ class ClaimInProgress(TransientError):
 class Claim:
     """The result of `claim_attempt`: what to do and the record to write (when kind says so)."""
 
-    kind: str  # "claimed" | "taken_over" | "duplicate"
+    kind: str  # "claimed" | "taken_over" | "duplicate" | "cancelled"
     record: RequestRecord
     attempt: Attempt | None
 
     @property
     def writes(self) -> bool:
-        return self.kind != "duplicate"
+        return self.kind not in ("duplicate", "cancelled")
 
 
 def new_kit_key() -> str:
@@ -79,6 +80,8 @@ def claim_attempt(
             attempts=[attempt],
         )
         return Claim("claimed", record, attempt)
+    if current.cancel is not None:  # whatever message this is (new, redelivered, a re-queue)
+        return Claim("cancelled", current, current.attempt(n) or current.latest)
     existing = current.attempt(n)
     if existing is None:
         if n == 1 or current.is_terminal:
@@ -108,13 +111,17 @@ def record_job(
     current: RequestRecord | None, *, n: int, job_name: str, state: str, created_at: str | None
 ) -> RequestRecord | None:
     """Record attempt n's job, whoever created or found it (once); None when there is nothing to
-    write (no such attempt, or a job already recorded: the caller compares the names)."""
+    write (no such attempt, or a job already recorded: the caller compares the names). A job of a
+    cancelled request (its create was in flight when the cancel landed) is recorded with its
+    cancel pending, for the outbox."""
     attempt = current.attempt(n) if current else None
     if current is None or attempt is None or attempt.job is not None:
         return None
     attempt.job = job_name
     attempt.created_at = created_at
     attempt.state = attempt.state or state
+    if current.cancel is not None and is_live(attempt):
+        attempt.cancel_decided_at = now_iso()
     if current.status == RequestStatus.CLAIMED and current.latest is attempt:
         current.status = RequestStatus.SUBMITTED
     return current
@@ -122,7 +129,8 @@ def record_job(
 
 def mark_create_sent(current: RequestRecord | None, *, n: int, claimed_at: str, now: datetime) -> RequestRecord | None:
     """Note that the create of attempt n is being sent now, by the holder of the claim made at
-    `claimed_at`; None (write nothing) if the claim was taken over or the job recorded meanwhile.
+    `claimed_at`; None (write nothing) if the claim was taken over, the job recorded or the attempt
+    ended meanwhile (a cancel ends an attempt that has not sent its create).
     A delivery that later takes the claim over and finds no job by its labels knows a create may
     be hidden by a lagging list."""
     attempt = current.attempt(n) if current else None
@@ -173,6 +181,8 @@ def fail_attempt(
     attempt.outcome = AttemptOutcome.FAILED
     attempt.error = error
     attempt.ended_at = iso(now)
+    if settle_cancel(current, now):  # cancelled while its create was on its way: nothing to alert
+        return current
     current.status = RequestStatus.FAILED
     current.finished_at = iso(now)
     if current.mark(alert_marker(AlertKind.SUBMIT_FAILED, n)):

@@ -55,8 +55,8 @@ class Attempt:
     # From the kit's progress lines: the steps the run plans, and its latest rate.
     total_steps: int | None = None
     steps_per_second: float | None = None
-    # A deadline switch to on-demand decided this attempt's cancel (shared/deciding/deadline_watch.py):
-    # pending until the outbox sent it (`cancel_sent_at`).
+    # A deadline switch (shared/deciding/deadline_watch.py) or the request's cancel
+    # (shared/ledger/cancelling.py) decided this attempt's cancel: pending until the outbox sent it.
     cancel_decided_at: str | None = None
     cancel_sent_at: str | None = None
     # The key its containers sign their kit lines with (shared/ledger/claims.py draws it before the
@@ -104,6 +104,18 @@ class Requeue:
 
 
 @dataclass
+class CancelIntent:
+    """Someone asked that the request run no more (`shared.ledger.cancelling`): who, when, why.
+    Recorded once; from then on no path creates an attempt for the request."""
+
+    by: str  # the caller's account (the credentials' in the cloud, the local user locally)
+    at: str
+    reason: str | None = None
+    source: str = "operator"  # "operator" (spotjobs cancel), or "vertex" (cancelled there by hand)
+    newer_fields: dict[str, Any] = field(default_factory=dict)  # see `_known`
+
+
+@dataclass
 class RequestRecord:
     request_id: str
     request: dict[str, Any]  # the normalized job request (see shared.requests.envelope)
@@ -122,6 +134,7 @@ class RequestRecord:
     # and whether the prune request is still to be sent.
     pending_alerts: list[dict[str, Any]] = field(default_factory=list)
     prune_pending: bool = False
+    cancel: CancelIntent | None = None
     schema_version: int = SCHEMA_VERSION
     newer_fields: dict[str, Any] = field(default_factory=dict)  # see `_known`
 
@@ -172,6 +185,8 @@ class RequestRecord:
         data["attempts"] = [_attempt_from_json(a) for a in data.get("attempts", [])]
         if data.get("requeue"):
             data["requeue"] = Requeue(**_known(Requeue, data["requeue"]))
+        if data.get("cancel"):
+            data["cancel"] = CancelIntent(**_known(CancelIntent, data["cancel"]))
         return cls(**_known(cls, data))
 
 
@@ -208,8 +223,9 @@ def _with_newer_fields(record: dict[str, Any]) -> dict[str, Any]:
         return {**data, **newer}
 
     record["attempts"] = [fold(attempt) for attempt in record["attempts"]]
-    if record["requeue"] is not None:
-        record["requeue"] = fold(record["requeue"])
+    for name in ("requeue", "cancel"):
+        if record[name] is not None:
+            record[name] = fold(record[name])
     return fold(record)
 
 

@@ -58,12 +58,14 @@ TERMINAL_STATUSES = frozenset(
 # Every move a write may make (staying put is always allowed). None is "no record yet".
 REQUEST_TRANSITIONS: Mapping[RequestStatus | None, frozenset[RequestStatus]] = {
     None: frozenset({RequestStatus.CLAIMED}),
-    # submit records the job, or Vertex refuses it / it is never created (FAILED)
-    RequestStatus.CLAIMED: frozenset({RequestStatus.SUBMITTED, RequestStatus.FAILED}),
+    # submit records the job, or Vertex refuses it / it is never created (FAILED), or the request
+    # is cancelled before its job exists (shared/ledger/cancelling.py)
+    RequestStatus.CLAIMED: frozenset({RequestStatus.SUBMITTED, RequestStatus.FAILED, RequestStatus.CANCELLED}),
     RequestStatus.SUBMITTED: frozenset({RequestStatus.RUNNING, RequestStatus.REQUEUED} | TERMINAL_STATUSES),
     RequestStatus.RUNNING: frozenset({RequestStatus.REQUEUED} | TERMINAL_STATUSES),
-    # submit claims the next attempt, or refuses it (a policy changed since attempt 1)
-    RequestStatus.REQUEUED: frozenset({RequestStatus.CLAIMED, RequestStatus.FAILED}),
+    # submit claims the next attempt, or refuses it (a policy changed since attempt 1), or the
+    # request is cancelled before its next attempt is claimed
+    RequestStatus.REQUEUED: frozenset({RequestStatus.CLAIMED, RequestStatus.FAILED, RequestStatus.CANCELLED}),
     **{status: frozenset() for status in TERMINAL_STATUSES},
 }
 

@@ -1,6 +1,7 @@
 """The `spotjobs` command line: every subcommand is registered here, in this package.
 
 - `requests`: validate, submit, status, resubmit
+- `cancel`: cancel
 - `prune`: prune
 - `local`: local up, demo (the embedded stack)
 - `ops`: alerts, dead-letters (the ops rotation's topics)
@@ -23,10 +24,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from spotjobs.cli import explain, fleet, local, logs, ops, prune, report, requests, status, triggers
+from spotjobs.cli import cancel, explain, fleet, local, logs, ops, prune, report, requests, status, triggers
 from spotjobs.cli.common import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED
 
-COMMAND_MODULES = (requests, status, logs, prune, ops, report, explain, fleet, triggers, local)
+COMMAND_MODULES = (requests, status, cancel, logs, prune, ops, report, explain, fleet, triggers, local)
 
 EPILOG = """exit status: 0 success; 1 failure (not found, or the command ran and reported errors);
 2 invalid input or usage, or (local up, demo) the local stack is not installed;

@@ -293,6 +293,10 @@ def format_request(record: RequestRecord, settings: Settings | None = None, now:
         f"max attempts {record.request.get('max_attempts', '?')}   locations {', '.join(record.request.get('locations') or []) or record.request.get('location', '-')}",
     ]
     lines.extend(_deadline_lines(deadline_view(record, settings or Settings(), now)))
+    if record.cancel:
+        cancel = record.cancel
+        ending = "" if record.is_terminal else "; its job is being cancelled"
+        lines.append(f"cancelled   by {cancel.by} at {cancel.at}: {cancel.reason or 'no reason given'}{ending}")
     if record.requeue:
         requeue = record.requeue
         lines.append(

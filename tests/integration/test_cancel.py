@@ -1,0 +1,178 @@
+"""`spotjobs cancel` through the embedded stack (issue 30, item 1): a request cancelled while it
+waits in the quota line, while it runs, while its re-queue is in flight and during a deadline
+switch ends CANCELLED with no job left alive at the Vertex emulator and none created after the
+cancel, while its message comes back and reconcile passes run concurrently.
+
+What is asserted is what the design guarantees: every job the emulator holds for the request has
+ended, and each belongs to an attempt whose create was sent before the cancel was recorded (a
+create in flight when the cancel landed is the only one that may land after it, and it is
+cancelled when recorded); no attempt was claimed after the cancel."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+import spotjobs
+from devstack.samples import job_request
+from shared.clock import iso, parse_iso
+from shared.jobs import LABEL_ATTEMPT, JobState, state_name
+from shared.ledger.states import AttemptOutcome, RequestStatus
+from shared.pacing import Pacer, waiting_entry
+from shared.requests.envelope import requeue_message
+from tests.support.stack_events import jobs_of, new_request_id, submit, training_request, wait_for_status
+
+pytestmark = pytest.mark.stack
+
+LONG = {"steps": 100_000}  # runs far longer than any test waits: only the cancel ends it
+
+
+def reconcile(stack) -> None:
+    stack.publish("maintenance", json.dumps({"task": "reconcile"}).encode(), task="reconcile")
+
+
+def cancel(stack, request_id: str) -> spotjobs.CancelOutcome:
+    return spotjobs.cancel(request_id, reason="stack test", by="stack-test", settings=stack.settings)
+
+
+def come_back_concurrently(stack, request_id: str, *messages: tuple[bytes, dict[str, str]]) -> None:
+    """Its messages again (as a redelivery would bring them) and reconcile passes, all at once."""
+    steps = [lambda m=m: stack.publish("job_requests", m[0], **m[1]) for m in messages]
+    steps += [lambda: reconcile(stack)] * 2
+    threads = [threading.Thread(target=step) for step in steps]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def assert_ended_cancelled(stack, request_id: str, location: str) -> None:
+    def settled() -> bool:
+        reconcile(stack)
+        record = stack.ledger().get(request_id)
+        jobs = jobs_of(stack, request_id, location)
+        return record.status is RequestStatus.CANCELLED and all(
+            state_name(job.state) in JobState.TERMINAL for job in jobs
+        )
+
+    stack.wait_for(settled, 120, f"{request_id} CANCELLED with every job ended")
+    record = stack.ledger().get(request_id)
+    cancelled_at = parse_iso(record.cancel.at)
+    assert record.cancel.by == "stack-test" and record.cancel.reason == "stack test"
+    assert all(parse_iso(a.claimed_at) <= cancelled_at for a in record.attempts)
+    for job in jobs_of(stack, request_id, location):
+        attempt = record.attempt(int(job.labels[LABEL_ATTEMPT]))
+        assert attempt is not None and attempt.job == job.name, job.name
+        assert parse_iso(attempt.create_sent_at) <= cancelled_at, (job.name, attempt.create_sent_at)
+
+
+def test_cancelled_while_running(stack) -> None:
+    request_id = new_request_id("cancel-running")
+    body = training_request(request_id, **LONG)
+    stack.publish("job_requests", body)
+    wait_for_status(stack, request_id, RequestStatus.RUNNING)
+    assert cancel(stack, request_id).result == "recorded"
+    come_back_concurrently(stack, request_id, (body, {}))
+    assert_ended_cancelled(stack, request_id, stack.settings.location)
+    record = stack.ledger().get(request_id)
+    assert [a.outcome for a in record.attempts] == [AttemptOutcome.CANCELLED]
+    assert cancel(stack, request_id).result == "already_cancelled"
+
+
+def test_cancelled_while_its_requeue_is_in_flight(stack) -> None:
+    request_id = new_request_id("cancel-requeue")
+    # Attempt 1 is preempted until Vertex fails it: attempt 2 is decided and published.
+    submit(stack, request_id, preemptions=7, after_seconds=0.3, **LONG)
+
+    def requeued():
+        record = stack.ledger().get(request_id)
+        first = record.attempt(1) if record else None
+        return record if first and first.outcome is AttemptOutcome.REQUEUED else None
+
+    record = stack.wait_for(requeued, 120, f"{request_id} re-queued")
+    cancel(stack, request_id)
+    body, attributes = requeue_message(record.request, 2, record.request["location"])
+    come_back_concurrently(stack, request_id, (json.dumps(body).encode(), attributes))
+    assert_ended_cancelled(stack, request_id, stack.settings.location)
+
+
+def test_cancelled_while_waiting_in_the_quota_line(stack) -> None:
+    location = stack.settings.location
+    pacer = Pacer(stack.storage().bucket(stack.settings.state_bucket), stack.settings)
+    ahead = waiting_entry(location, 0, new_request_id("cancel-ahead"), 1)  # a line to join
+    pacer.enqueue(ahead)
+    lease = pacer.acquire(location)  # its drainer "died": the request waits in line
+    assert lease is not None
+    request_id = new_request_id("cancel-waiting")
+    body = training_request(request_id, **LONG)
+    try:
+        stack.publish("job_requests", body)
+        stack.wait_for(
+            lambda: (r := stack.ledger().get(request_id)) is not None and r.latest.waiting_since,
+            60,
+            f"{request_id} in line",
+        )
+        assert cancel(stack, request_id).status == "CANCELLED"  # nothing of it ran
+    finally:
+        pacer.release(location, lease)  # reconcile restarts the line: it finds it settled
+    come_back_concurrently(stack, request_id, (body, {}))
+    assert_ended_cancelled(stack, request_id, location)
+    assert jobs_of(stack, request_id, location) == []
+    stack.wait_for(lambda: not any(e.request_id == request_id for e in pacer.waiting(location)), 60, "line left")
+
+
+def test_cancelled_during_a_deadline_switch(stack) -> None:
+    request_id = new_request_id("cancel-switch")
+    steps, step_seconds, changeover = 400, 0.05, 20.0  # as tests/integration/test_deadline_stack.py
+    due = datetime.now(UTC) + timedelta(seconds=steps * step_seconds + changeover + 60)
+    command = [sys.executable, "-m", "devstack.trainer", "--steps", str(steps), "--step-seconds", str(step_seconds)]
+    body = job_request(
+        request_id,
+        command,
+        deadline=iso(due, timespec="seconds"),
+        total_steps=steps,
+        expected_step_seconds=step_seconds,
+        changeover_seconds=changeover,
+    )
+    stack.vertex_control("POST", "/emulator/v1/spot-capacity", {"data": [0], "tick_seconds": 3600})  # no Spot
+    try:
+        stack.publish("job_requests", body)
+
+        def switched():
+            reconcile(stack)  # the scheduler's stand-in: the rule is asked on every pass
+            record = stack.ledger().get(request_id)
+            spot = record.attempt(1) if record else None
+            return record if spot and spot.outcome is AttemptOutcome.SWITCHED_TO_ON_DEMAND else None
+
+        record = stack.wait_for(switched, 120, f"{request_id} switched to STANDARD")
+        cancel(stack, request_id)
+        requeue, attributes = requeue_message(record.request, 2, record.request["location"])
+        come_back_concurrently(stack, request_id, (body, {}), (json.dumps(requeue).encode(), attributes))
+        assert_ended_cancelled(stack, request_id, stack.settings.location)
+    finally:
+        stack.vertex_control("POST", "/emulator/v1/spot-capacity", {"data": []})
+
+
+def test_a_job_cancelled_by_hand_at_vertex_is_the_requests_cancel(stack) -> None:
+    """A hand cancel at Vertex is the request's cancel too: nothing runs it again."""
+    request_id = new_request_id("cancel-by-hand")
+    body = training_request(request_id, **LONG)
+    stack.publish("job_requests", body)
+    record = wait_for_status(stack, request_id, RequestStatus.RUNNING)
+    stack.job_service().cancel_custom_job(name=record.latest.job)
+
+    def cancelled():
+        reconcile(stack)  # Vertex writes no line for a cancel: reconcile's pass sees it
+        record = stack.ledger().get(request_id)
+        return record if record.status is RequestStatus.CANCELLED else None
+
+    record = stack.wait_for(cancelled, 120, f"{request_id} CANCELLED")
+    assert record.cancel is not None and record.cancel.source == "vertex"
+    stack.publish("job_requests", body)
+    reconcile(stack)
+    assert cancel(stack, request_id).result == "already_cancelled"
+    assert len(jobs_of(stack, request_id, stack.settings.location)) == 1
