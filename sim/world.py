@@ -14,6 +14,7 @@ Invariants (`sim.invariants`) are checked after every step and at the end of pha
 
 from __future__ import annotations
 
+import collections
 import functools
 import io
 import json
@@ -116,6 +117,9 @@ class World:
     events: int = 0  # handler invocations and job changes (the benchmark's unit)
     phase: str = "faults"
     redriven: set[str] = field(default_factory=set)
+    # Per alert (`invariants.alert_key`): publishes that a fault after them, in the same delivery,
+    # may have left unconfirmed, so that a later delivery legitimately publishes it once more.
+    unconfirmed_alerts: collections.Counter[tuple[Any, ...]] = field(default_factory=collections.Counter)
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -129,6 +133,9 @@ class World:
         self.vertex.fate = self._draw_fate
         self.vertex.gpu_quota_full = self.workload.gpu_quota_full
         self.pubsub = SimPubSub(self.clock.now, self.io, self.rng)
+        self.pubsub.observe = self._observe_publish
+        self._alerts_in_delivery: list[tuple[tuple[Any, ...], int]] = []  # (alert, faults drawn before it)
+        self._faults_before_call = 0
         self._ports: dict[str, Any] = {}
         self._in_handler: str | None = None
         self._crashed = False
@@ -179,6 +186,7 @@ class World:
     def io(self, service: str, operation: str, perform: Callable[[], Any]) -> Any:
         if self._crashed:
             raise SimCrash("the instance is gone")
+        self._faults_before_call = self._fault_count  # a fault of this very call comes after what it does
         fault = self._draw_fault(service, operation)
         if fault is None:
             return perform()
@@ -217,6 +225,23 @@ class World:
         self.faults.append(fault)
         self.note(f"fault #{fault.ordinal}: {kind} at {fault.where} in {self._in_handler}")
         return fault
+
+    def _observe_publish(self, message: Any) -> None:
+        from sim.invariants import alert_key
+
+        body = message.json()
+        if self._in_handler and message.topic == self.settings.ops_alerts_topic and isinstance(body, dict):
+            self._alerts_in_delivery.append((alert_key(body), self._faults_before_call))
+
+    def _count_unconfirmed_alerts(self, acked: bool) -> None:
+        """A delivery that ended in a fault drawn after it published an alert may have died (or
+        failed) between that publish and its confirmation in the ledger: at-least-once lets the
+        next one publish it again."""
+        if not acked:
+            for key, faults_before in self._alerts_in_delivery:
+                if self._fault_count > faults_before:
+                    self.unconfirmed_alerts[key] += 1
+        self._alerts_in_delivery = []
 
     # Vertex running jobs: fates and the log sink.
 
@@ -402,6 +427,7 @@ class World:
         finally:
             self._in_handler = None
             self._crashed = False
+            self._count_unconfirmed_alerts(acked)
         duplicate = acked and self.phase == "faults" and self.rng.random() < self.workload.duplicate_rate
         delivery_number = delivery.attempts + 1
         self.pubsub.settle(delivery, acked, duplicate)

@@ -97,12 +97,31 @@ def test_a_fallback_before_the_minimum_spot_attempts_is_caught(world: World) -> 
 
 
 def test_an_alert_repeated_per_redelivery_is_caught(world: World) -> None:
-    alert = Alert.of(AlertKind.INVALID_REQUEST, "refused", request_id="r1", attempt=1)
-    for _ in range(invariants.MAX_COPIES_OF_AN_ALERT + 1):
-        world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert.to_json()).encode(), {})
+    alert = Alert.of(AlertKind.INVALID_REQUEST, "refused", request_id="r1", attempt=1).to_json()
+    world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert).encode(), {})
+    world.unconfirmed_alerts[invariants.alert_key(alert)] = 2  # two deliveries crashed after publishing it
+    for _ in range(2):
+        world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert).encode(), {})
+    assert invariants.alerts_not_per_redelivery(world) == []
+
+    world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert).encode(), {})  # one no crash explains
 
     [found] = invariants.alerts_not_per_redelivery(world)
-    assert "invalid_request" in found.detail
+    assert "invalid_request" in found.detail and "published 4 times (2 publish(es) left unconfirmed" in found.detail
+
+
+def test_a_publish_a_fault_cut_short_is_counted_for_the_alert_bound(world: World) -> None:
+    alert = Alert.of(AlertKind.PREEMPTION_STORM, "storm", request_id="r1", attempt=1).to_json()
+    world._in_handler = "on_job_event"  # noqa: SLF001 - as a delivery in flight
+    world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert).encode(), {})
+    world._count_unconfirmed_alerts(acked=False)  # noqa: SLF001 - no fault after the publish
+    assert world.unconfirmed_alerts[invariants.alert_key(alert)] == 0
+
+    world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert).encode(), {})
+    world._fault_count += 1  # noqa: SLF001 - a crash before the confirming write
+    world._count_unconfirmed_alerts(acked=False)  # noqa: SLF001
+
+    assert world.unconfirmed_alerts[invariants.alert_key(alert)] == 1
 
 
 def test_a_decided_alert_never_published_is_caught(world: World) -> None:

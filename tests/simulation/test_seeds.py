@@ -13,7 +13,9 @@ import pytest
 
 from sim.world import World
 
-CI_SEEDS = range(0, 150)
+# The fixed range, and seeds beyond it that once failed (952: a preemption_storm published once
+# per crash between its publish and its confirmation, more than a fixed bound allowed).
+CI_SEEDS = [*range(0, 150), 952]
 
 OPEN_DEFECTS: dict[int, str] = {}
 
