@@ -430,3 +430,15 @@ def test_transport_failures_after_sending_are_ambiguous_before_sending_are_not()
     assert may_have_created(requests.ConnectionError("reset")) is True
     assert may_have_created(requests.ConnectTimeout("connect")) is False
     assert may_have_created(ValueError("an error nobody classified")) is True
+
+
+def test_a_stale_claim_is_not_taken_over_by_another_body_under_its_id() -> None:
+    # Found by the simulator's hostile publisher (seed 609): a message reusing a waiting request's
+    # id with a body of its own took over that request's claim, a write to another's record.
+    stale = record_with(
+        Attempt(1, "us-central1", "SPOT", iso(NOW - timedelta(seconds=LEASE))),
+        status=RequestStatus.CLAIMED,
+    )
+    result = claim(stale, priority=100)
+    assert result.kind == "duplicate" and not result.writes
+    assert result.record.attempt(1).claimed_at == iso(NOW - timedelta(seconds=LEASE))
