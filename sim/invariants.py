@@ -153,8 +153,9 @@ def _job_name(job: dict[str, Any]) -> str:
 
 
 def alert_key(alert: dict[str, Any]) -> tuple[Any, ...]:
-    """What makes two published alerts copies of one decision (a rejection is alerted once per
-    message: two publishes of one invalid request are two decisions)."""
+    """What makes two published alerts copies of one decision: what its marker names too (a
+    rejection is alerted once per message, a request id conflict once per refused body, a stuck
+    job once per state)."""
     details = alert.get("details") if isinstance(alert.get("details"), dict) else {}
     return (
         alert.get("kind"),
@@ -162,6 +163,8 @@ def alert_key(alert: dict[str, Any]) -> tuple[Any, ...]:
         alert.get("attempt"),
         alert.get("job"),
         details.get("message_id"),
+        details.get("refused_digest"),
+        details.get("state"),
     )
 
 

@@ -289,3 +289,11 @@ def test_a_hostile_step_that_changes_another_request_is_caught(world: World) -> 
     assert "requests/r1.json (changed: " in found.detail and "status" in found.detail
     assert "JOB_STATE_RUNNING -> JOB_STATE_CANCELLING" in found.detail
     assert "requests/trg-daily-data-w20260302t080000z.json (created)" in found.detail
+
+
+def test_alerts_of_distinct_decisions_are_not_copies(world: World) -> None:
+    for refused in ("d1", "d2"):  # two other bodies under one request id: two conflicts to tell
+        alert = Alert.of(AlertKind.REQUEST_ID_CONFLICT, "x", request_id="r1", details={"refused_digest": refused})
+        world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert.to_json()).encode(), {})
+
+    assert invariants.alerts_not_per_redelivery(world) == []
