@@ -22,9 +22,6 @@ if TYPE_CHECKING:
     from shared.settings import Settings
     from sim.world import Violation, World
 
-# An alert is published at least once; a crash between its publish and its clearing may repeat
-# it, never once per redelivery (a message is delivered at most 5 times before it dead-letters).
-MAX_COPIES_OF_AN_ALERT = 3
 ALERT_KINDS = {kind.value for kind in AlertKind}
 # What the state bucket may keep of finished requests for good: configuration, the maintenance
 # cursors and remembered regions, and the operator's archive of removed records (ledger_archive).
@@ -161,16 +158,191 @@ def _job_name(job: dict[str, Any]) -> str:
     return f"create of {labels.get(LABEL_REQUEST_ID)} a{labels.get(LABEL_ATTEMPT)}"
 
 
-def alerts_not_per_redelivery(world: World) -> list[Violation]:
-    counts = collections.Counter(
-        (a.get("kind"), a.get("request_id"), a.get("attempt"), a.get("job"))
-        for a in alerts(world)
-        if a.get("request_id")
+def alert_key(alert: dict[str, Any]) -> tuple[Any, ...]:
+    """What makes two published alerts copies of one decision: what its marker names too (a
+    rejection is alerted once per message, a request id conflict once per refused body, a stuck
+    job once per state)."""
+    details = alert.get("details") if isinstance(alert.get("details"), dict) else {}
+    return (
+        alert.get("kind"),
+        alert.get("request_id"),
+        alert.get("attempt"),
+        alert.get("job"),
+        details.get("message_id"),
+        details.get("refused_digest"),
+        details.get("state"),
     )
+
+
+def alerts_not_per_redelivery(world: World) -> list[Violation]:
+    """An alert is published once, plus once more for each delivery that published it and then
+    failed before it could confirm the publish in the ledger (at-least-once: a crash, a 503 or a
+    lost answer between the two; `World.unconfirmed_alerts` counts them from the run). A clean
+    redelivery never publishes it again."""
+    counts = collections.Counter(alert_key(a) for a in alerts(world) if a.get("request_id"))
     return [
-        violation("alerts_once", f"alert {kind} for {rid} attempt {attempt} published {n} times")
-        for (kind, rid, attempt, _job), n in counts.items()
-        if n > MAX_COPIES_OF_AN_ALERT
+        violation(
+            "alerts_once",
+            f"alert {key[0]} for {key[1]} attempt {key[2]} published {n} times "
+            f"({world.unconfirmed_alerts[key]} publish(es) left unconfirmed by a fault)",
+        )
+        for key, n in counts.items()
+        if n > 1 + world.unconfirmed_alerts[key]
+    ]
+
+
+def resumes_from_newest_complete(world: World) -> list[Violation]:
+    """Every run of a job (a new attempt, a restart, a resubmitted request's first) resumes from
+    the newest checkpoint that finished whole in its own request's folder, as the simulator wrote
+    it (`sim.trainer`): never a torn one, never another request's, never an older one."""
+    out = []
+    new = world.trainer.resumes[world._checked_resumes :]  # noqa: SLF001
+    world._checked_resumes = len(world.trainer.resumes)  # noqa: SLF001
+    for resume in new:
+        who = f"{resume.request_id} a{resume.attempt}"
+        if resume.folder != resume.own_folder:
+            out.append(
+                violation("resumes_from_newest_complete", f"{who} trains in {resume.folder}, not its own folder")
+            )
+            continue
+        expected = resume.expected
+        if expected is not None and not (
+            expected.written_by == resume.request_id or expected.written_by.startswith("copy of ")
+        ):
+            out.append(
+                violation(
+                    "resumes_from_newest_complete",
+                    f"{who}'s folder holds {expected.name}, written by {expected.written_by}",
+                )
+            )
+        wanted = (expected.name, expected.step) if expected else None
+        if resume.resumed != wanted:
+            torn = world.trainer.saves.get(resume.folder, {}).get(resume.resumed[0]) if resume.resumed else None
+            what = f"{resume.resumed[0]} (step {resume.resumed[1]}" if resume.resumed else "nothing (step 0"
+            what += ", torn)" if torn is not None and not torn.complete else f", written by {resume.resumed_by})"
+            out.append(
+                violation(
+                    "resumes_from_newest_complete",
+                    f"{who} resumed from {what}; the newest complete checkpoint of its folder is "
+                    + (f"{expected.name} (step {expected.step})" if expected else "none"),
+                )
+            )
+        finished = resume.newest_finished
+        if finished is not None and finished is not expected:
+            out.append(
+                violation(
+                    "newest_complete_kept",
+                    f"{who} found {finished.name} (step {finished.step}), its request's newest complete "
+                    "checkpoint, no longer whole",
+                )
+            )
+    return out
+
+
+def newest_complete_kept(world: World) -> list[Violation]:
+    """The newest complete checkpoint of a request with a live job is never pruned (or cut)."""
+    out = []
+    for request_id in sorted({job.request_id for job in world.vertex.jobs.values() if job.live}):
+        out += _newest_kept(world, request_id, "has a live job")
+    return out
+
+
+def newest_complete_kept_while_unfinished(world: World) -> list[Violation]:
+    """... nor that of a request that has not ended (its next attempt resumes from it)."""
+    out = []
+    for record in records(world):
+        if not record.is_terminal:
+            out += _newest_kept(world, record.request_id, f"is {record.status}")
+    return out
+
+
+def _newest_kept(world: World, request_id: str, why: str) -> list[Violation]:
+    from shared.pruning.folders import OutOfScope
+
+    try:
+        folder = world.trainer.own_folder(request_id)
+    except OutOfScope:
+        return []
+    newest = world.trainer.newest_finished(folder)
+    if newest is None or world.trainer.whole(folder, newest):
+        return []
+    return [
+        violation(
+            "newest_complete_kept",
+            f"{newest.name} (step {newest.step}), the newest complete checkpoint of {request_id}, which {why}, "
+            "is no longer whole",
+        )
+    ]
+
+
+def others_state(world: World, own: frozenset[str]) -> dict[str, Any]:
+    """What a hostile step must leave alone: every other request's ledger record, its jobs, and
+    the objects in its checkpoint folder."""
+    checkpoint_root = world.trainer.own_folder("x")[: -len("x/checkpoints/")]
+    state: dict[str, Any] = {}
+    # The quota line's drainer may run in any submit delivery and create the jobs of the requests
+    # waiting in line: the system's own work, whoever's message gave it the turn.
+    state_objects = world.storage.objects(world.settings.state_bucket)
+    own = own | {rid for name in state_objects if "/waiting/" in name and (rid := _request_of(name, b""))}
+    for name, obj in state_objects.items():
+        if name.startswith("requests/") and name.endswith(".json") and name[9:-5] not in own:
+            state[name] = _decisions_of(json.loads(obj.data))
+    for job in world.vertex.jobs.values():
+        if job.request_id not in own:
+            state[job.name] = (job.request_id, job.state)
+    for name, obj in world.storage.objects(world.settings.checkpoint_bucket).items():
+        if name.startswith(checkpoint_root) and name[len(checkpoint_root) :].split("/", 1)[0] not in own:
+            state[name] = obj.generation
+    return state
+
+
+def _decisions_of(record: dict[str, Any]) -> dict[str, Any]:
+    """A record without what a publisher of the same id may legitimately add to it: the
+    `request_id_conflict` alert the system keeps in it to tell the operators of a second body
+    (it decides nothing for the request), and the write's time."""
+    conflict = AlertKind.REQUEST_ID_CONFLICT.value
+    kept = {k: v for k, v in record.items() if k != "updated_at"}
+    kept["markers"] = [m for m in record.get("markers") or [] if not m.startswith(conflict + ":")]
+    kept["pending_alerts"] = [a for a in record.get("pending_alerts") or [] if a.get("kind") != conflict]
+    return kept
+
+
+def records_created(before: dict[str, Any], after: dict[str, Any]) -> frozenset[str]:
+    return frozenset(name[9:-5] for name in after.keys() - before.keys() if name.startswith("requests/"))
+
+
+def hostile_step_contained(world: World, before: dict[str, Any], after: dict[str, Any]) -> list[Violation]:
+    """Nothing a hostile publisher or its job does changes another request's record, jobs or
+    folder: the delivery of its message changed nothing `others_state` saw before it, and
+    created no record (or job) of a request that existed, nor one under an id spotjobs derives
+    (`req-`, `trg-`). A request id nobody had used yet is the publisher's to take."""
+    from shared.requests.envelope import RESERVED_ID_PREFIXES
+
+    existed = {name[9:-5] for name in before if name.startswith("requests/")}
+    problems = []
+    for name in sorted(before.keys() | after.keys()):
+        old, new = before.get(name), after.get(name)
+        if old == new:
+            continue
+        if name.startswith("requests/"):
+            rid = name[9:-5]
+            if old is None and rid not in existed and not rid.startswith(RESERVED_ID_PREFIXES):
+                continue
+            fields = sorted(
+                k for k in (old or {}).keys() | (new or {}).keys() if (old or {}).get(k) != (new or {}).get(k)
+            )
+            problems.append(f"{name} ({'created' if old is None else 'changed: ' + ', '.join(fields)})")
+        elif "/customJobs/" in name:
+            rid = (new or old)[0]
+            if old is None and rid not in existed and not rid.startswith(RESERVED_ID_PREFIXES):
+                continue
+            problems.append(f"job {name.rsplit('/', 1)[-1]} of {rid} ({old and old[1]} -> {new and new[1]})")
+        else:
+            problems.append(f"{name} ({'written' if new is not None else 'deleted'})")
+    if not problems:
+        return []
+    return [
+        violation("hostile_step_contained", "a hostile message changed another request's " + "; ".join(problems[:3]))
     ]
 
 
@@ -346,6 +518,8 @@ STEP: list[Callable[[World], list[Violation]]] = [
     one_live_job_per_request,
     policy_on_every_create,
     alerts_not_per_redelivery,
+    resumes_from_newest_complete,
+    newest_complete_kept,
 ]
 QUIESCENCE: list[Callable[[World], list[Violation]]] = [
     one_live_job_per_request,
@@ -353,6 +527,7 @@ QUIESCENCE: list[Callable[[World], list[Violation]]] = [
     liveness,
     alerts_at_least_once,
     alerts_not_per_redelivery,
+    newest_complete_kept_while_unfinished,
 ]
 RETENTION: list[Callable[[World], list[Violation]]] = [bounded_state]
 CHECKS = {"step": STEP, "quiescence": QUIESCENCE, "retention": RETENTION}

@@ -95,6 +95,7 @@ class SimPubSub:
     subs: list[Subscription] = field(default_factory=subscriptions)
     topics: dict[str, list[Published]] = field(default_factory=dict)
     pending: list[Delivery] = field(default_factory=list)
+    observe: Callable[[Published], None] = lambda message: None  # the world's note of every publish
     _ids: int = 1
 
     def publisher(self) -> SimPubSub:
@@ -118,6 +119,7 @@ class SimPubSub:
         message = Published(topic, data, attributes, str(self._ids), self.clock())
         self._ids += 1
         self.topics.setdefault(topic, []).append(message)
+        self.observe(message)
         for sub in self.subs:
             if sub.topic == topic and (sub.task is None or attributes.get("task") == sub.task):
                 self.pending.append(Delivery(sub.name, sub.function, message, self.clock() + timedelta(seconds=delay)))

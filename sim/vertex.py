@@ -109,6 +109,9 @@ class SimVertex:
         self.emit: Callable[[SimJob, str, str], None] = lambda job, text, severity: None
         self.gpu_quota_full = False  # creates of GPU machines get the resource-quota 429
         self.fate: Callable[[SimJob], None] = lambda job: None
+        # The trainer in the job's containers (sim.trainer): "start" (a run begins), "train" (it
+        # trained until a clean end), "cut" (until a preemption, failure or cancel), "stop".
+        self.runs: Callable[[SimJob, str], None] = lambda job, what: None
         self._ids = 5_000_000_000_000_000_001
         self._calls: dict[tuple[str, str], collections.deque[datetime]] = collections.defaultdict(collections.deque)
 
@@ -237,6 +240,8 @@ class SimVertex:
         step = self.rng.choice((20, 60, 300, 900))
         job.next_change = self.clock() + timedelta(seconds=step)
         if job.state == "JOB_STATE_CANCELLING":
+            self.runs(job, "cut")
+            self.runs(job, "stop")
             self.set_state(job, "JOB_STATE_CANCELLED")
         elif job.state == "JOB_STATE_QUEUED":
             self.set_state(job, "JOB_STATE_PENDING")
@@ -245,11 +250,15 @@ class SimVertex:
                 job.next_change = None  # waits for capacity until someone cancels it
                 return
             self.set_state(job, "JOB_STATE_RUNNING")
+            self.runs(job, "start")
         elif job.state == "JOB_STATE_RUNNING":
+            clean_end = not (job.preemptions > 0 or job.fate in ("stockout", "fail"))
+            self.runs(job, "train" if clean_end else "cut")
             if job.preemptions > 0 or job.fate == "stockout":
                 job.preemptions = max(0, job.preemptions - 1)
                 job.restarts += 1
                 if job.restarts > MAX_RESTARTS:
+                    self.runs(job, "stop")
                     self.set_state(job, "JOB_STATE_FAILED", STOCKOUT_ERROR)
                     return
                 self.emit(
@@ -258,7 +267,9 @@ class SimVertex:
                     f"(restart {job.restarts} of {MAX_RESTARTS}).",
                     "WARNING",
                 )
+                self.runs(job, "start")
                 return
+            self.runs(job, "stop")
             if job.fate == "fail":
                 self.set_state(job, "JOB_STATE_FAILED", USER_ERROR)
             else:

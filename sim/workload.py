@@ -33,6 +33,8 @@ class Arrival:
     attributes: dict[str, str]
     label: str
     topic: str = "job_requests_topic"  # the Settings field naming the topic it is published to
+    # A hostile publisher's message: the requests it may change (its own, if any). None: not hostile.
+    own: frozenset[str] | None = None
 
     def describe(self) -> str:
         return f"#{self.index} {self.label} ({len(self.data)} bytes{', ' + str(self.attributes) if self.attributes else ''})"
@@ -200,6 +202,11 @@ def generate(rng: random.Random) -> Workload:
                 pad = max(0, settings.max_request_bytes - size - rng.randint(40, 400))
                 body["custom_job"] = custom_job(rng, gpu=False, pad=pad)
             add(at, body, {}, f"burst {body['request_id']}")
+    if rng.random() < 0.3:
+        for k in range(rng.choice((2, 4, 8))):
+            body, attributes, label, own = hostile_message(rng, k, [a for a in arrivals if a.own is None])
+            data = body if isinstance(body, bytes) else json.dumps(body, separators=(",", ":")).encode()
+            arrivals.append(Arrival(len(arrivals), moment(), data, attributes, f"hostile {label}", own=own))
     triggers = []
     if rng.random() < 0.3:  # a retraining trigger on data landing, with late members
         coalesce = rng.choice((300, 1800))
@@ -239,6 +246,24 @@ def generate(rng: random.Random) -> Workload:
     operations = [
         Operation(start + timedelta(hours=h), "redrive the dead letters", redrive_dead_letters) for h in (2, 9, 20, 40)
     ]
+    for _ in range(rng.choice((0, 1, 2, 3))):  # `spotjobs resubmit` of a request that ended badly
+        cut = rng.choice((None, None, 1, 2, 3))  # the command dies at its n-th copy call
+        operations.append(
+            Operation(
+                start
+                + timedelta(seconds=rng.uniform(duration.total_seconds() / 2, duration.total_seconds() + 6 * 3600)),
+                "resubmit a request that ended without succeeding" + (f" (dies at copy call {cut})" if cut else ""),
+                functools.partial(resubmit, cut_at_copy=cut),
+            )
+        )
+    for _ in range(rng.choice((0, 0, 1, 3)) if rng.random() < 0.3 else 0):
+        operations.append(
+            Operation(
+                start + timedelta(seconds=rng.uniform(0, duration.total_seconds())),
+                "a hostile job forges a kit preempted line for another request's job",
+                forge_kit_line,
+            )
+        )
     fault_rate = rng.choice((0.0, 0.005, 0.02, 0.05))
     return Workload(
         settings=settings,
@@ -303,3 +328,141 @@ def cancel_request(world: Any, request_id: str) -> None:
     ledger = LedgerStore(world.storage.client().bucket(world.settings.state_bucket))
     outcome = spotjobs.cancel(request_id, reason="sim", by="operator", ledger=ledger)
     world.note(f"operator: cancel {request_id}: {outcome.result} ({outcome.status})")
+
+
+def resubmit(world: Any, *, cut_at_copy: int | None) -> None:
+    """`spotjobs resubmit` (spotjobs/cli/requests.py `run_resubmit`, its library on the sim's
+    clients): a request that ended FAILED, GAVE_UP or CANCELLED, under the next free `-rN` id,
+    its newest complete checkpoint carried over (`spotjobs.resume.CheckpointCarrier`), published
+    only once the copy checked whole. `cut_at_copy`: the command dies at that copy call."""
+    from shared.ledger.store import LedgerStore
+    from shared.requests.envelope import InvalidJobRequest
+    from shared.requests.policy import validate_request
+    from sim.invariants import records
+    from sim.world import SimCrash
+    from spotjobs.cli.requests import RESUBMITTABLE, next_resubmit_id
+    from spotjobs.resume import CheckpointCarrier, ResumeError
+
+    ended = [r for r in records(world) if r.status in RESUBMITTABLE and r.request_id not in world.resubmitted]
+    if not ended:
+        world.note("operator: nothing to resubmit")
+        return
+    record = ended[0]
+    client = world.storage.client()
+    ledger = LedgerStore(client.bucket(world.settings.state_bucket))
+    carrier = CheckpointCarrier(client, world.settings)
+    new_id = next_resubmit_id(
+        record.request_id, lambda candidate: ledger.get(candidate) is not None or not carrier.folder_empty(candidate)
+    )
+    if new_id is None:
+        world.note(f"operator: no free resubmit id for {record.request_id}")
+        return
+    data = json.dumps({**record.request, "request_id": new_id}, separators=(",", ":")).encode()
+    try:
+        validate_request(data, attributes={"request_id": new_id}, settings=world.settings)
+    except InvalidJobRequest as exc:
+        world.note(f"operator: resubmit of {record.request_id} refused: {exc}")
+        return
+    world.copy_calls_left = cut_at_copy
+    try:
+        carried = carrier.carry(record.request_id, new_id)
+    except (ResumeError, SimCrash) as exc:
+        world.note(f"operator: resubmit {record.request_id} -> {new_id} failed ({exc}); nothing was published")
+        return
+    finally:
+        world.copy_calls_left = None
+    if carried is not None:
+        world.trainer.copied(record.request_id, new_id, carried.name)
+    world.resubmitted.add(record.request_id)
+    message_id = world.pubsub.accept(world.settings.job_requests_topic, data, {"request_id": new_id})
+    world.note(
+        f"operator: resubmitted {record.request_id} as {new_id} (message {message_id}), resuming from "
+        + (f"{carried.name} (step {carried.step})" if carried else "step 0")
+    )
+
+
+def hostile_message(
+    rng: random.Random, k: int, honest: list[Arrival]
+) -> tuple[dict[str, Any] | bytes, dict[str, str], str, frozenset[str]]:
+    """One message of a hostile publisher (issue 32): forged re-queue and redrive attributes,
+    the ids the system derives, far times, huge numbers, other requests' ids. Returns (body,
+    attributes, label, the requests it may change: its own, if it names one of its own)."""
+    from shared.requests.envelope import ORIGINAL_PUBLISH_TIME_ATTRIBUTE, REQUEUE_ATTRIBUTES
+
+    victims = [json.loads(a.data).get("request_id") or a.attributes.get("request_id") for a in honest]
+    victim = rng.choice([v for v in victims if v] or ["r0-envelope"])
+    mine = f"h{k}-hostile"
+    body: dict[str, Any] = {"request_id": mine, "custom_job": custom_job(rng, gpu=False)}
+    kind = rng.choice(
+        (
+            "forged_requeue",
+            "forged_requeue_full",
+            "forged_redrive",
+            "derived_id",
+            "far_time",
+            "huge_number",
+            "victim_id",
+        )
+    )
+    if kind == "forged_requeue":  # issue 32 item 3: only an id and an attempt
+        return (
+            {"request_id": victim, "attempt": rng.choice((1, 2, 3))},
+            {**REQUEUE_ATTRIBUTES},
+            f"{kind} of {victim}",
+            frozenset(),
+        )
+    if kind == "forged_requeue_full":
+        body.update(request_id=victim, attempt=rng.choice((1, 2, 5)))
+        return body, {**REQUEUE_ATTRIBUTES, "request_id": victim}, f"{kind} of {victim}", frozenset()
+    if kind == "forged_redrive":  # as `spotjobs dead-letters redrive` republishes, with a far first publish
+        body.update(request_id=victim, attempt=2)
+        attributes = {
+            ORIGINAL_PUBLISH_TIME_ATTRIBUTE: rng.choice(("9999-12-31T23:59:59Z", "1970-01-01T00:00:00Z")),
+            "CloudPubSubDeadLetterSourceDeliveryCount": "5",
+            **(REQUEUE_ATTRIBUTES if rng.random() < 0.5 else {}),
+        }
+        return body, attributes, f"{kind} of {victim}", frozenset()
+    if kind == "derived_id":  # issue 32 item 6: the ids spotjobs derives are reserved
+        derived = rng.choice(("trg-daily-data-w20260302t080000z", "req-0123456789abcdef-20260302090000"))
+        body["request_id"] = derived
+        return body, {}, f"{kind} {derived}", frozenset()
+    if kind == "far_time":  # issue 32 items 5 and 9
+        body["deadline"] = "9999-12-31T23:59:59Z"
+        body["total_steps"], body["expected_step_seconds"] = 100, 1.0
+        return body, {ORIGINAL_PUBLISH_TIME_ATTRIBUTE: "9999-12-31T23:59:59Z"}, f"{kind} {mine}", frozenset({mine})
+    if kind == "huge_number":  # issue 32 item 9: a 400-digit number
+        huge = "1" + "0" * 400
+        text = json.dumps({**body, "deadline": "2026-03-03T08:00:00Z", "total_steps": 0, "expected_step_seconds": 0})
+        text = text.replace('"total_steps": 0', f'"total_steps": {huge}').replace(
+            '"expected_step_seconds": 0', f'"expected_step_seconds": {huge}'
+        )
+        return text.encode(), {}, f"{kind} {mine}", frozenset({mine})
+    body["request_id"] = victim  # another request's id on a body of its own
+    body["priority"] = 100
+    return body, {"request_id": victim}, f"{kind} {victim}", frozenset()
+
+
+def forge_kit_line(world: Any) -> None:
+    """Issue 32 item 1: a job writes a kit `preempted` line for another request's live job (the
+    training account may write any job's log), routed by the sink like the victim's own."""
+    from spotjobs_kit.lines import PREEMPTED, format_line
+
+    live = sorted((job for job in world.vertex.jobs.values() if job.live), key=lambda j: j.name)
+    if not live:
+        world.note("hostile job: no live job to forge a line for")
+        return
+    victim = live[0]
+    line = format_line(
+        PREEMPTED,
+        {
+            "request_id": victim.request_id,
+            "attempt": victim.attempt,
+            "run": 0,
+            "job_id": victim.name.rsplit("/", 1)[-1],
+            "step": 100,
+            "seconds_since_checkpoint": 1,
+        },
+        severity="WARNING",
+    )
+    message_id = world.emit_log_line(victim, line, "WARNING", forged=True)
+    world.hostile[message_id] = frozenset()

@@ -14,6 +14,7 @@ Invariants (`sim.invariants`) are checked after every step and at the end of pha
 
 from __future__ import annotations
 
+import collections
 import functools
 import io
 import json
@@ -28,6 +29,7 @@ from google.api_core import exceptions as api
 from sim import virtual
 from sim.gcs import MemoryStorage
 from sim.pubsub import Delivery, SimPubSub
+from sim.trainer import Trainer
 from sim.vertex import SimJob, SimVertex
 from sim.workload import Workload, generate, with_cancels
 from tests.support.lifecycle import Rule, state_bucket_rules
@@ -116,6 +118,12 @@ class World:
     events: int = 0  # handler invocations and job changes (the benchmark's unit)
     phase: str = "faults"
     redriven: set[str] = field(default_factory=set)
+    hostile: dict[str, frozenset[str]] = field(default_factory=dict)  # message id -> the requests it may change
+    resubmitted: set[str] = field(default_factory=set)  # requests resubmitted (their copy checked)
+    copy_calls_left: int | None = None  # a resubmit dies at its copy call when this reaches 0
+    # Per alert (`invariants.alert_key`): publishes that a fault after them, in the same delivery,
+    # may have left unconfirmed, so that a later delivery legitimately publishes it once more.
+    unconfirmed_alerts: collections.Counter[tuple[Any, ...]] = field(default_factory=collections.Counter)
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -125,15 +133,27 @@ class World:
         self.clock = virtual.VirtualClock(virtual.EPOCH_OF_SIMULATION)
         self.storage = MemoryStorage(self.clock.now, io=self.io)
         self.vertex = SimVertex(self.clock.now, self.io, self.rng, self.settings.project)
-        self.vertex.emit = self._emit_log_line
+        self.vertex.emit = self.emit_log_line
         self.vertex.fate = self._draw_fate
         self.vertex.gpu_quota_full = self.workload.gpu_quota_full
+        self.trainer = Trainer(
+            self.settings,
+            self.storage.client,
+            lambda: self.storage.objects(self.settings.checkpoint_bucket),
+            self.clock.now,
+            random.Random(self.seed * 7 + 3),
+        )
+        self.vertex.runs = self._run_trainer
         self.pubsub = SimPubSub(self.clock.now, self.io, self.rng)
+        self.pubsub.observe = self._observe_publish
+        self._alerts_in_delivery: list[tuple[tuple[Any, ...], int]] = []  # (alert, faults drawn before it)
+        self._faults_before_call = 0
         self._ports: dict[str, Any] = {}
         self._in_handler: str | None = None
         self._crashed = False
         self._fault_count = 0
         self._checked_creates = 0
+        self._checked_resumes = 0
         self.log_stream = io.StringIO()
         from shared.log import Logger
 
@@ -179,6 +199,12 @@ class World:
     def io(self, service: str, operation: str, perform: Callable[[], Any]) -> Any:
         if self._crashed:
             raise SimCrash("the instance is gone")
+        if self.copy_calls_left is not None and (service, operation) == ("gcs", "copy"):
+            self.copy_calls_left -= 1
+            if self.copy_calls_left == 0:
+                self.note("fault: the resubmit command dies at this copy call")
+                raise SimCrash("the command died while copying")
+        self._faults_before_call = self._fault_count  # a fault of this very call comes after what it does
         fault = self._draw_fault(service, operation)
         if fault is None:
             return perform()
@@ -218,6 +244,22 @@ class World:
         self.note(f"fault #{fault.ordinal}: {kind} at {fault.where} in {self._in_handler}")
         return fault
 
+    def _observe_publish(self, message: Any) -> None:
+        from sim.invariants import alert_key
+
+        body = message.json()
+        if self._in_handler and message.topic == self.settings.ops_alerts_topic and isinstance(body, dict):
+            self._alerts_in_delivery.append((alert_key(body), self._faults_before_call))
+
+    def _count_unconfirmed_alerts(self) -> None:
+        """A delivery that hit a fault after it published an alert may have died (or failed, and
+        been acknowledged by a handler that reports per record, as reconcile does) between that
+        publish and its confirmation in the ledger: at-least-once lets a later one publish it again."""
+        for key, faults_before in self._alerts_in_delivery:
+            if self._fault_count > faults_before:
+                self.unconfirmed_alerts[key] += 1
+        self._alerts_in_delivery = []
+
     # Vertex running jobs: fates and the log sink.
 
     def _draw_fate(self, job: SimJob) -> None:
@@ -226,7 +268,21 @@ class World:
         job.next_change = self.clock.now() + timedelta(seconds=self.rng.choice((5, 30, 90)))
         self.note(f"vertex: created {job.name.rsplit('/', 1)[-1]} for {job.request_id} a{job.attempt} fate={job.fate}")
 
-    def _emit_log_line(self, job: SimJob, text: str, severity: str) -> None:
+    def _run_trainer(self, job: SimJob, what: str) -> None:
+        if what == "start":
+            self.trainer.start(job)
+            resume = self.trainer.resumes[-1]
+            self.note(
+                f"trainer: {job.request_id} a{job.attempt} resumes from "
+                + (f"{resume.resumed[0]} (step {resume.resumed[1]})" if resume.resumed else "nothing: step 0")
+            )
+        elif what == "stop":
+            self.trainer.stop(job)
+        else:
+            self.trainer.train(job, ends_in_a_cut=what == "cut")
+
+    def emit_log_line(self, job: SimJob, text: str, severity: str, *, forged: bool = False) -> str:
+        """A line of `job`'s logs, routed by the log sink to job-events; its message id."""
         entry = {
             "insertId": f"sim-{self.events}-{job.name.rsplit('/', 1)[-1][-6:]}",
             "logName": f"projects/{self.settings.project}/logs/ml.googleapis.com%2F{job.name.rsplit('/', 1)[-1]}",
@@ -242,8 +298,9 @@ class World:
             "timestamp": self.clock.now().isoformat().replace("+00:00", "Z"),
             "textPayload": text,
         }
-        self.note(f"vertex: {job.request_id} a{job.attempt} {job.state}: {text}")
-        self.pubsub.accept(self.settings.job_events_topic, json.dumps(entry).encode(), {})
+        who = "hostile job, as" if forged else "vertex:"
+        self.note(f"{who} {job.request_id} a{job.attempt} {job.state}: {text[:160]}")
+        return self.pubsub.accept(self.settings.job_events_topic, json.dumps(entry).encode(), {})
 
     # The scheduler.
 
@@ -340,6 +397,8 @@ class World:
                 self._arrivals.remove(what)
                 topic = getattr(self.settings, what.topic)
                 message_id = self.pubsub.accept(topic, what.data, dict(what.attributes))
+                if what.own is not None:
+                    self.hostile[message_id] = what.own
                 self.note(f"publisher: {what.describe()} -> message {message_id}")
             elif kind == "deliver":
                 self._deliver(what)
@@ -377,11 +436,14 @@ class World:
 
     def _deliver(self, delivery: Delivery) -> None:
         from shared.delivery import handle_delivery
+        from sim import invariants
 
         self.events += 1
         module_name, attribute = HANDLERS[delivery.function]
         handler = getattr(__import__(module_name, fromlist=[attribute]), attribute)
         max_age = float("inf") if delivery.function == "submit_job" else self.settings.max_event_age_seconds
+        own = self.hostile.get(delivery.message.message_id)
+        before = invariants.others_state(self, own) if own is not None else None
         self._in_handler = delivery.function
         self._crashed = False
         acked = False
@@ -402,6 +464,7 @@ class World:
         finally:
             self._in_handler = None
             self._crashed = False
+            self._count_unconfirmed_alerts()
         duplicate = acked and self.phase == "faults" and self.rng.random() < self.workload.duplicate_rate
         delivery_number = delivery.attempts + 1
         self.pubsub.settle(delivery, acked, duplicate)
@@ -411,6 +474,13 @@ class World:
                 f"{_summary(delivery)} (delivery {delivery_number}): {outcome}"
                 + (" [will be delivered again]" if duplicate else "")
             )
+        if before is not None and not self.violations:
+            after = invariants.others_state(self, own or frozenset())
+            self.violations += invariants.hostile_step_contained(self, before, after)
+            for violation in self.violations:
+                self.note(f"VIOLATION {violation}")
+            # A request id nobody had used is the publisher's: its next deliveries may go on with it.
+            self.hostile[delivery.message.message_id] = (own or frozenset()) | invariants.records_created(before, after)
         if not acked and delivery not in self.pubsub.pending:
             self.note(f"dead-lettered message {delivery.message.message_id} from {delivery.subscription}")
 

@@ -97,6 +97,10 @@ def claim_attempt(
         return Claim("claimed", current, attempt)
     if existing.job or existing.outcome or current.is_terminal:
         return Claim("duplicate", current, existing)
+    if n == 1 and not requeued and envelope != current.request:
+        # Another body under this id (a publisher's mistake, or another publisher) is a conflict,
+        # never a redelivery of this request: it must not take its claim over.
+        return Claim("duplicate", current, existing)
     age = (now - parse_iso(existing.claimed_at)).total_seconds()
     if age < lease_seconds:
         raise ClaimInProgress(

@@ -3,7 +3,9 @@ whatever the state of the code under test (these run no handler)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import random
 from datetime import timedelta
 
 import pytest
@@ -13,8 +15,9 @@ from shared.ledger.records import Attempt, RequestRecord
 from shared.ledger.states import RequestStatus
 from shared.ledger.store import LedgerStore
 from sim import invariants
+from sim.trainer import LAYOUTS
 from sim.vertex import Create, SimJob
-from sim.workload import IMAGE
+from sim.workload import IMAGE, custom_job, resubmit
 from sim.world import World
 
 
@@ -97,12 +100,31 @@ def test_a_fallback_before_the_minimum_spot_attempts_is_caught(world: World) -> 
 
 
 def test_an_alert_repeated_per_redelivery_is_caught(world: World) -> None:
-    alert = Alert.of(AlertKind.INVALID_REQUEST, "refused", request_id="r1", attempt=1)
-    for _ in range(invariants.MAX_COPIES_OF_AN_ALERT + 1):
-        world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert.to_json()).encode(), {})
+    alert = Alert.of(AlertKind.INVALID_REQUEST, "refused", request_id="r1", attempt=1).to_json()
+    world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert).encode(), {})
+    world.unconfirmed_alerts[invariants.alert_key(alert)] = 2  # two deliveries crashed after publishing it
+    for _ in range(2):
+        world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert).encode(), {})
+    assert invariants.alerts_not_per_redelivery(world) == []
+
+    world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert).encode(), {})  # one no crash explains
 
     [found] = invariants.alerts_not_per_redelivery(world)
-    assert "invalid_request" in found.detail
+    assert "invalid_request" in found.detail and "published 4 times (2 publish(es) left unconfirmed" in found.detail
+
+
+def test_a_publish_a_fault_cut_short_is_counted_for_the_alert_bound(world: World) -> None:
+    alert = Alert.of(AlertKind.PREEMPTION_STORM, "storm", request_id="r1", attempt=1).to_json()
+    world._in_handler = "on_job_event"  # noqa: SLF001 - as a delivery in flight
+    world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert).encode(), {})
+    world._count_unconfirmed_alerts()  # noqa: SLF001 - no fault after the publish
+    assert world.unconfirmed_alerts[invariants.alert_key(alert)] == 0
+
+    world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert).encode(), {})
+    world._fault_count += 1  # noqa: SLF001 - a crash before the confirming write
+    world._count_unconfirmed_alerts()  # noqa: SLF001
+
+    assert world.unconfirmed_alerts[invariants.alert_key(alert)] == 1
 
 
 def test_a_decided_alert_never_published_is_caught(world: World) -> None:
@@ -157,3 +179,121 @@ def test_the_retention_horizon_is_past_every_retention_setting(world: World) -> 
     horizon = invariants.retention_horizon_seconds(world.settings)
     assert horizon > world.settings.ledger_retention_seconds
     assert horizon > world.settings.finished_retention_seconds + timedelta(days=1).total_seconds()
+
+
+def trained(world: World, request_id: str, *, folder_of: str | None = None) -> SimJob:
+    """A running job of `request_id` whose trainer writes the kit's plain layout into the folder of
+    `folder_of` (its own by default)."""
+    running = job(world, request_id, 1)
+    prefix = f"gs://{world.settings.checkpoint_bucket}/requests/{folder_of or request_id}/"
+    running.request["jobSpec"]["baseOutputDirectory"] = {"outputUriPrefix": prefix}
+    world.trainer.layouts[request_id] = "plain"
+    return running
+
+
+def test_a_resume_from_a_torn_checkpoint_is_caught(world: World) -> None:
+    running = trained(world, "r1")
+    world.trainer.save(running, 100, torn=False)
+    world.trainer.save(running, 200, torn=True)
+    world.trainer.start(running)  # the kit's discovery skips the torn step 200
+    [resume] = world.trainer.resumes
+    assert resume.resumed == ("step-000100/", 100)
+    assert invariants.resumes_from_newest_complete(world) == []
+
+    world.trainer.resumes.append(dataclasses.replace(resume, resumed=("step-000200/", 200)))
+
+    [found] = invariants.resumes_from_newest_complete(world)
+    assert "resumed from step-000200/ (step 200, torn)" in found.detail
+
+
+def test_a_resume_from_another_requests_checkpoint_is_caught(world: World) -> None:
+    intruder = trained(world, "r2", folder_of="r1")  # a job given another request's folder
+    world.trainer.save(intruder, 300, torn=False)
+    world.trainer.start(intruder)
+    assert "not its own folder" in invariants.resumes_from_newest_complete(world)[0].detail
+
+    victim = trained(world, "r1")  # what r2's job wrote is in r1's folder now
+    world.trainer.start(victim)
+
+    details = [v.detail for v in invariants.resumes_from_newest_complete(world)]
+    assert any("written by r2" in d for d in details)
+
+
+def test_a_pruned_newest_complete_checkpoint_is_caught(world: World) -> None:
+    running = trained(world, "r1")
+    world.trainer.save(running, 100, torn=False)
+    world.trainer.save(running, 200, torn=False)
+    assert invariants.newest_complete_kept(world) == []
+
+    world.storage.client().bucket(world.settings.checkpoint_bucket).blob(
+        "requests/r1/checkpoints/step-000200/model.pt"
+    ).delete()
+
+    [found] = invariants.newest_complete_kept(world)
+    assert "step-000200/ (step 200), the newest complete checkpoint of r1" in found.detail
+    world.trainer.start(running)  # the next run resumes from 100: the kit is right, the pruner was not
+    assert [v.invariant for v in invariants.resumes_from_newest_complete(world)] == ["newest_complete_kept"]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_every_layouts_torn_save_is_skipped_and_a_resubmit_cut_short_publishes_nothing(
+    world: World, layout: str
+) -> None:
+    running = trained(world, "r1")
+    world.trainer.layouts["r1"] = layout
+    world.trainer.save(running, 100, torn=False)
+    world.trainer.save(running, 200, torn=True)
+    world.trainer.start(running)
+    assert world.trainer.resumes[-1].resumed[1] == 100  # type: ignore[index]
+    LedgerStore(world.storage.client().bucket(world.settings.state_bucket)).restore(
+        RequestRecord(
+            "r1",
+            {"request_id": "r1", "custom_job": custom_job(random.Random(0), gpu=False)},
+            "gs://c/",
+            status=RequestStatus.FAILED,
+            attempts=[attempt(1, running.name)],
+        )
+    )
+
+    resubmit(world, cut_at_copy=1)  # the command dies at its first copy
+    assert world.pubsub.on(world.settings.job_requests_topic) == []
+    resubmit(world, cut_at_copy=None)
+
+    [message] = world.pubsub.on(world.settings.job_requests_topic)
+    new_id = message.json()["request_id"]
+    copy = trained(world, new_id)
+    world.trainer.layouts[new_id] = layout
+    world.trainer.start(copy)
+    assert world.trainer.resumes[-1].resumed[1] == 100  # type: ignore[index]
+    assert invariants.resumes_from_newest_complete(world) == []
+
+
+def test_a_hostile_step_that_changes_another_request_is_caught(world: World) -> None:
+    record(world, "r1", RequestStatus.RUNNING, attempt(1))
+    victim = job(world, "r1", 1)
+    before = invariants.others_state(world, frozenset({"h1"}))
+    record(world, "h1", RequestStatus.CLAIMED, attempt(1))  # its own: allowed
+    record(world, "r2", RequestStatus.CLAIMED, attempt(1))  # an id nobody used yet: its own too
+    ledger = LedgerStore(world.storage.client().bucket(world.settings.state_bucket))
+    ledger.update("r1", lambda current: current.mark("request_id_conflict:1:abc") and current)  # a second body
+    after = invariants.others_state(world, frozenset({"h1"}))
+    assert invariants.hostile_step_contained(world, before, after) == []
+    assert invariants.records_created(before, after) == {"r2"}
+
+    del world.storage.objects(world.settings.state_bucket)["requests/r1.json"]
+    record(world, "r1", RequestStatus.FAILED, attempt(1))
+    victim.state = "JOB_STATE_CANCELLING"
+    record(world, "trg-daily-data-w20260302t080000z", RequestStatus.CLAIMED, attempt(1))  # a derived id
+
+    [found] = invariants.hostile_step_contained(world, before, invariants.others_state(world, frozenset({"h1"})))
+    assert "requests/r1.json (changed: " in found.detail and "status" in found.detail
+    assert "JOB_STATE_RUNNING -> JOB_STATE_CANCELLING" in found.detail
+    assert "requests/trg-daily-data-w20260302t080000z.json (created)" in found.detail
+
+
+def test_alerts_of_distinct_decisions_are_not_copies(world: World) -> None:
+    for refused in ("d1", "d2"):  # two other bodies under one request id: two conflicts to tell
+        alert = Alert.of(AlertKind.REQUEST_ID_CONFLICT, "x", request_id="r1", details={"refused_digest": refused})
+        world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert.to_json()).encode(), {})
+
+    assert invariants.alerts_not_per_redelivery(world) == []

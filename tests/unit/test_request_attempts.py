@@ -474,3 +474,15 @@ def test_the_attempts_kit_key_reaches_every_container_and_package() -> None:
         pool.get("containerSpec", pool.get("pythonPackageSpec"))["env"] for pool in job["jobSpec"]["workerPoolSpecs"]
     ]
     assert [{e["name"]: e["value"] for e in env}["SPOTJOBS_KIT_KEY"] for env in envs] == ["ab" * 32] * 2
+
+
+def test_a_stale_claim_is_not_taken_over_by_another_body_under_its_id() -> None:
+    # Found by the simulator's hostile publisher (seed 609): a message reusing a waiting request's
+    # id with a body of its own took over that request's claim, a write to another's record.
+    stale = record_with(
+        Attempt(1, "us-central1", "SPOT", iso(NOW - timedelta(seconds=LEASE))),
+        status=RequestStatus.CLAIMED,
+    )
+    result = claim(stale, priority=100)
+    assert result.kind == "duplicate" and not result.writes
+    assert result.record.attempt(1).claimed_at == iso(NOW - timedelta(seconds=LEASE))

@@ -1,0 +1,237 @@
+"""The trainer inside each simulated job: it resumes with the kit's own discovery and saves
+checkpoints into the folder Vertex gives the job, in the layout of one framework the kit knows,
+sometimes torn by the crash, preemption or cancel that ends the save.
+
+- a run (the job entering RUNNING, and each restart after a preemption) lists its checkpoint
+  folder with `spotjobs_kit.Run.refresh` (the discovery `Run.start` does: `layout.discover` and
+  `newest_complete`) and resumes from what it finds;
+- while it runs it saves one to three checkpoints; the save the job's end cuts short is torn, in
+  that framework's way (files without their marker, a kit marker listing a file missing or short,
+  an Orbax temporary folder, a DeepSpeed folder `latest` does not name, a TensorFlow stem its
+  index does not name, a Hugging Face folder without `trainer_state.json`);
+- every save, whole or torn, and every checkpoint `spotjobs resubmit` copied, is kept as ground
+  truth (`saves`), written by the simulator and never read back through the kit's rules: the
+  invariants (`sim.invariants.resumes_from_newest_complete`, `newest_complete_kept`) compare what
+  the kit resumed from and what the pruner left against it.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+LAYOUTS = ("plain", "torch", "orbax", "deepspeed", "tensorflow", "huggingface")
+TORN_SHARE = 0.35  # of the saves a job's end cuts short
+
+
+@dataclass
+class Save:
+    """One checkpoint as the trainer (or a copy) wrote it: its objects (relative to the
+    checkpoints folder) and their sizes, and whether the save finished."""
+
+    name: str  # the unit as the kit names it: "step-000400/", or a stem ("ckpt-000400" of ".pt")
+    step: int
+    objects: dict[str, int]
+    complete: bool
+    written_by: str  # the request whose job wrote it, or "copy of <request>" for a resubmit's copy
+    at: datetime
+
+
+@dataclass
+class Resume:
+    """One run's start: where the kit resumed from, and what the ground truth says it should."""
+
+    at: datetime
+    request_id: str
+    attempt: int
+    job: str
+    folder: str  # the job's checkpoints folder (object prefix)
+    own_folder: str  # its request's
+    resumed: tuple[str, int] | None
+    resumed_by: str | None  # who wrote the checkpoint resumed from
+    expected: Save | None  # the newest finished save of the folder still whole, then
+    newest_finished: Save | None  # the newest finished save of the folder, whole or not
+
+
+@dataclass
+class Trainer:
+    """Every simulated job's trainer, over the checkpoint bucket of one world."""
+
+    settings: Any
+    client: Callable[[], Any]  # the storage client (no faults: the trainer is no function)
+    objects: Callable[[], Any]  # the checkpoint bucket's object table, for the ground truth
+    clock: Callable[[], datetime]
+    rng: random.Random
+    saves: dict[str, dict[str, Save]] = field(default_factory=dict)  # folder -> unit -> save
+    resumes: list[Resume] = field(default_factory=list)
+    layouts: dict[str, str] = field(default_factory=dict)  # a resubmitted request's: its original's
+    _step: dict[str, int] = field(default_factory=dict)  # job -> the step it trains at
+
+    # Where things are.
+
+    def own_folder(self, request_id: str) -> str:
+        from shared.pruning.folders import CheckpointLayout
+
+        return CheckpointLayout.from_settings(self.settings).folder_for(request_id)
+
+    def job_folder(self, job: Any) -> str:
+        """`AIP_CHECKPOINT_DIR`: `checkpoints/` under the job's base output directory."""
+        uri = ((job.request.get("jobSpec") or {}).get("baseOutputDirectory") or {}).get("outputUriPrefix", "")
+        path = uri.split("://", 1)[-1].split("/", 1)[-1]
+        return path.rstrip("/") + "/checkpoints/"
+
+    def layout_of(self, request_id: str) -> str:
+        """The framework a request trains with (a resubmit keeps its original's)."""
+        return self.layouts.get(request_id) or LAYOUTS[sum(request_id.encode()) % len(LAYOUTS)]
+
+    # A run.
+
+    def start(self, job: Any) -> None:
+        """The job's container starts: the kit finds the newest complete checkpoint to resume from."""
+        from spotjobs_kit.run import Identity, Run
+        from spotjobs_kit.storage import GcsStore
+
+        folder = self.job_folder(job)
+        store = GcsStore(f"gs://{self.settings.checkpoint_bucket}/{folder}", client=self.client())
+        run = Run(store, identity=Identity(job.request_id, job.attempt, job.name), markers=self.settings.commit_markers)
+        complete = run.refresh()
+        resumed = complete[0] if complete else None
+        by = self.saves.get(folder, {}).get(resumed.name) if resumed else None
+        self.resumes.append(
+            Resume(
+                self.clock(),
+                job.request_id,
+                job.attempt,
+                job.name,
+                folder,
+                self.own_folder(job.request_id),
+                (resumed.name, resumed.step) if resumed else None,
+                by.written_by if by else ("nobody the simulator knows" if resumed else None),
+                self.newest_whole(folder),
+                self.newest_finished(folder),
+            )
+        )
+        self._step[job.name] = resumed.step if resumed else 0
+
+    def train(self, job: Any, *, ends_in_a_cut: bool) -> None:
+        """The job trained since its last change: one to three saves; the last torn (sometimes)
+        when what comes next ends the run in the middle of it."""
+        if job.name not in self._step:
+            return
+        count = self.rng.choice((1, 1, 2, 3))
+        for k in range(count):
+            self._step[job.name] += self.rng.choice((1, 2, 5)) * 100
+            torn = ends_in_a_cut and k == count - 1 and self.rng.random() < TORN_SHARE
+            self.save(job, self._step[job.name], torn=torn)
+
+    def stop(self, job: Any) -> None:
+        self._step.pop(job.name, None)
+
+    # Saving, in each framework's layout.
+
+    def save(self, job: Any, step: int, *, torn: bool) -> None:
+        folder = self.job_folder(job)
+        layout = self.layout_of(job.request_id)
+        writes, name = getattr(self, f"_{layout}")(folder, step, torn)
+        bucket = self.client().bucket(self.settings.checkpoint_bucket)
+        for relative, data in writes:
+            bucket.blob(folder + relative).upload_from_string(data)
+        objects = {r: len(d) for r, d in writes if r.startswith(name)}  # not the evidence beside it
+        saves = self.saves.setdefault(folder, {})
+        saves[name] = Save(name, step, objects, not torn, job.request_id, self.clock())
+
+    def _blob(self) -> bytes:
+        return b"w" * self.rng.randint(8, 200)
+
+    def _plain(self, folder: str, step: int, torn: bool) -> tuple[list[tuple[str, bytes]], str]:
+        from spotjobs_kit.layout import KIT_MARKER
+        from spotjobs_kit.run import checkpoint_name
+
+        name = checkpoint_name(step)
+        files = {"model.pt": self._blob(), "optim.pt": self._blob()}
+        listed = {n: len(d) for n, d in files.items()}
+        if torn and self.rng.random() < 0.5:
+            return [(name + n, d) for n, d in files.items()], name  # cut before the marker
+        if torn:  # the marker lists a file the cut left short, or never wrote
+            short = self.rng.choice(sorted(files))
+            files[short] = files[short][: len(files[short]) // 2] if self.rng.random() < 0.5 else b""
+            if not files[short]:
+                del files[short]
+        marker = json.dumps({"v": 1, "step": step, "files": listed, "committed_at": "sim"}, sort_keys=True).encode()
+        return [*((name + n, d) for n, d in files.items()), (name + KIT_MARKER, marker)], name
+
+    def _torch(self, folder: str, step: int, torn: bool) -> tuple[list[tuple[str, bytes]], str]:
+        name = f"ckpt-{step:06d}"  # one object: a cut upload leaves nothing (GCS lists it once whole)
+        return ([] if torn else [(f"{name}.pt", self._blob())]), name
+
+    def _orbax(self, folder: str, step: int, torn: bool) -> tuple[list[tuple[str, bytes]], str]:
+        from spotjobs_kit.layout import ORBAX_METADATA
+
+        if torn:  # Orbax writes into a temporary folder and renames it once every item is saved
+            return [(f"{step}.orbax-checkpoint-tmp/default/array", self._blob())], f"{step}.orbax-checkpoint-tmp/"
+        name = f"{step}/"
+        metadata = json.dumps({"commit_timestamp_nsecs": step * 1000}).encode()
+        writes = [(name + ORBAX_METADATA, metadata), (name + "default/array", self._blob())]
+        if self.rng.random() < 0.5:  # orbax-checkpoint 0.12; an older release renames without it
+            writes.append((name + "commit_success.txt", b"Checkpoint commit was successful."))
+        return writes, name
+
+    def _deepspeed(self, folder: str, step: int, torn: bool) -> tuple[list[tuple[str, bytes]], str]:
+        from spotjobs_kit.layout import DEEPSPEED_LATEST
+
+        name = f"global_step{step}/"
+        writes = [
+            (name + "mp_rank_00_model_states.pt", self._blob()),
+            (name + "zero_pp_rank_0_optim_states.pt", self._blob()),
+        ]
+        return (writes if torn else [*writes, (DEEPSPEED_LATEST, name.rstrip("/").encode())]), name
+
+    def _tensorflow(self, folder: str, step: int, torn: bool) -> tuple[list[tuple[str, bytes]], str]:
+        from spotjobs_kit.layout import TF_INDEX_FILE
+
+        name = f"ckpt-{step}"
+        writes = [(f"{name}.data-00000-of-00001", self._blob()), (f"{name}.index", self._blob())]
+        if torn:
+            return writes, name  # the index file, written last, does not name it
+        named = [s.name for s in self.saves.get(folder, {}).values() if s.complete] + [name]
+        index = f'model_checkpoint_path: "{name}"\n' + "".join(f'all_model_checkpoint_paths: "{n}"\n' for n in named)
+        return [*writes, (TF_INDEX_FILE, index.encode())], name
+
+    def _huggingface(self, folder: str, step: int, torn: bool) -> tuple[list[tuple[str, bytes]], str]:
+        from spotjobs_kit.layout import HF_TRAINER_STATE
+
+        name = f"checkpoint-{step}/"
+        writes = [(name + "model.safetensors", self._blob())]
+        return (writes if torn else [*writes, (name + HF_TRAINER_STATE, b'{"global_step": %d}' % step)]), name
+
+    # The ground truth.
+
+    def whole(self, folder: str, save: Save) -> bool:
+        """Whether every object of a finished save is still there at its size."""
+        table = self.objects()
+        return save.complete and all(
+            (obj := table.get(folder + name)) is not None and len(obj.data) == size
+            for name, size in save.objects.items()
+        )
+
+    def newest_whole(self, folder: str) -> Save | None:
+        """The newest finished save of `folder` still whole: what a run there must resume from."""
+        whole = [s for s in self.saves.get(folder, {}).values() if self.whole(folder, s)]
+        return max(whole, key=lambda s: (s.step, s.at), default=None)
+
+    def newest_finished(self, folder: str) -> Save | None:
+        finished = [s for s in self.saves.get(folder, {}).values() if s.complete]
+        return max(finished, key=lambda s: (s.step, s.at), default=None)
+
+    def copied(self, old_request_id: str, new_request_id: str, name: str) -> None:
+        """`spotjobs resubmit` copied checkpoint `name` whole into the new request's folder."""
+        old, new = self.own_folder(old_request_id), self.own_folder(new_request_id)
+        self.layouts[new_request_id] = self.layout_of(old_request_id)
+        source = self.saves[old][name]
+        self.saves.setdefault(new, {})[name] = Save(
+            name, source.step, dict(source.objects), True, f"copy of {old_request_id}", self.clock()
+        )
