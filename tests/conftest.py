@@ -115,25 +115,35 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.get_closest_marker("run_last") is not None)
 
 
+# The framework tests (tests/frameworks/) train in real processes on the CPU: they are split in
+# as many lines as a 2-vCPU machine has cores, each run one test at a time, so they never take
+# every worker and starve the stack tests' waits.
+FRAMEWORK_LINES = 2
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
     """`-n N` (xdist's --dist load) hands tests out one at a time, except that a module with a
     module-scoped fixture of its own (a stack of its own, a built install) goes to one worker
-    whole, so that fixture is built once. (xdist's --dist loadgroup would do this with marks,
-    but its renaming of test ids has no effect under pytest 9.)"""
+    whole, so that fixture is built once, and the framework tests go in FRAMEWORK_LINES lines.
+    (xdist's --dist loadgroup would group with marks, but its renaming of test ids has no
+    effect under pytest 9.)"""
     if config.getvalue("dist") != "load":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
     # In collection order, so the `run_last` tests (sorted last) are the last handed out.
     config.option.loadscopereorder = False
+    framework_line: dict[str, str] = {}
 
-    class ModuleFixtureScheduling(LoadScopeScheduling):
+    class GroupingScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.split("::", 1)[0]
+            if module.startswith("tests/frameworks/"):
+                return framework_line.setdefault(nodeid, f"frameworks-{len(framework_line) % FRAMEWORK_LINES}")
             return module if has_module_fixture(config.rootpath / module) else nodeid
 
-    return ModuleFixtureScheduling(config, log)
+    return GroupingScheduling(config, log)
 
 
 @functools.cache
