@@ -12,6 +12,10 @@ FRAMEWORKS_STAMP := $(FRAMEWORKS)/.installed
 # Provider schemas (google, google-beta) extracted from the pinned CDKTF bindings; see tools/provider_schemas.py.
 SCHEMAS := $(TOOLS)/provider-schemas/.installed
 
+# pytest-xdist workers for `make test`: the suite mostly waits on stacks and subprocesses, so
+# more workers than cores pay (tests/conftest.py keeps modules with a fixture of their own whole).
+TEST_WORKERS ?= 4
+
 .PHONY: demo up test bench sim install clean prereqs $(FRAMEWORKS)
 
 # Tested versions = deployed versions: requirements.txt is the deploy lock.
@@ -54,7 +58,7 @@ up: prereqs $(STAMP)
 test: prereqs $(STAMP) $(TOOLS)/.installed $(SCHEMAS) $(FRAMEWORKS_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

@@ -4,7 +4,10 @@ runs can coexist) and stops it, with every child process, at the end."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -89,8 +92,14 @@ def vertex_signals(stack: Stack, profile: str) -> Iterator[None]:  # noqa: F821
 @pytest.fixture(scope="session")
 def api_calls_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Where the session stack's functions record the Google API calls they make
-    (tests/integration/test_permissions.py compares them with Terraform's grants)."""
-    return tmp_path_factory.mktemp("api-calls")
+    (tests/integration/test_permissions.py compares them with Terraform's grants). Under
+    pytest-xdist every worker's session stack records into one folder of the run (appends of a
+    line each), so the `run_last` test reads the calls of the whole run, not of its worker's."""
+    if XDIST_WORKER is None:
+        return tmp_path_factory.mktemp("api-calls")
+    shared = tmp_path_factory.getbasetemp().parent / "api-calls"
+    shared.mkdir(exist_ok=True)
+    return shared
 
 
 @pytest.fixture(scope="session")
@@ -101,8 +110,99 @@ def stack(api_calls_dir: Path) -> Iterator[Stack]:  # noqa: F821
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests marked `run_last` run after every other test (the permissions test reads what the
-    whole session's stack tests made the functions call)."""
+    whole session's stack tests made the functions call). Under pytest-xdist they are also the
+    last handed out, and wait for the other workers (pytest_runtest_protocol below)."""
     items.sort(key=lambda item: item.get_closest_marker("run_last") is not None)
+
+
+# The framework tests (tests/frameworks/) train in real processes on the CPU: they are split in
+# as many lines as a 2-vCPU machine has cores, each run one test at a time, so they never take
+# every worker and starve the stack tests' waits.
+FRAMEWORK_LINES = 2
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """`-n N` (xdist's --dist load) hands tests out one at a time, except that a module with a
+    module-scoped fixture of its own (a stack of its own, a built install) goes to one worker
+    whole, so that fixture is built once, and the framework tests go in FRAMEWORK_LINES lines.
+    (xdist's --dist loadgroup would group with marks, but its renaming of test ids has no
+    effect under pytest 9.)"""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    # In collection order, so the `run_last` tests (sorted last) are the last handed out.
+    config.option.loadscopereorder = False
+    framework_line: dict[str, str] = {}
+
+    class GroupingScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            if module.startswith("tests/frameworks/"):
+                return framework_line.setdefault(nodeid, f"frameworks-{len(framework_line) % FRAMEWORK_LINES}")
+            return module if has_module_fixture(config.rootpath / module) else nodeid
+
+    return GroupingScheduling(config, log)
+
+
+@functools.cache
+def has_module_fixture(path: Path) -> bool:
+    # The controller sees test ids only, not fixtures: it reads the module.
+    return path.suffix == ".py" and re.search(r"scope\s*=\s*[\"']module[\"']", path.read_text()) is not None
+
+
+# pytest-xdist's worker name ("gw0", ...) in a worker process, None in a run without workers.
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+# How long a `run_last` test waits for the other workers to finish theirs: the slowest module
+# of the suite takes a few minutes; a worker that never reports has crashed.
+RUN_LAST_WAIT_SECONDS = 1200
+RUN_LAST_LATE = pytest.StashKey[str]()
+
+
+def run_last_folder(config: pytest.Config) -> Path:
+    """Where each worker leaves its name once its tests other than `run_last` are done: xdist
+    gives every worker the basetemp <run's temp root>/<worker>, so the parent is the run's."""
+    folder = Path(config.option.basetemp).parent / "run-last"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtestloop(session: pytest.Session) -> Iterator[None]:
+    yield
+    if XDIST_WORKER is not None:
+        (run_last_folder(session.config) / XDIST_WORKER).touch()
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """A `run_last` test in a worker starts once every worker has run all its other tests.
+
+    Tests are handed out in collection order (pytest_xdist_make_scheduler), so by the time a
+    worker gets a `run_last` test every other test has been handed out; another worker may still
+    be running its share. Outermost
+    (tryfirst), so the wait is not counted in pytest-timeout's limit for the test."""
+    if XDIST_WORKER is not None and item.get_closest_marker("run_last") is not None:
+        folder = run_last_folder(item.config)
+        (folder / XDIST_WORKER).touch()
+        workers = int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+        deadline = time.monotonic() + RUN_LAST_WAIT_SECONDS
+        # Polling a folder: workers have no channel to each other.
+        while len(list(folder.iterdir())) < workers:
+            if time.monotonic() > deadline:
+                done = sorted(path.name for path in folder.iterdir())
+                item.stash[RUN_LAST_LATE] = (
+                    f"of {workers} workers only {done} finished within {RUN_LAST_WAIT_SECONDS} s"
+                )
+                break
+            time.sleep(0.5)
+    yield
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if RUN_LAST_LATE in item.stash:
+        pytest.fail(f"run_last: {item.stash[RUN_LAST_LATE]}; the test would miss their calls", pytrace=False)
 
 
 def load_event(relative: str) -> bytes:

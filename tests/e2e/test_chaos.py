@@ -30,6 +30,11 @@ pytestmark = pytest.mark.stack
 @pytest.fixture(scope="module")
 def chaos() -> Iterator[Stack]:  # noqa: F821
     with isolated_stack(storage_fault_proxy=True) as stack:
+        # One request end to end first, so no test's short waits (30 s for a claim) include the
+        # functions' cold start, which a parallel run's start-up (every worker's stack) slows.
+        warm = _new_id("warm")
+        stack.publish("job_requests", _request(warm))
+        _wait_terminal(stack, [warm])
         yield stack
 
 
