@@ -548,10 +548,13 @@ def nothing_created_after_a_cancel(world: World) -> list[Violation]:
 
     cancels = {r.request_id: r for r in records(world) if r.cancel is not None}
     out = []
-    for create in world.vertex.created:
+    for index, create in enumerate(world.vertex.created):
         labels = create.job.get("labels") or {}
         record = cancels.get(labels.get(LABEL_REQUEST_ID, ""))
-        if record is None or create.at <= parse_iso(record.cancel.at):
+        if record is None or not create.accepted:  # a create Vertex refused created nothing
+            continue
+        before = world.creates_before_cancel.get(record.request_id)
+        if index < before if before is not None else create.at <= parse_iso(record.cancel.at):
             continue
         attempt = record.attempt(int(labels.get(LABEL_ATTEMPT, "0") or 0))
         sent = attempt.create_sent_at if attempt is not None else None

@@ -326,6 +326,7 @@ def cancel_request(world: Any, request_id: str) -> None:
     from shared.ledger.store import LedgerStore
 
     ledger = LedgerStore(world.storage.client().bucket(world.settings.state_bucket))
+    world.creates_before_cancel.setdefault(request_id, len(world.vertex.created))
     outcome = spotjobs.cancel(request_id, reason="sim", by="operator", ledger=ledger)
     world.note(f"operator: cancel {request_id}: {outcome.result} ({outcome.status})")
 

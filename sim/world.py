@@ -121,6 +121,9 @@ class World:
     hostile: dict[str, frozenset[str]] = field(default_factory=dict)  # message id -> the requests it may change
     resubmitted: set[str] = field(default_factory=set)  # requests resubmitted (their copy checked)
     copy_calls_left: int | None = None  # a resubmit dies at its copy call when this reaches 0
+    # Per request an operator cancelled: how many creates Vertex had received when the cancel ran
+    # (the ledger keeps its time to the millisecond; the order of steps is exact).
+    creates_before_cancel: dict[str, int] = field(default_factory=dict)
     # Per alert (`invariants.alert_key`): publishes that a fault after them, in the same delivery,
     # may have left unconfirmed, so that a later delivery legitimately publishes it once more.
     unconfirmed_alerts: collections.Counter[tuple[Any, ...]] = field(default_factory=collections.Counter)

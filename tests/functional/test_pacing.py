@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import json
 import threading
 import time
@@ -58,9 +59,12 @@ LOCATION = "us-central1"
 class RateLimitedJobService(FakeJobService):
     """FakeJobService whose creates past `limit` in any `window` seconds get Vertex's 429."""
 
-    def __init__(self, limit: int = 0, window: float = 60.0) -> None:
+    def __init__(self, limit: int = 0, window: float = 60.0, seconds_per_create: float | None = None) -> None:
         super().__init__()
-        self.window = SlidingWindow(limit, window=window)
+        # With `seconds_per_create`, each create moves the window's clock on by that much instead
+        # of real time: the quota binds however slow the machine is.
+        clock = itertools.count(step=seconds_per_create).__next__ if seconds_per_create else time.monotonic
+        self.window = SlidingWindow(limit, window=window, clock=clock)
         self.refused = 0
         self.list_filters: list[str] = []
 
@@ -249,7 +253,7 @@ def test_redelivered_and_concurrent_waiting_requests_are_created_once_each(line:
 
 
 def test_creates_vertex_refuses_for_the_rate_wait_their_turn_again_and_none_fails(line: Line) -> None:
-    line.vertex = RateLimitedJobService(limit=3, window=0.5)  # stricter than the pace
+    line.vertex = RateLimitedJobService(limit=3, window=0.5, seconds_per_create=0.1)  # stricter than the pace
     requests = burst(8)
     for request_id, body in requests:
         line.deliver(body, f"m-{request_id}")
