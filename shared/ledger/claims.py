@@ -97,9 +97,10 @@ def claim_attempt(
         return Claim("claimed", current, attempt)
     if existing.job or existing.outcome or current.is_terminal:
         return Claim("duplicate", current, existing)
-    if n == 1 and not requeued and envelope != current.request:
-        # Another body under this id (a publisher's mistake, or another publisher) is a conflict,
-        # never a redelivery of this request: it must not take its claim over.
+    if n == 1 and envelope != current.request:
+        # Another body under this id (a publisher's mistake, or another publisher, with the
+        # re-queue marker or without) is a conflict, never a redelivery of this request: it must
+        # not take its claim over. The line's own hand-over of attempt 1 carries the stored body.
         return Claim("duplicate", current, existing)
     age = (now - parse_iso(existing.claimed_at)).total_seconds()
     if age < lease_seconds:

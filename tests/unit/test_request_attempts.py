@@ -486,3 +486,25 @@ def test_a_stale_claim_is_not_taken_over_by_another_body_under_its_id() -> None:
     result = claim(stale, priority=100)
     assert result.kind == "duplicate" and not result.writes
     assert result.record.attempt(1).claimed_at == iso(NOW - timedelta(seconds=LEASE))
+
+
+def test_a_forged_requeue_of_attempt_1_with_another_body_does_not_take_a_stale_claim_over() -> None:
+    # Found by the simulator's hostile publisher (seed 830): the re-queue marker is anyone's to set.
+    stale = record_with(
+        Attempt(1, "us-central1", "SPOT", iso(NOW - timedelta(seconds=LEASE))),
+        status=RequestStatus.CLAIMED,
+    )
+    forged = claim_attempt(
+        stale,
+        envelope=envelope(priority=100),
+        n=1,
+        now=NOW,
+        lease_seconds=LEASE,
+        output_dir=OUTPUT_DIR,
+        requeued=True,
+    )
+    assert forged.kind == "duplicate" and not forged.writes
+    handed_over = claim_attempt(
+        stale, envelope=envelope(), n=1, now=NOW, lease_seconds=LEASE, output_dir=OUTPUT_DIR, requeued=True
+    )
+    assert handed_over.kind == "taken_over"  # the line's own hand-over carries the stored body
