@@ -36,6 +36,11 @@ TEST_FUNCTION_ENV = {
     # A SUCCEEDED job whose kit saw its last run preempted waits this long for later kit lines
     # (production: 300 s); the stack delivers them within a second or two.
     "SPOTJOBS_KIT_LINES_SETTLE_SECONDS": "3",
+    # The deadline rule's checkpoint interval until a request's trainer has committed twice
+    # (production: an hour). The stack's trainers commit every second or so; with an hour, a
+    # deadline request with an hour of slack would sit inside its safety net until two commits
+    # were seen, and a capacity gap before then (a loaded machine) would switch it.
+    "SPOTJOBS_CHECKPOINT_PRIOR_SECONDS": "60",
 }
 
 

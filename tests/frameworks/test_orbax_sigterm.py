@@ -41,6 +41,7 @@ SCENARIOS = {
 }
 
 
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
 def test_the_kit_hears_sigterm_after_jax_distributed_initialize(scenario: str, tmp_path: Path) -> None:
     setup, kit_hears = SCENARIOS[scenario]
@@ -54,8 +55,10 @@ def test_the_kit_hears_sigterm_after_jax_distributed_initialize(scenario: str, t
         """
     )
     env = {**framework_env(tmp_path), "AIP_CHECKPOINT_DIR": str(tmp_path / "checkpoints")}
+    # JAX's distributed client can be slow to shut down at exit on a starved machine (once past
+    # 120 s under the parallel suite): the bound is for a loaded machine, not a quiet one.
     done = subprocess.run(
-        [framework_python(), "-c", script], capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path
+        [framework_python(), "-c", script], capture_output=True, text=True, env=env, timeout=400, cwd=tmp_path
     )
     assert done.returncode == 0, done.stderr[-3000:]
     events = [r.event for r in map(parse_kit_line, done.stdout.splitlines()) if r is not None]
