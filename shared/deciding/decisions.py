@@ -9,6 +9,10 @@ decision marks the record, so a duplicated, concurrent or reordered delivery fin
 decides nothing again. What must reach Pub/Sub is written pending into the record with the
 decision and published by the outbox (`shared.deciding.outbox`).
 
+One module on purpose (over 450 lines): `decide` is one function of the record and the job's
+state, and its cases (success, preemption, re-queue, deadline switch, cancel, stray) share the
+record's invariants; split, each part would re-check what the others assume.
+
 Decisions, on the job's state as Vertex reports it (never on the log text):
 
 - SUCCEEDED: the request succeeds; one prune request goes to the maintenance topic. Unless the
