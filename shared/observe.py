@@ -33,6 +33,7 @@ class EventOutcome(enum.Enum):
     FOREIGN = "foreign"  # a job spotjobs did not create
     OBSERVED = "observed"  # the job was read from Vertex and decided on
     CORRUPT = "corrupt"  # its request's ledger document cannot be read: alerted, not decided
+    UNTRUSTED = "untrusted"  # a kit line its attempt's key did not sign: no read, no decision
 
 
 def handle_job_event(
@@ -46,9 +47,10 @@ def handle_job_event(
     """One job-events message. Returns what it was; raises TransientError to be redelivered.
 
     Only a relevant service line of a job in the index costs a Vertex call; a trainer kit line
-    signed with its attempt's key is counted in the ledger without one (an unsigned or badly
-    signed one is a hint like a service line: the job is read from Vertex, and the line counts for
-    nothing); anything else is acknowledged with one DEBUG/INFO line.
+    signed with its attempt's key is counted in the ledger without one. An unsigned or badly
+    signed kit line moves nothing: any job may write one for any other (docs/security.md), so it
+    buys neither a Vertex read nor a decision at a moment its writer chose; reconcile and the
+    service lines still watch that job. Anything else is acknowledged with one DEBUG/INFO line.
     `ports` is called only for a relevant line, so a cold instance that sees container chatter
     never creates a client.
     """
@@ -89,11 +91,16 @@ def handle_job_event(
             signal=signal.value,
         )
         return EventOutcome.FOREIGN
-    if entry.kit is not None and _signed_by_its_attempt(wired, index.request_id, index.attempt, entry.kit):
+    if entry.kit is not None:
+        if not _signed_by_its_attempt(wired, index.request_id, index.attempt, entry.kit):
+            log.warning(
+                "ignored a kit line its attempt's key did not sign",
+                event="unsigned_kit_line",
+                request_id=index.request_id,
+            )
+            return EventOutcome.UNTRUSTED
         observation = Observation(index.attempt, None, signal, kit=entry.kit, job_name=index.job)
     else:
-        if entry.kit is not None:
-            log.info("a kit line without its attempt's signature; reading the job", event="unsigned_kit_line")
         counted = signal is Signal.PREEMPTION and entry.is_service_line
         observation = Observation(
             attempt=index.attempt,

@@ -97,8 +97,14 @@ class Job:
         """A plain container line: stdout at INFO, stderr at ERROR."""
         return self._entry(at, WORKER, severity, {"textPayload": text})
 
+    @property
+    def kit_key(self) -> str:
+        """The attempt's key (illustrative, derived from the job id): submit draws one per attempt
+        and puts it in the job's env; the kit signs every line with it."""
+        return hashlib.sha256(f"fixture key of {self.job_id}".encode()).hexdigest()
+
     def kit(self, at: float, event: str, run: int, form: str, attempt: int = 1, **fields: Any) -> dict[str, Any]:
-        """A kit line as `Run.emit` prints it, stored as `jsonPayload` or `textPayload`."""
+        """A kit line as `Run.emit` prints it, signed, stored as `jsonPayload` or `textPayload`."""
         self.kit_lines.append((at, event, run, attempt, fields))
         line = format_line(
             event,
@@ -110,6 +116,7 @@ class Job:
                 **fields,
                 "time": _millis(self.start + timedelta(seconds=at)),
             },
+            key=self.kit_key,
         )
         if form == "text":
             return self._entry(at, WORKER, "INFO", {"textPayload": line})
@@ -136,6 +143,7 @@ class Job:
                             "env": [
                                 {"name": "SPOTJOBS_REQUEST_ID", "value": self.request_id},
                                 {"name": "SPOTJOBS_ATTEMPT", "value": "1"},
+                                {"name": "SPOTJOBS_KIT_KEY", "value": self.kit_key},
                             ],
                             "imageUri": f"us-docker.pkg.dev/{PROJECT}/trainers/{self.request_id}:1",
                         },

@@ -1,8 +1,10 @@
 """Each captured log entry explained as on_job_event would act on it, in time order.
 
 What it does with an entry: ignore it (and why), count it as kit evidence without a Vertex read,
-or read the job from Vertex and decide on its state. Two checks need the deployment and are not
-made offline: the event's age and whether spotjobs created the job (its job index).
+ignore a kit line its attempt's key did not sign, or read the job from Vertex and decide on its
+state. Two checks need the deployment and are not made offline: the event's age and whether
+spotjobs created the job (its job index). A kit line's signature is checked with the key in the
+described job's env (--job); without it, it is not checked.
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from spotjobs.explaining.reading import ParsedEntry, described_job
-from spotjobs.explaining.replay import replay_decision
+from spotjobs.explaining.replay import replay_decision, unsigned_by
 
 if TYPE_CHECKING:
     from spotjobs_kit.lines import KitRecord
 
     from shared.settings import Settings
+    from spotjobs.explaining.reading import DescribedJob
     from spotjobs.explaining.replay import Replay
 
 NOT_CHECKED = "not checked offline"
@@ -29,6 +32,7 @@ TEXT_WIDTH = 100
 IGNORED = "ignored"  # not a job log entry: acknowledged
 IRRELEVANT = "irrelevant"  # a job's line that says nothing about its state: acknowledged
 KIT_EVIDENCE = "kit_evidence"  # counted in the ledger, no Vertex read
+UNTRUSTED = "untrusted"  # a kit line its attempt's key did not sign: acknowledged, nothing read
 VERTEX_READ = "vertex_read"  # a hint: the job is read from Vertex and decided on
 
 
@@ -53,7 +57,9 @@ class Report:
     entries: list[EntryExplanation]
     replay: Replay | None
     source: str = ""
-    offline: dict[str, str] = field(default_factory=lambda: {"event_age": NOT_CHECKED, "job_index": NOT_CHECKED})
+    offline: dict[str, str] = field(
+        default_factory=lambda: {"event_age": NOT_CHECKED, "job_index": NOT_CHECKED, "kit_signature": NOT_CHECKED}
+    )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -88,11 +94,12 @@ def explain(
     explained = []
     for item in ordered:
         signal = classify(item.entry, patterns) if item.entry is not None else None
-        explained.append(_explain_one(item, signal))
-    replay = None
-    if described is not None:
-        replay = replay_decision(ordered, patterns, settings, described, now)
-    return Report(explained, replay)
+        explained.append(_explain_one(item, signal, described))
+    if described is None:
+        return Report(explained, None)
+    report = Report(explained, replay_decision(ordered, patterns, settings, described, now))
+    report.offline["kit_signature"] = "checked with the described job's key, for its own lines"
+    return report
 
 
 def _in_time_order(parsed: list[ParsedEntry]) -> list[ParsedEntry]:
@@ -105,7 +112,7 @@ def _in_time_order(parsed: list[ParsedEntry]) -> list[ParsedEntry]:
     return sorted(items, key=lambda p: p.entry.timestamp if p.entry and p.entry.timestamp else EPOCH)
 
 
-def _explain_one(item: ParsedEntry, signal: Any) -> EntryExplanation:
+def _explain_one(item: ParsedEntry, signal: Any, described: DescribedJob | None) -> EntryExplanation:
     from shared.deciding.events import Signal
 
     entry = item.entry
@@ -146,10 +153,16 @@ def _explain_one(item: ParsedEntry, signal: Any) -> EntryExplanation:
             explanation=f"irrelevant: {what}; acknowledged, no ledger or Vertex read",
         )
     if entry.kit is not None:
+        unsigned = not entry.kit.sig or (described is not None and unsigned_by(described, entry.kit))
         return EntryExplanation(
             **common,
-            action=KIT_EVIDENCE,
-            explanation=_kit_explanation(entry.kit),
+            action=UNTRUSTED if unsigned else KIT_EVIDENCE,
+            explanation=(
+                "untrusted: a kit line its attempt's key did not sign (or naming another attempt); "
+                "acknowledged, nothing counted, no Vertex read"
+                if unsigned
+                else _kit_explanation(entry.kit)
+            ),
             kit={
                 "event": entry.kit.event,
                 "request_id": entry.kit.request_id,
@@ -180,6 +193,7 @@ def _kit_explanation(kit: KitRecord) -> str:
     if kit.run is None:
         return f"kit evidence without a run index (attempt {attempt}, request {request}): nothing counted"
     head = f"kit evidence: counts run {kit.run} of attempt {attempt} (request {request}) — no Vertex read"
+    head += ", if signed with its attempt's key (checked with --job)"
     if kit.event == RUN_STARTED:
         if kit.run == 0:
             detail = "the job's first run started"

@@ -73,6 +73,7 @@ class DescribedJob:
     snapshot: JobSnapshot
     labels: dict[str, str]
     strategy: str  # jobSpec.scheduling.strategy; unset means STANDARD (custom_job.proto)
+    kit_key: str | None = None  # SPOTJOBS_KIT_KEY in its containers' env: what its kit signs with
 
 
 def described_job(job_json: Mapping[str, Any]) -> DescribedJob:
@@ -94,4 +95,15 @@ def described_job(job_json: Mapping[str, Any]) -> DescribedJob:
         raise UnreadableInput(f"state {job_json.get('state')!r} is not a JobState")
     strategy = job.job_spec.scheduling.strategy
     name = getattr(strategy, "name", "") if strategy else ""
-    return DescribedJob(snapshot, dict(job.labels), name or "STANDARD")
+    return DescribedJob(snapshot, dict(job.labels), name or "STANDARD", _kit_key(job))
+
+
+def _kit_key(job: Any) -> str | None:
+    """The attempt's key, as submit puts it in every worker pool's env (shared/adapters/vertex.py)."""
+    from shared.jobs import ENV_KIT_KEY
+
+    for pool in job.job_spec.worker_pool_specs:
+        for env in (*pool.container_spec.env, *pool.python_package_spec.env):
+            if env.name == ENV_KIT_KEY and env.value:
+                return env.value
+    return None

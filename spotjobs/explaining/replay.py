@@ -12,6 +12,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from spotjobs_kit.lines import KitRecord
+
     from shared.settings import Settings
     from spotjobs.explaining.reading import DescribedJob, ParsedEntry
 
@@ -96,8 +98,7 @@ def replay_decision(
     policy = DecisionPolicy.from_settings(settings)
     events: list[str] = []
     alerts: list[str] = []
-    kit_fed = lines_fed = other_jobs = 0
-    kit_names: dict[tuple[str | None, int | None], int] = {}
+    kit_fed = lines_fed = other_jobs = untrusted = 0
     job_id = _job_id(snapshot.name)
     for item in ordered:
         entry = item.entry
@@ -108,11 +109,11 @@ def replay_decision(
             continue
         signal = classify(entry, patterns)
         if entry.kit is not None:
+            if unsigned_by(described, entry.kit):
+                untrusted += 1
+                continue
             observation = Observation(n, None, Signal.KIT, kit=entry.kit, job_name=snapshot.name)
             kit_fed += 1
-            if entry.kit.attempt not in (None, n) or entry.kit.request_id not in (None, request_id):
-                named = (entry.kit.request_id, entry.kit.attempt)
-                kit_names[named] = kit_names.get(named, 0) + 1
         elif signal is Signal.PREEMPTION and entry.is_service_line:
             observation = Observation(n, None, signal, preemption_evidence=entry.identity, job_name=snapshot.name)
             lines_fed += 1
@@ -126,11 +127,12 @@ def replay_decision(
     record = decision.record
     events += decision.effects.events
     alerts += [a.kind for a in decision.effects.alerts]
-    for (kit_request, kit_attempt), count in kit_names.items():
+    if untrusted:
         notes.append(
-            f"{count} kit line(s) name request {kit_request} attempt {kit_attempt}; on_job_event "
-            f"counts them for the job's own (request {request_id}, attempt {n}): check "
-            "SPOTJOBS_REQUEST_ID/SPOTJOBS_ATTEMPT in the container"
+            f"{untrusted} kit line(s) of the job were not fed: unsigned, signed with another key, or naming "
+            f"another request or attempt than its own (request {request_id}, attempt {n}); on_job_event "
+            "ignores them (docs/security.md). An old kit signs nothing: check SPOTJOBS_REQUEST_ID/"
+            "SPOTJOBS_ATTEMPT in the container and the kit's version"
         )
     if other_jobs:
         notes.append(f"{other_jobs} entries of other jobs were not fed to this job's decision")
@@ -165,6 +167,19 @@ def replay_decision(
         waiting=decision.waiting,
         notes=notes,
     )
+
+
+def unsigned_by(described: DescribedJob, kit: KitRecord) -> bool:
+    """What on_job_event would not count (shared/observe.py): a line that does not name the job's
+    own request and attempt (its labels), or is not signed with the key in its env."""
+    from spotjobs_kit.lines import is_signed_with
+
+    from shared.jobs import LABEL_ATTEMPT, LABEL_REQUEST_ID
+
+    named = kit.request_id == described.labels.get(LABEL_REQUEST_ID) and str(kit.attempt) == described.labels.get(
+        LABEL_ATTEMPT
+    )
+    return not named or not is_signed_with(kit, described.kit_key)
 
 
 def _job_id(name: str) -> str:

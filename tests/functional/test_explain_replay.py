@@ -34,6 +34,7 @@ OUTCOMES = {
     "ignored": EventOutcome.IGNORED,
     "irrelevant": EventOutcome.IRRELEVANT,
     "kit_evidence": EventOutcome.OBSERVED,
+    "untrusted": EventOutcome.UNTRUSTED,
     "vertex_read": EventOutcome.OBSERVED,
 }
 # What Vertex reports when each service line is written (the job as the hint finds it).
@@ -55,15 +56,25 @@ def oldest_first(name: str) -> list[dict[str, Any]]:
 
 
 def signed(entry: dict[str, Any], key: str | None) -> dict[str, Any]:
-    """The entry as a kit holding its attempt's key prints it: the fixtures' kit lines are unsigned
-    (the key is drawn per attempt), and on_job_event counts only a signed one as evidence."""
+    """The entry as the kit of the test world's attempt prints it (`key` None: unsigned, an old
+    kit): the fixtures' lines are signed with the fixture job's key, not the world's."""
     for form in ("jsonPayload", "textPayload"):
         record = parse_kit_line(entry[form]) if form in entry else None
         if record is not None:
-            fields = {k: v for k, v in record.fields.items() if k not in ("v", "event")}
+            fields = {k: v for k, v in record.fields.items() if k not in ("v", "event", "sig")}
             line = format_line(record.event, fields, key=key)
             entry[form] = json.loads(line) if form == "jsonPayload" else line
     return entry
+
+
+def holding(name: str, key: str) -> dict[str, Any]:
+    """The described job with the test world's key in its env, as submit would have created it."""
+    described = json.loads((EVENTS_DIR / "jobs" / f"{name}.json").read_text())
+    for pool in described["jobSpec"]["workerPoolSpecs"]:
+        for env in pool["containerSpec"]["env"]:
+            if env["name"] == "SPOTJOBS_KIT_KEY":
+                env["value"] = key
+    return described
 
 
 def deliver_all(world: World, name: str, entries: list[dict[str, Any]]) -> tuple[str, list[EventOutcome], CapturedLog]:
@@ -100,12 +111,14 @@ def test_the_handler_decides_what_explain_predicts(world: World, name: str, with
     entries = oldest_first(name)
     if not with_kit:  # a trainer without the kit
         entries = [e for e in entries if "spotjobs-kit" not in json.dumps(e)]
-    described = json.loads((EVENTS_DIR / "jobs" / f"{name}.json").read_text())
-    report = explain(entries, world.settings, job_json=described)
+    request_id, outcomes, log = deliver_all(world, name, entries)
+
+    key = world.kit_key(request_id)
+    report = explain(
+        [signed(json.loads(json.dumps(e)), key) for e in entries], world.settings, job_json=holding(name, key)
+    )
     replay = report.replay
     assert replay is not None
-
-    request_id, outcomes, log = deliver_all(world, name, entries)
 
     assert outcomes == [OUTCOMES[e.action] for e in report.entries]
     assert world.vertex.gets == sum(e.action == "vertex_read" for e in report.entries)
@@ -137,3 +150,19 @@ def test_the_expected_outcomes(world: World) -> None:
     record = world.ledger.get(request_id)
     assert (str(record.status), preemptions_text(record.attempts[0])) == ("REQUEUED", "7")
     assert record.requeue is not None and record.requeue.reason == "stockout"
+
+
+def test_explain_ignores_the_kit_lines_the_handler_ignores(world: World) -> None:
+    """Unsigned, or signed with another attempt's key: on_job_event counts neither, and explain
+    says so rather than predicting evidence."""
+    entries = oldest_first("preempted_twice_succeeded")
+    request_id, _, _ = deliver_all(world, "preempted_twice_succeeded", entries)
+    kit_lines = ["spotjobs-kit" in json.dumps(e) for e in entries]
+    assert any(kit_lines)
+
+    described = holding("preempted_twice_succeeded", world.kit_key(request_id))
+    for key, job_json in ((None, None), (None, described), ("x" * 64, described)):
+        report = explain([signed(json.loads(json.dumps(e)), key) for e in entries], world.settings, job_json=job_json)
+        assert [e.action == "untrusted" for e in report.entries] == kit_lines
+        if report.replay is not None:
+            assert report.replay.kit_lines_fed == 0 and "were not fed" in " ".join(report.replay.notes)

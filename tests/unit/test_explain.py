@@ -199,7 +199,9 @@ def test_the_last_attempt_gives_up(capsys, tmp_path: Path) -> None:
     path.write_text(json.dumps(described))
     replay = explain_json(capsys, captured(STOCKOUT), "--job", str(path))["replay"]
     assert (replay["attempt"], replay["status"], replay["requeue"]) == (3, "GAVE_UP", None)
-    assert replay["alerts"] == ["preemption_storm", "attempts_exhausted"]
+    # Its kit lines name attempt 1: on_job_event would not count them for attempt 3.
+    assert replay["kit_lines_fed"] == 0 and "20 kit line(s) of the job were not fed" in replay["notes"][-1]
+    assert replay["alerts"] == ["attempts_exhausted"]
 
 
 def test_json_lines_an_ascending_array_and_one_object_read_alike(capsys, tmp_path: Path) -> None:
