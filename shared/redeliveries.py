@@ -39,14 +39,31 @@ def publish_what_is_pending(record: RequestRecord | None, log: Logger, ports: Po
             raise TransientError(waiting)
 
 
-def record_conflict(record: RequestRecord, envelope: dict[str, Any], ports: Ports) -> Swapped[RequestRecord]:
+# Distinct other bodies alerted per request id: each is a marker and an alert in that request's
+# ledger document, and whoever publishes under a taken id must not grow it without end.
+MAX_CONFLICT_ALERTS = 5
+
+
+def record_conflict(
+    record: RequestRecord, envelope: dict[str, Any], ports: Ports, log: Logger
+) -> Swapped[RequestRecord]:
     """The same request id published with another body: the first is kept, and the publisher is
-    told once per distinct body (an alert naming both bodies' digests), through the outbox.
+    told once per distinct body (an alert naming both bodies' digests), through the outbox, up to
+    MAX_CONFLICT_ALERTS bodies; any further one is only logged.
     Returns the alert's compare-and-swap (`wrote`: this delivery decided it)."""
     kept, refused = body_digest(record.request), body_digest(envelope)
     now = ports.clock()
+    prefix = alert_marker(AlertKind.REQUEST_ID_CONFLICT, 1, "")
 
-    def conflict_alert(current: RequestRecord) -> Alert:
+    def conflict_alert(current: RequestRecord) -> Alert | None:
+        if current.count_marks(prefix) >= MAX_CONFLICT_ALERTS:
+            log.warning(
+                "a request id published again with yet another body: logged, not alerted",
+                event="request_id_conflict_not_alerted",
+                refused_digest=refused,
+                alerted_bodies=MAX_CONFLICT_ALERTS,
+            )
+            return None
         return Alert.of(
             AlertKind.REQUEST_ID_CONFLICT,
             (

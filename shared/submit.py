@@ -168,7 +168,7 @@ def submit_request(message: Message, log: Logger, ports: Ports) -> SubmitOutcome
                 same_body=same_body,
             )
             if not same_body and request.attempt is None:
-                conflict = record_conflict(claim.record, envelope, ports)
+                conflict = record_conflict(claim.record, envelope, ports, log)
                 publish_what_is_pending(conflict.value or claim.record, log, ports, mine=Mine.written(conflict))
             else:
                 publish_what_is_pending(claim.record, log, ports)

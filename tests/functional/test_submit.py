@@ -24,6 +24,7 @@ from shared.ledger.records import Attempt, RequestRecord, Requeue
 from shared.ledger.states import RequestStatus
 from shared.ledger.store import LedgerStore
 from shared.log import Logger
+from shared.redeliveries import MAX_CONFLICT_ALERTS
 from shared.requests.envelope import REQUEUE_ATTRIBUTES, derived_request_id
 from shared.settings import Settings
 from shared.submit import SubmitBlocked, SubmitOutcome, SubmitResult, submit_request
@@ -242,6 +243,20 @@ def test_a_redelivery_and_a_second_publish_create_nothing(harness: Harness) -> N
     kept, refused = alert.details["kept_digest"], alert.details["refused_digest"]
     assert kept != refused and kept in alert.message and refused in alert.message
     assert harness.ledger.get("r1").request["max_attempts"] != 2  # the first body is kept
+
+
+def test_bodies_published_under_a_taken_id_grow_its_record_only_so_far(harness: Harness) -> None:
+    """Anyone may publish under any free-or-taken id: each distinct body is told once, but a
+    publisher sending thousands cannot grow another request's ledger document without end
+    (issue 32: bounded work per message, nothing of another request's record moved)."""
+    harness.deliver(envelope(), message_id="m-0")
+    for n in range(MAX_CONFLICT_ALERTS + 3):
+        harness.deliver(envelope(priority=n + 1), message_id=f"m-{n + 1}")
+
+    assert [a.kind for a in harness.alerts] == ["request_id_conflict"] * MAX_CONFLICT_ALERTS
+    record = harness.ledger.get("r1")
+    assert record.count_marks("request_id_conflict:") == MAX_CONFLICT_ALERTS
+    assert len(harness.log_lines("request_id_conflict_not_alerted")) == 3
 
 
 def test_concurrent_deliveries_of_one_request_create_exactly_one_job(harness: Harness) -> None:
