@@ -67,6 +67,10 @@ class Settings:
     allowed_machine_families: tuple[str, ...] = _env("SPOTJOBS_ALLOWED_MACHINE_FAMILIES", ("a2", "a3"), kind="list")
     allowed_image_prefixes: tuple[str, ...] = _env("SPOTJOBS_ALLOWED_IMAGE_PREFIXES", (), kind="list")
     allowed_service_accounts: tuple[str, ...] = _env("SPOTJOBS_ALLOWED_SERVICE_ACCOUNTS", (), kind="list")
+    # Training identities per request class, `<request id prefix>=<service account>`: a request
+    # whose id starts with the prefix runs as that account, which may write only its class's
+    # folders (terraform/iam.tf); no other request may name it (docs/security.md).
+    training_classes: tuple[str, ...] = _env("SPOTJOBS_TRAINING_CLASSES", (), kind="list")
     max_replicas_per_pool: int = _env("SPOTJOBS_MAX_REPLICAS_PER_POOL", 8, kind="int")
     max_accelerators_per_replica: int = _env("SPOTJOBS_MAX_ACCELERATORS_PER_REPLICA", 8, kind="int")
     default_max_attempts: int = _env("SPOTJOBS_DEFAULT_MAX_ATTEMPTS", 3, kind="int")
@@ -195,6 +199,7 @@ class Settings:
         settings._check_patterns()
         settings._check_image_prefixes()
         settings._check_commit_markers()
+        settings._check_training_classes()
         return settings
 
     def check_deployable(self) -> None:
@@ -252,6 +257,34 @@ class Settings:
                 parse_prefix(entry)
             except BadReference as exc:
                 raise ConfigurationError(f"SPOTJOBS_ALLOWED_IMAGE_PREFIXES: {exc}") from None
+
+    @property
+    def training_class_accounts(self) -> dict[str, str]:
+        """Request id prefix -> the service account its requests run as."""
+        return dict(entry.split("=", 1) for entry in self.training_classes)
+
+    def _check_training_classes(self) -> None:
+        # A prefix inside another would put one class's folders inside the other's grant.
+        import re
+
+        from shared.requests.envelope import RESERVED_ID_PREFIXES
+
+        prefixes = []
+        for entry in self.training_classes:
+            prefix, _, account = entry.partition("=")
+            if not re.fullmatch(r"[a-z][a-z0-9_-]{0,40}", prefix) or "@" not in account:
+                raise ConfigurationError(
+                    f"SPOTJOBS_TRAINING_CLASSES: {entry!r} is not <request id prefix>=<service account>"
+                    " (a prefix of lowercase letters, digits, - and _ that starts with a letter)"
+                )
+            if prefix.startswith(RESERVED_ID_PREFIXES) or any(
+                prefix.startswith(other) or other.startswith(prefix) for other in prefixes
+            ):
+                raise ConfigurationError(
+                    f"SPOTJOBS_TRAINING_CLASSES: prefix {prefix!r} overlaps another class's or spotjobs' own"
+                    f" ({', '.join(RESERVED_ID_PREFIXES)})"
+                )
+            prefixes.append(prefix)
 
     def _check_commit_markers(self) -> None:
         # An empty list would mean "the kit's defaults" to the jobs (spotjobs_kit.Run reads an

@@ -75,6 +75,7 @@ from shared.redeliveries import (
     replayed_without_a_record,
 )
 from shared.requests.envelope import InvalidJobRequest, JobRequest, canonical_envelope, content_request_id
+from shared.requests.job_policy import training_account_for
 from shared.requests.policy import check_attempt_job, validate_request, warn_if_images_unrestricted
 from shared.swap import Decided
 from shared.wiring import Ports
@@ -285,7 +286,7 @@ def _ensure_job(
         output_dir=record.output_dir,
         deployment=settings.deployment_label,
         commit_markers=settings.commit_markers,
-        service_account=settings.training_service_account,
+        service_account=training_account_for(settings, request_id),
         kit_key=attempt.kit_key,
     )
     custom_job = to_custom_job(job_json)

@@ -62,6 +62,7 @@ locals {
     SPOTJOBS_MAINTENANCE_TOPIC        = google_pubsub_topic.topics["maintenance"].name
     SPOTJOBS_TRIGGERS_TOPIC           = google_pubsub_topic.topics["triggers"].name
     SPOTJOBS_TRAINING_SERVICE_ACCOUNT = google_service_account.training.email
+    SPOTJOBS_TRAINING_CLASSES         = join(",", [for c, prefix in var.training_classes : "${prefix}=${google_service_account.training_class[c].email}"])
   }
   settings = merge(var.settings, {
     # Jobs may only run as the training service account unless the caller widens the list (and

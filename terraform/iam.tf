@@ -119,6 +119,18 @@ resource "google_service_account" "training" {
   depends_on = [google_project_service.apis]
 }
 
+# A request class's own identity (var.training_classes): its jobs write only its class's folders.
+resource "google_service_account" "training_class" {
+  for_each = var.training_classes
+
+  project      = var.project_id
+  account_id   = "${var.name_prefix}-tc-${each.key}"
+  display_name = "spotjobs training jobs: ${each.key}"
+  description  = "Identity of the CustomJobs of requests whose id starts with ${each.value}."
+
+  depends_on = [google_project_service.apis]
+}
+
 resource "google_service_account" "build" {
   project      = var.project_id
   account_id   = "${var.name_prefix}-build"
@@ -347,6 +359,18 @@ resource "google_service_account_iam_member" "submit_acts_as_training" {
   member             = "serviceAccount:${google_service_account.functions[each.key].email}"
 }
 
+# ... and on each class's account, for its class's requests.
+resource "google_service_account_iam_member" "submit_acts_as_training_class" {
+  for_each = {
+    for pair in setproduct([for fn, a in local.access : fn if a.act_as], keys(var.training_classes)) :
+    "${pair[0]}/${pair[1]}" => { fn = pair[0], class = pair[1] }
+  }
+
+  service_account_id = google_service_account.training_class[each.value.class].name
+  role               = "roles/iam.serviceAccountUser"
+  member             = "serviceAccount:${google_service_account.functions[each.value.fn].email}"
+}
+
 resource "google_pubsub_topic_iam_member" "function_publishers" {
   for_each = local.publish_grants
 
@@ -379,6 +403,19 @@ resource "google_service_account_iam_member" "pubsub_mints_push_tokens" {
 # request is not possible (at most 20 bindings of one role and member with different conditions:
 # https://cloud.google.com/iam/quotas), so jobs of different requests still share this prefix:
 # what keeps a job from speaking for another is the kit's per-attempt key (docs/security.md).
+# A request class (var.training_classes) gets its own account on its own id prefix, which the
+# shared account may not touch: jobs of different classes cannot write each other's folders.
+# CEL's `!` and `&&` are documented operators of IAM conditions
+# (https://cloud.google.com/iam/docs/conditions-overview#cel).
+locals {
+  checkpoint_objects = "projects/_/buckets/${google_storage_bucket.checkpoints.name}/objects/${var.settings.checkpoint_prefix}/"
+  list_prefix        = "api.getAttribute(\"storage.googleapis.com/objectListPrefix\", \"\")"
+  class_exclusions = {
+    objects = join("", [for prefix in values(var.training_classes) : " && !resource.name.startsWith(\"${local.checkpoint_objects}${prefix}\")"])
+    listing = join("", [for prefix in values(var.training_classes) : " && !${local.list_prefix}.startsWith(\"${var.settings.checkpoint_prefix}/${prefix}\")"])
+  }
+}
+
 resource "google_storage_bucket_iam_member" "training_checkpoints" {
   bucket = google_storage_bucket.checkpoints.name
   role   = "roles/storage.objectAdmin"
@@ -386,10 +423,27 @@ resource "google_storage_bucket_iam_member" "training_checkpoints" {
 
   condition {
     title       = "the checkpoint prefix"
-    description = "Training jobs may read and write objects under ${var.settings.checkpoint_prefix}/ only."
+    description = "Training jobs may read and write objects under ${var.settings.checkpoint_prefix}/ only, outside the training classes' prefixes."
     expression = join(" || ", [
-      "resource.name.startsWith(\"projects/_/buckets/${google_storage_bucket.checkpoints.name}/objects/${var.settings.checkpoint_prefix}/\")",
-      "api.getAttribute(\"storage.googleapis.com/objectListPrefix\", \"\").startsWith(\"${var.settings.checkpoint_prefix}/\")",
+      "(resource.name.startsWith(\"${local.checkpoint_objects}\")${local.class_exclusions.objects})",
+      "(${local.list_prefix}.startsWith(\"${var.settings.checkpoint_prefix}/\")${local.class_exclusions.listing})",
+    ])
+  }
+}
+
+resource "google_storage_bucket_iam_member" "training_class_checkpoints" {
+  for_each = var.training_classes
+
+  bucket = google_storage_bucket.checkpoints.name
+  role   = "roles/storage.objectAdmin"
+  member = "serviceAccount:${google_service_account.training_class[each.key].email}"
+
+  condition {
+    title       = "the ${each.key} class's folders"
+    description = "Jobs of requests whose id starts with ${each.value} may read and write their folders only."
+    expression = join(" || ", [
+      "resource.name.startsWith(\"${local.checkpoint_objects}${each.value}\")",
+      "${local.list_prefix}.startsWith(\"${var.settings.checkpoint_prefix}/${each.value}\")",
     ])
   }
 }
@@ -412,6 +466,14 @@ resource "google_project_iam_member" "training_log_writer" {
   project = var.project_id
   role    = "roles/logging.logWriter"
   member  = "serviceAccount:${google_service_account.training.email}"
+}
+
+resource "google_project_iam_member" "training_class_log_writer" {
+  for_each = var.training_classes
+
+  project = var.project_id
+  role    = "roles/logging.logWriter"
+  member  = "serviceAccount:${google_service_account.training_class[each.key].email}"
 }
 
 # ---------------------------------------------------------------------------------------------

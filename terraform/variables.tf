@@ -470,6 +470,28 @@ variable "job_request_publishers" {
   }
 }
 
+variable "training_classes" {
+  description = "Training identities per request class, class name => request id prefix (SPOTJOBS_TRAINING_CLASSES). A request whose id starts with the prefix runs as the class's own service account (<name_prefix>-tc-<class>), which may write only <checkpoint prefix>/<id prefix>*; the shared training account may not write there, and no other request may name the class's account. Empty: every request runs as the one training account."
+  type        = map(string)
+  default     = {}
+
+  validation {
+    condition = alltrue([
+      for name, prefix in var.training_classes :
+      can(regex("^[a-z][a-z0-9]{0,10}$", name)) && can(regex("^[a-z][a-z0-9_-]{0,40}$", prefix)) && !startswith(prefix, "req-") && !startswith(prefix, "trg-")
+    ])
+    error_message = "training_classes: class names are 1-11 lowercase letters and digits (a service account id holds <name_prefix>-tc-<class>); prefixes start with a letter, then lowercase letters, digits, - or _, and never req- or trg- (spotjobs' own ids)."
+  }
+  validation {
+    # A prefix inside another would put one class's folders inside the other's grant.
+    condition = alltrue([
+      for pair in setproduct(keys(var.training_classes), keys(var.training_classes)) :
+      pair[0] == pair[1] || !startswith(var.training_classes[pair[0]], var.training_classes[pair[1]])
+    ])
+    error_message = "training_classes: no class's request id prefix may start with another's."
+  }
+}
+
 variable "cancellers" {
   description = "IAM members allowed to run `spotjobs cancel`: they may read and compare-and-swap ledger records (requests/ in the state bucket) and nothing else. Public principals are rejected."
   type        = list(string)

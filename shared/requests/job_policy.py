@@ -40,7 +40,7 @@ def check_custom_job(job: Mapping[str, Any], path: str, request_id: str | None, 
     spec_path = field_path(path, "jobSpec")
     out.extend(_check_pools(spec.get("workerPoolSpecs") or [], spec_path, settings))
     out.extend(_check_scheduling(spec.get("scheduling") or {}, spec_path, settings))
-    out.extend(_check_service_account(spec.get("serviceAccount"), f"{spec_path}.serviceAccount", settings))
+    out.extend(_check_service_account(spec.get("serviceAccount"), f"{spec_path}.serviceAccount", request_id, settings))
     out.extend(_check_output_directory(spec.get("baseOutputDirectory"), spec_path, request_id, settings))
     out.extend(_check_opted_in(job, path, settings))
     out.extend(check_labels(job.get("labels") or {}, field_path(path, "labels")))
@@ -205,22 +205,43 @@ def _seconds(duration: object) -> float:
     return float(str(duration).rstrip("s") or 0)
 
 
-def _check_service_account(account: object, path: str, settings: Settings) -> list[Violation]:
+def _check_service_account(account: object, path: str, request_id: str | None, settings: Settings) -> list[Violation]:
     """Fail closed: only the listed accounts and the training account; none listed and no
-    training account means no account may be named."""
+    training account means no account may be named. A request of a training class runs as its
+    class's account only, and a class's account runs that class's requests only: it may write
+    only their folders (docs/security.md)."""
+    own = training_account_for(settings, request_id)
+    classes = settings.training_class_accounts
+    if account and own in classes.values() and account != own:
+        return [Violation(path, f"is {account}; a request whose id starts like {request_id!r} runs as {own}")]
+    if own in classes.values() or not account:
+        return []
+    if account in classes.values():
+        prefix = next(p for p, a in classes.items() if a == account)
+        return [Violation(path, f"is {account}, which runs only requests whose id starts with {prefix!r}")]
     allowed = allowed_service_accounts(settings)
-    if not account or account in allowed:
+    if account in allowed:
         return []
     shown = ", ".join(sorted(allowed)) or "none (leave serviceAccount unset)"
     return [Violation(path, f"is {account}; allowed service accounts: {shown}")]
 
 
 def allowed_service_accounts(settings: Settings) -> frozenset[str]:
-    """The listed accounts plus the deployment's training account (always allowed)."""
-    accounts = set(settings.allowed_service_accounts)
+    """The listed accounts plus the deployment's training account (always allowed); a training
+    class's account is allowed for its own class's requests only."""
+    accounts = set(settings.allowed_service_accounts) - set(settings.training_class_accounts.values())
     if settings.training_service_account:
         accounts.add(settings.training_service_account)
     return frozenset(accounts)
+
+
+def training_account_for(settings: Settings, request_id: str | None) -> str:
+    """The account a request's jobs run as when it names none: its class's, else the training
+    account."""
+    for prefix, account in settings.training_class_accounts.items():
+        if request_id and request_id.startswith(prefix):
+            return account
+    return settings.training_service_account
 
 
 def _check_output_directory(

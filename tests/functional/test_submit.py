@@ -4,6 +4,7 @@ that can fail the ways the real one does (refusals, lost responses, a list that 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import io
 import json
 import threading
@@ -257,6 +258,34 @@ def test_bodies_published_under_a_taken_id_grow_its_record_only_so_far(harness: 
     record = harness.ledger.get("r1")
     assert record.count_marks("request_id_conflict:") == MAX_CONFLICT_ALERTS
     assert len(harness.log_lines("request_id_conflict_not_alerted")) == 3
+
+
+def test_a_training_class_request_runs_as_its_class_account_and_no_other_may(gcs_bucket: Any) -> None:
+    """Issue 32: a class's account may write only its class's folders, so its requests run as it
+    whatever they name, and no request outside the class may borrow it."""
+    vision = "vision-trainer@my-project.iam.gserviceaccount.com"
+    settings = dataclasses.replace(SETTINGS, training_classes=(f"vision-={vision}",))
+    harness = Harness(LedgerStore(gcs_bucket), settings=settings)
+
+    assert harness.deliver(envelope("vision-resnet")).result == SubmitResult.CREATED
+    assert harness.deliver(envelope("nlp-bert")).result == SubmitResult.CREATED
+    [in_class] = harness.jobs_for("vision-resnet")
+    [outside] = harness.jobs_for("nlp-bert")
+    assert (in_class.job_spec.service_account, outside.job_spec.service_account) == (
+        vision,
+        SETTINGS.training_service_account,
+    )
+
+    borrowed = json.loads(envelope("nlp-gpt"))
+    borrowed["custom_job"]["jobSpec"]["serviceAccount"] = vision
+    escaped = json.loads(envelope("vision-vit"))
+    escaped["custom_job"]["jobSpec"]["serviceAccount"] = SETTINGS.training_service_account
+    outcomes = [harness.deliver(json.dumps(body).encode()) for body in (borrowed, escaped)]
+    assert [(o.result, o.request_id) for o in outcomes] == [
+        (SubmitResult.INVALID, "nlp-gpt"),
+        (SubmitResult.INVALID, "vision-vit"),
+    ]
+    assert harness.jobs_for("nlp-gpt") == harness.jobs_for("vision-vit") == []
 
 
 def test_concurrent_deliveries_of_one_request_create_exactly_one_job(harness: Harness) -> None:

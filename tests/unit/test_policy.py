@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from shared.errors import InvalidRequest
+from shared.errors import ConfigurationError, InvalidRequest
 from shared.log import Logger
 from shared.requests import policy
 from shared.requests.envelope import read_request
@@ -274,6 +274,50 @@ def test_an_empty_service_account_list_means_the_training_account_only() -> None
     ]
     training = "default-trainer@my-project.iam.gserviceaccount.com"
     assert job_violations(lambda j: j["jobSpec"].update(serviceAccount=training), settings) == []
+
+
+CLASS_ACCOUNT = "vision-trainer@my-project.iam.gserviceaccount.com"
+
+
+@pytest.mark.parametrize(
+    ("request_id", "named", "violation"),
+    [
+        ("vision-resnet", None, None),
+        ("vision-resnet", CLASS_ACCOUNT, None),
+        ("vision-resnet", "trainer@my-project.iam.gserviceaccount.com", "runs as " + CLASS_ACCOUNT),
+        ("r1", CLASS_ACCOUNT, "which runs only requests whose id starts with 'vision-'"),
+        ("r1", "trainer@my-project.iam.gserviceaccount.com", None),
+    ],
+)
+def test_a_training_class_account_runs_its_class_only(
+    request_id: str, named: str | None, violation: str | None
+) -> None:
+    settings = Settings.from_env(
+        {
+            **POLICY_ENV,
+            "SPOTJOBS_TRAINING_CLASSES": f"vision-={CLASS_ACCOUNT}",
+            "SPOTJOBS_ALLOWED_SERVICE_ACCOUNTS": f"trainer@my-project.iam.gserviceaccount.com,{CLASS_ACCOUNT}",
+        }
+    )
+    job = copy.deepcopy(BASE_JOB)
+    if named:
+        job["jobSpec"]["serviceAccount"] = named
+    found = [str(v) for v in check_custom_job(job, "custom_job", request_id, settings)]
+    assert found == ([] if violation is None else [found[0]]) and (violation is None or violation in found[0])
+
+
+@pytest.mark.parametrize(
+    "classes",
+    [
+        "vision",  # no account
+        "Vision-=a@p.iam.gserviceaccount.com",
+        "req-x=a@p.iam.gserviceaccount.com",  # spotjobs' own ids
+        "vision-=a@p.iam.gserviceaccount.com,vision-big-=b@p.iam.gserviceaccount.com",  # nested
+    ],
+)
+def test_training_classes_that_would_overlap_or_cannot_be_read_fail_the_instance(classes: str) -> None:
+    with pytest.raises(ConfigurationError, match="SPOTJOBS_TRAINING_CLASSES"):
+        Settings.from_env({**POLICY_ENV, "SPOTJOBS_TRAINING_CLASSES": classes})
 
 
 def test_with_no_accounts_configured_none_may_be_named() -> None:

@@ -488,6 +488,7 @@ def test_function_access_is_least_privilege() -> None:
             " : google_project_iam_custom_role.job_controller.id}"
         ),
         "training_log_writer": "roles/logging.logWriter",
+        "training_class_log_writer": "roles/logging.logWriter",
         "build_log_writer": "roles/logging.logWriter",
         "build_reads_gcf_sources": "${google_project_iam_custom_role.build_source_reader.id}",
     }
@@ -522,6 +523,36 @@ def test_build_service_account_gets_what_googles_page_lists_and_no_more() -> Non
     )
 
 
+def test_a_training_class_writes_only_its_own_prefix_and_the_shared_account_not_there() -> None:
+    """Issue 32: a request class's jobs run as its own account, which may write only under its
+    request id prefix; the shared account is excluded from every class's prefix; submit_job may
+    act as each; the functions learn the classes as Settings reads them."""
+    from shared.settings import Settings
+
+    config = module_config()
+    account = config.resource("google_service_account", "training_class")
+    assert account["for_each"] == "${var.training_classes}"
+    assert account["account_id"] == "${var.name_prefix}-tc-${each.key}"
+    writes = config.resource("google_storage_bucket_iam_member", "training_class_checkpoints")
+    assert (writes["for_each"], writes["role"]) == ("${var.training_classes}", "roles/storage.objectAdmin")
+    assert writes["member"] == "serviceAccount:${google_service_account.training_class[each.key].email}"
+    expression = writes["condition"][0]["expression"]
+    assert 'resource.name.startsWith(\\"${local.checkpoint_objects}${each.value}\\")' in expression
+    assert '${local.list_prefix}.startsWith(\\"${var.settings.checkpoint_prefix}/${each.value}\\")' in expression
+    assert expression.count("startsWith") == 2
+    excluded = config.locals["class_exclusions"]
+    assert '!resource.name.startsWith(\\"${local.checkpoint_objects}${prefix}\\")' in excluded["objects"]
+    assert '!${local.list_prefix}.startsWith(\\"${var.settings.checkpoint_prefix}/${prefix}\\")' in excluded["listing"]
+    act_as = config.resource("google_service_account_iam_member", "submit_acts_as_training_class")
+    assert act_as["service_account_id"] == "${google_service_account.training_class[each.value.class].name}"
+    env = config.locals["infrastructure_env"]["SPOTJOBS_TRAINING_CLASSES"]
+    assert env == '${join(",", [for c, prefix in var.training_classes : "${prefix}=${google_service_account.training_class[c].email}"])}'
+    rendered = "vision-=spotjobs-tc-vision@p.iam.gserviceaccount.com"  # what that join makes of one class
+    assert Settings.from_env({"SPOTJOBS_TRAINING_CLASSES": rendered}).training_class_accounts == {
+        "vision-": "spotjobs-tc-vision@p.iam.gserviceaccount.com"
+    }
+
+
 def test_training_service_account_writes_only_the_checkpoint_prefix_and_reads_only_manifests() -> None:
     """Issue 32: a job writes its requests' folders (under the checkpoint prefix, where
     `output_dir_for` puts every one) and nothing else; it reads a trigger's manifest (where
@@ -544,10 +575,14 @@ def test_training_service_account_writes_only_the_checkpoint_prefix_and_reads_on
     writes = grants["training_checkpoints"]
     assert writes["bucket"] == "${google_storage_bucket.checkpoints.name}"
     expression = writes["condition"][0]["expression"]
-    # Object names under the prefix, and listings of prefixes under it: nothing else.
-    assert "buckets/${google_storage_bucket.checkpoints.name}/objects/${var.settings.checkpoint_prefix}/" in expression
-    listing = 'getAttribute(\\"storage.googleapis.com/objectListPrefix\\", \\"\\").startsWith(\\"${var.settings.checkpoint_prefix}/'
-    assert listing in expression and expression.count("startsWith") == 2
+    # Object names under the prefix, and listings of prefixes under it, outside the training
+    # classes' prefixes: nothing else.
+    objects = config.locals["checkpoint_objects"]
+    assert objects == "projects/_/buckets/${google_storage_bucket.checkpoints.name}/objects/${var.settings.checkpoint_prefix}/"
+    assert config.locals["list_prefix"] == 'api.getAttribute("storage.googleapis.com/objectListPrefix", "")'
+    assert 'resource.name.startsWith(\\"${local.checkpoint_objects}\\")${local.class_exclusions.objects}' in expression
+    assert '${local.list_prefix}.startsWith(\\"${var.settings.checkpoint_prefix}/\\")${local.class_exclusions.listing}' in expression
+    assert expression.count("startsWith") == 2
     settings = Settings()
     assert settings.output_dir_for("r1").startswith(f"gs://{settings.checkpoint_bucket}/{settings.checkpoint_prefix}/")
     reads = grants["training_reads_manifests"]
