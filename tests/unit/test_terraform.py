@@ -546,7 +546,10 @@ def test_a_training_class_writes_only_its_own_prefix_and_the_shared_account_not_
     act_as = config.resource("google_service_account_iam_member", "submit_acts_as_training_class")
     assert act_as["service_account_id"] == "${google_service_account.training_class[each.value.class].name}"
     env = config.locals["infrastructure_env"]["SPOTJOBS_TRAINING_CLASSES"]
-    assert env == '${join(",", [for c, prefix in var.training_classes : "${prefix}=${google_service_account.training_class[c].email}"])}'
+    assert (
+        env
+        == '${join(",", [for c, prefix in var.training_classes : "${prefix}=${google_service_account.training_class[c].email}"])}'
+    )
     rendered = "vision-=spotjobs-tc-vision@p.iam.gserviceaccount.com"  # what that join makes of one class
     assert Settings.from_env({"SPOTJOBS_TRAINING_CLASSES": rendered}).training_class_accounts == {
         "vision-": "spotjobs-tc-vision@p.iam.gserviceaccount.com"
@@ -578,10 +581,16 @@ def test_training_service_account_writes_only_the_checkpoint_prefix_and_reads_on
     # Object names under the prefix, and listings of prefixes under it, outside the training
     # classes' prefixes: nothing else.
     objects = config.locals["checkpoint_objects"]
-    assert objects == "projects/_/buckets/${google_storage_bucket.checkpoints.name}/objects/${var.settings.checkpoint_prefix}/"
+    assert (
+        objects
+        == "projects/_/buckets/${google_storage_bucket.checkpoints.name}/objects/${var.settings.checkpoint_prefix}/"
+    )
     assert config.locals["list_prefix"] == 'api.getAttribute("storage.googleapis.com/objectListPrefix", "")'
     assert 'resource.name.startsWith(\\"${local.checkpoint_objects}\\")${local.class_exclusions.objects}' in expression
-    assert '${local.list_prefix}.startsWith(\\"${var.settings.checkpoint_prefix}/\\")${local.class_exclusions.listing}' in expression
+    assert (
+        '${local.list_prefix}.startsWith(\\"${var.settings.checkpoint_prefix}/\\")${local.class_exclusions.listing}'
+        in expression
+    )
     assert expression.count("startsWith") == 2
     settings = Settings()
     assert settings.output_dir_for("r1").startswith(f"gs://{settings.checkpoint_bucket}/{settings.checkpoint_prefix}/")
