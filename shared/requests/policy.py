@@ -241,6 +241,7 @@ def describe_policy(settings: Settings) -> dict[str, Any]:
             "service_accounts": sorted(allowed_service_accounts(settings))
             or "none may be named (no training service account configured)",
             "default_service_account": settings.training_service_account or "(Vertex AI's default)",
+            "training_classes": {f"{prefix}*": account for prefix, account in settings.training_class_accounts.items()},
             "output_directory": settings.output_dir_for("<request_id>"),
             "reserved_env": [*RESERVED_ENV_NAMES, *(f"{p}*" for p in RESERVED_ENV_PREFIXES)],
             "scheduling_strategy": "SPOT (set by spotjobs; leave unset or SPOT)",

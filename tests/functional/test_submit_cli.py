@@ -289,10 +289,12 @@ def test_validate_shows_the_effective_policy(
     offline: None, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SPOTJOBS_ALLOWED_NETWORKS", "projects/1/global/networks/train")
+    monkeypatch.setenv("SPOTJOBS_TRAINING_CLASSES", "vision-=tc-vision@p.iam.gserviceaccount.com")
     monkeypatch.delenv("SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES", raising=False)  # a stack's export
     settings_module.get_settings.cache_clear()
     assert main(["validate", "--show-policy"]) == 0
     policy = json.loads(capsys.readouterr().out)["policy"]
+    assert policy["custom_job"]["training_classes"] == {"vision-*": "tc-vision@p.iam.gserviceaccount.com"}
     assert "jobSpec.workerPoolSpecs[].containerSpec.imageUri" in policy["custom_job"]["allowed_fields"]
     networks = policy["custom_job"]["opt_in_fields"]["SPOTJOBS_ALLOWED_NETWORKS"]
     assert networks["allowed"] == ["projects/1/global/networks/train"]
