@@ -38,6 +38,13 @@ ENV_ATTEMPT = "SPOTJOBS_ATTEMPT"
 # The attempt's own key, in its containers only: the kit signs its lines with it (docs/security.md).
 ENV_KIT_KEY = KIT_KEY_ENV
 RESERVED_LABEL_PREFIX = "spotjobs-"
+# The prefixes of the request ids spotjobs derives: a bare body's (`content_request_id`) and a
+# trigger window's (shared/triggers/render.py). Reserved: a publisher naming its request with one
+# could claim the id a trigger or a bare body will get first (shared/redeliveries.py refuses
+# them), and no training class may own one (Settings).
+DERIVED_ID_PREFIX = "req-"
+TRIGGER_ID_PREFIX = "trg-"
+RESERVED_ID_PREFIXES = (DERIVED_ID_PREFIX, TRIGGER_ID_PREFIX)
 MAX_LABELS = 64
 
 

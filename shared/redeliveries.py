@@ -19,11 +19,12 @@ from shared.clock import iso
 from shared.deciding.outbox import Mine, decide_alert, flush, publish_alert
 from shared.delivery import Message
 from shared.errors import TransientError, Violation
+from shared.jobs import RESERVED_ID_PREFIXES, TRIGGER_ID_PREFIX
 from shared.ledger.claims import fail_invalid_requeue, invalid_request_alert
 from shared.ledger.records import RequestRecord, alert_marker
 from shared.ledger.run_lock import ledger_bucket
 from shared.log import Logger
-from shared.requests.envelope import RESERVED_ID_PREFIXES, TRIGGER_ID_PREFIX, InvalidJobRequest, JobRequest
+from shared.requests.envelope import InvalidJobRequest, JobRequest
 from shared.swap import Swapped
 from shared.triggers.publishing import published_by_window
 from shared.triggers.store import TriggerStore

@@ -267,7 +267,7 @@ class Settings:
         # A prefix inside another would put one class's folders inside the other's grant.
         import re
 
-        from shared.requests.envelope import RESERVED_ID_PREFIXES
+        from shared.jobs import RESERVED_ID_PREFIXES
 
         prefixes = []
         for entry in self.training_classes:

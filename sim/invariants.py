@@ -316,7 +316,7 @@ def hostile_step_contained(world: World, before: dict[str, Any], after: dict[str
     folder: the delivery of its message changed nothing `others_state` saw before it, and
     created no record (or job) of a request that existed, nor one under an id spotjobs derives
     (`req-`, `trg-`). A request id nobody had used yet is the publisher's to take."""
-    from shared.requests.envelope import RESERVED_ID_PREFIXES
+    from shared.jobs import RESERVED_ID_PREFIXES
 
     existed = {name[9:-5] for name in before if name.startswith("requests/")}
     problems = []

@@ -35,9 +35,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from shared.clock import parse_iso, utcnow
+from shared.jobs import TRIGGER_ID_PREFIX
 from shared.ledger.records import CorruptRecord
 from shared.ledger.store import LedgerStore, ListedRequest, needs_reconcile
-from shared.requests.envelope import TRIGGER_ID_PREFIX
 
 if TYPE_CHECKING:
     from shared.log import Logger

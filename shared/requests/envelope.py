@@ -50,6 +50,7 @@ from shared.clock import (
     within_publish_range,
 )
 from shared.errors import InvalidRequest, Violation
+from shared.jobs import DERIVED_ID_PREFIX
 from shared.requests.attempts import FALLBACK_STRATEGIES
 from shared.requests.job_schema import BODY, field_path, json_type, read_custom_job
 
@@ -57,12 +58,6 @@ ENVELOPE_SCHEMA_VERSION = 1
 # Label-safe (a Vertex label value) and usable as a GCS path segment: the one rule for request ids
 # (the pruner lists request folders with it too).
 REQUEST_ID_PATTERN = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
-# The prefixes of the ids spotjobs derives: a bare body's (`content_request_id`) and a trigger
-# window's (shared/triggers/render.py). Reserved: a publisher naming its request with one could
-# claim the id a trigger or a bare body will get first (shared/redeliveries.py refuses them).
-DERIVED_ID_PREFIX = "req-"
-TRIGGER_ID_PREFIX = "trg-"
-RESERVED_ID_PREFIXES = (DERIVED_ID_PREFIX, TRIGGER_ID_PREFIX)
 # A trigger request's manifest, in the state bucket: on_trigger writes it, the training account
 # may only read it (terraform/iam.tf), so no job can plant or overwrite one (docs/security.md).
 # Removed with its request's record (shared/ledger/retention.py).

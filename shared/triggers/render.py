@@ -24,7 +24,8 @@ from typing import Any
 
 from shared.clock import iso
 from shared.errors import Violation
-from shared.requests.envelope import TRIGGER_ID_PREFIX, manifest_path
+from shared.jobs import TRIGGER_ID_PREFIX
+from shared.requests.envelope import manifest_path
 
 PLACEHOLDERS = ("trigger", "window_id", "window_start", "window_end", "manifest_uri", "object_count")
 _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")

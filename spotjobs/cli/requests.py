@@ -381,7 +381,8 @@ def next_resubmit_id(request_id: str, taken: Callable[[str], bool]) -> str | Non
     anything) says is free; None when such an id would be too long to be a request id (or a
     thousand are taken). An id spotjobs derived (`req-`, `trg-`: reserved, submit_job refuses them
     from publishers) gets `rs-` in front."""
-    from shared.requests.envelope import RESERVED_ID_PREFIXES, is_valid_request_id
+    from shared.jobs import RESERVED_ID_PREFIXES
+    from shared.requests.envelope import is_valid_request_id
 
     base = f"rs-{request_id}" if request_id.startswith(RESERVED_ID_PREFIXES) else request_id
     for n in range(2, MAX_RESUBMISSIONS + 2):

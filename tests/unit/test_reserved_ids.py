@@ -3,7 +3,8 @@ outside them, so submit_job accepts it."""
 
 from __future__ import annotations
 
-from shared.requests.envelope import RESERVED_ID_PREFIXES, is_valid_request_id
+from shared.jobs import RESERVED_ID_PREFIXES
+from shared.requests.envelope import is_valid_request_id
 from spotjobs.cli.requests import generate_request_id, next_resubmit_id
 
 
