@@ -71,6 +71,11 @@ def test_the_event_cell_has_the_tick_cells_shape() -> None:
     assert (cell["model"], cell["checkpoint_seconds"], cell["changeover_tail"]) == ("event", 1800, False)
 
 
+def test_the_event_cells_run_only_the_policies_asked() -> None:
+    cell = bench.run_event_cells([FLAKY], [0.8], [1800], 0.1, False, 2, 2.84, ["spotjobs", "greedy"])[0]
+    assert set(cell["policies"]) == {"spotjobs", "greedy"}
+
+
 # --- issue 31's two mechanisms, on the rule's inputs as production builds them ---------------
 
 I = 7200  # the kit commits every 2 h of progress
