@@ -200,8 +200,10 @@ def run_event_cells(
     tail: bool,
     starts: int,
     price_ratio: float,
+    policies: list[str] | None = None,
 ) -> list[dict]:
-    """The event model (`bench.deadline_events`): each request replayed through production's inputs."""
+    """The event model (`bench.deadline_events`): each request replayed through production's inputs,
+    for `policies` (names of `EVENT_RULES`; default all)."""
     origins = start_ticks(traces, fractions, starts)
     gap = traces[0].gap_seconds
     cells = []
@@ -223,6 +225,7 @@ def run_event_cells(
                     for start in origins[trace.name]
                 ]
                 for name, rule in EVENT_RULES.items()
+                if policies is None or name in policies
             }
             cells.append(
                 {
@@ -294,6 +297,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", choices=("tick", "event"), default="tick", help="tick (the paper's) or event")
     parser.add_argument("--checkpoint-seconds", type=int, help="event model: one checkpoint interval (default: sweep)")
     parser.add_argument("--changeover-tail", action="store_true", help="event model: 5%% of changeovers 45-90 min")
+    parser.add_argument(
+        "--policies", nargs="+", choices=list(EVENT_RULES), help="event model: only these policies (default: all)"
+    )
     args = parser.parse_args(argv)
     traces = load_traces(args.traces) if args.traces.is_dir() else []
     if not traces:
@@ -313,7 +319,9 @@ def main(argv: list[str] | None = None) -> int:
     if event:
         intervals = [args.checkpoint_seconds] if args.checkpoint_seconds else list(CHECKPOINT_SECONDS)
         median = args.changeover_hours if args.changeover_hours is not None else CHANGEOVER_MEDIAN_SECONDS / HOUR
-        cells = run_event_cells(traces, fractions, intervals, median, args.changeover_tail, args.starts, k)
+        cells = run_event_cells(
+            traces, fractions, intervals, median, args.changeover_tail, args.starts, k, args.policies
+        )
     else:
         cells = run_cells(traces, fractions, changeovers, args.starts, k)
     for cell in cells:
@@ -324,6 +332,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report_events(cells: list[dict]) -> None:
+    if "spotjobs" not in cells[0]["policies"]:
+        return  # its figures are spotjobs'
     runs = sum(c["traces"] * c["starts"] for c in cells)
     misses = sum(c["policies"]["spotjobs"]["misses"] for c in cells)
     tail = any(c["changeover_tail"] for c in cells)

@@ -100,10 +100,6 @@ class Situation:
     # safety net fires that much earlier, so a decision made late by it is still in time.
     review_seconds: float
     spot_available: bool | None = None  # whether Spot could start now, when known
-    # Slack kept beyond the net before leaving on-demand for Spot: a return that finds no capacity
-    # pays two moves and comes back with the least slack, so its last move has this much more
-    # room for a changeover longer than d (production: one d; the tick model: none).
-    return_reserve_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -167,11 +163,8 @@ def decide_deadline(situation: Situation, rule: Rule = Rule.SPOTJOBS) -> Deadlin
                 f"uniform progress: behind the line while waiting ({progress:.3f} < {expected:.3f})",
             )
         return decision(Action.STAY, "waiting for Spot: ahead of the line", min(slack - net, _until_behind(s)))
-    if rule is Rule.GREEDY or slack < net + s.return_reserve_seconds:
-        return decision(
-            Action.STAY,
-            f"on on-demand until done: slack {slack:.0f} s < 2d + m + reserve = {net + s.return_reserve_seconds:.0f} s",
-        )
+    if rule is Rule.GREEDY or slack < net:
+        return decision(Action.STAY, f"on on-demand until done: slack {slack:.0f} s < 2d + m = {net:.0f} s")
     ahead_of = _expected(s, 2 * d)
     if progress < ahead_of:
         return decision(

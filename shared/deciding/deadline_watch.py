@@ -18,9 +18,6 @@ The inputs come from the record alone (`deadline_situation`, which `spotjobs sta
 - the review interval: the reconcile interval (`Settings.reconcile_interval_seconds`) plus the
   checkpoint interval (`checkpoint_interval`): between two commits the committed slack falls as
   if the job waited, so a commit may come up to one interval after the moment that mattered;
-- the return reserve: one changeover d (`RETURN_RESERVE_CHANGEOVERS`) kept beyond the net before
-  going back to Spot, so the last move to on-demand after a return that failed has room for a
-  changeover slower than d (issue 31's heavy tail);
 - whether Spot has capacity: known to have none for a back-off after the request's last tries of
   Spot found none (`no_spot_capacity_until`), else unknown.
 
@@ -67,8 +64,6 @@ SWITCH_REASON = "deadline"
 # The back-off on Spot after tries that found no capacity doubles at most this often (1,024 times
 # the last wait): the streak of a rule that ignores it (Uniform Progress) grows without bound.
 BACK_OFF_DOUBLINGS = 10
-# Changeovers of slack a return to Spot keeps beyond the net (docs/deadlines.md, "The heavy tail").
-RETURN_RESERVE_CHANGEOVERS = 1.0
 
 
 def note_progress(attempt: Attempt, total_steps: int | None, steps_per_second: float | None) -> None:
@@ -119,7 +114,6 @@ def deadline_situation(
         changeover_seconds=float(changeover),
         review_seconds=review_seconds + checkpoint_interval(record, checkpoint_prior_seconds),
         spot_available=False if (until := no_spot_capacity_until(record)) and now < until else None,
-        return_reserve_seconds=RETURN_RESERVE_CHANGEOVERS * float(changeover),
     )
 
 

@@ -157,20 +157,6 @@ def test_on_demand_with_slack_below_the_net_stays_to_the_end() -> None:
     assert decide_deadline(s, Rule.UNIFORM_PROGRESS).action is Action.STAY
 
 
-def test_a_return_to_spot_keeps_its_reserve_beyond_the_net() -> None:
-    # On on-demand, ahead of the line, slack 2d + m + d/2: without a reserve back to Spot; with a
-    # reserve of one d it stays (a return that fails would come back with too little room for a
-    # changeover slower than d), and goes once the slack covers it.
-    slack = 2 * D + M + D / 2
-    span_h = 10.5 + (0.5 * HOUR + slack) / HOUR  # 0.5 h of work left, its changeover paid
-    s = situation(elapsed_h=10.5, done_h=9.5, span_h=span_h, placement=Placement.ON_DEMAND, placed_h=0.0)
-    assert slack_seconds(s) == pytest.approx(slack)
-    assert decide_deadline(s, Rule.UNIFORM_PROGRESS).action is Action.BACK_TO_SPOT
-    assert decide_deadline(replace(s, return_reserve_seconds=D), Rule.UNIFORM_PROGRESS).action is Action.STAY
-    roomy = replace(s, deadline=s.deadline + timedelta(seconds=D), return_reserve_seconds=D)
-    assert decide_deadline(roomy, Rule.UNIFORM_PROGRESS).action is Action.BACK_TO_SPOT
-
-
 def test_spotjobs_stays_on_demand_while_spot_has_no_capacity() -> None:
     clear = situation(elapsed_h=10.0, done_h=6.0, placement=Placement.ON_DEMAND)
     assert decide_deadline(replace(clear, spot_available=False)).action is Action.STAY

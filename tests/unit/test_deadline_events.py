@@ -4,8 +4,6 @@ moment would."""
 
 from __future__ import annotations
 
-import random
-from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -73,6 +71,11 @@ def test_the_event_cell_has_the_tick_cells_shape() -> None:
     assert (cell["model"], cell["checkpoint_seconds"], cell["changeover_tail"]) == ("event", 1800, False)
 
 
+def test_the_event_cells_run_only_the_policies_asked() -> None:
+    cell = bench.run_event_cells([FLAKY], [0.8], [1800], 0.1, False, 2, 2.84, ["spotjobs", "greedy"])[0]
+    assert set(cell["policies"]) == {"spotjobs", "greedy"}
+
+
 # --- issue 31's two mechanisms, on the rule's inputs as production builds them ---------------
 
 I = 7200  # the kit commits every 2 h of progress
@@ -113,12 +116,9 @@ def test_back_to_spot_needs_a_checkpoint_interval_more_slack_than_the_net() -> N
     # act), the next pass switches with slack of about I/2 - m, and the commits cost up to I more.
     record = on_demand_for_three_commits(deadline_in=TOTAL - COMMITTED + 2 * D + M + I / 2)
     assert rule_says(record) == (Action.STAY, 2 * D + M + I / 2)
-    # With a slack of 2d + m + I it still keeps its return reserve of one d (the heavy tail: a
-    # return that fails leaves its last move room for a changeover slower than d) ...
+    # With a slack of 2d + m + I it goes back to Spot: no reserve beyond the net (one d of it cost
+    # more than before issue 31 at fraction 0.9 without a tail; docs/deadlines.md).
     record = on_demand_for_three_commits(deadline_in=TOTAL - COMMITTED + 2 * D + M + I)
-    assert rule_says(record) == (Action.STAY, 2 * D + M + I)
-    # ... and with 2d + m + I + d it goes back to Spot.
-    record = on_demand_for_three_commits(deadline_in=TOTAL - COMMITTED + 3 * D + M + I)
     assert rule_says(record)[0] is Action.BACK_TO_SPOT
 
 
@@ -164,18 +164,6 @@ def test_a_replay_that_missed_its_deadline_under_yesterdays_inputs_meets_it() ->
         "000111111001101110111111111111000000111111111111001110000000000001101111110110000001001100000010011111"
     )
     outcome = events.simulate_events(job(3600, 0.8, work_hours=12), flicker, 0, Rule.SPOTJOBS, "s127")
-    assert not outcome.missed
-
-
-def test_a_replay_with_the_heavy_tail_that_missed_without_the_return_reserve_meets_it() -> None:
-    # 12 h of work due in 13.3 h, commits every 10 min, changeovers with the heavy tail: without
-    # the reserve spotjobs went back to Spot late with little slack, came back to on-demand with
-    # about d of it, and drew a 45-90 min changeover there.
-    rng, bits = random.Random(3), ""
-    while len(bits) < 400:  # runs of 1 to 8 ticks, 60% of them with capacity
-        bits += ("1" if rng.random() < 0.6 else "0") * rng.randint(1, 8)
-    tail = replace(job(600, 0.9, work_hours=12), changeover_tail=True)
-    outcome = events.simulate_events(tail, trace_of(bits[:400]), 0, Rule.SPOTJOBS, "t1")
     assert not outcome.missed
 
 
