@@ -87,7 +87,9 @@ def _may_move(record: RequestRecord, attempt: Attempt, job: JobSnapshot, policy:
         return False
     if attempt.outcome is not None or attempt.cancel_decided_at or attempt.strategy != SPOT:
         return False
-    if job.state not in WAITING_STATES or len(record.request.get("locations") or []) < 2:
+    if job.state not in WAITING_STATES or attempt.state != job.state:  # a stale read is no news
+        return False
+    if len(record.request.get("locations") or []) < 2:
         return False
     following = attempt.n + 1
     max_attempts = int(record.request.get("max_attempts") or policy.default_max_attempts)
