@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from google.api_core.exceptions import ServiceUnavailable
 
+from shared.clock import iso
 from shared.fleet.estimate import CapacityEstimate
 from shared.fleet.observations import FleetFact, Kind, MachineClass
 from shared.fleet.placement import MOVE_MARGIN, Candidate, Job, Move, choose_location, expected_cost
@@ -219,3 +220,36 @@ def test_status_says_where_each_attempt_ran_and_why_there() -> None:
         "placed      attempt 1 in us-central1: no observations",
         "placed      attempt 2 in us-east4: cheapest expected cost: $9",
     ]
+
+
+# Moving a job that waits for Spot (shared/deciding/moves.py), on scripted observations.
+
+
+def waiting_record(state: str = "JOB_STATE_PENDING") -> RequestRecord:
+    created = iso(NOW - timedelta(hours=2))
+    attempt = Attempt(1, "us-central1", "SPOT", claimed_at=created, job="projects/p/locations/us-central1/customJobs/1")
+    attempt.created_at, attempt.state = created, state
+    return RequestRecord("r1", {**TWO_REGIONS, "max_attempts": 3}, "gs://b/r1/", attempts=[attempt])
+
+
+def test_a_job_waiting_past_its_changeover_where_others_find_spot_is_moved_on_a_fresh_read_only() -> None:
+    from shared.deciding.decisions import DecisionPolicy
+    from shared.deciding.effects import Effects
+    from shared.deciding.moves import consider_move
+    from shared.jobs import JobSnapshot
+    from shared.settings import Settings
+
+    facts = waited("us-central1", 0, "b", running=False) + waited("us-east4", 5, "a")
+    policy = DecisionPolicy.from_settings(Settings())
+    pending = JobSnapshot("projects/p/locations/us-central1/customJobs/1", "JOB_STATE_PENDING")
+
+    stale = waiting_record(state="JOB_STATE_RUNNING")  # a newer read said it runs
+    consider_move(stale, pending, placer(facts), policy, NOW, Effects())
+    assert stale.attempt(1).outcome is None and stale.requeue is None
+
+    fresh = waiting_record()
+    effects = Effects()
+    consider_move(fresh, pending, placer(facts), policy, NOW, effects)
+    assert fresh.attempt(1).outcome == "moved" and fresh.attempt(1).cancel_decided_at == iso(NOW)
+    assert (fresh.requeue.attempt, fresh.requeue.location, fresh.requeue.reason) == (2, "us-east4", "move")
+    assert effects.requeue_decided and [line.fields["event"] for line in effects.lines] == ["moved"]
