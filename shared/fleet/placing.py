@@ -56,8 +56,8 @@ class Placer:
         machine_class = MachineClass.of_request(request)
         if machine_class is None:
             return Placed(planned, "no machine class to weigh")
-        prices = {loc: self._price(machine_class.machine_type, loc) for loc in allowed}
-        priced = [loc for loc in allowed if prices[loc] is not None]
+        prices = {loc: p for loc in allowed if (p := self._price(machine_class.machine_type, loc)) is not None}
+        priced = list(prices)
         if len(priced) < 2:
             return Placed(planned, f"no prices for {machine_class.machine_type} in two allowed locations")
         facts = self._read(machine_class)
@@ -67,8 +67,8 @@ class Placer:
         if not seen & set(priced):
             return Placed(planned, NO_OBSERVATIONS)
         candidates = [
-            Candidate(loc, *prices[loc], estimate(facts, loc, self._now) if loc in seen else None)  # type: ignore[misc]
-            for loc in priced
+            Candidate(loc, spot, on_demand, estimate(facts, loc, self._now) if loc in seen else None)
+            for loc, (spot, on_demand) in prices.items()
         ]
         work = work_hours(request, earlier)
         job = self._job(request, attempt, work, planned if planned in priced else None, candidates)
