@@ -97,11 +97,11 @@ def claim_attempt(
         return Claim("claimed", current, attempt)
     if existing.job or existing.outcome or current.is_terminal:
         return Claim("duplicate", current, existing)
-    if _without_location(envelope) != _without_location(current.request) or (n == 1 and envelope != current.request):
+    if _without_location(envelope) != _without_location(current.request):
         # Another body under this id (a publisher's mistake, or another publisher, with the
         # re-queue marker or without) is a conflict, never a redelivery of this request: it must
-        # not take its claim over. The line's own hand-over of attempt 1 carries the stored body;
-        # a re-queue of a later attempt carries it too, run in that attempt's location.
+        # not take its claim over. The line's own hand-over of attempt 1, and a re-queue of a
+        # later attempt, carry the stored body, with the location the attempt was placed in.
         return Claim("duplicate", current, existing)
     age = (now - parse_iso(existing.claimed_at)).total_seconds()
     if age < lease_seconds:

@@ -529,3 +529,21 @@ def test_a_forged_requeue_of_a_later_attempt_with_another_body_does_not_take_a_s
     assert forged.kind == "duplicate" and not forged.writes
     # the system's own re-queue carries the stored body, run in the attempt's location
     assert claim_2(envelope(location="us-east4")).kind == "taken_over"
+
+
+def test_the_lines_hand_over_of_attempt_1_placed_in_another_location_takes_its_stale_claim_over() -> None:
+    # Found by the simulator (seed 266): placement ran attempt 1 in the request's second location;
+    # the quota line's hand-over re-publishes it there, and was taken for another body for ever.
+    stale = record_with(
+        Attempt(1, "us-east4", "SPOT", iso(NOW - timedelta(seconds=LEASE))), status=RequestStatus.CLAIMED
+    )
+    handed_over = claim_attempt(
+        stale,
+        envelope=envelope(location="us-east4"),
+        n=1,
+        now=NOW,
+        lease_seconds=LEASE,
+        output_dir=OUTPUT_DIR,
+        requeued=True,
+    )
+    assert handed_over.kind == "taken_over"
