@@ -44,6 +44,7 @@ from shared.create_lease import create_timeout, note_create_sent, wait_for_the_l
 from shared.deciding.outbox import Mine, alert_corrupt_record, flush
 from shared.delivery import Message
 from shared.errors import TransientError, is_retryable
+from shared.fleet.placing import attempt_placer, place_claimed
 from shared.found_jobs import adopt_job, observe_adopted, remember_location
 from shared.jobs import state_name
 from shared.ledger.claims import (
@@ -216,6 +217,7 @@ def redelivered_unless_settled(log: Logger) -> Iterator[None]:
 
 def _claim(envelope: dict[str, Any], n: int, log: Logger, ports: Ports, *, requeued: bool = False) -> Claim:
     request_id = envelope["request_id"]
+    placer = attempt_placer(ports)
 
     def transition(current: RequestRecord | None) -> Decided[RequestRecord]:
         replaced = current.attempt(n - 1) if current else None
@@ -231,6 +233,8 @@ def _claim(envelope: dict[str, Any], n: int, log: Logger, ports: Ports, *, reque
             output_dir=ports.settings.output_dir_for(request_id),
             requeued=requeued,
         )
+        if claim.kind == "claimed" and claim.attempt is not None:  # a new attempt: where it runs
+            place_claimed(placer, claim.record, claim.attempt)
         return Decided(claim.record if claim.writes else None, claim)
 
     try:

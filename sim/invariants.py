@@ -590,6 +590,43 @@ def cancelled_requests_end_cancelled(world: World) -> list[Violation]:
     return out
 
 
+def moves_allowed(world: World) -> list[Violation]:
+    """A move of a job waiting for Spot (an attempt ended `moved`: shared/deciding/moves.py) goes to
+    a location the request and the deployment allow, and is never decided once the request was
+    cancelled or had finished."""
+    from shared.clock import parse_iso
+    from shared.ledger.states import AttemptOutcome
+
+    allowed_here = world.settings.allowed_locations
+    out = []
+    for record in records(world):
+        allowed = record.request.get("locations") or [record.request.get("location")]
+        for attempt in record.attempts:
+            if attempt.outcome is not AttemptOutcome.MOVED:
+                continue
+            moved_at = parse_iso(attempt.cancel_decided_at or attempt.claimed_at)
+            following = record.attempt(attempt.n + 1)
+            targets = {following.location} if following else set()
+            if record.requeue is not None and record.requeue.attempt == attempt.n + 1:
+                targets.add(record.requeue.location)
+            problems = [f"to {t}, not in the request's locations {allowed}" for t in targets if t not in allowed]
+            problems += [
+                f"to {t}, which the deployment does not allow"
+                for t in targets
+                if allowed_here and t not in allowed_here
+            ]
+            if record.cancel is not None and parse_iso(record.cancel.at) <= moved_at:
+                problems.append(
+                    f"decided at {attempt.cancel_decided_at}, after the request's cancel at {record.cancel.at}"
+                )
+            if record.finished_at and parse_iso(record.finished_at) <= moved_at:
+                problems.append(
+                    f"decided at {attempt.cancel_decided_at}, after the request finished at {record.finished_at}"
+                )
+            out += [violation("moves_allowed", f"{record.request_id} attempt {attempt.n} moved {p}") for p in problems]
+    return out
+
+
 # Checked with the others (`check` reads the lists when it runs); once quiet is enough for the
 # first too: every create is kept with its moment, and the record with its cancel.
-QUIESCENCE.extend((nothing_created_after_a_cancel, cancelled_requests_end_cancelled))
+QUIESCENCE.extend((nothing_created_after_a_cancel, cancelled_requests_end_cancelled, moves_allowed))

@@ -63,6 +63,10 @@ class SimJob:
         return int(self.labels.get(LABEL_ATTEMPT, "0") or 0)
 
     @property
+    def spot(self) -> bool:
+        return ((self.request.get("jobSpec") or {}).get("scheduling") or {}).get("strategy", "SPOT") == "SPOT"
+
+    @property
     def live(self) -> bool:
         return self.state in LIVE_STATES
 
@@ -109,6 +113,8 @@ class SimVertex:
         self.emit: Callable[[SimJob, str, str], None] = lambda job, text, severity: None
         self.gpu_quota_full = False  # creates of GPU machines get the resource-quota 429
         self.fate: Callable[[SimJob], None] = lambda job: None
+        # When Spot has capacity again in a location (None: it has now).
+        self.spot_capacity_back: Callable[[str], datetime | None] = lambda location: None
         # The trainer in the job's containers (sim.trainer): "start" (a run begins), "train" (it
         # trained until a clean end), "cut" (until a preemption, failure or cancel), "stop".
         self.runs: Callable[[SimJob, str], None] = lambda job, what: None
@@ -248,6 +254,10 @@ class SimVertex:
         elif job.state == "JOB_STATE_PENDING":
             if job.fate == "hang":
                 job.next_change = None  # waits for capacity until someone cancels it
+                return
+            back = self.spot_capacity_back(job.location) if job.spot else None
+            if back is not None:
+                job.next_change = back  # no Spot capacity in its location: waits PENDING until then
                 return
             self.set_state(job, "JOB_STATE_RUNNING")
             self.runs(job, "start")

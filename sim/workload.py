@@ -21,6 +21,8 @@ IMAGE = f"us-docker.pkg.dev/{PROJECT}/training/trainer:1"
 TRAINER = f"trainer@{PROJECT}.iam.gserviceaccount.com"
 HOME = "us-central1"
 OTHER_REGION = "europe-west4"
+EAST = "us-east4"  # priced for H100 with HOME (shared/price_table.json): placement weighs the two
+H100 = {"machineType": "a3-highgpu-8g", "acceleratorType": "NVIDIA_H100_80GB", "acceleratorCount": 8}
 
 
 @dataclass
@@ -65,6 +67,12 @@ class Workload:
     duration: timedelta
     max_steps: int
     triggers: list[dict[str, Any]] = field(default_factory=list)  # definitions, as `triggers apply` stores them
+    # Per location, when Spot has no capacity there: a Spot job waits PENDING through it.
+    spot_outages: dict[str, list[tuple[datetime, datetime]]] = field(default_factory=dict)
+
+    def spot_capacity_back(self, location: str, at: datetime) -> datetime | None:
+        """When Spot has capacity again in `location`; None: it has at `at`."""
+        return next((end for start, end in self.spot_outages.get(location, ()) if start <= at < end), None)
 
     def fate_of(self, request_id: str, attempt: int) -> tuple[str, int]:
         """How Vertex treats attempt `attempt` of `request_id`'s job: (fate, preemptions)."""
@@ -108,7 +116,7 @@ def _settings(rng: random.Random) -> dict[str, str]:
         "SPOTJOBS_TRAINING_SERVICE_ACCOUNT": TRAINER,
         "SPOTJOBS_ALLOWED_IMAGE_PREFIXES": f"us-docker.pkg.dev/{PROJECT}/",
         "SPOTJOBS_ALLOWED_MACHINE_FAMILIES": "a2,a3,n1",
-        "SPOTJOBS_ALLOWED_LOCATIONS": rng.choice(("", f"{HOME},{OTHER_REGION}")),
+        "SPOTJOBS_ALLOWED_LOCATIONS": rng.choice(("", f"{HOME},{OTHER_REGION},{EAST}")),
         "SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES": rng.choice(("STANDARD", "STANDARD", "")),
         "SPOTJOBS_MIN_SPOT_ATTEMPTS": str(rng.choice((1, 1, 3))),
         "SPOTJOBS_VERTEX_CREATES_PER_MINUTE": str(rng.choice((58, 58, 6, 2))),
@@ -317,6 +325,37 @@ def with_cancels(workload: Workload) -> Workload:
             at = published_at + timedelta(seconds=rng.choice((0, 5, 60, 600, rng.uniform(0, 7200))))
             run = functools.partial(cancel_request, request_id=request_id)
             workload.operations.append(Operation(at, f"cancel {request_id}", run))
+    return workload
+
+
+def with_locations(workload: Workload) -> Workload:
+    """Placement's world (docs/placement.md): some GPU requests are H100s allowed in two or more
+    locations, and Spot has outages per location (a job waits PENDING through one), so attempts
+    are placed and waiting jobs moved. Drawn from generators of their own, per request for its
+    body (a publisher's retry is changed as its first send), so every other draw stays as it was."""
+    rng = random.Random(f"{workload.seed_text}:locations")
+    for arrival in workload.arrivals:
+        words = arrival.label.split()
+        kind = words[2] if words[:2] == ["retry", "of"] else words[0]
+        if (
+            arrival.topic != "job_requests_topic"
+            or arrival.own is not None
+            or kind not in ("envelope", "deadline", "fallback")
+        ):
+            continue
+        body = json.loads(arrival.data)
+        pick = random.Random(f"{workload.seed_text}:locations:{body['request_id']}")
+        pools = body["custom_job"]["jobSpec"]["workerPoolSpecs"]
+        if not pools[0]["machineSpec"].get("acceleratorCount") or pick.random() < 0.4:
+            continue
+        pools[0]["machineSpec"] = dict(H100)
+        body["locations"] = pick.choice(([HOME, EAST], [EAST, HOME], [HOME, EAST, OTHER_REGION]))
+        arrival.data = json.dumps(body, separators=(",", ":")).encode()
+    placed = sorted(a.at for a in workload.arrivals if H100["machineType"].encode() in a.data)
+    for location in (HOME, EAST):  # an outage from about when one of them arrives
+        if placed and rng.random() < 0.7:
+            begins = rng.choice(placed) - timedelta(seconds=rng.uniform(0, 600))
+            workload.spot_outages[location] = [(begins, begins + timedelta(hours=rng.choice((1, 2, 6))))]
     return workload
 
 

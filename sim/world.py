@@ -31,7 +31,7 @@ from sim.gcs import MemoryStorage
 from sim.pubsub import Delivery, SimPubSub
 from sim.trainer import Trainer
 from sim.vertex import SimJob, SimVertex
-from sim.workload import Workload, generate, with_cancels
+from sim.workload import Workload, generate, with_cancels, with_locations
 from tests.support.lifecycle import Rule, state_bucket_rules
 
 # After faults stop, everything accepted is settled within this (the longest fate of a job is a
@@ -131,7 +131,7 @@ class World:
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
         self._fault_rng = random.Random(self.seed * 7919 + 1)
-        self.workload = with_cancels(generate(random.Random(self.seed * 104729 + 2)))
+        self.workload = with_locations(with_cancels(generate(random.Random(self.seed * 104729 + 2))))
         self.settings = self.workload.settings
         self.clock = virtual.VirtualClock(virtual.EPOCH_OF_SIMULATION)
         self.storage = MemoryStorage(self.clock.now, io=self.io)
@@ -139,6 +139,7 @@ class World:
         self.vertex.emit = self.emit_log_line
         self.vertex.fate = self._draw_fate
         self.vertex.gpu_quota_full = self.workload.gpu_quota_full
+        self.vertex.spot_capacity_back = lambda location: self.workload.spot_capacity_back(location, self.clock.now())
         self.trainer = Trainer(
             self.settings,
             self.storage.client,

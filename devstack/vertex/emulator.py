@@ -58,7 +58,8 @@ Control surface (JSON in, JSON out):
     POST /emulator/v1/spot-capacity      {"data": [1, 0, ...], "tick_seconds": 2}: replay a Spot
                                          availability trace (invented, opt-in; see `capacity`):
                                          Spot jobs wait while it says 0, and are preempted when
-                                         it turns 0; {"data": []} ends it
+                                         it turns 0; {"data": []} ends it; with "location": R,
+                                         only for region R's jobs (others keep the trace without one)
     GET  /emulator/v1/spot-capacity
     POST /emulator/v1/projects/P/locations/L/customJobs/ID:preempt    preempt a RUNNING SPOT job now
     GET  /emulator/v1/projects/P/locations/L/customJobs/ID            runs, pids, signals, output

@@ -279,11 +279,11 @@ class JobRunner:
     def _wait_for_spot_capacity(self, record: JobRecord) -> bool:
         """Waits while the capacity trace (`capacity`, opt-in) has no Spot VM; False if the job is
         cancelled or discarded meanwhile."""
-        while not self._capacity.available():
+        while not self._capacity.available(record.location):
             record.wake.clear()
             if record.interrupted:
                 return False
-            record.wake.wait(min(_POLL_SECONDS, self._capacity.seconds_to_next_tick()))
+            record.wake.wait(min(_POLL_SECONDS, self._capacity.seconds_to_next_tick(record.location)))
         return True
 
     def _pause(self, record: JobRecord, seconds: float) -> bool:
@@ -360,7 +360,7 @@ class JobRunner:
                 return Outcome.INTERRUPTED
             if (
                 record.preempt_requested
-                or (record.is_spot and not self._capacity.available())
+                or (record.is_spot and not self._capacity.available(record.location))
                 or (deadline is not None and time.monotonic() >= deadline)
                 or (checkpoints is not None and record.run_checkpoints >= checkpoints)
             ):

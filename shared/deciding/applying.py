@@ -12,9 +12,11 @@ from dataclasses import dataclass
 
 from shared.deciding.decisions import Decision, DecisionPolicy, Observation, decide
 from shared.deciding.effects import Effects
+from shared.deciding.moves import consider_move
 from shared.deciding.outbox import Mine, flush
 from shared.deciding.preemptions import kit_runs
 from shared.fleet.observations import Reading
+from shared.fleet.placing import attempt_placer
 from shared.fleet.recording import FleetFacts, fleet_facts, note_fleet
 from shared.ledger.records import RequestRecord
 from shared.log import Logger
@@ -38,12 +40,14 @@ def apply_observation(ports: Ports, request_id: str, observation: Observation, l
     policy = DecisionPolicy.from_settings(ports.settings)
     reading = Reading(policy.patterns.is_stockout, kit_runs)
     seen: list[FleetFacts] = []  # the fleet facts of the record the last decision started from
+    placer = attempt_placer(ports)  # a move's placement: reads the fleet's facts once, if asked
 
     def transition(record: RequestRecord | None) -> Decided[RequestRecord] | None:
         if record is None:
             return None
         seen[:] = [fleet_facts(record, reading)]
         decision = decide(record, observation, policy, ports.clock())
+        consider_move(decision.record, observation.job, placer, policy, ports.clock(), decision.effects)
         return Decided(decision.record, decision)
 
     swapped = ports.ledger.swap(request_id, transition)

@@ -53,11 +53,12 @@ from shared.deciding.deadline import (
     decide_deadline,
 )
 from shared.deciding.effects import Effects, LogLine, attempt_alert, event_fields
+from shared.deciding.handover import hand_over
 from shared.deciding.preemptions import preempted_in_last_run
 from shared.errors import Violation
 from shared.jobs import JobState
-from shared.ledger.records import Attempt, RequestRecord, Requeue
-from shared.ledger.states import AttemptOutcome, RequestStatus
+from shared.ledger.records import Attempt, RequestRecord
+from shared.ledger.states import AttemptOutcome
 from shared.requests.attempts import ON_DEMAND, SPOT
 
 SWITCH_REASON = "deadline"
@@ -251,19 +252,18 @@ def _alert(
 def _switch(
     record: RequestRecord, attempt: Attempt, decision: DeadlineDecision, now: datetime, effects: Effects, strategy: str
 ) -> None:
-    following = attempt.n + 1
     to_spot = strategy == SPOT
-    attempt.outcome = AttemptOutcome.SWITCHED_TO_SPOT if to_spot else AttemptOutcome.SWITCHED_TO_ON_DEMAND
-    attempt.cancel_decided_at = iso(now)
-    record.status = RequestStatus.REQUEUED
-    record.requeue = Requeue(
-        attempt=following,
-        location=attempt.location,
+    outcome = AttemptOutcome.SWITCHED_TO_SPOT if to_spot else AttemptOutcome.SWITCHED_TO_ON_DEMAND
+    following = hand_over(
+        record,
+        attempt,
+        now,
+        effects,
+        outcome=outcome,
         strategy=strategy,
+        location=attempt.location,
         reason=SWITCH_REASON,
-        decided_at=iso(now),
     )
-    effects.requeue_decided = True
     effects.lines.append(
         LogLine(
             "WARNING",

@@ -128,6 +128,6 @@ def choose_location(job: Job, candidates: Sequence[Candidate], move: Move = Move
     costs = tuple(sorted((expected_cost(job, c, move) for c in candidates), key=lambda c: (c.cost, c.location)))
     best = costs[0]
     current = next((c for c in costs if c.location == job.current_location), None)
-    if current is not None and current.cost <= best.cost * (1 + MOVE_MARGIN):
+    if current is not None and current is not best and current.cost <= best.cost * (1 + MOVE_MARGIN):
         return Choice(current.location, f"stay: within {MOVE_MARGIN:.0%} of the cheapest ({best.location})", costs)
     return Choice(best.location, f"cheapest expected cost to finish: ${best.cost:,.0f}", costs)

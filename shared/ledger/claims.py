@@ -97,10 +97,11 @@ def claim_attempt(
         return Claim("claimed", current, attempt)
     if existing.job or existing.outcome or current.is_terminal:
         return Claim("duplicate", current, existing)
-    if n == 1 and envelope != current.request:
+    if _without_location(envelope) != _without_location(current.request):
         # Another body under this id (a publisher's mistake, or another publisher, with the
         # re-queue marker or without) is a conflict, never a redelivery of this request: it must
-        # not take its claim over. The line's own hand-over of attempt 1 carries the stored body.
+        # not take its claim over. The line's own hand-over of attempt 1, and a re-queue of a
+        # later attempt, carry the stored body, with the location the attempt was placed in.
         return Claim("duplicate", current, existing)
     age = (now - parse_iso(existing.claimed_at)).total_seconds()
     if age < lease_seconds:
@@ -110,6 +111,10 @@ def claim_attempt(
         )
     existing.claimed_at = iso(now)
     return Claim("taken_over", current, existing)
+
+
+def _without_location(envelope: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in envelope.items() if key != "location"}
 
 
 def record_job(

@@ -44,6 +44,8 @@ class AttemptOutcome(enum.StrEnum):
     SWITCHED_TO_ON_DEMAND = "switched_to_on_demand"
     # cancelled by spotjobs once ahead of its deadline's line: a SPOT attempt follows
     SWITCHED_TO_SPOT = "switched_to_spot"
+    # cancelled by spotjobs while waiting for Spot: a SPOT attempt follows in another location
+    MOVED = "moved"
 
 
 TERMINAL_STATUSES = frozenset(

@@ -5,7 +5,7 @@ week in the state bucket (shared/fleet): the estimate that Spot has capacity now
 is (the weight of the evidence: about one per fresh observation), the mean Spot lifetime (time on
 Spot per preemption; ">=" when none was seen), the median wait for Spot capacity, the 90th
 percentile of on-demand changeovers, the open waits, and the hourly Spot and on-demand prices of
-the price table (spotjobs/reporting/prices.json) where it has the machine type there.
+the price table (shared/price_table.json) where it has the machine type there.
 """
 
 from __future__ import annotations
@@ -37,23 +37,16 @@ def run_fleet(args: argparse.Namespace) -> int:
 
     from shared.clock import utcnow
     from shared.fleet import store
+    from shared.fleet.pricing import hourly
     from shared.settings import get_settings
 
     settings = get_settings()
     bucket = storage.Client(project=args.project or settings.project).bucket(settings.state_bucket)
     now = utcnow()
     observed = {machine_class: store.read(bucket, machine_class, now) for machine_class in store.classes(bucket)}
-    rows = fleet_rows(observed, now, price_of)
+    rows = fleet_rows(observed, now, hourly)
     print(json.dumps(rows, indent=2) if args.json else render(rows))
     return EXIT_OK
-
-
-def price_of(machine_type: str, location: str) -> tuple[float, float] | None:
-    """(Spot, on-demand) per hour from the price table, None where it has no row."""
-    from spotjobs.reporting.prices import Prices
-
-    prices = Prices.find(machine_type, location)
-    return None if prices is None else (prices.spot_per_hour, prices.on_demand_per_hour)
 
 
 def fleet_rows(

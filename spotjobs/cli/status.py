@@ -282,7 +282,8 @@ def _deadline_lines(view: dict[str, Any] | None) -> list[str]:
 
 
 def format_request(record: RequestRecord, settings: Settings | None = None, now: datetime | None = None) -> str:
-    """A request and every attempt, re-queue and outcome, and its deadline's slack if it has one."""
+    """A request and every attempt (where it ran and why there), re-queue and outcome, and its
+    deadline's slack if it has one."""
     from shared.settings import Settings
 
     lines = [
@@ -332,7 +333,13 @@ def format_request(record: RequestRecord, settings: Settings | None = None, now:
         )
         for a in record.attempts
     ]
-    return "\n".join(terminal_text(line) for line in lines) + "\n\n" + _table(header, rows)
+    # Where each attempt runs and why there (shared/fleet/placing.py), under the table.
+    placed = "".join(
+        terminal_text(f"placed      attempt {a.n} in {a.location}: {a.placed}") + "\n"
+        for a in record.attempts
+        if a.placed
+    )
+    return "\n".join(terminal_text(line) for line in lines) + "\n\n" + _table(header, rows) + placed
 
 
 def _short_state(state: str | None) -> str:

@@ -1,20 +1,20 @@
-"""The dated price table (`spotjobs/reporting/prices.json`): hourly on-demand and Spot prices per machine type
+"""The dated price table (`shared/price_table.json`): hourly on-demand and Spot prices per machine type
 and location, used to estimate what requests cost on Spot and would have cost on demand.
 
-One copy, shipped with `shared/` as package data, so `spotjobs report` works from an installed
-package and the demo (`devstack/demo/cost.py`) reads the same table. Prices change (Spot prices
-up to once a day): the table carries its date and source, and every report quotes them.
+One copy, shipped with `shared/` as package data (placement weighs it in the functions), so
+`spotjobs report` works from an installed package and the demo (`devstack/demo/cost.py`) reads
+the same table. Prices change (Spot prices up to once a day): the table carries its date and source, and every report quotes them.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from typing import Any
 
-PRICES_PATH = Path(__file__).with_name("prices.json")
+from shared.fleet.pricing import PRICE_TABLE_PATH, table
+
+PRICES_PATH = PRICE_TABLE_PATH
 DEFAULT_MACHINE_TYPE = "a2-highgpu-1g"
 DEFAULT_LOCATION = "us-central1"
 
@@ -39,7 +39,7 @@ class Prices:
         path: Path = PRICES_PATH,
     ) -> Prices:
         """The row for `machine_type` in `location`; KeyError when the table has none."""
-        data = _table(path)
+        data = table(path)
         machine = data["machine_types"][machine_type]
         row = machine["locations"][location]
         source = machine.get("source", data["source"])  # a machine type may have its own source and date
@@ -68,10 +68,5 @@ class Prices:
 
 def table_info(path: Path = PRICES_PATH) -> dict[str, Any]:
     """The table's currency, date and source, for a report's footnote."""
-    data = _table(path)
+    data = table(path)
     return {"currency": data.get("currency", "USD"), "as_of": data["as_of"], **data["source"]}
-
-
-@cache
-def _table(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text())

@@ -19,6 +19,8 @@ from google.cloud.aiplatform_v1 import CustomJob
 from shared.alerts import Alert
 from shared.delivery import Message, handle_delivery
 from shared.errors import ConfigurationError, TransientError
+from shared.fleet import store
+from shared.fleet.observations import FleetFact, Kind, MachineClass
 from shared.jobs import LABEL_ATTEMPT, LABEL_DEPLOYMENT, LABEL_REQUEST_ID
 from shared.ledger.claims import ClaimInProgress
 from shared.ledger.records import Attempt, RequestRecord, Requeue
@@ -515,6 +517,87 @@ def test_a_requeued_attempt_runs_where_the_requeue_said_with_the_same_output_dir
     # Both regions a create was sent to are where the stray sweep lists from now on.
     remembered = {b.name for b in harness.ledger._bucket.list_blobs(prefix="maintenance/locations/")}  # noqa: SLF001
     assert remembered == {"maintenance/locations/us-central1", "maintenance/locations/europe-west4"}
+
+
+H100_JOB = {
+    **json.loads(DOCS_BODY),
+    "jobSpec": {
+        **json.loads(DOCS_BODY)["jobSpec"],
+        "workerPoolSpecs": [
+            {
+                **json.loads(DOCS_BODY)["jobSpec"]["workerPoolSpecs"][0],
+                "machineSpec": {
+                    "machineType": "a3-highgpu-8g",
+                    "acceleratorType": "NVIDIA_H100_80GB",
+                    "acceleratorCount": 8,
+                },
+            }
+        ],
+    },
+}
+
+
+def seed_fleet(harness: Harness, *facts: FleetFact) -> None:
+    """What the fleet's earlier H100 attempts recorded (shared/fleet/recording.py)."""
+    h100 = MachineClass("a3-highgpu-8g", "NVIDIA_H100_80GB", 8)
+    store.write_facts(harness.ledger._bucket, h100, facts)  # noqa: SLF001
+
+
+def spot_found_capacity(harness: Harness, location: str, key: str) -> FleetFact:
+    return FleetFact(Kind.WAIT, location, harness.now - timedelta(minutes=30), 300.0, attempt_key=key)
+
+
+def spot_waits(harness: Harness, location: str, key: str) -> FleetFact:
+    return FleetFact(Kind.WAITING, location, harness.now - timedelta(hours=3), attempt_key=key)
+
+
+def test_without_observations_the_first_attempt_runs_in_the_first_allowed_location(harness: Harness) -> None:
+    harness.deliver(envelope(custom_job=H100_JOB, locations=["us-central1", "us-east4"]))
+    [attempt] = harness.ledger.get("r1").attempts
+    assert (attempt.location, attempt.placed) == ("us-central1", "no observations")
+    assert harness.locations_used == ["us-central1"]
+
+
+def test_the_first_attempt_is_placed_where_the_fleet_saw_spot_capacity(harness: Harness) -> None:
+    # us-central1 is the first allowed, but an H100 Spot job has waited there for three hours
+    # while one in us-east4 got capacity in five minutes.
+    seed_fleet(harness, spot_waits(harness, "us-central1", "a"), spot_found_capacity(harness, "us-east4", "b"))
+    outcome = harness.deliver(envelope(custom_job=H100_JOB, locations=["us-central1", "us-east4"]))
+    again = harness.deliver(envelope(custom_job=H100_JOB, locations=["us-central1", "us-east4"]))
+
+    assert outcome.result == SubmitResult.CREATED and again.result == SubmitResult.DUPLICATE
+    [job] = harness.jobs_for("r1")
+    assert job.name.startswith("projects/proj/locations/us-east4/")
+    [attempt] = harness.ledger.get("r1").attempts
+    assert attempt.location == "us-east4"
+    assert attempt.placed.startswith("cheapest expected cost") and "$14.85/h" in attempt.placed
+
+
+def test_a_requeue_is_placed_from_the_fleet_estimate_not_only_the_failover_order(harness: Harness) -> None:
+    harness.deliver(envelope(custom_job=H100_JOB, locations=["us-central1", "us-east4"]))
+    # Attempt 1 was preempted in us-central1 (the re-queue plans it there again); meanwhile the
+    # fleet saw Spot jobs wait there and find capacity in us-east4.
+    seed_fleet(harness, spot_waits(harness, "us-central1", "a"), spot_found_capacity(harness, "us-east4", "b"))
+    requeue = Requeue(attempt=2, location="us-central1", strategy="SPOT", reason="preemption", decided_at="t")
+
+    def requeued(current: RequestRecord | None) -> RequestRecord:
+        current.attempt(1).outcome = "requeued"
+        current.status = RequestStatus.REQUEUED
+        current.requeue = requeue
+        return current
+
+    stored = harness.ledger.update("r1", requeued)
+    message = {**stored.request, "attempt": 2, "location": "us-central1"}
+    outcome = harness.deliver(
+        json.dumps(message).encode(), message_id="m-requeue", request_id="r1", **REQUEUE_ATTRIBUTES
+    )
+
+    assert outcome.result == SubmitResult.CREATED
+    jobs = {j.labels[LABEL_ATTEMPT]: j for j in harness.jobs_for("r1")}
+    assert jobs["2"].name.startswith("projects/proj/locations/us-east4/")
+    record = harness.ledger.get("r1")
+    assert [(a.n, a.location) for a in record.attempts] == [(1, "us-central1"), (2, "us-east4")]
+    assert record.attempt(2).placed.startswith("cheapest expected cost")
 
 
 def test_an_attempt_set_by_a_user_is_rejected(harness: Harness) -> None:

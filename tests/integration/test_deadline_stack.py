@@ -31,15 +31,17 @@ CHANGEOVER = 20.0  # the stack's create-to-running is about a second
 
 
 @contextmanager
-def spot_capacity(stack, data: list[int], tick_seconds: float) -> Iterator[None]:
-    """The trace for the test, and the scheduler's reconcile every second; both end with it."""
+def spot_capacity(stack, data: list[int], tick_seconds: float, location: str | None = None) -> Iterator[None]:
+    """The trace for the test (of one location, or every one), and the scheduler's reconcile
+    every second; both end with it."""
     stop = threading.Event()
 
     def scheduler() -> None:
         while not stop.wait(1.0):
             stack.publish("maintenance", json.dumps({"task": "reconcile"}).encode(), task="reconcile")
 
-    stack.vertex_control("POST", "/emulator/v1/spot-capacity", {"data": data, "tick_seconds": tick_seconds})
+    where = {"location": location} if location else {}
+    stack.vertex_control("POST", "/emulator/v1/spot-capacity", {"data": data, "tick_seconds": tick_seconds, **where})
     thread = threading.Thread(target=scheduler, daemon=True)
     thread.start()
     try:
@@ -47,7 +49,7 @@ def spot_capacity(stack, data: list[int], tick_seconds: float) -> Iterator[None]
     finally:
         stop.set()
         thread.join()
-        stack.vertex_control("POST", "/emulator/v1/spot-capacity", {"data": []})
+        stack.vertex_control("POST", "/emulator/v1/spot-capacity", {"data": [], **where})
 
 
 def deadline_request(request_id: str, slack_seconds: float) -> tuple[bytes, datetime]:

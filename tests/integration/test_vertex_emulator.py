@@ -611,6 +611,29 @@ def test_a_spot_capacity_trace_holds_spot_jobs_pending_and_preempts_them_when_it
     assert status == 400 and "data" in payload["error"]["message"]
 
 
+def test_a_capacity_trace_of_one_location_holds_only_that_regions_spot_jobs(
+    emulator: VertexEmulator,
+    client: aiplatform_v1.JobServiceClient,
+    make_worker: Callable[..., Worker],
+) -> None:
+    """Placement's stack scenarios (docs/placement.md): no Spot in one region, Spot in another."""
+    control(emulator, "spot-capacity", {"data": [0], "tick_seconds": 3600, "location": LOCATION})
+    held = make_worker(WORKER_SECONDS="60")
+    there = make_worker(WORKER_SECONDS="60")
+    spot = create(client, job_body(held))
+    east = client.create_custom_job(
+        parent=f"projects/{PROJECT}/locations/us-east4",
+        custom_job=aiplatform_v1.CustomJob.from_json(json.dumps(job_body(there))),
+    )
+    wait_for(lambda: there.pids("start"), what="the Spot worker in the region with capacity to start")
+    wait_for_state(client, spot.name, {State.JOB_STATE_PENDING})
+    assert held.pids("start") == [] and control(emulator, "spot-capacity")["available"] is True
+    control(emulator, "spot-capacity", {"data": [], "location": LOCATION})
+    wait_for(lambda: held.pids("start"), what="the held Spot worker to start once its region's trace is gone")
+    client.cancel_custom_job(name=spot.name)
+    client.cancel_custom_job(name=east.name)
+
+
 def test_a_worker_that_ignores_sigterm_is_killed_after_the_grace_period(
     emulator: VertexEmulator,
     client: aiplatform_v1.JobServiceClient,

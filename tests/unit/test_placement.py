@@ -3,10 +3,17 @@ price table it reads in production."""
 
 from __future__ import annotations
 
-import pytest
+from datetime import UTC, datetime, timedelta
 
+import pytest
+from google.api_core.exceptions import ServiceUnavailable
+
+from shared.clock import iso
 from shared.fleet.estimate import CapacityEstimate
+from shared.fleet.observations import FleetFact, Kind, MachineClass
 from shared.fleet.placement import MOVE_MARGIN, Candidate, Job, Move, choose_location, expected_cost
+from shared.fleet.placing import NO_OBSERVATIONS, Placed, Placer, work_hours
+from shared.ledger.records import Attempt, RequestRecord
 from spotjobs.reporting.prices import Prices
 
 
@@ -93,3 +100,156 @@ def test_the_price_table_has_the_h100_regions_with_their_own_date_and_source() -
     assert (east.spot_per_hour, east.on_demand_per_hour, east.as_of) == (14.8534, 82.5254, "2025-10-04")
     assert "skynomad-artifact" in east.source
     assert Prices.load().as_of == "2025-03-06"  # the A100 row keeps the table's
+
+
+# Placing a new attempt (shared/fleet/placing.py): what submit's claim asks.
+
+NOW = datetime(2026, 12, 2, 12, tzinfo=UTC)
+H100_JOB = {
+    "jobSpec": {
+        "workerPoolSpecs": [
+            {
+                "machineSpec": {
+                    "machineType": "a3-highgpu-8g",
+                    "acceleratorType": "NVIDIA_H100_80GB",
+                    "acceleratorCount": 8,
+                }
+            }
+        ]
+    }
+}
+TWO_REGIONS = {"custom_job": H100_JOB, "location": "us-central1", "locations": ["us-central1", "us-east4"]}
+PRICES = {"us-central1": (18.98, 82.53), "us-east4": (14.85, 82.53), "asia-southeast1": (19.26, 107.01)}
+
+
+def price(machine_type: str, location: str) -> tuple[float, float] | None:
+    return PRICES.get(location) if machine_type == "a3-highgpu-8g" else None
+
+
+def waited(location: str, minutes: float, key: str, running: bool = True) -> list[FleetFact]:
+    """A Spot attempt that waited `minutes` for capacity and runs now (or waits still)."""
+    created = NOW - timedelta(hours=3)
+    if not running:
+        return [FleetFact(Kind.WAITING, location, created, attempt_key=key)]
+    return [FleetFact(Kind.WAIT, location, created + timedelta(minutes=minutes), minutes * 60, attempt_key=key)]
+
+
+def placer(facts: list[FleetFact], reads: list[str] | None = None) -> Placer:
+    def read(machine_class: MachineClass) -> list[FleetFact]:
+        if reads is not None:
+            reads.append(machine_class.key)
+        return facts
+
+    return Placer(read, price, NOW, changeover_prior_seconds=1200)
+
+
+def first(location: str = "us-central1", strategy: str = "SPOT") -> Attempt:
+    return Attempt(1, location, strategy, claimed_at="2026-12-02T12:00:00Z")
+
+
+def test_with_no_observations_the_first_allowed_location_keeps_the_attempt() -> None:
+    placed = placer([]).place(TWO_REGIONS, first(), [])
+    assert placed == Placed("us-central1", NO_OBSERVATIONS)
+    # observations of a location the request does not allow are none for it
+    assert placer(waited("asia-southeast1", 5, "a")).place(TWO_REGIONS, first(), []).reason == NO_OBSERVATIONS
+
+
+def test_an_allowed_location_where_spot_had_capacity_wins_over_one_where_jobs_wait() -> None:
+    # the planned location has the cheapest Spot, but its job has waited three hours there
+    request = {**TWO_REGIONS, "location": "us-east4", "locations": ["us-east4", "asia-southeast1"]}
+    facts = waited("asia-southeast1", 5, "a") + waited("us-east4", 0, "b", running=False)
+    placed = placer(facts).place(request, first("us-east4"), [])
+    assert placed.location == "asia-southeast1"
+    assert "cheapest expected cost" in placed.reason and "$19.26/h" in placed.reason
+    # with the wait closed (capacity found), the cheaper planned one wins
+    found = waited("asia-southeast1", 5, "a") + waited("us-east4", 5, "b")
+    assert placer(found).place(request, first("us-east4"), []).location == "us-east4"
+    # where Spot is as available, the planned location stays unless another saves the margin
+    even = waited("us-east4", 5, "a") + waited("us-central1", 5, "b")
+    prices_even = {"us-central1": (14.9, 82.53), "us-east4": (14.85, 82.53)}
+    same = Placer(lambda _: even, lambda _m, loc: prices_even[loc], NOW, 1200).place(TWO_REGIONS, first(), [])
+    assert same.location == "us-central1" and same.reason.startswith("stay")
+
+
+def test_a_deadline_switch_is_placed_on_the_cheapest_on_demand() -> None:
+    request = {**TWO_REGIONS, "locations": ["us-central1", "asia-southeast1"], "location": "asia-southeast1"}
+    facts = waited("asia-southeast1", 5, "a")
+    placed = placer(facts).place(request, first("asia-southeast1", "STANDARD"), [])
+    assert placed.location == "us-central1"
+    assert "$82.53/h" in placed.reason
+
+
+def test_what_cannot_be_weighed_keeps_the_planned_location_and_says_why() -> None:
+    facts = waited("us-east4", 5, "a")
+    one = {**TWO_REGIONS, "locations": []}
+    assert placer(facts).place(one, first(), []) == Placed("us-central1", "the only allowed location")
+    cpu = {**TWO_REGIONS, "custom_job": {"jobSpec": {"workerPoolSpecs": [{"machineSpec": {"machineType": "n1"}}]}}}
+    assert placer(facts).place(cpu, first(), []).reason.startswith("no prices for n1")
+
+    def broken(_: MachineClass) -> list[FleetFact]:
+        raise ServiceUnavailable("listing refused")
+
+    refused = Placer(broken, price, NOW, 1200).place(TWO_REGIONS, first(), [])
+    assert refused == Placed("us-central1", "fleet observations unreadable")
+
+
+def test_the_observations_are_read_once_per_claim() -> None:
+    reads: list[str] = []
+    place = placer(waited("us-east4", 5, "a"), reads)
+    place.place(TWO_REGIONS, first(), [])
+    place.place(TWO_REGIONS, first(), [])  # the claim's compare-and-swap ran again
+    assert reads == ["a3-highgpu-8g+nvidia_h100_80gb+8"]
+
+
+def test_the_work_left_comes_from_the_kit_else_the_request() -> None:
+    ran = Attempt(1, "us-east4", "SPOT", claimed_at="x", total_steps=1000, steps_per_second=0.1)
+    ran.last_checkpoint = [1, 640]
+    assert work_hours({}, [ran]) == pytest.approx(1.0)
+    assert work_hours({"total_steps": 100, "expected_step_seconds": 72}, []) == pytest.approx(2.0)
+    assert work_hours({}, []) is None
+
+
+def test_status_says_where_each_attempt_ran_and_why_there() -> None:
+    from spotjobs.cli.status import format_request
+
+    planned = first()
+    planned.placed = NO_OBSERVATIONS
+    moved = Attempt(2, "us-east4", "SPOT", claimed_at="2026-12-02T13:00:00Z", placed="cheapest expected cost: $9")
+    text = format_request(RequestRecord("r1", request=TWO_REGIONS, output_dir="gs://b/r1/", attempts=[planned, moved]))
+    assert text.splitlines()[-2:] == [
+        "placed      attempt 1 in us-central1: no observations",
+        "placed      attempt 2 in us-east4: cheapest expected cost: $9",
+    ]
+
+
+# Moving a job that waits for Spot (shared/deciding/moves.py), on scripted observations.
+
+
+def waiting_record(state: str = "JOB_STATE_PENDING") -> RequestRecord:
+    created = iso(NOW - timedelta(hours=2))
+    attempt = Attempt(1, "us-central1", "SPOT", claimed_at=created, job="projects/p/locations/us-central1/customJobs/1")
+    attempt.created_at, attempt.state = created, state
+    return RequestRecord("r1", {**TWO_REGIONS, "max_attempts": 3}, "gs://b/r1/", attempts=[attempt])
+
+
+def test_a_job_waiting_past_its_changeover_where_others_find_spot_is_moved_on_a_fresh_read_only() -> None:
+    from shared.deciding.decisions import DecisionPolicy
+    from shared.deciding.effects import Effects
+    from shared.deciding.moves import consider_move
+    from shared.jobs import JobSnapshot
+    from shared.settings import Settings
+
+    facts = waited("us-central1", 0, "b", running=False) + waited("us-east4", 5, "a")
+    policy = DecisionPolicy.from_settings(Settings())
+    pending = JobSnapshot("projects/p/locations/us-central1/customJobs/1", "JOB_STATE_PENDING")
+
+    stale = waiting_record(state="JOB_STATE_RUNNING")  # a newer read said it runs
+    consider_move(stale, pending, placer(facts), policy, NOW, Effects())
+    assert stale.attempt(1).outcome is None and stale.requeue is None
+
+    fresh = waiting_record()
+    effects = Effects()
+    consider_move(fresh, pending, placer(facts), policy, NOW, effects)
+    assert fresh.attempt(1).outcome == "moved" and fresh.attempt(1).cancel_decided_at == iso(NOW)
+    assert (fresh.requeue.attempt, fresh.requeue.location, fresh.requeue.reason) == (2, "us-east4", "move")
+    assert effects.requeue_decided and [line.fields["event"] for line in effects.lines] == ["moved"]

@@ -14,7 +14,7 @@ from shared.errors import InvalidRequest
 from shared.jobs import JobState, is_terminal, state_name
 from shared.ledger.claims import ClaimInProgress, claim_attempt, fail_attempt, record_job, release_claim
 from shared.ledger.records import Attempt, RequestRecord, Requeue
-from shared.ledger.states import RequestStatus
+from shared.ledger.states import AttemptOutcome, RequestStatus
 from shared.requests.attempts import plan_attempt
 from shared.requests.envelope import canonical_envelope, read_request
 from shared.settings import Settings
@@ -508,3 +508,42 @@ def test_a_forged_requeue_of_attempt_1_with_another_body_does_not_take_a_stale_c
         stale, envelope=envelope(), n=1, now=NOW, lease_seconds=LEASE, output_dir=OUTPUT_DIR, requeued=True
     )
     assert handed_over.kind == "taken_over"  # the line's own hand-over carries the stored body
+
+
+def test_a_forged_requeue_of_a_later_attempt_with_another_body_does_not_take_a_stale_claim_over() -> None:
+    # Found by the simulator (seed 31, once placement moved waiting jobs): the system's re-queue
+    # of attempt 2 dead-lettered with its claim stale, and a hostile publisher's full re-queue of
+    # attempt 2, its own body under the victim's id, took the claim over and had the job created.
+    stale = record_with(
+        Attempt(1, "us-central1", "SPOT", iso(NOW - timedelta(hours=1)), outcome=AttemptOutcome.MOVED),
+        Attempt(2, "us-east4", "SPOT", iso(NOW - timedelta(seconds=LEASE))),
+        status=RequestStatus.CLAIMED,
+    )
+
+    def claim_2(body: dict[str, Any]) -> Any:
+        return claim_attempt(
+            stale, envelope=body, n=2, now=NOW, lease_seconds=LEASE, output_dir=OUTPUT_DIR, requeued=True
+        )
+
+    forged = claim_2(envelope(custom_job={"displayName": "mine"}, location="us-east4"))
+    assert forged.kind == "duplicate" and not forged.writes
+    # the system's own re-queue carries the stored body, run in the attempt's location
+    assert claim_2(envelope(location="us-east4")).kind == "taken_over"
+
+
+def test_the_lines_hand_over_of_attempt_1_placed_in_another_location_takes_its_stale_claim_over() -> None:
+    # Found by the simulator (seed 266): placement ran attempt 1 in the request's second location;
+    # the quota line's hand-over re-publishes it there, and was taken for another body for ever.
+    stale = record_with(
+        Attempt(1, "us-east4", "SPOT", iso(NOW - timedelta(seconds=LEASE))), status=RequestStatus.CLAIMED
+    )
+    handed_over = claim_attempt(
+        stale,
+        envelope=envelope(location="us-east4"),
+        n=1,
+        now=NOW,
+        lease_seconds=LEASE,
+        output_dir=OUTPUT_DIR,
+        requeued=True,
+    )
+    assert handed_over.kind == "taken_over"

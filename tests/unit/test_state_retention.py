@@ -33,7 +33,7 @@ NOT_STATE = {
     "/subscriptions/": "Google resource names",
     "/locations/": "Google resource names",
     "/global/networks/": "Google resource names",
-    "prices.json": "a file of the package",
+    "price_table.json": "a file of the package",
     "topology.json": "a file of the package",
     "/s": "a unit the HTML report shows (per second)",
     "/emulator/v1/": "the local Vertex emulator's HTTP paths",

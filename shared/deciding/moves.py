@@ -1,0 +1,119 @@
+"""Moving a Spot job that waits for capacity: a job QUEUED or PENDING longer than its changeover
+where it is, with another allowed location estimated cheaper to finish in (`Placer.place`, the
+placement of a new attempt), is cancelled and attempt n+1 runs on Spot there (`hand_over`: the
+deadline switch's hand-over, so the next attempt is published only once Vertex reports the job
+ended). Decided under the record's compare-and-swap with the other decisions of an observation
+(`shared.deciding.applying`), so concurrent deliveries and reconcile make one move.
+
+Never moved: a request cancelled, finished, or with its next attempt decided; a job Vertex does
+not report waiting in this observation; a move that would leave no attempt for a re-queue after
+a preemption (a move uses an attempt, as a deadline switch does), or that the deployment's policy
+refuses on Spot; and a deadline request unless the deadline rule holds its wait for Spot by more
+than a changeover: the rule decides nothing while the hand-over runs (its next attempt is
+pending), so its safety net counts the move's changeover."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from shared.clock import parse_iso
+from shared.deciding.deadline import Action, decide_deadline
+from shared.deciding.deadline_watch import deadline_situation
+from shared.deciding.decisions import DecisionPolicy
+from shared.deciding.effects import Effects, LogLine, event_fields
+from shared.deciding.handover import hand_over
+from shared.deciding.preemptions import WAITING_STATES
+from shared.fleet.placing import Placer
+from shared.jobs import JobSnapshot
+from shared.ledger.records import Attempt, RequestRecord
+from shared.ledger.states import AttemptOutcome
+from shared.requests.attempts import SPOT, plan_attempt
+
+MOVE_REASON = "move"
+
+
+def consider_move(
+    record: RequestRecord,
+    job: JobSnapshot | None,
+    placer: Placer,
+    policy: DecisionPolicy,
+    now: datetime,
+    effects: Effects,
+) -> None:
+    """Move the latest attempt when it waits for Spot too long where it is (module docstring)."""
+    attempt = record.latest
+    if attempt is None or job is None or job.name != attempt.job or not _may_move(record, attempt, job, policy):
+        return
+    changeover = _changeover_seconds(record, policy, now)
+    if changeover is None:
+        return
+    waited = (now - parse_iso(attempt.state_changed_at if attempt.started_at else attempt.created_at)).total_seconds()
+    if waited <= changeover:
+        return
+    placed = placer.place(record.request, attempt, record.attempts)
+    if placed.location == attempt.location:
+        return
+    following = hand_over(
+        record,
+        attempt,
+        now,
+        effects,
+        outcome=AttemptOutcome.MOVED,
+        strategy=SPOT,
+        location=placed.location,
+        reason=MOVE_REASON,
+    )
+    effects.lines.append(
+        LogLine(
+            "WARNING",
+            f"attempt {attempt.n} of {record.request_id} waited {waited:.0f} s for Spot in {attempt.location}; "
+            f"cancelling its job, attempt {following} runs {SPOT} in {placed.location}: {placed.reason}",
+            event_fields(
+                record,
+                attempt,
+                "moved",
+                next_attempt=following,
+                next_location=placed.location,
+                waited_seconds=round(waited),
+                changeover_seconds=round(changeover),
+                reason=placed.reason,
+            ),
+        )
+    )
+
+
+def _may_move(record: RequestRecord, attempt: Attempt, job: JobSnapshot, policy: DecisionPolicy) -> bool:
+    if record.is_terminal or record.cancel is not None or record.requeue is not None:
+        return False
+    if attempt.outcome is not None or attempt.cancel_decided_at or attempt.strategy != SPOT:
+        return False
+    if job.state not in WAITING_STATES or attempt.state != job.state:  # a stale read is no news
+        return False
+    if len(record.request.get("locations") or []) < 2:
+        return False
+    following = attempt.n + 1
+    max_attempts = int(record.request.get("max_attempts") or policy.default_max_attempts)
+    if following >= max_attempts:  # leave one attempt for a re-queue after a preemption
+        return False
+    planned = plan_attempt(record.request, following, attempt, after_stockout=False)[1]
+    return planned == SPOT and policy.refuses(SPOT, record, following) is None
+
+
+def _changeover_seconds(record: RequestRecord, policy: DecisionPolicy, now: datetime) -> float | None:
+    """The changeover a wait is measured against; None when a deadline cannot spare a move."""
+    if not record.request.get("deadline"):
+        return float(record.request.get("changeover_seconds") or policy.changeover_prior_seconds)
+    situation = deadline_situation(
+        record,
+        now,
+        prior_seconds=policy.changeover_prior_seconds,
+        review_seconds=policy.reconcile_interval_seconds,
+        checkpoint_prior_seconds=policy.checkpoint_prior_seconds,
+    )
+    if situation is None:
+        return None  # the work is not known yet: the rule could not count the move
+    decision = decide_deadline(situation)
+    spare = decision.holds_seconds
+    if decision.action is not Action.STAY or spare is None or spare <= situation.changeover_seconds:
+        return None
+    return situation.changeover_seconds

@@ -1,0 +1,153 @@
+"""Where a new attempt runs: `Placer.place` asks `choose_location` (shared/fleet/placement.py) among
+the request's allowed `locations`, from the price table and the fleet's estimate, when a claim
+creates an attempt (the first, a re-queue, a deadline switch: submit's `_claim`, the one place
+every attempt is created). The attempt keeps where and why (`Attempt.placed`).
+
+The class's observations are read once per claim, in one listing (`store.read`), and only when an
+attempt is created. With nothing to weigh the attempt runs where `plan_attempt` put it (the first
+allowed location, or the failover order after a stockout): one allowed location, no machine class,
+no price for every allowed location, no observation in any of them, or a listing that failed (the
+facts are advisory: a failed read never holds a create back)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from shared.clock import parse_iso
+from shared.errors import is_retryable
+from shared.fleet.estimate import estimate
+from shared.fleet.observations import FleetFact, MachineClass
+from shared.fleet.placement import Candidate, Job, choose_location
+from shared.ledger.records import Attempt, RequestRecord
+from shared.requests.attempts import SPOT
+from shared.wiring import Ports
+
+NO_OBSERVATIONS = "no observations"
+
+ReadFacts = Callable[[MachineClass], Sequence[FleetFact]]
+Price = Callable[[str, str], "tuple[float, float] | None"]
+
+
+@dataclass(frozen=True)
+class Placed:
+    location: str
+    reason: str
+
+
+class Placer:
+    """Places the attempts one claim creates; `read_facts` is called at most once."""
+
+    def __init__(self, read_facts: ReadFacts, price: Price, now: datetime, changeover_prior_seconds: float) -> None:
+        self._read_facts = read_facts
+        self._price = price
+        self._now = now
+        self._changeover_prior_seconds = changeover_prior_seconds
+        self._facts: dict[MachineClass, Sequence[FleetFact]] = {}
+
+    def place(self, request: Mapping[str, Any], attempt: Attempt, earlier: Sequence[Attempt]) -> Placed:
+        """Where `attempt` (planned in `attempt.location`) runs, and why there."""
+        planned = attempt.location
+        allowed = [str(loc) for loc in request.get("locations") or []] or [planned]
+        if len(allowed) < 2:
+            return Placed(planned, "the only allowed location")
+        machine_class = MachineClass.of_request(request)
+        if machine_class is None:
+            return Placed(planned, "no machine class to weigh")
+        prices = {loc: p for loc in allowed if (p := self._price(machine_class.machine_type, loc)) is not None}
+        priced = list(prices)
+        if len(priced) < 2:
+            return Placed(planned, f"no prices for {machine_class.machine_type} in two allowed locations")
+        facts = self._read(machine_class)
+        if facts is None:
+            return Placed(planned, "fleet observations unreadable")
+        seen = {o.location for o in facts}
+        if not seen & set(priced):
+            return Placed(planned, NO_OBSERVATIONS)
+        candidates = [
+            Candidate(loc, spot, on_demand, estimate(facts, loc, self._now) if loc in seen else None)
+            for loc, (spot, on_demand) in prices.items()
+        ]
+        work = work_hours(request, earlier)
+        job = self._job(request, attempt, work, planned if planned in priced else None, candidates)
+        choice = choose_location(job, candidates)
+        chosen = next(c for c in candidates if c.location == choice.location)
+        share = chosen.estimate.share_available if chosen.estimate is not None else None
+        seen_text = f"capacity {share:.0%} of the time" if share is not None else "nothing observed there"
+        price = chosen.on_demand_per_hour if job.on_demand else chosen.spot_per_hour
+        per_hour = " per hour of work" if work is None else ""
+        return Placed(choice.location, f"{choice.reason}{per_hour} ({seen_text}, ${price:.2f}/h)")
+
+    def _read(self, machine_class: MachineClass) -> Sequence[FleetFact] | None:
+        if machine_class not in self._facts:
+            from google.api_core.exceptions import GoogleAPICallError
+
+            try:
+                self._facts[machine_class] = self._read_facts(machine_class)
+            except Exception as exc:  # advisory: the attempt runs where planned (module docstring)
+                if not (is_retryable(exc) or isinstance(exc, GoogleAPICallError)):
+                    raise
+                return None
+        return self._facts[machine_class]
+
+    def _job(
+        self,
+        request: Mapping[str, Any],
+        attempt: Attempt,
+        work: float | None,
+        current: str | None,
+        candidates: Sequence[Candidate],
+    ) -> Job:
+        """The placement model's job: the work left (the kit's progress, else the request's
+        deadline fields, else one hour: the locations are then compared per hour of work), the
+        changeover, the time to the deadline, and without one an hour waited priced as an hour on
+        the cheapest on-demand (what buying the time back costs)."""
+        changeover = float(request.get("changeover_seconds") or self._changeover_prior_seconds) / 3600
+        deadline = request.get("deadline")
+        hours_to_deadline = None
+        if deadline and work is not None:
+            hours_to_deadline = (parse_iso(deadline) - self._now).total_seconds() / 3600
+        return Job(
+            remaining_hours=1.0 if work is None else work,
+            changeover_hours=changeover,
+            current_location=current,  # the planned location wins unless another saves the margin
+            hours_to_deadline=hours_to_deadline,
+            hour_value=0.0 if hours_to_deadline is not None else min(c.on_demand_per_hour for c in candidates),
+            on_demand=attempt.strategy != SPOT,
+        )
+
+
+def work_hours(request: Mapping[str, Any], earlier: Sequence[Attempt]) -> float | None:
+    """Hours of work left: from the trainer kit's lines (planned steps, rate, the last committed
+    step), else the request's `total_steps` x `expected_step_seconds`; None when neither says."""
+    committed = max((a.last_checkpoint[1] for a in earlier if a.last_checkpoint), default=0)
+    for a in reversed(earlier):
+        if a.total_steps and a.steps_per_second:
+            return max(0, a.total_steps - committed) / a.steps_per_second / 3600
+    total, step = request.get("total_steps"), request.get("expected_step_seconds")
+    if total and step:
+        return max(0, int(total) - committed) * float(step) / 3600
+    return None
+
+
+def attempt_placer(ports: Ports) -> Placer:
+    """A placer reading the state bucket's observations (one listing per class) and the price table."""
+    from shared.fleet import store
+    from shared.fleet.pricing import hourly
+    from shared.ledger.run_lock import ledger_bucket
+
+    now = ports.clock()
+    return Placer(
+        lambda machine_class: store.read(ledger_bucket(ports.ledger), machine_class, now),
+        hourly,
+        now,
+        ports.settings.changeover_prior_seconds,
+    )
+
+
+def place_claimed(placer: Placer, record: RequestRecord, attempt: Attempt) -> None:
+    """Set where the attempt a claim just created runs, and why (in the record the claim writes)."""
+    placed = placer.place(record.request, attempt, [a for a in record.attempts if a.n < attempt.n])
+    attempt.location, attempt.placed = placed.location, placed.reason
