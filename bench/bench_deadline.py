@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.json:
         print(
             f"{len(traces)} traces under {args.traces} (AWS availability, the public stand-in for GCP Spot); "
-            f"k = {k:.2f} ({prices.machine_type} in {prices.location}, spotjobs/reporting/prices.json, {prices.as_of})"
+            f"k = {k:.2f} ({prices.machine_type} in {prices.location}, shared/price_table.json, {prices.as_of})"
         )
     if event:
         intervals = [args.checkpoint_seconds] if args.checkpoint_seconds else list(CHECKPOINT_SECONDS)
