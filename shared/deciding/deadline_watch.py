@@ -53,7 +53,7 @@ from shared.deciding.deadline import (
     decide_deadline,
 )
 from shared.deciding.effects import Effects, LogLine, attempt_alert, event_fields
-from shared.deciding.handover import hand_over
+from shared.deciding.handover import decide_handover
 from shared.deciding.preemptions import preempted_in_last_run
 from shared.errors import Violation
 from shared.jobs import JobState
@@ -254,7 +254,7 @@ def _switch(
 ) -> None:
     to_spot = strategy == SPOT
     outcome = AttemptOutcome.SWITCHED_TO_SPOT if to_spot else AttemptOutcome.SWITCHED_TO_ON_DEMAND
-    following = hand_over(
+    following = decide_handover(
         record,
         attempt,
         now,

@@ -14,7 +14,7 @@ from shared.ledger.records import Attempt, RequestRecord, Requeue
 from shared.ledger.states import AttemptOutcome, RequestStatus
 
 
-def hand_over(
+def decide_handover(
     record: RequestRecord,
     attempt: Attempt,
     now: datetime,

@@ -1,6 +1,6 @@
 """Moving a Spot job that waits for capacity: a job QUEUED or PENDING longer than its changeover
 where it is, with another allowed location estimated cheaper to finish in (`Placer.place`, the
-placement of a new attempt), is cancelled and attempt n+1 runs on Spot there (`hand_over`: the
+placement of a new attempt), is cancelled and attempt n+1 runs on Spot there (`decide_handover`: the
 deadline switch's hand-over, so the next attempt is published only once Vertex reports the job
 ended). Decided under the record's compare-and-swap with the other decisions of an observation
 (`shared.deciding.applying`), so concurrent deliveries and reconcile make one move.
@@ -21,7 +21,7 @@ from shared.deciding.deadline import Action, decide_deadline
 from shared.deciding.deadline_watch import deadline_situation
 from shared.deciding.decisions import DecisionPolicy
 from shared.deciding.effects import Effects, LogLine, event_fields
-from shared.deciding.handover import hand_over
+from shared.deciding.handover import decide_handover
 from shared.deciding.preemptions import WAITING_STATES
 from shared.fleet.placing import Placer
 from shared.jobs import JobSnapshot
@@ -53,7 +53,7 @@ def consider_move(
     placed = placer.place(record.request, attempt, record.attempts)
     if placed.location == attempt.location:
         return
-    following = hand_over(
+    following = decide_handover(
         record,
         attempt,
         now,

@@ -32,7 +32,7 @@ Price = Callable[[str, str], "tuple[float, float] | None"]
 
 
 @dataclass(frozen=True)
-class Placed:
+class LocationChoice:
     location: str
     reason: str
 
@@ -47,25 +47,25 @@ class Placer:
         self._changeover_prior_seconds = changeover_prior_seconds
         self._facts: dict[MachineClass, Sequence[FleetFact]] = {}
 
-    def place(self, request: Mapping[str, Any], attempt: Attempt, earlier: Sequence[Attempt]) -> Placed:
+    def place(self, request: Mapping[str, Any], attempt: Attempt, earlier: Sequence[Attempt]) -> LocationChoice:
         """Where `attempt` (planned in `attempt.location`) runs, and why there."""
         planned = attempt.location
         allowed = [str(loc) for loc in request.get("locations") or []] or [planned]
         if len(allowed) < 2:
-            return Placed(planned, "the only allowed location")
+            return LocationChoice(planned, "the only allowed location")
         machine_class = MachineClass.of_request(request)
         if machine_class is None:
-            return Placed(planned, "no machine class to weigh")
+            return LocationChoice(planned, "no machine class to weigh")
         prices = {loc: p for loc in allowed if (p := self._price(machine_class.machine_type, loc)) is not None}
         priced = list(prices)
         if len(priced) < 2:
-            return Placed(planned, f"no prices for {machine_class.machine_type} in two allowed locations")
+            return LocationChoice(planned, f"no prices for {machine_class.machine_type} in two allowed locations")
         facts = self._read(machine_class)
         if facts is None:
-            return Placed(planned, "fleet observations unreadable")
+            return LocationChoice(planned, "fleet observations unreadable")
         seen = {o.location for o in facts}
         if not seen & set(priced):
-            return Placed(planned, NO_OBSERVATIONS)
+            return LocationChoice(planned, NO_OBSERVATIONS)
         candidates = [
             Candidate(loc, spot, on_demand, estimate(facts, loc, self._now) if loc in seen else None)
             for loc, (spot, on_demand) in prices.items()
@@ -78,7 +78,7 @@ class Placer:
         seen_text = f"capacity {share:.0%} of the time" if share is not None else "nothing observed there"
         price = chosen.on_demand_per_hour if job.on_demand else chosen.spot_per_hour
         per_hour = " per hour of work" if work is None else ""
-        return Placed(choice.location, f"{choice.reason}{per_hour} ({seen_text}, ${price:.2f}/h)")
+        return LocationChoice(choice.location, f"{choice.reason}{per_hour} ({seen_text}, ${price:.2f}/h)")
 
     def _read(self, machine_class: MachineClass) -> Sequence[FleetFact] | None:
         if machine_class not in self._facts:

@@ -10,11 +10,7 @@ Spot, however the capacity gap falls on its run."""
 
 from __future__ import annotations
 
-import json
 import sys
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -22,34 +18,12 @@ import pytest
 from devstack.samples import job_request
 from shared.clock import iso, parse_iso
 from shared.ledger.states import AttemptOutcome, RequestStatus
-from tests.support.stack_events import new_request_id, wait_for_status
+from tests.support.stack_events import new_request_id, spot_capacity, wait_for_status
 
 pytestmark = pytest.mark.stack
 
 STEPS, STEP_SECONDS = 400, 0.05  # 20 s of training
 CHANGEOVER = 20.0  # the stack's create-to-running is about a second
-
-
-@contextmanager
-def spot_capacity(stack, data: list[int], tick_seconds: float, location: str | None = None) -> Iterator[None]:
-    """The trace for the test (of one location, or every one), and the scheduler's reconcile
-    every second; both end with it."""
-    stop = threading.Event()
-
-    def scheduler() -> None:
-        while not stop.wait(1.0):
-            stack.publish("maintenance", json.dumps({"task": "reconcile"}).encode(), task="reconcile")
-
-    where = {"location": location} if location else {}
-    stack.vertex_control("POST", "/emulator/v1/spot-capacity", {"data": data, "tick_seconds": tick_seconds, **where})
-    thread = threading.Thread(target=scheduler, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
-        stack.vertex_control("POST", "/emulator/v1/spot-capacity", {"data": [], **where})
 
 
 def deadline_request(request_id: str, slack_seconds: float) -> tuple[bytes, datetime]:

@@ -23,8 +23,7 @@ from devstack.samples import custom_job
 from shared.clock import iso, parse_iso
 from shared.ledger.states import AttemptOutcome, RequestStatus
 from tests.conftest import TEST_FUNCTION_ENV, isolated_stack
-from tests.integration.test_deadline_stack import spot_capacity
-from tests.support.stack_events import new_request_id, wait_for_status
+from tests.support.stack_events import new_request_id, spot_capacity, wait_for_status
 
 pytestmark = pytest.mark.stack
 

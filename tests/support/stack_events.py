@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from devstack.samples import job_request
@@ -113,3 +116,25 @@ def alerts_for(stack, request_id: str, kind: str, *, timeout: float = 30.0) -> l
         found += [a for a in stack.pull_alerts(timeout=1.0) if a["request_id"] == request_id and a["kind"] == kind]
     found += [a for a in stack.pull_alerts(timeout=3.0) if a["request_id"] == request_id and a["kind"] == kind]
     return found
+
+
+@contextmanager
+def spot_capacity(stack, data: list[int], tick_seconds: float, location: str | None = None) -> Iterator[None]:
+    """The trace for the test (of one location, or every one), and the scheduler's reconcile
+    every second; both end with it."""
+    stop = threading.Event()
+
+    def scheduler() -> None:
+        while not stop.wait(1.0):
+            stack.publish("maintenance", json.dumps({"task": "reconcile"}).encode(), task="reconcile")
+
+    where = {"location": location} if location else {}
+    stack.vertex_control("POST", "/emulator/v1/spot-capacity", {"data": data, "tick_seconds": tick_seconds, **where})
+    thread = threading.Thread(target=scheduler, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        stack.vertex_control("POST", "/emulator/v1/spot-capacity", {"data": [], **where})

@@ -12,7 +12,7 @@ from shared.clock import iso
 from shared.fleet.estimate import CapacityEstimate
 from shared.fleet.observations import FleetFact, Kind, MachineClass
 from shared.fleet.placement import MOVE_MARGIN, Candidate, Job, Move, choose_location, expected_cost
-from shared.fleet.placing import NO_OBSERVATIONS, Placed, Placer, work_hours
+from shared.fleet.placing import NO_OBSERVATIONS, LocationChoice, Placer, work_hours
 from shared.ledger.records import Attempt, RequestRecord
 from spotjobs.reporting.prices import Prices
 
@@ -149,7 +149,7 @@ def first(location: str = "us-central1", strategy: str = "SPOT") -> Attempt:
 
 def test_with_no_observations_the_first_allowed_location_keeps_the_attempt() -> None:
     placed = placer([]).place(TWO_REGIONS, first(), [])
-    assert placed == Placed("us-central1", NO_OBSERVATIONS)
+    assert placed == LocationChoice("us-central1", NO_OBSERVATIONS)
     # observations of a location the request does not allow are none for it
     assert placer(waited("asia-southeast1", 5, "a")).place(TWO_REGIONS, first(), []).reason == NO_OBSERVATIONS
 
@@ -182,7 +182,7 @@ def test_a_deadline_switch_is_placed_on_the_cheapest_on_demand() -> None:
 def test_what_cannot_be_weighed_keeps_the_planned_location_and_says_why() -> None:
     facts = waited("us-east4", 5, "a")
     one = {**TWO_REGIONS, "locations": []}
-    assert placer(facts).place(one, first(), []) == Placed("us-central1", "the only allowed location")
+    assert placer(facts).place(one, first(), []) == LocationChoice("us-central1", "the only allowed location")
     cpu = {**TWO_REGIONS, "custom_job": {"jobSpec": {"workerPoolSpecs": [{"machineSpec": {"machineType": "n1"}}]}}}
     assert placer(facts).place(cpu, first(), []).reason.startswith("no prices for n1")
 
@@ -190,7 +190,7 @@ def test_what_cannot_be_weighed_keeps_the_planned_location_and_says_why() -> Non
         raise ServiceUnavailable("listing refused")
 
     refused = Placer(broken, price, NOW, 1200).place(TWO_REGIONS, first(), [])
-    assert refused == Placed("us-central1", "fleet observations unreadable")
+    assert refused == LocationChoice("us-central1", "fleet observations unreadable")
 
 
 def test_the_observations_are_read_once_per_claim() -> None:
