@@ -116,37 +116,77 @@ def stack(api_calls_dir: Path) -> Iterator[Stack]:  # noqa: F821
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests marked `run_last` run after every other test (the permissions test reads what the
     whole session's stack tests made the functions call). Under pytest-xdist they are also the
-    last handed out, and wait for the other workers (pytest_runtest_protocol below)."""
-    items.sort(key=lambda item: item.get_closest_marker("run_last") is not None)
+    last handed out, and wait for the other workers (pytest_runtest_protocol below).
+
+    The others go longest first, so no long chain starts at the end while the other workers idle:
+    the framework tests, then the modules with a fixture of their own (a stack or an install, run
+    whole on one worker), then the tests on the session's stack, then the rest. A stable sort:
+    each module keeps its order."""
+    items.sort(key=handout_rank)
 
 
-# The framework tests (tests/frameworks/) train in real processes on the CPU: they are split in
-# as many lines as a 2-vCPU machine has cores, each run one test at a time, so they never take
-# every worker and starve the stack tests' waits.
+def handout_rank(item: pytest.Item) -> int:
+    if item.get_closest_marker("run_last") is not None:
+        return 4
+    if is_framework_test(item.nodeid):
+        return 0
+    if has_module_fixture(item.path):
+        return 1
+    return 2 if item.get_closest_marker("stack") is not None else 3
+
+
+# The framework tests (tests/frameworks/) train in real processes on the CPU: at most this many
+# run at once (as many as a 2-vCPU machine has cores), so they never take every worker and
+# starve the stack tests' waits.
 FRAMEWORK_LINES = 2
+
+
+def is_framework_test(nodeid: str) -> bool:
+    return nodeid.startswith("tests/frameworks/")
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
-    """`-n N` (xdist's --dist load) hands tests out one at a time, except that a module with a
-    module-scoped fixture of its own (a stack of its own, a built install) goes to one worker
-    whole, so that fixture is built once, and the framework tests go in FRAMEWORK_LINES lines.
-    (xdist's --dist loadgroup would group with marks, but its renaming of test ids has no
-    effect under pytest 9.)"""
+    """`-n N` (xdist's --dist load) hands tests out one at a time, in the order
+    pytest_collection_modifyitems gives them, except that a module with a module-scoped fixture
+    of its own (a stack of its own, a built install) goes to one worker whole, so that fixture is
+    built once, and a framework test is handed out only while fewer than FRAMEWORK_LINES are
+    unfinished (a worker asking for work meanwhile gets the next other test). (xdist's --dist
+    loadgroup would group with marks, but its renaming of test ids has no effect under pytest 9.)"""
     if config.getvalue("dist") != "load":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
     # In collection order, so the `run_last` tests (sorted last) are the last handed out.
     config.option.loadscopereorder = False
-    framework_line: dict[str, str] = {}
 
     class GroupingScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.split("::", 1)[0]
-            if module.startswith("tests/frameworks/"):
-                return framework_line.setdefault(nodeid, f"frameworks-{len(framework_line) % FRAMEWORK_LINES}")
             return module if has_module_fixture(config.rootpath / module) else nodeid
+
+        def _frameworks_unfinished(self) -> int:
+            return sum(
+                not all(work.values())
+                for assigned in self.assigned_work.values()
+                for scope, work in assigned.items()
+                if is_framework_test(scope)
+            )
+
+        def _assign_work_unit(self, node: object) -> None:
+            """The first unit of the queue that may start now (moved to the queue's front)."""
+            lines_full = self._frameworks_unfinished() >= FRAMEWORK_LINES
+            scope = next((s for s in self.workqueue if not (lines_full and is_framework_test(s))), None)
+            if scope is not None:
+                self.workqueue.move_to_end(scope, last=False)
+                super()._assign_work_unit(node)
+
+        def mark_test_complete(self, node: object, item_index: int, duration: float = 0) -> None:
+            super().mark_test_complete(node, item_index, duration)
+            # A framework test's end may free a line for a worker idling without work.
+            for other in self.nodes:
+                if other is not node:
+                    self._reschedule(other)
 
     return GroupingScheduling(config, log)
 

@@ -30,6 +30,10 @@ from spotjobs_kit.lines import KitRecord
 
 from tests.support.frameworks import CASES, CHILDREN, TORN_STEP, framework_env, framework_python, kit_snippet
 
+# A test runs up to three training processes, each given 300 s (run_script); pytest-timeout's
+# 300 s for the whole test ran out under a load average of 20 (hf-trainer, lightning).
+pytestmark = pytest.mark.timeout(3 * 300)
+
 STEPS = 30
 EVERY = 10
 

@@ -96,22 +96,117 @@ SUITE = {
 }
 
 
-def test_run_last_module_fixtures_and_recorded_calls_hold_on_two_workers(tmp_path: Path) -> None:
+def run_suite(
+    tmp_path: Path, files: dict[str, str], workers: int
+) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """Run a suite of `files` on `workers` workers; returns the result and the lines its tests left."""
     suite = tmp_path / "suite"
-    suite.mkdir()
-    for name, text in SUITE.items():
+    for name, text in files.items():
+        (suite / name).parent.mkdir(parents=True, exist_ok=True)
         (suite / name).write_text(textwrap.dedent(text).lstrip())
     events = tmp_path / "events.txt"
     events.touch()
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--basetemp", str(tmp_path / "t")],
+        [
+            *(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"),
+            *("-n", str(workers), "--basetemp", str(tmp_path / "t")),
+        ],
         cwd=suite,
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO_ROOT), "PARALLEL_RUN_EVENTS": str(events)},
         capture_output=True,
         text=True,
         timeout=300,
     )
+    return result, events.read_text().splitlines()
+
+
+def test_run_last_module_fixtures_and_recorded_calls_hold_on_two_workers(tmp_path: Path) -> None:
+    result, events = run_suite(tmp_path, SUITE, workers=2)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "15 passed" in result.stdout, result.stdout
-    built = [line for line in events.read_text().splitlines() if line.startswith("built")]
+    built = [line for line in events if line.startswith("built")]
     assert len(built) == 1, built
+
+
+# Collected in the order plain, frameworks, own fixture, stack; each test leaves its name.
+LONGEST_FIRST = {
+    "pytest.ini": """
+        [pytest]
+        markers =
+            run_last: runs after every other test of the session
+            stack: needs the embedded stack
+    """,
+    "conftest.py": SUITE["conftest.py"],
+    "common.py": SUITE["common.py"],
+    "test_a_plain.py": """
+        from common import event
+
+        def test_plain():
+            event("plain")
+    """,
+    "tests/frameworks/test_training.py": """
+        import time
+
+        import pytest
+
+        from common import event
+
+        @pytest.mark.parametrize("n", range(4))
+        def test_trains(n):
+            event("framework", "start")
+            time.sleep(1)
+            event("framework", "end")
+    """,
+    "test_b_own_fixture.py": """
+        import pytest
+
+        from common import event
+
+        @pytest.fixture(scope="module")
+        def built():
+            event("built")
+
+        def test_uses_it(built):
+            event("own fixture")
+    """,
+    "test_c_stack.py": """
+        import pytest
+
+        from common import event
+
+        @pytest.mark.stack
+        def test_on_the_stack():
+            event("stack")
+    """,
+    "test_d_last.py": """
+        import pytest
+
+        from common import event
+
+        @pytest.mark.run_last
+        def test_last():
+            event("last")
+    """,
+}
+
+
+def test_the_longest_tests_are_handed_out_first(tmp_path: Path) -> None:
+    # One worker runs them in the order they are handed out.
+    result, events = run_suite(tmp_path, LONGEST_FIRST, workers=1)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert events == [
+        *["framework start", "framework end"] * 4,
+        *["built", "own fixture", "stack", "plain", "last"],
+    ]
+
+
+def test_no_more_framework_tests_run_at_once_than_there_are_lines(tmp_path: Path) -> None:
+    from tests.conftest import FRAMEWORK_LINES
+
+    result, events = run_suite(tmp_path, LONGEST_FIRST, workers=FRAMEWORK_LINES + 1)
+    assert result.returncode == 0, result.stdout + result.stderr
+    running, most = 0, 0
+    for line in events:
+        running += {"framework start": 1, "framework end": -1}.get(line, 0)
+        most = max(most, running)
+    assert events.count("framework end") == 4 and most <= FRAMEWORK_LINES, events

@@ -56,10 +56,26 @@ def test_status_watch_prints_each_change_until_the_request_ends(stack: Any) -> N
     import json
 
     request_id = "status-watch-1"
-    stack.publish("job_requests", job_request(request_id, [sys.executable, "-c", "import time; time.sleep(2)"]))
-    result = spotjobs(stack, "status", request_id, "--watch", "--json", "--interval", "0.3", "--timeout", "110")
-    assert result.returncode == 0, result.stderr
-    documents = [json.loads(line) for line in result.stdout.splitlines()]
+    # The watch is running (it has printed the request's absence) before the request is published:
+    # on a loaded machine the CLI's start can outlast the whole two-second request.
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "spotjobs.cli", "status", request_id, "--watch", "--json"]
+        + ["--interval", "0.3", "--timeout", "110"],
+        cwd=REPO_ROOT,
+        env={**os.environ, **stack.env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert watch.stdout is not None
+        first = watch.stdout.readline()
+        stack.publish("job_requests", job_request(request_id, [sys.executable, "-c", "import time; time.sleep(2)"]))
+        rest, stderr = watch.communicate(timeout=120)
+    finally:
+        watch.kill()
+    assert watch.returncode == 0, stderr
+    documents = [json.loads(line) for line in (first + rest).splitlines()]
     seen = [d["status"] if d else None for d in documents]
     assert seen[-1] == "SUCCEEDED" and len(seen) >= 2, seen
     assert len(set(map(json.dumps, documents))) == len(documents)  # printed on change only
