@@ -187,25 +187,35 @@ def function_for_subscription(subscription: str | None) -> str | None:
 # Reading the subscription.
 
 
+# A pull without return_immediately "may wait (for a bounded amount of time) until at least one
+# message is available" (PullRequest, google.pubsub.v1): one that waited this long and came back
+# empty means the backlog is read. A backlog is answered well within it.
+PULL_WAIT_SECONDS = 5.0
+
+
+def pull_batch(subscriber: Any, subscription_path: str) -> list[Any]:
+    """One pull's received messages; none when it waited PULL_WAIT_SECONDS for nothing."""
+    from google.api_core.exceptions import DeadlineExceeded
+
+    try:
+        response = subscriber.pull(
+            request={"subscription": subscription_path, "max_messages": 100}, timeout=PULL_WAIT_SECONDS
+        )
+    except DeadlineExceeded:
+        return []
+    return list(response.received_messages)
+
+
 def pull_all(subscriber: Any, subscription_path: str, *, max_messages: int = 1000) -> list[DeadLetter]:
     """Every message on the subscription now, held (not acknowledged) until `release` or `ack`.
 
     Pulls until a pull comes back empty; each message stays leased for the subscription's ack
     deadline, so the caller must finish within it (60 s) or release what it does not ack."""
-    from google.api_core.exceptions import DeadlineExceeded
-
     found: dict[str, DeadLetter] = {}
-    empty_pulls = 0
-    while len(found) < max_messages and empty_pulls < 2:
-        try:
-            response = subscriber.pull(request={"subscription": subscription_path, "max_messages": 100}, timeout=10)
-            received = list(response.received_messages)
-        except DeadlineExceeded:
-            received = []
+    while len(found) < max_messages:
+        received = pull_batch(subscriber, subscription_path)
         if not received:
-            empty_pulls += 1
-            continue
-        empty_pulls = 0
+            break
         for item in received:
             message = item.message
             if message.message_id in found:  # a redelivery of one we hold: keep the newest lease

@@ -136,8 +136,9 @@ def _decode(data: bytes) -> dict[str, Any]:
 
 
 def run_alerts(args: argparse.Namespace) -> int:
-    from google.api_core.exceptions import DeadlineExceeded
     from google.cloud import pubsub_v1
+
+    from spotjobs import deadletters
 
     subscriber = pubsub_v1.SubscriberClient()
     path = _subscription_path(args, ALERTS_SUBSCRIPTION)
@@ -151,27 +152,16 @@ def run_alerts(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
     deadline = time.monotonic() + args.timeout if args.follow and args.timeout else None
-    empty_pulls = 0
     try:
         while not stopping["now"]:
             if deadline is not None and time.monotonic() >= deadline:
                 break
-            try:
-                response = subscriber.pull(
-                    request={"subscription": path, "max_messages": 100},
-                    timeout=FOLLOW_IDLE_SECONDS * 5,
-                )
-                received = list(response.received_messages)
-            except DeadlineExceeded:
-                received = []
+            received = deadletters.pull_batch(subscriber, path)
             if not received:
-                empty_pulls += 1
-                if not args.follow and empty_pulls >= 2:
+                if not args.follow:
                     break
-                if args.follow:
-                    time.sleep(FOLLOW_IDLE_SECONDS)
+                time.sleep(FOLLOW_IDLE_SECONDS)
                 continue
-            empty_pulls = 0
             batch = []
             for item in received:
                 alert = _decode(bytes(item.message.data))

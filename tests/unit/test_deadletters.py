@@ -125,3 +125,42 @@ def test_in_the_cloud_the_lines_come_from_cloud_logging() -> None:
     assert requests[0]["resourceNames"] == ["projects/proj"]
     attach_failures([dead], lines, "Cloud Logging")
     assert dead.reason == "ServiceUnavailable: 503"
+
+
+class ScriptedSubscriber:
+    """Answers each pull with the next scripted batch; an exception in the script is raised."""
+
+    def __init__(self, *answers: list[tuple[str, str]] | Exception) -> None:
+        self.answers = list(answers)
+        self.timeouts: list[float] = []
+
+    def pull(self, request: dict[str, Any], timeout: float) -> Any:
+        from types import SimpleNamespace
+
+        self.timeouts.append(timeout)
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        received = [
+            SimpleNamespace(
+                ack_id=ack,
+                message=SimpleNamespace(message_id=mid, data=b"{}", attributes={}, publish_time=None),
+            )
+            for mid, ack in answer
+        ]
+        return SimpleNamespace(received_messages=received)
+
+
+def test_reading_stops_at_the_first_pull_that_waited_for_nothing() -> None:
+    from google.api_core.exceptions import DeadlineExceeded
+
+    from spotjobs.deadletters import PULL_WAIT_SECONDS, pull_all
+
+    # Two batches (the second redelivers "1" with a new lease), then a pull that times out.
+    subscriber = ScriptedSubscriber([("1", "a"), ("2", "b")], [("1", "c"), ("3", "d")], DeadlineExceeded("idle"), [])
+    letters = pull_all(subscriber, "projects/p/subscriptions/dead-letter-reader")
+    assert [(d.id, d.ack_id) for d in letters] == [("1", "c"), ("2", "b"), ("3", "d")]
+    assert len(subscriber.answers) == 1  # no second empty pull: the wait already said it is empty
+    assert subscriber.timeouts == [PULL_WAIT_SECONDS] * 3
+    # An empty answer (the server's own bounded wait) ends the read the same way.
+    assert pull_all(ScriptedSubscriber([]), "s") == []
