@@ -14,7 +14,10 @@ SCHEMAS := $(TOOLS)/provider-schemas/.installed
 
 # pytest-xdist workers for `make test`: the suite mostly waits on stacks and subprocesses, so
 # more workers than cores pay (tests/conftest.py keeps modules with a fixture of their own whole).
-TEST_WORKERS ?= 4
+# Two of them run the CPU-bound framework tests (FRAMEWORK_LINES); the stack tests beside them
+# mostly wait (tests/integration/test_events.py: about 30 s of wall for 1 s of CPU each), so
+# four more keep both cores busy.
+TEST_WORKERS ?= 6
 
 .PHONY: demo up test bench sim install clean prereqs $(FRAMEWORKS)
 
