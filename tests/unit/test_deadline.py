@@ -24,6 +24,7 @@ from shared.deciding.deadline import (
     changeover_estimate,
     decide_deadline,
 )
+from shared.fleet.estimate import SpotOutlook
 
 T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 HOUR = 3600.0
@@ -164,6 +165,39 @@ def test_spotjobs_stays_on_demand_while_spot_has_no_capacity() -> None:
     # Unknown capacity: as Uniform Progress, back to Spot (to wait for it there).
     assert decide_deadline(clear).action is Action.BACK_TO_SPOT
     assert decide_deadline(replace(clear, spot_available=False), Rule.UNIFORM_PROGRESS).action is Action.BACK_TO_SPOT
+
+
+def test_spotjobs_waits_behind_the_line_while_the_fleets_expected_wait_is_short_against_the_slack() -> None:
+    # 4 h of the 10 done at 10 h of 20: behind the line (0.5).
+    behind = situation(elapsed_h=10.0, done_h=4.0, placement=Placement.WAITING_FOR_SPOT)
+    beyond_net = decide_deadline(behind).slack_seconds - (2 * D + M)
+    # Outages of 1/4 h (runs of 3 h, capacity 12/13 of the time): wait, and say until when.
+    short = replace(behind, spot_outlook=SpotOutlook(12 / 13, 3 * HOUR))
+    assert short.spot_outlook.expected_wait_seconds == pytest.approx(HOUR / 4)
+    decision = decide_deadline(short)
+    assert decision.action is Action.STAY and "expected wait 900 s" in decision.reason
+    assert decision.holds_seconds == pytest.approx(beyond_net - HOUR / 4 / deadline.WAIT_SHARE_OF_SLACK)
+    # Outages as long as the slack beyond the net: leave as Uniform Progress does.
+    cutoff = beyond_net * deadline.WAIT_SHARE_OF_SLACK
+    long = replace(behind, spot_outlook=SpotOutlook(0.5, cutoff + 60))
+    assert decide_deadline(long).action is Action.SWITCH_TO_ON_DEMAND
+    assert decide_deadline(replace(behind, spot_outlook=SpotOutlook(0.5, cutoff - 60))).action is Action.STAY
+    # No outlook (no fleet history): Uniform Progress, as before; the other rules ignore it.
+    assert decide_deadline(behind).action is Action.SWITCH_TO_ON_DEMAND
+    assert decide_deadline(short, Rule.UNIFORM_PROGRESS).action is Action.SWITCH_TO_ON_DEMAND
+    # Ahead of the line it waits as before, for as long as before.
+    ahead = situation(elapsed_h=10.0, done_h=6.0, placement=Placement.WAITING_FOR_SPOT)
+    assert decide_deadline(replace(ahead, spot_outlook=short.spot_outlook)) == decide_deadline(ahead)
+
+
+@pytest.mark.parametrize("lifetime_h", [0.0, 1.0, 1e6])
+def test_the_safety_net_fires_whatever_the_outlook(lifetime_h: float) -> None:
+    elapsed = 20.0 - 5.0 - (D + 2 * D + M - 1) / HOUR  # slack just under 2d + m
+    s = situation(elapsed_h=elapsed, done_h=5.0, placement=Placement.WAITING_FOR_SPOT)
+    for share in (0.0, 0.99, 1.0):
+        with_outlook = replace(s, spot_outlook=SpotOutlook(share, lifetime_h * HOUR))
+        assert decide_deadline(with_outlook).action is Action.SWITCH_TO_ON_DEMAND
+        assert decide_deadline(with_outlook).reason.startswith("safety net")
 
 
 def test_slack_counts_the_on_demand_step_rate_and_the_changeover_left() -> None:
