@@ -23,9 +23,9 @@ line ep(t) = (t - t0) / (deadline - t0): waiting and behind it, it goes to on-de
 until ahead of ep(t + 2d) (hysteresis), then back to Spot. `Rule.SPOTJOBS` (production) is
 Uniform Progress with two edges from what the fleet knows. Waiting for Spot behind the line, it
 keeps waiting while the fleet's expected wait there (`spot_outlook`, the estimate the claim kept)
-is at most `WAIT_SHARE_OF_SLACK` of the slack beyond the safety net: where outages are short
-one preemption no longer sends the rest of the work to on-demand (Greedy's edge), and where they
-are long it leaves as Uniform Progress does. And it stays on on-demand while Spot is known to
+is at most `WAIT_SHARE_OF_SLACK` times the slack beyond the safety net and `WAIT_CHANGEOVERS`
+changeovers: where outages are short one preemption no longer sends the rest of the work to
+on-demand (Greedy's edge), and where they are long it leaves as Uniform Progress does. And it stays on on-demand while Spot is known to
 have no capacity: going back would only wait, fall behind the line and pay a second on-demand
 changeover. Without either (`spot_outlook`, `spot_available` None) it is Uniform Progress. Also not coming back to Spot whose mean
 lifetime is below k d / (k - 1) (the paper's break-even) was measured, made no cell cheaper and
@@ -45,9 +45,11 @@ from shared.fleet.estimate import SpotOutlook
 # Changeovers vary and a STANDARD GPU can also be short: plan with a high percentile, not the mean.
 CHANGEOVER_PERCENTILE = 0.9
 # `Rule.SPOTJOBS` waits for Spot behind the line while the expected wait is at most this share of
-# the slack beyond the net: the wait is a mean, and a longer one still leaves slack to go on-demand
-# with (docs/placement.md measured 1/4, 1/2 and 1).
-WAIT_SHARE_OF_SLACK = 0.5
+# the slack beyond the net and at most this many changeovers: leaving costs a changeover and the
+# rest of a tight deadline on on-demand, so a short outage is worth sitting out, a long one (or a
+# tail of them) is not. Measured on the GCP H100 traces (docs/placement.md, "The deadline rule").
+WAIT_SHARE_OF_SLACK = 2.0
+WAIT_CHANGEOVERS = 2.0
 
 
 class Rule(StrEnum):
@@ -170,11 +172,11 @@ def decide_deadline(situation: Situation, rule: Rule = Rule.SPOTJOBS) -> Deadlin
             return decision(Action.STAY, "waiting for Spot: slack to spare", slack - net)
         if rule is Rule.SPOTJOBS and progress < expected and s.spot_outlook is not None:
             wait = s.spot_outlook.expected_wait_seconds
-            if wait <= WAIT_SHARE_OF_SLACK * (slack - net):
+            if wait <= min(WAIT_SHARE_OF_SLACK * (slack - net), WAIT_CHANGEOVERS * d):
                 return decision(
                     Action.STAY,
                     f"waiting for Spot behind the line: the fleet's expected wait {wait:.0f} s is short "
-                    f"against the slack beyond the net ({slack - net:.0f} s)",
+                    f"against the slack beyond the net ({slack - net:.0f} s) and the changeover",
                     slack - net - wait / WAIT_SHARE_OF_SLACK,
                 )
         if progress < expected:

@@ -177,11 +177,14 @@ def test_spotjobs_waits_behind_the_line_while_the_fleets_expected_wait_is_short_
     decision = decide_deadline(short)
     assert decision.action is Action.STAY and "expected wait 900 s" in decision.reason
     assert decision.holds_seconds == pytest.approx(beyond_net - HOUR / 4 / deadline.WAIT_SHARE_OF_SLACK)
-    # Outages as long as the slack beyond the net: leave as Uniform Progress does.
-    cutoff = beyond_net * deadline.WAIT_SHARE_OF_SLACK
-    long = replace(behind, spot_outlook=SpotOutlook(0.5, cutoff + 60))
-    assert decide_deadline(long).action is Action.SWITCH_TO_ON_DEMAND
-    assert decide_deadline(replace(behind, spot_outlook=SpotOutlook(0.5, cutoff - 60))).action is Action.STAY
+    # Outages longer than a few changeovers, or long against the slack beyond the net: leave as
+    # Uniform Progress does (share 1/2: the mean outage is the mean lifetime).
+    for s in (behind, replace(behind, deadline=behind.deadline - timedelta(seconds=beyond_net - 300))):
+        room = decide_deadline(s).slack_seconds - (2 * D + M)
+        cutoff = min(room * deadline.WAIT_SHARE_OF_SLACK, deadline.WAIT_CHANGEOVERS * D)
+        assert decide_deadline(replace(s, spot_outlook=SpotOutlook(0.5, cutoff + 60))).action is Action.SWITCH_TO_ON_DEMAND
+        assert decide_deadline(replace(s, spot_outlook=SpotOutlook(0.5, cutoff - 60))).action is Action.STAY
+    assert room == pytest.approx(300) and cutoff == pytest.approx(300 * deadline.WAIT_SHARE_OF_SLACK)
     # No outlook (no fleet history): Uniform Progress, as before; the other rules ignore it.
     assert decide_deadline(behind).action is Action.SWITCH_TO_ON_DEMAND
     assert decide_deadline(short, Rule.UNIFORM_PROGRESS).action is Action.SWITCH_TO_ON_DEMAND
