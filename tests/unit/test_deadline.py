@@ -275,6 +275,27 @@ def test_no_deadline_that_on_demand_could_meet_is_missed(
     assert simulate(job, trace, 0, bench.deadline_chooser(rule), every_tick=True) == outcome
 
 
+@settings(max_examples=120, deadline=None)
+@given(
+    bits=st.lists(st.booleans(), min_size=60, max_size=60),
+    work_ticks=st.integers(min_value=1, max_value=30),
+    extra_ticks=st.integers(min_value=0, max_value=29),
+    changeover=st.sampled_from([0, 180, 600, 720, 1800]),
+    share=st.floats(min_value=0.0, max_value=1.0),
+    lifetime=st.floats(min_value=0.0, max_value=1e6),
+)
+def test_no_deadline_is_missed_whatever_the_fleets_outlook_says(
+    bits: list[bool], work_ticks: int, extra_ticks: int, changeover: int, share: float, lifetime: float
+) -> None:
+    # The outlook only decides above the net: a wrong one (a stale estimate) costs, never misses.
+    work = work_ticks * GAP
+    job = Job(work, (math.ceil((work + changeover) / GAP) + extra_ticks) * GAP, changeover, 3.0)
+    outlook = SpotOutlook(share, lifetime)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(bench, "decide_deadline", lambda s, rule: decide_deadline(replace(s, spot_outlook=outlook), rule))
+        assert not simulate(job, trace_of(bits), 0, bench.deadline_chooser(Rule.SPOTJOBS)).missed
+
+
 def test_greedy_on_a_synthetic_trace_uses_spot_until_the_slack_runs_out() -> None:
     # 3 h of work, a 6 h deadline, d = 0.2 h; Spot for the first 2 h, then none.
     trace = trace_of([True] * 12 + [False] * 48)
