@@ -182,8 +182,9 @@ def test_spotjobs_waits_behind_the_line_while_the_fleets_expected_wait_is_short_
     for s in (behind, replace(behind, deadline=behind.deadline - timedelta(seconds=beyond_net - 300))):
         room = decide_deadline(s).slack_seconds - (2 * D + M)
         cutoff = min(room * deadline.WAIT_SHARE_OF_SLACK, deadline.WAIT_CHANGEOVERS * D)
-        assert decide_deadline(replace(s, spot_outlook=SpotOutlook(0.5, cutoff + 60))).action is Action.SWITCH_TO_ON_DEMAND
-        assert decide_deadline(replace(s, spot_outlook=SpotOutlook(0.5, cutoff - 60))).action is Action.STAY
+        longer, shorter = SpotOutlook(0.5, cutoff + 60), SpotOutlook(0.5, cutoff - 60)
+        assert decide_deadline(replace(s, spot_outlook=longer)).action is Action.SWITCH_TO_ON_DEMAND
+        assert decide_deadline(replace(s, spot_outlook=shorter)).action is Action.STAY
     assert room == pytest.approx(300) and cutoff == pytest.approx(300 * deadline.WAIT_SHARE_OF_SLACK)
     # No outlook (no fleet history): Uniform Progress, as before; the other rules ignore it.
     assert decide_deadline(behind).action is Action.SWITCH_TO_ON_DEMAND
