@@ -21,15 +21,17 @@ The modes differ in what they do with the rest of the slack. `Rule.GREEDY` waits
 the safety net fires. `Rule.UNIFORM_PROGRESS` (the paper's) keeps the committed progress on the
 line ep(t) = (t - t0) / (deadline - t0): waiting and behind it, it goes to on-demand and stays
 until ahead of ep(t + 2d) (hysteresis), then back to Spot. `Rule.SPOTJOBS` (production) is
-Uniform Progress with two edges from what the fleet knows. Waiting for Spot behind the line, it
-keeps waiting while the fleet's expected wait there (`spot_outlook`, the estimate the claim kept)
-is at most `WAIT_SHARE_OF_SLACK` times the slack beyond the safety net and `WAIT_CHANGEOVERS`
-changeovers: where outages are short one preemption no longer sends the rest of the work to
-on-demand (Greedy's edge), and where they are long it leaves as Uniform Progress does. And it stays on on-demand while Spot is known to
-have no capacity: going back would only wait, fall behind the line and pay a second on-demand
-changeover. Without either (`spot_outlook`, `spot_available` None) it is Uniform Progress. Also not coming back to Spot whose mean
-lifetime is below k d / (k - 1) (the paper's break-even) was measured, made no cell cheaper and
-most dearer, and is not used (docs/deadlines.md). The rules do not depend on the prices.
+Uniform Progress with two edges from what is known of Spot. Waiting for Spot behind the line, it
+keeps waiting while the fleet's expected wait there (`spot_outlook`, the estimate the attempt's
+claim kept) is at most `WAIT_SHARE_OF_SLACK` times the slack beyond the safety net and at most
+`WAIT_CHANGEOVERS` changeovers: where outages are short one preemption no longer sends the rest
+of the work to on-demand (Greedy's edge), and where they are long it leaves as Uniform Progress
+does. And it stays on on-demand while Spot is known to have no capacity: going back would only
+wait, fall behind the line and pay a second on-demand changeover. Without either
+(`spot_outlook`, `spot_available` None) it is Uniform Progress. Also not coming back to Spot
+whose mean lifetime is below k d / (k - 1) (the paper's break-even) was measured, made no cell
+cheaper and most dearer, and is not used (docs/deadlines.md). The rules do not depend on the
+prices.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ request what the estimate says of Spot there (`Attempt.spot_outlook`), which the
 weighs on every later observation without reading the fleet again.
 
 The class's observations are read once per claim, in one listing (`store.read`), and only when an
-attempt is created. With nothing to weigh the attempt runs where `plan_attempt` put it (the first
+attempt is created: to place it, and for a deadline request to keep the outlook (with one
+allowed location too). With nothing to weigh the attempt runs where `plan_attempt` put it (the first
 allowed location, or the failover order after a stockout): one allowed location, no machine class,
 no price for every allowed location, no observation in any of them, or a listing that failed (the
 facts are advisory: a failed read never holds a create back)."""
@@ -157,7 +158,8 @@ def attempt_placer(ports: Ports) -> Placer:
 
 
 def place_claimed(placer: Placer, record: RequestRecord, attempt: Attempt) -> None:
-    """Set where the attempt a claim just created runs, and why (in the record the claim writes)."""
+    """Set where the attempt a claim just created runs, and why, and for a deadline request the
+    fleet's outlook of Spot there (in the record the claim writes)."""
     placed = placer.place(record.request, attempt, [a for a in record.attempts if a.n < attempt.n])
     attempt.location, attempt.placed = placed.location, placed.reason
     outlook = placer.spot_outlook(record.request, attempt.location)
