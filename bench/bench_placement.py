@@ -32,7 +32,9 @@ Policies (all decide with production's `decide_deadline`; the review interval is
   placement: wait, Spot in a region, on-demand in the cheapest region; moves free of egress).
 
 `--signals` adds spotjobs' placement with the trace's truth as the capacity signal, with none,
-and with `Rule.GREEDY`, and the estimate's precision and recall against the trace at the asks.
+with `Rule.GREEDY`, and with no outlook kept for the rule (`spotjobs_uniform`: the rule's line
+while waiting, as before it weighed the expected wait), and the estimate's precision and recall
+against the trace at the asks.
 
 Prints per ratio the mean cost in dollars and normalised to on-demand in the cheapest region,
 misses, moves and egress per job, and the gap to the optimum; `--json` one object per ratio:
@@ -53,7 +55,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from shared.deciding.deadline import Action, Placement, Rule, Situation, Work, decide_deadline
-from shared.fleet.estimate import CapacityEstimate, estimate
+from shared.fleet.estimate import CapacityEstimate, SpotOutlook, estimate
 from shared.fleet.observations import FleetFact, Kind
 from shared.fleet.placement import Candidate, Job, Move, choose_location
 
@@ -150,6 +152,7 @@ class Attempt:
     finished: bool = False
     missed: bool = False
     key: str = ""
+    outlook: SpotOutlook | None = None  # what the current attempt's claim kept of the estimate
 
 
 @dataclass
@@ -186,6 +189,7 @@ def situation(setup: Setup, job: Attempt, tick: int, spot_available: bool | None
         changeover_seconds=setup.changeover_ticks * g,
         review_seconds=g,
         spot_available=spot_available,
+        spot_outlook=job.outlook,
     )
 
 
@@ -202,6 +206,10 @@ class Policy:
         return job.region
 
     def spot_available(self, job: Attempt, tick: int) -> bool | None:
+        return None
+
+    def outlook(self, job: Attempt, tick: int) -> SpotOutlook | None:
+        """What a new attempt's claim keeps for the deadline rule (`Attempt.spot_outlook`)."""
         return None
 
     def on_demand_region(self, job: Attempt, tick: int) -> int:
@@ -261,6 +269,10 @@ class Spotjobs(Policy):
         region = self.setup.regions[job.region].name
         return self.fleet.estimate(region, job.start + tick, self.setup).has_capacity
 
+    def outlook(self, job: Attempt, tick: int) -> SpotOutlook | None:
+        region = self.setup.regions[job.region].name
+        return self.fleet.estimate(region, job.start + tick, self.setup).outlook
+
     def on_demand_region(self, job: Attempt, tick: int) -> int:
         return self._choose(job, tick, job.region, on_demand=True)
 
@@ -317,6 +329,14 @@ class SpotjobsGreedy(Spotjobs):
     rule = Rule.GREEDY
 
 
+class SpotjobsUniform(Spotjobs):
+    """Placement as spotjobs, with no outlook kept for the rule: `Rule.SPOTJOBS` before it weighed the
+    expected wait (Uniform Progress's line while waiting)."""
+
+    def outlook(self, job: Attempt, tick: int) -> SpotOutlook | None:
+        return None
+
+
 def measured(quality: Quality) -> Callable[[Setup, Fleet], Policy]:
     class Measured(Spotjobs):
         def spot_available(self, job: Attempt, tick: int) -> bool | None:
@@ -346,7 +366,7 @@ def simulate_fleet(setup: Setup, starts: Sequence[int], make_policy: Callable[[S
                 continue
             if tick == 0:
                 job.region = policy.first_region(job, 0)
-                _wait(job, fleet, setup, 0)
+                _wait(job, fleet, setup, 0, policy)
             if tick >= setup.deadline_ticks:
                 _miss(job, setup)
                 continue
@@ -382,9 +402,10 @@ def _obs(fleet: Fleet, setup: Setup, job: Attempt, kind: Kind, tick: int, second
     )
 
 
-def _wait(job: Attempt, fleet: Fleet, setup: Setup, tick: int) -> None:
+def _wait(job: Attempt, fleet: Fleet, setup: Setup, tick: int, policy: Policy) -> None:
     """A new Spot attempt, waiting in its region."""
     job.mode, job.placed, job.restarts, job.ran = Placement.WAITING_FOR_SPOT, tick, 0, False
+    job.outlook = policy.outlook(job, tick)
     _obs(fleet, setup, job, Kind.WAITING, tick)
 
 
@@ -410,7 +431,7 @@ def _settle(job: Attempt, fleet: Fleet, setup: Setup, tick: int, policy: Policy)
         if job.restarts > RESTARTS_BEFORE_STOCKOUT:
             _end_attempt(job, fleet, setup, tick)
             job.region = policy.after_stockout(job)
-            _wait(job, fleet, setup, tick)
+            _wait(job, fleet, setup, tick, policy)
     elif job.mode is Placement.WAITING_FOR_SPOT and up:
         if not job.ran:
             _obs(fleet, setup, job, Kind.WAIT, tick, (tick - job.placed) * setup.gap)
@@ -435,7 +456,7 @@ def _decide(job: Attempt, fleet: Fleet, setup: Setup, tick: int, policy: Policy)
         if target is not None:
             _end_attempt(job, fleet, setup, tick)
             _move(job, setup, target)
-            _wait(job, fleet, setup, tick)
+            _wait(job, fleet, setup, tick, policy)
             if _region(setup, job).available[absolute]:
                 _settle(job, fleet, setup, tick, policy)
     decision = decide_deadline(situation(setup, job, tick, policy.spot_available(job, tick)), policy.rule)
@@ -446,7 +467,7 @@ def _decide(job: Attempt, fleet: Fleet, setup: Setup, tick: int, policy: Policy)
     elif decision.action is Action.BACK_TO_SPOT:
         _end_attempt(job, fleet, setup, tick)
         _move(job, setup, policy.spot_region(job, tick))
-        _wait(job, fleet, setup, tick)
+        _wait(job, fleet, setup, tick, policy)
         if _region(setup, job).available[absolute]:
             _settle(job, fleet, setup, tick, policy)
 
@@ -587,6 +608,7 @@ def run_ratio(
             ("spotjobs_truth", SpotjobsTruth),
             ("spotjobs_blind", SpotjobsBlind),
             ("spotjobs_greedy", SpotjobsGreedy),
+            ("spotjobs_uniform", SpotjobsUniform),
         )
         for name, policy in variants:
             rows[name] = _row([j for starts in fleets for j in simulate_fleet(setup, starts, policy)])

@@ -21,11 +21,17 @@ The modes differ in what they do with the rest of the slack. `Rule.GREEDY` waits
 the safety net fires. `Rule.UNIFORM_PROGRESS` (the paper's) keeps the committed progress on the
 line ep(t) = (t - t0) / (deadline - t0): waiting and behind it, it goes to on-demand and stays
 until ahead of ep(t + 2d) (hysteresis), then back to Spot. `Rule.SPOTJOBS` (production) is
-Uniform Progress that stays on on-demand while Spot is known to have no capacity: going back
-would only wait, fall behind the line and pay a second on-demand changeover. Without that
-knowledge (`spot_available` None) it is Uniform Progress. Also not coming back to Spot whose mean
-lifetime is below k d / (k - 1) (the paper's break-even) was measured, made no cell cheaper and
-most dearer, and is not used (docs/deadlines.md). The rules do not depend on the prices.
+Uniform Progress with two edges from what is known of Spot. Waiting for Spot behind the line, it
+keeps waiting while the fleet's expected wait there (`spot_outlook`, the estimate the attempt's
+claim kept) is at most `WAIT_SHARE_OF_SLACK` times the slack beyond the safety net and at most
+`WAIT_CHANGEOVERS` changeovers: where outages are short one preemption no longer sends the rest
+of the work to on-demand (Greedy's edge), and where they are long it leaves as Uniform Progress
+does. And it stays on on-demand while Spot is known to have no capacity: going back would only
+wait, fall behind the line and pay a second on-demand changeover. Without either
+(`spot_outlook`, `spot_available` None) it is Uniform Progress. Also not coming back to Spot
+whose mean lifetime is below k d / (k - 1) (the paper's break-even) was measured, made no cell
+cheaper and most dearer, and is not used (docs/deadlines.md). The rules do not depend on the
+prices.
 """
 
 from __future__ import annotations
@@ -36,8 +42,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
+from shared.fleet.estimate import SpotOutlook
+
 # Changeovers vary and a STANDARD GPU can also be short: plan with a high percentile, not the mean.
 CHANGEOVER_PERCENTILE = 0.9
+# `Rule.SPOTJOBS` waits for Spot behind the line while the expected wait is at most this share of
+# the slack beyond the net and at most this many changeovers: leaving costs a changeover and the
+# rest of a tight deadline on on-demand, so a short outage is worth sitting out, a long one (or a
+# tail of them) is not. Measured on the GCP H100 traces (docs/placement.md, "The deadline rule").
+WAIT_SHARE_OF_SLACK = 2.0
+WAIT_CHANGEOVERS = 2.0
 
 
 class Rule(StrEnum):
@@ -100,6 +114,7 @@ class Situation:
     # safety net fires that much earlier, so a decision made late by it is still in time.
     review_seconds: float
     spot_available: bool | None = None  # whether Spot could start now, when known
+    spot_outlook: SpotOutlook | None = None  # the fleet's estimate of Spot where it waits, when known
 
 
 @dataclass(frozen=True)
@@ -157,6 +172,15 @@ def decide_deadline(situation: Situation, rule: Rule = Rule.SPOTJOBS) -> Deadlin
             return decision(Action.SWITCH_TO_ON_DEMAND, f"safety net: slack {slack:.0f} s < 2d + m = {net:.0f} s")
         if rule is Rule.GREEDY:
             return decision(Action.STAY, "waiting for Spot: slack to spare", slack - net)
+        if rule is Rule.SPOTJOBS and progress < expected and s.spot_outlook is not None:
+            wait = s.spot_outlook.expected_wait_seconds
+            if wait <= min(WAIT_SHARE_OF_SLACK * (slack - net), WAIT_CHANGEOVERS * d):
+                return decision(
+                    Action.STAY,
+                    f"waiting for Spot behind the line: the fleet's expected wait {wait:.0f} s is short "
+                    f"against the slack beyond the net ({slack - net:.0f} s) and the changeover",
+                    slack - net - wait / WAIT_SHARE_OF_SLACK,
+                )
         if progress < expected:
             return decision(
                 Action.SWITCH_TO_ON_DEMAND,

@@ -20,6 +20,10 @@ The inputs come from the record alone (`deadline_situation`, which `spotjobs sta
   if the job waited, so a commit may come up to one interval after the moment that mattered;
 - whether Spot has capacity: known to have none for a back-off after the request's last tries of
   Spot found none (`no_spot_capacity_until`), else unknown.
+- the fleet's outlook of Spot where a Spot attempt waits: what its claim kept of the estimate
+  (`Attempt.spot_outlook`: the share of the time with capacity, the mean lifetime), so a kit
+  line reads no fleet observation; None without one (a request with no deadline when claimed,
+  nothing seen there, or the listing failed), and the rule is then Uniform Progress.
 
 A switch is a decision like any other, made in the record under compare-and-swap: the Spot
 attempt's outcome becomes SWITCHED_TO_ON_DEMAND (set once, so a redelivery or a concurrent pass
@@ -56,6 +60,7 @@ from shared.deciding.effects import Effects, LogLine, attempt_alert, event_field
 from shared.deciding.handover import decide_handover
 from shared.deciding.preemptions import preempted_in_last_run
 from shared.errors import Violation
+from shared.fleet.estimate import SpotOutlook
 from shared.jobs import JobState
 from shared.ledger.records import Attempt, RequestRecord
 from shared.ledger.states import AttemptOutcome
@@ -115,6 +120,7 @@ def deadline_situation(
         changeover_seconds=float(changeover),
         review_seconds=review_seconds + checkpoint_interval(record, checkpoint_prior_seconds),
         spot_available=False if (until := no_spot_capacity_until(record)) and now < until else None,
+        spot_outlook=SpotOutlook.from_json(latest.spot_outlook) if latest.strategy == SPOT else None,
     )
 
 

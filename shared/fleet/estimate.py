@@ -12,13 +12,17 @@ answer to "capacity now?" is unknown (None), which the deadline rule treats as U
 
 The mean Spot lifetime is the time on Spot over the preemptions seen (the maximum-likelihood
 mean of an exponential lifetime with runs still going counted as censored); with no preemption
-seen it is a lower bound (`lifetime_censored`)."""
+seen it is a lower bound (`lifetime_censored`).
+
+`CapacityEstimate.outlook` is what a deadline request's claim keeps of it in the attempt
+(`Attempt.spot_outlook`) for the deadline rule: the share of the time with capacity and the mean
+lifetime, from which the rule weighs how long a wait for Spot is likely to last."""
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -46,6 +50,13 @@ class CapacityEstimate:
     share_available: float = 0.5
 
     @property
+    def outlook(self) -> SpotOutlook | None:
+        """The deadline rule's `spot_outlook`; None where the fleet never ran on Spot."""
+        if self.mean_lifetime_seconds is None:
+            return None
+        return SpotOutlook(round(self.share_available, 4), round(self.mean_lifetime_seconds, 1))
+
+    @property
     def has_capacity(self) -> bool | None:
         """The deadline rule's `spot_available`: None when too little is known."""
         return None if self.sure < MIN_SURE else self.available >= 0.5
@@ -63,6 +74,35 @@ class CapacityEstimate:
             "open_waits": self.open_waits,
             "share_available": round(self.share_available, 3),
         }
+
+
+@dataclass(frozen=True)
+class SpotOutlook:
+    """What the deadline rule weighs of Spot in a location (`Situation.spot_outlook`): the share of
+    the time a Spot job had capacity there and the mean Spot lifetime, as estimated when the
+    attempt was claimed."""
+
+    share_available: float
+    mean_lifetime_seconds: float
+
+    @property
+    def expected_wait_seconds(self) -> float:
+        """The mean outage, were capacity to alternate between runs of the mean lifetime and
+        outages in that share (share = lifetime / (lifetime + outage)); exponential lifetimes
+        are memoryless, so it is also the wait still expected once waiting."""
+        share = min(1.0, max(self.share_available, 1e-6))
+        return self.mean_lifetime_seconds * (1.0 - share) / share
+
+    def to_json(self) -> dict[str, float]:
+        return {"share_available": self.share_available, "mean_lifetime_seconds": self.mean_lifetime_seconds}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object] | None) -> SpotOutlook | None:
+        """The outlook an attempt keeps; None for none, or one this version cannot read."""
+        share, lifetime = (data or {}).get("share_available"), (data or {}).get("mean_lifetime_seconds")
+        if not isinstance(share, int | float) or not isinstance(lifetime, int | float):
+            return None
+        return cls(float(share), float(lifetime))
 
 
 def estimate(observations: Iterable[FleetFact], location: str, now: datetime) -> CapacityEstimate:

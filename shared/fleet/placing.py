@@ -1,10 +1,13 @@
 """Where a new attempt runs: `Placer.place` asks `choose_location` (shared/fleet/placement.py) among
 the request's allowed `locations`, from the price table and the fleet's estimate, when a claim
 creates an attempt (the first, a re-queue, a deadline switch: submit's `_claim`, the one place
-every attempt is created). The attempt keeps where and why (`Attempt.placed`).
+every attempt is created). The attempt keeps where and why (`Attempt.placed`), and for a deadline
+request what the estimate says of Spot there (`Attempt.spot_outlook`), which the deadline rule
+weighs on every later observation without reading the fleet again.
 
 The class's observations are read once per claim, in one listing (`store.read`), and only when an
-attempt is created. With nothing to weigh the attempt runs where `plan_attempt` put it (the first
+attempt is created: to place it, and for a deadline request to keep the outlook (with one
+allowed location too). With nothing to weigh the attempt runs where `plan_attempt` put it (the first
 allowed location, or the failover order after a stockout): one allowed location, no machine class,
 no price for every allowed location, no observation in any of them, or a listing that failed (the
 facts are advisory: a failed read never holds a create back)."""
@@ -18,7 +21,7 @@ from typing import Any
 
 from shared.clock import parse_iso
 from shared.errors import is_retryable
-from shared.fleet.estimate import estimate
+from shared.fleet.estimate import SpotOutlook, estimate
 from shared.fleet.observations import FleetFact, MachineClass
 from shared.fleet.placement import Candidate, Job, choose_location
 from shared.ledger.records import Attempt, RequestRecord
@@ -79,6 +82,13 @@ class Placer:
         price = chosen.on_demand_per_hour if job.on_demand else chosen.spot_per_hour
         per_hour = " per hour of work" if work is None else ""
         return LocationChoice(choice.location, f"{choice.reason}{per_hour} ({seen_text}, ${price:.2f}/h)")
+
+    def spot_outlook(self, request: Mapping[str, Any], location: str) -> SpotOutlook | None:
+        """The fleet's outlook of Spot in `location` for a request with a deadline (the claim's one
+        read, shared with `place`); None for any other, with nothing seen there, or unreadable."""
+        machine_class = MachineClass.of_request(request) if request.get("deadline") else None
+        facts = None if machine_class is None else self._read(machine_class)
+        return None if facts is None else estimate(facts, location, self._now).outlook
 
     def _read(self, machine_class: MachineClass) -> Sequence[FleetFact] | None:
         if machine_class not in self._facts:
@@ -148,6 +158,9 @@ def attempt_placer(ports: Ports) -> Placer:
 
 
 def place_claimed(placer: Placer, record: RequestRecord, attempt: Attempt) -> None:
-    """Set where the attempt a claim just created runs, and why (in the record the claim writes)."""
+    """Set where the attempt a claim just created runs, and why, and for a deadline request the
+    fleet's outlook of Spot there (in the record the claim writes)."""
     placed = placer.place(record.request, attempt, [a for a in record.attempts if a.n < attempt.n])
     attempt.location, attempt.placed = placed.location, placed.reason
+    outlook = placer.spot_outlook(record.request, attempt.location)
+    attempt.spot_outlook = None if outlook is None else outlook.to_json()

@@ -62,6 +62,9 @@ class Attempt:
     # The key its containers sign their kit lines with (shared/ledger/claims.py draws it before the
     # create). Stored, never shown: `RequestRecord.to_json` leaves it out.
     kit_key: str | None = field(default=None, repr=False, compare=False)
+    # The fleet's estimate of Spot in `location` when a deadline request's claim placed it
+    # (`SpotOutlook.to_json`, shared/fleet/placing.py): the deadline rule weighs the wait from it.
+    spot_outlook: dict[str, float] | None = None
     # Why it runs in `location` (shared/fleet/placing.py), decided with its claim.
     placed: str | None = None
     newer_fields: dict[str, Any] = field(default_factory=dict)  # see `_known`

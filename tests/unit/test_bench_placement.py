@@ -10,6 +10,7 @@ import pytest
 
 from bench import bench_placement
 from bench.bench_placement import POLICIES, FailoverOrder, Setup, Spotjobs, load_regions, omniscient, simulate_fleet
+from shared.fleet.estimate import SpotOutlook
 
 
 def write_zone(folder: Path, zone: str, region: str, spot: float, on_demand: float, data: list[int]) -> None:
@@ -66,8 +67,15 @@ def test_it_decides_with_production_functions(traces: Path, monkeypatch: pytest.
         monkeypatch.setattr(bench_placement, name, counting)
     regions, _ = load_regions(traces)
     setup = Setup(tuple(regions), 600, 24, 36, 2, 10.0)
+    outlooks: list[object] = []
+    real_decide = bench_placement.decide_deadline
+    monkeypatch.setattr(
+        bench_placement, "decide_deadline", lambda s, rule: outlooks.append(s.spot_outlook) or real_decide(s, rule)
+    )
     simulate_fleet(setup, [0, 10], Spotjobs)
     assert called["decide_deadline"] > 0 and called["estimate"] > 0 and called["choose_location"] > 0
+    # the estimate's outlook, as a claim keeps it in production, reaches the rule
+    assert any(isinstance(o, SpotOutlook) for o in outlooks)
 
 
 def test_placement_leaves_a_region_without_spot_and_today_waits_there(traces: Path) -> None:

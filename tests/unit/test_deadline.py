@@ -24,6 +24,7 @@ from shared.deciding.deadline import (
     changeover_estimate,
     decide_deadline,
 )
+from shared.fleet.estimate import SpotOutlook
 
 T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 HOUR = 3600.0
@@ -166,6 +167,43 @@ def test_spotjobs_stays_on_demand_while_spot_has_no_capacity() -> None:
     assert decide_deadline(replace(clear, spot_available=False), Rule.UNIFORM_PROGRESS).action is Action.BACK_TO_SPOT
 
 
+def test_spotjobs_waits_behind_the_line_while_the_fleets_expected_wait_is_short_against_the_slack() -> None:
+    # 4 h of the 10 done at 10 h of 20: behind the line (0.5).
+    behind = situation(elapsed_h=10.0, done_h=4.0, placement=Placement.WAITING_FOR_SPOT)
+    beyond_net = decide_deadline(behind).slack_seconds - (2 * D + M)
+    # Outages of 1/4 h (runs of 3 h, capacity 12/13 of the time): wait, and say until when.
+    short = replace(behind, spot_outlook=SpotOutlook(12 / 13, 3 * HOUR))
+    assert short.spot_outlook.expected_wait_seconds == pytest.approx(HOUR / 4)
+    decision = decide_deadline(short)
+    assert decision.action is Action.STAY and "expected wait 900 s" in decision.reason
+    assert decision.holds_seconds == pytest.approx(beyond_net - HOUR / 4 / deadline.WAIT_SHARE_OF_SLACK)
+    # Outages longer than a few changeovers, or long against the slack beyond the net: leave as
+    # Uniform Progress does (share 1/2: the mean outage is the mean lifetime).
+    for s in (behind, replace(behind, deadline=behind.deadline - timedelta(seconds=beyond_net - 300))):
+        room = decide_deadline(s).slack_seconds - (2 * D + M)
+        cutoff = min(room * deadline.WAIT_SHARE_OF_SLACK, deadline.WAIT_CHANGEOVERS * D)
+        longer, shorter = SpotOutlook(0.5, cutoff + 60), SpotOutlook(0.5, cutoff - 60)
+        assert decide_deadline(replace(s, spot_outlook=longer)).action is Action.SWITCH_TO_ON_DEMAND
+        assert decide_deadline(replace(s, spot_outlook=shorter)).action is Action.STAY
+    assert room == pytest.approx(300) and cutoff == pytest.approx(300 * deadline.WAIT_SHARE_OF_SLACK)
+    # No outlook (no fleet history): Uniform Progress, as before; the other rules ignore it.
+    assert decide_deadline(behind).action is Action.SWITCH_TO_ON_DEMAND
+    assert decide_deadline(short, Rule.UNIFORM_PROGRESS).action is Action.SWITCH_TO_ON_DEMAND
+    # Ahead of the line it waits as before, for as long as before.
+    ahead = situation(elapsed_h=10.0, done_h=6.0, placement=Placement.WAITING_FOR_SPOT)
+    assert decide_deadline(replace(ahead, spot_outlook=short.spot_outlook)) == decide_deadline(ahead)
+
+
+@pytest.mark.parametrize("lifetime_h", [0.0, 1.0, 1e6])
+def test_the_safety_net_fires_whatever_the_outlook(lifetime_h: float) -> None:
+    elapsed = 20.0 - 5.0 - (D + 2 * D + M - 1) / HOUR  # slack just under 2d + m
+    s = situation(elapsed_h=elapsed, done_h=5.0, placement=Placement.WAITING_FOR_SPOT)
+    for share in (0.0, 0.99, 1.0):
+        with_outlook = replace(s, spot_outlook=SpotOutlook(share, lifetime_h * HOUR))
+        assert decide_deadline(with_outlook).action is Action.SWITCH_TO_ON_DEMAND
+        assert decide_deadline(with_outlook).reason.startswith("safety net")
+
+
 def test_slack_counts_the_on_demand_step_rate_and_the_changeover_left() -> None:
     work = Work(total_steps=1000, committed_steps=500, spot_step_seconds=10.0, on_demand_step_seconds=8.0)
     s = situation(elapsed_h=10.0, done_h=0.0, placement=Placement.ON_DEMAND, placed_h=10.0 - 100 / HOUR, work=work)
@@ -236,6 +274,27 @@ def test_no_deadline_that_on_demand_could_meet_is_missed(
     assert outcome.spot_work_hours + outcome.on_demand_work_hours == pytest.approx(work / HOUR)
     # Jumping over ticks where nothing can change gives what asking at every tick gives.
     assert simulate(job, trace, 0, bench.deadline_chooser(rule), every_tick=True) == outcome
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    bits=st.lists(st.booleans(), min_size=60, max_size=60),
+    work_ticks=st.integers(min_value=1, max_value=30),
+    extra_ticks=st.integers(min_value=0, max_value=29),
+    changeover=st.sampled_from([0, 180, 600, 720, 1800]),
+    share=st.floats(min_value=0.0, max_value=1.0),
+    lifetime=st.floats(min_value=0.0, max_value=1e6),
+)
+def test_no_deadline_is_missed_whatever_the_fleets_outlook_says(
+    bits: list[bool], work_ticks: int, extra_ticks: int, changeover: int, share: float, lifetime: float
+) -> None:
+    # The outlook only decides above the net: a wrong one (a stale estimate) costs, never misses.
+    work = work_ticks * GAP
+    job = Job(work, (math.ceil((work + changeover) / GAP) + extra_ticks) * GAP, changeover, 3.0)
+    outlook = SpotOutlook(share, lifetime)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(bench, "decide_deadline", lambda s, rule: decide_deadline(replace(s, spot_outlook=outlook), rule))
+        assert not simulate(job, trace_of(bits), 0, bench.deadline_chooser(Rule.SPOTJOBS)).missed
 
 
 def test_greedy_on_a_synthetic_trace_uses_spot_until_the_slack_runs_out() -> None:

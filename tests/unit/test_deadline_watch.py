@@ -12,8 +12,9 @@ from shared.clock import iso
 from shared.deciding.deadline import Placement
 from shared.deciding.deadline_watch import deadline_situation, projected_finish
 from shared.deciding.decisions import Observation, decide
+from shared.fleet.estimate import SpotOutlook
 from shared.jobs import JobState
-from shared.ledger.records import Attempt
+from shared.ledger.records import Attempt, RequestRecord
 from shared.ledger.states import AttemptOutcome, RequestStatus
 from tests.support.decide import JOB1, NOW, job, make_record
 from tests.support.decide import POLICY as SPOT_ONLY
@@ -82,6 +83,34 @@ def test_the_kits_lines_give_the_total_the_rate_and_the_committed_step() -> None
     assert s.placement is Placement.ON_SPOT
     # The projection on Spot: the 750 steps left at 0.5 s, and no changeover left (running since 590 s).
     assert projected_finish(s) == NOW + timedelta(seconds=375)
+
+
+def test_a_spot_job_waiting_behind_the_line_waits_on_where_its_claim_kept_short_outages() -> None:
+    def waiting(outlook: SpotOutlook | None) -> RequestRecord:
+        # 10 % done, 10,000 s into a span of 31,060 s: behind the line, 16,000 s beyond the net.
+        record = make_record(request=deadline(20000))
+        record.created_at = iso(NOW - timedelta(seconds=10000))
+        record.attempts[0].created_at = iso(NOW - timedelta(seconds=700))
+        record.attempts[0].last_checkpoint = [1, 100]
+        record.attempts[0].spot_outlook = None if outlook is None else outlook.to_json()
+        return record
+
+    assert situation(waiting(None)).spot_outlook is None
+    # nothing kept (no fleet history): Uniform Progress leaves for on-demand, as before
+    before = decide(waiting(None), Observation(1, job(JobState.PENDING)), POLICY, NOW).record
+    assert before.attempts[0].outcome is AttemptOutcome.SWITCHED_TO_ON_DEMAND
+    # outages of about a minute, kept by its claim: it waits on
+    short = SpotOutlook(0.99, 6000.0)
+    assert situation(waiting(short)).spot_outlook == short
+    after = decide(waiting(short), Observation(1, job(JobState.PENDING)), POLICY, NOW).record
+    assert after.attempts[0].outcome is None and after.requeue is None
+    # outages of hours: it leaves
+    hours = decide(waiting(SpotOutlook(0.5, 30000.0)), Observation(1, job(JobState.PENDING)), POLICY, NOW).record
+    assert hours.attempts[0].outcome is AttemptOutcome.SWITCHED_TO_ON_DEMAND
+    # an on-demand attempt's outlook is none of the rule's business
+    standard = waiting(short)
+    standard.attempts[0].strategy = "STANDARD"
+    assert situation(standard).spot_outlook is None
 
 
 def test_on_demand_ahead_of_the_line_goes_back_to_spot() -> None:

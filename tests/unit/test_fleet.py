@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from shared.fleet import store
-from shared.fleet.estimate import OPEN_WAIT_GRACE_SECONDS, estimate
+from shared.fleet.estimate import OPEN_WAIT_GRACE_SECONDS, SpotOutlook, estimate
 from shared.fleet.observations import FleetFact, Kind, MachineClass, Reading, observations_of
 from shared.fleet.recording import fleet_facts, new_facts
 from shared.ledger.records import Attempt, RequestRecord
@@ -190,6 +190,29 @@ def test_the_mean_lifetime_is_the_time_on_spot_over_the_preemptions() -> None:
     assert found.mean_lifetime_seconds == (12000.0 + 1800.0) / 2
     assert not found.lifetime_censored
     assert found.has_capacity is True  # b runs now
+
+
+def test_the_outlook_kept_for_the_deadline_rule_is_the_share_and_the_lifetime() -> None:
+    assert estimate([], "us-east4", NOW).outlook is None  # never on Spot there: nothing to weigh
+    facts = [
+        observation(Kind.WAIT, 300, "a", seconds=1800),
+        observation(Kind.PREEMPT, 240, "a"),
+        FleetFact(Kind.RUN, "us-east4", NOW - timedelta(minutes=60), 12000.0, 1, "a"),
+    ]
+    found = estimate(facts, "us-east4", NOW)
+    outlook = found.outlook
+    assert outlook is not None
+    assert outlook.mean_lifetime_seconds == 12000.0
+    assert outlook.share_available == pytest.approx(found.share_available, abs=1e-4)
+    # share = lifetime / (lifetime + outage): the mean outage
+    share = outlook.share_available
+    assert outlook.expected_wait_seconds == pytest.approx(12000.0 * (1 - share) / share)
+    assert SpotOutlook(1.0, 5000.0).expected_wait_seconds == 0.0
+    assert SpotOutlook(0.0, 5000.0).expected_wait_seconds > 1e6  # never capacity: no end in sight
+    # kept in the attempt as JSON; anything else read back is no outlook
+    assert SpotOutlook.from_json(outlook.to_json()) == outlook
+    assert SpotOutlook.from_json(None) is None
+    assert SpotOutlook.from_json({"share_available": "x", "mean_lifetime_seconds": 1.0}) is None
 
 
 def test_the_lifecycle_rule_outlives_the_window() -> None:

@@ -9,10 +9,10 @@ import pytest
 from google.api_core.exceptions import ServiceUnavailable
 
 from shared.clock import iso
-from shared.fleet.estimate import CapacityEstimate
+from shared.fleet.estimate import CapacityEstimate, SpotOutlook, estimate
 from shared.fleet.observations import FleetFact, Kind, MachineClass
 from shared.fleet.placement import MOVE_MARGIN, Candidate, Job, Move, choose_location, expected_cost
-from shared.fleet.placing import NO_OBSERVATIONS, LocationChoice, Placer, work_hours
+from shared.fleet.placing import NO_OBSERVATIONS, LocationChoice, Placer, place_claimed, work_hours
 from shared.ledger.records import Attempt, RequestRecord
 from spotjobs.reporting.prices import Prices
 
@@ -199,6 +199,36 @@ def test_the_observations_are_read_once_per_claim() -> None:
     place.place(TWO_REGIONS, first(), [])
     place.place(TWO_REGIONS, first(), [])  # the claim's compare-and-swap ran again
     assert reads == ["a3-highgpu-8g+nvidia_h100_80gb+8"]
+
+
+def test_a_deadline_claim_keeps_the_outlook_where_the_attempt_runs_from_its_one_read() -> None:
+    reads: list[str] = []
+    facts = waited("us-east4", 5, "a") + waited("us-central1", 5, "b")
+    due = {**TWO_REGIONS, "deadline": "2026-12-03T12:00:00Z", "total_steps": 100, "expected_step_seconds": 72}
+    record = RequestRecord("r1", due, "gs://b/r1/", attempts=[first()])
+    claimed = placer(facts, reads)
+    place_claimed(claimed, record, record.attempts[0])
+    attempt = record.attempts[0]
+    expected = estimate(facts, attempt.location, NOW).outlook
+    assert expected is not None and attempt.spot_outlook == expected.to_json()
+    assert SpotOutlook.from_json(attempt.spot_outlook) == expected
+    assert reads == ["a3-highgpu-8g+nvidia_h100_80gb+8"]  # the placement's read, not a second
+    # one allowed location: the claim reads the fleet for the outlook alone
+    alone = RequestRecord("r2", {**due, "locations": []}, "gs://b/r2/", attempts=[first()])
+    place_claimed(placer(facts), alone, alone.attempts[0])
+    assert alone.attempts[0].spot_outlook == estimate(facts, "us-central1", NOW).outlook.to_json()
+    # no deadline, nothing seen there, or an unreadable listing: none (the rule is then Uniform Progress)
+    plain = RequestRecord("r3", TWO_REGIONS, "gs://b/r3/", attempts=[first()])
+    place_claimed(placer(facts), plain, plain.attempts[0])
+    unseen = RequestRecord("r4", {**due, "locations": []}, "gs://b/r4/", attempts=[first()])
+    place_claimed(placer(waited("us-east4", 5, "a")), unseen, unseen.attempts[0])
+
+    def broken(_: MachineClass) -> list[FleetFact]:
+        raise ServiceUnavailable("listing refused")
+
+    refused = RequestRecord("r5", due, "gs://b/r5/", attempts=[first()])
+    place_claimed(Placer(broken, price, NOW, 1200), refused, refused.attempts[0])
+    assert [r.attempts[0].spot_outlook for r in (plain, unseen, refused)] == [None, None, None]
 
 
 def test_the_work_left_comes_from_the_kit_else_the_request() -> None:
