@@ -98,7 +98,8 @@ def deadline_situation(
     committed = max((a.last_checkpoint[1] for a in record.attempts if a.last_checkpoint), default=0)
     changeover = request.get("changeover_seconds")
     if changeover is None:
-        changeover = changeover_estimate(_changeovers(record, latest.location), prior_seconds)
+        own = changeover_estimate(_changeovers(record, latest.location), prior_seconds)
+        changeover = max(own, fleet_changeover(record, latest.location) or 0.0)
     placement, placed_at = _placement(record, latest, running, float(changeover), now)
     return Situation(
         now=now,
@@ -303,6 +304,20 @@ def _placement(
         # is its changeover (the model's first d seconds of an instance), not a wait for Spot.
         return Placement.ON_SPOT, asked
     return Placement.WAITING_FOR_SPOT, asked
+
+
+def fleet_changeover(record: RequestRecord, location: str) -> float | None:
+    """The fleet's changeover bound in `location` snapshotted by the latest claim there that read
+    one (`Attempt.fleet_changeover_seconds`): the fleet's tail, which one request's handful of
+    moves seldom shows, with no read of the fleet per kit line."""
+    return next(
+        (
+            a.fleet_changeover_seconds
+            for a in reversed(record.attempts)
+            if a.location == location and a.fleet_changeover_seconds is not None
+        ),
+        None,
+    )
 
 
 def _changeovers(record: RequestRecord, location: str) -> list[float]:

@@ -18,7 +18,7 @@ from typing import Any
 
 from shared.clock import parse_iso
 from shared.errors import is_retryable
-from shared.fleet.estimate import estimate
+from shared.fleet.estimate import changeover_bound, estimate
 from shared.fleet.observations import FleetFact, MachineClass
 from shared.fleet.placement import Candidate, Job, choose_location
 from shared.ledger.records import Attempt, RequestRecord
@@ -79,6 +79,15 @@ class Placer:
         price = chosen.on_demand_per_hour if job.on_demand else chosen.spot_per_hour
         per_hour = " per hour of work" if work is None else ""
         return LocationChoice(choice.location, f"{choice.reason}{per_hour} ({seen_text}, ${price:.2f}/h)")
+
+    def changeover_bound(self, request: Mapping[str, Any], location: str) -> float | None:
+        """The fleet's changeover bound in `location` for a request with a deadline whose d is not
+        given (the claim's one read, shared with `place`); None for any other, or unreadable."""
+        if not request.get("deadline") or request.get("changeover_seconds") is not None:
+            return None
+        machine_class = MachineClass.of_request(request)
+        facts = None if machine_class is None else self._read(machine_class)
+        return None if facts is None else changeover_bound(facts, location, self._now)
 
     def _read(self, machine_class: MachineClass) -> Sequence[FleetFact] | None:
         if machine_class not in self._facts:
@@ -148,6 +157,8 @@ def attempt_placer(ports: Ports) -> Placer:
 
 
 def place_claimed(placer: Placer, record: RequestRecord, attempt: Attempt) -> None:
-    """Set where the attempt a claim just created runs, and why (in the record the claim writes)."""
+    """Set where the attempt a claim just created runs, and why, and for a deadline the fleet's
+    changeover bound there (in the record the claim writes)."""
     placed = placer.place(record.request, attempt, [a for a in record.attempts if a.n < attempt.n])
     attempt.location, attempt.placed = placed.location, placed.reason
+    attempt.fleet_changeover_seconds = placer.changeover_bound(record.request, attempt.location)

@@ -4,6 +4,7 @@ moment would."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -154,6 +155,39 @@ def test_the_changeover_prior_stays_a_floor_of_d_however_many_were_seen() -> Non
         attempt.started_at, attempt.outcome = iso(created + timedelta(seconds=seconds)), AttemptOutcome.SWITCHED_TO_SPOT
         record.attempts.insert(0, attempt)
     assert deadline_watch.deadline_situation(record, NOW, **INPUTS).changeover_seconds == D
+
+
+def test_d_is_the_largest_of_the_prior_the_requests_own_and_the_fleets_snapshot_where_it_runs() -> None:
+    record = on_demand_for_three_commits(deadline_in=10 * I)  # its own changeover: 500 s
+
+    def d() -> float:
+        return deadline_watch.deadline_situation(record, NOW, **INPUTS).changeover_seconds
+
+    assert d() == D
+    record.attempts[0].fleet_changeover_seconds = 1100.0  # the fleet's bound under the prior: d as before
+    assert d() == D
+    record.attempts[0].fleet_changeover_seconds = 3300.0  # the fleet has a tail
+    assert d() == 3300.0
+    # A later claim there that could not read the fleet: the last snapshot of the location holds.
+    record.attempts[0].outcome = AttemptOutcome.SWITCHED_TO_SPOT
+    asked = iso(NOW - timedelta(seconds=60))
+    record.attempts.append(Attempt(2, "us-central1", "SPOT", claimed_at=asked, job=JOB1 + "2", created_at=asked))
+    assert d() == 3300.0
+    record.attempts[1].location = "us-east4"  # another location's snapshot is not this one's
+    assert d() == D
+    record.request["changeover_seconds"] = 700  # the request's own d wins over every estimate
+    record.attempts[1].location = "us-central1"
+    assert d() == 700
+
+
+def test_a_miss_a_slow_changeover_made_is_avoided_with_the_fleets_d() -> None:
+    # 6 h of work due in 7.5 h, commits every 10 min, 5% of moves taking 45-90 min: alone, the
+    # request's d is the prior and a tail move at its last switch makes it late; with the fleet's
+    # 200 earlier changeovers (the same distribution, snapshotted at each claim) d covers the tail.
+    alone = replace(job(600, 0.8), changeover_tail=True)
+    assert events.simulate_events(alone, FLAKY, 0, Rule.SPOTJOBS, "t10").missed
+    with_fleet = replace(alone, fleet_changeovers=200)
+    assert not events.simulate_events(with_fleet, FLAKY, 0, Rule.SPOTJOBS, "t10").missed
 
 
 def test_a_replay_that_missed_its_deadline_under_yesterdays_inputs_meets_it() -> None:
