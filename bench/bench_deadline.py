@@ -69,8 +69,9 @@ EVENT_RULES: dict[str, Rule | None] = {
 }
 EVENT_FRACTIONS = (0.6, 0.8, 0.9)
 CHECKPOINT_SECONDS = (600, 1800, 3600, 7200)
-# The fleet's on-demand changeovers in the location before a request (`--fleet-changeovers`).
-FLEET_CHANGEOVERS = 200
+# The fleet's on-demand changeovers in the location before a request (`--fleet-changeovers`): a
+# busy fleet's week of them, the window the claim reads (docs/deadlines.md also has 200 and 0).
+FLEET_CHANGEOVERS = 1000
 
 
 def deadline_chooser(rule: Rule) -> Chooser:

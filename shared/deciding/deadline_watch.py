@@ -12,9 +12,11 @@ The inputs come from the record alone (`deadline_situation`, which `spotjobs sta
 - seconds per step per capacity type: the kit's latest progress rate of the latest attempt on
   that capacity type; on-demand falls back to the envelope's `expected_step_seconds`, and either
   to the other's;
-- the changeover: the envelope's `changeover_seconds`, else `changeover_estimate` of the
-  create-to-running times Vertex reported for this request's on-demand attempts in the location
-  (a Spot attempt's own wait for capacity is no changeover of on-demand's), never below the prior;
+- the changeover: the envelope's `changeover_seconds`, else the largest of the prior,
+  `changeover_estimate` of the create-to-running times Vertex reported for this request's
+  on-demand attempts in the location (a Spot attempt's own wait for capacity is no changeover of
+  on-demand's), and the fleet's bound there snapshotted at the claim (`fleet_changeover`): a
+  request sees a handful of its own moves, the fleet its tail;
 - the review interval: the reconcile interval (`Settings.reconcile_interval_seconds`) plus the
   checkpoint interval (`checkpoint_interval`): between two commits the committed slack falls as
   if the job waited, so a commit may come up to one interval after the moment that mattered;

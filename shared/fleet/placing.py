@@ -7,7 +7,12 @@ The class's observations are read once per claim, in one listing (`store.read`),
 attempt is created. With nothing to weigh the attempt runs where `plan_attempt` put it (the first
 allowed location, or the failover order after a stockout): one allowed location, no machine class,
 no price for every allowed location, no observation in any of them, or a listing that failed (the
-facts are advisory: a failed read never holds a create back)."""
+facts are advisory: a failed read never holds a create back).
+
+For a request with a deadline and no `changeover_seconds` of its own, the claim also snapshots the
+fleet's changeover bound where the attempt runs (`Attempt.fleet_changeover_seconds`, from the same
+one read), so the deadline rule, asked on every kit line, covers the fleet's slow moves without
+reading the fleet each time."""
 
 from __future__ import annotations
 
