@@ -13,6 +13,7 @@ import bench.bench_deadline as bench
 import bench.bench_deadline_speed as speed
 import bench.deadline_events as events
 import shared.deciding.deadline_watch as deadline_watch
+import shared.fleet.placing as placing
 from bench.deadline_sim import Trace
 from shared.clock import iso
 from shared.deciding.deadline import Action, Placement, Rule, decide_deadline
@@ -54,6 +55,24 @@ def test_the_event_model_asks_the_production_input_builder(monkeypatch: pytest.M
     assert {c for _, c in seen} <= {1800 * i for i in range(13)}
     assert outcome.switches > 0 and outcome.spot_work_hours > 0 and outcome.on_demand_work_hours > 0
     assert outcome.spot_work_hours + outcome.on_demand_work_hours == pytest.approx(6)
+
+
+def test_the_event_models_fleet_reaches_each_attempt_through_the_claims_placement(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert events.place_claimed is placing.place_claimed
+    seen: list[float | None] = []
+
+    def counted(placer, record, attempt):
+        placing.place_claimed(placer, record, attempt)
+        seen.append(attempt.fleet_changeover_seconds)
+
+    monkeypatch.setattr(events, "place_claimed", counted)
+    events.simulate_events(replace(job(1800), fleet_changeovers=100), FLAKY, 0, Rule.SPOTJOBS, "seed")
+    assert len(seen) > 1 and len(set(seen)) == 1 and seen[0] > 0  # one fleet, read at every create
+    seen.clear()
+    events.simulate_events(job(1800), FLAKY, 0, Rule.SPOTJOBS, "seed")  # a lone request: no bound
+    assert seen and set(seen) == {None}
 
 
 @pytest.mark.parametrize("rule", [Rule.GREEDY, Rule.SPOTJOBS])
