@@ -20,6 +20,7 @@ there (docs/deadlines.md, "The changeover estimate")."""
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Iterable, Sequence
@@ -180,13 +181,18 @@ def upper_bound(values: Sequence[float], share: float, confidence: float) -> flo
     if not values:
         return None
     ordered = sorted(values)
-    n = len(ordered)
-    below = 0.0  # P(fewer than k of n below the quantile), k = 1, 2, ...
+    return ordered[_rank(len(ordered), share, confidence) - 1]
+
+
+@functools.lru_cache(maxsize=256)  # fleet sizes recur from claim to claim: sum each binomial once
+def _rank(n: int, share: float, confidence: float) -> int:
+    """The smallest k with P(fewer than k of n below the `share` quantile) >= confidence; n when none."""
+    below = 0.0
     for k in range(1, n + 1):
         below += _binomial(n, k - 1, share)
         if below >= confidence:
-            return ordered[k - 1]
-    return ordered[-1]
+            return k
+    return n
 
 
 def _binomial(n: int, j: int, p: float) -> float:
