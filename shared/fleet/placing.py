@@ -51,6 +51,7 @@ class Placer:
         self._now = now
         self._changeover_prior_seconds = changeover_prior_seconds
         self._facts: dict[MachineClass, Sequence[FleetFact]] = {}
+        self._unreadable: set[MachineClass] = set()  # a read that failed: the bound does not retry it
 
     def place(self, request: Mapping[str, Any], attempt: Attempt, earlier: Sequence[Attempt]) -> LocationChoice:
         """Where `attempt` (planned in `attempt.location`) runs, and why there."""
@@ -91,7 +92,9 @@ class Placer:
         if not request.get("deadline") or request.get("changeover_seconds") is not None:
             return None
         machine_class = MachineClass.of_request(request)
-        facts = None if machine_class is None else self._read(machine_class)
+        if machine_class is None or machine_class in self._unreadable:
+            return None
+        facts = self._read(machine_class)
         return None if facts is None else changeover_bound(facts, location, self._now)
 
     def _read(self, machine_class: MachineClass) -> Sequence[FleetFact] | None:
@@ -103,6 +106,7 @@ class Placer:
             except Exception as exc:  # advisory: the attempt runs where planned (module docstring)
                 if not (is_retryable(exc) or isinstance(exc, GoogleAPICallError)):
                     raise
+                self._unreadable.add(machine_class)
                 return None
         return self._facts[machine_class]
 

@@ -297,12 +297,21 @@ def test_only_a_deadline_without_its_own_changeover_reads_the_fleet_for_the_boun
         place_claimed(placer(changeovers("us-east4", 4000), reads), record, record.attempts[0])
         assert record.attempts[0].fleet_changeover_seconds is None and reads == []
 
-    def broken(_: MachineClass) -> list[FleetFact]:
+    tries: list[MachineClass] = []
+
+    def broken(machine_class: MachineClass) -> list[FleetFact]:
+        tries.append(machine_class)
         raise ServiceUnavailable("listing refused")
 
     record = RequestRecord("r1", ONE_REGION_DEADLINE, "gs://b/r1/", attempts=[first("us-east4")])
     place_claimed(Placer(broken, price, NOW, 1200), record, record.attempts[0])  # advisory: no bound
-    assert record.attempts[0].fleet_changeover_seconds is None
+    assert record.attempts[0].fleet_changeover_seconds is None and len(tries) == 1
+    # placement's failed read is not tried again for the bound in the same claim
+    both = {**ONE_REGION_DEADLINE, "locations": ["us-east4", "us-central1"]}
+    two = RequestRecord("r2", both, "gs://b/r2/", attempts=[first("us-east4")])
+    tries.clear()
+    place_claimed(Placer(broken, price, NOW, 1200), two, two.attempts[0])
+    assert two.attempts[0].placed == "fleet observations unreadable" and len(tries) == 1
 
 
 def test_the_snapshot_survives_the_records_json_and_an_older_record_reads_without_it() -> None:
