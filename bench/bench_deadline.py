@@ -225,15 +225,12 @@ def run_event_cells(
                 tail,
                 fleet_changeovers,
             )
-            outcomes = {
-                name: [
-                    simulate_events(job, trace, start, rule, f"{SEED}:{trace.name}:{start}")
-                    for trace in traces
-                    for start in origins[trace.name]
-                ]
-                for name, rule in EVENT_RULES.items()
-                if policies is None or name in policies
-            }
+            rules = {name: rule for name, rule in EVENT_RULES.items() if policies is None or name in policies}
+            outcomes: dict[str, list[Outcome]] = {name: [] for name in rules}
+            for trace in traces:  # each seed's policies in turn: its fleet is drawn once
+                for start in origins[trace.name]:
+                    for name, rule in rules.items():
+                        outcomes[name].append(simulate_events(job, trace, start, rule, f"{SEED}:{trace.name}:{start}"))
             cells.append(
                 {
                     "job_fraction": fraction,

@@ -33,6 +33,7 @@ asks its first and last moments and bisects between them; `exhaustive=True` asks
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from dataclasses import dataclass, field
@@ -112,7 +113,7 @@ class _Run:
     work: dict[str, float] = field(default_factory=lambda: {SPOT: 0.0, ON_DEMAND: 0.0})
     switches: int = 0
     current: _Job | None = None
-    fleet: list[FleetFact] = field(default_factory=list)  # the fleet's facts before the request
+    fleet: tuple[FleetFact, ...] = ()  # the fleet's facts before the request
 
     def __post_init__(self) -> None:
         g = self.trace.gap_seconds
@@ -257,6 +258,16 @@ class _Run:
         return times[hi], found
 
 
+@functools.lru_cache(maxsize=1)  # the policies of one cell replay each seed in turn (run_event_cells)
+def fleet_history(seed: str, job: EventJob) -> tuple[FleetFact, ...]:
+    """The fleet's earlier on-demand changeovers, on a random stream of their own: the request's
+    draws are as with none. All an hour before the request (the bound weighs no age)."""
+    history, seen = random.Random(f"{seed}:fleet"), at(-3600.0)
+    return tuple(
+        FleetFact(Kind.CHANGEOVER, LOCATION, seen, draw_changeover(history, job)) for _ in range(job.fleet_changeovers)
+    )
+
+
 def draw_changeover(rng: random.Random, job: EventJob) -> float:
     """One move's changeover: the lognormal, or with the tail 5% from 45 to 90 min."""
     if job.changeover_tail and rng.random() < TAIL_SHARE:
@@ -280,11 +291,7 @@ def simulate_events(
 ) -> EventOutcome:
     """One request from its creation to its last commit; `rule` None runs on on-demand only."""
     run = _Run(job, trace, start, rule, random.Random(seed), settings or Settings.from_env(), exhaustive)
-    history = random.Random(f"{seed}:fleet")  # its own stream: the request's draws are as with none
-    run.fleet = [
-        FleetFact(Kind.CHANGEOVER, LOCATION, at(-60.0 * (i + 1)), draw_changeover(history, job))
-        for i in range(job.fleet_changeovers)
-    ]
+    run.fleet = fleet_history(seed, job) if rule is not None else ()  # on-demand only asks no rule
     total, interval = job.work_seconds, job.checkpoint_seconds
     give_up = job.deadline_seconds + 2 * total
     run.create(0.0, SPOT if rule is not None else ON_DEMAND)
