@@ -15,12 +15,14 @@ repository's own folder; no public trace of GCP GPU Spot capacity exists, these 
 
     python -m bench.bench_deadline [--traces DIR] [--job-fraction F] [--changeover-hours D]
                                    [--starts 300] [--json]
-                                   [--model event [--checkpoint-seconds I] [--changeover-tail]]
+                                   [--model event [--checkpoint-seconds I] [--changeover-tail]
+                                                  [--fleet-changeovers N]]
 
 `--model event` replays each request event by event through the production input builder
 (`bench.deadline_events`): commits every I seconds, drawn changeovers (median D, 8 min unless
-given), production's d, asks at kit lines and reconcile passes. Its sweep: I in 600, 1800, 3600,
-7200 s x job fractions 0.6, 0.8, 0.9; no Omniscient or fixed fallback there.
+given), production's d (with the fleet's bound over N earlier changeovers, snapshotted at each
+claim; 0: a lone request's own), asks at kit lines and reconcile passes. Its sweep: I in 600,
+1800, 3600, 7200 s x job fractions 0.6, 0.8, 0.9; no Omniscient or fixed fallback there.
 """
 
 from __future__ import annotations
@@ -67,6 +69,9 @@ EVENT_RULES: dict[str, Rule | None] = {
 }
 EVENT_FRACTIONS = (0.6, 0.8, 0.9)
 CHECKPOINT_SECONDS = (600, 1800, 3600, 7200)
+# The fleet's on-demand changeovers in the location before a request (`--fleet-changeovers`): a
+# busy fleet's week of them, the window the claim reads (docs/deadlines.md also has 200 and 0).
+FLEET_CHANGEOVERS = 1000
 
 
 def deadline_chooser(rule: Rule) -> Chooser:
@@ -201,6 +206,7 @@ def run_event_cells(
     starts: int,
     price_ratio: float,
     policies: list[str] | None = None,
+    fleet_changeovers: int = FLEET_CHANGEOVERS,
 ) -> list[dict]:
     """The event model (`bench.deadline_events`): each request replayed through production's inputs,
     for `policies` (names of `EVENT_RULES`; default all)."""
@@ -217,16 +223,14 @@ def run_event_cells(
                 price_ratio,
                 changeover_hours * HOUR,
                 tail,
+                fleet_changeovers,
             )
-            outcomes = {
-                name: [
-                    simulate_events(job, trace, start, rule, f"{SEED}:{trace.name}:{start}")
-                    for trace in traces
-                    for start in origins[trace.name]
-                ]
-                for name, rule in EVENT_RULES.items()
-                if policies is None or name in policies
-            }
+            rules = {name: rule for name, rule in EVENT_RULES.items() if policies is None or name in policies}
+            outcomes: dict[str, list[Outcome]] = {name: [] for name in rules}
+            for trace in traces:  # each seed's policies in turn: its fleet is drawn once
+                for start in origins[trace.name]:
+                    for name, rule in rules.items():
+                        outcomes[name].append(simulate_events(job, trace, start, rule, f"{SEED}:{trace.name}:{start}"))
             cells.append(
                 {
                     "job_fraction": fraction,
@@ -238,6 +242,7 @@ def run_event_cells(
                     "model": "event",
                     "checkpoint_seconds": interval,
                     "changeover_tail": tail,
+                    "fleet_changeovers": fleet_changeovers,
                 }
             )
     return cells
@@ -261,6 +266,7 @@ def markdown(cell: dict) -> str:
     model = (
         f"event model, checkpoint every {cell['checkpoint_seconds']} s"
         + (", changeover tail" if cell["changeover_tail"] else "")
+        + f", fleet saw {cell['fleet_changeovers']} changeovers"
         + ", d = median changeover"
         if cell.get("model") == "event"
         else "tick model"
@@ -298,6 +304,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint-seconds", type=int, help="event model: one checkpoint interval (default: sweep)")
     parser.add_argument("--changeover-tail", action="store_true", help="event model: 5%% of changeovers 45-90 min")
     parser.add_argument(
+        "--fleet-changeovers",
+        type=int,
+        default=FLEET_CHANGEOVERS,
+        help="event model: on-demand changeovers the fleet saw before each request (0: none)",
+    )
+    parser.add_argument(
         "--policies", nargs="+", choices=list(EVENT_RULES), help="event model: only these policies (default: all)"
     )
     args = parser.parse_args(argv)
@@ -320,7 +332,15 @@ def main(argv: list[str] | None = None) -> int:
         intervals = [args.checkpoint_seconds] if args.checkpoint_seconds else list(CHECKPOINT_SECONDS)
         median = args.changeover_hours if args.changeover_hours is not None else CHANGEOVER_MEDIAN_SECONDS / HOUR
         cells = run_event_cells(
-            traces, fractions, intervals, median, args.changeover_tail, args.starts, k, args.policies
+            traces,
+            fractions,
+            intervals,
+            median,
+            args.changeover_tail,
+            args.starts,
+            k,
+            args.policies,
+            args.fleet_changeovers,
         )
     else:
         cells = run_cells(traces, fractions, changeovers, args.starts, k)

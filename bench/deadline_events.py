@@ -13,6 +13,10 @@ Vertex times of each attempt), then `decide_deadline`. The model:
   90 min); the changeover is the job's create (or its Spot capacity) to the kit's `run_started`,
   which is also when Vertex reports it RUNNING, so the on-demand create-to-running times d is
   estimated from are the changeovers themselves;
+- the fleet has seen `fleet_changeovers` earlier on-demand changeovers in the location, drawn from
+  the same distribution (its own random stream, so 0 replays exactly what a lone request sees):
+  every attempt is created through production's claim placement (`place_claimed`), which
+  snapshots the fleet's changeover bound into the attempt for `deadline_situation`;
 - Spot capacity follows the trace, shifted by a random phase per run; a Spot job waits for it,
   is restarted after each preemption (Vertex's six restarts, then a new Spot attempt);
 - the rule is asked at each kit line (progress once a minute, each commit, each run start, each
@@ -29,6 +33,7 @@ asks its first and last moments and bisects between them; `exhaustive=True` asks
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from dataclasses import dataclass, field
@@ -43,6 +48,8 @@ from shared.deciding.deadline import Action, Rule, decide_deadline
 from shared.deciding.deadline_watch import deadline_situation, no_spot_capacity_until, note_progress
 from shared.deciding.effects import Effects
 from shared.deciding.preemptions import count_preemptions, note_kit_line
+from shared.fleet.observations import FleetFact, Kind
+from shared.fleet.placing import Placer, place_claimed
 from shared.jobs import JobState
 from shared.ledger.records import Attempt, RequestRecord
 from shared.ledger.states import AttemptOutcome
@@ -56,6 +63,8 @@ TAIL_SHARE, TAIL_SECONDS = 0.05, (2700.0, 5400.0)
 PROGRESS_EVERY_SECONDS = 60.0  # the kit writes progress at most once a minute
 DECISION_TO_CREATE_SECONDS = (30.0, 120.0)
 LOCATION = "us-central1"
+# A machine class for the claim to read the fleet's facts of (any: the bench has one class).
+CUSTOM_JOB = {"jobSpec": {"workerPoolSpecs": [{"machineSpec": {"machineType": "a2-highgpu-1g"}}]}}
 
 
 @dataclass(frozen=True)
@@ -66,6 +75,7 @@ class EventJob:
     price_ratio: float
     changeover_median_seconds: float = CHANGEOVER_MEDIAN_SECONDS
     changeover_tail: bool = False
+    fleet_changeovers: int = 0  # on-demand changeovers the fleet saw in the location before
 
 
 @dataclass(frozen=True)
@@ -103,6 +113,7 @@ class _Run:
     work: dict[str, float] = field(default_factory=lambda: {SPOT: 0.0, ON_DEMAND: 0.0})
     switches: int = 0
     current: _Job | None = None
+    fleet: tuple[FleetFact, ...] = ()  # the fleet's facts before the request
 
     def __post_init__(self) -> None:
         g = self.trace.gap_seconds
@@ -113,6 +124,7 @@ class _Run:
             "deadline": iso(at(self.job.deadline_seconds)),
             "total_steps": self.job.work_seconds,
             "expected_step_seconds": 1.0,
+            "custom_job": CUSTOM_JOB,
         }
         self.record = RequestRecord("bench", request, "gs://bench/requests/bench/", created_at=iso(at(0.0)))
 
@@ -132,9 +144,7 @@ class _Run:
         return j if j == math.inf else (j - self.start) * self.trace.gap_seconds - self.phase
 
     def changeover(self) -> float:
-        if self.job.changeover_tail and self.rng.random() < TAIL_SHARE:
-            return self.rng.uniform(*TAIL_SECONDS)
-        return self.rng.lognormvariate(math.log(self.job.changeover_median_seconds), CHANGEOVER_SIGMA)
+        return draw_changeover(self.rng, self.job)
 
     # The production side: the record and the rule.
 
@@ -182,6 +192,11 @@ class _Run:
             created_at=iso(at(t)),
         )
         self.record.attempts.append(attempt)
+        # The claim's placement, as submit's: one location, so only a deadline's fleet read.
+        placer = Placer(
+            lambda _: self.fleet, lambda _type, _location: None, at(t), self.settings.changeover_prior_seconds
+        )
+        place_claimed(placer, self.record, attempt)
         self.current = _Job(attempt, t)
         if strategy != SPOT:
             self._got_machine(t)
@@ -243,6 +258,23 @@ class _Run:
         return times[hi], found
 
 
+@functools.lru_cache(maxsize=1)  # the policies of one cell replay each seed in turn (run_event_cells)
+def fleet_history(seed: str, job: EventJob) -> tuple[FleetFact, ...]:
+    """The fleet's earlier on-demand changeovers, on a random stream of their own: the request's
+    draws are as with none. All an hour before the request (the bound weighs no age)."""
+    history, seen = random.Random(f"{seed}:fleet"), at(-3600.0)
+    return tuple(
+        FleetFact(Kind.CHANGEOVER, LOCATION, seen, draw_changeover(history, job)) for _ in range(job.fleet_changeovers)
+    )
+
+
+def draw_changeover(rng: random.Random, job: EventJob) -> float:
+    """One move's changeover: the lognormal, or with the tail 5% from 45 to 90 min."""
+    if job.changeover_tail and rng.random() < TAIL_SHARE:
+        return rng.uniform(*TAIL_SECONDS)
+    return rng.lognormvariate(math.log(job.changeover_median_seconds), CHANGEOVER_SIGMA)
+
+
 def at(seconds: float):
     return EPOCH + timedelta(seconds=seconds)
 
@@ -259,6 +291,7 @@ def simulate_events(
 ) -> EventOutcome:
     """One request from its creation to its last commit; `rule` None runs on on-demand only."""
     run = _Run(job, trace, start, rule, random.Random(seed), settings or Settings.from_env(), exhaustive)
+    run.fleet = fleet_history(seed, job) if rule is not None else ()  # on-demand only asks no rule
     total, interval = job.work_seconds, job.checkpoint_seconds
     give_up = job.deadline_seconds + 2 * total
     run.create(0.0, SPOT if rule is not None else ON_DEMAND)

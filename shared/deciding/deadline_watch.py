@@ -12,9 +12,11 @@ The inputs come from the record alone (`deadline_situation`, which `spotjobs sta
 - seconds per step per capacity type: the kit's latest progress rate of the latest attempt on
   that capacity type; on-demand falls back to the envelope's `expected_step_seconds`, and either
   to the other's;
-- the changeover: the envelope's `changeover_seconds`, else `changeover_estimate` of the
-  create-to-running times Vertex reported for this request's on-demand attempts in the location
-  (a Spot attempt's own wait for capacity is no changeover of on-demand's), never below the prior;
+- the changeover: the envelope's `changeover_seconds`, else the largest of the prior,
+  `changeover_estimate` of the create-to-running times Vertex reported for this request's
+  on-demand attempts in the location (a Spot attempt's own wait for capacity is no changeover of
+  on-demand's), and the fleet's bound there snapshotted at the claim (`fleet_changeover`): a
+  request sees a handful of its own moves, the fleet its tail;
 - the review interval: the reconcile interval (`Settings.reconcile_interval_seconds`) plus the
   checkpoint interval (`checkpoint_interval`): between two commits the committed slack falls as
   if the job waited, so a commit may come up to one interval after the moment that mattered;
@@ -103,7 +105,8 @@ def deadline_situation(
     committed = max((a.last_checkpoint[1] for a in record.attempts if a.last_checkpoint), default=0)
     changeover = request.get("changeover_seconds")
     if changeover is None:
-        changeover = changeover_estimate(_changeovers(record, latest.location), prior_seconds)
+        own = changeover_estimate(_changeovers(record, latest.location), prior_seconds)
+        changeover = max(own, fleet_changeover(record, latest.location) or 0.0)
     placement, placed_at = _placement(record, latest, running, float(changeover), now)
     return Situation(
         now=now,
@@ -309,6 +312,20 @@ def _placement(
         # is its changeover (the model's first d seconds of an instance), not a wait for Spot.
         return Placement.ON_SPOT, asked
     return Placement.WAITING_FOR_SPOT, asked
+
+
+def fleet_changeover(record: RequestRecord, location: str) -> float | None:
+    """The fleet's changeover bound in `location` snapshotted by the latest claim there that read
+    one (`Attempt.fleet_changeover_seconds`): the fleet's tail, which one request's handful of
+    moves seldom shows, with no read of the fleet per kit line."""
+    return next(
+        (
+            a.fleet_changeover_seconds
+            for a in reversed(record.attempts)
+            if a.location == location and a.fleet_changeover_seconds is not None
+        ),
+        None,
+    )
 
 
 def _changeovers(record: RequestRecord, location: str) -> list[float]:

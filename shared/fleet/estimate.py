@@ -16,10 +16,15 @@ seen it is a lower bound (`lifetime_censored`).
 
 `CapacityEstimate.outlook` is what a deadline request's claim keeps of it in the attempt
 (`Attempt.spot_outlook`) for the deadline rule: the share of the time with capacity and the mean
-lifetime, from which the rule weighs how long a wait for Spot is likely to last."""
+lifetime, from which the rule weighs how long a wait for Spot is likely to last.
+
+`changeover_bound(observations, location, now)` is the fleet's side of a deadline's changeover d:
+an upper confidence bound on a high percentile of the on-demand create-to-running times seen
+there (docs/deadlines.md, "The changeover estimate")."""
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
@@ -33,6 +38,11 @@ OPEN_WAIT_GRACE_SECONDS = 900.0
 PRIOR_WEIGHT = 1.0
 MIN_SURE = 0.5
 PRIOR_HOURS = 1.0
+# The fleet's changeover bound: the order statistic above the p95 with 90% confidence. Without a
+# tail it stays near the 1,200 s prior; 5% of moves in a tail lift it into the tail
+# (docs/deadlines.md, "The changeover estimate", has the measurement behind both numbers).
+CHANGEOVER_BOUND_SHARE = 0.95
+CHANGEOVER_BOUND_CONFIDENCE = 0.9
 
 
 @dataclass(frozen=True)
@@ -192,6 +202,43 @@ def percentile(values: Sequence[float], share: float) -> float | None:
         return None
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, math.ceil(share * len(ordered)) - 1))]
+
+
+def changeover_bound(observations: Iterable[FleetFact], location: str, now: datetime) -> float | None:
+    """The on-demand changeover of `location` a deadline plans with: `upper_bound` of the fleet's
+    create-to-running times there; None with none seen."""
+    seen = [
+        o.seconds for o in observations if o.kind is Kind.CHANGEOVER and o.location == location and o.at and o.at <= now
+    ]
+    return upper_bound(seen, CHANGEOVER_BOUND_SHARE, CHANGEOVER_BOUND_CONFIDENCE)
+
+
+def upper_bound(values: Sequence[float], share: float, confidence: float) -> float | None:
+    """The smallest order statistic at or above the `share` quantile with `confidence` (the k-th
+    smallest of n is below the quantile only when k or more of n are, a binomial tail). With too
+    few values for that (n below log(1 - confidence) / log(share): 45 for the p95 at 90%), the
+    largest: the best bound they give, and a slow move among them still raises it. None of nothing."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[_rank(len(ordered), share, confidence) - 1]
+
+
+@functools.lru_cache(maxsize=256)  # fleet sizes recur from claim to claim: sum each binomial once
+def _rank(n: int, share: float, confidence: float) -> int:
+    """The smallest k with P(fewer than k of n below the `share` quantile) >= confidence; n when none."""
+    below = 0.0
+    for k in range(1, n + 1):
+        below += _binomial(n, k - 1, share)
+        if below >= confidence:
+            return k
+    return n
+
+
+def _binomial(n: int, j: int, p: float) -> float:
+    """P(j of n), in logs so that thousands of values do not underflow."""
+    log = math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1)
+    return math.exp(log + j * math.log(p) + (n - j) * math.log1p(-p))
 
 
 def _rounded(value: float | None) -> float | None:

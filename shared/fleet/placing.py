@@ -10,7 +10,12 @@ attempt is created: to place it, and for a deadline request to keep the outlook 
 allowed location too). With nothing to weigh the attempt runs where `plan_attempt` put it (the first
 allowed location, or the failover order after a stockout): one allowed location, no machine class,
 no price for every allowed location, no observation in any of them, or a listing that failed (the
-facts are advisory: a failed read never holds a create back)."""
+facts are advisory: a failed read never holds a create back).
+
+For a request with a deadline and no `changeover_seconds` of its own, the claim also snapshots the
+fleet's changeover bound where the attempt runs (`Attempt.fleet_changeover_seconds`, from the same
+one read), so the deadline rule, asked on every kit line, covers the fleet's slow moves without
+reading the fleet each time."""
 
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ from typing import Any
 
 from shared.clock import parse_iso
 from shared.errors import is_retryable
-from shared.fleet.estimate import SpotOutlook, estimate
+from shared.fleet.estimate import SpotOutlook, changeover_bound, estimate
 from shared.fleet.observations import FleetFact, MachineClass
 from shared.fleet.placement import Candidate, Job, choose_location
 from shared.ledger.records import Attempt, RequestRecord
@@ -49,6 +54,7 @@ class Placer:
         self._now = now
         self._changeover_prior_seconds = changeover_prior_seconds
         self._facts: dict[MachineClass, Sequence[FleetFact]] = {}
+        self._unreadable: set[MachineClass] = set()  # a read that failed: the bound does not retry it
 
     def place(self, request: Mapping[str, Any], attempt: Attempt, earlier: Sequence[Attempt]) -> LocationChoice:
         """Where `attempt` (planned in `attempt.location`) runs, and why there."""
@@ -90,7 +96,18 @@ class Placer:
         facts = None if machine_class is None else self._read(machine_class)
         return None if facts is None else estimate(facts, location, self._now).outlook
 
+    def changeover_bound(self, request: Mapping[str, Any], location: str) -> float | None:
+        """The fleet's changeover bound in `location` for a request with a deadline whose d is not
+        given (the claim's one read, shared with `place`); None for any other, or unreadable."""
+        if not request.get("deadline") or request.get("changeover_seconds") is not None:
+            return None
+        machine_class = MachineClass.of_request(request)
+        facts = None if machine_class is None else self._read(machine_class)
+        return None if facts is None else changeover_bound(facts, location, self._now)
+
     def _read(self, machine_class: MachineClass) -> Sequence[FleetFact] | None:
+        if machine_class in self._unreadable:
+            return None
         if machine_class not in self._facts:
             from google.api_core.exceptions import GoogleAPICallError
 
@@ -99,6 +116,7 @@ class Placer:
             except Exception as exc:  # advisory: the attempt runs where planned (module docstring)
                 if not (is_retryable(exc) or isinstance(exc, GoogleAPICallError)):
                     raise
+                self._unreadable.add(machine_class)
                 return None
         return self._facts[machine_class]
 
@@ -159,8 +177,9 @@ def attempt_placer(ports: Ports) -> Placer:
 
 def place_claimed(placer: Placer, record: RequestRecord, attempt: Attempt) -> None:
     """Set where the attempt a claim just created runs, and why, and for a deadline request the
-    fleet's outlook of Spot there (in the record the claim writes)."""
+    fleet's outlook of Spot and its changeover bound there (in the record the claim writes)."""
     placed = placer.place(record.request, attempt, [a for a in record.attempts if a.n < attempt.n])
     attempt.location, attempt.placed = placed.location, placed.reason
     outlook = placer.spot_outlook(record.request, attempt.location)
     attempt.spot_outlook = None if outlook is None else outlook.to_json()
+    attempt.fleet_changeover_seconds = placer.changeover_bound(record.request, attempt.location)

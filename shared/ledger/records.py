@@ -67,6 +67,9 @@ class Attempt:
     spot_outlook: dict[str, float] | None = None
     # Why it runs in `location` (shared/fleet/placing.py), decided with its claim.
     placed: str | None = None
+    # The fleet's changeover bound in `location` when it was claimed (a deadline request's, from
+    # the claim's one read of the fleet: shared/fleet/placing.py), which the deadline's d covers.
+    fleet_changeover_seconds: float | None = None
     newer_fields: dict[str, Any] = field(default_factory=dict)  # see `_known`
 
     @property

@@ -4,6 +4,7 @@ moment would."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -12,6 +13,7 @@ import bench.bench_deadline as bench
 import bench.bench_deadline_speed as speed
 import bench.deadline_events as events
 import shared.deciding.deadline_watch as deadline_watch
+import shared.fleet.placing as placing
 from bench.deadline_sim import Trace
 from shared.clock import iso
 from shared.deciding.deadline import Action, Placement, Rule, decide_deadline
@@ -53,6 +55,24 @@ def test_the_event_model_asks_the_production_input_builder(monkeypatch: pytest.M
     assert {c for _, c in seen} <= {1800 * i for i in range(13)}
     assert outcome.switches > 0 and outcome.spot_work_hours > 0 and outcome.on_demand_work_hours > 0
     assert outcome.spot_work_hours + outcome.on_demand_work_hours == pytest.approx(6)
+
+
+def test_the_event_models_fleet_reaches_each_attempt_through_the_claims_placement(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert events.place_claimed is placing.place_claimed
+    seen: list[float | None] = []
+
+    def counted(placer, record, attempt):
+        placing.place_claimed(placer, record, attempt)
+        seen.append(attempt.fleet_changeover_seconds)
+
+    monkeypatch.setattr(events, "place_claimed", counted)
+    events.simulate_events(replace(job(1800), fleet_changeovers=100), FLAKY, 0, Rule.SPOTJOBS, "seed")
+    assert len(seen) > 1 and len(set(seen)) == 1 and seen[0] > 0  # one fleet, read at every create
+    seen.clear()
+    events.simulate_events(job(1800), FLAKY, 0, Rule.SPOTJOBS, "seed")  # a lone request: no bound
+    assert seen and set(seen) == {None}
 
 
 @pytest.mark.parametrize("rule", [Rule.GREEDY, Rule.SPOTJOBS])
@@ -154,6 +174,39 @@ def test_the_changeover_prior_stays_a_floor_of_d_however_many_were_seen() -> Non
         attempt.started_at, attempt.outcome = iso(created + timedelta(seconds=seconds)), AttemptOutcome.SWITCHED_TO_SPOT
         record.attempts.insert(0, attempt)
     assert deadline_watch.deadline_situation(record, NOW, **INPUTS).changeover_seconds == D
+
+
+def test_d_is_the_largest_of_the_prior_the_requests_own_and_the_fleets_snapshot_where_it_runs() -> None:
+    record = on_demand_for_three_commits(deadline_in=10 * I)  # its own changeover: 500 s
+
+    def d() -> float:
+        return deadline_watch.deadline_situation(record, NOW, **INPUTS).changeover_seconds
+
+    assert d() == D
+    record.attempts[0].fleet_changeover_seconds = 1100.0  # the fleet's bound under the prior: d as before
+    assert d() == D
+    record.attempts[0].fleet_changeover_seconds = 3300.0  # the fleet has a tail
+    assert d() == 3300.0
+    # A later claim there that could not read the fleet: the last snapshot of the location holds.
+    record.attempts[0].outcome = AttemptOutcome.SWITCHED_TO_SPOT
+    asked = iso(NOW - timedelta(seconds=60))
+    record.attempts.append(Attempt(2, "us-central1", "SPOT", claimed_at=asked, job=JOB1 + "2", created_at=asked))
+    assert d() == 3300.0
+    record.attempts[1].location = "us-east4"  # another location's snapshot is not this one's
+    assert d() == D
+    record.request["changeover_seconds"] = 700  # the request's own d wins over every estimate
+    record.attempts[1].location = "us-central1"
+    assert d() == 700
+
+
+def test_a_miss_a_slow_changeover_made_is_avoided_with_the_fleets_d() -> None:
+    # 6 h of work due in 7.5 h, commits every 10 min, 5% of moves taking 45-90 min: alone, the
+    # request's d is the prior and a tail move at its last switch makes it late; with the fleet's
+    # 200 earlier changeovers (the same distribution, snapshotted at each claim) d covers the tail.
+    alone = replace(job(600, 0.8), changeover_tail=True)
+    assert events.simulate_events(alone, FLAKY, 0, Rule.SPOTJOBS, "t10").missed
+    with_fleet = replace(alone, fleet_changeovers=200)
+    assert not events.simulate_events(with_fleet, FLAKY, 0, Rule.SPOTJOBS, "t10").missed
 
 
 def test_a_replay_that_missed_its_deadline_under_yesterdays_inputs_meets_it() -> None:

@@ -3,6 +3,7 @@ listing, and the capacity estimate on scripted observations."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 
 from shared.fleet import store
-from shared.fleet.estimate import OPEN_WAIT_GRACE_SECONDS, SpotOutlook, estimate
+from shared.fleet.estimate import OPEN_WAIT_GRACE_SECONDS, SpotOutlook, changeover_bound, estimate, upper_bound
 from shared.fleet.observations import FleetFact, Kind, MachineClass, Reading, observations_of
 from shared.fleet.recording import fleet_facts, new_facts
 from shared.ledger.records import Attempt, RequestRecord
@@ -260,3 +261,52 @@ def test_the_share_of_time_with_capacity_counts_waits_and_restart_waits_against_
     on_spot, waited, prior = 3 * 3600, 1800 + 3600, 3600
     assert found.share_available == pytest.approx((on_spot + prior / 2) / (on_spot + waited + prior))
     assert estimate([], "us-east4", NOW).share_available == 0.5
+
+
+# The fleet's changeover bound (shared/fleet/estimate.py): what a deadline's d covers.
+
+
+def lognormal_changeovers(n: int) -> list[float]:
+    """n changeovers at the evenly spaced quantiles of the event bench's lognormal (median 8 min, p90 15 min)."""
+    from statistics import NormalDist
+
+    sigma = math.log(900 / 480) / NormalDist().inv_cdf(0.9)
+    return [480 * math.exp(sigma * NormalDist().inv_cdf((i + 0.5) / n)) for i in range(n)]
+
+
+def test_with_fewer_than_45_changeovers_the_bound_is_their_largest() -> None:
+    # 1 - 0.95^44 < 0.9: no order statistic of 44 bounds the p95 with 90% confidence.
+    assert upper_bound([600.0, 900.0, 300.0], 0.95, 0.9) == 900.0
+    assert upper_bound([float(i) for i in range(1, 45)], 0.95, 0.9) == 44.0
+    assert upper_bound([], 0.95, 0.9) is None
+
+
+def test_with_many_changeovers_the_bound_is_the_order_statistic_above_the_p95_with_90_percent() -> None:
+    # P(at most 98 of 100 below the p95) = 0.963 >= 0.9, at most 97: 0.882: the 99th of 100.
+    assert upper_bound([float(i) for i in range(1, 101)], 0.95, 0.9) == 99.0
+    assert upper_bound([float(i) for i in range(1, 201)], 0.95, 0.9) == 195.0
+    assert upper_bound([float(i) for i in range(1, 501)], 0.95, 0.9) == 482.0
+    assert (
+        upper_bound([float(i) for i in range(1, 20_001)], 0.95, 0.9) == 19_040.0
+    )  # no underflow: 19,000 + 1.28 sd (30.8) + 1
+
+
+def test_the_bound_stays_under_the_prior_without_a_tail_and_rises_into_one() -> None:
+    plain = lognormal_changeovers(500)
+    assert 1080 < upper_bound(plain, 0.95, 0.9) < 1200  # the p95 is 1,076 s
+    tailed = plain[:475] + [2700.0 + 100 * i for i in range(25)]  # 5% from 45 min up
+    assert upper_bound(tailed, 0.95, 0.9) >= 2700
+
+
+def test_the_changeover_bound_reads_the_locations_on_demand_changeovers_seen_by_now() -> None:
+    facts = [
+        FleetFact(Kind.CHANGEOVER, "us-east4", T0 - timedelta(hours=i + 1), s, attempt_key=str(i))
+        for i, s in enumerate((500.0, 4000.0))
+    ]
+    facts += [
+        FleetFact(Kind.CHANGEOVER, "us-central1", T0, 9000.0),  # another location
+        FleetFact(Kind.WAIT, "us-east4", T0, 9000.0),  # a Spot wait, no changeover
+        FleetFact(Kind.CHANGEOVER, "us-east4", T0 + timedelta(hours=1), 9000.0),  # after now
+    ]
+    assert changeover_bound(facts, "us-east4", T0) == 4000.0
+    assert changeover_bound(facts, "europe-west4", T0) is None

@@ -283,3 +283,75 @@ def test_a_job_waiting_past_its_changeover_where_others_find_spot_is_moved_on_a_
     assert fresh.attempt(1).outcome == "moved" and fresh.attempt(1).cancel_decided_at == iso(NOW)
     assert (fresh.requeue.attempt, fresh.requeue.location, fresh.requeue.reason) == (2, "us-east4", "move")
     assert effects.requeue_decided and [line.fields["event"] for line in effects.lines] == ["moved"]
+
+
+# The claim's snapshot of the fleet's changeover bound, for a deadline's d.
+
+ONE_REGION_DEADLINE = {"custom_job": H100_JOB, "location": "us-east4", "deadline": "2026-12-03T12:00:00Z"}
+
+
+def changeovers(location: str, *seconds: float) -> list[FleetFact]:
+    return [
+        FleetFact(Kind.CHANGEOVER, location, NOW - timedelta(hours=1), s, attempt_key=f"c{i}")
+        for i, s in enumerate(seconds)
+    ]
+
+
+def test_a_deadline_claim_snapshots_the_fleets_changeover_bound_where_the_attempt_runs() -> None:
+    reads: list[str] = []
+    record = RequestRecord("r1", ONE_REGION_DEADLINE, "gs://b/r1/", attempts=[first("us-east4", "STANDARD")])
+    place_claimed(
+        placer(changeovers("us-east4", 500, 4000) + changeovers("us-central1", 9000), reads), record, record.attempts[0]
+    )
+    assert record.attempts[0].fleet_changeover_seconds == 4000.0  # us-east4's largest of two
+    assert record.attempts[0].placed == "the only allowed location" and len(reads) == 1
+    # Placed in another allowed location: that one's bound, from the same one read.
+    reads.clear()
+    both = {**ONE_REGION_DEADLINE, "location": "asia-southeast1", "locations": ["asia-southeast1", "us-central1"]}
+    two = RequestRecord("r2", both, "gs://b/r2/", attempts=[first("asia-southeast1", "STANDARD")])
+    facts = (
+        changeovers("asia-southeast1", 500.0) + changeovers("us-central1", 700.0) + waited("asia-southeast1", 5, "a")
+    )
+    place_claimed(placer(facts, reads), two, two.attempts[0])  # on-demand is cheaper in us-central1
+    assert (two.attempts[0].location, two.attempts[0].fleet_changeover_seconds) == ("us-central1", 700.0)
+    assert len(reads) == 1
+
+
+def test_only_a_deadline_without_its_own_changeover_reads_the_fleet_for_the_bound() -> None:
+    # No deadline: no read. A deadline with its own d: the claim's one read (for the Spot outlook)
+    # gives no bound.
+    for request, expected_reads in (
+        ({"custom_job": H100_JOB, "location": "us-east4"}, 0),
+        ({**ONE_REGION_DEADLINE, "changeover_seconds": 600}, 1),
+    ):
+        reads: list[str] = []
+        record = RequestRecord("r1", request, "gs://b/r1/", attempts=[first("us-east4")])
+        place_claimed(placer(changeovers("us-east4", 4000), reads), record, record.attempts[0])
+        assert record.attempts[0].fleet_changeover_seconds is None and len(reads) == expected_reads
+
+    tries: list[MachineClass] = []
+
+    def broken(machine_class: MachineClass) -> list[FleetFact]:
+        tries.append(machine_class)
+        raise ServiceUnavailable("listing refused")
+
+    record = RequestRecord("r1", ONE_REGION_DEADLINE, "gs://b/r1/", attempts=[first("us-east4")])
+    place_claimed(Placer(broken, price, NOW, 1200), record, record.attempts[0])  # advisory: no bound
+    assert record.attempts[0].fleet_changeover_seconds is None and len(tries) == 1
+    # placement's failed read is not tried again for the bound in the same claim
+    both = {**ONE_REGION_DEADLINE, "locations": ["us-east4", "us-central1"]}
+    two = RequestRecord("r2", both, "gs://b/r2/", attempts=[first("us-east4")])
+    tries.clear()
+    place_claimed(Placer(broken, price, NOW, 1200), two, two.attempts[0])
+    assert two.attempts[0].placed == "fleet observations unreadable" and len(tries) == 1
+
+
+def test_the_snapshot_survives_the_records_json_and_an_older_record_reads_without_it() -> None:
+    attempt = first("us-east4", "STANDARD")
+    attempt.fleet_changeover_seconds = 3300.0
+    record = RequestRecord("r1", ONE_REGION_DEADLINE, "gs://b/r1/", attempts=[attempt])
+    assert RequestRecord.from_json(record.to_document()).attempts[0].fleet_changeover_seconds == 3300.0
+    older = record.to_document()
+    del older["attempts"][0]["fleet_changeover_seconds"]
+    read = RequestRecord.from_json(older)
+    assert read.attempts[0].fleet_changeover_seconds is None and read.attempts[0].newer_fields == {}
