@@ -14,10 +14,9 @@ SCHEMAS := $(TOOLS)/provider-schemas/.installed
 
 # pytest-xdist workers for `make test`: the suite mostly waits on stacks and subprocesses, so
 # more workers than cores pay (tests/conftest.py keeps modules with a fixture of their own whole).
-# Two of them run the CPU-bound framework tests (FRAMEWORK_LINES); the stack tests beside them
-# mostly wait (tests/integration/test_events.py: about 30 s of wall for 1 s of CPU each), so
-# four more keep both cores busy.
-TEST_WORKERS ?= 6
+# Six were tried (2026-12-02): the run_last test then waited for workers that had nothing left
+# to run and were never shut down, until its 1,200 s limit.
+TEST_WORKERS ?= 4
 
 .PHONY: demo up test bench sim install clean prereqs $(FRAMEWORKS)
 
