@@ -254,12 +254,18 @@ def trace_of(bits: list[bool]) -> Trace:
     return Trace.of("synthetic", GAP, [int(b) for b in bits])
 
 
+# A trace of 60 ticks and a job on-demand could finish by its deadline (the properties below).
+SMALL_JOBS = {
+    "bits": st.lists(st.booleans(), min_size=60, max_size=60),
+    "work_ticks": st.integers(min_value=1, max_value=30),
+    "extra_ticks": st.integers(min_value=0, max_value=29),
+    "changeover": st.sampled_from([0, 180, 600, 720, 1800]),
+}
+
+
 @settings(max_examples=120, deadline=None)
 @given(
-    bits=st.lists(st.booleans(), min_size=60, max_size=60),
-    work_ticks=st.integers(min_value=1, max_value=30),
-    extra_ticks=st.integers(min_value=0, max_value=29),
-    changeover=st.sampled_from([0, 180, 600, 720, 1800]),
+    **SMALL_JOBS,
     rule=st.sampled_from(list(Rule)),
 )
 def test_no_deadline_that_on_demand_could_meet_is_missed(
@@ -278,10 +284,7 @@ def test_no_deadline_that_on_demand_could_meet_is_missed(
 
 @settings(max_examples=120, deadline=None)
 @given(
-    bits=st.lists(st.booleans(), min_size=60, max_size=60),
-    work_ticks=st.integers(min_value=1, max_value=30),
-    extra_ticks=st.integers(min_value=0, max_value=29),
-    changeover=st.sampled_from([0, 180, 600, 720, 1800]),
+    **SMALL_JOBS,
     share=st.floats(min_value=0.0, max_value=1.0),
     lifetime=st.floats(min_value=0.0, max_value=1e6),
 )
