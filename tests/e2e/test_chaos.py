@@ -30,12 +30,18 @@ pytestmark = pytest.mark.stack
 @pytest.fixture(scope="module")
 def chaos() -> Iterator[Stack]:  # noqa: F821
     with isolated_stack(storage_fault_proxy=True) as stack:
-        # One request end to end first, so no test's short waits (30 s for a claim) include the
-        # functions' cold start, which a parallel run's start-up (every worker's stack) slows.
+        # One request end to end first, so no test's wait for a claim includes the functions'
+        # cold start, which a parallel run's start-up (every worker's stack) slows.
         warm = _new_id("warm")
         stack.publish("job_requests", _request(warm))
         _wait_terminal(stack, [warm])
         yield stack
+
+
+# A claim is the first thing submit does with a push: a quiet machine sees it within seconds, a CI
+# machine running four stacks at once once waited more than 30 s for three (the logs of that run
+# were not kept). What is asserted is that it comes, not how fast.
+CLAIM_SECONDS = 120
 
 
 def _request(request_id: str, seconds: float = 0.2) -> bytes:
@@ -91,7 +97,7 @@ def test_submit_killed_between_create_and_record_is_redelivered_without_a_second
     os.kill(vertex.pid, signal.SIGSTOP)
     try:
         chaos.publish("job_requests", _request(request_id))
-        chaos.wait_for(lambda: chaos.ledger().get(request_id), timeout=30, message="the claim")
+        chaos.wait_for(lambda: chaos.ledger().get(request_id), timeout=CLAIM_SECONDS, message="the claim")
         time.sleep(0.5)  # the create request is now on the wire
         chaos.functions.kill("submit_job")
     finally:
@@ -110,7 +116,7 @@ def test_requests_published_while_vertex_is_down_wait_and_then_complete(chaos) -
         for request_id in request_ids:
             chaos.publish("job_requests", _request(request_id))
         # While Vertex is down the claims exist but no job does; the messages keep coming back.
-        chaos.wait_for(lambda: all(chaos.ledger().get(r) for r in request_ids), timeout=30, message="claims")
+        chaos.wait_for(lambda: all(chaos.ledger().get(r) for r in request_ids), timeout=CLAIM_SECONDS, message="claims")
         time.sleep(3)
         assert all(chaos.ledger().get(r).attempts[0].job is None for r in request_ids)
     finally:

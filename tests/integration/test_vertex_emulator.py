@@ -1026,7 +1026,12 @@ class EventsTopic:
         return [entry for entry, _ in self.received if entry["resource"]["labels"]["job_id"] == job_id(job_name)]
 
     def service_entries(self, job_name: str) -> list[dict[str, Any]]:
-        return [entry for entry in self.entries_for(job_name) if entry["resource"]["labels"]["task_name"] == "service"]
+        # Pub/Sub promises no order without an ordering key, and a log sink sets none: the
+        # entries' own timestamps (then insertIds, a counter) say which came first.
+        service = [
+            entry for entry in self.entries_for(job_name) if entry["resource"]["labels"]["task_name"] == "service"
+        ]
+        return sorted(service, key=lambda entry: (entry["timestamp"], entry["insertId"]))
 
     def service_messages(self, job_name: str) -> list[str]:
         return [_text(entry) for entry in self.service_entries(job_name)]
