@@ -35,6 +35,13 @@ def redrive_stack() -> Iterator[Any]:
     with isolated_stack(
         functions=("submit_job", "reconcile", "on_trigger"), max_delivery_attempts=5, supervise_functions=False
     ) as stack:
+        # One request to a job first: a delivery later than the 5 s claim lease asks Vertex for
+        # the request's jobs before claiming (shared/redeliveries.py), so a first delivery slowed
+        # by submit_job's cold start on a loaded machine would claim nothing while Vertex is down.
+        warm = f"warm-{uuid.uuid4().hex[:6]}"
+        stack.publish("job_requests", job_request(warm, ["python", "-c", "pass"]))
+        ledger = stack.ledger()
+        stack.wait_for(lambda: (r := ledger.get(warm)) and r.latest and r.latest.job, TIMEOUT, "the warm-up job")
         yield stack
 
 
