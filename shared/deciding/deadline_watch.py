@@ -21,7 +21,10 @@ The inputs come from the record alone (`deadline_situation`, which `spotjobs sta
   checkpoint interval (`checkpoint_interval`): between two commits the committed slack falls as
   if the job waited, so a commit may come up to one interval after the moment that mattered;
 - whether Spot has capacity: known to have none for a back-off after the request's last tries of
-  Spot found none (`no_spot_capacity_until`), else unknown.
+  Spot found none (`no_spot_capacity_until`); else, before a move back to Spot only, the fleet's
+  estimate where the attempt runs (`spot_capacity`: `shared.fleet.placing.Placer.has_capacity`,
+  one listing of the class's observations, which `apply_observation` reads for the decision);
+  else unknown.
 - the fleet's outlook of Spot where a Spot attempt waits: what its claim kept of the estimate
   (`Attempt.spot_outlook`: the share of the time with capacity, the mean lifetime), so a kit
   line reads no fleet observation; None without one (a request with no deadline when claimed,
@@ -44,8 +47,10 @@ provisions a job for minutes even when capacity is there); past that it is waiti
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from shared.alerts import AlertKind
 from shared.clock import iso, parse_iso
@@ -69,6 +74,8 @@ from shared.ledger.states import AttemptOutcome
 from shared.requests.attempts import ON_DEMAND, SPOT
 
 SWITCH_REASON = "deadline"
+# (request, location) -> whether Spot has capacity there now; None: unknown.
+SpotCapacity = Callable[[Mapping[str, Any], str], bool | None]
 # The back-off on Spot after tries that found no capacity doubles at most this often (1,024 times
 # the last wait): the streak of a rule that ignores it (Uniform Progress) grows without bound.
 BACK_OFF_DOUBLINGS = 10
@@ -166,12 +173,16 @@ def watch_deadline(
     refuses: Callable[[str], Violation | None],
     checkpoint_prior_seconds: float,
     running: bool = False,
+    spot_capacity: SpotCapacity | None = None,
 ) -> DeadlineDecision | None:
     """Ask the deadline rule about the request's current attempt and carry out its answer in the
     record: its alerts (once per request) and a switch to on-demand. `refuses(strategy)` is the
     deployment's policy for the next attempt: a switch it refuses is not made (the deployment's
     minimum of Spot attempts wins over a deadline, so a publisher gets by a deadline no fallback
-    the policy refuses), and said once per attempt."""
+    the policy refuses), and said once per attempt. `spot_capacity(request, location)` is the
+    fleet's answer to "has Spot capacity there now?" (None: unknown), asked only before a move
+    back to Spot, the one answer of the rule that weighs it: so the fleet is read once per such
+    move, not at every kit line."""
     if record.latest is not attempt or attempt.outcome is not None or attempt.job is None:
         return None
     if record.is_terminal or record.requeue is not None or record.cancel is not None:
@@ -187,6 +198,9 @@ def watch_deadline(
     if situation is None:
         return None
     decision = decide_deadline(situation)
+    if decision.action is Action.BACK_TO_SPOT and situation.spot_available is None and spot_capacity is not None:
+        situation = replace(situation, spot_available=spot_capacity(record.request, attempt.location))
+        decision = decide_deadline(situation)
     if situation.work.committed_steps < situation.work.total_steps:
         _alert(record, attempt, situation, decision, now, effects)
     if decision.action is Action.SWITCH_TO_ON_DEMAND and attempt.strategy == SPOT:

@@ -56,7 +56,7 @@ from spotjobs_kit.lines import PREEMPTED, KitRecord
 
 from shared.alerts import AlertKind
 from shared.clock import iso, parse_iso
-from shared.deciding.deadline_watch import alert_if_finished_late, note_progress, watch_deadline
+from shared.deciding.deadline_watch import SpotCapacity, alert_if_finished_late, note_progress, watch_deadline
 from shared.deciding.effects import Effects, LogLine, attempt_alert, event_fields
 from shared.deciding.events import Signal, SignalPatterns, patterns_from
 from shared.deciding.preemptions import (
@@ -183,11 +183,20 @@ def classify_failure(job: JobSnapshot, patterns: SignalPatterns, *, kit_saw_pree
 # The decision.
 
 
-def decide(record: RequestRecord, observation: Observation, policy: DecisionPolicy, now: datetime) -> Decision:
+def decide(
+    record: RequestRecord,
+    observation: Observation,
+    policy: DecisionPolicy,
+    now: datetime,
+    *,
+    spot_capacity: SpotCapacity | None = None,
+) -> Decision:
     """The record after `observation`, and the effects of the change. Pure: the record is a copy
     the ledger handed over, and effects are only described, never carried out. The alerts and the
-    prune request decided are also written into the record as pending, for `shared.deciding.outbox`."""
-    decision = _decide(record, observation, policy, now)
+    prune request decided are also written into the record as pending, for `shared.deciding.outbox`.
+    `spot_capacity`: the fleet's answer to "Spot capacity now?" for the deadline rule
+    (`shared.deciding.deadline_watch.watch_deadline`); without it, unknown."""
+    decision = _decide(record, observation, policy, now, spot_capacity)
     if settle_cancel(decision.record, now):  # the last live job of a cancelled request ended
         latest = decision.record.latest
         decision.effects.lines.append(
@@ -203,7 +212,13 @@ def decide(record: RequestRecord, observation: Observation, policy: DecisionPoli
     return decision
 
 
-def _decide(record: RequestRecord, observation: Observation, policy: DecisionPolicy, now: datetime) -> Decision:
+def _decide(
+    record: RequestRecord,
+    observation: Observation,
+    policy: DecisionPolicy,
+    now: datetime,
+    spot_capacity: SpotCapacity | None,
+) -> Decision:
     effects = Effects()
     attempt = record.attempt(observation.attempt)
     if attempt is None or attempt.job is None:
@@ -228,7 +243,8 @@ def _decide(record: RequestRecord, observation: Observation, policy: DecisionPol
     )
     if job is None and observation.kit is not None:
         # A kit line: the job runs (or just did); no Vertex read to track.
-        _watch_deadline(record, attempt, policy, now, effects, running=observation.kit.event != PREEMPTED)
+        running = observation.kit.event != PREEMPTED
+        _watch_deadline(record, attempt, policy, now, effects, spot_capacity, running=running)
     if job is not None and not fresh and attempt.ending:
         _flag_stuck(record, attempt, job, policy, now, effects)  # cancelled, and not ended yet
     if job is None or not fresh:
@@ -244,7 +260,7 @@ def _decide(record: RequestRecord, observation: Observation, policy: DecisionPol
         return Decision(record, effects, waiting)
     if owns_status:
         _flag_stuck(record, attempt, job, policy, now, effects)
-        _watch_deadline(record, attempt, policy, now, effects)
+        _watch_deadline(record, attempt, policy, now, effects, spot_capacity)
     return Decision(record, effects)
 
 
@@ -254,6 +270,7 @@ def _watch_deadline(
     policy: DecisionPolicy,
     now: datetime,
     effects: Effects,
+    spot_capacity: SpotCapacity | None,
     running: bool = False,
 ) -> None:
     watch_deadline(
@@ -266,6 +283,7 @@ def _watch_deadline(
         refuses=lambda strategy: policy.refuses(strategy, record, attempt.n + 1),
         checkpoint_prior_seconds=policy.checkpoint_prior_seconds,
         running=running,
+        spot_capacity=spot_capacity,
     )
 
 

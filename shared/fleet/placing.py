@@ -96,6 +96,15 @@ class Placer:
         facts = None if machine_class is None else self._read(machine_class)
         return None if facts is None else estimate(facts, location, self._now).outlook
 
+    def has_capacity(self, request: Mapping[str, Any], location: str) -> bool | None:
+        """The fleet's answer to "has Spot capacity now in `location`?" for the request's class
+        (`CapacityEstimate.has_capacity`): the deadline rule's `spot_available`, as the placement
+        bench (`bench.bench_placement`) measures it. None when too little is known there, without
+        a machine class, or unreadable."""
+        machine_class = MachineClass.of_request(request)
+        facts = None if machine_class is None else self._read(machine_class)
+        return None if facts is None else estimate(facts, location, self._now).has_capacity
+
     def changeover_bound(self, request: Mapping[str, Any], location: str) -> float | None:
         """The fleet's changeover bound in `location` for a request with a deadline whose d is not
         given (the claim's one read, shared with `place`); None for any other, or unreadable."""

@@ -188,3 +188,32 @@ def test_a_deadline_request_is_moved_only_while_the_rule_spares_the_moves_change
     record = world.ledger.get("req-1")
     assert record.attempt(1).outcome is AttemptOutcome.MOVED and world.vertex.cancelled == [job]
     assert (record.requeue.location, record.requeue.reason) == ("us-east4", "move")
+
+
+def test_on_demand_ahead_of_the_line_goes_back_to_spot_only_once_the_fleet_sees_capacity(world: World) -> None:
+    # Attempt 1 on on-demand for an hour with 90% of the work committed, 10 h of slack: the rule's
+    # hysteresis is done, and it would go back to Spot.
+    world.submitted(state=RUNNING, request={**TWO_REGIONS, **deadline_request(10 * 3600)})
+    an_hour_ago = iso(datetime.now(UTC) - timedelta(hours=1))
+
+    def on_demand(record) -> None:
+        record.created_at = an_hour_ago
+        attempt = record.attempt(1)
+        attempt.strategy, attempt.created_at, attempt.started_at = "STANDARD", an_hour_ago, an_hour_ago
+        attempt.last_checkpoint = [0, STEPS * 9 // 10]
+
+    world.rewrite("req-1", on_demand)
+    # The fleet's H100 Spot jobs where it runs have waited three hours: no capacity now.
+    three_hours_ago = datetime.now(UTC) - timedelta(hours=3)
+    bucket = world.ledger._bucket  # noqa: SLF001
+    store.write_facts(bucket, H100, [FleetFact(Kind.WAITING, "us-central1", three_hours_ago, attempt_key="waits")])
+    log = CapturedLog()
+    run_reconcile(world.ports, log.logger)
+    record = world.ledger.get("req-1")
+    assert record.attempt(1).outcome is None and record.requeue is None and world.vertex.cancelled == []
+
+    # A Spot job there got capacity: the next pass sends the request back to Spot.
+    store.write_facts(bucket, H100, [FleetFact(Kind.WAIT, "us-central1", datetime.now(UTC), 600.0, attempt_key="got")])
+    run_reconcile(world.ports, log.logger)
+    record = world.ledger.get("req-1")
+    assert record.attempt(1).outcome is AttemptOutcome.SWITCHED_TO_SPOT and record.requeue.strategy == "SPOT"

@@ -113,16 +113,47 @@ def test_a_spot_job_waiting_behind_the_line_waits_on_where_its_claim_kept_short_
     assert situation(standard).spot_outlook is None
 
 
-def test_on_demand_ahead_of_the_line_goes_back_to_spot() -> None:
+def on_demand_ahead_of_the_line() -> RequestRecord:
     record = make_record(request=deadline(10 * 3600), status=RequestStatus.RUNNING, state=JobState.RUNNING)
     record.created_at = iso(NOW - timedelta(hours=1))
     standard = Attempt(2, "us-central1", "STANDARD", claimed_at=iso(NOW - timedelta(hours=1)), job=JOB1 + "2")
     standard.state, standard.last_checkpoint = JobState.RUNNING, [0, 900]
     record.attempts[0].outcome = AttemptOutcome.SWITCHED_TO_ON_DEMAND
     record.attempts.append(standard)
-    decision = decide(record, Observation(2, job(JobState.RUNNING, name=JOB1 + "2")), POLICY, NOW)
+    return record
+
+
+def test_on_demand_ahead_of_the_line_goes_back_to_spot() -> None:
+    decision = decide(
+        on_demand_ahead_of_the_line(), Observation(2, job(JobState.RUNNING, name=JOB1 + "2")), POLICY, NOW
+    )
     assert decision.record.attempts[1].outcome is AttemptOutcome.SWITCHED_TO_SPOT
     assert decision.record.requeue.strategy == "SPOT"
+
+
+def test_back_to_spot_waits_where_the_fleet_says_spot_has_no_capacity_now() -> None:
+    asked: list[tuple[str, str]] = []
+
+    def fleet(says: bool | None):
+        def spot_capacity(request, location: str) -> bool | None:
+            asked.append((request["deadline"], location))
+            return says
+
+        return spot_capacity
+
+    observed = Observation(2, job(JobState.RUNNING, name=JOB1 + "2"))
+    out = decide(on_demand_ahead_of_the_line(), observed, POLICY, NOW, spot_capacity=fleet(False))
+    assert out.record.attempts[1].outcome is None and out.record.requeue is None
+    assert asked == [(deadline(10 * 3600)["deadline"], "us-central1")]  # where the attempt runs
+    for says in (True, None):  # capacity, or too little known: back to Spot as before
+        back = decide(on_demand_ahead_of_the_line(), observed, POLICY, NOW, spot_capacity=fleet(says))
+        assert back.record.attempts[1].outcome is AttemptOutcome.SWITCHED_TO_SPOT
+    # Asked only before a move back to Spot: a job waiting for Spot, switched to on-demand, is not.
+    asked.clear()
+    waiting = decide(
+        make_record(request=deadline(100)), Observation(1, job(JobState.QUEUED)), POLICY, NOW, spot_capacity=fleet(True)
+    )
+    assert waiting.record.attempts[0].outcome is AttemptOutcome.SWITCHED_TO_ON_DEMAND and asked == []
 
 
 def test_at_risk_then_missed_alert_once_each() -> None:

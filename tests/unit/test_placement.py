@@ -231,6 +231,23 @@ def test_a_deadline_claim_keeps_the_outlook_where_the_attempt_runs_from_its_one_
     assert [r.attempts[0].spot_outlook for r in (plain, unseen, refused)] == [None, None, None]
 
 
+def test_capacity_now_is_the_fleets_estimate_where_the_attempt_runs() -> None:
+    yes, no = waited("us-east4", 5, "a"), waited("us-central1", 0, "b", running=False)  # running / waiting 3 h
+    reads: list[str] = []
+    fleet = placer(yes + no, reads)
+    assert fleet.has_capacity(TWO_REGIONS, "us-east4") is True
+    assert fleet.has_capacity(TWO_REGIONS, "us-central1") is False
+    assert reads == ["a3-highgpu-8g+nvidia_h100_80gb+8"]  # one read for both
+    assert placer(no).has_capacity(TWO_REGIONS, "us-east4") is None  # nothing seen there
+    cpu = {"custom_job": {"jobSpec": {"workerPoolSpecs": [{}]}}, "location": "us-central1"}
+    assert placer(no).has_capacity(cpu, "us-central1") is None
+
+    def broken(_: MachineClass) -> list[FleetFact]:
+        raise ServiceUnavailable("listing refused")
+
+    assert Placer(broken, price, NOW, 1200).has_capacity(TWO_REGIONS, "us-central1") is None
+
+
 def test_the_work_left_comes_from_the_kit_else_the_request() -> None:
     ran = Attempt(1, "us-east4", "SPOT", claimed_at="x", total_steps=1000, steps_per_second=0.1)
     ran.last_checkpoint = [1, 640]
