@@ -460,6 +460,11 @@ def _decide(job: Attempt, fleet: Fleet, setup: Setup, tick: int, policy: Policy)
             if _region(setup, job).available[absolute]:
                 _settle(job, fleet, setup, tick, policy)
     decision = decide_deadline(situation(setup, job, tick, policy.spot_available(job, tick)), policy.rule)
+    if decision.action is Action.SWITCH_TO_ON_DEMAND and job.mode is Placement.WAITING_FOR_SPOT and job.outlook is None:
+        # As production's `watch_deadline`: a wait whose claim kept no outlook asks the fleet's
+        # now before leaving, and keeps it.
+        job.outlook = policy.outlook(job, tick)
+        decision = decide_deadline(situation(setup, job, tick, policy.spot_available(job, tick)), policy.rule)
     if decision.action is Action.SWITCH_TO_ON_DEMAND:
         _end_attempt(job, fleet, setup, tick)
         _move(job, setup, policy.on_demand_region(job, tick))

@@ -40,14 +40,14 @@ def apply_observation(ports: Ports, request_id: str, observation: Observation, l
     policy = DecisionPolicy.from_settings(ports.settings)
     reading = Reading(policy.patterns.is_stockout, kit_runs)
     seen: list[FleetFacts] = []  # the fleet facts of the record the last decision started from
-    # A move's placement and the deadline rule's "Spot capacity now?": the fleet's facts read once, if asked.
+    # A move's placement and the deadline rule's questions: the fleet's facts read once, if asked.
     placer = attempt_placer(ports)
 
     def transition(record: RequestRecord | None) -> Decided[RequestRecord] | None:
         if record is None:
             return None
         seen[:] = [fleet_facts(record, reading)]
-        decision = decide(record, observation, policy, ports.clock(), spot_capacity=placer.has_capacity)
+        decision = decide(record, observation, policy, ports.clock(), fleet=placer)
         consider_move(decision.record, observation.job, placer, policy, ports.clock(), decision.effects)
         return Decided(decision.record, decision)
 

@@ -22,13 +22,15 @@ The inputs come from the record alone (`deadline_situation`, which `spotjobs sta
   if the job waited, so a commit may come up to one interval after the moment that mattered;
 - whether Spot has capacity: known to have none for a back-off after the request's last tries of
   Spot found none (`no_spot_capacity_until`); else, before a move back to Spot only, the fleet's
-  estimate where the attempt runs (`spot_capacity`: `shared.fleet.placing.Placer.has_capacity`,
-  one listing of the class's observations, which `apply_observation` reads for the decision);
-  else unknown.
+  estimate where the attempt runs (`FleetView.has_capacity`: `shared.fleet.placing.Placer`, one
+  listing of the class's observations, which `apply_observation` reads for the decision); else
+  unknown.
 - the fleet's outlook of Spot where a Spot attempt waits: what its claim kept of the estimate
   (`Attempt.spot_outlook`: the share of the time with capacity, the mean lifetime), so a kit
-  line reads no fleet observation; None without one (a request with no deadline when claimed,
-  nothing seen there, or the listing failed), and the rule is then Uniform Progress.
+  line reads no fleet observation. Where the claim kept none (nothing seen there yet: a lone
+  request's first attempt, a new class) and the rule would leave the wait, the fleet's outlook
+  now (`FleetView.spot_outlook`, which by then holds the attempt's own runs) is asked, kept in
+  the attempt, and the rule asked again; without one the rule is Uniform Progress.
 
 A switch is a decision like any other, made in the record under compare-and-swap: the Spot
 attempt's outcome becomes SWITCHED_TO_ON_DEMAND (set once, so a redelivery or a concurrent pass
@@ -50,7 +52,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from shared.alerts import AlertKind
 from shared.clock import iso, parse_iso
@@ -74,8 +76,17 @@ from shared.ledger.states import AttemptOutcome
 from shared.requests.attempts import ON_DEMAND, SPOT
 
 SWITCH_REASON = "deadline"
-# (request, location) -> whether Spot has capacity there now; None: unknown.
-SpotCapacity = Callable[[Mapping[str, Any], str], bool | None]
+
+
+class FleetView(Protocol):
+    """What the deadline rule may ask of the fleet's observations (`shared.fleet.placing.Placer`),
+    only where the answer can change the rule's: None is "unknown"."""
+
+    def has_capacity(self, request: Mapping[str, Any], location: str) -> bool | None: ...
+
+    def spot_outlook(self, request: Mapping[str, Any], location: str) -> SpotOutlook | None: ...
+
+
 # The back-off on Spot after tries that found no capacity doubles at most this often (1,024 times
 # the last wait): the streak of a rule that ignores it (Uniform Progress) grows without bound.
 BACK_OFF_DOUBLINGS = 10
@@ -173,16 +184,15 @@ def watch_deadline(
     refuses: Callable[[str], Violation | None],
     checkpoint_prior_seconds: float,
     running: bool = False,
-    spot_capacity: SpotCapacity | None = None,
+    fleet: FleetView | None = None,
 ) -> DeadlineDecision | None:
     """Ask the deadline rule about the request's current attempt and carry out its answer in the
     record: its alerts (once per request) and a switch to on-demand. `refuses(strategy)` is the
     deployment's policy for the next attempt: a switch it refuses is not made (the deployment's
     minimum of Spot attempts wins over a deadline, so a publisher gets by a deadline no fallback
-    the policy refuses), and said once per attempt. `spot_capacity(request, location)` is the
-    fleet's answer to "has Spot capacity there now?" (None: unknown), asked only before a move
-    back to Spot, the one answer of the rule that weighs it: so the fleet is read once per such
-    move, not at every kit line."""
+    the policy refuses), and said once per attempt. `fleet` is asked only where its answer can
+    change the rule's (`_asking_the_fleet`): so it is read once per such decision, not at every
+    kit line."""
     if record.latest is not attempt or attempt.outcome is not None or attempt.job is None:
         return None
     if record.is_terminal or record.requeue is not None or record.cancel is not None:
@@ -198,9 +208,8 @@ def watch_deadline(
     if situation is None:
         return None
     decision = decide_deadline(situation)
-    if decision.action is Action.BACK_TO_SPOT and situation.spot_available is None and spot_capacity is not None:
-        situation = replace(situation, spot_available=spot_capacity(record.request, attempt.location))
-        decision = decide_deadline(situation)
+    if fleet is not None:
+        situation, decision = _asking_the_fleet(record, attempt, situation, decision, fleet)
     if situation.work.committed_steps < situation.work.total_steps:
         _alert(record, attempt, situation, decision, now, effects)
     if decision.action is Action.SWITCH_TO_ON_DEMAND and attempt.strategy == SPOT:
@@ -221,6 +230,29 @@ def watch_deadline(
     elif decision.action is Action.BACK_TO_SPOT and attempt.strategy != SPOT:
         _switch(record, attempt, decision, now, effects, SPOT)
     return decision
+
+
+def _asking_the_fleet(
+    record: RequestRecord, attempt: Attempt, situation: Situation, decision: DeadlineDecision, fleet: FleetView
+) -> tuple[Situation, DeadlineDecision]:
+    """The rule asked again with what the fleet says, where that can change its answer: before a
+    move back to Spot (is there capacity now?), and before leaving a Spot wait whose claim kept no
+    outlook (the outlook now, kept in the attempt for the decisions after this one)."""
+    if decision.action is Action.BACK_TO_SPOT and situation.spot_available is None:
+        situation = replace(situation, spot_available=fleet.has_capacity(record.request, attempt.location))
+    elif (
+        decision.action is Action.SWITCH_TO_ON_DEMAND
+        and situation.placement is Placement.WAITING_FOR_SPOT
+        and situation.spot_outlook is None
+    ):
+        outlook = fleet.spot_outlook(record.request, attempt.location)
+        if outlook is None:
+            return situation, decision
+        attempt.spot_outlook = outlook.to_json()
+        situation = replace(situation, spot_outlook=outlook)
+    else:
+        return situation, decision
+    return situation, decide_deadline(situation)
 
 
 def alert_if_finished_late(record: RequestRecord, attempt: Attempt, now: datetime, effects: Effects) -> None:

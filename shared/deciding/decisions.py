@@ -56,7 +56,7 @@ from spotjobs_kit.lines import PREEMPTED, KitRecord
 
 from shared.alerts import AlertKind
 from shared.clock import iso, parse_iso
-from shared.deciding.deadline_watch import SpotCapacity, alert_if_finished_late, note_progress, watch_deadline
+from shared.deciding.deadline_watch import FleetView, alert_if_finished_late, note_progress, watch_deadline
 from shared.deciding.effects import Effects, LogLine, attempt_alert, event_fields
 from shared.deciding.events import Signal, SignalPatterns, patterns_from
 from shared.deciding.preemptions import (
@@ -189,14 +189,14 @@ def decide(
     policy: DecisionPolicy,
     now: datetime,
     *,
-    spot_capacity: SpotCapacity | None = None,
+    fleet: FleetView | None = None,
 ) -> Decision:
     """The record after `observation`, and the effects of the change. Pure: the record is a copy
     the ledger handed over, and effects are only described, never carried out. The alerts and the
     prune request decided are also written into the record as pending, for `shared.deciding.outbox`.
-    `spot_capacity`: the fleet's answer to "Spot capacity now?" for the deadline rule
-    (`shared.deciding.deadline_watch.watch_deadline`); without it, unknown."""
-    decision = _decide(record, observation, policy, now, spot_capacity)
+    `fleet`: what the deadline rule may ask of the fleet's observations
+    (`shared.deciding.deadline_watch.watch_deadline`); without it, nothing is known of them."""
+    decision = _decide(record, observation, policy, now, fleet)
     if settle_cancel(decision.record, now):  # the last live job of a cancelled request ended
         latest = decision.record.latest
         decision.effects.lines.append(
@@ -217,7 +217,7 @@ def _decide(
     observation: Observation,
     policy: DecisionPolicy,
     now: datetime,
-    spot_capacity: SpotCapacity | None,
+    fleet: FleetView | None,
 ) -> Decision:
     effects = Effects()
     attempt = record.attempt(observation.attempt)
@@ -244,7 +244,7 @@ def _decide(
     if job is None and observation.kit is not None:
         # A kit line: the job runs (or just did); no Vertex read to track.
         running = observation.kit.event != PREEMPTED
-        _watch_deadline(record, attempt, policy, now, effects, spot_capacity, running=running)
+        _watch_deadline(record, attempt, policy, now, effects, fleet, running=running)
     if job is not None and not fresh and attempt.ending:
         _flag_stuck(record, attempt, job, policy, now, effects)  # cancelled, and not ended yet
     if job is None or not fresh:
@@ -260,7 +260,7 @@ def _decide(
         return Decision(record, effects, waiting)
     if owns_status:
         _flag_stuck(record, attempt, job, policy, now, effects)
-        _watch_deadline(record, attempt, policy, now, effects, spot_capacity)
+        _watch_deadline(record, attempt, policy, now, effects, fleet)
     return Decision(record, effects)
 
 
@@ -270,7 +270,7 @@ def _watch_deadline(
     policy: DecisionPolicy,
     now: datetime,
     effects: Effects,
-    spot_capacity: SpotCapacity | None,
+    fleet: FleetView | None,
     running: bool = False,
 ) -> None:
     watch_deadline(
@@ -283,7 +283,7 @@ def _watch_deadline(
         refuses=lambda strategy: policy.refuses(strategy, record, attempt.n + 1),
         checkpoint_prior_seconds=policy.checkpoint_prior_seconds,
         running=running,
-        spot_capacity=spot_capacity,
+        fleet=fleet,
     )
 
 

@@ -131,29 +131,61 @@ def test_on_demand_ahead_of_the_line_goes_back_to_spot() -> None:
     assert decision.record.requeue.strategy == "SPOT"
 
 
+class Fleet:
+    """A `FleetView` that answers as told and records what it was asked."""
+
+    def __init__(self, capacity: bool | None = None, outlook: SpotOutlook | None = None) -> None:
+        self.capacity, self.outlook = capacity, outlook
+        self.asked: list[tuple[str, str]] = []
+
+    def has_capacity(self, request, location: str) -> bool | None:
+        self.asked.append(("capacity", location))
+        return self.capacity
+
+    def spot_outlook(self, request, location: str) -> SpotOutlook | None:
+        self.asked.append(("outlook", location))
+        return self.outlook
+
+
 def test_back_to_spot_waits_where_the_fleet_says_spot_has_no_capacity_now() -> None:
-    asked: list[tuple[str, str]] = []
-
-    def fleet(says: bool | None):
-        def spot_capacity(request, location: str) -> bool | None:
-            asked.append((request["deadline"], location))
-            return says
-
-        return spot_capacity
-
     observed = Observation(2, job(JobState.RUNNING, name=JOB1 + "2"))
-    out = decide(on_demand_ahead_of_the_line(), observed, POLICY, NOW, spot_capacity=fleet(False))
+    no = Fleet(capacity=False)
+    out = decide(on_demand_ahead_of_the_line(), observed, POLICY, NOW, fleet=no)
     assert out.record.attempts[1].outcome is None and out.record.requeue is None
-    assert asked == [(deadline(10 * 3600)["deadline"], "us-central1")]  # where the attempt runs
+    assert no.asked == [("capacity", "us-central1")]  # where the attempt runs
     for says in (True, None):  # capacity, or too little known: back to Spot as before
-        back = decide(on_demand_ahead_of_the_line(), observed, POLICY, NOW, spot_capacity=fleet(says))
+        back = decide(on_demand_ahead_of_the_line(), observed, POLICY, NOW, fleet=Fleet(capacity=says))
         assert back.record.attempts[1].outcome is AttemptOutcome.SWITCHED_TO_SPOT
-    # Asked only before a move back to Spot: a job waiting for Spot, switched to on-demand, is not.
-    asked.clear()
-    waiting = decide(
-        make_record(request=deadline(100)), Observation(1, job(JobState.QUEUED)), POLICY, NOW, spot_capacity=fleet(True)
-    )
-    assert waiting.record.attempts[0].outcome is AttemptOutcome.SWITCHED_TO_ON_DEMAND and asked == []
+    # A job on Spot within its changeover stays without asking anything.
+    quiet = Fleet(capacity=True)
+    record = make_record(request=deadline(100))
+    record.created_at = record.attempts[0].created_at = iso(NOW - timedelta(seconds=CHANGEOVER / 2))
+    assert decide(record, Observation(1, job(JobState.QUEUED)), POLICY, NOW, fleet=quiet).record.requeue is None
+    assert quiet.asked == []
+
+
+def test_a_wait_whose_claim_kept_no_outlook_asks_the_fleet_before_leaving_and_keeps_its_answer() -> None:
+    def waiting() -> RequestRecord:
+        # Behind the line, 16,000 s beyond the net, no outlook kept (nothing seen when claimed).
+        record = make_record(request=deadline(20000))
+        record.created_at = iso(NOW - timedelta(seconds=10000))
+        record.attempts[0].created_at = iso(NOW - timedelta(seconds=700))
+        record.attempts[0].last_checkpoint = [1, 100]
+        return record
+
+    observed = Observation(1, job(JobState.PENDING))
+    short = Fleet(outlook=SpotOutlook(0.99, 6000.0))  # by now the fleet (its own runs) saw short outages
+    stays = decide(waiting(), observed, POLICY, NOW, fleet=short).record
+    assert stays.attempts[0].outcome is None and stays.requeue is None
+    assert SpotOutlook.from_json(stays.attempts[0].spot_outlook) == short.outlook  # kept: no read next time
+    assert short.asked == [("outlook", "us-central1")]
+    again = Fleet(outlook=SpotOutlook(0.5, 30000.0))
+    decide(stays, observed, POLICY, NOW, fleet=again)
+    assert again.asked == []
+    # Nothing seen there still, or outages of hours: it leaves, as Uniform Progress does.
+    for fleet in (Fleet(), Fleet(outlook=SpotOutlook(0.5, 30000.0))):
+        left = decide(waiting(), observed, POLICY, NOW, fleet=fleet).record
+        assert left.attempts[0].outcome is AttemptOutcome.SWITCHED_TO_ON_DEMAND
 
 
 def test_at_risk_then_missed_alert_once_each() -> None:
