@@ -103,8 +103,8 @@ class Placer:
         price = chosen.on_demand_per_hour if job.on_demand else chosen.spot_per_hour
         per_hour = " per hour of work" if work is None else ""
         read = next(c.move_cost for c in choice.costs if c.location == choice.location)
-        read_text = f", reading its {move.checkpoint_gb:,.0f} GB checkpoint there ${read:,.2f}" if read else ""
-        return LocationChoice(choice.location, f"{choice.reason}{per_hour} ({seen_text}, ${price:.2f}/h{read_text})")
+        read_text = f"; reading its {move.checkpoint_gb:,.0f} GB checkpoint there ${read:,.2f}" if read else ""
+        return LocationChoice(choice.location, f"{choice.reason}{per_hour} ({seen_text}, ${price:.2f}/h)" + read_text)
 
     def spot_outlook(self, request: Mapping[str, Any], location: str) -> SpotOutlook | None:
         """The fleet's outlook of Spot in `location` for a request with a deadline (the claim's one
