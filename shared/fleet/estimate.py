@@ -12,7 +12,9 @@ answer to "capacity now?" is unknown (None), which the deadline rule treats as U
 
 The mean Spot lifetime is the time on Spot over the preemptions seen (the maximum-likelihood
 mean of an exponential lifetime with runs still going counted as censored); with no preemption
-seen it is a lower bound (`lifetime_censored`).
+seen it is a lower bound (`lifetime_censored`). An attempt compacted a day after it closed (an
+`attempt` fact: `summarize`, shared/fleet/store.py) adds its sums, its wait and its changeover,
+and no evidence: by then its evidence weighed nothing.
 
 `CapacityEstimate.outlook` is what a deadline request's claim keeps of it in the attempt
 (`Attempt.spot_outlook`) for the deadline rule: the share of the time with capacity and the mean
