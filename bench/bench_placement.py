@@ -14,7 +14,7 @@ The model is the tick model of `bench.deadline_sim`, per location: every new ins
 changeover d (whole ticks, no work, billed); a Spot job waits where it was placed until that
 region has capacity and is preempted when it has none; the last tick is billed whole. A move of
 a waiting job, or of a job going to on-demand elsewhere, pays the checkpoint's transfer
-(`--checkpoint-gb` x the price between the two regions, `egress_per_gb`). Missed deadlines are
+(`--checkpoint-gb` x the price between the two regions, `shared.fleet.transfer.per_gb`). Missed deadlines are
 finished on on-demand in the cheapest region and counted.
 
 Policies (all decide with production's `decide_deadline`; the review interval is one tick):
@@ -58,6 +58,7 @@ from shared.deciding.deadline import Action, Placement, Rule, Situation, Work, d
 from shared.fleet.estimate import CapacityEstimate, SpotOutlook, estimate
 from shared.fleet.observations import FleetFact, Kind
 from shared.fleet.placement import Candidate, Job, Move, choose_location
+from shared.fleet.transfer import per_gb
 
 DEFAULT_TRACES = Path(__file__).with_name("traces") / "gcp-h100"
 RATIOS = (1.05, 1.1, 1.2, 1.5, 2.0)
@@ -65,12 +66,6 @@ POLICIES = ("up_mean_region", "up_best_region", "failover_order", "spotjobs", "o
 EPOCH = datetime(2025, 10, 4, tzinfo=UTC)
 # Vertex fails a Spot job with STOCKOUT after its sixth restart (docs/deadlines.md).
 RESTARTS_BEFORE_STOCKOUT = 6
-# Cloud Storage data transfer between regions, per GB: within a continent, between continents
-# (https://cloud.google.com/storage/pricing, "Data transfer within Google Cloud"; the defaults
-# here are the order of the listed rates, not a quote: check them for a real bucket).
-EGRESS_SAME_CONTINENT = 0.02
-EGRESS_OTHER_CONTINENT = 0.08
-CONTINENTS = {"us": "na", "northamerica": "na", "southamerica": "sa", "europe": "eu", "asia": "asia", "me": "me"}
 
 
 @dataclass(frozen=True)
@@ -106,13 +101,6 @@ def load_regions(folder: Path) -> tuple[list[Region], int]:
             Region(name, float(meta["spot_price_per_hour"]), float(meta["on_demand_price_per_hour"]), merged)
         )
     return regions, gap
-
-
-def egress_per_gb(source: str, target: str) -> float:
-    if source == target:
-        return 0.0
-    same = CONTINENTS.get(source.split("-")[0]) == CONTINENTS.get(target.split("-")[0])
-    return EGRESS_SAME_CONTINENT if same else EGRESS_OTHER_CONTINENT
 
 
 @dataclass(frozen=True)
@@ -258,7 +246,7 @@ class Spotjobs(Policy):
             hours_to_deadline=s.hours(s.deadline_ticks - tick),
             on_demand=on_demand,
         )
-        move = Move(checkpoint_gb=s.checkpoint_gb if job.done else 0.0, price_per_gb=egress_per_gb)
+        move = Move(checkpoint_gb=s.checkpoint_gb if job.done else 0.0, price_per_gb=per_gb)
         chosen = choose_location(placement_job, candidates, move).location
         return next(i for i, r in enumerate(s.regions) if r.name == chosen)
 
@@ -445,7 +433,7 @@ def _move(job: Attempt, setup: Setup, target: int) -> None:
     if target != job.region:
         job.moves += 1
         if job.done:
-            job.egress += setup.checkpoint_gb * egress_per_gb(_region(setup, job).name, setup.regions[target].name)
+            job.egress += setup.checkpoint_gb * per_gb(_region(setup, job).name, setup.regions[target].name)
         job.region = target
 
 

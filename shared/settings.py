@@ -51,6 +51,9 @@ class Settings:
     state_bucket: str = _env("SPOTJOBS_STATE_BUCKET", "spotjobs-state")
     checkpoint_bucket: str = _env("SPOTJOBS_CHECKPOINT_BUCKET", "spotjobs-checkpoints")
     checkpoint_prefix: str = _env("SPOTJOBS_CHECKPOINT_PREFIX", "requests")
+    # The checkpoint bucket's location (Terraform's `buckets.location`: a region, `US`, `EU`, ...):
+    # what an attempt elsewhere pays to read a checkpoint. Empty: unknown, and not weighed.
+    checkpoint_bucket_location: str = _env("SPOTJOBS_CHECKPOINT_BUCKET_LOCATION", "")
     job_requests_topic: str = _env("SPOTJOBS_JOB_REQUESTS_TOPIC", TOPOLOGY.topic_name("job_requests"))
     job_events_topic: str = _env("SPOTJOBS_JOB_EVENTS_TOPIC", TOPOLOGY.topic_name("job_events"))
     ops_alerts_topic: str = _env("SPOTJOBS_OPS_ALERTS_TOPIC", TOPOLOGY.topic_name("ops_alerts"))

@@ -52,17 +52,18 @@ locals {
   # from this module; behaviour settings from var.settings (null = the code default).
   # SPOTJOBS_VERTEX_ENDPOINT is deliberately absent: unset means the real regional Vertex endpoint.
   infrastructure_env = {
-    GOOGLE_CLOUD_PROJECT              = var.project_id
-    SPOTJOBS_LOCATION                 = local.vertex_location
-    SPOTJOBS_STATE_BUCKET             = google_storage_bucket.state.name
-    SPOTJOBS_CHECKPOINT_BUCKET        = google_storage_bucket.checkpoints.name
-    SPOTJOBS_JOB_REQUESTS_TOPIC       = google_pubsub_topic.topics["job_requests"].name
-    SPOTJOBS_JOB_EVENTS_TOPIC         = google_pubsub_topic.topics["job_events"].name
-    SPOTJOBS_OPS_ALERTS_TOPIC         = google_pubsub_topic.topics["ops_alerts"].name
-    SPOTJOBS_MAINTENANCE_TOPIC        = google_pubsub_topic.topics["maintenance"].name
-    SPOTJOBS_TRIGGERS_TOPIC           = google_pubsub_topic.topics["triggers"].name
-    SPOTJOBS_TRAINING_SERVICE_ACCOUNT = google_service_account.training.email
-    SPOTJOBS_TRAINING_CLASSES         = join(",", [for c, prefix in var.training_classes : "${prefix}=${google_service_account.training_class[c].email}"])
+    GOOGLE_CLOUD_PROJECT                = var.project_id
+    SPOTJOBS_LOCATION                   = local.vertex_location
+    SPOTJOBS_STATE_BUCKET               = google_storage_bucket.state.name
+    SPOTJOBS_CHECKPOINT_BUCKET          = google_storage_bucket.checkpoints.name
+    SPOTJOBS_CHECKPOINT_BUCKET_LOCATION = google_storage_bucket.checkpoints.location
+    SPOTJOBS_JOB_REQUESTS_TOPIC         = google_pubsub_topic.topics["job_requests"].name
+    SPOTJOBS_JOB_EVENTS_TOPIC           = google_pubsub_topic.topics["job_events"].name
+    SPOTJOBS_OPS_ALERTS_TOPIC           = google_pubsub_topic.topics["ops_alerts"].name
+    SPOTJOBS_MAINTENANCE_TOPIC          = google_pubsub_topic.topics["maintenance"].name
+    SPOTJOBS_TRIGGERS_TOPIC             = google_pubsub_topic.topics["triggers"].name
+    SPOTJOBS_TRAINING_SERVICE_ACCOUNT   = google_service_account.training.email
+    SPOTJOBS_TRAINING_CLASSES           = join(",", [for c, prefix in var.training_classes : "${prefix}=${google_service_account.training_class[c].email}"])
   }
   settings = merge(var.settings, {
     # Jobs may only run as the training service account unless the caller widens the list (and

@@ -165,8 +165,7 @@ def decide_deadline(situation: Situation, rule: Rule = Rule.SPOTJOBS) -> Deadlin
                 f"{spot_changeover_left:.0f} s)",
             )
         return decision(Action.STAY, "exploitation: on Spot, stay until preempted")
-    # Below this slack a wait for Spot, or a new Spot run, could leave on-demand too little time.
-    net = 2 * d + s.review_seconds
+    net = safety_net_seconds(s)
     if s.placement is Placement.WAITING_FOR_SPOT:
         if slack < net:
             return decision(Action.SWITCH_TO_ON_DEMAND, f"safety net: slack {slack:.0f} s < 2d + m = {net:.0f} s")
@@ -199,6 +198,12 @@ def decide_deadline(situation: Situation, rule: Rule = Rule.SPOTJOBS) -> Deadlin
     if rule is Rule.SPOTJOBS and s.spot_available is False:
         return decision(Action.STAY, "ahead of the line, but Spot has no capacity now")
     return decision(Action.BACK_TO_SPOT, f"ahead of the line ({progress:.3f} >= {ahead_of:.3f}): back to Spot")
+
+
+def safety_net_seconds(situation: Situation) -> float:
+    """2d + m: below this slack a wait for Spot, or a new Spot run, could leave on-demand too
+    little time; the rule then goes to on-demand whatever else it knows."""
+    return 2 * situation.changeover_seconds + situation.review_seconds
 
 
 def changeover_estimate(

@@ -64,6 +64,7 @@ from shared.deciding.deadline import (
     Work,
     changeover_estimate,
     decide_deadline,
+    safety_net_seconds,
 )
 from shared.deciding.effects import Effects, LogLine, attempt_alert, event_fields
 from shared.deciding.handover import decide_handover
@@ -237,13 +238,15 @@ def _asking_the_fleet(
 ) -> tuple[Situation, DeadlineDecision]:
     """The rule asked again with what the fleet says, where that can change its answer: before a
     move back to Spot (is there capacity now?), and before leaving a Spot wait whose claim kept no
-    outlook (the outlook now, kept in the attempt for the decisions after this one)."""
+    outlook above the safety net (the outlook now, kept in the attempt for the decisions after
+    this one)."""
     if decision.action is Action.BACK_TO_SPOT and situation.spot_available is None:
         situation = replace(situation, spot_available=fleet.has_capacity(record.request, attempt.location))
     elif (
         decision.action is Action.SWITCH_TO_ON_DEMAND
         and situation.placement is Placement.WAITING_FOR_SPOT
         and situation.spot_outlook is None
+        and decision.slack_seconds >= safety_net_seconds(situation)  # below it no outlook keeps the wait
     ):
         outlook = fleet.spot_outlook(record.request, attempt.location)
         if outlook is None:

@@ -77,6 +77,7 @@ def _count_checkpoint(attempt: Attempt, run: int, kit: KitRecord) -> None:
     if attempt.last_checkpoint is not None and position <= attempt.last_checkpoint:
         return
     attempt.last_checkpoint = position
+    attempt.last_checkpoint_bytes = kit.bytes
     attempt.checkpoints_committed += 1
     attempt.checkpoint_seconds += kit.seconds or 0.0
     if kit.time:

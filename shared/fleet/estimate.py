@@ -12,7 +12,9 @@ answer to "capacity now?" is unknown (None), which the deadline rule treats as U
 
 The mean Spot lifetime is the time on Spot over the preemptions seen (the maximum-likelihood
 mean of an exponential lifetime with runs still going counted as censored); with no preemption
-seen it is a lower bound (`lifetime_censored`).
+seen it is a lower bound (`lifetime_censored`). An attempt compacted a day after it closed (an
+`attempt` fact: `summarize`, shared/fleet/store.py) adds its sums, its wait and its changeover,
+and no evidence: by then its evidence weighed nothing.
 
 `CapacityEstimate.outlook` is what a deadline request's claim keeps of it in the attempt
 (`Attempt.spot_outlook`) for the deadline rule: the share of the time with capacity and the mean
@@ -31,7 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from shared.fleet.observations import FleetFact, Kind
+from shared.fleet.observations import AttemptSummary, FleetFact, Kind
 
 HALF_LIFE_SECONDS = 3600.0
 OPEN_WAIT_GRACE_SECONDS = 900.0
@@ -126,9 +128,16 @@ def estimate(observations: Iterable[FleetFact], location: str, now: datetime) ->
     waited = 0.0
     preemptions = 0
     open_waits = 0
+    compacted_restart_waits = 0.0
     for facts in by_attempt.values():
         kinds = {o.kind: o for o in facts}
         for o in facts:
+            if o.summary is not None:  # a closed attempt compacted: no evidence, its sums
+                exposure += o.summary.exposure
+                waited += o.summary.waited
+                preemptions += o.summary.preemptions
+                compacted_restart_waits += o.summary.restart_waits
+                continue
             age = (now - o.at).total_seconds() if o.at else 0.0
             if o.kind in (Kind.WAIT, Kind.RESTART):
                 evidence.append((age, 1.0))
@@ -157,13 +166,13 @@ def estimate(observations: Iterable[FleetFact], location: str, now: datetime) ->
             if (now - waiting.at).total_seconds() > OPEN_WAIT_GRACE_SECONDS:
                 evidence.append((0.0, 0.0))
     # The time on Spot counted restart waits (from a run's start to its end): they are waits.
-    restart_waits = min(exposure, _restart_waits(by_attempt.values(), now))
+    restart_waits = min(exposure, _restart_waits(by_attempt.values(), now) + compacted_restart_waits)
     prior = PRIOR_HOURS * 3600
     weights = [(0.5 ** (age / HALF_LIFE_SECONDS), value) for age, value in evidence]
     sure = sum(w for w, _ in weights)
     available = (0.5 * PRIOR_WEIGHT + sum(w * v for w, v in weights)) / (PRIOR_WEIGHT + sure)
-    waits = [o.seconds for o in here if o.kind is Kind.WAIT]
-    changeovers = [o.seconds for o in here if o.kind is Kind.CHANGEOVER]
+    waits = _seconds_of(here, Kind.WAIT)
+    changeovers = _seconds_of(here, Kind.CHANGEOVER)
     return CapacityEstimate(
         location=location,
         available=available,
@@ -174,6 +183,41 @@ def estimate(observations: Iterable[FleetFact], location: str, now: datetime) ->
         changeover_p90_seconds=percentile(changeovers, 0.9),
         open_waits=open_waits,
         share_available=(exposure - restart_waits + prior / 2) / (exposure + waited + prior),
+    )
+
+
+def _seconds_of(observations: Iterable[FleetFact], kind: Kind) -> list[float]:
+    """The seconds of every `wait` or `changeover`, those of compacted attempts included."""
+    seen = []
+    for o in observations:
+        if o.kind is kind:
+            seen.append(o.seconds)
+        elif o.summary is not None:
+            value = o.summary.wait if kind is Kind.WAIT else o.summary.changeover
+            if value is not None:
+                seen.append(float(value))
+    return seen
+
+
+def closed(facts: Sequence[FleetFact]) -> bool:
+    """Whether an attempt's facts are all it will tell: a Spot attempt that ended (`run`,
+    `nocap`), or an on-demand one (its changeover is its only fact)."""
+    kinds = {o.kind for o in facts}
+    return bool(kinds & {Kind.RUN, Kind.NO_CAPACITY}) or not kinds & {Kind.WAIT, Kind.WAITING, Kind.ATTEMPT}
+
+
+def summarize(facts: Sequence[FleetFact], now: datetime) -> AttemptSummary:
+    """What `estimate` weighs of a closed attempt's facts (`closed`), in one fact's worth: the
+    same sums, without the evidence of capacity (its weight halves every hour: nothing a day on)."""
+    wait = next((o.seconds for o in facts if o.kind is Kind.WAIT), None)
+    changeover = next((o.seconds for o in facts if o.kind is Kind.CHANGEOVER), None)
+    return AttemptSummary(
+        exposure=round(sum(o.seconds for o in facts if o.kind is Kind.RUN)),
+        waited=round(sum(o.seconds for o in facts if o.kind in (Kind.WAIT, Kind.NO_CAPACITY))),
+        preemptions=sum(o.kind is Kind.PREEMPT for o in facts),
+        restart_waits=round(_restart_waits([list(facts)], now)),
+        wait=None if wait is None else round(wait),
+        changeover=None if changeover is None else round(changeover),
     )
 
 
@@ -207,10 +251,8 @@ def percentile(values: Sequence[float], share: float) -> float | None:
 def changeover_bound(observations: Iterable[FleetFact], location: str, now: datetime) -> float | None:
     """The on-demand changeover of `location` a deadline plans with: `upper_bound` of the fleet's
     create-to-running times there; None with none seen."""
-    seen = [
-        o.seconds for o in observations if o.kind is Kind.CHANGEOVER and o.location == location and o.at and o.at <= now
-    ]
-    return upper_bound(seen, CHANGEOVER_BOUND_SHARE, CHANGEOVER_BOUND_CONFIDENCE)
+    here = [o for o in observations if o.location == location and o.at and o.at <= now]
+    return upper_bound(_seconds_of(here, Kind.CHANGEOVER), CHANGEOVER_BOUND_SHARE, CHANGEOVER_BOUND_CONFIDENCE)
 
 
 def upper_bound(values: Sequence[float], share: float, confidence: float) -> float | None:

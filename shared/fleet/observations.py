@@ -17,7 +17,9 @@ repeated. The kinds:
   at the time it was first recorded;
 - `changeover`: an on-demand attempt's create-to-running seconds (what a move costs in time);
 - `stockout`: an attempt ended with a stockout error (RESOURCE_EXHAUSTED, or the stockout
-  patterns), at its end.
+  patterns), at its end;
+- `attempt`: a closed attempt's facts compacted into one (`AttemptSummary`: what the estimate
+  weighs of them), at its newest fact (`shared.fleet.store.compact`).
 """
 
 from __future__ import annotations
@@ -48,6 +50,21 @@ class Kind(StrEnum):
     RESTART = "restart"
     CHANGEOVER = "changeover"
     STOCKOUT = "stockout"
+    ATTEMPT = "attempt"
+
+
+@dataclass(frozen=True)
+class AttemptSummary:
+    """What the estimate weighs of a closed attempt's facts (`shared.fleet.estimate.summarize`),
+    in whole seconds: its time on Spot (restart waits included) and waiting for a first run, its
+    preemptions and restart waits, and its wait for capacity or on-demand changeover, if any."""
+
+    exposure: int = 0
+    waited: int = 0
+    preemptions: int = 0
+    restart_waits: int = 0
+    wait: int | None = None
+    changeover: int | None = None
 
 
 @dataclass(frozen=True, order=True)
@@ -91,6 +108,7 @@ class FleetFact:
     count: int = 0
     attempt_key: str = ""  # the attempt it is about (a hash of the request id, and n)
     index: int = 0  # the k-th of its kind for the attempt (preemptions)
+    summary: AttemptSummary | None = None  # an `attempt` fact's
 
     @property
     def key(self) -> tuple[str, str, int]:

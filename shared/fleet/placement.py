@@ -56,18 +56,31 @@ class Job:
 
 @dataclass(frozen=True)
 class Move:
-    """What moving the checkpoint costs: its size, the price per GB between two regions (0 within
-    one, or from a multi-region bucket), and the copy rate."""
+    """What moving the checkpoint costs: its size, the price per GB between two locations (0 within
+    one, or from a multi-region bucket: `shared.fleet.transfer.per_gb`), and the copy rate.
+
+    With `bucket_location` the checkpoint stays in that bucket and the next attempt reads it from
+    there wherever it runs (production: the request's checkpoint folder), so every location pays
+    its own read, the current one too; without, it moves with the job, from the current location
+    (the placement bench's model)."""
 
     checkpoint_gb: float = 0.0
     price_per_gb: Callable[[str, str], float] = lambda source, target: 0.0
     gb_per_hour: float = 1000.0
+    bucket_location: str | None = None
 
     def cost(self, source: str | None, target: str) -> tuple[float, float]:
-        """(dollars, hours) of moving from `source` to `target`."""
-        if source is None or source == target or self.checkpoint_gb <= 0:
+        """(dollars, hours) of getting the checkpoint to `target` from `source` (or the bucket)."""
+        if self.bucket_location is not None:
+            source = self.bucket_location
+        elif source == target:
             return 0.0, 0.0
-        return self.checkpoint_gb * self.price_per_gb(source, target), self.checkpoint_gb / self.gb_per_hour
+        if source is None or self.checkpoint_gb <= 0:
+            return 0.0, 0.0
+        price = self.price_per_gb(source, target)
+        if price <= 0:
+            return 0.0, 0.0
+        return self.checkpoint_gb * price, self.checkpoint_gb / self.gb_per_hour
 
 
 @dataclass(frozen=True)

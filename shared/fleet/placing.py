@@ -12,6 +12,11 @@ allowed location, or the failover order after a stockout): one allowed location,
 no price for every allowed location, no observation in any of them, or a listing that failed (the
 facts are advisory: a failed read never holds a create back).
 
+A request with a committed checkpoint weighs reading it where the attempt would run: its size
+(the kit's checkpoint_committed line, `Attempt.last_checkpoint_bytes`) at the data transfer price
+from the checkpoint bucket's location (`Settings.checkpoint_bucket_location`, set by Terraform;
+unknown: not weighed), so a location far from the bucket must save more than the read costs.
+
 For a request with a deadline and no `changeover_seconds` of its own, the claim also snapshots the
 fleet's changeover bound where the attempt runs (`Attempt.fleet_changeover_seconds`, from the same
 one read), so the deadline rule, asked on every kit line, covers the fleet's slow moves without
@@ -28,7 +33,8 @@ from shared.clock import parse_iso
 from shared.errors import is_retryable
 from shared.fleet.estimate import SpotOutlook, changeover_bound, estimate
 from shared.fleet.observations import FleetFact, MachineClass
-from shared.fleet.placement import Candidate, Job, choose_location
+from shared.fleet.placement import Candidate, Job, Move, choose_location
+from shared.fleet.transfer import per_gb
 from shared.ledger.records import Attempt, RequestRecord
 from shared.requests.attempts import SPOT
 from shared.wiring import Ports
@@ -48,11 +54,19 @@ class LocationChoice:
 class Placer:
     """Places the attempts one claim creates; `read_facts` is called at most once."""
 
-    def __init__(self, read_facts: ReadFacts, price: Price, now: datetime, changeover_prior_seconds: float) -> None:
+    def __init__(
+        self,
+        read_facts: ReadFacts,
+        price: Price,
+        now: datetime,
+        changeover_prior_seconds: float,
+        bucket_location: str = "",
+    ) -> None:
         self._read_facts = read_facts
         self._price = price
         self._now = now
         self._changeover_prior_seconds = changeover_prior_seconds
+        self._bucket_location = bucket_location  # the checkpoint bucket's: "" unknown
         self._facts: dict[MachineClass, Sequence[FleetFact]] = {}
         self._unreadable: set[MachineClass] = set()  # a read that failed: the bound does not retry it
 
@@ -81,13 +95,16 @@ class Placer:
         ]
         work = work_hours(request, earlier)
         job = self._job(request, attempt, work, planned if planned in priced else None, candidates)
-        choice = choose_location(job, candidates)
+        move = checkpoint_move(earlier, self._bucket_location)
+        choice = choose_location(job, candidates, move)
         chosen = next(c for c in candidates if c.location == choice.location)
         share = chosen.estimate.share_available if chosen.estimate is not None else None
         seen_text = f"capacity {share:.0%} of the time" if share is not None else "nothing observed there"
         price = chosen.on_demand_per_hour if job.on_demand else chosen.spot_per_hour
         per_hour = " per hour of work" if work is None else ""
-        return LocationChoice(choice.location, f"{choice.reason}{per_hour} ({seen_text}, ${price:.2f}/h)")
+        read = next(c.move_cost for c in choice.costs if c.location == choice.location)
+        read_text = f"; reading its {move.checkpoint_gb:,.0f} GB checkpoint there ${read:,.2f}" if read else ""
+        return LocationChoice(choice.location, f"{choice.reason}{per_hour} ({seen_text}, ${price:.2f}/h)" + read_text)
 
     def spot_outlook(self, request: Mapping[str, Any], location: str) -> SpotOutlook | None:
         """The fleet's outlook of Spot in `location` for a request with a deadline (the claim's one
@@ -169,6 +186,16 @@ def work_hours(request: Mapping[str, Any], earlier: Sequence[Attempt]) -> float 
     return None
 
 
+def checkpoint_move(earlier: Sequence[Attempt], bucket_location: str) -> Move:
+    """What the next attempt pays to read the request's last committed checkpoint where it runs:
+    its size from the kit's line, priced from the bucket's location (`shared.fleet.transfer`);
+    nothing without a checkpoint, its size, or the bucket's location."""
+    size = next((a.last_checkpoint_bytes for a in reversed(earlier) if a.last_checkpoint_bytes), None)
+    if not size or not bucket_location:
+        return Move()
+    return Move(checkpoint_gb=size / 1e9, price_per_gb=per_gb, bucket_location=bucket_location)
+
+
 def attempt_placer(ports: Ports) -> Placer:
     """A placer reading the state bucket's observations (one listing per class) and the price table."""
     from shared.fleet import store
@@ -181,6 +208,7 @@ def attempt_placer(ports: Ports) -> Placer:
         hourly,
         now,
         ports.settings.changeover_prior_seconds,
+        ports.settings.checkpoint_bucket_location,
     )
 
 

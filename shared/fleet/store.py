@@ -6,15 +6,26 @@ it there) and a decision reads a class's window in one listing (a page per thous
 
 A lifecycle rule deletes them `RETENTION_DAYS` after their creation (terraform/storage.tf); the
 reader keeps only the last `ESTIMATE_WINDOW_SECONDS`, so what is read is bounded by what a class's fleet
-does in a window (docs/placement.md, "Observations")."""
+does in a window (docs/placement.md, "Observations").
+
+`compact` (the hourly prune run's, shared/pruning/runner.py) folds the facts of each attempt
+closed more than `COMPACT_AFTER_SECONDS` ago into one, its summary in the name:
+
+    fleet/<class key>/<location>/attempt~<epoch seconds>~<attempt key>~<exposure>~<waited>~<preemptions>~<restart waits>~<wait>~<changeover>
+
+then deletes them: a window's listing holds one object per old attempt, however many times it was
+preempted. It writes the summary before it deletes, and the reader drops the facts of an attempt
+that has one, so a read between the two, a second run, or a late write of an old fact counts
+nothing twice (the next run deletes the late one)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from shared.fleet.observations import FleetFact, Kind, MachineClass, epoch
+from shared.fleet.estimate import closed, summarize
+from shared.fleet.observations import AttemptSummary, FleetFact, Kind, MachineClass, epoch
 
 if TYPE_CHECKING:
     from google.cloud.storage import Bucket
@@ -23,12 +34,21 @@ FLEET_PREFIX = "fleet/"
 ESTIMATE_WINDOW_SECONDS = 7 * 24 * 3600.0  # what the estimate weighs: a week of the fleet's history
 RETENTION_DAYS = 8  # the lifecycle rule's age: a day past the window
 PAGE = 1000
+# An attempt's evidence of capacity halves every hour (shared/fleet/estimate.py): after a day it
+# weighs nothing, and its sums are all the estimate needs of it.
+COMPACT_AFTER_SECONDS = 24 * 3600.0
+_NONE = "-"
 
 
 def object_name(machine_class: MachineClass, observation: FleetFact) -> str:
     o = observation
     at = epoch(o.at) if o.at is not None else 0
-    fact = f"{o.kind.value}~{at}~{round(o.seconds)}~{o.count}~{o.attempt_key}~{o.index}"
+    if o.summary is not None:
+        s = o.summary
+        sums = (s.exposure, s.waited, s.preemptions, s.restart_waits, s.wait, s.changeover)
+        fact = "~".join([Kind.ATTEMPT.value, str(at), o.attempt_key, *(_NONE if v is None else str(v) for v in sums)])
+    else:
+        fact = f"{o.kind.value}~{at}~{round(o.seconds)}~{o.count}~{o.attempt_key}~{o.index}"
     return f"{FLEET_PREFIX}{machine_class.key}/{o.location}/{fact}"
 
 
@@ -36,19 +56,33 @@ def parse_name(name: str) -> tuple[MachineClass, FleetFact] | None:
     """The observation a name holds; None for a name not of this format."""
     try:
         _, class_key, location, fact = name.split("/", 3)
-        kind, at, seconds, count, key, index = fact.split("~")
-        observation = FleetFact(
-            Kind(kind),
-            location,
-            datetime.fromtimestamp(int(at), UTC),
-            float(seconds),
-            int(count),
-            key,
-            int(index),
-        )
+        parts = fact.split("~")
+        if parts[0] == Kind.ATTEMPT.value:
+            _, at, key, exposure, waited, preemptions, restart_waits, wait, changeover = parts
+            summary = AttemptSummary(
+                int(exposure), int(waited), int(preemptions), int(restart_waits), _optional(wait), _optional(changeover)
+            )
+            observation = FleetFact(
+                Kind.ATTEMPT, location, datetime.fromtimestamp(int(at), UTC), attempt_key=key, summary=summary
+            )
+        else:
+            kind, at, seconds, count, key, index = parts
+            observation = FleetFact(
+                Kind(kind),
+                location,
+                datetime.fromtimestamp(int(at), UTC),
+                float(seconds),
+                int(count),
+                key,
+                int(index),
+            )
         return MachineClass.from_key(class_key), observation
     except ValueError:
         return None
+
+
+def _optional(text: str) -> int | None:
+    return None if text == _NONE else int(text)
 
 
 def write_facts(bucket: Bucket, machine_class: MachineClass, observations: Iterable[FleetFact]) -> int:
@@ -72,11 +106,57 @@ def read(
 ) -> list[FleetFact]:
     """The class's observations of the window, every location, in one listing."""
     since = now - timedelta(seconds=window_seconds)
+    found = [fact for _, fact in _listing(bucket, machine_class)]
+    return [o for o in _uncompacted(found) if o.at is not None and o.at >= since]
+
+
+def _listing(bucket: Bucket, machine_class: MachineClass) -> list[tuple[str, FleetFact]]:
+    """Every object of the class's observations, with the fact it names (one listing)."""
     blobs = bucket.client.list_blobs(
         bucket, prefix=f"{FLEET_PREFIX}{machine_class.key}/", page_size=PAGE, fields="items(name),nextPageToken"
     )
-    found = (parse_name(blob.name) for blob in blobs)
-    return [o for parsed in found if parsed is not None for o in [parsed[1]] if o.at is not None and o.at >= since]
+    return [(blob.name, parsed[1]) for blob in blobs if (parsed := parse_name(blob.name)) is not None]
+
+
+def _uncompacted(facts: Sequence[FleetFact]) -> list[FleetFact]:
+    """Without the facts of an attempt that has its summary (they may outlive it by a run)."""
+    summarized = {(o.location, o.attempt_key) for o in facts if o.summary is not None}
+    return [o for o in facts if o.summary is not None or (o.location, o.attempt_key) not in summarized]
+
+
+def compact(bucket: Bucket, machine_class: MachineClass, now: datetime) -> int:
+    """Fold each attempt closed more than `COMPACT_AFTER_SECONDS` ago into one summary object and
+    delete its facts (the module docstring); how many attempts were folded."""
+    from google.api_core.exceptions import NotFound, PreconditionFailed
+
+    by_attempt: dict[tuple[str, str], list[tuple[str, FleetFact]]] = {}
+    for name, fact in _listing(bucket, machine_class):
+        by_attempt.setdefault((fact.location, fact.attempt_key), []).append((name, fact))
+    cutoff = now - timedelta(seconds=COMPACT_AFTER_SECONDS)
+    folded = 0
+    for (location, key), named in by_attempt.items():
+        facts = [fact for _, fact in named]
+        stale = [name for name, fact in named if fact.summary is None]
+        if not stale:
+            continue
+        if not any(fact.summary is not None for fact in facts):  # not folded yet: is it time?
+            newest = max((fact.at for fact in facts if fact.at is not None), default=None)
+            if newest is None or newest > cutoff or not closed(facts):
+                continue
+            summary = FleetFact(Kind.ATTEMPT, location, newest, attempt_key=key, summary=summarize(facts, now))
+            try:
+                bucket.blob(object_name(machine_class, summary)).upload_from_string(
+                    b"", content_type="application/octet-stream", if_generation_match=0
+                )
+            except PreconditionFailed:
+                pass  # folded by a run that died before deleting
+            folded += 1
+        for name in stale:
+            try:
+                bucket.blob(name).delete()
+            except NotFound:
+                continue  # deleted by another run
+    return folded
 
 
 def classes(bucket: Bucket) -> list[MachineClass]:

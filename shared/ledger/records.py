@@ -52,6 +52,9 @@ class Attempt:
     first_checkpoint_at: str | None = None
     last_checkpoint_at: str | None = None
     last_checkpoint: list[int] | None = None  # [run, step] of the last one counted
+    # Its size: the bytes of the files the kit sealed in it (its checkpoint_committed line), what
+    # placement weighs of moving it (shared/fleet/placing.py).
+    last_checkpoint_bytes: int | None = None
     # From the kit's progress lines: the steps the run plans, and its latest rate.
     total_steps: int | None = None
     steps_per_second: float | None = None

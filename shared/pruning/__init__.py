@@ -6,5 +6,6 @@ request's checkpoints judged), execute (threaded, generation-guarded deletes), r
 happened), store (the storage a run needs, its GCS adapter and the run cursor), runner (the
 handler and the run that the prune_checkpoints function and `spotjobs prune` call).
 
-May import: the foundation, `ledger`, `wiring`, `delivery` and `deciding` (to publish its report alert).
+May import: the foundation, `ledger`, `wiring`, `delivery`, `deciding` (to publish its report alert)
+and `fleet` (the hourly run compacts the fleet's observations).
 """

@@ -28,7 +28,9 @@ from shared.settings import Settings
 from shared.wiring import Ports
 
 if TYPE_CHECKING:
-    from google.cloud.storage import Client
+    from datetime import datetime
+
+    from google.cloud.storage import Bucket, Client
 
     from shared.delivery import Message
 
@@ -136,6 +138,31 @@ def handle_maintenance(message: Message, log: Logger, ports: Ports) -> None:
     with run_lock(state_bucket, PRUNE_TASK, log, clock=ports.clock) as held:
         if held:
             _prune_and_report(ports, task, log)
+            compact_fleet(state_bucket, ports.clock(), log)
+
+
+def compact_fleet(state_bucket: Bucket, now: datetime, log: Logger) -> None:
+    """Fold every machine class's old attempts into one observation each (`shared.fleet.store.compact`).
+    Advisory, as the observations are: a failure is a warning, and the next hourly run folds them."""
+    from google.api_core.exceptions import GoogleAPICallError
+
+    from shared.errors import is_retryable
+    from shared.fleet import store
+
+    try:
+        for machine_class in store.classes(state_bucket):
+            folded = store.compact(state_bucket, machine_class, now)
+            if folded:
+                log.info(
+                    "fleet observations compacted",
+                    event="fleet_compacted",
+                    machine_class=machine_class.key,
+                    attempts=folded,
+                )
+    except Exception as exc:
+        if not (is_retryable(exc) or isinstance(exc, GoogleAPICallError)):
+            raise
+        log.warning("could not compact the fleet observations", event="fleet_compaction_failed", error=str(exc))
 
 
 def _prune_and_report(ports: Ports, task: PruneTask, log: Logger) -> None:

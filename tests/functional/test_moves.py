@@ -142,6 +142,32 @@ def test_a_job_waiting_less_than_its_changeover_or_cancelled_is_not_moved(world:
     assert log.events("moved") == []
 
 
+@pytest.mark.parametrize(("terabytes", "moved"), [(2, True), (200, False)])
+def test_a_move_weighs_reading_the_checkpoint_from_the_buckets_location(
+    gcs_bucket, terabytes: int, moved: bool
+) -> None:
+    # The deployment's checkpoint bucket is in us-central1, where the job waits: reading its
+    # checkpoint in us-east4 is data transfer between two regions, which a big one outweighs.
+    settings = make_settings(gcs_bucket.name, SPOTJOBS_CHECKPOINT_BUCKET_LOCATION="US-CENTRAL1")
+    world = World(LedgerStore(gcs_bucket), FakeVertex(), FakePublisher(), settings)
+    job = waiting_for_spot(world, hours=2)
+
+    def committed(record) -> None:
+        record.attempt(1).last_checkpoint, record.attempt(1).last_checkpoint_bytes = [0, 100], terabytes * 10**12
+
+    world.rewrite("req-1", committed)
+    log = CapturedLog()
+    run_reconcile(world.ports, log.logger)
+    record = world.ledger.get("req-1")
+    if not moved:
+        assert record.attempt(1).outcome is None and world.vertex.cancelled == [] and log.events("moved") == []
+        return
+    assert record.attempt(1).outcome is AttemptOutcome.MOVED and world.vertex.cancelled == [job]
+    [move] = log.events("moved")
+    assert move["next_location"] == "us-east4"
+    assert "reading its 2,000 GB checkpoint there $40.00" in move["reason"]
+
+
 STEPS, STEP_SECONDS, CHANGEOVER = 1000, 1.0, 60.0
 
 

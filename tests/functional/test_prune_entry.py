@@ -146,3 +146,30 @@ def test_cli_dry_run_shows_the_plan_then_a_run_carries_it_out(gcs_bucket, prune_
 
     text = _cli(["--dry-run"], prune_settings, fake_gcs)
     assert "keep      step-000400/" in text.stdout and "1 requests" in text.stdout
+
+
+def test_the_hourly_run_compacts_the_fleets_old_observations(gcs_bucket, state_bucket, prune_settings) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from shared.fleet import store
+    from shared.fleet.observations import FleetFact, Kind, MachineClass
+
+    h100 = MachineClass("a3-highgpu-8g", "NVIDIA_H100_80GB", 8)
+    days_ago = datetime.now(UTC) - timedelta(days=2)
+    store.write_facts(
+        state_bucket,
+        h100,
+        [
+            FleetFact(Kind.WAITING, "us-east4", days_ago, attempt_key="a-1"),
+            FleetFact(Kind.NO_CAPACITY, "us-east4", days_ago + timedelta(hours=1), 3600.0, attempt_key="a-1"),
+            FleetFact(Kind.CHANGEOVER, "us-east4", days_ago, 900.0, attempt_key="a-2"),
+        ],
+    )
+    lines, _ = handle(b'{"task": "prune"}', prune_settings, gcs_bucket.client)
+    [compacted] = [line for line in lines if line.get("event") == "fleet_compacted"]
+    assert (compacted["machine_class"], compacted["attempts"]) == (h100.key, 2)
+    kinds = sorted(fact.kind for fact in store.read(state_bucket, h100, datetime.now(UTC)))
+    assert kinds == [Kind.ATTEMPT, Kind.ATTEMPT]
+    # one request's prune (a request just finished) leaves the fleet alone
+    lines, _ = handle(b'{"task": "prune", "request_id": "r1"}', prune_settings, gcs_bucket.client)
+    assert not [line for line in lines if line.get("event") == "fleet_compacted"]

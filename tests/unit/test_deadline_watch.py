@@ -186,6 +186,12 @@ def test_a_wait_whose_claim_kept_no_outlook_asks_the_fleet_before_leaving_and_ke
     for fleet in (Fleet(), Fleet(outlook=SpotOutlook(0.5, 30000.0))):
         left = decide(waiting(), observed, POLICY, NOW, fleet=fleet).record
         assert left.attempts[0].outcome is AttemptOutcome.SWITCHED_TO_ON_DEMAND
+    # Below the safety net no outlook keeps a wait: it leaves without reading the fleet.
+    netted = make_record(request=deadline(100))
+    netted.attempts[0].created_at = iso(NOW - timedelta(seconds=700))
+    unread = Fleet(outlook=SpotOutlook(0.99, 6000.0))
+    left = decide(netted, observed, POLICY, NOW, fleet=unread).record
+    assert left.attempts[0].outcome is AttemptOutcome.SWITCHED_TO_ON_DEMAND and unread.asked == []
 
 
 def test_at_risk_then_missed_alert_once_each() -> None:

@@ -99,11 +99,21 @@ def test_a_trainer_that_exits_1_fails_without_a_requeue_even_after_earlier_preem
 
 def test_checkpoint_lines_are_counted_once_in_order() -> None:
     record = running()
-    for step, seconds, moment in ((50, 2.0, at(100)), (100, 4.0, at(160)), (100, 4.0, at(160)), (50, 2.0, at(100))):
-        record = line(record, kit("checkpoint_committed", 0, step=step, seconds=seconds, time=moment)).record
+    lines = (
+        (50, 2.0, at(100), 10**9),
+        (100, 4.0, at(160), 3 * 10**9),
+        (100, 4.0, at(160), 3 * 10**9),
+        (50, 2.0, at(100), 10**9),
+    )
+    for step, seconds, moment, size in lines:
+        record = line(
+            record, kit("checkpoint_committed", 0, step=step, seconds=seconds, time=moment, bytes=size)
+        ).record
     attempt = record.attempts[0]
     assert (attempt.checkpoints_committed, attempt.checkpoint_seconds) == (2, 6.0)
     assert (attempt.first_checkpoint_at, attempt.last_checkpoint_at) == (at(100), at(160))
+    # the newest one's size, what placement weighs of moving it (a late older line is not it)
+    assert (attempt.last_checkpoint, attempt.last_checkpoint_bytes) == ([0, 100], 3 * 10**9)
 
 
 def test_a_kit_line_of_another_job_is_not_counted_for_the_recorded_one() -> None:

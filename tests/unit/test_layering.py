@@ -74,7 +74,7 @@ ALLOWED: dict[str, set[str]] = {
     "delivery": {"foundation"},
     "fleet": {"foundation", "requests", "ledger", "wiring"},
     "deciding": {"foundation", "requests", "ledger", "wiring", "fleet"},
-    "pruning": {"foundation", "ledger", "wiring", "delivery", "deciding"},
+    "pruning": {"foundation", "ledger", "wiring", "delivery", "deciding", "fleet"},
     "triggers": {"foundation", "requests", "wiring", "delivery"},
     # What more than one shell does around the rooms' decisions (adopting a found job, cancelling a
     # stray) or one shell's flow split out for size (redeliveries, submit's): never a shell.

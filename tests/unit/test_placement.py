@@ -12,7 +12,8 @@ from shared.clock import iso
 from shared.fleet.estimate import CapacityEstimate, SpotOutlook, estimate
 from shared.fleet.observations import FleetFact, Kind, MachineClass
 from shared.fleet.placement import MOVE_MARGIN, Candidate, Job, Move, choose_location, expected_cost
-from shared.fleet.placing import NO_OBSERVATIONS, LocationChoice, Placer, place_claimed, work_hours
+from shared.fleet.placing import NO_OBSERVATIONS, LocationChoice, Placer, checkpoint_move, place_claimed, work_hours
+from shared.fleet.transfer import OTHER_CONTINENT_PER_GB, SAME_CONTINENT_PER_GB, per_gb
 from shared.ledger.records import Attempt, RequestRecord
 from spotjobs.reporting.prices import Prices
 
@@ -75,6 +76,59 @@ def test_moving_the_checkpoint_is_counted() -> None:
     choice = choose_location(job, [here, there], heavy)
     assert choice.location == "us-central1"
     assert next(c for c in choice.costs if c.location == "asia-southeast1").move_cost == pytest.approx(160.0)
+
+
+@pytest.mark.parametrize(
+    ("source", "region", "price"),
+    [
+        ("us-central1", "us-central1", 0.0),
+        ("US-CENTRAL1", "us-central1", 0.0),  # Terraform upper-cases a bucket's location
+        ("US-CENTRAL1", "us-east4", SAME_CONTINENT_PER_GB),
+        ("northamerica-northeast1", "us-east4", SAME_CONTINENT_PER_GB),
+        ("US", "us-east4", 0.0),  # a multi-region bucket, read on its continent
+        ("US", "europe-west1", OTHER_CONTINENT_PER_GB),
+        ("EU", "europe-west3", 0.0),
+        ("ASIA", "asia-southeast1", 0.0),
+        ("NAM4", "us-east4", SAME_CONTINENT_PER_GB),  # a dual-region: as a region of its continent
+        ("EUR4", "us-east4", OTHER_CONTINENT_PER_GB),
+        ("asia-southeast1", "us-central1", OTHER_CONTINENT_PER_GB),
+        ("mars-north1", "mars-north1", 0.0),
+        ("mars-north1", "us-east4", OTHER_CONTINENT_PER_GB),  # unknown: the dearer rate
+    ],
+)
+def test_reading_a_checkpoint_is_priced_from_the_buckets_location(source: str, region: str, price: float) -> None:
+    assert per_gb(source, region) == price
+
+
+def test_a_checkpoint_in_one_bucket_is_read_wherever_the_attempt_runs_the_current_location_too() -> None:
+    here = Candidate("us-central1", 18.98, 82.53, seen("us-central1", 0.95))
+    there = Candidate("us-east4", 18.0, 82.53, seen("us-east4", 0.95))
+    job = Job(10, 0.2, current_location="us-central1", hours_to_deadline=20)
+    assert choose_location(job, [here, there]).location == "us-east4"
+    # 2 TB in a us-central1 bucket: reading it in us-east4 costs $40, more than its Spot saves
+    bucket = Move(checkpoint_gb=2000, price_per_gb=per_gb, bucket_location="US-CENTRAL1")
+    choice = choose_location(job, [here, there], bucket)
+    assert choice.location == "us-central1"
+    assert {c.location: c.move_cost for c in choice.costs} == {"us-central1": 0.0, "us-east4": pytest.approx(40.0)}
+    # in a bucket of a third region, staying reads it too: us-east4 wins again
+    far = Move(checkpoint_gb=2000, price_per_gb=per_gb, bucket_location="EUROPE-WEST1")
+    assert choose_location(job, [here, there], far).location == "us-east4"
+    # a multi-region bucket over both: nothing to read across regions
+    assert choose_location(job, [here, there], Move(2000, per_gb, bucket_location="US")).location == "us-east4"
+
+
+def test_the_checkpoint_to_move_is_the_newest_committed_with_its_size_and_the_buckets_location() -> None:
+    older, newer = first(), Attempt(2, "us-central1", "SPOT", claimed_at="2026-12-02T12:05:00Z")
+    older.last_checkpoint, older.last_checkpoint_bytes = [0, 50], 10**9
+    newer.last_checkpoint, newer.last_checkpoint_bytes = [0, 100], 3 * 10**9
+    move = checkpoint_move([older, newer], "US-CENTRAL1")
+    assert (move.checkpoint_gb, move.bucket_location) == (3.0, "US-CENTRAL1")
+    assert move.cost(None, "us-east4") == (pytest.approx(3 * SAME_CONTINENT_PER_GB), pytest.approx(3 / 1000))
+    # nothing weighed without a checkpoint, its size (a kit older than `bytes`), or the bucket's location
+    assert checkpoint_move([], "US-CENTRAL1") == Move()
+    assert checkpoint_move([older, newer], "") == Move()
+    newer.last_checkpoint_bytes = older.last_checkpoint_bytes = None
+    assert checkpoint_move([older, newer], "US-CENTRAL1") == Move()
 
 
 def test_a_tight_deadline_is_on_demand_where_it_is_cheapest() -> None:
