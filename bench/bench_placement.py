@@ -12,7 +12,10 @@ starts, and the run is repeated from `--runs` start times spread over the traces
 
 The model is the tick model of `bench.deadline_sim`, per location: every new instance pays the
 changeover d (whole ticks, no work, billed); a Spot job waits where it was placed until that
-region has capacity and is preempted when it has none; the last tick is billed whole. A move of
+region has capacity and is preempted when it has none; the last tick is billed whole. The rule
+sees a new Spot attempt that has not run yet as on Spot within its changeover for its first d
+ticks, as production's `deadline_situation` does (Vertex queues a job for minutes even with
+capacity), then as waiting. A move of
 a waiting job, or of a job going to on-demand elsewhere, pays the checkpoint's transfer
 (`--checkpoint-gb` x the price between the two regions, `shared.fleet.transfer.per_gb`). Missed deadlines are
 finished on on-demand in the cheapest region and counted.
@@ -167,12 +170,18 @@ def at(tick: int, setup: Setup) -> datetime:
 
 def situation(setup: Setup, job: Attempt, tick: int, spot_available: bool | None) -> Situation:
     g = setup.gap
+    placement = job.mode
+    if placement is Placement.WAITING_FOR_SPOT and not job.ran and tick - job.placed < setup.changeover_ticks:
+        # As production's `deadline_situation`: a new Spot job queued for less than one changeover
+        # is on Spot within its changeover (Vertex queues and provisions a job for minutes even
+        # with capacity), not yet waiting for Spot.
+        placement = Placement.ON_SPOT
     return Situation(
         now=at(tick, setup),
         deadline=at(setup.deadline_ticks, setup),
         started=EPOCH,
         work=Work.in_seconds(setup.work_ticks * g, job.done * g),
-        placement=job.mode,
+        placement=placement,
         placed_at=at(job.placed, setup),
         changeover_seconds=setup.changeover_ticks * g,
         review_seconds=g,

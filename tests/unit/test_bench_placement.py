@@ -10,6 +10,7 @@ import pytest
 
 from bench import bench_placement
 from bench.bench_placement import POLICIES, FailoverOrder, Setup, Spotjobs, load_regions, omniscient, simulate_fleet
+from shared.deciding.deadline import Placement
 from shared.fleet.estimate import SpotOutlook
 
 
@@ -85,8 +86,35 @@ def test_placement_leaves_a_region_without_spot_and_today_waits_there(traces: Pa
     today = simulate_fleet(setup, [0], FailoverOrder)[0]
     assert not placed.missed and not today.missed
     assert placed.moves == 1 and placed.region == 0  # to europe-west1, where Spot is
-    assert placed.egress == pytest.approx(10.0 * 0.08)  # the checkpoint, across continents
+    assert placed.egress == 0.0  # moved once its first changeover passed: no checkpoint yet
     assert today.moves == 0  # never preempted, so never a stockout: it waits, then on-demand
     best = omniscient(setup, [0])[0]
     assert best <= placed.cost < today.cost
     assert best == pytest.approx(12.0 * (24 + 2) / 6)  # Spot in europe-west1 throughout
+
+
+def test_a_new_spot_attempt_is_on_spot_within_its_changeover_as_in_production(tmp_path: Path) -> None:
+    # No capacity for the first tick, then always: production counts the queued job as on Spot
+    # within its changeover (`deadline_situation`), so the rule cannot leave it for on-demand then.
+    write_zone(tmp_path, "us-east4-a", "us-east4", 10.0, 80.0, [0] + [1] * 299)
+    regions, _ = load_regions(tmp_path)
+    setup = Setup(tuple(regions), 600, 24, 29, 2, 0.0)  # 5 ticks of slack: behind the line at once
+    [job] = simulate_fleet(setup, [0], bench_placement.Policy)  # Uniform Progress, pinned
+    assert not job.missed and job.cost == pytest.approx(10.0 * (24 + 2) / 6)  # Spot throughout
+    seen = bench_placement.situation(setup, bench_placement.Attempt(start=0, region=0), 1, None)
+    assert seen.placement is Placement.ON_SPOT  # within its changeover
+    later = bench_placement.situation(setup, bench_placement.Attempt(start=0, region=0), 2, None)
+    assert later.placement is Placement.WAITING_FOR_SPOT
+
+
+def test_a_move_with_a_checkpoint_pays_its_transfer(traces: Path) -> None:
+    regions, _ = load_regions(traces)  # europe-west1, us-east4, us-west1
+    setup = Setup(tuple(regions), 600, 24, 48, 2, 10.0)
+    job = bench_placement.Attempt(start=0, region=1, done=5)
+    bench_placement._move(job, setup, 2)  # us-east4 -> us-west1: one continent
+    bench_placement._move(job, setup, 0)  # -> europe-west1: another
+    assert (job.moves, job.region) == (2, 0)
+    assert job.egress == pytest.approx(10.0 * 0.02 + 10.0 * 0.08)
+    fresh = bench_placement.Attempt(start=0, region=1)
+    bench_placement._move(fresh, setup, 0)
+    assert fresh.egress == 0.0  # nothing to move before any work is committed
