@@ -158,6 +158,12 @@ def _job_name(job: dict[str, Any]) -> str:
     return f"create of {labels.get(LABEL_REQUEST_ID)} a{labels.get(LABEL_ATTEMPT)}"
 
 
+# A run's report, not a request's decision: published directly by each prune run that deleted
+# something or met errors, again by the redelivery of a run that met transient ones
+# (shared/pruning/runner.py), so two runs pruning one request report it twice.
+RUN_REPORTS = frozenset({"prune_report"})
+
+
 def alert_key(alert: dict[str, Any]) -> tuple[Any, ...]:
     """What makes two published alerts copies of one decision: what its marker names too (a
     rejection is alerted once per message, a request id conflict once per refused body, a stuck
@@ -179,7 +185,9 @@ def alerts_not_per_redelivery(world: World) -> list[Violation]:
     failed before it could confirm the publish in the ledger (at-least-once: a crash, a 503 or a
     lost answer between the two; `World.unconfirmed_alerts` counts them from the run). A clean
     redelivery never publishes it again."""
-    counts = collections.Counter(alert_key(a) for a in alerts(world) if a.get("request_id"))
+    counts = collections.Counter(
+        alert_key(a) for a in alerts(world) if a.get("request_id") and a.get("kind") not in RUN_REPORTS
+    )
     return [
         violation(
             "alerts_once",

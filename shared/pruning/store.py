@@ -156,7 +156,9 @@ def widen_connection_pool(client: Client, size: int) -> None:
     (requests keeps 10 per host by default)."""
     from requests.adapters import HTTPAdapter
 
-    session = client._http  # the AuthorizedSession every call of this client goes through
+    session = getattr(client, "_http", None)  # the AuthorizedSession every call of this client goes through
+    if session is None:
+        return  # a client without one (the simulator's in-memory storage) has no pool to widen
     adapter = HTTPAdapter(pool_connections=4, pool_maxsize=max(10, size))
     session.mount("https://", adapter)
     session.mount("http://", adapter)

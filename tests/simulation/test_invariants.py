@@ -297,3 +297,17 @@ def test_alerts_of_distinct_decisions_are_not_copies(world: World) -> None:
         world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert.to_json()).encode(), {})
 
     assert invariants.alerts_not_per_redelivery(world) == []
+
+
+def test_two_prune_runs_reporting_one_request_are_two_reports_not_a_copy(world: World) -> None:
+    # A run's report (shared/pruning/runner.py): each run that pruned the request says so.
+    for _ in range(2):
+        report = Alert.of(AlertKind.PRUNE_REPORT, "Pruned 1 checkpoints", request_id="r1").to_json()
+        world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(report).encode(), {})
+    assert invariants.alerts_not_per_redelivery(world) == []
+    # a request's decided alert twice still is
+    failed = Alert.of(AlertKind.INVALID_REQUEST, "refused", request_id="r1", attempt=1).to_json()
+    for _ in range(2):
+        world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(failed).encode(), {})
+    [found] = invariants.alerts_not_per_redelivery(world)
+    assert "invalid_request" in found.detail
