@@ -209,9 +209,16 @@ def test_a_sigterm_at_the_last_planned_step_saves_it_and_the_run_finishes(name: 
     assert [r.step for r in run.events("run_finished")] == [EVERY], where
 
 
-@pytest.mark.parametrize("name", VARIANTS)
-def test_a_finished_run_restarted_finishes_at_once_and_a_late_sigterm_exits_0(name: str, tmp_path: Path) -> None:
-    script, env, processes = prepare(name, tmp_path, steps=EVERY, after=LATE_SIGTERM)  # its last step is a save
+# The variants tested for a committed step whose files were deleted. That test starts from a finished
+# run (two saves: steps 10 and 20), which is what the finished-run test makes and restarts: for these
+# variants one test runs both, the finished run and its restart once (four processes, not five).
+SAVED_AGAIN = ["torch-dcp-sync", "orbax", "torch-save", "hf-trainer", "hf-accelerate", "lightning"]
+
+
+def finish_then_restart(name: str, script: Path, env: dict[str, str], processes: int, steps: int) -> Outcome:
+    """Run a fresh script (LATE_SIGTERM appended) to its end, then again: both runs exit 0 after the
+    late SIGTERM without a preemption, and the restart finishes at once, saving nothing. Returns the
+    first run."""
     checkpoints = Path(env["AIP_CHECKPOINT_DIR"])
     first = run_script(script, env, None, processes)
     finished = checkpoint_files(checkpoints)
@@ -219,23 +226,38 @@ def test_a_finished_run_restarted_finishes_at_once_and_a_late_sigterm_exits_0(na
 
     for number, run in enumerate((first, restart), 1):
         where = f"{name}, run {number}: {[(r.event, r.step) for r in run.records]} {run.stderr}"
-        assert run.returncodes == [0] * processes, where
-        assert [r.step for r in run.events("run_finished")] == [EVERY], where
-        assert "ALIVE AFTER A LATE SIGTERM\n" in run.stdout, where  # the kit's handler took it, let it be
-        assert not run.events("preempted"), where  # a finished run's SIGTERM is no preemption
+        assert_finished_with_a_late_sigterm(run, steps, processes, where)
     where = f"{name}, the restart: {[(r.event, r.step) for r in restart.records]} {restart.stderr}"
-    assert restart.started.resumed_step == EVERY and restart.steps == [], where  # not one step more
+    assert restart.started.resumed_step == steps and restart.steps == [], where  # not one step more
     assert not restart.events("checkpoint_committed") and not restart.events("checkpoint_kept"), where
     assert checkpoint_files(checkpoints) == finished, where  # nothing saved, rewritten or retired
+    return first
 
 
-@pytest.mark.parametrize("name", ["torch-dcp-sync", "orbax", "torch-save", "hf-trainer", "hf-accelerate", "lightning"])
-def test_a_committed_step_whose_files_were_deleted_is_saved_again_when_training_reaches_it(
+def assert_finished_with_a_late_sigterm(run: Outcome, steps: int, processes: int, where: str) -> None:
+    assert run.returncodes == [0] * processes, where
+    assert [r.step for r in run.events("run_finished")] == [steps], where
+    assert "ALIVE AFTER A LATE SIGTERM\n" in run.stdout, where  # the kit's handler took it, let it be
+    assert not run.events("preempted"), where  # a finished run's SIGTERM is no preemption
+
+
+@pytest.mark.parametrize("name", [name for name in VARIANTS if name not in SAVED_AGAIN])
+def test_a_finished_run_restarted_finishes_at_once_and_a_late_sigterm_exits_0(name: str, tmp_path: Path) -> None:
+    """(The SAVED_AGAIN variants run it, with two saves, at the start of the next test.)"""
+    script, env, processes = prepare(name, tmp_path, steps=EVERY, after=LATE_SIGTERM)  # its last step is a save
+    finish_then_restart(name, script, env, processes, EVERY)
+
+
+@pytest.mark.parametrize("name", SAVED_AGAIN)
+def test_a_finished_run_restarted_finishes_at_once_then_a_committed_step_whose_files_were_deleted_is_saved_again(
     name: str, tmp_path: Path
 ) -> None:
-    script, env, processes = prepare(name, tmp_path, steps=2 * EVERY)
+    """The previous test (a finished run, restarted, with its assertions), then its largest data file
+    of step 20 deleted: training reaches step 20 again and saves it again, then a restart finds it
+    complete. The runs after the deletion have no late SIGTERM, as before the two tests shared runs."""
+    script, env, processes = prepare(name, tmp_path, steps=2 * EVERY, after=LATE_SIGTERM)  # its last step is a save
     checkpoints = Path(env["AIP_CHECKPOINT_DIR"])
-    first = run_script(script, env, None, processes)
+    first = finish_then_restart(name, script, env, processes, 2 * EVERY)
     (broken,) = [r.checkpoint for r in first.events("checkpoint_committed") if r.step == 2 * EVERY]
     assert broken is not None
     listed = json.loads((checkpoints / broken / KIT_MARKER).read_text())["files"]
@@ -244,6 +266,7 @@ def test_a_committed_step_whose_files_were_deleted_is_saved_again_when_training_
     # Resumed from step 10, unless the script keeps one checkpoint (the HF scripts' limit of 1 retired it).
     (previous,) = [r.checkpoint for r in first.events("checkpoint_committed") if r.step == EVERY]
     resumed = EVERY if (checkpoints / str(previous)).exists() else None
+    script, env, processes = prepare(name, tmp_path, steps=2 * EVERY)  # from here on, no late SIGTERM
     rerun = run_script(script, env, None, processes)  # trains to step 20 again
     restart = run_script(script, env, None, processes)
 

@@ -2,8 +2,29 @@
 record the test counts, and the points where a script waits for the test's SIGTERM (at a step,
 or inside a save) so it lands exactly there however loaded the machine is."""
 
+import atexit
+import gc
 import os
 import time
+
+# Garbage collection, which costs these short processes a good part of their CPU and does nothing
+# for them (their memory goes back at exit). Every script imports this module before its framework:
+# no collection runs during the framework's imports (millions of objects, a full collection after
+# every few hundred thousand), then imports_done() freezes what they made (kept, as imported
+# modules are anyway) and collects as usual from there. At exit, once the exit handlers registered
+# after this one have run (the kit's, a framework's at run time), the same for what the run made:
+# the interpreter's teardown would otherwise walk it all in several full collections. What is not
+# collected is garbage in reference cycles, which CPython does not promise to collect at exit: every
+# exit status, kit line, file and exit handler is as before.
+gc.disable()
+atexit.register(gc.freeze)
+
+
+def imports_done():
+    """Called by each script once its imports are done (see above)."""
+    gc.freeze()
+    gc.enable()
+
 
 STEPS = int(os.environ["KIT_TEST_STEPS"])
 EVERY = int(os.environ["KIT_TEST_EVERY"])

@@ -1,12 +1,14 @@
 # A plain loop under accelerate; the snippet from docs/kit.md is appended below by the test.
 import os
 
+import common
 import torch
 from accelerate import Accelerator
 from accelerate.utils import ProjectConfiguration
 from common import STEPS, record_step, slow_saves, tiny_regression  # noqa: F401 (STEPS: the snippet's)
 
 slow_saves()
+common.imports_done()  # slow_saves() imported DCP
 torch.manual_seed(0)
 inputs, targets = tiny_regression(torch)
 model = torch.nn.Linear(4, 1)

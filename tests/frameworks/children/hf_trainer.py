@@ -1,10 +1,12 @@
 # A transformers Trainer on a tiny GPT-2 built from its config (no hub download); docs/kit.md's
 # snippet is appended below by the test.
+import common
 import torch
 from common import EVERY, STEPS, record_step, slow_saves
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
 
 slow_saves()
+common.imports_done()  # slow_saves() imported DCP
 torch.manual_seed(0)
 config = GPT2Config(vocab_size=64, n_positions=16, n_embd=16, n_layer=1, n_head=2)
 model = GPT2LMHeadModel(config)

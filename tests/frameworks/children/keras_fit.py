@@ -8,6 +8,7 @@ import keras
 import numpy as np
 from common import STEPS, record_step  # noqa: F401 (STEPS: the snippet's)
 
+common.imports_done()
 save_weights = keras.Model.save_weights
 
 

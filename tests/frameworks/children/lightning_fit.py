@@ -1,9 +1,11 @@
 # A LightningModule on a tiny regression; the snippet from docs/kit.md is appended below by the test.
+import common
 import pytorch_lightning as pl
 import torch
 from common import STEPS, record_step, slow_saves, tiny_regression
 
 slow_saves()
+common.imports_done()  # slow_saves() imported DCP
 torch.manual_seed(0)
 inputs, targets = tiny_regression(torch)
 

@@ -11,6 +11,7 @@ import orbax.checkpoint as ocp
 from common import STEPS, record_step  # noqa: F401 (STEPS: the snippet's)
 from orbax.checkpoint._src.path import atomicity
 
+common.imports_done()
 with socket.socket() as probe:  # a free port on this machine for the one-process coordinator
     probe.bind(("127.0.0.1", 0))
     port = probe.getsockname()[1]
