@@ -49,7 +49,6 @@ once, writing the markers of the active ones (a ledger from before the index).
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import threading
 import time
@@ -282,7 +281,7 @@ class LedgerStore:
             lambda: self.read(request_id),
             write,
             transition,
-            private_copy=copy.deepcopy,
+            private_copy=RequestRecord.private_copy,
             what=f"ledger record {request_id}",
             max_conflicts=self._max_conflicts,
         )
