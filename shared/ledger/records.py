@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import json
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -198,11 +197,6 @@ class RequestRecord:
             if document[name] is not None:
                 document[name] = _with_newer_fields(document[name])
         return document
-
-    def private_copy(self) -> RequestRecord:
-        """A copy sharing nothing with this record, as a fresh read would give: through its JSON,
-        which is what the ledger stores (several times cheaper than `copy.deepcopy`)."""
-        return RequestRecord.from_json(json.loads(json.dumps(self.to_document())))
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RequestRecord:

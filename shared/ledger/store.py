@@ -49,6 +49,7 @@ once, writing the markers of the active ones (a ledger from before the index).
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import threading
 import time
@@ -281,7 +282,7 @@ class LedgerStore:
             lambda: self.read(request_id),
             write,
             transition,
-            private_copy=RequestRecord.private_copy,
+            private_copy=copy.deepcopy,
             what=f"ledger record {request_id}",
             max_conflicts=self._max_conflicts,
         )

@@ -1,14 +1,13 @@
-"""A record's copies share nothing with it (a transition mutates its private copy while the
-compare-and-swap keeps the record read; a caller of `to_json` may edit what it got), and the
-CustomJob schema's memo hands every caller a job of its own."""
+"""A record's stored document keeps what it must, its shown JSON shares nothing with it (a caller
+of `to_json` may edit what it got), and the CustomJob schema's memo hands every caller a job of
+its own."""
 
 from __future__ import annotations
 
 import copy
 
 from shared.errors import Violation
-from shared.ledger.records import Attempt, CancelIntent, RequestRecord, Requeue
-from shared.ledger.states import AttemptOutcome, RequestStatus
+from shared.ledger.records import RequestRecord
 from shared.requests.job_schema import read_custom_job
 
 
@@ -32,25 +31,6 @@ def _record() -> RequestRecord:
     record.attempts[0].kit_key = "secret"
     record.attempts[0].last_checkpoint = [0, 10]
     return record
-
-
-def test_a_private_copy_equals_the_record_and_shares_nothing_with_it() -> None:
-    record = _record()
-    before = copy.deepcopy(record)
-
-    private = record.private_copy()
-
-    assert private == record and private.to_document() == record.to_document()
-    assert isinstance(private.status, RequestStatus) and private.attempts[0].outcome is AttemptOutcome.REQUEUED
-    assert isinstance(private.requeue, Requeue) and isinstance(private.cancel, CancelIntent)
-    private.request["custom_job"]["jobSpec"]["workerPoolSpecs"][0]["replicaCount"] = "2"
-    private.attempts[0].last_checkpoint.append(11)
-    private.attempts[0].newer_fields["new"].append(2)
-    private.attempts.append(Attempt(n=2, location="l", strategy="SPOT", claimed_at="t"))
-    private.markers.append("m:2:")
-    private.pending_alerts[0]["details"]["n"] = 2
-    private.newer_fields["from_the_future"]["kept"] = False
-    assert record == before and record.to_document() == before.to_document()
 
 
 def test_the_stored_document_keeps_fields_of_newer_versions_in_place_and_kit_keys() -> None:
