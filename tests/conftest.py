@@ -156,8 +156,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
     """`-n N` (xdist's --dist load) hands tests out one at a time, in the order
     pytest_collection_modifyitems gives them, except that a module with a module-scoped fixture
     of its own (a stack of its own, a built install) goes to one worker whole, so that fixture is
-    built once, and a framework test is handed out only while fewer than FRAMEWORK_LINES are
-    unfinished (a worker asking for work meanwhile gets the next other test). (xdist's --dist
+    built once, and framework tests go to at most FRAMEWORK_LINES workers at once (a worker asking
+    for work meanwhile gets the next other test). (xdist's --dist
     loadgroup would group with marks, but its renaming of test ids has no effect under pytest 9.)"""
     if config.getvalue("dist") != "load":
         return None
@@ -171,21 +171,30 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
             module = nodeid.split("::", 1)[0]
             return module if has_module_fixture(config.rootpath / module) else nodeid
 
-        def _frameworks_unfinished(self) -> int:
-            return sum(
-                not all(work.values())
-                for assigned in self.assigned_work.values()
+        def _framework_lines(self) -> set[object]:
+            """The workers holding an unfinished framework test: each runs its tests one at a
+            time, so it is one line however many it holds."""
+            return {
+                node
+                for node, assigned in self.assigned_work.items()
                 for scope, work in assigned.items()
-                if is_framework_test(scope)
-            )
+                if is_framework_test(scope) and not all(work.values())
+            }
 
         def _assign_work_unit(self, node: object) -> None:
-            """The first unit of the queue that may start now (moved to the queue's front)."""
-            lines_full = self._frameworks_unfinished() >= FRAMEWORK_LINES
-            scope = next((s for s in self.workqueue if not (lines_full and is_framework_test(s))), None)
-            if scope is not None:
-                self.workqueue.move_to_end(scope, last=False)
-                super()._assign_work_unit(node)
+            """The first unit of the queue that may start now (moved to the queue's front): a
+            framework test goes to a worker that already has a line, or opens one if any is free.
+            A worker left with none it may take runs what it holds and stops: an xdist worker runs
+            its last test only once it gets another or stops, so holding on would deadlock."""
+            lines = self._framework_lines()
+            may_train = node in lines or len(lines) < FRAMEWORK_LINES
+            scope = next((s for s in self.workqueue if may_train or not is_framework_test(s)), None)
+            if scope is None:
+                if not node.shutting_down:
+                    node.shutdown()
+                return
+            self.workqueue.move_to_end(scope, last=False)
+            super()._assign_work_unit(node)
 
         def mark_test_complete(self, node: object, item_index: int, duration: float = 0) -> None:
             super().mark_test_complete(node, item_index, duration)

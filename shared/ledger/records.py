@@ -8,7 +8,9 @@ the same compare-and-swap as the decision (`alert_marker`, `evidence_marker`).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+import copy
+import functools
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from shared.clock import now_iso, parse_iso
@@ -179,15 +181,22 @@ class RequestRecord:
         return bool(self.pending_alerts) or self.prune_pending
 
     def to_json(self) -> dict[str, Any]:
-        """The record as shown (status, explain, reports): without the attempts' kit keys."""
-        shown = self.to_document()
+        """The record as shown (status, explain, reports): without the attempts' kit keys, and
+        sharing nothing with the record."""
+        shown = copy.deepcopy(self.to_document())
         for attempt in shown["attempts"]:
             attempt.pop("kit_key", None)
         return shown
 
     def to_document(self) -> dict[str, Any]:
-        """The record as the ledger stores it, kit keys included (the state bucket, which no job reads)."""
-        return _with_newer_fields(asdict(self))
+        """The record as the ledger stores it, kit keys included (the state bucket, which no job
+        reads). Its values are the record's own, not copies: serialize it (`to_json` copies)."""
+        document = _with_newer_fields(self)
+        document["attempts"] = [_with_newer_fields(attempt) for attempt in self.attempts]
+        for name in ("requeue", "cancel"):
+            if document[name] is not None:
+                document[name] = _with_newer_fields(document[name])
+        return document
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RequestRecord:
@@ -220,24 +229,25 @@ def _attempt_from_json(data: dict[str, Any]) -> Attempt:
 def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
     """The fields `cls` knows, and the others under `newer_fields`: during a rolling deploy an
     older instance rewrites a record a newer one wrote, and must not drop what it cannot read."""
-    names = {f.name for f in fields(cls)} - {"newer_fields"}
+    names = _field_names(cls)
     known = {k: v for k, v in data.items() if k in names}
     known["newer_fields"] = {k: v for k, v in data.items() if k not in names}
     return known
 
 
-def _with_newer_fields(record: dict[str, Any]) -> dict[str, Any]:
-    """`asdict` output of a record with each `newer_fields` folded back in place, as it was read."""
+@functools.cache
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in fields(cls)) - {"newer_fields"}
 
-    def fold(data: dict[str, Any]) -> dict[str, Any]:
-        newer = data.pop("newer_fields")
-        return {**data, **newer}
 
-    record["attempts"] = [fold(attempt) for attempt in record["attempts"]]
-    for name in ("requeue", "cancel"):
-        if record[name] is not None:
-            record[name] = fold(record[name])
-    return fold(record)
+@functools.cache
+def _field_order(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls) if f.name != "newer_fields")
+
+
+def _with_newer_fields(data: Any) -> dict[str, Any]:
+    """A record part's fields in order, then its `newer_fields` folded back in place, as it was read."""
+    return {**{name: getattr(data, name) for name in _field_order(type(data))}, **data.newer_fields}
 
 
 def alert_marker(kind: str, attempt: int, *qualifiers: str) -> str:

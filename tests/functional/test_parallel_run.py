@@ -210,3 +210,18 @@ def test_no_more_framework_tests_run_at_once_than_there_are_lines(tmp_path: Path
         running += {"framework start": 1, "framework end": -1}.get(line, 0)
         most = max(most, running)
     assert events.count("framework end") == 4 and most <= FRAMEWORK_LINES, events
+
+
+def test_framework_tests_alone_on_more_workers_than_lines_all_run(tmp_path: Path) -> None:
+    # A worker runs its last test only once it gets another or stops: workers that may not train
+    # must stop, and those that do must get the next framework test (this run used to hang).
+    from tests.conftest import FRAMEWORK_LINES
+
+    alone = {name: text for name, text in LONGEST_FIRST.items() if not name.startswith("test_")}
+    result, events = run_suite(tmp_path, alone, workers=FRAMEWORK_LINES + 2)
+    assert result.returncode == 0, result.stdout + result.stderr
+    running, most = 0, 0
+    for line in events:
+        running += {"framework start": 1, "framework end": -1}.get(line, 0)
+        most = max(most, running)
+    assert events.count("framework end") == 4 and most <= FRAMEWORK_LINES, events
