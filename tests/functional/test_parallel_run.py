@@ -205,11 +205,7 @@ def test_no_more_framework_tests_run_at_once_than_there_are_lines(tmp_path: Path
 
     result, events = run_suite(tmp_path, LONGEST_FIRST, workers=FRAMEWORK_LINES + 1)
     assert result.returncode == 0, result.stdout + result.stderr
-    running, most = 0, 0
-    for line in events:
-        running += {"framework start": 1, "framework end": -1}.get(line, 0)
-        most = max(most, running)
-    assert events.count("framework end") == 4 and most <= FRAMEWORK_LINES, events
+    assert events.count("framework end") == 4 and most_training_at_once(events) <= FRAMEWORK_LINES, events
 
 
 def test_framework_tests_alone_on_more_workers_than_lines_all_run(tmp_path: Path) -> None:
@@ -220,8 +216,12 @@ def test_framework_tests_alone_on_more_workers_than_lines_all_run(tmp_path: Path
     alone = {name: text for name, text in LONGEST_FIRST.items() if not name.startswith("test_")}
     result, events = run_suite(tmp_path, alone, workers=FRAMEWORK_LINES + 2)
     assert result.returncode == 0, result.stdout + result.stderr
+    assert events.count("framework end") == 4 and most_training_at_once(events) <= FRAMEWORK_LINES, events
+
+
+def most_training_at_once(events: list[str]) -> int:
     running, most = 0, 0
     for line in events:
         running += {"framework start": 1, "framework end": -1}.get(line, 0)
         most = max(most, running)
-    assert events.count("framework end") == 4 and most <= FRAMEWORK_LINES, events
+    return most
