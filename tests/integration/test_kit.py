@@ -126,8 +126,11 @@ def test_the_kit_installs_and_imports_in_a_bare_venv(tmp_path: Path, interpreter
         venv.EnvBuilder(with_pip=True, clear=True).create(bare)
     python = str(bare / "bin" / "python")
     pip_env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    # From a copy: setuptools builds in the source tree (kit/build/), and both parameters run at
+    # once under pytest-xdist ("File exists: build/bdist.../spotjobs_kit-0.1.0.dist-info").
+    source = shutil.copytree(KIT_ROOT, tmp_path / "kit", ignore=shutil.ignore_patterns("build", "*.egg-info"))
     install = subprocess.run(
-        [python, "-m", "pip", "install", "--disable-pip-version-check", str(KIT_ROOT)],
+        [python, "-m", "pip", "install", "--disable-pip-version-check", str(source)],
         capture_output=True,
         text=True,
         timeout=600,

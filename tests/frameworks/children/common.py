@@ -5,6 +5,7 @@ or inside a save) so it lands exactly there however loaded the machine is."""
 import atexit
 import gc
 import os
+import threading
 import time
 
 # Garbage collection, which costs these short processes a good part of their CPU and does nothing
@@ -32,6 +33,7 @@ PAUSE_AT_STEP = int(os.environ.get("KIT_TEST_PAUSE_AT_STEP") or 0)
 PAUSE_IN_SAVE = os.environ.get("KIT_TEST_PAUSE_IN_SAVE") == "1"
 HANDSHAKE = os.environ.get("KIT_TEST_HANDSHAKE", "")  # the test creates it right after its SIGTERM
 _paused_in_save = []
+save_paused = threading.Event()  # the first save is waiting for the SIGTERM (in whichever thread)
 
 
 def wait_for_sigterm():
@@ -83,4 +85,5 @@ def pause_in_save():
     the process waits there for the test's SIGTERM."""
     if PAUSE_IN_SAVE and not _paused_in_save:
         _paused_in_save.append(True)
+        save_paused.set()
         wait_for_sigterm()

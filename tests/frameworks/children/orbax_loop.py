@@ -1,7 +1,6 @@
 # JAX with Orbax on a tiny regression, after jax.distributed.initialize (whose preemption notifier
 # takes SIGTERM from Python natively); the snippet from docs/kit.md is appended below by the test.
 import socket
-import threading
 
 import common
 import jax
@@ -19,15 +18,12 @@ jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processe
 
 finalize = atomicity.AtomicRenameTemporaryPath.finalize
 save = ocp.AsyncCheckpointer.save
-save_paused = threading.Event()  # the first save is waiting, in Orbax's background thread
 
 
 async def announced_finalize(self):
     """Every Orbax save announces itself before its rename; with PAUSE_IN_SAVE the first one
     waits there for the SIGTERM."""
     print("SAVING", flush=True)
-    if common.PAUSE_IN_SAVE:
-        save_paused.set()
     common.pause_in_save()
     await finalize(self)
 
@@ -36,7 +32,7 @@ def save_then_hold_training(self, *args, **kwargs):
     """With PAUSE_IN_SAVE, training waits once the first save is paused in flight, so the
     SIGTERM finds it there (not a finished run)."""
     result = save(self, *args, **kwargs)
-    if common.PAUSE_IN_SAVE and save_paused.wait(60):
+    if common.PAUSE_IN_SAVE and common.save_paused.wait(60):
         common.wait_for_sigterm()
     return result
 

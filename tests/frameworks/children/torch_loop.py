@@ -6,6 +6,23 @@ import torch
 from common import STEPS, record_step, slow_saves, tiny_regression  # noqa: F401 (STEPS: the snippet's)
 
 slow_saves()
+
+
+def hold_training_in_a_paused_save(async_save):
+    """With PAUSE_IN_SAVE, training waits once the first asynchronous save is paused in its writer
+    thread, so the SIGTERM finds it there, not at the last step of a loop that ran on (as
+    orbax_loop.py does for Orbax's)."""
+
+    def wrapper(*args, **kwargs):
+        future = async_save(*args, **kwargs)
+        if common.PAUSE_IN_SAVE and common.save_paused.wait(60):
+            common.wait_for_sigterm()
+        return future
+
+    return wrapper
+
+
+torch.distributed.checkpoint.async_save = hold_training_in_a_paused_save(torch.distributed.checkpoint.async_save)
 common.imports_done()  # slow_saves() imported DCP
 if "WORLD_SIZE" in os.environ:  # started as one of several processes (RANK, MASTER_ADDR, ...)
     torch.distributed.init_process_group("gloo")
