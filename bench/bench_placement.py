@@ -1,7 +1,7 @@
 """Placement across locations on Spot availability traces: the cost of finishing by a deadline.
 
     python -m bench.bench_placement [--traces DIR] [--deadline-ratio R ...] [--job-hours H]
-        [--fleet N] [--json]
+        [--fleet N] [--signals] [--probes] [--json]
 
 Reads every `*.json` under DIR (default: bench/traces/gcp-h100, the GCP H100 traces) in the
 shared format (one zone a file: `metadata.region`, `metadata.spot_price_per_hour`,
@@ -39,9 +39,14 @@ with `Rule.GREEDY`, and with no outlook kept for the rule (`spotjobs_uniform`: t
 while waiting, as before it weighed the expected wait), and the estimate's precision and recall
 against the trace at the asks.
 
+`--probes` adds `spotjobs_probes`: spotjobs whose fleet is also fed by opt-in paid probes, short
+Spot jobs in regions it knows too little of (`bench.placement_probes`: when, how long, the
+budget). Their billed minutes are in its cost, and each is one create against Vertex's quota.
+
 Prints per ratio the mean cost in dollars and normalised to on-demand in the cheapest region,
 misses, moves and egress per job, and the gap to the optimum; `--json` one object per ratio:
-`{"deadline_ratio": R, "policies": {NAME: {"cost_mean": C, "misses": M, "moves": V}}}`.
+`{"deadline_ratio": R, "policies": {NAME: {"cost_mean": C, "misses": M, "moves": V}}}`, and with
+`--probes` also `spotjobs_probes` with `probes` and `probe_cost` (per job; the cost is in `C`).
 """
 
 from __future__ import annotations
@@ -53,7 +58,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -221,6 +226,10 @@ class Policy:
     def after_stockout(self, job: Attempt) -> int:
         return job.region
 
+    def probe(self, absolute: int, jobs: Sequence[Attempt]) -> None:
+        """Launch and run paid probes at this trace tick: none but `spotjobs_probes`'s
+        (`bench.placement_probes`)."""
+
 
 class FailoverOrder(Policy):
     """Today's: the static order, moved along on a stockout only."""
@@ -241,12 +250,16 @@ class Spotjobs(Policy):
 
     rule = Rule.SPOTJOBS
 
-    def _choose(self, job: Attempt, tick: int, current: int | None, on_demand: bool) -> int:
+    def candidates(self, absolute: int) -> list[Candidate]:
+        """Every region with its prices and the fleet's estimate at this trace tick."""
         s = self.setup
-        candidates = [
-            Candidate(r.name, r.spot_per_hour, r.on_demand_per_hour, self.fleet.estimate(r.name, job.start + tick, s))
+        return [
+            Candidate(r.name, r.spot_per_hour, r.on_demand_per_hour, self.fleet.estimate(r.name, absolute, s))
             for r in s.regions
         ]
+
+    def _choose(self, job: Attempt, tick: int, current: int | None, on_demand: bool) -> int:
+        s = self.setup
         remaining = s.hours(s.work_ticks - job.done)
         placement_job = Job(
             remaining_hours=remaining,
@@ -256,7 +269,7 @@ class Spotjobs(Policy):
             on_demand=on_demand,
         )
         move = Move(checkpoint_gb=s.checkpoint_gb if job.done else 0.0, price_per_gb=per_gb)
-        chosen = choose_location(placement_job, candidates, move).location
+        chosen = choose_location(placement_job, self.candidates(job.start + tick), move).location
         return next(i for i, r in enumerate(s.regions) if r.name == chosen)
 
     def first_region(self, job: Attempt, tick: int) -> int:
@@ -368,6 +381,7 @@ def simulate_fleet(setup: Setup, starts: Sequence[int], make_policy: Callable[[S
                 _miss(job, setup)
                 continue
             _settle(job, fleet, setup, tick, policy)
+        policy.probe(absolute, jobs)
         for job in jobs:
             tick = absolute - job.start
             if job.finished or tick < 0 or tick >= setup.deadline_ticks:
@@ -549,9 +563,15 @@ class Row:
     moves: float
     egress: float
     runs: int
+    creates: float = 0.0  # attempts created per job
+    probes: float | None = None  # paid probes per job (each one create), `spotjobs_probes` only
+    probe_cost: float | None = None  # their billed dollars per job, counted in `cost_mean`
 
     def to_json(self) -> dict[str, float | int]:
-        return {"cost_mean": round(self.cost_mean, 2), "misses": self.misses, "moves": round(self.moves, 3)}
+        row = {"cost_mean": round(self.cost_mean, 2), "misses": self.misses, "moves": round(self.moves, 3)}
+        if self.probes is not None and self.probe_cost is not None:
+            row |= {"probes": round(self.probes, 3), "probe_cost": round(self.probe_cost, 2)}
+        return row
 
 
 def _row(jobs: Sequence[Attempt]) -> Row:
@@ -561,6 +581,24 @@ def _row(jobs: Sequence[Attempt]) -> Row:
         statistics.fmean(j.moves for j in jobs),
         statistics.fmean(j.egress for j in jobs),
         len(jobs),
+        statistics.fmean(j.number for j in jobs),
+    )
+
+
+def _probed_row(setup: Setup, fleets: Sequence[Sequence[int]]) -> Row:
+    """`spotjobs_probes`: spotjobs fed also by paid probes, whose billed minutes are in its cost."""
+    from bench.placement_probes import ProbeLedger, probing  # it builds on this module's Spotjobs
+
+    ledger = ProbeLedger()
+    jobs = [j for starts in fleets for j in simulate_fleet(setup, starts, probing(ledger))]
+    row = _row(jobs)
+    per_job = ledger.cost / len(jobs)
+    return replace(
+        row,
+        cost_mean=row.cost_mean + per_job,
+        creates=row.creates + ledger.probes / len(jobs),
+        probes=ledger.probes / len(jobs),
+        probe_cost=per_job,
     )
 
 
@@ -605,6 +643,8 @@ def run_ratio(
     rows["failover_order"] = _row([j for starts in fleets for j in simulate_fleet(setup, starts, FailoverOrder)])
     quality = Quality()
     rows["spotjobs"] = _row([j for starts in fleets for j in simulate_fleet(setup, starts, measured(quality))])
+    if args.probes:
+        rows["spotjobs_probes"] = _probed_row(setup, fleets)
     if args.signals:
         variants = (
             ("spotjobs_truth", SpotjobsTruth),
@@ -634,15 +674,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="also spotjobs with the trace's truth, with no capacity signal and with the Greedy rule, "
         "and the estimate against the trace",
     )
+    parser.add_argument(
+        "--probes",
+        action="store_true",
+        help="also spotjobs_probes: spotjobs fed by paid probes, their cost counted (bench/placement_probes.py)",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object per ratio")
     args = parser.parse_args(argv)
     regions, gap = load_regions(args.traces)
     cheapest = min(r.on_demand_per_hour for r in regions)
+    shown = [*POLICIES, "spotjobs_probes"] if args.probes else POLICIES
     for ratio in args.deadline_ratio:
         began = time.process_time()
         rows, quality = run_ratio(regions, gap, args, ratio)
         if args.json:
-            print(json.dumps({"deadline_ratio": ratio, "policies": {n: rows[n].to_json() for n in POLICIES}}))
+            print(json.dumps({"deadline_ratio": ratio, "policies": {n: rows[n].to_json() for n in shown}}))
             continue
         norm = cheapest * (args.job_hours + math.ceil(args.changeover_hours * 3600 / gap) * gap / 3600)
         best = rows["omniscient"].cost_mean
@@ -659,6 +705,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         if args.signals:
             print(f"  {quality.line()}")
+        if args.probes:
+            probed = rows["spotjobs_probes"]
+            print(
+                f"  spotjobs_probes: {probed.probes:.2f} probes / job, ${probed.probe_cost:.2f} / job (in its cost); "
+                f"creates / job {probed.creates:.2f} (spotjobs {rows['spotjobs'].creates:.2f})"
+            )
     return 0
 
 

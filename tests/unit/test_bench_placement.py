@@ -1,5 +1,6 @@
 """The multi-location simulator (bench/bench_placement.py): its command line and JSON shape, that
-it decides with production's functions, and what placement does on scripted traces."""
+it decides with production's functions, what placement does on scripted traces, and the opt-in
+paid probes (bench/placement_probes.py)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,23 @@ from pathlib import Path
 
 import pytest
 
-from bench import bench_placement
-from bench.bench_placement import POLICIES, FailoverOrder, Setup, Spotjobs, load_regions, omniscient, simulate_fleet
+from bench import bench_placement, placement_probes
+from bench.bench_placement import (
+    POLICIES,
+    Attempt,
+    FailoverOrder,
+    Fleet,
+    Policy,
+    Setup,
+    Spotjobs,
+    load_regions,
+    omniscient,
+    simulate_fleet,
+)
+from bench.placement_probes import ProbeLedger, probing
 from shared.deciding.deadline import Placement
-from shared.fleet.estimate import SpotOutlook
+from shared.fleet.estimate import SpotOutlook, estimate
+from shared.fleet.observations import FleetFact, Kind
 
 
 def write_zone(folder: Path, zone: str, region: str, spot: float, on_demand: float, data: list[int]) -> None:
@@ -118,3 +132,73 @@ def test_a_move_with_a_checkpoint_pays_its_transfer(traces: Path) -> None:
     fresh = bench_placement.Attempt(start=0, region=1)
     bench_placement._move(fresh, setup, 0)
     assert fresh.egress == 0.0  # nothing to move before any work is committed
+
+
+@pytest.fixture
+def unprobed(tmp_path: Path) -> Path:
+    # us-east4 is the cheapest and always has Spot; each other region has a probe to tell.
+    write_zone(tmp_path, "us-east4-a", "us-east4", 10.0, 80.0, [1] * 300)
+    write_zone(tmp_path, "asia-southeast1-b", "asia-southeast1", 11.0, 90.0, [1] * 300)  # runs its length
+    write_zone(tmp_path, "europe-west1-b", "europe-west1", 12.0, 90.0, [0] + [1] * 3 + [0] * 296)  # preempted
+    write_zone(tmp_path, "us-west1-a", "us-west1", 13.0, 90.0, [0] * 300)  # never gets capacity
+    return tmp_path
+
+
+def probed_run(folder: Path) -> tuple[Setup, Attempt, ProbeLedger, list[FleetFact]]:
+    """One request whose deadline leaves no slack: its expected cost in us-east4 is on-demand's, so
+    Spot anywhere else could beat it."""
+    regions, _ = load_regions(folder)
+    setup = Setup(tuple(regions), 600, 12, 16, 2, 0.0)
+    ledger = ProbeLedger()
+    made: list[Policy] = []
+
+    def policy(setup: Setup, fleet: Fleet) -> Policy:
+        made.append(probing(ledger)(setup, fleet))
+        return made[0]
+
+    [job] = simulate_fleet(setup, [0], policy)
+    assert not job.missed and regions[job.region].name == "us-east4"
+    return setup, job, ledger, made[0].fleet.observations
+
+
+def test_probes_observe_regions_the_fleet_never_ran_in_and_are_billed(
+    unprobed: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(placement_probes, "PROBES_PER_REQUEST", 3)
+    setup, job, ledger, facts = probed_run(unprobed)
+
+    def kinds(region: str) -> list[tuple[Kind, float]]:
+        return [(o.kind, o.seconds) for o in facts if o.location == region]
+
+    # created at tick 1, once the fleet's job had run in us-east4 for a tick
+    assert kinds("asia-southeast1") == [(Kind.WAITING, 0), (Kind.WAIT, 0), (Kind.RUN, 8 * 600)]  # d + 1 h
+    assert kinds("europe-west1") == [(Kind.WAITING, 0), (Kind.WAIT, 0), (Kind.PREEMPT, 0), (Kind.RUN, 3 * 600)]
+    assert kinds("us-west1") == [(Kind.WAITING, 0), (Kind.NO_CAPACITY, 3600)]  # cancelled after an hour
+    seen = estimate(facts, "asia-southeast1", bench_placement.at(16, setup))
+    assert seen.mean_lifetime_seconds == 8 * 600 and seen.lifetime_censored  # the estimate learned it
+    assert ledger.probes == 3
+    assert ledger.cost == pytest.approx((11.0 * 8 + 12.0 * 3) / 6)  # whole ticks with capacity, none waiting
+    # counted in the policy's cost, and as creates
+    row = bench_placement._probed_row(setup, [[0]])
+    assert row.cost_mean == pytest.approx(job.cost + ledger.cost)
+    assert (row.probes, row.probe_cost, row.creates) == (3, pytest.approx(ledger.cost), job.number + 3)
+    plain = simulate_fleet(setup, [0], Spotjobs)[0]
+    assert plain.cost == job.cost  # the probes changed nothing for this job, and billed it nothing
+
+
+def test_the_probe_budget_goes_to_the_cheapest_spot_first(unprobed: Path) -> None:
+    _, _, ledger, facts = probed_run(unprobed)  # one request: one probe
+    assert ledger.probes == 1
+    assert {o.location for o in facts} == {"us-east4", "asia-southeast1"}
+
+
+def test_probes_are_opt_in_and_reported(unprobed: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--traces", str(unprobed), "--deadline-ratio", "1.5", "--job-hours", "2", "--fleet", "2", "--runs", "1"]
+    assert bench_placement.main([*argv, "--json"]) == 0
+    assert "spotjobs_probes" not in json.loads(capsys.readouterr().out)["policies"]
+    assert bench_placement.main([*argv, "--json", "--probes"]) == 0
+    row = json.loads(capsys.readouterr().out)["policies"]["spotjobs_probes"]
+    assert sorted(row) == ["cost_mean", "misses", "moves", "probe_cost", "probes"]
+    assert row["probes"] > 0 and row["probe_cost"] > 0
+    assert bench_placement.main([*argv, "--probes"]) == 0
+    assert "probes / job" in capsys.readouterr().out
