@@ -23,6 +23,7 @@ from shared.requests.envelope import derived_request_id
 from tests.conftest import load_event
 from tests.support.stack_submit import (
     DELIVERY_TIMEOUT,
+    decided,
     decisions,
     jobs_of,
     unique,
@@ -116,7 +117,7 @@ def test_a_create_done_on_the_server_but_answered_with_an_error_yields_one_recor
     record = wait_for_job_recorded(stack, request_id)
     [job] = jobs_of(stack, request_id)
     assert job.name == record.attempt(1).job
-    [found] = decisions(stack, request_id, "job_found")
+    [found] = decided(stack, request_id, "job_found")
     assert decisions(stack, request_id, "job_created", "submit_failed", "create_refused") == []
     assert found["job"] == job.name
     record = wait_for_status(stack, request_id, RequestStatus.SUCCEEDED)

@@ -18,7 +18,7 @@ from shared.ledger.records import Attempt, RequestRecord
 from shared.ledger.states import TERMINAL_STATUSES, RequestStatus
 from shared.requests.envelope import canonical_envelope, derived_request_id, read_request
 from tests.conftest import EVENTS_DIR, load_event
-from tests.support.stack_submit import DELIVERY_TIMEOUT, decisions, jobs_of, unique, wait_for_job_recorded
+from tests.support.stack_submit import DELIVERY_TIMEOUT, decided, decisions, jobs_of, unique, wait_for_job_recorded
 
 pytestmark = pytest.mark.stack
 
@@ -65,7 +65,7 @@ def test_the_docs_body_published_as_is_becomes_one_spot_job(stack: Any) -> None:
     assert pool.container_spec.image_uri == submitted["containerSpec"]["imageUri"]
     assert job.display_name == "spot-training-job"
     assert record.attempt(1).state and record.attempt(1).state.startswith("JOB_STATE_")
-    [line] = decisions(stack, request_id, "job_created")
+    [line] = decided(stack, request_id, "job_created")
     assert line["attempt"] == 1 and line["job"] == job.name and line["event_id"] == message_id
 
 
@@ -120,7 +120,7 @@ def test_a_create_whose_response_is_lost_yields_one_job(stack: Any) -> None:
 
     record = wait_for_job_recorded(stack, request_id)
     assert [j.name for j in jobs_of(stack, request_id)] == [record.attempt(1).job]
-    assert decisions(stack, request_id, "job_found")
+    assert decided(stack, request_id, "job_found")
 
 
 def test_a_quota_refused_create_is_redelivered_and_ends_with_one_job(stack: Any) -> None:
@@ -131,8 +131,8 @@ def test_a_quota_refused_create_is_redelivered_and_ends_with_one_job(stack: Any)
 
     record = wait_for_job_recorded(stack, request_id)
     assert [j.name for j in jobs_of(stack, request_id)] == [record.attempt(1).job]
+    assert len(decided(stack, request_id, "job_created")) == 1
     assert len(decisions(stack, request_id, "create_refused")) == 2  # redelivered twice, then created
-    assert len(decisions(stack, request_id, "job_created")) == 1
 
 
 def test_a_503_on_create_keeps_the_claim_and_ends_with_one_job_after_the_lease(stack: Any) -> None:
@@ -150,7 +150,7 @@ def test_a_503_on_create_keeps_the_claim_and_ends_with_one_job_after_the_lease(s
     assert len(decisions(stack, request_id, "create_unknown")) == 1
     assert decisions(stack, request_id, "claim_taken_over")
     assert decisions(stack, request_id, "create_refused") == []
-    assert len(decisions(stack, request_id, "job_created")) == 1
+    assert len(decided(stack, request_id, "job_created")) == 1
 
 
 INVALID_FIXTURES = [

@@ -34,6 +34,12 @@ def decisions(stack: Any, request_id: str, *events: str) -> list[dict[str, Any]]
     ]
 
 
+def decided(stack: Any, request_id: str, *events: str) -> list[dict[str, Any]]:
+    """`decisions`, once there is one: submit logs a decision after it records the job, so the line
+    may trail the record by a moment."""
+    return stack.wait_for(lambda: decisions(stack, request_id, *events), DELIVERY_TIMEOUT, f"{events} of {request_id}")
+
+
 def wait_for_job_recorded(stack: Any, request_id: str, attempt: int = 1) -> RequestRecord:
     def recorded() -> RequestRecord | None:
         record = stack.ledger().get(request_id)
