@@ -28,6 +28,7 @@ from spotjobs_kit import parse_kit_line
 from spotjobs_kit.layout import DEFAULT_COMMIT_MARKERS, KIT_MARKER
 from spotjobs_kit.lines import KitRecord
 
+from tests.support.fork_server import FORKABLE, fork_server
 from tests.support.frameworks import CASES, CHILDREN, TORN_STEP, framework_env, framework_python, kit_snippet
 
 # A test runs up to three training processes, each given 300 s (run_script); pytest-timeout's
@@ -79,16 +80,22 @@ def run_script(script: Path, env: dict[str, str], kill: Callable[[str], bool] | 
         ranked = {**env, "RANK": str(rank), "WORLD_SIZE": str(processes), "MASTER_ADDR": "127.0.0.1"}
         errors = script.parent / f"stderr-{rank}.txt"
         with open(errors, "w") as stderr_file, open(script.parent / f"stdout-{rank}.txt", "w") as stdout_file:
-            started.append(
-                subprocess.Popen(
-                    [framework_python(), str(script)],
-                    env={**ranked, "MASTER_PORT": port} if processes > 1 else env,
-                    cwd=script.parent,
-                    stdout=subprocess.PIPE if rank == 0 else stdout_file,
-                    stderr=stderr_file,  # a file: a chatty framework never blocks on a full pipe
-                    text=True,
+            process_env = {**ranked, "MASTER_PORT": port} if processes > 1 else env
+            stdout = subprocess.PIPE if rank == 0 else stdout_file
+            # stderr a file: a chatty framework never blocks on a full pipe.
+            if script.name in FORKABLE:
+                started.append(fork_server().start(script, process_env, script.parent, stdout, stderr_file))
+            else:
+                started.append(
+                    subprocess.Popen(
+                        [framework_python(), str(script)],
+                        env=process_env,
+                        cwd=script.parent,
+                        stdout=stdout,
+                        stderr=stderr_file,
+                        text=True,
+                    )
                 )
-            )
     primary = started[0]
     assert primary.stdout is not None
     records, steps, lines, sent = [], [], [], False
