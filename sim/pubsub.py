@@ -32,12 +32,17 @@ class Published:
     attributes: dict[str, str]
     message_id: str
     publish_time: datetime
+    _parsed: Any = field(default=None, init=False, repr=False, compare=False)
 
     def json(self) -> Any:
-        try:
-            return json.loads(self.data)
-        except ValueError:
-            return None
+        """The body as JSON, None when it is not; parsed once (the checker reads every alert after
+        every step), so callers must not change what it returns."""
+        if self._parsed is None:
+            try:
+                self._parsed = (json.loads(self.data),)
+            except ValueError:
+                self._parsed = (None,)
+        return self._parsed[0]
 
     def push_body(self, subscription: str) -> dict[str, Any]:
         return {

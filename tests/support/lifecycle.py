@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Any
 
 from tests.support.terraform import module_config
@@ -18,7 +19,7 @@ class Rule:
     action: str
     condition: dict[str, Any]
 
-    @property
+    @cached_property
     def for_live_objects(self) -> bool:
         """Rules on noncurrent versions only (the state bucket keeps them a while) never touch a
         live object."""
@@ -29,9 +30,7 @@ class Rule:
     def matches(self, name: str) -> bool:
         prefixes = self.condition.get("matches_prefix")
         suffixes = self.condition.get("matches_suffix")
-        return (not prefixes or any(name.startswith(p) for p in prefixes)) and (
-            not suffixes or any(name.endswith(s) for s in suffixes)
-        )
+        return (not prefixes or name.startswith(tuple(prefixes))) and (not suffixes or name.endswith(tuple(suffixes)))
 
     def deletes(self, name: str, *, created: datetime, custom_time: datetime | None, now: datetime) -> bool:
         if self.action != "Delete" or not self.for_live_objects or not self.matches(name):
