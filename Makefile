@@ -17,6 +17,8 @@ SCHEMAS := $(TOOLS)/provider-schemas/.installed
 # Six were tried (2026-12-02): the run_last test then waited for workers that had nothing left
 # to run and were never shut down, until its 1,200 s limit.
 TEST_WORKERS ?= 4
+# The test run writes bytecode caches even where the environment says not to: otherwise every
+# worker rewrites every test module's asserts and every stack process compiles the project again.
 
 .PHONY: demo up test bench sim install clean prereqs $(FRAMEWORKS)
 
@@ -60,7 +62,7 @@ up: prereqs $(STAMP)
 test: prereqs $(STAMP) $(TOOLS)/.installed $(SCHEMAS) $(FRAMEWORKS_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
