@@ -97,11 +97,10 @@ class MemoryStorage:
         """Delete what the Delete rules match at the current time; the names deleted."""
         now = self.clock()
         objects = self.objects(bucket)
-        deleting = [r for r in rules if r.action == "Delete" and r.for_live_objects]  # once, not per object
         gone = [
             name
             for name, obj in objects.items()
-            if any(r.deletes(name, created=obj.time_created, custom_time=obj.custom_time, now=now) for r in deleting)
+            if any(r.deletes(name, created=obj.time_created, custom_time=obj.custom_time, now=now) for r in rules)
         ]
         for name in gone:
             del objects[name]

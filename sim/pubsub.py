@@ -18,6 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Any
 
 from shared.clock import iso
@@ -32,17 +33,18 @@ class Published:
     attributes: dict[str, str]
     message_id: str
     publish_time: datetime
-    _parsed: Any = field(default=None, init=False, repr=False, compare=False)
 
     def json(self) -> Any:
         """The body as JSON, None when it is not; parsed once (the checker reads every alert after
         every step), so callers must not change what it returns."""
-        if self._parsed is None:
-            try:
-                self._parsed = (json.loads(self.data),)
-            except ValueError:
-                self._parsed = (None,)
-        return self._parsed[0]
+        return self._body
+
+    @cached_property
+    def _body(self) -> Any:
+        try:
+            return json.loads(self.data)
+        except ValueError:
+            return None
 
     def push_body(self, subscription: str) -> dict[str, Any]:
         return {
