@@ -11,7 +11,8 @@ from __future__ import annotations
 import copy
 import functools
 from dataclasses import dataclass, field, fields
-from typing import Any
+from enum import Enum
+from typing import Any, TypeVar
 
 from shared.clock import now_iso, parse_iso
 from shared.errors import SpotjobsError
@@ -20,6 +21,8 @@ from shared.ledger.states import AttemptOutcome, RequestStatus
 from shared.requests.attempts import SPOT
 
 SCHEMA_VERSION = 1
+
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -183,7 +186,7 @@ class RequestRecord:
     def to_json(self) -> dict[str, Any]:
         """The record as shown (status, explain, reports): without the attempts' kit keys, and
         sharing nothing with the record."""
-        shown = copy.deepcopy(self.to_document())
+        shown = private_copy(self.to_document())
         for attempt in shown["attempts"]:
             attempt.pop("kit_key", None)
         return shown
@@ -238,6 +241,32 @@ def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
 @functools.cache
 def _field_names(cls: type) -> frozenset[str]:
     return frozenset(f.name for f in fields(cls)) - {"newer_fields"}
+
+
+def private_copy(value: _T) -> _T:
+    """A deep copy of a record (or of its document) that shares nothing mutable with it: what
+    `copy.deepcopy` gives, at a fraction of its cost on this plain data (every compare-and-swap of
+    a record copies it once). The record's classes, dicts, lists and tuples are copied member by
+    member; strings, numbers and enums are shared, being immutable; anything else goes to
+    `copy.deepcopy`."""
+    kind = type(value)
+    if kind is dict:
+        return {key: private_copy(member) for key, member in value.items()}  # type: ignore[attr-defined,return-value]
+    if kind is list:
+        return [private_copy(member) for member in value]  # type: ignore[attr-defined,return-value]
+    if kind in _SHARED or isinstance(value, Enum):
+        return value
+    if kind in _RECORD_CLASSES:
+        copied = object.__new__(kind)
+        copied.__dict__.update({name: private_copy(member) for name, member in value.__dict__.items()})
+        return copied
+    if kind is tuple:
+        return tuple(private_copy(member) for member in value)  # type: ignore[attr-defined,return-value]
+    return copy.deepcopy(value)
+
+
+_SHARED = frozenset({str, int, float, bool, type(None)})
+_RECORD_CLASSES = frozenset({RequestRecord, Attempt, Requeue, CancelIntent})
 
 
 @functools.cache

@@ -49,7 +49,6 @@ once, writing the markers of the active ones (a ledger from before the index).
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import threading
 import time
@@ -59,7 +58,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from shared.clock import now_iso, utcnow
-from shared.ledger.records import CorruptRecord, RequestRecord
+from shared.ledger.records import CorruptRecord, RequestRecord, private_copy
 from shared.ledger.states import TERMINAL_STATUSES, check_transition
 from shared.requests.envelope import manifest_path
 from shared.swap import Swapped, Transition, compare_and_swap
@@ -282,7 +281,7 @@ class LedgerStore:
             lambda: self.read(request_id),
             write,
             transition,
-            private_copy=copy.deepcopy,
+            private_copy=private_copy,
             what=f"ledger record {request_id}",
             max_conflicts=self._max_conflicts,
         )

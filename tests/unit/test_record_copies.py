@@ -1,13 +1,14 @@
 """A record's stored document keeps what it must, its shown JSON shares nothing with it (a caller
-of `to_json` may edit what it got), and the CustomJob schema's memo hands every caller a job of
-its own."""
+of `to_json` may edit what it got), the private copy a compare-and-swap transition gets shares
+nothing mutable with the record it read, and the CustomJob schema's memo hands every caller a job
+of its own."""
 
 from __future__ import annotations
 
 import copy
 
 from shared.errors import Violation
-from shared.ledger.records import RequestRecord
+from shared.ledger.records import Attempt, RequestRecord, private_copy
 from shared.requests.job_schema import read_custom_job
 
 
@@ -52,6 +53,38 @@ def test_the_shown_record_leaves_kit_keys_out_and_shares_nothing_with_the_record
 
     assert "kit_key" not in shown["attempts"][0]
     assert record == before and record.attempts[0].kit_key == "secret"
+
+
+def _mutable_ids(value: object, seen: set[int]) -> set[int]:
+    """The ids of every dict, list and record object reachable from `value`."""
+    if isinstance(value, (dict, list, tuple)) or hasattr(value, "__dataclass_fields__"):
+        seen.add(id(value))
+        members = (
+            value.values() if isinstance(value, dict) else vars(value).values() if hasattr(value, "__dict__") else value
+        )
+        for member in members:
+            _mutable_ids(member, seen)
+    return seen
+
+
+def test_a_private_copy_equals_a_deep_copy_and_shares_nothing_mutable() -> None:
+    record = _record()
+    record.attempts[0].error = {"code": 8, "details": [{"reason": "quota"}]}
+    record.newer_fields["pair"] = ({"inside": [1]}, "text")  # not JSON's, yet copied
+    before = copy.deepcopy(record)
+
+    copied = private_copy(record)
+
+    assert copied == record and type(copied.attempts[0]) is Attempt
+    assert copied.status is record.status and copied.request_id is record.request_id  # immutables are shared
+    assert not _mutable_ids(copied, set()) & _mutable_ids(record, set())
+    copied.request["labels"]["a"] = "changed"
+    copied.attempts[0].error["details"][0]["reason"] = "changed"
+    copied.attempts[0].last_checkpoint.append(99)
+    copied.requeue.newer_fields["x"] = 2
+    copied.newer_fields["pair"][0]["inside"].append(2)
+    copied.markers.clear()
+    assert record == before
 
 
 def test_a_job_read_again_is_a_fresh_copy_with_the_same_violations() -> None:
