@@ -92,29 +92,18 @@ def notification_args(project: str, topic: str, bucket: str) -> list[str]:
     ]
 
 
-def start_pubsub_emulator(
-    project: str, data_dir: Path, log_dir: Path, env: Mapping[str, str]
-) -> tuple[ManagedProcess, str]:
-    """`gcloud beta emulators pubsub start` on a free port; returns the process and its host:port."""
+def start_pubsub_emulator(log_dir: Path, env: Mapping[str, str]) -> tuple[ManagedProcess, str]:
+    """Google's Pub/Sub emulator on a free port; returns the process and its host:port.
+
+    Its own launcher, as `gcloud beta emulators pubsub start` runs it, without gcloud's start-up in
+    front. Its JVM compiles with C1 only and collects with the serial collector (unless the
+    environment sets CLOUD_PUBSUB_EMULATOR_OPTS): about a third less CPU for the same work, on an
+    emulator that serves a handful of requests a second."""
     port = free_port()
-    data_dir.mkdir(parents=True, exist_ok=True)
-    gcloud = shutil.which("gcloud")
-    if gcloud is None:
-        raise FileNotFoundError("gcloud is not installed; the Pub/Sub emulator needs it")
     process = ManagedProcess(
         "pubsub-emulator",
-        [
-            gcloud,
-            "beta",
-            "emulators",
-            "pubsub",
-            "start",
-            f"--host-port=127.0.0.1:{port}",
-            f"--project={project}",
-            f"--data-dir={data_dir}",
-            "--quiet",
-        ],
-        dict(env),
+        [str(pubsub_emulator_launcher()), "--host=127.0.0.1", f"--port={port}"],
+        {"CLOUD_PUBSUB_EMULATOR_OPTS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC", **env},
         log_dir / "pubsub-emulator.log",
     )
     host = f"127.0.0.1:{port}"
@@ -123,6 +112,18 @@ def start_pubsub_emulator(
         lambda: wait_until(lambda: http_ok(f"http://{host}/"), timeout=60, what="Pub/Sub emulator"),
     )
     return process, host
+
+
+def pubsub_emulator_launcher() -> Path:
+    """The emulator component's launcher, where the Cloud CLI installs it (tools/check_prereqs.py
+    checks the same place)."""
+    gcloud = shutil.which("gcloud")
+    if gcloud is None:
+        raise FileNotFoundError("gcloud is not installed; the Pub/Sub emulator needs it")
+    launcher = Path(gcloud).resolve().parent.parent / "platform" / "pubsub-emulator" / "bin" / "cloud-pubsub-emulator"
+    if not launcher.exists():
+        raise FileNotFoundError(f"the Pub/Sub emulator is not installed (no {launcher}): `make prereqs` says how")
+    return launcher
 
 
 def start_vertex_emulator(

