@@ -27,6 +27,9 @@ $(STAMP): pyproject.toml requirements.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -c requirements.txt -e '.[dev]'
+	# python-hcl2 builds its parser tables at first use (seconds of CPU) and keeps them beside
+	# itself: built once here, not by every test process that reads the Terraform at once.
+	$(BIN)/python -c 'import hcl2.parser; hcl2.parser.parser()'
 	touch $(STAMP)
 
 $(TOOLS)/.installed:
