@@ -17,18 +17,16 @@ SCHEMAS := $(TOOLS)/provider-schemas/.installed
 # Six were tried (2026-12-02): the run_last test then waited for workers that had nothing left
 # to run and were never shut down, until its 1,200 s limit.
 TEST_WORKERS ?= 4
-# The test run writes bytecode caches even where the environment says not to: otherwise every
-# worker rewrites every test module's asserts and every stack process compiles the project again.
 
 .PHONY: demo up test bench sim install clean prereqs $(FRAMEWORKS)
 
-# Tested versions = deployed versions: requirements.txt is the deploy lock.
+# Tested versions = deployed versions: requirements.txt is the deploy lock. python-hcl2 builds its
+# parser tables at first use (seconds of CPU) and keeps them beside itself: built once here, not by
+# every test process that first reads the Terraform.
 $(STAMP): pyproject.toml requirements.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -c requirements.txt -e '.[dev]'
-	# python-hcl2 builds its parser tables at first use (seconds of CPU) and keeps them beside
-	# itself: built once here, not by every test process that reads the Terraform at once.
 	$(BIN)/python -c 'import hcl2.parser; hcl2.parser.parser()'
 	touch $(STAMP)
 
@@ -62,6 +60,8 @@ demo: prereqs $(STAMP)
 up: prereqs $(STAMP)
 	$(BIN)/spotjobs local up
 
+# The test run writes bytecode caches even where the environment says not to: otherwise every
+# worker rewrites every test module's asserts and every stack process compiles the project again.
 test: prereqs $(STAMP) $(TOOLS)/.installed $(SCHEMAS) $(FRAMEWORKS_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
