@@ -21,9 +21,11 @@ import spotjobs
 from devstack.samples import job_request
 from shared.clock import iso, parse_iso
 from shared.jobs import LABEL_ATTEMPT, JobState, state_name
+from shared.ledger.claims import claim_attempt
 from shared.ledger.states import AttemptOutcome, RequestStatus
-from shared.pacing import Pacer, waiting_entry
-from shared.requests.envelope import requeue_message
+from shared.pacing import Pacer, generation_time, hold_for_quota, is_settled, waiting_entry
+from shared.requests.envelope import canonical_envelope, requeue_message
+from shared.requests.policy import validate_request
 from tests.support.stack_events import jobs_of, new_request_id, submit, training_request, wait_for_status
 
 # Bounds are what a loaded machine may need, not what a quiet one takes: a wait ends when its
@@ -102,29 +104,67 @@ def test_cancelled_while_its_requeue_is_in_flight(stack) -> None:
     assert_ended_cancelled(stack, request_id, stack.settings.location)
 
 
+def wait_in_line_unserved(stack, pacer: Pacer, request_id: str, body: bytes) -> None:
+    """Put `request_id` in its region's line as submit leaves a request no drainer serves: its
+    entry and its record, waiting (a record, not only an entry: a drainer handing the line over,
+    or a reconcile pass restarting it, removes an entry whose request has no record as settled)."""
+    settings = stack.settings
+    request = validate_request(body, attributes={}, settings=settings)
+    envelope = canonical_envelope(
+        request, default_location=settings.location, default_max_attempts=settings.default_max_attempts
+    )
+    since = generation_time(pacer.enqueue(waiting_entry(envelope["location"], 0, request_id, 1)))
+
+    def waiting(current):
+        now = datetime.now(UTC)
+        claim = claim_attempt(
+            current,
+            envelope=envelope,
+            n=1,
+            now=now,
+            lease_seconds=settings.claim_lease_seconds,
+            output_dir=settings.output_dir_for(request_id),
+        )
+        held = claim.attempt.claimed_at if claim.writes and claim.attempt else None
+        return hold_for_quota(
+            claim.record, n=1, claimed_at=held, now=now, lease_seconds=settings.claim_lease_seconds, waiting_since=since
+        )
+
+    assert stack.ledger().update(request_id, waiting).latest.waiting_since == since
+
+
 def test_cancelled_while_waiting_in_the_quota_line(stack) -> None:
     location = stack.settings.location
     pacer = Pacer(stack.storage().bucket(stack.settings.state_bucket), stack.settings)
-    ahead = waiting_entry(location, 0, new_request_id("cancel-ahead"), 1)  # a line to join
-    pacer.enqueue(ahead)
-    lease = pacer.acquire(location)  # its drainer "died": the request waits in line
+    lease = pacer.acquire(location)  # its drainer "died": the line waits (reconcile restarts it once free)
     assert lease is not None
+    ahead = new_request_id("cancel-ahead")
+    wait_in_line_unserved(stack, pacer, ahead, training_request(ahead))  # a line to join
+    for head in pacer.waiting(location):  # what a drainer handing over, or reconcile, does meanwhile
+        if is_settled(stack.ledger().get(head.request_id), head.attempt):
+            pacer.remove(head)
     request_id = new_request_id("cancel-waiting")
     body = training_request(request_id, **LONG)
+
+    def in_line() -> bool:
+        nonlocal lease
+        lease = pacer.renew(location, lease)  # held however long the delivery takes
+        assert lease is not None, "the test's drainer lease was taken over"
+        record = stack.ledger().get(request_id)
+        return record is not None and bool(record.latest.waiting_since)
+
     try:
         stack.publish("job_requests", body)
-        stack.wait_for(
-            lambda: (r := stack.ledger().get(request_id)) is not None and r.latest.waiting_since,
-            240,
-            f"{request_id} in line",
-        )
+        stack.wait_for(in_line, 240, f"{request_id} in line")
         assert cancel(stack, request_id).status == "CANCELLED"  # nothing of it ran
     finally:
-        pacer.release(location, lease)  # reconcile restarts the line: it finds it settled
+        if lease is not None:
+            pacer.release(location, lease)  # reconcile restarts the line: it creates the request ahead
     come_back_concurrently(stack, request_id, (body, {}))
     assert_ended_cancelled(stack, request_id, location)
     assert jobs_of(stack, request_id, location) == []
     stack.wait_for(lambda: not any(e.request_id == request_id for e in pacer.waiting(location)), 240, "line left")
+    wait_for_status(stack, ahead, RequestStatus.SUCCEEDED)  # the line goes on after a cancelled request
 
 
 def test_cancelled_during_a_deadline_switch(stack) -> None:
