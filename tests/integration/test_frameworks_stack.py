@@ -2,7 +2,10 @@
 
 A transformers Trainer script and a Lightning script (tests/frameworks/children/ plus docs/kit.md's
 own snippet, as tests/frameworks/test_kill_and_resume.py builds them) are the Vertex emulator's job
-command, run by the framework venv's python (.venv-frameworks, made by `make test`). The
+command, run by the framework venv's python (.venv-frameworks, made by `make test`) through
+`fork_client.py`: the script runs in a child of the fork server that has the frameworks imported
+(tests/support/fork_server.py), with the command's environment, output, signals and exit status,
+and dies with it (a run imports nothing again: 24 runs used to spend two minutes of CPU on it). The
 emulator mirrors the checkpoint folder as Vertex's /gcs/ mount (`--gcs-fuse-dir`,
 devstack/vertex/fuse.py) and preempts on a `documented`-profile plan keyed to progress (each run
 right after its first committed checkpoint): three times (one attempt), or seven (the job fails
@@ -28,6 +31,7 @@ from shared.jobs import LABEL_ATTEMPT, LABEL_REQUEST_ID
 from shared.ledger.states import RequestStatus
 from spotjobs.reporting.views import build_views, totals
 from tests.conftest import TEST_FUNCTION_ENV, isolated_stack
+from tests.support.fork_server import IMPORT_TIME_ENV, fork_server
 from tests.support.frameworks import CASES, CHILDREN, framework_python, kit_snippet
 from tests.support.stack_checkpoints import checkpoint_steps
 
@@ -60,15 +64,18 @@ def framework_job(request_id: str, framework: str, steps: int, folder: Path) -> 
     script = folder / case.script
     script.write_text((CHILDREN / case.script).read_text() + "\n" + kit_snippet(framework))
     (folder / "common.py").write_text((CHILDREN / "common.py").read_text())
-    job = custom_job(request_id, [framework_python(), str(script)])
+    job = custom_job(
+        request_id, [framework_python(), str(CHILDREN / "fork_client.py"), fork_server().socket_path, str(script)]
+    )
     env = {
         "KIT_TEST_STEPS": str(steps),
         "KIT_TEST_EVERY": str(EVERY),
         "KIT_TEST_STEPS_LOG": str(folder / "steps.log"),
         "KIT_TEST_SAVE_DELAY": "0",
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "OMP_NUM_THREADS": "1",
+        # The plan preempts on a committed line: the SIGTERM meets the run within its next steps
+        # (ten of them, 0.2 s), not after it finished them all and printed run_finished.
+        "KIT_TEST_STEP_SECONDS": "0.02",
+        **IMPORT_TIME_ENV,  # the values the fork server imported the frameworks with
     }
     job["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["env"] = [{"name": k, "value": v} for k, v in env.items()]
     return json.dumps({"request_id": request_id, "custom_job": job, "max_attempts": 3}).encode()

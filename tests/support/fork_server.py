@@ -69,6 +69,11 @@ class ForkServer:
             raise RuntimeError(f"the fork server did not start (exit {self._process.poll()})")
         atexit.register(self.stop)
 
+    @property
+    def socket_path(self) -> str:
+        """Where it listens: what tests/frameworks/children/fork_client.py connects to."""
+        return self._socket
+
     def start(self, script: Path, env: dict[str, str], cwd: Path, stdout: Any, stderr: IO[Any]) -> ForkedProcess:
         """`subprocess.Popen([python, script], env=env, cwd=cwd, stdout=stdout, stderr=stderr)`,
         forked: `stdout` is subprocess.PIPE (read as text) or a file, `stderr` a file."""

@@ -32,6 +32,9 @@ EVERY = int(os.environ["KIT_TEST_EVERY"])
 PAUSE_AT_STEP = int(os.environ.get("KIT_TEST_PAUSE_AT_STEP") or 0)
 PAUSE_IN_SAVE = os.environ.get("KIT_TEST_PAUSE_IN_SAVE") == "1"
 HANDSHAKE = os.environ.get("KIT_TEST_HANDSHAKE", "")  # the test creates it right after its SIGTERM
+# A floor on a step's time: a test that preempts on a line of the output (the Vertex emulator's
+# plans keyed to progress) then meets the run where the line was, not steps later, however fast.
+STEP_SECONDS = float(os.environ.get("KIT_TEST_STEP_SECONDS") or 0)
 _paused_in_save = []
 save_paused = threading.Event()  # the first save is waiting for the SIGTERM (in whichever thread)
 
@@ -50,6 +53,8 @@ def record_step(step):
     with open(os.environ["KIT_TEST_STEPS_LOG"] + os.environ.get("RANK", "0"), "a") as log:
         log.write(f"{step}\n")
     print(f"STEP {step}", flush=True)
+    if STEP_SECONDS:
+        time.sleep(STEP_SECONDS)
     if step == PAUSE_AT_STEP:
         wait_for_sigterm()
 

@@ -8,11 +8,14 @@
 # Protocol, on a Unix socket whose path is argv[1], one connection per child: the client sends a
 # JSON line {"argv", "env", "cwd"} with the child's stdout and stderr as SCM_RIGHTS descriptors;
 # the server answers a line {"pid"}, then a line {"returncode"} when the child has ended
-# (negative: the signal that killed it, as subprocess says).
+# (negative: the signal that killed it, as subprocess says). A client that closes its connection
+# before that (killed) has its child killed.
+import contextlib
 import gc
 import json
 import os
 import select
+import signal
 import socket
 import sys
 
@@ -67,19 +70,42 @@ def run_child(request, stdout, stderr):
 
 def serve(path):
     """Single-threaded (a fork of a threaded process may inherit a held lock): accept, fork, and
-    reap the ended children between accepts, until the process that started it is gone."""
+    reap the ended children between accepts, until the process that started it is gone. A client
+    gone before its child ended (killed: its connection reads end-of-file) takes the child with it,
+    as a killed process group would (fork_client.py). A child's end wakes the loop (SIGCHLD, through
+    a wake-up pipe), so its client ends with it, not a poll later: a client alive after its child
+    ended is a job whose worker still runs, which the Vertex emulator may yet preempt."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(16)
     print("ready", flush=True)
     waiting = {}  # pid -> the connection that asked for it
+    killed = set()  # children whose client went away
+    ended, wake = os.pipe()
+    os.set_blocking(wake, False)
+    signal.set_wakeup_fd(wake)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
     parent = os.getppid()
     while os.getppid() == parent:  # the test process gone (killed, say): so is the server
-        if select.select([listener], [], [], 0.05)[0]:
+        watched = [connection for pid, connection in waiting.items() if pid not in killed]
+        for ready in select.select([listener, ended, *watched], [], [], 0.05)[0]:
+            if ready is ended:
+                os.read(ended, 4096)  # a child ended: reaped below
+                continue
+            if ready is not listener:
+                if not ready.recv(1):
+                    pid = next(pid for pid, connection in waiting.items() if connection is ready)
+                    os.kill(pid, signal.SIGKILL)
+                    killed.add(pid)
+                continue
             connection, _ = listener.accept()
             message, descriptors, _, _ = socket.recv_fds(connection, 1 << 16, 2)
             pid = os.fork()
             if pid == 0:
+                signal.set_wakeup_fd(-1)
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                for descriptor in (ended, wake):
+                    os.close(descriptor)
                 listener.close()
                 connection.close()
                 run_child(json.loads(message), *descriptors)
@@ -92,7 +118,8 @@ def serve(path):
             if pid == 0:
                 break
             returncode = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-            with waiting.pop(pid) as connection:
+            killed.discard(pid)
+            with waiting.pop(pid) as connection, contextlib.suppress(OSError):  # OSError: the client is gone
                 connection.sendall(json.dumps({"returncode": returncode}).encode() + b"\n")
 
 
