@@ -236,11 +236,15 @@ def _handler(router: PushFilterRouter) -> type[BaseHTTPRequestHandler]:
                 return
 
         def _answer(self, status: int, payload: bytes) -> None:
-            self.send_response(status)
-            if status != 204:
-                self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            if status != 204:
-                self.wfile.write(payload)
+            try:
+                self.send_response(status)
+                if status != 204:
+                    self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                if status != 204:
+                    self.wfile.write(payload)
+            except ConnectionError as exc:  # the pusher hung up (its deadline, or the stack stopping): it redelivers
+                self.close_connection = True
+                router.log(event="pusher_hung_up", path=self.path, status=status, error=str(exc))
 
     return Handler
