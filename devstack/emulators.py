@@ -115,8 +115,10 @@ def start_pubsub_emulator(log_dir: Path, env: Mapping[str, str]) -> tuple[Manage
 
 
 def pubsub_emulator_launcher() -> Path:
-    """The emulator component's launcher, where the Cloud CLI installs it (tools/check_prereqs.py
-    checks the same place)."""
+    """The emulator component's launcher, where the Cloud CLI installs it. tools/check_prereqs.py
+    looks in the same place with its own two lines: it runs on any Python before anything is
+    installed, so it imports nothing of the project, and this installed package imports nothing
+    of tools/."""
     gcloud = shutil.which("gcloud")
     if gcloud is None:
         raise FileNotFoundError("gcloud is not installed; the Pub/Sub emulator needs it")
