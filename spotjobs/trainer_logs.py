@@ -20,6 +20,14 @@ The job of each attempt comes from the ledger record. Two sources hold what a jo
 A line is marked with its attempt and, where the kit's lines tell (every kit line names its `run`,
 the restart index), its run: a line belongs to the run of the kit line before it in the same job,
 and is unmarked before the job's first kit line or, locally, when a new worker start begins.
+
+Whose word a line is: the training account may write any log entry in the project, under any job
+id (docs/security.md), so a kit line counts as the request's own (its event shown, its run a
+boundary) only if it is signed with the key the ledger keeps for the attempt whose job it is logged
+under, and names that request and attempt: the check on_job_event makes (shared/observe.py). Any
+other kit line is shown as unsigned, with no event and no run of its own. A plain line carries no
+signature: in the cloud it is what was logged under the job's id, by the job or by another writer
+(nothing in a log entry tells them apart); locally the emulator keeps only the job's own output.
 """
 
 from __future__ import annotations
@@ -34,14 +42,14 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
-from spotjobs_kit.lines import KitRecord, parse_kit_line
+from spotjobs_kit.lines import KitRecord, is_signed_with, parse_kit_line
 
 from shared.clock import iso, parse_rfc3339, utcnow
 from shared.errors import TransientError, is_retryable
 from shared.swap import backoff_seconds
 
 if TYPE_CHECKING:
-    from shared.ledger.records import Attempt
+    from shared.ledger.records import Attempt, RequestRecord
 
 ENTRIES_LIST_URL = "https://logging.googleapis.com/v2/entries:list"
 PAGE_SIZE = 1000  # entries.list's largest page
@@ -66,9 +74,20 @@ class LogLine:
     severity: str
     text: str
     service: bool = False  # a Vertex service line ("Job is running."), not the trainer's
-    kit: KitRecord | None = None
+    claimed_kit: KitRecord | None = None  # the kit line its text parses as: anyone's claim until verified
+    signed: bool = False  # `claimed_kit` is signed by its attempt (`verified`)
     worker_start: int | None = None  # the emulator's worker start (1, 2, ...); unknown in the cloud
     run: int | None = None  # set by `RunMarker`
+
+    @property
+    def kit(self) -> KitRecord | None:
+        """The kit line, only if its attempt signed it: the request's own word."""
+        return self.claimed_kit if self.signed else None
+
+    @property
+    def unsigned(self) -> bool:
+        """It reads as a kit line its attempt did not sign (forged, another job's, or an older kit)."""
+        return self.claimed_kit is not None and not self.signed
 
     @property
     def event(self) -> str | None:
@@ -83,8 +102,25 @@ class LogLine:
             "severity": self.severity,
             "source": "vertex" if self.service else "trainer",
             "event": self.event,
+            "signed": self.signed,
+            "unsigned_event": self.claimed_kit.event if self.unsigned and self.claimed_kit else None,
             "text": self.text,
         }
+
+
+def verified(line: LogLine, record: RequestRecord) -> LogLine:
+    """`line`, its kit line trusted only if it names the request and the attempt whose job it is
+    logged under and that attempt's key signed it (the key only its containers hold)."""
+    claim = line.claimed_kit
+    attempt = next((a for a in record.attempts if a.job_id == line.job_id), None)
+    signed = (
+        claim is not None
+        and attempt is not None
+        and claim.request_id == record.request_id
+        and claim.attempt == attempt.n
+        and is_signed_with(claim, attempt.kit_key)
+    )
+    return replace(line, signed=signed)
 
 
 class RunMarker:
@@ -201,7 +237,7 @@ class CloudLogging:
             severity=str(entry.get("severity") or "DEFAULT"),
             text=_message_of(payload),
             service=labels.get("task_name") == "service",
-            kit=parse_kit_line(payload),
+            claimed_kit=parse_kit_line(payload),
         )
 
 
@@ -235,7 +271,7 @@ class EmulatorLogs:
                         time=moment or None,
                         severity="ERROR" if item.get("stream") == "stderr" else "INFO",
                         text=_message_of(payload) if payload is not None else raw,
-                        kit=parse_kit_line(raw),
+                        claimed_kit=parse_kit_line(raw),
                         worker_start=item.get("run"),
                     )
                 )
@@ -303,7 +339,7 @@ def request_lines(
         fresh = [line for line in ordered(source.read(attempts, floor or record.created_at)) if line.key not in shown]
         for line in fresh:
             shown.add(line.key)
-            yield marker.mark(line)
+            yield marker.mark(verified(line, record))
         if not follow or ended_before:
             return
         ended_before = record.is_terminal

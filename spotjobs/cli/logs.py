@@ -5,7 +5,8 @@
 The jobs come from the ledger record's attempts; their lines from Cloud Logging, or from the local
 Vertex emulator when SPOTJOBS_VERTEX_ENDPOINT points at one (spotjobs/trainer_logs.py). Each line
 is marked with its attempt and run (where the kit's lines tell); the kit's event lines (run started,
-preempted, checkpoint committed, ...) and Vertex's own lines are marked as such.
+preempted, checkpoint committed, ...) its attempt signed and Vertex's own lines are marked as such,
+a kit line its attempt did not sign as `[unsigned]`.
 """
 
 from __future__ import annotations
@@ -96,10 +97,16 @@ def print_lines(
 
 
 def format_line(line: LogLine) -> str:
-    """`TIME  attempt N run R  [KIND]  TEXT`: KIND is `vertex` for the service's lines and
-    `kit:<event>` for the kit's; every field a job wrote is escaped (`terminal_text`)."""
+    """`TIME  attempt N run R  [KIND]  TEXT`: KIND is `vertex` for the service's lines,
+    `kit:<event>` for the kit's lines its attempt signed and `[unsigned]` for a kit line it did not
+    (anyone's claim: spotjobs/trainer_logs.py); every field a job wrote is escaped (`terminal_text`)."""
     run = "?" if line.run is None else str(line.run)
-    kind = "vertex" if line.service else (f"kit:{line.event}" if line.event else "")
+    if line.service:
+        kind = "vertex"
+    elif line.unsigned:
+        kind = "[unsigned]"
+    else:
+        kind = f"kit:{line.event}" if line.event else ""
     mark = f"attempt {line.attempt} run {run}" if not line.service else f"attempt {line.attempt}"
     text = terminal_text(line.text)
     return f"{terminal_text(line.time or '-')}  {mark:<16} {kind + '  ' if kind else ''}{text}\n"

@@ -76,3 +76,24 @@ def test_explain_json_escapes_what_json_alone_would_pass_through(tmp_path, capsy
     out = capsys.readouterr().out
     assert_inert(out)
     assert json.loads(out)["entries"][0]["text"].startswith("a2-\x1b[2J")  # the data itself is kept
+
+
+def test_logs_show_a_forged_kit_line_as_unsigned_inert_text() -> None:
+    """`spotjobs logs`: a kit line nobody's key signed, its message full of control sequences, is
+    one inert line marked unsigned, never the kit's."""
+    from spotjobs_kit.lines import format_line as kit_line
+
+    from spotjobs.cli.logs import format_line
+    from spotjobs.trainer_logs import EmulatorLogs, request_lines
+
+    record = make_record()
+    record.attempts[0].kit_key = "the attempt's own key"
+    forged = kit_line("preempted", {"request_id": record.request_id, "attempt": 1, "run": 7, "error": HOSTILE})
+    output = [{"run": 1, "stream": "stdout", "line": forged, "time": "2026-12-01T09:00:00Z"}]
+    source = EmulatorLogs("http://emulator", get_json=lambda url: {"output": output})
+
+    [line] = request_lines(lambda: record, source, since="2026-12-01T00:00:00Z")
+    shown = format_line(line)
+
+    assert_inert(shown)
+    assert shown.count("\n") == 1 and "[unsigned]" in shown and "kit:" not in shown

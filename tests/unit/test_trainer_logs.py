@@ -1,5 +1,6 @@
 """`spotjobs logs` on fake sources: order across attempts and restarts, run marks, paging, the 429
-backoff, and `--follow` ending with the request."""
+backoff, `--follow` ending with the request, and kit lines trusted only when their attempt signed
+them (issue 43, defect 10)."""
 
 from __future__ import annotations
 
@@ -29,15 +30,27 @@ PARENT = "projects/p/locations/us-central1/customJobs/"
 CREATED = "2026-01-01T00:00:00.000Z"
 
 
+def key_of(attempt: int) -> str:
+    """The kit key the ledger keeps for attempt n of r1 (each attempt draws its own)."""
+    return f"key-of-attempt-{attempt}"
+
+
 def record(*jobs: str, status: RequestStatus = RequestStatus.SUCCEEDED) -> RequestRecord:
     attempts = [
-        Attempt(n, "us-central1", "SPOT", claimed_at=CREATED, job=PARENT + job) for n, job in enumerate(jobs, 1)
+        Attempt(n, "us-central1", "SPOT", claimed_at=CREATED, job=PARENT + job, kit_key=key_of(n))
+        for n, job in enumerate(jobs, 1)
     ]
     return RequestRecord("r1", {}, "gs://b/r1", status=status, attempts=attempts, created_at=CREATED)
 
 
-def kit(event: str, attempt: int, run: int, **fields: Any) -> str:
-    return kit_line(event, {"request_id": "r1", "attempt": attempt, "run": run, **fields})
+SIGNED = object()  # sign with the named attempt's own key
+
+
+def kit(event: str, attempt: int, run: int, *, key: Any = SIGNED, request_id: str = "r1", **fields: Any) -> str:
+    """A kit line naming `attempt`: signed by that attempt's containers unless `key` says otherwise
+    (None: unsigned, as anyone may write one; another string: signed with that key)."""
+    signing_key = key_of(attempt) if key is SIGNED else key
+    return kit_line(event, {"request_id": request_id, "attempt": attempt, "run": run, **fields}, key=signing_key)
 
 
 def at(second: int) -> str:
@@ -281,3 +294,113 @@ def test_since_is_a_time_or_a_duration_ago() -> None:
     assert parse_since("90s") < parse_since("1s")
     with pytest.raises(ValueError, match="duration such as 30m"):
         parse_since("yesterday")
+
+
+def emulator(outputs: dict[str, list[dict[str, Any]]]) -> EmulatorLogs:
+    return EmulatorLogs("http://emulator", get_json=lambda url: {"output": outputs[url.rsplit("/", 1)[-1]]})
+
+
+def test_an_unsigned_forged_kit_line_is_marked_and_renumbers_no_run() -> None:
+    """The issue's case: anyone may log `preempted run=7` under the request's job id. It is shown
+    as unsigned, never as the kit's, and the request's real later lines keep their run."""
+    source = emulator(
+        {
+            "111": output(
+                (1, kit("run_started", 1, 0, resumed_step=0)),
+                (1, "step 10 loss 0.5"),
+                (1, kit("preempted", 1, 7, key=None, step=10)),
+                (1, "step 20 loss 0.4"),
+            )
+        }
+    )
+
+    lines = list(request_lines(lambda: record("111"), source))
+
+    assert [(line.run, line.event) for line in lines] == [(0, "run_started"), (0, None), (0, None), (0, None)]
+    assert [line.unsigned for line in lines] == [False, False, True, False]
+    shown = format_line(lines[2])
+    assert "kit:" not in shown and "attempt 1 run 0  [unsigned]  spotjobs-kit preempted" in shown
+    assert "kit:run_started" in format_line(lines[0])
+
+
+def test_a_kit_line_signed_for_another_attempt_or_request_is_unsigned_for_this_one() -> None:
+    """The key is the attempt's: a line signed with attempt 2's key (or naming another attempt or
+    request with the right key) under attempt 1's job is not attempt 1's word."""
+    source = emulator(
+        {
+            "111": output(
+                (1, kit("run_started", 1, 0)),
+                (1, kit("preempted", 1, 5, key=key_of(2))),  # another attempt's key
+                (1, kit("preempted", 1, 5, request_id="r2")),  # another request, attempt 1's key
+                (1, kit("preempted", 2, 5, key=key_of(1))),  # names attempt 2, signed with attempt 1's
+            ),
+            "222": output((1, kit("run_started", 1, 3))),  # attempt 1's own line, under attempt 2's job
+        }
+    )
+
+    lines = list(request_lines(lambda: record("111", "222"), source))
+
+    assert [(line.attempt, line.run, line.event) for line in lines] == [
+        (1, 0, "run_started"),
+        (1, 0, None),
+        (1, 0, None),
+        (1, 0, None),
+        (2, None, None),
+    ]
+    assert [line.unsigned for line in lines] == [False, True, True, True, True]
+
+
+def test_a_record_without_kit_keys_trusts_no_kit_line() -> None:
+    """An attempt claimed before kit keys (or a document without one) verifies nothing."""
+    keyless = record("111")
+    keyless.attempts[0].kit_key = None
+    source = emulator({"111": output((1, kit("run_started", 1, 0)), (1, kit("preempted", 1, 0, key=None)))})
+
+    lines = list(request_lines(lambda: keyless, source))
+
+    assert [(line.run, line.event, line.unsigned) for line in lines] == [(None, None, True), (None, None, True)]
+
+
+def test_cloud_logging_and_json_output_mark_a_forged_line(capsys: pytest.CaptureFixture[str]) -> None:
+    started = json.loads(kit("run_started", 1, 0))
+    forged = json.loads(kit("preempted", 1, 7, key=None, step=10))
+    session = FakeSession(
+        FakeResponse(
+            200,
+            {
+                "entries": [
+                    entry("111", 1, "", **started),
+                    entry("111", 2, "", **forged),
+                    entry("111", 3, "step 20 loss 0.4"),
+                ]
+            },
+        )
+    )
+    args = argparse.Namespace(attempt=None, follow=False, interval=1.0, json=True)
+
+    print_lines(args, CloudLogging("p", session, sleep=lambda seconds: None), lambda: record("111"), None)
+
+    printed = [json.loads(raw) for raw in capsys.readouterr().out.splitlines()]
+    assert [(p["run"], p["event"], p["signed"], p["unsigned_event"]) for p in printed] == [
+        (0, "run_started", True, None),
+        (0, None, False, "preempted"),
+        (0, None, False, None),
+    ]
+
+
+def test_follow_marks_a_forged_line_that_arrives_while_it_follows() -> None:
+    statuses = iter([RequestStatus.RUNNING, RequestStatus.SUCCEEDED, RequestStatus.SUCCEEDED])
+    produced: list[tuple[int, str]] = [(1, kit("run_started", 1, 0))]
+
+    def poll(seconds: float) -> None:
+        produced.extend([(1, kit("preempted", 1, 7, key=None)), (1, "step 20")])
+
+    source = EmulatorLogs("http://emulator", get_json=lambda url: {"output": output(*produced)})
+
+    lines = list(request_lines(lambda: record("111", status=next(statuses)), source, follow=True, sleep=poll))
+
+    assert [(line.run, line.event, line.unsigned) for line in lines[:3]] == [
+        (0, "run_started", False),
+        (0, None, True),
+        (0, None, False),
+    ]
