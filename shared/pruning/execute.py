@@ -21,12 +21,14 @@ from typing import Any
 from spotjobs_kit.layout import Checkpoint, Kind, ListedObject, completion_objects
 
 from shared.clock import utcnow
-from shared.ledger.records import RequestRecord
+from shared.ledger.records import CorruptRecord, RequestRecord
 from shared.pruning.folders import CheckpointLayout, OutOfScope
 from shared.pruning.plan import RequestPlan, plan_request
 from shared.pruning.report import PruneResult, RequestReport, checkpoint_entry
 from shared.pruning.retention import PrunePolicy
 from shared.pruning.store import DeleteOutcome, PruneStore
+
+UNREADABLE_RECORD = "its ledger record cannot be read: nothing is pruned until it is repaired"
 
 # A unit of work for the pool; it returns its follow-ups (a planned request: its deletes).
 Task = Callable[[], Iterable["Task"]]
@@ -42,11 +44,13 @@ def prune_requests(
     workers: int,
     dry_run: bool = False,
     now: datetime | None = None,
+    on_corrupt: Callable[[CorruptRecord], None] | None = None,
 ) -> PruneResult:
-    """Plan and (unless `dry_run`) carry out the pruning of each request, in parallel."""
+    """Plan and (unless `dry_run`) carry out the pruning of each request, in parallel.
+    `on_corrupt` is told of each request whose ledger record cannot be read (it is skipped)."""
     started = time.monotonic()
     now = now or utcnow()
-    execution = _Execution(store, layout, policy, dry_run=dry_run, now=now)
+    execution = _Execution(store, layout, policy, dry_run=dry_run, now=now, on_corrupt=on_corrupt)
     reports: list[RequestReport] = []
 
     def tasks() -> Iterator[Task]:
@@ -89,7 +93,9 @@ class _Execution:
         *,
         dry_run: bool,
         now: datetime,
+        on_corrupt: Callable[[CorruptRecord], None] | None = None,
     ) -> None:
+        self.on_corrupt = on_corrupt
         self.store = store
         self.layout = layout
         self.policy = policy
@@ -116,6 +122,8 @@ class _Execution:
                     now=self.now,
                     marker_hint=self.marker_hint,
                 )
+            except CorruptRecord as exc:
+                return self._leave_unreadable(report, exc)
             except Exception as exc:  # one request's failure must not end the run
                 report.record_error("planning", exc)
                 return ()
@@ -123,6 +131,19 @@ class _Execution:
             return self._report_plan(request_plan, report)
 
         return plan
+
+    def _leave_unreadable(self, report: RequestReport, error: CorruptRecord) -> Iterable[Task]:
+        """A request whose ledger record cannot be read keeps every checkpoint (nothing is decided
+        on it until it is repaired); `on_corrupt` alerts that once, as everywhere else, rather
+        than this run's report raising it again every hour."""
+        with report.lock:
+            report.skipped.append({"checkpoint": "(every checkpoint)", "reason": UNREADABLE_RECORD})
+        if self.on_corrupt is not None:
+            try:
+                self.on_corrupt(error)
+            except Exception as exc:  # the redelivery alerts it again
+                report.record_error("alerting its unreadable ledger record", exc)
+        return ()
 
     def _report_plan(self, plan: RequestPlan, report: RequestReport) -> list[Task]:
         report.status, report.lifecycle = plan.status, plan.lifecycle

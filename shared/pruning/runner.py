@@ -5,13 +5,14 @@ Clients come in as arguments; google.* loads only when a run builds its store.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from shared.deciding.outbox import publish_alert
+from shared.deciding.outbox import alert_corrupt_record, publish_alert
 from shared.delivery import maintenance_message, maintenance_task
 from shared.errors import TransientError
+from shared.ledger.records import CorruptRecord
 from shared.ledger.run_lock import run_lock
 from shared.ledger.store import LedgerStore
 from shared.log import Logger, logger
@@ -76,10 +77,11 @@ def run_prune(
     workers: int | None = None,
     verify_generation: bool | None = None,
     log: Logger = logger,
+    on_corrupt: Callable[[CorruptRecord], None] | None = None,
 ) -> PruneResult:
     """Prune one request, or every request (bounded per run and resumed by a cursor when
     `bounded_run`), in the managed checkpoint bucket. `verify_generation` defaults to
-    `emulator_in_use()`."""
+    `emulator_in_use()`. `on_corrupt`: told of each request skipped for an unreadable record."""
     workers = workers or settings.prune_workers
     widen_connection_pool(storage, workers)
     layout = CheckpointLayout.from_settings(settings)
@@ -105,6 +107,7 @@ def run_prune(
         policy=PrunePolicy.from_settings(settings),
         workers=workers,
         dry_run=dry_run,
+        on_corrupt=on_corrupt,
     )
     if cursor is not None and not dry_run:
         result.next_cursor = cursor
@@ -168,7 +171,14 @@ def compact_fleet(state_bucket: Bucket, now: datetime, log: Logger) -> None:
 def _prune_and_report(ports: Ports, task: PruneTask, log: Logger) -> None:
     assert ports.storage is not None
     every_request = task.request_id is None
-    result = run_prune(ports.storage(), ports.settings, request_id=task.request_id, bounded_run=every_request, log=log)
+    result = run_prune(
+        ports.storage(),
+        ports.settings,
+        request_id=task.request_id,
+        bounded_run=every_request,
+        log=log,
+        on_corrupt=lambda error: alert_corrupt_record(ports, error, log),
+    )
     for report in result.reports:
         log_report(log, report)
     log.info(
