@@ -45,12 +45,17 @@ def prune_requests(
     dry_run: bool = False,
     now: datetime | None = None,
     on_corrupt: Callable[[CorruptRecord], None] | None = None,
+    before_deleting: Callable[[str, list[dict[str, Any]]], None] | None = None,
 ) -> PruneResult:
     """Plan and (unless `dry_run`) carry out the pruning of each request, in parallel.
-    `on_corrupt` is told of each request whose ledger record cannot be read (it is skipped)."""
+    `on_corrupt` is told of each request whose ledger record cannot be read (it is skipped);
+    `before_deleting` of what will be deleted from a request, before its first delete (the
+    report's outbox, shared/pruning/journal.py; if it raises, nothing of that request is)."""
     started = time.monotonic()
     now = now or utcnow()
-    execution = _Execution(store, layout, policy, dry_run=dry_run, now=now, on_corrupt=on_corrupt)
+    execution = _Execution(
+        store, layout, policy, dry_run=dry_run, now=now, on_corrupt=on_corrupt, before_deleting=before_deleting
+    )
     reports: list[RequestReport] = []
 
     def tasks() -> Iterator[Task]:
@@ -94,8 +99,10 @@ class _Execution:
         dry_run: bool,
         now: datetime,
         on_corrupt: Callable[[CorruptRecord], None] | None = None,
+        before_deleting: Callable[[str, list[dict[str, Any]]], None] | None = None,
     ) -> None:
         self.on_corrupt = on_corrupt
+        self.before_deleting = before_deleting
         self.store = store
         self.layout = layout
         self.policy = policy
@@ -152,15 +159,20 @@ class _Execution:
         report.kept.extend(
             {"checkpoint": u.name, "step": None, "complete": None, "reason": u.reason} for u in plan.unmanaged
         )
-        tasks: list[Task] = []
-        for verdict in plan.deletions:
-            entry = {**checkpoint_entry(verdict.checkpoint, verdict.reason), "objects": 0, "bytes": 0}
-            if self.dry_run:
-                report.deleted.append(entry)
-                tasks.append(self._measure_task(plan.folder, verdict.checkpoint, entry, report))
-            else:
-                tasks.append(self._unit_task(plan.folder, verdict.checkpoint, entry, report))
-        return tasks
+        entries = [
+            (verdict.checkpoint, {**checkpoint_entry(verdict.checkpoint, verdict.reason), "objects": 0, "bytes": 0})
+            for verdict in plan.deletions
+        ]
+        if self.dry_run:
+            report.deleted.extend(entry for _, entry in entries)
+            return [self._measure_task(plan.folder, checkpoint, entry, report) for checkpoint, entry in entries]
+        if entries and self.before_deleting is not None:
+            try:
+                self.before_deleting(plan.request_id, [entry for _, entry in entries])
+            except Exception as exc:  # unrecorded, a delete could go unreported: none is done
+                report.record_error("recording what it deletes", exc)
+                return []
+        return [self._unit_task(plan.folder, checkpoint, entry, report) for checkpoint, entry in entries]
 
     def _measure_task(self, folder: str, checkpoint: Checkpoint, entry: dict[str, Any], report: RequestReport) -> Task:
         """Dry run: fill in what deleting the checkpoint would free, so the plan can tell."""

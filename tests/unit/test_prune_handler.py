@@ -8,6 +8,9 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+import pytest
+from google.api_core.exceptions import ServiceUnavailable
+
 from shared.clock import utcnow
 from shared.delivery import Message
 from shared.ledger.store import REQUESTS_PREFIX, LedgerStore
@@ -60,6 +63,41 @@ class Deployment:
         return [m.data for m in self.publisher.on("ops-alerts") if kind is None or m.data["kind"] == kind]
 
 
+@pytest.mark.parametrize("body", [{}, {"request_id": "r1"}], ids=["every-request", "one-request"])
+def test_a_prune_report_whose_publish_failed_is_sent_by_the_redelivery(body: dict[str, str]) -> None:
+    """Defect 3: the redelivered run found nothing left to delete and reported nothing."""
+    world = Deployment()
+    world.committed("r1", 100, 200, 300)
+    world.publisher.fail_next = 1
+    with pytest.raises(ServiceUnavailable):
+        world.deliver("m1", **body)
+    assert world.alive("r1") == {"step-000200", "step-000300"}
+    assert world.alerts() == []
+
+    world.now += timedelta(seconds=30)
+    world.deliver("m1", **body)
+    [report] = world.alerts("prune_report")
+    assert "step-000100/" in json.dumps(report["details"])
+
+    world.now += timedelta(hours=1)
+    world.deliver("m2", **body)  # reported once it was published: never again
+    assert len(world.alerts("prune_report")) == 1
+
+
+def test_a_report_left_by_a_run_that_died_is_sent_by_a_later_run_once_that_run_is_presumed_dead() -> None:
+    world = Deployment()
+    world.committed("r1", 100, 200, 300)
+    world.publisher.fail_next = 1
+    with pytest.raises(ServiceUnavailable):
+        world.deliver("m1", request_id="r1")
+    world.deliver("m2", request_id="r1")  # another message, while m1's run may still be alive
+    assert world.alerts("prune_report") == []
+    world.now += timedelta(hours=1)
+    world.deliver("m3")
+    [report] = world.alerts("prune_report")
+    assert "step-000100/" in json.dumps(report["details"])
+
+
 def test_a_corrupt_ledger_record_is_alerted_once_not_on_every_hourly_run() -> None:
     """Defect 8: each hourly run raised an ERROR prune_report for the same corrupt record."""
     world = Deployment()
@@ -70,3 +108,22 @@ def test_a_corrupt_ledger_record_is_alerted_once_not_on_every_hourly_run() -> No
         world.deliver(f"tick-{hour}")
     assert [a["kind"] for a in world.alerts()] == ["ledger_corrupt"]
     assert world.alive("r1") == {"step-000100", "step-000200"}  # nothing is decided on it
+
+
+def test_nothing_of_a_request_is_deleted_when_what_it_deletes_cannot_be_recorded_first() -> None:
+    from shared.pruning.execute import prune_requests
+    from tests.support.prune_store import LAYOUT, MemoryStore, policy, prefix_checkpoint
+
+    store = MemoryStore()
+    for step in (100, 200, 300):
+        prefix_checkpoint(store, "r1", f"step-000{step}/", at=utcnow() - timedelta(hours=3))
+    before = store.names()
+
+    def unrecorded(_request_id: str, _deleting: list[dict]) -> None:
+        raise ServiceUnavailable("state bucket")
+
+    result = prune_requests(
+        store, ["r1"], read_record=lambda _: None, layout=LAYOUT, policy=policy(), workers=2, before_deleting=unrecorded
+    )
+    assert store.names() == before
+    assert result.retryable_errors == 1  # the delivery fails, and the redelivery prunes
