@@ -21,12 +21,14 @@ from typing import Any
 from spotjobs_kit.layout import Checkpoint, Kind, ListedObject, completion_objects
 
 from shared.clock import utcnow
-from shared.ledger.records import RequestRecord
+from shared.ledger.records import CorruptRecord, RequestRecord
 from shared.pruning.folders import CheckpointLayout, OutOfScope
 from shared.pruning.plan import RequestPlan, plan_request
 from shared.pruning.report import PruneResult, RequestReport, checkpoint_entry
 from shared.pruning.retention import PrunePolicy
 from shared.pruning.store import DeleteOutcome, PruneStore
+
+UNREADABLE_RECORD = "its ledger record cannot be read: nothing is pruned until it is repaired"
 
 # A unit of work for the pool; it returns its follow-ups (a planned request: its deletes).
 Task = Callable[[], Iterable["Task"]]
@@ -42,11 +44,18 @@ def prune_requests(
     workers: int,
     dry_run: bool = False,
     now: datetime | None = None,
+    on_corrupt: Callable[[CorruptRecord], None] | None = None,
+    before_deleting: Callable[[str, list[dict[str, Any]]], None] | None = None,
 ) -> PruneResult:
-    """Plan and (unless `dry_run`) carry out the pruning of each request, in parallel."""
+    """Plan and (unless `dry_run`) carry out the pruning of each request, in parallel.
+    `on_corrupt` is told of each request whose ledger record cannot be read (it is skipped);
+    `before_deleting` of what will be deleted from a request, before its first delete (the
+    report's outbox, shared/pruning/journal.py; if it raises, nothing of that request is)."""
     started = time.monotonic()
     now = now or utcnow()
-    execution = _Execution(store, layout, policy, dry_run=dry_run, now=now)
+    execution = _Execution(
+        store, layout, policy, dry_run=dry_run, now=now, on_corrupt=on_corrupt, before_deleting=before_deleting
+    )
     reports: list[RequestReport] = []
 
     def tasks() -> Iterator[Task]:
@@ -89,7 +98,11 @@ class _Execution:
         *,
         dry_run: bool,
         now: datetime,
+        on_corrupt: Callable[[CorruptRecord], None] | None = None,
+        before_deleting: Callable[[str, list[dict[str, Any]]], None] | None = None,
     ) -> None:
+        self.on_corrupt = on_corrupt
+        self.before_deleting = before_deleting
         self.store = store
         self.layout = layout
         self.policy = policy
@@ -116,6 +129,8 @@ class _Execution:
                     now=self.now,
                     marker_hint=self.marker_hint,
                 )
+            except CorruptRecord as exc:
+                return self._leave_unreadable(report, exc)
             except Exception as exc:  # one request's failure must not end the run
                 report.record_error("planning", exc)
                 return ()
@@ -124,6 +139,19 @@ class _Execution:
 
         return plan
 
+    def _leave_unreadable(self, report: RequestReport, error: CorruptRecord) -> Iterable[Task]:
+        """A request whose ledger record cannot be read keeps every checkpoint (nothing is decided
+        on it until it is repaired); `on_corrupt` alerts that once, as everywhere else, rather
+        than this run's report raising it again every hour."""
+        with report.lock:
+            report.skipped.append({"checkpoint": "(every checkpoint)", "reason": UNREADABLE_RECORD})
+        if self.on_corrupt is not None:
+            try:
+                self.on_corrupt(error)
+            except Exception as exc:  # the redelivery alerts it again
+                report.record_error("alerting its unreadable ledger record", exc)
+        return ()
+
     def _report_plan(self, plan: RequestPlan, report: RequestReport) -> list[Task]:
         report.status, report.lifecycle = plan.status, plan.lifecycle
         report.keep_last = plan.keep_last
@@ -131,15 +159,20 @@ class _Execution:
         report.kept.extend(
             {"checkpoint": u.name, "step": None, "complete": None, "reason": u.reason} for u in plan.unmanaged
         )
-        tasks: list[Task] = []
-        for verdict in plan.deletions:
-            entry = {**checkpoint_entry(verdict.checkpoint, verdict.reason), "objects": 0, "bytes": 0}
-            if self.dry_run:
-                report.deleted.append(entry)
-                tasks.append(self._measure_task(plan.folder, verdict.checkpoint, entry, report))
-            else:
-                tasks.append(self._unit_task(plan.folder, verdict.checkpoint, entry, report))
-        return tasks
+        entries = [
+            (verdict.checkpoint, {**checkpoint_entry(verdict.checkpoint, verdict.reason), "objects": 0, "bytes": 0})
+            for verdict in plan.deletions
+        ]
+        if self.dry_run:
+            report.deleted.extend(entry for _, entry in entries)
+            return [self._measure_task(plan.folder, checkpoint, entry, report) for checkpoint, entry in entries]
+        if entries and self.before_deleting is not None:
+            try:
+                self.before_deleting(plan.request_id, [entry for _, entry in entries])
+            except Exception as exc:  # unrecorded, a delete could go unreported: none is done
+                report.record_error("recording what it deletes", exc)
+                return []
+        return [self._unit_task(plan.folder, checkpoint, entry, report) for checkpoint, entry in entries]
 
     def _measure_task(self, folder: str, checkpoint: Checkpoint, entry: dict[str, Any], report: RequestReport) -> Task:
         """Dry run: fill in what deleting the checkpoint would free, so the plan can tell."""

@@ -4,6 +4,7 @@ lines and the prune_report alert that tell people."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,6 +13,7 @@ from spotjobs_kit.layout import Checkpoint
 from shared.alerts import Alert, AlertKind
 from shared.errors import is_retryable
 from shared.log import Logger
+from shared.pruning.journal import LeftBehind
 from shared.pruning.retention import NEWEST_KEPT_WITHOUT_COMPLETE
 
 
@@ -93,12 +95,13 @@ class PruneResult:
         return sum(r.retryable_errors for r in self.reports)
 
 
-def report_alert(result: PruneResult, *, limit: int = 50) -> Alert | None:
-    """The prune_report alert of a run that deleted something or met errors; None otherwise.
+def report_alert(result: PruneResult, *, earlier: Sequence[LeftBehind] = (), limit: int = 50) -> Alert | None:
+    """The prune_report alert of a run that deleted something, met errors, or found what earlier
+    runs deleted and never reported (`earlier`, shared/pruning/journal.py); None otherwise.
     Severity: ERROR with permanent errors (403, OutOfScope: someone must act), WARNING with only
     transient ones, else INFO."""
     summary = result.summary
-    if not summary["objects_deleted"] and not summary["errors"]:
+    if not summary["objects_deleted"] and not summary["errors"] and not earlier:
         return None
     requests = [
         {
@@ -124,13 +127,17 @@ def report_alert(result: PruneResult, *, limit: int = 50) -> Alert | None:
         message=(
             f"Pruned {summary['checkpoints_deleted']} checkpoints "
             f"({summary['objects_deleted']} objects, {summary['bytes_freed']} bytes) "
-            f"in {len(requests)} requests" + (f"; {summary['errors']} errors." if summary["errors"] else ".")
+            f"in {len(requests)} requests"
+            + (f"; {summary['errors']} errors" if summary["errors"] else "")
+            + (f"; earlier runs that could not report were deleting from {len(earlier)} requests" if earlier else "")
+            + "."
         ),
         request_id=only,
         details={
             **summary,
             "requests": requests[:limit],
             "requests_truncated": len(requests) > limit,
+            "unreported_earlier": [e.to_json() for e in earlier[:limit]],
         },
     )
 

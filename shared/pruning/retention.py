@@ -10,7 +10,9 @@ The rules (settings, `keep_last` overridable per request within [1, keep_last_ce
   its final complete checkpoint, or none when `keep_final_checkpoint` is false; with
   `keep_final_checkpoint` and no complete checkpoint at all, it keeps its newest checkpoint,
   complete or not (unknown completeness is never "nothing to keep": the newest is likely the
-  only copy of the work, written by a framework whose evidence the layout rules cannot read);
+  only copy of the work, written by a framework whose evidence the layout rules cannot read),
+  and the newest stem of a checkpoint saved as several plain files stays beside the final
+  complete one (whether its last file was written, the listing cannot tell);
 - children with no step number, and files without a checkpoint extension (metrics, logs, JSON),
   are never deleted (the layout rules, spotjobs_kit.layout, never offer them),
   and nothing outside the request's `checkpoints/` folder is ever deleted (shared.pruning.folders).
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from spotjobs_kit.layout import Checkpoint, Kind, sorted_checkpoints
+from spotjobs_kit.layout import Checkpoint, Evidence, Kind, sorted_checkpoints
 
 from shared.clock import parse_iso
 from shared.ledger.records import RequestRecord
@@ -89,6 +91,11 @@ NEWEST_KEPT_WITHOUT_COMPLETE = (
     "complete or not, as the final one"
 )
 
+NEWEST_STEM_KEPT = (
+    "request past its retention: the newest checkpoint saved as several files is kept beside the "
+    "final complete one (whether its last file was written cannot be told)"
+)
+
 
 @dataclass(frozen=True)
 class PruneVerdict:
@@ -139,8 +146,12 @@ def judge_checkpoints(
     else:
         kept_complete = complete[-max(1, keep_last) :]
     kept_ids = {id(c) for c in kept_complete}
-    # Past its retention with nothing known complete: the newest checkpoint stays, whatever it is.
-    last_resort = ordered[-1] if expired and policy.keep_final_checkpoint and newest is None and ordered else None
+    # Past its retention with nothing known complete: the newest checkpoint stays, whatever it is;
+    # so does the newest stem of a multi-file layout, whose last file the listing cannot vouch for.
+    last_resort = None
+    if expired and policy.keep_final_checkpoint and ordered:
+        if newest is None or ordered[-1].evidence == Evidence.FILES_NEWEST:
+            last_resort = ordered[-1]
 
     verdicts = []
     for c in ordered:
@@ -148,7 +159,8 @@ def judge_checkpoints(
             kept = id(c) in kept_ids
             verdicts.append(_judge_complete(c, c is newest, kept, expired, keep_last))
         elif c is last_resort:
-            verdicts.append(PruneVerdict(c, False, NEWEST_KEPT_WITHOUT_COMPLETE))
+            reason = NEWEST_KEPT_WITHOUT_COMPLETE if newest is None else NEWEST_STEM_KEPT
+            verdicts.append(PruneVerdict(c, False, reason))
         else:
             verdicts.append(_judge_incomplete(c, newest, expired, policy, now))
     return verdicts

@@ -5,18 +5,20 @@ Clients come in as arguments; google.* loads only when a run builds its store.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from shared.deciding.outbox import publish_alert
+from shared.deciding.outbox import alert_corrupt_record, publish_alert
 from shared.delivery import maintenance_message, maintenance_task
 from shared.errors import TransientError
+from shared.ledger.records import CorruptRecord
 from shared.ledger.run_lock import run_lock
 from shared.ledger.store import LedgerStore
 from shared.log import Logger, logger
 from shared.pruning.execute import prune_requests
 from shared.pruning.folders import CheckpointLayout, is_request_folder_name
+from shared.pruning.journal import ReportJournal
 from shared.pruning.report import PruneResult, log_report, report_alert
 from shared.pruning.retention import PrunePolicy
 from shared.pruning.store import (
@@ -76,10 +78,13 @@ def run_prune(
     workers: int | None = None,
     verify_generation: bool | None = None,
     log: Logger = logger,
+    on_corrupt: Callable[[CorruptRecord], None] | None = None,
+    journal: ReportJournal | None = None,
 ) -> PruneResult:
     """Prune one request, or every request (bounded per run and resumed by a cursor when
     `bounded_run`), in the managed checkpoint bucket. `verify_generation` defaults to
-    `emulator_in_use()`."""
+    `emulator_in_use()`. `on_corrupt`: told of each request skipped for an unreadable record;
+    `journal`: records what is deleted before it is, until the report is out (the handler's)."""
     workers = workers or settings.prune_workers
     widen_connection_pool(storage, workers)
     layout = CheckpointLayout.from_settings(settings)
@@ -105,6 +110,8 @@ def run_prune(
         policy=PrunePolicy.from_settings(settings),
         workers=workers,
         dry_run=dry_run,
+        on_corrupt=on_corrupt,
+        before_deleting=journal.record if journal is not None else None,
     )
     if cursor is not None and not dry_run:
         result.next_cursor = cursor
@@ -118,8 +125,10 @@ def run_prune(
 def handle_maintenance(message: Message, log: Logger, ports: Ports) -> None:
     """The prune_checkpoints handler: prune on a prune task, ignore other maintenance tasks.
 
-    Its report alert belongs to a run, not to one request's record, so it is published directly:
-    a failed publish fails the delivery, and the redelivered run (idempotent) reports again."""
+    Its report alert belongs to a run, not to one request's record: what the run deletes is
+    recorded in the state bucket before it is deleted and kept until the report is published
+    (shared/pruning/journal.py), so a failed publish fails the delivery and the redelivered run
+    reports it, though it finds nothing left to delete."""
     settings = ports.settings
     name, task = parse_maintenance_task(message.data)
     if name != PRUNE_TASK:
@@ -131,13 +140,13 @@ def handle_maintenance(message: Message, log: Logger, ports: Ports) -> None:
     log = log.bind(request_id=task.request_id)
     assert ports.storage is not None, "prune_checkpoints is wired with a storage client"
     if task.request_id is not None:  # one request: idempotent and short, may overlap anything
-        _prune_and_report(ports, task, log)
+        _prune_and_report(ports, task, message.message_id, log)
         return
     # Every request: one run at a time; a tick during a run ends quietly (shared/ledger/run_lock.py).
     state_bucket = ports.storage().bucket(settings.state_bucket)
     with run_lock(state_bucket, PRUNE_TASK, log, clock=ports.clock) as held:
         if held:
-            _prune_and_report(ports, task, log)
+            _prune_and_report(ports, task, message.message_id, log)
             compact_fleet(state_bucket, ports.clock(), log)
 
 
@@ -165,10 +174,20 @@ def compact_fleet(state_bucket: Bucket, now: datetime, log: Logger) -> None:
         log.warning("could not compact the fleet observations", event="fleet_compaction_failed", error=str(exc))
 
 
-def _prune_and_report(ports: Ports, task: PruneTask, log: Logger) -> None:
+def _prune_and_report(ports: Ports, task: PruneTask, message_id: str, log: Logger) -> None:
     assert ports.storage is not None
     every_request = task.request_id is None
-    result = run_prune(ports.storage(), ports.settings, request_id=task.request_id, bounded_run=every_request, log=log)
+    storage = ports.storage()
+    journal = ReportJournal(storage.bucket(ports.settings.state_bucket), message_id, ports.clock)
+    result = run_prune(
+        storage,
+        ports.settings,
+        request_id=task.request_id,
+        bounded_run=every_request,
+        log=log,
+        on_corrupt=lambda error: alert_corrupt_record(ports, error, log),
+        journal=journal,
+    )
     for report in result.reports:
         log_report(log, report)
     log.info(
@@ -177,8 +196,10 @@ def _prune_and_report(ports: Ports, task: PruneTask, log: Logger) -> None:
         next_cursor=result.next_cursor,
         **result.summary,
     )
-    alert = report_alert(result)
+    earlier = journal.left_behind(log)
+    alert = report_alert(result, earlier=earlier)
     if alert is not None:
         publish_alert(ports, alert)
+    journal.settle(earlier, log)
     if result.retryable_errors:
         raise TransientError(f"{result.retryable_errors} transient failures; the run is idempotent")

@@ -87,6 +87,12 @@ FAMILIES = {
         ("corrupt/",),
         (Code("shared.ledger.store:LedgerStore.forget_corrupt"),),
     ),
+    "prune report journal": Family(
+        "maintenance/prune-reports/<run>/<id>.json",
+        "maintenance/prune-reports/0a1b2c/r1.json",
+        ("maintenance/prune-reports/",),
+        (Code("shared.pruning.journal:ReportJournal.settle"),),
+    ),
     "trigger manifests": Family(
         "manifests/<id>.json",
         "manifests/trg-daily-w20261129t170000z.json",

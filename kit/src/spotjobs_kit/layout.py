@@ -37,7 +37,12 @@ below follow what each framework writes (checked against its source and real sav
   once they exist: a GCS object (through the FUSE mount too) is listed only once its upload
   finished, and Lightning writes local files through a temporary file (Keras writes local files
   in place: on a local disk a file cut by SIGKILL looks whole, so the kit's Keras integration
-  saves into a marked folder instead); TensorFlow
+  saves into a marked folder instead). When any stem of the folder holds several such files
+  (`ckpt-000400.pt` and `ckpt-000400.optim.pt`, uploaded one after another), a listed file no
+  longer vouches for its stem: a stem is then complete only once a later stem exists and it
+  holds every kind of file (the name past the stem) a later one holds, and the newest stem never
+  is (a torn first save of such a layout, one file listed and no peer yet, still looks whole:
+  save several files into a folder the kit marks instead); TensorFlow
   stems (`ckpt-5.index` with `ckpt-5.data-00000-of-00001`) are complete when the folder's
   `checkpoint` index file names the stem in `model_checkpoint_path` or
   `all_model_checkpoint_paths`, its `.index` exists and every data shard `0..N-1` of its `-of-N`
@@ -146,6 +151,9 @@ class Evidence:
     DEEPSPEED_INCOMPLETE = "named by DeepSpeed's latest file, without model states"
     ORBAX_METADATA = "Orbax commit timestamp in _CHECKPOINT_METADATA"
     FILES = "checkpoint file"
+    FILES_LATER = "checkpoint files, a later checkpoint holding no other kind of file"
+    FILES_NEWEST = "newest checkpoint saved as several files: its last file may still be uploading"
+    FILES_KIND_MISSING = "checkpoint files lacking a kind of file a later checkpoint holds"
     TENSORFLOW = "named by the TensorFlow checkpoint index, every shard present"
     NO_MARKER = "no commit marker"
     HF_INCOMPLETE = "Hugging Face checkpoint without trainer_state.json or its model files"
@@ -446,17 +454,48 @@ def group_listing(listing: FolderListing) -> Grouping:
 def file_units(grouping: Grouping, tf_named: frozenset[str]) -> list[Checkpoint]:
     """The FILES checkpoints of a grouping, judged complete by the rules above (pure)."""
     units = []
+    plain = []
     for stem, objects in grouping.stems.items():
         names = [o.name.rsplit("/", 1)[-1] for o in objects]
+        step = step_of(stem, bare_number=False)
+        assert step is not None  # group_listing keeps only stems with a step
         if any(_is_tensorflow_file(n) for n in names):
             complete = tensorflow_stem_complete(stem, names, tf_named)
             evidence = Evidence.TENSORFLOW if complete else Evidence.TENSORFLOW_INCOMPLETE
+            units.append(Checkpoint(stem, Kind.FILES, step, complete, tuple(objects), evidence=evidence))
         else:
-            complete, evidence = True, Evidence.FILES
-        step = step_of(stem, bare_number=False)
-        assert step is not None  # group_listing keeps only stems with a step
-        units.append(Checkpoint(stem, Kind.FILES, step, complete, tuple(objects), evidence=evidence))
-    return units
+            plain.append(Checkpoint(stem, Kind.FILES, step, True, tuple(objects), evidence=Evidence.FILES))
+    return units + plain_stems_judged(plain)
+
+
+def _kinds(checkpoint: Checkpoint) -> frozenset[str]:
+    """What tells a stem's files apart: each name without the stem (`.pt`, `.optim.pt`)."""
+    return frozenset(o.name.rsplit("/", 1)[-1][len(checkpoint.name) :] for o in checkpoint.objects)
+
+
+def plain_stems_judged(stems: Sequence[Checkpoint]) -> list[Checkpoint]:
+    """Plain stems (not TensorFlow's) re-judged when any of them holds several files: then the
+    folder's layout saves a checkpoint as several files, uploaded one after another, and a
+    stem's first file is listed while the next still uploads. Such a stem is complete only once
+    a later stem exists (its writer moved on) and it holds every kind of file a later one holds;
+    the newest never is (pure)."""
+    if all(len(c.objects) == 1 for c in stems):
+        return list(stems)
+    ordered = sorted_checkpoints(stems)
+    judged = []
+    later_kinds: frozenset[str] = frozenset()
+    for position in range(len(ordered) - 1, -1, -1):
+        c = ordered[position]
+        kinds = _kinds(c)
+        if position == len(ordered) - 1:
+            complete, evidence = False, Evidence.FILES_NEWEST
+        elif later_kinds <= kinds:
+            complete, evidence = True, Evidence.FILES_LATER
+        else:
+            complete, evidence = False, Evidence.FILES_KIND_MISSING
+        later_kinds |= kinds
+        judged.append(Checkpoint(c.name, c.kind, c.step, complete, c.objects, evidence=evidence))
+    return judged[::-1]
 
 
 def judge_prefix_listing(
