@@ -442,14 +442,15 @@ class LedgerStore:
         )
 
     def cursor(self, name: str) -> str:
-        """The position the next bounded `name` run starts at; "" = the beginning."""
+        """The position the next bounded `name` run starts at; "" = the beginning (also when the
+        cursor cannot be read)."""
         from google.api_core.exceptions import NotFound
 
         try:
-            raw = self._bucket.blob(cursor_path(name)).download_as_bytes()
-        except NotFound:
+            state = json.loads(self._bucket.blob(cursor_path(name)).download_as_bytes())
+        except (NotFound, ValueError):  # absent, or written by hand: start over, as a new rotation would
             return ""
-        position = json.loads(raw).get("position", "")
+        position = state.get("position", "") if isinstance(state, dict) else ""
         return position if isinstance(position, str) else ""
 
     def save_cursor(self, name: str, position: str) -> None:

@@ -1,0 +1,176 @@
+"""Stored documents that parse but do not have the shape the code expects (a field missing, null,
+of another type, a past or future version's layout) are corrupt, as a document that does not parse
+is: one typed error where they are read, and the sweeps over them go on with what comes after.
+In memory (the simulator's Cloud Storage): no emulator needed."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from shared.clock import now_iso, utcnow
+from shared.ledger.records import Attempt, CorruptRecord, RequestRecord
+from shared.ledger.retention import SWEEP_STATE, sweep_step
+from shared.ledger.states import AttemptOutcome, RequestStatus
+from shared.ledger.store import LedgerStore
+from sim.gcs import MemoryStorage
+from tests.support.decisions import CapturedLog, make_settings
+
+FAR = timedelta(days=400)
+Doc = dict[str, Any]
+
+
+@pytest.fixture
+def bucket():
+    return MemoryStorage(clock=utcnow).client().bucket("state")
+
+
+@pytest.fixture
+def ledger(bucket) -> LedgerStore:
+    return LedgerStore(bucket)
+
+
+def _finished(ledger: LedgerStore, request_id: str) -> None:
+    record = RequestRecord(request_id, {"request_id": request_id}, f"gs://b/{request_id}/")
+    record.attempts.append(
+        Attempt(1, "l", "SPOT", now_iso(), job="projects/p/locations/l/customJobs/7", outcome=AttemptOutcome.SUCCEEDED)
+    )
+    record.status = RequestStatus.SUCCEEDED
+    record.finished_at = now_iso()
+    ledger.restore(record)
+
+
+def _set(path: str, value: Any) -> Callable[[Doc], Any]:
+    """Set `path` ("a.0.b") of the document to `value`; the document itself when `path` is ""."""
+
+    def change(document: Doc) -> Any:
+        if not path:
+            return value
+        *parents, last = path.split(".")
+        node: Any = document
+        for part in parents:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        node[int(last) if isinstance(node, list) else last] = value
+        return document
+
+    return change
+
+
+def _drop(name: str) -> Callable[[Doc], Doc]:
+    return lambda document: {k: v for k, v in document.items() if k != name}
+
+
+def _future_attempts_by_number(document: Doc) -> Doc:
+    """A layout a later version might write: attempts keyed by their number."""
+    document["attempts"] = {str(a["n"]): a for a in document["attempts"]}
+    return document
+
+
+WRONG_RECORDS = {
+    "attempt null": _set("attempts.0", None),
+    "requeue a string": _set("requeue", "soon"),
+    "attempts a string": _set("attempts", "1"),
+    "document a list": _set("", []),
+    "document a string": _set("", "requests/x.json"),
+    "status a number": _set("status", 3),
+    "request a string": _set("request", "{}"),
+    "markers a string": _set("markers", "m"),
+    "pending alert a number": _set("pending_alerts", [1]),
+    "cancel a list": _set("cancel", ["operator"]),
+    "attempt number a string": _set("attempts.0.n", "1"),
+    "attempt preemptions null": _set("attempts.0.preemptions", None),
+    "attempt outcome unknown": _set("attempts.0.outcome", "EXPLODED"),
+    "updated_at a number": _set("updated_at", 1700000000),
+    "request_id missing": _drop("request_id"),
+    "attempts keyed by number (a future layout)": _future_attempts_by_number,
+}
+
+
+def _overwrite_body(bucket, request_id: str, change: Callable[[Doc], Any]) -> None:
+    """Rewrite the record's body with `change` applied, keeping its listing metadata (finished)."""
+    name = f"requests/{request_id}.json"
+    listed = bucket.get_blob(name)
+    document = change(json.loads(listed.download_as_bytes()))
+    blob = bucket.blob(name)
+    blob.metadata = dict(listed.metadata or {})
+    blob.upload_from_string(json.dumps(document), content_type="application/json")
+
+
+@pytest.mark.parametrize("change", WRONG_RECORDS.values(), ids=WRONG_RECORDS.keys())
+def test_a_wrong_shaped_ledger_record_reads_as_corrupt(ledger: LedgerStore, bucket, change) -> None:
+    _finished(ledger, "r")
+    _overwrite_body(bucket, "r", change)
+
+    with pytest.raises(CorruptRecord) as read:
+        ledger.read("r")
+    assert read.value.request_id == "r"
+    with pytest.raises(CorruptRecord):
+        ledger.read_raw("r")
+
+
+# Of a record's shape, but no time where the sweep needs one: it cannot judge when it finished.
+UNTIMED_RECORDS = {
+    "finished_at not a time": _set("finished_at", "yesterday"),
+    "finished_at empty, updated_at not a time": lambda d: _set("updated_at", "t")(_set("finished_at", "")(d)),
+}
+
+
+@pytest.mark.parametrize(
+    "change", [*WRONG_RECORDS.values(), *UNTIMED_RECORDS.values()], ids=[*WRONG_RECORDS, *UNTIMED_RECORDS]
+)
+def test_the_retention_sweep_skips_a_wrong_shaped_record_and_goes_on(ledger: LedgerStore, bucket, change) -> None:
+    for request_id in ("a-bad", "b-done"):
+        _finished(ledger, request_id)
+    _overwrite_body(bucket, "a-bad", change)
+    corrupt: list[str] = []
+
+    summary = sweep_step(
+        ledger,
+        CapturedLog().logger,
+        settings=make_settings(bucket.name),
+        now=utcnow() + FAR,
+        on_corrupt=lambda error: corrupt.append(error.request_id),
+    )
+
+    assert summary is not None and summary.finished_round
+    assert (summary.corrupt, summary.removed) == (1, 1)
+    assert corrupt == ["a-bad"]
+    assert ledger.read("b-done") == (None, 0)  # the record behind it was retired
+    assert ledger.maintenance_state(SWEEP_STATE)["finished_at"]  # its position was saved
+
+
+def test_a_record_a_newer_version_wrote_with_more_fields_still_reads(ledger: LedgerStore, bucket) -> None:
+    _finished(ledger, "r")
+    _overwrite_body(bucket, "r", _set("attempts.0.retried_by", {"who": "v2"}))
+
+    record, _ = ledger.read("r")
+    assert record is not None and record.attempts[0].newer_fields == {"retried_by": {"who": "v2"}}
+
+
+WRONG_SWEEP_STATES = {
+    "a list": [],
+    "finished_at a number": {"finished_at": 5},
+    "finished_at not a time": {"finished_at": "yesterday"},
+    "position a number": {"position": 7, "finished_at": None},
+}
+
+
+@pytest.mark.parametrize("state", WRONG_SWEEP_STATES.values(), ids=WRONG_SWEEP_STATES.keys())
+def test_a_wrong_shaped_sweep_position_starts_a_round_afresh(ledger: LedgerStore, bucket, state) -> None:
+    _finished(ledger, "done")
+    bucket.blob(f"maintenance/{SWEEP_STATE}.json").upload_from_string(json.dumps(state))
+
+    summary = sweep_step(ledger, CapturedLog().logger, settings=make_settings(bucket.name), now=utcnow() + FAR)
+
+    assert summary is not None and summary.finished_round and summary.removed == 1
+
+
+@pytest.mark.parametrize("body", ["[]", '"x"', "7", '{"position": 7}', "{not json"])
+def test_a_wrong_shaped_cursor_starts_from_the_beginning(ledger: LedgerStore, bucket, body: str) -> None:
+    bucket.blob("maintenance/reconcile-cursor.json").upload_from_string(body)
+
+    assert ledger.cursor("reconcile") == ""
