@@ -16,7 +16,7 @@ from shared.clock import now_iso, utcnow
 from shared.ledger.records import Attempt, CorruptRecord, RequestRecord
 from shared.ledger.retention import SWEEP_STATE, sweep_step
 from shared.ledger.states import AttemptOutcome, RequestStatus
-from shared.ledger.store import LedgerStore
+from shared.ledger.store import JobIndexEntry, LedgerStore
 from sim.gcs import MemoryStorage
 from tests.support.decisions import CapturedLog, make_settings
 
@@ -174,3 +174,28 @@ def test_a_wrong_shaped_cursor_starts_from_the_beginning(ledger: LedgerStore, bu
     bucket.blob("maintenance/reconcile-cursor.json").upload_from_string(body)
 
     assert ledger.cursor("reconcile") == ""
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "[]",
+        "null",
+        '{"request_id": "r", "attempt": "1", "location": "l", "job": "projects/p/locations/l/customJobs/7"}',
+        '{"request_id": null, "attempt": 1, "location": "l", "job": "projects/p/locations/l/customJobs/7"}',
+        '{"request_id": "r", "attempt": 1, "location": "l"}',
+        "{trunc",
+    ],
+)
+def test_a_wrong_shaped_job_index_entry_reads_as_corrupt(ledger: LedgerStore, bucket, body: str) -> None:
+    bucket.blob("jobs/7.json").upload_from_string(body)
+
+    with pytest.raises(CorruptRecord):
+        ledger.find_job("7")
+
+
+def test_a_job_index_entry_with_a_newer_field_still_reads(ledger: LedgerStore, bucket) -> None:
+    entry = {"request_id": "r", "attempt": 1, "location": "l", "job": "projects/p/locations/l/customJobs/7"}
+    bucket.blob("jobs/7.json").upload_from_string(json.dumps({**entry, "region_hint": "x"}))
+
+    assert ledger.find_job("7") == JobIndexEntry(**entry)
