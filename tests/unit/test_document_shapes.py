@@ -199,3 +199,113 @@ def test_a_job_index_entry_with_a_newer_field_still_reads(ledger: LedgerStore, b
     bucket.blob("jobs/7.json").upload_from_string(json.dumps({**entry, "region_hint": "x"}))
 
     assert ledger.find_job("7") == JobIndexEntry(**entry)
+
+
+# Trigger documents.
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = utcnow()
+
+    def __call__(self):
+        return self.now
+
+
+def _trigger_world():
+    from shared.triggers.definition import TriggerDefinition
+    from shared.triggers.store import TriggerStore
+
+    clock = _Clock()
+    bucket = MemoryStorage(clock=clock).client().bucket("state")
+    definition = TriggerDefinition("daily", "schedule", {}, {}, coalesce_seconds=3600)
+    return clock, bucket, TriggerStore(bucket), definition
+
+
+def _window(bucket, window_id: str, document: Any) -> None:
+    """A window of trigger `daily` with one member, its document as given."""
+    from shared.triggers import store as paths
+
+    bucket.blob(f"{paths.members_prefix('daily', window_id)}k1").upload_from_string(b"")
+    bucket.blob(paths.window_path("daily", window_id)).upload_from_string(json.dumps(document))
+
+
+WRONG_TRIGGER_DOCUMENTS = {"a list": [], "a string": "closed", "a number": 7, "null": None}
+
+
+@pytest.mark.parametrize("document", WRONG_TRIGGER_DOCUMENTS.values(), ids=WRONG_TRIGGER_DOCUMENTS.keys())
+def test_a_trigger_document_that_is_no_object_reads_as_corrupt(document: Any) -> None:
+    from shared.triggers.store import CorruptTriggerDocument
+
+    _clock, bucket, store, _definition = _trigger_world()
+    bucket.blob("triggers/daily/state.json").upload_from_string(json.dumps(document))
+
+    with pytest.raises(CorruptTriggerDocument):
+        store.read("triggers/daily/state.json")
+
+
+WRONG_WINDOWS = {
+    **WRONG_TRIGGER_DOCUMENTS,
+    "window_end missing": {"state": "closed"},
+    "window_end a number": {"state": "closed", "window_end": 5},
+    "window_end not a time": {"state": "closed", "window_end": "yesterday"},
+    "state a list": {"state": ["closed"], "window_end": "2020-01-01T00:00:00Z"},
+}
+
+
+@pytest.mark.parametrize("document", WRONG_WINDOWS.values(), ids=WRONG_WINDOWS.keys())
+def test_trigger_retention_keeps_a_wrong_shaped_window_and_retires_the_windows_behind_it(document: Any) -> None:
+    from shared.triggers import store as paths
+    from shared.triggers.retention import SWEPT_FIELD, retire_windows
+
+    clock, bucket, store, definition = _trigger_world()
+    start = clock.now - timedelta(days=40)
+    bad, good = (start.strftime("w%Y%m%dt%H0000z"), (start + timedelta(hours=1)).strftime("w%Y%m%dt%H0000z"))
+    _window(bucket, bad, document)
+    _window(bucket, good, {"state": "closed", "window_end": (start + timedelta(hours=2)).isoformat()})
+    store.put(paths.state_path("daily"), {"decided": {}})
+    clock.now += timedelta(days=1)
+    log = CapturedLog()
+
+    retire_windows(store, definition, clock.now, log.logger)
+
+    left = store.list_names(paths.windows_prefix("daily"))
+    assert all(name.startswith(bad) for name in left) and left  # the bad one kept, the one behind it gone
+    assert store.read(paths.state_path("daily"))[0][SWEPT_FIELD]  # the sweep finished
+    [line] = log.events("trigger_window_unreadable")
+    assert line["window_id"] == bad
+
+
+WRONG_TRIGGER_STATES = {
+    **WRONG_TRIGGER_DOCUMENTS,
+    "swept a number": {"windows_retired_at": 5},
+    "swept not a time": {"windows_retired_at": "yesterday"},
+    "carry a string": {"carry": "w20200101t000000z"},
+    "decided a list": {"decided": []},
+}
+
+
+@pytest.mark.parametrize("state", WRONG_TRIGGER_STATES.values(), ids=WRONG_TRIGGER_STATES.keys())
+def test_trigger_retention_never_raises_on_a_wrong_shaped_state(state: Any) -> None:
+    from shared.triggers import store as paths
+    from shared.triggers.retention import retire_windows
+
+    clock, bucket, store, definition = _trigger_world()
+    bucket.blob(paths.state_path("daily")).upload_from_string(json.dumps(state))
+
+    assert retire_windows(store, definition, clock.now, CapturedLog().logger) == 0
+
+
+@pytest.mark.parametrize(
+    "body", ["[]", '"x"', "null", '{"swept_at": 5}', '{"swept_at": "yesterday"}', "{trunc"], ids=str
+)
+def test_a_wrong_shaped_deleted_trigger_sweep_note_starts_a_sweep(body: str) -> None:
+    from shared.triggers.retention import DELETED_SWEEP_PATH, retire_deleted_triggers
+
+    clock, bucket, store, _definition = _trigger_world()
+    store.touch("triggers/gone/state.json")  # a deleted trigger's object, written long ago
+    bucket.blob(DELETED_SWEEP_PATH).upload_from_string(body)
+    clock.now += timedelta(days=40)
+
+    assert retire_deleted_triggers(store, clock.now, CapturedLog().logger) == 1
+    assert store.read(DELETED_SWEEP_PATH)[0]["swept_at"]
