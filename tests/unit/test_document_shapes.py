@@ -309,3 +309,54 @@ def test_a_wrong_shaped_deleted_trigger_sweep_note_starts_a_sweep(body: str) -> 
 
     assert retire_deleted_triggers(store, clock.now, CapturedLog().logger) == 1
     assert store.read(DELETED_SWEEP_PATH)[0]["swept_at"]
+
+
+# The pacing line's documents and entries.
+
+
+def _pacer():
+    from shared.pacing import Pacer
+
+    bucket = MemoryStorage(clock=utcnow).client().bucket("state")
+    return bucket, Pacer(bucket, make_settings("state"), clock=lambda: 1000.0, sleep=lambda _s: None)
+
+
+WRONG_PACING_DOCUMENTS = [
+    *("[]", '"x"', "null", "7", "{trunc"),
+    '{"expires_at": "soon", "alerted": "no"}',
+    '{"expires_at": Infinity}',
+    '{"expires_at": 1e18}',  # no lease taken now runs out so late: it would hold the line for good
+]
+
+
+@pytest.mark.parametrize("body", WRONG_PACING_DOCUMENTS, ids=str)
+def test_a_wrong_shaped_drainer_lease_is_free_to_take(body: str) -> None:
+    bucket, pacer = _pacer()
+    bucket.blob("pacing/l/drainer.json").upload_from_string(body)
+
+    assert pacer.lease_free("l")
+    assert pacer.acquire("l") is not None
+    assert not pacer.lease_free("l")  # taken, and readable again
+
+
+@pytest.mark.parametrize("body", WRONG_PACING_DOCUMENTS, ids=str)
+def test_a_wrong_shaped_burst_has_its_alert_still_due(body: str) -> None:
+    bucket, pacer = _pacer()
+    bucket.blob("pacing/l/burst.json").upload_from_string(body)
+
+    generation = pacer.burst_alert_due("l", 5)
+    assert generation is not None
+    pacer.burst_alerted("l", generation)
+    assert pacer.burst_alert_due("l", 5) is None  # sent once
+
+
+def test_the_line_passes_over_entries_not_of_its_naming() -> None:
+    from shared.pacing import waiting_entry
+
+    bucket, pacer = _pacer()
+    for key in ("garbage", "0000001~r", "0000001~r~x", "x~r~1"):
+        bucket.blob(f"pacing/l/waiting/{key}").upload_from_string(b"")
+    entry = waiting_entry("l", 0, "real", 1)
+    pacer.enqueue(entry)
+
+    assert [(w.request_id, w.attempt) for w in pacer.waiting("l")] == [("real", 1)]
