@@ -360,3 +360,37 @@ def test_the_line_passes_over_entries_not_of_its_naming() -> None:
     pacer.enqueue(entry)
 
     assert [(w.request_id, w.attempt) for w in pacer.waiting("l")] == [("real", 1)]
+
+
+# Fleet observations: the object's name is the fact.
+
+WRONG_FLEET_NAMES = [
+    "fleet/n1+none+0/l/preempt~99999999999999999999~1~1~k~0",  # a time past any calendar
+    "fleet/n1+none+0/l/preempt~-99999999999999999999~1~1~k~0",
+    "fleet/n1+none+0/l/attempt~1e400~k~1~1~1~1~1~1",
+    "fleet/n1+none+0/l/shrug~1~1~1~k~0",
+    "fleet/n1+none+0/l/preempt~1~1",
+]
+
+
+@pytest.mark.parametrize("name", WRONG_FLEET_NAMES)
+def test_a_fleet_object_not_of_the_fact_format_is_passed_over(name: str) -> None:
+    from shared.fleet import store as fleet
+    from shared.fleet.observations import MachineClass
+
+    bucket = MemoryStorage(clock=utcnow).client().bucket("state")
+    bucket.blob(name).upload_from_string(b"")
+
+    assert fleet.parse_name(name) is None
+    assert fleet.read(bucket, MachineClass("n1", "", 0), utcnow()) == []
+
+
+def test_a_fleet_folder_not_of_a_machine_class_is_passed_over() -> None:
+    from shared.fleet import store as fleet
+    from shared.fleet.observations import MachineClass
+
+    bucket = MemoryStorage(clock=utcnow).client().bucket("state")
+    for name in ("fleet/garbage/l/x", "fleet/n1+none+0/l/x", "fleet/a+b+c/l/x"):
+        bucket.blob(name).upload_from_string(b"")
+
+    assert fleet.classes(bucket) == [MachineClass("n1", "", 0)]
