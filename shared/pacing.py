@@ -49,6 +49,7 @@ rate and is handled as before: Vertex busy, redelivered.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -250,7 +251,7 @@ class Pacer:
             self._bucket, prefix=prefix, page_size=WAITING_PAGE, fields="items(name,generation),nextPageToken"
         )
         entries = [Waiting(location, blob.name[len(prefix) :], int(blob.generation)) for blob in blobs]
-        return sorted(entries, key=lambda entry: entry.turn)
+        return sorted((entry for entry in entries if _is_entry_key(entry.key)), key=lambda entry: entry.turn)
 
     def has_entry(self, entry: Waiting) -> bool:
         return self._bucket.get_blob(f"{_prefix(entry.location)}waiting/{entry.key}") is not None
@@ -274,7 +275,7 @@ class Pacer:
         if generation is not None:
             return generation
         blob = self._bucket.get_blob(name)
-        if blob is not None and json.loads(blob.download_as_bytes()).get("expires_at", 0) > self._clock():
+        if blob is not None and self._held(blob):
             return None
         try:
             return self._write(name, self._lease_body(), int(blob.generation) if blob is not None else 0)
@@ -303,7 +304,14 @@ class Pacer:
 
     def lease_free(self, location: str) -> bool:
         blob = self._bucket.get_blob(f"{_prefix(location)}drainer.json")
-        return blob is None or json.loads(blob.download_as_bytes()).get("expires_at", 0) <= self._clock()
+        return blob is None or not self._held(blob)
+
+    def _held(self, lease: Any) -> bool:
+        """Whether a drainer lease is live: it runs out later than now, and no later than a lease
+        taken now would (a later time, or one that cannot be read, is no lease this code wrote,
+        and would hold the line for good)."""
+        now = self._clock()
+        return now < _lease_expiry(lease) <= now + self.lease_seconds
 
     # The burst.
 
@@ -317,9 +325,9 @@ class Pacer:
         if generation is not None:
             return generation
         burst = self._bucket.get_blob(name)
-        if burst is None or json.loads(burst.download_as_bytes()).get("alerted", True):
+        if burst is None or _stored_object(burst).get("alerted") is True:
             return None
-        return int(burst.generation)
+        return int(burst.generation)  # unsent, or unreadable (then rewritten once it is sent)
 
     def burst_alerted(self, location: str, generation: int) -> None:
         from google.api_core.exceptions import PreconditionFailed
@@ -365,6 +373,31 @@ class Pacer:
 
 def _prefix(location: str) -> str:
     return f"{PACING_PREFIX}{location}/"
+
+
+def _is_entry_key(key: str) -> bool:
+    """Whether a name under `waiting/` is an entry `waiting_entry` names (priority, request id,
+    attempt): one of another naming (a hand-made object, another version's) is no one's turn."""
+    parts = key.split(_SEPARATOR)
+    return len(parts) == 3 and parts[0].isdigit() and bool(parts[1]) and parts[2].isdigit()
+
+
+def _stored_object(blob: Any) -> dict[str, Any]:
+    """A lease or burst document; {} when it is no JSON object (written by hand, truncated)."""
+    try:
+        document = json.loads(blob.download_as_bytes())
+    except (ValueError, RecursionError):
+        return {}
+    return document if isinstance(document, dict) else {}
+
+
+def _lease_expiry(blob: Any) -> float:
+    """When a drainer lease runs out; 0 (expired: anyone may take it over, at its generation)
+    when its document cannot be read."""
+    expires_at = _stored_object(blob).get("expires_at")
+    if not isinstance(expires_at, int | float) or isinstance(expires_at, bool) or not math.isfinite(expires_at):
+        return 0.0
+    return float(expires_at)
 
 
 def pacer_for(ports: Ports) -> Pacer:

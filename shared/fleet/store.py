@@ -77,7 +77,7 @@ def parse_name(name: str) -> tuple[MachineClass, FleetFact] | None:
                 int(index),
             )
         return MachineClass.from_key(class_key), observation
-    except ValueError:
+    except (ValueError, OverflowError, OSError):  # OverflowError, OSError: a time past any calendar
         return None
 
 
@@ -160,7 +160,15 @@ def compact(bucket: Bucket, machine_class: MachineClass, now: datetime) -> int:
 
 
 def classes(bucket: Bucket) -> list[MachineClass]:
-    """Every class with observations (one delimiter listing)."""
+    """Every class with observations (one delimiter listing); a folder of another name is passed over."""
     iterator = bucket.client.list_blobs(bucket, prefix=FLEET_PREFIX, delimiter="/", fields="prefixes,nextPageToken")
     prefixes = {prefix for page in iterator.pages for prefix in page.prefixes}
-    return sorted(MachineClass.from_key(p[len(FLEET_PREFIX) : -1]) for p in prefixes)
+    return sorted(machine_class for p in prefixes if (machine_class := _class_of(p[len(FLEET_PREFIX) : -1])))
+
+
+def _class_of(key: str) -> MachineClass | None:
+    """The class a folder names; None for a folder not of a class's key (made by hand)."""
+    try:
+        return MachineClass.from_key(key)
+    except ValueError:
+        return None

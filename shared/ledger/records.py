@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import copy
 import functools
-from dataclasses import dataclass, field, fields
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields, is_dataclass
 from enum import Enum
 from typing import Any, TypeVar
 
@@ -203,14 +206,17 @@ class RequestRecord:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RequestRecord:
-        data = dict(data)
+        """The record a document holds. A document of another shape (a field missing, null or of
+        another type, a past or future version's layout) raises TypeError or ValueError, as one
+        that does not parse does: the store reads either as corrupt (`CorruptRecord`)."""
+        data = _known(cls, data)
         data["status"] = RequestStatus(data.get("status", RequestStatus.CLAIMED))
         data["attempts"] = [_attempt_from_json(a) for a in data.get("attempts", [])]
-        if data.get("requeue"):
+        if data.get("requeue") is not None:
             data["requeue"] = Requeue(**_known(Requeue, data["requeue"]))
-        if data.get("cancel"):
+        if data.get("cancel") is not None:
             data["cancel"] = CancelIntent(**_known(CancelIntent, data["cancel"]))
-        return cls(**_known(cls, data))
+        return cls(**data)
 
 
 class CorruptRecord(SpotjobsError):
@@ -229,13 +235,72 @@ def _attempt_from_json(data: dict[str, Any]) -> Attempt:
     return attempt
 
 
-def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
-    """The fields `cls` knows, and the others under `newer_fields`: during a rolling deploy an
-    older instance rewrites a record a newer one wrote, and must not drop what it cannot read."""
-    names = _field_names(cls)
-    known = {k: v for k, v in data.items() if k in names}
-    known["newer_fields"] = {k: v for k, v in data.items() if k not in names}
+def _known(cls: type, data: Any) -> dict[str, Any]:
+    """The fields `cls` knows, each checked against its type (`_shape_checks`), and the others
+    under `newer_fields`: during a rolling deploy an older instance rewrites a record a newer one
+    wrote, and must not drop what it cannot read."""
+    if not isinstance(data, dict):
+        raise TypeError(f"a {cls.__name__} is {_shown(data)}, not an object")
+    checks = _shape_checks(cls)
+    known = {}
+    for name, value in data.items():
+        check = checks.get(name)
+        if check is None:
+            continue
+        if not check(value):
+            raise TypeError(f"{cls.__name__}.{name} is {_shown(value)}, not {_hints(cls)[name]}")
+        known[name] = value
+    known["newer_fields"] = {k: v for k, v in data.items() if k not in checks}
     return known
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+@functools.cache
+def _shape_checks(cls: type) -> dict[str, Callable[[Any], bool]]:
+    """For each field of `cls`, whether a JSON value has the field's declared type."""
+    return {name: _accepts(_hints(cls)[name]) for name in _field_names(cls)}
+
+
+def _accepts(hint: Any) -> Callable[[Any], bool]:
+    """Whether a JSON value has type `hint`. A record part (a dataclass) needs an object here;
+    its own fields are checked when it is built."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return lambda _value: True
+    if hint is type(None):
+        return lambda value: value is None
+    if origin in (types.UnionType, typing.Union):
+        options = tuple(_accepts(arg) for arg in args)
+        return lambda value: any(accepts(value) for accepts in options)
+    if origin is list:
+        member = _accepts(args[0])
+        return lambda value: isinstance(value, list) and all(member(m) for m in value)
+    if origin is dict:
+        member = _accepts(args[1])  # JSON keys are strings
+        return lambda value: isinstance(value, dict) and all(member(m) for m in value.values())
+    if isinstance(hint, type) and issubclass(hint, Enum):
+        names = frozenset(member.value for member in hint)
+        return lambda value: isinstance(value, str) and value in names
+    if hint is bool:
+        return lambda value: isinstance(value, bool)
+    if hint is int:
+        return lambda value: isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return lambda value: isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is str:
+        return lambda value: isinstance(value, str)
+    if is_dataclass(hint):
+        return lambda value: isinstance(value, dict)
+    raise TypeError(f"no shape check for a field of type {hint!r}")  # a new kind of field: add one
 
 
 @functools.cache

@@ -15,9 +15,11 @@ while a round is under way. On each record:
   `archive/<id>.json` unless `ledger_archive` is off, the record itself, conditional on the
   generation read: any write since (a late event, an effect made pending) keeps it for the next
   round; then the note that it was once found corrupt, if any (`maintenance/corrupt/<id>.json`);
-- one whose body does not parse (its metadata says finished) is skipped and handed to
+- one whose body does not parse, or parses to another shape than a record's (a field null or of
+  another type, a time that is none), while its metadata says finished, is skipped and handed to
   `on_corrupt` (reconcile alerts `ledger_corrupt` once); the sweep moves on and saves its
-  position, so one bad record never stalls retention and index repair behind it.
+  position, so one bad record never stalls retention and index repair behind it. A sweep position
+  that cannot be read starts the round afresh.
 
 The retention is `ledger_retention_seconds` (0: keep every record), never less than
 `MIN_RETENTION_SECONDS` (longer than Pub/Sub keeps any message, so no redelivered request can
@@ -34,7 +36,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from shared.clock import parse_iso, utcnow
+from shared.clock import parse_rfc3339, utcnow
 from shared.jobs import TRIGGER_ID_PREFIX
 from shared.ledger.records import CorruptRecord
 from shared.ledger.store import LedgerStore, ListedRequest, needs_reconcile
@@ -59,7 +61,7 @@ class SweepSummary:
     markers_repaired: int = 0
     removed: int = 0
     kept: int = 0  # expired but referred to, or written since listed: the next round
-    corrupt: int = 0  # its body does not parse: skipped, handed to on_corrupt
+    corrupt: int = 0  # its body does not parse, or is not a record's shape: skipped, to on_corrupt
     unchanged: int = 0
     finished_round: bool = False
 
@@ -105,19 +107,20 @@ def sweep_step(
     pages: int = SWEEP_PAGES_PER_RUN,
     on_corrupt: Callable[[CorruptRecord], None] | None = None,
 ) -> SweepSummary | None:
-    """One bounded turn of the sweep, if a round is due; None if not. A record that does not
-    parse is skipped, logged and passed to `on_corrupt` (which alerts)."""
+    """One bounded turn of the sweep, if a round is due; None if not. A record that cannot be read
+    (`CorruptRecord`) is skipped, logged and passed to `on_corrupt` (which alerts)."""
     if settings is None:
         from shared.settings import get_settings
 
         settings = get_settings()
     now = now or utcnow()
     state = ledger.maintenance_state(SWEEP_STATE)
-    finished_at = state.get("finished_at")
-    if finished_at and (now - parse_iso(finished_at)).total_seconds() < SWEEP_INTERVAL_SECONDS:
+    finished_at = parse_rfc3339(state.get("finished_at"))  # None when absent or unreadable
+    if finished_at and (now - finished_at).total_seconds() < SWEEP_INTERVAL_SECONDS:
         return None
     retention = effective_retention(settings)
-    position = state.get("position", "") if not finished_at else ""
+    position = state.get("position") if not finished_at else ""
+    position = position if isinstance(position, str) else ""
     summary = SweepSummary()
     token: str | None = None
     next_position = position
@@ -213,8 +216,11 @@ def retire(ledger: LedgerStore, request_id: str, retention: float, *, archive: b
     raw, record, generation = got
     if needs_reconcile(record) or record.requeue is not None:
         return False
-    ended = record.finished_at or record.updated_at
-    if (now - parse_iso(ended)).total_seconds() < retention:
+    ended_text = record.finished_at or record.updated_at
+    ended = parse_rfc3339(ended_text)
+    if ended is None:  # a hand-edited time: when it finished cannot be judged
+        raise CorruptRecord(request_id, f"its finish time {ended_text!r} is not a time")
+    if (now - ended).total_seconds() < retention:
         return False
     marker = ledger.active_entry(request_id)
     status = ListedRequest(request_id, record.status, record.has_pending_effects)

@@ -442,14 +442,15 @@ class LedgerStore:
         )
 
     def cursor(self, name: str) -> str:
-        """The position the next bounded `name` run starts at; "" = the beginning."""
+        """The position the next bounded `name` run starts at; "" = the beginning (also when the
+        cursor cannot be read)."""
         from google.api_core.exceptions import NotFound
 
         try:
-            raw = self._bucket.blob(cursor_path(name)).download_as_bytes()
-        except NotFound:
+            state = json.loads(self._bucket.blob(cursor_path(name)).download_as_bytes())
+        except (NotFound, ValueError):  # absent, or written by hand: start over, as a new rotation would
             return ""
-        position = json.loads(raw).get("position", "")
+        position = state.get("position", "") if isinstance(state, dict) else ""
         return position if isinstance(position, str) else ""
 
     def save_cursor(self, name: str, position: str) -> None:
@@ -478,7 +479,29 @@ class LedgerStore:
             raw = self._bucket.blob(_job_path(job_id)).download_as_bytes()
         except NotFound:
             return None
-        return JobIndexEntry(**json.loads(raw))
+        try:
+            entry = json.loads(raw)
+        except (ValueError, RecursionError) as exc:
+            raise CorruptRecord(_job_path(job_id), f"{type(exc).__name__}: {exc}") from exc
+        if not _is_job_index_entry(entry):  # a hand edit, or another version's layout
+            named = entry.get("request_id") if isinstance(entry, dict) else None
+            raise CorruptRecord(
+                named if isinstance(named, str) else _job_path(job_id), f"not a job index entry: {raw[:80]!r}"
+            )
+        return JobIndexEntry(**{name: entry[name] for name in _JOB_INDEX_FIELDS})
+
+
+_JOB_INDEX_FIELDS = ("request_id", "attempt", "location", "job")
+
+
+def _is_job_index_entry(entry: Any) -> bool:
+    """What `index_job` writes: its fields, of their types (others a newer version adds are left)."""
+    return (
+        isinstance(entry, dict)
+        and all(isinstance(entry.get(name), str) for name in ("request_id", "location", "job"))
+        and isinstance(entry.get("attempt"), int)
+        and not isinstance(entry["attempt"], bool)
+    )
 
 
 def job_labels(record: RequestRecord) -> dict[str, str]:

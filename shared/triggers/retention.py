@@ -25,12 +25,12 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from shared.clock import iso, parse_iso
+from shared.clock import iso, parse_rfc3339
 from shared.log import Logger
 from shared.triggers import store as paths
 from shared.triggers.definition import TriggerDefinition
 from shared.triggers.render import Window
-from shared.triggers.store import FINAL_STATES, TriggerStore
+from shared.triggers.store import FINAL_STATES, CorruptTriggerDocument, TriggerStore
 
 # Pub/Sub keeps a message at most 31 days (topic retention); a day more.
 RETENTION_SECONDS = 32 * 86400.0
@@ -47,14 +47,14 @@ def retire_windows(store: TriggerStore, definition: TriggerDefinition, now: date
     Returns the objects removed. A failure is logged and left to the next sweep: housekeeping
     never fails the tick that closes windows."""
     path = paths.state_path(definition.name)
-    state = store.read(path)[0]
-    if state is None:
-        return 0  # no window was ever decided
-    swept = state.get(SWEPT_FIELD)
-    if swept and timedelta(0) <= now - parse_iso(swept) < timedelta(seconds=SWEEP_EVERY_SECONDS):
-        return 0
     try:
-        removed, finished = _sweep(store, definition, state, now)
+        state = store.read(path)[0]
+        if state is None:
+            return 0  # no window was ever decided
+        swept = parse_rfc3339(state.get(SWEPT_FIELD))  # None when unreadable: a sweep is due
+        if swept and timedelta(0) <= now - swept < timedelta(seconds=SWEEP_EVERY_SECONDS):
+            return 0
+        removed, finished = _sweep(store, definition, state, now, log)
         if finished:
             store.update(path, lambda current: {**current, SWEPT_FIELD: iso(now)} if current else None)
     except Exception as exc:  # noqa: BLE001 - the next sweep tries again
@@ -76,9 +76,10 @@ def retire_windows(store: TriggerStore, definition: TriggerDefinition, now: date
 
 
 def _sweep(
-    store: TriggerStore, definition: TriggerDefinition, state: dict[str, Any], now: datetime
+    store: TriggerStore, definition: TriggerDefinition, state: dict[str, Any], now: datetime, log: Logger
 ) -> tuple[int, bool]:
-    """(objects removed, whether every window due was looked at)."""
+    """(objects removed, whether every window due was looked at). A window whose document cannot
+    be read is kept (what it still names is unknown) and the windows behind it are swept."""
     name = definition.name
     horizon = now - timedelta(seconds=RETENTION_SECONDS)
     # Windows starting before the one containing the horizon ended by it (the document's own end
@@ -91,12 +92,18 @@ def _sweep(
     for window_id in candidates:
         if window_id in wanted:
             continue
-        document = store.read(paths.window_path(name, window_id))[0]
-        if document is not None and (
-            document.get("state") not in FINAL_STATES
-            or document.get("alert_pending")
-            or parse_iso(document["window_end"]) > horizon
-        ):
+        try:
+            document = store.read(paths.window_path(name, window_id))[0]
+            if document is not None and not _done_by(document, horizon):
+                continue
+        except (CorruptTriggerDocument, ValueError) as exc:
+            log.warning(
+                "a trigger window's document cannot be read; it is kept, the windows behind it are swept",
+                event="trigger_window_unreadable",
+                trigger=name,
+                window_id=window_id,
+                error=f"{type(exc).__name__}: {exc}",
+            )
             continue
         removed += store.delete_window(name, window_id, REMOVALS_PER_SWEEP - removed)
         if removed >= REMOVALS_PER_SWEEP:
@@ -104,17 +111,39 @@ def _sweep(
     return removed, True
 
 
+def _done_by(document: dict[str, Any], horizon: datetime) -> bool:
+    """Whether a window document is done with and ended before `horizon`; ValueError when it has
+    no such state or end."""
+    state, end = document.get("state"), parse_rfc3339(document.get("window_end"))
+    if not isinstance(state, str) or end is None:
+        raise ValueError(f"state {state!r} and window_end {document.get('window_end')!r} are not a window's")
+    return state in FINAL_STATES and not document.get("alert_pending") and end <= horizon
+
+
 def _still_wanted(store: TriggerStore, name: str, state: dict[str, Any]) -> set[str]:
     """Windows a manifest may still list: carried forward, still closing, or carried by one. The
     state is read before the open markers are listed: a window fired since carried its windows
     in the state read, or has its marker listed (written before its decision, removed after its
-    close) with its decision or document naming them."""
+    close) with its decision or document naming them. A list of another shape raises ValueError:
+    what it names is unknown, so nothing is removed."""
     closing = set(store.list_names(paths.open_prefix(name)))
-    wanted = set(state.get("carry", [])) | closing
+    decided = state.get("decided", {})
+    wanted = _window_ids(state, "carry") | closing
     for window_id in closing:
-        wanted.update(state.get("decided", {}).get(window_id, {}).get("carried", []))
-        wanted.update((store.read(paths.window_path(name, window_id))[0] or {}).get("carried", []))
+        decision = decided.get(window_id, {}) if isinstance(decided, dict) else None
+        if not isinstance(decision, dict):
+            raise ValueError(f"trigger {name}'s decision of {window_id} is {str(decision)[:60]}, not an object")
+        wanted |= _window_ids(decision, "carried")
+        wanted |= _window_ids(store.read(paths.window_path(name, window_id))[0] or {}, "carried")
     return wanted
+
+
+def _window_ids(document: dict[str, Any], field: str) -> set[str]:
+    """The window ids a document's `field` lists; ValueError when it is no list of them."""
+    ids = document.get(field, [])
+    if not isinstance(ids, list) or not all(isinstance(window_id, str) for window_id in ids):
+        raise ValueError(f"{field} is {str(ids)[:60]}, not a list of window ids")
+    return set(ids)
 
 
 def retire_deleted_triggers(store: TriggerStore, now: datetime, log: Logger) -> int:
@@ -122,12 +151,12 @@ def retire_deleted_triggers(store: TriggerStore, now: datetime, log: Logger) -> 
     is still a definition) once none was written for the retention, if a sweep is due (hourly,
     noted in `DELETED_SWEEP_PATH`). Returns the objects removed; a failure is logged and left to
     the next sweep."""
-    swept = (store.read(DELETED_SWEEP_PATH)[0] or {}).get("swept_at")
-    if swept and timedelta(0) <= now - parse_iso(swept) < timedelta(seconds=SWEEP_EVERY_SECONDS):
-        return 0
     horizon = now - timedelta(seconds=RETENTION_SECONDS)
     removed = 0
     try:
+        swept = _deleted_swept_at(store)
+        if swept and timedelta(0) <= now - swept < timedelta(seconds=SWEEP_EVERY_SECONDS):
+            return 0
         defined = {stored.removesuffix(".json") for stored in store.list_names(paths.DEFINITIONS_PREFIX)}
         for name in store.trigger_names():
             if name in defined:
@@ -153,3 +182,13 @@ def retire_deleted_triggers(store: TriggerStore, now: datetime, log: Logger) -> 
     if removed:
         log.info("removed the objects of deleted triggers", event="trigger_deleted_retired", objects_removed=removed)
     return removed
+
+
+def _deleted_swept_at(store: TriggerStore) -> datetime | None:
+    """When deleted triggers were last looked for; None when never, or when the note cannot be
+    read (the sweep then rewrites it)."""
+    try:
+        note = store.read(DELETED_SWEEP_PATH)[0] or {}
+    except CorruptTriggerDocument:
+        return None
+    return parse_rfc3339(note.get("swept_at"))

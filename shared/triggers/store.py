@@ -28,6 +28,7 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from shared.errors import SpotjobsError
 from shared.swap import Swapped, Transition, compare_and_swap
 
 if TYPE_CHECKING:
@@ -72,6 +73,15 @@ def seal_path(name: str, window_id: str) -> str:
     return f"{windows_prefix(name)}{window_id}/sealed"
 
 
+class CorruptTriggerDocument(SpotjobsError):
+    """A trigger document that is not a JSON object (hand-edited, truncated): nothing is decided
+    on it, and no housekeeping removes what it may still name."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"trigger document {path} cannot be read: {reason}")
+        self.path = path
+
+
 class TriggerStore:
     def __init__(self, bucket: Bucket, *, max_conflicts: int = 20) -> None:
         self._bucket = bucket
@@ -79,12 +89,21 @@ class TriggerStore:
 
     # Definitions.
 
-    def list_definitions(self) -> list[Doc]:
+    def list_definitions(self) -> list[Any]:
+        """Every stored definition as stored: its JSON value, or its text when it is not JSON
+        (`read_definition` judges either, so one bad definition never hides the others)."""
+        from google.api_core.exceptions import NotFound
+
         out = []
         for blob in self._bucket.client.list_blobs(self._bucket, prefix=DEFINITIONS_PREFIX):
-            doc = self._read_blob(blob.name)[0]
-            if doc is not None:
-                out.append(doc)
+            try:
+                raw = self._bucket.blob(blob.name).download_as_bytes()
+            except NotFound:
+                continue  # deleted since listed
+            try:
+                out.append(json.loads(raw))
+            except (ValueError, RecursionError):
+                out.append(raw.decode(errors="replace"))
         return out
 
     def get_definition(self, name: str) -> Doc | None:
@@ -107,6 +126,8 @@ class TriggerStore:
     # Documents (window and trigger state) by compare-and-swap.
 
     def read(self, path: str) -> tuple[Doc | None, int]:
+        """The document and its generation; (None, 0) when absent. One that is not a JSON object
+        raises `CorruptTriggerDocument`."""
         return self._read_blob(path)
 
     def create(self, path: str, doc: Doc) -> bool:
@@ -288,7 +309,13 @@ class TriggerStore:
             raw = blob.download_as_bytes()
         except NotFound:
             return None, 0
-        return json.loads(raw), int(blob.generation)
+        try:
+            document = json.loads(raw)
+        except (ValueError, RecursionError) as exc:
+            raise CorruptTriggerDocument(path, f"{type(exc).__name__}: {exc}") from exc
+        if not isinstance(document, dict):
+            raise CorruptTriggerDocument(path, f"{type(document).__name__}, not an object")
+        return document, int(blob.generation)
 
     def _write(self, path: str, doc: Doc, generation: int | None) -> None:
         self._bucket.blob(path).upload_from_string(
