@@ -129,7 +129,7 @@ def count_preemptions(
     effects: Effects,
 ) -> None:
     """Record the evidence in `record` and raise `attempt.preemptions` to what it shows, with one
-    `preemption` line per increase and one `preemption_storm` alert past the threshold. `job` is
+    `preemption` line per increase and one `preemption_storm` alert once the count reaches the threshold. `job` is
     None for a kit line (no Vertex read)."""
     n = attempt.n
     if line_identity:
@@ -154,7 +154,8 @@ def count_preemptions(
             event_fields(record, attempt, "preemption", preemptions=counted, source=source),
         )
     )
-    if counted > storm_threshold and record.mark(alert_marker(AlertKind.PREEMPTION_STORM, n)):
+    # The catalogue's "N times or more": the N-th preemption alerts (the marker keeps it once).
+    if counted >= storm_threshold and record.mark(alert_marker(AlertKind.PREEMPTION_STORM, n)):
         effects.alerts.append(
             attempt_alert(
                 record,
