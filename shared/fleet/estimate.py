@@ -119,9 +119,7 @@ class SpotOutlook:
 
 def estimate(observations: Iterable[FleetFact], location: str, now: datetime) -> CapacityEstimate:
     """The estimate for `location` from the class's observations (any location's may be passed)."""
-    here = [
-        o for o in observations if o.location == location and o.at is not None and o.at <= now and within_bound(o)
-    ]
+    here = [o for o in observations if o.location == location and o.at is not None and o.at <= now and within_bound(o)]
     by_attempt: dict[str, list[FleetFact]] = {}
     for o in here:
         by_attempt.setdefault(o.attempt_key, []).append(o)
