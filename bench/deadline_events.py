@@ -173,8 +173,8 @@ class _Run:
     def kit(self, event: str, t: float, **fields: object) -> None:
         job = self.current
         line = KitRecord(event=event, attempt=job.attempt.n, run=job.run, time=iso(at(t)), **fields)
-        note_kit_line(self.record, job.attempt, line)
-        note_progress(job.attempt, line.total_steps, line.steps_per_second)
+        if note_kit_line(self.record, job.attempt, line, at(t), Effects()):
+            note_progress(job.attempt, line.total_steps, line.steps_per_second)
         if event != CHECKPOINT_COMMITTED:  # a commit is no evidence of a preemption
             count_preemptions(
                 self.record, job.attempt, None, None, fresh=False, storm_threshold=10**6, now=at(t), effects=Effects()

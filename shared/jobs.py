@@ -46,6 +46,11 @@ DERIVED_ID_PREFIX = "req-"
 TRIGGER_ID_PREFIX = "trg-"
 RESERVED_ID_PREFIXES = (DERIVED_ID_PREFIX, TRIGGER_ID_PREFIX)
 MAX_LABELS = 64
+# Vertex restarts a preempted Spot job at most six times, then fails it with a STOCKOUT error
+# (docs/signals.md, "What Vertex documents"): a job has runs 0..6, so at most seven preemptions.
+# What a job says of its own runs is bounded by it (docs/security.md, "Limits").
+MAX_SPOT_RESTARTS = 6
+MAX_SPOT_PREEMPTIONS = MAX_SPOT_RESTARTS + 1
 
 
 class JobState:

@@ -227,8 +227,7 @@ def _decide(
     if attempt.job != observation.about_job:
         return Decision(record, effects)  # a stray second job of the attempt: not the one it runs
     job = observation.job
-    if observation.kit is not None:
-        note_kit_line(record, attempt, observation.kit)
+    if observation.kit is not None and note_kit_line(record, attempt, observation.kit, now, effects):
         note_progress(attempt, observation.kit.total_steps, observation.kit.steps_per_second)
     fresh = job is not None and _is_fresh(attempt, job)
     count_preemptions(

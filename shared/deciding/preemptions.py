@@ -18,12 +18,21 @@ The families see the same preemptions, so the attempt's count is the largest fam
 preemption seen several ways counts once, the count never exceeds the preemptions that happened,
 and it is exact when any one family saw them all. The evidence keys live in `record.markers`
 beside the alert keys, written in the same compare-and-swap as the count.
+
+A job signs its own lines, so what they say of its own attempt is a claim: nothing counts past
+what Vertex can have done (six restarts, so runs 0..6 and seven preemptions: `MAX_SPOT_RESTARTS`),
+and a kit line with a number no job can have written (a run past six, a negative or fractional
+one, a step, size or duration past the envelope's bounds, a time outside the attempt's life) is
+refused whole, with a `kit_line_refused` WARNING naming the job. The service-line family is
+bounded the same way: any log writer can set `task_name=service` (docs/security.md).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import Any
 
 from spotjobs_kit.lines import (
     CHECKPOINT_COMMITTED,
@@ -35,9 +44,11 @@ from spotjobs_kit.lines import (
 )
 
 from shared.alerts import AlertKind
+from shared.clock import parse_iso, parse_rfc3339
 from shared.deciding.effects import Effects, LogLine, attempt_alert, event_fields
-from shared.jobs import JobSnapshot, JobState
+from shared.jobs import MAX_SPOT_PREEMPTIONS, MAX_SPOT_RESTARTS, JobSnapshot, JobState
 from shared.ledger.records import Attempt, RequestRecord, alert_marker, evidence_marker
+from shared.requests.envelope import MAX_SECONDS, MAX_TOTAL_STEPS
 
 PREEMPTION_LINE_KEY = "preemption-line"
 PREEMPTION_STATE_KEY = "preemption-state"
@@ -46,17 +57,74 @@ KIT_PREEMPTED_KEY = "kit-preempted"  # a run got the SIGTERM
 KIT_FINISHED_KEY = "kit-finished"  # a run finished its training
 KIT_FAILED_KEY = "kit-failed"  # a run's training code raised
 WAITING_STATES = frozenset({JobState.QUEUED, JobState.PENDING})
-# A kit line's run index is a number any writer of the job's log sets: a line naming a run at or
-# past this is not evidence (far more restarts than one job lives through), so the markers of an
-# attempt and the work on them stay bounded (docs/security.md, "Limits").
-MAX_KIT_RUN = 1000
+# What a kit line's numbers may be and still be evidence (docs/security.md, "Limits"): the
+# envelope's bounds on steps and seconds, and a checkpoint of at most a petabyte (far past any one
+# job's). A line's time lies between its attempt's claim and now, give or take a clock's skew.
+MAX_CHECKPOINT_BYTES = 10**15
+KIT_CLOCK_SKEW = timedelta(hours=1)
+_WHOLE_BOUNDS = (
+    ("step", 0, MAX_TOTAL_STEPS),
+    ("resumed_step", 0, MAX_TOTAL_STEPS),
+    ("total_steps", 1, MAX_TOTAL_STEPS),
+    ("bytes", 0, MAX_CHECKPOINT_BYTES),
+)
+_SECONDS_BOUNDS = (
+    ("seconds", 0.0, MAX_SECONDS),
+    ("seconds_since_checkpoint", 0.0, MAX_SECONDS),
+    ("steps_per_second", 0.0, float(MAX_TOTAL_STEPS)),
+)
+# A positive step rate slower than one step in the longest step the envelope takes means nothing.
+MIN_STEPS_PER_SECOND = 1.0 / MAX_SECONDS
+_SHOWN_CHARS = 40
 
 
-def note_kit_line(record: RequestRecord, attempt: Attempt, kit: KitRecord) -> None:
-    """Record what one kit line says about `attempt`; a line delivered twice changes nothing."""
+def kit_line_refusal(attempt: Attempt, kit: KitRecord, now: datetime) -> str | None:
+    """Why a signed kit line about `attempt` is no evidence (a number its job cannot have seen), or
+    None when Vertex's job can have written every number in it."""
+    if kit.run is None:
+        return "its run is not a whole number"
+    if not 0 <= kit.run <= MAX_SPOT_RESTARTS:
+        return f"its run is not 0 to {MAX_SPOT_RESTARTS}: Vertex restarts a job at most {MAX_SPOT_RESTARTS} times"
+    for name, low, high in _WHOLE_BOUNDS:
+        whole = getattr(kit, name)
+        if whole is not None and not low <= whole <= high:
+            return f"its {name} is not {low} to {high}"
+    for name, least, most in _SECONDS_BOUNDS:
+        number = getattr(kit, name)
+        if number is not None and not (math.isfinite(number) and least <= number <= most):
+            return f"its {name} is not {least:g} to {most:g}"
+    if kit.steps_per_second and kit.steps_per_second < MIN_STEPS_PER_SECOND:
+        return f"its steps_per_second is below one step in {MAX_SECONDS:.0f} s"
+    if kit.time is not None:
+        moment = parse_rfc3339(kit.time)
+        earliest = parse_iso(attempt.claimed_at) - KIT_CLOCK_SKEW
+        if moment is None or not earliest <= moment <= now + KIT_CLOCK_SKEW:
+            return "its time is not an RFC 3339 time between its attempt's claim and now"
+    return None
+
+
+def note_kit_line(record: RequestRecord, attempt: Attempt, kit: KitRecord, now: datetime, effects: Effects) -> bool:
+    """Record what one kit line says about `attempt`; a line delivered twice changes nothing. False
+    for a line refused (`kit_line_refusal`): nothing of it is kept, and a WARNING names its job."""
+    refused = kit_line_refusal(attempt, kit, now)
+    if refused is not None:
+        effects.lines.append(
+            LogLine(
+                "WARNING",
+                f"a {kit.event} line of attempt {attempt.n} of {record.request_id} is refused: {refused}",
+                event_fields(
+                    record,
+                    attempt,
+                    "kit_line_refused",
+                    kit_event=kit.event,
+                    run=_shown(kit.fields.get("run", kit.run)),
+                    reason=refused,
+                ),
+            )
+        )
+        return False
     n, run = attempt.n, kit.run
-    if run is None or not 0 <= run < MAX_KIT_RUN:
-        return
+    assert run is not None  # kit_line_refusal refuses a line without one
     if kit.event == RUN_STARTED:
         record.mark(evidence_marker(KIT_RUN_KEY, n, str(run)))
     elif kit.event == PREEMPTED:
@@ -68,6 +136,15 @@ def note_kit_line(record: RequestRecord, attempt: Attempt, kit: KitRecord) -> No
         record.mark(evidence_marker(KIT_FAILED_KEY, n, str(run)))
     elif kit.event == CHECKPOINT_COMMITTED and kit.step is not None:
         _count_checkpoint(attempt, run, kit)
+    return True
+
+
+def _shown(value: Any) -> Any:
+    """A value a job wrote, as a log field: a number as it is, anything else cut short."""
+    if value is None or isinstance(value, int | float):
+        return value
+    text = str(value)
+    return text if len(text) <= _SHOWN_CHARS else f"{text[:_SHOWN_CHARS]}... ({len(text)} characters)"
 
 
 def _count_checkpoint(attempt: Attempt, run: int, kit: KitRecord) -> None:
@@ -86,8 +163,11 @@ def _count_checkpoint(attempt: Attempt, run: int, kit: KitRecord) -> None:
 
 
 def kit_runs(record: RequestRecord, n: int, key: str = KIT_RUN_KEY) -> set[int]:
+    """The runs of attempt n the kit's lines named, for `key`; a marker past what Vertex can have
+    run (one written before the bound) is no run."""
     prefix = evidence_marker(key, n)
-    return {int(m[len(prefix) :]) for m in record.markers if m.startswith(prefix)}
+    runs = (m[len(prefix) :] for m in record.markers if m.startswith(prefix))
+    return {int(run) for run in runs if run.isdigit() and int(run) <= MAX_SPOT_RESTARTS}
 
 
 def preempted_in_last_run(record: RequestRecord, n: int) -> bool:
@@ -129,20 +209,21 @@ def count_preemptions(
     effects: Effects,
 ) -> None:
     """Record the evidence in `record` and raise `attempt.preemptions` to what it shows, with one
-    `preemption` line per increase and one `preemption_storm` alert past the threshold. `job` is
+    `preemption` line per increase and one `preemption_storm` alert once the count reaches the threshold. `job` is
     None for a kit line (no Vertex read)."""
     n = attempt.n
     if line_identity:
-        record.mark(evidence_marker(PREEMPTION_LINE_KEY, n, line_identity))
+        _note_evidence(record, attempt, PREEMPTION_LINE_KEY, line_identity, effects)
     if job is not None and fresh and attempt.state == JobState.RUNNING and job.state in WAITING_STATES:
         seen = record.count_marks(evidence_marker(PREEMPTION_STATE_KEY, n))
-        record.mark(evidence_marker(PREEMPTION_STATE_KEY, n, str(seen + 1)))
+        _note_evidence(record, attempt, PREEMPTION_STATE_KEY, str(seen + 1), effects)
     tallies = {
         "kit": _kit_preemptions(record, n),
         "log": record.count_marks(evidence_marker(PREEMPTION_LINE_KEY, n)),
         "state": record.count_marks(evidence_marker(PREEMPTION_STATE_KEY, n)),
     }
     source, counted = max(tallies.items(), key=lambda item: item[1])
+    counted = min(counted, MAX_SPOT_PREEMPTIONS)  # markers written before the bound count no more
     if counted <= attempt.preemptions:
         return
     attempt.preemptions = counted
@@ -154,7 +235,8 @@ def count_preemptions(
             event_fields(record, attempt, "preemption", preemptions=counted, source=source),
         )
     )
-    if counted > storm_threshold and record.mark(alert_marker(AlertKind.PREEMPTION_STORM, n)):
+    # The catalogue's "N times or more": the N-th preemption alerts (the marker keeps it once).
+    if counted >= storm_threshold and record.mark(alert_marker(AlertKind.PREEMPTION_STORM, n)):
         effects.alerts.append(
             attempt_alert(
                 record,
@@ -166,6 +248,26 @@ def count_preemptions(
                 threshold=storm_threshold,
             )
         )
+
+
+def _note_evidence(record: RequestRecord, attempt: Attempt, key: str, identity: str, effects: Effects) -> None:
+    """Mark one piece of a Vertex family's evidence, unless the family already holds as many
+    preemptions as Vertex can have done: then it is refused, with a WARNING (a forged service line,
+    or a job restarted by more than preemptions), and the markers stay bounded."""
+    marker = evidence_marker(key, attempt.n, identity)
+    if marker in record.markers:
+        return
+    if record.count_marks(evidence_marker(key, attempt.n)) >= MAX_SPOT_PREEMPTIONS:
+        effects.lines.append(
+            LogLine(
+                "WARNING",
+                f"preemption evidence for attempt {attempt.n} of {record.request_id} is refused: it already "
+                f"counts {MAX_SPOT_PREEMPTIONS}, all Vertex can have done",
+                event_fields(record, attempt, "preemption_evidence_refused", family=key, evidence=_shown(identity)),
+            )
+        )
+        return
+    record.mark(marker)
 
 
 def _kit_preemptions(record: RequestRecord, n: int) -> int:

@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from shared.fleet.observations import AttemptSummary, FleetFact, Kind
+from shared.fleet.observations import AttemptSummary, FleetFact, Kind, within_bound
 
 HALF_LIFE_SECONDS = 3600.0
 OPEN_WAIT_GRACE_SECONDS = 900.0
@@ -119,7 +119,7 @@ class SpotOutlook:
 
 def estimate(observations: Iterable[FleetFact], location: str, now: datetime) -> CapacityEstimate:
     """The estimate for `location` from the class's observations (any location's may be passed)."""
-    here = [o for o in observations if o.location == location and o.at is not None and o.at <= now]
+    here = [o for o in observations if o.location == location and o.at is not None and o.at <= now and within_bound(o)]
     by_attempt: dict[str, list[FleetFact]] = {}
     for o in here:
         by_attempt.setdefault(o.attempt_key, []).append(o)
@@ -208,7 +208,9 @@ def closed(facts: Sequence[FleetFact]) -> bool:
 
 def summarize(facts: Sequence[FleetFact], now: datetime) -> AttemptSummary:
     """What `estimate` weighs of a closed attempt's facts (`closed`), in one fact's worth: the
-    same sums, without the evidence of capacity (its weight halves every hour: nothing a day on)."""
+    same sums, without the evidence of capacity (its weight halves every hour: nothing a day on).
+    A fact past Vertex's bound (`within_bound`) is left out, as `estimate` leaves it out."""
+    facts = [o for o in facts if within_bound(o)]
     wait = next((o.seconds for o in facts if o.kind is Kind.WAIT), None)
     changeover = next((o.seconds for o in facts if o.kind is Kind.CHANGEOVER), None)
     return AttemptSummary(

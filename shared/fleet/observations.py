@@ -14,12 +14,19 @@ repeated. The kinds:
   preemptions (at least one when it ended by preemption with no count);
 - `preempt`: a Spot attempt's k-th preemption, at the time it was first recorded;
 - `restart`: its k-th restart got capacity again (the trainer kit's `run_started` of run k),
-  at the time it was first recorded;
+  at the time it was first recorded, once Vertex reported the attempt running;
 - `changeover`: an on-demand attempt's create-to-running seconds (what a move costs in time);
 - `stockout`: an attempt ended with a stockout error (RESOURCE_EXHAUSTED, or the stockout
   patterns), at its end;
 - `attempt`: a closed attempt's facts compacted into one (`AttemptSummary`: what the estimate
   weighs of them), at its newest fact (`shared.fleet.store.compact`).
+
+A fact about the fleet steers every request of the class, so it is bounded by what Vertex can
+have done for the job, never by what the job says: at most `MAX_SPOT_PREEMPTIONS` preemptions and
+`MAX_SPOT_RESTARTS` restarts per attempt (Vertex restarts a Spot job at most six times), and
+only for an attempt Vertex reported running. Every time in a fact is Vertex's or the recorder's
+clock, none a job's line. A stored fact past the bound (written before it) is not read
+(`within_bound`).
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from enum import StrEnum
 from typing import Any
 
 from shared.clock import parse_iso
+from shared.jobs import MAX_SPOT_PREEMPTIONS, MAX_SPOT_RESTARTS
 from shared.ledger.records import Attempt, RequestRecord
 from shared.requests.attempts import SPOT
 
@@ -118,6 +126,18 @@ class FleetFact:
         return self if self.at is not None else replace(self, at=now)
 
 
+def within_bound(fact: FleetFact) -> bool:
+    """Whether a fact is one Vertex can have vouched for: no k-th preemption or restart of an
+    attempt past what Vertex does for a job, no compacted attempt with more preemptions."""
+    if fact.kind is Kind.PREEMPT:
+        return 0 <= fact.index < MAX_SPOT_PREEMPTIONS
+    if fact.kind is Kind.RESTART:
+        return 0 <= fact.index <= MAX_SPOT_RESTARTS
+    if fact.kind is Kind.RUN:
+        return 0 <= fact.count <= MAX_SPOT_PREEMPTIONS
+    return fact.summary is None or 0 <= fact.summary.preemptions <= MAX_SPOT_PREEMPTIONS
+
+
 def attempt_key(request_id: str, n: int) -> str:
     return f"{hashlib.sha256(request_id.encode()).hexdigest()[:16]}-{n}"
 
@@ -138,8 +158,9 @@ def observations_of(record: RequestRecord, reading: Reading = Reading()) -> list
         if attempt.job:
             key = attempt_key(record.request_id, attempt.n)
             found.extend(_of_attempt(attempt, key, reading.is_stockout))
-            if attempt.strategy == SPOT:
-                restarts = sorted(r for r in reading.runs_started(record, attempt.n) if r > 0)
+            if attempt.strategy == SPOT and attempt.started_at:  # Vertex saw it run: it can restart
+                runs = reading.runs_started(record, attempt.n)
+                restarts = sorted(r for r in runs if 0 < r <= MAX_SPOT_RESTARTS)
                 found.extend(
                     FleetFact(Kind.RESTART, attempt.location, None, attempt_key=key, index=r) for r in restarts
                 )
@@ -163,7 +184,10 @@ def _of_attempt(attempt: Attempt, key: str, is_stockout: Callable[[str], bool]) 
             out.append(FleetFact(Kind.NO_CAPACITY, loc, end, _seconds(created, end), attempt_key=key))
     else:
         out.append(FleetFact(Kind.WAIT, loc, started, _seconds(created, started), attempt_key=key))
-        preemptions = max(attempt.preemptions, 1 if attempt.preemptions_unknown else 0)
+        # However the record came by its count (a job's lines, a forged service line, a record
+        # written before the bound), the fleet takes no more than Vertex can have done.
+        counted = max(attempt.preemptions, 1 if attempt.preemptions_unknown else 0)
+        preemptions = min(counted, MAX_SPOT_PREEMPTIONS)
         out.extend(FleetFact(Kind.PREEMPT, loc, None, attempt_key=key, index=i) for i in range(preemptions))
         if ended is not None:
             out.append(FleetFact(Kind.RUN, loc, ended, _seconds(started, ended), preemptions, attempt_key=key))

@@ -15,6 +15,7 @@ from spotjobs_kit.lines import format_line, parse_kit_line
 from shared.clock import parse_rfc3339
 from shared.deciding.preemptions import preemptions_text
 from shared.delivery import Message
+from shared.ledger.records import RequestRecord
 from shared.ledger.store import LedgerStore
 from shared.observe import EventOutcome, handle_job_event
 from spotjobs.explaining.entries import explain
@@ -77,11 +78,19 @@ def holding(name: str, key: str) -> dict[str, Any]:
     return described
 
 
+def claimed_at(record: RequestRecord, moment: str) -> RequestRecord:
+    """Attempt 1 claimed when the captured job was created, not today: a kit line older than its
+    attempt's claim is refused (shared/deciding/preemptions.py, `kit_line_refusal`)."""
+    record.attempts[0].claimed_at = moment
+    return record
+
+
 def deliver_all(world: World, name: str, entries: list[dict[str, Any]]) -> tuple[str, list[EventOutcome], CapturedLog]:
     """Each entry to handle_job_event, the fake job's state following the service lines."""
     described = json.loads((EVENTS_DIR / "jobs" / f"{name}.json").read_text())
     request_id = described["labels"]["spotjobs-request-id"]
     _, job = world.submitted(request_id, state=QUEUED)
+    world.ledger.update(request_id, lambda record: claimed_at(record, described["createTime"]))
     job_id = job.rsplit("/", 1)[-1]
     log = CapturedLog()
     outcomes = []

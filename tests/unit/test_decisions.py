@@ -126,8 +126,19 @@ def test_preemption_storm_alerts_once_per_attempt() -> None:
         record = decision.record
     [alert] = alerts
     assert (alert.kind, alert.severity, alert.attempt) == ("preemption_storm", "WARNING", 1)
-    assert alert.details["preemptions"] == POLICY.storm_threshold + 1
+    assert alert.details["preemptions"] == POLICY.storm_threshold  # "N times or more": at N
     assert record.attempts[0].preemptions == 7
+
+
+def test_preemption_storm_fires_at_the_threshold_not_one_preemption_later() -> None:
+    # The catalogue (shared/alerts.py, docs/operations.md): preempted N times or more.
+    policy = replace(POLICY, storm_threshold=2)
+    record = make_record(status=RequestStatus.RUNNING, state=JobState.RUNNING)
+    first = observe(record, job(JobState.RUNNING, update=1), line="insert-1", policy=policy)
+    assert first.effects.alerts == []
+    second = observe(first.record, job(JobState.RUNNING, update=2), line="insert-2", policy=policy)
+    [alert] = second.effects.alerts
+    assert (alert.kind, alert.details["preemptions"], alert.details["threshold"]) == ("preemption_storm", 2, 2)
 
 
 def test_an_older_read_does_not_overwrite_a_newer_one() -> None:

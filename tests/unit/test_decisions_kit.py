@@ -233,7 +233,9 @@ def test_a_huge_run_index_costs_bounded_memory_and_counts_nothing() -> None:
     record = running()
     tracemalloc.start()
     try:
-        decision = line(record, kit("preempted", 2_000_000, step=1))
+        # Refused, not evidence: each delivery logs its `kit_line_refused` and changes nothing.
+        observation = Observation(1, None, Signal.KIT, kit=kit("preempted", 2_000_000, step=1), job_name=JOB1)
+        decision = decide(copy.deepcopy(record), observation, POLICY, NOW)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -241,11 +243,11 @@ def test_a_huge_run_index_costs_bounded_memory_and_counts_nothing() -> None:
     assert decision.record.attempts[0].preemptions == 0 and decision.record.markers == record.markers
 
 
-def test_runs_below_the_limit_still_count_the_restarts_between_them() -> None:
-    from shared.deciding.preemptions import MAX_KIT_RUN
+def test_runs_within_the_limit_still_count_the_restarts_between_them() -> None:
+    from shared.jobs import MAX_SPOT_RESTARTS
 
-    record = line(running(), kit("run_started", MAX_KIT_RUN - 1)).record
-    assert record.attempts[0].preemptions == MAX_KIT_RUN - 1  # every earlier run ended by a restart
+    record = line(running(), kit("run_started", MAX_SPOT_RESTARTS)).record
+    assert record.attempts[0].preemptions == MAX_SPOT_RESTARTS  # every earlier run ended by a restart
 
 
 def test_a_crafted_text_payload_is_no_kit_line_and_never_an_exception() -> None:
