@@ -22,7 +22,10 @@ starts, in the ledger's reconcile cursor, so every request gets its turn):
 - otherwise the latest attempt's job is read (from the pass's one listing per location, a get
   only for a job missing from it: `shared.reconcile_vertex`) and
   `shared.deciding.applying.apply_observation` decides, exactly as for a log event: terminal
-  states, re-queues, jobs stuck in a waiting state;
+  states, re-queues, jobs stuck in a waiting state; a job Vertex answers NotFound for (deleted
+  out of band) is an answer for good, decided as a job that FAILED with a NOT_FOUND error
+  (`shared.reconcile_vertex.vanished_job`): the request fails with one `job_failed` alert
+  naming it, or ends CANCELLED if its cancel was asked;
 - an attempt waiting in line for Vertex's submission quota is left to the line's drainer, and a
   line left without one is restarted (`shared.pacing`).
 
@@ -43,7 +46,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from shared.adapters.vertex import canceller, find_attempt_job, parent_path, read_job
+from shared.adapters.vertex import canceller, find_attempt_job, parent_path
 from shared.alerts import Alert, AlertKind
 from shared.clock import now_iso, parse_iso, utcnow
 from shared.deciding.applying import apply_observation
@@ -65,7 +68,7 @@ from shared.ledger.store import ActiveEntry, LedgerStore, ListedRequest
 from shared.log import Logger
 from shared.paced_submit import in_line
 from shared.pacing import restart_stalled
-from shared.reconcile_vertex import CrudBudgetSpent, VertexPass
+from shared.reconcile_vertex import CrudBudgetSpent, VertexPass, read_attempt_job
 from shared.swap import backoff_seconds
 from shared.wiring import Ports
 
@@ -283,8 +286,7 @@ def _reconcile(ports: Ports, record: RequestRecord, log: Logger) -> RequestResul
 
 
 def _observe(ports: Ports, record: RequestRecord, attempt: Attempt, log: Logger) -> RequestResult:
-    assert attempt.job is not None  # both callers observe an attempt that has its job
-    snapshot = read_job(ports.job_service(attempt.location), attempt.job)
+    snapshot = read_attempt_job(ports, attempt, log)
     applied = apply_observation(ports, record.request_id, Observation(attempt.n, snapshot), log)
     return RequestResult("waiting" if applied.waiting else "observed", applied.events)
 
