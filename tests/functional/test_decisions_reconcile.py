@@ -588,3 +588,21 @@ def test_a_cancelled_requests_job_deleted_at_vertex_ends_it_cancelled_without_an
     record = world.ledger.get("req-1")
     assert record.status == RequestStatus.CANCELLED and record.attempts[0].outcome == AttemptOutcome.CANCELLED
     assert world.publisher.on("ops-alerts") == []
+
+
+def test_a_claim_backing_off_is_not_looked_up_unless_its_request_was_cancelled(world: World) -> None:
+    from shared.ledger.cancelling import cancel_request
+
+    envelope = {"schema_version": 1, "request_id": "req-1", "custom_job": {}, "location": "us-central1"}
+    claim = Attempt(1, "us-central1", "SPOT", ago(600))
+    claim.create_sent_at = ago(590)  # its create may have landed: only a lookup can end it
+    claim.republished, claim.republished_at = 1, ago(5)
+    world.ledger.restore(RequestRecord("req-1", envelope, "gs://c/r/req-1/", attempts=[claim]))
+    world.vertex.lists = 0
+
+    assert reconcile(world).outcomes == {"idle": 1}
+    assert world.vertex.lists == 1  # the pass's own listing for the sweep; no lookup of the claim
+
+    world.ledger.swap("req-1", lambda current: cancel_request(current, by="ops", reason=None, now=datetime.now(UTC)))
+    assert reconcile(world).outcomes == {"cancelled": 1}  # a cancel does not wait for the backoff
+    assert world.ledger.get("req-1").status == RequestStatus.CANCELLED
