@@ -30,7 +30,7 @@ from tests.support.decisions import (
     make_settings,
 )
 
-QUEUED, PENDING, RUNNING, SUCCEEDED, FAILED = 1, 2, 3, 4, 5
+QUEUED, PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED = 1, 2, 3, 4, 5, 7
 
 
 @pytest.fixture
@@ -606,3 +606,91 @@ def test_a_claim_backing_off_is_not_looked_up_unless_its_request_was_cancelled(w
     world.ledger.swap("req-1", lambda current: cancel_request(current, by="ops", reason=None, now=datetime.now(UTC)))
     assert reconcile(world).outcomes == {"cancelled": 1}  # a cancel does not wait for the backoff
     assert world.ledger.get("req-1").status == RequestStatus.CANCELLED
+
+
+def vertex_ends_the_cancelled(world: World) -> None:
+    """CANCELLING turns CANCELLED, as Vertex does soon after a cancel: no list shows it again."""
+    for name in world.vertex.cancelled:
+        world.vertex.set_state(name, CANCELLED)
+
+
+def fail_the_stray_alerts_write_once(world: World, monkeypatch: pytest.MonkeyPatch, *, after_cancel: bool) -> None:
+    """The first ledger write that would add a `stray_job` alert fails (a 503), once; with
+    `after_cancel`, only once the stray's cancel was sent."""
+    from google.api_core.exceptions import ServiceUnavailable
+
+    from shared.swap import Decided
+
+    real_swap = world.ledger.swap
+    failed: list[bool] = []
+
+    def strays_alerted(record: RequestRecord | None) -> int:
+        return sum(alert["kind"] == "stray_job" for alert in record.pending_alerts) if record else 0
+
+    def swap(request_id: str, transition):  # noqa: ANN001, ANN202 - the ledger's own signature
+        def checked(current: RequestRecord | None):  # noqa: ANN202
+            before = strays_alerted(current)
+            result = transition(current)
+            proposed = result.value if isinstance(result, Decided) else result
+            due = not failed and (world.vertex.cancelled or not after_cancel)
+            if due and strays_alerted(proposed) > before:
+                failed.append(True)
+                raise ServiceUnavailable("the ledger write failed")
+            return result
+
+        return real_swap(request_id, checked)
+
+    monkeypatch.setattr(world.ledger, "swap", swap)
+
+
+@pytest.mark.parametrize("after_cancel", [True, False], ids=["after_the_cancel", "before_the_cancel"])
+def test_a_stray_is_alerted_once_even_when_its_alerts_ledger_write_fails(
+    world: World, monkeypatch: pytest.MonkeyPatch, after_cancel: bool
+) -> None:
+    """Issue 43, defect 6: the alert's write failing right after the cancel lost it for good (the
+    next pass no longer lists a cancelled job). The alert is decided before the cancel is sent."""
+    _, recorded = world.submitted(state=RUNNING)
+    stray = world.vertex.add("req-1", 1, state=RUNNING)
+    fail_the_stray_alerts_write_once(world, monkeypatch, after_cancel=after_cancel)
+    log = CapturedLog()
+
+    for _ in range(2):
+        reconcile(world, log)
+        vertex_ends_the_cancelled(world)
+    world.settings = replace(world.settings, claim_lease_seconds=0)  # a decider presumed dead
+    reconcile(world, log)
+
+    [alert] = [m.data for m in world.publisher.on("ops-alerts")]
+    assert (alert["kind"], alert["details"]["stray_job"]) == ("stray_job", stray)
+    assert stray in world.vertex.cancelled and recorded not in world.vertex.cancelled
+    assert world.ledger.get("req-1").pending_alerts == []
+
+
+def test_a_stray_whose_cancel_fails_after_its_alert_was_decided_is_cancelled_and_alerted_once(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from google.api_core.exceptions import ServiceUnavailable
+
+    _, recorded = world.submitted(state=RUNNING)
+    stray = world.vertex.add("req-1", 1, state=RUNNING)
+    real_cancel = world.vertex.cancel_custom_job
+    refused: list[str] = []
+
+    def cancel_fails_once(name: str, **kwargs: object) -> None:
+        if not refused:
+            refused.append(name)
+            raise ServiceUnavailable("cancel failed")  # or the instance died right before it
+        real_cancel(name, **kwargs)
+
+    monkeypatch.setattr(world.vertex, "cancel_custom_job", cancel_fails_once)
+    log = CapturedLog()
+
+    for _ in range(2):
+        reconcile(world, log)
+        vertex_ends_the_cancelled(world)
+    world.settings = replace(world.settings, claim_lease_seconds=0)
+    reconcile(world, log)
+
+    assert refused == [stray] and world.vertex.cancelled[0] == stray
+    kinds = [m.data["kind"] for m in world.publisher.on("ops-alerts")]
+    assert kinds == ["stray_job"]
