@@ -59,7 +59,7 @@ class AlertKind(enum.StrEnum):
     JOB_FAILED = (
         "job_failed",
         "ERROR",
-        "the job failed for another reason, or expired: the request failed, nothing re-queued",
+        "the job failed for another reason, expired, or was deleted at Vertex (not found): the request failed, nothing re-queued",
     )
     INCOMPLETE_SUCCESS = (
         "incomplete_success",

@@ -26,8 +26,8 @@ from shared.adapters.vertex import cancel_job, canceller, list_unfinished_jobs, 
 from shared.clock import iso
 from shared.deciding.applying import apply_observation
 from shared.deciding.decisions import Observation
-from shared.deciding.outbox import send_cancels
-from shared.deciding.strays import alert_stray, is_stray
+from shared.deciding.outbox import Mine, flush, send_cancels
+from shared.deciding.strays import decide_stray_alert, is_stray
 from shared.jobs import LABEL_ATTEMPT, LABEL_REQUEST_ID, JobSnapshot
 from shared.ledger.claims import record_job
 from shared.ledger.records import RequestRecord
@@ -196,7 +196,11 @@ def _cancel_strays_of(ports: Ports, request_id: str, jobs: list[CustomJob], log:
 
 
 def cancel_stray(ports: Ports, record: RequestRecord, job: CustomJob, log: Logger) -> None:
-    """Cancel one stray job, then decide its alert once (pending in the record) and publish it."""
+    """Cancel one stray job: its alert decided first (pending in the record), then the cancel,
+    then the alert published. A failure before the cancel leaves the job running for the next
+    sweep, which decides nothing again; a failure after the decision leaves the alert pending for
+    the outbox. A cancelled request's late job gets no alert: its cancel asked it to stop."""
+    decided = decide_stray_alert(ports, record, job) if record.cancel is None else None
     cancel_job(ports.job_service(job.name.split("/")[3]), job.name)
     log.warning(
         "cancelled a job with this request's labels that the ledger does not record",
@@ -205,5 +209,5 @@ def cancel_stray(ports: Ports, record: RequestRecord, job: CustomJob, log: Logge
         attempt=int(job.labels.get(LABEL_ATTEMPT, "0") or 0),
         job=job.name,
     )
-    if record.cancel is None:  # a cancelled request's late job is what its cancel asked to stop
-        alert_stray(ports, record, job, log)
+    if decided is not None and decided.value is not None and decided.value.has_pending_effects:
+        flush(ports, decided.value, log, mine=Mine.written(decided))

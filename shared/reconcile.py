@@ -13,7 +13,8 @@ starts, in the ledger's reconcile cursor, so every request gets its turn):
 - a claim without a job older than the claim lease (a submit that crashed and whose message was
   lost) is settled: the job is looked up by its labels; if found it is recorded (index, then
   record) and decided on; if absent the attempt is re-published to job-requests, where submit
-  takes the stale claim over, at a growing interval and never given up on (one `claim_stalled`
+  takes the stale claim over, at a growing interval and never given up on (no lookup while the
+  last re-publish backs off, so a burst of them costs no Vertex call; one `claim_stalled`
   alert past `max_claim_republishes`, naming the evidence); a lookup that fails for our own
   reasons (a permission, a region) is alerted once (`lookup_failed`);
 - an attempt whose job a deadline switch cancelled is read until Vertex reports it ended, and
@@ -22,7 +23,10 @@ starts, in the ledger's reconcile cursor, so every request gets its turn):
 - otherwise the latest attempt's job is read (from the pass's one listing per location, a get
   only for a job missing from it: `shared.reconcile_vertex`) and
   `shared.deciding.applying.apply_observation` decides, exactly as for a log event: terminal
-  states, re-queues, jobs stuck in a waiting state;
+  states, re-queues, jobs stuck in a waiting state; a job Vertex answers NotFound for (deleted
+  out of band) is an answer for good, decided as a job that FAILED with a NOT_FOUND error
+  (`shared.reconcile_vertex.vanished_job`): the request fails with one `job_failed` alert
+  naming it, or ends CANCELLED if its cancel was asked;
 - an attempt waiting in line for Vertex's submission quota is left to the line's drainer, and a
   line left without one is restarted (`shared.pacing`).
 
@@ -43,7 +47,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from shared.adapters.vertex import canceller, find_attempt_job, parent_path, read_job
+from shared.adapters.vertex import canceller, find_attempt_job, parent_path
 from shared.alerts import Alert, AlertKind
 from shared.clock import now_iso, parse_iso, utcnow
 from shared.deciding.applying import apply_observation
@@ -65,7 +69,8 @@ from shared.ledger.store import ActiveEntry, LedgerStore, ListedRequest
 from shared.log import Logger
 from shared.paced_submit import in_line
 from shared.pacing import restart_stalled
-from shared.reconcile_vertex import CrudBudgetSpent, VertexPass
+from shared.reconcile_vertex import CrudBudgetSpent, VertexPass, read_attempt_job
+from shared.settings import Settings
 from shared.swap import backoff_seconds
 from shared.wiring import Ports
 
@@ -283,8 +288,7 @@ def _reconcile(ports: Ports, record: RequestRecord, log: Logger) -> RequestResul
 
 
 def _observe(ports: Ports, record: RequestRecord, attempt: Attempt, log: Logger) -> RequestResult:
-    assert attempt.job is not None  # both callers observe an attempt that has its job
-    snapshot = read_job(ports.job_service(attempt.location), attempt.job)
+    snapshot = read_attempt_job(ports, attempt, log)
     applied = apply_observation(ports, record.request_id, Observation(attempt.n, snapshot), log)
     return RequestResult("waiting" if applied.waiting else "observed", applied.events)
 
@@ -303,9 +307,7 @@ def _republish(ports: Ports, record: RequestRecord, claim: Attempt, log: Logger,
             return None
         if attempt.claimed_at != claim.claimed_at or current.is_terminal:
             return None  # submit took the claim over meanwhile: its own lease runs again
-        if attempt.republished_at and _seconds_since(attempt.republished_at) < _backoff(
-            settings.claim_lease_seconds, attempt.republished
-        ):
+        if _backing_off(settings, attempt):
             return None  # the last re-publish has not had its turn yet
         attempt.republished += 1
         attempt.republished_at = now_iso()
@@ -360,6 +362,13 @@ def _alert_lookup_failed(ports: Ports, record: RequestRecord, claim: Attempt, ex
     decide_and_flush_alert(ports, record.request_id, marker, lookup_alert, log)
 
 
+def _backing_off(settings: Settings, claim: Attempt) -> bool:
+    """The claim's last re-publish has not had its turn yet: submit may still take it over."""
+    return bool(claim.republished_at) and _seconds_since(claim.republished_at) < _backoff(
+        settings.claim_lease_seconds, claim.republished
+    )
+
+
 def _backoff(lease: float, republished: int) -> float:
     """Seconds between re-publishes: a lease at first, doubling, at most an hour (a busy Vertex
     gets room; a long outage is retried hourly, never given up on)."""
@@ -396,6 +405,10 @@ def _settle_claim(ports: Ports, record: RequestRecord, claim: Attempt, log: Logg
     """A claim without a job: leave a young one to its submit; settle an abandoned one."""
     held_for = (ports.clock() - parse_iso(claim.claimed_at)).total_seconds()
     if held_for < ports.settings.claim_lease_seconds:
+        return RequestResult("idle")
+    if record.cancel is None and _backing_off(ports.settings, claim):
+        # Nothing to ask Vertex yet: a lookup's answer would only be thrown away, and a burst of
+        # such claims would spend the pass's CRUD budget before the requests that need it.
         return RequestResult("idle")
     client = ports.job_service(claim.location)
     parent = parent_path(ports.settings.project, claim.location)

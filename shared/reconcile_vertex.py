@@ -18,6 +18,9 @@ submit. A pass hands every step the clients of a `VertexPass` instead of the pla
   that needed it waits for the next pass (`deferred`): the listings are always made (the sweep and
   every answer depend on them), and counted.
 
+A job a `get` answers NotFound for was deleted at Vertex: an answer for good, not an error to
+retry on every pass. `read_attempt_job` hands the decision an ended job instead (`vanished_job`).
+
 `usage()` is what the pass's summary line reports: calls by kind, gets answered by the listings,
 the budget, and the share of a minute's CRUD quota the pass used.
 """
@@ -31,14 +34,21 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from shared.adapters.vertex import parent_path, unfinished_jobs_filter
+from shared.adapters.vertex import parent_path, read_job, unfinished_jobs_filter
+from shared.clock import iso
 from shared.errors import TransientError
+from shared.jobs import JobSnapshot, JobState
+from shared.ledger.records import Attempt
 from shared.log import Logger
 from shared.wiring import Ports
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from google.cloud.aiplatform_v1 import CustomJob
 
+# google.rpc NOT_FOUND: the error a deleted job's settled end carries (no capacity code: not re-queued).
+NOT_FOUND_CODE = 5
 LISTING_PAGE_SIZE = 1000  # the most customJobs.list returns a page
 WINDOW_SECONDS = 60.0
 
@@ -178,3 +188,43 @@ def _pages(pager: Any) -> Any:
         return
     for page in pages:
         yield list(page.custom_jobs)
+
+
+def read_attempt_job(ports: Ports, attempt: Attempt, log: Logger) -> JobSnapshot:
+    """The attempt's job as a decision reads it; `vanished_job` when Vertex no longer knows it."""
+    from google.api_core.exceptions import NotFound
+
+    assert attempt.job is not None  # only an attempt that records its job is observed
+    try:
+        return read_job(ports.job_service(attempt.location), attempt.job)
+    except NotFound as exc:
+        log.warning(
+            f"the job of attempt {attempt.n} is not found at Vertex AI; it is settled as ended",
+            event="job_not_found",
+            attempt=attempt.n,
+            job=attempt.job,
+            error=f"{type(exc).__name__}: {exc}",
+        )
+        return vanished_job(attempt, ports.clock())
+
+
+def vanished_job(attempt: Attempt, now: datetime) -> JobSnapshot:
+    """What a decision reads of a job Vertex no longer knows (deleted out of band): it ended, how
+    is unknown, so it FAILED with a NOT_FOUND error. The request then fails with one `job_failed`
+    alert naming the job (`spotjobs resubmit` runs it again from its checkpoint), or ends
+    CANCELLED if its cancel was asked; a switched attempt's successor is released. Its end is the
+    last moment Vertex vouched for it, so no fleet fact claims a run Vertex never reported."""
+    assert attempt.job is not None
+    last_vouched = attempt.state_changed_at or attempt.started_at or attempt.created_at or attempt.claimed_at
+    return JobSnapshot(
+        name=attempt.job,
+        state=JobState.FAILED,
+        error={
+            "code": NOT_FOUND_CODE,
+            "message": f"job {attempt.job} was not found at Vertex AI (deleted); how it ended is unknown",
+        },
+        create_time=attempt.created_at,
+        start_time=attempt.started_at,
+        end_time=last_vouched,
+        update_time=iso(now),
+    )

@@ -6,7 +6,8 @@ list did not show yet. Nothing would manage it, and it would train, and bill, in
 checkpoint folder. So whoever looks at a request's jobs (reconcile's sweep on every pass, on_job_event
 on a line of a job it does not recognise, submit on finding a second job) cancels every job
 labelled with the request and this deployment that has not ended and is not the job its attempt
-records, with one log line and one `stray_job` alert (pending in the record, through the outbox).
+records, with one log line and one `stray_job` alert (pending in the record, through the outbox),
+decided before the cancel is sent so that no failure after the cancel can lose it.
 
 A job of an attempt whose claim has no job recorded yet is not a stray: submit, or reconcile's
 adoption, is about to record it.
@@ -22,10 +23,10 @@ from typing import TYPE_CHECKING
 from shared.alerts import Alert, AlertKind
 from shared.clock import iso
 from shared.deciding.effects import attempt_alert
-from shared.deciding.outbox import decide_and_flush_alert
+from shared.deciding.outbox import decide_alert
 from shared.jobs import LABEL_ATTEMPT, is_terminal
 from shared.ledger.records import RequestRecord, alert_marker
-from shared.log import Logger
+from shared.swap import Swapped
 from shared.wiring import Ports
 
 if TYPE_CHECKING:
@@ -48,8 +49,11 @@ def is_stray(record: RequestRecord, job: CustomJob) -> bool:
     return attempt.job != job.name
 
 
-def alert_stray(ports: Ports, record: RequestRecord, job: CustomJob, log: Logger) -> None:
-    """A stray job was cancelled: decide its alert once (pending in the record) and publish it."""
+def decide_stray_alert(ports: Ports, record: RequestRecord, job: CustomJob) -> Swapped[RequestRecord]:
+    """Decide a stray's alert once (pending in the record), before its cancel is sent: a cancelled
+    job leaves the sweep's listing, so an alert decided after the cancel would be lost for good
+    if its write failed. The caller publishes it once the cancel is sent (`Mine.written`); should
+    that caller die, the outbox publishes it, and the next sweep repeats the cancel."""
     n = int(job.labels.get(LABEL_ATTEMPT, "0") or 0)
     now = ports.clock()
 
@@ -62,11 +66,11 @@ def alert_stray(ports: Ports, record: RequestRecord, job: CustomJob, log: Logger
             attempt,
             AlertKind.STRAY_JOB,
             now,
-            f"cancelled job {job.name}: it carried the labels of attempt {n} of "
+            f"cancelling job {job.name}: it carries the labels of attempt {n} of "
             f"{current.request_id}, which records {attempt.job or 'no job'}",
             stray_job=job.name,
             cancelled_at=iso(now),
         )
 
     marker = alert_marker(AlertKind.STRAY_JOB, n, job.name.rsplit("/", 1)[-1])
-    decide_and_flush_alert(ports, record.request_id, marker, stray_alert, log)
+    return decide_alert(ports, record.request_id, marker, stray_alert)

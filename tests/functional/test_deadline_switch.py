@@ -223,3 +223,23 @@ def test_a_cancelled_job_never_seen_ending_holds_back_only_its_own_successor(wor
     assert requeue.data["attempt"] == 3 and world.ledger.get("req-1").attempt(1).ending
     world.claim_requeue("req-1")
     assert [a.n for a in world.ledger.get("req-1").attempts] == [1, 2, 3]
+
+
+def test_a_switched_job_deleted_at_vertex_while_cancelling_releases_its_successor(world: World) -> None:
+    """Deleted at Vertex before anyone saw it end: reconcile's NotFound is its end for good, so
+    the on-demand attempt the switch decided is published, once, instead of waiting forever."""
+    _, job = world.submitted(state=QUEUED, request=deadline_request(slack_seconds=100))
+    waited(world, 5 * CHANGEOVER)
+    log = CapturedLog()
+    run_reconcile(world.ports, log.logger)  # switched: the Spot job is cancelled, attempt 2 held
+    assert world.vertex.cancelled == [job] and world.publisher.on("job-requests") == []
+    world.vertex.forget(job)
+
+    run_reconcile(world.ports, log.logger)
+    run_reconcile(world.ports, log.logger)
+
+    [requeue] = world.publisher.on("job-requests")
+    record = world.ledger.get("req-1")
+    assert requeue.data["attempt"] == 2 and record.requeue.strategy == "STANDARD"
+    assert not record.attempt(1).ending and record.attempt(1).outcome is AttemptOutcome.SWITCHED_TO_ON_DEMAND
+    assert log.events("reconcile_error") == [] and world.publisher.on("ops-alerts") == []

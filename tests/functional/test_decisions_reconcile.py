@@ -14,7 +14,7 @@ from functions import reconcile as reconcile_entry
 from shared.delivery import Message, maintenance_task
 from shared.ledger.claims import claim_attempt
 from shared.ledger.records import Attempt, RequestRecord
-from shared.ledger.states import RequestStatus
+from shared.ledger.states import AttemptOutcome, RequestStatus
 from shared.ledger.store import LedgerStore
 from shared.log import Logger
 from shared.reconcile import RequestResult, run_reconcile
@@ -30,7 +30,7 @@ from tests.support.decisions import (
     make_settings,
 )
 
-QUEUED, PENDING, RUNNING, SUCCEEDED, FAILED = 1, 2, 3, 4, 5
+QUEUED, PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED = 1, 2, 3, 4, 5, 7
 
 
 @pytest.fixture
@@ -261,15 +261,23 @@ def test_stuck_waiting_job_alerts_once(world: World) -> None:
     assert (alert.data["kind"], alert.data["details"]["state"]) == ("job_stuck", "JOB_STATE_QUEUED")
 
 
-def test_a_run_is_bounded_and_one_failing_request_does_not_stop_it(world: World) -> None:
+def test_a_run_is_bounded_and_one_failing_request_does_not_stop_it(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from google.api_core.exceptions import PermissionDenied
+
     for k in range(3):
         world.submitted(f"req-{k}", state=RUNNING)
+    unreadable = world.ledger.get("req-0").attempts[0].job
+    world.vertex.set_state(unreadable, SUCCEEDED)  # ended: left the listing, so it takes a get
+    real_get = world.vertex.get_custom_job
 
-    def lose_job(current: RequestRecord) -> RequestRecord:
-        current.attempts[0].job = current.attempts[0].job + "0"  # Vertex has no such job
-        return current
+    def forbidden(name: str, **kwargs: object) -> object:
+        if name == unreadable:
+            raise PermissionDenied(f"aiplatform.customJobs.get denied on {name}")
+        return real_get(name, **kwargs)
 
-    world.ledger.update("req-0", lose_job)
+    monkeypatch.setattr(world.vertex, "get_custom_job", forbidden)
     log = CapturedLog()
     summary = reconcile(world, log, limit=2)
     assert summary.truncated and summary.active == 2
@@ -503,3 +511,186 @@ def test_a_lookup_that_keeps_failing_for_our_own_reasons_alerts_once_and_keeps_t
     assert record.status == RequestStatus.CLAIMED
     [alert] = world.publisher.on("ops-alerts")
     assert alert.data["kind"] == "lookup_failed" and "PermissionDenied" in alert.data["message"]
+
+
+def test_a_job_deleted_at_vertex_fails_its_request_once_with_an_alert_naming_it(world: World) -> None:
+    _, job = world.submitted(state=RUNNING)
+    reconcile(world)  # seen running
+    world.vertex.forget(job)  # deleted at Vertex: every get of it answers NotFound from now on
+    log = CapturedLog()
+
+    first = reconcile(world, log)
+    world.vertex.gets = 0
+    second = reconcile(world, log)
+
+    assert log.events("reconcile_error") == []
+    record = world.ledger.get("req-1")
+    assert record.status == RequestStatus.FAILED and record.attempts[0].outcome == AttemptOutcome.FAILED
+    assert first.decisions["job_failed"] == 1
+    [alert] = [m.data for m in world.publisher.on("ops-alerts")]
+    assert (alert["kind"], alert["request_id"], alert["job"]) == ("job_failed", "req-1", job)
+    assert "not found at Vertex AI" in alert["message"] and alert["details"]["error"]["code"] == 5
+    # Settled for good: no longer reconciled, no get spent on it, nothing alerted again.
+    assert second.active == 0 and world.vertex.gets == 0
+    assert len(world.publisher.on("ops-alerts")) == 1
+
+
+def test_a_deleted_jobs_end_tells_no_fleet_fact_vertex_never_reported(world: World) -> None:
+    _, job = world.submitted(state=RUNNING)
+    reconcile(world)
+    seen_running_since = world.ledger.get("req-1").attempts[0].state_changed_at
+    world.vertex.forget(job)
+
+    reconcile(world)
+
+    # When it really ended is unknown: its end is the last moment Vertex vouched for it.
+    attempt = world.ledger.get("req-1").attempts[0]
+    assert attempt.state == "JOB_STATE_FAILED" and attempt.ended_at == seen_running_since
+    assert attempt.preemptions == 0 and not attempt.preemptions_unknown
+
+
+def test_a_deleted_jobs_alert_whose_publish_fails_is_sent_by_a_later_pass_once(world: World) -> None:
+    _, job = world.submitted(state=RUNNING)
+    world.vertex.forget(job)
+    world.publisher.fail_next = 1  # the decider's publish fails and it never comes back
+
+    reconcile(world)
+    assert world.ledger.get("req-1").status == RequestStatus.FAILED
+    assert world.publisher.on("ops-alerts") == []
+    world.settings = replace(world.settings, claim_lease_seconds=0)  # its decider is presumed dead
+    assert reconcile(world).outcomes == {"effects_published": 1}
+    reconcile(world)
+
+    assert [m.data["kind"] for m in world.publisher.on("ops-alerts")] == ["job_failed"]
+    assert world.ledger.get("req-1").pending_alerts == []
+
+
+def test_a_cancelled_requests_job_deleted_at_vertex_ends_it_cancelled_without_an_alert(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from google.api_core.exceptions import NotFound
+
+    from shared.ledger.cancelling import cancel_request
+
+    _, job = world.submitted(state=RUNNING)
+    world.ledger.swap("req-1", lambda current: cancel_request(current, by="ops", reason=None, now=datetime.now(UTC)))
+    world.vertex.forget(job)  # deleted before the cancel was sent
+
+    def cancel_missing(name: str, **_: object) -> None:
+        raise NotFound(f"{name} does not exist")  # as Vertex answers a cancel of a deleted job
+
+    monkeypatch.setattr(world.vertex, "cancel_custom_job", cancel_missing)
+    log = CapturedLog()
+
+    reconcile(world, log)
+
+    assert log.events("reconcile_error") == []
+    record = world.ledger.get("req-1")
+    assert record.status == RequestStatus.CANCELLED and record.attempts[0].outcome == AttemptOutcome.CANCELLED
+    assert world.publisher.on("ops-alerts") == []
+
+
+def test_a_claim_backing_off_is_not_looked_up_unless_its_request_was_cancelled(world: World) -> None:
+    from shared.ledger.cancelling import cancel_request
+
+    envelope = {"schema_version": 1, "request_id": "req-1", "custom_job": {}, "location": "us-central1"}
+    claim = Attempt(1, "us-central1", "SPOT", ago(600))
+    claim.create_sent_at = ago(590)  # its create may have landed: only a lookup can end it
+    claim.republished, claim.republished_at = 1, ago(5)
+    world.ledger.restore(RequestRecord("req-1", envelope, "gs://c/r/req-1/", attempts=[claim]))
+    world.vertex.lists = 0
+
+    assert reconcile(world).outcomes == {"idle": 1}
+    assert world.vertex.lists == 1  # the pass's own listing for the sweep; no lookup of the claim
+
+    world.ledger.swap("req-1", lambda current: cancel_request(current, by="ops", reason=None, now=datetime.now(UTC)))
+    assert reconcile(world).outcomes == {"cancelled": 1}  # a cancel does not wait for the backoff
+    assert world.ledger.get("req-1").status == RequestStatus.CANCELLED
+
+
+def vertex_ends_the_cancelled(world: World) -> None:
+    """CANCELLING turns CANCELLED, as Vertex does soon after a cancel: no list shows it again."""
+    for name in world.vertex.cancelled:
+        world.vertex.set_state(name, CANCELLED)
+
+
+def fail_the_stray_alerts_write_once(world: World, monkeypatch: pytest.MonkeyPatch, *, after_cancel: bool) -> None:
+    """The first ledger write that would add a `stray_job` alert fails (a 503), once; with
+    `after_cancel`, only once the stray's cancel was sent."""
+    from google.api_core.exceptions import ServiceUnavailable
+
+    from shared.swap import Decided
+
+    real_swap = world.ledger.swap
+    failed: list[bool] = []
+
+    def strays_alerted(record: RequestRecord | None) -> int:
+        return sum(alert["kind"] == "stray_job" for alert in record.pending_alerts) if record else 0
+
+    def swap(request_id: str, transition):  # noqa: ANN001, ANN202 - the ledger's own signature
+        def checked(current: RequestRecord | None):  # noqa: ANN202
+            before = strays_alerted(current)
+            result = transition(current)
+            proposed = result.value if isinstance(result, Decided) else result
+            due = not failed and (world.vertex.cancelled or not after_cancel)
+            if due and strays_alerted(proposed) > before:
+                failed.append(True)
+                raise ServiceUnavailable("the ledger write failed")
+            return result
+
+        return real_swap(request_id, checked)
+
+    monkeypatch.setattr(world.ledger, "swap", swap)
+
+
+@pytest.mark.parametrize("after_cancel", [True, False], ids=["after_the_cancel", "before_the_cancel"])
+def test_a_stray_is_alerted_once_even_when_its_alerts_ledger_write_fails(
+    world: World, monkeypatch: pytest.MonkeyPatch, after_cancel: bool
+) -> None:
+    """Issue 43, defect 6: the alert's write failing right after the cancel lost it for good (the
+    next pass no longer lists a cancelled job). The alert is decided before the cancel is sent."""
+    _, recorded = world.submitted(state=RUNNING)
+    stray = world.vertex.add("req-1", 1, state=RUNNING)
+    fail_the_stray_alerts_write_once(world, monkeypatch, after_cancel=after_cancel)
+    log = CapturedLog()
+
+    for _ in range(2):
+        reconcile(world, log)
+        vertex_ends_the_cancelled(world)
+    world.settings = replace(world.settings, claim_lease_seconds=0)  # a decider presumed dead
+    reconcile(world, log)
+
+    [alert] = [m.data for m in world.publisher.on("ops-alerts")]
+    assert (alert["kind"], alert["details"]["stray_job"]) == ("stray_job", stray)
+    assert stray in world.vertex.cancelled and recorded not in world.vertex.cancelled
+    assert world.ledger.get("req-1").pending_alerts == []
+
+
+def test_a_stray_whose_cancel_fails_after_its_alert_was_decided_is_cancelled_and_alerted_once(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from google.api_core.exceptions import ServiceUnavailable
+
+    _, recorded = world.submitted(state=RUNNING)
+    stray = world.vertex.add("req-1", 1, state=RUNNING)
+    real_cancel = world.vertex.cancel_custom_job
+    refused: list[str] = []
+
+    def cancel_fails_once(name: str, **kwargs: object) -> None:
+        if not refused:
+            refused.append(name)
+            raise ServiceUnavailable("cancel failed")  # or the instance died right before it
+        real_cancel(name, **kwargs)
+
+    monkeypatch.setattr(world.vertex, "cancel_custom_job", cancel_fails_once)
+    log = CapturedLog()
+
+    for _ in range(2):
+        reconcile(world, log)
+        vertex_ends_the_cancelled(world)
+    world.settings = replace(world.settings, claim_lease_seconds=0)
+    reconcile(world, log)
+
+    assert refused == [stray] and world.vertex.cancelled[0] == stray
+    kinds = [m.data["kind"] for m in world.publisher.on("ops-alerts")]
+    assert kinds == ["stray_job"]

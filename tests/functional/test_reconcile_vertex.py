@@ -14,12 +14,13 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
-from shared.clock import utcnow
-from shared.ledger.records import RequestRecord
+from shared.clock import iso, utcnow
+from shared.ledger.records import Attempt, RequestRecord
 from shared.ledger.states import RequestStatus
 from shared.ledger.store import JobIndexEntry, LedgerStore
 from shared.log import Logger
@@ -129,3 +130,34 @@ def test_a_pass_past_its_share_of_the_crud_quota_defers_the_rest_to_the_next_pas
     third = run_reconcile(world.ports, Logger())
     assert third.outcomes.get("deferred", 0) == 0
     assert all(world.ledger.get(f"req-{k:05d}").status == RequestStatus.SUCCEEDED for k in range(20))
+
+
+def test_hundreds_of_claims_backing_off_spend_no_vertex_call_and_starve_nothing(world: World) -> None:
+    """Issue 43, defect 4: a burst of claims whose re-publish backs off (a GPU-quota 429 turned
+    their creates away) once cost a label lookup each on every pass, and spent the pass's share of
+    the CRUD quota before a request whose end event was lost, and the stray sweep, had theirs."""
+    claims = 400  # past the pass's 300 calls a minute (half of 600)
+    moment = utcnow()
+    claimed_at, republished_at = iso(moment - timedelta(seconds=600)), iso(moment - timedelta(seconds=5))
+
+    def backing_off(k: int) -> None:
+        claim = Attempt(1, "us-central1", "SPOT", claimed_at)
+        claim.republished, claim.republished_at = 1, republished_at  # re-published 5 s ago
+        claim.last_create_error = {"code": 429, "message": "TooManyRequests: GPU quota", "at": claimed_at}
+        envelope = {"schema_version": 1, "request_id": f"claim-{k:03d}", "custom_job": {}, "location": "us-central1"}
+        world.ledger.restore(RequestRecord(f"claim-{k:03d}", envelope, "gs://c/r/", attempts=[claim]))
+
+    with ThreadPoolExecutor(32) as pool:
+        list(pool.map(backing_off, range(claims)))
+    _, ended = world.submitted("req-ended", state=RUNNING)  # listed after every claim
+    world.vertex.set_state(ended, SUCCEEDED)  # its end event was lost: only a get tells
+    stray = world.vertex.add("req-ended", 1, state=RUNNING)  # a second job: the sweep cancels it
+
+    summary = run_reconcile(world.ports, Logger())
+
+    assert summary.active == claims + 1 and "deferred" not in summary.outcomes
+    assert world.ledger.get("req-ended").status == RequestStatus.SUCCEEDED
+    assert world.vertex.cancelled == [stray] and summary.decisions["stray_job_cancelled"] == 1
+    assert summary.vertex["calls"] == {"cancel": 1, "get": 1, "list": 1}  # none for a claim backing off
+    assert world.publisher.on("job-requests") == []  # each claim's re-publish keeps its turn
+    assert world.ledger.get("claim-000").attempts[0].republished == 1
