@@ -74,7 +74,8 @@ class AlertKind(enum.StrEnum):
     PRUNE_REPORT = (
         "prune_report",
         "INFO",
-        "what a prune pass deleted (WARNING when a delete failed, ERROR when one failed for good)",
+        "what a prune pass deleted (WARNING when a delete failed, ERROR when one failed for good); at least"
+        " once: what a pass deleted and could not report comes in a later pass's report (`unreported_earlier`)",
     )
     TRIGGER_FAILED = (
         "trigger_failed",
