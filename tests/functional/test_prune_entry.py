@@ -73,17 +73,23 @@ def test_nothing_to_delete_means_no_alert(gcs_bucket, prune_settings) -> None:
     assert [line["objects_deleted"] for line in lines if line.get("event") == "prune_summary"] == [0]
 
 
-def test_a_request_that_cannot_be_pruned_is_an_error_and_alerts(gcs_bucket, state_bucket, prune_settings) -> None:
+def test_a_request_whose_record_cannot_be_read_keeps_every_checkpoint_and_alerts_once(
+    gcs_bucket, state_bucket, prune_settings
+) -> None:
+    """An unreadable ledger record: nothing of its request is deleted, one ledger_corrupt alert
+    (not an ERROR prune_report on every hourly run, issue 43 defect 8)."""
     format_layout("req-1", "file", 2, with_incomplete=False).write(gcs_bucket)
+    before = surviving(gcs_bucket, "req-1")
     state_bucket.blob("requests/req-1.json").upload_from_string(b"{not a record")  # unreadable ledger
 
     lines, alerts = handle(b'{"task": "prune"}', prune_settings, gcs_bucket.client)
+    _, again = handle(b'{"task": "prune"}', prune_settings, gcs_bucket.client)
 
-    [failed] = [line for line in lines if line.get("event") == "checkpoints_pruned"]
-    assert (failed["severity"], failed["request_id"]) == ("ERROR", "req-1")
-    [alert] = alerts
-    assert (alert.kind, alert.severity, alert.request_id) == ("prune_report", "ERROR", "req-1")
-    assert alert.details["errors"] == 1 and alert.details["objects_deleted"] == 0
+    assert surviving(gcs_bucket, "req-1") == before
+    [corrupt] = [line for line in lines if line.get("event") == "ledger_corrupt"]
+    assert (corrupt["severity"], corrupt["request_id"]) == ("ERROR", "req-1")
+    assert [(a.kind, a.severity, a.request_id) for a in alerts] == [("ledger_corrupt", "ERROR", "req-1")]
+    assert again == []
 
 
 @pytest.mark.parametrize("data", [b'{"task": "reconcile"}', b"not json"])
