@@ -290,6 +290,18 @@ def covered(mutant: Mutant, lines: set[tuple[str, int]]) -> bool:
     return any((mutant.path, line) in lines for line in range(mutant.first, mutant.last + 1))
 
 
+def executable_lines(path: str, source: str) -> set[tuple[str, int]]:
+    """The lines of a module that carry code, the only ones a tracer can see run (a signature's
+    `*,` line, for one, carries none: a mutant there is judged, never skipped)."""
+    lines: set[tuple[str, int]] = set()
+    pending = [compile(source, path, "exec")]
+    while pending:
+        code = pending.pop()
+        lines.update((path, line) for _, _, line in code.co_lines() if line is not None)
+        pending.extend(const for const in code.co_consts if hasattr(const, "co_lines"))
+    return lines
+
+
 def _forget_project_modules() -> None:
     for name in list(sys.modules):
         if name.split(".")[0] in PROJECT_PACKAGES:
@@ -388,11 +400,14 @@ class Stages:
     sim_limit: float
     unit_lines: set[tuple[str, int]]
     sim_lines: set[tuple[str, int]]
+    executable: set[tuple[str, int]]
 
 
 def judge(mutant: Mutant, stages: Stages, report: Path) -> dict:
     row: dict = {**dataclasses.asdict(mutant), "ident": mutant.ident}
-    in_unit, in_sim = covered(mutant, stages.unit_lines), covered(mutant, stages.sim_lines)
+    unseen = not covered(mutant, stages.executable)  # no tracer could tell: judge it
+    in_unit = unseen or covered(mutant, stages.unit_lines)
+    in_sim = unseen or covered(mutant, stages.sim_lines)
     if not (in_unit or in_sim):
         return {**row, "outcome": SURVIVED, "not_run": True}
     verdict, unit_seconds = "pass", 0.0
@@ -436,6 +451,7 @@ def run_room(room: str, limit: int | None = None) -> dict:
             sim_limit=baseline["sim"] * TIMEOUT_FACTOR + TIMEOUT_FLOOR_SECONDS,
             unit_lines=lines["unit"],
             sim_lines=lines["sim"],
+            executable=set().union(*(executable_lines(p, (ROOT / p).read_text()) for p in room_files(room))),
         )
         rows = []
         for index, mutant in enumerate(mutants, 1):

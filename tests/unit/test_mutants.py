@@ -15,6 +15,7 @@ from tools.mutants import (
     apply,
     changed_span,
     covered,
+    executable_lines,
     imports_room,
     room_files,
     select_tests,
@@ -87,3 +88,10 @@ def test_the_summary_counts_timeouts_as_detected_and_survivors_not() -> None:
 def test_a_rooms_results_file_is_named_after_it() -> None:
     assert slug("shared/pacing.py") == "shared-pacing"
     assert slug("shared/pruning/") == "shared-pruning"
+
+
+def test_only_lines_that_carry_code_can_be_seen_run() -> None:
+    source = "def f(\n    a,\n    *,\n    b,\n):\n    return a + b\n"
+    lines = {line for _, line in executable_lines("m.py", source)}
+    assert {1, 6} <= lines
+    assert 3 not in lines
