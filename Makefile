@@ -5,6 +5,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # checkov pins libraries that clash with ours, so it lives in a venv of its own.
 TOOLS := .venv-tools
+# The mutation tool (cosmic-ray) too: it only makes the mutants; the project's venv judges them.
+MUTANTS := .venv-mutants
 # The ML frameworks the kit's integrations are tested with (tests/frameworks/): a venv of their own,
 # CPU only (torch pinned to the CPU build on disk), with the kit installed editable.
 FRAMEWORKS := .venv-frameworks
@@ -18,7 +20,7 @@ SCHEMAS := $(TOOLS)/provider-schemas/.installed
 # to run and were never shut down, until its 1,200 s limit.
 TEST_WORKERS ?= 4
 
-.PHONY: demo up test bench sim install clean prereqs $(FRAMEWORKS)
+.PHONY: demo up test bench sim mutants install clean prereqs $(FRAMEWORKS)
 
 # Tested versions = deployed versions: requirements.txt is the deploy lock. python-hcl2 builds its
 # parser tables at first use (seconds of CPU) and keeps them beside itself: built once here, not by
@@ -34,6 +36,11 @@ $(TOOLS)/.installed:
 	$(PYTHON) -m venv $(TOOLS)
 	$(TOOLS)/bin/pip install --quiet 'checkov==3.3.30'
 	touch $(TOOLS)/.installed
+
+$(MUTANTS)/.installed: tools/mutants-requirements.txt
+	$(PYTHON) -m venv $(MUTANTS)
+	$(MUTANTS)/bin/pip install --quiet -r tools/mutants-requirements.txt
+	touch $(MUTANTS)/.installed
 
 $(SCHEMAS): tools/provider_schemas.py | $(STAMP)
 	$(BIN)/python tools/provider_schemas.py fetch
@@ -77,5 +84,12 @@ SIM_SEEDS ?= 3000
 sim: $(STAMP)
 	$(BIN)/python -m sim --seeds $(SIM_SEEDS)
 
+# Mutation testing of the decision rooms (docs/simulator.md, "Mutation testing"): a benchmark, not
+# part of `make test`. ROOM=shared/pacing.py runs one room; results in bench/results/mutants-*.json.
+# Niced: one process, but for a long time (minutes per room), on a machine others share.
+ROOM ?=
+mutants: $(STAMP) $(MUTANTS)/.installed
+	nice -n 15 $(BIN)/python tools/mutants.py $(if $(ROOM),--room $(ROOM))
+
 clean:
-	rm -rf $(VENV) $(TOOLS) $(FRAMEWORKS) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(TOOLS) $(MUTANTS) $(FRAMEWORKS) .pytest_cache .hypothesis
