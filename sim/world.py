@@ -147,6 +147,7 @@ class World:
     violations: list[Violation] = field(default_factory=list)
     steps: int = 0
     events: int = 0  # handler invocations and job changes (the benchmark's unit)
+    calls_among_others: int = 0  # I/O calls made while another handler was in flight
     phase: str = "faults"
     redriven: set[str] = field(default_factory=set)
     hostile: dict[str, frozenset[str]] = field(default_factory=dict)  # message id -> the requests it may change
@@ -312,6 +313,8 @@ class World:
     def _pause(self, task: Task) -> None:
         """Yield to the scheduler before an I/O call; back when the scheduler resumes `task`. The
         call's round trip takes a seeded time, during which others run and the clock moves on."""
+        if len(self.tasks) > 1:
+            self.calls_among_others += 1
         if self.interleave and not task.whole:
             latency = self._latency.choice(self.latencies)
             task.wake_at = self.clock.now() + timedelta(seconds=latency) if latency else None
