@@ -15,7 +15,7 @@ from typing import Any
 
 from shared.adapters.vertex import find_jobs, parent_path, request_labels
 from shared.alerts import Alert, AlertKind
-from shared.clock import iso
+from shared.clock import iso, parse_iso
 from shared.deciding.outbox import Mine, decide_alert, flush, publish_alert
 from shared.delivery import Message
 from shared.errors import TransientError, Violation
@@ -160,17 +160,74 @@ REJECTION_NOTES = "rejections/"
 
 
 def alert_rejection_once(ports: Ports, alert: Alert) -> None:
-    """Publish a rejection's alert once per message, however often Pub/Sub delivers it (it may,
-    even after an acknowledgement). No record holds this alert, so a note per message id says it
-    went out: written after the publish, a crash between the two repeats the alert once, never
-    loses it; a failed publish raises and the redelivery alerts."""
+    """Publish a rejection's alert once per message, however often Pub/Sub delivers it, even to two
+    instances at once. No record holds this alert, so a note per message id does: created once
+    (`if_generation_match=0`) as a claim before the publish, marked sent after it. A delivery that
+    finds a fresh claim of another is redelivered (TransientError) until it is sent or its holder
+    is presumed dead (older than the claim lease), then takes it over at its generation; a crash
+    between the publish and the mark repeats the alert once, never loses it."""
     message_id = alert.details.get("message_id")
-    note = ledger_bucket(ports.ledger).blob(f"{REJECTION_NOTES}{message_id}") if message_id else None
-    if note is not None and note.exists():
+    if not message_id:
+        publish_alert(ports, alert)
         return
-    publish_alert(ports, alert)
-    if note is not None:
-        note.upload_from_string(b"")
+    note = ledger_bucket(ports.ledger).blob(f"{REJECTION_NOTES}{message_id}")
+    generation = _claim_rejection_note(note, ports)
+    if generation is None:
+        return  # sent by an earlier delivery
+    try:
+        publish_alert(ports, alert)
+    except Exception:
+        _release(note, generation)  # the redelivery claims it at once, not after the lease
+        raise
+    note.upload_from_string(json.dumps({"sent": True}), content_type="application/json", if_generation_match=generation)
+
+
+def _release(note: Any, generation: int) -> None:
+    from google.api_core.exceptions import GoogleAPICallError
+
+    try:
+        note.delete(if_generation_match=generation)
+    except GoogleAPICallError:
+        pass  # then the claim lapses after the lease
+
+
+def _claim_rejection_note(note: Any, ports: Ports) -> int | None:
+    """The generation of this delivery's claim on `note`, or None when its alert was sent."""
+    from google.api_core.exceptions import NotFound, PreconditionFailed
+
+    claim = json.dumps({"sent": False, "claimed_at": iso(ports.clock())})
+    try:
+        note.upload_from_string(claim, content_type="application/json", if_generation_match=0)
+        return int(note.generation)
+    except PreconditionFailed:
+        pass
+    try:
+        data = note.download_as_bytes()
+    except NotFound:  # removed since (its lifecycle rule): the claim starts again on redelivery
+        raise TransientError(f"the rejection note of message {note.name} vanished while read") from None
+    seen = _rejection_note(data)
+    if seen.get("sent") is True:
+        return None
+    claimed_at = seen.get("claimed_at")
+    held_for = (ports.clock() - parse_iso(claimed_at)).total_seconds() if isinstance(claimed_at, str) else None
+    if held_for is not None and held_for < ports.settings.claim_lease_seconds:
+        raise TransientError(f"another delivery is alerting the rejection of {note.name}")
+    try:  # its holder is presumed dead (or the note cannot be read): take it over
+        note.upload_from_string(claim, content_type="application/json", if_generation_match=int(note.generation))
+    except PreconditionFailed:
+        raise TransientError(f"another delivery took over the rejection note {note.name}") from None
+    return int(note.generation)
+
+
+def _rejection_note(data: bytes) -> dict[str, Any]:
+    """A note's state; an older version's empty note meant sent, one of another shape is taken over."""
+    if not data:
+        return {"sent": True}
+    try:
+        parsed = json.loads(data)
+    except ValueError:
+        return {"sent": False}
+    return parsed if isinstance(parsed, dict) else {"sent": False}
 
 
 def reject(exc: InvalidJobRequest, message: Message, log: Logger, ports: Ports) -> None:

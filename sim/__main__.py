@@ -30,6 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--verbose", action="store_true", help="the whole trace, and the functions' warnings")
     parser.add_argument("--no-shrink", action="store_true", help="print a failing seed's trace unshrunk")
     parser.add_argument("--no-faults", action="store_true", help="leave every fault out")
+    parser.add_argument(
+        "--no-interleave", action="store_true", help="run each delivery whole (no yield at its I/O calls)"
+    )
     parser.add_argument("--disable-faults", type=_ids, default=frozenset(), help="fault ordinals to leave out")
     parser.add_argument("--disable-arrivals", type=_ids, default=frozenset(), help="arrivals to leave out")
     args = parser.parse_args(argv)
@@ -44,6 +47,7 @@ def replay(args: argparse.Namespace) -> int:
         disabled_faults=args.disable_faults,
         disabled_arrivals=args.disable_arrivals,
         no_faults=args.no_faults,
+        interleave=not args.no_interleave,
         max_steps=args.steps,
         verbose=args.verbose,
     )
@@ -56,7 +60,9 @@ def replay(args: argparse.Namespace) -> int:
         return 0
     shown = world
     command = f"python -m sim --seed {args.seed}"
-    if not args.no_shrink and not (args.disable_faults or args.disable_arrivals or args.no_faults):
+    if not args.no_shrink and not (
+        args.disable_faults or args.disable_arrivals or args.no_faults or args.no_interleave
+    ):
         from sim.shrink import shrink
 
         shrunk = shrink(args.seed, violations[0].invariant, max_steps=args.steps)
@@ -66,6 +72,7 @@ def replay(args: argparse.Namespace) -> int:
             f"{len(world.faults) if shrunk.no_faults else len(shrunk.disabled_faults)} of {len(world.faults)} faults and {len(shrunk.disabled_arrivals)} of {len(world.workload.arrivals)} "
             "arrivals left out, the same invariant still fails"
         )
+        command += " --no-interleave" if not shrunk.interleave else ""
         command += " --no-faults" if shrunk.no_faults else ""
         command += _flags(shrunk.disabled_faults, shrunk.disabled_arrivals)
     print("\n".join(map(str, shown.trace if args.verbose else interesting(shown))))

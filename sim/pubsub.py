@@ -58,7 +58,7 @@ class Published:
         }
 
 
-@dataclass
+@dataclass(eq=False)  # a copy delivered concurrently is another delivery of the same message
 class Delivery:
     subscription: str
     function: str
@@ -139,10 +139,19 @@ class SimPubSub:
     def next_due(self) -> datetime | None:
         return min((d.not_before for d in self.pending), default=None)
 
-    def settle(self, delivery: Delivery, acked: bool, duplicate: bool) -> None:
-        """After a push: acknowledged (maybe delivered again anyway) or failed (backoff, then the
-        dead-letter topic)."""
+    def take(self, delivery: Delivery, *, again_meanwhile: bool = False) -> None:
+        """A push starts: the delivery is in flight until `settle`. `again_meanwhile`: its ack
+        deadline passes while the handler still runs, so Pub/Sub pushes a copy to another instance
+        at once (at-least-once allows it; two instances then handle one message concurrently)."""
         self.pending.remove(delivery)
+        if again_meanwhile:
+            self.pending.append(
+                Delivery(delivery.subscription, delivery.function, delivery.message, self.clock(), delivery.attempts)
+            )
+
+    def settle(self, delivery: Delivery, acked: bool, duplicate: bool) -> None:
+        """After a push (taken before): acknowledged (maybe delivered again anyway) or failed
+        (backoff, then the dead-letter topic)."""
         if acked:
             if duplicate:
                 delivery.not_before = self.clock() + timedelta(seconds=self.rng.choice((0, 1, 30, 600)))

@@ -1,7 +1,8 @@
-"""Shrinking a failing seed: replay it with its faults, then its arrivals, disabled one at a time
-(greedily, within a budget of replays), keeping every removal after which the same invariant
-still fails. What is left is the smallest run found that still fails: its trace is the steps
-that matter, and `--disable-faults` / `--disable-arrivals` replay it exactly."""
+"""Shrinking a failing seed: replay it with its deliveries run whole (no interleaving), then its
+faults, then its arrivals, disabled one at a time (greedily, within a budget of replays), keeping
+every removal after which the same invariant still fails. What is left is the smallest run found
+that still fails: its trace is the steps that matter, and `--no-interleave` / `--disable-faults` /
+`--disable-arrivals` replay it exactly."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ REPLAY_BUDGET = 60
 @dataclass
 class Shrunk:
     world: World
+    interleave: bool
     no_faults: bool
     disabled_faults: frozenset[int]
     disabled_arrivals: frozenset[int]
@@ -28,6 +30,7 @@ def fails_alike(world: World, invariant: str) -> bool:
 def shrink(seed: int, invariant: str, *, budget: int = REPLAY_BUDGET, max_steps: int | None = None) -> Shrunk:
     """The smallest failing replay of `seed` found within `budget` replays."""
     no_faults = False
+    interleave = True
     faults: frozenset[int] = frozenset()
     arrivals: frozenset[int] = frozenset()
     replays = 0
@@ -35,7 +38,9 @@ def shrink(seed: int, invariant: str, *, budget: int = REPLAY_BUDGET, max_steps:
     first.run()
     best = first
 
-    def attempt(more_faults: frozenset[int], more_arrivals: frozenset[int], off: bool = False) -> World | None:
+    def attempt(
+        more_faults: frozenset[int], more_arrivals: frozenset[int], off: bool = False, whole: bool = False
+    ) -> World | None:
         nonlocal replays
         replays += 1
         world = World(
@@ -43,11 +48,16 @@ def shrink(seed: int, invariant: str, *, budget: int = REPLAY_BUDGET, max_steps:
             disabled_faults=more_faults,
             disabled_arrivals=more_arrivals,
             no_faults=off or no_faults,
+            interleave=interleave and not whole,
             max_steps=max_steps,
         )
         return world if fails_alike(world, invariant) else None
 
-    # Every fault at once first: many violations need none.
+    # Whole deliveries first: a violation that needs no interleaving reads far more simply. (Faults
+    # and arrivals are then drawn anew, so their ordinals are those of the uninterleaved run.)
+    if (world := attempt(faults, arrivals, whole=True)) is not None:
+        interleave, first, best = False, world, world
+    # Then every fault at once: many violations need none.
     if first.faults and (world := attempt(faults, arrivals, off=True)) is not None:
         no_faults, best = True, world
     else:
@@ -61,4 +71,4 @@ def shrink(seed: int, invariant: str, *, budget: int = REPLAY_BUDGET, max_steps:
             break
         if (world := attempt(faults, arrivals | {arrival.index})) is not None:
             arrivals, best = arrivals | {arrival.index}, world
-    return Shrunk(best, no_faults, faults, arrivals, replays)
+    return Shrunk(best, interleave, no_faults, faults, arrivals, replays)

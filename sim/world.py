@@ -10,6 +10,11 @@ A run has three phases:
 3. **retention**: the clock jumps on past every retention setting, in six-hour steps with the
    ticks and the state bucket's lifecycle rules (then bounded state is judged).
 Invariants (`sim.invariants`) are checked after every step and at the end of phases 2 and 3.
+
+Every handler invocation (a delivery to one of the functions, an operator's command) is a `Task`:
+a greenlet that yields to the scheduler before each of its I/O calls, so the scheduler decides at
+every call which task goes on, as Cloud Functions' concurrent instances interleave. Each function
+has a seeded number of instances, each handling one message at a time.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from google.api_core import exceptions as api
+from greenlet import greenlet
 
 from sim import virtual
 from sim.gcs import MemoryStorage
@@ -53,6 +59,27 @@ RETENTION_DELIVERIES = 60
 
 class SimCrash(BaseException):  # noqa: N818 - a crash, not an error: nothing may catch it
     """The function instance died: the handler stops where it is, the message is not acknowledged."""
+
+
+@dataclass(eq=False)
+class Task:
+    """One handler invocation in flight, as a greenlet. It yields to the scheduler before each I/O
+    call (unless `whole`: a hostile delivery runs without a break, because its containment check
+    compares the state before and after it; the retention phase's deliveries too)."""
+
+    name: str  # the function, or "operator": what faults and the trace name it by
+    body: Callable[[], None]
+    faulty: bool  # faults are drawn at its I/O calls (an operator's command draws none)
+    whole: bool = False
+    wake_at: datetime | None = None  # asleep (a backoff) until then
+    crashed: bool = False
+    faults: int = 0  # faults drawn at its calls so far
+    faults_before_call: int = 0
+    alerts: list[tuple[tuple[Any, ...], int]] = field(default_factory=list)  # (alert, its faults before it)
+    runner: Any = None  # the greenlet
+
+    def runnable(self, now: datetime) -> bool:
+        return self.wake_at is None or self.wake_at <= now
 
 
 @dataclass
@@ -111,6 +138,7 @@ class World:
     disabled_faults: frozenset[int] = frozenset()
     disabled_arrivals: frozenset[int] = frozenset()
     no_faults: bool = False  # every fault left out (what shrinking tries first)
+    interleave: bool = True  # handlers yield at their I/O calls (shrinking tries whole deliveries)
     max_steps: int | None = None
     verbose: bool = False
     workload: Workload = field(init=False)
@@ -119,6 +147,7 @@ class World:
     violations: list[Violation] = field(default_factory=list)
     steps: int = 0
     events: int = 0  # handler invocations and job changes (the benchmark's unit)
+    calls_among_others: int = 0  # I/O calls made while another handler was in flight
     phase: str = "faults"
     redriven: set[str] = field(default_factory=set)
     hostile: dict[str, frozenset[str]] = field(default_factory=dict)  # message id -> the requests it may change
@@ -137,6 +166,16 @@ class World:
         self.workload = with_locations(with_cancels(generate(random.Random(self.seed * 104729 + 2))))
         self.settings = self.workload.settings
         self.clock = virtual.VirtualClock(virtual.EPOCH_OF_SIMULATION)
+        self.clock.sleep = self._sleep  # type: ignore[method-assign] # a task's sleep lets others run
+        # Cloud Functions' instances per function (max_instance_count), each one message at a time.
+        schedule = random.Random(f"{self.seed}:schedule")
+        self.instances = {name: schedule.choice((1, 2, 3, 5)) for name in HANDLERS}
+        self.concurrent_redelivery_rate = schedule.choice((0.0, 0.02, 0.1))
+        # An I/O call's round trip, in seconds: most are quick, some slow.
+        self.latencies = schedule.choice(((0.0,), (0.0, 0.02, 0.1), (0.01, 0.05, 0.2, 0.2, 2.0)))
+        self._latency = random.Random(f"{self.seed}:latency")
+        self.tasks: list[Task] = []  # in flight, suspended at an I/O call or asleep
+        self._current: Task | None = None
         self.storage = MemoryStorage(self.clock.now, io=self.io)
         self.vertex = SimVertex(self.clock.now, self.io, self.rng, self.settings.project)
         self.vertex.emit = self.emit_log_line
@@ -153,11 +192,7 @@ class World:
         self.vertex.runs = self._run_trainer
         self.pubsub = SimPubSub(self.clock.now, self.io, self.rng)
         self.pubsub.observe = self._observe_publish
-        self._alerts_in_delivery: list[tuple[tuple[Any, ...], int]] = []  # (alert, faults drawn before it)
-        self._faults_before_call = 0
         self._ports: dict[str, Any] = {}
-        self._in_handler: str | None = None
-        self._crashed = False
         self._fault_count = 0
         self._checked_creates = 0
         self._checked_resumes = 0
@@ -204,15 +239,18 @@ class World:
     # The io hook every stand-in calls.
 
     def io(self, service: str, operation: str, perform: Callable[[], Any]) -> Any:
-        if self._crashed:
-            raise SimCrash("the instance is gone")
+        task = self._current
+        if task is not None:
+            self._pause(task)
+            if task.crashed:
+                raise SimCrash("the instance is gone")
+            task.faults_before_call = task.faults  # a fault of this very call comes after what it does
         if self.copy_calls_left is not None and (service, operation) == ("gcs", "copy"):
             self.copy_calls_left -= 1
             if self.copy_calls_left == 0:
                 self.note("fault: the resubmit command dies at this copy call")
                 raise SimCrash("the command died while copying")
-        self._faults_before_call = self._fault_count  # a fault of this very call comes after what it does
-        fault = self._draw_fault(service, operation)
+        fault = self._draw_fault(task, service, operation)
         if fault is None:
             return perform()
         if fault.kind == "crash_before":
@@ -231,11 +269,12 @@ class World:
         return result
 
     def _crash(self, fault: Fault) -> None:
-        self._crashed = True
+        assert self._current is not None  # faults are drawn only in a task
+        self._current.crashed = True
         raise SimCrash(f"crash {fault.kind} {fault.where}")
 
-    def _draw_fault(self, service: str, operation: str) -> Fault | None:
-        if self._in_handler is None or self.phase != "faults" or self.no_faults:
+    def _draw_fault(self, task: Task | None, service: str, operation: str) -> Fault | None:
+        if task is None or not task.faulty or self.phase != "faults" or self.no_faults:
             return None
         if self._fault_rng.random() >= self.workload.fault_rate:
             return None
@@ -244,28 +283,79 @@ class World:
             kinds.append("too_many_requests")
         kind = self._fault_rng.choice(kinds)
         self._fault_count += 1
+        task.faults += 1
         if self._fault_count in self.disabled_faults:
             return None
         fault = Fault(self._fault_count, kind, f"{service}.{operation}", self.clock.now())
         self.faults.append(fault)
-        self.note(f"fault #{fault.ordinal}: {kind} at {fault.where} in {self._in_handler}")
+        self.note(f"fault #{fault.ordinal}: {kind} at {fault.where} in {task.name}")
         return fault
 
     def _observe_publish(self, message: Any) -> None:
         from sim.invariants import alert_key
 
         body = message.json()
-        if self._in_handler and message.topic == self.settings.ops_alerts_topic and isinstance(body, dict):
-            self._alerts_in_delivery.append((alert_key(body), self._faults_before_call))
+        task = self._current
+        if task and task.faulty and message.topic == self.settings.ops_alerts_topic and isinstance(body, dict):
+            task.alerts.append((alert_key(body), task.faults_before_call))
 
-    def _count_unconfirmed_alerts(self) -> None:
+    def _count_unconfirmed_alerts(self, task: Task) -> None:
         """A delivery that hit a fault after it published an alert may have died (or failed, and
         been acknowledged by a handler that reports per record, as reconcile does) between that
         publish and its confirmation in the ledger: at-least-once lets a later one publish it again."""
-        for key, faults_before in self._alerts_in_delivery:
-            if self._fault_count > faults_before:
+        for key, faults_before in task.alerts:
+            if task.faults > faults_before:
                 self.unconfirmed_alerts[key] += 1
-        self._alerts_in_delivery = []
+        task.alerts = []
+
+    # Tasks: handler invocations as greenlets, resumed by the scheduler.
+
+    def _pause(self, task: Task) -> None:
+        """Yield to the scheduler before an I/O call; back when the scheduler resumes `task`. The
+        call's round trip takes a seeded time, during which others run and the clock moves on."""
+        if len(self.tasks) > 1:
+            self.calls_among_others += 1
+        if self.interleave and not task.whole:
+            latency = self._latency.choice(self.latencies)
+            task.wake_at = self.clock.now() + timedelta(seconds=latency) if latency else None
+            task.runner.parent.switch()
+            task.wake_at = None
+
+    def _sleep(self, seconds: float) -> None:
+        """A sleep in a task lets the others run until it wakes; elsewhere it moves the clock."""
+        task = self._current
+        if seconds > 0 and task is not None and self.interleave and not task.whole:
+            task.wake_at = self.clock.now() + timedelta(seconds=seconds)
+            task.runner.parent.switch()
+            task.wake_at = None
+        elif seconds > 0:
+            self.clock.advance(seconds)
+
+    def _start(self, task: Task) -> None:
+        task.runner = greenlet(task.body)
+        self.tasks.append(task)
+        self._resume(task)
+
+    def _resume(self, task: Task) -> None:
+        """Run `task` until its next I/O call, its sleep or its end."""
+        outer, self._current = self._current, task
+        try:
+            task.runner.switch()
+        finally:
+            self._current = outer
+        if task.runner.dead:
+            self.tasks.remove(task)
+
+    def _finish_tasks(self) -> None:
+        """Run every task in flight to its end, in order (before time jumps on in retention)."""
+        while self.tasks:
+            task = self.tasks[0]
+            task.whole, task.wake_at = True, None
+            self._resume(task)
+
+    def _busy(self, function: str) -> bool:
+        """Every instance of `function` is handling a message."""
+        return sum(task.name == function for task in self.tasks) >= self.instances[function]
 
     # Vertex running jobs: fates and the log sink.
 
@@ -361,6 +451,7 @@ class World:
         self.phase = "retention"
         self.note("retention: the clock runs on past every retention setting")
         horizon = self.clock.now() + timedelta(seconds=invariants.retention_horizon_seconds(self.settings))
+        self._finish_tasks()
         while self.clock.now() < horizon and not self.violations:
             self.clock.advance(RETENTION_STEP.total_seconds())
             for task in self._next_tick:
@@ -375,10 +466,10 @@ class World:
             due = self.pubsub.deliverable()
             if not due:
                 return
-            self._deliver(due[0])
+            self._deliver(due[0], whole=True)
 
     def _settled(self) -> bool:
-        if self._arrivals or self.pubsub.pending:
+        if self._arrivals or self.pubsub.pending or self.tasks:
             return False
         if any(job.live for job in self.vertex.jobs.values()):
             return False
@@ -394,13 +485,17 @@ class World:
         now = self.clock.now()
         choices: list[tuple[str, Any]] = []
         choices += [("arrival", a) for a in self._arrivals if a.at <= now][:1]
-        choices += [("deliver", d) for d in self.pubsub.deliverable()]
+        choices += [("deliver", d) for d in self.pubsub.deliverable() if not self._busy(d.function)]
+        choices += [("resume", task) for task in self.tasks if task.runnable(now)]
         choices += [("tick", task) for task, at in self._next_tick.items() if at <= now]
         choices += [("job", j) for j in self.vertex.jobs.values() if j.next_change and j.next_change <= now]
         choices += [("operator", op) for op in self.workload.operations if op.at <= now and not op.done]
         if choices:
             kind, what = self.rng.choice(choices)
-            if kind == "arrival":
+            if kind == "resume":  # not a step: a task going on to its next call
+                self.steps -= 1
+                self._resume(what)
+            elif kind == "arrival":
                 self._arrivals.remove(what)
                 topic = getattr(self.settings, what.topic)
                 message_id = self.pubsub.accept(topic, what.data, dict(what.attributes))
@@ -419,13 +514,16 @@ class World:
                 self._operate(what)
             return True
         upcoming = [a.at for a in self._arrivals]
-        upcoming += [d.not_before for d in self.pubsub.pending]
+        upcoming += [d.not_before for d in self.pubsub.pending if not self._busy(d.function)]
+        upcoming += [task.wake_at for task in self.tasks if task.wake_at]
         upcoming += list(self._next_tick.values())
         upcoming += [j.next_change for j in self.vertex.jobs.values() if j.next_change]
         upcoming += [op.at for op in self.workload.operations if not op.done]
         nxt = min(upcoming, default=None)
         if nxt is None or (until is not None and nxt > until):
             return False
+        if any(task.wake_at == nxt for task in self.tasks):
+            self.steps -= 1  # a call's round trip: not a scheduling step of its own
         # A little past it, so that things due at once interleave with what the clock brings.
         self.clock.advance_to(nxt + timedelta(milliseconds=self.rng.choice((0, 1, 250))))
         return True
@@ -441,18 +539,29 @@ class World:
         topic = self.settings.triggers_topic if task == "triggers" else self.settings.maintenance_topic
         self.pubsub.accept(topic, json.dumps({"task": task}).encode(), {"task": task})
 
-    def _deliver(self, delivery: Delivery) -> None:
-        from shared.delivery import handle_delivery
+    def _deliver(self, delivery: Delivery, *, whole: bool = False) -> None:
+        """Push `delivery` to an instance of its function: a task from here on."""
         from sim import invariants
 
         self.events += 1
+        own = self.hostile.get(delivery.message.message_id)
+        before = invariants.others_state(self, own) if own is not None else None
+        again = self.phase == "faults" and self.rng.random() < self.concurrent_redelivery_rate
+        self.pubsub.take(delivery, again_meanwhile=again)
+        if again:
+            self.note(f"pubsub: message {delivery.message.message_id} pushed again while its delivery runs")
+        task = Task(delivery.function, lambda: None, faulty=True, whole=whole or before is not None)
+        task.body = functools.partial(self._handle, task, delivery, own, before)
+        self._start(task)
+
+    def _handle(self, task: Task, delivery: Delivery, own: frozenset[str] | None, before: Any) -> None:
+        """One delivery, from the push to Pub/Sub's verdict (the body of its task)."""
+        from shared.delivery import handle_delivery
+        from sim import invariants
+
         module_name, attribute = HANDLERS[delivery.function]
         handler = getattr(__import__(module_name, fromlist=[attribute]), attribute)
         max_age = float("inf") if delivery.function == "submit_job" else self.settings.max_event_age_seconds
-        own = self.hostile.get(delivery.message.message_id)
-        before = invariants.others_state(self, own) if own is not None else None
-        self._in_handler = delivery.function
-        self._crashed = False
         acked = False
         outcome = "acked"
         try:
@@ -469,9 +578,7 @@ class World:
         except Exception as exc:  # noqa: BLE001 - a raise is a nack: Pub/Sub redelivers
             outcome = f"nacked ({type(exc).__name__}: {str(exc)[:120]})"
         finally:
-            self._in_handler = None
-            self._crashed = False
-            self._count_unconfirmed_alerts()
+            self._count_unconfirmed_alerts(task)
         duplicate = acked and self.phase == "faults" and self.rng.random() < self.workload.duplicate_rate
         delivery_number = delivery.attempts + 1
         self.pubsub.settle(delivery, acked, duplicate)
@@ -492,9 +599,19 @@ class World:
             self.note(f"dead-lettered message {delivery.message.message_id} from {delivery.subscription}")
 
     def _operate(self, operation: Any) -> None:
-        """An operator's command (redrive the dead letters, resubmit a request)."""
+        """An operator's command (redrive the dead letters, resubmit, cancel): a task of its own,
+        interleaved with the deliveries at its I/O calls, drawing no faults (a resubmit may die at
+        a copy call, `copy_calls_left`)."""
         self.note(f"operator: {operation.describe()}")
-        operation.run(self)
+        task = Task("operator", lambda: None, faulty=False)
+        task.body = functools.partial(self._run_operation, operation)
+        self._start(task)
+
+    def _run_operation(self, operation: Any) -> None:
+        try:
+            operation.run(self)
+        except SimCrash as crash:
+            self.note(f"operator: {operation.describe()} died ({crash})")
 
 
 def _summary(delivery: Delivery) -> str:

@@ -184,9 +184,11 @@ def publish_pending(ports: Ports, record: RequestRecord, *, ours: bool, now: dat
     settings = ports.settings
     if not record.has_pending_effects:
         return None
-    decided_for = (now - _pending_since(record)).total_seconds()
-    if not ours and decided_for < settings.claim_lease_seconds:
-        return f"effects decided for {record.request_id} are being published by another delivery"
+    if not ours:
+        taken = _take_over_effects(ports, record, now)
+        if taken is None:
+            return f"effects decided for {record.request_id} are being published by another delivery"
+        record = taken
     published_alerts: list[dict[str, Any]] = []
     prune_published = False
 
@@ -214,6 +216,8 @@ def publish_pending(ports: Ports, record: RequestRecord, *, ours: bool, now: dat
             return None
         current.pending_alerts = [a for a in current.pending_alerts if a not in published_alerts]
         current.prune_pending = current.prune_pending and not prune_published
+        if not current.has_pending_effects:
+            current.effects_taken_at = None
         return current
 
     try:
@@ -225,11 +229,34 @@ def publish_pending(ports: Ports, record: RequestRecord, *, ours: bool, now: dat
 
 
 def _pending_since(record: RequestRecord) -> datetime:
-    """When the youngest pending effect was decided."""
+    """When the youngest pending effect was decided, or last taken over."""
     moments = [parse_iso(alert["time"]) for alert in record.pending_alerts]
     if record.prune_pending and record.prune_requested_at:
         moments.append(parse_iso(record.prune_requested_at))
+    if record.effects_taken_at:
+        moments.append(parse_iso(record.effects_taken_at))
     return max(moments, default=datetime.min.replace(tzinfo=UTC))
+
+
+def _take_over_effects(ports: Ports, record: RequestRecord, now: datetime) -> RequestRecord | None:
+    """The record as this delivery took over its pending effects, or None while their decider (or
+    an earlier taker) may still publish them. The takeover is a compare-and-swap, so of two
+    deliveries that find the decider presumed dead at once, one publishes (Pub/Sub may push one
+    message to two instances; both used to publish)."""
+    lease = ports.settings.claim_lease_seconds
+
+    def take(current: RequestRecord | None) -> RequestRecord | None:
+        if current is None or not current.has_pending_effects:
+            return None
+        if (now - _pending_since(current)).total_seconds() < lease:
+            return None
+        current.effects_taken_at = iso(now)
+        return current
+
+    if (now - _pending_since(record)).total_seconds() < lease:
+        return None  # no write while the decider may be alive
+    swapped = ports.ledger.swap(record.request_id, take)
+    return swapped.value if swapped.wrote else None
 
 
 def publish_request_attempt(ports: Ports, record: RequestRecord, attempt: int, location: str) -> str:

@@ -153,6 +153,8 @@ class RequestRecord:
     # and whether the prune request is still to be sent.
     pending_alerts: list[dict[str, Any]] = field(default_factory=list)
     prune_pending: bool = False
+    # When a delivery took over effects whose decider was presumed dead (one taker at a time).
+    effects_taken_at: str | None = None
     cancel: CancelIntent | None = None
     schema_version: int = SCHEMA_VERSION
     newer_fields: dict[str, Any] = field(default_factory=dict)  # see `_known`

@@ -427,6 +427,45 @@ def test_a_failed_alert_publish_is_kept_and_published_once_after_redelivery(worl
     assert world.ledger.get("req-1").pending_alerts == []
 
 
+def test_two_deliveries_that_find_the_decider_dead_at_once_publish_its_alert_once(world: World) -> None:
+    """Pub/Sub may push one message to two instances at once: of two deliveries that find an alert
+    left by a decider presumed dead, one takes it over and publishes (issue 43: found by the
+    simulator's interleaved deliveries, both used to publish)."""
+    _, job = world.submitted(state=RUNNING)
+    world.vertex.set_state(job, FAILED, USER_ERROR)
+    terminal = log_entry(job, "Job failed.", insert_id="final", severity="ERROR")
+    world.publisher.fail_next = 1
+    with pytest.raises(Exception):  # noqa: B017 - the publish fails; the alert stays pending
+        deliver(world, terminal)
+    long_ago = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
+
+    def decided_long_ago(current: RequestRecord | None) -> RequestRecord | None:
+        assert current is not None
+        current.pending_alerts = [{**alert, "time": long_ago} for alert in current.pending_alerts]
+        return current
+
+    world.ledger.update("req-1", decided_long_ago)  # its decider died an hour ago
+    publish = world.publisher.publish
+    second: list[object] = []
+
+    def publish_while_another_instance_delivers(*args, **kwargs):
+        if not second:
+            second.append("running")
+            try:
+                second.append(deliver(world, terminal))
+            except TransientError as exc:
+                second.append(exc)
+        return publish(*args, **kwargs)
+
+    world.publisher.publish = publish_while_another_instance_delivers
+    deliver(world, terminal)
+    [_, told] = second
+    assert isinstance(told, TransientError) and "being published" in str(told)
+    [alert] = world.publisher.on("ops-alerts")
+    assert (alert.data["kind"], alert.data["request_id"]) == ("job_failed", "req-1")
+    assert world.ledger.get("req-1").pending_alerts == []
+
+
 class LostReplyLedger(LedgerStore):
     """A ledger whose next write lands but answers 412, as a retried write whose first try
     already succeeded does."""

@@ -17,6 +17,7 @@ from google.api_core import exceptions as api
 from google.cloud.aiplatform_v1 import CustomJob
 
 from shared.alerts import Alert
+from shared.clock import iso
 from shared.delivery import Message, handle_delivery
 from shared.errors import ConfigurationError, TransientError
 from shared.fleet import store
@@ -24,6 +25,7 @@ from shared.fleet.observations import FleetFact, Kind, MachineClass
 from shared.jobs import LABEL_ATTEMPT, LABEL_DEPLOYMENT, LABEL_REQUEST_ID
 from shared.ledger.claims import ClaimInProgress
 from shared.ledger.records import Attempt, RequestRecord, Requeue
+from shared.ledger.run_lock import ledger_bucket
 from shared.ledger.states import RequestStatus
 from shared.ledger.store import LedgerStore
 from shared.log import Logger
@@ -663,6 +665,44 @@ def test_a_rejection_whose_alert_was_not_sent_alerts_on_the_redelivery(harness: 
     harness.publisher.fail_next = 1
     with pytest.raises(Exception, match="publish"):
         harness.deliver(data, message_id="m-7")
+    assert harness.deliver(data, message_id="m-7").result == SubmitResult.INVALID
+    assert [a.details["message_id"] for a in harness.alerts] == ["m-7"]
+
+
+def test_two_instances_handling_one_rejected_message_at_once_alert_it_once(harness: Harness) -> None:
+    """Pub/Sub pushes a message again when its ack deadline passes while the first push still runs:
+    the second instance, arriving between the first's check and its publish, must not alert too
+    (issue 43: found by the simulator's interleaved deliveries)."""
+    data = load_event("requests/invalid_image.json")
+    publish = harness.publisher.publish
+    second: list[object] = []
+
+    def publish_while_the_second_instance_runs(*args: Any, **kwargs: Any) -> Any:
+        if not second:
+            second.append("running")
+            try:
+                second.append(harness.deliver(data, message_id="m-7"))
+            except TransientError as exc:
+                second.append(exc)
+        return publish(*args, **kwargs)
+
+    harness.publisher.publish = publish_while_the_second_instance_runs  # type: ignore[method-assign]
+    assert harness.deliver(data, message_id="m-7").result == SubmitResult.INVALID
+    [_, told] = second
+    assert isinstance(told, TransientError)  # redelivered: by then the alert went out
+    assert harness.deliver(data, message_id="m-7").result == SubmitResult.INVALID
+    assert [a.details["message_id"] for a in harness.alerts] == ["m-7"]
+
+
+def test_a_rejection_claimed_by_a_delivery_that_died_is_alerted_after_the_lease(harness: Harness) -> None:
+    data = load_event("requests/invalid_image.json")
+    note = ledger_bucket(harness.ledger).blob("rejections/m-7")
+    note.upload_from_string(json.dumps({"sent": False, "claimed_at": iso(harness.now)}))
+    with pytest.raises(TransientError):
+        harness.deliver(data, message_id="m-7")  # its holder may still publish
+    assert harness.alerts == []
+    harness.now += timedelta(seconds=harness.settings.claim_lease_seconds + 1)
+    assert harness.deliver(data, message_id="m-7").result == SubmitResult.INVALID
     assert harness.deliver(data, message_id="m-7").result == SubmitResult.INVALID
     assert [a.details["message_id"] for a in harness.alerts] == ["m-7"]
 
