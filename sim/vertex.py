@@ -109,6 +109,9 @@ class SimVertex:
         self.rng = rng
         self.project = project
         self.jobs: dict[str, SimJob] = {}
+        # The jobs of each parent (`projects/<p>/locations/<l>`) in creation order: what a listing
+        # scans (a reconcile pass lists once per request).
+        self._jobs_of_parent: dict[str, list[SimJob]] = collections.defaultdict(list)
         self.created: list[Create] = []
         self.emit: Callable[[SimJob, str, str], None] = lambda job, text, severity: None
         self.gpu_quota_full = False  # creates of GPU machines get the resource-quota 429
@@ -167,6 +170,7 @@ class SimVertex:
                 self._ids += 1
                 job = SimJob(name, location, request, dict(request.get("labels") or {}), "JOB_STATE_QUEUED", now, now)
                 self.jobs[name] = job
+                self._jobs_of_parent[parent].append(job)
                 self.fate(job)
                 accepted = True
                 return job.to_proto()
@@ -198,9 +202,12 @@ class SimVertex:
 
         def perform() -> list[Any]:
             self._admit("crud", parent.split("/locations/")[1], CRUD_PER_MINUTE)
+            # A job put in `jobs` by hand (a test) is not indexed: then every job is scanned.
+            indexed = len(self.jobs) == sum(len(jobs) for jobs in self._jobs_of_parent.values())
+            candidates = self._jobs_of_parent.get(parent, ()) if indexed else self.jobs.values()
             return [
                 job.to_proto()
-                for job in self.jobs.values()
+                for job in candidates
                 if job.name.startswith(parent + "/")
                 and all(job.labels.get(k) == v for k, v in wanted.items())
                 and all(k in job.labels for k in present)
