@@ -239,10 +239,7 @@ class Bucket:
     def __init__(self, client: Client, name: str) -> None:
         self.client = client
         self.name = name
-
-    @property
-    def _storage(self) -> MemoryStorage:
-        return self.client._storage  # noqa: SLF001
+        self._storage = client._storage  # noqa: SLF001
 
     def blob(self, name: str, **_: Any) -> Blob:
         return Blob(self, name)
@@ -284,6 +281,7 @@ class Blob:
     def __init__(self, bucket: Bucket, name: str) -> None:
         self.bucket = bucket
         self.name = name
+        self._storage = bucket._storage  # noqa: SLF001
         self.generation: int | None = None
         self.metageneration: int | None = None
         self.metadata: dict[str, str] | None = None
@@ -308,10 +306,6 @@ class Blob:
         self.size = len(obj.data)
         self.content_type = obj.content_type
         self.custom_time = obj.custom_time
-
-    @property
-    def _storage(self) -> MemoryStorage:
-        return self.bucket._storage  # noqa: SLF001
 
     def _objects(self) -> dict[str, StoredObject]:
         return self._storage.objects(self.bucket.name)
