@@ -12,11 +12,15 @@
   after the call), fail it with a 503 before it happens, or lose the response after it happened;
 - lifecycle rules are applied by `apply_lifecycle`, judged by tests/support/lifecycle.py (age, the
   object's Custom-Time, name prefixes and suffixes), the evaluator the retention tests use.
+
+A stored object is never changed in place (a write or a patch stores a new one), so reads and
+listings hand out the stored object itself, not a copy: a `Blob` copies what it keeps of it.
 """
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -34,15 +38,18 @@ class ObjectTable(dict[str, "StoredObject"]):
     def __init__(self) -> None:
         super().__init__()
         self._names: list[str] = []
+        self.changes = 0  # writes and deletes so far: a checker that read the table knows if it moved
 
     def __setitem__(self, name: str, obj: StoredObject) -> None:
         if name not in self:
             bisect.insort(self._names, name)
         super().__setitem__(name, obj)
+        self.changes += 1
 
     def __delitem__(self, name: str) -> None:
         super().__delitem__(name)
         del self._names[bisect.bisect_left(self._names, name)]
+        self.changes += 1
 
     def names_from(self, low: str) -> Iterator[str]:
         """The names from `low` on, in order (a snapshot: safe against writes meanwhile)."""
@@ -50,8 +57,17 @@ class ObjectTable(dict[str, "StoredObject"]):
         for i in range(bisect.bisect_left(names, low), len(names)):
             yield names[i]
 
+    def names_under(self, prefix: str) -> list[str]:
+        """The names that start with `prefix`, in order."""
+        names = self._names
+        start = bisect.bisect_left(names, prefix)
+        end = start
+        while end < len(names) and names[end].startswith(prefix):
+            end += 1
+        return names[start:end]
 
-@dataclass
+
+@dataclass(slots=True)
 class StoredObject:
     data: bytes
     generation: int
@@ -94,17 +110,33 @@ class MemoryStorage:
         return Client(self)
 
     def apply_lifecycle(self, bucket: str, rules: Sequence[Rule]) -> list[str]:
-        """Delete what the Delete rules match at the current time; the names deleted."""
+        """Delete what the Delete rules match at the current time; the names deleted (in order)."""
         now = self.clock()
         objects = self.objects(bucket)
+        acting = [r for r in rules if r.action == "Delete" and r.for_live_objects]
         gone = [
             name
-            for name, obj in objects.items()
-            if any(r.deletes(name, created=obj.time_created, custom_time=obj.custom_time, now=now) for r in rules)
+            for name in _lifecycle_candidates(objects, acting)
+            if any(
+                r.deletes(name, created=(obj := objects[name]).time_created, custom_time=obj.custom_time, now=now)
+                for r in acting
+            )
         ]
         for name in gone:
             del objects[name]
         return gone
+
+
+def _lifecycle_candidates(objects: ObjectTable, rules: Sequence[Rule]) -> list[str]:
+    """The names some rule may delete: those under its `matches_prefix`, or every name for a rule
+    without one (a rule acts only when all its conditions hold)."""
+    if any(not r.condition.get("matches_prefix") for r in rules):
+        return list(objects._names)  # noqa: SLF001
+    names: set[str] = set()
+    for rule in rules:
+        for prefix in rule.condition["matches_prefix"]:
+            names.update(objects.names_under(prefix))
+    return sorted(names)
 
 
 class Client:
@@ -151,7 +183,7 @@ class Client:
                             seen_prefixes.add(sub)
                             items.append((sub, None))
                         continue
-                items.append((name, _copy(table[name])))
+                items.append((name, table[name]))
             return items
 
         items = self._storage.io("gcs", "list", perform)
@@ -207,10 +239,7 @@ class Bucket:
     def __init__(self, client: Client, name: str) -> None:
         self.client = client
         self.name = name
-
-    @property
-    def _storage(self) -> MemoryStorage:
-        return self.client._storage  # noqa: SLF001
+        self._storage = client._storage  # noqa: SLF001
 
     def blob(self, name: str, **_: Any) -> Blob:
         return Blob(self, name)
@@ -218,7 +247,7 @@ class Bucket:
     def get_blob(self, name: str, **_: Any) -> Blob | None:
         def perform() -> StoredObject | None:
             obj = self._storage.objects(self.name).get(name)
-            return _copy(obj) if obj else None
+            return obj
 
         obj = self._storage.io("gcs", "get", perform)
         return Blob._listed(self, name, obj) if obj is not None else None
@@ -242,7 +271,7 @@ class Bucket:
                 now,
             )
             self._storage.objects(destination_bucket.name)[new_name or blob.name] = copied
-            return _copy(copied)
+            return copied
 
         obj = self._storage.io("gcs", "copy", perform)
         return Blob._listed(destination_bucket, new_name or blob.name, obj)
@@ -252,6 +281,7 @@ class Blob:
     def __init__(self, bucket: Bucket, name: str) -> None:
         self.bucket = bucket
         self.name = name
+        self._storage = bucket._storage  # noqa: SLF001
         self.generation: int | None = None
         self.metageneration: int | None = None
         self.metadata: dict[str, str] | None = None
@@ -276,10 +306,6 @@ class Blob:
         self.size = len(obj.data)
         self.content_type = obj.content_type
         self.custom_time = obj.custom_time
-
-    @property
-    def _storage(self) -> MemoryStorage:
-        return self.bucket._storage  # noqa: SLF001
 
     def _objects(self) -> dict[str, StoredObject]:
         return self._storage.objects(self.bucket.name)
@@ -316,7 +342,7 @@ class Blob:
                 self.custom_time,
             )
             self._objects()[self.name] = obj
-            return _copy(obj)
+            return obj
 
         self._load(self._storage.io("gcs", "write", perform))
 
@@ -326,7 +352,7 @@ class Blob:
             if obj is None:
                 raise api.NotFound(f"{self.name} does not exist")
             self._check(obj, if_generation_match)
-            return _copy(obj)
+            return obj
 
         obj = self._storage.io("gcs", "read", perform)
         self._load(obj)
@@ -343,7 +369,7 @@ class Blob:
             obj = self._objects().get(self.name)
             if obj is None:
                 raise api.NotFound(f"{self.name} does not exist")
-            return _copy(obj)
+            return obj
 
         self._load(self._storage.io("gcs", "get", perform))
 
@@ -355,10 +381,14 @@ class Blob:
             if obj is None:
                 raise api.NotFound(f"{self.name} does not exist")
             self._check(obj, None, if_metageneration_match)
-            obj.metadata = {**(obj.metadata or {}), **(metadata or {})}
-            obj.metageneration += 1
-            obj.updated = self._storage.clock()
-            return _copy(obj)
+            patched = dataclasses.replace(
+                obj,
+                metadata={**(obj.metadata or {}), **(metadata or {})},
+                metageneration=obj.metageneration + 1,
+                updated=self._storage.clock(),
+            )
+            self._objects()[self.name] = patched
+            return patched
 
         self._load(self._storage.io("gcs", "patch", perform))
 
@@ -376,16 +406,3 @@ class Blob:
         import io
 
         return io.StringIO(self.download_as_text()) if "b" not in mode else io.BytesIO(self.download_as_bytes())
-
-
-def _copy(obj: StoredObject) -> StoredObject:
-    return StoredObject(
-        obj.data,
-        obj.generation,
-        obj.metageneration,
-        dict(obj.metadata) if obj.metadata is not None else None,
-        obj.content_type,
-        obj.time_created,
-        obj.updated,
-        obj.custom_time,
-    )

@@ -184,18 +184,28 @@ def alerts_not_per_redelivery(world: World) -> list[Violation]:
     """An alert is published once, plus once more for each delivery that published it and then
     failed before it could confirm the publish in the ledger (at-least-once: a crash, a 503 or a
     lost answer between the two; `World.unconfirmed_alerts` counts them from the run). A clean
-    redelivery never publishes it again."""
-    counts = collections.Counter(
-        alert_key(a) for a in alerts(world) if a.get("request_id") and a.get("kind") not in RUN_REPORTS
-    )
+    redelivery never publishes it again.
+
+    Counted as alerts arrive (the topic only grows, and the unconfirmed counts only grow): a copy
+    too many is seen at the check after its publish, and only a new publish can make one."""
+    published = world.pubsub.on(world.settings.ops_alerts_topic)
+    seen, counts = world.checked.get("alerts_not_per_redelivery", (0, collections.Counter()))
+    grown = set()
+    for message in published[seen:]:
+        alert = message.json()
+        if isinstance(alert, dict) and alert.get("request_id") and alert.get("kind") not in RUN_REPORTS:
+            key = alert_key(alert)
+            counts[key] += 1
+            grown.add(key)
+    world.checked["alerts_not_per_redelivery"] = (len(published), counts)
     return [
         violation(
             "alerts_once",
-            f"alert {key[0]} for {key[1]} attempt {key[2]} published {n} times "
+            f"alert {key[0]} for {key[1]} attempt {key[2]} published {counts[key]} times "
             f"({world.unconfirmed_alerts[key]} publish(es) left unconfirmed by a fault)",
         )
-        for key, n in counts.items()
-        if n > 1 + world.unconfirmed_alerts[key]
+        for key in counts  # in the order first published, as a count over the whole topic gives
+        if key in grown and counts[key] > 1 + world.unconfirmed_alerts[key]
     ]
 
 
@@ -248,10 +258,22 @@ def resumes_from_newest_complete(world: World) -> list[Violation]:
 
 
 def newest_complete_kept(world: World) -> list[Violation]:
-    """The newest complete checkpoint of a request with a live job is never pruned (or cut)."""
+    """The newest complete checkpoint of a request with a live job is never pruned (or cut).
+
+    What it reads (the requests with a live job, the checkpoint bucket, the trainer's saves) is
+    fingerprinted: unchanged since a check that found nothing, there is nothing new to find."""
+    live = sorted({job.request_id for job in world.vertex.jobs.values() if job.live})
+    fingerprint = (
+        world.storage.objects(world.settings.checkpoint_bucket).changes,
+        world.trainer.changes,
+        live,
+    )
+    if world.checked.get("newest_complete_kept") == fingerprint:
+        return []
     out = []
-    for request_id in sorted({job.request_id for job in world.vertex.jobs.values() if job.live}):
+    for request_id in live:
         out += _newest_kept(world, request_id, "has a live job")
+    world.checked["newest_complete_kept"] = None if out else fingerprint
     return out
 
 

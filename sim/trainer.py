@@ -70,13 +70,17 @@ class Trainer:
     resumes: list[Resume] = field(default_factory=list)
     layouts: dict[str, str] = field(default_factory=dict)  # a resubmitted request's: its original's
     _step: dict[str, int] = field(default_factory=dict)  # job -> the step it trains at
+    changes: int = 0  # saves recorded so far: a checker that read `saves` knows if they moved
+    _layout: tuple[Any, Any] | None = None  # (settings, their CheckpointLayout), built at the first use
 
     # Where things are.
 
     def own_folder(self, request_id: str) -> str:
         from shared.pruning.folders import CheckpointLayout
 
-        return CheckpointLayout.from_settings(self.settings).folder_for(request_id)
+        if self._layout is None or self._layout[0] is not self.settings:
+            self._layout = (self.settings, CheckpointLayout.from_settings(self.settings))
+        return self._layout[1].folder_for(request_id)
 
     def job_folder(self, job: Any) -> str:
         """`AIP_CHECKPOINT_DIR`: `checkpoints/` under the job's base output directory."""
@@ -143,6 +147,7 @@ class Trainer:
         objects = {r: len(d) for r, d in writes if r.startswith(name)}  # not the evidence beside it
         saves = self.saves.setdefault(folder, {})
         saves[name] = Save(name, step, objects, not torn, job.request_id, self.clock())
+        self.changes += 1
 
     def _blob(self) -> bytes:
         return b"w" * self.rng.randint(8, 200)
@@ -235,3 +240,4 @@ class Trainer:
         self.saves.setdefault(new, {})[name] = Save(
             name, source.step, dict(source.objects), True, f"copy of {old_request_id}", self.clock()
         )
+        self.changes += 1

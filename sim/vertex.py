@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import collections
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -109,6 +109,11 @@ class SimVertex:
         self.rng = rng
         self.project = project
         self.jobs: dict[str, SimJob] = {}
+        # The jobs of each parent (`projects/<p>/locations/<l>`) and of each request, in creation
+        # order: what a listing scans (a reconcile pass lists the jobs of each request it visits).
+        self._jobs_of_parent: dict[str, list[SimJob]] = collections.defaultdict(list)
+        self._jobs_of_request: dict[str, list[SimJob]] = collections.defaultdict(list)
+        self._indexed = 0
         self.created: list[Create] = []
         self.emit: Callable[[SimJob, str, str], None] = lambda job, text, severity: None
         self.gpu_quota_full = False  # creates of GPU machines get the resource-quota 429
@@ -167,6 +172,9 @@ class SimVertex:
                 self._ids += 1
                 job = SimJob(name, location, request, dict(request.get("labels") or {}), "JOB_STATE_QUEUED", now, now)
                 self.jobs[name] = job
+                self._jobs_of_parent[parent].append(job)
+                self._jobs_of_request[job.request_id].append(job)
+                self._indexed += 1
                 self.fate(job)
                 accepted = True
                 return job.to_proto()
@@ -198,9 +206,13 @@ class SimVertex:
 
         def perform() -> list[Any]:
             self._admit("crud", parent.split("/locations/")[1], CRUD_PER_MINUTE)
+            candidates: Iterable[SimJob] = self.jobs.values()  # a job put in `jobs` by hand (a test)
+            if self._indexed == len(self.jobs):
+                rid = wanted.get(LABEL_REQUEST_ID)
+                candidates = self._jobs_of_parent.get(parent, ()) if rid is None else self._jobs_of_request.get(rid, ())
             return [
                 job.to_proto()
-                for job in self.jobs.values()
+                for job in candidates
                 if job.name.startswith(parent + "/")
                 and all(job.labels.get(k) == v for k, v in wanted.items())
                 and all(k in job.labels for k in present)

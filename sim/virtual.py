@@ -101,8 +101,22 @@ class SyncExecutor:
         return future
 
     def map(self, fn: Callable[..., Any], *iterables: Iterable[Any], **_: Any) -> Iterator[Any]:
-        futures = [self.submit(fn, *args) for args in zip(*iterables, strict=False)]
-        return (future.result() for future in futures)
+        """Every call runs now; the results (or the exception a call raised) come in order, as
+        a pool's map gives them. No Future per call: a reconcile pass maps hundreds."""
+        outcomes: list[tuple[bool, Any]] = []
+        for args in zip(*iterables, strict=False):
+            try:
+                outcomes.append((True, fn(*args)))
+            except Exception as exc:  # noqa: BLE001 - raised when its result is reached, as a pool's
+                outcomes.append((False, exc))
+        return _results(outcomes)
+
+
+def _results(outcomes: list[tuple[bool, Any]]) -> Iterator[Any]:
+    for succeeded, value in outcomes:
+        if not succeeded:
+            raise value
+        yield value
 
 
 TIME_USERS = (

@@ -159,6 +159,8 @@ class World:
     # Per alert (`invariants.alert_key`): publishes that a fault after them, in the same delivery,
     # may have left unconfirmed, so that a later delivery legitimately publishes it once more.
     unconfirmed_alerts: collections.Counter[tuple[Any, ...]] = field(default_factory=collections.Counter)
+    # What each invariant read at its last check, where `sim.invariants` checks only what changed.
+    checked: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)

@@ -1,0 +1,128 @@
+"""The simulator's stand-ins keep their semantics where they were made fast: lifecycle rules
+applied through the name index, listings that hand out stored objects without copying them,
+Vertex listings through the per-parent and per-request indexes, the synchronous pool's map."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from sim.gcs import MemoryStorage
+from sim.virtual import EPOCH_OF_SIMULATION, SyncExecutor, VirtualClock
+from sim.world import World, _lifecycle_rules
+
+
+def test_lifecycle_deletes_exactly_what_the_rules_judge() -> None:
+    clock = VirtualClock(EPOCH_OF_SIMULATION)
+    storage = MemoryStorage(clock.now)
+    bucket = storage.client().bucket("state")
+    names = [
+        "pacing/slots/a",
+        "pacing/us/burst.json",
+        "pacing/us/drainer.json",
+        "dedupe/x",
+        "deadletters/redriven/m",
+        "rejections/r",
+        "fleet/o",
+        "archive/r1.json",
+        "requests/r1.json",
+        "zzz",
+    ]
+    for name in names:  # one written each day, so that ages differ
+        blob = bucket.blob(name)
+        blob.custom_time = clock.now() if name.startswith("dedupe/") else None
+        blob.upload_from_string(b"x")
+        clock.advance(86400)
+    clock.advance(30 * 86400)
+    rules = list(_lifecycle_rules())
+    table = storage.objects("state")
+    judged = {
+        name
+        for name, obj in table.items()
+        if any(r.deletes(name, created=obj.time_created, custom_time=obj.custom_time, now=clock.now()) for r in rules)
+    }
+    assert judged and judged != set(names)  # the case tells deleted from kept
+
+    gone = storage.apply_lifecycle("state", rules)
+
+    assert set(gone) == judged
+    assert set(table) == set(names) - judged
+
+
+def test_a_listing_keeps_what_it_listed_when_the_object_is_patched_after() -> None:
+    storage = MemoryStorage(VirtualClock(EPOCH_OF_SIMULATION).now)
+    bucket = storage.client().bucket("state")
+    blob = bucket.blob("requests/r1.json")
+    blob.metadata = {"status": "RUNNING"}
+    blob.upload_from_string(b"{}")
+    listing = storage.client().list_blobs(bucket, prefix="requests/")
+
+    blob.metadata = {"status": "SUCCEEDED"}
+    blob.patch()
+
+    [listed] = list(listing)
+    assert listed.metadata == {"status": "RUNNING"} and listed.metageneration == 1
+    now = bucket.get_blob("requests/r1.json")
+    assert now is not None and now.metadata == {"status": "SUCCEEDED"} and now.metageneration == 2
+
+
+def _create(world: World, request_id: str, location: str) -> str:
+    from google.cloud.aiplatform_v1 import CustomJob
+
+    job = CustomJob(display_name=request_id, labels={"spotjobs-request-id": request_id, "spotjobs-attempt": "1"})
+    parent = f"projects/{world.settings.project}/locations/{location}"
+    return world.vertex.create_custom_job(parent=parent, custom_job=job).name
+
+
+def _listed(world: World, location: str, query: str) -> list[str]:
+    parent = f"projects/{world.settings.project}/locations/{location}"
+    return [job.name for job in world.vertex.list_custom_jobs({"parent": parent, "filter": query})]
+
+
+def test_vertex_listings_find_the_jobs_of_their_parent_and_request() -> None:
+    world = World(0)
+    world.vertex.fate = lambda job: None  # no fate drawn: these jobs are not the workload's
+    r1_here = _create(world, "r1", "us-central1")
+    r2_here = _create(world, "r2", "us-central1")
+    r1_there = _create(world, "r1", "europe-west4")
+
+    assert _listed(world, "us-central1", 'labels.spotjobs-request-id="r1"') == [r1_here]
+    assert _listed(world, "us-central1", "labels.spotjobs-request-id:*") == [r1_here, r2_here]
+    assert _listed(world, "europe-west4", 'labels.spotjobs-request-id="r1"') == [r1_there]
+    assert _listed(world, "europe-west4", 'labels.spotjobs-request-id="r2"') == []
+
+    by_hand = world.vertex.jobs[r2_here]  # a test's job, put in `jobs` without a create
+    moved = f"projects/{world.settings.project}/locations/europe-west4/customJobs/1"
+    world.vertex.jobs[moved] = type(by_hand)(**{**by_hand.__dict__, "name": moved})
+    assert _listed(world, "europe-west4", 'labels.spotjobs-request-id="r2"') == [moved]
+
+
+def test_the_synchronous_pools_map_runs_every_call_and_raises_in_order() -> None:
+    ran: list[int] = []
+
+    def call(n: int) -> int:
+        ran.append(n)
+        if n == 2:
+            raise ValueError("two")
+        return n * 10
+
+    results = SyncExecutor().map(call, [1, 2, 3])
+
+    assert ran == [1, 2, 3]  # every call ran before any result was read, as in a pool
+    assert next(results) == 10
+    with pytest.raises(ValueError, match="two"):
+        next(results)
+
+
+def test_a_later_patch_of_a_listed_object_leaves_the_clock_alone() -> None:
+    clock = VirtualClock(EPOCH_OF_SIMULATION)
+    storage = MemoryStorage(clock.now)
+    blob = storage.client().bucket("state").blob("a")
+    blob.upload_from_string(b"x")
+    written = blob.updated
+    clock.advance(timedelta(minutes=5).total_seconds())
+
+    blob.patch()
+
+    assert blob.updated == written + timedelta(minutes=5) and blob.time_created == written
