@@ -151,11 +151,18 @@ def test_a_deadline_passed_unfinished_without_its_alert_is_caught(world: World) 
 
 
 def test_a_burst_past_the_quota_without_its_alert_is_caught(world: World) -> None:
-    world.workload.arrivals = [
-        Arrival(1000 + i, world.clock.now(), b"{}", {}, f"burst burst{i}")
-        for i in range(world.settings.vertex_creates_per_minute * 3)
-    ]
+    line = int(2 * world.settings.quota_alert_after_seconds * world.settings.vertex_creates_per_minute / 60) + 2
+    for i in range(line):
+        world.pubsub.accept(world.settings.job_requests_topic, json.dumps({"request_id": f"b{i}"}).encode(), {})
+        restore(world, f"b{i}", RequestStatus.CLAIMED)
+    world.workload.gpu_quota_full = False
+    world.clock.advance(1)
     assert len(catalogue(world, AlertKind.QUOTA_LIMITED)) == 1
+    for i in range(2):  # two created at once: the line was never longer than the quota's share
+        job(world, f"b{i}", 1).create_time -= timedelta(seconds=1)
+    assert catalogue(world, AlertKind.QUOTA_LIMITED) == []
+
+    world.vertex.jobs.clear()
     publish_alert(world, AlertKind.QUOTA_LIMITED, None)
     assert catalogue(world, AlertKind.QUOTA_LIMITED) == []
 
