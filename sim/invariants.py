@@ -660,3 +660,9 @@ def moves_allowed(world: World) -> list[Violation]:
 # Checked with the others (`check` reads the lists when it runs); once quiet is enough for the
 # first too: every create is kept with its moment, and the record with its cancel.
 QUIESCENCE.extend((nothing_created_after_a_cancel, cancelled_requests_end_cancelled, moves_allowed))
+
+# The promises people rely on (sim/promises.py).
+from sim import promises  # noqa: E402 - it reads this module's helpers
+
+QUIESCENCE.extend(promises.QUIESCENCE)
+RETENTION.extend(promises.RETENTION)

@@ -1,0 +1,614 @@
+"""The promises people rely on, as invariants (issue 43, item 3): each a function of the world
+returning its violations, judged on ground truth the stand-ins keep (what Vertex did to each job,
+what the trainer wrote, what the publishers sent), never on the code under test's own account of it
+where ground truth exists. Registered in `sim.invariants` (docs/simulator.md, "Promises checked").
+
+- `alert_catalogue`: each kind of `shared.alerts.AlertKind` whose documented condition held in the
+  run was published naming its request, at least once (`CONDITIONS`); a kind the world cannot
+  produce ground truth for says why in `NOT_CHECKED`, so no kind is left without one or the other;
+- `nothing_stuck_silently`: a request not ended that has not moved for longer than the documented
+  bound has an alert naming it;
+- `deadlines_met`: a deadline request whose run kept the rule's assumptions met its deadline;
+- `fleet_facts_bounded`: every fleet fact is bounded by what Vertex did for its attempt's job;
+- `logs_and_status_own_lines`: `spotjobs logs` and `spotjobs status` show nothing another job wrote
+  as the request's own.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from shared.alerts import AlertKind
+from sim.vertex import STOCKOUT_ERROR, USER_ERROR
+
+if TYPE_CHECKING:
+    from shared.ledger.records import Attempt, RequestRecord
+    from sim.vertex import SimJob
+    from sim.world import Violation, World
+
+# What a check of the world may lag behind the moment a condition first held: a reconcile pass
+# or two (they run every `reconcile_interval_seconds`), a cancel Vertex takes its time over (the
+# stand-in's slowest is 400 s), and a delivery's redelivery backoff.
+LAG = timedelta(seconds=900)
+
+
+@dataclass(frozen=True)
+class Expected:
+    """An alert the run owes: of `kind`, naming `request_id` (None: any request, or none)."""
+
+    kind: AlertKind
+    request_id: str | None
+    why: str
+
+
+# The invariants' own readers of the world (imported when called: sim.invariants registers this
+# module's invariants when it is imported, so either may be imported first).
+
+
+def records(world: World) -> Iterator[RequestRecord]:
+    from sim.invariants import records as read
+
+    return read(world)
+
+
+def alerts(world: World) -> list[dict[str, Any]]:
+    from sim.invariants import alerts as read
+
+    return read(world)
+
+
+def violation(invariant: str, detail: str) -> Violation:
+    from sim.invariants import violation as make
+
+    return make(invariant, detail)
+
+
+# Ground truth, read from the stand-ins.
+
+
+def jobs_by_attempt(world: World) -> dict[tuple[str, int], list[SimJob]]:
+    """Every job Vertex ever created, by the request and attempt its labels name."""
+    out: dict[tuple[str, int], list[SimJob]] = collections.defaultdict(list)
+    for job in world.vertex.jobs.values():
+        out[(job.request_id, job.attempt)].append(job)
+    return out
+
+
+def only_jobs(world: World) -> Iterator[SimJob]:
+    """The jobs that are their attempt's only one (an attempt with a stray beside it is ambiguous:
+    which of the two the request follows is the code's own record)."""
+    for jobs in jobs_by_attempt(world).values():
+        if len(jobs) == 1:
+            yield jobs[0]
+
+
+def cancelled_by_operator(world: World) -> set[str]:
+    return set(world.creates_before_cancel)
+
+
+def waited_seconds(job: SimJob, now: datetime) -> float:
+    """How long the job waited for a machine (QUEUED, PENDING) before it ran or ended (a cancel
+    ends the wait when it starts; its end is later by the cancel's own delay, within `LAG`)."""
+    return ((job.start_time or job.end_time or now) - job.create_time).total_seconds()
+
+
+def names(alert: dict[str, Any], request_id: str) -> bool:
+    """Whether an alert names the request: its own field, or (a prune run's report of several
+    requests) its list of requests and of what earlier runs left unreported."""
+    if alert.get("request_id") == request_id:
+        return True
+    details = alert.get("details") if isinstance(alert.get("details"), dict) else {}
+    listed = [*(details.get("requests") or []), *(details.get("unreported_earlier") or [])]
+    return any(isinstance(r, dict) and r.get("request_id") == request_id for r in listed) or bool(
+        details.get("requests_truncated")
+    )
+
+
+# The catalogue's conditions, one per kind that ground truth can tell (`AlertKind.meaning`).
+
+
+def invalid_requests(world: World) -> list[Expected]:
+    """`invalid_request`: a request the deployment's policy refuses (the workload's `invalid`
+    arrivals carry an image outside `SPOTJOBS_ALLOWED_IMAGE_PREFIXES`)."""
+    out = []
+    for arrival in world.workload.arrivals:
+        words = arrival.label.split()
+        kind = words[2] if words[:2] == ["retry", "of"] else words[0]
+        if arrival.index in world.disabled_arrivals or kind != "invalid":
+            continue
+        out.append(Expected(AlertKind.INVALID_REQUEST, words[-1], f"arrival #{arrival.index} has a refused image"))
+    return out
+
+
+def preemption_storms(world: World) -> list[Expected]:
+    """`preemption_storm`: Vertex preempted an attempt's job `preemption_storm_threshold` times or more."""
+    threshold = world.settings.preemption_storm_threshold
+    cancelled = cancelled_by_operator(world)
+    return [
+        Expected(
+            AlertKind.PREEMPTION_STORM,
+            job.request_id,
+            f"attempt {job.attempt}'s job was preempted {job.restarts} times (threshold {threshold})",
+        )
+        for job in only_jobs(world)
+        if job.restarts >= threshold and job.request_id not in cancelled
+    ]
+
+
+def max_attempts_of(world: World, record: RequestRecord) -> int:
+    return int(record.request.get("max_attempts") or world.settings.default_max_attempts)
+
+
+def attempts_exhausted(world: World) -> list[Expected]:
+    """`attempts_exhausted`: the job of the last attempt (`max_attempts`) failed with a stockout."""
+    cancelled = cancelled_by_operator(world)
+    last = {r.request_id: max_attempts_of(world, r) for r in records(world)}
+    return [
+        Expected(AlertKind.ATTEMPTS_EXHAUSTED, job.request_id, f"attempt {job.attempt}'s job stocked out")
+        for job in only_jobs(world)
+        if job.error == STOCKOUT_ERROR
+        and job.request_id in last
+        and job.attempt >= last[job.request_id]
+        and job.request_id not in cancelled
+    ]
+
+
+def jobs_failed(world: World) -> list[Expected]:
+    """`job_failed`: an attempt's job failed for another reason than capacity (the trainer's error)."""
+    cancelled = cancelled_by_operator(world)
+    return [
+        Expected(AlertKind.JOB_FAILED, job.request_id, f"attempt {job.attempt}'s job failed: {USER_ERROR['message']}")
+        for job in only_jobs(world)
+        if job.error == USER_ERROR and job.request_id not in cancelled
+    ]
+
+
+def jobs_stuck(world: World) -> list[Expected]:
+    """`job_stuck`: a job waited (QUEUED, PENDING) longer than `stuck_after_seconds`, by more than
+    the reconcile passes and cancel delays it may take to see it (`LAG`)."""
+    now = world.clock.now()
+    bound = world.settings.stuck_after_seconds + LAG.total_seconds()
+    return [
+        Expected(AlertKind.JOB_STUCK, job.request_id, f"attempt {job.attempt}'s job waited {seconds:.0f} s")
+        for job in only_jobs(world)
+        if (seconds := waited_seconds(job, now)) > bound
+    ]
+
+
+def checkpoints_pruned(world: World) -> list[Expected]:
+    """`prune_report`: an object the trainer wrote in a request's folder is gone (only a prune run
+    deletes checkpoints in the world); at least once, a later run's report included."""
+    table = world.storage.objects(world.settings.checkpoint_bucket)
+    gone: dict[str, str] = {}
+    for folder, saves in sorted(world.trainer.saves.items()):
+        request_id = folder.rstrip("/").split("/")[-2]
+        for save in saves.values():
+            missing = [name for name in save.objects if folder + name not in table]
+            if missing and request_id not in gone:
+                gone[request_id] = f"{folder}{missing[0]} was deleted"
+    return [Expected(AlertKind.PRUNE_REPORT, rid, why) for rid, why in gone.items()]
+
+
+def deadline_of(record: RequestRecord) -> datetime | None:
+    from shared.clock import parse_iso
+
+    try:
+        return parse_iso(str(record.request["deadline"])) if record.request.get("deadline") else None
+    except (ValueError, OverflowError):
+        return None
+
+
+def deadlines_missed(world: World) -> list[Expected]:
+    """`deadline_missed`: a request's deadline passed and it had not finished: no job of it
+    succeeded by then, and one of its jobs succeeded after it or was still live `LAG` past it."""
+    now = world.clock.now()
+    cancelled = cancelled_by_operator(world)
+    jobs = collections.defaultdict(list)
+    for job in world.vertex.jobs.values():
+        jobs[job.request_id].append(job)
+    out = []
+    for record in records(world):
+        deadline = deadline_of(record)
+        if deadline is None or record.request_id in cancelled:
+            continue
+        own = jobs[record.request_id]
+        done = [j.end_time for j in own if j.state == "JOB_STATE_SUCCEEDED" and j.end_time]
+        if any(t <= deadline for t in done):
+            continue
+        late = [t for t in done if t > deadline]
+        live_past = [j for j in own if (j.end_time or now) > deadline + LAG]
+        if late or live_past:
+            out.append(Expected(AlertKind.DEADLINE_MISSED, record.request_id, f"its deadline {deadline} passed"))
+    return out
+
+
+def quota_bursts(world: World) -> list[Expected]:
+    """`quota_limited`: at some moment more requests waited for their first create than the
+    submission quota creates in twice `quota_alert_after_seconds` (each request the ledger
+    accepted waits from its first publish, as Pub/Sub kept it, to its job's create at Vertex; a
+    GPU request in a world whose GPU quota fills waits for that quota, not this one; a cancelled
+    one may never be created). Its alert names no request."""
+    from sim.vertex import _uses_gpus
+
+    settings = world.settings
+    published: dict[str, datetime] = {}
+    gpu: set[str] = set()
+    for message in world.pubsub.on(settings.job_requests_topic):
+        body = message.json()
+        if isinstance(body, dict) and isinstance(body.get("request_id"), str) and "attempt" not in body:
+            published.setdefault(body["request_id"], message.publish_time)
+            if _uses_gpus(body.get("custom_job") or {}):
+                gpu.add(body["request_id"])
+    created = {}
+    for job in world.vertex.jobs.values():
+        if job.attempt == 1:
+            created[job.request_id] = min(job.create_time, created.get(job.request_id, job.create_time))
+    now = world.clock.now()
+    accepted = {r.request_id for r in records(world)} - cancelled_by_operator(world)
+    edges = []
+    for rid, at in published.items():
+        if rid not in accepted or (world.workload.gpu_quota_full and rid in gpu):
+            continue
+        edges += [(at, 1), (created.get(rid, now), -1)]
+    waiting = most = 0
+    for _, step in sorted(edges):
+        waiting += step
+        most = max(most, waiting)
+    slots = 2 * settings.quota_alert_after_seconds * settings.vertex_creates_per_minute / 60.0
+    if most <= slots + 1:
+        return []
+    return [Expected(AlertKind.QUOTA_LIMITED, None, f"{most} requests waited for their create at once")]
+
+
+def request_id_conflicts(world: World) -> list[Expected]:
+    """`request_id_conflict`: one request id published with two bodies, both valid (neither a
+    re-queue nor a redrive, nor an id spotjobs derives, which a publisher may not take), the
+    second while the first's record is kept."""
+    from shared.jobs import RESERVED_ID_PREFIXES
+    from shared.requests.envelope import InvalidJobRequest
+    from shared.requests.policy import validate_request
+
+    bodies: dict[str, set[bytes]] = collections.defaultdict(set)
+    for arrival in world.workload.arrivals:
+        if arrival.index in world.disabled_arrivals or arrival.topic != "job_requests_topic":
+            continue
+        try:
+            request = validate_request(arrival.data, attributes=dict(arrival.attributes), settings=world.settings)
+        except (InvalidJobRequest, ValueError):
+            continue
+        if (
+            request.attempt is not None
+            or not request.request_id
+            or request.request_id.startswith(RESERVED_ID_PREFIXES)
+            or "CloudPubSubDeadLetterSourceDeliveryCount" in arrival.attributes
+        ):
+            continue
+        bodies[request.request_id].add(json.dumps(request.custom_job, sort_keys=True).encode())
+    return [
+        Expected(AlertKind.REQUEST_ID_CONFLICT, rid, f"published with {len(found)} bodies")
+        for rid, found in bodies.items()
+        if len(found) > 1
+    ]
+
+
+CONDITIONS: dict[AlertKind, Callable[[World], list[Expected]]] = {
+    AlertKind.INVALID_REQUEST: invalid_requests,
+    AlertKind.PREEMPTION_STORM: preemption_storms,
+    AlertKind.ATTEMPTS_EXHAUSTED: attempts_exhausted,
+    AlertKind.JOB_FAILED: jobs_failed,
+    AlertKind.JOB_STUCK: jobs_stuck,
+    AlertKind.PRUNE_REPORT: checkpoints_pruned,
+    AlertKind.DEADLINE_MISSED: deadlines_missed,
+    AlertKind.QUOTA_LIMITED: quota_bursts,
+    AlertKind.REQUEST_ID_CONFLICT: request_id_conflicts,
+}
+# A report of what was deleted may come in a later prune run's (at least once): judged after retention.
+JUDGED_AFTER_RETENTION = frozenset({AlertKind.PRUNE_REPORT})
+
+NOT_CHECKED: dict[AlertKind, str] = {
+    AlertKind.SUBMIT_FAILED: "the world refuses no create for good (every refusal is a 429 or a 5xx) and "
+    "sends no request the policy refuses only once planned",
+    AlertKind.INCOMPLETE_SUCCESS: "the simulated trainer writes no kit lines, so no signed `preempted` line "
+    "precedes a SUCCEEDED",
+    AlertKind.TRIGGER_FAILED: "the world's trigger definitions always render, validate and publish",
+    AlertKind.DEADLINE_AT_RISK: "its condition is the rule's own estimate (committed steps as the ledger "
+    "saw them, the fleet's changeover): no ground truth; `deadlines_met` judges the outcome",
+    AlertKind.STRAY_JOB: "which cancel was the stray sweep's is not kept by the world (a second job of an "
+    "attempt may also be adopted or end alone); `no_unknown_live_job` checks strays end",
+    AlertKind.CLAIM_STALLED: "which re-publish was reconcile's (not a drainer's or a re-queue's) is not kept "
+    "by the world; `nothing_stuck_silently` requires a word for a claim that never got a job",
+    AlertKind.LOOKUP_FAILED: "the world answers no lookup with a permanent error (403, a region)",
+    AlertKind.LEDGER_MISSING: "nothing in the world deletes a ledger document a job still names",
+    AlertKind.LEDGER_CORRUPT: "nothing in the world writes a ledger document in a shape the code cannot read",
+}
+
+
+def unpromised_kinds() -> list[AlertKind]:
+    """Kinds of the catalogue with neither a condition nor a reason it is not checked."""
+    return [kind for kind in AlertKind if kind not in CONDITIONS and kind not in NOT_CHECKED]
+
+
+def owed_alerts(world: World, kinds: Sequence[AlertKind]) -> list[Violation]:
+    published = alerts(world)
+    out = []
+    for kind in kinds:
+        of_kind = [a for a in published if a.get("kind") == kind.value]
+        for expected in CONDITIONS[kind](world):
+            if expected.request_id is None and of_kind:
+                continue
+            if expected.request_id is not None and any(names(a, expected.request_id) for a in of_kind):
+                continue
+            who = f" for {expected.request_id}" if expected.request_id else ""
+            out.append(violation("alert_catalogue", f"no {kind.value} alert{who}: {expected.why}"))
+    return out
+
+
+def alert_catalogue(world: World) -> list[Violation]:
+    """Once quiet: every kind whose condition held was alerted, naming its request."""
+    return owed_alerts(world, [k for k in CONDITIONS if k not in JUDGED_AFTER_RETENTION])
+
+
+def alert_catalogue_after_retention(world: World) -> list[Violation]:
+    return owed_alerts(world, sorted(JUDGED_AFTER_RETENTION))
+
+
+# Nothing stuck without a word.
+
+
+def stuck_bound(world: World) -> timedelta:
+    """The longest a request may stand still unremarked: a job waiting `stuck_after_seconds`, a
+    claim re-published `max_claim_republishes` times (a lease, doubling, at most an hour apart),
+    and the passes that notice either (`LAG`)."""
+    from shared.swap import backoff_seconds
+
+    settings = world.settings
+    lease = settings.claim_lease_seconds
+    claim = sum(backoff_seconds(lease, k, max(lease, 3600.0)) for k in range(settings.max_claim_republishes + 1))
+    return timedelta(seconds=max(settings.stuck_after_seconds, lease + claim)) + LAG
+
+
+def nothing_stuck_silently(world: World) -> list[Violation]:
+    """Once quiet, a request not ended whose jobs (or, without one, whose record) have not changed
+    for longer than `stuck_bound` has an alert naming it (a `quota_limited` alert, which names no
+    request, speaks for the requests in the line it counts). `liveness` lets a GPU request wait
+    for a quota that never frees; this requires that it is said."""
+    now = world.clock.now()
+    bound = stuck_bound(world)
+    published = alerts(world)
+    named = {a.get("request_id") for a in published}
+    quota_said = any(a.get("kind") == AlertKind.QUOTA_LIMITED.value for a in published)
+    state = world.storage.objects(world.settings.state_bucket)
+    in_line = {
+        name.rsplit("/", 1)[-1].split("~")[1] for name in state if name.startswith("pacing/") and "/waiting/" in name
+    }
+    jobs = collections.defaultdict(list)
+    for job in world.vertex.jobs.values():
+        jobs[job.request_id].append(job)
+    out = []
+    for record in records(world):
+        if record.is_terminal or record.request_id in named:
+            continue
+        if quota_said and record.request_id in in_line:
+            continue
+        obj = state.get(f"requests/{record.request_id}.json")
+        moved = max([j.update_time for j in jobs[record.request_id]] + ([obj.time_created] if obj else []))
+        if now - moved > bound:
+            out.append(
+                violation(
+                    "nothing_stuck_silently",
+                    f"request {record.request_id} is {record.status}, unmoved since {moved.isoformat()} "
+                    f"({(now - moved).total_seconds():.0f} s > {bound.total_seconds():.0f} s), and no alert names it",
+                )
+            )
+    return out
+
+
+# Deadlines.
+
+
+def deadlines_met(world: World) -> list[Violation]:
+    """Once quiet, a deadline request met its deadline (a job of it SUCCEEDED by then) whenever
+    the rule's assumptions held (docs/deadlines.md, "Why no deadline is missed"): on-demand from its
+    creation could meet it (C + d <= R, d the rule's floor `changeover_prior_seconds`), every
+    changeover Vertex imposed (create to RUNNING) was within d, no job failed, hung or was
+    preempted on on-demand, no job ran longer than the work declared (C), and nobody cancelled it.
+    A request whose deadline has not passed yet, or that ended without succeeding for its own
+    reasons, is not judged."""
+    from shared.clock import parse_iso
+
+    now = world.clock.now()
+    d = world.settings.changeover_prior_seconds
+    cancelled = cancelled_by_operator(world)
+    jobs = collections.defaultdict(list)
+    for job in world.vertex.jobs.values():
+        jobs[job.request_id].append(job)
+    out = []
+    for record in records(world):
+        deadline = deadline_of(record)
+        if deadline is None or record.request_id in cancelled or now <= deadline + LAG:
+            continue
+        try:
+            work = float(record.request["total_steps"]) * float(record.request["expected_step_seconds"])
+        except (KeyError, TypeError, ValueError, OverflowError):
+            continue
+        span = (deadline - parse_iso(record.created_at)).total_seconds()
+        if work + d > span:
+            continue  # infeasible from the start by the rule's own arithmetic
+        own = jobs[record.request_id]
+        if any(j.state == "JOB_STATE_SUCCEEDED" and j.end_time and j.end_time <= deadline for j in own):
+            continue
+        if _broke_the_rules_assumptions(own, d, work, now):
+            continue
+        ended = [j for j in own if j.state == "JOB_STATE_SUCCEEDED" and j.end_time]
+        how = f"succeeded at {min(j.end_time for j in ended).isoformat()}" if ended else f"is {record.status}"
+        out.append(
+            violation(
+                "deadlines_met",
+                f"{record.request_id} (work {work:.0f} s, changeover {d:.0f} s, {span:.0f} s to its deadline "
+                f"{deadline.isoformat()}) {how}, though every changeover was within the bound",
+            )
+        )
+    return out
+
+
+def _broke_the_rules_assumptions(jobs: list[SimJob], d: float, work: float, now: datetime) -> bool:
+    for job in jobs:
+        if job.error is not None or (not job.spot and job.restarts):
+            return True  # failed, stocked out, or preempted where the rule counts on none
+        if job.start_time is None and job.state != "JOB_STATE_CANCELLED" and waited_seconds(job, now) > d:
+            return True  # a changeover longer than the bound (or a wait that never ended)
+        if job.start_time is not None and (job.start_time - job.create_time).total_seconds() > d:
+            return True
+        if job.start_time is not None and ((job.end_time or now) - job.start_time).total_seconds() > work:
+            return True  # the simulated job ran longer than the work the request declared
+    return False
+
+
+# The fleet's facts.
+
+
+def fleet_facts_bounded(world: World) -> list[Violation]:
+    """Every fact in the fleet store is bounded by what Vertex did for its attempt's job(s): no
+    more preemptions (a `preempt` fact's index, a `run`'s or a summary's count) than Vertex's
+    restarts, no restart past them, durations within the job's real life, times not before its
+    create nor after now."""
+    from shared.fleet.observations import Kind, attempt_key
+    from shared.fleet.store import FLEET_PREFIX, parse_name
+
+    now = world.clock.now()
+    by_key: dict[str, list[SimJob]] = collections.defaultdict(list)
+    for job in world.vertex.jobs.values():
+        by_key[attempt_key(job.request_id, job.attempt)].append(job)
+    out = []
+    for name in sorted(world.storage.objects(world.settings.state_bucket)):
+        if not name.startswith(FLEET_PREFIX) or (parsed := parse_name(name)) is None:
+            continue
+        fact = parsed[1]
+        jobs = by_key.get(fact.attempt_key, [])
+        problems = []
+        if not jobs:
+            problems.append("no job of its attempt was ever created")
+        else:
+            preempted = sum(j.restarts for j in jobs)
+            created = min(j.create_time for j in jobs)
+            starts = [j.start_time for j in jobs if j.start_time]
+            life = max(((j.end_time or now) - j.create_time).total_seconds() for j in jobs) + 1
+            ran = (
+                max(((j.end_time or now) - s).total_seconds() for j in jobs if (s := j.start_time)) + 1 if starts else 0
+            )
+            if fact.kind is Kind.PREEMPT and fact.index >= preempted:
+                problems.append(f"preemption #{fact.index + 1}, Vertex preempted it {preempted} times")
+            if fact.kind is Kind.RESTART and fact.index > preempted:
+                problems.append(f"restart #{fact.index}, Vertex restarted it {preempted} times")
+            if fact.kind is Kind.RUN and (fact.count > preempted or fact.seconds > ran):
+                problems.append(
+                    f"a run of {fact.seconds:.0f} s preempted {fact.count} times; Vertex: {ran:.0f} s, {preempted}"
+                )
+            if fact.kind in (Kind.PREEMPT, Kind.RESTART, Kind.RUN, Kind.WAIT) and not starts:
+                problems.append("Vertex never ran its job")
+            if fact.kind in (Kind.WAIT, Kind.CHANGEOVER, Kind.NO_CAPACITY) and fact.seconds > life:
+                problems.append(f"{fact.seconds:.0f} s, longer than its job's life ({life:.0f} s)")
+            if fact.summary is not None and (fact.summary.preemptions > preempted or fact.summary.exposure > life):
+                problems.append(
+                    f"a summary of {fact.summary.preemptions} preemptions and {fact.summary.exposure} s on Spot; "
+                    f"Vertex: {preempted}, life {life:.0f} s"
+                )
+            if fact.at is not None and fact.at < created - timedelta(seconds=1) and fact.kind is not Kind.WAITING:
+                problems.append(f"at {fact.at.isoformat()}, before its job's create {created.isoformat()}")
+        if fact.at is not None and fact.at > now + timedelta(seconds=1):
+            problems.append(f"at {fact.at.isoformat()}, in the future")
+        out += [violation("fleet_facts_bounded", f"{name}: {p}") for p in problems]
+    return out
+
+
+# What `spotjobs logs` and `spotjobs status` show.
+
+
+class WorldLogs:
+    """`trainer_logs.Source` over the world's job-events messages (what the log sink routed: the
+    lines Cloud Logging holds), each keyed by its message id."""
+
+    def __init__(self, world: World) -> None:
+        from spotjobs.trainer_logs import CloudLogging
+
+        self.entries = []
+        for message in world.pubsub.on(world.settings.job_events_topic):
+            entry = message.json()
+            if isinstance(entry, dict):
+                self.entries.append({**entry, "insertId": message.message_id})
+        self._line = CloudLogging._line  # noqa: SLF001 - the CLI's own reading of an entry
+
+    def read(self, attempts: Sequence[Attempt], since: str | None) -> list[Any]:
+        by_job = {a.job_id: a.n for a in attempts if a.job_id}
+        return [
+            self._line(entry, by_job)
+            for entry in self.entries
+            if ((entry.get("resource") or {}).get("labels") or {}).get("job_id") in by_job
+        ]
+
+
+def forged_messages(world: World) -> set[str]:
+    """Lines a job wrote under another job's id (`World.emit_log_line(..., forged=True)`)."""
+    events = {m.message_id for m in world.pubsub.on(world.settings.job_events_topic)}
+    return {message_id for message_id in world.hostile if message_id in events}
+
+
+def logs_and_status_own_lines(world: World) -> list[Violation]:
+    """Once quiet, `spotjobs logs ID` (`trainer_logs.request_lines`) shows no line another job wrote,
+    nor any unsigned kit line, as the request's own (an event, or a run it starts), and `spotjobs
+    status ID` (`format_request`) counts no more preemptions for an attempt than Vertex did to its job,
+    nor shows a job that is not the attempt's."""
+    from spotjobs.cli.status import format_request
+    from spotjobs.trainer_logs import request_lines
+
+    source = WorldLogs(world)
+    forged = forged_messages(world)
+    jobs = world.vertex.jobs
+    out = []
+    for record in records(world):
+        runs: dict[str, int | None] = {}
+        for line in request_lines(lambda record=record: record, source):
+            own_kit = line.kit is not None
+            if own_kit and (line.key in forged or not line.signed):
+                out.append(
+                    violation(
+                        "logs_own_lines",
+                        f"{record.request_id}: `spotjobs logs` shows {line.text[:80]!r} as its own "
+                        f"{line.kit.event if line.kit else ''} (forged: {line.key in forged})",
+                    )
+                )
+            if own_kit and line.key not in forged and line.kit and line.kit.run is not None:
+                runs[line.job_id] = line.kit.run
+            if not line.service and line.run != runs.get(line.job_id):
+                out.append(
+                    violation(
+                        "logs_own_lines",
+                        f"{record.request_id}: a line of job {line.job_id} shown as run {line.run}, "
+                        f"its own lines say {runs.get(line.job_id)}",
+                    )
+                )
+        format_request(record, world.settings, world.clock.now())
+        for attempt in record.attempts:
+            job = jobs.get(attempt.job or "")
+            if attempt.job and (job is None or (job.request_id, job.attempt) != (record.request_id, attempt.n)):
+                out.append(
+                    violation("status_own_facts", f"{record.request_id} attempt {attempt.n} shows job {attempt.job}")
+                )
+            elif job is not None and attempt.preemptions > job.restarts:
+                out.append(
+                    violation(
+                        "status_own_facts",
+                        f"{record.request_id} attempt {attempt.n} shows {attempt.preemptions} preemptions; "
+                        f"Vertex preempted its job {job.restarts} times",
+                    )
+                )
+    return out
+
+
+QUIESCENCE = [alert_catalogue, nothing_stuck_silently, deadlines_met, fleet_facts_bounded, logs_and_status_own_lines]
+RETENTION = [alert_catalogue_after_retention, fleet_facts_bounded]

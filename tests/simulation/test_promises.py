@@ -1,0 +1,367 @@
+"""The promises' invariants (sim/promises.py) have teeth: each reports a violation planted in a
+world (a ground-truth state, or a defect patched in), and a clean seed passes them."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from shared.alerts import Alert, AlertKind
+from shared.fleet.observations import FleetFact, Kind, MachineClass, attempt_key
+from shared.fleet.store import object_name
+from shared.ledger.records import Attempt, RequestRecord
+from shared.ledger.states import RequestStatus
+from shared.ledger.store import LedgerStore
+from sim import invariants, promises
+from sim.trainer import LAYOUTS, Save
+from sim.vertex import STOCKOUT_ERROR, USER_ERROR, SimJob
+from sim.workload import Arrival, forge_kit_line
+from sim.world import World
+from tests.simulation.test_invariants import job, trained
+
+
+@pytest.fixture
+def world() -> World:
+    return World(0)
+
+
+def restore(world: World, request_id: str, status: RequestStatus, *attempts: Attempt, **request: Any) -> None:
+    LedgerStore(world.storage.client().bucket(world.settings.state_bucket)).restore(
+        RequestRecord(
+            request_id,
+            {"request_id": request_id, "custom_job": {}, **request},
+            "gs://c/",
+            status=status,
+            attempts=list(attempts),
+            created_at=world.clock.now().isoformat().replace("+00:00", "Z"),
+        )
+    )
+
+
+def attempt_of(sim_job: SimJob, **fields: Any) -> Attempt:
+    return Attempt(
+        sim_job.attempt, "us-central1", "SPOT", claimed_at="2026-03-02T08:00:00Z", job=sim_job.name, **fields
+    )
+
+
+def publish_alert(world: World, kind: AlertKind, request_id: str | None, **details: Any) -> None:
+    alert = Alert.of(kind, "said", request_id=request_id, details=details).to_json()
+    world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert).encode(), {})
+
+
+def catalogue(world: World, kind: AlertKind) -> list[str]:
+    return [v.detail for v in promises.owed_alerts(world, [kind])]
+
+
+# The catalogue.
+
+
+def test_every_kind_of_the_catalogue_has_a_promise_or_says_why_not() -> None:
+    assert promises.unpromised_kinds() == []
+    assert not promises.CONDITIONS.keys() & promises.NOT_CHECKED.keys()
+
+
+def test_a_kind_added_without_its_promise_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(promises.NOT_CHECKED, AlertKind.LEDGER_CORRUPT)
+    assert promises.unpromised_kinds() == [AlertKind.LEDGER_CORRUPT]
+
+
+def test_a_refused_request_without_its_alert_is_caught(world: World) -> None:
+    world.workload.arrivals.append(Arrival(999, world.clock.now(), b"{}", {}, "invalid r9-invalid"))
+    assert catalogue(world, AlertKind.INVALID_REQUEST) == [
+        "no invalid_request alert for r9-invalid: arrival #999 has a refused image"
+    ]
+    publish_alert(world, AlertKind.INVALID_REQUEST, "r9-invalid")
+    assert catalogue(world, AlertKind.INVALID_REQUEST) == []
+
+
+def test_a_storm_at_its_threshold_without_its_alert_is_caught(world: World) -> None:
+    preempted = job(world, "r1", 1)
+    preempted.restarts = world.settings.preemption_storm_threshold - 1
+    assert catalogue(world, AlertKind.PREEMPTION_STORM) == []
+
+    preempted.restarts += 1  # "N times or more": at N, not above it
+
+    [found] = catalogue(world, AlertKind.PREEMPTION_STORM)
+    assert f"preempted {world.settings.preemption_storm_threshold} times" in found
+    publish_alert(world, AlertKind.PREEMPTION_STORM, "r1")
+    assert catalogue(world, AlertKind.PREEMPTION_STORM) == []
+
+
+def test_a_last_attempt_stocked_out_without_its_alert_is_caught(world: World) -> None:
+    first = job(world, "r1", 1, "JOB_STATE_FAILED")
+    first.error = STOCKOUT_ERROR
+    restore(world, "r1", RequestStatus.GAVE_UP, attempt_of(first), max_attempts=2)
+    assert catalogue(world, AlertKind.ATTEMPTS_EXHAUSTED) == []  # attempt 1 of 2: a re-queue, not the end
+
+    last = job(world, "r1", 2, "JOB_STATE_FAILED")
+    last.error = STOCKOUT_ERROR
+
+    assert catalogue(world, AlertKind.ATTEMPTS_EXHAUSTED) == [
+        "no attempts_exhausted alert for r1: attempt 2's job stocked out"
+    ]
+
+
+def test_a_failed_job_without_its_alert_is_caught(world: World) -> None:
+    failed = job(world, "r1", 1, "JOB_STATE_FAILED")
+    failed.error = USER_ERROR
+    assert len(catalogue(world, AlertKind.JOB_FAILED)) == 1
+    world.creates_before_cancel["r1"] = 1  # an operator's cancel excuses it
+    assert catalogue(world, AlertKind.JOB_FAILED) == []
+
+
+def test_a_job_waiting_past_the_bound_without_its_alert_is_caught(world: World) -> None:
+    waiting = job(world, "r1", 1, "JOB_STATE_PENDING")
+    world.clock.advance(world.settings.stuck_after_seconds)
+    assert catalogue(world, AlertKind.JOB_STUCK) == []  # within the passes that notice it
+
+    world.clock.advance(promises.LAG.total_seconds() + 1)
+
+    [found] = catalogue(world, AlertKind.JOB_STUCK)
+    assert f"attempt {waiting.attempt}'s job waited" in found
+    publish_alert(world, AlertKind.JOB_STUCK, "r1")
+    assert catalogue(world, AlertKind.JOB_STUCK) == []
+
+
+def test_a_deletion_never_reported_is_caught(world: World) -> None:
+    running = trained(world, "r1")
+    world.trainer.save(running, 100, torn=False)
+    assert catalogue(world, AlertKind.PRUNE_REPORT) == []
+    world.storage.client().bucket(world.settings.checkpoint_bucket).blob(
+        "requests/r1/checkpoints/step-000100/model.pt"
+    ).delete()
+
+    assert len(catalogue(world, AlertKind.PRUNE_REPORT)) == 1
+    publish_alert(world, AlertKind.PRUNE_REPORT, None, unreported_earlier=[{"request_id": "r1"}])  # a later run's
+    assert catalogue(world, AlertKind.PRUNE_REPORT) == []
+
+
+def test_a_deadline_passed_unfinished_without_its_alert_is_caught(world: World) -> None:
+    late = job(world, "r1", 1, "JOB_STATE_SUCCEEDED")
+    deadline = world.clock.now() + timedelta(hours=1)
+    late.end_time = deadline + timedelta(seconds=1)
+    restore(world, "r1", RequestStatus.SUCCEEDED, attempt_of(late), deadline=deadline.isoformat())
+
+    assert len(catalogue(world, AlertKind.DEADLINE_MISSED)) == 1
+    late.end_time = deadline
+    assert catalogue(world, AlertKind.DEADLINE_MISSED) == []
+
+
+def test_a_burst_past_the_quota_without_its_alert_is_caught(world: World) -> None:
+    line = int(2 * world.settings.quota_alert_after_seconds * world.settings.vertex_creates_per_minute / 60) + 2
+    for i in range(line):
+        world.pubsub.accept(world.settings.job_requests_topic, json.dumps({"request_id": f"b{i}"}).encode(), {})
+        restore(world, f"b{i}", RequestStatus.CLAIMED)
+    world.workload.gpu_quota_full = False
+    world.clock.advance(1)
+    assert len(catalogue(world, AlertKind.QUOTA_LIMITED)) == 1
+    for i in range(2):  # two created at once: the line was never longer than the quota's share
+        job(world, f"b{i}", 1).create_time -= timedelta(seconds=1)
+    assert catalogue(world, AlertKind.QUOTA_LIMITED) == []
+
+    world.vertex.jobs.clear()
+    publish_alert(world, AlertKind.QUOTA_LIMITED, None)
+    assert catalogue(world, AlertKind.QUOTA_LIMITED) == []
+
+
+def test_one_id_published_with_two_bodies_without_its_alert_is_caught(world: World) -> None:
+    import random
+
+    from sim.workload import custom_job
+
+    bodies = [{"request_id": "r1", "custom_job": custom_job(random.Random(k), gpu=False)} for k in (1, 2)]
+    world.workload.arrivals = [
+        Arrival(k, world.clock.now(), json.dumps(b).encode(), {}, "envelope r1") for k, b in enumerate(bodies)
+    ]
+    assert len(catalogue(world, AlertKind.REQUEST_ID_CONFLICT)) == 1
+    world.workload.arrivals[1].data = world.workload.arrivals[0].data  # a publisher's retry: no conflict
+    assert catalogue(world, AlertKind.REQUEST_ID_CONFLICT) == []
+
+
+# Nothing stuck without a word.
+
+
+def test_a_request_unmoved_past_the_bound_without_a_word_is_caught(world: World) -> None:
+    waiting = job(world, "r1", 1, "JOB_STATE_PENDING")
+    restore(world, "r1", RequestStatus.SUBMITTED, attempt_of(waiting))
+    restore(world, "r2", RequestStatus.CLAIMED, Attempt(1, "us-central1", "SPOT", claimed_at="2026-03-02T08:00:00Z"))
+    world.clock.advance(promises.stuck_bound(world).total_seconds() - 1)
+    assert promises.nothing_stuck_silently(world) == []
+
+    world.clock.advance(2)
+
+    assert sorted(v.detail.split()[1] for v in promises.nothing_stuck_silently(world)) == ["r1", "r2"]
+    publish_alert(world, AlertKind.JOB_STUCK, "r1")
+    publish_alert(world, AlertKind.CLAIM_STALLED, "r2")
+    assert promises.nothing_stuck_silently(world) == []
+
+
+def test_the_stuck_bound_is_past_the_documented_ones(world: World) -> None:
+    from sim.world import LIVENESS_BOUND
+
+    bound = promises.stuck_bound(world)
+    assert bound.total_seconds() > world.settings.stuck_after_seconds
+    assert bound < LIVENESS_BOUND  # liveness and this agree: both are judged inside the quiet phase
+
+
+# Deadlines.
+
+
+def deadline_request(world: World, *, changeover: float, ran: float, hours: float = 2.0) -> SimJob:
+    on_demand = job(world, "r1", 1, "JOB_STATE_SUCCEEDED", strategy="STANDARD")
+    on_demand.start_time = on_demand.create_time + timedelta(seconds=changeover)
+    on_demand.end_time = on_demand.start_time + timedelta(seconds=ran)
+    deadline = world.clock.now() + timedelta(hours=hours)
+    restore(
+        world,
+        "r1",
+        RequestStatus.SUCCEEDED,
+        attempt_of(on_demand),
+        deadline=deadline.isoformat(),
+        total_steps=100,
+        expected_step_seconds=6.0,
+    )
+    world.clock.advance(hours * 3600 + promises.LAG.total_seconds() + 1)
+    return on_demand
+
+
+def test_a_deadline_missed_though_the_rule_s_assumptions_held_is_caught(world: World) -> None:
+    on_demand = deadline_request(world, changeover=600, ran=600)
+    assert promises.deadlines_met(world) == []
+
+    on_demand.end_time = on_demand.create_time + timedelta(hours=3)  # a late switch: done past the deadline
+    on_demand.start_time = on_demand.end_time - timedelta(seconds=600)
+    on_demand.create_time = on_demand.start_time - timedelta(seconds=600)
+
+    [found] = promises.deadlines_met(world)
+    assert "r1 (work 600 s" in found.detail
+
+
+def test_a_deadline_missed_after_a_changeover_past_the_bound_is_excused(world: World) -> None:
+    deadline_request(world, changeover=world.settings.changeover_prior_seconds + 1, ran=600, hours=0.5)
+    assert promises.deadlines_met(world) == []
+
+
+def test_a_deadline_infeasible_from_the_start_is_excused(world: World) -> None:
+    deadline_request(world, changeover=10, ran=600, hours=0.1)  # 600 s of work + d > 360 s
+    assert promises.deadlines_met(world) == []
+
+
+# The fleet.
+
+
+def write_fact(world: World, fact: FleetFact) -> str:
+    name = object_name(MachineClass("n1-standard-4"), fact)
+    world.storage.client().bucket(world.settings.state_bucket).blob(name).upload_from_string(b"")
+    return name
+
+
+def test_a_fleet_fact_beyond_what_vertex_did_is_caught(world: World) -> None:
+    running = job(world, "r1", 1)
+    running.start_time = running.create_time
+    running.restarts = 1
+    key = attempt_key("r1", 1)
+    write_fact(world, FleetFact(Kind.PREEMPT, "us-central1", world.clock.now(), attempt_key=key, index=0))
+    assert promises.fleet_facts_bounded(world) == []
+
+    name = write_fact(world, FleetFact(Kind.PREEMPT, "us-central1", world.clock.now(), attempt_key=key, index=5))
+    write_fact(world, FleetFact(Kind.PREEMPT, "us-central1", world.clock.now(), attempt_key=attempt_key("r9", 1)))
+
+    details = [v.detail for v in promises.fleet_facts_bounded(world)]
+    assert f"{name}: preemption #6, Vertex preempted it 1 times" in details
+    assert any("no job of its attempt was ever created" in d for d in details)
+
+
+# Logs and status.
+
+
+def test_a_forged_line_shown_as_the_request_s_own_is_caught(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    import spotjobs.trainer_logs
+
+    victim = job(world, "r1", 1)
+    restore(world, "r1", RequestStatus.RUNNING, attempt_of(victim, kit_key="k"))
+    world.emit_log_line(victim, "Job is running.", "INFO")
+    forge_kit_line(world)
+    assert promises.logs_and_status_own_lines(world) == []
+
+    # Defect 10: every kit line under the request's job id taken as its own.
+    monkeypatch.setattr(
+        spotjobs.trainer_logs, "verified", lambda line, record: line.__class__(**{**line.__dict__, "signed": True})
+    )
+
+    details = [v.detail for v in promises.logs_and_status_own_lines(world)]
+    assert any("shows" in d and "as its own preempted (forged: True)" in d for d in details)
+
+
+def test_status_counting_preemptions_vertex_never_made_is_caught(world: World) -> None:
+    victim = job(world, "r1", 1)
+    victim.restarts = 1
+    restore(world, "r1", RequestStatus.RUNNING, attempt_of(victim, preemptions=1))
+    assert promises.logs_and_status_own_lines(world) == []
+    other = job(world, "r2", 1)
+    restore(world, "r2", RequestStatus.RUNNING, attempt_of(other, preemptions=999))  # defect 9's count
+
+    [found] = promises.logs_and_status_own_lines(world)
+    assert "r2 attempt 1 shows 999 preemptions; Vertex preempted its job 0 times" in found.detail
+
+
+# The newest complete checkpoint, by the trainer's ground truth, in every layout.
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_the_newest_complete_checkpoint_cut_is_caught_in_every_layout(world: World, layout: str) -> None:
+    running = trained(world, "r1")
+    world.trainer.layouts["r1"] = layout
+    world.trainer.save(running, 100, torn=False)
+    world.trainer.save(running, 200, torn=False)
+    folder = world.trainer.job_folder(running)
+    newest = world.trainer.saves[folder][
+        max(world.trainer.saves[folder], key=lambda n: world.trainer.saves[folder][n].step)
+    ]
+    assert invariants.newest_complete_kept(world) == []
+
+    world.storage.client().bucket(world.settings.checkpoint_bucket).blob(folder + sorted(newest.objects)[-1]).delete()
+
+    [found] = invariants.newest_complete_kept(world)
+    assert f"{newest.name} (step 200)" in found.detail
+
+
+def test_a_checkpoint_of_two_files_of_one_stem_is_judged_by_both(world: World) -> None:
+    """The trainer writes one file per torch stem; a save of two (model and optimizer, defect 7)
+    is whole only while both are there."""
+    running = trained(world, "r1")
+    folder = world.trainer.job_folder(running)
+    bucket = world.storage.client().bucket(world.settings.checkpoint_bucket)
+    for step in (300, 400):
+        stem = f"ckpt-{step:06d}"
+        files = {f"{stem}.pt": b"model", f"{stem}.optim.pt": b"optimizer"}
+        for name, data in files.items():
+            bucket.blob(folder + name).upload_from_string(data)
+        world.trainer.saves.setdefault(folder, {})[stem] = Save(
+            stem, step, {n: len(d) for n, d in files.items()}, True, "r1", world.clock.now()
+        )
+    assert invariants.newest_complete_kept(world) == []
+
+    bucket.blob(folder + "ckpt-000400.optim.pt").delete()
+
+    [found] = invariants.newest_complete_kept(world)
+    assert "ckpt-000400 (step 400)" in found.detail
+
+
+# A clean seed.
+
+
+def test_a_clean_seed_keeps_every_promise_and_the_promises_are_not_vacuous() -> None:
+    from sim import virtual
+
+    world = World(2)
+    assert world.run() == []
+    virtual.install(world)
+    try:
+        held = {kind: len(condition(world)) for kind, condition in promises.CONDITIONS.items()}
+    finally:
+        virtual.uninstall()
+    assert sum(held.values()) > 0, held
