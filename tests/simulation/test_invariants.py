@@ -114,15 +114,18 @@ def test_an_alert_repeated_per_redelivery_is_caught(world: World) -> None:
 
 
 def test_a_publish_a_fault_cut_short_is_counted_for_the_alert_bound(world: World) -> None:
+    from sim.world import Task
+
     alert = Alert.of(AlertKind.PREEMPTION_STORM, "storm", request_id="r1", attempt=1).to_json()
-    world._in_handler = "on_job_event"  # noqa: SLF001 - as a delivery in flight
+    task = Task("on_job_event", lambda: None, faulty=True)
+    world._current = task  # noqa: SLF001 - as a delivery in flight
     world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert).encode(), {})
-    world._count_unconfirmed_alerts()  # noqa: SLF001 - no fault after the publish
+    world._count_unconfirmed_alerts(task)  # noqa: SLF001 - no fault after the publish
     assert world.unconfirmed_alerts[invariants.alert_key(alert)] == 0
 
     world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert).encode(), {})
-    world._fault_count += 1  # noqa: SLF001 - a crash before the confirming write
-    world._count_unconfirmed_alerts()  # noqa: SLF001
+    task.faults += 1  # a crash before the confirming write
+    world._count_unconfirmed_alerts(task)  # noqa: SLF001
 
     assert world.unconfirmed_alerts[invariants.alert_key(alert)] == 1
 
