@@ -11,53 +11,20 @@ from datetime import timedelta
 import pytest
 
 from shared.alerts import Alert, AlertKind
-from shared.ledger.records import Attempt, RequestRecord
+from shared.ledger.records import RequestRecord
 from shared.ledger.states import RequestStatus
 from shared.ledger.store import LedgerStore
 from sim import invariants
 from sim.trainer import LAYOUTS
-from sim.vertex import Create, SimJob
-from sim.workload import IMAGE, custom_job, resubmit
+from sim.vertex import Create
+from sim.workload import custom_job, resubmit
 from sim.world import World
+from tests.support.sim_world import attempt, job, record, trained
 
 
 @pytest.fixture
 def world() -> World:
     return World(0)
-
-
-def job(
-    world: World, request_id: str, attempt: int, state: str = "JOB_STATE_RUNNING", strategy: str = "SPOT"
-) -> SimJob:
-    now = world.clock.now()
-    name = f"projects/{world.settings.project}/locations/us-central1/customJobs/{len(world.vertex.jobs) + 1}"
-    request = {
-        "labels": {"spotjobs-request-id": request_id, "spotjobs-attempt": str(attempt), "spotjobs-deployment": "sim"},
-        "jobSpec": {
-            "scheduling": {"strategy": strategy},
-            "serviceAccount": world.settings.training_service_account,
-            "workerPoolSpecs": [
-                {
-                    "machineSpec": {"machineType": "n1-standard-4"},
-                    "containerSpec": {"imageUri": IMAGE},
-                }
-            ],
-        },
-    }
-    sim_job = SimJob(name, "us-central1", request, dict(request["labels"]), state, now, now)
-    world.vertex.jobs[name] = sim_job
-    return sim_job
-
-
-def record(world: World, request_id: str, status: RequestStatus, *attempts: Attempt, **fields: object) -> None:
-    ledger = LedgerStore(world.storage.client().bucket(world.settings.state_bucket))
-    ledger.restore(
-        RequestRecord(request_id, {"custom_job": {}}, "gs://c/", status=status, attempts=list(attempts), **fields)
-    )
-
-
-def attempt(n: int, job_name: str | None = None) -> Attempt:
-    return Attempt(n, "us-central1", "SPOT", claimed_at="2026-03-02T08:00:00Z", job=job_name)
 
 
 def test_two_live_jobs_for_one_request_are_caught(world: World) -> None:
@@ -182,16 +149,6 @@ def test_the_retention_horizon_is_past_every_retention_setting(world: World) -> 
     horizon = invariants.retention_horizon_seconds(world.settings)
     assert horizon > world.settings.ledger_retention_seconds
     assert horizon > world.settings.finished_retention_seconds + timedelta(days=1).total_seconds()
-
-
-def trained(world: World, request_id: str, *, folder_of: str | None = None) -> SimJob:
-    """A running job of `request_id` whose trainer writes the kit's plain layout into the folder of
-    `folder_of` (its own by default)."""
-    running = job(world, request_id, 1)
-    prefix = f"gs://{world.settings.checkpoint_bucket}/requests/{folder_of or request_id}/"
-    running.request["jobSpec"]["baseOutputDirectory"] = {"outputUriPrefix": prefix}
-    world.trainer.layouts[request_id] = "plain"
-    return running
 
 
 def test_a_resume_from_a_torn_checkpoint_is_caught(world: World) -> None:

@@ -20,7 +20,7 @@ from sim.trainer import LAYOUTS, Save
 from sim.vertex import STOCKOUT_ERROR, USER_ERROR, SimJob
 from sim.workload import Arrival, forge_kit_line
 from sim.world import World
-from tests.simulation.test_invariants import job, trained
+from tests.support.sim_world import job, trained
 
 
 @pytest.fixture

@@ -1,0 +1,55 @@
+"""Planting state in a simulated world (sim/world.py) for the simulator's invariant tests: jobs
+Vertex runs, ledger records, a trainer that saves."""
+
+from __future__ import annotations
+
+from shared.ledger.records import Attempt, RequestRecord
+from shared.ledger.states import RequestStatus
+from shared.ledger.store import LedgerStore
+from sim.vertex import SimJob
+from sim.workload import IMAGE
+from sim.world import World
+
+
+def job(
+    world: World, request_id: str, attempt: int, state: str = "JOB_STATE_RUNNING", strategy: str = "SPOT"
+) -> SimJob:
+    now = world.clock.now()
+    name = f"projects/{world.settings.project}/locations/us-central1/customJobs/{len(world.vertex.jobs) + 1}"
+    request = {
+        "labels": {"spotjobs-request-id": request_id, "spotjobs-attempt": str(attempt), "spotjobs-deployment": "sim"},
+        "jobSpec": {
+            "scheduling": {"strategy": strategy},
+            "serviceAccount": world.settings.training_service_account,
+            "workerPoolSpecs": [
+                {
+                    "machineSpec": {"machineType": "n1-standard-4"},
+                    "containerSpec": {"imageUri": IMAGE},
+                }
+            ],
+        },
+    }
+    sim_job = SimJob(name, "us-central1", request, dict(request["labels"]), state, now, now)
+    world.vertex.jobs[name] = sim_job
+    return sim_job
+
+
+def record(world: World, request_id: str, status: RequestStatus, *attempts: Attempt, **fields: object) -> None:
+    ledger = LedgerStore(world.storage.client().bucket(world.settings.state_bucket))
+    ledger.restore(
+        RequestRecord(request_id, {"custom_job": {}}, "gs://c/", status=status, attempts=list(attempts), **fields)
+    )
+
+
+def attempt(n: int, job_name: str | None = None) -> Attempt:
+    return Attempt(n, "us-central1", "SPOT", claimed_at="2026-03-02T08:00:00Z", job=job_name)
+
+
+def trained(world: World, request_id: str, *, folder_of: str | None = None) -> SimJob:
+    """A running job of `request_id` whose trainer writes the kit's plain layout into the folder of
+    `folder_of` (its own by default)."""
+    running = job(world, request_id, 1)
+    prefix = f"gs://{world.settings.checkpoint_bucket}/requests/{folder_of or request_id}/"
+    running.request["jobSpec"]["baseOutputDirectory"] = {"outputUriPrefix": prefix}
+    world.trainer.layouts[request_id] = "plain"
+    return running
