@@ -7,6 +7,7 @@ starts threads, made virtual, in one place (`install`), for the simulated world:
 | `time.time`, `time.monotonic`, `time.sleep`          | pacing, ledger.store, swap, log, triggers.runner, reconcile_vertex, pruning.execute | virtual; a sleep advances the clock |
 | `Pacer(clock=time.time, sleep=time.sleep)`, `CrudBudget(clock=time.monotonic)` | default arguments, bound at import | replaced defaults |
 | `random.uniform` (compare-and-swap backoff)          | `shared.swap`                           | the world's seeded `random.Random` |
+| `uuid.uuid4` (a prune run's journal, a lock holder)  | pruning.journal, ledger.run_lock        | from the seed |
 | `ThreadPoolExecutor`                                 | reconcile, ledger.retention, found_jobs, pruning.execute | runs each task at once, in order |
 | `get_settings()`, `ports_for(name)`                  | the shells, `shared.settings`, `shared.wiring` | the world's settings and Ports |
 | per-process caches                                   | found_jobs, triggers.runner, triggers.windows | emptied for each world |
@@ -17,6 +18,8 @@ starts threads, made virtual, in one place (`install`), for the simulated world:
 from __future__ import annotations
 
 import importlib
+import random
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta
@@ -64,6 +67,17 @@ class VirtualTime:
 
     def sleep(self, seconds: float) -> None:
         self._clock.sleep(seconds)
+
+
+class SeededUuid:
+    """A stand-in for the `uuid` module as the functions use it: `uuid4` from the world's seed, so
+    names made of one (a prune run's journal folder, a lock holder's id) sort the same on replay."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self._rng = rng
+
+    def uuid4(self) -> uuid.UUID:
+        return uuid.UUID(int=self._rng.getrandbits(128), version=4)
 
 
 def virtual_datetime(clock: VirtualClock) -> type[datetime]:
@@ -128,6 +142,7 @@ TIME_USERS = (
     "shared.reconcile_vertex",
     "shared.pruning.execute",
 )
+UUID_USERS = ("shared.pruning.journal", "shared.ledger.run_lock")
 THREAD_USERS = ("shared.reconcile", "shared.ledger.retention", "shared.found_jobs", "shared.pruning.execute")
 SETTINGS_USERS = ("shared.settings", "functions.events", "functions.prune", "functions.reconcile", "functions.triggers")
 PORTS_USERS = ("shared.wiring", "functions.events", "functions.reconcile")
@@ -150,6 +165,9 @@ def install(world: Any) -> None:
     for name in TIME_USERS:
         _set(name, "time", virtual_time)
     _set("shared.swap", "random", world.rng)
+    seeded_uuid = SeededUuid(random.Random(f"{world.seed}:uuid"))
+    for name in UUID_USERS:
+        _set(name, "uuid", seeded_uuid)
     for name in THREAD_USERS:
         _set(name, "ThreadPoolExecutor", SyncExecutor)
     for name in SETTINGS_USERS:
