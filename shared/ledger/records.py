@@ -274,35 +274,51 @@ def _shape_checks(cls: type) -> dict[str, Callable[[Any], bool]]:
 
 def _accepts(hint: Any) -> Callable[[Any], bool]:
     """Whether a JSON value has type `hint`. A record part (a dataclass) needs an object here;
-    its own fields are checked when it is built."""
+    its own fields are checked when it is built. Every read of a record runs these, so the common
+    shapes (`X | None`, containers of anything) take the shortest path."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is Any:
-        return lambda _value: True
+        return _anything
     if hint is type(None):
-        return lambda value: value is None
+        return _is_none
     if origin in (types.UnionType, typing.Union):
-        options = tuple(_accepts(arg) for arg in args)
-        return lambda value: any(accepts(value) for accepts in options)
+        options = tuple(_accepts(arg) for arg in args if arg is not type(None))
+        if type(None) in args and len(options) == 1:
+            (only,) = options
+            return lambda value: value is None or only(value)
+        return lambda value: any(accepts(value) for accepts in options) or (value is None and type(None) in args)
     if origin is list:
         member = _accepts(args[0])
-        return lambda value: isinstance(value, list) and all(member(m) for m in value)
+        if member is _anything:
+            return lambda value: isinstance(value, list)
+        return lambda value: isinstance(value, list) and all(map(member, value))
     if origin is dict:
         member = _accepts(args[1])  # JSON keys are strings
-        return lambda value: isinstance(value, dict) and all(member(m) for m in value.values())
+        if member is _anything:
+            return lambda value: isinstance(value, dict)
+        return lambda value: isinstance(value, dict) and all(map(member, value.values()))
     if isinstance(hint, type) and issubclass(hint, Enum):
         names = frozenset(member.value for member in hint)
         return lambda value: isinstance(value, str) and value in names
     if hint is bool:
-        return lambda value: isinstance(value, bool)
+        return lambda value: value is True or value is False
     if hint is int:
-        return lambda value: isinstance(value, int) and not isinstance(value, bool)
+        return lambda value: type(value) is int
     if hint is float:
-        return lambda value: isinstance(value, int | float) and not isinstance(value, bool)
+        return lambda value: type(value) is float or type(value) is int
     if hint is str:
-        return lambda value: isinstance(value, str)
+        return lambda value: type(value) is str
     if is_dataclass(hint):
         return lambda value: isinstance(value, dict)
     raise TypeError(f"no shape check for a field of type {hint!r}")  # a new kind of field: add one
+
+
+def _anything(_value: Any) -> bool:
+    return True
+
+
+def _is_none(value: Any) -> bool:
+    return value is None
 
 
 @functools.cache
