@@ -52,6 +52,9 @@ RATES = {
 FORBIDDEN_CALLS = ("get", "list", "cancel", "create")
 # How a document may be written in a shape the code does not expect.
 SHAPES = ("not_json", "truncated", "list", "field_null", "field_other_type", "future_version", "past_layout")
+# Shapes another version of spotjobs writes (through its store, metadata and all); a person
+# writes the others by hand (`gcloud storage cp`: no metadata).
+BY_ANOTHER_VERSION = ("future_version", "past_layout")
 DOCUMENTS = ("ledger", "trigger", "fleet")
 # A person's hand-written fleet facts name an attempt no job ever had.
 HAND_WRITTEN_ATTEMPT = "by-hand"
@@ -252,7 +255,10 @@ def write_document(world: World, *, document: str, shape: str) -> None:
         world.note(f"out of band: no {document} document to write")
         return
     data = reshape(objects[name].data, shape, world.fault_rng)
-    bucket.blob(name).upload_from_string(data)
+    blob = bucket.blob(name)
+    if shape in BY_ANOTHER_VERSION:  # written through that version's store, with its metadata
+        blob.metadata = dict(objects[name].metadata or {})
+    blob.upload_from_string(data)
     world.tampering.written[name] = shape
     if document == "ledger":
         request_id = name[len(prefix) : -len(suffix)]

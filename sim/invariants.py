@@ -566,6 +566,14 @@ def bounded_state(world: World) -> list[Violation]:
     """After retention, nothing of a finished request is left in the state bucket (what belongs
     to a request still running, e.g. a job that never leaves PENDING, may stay)."""
     unfinished = set(unsettled_requests(world))
+    # A record a person left unreadable stays, with what names it, until an operator repairs it
+    # (CorruptRecord: nothing is decided on it); ledger_corrupt says so.
+    state = world.storage.objects(world.settings.state_bucket)
+    unfinished |= {
+        name[len("requests/") : -len(".json")]
+        for name in world.tampering.written
+        if name.startswith("requests/") and name in state and read_record(state[name].data) is None
+    }
     leftovers = collections.defaultdict(list)
     now = world.clock.now()
     for name, obj in sorted(world.storage.objects(world.settings.state_bucket).items()):
@@ -679,6 +687,8 @@ def cancelled_requests_end_cancelled(world: World) -> list[Violation]:
         if record.cancel is None:
             continue
         live = world.vertex.live_jobs(record.request_id)
+        if excused(world, record.request_id, record.latest.location if record.latest else None):
+            continue  # e.g. its claim cannot be looked up for good: lookup_failed says so
         done = record.status is RequestStatus.SUCCEEDED and record.latest is not None and not live
         if (record.status is not RequestStatus.CANCELLED or live) and not done:
             out.append(
