@@ -15,7 +15,11 @@ from sim.world import World
 
 CI_SEEDS = range(0, 150)
 
-OPEN_DEFECTS: dict[int, str] = {}
+OPEN_DEFECTS: dict[int, str] = {
+    37: "a trigger's state written by another version in a past layout (lists as maps) is read without a "
+    "shape check (shared/triggers/store.py `_read_blob` checks only that it is an object): the trigger's "
+    "window retention stops for good, with no alert (bounded_state: triggers/daily-data/windows/... left)",
+}
 
 
 @pytest.mark.parametrize(
