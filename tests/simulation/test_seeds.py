@@ -19,6 +19,11 @@ OPEN_DEFECTS: dict[int, str] = {
     37: "a trigger's state written by another version in a past layout (lists as maps) is read without a "
     "shape check (shared/triggers/store.py `_read_blob` checks only that it is an object): the trigger's "
     "window retention stops for good, with no alert (bounded_state: triggers/daily-data/windows/... left)",
+    58: "a person deleted the ledger record of a request whose job waits PENDING: the job, labelled for a "
+    "request the ledger no longer has, stays live for good with no stray cancel and no alert "
+    "(no_unknown_live_job); cause in reconcile's stray sweep not located yet",
+    130: "a person deleted a request's ledger record: its `jobs/` index entry is never removed (the retention "
+    "sweep walks records, so an entry whose record is gone is orphaned for good; bounded_state)",
 }
 
 
