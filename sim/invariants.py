@@ -47,12 +47,38 @@ def violation(invariant: str, detail: str) -> Violation:
 
 
 def records(world: World) -> Iterator[RequestRecord]:
-    from shared.ledger.records import RequestRecord
-
+    """Every ledger record that reads; one that does not is `records_readable`'s to judge."""
     objects = world.storage.objects(world.settings.state_bucket)
     for name, obj in sorted(objects.items()):
         if name.startswith("requests/") and name.endswith(".json"):
-            yield RequestRecord.from_json(json.loads(obj.data))
+            record = read_record(obj.data)
+            if record is not None:
+                yield record
+
+
+def read_record(data: bytes) -> RequestRecord | None:
+    """The record a ledger document holds, or None when the code cannot read it (as
+    `LedgerStore.read`, which raises `CorruptRecord` for it)."""
+    from shared.ledger.records import RequestRecord
+
+    try:
+        return RequestRecord.from_json(json.loads(data))
+    except (ValueError, TypeError, KeyError, RecursionError):
+        return None
+
+
+def records_readable(world: World) -> list[Violation]:
+    """Every ledger record the code cannot read was written so by a person (`sim.faults`,
+    `document_written`): the code itself never writes one."""
+    written = world.tampering.written
+    return [
+        violation("records_readable", f"{name} cannot be read, and nobody wrote it by hand: {obj.data[:80]!r}")
+        for name, obj in sorted(world.storage.objects(world.settings.state_bucket).items())
+        if name.startswith("requests/")
+        and name.endswith(".json")
+        and name not in written
+        and read_record(obj.data) is None
+    ]
 
 
 def alerts(world: World) -> list[dict[str, Any]]:
@@ -61,6 +87,23 @@ def alerts(world: World) -> list[dict[str, Any]]:
 
 def unsettled_requests(world: World) -> list[str]:
     return [r.request_id for r in records(world) if not r.is_terminal or r.has_pending_effects]
+
+
+def excused(world: World, request_id: str, location: str | None = None) -> str | None:
+    """Why a permanent fault (`sim.faults`) frees a request from the liveness promises, or None:
+    a person changed or deleted its record or its job, Vertex refused one of its calls for good,
+    or a permission is missing for good in its location. Such a request must still be alerted:
+    `nothing_stuck_silently` and the alert catalogue say how."""
+    why = world.tampering.requests.get(request_id)
+    if why is not None:
+        return why
+    refused = next((r for r in world.vertex.refused if r.request_id == request_id), None)
+    if refused is not None:
+        return f"Vertex refused its {refused.operation} for good ({refused.code})"
+    for refusal in world.vertex.refusals:
+        if refusal.until is None and refusal.location == location and refusal.since <= world.clock.now():
+            return f"the {refusal.operation} permission is missing for good in {location}"
+    return None
 
 
 def waits_for_gpus_forever(world: World, record: RequestRecord) -> bool:
@@ -246,7 +289,7 @@ def resumes_from_newest_complete(world: World) -> list[Violation]:
                 )
             )
         finished = resume.newest_finished
-        if finished is not None and finished is not expected:
+        if finished is not None and not resume.newest_finished_whole:
             out.append(
                 violation(
                     "newest_complete_kept",
@@ -316,7 +359,8 @@ def others_state(world: World, own: frozenset[str]) -> dict[str, Any]:
     own = own | {rid for name in state_objects if "/waiting/" in name and (rid := _request_of(name, b""))}
     for name, obj in state_objects.items():
         if name.startswith("requests/") and name.endswith(".json") and name[9:-5] not in own:
-            state[name] = _decisions_of(json.loads(obj.data))
+            record = _json_or_none(obj.data)
+            state[name] = _decisions_of(record) if isinstance(record, dict) else {"unreadable": obj.data}
     for job in world.vertex.jobs.values():
         if job.request_id not in own:
             state[job.name] = (job.request_id, job.state)
@@ -324,6 +368,13 @@ def others_state(world: World, own: frozenset[str]) -> dict[str, Any]:
         if name.startswith(checkpoint_root) and name[len(checkpoint_root) :].split("/", 1)[0] not in own:
             state[name] = obj.generation
     return state
+
+
+def _json_or_none(data: bytes) -> Any:
+    try:
+        return json.loads(data)
+    except ValueError:
+        return None
 
 
 def _decisions_of(record: dict[str, Any]) -> dict[str, Any]:
@@ -334,7 +385,19 @@ def _decisions_of(record: dict[str, Any]) -> dict[str, Any]:
     kept = {k: v for k, v in record.items() if k != "updated_at"}
     kept["markers"] = [m for m in record.get("markers") or [] if not m.startswith(conflict + ":")]
     kept["pending_alerts"] = [a for a in record.get("pending_alerts") or [] if a.get("kind") != conflict]
+    kept.pop("effects_taken_at", None)
     return kept
+
+
+def _only_published(old: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
+    """The record changed only by publishing alerts decided before (any delivery that finds a
+    request's effects pending publishes them: the system's own work, not the message's)."""
+    if old is None or new is None:
+        return False
+    remaining = new.get("pending_alerts") or []
+    return all(a in (old.get("pending_alerts") or []) for a in remaining) and {
+        k: v for k, v in old.items() if k != "pending_alerts"
+    } == {k: v for k, v in new.items() if k != "pending_alerts"}
 
 
 def records_created(before: dict[str, Any], after: dict[str, Any]) -> frozenset[str]:
@@ -356,6 +419,8 @@ def hostile_step_contained(world: World, before: dict[str, Any], after: dict[str
             continue
         if name.startswith("requests/"):
             rid = name[9:-5]
+            if _only_published(old, new):
+                continue
             if old is None and rid not in existed and not rid.startswith(RESERVED_ID_PREFIXES):
                 continue
             fields = sorted(
@@ -406,6 +471,8 @@ def liveness(world: World) -> list[Violation]:
         if waits_for_gpus_forever(world, record):
             continue
         latest = record.latest
+        if not record.is_terminal and excused(world, record.request_id, latest.location if latest else None):
+            continue
         if not record.is_terminal:
             if latest is None or latest.job not in live_jobs:
                 where = (
@@ -424,7 +491,7 @@ def liveness(world: World) -> list[Violation]:
             continue
         body = json.loads(arrival.data)
         rid = body.get("request_id") or arrival.attributes.get("request_id")
-        if rid and rid not in known and rid not in refused:
+        if rid and rid not in known and rid not in refused and not excused(world, rid):
             out.append(
                 violation(
                     "liveness",
@@ -435,6 +502,8 @@ def liveness(world: World) -> list[Violation]:
         if name.startswith("pacing/") and "/waiting/" in name:
             rid = name.rsplit("/", 1)[-1].split("~")[1]
             record = next((r for r in records(world) if r.request_id == rid), None)
+            if record is not None and excused(world, rid, name.split("/")[1]):
+                continue
             if record is None or not waits_for_gpus_forever(world, record):
                 out.append(violation("liveness", f"{name} is still in line after the bound ({_standing(record)})"))
     return out
@@ -497,6 +566,14 @@ def bounded_state(world: World) -> list[Violation]:
     """After retention, nothing of a finished request is left in the state bucket (what belongs
     to a request still running, e.g. a job that never leaves PENDING, may stay)."""
     unfinished = set(unsettled_requests(world))
+    # A record a person left unreadable stays, with what names it, until an operator repairs it
+    # (CorruptRecord: nothing is decided on it); ledger_corrupt says so.
+    state = world.storage.objects(world.settings.state_bucket)
+    unfinished |= {
+        name[len("requests/") : -len(".json")]
+        for name in world.tampering.written
+        if name.startswith("requests/") and name in state and read_record(state[name].data) is None
+    }
     leftovers = collections.defaultdict(list)
     now = world.clock.now()
     for name, obj in sorted(world.storage.objects(world.settings.state_bucket).items()):
@@ -552,6 +629,7 @@ STEP: list[Callable[[World], list[Violation]]] = [
     newest_complete_kept,
 ]
 QUIESCENCE: list[Callable[[World], list[Violation]]] = [
+    records_readable,
     one_live_job_per_request,
     no_unknown_live_job,
     liveness,
@@ -609,6 +687,8 @@ def cancelled_requests_end_cancelled(world: World) -> list[Violation]:
         if record.cancel is None:
             continue
         live = world.vertex.live_jobs(record.request_id)
+        if excused(world, record.request_id, record.latest.location if record.latest else None):
+            continue  # e.g. its claim cannot be looked up for good: lookup_failed says so
         done = record.status is RequestStatus.SUCCEEDED and record.latest is not None and not live
         if (record.status is not RequestStatus.CANCELLED or live) and not done:
             out.append(

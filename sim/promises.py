@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from shared.alerts import AlertKind
+from sim.faults import HAND_WRITTEN_ATTEMPT
 from sim.vertex import STOCKOUT_ERROR, USER_ERROR
 
 if TYPE_CHECKING:
@@ -66,6 +67,12 @@ def violation(invariant: str, detail: str) -> Violation:
     from sim.invariants import violation as make
 
     return make(invariant, detail)
+
+
+def excused(world: World, request_id: str, location: str | None = None) -> str | None:
+    from sim.invariants import excused as why
+
+    return why(world, request_id, location)
 
 
 # Ground truth, read from the stand-ins.
@@ -188,7 +195,11 @@ def checkpoints_pruned(world: World) -> list[Expected]:
     for folder, saves in sorted(world.trainer.saves.items()):
         request_id = folder.rstrip("/").split("/")[-2]
         for save in saves.values():
-            missing = [name for name in save.objects if folder + name not in table]
+            missing = [
+                name
+                for name in save.objects
+                if folder + name not in table and folder + name not in world.tampering.deleted_objects
+            ]
             if missing and request_id not in gone:
                 gone[request_id] = f"{folder}{missing[0]} was deleted"
     return [Expected(AlertKind.PRUNE_REPORT, rid, why) for rid, why in gone.items()]
@@ -296,23 +307,77 @@ def request_id_conflicts(world: World) -> list[Expected]:
     ]
 
 
+def refused_for_good(world: World, operation: str, callers: tuple[str, ...]) -> dict[str, str]:
+    """Requests one of whose `operation` calls (by one of `callers`) Vertex refused for good."""
+    return {
+        r.request_id: f"Vertex answered {r.code} to {r.caller}'s {r.operation} in {r.location}"
+        for r in world.vertex.refused
+        if r.operation == operation and r.request_id and r.caller in callers
+    }
+
+
+def creates_refused(world: World) -> list[Expected]:
+    """`submit_failed`: Vertex refused a request's create for good (a 403 for the create
+    permission, a 400 on its job: `sim.faults`), and nobody cancelled the request."""
+    cancelled = cancelled_by_operator(world)
+    refused = refused_for_good(world, "create", ("submit_job",))
+    return [Expected(AlertKind.SUBMIT_FAILED, rid, why) for rid, why in refused.items() if rid not in cancelled]
+
+
+def lookups_refused(world: World) -> list[Expected]:
+    """`lookup_failed`: reconcile's look-up of a stale claim's job (a listing of the request's
+    jobs) was refused for good (a 403 for the list permission: `sim.faults`)."""
+    refused = refused_for_good(world, "list", ("reconcile",))
+    return [Expected(AlertKind.LOOKUP_FAILED, rid, why) for rid, why in refused.items()]
+
+
+def deleted_jobs_failed(world: World) -> list[Expected]:
+    """`job_failed`: an ended job the request still followed was deleted at Vertex (NotFound
+    for good: `shared.reconcile_vertex.vanished_job`), and the request did not end otherwise."""
+    cancelled = cancelled_by_operator(world)
+    ended_otherwise = {r.request_id for r in records(world) if r.status.value in ("SUCCEEDED", "CANCELLED")}
+    return [
+        Expected(AlertKind.JOB_FAILED, rid, f"its job {name.rsplit('/', 1)[-1]} was deleted at Vertex")
+        for name, rid in world.tampering.deleted_jobs.items()
+        if name in world.tampering.followed_when_deleted and rid not in cancelled and rid not in ended_otherwise
+    ]
+
+
+def records_unreadable(world: World) -> list[Expected]:
+    """`ledger_corrupt`: a person wrote a request's record in a shape the code cannot read, and
+    it stayed so (the retention sweep reads every record, so it is said by then)."""
+    from sim.invariants import read_record
+
+    state = world.storage.objects(world.settings.state_bucket)
+    return [
+        Expected(AlertKind.LEDGER_CORRUPT, name[len("requests/") : -len(".json")], f"written by hand as {shape}")
+        for name, shape in sorted(world.tampering.written.items())
+        if name.startswith("requests/") and name in state and read_record(state[name].data) is None
+    ]
+
+
+def job_failed_conditions(world: World) -> list[Expected]:
+    return jobs_failed(world) + deleted_jobs_failed(world)
+
+
 CONDITIONS: dict[AlertKind, Callable[[World], list[Expected]]] = {
     AlertKind.INVALID_REQUEST: invalid_requests,
     AlertKind.PREEMPTION_STORM: preemption_storms,
     AlertKind.ATTEMPTS_EXHAUSTED: attempts_exhausted,
-    AlertKind.JOB_FAILED: jobs_failed,
+    AlertKind.JOB_FAILED: job_failed_conditions,
     AlertKind.JOB_STUCK: jobs_stuck,
     AlertKind.PRUNE_REPORT: checkpoints_pruned,
     AlertKind.DEADLINE_MISSED: deadlines_missed,
     AlertKind.QUOTA_LIMITED: quota_bursts,
     AlertKind.REQUEST_ID_CONFLICT: request_id_conflicts,
+    AlertKind.SUBMIT_FAILED: creates_refused,
+    AlertKind.LOOKUP_FAILED: lookups_refused,
+    AlertKind.LEDGER_CORRUPT: records_unreadable,
 }
 # A report of what was deleted may come in a later prune run's (at least once): judged after retention.
-JUDGED_AFTER_RETENTION = frozenset({AlertKind.PRUNE_REPORT})
+JUDGED_AFTER_RETENTION = frozenset({AlertKind.PRUNE_REPORT, AlertKind.LEDGER_CORRUPT})
 
 NOT_CHECKED: dict[AlertKind, str] = {
-    AlertKind.SUBMIT_FAILED: "the world refuses no create for good (every refusal is a 429 or a 5xx) and "
-    "sends no request the policy refuses only once planned",
     AlertKind.INCOMPLETE_SUCCESS: "the simulated trainer writes no kit lines, so no signed `preempted` line "
     "precedes a SUCCEEDED",
     AlertKind.TRIGGER_FAILED: "the world's trigger definitions always render, validate and publish",
@@ -322,9 +387,8 @@ NOT_CHECKED: dict[AlertKind, str] = {
     "attempt may also be adopted or end alone); `no_unknown_live_job` checks strays end",
     AlertKind.CLAIM_STALLED: "which re-publish was reconcile's (not a drainer's or a re-queue's) is not kept "
     "by the world; `nothing_stuck_silently` requires a word for a claim that never got a job",
-    AlertKind.LOOKUP_FAILED: "the world answers no lookup with a permanent error (403, a region)",
-    AlertKind.LEDGER_MISSING: "nothing in the world deletes a ledger document a job still names",
-    AlertKind.LEDGER_CORRUPT: "nothing in the world writes a ledger document in a shape the code cannot read",
+    AlertKind.LEDGER_MISSING: "a person deletes ledger records (`sim.faults`), but the alert needs a replayed "
+    "request whose jobs Vertex lists: which delivery was a replay is not kept by the world",
 }
 
 
@@ -432,6 +496,8 @@ def deadlines_met(world: World) -> list[Violation]:
         deadline = deadline_of(record)
         if deadline is None or record.request_id in cancelled or now <= deadline + LAG:
             continue
+        if excused(world, record.request_id, record.latest.location if record.latest else None):
+            continue  # a person or a refusal for good broke the rule's assumptions
         try:
             work = float(record.request["total_steps"]) * float(record.request["expected_step_seconds"])
         except (KeyError, TypeError, ValueError, OverflowError):
@@ -489,6 +555,8 @@ def fleet_facts_bounded(world: World) -> list[Violation]:
         if not name.startswith(FLEET_PREFIX) or (parsed := parse_name(name)) is None:
             continue
         fact = parsed[1]
+        if fact.attempt_key.startswith(HAND_WRITTEN_ATTEMPT):
+            continue  # a person wrote it (sim.faults): it bounds nothing Vertex did
         jobs = by_key.get(fact.attempt_key, [])
         problems = []
         if not jobs:

@@ -8,7 +8,9 @@ sometimes torn by the crash, preemption or cancel that ends the save.
 - while it runs it saves one to three checkpoints; the save the job's end cuts short is torn, in
   that framework's way (files without their marker, a kit marker listing a file missing or short,
   an Orbax temporary folder, a DeepSpeed folder `latest` does not name, a TensorFlow stem its
-  index does not name, a Hugging Face folder without `trainer_state.json`);
+  index does not name, a Hugging Face folder without `trainer_state.json`; with the permanent
+  fault `two_file_stems`, a plain-PyTorch stem of two files, `ckpt-000400.pt` and
+  `ckpt-000400.optim.pt`, torn between them);
 - every save, whole or torn, and every checkpoint `spotjobs resubmit` copied, is kept as ground
   truth (`saves`), written by the simulator and never read back through the kit's rules: the
   invariants (`sim.invariants.resumes_from_newest_complete`, `newest_complete_kept`) compare what
@@ -53,8 +55,9 @@ class Resume:
     own_folder: str  # its request's
     resumed: tuple[str, int] | None
     resumed_by: str | None  # who wrote the checkpoint resumed from
-    expected: Save | None  # the newest finished save of the folder still whole, then
+    expected: Save | None  # what it must resume from (`Trainer.newest_resumable`), then
     newest_finished: Save | None  # the newest finished save of the folder, whole or not
+    newest_finished_whole: bool = True  # whether that one was still whole, then
 
 
 @dataclass
@@ -71,6 +74,8 @@ class Trainer:
     layouts: dict[str, str] = field(default_factory=dict)  # a resubmitted request's: its original's
     _step: dict[str, int] = field(default_factory=dict)  # job -> the step it trains at
     changes: int = 0  # saves recorded so far: a checker that read `saves` knows if they moved
+    # The torch layout saves a model and an optimizer file per stem (sim.faults, `two_file_stems`).
+    two_file_stems: bool = False
     _layout: tuple[Any, Any] | None = None  # (settings, their CheckpointLayout), built at the first use
 
     # Where things are.
@@ -115,8 +120,9 @@ class Trainer:
                 self.own_folder(job.request_id),
                 (resumed.name, resumed.step) if resumed else None,
                 by.written_by if by else ("nobody the simulator knows" if resumed else None),
-                self.newest_whole(folder),
-                self.newest_finished(folder),
+                self.newest_resumable(folder),
+                newest := self.newest_finished(folder),
+                newest is None or self.whole(folder, newest),
             )
         )
         self._step[job.name] = resumed.step if resumed else 0
@@ -171,6 +177,13 @@ class Trainer:
 
     def _torch(self, folder: str, step: int, torn: bool) -> tuple[list[tuple[str, bytes]], str]:
         name = f"ckpt-{step:06d}"  # one object: a cut upload leaves nothing (GCS lists it once whole)
+        if self.two_file_stems:  # the model, then the optimizer: a cut between them leaves the first
+            # A torn first save of the folder, one file and no peer yet, looks whole to any reader
+            # (spotjobs_kit.layout says so: such a trainer should save into a marked folder): the
+            # simulated trainer never tears its first save.
+            first = not self.saves.get(folder)
+            model = (f"{name}.pt", self._blob())
+            return ([model] if torn and not first else [model, (f"{name}.optim.pt", self._blob())]), name
         return ([] if torn else [(f"{name}.pt", self._blob())]), name
 
     def _orbax(self, folder: str, step: int, torn: bool) -> tuple[list[tuple[str, bytes]], str]:
@@ -227,6 +240,24 @@ class Trainer:
         """The newest finished save of `folder` still whole: what a run there must resume from."""
         whole = [s for s in self.saves.get(folder, {}).values() if self.whole(folder, s)]
         return max(whole, key=lambda s: (s.step, s.at), default=None)
+
+    def newest_resumable(self, folder: str) -> Save | None:
+        """What a run in `folder` must resume from: its newest save still whole, but in a folder
+        of two-file stems, where a listed file vouches for no stem, the newest whole save that a
+        later stem (listed, whole or torn) follows: the kit's documented rule
+        (spotjobs_kit.layout), never a torn one."""
+        if not (self.two_file_stems and self.layout_of_folder(folder) == "torch"):
+            return self.newest_whole(folder)
+        table = self.objects()
+        saves = self.saves.get(folder, {}).values()
+        listed = [s.step for s in saves if any(folder + name in table for name in s.objects)]
+        whole = [s for s in saves if self.whole(folder, s) and any(step > s.step for step in listed)]
+        return max(whole, key=lambda s: (s.step, s.at), default=None)
+
+    def layout_of_folder(self, folder: str) -> str:
+        written = next(iter(self.saves.get(folder, {}).values()), None)
+        request_id = written.written_by.removeprefix("copy of ") if written else ""
+        return self.layout_of(request_id) if request_id else ""
 
     def newest_finished(self, folder: str) -> Save | None:
         finished = [s for s in self.saves.get(folder, {}).values() if s.complete]

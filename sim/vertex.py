@@ -10,8 +10,13 @@
 - 429s per quota kind: submissions (60 creates a minute per region, a rate), CRUD (get, list,
   cancel: 600 a minute) and a resource quota (GPUs: not a rate) as the world decides; 5xx; a
   create whose response is lost after the job was created;
-- every state change is a service log line the log sink routes to job-events (`emit`).
-Every create is kept (`created`) with its request JSON, for the policy invariant.
+- every state change is a service log line the log sink routes to job-events (`emit`);
+- the permanent faults of `sim.faults`: a 403 on a call kind in a location (`refusals`), a 400 on
+  every create of a request (`bad_requests`), a job deleted in the console (NotFound on every
+  later get and cancel, gone from lists; kept in `jobs` as ground truth, `deleted`), a job
+  cancelled in the console, and waits before RUNNING that differ per location (`changeovers`).
+Every create is kept (`created`) with its request JSON, for the policy invariant, and every
+permanent refusal (`refused`), for the alert catalogue.
 """
 
 from __future__ import annotations
@@ -53,6 +58,8 @@ class SimJob:
     end_time: datetime | None = None
     error: dict[str, Any] | None = None
     next_change: datetime | None = None
+    deleted: bool = False  # deleted in the console: Vertex answers NotFound for it
+    delete_when_ended: bool = False  # deleted in the console while live: cancelled, then deleted
 
     @property
     def request_id(self) -> str:
@@ -100,6 +107,18 @@ class Create:
     accepted: bool
 
 
+@dataclass(frozen=True)
+class Refused:
+    """A call Vertex refused for good (403, or a 400 on a create), for the alert catalogue."""
+
+    at: datetime
+    operation: str
+    location: str
+    request_id: str
+    code: int
+    caller: str  # the function (or "operator") whose call it was
+
+
 class SimVertex:
     """One project's JobService, every region. An instance is the `Ports.job_service` factory."""
 
@@ -124,6 +143,13 @@ class SimVertex:
         # trained until a clean end), "cut" (until a preemption, failure or cancel), "stop".
         self.runs: Callable[[SimJob, str], None] = lambda job, what: None
         self._ids = 5_000_000_000_000_000_001
+        # Permanent faults (sim.faults): set by the world from what the seed drew.
+        self.refusals: list[Any] = []  # sim.faults.Refusal
+        self.bad_requests: frozenset[str] = frozenset()
+        self.changeovers: dict[str, Any] = {}  # location -> sim.faults.Changeover
+        self.changeover_rng: Any = None
+        self.caller: Callable[[], str] = lambda: "test"
+        self.refused: list[Refused] = []
         self._calls: dict[tuple[str, str], collections.deque[datetime]] = collections.defaultdict(collections.deque)
 
     def __call__(self, location: str) -> SimVertex:
@@ -152,6 +178,29 @@ class SimVertex:
             )
         window.append(now)
 
+    def _refuse(self, operation: str, location: str, request_id: str) -> None:
+        """A 403 when a permission is missing for this call kind in this location; a 400 on a
+        create of a request whose job Vertex finds invalid."""
+        now = self.clock()
+        if any(r.applies(operation, location, now) for r in self.refusals):
+            self.refused.append(Refused(now, operation, location, request_id, 403, self.caller()))
+            raise api.PermissionDenied(
+                f"Permission 'aiplatform.customJobs.{operation}' denied on resource "
+                f"'//aiplatform.googleapis.com/projects/{self.project}/locations/{location}' (or it may not exist)."
+            )
+        if operation == "create" and request_id in self.bad_requests:
+            self.refused.append(Refused(now, operation, location, request_id, 400, self.caller()))
+            raise api.InvalidArgument(
+                "List of found errors:\t1.Field: job_spec.worker_pool_specs[0].machine_spec; "
+                "Message: Machine type is not supported for this accelerator configuration.\t"
+            )
+
+    def _known_job(self, name: str) -> SimJob:
+        job = self.jobs.get(name)
+        if job is None or job.deleted:
+            raise api.NotFound(f"{name} does not exist")
+        return job
+
     # The JobService methods spotjobs calls.
 
     def create_custom_job(self, *, parent: str, custom_job: Any, retry: Any = None, timeout: float = 0) -> Any:
@@ -162,6 +211,7 @@ class SimVertex:
             accepted = False
             try:
                 self._admit("submissions", location, SUBMISSIONS_PER_MINUTE)
+                self._refuse("create", location, str((request.get("labels") or {}).get(LABEL_REQUEST_ID, "")))
                 if self.gpu_quota_full and _uses_gpus(request):
                     raise api.TooManyRequests(
                         "The following quota metrics exceed quota limits: "
@@ -189,10 +239,9 @@ class SimVertex:
 
         def perform() -> Any:
             self._admit("crud", location, CRUD_PER_MINUTE)
-            job = self.jobs.get(name)
-            if job is None:
-                raise api.NotFound(f"{name} does not exist")
-            return job.to_proto()
+            known = self.jobs.get(name)
+            self._refuse("get", location, known.request_id if known else "")
+            return self._known_job(name).to_proto()
 
         return self.io("vertex", "get", perform)
 
@@ -206,6 +255,7 @@ class SimVertex:
 
         def perform() -> list[Any]:
             self._admit("crud", parent.split("/locations/")[1], CRUD_PER_MINUTE)
+            self._refuse("list", parent.split("/locations/")[1], wanted.get(LABEL_REQUEST_ID, ""))
             candidates: Iterable[SimJob] = self.jobs.values()  # a job put in `jobs` by hand (a test)
             if self._indexed == len(self.jobs):
                 rid = wanted.get(LABEL_REQUEST_ID)
@@ -217,6 +267,7 @@ class SimVertex:
                 and all(job.labels.get(k) == v for k, v in wanted.items())
                 and all(k in job.labels for k in present)
                 and job.state not in excluded
+                and not job.deleted
             ]
 
         return self.io("vertex", "list", perform)
@@ -226,16 +277,43 @@ class SimVertex:
 
         def perform() -> None:
             self._admit("crud", _location(name), CRUD_PER_MINUTE)
-            job = self.jobs.get(name)
-            if job is None:
-                raise api.NotFound(f"{name} does not exist")
+            known = self.jobs.get(name)
+            self._refuse("cancel", _location(name), known.request_id if known else "")
+            job = self._known_job(name)
             if job.state in TERMINAL_STATES:
                 raise api.FailedPrecondition(f"{name} has ended")
-            if job.state != "JOB_STATE_CANCELLING":
-                self.set_state(job, "JOB_STATE_CANCELLING")
-                job.next_change = self.clock() + timedelta(seconds=self.rng.choice((5, 30, 120, 400)))
+            self._cancel(job)
 
         self.io("vertex", "cancel", perform)
+
+    def _cancel(self, job: SimJob) -> None:
+        if job.state != "JOB_STATE_CANCELLING":
+            self.set_state(job, "JOB_STATE_CANCELLING")
+            job.next_change = self.clock() + timedelta(seconds=self.rng.choice((5, 30, 120, 400)))
+
+    # What people do in the console (sim.faults), not calls of the code.
+
+    def cancel_by_hand(self, job: SimJob) -> None:
+        if job.live:
+            self._cancel(job)
+
+    def delete(self, job: SimJob) -> None:
+        """Delete `job`: at once if it ended; a live one is cancelled and deleted once it ended."""
+        if job.live:
+            job.delete_when_ended = True
+            self._cancel(job)
+        else:
+            job.deleted = True
+
+    def changeover(self, location: str, which: str) -> float:
+        """The extra wait of `location` before RUNNING ("pending") or after a preemption
+        ("restart"), with its rare slow outliers; 0 where the seed drew no regional changeovers."""
+        drawn = self.changeovers.get(location)
+        if drawn is None or self.changeover_rng is None:
+            return 0.0
+        if self.changeover_rng.random() < drawn.outlier_rate:
+            return float(drawn.outlier)
+        return float(self.changeover_rng.choice(drawn.pending if which == "pending" else drawn.restart))
 
     # Vertex running its jobs.
 
@@ -261,8 +339,10 @@ class SimVertex:
             self.runs(job, "cut")
             self.runs(job, "stop")
             self.set_state(job, "JOB_STATE_CANCELLED")
+            job.deleted = job.delete_when_ended
         elif job.state == "JOB_STATE_QUEUED":
             self.set_state(job, "JOB_STATE_PENDING")
+            job.next_change += timedelta(seconds=self.changeover(job.location, "pending"))
         elif job.state == "JOB_STATE_PENDING":
             if job.fate == "hang":
                 job.next_change = None  # waits for capacity until someone cancels it
@@ -290,6 +370,8 @@ class SimVertex:
                     "WARNING",
                 )
                 self.runs(job, "start")
+                # Vertex keeps the job RUNNING while it waits for a machine again.
+                job.next_change += timedelta(seconds=self.changeover(job.location, "restart"))
                 return
             self.runs(job, "stop")
             if job.fate == "fail":

@@ -32,6 +32,7 @@ from typing import Any
 from google.api_core import exceptions as api
 from greenlet import greenlet
 
+from sim import faults as permanent
 from sim import virtual
 from sim.gcs import MemoryStorage
 from sim.pubsub import Delivery, SimPubSub
@@ -167,6 +168,8 @@ class World:
     unconfirmed_alerts: collections.Counter[tuple[Any, ...]] = field(default_factory=collections.Counter)
     # What each invariant read at its last check, where `sim.invariants` checks only what changed.
     checked: dict[str, Any] = field(default_factory=dict)
+    # What the out-of-band actors of the permanent faults did (sim.faults): the invariants' excuses.
+    tampering: permanent.Tampering = field(default_factory=permanent.Tampering)
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -198,6 +201,17 @@ class World:
             random.Random(self.seed * 7 + 3),
         )
         self.vertex.runs = self._run_trainer
+        # Permanent and semantic faults: none when every fault is left out (what shrinking tries first).
+        self.permanent = permanent.PermanentFaults() if self.no_faults else permanent.draw(self.seed, self.workload)
+        self.fault_rng = random.Random(f"{self.seed}:faults:actors")
+        self.vertex.refusals = list(self.permanent.refusals)
+        self.vertex.bad_requests = self.permanent.bad_requests
+        self.vertex.changeovers = dict(self.permanent.changeovers)
+        self.vertex.changeover_rng = random.Random(f"{self.seed}:faults:changeover")
+        self.vertex.caller = lambda: self._current.name if self._current else "world"
+        self.trainer.two_file_stems = self.permanent.two_file_stems
+        if not self.no_faults:
+            self.workload.operations += permanent.events(self.seed, self.permanent, self.workload)
         self.pubsub = SimPubSub(self.clock.now, self.io, self.rng)
         self.pubsub.observe = self._observe_publish
         self._ports: dict[str, Any] = {}

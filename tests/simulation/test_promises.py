@@ -65,8 +65,8 @@ def test_every_kind_of_the_catalogue_has_a_promise_or_says_why_not() -> None:
 
 
 def test_a_kind_added_without_its_promise_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delitem(promises.NOT_CHECKED, AlertKind.LEDGER_CORRUPT)
-    assert promises.unpromised_kinds() == [AlertKind.LEDGER_CORRUPT]
+    monkeypatch.delitem(promises.NOT_CHECKED, AlertKind.LEDGER_MISSING)
+    assert promises.unpromised_kinds() == [AlertKind.LEDGER_MISSING]
 
 
 def test_a_refused_request_without_its_alert_is_caught(world: World) -> None:

@@ -1,0 +1,385 @@
+"""Permanent and semantic faults (issue 43, item 2): what production answers for good, and what
+people and other versions do to the world behind the code's back. Each kind is drawn per seed
+with its own small rate from `random.Random(f"{seed}:faults:permanent")` (and its events from
+generators of their own), so a seed without it keeps every other draw it had.
+
+- `forbidden`: a 403 (PermissionDenied) on one call kind (get, list, cancel, create) in one
+  location, from a moment on, for good or until an operator grants the permission again;
+- `bad_request`: a 400 (InvalidArgument) on every create of one request: a verdict on the job;
+- `job_deleted`: someone deletes a job in the console (a live one is cancelled first, and deleted
+  once it ended: Vertex deletes no running job); NotFound on every later get and cancel, gone
+  from every list;
+- `job_cancelled`: someone cancels a live job in the console;
+- `document_written`: someone (a person, or an older or newer version) writes a ledger record, a
+  trigger's state or a fleet fact in a shape from `SHAPES`;
+- `object_deleted`: a person deletes a request's ledger record, or an old checkpoint (not one of
+  its folder's two newest: what a run resumes from stays);
+- `regional_changeovers`: the wait before RUNNING (and after a preemption) differs per location,
+  with rare slow outliers (`sim.vertex.SimVertex.changeover`);
+- `two_file_stems`: the torch layout saves two files per stem (`ckpt-000400.pt` and
+  `ckpt-000400.optim.pt`), a cut save torn between them (`sim.trainer`);
+- `absurd_lines`: a job writes lines about its own attempt, signed with its own key, that no run
+  could write (`run=999`, `step=10**15`, negative numbers, times far in the future).
+
+The world keeps what these did (`Tampering`), so that an invariant excuses exactly the requests
+a fault touched, naming the fault, and the alert catalogue expects the alert the fault calls for.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sim.workload import Workload
+    from sim.world import World
+
+# The share of seeds that draw each kind.
+RATES = {
+    "forbidden": 0.06,
+    "bad_request": 0.06,
+    "job_deleted": 0.08,
+    "job_cancelled": 0.08,
+    "document_written": 0.1,
+    "object_deleted": 0.08,
+    "regional_changeovers": 0.3,
+    "two_file_stems": 0.3,
+    "absurd_lines": 0.08,
+}
+FORBIDDEN_CALLS = ("get", "list", "cancel", "create")
+# How a document may be written in a shape the code does not expect.
+SHAPES = ("not_json", "truncated", "list", "field_null", "field_other_type", "future_version", "past_layout")
+# Shapes another version of spotjobs writes (through its store, metadata and all); a person
+# writes the others by hand (`gcloud storage cp`: no metadata).
+BY_ANOTHER_VERSION = ("future_version", "past_layout")
+DOCUMENTS = ("ledger", "trigger", "fleet")
+# A person's hand-written fleet facts name an attempt no job ever had.
+HAND_WRITTEN_ATTEMPT = "by-hand"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A 403 on `operation` calls in `location` from `since`, until `until` (None: for good)."""
+
+    operation: str
+    location: str
+    since: datetime
+    until: datetime | None
+
+    def applies(self, operation: str, location: str, at: datetime) -> bool:
+        return (
+            operation == self.operation
+            and location == self.location
+            and self.since <= at
+            and (self.until is None or at < self.until)
+        )
+
+
+@dataclass(frozen=True)
+class Changeover:
+    """A location's waits, in seconds: before RUNNING (PENDING), and after a preemption; a slow
+    outlier now and then."""
+
+    pending: tuple[float, ...]
+    restart: tuple[float, ...]
+    outlier_rate: float
+    outlier: float
+
+
+@dataclass
+class PermanentFaults:
+    """What one seed drew."""
+
+    kinds: frozenset[str] = frozenset()
+    refusals: list[Refusal] = field(default_factory=list)
+    bad_requests: frozenset[str] = frozenset()
+    changeovers: dict[str, Changeover] = field(default_factory=dict)
+    two_file_stems: bool = False
+
+
+@dataclass
+class Tampering:
+    """What the out-of-band actors did, by request: the excuses the invariants may name."""
+
+    # request id -> why its promises are off (a person changed its record or deleted its job)
+    requests: dict[str, str] = field(default_factory=dict)
+    deleted_jobs: dict[str, str] = field(default_factory=dict)  # job name -> its request id
+    cancelled_jobs: dict[str, str] = field(default_factory=dict)
+    deleted_objects: set[str] = field(default_factory=set)  # checkpoint objects a person deleted
+    written: dict[str, str] = field(default_factory=dict)  # state object name -> the shape written
+    deleted_records: set[str] = field(default_factory=set)  # request ids whose record a person deleted
+    # Jobs deleted while their request followed them (a recorded, unfinished attempt's job).
+    followed_when_deleted: set[str] = field(default_factory=set)
+    absurd_lines: set[str] = field(default_factory=set)  # message ids of a job's absurd lines
+
+
+def draw(seed: int, workload: Workload) -> PermanentFaults:
+    """The seed's permanent faults (none when `RATES` draws none)."""
+    from sim.virtual import EPOCH_OF_SIMULATION as start
+    from sim.workload import EAST, HOME, OTHER_REGION
+
+    rng = random.Random(f"{seed}:faults:permanent")
+    kinds = frozenset(kind for kind, rate in RATES.items() if rng.random() < rate)
+    span = workload.duration.total_seconds()
+    plan = PermanentFaults(kinds=kinds, two_file_stems="two_file_stems" in kinds)
+    if "forbidden" in kinds:
+        since = start + timedelta(seconds=rng.uniform(0, span))
+        fixed = rng.choice((None, 600.0, 7200.0))
+        plan.refusals.append(
+            Refusal(
+                rng.choice(FORBIDDEN_CALLS),
+                rng.choice((HOME, HOME, EAST)),
+                since,
+                since + timedelta(seconds=fixed) if fixed else None,
+            )
+        )
+    if "bad_request" in kinds:
+        ids = sorted(
+            {
+                json.loads(a.data).get("request_id")
+                for a in workload.arrivals
+                if a.topic == "job_requests_topic" and a.own is None and a.data.startswith(b"{")
+            }
+            - {None}
+        )
+        if ids:
+            plan.bad_requests = frozenset(rng.sample(ids, min(len(ids), rng.choice((1, 2)))))
+    if "regional_changeovers" in kinds:
+        for location in (HOME, EAST, OTHER_REGION):
+            base = rng.choice((5.0, 30.0, 120.0, 600.0))
+            plan.changeovers[location] = Changeover(
+                pending=(base, base * 2, base * 4),
+                restart=(base / 2, base, base * 3),
+                outlier_rate=rng.choice((0.0, 0.02, 0.1)),
+                outlier=rng.choice((1800.0, 5400.0)),
+            )
+    return plan
+
+
+def events(seed: int, plan: PermanentFaults, workload: Workload) -> list[Any]:
+    """The out-of-band actors' moments, as operations of the world's scheduler."""
+    import functools
+
+    from sim.virtual import EPOCH_OF_SIMULATION as start
+    from sim.workload import Operation
+
+    rng = random.Random(f"{seed}:faults:events")
+    span = workload.duration.total_seconds()
+
+    def moments(count: int) -> list[datetime]:
+        return sorted(start + timedelta(seconds=rng.uniform(60, span * 1.2)) for _ in range(count))
+
+    out = []
+    if "job_deleted" in plan.kinds:
+        out += [Operation(at, "someone deletes a job in the console", delete_job) for at in moments(rng.choice((1, 2)))]
+    if "job_cancelled" in plan.kinds:
+        out += [Operation(at, "someone cancels a job in the console", cancel_job) for at in moments(rng.choice((1, 2)))]
+    if "document_written" in plan.kinds:
+        for at in moments(rng.choice((1, 2, 3))):
+            document, shape = rng.choice(DOCUMENTS), rng.choice(SHAPES)
+            out.append(
+                Operation(
+                    at,
+                    f"someone writes a {document} document as {shape}",
+                    functools.partial(write_document, document=document, shape=shape),
+                )
+            )
+    if "object_deleted" in plan.kinds:
+        for at in moments(rng.choice((1, 2))):
+            what = rng.choice(("ledger", "checkpoint", "checkpoint"))
+            out.append(Operation(at, f"a person deletes a {what} object", functools.partial(delete_object, what=what)))
+    if "absurd_lines" in plan.kinds:
+        out += [
+            Operation(at, "a job writes absurd lines about its own attempt", write_absurd_lines)
+            for at in moments(rng.choice((1, 2)))
+        ]
+    return out
+
+
+# The out-of-band actors (each an operation: a step of its own, drawing no faults).
+
+
+def _pick(world: World, candidates: list[Any]) -> Any:
+    return world.fault_rng.choice(candidates) if candidates else None
+
+
+def delete_job(world: World) -> None:
+    """Someone deletes a job in the console: an ended one at once; a live one is cancelled, and
+    deleted once it ended (Vertex refuses to delete a running job)."""
+    job = _pick(world, sorted(world.vertex.jobs.values(), key=lambda j: j.name))
+    if job is None or job.deleted:
+        world.note("out of band: no job to delete")
+        return
+    world.tampering.deleted_jobs[job.name] = job.request_id
+    record = _record(world, job.request_id)
+    if record is not None and not record.is_terminal and any(a.job == job.name for a in record.attempts):
+        world.tampering.followed_when_deleted.add(job.name)
+    world.tampering.requests.setdefault(job.request_id, f"its job {job.name.rsplit('/', 1)[-1]} was deleted at Vertex")
+    world.vertex.delete(job)
+    world.note(
+        f"out of band: {job.request_id} a{job.attempt}'s job {job.name.rsplit('/', 1)[-1]} deleted ({job.state})"
+    )
+
+
+def cancel_job(world: World) -> None:
+    """Someone cancels a live job in the console."""
+    job = _pick(
+        world, sorted((j for j in world.vertex.jobs.values() if j.live and not j.deleted), key=lambda j: j.name)
+    )
+    if job is None:
+        world.note("out of band: no live job to cancel")
+        return
+    world.tampering.cancelled_jobs[job.name] = job.request_id
+    world.tampering.requests.setdefault(job.request_id, f"its job {job.name.rsplit('/', 1)[-1]} was cancelled by hand")
+    world.vertex.cancel_by_hand(job)
+    world.note(f"out of band: {job.request_id} a{job.attempt}'s job cancelled in the console")
+
+
+def write_document(world: World, *, document: str, shape: str) -> None:
+    """Someone writes a state document in `shape` (`SHAPES`)."""
+    objects = world.storage.objects(world.settings.state_bucket)
+    bucket = world.storage.client().bucket(world.settings.state_bucket)
+    if document == "fleet":
+        name = _fleet_name(world, shape)
+        bucket.blob(name).upload_from_string(b"")
+        world.tampering.written[name] = shape
+        world.note(f"out of band: fleet fact {name} written ({shape})")
+        return
+    prefix, suffix = ("requests/", ".json") if document == "ledger" else ("triggers/", "/state.json")
+    names = sorted(n for n in objects if n.startswith(prefix) and n.endswith(suffix) and "/_" not in n)
+    name = _pick(world, names)
+    if name is None:
+        world.note(f"out of band: no {document} document to write")
+        return
+    data = reshape(objects[name].data, shape, world.fault_rng)
+    blob = bucket.blob(name)
+    if shape in BY_ANOTHER_VERSION:  # written through that version's store, with its metadata
+        blob.metadata = dict(objects[name].metadata or {})
+    blob.upload_from_string(data)
+    world.tampering.written[name] = shape
+    if document == "ledger":
+        request_id = name[len(prefix) : -len(suffix)]
+        world.tampering.requests.setdefault(request_id, f"its ledger record was written by hand ({shape})")
+    world.note(f"out of band: {name} written ({shape}): {data[:80]!r}")
+
+
+def delete_object(world: World, *, what: str) -> None:
+    """A person deletes a request's ledger record, or an old checkpoint (every object of it)."""
+    bucket_name = world.settings.state_bucket if what == "ledger" else world.settings.checkpoint_bucket
+    objects = world.storage.objects(bucket_name)
+    if what == "ledger":
+        names = [[n] for n in sorted(objects) if n.startswith("requests/") and n.endswith(".json")]
+    else:  # someone cleans up an old checkpoint by hand: every object of a save but its folder's two newest
+        names = [
+            sorted(folder + o for o in save.objects if folder + o in objects)
+            for folder, saves in sorted(world.trainer.saves.items())
+            for save in sorted(saves.values(), key=lambda s: (s.step, s.at))[:-2]
+        ]
+        names = [group for group in names if group]
+    group = _pick(world, names)
+    if not group:
+        world.note(f"out of band: no {what} object to delete")
+        return
+    for name in group:
+        world.storage.client().bucket(bucket_name).blob(name).delete()
+    if what == "ledger":
+        request_id = name[len("requests/") : -len(".json")]
+        world.tampering.deleted_records.add(request_id)
+        world.tampering.requests.setdefault(request_id, "its ledger record was deleted by a person")
+    else:
+        world.tampering.deleted_objects.update(group)
+    world.note(f"out of band: {', '.join(group)} deleted by a person")
+
+
+def write_absurd_lines(world: World) -> None:
+    """A running job writes lines about its own attempt that no run could, signed with its key."""
+    from spotjobs_kit.lines import CHECKPOINT_COMMITTED, PREEMPTED, RUN_STARTED, format_line
+
+    running = sorted((j for j in world.vertex.jobs.values() if j.state == "JOB_STATE_RUNNING"), key=lambda j: j.name)
+    job = _pick(world, running)
+    if job is None:
+        world.note("a job with absurd lines: none is running")
+        return
+    key = kit_key_of(job.request)
+    far = "9999-12-31T23:59:59Z"
+    base = {"request_id": job.request_id, "attempt": job.attempt, "job_id": job.name.rsplit("/", 1)[-1]}
+    lines = [
+        (RUN_STARTED, {"run": 999, "resumed_step": 10**15, "time": far}),
+        (PREEMPTED, {"run": -3, "step": 10**15, "seconds_since_checkpoint": -1e12, "time": far}),
+        (CHECKPOINT_COMMITTED, {"run": 2**62, "step": -400, "checkpoint": "ckpt-999999", "time": far}),
+    ]
+    for event, fields in world.fault_rng.sample(lines, world.fault_rng.choice((1, 2, 3))):
+        text = format_line(event, {**base, **fields}, severity="WARNING", key=key)
+        world.tampering.absurd_lines.add(world.emit_log_line(job, text, "WARNING"))
+
+
+def kit_key_of(request: dict[str, Any]) -> str | None:
+    from shared.jobs import ENV_KIT_KEY
+
+    for pool in (request.get("jobSpec") or {}).get("workerPoolSpecs") or []:
+        for variable in (pool.get("containerSpec") or {}).get("env") or []:
+            if variable.get("name") == ENV_KIT_KEY:
+                return str(variable.get("value"))
+    return None
+
+
+def _record(world: World, request_id: str) -> Any:
+    from shared.ledger.records import RequestRecord
+
+    obj = world.storage.objects(world.settings.state_bucket).get(f"requests/{request_id}.json")
+    try:
+        return RequestRecord.from_json(json.loads(obj.data)) if obj else None
+    except (ValueError, TypeError, KeyError, RecursionError):
+        return None
+
+
+def _fleet_name(world: World, shape: str) -> str:
+    """A fleet fact's name (the fact is the name: shared/fleet/store.py) in `shape`."""
+    from shared.fleet.observations import MachineClass
+    from shared.fleet.store import FLEET_PREFIX
+
+    klass = MachineClass("a3-highgpu-8g", "NVIDIA_H100_80GB", 8).key
+    at = int(world.clock.now().timestamp())
+    key = f"{HAND_WRITTEN_ATTEMPT}-{len(world.tampering.written)}"
+    fact = {
+        "not_json": f"preempt~{at}~x~1~{key}~0",
+        "truncated": f"preempt~{at}~30",
+        "list": f"preempt~{at}~30~1~{key}~0~extra",
+        "field_null": f"preempt~-~30~1~{key}~0",
+        "field_other_type": f"preempt~{at}~-99999999999~-5~{key}~-1",
+        "future_version": f"preempt~{at}~30~1~{key}~0~v2~unknown",
+        "past_layout": f"preempt~{at}~{key}",
+    }[shape]
+    return f"{FLEET_PREFIX}{klass}/us-central1/{fact}"
+
+
+def reshape(data: bytes, shape: str, rng: random.Random) -> bytes:
+    """`data` (a JSON document) rewritten in `shape`."""
+    if shape == "not_json":
+        return b"<html><body>edited by hand</body></html>"
+    if shape == "truncated":
+        return data[: max(1, len(data) // 2)]
+    document = json.loads(data)
+    if shape == "list":
+        return json.dumps([document]).encode()
+    if not isinstance(document, dict) or not document:
+        return json.dumps(None).encode()
+    fields = sorted(k for k, v in document.items() if v not in (None, [], {}, ""))
+    name = rng.choice(fields or sorted(document))
+    if shape == "field_null":
+        document[name] = None
+    elif shape == "field_other_type":
+        value = document[name]
+        document[name] = [value] if not isinstance(value, list) else {"0": value}
+    elif shape == "future_version":
+        document["schema_version"] = int(document.get("schema_version") or 1) + 1
+        document["added_in_a_later_version"] = {"what": "a field this version does not know"}
+    else:  # a past layout: lists were maps keyed by position, and no version was written
+        document.pop("schema_version", None)
+        for key, value in list(document.items()):
+            if isinstance(value, list):
+                document[key] = {str(i): v for i, v in enumerate(value)}
+    return json.dumps(document).encode()

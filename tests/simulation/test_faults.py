@@ -1,0 +1,226 @@
+"""The permanent and semantic faults (sim/faults.py): each kind is drawn by some seed of a small
+range, and does what it says, coherent with what Google documents."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+from google.api_core import exceptions as api
+from spotjobs_kit.lines import is_signed_with, parse_kit_line
+
+from shared.adapters.vertex import to_custom_job
+from shared.ledger.records import CorruptRecord, RequestRecord
+from shared.ledger.states import RequestStatus
+from shared.ledger.store import LedgerStore
+from sim import faults, invariants
+from sim.virtual import EPOCH_OF_SIMULATION
+from sim.world import World
+from tests.simulation.test_invariants import job, trained
+
+
+@pytest.fixture
+def world() -> World:
+    return World(0)
+
+
+def ledger(world: World) -> LedgerStore:
+    return LedgerStore(world.storage.client().bucket(world.settings.state_bucket))
+
+
+def test_every_kind_is_drawn_by_some_seed_and_not_by_every_seed() -> None:
+    drawn = [World(seed).permanent.kinds for seed in range(40)]
+    for kind in faults.RATES:
+        assert any(kind in kinds for kinds in drawn), kind
+    assert any(not kinds for kinds in drawn)  # some seeds keep the world as it was
+
+
+def test_no_faults_draws_no_permanent_fault() -> None:
+    seed = next(s for s in range(40) if World(s).permanent.kinds)
+    quiet = World(seed, no_faults=True)
+    assert not quiet.permanent.kinds
+    assert not any(op.label.startswith(("someone", "a person", "a job writes")) for op in quiet.workload.operations)
+
+
+def test_a_deleted_job_is_not_found_on_get_and_cancel_and_gone_from_lists(world: World) -> None:
+    ended = job(world, "r1", 1, state="JOB_STATE_SUCCEEDED")
+    world.vertex._indexed = -1  # noqa: SLF001 - a job put in by hand: listings scan every job
+    faults.delete_job(world)
+    assert ended.deleted and world.tampering.deleted_jobs == {ended.name: "r1"}
+    with pytest.raises(api.NotFound):
+        world.vertex.get_custom_job(name=ended.name)
+    with pytest.raises(api.NotFound):
+        world.vertex.cancel_custom_job(name=ended.name)
+    parent = ended.name.split("/customJobs/")[0]
+    assert world.vertex.list_custom_jobs({"parent": parent}) == []
+
+
+def test_a_live_job_deleted_in_the_console_is_cancelled_then_deleted(world: World) -> None:
+    live = job(world, "r1", 1)
+    faults.delete_job(world)
+    assert live.state == "JOB_STATE_CANCELLING" and not live.deleted  # Vertex deletes no running job
+    world.vertex.advance(live)
+    assert live.state == "JOB_STATE_CANCELLED" and live.deleted
+
+
+def test_a_job_cancelled_in_the_console_is_cancelling(world: World) -> None:
+    live = job(world, "r1", 1)
+    faults.cancel_job(world)
+    assert live.state == "JOB_STATE_CANCELLING"
+    assert "cancelled by hand" in invariants.excused(world, "r1")
+
+
+@pytest.mark.parametrize("operation", faults.FORBIDDEN_CALLS)
+def test_a_missing_permission_is_a_403_for_that_call_kind_and_location_until_fixed(
+    world: World, operation: str
+) -> None:
+    running = job(world, "r1", 1)
+    fixed_at = EPOCH_OF_SIMULATION + timedelta(hours=1)
+    world.vertex.refusals = [faults.Refusal(operation, "us-central1", EPOCH_OF_SIMULATION, fixed_at)]
+    calls = {
+        "get": lambda: world.vertex.get_custom_job(name=running.name),
+        "list": lambda: world.vertex.list_custom_jobs({"parent": running.name.split("/customJobs/")[0]}),
+        "cancel": lambda: world.vertex.cancel_custom_job(name=running.name),
+        "create": lambda: world.vertex.create_custom_job(
+            parent=running.name.split("/customJobs/")[0], custom_job=to_custom_job(running.request)
+        ),
+    }
+    with pytest.raises(api.PermissionDenied):
+        calls[operation]()
+    assert [(r.operation, r.code) for r in world.vertex.refused] == [(operation, 403)]
+    others = [call for name, call in calls.items() if name not in (operation, "create")]
+    for call in others:  # the other call kinds are allowed
+        call()
+    world.clock.advance_to(fixed_at)
+    calls[operation]()  # an operator granted it again
+
+
+def test_a_bad_request_is_a_400_on_every_create_of_that_request(world: World) -> None:
+    template = job(world, "r1", 1)
+    world.vertex.bad_requests = frozenset({"r1"})
+    parent = template.name.split("/customJobs/")[0]
+    for _ in range(2):
+        with pytest.raises(api.InvalidArgument):
+            world.vertex.create_custom_job(parent=parent, custom_job=to_custom_job(template.request))
+    assert [c.accepted for c in world.vertex.created] == [False, False]
+
+
+def restore(world: World, request_id: str) -> None:
+    ledger(world).restore(
+        RequestRecord(
+            request_id,
+            {"request_id": request_id, "custom_job": {}},
+            "gs://c/",
+            status=RequestStatus.RUNNING,
+            created_at="2026-03-02T08:00:00Z",
+        )
+    )
+
+
+@pytest.mark.parametrize("shape", ["not_json", "truncated", "list", "field_other_type"])
+def test_a_record_written_in_a_shape_the_code_cannot_read_is_corrupt_for_the_store(world: World, shape: str) -> None:
+    restore(world, "r1")
+    faults.write_document(world, document="ledger", shape=shape)
+    with pytest.raises(CorruptRecord):
+        ledger(world).get("r1")
+    assert [e.request_id for e in faults_expected(world)] == ["r1"]  # ledger_corrupt is owed
+    assert invariants.records_readable(world) == []  # written by hand, not by the code
+
+
+def faults_expected(world: World) -> list:
+    from sim.promises import records_unreadable
+
+    return records_unreadable(world)
+
+
+def test_a_record_of_a_future_version_reads_with_its_unknown_fields_kept(world: World) -> None:
+    restore(world, "r1")
+    faults.write_document(world, document="ledger", shape="future_version")
+    record = ledger(world).get("r1")
+    assert record is not None and "added_in_a_later_version" in record.newer_fields
+    assert faults_expected(world) == []
+
+
+def test_an_unreadable_record_nobody_wrote_by_hand_is_a_violation(world: World) -> None:
+    restore(world, "r1")
+    world.storage.client().bucket(world.settings.state_bucket).blob("requests/r1.json").upload_from_string(b"[]")
+    [found] = invariants.records_readable(world)
+    assert "nobody wrote it by hand" in found.detail
+
+
+def test_a_hand_written_fleet_fact_names_no_real_attempt(world: World) -> None:
+    for shape in faults.SHAPES:
+        faults.write_document(world, document="fleet", shape=shape)
+    names = [n for n in world.storage.objects(world.settings.state_bucket) if n.startswith("fleet/")]
+    assert len(names) == len(faults.SHAPES)
+    from shared.fleet.store import parse_name
+
+    for name in names:  # unreadable, or about an attempt no job had (fleet_facts_bounded skips it)
+        parsed = parse_name(name)
+        assert parsed is None or parsed[1].attempt_key.startswith(faults.HAND_WRITTEN_ATTEMPT), name
+
+
+def test_a_two_file_stem_torn_between_its_files_is_not_resumed_from(world: World) -> None:
+    running = trained(world, "r1")
+    world.trainer.layouts["r1"] = "torch"
+    world.trainer.two_file_stems = True
+    for step, torn in ((100, False), (200, False), (300, True)):
+        world.trainer.save(running, step, torn=torn)
+    folder = world.trainer.job_folder(running)
+    table = world.storage.objects(world.settings.checkpoint_bucket)
+    assert folder + "ckpt-000300.pt" in table and folder + "ckpt-000300.optim.pt" not in table
+    world.trainer.start(running)
+    [resume] = world.trainer.resumes
+    assert resume.resumed == ("ckpt-000200", 200)  # not the torn 300, nor the newest whole stem alone
+    assert resume.expected is not None and resume.expected.name == "ckpt-000200"
+    assert invariants.resumes_from_newest_complete(world) == []
+
+
+def test_a_two_file_layout_never_tears_its_first_save(world: World) -> None:
+    running = trained(world, "r1")
+    world.trainer.layouts["r1"] = "torch"
+    world.trainer.two_file_stems = True
+    world.trainer.save(running, 100, torn=True)  # the kit cannot tell it: the trainer does not
+    folder = world.trainer.job_folder(running)
+    assert folder + "ckpt-000100.optim.pt" in world.storage.objects(world.settings.checkpoint_bucket)
+
+
+def test_a_job_writes_absurd_lines_signed_with_its_own_key(world: World) -> None:
+    running = job(world, "r1", 1)
+    key = "k" * 32
+    running.request["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["env"] = [
+        {"name": "SPOTJOBS_KIT_KEY", "value": key}
+    ]
+    faults.write_absurd_lines(world)
+    lines = [m.json() for m in world.pubsub.on(world.settings.job_events_topic)]
+    assert lines and len(lines) == len(world.tampering.absurd_lines)
+    for entry in lines:
+        kit = parse_kit_line(entry["textPayload"])
+        assert kit is not None and is_signed_with(kit, key)
+        assert kit.request_id == "r1" and kit.attempt == 1
+        assert (kit.run or 0) >= 999 or (kit.run or 0) < 0 or abs(kit.step or 0) >= 400
+
+
+def test_changeovers_differ_by_region_with_slow_outliers() -> None:
+    seed = next(s for s in range(40) if "regional_changeovers" in World(s).permanent.kinds)
+    world = World(seed)
+    drawn = world.permanent.changeovers
+    assert len(drawn) == 3
+    waits = {loc: {world.vertex.changeover(loc, "pending") for _ in range(300)} for loc in drawn}
+    for location, changeover in drawn.items():
+        assert waits[location] <= {*changeover.pending, changeover.outlier}
+        if changeover.outlier_rate >= 0.1:
+            assert changeover.outlier in waits[location]
+    assert world.vertex.changeover("nowhere", "pending") == 0.0
+
+
+def test_a_person_deletes_an_old_checkpoint_never_one_of_the_two_newest(world: World) -> None:
+    running = trained(world, "r1")
+    for step in (100, 200, 300):
+        world.trainer.save(running, step, torn=False)
+    faults.delete_object(world, what="checkpoint")
+    folder = world.trainer.job_folder(running)
+    assert world.tampering.deleted_objects
+    assert all(name.startswith(folder + "step-000100/") for name in world.tampering.deleted_objects)
+    assert json.loads(json.dumps(sorted(world.tampering.deleted_objects)))  # names, not objects
