@@ -77,12 +77,14 @@ test: prereqs $(STAMP) $(TOOLS)/.installed $(SCHEMAS) $(FRAMEWORKS_STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench
 
-# The deterministic simulator (sim/): SIM_SEEDS seeds, one line per failing seed and a summary.
-# 3000 is what fits in about 30 minutes on one core when the seeds pass (0.3-0.6 s each); a seed
-# whose line stalls runs its quiet phase to the step bound and takes up to a minute or two.
+# The deterministic simulator (sim/): SIM_SEEDS seeds, one line per failing seed and a summary, in
+# SIM_JOBS processes (one per core by default). 3000 seeds take about an hour of CPU when they pass
+# (0.5-2 s each since handlers interleave at every call); a seed whose line stalls runs its quiet
+# phase to the step bound and takes a minute or two.
 SIM_SEEDS ?= 3000
+SIM_JOBS ?= $(shell nproc 2>/dev/null || echo 1)
 sim: $(STAMP)
-	$(BIN)/python -m sim --seeds $(SIM_SEEDS)
+	$(BIN)/python -m sim --seeds $(SIM_SEEDS) --jobs $(SIM_JOBS)
 
 # Mutation testing of the decision rooms (docs/simulator.md, "Mutation testing"): a benchmark, not
 # part of `make test`. ROOM=shared/pacing.py runs one room; results in bench/results/mutants-*.json.

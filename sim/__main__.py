@@ -1,6 +1,7 @@
 """`python -m sim`: run the deterministic simulator over seeds, or replay one.
 
     python -m sim --seeds 300              # seeds 0..299; one line per failing seed, a summary
+    python -m sim --seeds 3000 --jobs 2    # the same, in two processes
     python -m sim --seed 42                # replay seed 42: its trace, shrunk if it fails
     python -m sim --seed 42 --disable-faults 1,3 --disable-arrivals 0   # a shrunk replay, exactly
 
@@ -11,6 +12,9 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
+import functools
+import multiprocessing
 import sys
 import time
 
@@ -28,6 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, help="replay this one seed, with its trace")
     parser.add_argument("--steps", type=int, help="scheduling steps of the faulty phase (default: the workload's)")
     parser.add_argument("--verbose", action="store_true", help="the whole trace, and the functions' warnings")
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="processes to run the seeds in (seeds are independent worlds)"
+    )
     parser.add_argument("--no-shrink", action="store_true", help="print a failing seed's trace unshrunk")
     parser.add_argument("--no-faults", action="store_true", help="leave every fault out")
     parser.add_argument(
@@ -38,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.seed is not None:
         return replay(args)
-    return run_seeds(args.start, args.seeds, args.steps)
+    return run_seeds(args.start, args.seeds, args.steps, args.jobs)
 
 
 def replay(args: argparse.Namespace) -> int:
@@ -123,24 +130,38 @@ STATIC_SETTINGS = {
 }
 
 
-def run_seeds(start: int, count: int, steps: int | None) -> int:
+def run_one(seed: int, steps: int | None) -> tuple[int, list[str], str | None, int]:
+    """Seed `seed`: the invariants it violated, its first violation, its events."""
+    world = World(seed, max_steps=steps)
+    violations = world.run()
+    return seed, sorted({v.invariant for v in violations}), str(violations[0]) if violations else None, world.events
+
+
+def run_seeds(start: int, count: int, steps: int | None, jobs: int = 1) -> int:
+    """Seeds start..start+count-1, in `jobs` processes (each seed is one world of its own, so they
+    are independent; the lines come out in seed order)."""
     began = time.perf_counter()
     failures: collections.Counter[str] = collections.Counter()
     first_seed: dict[str, int] = {}
     events = 0
-    for seed in range(start, start + count):
-        world = World(seed, max_steps=steps)
-        violations = world.run()
-        events += world.events
-        if violations:
-            for name in sorted({v.invariant for v in violations}):
+    seeds = range(start, start + count)
+    with contextlib.ExitStack() as stack:
+        if jobs > 1:
+            pool = stack.enter_context(multiprocessing.get_context("fork").Pool(jobs))
+            results = pool.imap(functools.partial(run_one, steps=steps), seeds)
+        else:
+            results = (run_one(seed, steps) for seed in seeds)
+        for seed, names, first, seed_events in results:
+            events += seed_events
+            for name in names:
                 failures[name] += 1
                 first_seed.setdefault(name, seed)
-            print(f"seed {seed}: {violations[0]}  (replay: python -m sim --seed {seed})", flush=True)
+            if first is not None:
+                print(f"seed {seed}: {first}  (replay: python -m sim --seed {seed})", flush=True)
     elapsed = time.perf_counter() - began
     print(
-        f"{count} seeds ({start}..{start + count - 1}) in {elapsed:.0f} s: {count / elapsed:.2f} seeds/s, "
-        f"{events / elapsed:.0f} events/s; "
+        f"{count} seeds ({start}..{start + count - 1}) in {elapsed:.0f} s on {jobs} process(es): "
+        f"{count / elapsed:.2f} seeds/s, {events / elapsed:.0f} events/s; "
         + (
             "failing: " + ", ".join(f"{n} x{c} (first seed {first_seed[n]})" for n, c in failures.most_common())
             if failures
