@@ -241,9 +241,10 @@ def deadlines_missed(world: World) -> list[Expected]:
 def quota_bursts(world: World) -> list[Expected]:
     """`quota_limited`: at some moment more requests waited for their first create than the
     submission quota creates in twice `quota_alert_after_seconds` (each request the ledger
-    accepted waits from its first publish, as Pub/Sub kept it, to its job's create at Vertex; a
-    GPU request in a world whose GPU quota fills waits for that quota, not this one; a cancelled
-    one may never be created). Its alert names no request."""
+    accepted waits from when a submit_job instance first took its message (`first_submitted`;
+    before that it waited for an instance, which the deployment's sizing decides, not the quota)
+    to its job's create at Vertex; a GPU request in a world whose GPU quota fills waits for that
+    quota, not this one; a cancelled one may never be created). Its alert names no request."""
     from sim.vertex import _uses_gpus
 
     settings = world.settings
@@ -252,7 +253,8 @@ def quota_bursts(world: World) -> list[Expected]:
     for message in world.pubsub.on(settings.job_requests_topic):
         body = message.json()
         if isinstance(body, dict) and isinstance(body.get("request_id"), str) and "attempt" not in body:
-            published.setdefault(body["request_id"], message.publish_time)
+            rid = body["request_id"]
+            published.setdefault(rid, world.first_submitted.get(rid, message.publish_time))
             if _uses_gpus(body.get("custom_job") or {}):
                 gpu.add(body["request_id"])
     created = {}

@@ -153,6 +153,9 @@ class World:
     steps: int = 0
     events: int = 0  # handler invocations and job changes (the benchmark's unit)
     calls_among_others: int = 0  # I/O calls made while another handler was in flight
+    # Per request id: when a submit_job instance first took one of its messages (before that it
+    # waited for an instance, not for the submission quota).
+    first_submitted: dict[str, datetime] = field(default_factory=dict)
     changes: int = 0  # writes, job changes, arrivals, ticks and commands so far (see `_check`)
     _changes_checked: int = -1
     phase: str = "faults"
@@ -581,6 +584,9 @@ class World:
         self.events += 1
         own = self.hostile.get(delivery.message.message_id)
         before = invariants.others_state(self, own) if own is not None else None
+        body = delivery.message.json()
+        if delivery.function == "submit_job" and isinstance(body, dict) and isinstance(body.get("request_id"), str):
+            self.first_submitted.setdefault(body["request_id"], self.clock.now())
         again = self.phase == "faults" and self.rng.random() < self.concurrent_redelivery_rate
         self.pubsub.take(delivery, again_meanwhile=again)
         if again:
