@@ -26,9 +26,6 @@ OPEN_DEFECTS: dict[int, str] = {
     "sweep walks records, so an entry whose record is gone is orphaned for good; bounded_state)",
     139: "as seed 58: a live job whose ledger record a person deleted is never cancelled nor alerted",
     147: "as seed 130: an orphaned `jobs/` index entry is never removed",
-    149: "two-file torch stems: the kit resumed from ckpt-000300 (its .pt only, torn) while ckpt-000200 "
-    "holds both files (resumes_from_newest_complete); not yet judged whether the kit's multi-file rule "
-    "(spotjobs_kit/layout.py) or the simulator's model of it is wrong",
 }
 
 
