@@ -16,9 +16,6 @@ from sim.world import World
 CI_SEEDS = range(0, 150)
 
 OPEN_DEFECTS: dict[int, str] = {
-    37: "a trigger's state written by another version in a past layout (lists as maps) is read without a "
-    "shape check (shared/triggers/store.py `_read_blob` checks only that it is an object): the trigger's "
-    "window retention stops for good, with no alert (bounded_state: triggers/daily-data/windows/... left)",
     58: "a person deleted the ledger record of a request whose job waits PENDING: the job, labelled for a "
     "request the ledger no longer has, stays live for good with no stray cancel and no alert "
     "(no_unknown_live_job); cause in reconcile's stray sweep not located yet",
