@@ -82,6 +82,12 @@ class AlertKind(enum.StrEnum):
         "ERROR",
         "a trigger's window whose request cannot render, fails validation or cannot be published (once per window)",
     )
+    TRIGGER_CORRUPT = (
+        "trigger_corrupt",
+        "ERROR",
+        "a trigger's state document cannot be read (hand-edited, another version's layout): none of its windows is"
+        " decided until it is repaired; once per version of the document",
+    )
     DEADLINE_AT_RISK = (
         "deadline_at_risk",
         "WARNING",

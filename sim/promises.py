@@ -358,6 +358,19 @@ def records_unreadable(world: World) -> list[Expected]:
     ]
 
 
+def trigger_states_unreadable(world: World) -> list[Expected]:
+    """`trigger_corrupt`: someone wrote a trigger's state in a shape the code cannot read, and it
+    stayed so (the tick's retention sweep reads every trigger's state, so it is said by then)."""
+    from shared.triggers.store import unreadable
+
+    state = world.storage.objects(world.settings.state_bucket)
+    return [
+        Expected(AlertKind.TRIGGER_CORRUPT, None, f"{name} written as {shape}")
+        for name, shape in sorted(world.tampering.written.items())
+        if name.startswith("triggers/") and name in state and unreadable(name, state[name].data) is not None
+    ]
+
+
 def job_failed_conditions(world: World) -> list[Expected]:
     return jobs_failed(world) + deleted_jobs_failed(world)
 
@@ -375,9 +388,10 @@ CONDITIONS: dict[AlertKind, Callable[[World], list[Expected]]] = {
     AlertKind.SUBMIT_FAILED: creates_refused,
     AlertKind.LOOKUP_FAILED: lookups_refused,
     AlertKind.LEDGER_CORRUPT: records_unreadable,
+    AlertKind.TRIGGER_CORRUPT: trigger_states_unreadable,
 }
 # A report of what was deleted may come in a later prune run's (at least once): judged after retention.
-JUDGED_AFTER_RETENTION = frozenset({AlertKind.PRUNE_REPORT, AlertKind.LEDGER_CORRUPT})
+JUDGED_AFTER_RETENTION = frozenset({AlertKind.PRUNE_REPORT, AlertKind.LEDGER_CORRUPT, AlertKind.TRIGGER_CORRUPT})
 
 NOT_CHECKED: dict[AlertKind, str] = {
     AlertKind.INCOMPLETE_SUCCESS: "the simulated trainer writes no kit lines, so no signed `preempted` line "

@@ -19,7 +19,7 @@ from shared.requests.envelope import content_digest
 from shared.triggers import store as paths
 from shared.triggers.definition import TriggerDefinition
 from shared.triggers.render import REQUEST_ID_PREFIX, Window, check_rendered, manifest_uri_for, render, request_id_for
-from shared.triggers.store import TriggerStore
+from shared.triggers.store import CorruptTriggerDocument, TriggerStore
 
 if TYPE_CHECKING:
     from shared.wiring import Ports
@@ -195,3 +195,26 @@ def publish_failure_alert(
         paths.window_path(definition.name, document["window_id"]),
         lambda d: {**d, "alert_pending": False} if d and d.get("alert_pending") else None,
     )
+
+
+def alert_corrupt_state(ports: Ports, store: TriggerStore, error: CorruptTriggerDocument, log: Logger) -> None:
+    """Tell the operators, once per stored version, that a trigger's state document cannot be
+    read. No readable document can hold the decision, so it is published first and noted after
+    on the corrupt object's metadata: at least once."""
+    trigger = error.path[len(paths.PREFIX) :].split("/", 1)[0]
+    log.error(
+        "a trigger's state cannot be read; nothing is decided on it until it is repaired",
+        event="trigger_corrupt",
+        trigger=trigger,
+        error=str(error),
+    )
+    if store.corrupt_alerted(error.path):
+        return
+    alert = Alert.of(
+        AlertKind.TRIGGER_CORRUPT,
+        f"{error}; repair or restore it (its windows done with are still removed, its deferred ones kept)",
+        details={"trigger": trigger, "path": error.path},
+        time=iso(ports.clock()),
+    )
+    ports.publish(ports.settings.ops_alerts_topic, alert.to_json(), **alert.attributes())
+    store.note_corrupt_alerted(error.path)

@@ -9,6 +9,8 @@ keeps a message at most 31 days, so a window is removed `RETENTION_SECONDS` afte
   short: its document goes last);
 - unless it is still wanted for a manifest: carried forward by the trigger's state, a window still
   closing (its open marker), or carried by one (its decision and document name what it carries).
+  A state that cannot be read (`trigger_corrupt`, alerted once by the tick) names nothing: every
+  deferred window is kept then, the only kind a state carries.
 
 A deleted trigger records no notification and closes no window: its objects all go once none has
 been written for `RETENTION_SECONDS` (its windows ended before that, and a trigger applied again
@@ -22,6 +24,7 @@ retention (bounded by the listing's end, so it costs the old windows only), at m
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -42,20 +45,32 @@ SWEPT_FIELD = "windows_retired_at"
 DELETED_SWEEP_PATH = f"{paths.PREFIX}_retention.json"
 
 
-def retire_windows(store: TriggerStore, definition: TriggerDefinition, now: datetime, log: Logger) -> int:
+def retire_windows(
+    store: TriggerStore,
+    definition: TriggerDefinition,
+    now: datetime,
+    log: Logger,
+    on_corrupt: Callable[[CorruptTriggerDocument], None] | None = None,
+) -> int:
     """Remove the trigger's windows that are done with and past the retention, if a sweep is due.
-    Returns the objects removed. A failure is logged and left to the next sweep: housekeeping
-    never fails the tick that closes windows."""
+    Returns the objects removed. A state that cannot be read is handed to `on_corrupt` (the tick
+    alerts it once) and the sweep goes on without it, keeping every deferred window (the state
+    may still carry it); it sweeps every tick then, having nowhere to note its sweep. A failure
+    is logged and left to the next sweep: housekeeping never fails the tick that closes windows."""
     path = paths.state_path(definition.name)
     try:
-        state = store.read(path)[0]
-        if state is None:
-            return 0  # no window was ever decided
-        swept = parse_rfc3339(state.get(SWEPT_FIELD))  # None when unreadable: a sweep is due
+        try:
+            state: dict[str, Any] | None = store.read(path)[0]
+            if state is None:
+                return 0  # no window was ever decided
+        except CorruptTriggerDocument as exc:
+            _report_corrupt(exc, log, on_corrupt)
+            state = None
+        swept = parse_rfc3339(state.get(SWEPT_FIELD)) if state else None  # None when unreadable: due
         if swept and timedelta(0) <= now - swept < timedelta(seconds=SWEEP_EVERY_SECONDS):
             return 0
         removed, finished = _sweep(store, definition, state, now, log)
-        if finished:
+        if finished and state is not None:
             store.update(path, lambda current: {**current, SWEPT_FIELD: iso(now)} if current else None)
     except Exception as exc:  # noqa: BLE001 - the next sweep tries again
         log.warning(
@@ -75,11 +90,32 @@ def retire_windows(store: TriggerStore, definition: TriggerDefinition, now: date
     return removed
 
 
+def _report_corrupt(
+    error: CorruptTriggerDocument, log: Logger, on_corrupt: Callable[[CorruptTriggerDocument], None] | None
+) -> None:
+    if on_corrupt is None:
+        log.error(
+            "a trigger's state cannot be read; the retention sweep keeps its deferred windows",
+            event="trigger_corrupt",
+            error=str(error),
+        )
+        return
+    try:
+        on_corrupt(error)
+    except Exception as exc:  # noqa: BLE001 - the next sweep meets it again and tries again
+        log.warning(
+            "could not alert a corrupt trigger state; the next sweep tries again",
+            event="trigger_corrupt_unalerted",
+            error=f"{type(exc).__name__}: {exc}",
+        )
+
+
 def _sweep(
-    store: TriggerStore, definition: TriggerDefinition, state: dict[str, Any], now: datetime, log: Logger
+    store: TriggerStore, definition: TriggerDefinition, state: dict[str, Any] | None, now: datetime, log: Logger
 ) -> tuple[int, bool]:
     """(objects removed, whether every window due was looked at). A window whose document cannot
-    be read is kept (what it still names is unknown) and the windows behind it are swept."""
+    be read is kept (what it still names is unknown) and the windows behind it are swept; with
+    no readable `state`, so is every deferred window."""
     name = definition.name
     horizon = now - timedelta(seconds=RETENTION_SECONDS)
     # Windows starting before the one containing the horizon ended by it (the document's own end
@@ -96,6 +132,8 @@ def _sweep(
             document = store.read(paths.window_path(name, window_id))[0]
             if document is not None and not _done_by(document, horizon):
                 continue
+            if document is not None and state is None and document["state"] == "deferred":
+                continue  # an unreadable state may still carry it
         except (CorruptTriggerDocument, ValueError) as exc:
             log.warning(
                 "a trigger window's document cannot be read; it is kept, the windows behind it are swept",
@@ -120,15 +158,16 @@ def _done_by(document: dict[str, Any], horizon: datetime) -> bool:
     return state in FINAL_STATES and not document.get("alert_pending") and end <= horizon
 
 
-def _still_wanted(store: TriggerStore, name: str, state: dict[str, Any]) -> set[str]:
+def _still_wanted(store: TriggerStore, name: str, state: dict[str, Any] | None) -> set[str]:
     """Windows a manifest may still list: carried forward, still closing, or carried by one. The
     state is read before the open markers are listed: a window fired since carried its windows
     in the state read, or has its marker listed (written before its decision, removed after its
     close) with its decision or document naming them. A list of another shape raises ValueError:
-    what it names is unknown, so nothing is removed."""
+    what it names is unknown, so nothing is removed. Without a readable state, the closing
+    windows' documents alone name what they carry."""
     closing = set(store.list_names(paths.open_prefix(name)))
-    decided = state.get("decided", {})
-    wanted = _window_ids(state, "carry") | closing
+    decided = state.get("decided", {}) if state is not None else {}
+    wanted = (_window_ids(state, "carry") if state is not None else set()) | closing
     for window_id in closing:
         decision = decided.get(window_id, {}) if isinstance(decided, dict) else None
         if not isinstance(decision, dict):

@@ -24,8 +24,9 @@ writes to one document (GCS sustains about one write per second per object name)
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from shared.errors import SpotjobsError
@@ -73,9 +74,43 @@ def seal_path(name: str, window_id: str) -> str:
     return f"{windows_prefix(name)}{window_id}/sealed"
 
 
+# A trigger's state document: each field this version reads, and whether a JSON value has its
+# shape (a field absent is read as empty; one this version does not know is kept as it is).
+_STATE_FIELDS: dict[str, Callable[[Any], bool]] = {
+    "schema_version": lambda v: type(v) is int,
+    "trigger": lambda v: isinstance(v, str),
+    "decided": lambda v: isinstance(v, dict) and all(isinstance(d, dict) for d in v.values()),
+    "carry": lambda v: isinstance(v, list) and all(isinstance(w, str) for w in v),
+    "carry_count": lambda v: type(v) is int,
+    "last_fired_at": lambda v: v is None or isinstance(v, str),
+    "last_fired_window": lambda v: v is None or isinstance(v, str),
+    "windows_retired_at": lambda v: v is None or isinstance(v, str),
+}
+# Custom metadata on a corrupt document: the generation whose corruption was alerted.
+CORRUPT_ALERTED_KEY = "spotjobs-corrupt-alerted"
+
+
+def unreadable(path: str, raw: bytes) -> str | None:
+    """Why the trigger document stored at `path` as `raw` cannot be read, or None (pure): not
+    JSON, not an object, or a state document of another shape (a past or future version's layout,
+    a field null or of another type), which the ledger's records reject alike."""
+    try:
+        document = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    if not isinstance(document, dict):
+        return f"{type(document).__name__}, not an object"
+    if path.startswith(PREFIX) and path.endswith("/state.json"):
+        for name, fits in _STATE_FIELDS.items():
+            if name in document and not fits(document[name]):
+                return f"its {name} is {str(document[name])[:60]}, not of a trigger state's shape"
+    return None
+
+
 class CorruptTriggerDocument(SpotjobsError):
-    """A trigger document that is not a JSON object (hand-edited, truncated): nothing is decided
-    on it, and no housekeeping removes what it may still name."""
+    """A trigger document that cannot be read (`unreadable`: hand-edited, truncated, another
+    version's layout): nothing is decided on it, and no housekeeping removes what it may still
+    name."""
 
     def __init__(self, path: str, reason: str) -> None:
         super().__init__(f"trigger document {path} cannot be read: {reason}")
@@ -126,9 +161,27 @@ class TriggerStore:
     # Documents (window and trigger state) by compare-and-swap.
 
     def read(self, path: str) -> tuple[Doc | None, int]:
-        """The document and its generation; (None, 0) when absent. One that is not a JSON object
-        raises `CorruptTriggerDocument`."""
+        """The document and its generation; (None, 0) when absent. One that cannot be read
+        (`unreadable`) raises `CorruptTriggerDocument`."""
         return self._read_blob(path)
+
+    def corrupt_alerted(self, path: str) -> bool:
+        """Whether the stored version of corrupt document `path` was alerted (`note_corrupt_alerted`);
+        True when it is gone."""
+        blob = self._bucket.get_blob(path)
+        return blob is None or (blob.metadata or {}).get(CORRUPT_ALERTED_KEY) == str(blob.generation)
+
+    def note_corrupt_alerted(self, path: str) -> None:
+        """Note on corrupt document `path` that its stored version was alerted: the note names the
+        generation, so a version written later is alerted again."""
+        from google.api_core.exceptions import NotFound, PreconditionFailed
+
+        blob = self._bucket.get_blob(path)
+        if blob is None:
+            return
+        blob.metadata = {**(blob.metadata or {}), CORRUPT_ALERTED_KEY: str(blob.generation)}
+        with contextlib.suppress(NotFound, PreconditionFailed):  # gone or changed: judged again
+            blob.patch(if_metageneration_match=blob.metageneration)
 
     def create(self, path: str, doc: Doc) -> bool:
         """Create `path` if absent; False if it existed (another delivery made it first)."""
@@ -309,13 +362,10 @@ class TriggerStore:
             raw = blob.download_as_bytes()
         except NotFound:
             return None, 0
-        try:
-            document = json.loads(raw)
-        except (ValueError, RecursionError) as exc:
-            raise CorruptTriggerDocument(path, f"{type(exc).__name__}: {exc}") from exc
-        if not isinstance(document, dict):
-            raise CorruptTriggerDocument(path, f"{type(document).__name__}, not an object")
-        return document, int(blob.generation)
+        reason = unreadable(path, raw)
+        if reason is not None:
+            raise CorruptTriggerDocument(path, reason)
+        return json.loads(raw), int(blob.generation)
 
     def _write(self, path: str, doc: Doc, generation: int | None) -> None:
         self._bucket.blob(path).upload_from_string(

@@ -11,6 +11,7 @@ tick from the window document's state; a second publish is absorbed by submit_jo
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -21,7 +22,7 @@ from shared.log import Logger
 from shared.swap import Decided
 from shared.triggers import store as paths
 from shared.triggers.definition import TriggerDefinition
-from shared.triggers.publishing import finish, publish_failure_alert
+from shared.triggers.publishing import alert_corrupt_state, finish, publish_failure_alert
 from shared.triggers.render import Window
 from shared.triggers.retention import retire_deleted_triggers, retire_windows
 from shared.triggers.store import FINAL_STATES, TriggerStore
@@ -199,7 +200,9 @@ def tick(ports: Ports, store: TriggerStore, definitions: Sequence[TriggerDefinit
                 trigger=definition.name,
                 error=f"{type(exc).__name__}: {exc}",
             )
-        retire_windows(store, definition, now, log)
+        retire_windows(
+            store, definition, now, log, on_corrupt=functools.partial(alert_corrupt_state, ports, store, log=log)
+        )
     retire_deleted_triggers(store, now, log)
     log.info("triggers tick", event="triggers_tick", **{f"windows_{k}": v for k, v in counts.items()})
     return counts

@@ -69,6 +69,17 @@ def test_a_kind_added_without_its_promise_is_caught(monkeypatch: pytest.MonkeyPa
     assert promises.unpromised_kinds() == [AlertKind.LEDGER_MISSING]
 
 
+def test_a_trigger_state_left_unreadable_without_its_alert_is_caught(world: World) -> None:
+    name = "triggers/daily/state.json"
+    world.storage.client().bucket(world.settings.state_bucket).blob(name).upload_from_string(b'{"carry": {}}')
+    world.tampering.written[name] = "past_layout"
+    assert catalogue(world, AlertKind.TRIGGER_CORRUPT) == [
+        "no trigger_corrupt alert: triggers/daily/state.json written as past_layout"
+    ]
+    publish_alert(world, AlertKind.TRIGGER_CORRUPT, None, trigger="daily")
+    assert catalogue(world, AlertKind.TRIGGER_CORRUPT) == []
+
+
 def test_a_refused_request_without_its_alert_is_caught(world: World) -> None:
     world.workload.arrivals.append(Arrival(999, world.clock.now(), b"{}", {}, "invalid r9-invalid"))
     assert catalogue(world, AlertKind.INVALID_REQUEST) == [

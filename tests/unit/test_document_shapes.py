@@ -394,3 +394,80 @@ def test_a_fleet_folder_not_of_a_machine_class_is_passed_over() -> None:
         bucket.blob(name).upload_from_string(b"")
 
     assert fleet.classes(bucket) == [MachineClass("n1", "", 0)]
+
+
+# Seed 37: a trigger's state in a past version's layout (lists were maps keyed by position).
+PAST_LAYOUT_STATE = {"carry": {}, "carry_count": 0, "decided": {"w20200101t000000z": {"action": "fire", "carried": {}}}}
+WRONG_SHAPED_STATES = {
+    "past layout": PAST_LAYOUT_STATE,
+    "carry a map": {"carry": {"0": "w20200101t000000z"}},
+    "carry_count null": {"carry_count": None},
+    "a decision a string": {"decided": {"w20200101t000000z": "fire"}},
+    "last fire a number": {"last_fired_at": 7},
+}
+
+
+@pytest.mark.parametrize("state", WRONG_SHAPED_STATES.values(), ids=WRONG_SHAPED_STATES.keys())
+def test_a_wrong_shaped_trigger_state_reads_as_corrupt(state: Any) -> None:
+    from shared.triggers import store as paths
+    from shared.triggers.store import CorruptTriggerDocument
+
+    _clock, bucket, store, _definition = _trigger_world()
+    bucket.blob(paths.state_path("daily")).upload_from_string(json.dumps(state))
+
+    with pytest.raises(CorruptTriggerDocument):
+        store.read(paths.state_path("daily"))
+
+
+def test_trigger_retention_skips_a_wrong_shaped_state_says_so_and_goes_on() -> None:
+    """The windows done with are removed (a deferred one is kept: an unreadable state may still
+    carry it), and the corrupt state is handed to `on_corrupt` (the tick alerts it once)."""
+    from shared.triggers import store as paths
+    from shared.triggers.retention import retire_windows
+    from shared.triggers.store import CorruptTriggerDocument
+
+    clock, bucket, store, definition = _trigger_world()
+    start = clock.now - timedelta(days=40)
+    closed, deferred = (start.strftime("w%Y%m%dt%H0000z"), (start + timedelta(hours=1)).strftime("w%Y%m%dt%H0000z"))
+    _window(bucket, closed, {"state": "closed", "window_end": (start + timedelta(hours=1)).isoformat()})
+    _window(bucket, deferred, {"state": "deferred", "window_end": (start + timedelta(hours=2)).isoformat()})
+    bucket.blob(paths.state_path("daily")).upload_from_string(json.dumps(PAST_LAYOUT_STATE))
+    corrupt: list[CorruptTriggerDocument] = []
+
+    removed = retire_windows(store, definition, clock.now, CapturedLog().logger, on_corrupt=corrupt.append)
+
+    assert removed == 2  # the closed window's member and document
+    assert {name.split("/")[0].removesuffix(".json") for name in store.list_names(paths.windows_prefix("daily"))} == {
+        deferred
+    }
+    assert [error.path for error in corrupt] == [paths.state_path("daily")]
+
+
+def test_a_corrupt_trigger_state_is_alerted_once_per_version_of_it() -> None:
+    from types import SimpleNamespace
+
+    from shared.triggers import store as paths
+    from shared.triggers.publishing import alert_corrupt_state
+    from shared.triggers.store import CorruptTriggerDocument
+
+    clock, bucket, store, _definition = _trigger_world()
+    published: list[dict[str, Any]] = []
+    ports = SimpleNamespace(
+        settings=SimpleNamespace(ops_alerts_topic="ops"),
+        clock=clock,
+        publish=lambda _topic, payload, **_attributes: published.append(payload),
+    )
+    path = paths.state_path("daily")
+
+    def meet_it() -> None:
+        with pytest.raises(CorruptTriggerDocument) as error:
+            store.read(path)
+        alert_corrupt_state(ports, store, error.value, CapturedLog().logger)
+
+    bucket.blob(path).upload_from_string(json.dumps(PAST_LAYOUT_STATE))
+    meet_it()
+    meet_it()
+    assert [(a["kind"], a["details"]["trigger"]) for a in published] == [("trigger_corrupt", "daily")]
+    bucket.blob(path).upload_from_string(b"{trunc")  # written wrong again
+    meet_it()
+    assert len(published) == 2

@@ -2,7 +2,7 @@
 `ckpt-000400.optim.pt`, each a `torch.save`) counted as complete as soon as its first file was
 listed. While the second still uploaded, the kit would resume from it, and a pruner keeping one
 checkpoint deleted `ckpt-000300`, the last whole one. Such a stem is complete only once a later
-checkpoint exists (its writer moved on) and it holds every kind of file the later ones hold."""
+checkpoint exists (its writer moved on) and it holds every kind of file the folder's stems hold."""
 
 from __future__ import annotations
 
@@ -92,3 +92,18 @@ def test_a_request_past_its_retention_keeps_its_newest_multi_file_stem_beside_th
         save(store, step, at=NOW - 9 * 24 * HOUR)
     run_prune(store, {"r1": record(RequestStatus.SUCCEEDED, finished_ago=8 * 24 * HOUR)})
     assert surviving(store) == {f"ckpt-000{s}{x}" for s in (300, 400) for x in TWO_FILES}
+
+
+def test_a_stem_torn_like_the_stems_after_it_is_not_complete() -> None:
+    """Seed 149: a run saved ckpt-000200 whole and died in ckpt-000400's second file; the next run
+    resumed from 200 and died in ckpt-000300's. The torn 300 holds every kind of file the torn
+    400 after it holds, yet it lacks the optimizer file the folder's whole stems hold: the kit
+    resumed from it. Every kind of file the folder's stems hold is what a stem must hold."""
+    store = MemoryStore()
+    save(store, 200)
+    save(store, 400, (".pt",), at=NOW - 2 * HOUR)
+    save(store, 300, (".pt",), at=NOW - HOUR)
+    assert judged(store) == [("ckpt-000200", True), ("ckpt-000300", False), ("ckpt-000400", False)]
+    [report] = run_prune(store, {"r1": record(keep_last=1)}).reports
+    assert {"ckpt-000200.pt", "ckpt-000200.optim.pt"} <= surviving(store)
+    assert report.deleted == []

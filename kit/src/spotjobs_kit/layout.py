@@ -40,8 +40,9 @@ below follow what each framework writes (checked against its source and real sav
   saves into a marked folder instead). When any stem of the folder holds several such files
   (`ckpt-000400.pt` and `ckpt-000400.optim.pt`, uploaded one after another), a listed file no
   longer vouches for its stem: a stem is then complete only once a later stem exists and it
-  holds every kind of file (the name past the stem) a later one holds, and the newest stem never
-  is (a torn first save of such a layout, one file listed and no peer yet, still looks whole:
+  holds every kind of file (the name past the stem) any stem of the folder holds (a later stem
+  may be torn too, left by a run that died before the next resumed from an earlier one), and the
+  newest stem never is (a torn first save of such a layout, one file listed and no peer yet, still looks whole:
   save several files into a folder the kit marks instead); TensorFlow
   stems (`ckpt-5.index` with `ckpt-5.data-00000-of-00001`) are complete when the folder's
   `checkpoint` index file names the stem in `model_checkpoint_path` or
@@ -151,9 +152,9 @@ class Evidence:
     DEEPSPEED_INCOMPLETE = "named by DeepSpeed's latest file, without model states"
     ORBAX_METADATA = "Orbax commit timestamp in _CHECKPOINT_METADATA"
     FILES = "checkpoint file"
-    FILES_LATER = "checkpoint files, a later checkpoint holding no other kind of file"
+    FILES_LATER = "checkpoint files of every kind the folder's checkpoints hold, a later checkpoint beside them"
     FILES_NEWEST = "newest checkpoint saved as several files: its last file may still be uploading"
-    FILES_KIND_MISSING = "checkpoint files lacking a kind of file a later checkpoint holds"
+    FILES_KIND_MISSING = "checkpoint files lacking a kind of file another checkpoint of the folder holds"
     TENSORFLOW = "named by the TensorFlow checkpoint index, every shard present"
     NO_MARKER = "no commit marker"
     HF_INCOMPLETE = "Hugging Face checkpoint without trainer_state.json or its model files"
@@ -477,25 +478,24 @@ def plain_stems_judged(stems: Sequence[Checkpoint]) -> list[Checkpoint]:
     """Plain stems (not TensorFlow's) re-judged when any of them holds several files: then the
     folder's layout saves a checkpoint as several files, uploaded one after another, and a
     stem's first file is listed while the next still uploads. Such a stem is complete only once
-    a later stem exists (its writer moved on) and it holds every kind of file a later one holds;
-    the newest never is (pure)."""
+    a later stem exists (its writer moved on) and it holds every kind of file any stem of the
+    folder holds: a later stem may be torn too (left by a run that died, before the next one
+    resumed from an earlier stem), so what it holds vouches for nothing. The newest never is
+    (pure)."""
     if all(len(c.objects) == 1 for c in stems):
         return list(stems)
     ordered = sorted_checkpoints(stems)
+    every_kind = frozenset().union(*map(_kinds, ordered))
     judged = []
-    later_kinds: frozenset[str] = frozenset()
-    for position in range(len(ordered) - 1, -1, -1):
-        c = ordered[position]
-        kinds = _kinds(c)
+    for position, c in enumerate(ordered):
         if position == len(ordered) - 1:
             complete, evidence = False, Evidence.FILES_NEWEST
-        elif later_kinds <= kinds:
+        elif _kinds(c) == every_kind:
             complete, evidence = True, Evidence.FILES_LATER
         else:
             complete, evidence = False, Evidence.FILES_KIND_MISSING
-        later_kinds |= kinds
         judged.append(Checkpoint(c.name, c.kind, c.step, complete, c.objects, evidence=evidence))
-    return judged[::-1]
+    return judged
 
 
 def judge_prefix_listing(
