@@ -17,7 +17,7 @@ from shared.ledger.store import LedgerStore
 from sim import faults, invariants
 from sim.virtual import EPOCH_OF_SIMULATION
 from sim.world import World
-from tests.simulation.test_invariants import job, trained
+from tests.support.sim_world import job, trained
 
 
 @pytest.fixture
