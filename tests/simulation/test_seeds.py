@@ -19,13 +19,10 @@ OPEN_DEFECTS: dict[int, str] = {
     37: "a trigger's state written by another version in a past layout (lists as maps) is read without a "
     "shape check (shared/triggers/store.py `_read_blob` checks only that it is an object): the trigger's "
     "window retention stops for good, with no alert (bounded_state: triggers/daily-data/windows/... left)",
-    58: "a person deleted the ledger record of a request whose job waits PENDING: the job, labelled for a "
-    "request the ledger no longer has, stays live for good with no stray cancel and no alert "
-    "(no_unknown_live_job); cause in reconcile's stray sweep not located yet",
-    130: "a person deleted a request's ledger record: its `jobs/` index entry is never removed (the retention "
-    "sweep walks records, so an entry whose record is gone is orphaned for good; bounded_state)",
-    139: "as seed 58: a live job whose ledger record a person deleted is never cancelled nor alerted",
-    147: "as seed 130: an orphaned `jobs/` index entry is never removed",
+    139: "a person wrote a live request's ledger record as a list (a past layout): the product alerts "
+    "`ledger_corrupt` once and, as designed, decides nothing on the record until it is repaired, so its "
+    "PENDING job stays live with no job_stuck alert (no_unknown_live_job, alert_catalogue); bounded_state "
+    "already excuses a record a person left unreadable, these two invariants do not yet: to judge in sim/",
     149: "two-file torch stems: the kit resumed from ckpt-000300 (its .pt only, torn) while ckpt-000200 "
     "holds both files (resumes_from_newest_complete); not yet judged whether the kit's multi-file rule "
     "(spotjobs_kit/layout.py) or the simulator's model of it is wrong",
