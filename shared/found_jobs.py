@@ -27,13 +27,14 @@ from shared.clock import iso
 from shared.deciding.applying import apply_observation
 from shared.deciding.decisions import Observation
 from shared.deciding.outbox import Mine, flush, send_cancels
-from shared.deciding.strays import decide_stray_alert, is_stray
-from shared.jobs import LABEL_ATTEMPT, LABEL_REQUEST_ID, JobSnapshot
+from shared.deciding.strays import decide_stray_alert, is_stray, recordless_stray_alert
+from shared.jobs import LABEL_ATTEMPT, LABEL_REQUEST_ID, JobSnapshot, is_terminal
 from shared.ledger.claims import record_job
 from shared.ledger.records import RequestRecord
 from shared.ledger.run_lock import ledger_bucket
 from shared.ledger.store import JobIndexEntry
 from shared.log import Logger
+from shared.redeliveries import REJECTION_NOTES, alert_once
 from shared.wiring import Ports
 
 if TYPE_CHECKING:
@@ -144,9 +145,9 @@ def sweep_strays(ports: Ports, locations: Iterable[str], log: Logger) -> list[st
     ended (a filter on the deployment label and on the state, so the list grows with the running
     work, never with history), grouped by request. Each request's record is read after the list:
     a claim is written before its create, so a job created for a newer attempt finds that attempt
-    claimed and is never taken for a stray. A request without a record is left alone (nothing says
-    which of its jobs is the one); a location or record that cannot be read waits for the next
-    pass."""
+    claimed and is never taken for a stray. A request without a record (deleted by hand) has no job
+    that anything will manage: each is cancelled, its alert sent once first (`_cancel_recordless`).
+    A location or record that cannot be read waits for the next pass."""
     by_request: dict[str, list[CustomJob]] = defaultdict(list)
     for location in sorted(set(locations)):
         try:
@@ -181,7 +182,7 @@ def _cancel_strays_of(ports: Ports, request_id: str, jobs: list[CustomJob], log:
     try:
         record, _ = ports.ledger.read(request_id)  # read now, after the list: see sweep_strays
         if record is None:
-            return []
+            return _cancel_recordless(ports, request_id, jobs, log)
         strays = [job for job in jobs if is_stray(record, job)]
         for job in strays:
             cancel_stray(ports, record, job, log)
@@ -193,6 +194,31 @@ def _cancel_strays_of(ports: Ports, request_id: str, jobs: list[CustomJob], log:
             error=f"{type(exc).__name__}: {exc}",
         )
         return []
+
+
+# The note that a record-less stray's alert is out (`alert_once`), one per job: its lifecycle rule
+# (32 days) lets a job whose cancel keeps failing be alerted again a month later.
+RECORDLESS_STRAY_NOTES = f"{REJECTION_NOTES}stray-"
+
+
+def _cancel_recordless(ports: Ports, request_id: str, jobs: list[CustomJob], log: Logger) -> list[str]:
+    """Cancel the live jobs of a request whose record is gone. Each one's alert is sent (once, by
+    its note) before its cancel: a cancelled job leaves the sweep's listing, so an alert after the
+    cancel could be lost; a cancel that fails is sent again by the next pass, the alert not."""
+    strays = [job for job in jobs if not is_terminal(job.state)]
+    for job in strays:
+        alert = recordless_stray_alert(request_id, job, ports.clock())
+        alert_once(ports, alert, f"{RECORDLESS_STRAY_NOTES}{job.name.rsplit('/', 1)[-1]}")
+        cancel_job(ports.job_service(job.name.split("/")[3]), job.name)
+        log.warning(
+            "cancelled a job with this request's labels: the request has no ledger record",
+            event="stray_job_cancelled",
+            request_id=request_id,
+            attempt=alert.attempt,
+            job=job.name,
+            record="missing",
+        )
+    return [job.name for job in strays]
 
 
 def cancel_stray(ports: Ports, record: RequestRecord, job: CustomJob, log: Logger) -> None:

@@ -162,8 +162,9 @@ def _requests_to_reconcile(
     next run starts from the first again.
 
     A ledger from before the index is listed in full once, writing the active records' markers.
-    Then the retention sweep (`shared.ledger.retention`) takes its bounded turn."""
-    from shared.ledger.retention import backfill_index, sweep_step
+    Then the retention sweep and the orphan sweep (`shared.ledger.retention`) take their bounded
+    turns."""
+    from shared.ledger.retention import backfill_index, sweep_orphans_step, sweep_step
 
     if not ledger.index_built():
         backfill_index(ledger, log, page_size=page_size)
@@ -213,6 +214,14 @@ def _requests_to_reconcile(
         log.warning(
             "the ledger retention sweep failed; the next pass resumes it",
             event="ledger_sweep_failed",
+            error=f"{type(exc).__name__}: {exc}",
+        )
+    try:
+        sweep_orphans_step(ledger, log)
+    except Exception as exc:  # noqa: BLE001 - as the retention sweep: the next pass resumes it
+        log.warning(
+            "the ledger orphan sweep failed; the next pass resumes it",
+            event="ledger_orphan_sweep_failed",
             error=f"{type(exc).__name__}: {exc}",
         )
     return active

@@ -155,22 +155,28 @@ def replayed_without_a_record(message: Message, envelope: dict[str, Any], log: L
 
 
 # Notes of the messages whose rejection was alerted (a lifecycle rule removes them once Pub/Sub can
-# no longer deliver the message: 31 days at most).
+# no longer deliver the message: 31 days at most), and of the record-less strays alerted
+# (`shared.found_jobs`: the same rule lets a job whose cancel failed for a month be alerted again).
 REJECTION_NOTES = "rejections/"
 
 
 def alert_rejection_once(ports: Ports, alert: Alert) -> None:
     """Publish a rejection's alert once per message, however often Pub/Sub delivers it, even to two
-    instances at once. No record holds this alert, so a note per message id does: created once
-    (`if_generation_match=0`) as a claim before the publish, marked sent after it. A delivery that
-    finds a fresh claim of another is redelivered (TransientError) until it is sent or its holder
-    is presumed dead (older than the claim lease), then takes it over at its generation; a crash
-    between the publish and the mark repeats the alert once, never loses it."""
+    instances at once (`alert_once`, a note per message id)."""
     message_id = alert.details.get("message_id")
     if not message_id:
         publish_alert(ports, alert)
         return
-    note = ledger_bucket(ports.ledger).blob(f"{REJECTION_NOTES}{message_id}")
+    alert_once(ports, alert, f"{REJECTION_NOTES}{message_id}")
+
+
+def alert_once(ports: Ports, alert: Alert, note_name: str) -> None:
+    """Publish an alert no record holds once per `note_name`. The note is created once
+    (`if_generation_match=0`) as a claim before the publish, marked sent after it. A caller that
+    finds a fresh claim of another gets a TransientError (to be retried) until it is sent or its
+    holder is presumed dead (older than the claim lease), then takes it over at its generation; a
+    crash between the publish and the mark repeats the alert once, never loses it."""
+    note = ledger_bucket(ports.ledger).blob(note_name)
     generation = _claim_rejection_note(note, ports)
     if generation is None:
         return  # sent by an earlier delivery

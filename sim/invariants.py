@@ -445,16 +445,30 @@ def hostile_step_contained(world: World, before: dict[str, Any], after: dict[str
 
 
 def no_unknown_live_job(world: World) -> list[Violation]:
-    """After the last stray pass, every live job is the recorded job of its request's attempt."""
+    """After the last stray pass, every live job is the recorded job of its request's attempt
+    (but a job whose record a person left unreadable: nothing is decided on that record until an
+    operator repairs it, and `ledger_corrupt` says so)."""
     recorded = {a.job for r in records(world) for a in r.attempts if a.job}
+    unreadable = left_unreadable(world)
     return [
         violation(
             "no_unknown_live_job",
             f"live job {job.name.rsplit('/', 1)[-1]} of {job.request_id} a{job.attempt} is not in the ledger",
         )
         for job in world.vertex.jobs.values()
-        if job.live and job.name not in recorded
+        if job.live and job.name not in recorded and job.request_id not in unreadable
     ]
+
+
+def left_unreadable(world: World) -> set[str]:
+    """Requests whose record a person wrote in a shape the code cannot read, and left so: it stays,
+    with what names it, until an operator repairs it (CorruptRecord: nothing is decided on it)."""
+    state = world.storage.objects(world.settings.state_bucket)
+    return {
+        name[len("requests/") : -len(".json")]
+        for name in world.tampering.written
+        if name.startswith("requests/") and name in state and read_record(state[name].data) is None
+    }
 
 
 def liveness(world: World) -> list[Violation]:
@@ -565,15 +579,7 @@ def retention_horizon_seconds(settings: Settings) -> float:
 def bounded_state(world: World) -> list[Violation]:
     """After retention, nothing of a finished request is left in the state bucket (what belongs
     to a request still running, e.g. a job that never leaves PENDING, may stay)."""
-    unfinished = set(unsettled_requests(world))
-    # A record a person left unreadable stays, with what names it, until an operator repairs it
-    # (CorruptRecord: nothing is decided on it); ledger_corrupt says so.
-    state = world.storage.objects(world.settings.state_bucket)
-    unfinished |= {
-        name[len("requests/") : -len(".json")]
-        for name in world.tampering.written
-        if name.startswith("requests/") and name in state and read_record(state[name].data) is None
-    }
+    unfinished = set(unsettled_requests(world)) | left_unreadable(world)
     leftovers = collections.defaultdict(list)
     now = world.clock.now()
     for name, obj in sorted(world.storage.objects(world.settings.state_bucket).items()):

@@ -146,6 +146,11 @@ class Trainer:
     def save(self, job: Any, step: int, *, torn: bool) -> None:
         folder = self.job_folder(job)
         layout = self.layout_of(job.request_id)
+        if torn and layout == "torch" and self.two_file_stems and not self.saves.get(folder):
+            # A torn first save of the folder, one file and no peer yet, looks whole to any reader
+            # (spotjobs_kit.layout says so: such a trainer should save into a marked folder): the
+            # simulated trainer never tears its first save, and records it whole.
+            torn = False
         writes, name = getattr(self, f"_{layout}")(folder, step, torn)
         bucket = self.client().bucket(self.settings.checkpoint_bucket)
         for relative, data in writes:
@@ -178,12 +183,8 @@ class Trainer:
     def _torch(self, folder: str, step: int, torn: bool) -> tuple[list[tuple[str, bytes]], str]:
         name = f"ckpt-{step:06d}"  # one object: a cut upload leaves nothing (GCS lists it once whole)
         if self.two_file_stems:  # the model, then the optimizer: a cut between them leaves the first
-            # A torn first save of the folder, one file and no peer yet, looks whole to any reader
-            # (spotjobs_kit.layout says so: such a trainer should save into a marked folder): the
-            # simulated trainer never tears its first save.
-            first = not self.saves.get(folder)
             model = (f"{name}.pt", self._blob())
-            return ([model] if torn and not first else [model, (f"{name}.optim.pt", self._blob())]), name
+            return ([model] if torn else [model, (f"{name}.optim.pt", self._blob())]), name
         return ([] if torn else [(f"{name}.pt", self._blob())]), name
 
     def _orbax(self, folder: str, step: int, torn: bool) -> tuple[list[tuple[str, bytes]], str]:

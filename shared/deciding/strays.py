@@ -12,6 +12,11 @@ decided before the cancel is sent so that no failure after the cancel can lose i
 A job of an attempt whose claim has no job recorded yet is not a stray: submit, or reconcile's
 adoption, is about to record it.
 
+A job whose request has no record at all is a stray too: a claim writes the record before its
+create, and retention removes only a record finished long ago, so its record was deleted by hand.
+No record can hold its alert: it goes out once per job through a note (`recordless_stray_alert`,
+`shared.found_jobs`), before the cancel.
+
 This module decides (`is_stray`, the alert); listing and cancelling jobs at Vertex is the shells'
 (`shared.found_jobs`).
 """
@@ -30,6 +35,8 @@ from shared.swap import Swapped
 from shared.wiring import Ports
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from google.cloud.aiplatform_v1 import CustomJob
 
 
@@ -47,6 +54,29 @@ def is_stray(record: RequestRecord, job: CustomJob) -> bool:
     if attempt.job is None:
         return attempt.outcome is not None  # a claim still being created will record it
     return attempt.job != job.name
+
+
+def recordless_stray_alert(request_id: str, job: CustomJob, now: datetime) -> Alert:
+    """The `stray_job` alert of a job labelled for `request_id`, which has no ledger record."""
+    n = _attempt_label(job)
+    return Alert.of(
+        AlertKind.STRAY_JOB,
+        f"cancelling job {job.name}: it carries the labels of attempt {n} of {request_id}, whose ledger "
+        "record is missing (deleted by hand?), so nothing would manage it; submit a new request to run "
+        "it again from its checkpoint",
+        request_id=request_id,
+        attempt=n,
+        job=job.name,
+        details={"stray_job": job.name, "record": "missing", "cancelled_at": iso(now)},
+        time=iso(now),
+    )
+
+
+def _attempt_label(job: CustomJob) -> int | None:
+    try:
+        return int(job.labels.get(LABEL_ATTEMPT, ""))
+    except ValueError:
+        return None
 
 
 def decide_stray_alert(ports: Ports, record: RequestRecord, job: CustomJob) -> Swapped[RequestRecord]:

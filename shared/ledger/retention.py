@@ -21,6 +21,15 @@ while a round is under way. On each record:
   position, so one bad record never stalls retention and index repair behind it. A sweep position
   that cannot be read starts the round afresh.
 
+A second sweep (`sweep_orphans_step`, the same bounded turns and daily round, resumed from
+`maintenance/ledger-orphan-sweep.json`) walks a record's referrers that name it, `jobs/` and
+`manifests/`, and removes one whose record is gone (deleted by hand, or retired while a late
+create indexed a second job): once the referrer is older than the retention, the record read after
+it was listed is absent, and the delete is conditional on the generation listed. A referrer is
+written after its record is claimed (a job's entry after the claim that precedes its create) or,
+for a manifest, before a publish no claim can follow once Pub/Sub has dropped the message (31
+days, less than any retention): so no record still being created can lose one.
+
 The retention is `ledger_retention_seconds` (0: keep every record), never less than
 `MIN_RETENTION_SECONDS` (longer than Pub/Sub keeps any message, so no redelivered request can
 find its record gone and claim it anew) nor than the checkpoint pruner's
@@ -39,13 +48,17 @@ from typing import TYPE_CHECKING, Any
 from shared.clock import parse_rfc3339, utcnow
 from shared.jobs import TRIGGER_ID_PREFIX
 from shared.ledger.records import CorruptRecord
-from shared.ledger.store import LedgerStore, ListedRequest, needs_reconcile
+from shared.ledger.store import JOBS_PREFIX, LedgerStore, ListedObject, ListedRequest, needs_reconcile
+from shared.requests.envelope import MANIFESTS_PREFIX
 
 if TYPE_CHECKING:
     from shared.log import Logger
     from shared.settings import Settings
 
 SWEEP_STATE = "ledger-sweep"
+ORPHAN_SWEEP_STATE = "ledger-orphan-sweep"
+# What names a record and outlives it if the record goes by hand, in listing order.
+REFERRER_PREFIXES = (JOBS_PREFIX, MANIFESTS_PREFIX)
 SWEEP_INTERVAL_SECONDS = 86400.0
 SWEEP_PAGES_PER_RUN = 5
 SWEEP_PAGE_SIZE = 1000
@@ -237,3 +250,94 @@ def retire(ledger: LedgerStore, request_id: str, retention: float, *, archive: b
     if request_id.startswith(TRIGGER_ID_PREFIX):
         ledger.forget_manifest(request_id)  # what its window's job trained on: no attempt is left to run
     return True
+
+
+@dataclass
+class OrphanSummary:
+    listed: int = 0
+    removed: int = 0
+    kept: int = 0  # its record exists, or it changed since listed
+    corrupt: int = 0  # a job index entry that does not name a request: left for an operator
+    finished_round: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def sweep_orphans_step(
+    ledger: LedgerStore,
+    log: Logger,
+    *,
+    settings: Settings | None = None,
+    now: datetime | None = None,
+    pages: int = SWEEP_PAGES_PER_RUN,
+) -> OrphanSummary | None:
+    """One bounded turn of the orphan sweep (the module docstring), if a round is due and records
+    are retired at all; None if not."""
+    if settings is None:
+        from shared.settings import get_settings
+
+        settings = get_settings()
+    now = now or utcnow()
+    retention = effective_retention(settings)
+    if not retention:
+        return None  # every record is kept, and so is everything that names one
+    state = ledger.maintenance_state(ORPHAN_SWEEP_STATE)
+    finished_at = parse_rfc3339(state.get("finished_at"))
+    if finished_at and (now - finished_at).total_seconds() < SWEEP_INTERVAL_SECONDS:
+        return None
+    position = state.get("position") if not finished_at else ""
+    position = position if isinstance(position, str) else ""
+    summary = OrphanSummary(finished_round=True)
+    pages_left = pages
+    with ThreadPoolExecutor(SWEEP_WORKERS, thread_name_prefix="ledger-orphans") as pool:
+        for prefix in REFERRER_PREFIXES:
+            if position > prefix and not position.startswith(prefix):
+                continue  # walked in an earlier turn of this round
+            start_at = position if position.startswith(prefix) else ""
+            token: str | None = None
+            reached_end = False
+            while pages_left and not reached_end:
+                pages_left -= 1
+                rows, token = ledger.list_objects(
+                    prefix, page_size=SWEEP_PAGE_SIZE, page_token=token, start_at=start_at
+                )
+                summary.listed += len(rows)
+                old = [row for row in rows if row.updated and (now - row.updated).total_seconds() >= retention]
+                for outcome in pool.map(lambda row: _retire_orphan(ledger, row, log), old):
+                    setattr(summary, outcome, getattr(summary, outcome) + 1)
+                position = rows[-1].name if rows else position  # inclusive: seen once more next turn
+                reached_end = not token
+            if not reached_end:
+                summary.finished_round = False
+                break
+    ledger.save_maintenance_state(
+        ORPHAN_SWEEP_STATE,
+        {"position": "", "finished_at": now.isoformat()}
+        if summary.finished_round
+        else {"position": position, "finished_at": None},
+    )
+    log.info("ledger orphan sweep turn", event="ledger_orphan_sweep", **summary.to_json())
+    return summary
+
+
+def _retire_orphan(ledger: LedgerStore, row: ListedObject, log: Logger) -> str:
+    """Remove one old referrer if its record is gone; the summary field it counts in."""
+    if row.name.startswith(MANIFESTS_PREFIX):
+        request_id = row.name[len(MANIFESTS_PREFIX) : -len(".json")]
+    else:
+        try:
+            entry = ledger.find_job(row.name[len(JOBS_PREFIX) : -len(".json")])
+        except CorruptRecord:
+            log.warning(
+                "a job index entry does not name a request; the orphan sweep leaves it",
+                event="ledger_orphan_unreadable",
+                object=row.name,
+            )
+            return "corrupt"
+        if entry is None:
+            return "kept"  # removed since listed
+        request_id = entry.request_id
+    if ledger.listed_status(request_id) is not None:  # read after the listing: see the module docstring
+        return "kept"
+    return "removed" if ledger.remove_orphan(row) else "kept"

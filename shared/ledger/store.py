@@ -115,6 +115,15 @@ class ActiveEntry:
 
 
 @dataclass(frozen=True)
+class ListedObject:
+    """An object of the state bucket as listed: its generation guards its removal."""
+
+    name: str
+    generation: int
+    updated: datetime | None
+
+
+@dataclass(frozen=True)
 class JobIndexEntry:
     request_id: str
     attempt: int
@@ -418,6 +427,27 @@ class LedgerStore:
             self._bucket.delete_blob(_job_path(job_id))
         except NotFound:
             pass
+
+    def list_objects(
+        self, prefix: str, *, page_size: int = 1000, page_token: str | None = None, start_at: str = ""
+    ) -> tuple[list[ListedObject], str | None]:
+        """One page of the objects under `prefix` from the name `start_at` on (inclusive), and the
+        next page token (a record's referrers, for the orphan sweep)."""
+        iterator = self._bucket.client.list_blobs(
+            self._bucket,
+            prefix=prefix,
+            start_offset=start_at or None,
+            max_results=page_size,
+            page_token=page_token,
+            fields="items(name,generation,updated),nextPageToken",
+        )
+        page = next(iterator.pages, None)
+        rows = [ListedObject(blob.name, int(blob.generation), blob.updated) for blob in page or ()]
+        return rows, iterator.next_page_token
+
+    def remove_orphan(self, listed: ListedObject) -> bool:
+        """Delete a referrer whose record is gone if it is unchanged since listed."""
+        return self._delete_if_generation(listed.name, listed.generation)
 
     def remove_record(self, request_id: str, generation: int) -> bool:
         """Delete the record if it is still at `generation`; False if anyone wrote since."""

@@ -694,3 +694,44 @@ def test_a_stray_whose_cancel_fails_after_its_alert_was_decided_is_cancelled_and
     assert refused == [stray] and world.vertex.cancelled[0] == stray
     kinds = [m.data["kind"] for m in world.publisher.on("ops-alerts")]
     assert kinds == ["stray_job"]
+
+
+def test_a_live_job_whose_record_a_person_deleted_is_cancelled_with_one_alert(world: World, gcs_bucket) -> None:
+    """The claim writes the record before its create, so a live job labelled for a request the
+    ledger no longer has (a person deleted its record) has nothing that will ever manage it."""
+    _, orphan = world.submitted(state=PENDING)
+    gcs_bucket.delete_blob("requests/req-1.json")
+    log = CapturedLog()
+
+    first = reconcile(world, log)
+    reconcile(world, log)  # the job is CANCELLING now: cancelled again, never alerted twice
+
+    assert world.vertex.cancelled[0] == orphan
+    assert first.decisions["stray_job_cancelled"] == 1
+    [alert] = [m.data for m in world.publisher.on("ops-alerts")]
+    assert (alert["kind"], alert["request_id"], alert["details"]["stray_job"]) == ("stray_job", "req-1", orphan)
+    assert alert["details"]["record"] == "missing"
+    [line, *_] = log.events("stray_job_cancelled")
+    assert line["severity"] == "WARNING" and line["job"] == orphan
+
+
+def test_a_recordless_strays_alert_is_sent_before_its_cancel_and_once_while_the_cancel_fails(
+    world: World, gcs_bucket, monkeypatch
+) -> None:
+    """A cancelled job leaves the sweep's listing: its alert must be out before the cancel, and a
+    cancel refused on every pass (a 403) must not alert again on every pass."""
+    from google.api_core.exceptions import PermissionDenied
+
+    _, orphan = world.submitted(state=PENDING)
+    gcs_bucket.delete_blob("requests/req-1.json")
+
+    def refuse(*args, **kwargs):
+        raise PermissionDenied("cancel refused")
+
+    monkeypatch.setattr(world.vertex, "cancel_custom_job", refuse)
+    reconcile(world)
+    reconcile(world)
+
+    assert world.vertex.jobs[orphan].state == PENDING  # both passes tried, and were refused
+    [alert] = [m.data for m in world.publisher.on("ops-alerts")]
+    assert (alert["kind"], alert["details"]["stray_job"]) == ("stray_job", orphan)

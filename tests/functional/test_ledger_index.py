@@ -320,3 +320,46 @@ def test_a_retired_trigger_request_takes_its_manifest_with_it(ledger: LedgerStor
 
     assert retire(ledger, request_id, MIN_RETENTION_SECONDS, archive=False, now=utcnow() + FAR)
     assert [b.name for b in gcs_bucket.client.list_blobs(gcs_bucket) if request_id in b.name] == []
+
+
+def test_the_referrers_of_a_record_deleted_by_hand_leave_after_the_retention(ledger: LedgerStore, gcs_bucket) -> None:
+    """A person deleted a record: its job index entry and manifest name a request the ledger no
+    longer has, and the record sweep (which walks records) never meets them."""
+    from shared.ledger.retention import sweep_orphans_step
+    from shared.requests.envelope import manifest_path
+
+    settings = make_settings(gcs_bucket.name)
+    for rid, job in (("trg-gone", "7"), ("kept", "8")):
+        ledger.update(rid, lambda current, rid=rid: current or _record(rid))
+        ledger.index_job(JobIndexEntry(rid, 1, "l", f"projects/p/locations/l/customJobs/{job}"))
+        gcs_bucket.blob(manifest_path(rid)).upload_from_string(b"{}")
+    gcs_bucket.delete_blob("requests/trg-gone.json")
+    log = CapturedLog()
+
+    young = sweep_orphans_step(ledger, log.logger, settings=settings)  # younger than the retention
+    assert young is not None and young.removed == 0 and ledger.find_job("7") is not None
+    ledger.save_maintenance_state("ledger-orphan-sweep", {})
+    summary = sweep_orphans_step(ledger, log.logger, settings=settings, now=utcnow() + FAR)
+
+    assert summary.removed == 2 and summary.finished_round
+    assert ledger.find_job("7") is None and not gcs_bucket.blob(manifest_path("trg-gone")).exists()
+    assert ledger.find_job("8") is not None and gcs_bucket.blob(manifest_path("kept")).exists()
+    assert sweep_orphans_step(ledger, log.logger, settings=settings, now=utcnow() + FAR) is None  # done today
+
+
+def test_an_orphan_sweep_turn_is_bounded_and_the_next_resumes(ledger: LedgerStore, gcs_bucket, monkeypatch) -> None:
+    from shared.ledger import retention
+    from shared.ledger.retention import sweep_orphans_step
+
+    monkeypatch.setattr(retention, "SWEEP_PAGE_SIZE", 2)
+    for job in range(5):
+        ledger.index_job(JobIndexEntry(f"gone-{job}", 1, "l", f"projects/p/locations/l/customJobs/{job}"))
+    settings = make_settings(gcs_bucket.name)
+    later = utcnow() + FAR
+
+    first = sweep_orphans_step(ledger, CapturedLog().logger, settings=settings, now=later, pages=1)
+    second = sweep_orphans_step(ledger, CapturedLog().logger, settings=settings, now=later, pages=5)
+
+    assert (first.removed, first.finished_round) == (2, False)
+    assert (second.removed, second.finished_round) == (3, True)
+    assert all(ledger.find_job(str(job)) is None for job in range(5))

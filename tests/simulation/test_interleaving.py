@@ -13,7 +13,7 @@ from sim.world import World
 
 # Seeds whose world pushes an invalid request's message to two instances at once (found on the code
 # of issue 43); when the workload's draws change, pick them again with the check-then-act below.
-RACY_SEEDS = (36, 142, 145, 23)
+RACY_SEEDS = (36, 142, 145, 23, 125)
 
 
 def test_handlers_run_concurrently_and_a_seed_replays_exactly() -> None:
@@ -40,8 +40,10 @@ def check_then_act(ports: Any, alert: Any) -> None:
 
 def test_a_check_then_act_race_is_found_only_with_interleaving(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(redeliveries, "alert_rejection_once", check_then_act)
-    found = next((seed for seed in RACY_SEEDS if World(seed).run()), None)
+
+    def finds_the_race(world: World) -> bool:
+        return any(v.invariant == "alerts_once" and "invalid_request" in v.detail for v in world.run())
+
+    found = next((seed for seed in RACY_SEEDS if finds_the_race(World(seed))), None)
     assert found is not None, f"none of {RACY_SEEDS} finds the planted race: pick racy seeds again"
-    violations = World(found).run()
-    assert violations[0].invariant == "alerts_once" and "invalid_request" in violations[0].detail
-    assert not World(found, interleave=False).run()  # whole deliveries never meet in the gap
+    assert not finds_the_race(World(found, interleave=False))  # whole deliveries never meet in the gap

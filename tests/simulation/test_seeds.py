@@ -15,15 +15,7 @@ from sim.world import World
 
 CI_SEEDS = range(0, 150)
 
-OPEN_DEFECTS: dict[int, str] = {
-    58: "a person deleted the ledger record of a request whose job waits PENDING: the job, labelled for a "
-    "request the ledger no longer has, stays live for good with no stray cancel and no alert "
-    "(no_unknown_live_job); cause in reconcile's stray sweep not located yet",
-    130: "a person deleted a request's ledger record: its `jobs/` index entry is never removed (the retention "
-    "sweep walks records, so an entry whose record is gone is orphaned for good; bounded_state)",
-    139: "as seed 58: a live job whose ledger record a person deleted is never cancelled nor alerted",
-    147: "as seed 130: an orphaned `jobs/` index entry is never removed",
-}
+OPEN_DEFECTS: dict[int, str] = {}
 
 
 @pytest.mark.parametrize(
