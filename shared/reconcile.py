@@ -208,22 +208,16 @@ def _requests_to_reconcile(
                 event="reconcile_cursor_unsaved",
                 error=f"{type(exc).__name__}: {exc}",
             )
-    try:
-        sweep_step(ledger, log, on_corrupt=on_corrupt)
-    except Exception as exc:  # noqa: BLE001 - retention waits for the next pass; never fails this one
-        log.warning(
-            "the ledger retention sweep failed; the next pass resumes it",
-            event="ledger_sweep_failed",
-            error=f"{type(exc).__name__}: {exc}",
-        )
-    try:
-        sweep_orphans_step(ledger, log)
-    except Exception as exc:  # noqa: BLE001 - as the retention sweep: the next pass resumes it
-        log.warning(
-            "the ledger orphan sweep failed; the next pass resumes it",
-            event="ledger_orphan_sweep_failed",
-            error=f"{type(exc).__name__}: {exc}",
-        )
+    sweeps = (
+        ("retention", "ledger_sweep_failed", lambda: sweep_step(ledger, log, on_corrupt=on_corrupt)),
+        ("orphan", "ledger_orphan_sweep_failed", lambda: sweep_orphans_step(ledger, log)),
+    )
+    for name, event, sweep in sweeps:
+        try:
+            sweep()
+        except Exception as exc:  # noqa: BLE001 - a sweep waits for the next pass; never fails this one
+            error = f"{type(exc).__name__}: {exc}"
+            log.warning(f"the ledger {name} sweep failed; the next pass resumes it", event=event, error=error)
     return active
 
 
