@@ -2,31 +2,28 @@
 delays a decision until the next run; it never loses it.
 
 For every request whose status is not terminal or that has effects still to publish (read from
-the listing's metadata, paged by `settings.reconcile_page_size`, at most
-`settings.reconcile_requests_per_run` per run; a run that stops short saves where the next one
-starts, in the ledger's reconcile cursor, so every request gets its turn):
+the listing's metadata, paged by `settings.reconcile_page_size`, at most `settings.reconcile_requests_per_run`
+per run; a run that stops short saves where the next one starts, in the ledger's cursor, so every request gets its turn):
 
 - alerts and a prune request decided but not published are published once their decider is
   presumed dead (`shared.deciding.outbox`);
-
 - a re-queue decided but not confirmed is published once due and abandoned by its decider;
 - a claim without a job older than the claim lease (a submit that crashed and whose message was
   lost) is settled: the job is looked up by its labels; if found it is recorded (index, then
   record) and decided on; if absent the attempt is re-published to job-requests, where submit
   takes the stale claim over, at a growing interval and never given up on (no lookup while the
   last re-publish backs off, so a burst of them costs no Vertex call; one `claim_stalled`
-  alert past `max_claim_republishes`, naming the evidence); a lookup that fails for our own
-  reasons (a permission, a region) is alerted once (`lookup_failed`);
+  alert past `max_claim_republishes`, naming the evidence);
 - an attempt whose job a deadline switch cancelled is read until Vertex reports it ended, and
   the observation that sees the end publishes the next attempt (held until then, so a lost event
   cannot stall it);
-- otherwise the latest attempt's job is read (from the pass's one listing per location, a get
-  only for a job missing from it: `shared.reconcile_vertex`) and
-  `shared.deciding.applying.apply_observation` decides, exactly as for a log event: terminal
-  states, re-queues, jobs stuck in a waiting state; a job Vertex answers NotFound for (deleted
+- otherwise the latest attempt's job is read (from the pass's one listing per location, a get only for a
+  job missing from it: `shared.reconcile_vertex`) and `shared.deciding.applying.apply_observation` decides,
+  exactly as for a log event: terminal states, re-queues, jobs stuck in a waiting state; a job Vertex answers NotFound for (deleted
   out of band) is an answer for good, decided as a job that FAILED with a NOT_FOUND error
   (`shared.reconcile_vertex.vanished_job`): the request fails with one `job_failed` alert
-  naming it, or ends CANCELLED if its cancel was asked;
+  naming it, or ends CANCELLED if its cancel was asked; a lookup of either kind that fails for
+  our own reasons (a permission, a region) is alerted once (`lookup_failed`), the request kept;
 - an attempt waiting in line for Vertex's submission quota is left to the line's drainer, and a
   line left without one is restarted (`shared.pacing`).
 
@@ -291,7 +288,13 @@ def _reconcile(ports: Ports, record: RequestRecord, log: Logger) -> RequestResul
 
 
 def _observe(ports: Ports, record: RequestRecord, attempt: Attempt, log: Logger) -> RequestResult:
-    snapshot = read_attempt_job(ports, attempt, log)
+    try:
+        snapshot = read_attempt_job(ports, attempt, log)
+    except Exception as exc:
+        if is_retryable(exc):
+            raise
+        _alert_lookup_failed(ports, record, attempt, exc, log)  # as for a claim: said once, the request stays
+        return RequestResult("error")
     applied = apply_observation(ports, record.request_id, Observation(attempt.n, snapshot), log)
     return RequestResult("waiting" if applied.waiting else "observed", applied.events)
 
@@ -338,18 +341,18 @@ def _republish(ports: Ports, record: RequestRecord, claim: Attempt, log: Logger,
     return RequestResult("claim_republished")
 
 
-def _alert_lookup_failed(ports: Ports, record: RequestRecord, claim: Attempt, exc: Exception, log: Logger) -> None:
+def _alert_lookup_failed(ports: Ports, record: RequestRecord, target: Attempt, exc: Exception, log: Logger) -> None:
     error = f"{type(exc).__name__}: {exc}"
     log.error(
-        "could not look up the job of a stale claim; fix the cause, reconcile retries",
+        "could not look up the job of an attempt; fix the cause, reconcile retries",
         event="lookup_failed",
-        attempt=claim.n,
-        location=claim.location,
+        attempt=target.n,
+        location=target.location,
         error=error,
     )
 
     def lookup_alert(current: RequestRecord) -> Alert | None:
-        attempt = current.attempt(claim.n)
+        attempt = current.attempt(target.n)
         if attempt is None:
             return None
         return attempt_alert(
@@ -357,11 +360,12 @@ def _alert_lookup_failed(ports: Ports, record: RequestRecord, claim: Attempt, ex
             attempt,
             AlertKind.LOOKUP_FAILED,
             ports.clock(),
-            f"cannot look up the job of attempt {claim.n} of {current.request_id} in {claim.location}: {error}",
+            f"cannot look up {target.job or 'the job'} of attempt {target.n} of {current.request_id} "
+            f"in {target.location}: {error}",
             error=error,
         )
 
-    marker = alert_marker(AlertKind.LOOKUP_FAILED, claim.n)
+    marker = alert_marker(AlertKind.LOOKUP_FAILED, target.n)
     decide_and_flush_alert(ports, record.request_id, marker, lookup_alert, log)
 
 

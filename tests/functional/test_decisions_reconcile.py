@@ -282,8 +282,8 @@ def test_a_run_is_bounded_and_one_failing_request_does_not_stop_it(
     summary = reconcile(world, log, limit=2)
     assert summary.truncated and summary.active == 2
     assert summary.outcomes == {"error": 1, "observed": 1}
-    [error] = log.events("reconcile_error")
-    assert error["request_id"] == "req-0" and error["transient"] is False
+    [error] = log.events("lookup_failed")  # refused for good: said once (an alert), not retried as an error
+    assert error["request_id"] == "req-0" and "PermissionDenied" in error["error"]
 
 
 def test_republished_claim_is_taken_over_by_submit(world: World) -> None:
@@ -511,6 +511,30 @@ def test_a_lookup_that_keeps_failing_for_our_own_reasons_alerts_once_and_keeps_t
     assert record.status == RequestStatus.CLAIMED
     [alert] = world.publisher.on("ops-alerts")
     assert alert.data["kind"] == "lookup_failed" and "PermissionDenied" in alert.data["message"]
+
+
+def test_a_followed_job_whose_reads_are_refused_for_good_alerts_once_and_keeps_the_request(
+    world: World,
+) -> None:
+    """A get refused for our own reasons (a permission removed in the job's location) leaves the
+    request where it is, but not silently: one `lookup_failed` names it (seed 167)."""
+    from google.api_core.exceptions import PermissionDenied
+
+    _, job = world.submitted(state=RUNNING)
+    reconcile(world)  # seen running
+    world.vertex.set_state(job, FAILED)  # ended: gone from the unfinished listing, a get is needed
+
+    def forbidden(name: str, **_: object) -> None:
+        raise PermissionDenied("Permission 'aiplatform.customJobs.get' denied")
+
+    world.vertex.get_custom_job = forbidden  # type: ignore[method-assign]
+    assert reconcile(world).outcomes == {"error": 1}
+    assert reconcile(world).outcomes == {"error": 1}
+
+    assert world.ledger.get("req-1").status == RequestStatus.RUNNING
+    [alert] = world.publisher.on("ops-alerts")
+    assert (alert.data["kind"], alert.data["request_id"]) == ("lookup_failed", "req-1")
+    assert "PermissionDenied" in alert.data["message"] and job in alert.data["message"]
 
 
 def test_a_job_deleted_at_vertex_fails_its_request_once_with_an_alert_naming_it(world: World) -> None:
