@@ -132,8 +132,23 @@ def invalid_requests(world: World) -> list[Expected]:
     return out
 
 
+def reads_refused(world: World, job: SimJob, *, hiding_its_end: bool) -> bool:
+    """Whether Vertex refused gets in the job's location (a 403: `sim.faults`) while it lived:
+    on_job_event reads a job before it counts a service line, so its preemption lines of that time
+    went unread for good. `hiding_its_end`: refused for good from before its end was read, so
+    nobody learns how it ended, and reconcile's `lookup_failed` is the word owed instead."""
+    end = job.end_time or world.clock.now()
+    for refusal in world.vertex.refusals:
+        if refusal.operation != "get" or refusal.location != job.location or refusal.since > end + LAG:
+            continue
+        if refusal.until is None or (not hiding_its_end and refusal.until > job.create_time):
+            return True
+    return False
+
+
 def preemption_storms(world: World) -> list[Expected]:
-    """`preemption_storm`: Vertex preempted an attempt's job `preemption_storm_threshold` times or more."""
+    """`preemption_storm`: Vertex preempted an attempt's job `preemption_storm_threshold` times or
+    more, and its lines could be read (`reads_refused`)."""
     threshold = world.settings.preemption_storm_threshold
     cancelled = cancelled_by_operator(world)
     return [
@@ -143,7 +158,9 @@ def preemption_storms(world: World) -> list[Expected]:
             f"attempt {job.attempt}'s job was preempted {job.restarts} times (threshold {threshold})",
         )
         for job in only_jobs(world)
-        if job.restarts >= threshold and job.request_id not in cancelled
+        if job.restarts >= threshold
+        and job.request_id not in cancelled
+        and not reads_refused(world, job, hiding_its_end=False)
     ]
 
 
@@ -162,6 +179,7 @@ def attempts_exhausted(world: World) -> list[Expected]:
         and job.request_id in last
         and job.attempt >= last[job.request_id]
         and job.request_id not in cancelled
+        and not reads_refused(world, job, hiding_its_end=True)
     ]
 
 
@@ -171,7 +189,9 @@ def jobs_failed(world: World) -> list[Expected]:
     return [
         Expected(AlertKind.JOB_FAILED, job.request_id, f"attempt {job.attempt}'s job failed: {USER_ERROR['message']}")
         for job in only_jobs(world)
-        if job.error == USER_ERROR and job.request_id not in cancelled
+        if job.error == USER_ERROR
+        and job.request_id not in cancelled
+        and not reads_refused(world, job, hiding_its_end=True)
     ]
 
 
@@ -332,8 +352,9 @@ def creates_refused(world: World) -> list[Expected]:
 
 def lookups_refused(world: World) -> list[Expected]:
     """`lookup_failed`: reconcile's look-up of a stale claim's job (a listing of the request's
-    jobs) was refused for good (a 403 for the list permission: `sim.faults`)."""
-    refused = refused_for_good(world, "list", ("reconcile",))
+    jobs), or its get of a recorded attempt's job, was refused (a 403 for the list or the get
+    permission: `sim.faults`)."""
+    refused = refused_for_good(world, "list", ("reconcile",)) | refused_for_good(world, "get", ("reconcile",))
     return [Expected(AlertKind.LOOKUP_FAILED, rid, why) for rid, why in refused.items()]
 
 
@@ -499,7 +520,8 @@ def deadlines_met(world: World) -> list[Violation]:
     """Once quiet, a deadline request met its deadline (a job of it SUCCEEDED by then) whenever
     the rule's assumptions held (docs/deadlines.md, "Why no deadline is missed"): on-demand from its
     creation could meet it (C + d <= R, d the rule's floor `changeover_prior_seconds`), every
-    changeover Vertex imposed (create to RUNNING) was within d, no job failed, hung or was
+    changeover Vertex imposed (create to RUNNING, or from a create the GPU quota turned away to its
+    attempt's job running: on-demand was not there) was within d, no job failed, hung or was
     preempted on on-demand, no job ran longer than the work declared (C), and nobody cancelled it.
     A request whose deadline has not passed yet, or that ended without succeeding for its own
     reasons, is not judged."""
@@ -511,6 +533,7 @@ def deadlines_met(world: World) -> list[Violation]:
     jobs = collections.defaultdict(list)
     for job in world.vertex.jobs.values():
         jobs[job.request_id].append(job)
+    quota_waits = gpu_quota_waits(world)
     out = []
     for record in records(world):
         deadline = deadline_of(record)
@@ -530,6 +553,9 @@ def deadlines_met(world: World) -> list[Violation]:
             continue
         if _broke_the_rules_assumptions(own, d, work, now):
             continue
+        started = {j.attempt: j.start_time for j in sorted(own, key=lambda j: j.create_time) if j.start_time}
+        if any(((started.get(n) or now) - at).total_seconds() > d for n, at in quota_waits[record.request_id].items()):
+            continue  # the GPU quota kept on-demand away longer than the bound
         ended = [j for j in own if j.state == "JOB_STATE_SUCCEEDED" and j.end_time]
         how = f"succeeded at {min(j.end_time for j in ended).isoformat()}" if ended else f"is {record.status}"
         out.append(
@@ -540,6 +566,18 @@ def deadlines_met(world: World) -> list[Violation]:
             )
         )
     return out
+
+
+def gpu_quota_waits(world: World) -> dict[str, dict[int, datetime]]:
+    """By request and attempt, when the GPU quota first turned a create away."""
+    from shared.jobs import LABEL_ATTEMPT, LABEL_REQUEST_ID
+
+    first: dict[str, dict[int, datetime]] = collections.defaultdict(dict)
+    for create in world.vertex.created:
+        labels = create.job.get("labels") or {}
+        if create.gpu_quota_refused:
+            first[labels.get(LABEL_REQUEST_ID, "")].setdefault(int(labels.get(LABEL_ATTEMPT) or 0), create.at)
+    return first
 
 
 def _broke_the_rules_assumptions(jobs: list[SimJob], d: float, work: float, now: datetime) -> bool:

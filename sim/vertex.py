@@ -105,6 +105,7 @@ class Create:
     location: str
     job: dict[str, Any]
     accepted: bool
+    gpu_quota_refused: bool = False  # turned away because the GPU quota was full (`deadlines_met`)
 
 
 @dataclass(frozen=True)
@@ -208,11 +209,12 @@ class SimVertex:
         request = to_job_json(custom_job)
 
         def perform() -> Any:
-            accepted = False
+            accepted = quota_refused = False
             try:
                 self._admit("submissions", location, SUBMISSIONS_PER_MINUTE)
                 self._refuse("create", location, str((request.get("labels") or {}).get(LABEL_REQUEST_ID, "")))
                 if self.gpu_quota_full and _uses_gpus(request):
+                    quota_refused = True
                     raise api.TooManyRequests(
                         "The following quota metrics exceed quota limits: "
                         "aiplatform.googleapis.com/custom_model_training_nvidia_a100_gpus"
@@ -229,7 +231,7 @@ class SimVertex:
                 accepted = True
                 return job.to_proto()
             finally:
-                self.created.append(Create(self.clock(), location, request, accepted))
+                self.created.append(Create(self.clock(), location, request, accepted, quota_refused))
 
         return self.io("vertex", "create", perform)
 

@@ -16,8 +16,9 @@ from shared.ledger.records import Attempt, RequestRecord
 from shared.ledger.states import RequestStatus
 from shared.ledger.store import LedgerStore
 from sim import invariants, promises
+from sim.faults import Refusal
 from sim.trainer import LAYOUTS, Save
-from sim.vertex import STOCKOUT_ERROR, USER_ERROR, SimJob
+from sim.vertex import STOCKOUT_ERROR, USER_ERROR, Create, Refused, SimJob
 from sim.workload import Arrival, forge_kit_line
 from sim.world import World
 from tests.support.sim_world import job, trained
@@ -122,6 +123,31 @@ def test_a_failed_job_without_its_alert_is_caught(world: World) -> None:
     assert len(catalogue(world, AlertKind.JOB_FAILED)) == 1
     world.creates_before_cancel["r1"] = 1  # an operator's cancel excuses it
     assert catalogue(world, AlertKind.JOB_FAILED) == []
+
+
+def test_what_vertex_let_nobody_read_is_owed_as_a_lookup_failed_not_as_what_it_hid(world: World) -> None:
+    """A get permission removed in a job's location (`forbidden`): on_job_event cannot read the
+    job before it counts a preemption, nor anyone its end; `lookup_failed` is the word owed (seed 167)."""
+    storm = job(world, "r1", 1, "JOB_STATE_FAILED")
+    storm.error, storm.restarts = USER_ERROR, world.settings.preemption_storm_threshold + 3
+    storm.end_time = storm.create_time + timedelta(hours=1)
+    assert len(catalogue(world, AlertKind.PREEMPTION_STORM)) == len(catalogue(world, AlertKind.JOB_FAILED)) == 1
+
+    # Refused for a while during its run: preemption lines went unread for good, its end was read.
+    since = storm.create_time + timedelta(minutes=10)
+    world.vertex.refusals.append(Refusal("get", "us-central1", since, since + timedelta(minutes=10)))
+    assert catalogue(world, AlertKind.PREEMPTION_STORM) == []
+    assert len(catalogue(world, AlertKind.JOB_FAILED)) == 1
+
+    # Refused for good before it ended: its end is hidden too; reconcile's refused get is owed its word.
+    world.vertex.refusals.append(Refusal("get", "us-central1", since, None))
+    world.vertex.refused.append(Refused(world.clock.now(), "get", "us-central1", "r1", 403, "reconcile"))
+    assert catalogue(world, AlertKind.JOB_FAILED) == []
+    assert catalogue(world, AlertKind.LOOKUP_FAILED) == [
+        "no lookup_failed alert for r1: Vertex answered 403 to reconcile's get in us-central1"
+    ]
+    publish_alert(world, AlertKind.LOOKUP_FAILED, "r1")
+    assert catalogue(world, AlertKind.LOOKUP_FAILED) == []
 
 
 def test_a_job_waiting_past_the_bound_without_its_alert_is_caught(world: World) -> None:
@@ -258,6 +284,30 @@ def test_a_deadline_missed_after_a_changeover_past_the_bound_is_excused(world: W
 
 def test_a_deadline_infeasible_from_the_start_is_excused(world: World) -> None:
     deadline_request(world, changeover=10, ran=600, hours=0.1)  # 600 s of work + d > 360 s
+    assert promises.deadlines_met(world) == []
+
+
+def test_a_deadline_missed_waiting_for_a_gpu_quota_past_the_bound_is_excused(world: World) -> None:
+    """The rule counts on on-demand being there within d of a decision; a create the GPU quota
+    turns away for longer breaks that as a slow changeover does (seed 165: quota full for good)."""
+    deadline = world.clock.now() + timedelta(hours=1)
+    claim = Attempt(1, "us-central1", "SPOT", claimed_at=world.clock.now().isoformat())
+    restore(
+        world,
+        "r1",
+        RequestStatus.CLAIMED,
+        claim,
+        deadline=deadline.isoformat(),
+        total_steps=10,
+        expected_step_seconds=10.0,
+    )
+    labels = {"spotjobs-request-id": "r1", "spotjobs-attempt": "1"}
+    world.vertex.created.append(Create(world.clock.now(), "us-central1", {"labels": labels}, False))
+    world.clock.advance(3600 + promises.LAG.total_seconds() + 1)
+    [found] = promises.deadlines_met(world)  # a create refused for another reason excuses nothing
+    assert "r1 (work 100 s" in found.detail and "is CLAIMED" in found.detail
+
+    world.vertex.created[-1] = Create(world.vertex.created[-1].at, "us-central1", {"labels": labels}, False, True)
     assert promises.deadlines_met(world) == []
 
 
