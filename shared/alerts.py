@@ -110,7 +110,7 @@ class AlertKind(enum.StrEnum):
     LOOKUP_FAILED = (
         "lookup_failed",
         "ERROR",
-        "the job of a stale claim cannot be looked up (a permission, a region); reconcile retries",
+        "the job of a stale claim, or of a recorded attempt, cannot be looked up (a permission, a region); reconcile retries",
     )
     REQUEST_ID_CONFLICT = (
         "request_id_conflict",
