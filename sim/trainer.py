@@ -146,10 +146,12 @@ class Trainer:
     def save(self, job: Any, step: int, *, torn: bool) -> None:
         folder = self.job_folder(job)
         layout = self.layout_of(job.request_id)
-        if torn and layout == "torch" and self.two_file_stems and not self.saves.get(folder):
-            # A torn first save of the folder, one file and no peer yet, looks whole to any reader
-            # (spotjobs_kit.layout says so: such a trainer should save into a marked folder): the
-            # simulated trainer never tears its first save, and records it whole.
+        earlier = self.saves.get(folder, {})
+        if torn and layout == "torch" and self.two_file_stems and (not earlier or f"ckpt-{step:06d}" in earlier):
+            # Two saves the listing cannot tell from whole (docs/kit.md says so: such a trainer
+            # should save into a marked folder): a torn first save of the folder (one file, no peer
+            # yet), and a torn save again of a step saved before (its new model beside the earlier
+            # save's optimizer). The simulated trainer tears neither, and records each whole.
             torn = False
         writes, name = getattr(self, f"_{layout}")(folder, step, torn)
         bucket = self.client().bucket(self.settings.checkpoint_bucket)
