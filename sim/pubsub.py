@@ -105,6 +105,11 @@ class SimPubSub:
     observe: Callable[[Published], None] = lambda message: None  # the world's note of every publish
     _ids: int = 1
 
+    @property
+    def next_id(self) -> int:
+        """The message id the next accepted message gets."""
+        return self._ids
+
     def publisher(self) -> SimPubSub:
         return self
 

@@ -410,7 +410,7 @@ class World:
     def emit_log_line(self, job: SimJob, text: str, severity: str, *, forged: bool = False) -> str:
         """A line of `job`'s logs, routed by the log sink to job-events; its message id."""
         entry = {
-            "insertId": f"sim-{self.events}-{job.name.rsplit('/', 1)[-1][-6:]}",
+            "insertId": f"sim-{self.pubsub.next_id}-{job.name.rsplit('/', 1)[-1][-6:]}",  # one per entry
             "logName": f"projects/{self.settings.project}/logs/ml.googleapis.com%2F{job.name.rsplit('/', 1)[-1]}",
             "resource": {
                 "type": "ml_job",
