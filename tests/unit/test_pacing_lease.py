@@ -32,6 +32,8 @@ from shared.pacing import (
     Waiting,
     drain,
     hand_over,
+    hold_for_quota,
+    priority_of,
     restart_stalled,
     waiting_entry,
 )
@@ -295,7 +297,8 @@ def test_a_drainer_finds_the_lease_held_and_leaves_the_line_alone(line: Line) ->
     assert line.pacer.acquire(LOCATION) is not None
     script = Script(line)
 
-    assert line.drain(script) == Drained(held=False)
+    drained = line.drain(script)
+    assert (drained.held, drained.created, drained.rate_limited, drained.handed_over) == (False, 0, 0, None)
     assert script.tried == []
 
 
@@ -418,7 +421,7 @@ def test_a_create_that_raises_ends_the_run_without_raising_the_lease_released_th
 
     drained = line.drain(failing)
 
-    assert drained == Drained(held=True, created=0, rate_limited=0, handed_over="a")
+    assert (drained.held, drained.created, drained.rate_limited, drained.handed_over) == (True, 0, 0, "a")
     assert line.pacer.lease_free(LOCATION)
     assert [e["event"] for e in line.log.lines if e.get("event", "").startswith("quota_drain")] == [
         "quota_drain_failed",
@@ -557,3 +560,97 @@ def test_reconcile_ends_the_burst_of_an_empty_line_and_goes_on_past_a_region_tha
 
     line.ledger.get = ledger_get  # type: ignore[method-assign]
     assert restart_stalled(line.ports, line.log.logger) == [LOCATION]
+
+
+# ---- races between two instances, at one object ------------------------------------------------
+
+
+class Interleaved:
+    """The bucket, with another instance's step run just before or just after this instance reads
+    one object (`get_blob`): the races between a look and a write."""
+
+    def __init__(self, bucket: Any, name: str, *, before: Callable[[], object] = lambda: None, after=lambda: None):
+        self._bucket, self._name, self._before, self._after = bucket, name, before, after
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(self._bucket, attribute)
+
+    def get_blob(self, name: str, **kwargs: Any) -> Any:
+        if name == self._name:
+            self._before()
+        blob = self._bucket.get_blob(name, **kwargs)
+        if name == self._name:
+            self._after()
+        return blob
+
+
+LEASE = f"pacing/{LOCATION}/drainer.json"
+BURST = f"pacing/{LOCATION}/burst.json"
+
+
+def racing(line: Line, name: str, **steps: Callable[[], object]) -> Pacer:
+    return Pacer(Interleaved(line.bucket, name, **steps), line.settings, clock=line.clock, sleep=line.clock.sleep)
+
+
+def test_an_expired_lease_taken_over_by_another_between_our_look_and_our_take_is_theirs(line: Line) -> None:
+    assert line.pacer.acquire(LOCATION) is not None
+    line.clock.now += line.pacer.lease_seconds  # that drainer died
+    theirs: list[int | None] = []
+    ours = racing(line, LEASE, after=lambda: theirs.append(line.pacer.acquire(LOCATION)))
+
+    assert ours.acquire(LOCATION) is None
+    assert theirs[0] is not None and not line.pacer.lease_free(LOCATION)
+
+
+def test_a_lease_released_between_our_create_and_our_look_is_taken(line: Line) -> None:
+    lease = line.pacer.acquire(LOCATION)
+    assert lease is not None
+    ours = racing(line, LEASE, before=lambda: line.pacer.release(LOCATION, lease))
+
+    assert ours.acquire(LOCATION) is not None
+    assert not line.pacer.lease_free(LOCATION)
+
+
+def test_a_lease_removed_between_our_look_and_our_release_is_no_error(line: Line) -> None:
+    lease = line.pacer.acquire(LOCATION)
+    assert lease is not None
+    ours = racing(line, LEASE, after=lambda: line.bucket.delete_blob(LEASE))
+    ours.release(LOCATION, lease)
+    assert line.pacer.lease_free(LOCATION)
+
+
+def test_a_burst_ended_between_opening_it_and_reading_it_owes_no_alert(line: Line) -> None:
+    assert line.pacer.burst_alert_due(LOCATION, 9) is not None
+    ours = racing(line, BURST, before=lambda: line.bucket.delete_blob(BURST))
+    assert ours.burst_alert_due(LOCATION, 9) is None
+
+
+def test_a_burst_ended_by_another_while_we_end_it_is_no_error(line: Line) -> None:
+    assert line.pacer.burst_alert_due(LOCATION, 9) is not None
+    ours = racing(line, BURST, after=lambda: line.bucket.delete_blob(BURST))
+    ours.end_burst(LOCATION)
+    assert line.pacer.burst_alert_due(LOCATION, 1) is not None  # ended: opens afresh
+
+
+def test_an_entry_removed_as_it_is_written_again_has_no_arrival(line: Line) -> None:
+    entry = line.wait("a")
+    name = f"pacing/{LOCATION}/waiting/{entry.key}"
+    ours = racing(line, name, before=lambda: line.pacer.remove(entry))
+    assert ours.enqueue(entry) == 0
+
+
+# ---- a request's place ----------------------------------------------------------------------------
+
+
+def test_a_request_without_a_priority_waits_as_priority_zero(line: Line) -> None:
+    plain = RequestRecord("plain", {"request_id": "plain"}, "gs://b/plain/")
+    zero = RequestRecord("zero", {"request_id": "zero", "priority": 0}, "gs://b/zero/")
+    one = RequestRecord("one", {"request_id": "one", "priority": 1}, "gs://b/one/")
+    assert priority_of(plain) == priority_of(zero) < priority_of(one)
+
+
+def test_no_hold_for_an_attempt_the_record_does_not_have() -> None:
+    record = RequestRecord("r1", {}, "gs://b/r1/", attempts=[Attempt(1, LOCATION, "SPOT", "T")])
+    hold = {"claimed_at": "T", "now": datetime(2026, 12, 1, tzinfo=UTC), "lease_seconds": 60, "waiting_since": "A"}
+    assert hold_for_quota(record, n=2, **hold) is None
+    assert hold_for_quota(None, n=1, **hold) is None
