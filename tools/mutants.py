@@ -347,6 +347,17 @@ def judges(
     return found
 
 
+def detected_before(rows: Iterable[Mapping]) -> dict[Mutant, Mapping]:
+    """The rows of an earlier run whose mutant was detected, by mutant: with tests only added
+    since, they stay detected, so `--again` judges only the rest. A mutant of a source changed
+    since is another mutant (its lines differ) and is judged afresh."""
+    return {row_mutant(row): row for row in rows if row["outcome"] != SURVIVED}
+
+
+def row_mutant(row: Mapping) -> Mutant:
+    return Mutant(**{field.name: row[field.name] for field in dataclasses.fields(Mutant)})
+
+
 def fastest_first(tests: Iterable[str], seconds: Mapping[str, float]) -> list[str]:
     return sorted(tests, key=lambda test: (seconds.get(test, 0.0), test))
 
@@ -611,13 +622,15 @@ def trace(rooms: Sequence[str], scratch: Path) -> tuple[Coverage, list[str]]:
     return coverage, sorted(failing)
 
 
-def run_room(room: str, coverage: Coverage, scratch: Path, limit: int | None = None) -> dict:
+def run_room(room: str, coverage: Coverage, scratch: Path, limit: int | None = None, again: bool = False) -> dict:
     started = time.monotonic()
     mutants = generate_via_tool(room_files(room))[:limit]
+    results = RESULTS_DIR / f"mutants-{slug(room)}.json"
+    kept = detected_before(json.loads(results.read_text())["mutants"]) if again and results.exists() else {}
     report = scratch / "pytest.txt"
     rows = []
     for index, mutant in enumerate(mutants, 1):
-        rows.append(judge(mutant, coverage, report))
+        rows.append(kept.get(mutant) or judge(mutant, coverage, report))
         print(f"  [{index}/{len(mutants)}] {rows[-1]['outcome']:<11} {mutant.ident}", file=sys.stderr, flush=True)
     judged_by = {
         who
@@ -630,6 +643,7 @@ def run_room(room: str, coverage: Coverage, scratch: Path, limit: int | None = N
         "survived_not_run": sum(1 for row in rows if row.get("not_run")),
         "seconds": round(time.monotonic() - started, 1),
         "tests": len(judged_by - {SIMULATOR}),
+        "judged_again": len(mutants) - sum(1 for mutant in mutants if mutant in kept) if again else None,
         "sim_seeds": list(SIM_SEEDS),
         "commit": _commit(),
         "date": time.strftime("%Y-%m-%d"),
@@ -637,10 +651,6 @@ def run_room(room: str, coverage: Coverage, scratch: Path, limit: int | None = N
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     (RESULTS_DIR / f"mutants-{slug(room)}.json").write_text(json.dumps({"summary": summary, "mutants": rows}, indent=1))
     return summary
-
-
-def row_mutant(row: Mapping) -> Mutant:
-    return Mutant(**{field.name: row[field.name] for field in dataclasses.fields(Mutant)})
 
 
 def _commit() -> str:
@@ -686,6 +696,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="a room (repeatable); default: all five",
     )
     parser.add_argument("--limit", type=int, help="judge only the first N mutants of each room (a quick look)")
+    parser.add_argument(
+        "--again",
+        action="store_true",
+        help="after adding tests: judge again only the mutants the room's last results left alive",
+    )
     args = parser.parse_args(argv)
     sys.path[:0] = [str(ROOT), str(ROOT / KIT_SOURCE)]
     os.chdir(ROOT)
@@ -699,7 +714,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             coverage, failing = trace(rooms, scratch)
             print(f"traced in {time.monotonic() - started:.0f} s; left out, failing unmutated: {failing}", flush=True)
             for room in rooms:
-                print(summary_line(run_room(room, coverage, scratch, args.limit)), flush=True)
+                print(summary_line(run_room(room, coverage, scratch, args.limit, args.again)), flush=True)
     return 0
 
 

@@ -17,6 +17,7 @@ from tools.mutants import (
     apply,
     candidate_tests,
     changed_span,
+    detected_before,
     executable_lines,
     fastest_first,
     import_time_lines,
@@ -129,6 +130,19 @@ def test_a_mutant_of_a_line_run_at_import_is_judged_by_every_user_of_its_module(
 def test_a_mutant_of_a_line_without_code_is_judged_by_those_who_ran_the_next_line_with_code() -> None:
     assert ("m.py", 4) not in EXECUTABLE
     assert judges(mutant_on(4), RAN_BY, EXECUTABLE, IMPORT_TIME) == {"t_fast", "t_slow", SIMULATOR}
+
+
+def test_judging_again_keeps_only_what_was_detected_and_only_for_the_same_mutant() -> None:
+    killed, alive = mutant_on(7), mutant_on(8)
+    rows = [
+        {**killed.__dict__, "outcome": KILLED_UNIT},
+        {**alive.__dict__, "outcome": SURVIVED},
+        {**mutant_on(9).__dict__, "outcome": TIMEOUT},
+    ]
+    kept = detected_before(rows)
+    assert set(kept) == {killed, mutant_on(9)}
+    moved = Mutant("m.py", "core/NumberReplacer", 0, 8, 8, "", "")  # its line moved: another mutant
+    assert moved not in kept
 
 
 def test_tests_run_fastest_first() -> None:

@@ -21,7 +21,6 @@ from shared.ledger.states import RequestStatus
 from shared.ledger.store import LedgerStore
 from shared.pacing import (
     BUSY,
-    BUSY_PATIENCE,
     IN_DOUBT,
     QUOTA,
     RENEW_EVERY_SECONDS,
@@ -43,6 +42,8 @@ from sim.gcs import MemoryStorage
 from tests.support.decisions import CapturedLog, FakePublisher, make_settings
 
 LOCATION = "us-central1"
+# docs/ARCHITECTURE.md: a busy head "is waited for five slots" before the drainer passes it.
+PATIENCE_SLOTS = 5
 START = 1_000_000.0  # a slot boundary at any pace used here
 
 
@@ -327,7 +328,7 @@ def test_a_busy_head_is_waited_for_a_few_slots_then_passed_and_handed_over_to_la
 
     drained = line.drain(script)
 
-    assert script.tried == ["busy"] * BUSY_PATIENCE + ["b"]
+    assert script.tried == ["busy"] * PATIENCE_SLOTS + ["b"]
     assert drained.created == 1
     # Passed for this run only: it still waits, and the next drainer is its delivery.
     assert line.waiting() == ["busy"]
@@ -338,19 +339,19 @@ def test_a_busy_head_is_waited_for_a_few_slots_then_passed_and_handed_over_to_la
 def test_a_head_busy_for_a_while_then_free_is_not_passed(line: Line) -> None:
     line.wait("a")
     line.wait("b")
-    script = Script(line, {"a": [BUSY] * (BUSY_PATIENCE - 1) + [SETTLED]})
+    script = Script(line, {"a": [BUSY] * (PATIENCE_SLOTS - 1) + [SETTLED]})
     line.drain(script)
-    assert script.tried == ["a"] * BUSY_PATIENCE + ["b"]
+    assert script.tried == ["a"] * PATIENCE_SLOTS + ["b"]
 
 
 def test_busy_turns_start_again_for_each_head(line: Line) -> None:
     line.wait("a")
     line.wait("b")
     line.wait("c")
-    busy_then_settled = [BUSY] * (BUSY_PATIENCE - 1) + [SETTLED]
+    busy_then_settled = [BUSY] * (PATIENCE_SLOTS - 1) + [SETTLED]
     script = Script(line, {"a": list(busy_then_settled), "b": list(busy_then_settled)})
     line.drain(script)
-    assert script.tried == ["a"] * BUSY_PATIENCE + ["b"] * BUSY_PATIENCE + ["c"]
+    assert script.tried == ["a"] * PATIENCE_SLOTS + ["b"] * PATIENCE_SLOTS + ["c"]
 
 
 def test_a_head_in_doubt_is_passed_at_once(line: Line) -> None:
@@ -654,3 +655,13 @@ def test_no_hold_for_an_attempt_the_record_does_not_have() -> None:
     hold = {"claimed_at": "T", "now": datetime(2026, 12, 1, tzinfo=UTC), "lease_seconds": 60, "waiting_since": "A"}
     assert hold_for_quota(record, n=2, **hold) is None
     assert hold_for_quota(None, n=1, **hold) is None
+
+
+def test_an_unreadable_head_leaves_the_line_alerted_and_the_next_gets_the_line(line: Line) -> None:
+    line.wait("corrupt", priority=5)
+    line.wait("a")
+    line.bucket.blob("requests/corrupt.json").upload_from_string(b"{truncated", content_type="application/json")
+
+    assert hand_over(line.ports, line.pacer, LOCATION, line.log.logger) == "a"
+    assert line.waiting() == ["a"]
+    assert [alert.request_id for alert in line.alerts(AlertKind.LEDGER_CORRUPT)] == ["corrupt"]
