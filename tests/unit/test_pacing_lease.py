@@ -502,6 +502,7 @@ def test_an_alert_that_could_not_be_published_is_sent_by_the_next_run(line: Line
 
     line.drain(script)
     assert line.alerts(AlertKind.QUOTA_LIMITED) == []
+    assert script.tried  # the run went on creating
     line.clock.now += line.pacer.lease_seconds
     line.drain(script)
 
@@ -567,11 +568,21 @@ def test_reconcile_ends_the_burst_of_an_empty_line_and_goes_on_past_a_region_tha
 
 
 class Interleaved:
-    """The bucket, with another instance's step run just before or just after this instance reads
-    one object (`get_blob`): the races between a look and a write."""
+    """The bucket, with another instance's step run at one object just before or just after this
+    instance reads it (`get_blob`), or just before it swaps it (a write at a generation): the
+    races between a look and a write."""
 
-    def __init__(self, bucket: Any, name: str, *, before: Callable[[], object] = lambda: None, after=lambda: None):
-        self._bucket, self._name, self._before, self._after = bucket, name, before, after
+    def __init__(
+        self,
+        bucket: Any,
+        name: str,
+        *,
+        before: Callable[[], object] = lambda: None,
+        after: Callable[[], object] = lambda: None,
+        before_swap: Callable[[], object] = lambda: None,
+    ) -> None:
+        self._bucket, self._name = bucket, name
+        self._before, self._after, self._before_swap = before, after, before_swap
 
     def __getattr__(self, attribute: str) -> Any:
         return getattr(self._bucket, attribute)
@@ -582,6 +593,20 @@ class Interleaved:
         blob = self._bucket.get_blob(name, **kwargs)
         if name == self._name:
             self._after()
+        return blob
+
+    def blob(self, name: str, **kwargs: Any) -> Any:
+        blob = self._bucket.blob(name, **kwargs)
+        if name != self._name:
+            return blob
+        upload = blob.upload_from_string
+
+        def swapped(data: Any, *args: Any, if_generation_match: int | None = None, **options: Any) -> None:
+            if if_generation_match:  # not a create
+                self._before_swap()
+            upload(data, *args, if_generation_match=if_generation_match, **options)
+
+        blob.upload_from_string = swapped
         return blob
 
 
@@ -597,10 +622,29 @@ def test_an_expired_lease_taken_over_by_another_between_our_look_and_our_take_is
     assert line.pacer.acquire(LOCATION) is not None
     line.clock.now += line.pacer.lease_seconds  # that drainer died
     theirs: list[int | None] = []
-    ours = racing(line, LEASE, after=lambda: theirs.append(line.pacer.acquire(LOCATION)))
+    ours = racing(line, LEASE, before_swap=lambda: theirs.append(line.pacer.acquire(LOCATION)))
 
     assert ours.acquire(LOCATION) is None
     assert theirs[0] is not None and not line.pacer.lease_free(LOCATION)
+
+
+def test_a_lease_taken_over_between_our_look_and_our_release_stays_theirs(line: Line) -> None:
+    lease = line.pacer.acquire(LOCATION)
+    assert lease is not None
+
+    def taken_over() -> None:
+        line.clock.now += line.pacer.lease_seconds
+        assert line.pacer.acquire(LOCATION) is not None
+
+    racing(line, LEASE, after=taken_over).release(LOCATION, lease)
+    assert not line.pacer.lease_free(LOCATION)
+
+
+def test_a_burst_noted_sent_by_its_drainer_while_another_ends_it_stays(line: Line) -> None:
+    opened = line.pacer.burst_alert_due(LOCATION, 9)
+    assert opened is not None
+    racing(line, BURST, after=lambda: line.pacer.burst_alerted(LOCATION, opened)).end_burst(LOCATION)
+    assert line.pacer.burst_alert_due(LOCATION, 9) is None  # still open, its alert sent
 
 
 def test_a_lease_released_between_our_create_and_our_look_is_taken(line: Line) -> None:
@@ -665,3 +709,20 @@ def test_an_unreadable_head_leaves_the_line_alerted_and_the_next_gets_the_line(l
     assert hand_over(line.ports, line.pacer, LOCATION, line.log.logger) == "a"
     assert line.waiting() == ["a"]
     assert [alert.request_id for alert in line.alerts(AlertKind.LEDGER_CORRUPT)] == ["corrupt"]
+
+
+def test_a_hand_over_that_cannot_publish_ends_the_run_quietly_for_reconcile(line: Line) -> None:
+    line.wait("doubt")
+    line.wait("b")
+    line.publisher.fail_next = 1  # the hand-over's publish
+
+    drained = line.drain(Script(line, {"doubt": [IN_DOUBT]}))
+
+    assert (drained.created, drained.handed_over) == (1, None)
+    assert line.log.events("quota_handover_failed")
+    assert line.pacer.lease_free(LOCATION)
+
+
+def test_a_lease_nested_too_deep_to_read_is_free_to_take(line: Line) -> None:
+    line.bucket.blob(LEASE).upload_from_string("[" * 100_000)
+    assert line.pacer.lease_free(LOCATION)
