@@ -691,7 +691,8 @@ def test_a_request_without_a_priority_waits_as_priority_zero(line: Line) -> None
     plain = RequestRecord("plain", {"request_id": "plain"}, "gs://b/plain/")
     zero = RequestRecord("zero", {"request_id": "zero", "priority": 0}, "gs://b/zero/")
     one = RequestRecord("one", {"request_id": "one", "priority": 1}, "gs://b/one/")
-    assert priority_of(plain) == priority_of(zero) < priority_of(one)
+    below = RequestRecord("below", {"request_id": "below", "priority": -1}, "gs://b/below/")
+    assert priority_of(below) < priority_of(plain) == priority_of(zero) < priority_of(one)
 
 
 def test_no_hold_for_an_attempt_the_record_does_not_have() -> None:
@@ -726,3 +727,13 @@ def test_a_hand_over_that_cannot_publish_ends_the_run_quietly_for_reconcile(line
 def test_a_lease_nested_too_deep_to_read_is_free_to_take(line: Line) -> None:
     line.bucket.blob(LEASE).upload_from_string("[" * 100_000)
     assert line.pacer.lease_free(LOCATION)
+
+
+def test_each_busy_head_gets_the_same_patience_whatever_came_before_it(line: Line) -> None:
+    for request_id in ("free", "busy1", "busy2", "c"):
+        line.wait(request_id)
+    script = Script(line, {"free": [BUSY, SETTLED], "busy1": [BUSY], "busy2": [BUSY]})
+
+    line.drain(script)
+
+    assert script.tried == ["free"] * 2 + ["busy1"] * PATIENCE_SLOTS + ["busy2"] * PATIENCE_SLOTS + ["c"]
