@@ -737,3 +737,9 @@ def test_each_busy_head_gets_the_same_patience_whatever_came_before_it(line: Lin
     line.drain(script)
 
     assert script.tried == ["free"] * 2 + ["busy1"] * PATIENCE_SLOTS + ["busy2"] * PATIENCE_SLOTS + ["c"]
+
+
+def test_an_entry_naming_no_request_is_no_ones_turn(line: Line) -> None:
+    line.bucket.blob(f"pacing/{LOCATION}/waiting/0000001~~1").upload_from_string(b"")
+    line.wait("a")
+    assert line.waiting() == ["a"]
