@@ -266,7 +266,11 @@ def generate(paths: Sequence[str]) -> list[Mutant]:
             operator = cosmic_ray.plugins.get_operator(name)()
             positions = sum(1 for node in ast_nodes(get_ast(original)) for _ in operator.mutation_positions(node))
             for occurrence in range(positions):
-                mutated = mutate_code(original, operator, occurrence)
+                try:
+                    mutated = mutate_code(original, operator, occurrence)
+                except Exception as exc:  # noqa: BLE001 - cosmic-ray 8.7 fails on some nodes (a dotted name in `except (a.B, C)`)
+                    print(f"{path}: {name}#{occurrence} not made: {type(exc).__name__}: {exc}", file=sys.stderr)
+                    continue
                 if mutated is None or mutated == original:
                     continue
                 first, last, before, after = changed_span(original, mutated)
@@ -281,7 +285,7 @@ def generate_via_tool(paths: Sequence[str]) -> list[Mutant]:
     out = subprocess.run(
         [str(TOOL_PYTHON), str(Path(__file__).resolve()), "generate", *paths],
         check=True,
-        capture_output=True,
+        stdout=subprocess.PIPE,  # the mutants; what could not be made goes to stderr, shown
         text=True,
         cwd=ROOT,
     ).stdout
