@@ -281,10 +281,12 @@ def test_the_drainer_creates_one_per_slot_in_turn_and_releases_the_lease(line: L
         line.wait(request_id)
     line.wait("urgent", priority=5)
     script = Script(line)
+    started = line.clock.now
 
     drained = line.drain(script)
 
     assert drained == Drained(held=True, created=4, rate_limited=0, handed_over=None)
+    assert line.clock.now - started < 5  # the line empty, the run ends: it does not sit out its 20 s
     assert script.tried == ["urgent", "a", "b", "c"]
     slots = [int(at // line.pacer.slot_seconds) for at in script.at]
     assert [b - a for a, b in zip(slots, slots[1:])] == [1, 1, 1]  # each in the next slot
