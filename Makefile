@@ -88,10 +88,12 @@ sim: $(STAMP)
 
 # Mutation testing of the decision rooms (docs/simulator.md, "Mutation testing"): a benchmark, not
 # part of `make test`. ROOM=shared/pacing.py runs one room; results in bench/results/mutants-*.json.
+# AGAIN=1, after adding tests, judges again only the mutants the room's last results left alive.
 # Niced: one process, but for a long time (minutes per room), on a machine others share.
 ROOM ?=
+AGAIN ?=
 mutants: $(STAMP) $(MUTANTS)/.installed
-	nice -n 15 $(BIN)/python tools/mutants.py $(if $(ROOM),--room $(ROOM))
+	nice -n 15 $(BIN)/python tools/mutants.py $(if $(ROOM),--room $(ROOM)) $(if $(AGAIN),--again)
 
 clean:
 	rm -rf $(VENV) $(TOOLS) $(MUTANTS) $(FRAMEWORKS) .pytest_cache .hypothesis

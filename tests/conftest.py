@@ -300,11 +300,21 @@ def load_event(relative: str) -> bytes:
     return (EVENTS_DIR / relative).read_bytes()
 
 
+# The URL of a fake-gcs-server already running, which `fake_gcs` then reuses instead of starting
+# its own: `make mutants` (tools/mutants.py) starts one for the tests of every mutant, each a
+# session of its own. Tests stay apart as always: each gets a fresh bucket (`gcs_bucket`).
+REUSED_FAKE_GCS_ENV = "SPOTJOBS_TEST_FAKE_GCS_URL"
+
+
 @pytest.fixture(scope="session")
 def fake_gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A bare fake-gcs-server (no other part of the stack) for storage-only tests; yields its URL."""
     from devstack.emulators import start_fake_gcs
 
+    reused = os.environ.get(REUSED_FAKE_GCS_ENV)
+    if reused:
+        yield reused
+        return
     process, url = start_fake_gcs(tmp_path_factory.mktemp("fake-gcs"))
     try:
         yield url

@@ -8,13 +8,19 @@ project's venv, third-party libraries imported once) forks a child per mutant; t
 the project anew with the mutated module served from memory by an import hook, so no file of the
 tree is ever written and other readers of the tree never see a mutant.
 
-Each mutant is judged in two stages:
-1. the room's unit tests (those that import the room, found by grep), first failure stops them;
-2. only if they all pass, a fixed simulator budget (SIM_SEEDS): a violation or a crash kills it.
+Each mutant is judged by the tests that run its lines, then the simulator. Once per run, on the
+unmutated code, a traced pytest session of every unit and functional test that can reach the rooms
+(by their imports) records which tests run each line of the rooms, and how long each takes; the
+simulator budget (SIM_SEEDS) is traced the same way. A mutant is then judged in two stages:
+1. the tests that run its lines, fastest first, first failure stops them (a line that runs only at
+   import, a constant's, is judged by every test that runs its module);
+2. only if they all pass, and the simulator runs its lines, the simulator budget: a violation or a
+   crash kills it.
 Each stage has a time limit of its own, derived from the unmutated code's time; a mutant that
-exceeds it is counted as timed out (detected: the suite's own timeout would fail it too). A stage
-is skipped for a mutant whose lines it never runs on the unmutated code (traced once per room):
-code that does not run cannot change an outcome, so such a mutant survives that stage unjudged.
+exceeds it is counted as timed out (detected: the suite's own timeout would fail it too). A mutant
+whose lines no test and no seed runs survives unjudged: code that does not run cannot change an
+outcome. The functional tests' fake-gcs-server is started once, by the warm parent, and reused by
+every mutant's session (tests/conftest.py, REUSED_FAKE_GCS_ENV); each test still gets a fresh bucket.
 
     python tools/mutants.py --room shared/pacing.py          # one room
     python tools/mutants.py                                  # all five rooms
@@ -26,11 +32,13 @@ Results go to bench/results/mutants-<room>.json; a summary line per room is prin
 from __future__ import annotations
 
 import argparse
+import ast
 import builtins
 import contextlib
 import dataclasses
 import importlib.abc
 import importlib.util
+import inspect
 import json
 import os
 import re
@@ -38,9 +46,15 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+import types
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = ROOT / "bench" / "results"
@@ -96,6 +110,13 @@ TESTING_EXCEPTION = "CosmicRayTestingException"
 
 # Packages the child imports anew for each mutant (everything of ours); third-party stays warm.
 PROJECT_PACKAGES = ("shared", "functions", "spotjobs", "spotjobs_kit", "devstack", "sim", "tests", "kit")
+# Where the kit's package lives in the tree.
+KIT_SOURCE = "kit/src"
+# The tests that may judge a mutant: the stack tests (tests/integration, tests/e2e) run the project
+# in other processes, where no mutant is served.
+TEST_DIRS = ("tests/unit/", "tests/functional/")
+# The traced run of the unmutated code: every candidate test once (minutes).
+TRACE_LIMIT_SECONDS = 3600.0
 
 # Outcomes of one mutant.
 KILLED_UNIT = "killed_unit"
@@ -138,26 +159,57 @@ def room_files(room: str, root: Path = ROOT) -> list[str]:
 
 
 def module_name(path: str) -> str:
-    """`shared/fleet/store.py` -> `shared.fleet.store`."""
-    return path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+    """`shared/fleet/store.py` -> `shared.fleet.store`; the kit's `kit/src/spotjobs_kit/x.py` ->
+    `spotjobs_kit.x`."""
+    return path.removeprefix(f"{KIT_SOURCE}/").removesuffix(".py").removesuffix("/__init__").replace("/", ".")
 
 
-def imports_room(test_source: str, room: str) -> bool:
-    """Whether a test module imports the room (`import shared.pacing`, `from shared.fleet.store
-    import x`, `from shared import pacing`)."""
-    dotted = module_name(room)
-    parent, _, leaf = dotted.rpartition(".")
-    direct = rf"^\s*(from|import)\s+{re.escape(dotted)}(\.|\s|$)"
-    from_parent = rf"^\s*from\s+{re.escape(parent)}\s+import\s+[^#\n]*\b{re.escape(leaf)}\b"
-    return bool(re.search(direct, test_source, re.M) or re.search(from_parent, test_source, re.M))
+def imported_names(source: str) -> set[str]:
+    """Every dotted name a module imports, anywhere in it (functions import lazily here), with
+    `from a.b import c` giving both `a.b` and `a.b.c` (c may be a module)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
 
 
-def select_tests(room: str, test_sources: Mapping[str, str]) -> list[str]:
-    """The test files (of those given, path -> source) that import the room, in a stable order.
+def reaches(start: str, targets: Collection[str], imports: Mapping[str, Collection[str]]) -> bool:
+    """Whether module `start` imports any of `targets`, directly or through other modules of ours
+    (`imports`: module -> the names it imports)."""
+    seen, pending = {start}, [start]
+    while pending:
+        for name in imports.get(pending.pop(), ()):
+            if name in targets:
+                return True
+            if name in imports and name not in seen:
+                seen.add(name)
+                pending.append(name)
+    return False
 
-    Only unit tests are given by the caller: the functional tests start fake-gcs-server, seconds
-    per mutant."""
-    return sorted(path for path, source in test_sources.items() if imports_room(source, room))
+
+def has_module_fixture(source: str) -> bool:
+    """A test module with a module-scoped fixture of its own builds an install or a stack and runs
+    the project in other processes, where no mutant is served: never a judge, and minutes to trace."""
+    return re.search(r"scope\s*=\s*[\"']module[\"']", source) is not None
+
+
+def candidate_tests(rooms: Sequence[str], sources: Mapping[str, str]) -> list[str]:
+    """The test files (of `sources`: every module of ours, path -> source) that can run any of the
+    rooms' code in their own process: they import it, directly or not. In a stable order."""
+    imports = {module_name(path): imported_names(source) for path, source in sources.items()}
+    targets = {module_name(path) for room in rooms for path in room_files(room)}
+    return sorted(
+        path
+        for path, source in sources.items()
+        if path.startswith(TEST_DIRS)
+        and Path(path).name.startswith("test_")
+        and not has_module_fixture(source)
+        and reaches(module_name(path), targets, imports)
+    )
 
 
 def changed_span(original: str, mutated: str) -> tuple[int, int, str, str]:
@@ -214,7 +266,11 @@ def generate(paths: Sequence[str]) -> list[Mutant]:
             operator = cosmic_ray.plugins.get_operator(name)()
             positions = sum(1 for node in ast_nodes(get_ast(original)) for _ in operator.mutation_positions(node))
             for occurrence in range(positions):
-                mutated = mutate_code(original, operator, occurrence)
+                try:
+                    mutated = mutate_code(original, operator, occurrence)
+                except Exception as exc:  # noqa: BLE001 - cosmic-ray 8.7 fails on some nodes (a dotted name in `except (a.B, C)`)
+                    print(f"{path}: {name}#{occurrence} not made: {type(exc).__name__}: {exc}", file=sys.stderr)
+                    continue
                 if mutated is None or mutated == original:
                     continue
                 first, last, before, after = changed_span(original, mutated)
@@ -229,11 +285,85 @@ def generate_via_tool(paths: Sequence[str]) -> list[Mutant]:
     out = subprocess.run(
         [str(TOOL_PYTHON), str(Path(__file__).resolve()), "generate", *paths],
         check=True,
-        capture_output=True,
+        stdout=subprocess.PIPE,  # the mutants; what could not be made goes to stderr, shown
         text=True,
         cwd=ROOT,
     ).stdout
     return [Mutant(**fields) for fields in json.loads(out)]
+
+
+# ---- which tests judge a mutant (pure; tests/unit/test_mutants.py) ------------------------------
+
+# Who ran a line: a test id, or SIMULATOR for the simulator budget.
+SIMULATOR = "<simulator>"
+Line = tuple[str, int]
+
+
+def executable_lines(path: str, source: str) -> set[Line]:
+    """The lines of a module that carry code, the only ones a tracer can see run (a signature's
+    `*,` line, for one, carries none)."""
+    return {line for code in _code_objects(path, source) for line in _lines_of(path, code)}
+
+
+def import_time_lines(path: str, source: str) -> set[Line]:
+    """The lines that run when the module is imported, not when it is used: the module's own code
+    and its class bodies (constants, defaults, decorators, `def` lines). Import happens once per
+    process, at collection or in whichever test first needs it, so who ran them says nothing."""
+    return {
+        line
+        for code in _code_objects(path, source)
+        if not code.co_flags & inspect.CO_OPTIMIZED  # not a function: the module or a class body
+        for line in _lines_of(path, code)
+    }
+
+
+def _code_objects(path: str, source: str) -> list[types.CodeType]:
+    found, pending = [], [compile(source, path, "exec")]
+    while pending:
+        code = pending.pop()
+        found.append(code)
+        pending.extend(const for const in code.co_consts if isinstance(const, types.CodeType))
+    return found
+
+
+def _lines_of(path: str, code: types.CodeType) -> set[Line]:
+    return {(path, line) for _, _, line in code.co_lines() if line is not None}
+
+
+def judges(
+    mutant: Mutant,
+    ran_by: Mapping[Line, Collection[str]],
+    executable: Collection[Line],
+    import_time: Collection[Line],
+) -> set[str]:
+    """Who can tell the mutant apart (test ids, SIMULATOR), from who ran which line of the
+    unmutated code (`ran_by`): whoever ran one of its lines. A line that runs at import stands for
+    the whole module (every one who ran any line of it); a line that carries no code (a
+    signature's `*,`) for the next line that does."""
+    users_of_module = {who for (path, _), whos in ran_by.items() if path == mutant.path for who in whos}
+    found: set[str] = set()
+    for number in range(mutant.first, mutant.last + 1):
+        line = (mutant.path, number)
+        if line not in executable:
+            following = sorted(n for p, n in executable if p == mutant.path and n > mutant.last)
+            line = (mutant.path, following[0]) if following else line
+        found |= users_of_module if line in import_time else set(ran_by.get(line, ()))
+    return found
+
+
+def detected_before(rows: Iterable[Mapping]) -> dict[Mutant, Mapping]:
+    """The rows of an earlier run whose mutant was detected, by mutant: with tests only added
+    since, they stay detected, so `--again` judges only the rest. A mutant of a source changed
+    since is another mutant (its lines differ) and is judged afresh."""
+    return {row_mutant(row): row for row in rows if row["outcome"] != SURVIVED}
+
+
+def row_mutant(row: Mapping) -> Mutant:
+    return Mutant(**{field.name: row[field.name] for field in dataclasses.fields(Mutant)})
+
+
+def fastest_first(tests: Iterable[str], seconds: Mapping[str, float]) -> list[str]:
+    return sorted(tests, key=lambda test: (seconds.get(test, 0.0), test))
 
 
 # ---- judging (runs in the project's venv) -------------------------------------------------------
@@ -257,13 +387,14 @@ class _MutatedSource(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         exec(compile(self.source, str(self.path), "exec"), module.__dict__)
 
 
-class _LineTracer:
-    """The lines of the room's files that run (sys.settrace, in every thread): which mutants a
-    stage can judge at all."""
+class _Tracer:
+    """Who runs which line of the rooms' files (sys.settrace, in every thread): the test running
+    (set by `_ByTest`), or SIMULATOR. Files of no room cost a call event each, nothing per line."""
 
-    def __init__(self, files: Iterable[str]) -> None:
+    def __init__(self, files: Iterable[str], who: str) -> None:
         self.files = {str(ROOT / path): path for path in files}
-        self.lines: set[tuple[str, int]] = set()
+        self.who = who
+        self.ran_by: dict[Line, set[str]] = {}
 
     def __call__(self, frame, event, arg):  # noqa: ANN001 (sys.settrace's protocol)
         path = self.files.get(frame.f_code.co_filename)
@@ -272,34 +403,46 @@ class _LineTracer:
 
         def local(frame, event, arg):  # noqa: ANN001
             if event == "line":
-                self.lines.add((path, frame.f_lineno))
+                self.ran_by.setdefault((path, frame.f_lineno), set()).add(self.who)
             return local
 
-        self.lines.add((path, frame.f_lineno))
+        self.ran_by.setdefault((path, frame.f_lineno), set()).add(self.who)
         return local
 
     def start(self) -> None:
-        import threading
-
         threading.settrace(self)
         sys.settrace(self)
 
+    def stop(self) -> None:
+        threading.settrace(None)  # type: ignore[arg-type]
+        sys.settrace(None)
 
-def covered(mutant: Mutant, lines: set[tuple[str, int]]) -> bool:
-    """Whether any line the mutant changes ran."""
-    return any((mutant.path, line) in lines for line in range(mutant.first, mutant.last + 1))
+
+class _ByTest:
+    """A pytest plugin for the traced session: names the running test to the tracer, and keeps
+    each test's time and whether it passed on the unmutated code."""
+
+    def __init__(self, tracer: _Tracer) -> None:
+        self.tracer = tracer
+        self.started = 0.0
+        self.seconds: dict[str, float] = {}
+        self.failed: set[str] = set()
+
+    def pytest_runtest_logstart(self, nodeid: str, location: object) -> None:
+        self.tracer.who = nodeid
+        self.started = time.monotonic()
+
+    def pytest_runtest_logfinish(self, nodeid: str, location: object) -> None:
+        self.seconds[nodeid] = time.monotonic() - self.started
+        self.tracer.who = IMPORTING
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.failed:
+            self.failed.add(report.nodeid)
 
 
-def executable_lines(path: str, source: str) -> set[tuple[str, int]]:
-    """The lines of a module that carry code, the only ones a tracer can see run (a signature's
-    `*,` line, for one, carries none: a mutant there is judged, never skipped)."""
-    lines: set[tuple[str, int]] = set()
-    pending = [compile(source, path, "exec")]
-    while pending:
-        code = pending.pop()
-        lines.update((path, line) for _, _, line in code.co_lines() if line is not None)
-        pending.extend(const for const in code.co_consts if hasattr(const, "co_lines"))
-    return lines
+# What ran lines outside any test: collection, imports.
+IMPORTING = "<import>"
 
 
 def _forget_project_modules() -> None:
@@ -320,12 +463,15 @@ def _warm_up(tests: Sequence[str]) -> None:
     _forget_project_modules()
 
 
-def _unit_stage(tests: Sequence[str], report: Path) -> int:
+PYTEST_ARGS = ("-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-o", "addopts=")
+
+
+def _tests_stage(tests: Sequence[str], report: Path) -> int:
+    """The tests, in the order given (each stage a pytest session of its own), first failure stops."""
     import pytest
 
-    args = ["-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-o", "addopts=", *tests]
     with report.open("w") as out, contextlib.redirect_stdout(out):
-        code = pytest.main(args)
+        code = pytest.main(["-x", *PYTEST_ARGS, *tests])
     return 0 if code == 0 else 1
 
 
@@ -338,16 +484,38 @@ def _sim_stage() -> int:
     return 0
 
 
-def _in_child(
-    stage: str,
-    mutant: Mutant | None,
-    tests: Sequence[str],
-    report: Path,
-    limit: float,
-    tracer: _LineTracer | None = None,
-) -> tuple[str, float]:
-    """Run one stage in a forked child: ('pass' | 'fail' | 'timeout', seconds). With a tracer, the
-    lines it saw run are written to `report`.lines (JSON)."""
+def _traced_tests(files: Sequence[str], tests: Sequence[str], report: Path) -> int:
+    """Every test once, untimed, traced: writes who ran which line, each test's seconds and the
+    tests that fail on the unmutated code to `report`.json."""
+    import pytest
+
+    tracer = _Tracer(files, IMPORTING)
+    plugin = _ByTest(tracer)
+    tracer.start()
+    with report.open("w") as out, contextlib.redirect_stdout(out):
+        pytest.main([*PYTEST_ARGS, *tests], plugins=[plugin])
+    tracer.stop()
+    _write_trace(report, tracer, plugin.seconds, plugin.failed)
+    return 0
+
+
+def _traced_sim(files: Sequence[str], report: Path) -> int:
+    tracer = _Tracer(files, SIMULATOR)
+    tracer.start()
+    code = _sim_stage()
+    tracer.stop()
+    _write_trace(report, tracer, {}, set())
+    return code
+
+
+def _write_trace(report: Path, tracer: _Tracer, seconds: Mapping[str, float], failed: set[str]) -> None:
+    ran_by = [[path, line, sorted(whos)] for (path, line), whos in sorted(tracer.ran_by.items())]
+    report.with_suffix(".json").write_text(json.dumps({"ran_by": ran_by, "seconds": seconds, "failed": sorted(failed)}))
+
+
+def _in_child(run: Callable[[], int], mutant: Mutant | None, limit: float) -> tuple[str, float]:
+    """Run one stage in a forked child, with the mutant (if any) served: ('pass' | 'fail' |
+    'timeout', seconds)."""
     started = time.monotonic()
     pid = os.fork()
     if pid == 0:  # the child: never returns
@@ -360,12 +528,7 @@ def _in_child(
             if mutant is not None:
                 source = apply((ROOT / mutant.path).read_text(), mutant)
                 sys.meta_path.insert(0, _MutatedSource(module_name(mutant.path), ROOT / mutant.path, source))
-            if tracer is not None:
-                tracer.start()
-            code = _unit_stage(tests, report) if stage == "unit" else _sim_stage()
-            if tracer is not None:
-                sys.settrace(None)
-                report.with_suffix(".lines").write_text(json.dumps(sorted(tracer.lines)))
+            code = run()
         except BaseException:  # noqa: B036 (a mutant may raise anything, even at import: it is killed)
             code = 1
         finally:
@@ -392,78 +555,99 @@ def _first_failure(report: Path) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class Stages:
-    """What a room's stages need: the tests, each stage's time limit and the lines it runs."""
+class Coverage:
+    """What the traced run of the unmutated code found: who ran which line of the rooms, each
+    test's seconds (traced: an upper bound), the simulator budget's seconds (untraced)."""
 
-    tests: Sequence[str]
-    unit_limit: float
-    sim_limit: float
-    unit_lines: set[tuple[str, int]]
-    sim_lines: set[tuple[str, int]]
-    executable: set[tuple[str, int]]
+    ran_by: Mapping[Line, Collection[str]]
+    seconds: Mapping[str, float]
+    sim_seconds: float
+    executable: Collection[Line]
+    import_time: Collection[Line]
+
+    def stage_limit(self, tests: Sequence[str]) -> float:
+        return sum(self.seconds[test] for test in tests) * TIMEOUT_FACTOR + TIMEOUT_FLOOR_SECONDS
 
 
-def judge(mutant: Mutant, stages: Stages, report: Path) -> dict:
+def judge(mutant: Mutant, coverage: Coverage, report: Path) -> dict:
     row: dict = {**dataclasses.asdict(mutant), "ident": mutant.ident}
-    unseen = not covered(mutant, stages.executable)  # no tracer could tell: judge it
-    in_unit = unseen or covered(mutant, stages.unit_lines)
-    in_sim = unseen or covered(mutant, stages.sim_lines)
-    if not (in_unit or in_sim):
+    found = judges(mutant, coverage.ran_by, coverage.executable, coverage.import_time)
+    tests = fastest_first(found - {SIMULATOR}, coverage.seconds)
+    if not found:
         return {**row, "outcome": SURVIVED, "not_run": True}
-    verdict, unit_seconds = "pass", 0.0
-    if in_unit:
-        verdict, unit_seconds = _in_child("unit", mutant, stages.tests, report, stages.unit_limit)
-    row["unit_seconds"] = round(unit_seconds, 2)
-    if verdict == "fail":
-        return {**row, "outcome": KILLED_UNIT, "killed_by": _first_failure(report)}
-    if verdict == "timeout":
-        return {**row, "outcome": TIMEOUT, "stage": "unit"}
-    if not in_sim:
+    row["tests"] = len(tests)
+    if tests:
+        verdict, seconds = _in_child(lambda: _tests_stage(tests, report), mutant, coverage.stage_limit(tests))
+        row["unit_seconds"] = round(seconds, 2)
+        if verdict == "fail":
+            return {**row, "outcome": KILLED_UNIT, "killed_by": _first_failure(report)}
+        if verdict == "timeout":
+            return {**row, "outcome": TIMEOUT, "stage": "unit"}
+    if SIMULATOR not in found:
         return {**row, "outcome": SURVIVED, "sim_not_run": True}
-    verdict, sim_seconds = _in_child("sim", mutant, stages.tests, report, stages.sim_limit)
-    row["sim_seconds"] = round(sim_seconds, 2)
+    limit = coverage.sim_seconds * TIMEOUT_FACTOR + TIMEOUT_FLOOR_SECONDS
+    verdict, seconds = _in_child(_sim_stage, mutant, limit)
+    row["sim_seconds"] = round(seconds, 2)
     outcome = {"fail": KILLED_SIM, "timeout": TIMEOUT, "pass": SURVIVED}[verdict]
     return {**row, "outcome": outcome, **({"stage": "sim"} if verdict == "timeout" else {})}
 
 
-def run_room(room: str, limit: int | None = None) -> dict:
-    started = time.monotonic()
-    unit_tests = {str(p.relative_to(ROOT)): p.read_text() for p in sorted((ROOT / "tests" / "unit").glob("test_*.py"))}
-    tests = select_tests(room, unit_tests)
-    mutants = generate_via_tool(room_files(room))[:limit]
+def trace(rooms: Sequence[str], scratch: Path) -> tuple[Coverage, list[str]]:
+    """Run every candidate test and the simulator budget once on the unmutated code, traced: who
+    runs which line of the rooms. Returns the coverage and the tests left out because they fail."""
+    files = [path for room in rooms for path in room_files(room)]
+    sources = {
+        str(p.relative_to(ROOT)): p.read_text()
+        for package in (*PROJECT_PACKAGES, KIT_SOURCE)
+        for p in sorted((ROOT / package).rglob("*.py"))
+        if ".venv" not in p.parts
+    }
+    tests = candidate_tests(rooms, sources)
     _warm_up(tests)
-    builtins.__dict__.setdefault(TESTING_EXCEPTION, type(TESTING_EXCEPTION, (Exception,), {}))
-    with tempfile.TemporaryDirectory(prefix="mutants-") as scratch:
-        os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = scratch  # a mutant's failures stay out of the tree
-        report = Path(scratch) / "pytest.txt"
-        baseline, lines = {}, {}
-        for stage in ("unit", "sim"):
-            # Timed untraced (the limit), then traced (the lines): tracing slows it several times.
-            verdict, seconds = _in_child(stage, None, tests, report, 3600)
-            traced, _ = _in_child(stage, None, tests, report, 3600, _LineTracer(room_files(room)))
-            if "fail" in (verdict, traced):
-                raise SystemExit(f"{room}: the unmutated code fails its {stage} stage")
-            baseline[stage] = seconds
-            lines[stage] = {tuple(line) for line in json.loads(report.with_suffix(".lines").read_text())}
-        stages = Stages(
-            tests,
-            unit_limit=baseline["unit"] * TIMEOUT_FACTOR + TIMEOUT_FLOOR_SECONDS,
-            sim_limit=baseline["sim"] * TIMEOUT_FACTOR + TIMEOUT_FLOOR_SECONDS,
-            unit_lines=lines["unit"],
-            sim_lines=lines["sim"],
-            executable=set().union(*(executable_lines(p, (ROOT / p).read_text()) for p in room_files(room))),
-        )
-        rows = []
-        for index, mutant in enumerate(mutants, 1):
-            rows.append(judge(mutant, stages, report))
-            print(f"  [{index}/{len(mutants)}] {rows[-1]['outcome']:<11} {mutant.ident}", file=sys.stderr, flush=True)
+    report = scratch / "trace.txt"
+    _in_child(lambda: _traced_tests(files, tests, report), None, TRACE_LIMIT_SECONDS)
+    traced = json.loads(report.with_suffix(".json").read_text())
+    verdict, sim_seconds = _in_child(_sim_stage, None, TRACE_LIMIT_SECONDS)
+    if verdict != "pass":
+        raise SystemExit("the unmutated code fails the simulator budget")
+    _in_child(lambda: _traced_sim(files, report), None, TRACE_LIMIT_SECONDS)
+    sim = json.loads(report.with_suffix(".json").read_text())
+    failing = set(traced["failed"])
+    ran_by: dict[Line, set[str]] = {}
+    for path, line, whos in traced["ran_by"] + sim["ran_by"]:
+        ran_by.setdefault((path, line), set()).update(who for who in whos if who not in failing and who != IMPORTING)
+    coverage = Coverage(
+        ran_by=ran_by,
+        seconds=traced["seconds"],
+        sim_seconds=sim_seconds,
+        executable=set().union(*(executable_lines(p, (ROOT / p).read_text()) for p in files)),
+        import_time=set().union(*(import_time_lines(p, (ROOT / p).read_text()) for p in files)),
+    )
+    return coverage, sorted(failing)
+
+
+def run_room(room: str, coverage: Coverage, scratch: Path, limit: int | None = None, again: bool = False) -> dict:
+    started = time.monotonic()
+    mutants = generate_via_tool(room_files(room))[:limit]
+    results = RESULTS_DIR / f"mutants-{slug(room)}.json"
+    kept = detected_before(json.loads(results.read_text())["mutants"]) if again and results.exists() else {}
+    report = scratch / "pytest.txt"
+    rows = []
+    for index, mutant in enumerate(mutants, 1):
+        rows.append(kept.get(mutant) or judge(mutant, coverage, report))
+        print(f"  [{index}/{len(mutants)}] {rows[-1]['outcome']:<11} {mutant.ident}", file=sys.stderr, flush=True)
+    judged_by = {
+        who
+        for row in rows
+        for who in judges(row_mutant(row), coverage.ran_by, coverage.executable, coverage.import_time)
+    }
     summary = {
         "room": room,
         **summarize(row["outcome"] for row in rows),
         "survived_not_run": sum(1 for row in rows if row.get("not_run")),
         "seconds": round(time.monotonic() - started, 1),
-        "baseline_seconds": {k: round(v, 2) for k, v in baseline.items()},
-        "tests": tests,
+        "tests": len(judged_by - {SIMULATOR}),
+        "judged_again": len(mutants) - sum(1 for mutant in mutants if mutant in kept) if again else None,
         "sim_seeds": list(SIM_SEEDS),
         "commit": _commit(),
         "date": time.strftime("%Y-%m-%d"),
@@ -480,11 +664,26 @@ def _commit() -> str:
 
 def summary_line(summary: Mapping) -> str:
     return (
-        f"{summary['room']}: {summary['mutants']} mutants, {summary[KILLED_UNIT]} killed by unit tests, "
+        f"{summary['room']}: {summary['mutants']} mutants, {summary[KILLED_UNIT]} killed by tests, "
         f"{summary[KILLED_SIM]} by the simulator, {summary[SURVIVED]} survived ({summary['survived_not_run']} on lines "
-        f"no stage runs), {summary[TIMEOUT]} timed out: "
+        f"nothing runs), {summary[TIMEOUT]} timed out: "
         f"{summary['killed_share']:.0%} killed in {summary['seconds']:.0f} s"
     )
+
+
+@contextlib.contextmanager
+def shared_fake_gcs(scratch: Path) -> Iterator[None]:
+    """One fake-gcs-server for every mutant's tests (tests/conftest.py reuses it)."""
+    from devstack.emulators import start_fake_gcs
+    from tests.conftest import REUSED_FAKE_GCS_ENV
+
+    process, url = start_fake_gcs(scratch)
+    os.environ[REUSED_FAKE_GCS_ENV] = url
+    try:
+        yield
+    finally:
+        del os.environ[REUSED_FAKE_GCS_ENV]
+        process.stop()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -501,13 +700,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="a room (repeatable); default: all five",
     )
     parser.add_argument("--limit", type=int, help="judge only the first N mutants of each room (a quick look)")
+    parser.add_argument(
+        "--again",
+        action="store_true",
+        help="after adding tests: judge again only the mutants the room's last results left alive",
+    )
     args = parser.parse_args(argv)
-    sys.path[:0] = [str(ROOT), str(ROOT / "kit" / "src")]
+    sys.path[:0] = [str(ROOT), str(ROOT / KIT_SOURCE)]
     os.chdir(ROOT)
-    summaries = []
-    for room in args.room or ROOMS:
-        summaries.append(run_room(room, args.limit))
-        print(summary_line(summaries[-1]), flush=True)
+    rooms = args.room or list(ROOMS)
+    builtins.__dict__.setdefault(TESTING_EXCEPTION, type(TESTING_EXCEPTION, (Exception,), {}))
+    with tempfile.TemporaryDirectory(prefix="mutants-") as directory:
+        scratch = Path(directory)
+        os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = str(scratch)  # a mutant's failures stay out of the tree
+        with shared_fake_gcs(scratch):
+            started = time.monotonic()
+            coverage, failing = trace(rooms, scratch)
+            print(f"traced in {time.monotonic() - started:.0f} s; left out, failing unmutated: {failing}", flush=True)
+            for room in rooms:
+                print(summary_line(run_room(room, coverage, scratch, args.limit, args.again)), flush=True)
     return 0
 
 

@@ -1,5 +1,6 @@
-"""The pure parts of `make mutants`' driver (tools/mutants.py): which tests judge a room, where a
-mutation lands, and the arithmetic of the summary. The mutation run itself is a benchmark."""
+"""The pure parts of `make mutants`' driver (tools/mutants.py): which tests can reach a room,
+which of them judge a mutant, where a mutation lands, and the arithmetic of the summary. The
+mutation run itself is a benchmark."""
 
 from __future__ import annotations
 
@@ -9,16 +10,21 @@ from tools.mutants import (
     KILLED_SIM,
     KILLED_UNIT,
     ROOMS,
+    SIMULATOR,
     SURVIVED,
     TIMEOUT,
     Mutant,
     apply,
+    candidate_tests,
     changed_span,
-    covered,
+    detected_before,
     executable_lines,
-    imports_room,
+    fastest_first,
+    import_time_lines,
+    imported_names,
+    judges,
+    module_name,
     room_files,
-    select_tests,
     slug,
     summarize,
 )
@@ -26,35 +32,58 @@ from tools.mutants import (
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_a_test_judges_a_room_it_imports_in_any_spelling() -> None:
-    assert imports_room("from shared.pacing import Pacer\n", "shared/pacing.py")
-    assert imports_room("import shared.pacing as pacing\n", "shared/pacing.py")
-    assert imports_room("from shared import alerts, pacing\n", "shared/pacing.py")
-    assert imports_room("from shared.fleet.store import FleetStore\n", "shared/fleet")
-    assert imports_room("    from shared.fleet import placement\n", "shared/fleet")
-
-
-def test_a_test_that_imports_a_neighbour_does_not_judge_the_room() -> None:
-    assert not imports_room("from shared.paced_submit import submit\n", "shared/pacing.py")
-    assert not imports_room("from shared.pacing_extra import x\n", "shared/pacing.py")
-    assert not imports_room("# from shared.pacing import Pacer\n", "shared/pacing.py")
-    assert not imports_room("from shared import fleetwide\n", "shared/fleet")
-
-
-def test_the_selection_is_the_importing_tests_in_a_stable_order() -> None:
-    sources = {
-        "tests/unit/test_b.py": "from shared.pruning.plan import plan\n",
-        "tests/unit/test_a.py": "from shared.pruning import runner\n",
-        "tests/unit/test_c.py": "from shared.ledger import store\n",
+def test_every_import_is_read_in_any_spelling_and_anywhere() -> None:
+    source = (
+        "import shared.pacing as pacing\n"
+        "from shared import alerts\n"
+        "def f():\n"
+        "    from shared.fleet.store import FleetStore\n"
+        "from . import sibling\n"
+    )
+    assert imported_names(source) == {
+        "shared.pacing",
+        "shared",
+        "shared.alerts",
+        "shared.fleet.store",
+        "shared.fleet.store.FleetStore",
     }
-    assert select_tests("shared/pruning", sources) == ["tests/unit/test_a.py", "tests/unit/test_b.py"]
 
 
-def test_every_room_exists_and_has_unit_tests() -> None:
-    unit = {str(p.relative_to(ROOT)): p.read_text() for p in (ROOT / "tests" / "unit").glob("test_*.py")}
+def test_module_names_of_the_tree_and_of_the_kit() -> None:
+    assert module_name("shared/fleet/store.py") == "shared.fleet.store"
+    assert module_name("shared/fleet/__init__.py") == "shared.fleet"
+    assert module_name("kit/src/spotjobs_kit/resume.py") == "spotjobs_kit.resume"
+
+
+def test_a_test_is_a_candidate_when_it_reaches_the_room_through_other_modules() -> None:
+    sources = {
+        "shared/pacing.py": "import json\n",
+        "shared/submit.py": "def f():\n    from shared.pacing import Pacer\n",
+        "shared/other.py": "import shared.alerts\n",
+        "tests/unit/test_direct.py": "from shared import pacing\n",
+        "tests/functional/test_through_submit.py": "from shared.submit import f\n",
+        "tests/unit/test_unrelated.py": "from shared.other import x\n",
+        "tests/functional/test_own_install.py": (
+            "from shared.submit import f\n@pytest.fixture(scope='module')\ndef install(): ...\n"
+        ),
+        "tests/integration/test_stack.py": "from shared.submit import f\n",
+        "tests/unit/helpers.py": "from shared.pacing import Pacer\n",
+    }
+    assert candidate_tests(["shared/pacing.py"], sources) == [
+        "tests/functional/test_through_submit.py",
+        "tests/unit/test_direct.py",
+    ]
+
+
+def test_every_room_exists_and_has_candidate_tests() -> None:
+    sources = {
+        str(p.relative_to(ROOT)): p.read_text()
+        for package in ("shared", "tests")
+        for p in (ROOT / package).rglob("*.py")
+    }
     for room in ROOMS:
         assert room_files(room, ROOT), room
-        assert select_tests(room, unit), room
+        assert candidate_tests([room], sources), room
 
 
 def test_a_mutation_is_the_span_of_lines_it_changed_and_applies_back() -> None:
@@ -66,10 +95,58 @@ def test_a_mutation_is_the_span_of_lines_it_changed_and_applies_back() -> None:
     assert apply(original, mutant) == mutated
 
 
-def test_a_mutant_counts_as_run_when_any_of_its_lines_ran() -> None:
-    mutant = Mutant("m.py", "core/NumberReplacer", 0, 3, 4, "", "")
-    assert covered(mutant, {("m.py", 4)})
-    assert not covered(mutant, {("m.py", 5), ("other.py", 3)})
+SOURCE = (
+    "LIMIT = 5\n"  # 1: runs at import
+    "def f(\n"  # 2: runs at import (and when called)
+    "    a,\n"  # 3: no code
+    "    *,\n"  # 4: no code
+    "    b,\n"  # 5: no code
+    "):\n"  # 6: no code
+    "    if a > LIMIT:\n"  # 7
+    "        return b\n"  # 8
+    "    return a\n"  # 9
+)
+EXECUTABLE = executable_lines("m.py", SOURCE)
+IMPORT_TIME = import_time_lines("m.py", SOURCE)
+RAN_BY = {("m.py", 7): {"t_fast", "t_slow", SIMULATOR}, ("m.py", 8): {"t_slow"}, ("m.py", 9): {"t_fast", SIMULATOR}}
+
+
+def mutant_on(first: int, last: int | None = None) -> Mutant:
+    return Mutant("m.py", "core/NumberReplacer", 0, first, last or first, "", "")
+
+
+def test_a_mutant_is_judged_by_whoever_ran_one_of_its_lines() -> None:
+    assert judges(mutant_on(8), RAN_BY, EXECUTABLE, IMPORT_TIME) == {"t_slow"}
+    assert judges(mutant_on(8, 9), RAN_BY, EXECUTABLE, IMPORT_TIME) == {"t_slow", "t_fast", SIMULATOR}
+    assert judges(mutant_on(8), {}, EXECUTABLE, IMPORT_TIME) == set()
+
+
+def test_a_mutant_of_a_line_run_at_import_is_judged_by_every_user_of_its_module() -> None:
+    assert ("m.py", 1) in IMPORT_TIME
+    assert ("m.py", 7) not in IMPORT_TIME
+    assert judges(mutant_on(1), RAN_BY, EXECUTABLE, IMPORT_TIME) == {"t_fast", "t_slow", SIMULATOR}
+
+
+def test_a_mutant_of_a_line_without_code_is_judged_by_those_who_ran_the_next_line_with_code() -> None:
+    assert ("m.py", 4) not in EXECUTABLE
+    assert judges(mutant_on(4), RAN_BY, EXECUTABLE, IMPORT_TIME) == {"t_fast", "t_slow", SIMULATOR}
+
+
+def test_judging_again_keeps_only_what_was_detected_and_only_for_the_same_mutant() -> None:
+    killed, alive = mutant_on(7), mutant_on(8)
+    rows = [
+        {**killed.__dict__, "outcome": KILLED_UNIT},
+        {**alive.__dict__, "outcome": SURVIVED},
+        {**mutant_on(9).__dict__, "outcome": TIMEOUT},
+    ]
+    kept = detected_before(rows)
+    assert set(kept) == {killed, mutant_on(9)}
+    moved = Mutant("m.py", "core/NumberReplacer", 0, 8, 8, "", "")  # its line moved: another mutant
+    assert moved not in kept
+
+
+def test_tests_run_fastest_first() -> None:
+    assert fastest_first({"t_slow", "t_fast", "t_new"}, {"t_slow": 2.0, "t_fast": 0.1}) == ["t_new", "t_fast", "t_slow"]
 
 
 def test_the_summary_counts_timeouts_as_detected_and_survivors_not() -> None:
@@ -91,7 +168,6 @@ def test_a_rooms_results_file_is_named_after_it() -> None:
 
 
 def test_only_lines_that_carry_code_can_be_seen_run() -> None:
-    source = "def f(\n    a,\n    *,\n    b,\n):\n    return a + b\n"
-    lines = {line for _, line in executable_lines("m.py", source)}
-    assert {1, 6} <= lines
-    assert 3 not in lines
+    lines = {line for _, line in EXECUTABLE}
+    assert {1, 2, 7, 8, 9} <= lines
+    assert not {3, 4, 5, 6} & lines
