@@ -17,22 +17,12 @@ CI_SEEDS = range(0, 150)
 
 OPEN_DEFECTS: dict[int, str] = {}
 
-# Seeds whose run depends on what earlier tests left in the process: alone (`python -m sim --seed
-# 24`, any PYTHONHASHSEED) seed 24 passes; after other tests in a `make test` worker it ended
-# `deadlines_met` (r9-deadline succeeded 7 minutes late) in two clean-clone CI runs of 2026-12-06.
-# Some process state the simulator does not reset reaches a world: not found yet, so not strict.
-PROCESS_DEPENDENT: dict[int, str] = {
-    24: "passes alone, fails deadlines_met after other tests in the same process: process state not yet found",
-}
-
 
 @pytest.mark.parametrize(
     "seed",
     [
         pytest.param(seed, marks=pytest.mark.xfail(strict=True, reason=OPEN_DEFECTS[seed]))
         if seed in OPEN_DEFECTS
-        else pytest.param(seed, marks=pytest.mark.xfail(strict=False, reason=PROCESS_DEPENDENT[seed]))
-        if seed in PROCESS_DEPENDENT
         else seed
         for seed in CI_SEEDS
     ],
