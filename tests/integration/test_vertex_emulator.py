@@ -138,6 +138,19 @@ def job_body(
     return {"displayName": "emulator-test", "labels": labels or {}, "jobSpec": job_spec}
 
 
+def pool_spec(worker: Worker, *, replicas: int) -> dict[str, Any]:
+    """A worker pool after the first, running `worker`'s command."""
+    return {
+        "machineSpec": {"machineType": "a2-highgpu-1g"},
+        "replicaCount": replicas,
+        "containerSpec": {
+            "imageUri": "us-docker.pkg.dev/spotjobs/trainer:latest",
+            "command": worker.command,
+            "env": [{"name": name, "value": value} for name, value in worker.env.items()],
+        },
+    }
+
+
 def http_json(url: str, body: Any = None, method: str | None = None) -> tuple[int, Any]:
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(url, data=data, method=method or ("POST" if data is not None else "GET"))
@@ -417,11 +430,7 @@ def test_the_worker_gets_vertex_environment_variables(
     single = make_worker(WORKER_ENV_OUT=str(tmp_path / "single.json"), TRAINER_FLAG="on")
     distributed = make_worker(WORKER_ENV_OUT=str(tmp_path / "distributed.json"))
     bare = make_worker(WORKER_ENV_OUT=str(tmp_path / "bare.json"))
-    worker_pool = {
-        "machineSpec": {"machineType": "a2-highgpu-1g"},
-        "replicaCount": 2,
-        "containerSpec": {"imageUri": "us-docker.pkg.dev/spotjobs/trainer:latest"},
-    }
+    worker_pool = pool_spec(make_worker(), replicas=2)
     jobs = [
         create(client, job_body(single, base_output="gs://bucket/requests/r1")),
         create(
