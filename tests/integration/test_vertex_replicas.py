@@ -18,7 +18,7 @@ from google.cloud import aiplatform_v1
 from spotjobs_kit.lines import CHECKPOINT_COMMITTED, TAG, format_line
 
 from devstack.vertex.emulator import VertexEmulator
-from tests.integration.test_vertex_emulator import (  # noqa: F401 (fixtures)
+from tests.support.vertex_emulator import (
     PROJECT,
     TERMINAL,
     EventsTopic,
@@ -28,8 +28,6 @@ from tests.integration.test_vertex_emulator import (  # noqa: F401 (fixtures)
     create,
     details,
     job_id,
-    make_emulator,
-    pubsub_emulator,
     wait_for,
     wait_for_state,
 )
@@ -162,7 +160,7 @@ NO_QUOTA = {"quota_crud_per_minute": 0}
 
 
 @pytest.fixture
-def emulator(make_emulator: Callable[..., VertexEmulator]) -> VertexEmulator:  # noqa: F811
+def emulator(make_emulator: Callable[..., VertexEmulator]) -> VertexEmulator:
     return make_emulator(**NO_QUOTA)
 
 
@@ -295,8 +293,8 @@ def test_a_python_package_job_gets_master_world_size_and_rank_and_its_replicas_m
 
 
 def test_each_replica_logs_under_its_own_task_name(
-    pubsub_emulator: str,  # noqa: F811
-    make_emulator: Callable[..., VertexEmulator],  # noqa: F811
+    pubsub_emulator: str,
+    make_emulator: Callable[..., VertexEmulator],
     replicas: Replicas,
 ) -> None:
     events = EventsTopic()
