@@ -45,7 +45,6 @@ class ReplicaRecord:
     started_monotonic: float = 0.0
     checkpoints: int = 0  # checkpoints the job committed since this run started
     output_matched: bool = False  # the plan's after_output line was written (after its checkpoints)
-    exited_zero: bool = False  # a non-primary replica that finished: not restarted
     restart_at: float | None = None  # a replica restarting alone: when its new VM is ready
 
     @property

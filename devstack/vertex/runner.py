@@ -327,7 +327,7 @@ class JobRunner:
             run = replica.starts
             replica.planned, replica.started_monotonic = planned, time.monotonic()
             replica.checkpoints, replica.output_matched = 0, False
-            replica.exited_zero, replica.restart_at = False, None
+            replica.restart_at = None
         worker = WorkerProcess(replica.launch, lambda stream, text: self._on_output(record, replica, run, stream, text))
         try:
             worker.start()
@@ -353,12 +353,11 @@ class JobRunner:
             for replica in self._running(record):
                 if replica.worker is not None and replica.worker.poll() is not None:
                     exit_status = self._reap(record, replica)
+                    # Any other replica that exits 0 is done: it stays down.
                     if replica.is_primary or exit_status != 0:
                         self._stop_replicas(record, self._running(record), self._config.grace_seconds)
                         self._finish_exited(record, exit_status, replica.name)
                         return Outcome.ENDED
-                    with self.lock:
-                        replica.exited_zero = True
             reclaimed = self._due_preemption(record)
             if reclaimed:
                 outcome = self._preempt(record, reclaimed)
