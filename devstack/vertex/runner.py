@@ -391,11 +391,14 @@ class JobRunner:
         if not running:
             return []
         with self.lock:
-            requested, record.preempt_requested = record.preempt_requested, None
-        if requested == ALL_REPLICAS or (record.is_spot and not self._capacity.available(record.location)):
+            requested = [replica for replica in running if record.preempt_requested in (ALL_REPLICAS, replica.name)]
+            # A request for a replica that is not running yet (starting, restarting) waits for it.
+            if requested:
+                record.preempt_requested = None
+        if record.is_spot and not self._capacity.available(record.location):
             return running
-        if requested is not None:
-            return [replica for replica in running if replica.name == requested]
+        if requested:
+            return requested
         now = time.monotonic()
         plan = record.preemption.plan
         for replica in running:

@@ -111,6 +111,9 @@ class Replicas:
     def of(self, replica: str) -> list[str]:
         return [event for name, event in self.events() if name == replica]
 
+    def wait_for_starts(self, replica: str, starts: int) -> None:
+        wait_for(lambda: self.of(replica).count("start") == starts, what=f"{replica}'s start {starts}")
+
     def env(self, replica: str, start: int = 1) -> dict[str, str]:
         return dict(json.loads((self.env_dir / f"{replica}-{start}.json").read_text()))
 
@@ -532,10 +535,43 @@ def test_a_replica_can_be_preempted_on_demand(emulator: VertexEmulator, replicas
     client = client_for(emulator)
     playbook = {PRIMARY: {"1": exit_when("workerpool1-0", "start", 2)}}
     job = create(client, replicas.job([1, 1], playbook))
-    wait_for(lambda: replicas.of("workerpool1-0") == ["start"], what="the worker to start")
+    replicas.wait_for_starts("workerpool1-0", 1)
 
     answer = control(emulator, f"{job.name}:preempt", {"replica": "workerpool1-0"})
 
     assert answer["replica"] == "workerpool1-0"
     assert wait_for_state(client, job.name, TERMINAL).state == State.JOB_STATE_SUCCEEDED
     assert replicas.of("workerpool1-0")[:3] == ["start", "sigterm", "start"]
+
+
+@pytest.mark.parametrize(
+    ("counting", "final_state"),
+    [("per_event", State.JOB_STATE_FAILED), ("per_replica", State.JOB_STATE_SUCCEEDED)],
+)
+def test_seven_preemptions_over_two_replicas_fail_the_job_only_when_counted_per_event(
+    emulator: VertexEmulator, replicas: Replicas, counting: str, final_state: State
+) -> None:
+    control(emulator, "replica-modes", {"spot_restart_count": counting})
+    client = client_for(emulator)
+    # The primary ends the job when the test notes "finish" in the record.
+    job = create(client, replicas.job([1, 1], {PRIMARY: {"*": exit_when("test", "finish", 1)}}))
+    reclaimed = ["workerpool1-0", PRIMARY] * 3 + ["workerpool1-0"]  # four and three: seven preemptions
+    for number, name in enumerate(reclaimed, start=1):
+        starts = reclaimed[:number].count(name)
+        replicas.wait_for_starts(name, starts)
+        control(emulator, f"{job.name}:preempt", {"replica": name})
+        if number < len(reclaimed):
+            replicas.wait_for_starts(name, starts + 1)
+
+    if final_state == State.JOB_STATE_SUCCEEDED:
+        replicas.wait_for_starts("workerpool1-0", 5)
+        with replicas.record.open("a") as record:
+            record.write(json.dumps({"replica": "test", "event": "finish", "pid": 0}) + "\n")
+    done = wait_for_state(client, job.name, TERMINAL, timeout=60)
+
+    assert done.state == final_state
+    seen = details(emulator, job.name)
+    assert seen["preemptions"] == 7
+    assert [seen["replicas"][name]["preemptions"] for name in (PRIMARY, "workerpool1-0")] == [3, 4]
+    if final_state == State.JOB_STATE_FAILED:
+        assert "STOCKOUT" in done.error.message
