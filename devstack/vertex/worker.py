@@ -101,15 +101,12 @@ def replica_counts(job: aiplatform_v1.CustomJob) -> list[int]:
 
 
 def build_launches(
-    job: aiplatform_v1.CustomJob, job_id: str, free_port: Callable[[], int] | None = None
+    job: aiplatform_v1.CustomJob, job_id: str, free_ports: Callable[[int], list[int]] | None = None
 ) -> list[WorkerLaunch]:
     """One launch per replica, the primary first, then each pool's replicas in order."""
     counts = replica_counts(job)
-    if sum(counts) > 1:
-        pick = free_port or _free_port
-        ports = {replica_name(p, i): pick() for p, count in enumerate(counts) for i in range(count)}
-    else:
-        ports = {}
+    names = [replica_name(position, index) for position, count in enumerate(counts) for index in range(count)]
+    ports = dict(zip(names, (free_ports or _free_ports)(len(names)), strict=True)) if len(names) > 1 else {}
     inherited = _inherited_environment()
     launches = []
     for position, count in enumerate(counts):
@@ -137,10 +134,13 @@ def _pool_command(pool: aiplatform_v1.WorkerPoolSpec) -> tuple[tuple[str, ...], 
     return argv, container.image_uri, {variable.name: variable.value for variable in container.env}
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((LOOPBACK, 0))
-        return int(probe.getsockname()[1])
+def _free_ports(count: int) -> list[int]:
+    """Ports free on loopback now, all different (each held until every one is picked)."""
+    with contextlib.ExitStack() as held:
+        probes = [held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(count)]
+        for probe in probes:
+            probe.bind((LOOPBACK, 0))
+        return [int(probe.getsockname()[1]) for probe in probes]
 
 
 def _inherited_environment() -> dict[str, str]:

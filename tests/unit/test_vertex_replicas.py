@@ -3,7 +3,6 @@ replica, and its named modes for what Google does not document."""
 
 from __future__ import annotations
 
-import itertools
 import json
 from typing import Any
 
@@ -31,12 +30,15 @@ def pool(replicas: int, *, package: bool = False, command: str = "train") -> dic
     return spec
 
 
+def ports_from_40000(count: int) -> list[int]:
+    return list(range(40000, 40000 + count))
+
+
 def launches_of(*pools: dict[str, Any]) -> dict[str, dict[str, str]]:
     job = aiplatform_v1.CustomJob.from_json(
         json.dumps({"displayName": "t", "jobSpec": {"workerPoolSpecs": list(pools)}})
     )
-    ports = itertools.count(40000)
-    return {launch.replica: dict(launch.env) for launch in build_launches(job, "42", free_port=lambda: next(ports))}
+    return {launch.replica: dict(launch.env) for launch in build_launches(job, "42", free_ports=ports_from_40000)}
 
 
 def test_each_replica_of_each_pool_gets_its_own_task_and_the_same_loopback_cluster() -> None:
@@ -79,7 +81,7 @@ def test_a_pool_runs_its_own_command() -> None:
         json.dumps({"displayName": "t", "jobSpec": {"workerPoolSpecs": [pool(1), pool(1, command="work")]}})
     )
 
-    launches = build_launches(job, "42", free_port=itertools.count(1).__next__)
+    launches = build_launches(job, "42", free_ports=lambda count: list(range(1, count + 1)))
 
     assert [(launch.replica, launch.argv) for launch in launches] == [
         ("workerpool0-0", ("train",)),
