@@ -12,6 +12,7 @@ from google.cloud import aiplatform_v1
 from devstack.vertex.logs import LogEntryFactory
 from devstack.vertex.modes import ReplicaModes, parse_modes
 from devstack.vertex.preemption import PlannedPreemption, PreemptionPlanner, parse_plan
+from devstack.vertex.signals import DOCUMENTED, RICH, profile
 from devstack.vertex.worker import build_launches
 
 TORCH_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")
@@ -136,6 +137,19 @@ def test_container_lines_carry_their_replica_as_task_name() -> None:
     assert LogEntryFactory().container("p", "42", "stdout", "hello")["resource"]["labels"]["task_name"] == (
         "workerpool0-0"
     )
+
+
+def test_the_rich_profiles_lines_name_the_reclaimed_replica_and_what_restarts() -> None:
+    rich = profile(RICH)
+
+    assert rich.preempted(2, "workerpool1-0", whole_job=False) == [
+        (
+            "WARNING",
+            "The Spot VM of replica workerpool1-0 was preempted. Restarting replica workerpool1-0 (restart 2 of 6).",
+        )
+    ]
+    assert "Restarting the job" in rich.preempted(2, "workerpool1-0")[0][1]
+    assert profile(DOCUMENTED).preempted(2, "workerpool1-0") == []  # Vertex documents no such line
 
 
 # ---- plans that name a replica ----
