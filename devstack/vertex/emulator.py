@@ -20,17 +20,17 @@ Vertex AI's request quotas are enforced by default, per project and region over 
 (`--quota-crud-per-minute`), then 429 RESOURCE_EXHAUSTED naming the quota; 0 turns one off.
 `GET /emulator/v1/stats` reports them under "quotas" with what each refused.
 
-A job runs worker pool 0's command as a local process (see `worker`) through QUEUED ->
-PENDING -> RUNNING -> SUCCEEDED/FAILED, at most `--max-running` at a time (see `runner`),
-and writes `ml_job` log entries to `--events-topic` the way a Logging sink would (see
-`logs`).
+A job runs each replica of each worker pool as a local process (see `worker`) through QUEUED ->
+PENDING -> RUNNING -> SUCCEEDED (the primary exited 0) or FAILED, at most `--max-running` jobs at a
+time (see `runner`), and writes `ml_job` log entries (task_name `workerpool<P>-<i>`) to
+`--events-topic` the way a Logging sink would (see `logs`).
 
-Spot preemption (jobs with `jobSpec.scheduling.strategy` SPOT only): the worker's process group
-gets SIGTERM, SIGKILL after `--grace-seconds` if still alive, and the worker is restarted; after
-six restarts the seventh preemption fails the job with a STOCKOUT error. Preemptions come from
-explicit plans registered through the control surface, else from a seeded random rate
-(`--preemption-rate` per minute of running time, `--seed`); see `preemption`. A worker that
-exits before its preemption simply finishes.
+Spot preemption (SPOT jobs only): a replica's process group gets SIGTERM, SIGKILL after
+`--grace-seconds`, and the replica restarts (alone, or with every replica: the job's
+`restartJobOnWorkerRestart` and the undocumented modes `--preemption-restarts`,
+`--survivor-stop`, `--spot-restart-count`, see `modes`); past six restarts the job fails with a
+STOCKOUT error. Preemptions come from plans registered through the control surface, else from a
+seeded random rate (`--preemption-rate` per minute of running time, `--seed`); see `preemption`.
 
 `--gcs-fuse-dir DIR` (opt-in) stands in for the Cloud Storage FUSE mount Vertex gives training at
 `/gcs/`: each job's checkpoint folder mirrored between the bucket and DIR (see `fuse`).
@@ -44,16 +44,13 @@ RUNNING -> PENDING on restart, jsonPayload service lines, error code 8, the erro
 Control surface (JSON in, JSON out):
 
     POST /emulator/v1/preemption-plans   {"labels": {"k": "v"}, "preemptions": 7,
-                                         "after_seconds": 1.5} or {"labels": {...},
-                                         "delays": [0.5, 2.0]}: jobs whose
-                                         labels include all pairs are preempted that long after
-                                         each (re)start of their worker, once per entry; or
-                                         {"labels": {...}, "preemptions": 3, "after_checkpoints":
-                                         2}: right after each run's 2nd committed checkpoint
-                                         (the kit's line; keyed to progress, not speed);
-                                         "grace_seconds" and "exit_zero_succeeds" (a worker
-                                         exiting 0 after its SIGTERM ends the job SUCCEEDED)
-                                         are opt-in, invented for tests (see `preemption`)
+                                         "after_seconds": 1.5}, {"labels", "delays": [0.5, 2]},
+                                         or {"labels", "preemptions", "after_checkpoints": 2}:
+                                         matching jobs are preempted that long after each
+                                         (re)start, or after its 2nd committed checkpoint;
+                                         opt-in: "replica" ("workerpool1-0", "all"),
+                                         "after_output", "grace_seconds", "exit_zero_succeeds"
+                                         (see `preemption`)
     GET  /emulator/v1/preemption-plans
     POST /emulator/v1/spot-capacity      {"data": [1, 0, ...], "tick_seconds": 2}: replay a Spot
                                          availability trace (invented, opt-in; see `capacity`):
@@ -61,10 +58,11 @@ Control surface (JSON in, JSON out):
                                          it turns 0; {"data": []} ends it; with "location": R,
                                          only for region R's jobs (others keep the trace without one)
     GET  /emulator/v1/spot-capacity
-    POST /emulator/v1/projects/P/locations/L/customJobs/ID:preempt    preempt a RUNNING SPOT job now
-    GET  /emulator/v1/projects/P/locations/L/customJobs/ID            runs, pids, signals, output
-                                         (the worker's last 1,000 lines: run, stream,
-                                         line, time; what `spotjobs logs` reads locally)
+    POST /emulator/v1/projects/P/locations/L/customJobs/ID:preempt    preempt a RUNNING SPOT job
+                                         now (body {"replica": R}: R, or "all"; default primary)
+    GET  /emulator/v1/projects/P/locations/L/customJobs/ID            runs, pids, signals (the
+                                         primary's), replicas, output (the last 1,000 lines:
+                                         run, stream, line, time, replica)
     POST /emulator/v1/faults             {"method": "create|get|list|cancel", "status": 503,
                                          "count": 2}: the next 2 calls are refused;
                                          {"method": ..., "mode": "lost_response", "status":
@@ -78,6 +76,8 @@ Control surface (JSON in, JSON out):
     DELETE /emulator/v1/faults           drop every pending fault and the list lag
     POST /emulator/v1/log-sink           {"enabled": false}
     POST /emulator/v1/signals            {"profile": "rich"}: the profile of jobs created next
+    POST /emulator/v1/replica-modes      {"preemption_restarts": "job", ...}: the modes of jobs
+                                         created next
     POST /emulator/v1/reset              forget jobs (terminating workers), plans and faults
     GET  /emulator/v1/stats
 
@@ -103,6 +103,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from devstack.vertex.errors import ApiError, invalid_argument, not_found
+from devstack.vertex.modes import add_mode_arguments, modes_from_args
 from devstack.vertex.quotas import DEFAULT_CRUD_PER_MINUTE, DEFAULT_SUBMISSIONS_PER_MINUTE
 from devstack.vertex.service import EmulatorConfig, VertexService
 from devstack.vertex.signals import DEFAULT_PROFILE, PROFILES
@@ -183,7 +184,7 @@ _ROUTES: list[tuple[str, re.Pattern[str], _Handler]] = [
     (
         "POST",
         re.compile(f"^/emulator/v1{_JOB}:preempt$"),
-        lambda service, request: service.preempt_job(*request.job_key()),
+        lambda service, request: service.preempt_job(*request.job_key(), request.json_body()),
     ),
     (
         "GET",
@@ -209,6 +210,11 @@ _ROUTES: list[tuple[str, re.Pattern[str], _Handler]] = [
         "POST",
         re.compile("^/emulator/v1/signals$"),
         lambda service, request: service.set_signals(request.json_body()),
+    ),
+    (
+        "POST",
+        re.compile("^/emulator/v1/replica-modes$"),
+        lambda service, request: service.set_replica_modes(request.json_body()),
     ),
     ("POST", re.compile("^/emulator/v1/reset$"), lambda service, request: service.reset()),
     ("GET", re.compile("^/emulator/v1/stats$"), lambda service, request: service.stats()),
@@ -387,6 +393,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="get, list and cancel calls per project and region in any minute "
         f"(Vertex AI's documented quota, {DEFAULT_CRUD_PER_MINUTE}; 0: off)",
     )
+    add_mode_arguments(parser)
     parser.add_argument(
         "--gcs-fuse-dir",
         default=None,
@@ -413,6 +420,7 @@ def _config_from(args: argparse.Namespace) -> EmulatorConfig:
         quota_submissions_per_minute=args.quota_submissions_per_minute,
         quota_crud_per_minute=args.quota_crud_per_minute,
         gcs_fuse_dir=args.gcs_fuse_dir,
+        replica_modes=modes_from_args(args),
     )
 
 

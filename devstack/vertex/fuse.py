@@ -5,9 +5,9 @@ Vertex AI mounts Cloud Storage for custom training at `/gcs/`, so `gs://BUCKET/P
 https://cloud.google.com/vertex-ai/docs/training/cloud-storage-file-system). A framework that
 writes its own checkpoint files (a transformers Trainer, Lightning) needs that path. The emulator
 cannot mount a bucket; with this option it mirrors the job's checkpoint folder
-(`AIP_CHECKPOINT_DIR`) between the bucket and `DIR/BUCKET/PATH`: filled from the bucket before each
-worker start, mirrored back (uploads of new or changed files, deletes of objects whose file is
-gone) after the worker exits, and `SPOTJOBS_KIT_FUSE_ROOT=DIR` in the worker's environment (the
+(`AIP_CHECKPOINT_DIR`) between the bucket and `DIR/BUCKET/PATH`: filled from the bucket before the
+job's replicas start together (not when one restarts alone), mirrored back (uploads of new or
+changed files, deletes of objects whose file is gone) after each replica exits, and `SPOTJOBS_KIT_FUSE_ROOT=DIR` in the worker's environment (the
 trainer kit's override of `/gcs/`).
 
 Where it differs from Cloud Storage FUSE (invented, for tests): the bucket sees a run's files when

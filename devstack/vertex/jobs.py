@@ -1,4 +1,5 @@
-"""A Vertex CustomJob as the emulator keeps it (`JobRecord`), and the store that finds and pages them.
+"""A Vertex CustomJob as the emulator keeps it (`JobRecord`, with a `ReplicaRecord` per replica),
+and the store that finds and pages them.
 
 Records are plain data; `devstack.vertex.runner` changes them, always under its one lock.
 """
@@ -17,12 +18,52 @@ from google.cloud import aiplatform_v1
 
 from devstack.vertex.errors import invalid_argument, not_found
 from devstack.vertex.filter import JobFilter
-from devstack.vertex.preemption import JobPreemptionState
+from devstack.vertex.logs import PRIMARY_REPLICA
+from devstack.vertex.modes import ReplicaModes
+from devstack.vertex.preemption import JobPreemptionState, PlannedPreemption
 from devstack.vertex.signals import SignalProfile
-from devstack.vertex.worker import WorkerProcess
+from devstack.vertex.worker import WorkerLaunch, WorkerProcess
 
 State = aiplatform_v1.JobState
 _OUTPUT_LINES_KEPT = 1000
+
+
+@dataclass
+class ReplicaRecord:
+    """One replica (`workerpool<P>-<i>`) of a job: its launch, its runs, and the current one."""
+
+    launch: WorkerLaunch
+    starts: int = 0
+    preemptions: int = 0  # times its VM was reclaimed
+    spot_restarts: int = 0  # counted towards the six under spot_restart_count per_replica
+    pids: list[int] = field(default_factory=list)
+    exit_statuses: list[int] = field(default_factory=list)
+    signals: list[dict[str, Any]] = field(default_factory=list)
+    worker: WorkerProcess | None = None
+    # The current run: when to preempt it, and the progress that decides it.
+    planned: PlannedPreemption | None = None
+    started_monotonic: float = 0.0
+    checkpoints: int = 0  # checkpoints the job committed since this run started
+    output_matched: bool = False  # the plan's after_output line was written (after its checkpoints)
+    restart_at: float | None = None  # a replica restarting alone: when its new VM is ready
+
+    @property
+    def name(self) -> str:
+        return self.launch.replica
+
+    @property
+    def is_primary(self) -> bool:
+        return self.name == PRIMARY_REPLICA
+
+    def details(self) -> dict[str, Any]:
+        return {
+            "starts": self.starts,
+            "preemptions": self.preemptions,
+            "pids": list(self.pids),
+            "exit_statuses": list(self.exit_statuses),
+            "signals": list(self.signals),
+            "running": self.worker is not None,
+        }
 
 
 @dataclass
@@ -35,29 +76,28 @@ class JobRecord:
     labels: dict[str, str]
     is_spot: bool
     preemption: JobPreemptionState
-    # Bound at creation, so a profile switch never mixes shapes within one job.
+    # Bound at creation, so a profile or mode switch never mixes behaviours within one job.
     profile: SignalProfile
+    modes: ReplicaModes = field(default_factory=ReplicaModes)
     # When the create was stored (time.monotonic()): a list lag fault hides younger jobs.
     created_monotonic: float = field(default_factory=time.monotonic)
     wake: threading.Event = field(default_factory=threading.Event)
     cancel_requested: bool = False
-    preempt_requested: bool = False
+    # A preemption asked for through the control surface: a replica's name, or "all".
+    preempt_requested: str | None = None
     discarded: bool = False
-    runs: int = 0
-    # Checkpoints the current run committed (its kit lines): what a progress-keyed plan counts.
-    run_checkpoints: int = 0
-    preemptions: int = 0
+    job_starts: int = 0  # starts of the whole job (the first, then each whole-job restart)
+    preemptions: int = 0  # reclaimed VMs, over every replica
+    spot_restarts: int = 0  # counted towards the six (spot_restart_count per_event or per_vm)
     argv: tuple[str, ...] = ()
     image_uri: str = ""
-    pids: list[int] = field(default_factory=list)
-    exit_statuses: list[int] = field(default_factory=list)
-    signals: list[dict[str, Any]] = field(default_factory=list)
+    # By replica name, the primary first; filled when the job first starts.
+    replicas: dict[str, ReplicaRecord] = field(default_factory=dict)
     state_history: list[str] = field(default_factory=list)
     output: collections.deque[dict[str, Any]] = field(
         default_factory=lambda: collections.deque(maxlen=_OUTPUT_LINES_KEPT)
     )
     supervisor: threading.Thread | None = None
-    worker: WorkerProcess | None = None
 
     @property
     def state(self) -> State:
@@ -67,20 +107,42 @@ class JobRecord:
     def interrupted(self) -> bool:
         return self.cancel_requested or self.discarded
 
+    @property
+    def primary(self) -> ReplicaRecord | None:
+        return self.replicas.get(PRIMARY_REPLICA)
+
+    @property
+    def restarts_whole_job(self) -> bool:
+        """Whether a replica's restart restarts every replica: `restartJobOnWorkerRestart`
+        (which `disableRetries` overrides to false, as documented), or the emulator mode."""
+        scheduling = self.job.job_spec.scheduling
+        flag = scheduling.restart_job_on_worker_restart and not scheduling.disable_retries
+        return flag or self.modes.preemption_restarts == "job"
+
+    def running_workers(self) -> list[WorkerProcess]:
+        return [replica.worker for replica in self.replicas.values() if replica.worker is not None]
+
     def details(self) -> dict[str, Any]:
+        """The top-level runs, pids, exit_statuses and signals are the primary's (as for a
+        single-replica job); `replicas` has each replica's, and `preemptions` counts every
+        reclaimed VM."""
+        primary = self.primary
         return {
             "name": self.job.name,
             "signal_profile": self.profile.name,
+            "replica_modes": self.modes.to_json(),
             "state": self.state.name,
             "state_history": list(self.state_history),
             "is_spot": self.is_spot,
             "image_uri": self.image_uri,
             "argv": list(self.argv),
-            "runs": self.runs,
+            "runs": primary.starts if primary else 0,
             "preemptions": self.preemptions,
-            "pids": list(self.pids),
-            "exit_statuses": list(self.exit_statuses),
-            "signals": list(self.signals),
+            "spot_restarts": self.spot_restarts,
+            "pids": list(primary.pids) if primary else [],
+            "exit_statuses": list(primary.exit_statuses) if primary else [],
+            "signals": list(primary.signals) if primary else [],
+            "replicas": {name: replica.details() for name, replica in self.replicas.items()},
             "output": list(self.output),
         }
 

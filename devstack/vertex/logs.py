@@ -22,7 +22,8 @@ Every shape and text lives here; which of them a job emits is its signal profile
 Payload forms:
 
 - service lines (task_name `service`): `textPayload` (documented) or `jsonPayload.message` (rich);
-- container lines (task_name `workerpool0-0`): `textPayload`, stdout at INFO and stderr at ERROR;
+- container lines (task_name the replica's, `workerpool<P>-<i>`: `workerpool0-0` for the primary,
+  the form of gcloud's `task_name` and of `CustomJob.web_access_uris`' keys): `textPayload`, stdout at INFO and stderr at ERROR;
   in rich only, a line that is a JSON object with a `message` key becomes `jsonPayload` with the
   line's own `severity`.
 """
@@ -63,20 +64,21 @@ CANCELLED = "Job was cancelled."  # invented (rich only)
 STOCKOUT_DOCUMENTED = "The job failed with a STOCKOUT error."
 
 
-def nonzero_exit(exit_status: int) -> str:
-    return f"The replica {PRIMARY_REPLICA} exited with a non-zero status of {exit_status}. Termination reason: Error."
+def nonzero_exit(exit_status: int, replica: str = PRIMARY_REPLICA) -> str:
+    return f"The replica {replica} exited with a non-zero status of {exit_status}. Termination reason: Error."
 
 
-def preempted_and_restarting(restart: int) -> str:
+def preempted_and_restarting(restart: int, replica: str = PRIMARY_REPLICA, *, whole_job: bool = True) -> str:
+    restarted = "the job" if whole_job else f"replica {replica}"
     return (
-        f"The Spot VM of replica {PRIMARY_REPLICA} was preempted. "
-        f"Restarting the job (restart {restart} of {MAX_SPOT_RESTARTS})."
+        f"The Spot VM of replica {replica} was preempted. "
+        f"Restarting {restarted} (restart {restart} of {MAX_SPOT_RESTARTS})."
     )
 
 
-def stockout(preemptions: int) -> str:
+def stockout(preemptions: int, replica: str = PRIMARY_REPLICA) -> str:
     return (
-        f"Job failed with STOCKOUT: the Spot VM of replica {PRIMARY_REPLICA} was preempted "
+        f"Job failed with STOCKOUT: the Spot VM of replica {replica} was preempted "
         f"{preemptions} times and Vertex AI restarts a Spot job at most {MAX_SPOT_RESTARTS} times."
     )
 
@@ -103,7 +105,14 @@ class LogEntryFactory:
         return self._entry(project_id, job_id, SERVICE_TASK, severity, payload)
 
     def container(
-        self, project_id: str, job_id: str, stream: str, line: str, *, structured: bool = False
+        self,
+        project_id: str,
+        job_id: str,
+        stream: str,
+        line: str,
+        *,
+        structured: bool = False,
+        replica: str = PRIMARY_REPLICA,
     ) -> dict[str, Any]:
         parsed = _structured_line(line) if structured else None
         if parsed is not None:
@@ -114,7 +123,7 @@ class LogEntryFactory:
         else:
             severity = "ERROR" if stream == "stderr" else "INFO"
             payload = {"textPayload": line}
-        return self._entry(project_id, job_id, PRIMARY_REPLICA, severity, payload)
+        return self._entry(project_id, job_id, replica, severity, payload)
 
     def _entry(
         self, project_id: str, job_id: str, task_name: str, severity: str, payload: dict[str, Any]

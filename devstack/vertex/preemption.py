@@ -22,7 +22,19 @@ grace period ends the job SUCCEEDED instead of being restarted. Invented for tes
 Vertex documents neither way; it is the case a trainer that exits 0 after SIGTERM (Lightning
 2.6 does) may cause, a job recorded SUCCEEDED with its training unfinished.
 
-Without a plan, a SPOT job's worker is preempted after an exponentially distributed delay with
+A plan may name the replica it reclaims, `"replica": "workerpool1-0"` (the log task_name), or
+`"replica": "all"` for every replica at once; without one it reclaims the primary,
+`workerpool0-0`, as before. Its starts are then that replica's starts (for "all", the primary's),
+and what the job does next is `devstack.vertex.modes`'. Checkpoints are counted on the primary's
+lines (rank 0 commits).
+
+A plan may also set `after_output: TEXT`: each preempted start is reclaimed right after the
+reclaimed replica (for "all", any replica) writes a line containing TEXT, and with
+`after_checkpoints: K` the first such line after the K-th commit. Invented for tests, opt-in: with
+the text a trainer writes as it begins a save, it is "reclaimed during a save" (with
+`grace_seconds: 0`, killed mid-write).
+
+Without a plan, a SPOT job's primary is preempted after an exponentially distributed delay with
 the configured rate (per minute of running time), drawn from a random stream seeded by the
 emulator seed and the job's creation order, so a run with the same seed and the same sequence of
 creates preempts at the same moments. STANDARD (and unspecified) jobs are never preempted.
@@ -32,21 +44,28 @@ from __future__ import annotations
 
 import itertools
 import random
+import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from devstack.vertex.logs import PRIMARY_REPLICA
+
 _MAX_PLANNED_PREEMPTIONS = 100
+ALL_REPLICAS = "all"
+_REPLICA = re.compile(r"^workerpool[0-3]-[0-9]+$")
 
 
 @dataclass(frozen=True)
 class PlannedPreemption:
-    """When to preempt one start of a worker: so many seconds after it started, or right after
-    it committed so many checkpoints."""
+    """When to preempt one start of a replica: so many seconds after it started, right after the
+    job committed so many checkpoints, or right after a line holding `after_output` (after those
+    checkpoints, when both are given)."""
 
     after_seconds: float | None = None
     after_checkpoints: int | None = None
+    after_output: str | None = None
 
 
 @dataclass(frozen=True)
@@ -57,6 +76,8 @@ class PreemptionPlan:
     grace_seconds: float | None = None  # None: the emulator's --grace-seconds
     after_checkpoints: int | None = None
     exit_zero_succeeds: bool = False
+    replica: str = PRIMARY_REPLICA  # or ALL_REPLICAS
+    after_output: str | None = None
 
     def matches(self, job_labels: Mapping[str, str]) -> bool:
         return all(job_labels.get(key) == value for key, value in self.labels.items())
@@ -64,14 +85,24 @@ class PreemptionPlan:
     def preemption(self, start: int) -> PlannedPreemption | None:
         if start >= len(self.delays):
             return None
-        if self.after_checkpoints is not None:
-            return PlannedPreemption(after_checkpoints=self.after_checkpoints)
+        if self.after_checkpoints is not None or self.after_output is not None:
+            return PlannedPreemption(after_checkpoints=self.after_checkpoints, after_output=self.after_output)
         return PlannedPreemption(after_seconds=self.delays[start])
+
+    def keyed_to(self, replica: str) -> bool:
+        """Whether this replica's starts are the plan's starts."""
+        return replica == (PRIMARY_REPLICA if self.replica == ALL_REPLICAS else self.replica)
 
     def to_json(self) -> dict[str, Any]:
         plan: dict[str, Any] = {"id": self.plan_id, "labels": dict(self.labels)}
-        if self.after_checkpoints is not None:
-            plan.update(preemptions=len(self.delays), after_checkpoints=self.after_checkpoints)
+        if self.replica != PRIMARY_REPLICA:
+            plan["replica"] = self.replica
+        if self.after_checkpoints is not None or self.after_output is not None:
+            plan["preemptions"] = len(self.delays)
+            if self.after_checkpoints is not None:
+                plan["after_checkpoints"] = self.after_checkpoints
+            if self.after_output is not None:
+                plan["after_output"] = self.after_output
         else:
             plan["delays"] = list(self.delays)
         if self.grace_seconds is not None:
@@ -97,6 +128,8 @@ def parse_plan(plan_id: str, body: Any) -> PreemptionPlan:
         "delays",
         "grace_seconds",
         "exit_zero_succeeds",
+        "replica",
+        "after_output",
     }
     if unknown:
         raise ValueError(f"unknown field(s) in preemption plan: {sorted(unknown)}")
@@ -111,12 +144,20 @@ def parse_plan(plan_id: str, body: Any) -> PreemptionPlan:
     exit_zero_succeeds = body.get("exit_zero_succeeds", False)
     if not isinstance(exit_zero_succeeds, bool):
         raise ValueError("exit_zero_succeeds must be true or false")
+    replica = body.get("replica", PRIMARY_REPLICA)
+    if not isinstance(replica, str) or not (replica == ALL_REPLICAS or _REPLICA.match(replica)):
+        raise ValueError('replica must be "workerpool<P>-<i>" (P from 0 to 3) or "all"')
+    after_output = body.get("after_output")
+    if after_output is not None and (not isinstance(after_output, str) or not after_output):
+        raise ValueError("after_output must be a non-empty string")
     checkpoints = body.get("after_checkpoints")
-    if checkpoints is not None:
-        if not isinstance(checkpoints, int) or isinstance(checkpoints, bool) or checkpoints < 1:
-            raise ValueError("after_checkpoints must be a positive integer")
+    if checkpoints is not None and (
+        not isinstance(checkpoints, int) or isinstance(checkpoints, bool) or checkpoints < 1
+    ):
+        raise ValueError("after_checkpoints must be a positive integer")
+    if checkpoints is not None or after_output is not None:
         if "delays" in body or "after_seconds" in body:
-            raise ValueError("give after_checkpoints or after_seconds/delays, not both")
+            raise ValueError("give after_checkpoints/after_output or after_seconds/delays, not both")
         body = {**body, "after_seconds": 0}
     return PreemptionPlan(
         plan_id=plan_id,
@@ -125,6 +166,8 @@ def parse_plan(plan_id: str, body: Any) -> PreemptionPlan:
         grace_seconds=None if grace is None else float(grace),
         after_checkpoints=checkpoints,
         exit_zero_succeeds=exit_zero_succeeds,
+        replica=replica,
+        after_output=after_output,
     )
 
 
@@ -185,15 +228,21 @@ class PreemptionPlanner:
         with self._lock:
             self._plans.clear()
 
-    def next_preemption(self, state: JobPreemptionState, job_labels: Mapping[str, str]) -> PlannedPreemption | None:
-        """When to preempt this (re)start of a SPOT worker, or None for never."""
+    def next_preemption(
+        self, state: JobPreemptionState, job_labels: Mapping[str, str], replica: str = PRIMARY_REPLICA
+    ) -> PlannedPreemption | None:
+        """When to preempt this (re)start of a SPOT job's replica, or None for never."""
         with self._lock:
             if state.plan is None:
                 state.plan = next((plan for plan in reversed(self._plans) if plan.matches(job_labels)), None)
         if state.plan is not None:
+            if not state.plan.keyed_to(replica):
+                return None
             index = state.starts_under_plan
             state.starts_under_plan += 1
             return state.plan.preemption(index)
+        if replica != PRIMARY_REPLICA:
+            return None
         if self.rate_per_minute > 0:
             return PlannedPreemption(after_seconds=state.rng.expovariate(self.rate_per_minute / 60.0))
         return None

@@ -3,14 +3,22 @@
 Lifecycle (the states of job_state.proto,
 https://github.com/googleapis/googleapis/blob/master/google/cloud/aiplatform/v1/job_state.proto):
 QUEUED (until a capacity slot is free, then `queued_seconds`) -> PENDING (`pending_seconds`) ->
-RUNNING (the worker process) -> SUCCEEDED on exit 0, FAILED otherwise. A Spot preemption sends
-SIGTERM to the worker's process group, SIGKILL after `grace_seconds`, and restarts it; the job
-stays RUNNING meanwhile (documented profile; the rich profile goes back through PENDING). "When
-Spot VMs are preempted, the [...] job fails with a STOCKOUT error and Compute Engine tries to
-restart the job up to six times" (https://cloud.google.com/vertex-ai/docs/training/use-spot-vms):
-the seventh preemption fails the job with STOCKOUT. Cancel: CANCELLING, the worker is terminated
-the same way, CANCELLED. Which service lines each moment writes is the job's signal profile's
-choice (`devstack.vertex.signals`).
+RUNNING (one process per replica of every worker pool) -> SUCCEEDED when the primary
+(`workerpool0-0`) exits 0, FAILED when any replica exits non-zero; then the other replicas are
+stopped (SIGTERM, SIGKILL after `grace_seconds`). "A training job completes successfully when its
+primary replica exits with exit code 0. At that point, [Vertex] shuts down all the other running
+workers" (https://cloud.google.com/vertex-ai/docs/training/understanding-training-service); a
+non-primary replica that exits 0 is done and stays down. A Spot preemption reclaims one replica
+(or several at once): SIGTERM to its process group, SIGKILL after `grace_seconds`, then either
+that replica restarts alone after `pending_seconds` or the whole job restarts (the job's
+`restartJobOnWorkerRestart`, or the `preemption_restarts` mode: `devstack.vertex.modes`); the
+job stays RUNNING meanwhile (documented profile; the rich profile goes back through PENDING on a
+whole-job restart). "When Spot VMs are preempted, the [...] job fails with a STOCKOUT error and
+Compute Engine tries to restart the job up to six times"
+(https://cloud.google.com/vertex-ai/docs/training/use-spot-vms): the restart past six (counted
+as the `spot_restart_count` mode says) fails the job with STOCKOUT. Cancel: CANCELLING, every
+replica is terminated the same way, CANCELLED. Which service lines each moment writes is the
+job's signal profile's choice (`devstack.vertex.signals`).
 
 A job holds one of `max_running` slots from admission to its end, restarts included, so a burst
 of creates queues instead of becoming a burst of processes. Only admitted jobs have a thread.
@@ -43,10 +51,10 @@ from devstack.vertex import logs as lines
 from devstack.vertex.capacity import SpotCapacity
 from devstack.vertex.errors import failed_precondition
 from devstack.vertex.fuse import FuseMirror
-from devstack.vertex.jobs import JobRecord, JobStore, State
-from devstack.vertex.logs import LogEntryFactory, LogSink
-from devstack.vertex.preemption import PlannedPreemption, PreemptionPlanner
-from devstack.vertex.worker import UnrunnableJob, WorkerLaunch, WorkerProcess, build_launch
+from devstack.vertex.jobs import JobRecord, JobStore, ReplicaRecord, State
+from devstack.vertex.logs import PRIMARY_REPLICA, LogEntryFactory, LogSink
+from devstack.vertex.preemption import ALL_REPLICAS, PreemptionPlanner
+from devstack.vertex.worker import UnrunnableJob, WorkerProcess, build_launches, stop_together
 from shared.log import Logger
 
 # A JobState member: proto-plus enums are IntEnums that type checkers see as plain ints.
@@ -88,9 +96,8 @@ class RunnerConfig:
 
 
 class Outcome(enum.Enum):
-    EXITED = "exited"
-    PREEMPTED = "preempted"
-    INTERRUPTED = "interrupted"  # cancelled, or discarded by reset/stop
+    ENDED = "ended"  # the job reached its final state (or was discarded)
+    RESTART_JOB = "restart_job"  # every replica starts again
 
 
 class JobRunner:
@@ -149,13 +156,16 @@ class JobRunner:
         else:
             record.wake.set()
 
-    def preempt_now(self, record: JobRecord) -> None:
+    def preempt_now(self, record: JobRecord, replica: str = PRIMARY_REPLICA) -> None:
+        """Reclaims `replica` ("all": every running replica) of a RUNNING SPOT job now."""
         with self.lock:
             if not record.is_spot:
                 raise failed_precondition("Only jobs scheduled with strategy SPOT are preempted.")
             if record.state != State.JOB_STATE_RUNNING:
                 raise failed_precondition(f"CustomJob {record.job.name} is {record.state.name}, not RUNNING.")
-            record.preempt_requested = True
+            if replica != ALL_REPLICAS and replica not in record.replicas:
+                raise failed_precondition(f"CustomJob {record.job.name} has no replica {replica}.")
+            record.preempt_requested = replica
         record.wake.set()
 
     def stop(self) -> None:
@@ -177,11 +187,11 @@ class JobRunner:
             return {
                 "jobs": len(records),
                 "jobs_by_state": dict(sorted(by_state.items())),
-                "running_processes": sum(record.worker is not None for record in records),
+                "running_processes": sum(len(record.running_workers()) for record in records),
                 "admitted": self._admitted,
                 "waiting_for_capacity": len(self._waiting),
                 "max_running": self._config.max_running,
-                "worker_starts": sum(record.runs for record in records),
+                "worker_starts": sum(replica.starts for record in records for replica in record.replicas.values()),
                 "preemptions": sum(record.preemptions for record in records),
             }
 
@@ -212,8 +222,8 @@ class JobRunner:
         for record in records:
             if record.supervisor is not None:
                 record.supervisor.join(join_seconds)
-            if record.worker is not None:  # a supervisor that did not finish in time
-                record.worker.tear_down()
+            for worker in record.running_workers():  # a supervisor that did not finish in time
+                worker.tear_down()
 
     # ---- the lifecycle, on the job's own thread ----
 
@@ -222,8 +232,8 @@ class JobRunner:
             self._run_job(record)
         except Exception as error:  # an emulator bug must end the job, not hang it
             self._logger.error("job supervisor crashed", job=record.job.name, error=repr(error))
-            if record.worker is not None:
-                record.worker.tear_down()
+            for worker in record.running_workers():
+                worker.tear_down()
             self._finish(
                 record,
                 State.JOB_STATE_FAILED,
@@ -237,7 +247,7 @@ class JobRunner:
         if not self._pause(record, self._config.queued_seconds):
             return self._finish_interrupted(record)
         try:
-            launch = build_launch(record.job, record.job_id)
+            launches = build_launches(record.job, record.job_id)
         except UnrunnableJob as error:
             return self._finish(
                 record,
@@ -246,35 +256,24 @@ class JobRunner:
                 record.profile.failed(str(error)),
             )
         if self._fuse is not None:
-            launch = dataclasses.replace(launch, env={**launch.env, **self._fuse.environment()})
+            launches = [
+                dataclasses.replace(launch, env={**launch.env, **self._fuse.environment()}) for launch in launches
+            ]
         with self.lock:
-            record.argv, record.image_uri = launch.argv, launch.image_uri
+            record.argv, record.image_uri = launches[0].argv, launches[0].image_uri
+            record.replicas = {launch.replica: ReplicaRecord(launch) for launch in launches}
         while True:
             # A restart stays RUNNING (no state is documented for it) unless the profile (rich)
-            # goes back through PENDING; either way the new VM takes `pending_seconds`.
-            if record.runs == 0 or record.profile.pending_on_restart:
+            # goes back through PENDING; either way the new VMs take `pending_seconds`.
+            if record.job_starts == 0 or record.profile.pending_on_restart:
                 if self._set_state(record, State.JOB_STATE_PENDING):
                     self._service_lines(record, record.profile.pending())
             if record.is_spot and not self._wait_for_spot_capacity(record):
                 return self._finish_interrupted(record)
             if not self._pause(record, self._config.pending_seconds):
                 return self._finish_interrupted(record)
-            outcome, exit_status = self._run_worker(record, launch)
-            if outcome is Outcome.INTERRUPTED:
-                return self._finish_interrupted(record)
-            if outcome is Outcome.EXITED or (
-                outcome is Outcome.PREEMPTED and self._exit_zero_succeeds(record, exit_status)
-            ):
-                return self._finish_exited(record, exit_status)
-            if not self._restart_after_preemption(record):
+            if self._run_replicas(record) is Outcome.ENDED:
                 return None
-
-    @staticmethod
-    def _exit_zero_succeeds(record: JobRecord, exit_status: int) -> bool:
-        """A preempted worker that exited 0 by itself ends the job SUCCEEDED under a plan that opts
-        in (invented, `devstack.vertex.preemption`)."""
-        plan = record.preemption.plan
-        return exit_status == 0 and plan is not None and plan.exit_zero_succeeds
 
     def _wait_for_spot_capacity(self, record: JobRecord) -> bool:
         """Waits while the capacity trace (`capacity`, opt-in) has no Spot VM; False if the job is
@@ -298,97 +297,215 @@ class JobRunner:
                 return True
             record.wake.wait(remaining)
 
-    def _run_worker(self, record: JobRecord, launch: WorkerLaunch) -> tuple[Outcome, int]:
-        planned = self._planner.next_preemption(record.preemption, record.labels) if record.is_spot else None
+    def _run_replicas(self, record: JobRecord) -> Outcome:
+        """One start of the whole job: every replica, watched until the job ends or restarts."""
         with self.lock:
-            record.runs += 1
-            record.run_checkpoints = 0
-            run = record.runs
+            record.job_starts += 1
             if not record.job.start_time:
                 record.job.start_time = _now()
             # A documented restart is already RUNNING: no transition, no line.
             running = record.state != State.JOB_STATE_RUNNING and self._transition_locked(
                 record, State.JOB_STATE_RUNNING
             )
+            replicas = list(record.replicas.values())
         if running:
             self._service_lines(record, record.profile.running())
         if self._fuse is not None:
-            self._fuse.pull(launch.env)  # the new VM's mount shows the bucket as it is now
-        worker = WorkerProcess(launch, lambda stream, text: self._on_output(record, run, stream, text))
+            self._fuse.pull(replicas[0].launch.env)  # the new VMs' mount shows the bucket as it is now
+        for replica in replicas:
+            if not self._start_replica(record, replica):
+                return Outcome.ENDED
+        return self._watch(record)
+
+    def _start_replica(self, record: JobRecord, replica: ReplicaRecord) -> bool:
+        """Starts one run of a replica; False when it cannot be run (the job has then ended)."""
+        planned = (
+            self._planner.next_preemption(record.preemption, record.labels, replica.name) if record.is_spot else None
+        )
+        with self.lock:
+            replica.starts += 1
+            run = replica.starts
+            replica.planned, replica.started_monotonic = planned, time.monotonic()
+            replica.checkpoints, replica.output_matched = 0, False
+            replica.restart_at = None
+        worker = WorkerProcess(replica.launch, lambda stream, text: self._on_output(record, replica, run, stream, text))
         try:
             worker.start()
         except OSError as error:  # 127: what a container whose command cannot be run exits with
-            self._on_output(record, run, "stderr", f"exec {launch.argv[0]!r} failed: {error}")
-            return Outcome.EXITED, self._record_exit(record, run, 127)
+            self._on_output(record, replica, run, "stderr", f"exec {replica.launch.argv[0]!r} failed: {error}")
+            self._record_exit(record, replica, 127)
+            self._stop_replicas(record, self._running(record), self._config.grace_seconds)
+            self._finish_exited(record, 127, replica.name)
+            return False
         with self.lock:
-            record.worker = worker
-            record.pids.append(worker.pid)
-        outcome = self._watch(record, worker, planned)
-        if outcome is Outcome.EXITED:
-            worker.tear_down()
-        else:
-            plan = record.preemption.plan
-            grace = self._config.grace_seconds
-            if plan is not None and plan.grace_seconds is not None:
-                grace = plan.grace_seconds
-            signals_sent = worker.terminate(grace)
-            with self.lock:
-                record.signals.extend({"run": run, "signal": name} for name in signals_sent)
-        worker.join_output(_PUMP_JOIN_SECONDS)
-        with self.lock:
-            record.worker = None
-        exit_status = _exit_status(worker.wait())
-        if self._fuse is not None:
-            self._fuse.push(launch.env)  # before the job's state says it ended
-        return outcome, self._record_exit(record, run, exit_status)
+            replica.worker = worker
+            replica.pids.append(worker.pid)
+        return True
 
-    def _record_exit(self, record: JobRecord, run: int, exit_status: int) -> int:
-        with self.lock:
-            record.exit_statuses.append(exit_status)
-        self._logger.info("worker exited", job=record.job.name, run=run, exit_status=exit_status)
-        return exit_status
-
-    def _watch(self, record: JobRecord, worker: WorkerProcess, planned: PlannedPreemption | None) -> Outcome:
-        delay = planned.after_seconds if planned else None
-        checkpoints = planned.after_checkpoints if planned else None
-        deadline = None if delay is None else time.monotonic() + delay
+    def _watch(self, record: JobRecord) -> Outcome:
+        """Until the job ends or restarts: exits, due preemptions, and replicas restarting alone."""
         while True:
             record.wake.clear()
-            if worker.poll() is not None:
-                return Outcome.EXITED
             if record.interrupted:
-                return Outcome.INTERRUPTED
-            if (
-                record.preempt_requested
-                or (record.is_spot and not self._capacity.available(record.location))
-                or (deadline is not None and time.monotonic() >= deadline)
-                or (checkpoints is not None and record.run_checkpoints >= checkpoints)
-            ):
-                record.preempt_requested = False
-                return Outcome.PREEMPTED
+                self._stop_replicas(record, self._running(record), self._config.grace_seconds)
+                self._finish_interrupted(record)
+                return Outcome.ENDED
+            for replica in self._running(record):
+                if replica.worker is not None and replica.worker.poll() is not None:
+                    exit_status = self._reap(record, replica)
+                    # Any other replica that exits 0 is done: it stays down.
+                    if replica.is_primary or exit_status != 0:
+                        self._stop_replicas(record, self._running(record), self._config.grace_seconds)
+                        self._finish_exited(record, exit_status, replica.name)
+                        return Outcome.ENDED
+            reclaimed = self._due_preemption(record)
+            if reclaimed:
+                outcome = self._preempt(record, reclaimed)
+                if outcome is not None:
+                    return outcome
             timeout = _POLL_SECONDS
-            if deadline is not None:
-                timeout = min(timeout, max(deadline - time.monotonic(), 0.0))
+            for replica in list(record.replicas.values()):
+                if replica.restart_at is None:
+                    continue
+                if time.monotonic() >= replica.restart_at and (
+                    not record.is_spot or self._capacity.available(record.location)
+                ):
+                    if not self._start_replica(record, replica):
+                        return Outcome.ENDED
+                else:
+                    timeout = min(timeout, max(replica.restart_at - time.monotonic(), 0.0))
+            for replica in self._running(record):
+                if replica.planned is not None and replica.planned.after_seconds is not None:
+                    due = replica.started_monotonic + replica.planned.after_seconds
+                    timeout = min(timeout, max(due - time.monotonic(), 0.0))
             record.wake.wait(timeout)
 
-    def _restart_after_preemption(self, record: JobRecord) -> bool:
+    def _running(self, record: JobRecord) -> list[ReplicaRecord]:
         with self.lock:
-            record.preemptions += 1
-            preemptions = record.preemptions
-        self._logger.info("spot preemption", job=record.job.name, preemptions=preemptions)
-        if preemptions > lines.MAX_SPOT_RESTARTS:
-            code, message = record.profile.stockout(preemptions)
+            return [replica for replica in record.replicas.values() if replica.worker is not None]
+
+    def _due_preemption(self, record: JobRecord) -> list[ReplicaRecord]:
+        """The running replicas to reclaim now: asked for, the Spot capacity gone (all of them), or
+        a replica's planned moment reached (for a plan of "all", every running replica)."""
+        running = self._running(record)
+        if not running:
+            return []
+        with self.lock:
+            requested = [replica for replica in running if record.preempt_requested in (ALL_REPLICAS, replica.name)]
+            # A request for a replica that is not running yet (starting, restarting) waits for it.
+            if requested:
+                record.preempt_requested = None
+        if record.is_spot and not self._capacity.available(record.location):
+            return running
+        if requested:
+            return requested
+        now = time.monotonic()
+        plan = record.preemption.plan
+        for replica in running:
+            planned = replica.planned
+            if planned is None:
+                continue
+            if planned.after_output is not None:
+                due = replica.output_matched
+            elif planned.after_checkpoints is not None:
+                due = replica.checkpoints >= planned.after_checkpoints
+            else:
+                due = planned.after_seconds is not None and now >= replica.started_monotonic + planned.after_seconds
+            if due:
+                return running if plan is not None and plan.replica == ALL_REPLICAS else [replica]
+        return []
+
+    def _preempt(self, record: JobRecord, reclaimed: list[ReplicaRecord]) -> Outcome | None:
+        """Reclaims these replicas' VMs; returns how the job goes on, None when it runs on (the
+        reclaimed replicas restart alone)."""
+        plan = record.preemption.plan
+        grace = self._config.grace_seconds
+        if plan is not None and plan.grace_seconds is not None:
+            grace = plan.grace_seconds
+        exit_statuses = self._stop_replicas(record, reclaimed, grace)
+        if exit_statuses.get(PRIMARY_REPLICA) == 0 and plan is not None and plan.exit_zero_succeeds:
+            # A reclaimed primary that exited 0 by itself ends the job SUCCEEDED under a plan that
+            # opts in (invented, `devstack.vertex.preemption`).
+            self._stop_replicas(record, self._running(record), self._config.grace_seconds)
+            self._finish_exited(record, 0, PRIMARY_REPLICA)
+            return Outcome.ENDED
+        whole_job = record.restarts_whole_job or not self._running(record)
+        restart = self._count_spot_restart(record, reclaimed)
+        self._logger.info(
+            "spot preemption",
+            job=record.job.name,
+            replicas=[replica.name for replica in reclaimed],
+            preemptions=record.preemptions,
+            restart=restart,
+            whole_job=whole_job,
+        )
+        if restart > lines.MAX_SPOT_RESTARTS:
+            self._stop_replicas(record, self._running(record), self._config.grace_seconds)
+            code, message = record.profile.stockout(restart, reclaimed[0].name)
             self._finish(record, State.JOB_STATE_FAILED, (code, message), record.profile.failed(message))
-            return False
-        self._service_lines(record, record.profile.preempted(preemptions))
-        return True
+            return Outcome.ENDED
+        self._service_lines(record, record.profile.preempted(restart, reclaimed[0].name, whole_job=whole_job))
+        if whole_job:
+            survivor_grace = self._config.grace_seconds if record.modes.survivor_stop == "sigterm" else 0.0
+            self._stop_replicas(record, self._running(record), survivor_grace)
+            return Outcome.RESTART_JOB
+        restart_at = time.monotonic() + self._config.pending_seconds
+        with self.lock:
+            for replica in reclaimed:
+                replica.restart_at = restart_at
+        return None
+
+    def _count_spot_restart(self, record: JobRecord, reclaimed: list[ReplicaRecord]) -> int:
+        """Counts this preemption towards the six restarts as the job's `spot_restart_count` mode
+        says; returns the count it reached (per replica: the highest of the reclaimed ones)."""
+        counting = record.modes.spot_restart_count
+        with self.lock:
+            record.preemptions += len(reclaimed)
+            for replica in reclaimed:
+                replica.preemptions += 1
+                replica.spot_restarts += 1
+            if counting == "per_replica":
+                return max(replica.spot_restarts for replica in reclaimed)
+            record.spot_restarts += len(reclaimed) if counting == "per_vm" else 1
+            return record.spot_restarts
+
+    def _stop_replicas(self, record: JobRecord, replicas: list[ReplicaRecord], grace_seconds: float) -> dict[str, int]:
+        """Stops these replicas' processes together (SIGTERM, the grace, SIGKILL), records the
+        signals each got, and returns each one's exit status."""
+        active = [replica for replica in replicas if replica.worker is not None]
+        sent = stop_together([replica.worker for replica in active if replica.worker is not None], grace_seconds)
+        with self.lock:
+            for replica, signals in zip(active, sent, strict=True):
+                replica.signals.extend({"run": replica.starts, "signal": name} for name in signals)
+        return {replica.name: self._reap(record, replica) for replica in active}
+
+    def _reap(self, record: JobRecord, replica: ReplicaRecord) -> int:
+        """Reads the exit of a replica's finished process and forgets the process."""
+        worker = replica.worker
+        assert worker is not None, "replica not running"
+        worker.tear_down()
+        worker.join_output(_PUMP_JOIN_SECONDS)
+        with self.lock:
+            replica.worker = None
+        exit_status = self._record_exit(record, replica, _exit_status(worker.wait()))
+        if self._fuse is not None:
+            self._fuse.push(replica.launch.env)  # before the job's state says it ended
+        return exit_status
+
+    def _record_exit(self, record: JobRecord, replica: ReplicaRecord, exit_status: int) -> int:
+        with self.lock:
+            replica.exit_statuses.append(exit_status)
+        self._logger.info(
+            "worker exited", job=record.job.name, replica=replica.name, run=replica.starts, exit_status=exit_status
+        )
+        return exit_status
 
     # ---- endings ----
 
-    def _finish_exited(self, record: JobRecord, exit_status: int) -> None:
+    def _finish_exited(self, record: JobRecord, exit_status: int, replica: str) -> None:
         if exit_status == 0:
             return self._finish(record, State.JOB_STATE_SUCCEEDED, None, record.profile.succeeded())
-        message = lines.nonzero_exit(exit_status)
+        message = lines.nonzero_exit(exit_status, replica)
         return self._finish(
             record,
             State.JOB_STATE_FAILED,
@@ -465,14 +582,21 @@ class JobRunner:
             )
             self._sink.publish(entry)
 
-    def _on_output(self, record: JobRecord, run: int, stream: str, text: str) -> None:
-        committed = _is_checkpoint_committed(text)
+    def _on_output(self, record: JobRecord, replica: ReplicaRecord, run: int, stream: str, text: str) -> None:
+        committed = replica.is_primary and _is_checkpoint_committed(text)
         with self.lock:
             # Timed under the lock, so a job's lines keep their order in time (`spotjobs logs --since`).
-            record.output.append({"run": run, "stream": stream, "line": text, "time": lines.rfc3339(_now())})
-            if committed and run == record.runs:
-                record.run_checkpoints += 1
-        if committed:
+            record.output.append(
+                {"run": run, "stream": stream, "line": text, "time": lines.rfc3339(_now()), "replica": replica.name}
+            )
+            current = run == replica.starts
+            # Rank 0 commits: the primary's lines count the job's checkpoints, for every replica's
+            # run (each start resets its count).
+            if committed and current:
+                for other in record.replicas.values():
+                    other.checkpoints += 1
+            matched = current and self._match_planned_output_locked(record, replica, text)
+        if committed or matched:
             record.wake.set()  # a progress-keyed plan may preempt now
         if not record.discarded:
             entry = self._entries.container(
@@ -481,8 +605,25 @@ class JobRunner:
                 stream,
                 text,
                 structured=record.profile.structured_container_lines,
+                replica=replica.name,
             )
             self._sink.publish(entry)
+
+    @staticmethod
+    def _match_planned_output_locked(record: JobRecord, writer: ReplicaRecord, text: str) -> bool:
+        """Marks a plan's `after_output` line: written by the replica it reclaims (by any replica,
+        for a plan of "all", whose moment the primary's run holds), after its checkpoints."""
+        plan = record.preemption.plan
+        if plan is None or plan.after_output is None or plan.after_output not in text:
+            return False
+        holder = record.primary if plan.replica == ALL_REPLICAS else writer
+        if holder is None or holder.planned is None or holder.planned.after_output is None:
+            return False
+        wanted = holder.planned.after_checkpoints or 0
+        if holder.checkpoints < wanted:
+            return False
+        holder.output_matched = True
+        return True
 
 
 def _is_checkpoint_committed(text: str) -> bool:

@@ -21,11 +21,13 @@ from devstack.vertex.errors import invalid_argument, permission_denied
 from devstack.vertex.faults import FaultInjector, parse_fault
 from devstack.vertex.filter import parse_filter
 from devstack.vertex.jobs import JobRecord
-from devstack.vertex.logs import LogEntryFactory, LogSink
+from devstack.vertex.logs import PRIMARY_REPLICA, LogEntryFactory, LogSink
+from devstack.vertex.modes import ReplicaModes, parse_modes
 from devstack.vertex.preemption import PreemptionPlanner
 from devstack.vertex.quotas import DEFAULT_CRUD_PER_MINUTE, DEFAULT_SUBMISSIONS_PER_MINUTE, QuotaEnforcer
 from devstack.vertex.runner import JobRunner, RunnerConfig
 from devstack.vertex.signals import DEFAULT_PROFILE, PROFILES, profile
+from devstack.vertex.validation import validate
 from shared.log import Logger
 
 _OUTPUT_ONLY_FIELDS = (
@@ -40,10 +42,6 @@ _OUTPUT_ONLY_FIELDS = (
 )
 _DEFAULT_PAGE_SIZE = 100
 _MAX_PAGE_SIZE = 1000
-_MAX_LABELS = 64
-# ASCII only: stricter than Vertex, which also allows international lowercase letters.
-_LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
-_LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
 _SINK_FLUSH_SECONDS = 5.0
 _TOPIC = re.compile(r"^projects/[^/]+/topics/[^/]+$")
 
@@ -72,6 +70,9 @@ class EmulatorConfig:
     quota_crud_per_minute: int = DEFAULT_CRUD_PER_MINUTE
     # A folder standing in for Vertex's Cloud Storage FUSE mount (devstack.vertex.fuse); None: off.
     gcs_fuse_dir: str | None = None
+    # What Google does not document about multi-replica preemptions (devstack.vertex.modes); the
+    # control surface can switch them for jobs created afterwards.
+    replica_modes: ReplicaModes = ReplicaModes()
 
     def __post_init__(self) -> None:
         if self.max_running < 1:
@@ -123,6 +124,7 @@ class VertexService:
         self._creates_attempted = 0
         self._jobs_created = 0
         self._signals = profile(config.signals)
+        self._modes = config.replica_modes
 
     # ---- the CustomJob API ----
 
@@ -135,7 +137,7 @@ class VertexService:
             raise fault.error()
         self._check_project(project, location, "create")
         job = _parse_custom_job(body)
-        _validate(job)
+        validate(job)
         record = self._new_record(project, location, job)
         self._runner.submit(record)
         with self._counter_lock:
@@ -244,10 +246,24 @@ class VertexService:
             self._signals = profile(body["profile"])
         return {"profile": body["profile"]}
 
-    def preempt_job(self, project: str, location: str, job_id: str) -> dict[str, Any]:
+    def set_replica_modes(self, body: Any) -> dict[str, Any]:
+        """Switches the replica modes (`devstack.vertex.modes`) of jobs created from now on
+        (`reset` restores the configured ones); fields not named keep their value."""
+        with self._counter_lock:
+            try:
+                self._modes = parse_modes(body, self._modes)
+            except ValueError as error:
+                raise invalid_argument(str(error)) from error
+            return self._modes.to_json()
+
+    def preempt_job(self, project: str, location: str, job_id: str, body: Any = None) -> dict[str, Any]:
+        """Reclaims the primary now, or `{"replica": "workerpool1-0"}`, or `{"replica": "all"}`."""
+        replica = (body or {}).get("replica", PRIMARY_REPLICA) if isinstance(body, dict) else None
+        if not isinstance(replica, str):
+            raise invalid_argument('expected {"replica": "workerpool<P>-<i>" or "all"} or no body')
         record = self._find(project, location, job_id, "preempt")
-        self._runner.preempt_now(record)
-        return {"name": record.job.name, "preempted": True}
+        self._runner.preempt_now(record, replica)
+        return {"name": record.job.name, "preempted": True, "replica": replica}
 
     def job_details(self, project: str, location: str, job_id: str) -> dict[str, Any]:
         record = self._find(project, location, job_id, "get")
@@ -261,10 +277,11 @@ class VertexService:
                 "creates_attempted": self._creates_attempted,
                 "jobs_created": self._jobs_created,
             }
-            signals = self._signals
+            signals, modes = self._signals, self._modes
         return {
             **counters,
             "signals": signals.name,
+            "replica_modes": modes.to_json(),
             **self._runner.stats(),
             "faults_injected": self._faults.injected,
             "faults_pending": [fault.to_json() for fault in self._faults.pending()],
@@ -293,6 +310,7 @@ class VertexService:
             self._creates_attempted = 0
             self._jobs_created = 0
             self._signals = profile(self._config.signals)
+            self._modes = self._config.replica_modes
         return {"reset": True}
 
     def close(self) -> None:
@@ -324,7 +342,7 @@ class VertexService:
         with self._runner.lock:
             job_id, sequence = self._runner.store.new_ids()
         with self._counter_lock:
-            signals = self._signals
+            signals, modes = self._signals, self._modes
         name_project = self._config.project_number or project
         job.name = f"projects/{name_project}/locations/{location}/customJobs/{job_id}"
         job.create_time = job.update_time = datetime.now(UTC)
@@ -338,6 +356,7 @@ class VertexService:
             is_spot=job.job_spec.scheduling.strategy == aiplatform_v1.Scheduling.Strategy.SPOT,
             preemption=self._planner.new_job_state(sequence),
             profile=signals,
+            modes=modes,
         )
 
     def _job_json(self, record: JobRecord, int_enums: bool) -> str:
@@ -361,63 +380,6 @@ def _parse_custom_job(body: bytes) -> aiplatform_v1.CustomJob:
     for field_name in _OUTPUT_ONLY_FIELDS:
         raw.ClearField(field_name)
     return job
-
-
-def _validate(job: aiplatform_v1.CustomJob) -> None:
-    """Refuses what Vertex refuses, naming every violation in its "List of found errors" form."""
-    violations: list[tuple[str, str]] = []
-    if not job.display_name:
-        violations.append(("custom_job.display_name", "Required field is not set."))
-    pools = job.job_spec.worker_pool_specs
-    if not pools:
-        violations.append(("custom_job.job_spec.worker_pool_specs", "Required field is not set."))
-    else:
-        violations.extend(_primary_pool_violations(pools[0]))
-    violations.extend(_label_violations(dict(job.labels)))
-    if violations:
-        listed = "".join(
-            f"{index}.Field: {path}; Message: {message}\t" for index, (path, message) in enumerate(violations, start=1)
-        )
-        raise invalid_argument(f"List of found errors:\t{listed}")
-
-
-def _primary_pool_violations(pool: aiplatform_v1.WorkerPoolSpec) -> list[tuple[str, str]]:
-    path = "custom_job.job_spec.worker_pool_specs[0]"
-    violations = []
-    if not pool.machine_spec.machine_type:
-        violations.append((f"{path}.machine_spec.machine_type", "Required field is not set."))
-    if "python_package_spec" in pool:
-        package = pool.python_package_spec
-        if not package.executor_image_uri:
-            violations.append((f"{path}.python_package_spec.executor_image_uri", "Required field is not set."))
-        if not package.python_module:
-            violations.append((f"{path}.python_package_spec.python_module", "Required field is not set."))
-    elif not pool.container_spec.image_uri:
-        violations.append((f"{path}.container_spec.image_uri", "Required field is not set."))
-    return violations
-
-
-def _label_violations(labels: dict[str, str]) -> list[tuple[str, str]]:
-    violations = []
-    if len(labels) > _MAX_LABELS:
-        violations.append(("custom_job.labels", f"At most {_MAX_LABELS} labels are allowed."))
-    for key, value in labels.items():
-        if not _LABEL_KEY.match(key):
-            violations.append(
-                (
-                    f"custom_job.labels[{key}]",
-                    "Label keys start with a lowercase letter and hold at most 63 lowercase "
-                    "letters, digits, underscores or dashes.",
-                )
-            )
-        if not _LABEL_VALUE.match(value):
-            violations.append(
-                (
-                    f"custom_job.labels[{key}]",
-                    "Label values hold at most 63 lowercase letters, digits, underscores or dashes.",
-                )
-            )
-    return violations
 
 
 def _single(query: dict[str, list[str]], name: str) -> str:

@@ -82,10 +82,10 @@ class SignalProfile:
     def running(self) -> ServiceLines:
         return [("INFO", lines.RUNNING)]
 
-    def preempted(self, restart: int) -> ServiceLines:
+    def preempted(self, restart: int, replica: str = lines.PRIMARY_REPLICA, *, whole_job: bool = True) -> ServiceLines:
         if not self.preemption_service_line:
             return []
-        return [("WARNING", lines.preempted_and_restarting(restart))]
+        return [("WARNING", lines.preempted_and_restarting(restart, replica, whole_job=whole_job))]
 
     def succeeded(self) -> ServiceLines:
         if self.rich:
@@ -109,7 +109,7 @@ class SignalProfile:
         # No cancellation line is documented or captured; rich invents one.
         return [("INFO", lines.CANCELLED)] if self.rich else []
 
-    def stockout(self, preemptions: int) -> tuple[int, str]:
+    def stockout(self, preemptions: int, replica: str = lines.PRIMARY_REPLICA) -> tuple[int, str]:
         """The error of a job whose Spot restarts ran out.
 
         Only "a STOCKOUT error" is documented: no code, no message text. `documented` says
@@ -120,7 +120,7 @@ class SignalProfile:
         proves it reads the message. `rich` keeps the invented RESOURCE_EXHAUSTED (8).
         """
         if self.rich:
-            return RESOURCE_EXHAUSTED_CODE, lines.stockout(preemptions)
+            return RESOURCE_EXHAUSTED_CODE, lines.stockout(preemptions, replica)
         return UNKNOWN_CODE, lines.STOCKOUT_DOCUMENTED
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from google.cloud import aiplatform_v1
 
-from devstack.vertex.worker import UnrunnableJob, build_launch, vertex_environment
+from devstack.vertex.worker import UnrunnableJob, build_launches, vertex_environment
 
 
 def custom_job(
@@ -50,7 +50,7 @@ def test_output_directories_hang_under_the_base_with_one_slash(base: str) -> Non
 
 
 def test_a_container_spec_runs_command_then_args_with_vertex_variables_last() -> None:
-    launch = build_launch(custom_job(CONTAINER, base="gs://b/o"), "42")
+    launch = build_launches(custom_job(CONTAINER, base="gs://b/o"), "42")[0]
 
     assert launch.argv == ("python3", "-m", "trainer", "--epochs", "3")
     assert launch.image_uri == "us-docker.pkg.dev/p/trainer:1"
@@ -69,7 +69,7 @@ def test_a_python_package_runs_as_a_module_of_this_interpreter() -> None:
         },
     }
 
-    launch = build_launch(custom_job(pool), "42")
+    launch = build_launches(custom_job(pool), "42")[0]
 
     assert launch.argv == (sys.executable, "-m", "trainer.task", "--x")
     assert launch.image_uri == "us-docker.pkg.dev/vertex-ai/training/tf:1"
@@ -79,7 +79,7 @@ def test_an_image_without_a_command_cannot_run_locally() -> None:
     pool = {"machineSpec": {"machineType": "a2"}, "containerSpec": {"imageUri": "img"}}
 
     with pytest.raises(UnrunnableJob, match="default entrypoint of image img"):
-        build_launch(custom_job(pool), "42")
+        build_launches(custom_job(pool), "42")[0]
 
 
 def test_cluster_spec_always_and_tf_config_only_for_distributed_jobs() -> None:

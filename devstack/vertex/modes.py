@@ -1,0 +1,105 @@
+"""The emulator's named answers to what Google does not document about a multi-replica Spot job.
+
+Documented, and not a mode (https://cloud.google.com/vertex-ai/docs/training/understanding-training-service,
+"Restart workers during the training job"; `Scheduling` in
+https://github.com/googleapis/googleapis/blob/master/google/cloud/aiplatform/v1/custom_job.proto):
+Vertex "can restart your workers from any worker pool with the same hostname"; with
+`scheduling.restartJobOnWorkerRestart` it "Restarts the entire CustomJob if a worker gets
+restarted"; `scheduling.disableRetries` "overrides `Scheduling.restart_job_on_worker_restart` to
+false". The emulator honours both.
+
+Not documented (the Spot page, https://cloud.google.com/vertex-ai/docs/training/use-spot-vms, says
+only that "the job fails with a STOCKOUT error and Compute Engine tries to restart the job up to
+six times"), so each is a setting whose default is the least surprising reading:
+
+- `preemption_restarts`: what a reclaimed replica's restart restarts when the job does not set
+  `restartJobOnWorkerRestart`. `replica` (default): that replica alone, on a new VM with the same
+  host name and CLUSTER_SPEC, the others running on (the documented per-worker restart, applied
+  to a reclaimed VM: assumed). `job`: every replica, as with the flag (what SkyPilot, Ray Train,
+  JobSet and torchrun do on a node loss).
+- `survivor_stop`: how the replicas that were not reclaimed are stopped when the whole job
+  restarts. `sigterm` (default): SIGTERM, SIGKILL after the grace period, as any container stop
+  (assumed). `sigkill`: killed at once, no notice.
+- `spot_restart_count`: what counts towards the six restarts. `per_event` (default): one per
+  preemption, however many replicas it reclaimed (the page's "restart the job up to six times").
+  `per_vm`: one per reclaimed VM. `per_replica`: each replica has its own six.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+PREEMPTION_RESTARTS = ("replica", "job")
+SURVIVOR_STOPS = ("sigterm", "sigkill")
+SPOT_RESTART_COUNTS = ("per_event", "per_vm", "per_replica")
+
+
+@dataclass(frozen=True)
+class ReplicaModes:
+    preemption_restarts: str = PREEMPTION_RESTARTS[0]
+    survivor_stop: str = SURVIVOR_STOPS[0]
+    spot_restart_count: str = SPOT_RESTART_COUNTS[0]
+
+    def __post_init__(self) -> None:
+        for name, allowed in (
+            ("preemption_restarts", PREEMPTION_RESTARTS),
+            ("survivor_stop", SURVIVOR_STOPS),
+            ("spot_restart_count", SPOT_RESTART_COUNTS),
+        ):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {list(allowed)}: {getattr(self, name)!r}")
+
+    def to_json(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def parse_modes(body: Any, current: ReplicaModes) -> ReplicaModes:
+    """`{"preemption_restarts": ..., "survivor_stop": ..., "spot_restart_count": ...}`, each
+    optional (unnamed ones keep `current`). Raises ValueError naming the offending field."""
+    if not isinstance(body, Mapping):
+        raise ValueError("replica modes must be a JSON object")
+    unknown = set(body) - set(current.to_json())
+    if unknown:
+        raise ValueError(f"unknown field(s) in replica modes: {sorted(unknown)}")
+    return ReplicaModes(**{**current.to_json(), **body})
+
+
+def add_mode_arguments(parser: argparse.ArgumentParser) -> None:
+    """The emulator's flags for the modes, named as the settings with dashes."""
+    for name, allowed, help_text in (
+        (
+            "preemption_restarts",
+            PREEMPTION_RESTARTS,
+            "without restartJobOnWorkerRestart, a reclaimed replica restarts alone (replica, default) "
+            "or with every other replica (job)",
+        ),
+        (
+            "survivor_stop",
+            SURVIVOR_STOPS,
+            "on a whole-job restart the replicas not reclaimed get SIGTERM, then SIGKILL after the grace "
+            "period (sigterm, default), or SIGKILL at once (sigkill)",
+        ),
+        (
+            "spot_restart_count",
+            SPOT_RESTART_COUNTS,
+            "what counts towards the six Spot restarts: each preemption (per_event, default), each "
+            "reclaimed VM (per_vm), or each replica's own (per_replica)",
+        ),
+    ):
+        parser.add_argument(
+            "--" + name.replace("_", "-"),
+            choices=allowed,
+            default=allowed[0],
+            help=help_text + "; undocumented by Google, see devstack.vertex.modes",
+        )
+
+
+def modes_from_args(args: argparse.Namespace) -> ReplicaModes:
+    return ReplicaModes(
+        preemption_restarts=args.preemption_restarts,
+        survivor_stop=args.survivor_stop,
+        spot_restart_count=args.spot_restart_count,
+    )
