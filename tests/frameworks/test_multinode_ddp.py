@@ -8,7 +8,8 @@ One job's life, each run a restart of the same script in the same checkpoint fol
    the peer status (134, which Vertex documents as transient);
 2. rank 1 freezes in the middle of the next save (a VM gone without a word: its connections stay
    open, nothing answers): rank 0 leaves after the kit's collective timeout, not torch's 30 min,
-   with the peer status, and the step it was saving stays torn (no `.metadata`);
+   with the peer status, and the step it was saving stays torn (no `.metadata`), though an earlier
+   committed save of that step, one of its files deleted since, had left its markers there;
 3. rank 1 sees the checkpoint folder otherwise than rank 0 (its commit markers differ: a stand-in
    for a node whose view of the bucket lags, a FUSE metadata cache, say): both resume from the step
    rank 0 chose, skip the torn one, and finish.
@@ -25,6 +26,7 @@ which DDP builds alike in every run of the same model).
 from __future__ import annotations
 
 import random
+import shutil
 import signal
 import subprocess
 import threading
@@ -169,7 +171,11 @@ def test_a_preempted_rank_stops_every_rank_at_one_step_and_the_resumed_weights_a
     assert first.committed == at_step == max(first.steps), where
     assert (checkpoints / f"step-{at_step:06d}" / ".metadata").exists(), where
 
-    # 2. A peer frozen mid-save: rank 0 gives up after the collective timeout; that save stays torn.
+    # 2. A peer frozen mid-save: rank 0 gives up after the collective timeout; that save stays torn,
+    # even in a folder a committed save of the same step left (a file of it deleted since: saved again).
+    torn = checkpoints / f"step-{(at_step // EVERY + 1) * EVERY:06d}"
+    shutil.copytree(checkpoints / f"step-{at_step:06d}", torn)
+    (torn / "__0_0.distcp").unlink()
     frozen_at: list[float] = []
 
     def freeze_rank_1(line: str, processes: list[ForkedProcess]) -> bool:
@@ -188,7 +194,6 @@ def test_a_preempted_rank_stops_every_rank_at_one_step_and_the_resumed_weights_a
     assert waited < COLLECTIVE_TIMEOUT + 60, where  # the timeout, and a loaded machine's slack
     assert [r.reason for r in second.events("preempted")] == ["peer_lost"], where
     assert not second.events("checkpoint_committed") and not second.events("run_failed"), where
-    torn = checkpoints / f"step-{(at_step // EVERY + 1) * EVERY:06d}"
     assert torn.is_dir() and not (torn / ".metadata").exists() and not (torn / KIT_MARKER).exists(), where
 
     # 3. A rank that sees the folder otherwise resumes from rank 0's choice; the torn step is skipped.
