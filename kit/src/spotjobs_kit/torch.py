@@ -38,17 +38,19 @@ def init_process_group(backend: str | None = None, *, collective_timeout: float 
     import torch.distributed as dist
 
     dist.init_process_group(backend, **kwargs)
-    seconds = collective_timeout if collective_timeout is not None else collective_timeout_seconds(os.environ)
-    set_collective_timeout(seconds)
+    set_collective_timeout(collective_timeout)
 
 
-def set_collective_timeout(seconds: float, group: Any = None) -> None:
-    """Give the process group's collectives (the default group's, or `group`'s) this timeout,
-    leaving the rendezvous its own (replicas of a job start minutes apart)."""
+def set_collective_timeout(seconds: float | None = None, group: Any = None) -> None:
+    """Give the process group's collectives (the default group's, or `group`'s) a timeout that fits
+    Spot: `seconds`, else SPOTJOBS_KIT_COLLECTIVE_TIMEOUT_SECONDS, else 120. For a group the
+    training code or its framework (Accelerate, Lightning) started; the rendezvous is over."""
     import datetime
 
     import torch.distributed as dist
 
+    if seconds is None:
+        seconds = collective_timeout_seconds(os.environ)
     setter = getattr(dist.distributed_c10d, "_set_pg_timeout", None)
     if setter is None:  # torch before 2.3
         raise KitError(
