@@ -208,3 +208,39 @@ def test_a_preempted_rank_stops_every_rank_at_one_step_and_the_resumed_weights_a
         computed = [int(s) for s in (script.parent / f"steps.log{rank}").read_text().split()]
         assert computed[-(STEPS - at_step) :] == list(range(at_step + 1, STEPS + 1)), (where, rank)
     assert final_weights(script.parent) == expected, where
+
+
+def test_accelerate_across_two_processes_stops_every_rank_at_one_step_and_resumes_from_rank_0s_choice(
+    tmp_path: Path,
+) -> None:
+    """docs/kit.md's `hf-accelerate` snippet, unchanged, in two processes (Accelerate starts the
+    gloo group from the same variables): rank 1 alone SIGTERMed, then a restart in which rank 1
+    sees the folder otherwise; both ranks compute the same steps from rank 0's resume point."""
+    folder = tmp_path / "accelerate"
+    _, env = prepare(folder)
+    script = folder / "hf_accelerate.py"
+    script.write_text((CHILDREN / "hf_accelerate.py").read_text() + "\n" + kit_snippet("hf-accelerate"))
+    env = {**env, "KIT_TEST_EVERY": "10"}  # the snippet saves every 10 steps
+    at_step = random.Random().randint(2, 18)
+
+    def sigterm_rank_1(line: str, processes: list[ForkedProcess]) -> bool:
+        if line.strip() != f"STEP {at_step}":
+            return False
+        processes[1].send_signal(signal.SIGTERM)
+        return True
+
+    first = run_ranks(script, {**env, "KIT_TEST_PAUSE_AT_STEP": str(at_step)}, sigterm_rank_1)
+    where = (
+        f"SIGTERM on rank 1 at step {at_step}: {[(r.event, r.step, r.reason) for r in first.records]} {first.stderr}"
+    )
+    assert first.returncodes == [PEER_EXIT, 143], where
+    assert [r.reason for r in first.events("preempted")] == ["peer_sigterm"], where
+    assert first.committed == at_step == max(first.steps), where
+
+    last = run_ranks(script, env, rank_env={1: {"SPOTJOBS_COMMIT_MARKERS": "no-such-marker"}})
+    where = f"the restart: {[(r.event, r.step, r.reason) for r in last.records]} {last.stderr}"
+    assert last.returncodes == [0] * RANKS and last.started.resumed_step == at_step, where
+    assert [r.step for r in last.events("run_finished")] == [STEPS], where
+    for rank in range(RANKS):
+        computed = [int(s) for s in (folder / f"steps.log{rank}").read_text().split()]
+        assert computed == list(range(1, at_step + 1)) + list(range(at_step + 1, STEPS + 1)), (where, rank)

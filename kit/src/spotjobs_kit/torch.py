@@ -21,7 +21,13 @@ import os
 import time
 from typing import Any
 
-from spotjobs_kit._integration import LoopCheckpoints, agree_on_resume, retire_old_checkpoints, start_run
+from spotjobs_kit._integration import (
+    LoopCheckpoints,
+    agree_on_resume,
+    remove_stale_markers,
+    retire_old_checkpoints,
+    start_run,
+)
 from spotjobs_kit.distributed import collective_timeout_seconds, rank0_choice
 from spotjobs_kit.run import Run, checkpoint_name
 from spotjobs_kit.storage import KitError
@@ -147,7 +153,7 @@ class DistributedCheckpoints(LoopCheckpoints):
         name = checkpoint_name(step)
         committed = self.run.is_committed(name)
         if not committed:
-            self._remove_stale_markers(name)  # before any rank writes (they wait for rank 0's answer)
+            remove_stale_markers(self.run, name)  # before any rank writes (they wait for rank 0's answer)
         if rank0_choice(committed):  # DCP would rewrite the committed files in place
             self.run.commit(name, step)  # checkpoint_kept
             return
@@ -161,17 +167,6 @@ class DistributedCheckpoints(LoopCheckpoints):
         self._pending = (getattr(future, "upload_completion", future), step, name, started)
         if self.run.preempted:
             self.wait()  # the emergency save: committed before the process leaves
-
-    def _remove_stale_markers(self, name: str) -> None:
-        """The markers an earlier save of this step left in a folder no longer complete (a file it
-        listed deleted since), removed by the primary before the save: DCP replaces `.metadata`
-        only at its end, so a save cut short would leave the old one judging a mix of old and
-        new shards complete."""
-        if not self.run.identity.primary:
-            return
-        for marker in self.run.markers:
-            if self.run.store.stat(name + marker) is not None:
-                self.run.store.remove(name + marker)
 
     def wait(self) -> None:
         """Wait for an async save in flight, then commit it."""
