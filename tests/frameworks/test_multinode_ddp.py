@@ -40,7 +40,7 @@ from spotjobs_kit.layout import KIT_MARKER
 
 from tests.frameworks.test_kill_and_resume import Outcome, free_port
 from tests.support.fork_server import ForkedProcess, fork_server
-from tests.support.frameworks import CHILDREN, framework_env, kit_snippet
+from tests.support.frameworks import CASES, CHILDREN, framework_env, kit_snippet
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -210,16 +210,19 @@ def test_a_preempted_rank_stops_every_rank_at_one_step_and_the_resumed_weights_a
     assert final_weights(script.parent) == expected, where
 
 
-def test_accelerate_across_two_processes_stops_every_rank_at_one_step_and_resumes_from_rank_0s_choice(
-    tmp_path: Path,
+@pytest.mark.parametrize("snippet", ["hf-accelerate", "hf-trainer"])
+def test_hugging_face_across_two_processes_stops_every_rank_at_one_step_and_resumes_from_rank_0s_choice(
+    snippet: str, tmp_path: Path
 ) -> None:
-    """docs/kit.md's `hf-accelerate` snippet, unchanged, in two processes (Accelerate starts the
-    gloo group from the same variables): rank 1 alone SIGTERMed, then a restart in which rank 1
-    sees the folder otherwise; both ranks compute the same steps from rank 0's resume point."""
-    folder = tmp_path / "accelerate"
+    """docs/kit.md's Hugging Face snippet, unchanged, in two processes (Accelerate, or the Trainer
+    through it, starts the gloo group from the same variables): rank 1 alone SIGTERMed, then a
+    restart in which rank 1's commit markers differ; both ranks compute the same steps from rank
+    0's resume point. (The Trainer's `checkpoint-N/` counts by its trainer_state.json whatever the
+    markers, so for it the restart sees one view: its resume point is not agreed, only its stop.)"""
+    folder = tmp_path / "hf"
     _, env = prepare(folder)
-    script = folder / "hf_accelerate.py"
-    script.write_text((CHILDREN / "hf_accelerate.py").read_text() + "\n" + kit_snippet("hf-accelerate"))
+    script = folder / CASES[snippet].script
+    script.write_text((CHILDREN / script.name).read_text() + "\n" + kit_snippet(snippet))
     env = {**env, "KIT_TEST_EVERY": "10"}  # the snippet saves every 10 steps
     at_step = random.Random().randint(2, 18)
 
