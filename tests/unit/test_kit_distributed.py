@@ -1,6 +1,6 @@
 """The kit's multi-node rules that need no torch: which failures mean a lost peer, the knobs'
 values, and how a run preempted by a peer reports and exits. (Real processes:
-tests/frameworks/test_multinode_ddp.py.)"""
+tests/frameworks/test_multinode.py.)"""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-# PyTorch DistributedDataParallel on the CPU (gloo), one process per rank; the multi-node snippet
-# from docs/kit.md is appended below by the test. Each rank trains on its own slice of a fixed data
-# set, chosen by the step alone, so a run resumed at any step computes what an uninterrupted one does.
+# PyTorch on the CPU (gloo), one process per rank; a multi-node snippet from docs/kit.md (DDP, or
+# FSDP around build_model()) is appended below by the test. Each rank trains on its own slice of a
+# fixed data set, chosen by the step and the rank alone, so a run resumed at any step computes what
+# an uninterrupted one does.
 import os
 
 import common
@@ -21,7 +22,7 @@ def build_model():
 def train_step(model, optimizer, step):
     start = ((2 * step + RANK) * 8) % 64
     loss = torch.nn.functional.mse_loss(model(inputs[start : start + 8]), targets[start : start + 8])
-    loss.backward()  # DDP all-reduces the gradients here
+    loss.backward()  # DDP all-reduces the gradients here (FSDP reduce-scatters them)
     optimizer.step()
     optimizer.zero_grad()
     record_step(step)

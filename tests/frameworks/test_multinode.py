@@ -1,4 +1,4 @@
-"""Multi-node PyTorch under the kit: docs/kit.md's `torch-ddp` snippet in two torch.distributed
+"""Multi-node PyTorch under the kit: docs/kit.md's `torch-ddp` and `torch-fsdp` snippets in two torch.distributed
 processes (gloo, CPU), given the variables a prebuilt container sets (MASTER_ADDR, MASTER_PORT,
 WORLD_SIZE, RANK) and forked from the server that imported torch once.
 
@@ -20,7 +20,8 @@ optimizer (SGD without momentum) has no state besides the weights, which the che
 one thread per process (OMP_NUM_THREADS=1), so each CPU kernel adds in one order; and gloo's
 all-reduce of two ranks adds two numbers per element, which floating point does alike in either
 order (with more ranks, gloo's ring still adds in an order fixed by the ranks and the buckets,
-which DDP builds alike in every run of the same model).
+which DDP builds alike in every run of the same model). FSDP's reduce-scatter of the gradients
+adds the same two numbers per element; its shards are gathered whole for the comparison.
 """
 
 from __future__ import annotations
@@ -49,10 +50,11 @@ EVERY = 5
 RANKS = 2
 COLLECTIVE_TIMEOUT = 5  # seconds: SPOTJOBS_KIT_COLLECTIVE_TIMEOUT_SECONDS for these runs
 PEER_EXIT = 134  # spotjobs_kit's PEER_EXIT_STATUS: 128 + SIGABRT
-# Writes each rank's final weights, as raw bytes, once training is done.
+# Writes each rank's final weights, as raw bytes, once training is done (FSDP's shards gathered whole).
 FINAL_WEIGHTS = """
+whole = [getattr(t, "full_tensor", lambda t=t: t)() for t in model.state_dict().values()]
 with open(f"weights-{RANK}.bin", "wb") as weights:
-    weights.write(b"".join(t.detach().numpy().tobytes() for t in model.state_dict().values()))
+    weights.write(b"".join(t.detach().numpy().tobytes() for t in whole))
 """
 
 # What the test does at a line of rank 0's output: given the line and the processes (by rank),
@@ -60,10 +62,10 @@ with open(f"weights-{RANK}.bin", "wb") as weights:
 Reaction = Callable[[str, list[ForkedProcess]], bool]
 
 
-def prepare(folder: Path) -> tuple[Path, dict[str, str]]:
+def prepare(folder: Path, snippet: str = "torch-ddp") -> tuple[Path, dict[str, str]]:
     folder.mkdir()
     script = folder / "torch_ddp.py"
-    script.write_text((CHILDREN / "torch_ddp.py").read_text() + "\n" + kit_snippet("torch-ddp") + FINAL_WEIGHTS)
+    script.write_text((CHILDREN / "torch_ddp.py").read_text() + "\n" + kit_snippet(snippet) + FINAL_WEIGHTS)
     (folder / "common.py").write_text((CHILDREN / "common.py").read_text())
     env = {
         **framework_env(folder),
@@ -143,18 +145,21 @@ def final_weights(folder: Path) -> list[bytes]:
     return [(folder / f"weights-{rank}.bin").read_bytes() for rank in range(RANKS)]
 
 
-def test_a_preempted_rank_stops_every_rank_at_one_step_and_the_resumed_weights_are_bit_equal(tmp_path: Path) -> None:
-    reference, reference_env = prepare(tmp_path / "reference")
+@pytest.mark.parametrize("snippet", ["torch-ddp", "torch-fsdp"])
+def test_a_preempted_rank_stops_every_rank_at_one_step_and_the_resumed_weights_are_bit_equal(
+    snippet: str, tmp_path: Path
+) -> None:
+    reference, reference_env = prepare(tmp_path / "reference", snippet)
     uninterrupted = run_ranks(reference, reference_env)
     assert uninterrupted.returncodes == [0] * RANKS, uninterrupted.stderr
     expected = final_weights(reference.parent)
     assert expected[0] == expected[1]
 
-    script, env = prepare(tmp_path / "interrupted")
+    script, env = prepare(tmp_path / "interrupted", snippet)
     checkpoints = Path(env["AIP_CHECKPOINT_DIR"])
     seed = random.randrange(1 << 30)
     at_step = random.Random(seed).randint(2, 2 * EVERY - 2)
-    context = f"seed {seed}, SIGTERM on rank 1 at step {at_step}"
+    context = f"{snippet}, seed {seed}, SIGTERM on rank 1 at step {at_step}"
 
     # 1. One rank's VM reclaimed: every rank saves the step it reached, rank 0 commits it.
     def sigterm_rank_1(line: str, processes: list[ForkedProcess]) -> bool:
