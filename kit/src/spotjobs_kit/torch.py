@@ -58,7 +58,7 @@ def set_collective_timeout(seconds: float | None = None, group: Any = None) -> N
     if seconds is None:
         seconds = collective_timeout_seconds(os.environ)
     setter = getattr(dist.distributed_c10d, "_set_pg_timeout", None)
-    if setter is None:  # torch before 2.3
+    if setter is None:  # a torch without it (private API, present in 2.13)
         raise KitError(
             "this torch cannot change a process group's timeout: pass timeout= to init_process_group instead"
         )
