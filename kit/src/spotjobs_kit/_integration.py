@@ -4,10 +4,10 @@ once newer ones are committed (standard library only)."""
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable
 
-from spotjobs_kit.layout import Checkpoint
+from spotjobs_kit.distributed import agree_on_stop, rank0_choice
+from spotjobs_kit.layout import Checkpoint, judge_folder
 from spotjobs_kit.run import Run
 
 
@@ -37,16 +37,30 @@ def retire_old_checkpoints(run: Run, keep: int | None, *, ours: Callable[[Checkp
 def preempted_everywhere(run: Run) -> bool:
     """Whether any process of a torch.distributed job got SIGTERM: every process must save the
     same step (a collective save on some processes only would hang). The flag is all-reduced
-    when a process group is up (torch already imported by the training code: nothing is
-    imported here); else this process's own."""
-    dist = sys.modules.get("torch.distributed")
-    if dist is None or not dist.is_available() or not dist.is_initialized() or dist.get_world_size() < 2:
-        return run.preempted
-    torch = sys.modules["torch"]
-    device = f"cuda:{torch.cuda.current_device()}" if dist.get_backend() == "nccl" else "cpu"
-    flag = torch.tensor([1 if run.preempted else 0], device=device)
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-    return bool(flag.item())
+    when a process group is up (`spotjobs_kit.distributed.agree_on_stop`: torch already imported
+    by the training code, nothing is imported here); else this process's own."""
+    return agree_on_stop(run)
+
+
+def agree_on_resume(run: Run) -> None:
+    """Make rank 0's resume point every process's (each listed the folder itself, and two views
+    can differ): a no-op without a process group of two or more."""
+    mine = run.resume_checkpoint.name if run.resume_checkpoint is not None else None
+    chosen = rank0_choice(mine)
+    if chosen != mine:  # judged here as rank 0 judged it, or (a view that lags) not yet complete
+        run.announce(judge_folder(run.store, "", chosen, run.markers) if chosen is not None else None)
+
+
+def remove_stale_markers(run: Run, name: str) -> None:
+    """Remove the commit markers an earlier save of this step left in a folder no longer complete
+    (a file it listed deleted since), before it is saved again (primary only): the frameworks
+    rewrite files in place and DCP replaces `.metadata` only at its end, so a save cut short would
+    leave the old markers judging a mix of old and new files complete."""
+    if not run.identity.primary:
+        return
+    for marker in run.markers:
+        if run.store.stat(name + marker) is not None:
+            run.store.remove(name + marker)
 
 
 class LoopCheckpoints:

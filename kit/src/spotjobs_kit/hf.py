@@ -31,7 +31,15 @@ import os
 import time
 from typing import Any
 
-from spotjobs_kit._integration import LoopCheckpoints, preempted_everywhere, retire_old_checkpoints, start_run
+from spotjobs_kit._integration import (
+    LoopCheckpoints,
+    agree_on_resume,
+    preempted_everywhere,
+    remove_stale_markers,
+    retire_old_checkpoints,
+    start_run,
+)
+from spotjobs_kit.distributed import rank0_choice
 from spotjobs_kit.run import Run, checkpoint_name
 
 HF_PREFIX = "checkpoint-"  # transformers' PREFIX_CHECKPOINT_DIR
@@ -160,7 +168,9 @@ class AccelerateCheckpoints(LoopCheckpoints):
         self.run.announce()
 
     def resume(self) -> int:
-        """Load the newest complete checkpoint; its step (0 if there is none)."""
+        """Load the newest complete checkpoint (with several processes, the one rank 0 found);
+        its step (0 if there is none)."""
+        agree_on_resume(self.run)
         path = self.run.resume_path()
         if path is None:
             return 0
@@ -176,7 +186,10 @@ class AccelerateCheckpoints(LoopCheckpoints):
 
     def save(self, step: int, state: object = None) -> None:
         name = checkpoint_name(step)
-        if self.run.is_committed(name):
+        committed = self.run.is_committed(name)
+        if not committed:
+            remove_stale_markers(self.run, name)  # before any process writes (they wait for rank 0's answer)
+        if rank0_choice(committed):
             self.run.commit(name, step)  # checkpoint_kept
             return
         started = time.monotonic()

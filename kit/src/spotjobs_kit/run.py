@@ -60,6 +60,10 @@ run after it). A SIGTERM after `finish()` (the VM reclaimed while the script wri
 no preemption: no line, no save, no 143; only the handler from before `start()` still runs, and
 the process goes on to its end (`finish()` puts the kit's handler back on top first).
 
+In a torch.distributed job, a process stopped by a peer (another process got SIGTERM and all
+agreed on the step to save, or a peer is gone) says so in `preempted` (`reason`) and exits with
+the peer exit status instead, 134 by default (`spotjobs_kit.distributed`).
+
 Progress: `progress(step)` prints a `progress` line (step, total_steps, steps_per_second) at most
 once a minute; one is printed at every commit too. `run_started` carries `total_steps` when known
 (`Run.start(total_steps=...)`, or set `run.total_steps` before `announce()`).
@@ -83,6 +87,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
+from spotjobs_kit.distributed import (
+    PEER_EXIT_STATUS,
+    PEER_LOST,
+    PEER_SIGTERM,
+    is_lost_peer_error,
+    peer_exit_status,
+    process_group,
+)
 from spotjobs_kit.layout import (
     COMMIT_MARKERS_ENV,
     DEFAULT_COMMIT_MARKERS,
@@ -204,7 +216,10 @@ class Run:
         self.restart: int | None = None
         self.resume_checkpoint: Checkpoint | None = None
         self.step: int | None = None
-        self.preempted_at: float | None = None  # time.monotonic() of the first SIGTERM
+        self.preempted_at: float | None = None  # time.monotonic() of the first SIGTERM (or a peer's stop)
+        self.sigterm_received = False  # this process got SIGTERM itself
+        self.stopped_by_peer: str | None = None  # the reason, when a peer of a distributed job stopped it
+        self.peer_exit_status = PEER_EXIT_STATUS  # Run.start() reads the environment's
         self.last_committed: tuple[int, str] | None = None
         self.total_steps: int | None = None
         self.torn: list[Checkpoint] = []  # incomplete checkpoints newer than the resume point
@@ -252,6 +267,7 @@ class Run:
             stream=stream,
         )
         run.total_steps = total_steps
+        run.peer_exit_status = peer_exit_status(environ)
         if handle_sigterm:
             run.install_sigterm_handler()  # first: a reclaim can come while we list
             run.install_exit_hook()
@@ -498,17 +514,57 @@ class Run:
             atexit.register(self._exit_after_preemption)
             self._exit_hook_installed = True
 
+    @property
+    def exit_status(self) -> int:
+        """A preempted run's exit status: 143, unless a peer of a distributed job stopped it and
+        this process got no SIGTERM itself: then the peer exit status (`spotjobs_kit.distributed`)."""
+        if self.stopped_by_peer is not None and not self.sigterm_received:
+            return self.peer_exit_status
+        return SIGTERM_EXIT_STATUS
+
     def exit_preempted(self) -> None:
-        """Leave a preempted run: `SystemExit(143)` (the exit hook then has nothing to do)."""
+        """Leave a preempted run: `SystemExit(exit_status)` (the exit hook then has nothing to do)."""
         self._exiting = True
-        raise SystemExit(SIGTERM_EXIT_STATUS)
+        raise SystemExit(self.exit_status)
 
     def _exit_after_preemption(self) -> None:
-        if self.preempted and not self.finished and not self._exiting:
-            for stream in (sys.stdout, sys.stderr):
-                with contextlib.suppress(Exception):
-                    stream.flush()
-            os._exit(SIGTERM_EXIT_STATUS)
+        # With a process group up, the interpreter's teardown destroys it, and gloo then aborts the
+        # process (SIGABRT, "terminate called without an active exception") once a peer is gone:
+        # a preempted process of a distributed job leaves here, after the later exit hooks.
+        if self.preempted and not self.finished and (not self._exiting or process_group() is not None):
+            self._exit_now(self.exit_status)
+
+    @staticmethod
+    def _exit_now(status: int) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(status)
+
+    def peer_preempted(self, rank: int) -> None:
+        """Another process of this distributed job got SIGTERM, and every process stops at the
+        step they agreed on (`spotjobs_kit.distributed.agree_on_stop`): this run is preempted too
+        (the primary prints `preempted`, reason `peer_sigterm`), and leaves with the peer exit
+        status."""
+        if self.preempted or self.finished:
+            return
+        self._mark_preempted(reason=PEER_SIGTERM, rank=rank)
+
+    def _peer_lost(self, error: BaseException) -> None:
+        """A collective failed because a peer is gone: `preempted` (reason `peer_lost`) unless this
+        run was preempted already, then leave at once (nothing can be saved without the peer)."""
+        if not self.preempted and not self.finished:
+            self._mark_preempted(reason=PEER_LOST, error=f"{type(error).__name__}: {error}"[:300])
+        self._exiting = True
+        self._exit_now(self.exit_status)
+
+    def _mark_preempted(self, reason: str | None = None, **fields: Any) -> None:
+        self.preempted_at = time.monotonic()
+        self.stopped_by_peer = reason
+        if reason is not None:
+            fields["reason"] = reason
+        since = self._last_commit if self._last_commit is not None else self._started
+        self.emit(PREEMPTED, step=self.step, seconds_since_checkpoint=round(self.preempted_at - since, 3), **fields)
 
     def on_preemption(
         self, callback: Callable[[], Any] | None = None, *, exit_code: int | None = SIGTERM_EXIT_STATUS
@@ -532,11 +588,10 @@ class Run:
             return  # a chained handler that chains back to the kit's (Lightning's does)
         self._in_handler = True
         try:
+            self.sigterm_received = True
             first = self.preempted_at is None
             if first:
-                self.preempted_at = time.monotonic()
-                since = self._last_commit if self._last_commit is not None else self._started
-                self.emit(PREEMPTED, step=self.step, seconds_since_checkpoint=round(self.preempted_at - since, 3))
+                self._mark_preempted()
             for handler in list(self._chained):
                 handler(signum, frame)
         finally:
@@ -569,13 +624,20 @@ class Run:
 
     def _report_failures(self) -> None:
         """Print `run_failed` for an exception the training code lets escape, so a restart after
-        a crash is not taken for one after a preemption."""
+        a crash is not taken for one after a preemption. In a distributed job, a collective that
+        failed because a peer is gone is no crash of this code: the traceback is printed, then
+        the run leaves as preempted by its peer (`_peer_lost`)."""
         previous = sys.excepthook
 
         def hook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
-            if not issubclass(kind, (SystemExit, KeyboardInterrupt)):
+            if issubclass(kind, (SystemExit, KeyboardInterrupt)):
+                previous(kind, value, tb)
+            elif process_group() is not None and is_lost_peer_error(value):
+                previous(kind, value, tb)
+                self._peer_lost(value)
+            else:
                 self.emit(RUN_FAILED, step=self.step, error=f"{kind.__name__}: {value}"[:300])
-            previous(kind, value, tb)
+                previous(kind, value, tb)
 
         sys.excepthook = hook
 

@@ -21,10 +21,48 @@ import os
 import time
 from typing import Any
 
-from spotjobs_kit._integration import LoopCheckpoints, retire_old_checkpoints, start_run
+from spotjobs_kit._integration import (
+    LoopCheckpoints,
+    agree_on_resume,
+    remove_stale_markers,
+    retire_old_checkpoints,
+    start_run,
+)
+from spotjobs_kit.distributed import collective_timeout_seconds, rank0_choice
 from spotjobs_kit.run import Run, checkpoint_name
+from spotjobs_kit.storage import KitError
 
 STATE_FILE = "state.pt"
+
+
+def init_process_group(backend: str | None = None, *, collective_timeout: float | None = None, **kwargs: Any) -> None:
+    """`torch.distributed.init_process_group(backend, **kwargs)`, then a collective timeout that
+    fits Spot: `collective_timeout` seconds, else SPOTJOBS_KIT_COLLECTIVE_TIMEOUT_SECONDS, else
+    120 (torch's: 10 min for NCCL, 30 for gloo). The rendezvous keeps torch's timeout (or
+    `timeout=`): a job's replicas may start minutes apart. A process whose collective then times
+    out, or finds its peer gone, leaves with the peer exit status (`spotjobs_kit.distributed`)."""
+    import torch.distributed as dist
+
+    dist.init_process_group(backend, **kwargs)
+    set_collective_timeout(collective_timeout)
+
+
+def set_collective_timeout(seconds: float | None = None, group: Any = None) -> None:
+    """Give the process group's collectives (the default group's, or `group`'s) a timeout that fits
+    Spot: `seconds`, else SPOTJOBS_KIT_COLLECTIVE_TIMEOUT_SECONDS, else 120. For a group the
+    training code or its framework (Accelerate, Lightning) started; the rendezvous is over."""
+    import datetime
+
+    import torch.distributed as dist
+
+    if seconds is None:
+        seconds = collective_timeout_seconds(os.environ)
+    setter = getattr(dist.distributed_c10d, "_set_pg_timeout", None)
+    if setter is None:  # a torch without it (private API, present in 2.13)
+        raise KitError(
+            "this torch cannot change a process group's timeout: pass timeout= to init_process_group instead"
+        )
+    setter(datetime.timedelta(seconds=seconds), group)
 
 
 class Checkpoints(LoopCheckpoints):
@@ -97,9 +135,11 @@ class DistributedCheckpoints(LoopCheckpoints):
         return dist.new_group(backend="gloo")  # every process builds its checkpoints together
 
     def resume(self, state_dict: dict[str, Any]) -> int:
-        """Load the newest complete checkpoint into `state_dict` (in place); its step, else 0."""
+        """Load the newest complete checkpoint into `state_dict` (in place); its step, else 0.
+        With several processes, the checkpoint rank 0 found, on every process."""
         import torch.distributed.checkpoint as dcp
 
+        agree_on_resume(self.run)
         path = self.run.resume_path()
         if path is None:
             return 0
@@ -111,7 +151,10 @@ class DistributedCheckpoints(LoopCheckpoints):
 
         self.wait()  # one save at a time; the previous one is committed before the next begins
         name = checkpoint_name(step)
-        if self.run.is_committed(name):  # DCP would rewrite the committed files in place
+        committed = self.run.is_committed(name)
+        if not committed:
+            remove_stale_markers(self.run, name)  # before any rank writes (they wait for rank 0's answer)
+        if rank0_choice(committed):  # DCP would rewrite the committed files in place
             self.run.commit(name, step)  # checkpoint_kept
             return
         folder = os.path.join(self.run.local_dir(), name)

@@ -37,7 +37,6 @@ def run_child(request, stdout, stderr):
     import atexit
     import runpy
     import threading
-    import traceback
 
     os.dup2(stdout, 1)
     os.dup2(stderr, 2)
@@ -58,7 +57,7 @@ def run_child(request, stdout, stderr):
         if code == 1 and not isinstance(exit.code, int):
             print(exit.code, file=sys.stderr)
     except BaseException:
-        traceback.print_exc()
+        sys.excepthook(*sys.exc_info())  # as the interpreter does: a hook the script set (the kit's) runs
         code = 1
     # The interpreter's shutdown: non-daemon threads first, then the exit handlers.
     threading._shutdown()
