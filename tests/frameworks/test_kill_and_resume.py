@@ -17,19 +17,25 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from spotjobs_kit import parse_kit_line
 from spotjobs_kit.layout import DEFAULT_COMMIT_MARKERS, KIT_MARKER
-from spotjobs_kit.lines import KitRecord
 
 from tests.support.fork_server import FORKABLE, fork_server
-from tests.support.frameworks import CASES, CHILDREN, TORN_STEP, framework_env, framework_python, kit_snippet
+from tests.support.frameworks import (
+    CASES,
+    CHILDREN,
+    TORN_STEP,
+    Outcome,
+    framework_env,
+    framework_python,
+    free_port,
+    kit_snippet,
+)
 
 # A test runs up to three training processes, each given 300 s (run_script); pytest-timeout's
 # 300 s for the whole test ran out under a load average of 20 (hf-trainer, lightning).
@@ -37,35 +43,6 @@ pytestmark = pytest.mark.timeout(3 * 300)
 
 STEPS = 30
 EVERY = 10
-
-
-@dataclass
-class Outcome:
-    returncodes: list[int]  # one per process
-    records: list[KitRecord]
-    steps: list[int]  # the STEP lines: steps computed in this run
-    stdout: list[str]  # rank 0's
-    stderr: str
-
-    def events(self, event: str) -> list[KitRecord]:
-        return [r for r in self.records if r.event == event]
-
-    @property
-    def started(self) -> KitRecord:
-        (started,) = self.events("run_started")
-        return started
-
-    @property
-    def committed(self) -> int | None:
-        """The newest step this run committed (or found committed: a kept re-save)."""
-        saved = [r.step for r in self.records if r.event in ("checkpoint_committed", "checkpoint_kept")]
-        return max((s for s in saved if s is not None), default=self.started.resumed_step)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def run_script(script: Path, env: dict[str, str], kill: Callable[[str], bool] | None, processes: int) -> Outcome:

@@ -39,9 +39,8 @@ import pytest
 from spotjobs_kit import parse_kit_line
 from spotjobs_kit.layout import KIT_MARKER
 
-from tests.frameworks.test_kill_and_resume import Outcome, free_port
 from tests.support.fork_server import ForkedProcess, fork_server
-from tests.support.frameworks import CASES, CHILDREN, framework_env, kit_snippet
+from tests.support.frameworks import CASES, CHILDREN, Outcome, framework_env, free_port, kit_snippet
 
 pytestmark = pytest.mark.timeout(600)
 

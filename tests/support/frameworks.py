@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from spotjobs_kit.lines import KitRecord
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -61,3 +66,32 @@ def kit_snippet(name: str) -> str:
     found = re.search(rf"<!-- snippet: {re.escape(name)} -->\n```python\n(.*?)```\n", KIT_PAGE.read_text(), re.S)
     assert found, f"docs/kit.md has no snippet {name!r}"
     return found.group(1)
+
+
+@dataclass
+class Outcome:
+    returncodes: list[int]  # one per process
+    records: list[KitRecord]
+    steps: list[int]  # the STEP lines: steps computed in this run
+    stdout: list[str]  # rank 0's
+    stderr: str
+
+    def events(self, event: str) -> list[KitRecord]:
+        return [r for r in self.records if r.event == event]
+
+    @property
+    def started(self) -> KitRecord:
+        (started,) = self.events("run_started")
+        return started
+
+    @property
+    def committed(self) -> int | None:
+        """The newest step this run committed (or found committed: a kept re-save)."""
+        saved = [r.step for r in self.records if r.event in ("checkpoint_committed", "checkpoint_kept")]
+        return max((s for s in saved if s is not None), default=self.started.resumed_step)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
