@@ -250,6 +250,7 @@ def describe_policy(settings: Settings) -> dict[str, Any]:
             "replicas_per_pool": settings.max_replicas_per_pool,
             "accelerators_per_replica": settings.max_accelerators_per_replica,
             "accelerators_per_job": settings.max_accelerators_per_job,
+            "replicas_per_job": settings.max_replicas_per_job,
             "pools_per_job": settings.max_pools_per_job,
             "timeout_seconds": settings.max_timeout_seconds,
             "boot_disk_gb": settings.max_boot_disk_gb,
