@@ -73,3 +73,46 @@ def test_placement_quotes_the_price_of_all_replicas() -> None:
     placed = place(request(pool(H100), pool(H100, 2)))
     assert placed.location == "us-east4"
     assert f"${3 * 14.85:.2f}/h" in placed.reason
+
+
+def ledger_record(*pools: dict[str, Any]) -> dict[str, Any]:
+    """A succeeded request whose one Spot attempt ran an hour."""
+    return {
+        "request_id": "two-pools",
+        "status": "SUCCEEDED",
+        "request": {
+            "request_id": "two-pools",
+            "location": "us-central1",
+            "custom_job": {"jobSpec": {"workerPoolSpecs": list(pools)}},
+        },
+        "attempts": [
+            {
+                "n": 1,
+                "location": "us-central1",
+                "strategy": "SPOT",
+                "claimed_at": "2026-11-29T10:00:00.000Z",
+                "job": "projects/p/locations/us-central1/customJobs/1",
+                "created_at": "2026-11-29T10:00:00.000Z",
+                "started_at": "2026-11-29T10:00:00.000Z",
+                "ended_at": "2026-11-29T11:00:00.000Z",
+                "state": "JOB_STATE_SUCCEEDED",
+                "preemptions": 1,
+                "outcome": "succeeded",
+            }
+        ],
+    }
+
+
+def test_the_reports_cost_prices_each_pools_replicas_at_their_own_machine() -> None:
+    from spotjobs.reporting.prices import Prices
+    from spotjobs.reporting.views import build_views, totals
+
+    a2 = {"machineType": "a2-highgpu-1g", "acceleratorType": "NVIDIA_TESLA_A100", "acceleratorCount": 1}
+    a3 = {"machineType": "a3-highgpu-8g", "acceleratorType": "NVIDIA_H100_80GB", "acceleratorCount": 8}
+    views = build_views([ledger_record(pool(a2), {}, pool(a3, "2"))])
+    summary = totals(views, now=NOW)
+    a2_prices, a3_prices = Prices.find("a2-highgpu-1g", "us-central1"), Prices.find("a3-highgpu-8g", "us-central1")
+    assert a2_prices is not None and a3_prices is not None
+    # one hour of the primary's a2 and two a3 replicas; the empty placeholder pool is no replica
+    assert summary["cost_spot_usd"] == round(a2_prices.spot_per_hour + 2 * a3_prices.spot_per_hour, 2)
+    assert views[0].machine == ("a2-highgpu-1g", 3)
