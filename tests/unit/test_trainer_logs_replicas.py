@@ -5,11 +5,36 @@ from __future__ import annotations
 
 from typing import Any
 
+from spotjobs_kit.lines import format_line as kit_line
+
+from shared.ledger.records import Attempt, RequestRecord
 from spotjobs.cli.logs import format_line
 from spotjobs.trainer_logs import CloudLogging, EmulatorLogs, request_lines
-from tests.unit.test_trainer_logs import PARENT, at, kit, record
 
 PRIMARY, WORKER = "workerpool0-0", "workerpool1-0"
+KEY = "key-of-attempt-1"
+CREATED = "2026-01-01T00:00:00.000Z"
+
+
+def record(job: str) -> RequestRecord:
+    attempt = Attempt(
+        1,
+        "us-central1",
+        "SPOT",
+        claimed_at=CREATED,
+        job=f"projects/p/locations/us-central1/customJobs/{job}",
+        kit_key=KEY,
+    )
+    return RequestRecord("r1", {}, "gs://b/r1", attempts=[attempt], created_at=CREATED)
+
+
+def kit(event: str, run: int, **fields: Any) -> str:
+    """A kit line of attempt 1 of r1, signed with its key."""
+    return kit_line(event, {"request_id": "r1", "attempt": 1, "run": run, **fields}, key=KEY)
+
+
+def at(second: int) -> str:
+    return f"2026-01-01T00:00:{second:02d}.000000Z"
 
 
 def replica_output(*lines: tuple[str, int, str]) -> list[dict[str, Any]]:
@@ -23,7 +48,7 @@ def replica_output(*lines: tuple[str, int, str]) -> list[dict[str, Any]]:
 def test_lines_of_two_replicas_carry_their_replica_and_the_primarys_run() -> None:
     outputs = {
         "111": replica_output(
-            (PRIMARY, 1, kit("run_started", 1, 0, resumed_step=0)),
+            (PRIMARY, 1, kit("run_started", 0, resumed_step=0)),
             (WORKER, 1, "worker joined"),
             (PRIMARY, 1, "step 10 loss 0.5"),
             # the worker's VM is reclaimed and it restarts alone (the emulator's default): its
@@ -58,4 +83,3 @@ def test_cloud_logging_lines_take_their_replica_from_the_task_name() -> None:
     }
     assert CloudLogging._line(entry, {"111": 1}).replica == WORKER
     assert CloudLogging._line(service, {"111": 1}).replica is None
-    assert PARENT  # the jobs of `record` live under it
