@@ -68,3 +68,36 @@ def test_a_request_over_the_replica_cap_is_refused_whole() -> None:
 def test_the_replica_cap_is_a_setting_shown_with_the_ceilings() -> None:
     assert Settings.from_env({"SPOTJOBS_MAX_REPLICAS_PER_JOB": "3"}).max_replicas_per_job == 3
     assert SETTINGS.max_replicas_per_job == 8
+
+
+def test_a_flex_start_fallback_needs_one_machine_configuration_in_every_pool() -> None:
+    # Dynamic Workload Scheduler: "the same machine configuration for all worker pools".
+    settings = dataclasses.replace(SETTINGS, allowed_fallback_strategies=("STANDARD", "FLEX_START"))
+    job = two_pool_job(workers=1)
+    reduction_server = {
+        "machineSpec": {"machineType": "a2-highgpu-1g"},
+        "replicaCount": 1,
+        "containerSpec": {"imageUri": "us-docker.pkg.dev/my-project/training/rs:1"},
+    }
+    mixed = copy.deepcopy(job)
+    mixed["jobSpec"]["workerPoolSpecs"][1] = reduction_server
+
+    def refusals(custom_job: dict[str, Any], strategy: str) -> list[str]:
+        body = {
+            "request_id": "r1",
+            "location": "us-central1",
+            "custom_job": custom_job,
+            "fallback": {"strategy": strategy, "after_spot_attempts": 1},
+        }
+        try:
+            validate_request(json.dumps(body).encode(), attributes={}, settings=settings)
+        except InvalidJobRequest as refused:
+            return [str(v) for v in refused.violations]
+        return []
+
+    assert refusals(job, "FLEX_START") == []
+    assert refusals(mixed, "STANDARD") == []
+    assert refusals(mixed, "FLEX_START") == [
+        "fallback.strategy: is FLEX_START; Dynamic Workload Scheduler needs the same machine configuration "
+        "in every worker pool, and workerPoolSpecs[1] differs from workerPoolSpecs[0]"
+    ]
