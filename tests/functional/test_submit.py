@@ -575,6 +575,50 @@ def test_the_first_attempt_is_placed_where_the_fleet_saw_spot_capacity(harness: 
     assert attempt.placed.startswith("cheapest expected cost") and "$14.85/h" in attempt.placed
 
 
+def test_a_requeued_attempt_of_two_worker_pools_keeps_every_pool_replica_machine_and_accelerator(
+    harness: Harness,
+) -> None:
+    # issue 44: a re-queue, a move or a deadline switch changes where and how an attempt runs,
+    # never the layout: the primary and both workers, each on its machine with its GPU.
+    job = json.loads(load_event("requests/bare_docs.json"))
+    pools = job["jobSpec"]["workerPoolSpecs"]
+    pools.append({**pools[0], "replicaCount": 2})
+    body = {"request_id": "r1", "custom_job": job, "fallback": {"after_spot_attempts": 1, "strategy": "STANDARD"}}
+    harness.deliver(json.dumps(body).encode())
+
+    def requeued(current: RequestRecord | None) -> RequestRecord:
+        current.attempt(1).outcome = "requeued"
+        current.status = RequestStatus.REQUEUED
+        current.requeue = Requeue(2, "us-central1", "STANDARD", "preempted", decided_at="t", message_id="m")
+        return current
+
+    stored = harness.ledger.update("r1", requeued)
+    message = {**stored.request, "attempt": 2, "location": "us-central1"}
+    harness.deliver(json.dumps(message).encode(), message_id="m-requeue", request_id="r1", **REQUEUE_ATTRIBUTES)
+
+    def layout(created: CustomJob) -> list[tuple[str, str, int, int]]:
+        return [
+            (
+                p.machine_spec.machine_type,
+                p.machine_spec.accelerator_type.name,
+                p.machine_spec.accelerator_count,
+                p.replica_count,
+            )
+            for p in created.job_spec.worker_pool_specs
+        ]
+
+    jobs = {j.labels[LABEL_ATTEMPT]: j for j in harness.jobs_for("r1")}
+    assert jobs["2"].job_spec.scheduling.strategy == 3  # STANDARD
+    assert (
+        layout(jobs["1"])
+        == layout(jobs["2"])
+        == [
+            ("a2-highgpu-1g", "NVIDIA_TESLA_A100", 1, 1),
+            ("a2-highgpu-1g", "NVIDIA_TESLA_A100", 1, 2),
+        ]
+    )
+
+
 def test_a_requeue_is_placed_from_the_fleet_estimate_not_only_the_failover_order(harness: Harness) -> None:
     harness.deliver(envelope(custom_job=H100_JOB, locations=["us-central1", "us-east4"]))
     # Attempt 1 was preempted in us-central1 (the re-queue plans it there again); meanwhile the
