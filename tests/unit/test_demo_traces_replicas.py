@@ -46,3 +46,18 @@ def test_a_line_without_a_replica_is_the_primarys() -> None:
     (run,) = runs_from_output(plain)
     assert run.start_step == 0
     assert replica_runs_from_output(plain) == {}
+
+
+def test_the_demos_cost_bills_every_replica_for_every_step() -> None:
+    from devstack.demo.cost import StepAccount, estimate_cost
+    from devstack.demo.traces import AttemptTrace
+    from spotjobs.reporting.prices import Prices
+
+    prices = Prices("a2-highgpu-1g", "us-central1", 3.6, 1.2, "2025-03-06", "test", "test")
+    attempt = AttemptTrace(1, "SPOT", "us-central1", "job", "JOB_STATE_SUCCEEDED", 0, 0, "succeeded")
+    attempt.runs = runs_from_output(OUTPUT)
+    account = StepAccount(computed=100, useful=100, lost=0)
+    one = estimate_cost([attempt], account, prices, seconds_per_step=3600)
+    two = estimate_cost([attempt], account, prices, seconds_per_step=3600, replicas=2)
+    assert (one.as_run_usd, one.on_demand_usd) == (120.0, 360.0)
+    assert (two.as_run_usd, two.on_demand_usd) == (240.0, 720.0)
