@@ -7,10 +7,13 @@ line per reclaimed replica, naming it: an invented signal, docs/signals.md)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 
 import pytest
 
+from devstack.processes import REPO_ROOT
 from devstack.samples import SAMPLE_IMAGE, custom_job
 from shared.jobs import LABEL_ATTEMPT, LABEL_REQUEST_ID
 from shared.ledger.states import RequestStatus
@@ -21,7 +24,12 @@ pytestmark = pytest.mark.stack
 
 STEPS = 600
 # A worker replica with nothing to train: it waits, and leaves when it is told to.
-WORKER = "import signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\ntime.sleep(3600)\n"
+WORKER = (
+    "import signal, sys, time\n"
+    "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
+    "print('worker ready', flush=True)\n"
+    "time.sleep(3600)\n"
+)
 
 
 def two_pool_request(request_id: str) -> bytes:
@@ -65,3 +73,20 @@ def test_every_replica_reclaimed_at_once_counts_each_vm_and_the_job_resumes(stac
     stopped, resumed = runs_of(stack, attempt.job)
     assert not stopped.finished and resumed.finished and resumed.end_step == STEPS
     assert resumed.start_step == max(step for step, _ in stopped.checkpoints.values()) > 0
+
+    # `spotjobs logs` tells the replicas apart: the worker's two starts are its own, and the
+    # primary's lines carry the primary's runs.
+    shown = subprocess.run(
+        [sys.executable, "-m", "spotjobs.cli", "logs", request_id, "--json"],
+        cwd=REPO_ROOT,
+        env={**os.environ, **stack.env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    lines = [json.loads(raw) for raw in shown.stdout.splitlines()]
+    worker = [line for line in lines if line["replica"] == "workerpool1-0"]
+    assert [line["text"] for line in worker] == ["worker ready", "worker ready"]
+    primary_runs = {line["run"] for line in lines if line["replica"] == "workerpool0-0" and line["run"] is not None}
+    assert primary_runs == {0, 1}
