@@ -693,6 +693,23 @@ def test_invalid_requests_are_acknowledged_alerted_and_create_nothing(
     assert line["severity"] == "ERROR" and line["violations"] == alert.details["violations"]
 
 
+def test_a_request_over_the_replica_cap_is_alerted_naming_it_and_creates_nothing(harness: Harness) -> None:
+    # issue 44: 1 primary + 8 workers, each pool within its own ceiling, 9 VMs in all.
+    job = json.loads(load_event("requests/bare_docs.json"))
+    pools = job["jobSpec"]["workerPoolSpecs"]
+    pools.append({**pools[0], "replicaCount": 8})
+    outcome = harness.deliver(json.dumps({"request_id": "r9", "custom_job": job}).encode(), message_id="m-9")
+
+    assert outcome.result == SubmitResult.INVALID
+    assert harness.vertex.creates == 0 and harness.ledger.list_statuses()[0] == []
+    [alert] = harness.alerts
+    assert (alert.kind, alert.request_id) == ("invalid_request", "r9")
+    assert alert.details["violations"] == [
+        "custom_job.jobSpec.workerPoolSpecs: asks for 9 replicas in all (every pool); "
+        "at most 8 per job (SPOTJOBS_MAX_REPLICAS_PER_JOB)"
+    ]
+
+
 def test_a_rejection_is_alerted_once_however_often_its_message_is_delivered(harness: Harness) -> None:
     # Pub/Sub may deliver one message again, even after it was acknowledged: a rejection has no
     # record to hold its alert, so a note per message keeps the duplicates quiet.
