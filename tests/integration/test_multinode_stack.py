@@ -90,3 +90,32 @@ def test_every_replica_reclaimed_at_once_counts_each_vm_and_the_job_resumes(stac
     assert [line["text"] for line in worker] == ["worker ready", "worker ready"]
     primary_runs = {line["run"] for line in lines if line["replica"] == "workerpool0-0" and line["run"] is not None}
     assert primary_runs == {0, 1}
+
+
+def test_a_worker_reclaimed_alone_is_counted_from_the_service_line_naming_it(stack) -> None:
+    # The emulator's default reading: the reclaimed replica restarts alone, the primary trains on
+    # (no kit line marks it); the rich profile's service line names workerpool1-0.
+    request_id = new_request_id("one-worker")
+    stack.vertex_control(
+        "POST",
+        "/emulator/v1/preemption-plans",
+        {
+            "labels": {LABEL_REQUEST_ID: request_id, LABEL_ATTEMPT: "1"},
+            "replica": "workerpool1-0",
+            "preemptions": 1,
+            "after_checkpoints": 1,
+        },
+    )
+    with vertex_signals(stack, "rich"):
+        stack.publish("job_requests", two_pool_request(request_id))
+        record = wait_for_status(stack, request_id, RequestStatus.SUCCEEDED, timeout=240)
+
+    [attempt] = record.attempts
+    emulated = stack.vertex_control("GET", f"/emulator/v1/{attempt.job}")
+    assert {name: r["preemptions"] for name, r in emulated["replicas"].items()} == {
+        "workerpool0-0": 0,
+        "workerpool1-0": 1,
+    }
+    assert attempt.preemptions == 1 and attempt.outcome == "succeeded"
+    [run] = runs_of(stack, attempt.job)  # the primary's one run, to the end
+    assert run.finished and run.end_step == STEPS
