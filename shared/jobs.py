@@ -53,6 +53,13 @@ MAX_SPOT_RESTARTS = 6
 MAX_SPOT_PREEMPTIONS = MAX_SPOT_RESTARTS + 1
 
 
+def job_replicas(custom_job: Mapping[str, Any]) -> int:
+    """The replicas of a CustomJob over every worker pool, each a VM of its own (at least 1); an
+    empty pool is the API's placeholder, no replica."""
+    pools = (custom_job.get("jobSpec") or {}).get("workerPoolSpecs") or []
+    return max(1, sum(max(1, int(pool.get("replicaCount") or 0)) for pool in pools if pool))
+
+
 class JobState:
     """JobState names as the REST API spells them, and how they classify."""
 

@@ -80,8 +80,10 @@ class Settings:
     max_attempts_ceiling: int = _env("SPOTJOBS_MAX_ATTEMPTS_CEILING", 10, kind="int")
     max_request_bytes: int = _env("SPOTJOBS_MAX_REQUEST_BYTES", 256 * 1024, kind="int")
     # Ceilings over the whole job (shared/requests/job_policy.py): accelerators summed over every replica of
-    # every pool, worker pools, scheduling.timeout (Vertex's own default is 7 days), boot disk.
+    # every pool, replicas, worker pools, scheduling.timeout (Vertex's own default is 7 days), boot disk.
     max_accelerators_per_job: int = _env("SPOTJOBS_MAX_ACCELERATORS_PER_JOB", 16, kind="int")
+    # Replicas summed over every pool: each is one VM, billed and preemptible on its own.
+    max_replicas_per_job: int = _env("SPOTJOBS_MAX_REPLICAS_PER_JOB", 8, kind="int")
     max_pools_per_job: int = _env("SPOTJOBS_MAX_POOLS_PER_JOB", 2, kind="int")
     max_timeout_seconds: int = _env("SPOTJOBS_MAX_TIMEOUT_SECONDS", 7 * 86400, kind="int")
     max_boot_disk_gb: int = _env("SPOTJOBS_MAX_BOOT_DISK_GB", 1000, kind="int")

@@ -17,9 +17,13 @@ The job of each attempt comes from the ledger record. Two sources hold what a jo
   `spotjobs local up` sets it): its job details keep each job's last 1,000 worker lines with the
   worker start they came from (devstack/vertex/emulator.py). It keeps no service lines.
 
-A line is marked with its attempt and, where the kit's lines tell (every kit line names its `run`,
-the restart index), its run: a line belongs to the run of the kit line before it in the same job,
-and is unmarked before the job's first kit line or, locally, when a new worker start begins.
+A line is marked with its attempt, the replica that wrote it (`workerpool<P>-<i>`: the log
+entry's `task_name`, or the emulator's `replica`) and, where the kit's lines tell (every kit line
+names its `run`, the restart index), its run: a line belongs to the run of the kit line before it
+in the same job, and is unmarked before the job's first kit line or, locally, when a new worker
+start of the primary begins. Only the primary replica prints kit lines (docs/kit.md), so the run
+is the primary's: another replica's line carries the run the primary was in, and that replica
+restarting alone (a reclaimed VM of a multi-replica job) starts no run.
 
 Whose word a line is: the training account may write any log entry in the project, under any job
 id (docs/security.md), so a kit line counts as the request's own (its event shown, its run a
@@ -59,6 +63,10 @@ RETRY_BASE_SECONDS = 2.0
 RETRY_CAP_SECONDS = 60.0
 MAX_TRIES = 8
 RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
+SERVICE_TASK = "service"
+# The primary replica's name (worker pool 0, replica 0): the `task_name` of its log entries, as
+# gcloud's `command_lib/ai/log_util.py` reads them (docs/signals.md).
+PRIMARY_REPLICA = "workerpool0-0"
 
 
 class LogsUnavailable(TransientError):
@@ -76,8 +84,9 @@ class LogLine:
     service: bool = False  # a Vertex service line ("Job is running."), not the trainer's
     claimed_kit: KitRecord | None = None  # the kit line its text parses as: anyone's claim until verified
     signed: bool = False  # `claimed_kit` is signed by its attempt (`verified`)
-    worker_start: int | None = None  # the emulator's worker start (1, 2, ...); unknown in the cloud
+    worker_start: int | None = None  # the emulator's worker start (1, 2, ...) of its replica; unknown in the cloud
     run: int | None = None  # set by `RunMarker`
+    replica: str | None = None  # `workerpool<P>-<i>` that wrote it; None for a service line or unknown
 
     @property
     def kit(self) -> KitRecord | None:
@@ -98,6 +107,7 @@ class LogLine:
             "attempt": self.attempt,
             "job_id": self.job_id,
             "run": self.run,
+            "replica": self.replica,
             "time": self.time,
             "severity": self.severity,
             "source": "vertex" if self.service else "trainer",
@@ -127,16 +137,21 @@ class RunMarker:
     """Marks lines, in order, with the run the kit's lines say they belong to (see the module)."""
 
     def __init__(self) -> None:
-        self._runs: dict[str, tuple[int | None, int | None]] = {}  # job -> (worker start, run)
+        self._runs: dict[str, int | None] = {}  # job -> the primary's run
+        self._starts: dict[tuple[str, str | None], int | None] = {}  # (job, replica) -> its worker start
 
     def mark(self, line: LogLine) -> LogLine:
-        start, run = self._runs.get(line.job_id, (line.worker_start, None))
-        if line.worker_start != start:
-            run = None  # a new worker start: its run is unknown until its kit line says
+        if line.service:
+            return line
+        run = self._runs.get(line.job_id)
+        start = self._starts.setdefault((line.job_id, line.replica), line.worker_start)
+        if line.worker_start != start and line.replica in (None, PRIMARY_REPLICA):
+            run = None  # a new start of the primary: its run is unknown until its kit line says
+        self._starts[(line.job_id, line.replica)] = line.worker_start
         if line.kit is not None and line.kit.run is not None:
             run = line.kit.run
-        self._runs[line.job_id] = (line.worker_start, run)
-        return replace(line, run=run) if not line.service else line
+        self._runs[line.job_id] = run
+        return replace(line, run=run)
 
 
 def ordered(lines: Iterable[LogLine]) -> list[LogLine]:
@@ -228,6 +243,7 @@ class CloudLogging:
     def _line(entry: dict[str, Any], by_job: dict[str, int]) -> LogLine:
         labels = (entry.get("resource") or {}).get("labels") or {}
         job_id = str(labels.get("job_id"))
+        task = labels.get("task_name")
         payload = entry.get("jsonPayload") if "jsonPayload" in entry else entry.get("textPayload", "")
         return LogLine(
             attempt=by_job.get(job_id, 0),
@@ -236,8 +252,9 @@ class CloudLogging:
             time=entry.get("timestamp"),
             severity=str(entry.get("severity") or "DEFAULT"),
             text=_message_of(payload),
-            service=labels.get("task_name") == "service",
+            service=labels.get("task_name") == SERVICE_TASK,
             claimed_kit=parse_kit_line(payload),
+            replica=None if task in (None, "", SERVICE_TASK) else str(task),
         )
 
 
@@ -273,6 +290,7 @@ class EmulatorLogs:
                         text=_message_of(payload) if payload is not None else raw,
                         claimed_kit=parse_kit_line(raw),
                         worker_start=item.get("run"),
+                        replica=item.get("replica"),
                     )
                 )
         return lines

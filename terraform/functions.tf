@@ -81,6 +81,7 @@ locals {
     max_attempts_ceiling         = "SPOTJOBS_MAX_ATTEMPTS_CEILING"
     max_request_bytes            = "SPOTJOBS_MAX_REQUEST_BYTES"
     max_accelerators_per_job     = "SPOTJOBS_MAX_ACCELERATORS_PER_JOB"
+    max_replicas_per_job         = "SPOTJOBS_MAX_REPLICAS_PER_JOB"
     max_pools_per_job            = "SPOTJOBS_MAX_POOLS_PER_JOB"
     max_timeout_seconds          = "SPOTJOBS_MAX_TIMEOUT_SECONDS"
     max_boot_disk_gb             = "SPOTJOBS_MAX_BOOT_DISK_GB"

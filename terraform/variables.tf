@@ -139,6 +139,7 @@ variable "settings" {
     max_attempts_ceiling         = optional(number)             # SPOTJOBS_MAX_ATTEMPTS_CEILING
     max_request_bytes            = optional(number)             # SPOTJOBS_MAX_REQUEST_BYTES
     max_accelerators_per_job     = optional(number)             # SPOTJOBS_MAX_ACCELERATORS_PER_JOB
+    max_replicas_per_job         = optional(number)             # SPOTJOBS_MAX_REPLICAS_PER_JOB (every pool)
     max_pools_per_job            = optional(number)             # SPOTJOBS_MAX_POOLS_PER_JOB
     max_timeout_seconds          = optional(number)             # SPOTJOBS_MAX_TIMEOUT_SECONDS (default 7 days, Vertex's own)
     max_boot_disk_gb             = optional(number)             # SPOTJOBS_MAX_BOOT_DISK_GB

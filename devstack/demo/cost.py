@@ -42,8 +42,10 @@ def estimate_cost(
     account: StepAccount,
     prices: Prices,
     seconds_per_step: float = SECONDS_PER_STEP_PRICED,
+    replicas: int = 1,
 ) -> Cost:
-    hours_per_step = seconds_per_step / 3600.0
+    """Every step is billed on each of the job's `replicas` (every pool's): each is a VM of its own."""
+    hours_per_step = seconds_per_step / 3600.0 * replicas
     as_run = 0.0
     for attempt in attempts:
         rate = prices.spot_per_hour if attempt.strategy == "SPOT" else prices.on_demand_per_hour

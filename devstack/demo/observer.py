@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from devstack.demo.scenarios import REJECTED, Scenario
-from devstack.demo.traces import AttemptTrace, RequestTrace, runs_from_output
+from devstack.demo.traces import AttemptTrace, RequestTrace, replica_runs_from_output, runs_from_output
 from shared.jobs import JobState, is_terminal
 from shared.ledger.records import Attempt
 from shared.ledger.states import TERMINAL_STATUSES
@@ -153,6 +153,7 @@ class Observer:
             preemptions_injected=int(details.get("preemptions", 0)),
             outcome=attempt.outcome,
             runs=runs_from_output(details.get("output", [])),
+            replica_runs=replica_runs_from_output(details.get("output", [])),
         )
 
     def _job_details(self, job_name: str) -> dict[str, Any]:

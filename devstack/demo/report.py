@@ -3,12 +3,14 @@ the traces)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from devstack.demo.cost import SECONDS_PER_STEP_PRICED, Prices, account_steps, estimate_cost
 from devstack.demo.scenarios import FAILED, REJECTED, STEPS, SUCCEEDED
 from devstack.demo.traces import RequestTrace, RunTrace
+from shared.jobs import job_replicas
 
 
 def resume_gaps(runs: Sequence[RunTrace]) -> list[str]:
@@ -105,13 +107,21 @@ def _success_differences(trace: RequestTrace, keep_last: int) -> list[str]:
     return differences
 
 
+def scenario_replicas(trace: RequestTrace) -> int:
+    """The replicas of every pool of the scenario's job (1 for a trigger's or an unreadable body)."""
+    try:
+        return job_replicas(json.loads(trace.scenario.body)["custom_job"])
+    except (ValueError, TypeError, KeyError, AttributeError):  # a body spotjobs refuses: never billed
+        return 1
+
+
 def request_report(trace: RequestTrace, keep_last: int, prices: Prices) -> dict[str, Any]:
     succeeded = trace.outcome == SUCCEEDED
     final = max((run.end_step or 0 for run in trace.runs if run.finished), default=None)
     account = account_steps(trace.runs, succeeded, final)
     written = trace.checkpoints_written
     pruned = trace.checkpoints_pruned
-    cost = estimate_cost(trace.attempts, account, prices)
+    cost = estimate_cost(trace.attempts, account, prices, replicas=scenario_replicas(trace))
     differences = check_request(trace, keep_last)
     return {
         "request_id": trace.scenario.request_id,

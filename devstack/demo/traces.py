@@ -11,6 +11,9 @@ from typing import Any
 
 from devstack.demo.scenarios import REJECTED, Scenario
 
+# The primary replica (worker pool 0, replica 0), as the emulator names replicas in a job's output.
+PRIMARY_REPLICA = "workerpool0-0"
+
 
 @dataclass
 class RunTrace:
@@ -30,10 +33,15 @@ class RunTrace:
         return max(0, self.end_step - self.start_step)
 
 
-def runs_from_output(output: Iterable[Mapping[str, Any]]) -> list[RunTrace]:
-    """Group a job's stdout lines (`{"run", "stream", "line"}`) into runs."""
+def runs_from_output(output: Iterable[Mapping[str, Any]], replica: str = PRIMARY_REPLICA) -> list[RunTrace]:
+    """Group one replica's stdout lines (`{"replica", "run", "stream", "line"}`) into runs: the
+    primary's by default, whose runs are the job's progress. `run` is that replica's own start (a
+    replica of a multi-replica job may restart alone), so replicas are never mixed; a line without
+    `replica` (a single-replica job's) is the primary's."""
     runs: dict[int, RunTrace] = {}
     for item in output:
+        if item.get("replica", PRIMARY_REPLICA) != replica:
+            continue
         event = _trainer_event(item)
         if event is None:
             continue
@@ -51,6 +59,15 @@ def runs_from_output(output: Iterable[Mapping[str, Any]]) -> list[RunTrace]:
         elif kind == "error":
             run.failed = True
     return [runs[n] for n in sorted(runs)]
+
+
+def replica_runs_from_output(output: Iterable[Mapping[str, Any]]) -> dict[str, list[RunTrace]]:
+    """The runs of every replica other than the primary, by replica name, in the order they spoke."""
+    items = list(output)
+    names = dict.fromkeys(
+        str(item["replica"]) for item in items if item.get("replica", PRIMARY_REPLICA) != PRIMARY_REPLICA
+    )
+    return {name: runs for name in names if (runs := runs_from_output(items, name))}
 
 
 def _trainer_event(item: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -74,8 +91,9 @@ class AttemptTrace:
     preemptions: int  # as counted by spotjobs in the ledger
     preemptions_injected: int  # as the emulator did them
     outcome: str | None
-    runs: list[RunTrace] = field(default_factory=list)
+    runs: list[RunTrace] = field(default_factory=list)  # the primary's: the job's progress
     preemptions_unknown: bool = False  # ended by preemption with no count: shown as "≥1"
+    replica_runs: dict[str, list[RunTrace]] = field(default_factory=dict)  # every other replica's
 
     @property
     def preemptions_text(self) -> str:
@@ -112,6 +130,10 @@ class AttemptTrace:
                 }
                 for run in self.runs
             ],
+            "replica_runs": {
+                name: [{"run": run.run, "start_step": run.start_step, "end_step": run.end_step} for run in runs]
+                for name, runs in self.replica_runs.items()
+            },
         }
 
 

@@ -444,7 +444,8 @@ class JobRunner:
             code, message = record.profile.stockout(restart, reclaimed[0].name)
             self._finish(record, State.JOB_STATE_FAILED, (code, message), record.profile.failed(message))
             return Outcome.ENDED
-        self._service_lines(record, record.profile.preempted(restart, reclaimed[0].name, whole_job=whole_job))
+        for replica in reclaimed:  # one line per reclaimed VM, naming it: counted once each
+            self._service_lines(record, record.profile.preempted(restart, replica.name, whole_job=whole_job))
         if whole_job:
             survivor_grace = self._config.grace_seconds if record.modes.survivor_stop == "sigterm" else 0.0
             self._stop_replicas(record, self._running(record), survivor_grace)

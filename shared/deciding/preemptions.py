@@ -20,8 +20,9 @@ and it is exact when any one family saw them all. The evidence keys live in `rec
 beside the alert keys, written in the same compare-and-swap as the count.
 
 A job signs its own lines, so what they say of its own attempt is a claim: nothing counts past
-what Vertex can have done (six restarts, so runs 0..6 and seven preemptions: `MAX_SPOT_RESTARTS`),
-and a kit line with a number no job can have written (a run past six, a negative or fractional
+what Vertex can have done (six restarts, so runs 0..6 and seven preemptions: `MAX_SPOT_RESTARTS`,
+per replica of the job's pools: each replica is a VM Spot can reclaim; `max_preemptions`), and a
+kit line with a number no job can have written (a run past that, a negative or fractional
 one, a step, size or duration past the envelope's bounds, a time outside the attempt's life) is
 refused whole, with a `kit_line_refused` WARNING naming the job. The service-line family is
 bounded the same way: any log writer can set `task_name=service` (docs/security.md).
@@ -46,7 +47,7 @@ from spotjobs_kit.lines import (
 from shared.alerts import AlertKind
 from shared.clock import parse_iso, parse_rfc3339
 from shared.deciding.effects import Effects, LogLine, attempt_alert, event_fields
-from shared.jobs import MAX_SPOT_PREEMPTIONS, MAX_SPOT_RESTARTS, JobSnapshot, JobState
+from shared.jobs import MAX_SPOT_PREEMPTIONS, MAX_SPOT_RESTARTS, JobSnapshot, JobState, job_replicas
 from shared.ledger.records import Attempt, RequestRecord, alert_marker, evidence_marker
 from shared.requests.envelope import MAX_SECONDS, MAX_TOTAL_STEPS
 
@@ -78,13 +79,28 @@ MIN_STEPS_PER_SECOND = 1.0 / MAX_SECONDS
 _SHOWN_CHARS = 40
 
 
-def kit_line_refusal(attempt: Attempt, kit: KitRecord, now: datetime) -> str | None:
+def max_restarts(record: RequestRecord) -> int:
+    """The most restarts Vertex can have made of one attempt of this request's job: six per
+    replica. Whether Vertex counts its six per job, per reclaimed VM or per replica is not
+    documented (docs/signals.md); per replica is the reading that allows the most."""
+    return MAX_SPOT_RESTARTS * job_replicas(record.request.get("custom_job") or {})
+
+
+def max_preemptions(record: RequestRecord) -> int:
+    """The most VMs Vertex can have reclaimed in one attempt: each replica's restarts and the one
+    that ended it (seven for a one-replica job)."""
+    return MAX_SPOT_PREEMPTIONS * job_replicas(record.request.get("custom_job") or {})
+
+
+def kit_line_refusal(
+    attempt: Attempt, kit: KitRecord, now: datetime, most_restarts: int = MAX_SPOT_RESTARTS
+) -> str | None:
     """Why a signed kit line about `attempt` is no evidence (a number its job cannot have seen), or
-    None when Vertex's job can have written every number in it."""
+    None when Vertex's job can have written every number in it (`most_restarts`: `max_restarts`)."""
     if kit.run is None:
         return "its run is not a whole number"
-    if not 0 <= kit.run <= MAX_SPOT_RESTARTS:
-        return f"its run is not 0 to {MAX_SPOT_RESTARTS}: Vertex restarts a job at most {MAX_SPOT_RESTARTS} times"
+    if not 0 <= kit.run <= most_restarts:
+        return f"its run is not 0 to {most_restarts}: Vertex restarts this job at most {most_restarts} times"
     for name, low, high in _WHOLE_BOUNDS:
         whole = getattr(kit, name)
         if whole is not None and not low <= whole <= high:
@@ -106,7 +122,7 @@ def kit_line_refusal(attempt: Attempt, kit: KitRecord, now: datetime) -> str | N
 def note_kit_line(record: RequestRecord, attempt: Attempt, kit: KitRecord, now: datetime, effects: Effects) -> bool:
     """Record what one kit line says about `attempt`; a line delivered twice changes nothing. False
     for a line refused (`kit_line_refusal`): nothing of it is kept, and a WARNING names its job."""
-    refused = kit_line_refusal(attempt, kit, now)
+    refused = kit_line_refusal(attempt, kit, now, max_restarts(record))
     if refused is not None:
         effects.lines.append(
             LogLine(
@@ -167,7 +183,8 @@ def kit_runs(record: RequestRecord, n: int, key: str = KIT_RUN_KEY) -> set[int]:
     run (one written before the bound) is no run."""
     prefix = evidence_marker(key, n)
     runs = (m[len(prefix) :] for m in record.markers if m.startswith(prefix))
-    return {int(run) for run in runs if run.isdigit() and int(run) <= MAX_SPOT_RESTARTS}
+    most = max_restarts(record)
+    return {int(run) for run in runs if run.isdigit() and int(run) <= most}
 
 
 def preempted_in_last_run(record: RequestRecord, n: int) -> bool:
@@ -223,7 +240,7 @@ def count_preemptions(
         "state": record.count_marks(evidence_marker(PREEMPTION_STATE_KEY, n)),
     }
     source, counted = max(tallies.items(), key=lambda item: item[1])
-    counted = min(counted, MAX_SPOT_PREEMPTIONS)  # markers written before the bound count no more
+    counted = min(counted, max_preemptions(record))  # markers written before the bound count no more
     if counted <= attempt.preemptions:
         return
     attempt.preemptions = counted
@@ -257,12 +274,13 @@ def _note_evidence(record: RequestRecord, attempt: Attempt, key: str, identity: 
     marker = evidence_marker(key, attempt.n, identity)
     if marker in record.markers:
         return
-    if record.count_marks(evidence_marker(key, attempt.n)) >= MAX_SPOT_PREEMPTIONS:
+    most = max_preemptions(record)
+    if record.count_marks(evidence_marker(key, attempt.n)) >= most:
         effects.lines.append(
             LogLine(
                 "WARNING",
                 f"preemption evidence for attempt {attempt.n} of {record.request_id} is refused: it already "
-                f"counts {MAX_SPOT_PREEMPTIONS}, all Vertex can have done",
+                f"counts {most}, all Vertex can have done",
                 event_fields(record, attempt, "preemption_evidence_refused", family=key, evidence=_shown(identity)),
             )
         )

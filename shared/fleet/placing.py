@@ -1,5 +1,6 @@
 """Where a new attempt runs: `Placer.place` asks `choose_location` (shared/fleet/placement.py) among
-the request's allowed `locations`, from the price table and the fleet's estimate, when a claim
+the request's allowed `locations`, from the price table (every replica of every pool:
+`shared.fleet.pricing.layout_hourly`) and the fleet's estimate, when a claim
 creates an attempt (the first, a re-queue, a deadline switch: submit's `_claim`, the one place
 every attempt is created). The attempt keeps where and why (`Attempt.placed`), and for a deadline
 request what the estimate says of Spot there (`Attempt.spot_outlook`), which the deadline rule
@@ -34,6 +35,7 @@ from shared.errors import is_retryable
 from shared.fleet.estimate import SpotOutlook, changeover_bound, estimate
 from shared.fleet.observations import FleetFact, MachineClass
 from shared.fleet.placement import Candidate, Job, Move, choose_location
+from shared.fleet.pricing import layout_hourly, machine_types
 from shared.fleet.transfer import per_gb
 from shared.ledger.records import Attempt, RequestRecord
 from shared.requests.attempts import SPOT
@@ -79,10 +81,11 @@ class Placer:
         machine_class = MachineClass.of_request(request)
         if machine_class is None:
             return LocationChoice(planned, "no machine class to weigh")
-        prices = {loc: p for loc in allowed if (p := self._price(machine_class.machine_type, loc)) is not None}
+        # Every replica of every pool is a VM billed on its own: a location is priced for the layout.
+        prices = {loc: p for loc in allowed if (p := layout_hourly(request, loc, self._price)) is not None}
         priced = list(prices)
         if len(priced) < 2:
-            return LocationChoice(planned, f"no prices for {machine_class.machine_type} in two allowed locations")
+            return LocationChoice(planned, f"no prices for {machine_types(request)} in two allowed locations")
         facts = self._read(machine_class)
         if facts is None:
             return LocationChoice(planned, "fleet observations unreadable")

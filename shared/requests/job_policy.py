@@ -54,13 +54,23 @@ def _check_pools(pools: Sequence[Any], spec_path: str, settings: Settings) -> li
         out.append(Violation(path, "is required (at least worker pool 0)"))
     if len(pools) > settings.max_pools_per_job:
         out.append(Violation(path, f"has {len(pools)} pools; at most {settings.max_pools_per_job}"))
-    total = 0
+    total = replicas = 0
     for index, pool in enumerate(pools):
         # Pools after the first may be empty placeholders (the API skips them).
         if pool or index == 0:
             out.extend(_check_pool(pool, f"{path}[{index}]", settings))
             machine = pool.get("machineSpec") or {}
-            total += int(machine.get("acceleratorCount") or 0) * max(1, int(pool.get("replicaCount") or 0))
+            pool_replicas = max(1, int(pool.get("replicaCount") or 0))
+            total += int(machine.get("acceleratorCount") or 0) * pool_replicas
+            replicas += pool_replicas
+    if replicas > settings.max_replicas_per_job:
+        out.append(
+            Violation(
+                path,
+                f"asks for {replicas} replicas in all (every pool); "
+                f"at most {settings.max_replicas_per_job} per job (SPOTJOBS_MAX_REPLICAS_PER_JOB)",
+            )
+        )
     if total > settings.max_accelerators_per_job:
         out.append(
             Violation(

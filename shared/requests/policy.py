@@ -36,6 +36,7 @@ from typing import Any
 
 from shared.clock import iso, utcnow
 from shared.errors import Violation
+from shared.jobs import FLEX_START
 from shared.log import Logger
 from shared.requests.attempts import ON_DEMAND, SPOT
 from shared.requests.envelope import SYSTEM_FIELDS, InvalidJobRequest, JobRequest, read_request
@@ -205,7 +206,26 @@ def _check_fallback(request: JobRequest, settings: Settings) -> list[Violation]:
                 f"is {fallback.after_spot_attempts}; at least {minimum} Spot attempts come first",
             )
         ]
+    differing = _pool_unlike_the_first(request.custom_job) if fallback.strategy == FLEX_START else None
+    if differing is not None:
+        # "Schedule training jobs based on resource availability" (Vertex AI): Dynamic Workload
+        # Scheduler needs "the same machine configuration for all worker pools"; refused now, not
+        # when the fallback attempt's create fails with Spot attempts already spent.
+        return [
+            Violation(
+                "fallback.strategy",
+                "is FLEX_START; Dynamic Workload Scheduler needs the same machine configuration in every "
+                f"worker pool, and workerPoolSpecs[{differing}] differs from workerPoolSpecs[0]",
+            )
+        ]
     return []
+
+
+def _pool_unlike_the_first(custom_job: Mapping[str, Any] | None) -> int | None:
+    """The first worker pool whose `machineSpec` is not pool 0's (empty placeholders aside)."""
+    pools = ((custom_job or {}).get("jobSpec") or {}).get("workerPoolSpecs") or []
+    first = (pools[0] or {}).get("machineSpec") if pools else None
+    return next((i for i, pool in enumerate(pools) if pool and pool.get("machineSpec") != first), None)
 
 
 def _check_locations(request: JobRequest, settings: Settings) -> list[Violation]:
@@ -250,6 +270,7 @@ def describe_policy(settings: Settings) -> dict[str, Any]:
             "replicas_per_pool": settings.max_replicas_per_pool,
             "accelerators_per_replica": settings.max_accelerators_per_replica,
             "accelerators_per_job": settings.max_accelerators_per_job,
+            "replicas_per_job": settings.max_replicas_per_job,
             "pools_per_job": settings.max_pools_per_job,
             "timeout_seconds": settings.max_timeout_seconds,
             "boot_disk_gb": settings.max_boot_disk_gb,

@@ -97,9 +97,11 @@ def print_lines(
 
 
 def format_line(line: LogLine) -> str:
-    """`TIME  attempt N run R  [KIND]  TEXT`: KIND is `vertex` for the service's lines,
+    """`TIME  attempt N run R [REPLICA]  [KIND]  TEXT`: REPLICA for a replica other than the primary, KIND is `vertex` for the service's lines,
     `kit:<event>` for the kit's lines its attempt signed and `[unsigned]` for a kit line it did not
     (anyone's claim: spotjobs/trainer_logs.py); every field a job wrote is escaped (`terminal_text`)."""
+    from spotjobs.trainer_logs import PRIMARY_REPLICA
+
     run = "?" if line.run is None else str(line.run)
     if line.service:
         kind = "vertex"
@@ -108,5 +110,7 @@ def format_line(line: LogLine) -> str:
     else:
         kind = f"kit:{line.event}" if line.event else ""
     mark = f"attempt {line.attempt} run {run}" if not line.service else f"attempt {line.attempt}"
+    if line.replica not in (None, PRIMARY_REPLICA):
+        mark += f" {terminal_text(line.replica)}"  # a replica other than the primary wrote it
     text = terminal_text(line.text)
     return f"{terminal_text(line.time or '-')}  {mark:<16} {kind + '  ' if kind else ''}{text}\n"

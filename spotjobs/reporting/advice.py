@@ -1,7 +1,8 @@
 """How often to checkpoint: the interval that loses least work to preemptions, from what was seen.
 
 For a job preempted on average every M seconds (the mean time between preemptions, observed per
-machine type and location across the ledger) that spends C seconds writing a checkpoint (the
+machine type and location across the ledger, per VM: a preemption is one reclaimed VM, so time
+counts once per replica, and a job of R replicas is preempted R times as often as one VM) that spends C seconds writing a checkpoint (the
 trainer kit's `checkpoint_committed` lines), the interval that minimises expected lost work plus
 checkpoint overhead is about sqrt(2 * M * C) (Young, "A first order approximation to the optimum
 checkpoint interval", CACM 1974; Daly's refinement, FGCS 2006, agrees to first order when C << M).
@@ -17,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from shared.clock import parse_iso
+from shared.jobs import job_replicas
 from shared.ledger.records import Attempt, RequestRecord
 
 
@@ -61,8 +63,13 @@ def machine_type(record: RequestRecord) -> str:
     return str(spec.get("machineType") or spec.get("machine_type") or "unknown")
 
 
+def replicas(record: RequestRecord) -> int:
+    """The VMs of the request's job: every replica of every worker pool."""
+    return job_replicas(record.request.get("custom_job") or {})
+
+
 def preemption_rates(records: Iterable[RequestRecord], now: datetime) -> dict[tuple[str, str], PreemptionRate]:
-    """Running time and preemptions per (machine type, location), over every attempt that ran."""
+    """Running VM time and preemptions per (machine type, location), over every attempt that ran."""
     totals: dict[tuple[str, str], tuple[float, int]] = {}
     for record in records:
         for attempt in record.attempts:
@@ -71,7 +78,8 @@ def preemption_rates(records: Iterable[RequestRecord], now: datetime) -> dict[tu
                 continue
             key = (machine_type(record), attempt.location)
             seconds, count = totals.get(key, (0.0, 0))
-            totals[key] = (seconds + ran, count + (attempt.preemptions or int(attempt.preemptions_unknown)))
+            vm_seconds = ran * replicas(record)  # each replica a VM Spot may reclaim
+            totals[key] = (seconds + vm_seconds, count + (attempt.preemptions or int(attempt.preemptions_unknown)))
     return {key: PreemptionRate(*value) for key, value in totals.items()}
 
 
@@ -82,7 +90,8 @@ def advise(record: RequestRecord, rates: dict[tuple[str, str], PreemptionRate]) 
         return None
     key = (machine_type(record), latest.location)
     rate = rates.get(key)
-    mtbf = rate.mtbf_seconds if rate else None
+    per_vm = rate.mtbf_seconds if rate else None
+    mtbf = per_vm / replicas(record) if per_vm else None  # any of its VMs reclaimed stops the job
     committed = [a for a in record.attempts if a.checkpoints_committed]
     count = sum(a.checkpoints_committed for a in committed)
     cost = sum(a.checkpoint_seconds for a in committed) / count if count else None

@@ -109,21 +109,25 @@ class RequestView:
         return str(self.raw.get("status") or "?")
 
     @property
-    def machine(self) -> tuple[str, int]:
-        """(machine type of the first worker pool, replicas over every pool)."""
+    def layout(self) -> list[tuple[str, int]]:
+        """(machine type, replicas) of each worker pool; empty placeholder pools are no replicas."""
         pools = (((self.raw.get("request") or {}).get("custom_job") or {}).get("jobSpec") or {}).get(
             "workerPoolSpecs"
         ) or []
-        machine_type = "?"
-        replicas = 0
+        layout = []
         for pool in pools:
-            if not isinstance(pool, Mapping):
+            if not isinstance(pool, Mapping) or not pool:
                 continue
             spec = pool.get("machineSpec") or pool.get("machine_spec") or {}
-            if machine_type == "?" and (spec.get("machineType") or spec.get("machine_type")):
-                machine_type = str(spec.get("machineType") or spec.get("machine_type"))
-            replicas += int(pool.get("replicaCount") or pool.get("replica_count") or 1)
-        return machine_type, max(replicas, 1)
+            machine_type = str(spec.get("machineType") or spec.get("machine_type") or "?")
+            layout.append((machine_type, max(1, int(pool.get("replicaCount") or pool.get("replica_count") or 1))))
+        return layout
+
+    @property
+    def machine(self) -> tuple[str, int]:
+        """(machine type of the first worker pool, replicas over every pool)."""
+        layout = self.layout
+        return (layout[0][0] if layout else "?"), max(sum(replicas for _, replicas in layout), 1)
 
     @property
     def runs(self) -> list[RunView]:
@@ -264,26 +268,31 @@ def totals(
     priced: dict[str, Prices] = {}
     by_machine: dict[tuple[str, str], int] = {}
     for view in views:
-        machine_type, replicas = view.machine
+        machine_type = view.machine[0]
         request_on_demand_hours = 0.0
         on_demand_rate = None
         for attempt in view.attempts:
             location = str(attempt.get("location") or "?")
             by_machine[(machine_type, location)] = by_machine.get((machine_type, location), 0) + attempt.preemptions
-            prices = Prices.find(machine_type, location)
-            if prices is None:
+            # Every replica of every pool is a VM billed at its own machine's price.
+            found = {pool_machine: Prices.find(pool_machine, location) for pool_machine, _ in view.layout}
+            prices_of = {m: p for m, p in found.items() if p is not None}
+            if not found or len(prices_of) < len(found):
                 if attempt.start is not None:
-                    unpriced.add(f"{machine_type} in {location}")
+                    unpriced.update(
+                        f"{m} in {location}" for m in sorted(found.keys() - prices_of.keys()) or [machine_type]
+                    )
                 continue
-            priced[f"{machine_type}/{location}"] = prices
-            on_demand_rate = prices.on_demand_per_hour * replicas
+            priced.update({f"{m}/{location}": p for m, p in prices_of.items()})
+            on_demand_rate = sum(prices_of[m].on_demand_per_hour * replicas for m, replicas in view.layout)
+            rate = sum(prices_of[m].per_hour(attempt.strategy) * replicas for m, replicas in view.layout)
             if seconds_per_step and attempt.runs:
                 hours = sum(run.steps for run in attempt.runs) * seconds_per_step / 3600.0
             else:
                 begin = _first_time(attempt.raw, "started_at", "created_at")
                 end = attempt.end or (now if begin and not attempt.get("outcome") else begin)
                 hours = max(0.0, (end - begin).total_seconds() / 3600.0) if begin and end else 0.0
-            spot += hours * prices.per_hour(attempt.strategy) * replicas
+            spot += hours * rate
             request_on_demand_hours += hours
         if on_demand_rate is None:
             continue

@@ -575,6 +575,50 @@ def test_the_first_attempt_is_placed_where_the_fleet_saw_spot_capacity(harness: 
     assert attempt.placed.startswith("cheapest expected cost") and "$14.85/h" in attempt.placed
 
 
+def test_a_requeued_attempt_of_two_worker_pools_keeps_every_pool_replica_machine_and_accelerator(
+    harness: Harness,
+) -> None:
+    # issue 44: a re-queue, a move or a deadline switch changes where and how an attempt runs,
+    # never the layout: the primary and both workers, each on its machine with its GPU.
+    job = json.loads(load_event("requests/bare_docs.json"))
+    pools = job["jobSpec"]["workerPoolSpecs"]
+    pools.append({**pools[0], "replicaCount": 2})
+    body = {"request_id": "r1", "custom_job": job, "fallback": {"after_spot_attempts": 1, "strategy": "STANDARD"}}
+    harness.deliver(json.dumps(body).encode())
+
+    def requeued(current: RequestRecord | None) -> RequestRecord:
+        current.attempt(1).outcome = "requeued"
+        current.status = RequestStatus.REQUEUED
+        current.requeue = Requeue(2, "us-central1", "STANDARD", "preempted", decided_at="t", message_id="m")
+        return current
+
+    stored = harness.ledger.update("r1", requeued)
+    message = {**stored.request, "attempt": 2, "location": "us-central1"}
+    harness.deliver(json.dumps(message).encode(), message_id="m-requeue", request_id="r1", **REQUEUE_ATTRIBUTES)
+
+    def layout(created: CustomJob) -> list[tuple[str, str, int, int]]:
+        return [
+            (
+                p.machine_spec.machine_type,
+                p.machine_spec.accelerator_type.name,
+                p.machine_spec.accelerator_count,
+                p.replica_count,
+            )
+            for p in created.job_spec.worker_pool_specs
+        ]
+
+    jobs = {j.labels[LABEL_ATTEMPT]: j for j in harness.jobs_for("r1")}
+    assert jobs["2"].job_spec.scheduling.strategy == 3  # STANDARD
+    assert (
+        layout(jobs["1"])
+        == layout(jobs["2"])
+        == [
+            ("a2-highgpu-1g", "NVIDIA_TESLA_A100", 1, 1),
+            ("a2-highgpu-1g", "NVIDIA_TESLA_A100", 1, 2),
+        ]
+    )
+
+
 def test_a_requeue_is_placed_from_the_fleet_estimate_not_only_the_failover_order(harness: Harness) -> None:
     harness.deliver(envelope(custom_job=H100_JOB, locations=["us-central1", "us-east4"]))
     # Attempt 1 was preempted in us-central1 (the re-queue plans it there again); meanwhile the
@@ -647,6 +691,23 @@ def test_invalid_requests_are_acknowledged_alerted_and_create_nothing(
     assert alert.details["message_id"] == "m-9"
     [line] = harness.log_lines("invalid_request")
     assert line["severity"] == "ERROR" and line["violations"] == alert.details["violations"]
+
+
+def test_a_request_over_the_replica_cap_is_alerted_naming_it_and_creates_nothing(harness: Harness) -> None:
+    # issue 44: 1 primary + 8 workers, each pool within its own ceiling, 9 VMs in all.
+    job = json.loads(load_event("requests/bare_docs.json"))
+    pools = job["jobSpec"]["workerPoolSpecs"]
+    pools.append({**pools[0], "replicaCount": 8})
+    outcome = harness.deliver(json.dumps({"request_id": "r9", "custom_job": job}).encode(), message_id="m-9")
+
+    assert outcome.result == SubmitResult.INVALID
+    assert harness.vertex.creates == 0 and harness.ledger.list_statuses()[0] == []
+    [alert] = harness.alerts
+    assert (alert.kind, alert.request_id) == ("invalid_request", "r9")
+    assert alert.details["violations"] == [
+        "custom_job.jobSpec.workerPoolSpecs: asks for 9 replicas in all (every pool); "
+        "at most 8 per job (SPOTJOBS_MAX_REPLICAS_PER_JOB)"
+    ]
 
 
 def test_a_rejection_is_alerted_once_however_often_its_message_is_delivered(harness: Harness) -> None:

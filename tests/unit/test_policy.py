@@ -143,8 +143,8 @@ RULES: list[tuple[str, Callable[[dict[str, Any]], Any], str | None]] = [
     ),
     (
         "a second pool is checked too",
-        lambda j: j["jobSpec"]["workerPoolSpecs"].append({**copy.deepcopy(pool(j)), "replicaCount": "9"}),
-        "custom_job.jobSpec.workerPoolSpecs[1].replicaCount: is 9; at most 4 per pool",
+        lambda j: j["jobSpec"]["workerPoolSpecs"].append({**copy.deepcopy(pool(j)), "replicaCount": "5"}),
+        "custom_job.jobSpec.workerPoolSpecs[1].replicaCount: is 5; at most 4 per pool",
     ),
     (
         "listed service account",
@@ -248,6 +248,7 @@ def test_every_policy_violation_is_reported_at_once_with_envelope_limits() -> No
         "custom_job.jobSpec.workerPoolSpecs[0].machineSpec.machineType",
         "custom_job.jobSpec.workerPoolSpecs[0].replicaCount",
         "custom_job.jobSpec.workerPoolSpecs[0].containerSpec.imageUri",
+        "custom_job.jobSpec.workerPoolSpecs",  # 99 replicas in all
         "custom_job.jobSpec.workerPoolSpecs",  # 99 accelerators in all
         "max_attempts",
         "checkpoints.keep_last",
