@@ -82,8 +82,8 @@ class Workload:
             return ("hang", 0) if roll < 0.7 else ("succeed", rng.choice((0, 1)))
         if roll < 0.5:
             return "succeed", 0
-        if roll < 0.7:
-            return "succeed", rng.randint(1, 3)
+        if roll < 0.7:  # Vertex restarts a preempted job up to six times (the storm threshold among them)
+            return "succeed", rng.randint(1, 6)
         if roll < 0.8:
             return "stockout", 0
         if roll < 0.9:
