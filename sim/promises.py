@@ -431,6 +431,28 @@ def trigger_states_unreadable(world: World) -> list[Expected]:
     ]
 
 
+def strays_cancelled(world: World) -> list[Expected]:
+    """`stray_job`: the code cancelled a live job of a request (`SimVertex.cancels`) that no attempt
+    of the request's record names, the record readable or deleted by a person; not a request an
+    operator cancelled (its late job gets no alert: its cancel asked it to stop). A move's or a
+    deadline switch's cancel is of the job its attempt records, so it owes nothing."""
+    cancelled = cancelled_by_operator(world)
+    by_id = {r.request_id: r for r in records(world)}
+    out: dict[str, Expected] = {}
+    for name, caller in world.vertex.cancels:
+        job = world.vertex.jobs.get(name)
+        if job is None or caller == "operator" or job.request_id in cancelled or job.request_id in out:
+            continue
+        record = by_id.get(job.request_id)
+        if record is None and job.request_id not in world.tampering.deleted_records:
+            continue  # unreadable (`ledger_corrupt` is its word) or never written
+        if record is not None and (record.cancel is not None or any(a.job == name for a in record.attempts)):
+            continue
+        why = f"{caller} cancelled its job {name.rsplit('/', 1)[-1]} (attempt {job.attempt}), which its record does not name"
+        out[job.request_id] = Expected(AlertKind.STRAY_JOB, job.request_id, why)
+    return list(out.values())
+
+
 def job_failed_conditions(world: World) -> list[Expected]:
     return jobs_failed(world) + deleted_jobs_failed(world)
 
@@ -449,6 +471,7 @@ CONDITIONS: dict[AlertKind, Callable[[World], list[Expected]]] = {
     AlertKind.LOOKUP_FAILED: lookups_refused,
     AlertKind.LEDGER_CORRUPT: records_unreadable,
     AlertKind.TRIGGER_CORRUPT: trigger_states_unreadable,
+    AlertKind.STRAY_JOB: strays_cancelled,
 }
 # A report of what was deleted may come in a later prune run's (at least once): judged after retention.
 JUDGED_AFTER_RETENTION = frozenset({AlertKind.PRUNE_REPORT, AlertKind.LEDGER_CORRUPT, AlertKind.TRIGGER_CORRUPT})
@@ -459,8 +482,6 @@ NOT_CHECKED: dict[AlertKind, str] = {
     AlertKind.TRIGGER_FAILED: "the world's trigger definitions always render, validate and publish",
     AlertKind.DEADLINE_AT_RISK: "its condition is the rule's own estimate (committed steps as the ledger "
     "saw them, the fleet's changeover): no ground truth; `deadlines_met` judges the outcome",
-    AlertKind.STRAY_JOB: "which cancel was the stray sweep's is not kept by the world (a second job of an "
-    "attempt may also be adopted or end alone); `no_unknown_live_job` checks strays end",
     AlertKind.CLAIM_STALLED: "which re-publish was reconcile's (not a drainer's or a re-queue's) is not kept "
     "by the world; `nothing_stuck_silently` requires a word for a claim that never got a job",
     AlertKind.LEDGER_MISSING: "a person deletes ledger records (`sim.faults`), but the alert needs a replayed "

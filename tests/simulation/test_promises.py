@@ -171,6 +171,33 @@ def test_what_vertex_let_nobody_read_is_owed_as_a_lookup_failed_not_as_what_it_h
     assert catalogue(world, AlertKind.LOOKUP_FAILED) == []
 
 
+def test_a_stray_cancelled_without_its_alert_is_caught(world: World) -> None:
+    """The stray sweep's cancel is kept by the world (`SimVertex.cancels`): a job its record does not
+    name, cancelled by the code, owes `stray_job` (defect 6: its alert lost after the cancel)."""
+    followed, stray = job(world, "r1", 1), job(world, "r1", 1)
+    restore(world, "r1", RequestStatus.RUNNING, attempt_of(followed))
+    world.vertex.caller = lambda: "reconcile"
+    world.vertex.cancel_custom_job(followed.name)  # a move's cancel: of the job its attempt records
+    assert catalogue(world, AlertKind.STRAY_JOB) == []
+
+    world.vertex.cancel_custom_job(stray.name)
+
+    [found] = catalogue(world, AlertKind.STRAY_JOB)
+    assert found.startswith("no stray_job alert for r1: reconcile cancelled its job")
+    publish_alert(world, AlertKind.STRAY_JOB, "r1")
+    assert catalogue(world, AlertKind.STRAY_JOB) == []
+
+
+def test_a_stray_of_a_request_an_operator_cancelled_owes_nothing(world: World) -> None:
+    followed, stray = job(world, "r1", 1), job(world, "r1", 2)
+    restore(world, "r1", RequestStatus.RUNNING, attempt_of(followed))
+    world.vertex.caller = lambda: "on_job_event"
+    world.vertex.cancel_custom_job(stray.name)
+    assert len(catalogue(world, AlertKind.STRAY_JOB)) == 1
+    world.creates_before_cancel["r1"] = 1
+    assert catalogue(world, AlertKind.STRAY_JOB) == []
+
+
 def test_a_job_waiting_past_the_bound_without_its_alert_is_caught(world: World) -> None:
     waiting = job(world, "r1", 1, "JOB_STATE_PENDING")
     world.clock.advance(world.settings.stuck_after_seconds)
