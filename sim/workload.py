@@ -328,6 +328,19 @@ def with_cancels(workload: Workload) -> Workload:
     return workload
 
 
+def with_crud_budget(workload: Workload) -> Workload:
+    """A deployment that gives reconcile a small share of Vertex's CRUD quota (it shares the quota
+    with other tools): a pass's budget of a few calls a minute, which lookups it does not need
+    could spend before the requests that need one. Drawn from a generator of its own, so every
+    other draw of the seed stays as it was."""
+    rng = random.Random(f"{workload.seed_text}:crud")
+    if rng.random() < 0.25:
+        workload.env["SPOTJOBS_VERTEX_CRUD_PER_MINUTE"] = str(rng.choice((20, 60)))
+        workload.env["SPOTJOBS_RECONCILE_CRUD_SHARE"] = str(rng.choice((0.25, 0.5)))
+        workload.settings = Settings.from_env(workload.env)
+    return workload
+
+
 def with_locations(workload: Workload) -> Workload:
     """Placement's world (docs/placement.md): some GPU requests are H100s allowed in two or more
     locations, and Spot has outages per location (a job waits PENDING through one), so attempts
