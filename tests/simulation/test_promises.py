@@ -330,6 +330,36 @@ def test_a_deadline_missed_after_a_changeover_past_the_bound_is_excused(world: W
     assert promises.deadlines_met(world) == []
 
 
+def test_a_deadline_missed_after_a_slow_switch_is_excused(world: World) -> None:
+    """A changeover runs from a decision to the next instance's first progress (docs/deadlines.md):
+    a Spot job the code cancelled to switch, then the on-demand job's create and start, longer than
+    d in all, breaks the rule's assumption though each job's own wait was short (seed 24)."""
+    d = world.settings.changeover_prior_seconds
+    spot = job(world, "r1", 1, "JOB_STATE_CANCELLED")
+    world.clock.advance(60)
+    on_demand = job(world, "r1", 2, "JOB_STATE_SUCCEEDED", strategy="STANDARD")
+    on_demand.create_time += timedelta(seconds=d)  # the cancel's delay and the create's wait
+    on_demand.start_time = on_demand.create_time + timedelta(seconds=60)
+    on_demand.end_time = on_demand.start_time + timedelta(seconds=600)
+    deadline = spot.create_time + timedelta(seconds=1900)
+    restore(
+        world,
+        "r1",
+        RequestStatus.SUCCEEDED,
+        attempt_of(spot),
+        attempt_of(on_demand),
+        deadline=deadline.isoformat(),
+        total_steps=100,
+        expected_step_seconds=6.0,
+    )
+    world.clock.advance(7200)
+    [found] = promises.deadlines_met(world)  # nobody cancelled the Spot job: the rule's own wait
+    assert "r1 (work 600 s" in found.detail
+
+    world.vertex.cancels.append((spot.create_time + timedelta(seconds=60), spot.name, "reconcile"))
+    assert promises.deadlines_met(world) == []
+
+
 def test_a_deadline_infeasible_from_the_start_is_excused(world: World) -> None:
     deadline_request(world, changeover=10, ran=600, hours=0.1)  # 600 s of work + d > 360 s
     assert promises.deadlines_met(world) == []
