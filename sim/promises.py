@@ -173,16 +173,21 @@ def preemptions_seen_indexed(world: World, job: SimJob) -> int:
     return len(seen)
 
 
+def never_named_for_a_refused_lookup(world: World) -> set[tuple[str, int]]:
+    """(request, attempt) of claims whose job the record never named because reconcile's look-up
+    was refused for good (a 403 on list): nothing is decided on the job's lines or its end, and
+    `lookup_failed` is the word owed (seed 118: a storm, and a failed job, of such a claim)."""
+    unlooked = set(refused_for_good(world, "list", ("reconcile",)))
+    return {(r.request_id, a.n) for r in records(world) if r.request_id in unlooked for a in r.attempts if not a.job}
+
+
 def preemption_storms(world: World) -> list[Expected]:
     """`preemption_storm`: Vertex preempted an attempt's job `preemption_storm_threshold` times or
     more, announced once the job was indexed (`preemptions_seen_indexed`), and its lines could be
     read (`reads_refused`, and a claim whose look-up Vertex refused for good never names its job)."""
     threshold = world.settings.preemption_storm_threshold
     cancelled = cancelled_by_operator(world)
-    # A claim whose job the record never named because reconcile's look-up was refused for good:
-    # nothing can be decided on the job's lines, and `lookup_failed` is the word owed (seed 118).
-    unlooked = set(refused_for_good(world, "list", ("reconcile",)))
-    named = {(r.request_id, a.n) for r in records(world) for a in r.attempts if a.job}
+    unnamed = never_named_for_a_refused_lookup(world)
     return [
         Expected(
             AlertKind.PREEMPTION_STORM,
@@ -194,7 +199,7 @@ def preemption_storms(world: World) -> list[Expected]:
         if job.restarts >= threshold
         and (seen := preemptions_seen_indexed(world, job)) >= threshold
         and job.request_id not in cancelled
-        and (job.request_id not in unlooked or (job.request_id, job.attempt) in named)
+        and (job.request_id, job.attempt) not in unnamed
         and not reads_refused(world, job, hiding_its_end=False)
     ]
 
@@ -207,6 +212,7 @@ def attempts_exhausted(world: World) -> list[Expected]:
     """`attempts_exhausted`: the job of the last attempt (`max_attempts`) failed with a stockout."""
     cancelled = cancelled_by_operator(world)
     last = {r.request_id: max_attempts_of(world, r) for r in records(world)}
+    unnamed = never_named_for_a_refused_lookup(world)
     return [
         Expected(AlertKind.ATTEMPTS_EXHAUSTED, job.request_id, f"attempt {job.attempt}'s job stocked out")
         for job in only_jobs(world)
@@ -214,6 +220,7 @@ def attempts_exhausted(world: World) -> list[Expected]:
         and job.request_id in last
         and job.attempt >= last[job.request_id]
         and job.request_id not in cancelled
+        and (job.request_id, job.attempt) not in unnamed
         and not reads_refused(world, job, hiding_its_end=True)
     ]
 
@@ -221,11 +228,13 @@ def attempts_exhausted(world: World) -> list[Expected]:
 def jobs_failed(world: World) -> list[Expected]:
     """`job_failed`: an attempt's job failed for another reason than capacity (the trainer's error)."""
     cancelled = cancelled_by_operator(world)
+    unnamed = never_named_for_a_refused_lookup(world)
     return [
         Expected(AlertKind.JOB_FAILED, job.request_id, f"attempt {job.attempt}'s job failed: {USER_ERROR['message']}")
         for job in only_jobs(world)
         if job.error == USER_ERROR
         and job.request_id not in cancelled
+        and (job.request_id, job.attempt) not in unnamed
         and not reads_refused(world, job, hiding_its_end=True)
     ]
 

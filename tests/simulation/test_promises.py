@@ -145,6 +145,18 @@ def test_a_failed_job_without_its_alert_is_caught(world: World) -> None:
     assert catalogue(world, AlertKind.JOB_FAILED) == []
 
 
+def test_a_failed_job_its_claim_never_named_for_a_refused_lookup_owes_lookup_failed(world: World) -> None:
+    """Seed 118: the claim's look-up refused for good (a 403 on list), the record never names the
+    job, so nothing decides on its end: `lookup_failed` is the word owed, not `job_failed`."""
+    failed = job(world, "r1", 1, "JOB_STATE_FAILED")
+    failed.error = USER_ERROR
+    restore(world, "r1", RequestStatus.CLAIMED, Attempt(1, "us-central1", "SPOT", claimed_at="2026-03-02T08:00:00Z"))
+    assert len(catalogue(world, AlertKind.JOB_FAILED)) == 1
+    world.vertex.refused.append(Refused(world.clock.now(), "list", "us-central1", "r1", 403, "reconcile"))
+    assert catalogue(world, AlertKind.JOB_FAILED) == []
+    assert len(catalogue(world, AlertKind.LOOKUP_FAILED)) == 1
+
+
 def test_what_vertex_let_nobody_read_is_owed_as_a_lookup_failed_not_as_what_it_hid(world: World) -> None:
     """A get permission removed in a job's location (`forbidden`): on_job_event cannot read the
     job before it counts a preemption, nor anyone its end; `lookup_failed` is the word owed (seed 167)."""
