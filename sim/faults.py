@@ -19,7 +19,12 @@ generators of their own), so a seed without it keeps every other draw it had.
 - `two_file_stems`: the torch layout saves two files per stem (`ckpt-000400.pt` and
   `ckpt-000400.optim.pt`), a cut save torn between them (`sim.trainer`);
 - `absurd_lines`: a job writes lines about its own attempt, signed with its own key, that no run
-  could write (`run=999`, `step=10**15`, negative numbers, times far in the future).
+  could write (`run=999`, `step=10**15`, negative numbers, times far in the future);
+- `aftershocks` (a transient fault, drawn from a generator of its own): after a call the code
+  cannot take back (`IRREVOCABLE`: a Vertex create or cancel, a GCS delete), a handler's next call
+  (`next_call`) or its next publish (`next_publish`: an alert, a run's report) fails, once per
+  message, in the faulty phase and in every later phase's prune runs: the window where what the
+  effect owes (its record, its alert, its report) may be lost.
 
 The world keeps what these did (`Tampering`), so that an invariant excuses exactly the requests
 a fault touched, naming the fault, and the alert catalogue expects the alert the fault calls for.
@@ -50,6 +55,11 @@ RATES = {
     "absurd_lines": 0.08,
 }
 FORBIDDEN_CALLS = ("get", "list", "cancel", "create")
+# Calls whose effect stays whatever happens next, and what an aftershock hits after one.
+IRREVOCABLE = frozenset({("vertex", "create"), ("vertex", "cancel"), ("gcs", "delete")})
+AFTERSHOCK_RATE = 0.3
+AFTERSHOCK_TARGETS = ("next_call", "next_publish")
+AFTERSHOCK_KINDS = ("crash_before", "unavailable", "lost")
 # How a document may be written in a shape the code does not expect.
 SHAPES = ("not_json", "truncated", "list", "field_null", "field_other_type", "future_version", "past_layout")
 # Shapes another version of spotjobs writes (through its store, metadata and all); a person
@@ -98,6 +108,7 @@ class PermanentFaults:
     bad_requests: frozenset[str] = frozenset()
     changeovers: dict[str, Changeover] = field(default_factory=dict)
     two_file_stems: bool = False
+    aftershock: str | None = None  # one of AFTERSHOCK_TARGETS
 
 
 @dataclass
@@ -125,6 +136,10 @@ def draw(seed: int, workload: Workload) -> PermanentFaults:
     kinds = frozenset(kind for kind, rate in RATES.items() if rng.random() < rate)
     span = workload.duration.total_seconds()
     plan = PermanentFaults(kinds=kinds, two_file_stems="two_file_stems" in kinds)
+    shocks = random.Random(f"{seed}:faults:aftershocks")  # its own: every other draw stays as it was
+    if shocks.random() < AFTERSHOCK_RATE:
+        plan.aftershock = shocks.choice(AFTERSHOCK_TARGETS)
+        plan.kinds = kinds | {"aftershocks"}
     if "forbidden" in kinds:
         since = start + timedelta(seconds=rng.uniform(0, span))
         fixed = rng.choice((None, 600.0, 7200.0))

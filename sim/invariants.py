@@ -252,6 +252,48 @@ def alerts_not_per_redelivery(world: World) -> list[Violation]:
     ]
 
 
+def permanent_errors(entry: dict[str, Any]) -> tuple[str, ...]:
+    """A prune report's errors for one request that a redelivery would meet again: each is
+    `what: ExceptionType: message` (shared/pruning/report.py), and the type says which."""
+    from shared.errors import _retryable_api_exceptions  # noqa: PLC2701 - the product's own split
+
+    retryable = {cls.__name__ for cls in _retryable_api_exceptions()} | {"TransientError", "SimCrash"}
+    errors = entry.get("errors") if isinstance(entry.get("errors"), list) else []
+    return tuple(sorted(e for e in errors if isinstance(e, str) and _error_type(e) not in retryable))
+
+
+def _error_type(error: str) -> str:
+    parts = error.split(": ")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def errors_alerted_once(world: World) -> list[Violation]:
+    """One condition raises its ERROR once across runs: a prune run's report names a request's
+    permanent errors (ERROR: someone must act), and another run's report (a prune message of its own,
+    `World.alert_origins`) naming the same request with the same permanent errors and nothing
+    deleted from it says nothing new: every hourly run would say it again. Where the docs say a run
+    report repeats, it may: a redelivered run publishes its report again, and what earlier runs
+    deleted and could not report comes in a later one's (`unreported_earlier`, not read here)."""
+    runs: dict[tuple[str, tuple[str, ...]], set[str]] = collections.defaultdict(set)
+    for message in world.pubsub.on(world.settings.ops_alerts_topic):
+        alert = message.json()
+        if not isinstance(alert, dict) or alert.get("kind") not in RUN_REPORTS or alert.get("severity") != "ERROR":
+            continue
+        details = alert.get("details") if isinstance(alert.get("details"), dict) else {}
+        for entry in details.get("requests") or []:
+            if isinstance(entry, dict) and not entry.get("objects_deleted") and (errors := permanent_errors(entry)):
+                runs[(str(entry.get("request_id")), errors)].add(world.alert_origins.get(message.message_id, ""))
+    return [
+        violation(
+            "errors_alerted_once",
+            f"{len(origins)} prune runs reported the same permanent errors for {request_id}, nothing deleted "
+            f"from it: {errors[0][:160]}",
+        )
+        for (request_id, errors), origins in runs.items()
+        if len(origins) > 1
+    ]
+
+
 def resumes_from_newest_complete(world: World) -> list[Violation]:
     """Every run of a job (a new attempt, a restart, a resubmitted request's first) resumes from
     the newest checkpoint that finished whole in its own request's folder, as the simulator wrote
@@ -642,8 +684,9 @@ QUIESCENCE: list[Callable[[World], list[Violation]]] = [
     alerts_at_least_once,
     alerts_not_per_redelivery,
     newest_complete_kept_while_unfinished,
+    errors_alerted_once,
 ]
-RETENTION: list[Callable[[World], list[Violation]]] = [bounded_state]
+RETENTION: list[Callable[[World], list[Violation]]] = [bounded_state, errors_alerted_once]
 CHECKS = {"step": STEP, "quiescence": QUIESCENCE, "retention": RETENTION}
 
 

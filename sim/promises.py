@@ -146,20 +146,60 @@ def reads_refused(world: World, job: SimJob, *, hiding_its_end: bool) -> bool:
     return False
 
 
+def preemptions_seen_indexed(world: World, job: SimJob) -> int:
+    """How many of the job's preemptions Vertex announced (its service lines: the only evidence the
+    simulated trainer leaves, docs/signals.md "rich Vertex signals") after the ledger indexed the
+    job (`jobs/<job_id>.json`). A line of a job not indexed yet is a foreign job's by the product's
+    rule (shared/observe.py): a claim whose create's answer was lost is indexed only once reconcile
+    adopts it, maybe after every restart (seeds 38, 118, 133 with up to six preemptions). A kit
+    line has a retry for that window, and `run_started` recounts earlier runs; the simulated
+    trainer writes none, so this is what the product could have counted."""
+    from shared.ledger.store import JOBS_PREFIX
+
+    job_id = job.name.rsplit("/", 1)[-1]
+    index = world.storage.objects(world.settings.state_bucket).get(f"{JOBS_PREFIX}{job_id}.json")
+    if index is None:
+        return 0
+    seen = set()  # insertIds: a message delivered twice is one line
+    for message in world.pubsub.on(world.settings.job_events_topic):
+        if message.message_id in world.hostile:
+            continue
+        entry = message.json()
+        if not isinstance(entry, dict) or "was preempted" not in str(entry.get("textPayload")):
+            continue
+        labels = (entry.get("resource") or {}).get("labels") or {}
+        if labels.get("job_id") == job_id and message.publish_time >= index.time_created:
+            seen.add(entry.get("insertId"))
+    return len(seen)
+
+
+def never_named_for_a_refused_lookup(world: World) -> set[tuple[str, int]]:
+    """(request, attempt) of claims whose job the record never named because reconcile's look-up
+    was refused for good (a 403 on list): nothing is decided on the job's lines or its end, and
+    `lookup_failed` is the word owed (seed 118: a storm, and a failed job, of such a claim)."""
+    unlooked = set(refused_for_good(world, "list", ("reconcile",)))
+    return {(r.request_id, a.n) for r in records(world) if r.request_id in unlooked for a in r.attempts if not a.job}
+
+
 def preemption_storms(world: World) -> list[Expected]:
     """`preemption_storm`: Vertex preempted an attempt's job `preemption_storm_threshold` times or
-    more, and its lines could be read (`reads_refused`)."""
+    more, announced once the job was indexed (`preemptions_seen_indexed`), and its lines could be
+    read (`reads_refused`, and a claim whose look-up Vertex refused for good never names its job)."""
     threshold = world.settings.preemption_storm_threshold
     cancelled = cancelled_by_operator(world)
+    unnamed = never_named_for_a_refused_lookup(world)
     return [
         Expected(
             AlertKind.PREEMPTION_STORM,
             job.request_id,
-            f"attempt {job.attempt}'s job was preempted {job.restarts} times (threshold {threshold})",
+            f"attempt {job.attempt}'s job was preempted {job.restarts} times, {seen} of them announced "
+            f"after its index was written (threshold {threshold})",
         )
         for job in only_jobs(world)
         if job.restarts >= threshold
+        and (seen := preemptions_seen_indexed(world, job)) >= threshold
         and job.request_id not in cancelled
+        and (job.request_id, job.attempt) not in unnamed
         and not reads_refused(world, job, hiding_its_end=False)
     ]
 
@@ -172,6 +212,7 @@ def attempts_exhausted(world: World) -> list[Expected]:
     """`attempts_exhausted`: the job of the last attempt (`max_attempts`) failed with a stockout."""
     cancelled = cancelled_by_operator(world)
     last = {r.request_id: max_attempts_of(world, r) for r in records(world)}
+    unnamed = never_named_for_a_refused_lookup(world)
     return [
         Expected(AlertKind.ATTEMPTS_EXHAUSTED, job.request_id, f"attempt {job.attempt}'s job stocked out")
         for job in only_jobs(world)
@@ -179,6 +220,7 @@ def attempts_exhausted(world: World) -> list[Expected]:
         and job.request_id in last
         and job.attempt >= last[job.request_id]
         and job.request_id not in cancelled
+        and (job.request_id, job.attempt) not in unnamed
         and not reads_refused(world, job, hiding_its_end=True)
     ]
 
@@ -186,11 +228,13 @@ def attempts_exhausted(world: World) -> list[Expected]:
 def jobs_failed(world: World) -> list[Expected]:
     """`job_failed`: an attempt's job failed for another reason than capacity (the trainer's error)."""
     cancelled = cancelled_by_operator(world)
+    unnamed = never_named_for_a_refused_lookup(world)
     return [
         Expected(AlertKind.JOB_FAILED, job.request_id, f"attempt {job.attempt}'s job failed: {USER_ERROR['message']}")
         for job in only_jobs(world)
         if job.error == USER_ERROR
         and job.request_id not in cancelled
+        and (job.request_id, job.attempt) not in unnamed
         and not reads_refused(world, job, hiding_its_end=True)
     ]
 
@@ -396,6 +440,28 @@ def trigger_states_unreadable(world: World) -> list[Expected]:
     ]
 
 
+def strays_cancelled(world: World) -> list[Expected]:
+    """`stray_job`: the code cancelled a live job of a request (`SimVertex.cancels`) that no attempt
+    of the request's record names, the record readable or deleted by a person; not a request an
+    operator cancelled (its late job gets no alert: its cancel asked it to stop). A move's or a
+    deadline switch's cancel is of the job its attempt records, so it owes nothing."""
+    cancelled = cancelled_by_operator(world)
+    by_id = {r.request_id: r for r in records(world)}
+    out: dict[str, Expected] = {}
+    for _, name, caller in world.vertex.cancels:
+        job = world.vertex.jobs.get(name)
+        if job is None or caller == "operator" or job.request_id in cancelled or job.request_id in out:
+            continue
+        record = by_id.get(job.request_id)
+        if record is None and job.request_id not in world.tampering.deleted_records:
+            continue  # unreadable (`ledger_corrupt` is its word) or never written
+        if record is not None and (record.cancel is not None or any(a.job == name for a in record.attempts)):
+            continue
+        why = f"{caller} cancelled its job {name.rsplit('/', 1)[-1]} (attempt {job.attempt}), which its record does not name"
+        out[job.request_id] = Expected(AlertKind.STRAY_JOB, job.request_id, why)
+    return list(out.values())
+
+
 def job_failed_conditions(world: World) -> list[Expected]:
     return jobs_failed(world) + deleted_jobs_failed(world)
 
@@ -414,6 +480,7 @@ CONDITIONS: dict[AlertKind, Callable[[World], list[Expected]]] = {
     AlertKind.LOOKUP_FAILED: lookups_refused,
     AlertKind.LEDGER_CORRUPT: records_unreadable,
     AlertKind.TRIGGER_CORRUPT: trigger_states_unreadable,
+    AlertKind.STRAY_JOB: strays_cancelled,
 }
 # A report of what was deleted may come in a later prune run's (at least once): judged after retention.
 JUDGED_AFTER_RETENTION = frozenset({AlertKind.PRUNE_REPORT, AlertKind.LEDGER_CORRUPT, AlertKind.TRIGGER_CORRUPT})
@@ -424,8 +491,6 @@ NOT_CHECKED: dict[AlertKind, str] = {
     AlertKind.TRIGGER_FAILED: "the world's trigger definitions always render, validate and publish",
     AlertKind.DEADLINE_AT_RISK: "its condition is the rule's own estimate (committed steps as the ledger "
     "saw them, the fleet's changeover): no ground truth; `deadlines_met` judges the outcome",
-    AlertKind.STRAY_JOB: "which cancel was the stray sweep's is not kept by the world (a second job of an "
-    "attempt may also be adopted or end alone); `no_unknown_live_job` checks strays end",
     AlertKind.CLAIM_STALLED: "which re-publish was reconcile's (not a drainer's or a re-queue's) is not kept "
     "by the world; `nothing_stuck_silently` requires a word for a claim that never got a job",
     AlertKind.LEDGER_MISSING: "a person deletes ledger records (`sim.faults`), but the alert needs a replayed "
@@ -521,7 +586,8 @@ def deadlines_met(world: World) -> list[Violation]:
     the rule's assumptions held (docs/deadlines.md, "Why no deadline is missed"): on-demand from its
     creation could meet it (C + d <= R, d the rule's floor `changeover_prior_seconds`), every
     changeover Vertex imposed (create to RUNNING, or from a create the GPU quota turned away to its
-    attempt's job running: on-demand was not there) was within d, no job failed, hung or was
+    attempt's job running: on-demand was not there, or from the code's cancel of a job to the next
+    one running: `_switched_slowly`) was within d, no job failed, hung or was
     preempted on on-demand, no job ran longer than the work declared (C), and nobody cancelled it.
     A request whose deadline has not passed yet, or that ended without succeeding for its own
     reasons, is not judged."""
@@ -551,7 +617,7 @@ def deadlines_met(world: World) -> list[Violation]:
         own = jobs[record.request_id]
         if any(j.state == "JOB_STATE_SUCCEEDED" and j.end_time and j.end_time <= deadline for j in own):
             continue
-        if _broke_the_rules_assumptions(own, d, work, now):
+        if _broke_the_rules_assumptions(own, d, work, now) or _switched_slowly(world, own, d, now):
             continue
         started = {j.attempt: j.start_time for j in sorted(own, key=lambda j: j.create_time) if j.start_time}
         if any(((started.get(n) or now) - at).total_seconds() > d for n, at in quota_waits[record.request_id].items()):
@@ -566,6 +632,22 @@ def deadlines_met(world: World) -> list[Violation]:
             )
         )
     return out
+
+
+def _switched_slowly(world: World, jobs: list[SimJob], d: float, now: datetime) -> bool:
+    """A changeover runs "from a decision to the next instance's first progress" (docs/deadlines.md):
+    from the code's cancel of a job (a switch or a move) to the next job's RUNNING, through the
+    cancel's own delay and the next create's wait for the quota; longer than d breaks the rule's
+    assumption (seed 24: a switch to on-demand whose Spot job took its time to cancel)."""
+    cancelled_at: dict[str, datetime] = {}
+    for at, name, caller in world.vertex.cancels:
+        if caller != "operator":
+            cancelled_at.setdefault(name, at)
+    ordered = sorted(jobs, key=lambda j: j.create_time)
+    return any(
+        before.name in cancelled_at and ((after.start_time or now) - cancelled_at[before.name]).total_seconds() > d
+        for before, after in zip(ordered, ordered[1:])
+    )
 
 
 def gpu_quota_waits(world: World) -> dict[str, dict[int, datetime]]:

@@ -151,6 +151,9 @@ class SimVertex:
         self.changeover_rng: Any = None
         self.caller: Callable[[], str] = lambda: "test"
         self.refused: list[Refused] = []
+        # The cancels the code sent that Vertex took (when, job name, the caller): the stray sweep's,
+        # a move's and a deadline switch's among them.
+        self.cancels: list[tuple[datetime, str, str]] = []
         self._calls: dict[tuple[str, str], collections.deque[datetime]] = collections.defaultdict(collections.deque)
 
     def __call__(self, location: str) -> SimVertex:
@@ -285,6 +288,7 @@ class SimVertex:
             if job.state in TERMINAL_STATES:
                 raise api.FailedPrecondition(f"{name} has ended")
             self._cancel(job)
+            self.cancels.append((self.clock(), name, self.caller()))
 
         self.io("vertex", "cancel", perform)
 

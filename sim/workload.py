@@ -82,8 +82,8 @@ class Workload:
             return ("hang", 0) if roll < 0.7 else ("succeed", rng.choice((0, 1)))
         if roll < 0.5:
             return "succeed", 0
-        if roll < 0.7:
-            return "succeed", rng.randint(1, 3)
+        if roll < 0.7:  # Vertex restarts a preempted job up to six times (the storm threshold among them)
+            return "succeed", rng.randint(1, 6)
         if roll < 0.8:
             return "stockout", 0
         if roll < 0.9:
@@ -325,6 +325,19 @@ def with_cancels(workload: Workload) -> Workload:
             at = published_at + timedelta(seconds=rng.choice((0, 5, 60, 600, rng.uniform(0, 7200))))
             run = functools.partial(cancel_request, request_id=request_id)
             workload.operations.append(Operation(at, f"cancel {request_id}", run))
+    return workload
+
+
+def with_crud_budget(workload: Workload) -> Workload:
+    """A deployment that gives reconcile a small share of Vertex's CRUD quota (it shares the quota
+    with other tools): a pass's budget of a few calls a minute, which lookups it does not need
+    could spend before the requests that need one. Drawn from a generator of its own, so every
+    other draw of the seed stays as it was."""
+    rng = random.Random(f"{workload.seed_text}:crud")
+    if rng.random() < 0.25:
+        workload.env["SPOTJOBS_VERTEX_CRUD_PER_MINUTE"] = str(rng.choice((20, 60)))
+        workload.env["SPOTJOBS_RECONCILE_CRUD_SHARE"] = str(rng.choice((0.25, 0.5)))
+        workload.settings = Settings.from_env(workload.env)
     return workload
 
 

@@ -38,7 +38,7 @@ from sim.gcs import MemoryStorage
 from sim.pubsub import Delivery, SimPubSub
 from sim.trainer import Trainer
 from sim.vertex import SimJob, SimVertex
-from sim.workload import Workload, generate, with_cancels, with_locations
+from sim.workload import Workload, generate, with_cancels, with_crud_budget, with_locations
 from tests.support.lifecycle import Rule, state_bucket_rules
 
 # After faults stop, everything accepted is settled within this (the longest fate of a job is a
@@ -80,6 +80,8 @@ class Task:
     crashed: bool = False
     faults: int = 0  # faults drawn at its calls so far
     faults_before_call: int = 0
+    shaken: bool = False  # an irrevocable call of it succeeded: an aftershock is due (sim.faults)
+    origin: str = ""  # the message it delivers (a run's redeliveries share it)
     alerts: list[tuple[tuple[Any, ...], int]] = field(default_factory=list)  # (alert, its faults before it)
     runner: Any = None  # the greenlet
 
@@ -169,6 +171,7 @@ class World:
     # Per alert (`invariants.alert_key`): publishes that a fault after them, in the same delivery,
     # may have left unconfirmed, so that a later delivery legitimately publishes it once more.
     unconfirmed_alerts: collections.Counter[tuple[Any, ...]] = field(default_factory=collections.Counter)
+    alert_origins: dict[str, str] = field(default_factory=dict)  # alert message id -> the message its task delivered
     # What each invariant read at its last check, where `sim.invariants` checks only what changed.
     checked: dict[str, Any] = field(default_factory=dict)
     # What the out-of-band actors of the permanent faults did (sim.faults): the invariants' excuses.
@@ -177,7 +180,9 @@ class World:
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
         self._fault_rng = random.Random(self.seed * 7919 + 1)
-        self.workload = with_locations(with_cancels(generate(random.Random(self.seed * 104729 + 2))))
+        self._aftershock_rng = random.Random(f"{self.seed}:aftershocks:kinds")
+        self._shaken: set[str] = set()  # messages an aftershock hit
+        self.workload = with_crud_budget(with_locations(with_cancels(generate(random.Random(self.seed * 104729 + 2)))))
         self.settings = self.workload.settings
         self.clock = virtual.VirtualClock(virtual.EPOCH_OF_SIMULATION)
         self.clock.sleep = self._sleep  # type: ignore[method-assign] # a task's sleep lets others run
@@ -277,9 +282,12 @@ class World:
             if self.copy_calls_left == 0:
                 self.note("fault: the resubmit command dies at this copy call")
                 raise SimCrash("the command died while copying")
-        fault = self._draw_fault(task, service, operation)
+        fault = self._draw_aftershock(task, service, operation) or self._draw_fault(task, service, operation)
         if fault is None:
-            return perform()
+            result = perform()
+            if task is not None and (service, operation) in permanent.IRREVOCABLE and self.permanent.aftershock:
+                task.shaken = True
+            return result
         if fault.kind == "crash_before":
             self._crash(fault)
         if fault.kind == "unavailable":
@@ -300,6 +308,21 @@ class World:
         self._current.crashed = True
         raise SimCrash(f"crash {fault.kind} {fault.where}")
 
+    def _draw_aftershock(self, task: Task | None, service: str, operation: str) -> Fault | None:
+        """The transient fault due after an irrevocable call (`sim.faults`, `aftershocks`): once per
+        message, in the faulty phase, and after it in prune runs only."""
+        if task is None or not task.shaken or not task.faulty or self.no_faults or task.origin in self._shaken:
+            return None
+        if self.phase != "faults" and task.name != "prune_checkpoints":
+            return None  # later, only a prune run's: the other handlers' later work is to settle
+        if (service, operation) in permanent.IRREVOCABLE:
+            return None  # the effect goes on (a run deleting object after object): the window is after it
+        if self.permanent.aftershock == "next_publish" and (service, operation) != ("pubsub", "publish"):
+            return None
+        task.shaken = False
+        self._shaken.add(task.origin)  # once per message: its redelivery goes on
+        return self._fault(task, self._aftershock_rng.choice(permanent.AFTERSHOCK_KINDS), service, operation)
+
     def _draw_fault(self, task: Task | None, service: str, operation: str) -> Fault | None:
         if task is None or not task.faulty or self.phase != "faults" or self.no_faults:
             return None
@@ -308,7 +331,9 @@ class World:
         kinds = ["crash_before", "crash_after", "unavailable", "lost"]
         if service == "vertex" and operation != "create":
             kinds.append("too_many_requests")
-        kind = self._fault_rng.choice(kinds)
+        return self._fault(task, self._fault_rng.choice(kinds), service, operation)
+
+    def _fault(self, task: Task, kind: str, service: str, operation: str) -> Fault | None:
         self._fault_count += 1
         task.faults += 1
         if self._fault_count in self.disabled_faults:
@@ -323,6 +348,8 @@ class World:
 
         body = message.json()
         task = self._current
+        if task and message.topic == self.settings.ops_alerts_topic:
+            self.alert_origins[message.message_id] = task.origin
         if task and task.faulty and message.topic == self.settings.ops_alerts_topic and isinstance(body, dict):
             task.alerts.append((alert_key(body), task.faults_before_call))
 
@@ -592,6 +619,7 @@ class World:
         if again:
             self.note(f"pubsub: message {delivery.message.message_id} pushed again while its delivery runs")
         task = Task(delivery.function, lambda: None, faulty=True, whole=whole or before is not None)
+        task.origin = delivery.message.message_id
         task.body = functools.partial(self._handle, task, delivery, own, before)
         self._start(task)
 

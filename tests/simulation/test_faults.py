@@ -16,7 +16,7 @@ from shared.ledger.states import RequestStatus
 from shared.ledger.store import LedgerStore
 from sim import faults, invariants
 from sim.virtual import EPOCH_OF_SIMULATION
-from sim.world import World
+from sim.world import Task, World
 from tests.support.sim_world import job, trained
 
 
@@ -224,3 +224,25 @@ def test_a_person_deletes_an_old_checkpoint_never_one_of_the_two_newest(world: W
     assert world.tampering.deleted_objects
     assert all(name.startswith(folder + "step-000100/") for name in world.tampering.deleted_objects)
     assert json.loads(json.dumps(sorted(world.tampering.deleted_objects)))  # names, not objects
+
+
+def test_an_aftershock_hits_the_call_after_an_irrevocable_one_and_is_contained() -> None:
+    """`aftershocks`: after a Vertex create or cancel or a GCS delete, the handler's next call (or
+    its next publish) fails once, in any phase; the seed still keeps every invariant."""
+    drawn = {World(seed).permanent.aftershock for seed in range(40)}
+    assert drawn >= {*faults.AFTERSHOCK_TARGETS, None}
+    seed = next(s for s in range(40) if World(s).permanent.aftershock == "next_publish")
+    world = World(seed)
+    assert world.run() == []
+    assert [f for f in world.faults if f.where == "pubsub.publish"]
+
+
+def test_no_aftershock_without_an_irrevocable_call_before_it(world: World) -> None:
+    world.permanent.aftershock = "next_call"
+    task = Task("prune_checkpoints", lambda: None, faulty=True)
+    assert world._draw_aftershock(task, "gcs", "read") is None  # noqa: SLF001
+    task.shaken = True
+    assert world._draw_aftershock(task, "gcs", "delete") is None  # noqa: SLF001 - the effect goes on
+    fault = world._draw_aftershock(task, "gcs", "write")  # noqa: SLF001
+    assert fault is not None and fault.where == "gcs.write" and not task.shaken
+    assert world._draw_aftershock(task, "gcs", "write") is None  # noqa: SLF001 - once per effect

@@ -271,3 +271,35 @@ def test_two_prune_runs_reporting_one_request_are_two_reports_not_a_copy(world: 
         world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(failed).encode(), {})
     [found] = invariants.alerts_not_per_redelivery(world)
     assert "invalid_request" in found.detail
+
+
+def prune_report(world: World, run: str, request_id: str, *errors: str, deleted: int = 0) -> None:
+    """A prune run's report, published by the delivery of prune message `run`."""
+    details = {"requests": [{"request_id": request_id, "objects_deleted": deleted, "errors": list(errors)}]}
+    severity = "ERROR" if any(": ServiceUnavailable: " not in e for e in errors) else "WARNING"
+    alert = Alert.of(AlertKind.PRUNE_REPORT, "pruned", severity=severity, request_id=request_id, details=details)
+    message_id = world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert.to_json()).encode(), {})
+    world.alert_origins[message_id] = run
+
+
+def test_one_permanent_error_reported_by_every_prune_run_is_caught(world: World) -> None:
+    """Defect 8 of issue 43: a corrupt record raised an ERROR prune_report on every hourly run."""
+    corrupt = "planning: CorruptRecord: requests/r1.json is not a ledger record"
+    prune_report(world, "m1", "r1", corrupt)
+    prune_report(world, "m1", "r1", corrupt)  # its redelivery: the docs' at-least-once
+    assert invariants.errors_alerted_once(world) == []
+
+    prune_report(world, "m2", "r1", corrupt)  # the next hour's run: nothing new
+
+    [found] = invariants.errors_alerted_once(world)
+    assert found.invariant == "errors_alerted_once" and "2 prune runs" in found.detail and "r1" in found.detail
+
+
+def test_transient_errors_and_new_deletions_may_repeat_in_run_reports(world: World) -> None:
+    busy = "deleting: ServiceUnavailable: 503 the bucket is busy"
+    prune_report(world, "m1", "r1", busy)
+    prune_report(world, "m2", "r1", busy)
+    forbidden = "deleting: Forbidden: 403 on ckpt-000100"
+    prune_report(world, "m1", "r2", forbidden, deleted=2)
+    prune_report(world, "m2", "r2", forbidden, deleted=1)  # it deleted something else meanwhile
+    assert invariants.errors_alerted_once(world) == []

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from shared.ledger.records import Attempt, RequestRecord
 from shared.ledger.states import RequestStatus
-from shared.ledger.store import LedgerStore
+from shared.ledger.store import JobIndexEntry, LedgerStore
 from sim.vertex import SimJob
 from sim.workload import IMAGE
 from sim.world import World
@@ -53,3 +53,17 @@ def trained(world: World, request_id: str, *, folder_of: str | None = None) -> S
     running.request["jobSpec"]["baseOutputDirectory"] = {"outputUriPrefix": prefix}
     world.trainer.layouts[request_id] = "plain"
     return running
+
+
+def preempted(world: World, sim_job: SimJob, times: int, *, indexed: bool = True) -> SimJob:
+    """Vertex preempts `sim_job` `times` times, each announced by its service line, after (or,
+    `indexed=False`, without) the ledger's index of the job."""
+    if indexed:
+        ledger = LedgerStore(world.storage.client().bucket(world.settings.state_bucket))
+        ledger.index_job(JobIndexEntry(sim_job.request_id, sim_job.attempt, sim_job.location, sim_job.name))
+    for _ in range(times):
+        sim_job.restarts += 1
+        world.emit_log_line(
+            sim_job, f"The Spot VM of replica workerpool0-0 was preempted (restart {sim_job.restarts}).", "WARNING"
+        )
+    return sim_job
