@@ -125,6 +125,7 @@ def test_the_two_node_job_restarts_whole_when_its_worker_is_reclaimed(demo_run: 
     # The primary saved on the SIGTERM of the job's restart and resumed there.
     stopped, resumed = attempt["runs"]
     assert primary["run_start_steps"] == [0, resumed["start_step"]] and resumed["start_step"] == stopped["end_step"] > 0
+    assert "workerpool1-0 (stand-in worker, trains nothing): 1 reclaimed, 2 run(s)" in demo_run["html"]
 
 
 def test_the_duplicate_is_one_job_and_the_bad_requests_are_reported(demo_run: dict[str, Any]) -> None:
