@@ -2,7 +2,8 @@
 
 The demo starts the embedded stack, registers a preemption plan per request with the Vertex AI
 emulator, publishes seven job requests to `job-requests`, lands a burst of objects for a retraining
-trigger, and then only watches: the ledger, the emulator's record of each job's runs (the
+trigger, and then watches (acting once more only to reclaim the two-node job's primary as it
+trains, which no plan can add to the worker's): the ledger, the emulator's record of each job's runs (the
 trainer's JSON lines say where each run started and which checkpoints it committed), the checkpoint
 bucket, the ops-alerts topic and the functions' decision logs. When every request has ended it asks for a prune pass, waits for the checkpoints to
 be pruned, stops the stack and reports per request and in total, with an estimated cost on Spot
@@ -19,8 +20,9 @@ Scenarios (request ids, plans and training data follow `--seed`):
 - code-bug: the trainer fails at a step, an alert, no re-queue;
 - new-data: a burst of objects in the data bucket, one request per trigger window;
 - two-node: worker pools 0 and 1 (the worker a stand-in that trains nothing, `worker`); the
-  worker's VM is reclaimed, the whole job restarts (`restartJobOnWorkerRestart`) and resumes from
-  the primary's checkpoint; the report lists each replica's reclaims and runs.
+  worker's VM is reclaimed, then the primary's; each time the whole job restarts
+  (`restartJobOnWorkerRestart`) and resumes from the primary's checkpoint; the report lists each
+  replica's reclaims and runs.
 
 Progress goes to stderr (a live table on a terminal, plain lines otherwise); the report goes to
 stdout, as text or, with `--json`, as one JSON document. The exit status is 0 only when every

@@ -82,27 +82,22 @@ def _attempt_differences(trace: RequestTrace) -> list[str]:
                 f"attempt {attempt.n}: spotjobs counted {attempt.preemptions} preemption(s), "
                 f"{want.preemptions} were planned ({attempt.preemptions_injected} injected)"
             )
-        if want.replica_preemptions is not None:
-            differences += _replica_differences(attempt, want.replica_preemptions)
-    return differences
-
-
-def _replica_differences(attempt: AttemptTrace, planned: Mapping[str, int]) -> list[str]:
-    """Each replica reclaimed as planned, and each reclaimed one started again."""
-    if attempt.replica_preemptions != dict(planned):
-        return [
-            f"attempt {attempt.n}: the emulator reclaimed {_per_replica(attempt.replica_preemptions)} time(s); "
-            f"planned {_per_replica(planned)}"
-        ]
-    differences = []
-    for name, reclaimed in sorted(planned.items()):
-        starts = len(attempt.runs if name == PRIMARY_REPLICA else attempt.replica_runs.get(name, []))
-        if reclaimed and starts != reclaimed + 1:
+        if want.replica_preemptions is not None and attempt.replica_preemptions != dict(want.replica_preemptions):
             differences.append(
-                f"attempt {attempt.n}: {name} started {starts} time(s) after {reclaimed} reclaim(s), "
-                f"expected {reclaimed + 1}"
+                f"attempt {attempt.n}: the emulator reclaimed {_per_replica(attempt.replica_preemptions)} time(s); "
+                f"planned {_per_replica(want.replica_preemptions)}"
             )
+        elif want.replica_runs is not None:
+            differences += [
+                f"attempt {attempt.n}: {name} started {len(_runs(attempt, name))} time(s), expected {starts}"
+                for name, starts in sorted(want.replica_runs.items())
+                if len(_runs(attempt, name)) != starts
+            ]
     return differences
+
+
+def _runs(attempt: AttemptTrace, replica: str) -> list[RunTrace]:
+    return attempt.runs if replica == PRIMARY_REPLICA else attempt.replica_runs.get(replica, [])
 
 
 def _per_replica(counts: Mapping[str, int]) -> str:
@@ -117,7 +112,7 @@ def replica_rows(attempt: AttemptTrace, roles: Mapping[str, str] | None) -> list
         return []
     rows = []
     for name in names:
-        runs = attempt.runs if name == PRIMARY_REPLICA else attempt.replica_runs.get(name, [])
+        runs = _runs(attempt, name)
         rows.append(
             {
                 "replica": name,

@@ -30,8 +30,10 @@ SUCCEEDED, FAILED, REJECTED = "succeeded", "failed", "rejected"
 class ExpectedAttempt:
     strategy: str
     preemptions: int  # as spotjobs counts them: one per reclaimed VM
-    # A job of several replicas: the VMs reclaimed per replica, as the emulator did it.
+    # A job of several replicas: the VMs reclaimed per replica, as the emulator did it, and how
+    # many times each replica started.
     replica_preemptions: Mapping[str, int] | None = None
+    replica_runs: Mapping[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,9 @@ class Scenario:
     objects: int = 0
     # A job of several replicas: what each replica runs, by replica name (shown in the report).
     replica_roles: Mapping[str, str] | None = None
+    # A replica the demo reclaims itself (the emulator binds one plan per job), once the primary
+    # has restarted after the plan's preemption and committed a checkpoint since (`runner`).
+    reclaim_after_restart: str | None = None
 
     def expected_json(self) -> dict[str, Any]:
         expected = {
@@ -72,6 +77,8 @@ def _expected_attempt_json(attempt: ExpectedAttempt) -> dict[str, Any]:
     expected: dict[str, Any] = {"strategy": attempt.strategy, "preemptions": attempt.preemptions}
     if attempt.replica_preemptions is not None:
         expected["replica_preemptions"] = dict(attempt.replica_preemptions)
+    if attempt.replica_runs is not None:
+        expected["replica_runs"] = dict(attempt.replica_runs)
     return expected
 
 
@@ -250,9 +257,15 @@ def build_scenarios(seed: int) -> list[Scenario]:
         Scenario(
             "two-node",
             request_id("two-node"),
-            "two nodes; the worker's VM is reclaimed, the whole job restarts and resumes from the primary's checkpoint",
+            "two nodes; the worker's VM is reclaimed, then the primary's; each time the whole job "
+            "restarts and resumes from the primary's checkpoint",
             SUCCEEDED,
-            (ExpectedAttempt("SPOT", 1, {PRIMARY_REPLICA: 0, WORKER_REPLICA: 1}),),
+            # Every reclaim restarts both replicas: three starts each.
+            (
+                ExpectedAttempt(
+                    "SPOT", 2, {PRIMARY_REPLICA: 1, WORKER_REPLICA: 1}, {PRIMARY_REPLICA: 3, WORKER_REPLICA: 3}
+                ),
+            ),
             json.dumps(
                 {
                     "request_id": request_id("two-node"),
@@ -261,6 +274,7 @@ def build_scenarios(seed: int) -> list[Scenario]:
             ).encode(),
             plan={**plan("two-node", 1, 2), "replica": WORKER_REPLICA},
             replica_roles={PRIMARY_REPLICA: "demo trainer", WORKER_REPLICA: "stand-in worker, trains nothing"},
+            reclaim_after_restart=PRIMARY_REPLICA,
         )
     )
     return scenarios
