@@ -1,6 +1,6 @@
 """The demo's HTML page: spotjobs/reporting/html.py fed with the ledger records the demo read at the end
 and what the traces add (each run of each job, every checkpoint committed and whether pruning
-deleted it)."""
+deleted it, and for a job of several replicas each replica's reclaims and runs, as notes)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from devstack.demo.cost import SECONDS_PER_STEP_PRICED
+from devstack.demo.report import replica_rows
 from devstack.demo.traces import RequestTrace
+from devstack.demo.view import replica_text
 from spotjobs.reporting.html import render_report
 
 
@@ -23,6 +25,7 @@ def page(traces: Sequence[RequestTrace], records: Sequence[Mapping[str, Any]], *
     ordered: list[Mapping[str, Any]] = []
     runs: dict[str, list[dict[str, Any]]] = {}
     checkpoints: dict[str, list[dict[str, Any]]] = {}
+    replica_notes: list[str] = []
     for trace in traces:
         request_id = trace.scenario.request_id
         # A rejected request never gets a ledger record; it still has its place on the page.
@@ -31,6 +34,11 @@ def page(traces: Sequence[RequestTrace], records: Sequence[Mapping[str, Any]], *
             or {"request_id": request_id, "status": trace.outcome.upper(), "attempts": [], "request": {}}
         )
         for attempt in trace.attempts:
+            # The page's timeline draws the primary's runs; the other replicas are told in words.
+            if rows := replica_rows(attempt, trace.scenario.replica_roles):
+                replica_notes.append(
+                    f"{request_id} #{attempt.n} replicas: " + "; ".join(replica_text(row) for row in rows)
+                )
             if attempt.job:
                 runs[attempt.job] = [
                     {
@@ -56,8 +64,11 @@ def page(traces: Sequence[RequestTrace], records: Sequence[Mapping[str, Any]], *
         checkpoints=checkpoints,
         seconds_per_step=SECONDS_PER_STEP_PRICED,
         title=f"spotjobs demo (seed {seed})",
-        subtitle="six scenarios played through the real functions on the embedded stack",
-        notes=[f"Each demo training step is priced as {SECONDS_PER_STEP_PRICED:.0f} s of machine time."],
+        subtitle="the demo's scenarios played through the real functions on the embedded stack",
+        notes=[
+            f"Each demo training step is priced as {SECONDS_PER_STEP_PRICED:.0f} s of machine time, on every replica.",
+            *replica_notes,
+        ],
     )
 
 

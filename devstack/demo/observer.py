@@ -10,7 +10,13 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from devstack.demo.scenarios import REJECTED, Scenario
-from devstack.demo.traces import AttemptTrace, RequestTrace, replica_runs_from_output, runs_from_output
+from devstack.demo.traces import (
+    AttemptTrace,
+    RequestTrace,
+    replica_preemptions_from_details,
+    replica_runs_from_output,
+    runs_from_output,
+)
 from shared.jobs import JobState, is_terminal
 from shared.ledger.records import Attempt
 from shared.ledger.states import TERMINAL_STATUSES
@@ -154,6 +160,7 @@ class Observer:
             outcome=attempt.outcome,
             runs=runs_from_output(details.get("output", [])),
             replica_runs=replica_runs_from_output(details.get("output", [])),
+            replica_preemptions=replica_preemptions_from_details(details),
         )
 
     def _job_details(self, job_name: str) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from typing import Any
 
 from devstack.demo.cost import SECONDS_PER_STEP_PRICED, Prices, account_steps, estimate_cost
 from devstack.demo.scenarios import FAILED, REJECTED, STEPS, SUCCEEDED
-from devstack.demo.traces import RequestTrace, RunTrace
+from devstack.demo.traces import PRIMARY_REPLICA, AttemptTrace, RequestTrace, RunTrace
 from shared.jobs import job_replicas
 
 
@@ -82,7 +82,48 @@ def _attempt_differences(trace: RequestTrace) -> list[str]:
                 f"attempt {attempt.n}: spotjobs counted {attempt.preemptions} preemption(s), "
                 f"{want.preemptions} were planned ({attempt.preemptions_injected} injected)"
             )
+        if want.replica_preemptions is not None and attempt.replica_preemptions != dict(want.replica_preemptions):
+            differences.append(
+                f"attempt {attempt.n}: the emulator reclaimed {_per_replica(attempt.replica_preemptions)} time(s); "
+                f"planned {_per_replica(want.replica_preemptions)}"
+            )
+        elif want.replica_runs is not None:
+            differences += [
+                f"attempt {attempt.n}: {name} started {len(_runs(attempt, name))} time(s), expected {starts}"
+                for name, starts in sorted(want.replica_runs.items())
+                if len(_runs(attempt, name)) != starts
+            ]
     return differences
+
+
+def _runs(attempt: AttemptTrace, replica: str) -> list[RunTrace]:
+    return attempt.runs if replica == PRIMARY_REPLICA else attempt.replica_runs.get(replica, [])
+
+
+def _per_replica(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{name} {count}" for name, count in sorted(counts.items()))
+
+
+def replica_rows(attempt: AttemptTrace, roles: Mapping[str, str] | None) -> list[dict[str, Any]]:
+    """An attempt of several replicas, one row each: what it runs, the VMs the emulator reclaimed
+    under it, and its starts (runs). Empty for a job of one replica: its runs are the attempt's."""
+    names = sorted({PRIMARY_REPLICA, *attempt.replica_preemptions, *attempt.replica_runs})
+    if len(names) < 2:
+        return []
+    rows = []
+    for name in names:
+        runs = _runs(attempt, name)
+        rows.append(
+            {
+                "replica": name,
+                "role": (roles or {}).get(name),
+                "preemptions": attempt.replica_preemptions.get(name, 0),
+                "runs": len(runs),
+                # Where each run resumed training (none for a replica that prints no steps).
+                "run_start_steps": [run.start_step for run in runs if run.start_step is not None],
+            }
+        )
+    return rows
 
 
 def _success_differences(trace: RequestTrace, keep_last: int) -> list[str]:
@@ -130,7 +171,7 @@ def request_report(trace: RequestTrace, keep_last: int, prices: Prices) -> dict[
         "outcome": trace.outcome,
         "ok": not differences,
         "differences": differences,
-        "attempts": [attempt.to_json() for attempt in trace.attempts],
+        "attempts": [_attempt_json(attempt, trace.scenario.replica_roles) for attempt in trace.attempts],
         "vertex_jobs": trace.vertex_jobs,
         "steps_computed": account.computed,
         "steps_useful": account.useful,
@@ -146,6 +187,11 @@ def request_report(trace: RequestTrace, keep_last: int, prices: Prices) -> dict[
         "cost_on_demand_usd": round(cost.on_demand_usd, 2),
         "trigger": trace.trigger,
     }
+
+
+def _attempt_json(attempt: AttemptTrace, roles: Mapping[str, str] | None) -> dict[str, Any]:
+    rows = replica_rows(attempt, roles)
+    return {**attempt.to_json(), "replicas": rows} if rows else attempt.to_json()
 
 
 def build_report(

@@ -16,6 +16,7 @@ from devstack.demo.observer import AlertCollector, Observer, is_pruned, is_settl
 from devstack.demo.scenarios import ALLOWED_IMAGE_PREFIX, STEPS, Scenario
 from devstack.demo.traces import RequestTrace
 from devstack.demo.view import LiveView, live_rows
+from shared.jobs import JobState
 
 if TYPE_CHECKING:
     from devstack.stack import Stack
@@ -107,6 +108,23 @@ def wait_for(condition: Callable[[], bool], timeout: float, on_tick: Callable[[]
         time.sleep(POLL_SECONDS)
 
 
+def due_reclaims(traces: Sequence[RequestTrace], done: set[str]) -> list[tuple[str, str, str]]:
+    """(request id, job, replica) of each scenario's own reclaim that is due and not `done`: its
+    running job's primary has restarted after the plan's preemption and committed a checkpoint
+    since, so the reclaim lands mid-training and the next start has a newer checkpoint to resume."""
+    due = []
+    for trace in traces:
+        replica, request_id = trace.scenario.reclaim_after_restart, trace.scenario.request_id
+        if replica is None or request_id in done or not trace.attempts:
+            continue
+        attempt = trace.attempts[-1]
+        latest = attempt.runs[-1] if attempt.runs else None
+        restarted = len(attempt.runs) >= 2 and latest is not None and bool(latest.checkpoints) and not latest.finished
+        if attempt.job and attempt.state == JobState.RUNNING and restarted:
+            due.append((request_id, attempt.job, replica))
+    return due
+
+
 @dataclass
 class Played:
     traces: list[RequestTrace]
@@ -125,6 +143,7 @@ def play(stack: Stack, scenarios: Sequence[Scenario], timeout: float) -> Played:
     observer = Observer(stack, scenarios, alerts)
     notes: list[str] = []
     traces: list[RequestTrace] = []
+    reclaimed: set[str] = set()  # request ids whose own reclaim was asked for
     with LiveView(sys.stderr, total_steps=STEPS) as view, contextlib.closing(alerts):
 
         def refresh() -> None:
@@ -134,6 +153,13 @@ def play(stack: Stack, scenarios: Sequence[Scenario], timeout: float) -> Played:
                 view.note(f"could not read the state of the stack this time: {exc}")
                 return
             view.update(live_rows(traces))
+            for request_id, job, replica in due_reclaims(traces, reclaimed):
+                reclaimed.add(request_id)  # asked once: a refused call shows as a difference in the report
+                view.note(f"reclaiming {replica} of {request_id}'s job")
+                try:
+                    stack.vertex_control("POST", f"/emulator/v1/{job}:preempt", {"replica": replica})
+                except OSError as exc:
+                    view.note(f"the emulator refused to reclaim {replica} of {request_id}'s job: {exc}")
 
         if not wait_for(lambda: all(is_settled(t) for t in traces), timeout, refresh):
             notes.append(f"not every request ended within {timeout:.0f} s")

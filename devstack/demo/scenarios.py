@@ -1,5 +1,5 @@
-"""The demo's scenario: six job requests and one retraining trigger ("new data -> retrain"), each
-with the outcome and attempts it must end with."""
+"""The demo's scenario: seven job requests (one of them on two nodes) and one retraining trigger
+("new data -> retrain"), each with the outcome and attempts it must end with."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ ACCELERATOR = {"acceleratorType": "NVIDIA_TESLA_A100", "acceleratorCount": 1}
 EXECUTOR_IMAGE = "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-4.py310:latest"
 ALLOWED_IMAGE_PREFIX = "us-docker.pkg.dev/vertex-ai/"
 TRAINER_MODULE = "devstack.trainer"
+WORKER_MODULE = "devstack.demo.worker"  # the two-node scenario's stand-in worker
+PRIMARY_REPLICA, WORKER_REPLICA = "workerpool0-0", "workerpool1-0"
 STEPS = 1000
 CHECKPOINT_EVERY = 50
 STEP_SECONDS = 0.01
@@ -27,7 +29,11 @@ SUCCEEDED, FAILED, REJECTED = "succeeded", "failed", "rejected"
 @dataclass(frozen=True)
 class ExpectedAttempt:
     strategy: str
-    preemptions: int
+    preemptions: int  # as spotjobs counts them: one per reclaimed VM
+    # A job of several replicas: the VMs reclaimed per replica, as the emulator did it, and how
+    # many times each replica started.
+    replica_preemptions: Mapping[str, int] | None = None
+    replica_runs: Mapping[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -45,19 +51,35 @@ class Scenario:
     # once the objects land (`with_request_id`).
     trigger: Mapping[str, Any] | None = None
     objects: int = 0
+    # A job of several replicas: what each replica runs, by replica name (shown in the report).
+    replica_roles: Mapping[str, str] | None = None
+    # A replica the demo reclaims itself (the emulator binds one plan per job), once the primary
+    # has restarted after the plan's preemption and committed a checkpoint since (`runner`).
+    reclaim_after_restart: str | None = None
 
     def expected_json(self) -> dict[str, Any]:
         expected = {
             "outcome": self.outcome,
             "description": self.description,
-            "attempts": [{"strategy": a.strategy, "preemptions": a.preemptions} for a in self.attempts],
+            "attempts": [_expected_attempt_json(a) for a in self.attempts],
         }
+        if self.replica_roles is not None:
+            expected["replica_roles"] = dict(self.replica_roles)
         if self.trigger is not None:
             expected["manifest_objects"] = self.objects
         return expected
 
     def with_request_id(self, request_id: str) -> Scenario:
         return replace(self, request_id=request_id)
+
+
+def _expected_attempt_json(attempt: ExpectedAttempt) -> dict[str, Any]:
+    expected: dict[str, Any] = {"strategy": attempt.strategy, "preemptions": attempt.preemptions}
+    if attempt.replica_preemptions is not None:
+        expected["replica_preemptions"] = dict(attempt.replica_preemptions)
+    if attempt.replica_runs is not None:
+        expected["replica_runs"] = dict(attempt.replica_runs)
+    return expected
 
 
 def trainer_job(display_name: str, *, data_seed: int, fail_at_step: int | None = None) -> dict[str, Any]:
@@ -91,6 +113,23 @@ def trainer_job(display_name: str, *, data_seed: int, fail_at_step: int | None =
             ]
         },
     }
+
+
+def two_node_job(display_name: str, *, data_seed: int) -> dict[str, Any]:
+    """The demo trainer on the primary and the stand-in worker (`devstack.demo.worker`) on a second
+    VM of the same machine type. A reclaimed replica restarts the whole job
+    (`restartJobOnWorkerRestart`, documented), so the primary saves on SIGTERM and resumes; without
+    it the emulator's default restarts the worker alone and nothing documented would tell spotjobs."""
+    job = trainer_job(display_name, data_seed=data_seed)
+    primary = job["jobSpec"]["workerPoolSpecs"][0]
+    worker = {
+        "machineSpec": dict(primary["machineSpec"]),
+        "replicaCount": "1",
+        "pythonPackageSpec": {**primary["pythonPackageSpec"], "pythonModule": WORKER_MODULE, "args": []},
+    }
+    job["jobSpec"]["workerPoolSpecs"].append(worker)
+    job["jobSpec"]["scheduling"] = {"restartJobOnWorkerRestart": True}
+    return job
 
 
 def _invalid_job() -> dict[str, Any]:
@@ -211,6 +250,31 @@ def build_scenarios(seed: int) -> list[Scenario]:
             json.dumps(definition).encode(),
             trigger=definition,
             objects=objects,
+        )
+    )
+    # Drawn after the trigger's, so adding it changed none of the others.
+    scenarios.append(
+        Scenario(
+            "two-node",
+            request_id("two-node"),
+            "two nodes; the worker's VM is reclaimed, then the primary's; each time the whole job "
+            "restarts and resumes from the primary's checkpoint",
+            SUCCEEDED,
+            # Every reclaim restarts both replicas: three starts each.
+            (
+                ExpectedAttempt(
+                    "SPOT", 2, {PRIMARY_REPLICA: 1, WORKER_REPLICA: 1}, {PRIMARY_REPLICA: 3, WORKER_REPLICA: 3}
+                ),
+            ),
+            json.dumps(
+                {
+                    "request_id": request_id("two-node"),
+                    "custom_job": two_node_job("demo-two-node", data_seed=rng.randrange(10**6)),
+                }
+            ).encode(),
+            plan={**plan("two-node", 1, 2), "replica": WORKER_REPLICA},
+            replica_roles={PRIMARY_REPLICA: "demo trainer", WORKER_REPLICA: "stand-in worker, trains nothing"},
+            reclaim_after_restart=PRIMARY_REPLICA,
         )
     )
     return scenarios

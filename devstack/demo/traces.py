@@ -70,6 +70,12 @@ def replica_runs_from_output(output: Iterable[Mapping[str, Any]]) -> dict[str, l
     return {name: runs for name in names if (runs := runs_from_output(items, name))}
 
 
+def replica_preemptions_from_details(details: Mapping[str, Any]) -> dict[str, int]:
+    """VMs reclaimed per replica from the emulator's job record (`replicas`: name -> {"preemptions"})."""
+    replicas = details.get("replicas") or {}
+    return {str(name): int(replica.get("preemptions", 0)) for name, replica in replicas.items()}
+
+
 def _trainer_event(item: Mapping[str, Any]) -> dict[str, Any] | None:
     line = item.get("line")
     if item.get("stream") != "stdout" or not isinstance(line, str) or not line.startswith("{"):
@@ -94,6 +100,8 @@ class AttemptTrace:
     runs: list[RunTrace] = field(default_factory=list)  # the primary's: the job's progress
     preemptions_unknown: bool = False  # ended by preemption with no count: shown as "≥1"
     replica_runs: dict[str, list[RunTrace]] = field(default_factory=dict)  # every other replica's
+    # VMs reclaimed per replica, as the emulator did it (spotjobs counts the attempt's, not each one's).
+    replica_preemptions: dict[str, int] = field(default_factory=dict)
 
     @property
     def preemptions_text(self) -> str:
@@ -134,6 +142,7 @@ class AttemptTrace:
                 name: [{"run": run.run, "start_step": run.start_step, "end_step": run.end_step} for run in runs]
                 for name, runs in self.replica_runs.items()
             },
+            "replica_preemptions": dict(self.replica_preemptions),
         }
 
 

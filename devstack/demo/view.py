@@ -161,7 +161,16 @@ def _attempt_lines(request: Mapping[str, Any]) -> list[str]:
             f"{attempt['preemptions_text']} preemption(s), {len(attempt['runs'])} run(s), "
             f"start step {attempt['start_step']} -> {attempt['outcome'] or 'running'}"
         )
+        lines += [f"    {replica_text(row)}" for row in attempt.get("replicas", [])]
     return lines
+
+
+def replica_text(row: Mapping[str, Any]) -> str:
+    """One replica of a multi-replica attempt: `workerpool0-0 (role): 0 reclaimed, 2 run(s) from step 0, 52`."""
+    role = f" ({row['role']})" if row.get("role") else ""
+    starts = row.get("run_start_steps") or []
+    resumed = f" from step {', '.join(str(step) for step in starts)}" if starts else ""
+    return f"{row['replica']}{role}: {row['preemptions']} reclaimed, {row['runs']} run(s){resumed}"
 
 
 def _totals_lines(totals: Mapping[str, Any], pricing: Mapping[str, Any]) -> list[str]:

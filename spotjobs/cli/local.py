@@ -24,7 +24,7 @@ from typing import Any
 from spotjobs.cli.common import EXIT_INTERRUPTED, EXIT_OK, command
 
 EXIT_NO_LOCAL_STACK = 2
-DEMO_TIMEOUT_SECONDS = 150.0  # how long the demo waits for its seven requests to end
+DEMO_TIMEOUT_SECONDS = 150.0  # how long the demo waits for its eight requests to end
 NO_LOCAL_STACK_HELP = (
     f"Exits {EXIT_NO_LOCAL_STACK} when the local stack (the devstack package) is not installed, "
     "as in the deployed package: run it from a checkout of the repository."

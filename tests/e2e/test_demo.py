@@ -83,6 +83,7 @@ def test_every_scenario_ends_as_designed_and_the_exit_status_says_so(demo_run: d
         "invalid": "rejected",
         "code-bug": "failed",
         "new-data": "succeeded",
+        "two-node": "succeeded",
     }
 
 
@@ -113,6 +114,23 @@ def test_the_requeued_request_resumes_attempt_2_from_the_last_complete_checkpoin
         assert by_scenario[key]["vertex_jobs"] == 2
 
 
+def test_the_two_node_job_restarts_whole_when_either_replica_is_reclaimed(demo_run: dict[str, Any]) -> None:
+    request = requests_by_scenario(demo_run["report"])["two-node"]
+    (attempt,) = request["attempts"]
+    assert (attempt["preemptions"], attempt["preemptions_injected"], attempt["outcome"]) == (2, 2, "succeeded")
+    primary, worker = attempt["replicas"]
+    assert (primary["replica"], primary["preemptions"], primary["runs"]) == ("workerpool0-0", 1, 3)
+    assert (worker["replica"], worker["preemptions"], worker["runs"]) == ("workerpool1-0", 1, 3)
+    assert worker["role"].startswith("stand-in")
+    # The primary saved on each SIGTERM (the job's restart for the worker's reclaim, then its own)
+    # and resumed there.
+    runs = attempt["runs"]
+    assert primary["run_start_steps"] == [run["start_step"] for run in runs]
+    assert [run["start_step"] for run in runs[1:]] == [run["end_step"] for run in runs[:-1]]
+    assert 0 == runs[0]["start_step"] < runs[1]["start_step"] < runs[2]["start_step"]
+    assert "workerpool1-0 (stand-in worker, trains nothing): 1 reclaimed, 3 run(s)" in demo_run["html"]
+
+
 def test_the_duplicate_is_one_job_and_the_bad_requests_are_reported(demo_run: dict[str, Any]) -> None:
     by_scenario = requests_by_scenario(demo_run["report"])
     duplicate = by_scenario["duplicate"]
@@ -128,7 +146,7 @@ def test_the_duplicate_is_one_job_and_the_bad_requests_are_reported(demo_run: di
 def test_totals_goodput_pruning_and_cost(demo_run: dict[str, Any]) -> None:
     report = demo_run["report"]
     totals = report["totals"]
-    assert totals["jobs"] == 8  # 1 + 2 + 2 + 1 + 0 + 1, and 1 for the new data
+    assert totals["jobs"] == 9  # 1 + 2 + 2 + 1 + 0 + 1, 1 for the new data and 1 of two nodes
     assert totals["requeues"] == 2 and totals["invalid_rejected"] == 1
     assert totals["duplicates_suppressed"] >= 1
     assert totals["preemptions"] == sum(a["preemptions"] for r in report["requests"] for a in r["attempts"])

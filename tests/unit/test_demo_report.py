@@ -269,7 +269,16 @@ def test_scenarios_follow_the_seed() -> None:
     assert build_scenarios(7) == build_scenarios(7)
     assert build_scenarios(7) != build_scenarios(8)
     keys = [s.key for s in build_scenarios(1)]
-    assert keys == ["few-preemptions", "requeued", "fallback", "duplicate", "invalid", "code-bug", "new-data"]
+    assert keys == [
+        "few-preemptions",
+        "requeued",
+        "fallback",
+        "duplicate",
+        "invalid",
+        "code-bug",
+        "new-data",
+        "two-node",
+    ]
 
 
 @pytest.mark.parametrize("seed", [1, 2, 99])
