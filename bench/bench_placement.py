@@ -573,6 +573,7 @@ class Row:
     creates: float = 0.0  # attempts created per job
     probes: float | None = None  # paid probes per job (each one create), `spotjobs_probes` only
     probe_cost: float | None = None  # their billed dollars per job, counted in `cost_mean`
+    region: str | None = None  # the region of `up_best_region`
 
     def to_json(self) -> dict[str, float | int]:
         row = {"cost_mean": round(self.cost_mean, 2), "misses": self.misses, "moves": round(self.moves, 3)}
@@ -668,7 +669,8 @@ def run_setup(
         0.0,
         sum(r.runs for r in per_region),
     )
-    rows["up_best_region"] = min(per_region, key=lambda r: r.cost_mean)
+    best_region = min(range(len(regions)), key=lambda i: per_region[i].cost_mean)
+    rows["up_best_region"] = replace(per_region[best_region], region=regions[best_region].name)
     rows["failover_order"] = _row([j for starts in fleets for j in simulate_fleet(setup, starts, FailoverOrder)])
     quality = Quality()
     rows["spotjobs"] = _row([j for starts in fleets for j in simulate_fleet(setup, starts, measured(quality))])
@@ -765,6 +767,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"  {name:<15} {r.cost_mean:8.0f}   {r.cost_mean / norm:9.3f}  {r.misses:6d}  {r.moves:9.2f}"
                 f"  {r.egress:12.2f}  {r.cost_mean / best - 1:+13.1%}"
             )
+        print(f"  up_best_region: {rows['up_best_region'].region}")
         if published is not None:
             optimal, nomad = published
             print(

@@ -84,7 +84,9 @@ def test_every_line_states_the_slack_in_changeovers(traces_for_main: Path, capsy
     # 4 h of work, 8 h deadline, d rounded up to 2 ticks of 10 min
     assert json.loads(capsys.readouterr().out)["slack_changeovers"] == pytest.approx(12.0)
     assert bench_placement.main([*argv, "--runs", "2"]) == 0
-    assert "slack 12.0 changeovers of 0.33 h" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "slack 12.0 changeovers of 0.33 h" in out
+    assert "up_best_region: europe-west1" in out  # which region the best single region is
 
 
 @pytest.fixture
