@@ -1,7 +1,7 @@
 """Placement across locations on Spot availability traces: the cost of finishing by a deadline.
 
     python -m bench.bench_placement [--traces DIR] [--deadline-ratio R ...] [--job-hours H]
-        [--fleet N] [--signals] [--probes] [--json]
+        [--fleet N] [--signals] [--probes] [--json] [--exclude-region R ...] [--setup skynomad]
 
 Reads every `*.json` under DIR (default: bench/traces/gcp-h100, the GCP H100 traces) in the
 shared format (one zone a file: `metadata.region`, `metadata.spot_price_per_hour`,
@@ -43,9 +43,17 @@ against the trace at the asks.
 Spot jobs in regions it knows too little of (`bench.placement_probes`: when, how long, the
 budget). Their billed minutes are in its cost, and each is one create against Vertex's quota.
 
-Prints per ratio the mean cost in dollars and normalised to on-demand in the cheapest region,
-misses, moves and egress per job, and the gap to the optimum; `--json` one object per ratio:
-`{"deadline_ratio": R, "policies": {NAME: {"cost_mean": C, "misses": M, "moves": V}}}`, and with
+`--setup skynomad` replaces the job, deadline, d, checkpoint, zones and starts with SkyNomad's
+deadline sweep from its public artifact (`bench.skynomad_setup`: six zones unmerged, a 51.83 h
+deadline, work = deadline / ratio, d = 0.2 h exact on 2-minute ticks, 50 GB, its six windows of
+one job) and prints the artifact's published Optimal and SkyNomad beside ours.
+`--exclude-region` leaves regions out of the traces (the issue's run without us-east4).
+
+Prints per ratio the slack (deadline less work) in changeovers, the mean cost in dollars and
+normalised to on-demand in the cheapest region, misses, moves and egress per job, the gap to the
+optimum and which region is the best single one; `--json` one object per ratio:
+`{"deadline_ratio": R, "slack_changeovers": S, "policies": {NAME: {"cost_mean": C, "misses": M,
+"moves": V}}}` (with `--setup skynomad` also `"published": {"optimal": O, "skynomad": N}`), and with
 `--probes` also `spotjobs_probes` with `probes` and `probe_cost` (per job; the cost is in `C`).
 """
 
@@ -643,13 +651,6 @@ def shared_setup(
     span = (args.fleet - 1) * stagger + setup.deadline_ticks
     bases = [round(i * (length - span - 1) / max(1, args.runs - 1)) for i in range(args.runs)]
     return setup, [[b + i * stagger for i in range(args.fleet)] for b in bases]
-
-
-def run_ratio(
-    regions: Sequence[Region], gap: int, args: argparse.Namespace, ratio: float
-) -> tuple[dict[str, Row], Quality]:
-    setup, fleets = shared_setup(regions, gap, args, ratio)
-    return run_setup(setup, fleets, args)
 
 
 def run_setup(
