@@ -1,7 +1,7 @@
 """Placement across locations on Spot availability traces: the cost of finishing by a deadline.
 
     python -m bench.bench_placement [--traces DIR] [--deadline-ratio R ...] [--job-hours H]
-        [--fleet N] [--signals] [--probes] [--json]
+        [--fleet N] [--signals] [--probes] [--json] [--exclude-region R ...] [--setup skynomad]
 
 Reads every `*.json` under DIR (default: bench/traces/gcp-h100, the GCP H100 traces) in the
 shared format (one zone a file: `metadata.region`, `metadata.spot_price_per_hour`,
@@ -43,9 +43,17 @@ against the trace at the asks.
 Spot jobs in regions it knows too little of (`bench.placement_probes`: when, how long, the
 budget). Their billed minutes are in its cost, and each is one create against Vertex's quota.
 
-Prints per ratio the mean cost in dollars and normalised to on-demand in the cheapest region,
-misses, moves and egress per job, and the gap to the optimum; `--json` one object per ratio:
-`{"deadline_ratio": R, "policies": {NAME: {"cost_mean": C, "misses": M, "moves": V}}}`, and with
+`--setup skynomad` replaces the job, deadline, d, checkpoint, zones and starts with SkyNomad's
+deadline sweep from its public artifact (`bench.skynomad_setup`: six zones unmerged, a 51.83 h
+deadline, work = deadline / ratio, d = 0.2 h exact on 2-minute ticks, 50 GB, its six windows of
+one job) and prints the artifact's published Optimal and SkyNomad beside ours.
+`--exclude-region` leaves regions out of the traces (the issue's run without us-east4).
+
+Prints per ratio the slack (deadline less work) in changeovers, the mean cost in dollars and
+normalised to on-demand in the cheapest region, misses, moves and egress per job, the gap to the
+optimum and which region is the best single one; `--json` one object per ratio:
+`{"deadline_ratio": R, "slack_changeovers": S, "policies": {NAME: {"cost_mean": C, "misses": M,
+"moves": V}}}` (with `--setup skynomad` also `"published": {"optimal": O, "skynomad": N}`), and with
 `--probes` also `spotjobs_probes` with `probes` and `probe_cost` (per job; the cost is in `C`).
 """
 
@@ -84,16 +92,23 @@ class Region:
     available: tuple[bool, ...]
 
 
-def load_regions(folder: Path) -> tuple[list[Region], int]:
+def load_regions(
+    folder: Path, exclude: Sequence[str] = (), zones_only: Sequence[str] | None = None
+) -> tuple[list[Region], int]:
     """The regions of every trace under `folder` (a region's zones merged: any available), and
-    the tick in seconds."""
+    the tick in seconds; none of the regions in `exclude`. With `zones_only`, those zones alone,
+    each a location of its own (unmerged, named by its zone)."""
     zones: dict[str, list[dict]] = {}
     gap = None
     for path in sorted(folder.rglob("*.json")):
         body = json.loads(path.read_text())
         meta = body.get("metadata", {}) if isinstance(body, dict) else {}
-        if "data" not in body or "region" not in meta:
+        if "data" not in body or "region" not in meta or meta["region"] in exclude:
             continue
+        if zones_only is not None:
+            if meta.get("zone") not in zones_only:
+                continue
+            meta["region"] = meta["zone"]
         gap = gap or int(meta["gap_seconds"])
         if int(meta["gap_seconds"]) != gap:
             raise ValueError(f"{path}: tick {meta['gap_seconds']} s, others {gap} s")
@@ -566,6 +581,7 @@ class Row:
     creates: float = 0.0  # attempts created per job
     probes: float | None = None  # paid probes per job (each one create), `spotjobs_probes` only
     probe_cost: float | None = None  # their billed dollars per job, counted in `cost_mean`
+    region: str | None = None  # the region of `up_best_region`
 
     def to_json(self) -> dict[str, float | int]:
         row = {"cost_mean": round(self.cost_mean, 2), "misses": self.misses, "moves": round(self.moves, 3)}
@@ -610,9 +626,17 @@ def pinned(region: int) -> Callable[[Setup, Fleet], Policy]:
     return Pinned
 
 
-def run_ratio(
+def slack_in_changeovers(setup: Setup) -> float:
+    """The slack (deadline less work) counted in changeovers: how many surprises a job can afford,
+    the measure that makes two setups' ratios comparable."""
+    return (setup.deadline_ticks - setup.work_ticks) / setup.changeover_ticks
+
+
+def shared_setup(
     regions: Sequence[Region], gap: int, args: argparse.Namespace, ratio: float
-) -> tuple[dict[str, Row], Quality]:
+) -> tuple[Setup, list[list[int]]]:
+    """The bench's own setup: a job of `--job-hours`, a deadline of ratio x that, d rounded up to
+    whole ticks; `--runs` fleets of `--fleet` staggered starts spread over the traces."""
     work_ticks = round(args.job_hours * 3600 / gap)
     setup = Setup(
         tuple(regions),
@@ -626,7 +650,14 @@ def run_ratio(
     stagger = max(1, work_ticks // max(1, args.fleet))
     span = (args.fleet - 1) * stagger + setup.deadline_ticks
     bases = [round(i * (length - span - 1) / max(1, args.runs - 1)) for i in range(args.runs)]
-    fleets = [[b + i * stagger for i in range(args.fleet)] for b in bases]
+    return setup, [[b + i * stagger for i in range(args.fleet)] for b in bases]
+
+
+def run_setup(
+    setup: Setup, fleets: Sequence[Sequence[int]], args: argparse.Namespace
+) -> tuple[dict[str, Row], Quality]:
+    """Every policy of the bench, and the optimum, on `fleets` (each a list of trace ticks)."""
+    regions = setup.regions
     every = [s for starts in fleets for s in starts]
     rows: dict[str, Row] = {}
     per_region = [
@@ -639,7 +670,8 @@ def run_ratio(
         0.0,
         sum(r.runs for r in per_region),
     )
-    rows["up_best_region"] = min(per_region, key=lambda r: r.cost_mean)
+    best_region = min(range(len(regions)), key=lambda i: per_region[i].cost_mean)
+    rows["up_best_region"] = replace(per_region[best_region], region=regions[best_region].name)
     rows["failover_order"] = _row([j for starts in fleets for j in simulate_fleet(setup, starts, FailoverOrder)])
     quality = Quality()
     rows["spotjobs"] = _row([j for starts in fleets for j in simulate_fleet(setup, starts, measured(quality))])
@@ -680,20 +712,53 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="also spotjobs_probes: spotjobs fed by paid probes, their cost counted (bench/placement_probes.py)",
     )
     parser.add_argument("--json", action="store_true", help="one JSON object per ratio")
+    parser.add_argument(
+        "--setup",
+        choices=("shared", "skynomad"),
+        default="shared",
+        help="shared: the options above; skynomad: SkyNomad's deadline sweep from its artifact "
+        "(bench/skynomad_setup.py: its six zones unmerged, 51.83 h deadline, work = deadline / ratio, "
+        "d = 0.2 h exact, 50 GB, its six windows; ignores --job-hours, --fleet, --runs, "
+        "--changeover-hours, --checkpoint-gb)",
+    )
+    parser.add_argument(
+        "--exclude-region", nargs="+", default=[], help="regions left out of the traces (e.g. us-east4)"
+    )
     args = parser.parse_args(argv)
-    regions, gap = load_regions(args.traces)
-    cheapest = min(r.on_demand_per_hour for r in regions)
+    skynomad = None
+    if args.setup == "skynomad":
+        from bench import skynomad_setup as skynomad  # it builds on this module's Setup
+
+        regions, gap = load_regions(args.traces, args.exclude_region, zones_only=skynomad.ZONES)
+    else:
+        regions, gap = load_regions(args.traces, args.exclude_region)
     shown = [*POLICIES, "spotjobs_probes"] if args.probes else POLICIES
     for ratio in args.deadline_ratio:
         began = time.process_time()
-        rows, quality = run_ratio(regions, gap, args, ratio)
+        if skynomad is None:
+            setup, fleets = shared_setup(regions, gap, args, ratio)
+        else:
+            setup, fleets = skynomad.setup(regions, gap, ratio)
+        rows, quality = run_setup(setup, fleets, args)
+        slack = slack_in_changeovers(setup)
+        published = skynomad.PUBLISHED.get(ratio) if skynomad is not None else None
         if args.json:
-            print(json.dumps({"deadline_ratio": ratio, "policies": {n: rows[n].to_json() for n in shown}}))
+            line: dict[str, object] = {
+                "deadline_ratio": ratio,
+                "slack_changeovers": round(slack, 2),
+                "policies": {n: rows[n].to_json() for n in shown},
+            }
+            if published is not None:
+                line["published"] = {"optimal": published[0], "skynomad": published[1]}
+            print(json.dumps(line))
             continue
-        norm = cheapest * (args.job_hours + math.ceil(args.changeover_hours * 3600 / gap) * gap / 3600)
+        norm = setup.cheapest_on_demand.on_demand_per_hour * setup.hours(setup.work_ticks + setup.changeover_ticks)
         best = rows["omniscient"].cost_mean
+        jobs = sum(len(starts) for starts in fleets)
         print(
-            f"deadline ratio {ratio}: {args.job_hours:g} h of work, fleet {args.fleet}, {args.runs} runs "
+            f"deadline ratio {ratio} ({args.setup} setup): {setup.hours(setup.work_ticks):.2f} h of work, "
+            f"deadline {setup.hours(setup.deadline_ticks):.2f} h, slack {slack:.1f} changeovers of "
+            f"{setup.hours(setup.changeover_ticks):.2f} h, {len(fleets)} runs of {jobs // len(fleets)} "
             f"({time.process_time() - began:.0f} s of CPU)"
         )
         print("  policy           cost $   / on-demand  misses  moves/job  egress $/job  gap to optimum")
@@ -702,6 +767,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(
                 f"  {name:<15} {r.cost_mean:8.0f}   {r.cost_mean / norm:9.3f}  {r.misses:6d}  {r.moves:9.2f}"
                 f"  {r.egress:12.2f}  {r.cost_mean / best - 1:+13.1%}"
+            )
+        print(f"  up_best_region: {rows['up_best_region'].region}")
+        if published is not None:
+            optimal, nomad = published
+            print(
+                f"  published (SkyNomad artifact): Optimal {optimal:.0f}, SkyNomad {nomad:.0f} "
+                f"(gap {nomad / optimal - 1:+.1%}); our optimum / theirs {best / optimal:.3f}"
             )
         if args.signals:
             print(f"  {quality.line()}")
