@@ -29,7 +29,9 @@ Spot preemption (SPOT jobs only): a replica's process group gets SIGTERM, SIGKIL
 `--grace-seconds`, and the replica restarts (alone, or with every replica: the job's
 `restartJobOnWorkerRestart` and the undocumented modes `--preemption-restarts`,
 `--survivor-stop`, `--spot-restart-count`, see `modes`); past six restarts the job fails with a
-STOCKOUT error. Preemptions come from plans registered through the control surface, else from a
+STOCKOUT error. A replica exiting SIGABRT or SIGSEGV (134, 139: "potentially transient") is
+restarted up to three times per job (`--transient-exit-restarts`, see `modes`); any other
+non-zero exit fails the job. Preemptions come from plans registered through the control surface, else from a
 seeded random rate (`--preemption-rate` per minute of running time, `--seed`); see `preemption`.
 
 `--gcs-fuse-dir DIR` (opt-in) stands in for the Cloud Storage FUSE mount Vertex gives training at
