@@ -38,6 +38,8 @@ class ReplicaRecord:
     spot_restarts: int = 0  # counted towards the six under spot_restart_count per_replica
     pids: list[int] = field(default_factory=list)
     exit_statuses: list[int] = field(default_factory=list)
+    # When the emulator saw each exit (RFC 3339): a survivor's time left over a reclaimed replica's.
+    exit_times: list[str] = field(default_factory=list)
     signals: list[dict[str, Any]] = field(default_factory=list)
     worker: WorkerProcess | None = None
     # The current run: when to preempt it, and the progress that decides it.
@@ -61,6 +63,7 @@ class ReplicaRecord:
             "preemptions": self.preemptions,
             "pids": list(self.pids),
             "exit_statuses": list(self.exit_statuses),
+            "exit_times": list(self.exit_times),
             "signals": list(self.signals),
             "running": self.worker is not None,
         }

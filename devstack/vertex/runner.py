@@ -538,6 +538,7 @@ class JobRunner:
     def _record_exit(self, record: JobRecord, replica: ReplicaRecord, exit_status: int) -> int:
         with self.lock:
             replica.exit_statuses.append(exit_status)
+            replica.exit_times.append(lines.rfc3339(_now()))
         self._logger.info(
             "worker exited", job=record.job.name, replica=replica.name, run=replica.starts, exit_status=exit_status
         )
