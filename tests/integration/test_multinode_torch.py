@@ -156,6 +156,8 @@ def test_a_two_node_torch_job_reclaimed_resumes_to_bit_equal_weights(
     record = run_request(stack, request_id, tmp_path / "job", scenario)
 
     assert record.status == RequestStatus.SUCCEEDED, record
+    # In one attempt: Vertex's own restarts resumed the job (not a re-queue after a failed job).
+    assert [(a.outcome, a.error) for a in record.attempts] == [("succeeded", None)]
     [attempt] = record.attempts
     emulated = stack.vertex_control("GET", f"/emulator/v1/{attempt.job}")
     replicas = emulated["replicas"]
