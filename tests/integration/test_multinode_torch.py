@@ -2,10 +2,11 @@
 two replicas (worker pools 0 and 1) of one process each, running docs/kit.md's `torch-ddp` snippet
 (tests/support/multinode_torch.py), forked from the fork server that imported torch once.
 
-The request sets no `restartJobOnWorkerRestart` (the API's default) and the Vertex emulator runs
-its default modes (docs/local.md, "Replicas and worker pools"): a reclaimed replica restarts alone,
-and a survivor that leaves with the kit's peer status (134, SIGABRT's: "potentially transient")
-restarts the whole job. Four moments of reclaim, each planned on the job's progress:
+The request sets no `restartJobOnWorkerRestart` (the API's default; one variant sets it, as
+docs/kit.md advises for DDP) and the Vertex emulator runs its default modes (docs/local.md,
+"Replicas and worker pools"): a reclaimed replica restarts alone, and a survivor that leaves with
+the kit's peer status (134, SIGABRT's: "potentially transient") restarts the whole job. Four
+moments of reclaim, each planned on the job's progress:
 - `workerpool1-0` in the middle of a step (after the first commit): every rank saves the step the
   kit's all-reduced flag stops them at, rank 0 commits it and says `preempted` (peer_sigterm);
 - `workerpool1-0` in the middle of a save, without notice: rank 0 finds its peer gone in the save's
@@ -62,6 +63,9 @@ class Scenario:
     reclaimed: tuple[str, ...]
     preempted_reason: str | None  # the primary's `preempted` line when it was not reclaimed itself
     worker_env: dict[str, str] = field(default_factory=dict)
+    # With `restartJobOnWorkerRestart` (docs/kit.md's advice for DDP) the emulator stops the
+    # survivors itself once the reclaimed replica is gone: they may get its SIGTERM.
+    scheduling: dict[str, Any] = field(default_factory=dict)
     # Vertex documents no line for a preemption, and several VMs reclaimed at once are one run of
     # the kit: the rich profile's line per reclaimed replica counts each (docs/signals.md).
     profile: str = "documented"
@@ -72,6 +76,12 @@ NOTICE = 30
 SCENARIOS = {
     "worker-mid-step": Scenario(
         {"replica": WORKER, "after_checkpoints": 1, "grace_seconds": NOTICE}, (WORKER,), "peer_sigterm"
+    ),
+    "worker-mid-step-restart-job": Scenario(
+        {"replica": WORKER, "after_checkpoints": 1, "grace_seconds": NOTICE},
+        (WORKER,),
+        "peer_sigterm",
+        scheduling={"restartJobOnWorkerRestart": True},
     ),
     # The worker's first save after the first commit, killed while it writes (2 s a write).
     "worker-mid-save": Scenario(
@@ -119,8 +129,14 @@ def run_request(stack: Any, request_id: str, folder: Path, scenario: Scenario | 
     ledger = stack.ledger()
     # The profile is bound when the job is created: kept until the request has ended.
     with vertex_signals(stack, scenario.profile if scenario else "documented"):
-        worker_env = scenario.worker_env if scenario else None
-        stack.publish("job_requests", two_replica_request(request_id, folder, SCRIPT_ENV, worker_env=worker_env))
+        request = two_replica_request(
+            request_id,
+            folder,
+            SCRIPT_ENV,
+            worker_env=scenario.worker_env if scenario else None,
+            scheduling=scenario.scheduling if scenario else None,
+        )
+        stack.publish("job_requests", request)
         return stack.wait_for(
             lambda: (found := ledger.get(request_id)) and found.status.is_terminal and found,
             TIMEOUT,
@@ -167,6 +183,13 @@ def test_a_two_node_torch_job_reclaimed_resumes_to_bit_equal_weights(
         replica: int(replica in scenario.reclaimed) for replica in (PRIMARY, WORKER)
     }, where
     assert emulated["preemptions"] == len(scenario.reclaimed), where
+    # How the job came back whole: the survivor's 134 restarted it ("potentially transient"), or
+    # the flag did, or nothing survived.
+    flag = bool(scenario.scheduling.get("restartJobOnWorkerRestart"))
+    spec = stack.job_service().get_custom_job(name=attempt.job).job_spec
+    assert spec.scheduling.restart_job_on_worker_restart == flag, where
+    survived = len(scenario.reclaimed) < len(replicas)
+    assert emulated["transient_restarts"] == int(survived and not flag), where
 
     # The first run stopped at one step every rank saved (or, cut mid-save, at the last commit);
     # the second resumed there and finished.
@@ -182,13 +205,17 @@ def test_a_two_node_torch_job_reclaimed_resumes_to_bit_equal_weights(
         assert [r for r in last if r.event == "checkpoint_torn"], where
         assert committed(first) == EVERY, where
 
-    # Every survivor left by itself, with the peer status, within the collective timeout of its
-    # reclaimed peer's end (the emulator saw the survivor's exit no earlier than it happened).
+    # Every survivor left within the collective timeout of its reclaimed peer's end (the emulator
+    # saw the survivor's exit no earlier than it happened): by itself, with the peer status, or,
+    # under restartJobOnWorkerRestart, on the emulator's SIGTERM (no SIGKILL: it did not hang).
     reclaimed_end = min(replicas[replica]["exit_times"][0] for replica in scenario.reclaimed)
     for survivor in {PRIMARY, WORKER} - set(scenario.reclaimed):
         seen = replicas[survivor]
-        assert seen["exit_statuses"][0] == PEER_EXIT, where
-        assert not [signal for signal in seen["signals"] if signal["run"] == 1], where
+        signals = [signal["signal"] for signal in seen["signals"] if signal["run"] == 1]
+        if scenario.scheduling.get("restartJobOnWorkerRestart"):
+            assert seen["exit_statuses"][0] in (PEER_EXIT, 143) and "SIGKILL" not in signals, where
+        else:
+            assert seen["exit_statuses"][0] == PEER_EXIT and not signals, where
         assert seconds_between(reclaimed_end, seen["exit_times"][0]) < COLLECTIVE_TIMEOUT, where
 
     assert final_weights(tmp_path / "job") == uninterrupted_weights, where

@@ -84,13 +84,14 @@ def two_replica_request(
     env: Mapping[str, str],
     *,
     worker_env: Mapping[str, str] | None = None,
+    scheduling: Mapping[str, Any] | None = None,
 ) -> bytes:
     """The envelope a user would publish: pool 0 (the primary) and pool 1 (one replica) run the
-    script with `env` (pool 1 with `worker_env` on top); the scheduling is the API's default (no
-    `restartJobOnWorkerRestart`)."""
+    script with `env` (pool 1 with `worker_env` on top); `scheduling` as given (none: the API's
+    default, no `restartJobOnWorkerRestart`)."""
     script = write_script(folder)
     command = [framework_python(), str(CHILDREN / "fork_client.py"), fork_server().socket_path, str(script)]
-    job = custom_job(request_id, command)
+    job = custom_job(request_id, command, scheduling=scheduling)
     common_env = {
         **env,
         "KIT_TEST_STEPS_LOG": str(folder / "steps.log"),
