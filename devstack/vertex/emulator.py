@@ -25,12 +25,12 @@ PENDING -> RUNNING -> SUCCEEDED (the primary exited 0) or FAILED, at most `--max
 time (see `runner`), and writes `ml_job` log entries (task_name `workerpool<P>-<i>`) to
 `--events-topic` the way a Logging sink would (see `logs`).
 
-Spot preemption (SPOT jobs only): a replica's process group gets SIGTERM, SIGKILL after
-`--grace-seconds`, and the replica restarts (alone, or with every replica: the job's
-`restartJobOnWorkerRestart` and the undocumented modes `--preemption-restarts`,
-`--survivor-stop`, `--spot-restart-count`, see `modes`); past six restarts the job fails with a
-STOCKOUT error. Preemptions come from plans registered through the control surface, else from a
-seeded random rate (`--preemption-rate` per minute of running time, `--seed`); see `preemption`.
+Spot preemption (SPOT jobs only): a replica's process group gets SIGTERM, SIGKILL after `--grace-seconds`,
+and the replica restarts (alone, or with every replica: the job's `restartJobOnWorkerRestart` and the
+undocumented modes `--preemption-restarts`, `--survivor-stop`, `--spot-restart-count`, see `modes`); past six
+restarts the job fails with a STOCKOUT error. Preemptions come from plans registered through the control surface,
+else from a seeded random rate (`--preemption-rate` per minute of running time, `--seed`); see `preemption`.
+Any replica's exit 134 or 139 (SIGABRT, SIGSEGV) restarts up to three times (`--transient-exit-restarts`).
 
 `--gcs-fuse-dir DIR` (opt-in) stands in for the Cloud Storage FUSE mount Vertex gives training at
 `/gcs/`: each job's checkpoint folder mirrored between the bucket and DIR (see `fuse`).

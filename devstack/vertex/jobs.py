@@ -38,6 +38,8 @@ class ReplicaRecord:
     spot_restarts: int = 0  # counted towards the six under spot_restart_count per_replica
     pids: list[int] = field(default_factory=list)
     exit_statuses: list[int] = field(default_factory=list)
+    # When the emulator saw each exit (RFC 3339): a survivor's time left over a reclaimed replica's.
+    exit_times: list[str] = field(default_factory=list)
     signals: list[dict[str, Any]] = field(default_factory=list)
     worker: WorkerProcess | None = None
     # The current run: when to preempt it, and the progress that decides it.
@@ -61,6 +63,7 @@ class ReplicaRecord:
             "preemptions": self.preemptions,
             "pids": list(self.pids),
             "exit_statuses": list(self.exit_statuses),
+            "exit_times": list(self.exit_times),
             "signals": list(self.signals),
             "running": self.worker is not None,
         }
@@ -89,6 +92,7 @@ class JobRecord:
     job_starts: int = 0  # starts of the whole job (the first, then each whole-job restart)
     preemptions: int = 0  # reclaimed VMs, over every replica
     spot_restarts: int = 0  # counted towards the six (spot_restart_count per_event or per_vm)
+    transient_restarts: int = 0  # restarts after a potentially transient exit: three at most
     argv: tuple[str, ...] = ()
     image_uri: str = ""
     # By replica name, the primary first; filled when the job first starts.
@@ -112,12 +116,16 @@ class JobRecord:
         return self.replicas.get(PRIMARY_REPLICA)
 
     @property
-    def restarts_whole_job(self) -> bool:
-        """Whether a replica's restart restarts every replica: `restartJobOnWorkerRestart`
-        (which `disableRetries` overrides to false, as documented), or the emulator mode."""
+    def restarts_whole_job_on_worker_restart(self) -> bool:
+        """`restartJobOnWorkerRestart`, which `disableRetries` overrides to false, as documented."""
         scheduling = self.job.job_spec.scheduling
-        flag = scheduling.restart_job_on_worker_restart and not scheduling.disable_retries
-        return flag or self.modes.preemption_restarts == "job"
+        return bool(scheduling.restart_job_on_worker_restart and not scheduling.disable_retries)
+
+    @property
+    def restarts_whole_job(self) -> bool:
+        """Whether a reclaimed replica's restart restarts every replica: the flag, or the emulator
+        mode."""
+        return self.restarts_whole_job_on_worker_restart or self.modes.preemption_restarts == "job"
 
     def running_workers(self) -> list[WorkerProcess]:
         return [replica.worker for replica in self.replicas.values() if replica.worker is not None]
@@ -139,6 +147,7 @@ class JobRecord:
             "runs": primary.starts if primary else 0,
             "preemptions": self.preemptions,
             "spot_restarts": self.spot_restarts,
+            "transient_restarts": self.transient_restarts,
             "pids": list(primary.pids) if primary else [],
             "exit_statuses": list(primary.exit_statuses) if primary else [],
             "signals": list(primary.signals) if primary else [],

@@ -23,6 +23,18 @@ six times"), so each is a setting whose default is the least surprising reading:
 - `spot_restart_count`: what counts towards the six restarts. `per_event` (default): one per
   preemption, however many replicas it reclaimed (the page's "restart the job up to six times").
   `per_vm`: one per reclaimed VM. `per_replica`: each replica has its own six.
+
+Documented, half of it (the training-service page's "Common errors", the entry for "The replica
+REPLICA_NAME exited with a non-zero status of EXIT_CODE",
+https://cloud.google.com/vertex-ai/docs/training/understanding-training-service): an exit of
+SIGABRT ("6, or 134 in custom containers") or SIGSEGV (11, or 139) is "potentially transient" and
+restarted, up to three times; any other non-zero exit fails the job. What restarts is not said:
+
+- `transient_exit_restarts`: `job` (default): every replica, the others stopped as on a whole-job
+  restart (`survivor_stop`); the reading the page's "restarts the job" gives, and what a
+  torch.distributed job needs: a survivor that left because its peer was lost cannot rejoin a
+  group that is gone. `replica`: that replica alone, at once (the page's per-worker restart "in
+  the same VM"), unless the job sets `restartJobOnWorkerRestart`. Either way three per job.
 """
 
 from __future__ import annotations
@@ -35,6 +47,7 @@ from typing import Any
 PREEMPTION_RESTARTS = ("replica", "job")
 SURVIVOR_STOPS = ("sigterm", "sigkill")
 SPOT_RESTART_COUNTS = ("per_event", "per_vm", "per_replica")
+TRANSIENT_EXIT_RESTARTS = ("job", "replica")
 
 
 @dataclass(frozen=True)
@@ -42,12 +55,14 @@ class ReplicaModes:
     preemption_restarts: str = PREEMPTION_RESTARTS[0]
     survivor_stop: str = SURVIVOR_STOPS[0]
     spot_restart_count: str = SPOT_RESTART_COUNTS[0]
+    transient_exit_restarts: str = TRANSIENT_EXIT_RESTARTS[0]
 
     def __post_init__(self) -> None:
         for name, allowed in (
             ("preemption_restarts", PREEMPTION_RESTARTS),
             ("survivor_stop", SURVIVOR_STOPS),
             ("spot_restart_count", SPOT_RESTART_COUNTS),
+            ("transient_exit_restarts", TRANSIENT_EXIT_RESTARTS),
         ):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {list(allowed)}: {getattr(self, name)!r}")
@@ -57,7 +72,8 @@ class ReplicaModes:
 
 
 def parse_modes(body: Any, current: ReplicaModes) -> ReplicaModes:
-    """`{"preemption_restarts": ..., "survivor_stop": ..., "spot_restart_count": ...}`, each
+    """`{"preemption_restarts": ..., "survivor_stop": ..., "spot_restart_count": ...,
+    "transient_exit_restarts": ...}`, each
     optional (unnamed ones keep `current`). Raises ValueError naming the offending field."""
     if not isinstance(body, Mapping):
         raise ValueError("replica modes must be a JSON object")
@@ -88,6 +104,12 @@ def add_mode_arguments(parser: argparse.ArgumentParser) -> None:
             "what counts towards the six Spot restarts: each preemption (per_event, default), each "
             "reclaimed VM (per_vm), or each replica's own (per_replica)",
         ),
+        (
+            "transient_exit_restarts",
+            TRANSIENT_EXIT_RESTARTS,
+            "a replica exiting SIGABRT or SIGSEGV (documented as potentially transient, restarted up to three "
+            "times) restarts every replica (job, default) or itself alone (replica)",
+        ),
     ):
         parser.add_argument(
             "--" + name.replace("_", "-"),
@@ -102,4 +124,5 @@ def modes_from_args(args: argparse.Namespace) -> ReplicaModes:
         preemption_restarts=args.preemption_restarts,
         survivor_stop=args.survivor_stop,
         spot_restart_count=args.spot_restart_count,
+        transient_exit_restarts=args.transient_exit_restarts,
     )

@@ -4,7 +4,9 @@ Lifecycle (the states of job_state.proto,
 https://github.com/googleapis/googleapis/blob/master/google/cloud/aiplatform/v1/job_state.proto):
 QUEUED (until a capacity slot is free, then `queued_seconds`) -> PENDING (`pending_seconds`) ->
 RUNNING (one process per replica of every worker pool) -> SUCCEEDED when the primary
-(`workerpool0-0`) exits 0, FAILED when any replica exits non-zero; then the other replicas are
+(`workerpool0-0`) exits 0, FAILED when any replica exits non-zero (but SIGABRT's or SIGSEGV's
+status, "potentially transient", restarts up to three times: `transient_exit_restarts` in
+`devstack.vertex.modes`); then the other replicas are
 stopped (SIGTERM, SIGKILL after `grace_seconds`). "A training job completes successfully when its
 primary replica exits with exit code 0. At that point, [Vertex] shuts down all the other running
 workers" (https://cloud.google.com/vertex-ai/docs/training/understanding-training-service); a
@@ -72,6 +74,10 @@ _PUMP_JOIN_SECONDS = 1.0
 # - a failure of the emulator itself: 13 INTERNAL, with the message Vertex documents for its own
 #   internal errors.
 EXIT_FAILURE_CODE = 3
+# Exit statuses the training-service page's common errors call "potentially transient": SIGABRT
+# ("6, or 134 in custom containers") and SIGSEGV (11, or 139); restarted up to three times.
+TRANSIENT_EXIT_STATUSES = frozenset({6, 134, 11, 139})
+MAX_TRANSIENT_RESTARTS = 3
 CANCELLED_CODE = 1
 INTERNAL_CODE = 13
 CANCELLED_MESSAGE = "CANCELED"
@@ -353,6 +359,11 @@ class JobRunner:
             for replica in self._running(record):
                 if replica.worker is not None and replica.worker.poll() is not None:
                     exit_status = self._reap(record, replica)
+                    if self._restarts_after_transient_exit(record, replica, exit_status):
+                        if self._restarts_job_on_transient_exit(record):
+                            self._stop_survivors(record)
+                            return Outcome.RESTART_JOB
+                        continue
                     # Any other replica that exits 0 is done: it stays down.
                     if replica.is_primary or exit_status != 0:
                         self._stop_replicas(record, self._running(record), self._config.grace_seconds)
@@ -447,14 +458,45 @@ class JobRunner:
         for replica in reclaimed:  # one line per reclaimed VM, naming it: counted once each
             self._service_lines(record, record.profile.preempted(restart, replica.name, whole_job=whole_job))
         if whole_job:
-            survivor_grace = self._config.grace_seconds if record.modes.survivor_stop == "sigterm" else 0.0
-            self._stop_replicas(record, self._running(record), survivor_grace)
+            self._stop_survivors(record)
             return Outcome.RESTART_JOB
         restart_at = time.monotonic() + self._config.pending_seconds
         with self.lock:
             for replica in reclaimed:
                 replica.restart_at = restart_at
         return None
+
+    def _stop_survivors(self, record: JobRecord) -> None:
+        """Before a whole-job restart: the replicas still running stop as `survivor_stop` says."""
+        survivor_grace = self._config.grace_seconds if record.modes.survivor_stop == "sigterm" else 0.0
+        self._stop_replicas(record, self._running(record), survivor_grace)
+
+    def _restarts_after_transient_exit(self, record: JobRecord, replica: ReplicaRecord, exit_status: int) -> bool:
+        """Whether this exit is one Vertex restarts (SIGABRT or SIGSEGV, three times per job:
+        `devstack.vertex.modes`); if so it is counted, and a replica restarting alone is due now
+        (Vertex restarts it "immediately in the same VM")."""
+        if exit_status not in TRANSIENT_EXIT_STATUSES:
+            return False
+        with self.lock:
+            if record.transient_restarts >= MAX_TRANSIENT_RESTARTS:
+                return False
+            record.transient_restarts += 1
+            alone = not self._restarts_job_on_transient_exit(record)
+            if alone:
+                replica.restart_at = time.monotonic()
+        self._logger.info(
+            "transient exit restarted",
+            job=record.job.name,
+            replica=replica.name,
+            exit_status=exit_status,
+            transient_restarts=record.transient_restarts,
+            whole_job=not alone,
+        )
+        return True
+
+    @staticmethod
+    def _restarts_job_on_transient_exit(record: JobRecord) -> bool:
+        return record.modes.transient_exit_restarts == "job" or record.restarts_whole_job_on_worker_restart
 
     def _count_spot_restart(self, record: JobRecord, reclaimed: list[ReplicaRecord]) -> int:
         """Counts this preemption towards the six restarts as the job's `spot_restart_count` mode
@@ -496,6 +538,7 @@ class JobRunner:
     def _record_exit(self, record: JobRecord, replica: ReplicaRecord, exit_status: int) -> int:
         with self.lock:
             replica.exit_statuses.append(exit_status)
+            replica.exit_times.append(lines.rfc3339(_now()))
         self._logger.info(
             "worker exited", job=record.job.name, replica=replica.name, run=replica.starts, exit_status=exit_status
         )

@@ -575,3 +575,47 @@ def test_seven_preemptions_over_two_replicas_fail_the_job_only_when_counted_per_
     assert [seen["replicas"][name]["preemptions"] for name in (PRIMARY, "workerpool1-0")] == [3, 4]
     if final_state == State.JOB_STATE_FAILED:
         assert "STOCKOUT" in done.error.message
+
+
+# ---- exits Vertex documents as potentially transient ----
+
+
+@pytest.mark.parametrize(
+    ("status", "mode", "primary_events"),
+    [
+        (134, "job", ["start", "sigterm", "start", "exit"]),
+        (139, "job", ["start", "sigterm", "start", "exit"]),
+        (134, "replica", ["start", "exit"]),
+    ],
+    ids=["sigabrt-job", "sigsegv-job", "sigabrt-replica"],
+)
+def test_a_replica_exiting_with_a_transient_status_is_restarted_not_failed(
+    emulator: VertexEmulator, replicas: Replicas, status: int, mode: str, primary_events: list[str]
+) -> None:
+    # A survivor that lost its peer leaves with SIGABRT's status (the kit's 134, NCCL's watchdog).
+    control(emulator, "replica-modes", {"transient_exit_restarts": mode})
+    playbook = {
+        PRIMARY: {"*": exit_when("workerpool1-0", "start", 2)},
+        "workerpool1-0": {"1": [["wait", PRIMARY, "start", 1], ["exit", status]]},
+    }
+
+    done, seen = run_to_end(emulator, replicas.job([1, 1], playbook))
+
+    assert done.state == State.JOB_STATE_SUCCEEDED, seen["replicas"]
+    assert replicas.of("workerpool1-0")[:3] == ["start", "exit", "start"], replicas.events()
+    assert replicas.of(PRIMARY) == primary_events, replicas.events()
+    assert seen["replicas"]["workerpool1-0"]["exit_statuses"][0] == status
+    assert seen["transient_restarts"] == 1 and seen["preemptions"] == 0
+    assert seen["replica_modes"]["transient_exit_restarts"] == mode
+
+
+def test_a_fourth_transient_exit_fails_the_job_naming_the_replica(emulator: VertexEmulator, replicas: Replicas) -> None:
+    playbook = {"workerpool1-0": {"*": [["wait", PRIMARY, "start", 1], ["exit", 134]]}}
+
+    done, seen = run_to_end(emulator, replicas.job([1, 1], playbook))
+
+    assert done.state == State.JOB_STATE_FAILED
+    error = wait_for(lambda: client_for(emulator).get_custom_job(name=done.name).error.message, what="the error")
+    assert error == "The replica workerpool1-0 exited with a non-zero status of 134. Termination reason: Error."
+    assert replicas.of("workerpool1-0").count("start") == 4  # restarted three times
+    assert seen["transient_restarts"] == 3

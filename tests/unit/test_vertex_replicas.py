@@ -214,6 +214,7 @@ def test_the_modes_default_to_the_least_surprising_reading_and_switch_one_field_
         "preemption_restarts": "replica",
         "survivor_stop": "sigterm",
         "spot_restart_count": "per_event",
+        "transient_exit_restarts": "job",
     }
 
     switched = parse_modes({"survivor_stop": "sigkill"}, defaults)
