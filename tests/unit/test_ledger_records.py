@@ -7,6 +7,7 @@ drive the copies and the corrupt documents."""
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from shared.ledger.records import (
     CancelIntent,
     RequestRecord,
     Requeue,
+    _known,
     alert_marker,
     evidence_marker,
     private_copy,
@@ -226,3 +228,40 @@ def test_a_private_copy_of_values_json_does_not_have_is_a_deep_one() -> None:
     assert copied["set"] is not nested["set"] and copied["tuple"][0] is not nested["tuple"][0]
     assert isinstance(copied["tuple"], tuple)
     assert copied["enum"] is Colour.RED and copied["status"] is RequestStatus.RUNNING
+
+
+# ---- the shape check of a kind of field no record part has yet ---------------------------------------
+
+
+@dataclass
+class _Future:
+    """A record part with the kinds of field the shape check promises to judge beyond today's."""
+
+    either: int | str | None = None
+    either_required: int | str = 0
+    nothing: None = None
+    newer_fields: dict[str, Any] = field(default_factory=dict)
+
+
+@pytest.mark.parametrize(
+    "value, accepted",
+    [(1, True), ("one", True), (None, True), (1.5, False), (True, False), ([1], False)],
+)
+def test_a_field_of_several_types_takes_a_value_of_any_of_them(value: Any, accepted: bool) -> None:
+    if accepted:
+        assert _known(_Future, {"either": value})["either"] == value
+    else:
+        with pytest.raises(TypeError, match="_Future.either is"):
+            _known(_Future, {"either": value})
+
+
+def test_a_field_of_several_types_without_none_refuses_none_and_a_none_field_takes_only_none() -> None:
+    assert _known(_Future, {"either_required": "x", "nothing": None}) == {
+        "either_required": "x",
+        "nothing": None,
+        "newer_fields": {},
+    }
+    with pytest.raises(TypeError, match="_Future.either_required is None"):
+        _known(_Future, {"either_required": None})
+    with pytest.raises(TypeError, match="_Future.nothing is 0"):
+        _known(_Future, {"nothing": 0})
