@@ -113,8 +113,10 @@ def test_the_retention_is_never_shorter_than_pubsub_keeps_a_message_nor_the_prun
             )
         )
 
-    assert MIN_RETENTION_SECONDS > 31 * DAY  # Pub/Sub keeps a message at most 31 days
-    assert effective(1, 7) == MIN_RETENTION_SECONDS
+    # docs/ARCHITECTURE.md: "never less than 32 days, longer than Pub/Sub keeps any message".
+    assert MIN_RETENTION_SECONDS == 32 * DAY
+    assert effective(1, 7) == 32 * DAY
+    assert effective(1 / DAY, 0) == 32 * DAY  # a retention of one second
     assert effective(50, 7) == 50 * DAY
     assert effective(40, 45) == 46 * DAY
 
@@ -284,6 +286,17 @@ def test_a_round_is_daily_and_its_turn_says_what_it_did(ledger: LedgerStore, clo
     assert SWEEP_INTERVAL_SECONDS == DAY  # "one round a day" (the module docstring)
 
 
+def test_a_turn_walks_at_most_five_pages_of_a_thousand(ledger: LedgerStore, bucket: Any, clock: Clock, log) -> None:
+    # docs/ARCHITECTURE.md: "at most five pages of a thousand per reconcile pass".
+    for n in range(5001):
+        blob = bucket.blob(f"requests/r{n:05d}.json")
+        blob.metadata = {"status": "SUCCEEDED"}  # finished now: nothing to do but list it
+        blob.upload_from_string("{}")
+    turn = sweep_step(ledger, log.logger, settings=SETTINGS, now=clock.now)
+    assert (turn.listed, turn.finished_round) == (5000, False)
+    assert ledger.maintenance_state(SWEEP_STATE)["position"] == "r04999"
+
+
 def test_a_turn_of_few_pages_leaves_its_position_and_the_next_turn_resumes_there(
     ledger: LedgerStore, clock: Clock, log: CapturedLog, monkeypatch
 ) -> None:
@@ -319,14 +332,15 @@ def test_a_turn_removes_at_most_its_budget_and_the_next_starts_at_the_first_it_l
     monkeypatch.setattr(retention, "SWEEP_RETIREMENTS_PER_RUN", 2)
     for request_id in ("a", "b", "c"):
         finished(ledger, clock, request_id)
-    active(ledger, clock, "b0")  # not to retire: costs no budget
+    for request_id in ("b0", "c0"):
+        active(ledger, clock, request_id)  # not to retire: costs no budget
     now = after(clock, RETENTION)
 
     first = sweep_step(ledger, log.logger, settings=SETTINGS, now=now)
-    assert (first.listed, first.removed, first.finished_round) == (3, 2, False)
+    assert (first.listed, first.removed, first.finished_round) == (3, 2, False)  # a, b, b0; c not counted
     assert ledger.maintenance_state(SWEEP_STATE) == {"position": "c", "finished_at": None}
     second = sweep_step(ledger, log.logger, settings=SETTINGS, now=now)
-    assert (second.listed, second.removed, second.finished_round) == (1, 1, True)
+    assert (second.listed, second.removed, second.finished_round) == (2, 1, True)
 
 
 def test_a_budget_spent_on_the_last_record_still_finishes_the_round(
