@@ -72,6 +72,25 @@ def test_the_mean_checkpoint_interval_needs_two_commits_and_both_times() -> None
     assert attempt(checkpoints_committed=3, first_checkpoint_at=first).mean_checkpoint_interval is None
 
 
+def test_a_fresh_attempt_has_counted_nothing_and_a_fresh_record_has_nothing_pending() -> None:
+    fresh = attempt()
+    assert (fresh.preemptions, fresh.republished, fresh.checkpoints_committed, fresh.checkpoint_seconds) == (
+        0,
+        0,
+        0,
+        0.0,
+    )
+    assert fresh.preemptions_unknown is False
+    assert RequestRecord("r1", {}, "gs://b/").prune_pending is False
+
+
+def test_an_attempts_signing_key_is_never_shown_in_its_repr() -> None:
+    keyed = attempt(kit_key="s3cret-key")
+    assert "s3cret-key" not in repr(keyed)
+    assert "s3cret-key" not in repr(RequestRecord("r1", {}, "gs://b/", attempts=[keyed]))
+    assert keyed == attempt(kit_key="another")  # the key is not what makes an attempt
+
+
 def test_a_jobs_id_is_the_last_part_of_its_name() -> None:
     assert attempt(job=JOB).job_id == "123"
     assert attempt().job_id is None
@@ -83,9 +102,9 @@ def test_a_jobs_id_is_the_last_part_of_its_name() -> None:
 def test_the_latest_attempt_and_one_by_number() -> None:
     record = RequestRecord("r1", {}, "gs://b/")
     assert record.latest is None and record.attempt(1) is None
-    record.attempts = [attempt(1), attempt(2)]
-    assert record.latest is record.attempts[1] and record.attempt(1) is record.attempts[0]
-    assert record.attempt(3) is None
+    record.attempts = [attempt(1), attempt(2), attempt(3)]
+    assert record.latest is record.attempts[2] and record.attempt(2) is record.attempts[1]
+    assert record.attempt(4) is None
 
 
 def test_spot_attempts_before_an_attempt_count_only_earlier_spot_ones() -> None:
@@ -182,6 +201,7 @@ def test_a_stored_field_of_another_type_is_refused(attempt_fields: dict[str, Any
         {"checkpoint_seconds": 3},  # an integral number is a float too
         {"checkpoint_seconds": 2.5},
         {"preemptions_unknown": False},
+        {"preemptions_unknown": True},
         {"last_checkpoint": [1, 2]},
         {"last_checkpoint": None},
         {"spot_outlook": {"p": 1}},
@@ -195,10 +215,20 @@ def test_a_stored_field_of_its_type_is_read(attempt_fields: dict[str, Any]) -> N
     assert read.to_json()["attempts"][0] | attempt_fields == read.to_json()["attempts"][0]
 
 
+def test_a_field_of_a_newer_version_anywhere_in_a_document_is_kept_and_the_rest_read() -> None:
+    stored = {"n": 1, "gpu_hours": 3.5, "location": "l", "strategy": "SPOT", "claimed_at": "t", "job": JOB}
+    read = RequestRecord.from_json({"from_the_future": 1, **document(attempts=[stored])})
+    assert read.attempts[0].job == JOB and read.attempts[0].newer_fields == {"gpu_hours": 3.5}
+    assert read.request_id == "r1" and read.newer_fields == {"from_the_future": 1}
+
+
 def test_the_error_names_the_field_its_value_and_the_type_expected() -> None:
     stored = {"n": "one", "location": "l", "strategy": "SPOT", "claimed_at": "t"}
     with pytest.raises(TypeError, match=r"^Attempt\.n is 'one', not <class 'int'>$"):
         RequestRecord.from_json(document(attempts=[stored]))
+    unknown = {"n": 1, "location": "l", "strategy": "SPOT", "claimed_at": "t", "outcome": "EXPLODED"}
+    with pytest.raises(TypeError, match=r"^Attempt\.outcome is 'EXPLODED', not "):
+        RequestRecord.from_json(document(attempts=[unknown]))
     with pytest.raises(TypeError, match=r"^a RequestRecord is \['r1'\], not an object$"):
         RequestRecord.from_json(["r1"])  # type: ignore[arg-type]
 
@@ -212,6 +242,9 @@ def test_a_long_value_is_shown_cut_to_sixty_characters() -> None:
     with pytest.raises(TypeError) as exact:
         RequestRecord.from_json(document(output_dir=["y" * 56]))  # its repr is exactly sixty characters
     assert "'" + "y" * 56 + "']" in str(exact.value)
+    with pytest.raises(TypeError) as over:
+        RequestRecord.from_json(document(output_dir=["z" * 57]))  # sixty-one: cut
+    assert "['" + "z" * 55 + "..., not" in str(over.value)
 
 
 # ---- the private copy ---------------------------------------------------------------------------------
