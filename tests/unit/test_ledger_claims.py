@@ -73,6 +73,17 @@ def test_a_claim_younger_than_its_lease_is_in_progress_and_one_exactly_as_old_is
     assert taken.kind == "taken_over" and taken.attempt.claimed_at == iso(NOW)
 
 
+def test_a_new_requests_first_attempt_is_planned_as_attempt_one() -> None:
+    spot_first = claim(None, fallback={"after_spot_attempts": 1, "strategy": "STANDARD"})
+    assert (spot_first.attempt.n, spot_first.attempt.strategy, spot_first.attempt.location) == (
+        1,
+        "SPOT",
+        "us-central1",
+    )
+    on_demand = claim(None, fallback={"after_spot_attempts": 0, "strategy": "STANDARD"})
+    assert on_demand.attempt.strategy == "STANDARD"
+
+
 def test_a_message_marked_as_a_requeue_is_never_a_new_request() -> None:
     with pytest.raises(InvalidJobRequest) as raised:
         claim(None, requeued=True)
