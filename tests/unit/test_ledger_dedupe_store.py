@@ -136,7 +136,7 @@ def test_windows_past_the_horizon_leave_with_the_next_write_and_not_before(bucke
     assert [w["request_id"] for w in stored(bucket)["windows"]] == [name(just_inside), name(at_horizon)]
 
 
-def test_the_horizon_is_a_day_more_than_pubsub_keeps_a_message_and_a_day_less_than_the_lifecycle_rule() -> None:
+def test_the_horizon_outlasts_what_pubsub_keeps() -> None:
     # docs/ARCHITECTURE.md: a dedupe document is needed "32 days after its newest window's end"; the
     # lifecycle rule deletes it 33 days after its Custom-Time (terraform/storage.tf).
     assert HORIZON_SECONDS == 32 * 86400

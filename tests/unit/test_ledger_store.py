@@ -86,7 +86,7 @@ def test_a_listing_shows_status_creation_pending_effects_and_labels_without_a_do
     assert [row.needs_reconcile for row in rows] == [True, True]  # active; finished with effects pending
 
 
-def test_labels_are_kept_up_to_two_kib_and_a_larger_set_is_left_for_a_read(ledger: LedgerStore) -> None:
+def test_labels_are_kept_up_to_their_bound_and_a_larger_set_is_left_for_a_read(ledger: LedgerStore) -> None:
     # docs/ARCHITECTURE.md: a listing's metadata carries "the CustomJob's labels up to 2 KiB".
     def labels_of_size(size: int) -> dict[str, str]:
         # {"k":"vvv..."} is 8 bytes of JSON around the value
@@ -333,7 +333,7 @@ def test_the_active_index_lists_markers_in_pages_from_a_position(ledger: LedgerS
     assert [row.request_id for row in ledger.list_active(start_at="b")[0]] == ["b", "c"]
 
 
-def test_a_stale_marker_goes_once_fifteen_minutes_old_and_not_a_moment_before(
+def test_a_stale_marker_goes_once_older_than_the_grace_and_not_a_moment_before(
     bucket: Any, ledger: LedgerStore, clock: Clock
 ) -> None:
     # docs/ARCHITECTURE.md: a marker is removed once older than `INDEX_GRACE_SECONDS` (15 min).
