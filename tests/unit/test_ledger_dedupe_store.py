@@ -54,6 +54,14 @@ def test_the_first_publish_of_a_content_opens_its_window_in_one_document(bucket:
     assert document.custom_time == seconds(DEDUPE)  # what the lifecycle rule counts from
 
 
+def test_an_uncontended_delivery_never_backs_off(bucket: Any, monkeypatch) -> None:
+    waits: list[float] = []
+    monkeypatch.setattr("shared.swap.time.sleep", waits.append)  # the backoff after a lost race
+    assert bare_request_id(bucket, "d1", T0, DEDUPE, name) == name(T0)
+    assert bare_request_id(bucket, "d1", seconds(3600), DEDUPE, name) == name(seconds(3600))
+    assert waits == []
+
+
 def test_a_delivery_inside_a_window_writes_nothing(bucket: Any) -> None:
     bare_request_id(bucket, "d1", T0, DEDUPE, name)
     generation = bucket.get_blob(DOCUMENT).generation
@@ -143,8 +151,9 @@ def test_the_horizon_outlasts_what_pubsub_keeps() -> None:
 
 
 def test_a_window_leaves_when_another_opens_the_horizon_after_its_end() -> None:
+    # docs/ARCHITECTURE.md: a dedupe document is needed "32 days after its newest window's end".
     old = {"lo": "2026-10-01T09:00:00.000Z", "hi": "2026-10-01T09:05:00.000Z", "request_id": "old"}
-    at_horizon = datetime(2026, 10, 1, 9, 5, tzinfo=UTC) + timedelta(seconds=HORIZON_SECONDS)
+    at_horizon = datetime(2026, 10, 1, 9, 5, tzinfo=UTC) + timedelta(days=32)
     before = at_horizon - timedelta(milliseconds=1)
     _, kept = place([old], before, DEDUPE, name)
     assert [w["request_id"] for w in kept] == ["old", name(before)]
