@@ -158,6 +158,16 @@ def room_files(room: str, root: Path = ROOT) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in path.rglob("*.py") if p.name != "__init__.py")
 
 
+def room_argument(text: str) -> str:
+    """A room as `--room` takes it: one of ROOMS, or one Python file inside one (a room judged file by
+    file); anything else is refused with the choices."""
+    room = os.path.normpath(text)
+    inside_a_room = room.endswith(".py") and any(room.startswith(f"{known}/") for known in ROOMS)
+    if room in ROOMS or (inside_a_room and (ROOT / room).is_file()):
+        return room
+    raise argparse.ArgumentTypeError(f"{text!r} is neither a room ({', '.join(ROOMS)}) nor a file in one")
+
+
 def module_name(path: str) -> str:
     """`shared/fleet/store.py` -> `shared.fleet.store`; the kit's `kit/src/spotjobs_kit/x.py` ->
     `spotjobs_kit.x`."""
@@ -466,12 +476,20 @@ def _warm_up(tests: Sequence[str]) -> None:
 PYTEST_ARGS = ("-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-o", "addopts=")
 
 
+# pytest's exit codes that say the runner asked for tests that are not there (a test renamed or
+# removed since the trace), which says nothing about the mutant.
+PYTEST_RUNNER_ERRORS = (4, 5)  # usage error ("not found"), no tests collected
+RUNNER_ERROR_EXIT = 75
+
+
 def _tests_stage(tests: Sequence[str], report: Path) -> int:
     """The tests, in the order given (each stage a pytest session of its own), first failure stops."""
     import pytest
 
     with report.open("w") as out, contextlib.redirect_stdout(out):
         code = pytest.main(["-x", *PYTEST_ARGS, *tests])
+    if code in PYTEST_RUNNER_ERRORS:
+        return RUNNER_ERROR_EXIT
     return 0 if code == 0 else 1
 
 
@@ -537,14 +555,19 @@ def _in_child(run: Callable[[], int], mutant: Mutant | None, limit: float) -> tu
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
-            verdict = "pass" if os.waitstatus_to_exitcode(status) == 0 else "fail"
-            return verdict, time.monotonic() - started
+            return _verdict(os.waitstatus_to_exitcode(status)), time.monotonic() - started
         if time.monotonic() > deadline:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
             return "timeout", time.monotonic() - started
         time.sleep(0.02)
+
+
+def _verdict(exit_code: int) -> str:
+    if exit_code == RUNNER_ERROR_EXIT:
+        return "error"
+    return "pass" if exit_code == 0 else "fail"
 
 
 def _first_failure(report: Path) -> str:
@@ -579,6 +602,11 @@ def judge(mutant: Mutant, coverage: Coverage, report: Path) -> dict:
     if tests:
         verdict, seconds = _in_child(lambda: _tests_stage(tests, report), mutant, coverage.stage_limit(tests))
         row["unit_seconds"] = round(seconds, 2)
+        if verdict == "error":
+            raise SystemExit(
+                f"mutants: pytest found no test among those the trace recorded for {mutant.ident} "
+                f"(renamed or removed since the trace?): {report.read_text(errors='replace')[-600:]}"
+            )
         if verdict == "fail":
             return {**row, "outcome": KILLED_UNIT, "killed_by": _first_failure(report)}
         if verdict == "timeout":
@@ -694,10 +722,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tools/mutants.py", description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--room",
-        type=lambda text: text.rstrip("/"),
-        choices=ROOMS,
+        type=room_argument,
         action="append",
-        help="a room (repeatable); default: all five",
+        help="a room, or one file of a room (repeatable); default: all five",
     )
     parser.add_argument("--limit", type=int, help="judge only the first N mutants of each room (a quick look)")
     parser.add_argument(

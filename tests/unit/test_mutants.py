@@ -4,7 +4,10 @@ mutation run itself is a benchmark."""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
+
+import pytest
 
 from tools.mutants import (
     KILLED_SIM,
@@ -14,6 +17,8 @@ from tools.mutants import (
     SURVIVED,
     TIMEOUT,
     Mutant,
+    _tests_stage,
+    _verdict,
     apply,
     candidate_tests,
     changed_span,
@@ -24,6 +29,7 @@ from tools.mutants import (
     imported_names,
     judges,
     module_name,
+    room_argument,
     room_files,
     slug,
     summarize,
@@ -171,3 +177,24 @@ def test_only_lines_that_carry_code_can_be_seen_run() -> None:
     lines = {line for _, line in EXECUTABLE}
     assert {1, 2, 7, 8, 9} <= lines
     assert not {3, 4, 5, 6} & lines
+
+
+def test_a_room_or_one_file_of_a_room_is_taken_and_anything_else_refused_naming_the_rooms() -> None:
+    assert room_argument("shared/ledger/") == "shared/ledger"
+    assert room_argument("shared/ledger/claims.py") == "shared/ledger/claims.py"
+    assert room_files(room_argument("shared/ledger/claims.py")) == ["shared/ledger/claims.py"]
+    for wrong in ("shared/alerts.py", "shared/ledger/absent.py", "shared/ledger/../alerts.py", "tools"):
+        with pytest.raises(argparse.ArgumentTypeError, match="shared/pacing.py"):
+            room_argument(wrong)
+
+
+def test_tests_the_trace_recorded_that_pytest_no_longer_finds_are_the_runners_error_never_a_kill(
+    tmp_path: Path,
+) -> None:
+    # A test renamed while a run goes on: pytest exits 4 ("not found"); counting that as a failed
+    # test would count every mutant that test judges as killed.
+    report = tmp_path / "pytest.txt"
+    code = _tests_stage(["tests/unit/test_mutants.py::a_test_renamed_since_the_trace"], report)
+    assert _verdict(code) == "error"
+    assert _verdict(0) == "pass"
+    assert _verdict(1) == "fail"
