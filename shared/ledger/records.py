@@ -263,16 +263,18 @@ def _known(cls: type, data: Any) -> dict[str, Any]:
         raise TypeError(f"a {cls.__name__} is {_shown(data)}, not an object")
     checks = _shape_checks(cls)
     plain = _plain_types(cls)
-    known = {}
+    known: dict[str, Any] = {}
+    newer: dict[str, Any] = {}
     for name, value in data.items():
-        check = checks.get(name)
-        if check is None:
-            continue
+        types_accepted = plain.get(name)
+        if types_accepted is None:
+            newer[name] = value
         # Most fields are a scalar or null: a set lookup decides them, the check the others.
-        if type(value) not in plain[name] and not check(value):
+        elif type(value) in types_accepted or checks[name](value):
+            known[name] = value
+        else:
             raise TypeError(f"{cls.__name__}.{name} is {_shown(value)}, not {_hints(cls)[name]}")
-        known[name] = value
-    known["newer_fields"] = {k: v for k, v in data.items() if k not in checks}
+    known["newer_fields"] = newer
     return known
 
 
