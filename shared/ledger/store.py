@@ -197,14 +197,14 @@ class LedgerStore:
         with self._prefetch_lock:
             ahead = self._prefetched.pop(request_id, None)
         if ahead is not None and time.monotonic() - ahead[0] < PREFETCH_SECONDS:
-            return ahead[1]
+            return private_copy(ahead[1])  # the caller's own; one read ahead and never asked for costs no copy
         return self.read(request_id)[0]
 
     def prefetch(self, request_id: str) -> ListedRequest | None:
         """Read the record (one download) for the next `get` of it, and return what a listing
         would show of it; None if absent. The active index's check: a pass then reads each
         active record once, not twice."""
-        record = self.read(request_id)[0]
+        record = self._read_shared(request_id)[0]
         if record is None:
             return None
         with self._prefetch_lock:

@@ -157,3 +157,16 @@ def test_a_document_without_its_times_gets_them_at_each_read(monkeypatch: pytest
     second = ledger.read("r1")[0]
 
     assert (first.created_at, second.created_at) == ("2026-01-01T00:00:00.000Z", "2026-01-01T01:00:00.000Z")
+
+
+def test_a_record_read_ahead_is_handed_out_as_the_callers_own() -> None:
+    record = _record()
+    ledger = _ledger_with(record)
+
+    assert ledger.prefetch("r1").status == record.status
+    handed = ledger.get("r1")
+    handed.markers.clear()
+    handed.attempts[0].last_checkpoint.append(99)
+    ledger.prefetch("r1")
+
+    assert ledger.get("r1") == record and ledger.read("r1")[0] == record
