@@ -522,7 +522,7 @@ class World:
         now = self.clock.now()
         arrival = next((a for a in self._arrivals if a.at <= now), None)
         choices: list[tuple[str, Any]] = [("arrival", arrival)] if arrival is not None else []
-        busy = self._busy()
+        busy = self._busy() if self.pubsub.pending else set()  # only a delivery waits for an instance
         choices += [("deliver", d) for d in self.pubsub.deliverable() if d.function not in busy]
         choices += [("resume", task) for task in self.tasks if task.runnable(now)]
         choices += [("tick", task) for task, at in self._next_tick.items() if at <= now]
