@@ -1,7 +1,7 @@
 """The deterministic simulator's speed (sim/, `python -m sim`): seeds and events a second on one
 core, over a fixed seed range. An event is a handler invocation or a Vertex job's state change.
 Events per CPU second is the figure to compare on a machine other work shares (wall time counts
-the waits for a core).
+the waits for a core); the machine's load average at the start and the end says how shared it was.
 
     python -m bench.bench_sim [--seeds 40] [--start 0]
 """
@@ -9,6 +9,7 @@ the waits for a core).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -26,8 +27,11 @@ def main() -> int:
     args = parser.parse_args()
     from sim.world import World
 
-    World(args.start).run()  # imports and the Terraform rules: not the simulator's speed
+    # Imports and the Terraform rules: not the simulator's speed. A seed outside the range, so that
+    # no memo of the code's (a parsed record, a judged job) holds what a measured seed will ask.
+    World(args.start + args.seeds).run()
     events = steps = failing = 0
+    load_before = os.getloadavg()[0]
     began, began_cpu = time.perf_counter(), time.process_time()
     for seed in range(args.start, args.start + args.seeds):
         world = World(seed)
@@ -46,9 +50,16 @@ def main() -> int:
                 f">= {EVENTS_PER_SECOND_GOAL:,}",
                 events / elapsed >= EVENTS_PER_SECOND_GOAL,
             ),
-            Figure("events per CPU second", round(events / cpu), "events/s"),
+            Figure(
+                "events per CPU second",
+                round(events / cpu),
+                "events/s",
+                f">= {EVENTS_PER_SECOND_GOAL:,}",
+                events / cpu >= EVENTS_PER_SECOND_GOAL,
+            ),
             Figure("scheduling steps per second", round(steps / elapsed), "steps/s"),
             Figure("seeds with a violation", f"{failing}/{args.seeds}"),
+            Figure("load average (1 min) at the start and the end", f"{load_before:.1f} / {os.getloadavg()[0]:.1f}"),
         ],
     )
     return 0

@@ -114,29 +114,26 @@ class MemoryStorage:
         now = self.clock()
         objects = self.objects(bucket)
         acting = [r for r in rules if r.action == "Delete" and r.for_live_objects]
-        gone = [
-            name
-            for name in _lifecycle_candidates(objects, acting)
-            if any(
-                r.deletes(name, created=(obj := objects[name]).time_created, custom_time=obj.custom_time, now=now)
-                for r in acting
-            )
-        ]
+        gone = sorted(
+            {
+                name
+                for rule in acting
+                for name in _lifecycle_candidates(objects, rule)
+                if rule.deletes(name, created=(obj := objects[name]).time_created, custom_time=obj.custom_time, now=now)
+            }
+        )
         for name in gone:
             del objects[name]
         return gone
 
 
-def _lifecycle_candidates(objects: ObjectTable, rules: Sequence[Rule]) -> list[str]:
-    """The names some rule may delete: those under its `matches_prefix`, or every name for a rule
+def _lifecycle_candidates(objects: ObjectTable, rule: Rule) -> list[str]:
+    """The names `rule` may delete: those under its `matches_prefix`, or every name for a rule
     without one (a rule acts only when all its conditions hold)."""
-    if any(not r.condition.get("matches_prefix") for r in rules):
+    prefixes = rule.condition.get("matches_prefix")
+    if not prefixes:
         return list(objects._names)  # noqa: SLF001
-    names: set[str] = set()
-    for rule in rules:
-        for prefix in rule.condition["matches_prefix"]:
-            names.update(objects.names_under(prefix))
-    return sorted(names)
+    return [name for prefix in prefixes for name in objects.names_under(prefix)]
 
 
 class Client:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 import types
 import typing
 from collections.abc import Callable
@@ -230,6 +231,23 @@ class CorruptRecord(SpotjobsError):
         self.request_id = request_id
 
 
+def shared_record(raw: bytes) -> RequestRecord:
+    """The record a stored document holds, parsed once per distinct document and shared by every
+    caller: never to be changed (`private_copy` it). A delivery reads one document several times,
+    and a parse costs several copies. Raises as `RequestRecord.from_json` does (ValueError for
+    bytes that are not JSON)."""
+    record = _parsed(raw)
+    return record if record is not None else RequestRecord.from_json(json.loads(raw))
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(raw: bytes) -> RequestRecord | None:
+    data = json.loads(raw)
+    if isinstance(data, dict) and not {"created_at", "updated_at"} <= data.keys():
+        return None  # a default of either is the time of the read: parsed at each read
+    return RequestRecord.from_json(data)
+
+
 def _attempt_from_json(data: dict[str, Any]) -> Attempt:
     attempt = Attempt(**_known(Attempt, data))
     if attempt.outcome is not None:
@@ -244,15 +262,19 @@ def _known(cls: type, data: Any) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise TypeError(f"a {cls.__name__} is {_shown(data)}, not an object")
     checks = _shape_checks(cls)
-    known = {}
+    plain = _plain_types(cls)
+    known: dict[str, Any] = {}
+    newer: dict[str, Any] = {}
     for name, value in data.items():
-        check = checks.get(name)
-        if check is None:
-            continue
-        if not check(value):
+        types_accepted = plain.get(name)
+        if types_accepted is None:
+            newer[name] = value
+        # Most fields are a scalar or null: a set lookup decides them, the check the others.
+        elif type(value) in types_accepted or checks[name](value):
+            known[name] = value
+        else:
             raise TypeError(f"{cls.__name__}.{name} is {_shown(value)}, not {_hints(cls)[name]}")
-        known[name] = value
-    known["newer_fields"] = {k: v for k, v in data.items() if k not in checks}
+    known["newer_fields"] = newer
     return known
 
 
@@ -270,6 +292,26 @@ def _hints(cls: type) -> dict[str, Any]:
 def _shape_checks(cls: type) -> dict[str, Callable[[Any], bool]]:
     """For each field of `cls`, whether a JSON value has the field's declared type."""
     return {name: _accepts(_hints(cls)[name]) for name in _field_names(cls)}
+
+
+@functools.cache
+def _plain_types(cls: type) -> dict[str, frozenset[type]]:
+    """For each field of `cls`, the JSON types whose every value its shape check accepts (a scalar
+    field's, null where it may be null); other values go to the check itself."""
+    return {name: _plain_types_of(_hints(cls)[name]) for name in _field_names(cls)}
+
+
+def _plain_types_of(hint: Any) -> frozenset[type]:
+    if typing.get_origin(hint) in (types.UnionType, typing.Union):
+        return frozenset().union(*(_plain_types_of(arg) for arg in typing.get_args(hint)))
+    plain: dict[Any, frozenset[type]] = {
+        type(None): frozenset({type(None)}),
+        bool: frozenset({bool}),
+        int: frozenset({int}),
+        float: frozenset({float, int}),
+        str: frozenset({str}),
+    }
+    return plain.get(hint, frozenset())
 
 
 def _accepts(hint: Any) -> Callable[[Any], bool]:
@@ -333,15 +375,20 @@ def private_copy(value: _T) -> _T:
     member; strings, numbers and enums are shared, being immutable; anything else goes to
     `copy.deepcopy`."""
     kind = type(value)
+    # Members that are immutable scalars are shared without a call: most of a record is.
     if kind is dict:
-        return {key: private_copy(member) for key, member in value.items()}  # type: ignore[attr-defined,return-value]
+        return {key: member if type(member) in _SHARED else private_copy(member) for key, member in value.items()}  # type: ignore[attr-defined,return-value]
     if kind is list:
-        return [private_copy(member) for member in value]  # type: ignore[attr-defined,return-value]
+        return [member if type(member) in _SHARED else private_copy(member) for member in value]  # type: ignore[attr-defined,return-value]
     if kind in _SHARED or isinstance(value, Enum):
         return value
     if kind in _RECORD_CLASSES:
         copied = object.__new__(kind)
-        copied.__dict__.update({name: private_copy(member) for name, member in value.__dict__.items()})
+        members = dict(value.__dict__)
+        for name, member in members.items():
+            if type(member) not in _SHARED:
+                members[name] = private_copy(member)
+        copied.__dict__.update(members)
         return copied
     if kind is tuple:
         return tuple(private_copy(member) for member in value)  # type: ignore[attr-defined,return-value]

@@ -53,12 +53,12 @@ import json
 import threading
 import time
 from collections.abc import Collection, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from shared.clock import now_iso, utcnow
-from shared.ledger.records import CorruptRecord, RequestRecord, private_copy
+from shared.ledger.records import CorruptRecord, RequestRecord, private_copy, shared_record
 from shared.ledger.states import TERMINAL_STATUSES, check_transition
 from shared.requests.envelope import manifest_path
 from shared.swap import Swapped, Transition, compare_and_swap
@@ -145,6 +145,11 @@ class LedgerStore:
 
     def read(self, request_id: str) -> tuple[RequestRecord | None, int]:
         """The record and its generation; (None, 0) when absent (0 is then the create guard)."""
+        record, generation = self._read_shared(request_id)
+        return (None if record is None else private_copy(record)), generation
+
+    def _read_shared(self, request_id: str) -> tuple[RequestRecord | None, int]:
+        """`read`, with the parse's shared record (`shared_record`): only to be looked at."""
         from google.api_core.exceptions import NotFound
 
         blob = self._bucket.blob(_request_path(request_id))
@@ -153,7 +158,7 @@ class LedgerStore:
         except NotFound:
             return None, 0
         try:
-            return RequestRecord.from_json(json.loads(raw)), int(blob.generation)
+            return shared_record(raw), int(blob.generation)
         except (ValueError, TypeError, KeyError, RecursionError) as exc:
             raise CorruptRecord(request_id, f"{type(exc).__name__}: {exc}") from exc
 
@@ -192,14 +197,14 @@ class LedgerStore:
         with self._prefetch_lock:
             ahead = self._prefetched.pop(request_id, None)
         if ahead is not None and time.monotonic() - ahead[0] < PREFETCH_SECONDS:
-            return ahead[1]
+            return private_copy(ahead[1])  # the caller's own; one read ahead and never asked for costs no copy
         return self.read(request_id)[0]
 
     def prefetch(self, request_id: str) -> ListedRequest | None:
         """Read the record (one download) for the next `get` of it, and return what a listing
         would show of it; None if absent. The active index's check: a pass then reads each
         active record once, not twice."""
-        record = self.read(request_id)[0]
+        record = self._read_shared(request_id)[0]
         if record is None:
             return None
         with self._prefetch_lock:
@@ -286,14 +291,18 @@ class LedgerStore:
                 return False
             return True
 
-        return compare_and_swap(
-            lambda: self.read(request_id),
+        # The transition gets a private copy; the record it started from is only compared with.
+        swapped = compare_and_swap(
+            lambda: self._read_shared(request_id),
             write,
             transition,
             private_copy=private_copy,
             what=f"ledger record {request_id}",
             max_conflicts=self._max_conflicts,
         )
+        if swapped.wrote or swapped.value is None:
+            return swapped
+        return replace(swapped, value=private_copy(swapped.value))  # the caller's own
 
     def restore(self, record: RequestRecord) -> None:
         """Write `record` as it is where no document exists yet (an operator restoring a lost

@@ -7,6 +7,8 @@ names, int64 as strings, no defaults.
 
 from __future__ import annotations
 
+import functools
+import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -35,6 +37,21 @@ MAX_LABEL_LENGTH = 63
 
 def check_custom_job(job: Mapping[str, Any], path: str, request_id: str | None, settings: Settings) -> list[Violation]:
     """Every policy violation of a CustomJob in canonical REST JSON."""
+    # Redeliveries, re-queues and each create of a line waiting for quota judge the same job again
+    # and again: judged once per distinct job (its JSON text) and settings.
+    try:
+        text = json.dumps(job)
+    except (RecursionError, ValueError, TypeError):
+        return _check_custom_job(job, path, request_id, settings)  # not JSON: judged as it is
+    return list(_judged(text, path, request_id, settings))
+
+
+@functools.lru_cache(maxsize=256)
+def _judged(text: str, path: str, request_id: str | None, settings: Settings) -> tuple[Violation, ...]:
+    return tuple(_check_custom_job(json.loads(text), path, request_id, settings))
+
+
+def _check_custom_job(job: Mapping[str, Any], path: str, request_id: str | None, settings: Settings) -> list[Violation]:
     out = check_fields(job, path, settings)
     spec = job.get("jobSpec") or {}
     spec_path = field_path(path, "jobSpec")

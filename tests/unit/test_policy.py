@@ -418,3 +418,21 @@ def test_every_create_goes_through_the_one_place_that_asks_the_policy_first() ->
     assert list(creators) == ["shared/submit.py:_ensure_job"]
     calls = creators["shared/submit.py:_ensure_job"]
     assert calls.get("check_attempt_job", calls["create_custom_job"]) < calls["create_custom_job"]
+
+
+def test_a_job_judged_again_gets_the_same_verdict_as_a_list_of_its_own() -> None:
+    """The verdict is remembered per distinct job and settings: each call gets its own list, a
+    changed job or other settings are judged afresh."""
+    job = copy.deepcopy(BASE_JOB)
+    pool(job)["containerSpec"]["imageUri"] = "docker.io/evil/miner:latest"
+
+    first = check_custom_job(job, "custom_job", "r1", SETTINGS)
+    first.clear()
+    again = check_custom_job(job, "custom_job", "r1", SETTINGS)
+    pool(job)["containerSpec"]["imageUri"] = "us-docker.pkg.dev/my-project/trainer:1"
+    changed = check_custom_job(job, "custom_job", "r1", SETTINGS)
+    pool(job)["containerSpec"]["imageUri"] = "docker.io/evil/miner:latest"
+    unrestricted = Settings.from_env({**POLICY_ENV, "SPOTJOBS_ALLOWED_IMAGE_PREFIXES": ""})
+
+    assert [v.path for v in again] == ["custom_job.jobSpec.workerPoolSpecs[0].containerSpec.imageUri"]
+    assert changed == [] and check_custom_job(job, "custom_job", "r1", unrestricted) == []

@@ -1,15 +1,24 @@
 """A record's stored document keeps what it must, its shown JSON shares nothing with it (a caller
 of `to_json` may edit what it got), the private copy a compare-and-swap transition gets shares
-nothing mutable with the record it read, and the CustomJob schema's memo hands every caller a job
-of its own."""
+nothing mutable with the record it read, every read of a ledger document (parsed once per
+document) hands out a record of the caller's own, and the CustomJob schema's memo hands every caller a
+job of its own."""
 
 from __future__ import annotations
 
 import copy
+import json
+from datetime import datetime, timedelta
 
+import pytest
+
+from shared import clock
+from shared.clock import utcnow
 from shared.errors import Violation
 from shared.ledger.records import Attempt, RequestRecord, private_copy
+from shared.ledger.store import LedgerStore
 from shared.requests.job_schema import read_custom_job
+from sim.gcs import MemoryStorage
 
 
 def _record() -> RequestRecord:
@@ -102,3 +111,62 @@ def test_a_job_read_again_is_a_fresh_copy_with_the_same_violations() -> None:
     assert read_custom_job({"jobSpec": {"nope": 1}}, "custom_job", bad) is None
     assert read_custom_job({"jobSpec": {"nope": 1}}, "custom_job", again) is None
     assert bad == again and bad and bad[0].path == "custom_job.jobSpec.nope"
+
+
+def _ledger_with(record: RequestRecord) -> LedgerStore:
+    ledger = LedgerStore(MemoryStorage(clock=utcnow).client().bucket("state"))
+    ledger.restore(record)
+    return ledger
+
+
+def test_every_read_of_one_document_is_a_record_of_the_callers_own() -> None:
+    record = _record()
+    ledger = _ledger_with(record)
+    first = ledger.read("r1")[0]
+    assert first == record
+
+    first.request["labels"]["a"] = "changed"
+    first.attempts[0].last_checkpoint.append(99)
+    first.markers.clear()
+
+    assert ledger.read("r1")[0] == record and ledger.get("r1") == record
+
+
+def test_a_swap_that_writes_nothing_hands_back_a_record_of_the_callers_own() -> None:
+    record = _record()
+    ledger = _ledger_with(record)
+
+    for transition in (lambda current: None, lambda current: current):
+        swapped = ledger.swap("r1", transition)
+        assert not swapped.wrote and swapped.value == record
+        swapped.value.attempts[0].last_checkpoint.append(99)
+        swapped.value.markers.append("changed")
+        assert ledger.read("r1")[0] == record
+
+
+def test_a_document_without_its_times_gets_them_at_each_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    ledger = _ledger_with(_record())
+    document = json.loads(ledger._bucket.blob("requests/r1.json").download_as_bytes())  # noqa: SLF001
+    del document["created_at"], document["updated_at"]  # as a past version wrote it
+    ledger._bucket.blob("requests/r1.json").upload_from_string(json.dumps(document))  # noqa: SLF001
+    moment = datetime(2026, 1, 1, tzinfo=clock.UTC)
+
+    monkeypatch.setattr(clock, "utcnow", lambda: moment)
+    first = ledger.read("r1")[0]
+    monkeypatch.setattr(clock, "utcnow", lambda: moment + timedelta(hours=1))
+    second = ledger.read("r1")[0]
+
+    assert (first.created_at, second.created_at) == ("2026-01-01T00:00:00.000Z", "2026-01-01T01:00:00.000Z")
+
+
+def test_a_record_read_ahead_is_handed_out_as_the_callers_own() -> None:
+    record = _record()
+    ledger = _ledger_with(record)
+
+    assert ledger.prefetch("r1").status == record.status
+    handed = ledger.get("r1")
+    handed.markers.clear()
+    handed.attempts[0].last_checkpoint.append(99)
+    ledger.prefetch("r1")
+
+    assert ledger.get("r1") == record and ledger.read("r1")[0] == record

@@ -547,3 +547,21 @@ def test_the_lines_hand_over_of_attempt_1_placed_in_another_location_takes_its_s
         requeued=True,
     )
     assert handed_over.kind == "taken_over"
+
+
+def test_a_job_converted_again_is_a_message_and_a_json_of_its_own() -> None:
+    """The conversions remember what they parsed; each call still hands out a new object."""
+    job_json = {
+        "displayName": "t",
+        "labels": {"b": "2", "a": "1"},
+        "jobSpec": {"workerPoolSpecs": [{"replicaCount": "1"}]},
+    }
+    first = to_custom_job(job_json)
+    first.display_name = "changed"
+    first.labels["c"] = "3"
+    second = to_custom_job(job_json)
+    shown = to_job_json(second)
+    shown["labels"]["c"] = "3"
+
+    assert second.display_name == "t" and dict(second.labels) == {"b": "2", "a": "1"}
+    assert to_job_json(second) == job_json and to_job_json(first)["displayName"] == "changed"
