@@ -10,9 +10,12 @@ says no. Capacity comes and goes, so older evidence counts less: weight 1/2 per
 prior of weight `PRIOR_WEIGHT`; `sure` is the evidence's total weight, and below `MIN_SURE` the
 answer to "capacity now?" is unknown (None), which the deadline rule treats as Uniform Progress.
 
-The mean Spot lifetime is the time on Spot over the preemptions seen (the maximum-likelihood
-mean of an exponential lifetime with runs still going counted as censored); with no preemption
-seen it is a lower bound (`lifetime_censored`). An attempt compacted a day after it closed (an
+The mean Spot lifetime is one VM's: the time on Spot in VM-seconds (a job of R replicas runs R
+VMs, each one Spot can reclaim) over the VMs reclaimed (the maximum-likelihood mean of an
+exponential lifetime with runs still going counted as censored); with no preemption seen it is a
+lower bound (`lifetime_censored`). A job of R replicas is reclaimed R times as often
+(`per_job_lifetime`). The share of the time with capacity is the jobs' time, whatever their
+replicas. An attempt compacted a day after it closed (an
 `attempt` fact: `summarize`, shared/fleet/store.py) adds its sums, its wait and its changeover,
 and no evidence: by then its evidence weighed nothing.
 
@@ -33,7 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from shared.fleet.observations import AttemptSummary, FleetFact, Kind, within_bound
+from shared.fleet.observations import AttemptSummary, FleetFact, Kind, attempt_replicas, within_bound
 
 HALF_LIFE_SECONDS = 3600.0
 OPEN_WAIT_GRACE_SECONDS = 900.0
@@ -52,7 +55,7 @@ class CapacityEstimate:
     location: str
     available: float  # how likely Spot has capacity now (1/2 with no evidence)
     sure: float  # the evidence's weight: 0 none, each fresh observation about 1
-    mean_lifetime_seconds: float | None  # time on Spot per preemption; None: never on Spot
+    mean_lifetime_seconds: float | None  # one VM's time on Spot per reclaim; None: never on Spot
     lifetime_censored: bool  # no preemption seen: the mean lifetime is a lower bound
     median_wait_seconds: float | None  # of the waits that got capacity
     changeover_p90_seconds: float | None  # of the on-demand attempts' create-to-running
@@ -63,10 +66,16 @@ class CapacityEstimate:
 
     @property
     def outlook(self) -> SpotOutlook | None:
-        """The deadline rule's `spot_outlook`; None where the fleet never ran on Spot."""
+        """The deadline rule's `spot_outlook` for a one-replica job; None where the fleet never ran on Spot."""
+        return self.outlook_for(1)
+
+    def outlook_for(self, replicas: int) -> SpotOutlook | None:
+        """The deadline rule's `spot_outlook` for a job of `replicas` VMs: its Spot runs last one
+        VM's lifetime over them (`per_job_lifetime`); None where the fleet never ran on Spot."""
         if self.mean_lifetime_seconds is None:
             return None
-        return SpotOutlook(round(self.share_available, 4), round(self.mean_lifetime_seconds, 1))
+        lifetime = per_job_lifetime(self.mean_lifetime_seconds, replicas)
+        return SpotOutlook(round(self.share_available, 4), round(lifetime, 1))
 
     @property
     def has_capacity(self) -> bool | None:
@@ -119,12 +128,15 @@ class SpotOutlook:
 
 def estimate(observations: Iterable[FleetFact], location: str, now: datetime) -> CapacityEstimate:
     """The estimate for `location` from the class's observations (any location's may be passed)."""
-    here = [o for o in observations if o.location == location and o.at is not None and o.at <= now and within_bound(o)]
-    by_attempt: dict[str, list[FleetFact]] = {}
-    for o in here:
-        by_attempt.setdefault(o.attempt_key, []).append(o)
+    seen: dict[str, list[FleetFact]] = {}
+    for o in observations:
+        if o.location == location and o.at is not None and o.at <= now:
+            seen.setdefault(o.attempt_key, []).append(o)
+    by_attempt = {key: _bounded(facts) for key, facts in seen.items()}
+    here = [o for facts in by_attempt.values() for o in facts]
     evidence: list[tuple[float, float]] = []  # (age in seconds, 1 capacity / 0 none)
-    exposure = 0.0
+    exposure = 0.0  # the jobs' time on Spot
+    vm_exposure = 0.0  # their VMs' (the lifetime's)
     waited = 0.0
     preemptions = 0
     open_waits = 0
@@ -134,6 +146,7 @@ def estimate(observations: Iterable[FleetFact], location: str, now: datetime) ->
         for o in facts:
             if o.summary is not None:  # a closed attempt compacted: no evidence, its sums
                 exposure += o.summary.exposure
+                vm_exposure += o.summary.exposure * o.summary.replicas
                 waited += o.summary.waited
                 preemptions += o.summary.preemptions
                 compacted_restart_waits += o.summary.restart_waits
@@ -147,11 +160,14 @@ def estimate(observations: Iterable[FleetFact], location: str, now: datetime) ->
                 preemptions += 1
             elif o.kind is Kind.RUN:
                 exposure += o.seconds
+                vm_exposure += o.seconds * o.replicas
             elif o.kind in (Kind.WAIT, Kind.NO_CAPACITY):
                 waited += o.seconds
         started = kinds.get(Kind.WAIT)
         if started is not None and Kind.RUN not in kinds and started.at is not None:
-            exposure += (now - started.at).total_seconds()
+            running = (now - started.at).total_seconds()
+            exposure += running
+            vm_exposure += running * started.replicas
             last_preempt = max((o.at for o in facts if o.kind is Kind.PREEMPT and o.at), default=None)
             restarts = [o for o in facts if o.kind is Kind.RESTART]
             preempted = sum(o.kind is Kind.PREEMPT for o in facts)
@@ -177,7 +193,7 @@ def estimate(observations: Iterable[FleetFact], location: str, now: datetime) ->
         location=location,
         available=available,
         sure=sure,
-        mean_lifetime_seconds=(exposure / max(1, preemptions)) if exposure > 0 or preemptions else None,
+        mean_lifetime_seconds=(vm_exposure / max(1, preemptions)) if exposure > 0 or preemptions else None,
         lifetime_censored=preemptions == 0,
         median_wait_seconds=statistics.median(waits) if waits else None,
         changeover_p90_seconds=percentile(changeovers, 0.9),
@@ -209,8 +225,9 @@ def closed(facts: Sequence[FleetFact]) -> bool:
 def summarize(facts: Sequence[FleetFact], now: datetime) -> AttemptSummary:
     """What `estimate` weighs of a closed attempt's facts (`closed`), in one fact's worth: the
     same sums, without the evidence of capacity (its weight halves every hour: nothing a day on).
-    A fact past Vertex's bound (`within_bound`) is left out, as `estimate` leaves it out."""
-    facts = [o for o in facts if within_bound(o)]
+    A fact past Vertex's bound (`within_bound`) is left out, as `estimate` leaves it out; the
+    summary keeps the job's replicas."""
+    facts = _bounded(facts)
     wait = next((o.seconds for o in facts if o.kind is Kind.WAIT), None)
     changeover = next((o.seconds for o in facts if o.kind is Kind.CHANGEOVER), None)
     return AttemptSummary(
@@ -220,7 +237,20 @@ def summarize(facts: Sequence[FleetFact], now: datetime) -> AttemptSummary:
         restart_waits=round(_restart_waits([list(facts)], now)),
         wait=None if wait is None else round(wait),
         changeover=None if changeover is None else round(changeover),
+        replicas=attempt_replicas(facts),
     )
+
+
+def _bounded(facts: Sequence[FleetFact]) -> list[FleetFact]:
+    """An attempt's facts within Vertex's bound for its job's replicas (`within_bound`)."""
+    replicas = attempt_replicas(facts)
+    return [o for o in facts if within_bound(o, replicas)]
+
+
+def per_job_lifetime(mean_lifetime_seconds: float, replicas: int) -> float:
+    """The expected Spot run of a job of `replicas` VMs from one VM's mean lifetime: any of its
+    VMs reclaimed ends the run, so it lasts the lifetime over the replicas (exponential lifetimes)."""
+    return mean_lifetime_seconds / max(1, replicas)
 
 
 def _restart_waits(attempts: Iterable[list[FleetFact]], now: datetime) -> float:

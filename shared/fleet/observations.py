@@ -6,12 +6,14 @@ gives the same observations, each with a stable key (the attempt, the kind, an i
 that records what a decision added (`shared.fleet.recording`) writes each fact once however often a delivery is
 repeated. The kinds:
 
-- `wait`: a Spot attempt got capacity: seconds from its create to RUNNING, at the start;
+- `wait`: a Spot attempt got capacity: seconds from its create to RUNNING, at the start, with
+  its `replicas` (the VMs of every worker pool: each is a VM Spot can reclaim);
 - `waiting`: a Spot attempt created and not running yet: an open wait since `at`;
 - `nocap`: a Spot attempt that ended without ever running (cancelled, switched, stocked out):
   a wait that found no capacity, seconds from its create to its end;
-- `run`: a Spot attempt that ran and ended: seconds from its start to its end, `count` its
-  preemptions (at least one when it ended by preemption with no count);
+- `run`: a Spot attempt that ran and ended: seconds from its start to its end (the job's time),
+  `count` its preemptions (at least one when it ended by preemption with no count), with its
+  `replicas`;
 - `preempt`: a Spot attempt's k-th preemption, at the time it was first recorded;
 - `restart`: its k-th restart got capacity again (the trainer kit's `run_started` of run k),
   at the time it was first recorded, once Vertex reported the attempt running;
@@ -22,9 +24,11 @@ repeated. The kinds:
   weighs of them), at its newest fact (`shared.fleet.store.compact`).
 
 A fact about the fleet steers every request of the class, so it is bounded by what Vertex can
-have done for the job, never by what the job says: at most `MAX_SPOT_PREEMPTIONS` preemptions and
-`MAX_SPOT_RESTARTS` restarts per attempt (Vertex restarts a Spot job at most six times), and
-only for an attempt Vertex reported running. Every time in a fact is Vertex's or the recorder's
+have done for the job, never by what the job says: at most `MAX_SPOT_PREEMPTIONS` preemptions per
+replica of the attempt's job (each replica's VM can be reclaimed that often, the bound
+`shared.deciding.preemptions.max_preemptions` puts on the count) and `MAX_SPOT_RESTARTS` restarts
+per attempt (Vertex restarts a Spot job at most six times), and only for an attempt Vertex
+reported running. Every time in a fact is Vertex's or the recorder's
 clock, none a job's line. A stored fact past the bound (written before it) is not read
 (`within_bound`).
 """
@@ -33,14 +37,14 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
 from shared.clock import parse_iso
-from shared.jobs import MAX_SPOT_PREEMPTIONS, MAX_SPOT_RESTARTS
+from shared.jobs import MAX_SPOT_PREEMPTIONS, MAX_SPOT_RESTARTS, job_replicas
 from shared.ledger.records import Attempt, RequestRecord
 from shared.requests.attempts import SPOT
 
@@ -64,8 +68,9 @@ class Kind(StrEnum):
 @dataclass(frozen=True)
 class AttemptSummary:
     """What the estimate weighs of a closed attempt's facts (`shared.fleet.estimate.summarize`),
-    in whole seconds: its time on Spot (restart waits included) and waiting for a first run, its
-    preemptions and restart waits, and its wait for capacity or on-demand changeover, if any."""
+    in whole seconds: its time on Spot (the job's, restart waits included) and waiting for a first
+    run, its preemptions and restart waits, its wait for capacity or on-demand changeover, if any,
+    and its job's replicas (its time on Spot is that many VMs')."""
 
     exposure: int = 0
     waited: int = 0
@@ -73,6 +78,7 @@ class AttemptSummary:
     restart_waits: int = 0
     wait: int | None = None
     changeover: int | None = None
+    replicas: int = 1
 
 
 @dataclass(frozen=True, order=True)
@@ -117,6 +123,7 @@ class FleetFact:
     attempt_key: str = ""  # the attempt it is about (a hash of the request id, and n)
     index: int = 0  # the k-th of its kind for the attempt (preemptions)
     summary: AttemptSummary | None = None  # an `attempt` fact's
+    replicas: int = 1  # a `wait`'s or `run`'s: the VMs of its job (facts stored before: one)
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -126,16 +133,24 @@ class FleetFact:
         return self if self.at is not None else replace(self, at=now)
 
 
-def within_bound(fact: FleetFact) -> bool:
+def within_bound(fact: FleetFact, replicas: int | None = None) -> bool:
     """Whether a fact is one Vertex can have vouched for: no k-th preemption or restart of an
-    attempt past what Vertex does for a job, no compacted attempt with more preemptions."""
+    attempt past what Vertex does for a job of `replicas` VMs (a preemption does not say them: its
+    attempt's `attempt_replicas`; by default the fact's own), no compacted attempt with more
+    preemptions."""
+    vms = max(1, fact.summary.replicas if fact.summary is not None else replicas or fact.replicas)
     if fact.kind is Kind.PREEMPT:
-        return 0 <= fact.index < MAX_SPOT_PREEMPTIONS
+        return 0 <= fact.index < MAX_SPOT_PREEMPTIONS * vms
     if fact.kind is Kind.RESTART:
         return 0 <= fact.index <= MAX_SPOT_RESTARTS
     if fact.kind is Kind.RUN:
-        return 0 <= fact.count <= MAX_SPOT_PREEMPTIONS
-    return fact.summary is None or 0 <= fact.summary.preemptions <= MAX_SPOT_PREEMPTIONS
+        return 0 <= fact.count <= MAX_SPOT_PREEMPTIONS * vms
+    return fact.summary is None or 0 <= fact.summary.preemptions <= MAX_SPOT_PREEMPTIONS * vms
+
+
+def attempt_replicas(facts: Iterable[FleetFact]) -> int:
+    """The VMs of an attempt's job, as its `wait`, `run` or summary says (1 when none does)."""
+    return max((o.summary.replicas if o.summary is not None else o.replicas for o in facts), default=1)
 
 
 def attempt_key(request_id: str, n: int) -> str:
@@ -157,7 +172,8 @@ def observations_of(record: RequestRecord, reading: Reading = Reading()) -> list
     for attempt in record.attempts:
         if attempt.job:
             key = attempt_key(record.request_id, attempt.n)
-            found.extend(_of_attempt(attempt, key, reading.is_stockout))
+            replicas = job_replicas(record.request.get("custom_job") or {})
+            found.extend(_of_attempt(attempt, key, replicas, reading.is_stockout))
             if attempt.strategy == SPOT and attempt.started_at:  # Vertex saw it run: it can restart
                 runs = reading.runs_started(record, attempt.n)
                 restarts = sorted(r for r in runs if 0 < r <= MAX_SPOT_RESTARTS)
@@ -167,7 +183,7 @@ def observations_of(record: RequestRecord, reading: Reading = Reading()) -> list
     return found
 
 
-def _of_attempt(attempt: Attempt, key: str, is_stockout: Callable[[str], bool]) -> list[FleetFact]:
+def _of_attempt(attempt: Attempt, key: str, replicas: int, is_stockout: Callable[[str], bool]) -> list[FleetFact]:
     # Its create time as Vertex gave it; a job found after the fact may lack one: its claim.
     created = parse_iso(attempt.created_at or attempt.claimed_at)
     started = parse_iso(attempt.started_at) if attempt.started_at else None
@@ -183,14 +199,16 @@ def _of_attempt(attempt: Attempt, key: str, is_stockout: Callable[[str], bool]) 
             end = ended or created
             out.append(FleetFact(Kind.NO_CAPACITY, loc, end, _seconds(created, end), attempt_key=key))
     else:
-        out.append(FleetFact(Kind.WAIT, loc, started, _seconds(created, started), attempt_key=key))
+        waited = _seconds(created, started)
+        out.append(FleetFact(Kind.WAIT, loc, started, waited, attempt_key=key, replicas=replicas))
         # However the record came by its count (a job's lines, a forged service line, a record
         # written before the bound), the fleet takes no more than Vertex can have done.
         counted = max(attempt.preemptions, 1 if attempt.preemptions_unknown else 0)
-        preemptions = min(counted, MAX_SPOT_PREEMPTIONS)
+        preemptions = min(counted, MAX_SPOT_PREEMPTIONS * replicas)
         out.extend(FleetFact(Kind.PREEMPT, loc, None, attempt_key=key, index=i) for i in range(preemptions))
         if ended is not None:
-            out.append(FleetFact(Kind.RUN, loc, ended, _seconds(started, ended), preemptions, attempt_key=key))
+            ran = _seconds(started, ended)
+            out.append(FleetFact(Kind.RUN, loc, ended, ran, preemptions, attempt_key=key, replicas=replicas))
     error = attempt.error or {}
     if error and (error.get("code") == STOCKOUT_CODE or is_stockout(str(error.get("message") or ""))):
         out.append(FleetFact(Kind.STOCKOUT, loc, ended, attempt_key=key))

@@ -5,7 +5,8 @@ For each location, from its prices, the capacity estimate (`shared.fleet.estimat
 move there costs:
 
 - on Spot, the work W is paid at the Spot price, plus a changeover d per preemption (W / L of
-  them, L the mean Spot lifetime there: the time to get going again is billed and repeats work
+  them, L the job's expected Spot run there: one VM's mean lifetime over the job's replicas, as
+  any of its VMs reclaimed stops it; the time to get going again is billed and repeats work
   since the last checkpoint);
 - with a deadline T hours away, only the slack may be spent waiting for Spot: B = T - W - 3d
   (the deadline rule keeps 2d in hand, and d is the next changeover). With capacity a share p of
@@ -26,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from shared.fleet.estimate import CapacityEstimate
+from shared.fleet.estimate import CapacityEstimate, per_job_lifetime
 
 # Below this share of the current location's expected cost a move is not worth its risk.
 MOVE_MARGIN = 0.02
@@ -52,6 +53,7 @@ class Job:
     hours_to_deadline: float | None = None  # None: no deadline
     hour_value: float = 0.0  # without a deadline: what an hour of waiting is worth, in dollars
     on_demand: bool = False  # placing an on-demand attempt (a deadline switch)
+    replicas: int = 1  # the VMs of every worker pool, each one Spot can reclaim
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,7 @@ def expected_cost(job: Job, candidate: Candidate, move: Move) -> Costed:
     if est is not None and est.mean_lifetime_seconds:
         seen = est.mean_lifetime_seconds / 3600
         lifetime = max(seen, PRIOR_LIFETIME_HOURS) if est.lifetime_censored else seen
+    lifetime = per_job_lifetime(lifetime, job.replicas)  # the class's lifetimes are one VM's
     spot_hour_cost = candidate.spot_per_hour * (1 + d / max(lifetime, 1e-6))
     if job.hours_to_deadline is None:
         wait = (est.median_wait_seconds / 3600) if est is not None and est.median_wait_seconds else PRIOR_WAIT_HOURS

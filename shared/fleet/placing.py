@@ -37,6 +37,7 @@ from shared.fleet.observations import FleetFact, MachineClass
 from shared.fleet.placement import Candidate, Job, Move, choose_location
 from shared.fleet.pricing import layout_hourly, machine_types
 from shared.fleet.transfer import per_gb
+from shared.jobs import job_replicas
 from shared.ledger.records import Attempt, RequestRecord
 from shared.requests.attempts import SPOT
 from shared.wiring import Ports
@@ -111,10 +112,13 @@ class Placer:
 
     def spot_outlook(self, request: Mapping[str, Any], location: str) -> SpotOutlook | None:
         """The fleet's outlook of Spot in `location` for a request with a deadline (the claim's one
-        read, shared with `place`); None for any other, with nothing seen there, or unreadable."""
+        read, shared with `place`), its mean lifetime the job's Spot run (one VM's over the request's
+        replicas); None for any other, with nothing seen there, or unreadable."""
         machine_class = MachineClass.of_request(request) if request.get("deadline") else None
         facts = None if machine_class is None else self._read(machine_class)
-        return None if facts is None else estimate(facts, location, self._now).outlook
+        if facts is None:
+            return None
+        return estimate(facts, location, self._now).outlook_for(job_replicas(request.get("custom_job") or {}))
 
     def has_capacity(self, request: Mapping[str, Any], location: str) -> bool | None:
         """The fleet's answer to "has Spot capacity now in `location`?" for the request's class
@@ -173,6 +177,7 @@ class Placer:
             hours_to_deadline=hours_to_deadline,
             hour_value=0.0 if hours_to_deadline is not None else min(c.on_demand_per_hour for c in candidates),
             on_demand=attempt.strategy != SPOT,
+            replicas=job_replicas(request.get("custom_job") or {}),
         )
 
 

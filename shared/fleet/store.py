@@ -2,7 +2,10 @@
 fact, so a burst writes no shared document (each name is created once: a repeated delivery finds
 it there) and a decision reads a class's window in one listing (a page per thousand).
 
-    fleet/<class key>/<location>/<kind>~<epoch seconds>~<seconds>~<count>~<attempt key>~<index>
+    fleet/<class key>/<location>/<kind>~<epoch seconds>~<seconds>~<count>~<attempt key>~<index>[~<replicas>]
+
+(`~<replicas>` only for a job of several: a name written before it reads as one replica, and a
+one-replica fact keeps the one name it was created under.)
 
 A lifecycle rule deletes them `RETENTION_DAYS` after their creation (terraform/storage.tf); the
 reader keeps only the last `ESTIMATE_WINDOW_SECONDS`, so what is read is bounded by what a class's fleet
@@ -11,7 +14,7 @@ does in a window (docs/placement.md, "Observations").
 `compact` (the hourly prune run's, shared/pruning/runner.py) folds the facts of each attempt
 closed more than `COMPACT_AFTER_SECONDS` ago into one, its summary in the name:
 
-    fleet/<class key>/<location>/attempt~<epoch seconds>~<attempt key>~<exposure>~<waited>~<preemptions>~<restart waits>~<wait>~<changeover>
+    fleet/<class key>/<location>/attempt~<epoch seconds>~<attempt key>~<exposure>~<waited>~<preemptions>~<restart waits>~<wait>~<changeover>[~<replicas>]
 
 then deletes them: a window's listing holds one object per old attempt, however many times it was
 preempted. It writes the summary before it deletes, and the reader drops the facts of an attempt
@@ -47,8 +50,10 @@ def object_name(machine_class: MachineClass, observation: FleetFact) -> str:
         s = o.summary
         sums = (s.exposure, s.waited, s.preemptions, s.restart_waits, s.wait, s.changeover)
         fact = "~".join([Kind.ATTEMPT.value, str(at), o.attempt_key, *(_NONE if v is None else str(v) for v in sums)])
+        fact += _replicas_suffix(s.replicas)
     else:
         fact = f"{o.kind.value}~{at}~{round(o.seconds)}~{o.count}~{o.attempt_key}~{o.index}"
+        fact += _replicas_suffix(o.replicas)
     return f"{FLEET_PREFIX}{machine_class.key}/{o.location}/{fact}"
 
 
@@ -58,15 +63,21 @@ def parse_name(name: str) -> tuple[MachineClass, FleetFact] | None:
         _, class_key, location, fact = name.split("/", 3)
         parts = fact.split("~")
         if parts[0] == Kind.ATTEMPT.value:
-            _, at, key, exposure, waited, preemptions, restart_waits, wait, changeover = parts
+            _, at, key, exposure, waited, preemptions, restart_waits, wait, changeover, *more = parts
             summary = AttemptSummary(
-                int(exposure), int(waited), int(preemptions), int(restart_waits), _optional(wait), _optional(changeover)
+                int(exposure),
+                int(waited),
+                int(preemptions),
+                int(restart_waits),
+                _optional(wait),
+                _optional(changeover),
+                _replicas(more),
             )
             observation = FleetFact(
                 Kind.ATTEMPT, location, datetime.fromtimestamp(int(at), UTC), attempt_key=key, summary=summary
             )
         else:
-            kind, at, seconds, count, key, index = parts
+            kind, at, seconds, count, key, index, *more = parts
             observation = FleetFact(
                 Kind(kind),
                 location,
@@ -75,6 +86,7 @@ def parse_name(name: str) -> tuple[MachineClass, FleetFact] | None:
                 int(count),
                 key,
                 int(index),
+                replicas=_replicas(more),
             )
         return MachineClass.from_key(class_key), observation
     except (ValueError, OverflowError, OSError):  # OverflowError, OSError: a time past any calendar
@@ -83,6 +95,21 @@ def parse_name(name: str) -> tuple[MachineClass, FleetFact] | None:
 
 def _optional(text: str) -> int | None:
     return None if text == _NONE else int(text)
+
+
+def _replicas_suffix(replicas: int) -> str:
+    return f"~{replicas}" if replicas > 1 else ""
+
+
+def _replicas(more: Sequence[str]) -> int:
+    """The replica count after a name's fixed parts: none is one; any other tail is no fact."""
+    if not more:
+        return 1
+    (text,) = more  # more than one extra part: ValueError, not this format
+    replicas = int(text)
+    if replicas < 2:
+        raise ValueError(f"replicas {text}: written only for several")
+    return replicas
 
 
 def write_facts(bucket: Bucket, machine_class: MachineClass, observations: Iterable[FleetFact]) -> int:

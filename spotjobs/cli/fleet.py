@@ -2,8 +2,8 @@
 
 Per machine class (machine type, accelerators) and location, from the observations of the last
 week in the state bucket (shared/fleet): the estimate that Spot has capacity now and how sure it
-is (the weight of the evidence: about one per fresh observation), the mean Spot lifetime (time on
-Spot per preemption; ">=" when none was seen), the median wait for Spot capacity, the 90th
+is (the weight of the evidence: about one per fresh observation), the mean Spot lifetime of one VM (time
+on Spot in VM-seconds per VM reclaimed; ">=" when none was seen), the median wait for Spot capacity, the 90th
 percentile of on-demand changeovers, the open waits, and the hourly Spot and on-demand prices of
 the price table (shared/price_table.json) where it has the machine type there.
 """

@@ -4,6 +4,7 @@ from them, and old attempts compacted without changing the estimate."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from shared.fleet import store
@@ -115,4 +116,19 @@ def test_a_run_that_died_between_the_summary_and_the_deletes_counts_nothing_twic
     assert estimates_of(gcs_bucket) == before
     assert store.compact(gcs_bucket, H100, NOW) == 3  # old-1's facts deleted, not folded again
     assert sum(name.startswith("attempt~") for name in names(gcs_bucket)) == 4
+    assert estimates_of(gcs_bucket) == before
+
+
+def test_a_multi_replica_attempt_compacts_with_its_replicas_and_the_same_per_vm_lifetime(gcs_bucket) -> None:
+    # two replicas for 10 h, three VMs reclaimed: 20 VM-hours over 3 (issue 44)
+    two_vms = [
+        replace(f, replicas=2) if f.kind in (Kind.WAIT, Kind.RUN) else f
+        for f in spot_attempt("pair", "us-east4", NOW - timedelta(days=3), run_hours=10, preempted=3)
+    ]
+    store.write_facts(gcs_bucket, H100, two_vms)
+    before = estimates_of(gcs_bucket)
+    assert before["us-east4"]["mean_lifetime_seconds"] == round(20 * 3600 / 3, 1)
+    assert store.compact(gcs_bucket, H100, NOW) == 1
+    (folded,) = names(gcs_bucket)
+    assert folded.startswith("attempt~") and folded.endswith("~2")
     assert estimates_of(gcs_bucket) == before
