@@ -252,3 +252,36 @@ def test_only_requests_something_is_deleted_from_are_recorded_before_deleting() 
         before_deleting=lambda rid, entries: recorded.append((rid, [e["checkpoint"] for e in entries])),
     )
     assert recorded == [("r1", ["step-000100/"])]
+
+
+def test_the_marker_one_request_had_is_checked_first_for_the_next() -> None:
+    """Requests are usually written by one framework: once a request's checkpoints matched a
+    marker, another request's cost one check each (layout.discover's `try_first`)."""
+    store = MemoryStore()
+    for rid in ("r1", "r2"):
+        three_prefix_checkpoints(store, rid)  # committed with the last marker the policy names
+    assert policy().commit_markers[-1] == "COMMITTED"
+    checked: list[str] = []
+    store.stat = lambda name, stat=store.stat: (checked.append(name), stat(name))[1]  # type: ignore[method-assign]
+    prune(store, ["r1", "r2"], workers=1, dry_run=True)
+    assert len([name for name in checked if name.startswith(folder("r2"))]) == 3
+
+
+def test_a_checkpoint_of_several_files_is_deleted_once_its_first_is_and_a_file_rewritten_meanwhile_stays() -> None:
+    """A plain file is its own gate: once one file of a stem is gone, what is left of it is an
+    incomplete checkpoint. A file saved again after the plan is not deleted."""
+    store = MemoryStore()
+    for step in (100, 200, 300, 400):
+        for suffix in (".pt", ".optim.pt"):
+            store.put(f"{folder('r1')}ckpt-{step:06d}{suffix}", at=NOW - 3 * HOUR)
+    first, second = (f"{folder('r1')}ckpt-000100{suffix}" for suffix in (".optim.pt", ".pt"))  # listing order
+
+    def save_again(obj: ListedObject) -> None:
+        if obj.name == second and store.objects[second].generation == obj.generation:
+            store.put(second, size=99)
+
+    store.before_delete = save_again
+    [report] = run_prune(store).reports
+    assert [d["checkpoint"] for d in report.deleted] == ["ckpt-000100"] and report.skipped == []
+    assert first not in store.names() and store.objects[second].size == 99
+    assert (report.objects_deleted, report.objects_skipped) == (1, 1)
