@@ -6,6 +6,7 @@ request's other work nor the run."""
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import timedelta
 from typing import Any
@@ -285,3 +286,24 @@ def test_a_checkpoint_of_several_files_is_deleted_once_its_first_is_and_a_file_r
     assert [d["checkpoint"] for d in report.deleted] == ["ckpt-000100"] and report.skipped == []
     assert first not in store.names() and store.objects[second].size == 99
     assert (report.objects_deleted, report.objects_skipped) == (1, 1)
+
+
+def test_a_run_given_one_worker_carries_out_one_task_at_a_time() -> None:
+    store = MemoryStore()
+    for rid in ("r1", "r2"):
+        three_prefix_checkpoints(store, rid)
+    lock = threading.Lock()
+    running, most = [0], [0]
+
+    def one_at_a_time(_obj: ListedObject) -> None:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.005)
+        with lock:
+            running[0] -= 1
+
+    store.before_delete = one_at_a_time
+    prune(store, ["r1", "r2"], workers=1)
+    assert surviving(store, "r1") == surviving(store, "r2") == {"step-000200", "step-000300"}
+    assert most[0] == 1
