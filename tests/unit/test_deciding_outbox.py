@@ -548,3 +548,79 @@ def test_mine_written_is_the_effects_only_when_the_write_landed() -> None:
     record = RequestRecord("r", {}, "gs://o/")
     assert Mine.written(Swapped(record, wrote=True)) is Mine.EFFECTS
     assert Mine.written(Swapped(record, wrote=False)) is Mine.NONE
+
+
+def test_a_prune_already_published_does_not_hold_back_the_alerts_takeover(box: Outbox) -> None:
+    alert = an_alert(box.clock, at=0)
+    record = box.record(pending_alerts=[alert], prune_requested_at=box.clock.at(50))  # its prune went out
+    assert publish_pending(box.ports, record, ours=False, now=START + timedelta(seconds=LEASE)) is None
+    assert box.alerts() == [alert] and box.prunes() == []
+    stored = box.stored()
+    assert (stored.pending_alerts, stored.prune_pending, stored.effects_taken_at) == ([], False, None)
+
+
+def test_effects_published_meanwhile_are_not_taken_over(box: Outbox) -> None:
+    alert = an_alert(box.clock)
+    record = box.record(pending_alerts=[alert])
+
+    def published_by_the_decider(current: RequestRecord | None) -> RequestRecord | None:
+        assert current is not None
+        current.pending_alerts = []
+        return current
+
+    box.ledger.update("req-1", published_by_the_decider)
+    waiting = publish_pending(box.ports, record, ours=False, now=START + timedelta(seconds=LEASE))
+    assert waiting is not None
+    assert box.alerts() == []
+    assert box.stored().effects_taken_at is None
+
+
+def test_a_takeover_that_publishes_part_keeps_its_lease_on_the_rest(box: Outbox) -> None:
+    first, second = an_alert(box.clock), an_alert(box.clock, AlertKind.JOB_STUCK)
+    record = box.record(pending_alerts=[first, second])
+    box.publisher.fail_next = 1
+    later = START + timedelta(seconds=LEASE)
+    with pytest.raises(exceptions.ServiceUnavailable):
+        publish_pending(box.ports, record, ours=False, now=later)
+    stored = box.stored()
+    assert stored.pending_alerts == [first]
+    assert stored.effects_taken_at == iso(later)  # the rest is still this taker's, for a lease
+
+
+def test_decide_and_flush_for_a_request_without_a_record_does_nothing(box: Outbox) -> None:
+    alert = Alert.of(AlertKind.STRAY_JOB, "stray", request_id="req-1", time=box.clock.at(0))
+    decide_and_flush_alert(box.ports, "req-1", "stray_job:1:9", lambda _: alert, box.log.logger)
+    assert box.publisher.messages == []
+
+
+def test_a_cancel_decided_for_an_attempt_without_a_job_sends_nothing(box: Outbox) -> None:
+    box.record(cancel=CancelIntent(by="ops@example.com", at=box.clock.at(0)))
+
+    def claimed_without_a_job(current: RequestRecord | None) -> RequestRecord | None:
+        assert current is not None
+        current.attempts[0].job = None
+        current.attempts[0].cancel_decided_at = box.clock.at(0)
+        return current
+
+    box.ledger.update("req-1", claimed_without_a_job)
+    assert send_cancels(box.ports, box.stored(), box.log.logger, ours=True, now=box.clock()) is None
+    assert box.cancels.sent == []
+
+
+def test_every_pending_cancel_is_sent_past_attempts_with_none(box: Outbox) -> None:
+    box.record(cancel=CancelIntent(by="ops@example.com", at=box.clock.at(0)))
+    second_job = "projects/p/locations/us-central1/customJobs/222"
+
+    def two_attempts(current: RequestRecord | None) -> RequestRecord | None:
+        assert current is not None
+        current.attempts[0].state = JobState.FAILED  # ended long ago: nothing to cancel
+        current.attempts.append(
+            Attempt(2, "us-central1", "SPOT", claimed_at=box.clock.at(0), job=second_job, state=JobState.RUNNING)
+        )
+        current.attempts[1].cancel_decided_at = box.clock.at(0)
+        return current
+
+    box.ledger.update("req-1", two_attempts)
+    assert send_cancels(box.ports, box.stored(), box.log.logger, ours=False, now=box.clock()) is None
+    assert box.cancels.sent == [("us-central1", second_job)]
+    assert box.stored().attempts[1].cancel_sent_at == box.clock.at(0)
