@@ -421,3 +421,107 @@ def test_the_policy_is_the_deployments_settings() -> None:
     assert policy.refuses("STANDARD", record, 2) is not None
     record.attempts.append(Attempt(2, "us-central1", "SPOT", claimed_at=at(300)))
     assert policy.refuses("STANDARD", record, 3) is None
+
+
+# ---- more edges ---------------------------------------------------------------------------------
+
+
+def test_an_observation_of_an_attempt_the_record_never_claimed_waits() -> None:
+    decision = observe(make_record(), job(JobState.RUNNING), attempt=5)
+    assert decision.waiting == "attempt 5 has no job recorded yet"
+
+
+def test_a_requeue_delay_of_a_second_still_delays() -> None:
+    policy = replace(POLICY, requeue_delay_seconds=1)
+    requeue = observe(make_record(), failed(ended=NOW, error=STOCKOUT), policy=policy).record.requeue
+    assert requeue is not None and requeue.not_before == iso(NOW + timedelta(seconds=1))
+
+
+def test_a_deadlines_early_preemption_is_requeued_on_spot() -> None:
+    # Only the last Spot attempt goes on to on-demand here; before it, the deadline rule decides switches.
+    record = make_record(state=JobState.RUNNING, request={"deadline": iso(NOW + timedelta(days=1))})
+    decision = observe(record, failed(ended=NOW, error=STOCKOUT), policy=ALLOWS_ON_DEMAND)
+    assert decision.record.requeue is not None and decision.record.requeue.strategy == "SPOT"
+
+
+def test_the_on_demand_attempt_after_the_last_spot_one_counts_every_spot_attempt_before_it() -> None:
+    policy = replace(ALLOWS_ON_DEMAND, min_spot_attempts=2)
+    first = Attempt(1, "us-central1", "SPOT", claimed_at=at(0), job=JOB1, state=JobState.FAILED)
+    first.outcome = AttemptOutcome.REQUEUED
+    second = Attempt(2, "us-central1", "SPOT", claimed_at=at(100), job=JOB2, state=JobState.RUNNING)
+    record = make_record(
+        status=RequestStatus.RUNNING,
+        attempts=[first, second],
+        request={"max_attempts": 2, "deadline": iso(NOW + timedelta(days=1))},
+    )
+    decision = observe(record, replace(failed(ended=NOW, error=STOCKOUT), name=JOB2), attempt=2, policy=policy)
+    assert decision.record.requeue is not None
+    assert (decision.record.requeue.attempt, decision.record.requeue.strategy) == (3, "STANDARD")
+
+
+def test_an_incomplete_success_is_requeued_in_place_as_a_preemption() -> None:
+    from spotjobs_kit.lines import PREEMPTED, RUN_STARTED, KitRecord
+
+    record = make_record(state=JobState.RUNNING, request={"locations": ["us-central1", "europe-west4"]})
+    for event in (RUN_STARTED, PREEMPTED):
+        kit = KitRecord(event=event, run=0, fields={})
+        record = decide(record, Observation(1, None, kit=kit, job_name=JOB1), POLICY, NOW).record
+    decision = observe(record, job(JobState.SUCCEEDED, update=0))
+    requeue = decision.record.requeue
+    assert requeue is not None and (requeue.location, requeue.reason) == ("us-central1", "preemption")
+
+
+def test_a_stockout_by_code_alone_with_the_kits_word_keeps_its_message() -> None:
+    patterns = patterns_from(Settings())
+    quota = {"code": 8, "message": "quota"}
+    cause = classify_failure(JobSnapshot(JOB1, JobState.FAILED, quota), patterns, kit_saw_preemption=True)
+    assert (cause.capacity, cause.stockout, cause.reason) == (True, True, "quota")
+
+
+def test_a_read_in_the_state_the_ledger_holds_keeps_when_that_state_began() -> None:
+    policy = replace(POLICY, stuck_after_seconds=HOUR)
+    record, _ = waiting_since(JobState.PENDING, 2 * HOUR)
+    updated_lately = JobSnapshot(JOB1, JobState.PENDING, None, create_time=at(1), update_time=at(590))
+    decision = observe(record, updated_lately, policy=policy)
+    assert decision.record.attempts[0].state_changed_at == iso(NOW - timedelta(hours=2))
+    [alert] = decision.effects.alerts
+    assert alert.details["stuck_seconds"] == 7200
+    assert decision.record.status == RequestStatus.SUBMITTED  # waiting is not running
+
+
+def test_a_read_in_the_state_the_ledger_holds_is_news_whatever_its_update_time() -> None:
+    policy = replace(POLICY, stuck_after_seconds=HOUR)
+    record, _ = waiting_since(JobState.PENDING, 2 * HOUR)
+    older = JobSnapshot(JOB1, JobState.PENDING, None, create_time=at(1), update_time=iso(NOW - timedelta(hours=3)))
+    assert len(observe(record, older, policy=policy).effects.alerts) == 1
+
+
+def test_a_read_without_a_start_time_keeps_the_start_recorded() -> None:
+    record = make_record(status=RequestStatus.RUNNING, state=JobState.RUNNING)
+    record.attempts[0].started_at = at(10)
+    record.attempts[0].state_changed_at = at(5)
+    snapshot = JobSnapshot(JOB1, JobState.PENDING, None, create_time=at(1), update_time=None)
+    decision = observe(record, snapshot)
+    assert decision.record.attempts[0].started_at == at(10)
+    assert decision.record.attempts[0].state == JobState.PENDING  # no update time: news all the same
+
+
+def test_a_kit_line_while_a_switched_jobs_cancel_runs_flags_nothing() -> None:
+    from spotjobs_kit.lines import CHECKPOINT_COMMITTED, KitRecord
+
+    policy = replace(POLICY, stuck_after_seconds=HOUR)
+    record = switched(sent_ago=2 * HOUR)
+    kit = KitRecord(event=CHECKPOINT_COMMITTED, run=0, fields={}, step=10)
+    decision = decide(copy.deepcopy(record), Observation(1, None, kit=kit, job_name=JOB1), policy, NOW)
+    assert decision.effects.alerts == []
+
+
+def test_the_end_of_a_job_the_requests_cancel_stopped_ends_the_request() -> None:
+    record = make_record(status=RequestStatus.RUNNING, state=JobState.RUNNING)
+    record.cancel = CancelIntent(by="ops@example.com", at=at(300))
+    record.attempts[0].cancel_decided_at = at(300)
+    record.attempts[0].cancel_sent_at = at(301)
+    decision = observe(record, job(JobState.CANCELLED, update=400))
+    assert decision.record.status == RequestStatus.CANCELLED
+    assert not decision.effects.requeue_decided
+    assert decision.record.attempts[0].outcome == AttemptOutcome.CANCELLED
