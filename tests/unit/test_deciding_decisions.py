@@ -525,3 +525,60 @@ def test_the_end_of_a_job_the_requests_cancel_stopped_ends_the_request() -> None
     assert decision.record.status == RequestStatus.CANCELLED
     assert not decision.effects.requeue_decided
     assert decision.record.attempts[0].outcome == AttemptOutcome.CANCELLED
+
+
+# ---- the deadline rule, asked by decide -----------------------------------------------------------
+
+
+def waiting_for_spot_past_the_net(*, attempts: int = 1) -> RequestRecord:
+    """A deadline request whose latest Spot attempt has waited in QUEUED for two hours, with an hour
+    of work left and two hours to the deadline: below the safety net (2d + m), on-demand now."""
+    record = make_record(
+        state=JobState.QUEUED,
+        request={"deadline": iso(NOW + timedelta(hours=2)), "total_steps": 3600, "expected_step_seconds": 1.0},
+    )
+    record.created_at = iso(NOW - timedelta(hours=3))
+    long_ago = iso(NOW - timedelta(hours=2))
+    record.attempts[0].created_at = record.attempts[0].state_changed_at = long_ago
+    if attempts == 2:
+        record.attempts[0].outcome = AttemptOutcome.REQUEUED
+        record.attempts[0].state = JobState.FAILED
+        record.attempts.append(
+            Attempt(
+                2, "us-central1", "SPOT", claimed_at=long_ago, job=JOB2, state=JobState.QUEUED,
+                created_at=long_ago, state_changed_at=long_ago,
+            )
+        )  # fmt: skip
+    return record
+
+
+def queued(name: str = JOB1) -> JobSnapshot:
+    return JobSnapshot(name, JobState.QUEUED, None, create_time=at(1), update_time=iso(NOW - timedelta(hours=2)))
+
+
+def test_a_spot_wait_below_the_safety_net_switches_to_on_demand() -> None:
+    decision = observe(waiting_for_spot_past_the_net(), queued(), policy=ALLOWS_ON_DEMAND)
+    assert decision.record.attempts[0].outcome == AttemptOutcome.SWITCHED_TO_ON_DEMAND
+    assert decision.record.requeue is not None and decision.record.requeue.strategy == "STANDARD"
+    assert "deadline_switch" in decision.effects.events
+
+
+def test_the_switch_counts_the_spot_attempts_up_to_the_one_it_leaves() -> None:
+    policy = replace(ALLOWS_ON_DEMAND, min_spot_attempts=2)
+    record = waiting_for_spot_past_the_net(attempts=2)
+    decision = observe(record, queued(JOB2), attempt=2, policy=policy)
+    assert decision.record.attempts[1].outcome == AttemptOutcome.SWITCHED_TO_ON_DEMAND
+    assert "deadline_switch_refused" not in decision.effects.events
+    one_spot_attempt = observe(waiting_for_spot_past_the_net(), queued(), policy=policy)
+    assert one_spot_attempt.effects.events == ("deadline_switch_refused",)
+
+
+def test_a_kit_line_that_a_run_started_says_the_job_runs_one_that_it_was_preempted_does_not() -> None:
+    from spotjobs_kit.lines import PREEMPTED, RUN_STARTED, KitRecord
+
+    def kit_line(event: str) -> Decision:
+        observation = Observation(1, None, kit=KitRecord(event=event, run=0, fields={}), job_name=JOB1)
+        return decide(waiting_for_spot_past_the_net(), observation, ALLOWS_ON_DEMAND, NOW)
+
+    assert kit_line(RUN_STARTED).record.requeue is None  # on Spot: stay until preempted
+    assert kit_line(PREEMPTED).record.requeue is not None  # waiting again, below the net
