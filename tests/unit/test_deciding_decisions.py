@@ -582,3 +582,16 @@ def test_a_kit_line_that_a_run_started_says_the_job_runs_one_that_it_was_preempt
 
     assert kit_line(RUN_STARTED).record.requeue is None  # on Spot: stay until preempted
     assert kit_line(PREEMPTED).record.requeue is not None  # waiting again, below the net
+
+
+def test_a_service_preemption_line_without_a_read_counts_as_the_replay_feeds_it() -> None:
+    # `spotjobs explain` replays a service line with no Vertex read and no kit line
+    # (spotjobs/explaining/replay.py): it is evidence, and nothing else is decided on it.
+    from shared.deciding.events import Signal
+
+    record = make_record(status=RequestStatus.RUNNING, state=JobState.RUNNING)
+    line = Observation(1, None, Signal.PREEMPTION, preemption_evidence="insert-1", job_name=JOB1)
+    decision = decide(copy.deepcopy(record), line, POLICY, NOW)
+    assert decision.record.attempts[0].preemptions == 1
+    assert decision.effects.events == ("preemption",)
+    assert decision.record.status == RequestStatus.RUNNING
