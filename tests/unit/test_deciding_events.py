@@ -44,3 +44,14 @@ def test_without_an_insert_id_the_same_text_at_two_instants_is_two_entries() -> 
 
 def test_every_signal_but_irrelevant_is_worth_a_read() -> None:
     assert [signal for signal in Signal if not signal.is_relevant] == [Signal.IRRELEVANT]
+
+
+def test_an_insert_id_that_is_not_a_string_is_no_insert_id() -> None:
+    body = json.loads(entry("textPayload", "Spot VM preempted"))
+    for odd in (42, "", None, ["a"]):
+        body["insertId"] = odd
+        parsed = parse_log_entry(json.dumps(body).encode())
+        assert parsed.insert_id is None
+        assert parsed.identity.startswith("2026-11-29T17:00:00+00:00|")
+    body["insertId"] = "abc"
+    assert parse_log_entry(json.dumps(body).encode()).identity == "abc"
