@@ -1,0 +1,597 @@
+"""The pure decision (shared/deciding/decisions.py) at its edges: the instants a FAILED job's error
+and a stuck job are waited for (exactly at the bound counts), the reasons a failure is told by,
+the on-demand attempt a deadline gets once its Spot attempts ran out (and when the deployment
+refuses it), an older attempt's late end, a cancel by hand at Vertex, a switched job's end that
+publishes its successor, and the policy read from the settings. Every decision is also decided
+again, which must change nothing (tests/unit/test_decisions.py's promise)."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+import pytest
+
+from shared.clock import iso
+from shared.deciding.decisions import (
+    ERROR_SETTLE_SECONDS,
+    STUCK_STATES,
+    Decision,
+    DecisionPolicy,
+    Observation,
+    classify_failure,
+    decide,
+)
+from shared.deciding.events import patterns_from
+from shared.jobs import JobSnapshot, JobState
+from shared.ledger.records import Attempt, CancelIntent, RequestRecord, Requeue
+from shared.ledger.states import AttemptOutcome, RequestStatus
+from shared.settings import Settings
+from tests.support.decide import JOB1, NOW, POLICY, USER_ERROR, at, job, make_record
+
+JOB2 = "projects/p/locations/us-central1/customJobs/222"
+STOCKOUT = {"code": 8, "message": "Job failed with STOCKOUT: the Spot VM was preempted 7 times."}
+HOUR = 3600.0
+# A deployment that allows on-demand (STANDARD) for a deadline.
+ALLOWS_ON_DEMAND = replace(POLICY, allowed_fallback_strategies=("STANDARD",))
+
+
+def observe(
+    record: RequestRecord,
+    snapshot: JobSnapshot,
+    *,
+    attempt: int = 1,
+    policy: DecisionPolicy = POLICY,
+    now: datetime = NOW,
+) -> Decision:
+    """decide() on a copy, as the ledger does; and prove a redelivery finds nothing to do."""
+    observation = Observation(attempt, snapshot)
+    decision = decide(copy.deepcopy(record), observation, policy, now)
+    again = decide(copy.deepcopy(decision.record), observation, policy, now)
+    assert again.record == decision.record, "deciding twice changed the record twice"
+    assert not again.effects.lines and not again.effects.alerts and not again.effects.requeue_decided
+    return decision
+
+
+def failed(*, ended: datetime, error: dict | None = None, end_time: bool = True) -> JobSnapshot:
+    return JobSnapshot(
+        name=JOB1,
+        state=JobState.FAILED,
+        error=error,
+        create_time=at(1),
+        start_time=at(10),
+        end_time=iso(ended) if end_time else None,
+        update_time=iso(ended),
+    )
+
+
+# ---- a FAILED job's error ---------------------------------------------------------------------
+
+
+def test_a_failed_jobs_missing_error_is_waited_for_until_exactly_the_settle_time() -> None:
+    ended = NOW - timedelta(seconds=ERROR_SETTLE_SECONDS - 1)
+    waiting = observe(make_record(), failed(ended=ended))
+    assert waiting.waiting == f"job {JOB1} failed and its error is not published yet"
+    assert waiting.record.attempts[0].outcome is None
+    at_the_bound = observe(make_record(), failed(ended=NOW - timedelta(seconds=ERROR_SETTLE_SECONDS)))
+    assert at_the_bound.waiting is None and at_the_bound.record.status == RequestStatus.FAILED
+
+
+def test_the_settle_time_counts_from_the_last_update_when_vertex_gives_no_end_time() -> None:
+    snapshot = failed(ended=NOW - timedelta(seconds=ERROR_SETTLE_SECONDS), end_time=False)
+    decision = observe(make_record(), snapshot)
+    assert decision.waiting is None and decision.record.status == RequestStatus.FAILED
+    assert decision.record.attempts[0].ended_at == iso(NOW)  # no end time to keep: the decision's
+
+
+def test_an_ordinary_failure_says_its_message_or_code_or_that_none_came() -> None:
+    ended = NOW - timedelta(hours=1)
+
+    def reason(error: dict) -> str:
+        [alert] = observe(make_record(), failed(ended=ended, error=error)).effects.alerts
+        return alert.message
+
+    assert reason(USER_ERROR) == f"attempt 1 of req-1 failed: {USER_ERROR['message']}"
+    assert reason({"code": 13}) == "attempt 1 of req-1 failed: error code 13"
+    assert reason({}) == "attempt 1 of req-1 failed: no error reported"
+
+
+def test_a_failure_the_kit_saw_preempted_says_so_unless_the_error_says_it_already() -> None:
+    patterns = patterns_from(Settings())
+    told = classify_failure(JobSnapshot(JOB1, JobState.FAILED, USER_ERROR), patterns, kit_saw_preemption=True)
+    assert (told.capacity, told.stockout) == (True, False)
+    assert told.reason == f"{USER_ERROR['message']}; the trainer kit saw its last run preempted"
+    by_error = classify_failure(JobSnapshot(JOB1, JobState.FAILED, STOCKOUT), patterns, kit_saw_preemption=True)
+    assert by_error.reason == STOCKOUT["message"]
+    expired = classify_failure(JobSnapshot(JOB1, JobState.EXPIRED, None), patterns, kit_saw_preemption=True)
+    assert (expired.capacity, expired.reason) == (False, "the job ran past its timeout")
+
+
+def test_an_attempt_ended_by_preemption_with_none_counted_has_an_unknown_count() -> None:
+    ended = NOW - timedelta(hours=1)
+    unknown = observe(make_record(state=JobState.RUNNING), failed(ended=ended, error=STOCKOUT)).record.attempts[0]
+    assert (unknown.preemptions, unknown.preemptions_unknown) == (0, True)
+    counted = make_record(state=JobState.RUNNING)
+    counted.attempts[0].preemptions = 2
+    known = observe(counted, failed(ended=ended, error=STOCKOUT)).record.attempts[0]
+    assert (known.preemptions, known.preemptions_unknown) == (2, False)
+    plain = observe(make_record(state=JobState.RUNNING), failed(ended=ended, error=USER_ERROR)).record.attempts[0]
+    assert plain.preemptions_unknown is False
+
+
+# ---- stuck jobs ---------------------------------------------------------------------------------
+
+
+def waiting_since(state: str, seconds: float) -> tuple[RequestRecord, JobSnapshot]:
+    """Attempt 1 in `state` for `seconds`, and a fresh read of it in the same state."""
+    record = make_record(state=state)
+    since = NOW - timedelta(seconds=seconds)
+    record.attempts[0].state_changed_at = iso(since)
+    snapshot = JobSnapshot(JOB1, state, None, create_time=at(1), update_time=iso(since))
+    return record, snapshot
+
+
+@pytest.mark.parametrize("state", sorted(STUCK_STATES))
+def test_a_job_in_a_waiting_state_is_stuck_at_exactly_the_threshold(state: str) -> None:
+    policy = replace(POLICY, stuck_after_seconds=HOUR)
+    record, snapshot = waiting_since(state, HOUR - 1)
+    assert observe(record, snapshot, policy=policy).effects.alerts == []
+    record, snapshot = waiting_since(state, HOUR)
+    decision = observe(record, snapshot, policy=policy)
+    [alert] = decision.effects.alerts
+    assert (alert.kind, alert.details["state"], alert.details["stuck_seconds"]) == ("job_stuck", state, 3600)
+    assert alert.message == f"attempt 1 of req-1 has been {state} for 3600 s"
+    assert decision.effects.events == ("job_stuck",)
+    assert decision.record.pending_alerts == [alert.to_json()]
+
+
+def test_running_and_terminal_states_are_never_stuck() -> None:
+    assert JobState.RUNNING not in STUCK_STATES
+    assert not STUCK_STATES & set(JobState.TERMINAL)
+
+
+def test_a_stuck_attempt_of_an_older_job_is_not_the_requests_to_flag() -> None:
+    policy = replace(POLICY, stuck_after_seconds=HOUR)
+    record, snapshot = waiting_since(JobState.PENDING, 2 * HOUR)
+    second = Attempt(2, "us-central1", "SPOT", claimed_at=at(300), job=JOB2, state=JobState.RUNNING)
+    record.attempts.append(second)
+    assert observe(record, snapshot, policy=policy).effects.alerts == []
+
+
+def switched(*, sent_ago: float | None, requeue_published: bool = False) -> RequestRecord:
+    """Attempt 1 switched to on-demand: its cancel decided (and sent `sent_ago` seconds ago), its
+    job still RUNNING, attempt 2 decided and held until the job ends."""
+    record = make_record(status=RequestStatus.REQUEUED, state=JobState.RUNNING)
+    attempt = record.attempts[0]
+    attempt.state_changed_at = at(100)
+    attempt.outcome = AttemptOutcome.SWITCHED_TO_ON_DEMAND
+    attempt.cancel_decided_at = iso(NOW - timedelta(seconds=(sent_ago or 0) + 5))
+    attempt.cancel_sent_at = None if sent_ago is None else iso(NOW - timedelta(seconds=sent_ago))
+    record.requeue = Requeue(
+        2, "us-central1", "STANDARD", "deadline", decided_at=attempt.cancel_decided_at,
+        message_id="m-1" if requeue_published else None,
+    )  # fmt: skip
+    return record
+
+
+def test_a_job_its_cancel_does_not_end_is_stuck_from_the_cancel_sent_at_the_threshold() -> None:
+    policy = replace(POLICY, stuck_after_seconds=HOUR)
+    running = job(JobState.RUNNING, update=100)
+    assert observe(switched(sent_ago=None), running, policy=policy).effects.alerts == []  # not sent yet
+    assert observe(switched(sent_ago=HOUR - 1), running, policy=policy).effects.alerts == []
+    decision = observe(switched(sent_ago=HOUR), running, policy=policy)
+    [alert] = decision.effects.alerts
+    assert alert.kind == "job_stuck"
+    assert alert.message == (
+        f"attempt 1 of req-1 is still {JobState.RUNNING} 3600 s after its cancel; attempt 2 waits for it to end"
+    )
+    # Once per attempt: a later read past the threshold alerts no more.
+    assert observe(decision.record, running, policy=policy, now=NOW + timedelta(hours=1)).effects.alerts == []
+
+
+def test_a_stale_read_of_a_job_its_cancel_does_not_end_still_flags_it() -> None:
+    policy = replace(POLICY, stuck_after_seconds=HOUR)
+    stale = job(JobState.RUNNING, update=50)  # older than the state the ledger holds
+    [alert] = observe(switched(sent_ago=2 * HOUR), stale, policy=policy).effects.alerts
+    assert alert.kind == "job_stuck"
+
+
+# ---- a switched job's end -----------------------------------------------------------------------
+
+
+def test_the_end_of_a_switched_job_publishes_its_successor_once() -> None:
+    decision = observe(switched(sent_ago=60), job(JobState.CANCELLED, update=200))
+    assert decision.effects.requeue_decided
+    [line] = decision.effects.lines
+    assert line.fields["event"] == "switched_job_ended"
+    assert (line.fields["state"], line.fields["next_attempt"]) == (JobState.CANCELLED, 2)
+    attempt = decision.record.attempts[0]
+    assert attempt.ended_at == at(200) and not attempt.ending
+    assert attempt.outcome == AttemptOutcome.SWITCHED_TO_ON_DEMAND  # not concluded again
+
+
+def test_the_end_of_a_switched_job_whose_successor_was_published_already_publishes_nothing() -> None:
+    decision = observe(switched(sent_ago=60, requeue_published=True), job(JobState.CANCELLED, update=200))
+    assert not decision.effects.requeue_decided and decision.effects.lines == []
+    assert decision.record.attempts[0].ended_at == at(200)
+
+
+# ---- the last Spot attempt of a deadline --------------------------------------------------------
+
+
+def last_spot_attempt(**request: object) -> RequestRecord:
+    return make_record(
+        status=RequestStatus.RUNNING,
+        state=JobState.RUNNING,
+        request={"max_attempts": 1, "deadline": iso(NOW + timedelta(days=1)), **request},
+    )
+
+
+def test_a_deadline_goes_on_to_on_demand_once_its_spot_attempts_ran_out() -> None:
+    decision = observe(last_spot_attempt(), failed(ended=NOW, error=STOCKOUT), policy=ALLOWS_ON_DEMAND)
+    record = decision.record
+    assert record.status == RequestStatus.REQUEUED and record.attempts[0].outcome == AttemptOutcome.REQUEUED
+    assert record.requeue is not None and (record.requeue.attempt, record.requeue.strategy) == (2, "STANDARD")
+    [line] = decision.effects.lines
+    assert (line.fields["event"], line.fields["next_strategy"], line.fields["fallback"]) == (
+        "requeue",
+        "STANDARD",
+        True,
+    )
+    assert decision.effects.alerts == []
+
+
+def test_a_deadline_gives_up_where_the_deployment_allows_no_on_demand() -> None:
+    decision = observe(last_spot_attempt(), failed(ended=NOW, error=STOCKOUT))  # no fallback allowed
+    assert decision.record.status == RequestStatus.GAVE_UP
+    [alert] = decision.effects.alerts
+    assert alert.kind == "attempts_exhausted"
+
+
+def test_a_request_without_a_deadline_gives_up_on_its_last_attempt_whatever_the_deployment_allows() -> None:
+    decision = observe(last_spot_attempt(deadline=None), failed(ended=NOW, error=STOCKOUT), policy=ALLOWS_ON_DEMAND)
+    assert decision.record.status == RequestStatus.GAVE_UP
+
+
+def test_an_on_demand_attempt_of_a_deadline_that_ends_by_preemption_gives_up_at_max_attempts() -> None:
+    record = last_spot_attempt()
+    record.attempts[0].strategy = "STANDARD"
+    decision = observe(record, failed(ended=NOW, error=STOCKOUT), policy=ALLOWS_ON_DEMAND)
+    assert decision.record.status == RequestStatus.GAVE_UP
+
+
+def test_giving_up_names_each_attempts_preemptions_as_people_read_them() -> None:
+    first = Attempt(1, "us-central1", "SPOT", claimed_at=at(0), job=JOB1, state=JobState.RUNNING, preemptions=3)
+    first.outcome = AttemptOutcome.REQUEUED
+    second = Attempt(2, "us-central1", "SPOT", claimed_at=at(100), job=JOB2, state=JobState.RUNNING)
+    record = make_record(status=RequestStatus.RUNNING, attempts=[first, second], request={"max_attempts": 2})
+    decision = observe(record, replace(failed(ended=NOW, error=STOCKOUT), name=JOB2), attempt=2)
+    [alert] = decision.effects.alerts
+    assert alert.details["preemptions"] == ["3", "≥1"]
+    assert alert.details["max_attempts"] == 2
+    assert alert.message.startswith("req-1 gave up: attempt 2 of 2 ended by preemption (")
+    assert decision.record.attempts[1].outcome == AttemptOutcome.GAVE_UP
+
+
+def test_a_requeue_stays_in_place_and_on_spot_unless_told_otherwise() -> None:
+    decision = observe(make_record(state=JobState.RUNNING), failed(ended=NOW, error=STOCKOUT))
+    [line] = decision.effects.lines
+    assert (line.fields["failover"], line.fields["fallback"], line.fields["not_before"]) == (False, False, None)
+    assert line.fields["reason"] == STOCKOUT["message"]
+    assert line.severity == "WARNING"
+
+
+# ---- an older attempt, a finished request --------------------------------------------------------
+
+
+def test_an_older_attempts_late_ordinary_failure_is_a_failed_attempt() -> None:
+    first = Attempt(1, "us-central1", "SPOT", claimed_at=at(0), job=JOB1, state=JobState.RUNNING)
+    second = Attempt(2, "us-central1", "SPOT", claimed_at=at(300), job=JOB2, state=JobState.RUNNING)
+    record = make_record(status=RequestStatus.RUNNING, attempts=[first, second])
+    decision = observe(record, failed(ended=NOW, error=USER_ERROR))
+    assert decision.record.attempts[0].outcome == AttemptOutcome.FAILED
+    assert decision.record.status == RequestStatus.RUNNING and decision.effects.alerts == []
+
+
+def test_a_finished_requests_last_attempt_ending_by_preemption_is_failed_not_requeued() -> None:
+    record = make_record(status=RequestStatus.FAILED, state=JobState.RUNNING)
+    decision = observe(record, failed(ended=NOW, error=STOCKOUT))
+    assert decision.record.attempts[0].outcome == AttemptOutcome.FAILED
+    assert decision.record.status == RequestStatus.FAILED and not decision.effects.requeue_decided
+
+
+def test_an_older_attempts_success_does_not_finish_the_request() -> None:
+    first = Attempt(1, "us-central1", "SPOT", claimed_at=at(0), job=JOB1, state=JobState.RUNNING)
+    second = Attempt(2, "us-central1", "SPOT", claimed_at=at(300), job=JOB2, state=JobState.RUNNING)
+    record = make_record(status=RequestStatus.RUNNING, attempts=[first, second])
+    decision = observe(record, job(JobState.SUCCEEDED, update=400))
+    assert decision.record.attempts[0].outcome == AttemptOutcome.SUCCEEDED
+    assert decision.record.status == RequestStatus.RUNNING
+    assert not decision.effects.prune_requested and decision.record.prune_requested_at is None
+
+
+def test_a_success_after_a_prune_was_requested_requests_none_again() -> None:
+    record = make_record(state=JobState.RUNNING)
+    record.prune_requested_at = at(0)
+    decision = observe(record, job(JobState.SUCCEEDED, update=500))
+    assert decision.record.status == RequestStatus.SUCCEEDED
+    assert not decision.effects.prune_requested and not decision.record.prune_pending
+
+
+# ---- reads ------------------------------------------------------------------------------------
+
+
+def test_a_read_as_new_as_the_ledgers_is_fresh_an_older_one_is_not() -> None:
+    record = make_record(status=RequestStatus.RUNNING, state=JobState.RUNNING)
+    record.attempts[0].state_changed_at = at(100)
+    same_instant = observe(record, job(JobState.PENDING, update=100))
+    assert same_instant.record.attempts[0].state == JobState.PENDING
+    older = observe(record, job(JobState.PENDING, update=99))
+    assert older.record == record
+
+
+def test_a_live_read_of_an_attempt_already_concluded_changes_nothing() -> None:
+    record = make_record(status=RequestStatus.RUNNING, state=JobState.FAILED)
+    record.attempts[0].outcome = AttemptOutcome.REQUEUED
+    decision = observe(record, job(JobState.RUNNING, update=10_000))
+    assert decision.record == record and decision.effects.lines == []
+
+
+def test_a_read_without_an_update_time_is_stamped_now_and_its_start_kept_once() -> None:
+    record = make_record()
+    snapshot = JobSnapshot(JOB1, JobState.RUNNING, None, create_time=at(1), start_time=at(10))
+    decision = observe(record, snapshot)
+    attempt = decision.record.attempts[0]
+    assert (attempt.state, attempt.state_changed_at, attempt.started_at) == (JobState.RUNNING, iso(NOW), at(10))
+    restarted = replace(snapshot, start_time=at(20), update_time=at(30))
+    assert observe(decision.record, restarted).record.attempts[0].started_at == at(10)
+
+
+def test_a_running_job_of_a_request_running_already_or_finished_leaves_its_status() -> None:
+    running = make_record(status=RequestStatus.RUNNING, state=JobState.PENDING)
+    assert observe(running, job(JobState.RUNNING)).record.status == RequestStatus.RUNNING
+    done = make_record(status=RequestStatus.CANCELLED, state=JobState.PENDING)
+    assert observe(done, job(JobState.RUNNING)).record.status == RequestStatus.CANCELLED
+
+
+# ---- cancels ----------------------------------------------------------------------------------
+
+
+def test_a_cancel_by_hand_at_vertex_becomes_the_requests_cancel() -> None:
+    decision = observe(make_record(state=JobState.RUNNING), job(JobState.CANCELLED, update=500))
+    record = decision.record
+    assert record.status == RequestStatus.CANCELLED and record.finished_at == iso(NOW)
+    assert record.cancel is not None and record.cancel.source == "vertex"
+    assert record.attempts[0].outcome == AttemptOutcome.CANCELLED
+    [line] = decision.effects.lines
+    assert line.fields["event"] == "job_cancelled" and line.severity == "INFO"
+
+
+def test_a_cancelled_request_ends_when_its_last_live_job_ends() -> None:
+    first = Attempt(1, "us-central1", "SPOT", claimed_at=at(0), job=JOB1, state=JobState.RUNNING)
+    second = Attempt(2, "us-central1", "SPOT", claimed_at=at(300), job=JOB2, state=JobState.RUNNING)
+    record = make_record(status=RequestStatus.RUNNING, attempts=[first, second])
+    record.cancel = CancelIntent(by="ops@example.com", at=at(400))
+    latest_ends = observe(record, replace(job(JobState.CANCELLED, update=500), name=JOB2), attempt=2)
+    assert latest_ends.record.attempts[1].outcome == AttemptOutcome.CANCELLED
+    assert latest_ends.record.status == RequestStatus.RUNNING  # attempt 1's job still runs
+    assert latest_ends.effects.lines == []
+    older_ends = observe(latest_ends.record, failed(ended=NOW, error=STOCKOUT))
+    assert older_ends.record.attempts[0].outcome == AttemptOutcome.CANCELLED
+    assert older_ends.record.status == RequestStatus.CANCELLED
+    [line] = older_ends.effects.lines
+    assert (line.fields["event"], line.fields["attempt"]) == ("request_cancelled", 2)
+    assert line.message == "req-1 is cancelled: none of its jobs runs"
+
+
+# ---- the policy ---------------------------------------------------------------------------------
+
+
+def test_the_policy_is_the_deployments_settings() -> None:
+    settings = Settings.from_env(
+        {
+            "SPOTJOBS_PREEMPTION_STORM_THRESHOLD": "7",
+            "SPOTJOBS_REQUEUE_DELAY_SECONDS": "11",
+            "SPOTJOBS_DEFAULT_MAX_ATTEMPTS": "5",
+            "SPOTJOBS_STUCK_AFTER_SECONDS": "1234",
+            "SPOTJOBS_KIT_LINES_SETTLE_SECONDS": "77",
+            "SPOTJOBS_CHANGEOVER_PRIOR_SECONDS": "999",
+            "SPOTJOBS_RECONCILE_INTERVAL_SECONDS": "123",
+            "SPOTJOBS_CHECKPOINT_PRIOR_SECONDS": "456",
+            "SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES": "STANDARD",
+            "SPOTJOBS_MIN_SPOT_ATTEMPTS": "2",
+        }
+    )
+    policy = DecisionPolicy.from_settings(settings)
+    assert (
+        policy.storm_threshold,
+        policy.requeue_delay_seconds,
+        policy.default_max_attempts,
+        policy.stuck_after_seconds,
+        policy.kit_lines_settle_seconds,
+        policy.changeover_prior_seconds,
+        policy.reconcile_interval_seconds,
+        policy.checkpoint_prior_seconds,
+        policy.allowed_fallback_strategies,
+        policy.min_spot_attempts,
+    ) == (7, 11.0, 5, 1234.0, 77.0, 999.0, 123.0, 456.0, ("STANDARD",), 2)
+    record = make_record()
+    # The minimum of Spot attempts: attempt 2 follows one Spot attempt, attempt 3 two.
+    assert policy.refuses("STANDARD", record, 2) is not None
+    record.attempts.append(Attempt(2, "us-central1", "SPOT", claimed_at=at(300)))
+    assert policy.refuses("STANDARD", record, 3) is None
+
+
+# ---- more edges ---------------------------------------------------------------------------------
+
+
+def test_an_observation_of_an_attempt_the_record_never_claimed_waits() -> None:
+    decision = observe(make_record(), job(JobState.RUNNING), attempt=5)
+    assert decision.waiting == "attempt 5 has no job recorded yet"
+
+
+def test_a_requeue_delay_of_a_second_still_delays() -> None:
+    policy = replace(POLICY, requeue_delay_seconds=1)
+    requeue = observe(make_record(), failed(ended=NOW, error=STOCKOUT), policy=policy).record.requeue
+    assert requeue is not None and requeue.not_before == iso(NOW + timedelta(seconds=1))
+
+
+def test_a_deadlines_early_preemption_is_requeued_on_spot() -> None:
+    # Only the last Spot attempt goes on to on-demand here; before it, the deadline rule decides switches.
+    record = make_record(state=JobState.RUNNING, request={"deadline": iso(NOW + timedelta(days=1))})
+    decision = observe(record, failed(ended=NOW, error=STOCKOUT), policy=ALLOWS_ON_DEMAND)
+    assert decision.record.requeue is not None and decision.record.requeue.strategy == "SPOT"
+
+
+def test_the_on_demand_attempt_after_the_last_spot_one_counts_every_spot_attempt_before_it() -> None:
+    policy = replace(ALLOWS_ON_DEMAND, min_spot_attempts=2)
+    first = Attempt(1, "us-central1", "SPOT", claimed_at=at(0), job=JOB1, state=JobState.FAILED)
+    first.outcome = AttemptOutcome.REQUEUED
+    second = Attempt(2, "us-central1", "SPOT", claimed_at=at(100), job=JOB2, state=JobState.RUNNING)
+    record = make_record(
+        status=RequestStatus.RUNNING,
+        attempts=[first, second],
+        request={"max_attempts": 2, "deadline": iso(NOW + timedelta(days=1))},
+    )
+    decision = observe(record, replace(failed(ended=NOW, error=STOCKOUT), name=JOB2), attempt=2, policy=policy)
+    assert decision.record.requeue is not None
+    assert (decision.record.requeue.attempt, decision.record.requeue.strategy) == (3, "STANDARD")
+
+
+def test_an_incomplete_success_is_requeued_in_place_as_a_preemption() -> None:
+    from spotjobs_kit.lines import PREEMPTED, RUN_STARTED, KitRecord
+
+    record = make_record(state=JobState.RUNNING, request={"locations": ["us-central1", "europe-west4"]})
+    for event in (RUN_STARTED, PREEMPTED):
+        kit = KitRecord(event=event, run=0, fields={})
+        record = decide(record, Observation(1, None, kit=kit, job_name=JOB1), POLICY, NOW).record
+    decision = observe(record, job(JobState.SUCCEEDED, update=0))
+    requeue = decision.record.requeue
+    assert requeue is not None and (requeue.location, requeue.reason) == ("us-central1", "preemption")
+
+
+def test_a_stockout_by_code_alone_with_the_kits_word_keeps_its_message() -> None:
+    patterns = patterns_from(Settings())
+    quota = {"code": 8, "message": "quota"}
+    cause = classify_failure(JobSnapshot(JOB1, JobState.FAILED, quota), patterns, kit_saw_preemption=True)
+    assert (cause.capacity, cause.stockout, cause.reason) == (True, True, "quota")
+
+
+def test_a_read_in_the_state_the_ledger_holds_keeps_when_that_state_began() -> None:
+    policy = replace(POLICY, stuck_after_seconds=HOUR)
+    record, _ = waiting_since(JobState.PENDING, 2 * HOUR)
+    updated_lately = JobSnapshot(JOB1, JobState.PENDING, None, create_time=at(1), update_time=at(590))
+    decision = observe(record, updated_lately, policy=policy)
+    assert decision.record.attempts[0].state_changed_at == iso(NOW - timedelta(hours=2))
+    [alert] = decision.effects.alerts
+    assert alert.details["stuck_seconds"] == 7200
+    assert decision.record.status == RequestStatus.SUBMITTED  # waiting is not running
+
+
+def test_a_read_in_the_state_the_ledger_holds_is_news_whatever_its_update_time() -> None:
+    policy = replace(POLICY, stuck_after_seconds=HOUR)
+    record, _ = waiting_since(JobState.PENDING, 2 * HOUR)
+    older = JobSnapshot(JOB1, JobState.PENDING, None, create_time=at(1), update_time=iso(NOW - timedelta(hours=3)))
+    assert len(observe(record, older, policy=policy).effects.alerts) == 1
+
+
+def test_a_read_without_a_start_time_keeps_the_start_recorded() -> None:
+    record = make_record(status=RequestStatus.RUNNING, state=JobState.RUNNING)
+    record.attempts[0].started_at = at(10)
+    record.attempts[0].state_changed_at = at(5)
+    snapshot = JobSnapshot(JOB1, JobState.PENDING, None, create_time=at(1), update_time=None)
+    decision = observe(record, snapshot)
+    assert decision.record.attempts[0].started_at == at(10)
+    assert decision.record.attempts[0].state == JobState.PENDING  # no update time: news all the same
+
+
+def test_a_kit_line_while_a_switched_jobs_cancel_runs_flags_nothing() -> None:
+    from spotjobs_kit.lines import CHECKPOINT_COMMITTED, KitRecord
+
+    policy = replace(POLICY, stuck_after_seconds=HOUR)
+    record = switched(sent_ago=2 * HOUR)
+    kit = KitRecord(event=CHECKPOINT_COMMITTED, run=0, fields={}, step=10)
+    decision = decide(copy.deepcopy(record), Observation(1, None, kit=kit, job_name=JOB1), policy, NOW)
+    assert decision.effects.alerts == []
+
+
+def test_the_end_of_a_job_the_requests_cancel_stopped_ends_the_request() -> None:
+    record = make_record(status=RequestStatus.RUNNING, state=JobState.RUNNING)
+    record.cancel = CancelIntent(by="ops@example.com", at=at(300))
+    record.attempts[0].cancel_decided_at = at(300)
+    record.attempts[0].cancel_sent_at = at(301)
+    decision = observe(record, job(JobState.CANCELLED, update=400))
+    assert decision.record.status == RequestStatus.CANCELLED
+    assert not decision.effects.requeue_decided
+    assert decision.record.attempts[0].outcome == AttemptOutcome.CANCELLED
+
+
+# ---- the deadline rule, asked by decide -----------------------------------------------------------
+
+
+def waiting_for_spot_past_the_net(*, attempts: int = 1) -> RequestRecord:
+    """A deadline request whose latest Spot attempt has waited in QUEUED for two hours, with an hour
+    of work left and two hours to the deadline: below the safety net (2d + m), on-demand now."""
+    record = make_record(
+        state=JobState.QUEUED,
+        request={"deadline": iso(NOW + timedelta(hours=2)), "total_steps": 3600, "expected_step_seconds": 1.0},
+    )
+    record.created_at = iso(NOW - timedelta(hours=3))
+    long_ago = iso(NOW - timedelta(hours=2))
+    record.attempts[0].created_at = record.attempts[0].state_changed_at = long_ago
+    if attempts == 2:
+        record.attempts[0].outcome = AttemptOutcome.REQUEUED
+        record.attempts[0].state = JobState.FAILED
+        record.attempts.append(
+            Attempt(
+                2, "us-central1", "SPOT", claimed_at=long_ago, job=JOB2, state=JobState.QUEUED,
+                created_at=long_ago, state_changed_at=long_ago,
+            )
+        )  # fmt: skip
+    return record
+
+
+def queued(name: str = JOB1) -> JobSnapshot:
+    return JobSnapshot(name, JobState.QUEUED, None, create_time=at(1), update_time=iso(NOW - timedelta(hours=2)))
+
+
+def test_a_spot_wait_below_the_safety_net_switches_to_on_demand() -> None:
+    decision = observe(waiting_for_spot_past_the_net(), queued(), policy=ALLOWS_ON_DEMAND)
+    assert decision.record.attempts[0].outcome == AttemptOutcome.SWITCHED_TO_ON_DEMAND
+    assert decision.record.requeue is not None and decision.record.requeue.strategy == "STANDARD"
+    assert "deadline_switch" in decision.effects.events
+
+
+def test_the_switch_counts_the_spot_attempts_up_to_the_one_it_leaves() -> None:
+    policy = replace(ALLOWS_ON_DEMAND, min_spot_attempts=2)
+    record = waiting_for_spot_past_the_net(attempts=2)
+    decision = observe(record, queued(JOB2), attempt=2, policy=policy)
+    assert decision.record.attempts[1].outcome == AttemptOutcome.SWITCHED_TO_ON_DEMAND
+    assert "deadline_switch_refused" not in decision.effects.events
+    one_spot_attempt = observe(waiting_for_spot_past_the_net(), queued(), policy=policy)
+    assert one_spot_attempt.effects.events == ("deadline_switch_refused",)
+
+
+def test_a_kit_line_that_a_run_started_says_the_job_runs_one_that_it_was_preempted_does_not() -> None:
+    from spotjobs_kit.lines import PREEMPTED, RUN_STARTED, KitRecord
+
+    def kit_line(event: str) -> Decision:
+        observation = Observation(1, None, kit=KitRecord(event=event, run=0, fields={}), job_name=JOB1)
+        return decide(waiting_for_spot_past_the_net(), observation, ALLOWS_ON_DEMAND, NOW)
+
+    assert kit_line(RUN_STARTED).record.requeue is None  # on Spot: stay until preempted
+    assert kit_line(PREEMPTED).record.requeue is not None  # waiting again, below the net
+
+
+def test_a_service_preemption_line_without_a_read_counts_as_the_replay_feeds_it() -> None:
+    # `spotjobs explain` replays a service line with no Vertex read and no kit line
+    # (spotjobs/explaining/replay.py): it is evidence, and nothing else is decided on it.
+    from shared.deciding.events import Signal
+
+    record = make_record(status=RequestStatus.RUNNING, state=JobState.RUNNING)
+    line = Observation(1, None, Signal.PREEMPTION, preemption_evidence="insert-1", job_name=JOB1)
+    decision = decide(copy.deepcopy(record), line, POLICY, NOW)
+    assert decision.record.attempts[0].preemptions == 1
+    assert decision.effects.events == ("preemption",)
+    assert decision.record.status == RequestStatus.RUNNING

@@ -1,0 +1,105 @@
+"""Stray jobs (shared/deciding/strays.py): which job labelled with a request is one the ledger will
+never manage, and its `stray_job` alert decided once per job before the cancel (on the simulator's
+in-memory Cloud Storage), with or without a record. tests/functional/test_decisions_reconcile.py
+drives the sweep itself."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from google.cloud.aiplatform_v1 import CustomJob
+
+from shared.alerts import AlertKind
+from shared.deciding.strays import decide_stray_alert, is_stray, recordless_stray_alert
+from shared.jobs import LABEL_ATTEMPT
+from shared.ledger.records import Attempt, RequestRecord
+from shared.ledger.states import AttemptOutcome, RequestStatus
+from shared.ledger.store import LedgerStore
+from shared.wiring import Ports
+from sim.gcs import MemoryStorage
+from tests.support.decisions import FakePublisher, make_settings
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+RECORDED = "projects/p/locations/us-central1/customJobs/111"
+OTHER = "projects/p/locations/us-central1/customJobs/222"
+THIRD = "projects/p/locations/us-central1/customJobs/333"
+RUNNING, SUCCEEDED = 3, 4  # google.cloud.aiplatform_v1.JobState numbers
+
+
+def vertex_job(name: str = OTHER, *, attempt: str | None = "1", state: int = RUNNING) -> CustomJob:
+    labels = {} if attempt is None else {LABEL_ATTEMPT: attempt}
+    return CustomJob(name=name, state=state, labels=labels)
+
+
+def record(*attempts: Attempt) -> RequestRecord:
+    first = Attempt(1, "us-central1", "SPOT", claimed_at="2026-12-01T11:00:00Z", job=RECORDED)
+    return RequestRecord(
+        "req-1",
+        {"request_id": "req-1", "custom_job": {"displayName": "train"}},
+        "gs://ckpt/requests/req-1/",
+        status=RequestStatus.RUNNING,
+        attempts=list(attempts) or [first],
+    )
+
+
+def test_a_live_job_its_attempt_does_not_record_is_a_stray() -> None:
+    assert is_stray(record(), vertex_job(OTHER))
+    assert not is_stray(record(), vertex_job(RECORDED))
+
+
+def test_an_ended_job_is_never_a_stray() -> None:
+    assert not is_stray(record(), vertex_job(OTHER, state=SUCCEEDED))
+
+
+@pytest.mark.parametrize("label", [None, "", "two", "7"])
+def test_a_job_labelled_for_no_attempt_the_record_claimed_is_a_stray(label: str | None) -> None:
+    assert is_stray(record(), vertex_job(OTHER, attempt=label))
+
+
+def test_a_job_of_a_claim_still_being_created_is_not_a_stray_until_the_claim_ends() -> None:
+    creating = Attempt(1, "us-central1", "SPOT", claimed_at="2026-12-01T11:00:00Z")
+    assert not is_stray(record(creating), vertex_job(OTHER))
+    creating.outcome = AttemptOutcome.FAILED
+    assert is_stray(record(creating), vertex_job(OTHER))
+
+
+def test_a_recordless_strays_alert_names_the_job_and_its_attempt() -> None:
+    alert = recordless_stray_alert("req-9", vertex_job(OTHER, attempt="3"), NOW)
+    assert (alert.kind, alert.request_id, alert.attempt, alert.job) == (AlertKind.STRAY_JOB.value, "req-9", 3, OTHER)
+    assert alert.details == {"stray_job": OTHER, "record": "missing", "cancelled_at": "2026-12-01T12:00:00.000Z"}
+    assert recordless_stray_alert("req-9", vertex_job(OTHER, attempt="x"), NOW).attempt is None
+
+
+@pytest.fixture
+def ports() -> Ports:
+    bucket = MemoryStorage(clock=lambda: NOW).client().bucket("state")
+    return Ports(make_settings("state"), LedgerStore(bucket), FakePublisher, None, clock=lambda: NOW)  # type: ignore[arg-type]
+
+
+def test_a_strays_alert_is_decided_once_per_job(ports: Ports) -> None:
+    stored = record()
+    ports.ledger.restore(stored)
+    first = decide_stray_alert(ports, stored, vertex_job(OTHER))
+    assert first.wrote and first.value is not None
+    [alert] = first.value.pending_alerts
+    assert (alert["kind"], alert["attempt"], alert["job"]) == (AlertKind.STRAY_JOB.value, 1, RECORDED)
+    assert alert["details"]["stray_job"] == OTHER
+    assert alert["message"] == (
+        f"cancelling job {OTHER}: it carries the labels of attempt 1 of req-1, which records {RECORDED}"
+    )
+    assert not decide_stray_alert(ports, stored, vertex_job(OTHER)).wrote  # the next sweep: once
+    another = decide_stray_alert(ports, stored, vertex_job(THIRD))  # another stray: its own alert
+    assert another.wrote and another.value is not None and len(another.value.pending_alerts) == 2
+
+
+@pytest.mark.parametrize("label", [None, ""])
+def test_a_stray_labelled_for_no_attempt_is_alerted_on_the_latest(ports: Ports, label: str | None) -> None:
+    creating = Attempt(1, "us-central1", "SPOT", claimed_at="2026-12-01T11:00:00Z")
+    stored = record(creating)
+    ports.ledger.restore(stored)
+    swapped = decide_stray_alert(ports, stored, vertex_job(OTHER, attempt=label))
+    assert swapped.value is not None
+    [alert] = swapped.value.pending_alerts
+    assert alert["attempt"] == 1 and alert["message"].endswith("which records no job")
+    assert swapped.value.markers == ["stray_job:0:222"]
