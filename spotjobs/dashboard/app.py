@@ -1,0 +1,181 @@
+"""The dashboard's Flask app: the Requests page, a Request page, and the cancel behind a
+confirmation page.
+
+Safe by construction:
+- every template is autoescaped (Jinja2), and every text a job wrote goes through `views.shown`;
+- the cancel is a POST that must carry the session's token (a random value in a signed, SameSite
+  strict cookie whose key is made at start) and, when the browser sends one, an Origin that is this
+  app's own; a request another site makes carries neither;
+- the host a request names must be one of `trusted_hosts` (loopback names by default), so a page
+  that re-points its own name at 127.0.0.1 (DNS rebinding) is refused;
+- the headers forbid framing, inline scripts and anything not from this app (Content-Security-Policy).
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from flask import Flask, abort, redirect, render_template, request, session, url_for
+
+from shared.clock import utcnow
+from shared.log import Logger
+from spotjobs.dashboard.views import cost_so_far, log_tail, machine_of, request_row, shown, timeline
+
+if TYPE_CHECKING:
+    from werkzeug.wrappers import Response
+
+    from spotjobs.dashboard.reading import Deployment
+
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
+REQUESTS_SHOWN = 100  # rows on the Requests page, as `spotjobs status` lists by default
+LOG_LINES_SHOWN = 200
+TOKEN_FIELD = "token"
+HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+log = Logger({"component": "dashboard"})
+
+
+def create_app(deployment: Deployment, *, trusted_hosts: Sequence[str] | None = LOOPBACK_NAMES) -> Flask:
+    """The app over `deployment`; `trusted_hosts` None accepts any Host (an address the operator chose)."""
+    app = Flask(__name__)
+    app.secret_key = secrets.token_bytes(32)  # per start: a token of an earlier run is void
+    app.config.update(
+        SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SAMESITE="Strict",
+        TRUSTED_HOSTS=list(trusted_hosts) if trusted_hosts is not None else None,
+    )
+    app.jinja_env.autoescape = True  # every template, whatever its name ends with
+
+    @app.after_request
+    def secure_headers(response: Response) -> Response:
+        response.headers.update(HEADERS)
+        return response
+
+    @app.context_processor
+    def session_token() -> dict[str, Any]:
+        if TOKEN_FIELD not in session:
+            session[TOKEN_FIELD] = secrets.token_urlsafe(32)
+        return {"token": session[TOKEN_FIELD], "bucket": shown(deployment.state_bucket)}
+
+    @app.get("/")
+    def requests_page() -> str:
+        return render_template("requests.html", **requests_context(deployment, request.args, utcnow()))
+
+    @app.get("/requests/<request_id>")
+    def request_page(request_id: str) -> str:
+        record = deployment.ledger.get(request_id)
+        if record is None:
+            abort(404)
+        return render_template("request.html", **request_context(deployment, record, utcnow()))
+
+    @app.get("/requests/<request_id>/cancel")
+    def confirm_cancel(request_id: str) -> str:
+        record = deployment.ledger.get(request_id)
+        if record is None:
+            abort(404)
+        return render_template("cancel.html", request_id=request_id, shown_id=shown(record.request_id))
+
+    @app.post("/requests/<request_id>/cancel")
+    def cancel(request_id: str) -> Response:
+        check_same_origin()
+        reason = (request.form.get("reason") or "").strip()[:500] or None
+        outcome = deployment.cancel(request_id, reason, deployment.operator)
+        log.info("cancel from the dashboard", request_id=request_id, result=outcome.result, by=deployment.operator)
+        if outcome.result == "unknown":
+            abort(404)
+        return redirect(url_for("request_page", request_id=request_id, cancel=outcome.result), code=303)
+
+    return app
+
+
+def check_same_origin() -> None:
+    """Refuse (403) a POST without this session's token, or from another origin."""
+    sent = request.form.get(TOKEN_FIELD, "")
+    expected = session.get(TOKEN_FIELD, "")
+    if not expected or not hmac.compare_digest(str(sent), str(expected)):
+        abort(403, "the form's token is missing or not this session's: reload the page")
+    origin = request.headers.get("Origin")
+    if origin is not None and origin.rstrip("/") != request.host_url.rstrip("/"):
+        abort(403, "a request from another origin")
+    if request.headers.get("Sec-Fetch-Site") not in (None, "same-origin", "none"):
+        abort(403, "a request from another site")
+
+
+def requests_context(deployment: Deployment, args: Any, now: datetime) -> dict[str, Any]:
+    """The Requests page: the filters of `spotjobs status` (status, label, since) and a machine."""
+    import argparse
+
+    from spotjobs.cli.find import Query, find_records, label_filter, since_filter, status_filter, statuses
+
+    errors: list[str] = []
+
+    def parsed(name: str, parse: Any) -> list[Any]:
+        values = []
+        for text in args.getlist(name):
+            if not text.strip():
+                continue
+            try:
+                values.append(parse(text))
+            except argparse.ArgumentTypeError as error:
+                errors.append(shown(error))
+        return values
+
+    chosen_statuses = parsed("status", status_filter)
+    labels = parsed("label", label_filter)
+    since = parsed("since", since_filter)
+    machine = (args.get("machine") or "").strip()
+    query = Query(frozenset(chosen_statuses), dict(labels), since[0] if since else None)
+    found = find_records(deployment.ledger, query, REQUESTS_SHOWN)
+    records = [r for r in found.records if not machine or machine_of(r)[0] == machine]
+    return {
+        "rows": [request_row(record, now) for record in records],
+        "counts": [(status, found.counts[status]) for status in statuses() if found.counts[status]],
+        "total": sum(found.counts.values()),
+        "statuses": ["ACTIVE", *statuses()],
+        "chosen": set(chosen_statuses),
+        "labels": [shown(f"{k}={v}") for k, v in labels],
+        "since": shown(args.get("since", ""), 60),
+        "machine": shown(machine, 80),
+        "errors": errors,
+    }
+
+
+def request_context(deployment: Deployment, record: Any, now: datetime) -> dict[str, Any]:
+    """A Request page: its attempts as bars, its decisions, its cost, its trainer's last lines."""
+    from spotjobs.trainer_logs import LogsUnavailable, request_lines
+
+    lines, logs_error = [], ""
+    if deployment.logs is not None:
+        try:
+            lines = list(request_lines(lambda: record, deployment.logs))
+        except LogsUnavailable as error:
+            logs_error = shown(error)
+    else:
+        logs_error = "no log source for this deployment"
+    cost = cost_so_far(record, now)
+    requeue = record.requeue
+    cancel = record.cancel
+    return {
+        "record_id": record.request_id,
+        "row": request_row(record, now),
+        "bars": timeline(record, now),
+        "cost": cost,
+        "requeue": None
+        if requeue is None
+        else shown(f"attempt {requeue.attempt} in {requeue.location} ({requeue.strategy}) because {requeue.reason}"),
+        "cancelled": None if cancel is None else shown(f"by {cancel.by} at {cancel.at}: {cancel.reason or '-'}"),
+        "can_cancel": not record.is_terminal and cancel is None,
+        "lines": log_tail(lines, LOG_LINES_SHOWN),
+        "logs_error": logs_error,
+        "cancel_result": shown(request.args.get("cancel", ""), 40),
+    }

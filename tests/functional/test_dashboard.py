@@ -1,0 +1,244 @@
+"""`spotjobs dashboard` (issue 47) through Flask's test client over a real ledger (fake-gcs-server)
+and a fake log source: the Requests page's filters and counts, a Request's attempts and cost, what
+a hostile job wrote shown inert, and a cancel that needs the session's token and this origin."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from spotjobs_kit.lines import format_line as kit_line
+from spotjobs_kit.lines import parse_kit_line
+
+import spotjobs
+from shared.ledger.records import Attempt, RequestRecord
+from shared.ledger.states import AttemptOutcome, RequestStatus
+from shared.ledger.store import LedgerStore
+from spotjobs.dashboard.app import create_app
+from spotjobs.dashboard.reading import Deployment
+from spotjobs.trainer_logs import LogLine
+
+HOSTILE = "<script>alert(1)</script>\x1b[31mred\x1b]0;title\x07\u202eevil"
+KIT_KEY = "k" * 43  # a kit key: no page may show it
+
+
+class FakeLogs:
+    """The trainer's lines of each job: one of its own, and a kit line another job forged."""
+
+    def __init__(self, lines: Sequence[LogLine] = ()) -> None:
+        self.lines = list(lines)
+
+    def read(self, attempts: Sequence[Attempt], since: str | None) -> list[LogLine]:
+        jobs = {a.job_id for a in attempts}
+        return [line for line in self.lines if line.job_id in jobs]
+
+
+def envelope(request_id: str, machine: str = "a2-highgpu-1g", **more: Any) -> dict[str, Any]:
+    pool = {"machineSpec": {"machineType": machine}, "replicaCount": "1", "containerSpec": {"imageUri": "i"}}
+    return {
+        "schema_version": 1,
+        "request_id": request_id,
+        "custom_job": {"displayName": "train", "jobSpec": {"workerPoolSpecs": [pool]}},
+        "location": "us-central1",
+        "locations": [],
+        "max_attempts": 3,
+        **more,
+    }
+
+
+def job_name(request_id: str, n: int, location: str = "us-central1") -> str:
+    return f"projects/p/locations/{location}/customJobs/{abs(hash((request_id, n))) % 10**9}"
+
+
+def preempted_then_running(
+    request_id: str, *, error: str = "preempted", machine: str = "a3-highgpu-8g"
+) -> RequestRecord:
+    """Attempt 1 on Spot, preempted twice then failed; attempt 2 on STANDARD elsewhere, running."""
+    first = Attempt(
+        1,
+        "us-central1",
+        "SPOT",
+        claimed_at="2026-12-01T08:00:00Z",
+        job=job_name(request_id, 1),
+        state="JOB_STATE_FAILED",
+        created_at="2026-12-01T08:00:05Z",
+        started_at="2026-12-01T08:01:00Z",
+        ended_at="2026-12-01T09:01:00Z",
+        preemptions=2,
+        outcome=AttemptOutcome.REQUEUED,
+        error={"code": 8, "message": error},
+        kit_key=KIT_KEY,
+    )
+    second = Attempt(
+        2,
+        "europe-west1",
+        "STANDARD",
+        claimed_at="2026-12-01T09:02:00Z",
+        job=job_name(request_id, 2, "europe-west1"),
+        state="JOB_STATE_RUNNING",
+        created_at="2026-12-01T09:02:05Z",
+        started_at="2026-12-01T09:03:00Z",
+        kit_key=KIT_KEY,
+    )
+    return RequestRecord(
+        request_id,
+        envelope(request_id, machine),
+        f"gs://out/{request_id}",
+        status=RequestStatus.RUNNING,
+        attempts=[first, second],
+        created_at="2026-12-01T08:00:00Z",
+        updated_at="2026-12-01T09:03:00Z",
+    )
+
+
+def finished(request_id: str) -> RequestRecord:
+    attempt = Attempt(
+        1,
+        "us-central1",
+        "SPOT",
+        claimed_at="2026-11-30T08:00:00Z",
+        job=job_name(request_id, 1),
+        state="JOB_STATE_SUCCEEDED",
+        started_at="2026-11-30T08:01:00Z",
+        ended_at="2026-11-30T09:01:00Z",
+        outcome=AttemptOutcome.SUCCEEDED,
+    )
+    return RequestRecord(
+        request_id,
+        envelope(request_id, "n1-standard-8"),
+        f"gs://out/{request_id}",
+        status=RequestStatus.SUCCEEDED,
+        attempts=[attempt],
+        created_at="2026-11-30T08:00:00Z",
+        updated_at="2026-11-30T09:01:00Z",
+        finished_at="2026-11-30T09:01:00Z",
+    )
+
+
+@pytest.fixture
+def ledger(gcs_bucket) -> LedgerStore:  # noqa: ANN001 - the conftest's bucket
+    return LedgerStore(gcs_bucket)
+
+
+def deployment(ledger: LedgerStore, logs: FakeLogs | None = None) -> Deployment:
+    def cancel(request_id: str, reason: str | None, by: str) -> spotjobs.CancelOutcome:
+        return spotjobs.cancel(request_id, reason=reason, by=by, ledger=ledger)
+
+    return Deployment(ledger, logs or FakeLogs(), cancel, "ana@example.com", "state-bucket")
+
+
+def client_of(ledger: LedgerStore, logs: FakeLogs | None = None) -> Any:
+    return create_app(deployment(ledger, logs)).test_client()
+
+
+def token_of(client: Any, request_id: str) -> str:
+    page = client.get(f"/requests/{request_id}/cancel").get_data(as_text=True)
+    found = re.search(r'name="token" value="([^"]+)"', page)
+    assert found, page
+    return found[1]
+
+
+def test_the_requests_page_counts_filters_and_costs(ledger: LedgerStore) -> None:
+    ledger.restore(preempted_then_running("train-a"))
+    ledger.restore(finished("train-b"))
+    client = client_of(ledger)
+
+    page = client.get("/").get_data(as_text=True)
+    assert "2 requests" in page and 'data-status="RUNNING">RUNNING 1' in page and "SUCCEEDED 1" in page
+    assert 'data-request="train-a"' in page and 'data-request="train-b"' in page
+    assert "2/3" in page and "europe-west1" in page  # the attempt in progress
+    assert re.search(r'class="cost">\$[0-9][0-9,]*\.\d\d<', page)  # a cost so far from the price table
+
+    active = client.get("/?status=active").get_data(as_text=True)
+    assert 'data-request="train-a"' in active and 'data-request="train-b"' not in active
+    machine = client.get("/?machine=n1-standard-8").get_data(as_text=True)
+    assert 'data-request="train-b"' in machine and 'data-request="train-a"' not in machine
+    recent = client.get("/?since=1h").get_data(as_text=True)  # changed: the ledger's last write, just now
+    assert 'data-request="train-a"' in recent and 'data-request="train-b"' in recent
+    bad = client.get("/?status=nonsense&since=yesterday-ish").get_data(as_text=True)
+    assert "unknown status" in bad and "neither a duration" in bad
+
+
+def test_a_request_shows_its_attempts_preemptions_cost_and_log(ledger: LedgerStore) -> None:
+    record = preempted_then_running("train-a")
+    ledger.restore(record)
+    own = LogLine(2, record.attempts[1].job_id, "l1", "2026-12-01T09:04:00Z", "INFO", "step 100 loss 0.5")
+    client = client_of(ledger, FakeLogs([own]))
+
+    page = client.get("/requests/train-a").get_data(as_text=True)
+    assert 'class="bar strategy-SPOT preempted" data-attempt="1"' in page
+    assert 'class="bar strategy-STANDARD" data-attempt="2"' in page
+    assert "⚡ preempted 2" in page and "europe-west1" in page
+    assert re.search(r'id="on-demand">\$[0-9,]+\.\d\d<', page)
+    assert "step 100 loss 0.5" in page
+    assert client.get("/requests/nobody").status_code == 404
+
+
+def test_what_a_hostile_job_wrote_is_inert_and_no_secret_is_shown(ledger: LedgerStore) -> None:
+    record = preempted_then_running("train-h", error=HOSTILE + "9" * 5000)
+    ledger.restore(record)
+    job = record.attempts[1].job_id
+    forged_text = kit_line("preempted", {"request_id": "train-h", "attempt": 2, "run": 0}, key=None)
+    forged = LogLine(2, job, "f1", "2026-12-01T09:05:00Z", "INFO", forged_text, claimed_kit=parse_kit_line(forged_text))
+    hostile = LogLine(2, job, "h1", "2026-12-01T09:06:00Z", "INFO", HOSTILE)
+    response = client_of(ledger, FakeLogs([forged, hostile])).get("/requests/train-h")
+    page = response.get_data(as_text=True)
+
+    assert "<script>alert" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "\x1b" not in page and "\x07" not in page and "\u202e" not in page
+    assert "\\x1b[31m" in page and "\\u202e" in page  # shown as `spotjobs logs` prints them
+    assert "9" * 500 not in page  # a huge text is cut
+    assert 'class="line forged"' in page and "[unsigned]" in page
+    assert KIT_KEY not in page
+    assert "default-src 'self'" in response.headers["Content-Security-Policy"]
+    assert response.headers["X-Frame-Options"] == "DENY"
+    scripts = re.findall(r"<script[^>]*>", page)
+    assert scripts == ['<script src="/static/dashboard.js" defer>']  # no inline script at all
+
+
+def test_cancel_needs_the_sessions_token_and_this_origin(ledger: LedgerStore) -> None:
+    ledger.restore(preempted_then_running("train-c"))
+    client = client_of(ledger)
+    token = token_of(client, "train-c")
+
+    assert client.post("/requests/train-c/cancel", data={"reason": "x"}).status_code == 403
+    assert client.post("/requests/train-c/cancel", data={"token": "guess"}).status_code == 403
+    other_site = {"Origin": "https://evil.example"}
+    assert client.post("/requests/train-c/cancel", data={"token": token}, headers=other_site).status_code == 403
+    cross_site = {"Sec-Fetch-Site": "cross-site"}
+    assert client.post("/requests/train-c/cancel", data={"token": token}, headers=cross_site).status_code == 403
+    stranger = client_of(ledger)  # another session: its own token, never this one's
+    assert stranger.post("/requests/train-c/cancel", data={"token": token}).status_code == 403
+    assert ledger.get("train-c").cancel is None
+
+    done = client.post(
+        "/requests/train-c/cancel",
+        data={"token": token, "reason": "wrong <b>data</b>"},
+        headers={"Origin": "http://localhost"},
+    )
+    assert done.status_code == 303 and done.headers["Location"].endswith("/requests/train-c?cancel=recorded")
+    cancel = ledger.get("train-c").cancel
+    assert (cancel.by, cancel.reason) == ("ana@example.com", "wrong <b>data</b>")
+    page = client.get("/requests/train-c").get_data(as_text=True)
+    assert 'id="cancelled"' in page and "wrong &lt;b&gt;data&lt;/b&gt;" in page and 'id="cancel"' not in page
+
+
+def test_a_request_for_another_host_name_is_refused(ledger: LedgerStore) -> None:
+    """DNS rebinding: a page of evil.example that re-points its name at 127.0.0.1 names its host."""
+    client = client_of(ledger)
+    assert client.get("/", headers={"Host": "evil.example"}).status_code == 400
+    assert client.get("/", headers={"Host": "127.0.0.1:8765"}).status_code == 200
+
+
+def test_the_other_commands_do_not_load_flask() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from spotjobs.cli import build_parser; build_parser(); print(json.dumps('flask' in sys.modules))"
+    )
+    shown = subprocess.run([sys.executable, "-c", "import json; " + code], capture_output=True, text=True, check=True)
+    assert json.loads(shown.stdout) is False
