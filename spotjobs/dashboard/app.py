@@ -38,15 +38,20 @@ HEADERS = {
     "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    # Not no-referrer: under it Chromium sends `Origin: null` with the page's own form, which the
+    # cancel's Origin check must refuse; same-origin keeps the URL from every other site.
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
 
 log = Logger({"component": "dashboard"})
 
 
-def create_app(deployment: Deployment, *, trusted_hosts: Sequence[str] | None = LOOPBACK_NAMES) -> Flask:
-    """The app over `deployment`; `trusted_hosts` None accepts any Host (an address the operator chose)."""
+def create_app(
+    deployment: Deployment, *, trusted_hosts: Sequence[str] | None = LOOPBACK_NAMES, poll_milliseconds: int = 5000
+) -> Flask:
+    """The app over `deployment`; `trusted_hosts` None accepts any Host (an address the operator
+    chose); a page reads itself again every `poll_milliseconds`."""
     app = Flask(__name__)
     app.secret_key = secrets.token_bytes(32)  # per start: a token of an earlier run is void
     app.config.update(
@@ -65,7 +70,7 @@ def create_app(deployment: Deployment, *, trusted_hosts: Sequence[str] | None = 
     def session_token() -> dict[str, Any]:
         if TOKEN_FIELD not in session:
             session[TOKEN_FIELD] = secrets.token_urlsafe(32)
-        return {"token": session[TOKEN_FIELD], "bucket": shown(deployment.state_bucket)}
+        return {"token": session[TOKEN_FIELD], "bucket": shown(deployment.state_bucket), "poll": poll_milliseconds}
 
     @app.get("/")
     def requests_page() -> str:
