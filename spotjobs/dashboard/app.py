@@ -76,6 +76,10 @@ def create_app(
     def requests_page() -> str:
         return render_template("requests.html", **requests_context(deployment, request.args, utcnow()))
 
+    @app.get("/fleet")
+    def fleet_page() -> str:
+        return render_template("fleet.html", **fleet_context(deployment, utcnow()))
+
     @app.get("/requests/<request_id>")
     def request_page(request_id: str) -> str:
         record = deployment.ledger.get(request_id)
@@ -183,4 +187,24 @@ def request_context(deployment: Deployment, record: Any, now: datetime) -> dict[
         "lines": log_tail(lines, LOG_LINES_SHOWN),
         "logs_error": logs_error,
         "cancel_result": shown(request.args.get("cancel", ""), 40),
+    }
+
+
+def fleet_context(deployment: Deployment, now: datetime) -> dict[str, Any]:
+    """The Fleet page: `spotjobs fleet`'s table, and the preemptions per location of the window."""
+    from collections import Counter
+
+    from shared.fleet.observations import Kind
+    from shared.fleet.pricing import hourly
+    from spotjobs.cli.fleet import FLEET_HEADER, fleet_rows, observed_fleet, row_cells
+
+    observed = observed_fleet(deployment.bucket, now)
+    preemptions = Counter(fact.location for facts in observed.values() for fact in facts if fact.kind is Kind.PREEMPT)
+    most = max(preemptions.values(), default=0) or 1
+    return {
+        "header": FLEET_HEADER,
+        "rows": [tuple(shown(cell, 80) for cell in row_cells(row)) for row in fleet_rows(observed, now, hourly)],
+        "preemptions": [
+            (shown(location, 60), count, round(count / most * 100, 1)) for location, count in preemptions.most_common()
+        ],
     }

@@ -1,6 +1,7 @@
 """Where the dashboard reads from and how it cancels: the read paths of `spotjobs status` (the
 ledger, found with spotjobs/cli/find.py, the active index for active requests), `spotjobs logs`
-(Cloud Logging, or the local Vertex emulator) and `spotjobs cancel` (`spotjobs.cancel`).
+(Cloud Logging, or the local Vertex emulator), `spotjobs fleet` (the observations in the state
+bucket) and `spotjobs cancel` (`spotjobs.cancel`).
 
 `Deployment` holds them, so tests give the app a ledger over a fake bucket and a fake log source.
 """
@@ -28,6 +29,7 @@ class Deployment:
     cancel: Canceller
     operator: str  # who the cancel is recorded as: the account of the credentials, as `spotjobs cancel`
     state_bucket: str
+    bucket: Any  # the state bucket itself: the fleet's observations (shared/fleet/store.py)
 
 
 def deployment_of(settings: Settings, project: str | None = None) -> Deployment:
@@ -40,11 +42,12 @@ def deployment_of(settings: Settings, project: str | None = None) -> Deployment:
     from spotjobs.trainer_logs import CloudLogging, EmulatorLogs
 
     project = project or settings.project
-    ledger = LedgerStore(storage.Client(project=project).bucket(settings.state_bucket))
+    bucket = storage.Client(project=project).bucket(settings.state_bucket)
+    ledger = LedgerStore(bucket)
     local = settings.vertex_endpoint.startswith("http://")
     logs: Any = EmulatorLogs(settings.vertex_endpoint) if local else CloudLogging(project)
 
     def cancel(request_id: str, reason: str | None, by: str) -> CancelOutcome:
         return spotjobs.cancel(request_id, reason=reason, by=by, settings=settings, ledger=ledger)
 
-    return Deployment(ledger, logs, cancel, spotjobs.caller_identity(), settings.state_bucket)
+    return Deployment(ledger, logs, cancel, spotjobs.caller_identity(), settings.state_bucket, bucket)

@@ -1,121 +1,22 @@
 """`spotjobs dashboard` (issue 47) through Flask's test client over a real ledger (fake-gcs-server)
-and a fake log source: the Requests page's filters and counts, a Request's attempts and cost, what
-a hostile job wrote shown inert, and a cancel that needs the session's token and this origin."""
+and a fake log source: the Requests page's filters and counts, a Request's attempts and cost, the
+Fleet page, what a hostile job wrote shown inert, and a cancel that needs the session's token and
+this origin."""
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
 from spotjobs_kit.lines import format_line as kit_line
 from spotjobs_kit.lines import parse_kit_line
 
-import spotjobs
-from shared.ledger.records import Attempt, RequestRecord
-from shared.ledger.states import AttemptOutcome, RequestStatus
 from shared.ledger.store import LedgerStore
 from spotjobs.dashboard.app import create_app
-from spotjobs.dashboard.reading import Deployment
 from spotjobs.trainer_logs import LogLine
-
-HOSTILE = "<script>alert(1)</script>\x1b[31mred\x1b]0;title\x07\u202eevil"
-KIT_KEY = "k" * 43  # a kit key: no page may show it
-
-
-class FakeLogs:
-    """The trainer's lines of each job: one of its own, and a kit line another job forged."""
-
-    def __init__(self, lines: Sequence[LogLine] = ()) -> None:
-        self.lines = list(lines)
-
-    def read(self, attempts: Sequence[Attempt], since: str | None) -> list[LogLine]:
-        jobs = {a.job_id for a in attempts}
-        return [line for line in self.lines if line.job_id in jobs]
-
-
-def envelope(request_id: str, machine: str = "a2-highgpu-1g", **more: Any) -> dict[str, Any]:
-    pool = {"machineSpec": {"machineType": machine}, "replicaCount": "1", "containerSpec": {"imageUri": "i"}}
-    return {
-        "schema_version": 1,
-        "request_id": request_id,
-        "custom_job": {"displayName": "train", "jobSpec": {"workerPoolSpecs": [pool]}},
-        "location": "us-central1",
-        "locations": [],
-        "max_attempts": 3,
-        **more,
-    }
-
-
-def job_name(request_id: str, n: int, location: str = "us-central1") -> str:
-    return f"projects/p/locations/{location}/customJobs/{abs(hash((request_id, n))) % 10**9}"
-
-
-def preempted_then_running(
-    request_id: str, *, error: str = "preempted", machine: str = "a3-highgpu-8g"
-) -> RequestRecord:
-    """Attempt 1 on Spot, preempted twice then failed; attempt 2 on STANDARD elsewhere, running."""
-    first = Attempt(
-        1,
-        "us-central1",
-        "SPOT",
-        claimed_at="2026-12-01T08:00:00Z",
-        job=job_name(request_id, 1),
-        state="JOB_STATE_FAILED",
-        created_at="2026-12-01T08:00:05Z",
-        started_at="2026-12-01T08:01:00Z",
-        ended_at="2026-12-01T09:01:00Z",
-        preemptions=2,
-        outcome=AttemptOutcome.REQUEUED,
-        error={"code": 8, "message": error},
-        kit_key=KIT_KEY,
-    )
-    second = Attempt(
-        2,
-        "europe-west1",
-        "STANDARD",
-        claimed_at="2026-12-01T09:02:00Z",
-        job=job_name(request_id, 2, "europe-west1"),
-        state="JOB_STATE_RUNNING",
-        created_at="2026-12-01T09:02:05Z",
-        started_at="2026-12-01T09:03:00Z",
-        kit_key=KIT_KEY,
-    )
-    return RequestRecord(
-        request_id,
-        envelope(request_id, machine),
-        f"gs://out/{request_id}",
-        status=RequestStatus.RUNNING,
-        attempts=[first, second],
-        created_at="2026-12-01T08:00:00Z",
-        updated_at="2026-12-01T09:03:00Z",
-    )
-
-
-def finished(request_id: str) -> RequestRecord:
-    attempt = Attempt(
-        1,
-        "us-central1",
-        "SPOT",
-        claimed_at="2026-11-30T08:00:00Z",
-        job=job_name(request_id, 1),
-        state="JOB_STATE_SUCCEEDED",
-        started_at="2026-11-30T08:01:00Z",
-        ended_at="2026-11-30T09:01:00Z",
-        outcome=AttemptOutcome.SUCCEEDED,
-    )
-    return RequestRecord(
-        request_id,
-        envelope(request_id, "n1-standard-8"),
-        f"gs://out/{request_id}",
-        status=RequestStatus.SUCCEEDED,
-        attempts=[attempt],
-        created_at="2026-11-30T08:00:00Z",
-        updated_at="2026-11-30T09:01:00Z",
-        finished_at="2026-11-30T09:01:00Z",
-    )
+from tests.support.dashboard import HOSTILE, KIT_KEY, FakeLogs, deployment, finished, preempted_then_running
 
 
 @pytest.fixture
@@ -123,15 +24,8 @@ def ledger(gcs_bucket) -> LedgerStore:  # noqa: ANN001 - the conftest's bucket
     return LedgerStore(gcs_bucket)
 
 
-def deployment(ledger: LedgerStore, logs: FakeLogs | None = None) -> Deployment:
-    def cancel(request_id: str, reason: str | None, by: str) -> spotjobs.CancelOutcome:
-        return spotjobs.cancel(request_id, reason=reason, by=by, ledger=ledger)
-
-    return Deployment(ledger, logs or FakeLogs(), cancel, "ana@example.com", "state-bucket")
-
-
-def client_of(ledger: LedgerStore, logs: FakeLogs | None = None) -> Any:
-    return create_app(deployment(ledger, logs)).test_client()
+def client_of(ledger: LedgerStore, logs: FakeLogs | None = None, bucket: Any = None) -> Any:
+    return create_app(deployment(ledger, logs, bucket)).test_client()
 
 
 def token_of(client: Any, request_id: str) -> str:
@@ -227,6 +121,32 @@ def test_cancel_needs_the_sessions_token_and_this_origin(ledger: LedgerStore) ->
     assert (cancel.by, cancel.reason) == ("ana@example.com", "wrong <b>data</b>")
     page = client.get("/requests/train-c").get_data(as_text=True)
     assert 'id="cancelled"' in page and "wrong &lt;b&gt;data&lt;/b&gt;" in page and 'id="cancel"' not in page
+
+
+def test_the_fleet_page_shows_what_spotjobs_fleet_shows_and_preemptions_per_location(
+    ledger: LedgerStore, gcs_bucket: Any
+) -> None:
+    from datetime import timedelta
+
+    from shared.clock import utcnow
+    from shared.fleet import store
+    from shared.fleet.observations import FleetFact, Kind, MachineClass
+
+    now = utcnow()
+    h100 = MachineClass("a3-highgpu-8g", "NVIDIA_H100_80GB<script>", 8)
+    facts = [
+        FleetFact(Kind.RUN, "us-east4", now - timedelta(hours=3), 7200.0, attempt_key="k-1"),
+        FleetFact(Kind.PREEMPT, "us-east4", now - timedelta(hours=1), attempt_key="k-1"),
+        FleetFact(Kind.PREEMPT, "us-east4", now - timedelta(minutes=30), attempt_key="k-1", index=1),
+        FleetFact(Kind.PREEMPT, "us-central1", now - timedelta(minutes=20), attempt_key="k-2"),
+    ]
+    store.write_facts(gcs_bucket, h100, facts)
+    page = client_of(ledger, bucket=gcs_bucket).get("/fleet").get_data(as_text=True)
+
+    assert "capacity now" in page and "us-east4" in page and "a3-highgpu-8g" in page
+    assert 'data-width="100.0" data-location="us-east4">2<' in page
+    assert 'data-width="50.0" data-location="us-central1">1<' in page
+    assert "<script>" not in page.split("</header>", 1)[1]
 
 
 def test_a_request_for_another_host_name_is_refused(ledger: LedgerStore) -> None:

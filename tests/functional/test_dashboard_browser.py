@@ -22,8 +22,8 @@ from shared.ledger.records import RequestRecord
 from shared.ledger.states import RequestStatus
 from shared.ledger.store import LedgerStore
 from spotjobs.dashboard.app import create_app
-from tests.functional.test_dashboard import HOSTILE, deployment, envelope, preempted_then_running
 from tests.support.browser import chromium
+from tests.support.dashboard import HOSTILE, deployment, envelope, preempted_then_running
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 WAIT_SECONDS = 15
@@ -62,7 +62,9 @@ def served(gcs_bucket) -> Iterator[tuple[str, LedgerStore]]:  # noqa: ANN001 - t
     from werkzeug.serving import make_server
 
     ledger = LedgerStore(gcs_bucket)
-    server = make_server("127.0.0.1", 0, create_app(deployment(ledger), poll_milliseconds=500), threaded=True)
+    server = make_server(
+        "127.0.0.1", 0, create_app(deployment(ledger, bucket=gcs_bucket), poll_milliseconds=500), threaded=True
+    )
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -123,3 +125,7 @@ def test_the_pages_show_attempts_live_and_a_cancel_ends_the_request(browser: Any
     assert "wrong dataset" in browser.find_element(By.ID, "cancelled").text
     assert ledger.get("train-cancel").status is RequestStatus.CANCELLED
     screenshot(browser, "cancelled")
+
+    browser.get(url + "/fleet")
+    assert "no fleet observations" in browser.find_element(By.ID, "live").text
+    screenshot(browser, "fleet")
