@@ -161,6 +161,8 @@ def requests_context(deployment: Deployment, args: Any, now: datetime) -> dict[s
 
 def request_context(deployment: Deployment, record: Any, now: datetime) -> dict[str, Any]:
     """A Request page: its attempts as bars, its decisions, its cost, its trainer's last lines."""
+    from shared.settings import Settings
+    from spotjobs.cli.status import deadline_view
     from spotjobs.trainer_logs import LogsUnavailable, request_lines
 
     lines, logs_error = [], ""
@@ -187,6 +189,7 @@ def request_context(deployment: Deployment, record: Any, now: datetime) -> dict[
         "lines": log_tail(lines, LOG_LINES_SHOWN),
         "logs_error": logs_error,
         "cancel_result": shown(request.args.get("cancel", ""), 40),
+        "deadline": deadline_lines(deadline_view(record, deployment.settings or Settings(), now)),
     }
 
 
@@ -208,3 +211,22 @@ def fleet_context(deployment: Deployment, now: datetime) -> dict[str, Any]:
             (shown(location, 60), count, round(count / most * 100, 1)) for location, count in preemptions.most_common()
         ],
     }
+
+
+def deadline_lines(view: dict[str, Any] | None) -> list[str]:
+    """The deadline, its progress, the projected finish, the slack and the next move with its
+    reason, as `spotjobs status ID` prints them (`deadline_view`)."""
+    if view is None:
+        return []
+    if not view["known"]:
+        return [shown(f"deadline {view['deadline']}: progress unknown until the kit reports total_steps and a rate")]
+    lines = [
+        f"deadline {view['deadline']}: {view['committed_steps']}/{view['total_steps']} steps committed, "
+        f"{view['placement'].replace('_', ' ')}",
+        f"projected finish {view['projected_finish']}, slack {view['slack_seconds']} s "
+        f"(one changeover {view['changeover_seconds']} s)",
+        f"next: {view['next'].replace('_', ' ')} because {view['reason']}",
+    ]
+    if view.get("refused"):
+        lines.append(f"refused by the policy ({view['refused']}): stays on Spot")
+    return [shown(line) for line in lines]

@@ -30,6 +30,7 @@ class Deployment:
     operator: str  # who the cancel is recorded as: the account of the credentials, as `spotjobs cancel`
     state_bucket: str
     bucket: Any  # the state bucket itself: the fleet's observations (shared/fleet/store.py)
+    settings: Settings | None = None  # the deadline view's priors (`spotjobs status`'s); None: the defaults
 
 
 def deployment_of(settings: Settings, project: str | None = None) -> Deployment:
@@ -50,4 +51,4 @@ def deployment_of(settings: Settings, project: str | None = None) -> Deployment:
     def cancel(request_id: str, reason: str | None, by: str) -> CancelOutcome:
         return spotjobs.cancel(request_id, reason=reason, by=by, settings=settings, ledger=ledger)
 
-    return Deployment(ledger, logs, cancel, spotjobs.caller_identity(), settings.state_bucket, bucket)
+    return Deployment(ledger, logs, cancel, spotjobs.caller_identity(), settings.state_bucket, bucket, settings)

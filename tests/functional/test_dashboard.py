@@ -68,6 +68,13 @@ def test_a_request_shows_its_attempts_preemptions_cost_and_log(ledger: LedgerSto
     assert "⚡ preempted 2" in page and "europe-west1" in page
     assert re.search(r'id="on-demand">\$[0-9,]+\.\d\d<', page)
     assert "step 100 loss 0.5" in page
+    assert 'id="deadline"' not in page  # no deadline asked for
+
+    with_deadline = preempted_then_running("train-d")
+    with_deadline.request["deadline"] = "2099-01-01T00:00:00Z"
+    ledger.restore(with_deadline)
+    deadline = client.get("/requests/train-d").get_data(as_text=True)
+    assert 'id="deadline"' in deadline and "deadline 2099-01-01T00:00:00Z: progress unknown" in deadline
     assert client.get("/requests/nobody").status_code == 404
 
 
