@@ -172,3 +172,29 @@ def test_the_other_commands_do_not_load_flask() -> None:
     )
     shown = subprocess.run([sys.executable, "-c", "import json; " + code], capture_output=True, text=True, check=True)
     assert json.loads(shown.stdout) is False
+
+
+def test_the_deployment_is_the_one_the_cli_reaches(
+    gcs_bucket: Any, fake_gcs: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The state bucket of the settings (here the emulator's, as `spotjobs local up` exports it),
+    the local Vertex emulator's logs, and a cancel recorded under the local user."""
+    import getpass
+
+    from spotjobs.dashboard.reading import deployment_of
+    from spotjobs.trainer_logs import EmulatorLogs
+    from tests.support.decisions import make_settings
+
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs)
+    settings = make_settings(gcs_bucket.name, SPOTJOBS_VERTEX_ENDPOINT="http://127.0.0.1:9")
+    LedgerStore(gcs_bucket).restore(preempted_then_running("train-e"))
+    reached = deployment_of(settings)
+
+    assert isinstance(reached.logs, EmulatorLogs) and reached.operator == getpass.getuser()
+    client = create_app(reached).test_client()
+    assert 'data-request="train-e"' in client.get("/").get_data(as_text=True)
+    page = client.get("/requests/train-e")  # the emulator is not there: the page says so, and stands
+    assert page.status_code == 200 and 'id="logs-error"' in page.get_data(as_text=True)
+    token = re.search(r'name="token" value="([^"]+)"', client.get("/requests/train-e/cancel").get_data(as_text=True))
+    assert client.post("/requests/train-e/cancel", data={"token": token[1]}).status_code == 303
+    assert LedgerStore(gcs_bucket).get("train-e").cancel.by == getpass.getuser()
