@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 # The longest text a cell shows (a job may write a megabyte into an error message).
 MAX_SHOWN = 400
+# The longest number a cell shows: a count a job's evidence claims may have hundreds of digits.
+MAX_NUMBER = 24
 SECONDS_PER_HOUR = 3600.0
 
 
@@ -117,11 +119,11 @@ def request_row(record: RequestRecord, now: datetime) -> RequestRow:
     return RequestRow(
         request_id=shown(record.request_id),
         status=str(record.status),
-        attempt=f"{latest.n}/{max_attempts}" if latest else f"-/{max_attempts}",
+        attempt=shown(f"{latest.n}/{max_attempts}" if latest else f"-/{max_attempts}", 2 * MAX_NUMBER),
         location=shown(latest.location if latest else "-", 60),
         strategy=shown(latest.strategy if latest else "-", 30),
         state=shown(short_state(latest.state) if latest else "-", 40),
-        preemptions=total_preemptions_text(record.attempts),
+        preemptions=shown(total_preemptions_text(record.attempts), MAX_NUMBER),
         machine=shown(f"{machine} ×{replicas}" if replicas > 1 else machine, 80),
         cost=cost_so_far(record, now).text,
         updated=shown(record.updated_at, 40),
@@ -132,7 +134,7 @@ def request_row(record: RequestRecord, now: datetime) -> RequestRow:
 class AttemptBar:
     """One attempt on the request's timeline: where it starts and how wide, in % of the span."""
 
-    n: int
+    n: str
     location: str
     strategy: str  # the CSS class colours it: SPOT, FLEX_START, STANDARD
     state: str
@@ -161,12 +163,12 @@ def timeline(record: RequestRecord, now: datetime) -> list[AttemptBar]:
         outcome = str(attempt.outcome) if attempt.outcome else "-"
         bars.append(
             AttemptBar(
-                n=attempt.n,
+                n=shown(attempt.n, MAX_NUMBER),
                 location=shown(attempt.location, 60),
                 strategy=shown(attempt.strategy, 30),
                 state=shown(short_state(attempt.state), 40),
                 outcome=shown(outcome, 40),
-                preemptions=preemptions_text(attempt),
+                preemptions=shown(preemptions_text(attempt), MAX_NUMBER),
                 preempted=bool(attempt.preemptions or attempt.preemptions_unknown),
                 left=round(left, 2),
                 width=round(width, 2),

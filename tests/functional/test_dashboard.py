@@ -80,6 +80,7 @@ def test_a_request_shows_its_attempts_preemptions_cost_and_log(ledger: LedgerSto
 
 def test_what_a_hostile_job_wrote_is_inert_and_no_secret_is_shown(ledger: LedgerStore) -> None:
     record = preempted_then_running("train-h", error=HOSTILE + "9" * 5000)
+    record.attempts[0].preemptions = 10**400  # a huge number a job's evidence could claim
     ledger.restore(record)
     job = record.attempts[1].job_id
     forged_text = kit_line("preempted", {"request_id": "train-h", "attempt": 2, "run": 0}, key=None)
@@ -91,7 +92,7 @@ def test_what_a_hostile_job_wrote_is_inert_and_no_secret_is_shown(ledger: Ledger
     assert "<script>alert" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "\x1b" not in page and "\x07" not in page and "\u202e" not in page
     assert "\\x1b[31m" in page and "\\u202e" in page  # shown as `spotjobs logs` prints them
-    assert "9" * 500 not in page  # a huge text is cut
+    assert "9" * 500 not in page and "0" * 100 not in page  # a huge text or number is cut
     assert 'class="line forged"' in page and "[unsigned]" in page
     assert KIT_KEY not in page
     assert "default-src 'self'" in response.headers["Content-Security-Policy"]
