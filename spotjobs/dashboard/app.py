@@ -34,6 +34,7 @@ LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 REQUESTS_SHOWN = 100  # rows on the Requests page, as `spotjobs status` lists by default
 LOG_LINES_SHOWN = 200
 TOKEN_FIELD = "token"
+CANCEL_RESULTS = ("recorded", "already_cancelled", "finished")  # what `spotjobs.cancel` answers
 HEADERS = {
     "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
     "X-Frame-Options": "DENY",
@@ -188,7 +189,8 @@ def request_context(deployment: Deployment, record: Any, now: datetime) -> dict[
         "can_cancel": not record.is_terminal and cancel is None,
         "lines": log_tail(lines, LOG_LINES_SHOWN),
         "logs_error": logs_error,
-        "cancel_result": shown(request.args.get("cancel", ""), 40),
+        # Only the results a cancel has: a link may not put its own words on the page.
+        "cancel_result": request.args.get("cancel") if request.args.get("cancel") in CANCEL_RESULTS else "",
         "deadline": deadline_lines(deadline_view(record, deployment.settings or Settings(), now)),
     }
 

@@ -76,6 +76,7 @@ def test_a_request_shows_its_attempts_preemptions_cost_and_log(ledger: LedgerSto
     deadline = client.get("/requests/train-d").get_data(as_text=True)
     assert 'id="deadline"' in deadline and "deadline 2099-01-01T00:00:00Z: progress unknown" in deadline
     assert client.get("/requests/nobody").status_code == 404
+    assert "run this" not in client.get("/requests/train-a?cancel=run+this").get_data(as_text=True)
 
 
 def test_what_a_hostile_job_wrote_is_inert_and_no_secret_is_shown(ledger: LedgerStore) -> None:
