@@ -16,12 +16,12 @@ from __future__ import annotations
 import hmac
 import secrets
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from flask import Flask, abort, redirect, render_template, request, session, url_for
 
-from shared.clock import utcnow
+from shared.clock import iso, parse_rfc3339, utcnow
 from shared.log import Logger
 from spotjobs.dashboard.views import cost_so_far, log_tail, machine_of, request_row, shown, timeline
 
@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 REQUESTS_SHOWN = 100  # rows on the Requests page, as `spotjobs status` lists by default
 LOG_LINES_SHOWN = 200
+# The log tail reads from this long before the record's last change on (every poll reads again,
+# and Cloud Logging's entries.list allows 60 reads a minute per project).
+LOG_WINDOW = timedelta(hours=1)
 TOKEN_FIELD = "token"
 CANCEL_RESULTS = ("recorded", "already_cancelled", "finished")  # what `spotjobs.cancel` answers
 HEADERS = {
@@ -169,7 +172,7 @@ def request_context(deployment: Deployment, record: Any, now: datetime) -> dict[
     lines, logs_error = [], ""
     if deployment.logs is not None:
         try:
-            lines = list(request_lines(lambda: record, deployment.logs))
+            lines = list(request_lines(lambda: record, deployment.logs, since=log_window_start(record)))
         except LogsUnavailable as error:
             logs_error = shown(error)
     else:
@@ -232,3 +235,9 @@ def deadline_lines(view: dict[str, Any] | None) -> list[str]:
     if view.get("refused"):
         lines.append(f"refused by the policy ({view['refused']}): stays on Spot")
     return [shown(line) for line in lines]
+
+
+def log_window_start(record: Any) -> str | None:
+    """Where the log tail starts: `LOG_WINDOW` before the record last changed (None: from its start)."""
+    changed = parse_rfc3339(record.updated_at or "")
+    return iso(changed - LOG_WINDOW, timespec="microseconds") if changed else None

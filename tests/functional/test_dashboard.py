@@ -60,7 +60,8 @@ def test_a_request_shows_its_attempts_preemptions_cost_and_log(ledger: LedgerSto
     record = preempted_then_running("train-a")
     ledger.restore(record)
     own = LogLine(2, record.attempts[1].job_id, "l1", "2026-12-01T09:04:00Z", "INFO", "step 100 loss 0.5")
-    client = client_of(ledger, FakeLogs([own]))
+    old = LogLine(1, record.attempts[0].job_id, "l0", "2026-12-01T08:02:00Z", "INFO", "step 1 loss 9.9")
+    client = client_of(ledger, FakeLogs([old, own]))
 
     page = client.get("/requests/train-a").get_data(as_text=True)
     assert 'class="bar strategy-SPOT preempted" data-attempt="1"' in page
@@ -68,6 +69,7 @@ def test_a_request_shows_its_attempts_preemptions_cost_and_log(ledger: LedgerSto
     assert "⚡ preempted 2" in page and "europe-west1" in page
     assert re.search(r'id="on-demand">\$[0-9,]+\.\d\d<', page)
     assert "step 100 loss 0.5" in page
+    assert "step 1 loss 9.9" not in page  # over an hour before the record last changed (09:03)
     assert 'id="deadline"' not in page  # no deadline asked for
 
     with_deadline = preempted_then_running("train-d")

@@ -25,7 +25,7 @@ class FakeLogs:
 
     def read(self, attempts: Sequence[Attempt], since: str | None) -> list[LogLine]:
         jobs = {a.job_id for a in attempts}
-        return [line for line in self.lines if line.job_id in jobs]
+        return [line for line in self.lines if line.job_id in jobs and (not since or (line.time or "") >= since)]
 
 
 def envelope(request_id: str, machine: str = "a2-highgpu-1g", **more: Any) -> dict[str, Any]:
