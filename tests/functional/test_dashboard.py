@@ -202,3 +202,42 @@ def test_the_deployment_is_the_one_the_cli_reaches(
     token = re.search(r'name="token" value="([^"]+)"', client.get("/requests/train-e/cancel").get_data(as_text=True))
     assert client.post("/requests/train-e/cancel", data={"token": token[1]}).status_code == 303
     assert LedgerStore(gcs_bucket).get("train-e").cancel.by == getpass.getuser()
+
+
+def test_the_command_serves_the_pages_on_loopback(gcs_bucket: Any, fake_gcs: str) -> None:
+    """`spotjobs dashboard --port N` as an operator runs it, with the local stack's exports."""
+    import os
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from devstack.processes import free_port
+    from tests.support.vertex import DEPLOYMENT, PROJECT
+
+    LedgerStore(gcs_bucket).restore(preempted_then_running("train-f"))
+    port = free_port()
+    env = {
+        **os.environ,
+        "STORAGE_EMULATOR_HOST": fake_gcs,
+        "GOOGLE_CLOUD_PROJECT": PROJECT,
+        "SPOTJOBS_STATE_BUCKET": gcs_bucket.name,
+        "SPOTJOBS_LOCATION": "us-central1",
+        "SPOTJOBS_DEPLOYMENT": DEPLOYMENT,
+    }
+    command = [sys.executable, "-m", "spotjobs.cli", "dashboard", "--port", str(port)]
+    server = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        page = ""
+        for _ in range(100):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as response:
+                    page = response.read().decode()
+                break
+            except OSError:
+                time.sleep(0.1)
+        assert 'data-request="train-f"' in page
+    finally:
+        server.terminate()
+        _, error = server.communicate(timeout=10)
+    assert f"spotjobs dashboard on http://127.0.0.1:{port}/" in error and "warning: binding" not in error

@@ -14,6 +14,11 @@
   const every = Number(live && live.dataset.poll);
   if (!live || !every) return;
   async function refresh() {
+    if (document.hidden) {
+      // a tab nobody looks at reads nothing (each read lists the ledger, maybe the logs)
+      window.setTimeout(refresh, every);
+      return;
+    }
     try {
       const response = await fetch(window.location.href, { credentials: "same-origin" });
       if (response.ok) {
