@@ -84,6 +84,10 @@ def create_app(
     def fleet_page() -> str:
         return render_template("fleet.html", **fleet_context(deployment, utcnow()))
 
+    @app.get("/dead-letters")
+    def dead_letters_page() -> str:
+        return render_template("dead_letters.html", **dead_letters_context(deployment))
+
     @app.get("/requests/<request_id>")
     def request_page(request_id: str) -> str:
         record = deployment.ledger.get(request_id)
@@ -241,3 +245,27 @@ def log_window_start(record: Any) -> str | None:
     """Where the log tail starts: `LOG_WINDOW` before the record last changed (None: from its start)."""
     changed = parse_rfc3339(record.updated_at or "")
     return iso(changed - LOG_WINDOW, timespec="microseconds") if changed else None
+
+
+def dead_letters_context(deployment: Deployment) -> dict[str, Any]:
+    """The Dead letters page, read when opened (never polled: each read leases every message):
+    `spotjobs dead-letters`' table and the command that redrives each."""
+    if deployment.dead_letters is None:
+        return {"letters": [], "unreachable": "no dead-letter subscription for this deployment"}
+    try:
+        letters = deployment.dead_letters()
+    except Exception as error:  # noqa: BLE001 - the page says why, as the CLI would
+        log.warning("dead letters unreadable", error=type(error).__name__)
+        return {"letters": [], "unreachable": shown(f"the dead-letter subscription could not be read: {error}")}
+    rows = [
+        {
+            "id": shown(letter.id, 80),
+            "source": shown(letter.source_subscription or "?", 80),
+            "deliveries": shown(letter.delivery_count if letter.delivery_count is not None else "?", 24),
+            "published": shown(letter.original_publish_time or "-", 40),
+            "message": shown(letter.summary()),
+            "redrive": shown(f"spotjobs dead-letters redrive --id {letter.id}", 120),
+        }
+        for letter in letters
+    ]
+    return {"letters": rows, "unreachable": ""}

@@ -160,6 +160,28 @@ def test_the_fleet_page_shows_what_spotjobs_fleet_shows_and_preemptions_per_loca
     assert "<script>" not in page.split("</header>", 1)[1]
 
 
+def test_the_dead_letters_page_shows_each_with_its_redrive_command(ledger: LedgerStore) -> None:
+    from spotjobs.deadletters import DELIVERY_COUNT, SOURCE_SUBSCRIPTION, DeadLetter
+
+    hostile = DeadLetter(
+        "m-1",
+        json.dumps({"request_id": HOSTILE}).encode(),
+        {SOURCE_SUBSCRIPTION: "projects/p/subscriptions/job-requests-push", DELIVERY_COUNT: "5"},
+        "2026-12-01T08:00:00Z",
+    )
+    app = create_app(deployment(ledger, dead_letters=lambda: [hostile]))
+    page = app.test_client().get("/dead-letters").get_data(as_text=True)
+    assert "spotjobs dead-letters redrive --id m-1" in page and "job-requests-push" in page
+    assert "request_id=&lt;script&gt;" in page and "<script>alert" not in page and "\x1b" not in page
+    assert 'data-poll="0"' in page  # each read leases every message: never polled
+
+    def unreachable() -> list[DeadLetter]:
+        raise ConnectionError("no Pub/Sub here")
+
+    broken = create_app(deployment(ledger, dead_letters=unreachable)).test_client().get("/dead-letters")
+    assert broken.status_code == 200 and "could not be read: no Pub/Sub here" in broken.get_data(as_text=True)
+
+
 def test_a_request_for_another_host_name_is_refused(ledger: LedgerStore) -> None:
     """DNS rebinding: a page of evil.example that re-points its name at 127.0.0.1 names its host."""
     client = client_of(ledger)

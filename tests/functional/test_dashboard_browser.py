@@ -129,3 +129,5 @@ def test_the_pages_show_attempts_live_and_a_cancel_ends_the_request(browser: Any
     browser.get(url + "/fleet")
     assert "no fleet observations" in browser.find_element(By.ID, "live").text
     screenshot(browser, "fleet")
+    browser.find_element(By.LINK_TEXT, "Dead letters").click()
+    assert "no dead-letter subscription" in browser.find_element(By.ID, "unreachable").text

@@ -110,8 +110,12 @@ def finished(request_id: str) -> RequestRecord:
     )
 
 
-def deployment(ledger: LedgerStore, logs: FakeLogs | None = None, bucket: Any = None) -> Deployment:
+def deployment(
+    ledger: LedgerStore, logs: FakeLogs | None = None, bucket: Any = None, dead_letters: Any = None
+) -> Deployment:
     def cancel(request_id: str, reason: str | None, by: str) -> spotjobs.CancelOutcome:
         return spotjobs.cancel(request_id, reason=reason, by=by, ledger=ledger)
 
-    return Deployment(ledger, logs or FakeLogs(), cancel, "ana@example.com", "state-bucket", bucket)
+    return Deployment(
+        ledger, logs or FakeLogs(), cancel, "ana@example.com", "state-bucket", bucket, dead_letters=dead_letters
+    )
