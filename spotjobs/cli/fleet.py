@@ -36,17 +36,22 @@ def run_fleet(args: argparse.Namespace) -> int:
     from google.cloud import storage
 
     from shared.clock import utcnow
-    from shared.fleet import store
     from shared.fleet.pricing import hourly
     from shared.settings import get_settings
 
     settings = get_settings()
     bucket = storage.Client(project=args.project or settings.project).bucket(settings.state_bucket)
     now = utcnow()
-    observed = {machine_class: store.read(bucket, machine_class, now) for machine_class in store.classes(bucket)}
-    rows = fleet_rows(observed, now, hourly)
+    rows = fleet_rows(observed_fleet(bucket, now), now, hourly)
     print(json.dumps(rows, indent=2) if args.json else render(rows))
     return EXIT_OK
+
+
+def observed_fleet(bucket: Any, now: datetime) -> dict[Any, list[Any]]:
+    """Every machine class's observations of the estimate's window, from the state bucket."""
+    from shared.fleet import store
+
+    return {machine_class: store.read(bucket, machine_class, now) for machine_class in store.classes(bucket)}
 
 
 def fleet_rows(
@@ -74,42 +79,46 @@ def fleet_rows(
     return rows
 
 
+FLEET_HEADER = (
+    "class",
+    "location",
+    "capacity now",
+    "sure",
+    "mean lifetime",
+    "median wait",
+    "changeover p90",
+    "$/h spot",
+    "$/h on-demand",
+)
+
+
 def render(rows: Sequence[Mapping[str, Any]]) -> str:
     if not rows:
         return "no fleet observations in the last week"
-    header = (
-        "class",
-        "location",
-        "capacity now",
-        "sure",
-        "mean lifetime",
-        "median wait",
-        "changeover p90",
-        "$/h spot",
-        "$/h on-demand",
-    )
-    lines = [header]
-    for row in rows:
-        klass = f"{row['machine_type']} {row['accelerator_count']}x{row['accelerator_type'] or '-'}"
-        capacity = {True: "yes", False: "no", None: "unknown"}[row["has_capacity"]]
-        lifetime = _hours(row["mean_lifetime_seconds"])
-        if row["lifetime_censored"] and row["mean_lifetime_seconds"] is not None:
-            lifetime = f">={lifetime}"
-        lines.append(
-            (
-                terminal_text(klass),
-                terminal_text(row["location"]),
-                f"{capacity} ({row['available']:.2f})",
-                f"{row['sure']:.1f}",
-                lifetime,
-                _minutes(row["median_wait_seconds"]),
-                _minutes(row["changeover_p90_seconds"]),
-                _price(row["spot_per_hour"]),
-                _price(row["on_demand_per_hour"]),
-            )
-        )
+    header = FLEET_HEADER
+    lines = [header, *(row_cells(row) for row in rows)]
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in lines)
+
+
+def row_cells(row: Mapping[str, Any]) -> tuple[str, ...]:
+    """A row's cells as `render` shows them (the dashboard's Fleet page too)."""
+    klass = f"{row['machine_type']} {row['accelerator_count']}x{row['accelerator_type'] or '-'}"
+    capacity = {True: "yes", False: "no", None: "unknown"}[row["has_capacity"]]
+    lifetime = _hours(row["mean_lifetime_seconds"])
+    if row["lifetime_censored"] and row["mean_lifetime_seconds"] is not None:
+        lifetime = f">={lifetime}"
+    return (
+        terminal_text(klass),
+        terminal_text(row["location"]),
+        f"{capacity} ({row['available']:.2f})",
+        f"{row['sure']:.1f}",
+        lifetime,
+        _minutes(row["median_wait_seconds"]),
+        _minutes(row["changeover_p90_seconds"]),
+        _price(row["spot_per_hour"]),
+        _price(row["on_demand_per_hour"]),
+    )
 
 
 def _price(per_hour: float | None) -> str:
