@@ -64,6 +64,9 @@ def test_a_lifetime_never_cut_by_a_preemption_counts_at_least_the_prior() -> Non
     assert short == pytest.approx(10 * SPOT * (1 + 0.5 / 6) + 0.5 * SPOT)
     long = expected_cost(job, at(seen(lifetime_hours=12.0, censored=True)), Move()).cost
     assert long == pytest.approx(10 * SPOT * (1 + 0.5 / 12) + 0.5 * SPOT)
+    # a lifetime seen cut short, under an hour: a changeover every half hour
+    churn = expected_cost(job, at(seen(lifetime_hours=0.5)), Move()).cost
+    assert churn == pytest.approx(10 * SPOT * (1 + 0.5 / 0.5) + 0.5 * SPOT)
 
 
 def test_a_location_almost_never_with_capacity_waits_a_thousand_median_waits() -> None:
@@ -100,7 +103,11 @@ def test_with_slack_for_all_of_it_the_work_is_all_on_spot_without_an_on_demand_c
 def test_under_an_hour_of_work_is_weighed_like_any_other() -> None:
     job = Job(remaining_hours=0.8, changeover_hours=0.1, current_location=None, hours_to_deadline=1.5)
     costed = expected_cost(job, at(seen(share=0.5, lifetime_hours=4.0)), Move())
-    assert costed.spot_share == pytest.approx(0.5 * (1.5 - 0.8 - 0.3) / (0.5 * 0.8))
+    share = 0.5 * (1.5 - 0.8 - 0.3) / (0.5 * 0.8)
+    assert costed.spot_share == pytest.approx(share)
+    # less than an hour of it on on-demand: still its own changeover there
+    spot_hour = SPOT * (1 + 0.1 / 4)
+    assert costed.cost == pytest.approx(share * 0.8 * spot_hour + ((1 - share) * 0.8 + 0.1) * ON_DEMAND)
 
 
 def test_with_no_slack_everything_runs_on_demand() -> None:
