@@ -72,6 +72,7 @@ def test_a_name_holds_the_whole_fact_and_a_summary_its_sums() -> None:
         "fleet/a3+none+0/us-east4",
         "fleet/a3+none+0/us-east4/wait~100000000000000000000~2~3~k~0",  # past any calendar (overflow)
         "fleet/a3+none+0/us-east4/wait~1000000000000~2~3~k~0",  # the year 33658
+        "fleet/a3+none+0/us-east4/wait~4611686018427387904~2~3~k~0",  # too large for the platform's time
     ],
 )
 def test_a_name_not_of_the_format_is_no_fact(name: str) -> None:

@@ -131,6 +131,9 @@ def test_a_job_found_without_a_create_time_waited_from_its_claim() -> None:
 def test_a_wait_that_ended_without_capacity_is_a_nocap_up_to_its_end() -> None:
     ended = record(spot(ended_at=at(40), outcome="cancelled"))
     assert told(observations_of(ended)) == [("nocap", 2400.0, 0, 0), ("waiting", 0.0, 0, 0)]
+    # an end seen before any outcome was decided: a wait that found none all the same
+    gone = record(spot(ended_at=at(40)))
+    assert told(observations_of(gone)) == [("nocap", 2400.0, 0, 0), ("waiting", 0.0, 0, 0)]
     # an outcome with no end time: a wait of nothing, at its create
     decided = record(spot(outcome="switched_to_on_demand"))
     nocap = [o for o in observations_of(decided) if o.kind is Kind.NO_CAPACITY]
