@@ -356,6 +356,8 @@ def test_the_bound_is_the_smallest_order_statistic_with_the_confidence() -> None
     # the p10 of 20 with 90%: P(fewer than 4 below) = 0.867, fewer than 5: 0.957
     assert upper_bound([float(v) for v in range(1, 21)], 0.1, 0.9) == 5.0
     assert upper_bound([3.0], 0.95, 0.9) == 3.0
+    # reached exactly is enough: P(none of 2 below the median) = 1/4, at 25% the smallest
+    assert upper_bound([2.0, 1.0], 0.5, 0.25) == 1.0
 
 
 def test_the_changeover_bound_is_the_order_statistic_above_the_p95_with_90_percent() -> None:
