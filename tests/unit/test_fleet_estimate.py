@@ -180,6 +180,20 @@ def test_a_job_back_after_each_preemption_runs_now_and_one_still_down_does_not()
     assert found.available == pytest.approx(with_prior(yes, evidence + 0.25 + 1.0))
 
 
+def test_the_grace_runs_from_the_last_preemption_not_from_a_restart_recorded_late() -> None:
+    down = [
+        fact(Kind.WAIT, 4 * HOUR),
+        fact(Kind.PREEMPT, 3 * HOUR, index=0),
+        fact(Kind.PREEMPT, 2 * HOUR, index=1),
+        fact(Kind.RESTART, 300, index=1),  # run 1's start, recorded only now: still one restart short
+    ]
+    found = estimate(down, HERE, NOW)
+    yes = 0.5**4 + 0.5 ** (300 / HOUR)
+    evidence = yes + 0.5**3 + 0.5**2 + 1.0  # and down for two hours: a fresh no
+    assert found.sure == pytest.approx(evidence)
+    assert found.available == pytest.approx(with_prior(yes, evidence))
+
+
 def test_only_facts_of_the_location_with_a_time_by_now_and_within_vertexs_bound_count() -> None:
     counted = [fact(Kind.NO_CAPACITY, 0.0, "a", seconds=60)]  # at now exactly
     found = estimate(counted, HERE, NOW)
