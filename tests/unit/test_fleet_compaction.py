@@ -83,7 +83,15 @@ def test_the_lifecycle_rule_deletes_observations_a_day_past_the_window() -> None
     storage_tf = (ROOT / "terraform" / "storage.tf").read_text()
     rule = re.search(r'age\s*=\s*(\d+)\s*\n\s*matches_prefix\s*=\s*\["fleet/"\]', storage_tf)
     assert rule is not None and int(rule.group(1)) == store.RETENTION_DAYS
-    assert timedelta(days=store.RETENTION_DAYS) == timedelta(seconds=store.ESTIMATE_WINDOW_SECONDS) + DAY
+    # what it deletes the reader left out a day before: nothing read is ever missing
+    state = bucket()
+    retained = timedelta(days=store.RETENTION_DAYS)
+    kept = [
+        FleetFact(Kind.WAIT, "us-east4", NOW - retained + DAY, 60.0, attempt_key="read"),
+        FleetFact(Kind.WAIT, "us-east4", NOW - retained + DAY - timedelta(seconds=1), 60.0, attempt_key="not"),
+    ]
+    store.write_facts(state, H100, kept)
+    assert [o.attempt_key for o in store.read(state, H100, NOW)] == ["read"]
 
 
 # Writing and reading.
