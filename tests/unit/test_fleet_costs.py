@@ -1,0 +1,237 @@
+"""The placement cost model (shared/fleet/placement.py) term by term, as docs/placement.md states
+it (W the work left, d the changeover, p the share of time with capacity, L the mean lifetime),
+the margin that keeps the current location, what a checkpoint's read or move costs
+(shared/fleet/transfer.py) and the price table's lookup (shared/fleet/pricing.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from shared.fleet.estimate import CapacityEstimate
+from shared.fleet.placement import Candidate, Job, Move, choose_location, expected_cost
+from shared.fleet.pricing import hourly
+from shared.fleet.transfer import continent, per_gb
+
+SPOT, ON_DEMAND = 5.0, 20.0
+
+
+def seen(
+    share: float = 0.8,
+    lifetime_hours: float | None = 4.0,
+    censored: bool = False,
+    median_wait_seconds: float | None = 1800.0,
+) -> CapacityEstimate:
+    return CapacityEstimate(
+        location="x",
+        available=share,
+        sure=3.0,
+        mean_lifetime_seconds=None if lifetime_hours is None else lifetime_hours * 3600,
+        lifetime_censored=censored,
+        median_wait_seconds=median_wait_seconds,
+        changeover_p90_seconds=None,
+        open_waits=0,
+        share_available=share,
+    )
+
+
+def at(estimate: CapacityEstimate | None = None, location: str = "x") -> Candidate:
+    return Candidate(location, SPOT, ON_DEMAND, estimate)
+
+
+# Without a deadline: W Spot hours at the Spot price x (1 + d / L), a changeover, and the
+# expected wait (1 - p) / p x the median wait at the hour's value.
+
+
+def test_without_a_deadline_the_work_the_changeovers_and_the_wait_are_priced() -> None:
+    job = Job(remaining_hours=10, changeover_hours=0.5, current_location=None, hour_value=30.0)
+    costed = expected_cost(job, at(seen(share=0.8, lifetime_hours=4.0, median_wait_seconds=1800)), Move())
+    spot_hour = SPOT * (1 + 0.5 / 4)
+    assert costed.cost == pytest.approx(10 * spot_hour + 0.5 * SPOT + (0.2 / 0.8) * 0.5 * 30)
+    assert (costed.spot_share, costed.move_cost) == (1.0, 0.0)
+
+
+def test_without_anything_seen_the_priors_are_an_even_share_six_hours_of_life_and_an_hour_of_wait() -> None:
+    job = Job(remaining_hours=10, changeover_hours=0.5, current_location=None, hour_value=30.0)
+    assert expected_cost(job, at(), Move()).cost == pytest.approx(10 * SPOT * (1 + 0.5 / 6) + 0.5 * SPOT + 1.0 * 30)
+    # seen, but never preempted there for longer than the prior, and no wait seen closing
+    unknown = seen(share=0.5, lifetime_hours=None, median_wait_seconds=None)
+    assert expected_cost(job, at(unknown), Move()).cost == pytest.approx(10 * SPOT * (1 + 0.5 / 6) + 0.5 * SPOT + 30)
+
+
+def test_a_lifetime_never_cut_by_a_preemption_counts_at_least_the_prior() -> None:
+    job = Job(remaining_hours=10, changeover_hours=0.5, current_location=None)
+    short = expected_cost(job, at(seen(lifetime_hours=2.0, censored=True)), Move()).cost
+    assert short == pytest.approx(10 * SPOT * (1 + 0.5 / 6) + 0.5 * SPOT)
+    long = expected_cost(job, at(seen(lifetime_hours=12.0, censored=True)), Move()).cost
+    assert long == pytest.approx(10 * SPOT * (1 + 0.5 / 12) + 0.5 * SPOT)
+    # a lifetime seen cut short, under an hour: a changeover every half hour
+    churn = expected_cost(job, at(seen(lifetime_hours=0.5)), Move()).cost
+    assert churn == pytest.approx(10 * SPOT * (1 + 0.5 / 0.5) + 0.5 * SPOT)
+
+
+def test_a_location_almost_never_with_capacity_waits_a_thousand_median_waits() -> None:
+    job = Job(remaining_hours=1, changeover_hours=0.0, current_location=None, hour_value=1.0)
+    assert expected_cost(job, at(seen(share=0.0)), Move()).cost == pytest.approx(SPOT + 1000 * 0.5)
+
+
+def test_a_job_values_waiting_at_nothing_unless_told() -> None:
+    assert Job(remaining_hours=1, changeover_hours=0.0, current_location=None).hour_value == 0.0
+    assert Job(remaining_hours=1, changeover_hours=0.0, current_location=None).on_demand is False
+
+
+# With a deadline: only the slack B = T - W - 3d is spent waiting; a share f = min(1, p B / ((1 - p) W))
+# of the work on Spot, the rest and a changeover on on-demand.
+
+
+def test_with_a_deadline_the_slack_buys_a_share_of_spot_and_the_rest_is_on_demand() -> None:
+    job = Job(remaining_hours=10, changeover_hours=0.5, current_location=None, hours_to_deadline=20)
+    costed = expected_cost(job, at(seen(share=0.5, lifetime_hours=4.0)), Move())
+    slack = 20 - 10 - 3 * 0.5
+    share = 0.5 * slack / (0.5 * 10)
+    assert costed.spot_share == pytest.approx(share)
+    spot_hour = SPOT * (1 + 0.5 / 4)
+    assert costed.cost == pytest.approx(share * 10 * spot_hour + ((1 - share) * 10 + 0.5) * ON_DEMAND)
+
+
+def test_with_slack_for_all_of_it_the_work_is_all_on_spot_without_an_on_demand_changeover() -> None:
+    job = Job(remaining_hours=10, changeover_hours=0.5, current_location=None, hours_to_deadline=40)
+    costed = expected_cost(job, at(seen(share=0.5, lifetime_hours=4.0)), Move())
+    assert costed.spot_share == 1.0
+    assert costed.cost == pytest.approx(10 * SPOT * (1 + 0.5 / 4))
+
+
+def test_under_an_hour_of_work_is_weighed_like_any_other() -> None:
+    job = Job(remaining_hours=0.8, changeover_hours=0.1, current_location=None, hours_to_deadline=1.5)
+    costed = expected_cost(job, at(seen(share=0.5, lifetime_hours=4.0)), Move())
+    share = 0.5 * (1.5 - 0.8 - 0.3) / (0.5 * 0.8)
+    assert costed.spot_share == pytest.approx(share)
+    # less than an hour of it on on-demand: still its own changeover there
+    spot_hour = SPOT * (1 + 0.1 / 4)
+    assert costed.cost == pytest.approx(share * 0.8 * spot_hour + ((1 - share) * 0.8 + 0.1) * ON_DEMAND)
+
+
+def test_with_no_slack_everything_runs_on_demand() -> None:
+    job = Job(remaining_hours=10, changeover_hours=0.5, current_location=None, hours_to_deadline=9)
+    costed = expected_cost(job, at(seen(share=0.9)), Move())
+    assert costed.spot_share == 0.0
+    assert costed.cost == pytest.approx((10 + 0.5) * ON_DEMAND)
+    just = Job(remaining_hours=10, changeover_hours=0.5, current_location=None, hours_to_deadline=11.4)
+    assert expected_cost(just, at(seen(share=0.9)), Move()).spot_share == 0.0
+
+
+def test_always_capacity_or_no_work_left_is_all_spot() -> None:
+    job = Job(remaining_hours=10, changeover_hours=0.5, current_location=None, hours_to_deadline=12)
+    always = expected_cost(job, at(seen(share=1.0, lifetime_hours=4.0)), Move())
+    assert always.spot_share == 1.0 and always.cost == pytest.approx(10 * SPOT * (1 + 0.5 / 4))
+    done = Job(remaining_hours=0, changeover_hours=0.5, current_location=None, hours_to_deadline=12)
+    assert expected_cost(done, at(seen(share=0.3)), Move()).cost == 0.0
+    overrun = Job(remaining_hours=-2, changeover_hours=0.5, current_location=None, hours_to_deadline=12)
+    assert expected_cost(overrun, at(seen(share=0.3)), Move()).cost == 0.0
+
+
+def test_a_deadline_switch_pays_on_demand_for_the_work_and_the_changeover() -> None:
+    switch = Job(remaining_hours=10, changeover_hours=0.5, current_location=None, hours_to_deadline=20, on_demand=True)
+    costed = expected_cost(switch, at(seen(share=0.9)), Move())
+    assert (costed.cost, costed.spot_share) == (pytest.approx(10.5 * ON_DEMAND), 0.0)
+
+
+# A checkpoint's read or move: its dollars, and its copy time in the changeover.
+
+
+def test_a_checkpoint_read_from_its_bucket_adds_its_price_and_its_copy_time_to_the_changeover() -> None:
+    read = Move(checkpoint_gb=2000, price_per_gb=lambda source, target: 0.02, bucket_location="US-CENTRAL1")
+    assert read.cost("us-east4", "us-east4") == (pytest.approx(40.0), pytest.approx(2.0))  # the current one reads too
+    switch = Job(remaining_hours=10, changeover_hours=0.5, current_location="us-east4", on_demand=True)
+    costed = expected_cost(switch, at(location="us-east4"), read)
+    assert costed.cost == pytest.approx((10 + 0.5 + 2.0) * ON_DEMAND + 40.0) and costed.move_cost == pytest.approx(40)
+    spot = Job(remaining_hours=10, changeover_hours=0.5, current_location="us-east4")
+    assert expected_cost(spot, at(location="us-east4"), read).cost == pytest.approx(
+        10 * SPOT * (1 + 2.5 / 6) + 2.5 * SPOT + 40.0
+    )
+    deadline = Job(remaining_hours=10, changeover_hours=0.5, current_location="us-east4", hours_to_deadline=40)
+    assert expected_cost(deadline, at(location="us-east4"), read).cost == pytest.approx(
+        10 * SPOT * (1 + 2.5 / 6) + 40.0
+    )
+
+
+def test_a_checkpoint_moved_with_the_job_costs_nothing_to_stay_or_on_a_first_attempt() -> None:
+    moved = Move(checkpoint_gb=2000, price_per_gb=lambda source, target: 0.08)
+    assert moved.cost("a", "a") == (0.0, 0.0)
+    assert moved.cost(None, "a") == (0.0, 0.0)
+    assert moved.cost("a", "b") == (pytest.approx(160.0), pytest.approx(2.0))
+    assert Move(checkpoint_gb=0.5, price_per_gb=lambda source, target: 0.08).cost("a", "b") == (
+        pytest.approx(0.04),
+        pytest.approx(0.0005),
+    )
+
+
+def test_a_free_read_takes_no_copy_time_and_no_checkpoint_or_price_costs_nothing() -> None:
+    assert Move(2000, per_gb, bucket_location="US").cost(None, "us-east4") == (0.0, 0.0)
+    assert Move(2000, per_gb, bucket_location="US-EAST4").cost(None, "us-east4") == (0.0, 0.0)
+    assert Move(checkpoint_gb=2000).cost("a", "b") == (0.0, 0.0)  # no price given: free
+    assert Move(price_per_gb=lambda source, target: 0.08).cost("a", "b") == (0.0, 0.0)  # no checkpoint
+
+
+def test_reading_across_regions_costs_two_cents_a_gb_on_one_continent_eight_between() -> None:
+    assert per_gb("us-central1", "us-east4") == pytest.approx(0.02)
+    assert per_gb("europe-west1", "us-east4") == pytest.approx(0.08)
+    assert per_gb("US", "europe-west1") == pytest.approx(0.08)
+    assert per_gb("EU", "europe-west1") == 0.0
+    assert (continent("us-east4"), continent("NAM4"), continent("EU"), continent("me-west1")) == (
+        "north-america",
+        "north-america",
+        "europe",
+        "middle-east",
+    )
+    assert continent("mars-north1") is None
+
+
+# Choosing: the cheapest, unless the current one is within the margin (2%).
+
+
+def priced(location: str, on_demand: float) -> Candidate:
+    return Candidate(location, SPOT, on_demand)
+
+
+def switch_job(current: str | None) -> Job:
+    """On-demand for one hour without a changeover: each candidate costs its on-demand price."""
+    return Job(remaining_hours=1, changeover_hours=0.0, current_location=current, on_demand=True)
+
+
+def test_the_current_location_stays_within_two_percent_of_the_cheapest_and_no_further() -> None:
+    cheapest = priced("b", 100.0)
+    at_margin = choose_location(switch_job("a"), [priced("a", 102.0), cheapest])
+    assert at_margin.location == "a"
+    assert at_margin.reason == "stay: within 2% of the cheapest (b)"
+    assert at_margin.cost == pytest.approx(102.0)  # the chosen one's, not the cheapest's
+    assert choose_location(switch_job("a"), [priced("a", 101.0), cheapest]).location == "a"
+    beyond = choose_location(switch_job("a"), [priced("a", 102.5), cheapest])
+    assert beyond.location == "b" and beyond.reason == "cheapest expected cost to finish: $100"
+    assert beyond.cost == pytest.approx(100.0)
+
+
+def test_the_current_location_that_is_the_cheapest_is_chosen_as_the_cheapest() -> None:
+    choice = choose_location(switch_job("a"), [priced("a", 100.0), priced("b", 101.0)])
+    assert (choice.location, choice.reason) == ("a", "cheapest expected cost to finish: $100")
+    assert [c.location for c in choice.costs] == ["a", "b"]
+
+
+def test_a_first_attempt_goes_to_the_cheapest_and_ties_go_by_name() -> None:
+    assert choose_location(switch_job(None), [priced("c", 101.0), priced("b", 100.0)]).location == "b"
+    assert choose_location(switch_job(None), [priced("c", 100.0), priced("b", 100.0)]).location == "b"
+    assert choose_location(switch_job("z"), [priced("c", 101.0), priced("b", 100.0)]).location == "b"
+
+
+def test_no_candidate_is_an_error() -> None:
+    with pytest.raises(ValueError, match="no candidate"):
+        choose_location(switch_job(None), [])
+
+
+# The price table.
+
+
+def test_the_price_table_answers_per_machine_type_and_location_and_none_elsewhere() -> None:
+    spot, on_demand = hourly("a3-highgpu-8g", "us-east4") or (0.0, 0.0)
+    assert 0 < spot < on_demand
+    assert hourly("a3-highgpu-8g", "mars-north1") is None
+    assert hourly("no-such-machine", "us-east4") is None
