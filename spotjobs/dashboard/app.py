@@ -23,7 +23,7 @@ from flask import Flask, abort, redirect, render_template, request, session, url
 
 from shared.clock import iso, parse_rfc3339, utcnow
 from shared.log import Logger
-from spotjobs.dashboard.views import cost_so_far, log_tail, machine_of, request_row, shown, timeline
+from spotjobs.dashboard.views import checkpoints, cost_so_far, log_tail, machine_of, request_row, shown, timeline
 
 if TYPE_CHECKING:
     from werkzeug.wrappers import Response
@@ -188,6 +188,7 @@ def request_context(deployment: Deployment, record: Any, now: datetime) -> dict[
         "record_id": record.request_id,
         "row": request_row(record, now),
         "bars": timeline(record, now),
+        "checkpoints": checkpoints(record),
         "cost": cost,
         "requeue": None
         if requeue is None
