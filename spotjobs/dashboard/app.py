@@ -36,6 +36,7 @@ LOG_LINES_SHOWN = 200
 # The log tail reads from this long before the record's last change on (every poll reads again,
 # and Cloud Logging's entries.list allows 60 reads a minute per project).
 LOG_WINDOW = timedelta(hours=1)
+FILTERS = ("status", "label", "since", "machine")  # the Requests page's
 TOKEN_FIELD = "token"
 CANCEL_RESULTS = ("recorded", "already_cancelled", "finished")  # what `spotjobs.cancel` answers
 HEADERS = {
@@ -132,7 +133,7 @@ def requests_context(deployment: Deployment, args: Any, now: datetime) -> dict[s
     """The Requests page: the filters of `spotjobs status` (status, label, since) and a machine."""
     import argparse
 
-    from spotjobs.cli.find import Query, find_records, label_filter, since_filter, status_filter, statuses
+    from spotjobs.cli.find import ACTIVE, Query, find_records, label_filter, since_filter, status_filter, statuses
 
     errors: list[str] = []
 
@@ -151,6 +152,12 @@ def requests_context(deployment: Deployment, args: Any, now: datetime) -> dict[s
     labels = parsed("label", label_filter)
     since = parsed("since", since_filter)
     machine = (args.get("machine") or "").strip()
+    asked = any((args.get(name) or "").strip() for name in (*FILTERS, "all"))
+    # No filter asked for: the active index, not a listing of every request (100,000 finished
+    # ones take seconds to list, on every poll); `?all=1` lists them.
+    default_active = not asked and not errors
+    if default_active:
+        chosen_statuses = [ACTIVE]
     query = Query(frozenset(chosen_statuses), dict(labels), since[0] if since else None)
     found = find_records(deployment.ledger, query, REQUESTS_SHOWN)
     records = [r for r in found.records if not machine or machine_of(r)[0] == machine]
@@ -164,6 +171,7 @@ def requests_context(deployment: Deployment, args: Any, now: datetime) -> dict[s
         "since": shown(args.get("since", ""), 60),
         "machine": shown(machine, 80),
         "errors": errors,
+        "default_active": default_active,
     }
 
 

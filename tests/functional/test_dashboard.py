@@ -57,7 +57,7 @@ def test_the_requests_page_counts_filters_and_costs(ledger: LedgerStore) -> None
     ledger.restore(finished("train-b"))
     client = client_of(ledger)
 
-    page = client.get("/").get_data(as_text=True)
+    page = client.get("/?all=1").get_data(as_text=True)
     assert "2 requests" in page and 'data-status="RUNNING">RUNNING 1' in page and "SUCCEEDED 1" in page
     assert 'data-request="train-a"' in page and 'data-request="train-b"' in page
     assert "2/3" in page and "europe-west1" in page  # the attempt in progress
@@ -71,6 +71,22 @@ def test_the_requests_page_counts_filters_and_costs(ledger: LedgerStore) -> None
     assert 'data-request="train-a"' in recent and 'data-request="train-b"' in recent
     bad = client.get("/?status=nonsense&since=yesterday-ish").get_data(as_text=True)
     assert "unknown status" in bad and "neither a duration" in bad
+
+
+def test_the_requests_page_reads_the_active_index_unless_asked_for_all(ledger: LedgerStore) -> None:
+    """At 100,000 finished requests a listing of `requests/` on every poll is slow: the page
+    opens on the active requests, as `spotjobs status --status active` reads them."""
+    ledger.restore(preempted_then_running("train-a"))
+    ledger.restore(finished("train-b"))
+    client = client_of(ledger)
+
+    page = client.get("/").get_data(as_text=True)
+    assert 'data-request="train-a"' in page and 'data-request="train-b"' not in page
+    assert 'id="scope"' in page and 'href="/?all=1"' in page
+    everything = client.get("/?all=1").get_data(as_text=True)
+    assert 'data-request="train-b"' in everything and 'id="scope"' not in everything
+    labelled = client.get("/?since=1h").get_data(as_text=True)  # a filter asked for: every status
+    assert 'data-request="train-b"' in labelled
 
 
 def test_a_request_shows_its_attempts_preemptions_cost_and_log(ledger: LedgerStore) -> None:
