@@ -180,6 +180,9 @@ def screenshot(driver: Any, name: str) -> None:
 
 
 def wait_for(driver: Any, condition: Any, seconds: float = WAIT_SECONDS) -> Any:
+    """`condition`'s first truthy answer; a poll may replace the page's elements while it reads them."""
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, seconds).until(condition)
+    ignored = (StaleElementReferenceException, NoSuchElementException)
+    return WebDriverWait(driver, seconds, ignored_exceptions=ignored).until(condition)
