@@ -6,7 +6,7 @@ Safe by construction:
 - the cancel is a POST that must carry the session's token (a random value in a signed, SameSite
   strict cookie whose key is made at start) and, when the browser sends one, an Origin that is this
   app's own; a request another site makes carries neither;
-- the host a request names must be one of `trusted_hosts` (loopback names by default), so a page
+- the host a request names must be one of `trusted_hosts` (loopback names by default, `::1` too), so a page
   that re-points its own name at 127.0.0.1 (DNS rebinding) is refused;
 - the headers forbid framing, inline scripts and anything not from this app (Content-Security-Policy).
 """
@@ -62,9 +62,14 @@ def create_app(
     app.config.update(
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Strict",
-        TRUSTED_HOSTS=list(trusted_hosts) if trusted_hosts is not None else None,
     )
     app.jinja_env.autoescape = True  # every template, whatever its name ends with
+
+    @app.before_request
+    def trusted_host_only() -> None:
+        # Not Flask's TRUSTED_HOSTS: werkzeug cuts a trusted name at its first ':', so `::1` never matches.
+        if trusted_hosts is not None and host_name(request.host) not in trusted_hosts:
+            abort(400, "this host name is not one the dashboard serves")
 
     @app.after_request
     def secure_headers(response: Response) -> Response:
@@ -114,6 +119,14 @@ def create_app(
         return redirect(url_for("request_page", request_id=request_id, cancel=outcome.result), code=303)
 
     return app
+
+
+def host_name(host: str) -> str:
+    """The name of a Host header without its port: `[::1]:8765` -> `::1`, `localhost:8765` -> `localhost`."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1:].partition("]")[0]
+    return host.partition(":")[0]
 
 
 def check_same_origin() -> None:

@@ -220,6 +220,8 @@ def test_a_request_for_another_host_name_is_refused(ledger: LedgerStore) -> None
     client = client_of(ledger)
     assert client.get("/", headers={"Host": "evil.example"}).status_code == 400
     assert client.get("/", headers={"Host": "127.0.0.1:8765"}).status_code == 200
+    assert client.get("/", headers={"Host": "[::1]:8765"}).status_code == 200  # --host ::1
+    assert client.get("/", headers={"Host": "[::2]:8765"}).status_code == 400
 
 
 def test_the_other_commands_do_not_load_flask() -> None:
