@@ -203,6 +203,14 @@ class CheckpointRow:
     resumed_from: str
 
 
+def size_text(size: int) -> str:
+    """Bytes as a reader reads them: 787 B, 12.3 kB, 2.5 MB, 1.2 GB."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} B"
+
+
 def checkpoint_text(attempt: Attempt) -> str:
     if not attempt.last_checkpoint or len(attempt.last_checkpoint) != 2:
         return "-"
@@ -226,7 +234,7 @@ def checkpoints(record: RequestRecord) -> list[CheckpointRow]:
                 last=checkpoint_text(attempt),
                 last_at=shown(attempt.last_checkpoint_at or "-", 40),
                 interval="-" if interval is None else shown(f"{interval:.0f} s", MAX_NUMBER),
-                size="-" if size is None else shown(f"{size / 1e6:.1f} MB", MAX_NUMBER),
+                size="-" if size is None else shown(size_text(size), MAX_NUMBER),
                 resumed_from=resume,
             )
         )

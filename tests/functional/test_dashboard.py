@@ -41,12 +41,14 @@ def test_a_request_shows_its_checkpoints_and_where_each_attempt_resumes(ledger: 
     first.checkpoints_committed, first.checkpoint_seconds = 3, 6.0
     first.first_checkpoint_at, first.last_checkpoint_at = "2026-12-01T08:10:00Z", "2026-12-01T08:30:00Z"
     first.last_checkpoint, first.last_checkpoint_bytes = [3, 600], 2_500_000
+    second.last_checkpoint_bytes = 787  # a small one is not "0.0 MB"
     ledger.restore(record)
 
     page = client_of(ledger).get("/requests/train-c").get_data(as_text=True)
     checkpoints = page[page.index('id="checkpoints"') :]
     assert '<td data-attempt="1">1</td><td>3</td><td class="text">run 3, step 600</td>' in checkpoints
     assert "2026-12-01T08:30:00Z" in checkpoints and "600 s" in checkpoints and "2.5 MB" in checkpoints
+    assert "787 B" in checkpoints and "0.0 MB" not in checkpoints
     assert "from scratch" in checkpoints  # attempt 1 had nothing to resume from
     assert "step 600 (attempt 1, run 3)" in checkpoints  # attempt 2 resumes from attempt 1's last
     assert '<td data-attempt="2">2</td><td>0</td><td class="text">-</td>' in checkpoints
