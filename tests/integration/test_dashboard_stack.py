@@ -72,7 +72,10 @@ def test_the_dashboard_shows_a_preempted_request_live_and_cancels_another(stack:
         wait_for(browser, lambda b: text_of(b, "preemptions") == str(first_attempt.preemptions))
         screenshot(browser, "stack-request")
 
-        browser.get(f"{url}/")
+        browser.get(f"{url}/")  # opens on the active requests: the demo has ended
+        active = wait_for(browser, lambda b: b.execute_script(LISTED))
+        assert victim in active and demo not in active
+        browser.get(f"{url}/?all=1")
         listed = wait_for(browser, lambda b: b.execute_script(LISTED))
         assert {demo, victim} <= set(listed)
         screenshot(browser, "stack-requests")
