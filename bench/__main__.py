@@ -32,6 +32,7 @@ BENCHMARKS = (
     ("bench.bench_triggers", []),
     ("bench.bench_deadline", []),
     ("bench.bench_status", []),
+    ("bench.bench_dashboard", []),
     ("bench.bench_sim", []),
 )
 

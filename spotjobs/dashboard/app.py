@@ -6,7 +6,7 @@ Safe by construction:
 - the cancel is a POST that must carry the session's token (a random value in a signed, SameSite
   strict cookie whose key is made at start) and, when the browser sends one, an Origin that is this
   app's own; a request another site makes carries neither;
-- the host a request names must be one of `trusted_hosts` (loopback names by default), so a page
+- the host a request names must be one of `trusted_hosts` (loopback names by default, `::1` too), so a page
   that re-points its own name at 127.0.0.1 (DNS rebinding) is refused;
 - the headers forbid framing, inline scripts and anything not from this app (Content-Security-Policy).
 """
@@ -23,7 +23,7 @@ from flask import Flask, abort, redirect, render_template, request, session, url
 
 from shared.clock import iso, parse_rfc3339, utcnow
 from shared.log import Logger
-from spotjobs.dashboard.views import cost_so_far, log_tail, machine_of, request_row, shown, timeline
+from spotjobs.dashboard.views import checkpoints, cost_so_far, log_tail, machine_of, request_row, shown, timeline
 
 if TYPE_CHECKING:
     from werkzeug.wrappers import Response
@@ -36,6 +36,7 @@ LOG_LINES_SHOWN = 200
 # The log tail reads from this long before the record's last change on (every poll reads again,
 # and Cloud Logging's entries.list allows 60 reads a minute per project).
 LOG_WINDOW = timedelta(hours=1)
+FILTERS = ("status", "label", "since", "machine")  # the Requests page's
 TOKEN_FIELD = "token"
 CANCEL_RESULTS = ("recorded", "already_cancelled", "finished")  # what `spotjobs.cancel` answers
 HEADERS = {
@@ -61,9 +62,14 @@ def create_app(
     app.config.update(
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Strict",
-        TRUSTED_HOSTS=list(trusted_hosts) if trusted_hosts is not None else None,
     )
     app.jinja_env.autoescape = True  # every template, whatever its name ends with
+
+    @app.before_request
+    def trusted_host_only() -> None:
+        # Not Flask's TRUSTED_HOSTS: werkzeug cuts a trusted name at its first ':', so `::1` never matches.
+        if trusted_hosts is not None and host_name(request.host) not in trusted_hosts:
+            abort(400, "this host name is not one the dashboard serves")
 
     @app.after_request
     def secure_headers(response: Response) -> Response:
@@ -115,6 +121,14 @@ def create_app(
     return app
 
 
+def host_name(host: str) -> str:
+    """The name of a Host header without its port: `[::1]:8765` -> `::1`, `localhost:8765` -> `localhost`."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1:].partition("]")[0]
+    return host.partition(":")[0]
+
+
 def check_same_origin() -> None:
     """Refuse (403) a POST without this session's token, or from another origin."""
     sent = request.form.get(TOKEN_FIELD, "")
@@ -132,7 +146,7 @@ def requests_context(deployment: Deployment, args: Any, now: datetime) -> dict[s
     """The Requests page: the filters of `spotjobs status` (status, label, since) and a machine."""
     import argparse
 
-    from spotjobs.cli.find import Query, find_records, label_filter, since_filter, status_filter, statuses
+    from spotjobs.cli.find import ACTIVE, Query, find_records, label_filter, since_filter, status_filter, statuses
 
     errors: list[str] = []
 
@@ -151,6 +165,12 @@ def requests_context(deployment: Deployment, args: Any, now: datetime) -> dict[s
     labels = parsed("label", label_filter)
     since = parsed("since", since_filter)
     machine = (args.get("machine") or "").strip()
+    asked = any((args.get(name) or "").strip() for name in (*FILTERS, "all"))
+    # No filter asked for: the active index, not a listing of every request (100,000 finished
+    # ones take seconds to list, on every poll); `?all=1` lists them.
+    default_active = not asked and not errors
+    if default_active:
+        chosen_statuses = [ACTIVE]
     query = Query(frozenset(chosen_statuses), dict(labels), since[0] if since else None)
     found = find_records(deployment.ledger, query, REQUESTS_SHOWN)
     records = [r for r in found.records if not machine or machine_of(r)[0] == machine]
@@ -164,6 +184,7 @@ def requests_context(deployment: Deployment, args: Any, now: datetime) -> dict[s
         "since": shown(args.get("since", ""), 60),
         "machine": shown(machine, 80),
         "errors": errors,
+        "default_active": default_active,
     }
 
 
@@ -188,6 +209,7 @@ def request_context(deployment: Deployment, record: Any, now: datetime) -> dict[
         "record_id": record.request_id,
         "row": request_row(record, now),
         "bars": timeline(record, now),
+        "checkpoints": checkpoints(record),
         "cost": cost,
         "requeue": None
         if requeue is None

@@ -190,6 +190,60 @@ class ShownLine:
     text: str
 
 
+@dataclass(frozen=True)
+class CheckpointRow:
+    """An attempt's checkpoints as the kit's lines told the ledger, and the one it resumed from."""
+
+    n: str
+    committed: str
+    last: str  # "run R, step S", or "-" before the first
+    last_at: str
+    interval: str  # the mean between two commits
+    size: str
+    resumed_from: str
+
+
+def size_text(size: int) -> str:
+    """Bytes as a reader reads them: 787 B, 12.3 kB, 2.5 MB, 1.2 GB."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} B"
+
+
+def checkpoint_text(attempt: Attempt) -> str:
+    if not attempt.last_checkpoint or len(attempt.last_checkpoint) != 2:
+        return "-"
+    run, step = attempt.last_checkpoint
+    return shown(f"run {run}, step {step}", MAX_SHOWN)
+
+
+def checkpoints(record: RequestRecord) -> list[CheckpointRow]:
+    """A row per attempt. An attempt resumes from the newest checkpoint an earlier attempt
+    committed (the request's checkpoints carry over; the kit reads the newest complete one), or
+    from scratch when none did."""
+    rows = []
+    resume = "from scratch"
+    for attempt in record.attempts:
+        interval = attempt.mean_checkpoint_interval
+        size = attempt.last_checkpoint_bytes
+        rows.append(
+            CheckpointRow(
+                n=shown(attempt.n, MAX_NUMBER),
+                committed=shown(attempt.checkpoints_committed, MAX_NUMBER),
+                last=checkpoint_text(attempt),
+                last_at=shown(attempt.last_checkpoint_at or "-", 40),
+                interval="-" if interval is None else shown(f"{interval:.0f} s", MAX_NUMBER),
+                size="-" if size is None else shown(size_text(size), MAX_NUMBER),
+                resumed_from=resume,
+            )
+        )
+        if attempt.last_checkpoint and len(attempt.last_checkpoint) == 2:
+            run, step = attempt.last_checkpoint
+            resume = shown(f"step {step} (attempt {attempt.n}, run {run})")
+    return rows
+
+
 def log_tail(lines: Sequence[LogLine], limit: int) -> list[ShownLine]:
     """The last `limit` lines, marked as `spotjobs logs` marks them (spotjobs/cli/logs.py)."""
     shown_lines = []

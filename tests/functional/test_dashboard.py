@@ -35,12 +35,31 @@ def token_of(client: Any, request_id: str) -> str:
     return found[1]
 
 
+def test_a_request_shows_its_checkpoints_and_where_each_attempt_resumes(ledger: LedgerStore) -> None:
+    record = preempted_then_running("train-c")
+    first, second = record.attempts
+    first.checkpoints_committed, first.checkpoint_seconds = 3, 6.0
+    first.first_checkpoint_at, first.last_checkpoint_at = "2026-12-01T08:10:00Z", "2026-12-01T08:30:00Z"
+    first.last_checkpoint, first.last_checkpoint_bytes = [3, 600], 2_500_000
+    second.last_checkpoint_bytes = 787  # a small one is not "0.0 MB"
+    ledger.restore(record)
+
+    page = client_of(ledger).get("/requests/train-c").get_data(as_text=True)
+    checkpoints = page[page.index('id="checkpoints"') :]
+    assert '<td data-attempt="1">1</td><td>3</td><td class="text">run 3, step 600</td>' in checkpoints
+    assert "2026-12-01T08:30:00Z" in checkpoints and "600 s" in checkpoints and "2.5 MB" in checkpoints
+    assert "787 B" in checkpoints and "0.0 MB" not in checkpoints
+    assert "from scratch" in checkpoints  # attempt 1 had nothing to resume from
+    assert "step 600 (attempt 1, run 3)" in checkpoints  # attempt 2 resumes from attempt 1's last
+    assert '<td data-attempt="2">2</td><td>0</td><td class="text">-</td>' in checkpoints
+
+
 def test_the_requests_page_counts_filters_and_costs(ledger: LedgerStore) -> None:
     ledger.restore(preempted_then_running("train-a"))
     ledger.restore(finished("train-b"))
     client = client_of(ledger)
 
-    page = client.get("/").get_data(as_text=True)
+    page = client.get("/?all=1").get_data(as_text=True)
     assert "2 requests" in page and 'data-status="RUNNING">RUNNING 1' in page and "SUCCEEDED 1" in page
     assert 'data-request="train-a"' in page and 'data-request="train-b"' in page
     assert "2/3" in page and "europe-west1" in page  # the attempt in progress
@@ -54,6 +73,22 @@ def test_the_requests_page_counts_filters_and_costs(ledger: LedgerStore) -> None
     assert 'data-request="train-a"' in recent and 'data-request="train-b"' in recent
     bad = client.get("/?status=nonsense&since=yesterday-ish").get_data(as_text=True)
     assert "unknown status" in bad and "neither a duration" in bad
+
+
+def test_the_requests_page_reads_the_active_index_unless_asked_for_all(ledger: LedgerStore) -> None:
+    """At 100,000 finished requests a listing of `requests/` on every poll is slow: the page
+    opens on the active requests, as `spotjobs status --status active` reads them."""
+    ledger.restore(preempted_then_running("train-a"))
+    ledger.restore(finished("train-b"))
+    client = client_of(ledger)
+
+    page = client.get("/").get_data(as_text=True)
+    assert 'data-request="train-a"' in page and 'data-request="train-b"' not in page
+    assert 'id="scope"' in page and 'href="/?all=1"' in page
+    everything = client.get("/?all=1").get_data(as_text=True)
+    assert 'data-request="train-b"' in everything and 'id="scope"' not in everything
+    labelled = client.get("/?since=1h").get_data(as_text=True)  # a filter asked for: every status
+    assert 'data-request="train-b"' in labelled
 
 
 def test_a_request_shows_its_attempts_preemptions_cost_and_log(ledger: LedgerStore) -> None:
@@ -187,6 +222,8 @@ def test_a_request_for_another_host_name_is_refused(ledger: LedgerStore) -> None
     client = client_of(ledger)
     assert client.get("/", headers={"Host": "evil.example"}).status_code == 400
     assert client.get("/", headers={"Host": "127.0.0.1:8765"}).status_code == 200
+    assert client.get("/", headers={"Host": "[::1]:8765"}).status_code == 200  # --host ::1
+    assert client.get("/", headers={"Host": "[::2]:8765"}).status_code == 400
 
 
 def test_the_other_commands_do_not_load_flask() -> None:

@@ -8,12 +8,8 @@ Skips when Chromium or its driver is absent locally; fails instead in CI (`.ci/r
 
 from __future__ import annotations
 
-import os
-import shutil
-import threading
 from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,67 +18,30 @@ from shared.ledger.records import RequestRecord
 from shared.ledger.states import RequestStatus
 from shared.ledger.store import LedgerStore
 from spotjobs.dashboard.app import create_app
-from tests.support.browser import chromium
-from tests.support.dashboard import HOSTILE, deployment, envelope, preempted_then_running
-
-ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
-WAIT_SECONDS = 15
-
-
-def driver_path() -> str:
-    path = shutil.which("chromedriver")
-    if path:
-        return path
-    message = (
-        "chromium-driver is not installed: `apt-get install -y chromium-driver` to run the dashboard's browser tests"
-    )
-    if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
-        pytest.fail(message)
-    pytest.skip(message)
+from tests.support.dashboard import (
+    HOSTILE,
+    chromium_driver,
+    deployment,
+    envelope,
+    preempted_then_running,
+    screenshot,
+    serving,
+    wait_for,
+)
 
 
 @pytest.fixture
 def browser() -> Iterator[Any]:
-    binary = chromium()
-    webdriver = pytest.importorskip("selenium.webdriver")
-    options = webdriver.ChromeOptions()
-    options.binary_location = binary
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,1000"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=webdriver.ChromeService(executable_path=driver_path()), options=options)
-    try:
+    with chromium_driver() as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 @pytest.fixture
 def served(gcs_bucket) -> Iterator[tuple[str, LedgerStore]]:  # noqa: ANN001 - the conftest's bucket
     """The app on a free loopback port, polling every half second; yields its URL and its ledger."""
-    from werkzeug.serving import make_server
-
     ledger = LedgerStore(gcs_bucket)
-    server = make_server(
-        "127.0.0.1", 0, create_app(deployment(ledger, bucket=gcs_bucket), poll_milliseconds=500), threaded=True
-    )
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}", ledger
-    finally:
-        server.shutdown()
-        thread.join()
-
-
-def screenshot(driver: Any, name: str) -> None:
-    ARTIFACTS.mkdir(exist_ok=True)
-    driver.save_screenshot(str(ARTIFACTS / f"dashboard-{name}.png"))
-
-
-def wait_for(driver: Any, condition: Any) -> Any:
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    return WebDriverWait(driver, WAIT_SECONDS).until(condition)
+    with serving(create_app(deployment(ledger, bucket=gcs_bucket), poll_milliseconds=500)) as url:
+        yield url, ledger
 
 
 def waiting(request_id: str) -> RequestRecord:

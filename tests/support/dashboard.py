@@ -3,8 +3,15 @@ preemption, a hostile job's text, a fake log source, and the app's deployment ov
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+import shutil
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 import spotjobs
 from shared.ledger.records import Attempt, RequestRecord
@@ -12,9 +19,12 @@ from shared.ledger.states import AttemptOutcome, RequestStatus
 from shared.ledger.store import LedgerStore
 from spotjobs.dashboard.reading import Deployment
 from spotjobs.trainer_logs import LogLine
+from tests.support.browser import chromium
 
 HOSTILE = "<script>alert(1)</script>\x1b[31mred\x1b]0;title\x07\u202eevil"
 KIT_KEY = "k" * 43  # a kit key: no page may show it
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"  # CI keeps them; git ignores them
+WAIT_SECONDS = 15
 
 
 class FakeLogs:
@@ -119,3 +129,60 @@ def deployment(
     return Deployment(
         ledger, logs or FakeLogs(), cancel, "ana@example.com", "state-bucket", bucket, dead_letters=dead_letters
     )
+
+
+def driver_path() -> str:
+    path = shutil.which("chromedriver")
+    if path:
+        return path
+    message = (
+        "chromium-driver is not installed: `apt-get install -y chromium-driver` to run the dashboard's browser tests"
+    )
+    if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@contextmanager
+def chromium_driver() -> Iterator[Any]:
+    """Debian's Chromium, headless, driven by Selenium through chromium-driver."""
+    binary = chromium()
+    webdriver = pytest.importorskip("selenium.webdriver")
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,1000"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=webdriver.ChromeService(executable_path=driver_path()), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@contextmanager
+def serving(app: Any) -> Iterator[str]:
+    """`app` on a free loopback port in a thread; yields its URL."""
+    from werkzeug.serving import make_server
+
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        thread.join()
+
+
+def screenshot(driver: Any, name: str) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    driver.save_screenshot(str(ARTIFACTS / f"dashboard-{name}.png"))
+
+
+def wait_for(driver: Any, condition: Any, seconds: float = WAIT_SECONDS) -> Any:
+    """`condition`'s first truthy answer; a poll may replace the page's elements while it reads them."""
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    ignored = (StaleElementReferenceException, NoSuchElementException)
+    return WebDriverWait(driver, seconds, ignored_exceptions=ignored).until(condition)
