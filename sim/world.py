@@ -89,6 +89,12 @@ class Task:
         return self.wake_at is None or self.wake_at <= now
 
 
+def _note_lookup(world: World, location: str, request_id: str) -> None:
+    from sim.invariants import note_lookup
+
+    note_lookup(world, location, request_id)
+
+
 @dataclass
 class Fault:
     ordinal: int  # the n-th fault drawn in this run (what shrinking disables)
@@ -217,6 +223,8 @@ class World:
         self.vertex.changeovers = dict(self.permanent.changeovers)
         self.vertex.changeover_rng = random.Random(f"{self.seed}:faults:changeover")
         self.vertex.caller = lambda: self._current.name if self._current else "world"
+        self.wasted_lookups: list[str] = []  # sim.invariants.note_lookup
+        self.vertex.looked_up = functools.partial(_note_lookup, self)
         self.trainer.two_file_stems = self.permanent.two_file_stems
         if not self.no_faults:
             self.workload.operations += permanent.events(self.seed, self.permanent, self.workload)

@@ -303,3 +303,29 @@ def test_transient_errors_and_new_deletions_may_repeat_in_run_reports(world: Wor
     prune_report(world, "m1", "r2", forbidden, deleted=2)
     prune_report(world, "m2", "r2", forbidden, deleted=1)  # it deleted something else meanwhile
     assert invariants.errors_alerted_once(world) == []
+
+
+def _claim_republished(world: World, request_id: str, *, seconds_ago: float) -> None:
+    """A stale claim (held past its lease) that reconcile re-published `seconds_ago`."""
+    now = world.clock.now()
+    claim = dataclasses.replace(
+        attempt(1),
+        claimed_at=(now - timedelta(hours=1)).isoformat(),
+        republished=1,
+        republished_at=(now - timedelta(seconds=seconds_ago)).isoformat(),
+    )
+    record(world, request_id, RequestStatus.CLAIMED, claim)
+
+
+def test_a_reconcile_lookup_of_a_claim_backing_off_is_caught(world: World) -> None:
+    from sim.world import Task
+
+    _claim_republished(world, "r1", seconds_ago=10)  # backs off for 2 x the 120 s lease
+    _claim_republished(world, "r2", seconds_ago=600)  # due again: its lookup is the pass's work
+    world._current = Task("reconcile", lambda: None, faulty=False)
+    world.vertex.looked_up("us-central1", "r1")  # as SimVertex.list_custom_jobs calls it
+    world.vertex.looked_up("us-central1", "r2")
+    world._current = None
+
+    [found] = invariants.no_lookup_while_backing_off(world)
+    assert "r1 a1" in found.detail and "backs off" in found.detail
