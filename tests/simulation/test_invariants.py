@@ -259,6 +259,14 @@ def test_alerts_of_distinct_decisions_are_not_copies(world: World) -> None:
     assert invariants.alerts_not_per_redelivery(world) == []
 
 
+def test_stray_job_alerts_of_two_strays_of_one_attempt_are_not_copies(world: World) -> None:
+    for stray in ("j2", "j3"):  # its marker names each stray job: one alert each
+        alert = Alert.of(AlertKind.STRAY_JOB, "x", request_id="r1", attempt=1, details={"stray_job": stray})
+        world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert.to_json()).encode(), {})
+
+    assert invariants.alerts_not_per_redelivery(world) == []
+
+
 def test_two_prune_runs_reporting_one_request_are_two_reports_not_a_copy(world: World) -> None:
     # A run's report (shared/pruning/runner.py): each run that pruned the request says so.
     for _ in range(2):
