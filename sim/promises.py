@@ -459,6 +459,58 @@ def strays_cancelled(world: World) -> list[Expected]:
     return list(out.values())
 
 
+# Re-publishes of one claim closer together than this are one (a publish retried after a lost
+# answer); reconcile's are a claim lease apart at least.
+REPUBLISH_APART = timedelta(seconds=60)
+
+
+def note_republish(world: World, message: Any) -> None:
+    """Reconcile published to job-requests: a re-publish of a claim when the attempt it names is,
+    in the record as stored at that moment, claimed without a job or an outcome (a re-queue names
+    an attempt the record does not hold yet). Read without a call."""
+    body = message.json()
+    request_id = message.attributes.get("request_id")
+    attempt = body.get("attempt") if isinstance(body, dict) else None
+    if not request_id or not isinstance(attempt, int):
+        return
+    stored = world.storage.objects(world.settings.state_bucket).get(f"requests/{request_id}.json")
+    try:
+        record = json.loads(stored.data) if stored is not None else None
+    except ValueError:
+        return
+    now = world.clock.now()
+    # The claim, counted just now (its `republished_at`): not a drainer's publish of an attempt in line.
+    claims = [
+        a
+        for a in (record.get("attempts") or [] if isinstance(record, dict) else [])
+        if isinstance(a, dict)
+        and a.get("n") == attempt
+        and not a.get("job")
+        and not a.get("outcome")
+        and isinstance(a.get("republished_at"), str)
+        and now - datetime.fromisoformat(a["republished_at"]) < REPUBLISH_APART
+    ]
+    if claims:
+        moments = world.republished.setdefault((request_id, attempt), [])
+        if not moments or now - moments[-1] >= REPUBLISH_APART:
+            moments.append(now)
+
+
+def claims_stalled(world: World) -> list[Expected]:
+    """`claim_stalled`: reconcile re-published a claim more than `max_claim_republishes` times
+    (`note_republish`): the attempt still had no job."""
+    limit = world.settings.max_claim_republishes
+    return [
+        Expected(
+            AlertKind.CLAIM_STALLED,
+            request_id,
+            f"reconcile re-published attempt {n}'s claim {len(moments)} times (at most {limit} before the alert)",
+        )
+        for (request_id, n), moments in sorted(world.republished.items())
+        if len(moments) > limit and not excused(world, request_id)
+    ]
+
+
 def job_failed_conditions(world: World) -> list[Expected]:
     return jobs_failed(world) + deleted_jobs_failed(world)
 
@@ -478,6 +530,7 @@ CONDITIONS: dict[AlertKind, Callable[[World], list[Expected]]] = {
     AlertKind.LEDGER_CORRUPT: records_unreadable,
     AlertKind.TRIGGER_CORRUPT: trigger_states_unreadable,
     AlertKind.STRAY_JOB: strays_cancelled,
+    AlertKind.CLAIM_STALLED: claims_stalled,
 }
 # A report of what was deleted may come in a later prune run's (at least once): judged after retention.
 JUDGED_AFTER_RETENTION = frozenset({AlertKind.PRUNE_REPORT, AlertKind.LEDGER_CORRUPT, AlertKind.TRIGGER_CORRUPT})
@@ -488,8 +541,6 @@ NOT_CHECKED: dict[AlertKind, str] = {
     AlertKind.TRIGGER_FAILED: "the world's trigger definitions always render, validate and publish",
     AlertKind.DEADLINE_AT_RISK: "its condition is the rule's own estimate (committed steps as the ledger "
     "saw them, the fleet's changeover): no ground truth; `deadlines_met` judges the outcome",
-    AlertKind.CLAIM_STALLED: "which re-publish was reconcile's (not a drainer's or a re-queue's) is not kept "
-    "by the world; `nothing_stuck_silently` requires a word for a claim that never got a job",
     AlertKind.LEDGER_MISSING: "a person deletes ledger records (`sim.faults`), but the alert needs a replayed "
     "request whose jobs Vertex lists: which delivery was a replay is not kept by the world",
 }

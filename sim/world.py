@@ -224,6 +224,7 @@ class World:
         self.vertex.changeover_rng = random.Random(f"{self.seed}:faults:changeover")
         self.vertex.caller = lambda: self._current.name if self._current else "world"
         self.wasted_lookups: list[str] = []  # sim.invariants.note_lookup
+        self.republished: dict[tuple[str, int], list[datetime]] = {}  # sim.promises.note_republish
         self.vertex.looked_up = functools.partial(_note_lookup, self)
         self.trainer.two_file_stems = self.permanent.two_file_stems
         if not self.no_faults:
@@ -358,6 +359,10 @@ class World:
         task = self._current
         if task and message.topic == self.settings.ops_alerts_topic:
             self.alert_origins[message.message_id] = task.origin
+        if task and task.name == "reconcile" and message.topic == self.settings.job_requests_topic:
+            from sim.promises import note_republish
+
+            note_republish(self, message)
         if task and task.faulty and message.topic == self.settings.ops_alerts_topic and isinstance(body, dict):
             task.alerts.append((alert_key(body), task.faults_before_call))
 

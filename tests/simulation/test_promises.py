@@ -514,3 +514,27 @@ def test_a_clean_seed_keeps_every_promise_and_the_promises_are_not_vacuous() -> 
     finally:
         virtual.uninstall()
     assert sum(held.values()) > 0, held
+
+
+def test_a_claim_republished_past_the_bound_without_claim_stalled_is_caught(world: World) -> None:
+    limit = world.settings.max_claim_republishes
+
+    def republish() -> None:  # as reconcile does: the count written, then the attempt published
+        claim = {"n": 1, "job": None, "outcome": None, "republished_at": world.clock.now().isoformat()}
+        bucket = world.storage.client().bucket(world.settings.state_bucket)
+        bucket.blob("requests/r1.json").upload_from_string(json.dumps({"request_id": "r1", "attempts": [claim]}))
+        body = {"request_id": "r1", "attempt": 1, "location": "us-central1"}
+        world.pubsub.accept(world.settings.job_requests_topic, json.dumps(body).encode(), {"request_id": "r1"})
+        promises.note_republish(world, world.pubsub.on(world.settings.job_requests_topic)[-1])
+
+    for _ in range(limit):
+        republish()
+        republish()  # a publish retried at once is the same re-publish
+        world.clock.advance(600)
+    assert catalogue(world, AlertKind.CLAIM_STALLED) == []
+
+    republish()
+    [found] = catalogue(world, AlertKind.CLAIM_STALLED)
+    assert f"{limit + 1} times" in found
+    publish_alert(world, AlertKind.CLAIM_STALLED, "r1")
+    assert catalogue(world, AlertKind.CLAIM_STALLED) == []
