@@ -536,8 +536,8 @@ CONDITIONS: dict[AlertKind, Callable[[World], list[Expected]]] = {
 JUDGED_AFTER_RETENTION = frozenset({AlertKind.PRUNE_REPORT, AlertKind.LEDGER_CORRUPT, AlertKind.TRIGGER_CORRUPT})
 
 NOT_CHECKED: dict[AlertKind, str] = {
-    AlertKind.INCOMPLETE_SUCCESS: "the simulated trainer writes no kit lines, so no signed `preempted` line "
-    "precedes a SUCCEEDED",
+    AlertKind.INCOMPLETE_SUCCESS: "the simulated trainer's last run says `run_finished` before its job "
+    "succeeds: a process that exits 0 after its SIGTERM is not modelled",
     AlertKind.TRIGGER_FAILED: "the world's trigger definitions always render, validate and publish",
     AlertKind.DEADLINE_AT_RISK: "its condition is the rule's own estimate (committed steps as the ledger "
     "saw them, the fleet's changeover): no ground truth; `deadlines_met` judges the outcome",

@@ -50,6 +50,7 @@ LIVENESS_BOUND = timedelta(hours=12)
 # needed about 1,100 quiet steps and was judged, wrongly, mid-re-queue at 1,000).
 QUIET_STEPS = 4000
 RETENTION_STEP = timedelta(hours=12)
+KIT_LINES_SHARE = 0.3  # of seeds whose trainer writes the kit's signed lines (sim.trainer)
 # Cloud Scheduler's trigger tick (every minute in terraform/scheduler.tf; every five here, which
 # only closes windows a little later).
 TRIGGER_TICK_SECONDS = 300.0
@@ -215,6 +216,8 @@ class World:
             random.Random(self.seed * 7 + 3),
         )
         self.vertex.runs = self._run_trainer
+        self.trainer.emit = functools.partial(self.emit_log_line, task="workerpool0-0")
+        self.trainer.kit_lines = random.Random(f"{self.seed}:kit_lines").random() < KIT_LINES_SHARE
         # Permanent and semantic faults: none when every fault is left out (what shrinking tries first).
         self.permanent = permanent.PermanentFaults() if self.no_faults else permanent.draw(self.seed, self.workload)
         self.fault_rng = random.Random(f"{self.seed}:faults:actors")
@@ -447,7 +450,9 @@ class World:
         else:
             self.trainer.train(job, ends_in_a_cut=what == "cut")
 
-    def emit_log_line(self, job: SimJob, text: str, severity: str, *, forged: bool = False) -> str:
+    def emit_log_line(
+        self, job: SimJob, text: str, severity: str, *, forged: bool = False, task: str = "service"
+    ) -> str:
         """A line of `job`'s logs, routed by the log sink to job-events; its message id."""
         entry = {
             "insertId": f"sim-{self.pubsub.next_id}-{job.name.rsplit('/', 1)[-1][-6:]}",  # one per entry
@@ -457,7 +462,7 @@ class World:
                 "labels": {
                     "project_id": self.settings.project,
                     "job_id": job.name.rsplit("/", 1)[-1],
-                    "task_name": "service",
+                    "task_name": task,
                 },
             },
             "severity": severity,
