@@ -541,8 +541,9 @@ NOT_CHECKED: dict[AlertKind, str] = {
     AlertKind.TRIGGER_FAILED: "the world's trigger definitions always render, validate and publish",
     AlertKind.DEADLINE_AT_RISK: "its condition is the rule's own estimate (committed steps as the ledger "
     "saw them, the fleet's changeover): no ground truth; `deadlines_met` judges the outcome",
-    AlertKind.LEDGER_MISSING: "a person deletes ledger records (`sim.faults`), but the alert needs a replayed "
-    "request whose jobs Vertex lists: which delivery was a replay is not kept by the world",
+    AlertKind.LEDGER_MISSING: "a person deletes ledger records (`sim.faults`) and the world knows the jobs, "
+    "but the condition is a delivery to submit_job at least a claim lease after its publish, of a request "
+    "whose record is gone at that moment: the world keeps no record of when each delivery began (not coded)",
 }
 
 
