@@ -147,13 +147,12 @@ def reads_refused(world: World, job: SimJob, *, hiding_its_end: bool) -> bool:
 
 
 def preemptions_seen_indexed(world: World, job: SimJob) -> int:
-    """How many of the job's preemptions Vertex announced (its service lines: the only evidence the
-    simulated trainer leaves, docs/signals.md "rich Vertex signals") after the ledger indexed the
-    job (`jobs/<job_id>.json`). A line of a job not indexed yet is a foreign job's by the product's
-    rule (shared/observe.py): a claim whose create's answer was lost is indexed only once reconcile
-    adopts it, maybe after every restart (seeds 38, 118, 133 with up to six preemptions). A kit
-    line has a retry for that window, and `run_started` recounts earlier runs; the simulated
-    trainer writes none, so this is what the product could have counted."""
+    """How many of the job's preemptions Vertex announced (its service lines) after the ledger
+    indexed the job (`jobs/<job_id>.json`). A line that came before the index (a claim whose
+    create's answer was lost) is kept by on_job_event and counted by the adoption that indexes the
+    job, but only if that delivery lives to count it: an adoption whose delivery dies between
+    recording the job and counting leaves the kept lines uncounted (seed 35: submit's redelivery
+    finds the job recorded and counts nothing). So only what came after the index is owed."""
     from shared.ledger.store import JOBS_PREFIX
 
     job_id = job.name.rsplit("/", 1)[-1]

@@ -103,9 +103,9 @@ def test_a_storm_at_its_threshold_without_its_alert_is_caught(world: World) -> N
 
 
 def test_a_storm_announced_before_its_job_was_indexed_is_not_owed(world: World) -> None:
-    """A service line of a job the ledger has not indexed yet is a foreign job's (shared/observe.py):
-    a claim whose create's answer was lost is indexed when reconcile adopts it, maybe after every
-    restart (seeds 38, 118, 133). Only what was announced after the index is owed its storm."""
+    """A service line of a job the ledger has not indexed yet (a claim whose create's answer was
+    lost) is kept and counted by the adoption, unless that delivery dies in between (seed 35). Only
+    what was announced after the index is owed its storm."""
     threshold = world.settings.preemption_storm_threshold
     storm = preempted(world, job(world, "r1", 1), threshold + 2, indexed=False)
     assert catalogue(world, AlertKind.PREEMPTION_STORM) == []
