@@ -368,6 +368,10 @@ class World:
             note_republish(self, message)
         if task and task.faulty and message.topic == self.settings.ops_alerts_topic and isinstance(body, dict):
             task.alerts.append((alert_key(body), task.faults_before_call))
+            if body.get("kind") == "ledger_corrupt" and len(self.tasks) > 1:
+                # Published first and noted after (shared/deciding/outbox.py): a delivery in flight
+                # beside this one may have looked before the note, and publishes it too.
+                self.unconfirmed_alerts[alert_key(body)] += 1
 
     def _count_unconfirmed_alerts(self, task: Task) -> None:
         """A delivery that hit a fault after it published an alert may have died (or failed, and

@@ -97,6 +97,22 @@ def test_a_publish_a_fault_cut_short_is_counted_for_the_alert_bound(world: World
     assert world.unconfirmed_alerts[invariants.alert_key(alert)] == 1
 
 
+def test_a_ledger_corrupt_alert_of_deliveries_in_flight_together_may_be_published_by_each(world: World) -> None:
+    """It is published first and noted after (shared/deciding/outbox.py, at least once): a delivery
+    in flight beside the publishing one may have looked before the note (seed 67)."""
+    from sim.world import Task
+
+    alert = Alert.of(AlertKind.LEDGER_CORRUPT, "unreadable", request_id="r1").to_json()
+    first, second = Task("on_job_event", lambda: None, faulty=True), Task("on_job_event", lambda: None, faulty=True)
+    world.tasks += [first, second]
+    for task in (first, second):
+        world._current = task  # noqa: SLF001 - as a delivery in flight
+        world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert).encode(), {})
+    world._current, world.tasks = None, []  # noqa: SLF001
+
+    assert invariants.alerts_not_per_redelivery(world) == []
+
+
 def test_a_decided_alert_never_published_is_caught(world: World) -> None:
     record(world, "r1", RequestStatus.FAILED, attempt(1), markers=["job_failed:1"])
 
