@@ -180,6 +180,12 @@ def never_named_for_a_refused_lookup(world: World) -> set[tuple[str, int]]:
     return {(r.request_id, a.n) for r in records(world) if r.request_id in unlooked for a in r.attempts if not a.job}
 
 
+def left_unreadable(world: World) -> set[str]:
+    from sim.invariants import left_unreadable as unreadable
+
+    return unreadable(world)
+
+
 def preemption_storms(world: World) -> list[Expected]:
     """`preemption_storm`: Vertex preempted an attempt's job `preemption_storm_threshold` times or
     more, announced once the job was indexed (`preemptions_seen_indexed`), and its lines could be
@@ -187,6 +193,7 @@ def preemption_storms(world: World) -> list[Expected]:
     threshold = world.settings.preemption_storm_threshold
     cancelled = cancelled_by_operator(world)
     unnamed = never_named_for_a_refused_lookup(world)
+    unreadable = left_unreadable(world)  # nothing is decided on such a record: `ledger_corrupt` is its word
     return [
         Expected(
             AlertKind.PREEMPTION_STORM,
@@ -199,6 +206,7 @@ def preemption_storms(world: World) -> list[Expected]:
         and (seen := preemptions_seen_indexed(world, job)) >= threshold
         and job.request_id not in cancelled
         and (job.request_id, job.attempt) not in unnamed
+        and job.request_id not in unreadable
         and not reads_refused(world, job, hiding_its_end=False)
     ]
 

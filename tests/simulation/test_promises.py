@@ -102,6 +102,17 @@ def test_a_storm_at_its_threshold_without_its_alert_is_caught(world: World) -> N
     assert catalogue(world, AlertKind.PREEMPTION_STORM) == []
 
 
+def test_a_storm_of_a_request_whose_record_a_person_left_unreadable_is_not_owed(world: World) -> None:
+    preempted(world, job(world, "r1", 1), world.settings.preemption_storm_threshold)
+    assert len(catalogue(world, AlertKind.PREEMPTION_STORM)) == 1
+
+    name = "requests/r1.json"  # written by hand as a list (seed 67): nothing is decided on it
+    world.storage.client().bucket(world.settings.state_bucket).blob(name).upload_from_string(b"[]")
+    world.tampering.written[name] = "list"
+
+    assert catalogue(world, AlertKind.PREEMPTION_STORM) == []
+
+
 def test_a_storm_announced_before_its_job_was_indexed_is_not_owed(world: World) -> None:
     """A service line of a job the ledger has not indexed yet (a claim whose create's answer was
     lost) is kept and counted by the adoption, unless that delivery dies in between (seed 35). Only
