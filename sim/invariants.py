@@ -537,6 +537,22 @@ def no_unknown_live_job(world: World) -> list[Violation]:
     ]
 
 
+def awaiting_redrive(world: World) -> set[str]:
+    """Requests named by a job-requests message on the dead-letter topic not redriven yet: the
+    dead-letter alert (terraform/monitoring.tf) is their word until an operator redrives them
+    (seed 130: a rejection whose note's write lost its answer, dead-lettered before it was alerted)."""
+    from sim.pubsub import DEAD_LETTER_TOPIC
+
+    out = set()
+    for message in world.pubsub.on(DEAD_LETTER_TOPIC):
+        if message.message_id in world.redriven:
+            continue
+        body = _json_or_none(message.data)
+        named = body.get("request_id") if isinstance(body, dict) else None
+        out.add(named or message.attributes.get("request_id"))
+    return out - {None}
+
+
 def left_unreadable(world: World) -> set[str]:
     """Requests whose record a person wrote in a shape the code cannot read, and left so: it stays,
     with what names it, until an operator repairs it (CorruptRecord: nothing is decided on it)."""
@@ -577,6 +593,7 @@ def liveness(world: World) -> list[Violation]:
         elif record.status in ("FAILED", "GAVE_UP") and record.request_id not in alerted:
             out.append(violation("liveness", f"request {record.request_id} is {record.status} with no alert"))
     refused = {a.get("request_id") for a in published_alerts if a.get("kind") == "invalid_request"}
+    refused |= awaiting_redrive(world)
     for arrival in world.workload.arrivals:
         if arrival.index in world.disabled_arrivals or arrival.topic != "job_requests_topic":
             continue

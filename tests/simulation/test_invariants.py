@@ -353,3 +353,15 @@ def test_a_reconcile_lookup_of_a_claim_backing_off_is_caught(world: World) -> No
 
     [found] = invariants.no_lookup_while_backing_off(world)
     assert "r1 a1" in found.detail and "backs off" in found.detail
+
+
+def test_a_request_whose_message_awaits_its_redrive_is_not_lost(world: World) -> None:
+    from sim.pubsub import DEAD_LETTER_TOPIC
+
+    arrival = next(a for a in world.workload.arrivals if a.topic == "job_requests_topic" and b'"request_id"' in a.data)
+    rid = json.loads(arrival.data)["request_id"]
+    assert any(rid in v.detail for v in invariants.liveness(world))  # published, never handled
+
+    world.pubsub.accept(DEAD_LETTER_TOPIC, arrival.data, dict(arrival.attributes))  # failed 5 times
+
+    assert not any(f"request {rid} was published" in v.detail for v in invariants.liveness(world))
