@@ -26,6 +26,7 @@ from shared.adapters.vertex import cancel_job, canceller, list_unfinished_jobs, 
 from shared.clock import iso
 from shared.deciding.applying import apply_observation
 from shared.deciding.decisions import Observation
+from shared.deciding.events import Signal
 from shared.deciding.outbox import Mine, flush, send_cancels
 from shared.deciding.strays import decide_stray_alert, is_stray, recordless_stray_alert
 from shared.jobs import LABEL_ATTEMPT, LABEL_REQUEST_ID, JobSnapshot, is_terminal
@@ -86,8 +87,17 @@ def adopt_job(ports: Ports, request_id: str, n: int, location: str, job: CustomJ
 
 
 def observe_adopted(ports: Ports, request_id: str, adoption: Adoption, n: int, log: Logger) -> tuple[str, ...]:
-    """Decide once on an adopted job's current state, as reconcile would; the decisions' events."""
-    return apply_observation(ports, request_id, Observation(n, adoption.snapshot), log).events
+    """Decide once on an adopted job's current state, as reconcile would, after counting the
+    preemption lines Vertex wrote before it was indexed (kept by on_job_event,
+    `LedgerStore.park_preemption`); the decisions' events."""
+    events: tuple[str, ...] = ()
+    parked = ports.ledger.parked_preemptions(adoption.job.rsplit("/", 1)[-1])
+    for identity in sorted(parked.values()):
+        counted = Observation(n, adoption.snapshot, Signal.PREEMPTION, preemption_evidence=identity)
+        events += apply_observation(ports, request_id, counted, log).events
+    events += apply_observation(ports, request_id, Observation(n, adoption.snapshot), log).events
+    ports.ledger.forget_parked(parked)  # counted: the record keeps each line's identity
+    return events
 
 
 def _cancel_second_job(ports: Ports, record: RequestRecord, job: CustomJob, log: Logger) -> None:

@@ -15,7 +15,7 @@ from shared.adapters.vertex import canceller, get_job, read_job
 from shared.clock import utcnow
 from shared.deciding.applying import apply_observation
 from shared.deciding.decisions import Observation
-from shared.deciding.events import IgnoredEntry, Signal, classify, parse_log_entry, patterns_from
+from shared.deciding.events import IgnoredEntry, JobLogEntry, Signal, classify, parse_log_entry, patterns_from
 from shared.deciding.outbox import alert_corrupt_record
 from shared.deciding.strays import is_stray
 from shared.delivery import Message
@@ -34,6 +34,7 @@ class EventOutcome(enum.Enum):
     OBSERVED = "observed"  # the job was read from Vertex and decided on
     CORRUPT = "corrupt"  # its request's ledger document cannot be read: alerted, not decided
     UNTRUSTED = "untrusted"  # a kit line its attempt's key did not sign: no read, no decision
+    PARKED = "parked"  # a preemption line of a job not indexed yet: kept for its adoption to count
 
 
 def handle_job_event(
@@ -84,6 +85,8 @@ def handle_job_event(
         # The job's own kit says whose it is, and that attempt is being created: submit indexes it
         # in a moment. Look again then rather than drop the run's first line.
         raise TransientError(f"job {entry.job_id} is not indexed yet")
+    if index is None and signal is Signal.PREEMPTION and entry.is_service_line:
+        return _park_preemption(wired, entry, log)
     if index is None:
         log.info(
             "ignored a log entry of a job spotjobs did not create",
@@ -118,6 +121,22 @@ def handle_job_event(
     if applied.waiting:
         raise TransientError(applied.waiting)
     return EventOutcome.OBSERVED
+
+
+def _park_preemption(ports: Ports, entry: JobLogEntry, log: Logger) -> EventOutcome:
+    """Vertex's preemption line of a job not indexed yet: the line cannot say whose job it is (a
+    claim whose create's answer was lost is indexed only when reconcile adopts it, minutes later;
+    redeliveries would dead-letter first). Kept, for the adoption to count (`observe_adopted`);
+    a foreign job's is left to a lifecycle rule. Indexed meanwhile: redelivered, counted then."""
+    ports.ledger.park_preemption(entry.job_id, entry.identity)
+    if ports.ledger.find_job(entry.job_id) is not None:  # adopted between the two reads
+        raise TransientError(f"job {entry.job_id} was indexed meanwhile")
+    log.info(
+        "kept a preemption line of a job not indexed yet, for its adoption to count",
+        event="preemption_parked",
+        evidence=entry.identity,
+    )
+    return EventOutcome.PARKED
 
 
 def _cancel_if_stray(

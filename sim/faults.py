@@ -18,6 +18,10 @@ generators of their own), so a seed without it keeps every other draw it had.
   with rare slow outliers (`sim.vertex.SimVertex.changeover`);
 - `two_file_stems`: the torch layout saves two files per stem (`ckpt-000400.pt` and
   `ckpt-000400.optim.pt`), a cut save torn between them (`sim.trainer`);
+- `job_duplicated` (drawn from a generator of its own): someone re-runs a live job's create in
+  the console, labels and all: a second job of that attempt, queued for good (it never gets a
+  machine, so it trains nothing), which reconcile's stray sweep must cancel and alert
+  (`stray_job`);
 - `absurd_lines`: a job writes lines about its own attempt, signed with its own key, that no run
   could write (`run=999`, `step=10**15`, negative numbers, times far in the future);
 - `aftershocks` (a transient fault, drawn from a generator of its own): after a call the code
@@ -57,7 +61,9 @@ RATES = {
 FORBIDDEN_CALLS = ("get", "list", "cancel", "create")
 # Calls whose effect stays whatever happens next, and what an aftershock hits after one.
 IRREVOCABLE = frozenset({("vertex", "create"), ("vertex", "cancel"), ("gcs", "delete")})
-AFTERSHOCK_RATE = 0.3
+AFTERSHOCK_RATE = 0.4
+# Drawn apart from `RATES` (its own generator): every other draw of a seed stays as it was.
+JOB_DUPLICATED_RATE = 0.25
 AFTERSHOCK_TARGETS = ("next_call", "next_publish")
 AFTERSHOCK_KINDS = ("crash_before", "unavailable", "lost")
 # How a document may be written in a shape the code does not expect.
@@ -65,7 +71,8 @@ SHAPES = ("not_json", "truncated", "list", "field_null", "field_other_type", "fu
 # Shapes another version of spotjobs writes (through its store, metadata and all); a person
 # writes the others by hand (`gcloud storage cp`: no metadata).
 BY_ANOTHER_VERSION = ("future_version", "past_layout")
-DOCUMENTS = ("ledger", "trigger", "fleet")
+# A ledger record, read by every handler and by every prune run, is the document most often hit.
+DOCUMENTS = ("ledger", "ledger", "ledger", "trigger", "fleet")
 # A person's hand-written fleet facts name an attempt no job ever had.
 HAND_WRITTEN_ATTEMPT = "by-hand"
 
@@ -125,6 +132,7 @@ class Tampering:
     # Jobs deleted while their request followed them (a recorded, unfinished attempt's job).
     followed_when_deleted: set[str] = field(default_factory=set)
     absurd_lines: set[str] = field(default_factory=set)  # message ids of a job's absurd lines
+    duplicated_jobs: set[str] = field(default_factory=set)  # names of the jobs re-run by hand
 
 
 def draw(seed: int, workload: Workload) -> PermanentFaults:
@@ -140,6 +148,8 @@ def draw(seed: int, workload: Workload) -> PermanentFaults:
     if shocks.random() < AFTERSHOCK_RATE:
         plan.aftershock = shocks.choice(AFTERSHOCK_TARGETS)
         plan.kinds = kinds | {"aftershocks"}
+    if random.Random(f"{seed}:faults:duplicates").random() < JOB_DUPLICATED_RATE:
+        plan.kinds = plan.kinds | {"job_duplicated"}
     if "forbidden" in kinds:
         since = start + timedelta(seconds=rng.uniform(0, span))
         fixed = rng.choice((None, 600.0, 7200.0))
@@ -211,6 +221,16 @@ def events(seed: int, plan: PermanentFaults, workload: Workload) -> list[Any]:
             Operation(at, "a job writes absurd lines about its own attempt", write_absurd_lines)
             for at in moments(rng.choice((1, 2)))
         ]
+    if "job_duplicated" in plan.kinds:  # its own generator: the other actors' moments stay
+        again = random.Random(f"{seed}:faults:duplicates:events")
+        out += [
+            Operation(
+                start + timedelta(seconds=again.uniform(60, span)),
+                "someone re-runs a job's create in the console",
+                duplicate_job,
+            )
+            for _ in range(again.choice((1, 2, 3)))
+        ]
     return out
 
 
@@ -237,6 +257,37 @@ def delete_job(world: World) -> None:
     world.note(
         f"out of band: {job.request_id} a{job.attempt}'s job {job.name.rsplit('/', 1)[-1]} deleted ({job.state})"
     )
+
+
+def duplicate_job(world: World) -> None:
+    """Someone re-runs a live job's create in the console (its labels copied): a second job of
+    that attempt that stays queued (no machine for it), so it writes nothing anywhere."""
+    from sim.vertex import SimJob
+
+    job = _pick(
+        world,
+        sorted(
+            (j for j in world.vertex.jobs.values() if j.live and j.name not in world.tampering.duplicated_jobs),
+            key=lambda j: j.name,
+        ),
+    )
+    if job is None:
+        world.note("out of band: no live job to re-run")
+        return
+    now = world.clock.now()
+    parent = job.name.rsplit("/customJobs/", 1)[0]
+    copy = SimJob(
+        f"{parent}/customJobs/{job.name.rsplit('/', 1)[-1]}0{len(world.tampering.duplicated_jobs)}",
+        job.location,
+        json.loads(json.dumps(job.request)),
+        dict(job.labels),
+        "JOB_STATE_QUEUED",
+        now,
+        now,
+    )
+    world.vertex.add_by_hand(copy)
+    world.tampering.duplicated_jobs.add(copy.name)
+    world.note(f"out of band: {job.request_id} a{job.attempt}'s job re-run in the console as {copy.name[-8:]}")
 
 
 def cancel_job(world: World) -> None:

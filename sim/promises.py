@@ -147,13 +147,12 @@ def reads_refused(world: World, job: SimJob, *, hiding_its_end: bool) -> bool:
 
 
 def preemptions_seen_indexed(world: World, job: SimJob) -> int:
-    """How many of the job's preemptions Vertex announced (its service lines: the only evidence the
-    simulated trainer leaves, docs/signals.md "rich Vertex signals") after the ledger indexed the
-    job (`jobs/<job_id>.json`). A line of a job not indexed yet is a foreign job's by the product's
-    rule (shared/observe.py): a claim whose create's answer was lost is indexed only once reconcile
-    adopts it, maybe after every restart (seeds 38, 118, 133 with up to six preemptions). A kit
-    line has a retry for that window, and `run_started` recounts earlier runs; the simulated
-    trainer writes none, so this is what the product could have counted."""
+    """How many of the job's preemptions Vertex announced (its service lines) after the ledger
+    indexed the job (`jobs/<job_id>.json`). A line that came before the index (a claim whose
+    create's answer was lost) is kept by on_job_event and counted by the adoption that indexes the
+    job, but only if that delivery lives to count it: an adoption whose delivery dies between
+    recording the job and counting leaves the kept lines uncounted (seed 35: submit's redelivery
+    finds the job recorded and counts nothing). So only what came after the index is owed."""
     from shared.ledger.store import JOBS_PREFIX
 
     job_id = job.name.rsplit("/", 1)[-1]
@@ -181,6 +180,12 @@ def never_named_for_a_refused_lookup(world: World) -> set[tuple[str, int]]:
     return {(r.request_id, a.n) for r in records(world) if r.request_id in unlooked for a in r.attempts if not a.job}
 
 
+def left_unreadable(world: World) -> set[str]:
+    from sim.invariants import left_unreadable as unreadable
+
+    return unreadable(world)
+
+
 def preemption_storms(world: World) -> list[Expected]:
     """`preemption_storm`: Vertex preempted an attempt's job `preemption_storm_threshold` times or
     more, announced once the job was indexed (`preemptions_seen_indexed`), and its lines could be
@@ -188,6 +193,7 @@ def preemption_storms(world: World) -> list[Expected]:
     threshold = world.settings.preemption_storm_threshold
     cancelled = cancelled_by_operator(world)
     unnamed = never_named_for_a_refused_lookup(world)
+    unreadable = left_unreadable(world)  # nothing is decided on such a record: `ledger_corrupt` is its word
     return [
         Expected(
             AlertKind.PREEMPTION_STORM,
@@ -200,6 +206,7 @@ def preemption_storms(world: World) -> list[Expected]:
         and (seen := preemptions_seen_indexed(world, job)) >= threshold
         and job.request_id not in cancelled
         and (job.request_id, job.attempt) not in unnamed
+        and job.request_id not in unreadable
         and not reads_refused(world, job, hiding_its_end=False)
     ]
 
@@ -462,6 +469,58 @@ def strays_cancelled(world: World) -> list[Expected]:
     return list(out.values())
 
 
+# Re-publishes of one claim closer together than this are one (a publish retried after a lost
+# answer); reconcile's are a claim lease apart at least.
+REPUBLISH_APART = timedelta(seconds=60)
+
+
+def note_republish(world: World, message: Any) -> None:
+    """Reconcile published to job-requests: a re-publish of a claim when the attempt it names is,
+    in the record as stored at that moment, claimed without a job or an outcome (a re-queue names
+    an attempt the record does not hold yet). Read without a call."""
+    body = message.json()
+    request_id = message.attributes.get("request_id")
+    attempt = body.get("attempt") if isinstance(body, dict) else None
+    if not request_id or not isinstance(attempt, int):
+        return
+    stored = world.storage.objects(world.settings.state_bucket).get(f"requests/{request_id}.json")
+    try:
+        record = json.loads(stored.data) if stored is not None else None
+    except ValueError:
+        return
+    now = world.clock.now()
+    # The claim, counted just now (its `republished_at`): not a drainer's publish of an attempt in line.
+    claims = [
+        a
+        for a in (record.get("attempts") or [] if isinstance(record, dict) else [])
+        if isinstance(a, dict)
+        and a.get("n") == attempt
+        and not a.get("job")
+        and not a.get("outcome")
+        and isinstance(a.get("republished_at"), str)
+        and now - datetime.fromisoformat(a["republished_at"]) < REPUBLISH_APART
+    ]
+    if claims:
+        moments = world.republished.setdefault((request_id, attempt), [])
+        if not moments or now - moments[-1] >= REPUBLISH_APART:
+            moments.append(now)
+
+
+def claims_stalled(world: World) -> list[Expected]:
+    """`claim_stalled`: reconcile re-published a claim more than `max_claim_republishes` times
+    (`note_republish`): the attempt still had no job."""
+    limit = world.settings.max_claim_republishes
+    return [
+        Expected(
+            AlertKind.CLAIM_STALLED,
+            request_id,
+            f"reconcile re-published attempt {n}'s claim {len(moments)} times (at most {limit} before the alert)",
+        )
+        for (request_id, n), moments in sorted(world.republished.items())
+        if len(moments) > limit and not excused(world, request_id)
+    ]
+
+
 def job_failed_conditions(world: World) -> list[Expected]:
     return jobs_failed(world) + deleted_jobs_failed(world)
 
@@ -481,20 +540,20 @@ CONDITIONS: dict[AlertKind, Callable[[World], list[Expected]]] = {
     AlertKind.LEDGER_CORRUPT: records_unreadable,
     AlertKind.TRIGGER_CORRUPT: trigger_states_unreadable,
     AlertKind.STRAY_JOB: strays_cancelled,
+    AlertKind.CLAIM_STALLED: claims_stalled,
 }
 # A report of what was deleted may come in a later prune run's (at least once): judged after retention.
 JUDGED_AFTER_RETENTION = frozenset({AlertKind.PRUNE_REPORT, AlertKind.LEDGER_CORRUPT, AlertKind.TRIGGER_CORRUPT})
 
 NOT_CHECKED: dict[AlertKind, str] = {
-    AlertKind.INCOMPLETE_SUCCESS: "the simulated trainer writes no kit lines, so no signed `preempted` line "
-    "precedes a SUCCEEDED",
+    AlertKind.INCOMPLETE_SUCCESS: "the simulated trainer's last run says `run_finished` before its job "
+    "succeeds: a process that exits 0 after its SIGTERM is not modelled",
     AlertKind.TRIGGER_FAILED: "the world's trigger definitions always render, validate and publish",
     AlertKind.DEADLINE_AT_RISK: "its condition is the rule's own estimate (committed steps as the ledger "
     "saw them, the fleet's changeover): no ground truth; `deadlines_met` judges the outcome",
-    AlertKind.CLAIM_STALLED: "which re-publish was reconcile's (not a drainer's or a re-queue's) is not kept "
-    "by the world; `nothing_stuck_silently` requires a word for a claim that never got a job",
-    AlertKind.LEDGER_MISSING: "a person deletes ledger records (`sim.faults`), but the alert needs a replayed "
-    "request whose jobs Vertex lists: which delivery was a replay is not kept by the world",
+    AlertKind.LEDGER_MISSING: "a person deletes ledger records (`sim.faults`) and the world knows the jobs, "
+    "but the condition is a delivery to submit_job at least a claim lease after its publish, of a request "
+    "whose record is gone at that moment: the world keeps no record of when each delivery began (not coded)",
 }
 
 

@@ -11,6 +11,11 @@ sometimes torn by the crash, preemption or cancel that ends the save.
   index does not name, a Hugging Face folder without `trainer_state.json`; with the permanent
   fault `two_file_stems`, a plain-PyTorch stem of two files, `ckpt-000400.pt` and
   `ckpt-000400.optim.pt`, torn between them);
+- in a share of seeds (`kit_lines`) it writes the kit's lines as the kit does, signed with its
+  attempt's key (`SPOTJOBS_KIT_KEY` in the job's environment): `run_started` (the run is the job's
+  restart count), `checkpoint_committed` per whole save, and at the run's end `run_finished`,
+  `preempted` (Vertex preempts it: the kit's SIGTERM handler) or `run_failed`; a cancel's SIGTERM
+  writes nothing here (not modelled);
 - every save, whole or torn, and every checkpoint `spotjobs resubmit` copied, is kept as ground
   truth (`saves`), written by the simulator and never read back through the kit's rules: the
   invariants (`sim.invariants.resumes_from_newest_complete`, `newest_complete_kept`) compare what
@@ -25,6 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+
+from spotjobs_kit.lines import CHECKPOINT_COMMITTED, PREEMPTED, RUN_FAILED, RUN_FINISHED, RUN_STARTED
 
 LAYOUTS = ("plain", "torch", "orbax", "deepspeed", "tensorflow", "huggingface")
 TORN_SHARE = 0.35  # of the saves a job's end cuts short
@@ -77,6 +84,9 @@ class Trainer:
     # The torch layout saves a model and an optimizer file per stem (sim.faults, `two_file_stems`).
     two_file_stems: bool = False
     _layout: tuple[Any, Any] | None = None  # (settings, their CheckpointLayout), built at the first use
+    # The kit's lines (set by the world for a share of seeds) and where a job's log line goes.
+    kit_lines: bool = False
+    emit: Callable[[Any, str, str], Any] = lambda job, text, severity: None
 
     # Where things are.
 
@@ -126,6 +136,12 @@ class Trainer:
             )
         )
         self._step[job.name] = resumed.step if resumed else 0
+        self._line(
+            job,
+            RUN_STARTED,
+            resumed_step=resumed.step if resumed else None,
+            checkpoint=resumed.name if resumed else None,
+        )
 
     def train(self, job: Any, *, ends_in_a_cut: bool) -> None:
         """The job trained since its last change: one to three saves; the last torn (sometimes)
@@ -136,14 +152,40 @@ class Trainer:
         for k in range(count):
             self._step[job.name] += self.rng.choice((1, 2, 5)) * 100
             torn = ends_in_a_cut and k == count - 1 and self.rng.random() < TORN_SHARE
-            self.save(job, self._step[job.name], torn=torn)
+            name = self.save(job, self._step[job.name], torn=torn)
+            if not torn:
+                self._line(job, CHECKPOINT_COMMITTED, step=self._step[job.name], seconds=1.0, checkpoint=name)
+        step = self._step[job.name]
+        if not ends_in_a_cut:
+            self._line(job, RUN_FINISHED, step=step)
+        elif job.state == "JOB_STATE_RUNNING" and job.fate == "fail" and not job.preemptions:
+            self._line(job, RUN_FAILED, step=step, error="RuntimeError: the simulated training failed")
+        elif job.state == "JOB_STATE_RUNNING":  # Vertex preempts it (or it stocked out): SIGTERM
+            self._line(job, PREEMPTED, step=step, seconds_since_checkpoint=0.0)
+
+    def _line(self, job: Any, event: str, **fields: Any) -> None:
+        """One kit line of `job`'s current run, as `spotjobs_kit.Run.emit` writes it."""
+        if not self.kit_lines:
+            return
+        from spotjobs_kit.lines import format_line
+
+        from sim.faults import kit_key_of
+
+        moment = self.clock().isoformat().replace("+00:00", "Z")
+        identity = {"request_id": job.request_id, "attempt": job.attempt, "run": job.restarts}
+        text = format_line(
+            event,
+            {**identity, "job_id": job.name.rsplit("/", 1)[-1], **fields, "time": moment},
+            key=kit_key_of(job.request),
+        )
+        self.emit(job, text, "INFO")
 
     def stop(self, job: Any) -> None:
         self._step.pop(job.name, None)
 
     # Saving, in each framework's layout.
 
-    def save(self, job: Any, step: int, *, torn: bool) -> None:
+    def save(self, job: Any, step: int, *, torn: bool) -> str:
         folder = self.job_folder(job)
         layout = self.layout_of(job.request_id)
         earlier = self.saves.get(folder, {})
@@ -161,6 +203,7 @@ class Trainer:
         saves = self.saves.setdefault(folder, {})
         saves[name] = Save(name, step, objects, not torn, job.request_id, self.clock())
         self.changes += 1
+        return name
 
     def _blob(self) -> bytes:
         return b"w" * self.rng.randint(8, 200)

@@ -154,6 +154,9 @@ class SimVertex:
         # The cancels the code sent that Vertex took (when, job name, the caller): the stray sweep's,
         # a move's and a deadline switch's among them.
         self.cancels: list[tuple[datetime, str, str]] = []
+        # Told of each lookup of a request's jobs by its labels (location, request id): what
+        # `sim.invariants.note_lookup` judges at the moment it is made.
+        self.looked_up: Callable[[str, str], None] = lambda location, request_id: None
         self._calls: dict[tuple[str, str], collections.deque[datetime]] = collections.defaultdict(collections.deque)
 
     def __call__(self, location: str) -> SimVertex:
@@ -259,6 +262,8 @@ class SimVertex:
         excluded = set(re.findall(r'state!="(\w+)"', query))
 
         def perform() -> list[Any]:
+            if LABEL_REQUEST_ID in wanted:
+                self.looked_up(parent.split("/locations/")[1], wanted[LABEL_REQUEST_ID])
             self._admit("crud", parent.split("/locations/")[1], CRUD_PER_MINUTE)
             self._refuse("list", parent.split("/locations/")[1], wanted.get(LABEL_REQUEST_ID, ""))
             candidates: Iterable[SimJob] = self.jobs.values()  # a job put in `jobs` by hand (a test)
@@ -298,6 +303,13 @@ class SimVertex:
             job.next_change = self.clock() + timedelta(seconds=self.rng.choice((5, 30, 120, 400)))
 
     # What people do in the console (sim.faults), not calls of the code.
+
+    def add_by_hand(self, job: SimJob) -> None:
+        """A job created in the console: listed like any other, no fate drawn for it."""
+        self.jobs[job.name] = job
+        self._jobs_of_parent[job.name.rsplit("/customJobs/", 1)[0]].append(job)
+        self._jobs_of_request[job.request_id].append(job)
+        self._indexed += 1
 
     def cancel_by_hand(self, job: SimJob) -> None:
         if job.live:

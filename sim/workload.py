@@ -338,7 +338,22 @@ def with_crud_budget(workload: Workload) -> Workload:
         workload.env["SPOTJOBS_VERTEX_CRUD_PER_MINUTE"] = str(rng.choice((20, 60)))
         workload.env["SPOTJOBS_RECONCILE_CRUD_SHARE"] = str(rng.choice((0.25, 0.5)))
         workload.settings = Settings.from_env(workload.env)
+        if workload.gpu_quota_full and rng.random() < 0.3:
+            _gpu_burst(workload, rng)
     return workload
+
+
+def _gpu_burst(workload: Workload, rng: random.Random) -> None:
+    """One or two hundred GPU requests at once while the GPU quota is full: each create meets the 429,
+    its message dead-letters, and reconcile re-publishes every claim at a growing interval, more
+    claims backing off than the pass's CRUD budget has calls (issue 43, defect 4)."""
+    from sim.virtual import EPOCH_OF_SIMULATION
+
+    at = EPOCH_OF_SIMULATION + timedelta(minutes=rng.choice((5, 30)))
+    for j in range(rng.choice((100, 200))):
+        body = {"request_id": f"gpuburst{j}", "custom_job": custom_job(rng, gpu=True)}
+        data = json.dumps(body, separators=(",", ":")).encode()
+        workload.arrivals.append(Arrival(len(workload.arrivals), at, data, {}, f"gpu burst {body['request_id']}"))
 
 
 def with_locations(workload: Workload) -> Workload:

@@ -50,6 +50,7 @@ LIVENESS_BOUND = timedelta(hours=12)
 # needed about 1,100 quiet steps and was judged, wrongly, mid-re-queue at 1,000).
 QUIET_STEPS = 4000
 RETENTION_STEP = timedelta(hours=12)
+KIT_LINES_SHARE = 0.3  # of seeds whose trainer writes the kit's signed lines (sim.trainer)
 # Cloud Scheduler's trigger tick (every minute in terraform/scheduler.tf; every five here, which
 # only closes windows a little later).
 TRIGGER_TICK_SECONDS = 300.0
@@ -87,6 +88,12 @@ class Task:
 
     def runnable(self, now: datetime) -> bool:
         return self.wake_at is None or self.wake_at <= now
+
+
+def _note_lookup(world: World, location: str, request_id: str) -> None:
+    from sim.invariants import note_lookup
+
+    note_lookup(world, location, request_id)
 
 
 @dataclass
@@ -209,6 +216,8 @@ class World:
             random.Random(self.seed * 7 + 3),
         )
         self.vertex.runs = self._run_trainer
+        self.trainer.emit = functools.partial(self.emit_log_line, task="workerpool0-0")
+        self.trainer.kit_lines = random.Random(f"{self.seed}:kit_lines").random() < KIT_LINES_SHARE
         # Permanent and semantic faults: none when every fault is left out (what shrinking tries first).
         self.permanent = permanent.PermanentFaults() if self.no_faults else permanent.draw(self.seed, self.workload)
         self.fault_rng = random.Random(f"{self.seed}:faults:actors")
@@ -217,6 +226,9 @@ class World:
         self.vertex.changeovers = dict(self.permanent.changeovers)
         self.vertex.changeover_rng = random.Random(f"{self.seed}:faults:changeover")
         self.vertex.caller = lambda: self._current.name if self._current else "world"
+        self.wasted_lookups: list[str] = []  # sim.invariants.note_lookup
+        self.republished: dict[tuple[str, int], list[datetime]] = {}  # sim.promises.note_republish
+        self.vertex.looked_up = functools.partial(_note_lookup, self)
         self.trainer.two_file_stems = self.permanent.two_file_stems
         if not self.no_faults:
             self.workload.operations += permanent.events(self.seed, self.permanent, self.workload)
@@ -350,8 +362,16 @@ class World:
         task = self._current
         if task and message.topic == self.settings.ops_alerts_topic:
             self.alert_origins[message.message_id] = task.origin
+        if task and task.name == "reconcile" and message.topic == self.settings.job_requests_topic:
+            from sim.promises import note_republish
+
+            note_republish(self, message)
         if task and task.faulty and message.topic == self.settings.ops_alerts_topic and isinstance(body, dict):
             task.alerts.append((alert_key(body), task.faults_before_call))
+            if body.get("kind") == "ledger_corrupt" and len(self.tasks) > 1:
+                # Published first and noted after (shared/deciding/outbox.py): a delivery in flight
+                # beside this one may have looked before the note, and publishes it too.
+                self.unconfirmed_alerts[alert_key(body)] += 1
 
     def _count_unconfirmed_alerts(self, task: Task) -> None:
         """A delivery that hit a fault after it published an alert may have died (or failed, and
@@ -436,7 +456,9 @@ class World:
         else:
             self.trainer.train(job, ends_in_a_cut=what == "cut")
 
-    def emit_log_line(self, job: SimJob, text: str, severity: str, *, forged: bool = False) -> str:
+    def emit_log_line(
+        self, job: SimJob, text: str, severity: str, *, forged: bool = False, task: str = "service"
+    ) -> str:
         """A line of `job`'s logs, routed by the log sink to job-events; its message id."""
         entry = {
             "insertId": f"sim-{self.pubsub.next_id}-{job.name.rsplit('/', 1)[-1][-6:]}",  # one per entry
@@ -446,7 +468,7 @@ class World:
                 "labels": {
                     "project_id": self.settings.project,
                     "job_id": job.name.rsplit("/", 1)[-1],
-                    "task_name": "service",
+                    "task_name": task,
                 },
             },
             "severity": severity,

@@ -87,6 +87,19 @@ resource "google_storage_bucket" "state" {
     }
   }
 
+  # Preemption lines of jobs not indexed yet (shared/observe.py): an adoption counts and removes
+  # its job's within minutes; a foreign job's are never counted, and a line older than a day is
+  # stale anyway (SPOTJOBS_MAX_EVENT_AGE_SECONDS). A day more.
+  lifecycle_rule {
+    condition {
+      age            = 2
+      matches_prefix = ["unindexed/"]
+    }
+    action {
+      type = "Delete"
+    }
+  }
+
   # Rejection notes (shared/redeliveries.py): one per job-requests message rejected, needed while
   # Pub/Sub may deliver that message again (a subscription keeps a message 31 days at most).
   lifecycle_rule {

@@ -49,6 +49,7 @@ once, writing the markers of the active ones (a ledger from before the index).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import threading
 import time
@@ -68,6 +69,9 @@ if TYPE_CHECKING:
 
 REQUESTS_PREFIX = "requests/"
 JOBS_PREFIX = "jobs/"
+# Vertex's preemption lines of a job not indexed yet, kept until its adoption counts them
+# (`park_preemption`); a lifecycle rule removes a foreign job's (docs/ARCHITECTURE.md).
+UNINDEXED_PREFIX = "unindexed/"
 MAINTENANCE_PREFIX = "maintenance/"
 ACTIVE_PREFIX = "active/"
 ARCHIVE_PREFIX = "archive/"
@@ -529,6 +533,40 @@ class LedgerStore:
             )
         return JobIndexEntry(**{name: entry[name] for name in _JOB_INDEX_FIELDS})
 
+    def park_preemption(self, job_id: str, identity: str) -> None:
+        """Keep a preemption line of a job not indexed yet, by its identity (idempotent)."""
+        from google.api_core.exceptions import PreconditionFailed
+
+        blob = self._bucket.blob(_parked_path(job_id, identity))
+        try:
+            blob.upload_from_string(
+                json.dumps({"identity": identity}), content_type="application/json", if_generation_match=0
+            )
+        except PreconditionFailed:
+            pass  # kept by a redelivery before
+
+    def parked_preemptions(self, job_id: str) -> dict[str, str]:
+        """The preemption lines kept for `job_id`: object name -> the line's identity (one that
+        does not read, a hand edit, is left out: it says nothing)."""
+        parked = {}
+        for blob in self._bucket.client.list_blobs(self._bucket, prefix=f"{UNINDEXED_PREFIX}{job_id}/"):
+            try:
+                identity = json.loads(blob.download_as_bytes()).get("identity")
+            except (ValueError, AttributeError, RecursionError):
+                continue
+            if isinstance(identity, str):
+                parked[blob.name] = identity
+        return parked
+
+    def forget_parked(self, names: Collection[str]) -> None:
+        from google.api_core.exceptions import NotFound
+
+        for name in names:
+            try:
+                self._bucket.blob(name).delete()
+            except NotFound:
+                pass  # forgotten by a concurrent adoption
+
 
 _JOB_INDEX_FIELDS = ("request_id", "attempt", "location", "job")
 
@@ -584,3 +622,7 @@ def _request_path(request_id: str) -> str:
 
 def _job_path(job_id: str) -> str:
     return f"{JOBS_PREFIX}{job_id}.json"
+
+
+def _parked_path(job_id: str, identity: str) -> str:
+    return f"{UNINDEXED_PREFIX}{job_id}/{hashlib.sha256(identity.encode()).hexdigest()[:32]}.json"

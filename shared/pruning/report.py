@@ -95,7 +95,11 @@ class PruneResult:
         return sum(r.retryable_errors for r in self.reports)
 
 
-def report_alert(result: PruneResult, *, earlier: Sequence[LeftBehind] = (), limit: int = 50) -> Alert | None:
+# The most requests one report lists (what a run deleted from, what earlier runs left unreported).
+REPORT_LIMIT = 50
+
+
+def report_alert(result: PruneResult, *, earlier: Sequence[LeftBehind] = (), limit: int = REPORT_LIMIT) -> Alert | None:
     """The prune_report alert of a run that deleted something, met errors, or found what earlier
     runs deleted and never reported (`earlier`, shared/pruning/journal.py); None otherwise.
     Severity: ERROR with permanent errors (403, OutOfScope: someone must act), WARNING with only

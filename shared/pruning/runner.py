@@ -19,7 +19,7 @@ from shared.log import Logger, logger
 from shared.pruning.execute import prune_requests
 from shared.pruning.folders import CheckpointLayout, is_request_folder_name
 from shared.pruning.journal import ReportJournal
-from shared.pruning.report import PruneResult, log_report, report_alert
+from shared.pruning.report import REPORT_LIMIT, PruneResult, log_report, report_alert
 from shared.pruning.retention import PrunePolicy
 from shared.pruning.store import (
     GcsPruneStore,
@@ -196,7 +196,8 @@ def _prune_and_report(ports: Ports, task: PruneTask, message_id: str, log: Logge
         next_cursor=result.next_cursor,
         **result.summary,
     )
-    earlier = journal.left_behind(log)
+    # As many as one report names: the rest stay for the next run to report (settled only once named).
+    earlier = journal.left_behind(log)[:REPORT_LIMIT]
     alert = report_alert(result, earlier=earlier)
     if alert is not None:
         publish_alert(ports, alert)

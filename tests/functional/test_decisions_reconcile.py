@@ -17,6 +17,7 @@ from shared.ledger.records import Attempt, RequestRecord
 from shared.ledger.states import AttemptOutcome, RequestStatus
 from shared.ledger.store import LedgerStore
 from shared.log import Logger
+from shared.observe import EventOutcome, handle_job_event
 from shared.reconcile import RequestResult, run_reconcile
 from shared.requests.envelope import canonical_envelope
 from shared.requests.policy import validate_request
@@ -27,6 +28,7 @@ from tests.support.decisions import (
     FakePublisher,
     FakeVertex,
     World,
+    log_entry,
     make_settings,
 )
 
@@ -92,6 +94,55 @@ def test_reconcile_counts_a_running_job_seen_back_in_pending(world: World) -> No
     assert world.ledger.get("req-1").attempts[0].preemptions == 2
     assert [line["preemptions"] for line in log.events("preemption")] == [1, 2]
     assert {line["source"] for line in log.events("preemption")} == {"state"}
+
+
+def _lost_create(world: World) -> str:
+    """req-1's claim whose create went out but whose answer was lost: its job runs, unrecorded
+    and not indexed."""
+    _, job = world.submitted(state=RUNNING)
+
+    def crash_before_recording(current: RequestRecord) -> RequestRecord:
+        current.attempts[0] = Attempt(1, "us-central1", "SPOT", claimed_at=ago(600))
+        current.status = RequestStatus.CLAIMED
+        return current
+
+    world.rewrite("req-1", crash_before_recording)
+    world.ledger._bucket.blob(f"jobs/{job.rsplit('/', 1)[-1]}.json").delete()  # noqa: SLF001
+    return job
+
+
+def test_a_preemption_announced_before_its_job_was_indexed_is_counted_when_adopted(world: World) -> None:
+    """Vertex's preemption line of our job whose create's answer was lost comes before reconcile
+    adopts the job: kept, and counted once the adoption says whose job it is."""
+    job = _lost_create(world)
+    line = log_entry(job, "The Spot VM was preempted. Restarting the job (restart 1 of 6).", insert_id="ins-1")
+    for _ in range(2):  # and its redelivery
+        outcome = handle_job_event(
+            Message(line, "m-1"), CapturedLog().logger, settings=world.settings, ports=lambda: world.ports
+        )
+        assert outcome is EventOutcome.PARKED
+    assert world.vertex.gets == 0  # a foreign job's line buys no Vertex call
+    log = CapturedLog()
+
+    assert reconcile(world, log).outcomes == {"claim_adopted": 1}
+
+    assert world.ledger.get("req-1").attempts[0].preemptions == 1
+    [counted] = log.events("preemption")
+    assert (counted["request_id"], counted["attempt"], counted["job"]) == ("req-1", 1, job)
+    assert not list(world.ledger._bucket.client.list_blobs(world.ledger._bucket, prefix="unindexed/"))  # noqa: SLF001
+
+
+def test_a_foreign_jobs_preemption_line_is_kept_once_and_decides_nothing(world: World) -> None:
+    world.submitted(state=RUNNING)
+    foreign = "projects/p/locations/us-central1/customJobs/999"
+    line = log_entry(foreign, "The Spot VM was preempted. Restarting the job (restart 1 of 6).", insert_id="ins-9")
+    before = world.ledger.get("req-1")
+
+    for _ in range(2):
+        handle_job_event(Message(line, "m-9"), CapturedLog().logger, settings=world.settings, ports=lambda: world.ports)
+
+    kept = list(world.ledger._bucket.client.list_blobs(world.ledger._bucket, prefix="unindexed/999/"))  # noqa: SLF001
+    assert len(kept) == 1 and world.ledger.get("req-1") == before and world.vertex.gets == 0
 
 
 def test_abandoned_claim_with_a_job_is_adopted(world: World) -> None:

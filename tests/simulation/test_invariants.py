@@ -97,6 +97,22 @@ def test_a_publish_a_fault_cut_short_is_counted_for_the_alert_bound(world: World
     assert world.unconfirmed_alerts[invariants.alert_key(alert)] == 1
 
 
+def test_a_ledger_corrupt_alert_of_deliveries_in_flight_together_may_be_published_by_each(world: World) -> None:
+    """It is published first and noted after (shared/deciding/outbox.py, at least once): a delivery
+    in flight beside the publishing one may have looked before the note (seed 67)."""
+    from sim.world import Task
+
+    alert = Alert.of(AlertKind.LEDGER_CORRUPT, "unreadable", request_id="r1").to_json()
+    first, second = Task("on_job_event", lambda: None, faulty=True), Task("on_job_event", lambda: None, faulty=True)
+    world.tasks += [first, second]
+    for task in (first, second):
+        world._current = task  # noqa: SLF001 - as a delivery in flight
+        world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert).encode(), {})
+    world._current, world.tasks = None, []  # noqa: SLF001
+
+    assert invariants.alerts_not_per_redelivery(world) == []
+
+
 def test_a_decided_alert_never_published_is_caught(world: World) -> None:
     record(world, "r1", RequestStatus.FAILED, attempt(1), markers=["job_failed:1"])
 
@@ -259,6 +275,14 @@ def test_alerts_of_distinct_decisions_are_not_copies(world: World) -> None:
     assert invariants.alerts_not_per_redelivery(world) == []
 
 
+def test_stray_job_alerts_of_two_strays_of_one_attempt_are_not_copies(world: World) -> None:
+    for stray in ("j2", "j3"):  # its marker names each stray job: one alert each
+        alert = Alert.of(AlertKind.STRAY_JOB, "x", request_id="r1", attempt=1, details={"stray_job": stray})
+        world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert.to_json()).encode(), {})
+
+    assert invariants.alerts_not_per_redelivery(world) == []
+
+
 def test_two_prune_runs_reporting_one_request_are_two_reports_not_a_copy(world: World) -> None:
     # A run's report (shared/pruning/runner.py): each run that pruned the request says so.
     for _ in range(2):
@@ -303,3 +327,41 @@ def test_transient_errors_and_new_deletions_may_repeat_in_run_reports(world: Wor
     prune_report(world, "m1", "r2", forbidden, deleted=2)
     prune_report(world, "m2", "r2", forbidden, deleted=1)  # it deleted something else meanwhile
     assert invariants.errors_alerted_once(world) == []
+
+
+def _claim_republished(world: World, request_id: str, *, seconds_ago: float) -> None:
+    """A stale claim (held past its lease) that reconcile re-published `seconds_ago`."""
+    now = world.clock.now()
+    claim = dataclasses.replace(
+        attempt(1),
+        claimed_at=(now - timedelta(hours=1)).isoformat(),
+        republished=1,
+        republished_at=(now - timedelta(seconds=seconds_ago)).isoformat(),
+    )
+    record(world, request_id, RequestStatus.CLAIMED, claim)
+
+
+def test_a_reconcile_lookup_of_a_claim_backing_off_is_caught(world: World) -> None:
+    from sim.world import Task
+
+    _claim_republished(world, "r1", seconds_ago=10)  # backs off for 2 x the 120 s lease
+    _claim_republished(world, "r2", seconds_ago=600)  # due again: its lookup is the pass's work
+    world._current = Task("reconcile", lambda: None, faulty=False)
+    world.vertex.looked_up("us-central1", "r1")  # as SimVertex.list_custom_jobs calls it
+    world.vertex.looked_up("us-central1", "r2")
+    world._current = None
+
+    [found] = invariants.no_lookup_while_backing_off(world)
+    assert "r1 a1" in found.detail and "backs off" in found.detail
+
+
+def test_a_request_whose_message_awaits_its_redrive_is_not_lost(world: World) -> None:
+    from sim.pubsub import DEAD_LETTER_TOPIC
+
+    arrival = next(a for a in world.workload.arrivals if a.topic == "job_requests_topic" and b'"request_id"' in a.data)
+    rid = json.loads(arrival.data)["request_id"]
+    assert any(rid in v.detail for v in invariants.liveness(world))  # published, never handled
+
+    world.pubsub.accept(DEAD_LETTER_TOPIC, arrival.data, dict(arrival.attributes))  # failed 5 times
+
+    assert not any(f"request {rid} was published" in v.detail for v in invariants.liveness(world))

@@ -127,3 +127,28 @@ def test_nothing_of_a_request_is_deleted_when_what_it_deletes_cannot_be_recorded
     )
     assert store.names() == before
     assert result.retryable_errors == 1  # the delivery fails, and the redelivery prunes
+
+
+def test_every_request_an_earlier_run_left_unreported_is_named_by_a_later_report() -> None:
+    """A report names at most 50 requests of what earlier runs left unreported; the rest were
+    settled with them, never named (simulator seed 43: a burst of 300 requests)."""
+    from shared.pruning.report import REPORT_LIMIT
+
+    world = Deployment()
+    requests = [f"r{k:03d}" for k in range(REPORT_LIMIT + 10)]
+    for request_id in requests:
+        world.committed(request_id, 100, 200, 300)
+    world.publisher.fail_next = 1
+    with pytest.raises(ServiceUnavailable):
+        world.deliver("m1")
+    world.now += timedelta(hours=1)
+
+    world.deliver("m2")
+    world.deliver("m3")
+
+    named = {
+        left["request_id"]
+        for report in world.alerts("prune_report")
+        for left in report["details"]["unreported_earlier"]
+    }
+    assert named == set(requests)

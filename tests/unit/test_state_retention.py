@@ -120,6 +120,12 @@ FAMILIES = {
         ("deadletters/redriven/",),
         (Lifecycle(timedelta(days=31)),),  # a dead letter can be pulled at most 31 days
     ),
+    "unindexed preemption lines": Family(
+        "unindexed/<job id>/<sha256>.json",
+        "unindexed/7/0a1b.json",
+        ("unindexed/",),
+        (Lifecycle(timedelta(days=1)),),  # an older line is stale (SPOTJOBS_MAX_EVENT_AGE_SECONDS)
+    ),
     "rejection notes": Family(
         "rejections/<message id>",
         "rejections/1234567890",
