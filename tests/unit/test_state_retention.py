@@ -37,6 +37,7 @@ NOT_STATE = {
     "topology.json": "a file of the package",
     "/s": "a unit the HTML report shows (per second)",
     "/emulator/v1/": "the local Vertex emulator's HTTP paths",
+    "/fleet": "a page path of `spotjobs dashboard`",
 }
 
 
