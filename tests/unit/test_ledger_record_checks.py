@@ -1,0 +1,29 @@
+"""The shape check of a record's field where no plain type decides it (shared/ledger/records.py,
+`_known`): a boolean inside a container, a kind of field no record part has yet, is judged by the
+check itself, which takes true and false and nothing else."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from shared.ledger.records import _known
+
+
+@dataclass
+class _Flags:
+    flags: list[bool] = field(default_factory=list)
+    newer_fields: dict[str, Any] = field(default_factory=dict)
+
+
+@pytest.mark.parametrize("flags", [[True], [False], [True, False], []])
+def test_a_list_of_booleans_takes_true_and_false(flags: list[bool]) -> None:
+    assert _known(_Flags, {"flags": flags})["flags"] == flags
+
+
+@pytest.mark.parametrize("flags", [[1], [0], ["true"], [None], [True, 1]])
+def test_a_list_of_booleans_refuses_anything_else(flags: list[Any]) -> None:
+    with pytest.raises(TypeError, match=r"^_Flags\.flags is "):
+        _known(_Flags, {"flags": flags})
