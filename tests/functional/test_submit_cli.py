@@ -28,7 +28,11 @@ def offline(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("validate must not touch the network")
 
-    monkeypatch.setattr(socket, "socket", refuse)
+    # The class stays a class (a module imported meanwhile may subclass it: PySocks does); only its
+    # ways out are refused.
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    monkeypatch.setattr(socket.socket, "sendto", refuse)
     monkeypatch.setattr(socket, "create_connection", refuse)
     for variable in (
         "GOOGLE_APPLICATION_CREDENTIALS",
@@ -100,6 +104,8 @@ def test_validate_lists_every_violation_on_stderr_and_exits_2(
     assert err.splitlines() == [
         "custom_job.jobSpec.workerPoolSpecs[1].machineSpec.acceleratorCount: is 16; at most 8 per replica",
         "custom_job.jobSpec.workerPoolSpecs[1].replicaCount: is 64; at most 8 per pool",
+        "custom_job.jobSpec.workerPoolSpecs: asks for 65 replicas in all (every pool); at most 8 per job "
+        "(SPOTJOBS_MAX_REPLICAS_PER_JOB)",
         "custom_job.jobSpec.workerPoolSpecs: asks for 1024 accelerators in all (replicas x "
         "accelerators, every pool); at most 16 per job",
     ]
