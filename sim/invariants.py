@@ -795,4 +795,5 @@ from sim import promises, replicas  # noqa: E402 - they read this module's helpe
 
 QUIESCENCE.extend(promises.QUIESCENCE)
 QUIESCENCE.extend(replicas.QUIESCENCE)  # multi-replica jobs (sim/replicas.py)
+RETENTION.extend(replicas.RETENTION)
 RETENTION.extend(promises.RETENTION)

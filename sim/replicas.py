@@ -13,7 +13,8 @@ docs/kit.md "Multi-node" are not in this world: the service lines are the only e
 
 The invariants (`QUIESCENCE`): an attempt counts no more preemptions than VMs Vertex reclaimed
 and never more than seven per replica (`preemptions_within_reclaimed_vms`), and every attempt of a
-request is created with the layout its first one had (`same_layout_every_attempt`).
+request is created with the layout its first one had (`same_layout_every_attempt`), and a fleet
+fact names no more replicas than its attempt's job had (`fleet_facts_replicas_bounded`).
 """
 
 from __future__ import annotations
@@ -169,4 +170,40 @@ def same_layout_every_attempt(world: World) -> list[Violation]:
     return out
 
 
-QUIESCENCE: list[Callable[[World], list[Violation]]] = [preemptions_within_reclaimed_vms, same_layout_every_attempt]
+def fleet_facts_replicas_bounded(world: World) -> list[Violation]:
+    """A fleet fact (a wait, a run, a compacted attempt) names no more VMs than its attempt's jobs
+    had: a fact's time counts that many VMs' exposure (the per-VM lifetime, docs/signals.md), so
+    `fleet_facts_bounded`'s bound on the job's time bounds the VMs' only with it."""
+    from shared.fleet.observations import attempt_key
+    from shared.fleet.store import FLEET_PREFIX, parse_name
+    from sim.faults import HAND_WRITTEN_ATTEMPT
+    from sim.invariants import violation
+
+    vms: dict[str, int] = {}
+    for job in world.vertex.jobs.values():
+        key = attempt_key(job.request_id, job.attempt)
+        vms[key] = max(vms.get(key, 1), job_replicas(job.request))
+    out = []
+    for name in sorted(world.storage.objects(world.settings.state_bucket)):
+        if not name.startswith(FLEET_PREFIX) or (parsed := parse_name(name)) is None:
+            continue
+        fact = parsed[1]
+        if fact.attempt_key.startswith(HAND_WRITTEN_ATTEMPT) or fact.attempt_key not in vms:
+            continue  # a person's fact, or one of no job (`fleet_facts_bounded` says so)
+        named = fact.summary.replicas if fact.summary is not None else fact.replicas
+        if named > vms[fact.attempt_key]:
+            out.append(
+                violation(
+                    "fleet_facts_replicas_bounded",
+                    f"{name}: {named} replicas, its attempt's jobs had {vms[fact.attempt_key]}",
+                )
+            )
+    return out
+
+
+QUIESCENCE: list[Callable[[World], list[Violation]]] = [
+    preemptions_within_reclaimed_vms,
+    same_layout_every_attempt,
+    fleet_facts_replicas_bounded,
+]
+RETENTION: list[Callable[[World], list[Violation]]] = [fleet_facts_replicas_bounded]

@@ -9,12 +9,13 @@ import random
 
 import pytest
 
+from shared.fleet.observations import FleetFact, Kind, attempt_key
 from shared.ledger.states import RequestStatus
 from sim import invariants, replicas
 from sim.vertex import Create, SimJob
 from sim.workload import generate, with_cancels, with_crud_budget, with_locations
 from sim.world import World
-from tests.simulation.test_promises import attempt_of, restore
+from tests.simulation.test_promises import attempt_of, restore, write_fact
 from tests.support.sim_world import job
 
 SINGLE_SEEDS = [seed for seed in range(40) if not replicas.draw(seed).active][:3]
@@ -112,3 +113,17 @@ def test_an_attempt_created_with_another_layout_is_caught() -> None:
 
 def test_the_new_invariants_are_checked_at_quiescence() -> None:
     assert {replicas.preemptions_within_reclaimed_vms, replicas.same_layout_every_attempt} <= set(invariants.QUIESCENCE)
+
+
+def test_a_fleet_fact_naming_more_replicas_than_its_job_had_is_caught() -> None:
+    world = World(0)
+    two_pools(job(world, "r1", 1))
+    key = attempt_key("r1", 1)
+    write_fact(world, FleetFact(Kind.RUN, "us-central1", world.clock.now(), attempt_key=key, seconds=60, replicas=2))
+    assert replicas.fleet_facts_replicas_bounded(world) == []
+
+    name = write_fact(
+        world, FleetFact(Kind.WAIT, "us-central1", world.clock.now(), attempt_key=key, seconds=60, replicas=3)
+    )
+    [found] = replicas.fleet_facts_replicas_bounded(world)
+    assert found.detail == f"{name}: 3 replicas, its attempt's jobs had 2"
