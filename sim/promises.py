@@ -198,11 +198,11 @@ def preemption_storms(world: World) -> list[Expected]:
         Expected(
             AlertKind.PREEMPTION_STORM,
             job.request_id,
-            f"attempt {job.attempt}'s job was preempted {job.restarts} times, {seen} of them announced "
+            f"attempt {job.attempt}'s job was preempted {job.vms_reclaimed} times, {seen} of them announced "
             f"after its index was written (threshold {threshold})",
         )
         for job in only_jobs(world)
-        if job.restarts >= threshold
+        if job.vms_reclaimed >= threshold
         and (seen := preemptions_seen_indexed(world, job)) >= threshold
         and job.request_id not in cancelled
         and (job.request_id, job.attempt) not in unnamed
@@ -761,7 +761,7 @@ def fleet_facts_bounded(world: World) -> list[Violation]:
         if not jobs:
             problems.append("no job of its attempt was ever created")
         else:
-            preempted = sum(j.restarts for j in jobs)
+            preempted = sum(j.vms_reclaimed for j in jobs)  # a multi-replica job's facts are per VM
             created = min(j.create_time for j in jobs)
             starts = [j.start_time for j in jobs if j.start_time]
             life = max(((j.end_time or now) - j.create_time).total_seconds() for j in jobs) + 1
@@ -866,12 +866,12 @@ def logs_and_status_own_lines(world: World) -> list[Violation]:
                 out.append(
                     violation("status_own_facts", f"{record.request_id} attempt {attempt.n} shows job {attempt.job}")
                 )
-            elif job is not None and attempt.preemptions > job.restarts:
+            elif job is not None and attempt.preemptions > job.vms_reclaimed:
                 out.append(
                     violation(
                         "status_own_facts",
                         f"{record.request_id} attempt {attempt.n} shows {attempt.preemptions} preemptions; "
-                        f"Vertex preempted its job {job.restarts} times",
+                        f"Vertex preempted its job {job.vms_reclaimed} times",
                     )
                 )
     return out

@@ -24,7 +24,7 @@ from __future__ import annotations
 import collections
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -32,6 +32,7 @@ from google.api_core import exceptions as api
 
 from shared.adapters.vertex import to_job_json
 from shared.jobs import LABEL_ATTEMPT, LABEL_REQUEST_ID
+from sim.replicas import Replicas, reclaim, restarts_reached
 
 SUBMISSIONS_PER_MINUTE = 60
 CRUD_PER_MINUTE = 600
@@ -53,7 +54,9 @@ class SimJob:
     update_time: datetime
     fate: str = "succeed"  # succeed | fail | stockout | hang
     preemptions: int = 0  # still to come
-    restarts: int = 0
+    restarts: int = 0  # counted towards the six, in the seed's `spot_restart_count` mode (sim.replicas)
+    vms_reclaimed: int = 0  # every replica's VM Spot reclaimed: what the product may count
+    replica_restarts: dict[str, int] = field(default_factory=dict)  # replica -> its reclaims
     start_time: datetime | None = None
     end_time: datetime | None = None
     error: dict[str, Any] | None = None
@@ -135,6 +138,7 @@ class SimVertex:
         self._jobs_of_request: dict[str, list[SimJob]] = collections.defaultdict(list)
         self._indexed = 0
         self.created: list[Create] = []
+        self.replicas = Replicas()  # the seed's multi-replica draws (the world sets them)
         self.emit: Callable[[SimJob, str, str], None] = lambda job, text, severity: None
         self.gpu_quota_full = False  # creates of GPU machines get the resource-quota 429
         self.fate: Callable[[SimJob], None] = lambda job: None
@@ -376,17 +380,19 @@ class SimVertex:
             self.runs(job, "train" if clean_end else "cut")
             if job.preemptions > 0 or job.fate == "stockout":
                 job.preemptions = max(0, job.preemptions - 1)
-                job.restarts += 1
-                if job.restarts > MAX_RESTARTS:
+                reclaimed = reclaim(job, self.replicas)
+                reached = restarts_reached(job, reclaimed, self.replicas.spot_restart_count)
+                if reached > MAX_RESTARTS:
                     self.runs(job, "stop")
                     self.set_state(job, "JOB_STATE_FAILED", STOCKOUT_ERROR)
                     return
-                self.emit(
-                    job,
-                    f"The Spot VM of replica workerpool0-0 was preempted. Restarting the job "
-                    f"(restart {job.restarts} of {MAX_RESTARTS}).",
-                    "WARNING",
-                )
+                for replica in reclaimed:  # one line per reclaimed VM, as the emulator's rich mode writes
+                    self.emit(
+                        job,
+                        f"The Spot VM of replica {replica} was preempted. Restarting the job "
+                        f"(restart {reached} of {MAX_RESTARTS}).",
+                        "WARNING",
+                    )
                 self.runs(job, "start")
                 # Vertex keeps the job RUNNING while it waits for a machine again.
                 job.next_change += timedelta(seconds=self.changeover(job.location, "restart"))

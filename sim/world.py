@@ -33,7 +33,7 @@ from google.api_core import exceptions as api
 from greenlet import greenlet
 
 from sim import faults as permanent
-from sim import virtual
+from sim import replicas, virtual
 from sim.gcs import MemoryStorage
 from sim.pubsub import Delivery, SimPubSub
 from sim.trainer import Trainer
@@ -190,6 +190,8 @@ class World:
         self._aftershock_rng = random.Random(f"{self.seed}:aftershocks:kinds")
         self._shaken: set[str] = set()  # messages an aftershock hit
         self.workload = with_crud_budget(with_locations(with_cancels(generate(random.Random(self.seed * 104729 + 2)))))
+        replicas_drawn = replicas.draw(self.seed)
+        self.workload = replicas.with_replicas(self.workload, replicas_drawn)
         self.settings = self.workload.settings
         self.clock = virtual.VirtualClock(virtual.EPOCH_OF_SIMULATION)
         self.clock.sleep = self._sleep  # type: ignore[method-assign] # a task's sleep lets others run
@@ -205,6 +207,7 @@ class World:
         self.storage = MemoryStorage(self.clock.now, io=self.io)
         self.vertex = SimVertex(self.clock.now, self.io, self.rng, self.settings.project)
         self.vertex.emit = self.emit_log_line
+        self.vertex.replicas = replicas_drawn
         self.vertex.fate = self._draw_fate
         self.vertex.gpu_quota_full = self.workload.gpu_quota_full
         self.vertex.spot_capacity_back = lambda location: self.workload.spot_capacity_back(location, self.clock.now())

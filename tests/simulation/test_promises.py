@@ -424,7 +424,7 @@ def write_fact(world: World, fact: FleetFact) -> str:
 def test_a_fleet_fact_beyond_what_vertex_did_is_caught(world: World) -> None:
     running = job(world, "r1", 1)
     running.start_time = running.create_time
-    running.restarts = 1
+    running.vms_reclaimed = 1
     key = attempt_key("r1", 1)
     write_fact(world, FleetFact(Kind.PREEMPT, "us-central1", world.clock.now(), attempt_key=key, index=0))
     assert promises.fleet_facts_bounded(world) == []
@@ -460,7 +460,7 @@ def test_a_forged_line_shown_as_the_request_s_own_is_caught(world: World, monkey
 
 def test_status_counting_preemptions_vertex_never_made_is_caught(world: World) -> None:
     victim = job(world, "r1", 1)
-    victim.restarts = 1
+    victim.vms_reclaimed = 1
     restore(world, "r1", RequestStatus.RUNNING, attempt_of(victim, preemptions=1))
     assert promises.logs_and_status_own_lines(world) == []
     other = job(world, "r2", 1)

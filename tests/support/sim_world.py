@@ -63,6 +63,7 @@ def preempted(world: World, sim_job: SimJob, times: int, *, indexed: bool = True
         ledger.index_job(JobIndexEntry(sim_job.request_id, sim_job.attempt, sim_job.location, sim_job.name))
     for _ in range(times):
         sim_job.restarts += 1
+        sim_job.vms_reclaimed += 1
         world.emit_log_line(
             sim_job, f"The Spot VM of replica workerpool0-0 was preempted (restart {sim_job.restarts}).", "WARNING"
         )

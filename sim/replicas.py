@@ -1,0 +1,209 @@
+"""Multi-replica jobs in the simulated world (issue 44, item 5).
+
+A share of seeds (`SHARE`) gives some of its plain envelope requests a second worker pool of one
+to three replicas (pools 0 and 1, as a torch.distributed job has), drawn from a generator of its
+own (`random.Random(f"{seed}:replicas")`) so every other draw of a seed stays where it was.
+
+Vertex (`sim.vertex.SimVertex.advance`) then reclaims one replica's VM, or every replica's at
+once, at each preemption of such a job: one service line per reclaimed VM (the emulator's rich
+mode), and the restarts counted towards the six in the seed's `spot_restart_count` mode
+(`per_event`, `per_vm`, `per_replica`: docs/local.md, unknown from Google's documentation). The
+simulated trainer writes no kit lines, so survivors exiting 134 and the primary-only kit lines of
+docs/kit.md "Multi-node" are not in this world: the service lines are the only evidence.
+
+The invariants (`QUIESCENCE`): an attempt counts no more preemptions than VMs Vertex reclaimed
+and never more than seven per replica (`preemptions_within_reclaimed_vms`), and every attempt of a
+request is created with the layout its first one had (`same_layout_every_attempt`), and a fleet
+fact names no more replicas than its attempt's job had (`fleet_facts_replicas_bounded`).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from shared.jobs import MAX_SPOT_PREEMPTIONS, job_replicas
+
+if TYPE_CHECKING:
+    from sim.invariants import Violation
+    from sim.vertex import SimJob
+    from sim.workload import Workload
+    from sim.world import World
+
+SHARE = 0.3  # of seeds with multi-replica requests
+REQUEST_SHARE = 0.5  # of such a seed's plain envelope requests
+ALL_AT_ONCE_SHARE = 0.3  # of a multi-replica job's preemptions: every replica reclaimed together
+SPOT_RESTART_COUNTS = ("per_event", "per_vm", "per_replica")
+
+
+@dataclass
+class Replicas:
+    """What one seed drew for multi-replica jobs."""
+
+    active: bool = False  # the seed has multi-replica requests
+    requests: dict[str, int] = field(default_factory=dict)  # request id -> replicas of its pool 1
+    spot_restart_count: str = "per_event"
+    rng: random.Random = field(default_factory=lambda: random.Random(0))  # which replicas a preemption reclaims
+
+
+def draw(seed: int) -> Replicas:
+    rng = random.Random(f"{seed}:replicas")
+    if rng.random() >= SHARE:
+        return Replicas(rng=rng)
+    return Replicas(active=True, spot_restart_count=rng.choice(SPOT_RESTART_COUNTS), rng=rng)
+
+
+def with_replicas(workload: Workload, drawn: Replicas) -> Workload:
+    """Gives some plain envelope requests a pool 1 of one to three replicas like pool 0's (a
+    publisher's retry of one carries the same body)."""
+    if not drawn.active:
+        return workload
+    rewritten: dict[bytes, bytes] = {}
+    for arrival in workload.arrivals:
+        if arrival.data in rewritten:
+            arrival.data = rewritten[arrival.data]
+            continue
+        if not arrival.label.startswith("envelope ") or drawn.rng.random() >= REQUEST_SHARE:
+            continue
+        body = json.loads(arrival.data)
+        pools = body["custom_job"]["jobSpec"]["workerPoolSpecs"]
+        pool = copy.deepcopy(pools[0])
+        pool["replicaCount"] = drawn.rng.randint(1, 3)
+        pools.append(pool)
+        drawn.requests[body["request_id"]] = pool["replicaCount"]
+        rewritten[arrival.data] = json.dumps(body, separators=(",", ":")).encode()
+        arrival.data = rewritten[arrival.data]
+    return workload
+
+
+def reclaim(job: SimJob, drawn: Replicas) -> list[str]:
+    """The replicas (`workerpool<P>-<i>`) whose VMs one preemption of `job` reclaims: the primary's
+    alone for a one-replica job (no draw), else one replica or every one."""
+    names = replica_names(job.request)
+    if len(names) == 1:
+        return names
+    if drawn.rng.random() < ALL_AT_ONCE_SHARE:
+        return names
+    return [drawn.rng.choice(names)]
+
+
+def replica_names(custom_job: dict[str, Any]) -> list[str]:
+    pools = (custom_job.get("jobSpec") or {}).get("workerPoolSpecs") or []
+    return [
+        f"workerpool{p}-{i}"
+        for p, pool in enumerate(pools)
+        if pool
+        for i in range(max(1, int(pool.get("replicaCount") or 0)))
+    ] or ["workerpool0-0"]
+
+
+def restarts_reached(job: SimJob, reclaimed: list[str], counting: str) -> int:
+    """Counts one preemption towards the six restarts as `counting` says (the emulator's
+    `spot_restart_count`, devstack/vertex/runner.py); returns the count it reached."""
+    for name in reclaimed:
+        job.replica_restarts[name] = job.replica_restarts.get(name, 0) + 1
+    job.vms_reclaimed += len(reclaimed)
+    if counting == "per_replica":
+        return max(job.replica_restarts[name] for name in reclaimed)
+    job.restarts += len(reclaimed) if counting == "per_vm" else 1
+    return job.restarts
+
+
+def layout(custom_job: dict[str, Any]) -> list[tuple[str, int]]:
+    """A CustomJob's worker-pool layout: each pool's machine and replicas."""
+    pools = (custom_job.get("jobSpec") or {}).get("workerPoolSpecs") or []
+    return [
+        (json.dumps(pool.get("machineSpec") or {}, sort_keys=True), max(1, int(pool.get("replicaCount") or 0)))
+        for pool in pools
+        if pool
+    ]
+
+
+def preemptions_within_reclaimed_vms(world: World) -> list[Violation]:
+    """An attempt counts no more preemptions than VMs Vertex reclaimed of its job, and never more
+    than seven per replica (shared/deciding/preemptions.py `max_preemptions`)."""
+    from sim.invariants import records, violation
+
+    jobs = world.vertex.jobs  # by resource name, as an attempt names its job
+    out = []
+    for record in records(world):
+        for attempt in record.attempts:
+            job = jobs.get(attempt.job or "")
+            if job is None:
+                continue
+            bound = MAX_SPOT_PREEMPTIONS * job_replicas(job.request)
+            if attempt.preemptions > job.vms_reclaimed or attempt.preemptions > bound:
+                out.append(
+                    violation(
+                        "preemptions_within_reclaimed_vms",
+                        f"{record.request_id} attempt {attempt.n} counts {attempt.preemptions} preemptions; "
+                        f"Vertex reclaimed {job.vms_reclaimed} VMs of its {job_replicas(job.request)} replicas",
+                    )
+                )
+    return out
+
+
+def same_layout_every_attempt(world: World) -> list[Violation]:
+    """Every create of a request (re-queues, moves, deadline switches) keeps the worker-pool layout
+    of its first create."""
+    from shared.jobs import LABEL_REQUEST_ID
+    from sim.invariants import violation
+
+    first: dict[str, list[tuple[str, int]]] = {}
+    out = []
+    for create in world.vertex.created:
+        if not create.accepted:
+            continue
+        request_id = (create.job.get("labels") or {}).get(LABEL_REQUEST_ID, "")
+        shape = layout(create.job)
+        if first.setdefault(request_id, shape) != shape:
+            out.append(
+                violation(
+                    "same_layout_every_attempt",
+                    f"{request_id}: a create with layout {shape}, its first had {first[request_id]}",
+                )
+            )
+    return out
+
+
+def fleet_facts_replicas_bounded(world: World) -> list[Violation]:
+    """A fleet fact (a wait, a run, a compacted attempt) names no more VMs than its attempt's jobs
+    had: a fact's time counts that many VMs' exposure (the per-VM lifetime, docs/signals.md), so
+    `fleet_facts_bounded`'s bound on the job's time bounds the VMs' only with it."""
+    from shared.fleet.observations import attempt_key
+    from shared.fleet.store import FLEET_PREFIX, parse_name
+    from sim.faults import HAND_WRITTEN_ATTEMPT
+    from sim.invariants import violation
+
+    vms: dict[str, int] = {}
+    for job in world.vertex.jobs.values():
+        key = attempt_key(job.request_id, job.attempt)
+        vms[key] = max(vms.get(key, 1), job_replicas(job.request))
+    out = []
+    for name in sorted(world.storage.objects(world.settings.state_bucket)):
+        if not name.startswith(FLEET_PREFIX) or (parsed := parse_name(name)) is None:
+            continue
+        fact = parsed[1]
+        if fact.attempt_key.startswith(HAND_WRITTEN_ATTEMPT) or fact.attempt_key not in vms:
+            continue  # a person's fact, or one of no job (`fleet_facts_bounded` says so)
+        named = fact.summary.replicas if fact.summary is not None else fact.replicas
+        if named > vms[fact.attempt_key]:
+            out.append(
+                violation(
+                    "fleet_facts_replicas_bounded",
+                    f"{name}: {named} replicas, its attempt's jobs had {vms[fact.attempt_key]}",
+                )
+            )
+    return out
+
+
+QUIESCENCE: list[Callable[[World], list[Violation]]] = [
+    preemptions_within_reclaimed_vms,
+    same_layout_every_attempt,
+    fleet_facts_replicas_bounded,
+]
+RETENTION: list[Callable[[World], list[Violation]]] = [fleet_facts_replicas_bounded]

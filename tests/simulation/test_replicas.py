@@ -1,0 +1,129 @@
+"""Multi-replica jobs in the simulator (sim/replicas.py, issue 44 item 5): their draws leave other
+seeds alone, Vertex reclaims replicas and counts restarts in each mode, and each new invariant
+catches a planted violation."""
+
+from __future__ import annotations
+
+import copy
+import random
+
+import pytest
+
+from shared.fleet.observations import FleetFact, Kind, attempt_key
+from shared.ledger.states import RequestStatus
+from sim import invariants, replicas
+from sim.vertex import Create, SimJob
+from sim.workload import generate, with_cancels, with_crud_budget, with_locations
+from sim.world import World
+from tests.simulation.test_promises import attempt_of, restore, write_fact
+from tests.support.sim_world import job
+
+SINGLE_SEEDS = [seed for seed in range(40) if not replicas.draw(seed).active][:3]
+MULTI_SEEDS = [seed for seed in range(40) if replicas.draw(seed).active][:3]
+
+
+def two_pools(sim_job: SimJob, pool1_replicas: int = 1) -> SimJob:
+    pools = sim_job.request["jobSpec"]["workerPoolSpecs"]
+    pools.append({**copy.deepcopy(pools[0]), "replicaCount": pool1_replicas})
+    return sim_job
+
+
+def unchanged_workload(seed: int) -> list[tuple[object, ...]]:
+    workload = with_crud_budget(with_locations(with_cancels(generate(random.Random(seed * 104729 + 2)))))
+    return [(a.at, a.label, a.data, a.attributes) for a in workload.arrivals]
+
+
+@pytest.mark.parametrize("seed", SINGLE_SEEDS)
+def test_a_seed_without_multi_replica_draws_keeps_its_workload(seed: int) -> None:
+    arrivals = World(seed).workload.arrivals
+    assert [(a.at, a.label, a.data, a.attributes) for a in arrivals] == unchanged_workload(seed)
+
+
+@pytest.mark.parametrize("seed", MULTI_SEEDS)
+def test_a_multi_replica_seed_changes_only_envelope_bodies(seed: int) -> None:
+    world = World(seed)
+    before = unchanged_workload(seed)
+    after = [(a.at, a.label, a.data, a.attributes) for a in world.workload.arrivals]
+    assert [(at, label) for at, label, _, _ in after] == [(at, label) for at, label, _, _ in before]
+    changed = [label for (_, label, data, _), (_, _, old, _) in zip(after, before, strict=True) if data != old]
+    assert all(label.startswith(("envelope ", "retry of envelope ")) for label in changed)
+    assert len({label.split()[-1] for label in changed}) == len(world.vertex.replicas.requests)
+
+
+@pytest.mark.parametrize(
+    ("counting", "reached", "restarts"), [("per_event", 1, 1), ("per_vm", 3, 3), ("per_replica", 1, 0)]
+)
+def test_restarts_count_towards_the_six_in_each_mode(counting: str, reached: int, restarts: int) -> None:
+    sim_job = two_pools(job(World(0), "r1", 1), pool1_replicas=2)
+    every = replicas.replica_names(sim_job.request)
+    assert every == ["workerpool0-0", "workerpool1-0", "workerpool1-1"]
+
+    assert replicas.restarts_reached(sim_job, every, counting) == reached
+    assert (sim_job.restarts, sim_job.vms_reclaimed) == (restarts, 3)
+
+
+def test_a_preemption_writes_one_service_line_per_reclaimed_vm(monkeypatch: pytest.MonkeyPatch) -> None:
+    world = World(0)
+    world.vertex.replicas = replicas.Replicas(active=True, rng=random.Random(0))
+    monkeypatch.setattr(replicas, "ALL_AT_ONCE_SHARE", 1.0)
+    sim_job = two_pools(job(world, "r1", 1))
+    sim_job.preemptions = 1
+    world.vertex.advance(sim_job)
+    lines = [m.json()["textPayload"] for m in world.pubsub.on(world.settings.job_events_topic)]
+    assert [line.split(" was ")[0] for line in lines if "was preempted" in line] == [
+        "The Spot VM of replica workerpool0-0",
+        "The Spot VM of replica workerpool1-0",
+    ]
+    assert (sim_job.restarts, sim_job.vms_reclaimed) == (1, 2)
+
+
+def test_preemptions_past_the_reclaimed_vms_or_seven_per_replica_are_caught() -> None:
+    world = World(0)
+    held = two_pools(job(world, "r1", 1))
+    held.vms_reclaimed = 3
+    restore(world, "r1", RequestStatus.RUNNING, attempt_of(held, preemptions=3))
+    assert replicas.preemptions_within_reclaimed_vms(world) == []
+
+    past_reclaimed = two_pools(job(world, "r2", 1))
+    past_reclaimed.vms_reclaimed = 3
+    restore(world, "r2", RequestStatus.RUNNING, attempt_of(past_reclaimed, preemptions=4))
+    past_bound = two_pools(job(world, "r3", 1))
+    past_bound.vms_reclaimed = 20  # a world gone wrong: still no more than 7 per replica may be counted
+    restore(world, "r3", RequestStatus.RUNNING, attempt_of(past_bound, preemptions=15))
+
+    details = sorted(v.detail for v in replicas.preemptions_within_reclaimed_vms(world))
+    assert details == [
+        "r2 attempt 1 counts 4 preemptions; Vertex reclaimed 3 VMs of its 2 replicas",
+        "r3 attempt 1 counts 15 preemptions; Vertex reclaimed 20 VMs of its 2 replicas",
+    ]
+
+
+def test_an_attempt_created_with_another_layout_is_caught() -> None:
+    world = World(0)
+    first = two_pools(job(world, "r1", 1)).request
+    again = two_pools(job(world, "r1", 2)).request
+    world.vertex.created += [Create(world.clock.now(), "us-central1", r, True) for r in (first, again)]
+    assert replicas.same_layout_every_attempt(world) == []
+
+    shrunk = job(world, "r1", 3).request  # pool 1 lost on a re-queue
+    world.vertex.created.append(Create(world.clock.now(), "us-central1", shrunk, True))
+    [found] = replicas.same_layout_every_attempt(world)
+    assert found.invariant == "same_layout_every_attempt" and found.detail.startswith("r1: a create with layout")
+
+
+def test_the_new_invariants_are_checked_at_quiescence() -> None:
+    assert {replicas.preemptions_within_reclaimed_vms, replicas.same_layout_every_attempt} <= set(invariants.QUIESCENCE)
+
+
+def test_a_fleet_fact_naming_more_replicas_than_its_job_had_is_caught() -> None:
+    world = World(0)
+    two_pools(job(world, "r1", 1))
+    key = attempt_key("r1", 1)
+    write_fact(world, FleetFact(Kind.RUN, "us-central1", world.clock.now(), attempt_key=key, seconds=60, replicas=2))
+    assert replicas.fleet_facts_replicas_bounded(world) == []
+
+    name = write_fact(
+        world, FleetFact(Kind.WAIT, "us-central1", world.clock.now(), attempt_key=key, seconds=60, replicas=3)
+    )
+    [found] = replicas.fleet_facts_replicas_bounded(world)
+    assert found.detail == f"{name}: 3 replicas, its attempt's jobs had 2"
