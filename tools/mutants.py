@@ -489,8 +489,19 @@ def _tests_stage(tests: Sequence[str], report: Path) -> int:
     with report.open("w") as out, contextlib.redirect_stdout(out):
         code = pytest.main(["-x", *PYTEST_ARGS, *tests])
     if code in PYTEST_RUNNER_ERRORS:
-        return RUNNER_ERROR_EXIT
+        return 1 if _a_module_fails_to_import(tests) else RUNNER_ERROR_EXIT
     return 0 if code == 0 else 1
+
+
+def _a_module_fails_to_import(tests: Sequence[str]) -> bool:
+    """Whether a test's module raises on import with the mutant served: pytest then finds none of
+    its tests, as for a renamed one, but the trace imported it on the unmutated code."""
+    for module in sorted({module_name(test.split("::")[0]) for test in tests}):
+        try:
+            importlib.import_module(module)
+        except Exception:  # a mutant may raise anything at import
+            return True
+    return False
 
 
 def _sim_stage() -> int:
