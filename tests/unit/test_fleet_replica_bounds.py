@@ -27,3 +27,8 @@ def test_a_compacted_attempt_may_tell_seven_preemptions_per_replica_and_no_more(
 def test_a_compacted_attempt_of_no_preemptions_is_read_and_a_negative_count_is_not() -> None:
     assert within_bound(compacted(0))
     assert not within_bound(compacted(-1))
+
+
+def test_a_fact_that_says_no_replicas_is_bounded_as_one_vm() -> None:
+    assert within_bound(FleetFact(Kind.RUN, LOC, T0, count=MAX_SPOT_PREEMPTIONS, replicas=0))
+    assert not within_bound(FleetFact(Kind.RUN, LOC, T0, count=MAX_SPOT_PREEMPTIONS + 1, replicas=0))
