@@ -198,3 +198,18 @@ def test_tests_the_trace_recorded_that_pytest_no_longer_finds_are_the_runners_er
     assert _verdict(code) == "error"
     assert _verdict(0) == "pass"
     assert _verdict(1) == "fail"
+
+
+def test_a_mutant_that_breaks_a_test_modules_import_is_killed_not_the_runners_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A mutant raising at import (a constant's `Path(...) * "x.json"`) makes pytest collect nothing
+    # of the module and exit 4 ("found no collectors"), as for a renamed test; but the module the
+    # trace imported no longer imports: the mutant failed the test.
+    (tmp_path / "test_served_a_broken_import.py").write_text(
+        'raise TypeError("the mutated module fails at import")\n\ndef test_x():\n    pass\n'
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code = _tests_stage(["test_served_a_broken_import.py::test_x"], tmp_path / "pytest.txt")
+    assert _verdict(code) == "fail"
