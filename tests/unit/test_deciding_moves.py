@@ -229,3 +229,11 @@ def test_a_deadline_request_whose_work_is_not_known_yet_never_moves() -> None:
     record = with_deadline(36000, total_steps=None, expected_step_seconds=None)
     move(record)
     assert not moved(record)
+
+
+def test_a_deadline_request_whose_work_is_all_committed_is_not_moved() -> None:
+    done = with_deadline(36000)
+    done.attempt(1).last_checkpoint = [0, 1000]
+    assert rule(done) == (Action.STAY, None)  # done: nothing is held for, so no move is spared
+    move(done)
+    assert not moved(done)
