@@ -482,13 +482,25 @@ PYTEST_RUNNER_ERRORS = (4, 5)  # usage error ("not found"), no tests collected
 RUNNER_ERROR_EXIT = 75
 
 
+class _CollectionErrors:
+    """Whether a test module failed to import: under a mutant, the mutant broke its module's import."""
+
+    def __init__(self) -> None:
+        self.seen = False
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        self.seen = self.seen or report.failed
+
+
 def _tests_stage(tests: Sequence[str], report: Path) -> int:
     """The tests, in the order given (each stage a pytest session of its own), first failure stops."""
     import pytest
 
+    collection = _CollectionErrors()
     with report.open("w") as out, contextlib.redirect_stdout(out):
-        code = pytest.main(["-x", *PYTEST_ARGS, *tests])
-    if code in PYTEST_RUNNER_ERRORS:
+        code = pytest.main(["-x", *PYTEST_ARGS, *tests], plugins=[collection])
+    # A test module that no longer imports leaves its tests "not found" too: that fails the suite.
+    if code in PYTEST_RUNNER_ERRORS and not collection.seen:
         return RUNNER_ERROR_EXIT
     return 0 if code == 0 else 1
 
