@@ -11,7 +11,7 @@ from spotjobs_kit.lines import KitRecord
 
 from shared.deciding.effects import Effects
 from shared.deciding.preemptions import MIN_STEPS_PER_SECOND, count_preemptions, kit_line_refusal, note_kit_line
-from shared.jobs import JobSnapshot, JobState
+from shared.jobs import MAX_SPOT_PREEMPTIONS, JobSnapshot, JobState
 from shared.ledger.records import Attempt, RequestRecord
 from shared.requests.envelope import MAX_SECONDS, MAX_TOTAL_STEPS
 
@@ -75,3 +75,46 @@ def test_a_job_seen_queued_is_a_preemption_only_after_the_ledger_saw_it_run() ->
     assert seen_waiting(JobState.RUNNING) == 1
     assert seen_waiting(JobState.PENDING) == 0
     assert seen_waiting(JobState.QUEUED) == 0
+
+
+@pytest.mark.parametrize("time", ["2026-12-02T10:00:00Z", "2026-12-02T13:00:00Z"])
+def test_a_line_written_exactly_a_clock_skew_outside_the_attempts_life_is_still_evidence(time: str) -> None:
+    # Claimed at 11:00, now 12:00, an hour's skew either side.
+    line = KitRecord("progress", request_id="r1", attempt=1, run=0, time=time)
+    assert kit_line_refusal(record_of().attempt(1), line, NOW) is None
+
+
+@pytest.mark.parametrize(("written", "shown"), [("7" * 40, "7" * 40), ("7" * 41, f"{'7' * 40}... (41 characters)")])
+def test_a_refused_lines_run_is_shown_whole_up_to_forty_characters(written: str, shown: str) -> None:
+    record = record_of()
+    effects = Effects()
+    line = KitRecord("preempted", request_id="r1", attempt=1, run=None, fields={"run": written})
+    assert not note_kit_line(record, record.attempt(1), line, NOW, effects)
+    [refused] = effects.lines
+    assert refused.fields["run"] == shown
+
+
+def test_service_lines_past_what_vertex_can_have_done_are_refused_from_the_first_one_past() -> None:
+    record = record_of()
+    attempt = record.attempt(1)
+    most = MAX_SPOT_PREEMPTIONS  # one replica
+    refused = []
+    for identity in range(most + 1):
+        effects = Effects()
+        count_preemptions(
+            record, attempt, None, f"line-{identity}", fresh=False, storm_threshold=99, now=NOW, effects=effects
+        )
+        refused.append("preemption_evidence_refused" in effects.events)
+    assert refused == [False] * most + [True]
+    assert attempt.preemptions == most
+
+
+def test_the_storm_alert_fires_at_its_threshold() -> None:
+    record = record_of()
+    attempt = record.attempt(1)
+    effects = Effects()
+    for identity in range(3):
+        count_preemptions(
+            record, attempt, None, f"line-{identity}", fresh=False, storm_threshold=3, now=NOW, effects=effects
+        )
+    assert [alert.kind for alert in effects.alerts] == ["preemption_storm"]
