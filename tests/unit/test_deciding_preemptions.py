@@ -10,7 +10,12 @@ import pytest
 from spotjobs_kit.lines import KitRecord
 
 from shared.deciding.effects import Effects
-from shared.deciding.preemptions import MIN_STEPS_PER_SECOND, count_preemptions, kit_line_refusal, note_kit_line
+from shared.deciding.preemptions import (
+    MIN_STEPS_PER_SECOND,
+    count_preemptions,
+    kit_line_refusal,
+    note_kit_line,
+)
 from shared.jobs import MAX_SPOT_PREEMPTIONS, JobSnapshot, JobState
 from shared.ledger.records import Attempt, RequestRecord
 from shared.requests.envelope import MAX_SECONDS, MAX_TOTAL_STEPS
@@ -27,7 +32,12 @@ def record_of(state: str = JobState.RUNNING) -> RequestRecord:
 @pytest.mark.parametrize(
     "numbers",
     [
+        {"step": 0},
         {"step": MAX_TOTAL_STEPS},
+        {"resumed_step": 0},
+        {"total_steps": 1},
+        {"bytes": 0},
+        {"bytes": 10**15},  # a petabyte (docs/security.md, "Limits")
         {"total_steps": MAX_TOTAL_STEPS},
         {"seconds": 0.0},
         {"seconds_since_checkpoint": 0.0},
@@ -38,6 +48,27 @@ def record_of(state: str = JobState.RUNNING) -> RequestRecord:
 def test_numbers_exactly_at_their_bounds_are_still_evidence(numbers: dict[str, float]) -> None:
     line = KitRecord("progress", request_id="r1", attempt=1, run=0, **numbers)
     assert kit_line_refusal(record_of().attempt(1), line, NOW) is None
+
+
+@pytest.mark.parametrize(
+    "numbers",
+    [
+        {"step": -1},
+        {"resumed_step": -1},
+        {"total_steps": 0},
+        {"bytes": -1},
+        {"bytes": 10**15 + 1},
+        {"seconds": -0.5},
+        {"seconds_since_checkpoint": -0.5},
+        {"steps_per_second": -0.5},
+        {"steps_per_second": MIN_STEPS_PER_SECOND / 2},
+        {"time": "2026-12-02T09:59:59Z"},
+        {"time": "2026-12-02T13:00:01Z"},
+    ],
+)
+def test_numbers_just_past_their_bounds_are_refused(numbers: dict[str, object]) -> None:
+    line = KitRecord("progress", request_id="r1", attempt=1, run=0, **numbers)
+    assert kit_line_refusal(record_of().attempt(1), line, NOW) is not None
 
 
 def preemptions_after(*lines: KitRecord) -> int:
