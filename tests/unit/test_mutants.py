@@ -213,3 +213,15 @@ def test_a_mutant_that_breaks_a_test_modules_import_is_killed_not_the_runners_er
     monkeypatch.syspath_prepend(str(tmp_path))
     code = _tests_stage(["test_served_a_broken_import.py::test_x"], tmp_path / "pytest.txt")
     assert _verdict(code) == "fail"
+
+
+def test_a_mutant_whose_module_no_longer_parses_is_killed_not_the_runners_error(tmp_path: Path) -> None:
+    # cosmic-ray's ReplaceBinaryOperator_Pow_Mul turns `{**extra}` into `{*extra}`: a SyntaxError in
+    # the room's module, so the test module importing it cannot be collected.
+    (tmp_path / "mutated_room.py").write_text('def fields(**extra):\n    return {"event": 1, *extra}\n')
+    (tmp_path / "test_of_the_room.py").write_text(
+        "from mutated_room import fields\n\n\ndef test_fields():\n    assert fields(a=1)\n"
+    )
+    report = tmp_path / "pytest.txt"
+    code = _tests_stage([f"{tmp_path / 'test_of_the_room.py'}::test_fields"], report)
+    assert _verdict(code) == "fail", report.read_text()
