@@ -75,7 +75,7 @@ class AlertKind(enum.StrEnum):
         "prune_report",
         "INFO",
         "what a prune pass deleted (WARNING when a delete failed, ERROR when one failed for good); at least"
-        " once: what a pass deleted and could not report comes in a later pass's report (`unreported_earlier`)",
+        " once: what a pass deleted and could not report comes in a later pass's report (`unreported_earlier`, 50 requests a report: the rest in the passes after)",
     )
     TRIGGER_FAILED = (
         "trigger_failed",
