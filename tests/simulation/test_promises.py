@@ -10,42 +10,21 @@ from typing import Any
 import pytest
 
 from shared.alerts import Alert, AlertKind
-from shared.fleet.observations import FleetFact, Kind, MachineClass, attempt_key
-from shared.fleet.store import object_name
-from shared.ledger.records import Attempt, RequestRecord
+from shared.fleet.observations import FleetFact, Kind, attempt_key
+from shared.ledger.records import Attempt
 from shared.ledger.states import RequestStatus
-from shared.ledger.store import LedgerStore
 from sim import invariants, promises
 from sim.faults import Refusal
 from sim.trainer import LAYOUTS, Save
 from sim.vertex import STOCKOUT_ERROR, USER_ERROR, Create, Refused, SimJob
 from sim.workload import Arrival, forge_kit_line
 from sim.world import World
-from tests.support.sim_world import job, preempted, trained
+from tests.support.sim_world import attempt_of, job, preempted, restore, trained, write_fact
 
 
 @pytest.fixture
 def world() -> World:
     return World(0)
-
-
-def restore(world: World, request_id: str, status: RequestStatus, *attempts: Attempt, **request: Any) -> None:
-    LedgerStore(world.storage.client().bucket(world.settings.state_bucket)).restore(
-        RequestRecord(
-            request_id,
-            {"request_id": request_id, "custom_job": {}, **request},
-            "gs://c/",
-            status=status,
-            attempts=list(attempts),
-            created_at=world.clock.now().isoformat().replace("+00:00", "Z"),
-        )
-    )
-
-
-def attempt_of(sim_job: SimJob, **fields: Any) -> Attempt:
-    return Attempt(
-        sim_job.attempt, "us-central1", "SPOT", claimed_at="2026-03-02T08:00:00Z", job=sim_job.name, **fields
-    )
 
 
 def publish_alert(world: World, kind: AlertKind, request_id: str | None, **details: Any) -> None:
@@ -413,12 +392,6 @@ def test_a_deadline_missed_waiting_for_a_gpu_quota_past_the_bound_is_excused(wor
 
 
 # The fleet.
-
-
-def write_fact(world: World, fact: FleetFact) -> str:
-    name = object_name(MachineClass("n1-standard-4"), fact)
-    world.storage.client().bucket(world.settings.state_bucket).blob(name).upload_from_string(b"")
-    return name
 
 
 def test_a_fleet_fact_beyond_what_vertex_did_is_caught(world: World) -> None:

@@ -15,8 +15,7 @@ from sim import invariants, replicas
 from sim.vertex import Create, SimJob
 from sim.workload import generate, with_cancels, with_crud_budget, with_locations
 from sim.world import World
-from tests.simulation.test_promises import attempt_of, restore, write_fact
-from tests.support.sim_world import job
+from tests.support.sim_world import attempt_of, job, restore, write_fact
 
 SINGLE_SEEDS = [seed for seed in range(40) if not replicas.draw(seed).active][:3]
 MULTI_SEEDS = [seed for seed in range(40) if replicas.draw(seed).active][:3]

@@ -3,6 +3,10 @@ Vertex runs, ledger records, a trainer that saves."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from shared.fleet.observations import FleetFact, MachineClass
+from shared.fleet.store import object_name
 from shared.ledger.records import Attempt, RequestRecord
 from shared.ledger.states import RequestStatus
 from shared.ledger.store import JobIndexEntry, LedgerStore
@@ -68,3 +72,28 @@ def preempted(world: World, sim_job: SimJob, times: int, *, indexed: bool = True
             sim_job, f"The Spot VM of replica workerpool0-0 was preempted (restart {sim_job.restarts}).", "WARNING"
         )
     return sim_job
+
+
+def restore(world: World, request_id: str, status: RequestStatus, *attempts: Attempt, **request: Any) -> None:
+    LedgerStore(world.storage.client().bucket(world.settings.state_bucket)).restore(
+        RequestRecord(
+            request_id,
+            {"request_id": request_id, "custom_job": {}, **request},
+            "gs://c/",
+            status=status,
+            attempts=list(attempts),
+            created_at=world.clock.now().isoformat().replace("+00:00", "Z"),
+        )
+    )
+
+
+def attempt_of(sim_job: SimJob, **fields: Any) -> Attempt:
+    return Attempt(
+        sim_job.attempt, "us-central1", "SPOT", claimed_at="2026-03-02T08:00:00Z", job=sim_job.name, **fields
+    )
+
+
+def write_fact(world: World, fact: FleetFact) -> str:
+    name = object_name(MachineClass("n1-standard-4"), fact)
+    world.storage.client().bucket(world.settings.state_bucket).blob(name).upload_from_string(b"")
+    return name

@@ -17,15 +17,23 @@ def started(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     import flask
 
     import shared.settings
+    import spotjobs.dashboard.app
     import spotjobs.dashboard.reading
 
     seen: dict[str, Any] = {}
     monkeypatch.setattr(shared.settings, "get_settings", lambda: object())
     monkeypatch.setattr(spotjobs.dashboard.reading, "deployment_of", lambda settings, project: object())
+    create_app = spotjobs.dashboard.app.create_app
+
+    def created(deployment: Any, **options: Any) -> flask.Flask:
+        hosts = options.get("trusted_hosts")
+        seen["trusted_hosts"] = None if hosts is None else list(hosts)
+        return create_app(deployment, **options)
 
     def run(app: flask.Flask, **options: Any) -> None:
-        seen.update(options, trusted_hosts=app.config["TRUSTED_HOSTS"])
+        seen.update(options)
 
+    monkeypatch.setattr(spotjobs.dashboard.app, "create_app", created)
     monkeypatch.setattr(flask.Flask, "run", run)
     return seen
 
