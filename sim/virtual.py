@@ -8,10 +8,11 @@ starts threads, made virtual, in one place (`install`), for the simulated world:
 | `Pacer(clock=time.time, sleep=time.sleep)`, `CrudBudget(clock=time.monotonic)` | default arguments, bound at import | replaced defaults |
 | `random.uniform` (compare-and-swap backoff)          | `shared.swap`                           | the world's seeded `random.Random` |
 | `uuid.uuid4` (a prune run's journal, a lock holder)  | pruning.journal, ledger.run_lock        | from the seed |
+| `secrets.token_hex` (an attempt's kit signing key)  | ledger.claims                           | from the seed |
 | `ThreadPoolExecutor`                                 | reconcile, ledger.retention, found_jobs, pruning.execute | runs each task at once, in order |
 | `get_settings()`, `ports_for(name)`                  | the shells, `shared.settings`, `shared.wiring` | the world's settings and Ports |
 | `STORAGE_EMULATOR_HOST` (fake-gcs-server workarounds) | pruning.runner, ledger.store            | off: the stand-in is GCS |
-| per-process caches                                   | found_jobs, triggers.runner, triggers.windows | emptied for each world |
+| per-process caches                                   | found_jobs, triggers.runner, triggers.windows, the ledger's parse and the job's conversion memos | emptied for each world |
 
 `install(world)` points all of it at `world` (the originals are kept; `uninstall` restores them).
 """
@@ -79,6 +80,18 @@ class SeededUuid:
 
     def uuid4(self) -> uuid.UUID:
         return uuid.UUID(int=self._rng.getrandbits(128), version=4)
+
+
+class SeededSecrets:
+    """A stand-in for the `secrets` module as the functions use it: an attempt's kit signing key
+    from the world's seed, so the lines a trainer signs with it (and the names made of their
+    digests) are the same on replay."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self._rng = rng
+
+    def token_hex(self, nbytes: int) -> str:
+        return self._rng.getrandbits(8 * nbytes).to_bytes(nbytes, "big").hex()
 
 
 def virtual_datetime(clock: VirtualClock) -> type[datetime]:
@@ -167,6 +180,7 @@ def install(world: Any) -> None:
     for name in TIME_USERS:
         _set(name, "time", virtual_time)
     _set("shared.swap", "random", world.rng)
+    _set("shared.ledger.claims", "secrets", SeededSecrets(random.Random(f"{world.seed}:kit-keys")))
     seeded_uuid = SeededUuid(random.Random(f"{world.seed}:uuid"))
     for name in UUID_USERS:
         _set(name, "uuid", seeded_uuid)
@@ -189,13 +203,21 @@ def install(world: Any) -> None:
 
 def reset_process_caches() -> None:
     """What one function instance remembers between deliveries; a world starts with new instances."""
+    import shared.adapters.vertex
     import shared.found_jobs
+    import shared.ledger.records
+    import shared.requests.job_policy
     import shared.triggers.runner
     import shared.triggers.windows
 
     shared.found_jobs._remembered.clear()  # noqa: SLF001
     shared.triggers.runner._cache.clear()  # noqa: SLF001
     shared.triggers.windows._open_windows.clear()  # noqa: SLF001
+    # The parse and conversion memos: pure, but a new instance starts without them.
+    shared.ledger.records._parsed.cache_clear()  # noqa: SLF001
+    shared.requests.job_policy._judged.cache_clear()  # noqa: SLF001
+    shared.adapters.vertex._serialized_job.cache_clear()  # noqa: SLF001
+    shared.adapters.vertex._job_json_text.cache_clear()  # noqa: SLF001
 
 
 def uninstall() -> None:
