@@ -147,7 +147,8 @@ def driver_path() -> str:
 def chromium_driver() -> Iterator[Any]:
     """Debian's Chromium, headless, driven by Selenium through chromium-driver."""
     binary = chromium()
-    webdriver = pytest.importorskip("selenium.webdriver")
+    from selenium import webdriver  # a dev dependency (pyproject): missing is an install error, not a skip
+
     options = webdriver.ChromeOptions()
     options.binary_location = binary
     for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,1000"):
