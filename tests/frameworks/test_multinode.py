@@ -26,6 +26,7 @@ adds the same two numbers per element; its shards are gathered whole for the com
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 import signal
@@ -214,6 +215,23 @@ def test_a_preempted_rank_stops_every_rank_at_one_step_and_the_resumed_weights_a
     assert final_weights(script.parent) == expected, where
 
 
+def a_view_with_a_later_checkpoint(checkpoints: Path, at_step: int) -> Path:
+    """Another view of the checkpoint folder (a stand-in for a node whose view of the bucket
+    differs): links to everything in it, and a `checkpoint-STEPS/` of its own, the Trainer's save
+    at `at_step` dated to the last step without the kit's marker (complete by the Trainer's own
+    rule). A process resuming from what it sees there would find nothing left to train."""
+    view = checkpoints.parent / "another-view"
+    view.mkdir()
+    for entry in checkpoints.iterdir():
+        (view / entry.name).symlink_to(entry)
+    planted = view / f"checkpoint-{STEPS}"
+    shutil.copytree(checkpoints / f"checkpoint-{at_step}", planted)
+    (planted / "COMMITTED").unlink()
+    state = json.loads((planted / "trainer_state.json").read_text())
+    (planted / "trainer_state.json").write_text(json.dumps({**state, "global_step": STEPS}))
+    return view
+
+
 @pytest.mark.parametrize("snippet", ["hf-accelerate", "hf-trainer"])
 def test_hugging_face_across_two_processes_stops_every_rank_at_one_step_and_resumes_from_rank_0s_choice(
     snippet: str, tmp_path: Path
@@ -221,8 +239,9 @@ def test_hugging_face_across_two_processes_stops_every_rank_at_one_step_and_resu
     """docs/kit.md's Hugging Face snippet, unchanged, in two processes (Accelerate, or the Trainer
     through it, starts the gloo group from the same variables): rank 1 alone SIGTERMed, then a
     restart in which rank 1's commit markers differ; both ranks compute the same steps from rank
-    0's resume point. (The Trainer's `checkpoint-N/` counts by its trainer_state.json whatever the
-    markers, so for it the restart sees one view: its resume point is not agreed, only its stop.)"""
+    0's resume point. For the Trainer, whose `checkpoint-N/` counts by its trainer_state.json when
+    no marker is read, rank 1's view also holds a later complete `checkpoint-N/` that rank 0's
+    does not."""
     folder = tmp_path / "hf"
     _, env = prepare(folder)
     script = folder / CASES[snippet].script
@@ -244,7 +263,10 @@ def test_hugging_face_across_two_processes_stops_every_rank_at_one_step_and_resu
     assert [r.reason for r in first.events("preempted")] == ["peer_sigterm"], where
     assert first.committed == at_step == max(first.steps), where
 
-    last = run_ranks(script, env, rank_env={1: {"SPOTJOBS_COMMIT_MARKERS": "no-such-marker"}})
+    other_view = {"SPOTJOBS_COMMIT_MARKERS": "no-such-marker"}
+    if snippet == "hf-trainer":
+        other_view["AIP_CHECKPOINT_DIR"] = str(a_view_with_a_later_checkpoint(Path(env["AIP_CHECKPOINT_DIR"]), at_step))
+    last = run_ranks(script, env, rank_env={1: other_view})
     where = f"the restart: {[(r.event, r.step, r.reason) for r in last.records]} {last.stderr}"
     assert last.returncodes == [0] * RANKS and last.started.resumed_step == at_step, where
     assert [r.step for r in last.events("run_finished")] == [STEPS], where
