@@ -14,10 +14,11 @@ agent exits 1 whenever a worker did not exit 0, so the kit's 134 that makes Vert
 is lost under it: these requests set `restartJobOnWorkerRestart`, as docs/kit.md advises for DDP,
 and each survivor replica leaves with torchrun's 1 within the collective timeout.
 
-The first two again with one process per replica and no `restartJobOnWorkerRestart` (the API's
+The first again with one process per replica and no `restartJobOnWorkerRestart` (the API's
 default), the Vertex emulator in its default modes (docs/local.md, "Replicas and worker pools"): a
 reclaimed replica restarts alone, and the survivor leaves by itself with the kit's peer status
-(134, SIGABRT's: "potentially transient"), which restarts the whole job.
+(134, SIGABRT's: "potentially transient"), which restarts the whole job; so also with the
+multi-node snippets for Lightning DDP and Accelerate.
 
 Each request ends SUCCEEDED in one attempt with its reclaimed VMs counted, resumes where its first
 run committed, and ends with weights bit-equal to an uninterrupted run's. What makes that hold
@@ -27,8 +28,9 @@ fixed by the ranks and the buffer's size (two ranks: two numbers per element; fo
 halving-doubling schedule), the same in every run, each rank receiving the same sum. No survivor
 outlives its reclaimed peer by the collective timeout (set short here).
 
-(Two replicas of one process with the flag, the primary reclaimed or every replica at once, are
-the torchrun cases' paths with fewer processes; left out to keep the suite's time.)
+(The other moments with one process per replica, with or without the flag, take paths the
+torchrun cases and this one take; left out to keep the suite's time. A lost peer's 134 is
+tests/frameworks/test_multinode.py's.)
 """
 
 from __future__ import annotations
@@ -82,6 +84,7 @@ class Scenario:
     # the kit: the rich profile's line per reclaimed replica counts each (docs/signals.md).
     profile: str = "documented"
     processes: int = 1  # per replica; more: under torchrun
+    snippet: str = "torch-ddp"  # docs/kit.md's, in tests/support/multinode_torch.py's SCRIPTS
 
 
 # Compute Engine's 30 s notice, for the SIGTERMed: their save finishes however busy the machine.
@@ -90,12 +93,13 @@ MOMENTS = {
     "worker-mid-step": Scenario(
         {"replica": WORKER, "after_checkpoints": 1, "grace_seconds": NOTICE}, (WORKER,), "peer_sigterm"
     ),
-    # The worker's first save after the first commit, killed while it writes (2 s a write).
+    # The worker's first save after the first commit, killed while it writes (2 s a write of that
+    # save's, in the first run and again when the second saves that step).
     "worker-mid-save": Scenario(
         {"replica": WORKER, "after_checkpoints": 1, "after_output": "SAVING", "grace_seconds": 0},
         (WORKER,),
         "peer_lost",
-        worker_env={"KIT_TEST_SAVE_SECONDS": "2"},
+        worker_env={"KIT_TEST_SAVE_SECONDS": "2", "KIT_TEST_SLOW_SAVE": f"step-{2 * EVERY:06d}"},
     ),
     "primary": Scenario({"after_checkpoints": 1, "grace_seconds": NOTICE}, (PRIMARY,), None),
     "every-replica": Scenario(
@@ -107,7 +111,11 @@ SCENARIOS = {
         f"torchrun-{name}": dataclasses.replace(moment, scheduling={"restartJobOnWorkerRestart": True}, processes=2)
         for name, moment in MOMENTS.items()
     },
-    **{name: MOMENTS[name] for name in ("worker-mid-step", "worker-mid-save")},
+    "worker-mid-step": MOMENTS["worker-mid-step"],
+    **{
+        f"{snippet}-worker-mid-step": dataclasses.replace(MOMENTS["worker-mid-step"], snippet=snippet)
+        for snippet in ("lightning-ddp", "hf-accelerate")
+    },
 }
 
 
@@ -132,10 +140,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield running
 
 
-def run_request(stack: Any, request_id: str, folder: Path, scenario: Scenario | None = None, processes: int = 1) -> Any:
-    """Publish the two-replica request (preempted as the scenario plans; without one, uninterrupted
-    with `processes` per replica) and wait for its end."""
-    if scenario is not None:
+def run_request(stack: Any, request_id: str, folder: Path, scenario: Scenario, *, preempted: bool = True) -> Any:
+    """Publish the scenario's two-replica request, preempted as it plans (or not at all), and wait
+    for its end."""
+    if preempted:
         stack.vertex_control(
             "POST",
             "/emulator/v1/preemption-plans",
@@ -143,14 +151,15 @@ def run_request(stack: Any, request_id: str, folder: Path, scenario: Scenario | 
         )
     ledger = stack.ledger()
     # The profile is bound when the job is created: kept until the request has ended.
-    with vertex_signals(stack, scenario.profile if scenario else "documented"):
+    with vertex_signals(stack, scenario.profile if preempted else "documented"):
         request = two_replica_request(
             request_id,
             folder,
             SCRIPT_ENV,
-            worker_env=scenario.worker_env if scenario else None,
-            scheduling=scenario.scheduling if scenario else None,
-            processes=scenario.processes if scenario else processes,
+            worker_env=scenario.worker_env if preempted else None,
+            scheduling=scenario.scheduling,
+            processes=scenario.processes,
+            snippet=scenario.snippet,
         )
         stack.publish("job_requests", request)
         return stack.wait_for(
@@ -161,17 +170,20 @@ def run_request(stack: Any, request_id: str, folder: Path, scenario: Scenario | 
 
 
 @pytest.fixture(scope="module")
-def uninterrupted_weights(stack: Any, tmp_path_factory: pytest.TempPathFactory) -> Callable[[int], bytes]:
-    """An uninterrupted run's final weights, for a number of processes per replica (one run each)."""
-    found: dict[int, bytes] = {}
+def uninterrupted_weights(stack: Any, tmp_path_factory: pytest.TempPathFactory) -> Callable[[Scenario], bytes]:
+    """The final weights of a scenario's request run without a preemption, for each snippet and
+    number of processes per replica (one run each)."""
+    found: dict[tuple[str, int], bytes] = {}
 
-    def weights(processes: int) -> bytes:
-        if processes not in found:
-            folder = tmp_path_factory.mktemp(f"uninterrupted-{processes}")
-            record = run_request(stack, f"mn-torch-reference-{uuid.uuid4().hex[:6]}", folder, processes=processes)
+    def weights(scenario: Scenario) -> bytes:
+        key = (scenario.snippet, scenario.processes)
+        if key not in found:
+            folder = tmp_path_factory.mktemp(f"uninterrupted-{scenario.snippet}-{scenario.processes}")
+            request_id = f"mn-torch-reference-{uuid.uuid4().hex[:6]}"
+            record = run_request(stack, request_id, folder, scenario, preempted=False)
             assert record.status == RequestStatus.SUCCEEDED, record
-            found[processes] = final_weights(folder)
-        return found[processes]
+            found[key] = final_weights(folder)
+        return found[key]
 
     return weights
 
@@ -188,7 +200,7 @@ def seconds_between(earlier: str, later: str) -> float:
 
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_a_two_node_torch_job_reclaimed_resumes_to_bit_equal_weights(
-    stack: Any, uninterrupted_weights: Callable[[int], bytes], name: str, tmp_path: Path
+    stack: Any, uninterrupted_weights: Callable[[Scenario], bytes], name: str, tmp_path: Path
 ) -> None:
     scenario = SCENARIOS[name]
     request_id = f"mn-torch-{name}-{uuid.uuid4().hex[:6]}"
@@ -245,7 +257,7 @@ def test_a_two_node_torch_job_reclaimed_resumes_to_bit_equal_weights(
             assert seen["exit_statuses"][0] == PEER_EXIT and not signals, where
         assert seconds_between(reclaimed_end, seen["exit_times"][0]) < COLLECTIVE_TIMEOUT, where
 
-    assert final_weights(tmp_path / "job") == uninterrupted_weights(scenario.processes), where
+    assert final_weights(tmp_path / "job") == uninterrupted_weights(scenario), where
     ledger = stack.ledger()
     stack.wait_for(
         lambda: ledger.get(request_id).attempts[0].preemptions == len(scenario.reclaimed),

@@ -1,6 +1,7 @@
 """A two-replica torch.distributed request for the embedded stack: the kit's multi-node script
-(tests/frameworks/children/torch_ddp.py with docs/kit.md's `torch-ddp` snippet) in worker pools 0
-and 1, gloo on the CPU, one process per replica or several under torchrun (`processes`).
+(tests/frameworks/children/torch_ddp.py with docs/kit.md's `torch-ddp` snippet, or the Lightning
+DDP or Accelerate one in theirs) in worker pools 0 and 1, gloo on the CPU, one process per replica
+or several under torchrun (`processes`).
 
 Each replica's command is `fork_client.py`: the script runs in a child of the test's fork server,
 which has torch imported (tests/support/fork_server.py), so a replica's start costs a fork, not two
@@ -50,8 +51,9 @@ if "LOCAL_RANK" not in _os.environ:
     _os.environ["WORLD_SIZE"] = str(len(_ranked))
     _os.environ["RANK"] = str(_spec["task"]["index"] + (1 if _spec["task"]["type"] == "workerpool1" else 0))
 
-# KIT_TEST_SAVE_SECONDS: each DCP file write takes that long more (after its SAVING line), so a
-# replica reclaimed on that line dies in the middle of the save, however fast the machine.
+# KIT_TEST_SAVE_SECONDS: each DCP file write into the checkpoint folder KIT_TEST_SLOW_SAVE names
+# takes that long more (after its SAVING line), so a replica reclaimed on that line dies in the
+# middle of the save, however fast the machine; the other saves keep their pace.
 if _os.environ.get("KIT_TEST_SAVE_SECONDS"):
     import time as _time
 
@@ -59,9 +61,10 @@ if _os.environ.get("KIT_TEST_SAVE_SECONDS"):
 
     _write_data = _dcp_files.FileSystemWriter.write_data
 
-    def _slow_write_data(*args, **kwargs):
-        _time.sleep(float(_os.environ["KIT_TEST_SAVE_SECONDS"]))
-        return _write_data(*args, **kwargs)
+    def _slow_write_data(self, *args, **kwargs):
+        if _os.path.basename(_os.fspath(self.path).rstrip("/")) == _os.environ["KIT_TEST_SLOW_SAVE"]:
+            _time.sleep(float(_os.environ["KIT_TEST_SAVE_SECONDS"]))
+        return _write_data(self, *args, **kwargs)
 
     _dcp_files.FileSystemWriter.write_data = _slow_write_data
 """
@@ -94,22 +97,21 @@ main([
 
 # Once training is done: each rank's final weights, as raw bytes.
 FINAL_WEIGHTS = """
-with open(f"{os.environ['KIT_TEST_WEIGHTS']}-{RANK}.bin", "wb") as weights:
+with open(f"{os.environ['KIT_TEST_WEIGHTS']}-{os.environ['RANK']}.bin", "wb") as weights:
     weights.write(b"".join(t.detach().numpy().tobytes() for t in model.state_dict().values()))
 """
+# The multi-node snippets of docs/kit.md, and the script each is appended to.
+SCRIPTS = {"torch-ddp": "torch_ddp.py", "lightning-ddp": "lightning_ddp.py", "hf-accelerate": "hf_accelerate.py"}
 
 
-def write_script(folder: Path) -> Path:
-    """The script every process runs, the module it imports and the torchrun launcher, in `folder`."""
+def write_script(folder: Path, snippet: str = "torch-ddp") -> Path:
+    """The script every process runs (`snippet` appended to its script), the module it imports
+    and the torchrun launcher, in `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "torchrun_replica.py").write_text(TORCHRUN_REPLICA)
-    script = folder / "torch_ddp.py"
+    script = folder / SCRIPTS[snippet]
     script.write_text(
-        CLUSTER_SPEC_TO_TORCH
-        + (CHILDREN / "torch_ddp.py").read_text()
-        + "\n"
-        + kit_snippet("torch-ddp")
-        + FINAL_WEIGHTS
+        CLUSTER_SPEC_TO_TORCH + (CHILDREN / script.name).read_text() + "\n" + kit_snippet(snippet) + FINAL_WEIGHTS
     )
     (folder / "common.py").write_text((CHILDREN / "common.py").read_text())
     return script
@@ -123,12 +125,13 @@ def two_replica_request(
     worker_env: Mapping[str, str] | None = None,
     scheduling: Mapping[str, Any] | None = None,
     processes: int = 1,
+    snippet: str = "torch-ddp",
 ) -> bytes:
     """The envelope a user would publish: pool 0 (the primary) and pool 1 (one replica) run the
     script with `env` (pool 1 with `worker_env` on top), in `processes` processes each (more than
     one: under torchrun); `scheduling` as given (none: the API's default, no
-    `restartJobOnWorkerRestart`)."""
-    script = write_script(folder)
+    `restartJobOnWorkerRestart`); the script is docs/kit.md's `snippet` in its framework's."""
+    script = write_script(folder, snippet)
     forked = [framework_python(), str(CHILDREN / "fork_client.py"), fork_server().socket_path]
     command = [*forked, str(script)]
     if processes > 1:
