@@ -125,8 +125,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     fork_server()  # torch imported once, before the first job
     mount = tmp_path_factory.mktemp("gcs-fuse")  # DCP writes files: Vertex's /gcs/ mount
     vertex_args = (
+        # The survivors' stop before a whole-job restart: a survivor's torchrun passes the SIGTERM
+        # on to its workers and reaps them, which half a second did not always cover on a busy
+        # machine (SIGKILL, 137).
         "--grace-seconds",
-        "0.5",
+        "5",
         "--error-delay-seconds",
         "0.5",
         "--gcs-fuse-dir",
