@@ -39,6 +39,7 @@ from shared.errors import Violation
 from shared.jobs import FLEX_START
 from shared.log import Logger
 from shared.requests.attempts import ON_DEMAND, SPOT
+from shared.requests.budget import check_budget
 from shared.requests.envelope import SYSTEM_FIELDS, InvalidJobRequest, JobRequest, read_request
 from shared.requests.job_fields import ALLOWED, FIELDS, OPT_INS, OUTPUT_ONLY
 from shared.requests.job_policy import (
@@ -96,6 +97,7 @@ def check_policy(request: JobRequest, settings: Settings, now: datetime | None =
     out.extend(_check_fallback(request, settings))
     out.extend(_check_locations(request, settings))
     out.extend(_check_deadline(request, settings, now or utcnow()))
+    out.extend(check_budget(request, settings))
     return out
 
 

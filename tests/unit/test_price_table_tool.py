@@ -7,7 +7,7 @@ import json
 import time
 from pathlib import Path
 
-from shared.fleet.pricing import PRICE_TABLE_PATH, hourly
+from shared.requests.pricing import PRICE_TABLE_PATH, hourly
 from tools.price_table import TRAINING_MACHINE_TYPES, build_table, main, read_generated, read_instances
 
 EXCERPT = Path(__file__).parents[1] / "fixtures" / "pricing_excerpt.yml"
