@@ -70,3 +70,12 @@ def test_the_report_bills_per_request_and_per_team_label_and_counts_unknowns_apa
     page = render_bill(summary)
     assert "(no team label)" in page and "unknown" in page
     assert 'data-mark="bill"' in render_report(records, now=NOW)
+
+
+def test_validate_shows_the_hourly_price_of_attempt_1_or_says_it_is_unknown() -> None:
+    from spotjobs.cli.requests import hourly_price
+
+    priced = hourly_price(record("v", "a2-highgpu-1g", None, 0).request, "us-central1")
+    assert (priced["spot_usd"], priced["on_demand_usd"]) == (round(SPOT, 4), round(ON_DEMAND, 4))
+    unknown = hourly_price(record("v", "n1-standard-4", None, 0).request, "us-central1")
+    assert unknown["unknown"].startswith("no price for n1-standard-4 in us-central1 in the price table")
