@@ -215,3 +215,27 @@ def test_placement_keeps_the_locations_where_the_work_left_fits_in_the_budget() 
     assert affordable(prices, 45.0, 10.0, on_demand=True) == {"us-central1": (1.0, 4.0)}
     assert affordable(prices, 1.0, 10.0, on_demand=False) == prices  # none fits: the budget watch stops it
     assert affordable(prices, None, 10.0, on_demand=False) == affordable(prices, 15.0, None, on_demand=False) == prices
+
+
+def test_a_claim_places_the_attempt_where_the_work_left_fits_in_the_budget() -> None:
+    from shared.fleet.placing import Placer
+
+    prices = {"us-central1": (18.98, 82.53), "us-east4": (14.85, 82.53)}
+    h100 = {"jobSpec": {"workerPoolSpecs": [{"machineSpec": {"machineType": "a3-highgpu-8g"}}]}}
+    request = {
+        "custom_job": h100,
+        "location": "us-central1",
+        "locations": ["us-central1", "us-east4"],
+        "total_steps": 3600,
+        "expected_step_seconds": 1.0,  # one hour of work: $18.98 in us-central1, $14.85 in us-east4
+        "max_cost_usd": 16.0,
+    }
+    placer = Placer(lambda machine_class: [], lambda m, loc: prices.get(loc), NOW, 1200)
+    planned = Attempt(1, "us-central1", "SPOT", claimed_at=iso(NOW))
+    choice = placer.place(request, planned, [])
+    assert (choice.location, choice.reason) == (
+        "us-east4",
+        "the only allowed location where the work left fits in max_cost_usd",
+    )
+    del request["max_cost_usd"]
+    assert placer.place(request, planned, []).location == "us-central1"  # no observations: where planned
