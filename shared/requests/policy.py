@@ -295,6 +295,11 @@ def describe_policy(settings: Settings) -> dict[str, Any]:
             "strategy (a deadline may need an on-demand attempt)",
             "on_demand": f"only after {settings.min_spot_attempts} Spot attempts, as a fallback (the minimum wins)",
         },
+        "max_cost_usd": {
+            "field": "number of US dollars > 0: the request is stopped once it spent this (docs/requests.md)",
+            "refused": "a budget on a machine type or location the price table does not price (its spend would be "
+            "unknown); a deadline whose work costs more than the budget even on Spot",
+        },
         "locations": list(settings.allowed_locations) or "any region",
         "default_location": settings.location,
         "system_fields": f"{', '.join(SYSTEM_FIELDS)}: only on the system's re-queue messages",
