@@ -239,3 +239,32 @@ def test_a_claim_places_the_attempt_where_the_work_left_fits_in_the_budget() -> 
     )
     del request["max_cost_usd"]
     assert placer.place(request, planned, []).location == "us-central1"  # no observations: where planned
+
+
+def test_a_deadline_switch_the_budget_cannot_pay_for_is_not_made_and_is_said() -> None:
+    """17 minutes of work due in 6 hours, its Spot attempt queued for 40 minutes: the rule asks
+    for on-demand (tests/unit/test_deadline_watch.py), which the budget pays for or not."""
+    from dataclasses import replace
+
+    def waiting_for_spot(limit: float) -> Any:
+        record = make_record(
+            request={
+                "custom_job": JOB,  # a2-highgpu-1g: 17 min on demand in us-central1 is about $1.04
+                "deadline": iso(NOW + timedelta(hours=6) - timedelta(minutes=40)),
+                "total_steps": 17 * 60,
+                "expected_step_seconds": 1.0,
+                "max_cost_usd": limit,
+            }
+        )
+        record.created_at = record.attempts[0].created_at = iso(NOW - timedelta(minutes=40))
+        return record
+
+    policy = replace(POLICY, allowed_fallback_strategies=("STANDARD",))
+    paid = decide(waiting_for_spot(100.0), Observation(1, job(JobState.QUEUED)), policy, NOW)
+    assert paid.record.requeue is not None and paid.record.requeue.strategy == "STANDARD"
+    unpaid = decide(waiting_for_spot(0.5), Observation(1, job(JobState.QUEUED)), policy, NOW)
+    assert unpaid.record.requeue is None and not unpaid.record.attempts[0].cancel_pending
+    [refused] = [line for line in unpaid.effects.lines if line.event == "deadline_switch_refused"]
+    assert (
+        "max_cost_usd: is $0.50 with $0.00 spent" in refused.message and "more than the $0.50 left" in refused.message
+    )
