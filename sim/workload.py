@@ -130,6 +130,7 @@ def _settings(rng: random.Random) -> dict[str, str]:
 
 def generate(rng: random.Random) -> Workload:
     from shared.requests.envelope import REQUEUE_ATTRIBUTES
+    from sim.budgets import with_budget
     from sim.virtual import EPOCH_OF_SIMULATION
 
     env = _settings(rng)
@@ -188,6 +189,8 @@ def generate(rng: random.Random) -> Workload:
             body = body["custom_job"]
             if kind == "bare_named":
                 attributes = {"request_id": request_id}
+        elif kind == "envelope" and gpu:
+            with_budget(body, request_id, at)  # some carry a max_cost_usd (sim/budgets.py)
         add(at, body, attributes, f"{kind} {request_id}")
         if rng.random() < 0.1:  # the publisher retries: the same message again
             add(

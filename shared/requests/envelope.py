@@ -4,7 +4,7 @@ A message on `job-requests` is either
 
 - an **envelope** `{"request_id", "custom_job", "location"?, "locations"?, "max_attempts"?,
   "fallback"?, "checkpoints"?, "deadline"?, "total_steps"?, "expected_step_seconds"?,
-  "changeover_seconds"?, "priority"?, "schema_version"?, "attempt"?}`, or
+  "changeover_seconds"?, "priority"?, "max_cost_usd"?, "schema_version"?, "attempt"?}`, or
 - a **bare CustomJob body**, exactly what the Vertex AI REST docs POST to `customJobs`. Its request
   id is the `request_id` message attribute, else derived from its content and the dedupe window
   its moment (`schedule_time`, else the original publish time a redrive carries, else the publish
@@ -83,6 +83,7 @@ ENVELOPE_FIELDS = (
     "expected_step_seconds",
     "changeover_seconds",
     "priority",
+    "max_cost_usd",
     "attempt",
 )
 # What a deadline comes with: the work and, optionally, overrides of the estimates.
@@ -95,6 +96,8 @@ MAX_PRIORITY = 1_000_000
 MAX_DEADLINE_AHEAD = timedelta(days=366)
 MAX_TOTAL_STEPS = 10**12
 MAX_SECONDS = MAX_DEADLINE_AHEAD.total_seconds()
+# A request's budget in US dollars (`max_cost_usd`): bounded so that no arithmetic on it means nothing.
+MAX_COST_USD = 10.0**9
 REQUEST_ID_ATTRIBUTE = "request_id"
 # When a scheduler meant the message to fire (RFC 3339): names a bare body published without a
 # request id, so a double fire of one schedule is one request.
@@ -192,6 +195,7 @@ class JobRequest:
     keep_last: int | None = None
     deadline: Deadline | None = None
     priority: int = 0  # higher goes first when creates wait for the quota (shared/pacing.py)
+    max_cost_usd: float | None = None  # the request is stopped once it spent this (shared/deciding/budget_watch.py)
     attempt: int | None = None  # set exactly on messages marked as the system's re-queues
     # A bare body without an id: its content digest and moment, which name it (shared.ledger.dedupe).
     content_digest: str | None = None
@@ -401,6 +405,7 @@ def _read_envelope(
         keep_last=_read_keep_last(body.get("checkpoints"), violations),
         deadline=_read_deadline(body, published_at, violations),
         priority=_read_priority(body.get("priority"), violations),
+        max_cost_usd=_read_max_cost(body.get("max_cost_usd"), violations),
         attempt=_read_int(body.get("attempt"), "attempt", 1, violations) if requeue else None,
     )
     return request, violations
@@ -537,6 +542,22 @@ def _read_seconds(value: object, path: str, violations: list[Violation], *, posi
     return float(value)  # type: ignore[arg-type]  # checked above
 
 
+def _read_max_cost(value: object, violations: list[Violation]) -> float | None:
+    if value is None:
+        return None
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    # NaN fails every comparison; infinity and huge integers fail the maximum (compared, never converted).
+    if not number or not (0 < value <= MAX_COST_USD):  # type: ignore[operator]
+        violations.append(
+            Violation(
+                "max_cost_usd",
+                f"is {_shown(value)}; expected a number of US dollars > 0 and at most {MAX_COST_USD:.0f}",
+            )
+        )
+        return None
+    return float(value)  # type: ignore[arg-type]  # checked above
+
+
 def _read_keep_last(value: object, violations: list[Violation]) -> int | None:
     if value is None:
         return None
@@ -576,4 +597,5 @@ def canonical_envelope(request: JobRequest, *, default_location: str, default_ma
         **(request.deadline.to_json() if request.deadline else {}),
         # Only when set: a default-priority request's stored envelope is the one stored before.
         **({"priority": request.priority} if request.priority else {}),
+        **({"max_cost_usd": request.max_cost_usd} if request.max_cost_usd is not None else {}),
     }
