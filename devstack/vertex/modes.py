@@ -35,6 +35,16 @@ restarted, up to three times; any other non-zero exit fails the job. What restar
   torch.distributed job needs: a survivor that left because its peer was lost cannot rejoin a
   group that is gone. `replica`: that replica alone, at once (the page's per-worker restart "in
   the same VM"), unless the job sets `restartJobOnWorkerRestart`. Either way three per job.
+
+Documented, half of it (`Scheduling.timeout` in custom_job.proto: "The maximum job running time.
+The default is 7 days."): the emulator ends a job whose running time (from its first RUNNING)
+reaches its `scheduling.timeout`, stopping every replica as a cancel does. How Vertex ends it is
+not said:
+
+- `timeout_end`: `failed` (default): JOB_STATE_FAILED with google.rpc code 4 DEADLINE_EXCEEDED
+  (assumed: the state is what spotjobs' users report a 7-day run ending with, the code google.rpc's
+  for a deadline). `expired`: JOB_STATE_EXPIRED ("The job has expired.", job_state.proto), no error.
+  spotjobs tells a timeout by either, or by the run time alone (shared/deciding/continuations.py).
 """
 
 from __future__ import annotations
@@ -48,6 +58,7 @@ PREEMPTION_RESTARTS = ("replica", "job")
 SURVIVOR_STOPS = ("sigterm", "sigkill")
 SPOT_RESTART_COUNTS = ("per_event", "per_vm", "per_replica")
 TRANSIENT_EXIT_RESTARTS = ("job", "replica")
+TIMEOUT_ENDS = ("failed", "expired")
 
 
 @dataclass(frozen=True)
@@ -56,6 +67,7 @@ class ReplicaModes:
     survivor_stop: str = SURVIVOR_STOPS[0]
     spot_restart_count: str = SPOT_RESTART_COUNTS[0]
     transient_exit_restarts: str = TRANSIENT_EXIT_RESTARTS[0]
+    timeout_end: str = TIMEOUT_ENDS[0]
 
     def __post_init__(self) -> None:
         for name, allowed in (
@@ -63,6 +75,7 @@ class ReplicaModes:
             ("survivor_stop", SURVIVOR_STOPS),
             ("spot_restart_count", SPOT_RESTART_COUNTS),
             ("transient_exit_restarts", TRANSIENT_EXIT_RESTARTS),
+            ("timeout_end", TIMEOUT_ENDS),
         ):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {list(allowed)}: {getattr(self, name)!r}")
@@ -73,7 +86,7 @@ class ReplicaModes:
 
 def parse_modes(body: Any, current: ReplicaModes) -> ReplicaModes:
     """`{"preemption_restarts": ..., "survivor_stop": ..., "spot_restart_count": ...,
-    "transient_exit_restarts": ...}`, each
+    "transient_exit_restarts": ..., "timeout_end": ...}`, each
     optional (unnamed ones keep `current`). Raises ValueError naming the offending field."""
     if not isinstance(body, Mapping):
         raise ValueError("replica modes must be a JSON object")
@@ -110,6 +123,12 @@ def add_mode_arguments(parser: argparse.ArgumentParser) -> None:
             "a replica exiting SIGABRT or SIGSEGV (documented as potentially transient, restarted up to three "
             "times) restarts every replica (job, default) or itself alone (replica)",
         ),
+        (
+            "timeout_end",
+            TIMEOUT_ENDS,
+            "a job that reaches its scheduling.timeout ends FAILED with DEADLINE_EXCEEDED (failed, default) "
+            "or EXPIRED (expired)",
+        ),
     ):
         parser.add_argument(
             "--" + name.replace("_", "-"),
@@ -125,4 +144,5 @@ def modes_from_args(args: argparse.Namespace) -> ReplicaModes:
         survivor_stop=args.survivor_stop,
         spot_restart_count=args.spot_restart_count,
         transient_exit_restarts=args.transient_exit_restarts,
+        timeout_end=args.timeout_end,
     )

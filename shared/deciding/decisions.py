@@ -374,7 +374,9 @@ def _conclude(
             if owns_status:
                 _flag_incomplete_success(record, attempt, now, effects)
         else:
-            cause = classify_failure(job, policy.patterns, kit_saw_preemption=preempted_in_last_run(record, attempt.n))
+            # At a timeout Vertex stops the job as a preemption would: the kit's word is no evidence.
+            kit_saw_preemption = preempted_in_last_run(record, attempt.n) and not timeout
+            cause = classify_failure(job, policy.patterns, kit_saw_preemption=kit_saw_preemption)
         if cause.capacity:
             # The job ended by preemption: so did its last run, said so or not.
             last_run_ended_by_preemption(record, attempt.n)

@@ -20,7 +20,7 @@ from shared.deciding.continuations import (
     timed_out,
 )
 from shared.deciding.decisions import Decision, Observation, decide
-from shared.deciding.preemptions import KIT_RUN_KEY
+from shared.deciding.preemptions import KIT_PREEMPTED_KEY, KIT_RUN_KEY
 from shared.jobs import JobSnapshot, JobState
 from shared.ledger.records import Attempt, RequestRecord, evidence_marker
 from shared.ledger.states import AttemptOutcome, RequestStatus
@@ -119,6 +119,16 @@ def test_a_timeout_after_progress_continues_with_max_attempts_one() -> None:
     assert (record.requeue.location, record.requeue.strategy) == ("us-central1", "SPOT")
     assert decision.effects.requeue_decided and not decision.effects.alerts
     assert decision.effects.events == ("continued_after_timeout",)
+
+
+def test_the_kits_preempted_line_at_a_timeout_is_no_preemption() -> None:
+    # Vertex stops a timed-out job with SIGTERM: the kit saves, says `preempted` and exits.
+    record = record_of(attempt(1))
+    record.mark(evidence_marker(KIT_RUN_KEY, 1, "1"))
+    record.mark(evidence_marker(KIT_PREEMPTED_KEY, 1, "1"))
+    decision = observe(record, ended())
+    assert decision.record.status == RequestStatus.REQUEUED
+    assert decision.record.requeue is not None and decision.record.requeue.reason == "timeout"
 
 
 def test_an_expired_job_after_progress_continues_too() -> None:
