@@ -844,9 +844,10 @@ def moves_allowed(world: World) -> list[Violation]:
 QUIESCENCE.extend((nothing_created_after_a_cancel, cancelled_requests_end_cancelled, moves_allowed))
 
 # The promises people rely on (sim/promises.py).
-from sim import promises, replicas  # noqa: E402 - they read this module's helpers
+from sim import continuations, promises, replicas  # noqa: E402 - they read this module's helpers
 
 QUIESCENCE.extend(promises.QUIESCENCE)
 QUIESCENCE.extend(replicas.QUIESCENCE)  # multi-replica jobs (sim/replicas.py)
+QUIESCENCE.extend(continuations.QUIESCENCE)  # runs past the job timeout (sim/continuations.py)
 RETENTION.extend(replicas.RETENTION)
 RETENTION.extend(promises.RETENTION)

@@ -72,6 +72,7 @@ from shared.deciding.events import Signal, SignalPatterns, patterns_from
 from shared.deciding.preemptions import (
     WAITING_STATES,
     count_preemptions,
+    discount_timeout_stop,
     kit_runs,
     last_run_ended_by_preemption,
     last_run_unfinished,
@@ -377,6 +378,8 @@ def _conclude(
             # At a timeout Vertex stops the job as a preemption would: the kit's word is no evidence.
             kit_saw_preemption = preempted_in_last_run(record, attempt.n) and not timeout
             cause = classify_failure(job, policy.patterns, kit_saw_preemption=kit_saw_preemption)
+            if timeout and not cause.capacity:
+                discount_timeout_stop(record, attempt)
         if cause.capacity:
             # The job ended by preemption: so did its last run, said so or not.
             last_run_ended_by_preemption(record, attempt.n)

@@ -124,11 +124,13 @@ def test_a_timeout_after_progress_continues_with_max_attempts_one() -> None:
 def test_the_kits_preempted_line_at_a_timeout_is_no_preemption() -> None:
     # Vertex stops a timed-out job with SIGTERM: the kit saves, says `preempted` and exits.
     record = record_of(attempt(1))
-    record.mark(evidence_marker(KIT_RUN_KEY, 1, "1"))
-    record.mark(evidence_marker(KIT_PREEMPTED_KEY, 1, "1"))
+    record.mark(evidence_marker(KIT_RUN_KEY, 1, "0"))
+    record.mark(evidence_marker(KIT_PREEMPTED_KEY, 1, "0"))
+    record.attempts[0].preemptions = 1  # counted when the line came, before the job's end
     decision = observe(record, ended())
     assert decision.record.status == RequestStatus.REQUEUED
     assert decision.record.requeue is not None and decision.record.requeue.reason == "timeout"
+    assert decision.record.attempts[0].preemptions == 0  # the stop at the timeout was no preemption
 
 
 def test_an_expired_job_after_progress_continues_too() -> None:
@@ -172,7 +174,7 @@ def test_the_policys_max_runtime_bounds_a_request_that_names_none() -> None:
 
 def test_a_timeout_without_progress_waits_for_late_kit_lines_then_fails_with_one_alert() -> None:
     record = record_of(attempt(1, checkpoints=0))
-    record.mark(evidence_marker(KIT_RUN_KEY, 1, "1"))  # the kit said run_started, no commit yet
+    record.mark(evidence_marker(KIT_RUN_KEY, 1, "0"))  # the kit said run_started, no commit yet
     snapshot = ended()
     end = datetime.fromisoformat(snapshot.end_time or "")
     early = observe(record, snapshot, now=end + timedelta(seconds=POLICY.kit_lines_settle_seconds - 1))
