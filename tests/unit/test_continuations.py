@@ -245,3 +245,24 @@ def test_status_shows_the_continuations() -> None:
     assert continuations_text(record, POLICY.max_runtime_seconds) == "continued after timeout, 1 of 2"
     assert "continued after timeout, 1 of 2" in format_request(record, Settings(), NOW)
     assert "continued after timeout" not in format_request(record_of(attempt(1)), Settings(), NOW)
+
+
+def test_the_fleet_waits_for_a_kit_preemption_to_be_confirmed() -> None:
+    from shared.deciding.preemptions import kit_runs, unconfirmed_kit_preemptions
+    from shared.fleet.observations import Kind, Reading, observations_of
+
+    reading = Reading(runs_started=kit_runs, unconfirmed_preemptions=unconfirmed_kit_preemptions)
+    running = attempt(1, started_at=at(10), preemptions=1)
+    record = record_of(running)
+    record.mark(evidence_marker(KIT_RUN_KEY, 1, "0"))
+    record.mark(evidence_marker(KIT_PREEMPTED_KEY, 1, "0"))
+
+    def preempt_facts(of: RequestRecord) -> int:
+        return sum(1 for fact in observations_of(of, reading) if fact.kind is Kind.PREEMPT)
+
+    assert preempt_facts(record) == 0  # SIGTERM seen: a preemption, or the stop at the timeout
+    restarted = copy.deepcopy(record)
+    restarted.mark(evidence_marker(KIT_RUN_KEY, 1, "1"))  # Vertex restarted it: a preemption
+    assert preempt_facts(restarted) == 1
+    timed_out_end = observe(record, ended())
+    assert preempt_facts(timed_out_end.record) == 0  # the end says timeout: none, for good
