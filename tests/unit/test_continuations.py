@@ -8,9 +8,11 @@ from __future__ import annotations
 import copy
 import json
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import pytest
 
+from devstack.samples import custom_job
 from shared.alerts import AlertKind
 from shared.deciding.continuations import (
     continuations_text,
@@ -266,3 +268,25 @@ def test_the_fleet_waits_for_a_kit_preemption_to_be_confirmed() -> None:
     assert preempt_facts(restarted) == 1
     timed_out_end = observe(record, ended())
     assert preempt_facts(timed_out_end.record) == 0  # the end says timeout: none, for good
+
+
+def test_spotjobs_validate_refuses_a_max_runtime_past_the_policy_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from shared import settings as settings_module
+    from spotjobs.cli import main
+
+    monkeypatch.setenv("SPOTJOBS_CHECKPOINT_BUCKET", "team-ckpt")
+    monkeypatch.setenv("SPOTJOBS_MAX_RUNTIME_SECONDS", str(14 * 86400))
+    settings_module.get_settings.cache_clear()
+    request = tmp_path / "request.json"
+    job = custom_job("long-run", ["python", "train.py"])
+    try:
+        request.write_text(json.dumps({"request_id": "long-run", "custom_job": job, "max_runtime": "2419200s"}))
+        assert main(["validate", str(request)]) != 0
+        refused = [line for line in capsys.readouterr().err.splitlines() if "max_runtime" in line]
+        assert len(refused) == 1 and "at most 1209600 s" in refused[0]
+        request.write_text(json.dumps({"request_id": "long-run", "custom_job": job, "max_runtime": "1209600s"}))
+        assert main(["validate", str(request)]) == 0
+    finally:
+        settings_module.get_settings.cache_clear()
