@@ -359,7 +359,7 @@ def _conclude(
     incomplete = succeeded and preempted_in_last_run(record, attempt.n)
     timeout = timed_out(job, job_timeout_seconds(record.request.get("custom_job") or {}))
     # Its kit spoke but committed nothing yet: its last lines may still be on their way.
-    kit_late = timeout and kit_runs(record, attempt.n) and not made_progress(attempt)
+    kit_late = timeout and bool(kit_runs(record, attempt.n)) and not made_progress(attempt)
     if kit_late and not _settled(job, now, policy.kit_lines_settle_seconds):
         return f"job {job.name} ran into its timeout; waiting for its kit lines (checkpoint_committed)"
     attempt.ended_at = job.end_time or iso(now)

@@ -39,6 +39,7 @@ def test_an_attempt_that_hits_a_short_timeout_continues_and_succeeds_with_max_at
         assert attempt.state == "JOB_STATE_FAILED" and (attempt.error or {}).get("code") == 4
         assert attempt.continued_after_timeout and attempt.outcome == AttemptOutcome.REQUEUED
         assert attempt.checkpoints_committed > 0
+        assert attempt.preemptions == 0  # the kit's `preempted` at the timeout was the stop, no preemption
     assert last.outcome == AttemptOutcome.SUCCEEDED and not last.continued_after_timeout
     # Each continuation resumed where the attempt before it committed last, in the same folder.
     runs = [runs_of(stack, attempt.job)[-1] for attempt in record.attempts]
