@@ -69,9 +69,11 @@ def with_max_runtimes(workload: Workload) -> Workload:
     return workload
 
 
-def _fate(world: World, job_name: str | None) -> str | None:
+def _timed_out_fate(world: World, job_name: str | None) -> str | None:
+    """The fate of a job Vertex ended at its timeout (ground truth), else None (it ended otherwise:
+    a cancel, a deletion, or it still runs)."""
     job = world.vertex.jobs.get(job_name or "")
-    return job.fate if job is not None else None
+    return job.fate if job is not None and job.error == DEADLINE_EXCEEDED_ERROR else None
 
 
 def continued_only_after_progress(world: World) -> list[Violation]:
@@ -82,12 +84,12 @@ def continued_only_after_progress(world: World) -> list[Violation]:
         for attempt in record.attempts:
             if not attempt.continued_after_timeout:
                 continue
-            fate = _fate(world, attempt.job)
+            fate = _timed_out_fate(world, attempt.job)
             if fate != "timeout" or attempt.checkpoints_committed == 0:
                 out.append(
                     violation(
                         "continued_only_after_progress",
-                        f"{record.request_id} attempt {attempt.n} was continued: its job's fate {fate}, "
+                        f"{record.request_id} attempt {attempt.n} was continued: its job timed out as {fate}, "
                         f"{attempt.checkpoints_committed} checkpoint(s) reported",
                     )
                 )
@@ -126,7 +128,7 @@ def stuck_timeout_alerted(world: World) -> list[Violation]:
                 record.status == RequestStatus.FAILED
                 and record.cancel is None
                 and attempt is latest
-                and _fate(world, attempt.job) in TIMEOUT_FATES
+                and _timed_out_fate(world, attempt.job) is not None
                 and attempt.checkpoints_committed == 0
             )
             problem = None
