@@ -57,7 +57,7 @@ KIT_RUN_KEY = "kit-run"  # a run of the job started (its restart index)
 KIT_PREEMPTED_KEY = "kit-preempted"  # a run got the SIGTERM
 KIT_FINISHED_KEY = "kit-finished"  # a run finished its training
 KIT_FAILED_KEY = "kit-failed"  # a run's training code raised
-KIT_TIMEOUT_KEY = "kit-timeout"  # a run Vertex stopped at the job's timeout: its SIGTERM no preemption
+KIT_TIMEOUT_KEY = "kit-timeout"  # the job ended at its timeout: its last run's SIGTERM no preemption
 WAITING_STATES = frozenset({JobState.QUEUED, JobState.PENDING})
 # What a kit line's numbers may be and still be evidence (docs/security.md, "Limits"): the
 # envelope's bounds on steps and seconds, and a checkpoint of at most a petabyte (far past any one
@@ -275,11 +275,10 @@ def _counted(record: RequestRecord, n: int) -> tuple[str, int]:
 
 def discount_timeout_stop(record: RequestRecord, attempt: Attempt) -> None:
     """Vertex stops a job at its timeout as it stops a preempted one: the kit's `preempted` line of
-    that last run is no preemption (shared/deciding/continuations.py). Marked, so a late copy of the
-    line changes nothing, and the count lowered to what the rest of the evidence shows."""
-    last = max(kit_runs(record, attempt.n), default=None)
-    if last is not None:
-        record.mark(evidence_marker(KIT_TIMEOUT_KEY, attempt.n, str(last)))
+    its last run is no preemption (shared/deciding/continuations.py). Marked for the attempt, not a
+    run, so lines that come late (the last run's, or its `run_started`) change nothing, and the count
+    lowered to what the rest of the evidence shows."""
+    record.mark(evidence_marker(KIT_TIMEOUT_KEY, attempt.n))
     attempt.preemptions = _counted(record, attempt.n)[1]
 
 
@@ -291,12 +290,19 @@ def unconfirmed_kit_preemptions(record: RequestRecord, attempt: Attempt) -> int:
         return 0
     source, counted = _counted(record, attempt.n)
     last = max(kit_runs(record, attempt.n), default=None)
-    preempted = kit_runs(record, attempt.n, KIT_PREEMPTED_KEY) - kit_runs(record, attempt.n, KIT_TIMEOUT_KEY)
+    preempted = kit_runs(record, attempt.n, KIT_PREEMPTED_KEY) - _stopped_at_timeout(record, attempt.n)
     others = max(
         record.count_marks(evidence_marker(PREEMPTION_LINE_KEY, attempt.n)),
         record.count_marks(evidence_marker(PREEMPTION_STATE_KEY, attempt.n)),
     )
     return 1 if source == "kit" and last in preempted and counted > others else 0
+
+
+def _stopped_at_timeout(record: RequestRecord, n: int) -> set[int]:
+    """The run Vertex stopped at the job's timeout: the last one (no restart follows a timeout)."""
+    if evidence_marker(KIT_TIMEOUT_KEY, n) not in record.markers:
+        return set()
+    return {max(kit_runs(record, n), default=0)}
 
 
 def _note_evidence(record: RequestRecord, attempt: Attempt, key: str, identity: str, effects: Effects) -> None:
@@ -326,7 +332,7 @@ def _kit_preemptions(record: RequestRecord, n: int) -> int:
     last = max(kit_runs(record, n), default=0)
     failed = kit_runs(record, n, KIT_FAILED_KEY)
     ended = last - sum(1 for run in failed if 0 <= run < last)  # runs 0 .. last-1 that did not fail
-    preempted = kit_runs(record, n, KIT_PREEMPTED_KEY) - kit_runs(record, n, KIT_TIMEOUT_KEY)
+    preempted = kit_runs(record, n, KIT_PREEMPTED_KEY) - _stopped_at_timeout(record, n)
     return ended + sum(1 for run in preempted if not 0 <= run < last or run in failed)
 
 

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+from spotjobs_kit.lines import PREEMPTED, RUN_STARTED, KitRecord
 
 from devstack.samples import custom_job
 from shared.alerts import AlertKind
@@ -22,6 +23,7 @@ from shared.deciding.continuations import (
     timed_out,
 )
 from shared.deciding.decisions import Decision, Observation, decide
+from shared.deciding.events import Signal
 from shared.deciding.preemptions import KIT_PREEMPTED_KEY, KIT_RUN_KEY
 from shared.jobs import JobSnapshot, JobState
 from shared.ledger.records import Attempt, RequestRecord, evidence_marker
@@ -133,6 +135,17 @@ def test_the_kits_preempted_line_at_a_timeout_is_no_preemption() -> None:
     assert decision.record.status == RequestStatus.REQUEUED
     assert decision.record.requeue is not None and decision.record.requeue.reason == "timeout"
     assert decision.record.attempts[0].preemptions == 0  # the stop at the timeout was no preemption
+
+
+def test_kit_lines_that_come_after_the_timeout_was_decided_count_no_preemption() -> None:
+    # The job's end was read before its run's lines were delivered (a lost, redelivered line).
+    decided = observe(record_of(attempt(1)), ended()).record
+    for event in (RUN_STARTED, PREEMPTED):
+        kit_line = KitRecord(event=event, request_id="req-1", attempt=1, run=0, job_id="111")
+        decided = decide(
+            copy.deepcopy(decided), Observation(1, None, Signal.KIT, kit=kit_line, job_name=JOB1), POLICY, NOW
+        ).record
+    assert decided.attempts[0].preemptions == 0 and decided.attempts[0].continued_after_timeout
 
 
 def test_an_expired_job_after_progress_continues_too() -> None:
