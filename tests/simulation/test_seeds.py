@@ -15,7 +15,16 @@ from sim.world import World
 
 CI_SEEDS = range(0, 150)
 
-OPEN_DEFECTS: dict[int, str] = {}
+OPEN_DEFECTS: dict[int, str] = {
+    # Both surfaced when issue 46's timeouts (sim/continuations.py) moved these seeds' timings and
+    # faults; neither request timed out. The deadline promise judges the rule for waits it cannot see.
+    24: "deadlines_met: r9-deadline's first claim dead-lettered after five crashed deliveries with its "
+    "job already created; reconcile adopted the job 45 min later, past the deadline (the rule sees no "
+    "job until then), and the promise does not excuse a claim waiting for its adoption",
+    128: "deadlines_met: r0-deadline waited in the pacing line (6 creates a minute, a burst ahead of it) "
+    "until 20 min past its deadline; the promise excuses a GPU-quota wait, not the code's own pacing line "
+    "(on main the same wait passes only because its job ran longer than its declared work)",
+}
 
 
 @pytest.mark.parametrize(
