@@ -34,6 +34,8 @@ _DEFAULT_COMMIT_MARKERS = DEFAULT_COMMIT_MARKERS
 
 
 DEFAULT_CREATE_TIMEOUT_SECONDS = 30.0
+# Four of Vertex's default 7-day job timeouts: continuations after a timeout stop there.
+DEFAULT_MAX_RUNTIME_SECONDS = 28 * 86400
 # Slack between a create's timeout and its claim's lease, as a fraction of the timeout: covers the
 # request's time on the wire and clock skew between the deliveries comparing claim ages.
 CREATE_MARGIN_FRACTION = 0.5
@@ -86,6 +88,10 @@ class Settings:
     max_replicas_per_job: int = _env("SPOTJOBS_MAX_REPLICAS_PER_JOB", 8, kind="int")
     max_pools_per_job: int = _env("SPOTJOBS_MAX_POOLS_PER_JOB", 2, kind="int")
     max_timeout_seconds: int = _env("SPOTJOBS_MAX_TIMEOUT_SECONDS", 7 * 86400, kind="int")
+    # The running time a request may take over its continuations after the job timeout
+    # (shared/deciding/continuations.py): a request's `max_runtime` may not exceed it, and it
+    # bounds one that names none.
+    max_runtime_seconds: int = _env("SPOTJOBS_MAX_RUNTIME_SECONDS", DEFAULT_MAX_RUNTIME_SECONDS, kind="int")
     max_boot_disk_gb: int = _env("SPOTJOBS_MAX_BOOT_DISK_GB", 1000, kind="int")
     # Fallback strategies a request may ask for (STANDARD, FLEX_START); empty = Spot only.
     allowed_fallback_strategies: tuple[str, ...] = _env("SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES", (), kind="list")

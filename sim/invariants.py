@@ -886,10 +886,11 @@ def moves_allowed(world: World) -> list[Violation]:
 QUIESCENCE.extend((nothing_created_after_a_cancel, cancelled_requests_end_cancelled, moves_allowed))
 
 # The promises people rely on (sim/promises.py).
-from sim import budgets, promises, replicas  # noqa: E402 - they read this module's helpers
+from sim import budgets, continuations, promises, replicas  # noqa: E402 - they read this module's helpers
 
 QUIESCENCE.extend(promises.QUIESCENCE)
 QUIESCENCE.extend(replicas.QUIESCENCE)  # multi-replica jobs (sim/replicas.py)
+QUIESCENCE.extend(continuations.QUIESCENCE)  # runs past the job timeout (sim/continuations.py)
 RETENTION.extend(replicas.RETENTION)
 QUIESCENCE.extend(budgets.QUIESCENCE)  # max_cost_usd (sim/budgets.py)
 RETENTION.extend(promises.RETENTION)

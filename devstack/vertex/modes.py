@@ -42,6 +42,16 @@ The emulator's own invention, not Google's, and so a setting too:
   running time) reclaims. `each_replica` (default): every replica's VM draws its own delay, as
   Compute Engine reclaims Spot VMs one by one (a job of N VMs is reclaimed about N times as
   often). `primary`: the primary's only, as before jobs had several replicas.
+
+Documented, half of it (`Scheduling.timeout` in custom_job.proto: "The maximum job running time.
+The default is 7 days."): the emulator ends a job whose running time (from its first RUNNING)
+reaches its `scheduling.timeout`, stopping every replica as a cancel does. How Vertex ends it is
+not said:
+
+- `timeout_end`: `failed` (default): JOB_STATE_FAILED with google.rpc code 4 DEADLINE_EXCEEDED
+  (assumed: the state is what spotjobs' users report a 7-day run ending with, the code google.rpc's
+  for a deadline). `expired`: JOB_STATE_EXPIRED ("The job has expired.", job_state.proto), no error.
+  spotjobs tells a timeout by either, or by the run time alone (shared/deciding/continuations.py).
 """
 
 from __future__ import annotations
@@ -56,6 +66,7 @@ SURVIVOR_STOPS = ("sigterm", "sigkill")
 SPOT_RESTART_COUNTS = ("per_event", "per_vm", "per_replica")
 TRANSIENT_EXIT_RESTARTS = ("job", "replica")
 RATE_RECLAIMS = ("each_replica", "primary")
+TIMEOUT_ENDS = ("failed", "expired")
 
 
 @dataclass(frozen=True)
@@ -65,6 +76,7 @@ class ReplicaModes:
     spot_restart_count: str = SPOT_RESTART_COUNTS[0]
     transient_exit_restarts: str = TRANSIENT_EXIT_RESTARTS[0]
     rate_reclaims: str = RATE_RECLAIMS[0]
+    timeout_end: str = TIMEOUT_ENDS[0]
 
     def __post_init__(self) -> None:
         for name, allowed in (
@@ -73,6 +85,7 @@ class ReplicaModes:
             ("spot_restart_count", SPOT_RESTART_COUNTS),
             ("transient_exit_restarts", TRANSIENT_EXIT_RESTARTS),
             ("rate_reclaims", RATE_RECLAIMS),
+            ("timeout_end", TIMEOUT_ENDS),
         ):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {list(allowed)}: {getattr(self, name)!r}")
@@ -83,7 +96,7 @@ class ReplicaModes:
 
 def parse_modes(body: Any, current: ReplicaModes) -> ReplicaModes:
     """`{"preemption_restarts": ..., "survivor_stop": ..., "spot_restart_count": ...,
-    "transient_exit_restarts": ..., "rate_reclaims": ...}`, each
+    "transient_exit_restarts": ..., "rate_reclaims": ..., "timeout_end": ...}`, each
     optional (unnamed ones keep `current`). Raises ValueError naming the offending field."""
     if not isinstance(body, Mapping):
         raise ValueError("replica modes must be a JSON object")
@@ -126,6 +139,12 @@ def add_mode_arguments(parser: argparse.ArgumentParser) -> None:
             "the random --preemption-rate reclaims each replica's VM on its own draw (each_replica, default) "
             "or the primary's only (primary)",
         ),
+        (
+            "timeout_end",
+            TIMEOUT_ENDS,
+            "a job that reaches its scheduling.timeout ends FAILED with DEADLINE_EXCEEDED (failed, default) "
+            "or EXPIRED (expired)",
+        ),
     ):
         parser.add_argument(
             "--" + name.replace("_", "-"),
@@ -142,4 +161,5 @@ def modes_from_args(args: argparse.Namespace) -> ReplicaModes:
         spot_restart_count=args.spot_restart_count,
         transient_exit_restarts=args.transient_exit_restarts,
         rate_reclaims=args.rate_reclaims,
+        timeout_end=args.timeout_end,
     )

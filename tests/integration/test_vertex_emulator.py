@@ -20,6 +20,7 @@ from google.api_core import exceptions
 from google.cloud import aiplatform_v1
 
 from devstack.vertex.emulator import VertexEmulator
+from devstack.vertex.modes import ReplicaModes
 from tests.support.vertex_emulator import (
     LOCATION,
     PARENT,
@@ -1106,3 +1107,41 @@ def test_get_list_and_cancel_share_the_crud_quota(
             call()
     create(client, job_body(make_worker()))  # creates count against the other quota
     assert control(emulator, "stats")["quotas"]["refused"] == {"submissions": 0, "crud": 2}
+
+
+# ---- scheduling.timeout: "The maximum job running time. The default is 7 days." ----
+
+
+def test_a_job_that_reaches_its_scheduling_timeout_is_stopped_and_fails_deadline_exceeded(
+    emulator: VertexEmulator,
+    client: aiplatform_v1.JobServiceClient,
+    make_worker: Callable[..., Worker],
+) -> None:
+    worker = make_worker(WORKER_SECONDS="60")
+    body = job_body(worker, strategy="STANDARD")
+    body["jobSpec"]["scheduling"]["timeout"] = "1.5s"
+
+    job = create(client, body)
+
+    ended = wait_for_state(client, job.name, TERMINAL)
+    assert ended.state == State.JOB_STATE_FAILED
+    assert ended.error.code == 4  # DEADLINE_EXCEEDED: the `timeout_end` mode's default (assumed)
+    assert "scheduling.timeout" in ended.error.message
+    running = (ended.end_time - ended.start_time).total_seconds()
+    assert 1.5 <= running < 1.5 + 5
+    assert worker.pids("sigterm") == worker.pids("start")  # stopped as a cancel stops it
+
+
+def test_the_expired_timeout_end_mode_ends_a_timed_out_job_expired(
+    make_emulator: Callable[..., VertexEmulator], make_worker: Callable[..., Worker]
+) -> None:
+    emulator = make_emulator(replica_modes=ReplicaModes(timeout_end="expired"))
+    client = client_for(emulator)
+    body = job_body(make_worker(WORKER_SECONDS="60"), strategy="STANDARD")
+    body["jobSpec"]["scheduling"]["timeout"] = "1s"
+
+    job = create(client, body)
+
+    ended = wait_for_state(client, job.name, {*TERMINAL, State.JOB_STATE_EXPIRED})
+    assert ended.state == State.JOB_STATE_EXPIRED
+    assert details(emulator, job.name)["replica_modes"]["timeout_end"] == "expired"
