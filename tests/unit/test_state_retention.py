@@ -181,6 +181,12 @@ FAMILIES = {
         ("fleet/",),
         (Lifecycle(timedelta(days=7)),),  # the estimate reads a week (shared/fleet/store.py)
     ),
+    "alerts log": Family(
+        "alerts/<day>/<time>-<digest>.json",
+        "alerts/2026-12-06/093000.000000-0a1b2c3d4e5f6a7b.json",
+        ("alerts/",),
+        (Lifecycle(timedelta(days=30)),),  # the dashboard shows a week; kept LOG_DAYS (shared/deciding/alert_log.py)
+    ),
     "burst documents": Family(
         "pacing/<region>/burst.json",
         "pacing/us-central1/burst.json",
