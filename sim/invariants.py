@@ -13,6 +13,8 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from shared.alerts import AlertKind
+from shared.deciding.alert_log import ALERTS_PREFIX
+from shared.deciding.alert_log import LOG_DAYS as ALERT_LOG_DAYS
 from shared.fleet.store import FLEET_PREFIX
 from shared.fleet.store import RETENTION_DAYS as FLEET_RETENTION_DAYS
 from shared.requests.envelope import MANIFESTS_PREFIX
@@ -35,6 +37,9 @@ SLOT_LIFETIME = timedelta(days=2)
 # Fleet observations (shared/fleet/store.py) belong to no request: a lifecycle rule deletes them
 # RETENTION_DAYS after their creation, and a job still waiting has its open wait written again.
 FLEET_LIFETIME = timedelta(days=FLEET_RETENTION_DAYS + 1)
+# The alerts log (shared/deciding/alert_log.py) belongs to no request: a lifecycle rule deletes an
+# entry LOG_DAYS after its creation (a prune report is alerted after retention, so some are young).
+ALERT_LOG_LIFETIME = timedelta(days=ALERT_LOG_DAYS + 1)
 
 
 def violation(invariant: str, detail: str) -> Violation:
@@ -683,6 +688,8 @@ def bounded_state(world: World) -> list[Violation]:
             continue  # a slot of the last day: its lifecycle rule has not come round yet
         if name.startswith(FLEET_PREFIX) and now - obj.time_created < FLEET_LIFETIME:
             continue  # a fact of the estimate's window: its lifecycle rule has not come round yet
+        if name.startswith(ALERTS_PREFIX) and now - obj.time_created < ALERT_LOG_LIFETIME:
+            continue  # an alert of the log's window: its lifecycle rule has not come round yet
         leftovers[_kind_of_state(name)].append(name)
     return [
         violation("bounded_state", f"{len(names)} {kind} object(s) left after retention, e.g. {names[0]}")
@@ -844,9 +851,10 @@ def moves_allowed(world: World) -> list[Violation]:
 QUIESCENCE.extend((nothing_created_after_a_cancel, cancelled_requests_end_cancelled, moves_allowed))
 
 # The promises people rely on (sim/promises.py).
-from sim import promises, replicas  # noqa: E402 - they read this module's helpers
+from sim import promises, replicas, shown  # noqa: E402 - they read this module's helpers
 
 QUIESCENCE.extend(promises.QUIESCENCE)
+QUIESCENCE.extend(shown.QUIESCENCE)  # what the dashboard and `status` show (sim/shown.py)
 QUIESCENCE.extend(replicas.QUIESCENCE)  # multi-replica jobs (sim/replicas.py)
 RETENTION.extend(replicas.RETENTION)
 RETENTION.extend(promises.RETENTION)

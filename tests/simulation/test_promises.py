@@ -327,6 +327,20 @@ def test_a_deadline_missed_though_the_rule_s_assumptions_held_is_caught(world: W
     assert "r1 (work 600 s" in found.detail
 
 
+def test_a_deadline_missed_after_its_message_was_dead_lettered_is_excused(world: World) -> None:
+    from sim.pubsub import DEAD_LETTER_TOPIC
+
+    on_demand = deadline_request(world, changeover=600, ran=600)
+    on_demand.end_time = on_demand.create_time + timedelta(hours=3)  # its first create came late
+    on_demand.start_time = on_demand.end_time - timedelta(seconds=600)
+    on_demand.create_time = on_demand.start_time - timedelta(seconds=600)
+    assert len(promises.deadlines_met(world)) == 1
+
+    # Its deliveries ran out under faults: its claim waited for reconcile's re-publish (seed 24).
+    world.pubsub.accept(DEAD_LETTER_TOPIC, json.dumps({"request_id": "r1"}).encode(), {})
+    assert promises.deadlines_met(world) == []
+
+
 def test_a_deadline_missed_after_a_changeover_past_the_bound_is_excused(world: World) -> None:
     deadline_request(world, changeover=world.settings.changeover_prior_seconds + 1, ran=600, hours=0.5)
     assert promises.deadlines_met(world) == []
