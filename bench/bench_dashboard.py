@@ -74,10 +74,14 @@ def write_cost(bucket: MemoryBucket, request_id: str, repeat: int) -> dict[str, 
     base = ledger.get(request_id)
     assert base is not None, request_id
     results: dict[str, Any] = {}
-    for name, status in (("status change", RequestStatus.RUNNING), ("no status change", RequestStatus.SUBMITTED)):
+    changes = (
+        ("a status change (its marker's status noted)", RequestStatus.RUNNING),
+        ("no status change", RequestStatus.SUBMITTED),
+    )
+    for name, status in changes:
         walls = []
         for n in range(repeat):
-            copy = f"{request_id}-write-{name.replace(' ', '-')}-{n}"
+            copy = f"{request_id}-write-{status.lower()}-{n}"
             ledger.restore(replace(base, request_id=copy, status=RequestStatus.SUBMITTED))
 
             def move(current: Any, status: RequestStatus = status) -> Any:
@@ -136,7 +140,7 @@ def main() -> None:
         Figure("a request's page: wall", round(one["wall"], 3), "s"),
         *(
             Figure(
-                f"a ledger write with {name} (marker status noted): wall / GCS calls by kind",
+                f"a ledger write with {name}: wall / GCS calls by kind",
                 f"{cost['wall']:.3f} s / {json.dumps(cost['calls'], sort_keys=True)}",
             )
             for name, cost in writes.items()
