@@ -38,6 +38,7 @@ NOT_STATE = {
     "/s": "a unit the HTML report shows (per second)",
     "/emulator/v1/": "the local Vertex emulator's HTTP paths",
     "/fleet": "a page path of `spotjobs dashboard`",
+    "/alerts": "a page path of `spotjobs dashboard`",
 }
 
 
