@@ -239,14 +239,17 @@ def attempts_exhausted(world: World) -> list[Expected]:
 
 
 def jobs_failed(world: World) -> list[Expected]:
-    """`job_failed`: an attempt's job failed for another reason than capacity (the trainer's error)."""
+    """`job_failed`: an attempt's job failed for another reason than capacity (the trainer's error),
+    its record still readable (seed 60: a person wrote it unreadable while its job ran)."""
     cancelled = cancelled_by_operator(world)
     unnamed = never_named_for_a_refused_lookup(world)
+    unreadable = left_unreadable(world)  # nothing is decided on such a record: `ledger_corrupt` is its word
     return [
         Expected(AlertKind.JOB_FAILED, job.request_id, f"attempt {job.attempt}'s job failed: {USER_ERROR['message']}")
         for job in only_jobs(world)
         if job.error == USER_ERROR
         and job.request_id not in cancelled
+        and job.request_id not in unreadable
         and (job.request_id, job.attempt) not in unnamed
         and not reads_refused(world, job, hiding_its_end=True)
     ]
@@ -707,6 +710,8 @@ def deadlines_met(world: World) -> list[Violation]:
             continue
         if _broke_the_rules_assumptions(own, d, work, now) or _switched_slowly(world, own, d, now):
             continue
+        if _created_late(world, record, own, d):
+            continue
         started = {j.attempt: j.start_time for j in sorted(own, key=lambda j: j.create_time) if j.start_time}
         if any(((started.get(n) or now) - at).total_seconds() > d for n, at in quota_waits[record.request_id].items()):
             continue  # the GPU quota kept on-demand away longer than the bound
@@ -720,6 +725,16 @@ def deadlines_met(world: World) -> list[Violation]:
             )
         )
     return out
+
+
+def _created_late(world: World, record: RequestRecord, jobs: list[SimJob], d: float) -> bool:
+    """The first changeover, from the request's arrival (a submit instance first took its message)
+    to its first job's create at Vertex, was longer than d: the rule decides nothing before its
+    first attempt exists (seed 128: 77 minutes in the submission quota's line behind a burst; seed
+    24: its message dead-lettered, then an hour of reconcile passes crashed under faults)."""
+    arrived = world.first_submitted.get(record.request_id)
+    first = min((job.create_time for job in jobs), default=None)
+    return arrived is not None and first is not None and (first - arrived).total_seconds() > d
 
 
 def _switched_slowly(world: World, jobs: list[SimJob], d: float, now: datetime) -> bool:

@@ -495,7 +495,7 @@ variable "training_classes" {
 }
 
 variable "cancellers" {
-  description = "IAM members allowed to run `spotjobs cancel`: they may read and compare-and-swap ledger records (requests/ in the state bucket) and nothing else. Public principals are rejected."
+  description = "IAM members allowed to run `spotjobs cancel`: they may read and compare-and-swap ledger records (requests/ in the state bucket), patch the status on their active markers (active/), and nothing else. Public principals are rejected."
   type        = list(string)
   default     = []
 
