@@ -608,6 +608,42 @@ def test_a_flex_start_job_waits_for_its_capacity_then_runs_without_preemption_or
     client.cancel_custom_job(name=held.name)
 
 
+def test_the_flex_start_modes_fail_at_start_end_a_wait_with_stockout_and_preempt_as_spot(
+    emulator: VertexEmulator,
+    client: aiplatform_v1.JobServiceClient,
+    make_worker: Callable[..., Worker],
+) -> None:
+    """The other readings of what Vertex does not document (devstack/vertex/modes.py, `flex_*`)."""
+    control(
+        emulator,
+        "replica-modes",
+        {"flex_requirements": "job_failed", "flex_wait_expiry": "stockout", "flex_preemption": "as_spot"},
+    )
+    no_gpu = wait_for_state(client, create(client, job_body(make_worker(), strategy="FLEX_START")).name, TERMINAL)
+    assert no_gpu.state == State.JOB_STATE_FAILED
+    wait_for(lambda: "accelerator_type" in client.get_custom_job(name=no_gpu.name).error.message, what="its error")
+
+    def flex_body(worker: Worker, max_wait: str) -> dict[str, Any]:
+        body = job_body(worker, strategy="FLEX_START")
+        body["jobSpec"]["workerPoolSpecs"][0]["machineSpec"]["acceleratorType"] = "NVIDIA_L4"
+        body["jobSpec"]["scheduling"]["maxWaitDuration"] = max_wait
+        return body
+
+    control(emulator, "flex-capacity", {"data": [0], "tick_seconds": 3600})
+    expired = wait_for_state(client, create(client, flex_body(make_worker(), "1s")).name, TERMINAL)
+    assert expired.state == State.JOB_STATE_FAILED
+    wait_for(lambda: "STOCKOUT" in client.get_custom_job(name=expired.name).error.message, what="STOCKOUT")
+
+    control(emulator, "flex-capacity", {"data": []})
+    worker = make_worker(WORKER_SECONDS="60")
+    running = create(client, flex_body(worker, "60s"))
+    wait_for(lambda: worker.pids("start"), what="the FLEX_START worker to start")
+    control(emulator, f"{running.name}:preempt", {})
+    wait_for(lambda: len(worker.pids("start")) == 2, what="the preempted FLEX_START worker's restart")
+    assert details(emulator, running.name)["preemptions"] == 1
+    client.cancel_custom_job(name=running.name)
+
+
 def test_a_worker_that_ignores_sigterm_is_killed_after_the_grace_period(
     emulator: VertexEmulator,
     client: aiplatform_v1.JobServiceClient,
