@@ -584,6 +584,10 @@ def test_a_flex_start_job_waits_for_its_capacity_then_runs_without_preemption_or
     wait_for_state(client, held.name, {State.JOB_STATE_PENDING})
     time.sleep(0.5)
     assert worker.pids("start") == [] and details(emulator, held.name)["is_flex_start"] is True
+    cancelled = create(client, flex)  # a cancel ends the wait at once
+    wait_for_state(client, cancelled.name, {State.JOB_STATE_PENDING})
+    client.cancel_custom_job(name=cancelled.name)
+    assert wait_for_state(client, cancelled.name, TERMINAL, timeout=5).state == State.JOB_STATE_CANCELLED
 
     control(emulator, "flex-capacity", {"data": [1], "tick_seconds": 3600, "machine_type": "a2-highgpu-1g"})
     wait_for_state(client, held.name, {State.JOB_STATE_RUNNING})
