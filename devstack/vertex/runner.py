@@ -55,10 +55,12 @@ from spotjobs_kit.lines import CHECKPOINT_COMMITTED, parse_kit_line
 from devstack.vertex import logs as lines
 from devstack.vertex.capacity import SpotCapacity
 from devstack.vertex.errors import failed_precondition
+from devstack.vertex.flex import FlexCapacity, WaitVerdict, wait_expired_message, wait_verdict
 from devstack.vertex.fuse import FuseMirror
 from devstack.vertex.jobs import JobRecord, JobStore, ReplicaRecord, State
 from devstack.vertex.logs import PRIMARY_REPLICA, LogEntryFactory, LogSink
 from devstack.vertex.preemption import ALL_REPLICAS, PreemptionPlanner
+from devstack.vertex.signals import RESOURCE_EXHAUSTED_CODE
 from devstack.vertex.worker import UnrunnableJob, WorkerProcess, build_launches, stop_together
 from shared.log import Logger
 
@@ -121,6 +123,7 @@ class JobRunner:
         config: RunnerConfig,
         planner: PreemptionPlanner,
         capacity: SpotCapacity,
+        flex_capacity: FlexCapacity,
         sink: LogSink,
         entries: LogEntryFactory,
         logger: Logger,
@@ -130,6 +133,7 @@ class JobRunner:
         self._config = config
         self._planner = planner
         self._capacity = capacity
+        self._flex_capacity = flex_capacity
         self._sink = sink
         self._entries = entries
         self._logger = logger
@@ -284,6 +288,8 @@ class JobRunner:
                     self._service_lines(record, record.profile.pending())
             if record.is_spot and not self._wait_for_spot_capacity(record):
                 return self._finish_interrupted(record)
+            if record.is_flex_start and record.job_starts == 0 and not self._wait_for_flex_capacity(record):
+                return None
             if not self._pause(record, self._config.pending_seconds):
                 return self._finish_interrupted(record)
             if self._run_replicas(record) is Outcome.ENDED:
@@ -298,6 +304,40 @@ class JobRunner:
                 return False
             record.wake.wait(min(_POLL_SECONDS, self._capacity.seconds_to_next_tick(record.location)))
         return True
+
+    def _wait_for_flex_capacity(self, record: JobRecord) -> bool:
+        """A FLEX_START job's wait for all its VMs at once (`flex`): True once the FLEX_START
+        capacity trace (opt-in) has them; False when the job ended instead: its create error (the
+        `flex_requirements` mode job_failed), its maxWaitDuration run out, or a cancel."""
+        if record.flex_refusal is not None:
+            error = (EXIT_FAILURE_CODE, record.flex_refusal)
+            self._finish(record, State.JOB_STATE_FAILED, error, record.profile.failed(record.flex_refusal))
+            return False
+        machine_type = record.job.job_spec.worker_pool_specs[0].machine_spec.machine_type
+        started = time.monotonic()
+        while True:
+            record.wake.clear()
+            if record.interrupted:
+                self._finish_interrupted(record)
+                return False
+            available = self._flex_capacity.available(record.location, machine_type)
+            verdict = wait_verdict(available, time.monotonic() - started, record.flex_max_wait_seconds)
+            if verdict is WaitVerdict.RUN:
+                return True
+            if verdict is WaitVerdict.EXPIRED:
+                self._finish_flex_wait_expired(record)
+                return False
+            record.wake.wait(_POLL_SECONDS)
+
+    def _finish_flex_wait_expired(self, record: JobRecord) -> None:
+        """Ends a FLEX_START job whose capacity did not come in time, as `flex_wait_expiry` says."""
+        max_wait = record.flex_max_wait_seconds or 0.0
+        if record.modes.flex_wait_expiry == "stockout":
+            code, message = record.profile.stockout(0)
+        else:
+            code, message = RESOURCE_EXHAUSTED_CODE, wait_expired_message(max_wait)
+        self._logger.info("flex start wait expired", job=record.job.name, max_wait_seconds=max_wait)
+        self._finish(record, State.JOB_STATE_FAILED, (code, message), record.profile.failed(message))
 
     def _pause(self, record: JobRecord, seconds: float) -> bool:
         """Waits, unless the job is cancelled or discarded first (then returns False)."""

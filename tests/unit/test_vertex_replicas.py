@@ -227,6 +227,9 @@ def test_the_modes_default_to_the_least_surprising_reading_and_switch_one_field_
         "transient_exit_restarts": "job",
         "rate_reclaims": "each_replica",
         "timeout_end": "failed",
+        "flex_wait_expiry": "resource_exhausted",
+        "flex_preemption": "never",
+        "flex_requirements": "invalid_argument",
     }
 
     switched = parse_modes({"survivor_stop": "sigkill"}, defaults)
