@@ -56,6 +56,9 @@ class Settings:
     # The checkpoint bucket's location (Terraform's `buckets.location`: a region, `US`, `EU`, ...):
     # what an attempt elsewhere pays to read a checkpoint. Empty: unknown, and not weighed.
     checkpoint_bucket_location: str = _env("SPOTJOBS_CHECKPOINT_BUCKET_LOCATION", "")
+    # Placement starts from the shipped region prior (shared/fleet/region_prior.json) where the
+    # fleet has seen little; off: from the fleet's own observations alone (docs/placement.md).
+    region_prior: bool = _env("SPOTJOBS_REGION_PRIOR", True, kind="bool")
     job_requests_topic: str = _env("SPOTJOBS_JOB_REQUESTS_TOPIC", TOPOLOGY.topic_name("job_requests"))
     job_events_topic: str = _env("SPOTJOBS_JOB_EVENTS_TOPIC", TOPOLOGY.topic_name("job_events"))
     ops_alerts_topic: str = _env("SPOTJOBS_OPS_ALERTS_TOPIC", TOPOLOGY.topic_name("ops_alerts"))

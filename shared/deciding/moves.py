@@ -51,7 +51,7 @@ def consider_move(
     waited = (now - parse_iso(attempt.state_changed_at if attempt.started_at else attempt.created_at)).total_seconds()
     if waited <= changeover:
         return
-    placed = placer.place(record.request, attempt, record.attempts)
+    placed = placer.place(record.request, attempt, record.attempts, waiting=True)
     if placed.location == attempt.location:
         return
     following = decide_handover(

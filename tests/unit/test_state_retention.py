@@ -35,6 +35,7 @@ NOT_STATE = {
     "/global/networks/": "Google resource names",
     "price_table.json": "a file of the package",
     "topology.json": "a file of the package",
+    "region_prior.json": "a file of the package",
     "/s": "a unit the HTML report shows (per second)",
     "/emulator/v1/": "the local Vertex emulator's HTTP paths",
     "/fleet": "a page path of `spotjobs dashboard`",
