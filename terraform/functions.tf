@@ -91,6 +91,7 @@ locals {
     changeover_prior_seconds     = "SPOTJOBS_CHANGEOVER_PRIOR_SECONDS"
     reconcile_interval_seconds   = "SPOTJOBS_RECONCILE_INTERVAL_SECONDS"
     checkpoint_prior_seconds     = "SPOTJOBS_CHECKPOINT_PRIOR_SECONDS"
+    region_prior                 = "SPOTJOBS_REGION_PRIOR"
     allowed_locations            = "SPOTJOBS_ALLOWED_LOCATIONS"
     allowed_networks             = "SPOTJOBS_ALLOWED_NETWORKS"
     allowed_network_attachments  = "SPOTJOBS_ALLOWED_NETWORK_ATTACHMENTS"

@@ -147,6 +147,7 @@ variable "settings" {
     allowed_fallback_strategies  = optional(list(string))       # SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES (null = none: Spot only)
     min_spot_attempts            = optional(number)             # SPOTJOBS_MIN_SPOT_ATTEMPTS
     changeover_prior_seconds     = optional(number)             # SPOTJOBS_CHANGEOVER_PRIOR_SECONDS (default 1200)
+    region_prior                 = optional(bool)               # SPOTJOBS_REGION_PRIOR (default true: placement starts from shared/fleet/region_prior.json)
     reconcile_interval_seconds   = optional(number)             # SPOTJOBS_RECONCILE_INTERVAL_SECONDS (default 300: keep it the reconcile schedule's interval)
     checkpoint_prior_seconds     = optional(number)             # SPOTJOBS_CHECKPOINT_PRIOR_SECONDS (default 3600: the trainer's checkpoint interval until seen)
     allowed_locations            = optional(list(string))       # SPOTJOBS_ALLOWED_LOCATIONS (null = any region)
