@@ -4,7 +4,7 @@ A message on `job-requests` is either
 
 - an **envelope** `{"request_id", "custom_job", "location"?, "locations"?, "max_attempts"?,
   "fallback"?, "checkpoints"?, "deadline"?, "total_steps"?, "expected_step_seconds"?,
-  "changeover_seconds"?, "priority"?, "schema_version"?, "attempt"?}`, or
+  "changeover_seconds"?, "priority"?, "notify"?, "schema_version"?, "attempt"?}`, or
 - a **bare CustomJob body**, exactly what the Vertex AI REST docs POST to `customJobs`. Its request
   id is the `request_id` message attribute, else derived from its content and the dedupe window
   its moment (`schedule_time`, else the original publish time a redrive carries, else the publish
@@ -83,6 +83,7 @@ ENVELOPE_FIELDS = (
     "expected_step_seconds",
     "changeover_seconds",
     "priority",
+    "notify",
     "attempt",
 )
 # What a deadline comes with: the work and, optionally, overrides of the estimates.
@@ -95,6 +96,12 @@ MAX_PRIORITY = 1_000_000
 MAX_DEADLINE_AHEAD = timedelta(days=366)
 MAX_TOTAL_STEPS = 10**12
 MAX_SECONDS = MAX_DEADLINE_AHEAD.total_seconds()
+# `notify.topic`: a Pub/Sub topic's full path, never an address (no request makes the functions
+# call a URL). Project ids and topic names as Pub/Sub documents them
+# (https://cloud.google.com/pubsub/docs/create-topic#resource_names).
+NOTIFY_TOPIC_PATTERN = re.compile(
+    r"^projects/[a-z][a-z0-9-]{4,28}[a-z0-9]/topics/(?!goog)[A-Za-z][A-Za-z0-9._~+%-]{2,254}$"
+)
 REQUEST_ID_ATTRIBUTE = "request_id"
 # When a scheduler meant the message to fire (RFC 3339): names a bare body published without a
 # request id, so a double fire of one schedule is one request.
@@ -192,6 +199,7 @@ class JobRequest:
     keep_last: int | None = None
     deadline: Deadline | None = None
     priority: int = 0  # higher goes first when creates wait for the quota (shared/pacing.py)
+    notify_topic: str | None = None  # the topic its notifications go to (shared/deciding/notices.py)
     attempt: int | None = None  # set exactly on messages marked as the system's re-queues
     # A bare body without an id: its content digest and moment, which name it (shared.ledger.dedupe).
     content_digest: str | None = None
@@ -401,6 +409,7 @@ def _read_envelope(
         keep_last=_read_keep_last(body.get("checkpoints"), violations),
         deadline=_read_deadline(body, published_at, violations),
         priority=_read_priority(body.get("priority"), violations),
+        notify_topic=_read_notify(body.get("notify"), violations),
         attempt=_read_int(body.get("attempt"), "attempt", 1, violations) if requeue else None,
     )
     return request, violations
@@ -537,6 +546,28 @@ def _read_seconds(value: object, path: str, violations: list[Violation], *, posi
     return float(value)  # type: ignore[arg-type]  # checked above
 
 
+def _read_notify(value: object, violations: list[Violation]) -> str | None:
+    """`notify: {"topic": "projects/P/topics/T"}`: the topic path, or None with a violation."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or "topic" not in value:
+        violations.append(Violation("notify", 'expected {"topic": "projects/PROJECT/topics/TOPIC"}'))
+        return None
+    for key in value:
+        if key != "topic":
+            violations.append(Violation(field_path("notify", key), "unknown field; expected topic"))
+    topic = value["topic"]
+    if not isinstance(topic, str) or not NOTIFY_TOPIC_PATTERN.fullmatch(topic):
+        violations.append(
+            Violation(
+                "notify.topic",
+                f"is {_shown(topic)}; expected a Pub/Sub topic path projects/PROJECT/topics/TOPIC (never a URL)",
+            )
+        )
+        return None
+    return topic
+
+
 def _read_keep_last(value: object, violations: list[Violation]) -> int | None:
     if value is None:
         return None
@@ -576,4 +607,5 @@ def canonical_envelope(request: JobRequest, *, default_location: str, default_ma
         **(request.deadline.to_json() if request.deadline else {}),
         # Only when set: a default-priority request's stored envelope is the one stored before.
         **({"priority": request.priority} if request.priority else {}),
+        **({"notify": {"topic": request.notify_topic}} if request.notify_topic else {}),
     }

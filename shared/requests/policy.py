@@ -96,7 +96,22 @@ def check_policy(request: JobRequest, settings: Settings, now: datetime | None =
     out.extend(_check_fallback(request, settings))
     out.extend(_check_locations(request, settings))
     out.extend(_check_deadline(request, settings, now or utcnow()))
+    out.extend(check_notify_topic(request.notify_topic, settings))
     return out
+
+
+def check_notify_topic(topic: str | None, settings: Settings) -> list[Violation]:
+    """A request's notification topic must fall under one of the deployment's allowed prefixes;
+    with none configured, no topic may be named (fails closed: refused, never silently dropped)."""
+    allowed = settings.allowed_notify_topics
+    if topic is None or any(topic.startswith(prefix) for prefix in allowed):
+        return []
+    shown = (
+        ", ".join(allowed)
+        if allowed
+        else "none: this deployment sends no notifications (SPOTJOBS_ALLOWED_NOTIFY_TOPICS)"
+    )
+    return [Violation("notify.topic", f"is {topic}; allowed topics: {shown}")]
 
 
 def check_attempt_job(
@@ -294,6 +309,7 @@ def describe_policy(settings: Settings) -> dict[str, Any]:
             "on_demand": f"only after {settings.min_spot_attempts} Spot attempts, as a fallback (the minimum wins)",
         },
         "locations": list(settings.allowed_locations) or "any region",
+        "notify_topics": [f"{prefix}*" for prefix in settings.allowed_notify_topics] or "none (notify is refused)",
         "default_location": settings.location,
         "system_fields": f"{', '.join(SYSTEM_FIELDS)}: only on the system's re-queue messages",
     }
