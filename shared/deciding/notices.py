@@ -182,13 +182,13 @@ def cost_so_far(record: RequestRecord, now: datetime) -> float | None:
     or on-demand as it ran. None when a machine type has no price: unknown, never zero."""
     spent = 0.0
     for attempt in record.attempts:
+        hourly = layout_hourly(record.request, attempt.location)
+        if hourly is None:
+            return None
         started = parse_rfc3339(attempt.started_at or "")
         if started is None:
             continue
         ended = parse_rfc3339(attempt.ended_at or "") or now
-        hourly = layout_hourly(record.request, attempt.location)
-        if hourly is None:
-            return None
         price = hourly[0] if attempt.strategy == SPOT else hourly[1]
         spent += max(0.0, (ended - started).total_seconds()) / SECONDS_PER_HOUR * price
     return round(spent, 4)
