@@ -163,7 +163,9 @@ def _note_successor(record: RequestRecord, attempt: Attempt, now: datetime) -> N
     notify_pending(record, kind, now, attempt=attempt.n, **fields)
 
 
-def telling_changes(transition: Callable[[RequestRecord | None], _Doc], clock: Callable[[], datetime]) -> Callable:
+def telling_changes(
+    transition: Callable[[RequestRecord | None], _Doc], clock: Callable[[], datetime]
+) -> Callable[[RequestRecord | None], _Doc]:
     """`transition`, then `note_changes` on what it writes: in the same compare-and-swap."""
 
     def told(current: RequestRecord | None) -> _Doc:

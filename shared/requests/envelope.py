@@ -561,7 +561,8 @@ def _read_notify(value: object, violations: list[Violation]) -> str | None:
         violations.append(
             Violation(
                 "notify.topic",
-                f"is {_shown(topic)}; expected a Pub/Sub topic path projects/PROJECT/topics/TOPIC (never a URL)",
+                f"is {_shown(topic)}; expected a Pub/Sub topic path projects/PROJECT/topics/TOPIC (a project id of 6-30 "
+                "characters, a topic name of 3-255 not starting with goog; never a URL)",
             )
         )
         return None
