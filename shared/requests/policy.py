@@ -96,7 +96,10 @@ def check_policy(request: JobRequest, settings: Settings, now: datetime | None =
     out.extend(_check_fallback(request, settings))
     out.extend(_check_locations(request, settings))
     out.extend(_check_deadline(request, settings, now or utcnow()))
-    out.extend(check_notify_topic(request.notify_topic, settings))
+    if request.attempt is None:
+        # A re-queue carries the topic its request was accepted with (the ledger confirms the
+        # body); a policy changed since stops its notifications at publish, not its training.
+        out.extend(check_notify_topic(request.notify_topic, settings))
     return out
 
 

@@ -115,6 +115,14 @@ def test_a_url_or_anything_not_a_topic_path_is_refused(notify: Any) -> None:
     assert found and all(v.startswith("notify") for v in found)
 
 
+def test_a_requeue_is_not_failed_for_a_topic_the_policy_no_longer_allows() -> None:
+    from shared.requests.envelope import REQUEUE_ATTRIBUTES
+
+    body = {**BODY, **NOTIFY, "attempt": 2}
+    request = validate_request(json.dumps(body).encode(), attributes=REQUEUE_ATTRIBUTES, settings=settings())
+    assert request.attempt == 2 and request.notify_topic == TOPIC  # the outbox refuses it, once
+
+
 def test_an_unknown_notify_field_is_named() -> None:
     found = violations({**BODY, "notify": {"topic": TOPIC, "email": "a@b.c"}}, **ALLOWED)
     assert found == ["notify.email: unknown field; expected topic"]
