@@ -94,6 +94,12 @@ class AlertKind(enum.StrEnum):
         "a request's slack to its deadline fell below one changeover (docs/deadlines.md); once per request",
     )
     DEADLINE_MISSED = "deadline_missed", "ERROR", "a request's deadline passed before it finished; once per request"
+    BUDGET_REACHED = (
+        "budget_reached",
+        "WARNING",
+        "a request's spend reached its `max_cost_usd`: its job is cancelled and nothing re-queued (up to one reconcile"
+        " interval late, docs/requests.md); once per request",
+    )
     STRAY_JOB = "stray_job", "WARNING", "a job with a request's labels that the ledger does not record was cancelled"
     CLAIM_STALLED = (
         "claim_stalled",

@@ -156,7 +156,7 @@ def submit_request(message: Message, log: Logger, ports: Ports) -> SubmitOutcome
                 status=claim.record.status,
                 cancelled_by=claim.record.cancel.by if claim.record.cancel else None,
             )
-            publish_what_is_pending(claim.record, log, ports)
+            _settle_taken_id(claim.record, envelope, request, log, ports)
             return SubmitOutcome(SubmitResult.DUPLICATE, request.request_id, n)
         if claim.kind == "duplicate":
             job = claim.attempt.job if claim.attempt else None
@@ -170,14 +170,23 @@ def submit_request(message: Message, log: Logger, ports: Ports) -> SubmitOutcome
                 status=claim.record.status,
                 same_body=same_body,
             )
-            if not same_body and request.attempt is None:
-                conflict = record_conflict(claim.record, envelope, ports, log)
-                publish_what_is_pending(conflict.value or claim.record, log, ports, mine=Mine.written(conflict))
-            else:
-                publish_what_is_pending(claim.record, log, ports)
+            _settle_taken_id(claim.record, envelope, request, log, ports)
             return SubmitOutcome(SubmitResult.DUPLICATE, request.request_id, n, job)
         assert claim.attempt is not None  # a claim that writes always names its attempt
         return _ensure_job(claim.record, claim.attempt, claim.kind == "taken_over", log, ports)
+
+
+def _settle_taken_id(
+    record: RequestRecord, envelope: dict[str, Any], request: JobRequest, log: Logger, ports: Ports
+) -> None:
+    """A message whose id is taken creates nothing: send what the record has pending, and tell
+    of another body published under the id (`request_id_conflict`), whatever became of the
+    request, cancelled ones included (a second body was dropped unheard: simulator seed 257)."""
+    if record.request != envelope and request.attempt is None:
+        conflict = record_conflict(record, envelope, ports, log)
+        publish_what_is_pending(conflict.value or record, log, ports, mine=Mine.written(conflict))
+    else:
+        publish_what_is_pending(record, log, ports)
 
 
 def _named_by_content(request: JobRequest, ports: Ports) -> JobRequest:

@@ -12,8 +12,8 @@ generators of their own), so a seed without it keeps every other draw it had.
 - `job_cancelled`: someone cancels a live job in the console;
 - `document_written`: someone (a person, or an older or newer version) writes a ledger record, a
   trigger's state or a fleet fact in a shape from `SHAPES`;
-- `object_deleted`: a person deletes a request's ledger record, or an old checkpoint (not one of
-  its folder's two newest: what a run resumes from stays);
+- `object_deleted`: a person deletes a request's ledger record, or an old checkpoint (older than
+  its folder's two newest finished ones: what a run resumes from stays);
 - `regional_changeovers`: the wait before RUNNING (and after a preemption) differs per location,
   with rare slow outliers (`sim.vertex.SimVertex.changeover`);
 - `two_file_stems`: the torch layout saves two files per stem (`ckpt-000400.pt` and
@@ -43,6 +43,9 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from sim.trainer import Save
     from sim.workload import Workload
     from sim.world import World
 
@@ -338,11 +341,11 @@ def delete_object(world: World, *, what: str) -> None:
     objects = world.storage.objects(bucket_name)
     if what == "ledger":
         names = [[n] for n in sorted(objects) if n.startswith("requests/") and n.endswith(".json")]
-    else:  # someone cleans up an old checkpoint by hand: every object of a save but its folder's two newest
+    else:  # someone cleans up old checkpoints by hand
         names = [
             sorted(folder + o for o in save.objects if folder + o in objects)
             for folder, saves in sorted(world.trainer.saves.items())
-            for save in sorted(saves.values(), key=lambda s: (s.step, s.at))[:-2]
+            for save in _older_than_the_two_newest_finished(saves.values())
         ]
         names = [group for group in names if group]
     group = _pick(world, names)
@@ -358,6 +361,18 @@ def delete_object(world: World, *, what: str) -> None:
     else:
         world.tampering.deleted_objects.update(group)
     world.note(f"out of band: {', '.join(group)} deleted by a person")
+
+
+def _older_than_the_two_newest_finished(saves: Iterable[Save]) -> list[Save]:
+    """What a person may clean up by hand: the saves older than a folder's two newest finished
+    ones (what a run resumes from, and the one before it, stay). Torn saves count for nothing: with
+    two torn saves counted as the newest, seed 267 deleted the newest finished checkpoint, the one
+    a live job had just resumed from."""
+    ordered = sorted(saves, key=lambda s: (s.step, s.at))
+    finished = [s for s in ordered if s.complete]
+    if not finished:
+        return []
+    return ordered[: ordered.index(finished[-min(2, len(finished))])]
 
 
 def write_absurd_lines(world: World) -> None:

@@ -726,8 +726,12 @@ def bounded_state(world: World) -> list[Violation]:
     unfinished = set(unsettled_requests(world)) | left_unreadable(world)
     leftovers = collections.defaultdict(list)
     now = world.clock.now()
-    for name, obj in sorted(world.storage.objects(world.settings.state_bucket).items()):
+    state_objects = world.storage.objects(world.settings.state_bucket)
+    undecided = windows_kept_until_repaired(world)
+    for name, obj in sorted(state_objects.items()):
         if name.startswith(KEPT_FOR_GOOD) or FIXED_SET.fullmatch(name) or _request_of(name, obj.data) in unfinished:
+            continue
+        if _window_of(name) in undecided:
             continue
         if name.startswith(SLOTS_PREFIX) and now - obj.time_created < SLOT_LIFETIME:
             continue  # a slot of the last day: its lifecycle rule has not come round yet
@@ -738,6 +742,44 @@ def bounded_state(world: World) -> list[Violation]:
         violation("bounded_state", f"{len(names)} {kind} object(s) left after retention, e.g. {names[0]}")
         for kind, names in sorted(leftovers.items())
     ]
+
+
+def windows_kept_until_repaired(world: World) -> set[tuple[str, str]]:
+    """(trigger, window) of each trigger whose state a person left unreadable: its windows still
+    open (none is decided until the state is repaired: `trigger_corrupt`) and its deferred ones
+    (what the state carries is unknown), which shared/triggers/retention.py keeps by design."""
+    from shared.triggers.store import unreadable
+
+    state_objects = world.storage.objects(world.settings.state_bucket)
+    corrupt = {
+        name.split("/")[1]
+        for name in world.tampering.written
+        if name.startswith("triggers/")
+        and name.endswith("/state.json")
+        and name in state_objects
+        and unreadable(name, state_objects[name].data) is not None
+    }
+    kept = set()
+    for name, obj in state_objects.items():
+        window = _window_of(name)
+        if window is None or window[0] not in corrupt:
+            continue
+        if name.startswith(f"triggers/{window[0]}/open/") or (name.endswith(".json") and _deferred(obj.data)):
+            kept.add(window)
+    return kept
+
+
+def _window_of(name: str) -> tuple[str, str] | None:
+    """(trigger, window id) of a window's object: its open marker, document, members or seal."""
+    parts = name.split("/")
+    if len(parts) < 4 or parts[0] != "triggers" or parts[2] not in ("open", "windows"):
+        return None
+    return parts[1], parts[3].removesuffix(".json")
+
+
+def _deferred(data: bytes) -> bool:
+    document = _json_or_none(data)
+    return isinstance(document, dict) and document.get("state") == "deferred"
 
 
 def _request_of(name: str, data: bytes) -> str | None:
@@ -895,9 +937,10 @@ def moves_allowed(world: World) -> list[Violation]:
 QUIESCENCE.extend((nothing_created_after_a_cancel, cancelled_requests_end_cancelled, moves_allowed))
 
 # The promises people rely on (sim/promises.py).
-from sim import promises, replicas  # noqa: E402 - they read this module's helpers
+from sim import budgets, promises, replicas  # noqa: E402 - they read this module's helpers
 
 QUIESCENCE.extend(promises.QUIESCENCE)
 QUIESCENCE.extend(replicas.QUIESCENCE)  # multi-replica jobs (sim/replicas.py)
 RETENTION.extend(replicas.RETENTION)
+QUIESCENCE.extend(budgets.QUIESCENCE)  # max_cost_usd (sim/budgets.py)
 RETENTION.extend(promises.RETENTION)

@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from shared.alerts import AlertKind
+from sim import budgets
 from sim.faults import HAND_WRITTEN_ATTEMPT
 from sim.vertex import STOCKOUT_ERROR, USER_ERROR
 
@@ -95,7 +96,8 @@ def only_jobs(world: World) -> Iterator[SimJob]:
 
 
 def cancelled_by_operator(world: World) -> set[str]:
-    return set(world.creates_before_cancel)
+    """Requests an operator cancelled, or whose budget stopped them: the same cancel (sim/budgets.py)."""
+    return set(world.creates_before_cancel) | budgets.stopped(world)
 
 
 def waited_seconds(job: SimJob, now: datetime) -> float:
@@ -554,6 +556,7 @@ CONDITIONS: dict[AlertKind, Callable[[World], list[Expected]]] = {
     AlertKind.TRIGGER_CORRUPT: trigger_states_unreadable,
     AlertKind.STRAY_JOB: strays_cancelled,
     AlertKind.CLAIM_STALLED: claims_stalled,
+    AlertKind.BUDGET_REACHED: budgets.budgets_reached,
     AlertKind.NOTIFY_REFUSED: notify_refusals,
 }
 # A report of what was deleted may come in a later prune run's (at least once): judged after retention.

@@ -135,6 +135,7 @@ def _settings(rng: random.Random) -> dict[str, str]:
 
 def generate(rng: random.Random) -> Workload:
     from shared.requests.envelope import REQUEUE_ATTRIBUTES
+    from sim.budgets import with_budget
     from sim.virtual import EPOCH_OF_SIMULATION
 
     env = _settings(rng)
@@ -196,6 +197,8 @@ def generate(rng: random.Random) -> Workload:
             body = body["custom_job"]
             if kind == "bare_named":
                 attributes = {"request_id": request_id}
+        elif kind == "envelope" and gpu:
+            with_budget(body, request_id, at)  # some carry a max_cost_usd (sim/budgets.py)
         # Not near the size limit (the topic would push it over) nor a hostile one.
         told = kind in ("envelope", "deadline", "fallback", "invalid")
         if told and notify_rng.random() < 0.4:

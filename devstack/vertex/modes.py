@@ -35,6 +35,13 @@ restarted, up to three times; any other non-zero exit fails the job. What restar
   torch.distributed job needs: a survivor that left because its peer was lost cannot rejoin a
   group that is gone. `replica`: that replica alone, at once (the page's per-worker restart "in
   the same VM"), unless the job sets `restartJobOnWorkerRestart`. Either way three per job.
+
+The emulator's own invention, not Google's, and so a setting too:
+
+- `rate_reclaims`: which replicas the random `--preemption-rate` (per minute of a replica's
+  running time) reclaims. `each_replica` (default): every replica's VM draws its own delay, as
+  Compute Engine reclaims Spot VMs one by one (a job of N VMs is reclaimed about N times as
+  often). `primary`: the primary's only, as before jobs had several replicas.
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ PREEMPTION_RESTARTS = ("replica", "job")
 SURVIVOR_STOPS = ("sigterm", "sigkill")
 SPOT_RESTART_COUNTS = ("per_event", "per_vm", "per_replica")
 TRANSIENT_EXIT_RESTARTS = ("job", "replica")
+RATE_RECLAIMS = ("each_replica", "primary")
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,7 @@ class ReplicaModes:
     survivor_stop: str = SURVIVOR_STOPS[0]
     spot_restart_count: str = SPOT_RESTART_COUNTS[0]
     transient_exit_restarts: str = TRANSIENT_EXIT_RESTARTS[0]
+    rate_reclaims: str = RATE_RECLAIMS[0]
 
     def __post_init__(self) -> None:
         for name, allowed in (
@@ -63,6 +72,7 @@ class ReplicaModes:
             ("survivor_stop", SURVIVOR_STOPS),
             ("spot_restart_count", SPOT_RESTART_COUNTS),
             ("transient_exit_restarts", TRANSIENT_EXIT_RESTARTS),
+            ("rate_reclaims", RATE_RECLAIMS),
         ):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {list(allowed)}: {getattr(self, name)!r}")
@@ -73,7 +83,7 @@ class ReplicaModes:
 
 def parse_modes(body: Any, current: ReplicaModes) -> ReplicaModes:
     """`{"preemption_restarts": ..., "survivor_stop": ..., "spot_restart_count": ...,
-    "transient_exit_restarts": ...}`, each
+    "transient_exit_restarts": ..., "rate_reclaims": ...}`, each
     optional (unnamed ones keep `current`). Raises ValueError naming the offending field."""
     if not isinstance(body, Mapping):
         raise ValueError("replica modes must be a JSON object")
@@ -110,6 +120,12 @@ def add_mode_arguments(parser: argparse.ArgumentParser) -> None:
             "a replica exiting SIGABRT or SIGSEGV (documented as potentially transient, restarted up to three "
             "times) restarts every replica (job, default) or itself alone (replica)",
         ),
+        (
+            "rate_reclaims",
+            RATE_RECLAIMS,
+            "the random --preemption-rate reclaims each replica's VM on its own draw (each_replica, default) "
+            "or the primary's only (primary)",
+        ),
     ):
         parser.add_argument(
             "--" + name.replace("_", "-"),
@@ -125,4 +141,5 @@ def modes_from_args(args: argparse.Namespace) -> ReplicaModes:
         survivor_stop=args.survivor_stop,
         spot_restart_count=args.spot_restart_count,
         transient_exit_restarts=args.transient_exit_restarts,
+        rate_reclaims=args.rate_reclaims,
     )

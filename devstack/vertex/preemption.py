@@ -34,10 +34,12 @@ reclaimed replica (for "all", any replica) writes a line containing TEXT, and wi
 the text a trainer writes as it begins a save, it is "reclaimed during a save" (with
 `grace_seconds: 0`, killed mid-write).
 
-Without a plan, a SPOT job's primary is preempted after an exponentially distributed delay with
-the configured rate (per minute of running time), drawn from a random stream seeded by the
-emulator seed and the job's creation order, so a run with the same seed and the same sequence of
-creates preempts at the same moments. STANDARD (and unspecified) jobs are never preempted.
+Without a plan, each start of a SPOT job's replica is preempted after an exponentially
+distributed delay with the configured rate (per minute of running time), drawn from a random
+stream seeded by the emulator seed and the job's creation order, so a run with the same seed and
+the same sequence of creates preempts at the same moments; every replica draws (the
+`rate_reclaims` mode, `devstack.vertex.modes`: `each_replica`), or only the primary (`primary`).
+STANDARD (and unspecified) jobs are never preempted.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from devstack.vertex.logs import PRIMARY_REPLICA
+from devstack.vertex.modes import RATE_RECLAIMS
 
 _MAX_PLANNED_PREEMPTIONS = 100
 ALL_REPLICAS = "all"
@@ -229,9 +232,15 @@ class PreemptionPlanner:
             self._plans.clear()
 
     def next_preemption(
-        self, state: JobPreemptionState, job_labels: Mapping[str, str], replica: str = PRIMARY_REPLICA
+        self,
+        state: JobPreemptionState,
+        job_labels: Mapping[str, str],
+        replica: str = PRIMARY_REPLICA,
+        *,
+        rate_reclaims: str = RATE_RECLAIMS[0],
     ) -> PlannedPreemption | None:
-        """When to preempt this (re)start of a SPOT job's replica, or None for never."""
+        """When to preempt this (re)start of a SPOT job's replica, or None for never
+        (`rate_reclaims`: which replicas the random rate reclaims, `devstack.vertex.modes`)."""
         with self._lock:
             if state.plan is None:
                 state.plan = next((plan for plan in reversed(self._plans) if plan.matches(job_labels)), None)
@@ -241,7 +250,7 @@ class PreemptionPlanner:
             index = state.starts_under_plan
             state.starts_under_plan += 1
             return state.plan.preemption(index)
-        if replica != PRIMARY_REPLICA:
+        if rate_reclaims == "primary" and replica != PRIMARY_REPLICA:
             return None
         if self.rate_per_minute > 0:
             return PlannedPreemption(after_seconds=state.rng.expovariate(self.rate_per_minute / 60.0))

@@ -326,7 +326,11 @@ class JobRunner:
     def _start_replica(self, record: JobRecord, replica: ReplicaRecord) -> bool:
         """Starts one run of a replica; False when it cannot be run (the job has then ended)."""
         planned = (
-            self._planner.next_preemption(record.preemption, record.labels, replica.name) if record.is_spot else None
+            self._planner.next_preemption(
+                record.preemption, record.labels, replica.name, rate_reclaims=record.modes.rate_reclaims
+            )
+            if record.is_spot
+            else None
         )
         with self.lock:
             replica.starts += 1

@@ -279,6 +279,16 @@ class WorkerProcess:
 
     def tear_down(self) -> None:
         """Kills whatever the worker left in its group: the container is gone once it exits."""
+        self._kill_all()
+
+    def _kill_all(self) -> None:
+        """SIGKILL the group and every process the worker started in a session of its own (torchrun
+        starts each of its workers so), as a container's end takes every process in it. Those are
+        found only while the worker runs: afterwards they belong to no one, and its pid may be
+        another process's."""
+        for pid in _descendants(self.pid) if self.poll() is None else []:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
         self._signal_group(signal.SIGKILL)
 
     def join_output(self, timeout: float) -> None:
@@ -311,8 +321,29 @@ def stop_together(workers: list[WorkerProcess], grace_seconds: float) -> list[li
                 worker._wait(max(deadline - time.monotonic(), 0.0))
     for worker, signals in zip(workers, sent, strict=True):
         if worker.poll() is None:
-            worker._signal_group(signal.SIGKILL)
+            worker._kill_all()
             signals.append("SIGKILL")
             worker._wait(None)
         worker.tear_down()
     return sent
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes below `pid`, from /proc (none where there is no /proc)."""
+    children: dict[int, list[int]] = {}
+    with contextlib.suppress(FileNotFoundError):
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):  # gone meanwhile
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    found, frontier = [], [pid]
+    while frontier:
+        below = children.get(frontier.pop(), [])
+        found += below
+        frontier += below
+    return found

@@ -71,5 +71,6 @@ def apply_observation(ports: Ports, request_id: str, observation: Observation, l
         mine |= Mine.EFFECTS
     if effects.requeue_decided:
         mine |= Mine.REQUEUE
-    message_id, waiting = flush(ports, swapped.value, log, mine=mine)
+    own_alerts = [alert.to_json() for alert in effects.alerts]  # not another delivery's, decided just before
+    message_id, waiting = flush(ports, swapped.value, log, mine=mine, own_alerts=own_alerts)
     return Applied(swapped.value, effects.events, decision.waiting or waiting, message_id)

@@ -189,7 +189,7 @@ def watch_deadline(
 ) -> DeadlineDecision | None:
     """Ask the deadline rule about the request's current attempt and carry out its answer in the
     record: its alerts (once per request) and a switch to on-demand. `refuses(strategy)` is the
-    deployment's policy for the next attempt: a switch it refuses is not made (the deployment's
+    deployment's policy for the next attempt, and the request's `max_cost_usd`: a switch it refuses is not made (the deployment's
     minimum of Spot attempts wins over a deadline, so a publisher gets by a deadline no fallback
     the policy refuses), and said once per attempt. `fleet` is asked only where its answer can
     change the rule's (`_asking_the_fleet`): so it is read once per such decision, not at every
@@ -222,7 +222,7 @@ def watch_deadline(
                 LogLine(
                     "WARNING",
                     f"attempt {attempt.n} of {record.request_id} stays on Spot: the deadline rule would move it "
-                    f"to {ON_DEMAND} ({decision.reason}), which the deployment's policy refuses ({refused})",
+                    f"to {ON_DEMAND} ({decision.reason}), which is refused ({refused})",
                     event_fields(
                         record, attempt, "deadline_switch_refused", refused=str(refused), **decision.to_json()
                     ),

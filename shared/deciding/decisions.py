@@ -36,6 +36,8 @@ Decisions, on the job's state as Vertex reports it (never on the log text):
 - Only the latest attempt of a request that is not finished decides the request's status; an
   older attempt's late events update that attempt alone.
 
+- A request with a `max_cost_usd`: every observation asks `shared.deciding.budget_watch.watch_budget`,
+  which stops it (as a cancel) once its spend reached the budget, with one `budget_reached` alert.
 - A request with a `deadline`: every observation of its latest attempt that is not ended asks
   the deadline rule (`shared.deciding.deadline_watch.watch_deadline`), which may switch it to
   on-demand (or back to Spot) and raise `deadline_at_risk` / `deadline_missed` once each.
@@ -56,6 +58,7 @@ from spotjobs_kit.lines import PREEMPTED, KitRecord
 
 from shared.alerts import AlertKind
 from shared.clock import iso, parse_iso
+from shared.deciding.budget_watch import budget_refuses, watch_budget
 from shared.deciding.deadline_watch import FleetView, alert_if_finished_late, note_progress, watch_deadline
 from shared.deciding.effects import Effects, LogLine, attempt_alert, event_fields
 from shared.deciding.events import Signal, SignalPatterns, patterns_from
@@ -197,6 +200,7 @@ def decide(
     `fleet`: what the deadline rule may ask of the fleet's observations
     (`shared.deciding.deadline_watch.watch_deadline`); without it, nothing is known of them."""
     decision = _decide(record, observation, policy, now, fleet)
+    watch_budget(decision.record, now, decision.effects)
     if settle_cancel(decision.record, now):  # the last live job of a cancelled request ended
         latest = decision.record.latest
         decision.effects.lines.append(
@@ -279,7 +283,9 @@ def _watch_deadline(
         effects,
         prior_seconds=policy.changeover_prior_seconds,
         review_seconds=policy.reconcile_interval_seconds,
-        refuses=lambda strategy: policy.refuses(strategy, record, attempt.n + 1),
+        refuses=lambda strategy: (
+            policy.refuses(strategy, record, attempt.n + 1) or budget_refuses(record, attempt, strategy, now)
+        ),
         checkpoint_prior_seconds=policy.checkpoint_prior_seconds,
         running=running,
         fleet=fleet,

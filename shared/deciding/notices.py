@@ -37,12 +37,11 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from shared.alerts import Alert, AlertKind
-from shared.clock import iso, parse_rfc3339
-from shared.fleet.pricing import layout_hourly
+from shared.clock import iso
+from shared.fleet.spend import request_spend
 from shared.ledger.records import Attempt, RequestRecord, alert_marker
 from shared.ledger.states import RequestStatus
 from shared.log import Logger
-from shared.requests.attempts import SPOT
 from shared.requests.policy import check_notify_topic
 from shared.swap import Decided
 from shared.wiring import Ports
@@ -50,7 +49,6 @@ from shared.wiring import Ports
 NOTICE_SCHEMA_VERSION = 1
 NOTICE_MARKER = "notice"  # notice:<kind>:<attempt>:<n>, one per notification decided
 REFUSED_MARKER = alert_marker(AlertKind.NOTIFY_REFUSED, 0)
-SECONDS_PER_HOUR = 3600.0
 
 _Doc = TypeVar("_Doc", RequestRecord, Decided[RequestRecord], None)
 
@@ -179,21 +177,11 @@ def telling_changes(
 
 
 def cost_so_far(record: RequestRecord, now: datetime) -> float | None:
-    """An estimate of what the request spent: each attempt's run time (Vertex's start to its end,
-    or now) x the list price of every replica of every pool (`shared/price_table.json`), at Spot
-    or on-demand as it ran. None when a machine type has no price: unknown, never zero."""
-    spent = 0.0
-    for attempt in record.attempts:
-        hourly = layout_hourly(record.request, attempt.location)
-        if hourly is None:
-            return None
-        started = parse_rfc3339(attempt.started_at or "")
-        if started is None:
-            continue
-        ended = parse_rfc3339(attempt.ended_at or "") or now
-        price = hourly[0] if attempt.strategy == SPOT else hourly[1]
-        spent += max(0.0, (ended - started).total_seconds()) / SECONDS_PER_HOUR * price
-    return round(spent, 4)
+    """What the request spent so far (`shared.fleet.spend.request_spend`: Vertex's run time x the
+    list price of every replica, Vertex's training fee not included); None when a machine type or
+    region has no price: unknown, never zero."""
+    spent = request_spend(record, now).usd
+    return None if spent is None else round(spent, 4)
 
 
 def publish_notices(ports: Ports, record: RequestRecord, log: Logger) -> RequestRecord:

@@ -31,14 +31,15 @@ from __future__ import annotations
 
 import enum
 import functools
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from shared.alerts import Alert, AlertKind
 from shared.clock import iso, parse_iso
 from shared.deciding.notices import publish_notices
-from shared.ledger.records import CorruptRecord, RequestRecord
+from shared.ledger.records import CorruptRecord, RequestRecord, private_copy
 from shared.log import Logger
 from shared.requests.envelope import requeue_message
 from shared.swap import Swapped
@@ -65,9 +66,13 @@ def flush(
     log: Logger,
     *,
     mine: Mine = Mine.NONE,
+    own_alerts: Sequence[Mapping[str, Any]] | None = None,
 ) -> tuple[str | None, str | None]:
     """Publish whatever `record` holds pending, re-queue included; every publish is tried even if
     an earlier one fails, then the first failure is raised (what failed stays pending).
+    `own_alerts`: the alerts this call's write decided, when it knows them: with `Mine.EFFECTS`
+    only those are its to publish at once, not one another delivery's write made pending just
+    before (that delivery publishes it; anyone once it is presumed dead).
 
     Returns (message id of a re-queue published now, reason to look again), the reason set when a
     message is left to the delivery that decided it."""
@@ -88,7 +93,7 @@ def flush(
 
     def pending() -> None:
         nonlocal waiting
-        waiting = publish_pending(ports, record, ours=Mine.EFFECTS in mine, now=now, log=log)
+        waiting = publish_pending(ports, record, ours=Mine.EFFECTS in mine, now=now, own_alerts=own_alerts, log=log)
 
     run_all([cancels, requeue, pending])
     message_id, in_flight = settled
@@ -176,13 +181,19 @@ def alert_corrupt_record(ports: Ports, error: CorruptRecord, log: Logger) -> Non
 
 
 def publish_pending(
-    ports: Ports, record: RequestRecord, *, ours: bool, now: datetime, log: Logger | None = None
+    ports: Ports,
+    record: RequestRecord,
+    *,
+    ours: bool,
+    now: datetime,
+    own_alerts: Sequence[Mapping[str, Any]] | None = None,
+    log: Logger | None = None,
 ) -> str | None:
     """Publish the record's pending notifications (shared/deciding/notices.py), alerts and prune
     request, then clear the ones published.
 
-    `ours`: this call's write made them pending. Returns a reason to look again when they are
-    left to the delivery that decided them. Raises
+    `ours`: this call's write made them pending; with `own_alerts`, only those alerts (`flush`).
+    Returns a reason to look again when they are left to the delivery that decided them. Raises
     the first failed publish after trying them all; what failed stays pending.
     """
     settings = ports.settings
@@ -191,6 +202,12 @@ def publish_pending(
     record = publish_notices(ports, record, log or Logger())
     if not record.has_pending_effects:
         return None
+    own = {_alert_key(a) for a in own_alerts or ()}
+    others = [a for a in record.pending_alerts if _alert_key(a) not in own] if ours and own_alerts is not None else []
+    if others:
+        # Another delivery's write made these pending: they stay for it (or a later taker).
+        record = private_copy(record)
+        record.pending_alerts = [a for a in record.pending_alerts if a not in others]
     if not ours:
         taken = _take_over_effects(ports, record, now)
         if taken is None:
@@ -232,7 +249,14 @@ def publish_pending(
     finally:
         if published_alerts or prune_published:
             ports.ledger.update(record.request_id, clear)
+    if others:
+        return f"effects decided for {record.request_id} are being published by another delivery"
     return None
+
+
+def _alert_key(alert: Mapping[str, Any]) -> str:
+    """An alert as stored (JSON: a tuple comes back a list), to tell one decision's from another's."""
+    return json.dumps(alert, sort_keys=True, default=str)
 
 
 def _pending_since(record: RequestRecord) -> datetime:

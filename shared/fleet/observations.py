@@ -27,8 +27,9 @@ A fact about the fleet steers every request of the class, so it is bounded by wh
 have done for the job, never by what the job says: at most `MAX_SPOT_PREEMPTIONS` preemptions per
 replica of the attempt's job (each replica's VM can be reclaimed that often, the bound
 `shared.deciding.preemptions.max_preemptions` puts on the count) and `MAX_SPOT_RESTARTS` restarts
-per attempt (Vertex restarts a Spot job at most six times), and only for an attempt Vertex
-reported running. Every time in a fact is Vertex's or the recorder's
+per replica (Vertex restarts a Spot job "up to six times"; whether per job or per replica is not
+documented, and `shared.deciding.preemptions.max_restarts` reads it per replica, the reading that
+allows the most), and only for an attempt Vertex reported running. Every time in a fact is Vertex's or the recorder's
 clock, none a job's line. A stored fact past the bound (written before it) is not read
 (`within_bound`).
 """
@@ -142,7 +143,7 @@ def within_bound(fact: FleetFact, replicas: int | None = None) -> bool:
     if fact.kind is Kind.PREEMPT:
         return 0 <= fact.index < MAX_SPOT_PREEMPTIONS * vms
     if fact.kind is Kind.RESTART:
-        return 0 <= fact.index <= MAX_SPOT_RESTARTS
+        return 0 <= fact.index <= MAX_SPOT_RESTARTS * vms
     if fact.kind is Kind.RUN:
         return 0 <= fact.count <= MAX_SPOT_PREEMPTIONS * vms
     return fact.summary is None or 0 <= fact.summary.preemptions <= MAX_SPOT_PREEMPTIONS * vms
@@ -176,7 +177,7 @@ def observations_of(record: RequestRecord, reading: Reading = Reading()) -> list
             found.extend(_of_attempt(attempt, key, replicas, reading.is_stockout))
             if attempt.strategy == SPOT and attempt.started_at:  # Vertex saw it run: it can restart
                 runs = reading.runs_started(record, attempt.n)
-                restarts = sorted(r for r in runs if 0 < r <= MAX_SPOT_RESTARTS)
+                restarts = sorted(r for r in runs if 0 < r <= MAX_SPOT_RESTARTS * replicas)
                 found.extend(
                     FleetFact(Kind.RESTART, attempt.location, None, attempt_key=key, index=r) for r in restarts
                 )

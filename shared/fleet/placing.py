@@ -1,6 +1,6 @@
 """Where a new attempt runs: `Placer.place` asks `choose_location` (shared/fleet/placement.py) among
 the request's allowed `locations`, from the price table (every replica of every pool:
-`shared.fleet.pricing.layout_hourly`) and the fleet's estimate, when a claim
+`shared.requests.pricing.layout_hourly`) and the fleet's estimate, when a claim
 creates an attempt (the first, a re-queue, a deadline switch: submit's `_claim`, the one place
 every attempt is created). The attempt keeps where and why (`Attempt.placed`), and for a deadline
 request what the estimate says of Spot there (`Attempt.spot_outlook`), which the deadline rule
@@ -35,11 +35,12 @@ from shared.errors import is_retryable
 from shared.fleet.estimate import SpotOutlook, changeover_bound, estimate
 from shared.fleet.observations import FleetFact, MachineClass
 from shared.fleet.placement import Candidate, Job, Move, choose_location
-from shared.fleet.pricing import layout_hourly, machine_types
+from shared.fleet.spend import affordable, budget_left
 from shared.fleet.transfer import per_gb
 from shared.jobs import job_replicas
 from shared.ledger.records import Attempt, RequestRecord
 from shared.requests.attempts import SPOT
+from shared.requests.pricing import layout_hourly, machine_types
 from shared.wiring import Ports
 
 NO_OBSERVATIONS = "no observations"
@@ -84,6 +85,13 @@ class Placer:
             return LocationChoice(planned, "no machine class to weigh")
         # Every replica of every pool is a VM billed on its own: a location is priced for the layout.
         prices = {loc: p for loc in allowed if (p := layout_hourly(request, loc, self._price)) is not None}
+        # Never planned past the request's max_cost_usd: the locations where the work left fits in it.
+        left = budget_left(request, earlier, self._now, self._price)
+        prices = affordable(prices, left, work_hours(request, earlier), on_demand=attempt.strategy != SPOT)
+        if left is not None and len(prices) == 1:
+            return LocationChoice(
+                next(iter(prices)), "the only allowed location where the work left fits in max_cost_usd"
+            )
         priced = list(prices)
         if len(priced) < 2:
             return LocationChoice(planned, f"no prices for {machine_types(request)} in two allowed locations")
@@ -207,8 +215,8 @@ def checkpoint_move(earlier: Sequence[Attempt], bucket_location: str) -> Move:
 def attempt_placer(ports: Ports) -> Placer:
     """A placer reading the state bucket's observations (one listing per class) and the price table."""
     from shared.fleet import store
-    from shared.fleet.pricing import hourly
     from shared.ledger.run_lock import ledger_bucket
+    from shared.requests.pricing import hourly
 
     now = ports.clock()
     return Placer(

@@ -131,7 +131,9 @@ class CancelIntent:
     by: str  # the caller's account (the credentials' in the cloud, the local user locally)
     at: str
     reason: str | None = None
-    source: str = "operator"  # "operator" (spotjobs cancel), or "vertex" (cancelled there by hand)
+    # "operator" (spotjobs cancel), "vertex" (cancelled there by hand), or "budget" (its max_cost_usd
+    # reached: shared/deciding/budget_watch.py)
+    source: str = "operator"
     newer_fields: dict[str, Any] = field(default_factory=dict)  # see `_known`
 
 

@@ -74,16 +74,19 @@ def run_tasks(first: Iterable[Task], workers: int) -> None:
     backlog: deque[Task] = deque()
     source = iter(first)
     limit = max(1, workers) * 2
-    running: set[Future[Iterable[Task]]] = set()
+    # In submission order (a dict, not a set): the follow-ups of tasks done together queue in the
+    # order of their tasks, not of the futures' addresses, so one run's order of work is the
+    # same in every process (the simulator replays a seed by it).
+    running: dict[Future[Iterable[Task]], None] = {}
     with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="prune") as pool:
         while True:
             while len(running) < limit and (task := backlog.popleft() if backlog else next(source, None)) is not None:
-                running.add(pool.submit(task))
+                running[pool.submit(task)] = None
             if not running:
                 return
-            done, not_done = wait(running, return_when=FIRST_COMPLETED)
-            running = set(not_done)
-            for future in done:
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in [future for future in running if future in done]:
+                del running[future]
                 backlog.extend(future.result())
 
 

@@ -4,7 +4,7 @@ A message on `job-requests` is either
 
 - an **envelope** `{"request_id", "custom_job", "location"?, "locations"?, "max_attempts"?,
   "fallback"?, "checkpoints"?, "deadline"?, "total_steps"?, "expected_step_seconds"?,
-  "changeover_seconds"?, "priority"?, "notify"?, "schema_version"?, "attempt"?}`, or
+  "changeover_seconds"?, "priority"?, "max_cost_usd"?, "notify"?, "schema_version"?, "attempt"?}`, or
 - a **bare CustomJob body**, exactly what the Vertex AI REST docs POST to `customJobs`. Its request
   id is the `request_id` message attribute, else derived from its content and the dedupe window
   its moment (`schedule_time`, else the original publish time a redrive carries, else the publish
@@ -83,6 +83,7 @@ ENVELOPE_FIELDS = (
     "expected_step_seconds",
     "changeover_seconds",
     "priority",
+    "max_cost_usd",
     "notify",
     "attempt",
 )
@@ -96,6 +97,8 @@ MAX_PRIORITY = 1_000_000
 MAX_DEADLINE_AHEAD = timedelta(days=366)
 MAX_TOTAL_STEPS = 10**12
 MAX_SECONDS = MAX_DEADLINE_AHEAD.total_seconds()
+# A request's budget in US dollars (`max_cost_usd`): bounded so that no arithmetic on it means nothing.
+MAX_COST_USD = 10.0**9
 # `notify.topic`: a Pub/Sub topic's full path, never an address (no request makes the functions
 # call a URL). Project ids and topic names as Pub/Sub documents them
 # (https://cloud.google.com/pubsub/docs/create-topic#resource_names).
@@ -199,6 +202,7 @@ class JobRequest:
     keep_last: int | None = None
     deadline: Deadline | None = None
     priority: int = 0  # higher goes first when creates wait for the quota (shared/pacing.py)
+    max_cost_usd: float | None = None  # the request is stopped once it spent this (shared/deciding/budget_watch.py)
     notify_topic: str | None = None  # the topic its notifications go to (shared/deciding/notices.py)
     attempt: int | None = None  # set exactly on messages marked as the system's re-queues
     # A bare body without an id: its content digest and moment, which name it (shared.ledger.dedupe).
@@ -409,6 +413,7 @@ def _read_envelope(
         keep_last=_read_keep_last(body.get("checkpoints"), violations),
         deadline=_read_deadline(body, published_at, violations),
         priority=_read_priority(body.get("priority"), violations),
+        max_cost_usd=_read_max_cost(body.get("max_cost_usd"), violations),
         notify_topic=_read_notify(body.get("notify"), violations),
         attempt=_read_int(body.get("attempt"), "attempt", 1, violations) if requeue else None,
     )
@@ -546,6 +551,22 @@ def _read_seconds(value: object, path: str, violations: list[Violation], *, posi
     return float(value)  # type: ignore[arg-type]  # checked above
 
 
+def _read_max_cost(value: object, violations: list[Violation]) -> float | None:
+    if value is None:
+        return None
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    # NaN fails every comparison; infinity and huge integers fail the maximum (compared, never converted).
+    if not number or not (0 < value <= MAX_COST_USD):  # type: ignore[operator]
+        violations.append(
+            Violation(
+                "max_cost_usd",
+                f"is {_shown(value)}; expected a number of US dollars > 0 and at most {MAX_COST_USD:.0f}",
+            )
+        )
+        return None
+    return float(value)  # type: ignore[arg-type]  # checked above
+
+
 def _read_notify(value: object, violations: list[Violation]) -> str | None:
     """`notify: {"topic": "projects/P/topics/T"}`: the topic path, or None with a violation."""
     if value is None:
@@ -608,5 +629,6 @@ def canonical_envelope(request: JobRequest, *, default_location: str, default_ma
         **(request.deadline.to_json() if request.deadline else {}),
         # Only when set: a default-priority request's stored envelope is the one stored before.
         **({"priority": request.priority} if request.priority else {}),
+        **({"max_cost_usd": request.max_cost_usd} if request.max_cost_usd is not None else {}),
         **({"notify": {"topic": request.notify_topic}} if request.notify_topic else {}),
     }

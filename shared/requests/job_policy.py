@@ -23,6 +23,9 @@ from shared.settings import COMMIT_MARKERS_ENV, Settings
 TPU_MACHINE_PREFIXES = ("ct", "tpu")
 ACCEPTED_STRATEGIES = ("STRATEGY_UNSPECIFIED", "SPOT")
 VERTEX_DEFAULT_TIMEOUT_SECONDS = 7 * 86400  # Scheduling.timeout: "The default is 7 days."
+# "Use the first worker pool specification only for your primary replica, and set its replicaCount
+# to 1" (the page's "Configure a distributed training job").
+DISTRIBUTED_TRAINING_PAGE = "https://cloud.google.com/vertex-ai/docs/training/distributed-training"
 # Environment variables Vertex or the runtime owns: a request setting them could redirect
 # AIP_CHECKPOINT_DIR to another request's folder, rewrite the cluster spec, or load other code.
 # spotjobs sets the request id, the attempt and the commit markers in every container
@@ -71,6 +74,16 @@ def _check_pools(pools: Sequence[Any], spec_path: str, settings: Settings) -> li
         out.append(Violation(path, "is required (at least worker pool 0)"))
     if len(pools) > settings.max_pools_per_job:
         out.append(Violation(path, f"has {len(pools)} pools; at most {settings.max_pools_per_job}"))
+    primary_replicas = int((pools[0] or {}).get("replicaCount") or 0) if pools else 0
+    if primary_replicas > 1:
+        out.append(
+            Violation(
+                f"{path}[0].replicaCount",
+                f"is {primary_replicas}; worker pool 0 holds the primary replica alone (Vertex: "
+                f'"set its replicaCount to 1", {DISTRIBUTED_TRAINING_PAGE}): '
+                "put the other replicas in worker pool 1",
+            )
+        )
     total = replicas = 0
     for index, pool in enumerate(pools):
         # Pools after the first may be empty placeholders (the API skips them).

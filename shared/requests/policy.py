@@ -39,6 +39,7 @@ from shared.errors import Violation
 from shared.jobs import FLEX_START
 from shared.log import Logger
 from shared.requests.attempts import ON_DEMAND, SPOT
+from shared.requests.budget import check_budget
 from shared.requests.envelope import SYSTEM_FIELDS, InvalidJobRequest, JobRequest, read_request
 from shared.requests.job_fields import ALLOWED, FIELDS, OPT_INS, OUTPUT_ONLY
 from shared.requests.job_policy import (
@@ -96,6 +97,7 @@ def check_policy(request: JobRequest, settings: Settings, now: datetime | None =
     out.extend(_check_fallback(request, settings))
     out.extend(_check_locations(request, settings))
     out.extend(_check_deadline(request, settings, now or utcnow()))
+    out.extend(check_budget(request, settings))
     if request.attempt is None:
         # A re-queue carries the topic its request was accepted with (the ledger confirms the
         # body); a policy changed since stops its notifications at publish, not its training.
@@ -310,6 +312,11 @@ def describe_policy(settings: Settings) -> dict[str, Any]:
             "beyond the time left when published; any deadline where STANDARD is not an allowed fallback "
             "strategy (a deadline may need an on-demand attempt)",
             "on_demand": f"only after {settings.min_spot_attempts} Spot attempts, as a fallback (the minimum wins)",
+        },
+        "max_cost_usd": {
+            "field": "number of US dollars > 0: the request is stopped once it spent this (docs/requests.md)",
+            "refused": "a budget on a machine type or location the price table does not price (its spend would be "
+            "unknown); a deadline whose work costs more than the budget even on Spot",
         },
         "locations": list(settings.allowed_locations) or "any region",
         "notify_topics": [f"{prefix}*" for prefix in settings.allowed_notify_topics] or "none (notify is refused)",

@@ -36,7 +36,7 @@ def run_fleet(args: argparse.Namespace) -> int:
     from google.cloud import storage
 
     from shared.clock import utcnow
-    from shared.fleet.pricing import hourly
+    from shared.requests.pricing import hourly
     from shared.settings import get_settings
 
     settings = get_settings()

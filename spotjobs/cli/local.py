@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Any
 
-from spotjobs.cli.common import EXIT_INTERRUPTED, EXIT_OK, command
+from spotjobs.cli.common import EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, command
 
 EXIT_NO_LOCAL_STACK = 2
 DEMO_TIMEOUT_SECONDS = 150.0  # how long the demo waits for its eight requests to end
@@ -46,7 +46,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="start Pub/Sub and GCS emulators, the Vertex AI emulator and every function",
         description="Starts the whole embedded stack, prints the environment a shell needs, and "
         "runs until Ctrl-C or SIGTERM, then stops every process it started. " + NO_LOCAL_STACK_HELP,
-        examples=["spotjobs local up", "spotjobs local up --vertex-arg=--preemption-rate=2"],
+        examples=[
+            "spotjobs local up",
+            "spotjobs local up --vertex-arg=--preemption-rate=2",
+            "spotjobs local up --vertex-mode preemption_restarts=job --vertex-mode survivor_stop=sigkill",
+        ],
     )
     up.add_argument("--json", action="store_true", help="print one JSON line once ready")
     up.add_argument("--project", default=None, help="project id for the emulators (default: the stack's own)")
@@ -56,6 +60,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=[],
         metavar="FLAG",
         help="extra flag for the Vertex emulator, e.g. --vertex-arg=--preemption-rate=2",
+    )
+    up.add_argument(
+        "--vertex-mode",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="one of the Vertex emulator's modes for what Google does not document about multi-replica "
+        "jobs (docs/local.md, 'Replicas and worker pools'), e.g. --vertex-mode preemption_restarts=job; "
+        "repeatable",
     )
     up.add_argument(
         "--vertex-signals",
@@ -168,6 +181,12 @@ def run_local_up(args: argparse.Namespace) -> int:
         return EXIT_NO_LOCAL_STACK
     from devstack.stack import DEFAULT_PROJECT, Stack, StackOptions
 
+    try:
+        mode_flags = vertex_mode_flags(args.vertex_mode)
+    except ValueError as error:
+        print(f"spotjobs local up: --vertex-mode: {error}", file=sys.stderr)
+        return EXIT_INVALID
+
     stopping = threading.Event()
 
     def request_stop(signum: int, frame: object) -> None:
@@ -179,7 +198,7 @@ def run_local_up(args: argparse.Namespace) -> int:
     stack = Stack(
         StackOptions(
             project=args.project or DEFAULT_PROJECT,
-            vertex_args=tuple(args.vertex_arg),
+            vertex_args=(*mode_flags, *args.vertex_arg),
             vertex_signals=args.vertex_signals,
             **quota_options(args),
             schedule=local_up_schedule(args),
@@ -201,6 +220,21 @@ def run_local_up(args: argparse.Namespace) -> int:
     if not args.json:
         print("stopped every process of the embedded stack", file=sys.stderr)
     return EXIT_OK
+
+
+def vertex_mode_flags(pairs: list[str]) -> tuple[str, ...]:
+    """`NAME=VALUE` modes (`devstack.vertex.modes`) as the Vertex emulator's flags; ValueError
+    naming what is not a mode or not one of its values."""
+    from devstack.vertex.modes import ReplicaModes, parse_modes
+
+    chosen: dict[str, str] = {}
+    for pair in pairs:
+        name, equals, value = pair.partition("=")
+        if not equals or not name or not value:
+            raise ValueError(f"{pair!r} is not NAME=VALUE")
+        chosen[name.strip()] = value.strip()
+    modes = parse_modes(chosen, ReplicaModes()).to_json()
+    return tuple(f"--{name.replace('_', '-')}={modes[name]}" for name in chosen)
 
 
 def local_up_schedule(args: argparse.Namespace) -> dict[str, float]:

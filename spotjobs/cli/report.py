@@ -2,7 +2,8 @@
 
 Reads the ledger (every request, newest first, or the ones named) and the checkpoints each
 request has in the bucket now (a dry-run prune listing: nothing is deleted), and writes
-spotjobs/reporting/html.py's page: per request a timeline and its attempts, and totals. Works on the
+spotjobs/reporting/html.py's page: per request a timeline and its attempts, and totals, with the
+bill per request and per team label (spotjobs/reporting/bill.py). Works on the
 emulators (STORAGE_EMULATOR_HOST) or Google Cloud (Application Default Credentials).
 """
 
@@ -31,6 +32,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--html", required=True, metavar="FILE", help="where to write the page")
     parser.add_argument("--limit", type=int, default=200, help="at most this many requests (default 200)")
     parser.add_argument("--no-checkpoints", action="store_true", help="do not list checkpoint folders")
+    parser.add_argument(
+        "--team-label",
+        default="team",
+        metavar="KEY",
+        help="the bill's totals per value of this job label (default team)",
+    )
     parser.add_argument("--project", help="Google Cloud project (default: GOOGLE_CLOUD_PROJECT)")
     parser.set_defaults(run=run_report)
 
@@ -63,6 +70,7 @@ def run_report(args: argparse.Namespace) -> int:
         [record.to_json() for record in records],
         checkpoints=checkpoints,
         subtitle=f"ledger gs://{settings.state_bucket}, project {args.project or settings.project}",
+        team_label=args.team_label,
         notes=[
             "Checkpoints are those in the bucket now; the ledger does not record when each "
             "preemption happened, so preemptions are drawn evenly over their attempt."

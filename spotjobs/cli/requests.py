@@ -182,7 +182,23 @@ def describe_first_attempt(request: JobRequest, settings: Settings) -> dict[str,
         "parent": parent_path(settings.project, location),
         "custom_job": to_job_json(to_custom_job(job_json)),  # round-trip: exactly what the API gets
         "request": envelope,
+        "hourly_price": hourly_price(envelope, location),
     }
+
+
+def hourly_price(envelope: dict[str, Any], location: str) -> dict[str, Any]:
+    """What an hour of the job costs where attempt 1 runs (every replica of every pool: the price
+    table), or why it is unknown: never 0."""
+    from shared.requests.pricing import hourly, layout, layout_hourly, table
+
+    prices = layout_hourly(envelope, location)
+    as_of = table()["as_of"]
+    if prices is None:
+        missing = [f"{m or '?'} in {location}" for m, _ in layout(envelope) if hourly(m, location) is None]
+        return {
+            "unknown": f"no price for {', '.join(missing) or 'a job without worker pools'} in the price table (as of {as_of})"
+        }
+    return {"spot_usd": round(prices[0], 4), "on_demand_usd": round(prices[1], 4), "prices_as_of": as_of}
 
 
 def _prepare(args: argparse.Namespace, settings: Settings) -> tuple[JobRequest, bytes, dict[str, str]] | None:

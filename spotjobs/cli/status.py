@@ -114,6 +114,7 @@ def run_status(args: argparse.Namespace) -> int:
             advice = _advice(ledger, records[0])
             payload["advice"] = advice.to_json() if advice else None
             payload["deadline_view"] = deadline_view(records[0], settings)
+            payload["cost"] = cost_view(records[0])
         json.dump(payload, sys.stdout, indent=2)
         sys.stdout.write("\n")
     elif args.request_id:
@@ -294,6 +295,7 @@ def format_request(record: RequestRecord, settings: Settings | None = None, now:
         f"max attempts {record.request.get('max_attempts', '?')}   locations {', '.join(record.request.get('locations') or []) or record.request.get('location', '-')}",
     ]
     lines.extend(_deadline_lines(deadline_view(record, settings or Settings(), now)))
+    lines.append(cost_line(record, now))
     if record.cancel:
         cancel = record.cancel
         ending = "" if record.is_terminal else "; its job is being cancelled"
@@ -340,6 +342,28 @@ def format_request(record: RequestRecord, settings: Settings | None = None, now:
         if a.placed
     )
     return "\n".join(terminal_text(line) for line in lines) + "\n\n" + _table(header, rows) + placed
+
+
+def cost_view(record: RequestRecord, now: datetime | None = None) -> dict[str, Any]:
+    """What the request spent (shared/fleet/spend.py: Vertex's run times x the price table), its
+    budget, and the price table's date; `spent_usd` None when unknown, never 0."""
+    from shared.clock import utcnow
+    from shared.fleet.spend import max_cost, request_spend
+    from shared.requests.pricing import table
+
+    spend = request_spend(record, now or utcnow())
+    return {**spend.to_json(), "max_cost_usd": max_cost(record.request), "prices_as_of": table()["as_of"]}
+
+
+def cost_line(record: RequestRecord, now: datetime | None = None) -> str:
+    """ "cost        $1.23 (on demand $4.00, saved $2.77; ...) of max_cost_usd $10.00, prices as of ..."."""
+    from shared.clock import utcnow
+    from shared.fleet.spend import max_cost, request_spend
+    from shared.requests.pricing import table
+
+    limit = max_cost(record.request)
+    budget = f" of max_cost_usd ${limit:.2f}" if limit is not None else ""
+    return f"cost        {request_spend(record, now or utcnow()).shown()}{budget}; prices as of {table()['as_of']}"
 
 
 def _short_state(state: str | None) -> str:

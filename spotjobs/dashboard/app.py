@@ -229,7 +229,7 @@ def fleet_context(deployment: Deployment, now: datetime) -> dict[str, Any]:
     from collections import Counter
 
     from shared.fleet.observations import Kind
-    from shared.fleet.pricing import hourly
+    from shared.requests.pricing import hourly
     from spotjobs.cli.fleet import FLEET_HEADER, fleet_rows, observed_fleet, row_cells
 
     observed = observed_fleet(deployment.bucket, now)

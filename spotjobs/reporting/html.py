@@ -27,6 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from shared.clock import parse_iso, utcnow
+from spotjobs.reporting.bill import TEAM_LABEL, bill, render_bill
 from spotjobs.reporting.prices import table_info
 from spotjobs.reporting.views import RequestView, build_views, human_duration, human_fields, human_time, totals
 
@@ -79,9 +80,11 @@ def render_report(
     seconds_per_step: float | None = None,
     notes: Sequence[str] = (),
     now: datetime | None = None,
+    team_label: str = TEAM_LABEL,
 ) -> str:
-    """The whole page, as text."""
+    """The whole page, as text; the bill totals per value of the job label `team_label`."""
     now = now or utcnow()
+    records = list(records)
     views = build_views(records, runs=runs, checkpoints=checkpoints)
     summary = totals(views, seconds_per_step=seconds_per_step, now=now)
     parts = [
@@ -93,6 +96,7 @@ def render_report(
         f'<p class="sub">{_e(subtitle) + " · " if subtitle else ""}generated {_e(now.isoformat(timespec="seconds"))}'
         f" · {len(views)} request(s)</p>",
         _render_totals(summary),
+        render_bill(bill(records, now, team_label)),
         _legend(),
     ]
     parts += [_render_request(view, now) for view in views]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shared.fleet.pricing import PRICE_TABLE_PATH, table
+from shared.requests.pricing import PRICE_TABLE_PATH, table
 
 PRICES_PATH = PRICE_TABLE_PATH
 DEFAULT_MACHINE_TYPE = "a2-highgpu-1g"

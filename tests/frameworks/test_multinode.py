@@ -26,6 +26,7 @@ adds the same two numbers per element; its shards are gathered whole for the com
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 import signal
@@ -40,7 +41,7 @@ from spotjobs_kit import parse_kit_line
 from spotjobs_kit.layout import KIT_MARKER
 
 from tests.support.fork_server import ForkedProcess, fork_server
-from tests.support.frameworks import CASES, CHILDREN, Outcome, framework_env, free_port, kit_snippet
+from tests.support.frameworks import CHILDREN, Outcome, framework_env, free_port, kit_snippet
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -214,21 +215,62 @@ def test_a_preempted_rank_stops_every_rank_at_one_step_and_the_resumed_weights_a
     assert final_weights(script.parent) == expected, where
 
 
-@pytest.mark.parametrize("snippet", ["hf-accelerate", "hf-trainer"])
-def test_hugging_face_across_two_processes_stops_every_rank_at_one_step_and_resumes_from_rank_0s_choice(
+def another_view(checkpoints: Path) -> Path:
+    """Another view of the checkpoint folder (a stand-in for a node whose view of the bucket
+    differs): links to everything in it, and room for what only this view holds."""
+    view = checkpoints.parent / "another-view"
+    view.mkdir()
+    for entry in checkpoints.iterdir():
+        (view / entry.name).symlink_to(entry)
+    return view
+
+
+def a_view_with_an_earlier_save_renamed(checkpoints: Path, first_step: int) -> Path:
+    """Another view holding `step-STEPS/`: the kit's first save (its marker and all, complete)
+    under the last step's name. A process resuming from it would train from that first step."""
+    view = another_view(checkpoints)
+    shutil.copytree(checkpoints / f"step-{first_step:06d}", view / f"step-{STEPS:06d}")
+    return view
+
+
+def a_view_with_a_later_checkpoint(checkpoints: Path, at_step: int) -> Path:
+    """Another view holding `checkpoint-STEPS/`: the Trainer's save at `at_step` dated to the last
+    step, without the kit's marker (complete by the Trainer's own rule). A process resuming from it
+    would find nothing left to train."""
+    view = another_view(checkpoints)
+    planted = view / f"checkpoint-{STEPS}"
+    shutil.copytree(checkpoints / f"checkpoint-{at_step}", planted)
+    (planted / "COMMITTED").unlink()
+    state = json.loads((planted / "trainer_state.json").read_text())
+    (planted / "trainer_state.json").write_text(json.dumps({**state, "global_step": STEPS}))
+    return view
+
+
+# Each framework's multi-process snippet, the script it is appended to, and how often it saves.
+FRAMEWORK_SNIPPETS = {
+    "hf-accelerate": ("hf_accelerate.py", 10),
+    "hf-trainer": ("hf_trainer.py", 10),
+    "lightning-ddp": ("lightning_ddp.py", 5),
+}
+
+
+@pytest.mark.parametrize("snippet", FRAMEWORK_SNIPPETS)
+def test_a_framework_across_two_processes_stops_every_rank_at_one_step_and_resumes_from_rank_0s_choice(
     snippet: str, tmp_path: Path
 ) -> None:
-    """docs/kit.md's Hugging Face snippet, unchanged, in two processes (Accelerate, or the Trainer
-    through it, starts the gloo group from the same variables): rank 1 alone SIGTERMed, then a
-    restart in which rank 1's commit markers differ; both ranks compute the same steps from rank
-    0's resume point. (The Trainer's `checkpoint-N/` counts by its trainer_state.json whatever the
-    markers, so for it the restart sees one view: its resume point is not agreed, only its stop.)"""
-    folder = tmp_path / "hf"
+    """docs/kit.md's Hugging Face or Lightning snippet, unchanged, in two processes (Accelerate,
+    the Trainer through it, or Lightning's DDP starts the gloo group from the same variables):
+    rank 1 alone SIGTERMed, then a restart in which rank 1 sees the folder otherwise (its commit
+    markers differ, and its view holds a later complete checkpoint that rank 0's does not); both
+    ranks compute the same steps from rank 0's resume point."""
+    folder = tmp_path / "framework"
     _, env = prepare(folder)
-    script = folder / CASES[snippet].script
-    script.write_text((CHILDREN / script.name).read_text() + "\n" + kit_snippet(snippet))
-    env = {**env, "KIT_TEST_EVERY": "10"}  # the snippet saves every 10 steps
-    at_step = random.Random().randint(2, 18)
+    name, every = FRAMEWORK_SNIPPETS[snippet]
+    script = folder / name
+    script.write_text((CHILDREN / name).read_text() + "\n" + kit_snippet(snippet))
+    env = {**env, "KIT_TEST_EVERY": str(every)}
+    # Lightning's later checkpoint in rank 1's view is its first save (step 5) renamed: after it.
+    at_step = random.Random().randint(every + 1 if snippet == "lightning-ddp" else 2, 18)
 
     def sigterm_rank_1(line: str, processes: list[ForkedProcess]) -> bool:
         if line.strip() != f"STEP {at_step}":
@@ -244,7 +286,14 @@ def test_hugging_face_across_two_processes_stops_every_rank_at_one_step_and_resu
     assert [r.reason for r in first.events("preempted")] == ["peer_sigterm"], where
     assert first.committed == at_step == max(first.steps), where
 
-    last = run_ranks(script, env, rank_env={1: {"SPOTJOBS_COMMIT_MARKERS": "no-such-marker"}})
+    other_view = {"SPOTJOBS_COMMIT_MARKERS": "no-such-marker"}
+    if snippet == "hf-trainer":
+        other_view["AIP_CHECKPOINT_DIR"] = str(a_view_with_a_later_checkpoint(Path(env["AIP_CHECKPOINT_DIR"]), at_step))
+    if snippet == "lightning-ddp":
+        other_view["AIP_CHECKPOINT_DIR"] = str(
+            a_view_with_an_earlier_save_renamed(Path(env["AIP_CHECKPOINT_DIR"]), every)
+        )
+    last = run_ranks(script, env, rank_env={1: other_view})
     where = f"the restart: {[(r.event, r.step, r.reason) for r in last.records]} {last.stderr}"
     assert last.returncodes == [0] * RANKS and last.started.resumed_step == at_step, where
     assert [r.step for r in last.events("run_finished")] == [STEPS], where

@@ -4,6 +4,7 @@ that can fail the ways the real one does (refusals, lost responses, a list that 
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import io
 import json
@@ -23,6 +24,7 @@ from shared.errors import ConfigurationError, TransientError
 from shared.fleet import store
 from shared.fleet.observations import FleetFact, Kind, MachineClass
 from shared.jobs import LABEL_ATTEMPT, LABEL_DEPLOYMENT, LABEL_REQUEST_ID
+from shared.ledger.cancelling import cancel_request
 from shared.ledger.claims import ClaimInProgress
 from shared.ledger.records import Attempt, RequestRecord, Requeue
 from shared.ledger.run_lock import ledger_bucket
@@ -262,6 +264,24 @@ def test_bodies_published_under_a_taken_id_grow_its_record_only_so_far(harness: 
     record = harness.ledger.get("r1")
     assert record.count_marks("request_id_conflict:") == MAX_CONFLICT_ALERTS
     assert len(harness.log_lines("request_id_conflict_not_alerted")) == 3
+
+
+def test_another_body_under_a_cancelled_requests_id_is_told_as_under_any_taken_id(harness: Harness) -> None:
+    # Simulator seed 257: a cancelled record answered every later message with "cancelled,
+    # nothing created" at INFO, so a second body published under its id was dropped unheard.
+    harness.deliver(envelope(), message_id="m-1")
+    harness.ledger.swap("r1", lambda current: cancel_request(current, by="ana", reason=None, now=harness.now))
+    harness.deliver(envelope(), message_id="m-2")  # the same body again: nothing to tell
+    assert [a.kind for a in harness.alerts] == []
+
+    for _ in range(2):  # redelivered while the job's cancel waits for on_job_event or reconcile
+        with contextlib.suppress(TransientError):
+            harness.deliver(envelope(max_attempts=2), message_id="m-3")
+
+    [alert] = harness.alerts
+    assert alert.kind == "request_id_conflict" and alert.request_id == "r1"
+    assert harness.vertex.creates == 1
+    assert harness.ledger.get("r1").request.get("max_attempts") != 2  # the first body is kept
 
 
 def test_a_training_class_request_runs_as_its_class_account_and_no_other_may(gcs_bucket: Any) -> None:

@@ -226,6 +226,19 @@ def test_a_person_deletes_an_old_checkpoint_never_one_of_the_two_newest(world: W
     assert json.loads(json.dumps(sorted(world.tampering.deleted_objects)))  # names, not objects
 
 
+def test_a_person_never_deletes_one_of_the_two_newest_finished_checkpoints_behind_torn_saves(world: World) -> None:
+    # Seed 267: the two newest saves were torn ones, so the newest finished checkpoint, the one
+    # the live job had just resumed from, was deleted "as an old one".
+    running = trained(world, "r1")
+    for step, torn in ((200, False), (300, False), (400, True), (500, True)):
+        world.trainer.save(running, step, torn=torn)
+    faults.delete_object(world, what="checkpoint")
+    folder = world.trainer.job_folder(running)
+    finished = sorted((s for s in world.trainer.saves[folder].values() if s.complete), key=lambda s: s.step)
+    assert [s.step for s in finished] == [200, 300]
+    assert all(world.trainer.whole(folder, save) for save in finished)
+
+
 def test_an_aftershock_hits_the_call_after_an_irrevocable_one_and_is_contained() -> None:
     """`aftershocks`: after a Vertex create or cancel or a GCS delete, the handler's next call (or
     its next publish) fails once, in any phase; the seed still keeps every invariant."""

@@ -10,7 +10,6 @@ import pytest
 
 from shared import redeliveries
 from sim.world import World
-from tests.support.sim_world import REPLAY_DRIFT
 
 # A world that pushes many messages to a second instance while their first delivery runs, as
 # Pub/Sub does when the ack deadline passes: the window where a check-then-act race lives.
@@ -24,7 +23,6 @@ def racy(seed: int, *, interleave: bool = True) -> World:
     return world
 
 
-@REPLAY_DRIFT
 def test_handlers_run_concurrently_and_a_seed_replays_exactly() -> None:
     first, again = World(36), World(36)
     assert not first.run() and not again.run()

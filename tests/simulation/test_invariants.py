@@ -161,6 +161,32 @@ def test_what_a_running_request_keeps_is_not_a_leak(world: World) -> None:
     assert invariants.bounded_state(world) == []
 
 
+def test_a_trigger_whose_state_a_person_left_unreadable_keeps_only_its_undecided_windows(world: World) -> None:
+    # Seed 237: a hand-written trigger state stopped every later window from closing, as
+    # docs/operations.md says (`trigger_corrupt`: none is decided until it is repaired); those
+    # windows are kept by design, not leaked, but a window closed before is still retired.
+    bucket = world.storage.client().bucket(world.settings.state_bucket)
+    state = "triggers/daily/state.json"
+    bucket.blob(state).upload_from_string(b'{"carry": [], "carry_count": [0]}')
+    world.tampering.written[state] = "field_other_type"
+    undecided = [
+        "triggers/daily/open/w2",
+        "triggers/daily/windows/w2/objects/a1",
+        "triggers/daily/windows/w2/sealed",
+        "triggers/daily/windows/w3.json",  # deferred: what the state carries is unknown
+    ]
+    for name in undecided:
+        bucket.blob(name).upload_from_string(b"")
+    bucket.blob("triggers/daily/windows/w2.json").upload_from_string(b'{"state": "sealed"}')
+    bucket.blob("triggers/daily/windows/w3.json").upload_from_string(b'{"state": "deferred"}')
+    assert invariants.bounded_state(world) == []
+
+    bucket.blob("triggers/daily/windows/w1.json").upload_from_string(b'{"state": "closed"}')
+    bucket.blob("triggers/daily/windows/w1/objects/a0").upload_from_string(b"")
+    [leak] = invariants.bounded_state(world)
+    assert leak.detail.startswith("2 triggers object(s)")
+
+
 def test_the_retention_horizon_is_past_every_retention_setting(world: World) -> None:
     horizon = invariants.retention_horizon_seconds(world.settings)
     assert horizon > world.settings.ledger_retention_seconds

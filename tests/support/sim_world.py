@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from shared.fleet.observations import FleetFact, MachineClass
 from shared.fleet.store import object_name
 from shared.ledger.records import Attempt, RequestRecord
@@ -99,10 +97,3 @@ def write_fact(world: World, fact: FleetFact) -> str:
     name = object_name(MachineClass("n1-standard-4"), fact)
     world.storage.client().bucket(world.settings.state_bucket).blob(name).upload_from_string(b"")
     return name
-
-
-# Open defect, found 2026-12-06: under pytest a second run of one seed in the same process can
-# diverge in a prune run (seed 36 at message 122, seed 24 at fault #260), while a plain script
-# replays it exactly. The kit signing key and the parse memos are seeded and reset per world now;
-# the cause is not found yet. The tests that show it still run.
-REPLAY_DRIFT = pytest.mark.xfail(strict=False, reason="open defect: a seed's replay in one pytest process can diverge")

@@ -624,3 +624,17 @@ def test_every_pending_cancel_is_sent_past_attempts_with_none(box: Outbox) -> No
     assert send_cancels(box.ports, box.stored(), box.log.logger, ours=False, now=box.clock()) is None
     assert box.cancels.sent == [("us-central1", second_job)]
     assert box.stored().attempts[1].cancel_sent_at == box.clock.at(0)
+
+
+def test_a_decider_publishes_its_own_alerts_not_one_another_delivery_decided_just_before(box: Outbox) -> None:
+    """Two deliveries decide an alert each in quick succession (a kit line's, then the job's
+    end): each write lands, so each flushes as the decider. Each publishes its own; the first's
+    alert is not published by the second too (found by the simulator, seed 82, issue 46)."""
+    first, second = an_alert(box.clock, AlertKind.PREEMPTION_STORM, at=0), an_alert(box.clock, at=1)
+    record = box.record(pending_alerts=[first, second])
+    _, waiting = flush(box.ports, record, box.log, mine=Mine.EFFECTS, own_alerts=[second])
+    assert box.alerts() == [second]
+    assert waiting == "effects decided for req-1 are being published by another delivery"
+    assert box.stored().pending_alerts == [first]
+    assert flush(box.ports, box.stored(), box.log, mine=Mine.EFFECTS, own_alerts=[first])[1] is None
+    assert box.alerts() == [second, first]

@@ -1,7 +1,7 @@
 """The placement cost model (shared/fleet/placement.py) term by term, as docs/placement.md states
 it (W the work left, d the changeover, p the share of time with capacity, L the mean lifetime),
 the margin that keeps the current location, what a checkpoint's read or move costs
-(shared/fleet/transfer.py) and the price table's lookup (shared/fleet/pricing.py)."""
+(shared/fleet/transfer.py) and the price table's lookup (shared/requests/pricing.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from shared.fleet.estimate import CapacityEstimate
 from shared.fleet.placement import Candidate, Job, Move, choose_location, expected_cost
-from shared.fleet.pricing import hourly
+from shared.requests.pricing import hourly
 from shared.fleet.transfer import continent, per_gb
 
 SPOT, ON_DEMAND = 5.0, 20.0

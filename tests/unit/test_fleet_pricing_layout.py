@@ -1,11 +1,11 @@
-"""The layout a request is priced by (shared/fleet/pricing.py): its pools' machines and replicas,
+"""The layout a request is priced by (shared/requests/pricing.py): its pools' machines and replicas,
 as a person reads them in placement's reasons, and a pool that does not say its replicas."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from shared.fleet.pricing import layout, layout_hourly, machine_types
+from shared.requests.pricing import layout, layout_hourly, machine_types
 
 PRICES = {("a3-highgpu-8g", "us-east4"): (14.85, 82.53), ("a2-ultragpu-8g", "us-east4"): (10.0, 40.0)}
 

@@ -12,10 +12,10 @@ import pytest
 
 from shared.fleet import store
 from shared.fleet.estimate import CapacityEstimate, estimate, summarize
-from shared.fleet.observations import FleetFact, Kind, MachineClass, observations_of, within_bound
+from shared.fleet.observations import FleetFact, Kind, MachineClass, Reading, observations_of, within_bound
 from shared.fleet.placement import Candidate, Job, Move, expected_cost
 from shared.fleet.placing import Placer
-from shared.jobs import MAX_SPOT_PREEMPTIONS
+from shared.jobs import MAX_SPOT_PREEMPTIONS, MAX_SPOT_RESTARTS
 from shared.ledger.records import Attempt, RequestRecord
 
 T0 = datetime(2026, 12, 1, 12, tzinfo=UTC)
@@ -113,6 +113,19 @@ def test_a_multi_replica_attempt_may_tell_seven_preemptions_per_replica_and_no_m
     # a preemption's index is bounded by its attempt's replicas (its wait or run says how many)
     now = T0 + timedelta(hours=11)
     assert estimate(facts_of(ran(2, 10, 14)), LOC, now).mean_lifetime_seconds == pytest.approx(20 * 3600 / 14)
+
+
+def test_a_multi_replica_attempt_may_tell_six_restarts_per_replica_and_no_more() -> None:
+    # The Spot page's "restart the job up to six times" does not say per job or per replica; the
+    # deciding room's bound on a kit line's run (`max_restarts`) reads it per replica, so do the facts.
+    reading = Reading(runs_started=lambda record, n: set(range(3 * MAX_SPOT_RESTARTS)))
+    two = [o for o in observations_of(ran(2, 10, 2), reading) if o.kind is Kind.RESTART]
+    assert [o.index for o in two] == list(range(1, 2 * MAX_SPOT_RESTARTS + 1))
+    assert all(within_bound(o, 2) for o in two)
+    assert not within_bound(FleetFact(Kind.RESTART, LOC, T0, index=2 * MAX_SPOT_RESTARTS + 1), 2)
+    one = [o for o in observations_of(ran(1, 10, 2), reading) if o.kind is Kind.RESTART]
+    assert [o.index for o in one] == list(range(1, MAX_SPOT_RESTARTS + 1))
+    assert not within_bound(FleetFact(Kind.RESTART, LOC, T0, index=MAX_SPOT_RESTARTS + 1), 1)
 
 
 def test_a_preemption_past_its_attempts_bound_is_not_read() -> None:

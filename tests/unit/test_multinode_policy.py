@@ -40,6 +40,17 @@ def test_a_two_pool_job_within_the_ceilings_passes() -> None:
     assert violations(two_pool_job(workers=3)) == []
 
 
+def test_worker_pool_0_holds_the_primary_alone() -> None:
+    # Vertex's distributed training page: "set its replicaCount to 1"; the others go to pool 1.
+    [violation] = violations(two_pool_job(primary=2, workers=1))
+    assert violation.startswith("custom_job.jobSpec.workerPoolSpecs[0].replicaCount: is 2; worker pool 0 holds")
+    assert violation.endswith("put the other replicas in worker pool 1")
+    single_pool = copy.deepcopy(BASE_JOB)
+    single_pool["jobSpec"]["workerPoolSpecs"][0]["replicaCount"] = "2"
+    assert [v.split(":")[0] for v in violations(single_pool)] == ["custom_job.jobSpec.workerPoolSpecs[0].replicaCount"]
+    assert violations(two_pool_job(primary=1, workers=1)) == []
+
+
 def test_replicas_over_every_pool_are_capped_by_name() -> None:
     settings = dataclasses.replace(SETTINGS, max_replicas_per_job=4)
     assert violations(two_pool_job(workers=3), settings) == []

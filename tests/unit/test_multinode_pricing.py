@@ -8,7 +8,7 @@ from typing import Any
 
 from shared.fleet.observations import FleetFact, Kind
 from shared.fleet.placing import Placer
-from shared.fleet.pricing import layout_hourly
+from shared.requests.pricing import layout_hourly
 from shared.ledger.records import Attempt
 
 NOW = datetime(2026, 12, 2, 12, tzinfo=UTC)

@@ -153,7 +153,7 @@ def test_the_price_table_has_the_h100_regions_with_their_own_date_and_source() -
     east = Prices.load("a3-highgpu-8g", "us-east4")
     assert (east.spot_per_hour, east.on_demand_per_hour, east.as_of) == (14.8534, 82.5254, "2025-10-04")
     assert "skynomad-artifact" in east.source
-    assert Prices.load().as_of == "2025-03-06"  # the A100 row keeps the table's
+    assert Prices.load().as_of == "2026-07-30"  # the A100 row keeps the table's (tools/price_table.py)
 
 
 # Placing a new attempt (shared/fleet/placing.py): what submit's claim asks.

@@ -103,11 +103,11 @@ RULES: list[tuple[str, Callable[[dict[str, Any]], Any], str | None]] = [
         lambda j: pool(j)["machineSpec"].update(acceleratorCount=9),
         "custom_job.jobSpec.workerPoolSpecs[0].machineSpec.acceleratorCount: is 9; at most 8 per replica",
     ),
-    ("4 replicas", lambda j: pool(j).update(replicaCount="4"), None),
+    # Worker pool 0 holds the primary alone (tests/unit/test_multinode_policy.py): pool 1's replicas.
     (
-        "5 replicas",
-        lambda j: pool(j).update(replicaCount="5"),
-        "custom_job.jobSpec.workerPoolSpecs[0].replicaCount: is 5; at most 4 per pool",
+        "4 replicas",
+        lambda j: j["jobSpec"]["workerPoolSpecs"].append({**copy.deepcopy(pool(j)), "replicaCount": "4"}),
+        None,
     ),
     (
         "image outside the allowlist",
@@ -245,6 +245,7 @@ def test_every_policy_violation_is_reported_at_once_with_envelope_limits() -> No
         validate_request(json.dumps(body).encode(), attributes={}, settings=SETTINGS)
     assert [v.path for v in caught.value.violations] == [
         "custom_job.jobSpec.workerPoolSpecs[0].machineSpec.tpuTopology",
+        "custom_job.jobSpec.workerPoolSpecs[0].replicaCount",  # the primary's pool holds one
         "custom_job.jobSpec.workerPoolSpecs[0].machineSpec.machineType",
         "custom_job.jobSpec.workerPoolSpecs[0].replicaCount",
         "custom_job.jobSpec.workerPoolSpecs[0].containerSpec.imageUri",

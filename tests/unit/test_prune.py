@@ -346,13 +346,20 @@ def test_run_tasks_runs_follow_ups_and_bounds_the_draw() -> None:
 
         return task
 
+    unfinished_at_each_draw: list[int] = []
+
     def source():
         for i in range(50):
+            with lock:
+                unfinished_at_each_draw.append(sum(1 for k in drawn if not all(f"{k}.{j}" in done for j in range(3))))
             drawn.append(i)
             yield parent(i)
 
     run_tasks(source(), workers=2)
     assert sorted(done) == sorted(f"{i}.{j}" for i in range(50) for j in range(3))
+    assert drawn == list(range(50))
+    # Follow-ups run before more is drawn: at most two tasks per worker are ever in flight.
+    assert max(unfinished_at_each_draw) <= 2 * 2
 
 
 # Messages and alerts.

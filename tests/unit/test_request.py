@@ -113,7 +113,7 @@ def test_snake_case_and_camel_case_read_to_the_same_canonical_custom_job() -> No
                         "acceleratorType": "NVIDIA_H100_80GB",
                         "acceleratorCount": 8,
                     },
-                    "replicaCount": 2,
+                    "replicaCount": 1,
                     "containerSpec": {
                         "imageUri": "us-docker.pkg.dev/my-project/training/resnet:1.4",
                         "command": ["true"],
@@ -130,7 +130,7 @@ def test_snake_case_and_camel_case_read_to_the_same_canonical_custom_job() -> No
 
     assert snake_violations == camel_violations == []
     assert snake.custom_job == camel.custom_job == json.loads(json.dumps(camel.custom_job))
-    assert snake.custom_job["jobSpec"]["workerPoolSpecs"][0]["replicaCount"] == "2"
+    assert snake.custom_job["jobSpec"]["workerPoolSpecs"][0]["replicaCount"] == "1"
 
 
 def test_the_envelope_fields_are_read() -> None:

@@ -361,7 +361,7 @@ def test_the_canonical_envelope_builds_the_same_job_as_the_message() -> None:
         commit_markers=Settings.commit_markers,
     )
     pool = to_custom_job(job).job_spec.worker_pool_specs[0]
-    assert pool.replica_count == 2 and pool.machine_spec.accelerator_count == 8
+    assert pool.replica_count == 1 and pool.machine_spec.accelerator_count == 8
     assert list(pool.container_spec.args) == ["--epochs", "90"]
 
 

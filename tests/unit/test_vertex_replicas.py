@@ -182,13 +182,23 @@ def test_a_plan_of_every_replica_counts_the_primarys_starts() -> None:
     }
 
 
-def test_without_a_plan_the_random_rate_preempts_the_primary_only() -> None:
+def test_without_a_plan_the_random_rate_reclaims_every_replicas_vm() -> None:
+    # Compute Engine reclaims Spot VMs one by one: each replica draws its own delay.
+    planner = PreemptionPlanner(rate_per_minute=6.0, seed=1)
+    state = planner.new_job_state(1)
+    for replica in ("workerpool0-0", "workerpool1-0", "workerpool1-1"):
+        planned = planner.next_preemption(state, {}, replica)
+        assert planned is not None and planned.after_seconds is not None, replica
+
+
+def test_the_rate_reclaims_only_the_primary_in_the_primary_mode() -> None:
     planner = PreemptionPlanner(rate_per_minute=6.0, seed=1)
     state = planner.new_job_state(1)
 
-    assert planner.next_preemption(state, {}, "workerpool1-0") is None
-    planned = planner.next_preemption(state, {})
+    assert planner.next_preemption(state, {}, "workerpool1-0", rate_reclaims="primary") is None
+    planned = planner.next_preemption(state, {}, rate_reclaims="primary")
     assert planned is not None and planned.after_seconds is not None
+    assert parse_modes({"rate_reclaims": "primary"}, ReplicaModes()).rate_reclaims == "primary"
 
 
 @pytest.mark.parametrize(
@@ -215,6 +225,7 @@ def test_the_modes_default_to_the_least_surprising_reading_and_switch_one_field_
         "survivor_stop": "sigterm",
         "spot_restart_count": "per_event",
         "transient_exit_restarts": "job",
+        "rate_reclaims": "each_replica",
     }
 
     switched = parse_modes({"survivor_stop": "sigkill"}, defaults)

@@ -1,15 +1,25 @@
-"""How the Vertex emulator turns worker pool 0 into an argv and Vertex's environment."""
+"""How the Vertex emulator turns worker pool 0 into an argv and Vertex's environment, and stops a
+replica's processes."""
 
 from __future__ import annotations
 
 import json
 import sys
+import threading
+import time
 from typing import Any
 
 import pytest
 from google.cloud import aiplatform_v1
 
-from devstack.vertex.worker import UnrunnableJob, build_launches, vertex_environment
+from devstack.vertex.worker import (
+    UnrunnableJob,
+    WorkerLaunch,
+    WorkerProcess,
+    build_launches,
+    stop_together,
+    vertex_environment,
+)
 
 
 def custom_job(
@@ -106,3 +116,49 @@ def test_cluster_spec_always_and_tf_config_only_for_distributed_jobs() -> None:
         "chief": 1,
         "worker": 2,
     }
+
+
+# A container command that starts a process in a session of its own (as torchrun starts each of its
+# workers), prints that process's pid, and waits.
+SESSION_SPAWNER = (
+    "import subprocess, sys, time\n"
+    "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], start_new_session=True)\n"
+    "print(child.pid, flush=True)\n"
+    "time.sleep(120)\n"
+)
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie, killed and not yet reaped by whoever adopted it, is not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_replica_killed_takes_every_process_it_started_even_in_another_session() -> None:
+    # A reclaimed VM (or a container stopped past its grace) leaves nothing running: torchrun's
+    # workers, each in a session of its own, went on training after their replica was killed.
+    printed: list[str] = []
+    started = threading.Event()
+
+    def on_output(stream: str, text: str) -> None:
+        if stream == "stdout":
+            printed.append(text)
+            started.set()
+
+    worker = WorkerProcess(
+        WorkerLaunch((sys.executable, "-c", SESSION_SPAWNER), {}, "image", "workerpool1-0"), on_output
+    )
+    worker.start()
+    assert started.wait(30), "the replica never started its process"
+    grandchild = int(printed[0])
+    assert alive(grandchild)
+
+    assert stop_together([worker], 0.0) == [["SIGKILL"]]
+
+    deadline = time.monotonic() + 10
+    while alive(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(grandchild)

@@ -12,7 +12,9 @@ What transformers 5.24 does, and what `train` changes (read in its source):
   already committed is not saved again (`checkpoint_kept`). The JIT save (`enable_jit_checkpoint`)
   goes through `_save_checkpoint` too (it fires no `on_save`), so it is committed the same way.
 - `resume_from_checkpoint=True` takes the highest-numbered folder unchecked; `train` passes the
-  newest complete one by path, and reports newer torn ones (`checkpoint_torn`).
+  newest complete one by path, and reports newer torn ones (`checkpoint_torn`). With several
+  processes, rank 0's choice (each process lists the folder, and views can differ), as is the
+  decision to keep a step already committed rather than save it again.
 - SIGTERM: the JIT mode's handler (installed in `Trainer.__init__`) replaces the one it finds
   without calling it; `train` puts the kit's back on top with the JIT one chained. On SIGTERM the
   kit's callback asks for a save at the end of the current step and stops training.
@@ -59,6 +61,7 @@ def train(trainer: Any, *, run: Run | None = None, **train_kwargs: Any) -> Any:
     run.reassert_sigterm()  # HF's JIT mode replaced the kit's handler in Trainer.__init__
     _commit_each_save(trainer, run)
     trainer.add_callback(_callback(run))
+    agree_on_resume(run)  # the Trainer's accelerator has started the process group, if any
     resume = run.resume_checkpoint
     path = run.resume_path() if resume is not None and resume.name.startswith(HF_PREFIX) else None
     try:
@@ -95,7 +98,7 @@ def _commit_each_save(trainer: Any, run: Run) -> None:
     def save_then_commit(model: Any, trial: Any) -> None:
         step = trainer.state.global_step
         name = f"{HF_PREFIX}{step}/"
-        if run.is_committed(name):
+        if rank0_choice(run.is_committed(name)):  # one decision: the save is collective
             run.commit(name, step)  # prints checkpoint_kept; the committed files stay as they are
             return
         started = time.monotonic()

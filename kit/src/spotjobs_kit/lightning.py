@@ -15,6 +15,17 @@ What Lightning 2.6 does, and what `fit` changes (read in its source):
   save runs first (its callback's `on_train_batch_end`, or `on_exception` for a SIGTERM that came
   after that hook: it runs before Lightning's teardown), then `fit` exits 143; at the last
   planned step (Lightning raises at the end of that epoch) the run finishes instead.
+
+Several processes (`trainer.world_size` > 1: DDP across nodes, each VM reclaimed alone):
+- Lightning's SIGTERM handler broadcasts from rank 0 inside the handler (a collective the other
+  ranks do not join) and stops only the process that got the signal at the end of its batch; the
+  others go on into a collective nobody answers. `fit` keeps the handler's one useful part
+  (passing the signal to the processes Lightning started itself) and leaves the stop to the kit:
+  the callback all-reduces the flag at the end of every batch, so every rank saves that step
+  (`peer_sigterm` when another rank got the signal), stops, and exits 143 or the peer status.
+- Resuming: Lightning starts the process group only inside `trainer.fit`, after the path is
+  given; `fit` agrees on rank 0's checkpoint where Lightning loads it (`resume_start`, after the
+  group is up), and gives the group the kit's collective timeout there.
 """
 
 from __future__ import annotations
@@ -23,8 +34,10 @@ import os
 import time
 from typing import Any
 
-from spotjobs_kit._integration import retire_old_checkpoints, start_run
+from spotjobs_kit._integration import agree_on_resume, preempted_everywhere, retire_old_checkpoints, start_run
+from spotjobs_kit.distributed import process_group, rank0_choice
 from spotjobs_kit.run import Run, checkpoint_name
+from spotjobs_kit.torch import set_collective_timeout
 
 CHECKPOINT_FILE = "model.ckpt"
 
@@ -49,10 +62,11 @@ def fit(
         run.total_steps = trainer.max_steps  # known now, even if the run resumes at its end
     callback = _callback(run, every, keep)
     trainer.callbacks.append(callback)
-    path = run.resume_path()
-    ckpt_path = os.path.join(path, CHECKPOINT_FILE) if path is not None else None
+    if trainer.world_size > 1:
+        _stop_where_the_ranks_agree(trainer)
+        _resume_from_rank_0s_choice(trainer, run)
     try:
-        trainer.fit(model, *args, ckpt_path=ckpt_path, **fit_kwargs)
+        trainer.fit(model, *args, ckpt_path=_resume_file(run), **fit_kwargs)
     except SystemExit:
         if not run.preempted:
             raise
@@ -64,6 +78,44 @@ def fit(
     if run.preempted and callback.stopped and not reached_the_end:
         run.exit_preempted()
     run.finish(trainer.global_step)
+
+
+def _resume_file(run: Run) -> str | None:
+    path = run.resume_path()
+    return os.path.join(path, CHECKPOINT_FILE) if path is not None else None
+
+
+def _stop_where_the_ranks_agree(trainer: Any) -> None:
+    """Lightning's SIGTERM handler, as registered by `trainer.fit`, reduced to passing the signal
+    on to the processes Lightning launched: no broadcast inside the handler, no stop of this rank
+    alone (the kit's callback stops every rank at one step)."""
+    connector = trainer._signal_connector
+    passed_on: list[int] = []
+
+    def pass_on_to_launched(signum: int, frame: Any) -> None:
+        launcher = trainer.strategy.launcher
+        if launcher is not None and not passed_on:
+            passed_on.append(signum)
+            launcher.kill(signum)
+
+    connector._sigterm_notifier_fn = pass_on_to_launched
+
+
+def _resume_from_rank_0s_choice(trainer: Any, run: Run) -> None:
+    """Where Lightning loads the checkpoint, every rank of the group it has started by then, take
+    rank 0's resume point (the path given to `fit` was this process's own) and set the kit's
+    collective timeout."""
+    connector = trainer._checkpoint_connector
+    load = connector.resume_start
+
+    def resume_start(checkpoint_path: Any = None, *args: Any, **kwargs: Any) -> None:
+        if process_group() is not None:
+            set_collective_timeout()
+            agree_on_resume(run)
+            checkpoint_path = _resume_file(run)
+        load(checkpoint_path, *args, **kwargs)
+
+    connector.resume_start = resume_start
 
 
 def _callback(run: Run, every: int | None, keep: int | None) -> Any:
@@ -89,7 +141,7 @@ def _callback(run: Run, every: int | None, keep: int | None) -> Any:
         def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
             step = trainer.global_step
             run.progress(step)
-            if run.preempted:
+            if preempted_everywhere(run):  # with several processes, any rank's SIGTERM stops all
                 self.save(trainer, step)
                 self.stopped = True
                 trainer.should_stop = True  # for a SIGTERM Lightning's handler did not see
@@ -108,7 +160,7 @@ def _callback(run: Run, every: int | None, keep: int | None) -> Any:
                 return
             self.saved_step = step
             name = checkpoint_name(step)
-            if run.is_committed(name):
+            if rank0_choice(run.is_committed(name)):  # one decision: the save is collective
                 run.commit(name, step)  # checkpoint_kept
                 return
             started = time.monotonic()

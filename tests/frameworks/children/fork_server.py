@@ -9,7 +9,7 @@
 # JSON line {"argv", "env", "cwd"} with the child's stdout and stderr as SCM_RIGHTS descriptors;
 # the server answers a line {"pid"}, then a line {"returncode"} when the child has ended
 # (negative: the signal that killed it, as subprocess says). A client that closes its connection
-# before that (killed) has its child killed.
+# before that (killed) has its child killed, and every process the child started.
 import contextlib
 import gc
 import json
@@ -67,11 +67,34 @@ def run_child(request, stdout, stderr):
     os._exit(code)
 
 
+def kill_tree(pid):
+    """SIGKILL a child and its descendants, whatever their session (torchrun starts each worker in
+    a session of its own): as a container's end takes every process in it. A descendant that is
+    itself a fork client takes its own child along when its connection closes."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    parents[int(entry)] = int(stat.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):  # gone meanwhile
+                continue
+    doomed, frontier = [pid], [pid]
+    while frontier:
+        parent = frontier.pop()
+        children = [child for child, its_parent in parents.items() if its_parent == parent]
+        doomed += children
+        frontier += children
+    for victim in doomed:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim, signal.SIGKILL)
+
+
 def serve(path):
     """Single-threaded (a fork of a threaded process may inherit a held lock): accept, fork, and
     reap the ended children between accepts, until the process that started it is gone. A client
-    gone before its child ended (killed: its connection reads end-of-file) takes the child with it,
-    as a killed process group would (fork_client.py). A child's end wakes the loop (SIGCHLD, through
+    gone before its child ended (killed: its connection reads end-of-file) takes the child and the
+    child's descendants with it, as a killed container would (fork_client.py). A child's end wakes the loop (SIGCHLD, through
     a wake-up pipe), so its client ends with it, not a poll later: a client alive after its child
     ended is a job whose worker still runs, which the Vertex emulator may yet preempt."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -94,7 +117,7 @@ def serve(path):
             if ready is not listener:
                 if not ready.recv(1):
                     pid = next(pid for pid, connection in waiting.items() if connection is ready)
-                    os.kill(pid, signal.SIGKILL)
+                    kill_tree(pid)
                     killed.add(pid)
                 continue
             connection, _ = listener.accept()

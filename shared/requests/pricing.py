@@ -1,7 +1,8 @@
 """The dated price table (`shared/price_table.json`): hourly Spot and on-demand prices per machine
-type and location, with its date and sources. It lives in `shared/` because placement weighs it in
-the functions (`shared.fleet.placing`); the operator's reports read the same file
-(`spotjobs.reporting.prices`)."""
+type and location, with its date and sources. It lives with the requests because validation checks
+a request's `max_cost_usd` against it (`shared.requests.budget`), placement weighs it in the
+functions (`shared.fleet.placing`) and the operator's reports read the same file
+(`spotjobs.reporting.prices`). Written by tools/price_table.py."""
 
 from __future__ import annotations
 

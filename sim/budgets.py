@@ -1,0 +1,103 @@
+"""Budgets in the simulated world (issue 46): some plain GPU envelope requests carry a
+`max_cost_usd` (`with_budget`, drawn from a generator of their own so every other draw of a seed
+stays where it was), small enough that some are stopped at it and large enough that others finish.
+
+The promises (docs/requests.md, "A budget"):
+
+- `budgets_reached` (the alert catalogue's condition for `budget_reached`): a request whose spend
+  reached its budget was alerted, naming it;
+- `budgets_held` (`QUIESCENCE`): no request's spend passed its budget by more than the documented
+  overshoot (the job's price for `OVERSHOOT_INTERVALS` reconcile intervals, plus `LAG` for the
+  cancel and a delivery the world delayed). That the alert comes once (plus once per publish a
+  fault left unconfirmed) is `alerts_not_per_redelivery`'s, as for every alert.
+
+A request its budget stopped is cancelled as an operator's cancel is (`stopped`): the promises
+that excuse those (a job that fails or is preempted while it is cancelled alerts nothing) excuse it.
+
+The spend is the code's own arithmetic (`shared.fleet.spend.request_spend`) over the record, whose
+start and end times are the simulated Vertex's.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from shared.alerts import AlertKind
+
+if TYPE_CHECKING:
+    from sim.promises import Expected
+    from sim.world import Violation, World
+
+SHARE = 0.5  # of plain GPU envelope requests with a budget
+BUDGETS_USD = (0.02, 0.1, 1.0)  # about 40 s, 3 min and 30 min of a2-highgpu-1g on Spot
+# A pass that sees the spend may come one reconcile interval late; a failed pass (the world's
+# faults) puts it off to the next one.
+OVERSHOOT_INTERVALS = 2
+LAG = timedelta(seconds=600)  # the simulated Vertex takes up to 400 s to end a cancelled job
+
+
+def with_budget(body: dict[str, Any], request_id: str, at: datetime) -> None:
+    """Give `body` a budget, for a share of requests (its own generator: the seed's other draws stay)."""
+    rng = random.Random(f"budget:{request_id}:{at.isoformat()}")
+    if rng.random() < SHARE:
+        body["max_cost_usd"] = rng.choice(BUDGETS_USD)
+
+
+def stopped(world: World) -> set[str]:
+    """Requests whose budget stopped them (their cancel's source)."""
+    from shared.deciding.budget_watch import BUDGET_SOURCE
+    from sim.invariants import records
+
+    return {r.request_id for r in records(world) if r.cancel is not None and r.cancel.source == BUDGET_SOURCE}
+
+
+def _spends(world: World) -> list[tuple[Any, float, float]]:
+    """(record, spend, budget) of every request with a budget whose spend is known."""
+    from shared.fleet.spend import max_cost, request_spend
+    from sim.invariants import records
+
+    out = []
+    for record in records(world):
+        limit = max_cost(record.request)
+        spend = request_spend(record, world.clock.now()).usd if limit is not None else None
+        if limit is not None and spend is not None:
+            out.append((record, spend, limit))
+    return out
+
+
+def budgets_reached(world: World) -> list[Expected]:
+    from sim.invariants import excused
+    from sim.promises import Expected
+
+    return [
+        Expected(AlertKind.BUDGET_REACHED, record.request_id, f"spent ${spend:.4f} of its max_cost_usd ${limit:.2f}")
+        for record, spend, limit in _spends(world)
+        if spend >= limit and not excused(world, record.request_id)
+    ]
+
+
+def budgets_held(world: World) -> list[Violation]:
+    from shared.fleet.spend import overshoot_bound_usd
+    from sim.invariants import excused, violation
+
+    review = OVERSHOOT_INTERVALS * world.settings.reconcile_interval_seconds + LAG.total_seconds()
+    out = []
+    for record, spend, limit in _spends(world):
+        if excused(world, record.request_id) or record.latest is None:
+            continue
+        bound = max(overshoot_bound_usd(record.request, a, review) for a in record.attempts)
+        if spend > limit + bound:
+            out.append(
+                violation(
+                    "budgets_held",
+                    f"{record.request_id} spent ${spend:.4f}, past its max_cost_usd ${limit:.2f} by more than "
+                    f"${bound:.4f} ({review:.0f} s of its job)",
+                )
+            )
+    return out
+
+
+QUIESCENCE: list[Callable[[World], list[Violation]]] = [budgets_held]

@@ -1,0 +1,86 @@
+"""Budgets in the simulator (sim/budgets.py): the workload gives some requests a `max_cost_usd`
+without moving the seed's other draws, and each promise catches a planted violation."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from shared.alerts import Alert, AlertKind
+from shared.clock import iso
+from shared.deciding.budget_watch import BUDGET_SOURCE
+from shared.ledger.records import Attempt, CancelIntent, RequestRecord
+from shared.ledger.states import RequestStatus
+from shared.ledger.store import LedgerStore
+from sim import budgets, promises
+from sim.world import World
+
+A100 = {"jobSpec": {"workerPoolSpecs": [{"machineSpec": {"machineType": "a2-highgpu-1g"}, "replicaCount": 1}]}}
+
+
+@pytest.fixture
+def world() -> World:
+    return World(0)
+
+
+def ran(world: World, request_id: str, hours: float, limit: float, **fields: Any) -> None:
+    """A record of one Spot attempt that ran `hours` in us-central1 and ended now."""
+    now = world.clock.now()
+    started = iso(now - timedelta(hours=hours))
+    attempt = Attempt(
+        1,
+        "us-central1",
+        "SPOT",
+        claimed_at=started,
+        job="j",
+        state="JOB_STATE_CANCELLED",
+        started_at=started,
+        ended_at=iso(now),
+    )
+    request = {"request_id": request_id, "custom_job": A100, "max_cost_usd": limit}
+    LedgerStore(world.storage.client().bucket(world.settings.state_bucket)).restore(
+        RequestRecord(request_id, request, "gs://c/", status=RequestStatus.CANCELLED, attempts=[attempt], **fields)
+    )
+
+
+def publish_alert(world: World, request_id: str) -> None:
+    alert = Alert.of(AlertKind.BUDGET_REACHED, "said", request_id=request_id).to_json()
+    world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert).encode(), {})
+
+
+def test_some_seeds_draw_budgets_and_the_draw_moves_nothing_else() -> None:
+    drawn = [World(seed).workload for seed in range(12)]
+    with_budget = [a for w in drawn for a in w.arrivals if b'"max_cost_usd"' in a.data]
+    # GPU requests only (placement's world makes some of them H100s afterwards).
+    assert with_budget and all(b'"a2-highgpu-1g"' in a.data or b'"a3-highgpu-8g"' in a.data for a in with_budget)
+    body: dict[str, Any] = {"request_id": "r1"}
+    at = drawn[0].arrivals[0].at
+    budgets.with_budget(body, "r1", at)
+    again: dict[str, Any] = {"request_id": "r1"}
+    budgets.with_budget(again, "r1", at)
+    assert body == again  # its own generator: the same request draws the same budget
+
+
+def test_a_spend_past_the_budget_without_its_alert_is_caught(world: World) -> None:
+    ran(world, "r-over", hours=1, limit=0.5)  # about $1.93 spent
+    assert [e.request_id for e in budgets.budgets_reached(world)] == ["r-over"]
+    assert [v.detail for v in promises.owed_alerts(world, [AlertKind.BUDGET_REACHED])] == [
+        "no budget_reached alert for r-over: spent $1.9280 of its max_cost_usd $0.50"
+    ]
+    publish_alert(world, "r-over")
+    assert promises.owed_alerts(world, [AlertKind.BUDGET_REACHED]) == []
+
+
+def test_a_spend_past_the_budget_by_more_than_the_overshoot_is_caught(world: World) -> None:
+    ran(world, "r-far", hours=2, limit=0.5)  # $3.86: far past $0.50 and the overshoot
+    ran(world, "r-near", hours=0.3, limit=0.5)  # $0.58: within two intervals and the cancel
+    assert [v.detail.split(",")[0] for v in budgets.budgets_held(world)] == ["r-far spent $3.8560"]
+
+
+def test_a_request_its_budget_stopped_is_excused_as_an_operators_cancel(world: World) -> None:
+    intent = CancelIntent(by="spotjobs", at=iso(world.clock.now()), reason="budget", source=BUDGET_SOURCE)
+    ran(world, "r-stopped", hours=0.2, limit=0.3, cancel=intent)
+    assert "r-stopped" in promises.cancelled_by_operator(world)
