@@ -698,8 +698,6 @@ def deadlines_met(world: World) -> list[Violation]:
         started = {j.attempt: j.start_time for j in sorted(own, key=lambda j: j.create_time) if j.start_time}
         if any(((started.get(n) or now) - at).total_seconds() > d for n, at in quota_waits[record.request_id].items()):
             continue  # the GPU quota kept on-demand away longer than the bound
-        if _first_changeover_slow(world, record.request_id, own, d, now):
-            continue
         ended = [j for j in own if j.state == "JOB_STATE_SUCCEEDED" and j.end_time]
         how = f"succeeded at {min(j.end_time for j in ended).isoformat()}" if ended else f"is {record.status}"
         out.append(
@@ -710,18 +708,6 @@ def deadlines_met(world: World) -> list[Violation]:
             )
         )
     return out
-
-
-def _first_changeover_slow(world: World, request_id: str, jobs: list[SimJob], d: float, now: datetime) -> bool:
-    """The first changeover runs from the request's first decision (a submit_job instance took its
-    message: `first_submitted`) to its first job's first progress; longer than d breaks the rule's
-    assumption, wherever the time went before the create (seed 128: 67 minutes in the line for
-    Vertex's submission quota behind a burst, then a job that ran its work in time)."""
-    first = min(jobs, key=lambda j: j.create_time, default=None)
-    submitted = world.first_submitted.get(request_id)
-    if first is None or submitted is None:
-        return False
-    return ((first.start_time or now) - submitted).total_seconds() > d
 
 
 def _switched_slowly(world: World, jobs: list[SimJob], d: float, now: datetime) -> bool:
