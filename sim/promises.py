@@ -530,6 +530,19 @@ def claims_stalled(world: World) -> list[Expected]:
     ]
 
 
+def notify_refusals(world: World) -> list[Expected]:
+    """`notify_refused`: a publish to a request's notification topic was refused for good (the
+    world's refusing topics: `sim.pubsub.SimPubSub.refusing`)."""
+    from shared.deciding.notices import notify_topic
+
+    refused = {topic for topic, _ in world.pubsub.refused}
+    return [
+        Expected(AlertKind.NOTIFY_REFUSED, record.request_id, f"its topic {name} refused a publish")
+        for record in records(world)
+        if (topic := notify_topic(record)) is not None and (name := topic.rsplit("/", 1)[-1]) in refused
+    ]
+
+
 def timeouts_without_progress(world: World) -> list[Expected]:
     """`timeout_without_progress`: an attempt's job ran into its timeout and its trainer committed
     nothing the code could hear of (`timeout_stuck`, or any timeout where the trainer writes no kit
@@ -573,6 +586,7 @@ CONDITIONS: dict[AlertKind, Callable[[World], list[Expected]]] = {
     AlertKind.CLAIM_STALLED: claims_stalled,
     AlertKind.BUDGET_REACHED: budgets.budgets_reached,
     AlertKind.TIMEOUT_WITHOUT_PROGRESS: timeouts_without_progress,
+    AlertKind.NOTIFY_REFUSED: notify_refusals,
 }
 # A report of what was deleted may come in a later prune run's (at least once): judged after retention.
 JUDGED_AFTER_RETENTION = frozenset({AlertKind.PRUNE_REPORT, AlertKind.LEDGER_CORRUPT, AlertKind.TRIGGER_CORRUPT})

@@ -102,6 +102,7 @@ locals {
     allowed_kms_keys             = "SPOTJOBS_ALLOWED_KMS_KEYS"
     allowed_tensorboards         = "SPOTJOBS_ALLOWED_TENSORBOARDS"
     allowed_experiments          = "SPOTJOBS_ALLOWED_EXPERIMENTS"
+    allowed_notify_topics        = "SPOTJOBS_ALLOWED_NOTIFY_TOPICS"
     allowed_models               = "SPOTJOBS_ALLOWED_MODELS"
     claim_lease_seconds          = "SPOTJOBS_CLAIM_LEASE_SECONDS"
     bare_dedupe_seconds          = "SPOTJOBS_BARE_DEDUPE_SECONDS"

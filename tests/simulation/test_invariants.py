@@ -421,3 +421,50 @@ def test_a_request_whose_message_awaits_its_redrive_is_not_lost(world: World) ->
     world.pubsub.accept(DEAD_LETTER_TOPIC, arrival.data, dict(arrival.attributes))  # failed 5 times
 
     assert not any(f"request {rid} was published" in v.detail for v in invariants.liveness(world))
+
+
+# Requesters' notifications (shared/deciding/notices.py).
+
+NOTIFY_TOPIC = "projects/sim-project/topics/notify-r1"
+
+
+def notified_record(world: World, *markers: str, **fields: object) -> None:
+    LedgerStore(world.storage.client().bucket(world.settings.state_bucket)).restore(
+        RequestRecord(
+            "r1",
+            {"custom_job": {}, "notify": {"topic": NOTIFY_TOPIC}},
+            "gs://c/",
+            status=RequestStatus.SUCCEEDED,
+            attempts=[attempt(1)],
+            markers=list(markers),
+            **fields,
+        )
+    )
+
+
+def test_a_decided_notification_never_published_is_caught(world: World) -> None:
+    from shared.deciding.notices import event_id
+
+    notified_record(world, "notice:accepted:1:0", "notice:succeeded:1:0")
+    published = {"event_id": event_id("r1", 1, "accepted", 0), "kind": "accepted"}
+    world.pubsub.accept("notify-r1", json.dumps(published).encode(), {})
+
+    [found] = invariants.notifications_at_least_once(world)
+    assert "notice:succeeded:1:0 of r1 was decided, never published" in found.detail
+
+
+def test_a_notification_left_pending_is_caught(world: World) -> None:
+    notified_record(world, pending_notices=[{"event_id": "x", "kind": "accepted"}])
+    assert [v.detail for v in invariants.notifications_at_least_once(world)] == [
+        "request r1 still has 1 notification(s) pending"
+    ]
+
+
+def test_notifications_stopped_for_a_topic_that_accepts_is_caught(world: World) -> None:
+    notified_record(world, "notice:accepted:1:0", "notify_refused:0")
+    assert [v.detail for v in invariants.notifications_at_least_once(world)] == [
+        "the notifications of r1 stopped, but its topic notify-r1 accepts publishes"
+    ]
+    world.pubsub.refusing = frozenset({"notify-r1"})
+    world.workload.refusing_topics = frozenset({"notify-r1"})
+    assert invariants.notifications_at_least_once(world) == []

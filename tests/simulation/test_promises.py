@@ -552,3 +552,13 @@ def test_a_claim_republished_past_the_bound_without_claim_stalled_is_caught(worl
     assert f"{limit + 1} times" in found
     publish_alert(world, AlertKind.CLAIM_STALLED, "r1")
     assert catalogue(world, AlertKind.CLAIM_STALLED) == []
+
+
+def test_a_notification_topic_that_refused_without_its_alert_is_caught(world: World) -> None:
+    restore(world, "r1", RequestStatus.RUNNING, notify={"topic": "projects/sim-project/topics/notify-r1"})
+    world.pubsub.refused.append(("notify-r1", world.clock.now()))
+    assert catalogue(world, AlertKind.NOTIFY_REFUSED) == [
+        "no notify_refused alert for r1: its topic notify-r1 refused a publish"
+    ]
+    publish_alert(world, AlertKind.NOTIFY_REFUSED, "r1")
+    assert catalogue(world, AlertKind.NOTIFY_REFUSED) == []
