@@ -251,16 +251,21 @@ def jobs_failed(world: World) -> list[Expected]:
 def jobs_stuck(world: World) -> list[Expected]:
     """`job_stuck`: a job waited (QUEUED, PENDING) longer than `stuck_after_seconds`, by more than
     the reconcile passes and cancel delays it may take to see it (`LAG`); not one whose record a
-    person left unreadable (nothing is decided on it: `ledger_corrupt` is its word)."""
+    person left unreadable (nothing is decided on it: `ledger_corrupt` is its word), nor one of a
+    claim whose look-up Vertex refused for good (its record never names the job: `lookup_failed`
+    is the word owed, seed 84)."""
     from sim.invariants import left_unreadable
 
     now = world.clock.now()
     unreadable = left_unreadable(world)
+    unlooked = never_named_for_a_refused_lookup(world)
     bound = world.settings.stuck_after_seconds + LAG.total_seconds()
     return [
         Expected(AlertKind.JOB_STUCK, job.request_id, f"attempt {job.attempt}'s job waited {seconds:.0f} s")
         for job in only_jobs(world)
-        if (seconds := waited_seconds(job, now)) > bound and job.request_id not in unreadable
+        if (seconds := waited_seconds(job, now)) > bound
+        and job.request_id not in unreadable
+        and (job.request_id, job.attempt) not in unlooked
     ]
 
 

@@ -213,6 +213,19 @@ def test_a_job_waiting_past_the_bound_without_its_alert_is_caught(world: World) 
     assert catalogue(world, AlertKind.JOB_STUCK) == []
 
 
+def test_a_waiting_job_its_claim_never_named_for_a_refused_lookup_owes_lookup_failed(world: World) -> None:
+    """Seed 84: the create's delivery crashed before recording the job, and every later look-up
+    was refused for good (a 403 on list): the record never names the job, so nothing can tell it
+    waits; `lookup_failed` is the word owed, not `job_stuck`."""
+    job(world, "r1", 1, "JOB_STATE_PENDING")
+    restore(world, "r1", RequestStatus.CLAIMED, Attempt(1, "us-central1", "SPOT", claimed_at="2026-03-02T08:00:00Z"))
+    world.clock.advance(world.settings.stuck_after_seconds + promises.LAG.total_seconds() + 1)
+    assert len(catalogue(world, AlertKind.JOB_STUCK)) == 1
+    world.vertex.refused.append(Refused(world.clock.now(), "list", "us-central1", "r1", 403, "reconcile"))
+    assert catalogue(world, AlertKind.JOB_STUCK) == []
+    assert len(catalogue(world, AlertKind.LOOKUP_FAILED)) == 1
+
+
 def test_a_deletion_never_reported_is_caught(world: World) -> None:
     running = trained(world, "r1")
     world.trainer.save(running, 100, torn=False)

@@ -21,9 +21,6 @@ OPEN_DEFECTS: dict[int, str] = {
     24: "deadlines_met: r9-deadline's job was created by a submit delivery that crashed, its message "
     "dead-lettered after five crashed deliveries; its record named the job only after the deadline, when the "
     "switch was decided, and the switch's cancel was sent 43 min later",
-    84: "no_unknown_live_job, alert_catalogue: burst16's job was created by a submit delivery that crashed "
-    "before recording it, and every later look-up was refused for good (403 on customJobs.list): the job hangs "
-    "live and unrecorded for 12 h and no job_stuck alert names it",
 }
 
 
