@@ -161,6 +161,9 @@ class SimVertex:
         # Told of each lookup of a request's jobs by its labels (location, request id): what
         # `sim.invariants.note_lookup` judges at the moment it is made.
         self.looked_up: Callable[[str, str], None] = lambda location, request_id: None
+        # When reconcile's list or get calls were answered, per location: the deadline rule counts
+        # on a job being asked at least every reconcile interval (`sim.promises.deadlines_met`).
+        self.asked: dict[str, list[datetime]] = collections.defaultdict(list)
         self._calls: dict[tuple[str, str], collections.deque[datetime]] = collections.defaultdict(collections.deque)
 
     def __call__(self, location: str) -> SimVertex:
@@ -205,6 +208,10 @@ class SimVertex:
                 "List of found errors:\t1.Field: job_spec.worker_pool_specs[0].machine_spec; "
                 "Message: Machine type is not supported for this accelerator configuration.\t"
             )
+
+    def _note_asked(self, location: str) -> None:
+        if self.caller() == "reconcile":
+            self.asked[location].append(self.clock())
 
     def _known_job(self, name: str) -> SimJob:
         job = self.jobs.get(name)
@@ -253,6 +260,7 @@ class SimVertex:
             self._admit("crud", location, CRUD_PER_MINUTE)
             known = self.jobs.get(name)
             self._refuse("get", location, known.request_id if known else "")
+            self._note_asked(location)
             return self._known_job(name).to_proto()
 
         return self.io("vertex", "get", perform)
@@ -270,6 +278,7 @@ class SimVertex:
                 self.looked_up(parent.split("/locations/")[1], wanted[LABEL_REQUEST_ID])
             self._admit("crud", parent.split("/locations/")[1], CRUD_PER_MINUTE)
             self._refuse("list", parent.split("/locations/")[1], wanted.get(LABEL_REQUEST_ID, ""))
+            self._note_asked(parent.split("/locations/")[1])
             candidates: Iterable[SimJob] = self.jobs.values()  # a job put in `jobs` by hand (a test)
             if self._indexed == len(self.jobs):
                 rid = wanted.get(LABEL_REQUEST_ID)

@@ -310,7 +310,17 @@ def test_the_stuck_bound_is_past_the_documented_ones(world: World) -> None:
 # Deadlines.
 
 
+def asked_every(world: World, seconds: float, *, hours: float = 4.0) -> None:
+    """Reconcile asked Vertex in us-central1 every `seconds` from now on: the rule's "asked at
+    least every m seconds" held."""
+    start = world.clock.now() - timedelta(seconds=seconds)
+    world.vertex.asked["us-central1"] = [
+        start + timedelta(seconds=seconds * i) for i in range(int(hours * 3600 / seconds))
+    ]
+
+
 def deadline_request(world: World, *, changeover: float, ran: float, hours: float = 2.0) -> SimJob:
+    asked_every(world, world.settings.reconcile_interval_seconds, hours=hours + 1)
     on_demand = job(world, "r1", 1, "JOB_STATE_SUCCEEDED", strategy="STANDARD")
     on_demand.start_time = on_demand.create_time + timedelta(seconds=changeover)
     on_demand.end_time = on_demand.start_time + timedelta(seconds=ran)
@@ -340,6 +350,24 @@ def test_a_deadline_missed_though_the_rule_s_assumptions_held_is_caught(world: W
     assert "r1 (work 600 s" in found.detail
 
 
+def test_a_deadline_missed_while_reconcile_asked_nothing_for_longer_than_d_is_excused(world: World) -> None:
+    """The rule counts on the job being asked at least every m seconds (docs/deadlines.md); a job
+    no record names yet is asked by reconcile alone. Seed 24 (on 241aac2): r9-deadline's job was
+    created by a delivery that died before recording it, and reconcile's passes crashed (a 5% fault
+    rate), each crashed pass's lease turning the next two ticks away, so none asked Vertex for 90 min."""
+    on_demand = deadline_request(world, changeover=600, ran=600)
+    created = on_demand.create_time  # the request's too
+    on_demand.end_time = created + timedelta(hours=3)  # done past the deadline
+    on_demand.start_time = on_demand.end_time - timedelta(seconds=600)
+    on_demand.create_time = on_demand.start_time - timedelta(seconds=600)
+    assert len(promises.deadlines_met(world)) == 1  # asked every reconcile interval: caught
+
+    silent_until = created + timedelta(seconds=world.settings.changeover_prior_seconds + 60)
+    asked = world.vertex.asked["us-central1"]
+    world.vertex.asked["us-central1"] = [at for at in asked if not created < at < silent_until]
+    assert promises.deadlines_met(world) == []
+
+
 def test_a_deadline_missed_after_a_changeover_past_the_bound_is_excused(world: World) -> None:
     deadline_request(world, changeover=world.settings.changeover_prior_seconds + 1, ran=600, hours=0.5)
     assert promises.deadlines_met(world) == []
@@ -350,6 +378,7 @@ def test_a_deadline_missed_after_a_slow_switch_is_excused(world: World) -> None:
     a Spot job the code cancelled to switch, then the on-demand job's create and start, longer than
     d in all, breaks the rule's assumption though each job's own wait was short (seed 24)."""
     d = world.settings.changeover_prior_seconds
+    asked_every(world, world.settings.reconcile_interval_seconds)
     spot = job(world, "r1", 1, "JOB_STATE_CANCELLED")
     world.clock.advance(60)
     on_demand = job(world, "r1", 2, "JOB_STATE_SUCCEEDED", strategy="STANDARD")
@@ -383,6 +412,7 @@ def test_a_deadline_infeasible_from_the_start_is_excused(world: World) -> None:
 def test_a_deadline_missed_waiting_for_a_gpu_quota_past_the_bound_is_excused(world: World) -> None:
     """The rule counts on on-demand being there within d of a decision; a create the GPU quota
     turns away for longer breaks that as a slow changeover does (seed 165: quota full for good)."""
+    asked_every(world, world.settings.reconcile_interval_seconds)
     deadline = world.clock.now() + timedelta(hours=1)
     claim = Attempt(1, "us-central1", "SPOT", claimed_at=world.clock.now().isoformat())
     restore(
