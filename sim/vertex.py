@@ -32,7 +32,7 @@ from google.api_core import exceptions as api
 
 from shared.adapters.vertex import to_job_json
 from shared.jobs import LABEL_ATTEMPT, LABEL_REQUEST_ID
-from sim.replicas import Replicas, reclaim, restarts_reached
+from sim.replicas import TRANSIENT_EXIT_RESTARTS, Replicas, peer_exit, peer_exit_error, reclaim, restarts_reached
 
 SUBMISSIONS_PER_MINUTE = 60
 CRUD_PER_MINUTE = 600
@@ -57,6 +57,7 @@ class SimJob:
     restarts: int = 0  # counted towards the six, in the seed's `spot_restart_count` mode (sim.replicas)
     vms_reclaimed: int = 0  # every replica's VM Spot reclaimed: what the product may count
     replica_restarts: dict[str, int] = field(default_factory=dict)  # replica -> its reclaims
+    transient_exits: int = 0  # survivors' exits of 134 after a peer's reclaim (sim.replicas.peer_exit)
     start_time: datetime | None = None
     end_time: datetime | None = None
     error: dict[str, Any] | None = None
@@ -402,6 +403,11 @@ class SimVertex:
                         f"(restart {reached} of {MAX_RESTARTS}).",
                         "WARNING",
                     )
+                survivor = peer_exit(job, reclaimed, self.replicas)
+                if survivor is not None and job.transient_exits > TRANSIENT_EXIT_RESTARTS:
+                    self.runs(job, "stop")
+                    self.set_state(job, "JOB_STATE_FAILED", peer_exit_error(survivor))
+                    return
                 self.runs(job, "start")
                 # Vertex keeps the job RUNNING while it waits for a machine again.
                 job.next_change += timedelta(seconds=self.changeover(job.location, "restart"))
