@@ -9,6 +9,10 @@ The ledger is bench_status's (the same records, `LedgerStore.restore`d into benc
 per-call cost like GCS's (docs/performance.md, "How to read it": prune). Each page is read
 `--repeat` times (a poll reads it again every 5 s); the figure is the median.
 
+What the page's speed costs the writers: each active marker carries its record's status, noted by a
+metadata patch after every write that changes the status. The last figures are a ledger write with
+a status change and one without (GCS calls and wall time, the median of `--repeat`).
+
     python -m bench.bench_dashboard [--finished 100000] [--active 1000] [--latency-ms 20] [--repeat 5]
 """
 
@@ -58,6 +62,41 @@ def timed(client: Any, bucket: MemoryBucket, path: str, repeat: int) -> dict[str
     }
 
 
+def write_cost(bucket: MemoryBucket, request_id: str, repeat: int) -> dict[str, Any]:
+    """A write that changes the status (SUBMITTED -> RUNNING) against one that changes something
+    else, each on a fresh copy of `request_id`'s record: the calls and wall time of the update."""
+    from dataclasses import replace
+
+    from shared.ledger.states import RequestStatus
+    from shared.ledger.store import LedgerStore
+
+    ledger = LedgerStore(bucket)
+    base = ledger.get(request_id)
+    assert base is not None, request_id
+    results: dict[str, Any] = {}
+    changes = (
+        ("a status change (its marker's status noted)", RequestStatus.RUNNING),
+        ("no status change", RequestStatus.SUBMITTED),
+    )
+    for name, status in changes:
+        walls = []
+        for n in range(repeat):
+            copy = f"{request_id}-write-{status.lower()}-{n}"
+            ledger.restore(replace(base, request_id=copy, status=RequestStatus.SUBMITTED))
+
+            def move(current: Any, status: RequestStatus = status) -> Any:
+                current.status = status
+                current.markers.append("bench")
+                return current
+
+            bucket.reset_counts()
+            started = time.perf_counter()
+            ledger.update(copy, move)
+            walls.append(time.perf_counter() - started)
+        results[name] = {"wall": statistics.median(walls), "calls": dict(bucket.calls)}
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--finished", type=int, default=100_000)
@@ -76,6 +115,8 @@ def main() -> None:
     print(f"requests page (?all=1): {json.dumps(everything)}", flush=True)
     one = timed(client, bucket, "/requests/req-0000050", args.repeat)
     print(f"a request's page: {json.dumps(one)}", flush=True)
+    writes = write_cost(bucket, "req-0000050", args.repeat)
+    print(f"a ledger write: {json.dumps(writes)}", flush=True)
 
     size = f"[{args.finished:,} finished + {args.active:,} active, in memory, +{args.latency_ms:.0f} ms per call]"
     figures = [
@@ -97,6 +138,13 @@ def main() -> None:
             f"{everything['rows']} / {json.dumps(everything['calls'], sort_keys=True)}",
         ),
         Figure("a request's page: wall", round(one["wall"], 3), "s"),
+        *(
+            Figure(
+                f"a ledger write with {name}: wall / GCS calls by kind",
+                f"{cost['wall']:.3f} s / {json.dumps(cost['calls'], sort_keys=True)}",
+            )
+            for name, cost in writes.items()
+        ),
     ]
     emit(BENCH, figures)
 

@@ -2,6 +2,7 @@
 
     python -m bench.bench_placement [--traces DIR] [--deadline-ratio R ...] [--job-hours H]
         [--fleet N] [--signals] [--probes] [--json] [--exclude-region R ...] [--setup skynomad]
+        [--no-prior] [--starts-after HOURS]
 
 Reads every `*.json` under DIR (default: bench/traces/gcp-h100, the GCP H100 traces) in the
 shared format (one zone a file: `metadata.region`, `metadata.spot_price_per_hour`,
@@ -48,6 +49,10 @@ deadline sweep from its public artifact (`bench.skynomad_setup`: six zones unmer
 deadline, work = deadline / ratio, d = 0.2 h exact on 2-minute ticks, 50 GB, its six windows of
 one job) and prints the artifact's published Optimal and SkyNomad beside ours.
 `--exclude-region` leaves regions out of the traces (the issue's run without us-east4).
+Every policy's fleet estimate starts from the shipped region prior (`shared.fleet.prior`, fitted on
+the traces' first week by `bench.region_prior`), as production's does; `--no-prior` leaves it out,
+and `--starts-after 168` keeps only the runs starting after that week, where the prior is out of
+sample.
 
 Prints per ratio the slack (deadline less work) in changeovers, the mean cost in dollars and
 normalised to on-demand in the cheapest region, misses, moves and egress per job, the gap to the
@@ -65,7 +70,7 @@ import math
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -74,12 +79,14 @@ from shared.deciding.deadline import Action, Placement, Rule, Situation, Work, d
 from shared.fleet.estimate import CapacityEstimate, SpotOutlook, estimate
 from shared.fleet.observations import FleetFact, Kind
 from shared.fleet.placement import Candidate, Job, Move, choose_location
+from shared.fleet.prior import LocationPrior, location_prior
 from shared.fleet.transfer import per_gb
 
 DEFAULT_TRACES = Path(__file__).with_name("traces") / "gcp-h100"
 RATIOS = (1.05, 1.1, 1.2, 1.5, 2.0)
 POLICIES = ("up_mean_region", "up_best_region", "failover_order", "spotjobs", "omniscient")
 EPOCH = datetime(2025, 10, 4, tzinfo=UTC)
+TRACES_MACHINE_TYPE = "a3-highgpu-8g"  # the GCP H100 traces' (bench/traces/gcp-h100/README.md)
 # Vertex fails a Spot job with STOCKOUT after its sixth restart (docs/deadlines.md).
 RESTARTS_BEFORE_STOCKOUT = 6
 
@@ -134,6 +141,7 @@ class Setup:
     deadline_ticks: int
     changeover_ticks: int
     checkpoint_gb: float
+    priors: Mapping[str, LocationPrior] = field(default_factory=dict)  # per region name (`with_priors`)
 
     @property
     def cheapest_on_demand(self) -> Region:
@@ -172,6 +180,8 @@ class Fleet:
 
     observations: list[FleetFact] = field(default_factory=list)
     cache: dict[tuple[int, str], CapacityEstimate] = field(default_factory=dict)
+    # The shipped region prior per location, as production's `Placer` passes it (none: `--no-prior`).
+    priors: Mapping[str, LocationPrior] = field(default_factory=dict)
 
     def note(self, observation: FleetFact) -> None:
         self.observations.append(observation)
@@ -180,7 +190,9 @@ class Fleet:
     def estimate(self, region: str, tick: int, setup: Setup) -> CapacityEstimate:
         found = self.cache.get((tick, region))
         if found is None:
-            found = self.cache[(tick, region)] = estimate(self.observations, region, at(tick, setup))
+            found = self.cache[(tick, region)] = estimate(
+                self.observations, region, at(tick, setup), self.priors.get(region)
+            )
         return found
 
 
@@ -273,7 +285,7 @@ class Spotjobs(Policy):
             for r in s.regions
         ]
 
-    def _choose(self, job: Attempt, tick: int, current: int | None, on_demand: bool) -> int:
+    def _choose(self, job: Attempt, tick: int, current: int | None, on_demand: bool, waiting: bool = False) -> int:
         s = self.setup
         remaining = s.hours(s.work_ticks - job.done)
         placement_job = Job(
@@ -282,6 +294,7 @@ class Spotjobs(Policy):
             current_location=None if current is None else s.regions[current].name,
             hours_to_deadline=s.hours(s.deadline_ticks - tick),
             on_demand=on_demand,
+            waiting=waiting,
         )
         move = Move(checkpoint_gb=s.checkpoint_gb if job.done else 0.0, price_per_gb=per_gb)
         chosen = choose_location(placement_job, self.candidates(job.start + tick), move).location
@@ -307,7 +320,7 @@ class Spotjobs(Policy):
     def waiting_move(self, job: Attempt, tick: int) -> int | None:
         if tick - job.placed < self.setup.changeover_ticks:
             return None
-        chosen = self._choose(job, tick, job.region, on_demand=False)
+        chosen = self._choose(job, tick, job.region, on_demand=False, waiting=True)
         return None if chosen == job.region else chosen
 
 
@@ -380,7 +393,7 @@ def measured(quality: Quality) -> Callable[[Setup, Fleet], Policy]:
 
 def simulate_fleet(setup: Setup, starts: Sequence[int], make_policy: Callable[[Setup, Fleet], Policy]) -> list[Attempt]:
     """Run the requests starting at `starts` (trace ticks) together, one tick at a time."""
-    fleet = Fleet()
+    fleet = Fleet(priors=setup.priors)
     policy = make_policy(setup, fleet)
     jobs = [Attempt(start=s, region=0, key=f"r{i}") for i, s in enumerate(starts)]
     first, last = min(starts), max(starts) + setup.deadline_ticks
@@ -626,6 +639,20 @@ def pinned(region: int) -> Callable[[Setup, Fleet], Policy]:
     return Pinned
 
 
+def with_priors(setup: Setup) -> Setup:
+    """The setup with the shipped region prior of the traces' machine type for each of its
+    locations (regions, or zones in SkyNomad's setup), as production's placement reads it."""
+    priors = {r.name: p for r in setup.regions if (p := location_prior(TRACES_MACHINE_TYPE, r.name)) is not None}
+    return replace(setup, priors=priors)
+
+
+def starting_after(setup: Setup, fleets: Sequence[Sequence[int]], hours: float) -> list[list[int]]:
+    """The fleets whose every start is at least `hours` into the traces: the out-of-sample ones
+    for a prior fitted on the traces' first `hours` (`bench.region_prior`)."""
+    first = math.ceil(hours * 3600 / setup.gap)
+    return [list(starts) for starts in fleets if min(starts) >= first]
+
+
 def slack_in_changeovers(setup: Setup) -> float:
     """The slack (deadline less work) counted in changeovers: how many surprises a job can afford,
     the measure that makes two setups' ratios comparable."""
@@ -724,6 +751,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--exclude-region", nargs="+", default=[], help="regions left out of the traces (e.g. us-east4)"
     )
+    parser.add_argument(
+        "--no-prior",
+        action="store_true",
+        help="spotjobs without the shipped region prior (shared/fleet/region_prior.json): the fleet's "
+        "own observations alone",
+    )
+    parser.add_argument(
+        "--starts-after",
+        type=float,
+        default=0.0,
+        help="only the runs starting at least this many hours into the traces (168: out of sample for "
+        "the region prior, fitted on the first week)",
+    )
     args = parser.parse_args(argv)
     skynomad = None
     if args.setup == "skynomad":
@@ -739,6 +779,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             setup, fleets = shared_setup(regions, gap, args, ratio)
         else:
             setup, fleets = skynomad.setup(regions, gap, ratio)
+        if not args.no_prior:
+            setup = with_priors(setup)
+        if args.starts_after:
+            fleets = starting_after(setup, fleets, args.starts_after)
         rows, quality = run_setup(setup, fleets, args)
         slack = slack_in_changeovers(setup)
         published = skynomad.PUBLISHED.get(ratio) if skynomad is not None else None

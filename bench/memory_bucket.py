@@ -23,6 +23,8 @@ class _Stored:
     content_type: str
     generation: int
     updated: datetime = field(default_factory=lambda: datetime.now(UTC))
+    metageneration: int = 1
+    time_created: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 
 class MemoryBucket:
@@ -32,7 +34,7 @@ class MemoryBucket:
         self.name = name
         self.client = self
         self.latency_seconds = latency_seconds
-        self.calls: Counter[str] = Counter()  # by kind: list, download, get, upload, delete
+        self.calls: Counter[str] = Counter()  # by kind: list, download, get, upload, patch, delete
         self.bytes: Counter[str] = Counter()  # the response bytes, by kind
         self._objects: dict[str, _Stored] = {}
         self._names: list[str] = []  # sorted, as GCS lists
@@ -120,6 +122,20 @@ class MemoryBucket:
             self._objects[name] = _Stored(data, dict(metadata) if metadata else None, content_type, self._generation)
             return self._generation
 
+    def _patch(self, name: str, metadata: dict[str, str] | None) -> _Stored:
+        """Merge custom metadata into an object, as GCS's PATCH does: the generation stays."""
+        from google.api_core.exceptions import NotFound
+
+        self._call("patch", 0)
+        with self._lock:
+            stored = self._objects.get(name)
+            if stored is None:
+                raise NotFound(name)
+            stored.metadata = {**(stored.metadata or {}), **(metadata or {})}
+            stored.metageneration += 1
+            stored.updated = datetime.now(UTC)
+            return stored
+
 
 class MemoryBlob:
     def __init__(self, bucket: MemoryBucket, name: str, stored: _Stored | None = None) -> None:
@@ -128,7 +144,9 @@ class MemoryBlob:
         self._stored = stored
         self.metadata = dict(stored.metadata) if stored and stored.metadata else None
         self.generation = stored.generation if stored else None
+        self.metageneration = stored.metageneration if stored else None
         self.updated = stored.updated if stored else None
+        self.time_created = stored.time_created if stored else None
 
     def download_as_bytes(self) -> bytes:
         from google.api_core.exceptions import NotFound
@@ -145,6 +163,11 @@ class MemoryBlob:
     ) -> None:
         raw = data.encode() if isinstance(data, str) else data
         self.generation = self._bucket._upload(self.name, raw, self.metadata, content_type, if_generation_match)
+
+    def patch(self) -> None:
+        stored = self._bucket._patch(self.name, self.metadata)
+        self.metageneration = stored.metageneration
+        self.updated = stored.updated
 
 
 class _Listing:
@@ -166,14 +189,14 @@ def _resource(bucket: str, name: str, stored: _Stored, wanted: list[str] | None 
         "name": name,
         "bucket": bucket,
         "generation": str(stored.generation),
-        "metageneration": "1",
+        "metageneration": str(stored.metageneration),
         "contentType": stored.content_type,
         "storageClass": "STANDARD",
         "size": str(len(stored.data)),
         "md5Hash": "x" * 24,
         "crc32c": "x" * 8,
         "etag": "x" * 16,
-        "timeCreated": updated,
+        "timeCreated": stored.time_created.isoformat().replace("+00:00", "Z"),
         "updated": updated,
         "timeStorageClassUpdated": updated,
     }

@@ -61,6 +61,11 @@ class AlertKind(enum.StrEnum):
         "ERROR",
         "the job failed for another reason, expired, or was deleted at Vertex (not found): the request failed, nothing re-queued",
     )
+    TIMEOUT_WITHOUT_PROGRESS = (
+        "timeout_without_progress",
+        "ERROR",
+        "an attempt ran into its job's `scheduling.timeout` without committing a checkpoint: not continued, the request failed (docs/requests.md)",
+    )
     INCOMPLETE_SUCCESS = (
         "incomplete_success",
         "WARNING",

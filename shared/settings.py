@@ -34,6 +34,8 @@ _DEFAULT_COMMIT_MARKERS = DEFAULT_COMMIT_MARKERS
 
 
 DEFAULT_CREATE_TIMEOUT_SECONDS = 30.0
+# Four of Vertex's default 7-day job timeouts: continuations after a timeout stop there.
+DEFAULT_MAX_RUNTIME_SECONDS = 28 * 86400
 # Slack between a create's timeout and its claim's lease, as a fraction of the timeout: covers the
 # request's time on the wire and clock skew between the deliveries comparing claim ages.
 CREATE_MARGIN_FRACTION = 0.5
@@ -54,6 +56,9 @@ class Settings:
     # The checkpoint bucket's location (Terraform's `buckets.location`: a region, `US`, `EU`, ...):
     # what an attempt elsewhere pays to read a checkpoint. Empty: unknown, and not weighed.
     checkpoint_bucket_location: str = _env("SPOTJOBS_CHECKPOINT_BUCKET_LOCATION", "")
+    # Placement starts from the shipped region prior (shared/fleet/region_prior.json) where the
+    # fleet has seen little; off: from the fleet's own observations alone (docs/placement.md).
+    region_prior: bool = _env("SPOTJOBS_REGION_PRIOR", True, kind="bool")
     job_requests_topic: str = _env("SPOTJOBS_JOB_REQUESTS_TOPIC", TOPOLOGY.topic_name("job_requests"))
     job_events_topic: str = _env("SPOTJOBS_JOB_EVENTS_TOPIC", TOPOLOGY.topic_name("job_events"))
     ops_alerts_topic: str = _env("SPOTJOBS_OPS_ALERTS_TOPIC", TOPOLOGY.topic_name("ops_alerts"))
@@ -86,6 +91,10 @@ class Settings:
     max_replicas_per_job: int = _env("SPOTJOBS_MAX_REPLICAS_PER_JOB", 8, kind="int")
     max_pools_per_job: int = _env("SPOTJOBS_MAX_POOLS_PER_JOB", 2, kind="int")
     max_timeout_seconds: int = _env("SPOTJOBS_MAX_TIMEOUT_SECONDS", 7 * 86400, kind="int")
+    # The running time a request may take over its continuations after the job timeout
+    # (shared/deciding/continuations.py): a request's `max_runtime` may not exceed it, and it
+    # bounds one that names none.
+    max_runtime_seconds: int = _env("SPOTJOBS_MAX_RUNTIME_SECONDS", DEFAULT_MAX_RUNTIME_SECONDS, kind="int")
     max_boot_disk_gb: int = _env("SPOTJOBS_MAX_BOOT_DISK_GB", 1000, kind="int")
     # Fallback strategies a request may ask for (STANDARD, FLEX_START); empty = Spot only.
     allowed_fallback_strategies: tuple[str, ...] = _env("SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES", (), kind="list")

@@ -13,6 +13,8 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from shared.alerts import AlertKind
+from shared.deciding.alert_log import ALERTS_PREFIX
+from shared.deciding.alert_log import LOG_DAYS as ALERT_LOG_DAYS
 from shared.fleet.store import FLEET_PREFIX
 from shared.fleet.store import RETENTION_DAYS as FLEET_RETENTION_DAYS
 from shared.requests.envelope import MANIFESTS_PREFIX
@@ -35,6 +37,9 @@ SLOT_LIFETIME = timedelta(days=2)
 # Fleet observations (shared/fleet/store.py) belong to no request: a lifecycle rule deletes them
 # RETENTION_DAYS after their creation, and a job still waiting has its open wait written again.
 FLEET_LIFETIME = timedelta(days=FLEET_RETENTION_DAYS + 1)
+# The alerts log (shared/deciding/alert_log.py) belongs to no request: a lifecycle rule deletes an
+# entry LOG_DAYS after its creation (a prune report is alerted after retention, so some are young).
+ALERT_LOG_LIFETIME = timedelta(days=ALERT_LOG_DAYS + 1)
 
 
 def violation(invariant: str, detail: str) -> Violation:
@@ -432,6 +437,43 @@ def _decisions_of(record: dict[str, Any]) -> dict[str, Any]:
     return kept
 
 
+def _decided_requeues(state: dict[str, Any]) -> dict[str, int]:
+    """By request, the attempt its record's re-queue decided (the next one to claim)."""
+    out = {}
+    for name, record in state.items():
+        requeue = record.get("requeue") if name.startswith("requests/") and isinstance(record, dict) else None
+        if isinstance(requeue, dict) and isinstance(requeue.get("attempt"), int):
+            out[name[9:-5]] = requeue["attempt"]
+    return out
+
+
+def _claims_the_decided_requeue(old: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
+    """The record changed only by claiming the attempt its re-queue decided: that attempt added
+    after the others, unchanged, the re-queue settled, the status CLAIMED (or SUBMITTED, its job
+    recorded in the same delivery)."""
+    requeue = (old or {}).get("requeue")
+    if old is None or new is None or not isinstance(requeue, dict):
+        return False
+    attempts, claimed = old.get("attempts") or [], new.get("attempts") or []
+    unchanged = {k: v for k, v in old.items() if k not in ("attempts", "requeue", "status")} == {
+        k: v for k, v in new.items() if k not in ("attempts", "requeue", "status")
+    }
+    return (
+        unchanged
+        and new.get("status") in ("CLAIMED", "SUBMITTED")  # claimed, and maybe its job recorded
+        and new.get("requeue") is None
+        and claimed[:-1] == attempts
+        and len(claimed) == len(attempts) + 1
+        and isinstance(claimed[-1], dict)
+        and claimed[-1].get("n") == requeue.get("attempt")
+    )
+
+
+def _attempt_of_job(world: World, name: str) -> int | None:
+    job = world.vertex.jobs.get(name)
+    return job.attempt if job is not None else None
+
+
 def _only_published(old: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
     """The record changed only by publishing alerts decided before (any delivery that finds a
     request's effects pending publishes them: the system's own work, not the message's)."""
@@ -451,10 +493,15 @@ def hostile_step_contained(world: World, before: dict[str, Any], after: dict[str
     """Nothing a hostile publisher or its job does changes another request's record, jobs or
     folder: the delivery of its message changed nothing `others_state` saw before it, and
     created no record (or job) of a request that existed, nor one under an id spotjobs derives
-    (`req-`, `trg-`). A request id nobody had used yet is the publisher's to take."""
+    (`req-`, `trg-`). A request id nobody had used yet is the publisher's to take. A forged
+    re-queue of the attempt the victim's record has decided is due may claim it, and create its
+    job, as the real re-queue would (shared/requests/envelope.py: the attribute marks, the ledger
+    decides; the job is built from the record's request, not the message's): the system's own
+    work, whichever of the two messages comes first (seed 31)."""
     from shared.jobs import RESERVED_ID_PREFIXES
 
     existed = {name[9:-5] for name in before if name.startswith("requests/")}
+    decided = _decided_requeues(before)
     problems = []
     for name in sorted(before.keys() | after.keys()):
         old, new = before.get(name), after.get(name)
@@ -462,7 +509,7 @@ def hostile_step_contained(world: World, before: dict[str, Any], after: dict[str
             continue
         if name.startswith("requests/"):
             rid = name[9:-5]
-            if _only_published(old, new):
+            if _only_published(old, new) or _claims_the_decided_requeue(old, new):
                 continue
             if old is None and rid not in existed and not rid.startswith(RESERVED_ID_PREFIXES):
                 continue
@@ -474,6 +521,8 @@ def hostile_step_contained(world: World, before: dict[str, Any], after: dict[str
             rid = (new or old)[0]
             if old is None and rid not in existed and not rid.startswith(RESERVED_ID_PREFIXES):
                 continue
+            if old is None and _attempt_of_job(world, name) == decided.get(rid):
+                continue  # the job of the decided re-queue's attempt, from the record's request
             problems.append(f"job {name.rsplit('/', 1)[-1]} of {rid} ({old and old[1]} -> {new and new[1]})")
         else:
             problems.append(f"{name} ({'written' if new is not None else 'deleted'})")
@@ -695,6 +744,8 @@ def bounded_state(world: World) -> list[Violation]:
             continue  # a slot of the last day: its lifecycle rule has not come round yet
         if name.startswith(FLEET_PREFIX) and now - obj.time_created < FLEET_LIFETIME:
             continue  # a fact of the estimate's window: its lifecycle rule has not come round yet
+        if name.startswith(ALERTS_PREFIX) and now - obj.time_created < ALERT_LOG_LIFETIME:
+            continue  # an alert of the log's window: its lifecycle rule has not come round yet
         leftovers[_kind_of_state(name)].append(name)
     return [
         violation("bounded_state", f"{len(names)} {kind} object(s) left after retention, e.g. {names[0]}")
@@ -894,10 +945,12 @@ def moves_allowed(world: World) -> list[Violation]:
 QUIESCENCE.extend((nothing_created_after_a_cancel, cancelled_requests_end_cancelled, moves_allowed))
 
 # The promises people rely on (sim/promises.py).
-from sim import budgets, promises, replicas  # noqa: E402 - they read this module's helpers
+from sim import budgets, continuations, promises, replicas, shown  # noqa: E402 - they read this module's helpers
 
 QUIESCENCE.extend(promises.QUIESCENCE)
+QUIESCENCE.extend(shown.QUIESCENCE)  # what the dashboard and `status` show (sim/shown.py)
 QUIESCENCE.extend(replicas.QUIESCENCE)  # multi-replica jobs (sim/replicas.py)
+QUIESCENCE.extend(continuations.QUIESCENCE)  # runs past the job timeout (sim/continuations.py)
 RETENTION.extend(replicas.RETENTION)
 QUIESCENCE.extend(budgets.QUIESCENCE)  # max_cost_usd (sim/budgets.py)
 RETENTION.extend(promises.RETENTION)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from shared.alerts import AlertKind
 from sim import budgets
+from sim.continuations import DEADLINE_EXCEEDED_ERROR
 from sim.faults import HAND_WRITTEN_ATTEMPT
 from sim.vertex import STOCKOUT_ERROR, USER_ERROR
 
@@ -218,16 +219,19 @@ def max_attempts_of(world: World, record: RequestRecord) -> int:
 
 
 def attempts_exhausted(world: World) -> list[Expected]:
-    """`attempts_exhausted`: the job of the last attempt (`max_attempts`) failed with a stockout."""
+    """`attempts_exhausted`: the job of the last attempt (`max_attempts`, continuations after a
+    timeout not counted: sim/continuations.py) failed with a stockout."""
+    from shared.deciding.continuations import counted_attempts
+
     cancelled = cancelled_by_operator(world)
-    last = {r.request_id: max_attempts_of(world, r) for r in records(world)}
+    by_id = {r.request_id: r for r in records(world)}
     unnamed = never_named_for_a_refused_lookup(world)
     return [
         Expected(AlertKind.ATTEMPTS_EXHAUSTED, job.request_id, f"attempt {job.attempt}'s job stocked out")
         for job in only_jobs(world)
         if job.error == STOCKOUT_ERROR
-        and job.request_id in last
-        and job.attempt >= last[job.request_id]
+        and job.request_id in by_id
+        and counted_attempts(by_id[job.request_id], job.attempt) >= max_attempts_of(world, by_id[job.request_id])
         and job.request_id not in cancelled
         and (job.request_id, job.attempt) not in unnamed
         and not reads_refused(world, job, hiding_its_end=True)
@@ -235,14 +239,17 @@ def attempts_exhausted(world: World) -> list[Expected]:
 
 
 def jobs_failed(world: World) -> list[Expected]:
-    """`job_failed`: an attempt's job failed for another reason than capacity (the trainer's error)."""
+    """`job_failed`: an attempt's job failed for another reason than capacity (the trainer's error),
+    its record still readable (seed 60: a person wrote it unreadable while its job ran)."""
     cancelled = cancelled_by_operator(world)
     unnamed = never_named_for_a_refused_lookup(world)
+    unreadable = left_unreadable(world)  # nothing is decided on such a record: `ledger_corrupt` is its word
     return [
         Expected(AlertKind.JOB_FAILED, job.request_id, f"attempt {job.attempt}'s job failed: {USER_ERROR['message']}")
         for job in only_jobs(world)
         if job.error == USER_ERROR
         and job.request_id not in cancelled
+        and job.request_id not in unreadable
         and (job.request_id, job.attempt) not in unnamed
         and not reads_refused(world, job, hiding_its_end=True)
     ]
@@ -528,6 +535,27 @@ def claims_stalled(world: World) -> list[Expected]:
     ]
 
 
+def timeouts_without_progress(world: World) -> list[Expected]:
+    """`timeout_without_progress`: an attempt's job ran into its timeout and its trainer committed
+    nothing the code could hear of (`timeout_stuck`, or any timeout where the trainer writes no kit
+    lines: sim/continuations.py)."""
+    cancelled = cancelled_by_operator(world)
+    unnamed = never_named_for_a_refused_lookup(world)
+    unreadable = left_unreadable(world)
+    return [
+        Expected(
+            AlertKind.TIMEOUT_WITHOUT_PROGRESS, job.request_id, f"attempt {job.attempt}'s job timed out ({job.fate})"
+        )
+        for job in only_jobs(world)
+        if job.error == DEADLINE_EXCEEDED_ERROR
+        and (job.fate == "timeout_stuck" or not world.trainer.kit_lines)
+        and job.request_id not in cancelled
+        and (job.request_id, job.attempt) not in unnamed
+        and job.request_id not in unreadable
+        and not reads_refused(world, job, hiding_its_end=True)
+    ]
+
+
 def job_failed_conditions(world: World) -> list[Expected]:
     return jobs_failed(world) + deleted_jobs_failed(world)
 
@@ -549,6 +577,7 @@ CONDITIONS: dict[AlertKind, Callable[[World], list[Expected]]] = {
     AlertKind.STRAY_JOB: strays_cancelled,
     AlertKind.CLAIM_STALLED: claims_stalled,
     AlertKind.BUDGET_REACHED: budgets.budgets_reached,
+    AlertKind.TIMEOUT_WITHOUT_PROGRESS: timeouts_without_progress,
 }
 # A report of what was deleted may come in a later prune run's (at least once): judged after retention.
 JUDGED_AFTER_RETENTION = frozenset({AlertKind.PRUNE_REPORT, AlertKind.LEDGER_CORRUPT, AlertKind.TRIGGER_CORRUPT})
@@ -686,6 +715,8 @@ def deadlines_met(world: World) -> list[Violation]:
             continue
         if _broke_the_rules_assumptions(own, d, work, now) or _switched_slowly(world, own, d, now):
             continue
+        if _created_late(world, record, own, d):
+            continue
         if _asked_rarely(world, record, parse_iso(record.created_at), deadline - timedelta(seconds=work), d):
             continue
         started = {j.attempt: j.start_time for j in sorted(own, key=lambda j: j.create_time) if j.start_time}
@@ -717,6 +748,16 @@ def _asked_rarely(world: World, record: RequestRecord, start: datetime, last_cha
     )
     moments = [start, *asks, last_chance]
     return any((later - earlier).total_seconds() > d for earlier, later in zip(moments, moments[1:]))
+
+
+def _created_late(world: World, record: RequestRecord, jobs: list[SimJob], d: float) -> bool:
+    """The first changeover, from the request's arrival (a submit instance first took its message)
+    to its first job's create at Vertex, was longer than d: the rule decides nothing before its
+    first attempt exists (seed 128: 77 minutes in the submission quota's line behind a burst; seed
+    24: its message dead-lettered, then an hour of reconcile passes crashed under faults)."""
+    arrived = world.first_submitted.get(record.request_id)
+    first = min((job.create_time for job in jobs), default=None)
+    return arrived is not None and first is not None and (first - arrived).total_seconds() > d
 
 
 def _switched_slowly(world: World, jobs: list[SimJob], d: float, now: datetime) -> bool:

@@ -32,6 +32,7 @@ from google.api_core import exceptions as api
 
 from shared.adapters.vertex import to_job_json
 from shared.jobs import LABEL_ATTEMPT, LABEL_REQUEST_ID
+from sim.continuations import DEADLINE_EXCEEDED_ERROR, TIMEOUT_FATES
 from sim.replicas import TRANSIENT_EXIT_RESTARTS, Replicas, peer_exit, peer_exit_error, reclaim, restarts_reached
 
 SUBMISSIONS_PER_MINUTE = 60
@@ -52,7 +53,7 @@ class SimJob:
     state: str
     create_time: datetime
     update_time: datetime
-    fate: str = "succeed"  # succeed | fail | stockout | hang
+    fate: str = "succeed"  # succeed | fail | stockout | hang | timeout | timeout_stuck
     preemptions: int = 0  # still to come
     restarts: int = 0  # counted towards the six, in the seed's `spot_restart_count` mode (sim.replicas)
     vms_reclaimed: int = 0  # every replica's VM Spot reclaimed: what the product may count
@@ -385,6 +386,11 @@ class SimVertex:
                 return
             self.set_state(job, "JOB_STATE_RUNNING")
             self.runs(job, "start")
+        elif job.state == "JOB_STATE_RUNNING" and job.fate in TIMEOUT_FATES:
+            # Its scheduling.timeout: stopped as a cancel stops it, FAILED with DEADLINE_EXCEEDED.
+            self.runs(job, "cut" if job.fate == "timeout" else "stall")
+            self.runs(job, "stop")
+            self.set_state(job, "JOB_STATE_FAILED", DEADLINE_EXCEEDED_ERROR)
         elif job.state == "JOB_STATE_RUNNING":
             clean_end = not (job.preemptions > 0 or job.fate in ("stockout", "fail"))
             self.runs(job, "train" if clean_end else "cut")

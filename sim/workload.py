@@ -75,7 +75,13 @@ class Workload:
         return next((end for start, end in self.spot_outages.get(location, ()) if start <= at < end), None)
 
     def fate_of(self, request_id: str, attempt: int) -> tuple[str, int]:
-        """How Vertex treats attempt `attempt` of `request_id`'s job: (fate, preemptions)."""
+        """How Vertex treats attempt `attempt` of `request_id`'s job: (fate, preemptions); some
+        that would succeed run into their job timeout instead (sim/continuations.py)."""
+        from sim.continuations import timeout_fate
+
+        return timeout_fate(self.seed_text, request_id, attempt, self._fate_of(request_id, attempt))
+
+    def _fate_of(self, request_id: str, attempt: int) -> tuple[str, int]:
         rng = random.Random(f"{self.seed_text}:{request_id}:{attempt}")
         roll = rng.random()
         if "deadline" in request_id and attempt == 1:

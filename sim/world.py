@@ -34,6 +34,7 @@ from greenlet import greenlet
 
 from sim import faults as permanent
 from sim import replicas, virtual
+from sim.continuations import with_max_runtimes
 from sim.gcs import MemoryStorage
 from sim.pubsub import Delivery, SimPubSub
 from sim.trainer import Trainer
@@ -189,7 +190,9 @@ class World:
         self._fault_rng = random.Random(self.seed * 7919 + 1)
         self._aftershock_rng = random.Random(f"{self.seed}:aftershocks:kinds")
         self._shaken: set[str] = set()  # messages an aftershock hit
-        self.workload = with_crud_budget(with_locations(with_cancels(generate(random.Random(self.seed * 104729 + 2)))))
+        self.workload = with_max_runtimes(
+            with_crud_budget(with_locations(with_cancels(generate(random.Random(self.seed * 104729 + 2)))))
+        )
         replicas_drawn = replicas.draw(self.seed)
         self.workload = replicas.with_replicas(self.workload, replicas_drawn)
         self.settings = self.workload.settings
@@ -456,6 +459,8 @@ class World:
             )
         elif what == "stop":
             self.trainer.stop(job)
+        elif what == "stall":  # ran into its timeout without a save (sim/continuations.py)
+            pass
         else:
             self.trainer.train(job, ends_in_a_cut=what == "cut")
 

@@ -84,6 +84,7 @@ locals {
     max_replicas_per_job         = "SPOTJOBS_MAX_REPLICAS_PER_JOB"
     max_pools_per_job            = "SPOTJOBS_MAX_POOLS_PER_JOB"
     max_timeout_seconds          = "SPOTJOBS_MAX_TIMEOUT_SECONDS"
+    max_runtime_seconds          = "SPOTJOBS_MAX_RUNTIME_SECONDS"
     max_boot_disk_gb             = "SPOTJOBS_MAX_BOOT_DISK_GB"
     allowed_fallback_strategies  = "SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES"
     min_spot_attempts            = "SPOTJOBS_MIN_SPOT_ATTEMPTS"

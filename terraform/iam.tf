@@ -5,13 +5,13 @@
 #
 # | identity             | may                                                                   |
 # |----------------------|-----------------------------------------------------------------------|
-# | fn-submit            | ledger r/w; create/get/list/cancel custom jobs; actAs training SA; publish ops-alerts, job-requests (the waiting line's hand-over) |
-# | fn-events, fn-reconcile | ledger r/w; get/list/cancel custom jobs; publish job-requests, ops-alerts, maintenance |
-# | fn-prune             | ledger read, write its cursor; list/read/delete checkpoints; publish ops-alerts |
+# | fn-submit            | ledger r/w (and an active marker's status: active/, metadata only); create/get/list/cancel custom jobs; actAs training SA; publish ops-alerts, job-requests (the waiting line's hand-over) |
+# | fn-events, fn-reconcile | ledger r/w (and active markers' status); get/list/cancel custom jobs; publish job-requests, ops-alerts, maintenance |
+# | fn-prune             | ledger read, write its cursor and its alerts log entries; list/read/delete checkpoints; publish ops-alerts |
 # | fn-trigger           | state bucket under triggers/ only (no ledger); create/get manifests under the state bucket's manifests/; publish job-requests, ops-alerts |
 # | push-<fn>            | invoke that one function (OIDC identity of its push subscription)      |
 # | training             | object admin under the checkpoint prefix only; read the state bucket's manifests/ only; write logs |
-# | var.cancellers       | read and compare-and-swap ledger records (requests/ of the state bucket): `spotjobs cancel` |
+# | var.cancellers       | read and compare-and-swap ledger records (requests/ of the state bucket), note a status on its active marker (active/, metadata only): `spotjobs cancel` |
 # | build                | write build logs; push to the functions' Artifact Registry repo; get the source zips (storage.objects.get) |
 
 locals {
@@ -80,8 +80,11 @@ locals {
   custom_role_prefix = replace(var.name_prefix, "-", "_")
   manifests_prefix   = "manifests/" # shared/requests/envelope.py MANIFESTS_PREFIX
 
-  # Where the ledger keeps one record per request (shared/ledger/store.py).
+  # Where the ledger keeps one record per request, and its active index (shared/ledger/store.py).
   ledger_records_prefix = "requests/"
+  active_index_prefix   = "active/"
+  # One entry per ops alert the outbox publishes (shared/deciding/alert_log.py).
+  alerts_log_prefix = "alerts/"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -192,6 +195,20 @@ resource "google_project_iam_custom_role" "ledger_writer" {
     "storage.objects.delete",
     "storage.objects.get",
     "storage.objects.list",
+  ]
+
+  depends_on = [google_project_service.apis]
+}
+
+# A write that changes a record's status notes it on the request's active marker with a metadata
+# patch (shared/ledger/store.py): update only, no create, delete or read; on active/ only.
+resource "google_project_iam_custom_role" "marker_noter" {
+  project     = var.project_id
+  role_id     = "${local.custom_role_prefix}_markerNoter"
+  title       = "spotjobs active marker status noter"
+  description = "Patch object metadata (granted on the state bucket, its active/ prefix only): a marker's status."
+  permissions = [
+    "storage.objects.update",
   ]
 
   depends_on = [google_project_service.apis]
@@ -313,6 +330,52 @@ resource "google_storage_bucket_iam_member" "cancellers" {
       "resource.name.startsWith(\"projects/_/buckets/${google_storage_bucket.state.name}/objects/${local.ledger_records_prefix}\")",
       "api.getAttribute(\"storage.googleapis.com/objectListPrefix\", \"\").startsWith(\"${local.ledger_records_prefix}\")",
     ])
+  }
+}
+
+resource "google_storage_bucket_iam_member" "marker_noter" {
+  for_each = { for fn, a in local.access : fn => a if a.ledger == "read_write" }
+
+  bucket = google_storage_bucket.state.name
+  role   = google_project_iam_custom_role.marker_noter.id
+  member = "serviceAccount:${google_service_account.functions[each.key].email}"
+
+  condition {
+    title       = "active markers"
+    description = "${each.key}: note a record's new status on its active marker (active/) only."
+    expression  = "resource.name.startsWith(\"projects/_/buckets/${google_storage_bucket.state.name}/objects/${local.active_index_prefix}\")"
+  }
+}
+
+resource "google_storage_bucket_iam_member" "cancellers_note_marker_status" {
+  for_each = toset(var.cancellers)
+
+  bucket = google_storage_bucket.state.name
+  role   = google_project_iam_custom_role.marker_noter.id
+  member = each.value
+
+  condition {
+    title       = "active markers"
+    description = "spotjobs cancel: note a record's new status on its active marker (active/) only."
+    expression  = "resource.name.startsWith(\"projects/_/buckets/${google_storage_bucket.state.name}/objects/${local.active_index_prefix}\")"
+  }
+}
+
+# The alerts log (shared/deciding/alert_log.py): whoever publishes an ops alert through the outbox
+# writes its entry under alerts/ first. The ledger's writers may already; a function that only
+# reads the ledger and publishes alerts (prune_checkpoints: its prune report) may create and
+# overwrite objects under alerts/ only.
+resource "google_storage_bucket_iam_member" "alerts_log_writer" {
+  for_each = { for fn, a in local.access : fn => a if a.ledger == "read" && contains(a.publishes, "ops_alerts") }
+
+  bucket = google_storage_bucket.state.name
+  role   = google_project_iam_custom_role.ledger_writer.id
+  member = "serviceAccount:${google_service_account.functions[each.key].email}"
+
+  condition {
+    title       = "the alerts log"
+    description = "${each.key} may create and overwrite only alerts log entries (alerts/) in the state bucket."
+    expression  = "resource.name.startsWith(\"projects/_/buckets/${google_storage_bucket.state.name}/objects/${local.alerts_log_prefix}\")"
   }
 }
 

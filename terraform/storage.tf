@@ -138,6 +138,18 @@ resource "google_storage_bucket" "state" {
     }
   }
 
+  # The alerts log (shared/deciding/alert_log.py): one object per ops alert the outbox published,
+  # for `spotjobs dashboard`'s Alerts page (it shows a week); kept LOG_DAYS (30), a day more.
+  lifecycle_rule {
+    condition {
+      age            = 31
+      matches_prefix = ["alerts/"]
+    }
+    action {
+      type = "Delete"
+    }
+  }
+
   # Ledger records removed by the retention sweep, archived first (shared/ledger/retention.py):
   # nothing reads them; they are for the operator, for var.ledger_archive_retention_days.
   lifecycle_rule {

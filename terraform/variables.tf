@@ -142,6 +142,7 @@ variable "settings" {
     max_replicas_per_job         = optional(number)             # SPOTJOBS_MAX_REPLICAS_PER_JOB (every pool)
     max_pools_per_job            = optional(number)             # SPOTJOBS_MAX_POOLS_PER_JOB
     max_timeout_seconds          = optional(number)             # SPOTJOBS_MAX_TIMEOUT_SECONDS (default 7 days, Vertex's own)
+    max_runtime_seconds          = optional(number)             # SPOTJOBS_MAX_RUNTIME_SECONDS (default 28 days, over continuations)
     max_boot_disk_gb             = optional(number)             # SPOTJOBS_MAX_BOOT_DISK_GB
     allowed_fallback_strategies  = optional(list(string))       # SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES (null = none: Spot only)
     min_spot_attempts            = optional(number)             # SPOTJOBS_MIN_SPOT_ATTEMPTS
@@ -494,7 +495,7 @@ variable "training_classes" {
 }
 
 variable "cancellers" {
-  description = "IAM members allowed to run `spotjobs cancel`: they may read and compare-and-swap ledger records (requests/ in the state bucket) and nothing else. Public principals are rejected."
+  description = "IAM members allowed to run `spotjobs cancel`: they may read and compare-and-swap ledger records (requests/ in the state bucket), patch the status on their active markers (active/), and nothing else. Public principals are rejected."
   type        = list(string)
   default     = []
 

@@ -79,6 +79,11 @@ class SpotCapacity:
                 return float("inf")
             return trace.tick_seconds - (self._clock() - trace.origin) % trace.tick_seconds
 
+    def holds_for(self, location: str = ANY_LOCATION) -> bool:
+        """Whether a trace holds for this region (its own, or the one without a location)."""
+        with self._lock:
+            return self._trace(location) is not None
+
     def to_json(self, location: str = ANY_LOCATION) -> dict[str, Any]:
         with self._lock:
             trace = self._trace(location)

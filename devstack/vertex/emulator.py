@@ -54,10 +54,10 @@ Control surface (JSON in, JSON out):
     GET  /emulator/v1/preemption-plans
     POST /emulator/v1/spot-capacity      {"data": [1, 0, ...], "tick_seconds": 2}: replay a Spot
                                          availability trace (invented, opt-in; see `capacity`):
-                                         Spot jobs wait while it says 0, and are preempted when
-                                         it turns 0; {"data": []} ends it; with "location": R,
-                                         only for region R's jobs (others keep the trace without one)
-    GET  /emulator/v1/spot-capacity
+                                         Spot jobs wait while it says 0, are preempted when it
+                                         turns 0; {"data": []} ends it; "location": R for region
+                                         R's jobs only; `flex-capacity`: FLEX_START's (`flex`, `--flex-*`)
+    GET  /emulator/v1/spot-capacity, GET /emulator/v1/flex-capacity
     POST /emulator/v1/projects/P/locations/L/customJobs/ID:preempt    preempt a RUNNING SPOT job
                                          now (body {"replica": R}: R, or "all"; default primary)
     GET  /emulator/v1/projects/P/locations/L/customJobs/ID            runs, pids, signals (the
@@ -173,13 +173,13 @@ _ROUTES: list[tuple[str, re.Pattern[str], _Handler]] = [
     ),
     (
         "POST",
-        re.compile("^/emulator/v1/spot-capacity$"),
-        lambda service, request: service.set_spot_capacity(request.json_body()),
+        re.compile("^/emulator/v1/(?P<kind>spot|flex)-capacity$"),
+        lambda service, request: service.set_capacity(request.params["kind"], request.json_body()),
     ),
     (
         "GET",
-        re.compile("^/emulator/v1/spot-capacity$"),
-        lambda service, request: service.spot_capacity(),
+        re.compile("^/emulator/v1/(?P<kind>spot|flex)-capacity$"),
+        lambda service, request: service.capacity(request.params["kind"]),
     ),
     (
         "POST",

@@ -82,6 +82,11 @@ class JobRecord:
     # Bound at creation, so a profile or mode switch never mixes behaviours within one job.
     profile: SignalProfile
     modes: ReplicaModes = field(default_factory=ReplicaModes)
+    # FLEX_START (devstack.vertex.flex): its maxWaitDuration (None: for ever), and the create
+    # error it fails with under the `flex_requirements` mode `job_failed`.
+    is_flex_start: bool = False
+    flex_max_wait_seconds: float | None = None
+    flex_refusal: str | None = None
     # When the create was stored (time.monotonic()): a list lag fault hides younger jobs.
     created_monotonic: float = field(default_factory=time.monotonic)
     wake: threading.Event = field(default_factory=threading.Event)
@@ -142,6 +147,7 @@ class JobRecord:
             "state": self.state.name,
             "state_history": list(self.state_history),
             "is_spot": self.is_spot,
+            "is_flex_start": self.is_flex_start,
             "image_uri": self.image_uri,
             "argv": list(self.argv),
             "runs": primary.starts if primary else 0,

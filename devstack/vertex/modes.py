@@ -42,6 +42,33 @@ The emulator's own invention, not Google's, and so a setting too:
   running time) reclaims. `each_replica` (default): every replica's VM draws its own delay, as
   Compute Engine reclaims Spot VMs one by one (a job of N VMs is reclaimed about N times as
   often). `primary`: the primary's only, as before jobs had several replicas.
+
+Documented, half of it (`Scheduling.timeout` in custom_job.proto: "The maximum job running time.
+The default is 7 days."): the emulator ends a job whose running time (from its first RUNNING)
+reaches its `scheduling.timeout`, stopping every replica as a cancel does. How Vertex ends it is
+not said:
+
+- `timeout_end`: `failed` (default): JOB_STATE_FAILED with google.rpc code 4 DEADLINE_EXCEEDED
+  (assumed: the state is what spotjobs' users report a 7-day run ending with, the code google.rpc's
+  for a deadline). `expired`: JOB_STATE_EXPIRED ("The job has expired.", job_state.proto), no error.
+  spotjobs tells a timeout by either, or by the run time alone (shared/deciding/continuations.py).
+
+FLEX_START (Dynamic Workload Scheduler, https://cloud.google.com/vertex-ai/docs/training/schedule-jobs-dws,
+`devstack.vertex.flex`): its requirements and its `maxWaitDuration` are documented; what follows
+from them is not, for Vertex:
+
+- `flex_wait_expiry`: how a job whose wait ran out ends. `resource_exhausted` (default): FAILED
+  with google.rpc RESOURCE_EXHAUSTED (8) and a message saying the resources did not come within
+  maxWaitDuration (Compute Engine documents that a flex-start request whose resources do not come
+  within its wait fails, https://cloud.google.com/compute/docs/instances/about-flex-start-vms; 8 is
+  the code of its resource-pool-exhausted errors). `stockout`: FAILED with the STOCKOUT error a
+  Spot job ends with (the signal profile's), Vertex's one documented capacity failure.
+- `flex_preemption`: whether a running FLEX_START job is reclaimed. `never` (default): flex-start
+  VMs run for their fixed duration (Compute Engine), so plans, `:preempt` and the Spot trace leave
+  it alone, as a STANDARD job. `as_spot`: preempted exactly as a Spot job (restarts, STOCKOUT).
+- `flex_requirements`: what create answers for a FLEX_START job breaking a documented
+  requirement. `invalid_argument` (default): refused, naming it, as every create check.
+  `job_failed`: created, then FAILED (INVALID_ARGUMENT, the same message) before it waits.
 """
 
 from __future__ import annotations
@@ -56,6 +83,10 @@ SURVIVOR_STOPS = ("sigterm", "sigkill")
 SPOT_RESTART_COUNTS = ("per_event", "per_vm", "per_replica")
 TRANSIENT_EXIT_RESTARTS = ("job", "replica")
 RATE_RECLAIMS = ("each_replica", "primary")
+TIMEOUT_ENDS = ("failed", "expired")
+FLEX_WAIT_EXPIRIES = ("resource_exhausted", "stockout")
+FLEX_PREEMPTIONS = ("never", "as_spot")
+FLEX_REQUIREMENTS = ("invalid_argument", "job_failed")
 
 
 @dataclass(frozen=True)
@@ -65,6 +96,10 @@ class ReplicaModes:
     spot_restart_count: str = SPOT_RESTART_COUNTS[0]
     transient_exit_restarts: str = TRANSIENT_EXIT_RESTARTS[0]
     rate_reclaims: str = RATE_RECLAIMS[0]
+    timeout_end: str = TIMEOUT_ENDS[0]
+    flex_wait_expiry: str = FLEX_WAIT_EXPIRIES[0]
+    flex_preemption: str = FLEX_PREEMPTIONS[0]
+    flex_requirements: str = FLEX_REQUIREMENTS[0]
 
     def __post_init__(self) -> None:
         for name, allowed in (
@@ -73,6 +108,10 @@ class ReplicaModes:
             ("spot_restart_count", SPOT_RESTART_COUNTS),
             ("transient_exit_restarts", TRANSIENT_EXIT_RESTARTS),
             ("rate_reclaims", RATE_RECLAIMS),
+            ("timeout_end", TIMEOUT_ENDS),
+            ("flex_wait_expiry", FLEX_WAIT_EXPIRIES),
+            ("flex_preemption", FLEX_PREEMPTIONS),
+            ("flex_requirements", FLEX_REQUIREMENTS),
         ):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {list(allowed)}: {getattr(self, name)!r}")
@@ -83,7 +122,7 @@ class ReplicaModes:
 
 def parse_modes(body: Any, current: ReplicaModes) -> ReplicaModes:
     """`{"preemption_restarts": ..., "survivor_stop": ..., "spot_restart_count": ...,
-    "transient_exit_restarts": ..., "rate_reclaims": ...}`, each
+    "transient_exit_restarts": ..., "rate_reclaims": ..., "timeout_end": ..., "flex_*": ...}`, each
     optional (unnamed ones keep `current`). Raises ValueError naming the offending field."""
     if not isinstance(body, Mapping):
         raise ValueError("replica modes must be a JSON object")
@@ -126,6 +165,29 @@ def add_mode_arguments(parser: argparse.ArgumentParser) -> None:
             "the random --preemption-rate reclaims each replica's VM on its own draw (each_replica, default) "
             "or the primary's only (primary)",
         ),
+        (
+            "timeout_end",
+            TIMEOUT_ENDS,
+            "a job that reaches its scheduling.timeout ends FAILED with DEADLINE_EXCEEDED (failed, default) "
+            "or EXPIRED (expired)",
+        ),
+        (
+            "flex_wait_expiry",
+            FLEX_WAIT_EXPIRIES,
+            "a FLEX_START job whose maxWaitDuration ran out ends FAILED with RESOURCE_EXHAUSTED "
+            "(resource_exhausted, default) or with the Spot STOCKOUT error (stockout)",
+        ),
+        (
+            "flex_preemption",
+            FLEX_PREEMPTIONS,
+            "a running FLEX_START job is never preempted (never, default) or preempted as a Spot job (as_spot)",
+        ),
+        (
+            "flex_requirements",
+            FLEX_REQUIREMENTS,
+            "a FLEX_START job breaking a documented requirement is refused at create (invalid_argument, "
+            "default) or created and then FAILED (job_failed)",
+        ),
     ):
         parser.add_argument(
             "--" + name.replace("_", "-"),
@@ -142,4 +204,8 @@ def modes_from_args(args: argparse.Namespace) -> ReplicaModes:
         spot_restart_count=args.spot_restart_count,
         transient_exit_restarts=args.transient_exit_restarts,
         rate_reclaims=args.rate_reclaims,
+        timeout_end=args.timeout_end,
+        flex_wait_expiry=args.flex_wait_expiry,
+        flex_preemption=args.flex_preemption,
+        flex_requirements=args.flex_requirements,
     )

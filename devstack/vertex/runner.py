@@ -18,7 +18,10 @@ job stays RUNNING meanwhile (documented profile; the rich profile goes back thro
 whole-job restart). "When Spot VMs are preempted, the [...] job fails with a STOCKOUT error and
 Compute Engine tries to restart the job up to six times"
 (https://cloud.google.com/vertex-ai/docs/training/use-spot-vms): the restart past six (counted
-as the `spot_restart_count` mode says) fails the job with STOCKOUT. Cancel: CANCELLING, every
+as the `spot_restart_count` mode says) fails the job with STOCKOUT. A job whose running time
+(from its first RUNNING, restarts included) reaches `scheduling.timeout` ("The maximum job running
+time. The default is 7 days.") is stopped as a cancel stops it and ends as the `timeout_end` mode
+says. Cancel: CANCELLING, every
 replica is terminated the same way, CANCELLED. Which service lines each moment writes is the
 job's signal profile's choice (`devstack.vertex.signals`).
 
@@ -52,16 +55,20 @@ from spotjobs_kit.lines import CHECKPOINT_COMMITTED, parse_kit_line
 from devstack.vertex import logs as lines
 from devstack.vertex.capacity import SpotCapacity
 from devstack.vertex.errors import failed_precondition
+from devstack.vertex.flex import FlexCapacity, WaitVerdict, wait_expired_message, wait_verdict
 from devstack.vertex.fuse import FuseMirror
 from devstack.vertex.jobs import JobRecord, JobStore, ReplicaRecord, State
 from devstack.vertex.logs import PRIMARY_REPLICA, LogEntryFactory, LogSink
 from devstack.vertex.preemption import ALL_REPLICAS, PreemptionPlanner
+from devstack.vertex.signals import RESOURCE_EXHAUSTED_CODE
 from devstack.vertex.worker import UnrunnableJob, WorkerProcess, build_launches, stop_together
 from shared.log import Logger
 
 # A JobState member: proto-plus enums are IntEnums that type checkers see as plain ints.
 StateValue = int
-TERMINAL_STATES = frozenset({State.JOB_STATE_SUCCEEDED, State.JOB_STATE_FAILED, State.JOB_STATE_CANCELLED})
+TERMINAL_STATES = frozenset(
+    {State.JOB_STATE_SUCCEEDED, State.JOB_STATE_FAILED, State.JOB_STATE_CANCELLED, State.JOB_STATE_EXPIRED}
+)
 _POLL_SECONDS = 0.05
 _PUMP_JOIN_SECONDS = 1.0
 
@@ -79,6 +86,9 @@ EXIT_FAILURE_CODE = 3
 TRANSIENT_EXIT_STATUSES = frozenset({6, 134, 11, 139})
 MAX_TRANSIENT_RESTARTS = 3
 CANCELLED_CODE = 1
+# google.rpc DEADLINE_EXCEEDED, for a job ended at its scheduling.timeout (`timeout_end` failed).
+DEADLINE_EXCEEDED_CODE = 4
+DEFAULT_TIMEOUT_SECONDS = 7 * 86400.0  # Scheduling.timeout: "The default is 7 days."
 INTERNAL_CODE = 13
 CANCELLED_MESSAGE = "CANCELED"
 _CANCEL_STATES = frozenset({State.JOB_STATE_CANCELLING, State.JOB_STATE_CANCELLED})
@@ -113,6 +123,7 @@ class JobRunner:
         config: RunnerConfig,
         planner: PreemptionPlanner,
         capacity: SpotCapacity,
+        flex_capacity: FlexCapacity,
         sink: LogSink,
         entries: LogEntryFactory,
         logger: Logger,
@@ -122,6 +133,7 @@ class JobRunner:
         self._config = config
         self._planner = planner
         self._capacity = capacity
+        self._flex_capacity = flex_capacity
         self._sink = sink
         self._entries = entries
         self._logger = logger
@@ -276,6 +288,8 @@ class JobRunner:
                     self._service_lines(record, record.profile.pending())
             if record.is_spot and not self._wait_for_spot_capacity(record):
                 return self._finish_interrupted(record)
+            if record.is_flex_start and record.job_starts == 0 and not self._wait_for_flex_capacity(record):
+                return None
             if not self._pause(record, self._config.pending_seconds):
                 return self._finish_interrupted(record)
             if self._run_replicas(record) is Outcome.ENDED:
@@ -290,6 +304,40 @@ class JobRunner:
                 return False
             record.wake.wait(min(_POLL_SECONDS, self._capacity.seconds_to_next_tick(record.location)))
         return True
+
+    def _wait_for_flex_capacity(self, record: JobRecord) -> bool:
+        """A FLEX_START job's wait for all its VMs at once (`flex`): True once the FLEX_START
+        capacity trace (opt-in) has them; False when the job ended instead: its create error (the
+        `flex_requirements` mode job_failed), its maxWaitDuration run out, or a cancel."""
+        if record.flex_refusal is not None:
+            error = (EXIT_FAILURE_CODE, record.flex_refusal)
+            self._finish(record, State.JOB_STATE_FAILED, error, record.profile.failed(record.flex_refusal))
+            return False
+        machine_type = record.job.job_spec.worker_pool_specs[0].machine_spec.machine_type
+        started = time.monotonic()
+        while True:
+            record.wake.clear()
+            if record.interrupted:
+                self._finish_interrupted(record)
+                return False
+            available = self._flex_capacity.available(record.location, machine_type)
+            verdict = wait_verdict(available, time.monotonic() - started, record.flex_max_wait_seconds)
+            if verdict is WaitVerdict.RUN:
+                return True
+            if verdict is WaitVerdict.EXPIRED:
+                self._finish_flex_wait_expired(record)
+                return False
+            record.wake.wait(_POLL_SECONDS)
+
+    def _finish_flex_wait_expired(self, record: JobRecord) -> None:
+        """Ends a FLEX_START job whose capacity did not come in time, as `flex_wait_expiry` says."""
+        max_wait = record.flex_max_wait_seconds or 0.0
+        if record.modes.flex_wait_expiry == "stockout":
+            code, message = record.profile.stockout(0)
+        else:
+            code, message = RESOURCE_EXHAUSTED_CODE, wait_expired_message(max_wait)
+        self._logger.info("flex start wait expired", job=record.job.name, max_wait_seconds=max_wait)
+        self._finish(record, State.JOB_STATE_FAILED, (code, message), record.profile.failed(message))
 
     def _pause(self, record: JobRecord, seconds: float) -> bool:
         """Waits, unless the job is cancelled or discarded first (then returns False)."""
@@ -360,6 +408,9 @@ class JobRunner:
                 self._stop_replicas(record, self._running(record), self._config.grace_seconds)
                 self._finish_interrupted(record)
                 return Outcome.ENDED
+            if self._seconds_to_timeout(record) <= 0:
+                self._end_at_timeout(record)
+                return Outcome.ENDED
             for replica in self._running(record):
                 if replica.worker is not None and replica.worker.poll() is not None:
                     exit_status = self._reap(record, replica)
@@ -378,7 +429,7 @@ class JobRunner:
                 outcome = self._preempt(record, reclaimed)
                 if outcome is not None:
                     return outcome
-            timeout = _POLL_SECONDS
+            timeout = min(_POLL_SECONDS, self._seconds_to_timeout(record))
             for replica in list(record.replicas.values()):
                 if replica.restart_at is None:
                     continue
@@ -394,6 +445,28 @@ class JobRunner:
                     due = replica.started_monotonic + replica.planned.after_seconds
                     timeout = min(timeout, max(due - time.monotonic(), 0.0))
             record.wake.wait(timeout)
+
+    @staticmethod
+    def _timeout_seconds(record: JobRecord) -> float:
+        timeout = record.job.job_spec.scheduling.timeout
+        return timeout.total_seconds() if timeout else DEFAULT_TIMEOUT_SECONDS
+
+    def _seconds_to_timeout(self, record: JobRecord) -> float:
+        """What is left of the job's `scheduling.timeout`, its running time counted from its first
+        RUNNING (`start_time`)."""
+        started = record.job.start_time
+        elapsed = (_now() - started).total_seconds() if started else 0.0
+        return self._timeout_seconds(record) - elapsed
+
+    def _end_at_timeout(self, record: JobRecord) -> None:
+        """The job ran its `scheduling.timeout`: every replica stopped as on a cancel, then the
+        ending the `timeout_end` mode names (devstack.vertex.modes: Google does not say)."""
+        self._stop_replicas(record, self._running(record), self._config.grace_seconds)
+        message = f"The job ran past its scheduling.timeout of {self._timeout_seconds(record):g} s."
+        expired = record.modes.timeout_end == "expired"
+        state = State.JOB_STATE_EXPIRED if expired else State.JOB_STATE_FAILED
+        error = None if expired else (DEADLINE_EXCEEDED_CODE, message)
+        self._finish(record, state, error, record.profile.failed(message))
 
     def _running(self, record: JobRecord) -> list[ReplicaRecord]:
         with self.lock:

@@ -20,6 +20,7 @@ from devstack.vertex.capacity import SpotCapacity
 from devstack.vertex.errors import invalid_argument, permission_denied
 from devstack.vertex.faults import FaultInjector, parse_fault
 from devstack.vertex.filter import parse_filter
+from devstack.vertex.flex import FlexCapacity, is_flex_start, max_wait_seconds
 from devstack.vertex.jobs import JobRecord
 from devstack.vertex.logs import PRIMARY_REPLICA, LogEntryFactory, LogSink
 from devstack.vertex.modes import ReplicaModes, parse_modes
@@ -27,7 +28,7 @@ from devstack.vertex.preemption import PreemptionPlanner
 from devstack.vertex.quotas import DEFAULT_CRUD_PER_MINUTE, DEFAULT_SUBMISSIONS_PER_MINUTE, QuotaEnforcer
 from devstack.vertex.runner import JobRunner, RunnerConfig
 from devstack.vertex.signals import DEFAULT_PROFILE, PROFILES, profile
-from devstack.vertex.validation import validate
+from devstack.vertex.validation import flex_start_violations, found_errors, validate
 from shared.log import Logger
 
 _OUTPUT_ONLY_FIELDS = (
@@ -99,6 +100,7 @@ class VertexService:
         self._logger = logger
         self._planner = PreemptionPlanner(config.preemption_rate_per_minute, config.seed)
         self._capacity = SpotCapacity()
+        self._flex_capacity = FlexCapacity()
         self._faults = FaultInjector()
         self._quotas = QuotaEnforcer(
             submissions_per_minute=config.quota_submissions_per_minute,
@@ -116,6 +118,7 @@ class VertexService:
             ),
             planner=self._planner,
             capacity=self._capacity,
+            flex_capacity=self._flex_capacity,
             sink=self._sink,
             entries=LogEntryFactory(),
             logger=logger,
@@ -137,7 +140,9 @@ class VertexService:
             raise fault.error()
         self._check_project(project, location, "create")
         job = _parse_custom_job(body)
-        validate(job)
+        with self._counter_lock:
+            flex_requirements = self._modes.flex_requirements
+        validate(job, refuse_flex_start_violations=flex_requirements == "invalid_argument")
         record = self._new_record(project, location, job)
         self._runner.submit(record)
         with self._counter_lock:
@@ -219,14 +224,22 @@ class VertexService:
         except ValueError as error:
             raise invalid_argument(str(error)) from error
 
-    def set_spot_capacity(self, body: Any) -> dict[str, Any]:
+    def set_capacity(self, kind: str, body: Any) -> dict[str, Any]:
+        """Sets (or with `{"data": []}` removes) a capacity trace: `spot` (`capacity`) or
+        `flex` (FLEX_START, `flex`)."""
         try:
-            return self._capacity.set_trace(body)
+            return self._capacity_of(kind).set_trace(body)
         except ValueError as error:
             raise invalid_argument(str(error)) from error
 
-    def spot_capacity(self) -> dict[str, Any]:
-        return {**self._capacity.to_json(), "available": self._capacity.available()}
+    def capacity(self, kind: str) -> dict[str, Any]:
+        capacity = self._capacity_of(kind)
+        return {**capacity.to_json(), "available": capacity.available()}
+
+    def _capacity_of(self, kind: str) -> SpotCapacity | FlexCapacity:
+        if kind == "flex":
+            return self._flex_capacity
+        return self._capacity
 
     def preemption_plans(self) -> dict[str, Any]:
         return {"plans": [plan.to_json() for plan in self._planner.plans()]}
@@ -303,6 +316,7 @@ class VertexService:
         self._runner.reset()
         self._planner.clear()
         self._capacity.clear()
+        self._flex_capacity.clear()
         self._faults.clear()
         self._quotas.reset()
         self._sink.set_enabled(self._config.log_sink_enabled)
@@ -346,6 +360,8 @@ class VertexService:
         name_project = self._config.project_number or project
         job.name = f"projects/{name_project}/locations/{location}/customJobs/{job_id}"
         job.create_time = job.update_time = datetime.now(UTC)
+        flex_start = is_flex_start(job)
+        violations = flex_start_violations(job)  # left only under the `flex_requirements` mode job_failed
         return JobRecord(
             job=job,
             job_id=job_id,
@@ -353,10 +369,14 @@ class VertexService:
             project_id=self._config.project or project,
             sequence=sequence,
             labels=dict(job.labels),
-            is_spot=job.job_spec.scheduling.strategy == aiplatform_v1.Scheduling.Strategy.SPOT,
+            is_spot=job.job_spec.scheduling.strategy == aiplatform_v1.Scheduling.Strategy.SPOT
+            or (flex_start and modes.flex_preemption == "as_spot"),
             preemption=self._planner.new_job_state(sequence),
             profile=signals,
             modes=modes,
+            is_flex_start=flex_start,
+            flex_max_wait_seconds=max_wait_seconds(job),
+            flex_refusal=found_errors(violations) if violations else None,
         )
 
     def _job_json(self, record: JobRecord, int_enums: bool) -> str:

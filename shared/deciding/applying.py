@@ -14,7 +14,7 @@ from shared.deciding.decisions import Decision, DecisionPolicy, Observation, dec
 from shared.deciding.effects import Effects
 from shared.deciding.moves import consider_move
 from shared.deciding.outbox import Mine, flush
-from shared.deciding.preemptions import kit_runs
+from shared.deciding.preemptions import kit_runs, unconfirmed_kit_preemptions
 from shared.fleet.observations import Reading
 from shared.fleet.placing import attempt_placer
 from shared.fleet.recording import FleetFacts, fleet_facts, note_fleet
@@ -38,7 +38,7 @@ def apply_observation(ports: Ports, request_id: str, observation: Observation, l
     """Decide under compare-and-swap, then carry out what this call decided, and what earlier
     decisions left pending once their deciders are presumed dead."""
     policy = DecisionPolicy.from_settings(ports.settings)
-    reading = Reading(policy.patterns.is_stockout, kit_runs)
+    reading = Reading(policy.patterns.is_stockout, kit_runs, unconfirmed_kit_preemptions)
     seen: list[FleetFacts] = []  # the fleet facts of the record the last decision started from
     # A move's placement and the deadline rule's questions: the fleet's facts read once, if asked.
     placer = attempt_placer(ports)

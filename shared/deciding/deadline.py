@@ -27,7 +27,11 @@ claim kept) is at most `WAIT_SHARE_OF_SLACK` times the slack beyond the safety n
 `WAIT_CHANGEOVERS` changeovers: where outages are short one preemption no longer sends the rest
 of the work to on-demand (Greedy's edge), and where they are long it leaves as Uniform Progress
 does. And it stays on on-demand while Spot is known to have no capacity: going back would only
-wait, fall behind the line and pay a second on-demand changeover. Without either
+wait, fall behind the line and pay a second on-demand changeover. Where the wait is long and the
+slack beyond the net still pays `MOVE_SLACK_CHANGEOVERS` changeovers, it holds the wait
+`MOVE_HOLD_CHANGEOVERS` changeovers from its start before leaving, so that placement may move the
+job to Spot elsewhere (shared/deciding/moves.py; a move costs one changeover) instead of sending
+the rest of a tight deadline to on-demand. Without either
 (`spot_outlook`, `spot_available` None) it is Uniform Progress. Also not coming back to Spot
 whose mean lifetime is below k d / (k - 1) (the paper's break-even) was measured, made no cell
 cheaper and most dearer, and is not used (docs/deadlines.md). The rules do not depend on the
@@ -52,6 +56,11 @@ CHANGEOVER_PERCENTILE = 0.9
 # tail of them) is not. Measured on the GCP H100 traces (docs/placement.md, "The deadline rule").
 WAIT_SHARE_OF_SLACK = 2.0
 WAIT_CHANGEOVERS = 2.0
+# Behind the line, a wait with slack beyond the net for this many changeovers is held this many
+# changeovers from its start before leaving, so placement may move it to Spot elsewhere (a move
+# costs one changeover): at a tight deadline the alternative is the rest of the work on on-demand.
+MOVE_HOLD_CHANGEOVERS = 3.0
+MOVE_SLACK_CHANGEOVERS = 2.0
 
 
 class Rule(StrEnum):
@@ -108,7 +117,7 @@ class Situation:
     started: datetime  # when the request began: Uniform Progress's line starts there
     work: Work
     placement: Placement
-    placed_at: datetime  # when the current attempt was asked for (its changeover runs from there)
+    placed_at: datetime  # when the current attempt was asked for (its changeover runs from there); a wait after a run: when it began
     changeover_seconds: float  # a high percentile of those seen (`changeover_estimate`)
     # The longest time until `decide_deadline` is asked again (a reconcile pass, a simulator tick): the
     # safety net fires that much earlier, so a decision made late by it is still in time.
@@ -180,6 +189,20 @@ def decide_deadline(situation: Situation, rule: Rule = Rule.SPOTJOBS) -> Deadlin
                     f"against the slack beyond the net ({slack - net:.0f} s) and the changeover",
                     slack - net - wait / WAIT_SHARE_OF_SLACK,
                 )
+        waited = (s.now - s.placed_at).total_seconds()
+        if (
+            rule is Rule.SPOTJOBS
+            and progress < expected
+            and s.spot_outlook is not None
+            and waited <= MOVE_HOLD_CHANGEOVERS * d
+            and slack - net > MOVE_SLACK_CHANGEOVERS * d
+        ):
+            return decision(
+                Action.STAY,
+                f"waiting for Spot behind the line: held {MOVE_HOLD_CHANGEOVERS:g} changeovers for a move to "
+                f"another location (slack beyond the net {slack - net:.0f} s)",
+                min(slack - net - d, MOVE_HOLD_CHANGEOVERS * d - waited),
+            )
         if progress < expected:
             return decision(
                 Action.SWITCH_TO_ON_DEMAND,

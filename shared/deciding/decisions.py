@@ -26,6 +26,9 @@ Decisions, on the job's state as Vertex reports it (never on the log text):
   failover location from `shared.requests.envelope.plan_attempt`), or, when `max_attempts` is reached, the
   request GAVE_UP with an `attempts_exhausted` alert (a request with a deadline goes on to
   STANDARD instead: docs/deadlines.md).
+- FAILED or EXPIRED at the job's `scheduling.timeout`: after committed progress, the next attempt
+  continues it, not counted against `max_attempts`; else the request FAILED
+  (`shared.deciding.continuations`).
 - FAILED otherwise, EXPIRED: the request FAILED with a `job_failed` alert; nothing is re-queued.
   A FAILED job whose error is not published yet (Vertex sets it about a minute after the end)
   is not classified until the error appears or `ERROR_SETTLE_SECONDS` pass.
@@ -59,12 +62,20 @@ from spotjobs_kit.lines import PREEMPTED, KitRecord
 from shared.alerts import AlertKind
 from shared.clock import iso, parse_iso
 from shared.deciding.budget_watch import budget_refuses, watch_budget
+from shared.deciding.continuations import (
+    continue_or_fail,
+    counted_attempts,
+    job_timeout_seconds,
+    made_progress,
+    timed_out,
+)
 from shared.deciding.deadline_watch import FleetView, alert_if_finished_late, note_progress, watch_deadline
 from shared.deciding.effects import Effects, LogLine, attempt_alert, event_fields
 from shared.deciding.events import Signal, SignalPatterns, patterns_from
 from shared.deciding.preemptions import (
     WAITING_STATES,
     count_preemptions,
+    discount_timeout_stop,
     kit_runs,
     last_run_ended_by_preemption,
     last_run_unfinished,
@@ -79,7 +90,7 @@ from shared.ledger.records import Attempt, RequestRecord, Requeue, alert_marker
 from shared.ledger.states import AttemptOutcome, RequestStatus
 from shared.requests.attempts import ON_DEMAND, SPOT, plan_attempt
 from shared.requests.policy import check_strategy
-from shared.settings import Settings
+from shared.settings import DEFAULT_MAX_RUNTIME_SECONDS, Settings
 
 # A job can sit in these for too long; RUNNING is not among them: training legitimately runs
 # for days, bounded by the job's own timeout.
@@ -122,6 +133,8 @@ class DecisionPolicy:
     # What capacity other than Spot an attempt may be planned on (shared.requests.policy.check_strategy).
     allowed_fallback_strategies: tuple[str, ...]
     min_spot_attempts: int
+    # What bounds continuations after the job timeout when a request names no smaller max_runtime.
+    max_runtime_seconds: float = DEFAULT_MAX_RUNTIME_SECONDS
 
     @classmethod
     def from_settings(cls, settings: Settings) -> DecisionPolicy:
@@ -137,6 +150,7 @@ class DecisionPolicy:
             checkpoint_prior_seconds=settings.checkpoint_prior_seconds,
             allowed_fallback_strategies=settings.allowed_fallback_strategies,
             min_spot_attempts=settings.min_spot_attempts,
+            max_runtime_seconds=settings.max_runtime_seconds,
         )
 
     def refuses(self, strategy: str, record: RequestRecord, n: int) -> Violation | None:
@@ -349,6 +363,11 @@ def _conclude(
     if succeeded and last_run_unfinished(record, attempt.n) and not _settled(job, now, policy.kit_lines_settle_seconds):
         return f"job {job.name} succeeded; waiting for its last run's kit lines (run_finished or preempted)"
     incomplete = succeeded and preempted_in_last_run(record, attempt.n)
+    timeout = timed_out(job, job_timeout_seconds(record.request.get("custom_job") or {}))
+    # Its kit spoke but committed nothing yet: its last lines may still be on their way.
+    kit_late = timeout and bool(kit_runs(record, attempt.n)) and not made_progress(attempt)
+    if kit_late and not _settled(job, now, policy.kit_lines_settle_seconds):
+        return f"job {job.name} ran into its timeout; waiting for its kit lines (checkpoint_committed)"
     attempt.ended_at = job.end_time or iso(now)
     attempt.error = job.error
     if job.state == JobState.SUCCEEDED and not incomplete:
@@ -362,7 +381,11 @@ def _conclude(
             if owns_status:
                 _flag_incomplete_success(record, attempt, now, effects)
         else:
-            cause = classify_failure(job, policy.patterns, kit_saw_preemption=preempted_in_last_run(record, attempt.n))
+            # At a timeout Vertex stops the job as a preemption would: the kit's word is no evidence.
+            kit_saw_preemption = preempted_in_last_run(record, attempt.n) and not timeout
+            cause = classify_failure(job, policy.patterns, kit_saw_preemption=kit_saw_preemption)
+            if timeout and not cause.capacity:
+                discount_timeout_stop(record, attempt)
         if cause.capacity:
             # The job ended by preemption: so did its last run, said so or not.
             last_run_ended_by_preemption(record, attempt.n)
@@ -383,6 +406,10 @@ def _conclude(
             attempt.outcome = AttemptOutcome.REQUEUED if cause.capacity and later else AttemptOutcome.FAILED
         elif cause.capacity:
             _requeue_or_give_up(record, attempt, cause, policy, now, effects)
+        elif timeout:
+            continue_or_fail(
+                record, attempt, cause.reason, ceiling_seconds=policy.max_runtime_seconds, now=now, effects=effects
+            )
         else:
             _fail(record, attempt, cause, now, effects)
     return None
@@ -467,20 +494,21 @@ def _requeue_or_give_up(
     effects: Effects,
 ) -> None:
     max_attempts = int(record.request.get("max_attempts") or policy.default_max_attempts)
+    counted = counted_attempts(record, attempt.n)  # continuations after a timeout are not counted
     # A deadline outranks max_attempts: its Spot attempts ran out, on-demand finishes the work
     # (a deadline's switches use attempts too; an on-demand attempt is not preempted).
     # Never before the deployment's minimum of Spot attempts, nor where it allows no STANDARD.
     on_demand_next = (
-        attempt.n >= max_attempts
+        counted >= max_attempts
         and bool(record.request.get("deadline"))
         and attempt.strategy == SPOT
         and policy.refuses(ON_DEMAND, record, attempt.n + 1) is None
     )
-    if attempt.n >= max_attempts and not on_demand_next:
+    if counted >= max_attempts and not on_demand_next:
         attempt.outcome = AttemptOutcome.GAVE_UP
         _finish(record, RequestStatus.GAVE_UP, now)
         message = (
-            f"{record.request_id} gave up: attempt {attempt.n} of {max_attempts} ended by preemption ({cause.reason})"
+            f"{record.request_id} gave up: attempt {counted} of {max_attempts} ended by preemption ({cause.reason})"
         )
         effects.lines.append(
             LogLine(

@@ -17,6 +17,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from shared.clock import parse_iso
+from shared.deciding.continuations import counted_attempts
 from shared.deciding.deadline import Action, decide_deadline
 from shared.deciding.deadline_watch import deadline_situation
 from shared.deciding.decisions import DecisionPolicy
@@ -50,7 +51,7 @@ def consider_move(
     waited = (now - parse_iso(attempt.state_changed_at if attempt.started_at else attempt.created_at)).total_seconds()
     if waited <= changeover:
         return
-    placed = placer.place(record.request, attempt, record.attempts)
+    placed = placer.place(record.request, attempt, record.attempts, waiting=True)
     if placed.location == attempt.location:
         return
     following = decide_handover(
@@ -93,7 +94,8 @@ def _may_move(record: RequestRecord, attempt: Attempt, job: JobSnapshot, policy:
         return False
     following = attempt.n + 1
     max_attempts = int(record.request.get("max_attempts") or policy.default_max_attempts)
-    if following >= max_attempts:  # leave one attempt for a re-queue after a preemption
+    # leave one attempt for a re-queue after a preemption (continuations after a timeout not counted)
+    if counted_attempts(record, following) >= max_attempts:
         return False
     planned = plan_attempt(record.request, following, attempt, after_stockout=False)[1]
     return planned == SPOT and policy.refuses(SPOT, record, following) is None

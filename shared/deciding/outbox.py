@@ -38,6 +38,7 @@ from typing import Any
 
 from shared.alerts import Alert, AlertKind
 from shared.clock import iso, parse_iso
+from shared.deciding.alert_log import log_alert
 from shared.ledger.records import CorruptRecord, RequestRecord, private_copy
 from shared.log import Logger
 from shared.requests.envelope import requeue_message
@@ -153,6 +154,7 @@ def run_all(steps: list[Callable[[], object]]) -> None:
 def publish_alert(ports: Ports, alert: Alert) -> str:
     """Publish one alert now. Only for an alert no record can hold (a request rejected before it
     has one): the caller raises on failure, so the redelivery decides and sends it again."""
+    log_alert(ports.ledger, alert)  # before the publish: every alert published is in the log
     return ports.publish(ports.settings.ops_alerts_topic, alert.to_json(), **alert.attributes())
 
 

@@ -57,6 +57,7 @@ KIT_RUN_KEY = "kit-run"  # a run of the job started (its restart index)
 KIT_PREEMPTED_KEY = "kit-preempted"  # a run got the SIGTERM
 KIT_FINISHED_KEY = "kit-finished"  # a run finished its training
 KIT_FAILED_KEY = "kit-failed"  # a run's training code raised
+KIT_TIMEOUT_KEY = "kit-timeout"  # the job ended at its timeout: its last run's SIGTERM no preemption
 WAITING_STATES = frozenset({JobState.QUEUED, JobState.PENDING})
 # What a kit line's numbers may be and still be evidence (docs/security.md, "Limits"): the
 # envelope's bounds on steps and seconds, and a checkpoint of at most a petabyte (far past any one
@@ -234,13 +235,7 @@ def count_preemptions(
     if job is not None and fresh and attempt.state == JobState.RUNNING and job.state in WAITING_STATES:
         seen = record.count_marks(evidence_marker(PREEMPTION_STATE_KEY, n))
         _note_evidence(record, attempt, PREEMPTION_STATE_KEY, str(seen + 1), effects)
-    tallies = {
-        "kit": _kit_preemptions(record, n),
-        "log": record.count_marks(evidence_marker(PREEMPTION_LINE_KEY, n)),
-        "state": record.count_marks(evidence_marker(PREEMPTION_STATE_KEY, n)),
-    }
-    source, counted = max(tallies.items(), key=lambda item: item[1])
-    counted = min(counted, max_preemptions(record))  # markers written before the bound count no more
+    source, counted = _counted(record, n)
     if counted <= attempt.preemptions:
         return
     attempt.preemptions = counted
@@ -265,6 +260,49 @@ def count_preemptions(
                 threshold=storm_threshold,
             )
         )
+
+
+def _counted(record: RequestRecord, n: int) -> tuple[str, int]:
+    """The family of evidence that shows the most preemptions of attempt n, and how many."""
+    tallies = {
+        "kit": _kit_preemptions(record, n),
+        "log": record.count_marks(evidence_marker(PREEMPTION_LINE_KEY, n)),
+        "state": record.count_marks(evidence_marker(PREEMPTION_STATE_KEY, n)),
+    }
+    source, counted = max(tallies.items(), key=lambda item: item[1])
+    return source, min(counted, max_preemptions(record))  # markers written before the bound count no more
+
+
+def discount_timeout_stop(record: RequestRecord, attempt: Attempt) -> None:
+    """Vertex stops a job at its timeout as it stops a preempted one: the kit's `preempted` line of
+    its last run is no preemption (shared/deciding/continuations.py). Marked for the attempt, not a
+    run, so lines that come late (the last run's, or its `run_started`) change nothing, and the count
+    lowered to what the rest of the evidence shows."""
+    record.mark(evidence_marker(KIT_TIMEOUT_KEY, attempt.n))
+    attempt.preemptions = _counted(record, attempt.n)[1]
+
+
+def unconfirmed_kit_preemptions(record: RequestRecord, attempt: Attempt) -> int:
+    """1 while the count rests on the kit's `preempted` line of the job's last run alone, and
+    neither a restart nor the job's end has confirmed it: Vertex stops a job at its timeout as it
+    stops a preempted one (shared/deciding/continuations.py). What the fleet leaves out until then."""
+    if attempt.outcome is not None or attempt.preemptions == 0:
+        return 0
+    source, counted = _counted(record, attempt.n)
+    last = max(kit_runs(record, attempt.n), default=None)
+    preempted = kit_runs(record, attempt.n, KIT_PREEMPTED_KEY) - _stopped_at_timeout(record, attempt.n)
+    others = max(
+        record.count_marks(evidence_marker(PREEMPTION_LINE_KEY, attempt.n)),
+        record.count_marks(evidence_marker(PREEMPTION_STATE_KEY, attempt.n)),
+    )
+    return 1 if source == "kit" and last in preempted and counted > others else 0
+
+
+def _stopped_at_timeout(record: RequestRecord, n: int) -> set[int]:
+    """The run Vertex stopped at the job's timeout: the last one (no restart follows a timeout)."""
+    if evidence_marker(KIT_TIMEOUT_KEY, n) not in record.markers:
+        return set()
+    return {max(kit_runs(record, n), default=0)}
 
 
 def _note_evidence(record: RequestRecord, attempt: Attempt, key: str, identity: str, effects: Effects) -> None:
@@ -294,7 +332,7 @@ def _kit_preemptions(record: RequestRecord, n: int) -> int:
     last = max(kit_runs(record, n), default=0)
     failed = kit_runs(record, n, KIT_FAILED_KEY)
     ended = last - sum(1 for run in failed if 0 <= run < last)  # runs 0 .. last-1 that did not fail
-    preempted = kit_runs(record, n, KIT_PREEMPTED_KEY)
+    preempted = kit_runs(record, n, KIT_PREEMPTED_KEY) - _stopped_at_timeout(record, n)
     return ended + sum(1 for run in preempted if not 0 <= run < last or run in failed)
 
 

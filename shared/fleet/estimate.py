@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from shared.fleet.observations import AttemptSummary, FleetFact, Kind, attempt_replicas, within_bound
+from shared.fleet.prior import LocationPrior
 
 HALF_LIFE_SECONDS = 3600.0
 OPEN_WAIT_GRACE_SECONDS = 900.0
@@ -126,8 +127,13 @@ class SpotOutlook:
         return cls(float(share), float(lifetime))
 
 
-def estimate(observations: Iterable[FleetFact], location: str, now: datetime) -> CapacityEstimate:
-    """The estimate for `location` from the class's observations (any location's may be passed)."""
+def estimate(
+    observations: Iterable[FleetFact], location: str, now: datetime, prior: LocationPrior | None = None
+) -> CapacityEstimate:
+    """The estimate for `location` from the class's observations (any location's may be passed);
+    with a `prior` (the shipped region prior, `shared.fleet.prior`) the share of the time with
+    capacity and the mean lifetime start from it rather than from 1/2 and nothing, and the fleet's
+    own time there outweighs it as it accumulates."""
     seen: dict[str, list[FleetFact]] = {}
     for o in observations:
         if o.location == location and o.at is not None and o.at <= now:
@@ -183,22 +189,31 @@ def estimate(observations: Iterable[FleetFact], location: str, now: datetime) ->
                 evidence.append((0.0, 0.0))
     # The time on Spot counted restart waits (from a run's start to its end): they are waits.
     restart_waits = min(exposure, _restart_waits(by_attempt.values(), now) + compacted_restart_waits)
-    prior = PRIOR_HOURS * 3600
+    prior_seconds, prior_share = PRIOR_HOURS * 3600, 0.5
+    if prior is not None:
+        prior_seconds, prior_share = prior.weight_hours * 3600, prior.share_available
     weights = [(0.5 ** (age / HALF_LIFE_SECONDS), value) for age, value in evidence]
     sure = sum(w for w, _ in weights)
     available = (0.5 * PRIOR_WEIGHT + sum(w * v for w, v in weights)) / (PRIOR_WEIGHT + sure)
+    lifetime = (vm_exposure / max(1, preemptions)) if exposure > 0 or preemptions else None
+    censored = preemptions == 0
+    if prior is not None:
+        # The prior counts as `weight_runs` runs of its mean length, each ended by a reclaim.
+        runs = prior.weight_runs
+        lifetime = (vm_exposure + runs * prior.mean_run_hours * 3600) / (preemptions + runs)
+        censored = False
     waits = _seconds_of(here, Kind.WAIT)
     changeovers = _seconds_of(here, Kind.CHANGEOVER)
     return CapacityEstimate(
         location=location,
         available=available,
         sure=sure,
-        mean_lifetime_seconds=(vm_exposure / max(1, preemptions)) if exposure > 0 or preemptions else None,
-        lifetime_censored=preemptions == 0,
+        mean_lifetime_seconds=lifetime,
+        lifetime_censored=censored,
         median_wait_seconds=statistics.median(waits) if waits else None,
         changeover_p90_seconds=percentile(changeovers, 0.9),
         open_waits=open_waits,
-        share_available=(exposure - restart_waits + prior / 2) / (exposure + waited + prior),
+        share_available=(exposure - restart_waits + prior_seconds * prior_share) / (exposure + waited + prior_seconds),
     )
 
 

@@ -161,10 +161,13 @@ def attempt_key(request_id: str, n: int) -> str:
 @dataclass(frozen=True)
 class Reading:
     """What the deciding room knows how to read in a record: the deployment's stockout patterns,
-    and the runs of an attempt the trainer kit said started (their restart indexes)."""
+    the runs of an attempt the trainer kit said started (their restart indexes), and how many of
+    an attempt's preemptions wait for confirmation (a kit's `preempted` line may be the stop at the
+    job's timeout)."""
 
     is_stockout: Callable[[str], bool] = lambda _: False
     runs_started: Callable[[RequestRecord, int], set[int]] = lambda record, n: set()
+    unconfirmed_preemptions: Callable[[RequestRecord, Attempt], int] = lambda record, attempt: 0
 
 
 def observations_of(record: RequestRecord, reading: Reading = Reading()) -> list[FleetFact]:
@@ -174,7 +177,8 @@ def observations_of(record: RequestRecord, reading: Reading = Reading()) -> list
         if attempt.job:
             key = attempt_key(record.request_id, attempt.n)
             replicas = job_replicas(record.request.get("custom_job") or {})
-            found.extend(_of_attempt(attempt, key, replicas, reading.is_stockout))
+            unconfirmed = reading.unconfirmed_preemptions(record, attempt)
+            found.extend(_of_attempt(attempt, key, replicas, reading.is_stockout, unconfirmed))
             if attempt.strategy == SPOT and attempt.started_at:  # Vertex saw it run: it can restart
                 runs = reading.runs_started(record, attempt.n)
                 restarts = sorted(r for r in runs if 0 < r <= MAX_SPOT_RESTARTS * replicas)
@@ -184,7 +188,9 @@ def observations_of(record: RequestRecord, reading: Reading = Reading()) -> list
     return found
 
 
-def _of_attempt(attempt: Attempt, key: str, replicas: int, is_stockout: Callable[[str], bool]) -> list[FleetFact]:
+def _of_attempt(
+    attempt: Attempt, key: str, replicas: int, is_stockout: Callable[[str], bool], unconfirmed: int = 0
+) -> list[FleetFact]:
     # Its create time as Vertex gave it; a job found after the fact may lack one: its claim.
     created = parse_iso(attempt.created_at or attempt.claimed_at)
     started = parse_iso(attempt.started_at) if attempt.started_at else None
@@ -204,7 +210,7 @@ def _of_attempt(attempt: Attempt, key: str, replicas: int, is_stockout: Callable
         out.append(FleetFact(Kind.WAIT, loc, started, waited, attempt_key=key, replicas=replicas))
         # However the record came by its count (a job's lines, a forged service line, a record
         # written before the bound), the fleet takes no more than Vertex can have done.
-        counted = max(attempt.preemptions, 1 if attempt.preemptions_unknown else 0)
+        counted = max(attempt.preemptions - unconfirmed, 1 if attempt.preemptions_unknown else 0)
         preemptions = min(counted, MAX_SPOT_PREEMPTIONS * replicas)
         out.extend(FleetFact(Kind.PREEMPT, loc, None, attempt_key=key, index=i) for i in range(preemptions))
         if ended is not None:

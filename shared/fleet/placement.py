@@ -10,9 +10,10 @@ move there costs:
   since the last checkpoint);
 - with a deadline T hours away, only the slack may be spent waiting for Spot: B = T - W - 3d
   (the deadline rule keeps 2d in hand, and d is the next changeover). With capacity a share p of
-  the time (the estimate's `share_available`: time on Spot over time on Spot and waiting), each hour waited comes with p / (1 - p) hours of Spot work, so a share
-  f = min(1, p B / ((1 - p) W)) of the work is done on Spot and the rest on on-demand, which the
-  deadline rule switches to in time (plus one on-demand changeover);
+  the time (the estimate's `share_available`: time on Spot over time on Spot and waiting) and runs
+  of L, an outage lasts L (1 - p) / p, so B pays for k = B / (outage + d) preemptions; the work
+  runs on Spot until the (k + 1)-th (Poisson preemptions, one per L: `plan_on_spot`) and the rest on
+  on-demand, which the deadline rule switches to in time (plus one on-demand changeover);
 - without a deadline every hour of waiting is weighed at `hour_value` (the time itself is worth
   something: a result later), the expected wait (1 - p) / p times the median wait seen;
 - a move (another location than the current one) pays the checkpoint's transfer (its size x the
@@ -24,8 +25,10 @@ estimate is noisy, and a move is a cancel and a new attempt."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from shared.fleet.estimate import CapacityEstimate, per_job_lifetime
 
@@ -54,6 +57,7 @@ class Job:
     hour_value: float = 0.0  # without a deadline: what an hour of waiting is worth, in dollars
     on_demand: bool = False  # placing an on-demand attempt (a deadline switch)
     replicas: int = 1  # the VMs of every worker pool, each one Spot can reclaim
+    waiting: bool = False  # a Spot job waiting for capacity in `current_location` now: it has none there
 
 
 @dataclass(frozen=True)
@@ -128,13 +132,68 @@ def expected_cost(job: Job, candidate: Candidate, move: Move) -> Costed:
         cost = w * spot_hour_cost + d * candidate.spot_per_hour + expected_wait * job.hour_value
         return Costed(candidate.location, cost + move_dollars, 1.0, move_dollars)
     # The slack beyond the two changeovers the deadline rule keeps in hand is what may be spent
-    # waiting; Spot has capacity a share p of the time, so p / (1 - p) hours of work come per
-    # hour waited.
+    # waiting; each preemption spends an outage (L (1 - p) / p, were capacity to alternate between
+    # runs of L and outages) and a changeover of it, and the work runs on Spot until the one it can
+    # no longer pay: long runs keep a tight deadline on Spot where a high share alone would not.
     budget = max(0.0, job.hours_to_deadline - w - 3 * d)
-    share = 1.0 if w <= 0 or p >= 1 else min(1.0, p * budget / ((1 - p) * w))
+    # An outage lasts L (1 - p) / p, were capacity to alternate between runs of L and outages; where
+    # Spot never ran (and no prior) L is only the prior's, so as without a deadline: (1 - p) / p
+    # waits of `PRIOR_WAIT_HOURS`.
+    ran = est is not None and est.mean_lifetime_seconds is not None
+    outage = (lifetime if ran else PRIOR_WAIT_HOURS) * (1 - p) / max(p, 1e-6)
+    waits_now = job.waiting and candidate.location == job.current_location  # no capacity there now
+    share, on_demand_chance = plan_on_spot(w, lifetime, outage, 0.0 if waits_now else p, d, budget)
     rest = (1 - share) * w
-    cost = share * w * spot_hour_cost + (rest + d) * candidate.on_demand_per_hour if rest > 0 else w * spot_hour_cost
+    cost = share * w * spot_hour_cost + (rest + on_demand_chance * d) * candidate.on_demand_per_hour
     return Costed(candidate.location, cost + move_dollars, share, move_dollars)
+
+
+class SpotPlan(NamedTuple):
+    share: float  # the expected share of the work done on Spot
+    on_demand_chance: float  # the chance the rest goes to on-demand (its changeover is paid then)
+
+
+def plan_on_spot(work: float, run: float, outage: float, start: float, changeover: float, budget: float) -> SpotPlan:
+    """What a deadline request with `budget` hours of slack to spend does on Spot, where runs last
+    `run` hours and outages `outage` hours on average and the start has capacity with a chance of
+    `start`.
+
+    Preemptions come one per `run` hours of work (Poisson); each, and a start without capacity,
+    spends an outage and a changeover of the budget; the work goes to on-demand at the first the
+    budget can no longer pay (linear between whole numbers of them)."""
+    if work <= 0 or outage <= 0 and start >= 1 and budget >= 0:
+        return SpotPlan(1.0, 0.0)
+    if budget <= 0:
+        return SpotPlan(0.0, 1.0)
+    affordable = budget / max(outage + changeover, 1e-9)
+    mean = work / max(run, 1e-9)
+
+    def until(preemptions: int) -> tuple[float, float]:
+        """E[min(work, the time of that preemption)] (run x the sum over j < n of P(N > j), N the
+        preemptions in the work) and P(N >= n): the work before it, and whether it comes at all."""
+        if preemptions <= 0:
+            return 0.0, 1.0
+        if preemptions > mean + 12 * math.sqrt(mean) + 12:
+            return work, 0.0
+        term, at_most, total = math.exp(-mean), 0.0, 0.0
+        for j in range(preemptions):
+            at_most += term
+            total += 1.0 - at_most
+            term *= mean / (j + 1)
+        return min(work, run * total), max(0.0, 1.0 - at_most)
+
+    def after(paid: float) -> tuple[float, float]:
+        """`until` the preemption after the `paid` ones the budget pays."""
+        if paid < -1:
+            return 0.0, 1.0
+        whole = math.floor(paid)
+        (low, low_chance), (high, high_chance) = until(whole + 1), until(whole + 2)
+        part = paid - whole
+        return low + part * (high - low), low_chance + part * (high_chance - low_chance)
+
+    (started, started_chance), (waited, waited_chance) = after(affordable), after(affordable - 1)
+    share = min(1.0, (start * started + (1 - start) * waited) / work)
+    return SpotPlan(share, start * started_chance + (1 - start) * waited_chance)
 
 
 def choose_location(job: Job, candidates: Sequence[Candidate], move: Move = Move()) -> Choice:

@@ -8,10 +8,12 @@ weighs on every later observation without reading the fleet again.
 
 The class's observations are read once per claim, in one listing (`store.read`), and only when an
 attempt is created: to place it, and for a deadline request to keep the outlook (with one
-allowed location too). With nothing to weigh the attempt runs where `plan_attempt` put it (the first
-allowed location, or the failover order after a stockout): one allowed location, no machine class,
-no price for every allowed location, no observation in any of them, or a listing that failed (the
-facts are advisory: a failed read never holds a create back).
+allowed location too). A location the fleet has not run in is weighed from the shipped region
+prior (`shared.fleet.prior`) where it has one, and every estimate starts from it. With nothing to
+weigh the attempt runs where `plan_attempt` put it (the first allowed location, or the failover
+order after a stockout): one allowed location, no machine class, no price for every allowed
+location, neither an observation nor a prior in any of them, or a listing that failed (the facts
+are advisory: a failed read never holds a create back).
 
 A request with a committed checkpoint weighs reading it where the attempt would run: its size
 (the kit's checkpoint_committed line, `Attempt.last_checkpoint_bytes`) at the data transfer price
@@ -26,7 +28,7 @@ reading the fleet each time."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -35,6 +37,7 @@ from shared.errors import is_retryable
 from shared.fleet.estimate import SpotOutlook, changeover_bound, estimate
 from shared.fleet.observations import FleetFact, MachineClass
 from shared.fleet.placement import Candidate, Job, Move, choose_location
+from shared.fleet.prior import LocationPrior, location_prior
 from shared.fleet.spend import affordable, budget_left
 from shared.fleet.transfer import per_gb
 from shared.jobs import job_replicas
@@ -47,6 +50,12 @@ NO_OBSERVATIONS = "no observations"
 
 ReadFacts = Callable[[MachineClass], Sequence[FleetFact]]
 Price = Callable[[str, str], "tuple[float, float] | None"]
+Prior = Callable[[str, str], "LocationPrior | None"]
+
+
+def no_prior(machine_type: str, location: str) -> LocationPrior | None:
+    """No region prior: the fleet's observations alone (`SPOTJOBS_REGION_PRIOR` off)."""
+    return None
 
 
 @dataclass(frozen=True)
@@ -65,8 +74,10 @@ class Placer:
         now: datetime,
         changeover_prior_seconds: float,
         bucket_location: str = "",
+        prior: Prior = no_prior,
     ) -> None:
         self._read_facts = read_facts
+        self._prior = prior  # the region prior per (machine type, location): `location_prior`
         self._price = price
         self._now = now
         self._changeover_prior_seconds = changeover_prior_seconds
@@ -74,8 +85,11 @@ class Placer:
         self._facts: dict[MachineClass, Sequence[FleetFact]] = {}
         self._unreadable: set[MachineClass] = set()  # a read that failed: the bound does not retry it
 
-    def place(self, request: Mapping[str, Any], attempt: Attempt, earlier: Sequence[Attempt]) -> LocationChoice:
-        """Where `attempt` (planned in `attempt.location`) runs, and why there."""
+    def place(
+        self, request: Mapping[str, Any], attempt: Attempt, earlier: Sequence[Attempt], waiting: bool = False
+    ) -> LocationChoice:
+        """Where `attempt` (planned in `attempt.location`) runs, and why there; `waiting`: it is a
+        Spot job waiting for capacity there now (a move), so Spot has none there at its start."""
         planned = attempt.location
         allowed = [str(loc) for loc in request.get("locations") or []] or [planned]
         if len(allowed) < 2:
@@ -99,19 +113,29 @@ class Placer:
         if facts is None:
             return LocationChoice(planned, "fleet observations unreadable")
         seen = {o.location for o in facts}
-        if not seen & set(priced):
+        priors = {loc: p for loc in priced if (p := self._prior(machine_class.machine_type, loc)) is not None}
+        if not (seen | set(priors)) & set(priced):
             return LocationChoice(planned, NO_OBSERVATIONS)
         candidates = [
-            Candidate(loc, spot, on_demand, estimate(facts, loc, self._now) if loc in seen else None)
+            Candidate(
+                loc,
+                spot,
+                on_demand,
+                estimate(facts, loc, self._now, priors.get(loc)) if loc in seen or loc in priors else None,
+            )
             for loc, (spot, on_demand) in prices.items()
         ]
         work = work_hours(request, earlier)
-        job = self._job(request, attempt, work, planned if planned in priced else None, candidates)
+        job = replace(
+            self._job(request, attempt, work, planned if planned in priced else None, candidates), waiting=waiting
+        )
         move = checkpoint_move(earlier, self._bucket_location)
         choice = choose_location(job, candidates, move)
         chosen = next(c for c in candidates if c.location == choice.location)
         share = chosen.estimate.share_available if chosen.estimate is not None else None
         seen_text = f"capacity {share:.0%} of the time" if share is not None else "nothing observed there"
+        if chosen.location not in seen and share is not None:
+            seen_text = f"the region prior: {seen_text}"
         price = chosen.on_demand_per_hour if job.on_demand else chosen.spot_per_hour
         per_hour = " per hour of work" if work is None else ""
         read = next(c.move_cost for c in choice.costs if c.location == choice.location)
@@ -120,13 +144,15 @@ class Placer:
 
     def spot_outlook(self, request: Mapping[str, Any], location: str) -> SpotOutlook | None:
         """The fleet's outlook of Spot in `location` for a request with a deadline (the claim's one
-        read, shared with `place`), its mean lifetime the job's Spot run (one VM's over the request's
-        replicas); None for any other, with nothing seen there, or unreadable."""
+        read, shared with `place`, from the region prior where one is shipped), its mean lifetime the
+        job's Spot run (one VM's over the request's replicas); None for any other, with neither
+        anything seen there nor a prior, or unreadable."""
         machine_class = MachineClass.of_request(request) if request.get("deadline") else None
         facts = None if machine_class is None else self._read(machine_class)
-        if facts is None:
+        if facts is None or machine_class is None:
             return None
-        return estimate(facts, location, self._now).outlook_for(job_replicas(request.get("custom_job") or {}))
+        outlook = estimate(facts, location, self._now, self._prior(machine_class.machine_type, location))
+        return outlook.outlook_for(job_replicas(request.get("custom_job") or {}))
 
     def has_capacity(self, request: Mapping[str, Any], location: str) -> bool | None:
         """The fleet's answer to "has Spot capacity now in `location`?" for the request's class
@@ -225,6 +251,7 @@ def attempt_placer(ports: Ports) -> Placer:
         now,
         ports.settings.changeover_prior_seconds,
         ports.settings.checkpoint_bucket_location,
+        location_prior if ports.settings.region_prior else no_prior,
     )
 
 

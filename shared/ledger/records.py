@@ -82,6 +82,9 @@ class Attempt:
     # The fleet's changeover bound in `location` when it was claimed (a deadline request's, from
     # the claim's one read of the fleet: shared/fleet/placing.py), which the deadline's d covers.
     fleet_changeover_seconds: float | None = None
+    # It ran into Vertex's job timeout after committing progress: the next attempt continues it and
+    # is not counted against max_attempts (shared/deciding/continuations.py).
+    continued_after_timeout: bool = False
     newer_fields: dict[str, Any] = field(default_factory=dict)  # see `_known`
 
     @property

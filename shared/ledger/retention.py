@@ -103,7 +103,9 @@ def backfill_index(ledger: LedgerStore, log: Logger, *, page_size: int = SWEEP_P
         rows, token = ledger.list_requests(page_size=page_size, page_token=token)
         for row in rows:
             if row.needs_reconcile:
-                written += ledger.mark_active(row.request_id, only_if_absent=True)
+                written += ledger.mark_active(
+                    row.request_id, only_if_absent=True, status=row.status, created_at=row.created_at
+                )
         if not token:
             break
     ledger.mark_index_built()
@@ -216,7 +218,7 @@ def _apply(
 ) -> str:
     """Carry out one action; the summary field it counts in."""
     if action == "repair":
-        wrote = ledger.mark_active(row.request_id, only_if_absent=True)
+        wrote = ledger.mark_active(row.request_id, only_if_absent=True, status=row.status, created_at=row.created_at)
         return "markers_repaired" if wrote else "unchanged"
     return "removed" if retire(ledger, row.request_id, retention, archive=archive, now=now) else "kept"
 

@@ -31,15 +31,19 @@ finished.
 
 The active index (docs/ARCHITECTURE.md, "The active index"): `active/<request_id>`, an empty
 marker object for every request that needs reconciling (not terminal, or with effects pending), so
-a reconcile pass lists the active few, not every request ever made. The record's compare-and-swap
-stays the only truth; a marker is a hint that may be stale in one direction only:
+a reconcile pass lists the active few, not every request ever made. Its custom metadata carries the
+record's `created_at` and `status` (noted by a metadata patch after each write that changes the
+status), so `spotjobs status --status active` and the dashboard count and sort the active requests
+from one listing and read only the records they show. The record's compare-and-swap stays the only
+truth; a marker is a hint that may be stale in one direction only:
 - a write that makes a record active (created, or terminal -> effects pending) first (re)writes
   its marker, unconditionally (a fresh generation and time), then compare-and-swaps the record;
   so an active record always has a marker, whatever crashes when;
 - a marker is removed only by `remove_stale_marker`: the record, read after the marker was listed,
-  no longer needs reconciling, the marker is older than `INDEX_GRACE_SECONDS` (longer than any write
-  can take between its marker and its compare-and-swap), and the delete is conditional on the
-  generation listed. A write that re-activates the record meanwhile either rewrote the marker
+  no longer needs reconciling, the marker was written more than `INDEX_GRACE_SECONDS` ago (longer
+  than any write can take between its marker and its compare-and-swap; a status patch does not
+  count as a write: it neither moves the generation nor its creation time), and the delete is
+  conditional on the generation listed. A write that re-activates the record meanwhile either rewrote the marker
   before that listing (then it is too young to remove, or its compare-and-swap landed before the
   record was read) or after it (then the generation no longer matches).
 `maintenance/active-index.json` says the index was built: until then reconcile lists every record
@@ -61,6 +65,7 @@ from typing import TYPE_CHECKING, Any
 from shared.clock import now_iso, utcnow
 from shared.ledger.records import CorruptRecord, RequestRecord, private_copy, shared_record
 from shared.ledger.states import TERMINAL_STATUSES, check_transition
+from shared.log import Logger
 from shared.requests.envelope import manifest_path
 from shared.swap import Swapped, Transition, compare_and_swap
 
@@ -87,6 +92,8 @@ PREFETCH_SECONDS = 60.0
 # label sets are left out: a listing then reads the record, as for one written before labels were kept.
 LABELS_METADATA_BYTES = 2048
 
+_log = Logger({"component": "ledger"})
+
 
 @dataclass(frozen=True)
 class ListedRequest:
@@ -111,11 +118,20 @@ def needs_reconcile(record: RequestRecord | None) -> bool:
 
 @dataclass(frozen=True)
 class ActiveEntry:
-    """A marker of the active index as listed: its generation and time guard its removal."""
+    """A marker of the active index as listed: its generation and time guard its removal; its
+    status and creation (None on a marker written before it held them) are the record's hint."""
 
     request_id: str
     generation: int
-    updated: datetime | None
+    written: datetime | None  # this generation's creation (a status patch leaves it)
+    status: str | None = None  # the record's as of its last status change
+    created_at: str | None = None  # the record's
+
+    @classmethod
+    def of(cls, request_id: str, blob: Any) -> ActiveEntry:
+        metadata = blob.metadata or {}
+        written = getattr(blob, "time_created", None) or blob.updated
+        return cls(request_id, int(blob.generation), written, metadata.get("status"), metadata.get("created_at"))
 
 
 @dataclass(frozen=True)
@@ -288,11 +304,14 @@ class LedgerStore:
             check_transition(current, proposed)
             proposed.updated_at = now_iso()
             if needs_reconcile(proposed) and not needs_reconcile(current):
-                self.mark_active(request_id)  # before the record: see the module docstring
+                # before the record: see the module docstring
+                self.mark_active(request_id, status=proposed.status, created_at=proposed.created_at)
             try:
                 self._write(proposed, generation)
             except PreconditionFailed:
                 return False
+            if current is not None and current.status != proposed.status:
+                self._note_marker_status(request_id, proposed.status)
             return True
 
         # The transition gets a private copy; the record it started from is only compared with.
@@ -313,7 +332,7 @@ class LedgerStore:
         document from a backup, a benchmark seeding a ledger): the state machine governs changes,
         not a record's first appearance. Raises PreconditionFailed if a document exists."""
         if needs_reconcile(record):
-            self.mark_active(record.request_id)
+            self.mark_active(record.request_id, status=record.status, created_at=record.created_at)
         self._write(record, 0)
 
     def _write(self, record: RequestRecord, generation: int) -> None:
@@ -346,10 +365,10 @@ class LedgerStore:
             start_offset=_active_path(start_at) if start_at else None,
             max_results=page_size,
             page_token=page_token,
-            fields="items(name,generation,updated),nextPageToken",
+            fields="items(name,generation,timeCreated,updated,metadata),nextPageToken",
         )
         page = next(iterator.pages, None)
-        rows = [ActiveEntry(blob.name[len(ACTIVE_PREFIX) :], int(blob.generation), blob.updated) for blob in page or ()]
+        rows = [ActiveEntry.of(blob.name[len(ACTIVE_PREFIX) :], blob) for blob in page or ()]
         return rows, iterator.next_page_token
 
     def listed_status(self, request_id: str) -> ListedRequest | None:
@@ -360,13 +379,24 @@ class LedgerStore:
         metadata = blob.metadata or {}
         return ListedRequest(request_id, metadata.get("status"), metadata.get("pending_effects") == "true")
 
-    def mark_active(self, request_id: str, *, only_if_absent: bool = False) -> bool:
-        """(Re)write the request's marker: unconditionally before a write that activates the
-        record (a fresh generation and time); only if absent when repairing the index."""
+    def mark_active(
+        self,
+        request_id: str,
+        *,
+        only_if_absent: bool = False,
+        status: str | None = None,
+        created_at: str | None = None,
+    ) -> bool:
+        """(Re)write the request's marker, with the record's `status` and `created_at` when known:
+        unconditionally before a write that activates the record (a fresh generation and time);
+        only if absent when repairing the index."""
         from google.api_core.exceptions import PreconditionFailed
 
+        blob = self._bucket.blob(_active_path(request_id))
+        known = {"status": status, "created_at": created_at}
+        blob.metadata = {name: str(value) for name, value in known.items() if value} or None
         try:
-            self._bucket.blob(_active_path(request_id)).upload_from_string(
+            blob.upload_from_string(
                 b"",
                 content_type="application/octet-stream",
                 if_generation_match=0 if only_if_absent else None,
@@ -375,9 +405,31 @@ class LedgerStore:
             return False  # there already
         return True
 
+    def _note_marker_status(self, request_id: str, status: str) -> None:
+        """Note a record's new status on its marker (a metadata patch: the generation and the
+        marker's age stay), after the write that changed it. Best effort: the marker is a hint and
+        the record the truth; a marker gone (removed, or never written for a ledger from before the
+        index) is not written again here."""
+        from google.api_core.exceptions import GoogleAPIError, NotFound
+
+        blob = self._bucket.blob(_active_path(request_id))
+        blob.metadata = {"status": str(status)}
+        try:
+            blob.patch()
+        except NotFound:
+            return
+        except (GoogleAPIError, OSError) as exc:
+            _log.warning(
+                "the active marker's status was not noted; it shows the previous one until the next change",
+                event="active_marker_status_not_noted",
+                request_id=request_id,
+                status=str(status),
+                error=f"{type(exc).__name__}: {exc}",
+            )
+
     def active_entry(self, request_id: str) -> ActiveEntry | None:
         blob = self._bucket.get_blob(_active_path(request_id))
-        return ActiveEntry(request_id, int(blob.generation), blob.updated) if blob else None
+        return ActiveEntry.of(request_id, blob) if blob else None
 
     def remove_stale_marker(
         self, entry: ActiveEntry, status: ListedRequest | None, *, now: datetime | None = None
@@ -386,9 +438,9 @@ class LedgerStore:
         listed) says it needs no reconcile, the marker is older than `INDEX_GRACE_SECONDS`, and
         it is unchanged since listed. True if removed."""
 
-        if (status is not None and status.needs_reconcile) or entry.updated is None:
+        if (status is not None and status.needs_reconcile) or entry.written is None:
             return False
-        if ((now or utcnow()) - entry.updated).total_seconds() < INDEX_GRACE_SECONDS:
+        if ((now or utcnow()) - entry.written).total_seconds() < INDEX_GRACE_SECONDS:
             return False
         return self._delete_if_generation(_active_path(entry.request_id), entry.generation)
 

@@ -4,7 +4,7 @@ A message on `job-requests` is either
 
 - an **envelope** `{"request_id", "custom_job", "location"?, "locations"?, "max_attempts"?,
   "fallback"?, "checkpoints"?, "deadline"?, "total_steps"?, "expected_step_seconds"?,
-  "changeover_seconds"?, "priority"?, "max_cost_usd"?, "schema_version"?, "attempt"?}`, or
+  "changeover_seconds"?, "priority"?, "max_cost_usd"?, "max_runtime"?, "schema_version"?, "attempt"?}`, or
 - a **bare CustomJob body**, exactly what the Vertex AI REST docs POST to `customJobs`. Its request
   id is the `request_id` message attribute, else derived from its content and the dedupe window
   its moment (`schedule_time`, else the original publish time a redrive carries, else the publish
@@ -84,6 +84,7 @@ ENVELOPE_FIELDS = (
     "changeover_seconds",
     "priority",
     "max_cost_usd",
+    "max_runtime",
     "attempt",
 )
 # What a deadline comes with: the work and, optionally, overrides of the estimates.
@@ -197,6 +198,9 @@ class JobRequest:
     priority: int = 0  # higher goes first when creates wait for the quota (shared/pacing.py)
     max_cost_usd: float | None = None  # the request is stopped once it spent this (shared/deciding/budget_watch.py)
     attempt: int | None = None  # set exactly on messages marked as the system's re-queues
+    # Seconds of running time the request may take over its continuations after Vertex's job
+    # timeout (shared/deciding/continuations.py); None: the deployment's ceiling.
+    max_runtime: float | None = None
     # A bare body without an id: its content digest and moment, which name it (shared.ledger.dedupe).
     content_digest: str | None = None
     moment: datetime | None = None
@@ -406,6 +410,7 @@ def _read_envelope(
         deadline=_read_deadline(body, published_at, violations),
         priority=_read_priority(body.get("priority"), violations),
         max_cost_usd=_read_max_cost(body.get("max_cost_usd"), violations),
+        max_runtime=read_max_runtime(body.get("max_runtime"), violations),
         attempt=_read_int(body.get("attempt"), "attempt", 1, violations) if requeue else None,
     )
     return request, violations
@@ -558,6 +563,27 @@ def _read_max_cost(value: object, violations: list[Violation]) -> float | None:
     return float(value)  # type: ignore[arg-type]  # checked above
 
 
+def read_max_runtime(value: object, violations: list[Violation]) -> float | None:
+    """`max_runtime`: seconds, as a number or a duration string ("1209600s") as Vertex's
+    `scheduling.timeout` is written; more than 0."""
+    if value is None:
+        return None
+    text = value.strip() if isinstance(value, str) else None
+    if text is not None and re.fullmatch(r"[0-9]+(\.[0-9]{1,9})?s", text):
+        value = float(text[:-1])
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or not (0 < value <= MAX_SECONDS):  # type: ignore[operator]
+        violations.append(
+            Violation(
+                "max_runtime",
+                f"is {_shown(value)}; expected seconds > 0 and at most {MAX_SECONDS:.0f}, "
+                'as a number or a duration string such as "1209600s"',
+            )
+        )
+        return None
+    return float(value)  # type: ignore[arg-type]  # checked above
+
+
 def _read_keep_last(value: object, violations: list[Violation]) -> int | None:
     if value is None:
         return None
@@ -598,4 +624,5 @@ def canonical_envelope(request: JobRequest, *, default_location: str, default_ma
         # Only when set: a default-priority request's stored envelope is the one stored before.
         **({"priority": request.priority} if request.priority else {}),
         **({"max_cost_usd": request.max_cost_usd} if request.max_cost_usd is not None else {}),
+        **({"max_runtime": request.max_runtime} if request.max_runtime is not None else {}),
     }

@@ -94,11 +94,26 @@ def check_policy(request: JobRequest, settings: Settings, now: datetime | None =
                 f"is {request.keep_last}; at most {settings.keep_last_ceiling} allowed",
             )
         )
+    out.extend(_check_max_runtime(request, settings))
     out.extend(_check_fallback(request, settings))
     out.extend(_check_locations(request, settings))
     out.extend(_check_deadline(request, settings, now or utcnow()))
     out.extend(check_budget(request, settings))
     return out
+
+
+def _check_max_runtime(request: JobRequest, settings: Settings) -> list[Violation]:
+    """A request may run (over its continuations after the job timeout) at most the deployment's
+    ceiling."""
+    if request.max_runtime is None or request.max_runtime <= settings.max_runtime_seconds:
+        return []
+    return [
+        Violation(
+            "max_runtime",
+            f"is {request.max_runtime:.0f} s; at most {settings.max_runtime_seconds} s "
+            f"({settings.max_runtime_seconds / 86400:g} days) allowed",
+        )
+    ]
 
 
 def check_attempt_job(
@@ -277,6 +292,7 @@ def describe_policy(settings: Settings) -> dict[str, Any]:
             "timeout_seconds": settings.max_timeout_seconds,
             "boot_disk_gb": settings.max_boot_disk_gb,
             "max_attempts": settings.max_attempts_ceiling,
+            "max_runtime_seconds": settings.max_runtime_seconds,
             "keep_last": settings.keep_last_ceiling,
             "request_bytes": settings.max_request_bytes,
         },

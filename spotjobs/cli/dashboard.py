@@ -43,6 +43,11 @@ def run_dashboard(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     app = create_app(deployment_of(get_settings(), args.project), trusted_hosts=LOOPBACK if loopback else None)
-    print(f"spotjobs dashboard on http://{args.host}:{args.port}/ (Ctrl-C to stop)", file=sys.stderr)
+    print(f"spotjobs dashboard on {served_url(args.host, args.port)} (Ctrl-C to stop)", file=sys.stderr)
     app.run(host=args.host, port=args.port, debug=False, use_reloader=False)
     return EXIT_OK
+
+
+def served_url(host: str, port: int) -> str:
+    """The URL a browser opens: an IPv6 address goes in brackets (RFC 3986), `http://[::1]:8765/`."""
+    return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"

@@ -1,11 +1,15 @@
 """Finding requests in the ledger for `spotjobs status` (`--status`, `--label`, `--since`, the
 count per status on top) without reading every record.
 
-A query for active requests only (`--status active`, running, ...) reads the records the active
-index names (`active/<id>` markers: shared/ledger/store.py), one read each, however long the
-history. Any other query lists `requests/` with each document's metadata (status, created_at,
-labels; the listing's `updated` is its last write) and reads only the newest matches it shows,
-plus, once, a document whose metadata cannot tell (written before it held what the query asks).
+A query for active requests only (`--status active`, running, ...) lists the active index
+(`active/<id>` markers: shared/ledger/store.py), however long the history; each marker carries its
+record's status and creation, so for `--status active` the counts and the choice of the newest
+come from that one listing, and only the records shown are read (plus a marker's record when the
+marker cannot tell: one from before it held them, or a query by label, time or one active status,
+which a status one change behind could answer wrongly). Any other query lists `requests/` with
+each document's metadata (status, created_at, labels; the listing's `updated` is its last write) and
+reads only the newest matches it shows, plus, once, a document whose metadata cannot tell (written
+before it held what the query asks).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from shared.ledger.records import RequestRecord
-    from shared.ledger.store import ListedRequest
+    from shared.ledger.store import ActiveEntry, ListedRequest
 
 ACTIVE = "ACTIVE"  # `--status active`: any status that is not terminal
 # `--since 24h`: a duration back from now, in these units.
@@ -132,30 +136,50 @@ class Found:
 def find_records(ledger: Any, query: Query, limit: int) -> Found:
     """The requests `query` matches: the newest `limit` of them and a count of all by status.
 
-    Active requests only (`--status active`, running, ...): the active index names them, so only
-    those records are read (a marker may be stale: the record's status decides). Otherwise one
-    listing of `requests/` with each document's metadata decides, and only the `limit` newest
-    matches are read, plus any document whose metadata cannot tell (written before it held it)."""
+    Active requests only (`--status active`, running, ...): one listing of the active index, whose
+    markers carry each record's status and creation, decides; the records read are the `limit`
+    newest matches, and those whose marker cannot tell. Otherwise one listing of `requests/` with
+    each document's metadata decides the same way. A record read is judged by itself (a marker's
+    status is a hint noted after each change: the record's decides what is shown and counted)."""
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(RECORD_READERS) as pool:
         if query.active_only and ledger.index_built():
-            ids = [entry.request_id for entry in every_row(ledger.list_active)]
-            read_ahead = [r for r in pool.map(ledger.get, ids) if r is not None and query.matches(r)]
-            return _newest(read_ahead, [], limit, pool, ledger, reads=len(ids))
+            # A marker's status is a hint one change behind at worst: it says which are active,
+            # not which are RUNNING (a query for one active status reads every marked record).
+            trusted = query.statuses == {ACTIVE}
+            rows = (_as_listed(entry, trusted) for entry in every_row(ledger.list_active))
+        else:
+            rows = every_row(ledger.list_requests)
         listed, undecided = [], []
-        for row in every_row(ledger.list_requests):
+        for row in rows:
             verdict = query.matches_listed(row)
             if verdict is None or (verdict and not row.created_at):
                 undecided.append(row.request_id)
             elif verdict:
                 listed.append(row)
         read_ahead = [r for r in pool.map(ledger.get, undecided) if r is not None and query.matches(r)]
-        return _newest(read_ahead, listed, limit, pool, ledger, reads=len(undecided))
+        return _newest(read_ahead, listed, limit, pool, ledger, query, reads=len(undecided))
+
+
+def _as_listed(entry: ActiveEntry, status_trusted: bool) -> ListedRequest:
+    """An active marker as a listed document: its status (when trusted) and creation (None when it
+    predates them); no labels or time of last write (a query by them reads the record)."""
+    from shared.ledger.store import ListedRequest
+
+    status = entry.status if status_trusted else None
+    return ListedRequest(entry.request_id, status, False, created_at=entry.created_at)
 
 
 def _newest(
-    read_ahead: list[RequestRecord], listed: list[ListedRequest], limit: int, pool: Any, ledger: Any, *, reads: int
+    read_ahead: list[RequestRecord],
+    listed: list[ListedRequest],
+    limit: int,
+    pool: Any,
+    ledger: Any,
+    query: Query,
+    *,
+    reads: int,
 ) -> Found:
     """The newest `limit` of the matches (records already read, and rows still to read)."""
     counts = Counter(r.status for r in read_ahead) + Counter(row.status for row in listed)
@@ -163,9 +187,20 @@ def _newest(
     candidates += [(row.created_at or "", row.request_id, None) for row in listed]
     chosen = sorted(candidates, key=lambda c: c[0], reverse=True)[: max(0, limit)]
     to_read = [request_id for _, request_id, record in chosen if record is None]
+    listed_statuses = {row.request_id: row.status for row in listed}
     fetched = {r.request_id: r for r in pool.map(ledger.get, to_read) if r is not None}
-    records = [record or fetched.get(request_id) for _, request_id, record in chosen]
-    return Found([r for r in records if r is not None], counts, reads + len(to_read))
+    shown = []
+    for _, request_id, record in chosen:
+        if record is None:  # counted by its listed status: the record read now decides
+            listed_status = listed_statuses[request_id]
+            record = fetched.get(request_id)
+            if record is None or record.status != listed_status:
+                counts[listed_status] -= 1
+                if record is None or not query.status_matches(record.status):
+                    continue
+                counts[record.status] += 1
+        shown.append(record)
+    return Found(shown, +counts, reads + len(to_read))
 
 
 def every_row(list_page: Any) -> Iterator[Any]:

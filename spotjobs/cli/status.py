@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from shared.deciding.continuations import continuations_text
 from shared.deciding.preemptions import preemptions_text, total_preemptions_text
 from spotjobs.cli.common import EXIT_FAILED, EXIT_INVALID, EXIT_OK, command, terminal_text
 from spotjobs.cli.find import Query, find_records, format_counts, label_filter, since_filter, status_filter, statuses
@@ -296,6 +297,9 @@ def format_request(record: RequestRecord, settings: Settings | None = None, now:
     ]
     lines.extend(_deadline_lines(deadline_view(record, settings or Settings(), now)))
     lines.append(cost_line(record, now))
+    continued = continuations_text(record, (settings or Settings()).max_runtime_seconds)
+    if continued:  # runs past the job timeout (shared/deciding/continuations.py)
+        lines.append(f"runtime     {continued}")
     if record.cancel:
         cancel = record.cancel
         ending = "" if record.is_terminal else "; its job is being cancelled"

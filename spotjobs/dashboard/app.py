@@ -1,5 +1,5 @@
-"""The dashboard's Flask app: the Requests page, a Request page, and the cancel behind a
-confirmation page.
+"""The dashboard's Flask app: the Requests, Request, Fleet and Alerts pages (live: server-sent
+events, `live`), the Dead letters page, and the cancel behind a confirmation page.
 
 Safe by construction:
 - every template is autoescaped (Jinja2), and every text a job wrote goes through `views.shown`;
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hmac
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +23,17 @@ from flask import Flask, abort, redirect, render_template, request, session, url
 
 from shared.clock import iso, parse_rfc3339, utcnow
 from shared.log import Logger
-from spotjobs.dashboard.views import checkpoints, cost_so_far, log_tail, machine_of, request_row, shown, timeline
+from spotjobs.dashboard.live import SEEN, STREAM_SECONDS, VERSION_PLACEHOLDER, stream, versioned, wants_events
+from spotjobs.dashboard.views import (
+    alert_row,
+    checkpoints,
+    cost_so_far,
+    log_tail,
+    machine_of,
+    request_row,
+    shown,
+    timeline,
+)
 
 if TYPE_CHECKING:
     from werkzeug.wrappers import Response
@@ -32,9 +42,10 @@ if TYPE_CHECKING:
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 REQUESTS_SHOWN = 100  # rows on the Requests page, as `spotjobs status` lists by default
+ALERTS_SHOWN = 100  # the newest of the alerts log's last week
 LOG_LINES_SHOWN = 200
-# The log tail reads from this long before the record's last change on (every poll reads again,
-# and Cloud Logging's entries.list allows 60 reads a minute per project).
+# The log tail reads from this long before the record's last change on (every refresh of a live
+# page reads again, and Cloud Logging's entries.list allows 60 reads a minute per project).
 LOG_WINDOW = timedelta(hours=1)
 FILTERS = ("status", "label", "since", "machine")  # the Requests page's
 TOKEN_FIELD = "token"
@@ -53,10 +64,15 @@ log = Logger({"component": "dashboard"})
 
 
 def create_app(
-    deployment: Deployment, *, trusted_hosts: Sequence[str] | None = LOOPBACK_NAMES, poll_milliseconds: int = 5000
+    deployment: Deployment,
+    *,
+    trusted_hosts: Sequence[str] | None = LOOPBACK_NAMES,
+    poll_milliseconds: int = 5000,
+    stream_seconds: float = STREAM_SECONDS,
 ) -> Flask:
     """The app over `deployment`; `trusted_hosts` None accepts any Host (an address the operator
-    chose); a page reads itself again every `poll_milliseconds`."""
+    chose); a live page is rendered again every `poll_milliseconds` and sent to the browser when it
+    changed, over an event stream that ends after `stream_seconds` (the browser reconnects)."""
     app = Flask(__name__)
     app.secret_key = secrets.token_bytes(32)  # per start: a token of an earlier run is void
     app.config.update(
@@ -80,26 +96,44 @@ def create_app(
     def session_token() -> dict[str, Any]:
         if TOKEN_FIELD not in session:
             session[TOKEN_FIELD] = secrets.token_urlsafe(32)
-        return {"token": session[TOKEN_FIELD], "bucket": shown(deployment.state_bucket), "poll": poll_milliseconds}
+        return {
+            "token": session[TOKEN_FIELD],
+            "bucket": shown(deployment.state_bucket),
+            "poll": poll_milliseconds,
+            "version": VERSION_PLACEHOLDER,
+        }
+
+    def live(render: Callable[[], str]) -> str | Response:
+        """The page, or its event stream when the page's script asks for it (`live`)."""
+        if poll_milliseconds and wants_events(request.headers.get("Accept")):
+            return stream(render, request.args.get(SEEN), poll_milliseconds / 1000, stream_seconds)
+        return versioned(render())[0]
 
     @app.get("/")
-    def requests_page() -> str:
-        return render_template("requests.html", **requests_context(deployment, request.args, utcnow()))
+    def requests_page() -> str | Response:
+        return live(lambda: render_template("requests.html", **requests_context(deployment, request.args, utcnow())))
 
     @app.get("/fleet")
-    def fleet_page() -> str:
-        return render_template("fleet.html", **fleet_context(deployment, utcnow()))
+    def fleet_page() -> str | Response:
+        return live(lambda: render_template("fleet.html", **fleet_context(deployment, utcnow())))
+
+    @app.get("/alerts")
+    def alerts_page() -> str | Response:
+        return live(lambda: render_template("alerts.html", **alerts_context(deployment, utcnow())))
 
     @app.get("/dead-letters")
     def dead_letters_page() -> str:
         return render_template("dead_letters.html", **dead_letters_context(deployment))
 
     @app.get("/requests/<request_id>")
-    def request_page(request_id: str) -> str:
-        record = deployment.ledger.get(request_id)
-        if record is None:
-            abort(404)
-        return render_template("request.html", **request_context(deployment, record, utcnow()))
+    def request_page(request_id: str) -> str | Response:
+        def render() -> str:
+            record = deployment.ledger.get(request_id)
+            if record is None:
+                abort(404)
+            return render_template("request.html", **request_context(deployment, record, utcnow()))
+
+        return live(render)
 
     @app.get("/requests/<request_id>/cancel")
     def confirm_cancel(request_id: str) -> str:
@@ -267,6 +301,21 @@ def log_window_start(record: Any) -> str | None:
     """Where the log tail starts: `LOG_WINDOW` before the record last changed (None: from its start)."""
     changed = parse_rfc3339(record.updated_at or "")
     return iso(changed - LOG_WINDOW, timespec="microseconds") if changed else None
+
+
+def alerts_context(deployment: Deployment, now: datetime) -> dict[str, Any]:
+    """The Alerts page: the newest of the last week's ops alerts from the alerts log the outbox
+    writes as it publishes (shared/deciding/alert_log.py), newest first."""
+    from shared.deciding.alert_log import recent_alerts
+
+    if deployment.bucket is None:
+        return {"alerts": [], "unreadable": "no state bucket for this deployment"}
+    try:
+        alerts = recent_alerts(deployment.bucket, now, limit=ALERTS_SHOWN)
+    except Exception as error:  # noqa: BLE001 - the page says why, and the next refresh tries again
+        log.warning("alerts log unreadable", error=type(error).__name__)
+        return {"alerts": [], "unreadable": shown(f"the alerts log could not be read: {error}")}
+    return {"alerts": [alert_row(alert) for alert in alerts], "unreadable": ""}
 
 
 def dead_letters_context(deployment: Deployment) -> dict[str, Any]:

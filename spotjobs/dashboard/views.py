@@ -1,6 +1,6 @@
 """What the dashboard's pages show, as data: a row per request, a bar per attempt on a timeline,
-the cost so far against the same hours on demand, and the trainer's lines as `spotjobs logs` marks
-them. Pure: the records and the time are arguments.
+the cost so far against the same hours on demand, the trainer's lines as `spotjobs logs` marks
+them, and a row per ops alert. Pure: the records and the time are arguments.
 
 Every text a request, a job or a log wrote goes through `shown`: its control characters escaped as
 `spotjobs logs` prints them (spotjobs/cli/common.py) and cut to a length a page can hold. The HTML
@@ -9,7 +9,8 @@ escaping is Jinja2's (autoescape on every template).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -258,3 +259,35 @@ def log_tail(lines: Sequence[LogLine], limit: int) -> list[ShownLine]:
         mark = f"attempt {line.attempt}" + ("" if line.service else f" run {run}")
         shown_lines.append(ShownLine(shown(line.time or "-", 40), mark, kind, line.unsigned, shown(line.text, 2000)))
     return shown_lines
+
+
+@dataclass(frozen=True)
+class AlertRow:
+    """An ops alert of the alerts log as the Alerts page lists it."""
+
+    time: str
+    severity: str  # the CSS class colours it: ERROR, WARNING, INFO
+    kind: str
+    request_id: str  # shown; "" when the alert names none
+    link: str | None  # the request id to link to its page, when it names one
+    attempt: str
+    message: str
+    details: str
+
+
+def alert_row(alert: Mapping[str, object]) -> AlertRow:
+    """One alert as the outbox published it (shared/alerts.py's schema); any field may be what a
+    hand edit or a hostile job's text made it: every one is shown, never trusted."""
+    request_id = alert.get("request_id")
+    severity = str(alert.get("severity") or "-")
+    details = alert.get("details")
+    return AlertRow(
+        time=shown(alert.get("time"), 40),
+        severity=severity if severity in ("ERROR", "WARNING", "INFO") else "-",
+        kind=shown(alert.get("kind"), 60),
+        request_id=shown(request_id) if request_id else "",
+        link=request_id if isinstance(request_id, str) and request_id else None,
+        attempt=shown(alert.get("attempt") if alert.get("attempt") is not None else "-", MAX_NUMBER),
+        message=shown(alert.get("message")),
+        details=shown(json.dumps(details, sort_keys=True, default=str)) if details else "",
+    )

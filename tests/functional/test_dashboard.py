@@ -300,3 +300,58 @@ def test_the_command_serves_the_pages_on_loopback(gcs_bucket: Any, fake_gcs: str
         server.terminate()
         _, error = server.communicate(timeout=10)
     assert f"spotjobs dashboard on http://127.0.0.1:{port}/" in error and "warning: binding" not in error
+
+
+def test_the_alerts_page_lists_the_alerts_log_newest_first_and_escaped(ledger: LedgerStore, gcs_bucket: Any) -> None:
+    from datetime import timedelta
+
+    from shared.alerts import Alert, AlertKind
+    from shared.clock import iso, utcnow
+    from shared.deciding.alert_log import log_alert
+
+    now = utcnow()
+    older = Alert.of(AlertKind.PREEMPTION_STORM, "attempt 1 preempted 5 times", request_id="train-a", attempt=1)
+    hostile = Alert.of(AlertKind.JOB_FAILED, HOSTILE, request_id=HOSTILE, attempt=10**400, details={"x": HOSTILE})
+    log_alert(ledger, replace_time(older, iso(now - timedelta(hours=2))))
+    log_alert(ledger, replace_time(hostile, iso(now - timedelta(minutes=1))))
+
+    page = client_of(ledger, bucket=gcs_bucket).get("/alerts").get_data(as_text=True)
+
+    table = page[page.index('id="alerts"') :]
+    assert table.index('data-kind="job_failed"') < table.index('data-kind="preemption_storm"')  # newest first
+    assert 'href="/requests/train-a">train-a</a>' in table and "attempt 1 preempted 5 times" in table
+    assert "<script>alert" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in table
+    assert "\x1b" not in page and "\\x1b[31m" in table and "0" * 100 not in page
+    empty = client_of(LedgerStore(gcs_bucket), bucket=None).get("/alerts").get_data(as_text=True)
+    assert "no state bucket" in empty
+
+
+def replace_time(alert: Any, time: str) -> Any:
+    from dataclasses import replace
+
+    return replace(alert, time=time)
+
+
+def test_a_live_page_streams_itself_again_when_it_changes(ledger: LedgerStore) -> None:
+    """An EventSource asks for text/event-stream: the page comes at once, then again when it changed."""
+    from dataclasses import replace
+
+    record = preempted_then_running("train-s")
+    ledger.restore(replace(record, attempts=record.attempts[:1]))
+    app = create_app(deployment(ledger), poll_milliseconds=50, stream_seconds=5)
+    client = app.test_client()
+    assert "text/html" in client.get("/requests/train-s").content_type  # a browser's own request: the page
+
+    response = client.get("/requests/train-s", headers={"Accept": "text/event-stream"}, buffered=False)
+    assert response.content_type.startswith("text/event-stream")
+    chunks = iter(response.response)
+    assert next(chunks) == b"retry: 1000\n\n"
+    first = next(chunks).decode()
+    assert first.startswith("event: page\n") and 'data-attempt="1"' in first and 'data-attempt="2"' not in first
+    ledger.update("train-s", lambda current: replace(current, attempts=record.attempts))
+    changed = next(chunk.decode() for chunk in chunks if chunk.startswith(b"event: page"))
+    assert 'data-attempt="2"' in changed and "<script>" not in changed.replace('<script src="/static/', "")
+    response.close()
+    assert 'data-poll="0"' in client.get("/dead-letters", headers={"Accept": "text/event-stream"}).get_data(
+        as_text=True
+    )  # never live: the page itself

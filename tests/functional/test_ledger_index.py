@@ -363,3 +363,17 @@ def test_an_orphan_sweep_turn_is_bounded_and_the_next_resumes(ledger: LedgerStor
     assert (first.removed, first.finished_round) == (2, False)
     assert (second.removed, second.finished_round) == (3, True)
     assert all(ledger.find_job(str(job)) is None for job in range(5))
+
+
+def test_a_marker_carries_the_status_and_creation_and_a_status_change_patches_it_in_place(
+    ledger: LedgerStore, gcs_bucket
+) -> None:
+    created = ledger.update("noted", lambda current: _record("noted"))
+    written = ledger.active_entry("noted")
+    assert (written.status, written.created_at) == ("CLAIMED", created.created_at)
+
+    ledger.update("noted", _finish)  # CLAIMED -> SUBMITTED
+
+    [listed] = [entry for entry in ledger.list_active()[0] if entry.request_id == "noted"]
+    assert (listed.status, listed.created_at) == ("SUBMITTED", created.created_at)
+    assert (listed.generation, listed.written) == (written.generation, written.written)  # its age is its writing's

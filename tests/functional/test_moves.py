@@ -148,7 +148,10 @@ def test_a_move_weighs_reading_the_checkpoint_from_the_buckets_location(
 ) -> None:
     # The deployment's checkpoint bucket is in us-central1, where the job waits: reading its
     # checkpoint in us-east4 is data transfer between two regions, which a big one outweighs.
-    settings = make_settings(gcs_bucket.name, SPOTJOBS_CHECKPOINT_BUCKET_LOCATION="US-CENTRAL1")
+    # The fleet's observations alone (no region prior): what it saw of us-east4 against us-central1.
+    settings = make_settings(
+        gcs_bucket.name, SPOTJOBS_CHECKPOINT_BUCKET_LOCATION="US-CENTRAL1", SPOTJOBS_REGION_PRIOR="false"
+    )
     world = World(LedgerStore(gcs_bucket), FakeVertex(), FakePublisher(), settings)
     job = waiting_for_spot(world, hours=2)
 

@@ -574,10 +574,19 @@ def spot_waits(harness: Harness, location: str, key: str) -> FleetFact:
 
 
 def test_without_observations_the_first_attempt_runs_in_the_first_allowed_location(harness: Harness) -> None:
+    harness.settings = replace(SETTINGS, region_prior=False)  # the fleet's observations alone
     harness.deliver(envelope(custom_job=H100_JOB, locations=["us-central1", "us-east4"]))
     [attempt] = harness.ledger.get("r1").attempts
     assert (attempt.location, attempt.placed) == ("us-central1", "no observations")
     assert harness.locations_used == ["us-central1"]
+
+
+def test_without_observations_the_shipped_region_prior_places_the_first_attempt(harness: Harness) -> None:
+    harness.deliver(envelope(custom_job=H100_JOB, locations=["us-central1", "us-east4"]))
+    [attempt] = harness.ledger.get("r1").attempts
+    # us-east4: the cheaper Spot, with capacity 99% of the traces' first week (shared/fleet/region_prior.json)
+    assert attempt.location == "us-east4" and "the region prior" in attempt.placed
+    assert harness.locations_used == ["us-east4"]
 
 
 def test_the_first_attempt_is_placed_where_the_fleet_saw_spot_capacity(harness: Harness) -> None:
@@ -640,6 +649,7 @@ def test_a_requeued_attempt_of_two_worker_pools_keeps_every_pool_replica_machine
 
 
 def test_a_requeue_is_placed_from_the_fleet_estimate_not_only_the_failover_order(harness: Harness) -> None:
+    harness.settings = replace(SETTINGS, region_prior=False)  # the fleet's observations alone
     harness.deliver(envelope(custom_job=H100_JOB, locations=["us-central1", "us-east4"]))
     # Attempt 1 was preempted in us-central1 (the re-queue plans it there again); meanwhile the
     # fleet saw Spot jobs wait there and find capacity in us-east4.

@@ -124,6 +124,12 @@ UNUSED_ALLOWED = {
         "sa:training",
     ): "jobs run as the training service account in production (Settings.check_deployable); the "
     "stack's requests name none (its Vertex emulator has no IAM), so no created job shows it",
+    **{
+        ("prune_checkpoints", permission, "bucket:state:alerts/"): "the alerts log grant is the ledger "
+        "writer role, of which prune_checkpoints uses create and overwrite (an entry before each alert "
+        "it publishes); it reads the state bucket through its viewer role"
+        for permission in ("storage.objects.get", "storage.objects.list")
+    },
     (
         "prune_checkpoints",
         "storage.objects.get",
@@ -145,7 +151,14 @@ def terraform_grants() -> dict[str, set[tuple[str, str]]]:
     config = module_config()
     roles = {
         name: set(config.resource("google_project_iam_custom_role", name)["permissions"])
-        for name in ("job_submitter", "job_controller", "ledger_writer", "checkpoint_pruner", "manifest_writer")
+        for name in (
+            "job_submitter",
+            "job_controller",
+            "ledger_writer",
+            "checkpoint_pruner",
+            "manifest_writer",
+            "marker_noter",
+        )
     }
     # The shapes this function relies on (iam.tf); a change there should change this test too.
     ledger = config.resource("google_storage_bucket_iam_member", "ledger")
@@ -169,6 +182,12 @@ def terraform_grants() -> dict[str, set[tuple[str, str]]]:
             granted |= {(p, "bucket:state") for p in ledger_perms}
         if access["ledger"] != "read_write" and access["state_prefix"]:
             granted |= {(p, f"bucket:state:{access['state_prefix']}") for p in roles["ledger_writer"]}
+        if access["ledger"] == "read_write":  # an active marker's status, noted by a metadata patch
+            prefix = config.locals["active_index_prefix"]
+            granted |= {(p, f"bucket:state:{prefix}") for p in roles["marker_noter"]}
+        if access["ledger"] == "read" and "ops_alerts" in access["publishes"]:  # the alerts log
+            prefix = config.locals["alerts_log_prefix"]
+            granted |= {(p, f"bucket:state:{prefix}") for p in roles["ledger_writer"]}
         if access["manifests"]:
             # the state bucket's manifests/ only (shared/requests/envelope.py manifest_path)
             prefix = config.locals["manifests_prefix"]

@@ -33,7 +33,9 @@ H100 = {"machineType": "a3-highgpu-8g", "acceleratorType": "NVIDIA_H100_80GB", "
 
 @pytest.fixture(scope="module")
 def stack() -> Iterator[object]:
-    function_env = {**TEST_FUNCTION_ENV, "SPOTJOBS_CHANGEOVER_PRIOR_SECONDS": "5"}
+    # The fleet's observations alone: with the shipped region prior (shared/fleet/region_prior.json)
+    # the first attempt would start in us-east4, the prior's pick, and nothing would move.
+    function_env = {**TEST_FUNCTION_ENV, "SPOTJOBS_CHANGEOVER_PRIOR_SECONDS": "5", "SPOTJOBS_REGION_PRIOR": "false"}
     with isolated_stack(function_env=function_env) as running:
         yield running
 

@@ -20,6 +20,7 @@ from google.api_core import exceptions
 from google.cloud import aiplatform_v1
 
 from devstack.vertex.emulator import VertexEmulator
+from devstack.vertex.modes import ReplicaModes
 from tests.support.vertex_emulator import (
     LOCATION,
     PARENT,
@@ -566,6 +567,88 @@ def test_a_capacity_trace_of_one_location_holds_only_that_regions_spot_jobs(
     client.cancel_custom_job(name=east.name)
 
 
+def test_a_flex_start_job_waits_for_its_capacity_then_runs_without_preemption_or_fails_when_its_wait_runs_out(
+    emulator: VertexEmulator,
+    client: aiplatform_v1.JobServiceClient,
+    make_worker: Callable[..., Worker],
+) -> None:
+    """FLEX_START as documented (devstack/vertex/flex.py): it waits while its capacity trace (opt-in)
+    says 0, then runs, and neither a preemption request nor the Spot trace reclaims it (the
+    `flex_preemption` mode never); past maxWaitDuration it fails (`flex_wait_expiry`)."""
+    gpu = {"acceleratorType": "NVIDIA_TESLA_A100", "acceleratorCount": 1}
+    worker = make_worker(WORKER_SECONDS="60")
+    flex = job_body(worker, strategy="FLEX_START")
+    flex["jobSpec"]["workerPoolSpecs"][0]["machineSpec"].update(gpu)
+    flex["jobSpec"]["scheduling"]["maxWaitDuration"] = "0s"  # waits for ever
+    control(emulator, "flex-capacity", {"data": [0], "tick_seconds": 3600, "machine_type": "a2-highgpu-1g"})
+    held = create(client, flex)
+    wait_for_state(client, held.name, {State.JOB_STATE_PENDING})
+    time.sleep(0.5)
+    assert worker.pids("start") == [] and details(emulator, held.name)["is_flex_start"] is True
+    cancelled = create(client, flex)  # a cancel ends the wait at once
+    wait_for_state(client, cancelled.name, {State.JOB_STATE_PENDING})
+    client.cancel_custom_job(name=cancelled.name)
+    assert wait_for_state(client, cancelled.name, TERMINAL, timeout=5).state == State.JOB_STATE_CANCELLED
+
+    control(emulator, "flex-capacity", {"data": [1], "tick_seconds": 3600, "machine_type": "a2-highgpu-1g"})
+    wait_for_state(client, held.name, {State.JOB_STATE_RUNNING})
+    wait_for(lambda: worker.pids("start"), what="the FLEX_START worker to start once capacity is there")
+    control(emulator, "spot-capacity", {"data": [0], "tick_seconds": 3600})
+    control(emulator, "flex-capacity", {"data": [0], "tick_seconds": 3600, "machine_type": "a2-highgpu-1g"})
+    status, payload = http_json(f"{emulator.url}/emulator/v1/{held.name}:preempt", {})
+    assert status == 400 and "SPOT" in payload["error"]["message"]
+    time.sleep(0.5)
+    assert worker.pids("sigterm") == [] and details(emulator, held.name)["preemptions"] == 0
+
+    brief = job_body(make_worker(WORKER_SECONDS="60"), strategy="FLEX_START")
+    brief["jobSpec"]["workerPoolSpecs"][0]["machineSpec"].update(gpu)
+    brief["jobSpec"]["scheduling"]["maxWaitDuration"] = "1s"
+    expired = wait_for_state(client, create(client, brief).name, TERMINAL)
+    assert expired.state == State.JOB_STATE_FAILED
+    wait_for(lambda: client.get_custom_job(name=expired.name).error.code == 8, what="RESOURCE_EXHAUSTED")
+    assert "maxWaitDuration" in client.get_custom_job(name=expired.name).error.message
+
+    with pytest.raises(exceptions.BadRequest, match="accelerator_type"):
+        create(client, job_body(make_worker(), strategy="FLEX_START"))  # no GPU
+    client.cancel_custom_job(name=held.name)
+
+
+def test_the_flex_start_modes_fail_at_start_end_a_wait_with_stockout_and_preempt_as_spot(
+    emulator: VertexEmulator,
+    client: aiplatform_v1.JobServiceClient,
+    make_worker: Callable[..., Worker],
+) -> None:
+    """The other readings of what Vertex does not document (devstack/vertex/modes.py, `flex_*`)."""
+    control(
+        emulator,
+        "replica-modes",
+        {"flex_requirements": "job_failed", "flex_wait_expiry": "stockout", "flex_preemption": "as_spot"},
+    )
+    no_gpu = wait_for_state(client, create(client, job_body(make_worker(), strategy="FLEX_START")).name, TERMINAL)
+    assert no_gpu.state == State.JOB_STATE_FAILED
+    wait_for(lambda: "accelerator_type" in client.get_custom_job(name=no_gpu.name).error.message, what="its error")
+
+    def flex_body(worker: Worker, max_wait: str) -> dict[str, Any]:
+        body = job_body(worker, strategy="FLEX_START")
+        body["jobSpec"]["workerPoolSpecs"][0]["machineSpec"]["acceleratorType"] = "NVIDIA_L4"
+        body["jobSpec"]["scheduling"]["maxWaitDuration"] = max_wait
+        return body
+
+    control(emulator, "flex-capacity", {"data": [0], "tick_seconds": 3600})
+    expired = wait_for_state(client, create(client, flex_body(make_worker(), "1s")).name, TERMINAL)
+    assert expired.state == State.JOB_STATE_FAILED
+    wait_for(lambda: "STOCKOUT" in client.get_custom_job(name=expired.name).error.message, what="STOCKOUT")
+
+    control(emulator, "flex-capacity", {"data": []})
+    worker = make_worker(WORKER_SECONDS="60")
+    running = create(client, flex_body(worker, "60s"))
+    wait_for(lambda: worker.pids("start"), what="the FLEX_START worker to start")
+    control(emulator, f"{running.name}:preempt", {})
+    wait_for(lambda: len(worker.pids("start")) == 2, what="the preempted FLEX_START worker's restart")
+    assert details(emulator, running.name)["preemptions"] == 1
+    client.cancel_custom_job(name=running.name)
+
+
 def test_a_worker_that_ignores_sigterm_is_killed_after_the_grace_period(
     emulator: VertexEmulator,
     client: aiplatform_v1.JobServiceClient,
@@ -1106,3 +1189,41 @@ def test_get_list_and_cancel_share_the_crud_quota(
             call()
     create(client, job_body(make_worker()))  # creates count against the other quota
     assert control(emulator, "stats")["quotas"]["refused"] == {"submissions": 0, "crud": 2}
+
+
+# ---- scheduling.timeout: "The maximum job running time. The default is 7 days." ----
+
+
+def test_a_job_that_reaches_its_scheduling_timeout_is_stopped_and_fails_deadline_exceeded(
+    emulator: VertexEmulator,
+    client: aiplatform_v1.JobServiceClient,
+    make_worker: Callable[..., Worker],
+) -> None:
+    worker = make_worker(WORKER_SECONDS="60")
+    body = job_body(worker, strategy="STANDARD")
+    body["jobSpec"]["scheduling"]["timeout"] = "1.5s"
+
+    job = create(client, body)
+
+    ended = wait_for_state(client, job.name, TERMINAL)
+    assert ended.state == State.JOB_STATE_FAILED
+    assert ended.error.code == 4  # DEADLINE_EXCEEDED: the `timeout_end` mode's default (assumed)
+    assert "scheduling.timeout" in ended.error.message
+    running = (ended.end_time - ended.start_time).total_seconds()
+    assert 1.5 <= running < 1.5 + 5
+    assert worker.pids("sigterm") == worker.pids("start")  # stopped as a cancel stops it
+
+
+def test_the_expired_timeout_end_mode_ends_a_timed_out_job_expired(
+    make_emulator: Callable[..., VertexEmulator], make_worker: Callable[..., Worker]
+) -> None:
+    emulator = make_emulator(replica_modes=ReplicaModes(timeout_end="expired"))
+    client = client_for(emulator)
+    body = job_body(make_worker(WORKER_SECONDS="60"), strategy="STANDARD")
+    body["jobSpec"]["scheduling"]["timeout"] = "1s"
+
+    job = create(client, body)
+
+    ended = wait_for_state(client, job.name, {*TERMINAL, State.JOB_STATE_EXPIRED})
+    assert ended.state == State.JOB_STATE_EXPIRED
+    assert details(emulator, job.name)["replica_modes"]["timeout_end"] == "expired"

@@ -306,6 +306,36 @@ def test_a_hostile_step_that_changes_another_request_is_caught(world: World) -> 
     assert "requests/trg-daily-data-w20260302t080000z.json (created)" in found.detail
 
 
+def test_a_forged_requeue_may_claim_only_the_attempt_the_victims_record_decided(world: World) -> None:
+    """The attribute marks, the ledger decides (shared/requests/envelope.py): a forged re-queue of
+    the due attempt does what the real one would, whichever comes first (seed 31); any other change
+    it makes is caught."""
+    from shared.ledger.records import Requeue
+
+    decided = Requeue(2, "us-central1", "STANDARD", "deadline", "2026-03-02T08:10:00Z")
+    record(world, "r1", RequestStatus.REQUEUED, attempt(1), requeue=decided)
+    before = invariants.others_state(world, frozenset({"h1"}))
+    ledger = LedgerStore(world.storage.client().bucket(world.settings.state_bucket))
+
+    def claim(n: int) -> None:
+        def claimed(current: RequestRecord | None) -> RequestRecord:
+            current.attempts.append(attempt(n))
+            current.requeue, current.status = None, RequestStatus.CLAIMED
+            return current
+
+        ledger.update("r1", claimed)
+
+    claim(2)
+    job(world, "r1", 2)
+    assert invariants.hostile_step_contained(world, before, invariants.others_state(world, frozenset({"h1"}))) == []
+
+    del world.storage.objects(world.settings.state_bucket)["requests/r1.json"]
+    record(world, "r1", RequestStatus.REQUEUED, attempt(1), requeue=decided)
+    claim(3)  # not the decided attempt
+    [found] = invariants.hostile_step_contained(world, before, invariants.others_state(world, frozenset({"h1"})))
+    assert "requests/r1.json (changed: attempts" in found.detail and "requeue, status" in found.detail
+
+
 def test_alerts_of_distinct_decisions_are_not_copies(world: World) -> None:
     for refused in ("d1", "d2"):  # two other bodies under one request id: two conflicts to tell
         alert = Alert.of(AlertKind.REQUEST_ID_CONFLICT, "x", request_id="r1", details={"refused_digest": refused})

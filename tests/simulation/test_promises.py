@@ -135,6 +135,20 @@ def test_a_failed_job_without_its_alert_is_caught(world: World) -> None:
     assert catalogue(world, AlertKind.JOB_FAILED) == []
 
 
+def test_a_failed_job_whose_record_a_person_left_unreadable_owes_ledger_corrupt_not_job_failed(
+    world: World,
+) -> None:
+    """Seed 60: a person wrote the record unreadable while its job ran; nothing is decided on it
+    when the job fails (`ledger_corrupt` is its word)."""
+    failed = job(world, "r1", 1, "JOB_STATE_FAILED")
+    failed.error = USER_ERROR
+    assert len(catalogue(world, AlertKind.JOB_FAILED)) == 1
+    name = "requests/r1.json"
+    world.storage.client().bucket(world.settings.state_bucket).blob(name).upload_from_string(b'{"request_id": null}')
+    world.tampering.written[name] = "field_null"
+    assert catalogue(world, AlertKind.JOB_FAILED) == []
+
+
 def test_a_failed_job_its_claim_never_named_for_a_refused_lookup_owes_lookup_failed(world: World) -> None:
     """Seed 118: the claim's look-up refused for good (a 403 on list), the record never names the
     job, so nothing decides on its end: `lookup_failed` is the word owed, not `job_failed`."""
@@ -365,6 +379,20 @@ def test_a_deadline_missed_while_reconcile_asked_nothing_for_longer_than_d_is_ex
     silent_until = created + timedelta(seconds=world.settings.changeover_prior_seconds + 60)
     asked = world.vertex.asked["us-central1"]
     world.vertex.asked["us-central1"] = [at for at in asked if not created < at < silent_until]
+    assert promises.deadlines_met(world) == []
+
+
+def test_a_deadline_missed_after_a_late_first_create_is_excused(world: World) -> None:
+    """Its first job was created more than the bound after the request arrived (the submission
+    quota's line, a dead-lettered message: seeds 128 and 24): the rule decided nothing before."""
+    on_demand = deadline_request(world, changeover=600, ran=600)
+    on_demand.end_time = on_demand.create_time + timedelta(hours=3)  # done past the deadline
+    on_demand.start_time = on_demand.end_time - timedelta(seconds=600)
+    on_demand.create_time = on_demand.start_time - timedelta(seconds=600)
+    world.first_submitted["r1"] = on_demand.create_time - timedelta(seconds=world.settings.changeover_prior_seconds)
+    assert len(promises.deadlines_met(world)) == 1  # created within the bound of its arrival: judged
+
+    world.first_submitted["r1"] -= timedelta(seconds=1)
     assert promises.deadlines_met(world) == []
 
 

@@ -119,9 +119,18 @@ def alerts_for(stack, request_id: str, kind: str, *, timeout: float = 30.0) -> l
 
 
 @contextmanager
-def spot_capacity(stack, data: list[int], tick_seconds: float, location: str | None = None) -> Iterator[None]:
+def spot_capacity(
+    stack,
+    data: list[int],
+    tick_seconds: float,
+    location: str | None = None,
+    *,
+    kind: str = "spot",
+    machine_type: str | None = None,
+) -> Iterator[None]:
     """The trace for the test (of one location, or every one), and the scheduler's reconcile
-    every second; both end with it."""
+    every second; both end with it. `kind="flex"`: FLEX_START's trace instead (of one machine
+    type, or every one: devstack/vertex/flex.py)."""
     stop = threading.Event()
 
     def scheduler() -> None:
@@ -129,7 +138,10 @@ def spot_capacity(stack, data: list[int], tick_seconds: float, location: str | N
             stack.publish("maintenance", json.dumps({"task": "reconcile"}).encode(), task="reconcile")
 
     where = {"location": location} if location else {}
-    stack.vertex_control("POST", "/emulator/v1/spot-capacity", {"data": data, "tick_seconds": tick_seconds, **where})
+    if machine_type:
+        where["machine_type"] = machine_type
+    path = f"/emulator/v1/{kind}-capacity"
+    stack.vertex_control("POST", path, {"data": data, "tick_seconds": tick_seconds, **where})
     thread = threading.Thread(target=scheduler, daemon=True)
     thread.start()
     try:
@@ -137,4 +149,4 @@ def spot_capacity(stack, data: list[int], tick_seconds: float, location: str | N
     finally:
         stop.set()
         thread.join()
-        stack.vertex_control("POST", "/emulator/v1/spot-capacity", {"data": [], **where})
+        stack.vertex_control("POST", path, {"data": [], **where})

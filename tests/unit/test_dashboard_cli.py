@@ -50,3 +50,19 @@ def test_another_address_is_warned_about(started: dict[str, Any], capsys: pytest
     assert (started["host"], started["port"], started["trusted_hosts"]) == ("0.0.0.0", 9000, None)
     error = capsys.readouterr().err
     assert "warning: binding 0.0.0.0, not loopback" in error and "cancel" in error
+
+
+@pytest.mark.parametrize(
+    ("host", "url"),
+    [
+        ("::1", "http://[::1]:8765/"),
+        ("127.0.0.1", "http://127.0.0.1:8765/"),
+        ("localhost", "http://localhost:8765/"),
+        ("fd00::5", "http://[fd00::5]:8765/"),
+    ],
+)
+def test_the_banner_names_a_url_a_browser_opens(
+    started: dict[str, Any], capsys: pytest.CaptureFixture[str], host: str, url: str
+) -> None:
+    assert main(["dashboard", "--host", host]) == 0
+    assert f"spotjobs dashboard on {url} " in capsys.readouterr().err  # an IPv6 address in brackets (RFC 3986)

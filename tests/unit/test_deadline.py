@@ -194,6 +194,29 @@ def test_spotjobs_waits_behind_the_line_while_the_fleets_expected_wait_is_short_
     assert decide_deadline(replace(ahead, spot_outlook=short.spot_outlook)) == decide_deadline(ahead)
 
 
+def test_spotjobs_holds_a_long_wait_behind_the_line_for_a_move_while_the_slack_pays_for_one() -> None:
+    # Behind the line (4 h of 10 done at 10 h of 20), where the fleet's outages are long (3 h):
+    # waiting since the preemption 10 minutes ago, it holds the wait so placement may move it.
+    long_outages = SpotOutlook(0.5, 3 * HOUR)
+    now = T0 + timedelta(hours=10)
+    fresh = situation(elapsed_h=10.0, done_h=4.0, placement=Placement.WAITING_FOR_SPOT, spot_outlook=long_outages)
+    fresh = replace(fresh, placed_at=now - timedelta(seconds=D))
+    beyond_net = decide_deadline(fresh).slack_seconds - (2 * D + M)
+    held = decide_deadline(fresh)
+    assert held.action is Action.STAY and "for a move" in held.reason
+    # it holds long enough for a move (which needs the rule to hold more than a changeover on)
+    assert held.holds_seconds == pytest.approx(min(beyond_net - D, deadline.MOVE_HOLD_CHANGEOVERS * D - D))
+    assert held.holds_seconds > D
+    # past the hold, or without the slack for a move and one more changeover, it leaves as before
+    later = replace(fresh, placed_at=now - timedelta(seconds=deadline.MOVE_HOLD_CHANGEOVERS * D + 1))
+    assert decide_deadline(later).action is Action.SWITCH_TO_ON_DEMAND
+    tight = replace(fresh, deadline=fresh.deadline - timedelta(seconds=beyond_net - 2 * D))
+    assert decide_deadline(tight).action is Action.SWITCH_TO_ON_DEMAND
+    # no outlook (no fleet history, no prior): Uniform Progress; the other rules ignore it
+    assert decide_deadline(replace(fresh, spot_outlook=None)).action is Action.SWITCH_TO_ON_DEMAND
+    assert decide_deadline(fresh, Rule.UNIFORM_PROGRESS).action is Action.SWITCH_TO_ON_DEMAND
+
+
 @pytest.mark.parametrize("lifetime_h", [0.0, 1.0, 1e6])
 def test_the_safety_net_fires_whatever_the_outlook(lifetime_h: float) -> None:
     elapsed = 20.0 - 5.0 - (D + 2 * D + M - 1) / HOUR  # slack just under 2d + m

@@ -50,6 +50,18 @@ def test_a_spot_job_queued_within_its_changeover_is_on_spot_and_waits_after_it()
     assert situation(record).placement is Placement.WAITING_FOR_SPOT
 
 
+def test_a_wait_after_a_run_counts_from_the_attempts_last_change_of_state() -> None:
+    record = make_record(request=deadline(3600))
+    spot = record.attempts[0]
+    spot.created_at = iso(NOW - timedelta(hours=5))
+    assert situation(record).placed_at == NOW - timedelta(hours=5)  # never ran: from its creation
+    spot.started_at, spot.state_changed_at = iso(NOW - timedelta(hours=4)), iso(NOW - timedelta(seconds=90))
+    spot.preemptions = 1
+    waiting = situation(record)
+    assert waiting.placement is Placement.WAITING_FOR_SPOT
+    assert waiting.placed_at == NOW - timedelta(seconds=90)  # the rule's hold for a move counts from here
+
+
 def test_waiting_with_too_little_slack_switches_once_to_standard() -> None:
     record = make_record(request=deadline(100))  # waiting since 599 s ago
     decision = decide(record, Observation(1, job(JobState.QUEUED)), POLICY, NOW)

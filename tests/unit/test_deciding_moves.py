@@ -35,9 +35,13 @@ class ElsewherePlacer:
 
     location: str = "us-east4"
     asked: list[int] = field(default_factory=list)
+    waiting: list[bool] = field(default_factory=list)
 
-    def place(self, request: dict[str, Any], attempt: Attempt, attempts: list[Attempt]) -> LocationChoice:
+    def place(
+        self, request: dict[str, Any], attempt: Attempt, attempts: list[Attempt], waiting: bool = False
+    ) -> LocationChoice:
         self.asked.append(attempt.n)
+        self.waiting.append(waiting)
         return LocationChoice(self.location, "cheaper to finish there")
 
 
@@ -72,6 +76,12 @@ def test_a_job_waiting_exactly_its_changeover_stays_and_one_second_more_moves() 
     assert line.fields["waited_seconds"] == PRIOR + 1 and line.fields["changeover_seconds"] == PRIOR
     assert (line.fields["next_attempt"], line.fields["next_location"]) == (2, "us-east4")
     assert f"waited {PRIOR + 1:.0f} s for Spot in us-central1" in line.message
+
+
+def test_a_move_is_placed_as_a_job_with_no_capacity_where_it_waits() -> None:
+    placer = ElsewherePlacer()
+    move(waiting(PRIOR + 1), placer)
+    assert placer.asked == [1] and placer.waiting == [True]  # its own location pays an outage first
 
 
 def test_the_requests_own_changeover_outranks_the_prior() -> None:

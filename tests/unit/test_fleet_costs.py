@@ -5,6 +5,8 @@ the margin that keeps the current location, what a checkpoint's read or move cos
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from shared.fleet.estimate import CapacityEstimate
@@ -79,35 +81,96 @@ def test_a_job_values_waiting_at_nothing_unless_told() -> None:
     assert Job(remaining_hours=1, changeover_hours=0.0, current_location=None).on_demand is False
 
 
-# With a deadline: only the slack B = T - W - 3d is spent waiting; a share f = min(1, p B / ((1 - p) W))
-# of the work on Spot, the rest and a changeover on on-demand.
+# With a deadline: only the slack B = T - W - 3d is spent; each preemption (one per L hours of Spot
+# work, Poisson) and a start without capacity spend an outage L (1 - p) / p and a changeover of it,
+# and the work runs on Spot until the preemption B can no longer pay, the rest and a changeover on
+# on-demand.
 
 
-def test_with_a_deadline_the_slack_buys_a_share_of_spot_and_the_rest_is_on_demand() -> None:
+def work_before(preemptions: float, work: float, run: float) -> float:
+    """E[min(work, the time of the n-th preemption)], integrated numerically: the integral over
+    [0, work] of P(fewer than n preemptions by t), linear between whole n (n <= 0: nothing)."""
+    if preemptions <= 0:
+        return 0.0
+    whole = math.floor(preemptions)
+    steps = 20_000
+
+    def integral(n: int) -> float:
+        total = 0.0
+        for k in range(steps):
+            t = (k + 0.5) * work / steps
+            total += sum(math.exp(-t / run) * (t / run) ** j / math.factorial(j) for j in range(n))
+        return total * work / steps
+
+    low = integral(whole)
+    return low + (preemptions - whole) * (integral(whole + 1) - low)
+
+
+def reaches(preemptions: float, work: float, run: float) -> float:
+    """P(at least n preemptions within the work), linear between whole n (n <= 0: certain)."""
+
+    def at_least(n: int) -> float:
+        mean = work / run
+        return 1.0 - sum(math.exp(-mean) * mean**j / math.factorial(j) for j in range(n))
+
+    whole = math.floor(preemptions)
+    if preemptions <= 0:
+        return 1.0 if preemptions <= -1 else 1.0 + (preemptions + 1) * (at_least(1) - 1.0)
+    return at_least(whole) + (preemptions - whole) * (at_least(whole + 1) - at_least(whole))
+
+
+def test_with_a_deadline_the_work_runs_on_spot_until_the_preemption_the_slack_cannot_pay() -> None:
     job = Job(remaining_hours=10, changeover_hours=0.5, current_location=None, hours_to_deadline=20)
     costed = expected_cost(job, at(seen(share=0.5, lifetime_hours=4.0)), Move())
     slack = 20 - 10 - 3 * 0.5
-    share = 0.5 * slack / (0.5 * 10)
-    assert costed.spot_share == pytest.approx(share)
+    paid = slack / (4.0 * 0.5 / 0.5 + 0.5)  # preemptions paid: an outage of 4 h and a changeover each
+    # capacity at the start half the time; otherwise the start's wait is the first one paid
+    share = (0.5 * work_before(paid + 1, 10, 4.0) + 0.5 * work_before(paid, 10, 4.0)) / 10
+    assert costed.spot_share == pytest.approx(share, rel=1e-3)
+    # the on-demand changeover is paid when the rest goes there: when that preemption comes
+    goes = 0.5 * reaches(paid + 1, 10, 4.0) + 0.5 * reaches(paid, 10, 4.0)
     spot_hour = SPOT * (1 + 0.5 / 4)
-    assert costed.cost == pytest.approx(share * 10 * spot_hour + ((1 - share) * 10 + 0.5) * ON_DEMAND)
+    expected = share * 10 * spot_hour + ((1 - share) * 10 + goes * 0.5) * ON_DEMAND
+    assert costed.cost == pytest.approx(expected, rel=1e-3)
 
 
-def test_with_slack_for_all_of_it_the_work_is_all_on_spot_without_an_on_demand_changeover() -> None:
-    job = Job(remaining_hours=10, changeover_hours=0.5, current_location=None, hours_to_deadline=40)
+def test_at_the_same_share_of_time_long_spot_runs_keep_a_tight_deadline_on_spot_and_short_ones_do_not() -> None:
+    tight = Job(remaining_hours=24, changeover_hours=0.2, current_location=None, hours_to_deadline=24 * 1.05)
+    long_runs = expected_cost(tight, at(seen(share=0.9, lifetime_hours=1000.0)), Move())
+    short_runs = expected_cost(tight, at(seen(share=0.9, lifetime_hours=0.5)), Move())
+    assert long_runs.spot_share > 0.85  # a preemption is unlikely within the work
+    assert short_runs.spot_share < 0.2  # some 48 preemptions; the slack pays for 2
+    assert long_runs.cost < short_runs.cost
+
+
+def test_a_job_waiting_where_it_is_pays_an_outage_before_it_starts_there() -> None:
+    here = at(seen(share=0.9, lifetime_hours=10.0), "x")
+    fresh = Job(remaining_hours=10, changeover_hours=0.5, current_location="x", hours_to_deadline=14)
+    waiting = Job(remaining_hours=10, changeover_hours=0.5, current_location="x", hours_to_deadline=14, waiting=True)
+    assert expected_cost(waiting, here, Move()).spot_share < expected_cost(fresh, here, Move()).spot_share
+    # elsewhere, the start has capacity as often as Spot there has
+    there = at(seen(share=0.9, lifetime_hours=10.0), "y")
+    assert expected_cost(waiting, there, Move()).spot_share == expected_cost(fresh, there, Move()).spot_share
+
+
+def test_with_slack_for_all_of_it_the_work_is_all_on_spot_but_for_a_tail_of_preemptions() -> None:
+    job = Job(remaining_hours=10, changeover_hours=0.5, current_location=None, hours_to_deadline=60)
     costed = expected_cost(job, at(seen(share=0.5, lifetime_hours=4.0)), Move())
-    assert costed.spot_share == 1.0
-    assert costed.cost == pytest.approx(10 * SPOT * (1 + 0.5 / 4))
+    assert costed.spot_share == pytest.approx(1.0, abs=1e-3)
+    assert costed.cost == pytest.approx(10 * SPOT * (1 + 0.5 / 4), rel=0.02)
 
 
 def test_under_an_hour_of_work_is_weighed_like_any_other() -> None:
     job = Job(remaining_hours=0.8, changeover_hours=0.1, current_location=None, hours_to_deadline=1.5)
     costed = expected_cost(job, at(seen(share=0.5, lifetime_hours=4.0)), Move())
-    share = 0.5 * (1.5 - 0.8 - 0.3) / (0.5 * 0.8)
-    assert costed.spot_share == pytest.approx(share)
-    # less than an hour of it on on-demand: still its own changeover there
+    paid = (1.5 - 0.8 - 0.3) / (4.0 + 0.1)
+    share = (0.5 * work_before(paid + 1, 0.8, 4.0) + 0.5 * work_before(paid, 0.8, 4.0)) / 0.8
+    assert costed.spot_share == pytest.approx(share, rel=1e-3)
+    # less than an hour of it on on-demand: still its own changeover there, when it goes
+    goes = 0.5 * reaches(paid + 1, 0.8, 4.0) + 0.5 * reaches(paid, 0.8, 4.0)
     spot_hour = SPOT * (1 + 0.1 / 4)
-    assert costed.cost == pytest.approx(share * 0.8 * spot_hour + ((1 - share) * 0.8 + 0.1) * ON_DEMAND)
+    expected = share * 0.8 * spot_hour + ((1 - share) * 0.8 + goes * 0.1) * ON_DEMAND
+    assert costed.cost == pytest.approx(expected, rel=1e-3)
 
 
 def test_with_no_slack_everything_runs_on_demand() -> None:
@@ -148,9 +211,10 @@ def test_a_checkpoint_read_from_its_bucket_adds_its_price_and_its_copy_time_to_t
     assert expected_cost(spot, at(location="us-east4"), read).cost == pytest.approx(
         10 * SPOT * (1 + 2.5 / 6) + 2.5 * SPOT + 40.0
     )
-    deadline = Job(remaining_hours=10, changeover_hours=0.5, current_location="us-east4", hours_to_deadline=40)
+    # with a deadline the copy's 2 h is a changeover's too: slack enough that all of it runs on Spot
+    deadline = Job(remaining_hours=10, changeover_hours=0.5, current_location="us-east4", hours_to_deadline=80)
     assert expected_cost(deadline, at(location="us-east4"), read).cost == pytest.approx(
-        10 * SPOT * (1 + 2.5 / 6) + 40.0
+        10 * SPOT * (1 + 2.5 / 6) + 40.0, rel=1e-3
     )
 
 

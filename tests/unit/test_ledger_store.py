@@ -328,7 +328,7 @@ def test_the_active_index_lists_markers_in_pages_from_a_position(ledger: LedgerS
         ledger.mark_active(request_id)
     rows, token = ledger.list_active(page_size=2)
     assert [row.request_id for row in rows] == ["a", "b"] and token
-    assert all(row.updated == clock.now and row.generation > 0 for row in rows)
+    assert all(row.written == clock.now and row.generation > 0 for row in rows)
     assert [row.request_id for row in ledger.list_active(page_token=token)[0]] == ["c"]
     assert [row.request_id for row in ledger.list_active(start_at="b")[0]] == ["b", "c"]
 
@@ -340,10 +340,56 @@ def test_a_stale_marker_goes_once_older_than_the_grace_and_not_a_moment_before(
     ledger.mark_active("r1")
     entry = ledger.active_entry("r1")
     finished = ListedRequest("r1", "SUCCEEDED", False)
-    young = entry.updated + timedelta(minutes=15, milliseconds=-1)
+    young = entry.written + timedelta(minutes=15, milliseconds=-1)
     assert not ledger.remove_stale_marker(entry, finished, now=young)
-    assert ledger.remove_stale_marker(entry, finished, now=entry.updated + timedelta(minutes=15))
+    assert ledger.remove_stale_marker(entry, finished, now=entry.written + timedelta(minutes=15))
     assert markers(bucket) == []
+
+
+def test_a_marker_carries_its_records_status_and_creation_and_follows_each_status_change(
+    bucket: Any, ledger: LedgerStore, clock: Clock
+) -> None:
+    created = ledger.update("r1", lambda current: record("r1"))
+    entry = ledger.active_entry("r1")
+    assert (entry.status, entry.created_at) == ("CLAIMED", created.created_at)
+    writes = bucket.get_blob(f"{ACTIVE_PREFIX}r1")
+
+    def to(status: RequestStatus) -> Any:
+        def move(current: RequestRecord | None) -> RequestRecord:
+            current.status = status
+            return current
+
+        return move
+
+    def note(current: RequestRecord | None) -> RequestRecord:
+        current.markers.append("seen")
+        return current
+
+    clock.advance(60)
+    ledger.update("r1", to(RequestStatus.SUBMITTED))
+    ledger.update("r1", note)  # no status change: the marker is not written
+    listed = ledger.list_active()[0]
+    assert [(row.request_id, row.status, row.created_at) for row in listed] == [("r1", "SUBMITTED", created.created_at)]
+    patched = bucket.get_blob(f"{ACTIVE_PREFIX}r1")
+    assert patched.generation == writes.generation and patched.metageneration == writes.metageneration + 1
+    # Its age for removal is its writing's: a status noted later does not make it young again.
+    assert listed[0].written == entry.written
+    ledger.update("r1", to(RequestStatus.FAILED))
+    assert ledger.active_entry("r1").status == "FAILED"
+    assert ledger.remove_stale_marker(
+        ledger.active_entry("r1"), ListedRequest("r1", "FAILED", False), now=entry.written + timedelta(minutes=15)
+    )
+
+
+def test_a_status_change_of_a_record_without_a_marker_writes_none(bucket: Any, ledger: LedgerStore) -> None:
+    bucket.blob("requests/old.json").upload_from_string(json.dumps(record("old", RequestStatus.RUNNING).to_json()))
+
+    def finish(current: RequestRecord | None) -> RequestRecord:
+        current.status = RequestStatus.SUCCEEDED
+        return current
+
+    assert ledger.update("old", finish).status == RequestStatus.SUCCEEDED
+    assert markers(bucket) == []  # a marker is written only by an activating write (or a repair)
 
 
 def test_the_grace_outlasts_any_write_between_its_marker_and_its_swap() -> None:
@@ -354,7 +400,7 @@ def test_the_grace_outlasts_any_write_between_its_marker_and_its_swap() -> None:
 def test_a_marker_goes_by_the_clock_when_no_time_is_given(bucket: Any, ledger: LedgerStore, clock: Clock) -> None:
     ledger.mark_active("r1")
     entry = ledger.active_entry("r1")
-    old = ActiveEntry("r1", entry.generation, entry.updated - timedelta(days=1))
+    old = ActiveEntry("r1", entry.generation, entry.written - timedelta(days=1))
     assert ledger.remove_stale_marker(old, None)  # no record at all: a crash before the write
     assert markers(bucket) == []
 

@@ -103,7 +103,7 @@ def test_reading_a_checkpoint_is_priced_from_the_buckets_location(source: str, r
 def test_a_checkpoint_in_one_bucket_is_read_wherever_the_attempt_runs_the_current_location_too() -> None:
     here = Candidate("us-central1", 18.98, 82.53, seen("us-central1", 0.95))
     there = Candidate("us-east4", 18.0, 82.53, seen("us-east4", 0.95))
-    job = Job(10, 0.2, current_location="us-central1", hours_to_deadline=20)
+    job = Job(10, 0.2, current_location="us-central1", hours_to_deadline=30)
     assert choose_location(job, [here, there]).location == "us-east4"
     # 2 TB in a us-central1 bucket: reading it in us-east4 costs $40, more than its Spot saves
     bucket = Move(checkpoint_gb=2000, price_per_gb=per_gb, bucket_location="US-CENTRAL1")

@@ -35,9 +35,11 @@ NOT_STATE = {
     "/global/networks/": "Google resource names",
     "price_table.json": "a file of the package",
     "topology.json": "a file of the package",
+    "region_prior.json": "a file of the package",
     "/s": "a unit the HTML report shows (per second)",
     "/emulator/v1/": "the local Vertex emulator's HTTP paths",
     "/fleet": "a page path of `spotjobs dashboard`",
+    "/alerts": "a page path of `spotjobs dashboard`",
 }
 
 
@@ -180,6 +182,12 @@ FAMILIES = {
         "fleet/a3-highgpu-8g+nvidia_h100_80gb+8/us-east4/wait~1764590400~1800~0~0a1b-1~0",
         ("fleet/",),
         (Lifecycle(timedelta(days=7)),),  # the estimate reads a week (shared/fleet/store.py)
+    ),
+    "alerts log": Family(
+        "alerts/<day>/<time>-<digest>.json",
+        "alerts/2026-12-06/093000.000000-0a1b2c3d4e5f6a7b.json",
+        ("alerts/",),
+        (Lifecycle(timedelta(days=30)),),  # the dashboard shows a week; kept LOG_DAYS (shared/deciding/alert_log.py)
     ),
     "burst documents": Family(
         "pacing/<region>/burst.json",

@@ -71,6 +71,65 @@ def test_a_stale_marker_is_read_and_left_out() -> None:
     assert bucket.calls["download"] == 3
 
 
+def test_markers_that_carry_status_and_creation_spare_reading_all_but_the_newest_shown() -> None:
+    ledger, bucket = _ledger(30, active=7)
+
+    found = find_records(ledger, Query(frozenset({"ACTIVE"})), limit=3)
+
+    assert [r.request_id for r in found.records] == ["live-00000", "live-00001", "live-00002"]
+    assert found.counts == {"RUNNING": 7}
+    # One list page of `active/` (with each marker's status and creation) and the 3 shown: 1,000
+    # active requests on the dashboard's page cost 100 reads, not 1,000.
+    assert bucket.calls["list"] == 1 and bucket.calls["download"] == 3 and found.reads == 3
+
+
+def test_a_status_change_reaches_the_marker_so_a_finished_request_is_counted_out_unread() -> None:
+    ledger, bucket = _ledger(5, active=4)
+
+    def succeed(current: RequestRecord | None) -> RequestRecord:
+        current.status = RequestStatus.SUCCEEDED
+        return current
+
+    def requeue(current: RequestRecord | None) -> RequestRecord:
+        current.status = RequestStatus.REQUEUED
+        return current
+
+    ledger.update("live-00000", succeed)
+    ledger.update("live-00003", requeue)
+    bucket.reset_counts()
+
+    found = find_records(ledger, Query(frozenset({"ACTIVE"})), limit=2)
+
+    assert [r.request_id for r in found.records] == ["live-00001", "live-00002"]
+    assert found.counts == {"RUNNING": 2, "REQUEUED": 1}
+    assert bucket.calls["download"] == 2
+
+
+def test_a_marker_written_before_it_held_the_status_is_read_to_judge_it() -> None:
+    ledger, bucket = _ledger(5, active=3)
+    bucket.blob("active/live-00002").upload_from_string(b"")  # an old marker: no metadata
+    bucket.reset_counts()
+
+    found = find_records(ledger, Query(frozenset({"ACTIVE"})), limit=1)
+
+    assert [r.request_id for r in found.records] == ["live-00000"]
+    assert found.counts == {"RUNNING": 3}
+    assert bucket.calls["download"] == 2  # the old marker's record, then the newest one
+
+
+def test_a_query_for_one_active_status_reads_every_marked_record_a_stale_hint_cannot_hide_one() -> None:
+    ledger, bucket = _ledger(5, active=3)
+    stale = bucket.blob("active/live-00001")
+    stale.metadata = {"status": "SUBMITTED"}  # a status note a fault left one change behind
+    stale.patch()
+    bucket.reset_counts()
+
+    found = find_records(ledger, Query(frozenset({"RUNNING"})), limit=100)
+
+    assert len(found.records) == 3 and found.counts == {"RUNNING": 3}
+    assert bucket.calls["download"] == 3
+
+
 def test_without_the_index_built_an_active_query_lists_every_request() -> None:
     ledger, bucket = _ledger(20, active=3)
     bucket.delete_blob("maintenance/active-index.json")

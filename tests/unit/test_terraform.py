@@ -423,6 +423,8 @@ def test_custom_roles_hold_only_the_permissions_used() -> None:
             "storage.objects.get",
             "storage.objects.list",
         },
+        # A status change (`spotjobs cancel`'s too) is noted on the request's active marker: metadata only.
+        "marker_noter": {"storage.objects.update"},
         "checkpoint_pruner": {"storage.objects.delete", "storage.objects.get", "storage.objects.list"},
         # roles/run.builder's one Cloud Storage permission (the source), see iam.tf.
         "build_source_reader": {"storage.objects.get"},
@@ -435,6 +437,33 @@ def test_custom_roles_hold_only_the_permissions_used() -> None:
     assert set(roles) == set(expected)
     for name, permissions in expected.items():
         assert set(roles[name]["permissions"]) == permissions, name
+
+
+def test_the_ledgers_writers_may_note_a_markers_status_and_the_alerts_log_is_writable_by_its_writers() -> None:
+    """A status change patches its active marker's metadata (storage.objects.update), `spotjobs
+    cancel` included; every publisher of an outbox alert may write its alerts log entry first."""
+    from shared.deciding.alert_log import ALERTS_PREFIX
+    from shared.ledger.store import ACTIVE_PREFIX
+
+    config = module_config()
+    assert config.locals["active_index_prefix"] == ACTIVE_PREFIX
+    assert config.locals["alerts_log_prefix"] == ALERTS_PREFIX
+    for grant in ("marker_noter", "cancellers_note_marker_status"):
+        noters = config.resource("google_storage_bucket_iam_member", grant)
+        assert noters["role"] == "${google_project_iam_custom_role.marker_noter.id}"
+        assert noters["condition"][0]["expression"] == (
+            'resource.name.startsWith("projects/_/buckets/${google_storage_bucket.state.name}/objects/'
+            '${local.active_index_prefix}")'
+        )
+    assert 'a.ledger == "read_write"' in config.resource("google_storage_bucket_iam_member", "marker_noter")["for_each"]
+    log = config.resource("google_storage_bucket_iam_member", "alerts_log_writer")
+    assert log["role"] == "${google_project_iam_custom_role.ledger_writer.id}"
+    assert "/objects/${local.alerts_log_prefix}" in log["condition"][0]["expression"]
+    # Who publishes ops alerts without writing the ledger gets the alerts log, and only it.
+    access = config.locals["function_access"]
+    chosen = [fn for fn, a in access.items() if a["ledger"] == "read" and "ops_alerts" in a["publishes"]]
+    assert chosen == ["prune_checkpoints"]
+    assert 'a.ledger == "read" && contains(a.publishes, "ops_alerts")' in log["for_each"]
 
 
 def test_function_access_is_least_privilege() -> None:

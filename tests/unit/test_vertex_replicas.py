@@ -226,6 +226,10 @@ def test_the_modes_default_to_the_least_surprising_reading_and_switch_one_field_
         "spot_restart_count": "per_event",
         "transient_exit_restarts": "job",
         "rate_reclaims": "each_replica",
+        "timeout_end": "failed",
+        "flex_wait_expiry": "resource_exhausted",
+        "flex_preemption": "never",
+        "flex_requirements": "invalid_argument",
     }
 
     switched = parse_modes({"survivor_stop": "sigkill"}, defaults)
@@ -240,6 +244,7 @@ def test_the_modes_default_to_the_least_surprising_reading_and_switch_one_field_
         ({"restarts": "job"}, "unknown field"),
         ({"preemption_restarts": "pool"}, "preemption_restarts must be one of"),
         ({"spot_restart_count": 6}, "spot_restart_count must be one of"),
+        ({"timeout_end": "cancelled"}, "timeout_end must be one of"),
     ],
 )
 def test_a_bad_mode_is_refused_naming_it(body: Any, complaint: str) -> None:

@@ -9,6 +9,7 @@ report the run in lines Cloud Logging ingests. Standard library only (Python 3.9
         save(folder)
 """
 
+from spotjobs_kit.experiment import ExperimentRun, experiment_run
 from spotjobs_kit.layout import DEFAULT_COMMIT_MARKERS, Checkpoint
 from spotjobs_kit.lines import KitRecord, parse_kit_line
 from spotjobs_kit.run import SIGTERM_EXIT_STATUS, Run, checkpoint_name
@@ -19,9 +20,11 @@ __all__ = [
     "DEFAULT_COMMIT_MARKERS",
     "SIGTERM_EXIT_STATUS",
     "Checkpoint",
+    "ExperimentRun",
     "KitError",
     "KitRecord",
     "Run",
     "checkpoint_name",
+    "experiment_run",
     "parse_kit_line",
 ]

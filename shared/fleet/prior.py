@@ -1,0 +1,47 @@
+"""The region prior: what placement assumes of Spot in a location before the fleet has run there.
+
+`shared/fleet/region_prior.json` ships with the functions: per machine type and location, the
+share of the time Spot had capacity, its mean run and its mean outage, fitted on the first week of
+public Spot traces (its `source`, `window` and `fitted_at` say which; `python -m
+bench.region_prior` refreshes it). `estimate(..., prior=)` starts from it instead of 1/2 and no
+lifetime, weighted as `WEIGHT_HOURS` of time seen and `WEIGHT_RUNS` runs, so the fleet's own
+observations outweigh it within hours of running there. A location or machine type it does not
+list has no prior (the estimate's 1/2). Zones (`zones`) are there for the like-for-like bench
+only: Vertex places a job in a region."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+PRIOR_PATH = Path(__file__).with_name("region_prior.json")
+# As few hours as this: the prior ranks locations the fleet has not seen, and gives way to what it
+# sees (measured against 24 h: docs/placement.md, "A region prior").
+WEIGHT_HOURS = 6.0
+WEIGHT_RUNS = 1.0
+
+
+@dataclass(frozen=True)
+class LocationPrior:
+    share_available: float
+    mean_run_hours: float
+    mean_outage_hours: float
+    weight_hours: float = WEIGHT_HOURS
+    weight_runs: float = WEIGHT_RUNS
+
+
+def location_prior(machine_type: str, location: str, path: Path = PRIOR_PATH) -> LocationPrior | None:
+    """The prior of `machine_type` in `location` (a region, or a zone); None where none is shipped."""
+    rows = _table(path).get("machine_types", {}).get(machine_type, {})
+    row = rows.get("locations", {}).get(location) or rows.get("zones", {}).get(location)
+    if row is None:
+        return None
+    return LocationPrior(float(row["share_available"]), float(row["mean_run_hours"]), float(row["mean_outage_hours"]))
+
+
+@cache
+def _table(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.exists() else {}
