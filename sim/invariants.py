@@ -580,16 +580,24 @@ def no_lookup_while_backing_off(world: World) -> list[Violation]:
 def no_unknown_live_job(world: World) -> list[Violation]:
     """After the last stray pass, every live job is the recorded job of its request's attempt
     (but a job whose record a person left unreadable: nothing is decided on that record until an
-    operator repairs it, and `ledger_corrupt` says so)."""
+    operator repairs it, and `ledger_corrupt` says so; and the job of a claim whose look-up Vertex
+    refused for good, a 403 on list: neither the look-up nor the stray sweep can see it until an
+    operator grants the permission, and `lookup_failed` says so, seed 84)."""
+    from sim.promises import never_named_for_a_refused_lookup
+
     recorded = {a.job for r in records(world) for a in r.attempts if a.job}
     unreadable = left_unreadable(world)
+    unlooked = never_named_for_a_refused_lookup(world)
     return [
         violation(
             "no_unknown_live_job",
             f"live job {job.name.rsplit('/', 1)[-1]} of {job.request_id} a{job.attempt} is not in the ledger",
         )
         for job in world.vertex.jobs.values()
-        if job.live and job.name not in recorded and job.request_id not in unreadable
+        if job.live
+        and job.name not in recorded
+        and job.request_id not in unreadable
+        and (job.request_id, job.attempt) not in unlooked
     ]
 
 

@@ -127,6 +127,19 @@ def test_a_live_job_the_ledger_does_not_know_is_caught(world: World) -> None:
     assert invariants.no_unknown_live_job(world) == []
 
 
+def test_a_live_job_its_claim_could_never_look_up_is_left_to_lookup_failed(world: World) -> None:
+    """Seed 84: the job's create was sent, its delivery died before recording it, and Vertex
+    refused reconcile's look-up of the claim (and the stray sweep's listing) for good: no code
+    can see the job until an operator grants the permission, and `lookup_failed` says so."""
+    from sim.vertex import Refused
+
+    unknown = job(world, "r1", 1)
+    record(world, "r1", RequestStatus.CLAIMED, attempt(1))
+    assert invariants.no_unknown_live_job(world)
+    world.vertex.refused.append(Refused(world.clock.now(), "list", unknown.location, "r1", 403, "reconcile"))
+    assert invariants.no_unknown_live_job(world) == []
+
+
 def test_a_request_left_without_a_job_or_an_end_is_caught(world: World) -> None:
     record(world, "r1", RequestStatus.CLAIMED, attempt(1))
     world.storage.client().bucket(world.settings.state_bucket).blob(
