@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 MAX_SHOWN = 400
 # The longest number a cell shows: a count a job's evidence claims may have hundreds of digits.
 MAX_NUMBER = 24
-SECONDS_PER_HOUR = 3600.0
 
 
 def shown(value: object, limit: int = MAX_SHOWN) -> str:
@@ -64,39 +63,20 @@ class Cost:
 
     @property
     def text(self) -> str:
-        return "-" if self.so_far is None else f"${self.so_far:,.2f}"
+        return "unknown" if self.so_far is None else f"${self.so_far:,.2f}"  # unpriced: never shown as $0
 
     @property
     def on_demand_text(self) -> str:
-        return "-" if self.on_demand is None else f"${self.on_demand:,.2f}"
-
-
-def attempt_hours(attempt: Attempt, now: datetime) -> float:
-    """Hours the attempt's job ran (or has run so far); 0 before it started or when unreadable."""
-    start = parse_rfc3339(attempt.started_at or attempt.created_at or "")
-    if start is None:
-        return 0.0
-    end = parse_rfc3339(attempt.ended_at or "") or now
-    return max(0.0, (end - start).total_seconds() / SECONDS_PER_HOUR)
+        return "unknown" if self.on_demand is None else f"${self.on_demand:,.2f}"
 
 
 def cost_so_far(record: RequestRecord, now: datetime) -> Cost:
-    """Each attempt's hours at its strategy's price in its location, times the replicas (the dated
-    price table of the report: spotjobs/reporting/prices.py)."""
-    from spotjobs.reporting.prices import Prices
+    """The request's bill as `spotjobs status` shows it (`shared.fleet.spend.request_spend`: Vertex's
+    run time of each attempt x every replica's price on its capacity), and the same on demand."""
+    from shared.fleet.spend import request_spend
 
-    machine, replicas = machine_of(record)
-    spent = on_demand = 0.0
-    for attempt in record.attempts:
-        hours = attempt_hours(attempt, now) * replicas
-        if not hours:
-            continue
-        prices = Prices.find(machine, attempt.location)
-        if prices is None:
-            return Cost(None, None)
-        spent += hours * prices.per_hour(attempt.strategy)
-        on_demand += hours * prices.on_demand_per_hour
-    return Cost(spent, on_demand)
+    spend = request_spend(record, now)
+    return Cost(spend.usd, spend.on_demand_usd)
 
 
 @dataclass(frozen=True)
