@@ -28,7 +28,8 @@ Decisions, on the job's state as Vertex reports it (never on the log text):
   STANDARD instead: docs/deadlines.md).
 - FAILED or EXPIRED at the job's `scheduling.timeout`: after committed progress, the next attempt
   continues it, not counted against `max_attempts`; else the request FAILED
-  (`shared.deciding.continuations`).
+  (`shared.deciding.continuations`), once `kit_lines_settle_seconds` passed after the job's end
+  without a commit (the kit's lines, even its first, may still be on their way).
 - FAILED otherwise, EXPIRED: the request FAILED with a `job_failed` alert; nothing is re-queued.
   A FAILED job whose error is not published yet (Vertex sets it about a minute after the end)
   is not classified until the error appears or `ERROR_SETTLE_SECONDS` pass.
@@ -364,8 +365,9 @@ def _conclude(
         return f"job {job.name} succeeded; waiting for its last run's kit lines (run_finished or preempted)"
     incomplete = succeeded and preempted_in_last_run(record, attempt.n)
     timeout = timed_out(job, job_timeout_seconds(record.request.get("custom_job") or {}))
-    # Its kit spoke but committed nothing yet: its last lines may still be on their way.
-    kit_late = timeout and bool(kit_runs(record, attempt.n)) and not made_progress(attempt)
+    # Nothing committed yet: the kit's lines may still be on their way, even its first (a job's
+    # lines arrive in any order), so a job without the kit fails only once they settled too.
+    kit_late = timeout and not made_progress(attempt)
     if kit_late and not _settled(job, now, policy.kit_lines_settle_seconds):
         return f"job {job.name} ran into its timeout; waiting for its kit lines (checkpoint_committed)"
     attempt.ended_at = job.end_time or iso(now)

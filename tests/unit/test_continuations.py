@@ -200,8 +200,16 @@ def test_a_timeout_without_progress_waits_for_late_kit_lines_then_fails_with_one
     assert [alert.kind for alert in decision.effects.alerts] == [AlertKind.TIMEOUT_WITHOUT_PROGRESS]
 
 
-def test_a_timeout_of_a_job_without_the_kit_fails_at_once() -> None:
-    decision = observe(record_of(attempt(1, checkpoints=0)), ended())
+def test_a_timeout_before_any_kit_line_arrived_waits_for_the_settle_then_fails() -> None:
+    # Seed 23: a job's lines arrive in any order, so no kit line yet is no evidence of no kit;
+    # without the kit the failure comes `kit_lines_settle_seconds` after the end.
+    record = record_of(attempt(1, checkpoints=0))
+    snapshot = ended()
+    end = datetime.fromisoformat(snapshot.end_time or "")
+    early = observe(record, snapshot, now=end + timedelta(seconds=5))
+    assert early.waiting and early.record.status == RequestStatus.RUNNING
+    assert not early.effects.alerts
+    decision = observe(record, snapshot, now=end + timedelta(seconds=POLICY.kit_lines_settle_seconds))
     assert decision.record.status == RequestStatus.FAILED
     assert [alert.kind for alert in decision.effects.alerts] == [AlertKind.TIMEOUT_WITHOUT_PROGRESS]
 
