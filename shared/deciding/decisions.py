@@ -365,6 +365,10 @@ def _conclude(
         return f"job {job.name} succeeded; waiting for its last run's kit lines (run_finished or preempted)"
     incomplete = succeeded and preempted_in_last_run(record, attempt.n)
     timeout = timed_out(job, job_timeout_seconds(record.request.get("custom_job") or {}))
+    if timeout and not classify_failure(job, policy.patterns).capacity:
+        # Vertex stops a job at its timeout as it stops a preempted one: the kit's `preempted` line
+        # of that stop is no preemption, however the attempt ends (a wait for late lines, a cancel).
+        discount_timeout_stop(record, attempt)
     # Nothing committed yet: the kit's lines may still be on their way, even its first (a job's
     # lines arrive in any order), so a job without the kit fails only once they settled too.
     kit_late = timeout and not made_progress(attempt)
@@ -386,8 +390,6 @@ def _conclude(
             # At a timeout Vertex stops the job as a preemption would: the kit's word is no evidence.
             kit_saw_preemption = preempted_in_last_run(record, attempt.n) and not timeout
             cause = classify_failure(job, policy.patterns, kit_saw_preemption=kit_saw_preemption)
-            if timeout and not cause.capacity:
-                discount_timeout_stop(record, attempt)
         if cause.capacity:
             # The job ended by preemption: so did its last run, said so or not.
             last_run_ended_by_preemption(record, attempt.n)

@@ -26,7 +26,7 @@ from shared.deciding.decisions import Decision, Observation, decide
 from shared.deciding.events import Signal
 from shared.deciding.preemptions import KIT_PREEMPTED_KEY, KIT_RUN_KEY
 from shared.jobs import JobSnapshot, JobState
-from shared.ledger.records import Attempt, RequestRecord, evidence_marker
+from shared.ledger.records import Attempt, CancelIntent, RequestRecord, evidence_marker
 from shared.ledger.states import AttemptOutcome, RequestStatus
 from shared.requests.envelope import canonical_envelope, read_request
 from shared.requests.policy import check_policy
@@ -146,6 +146,36 @@ def test_kit_lines_that_come_after_the_timeout_was_decided_count_no_preemption()
             copy.deepcopy(decided), Observation(1, None, Signal.KIT, kit=kit_line, job_name=JOB1), POLICY, NOW
         ).record
     assert decided.attempts[0].preemptions == 0 and decided.attempts[0].continued_after_timeout
+
+
+@pytest.mark.parametrize("line_first", [True, False])
+def test_a_timeout_while_the_request_is_being_cancelled_counts_no_preemption(line_first: bool) -> None:
+    # Seed 67: the budget stopped the request as its job ran into its timeout; the job's end was
+    # concluded as the cancel, and the kit's `preempted` line of the SIGTERM counted as a preemption.
+    record = record_of(attempt(1), max_cost_usd=0.02)
+    record.cancel = CancelIntent(by="spotjobs", at=at(2), reason="max_cost_usd reached", source="budget")
+    preempted = KitRecord(event=PREEMPTED, request_id="req-1", attempt=1, run=0, job_id="111")
+    started = KitRecord(event=RUN_STARTED, request_id="req-1", attempt=1, run=0, job_id="111")
+    lines = [Observation(1, None, Signal.KIT, kit=k, job_name=JOB1) for k in (started, preempted)]
+    observations = [*lines, Observation(1, ended())] if line_first else [Observation(1, ended()), *lines]
+    for observation in observations:
+        record = decide(copy.deepcopy(record), observation, POLICY, NOW).record
+    assert record.attempts[0].outcome == AttemptOutcome.CANCELLED
+    assert record.attempts[0].preemptions == 0
+
+
+def test_a_timeout_waiting_for_kit_lines_counts_no_preemption_from_them() -> None:
+    # Seed 129: the job's timeout was seen first and waits for the kit's lines; meanwhile the budget
+    # stopped the request (the cancel settles it without a conclusion), then `preempted` came.
+    record = record_of(attempt(1, checkpoints=0), max_cost_usd=0.02)
+    record.mark(evidence_marker(KIT_RUN_KEY, 1, "0"))
+    waiting = decide(copy.deepcopy(record), Observation(1, ended()), POLICY, NOW)
+    assert waiting.waiting
+    record = waiting.record
+    record.cancel = CancelIntent(by="spotjobs", at=at(2), reason="max_cost_usd reached", source="budget")
+    preempted = KitRecord(event=PREEMPTED, request_id="req-1", attempt=1, run=0, job_id="111")
+    record = decide(record, Observation(1, None, Signal.KIT, kit=preempted, job_name=JOB1), POLICY, NOW).record
+    assert record.attempts[0].preemptions == 0
 
 
 def test_an_expired_job_after_progress_continues_too() -> None:
