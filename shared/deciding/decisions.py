@@ -74,6 +74,7 @@ from shared.deciding.deadline_watch import FleetView, alert_if_finished_late, no
 from shared.deciding.effects import Effects, LogLine, attempt_alert, event_fields
 from shared.deciding.events import Signal, SignalPatterns, patterns_from
 from shared.deciding.preemptions import (
+    KIT_TIMEOUT_KEY,
     WAITING_STATES,
     count_preemptions,
     discount_timeout_stop,
@@ -87,7 +88,7 @@ from shared.deciding.preemptions import (
 from shared.errors import Violation
 from shared.jobs import FLEX_START, JobSnapshot, JobState, max_wait_seconds
 from shared.ledger.cancelling import settle_cancel, vertex_cancel
-from shared.ledger.records import Attempt, RequestRecord, Requeue, alert_marker
+from shared.ledger.records import Attempt, RequestRecord, Requeue, alert_marker, evidence_marker
 from shared.ledger.states import AttemptOutcome, RequestStatus
 from shared.requests.attempts import ON_DEMAND, SPOT, plan_attempt
 from shared.requests.policy import check_strategy
@@ -364,7 +365,10 @@ def _conclude(
     if succeeded and last_run_unfinished(record, attempt.n) and not _settled(job, now, policy.kit_lines_settle_seconds):
         return f"job {job.name} succeeded; waiting for its last run's kit lines (run_finished or preempted)"
     incomplete = succeeded and preempted_in_last_run(record, attempt.n)
-    timeout = timed_out(job, job_timeout_seconds(record.request.get("custom_job") or {}))
+    # Once seen, a timeout stays one: a job deleted while its end waits reads NOT_FOUND after.
+    timeout = timed_out(job, job_timeout_seconds(record.request.get("custom_job") or {})) or (
+        evidence_marker(KIT_TIMEOUT_KEY, attempt.n) in record.markers
+    )
     if timeout and not classify_failure(job, policy.patterns).capacity:
         # Vertex stops a job at its timeout as it stops a preempted one: the kit's `preempted` line
         # of that stop is no preemption, however the attempt ends (a wait for late lines, a cancel).

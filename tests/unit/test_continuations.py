@@ -28,6 +28,7 @@ from shared.deciding.preemptions import KIT_PREEMPTED_KEY, KIT_RUN_KEY
 from shared.jobs import JobSnapshot, JobState
 from shared.ledger.records import Attempt, CancelIntent, RequestRecord, evidence_marker
 from shared.ledger.states import AttemptOutcome, RequestStatus
+from shared.reconcile_vertex import vanished_job
 from shared.requests.envelope import canonical_envelope, read_request
 from shared.requests.policy import check_policy
 from shared.settings import Settings
@@ -240,6 +241,19 @@ def test_a_timeout_before_any_kit_line_arrived_waits_for_the_settle_then_fails()
     assert early.waiting and early.record.status == RequestStatus.RUNNING
     assert not early.effects.alerts
     decision = observe(record, snapshot, now=end + timedelta(seconds=POLICY.kit_lines_settle_seconds))
+    assert decision.record.status == RequestStatus.FAILED
+    assert [alert.kind for alert in decision.effects.alerts] == [AlertKind.TIMEOUT_WITHOUT_PROGRESS]
+
+
+def test_a_timeout_whose_job_is_deleted_while_it_waits_still_fails_as_a_timeout() -> None:
+    # Seed 97: a job that writes no kit lines timed out; while its end waited for the kit's lines a
+    # person deleted the job, and the next read (NOT_FOUND, `vanished_job`) no longer said timeout.
+    record = record_of(attempt(1, checkpoints=0))
+    waiting = decide(copy.deepcopy(record), Observation(1, ended(ran=60)), POLICY, NOW)  # told by its code
+    assert waiting.waiting
+    record = waiting.record
+    later = NOW + timedelta(seconds=POLICY.kit_lines_settle_seconds)
+    decision = observe(record, vanished_job(record.attempts[0], later), now=later)
     assert decision.record.status == RequestStatus.FAILED
     assert [alert.kind for alert in decision.effects.alerts] == [AlertKind.TIMEOUT_WITHOUT_PROGRESS]
 
