@@ -124,6 +124,8 @@ class Stack:
             {
                 "GOOGLE_CLOUD_PROJECT": self.options.project,
                 "SPOTJOBS_LOCATION": self.options.location,
+                # Requesters' notifications may go to any topic of the stack's own project.
+                "SPOTJOBS_ALLOWED_NOTIFY_TOPICS": f"projects/{self.options.project}/topics/",
                 **self.options.function_env,
             }
         )

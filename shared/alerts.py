@@ -133,6 +133,12 @@ class AlertKind(enum.StrEnum):
         "ERROR",
         "a replayed request has jobs but no ledger document: nothing was created",
     )
+    NOTIFY_REFUSED = (
+        "notify_refused",
+        "WARNING",
+        "a request's notification topic refused for good (not found, permission denied, or no longer allowed by the "
+        "policy): its pending notifications were dropped and no more are sent; once per request",
+    )
     LEDGER_CORRUPT = (
         "ledger_corrupt",
         "ERROR",

@@ -67,7 +67,15 @@ def adopt_job(ports: Ports, request_id: str, n: int, location: str, job: CustomJ
     created_at = snapshot.create_time or iso(ports.clock())
     swapped = ports.ledger.swap(
         request_id,
-        lambda current: record_job(current, n=n, job_name=job.name, state=snapshot.state, created_at=created_at),
+        lambda current: record_job(
+            current,
+            n=n,
+            job_name=job.name,
+            state=snapshot.state,
+            created_at=created_at,
+            started_at=snapshot.start_time,
+            ended_at=snapshot.end_time,
+        ),
     )
     recorded = swapped.value.attempt(n) if swapped.value else None
     if swapped.value is not None and recorded is not None and recorded.job not in (None, job.name):

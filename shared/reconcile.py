@@ -42,6 +42,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from shared.adapters.vertex import canceller, find_attempt_job, parent_path
@@ -50,6 +51,7 @@ from shared.clock import now_iso, parse_iso, utcnow
 from shared.deciding.applying import apply_observation
 from shared.deciding.decisions import Observation
 from shared.deciding.effects import attempt_alert
+from shared.deciding.notices import telling_changes
 from shared.deciding.outbox import (
     Mine,
     alert_corrupt_record,
@@ -430,10 +432,8 @@ def _settle_claim(ports: Ports, record: RequestRecord, claim: Attempt, log: Logg
         return RequestResult("error")
     if job is None and record.cancel is not None:
         # Its create never landed: nothing to wait for (a job that turns up later is a stray).
-        ports.ledger.update(
-            record.request_id,
-            lambda current: end_unsent_claim(current, n=claim.n, claimed_at=claim.claimed_at, now=ports.clock()),
-        )
+        end = partial(end_unsent_claim, n=claim.n, claimed_at=claim.claimed_at, now=ports.clock())
+        ports.ledger.update(record.request_id, telling_changes(end, ports.clock))  # `cancelled` told
         return RequestResult("cancelled")
     if job is None:
         return _republish(ports, record, claim, log, held_for)

@@ -16,6 +16,7 @@ from typing import Any
 from shared.adapters.vertex import find_jobs, parent_path, request_labels
 from shared.alerts import Alert, AlertKind
 from shared.clock import iso, parse_iso
+from shared.deciding.notices import telling_changes
 from shared.deciding.outbox import Mine, decide_alert, flush, publish_alert
 from shared.delivery import Message
 from shared.errors import TransientError, Violation
@@ -256,13 +257,16 @@ def reject(exc: InvalidJobRequest, message: Message, log: Logger, ports: Ports) 
     # again, forever), with its alert pending in the record.
     swapped = ports.ledger.swap(
         request_id,
-        lambda current: fail_invalid_requeue(
-            current,
-            n=n,
-            now=ports.clock(),
-            violations=violations,
-            message_id=message.message_id,
-            data=message.data,
+        telling_changes(
+            lambda current: fail_invalid_requeue(
+                current,
+                n=n,
+                now=ports.clock(),
+                violations=violations,
+                message_id=message.message_id,
+                data=message.data,
+            ),
+            ports.clock,
         ),
     )
     stored = swapped.value

@@ -124,6 +124,10 @@ class Settings:
     allowed_tensorboards: tuple[str, ...] = _env("SPOTJOBS_ALLOWED_TENSORBOARDS", (), kind="list")
     allowed_experiments: tuple[str, ...] = _env("SPOTJOBS_ALLOWED_EXPERIMENTS", (), kind="list")
     allowed_models: tuple[str, ...] = _env("SPOTJOBS_ALLOWED_MODELS", (), kind="list")
+    # Pub/Sub topics a request may name in `notify` (its own notifications), by prefix of the
+    # topic path, e.g. projects/my-project/topics/ or projects/p/topics/team-a-; empty = none
+    # may (fails closed: a request with `notify` is refused, never silently not notified).
+    allowed_notify_topics: tuple[str, ...] = _env("SPOTJOBS_ALLOWED_NOTIFY_TOPICS", (), kind="list")
     # A bare body without a request id: the same content published again within this many seconds
     # of its first publish (or schedule_time) is the same request (shared/ledger/dedupe.py).
     bare_dedupe_seconds: float = _env("SPOTJOBS_BARE_DEDUPE_SECONDS", 300.0, kind="float")

@@ -41,6 +41,7 @@ from shared.adapters.vertex import (
     to_custom_job,
 )
 from shared.create_lease import create_timeout, note_create_sent, wait_for_the_list
+from shared.deciding.notices import publish_notices, telling_changes
 from shared.deciding.outbox import Mine, alert_corrupt_record, flush
 from shared.delivery import Message
 from shared.errors import TransientError, is_retryable
@@ -247,7 +248,7 @@ def _claim(envelope: dict[str, Any], n: int, log: Logger, ports: Ports, *, reque
         return Decided(claim.record if claim.writes else None, claim)
 
     try:
-        swapped = ports.ledger.swap(request_id, transition)
+        swapped = ports.ledger.swap(request_id, telling_changes(transition, ports.clock))
     except ClaimInProgress as exc:
         log.info(
             "attempt cannot be claimed yet; retry later",
@@ -256,6 +257,8 @@ def _claim(envelope: dict[str, Any], n: int, log: Logger, ports: Ports, *, reque
         )
         raise
     claim: Claim = swapped.decided  # the run whose outcome was written (or found nothing to write)
+    if swapped.wrote and swapped.value is not None and swapped.value.pending_notices:
+        publish_notices(ports, swapped.value, log)  # `accepted`, before the create
     if claim.kind == "taken_over" and not never_sent(claim.attempt):  # a waiting attempt's turn is no news
         log.warning("took over a stale claim; looking for its job before creating", event="claim_taken_over")
     return claim
@@ -383,13 +386,16 @@ def _refused(
     reason = f"{why}: {error['message']}"
     swapped = ports.ledger.swap(
         request_id,
-        lambda current: fail_attempt(
-            current,
-            n=n,
-            error=error,
-            now=ports.clock(),
-            reason=reason,
-            strategy=attempt.strategy,
+        telling_changes(
+            lambda current: fail_attempt(
+                current,
+                n=n,
+                error=error,
+                now=ports.clock(),
+                reason=reason,
+                strategy=attempt.strategy,
+            ),
+            ports.clock,
         ),
     )
     stored = swapped.value

@@ -40,6 +40,10 @@ PUBLISHES: dict[str, tuple[str, ...]] = {
     "prune_checkpoints": ("ops_alerts_topic",),
     "on_trigger": ("ops_alerts_topic", "job_requests_topic"),
 }
+# The functions that publish requesters' notifications (to the topic a request names in
+# `notify`, which the requester lets these functions' service accounts publish to: docs/requests.md);
+# any other leaves them pending for these.
+NOTIFIES = frozenset({"submit_job", "on_job_event", "reconcile"})
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,7 @@ class Ports:
     # (location, job name) -> cancel it: set by the shells that cancel (on_job_event, reconcile:
     # `shared.adapters.vertex.canceller`); the outbox leaves a pending cancel to them when None.
     cancel_job: Callable[[str, str], None] | None = None
+    notifies: bool = True  # may publish requesters' notifications (`NOTIFIES`)
 
     def may_publish(self, topic: str) -> bool:
         return self.topics is None or topic in self.topics
@@ -65,8 +70,12 @@ class Ports:
 
     def publish(self, topic: str, payload: dict[str, Any], **attributes: str) -> str:
         """Publish one JSON message and wait for its id (nothing is left in flight on return)."""
+        return self.publish_to(self.topic_path(topic), payload, **attributes)
+
+    def publish_to(self, topic_path: str, payload: dict[str, Any], **attributes: str) -> str:
+        """`publish`, to a topic given by its full path (a requester's, in any project)."""
         future = self.publisher().publish(
-            self.topic_path(topic),
+            topic_path,
             json.dumps(payload, separators=(",", ":")).encode(),
             **attributes,
         )
@@ -87,4 +96,5 @@ def ports_for(function: str) -> Ports:
         job_service=clients.job_service,
         storage=clients.storage_client,
         topics=frozenset(getattr(settings, field) for field in PUBLISHES[function]),
+        notifies=function in NOTIFIES,
     )

@@ -479,10 +479,17 @@ def _only_published(old: dict[str, Any] | None, new: dict[str, Any] | None) -> b
     request's effects pending publishes them: the system's own work, not the message's)."""
     if old is None or new is None:
         return False
-    remaining = new.get("pending_alerts") or []
-    return all(a in (old.get("pending_alerts") or []) for a in remaining) and {
-        k: v for k, v in old.items() if k != "pending_alerts"
-    } == {k: v for k, v in new.items() if k != "pending_alerts"}
+    # A requester's topic that refuses for good: its notifications dropped, with one alert.
+    refused = AlertKind.NOTIFY_REFUSED.value
+    remaining = [a for a in new.get("pending_alerts") or [] if a.get("kind") != refused]
+    notices = new.get("pending_notices") or []
+    published = ("pending_alerts", "pending_notices", "markers")
+    return (
+        all(a in (old.get("pending_alerts") or []) for a in remaining)
+        and all(n in (old.get("pending_notices") or []) for n in notices)
+        and [m for m in new.get("markers") or [] if not m.startswith(refused + ":")] == (old.get("markers") or [])
+        and {k: v for k, v in old.items() if k not in published} == {k: v for k, v in new.items() if k not in published}
+    )
 
 
 def records_created(before: dict[str, Any], after: dict[str, Any]) -> frozenset[str]:
@@ -573,16 +580,24 @@ def no_lookup_while_backing_off(world: World) -> list[Violation]:
 def no_unknown_live_job(world: World) -> list[Violation]:
     """After the last stray pass, every live job is the recorded job of its request's attempt
     (but a job whose record a person left unreadable: nothing is decided on that record until an
-    operator repairs it, and `ledger_corrupt` says so)."""
+    operator repairs it, and `ledger_corrupt` says so; and the job of a claim whose look-up Vertex
+    refused for good, a 403 on list: neither the look-up nor the stray sweep can see it until an
+    operator grants the permission, and `lookup_failed` says so, seed 84)."""
+    from sim.promises import never_named_for_a_refused_lookup
+
     recorded = {a.job for r in records(world) for a in r.attempts if a.job}
     unreadable = left_unreadable(world)
+    unlooked = never_named_for_a_refused_lookup(world)
     return [
         violation(
             "no_unknown_live_job",
             f"live job {job.name.rsplit('/', 1)[-1]} of {job.request_id} a{job.attempt} is not in the ledger",
         )
         for job in world.vertex.jobs.values()
-        if job.live and job.name not in recorded and job.request_id not in unreadable
+        if job.live
+        and job.name not in recorded
+        and job.request_id not in unreadable
+        and (job.request_id, job.attempt) not in unlooked
     ]
 
 
@@ -698,6 +713,49 @@ def alerts_at_least_once(world: World) -> list[Violation]:
             ):
                 out.append(
                     violation("alerts_once", f"alert {marker} of {record.request_id} was decided, never published")
+                )
+    return out
+
+
+def notifications_at_least_once(world: World) -> list[Violation]:
+    """Every notification a record says was decided (its `notice:` markers) was published to the
+    request's topic, and none is left pending; unless that topic refused for good, which only a
+    refusing topic does (the refusal's one alert: `alerts_once`, and `alert_catalogue`)."""
+    from shared.deciding.notices import NOTICE_MARKER, REFUSED_MARKER, event_id, notify_topic
+
+    out = []
+    for record in records(world):
+        topic = notify_topic(record)
+        if topic is None:
+            continue
+        name = topic.rsplit("/", 1)[-1]
+        if record.pending_notices:
+            out.append(
+                violation(
+                    "notifications_at_least_once",
+                    f"request {record.request_id} still has {len(record.pending_notices)} notification(s) pending",
+                )
+            )
+        if REFUSED_MARKER in record.markers:
+            if name not in world.workload.refusing_topics:
+                out.append(
+                    violation(
+                        "notifications_at_least_once",
+                        f"the notifications of {record.request_id} stopped, but its topic {name} accepts publishes",
+                    )
+                )
+            continue
+        published = {body.get("event_id") for m in world.pubsub.on(name) if isinstance(body := m.json(), dict)}
+        for marker in record.markers:
+            parts = marker.split(":")
+            if len(parts) != 4 or parts[0] != NOTICE_MARKER:
+                continue
+            if event_id(record.request_id, int(parts[2]), parts[1], int(parts[3])) not in published:
+                out.append(
+                    violation(
+                        "notifications_at_least_once",
+                        f"notification {marker} of {record.request_id} was decided, never published to {name}",
+                    )
                 )
     return out
 
@@ -828,6 +886,7 @@ QUIESCENCE: list[Callable[[World], list[Violation]]] = [
     liveness,
     alerts_at_least_once,
     alerts_not_per_redelivery,
+    notifications_at_least_once,
     newest_complete_kept_while_unfinished,
     errors_alerted_once,
     no_lookup_while_backing_off,

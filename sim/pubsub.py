@@ -103,6 +103,10 @@ class SimPubSub:
     topics: dict[str, list[Published]] = field(default_factory=dict)
     pending: list[Delivery] = field(default_factory=list)
     observe: Callable[[Published], None] = lambda message: None  # the world's note of every publish
+    # Topics that refuse every publish for good (a requester's notification topic deleted, or its
+    # grant revoked: NotFound, PermissionDenied), and each refused publish (topic, when).
+    refusing: frozenset[str] = frozenset()
+    refused: list[tuple[str, datetime]] = field(default_factory=list)
     _ids: int = 1
 
     @property
@@ -119,6 +123,12 @@ class SimPubSub:
         future: Future[str] = Future()
 
         def perform() -> str:
+            if name in self.refusing:
+                from google.api_core import exceptions
+
+                self.refused.append((name, self.clock()))
+                refusal = exceptions.NotFound if len(name) % 2 else exceptions.PermissionDenied
+                raise refusal(f"topic {topic} refuses publishes")
             return self.accept(name, data, {k: str(v) for k, v in attributes.items()})
 
         try:

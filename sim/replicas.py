@@ -7,11 +7,12 @@ own (`random.Random(f"{seed}:replicas")`) so every other draw of a seed stays wh
 Vertex (`sim.vertex.SimVertex.advance`) then reclaims one replica's VM, or every replica's at
 once, at each preemption of such a job: one service line per reclaimed VM (the emulator's rich
 mode), and the restarts counted towards the six in the seed's `spot_restart_count` mode
-(`per_event`, `per_vm`, `per_replica`: docs/local.md, unknown from Google's documentation). The
-simulated trainer writes no kit lines, so survivors exiting 134 and the primary-only kit lines of
-docs/kit.md "Multi-node" are not in this world: the service lines are the only evidence.
+(`per_event`, `per_vm`, `per_replica`: docs/local.md, unknown from Google's documentation). When a
+preemption leaves a replica running, that survivor may exit 134 (`peer_exit`): Vertex restarts the
+job for such an exit at most three times and fails it at the fourth, as the emulator does.
 
-The invariants (`QUIESCENCE`): an attempt counts no more preemptions than VMs Vertex reclaimed
+The invariants (`QUIESCENCE`): no job restarted past three exits of 134 or 139
+(`transient_exits_bounded`), an attempt counts no more preemptions than VMs Vertex reclaimed
 and never more than seven per replica (`preemptions_within_reclaimed_vms`), and every attempt of a
 request is created with the layout its first one had (`same_layout_every_attempt`), and a fleet
 fact names no more replicas than its attempt's job had (`fleet_facts_replicas_bounded`).
@@ -38,6 +39,12 @@ SHARE = 0.3  # of seeds with multi-replica requests
 REQUEST_SHARE = 0.5  # of such a seed's plain envelope requests
 ALL_AT_ONCE_SHARE = 0.3  # of a multi-replica job's preemptions: every replica reclaimed together
 SPOT_RESTART_COUNTS = ("per_event", "per_vm", "per_replica")
+# Of a multi-replica job's preemptions that reclaim some replicas but not all: a survivor exits 134
+# (torch.distributed aborts when its peer is gone), which Vertex restarts as "potentially transient"
+# at most three times per job, failing it at the fourth (docs/local.md "Replicas and worker pools").
+PEER_EXIT_SHARE = 0.3
+TRANSIENT_EXIT_RESTARTS = 3
+PEER_EXIT_CODE = 134
 
 
 @dataclass
@@ -48,13 +55,16 @@ class Replicas:
     requests: dict[str, int] = field(default_factory=dict)  # request id -> replicas of its pool 1
     spot_restart_count: str = "per_event"
     rng: random.Random = field(default_factory=lambda: random.Random(0))  # which replicas a preemption reclaims
+    # Whether a survivor exits 134: a generator of its own, so the reclaims drawn stay where they were.
+    exit_rng: random.Random = field(default_factory=lambda: random.Random(0))
 
 
 def draw(seed: int) -> Replicas:
     rng = random.Random(f"{seed}:replicas")
     if rng.random() >= SHARE:
         return Replicas(rng=rng)
-    return Replicas(active=True, spot_restart_count=rng.choice(SPOT_RESTART_COUNTS), rng=rng)
+    exits = random.Random(f"{seed}:replicas:exits")
+    return Replicas(active=True, spot_restart_count=rng.choice(SPOT_RESTART_COUNTS), rng=rng, exit_rng=exits)
 
 
 def with_replicas(workload: Workload, drawn: Replicas) -> Workload:
@@ -111,6 +121,40 @@ def restarts_reached(job: SimJob, reclaimed: list[str], counting: str) -> int:
         return max(job.replica_restarts[name] for name in reclaimed)
     job.restarts += len(reclaimed) if counting == "per_vm" else 1
     return job.restarts
+
+
+def peer_exit(job: SimJob, reclaimed: list[str], drawn: Replicas) -> str | None:
+    """The survivor that exits 134 after a preemption reclaimed its peer's VM (`PEER_EXIT_SHARE` of
+    preemptions that leave a replica running), its exit counted in `job.transient_exits`; None when
+    none does. Vertex restarts the job for it (the emulator's `transient_exit_restarts` `job`)."""
+    survivors = [name for name in replica_names(job.request) if name not in reclaimed]
+    if not survivors or drawn.exit_rng.random() >= PEER_EXIT_SHARE:
+        return None
+    job.transient_exits += 1
+    return drawn.exit_rng.choice(survivors)
+
+
+def peer_exit_error(replica: str) -> dict[str, Any]:
+    """The job's error when Vertex fails it at a transient exit past its three restarts."""
+    return {"code": 3, "message": f"The replica {replica} exited with a non-zero status of {PEER_EXIT_CODE}."}
+
+
+def transient_exits_bounded(world: World) -> list[Violation]:
+    """A job is restarted after at most `TRANSIENT_EXIT_RESTARTS` exits of 134 or 139; the next one
+    fails it with that exit (docs/local.md), as the Vertex emulator does."""
+    from sim.invariants import violation
+
+    return [
+        violation(
+            "transient_exits_bounded",
+            f"{job.request_id} a{job.attempt}: {job.transient_exits} exits of 134 or 139, and its job is {job.state}",
+        )
+        for job in world.vertex.jobs.values()
+        if job.transient_exits > TRANSIENT_EXIT_RESTARTS
+        and not (
+            job.state == "JOB_STATE_FAILED" and f"status of {PEER_EXIT_CODE}" in str((job.error or {}).get("message"))
+        )
+    ]
 
 
 def layout(custom_job: dict[str, Any]) -> list[tuple[str, int]]:
@@ -202,6 +246,7 @@ def fleet_facts_replicas_bounded(world: World) -> list[Violation]:
 
 
 QUIESCENCE: list[Callable[[World], list[Violation]]] = [
+    transient_exits_bounded,
     preemptions_within_reclaimed_vms,
     same_layout_every_attempt,
     fleet_facts_replicas_bounded,

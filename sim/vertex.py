@@ -33,7 +33,7 @@ from google.api_core import exceptions as api
 from shared.adapters.vertex import to_job_json
 from shared.jobs import LABEL_ATTEMPT, LABEL_REQUEST_ID
 from sim.continuations import DEADLINE_EXCEEDED_ERROR, TIMEOUT_FATES
-from sim.replicas import Replicas, reclaim, restarts_reached
+from sim.replicas import TRANSIENT_EXIT_RESTARTS, Replicas, peer_exit, peer_exit_error, reclaim, restarts_reached
 
 SUBMISSIONS_PER_MINUTE = 60
 CRUD_PER_MINUTE = 600
@@ -58,6 +58,7 @@ class SimJob:
     restarts: int = 0  # counted towards the six, in the seed's `spot_restart_count` mode (sim.replicas)
     vms_reclaimed: int = 0  # every replica's VM Spot reclaimed: what the product may count
     replica_restarts: dict[str, int] = field(default_factory=dict)  # replica -> its reclaims
+    transient_exits: int = 0  # survivors' exits of 134 after a peer's reclaim (sim.replicas.peer_exit)
     start_time: datetime | None = None
     end_time: datetime | None = None
     error: dict[str, Any] | None = None
@@ -162,6 +163,9 @@ class SimVertex:
         # Told of each lookup of a request's jobs by its labels (location, request id): what
         # `sim.invariants.note_lookup` judges at the moment it is made.
         self.looked_up: Callable[[str, str], None] = lambda location, request_id: None
+        # When reconcile's list or get calls were answered, per location: the deadline rule counts
+        # on a job being asked at least every reconcile interval (`sim.promises.deadlines_met`).
+        self.asked: dict[str, list[datetime]] = collections.defaultdict(list)
         self._calls: dict[tuple[str, str], collections.deque[datetime]] = collections.defaultdict(collections.deque)
 
     def __call__(self, location: str) -> SimVertex:
@@ -206,6 +210,10 @@ class SimVertex:
                 "List of found errors:\t1.Field: job_spec.worker_pool_specs[0].machine_spec; "
                 "Message: Machine type is not supported for this accelerator configuration.\t"
             )
+
+    def _note_asked(self, location: str) -> None:
+        if self.caller() == "reconcile":
+            self.asked[location].append(self.clock())
 
     def _known_job(self, name: str) -> SimJob:
         job = self.jobs.get(name)
@@ -254,6 +262,7 @@ class SimVertex:
             self._admit("crud", location, CRUD_PER_MINUTE)
             known = self.jobs.get(name)
             self._refuse("get", location, known.request_id if known else "")
+            self._note_asked(location)
             return self._known_job(name).to_proto()
 
         return self.io("vertex", "get", perform)
@@ -271,6 +280,7 @@ class SimVertex:
                 self.looked_up(parent.split("/locations/")[1], wanted[LABEL_REQUEST_ID])
             self._admit("crud", parent.split("/locations/")[1], CRUD_PER_MINUTE)
             self._refuse("list", parent.split("/locations/")[1], wanted.get(LABEL_REQUEST_ID, ""))
+            self._note_asked(parent.split("/locations/")[1])
             candidates: Iterable[SimJob] = self.jobs.values()  # a job put in `jobs` by hand (a test)
             if self._indexed == len(self.jobs):
                 rid = wanted.get(LABEL_REQUEST_ID)
@@ -399,6 +409,11 @@ class SimVertex:
                         f"(restart {reached} of {MAX_RESTARTS}).",
                         "WARNING",
                     )
+                survivor = peer_exit(job, reclaimed, self.replicas)
+                if survivor is not None and job.transient_exits > TRANSIENT_EXIT_RESTARTS:
+                    self.runs(job, "stop")
+                    self.set_state(job, "JOB_STATE_FAILED", peer_exit_error(survivor))
+                    return
                 self.runs(job, "start")
                 # Vertex keeps the job RUNNING while it waits for a machine again.
                 job.next_change += timedelta(seconds=self.changeover(job.location, "restart"))

@@ -17,6 +17,7 @@ from typing import Any
 from shared.settings import Settings
 
 PROJECT = "sim-project"
+NOTIFY_TOPIC_PREFIX = "notify-"
 IMAGE = f"us-docker.pkg.dev/{PROJECT}/training/trainer:1"
 TRAINER = f"trainer@{PROJECT}.iam.gserviceaccount.com"
 HOME = "us-central1"
@@ -67,6 +68,9 @@ class Workload:
     duration: timedelta
     max_steps: int
     triggers: list[dict[str, Any]] = field(default_factory=list)  # definitions, as `triggers apply` stores them
+    # Requesters' notification topics that refuse every publish for good (NotFound, 403): their
+    # requests' notifications stop, with one `notify_refused` alert (shared/deciding/notices.py).
+    refusing_topics: frozenset[str] = frozenset()
     # Per location, when Spot has no capacity there: a Spot job waits PENDING through it.
     spot_outages: dict[str, list[tuple[datetime, datetime]]] = field(default_factory=dict)
 
@@ -131,6 +135,7 @@ def _settings(rng: random.Random) -> dict[str, str]:
         "SPOTJOBS_BARE_DEDUPE_SECONDS": str(rng.choice((300, 3600))),
         "SPOTJOBS_PACER_RUN_SECONDS": str(rng.choice((10, 40))),
         "SPOTJOBS_LOG_LEVEL": "WARNING",
+        "SPOTJOBS_ALLOWED_NOTIFY_TOPICS": f"projects/{PROJECT}/topics/{NOTIFY_TOPIC_PREFIX}",
     }
 
 
@@ -141,6 +146,9 @@ def generate(rng: random.Random) -> Workload:
 
     env = _settings(rng)
     settings = Settings.from_env(env)
+    # Notifications draw from a generator of their own, so every other draw of a seed is as before.
+    notify_rng = random.Random(repr(rng.getstate()))
+    refusing_topics: set[str] = set()
     start = EPOCH_OF_SIMULATION
     arrivals: list[Arrival] = []
     gpu_quota_full = rng.random() < 0.15
@@ -197,6 +205,10 @@ def generate(rng: random.Random) -> Workload:
                 attributes = {"request_id": request_id}
         elif kind == "envelope" and gpu:
             with_budget(body, request_id, at)  # some carry a max_cost_usd (sim/budgets.py)
+        # Not near the size limit (the topic would push it over) nor a hostile one.
+        told = kind in ("envelope", "deadline", "fallback", "invalid")
+        if told and notify_rng.random() < 0.4:
+            body["notify"] = {"topic": _notify_topic(notify_rng, request_id, kind, refusing_topics)}
         add(at, body, attributes, f"{kind} {request_id}")
         if rng.random() < 0.1:  # the publisher retries: the same message again
             add(
@@ -295,7 +307,20 @@ def generate(rng: random.Random) -> Workload:
         duration=duration,
         max_steps=1200,
         triggers=triggers,
+        refusing_topics=frozenset(refusing_topics),
     )
+
+
+def _notify_topic(rng: random.Random, request_id: str, kind: str, refusing: set[str]) -> str:
+    """A request's notification topic: its own under the allowed prefix; one in five refuses for
+    good; an `invalid` request's may also lie outside the allowlist (one more violation of it)."""
+    if kind == "invalid" and rng.random() < 0.5:
+        return f"projects/other-{PROJECT}/topics/{NOTIFY_TOPIC_PREFIX}{request_id}"
+    name = f"{NOTIFY_TOPIC_PREFIX}{request_id}"
+    if rng.random() < 0.2:
+        name = f"{NOTIFY_TOPIC_PREFIX}refusing-{request_id}"
+        refusing.add(name)
+    return f"projects/{PROJECT}/topics/{name}"
 
 
 def redrive_dead_letters(world: Any) -> None:

@@ -239,7 +239,7 @@ class World:
         self.trainer.two_file_stems = self.permanent.two_file_stems
         if not self.no_faults:
             self.workload.operations += permanent.events(self.seed, self.permanent, self.workload)
-        self.pubsub = SimPubSub(self.clock.now, self.io, self.rng)
+        self.pubsub = SimPubSub(self.clock.now, self.io, self.rng, refusing=self.workload.refusing_topics)
         self.pubsub.observe = self._observe_publish
         self._ports: dict[str, Any] = {}
         self._fault_count = 0
@@ -268,7 +268,7 @@ class World:
         """`shared.wiring.ports_for` in the sim: one instance per function, as a warm one is."""
         if function not in self._ports:
             from shared.ledger.store import LedgerStore
-            from shared.wiring import PUBLISHES, Ports
+            from shared.wiring import NOTIFIES, PUBLISHES, Ports
 
             client = self.storage.client()
             self._ports[function] = Ports(
@@ -279,6 +279,7 @@ class World:
                 storage=lambda: client,
                 clock=self.clock.now,
                 topics=frozenset(getattr(self.settings, f) for f in PUBLISHES[function]),
+                notifies=function in NOTIFIES,
             )
         return self._ports[function]
 

@@ -192,6 +192,7 @@ def cancel(
 
     Needs the role on the state bucket's `requests/` prefix that Terraform grants `cancellers`."""
     from shared.clock import utcnow
+    from shared.deciding.notices import telling_changes
     from shared.ledger.cancelling import cancel_request
     from shared.ledger.store import LedgerStore
 
@@ -205,7 +206,12 @@ def cancel(
         client = storage.Client(project=project or settings.project)
         ledger = LedgerStore(client.bucket(settings.state_bucket))
     who = by or caller_identity()
-    swapped = ledger.swap(request_id, lambda current: cancel_request(current, by=who, reason=reason, now=utcnow()))
+    # A request that ends at once (nothing of it runs) tells its `cancelled` notification in this
+    # write; the functions publish it (reconcile, for every record with effects pending).
+    swapped = ledger.swap(
+        request_id,
+        telling_changes(lambda current: cancel_request(current, by=who, reason=reason, now=utcnow()), utcnow),
+    )
     record = swapped.value
     return CancelOutcome(
         request_id,

@@ -147,6 +147,7 @@ variable "settings" {
     allowed_fallback_strategies  = optional(list(string))       # SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES (null = none: Spot only)
     min_spot_attempts            = optional(number)             # SPOTJOBS_MIN_SPOT_ATTEMPTS
     changeover_prior_seconds     = optional(number)             # SPOTJOBS_CHANGEOVER_PRIOR_SECONDS (default 1200)
+    region_prior                 = optional(bool)               # SPOTJOBS_REGION_PRIOR (default true: placement starts from shared/fleet/region_prior.json)
     reconcile_interval_seconds   = optional(number)             # SPOTJOBS_RECONCILE_INTERVAL_SECONDS (default 300: keep it the reconcile schedule's interval)
     checkpoint_prior_seconds     = optional(number)             # SPOTJOBS_CHECKPOINT_PRIOR_SECONDS (default 3600: the trainer's checkpoint interval until seen)
     allowed_locations            = optional(list(string))       # SPOTJOBS_ALLOWED_LOCATIONS (null = any region)
@@ -159,6 +160,7 @@ variable "settings" {
     allowed_kms_keys             = optional(list(string))       # SPOTJOBS_ALLOWED_KMS_KEYS
     allowed_tensorboards         = optional(list(string))       # SPOTJOBS_ALLOWED_TENSORBOARDS
     allowed_experiments          = optional(list(string))       # SPOTJOBS_ALLOWED_EXPERIMENTS
+    allowed_notify_topics        = optional(list(string))       # SPOTJOBS_ALLOWED_NOTIFY_TOPICS (null = no request may name notify)
     allowed_models               = optional(list(string))       # SPOTJOBS_ALLOWED_MODELS
     claim_lease_seconds          = optional(number)             # SPOTJOBS_CLAIM_LEASE_SECONDS
     bare_dedupe_seconds          = optional(number)             # SPOTJOBS_BARE_DEDUPE_SECONDS (a bare body's dedupe window)
@@ -214,6 +216,7 @@ variable "settings" {
         var.settings.allowed_tensorboards,
         var.settings.allowed_experiments,
         var.settings.allowed_models,
+        var.settings.allowed_notify_topics,
       ] : [for item in coalesce(v, []) : !strcontains(item, ",")]
     ]))
     error_message = "settings: list items must not contain commas (the functions split SPOTJOBS_* lists on commas)."

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from shared.deciding.decisions import Decision, DecisionPolicy, Observation, decide
 from shared.deciding.effects import Effects
 from shared.deciding.moves import consider_move
+from shared.deciding.notices import note_changes
 from shared.deciding.outbox import Mine, flush
 from shared.deciding.preemptions import kit_runs, unconfirmed_kit_preemptions
 from shared.fleet.observations import Reading
@@ -49,6 +50,7 @@ def apply_observation(ports: Ports, request_id: str, observation: Observation, l
         seen[:] = [fleet_facts(record, reading)]
         decision = decide(record, observation, policy, ports.clock(), fleet=placer)
         consider_move(decision.record, observation.job, placer, policy, ports.clock(), decision.effects)
+        note_changes(decision.record, ports.clock())  # the requester's notifications, in this write
         return Decided(decision.record, decision)
 
     swapped = ports.ledger.swap(request_id, transition)

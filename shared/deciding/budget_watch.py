@@ -9,7 +9,9 @@ reconcile pass over the requests that run (a job that writes no line is still se
   compare-and-swap, sent by the outbox; the request ends CANCELLED when Vertex reports the job
   ended;
 - one `budget_reached` alert (a marker in the record: a redelivery or a concurrent pass decides
-  nothing again), also when the attempt had ended already (nothing left to stop).
+  nothing again), also when the attempt had ended already (nothing left to stop), and a
+  `budget_reached` notification to the request's own topic when it names one
+  (`shared.deciding.notices`).
 
 How late: a pass may come one reconcile interval after the moment the spend reached the budget,
 and the cancel takes Vertex some seconds more, so the spend can pass the budget by up to one
@@ -24,6 +26,7 @@ from datetime import datetime
 from shared.alerts import AlertKind
 from shared.clock import iso
 from shared.deciding.effects import Effects, LogLine, attempt_alert, event_fields
+from shared.deciding.notices import NoticeKind, notify_pending
 from shared.errors import Violation
 from shared.fleet.placing import work_hours
 from shared.fleet.spend import Price, budget_left, max_cost, request_spend
@@ -55,6 +58,7 @@ def watch_budget(record: RequestRecord, now: datetime, effects: Effects, price: 
     record.mark(str(AlertKind.BUDGET_REACHED))
     details = {"spent_usd": round(spend.usd, 4), "max_cost_usd": limit, "stopped": stopping}
     effects.alerts.append(attempt_alert(record, latest, AlertKind.BUDGET_REACHED, now, message, **details))
+    notify_pending(record, NoticeKind.BUDGET_REACHED, now, **details)  # the requester's own topic, if it names one
     effects.lines.append(
         LogLine("WARNING", message, event_fields(record, latest, str(AlertKind.BUDGET_REACHED), **details))
     )

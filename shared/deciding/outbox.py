@@ -39,6 +39,7 @@ from typing import Any
 from shared.alerts import Alert, AlertKind
 from shared.clock import iso, parse_iso
 from shared.deciding.alert_log import log_alert
+from shared.deciding.notices import publish_notices
 from shared.ledger.records import CorruptRecord, RequestRecord, private_copy
 from shared.log import Logger
 from shared.requests.envelope import requeue_message
@@ -93,7 +94,7 @@ def flush(
 
     def pending() -> None:
         nonlocal waiting
-        waiting = publish_pending(ports, record, ours=Mine.EFFECTS in mine, now=now, own_alerts=own_alerts)
+        waiting = publish_pending(ports, record, ours=Mine.EFFECTS in mine, now=now, own_alerts=own_alerts, log=log)
 
     run_all([cancels, requeue, pending])
     message_id, in_flight = settled
@@ -188,14 +189,19 @@ def publish_pending(
     ours: bool,
     now: datetime,
     own_alerts: Sequence[Mapping[str, Any]] | None = None,
+    log: Logger | None = None,
 ) -> str | None:
-    """Publish the record's pending alerts and prune request, then clear the ones published.
+    """Publish the record's pending notifications (shared/deciding/notices.py), alerts and prune
+    request, then clear the ones published.
 
     `ours`: this call's write made them pending; with `own_alerts`, only those alerts (`flush`).
     Returns a reason to look again when they are left to the delivery that decided them. Raises
     the first failed publish after trying them all; what failed stays pending.
     """
     settings = ports.settings
+    # Notifications first, by whoever flushes (a copy is harmless: subscribers de-duplicate by
+    # event_id); a topic that refuses for good leaves its one alert pending, sent below.
+    record = publish_notices(ports, record, log or Logger())
     if not record.has_pending_effects:
         return None
     own = {_alert_key(a) for a in own_alerts or ()}
@@ -258,6 +264,7 @@ def _alert_key(alert: Mapping[str, Any]) -> str:
 def _pending_since(record: RequestRecord) -> datetime:
     """When the youngest pending effect was decided, or last taken over."""
     moments = [parse_iso(alert["time"]) for alert in record.pending_alerts]
+    moments += [parse_iso(notice["at"]) for notice in record.pending_notices]
     if record.prune_pending and record.prune_requested_at:
         moments.append(parse_iso(record.prune_requested_at))
     if record.effects_taken_at:

@@ -118,18 +118,28 @@ def _without_location(envelope: dict[str, Any]) -> dict[str, Any]:
 
 
 def record_job(
-    current: RequestRecord | None, *, n: int, job_name: str, state: str, created_at: str | None
+    current: RequestRecord | None,
+    *,
+    n: int,
+    job_name: str,
+    state: str,
+    created_at: str | None,
+    started_at: str | None = None,
+    ended_at: str | None = None,
 ) -> RequestRecord | None:
     """Record attempt n's job, whoever created or found it (once); None when there is nothing to
     write (no such attempt, or a job already recorded: the caller compares the names). A job of a
     cancelled request (its create was in flight when the cancel landed) is recorded with its
-    cancel pending, for the outbox."""
+    cancel pending, for the outbox. A job found already running or ended keeps Vertex's times: a
+    cancel may settle the request before any decision reads the job again."""
     attempt = current.attempt(n) if current else None
     if current is None or attempt is None or attempt.job is not None:
         return None
     attempt.job = job_name
     attempt.created_at = created_at
     attempt.state = attempt.state or state
+    attempt.started_at = attempt.started_at or started_at
+    attempt.ended_at = attempt.ended_at or ended_at
     if current.cancel is not None and is_live(attempt):
         attempt.cancel_decided_at = now_iso()
     if current.status == RequestStatus.CLAIMED and current.latest is attempt:

@@ -159,6 +159,9 @@ class RequestRecord:
     # and whether the prune request is still to be sent.
     pending_alerts: list[dict[str, Any]] = field(default_factory=list)
     prune_pending: bool = False
+    # The requester's notifications decided, in order, not yet confirmed published to the
+    # request's `notify` topic (shared/deciding/notices.py).
+    pending_notices: list[dict[str, Any]] = field(default_factory=list)
     # When a delivery took over effects whose decider was presumed dead (one taker at a time).
     effects_taken_at: str | None = None
     cancel: CancelIntent | None = None
@@ -192,7 +195,7 @@ class RequestRecord:
 
     @property
     def has_pending_effects(self) -> bool:
-        return bool(self.pending_alerts) or self.prune_pending
+        return bool(self.pending_alerts) or self.prune_pending or bool(self.pending_notices)
 
     def to_json(self) -> dict[str, Any]:
         """The record as shown (status, explain, reports): without the attempts' kit keys, and

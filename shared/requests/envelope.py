@@ -4,7 +4,7 @@ A message on `job-requests` is either
 
 - an **envelope** `{"request_id", "custom_job", "location"?, "locations"?, "max_attempts"?,
   "fallback"?, "checkpoints"?, "deadline"?, "total_steps"?, "expected_step_seconds"?,
-  "changeover_seconds"?, "priority"?, "max_cost_usd"?, "max_runtime"?, "schema_version"?, "attempt"?}`, or
+  "changeover_seconds"?, "priority"?, "max_cost_usd"?, "max_runtime"?, "notify"?, "schema_version"?, "attempt"?}`, or
 - a **bare CustomJob body**, exactly what the Vertex AI REST docs POST to `customJobs`. Its request
   id is the `request_id` message attribute, else derived from its content and the dedupe window
   its moment (`schedule_time`, else the original publish time a redrive carries, else the publish
@@ -85,6 +85,7 @@ ENVELOPE_FIELDS = (
     "priority",
     "max_cost_usd",
     "max_runtime",
+    "notify",
     "attempt",
 )
 # What a deadline comes with: the work and, optionally, overrides of the estimates.
@@ -99,6 +100,12 @@ MAX_TOTAL_STEPS = 10**12
 MAX_SECONDS = MAX_DEADLINE_AHEAD.total_seconds()
 # A request's budget in US dollars (`max_cost_usd`): bounded so that no arithmetic on it means nothing.
 MAX_COST_USD = 10.0**9
+# `notify.topic`: a Pub/Sub topic's full path, never an address (no request makes the functions
+# call a URL). Project ids and topic names as Pub/Sub documents them
+# (https://cloud.google.com/pubsub/docs/create-topic#resource_names).
+NOTIFY_TOPIC_PATTERN = re.compile(
+    r"^projects/[a-z][a-z0-9-]{4,28}[a-z0-9]/topics/(?!goog)[A-Za-z][A-Za-z0-9._~+%-]{2,254}$"
+)
 REQUEST_ID_ATTRIBUTE = "request_id"
 # When a scheduler meant the message to fire (RFC 3339): names a bare body published without a
 # request id, so a double fire of one schedule is one request.
@@ -197,6 +204,7 @@ class JobRequest:
     deadline: Deadline | None = None
     priority: int = 0  # higher goes first when creates wait for the quota (shared/pacing.py)
     max_cost_usd: float | None = None  # the request is stopped once it spent this (shared/deciding/budget_watch.py)
+    notify_topic: str | None = None  # the topic its notifications go to (shared/deciding/notices.py)
     attempt: int | None = None  # set exactly on messages marked as the system's re-queues
     # Seconds of running time the request may take over its continuations after Vertex's job
     # timeout (shared/deciding/continuations.py); None: the deployment's ceiling.
@@ -411,6 +419,7 @@ def _read_envelope(
         priority=_read_priority(body.get("priority"), violations),
         max_cost_usd=_read_max_cost(body.get("max_cost_usd"), violations),
         max_runtime=read_max_runtime(body.get("max_runtime"), violations),
+        notify_topic=_read_notify(body.get("notify"), violations),
         attempt=_read_int(body.get("attempt"), "attempt", 1, violations) if requeue else None,
     )
     return request, violations
@@ -584,6 +593,29 @@ def read_max_runtime(value: object, violations: list[Violation]) -> float | None
     return float(value)  # type: ignore[arg-type]  # checked above
 
 
+def _read_notify(value: object, violations: list[Violation]) -> str | None:
+    """`notify: {"topic": "projects/P/topics/T"}`: the topic path, or None with a violation."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or "topic" not in value:
+        violations.append(Violation("notify", 'expected {"topic": "projects/PROJECT/topics/TOPIC"}'))
+        return None
+    for key in value:
+        if key != "topic":
+            violations.append(Violation(field_path("notify", key), "unknown field; expected topic"))
+    topic = value["topic"]
+    if not isinstance(topic, str) or not NOTIFY_TOPIC_PATTERN.fullmatch(topic):
+        violations.append(
+            Violation(
+                "notify.topic",
+                f"is {_shown(topic)}; expected a Pub/Sub topic path projects/PROJECT/topics/TOPIC (a project id of 6-30 "
+                "characters, a topic name of 3-255 not starting with goog; never a URL)",
+            )
+        )
+        return None
+    return topic
+
+
 def _read_keep_last(value: object, violations: list[Violation]) -> int | None:
     if value is None:
         return None
@@ -625,4 +657,5 @@ def canonical_envelope(request: JobRequest, *, default_location: str, default_ma
         **({"priority": request.priority} if request.priority else {}),
         **({"max_cost_usd": request.max_cost_usd} if request.max_cost_usd is not None else {}),
         **({"max_runtime": request.max_runtime} if request.max_runtime is not None else {}),
+        **({"notify": {"topic": request.notify_topic}} if request.notify_topic else {}),
     }

@@ -99,6 +99,10 @@ def check_policy(request: JobRequest, settings: Settings, now: datetime | None =
     out.extend(_check_locations(request, settings))
     out.extend(_check_deadline(request, settings, now or utcnow()))
     out.extend(check_budget(request, settings))
+    if request.attempt is None:
+        # A re-queue carries the topic its request was accepted with (the ledger confirms the
+        # body); a policy changed since stops its notifications at publish, not its training.
+        out.extend(check_notify_topic(request.notify_topic, settings))
     return out
 
 
@@ -114,6 +118,20 @@ def _check_max_runtime(request: JobRequest, settings: Settings) -> list[Violatio
             f"({settings.max_runtime_seconds / 86400:g} days) allowed",
         )
     ]
+
+
+def check_notify_topic(topic: str | None, settings: Settings) -> list[Violation]:
+    """A request's notification topic must fall under one of the deployment's allowed prefixes;
+    with none configured, no topic may be named (fails closed: refused, never silently dropped)."""
+    allowed = settings.allowed_notify_topics
+    if topic is None or any(topic.startswith(prefix) for prefix in allowed):
+        return []
+    shown = (
+        ", ".join(allowed)
+        if allowed
+        else "none: this deployment sends no notifications (SPOTJOBS_ALLOWED_NOTIFY_TOPICS)"
+    )
+    return [Violation("notify.topic", f"is {topic}; allowed topics: {shown}")]
 
 
 def check_attempt_job(
@@ -317,6 +335,7 @@ def describe_policy(settings: Settings) -> dict[str, Any]:
             "unknown); a deadline whose work costs more than the budget even on Spot",
         },
         "locations": list(settings.allowed_locations) or "any region",
+        "notify_topics": [f"{prefix}*" for prefix in settings.allowed_notify_topics] or "none (notify is refused)",
         "default_location": settings.location,
         "system_fields": f"{', '.join(SYSTEM_FIELDS)}: only on the system's re-queue messages",
     }

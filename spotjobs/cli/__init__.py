@@ -9,6 +9,7 @@
 - `logs`: logs (the trainer's output of a request)
 - `dashboard`: dashboard (the local web app, spotjobs/dashboard/)
 - `triggers`: triggers apply, list, test, delete
+- `watch`: watch (a request's notifications)
 
 Each module exposes `register(subparsers)`: a plug-in interface, so it is the one name every
 command module defines (tests/unit/test_names.py allows it and nothing else twice in `shared/`);
@@ -25,10 +26,38 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from spotjobs.cli import cancel, dashboard, explain, fleet, local, logs, ops, prune, report, requests, status, triggers
+from spotjobs.cli import (
+    cancel,
+    dashboard,
+    explain,
+    fleet,
+    local,
+    logs,
+    ops,
+    prune,
+    report,
+    requests,
+    status,
+    triggers,
+    watch,
+)
 from spotjobs.cli.common import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED
 
-COMMAND_MODULES = (requests, status, cancel, logs, prune, ops, report, explain, fleet, dashboard, triggers, local)
+COMMAND_MODULES = (
+    requests,
+    status,
+    watch,
+    cancel,
+    logs,
+    prune,
+    ops,
+    report,
+    explain,
+    fleet,
+    dashboard,
+    triggers,
+    local,
+)
 
 EPILOG = """exit status: 0 success; 1 failure (not found, or the command ran and reported errors);
 2 invalid input or usage, or (local up, demo) the local stack is not installed;

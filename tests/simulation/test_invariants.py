@@ -127,6 +127,19 @@ def test_a_live_job_the_ledger_does_not_know_is_caught(world: World) -> None:
     assert invariants.no_unknown_live_job(world) == []
 
 
+def test_a_live_job_its_claim_could_never_look_up_is_left_to_lookup_failed(world: World) -> None:
+    """Seed 84: the job's create was sent, its delivery died before recording it, and Vertex
+    refused reconcile's look-up of the claim (and the stray sweep's listing) for good: no code
+    can see the job until an operator grants the permission, and `lookup_failed` says so."""
+    from sim.vertex import Refused
+
+    unknown = job(world, "r1", 1)
+    record(world, "r1", RequestStatus.CLAIMED, attempt(1))
+    assert invariants.no_unknown_live_job(world)
+    world.vertex.refused.append(Refused(world.clock.now(), "list", unknown.location, "r1", 403, "reconcile"))
+    assert invariants.no_unknown_live_job(world) == []
+
+
 def test_a_request_left_without_a_job_or_an_end_is_caught(world: World) -> None:
     record(world, "r1", RequestStatus.CLAIMED, attempt(1))
     world.storage.client().bucket(world.settings.state_bucket).blob(
@@ -421,3 +434,50 @@ def test_a_request_whose_message_awaits_its_redrive_is_not_lost(world: World) ->
     world.pubsub.accept(DEAD_LETTER_TOPIC, arrival.data, dict(arrival.attributes))  # failed 5 times
 
     assert not any(f"request {rid} was published" in v.detail for v in invariants.liveness(world))
+
+
+# Requesters' notifications (shared/deciding/notices.py).
+
+NOTIFY_TOPIC = "projects/sim-project/topics/notify-r1"
+
+
+def notified_record(world: World, *markers: str, **fields: object) -> None:
+    LedgerStore(world.storage.client().bucket(world.settings.state_bucket)).restore(
+        RequestRecord(
+            "r1",
+            {"custom_job": {}, "notify": {"topic": NOTIFY_TOPIC}},
+            "gs://c/",
+            status=RequestStatus.SUCCEEDED,
+            attempts=[attempt(1)],
+            markers=list(markers),
+            **fields,
+        )
+    )
+
+
+def test_a_decided_notification_never_published_is_caught(world: World) -> None:
+    from shared.deciding.notices import event_id
+
+    notified_record(world, "notice:accepted:1:0", "notice:succeeded:1:0")
+    published = {"event_id": event_id("r1", 1, "accepted", 0), "kind": "accepted"}
+    world.pubsub.accept("notify-r1", json.dumps(published).encode(), {})
+
+    [found] = invariants.notifications_at_least_once(world)
+    assert "notice:succeeded:1:0 of r1 was decided, never published" in found.detail
+
+
+def test_a_notification_left_pending_is_caught(world: World) -> None:
+    notified_record(world, pending_notices=[{"event_id": "x", "kind": "accepted"}])
+    assert [v.detail for v in invariants.notifications_at_least_once(world)] == [
+        "request r1 still has 1 notification(s) pending"
+    ]
+
+
+def test_notifications_stopped_for_a_topic_that_accepts_is_caught(world: World) -> None:
+    notified_record(world, "notice:accepted:1:0", "notify_refused:0")
+    assert [v.detail for v in invariants.notifications_at_least_once(world)] == [
+        "the notifications of r1 stopped, but its topic notify-r1 accepts publishes"
+    ]
+    world.pubsub.refusing = frozenset({"notify-r1"})
+    world.workload.refusing_topics = frozenset({"notify-r1"})
+    assert invariants.notifications_at_least_once(world) == []

@@ -230,6 +230,19 @@ def test_a_job_waiting_past_the_bound_without_its_alert_is_caught(world: World) 
     assert catalogue(world, AlertKind.JOB_STUCK) == []
 
 
+def test_a_waiting_job_its_claim_never_named_for_a_refused_lookup_owes_lookup_failed(world: World) -> None:
+    """Seed 84: the create's delivery crashed before recording the job, and every later look-up
+    was refused for good (a 403 on list): the record never names the job, so nothing can tell it
+    waits; `lookup_failed` is the word owed, not `job_stuck`."""
+    job(world, "r1", 1, "JOB_STATE_PENDING")
+    restore(world, "r1", RequestStatus.CLAIMED, Attempt(1, "us-central1", "SPOT", claimed_at="2026-03-02T08:00:00Z"))
+    world.clock.advance(world.settings.stuck_after_seconds + promises.LAG.total_seconds() + 1)
+    assert len(catalogue(world, AlertKind.JOB_STUCK)) == 1
+    world.vertex.refused.append(Refused(world.clock.now(), "list", "us-central1", "r1", 403, "reconcile"))
+    assert catalogue(world, AlertKind.JOB_STUCK) == []
+    assert len(catalogue(world, AlertKind.LOOKUP_FAILED)) == 1
+
+
 def test_a_deletion_never_reported_is_caught(world: World) -> None:
     running = trained(world, "r1")
     world.trainer.save(running, 100, torn=False)
@@ -314,7 +327,17 @@ def test_the_stuck_bound_is_past_the_documented_ones(world: World) -> None:
 # Deadlines.
 
 
+def asked_every(world: World, seconds: float, *, hours: float = 4.0) -> None:
+    """Reconcile asked Vertex in us-central1 every `seconds` from now on: the rule's "asked at
+    least every m seconds" held."""
+    start = world.clock.now() - timedelta(seconds=seconds)
+    world.vertex.asked["us-central1"] = [
+        start + timedelta(seconds=seconds * i) for i in range(int(hours * 3600 / seconds))
+    ]
+
+
 def deadline_request(world: World, *, changeover: float, ran: float, hours: float = 2.0) -> SimJob:
+    asked_every(world, world.settings.reconcile_interval_seconds, hours=hours + 1)
     on_demand = job(world, "r1", 1, "JOB_STATE_SUCCEEDED", strategy="STANDARD")
     on_demand.start_time = on_demand.create_time + timedelta(seconds=changeover)
     on_demand.end_time = on_demand.start_time + timedelta(seconds=ran)
@@ -344,6 +367,24 @@ def test_a_deadline_missed_though_the_rule_s_assumptions_held_is_caught(world: W
     assert "r1 (work 600 s" in found.detail
 
 
+def test_a_deadline_missed_while_reconcile_asked_nothing_for_longer_than_d_is_excused(world: World) -> None:
+    """The rule counts on the job being asked at least every m seconds (docs/deadlines.md); a job
+    no record names yet is asked by reconcile alone. Seed 24 (on 241aac2): r9-deadline's job was
+    created by a delivery that died before recording it, and reconcile's passes crashed (a 5% fault
+    rate), each crashed pass's lease turning the next two ticks away, so none asked Vertex for 90 min."""
+    on_demand = deadline_request(world, changeover=600, ran=600)
+    created = on_demand.create_time  # the request's too
+    on_demand.end_time = created + timedelta(hours=3)  # done past the deadline
+    on_demand.start_time = on_demand.end_time - timedelta(seconds=600)
+    on_demand.create_time = on_demand.start_time - timedelta(seconds=600)
+    assert len(promises.deadlines_met(world)) == 1  # asked every reconcile interval: caught
+
+    silent_until = created + timedelta(seconds=world.settings.changeover_prior_seconds + 60)
+    asked = world.vertex.asked["us-central1"]
+    world.vertex.asked["us-central1"] = [at for at in asked if not created < at < silent_until]
+    assert promises.deadlines_met(world) == []
+
+
 def test_a_deadline_missed_after_a_late_first_create_is_excused(world: World) -> None:
     """Its first job was created more than the bound after the request arrived (the submission
     quota's line, a dead-lettered message: seeds 128 and 24): the rule decided nothing before."""
@@ -368,6 +409,7 @@ def test_a_deadline_missed_after_a_slow_switch_is_excused(world: World) -> None:
     a Spot job the code cancelled to switch, then the on-demand job's create and start, longer than
     d in all, breaks the rule's assumption though each job's own wait was short (seed 24)."""
     d = world.settings.changeover_prior_seconds
+    asked_every(world, world.settings.reconcile_interval_seconds)
     spot = job(world, "r1", 1, "JOB_STATE_CANCELLED")
     world.clock.advance(60)
     on_demand = job(world, "r1", 2, "JOB_STATE_SUCCEEDED", strategy="STANDARD")
@@ -401,6 +443,7 @@ def test_a_deadline_infeasible_from_the_start_is_excused(world: World) -> None:
 def test_a_deadline_missed_waiting_for_a_gpu_quota_past_the_bound_is_excused(world: World) -> None:
     """The rule counts on on-demand being there within d of a decision; a create the GPU quota
     turns away for longer breaks that as a slow changeover does (seed 165: quota full for good)."""
+    asked_every(world, world.settings.reconcile_interval_seconds)
     deadline = world.clock.now() + timedelta(hours=1)
     claim = Attempt(1, "us-central1", "SPOT", claimed_at=world.clock.now().isoformat())
     restore(
@@ -571,3 +614,13 @@ def test_a_deleted_job_whose_timeout_the_code_had_read_owes_its_timeouts_alert_n
         attempts = [attempt_of(timed_out)]
         ledger.restore(RequestRecord(request_id, request, "gs://c/", RequestStatus.FAILED, attempts, markers=markers))
     assert [e.split(":")[0] for e in catalogue(world, AlertKind.JOB_FAILED)] == ["no job_failed alert for r-unread"]
+
+
+def test_a_notification_topic_that_refused_without_its_alert_is_caught(world: World) -> None:
+    restore(world, "r1", RequestStatus.RUNNING, notify={"topic": "projects/sim-project/topics/notify-r1"})
+    world.pubsub.refused.append(("notify-r1", world.clock.now()))
+    assert catalogue(world, AlertKind.NOTIFY_REFUSED) == [
+        "no notify_refused alert for r1: its topic notify-r1 refused a publish"
+    ]
+    publish_alert(world, AlertKind.NOTIFY_REFUSED, "r1")
+    assert catalogue(world, AlertKind.NOTIFY_REFUSED) == []

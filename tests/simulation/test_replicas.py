@@ -129,3 +129,37 @@ def test_a_fleet_fact_naming_more_replicas_than_its_job_had_is_caught() -> None:
     )
     [found] = replicas.fleet_facts_replicas_bounded(world)
     assert found.detail == f"{name}: 3 replicas, its attempt's jobs had 2"
+
+
+def test_a_survivor_s_exit_after_a_peer_s_reclaim_restarts_the_job_three_times_then_fails_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """docs/local.md "Replicas and worker pools": an exit of 134 or 139 (a survivor whose peer was
+    stopped) is restarted at most three times per job; the fourth fails it, as the emulator does."""
+    world = World(0)
+    world.vertex.replicas = replicas.Replicas(active=True, rng=random.Random(0))
+    monkeypatch.setattr(replicas, "ALL_AT_ONCE_SHARE", 0.0)
+    monkeypatch.setattr(replicas, "PEER_EXIT_SHARE", 1.0)
+    sim_job = two_pools(job(world, "r1", 1), pool1_replicas=2)
+    sim_job.preemptions = 4
+    for _ in range(replicas.TRANSIENT_EXIT_RESTARTS):
+        world.vertex.advance(sim_job)
+        assert sim_job.state == "JOB_STATE_RUNNING"
+    world.vertex.advance(sim_job)
+
+    assert sim_job.transient_exits == replicas.TRANSIENT_EXIT_RESTARTS + 1
+    assert sim_job.state == "JOB_STATE_FAILED"
+    assert "exited with a non-zero status of 134" in sim_job.error["message"]
+    assert replicas.transient_exits_bounded(world) == []
+
+
+def test_a_job_restarted_past_three_transient_exits_is_caught() -> None:
+    world = World(0)
+    restarted = two_pools(job(world, "r1", 1))
+    restarted.transient_exits = replicas.TRANSIENT_EXIT_RESTARTS
+    assert replicas.transient_exits_bounded(world) == []
+
+    restarted.transient_exits += 1  # the fourth exit: the emulator fails the job, this one runs on
+    [found] = replicas.transient_exits_bounded(world)
+    assert found.invariant == "transient_exits_bounded" and "4 exits of 134 or 139" in found.detail
+    assert replicas.transient_exits_bounded in invariants.QUIESCENCE

@@ -166,6 +166,17 @@ def test_a_running_attempt_whose_spend_reached_the_budget_is_cancelled_through_t
     assert ended.record.status == RequestStatus.CANCELLED and ended.record.requeue is None
 
 
+def test_a_request_with_notify_is_told_budget_reached_once_with_the_spend() -> None:
+    record = capped(1.0, running_since(2))
+    record.request["notify"] = {"topic": "projects/team-proj/topics/train-events"}
+    after = decide(copy.deepcopy(record), Observation(1, job(JobState.RUNNING, update=500)), POLICY, NOW).record
+    told = [n for n in after.pending_notices if n["kind"] == "budget_reached"]
+    assert len(told) == 1
+    assert told[0]["max_cost_usd"] == 1.0 and told[0]["spent_usd"] >= 1.0 and told[0]["stopped"] is True
+    again = decide(copy.deepcopy(after), Observation(1, job(JobState.RUNNING, update=600)), POLICY, NOW).record
+    assert [n["kind"] for n in again.pending_notices].count("budget_reached") == 1
+
+
 def test_under_the_budget_nothing_happens() -> None:
     decision = decide(capped(1000.0, running_since(2)), Observation(1, job(JobState.RUNNING, update=500)), POLICY, NOW)
     assert decision.record.cancel is None and decision.effects.alerts == []

@@ -14,6 +14,7 @@ import pytest
 
 from shared.clock import iso
 from shared.jobs import JobState
+from shared.ledger.cancelling import settle_cancel
 from shared.ledger.claims import (
     ClaimInProgress,
     claim_attempt,
@@ -175,6 +176,34 @@ def test_a_job_recorded_for_a_cancelled_request_gets_its_cancel_pending() -> Non
     assert found.attempt(1).cancel_decided_at is None  # its job has ended: nothing to cancel
     plain = record_job(record(claimed_at(0)), n=1, job_name=JOB, state=JobState.QUEUED, created_at=None)
     assert plain.attempt(1).cancel_decided_at is None
+
+
+def test_a_job_found_already_ended_is_recorded_with_vertexs_start_and_end() -> None:
+    """Adopted after it ended (its create's reply lost), the job's own times are kept with its
+    state: a cancel that settles the request before any decision read it ends the attempt when
+    Vertex ended it, not when a later line came (the fleet then read a wait the job never had:
+    simulator seed 36, a 4,084 s wait for a job that lived 152 s)."""
+    cancelled = record(claimed_at(0), cancel=CancelIntent("ana", iso(NOW)))
+    found = record_job(
+        cancelled,
+        n=1,
+        job_name=JOB,
+        state=JobState.SUCCEEDED,
+        created_at=iso(NOW),
+        started_at=iso(NOW + timedelta(seconds=90)),
+        ended_at=iso(NOW + timedelta(seconds=150)),
+    )
+    attempt = found.attempt(1)
+    assert (attempt.started_at, attempt.ended_at) == (
+        iso(NOW + timedelta(seconds=90)),
+        iso(NOW + timedelta(seconds=150)),
+    )
+    assert settle_cancel(found, NOW + timedelta(hours=1))
+    assert found.attempt(1).ended_at == iso(NOW + timedelta(seconds=150))
+    running = record_job(
+        record(claimed_at(0)), n=1, job_name=JOB, state=JobState.RUNNING, created_at=iso(NOW), ended_at=None
+    )
+    assert running.attempt(1).ended_at is None
 
 
 # ---- mark_create_sent, release_claim -------------------------------------------------------------
