@@ -15,6 +15,7 @@ from spotjobs_kit.lines import PREEMPTED, RUN_STARTED, KitRecord
 
 from devstack.samples import custom_job
 from shared.alerts import AlertKind
+from shared.clock import iso, parse_iso
 from shared.deciding.continuations import (
     continuations_text,
     counted_attempts,
@@ -26,6 +27,7 @@ from shared.deciding.decisions import Decision, Observation, decide
 from shared.deciding.events import Signal
 from shared.deciding.preemptions import KIT_PREEMPTED_KEY, KIT_RUN_KEY
 from shared.jobs import JobSnapshot, JobState
+from shared.ledger.cancelling import note_intent
 from shared.ledger.records import Attempt, CancelIntent, RequestRecord, evidence_marker
 from shared.ledger.states import AttemptOutcome, RequestStatus
 from shared.reconcile_vertex import vanished_job
@@ -177,6 +179,20 @@ def test_a_timeout_waiting_for_kit_lines_counts_no_preemption_from_them() -> Non
     preempted = KitRecord(event=PREEMPTED, request_id="req-1", attempt=1, run=0, job_id="111")
     record = decide(record, Observation(1, None, Signal.KIT, kit=preempted, job_name=JOB1), POLICY, NOW).record
     assert record.attempts[0].preemptions == 0
+
+
+def test_a_cancel_settled_while_a_timeout_waits_ends_the_attempt_when_vertex_ended_its_job() -> None:
+    # Seed 8: the budget stopped the request while its timeout waited for the kit's lines; the
+    # cancel settled the attempt at the decision's time, and the fleet counted a run Vertex never made.
+    record = record_of(attempt(1, checkpoints=0), max_cost_usd=0.02)
+    snapshot = ended(ran=60)
+    waiting = decide(copy.deepcopy(record), Observation(1, snapshot), POLICY, NOW)
+    assert waiting.waiting
+    later = NOW + timedelta(seconds=10)
+    note_intent(waiting.record, CancelIntent(by="spotjobs", at=iso(later), source="budget"), later)
+    ended_at = waiting.record.attempts[0].ended_at
+    assert waiting.record.status == RequestStatus.CANCELLED and ended_at is not None
+    assert parse_iso(ended_at) == parse_iso(snapshot.end_time or "")
 
 
 def test_an_expired_job_after_progress_continues_too() -> None:
