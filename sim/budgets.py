@@ -8,7 +8,8 @@ The promises (docs/requests.md, "A budget"):
   reached its budget was alerted, naming it;
 - `budgets_held` (`QUIESCENCE`): no request's spend passed its budget by more than the documented
   overshoot (the job's price for `OVERSHOOT_INTERVALS` reconcile intervals, plus `LAG` for the
-  cancel and a delivery the world delayed). That the alert comes once (plus once per publish a
+  cancel and a delivery the world delayed), widened by the ticks of one run lock's lease for every
+  reconcile pass that died while the request ran (`dead_pass_seconds`). That the alert comes once (plus once per publish a
   fault left unconfirmed) is `alerts_not_per_redelivery`'s, as for every alert.
 
 A request its budget stopped is cancelled as an operator's cancel is (`stopped`): the promises
@@ -20,6 +21,7 @@ start and end times are the simulated Vertex's.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -79,15 +81,34 @@ def budgets_reached(world: World) -> list[Expected]:
     ]
 
 
+def dead_pass_seconds(world: World, record: Any) -> float:
+    """How long reconcile passes that died while `record` ran put its stop off: a pass whose
+    instance is gone holds the run lock for its lease (`shared.ledger.run_lock.LEASE_SECONDS`,
+    longer than two intervals), so every tick within it ends at once (seed 54)."""
+    from shared.clock import parse_iso
+    from shared.ledger.run_lock import LEASE_SECONDS
+
+    interval = world.settings.reconcile_interval_seconds
+    starts = [parse_iso(a.started_at) for a in record.attempts if a.started_at]
+    if not starts:
+        return 0.0
+    ends = [parse_iso(a.ended_at) for a in record.attempts if a.ended_at]
+    since = min(starts) - timedelta(seconds=LEASE_SECONDS)
+    until = max(ends) if ends and record.latest.ended_at else world.clock.now()
+    dead = sum(1 for moment in world.dead_reconciles if since <= moment <= until)
+    return dead * math.ceil(LEASE_SECONDS / interval) * interval
+
+
 def budgets_held(world: World) -> list[Violation]:
     from shared.fleet.spend import overshoot_bound_usd
     from sim.invariants import excused, violation
 
-    review = OVERSHOOT_INTERVALS * world.settings.reconcile_interval_seconds + LAG.total_seconds()
     out = []
     for record, spend, limit in _spends(world):
         if excused(world, record.request_id) or record.latest is None:
             continue
+        review = OVERSHOOT_INTERVALS * world.settings.reconcile_interval_seconds + LAG.total_seconds()
+        review += dead_pass_seconds(world, record)
         bound = max(overshoot_bound_usd(record.request, a, review) for a in record.attempts)
         if spend > limit + bound:
             out.append(

@@ -425,13 +425,31 @@ def lookups_refused(world: World) -> list[Expected]:
 
 def deleted_jobs_failed(world: World) -> list[Expected]:
     """`job_failed`: an ended job the request still followed was deleted at Vertex (NotFound
-    for good: `shared.reconcile_vertex.vanished_job`), and the request did not end otherwise."""
+    for good: `shared.reconcile_vertex.vanished_job`), and the request did not end otherwise. Nor
+    as a timeout the code had read before the deletion (its record marks it; seed 97): a timeout
+    stays one (shared/deciding/decisions.py), its own alert speaks for it."""
+    from shared.deciding.preemptions import KIT_TIMEOUT_KEY
+    from shared.ledger.records import evidence_marker
+
     cancelled = cancelled_by_operator(world)
     ended_otherwise = {r.request_id for r in records(world) if r.status.value in ("SUCCEEDED", "CANCELLED")}
+    timeouts_read = {
+        (r.request_id, marker) for r in records(world) for marker in r.markers if marker.startswith(KIT_TIMEOUT_KEY)
+    }
+
+    def timeout_read(name: str, rid: str) -> bool:
+        job = world.vertex.jobs.get(name)
+        if job is None or job.error != DEADLINE_EXCEEDED_ERROR:
+            return False
+        return (rid, evidence_marker(KIT_TIMEOUT_KEY, job.attempt)) in timeouts_read
+
     return [
         Expected(AlertKind.JOB_FAILED, rid, f"its job {name.rsplit('/', 1)[-1]} was deleted at Vertex")
         for name, rid in world.tampering.deleted_jobs.items()
-        if name in world.tampering.followed_when_deleted and rid not in cancelled and rid not in ended_otherwise
+        if name in world.tampering.followed_when_deleted
+        and rid not in cancelled
+        and rid not in ended_otherwise
+        and not timeout_read(name, rid)
     ]
 
 

@@ -234,6 +234,7 @@ class World:
         self.vertex.caller = lambda: self._current.name if self._current else "world"
         self.wasted_lookups: list[str] = []  # sim.invariants.note_lookup
         self.republished: dict[tuple[str, int], list[datetime]] = {}  # sim.promises.note_republish
+        self.dead_reconciles: list[datetime] = []  # reconcile deliveries that crashed: sim.budgets
         self.vertex.looked_up = functools.partial(_note_lookup, self)
         self.trainer.two_file_stems = self.permanent.two_file_stems
         if not self.no_faults:
@@ -677,6 +678,8 @@ class World:
             acked = True
         except SimCrash as crash:
             outcome = f"crashed ({crash})"
+            if delivery.function == "reconcile":
+                self.dead_reconciles.append(self.clock.now())
         except Exception as exc:  # noqa: BLE001 - a raise is a nack: Pub/Sub redelivers
             outcome = f"nacked ({type(exc).__name__}: {str(exc)[:120]})"
         finally:

@@ -28,7 +28,8 @@ Decisions, on the job's state as Vertex reports it (never on the log text):
   STANDARD instead: docs/deadlines.md).
 - FAILED or EXPIRED at the job's `scheduling.timeout`: after committed progress, the next attempt
   continues it, not counted against `max_attempts`; else the request FAILED
-  (`shared.deciding.continuations`).
+  (`shared.deciding.continuations`), once `kit_lines_settle_seconds` passed after the job's end
+  without a commit (the kit's lines, even its first, may still be on their way).
 - FAILED otherwise, EXPIRED: the request FAILED with a `job_failed` alert; nothing is re-queued.
   A FAILED job whose error is not published yet (Vertex sets it about a minute after the end)
   is not classified until the error appears or `ERROR_SETTLE_SECONDS` pass.
@@ -73,6 +74,7 @@ from shared.deciding.deadline_watch import FleetView, alert_if_finished_late, no
 from shared.deciding.effects import Effects, LogLine, attempt_alert, event_fields
 from shared.deciding.events import Signal, SignalPatterns, patterns_from
 from shared.deciding.preemptions import (
+    KIT_TIMEOUT_KEY,
     WAITING_STATES,
     count_preemptions,
     discount_timeout_stop,
@@ -86,7 +88,7 @@ from shared.deciding.preemptions import (
 from shared.errors import Violation
 from shared.jobs import FLEX_START, JobSnapshot, JobState, max_wait_seconds
 from shared.ledger.cancelling import settle_cancel, vertex_cancel
-from shared.ledger.records import Attempt, RequestRecord, Requeue, alert_marker
+from shared.ledger.records import Attempt, RequestRecord, Requeue, alert_marker, evidence_marker
 from shared.ledger.states import AttemptOutcome, RequestStatus
 from shared.requests.attempts import ON_DEMAND, SPOT, plan_attempt
 from shared.requests.policy import check_strategy
@@ -363,9 +365,17 @@ def _conclude(
     if succeeded and last_run_unfinished(record, attempt.n) and not _settled(job, now, policy.kit_lines_settle_seconds):
         return f"job {job.name} succeeded; waiting for its last run's kit lines (run_finished or preempted)"
     incomplete = succeeded and preempted_in_last_run(record, attempt.n)
-    timeout = timed_out(job, job_timeout_seconds(record.request.get("custom_job") or {}))
-    # Its kit spoke but committed nothing yet: its last lines may still be on their way.
-    kit_late = timeout and bool(kit_runs(record, attempt.n)) and not made_progress(attempt)
+    # Once seen, a timeout stays one: a job deleted while its end waits reads NOT_FOUND after.
+    timeout = timed_out(job, job_timeout_seconds(record.request.get("custom_job") or {})) or (
+        evidence_marker(KIT_TIMEOUT_KEY, attempt.n) in record.markers
+    )
+    if timeout and not classify_failure(job, policy.patterns).capacity:
+        # Vertex stops a job at its timeout as it stops a preempted one: the kit's `preempted` line
+        # of that stop is no preemption, however the attempt ends (a wait for late lines, a cancel).
+        discount_timeout_stop(record, attempt)
+    # Nothing committed yet: the kit's lines may still be on their way, even its first (a job's
+    # lines arrive in any order), so a job without the kit fails only once they settled too.
+    kit_late = timeout and not made_progress(attempt)
     if kit_late and not _settled(job, now, policy.kit_lines_settle_seconds):
         return f"job {job.name} ran into its timeout; waiting for its kit lines (checkpoint_committed)"
     attempt.ended_at = job.end_time or iso(now)
@@ -384,8 +394,6 @@ def _conclude(
             # At a timeout Vertex stops the job as a preemption would: the kit's word is no evidence.
             kit_saw_preemption = preempted_in_last_run(record, attempt.n) and not timeout
             cause = classify_failure(job, policy.patterns, kit_saw_preemption=kit_saw_preemption)
-            if timeout and not cause.capacity:
-                discount_timeout_stop(record, attempt)
         if cause.capacity:
             # The job ended by preemption: so did its last run, said so or not.
             last_run_ended_by_preemption(record, attempt.n)

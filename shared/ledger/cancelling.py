@@ -96,7 +96,9 @@ def settle_cancel(record: RequestRecord, now: datetime) -> bool:
     latest = record.latest
     if latest is not None and latest.outcome is None:
         latest.outcome = AttemptOutcome.CANCELLED
-        latest.ended_at = latest.ended_at or iso(now)
+        # A job seen ended (its end's decision waiting) ended when Vertex last updated it, not now.
+        ended = latest.state_changed_at if latest.state in JobState.TERMINAL else None
+        latest.ended_at = latest.ended_at or ended or iso(now)
     record.status = RequestStatus.CANCELLED
     record.finished_at = iso(now)
     return True

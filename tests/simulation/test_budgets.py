@@ -84,3 +84,14 @@ def test_a_request_its_budget_stopped_is_excused_as_an_operators_cancel(world: W
     intent = CancelIntent(by="spotjobs", at=iso(world.clock.now()), reason="budget", source=BUDGET_SOURCE)
     ran(world, "r-stopped", hours=0.2, limit=0.3, cancel=intent)
     assert "r-stopped" in promises.cancelled_by_operator(world)
+
+
+def test_a_reconcile_pass_that_died_widens_the_overshoot_by_its_lease(world: World) -> None:
+    # Seed 54: a pass whose instance died holds the run lock for its lease, so the ticks within it
+    # reconcile nothing and the stop waits for the first pass after it.
+    ran(world, "r-late", hours=0.45, limit=0.02)  # $0.87: 1580 s past its budget, 1200 s allowed
+    assert [v.detail.split(",")[0] for v in budgets.budgets_held(world)] == ["r-late spent $0.8676"]
+    world.dead_reconciles.append(world.clock.now() - timedelta(hours=2))  # its lease ended long before
+    assert len(budgets.budgets_held(world)) == 1
+    world.dead_reconciles.append(world.clock.now() - timedelta(minutes=20))
+    assert budgets.budgets_held(world) == []

@@ -10,10 +10,13 @@ from typing import Any
 import pytest
 
 from shared.alerts import Alert, AlertKind
+from shared.deciding.preemptions import KIT_TIMEOUT_KEY
 from shared.fleet.observations import FleetFact, Kind, attempt_key
-from shared.ledger.records import Attempt
+from shared.ledger.records import Attempt, RequestRecord, evidence_marker
 from shared.ledger.states import RequestStatus
+from shared.ledger.store import LedgerStore
 from sim import invariants, promises
+from sim.continuations import DEADLINE_EXCEEDED_ERROR
 from sim.faults import Refusal
 from sim.trainer import LAYOUTS, Save
 from sim.vertex import STOCKOUT_ERROR, USER_ERROR, Create, Refused, SimJob
@@ -595,6 +598,22 @@ def test_a_claim_republished_past_the_bound_without_claim_stalled_is_caught(worl
     assert f"{limit + 1} times" in found
     publish_alert(world, AlertKind.CLAIM_STALLED, "r1")
     assert catalogue(world, AlertKind.CLAIM_STALLED) == []
+
+
+def test_a_deleted_job_whose_timeout_the_code_had_read_owes_its_timeouts_alert_not_job_failed(world: World) -> None:
+    """Seed 97: a job timed out, and a person deleted it while its end waited for the kit's lines;
+    the code had read the timeout (its record marks it), so `timeout_without_progress` speaks for it."""
+    ledger = LedgerStore(world.storage.client().bucket(world.settings.state_bucket))
+    for request_id, read in (("r-unread", False), ("r-read", True)):
+        timed_out = job(world, request_id, 1, "JOB_STATE_FAILED")
+        timed_out.error = DEADLINE_EXCEEDED_ERROR
+        world.tampering.deleted_jobs[timed_out.name] = request_id
+        world.tampering.followed_when_deleted.add(timed_out.name)
+        markers = [evidence_marker(KIT_TIMEOUT_KEY, 1)] if read else []
+        request = {"request_id": request_id, "custom_job": {}}
+        attempts = [attempt_of(timed_out)]
+        ledger.restore(RequestRecord(request_id, request, "gs://c/", RequestStatus.FAILED, attempts, markers=markers))
+    assert [e.split(":")[0] for e in catalogue(world, AlertKind.JOB_FAILED)] == ["no job_failed alert for r-unread"]
 
 
 def test_a_notification_topic_that_refused_without_its_alert_is_caught(world: World) -> None:

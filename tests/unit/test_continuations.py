@@ -15,6 +15,7 @@ from spotjobs_kit.lines import PREEMPTED, RUN_STARTED, KitRecord
 
 from devstack.samples import custom_job
 from shared.alerts import AlertKind
+from shared.clock import iso, parse_iso
 from shared.deciding.continuations import (
     continuations_text,
     counted_attempts,
@@ -26,8 +27,10 @@ from shared.deciding.decisions import Decision, Observation, decide
 from shared.deciding.events import Signal
 from shared.deciding.preemptions import KIT_PREEMPTED_KEY, KIT_RUN_KEY
 from shared.jobs import JobSnapshot, JobState
-from shared.ledger.records import Attempt, RequestRecord, evidence_marker
+from shared.ledger.cancelling import note_intent
+from shared.ledger.records import Attempt, CancelIntent, RequestRecord, evidence_marker
 from shared.ledger.states import AttemptOutcome, RequestStatus
+from shared.reconcile_vertex import vanished_job
 from shared.requests.envelope import canonical_envelope, read_request
 from shared.requests.policy import check_policy
 from shared.settings import Settings
@@ -148,6 +151,50 @@ def test_kit_lines_that_come_after_the_timeout_was_decided_count_no_preemption()
     assert decided.attempts[0].preemptions == 0 and decided.attempts[0].continued_after_timeout
 
 
+@pytest.mark.parametrize("line_first", [True, False])
+def test_a_timeout_while_the_request_is_being_cancelled_counts_no_preemption(line_first: bool) -> None:
+    # Seed 67: the budget stopped the request as its job ran into its timeout; the job's end was
+    # concluded as the cancel, and the kit's `preempted` line of the SIGTERM counted as a preemption.
+    record = record_of(attempt(1), max_cost_usd=0.02)
+    record.cancel = CancelIntent(by="spotjobs", at=at(2), reason="max_cost_usd reached", source="budget")
+    preempted = KitRecord(event=PREEMPTED, request_id="req-1", attempt=1, run=0, job_id="111")
+    started = KitRecord(event=RUN_STARTED, request_id="req-1", attempt=1, run=0, job_id="111")
+    lines = [Observation(1, None, Signal.KIT, kit=k, job_name=JOB1) for k in (started, preempted)]
+    observations = [*lines, Observation(1, ended())] if line_first else [Observation(1, ended()), *lines]
+    for observation in observations:
+        record = decide(copy.deepcopy(record), observation, POLICY, NOW).record
+    assert record.attempts[0].outcome == AttemptOutcome.CANCELLED
+    assert record.attempts[0].preemptions == 0
+
+
+def test_a_timeout_waiting_for_kit_lines_counts_no_preemption_from_them() -> None:
+    # Seed 129: the job's timeout was seen first and waits for the kit's lines; meanwhile the budget
+    # stopped the request (the cancel settles it without a conclusion), then `preempted` came.
+    record = record_of(attempt(1, checkpoints=0), max_cost_usd=0.02)
+    record.mark(evidence_marker(KIT_RUN_KEY, 1, "0"))
+    waiting = decide(copy.deepcopy(record), Observation(1, ended()), POLICY, NOW)
+    assert waiting.waiting
+    record = waiting.record
+    record.cancel = CancelIntent(by="spotjobs", at=at(2), reason="max_cost_usd reached", source="budget")
+    preempted = KitRecord(event=PREEMPTED, request_id="req-1", attempt=1, run=0, job_id="111")
+    record = decide(record, Observation(1, None, Signal.KIT, kit=preempted, job_name=JOB1), POLICY, NOW).record
+    assert record.attempts[0].preemptions == 0
+
+
+def test_a_cancel_settled_while_a_timeout_waits_ends_the_attempt_when_vertex_ended_its_job() -> None:
+    # Seed 8: the budget stopped the request while its timeout waited for the kit's lines; the
+    # cancel settled the attempt at the decision's time, and the fleet counted a run Vertex never made.
+    record = record_of(attempt(1, checkpoints=0), max_cost_usd=0.02)
+    snapshot = ended(ran=60)
+    waiting = decide(copy.deepcopy(record), Observation(1, snapshot), POLICY, NOW)
+    assert waiting.waiting
+    later = NOW + timedelta(seconds=10)
+    note_intent(waiting.record, CancelIntent(by="spotjobs", at=iso(later), source="budget"), later)
+    ended_at = waiting.record.attempts[0].ended_at
+    assert waiting.record.status == RequestStatus.CANCELLED and ended_at is not None
+    assert parse_iso(ended_at) == parse_iso(snapshot.end_time or "")
+
+
 def test_an_expired_job_after_progress_continues_too() -> None:
     decision = observe(record_of(attempt(1)), ended(JobState.EXPIRED, error=None))
     assert decision.record.requeue is not None and decision.record.requeue.reason == "timeout"
@@ -200,8 +247,29 @@ def test_a_timeout_without_progress_waits_for_late_kit_lines_then_fails_with_one
     assert [alert.kind for alert in decision.effects.alerts] == [AlertKind.TIMEOUT_WITHOUT_PROGRESS]
 
 
-def test_a_timeout_of_a_job_without_the_kit_fails_at_once() -> None:
-    decision = observe(record_of(attempt(1, checkpoints=0)), ended())
+def test_a_timeout_before_any_kit_line_arrived_waits_for_the_settle_then_fails() -> None:
+    # Seed 23: a job's lines arrive in any order, so no kit line yet is no evidence of no kit;
+    # without the kit the failure comes `kit_lines_settle_seconds` after the end.
+    record = record_of(attempt(1, checkpoints=0))
+    snapshot = ended()
+    end = datetime.fromisoformat(snapshot.end_time or "")
+    early = observe(record, snapshot, now=end + timedelta(seconds=5))
+    assert early.waiting and early.record.status == RequestStatus.RUNNING
+    assert not early.effects.alerts
+    decision = observe(record, snapshot, now=end + timedelta(seconds=POLICY.kit_lines_settle_seconds))
+    assert decision.record.status == RequestStatus.FAILED
+    assert [alert.kind for alert in decision.effects.alerts] == [AlertKind.TIMEOUT_WITHOUT_PROGRESS]
+
+
+def test_a_timeout_whose_job_is_deleted_while_it_waits_still_fails_as_a_timeout() -> None:
+    # Seed 97: a job that writes no kit lines timed out; while its end waited for the kit's lines a
+    # person deleted the job, and the next read (NOT_FOUND, `vanished_job`) no longer said timeout.
+    record = record_of(attempt(1, checkpoints=0))
+    waiting = decide(copy.deepcopy(record), Observation(1, ended(ran=60)), POLICY, NOW)  # told by its code
+    assert waiting.waiting
+    record = waiting.record
+    later = NOW + timedelta(seconds=POLICY.kit_lines_settle_seconds)
+    decision = observe(record, vanished_job(record.attempts[0], later), now=later)
     assert decision.record.status == RequestStatus.FAILED
     assert [alert.kind for alert in decision.effects.alerts] == [AlertKind.TIMEOUT_WITHOUT_PROGRESS]
 
