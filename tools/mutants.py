@@ -428,27 +428,59 @@ class _Tracer:
         sys.settrace(None)
 
 
+def stable_test_id(nodeid: str, indices: Mapping[str, int]) -> str:
+    """A test's name that no mutant changes: its node id with the parameters' values replaced by
+    their positions. A test parametrized by a room's constant prints its value in its node id
+    (`test_rate[0.02]`), so a mutant of the constant renames the test (`test_rate[1.02]`)."""
+    if not indices:
+        return nodeid
+    base = nodeid.split("[", 1)[0]
+    return f"{base}[{','.join(f'{name}#{index}' for name, index in sorted(indices.items()))}]"
+
+
+def _stable_id(item: pytest.Item) -> str:
+    callspec = getattr(item, "callspec", None)
+    return stable_test_id(item.nodeid, callspec.indices if callspec is not None else {})
+
+
 class _ByTest:
-    """A pytest plugin for the traced session: names the running test to the tracer, and keeps
-    each test's time and whether it passed on the unmutated code."""
+    """A pytest plugin for the traced session: names the running test (by `stable_test_id`) to the
+    tracer, and keeps each test's time and whether it passed on the unmutated code."""
 
     def __init__(self, tracer: _Tracer) -> None:
         self.tracer = tracer
         self.started = 0.0
+        self.stable: dict[str, str] = {}
         self.seconds: dict[str, float] = {}
         self.failed: set[str] = set()
 
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        self.stable = {item.nodeid: _stable_id(item) for item in items}
+
     def pytest_runtest_logstart(self, nodeid: str, location: object) -> None:
-        self.tracer.who = nodeid
+        self.tracer.who = self.stable.get(nodeid, nodeid)
         self.started = time.monotonic()
 
     def pytest_runtest_logfinish(self, nodeid: str, location: object) -> None:
-        self.seconds[nodeid] = time.monotonic() - self.started
+        self.seconds[self.stable.get(nodeid, nodeid)] = time.monotonic() - self.started
         self.tracer.who = IMPORTING
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.failed:
-            self.failed.add(report.nodeid)
+            self.failed.add(self.stable.get(report.nodeid, report.nodeid))
+
+
+class _Selected:
+    """A pytest plugin for a mutant's stage: of the test files' tests, only those named (by
+    `stable_test_id`), in the order named."""
+
+    def __init__(self, tests: Sequence[str]) -> None:
+        self.order = {test: position for position, test in enumerate(tests)}
+
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        chosen = [item for item in items if _stable_id(item) in self.order]
+        config.hook.pytest_deselected(items=[item for item in items if _stable_id(item) not in self.order])
+        items[:] = sorted(chosen, key=lambda item: self.order[_stable_id(item)])
 
 
 # What ran lines outside any test: collection, imports.
@@ -476,9 +508,9 @@ def _warm_up(tests: Sequence[str]) -> None:
 PYTEST_ARGS = ("-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-o", "addopts=")
 
 
-# pytest's exit codes that say the runner asked for tests that are not there (a test renamed or
-# removed since the trace), which says nothing about the mutant.
-PYTEST_RUNNER_ERRORS = (4, 5)  # usage error ("not found"), no tests collected
+# pytest's exit codes that say the runner asked for tests that are not there (a test file or a test
+# renamed or removed since the trace), which says nothing about the mutant.
+PYTEST_RUNNER_ERRORS = (4, 5)  # usage error (a file not found), no test selected
 RUNNER_ERROR_EXIT = 75
 
 
@@ -494,12 +526,14 @@ class _CollectionErrors:
 
 
 def _tests_stage(tests: Sequence[str], report: Path) -> int:
-    """The tests, in the order given (each stage a pytest session of its own), first failure stops."""
+    """The tests (by `stable_test_id`), in the order given (each stage a pytest session of its own),
+    first failure stops."""
     import pytest
 
     collection = _CollectionErrors()
+    files = dict.fromkeys(test.split("::", 1)[0] for test in tests)
     with report.open("w") as out, contextlib.redirect_stdout(out):
-        code = pytest.main(["-x", *PYTEST_ARGS, *tests], plugins=[collection])
+        code = pytest.main(["-x", *PYTEST_ARGS, *files], plugins=[collection, _Selected(tests)])
     if code in PYTEST_RUNNER_ERRORS and not collection.seen:
         return RUNNER_ERROR_EXIT
     return 0 if code == 0 else 1
