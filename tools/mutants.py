@@ -109,7 +109,18 @@ OPERATORS: tuple[str, ...] = (
 TESTING_EXCEPTION = "CosmicRayTestingException"
 
 # Packages the child imports anew for each mutant (everything of ours); third-party stays warm.
-PROJECT_PACKAGES = ("shared", "functions", "spotjobs", "spotjobs_kit", "devstack", "sim", "tests", "kit")
+PROJECT_PACKAGES = (
+    "shared",
+    "functions",
+    "spotjobs",
+    "spotjobs_kit",
+    "devstack",
+    "sim",
+    "bench",
+    "tools",
+    "tests",
+    "kit",
+)
 # Where the kit's package lives in the tree.
 KIT_SOURCE = "kit/src"
 # The tests that may judge a mutant: the stack tests (tests/integration, tests/e2e) run the project

@@ -14,6 +14,7 @@ from tools.mutants import (
     IMPORTING,
     KILLED_SIM,
     KILLED_UNIT,
+    PROJECT_PACKAGES,
     PYTEST_ARGS,
     ROOMS,
     SIMULATOR,
@@ -261,3 +262,11 @@ def test_a_test_whose_parameters_print_a_mutated_constant_is_still_run_and_judge
 def test_a_tests_stable_id_names_its_parameters_by_position_not_by_value() -> None:
     assert stable_test_id("t.py::test_rate[US-0.02]", {"rate": 1, "where": 0}) == "t.py::test_rate[rate#1,where#0]"
     assert stable_test_id("t.py::Tests::test_plain", {}) == "t.py::Tests::test_plain"
+
+
+def test_every_package_of_the_tree_is_imported_anew_for_each_mutant() -> None:
+    # A package of ours left warm keeps the unmutated room it imported: `bench` did, so the tests
+    # that drive the room through bench's code judged no mutant, and failed in the traced session
+    # where they compare bench's functions with the room's (nine of them).
+    packages = {init.parent.name for init in ROOT.glob("*/__init__.py")}
+    assert packages <= set(PROJECT_PACKAGES)
