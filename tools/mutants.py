@@ -36,6 +36,7 @@ import ast
 import builtins
 import contextlib
 import dataclasses
+import functools
 import importlib.abc
 import importlib.util
 import inspect
@@ -454,6 +455,20 @@ def _stable_id(item: pytest.Item) -> str:
     return stable_test_id(item.nodeid, callspec.indices if callspec is not None else {})
 
 
+def _clear_caches(files: Collection[str]) -> None:
+    """Empty the memo of every cached function (`functools.cache`, `lru_cache`) of the modules of
+    these files, and of their classes: a mutant's child starts with them empty, so the first of its
+    tests to call one runs the (mutated) body. Traced without this, a cached body is seen run only by
+    the session's first caller, and that one test alone would judge its mutants."""
+    for module in list(sys.modules.values()):
+        if getattr(module, "__file__", None) not in files:
+            continue
+        for value in list(vars(module).values()):
+            for member in (value, *vars(value).values()) if isinstance(value, type) else (value,):
+                if isinstance(member, functools._lru_cache_wrapper):
+                    member.cache_clear()
+
+
 class _ByTest:
     """A pytest plugin for the traced session: names the running test (by `stable_test_id`) to the
     tracer, and keeps each test's time and whether it passed on the unmutated code."""
@@ -469,6 +484,7 @@ class _ByTest:
         self.stable = {item.nodeid: _stable_id(item) for item in items}
 
     def pytest_runtest_logstart(self, nodeid: str, location: object) -> None:
+        _clear_caches(self.tracer.files)
         self.tracer.who = self.stable.get(nodeid, nodeid)
         self.started = time.monotonic()
 

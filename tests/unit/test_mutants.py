@@ -270,3 +270,27 @@ def test_every_package_of_the_tree_is_imported_anew_for_each_mutant() -> None:
     # where they compare bench's functions with the room's (nine of them).
     packages = {init.parent.name for init in ROOT.glob("*/__init__.py")}
     assert packages <= set(PROJECT_PACKAGES)
+
+
+def test_the_traced_session_starts_each_test_with_the_rooms_caches_empty(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A mutant's child starts with empty caches, so the first of its tests to call a cached
+    # function of the room runs the mutated body. The trace must see every test that calls it, not
+    # only the first of the session (records.py's shape checks are cached: the one test that first
+    # read a record judged every mutant of them, and they survived).
+    room = tmp_path / "cached_room.py"
+    room.write_text("import functools\n\n\n@functools.cache\ndef rate():\n    return 2\n")
+    (tmp_path / "test_cached_room.py").write_text(
+        "from cached_room import rate\n\n\n"
+        "def test_first():\n    assert rate() == 2\n\n\n"
+        "def test_second():\n    assert rate.cache_info().currsize == 0\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("cached_room", "test_cached_room"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    traced = _ByTest(_Tracer([str(room)], IMPORTING))
+    pytest.main([*PYTEST_ARGS, "test_cached_room.py"], plugins=[traced])
+    assert set(traced.seconds) == {"test_cached_room.py::test_first", "test_cached_room.py::test_second"}
+    assert not traced.failed
