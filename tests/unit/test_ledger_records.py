@@ -93,6 +93,7 @@ def test_an_attempts_signing_key_is_never_shown_in_its_repr() -> None:
 
 def test_a_jobs_id_is_the_last_part_of_its_name() -> None:
     assert attempt(job=JOB).job_id == "123"
+    assert attempt(job="123").job_id == "123"  # a bare id (a record written by hand) is its own id
     assert attempt().job_id is None
 
 
