@@ -172,3 +172,9 @@ def test_a_checkpoint_line_without_its_seconds_adds_no_time() -> None:
     line = KitRecord("checkpoint_committed", request_id="r1", attempt=1, run=0, step=100)
     assert note_kit_line(record, attempt, line, NOW, Effects())
     assert (attempt.checkpoints_committed, attempt.checkpoint_seconds) == (1, 0.0)
+
+
+def test_a_negative_step_rate_is_refused_as_out_of_its_bounds_not_as_slow() -> None:
+    line = KitRecord("progress", request_id="r1", attempt=1, run=0, steps_per_second=-0.5)
+    refusal = kit_line_refusal(record_of().attempt(1), line, NOW)
+    assert refusal is not None and refusal.startswith("its steps_per_second is not 0 to ")
