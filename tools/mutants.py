@@ -36,6 +36,7 @@ import ast
 import builtins
 import contextlib
 import dataclasses
+import functools
 import importlib.abc
 import importlib.util
 import inspect
@@ -109,7 +110,18 @@ OPERATORS: tuple[str, ...] = (
 TESTING_EXCEPTION = "CosmicRayTestingException"
 
 # Packages the child imports anew for each mutant (everything of ours); third-party stays warm.
-PROJECT_PACKAGES = ("shared", "functions", "spotjobs", "spotjobs_kit", "devstack", "sim", "tests", "kit")
+PROJECT_PACKAGES = (
+    "shared",
+    "functions",
+    "spotjobs",
+    "spotjobs_kit",
+    "devstack",
+    "sim",
+    "bench",
+    "tools",
+    "tests",
+    "kit",
+)
 # Where the kit's package lives in the tree.
 KIT_SOURCE = "kit/src"
 # The tests that may judge a mutant: the stack tests (tests/integration, tests/e2e) run the project
@@ -428,27 +440,74 @@ class _Tracer:
         sys.settrace(None)
 
 
+def stable_test_id(nodeid: str, indices: Mapping[str, int]) -> str:
+    """A test's name that no mutant changes: its node id with the parameters' values replaced by
+    their positions. A test parametrized by a room's constant prints its value in its node id
+    (`test_rate[0.02]`), so a mutant of the constant renames the test (`test_rate[1.02]`)."""
+    if not indices:
+        return nodeid
+    base = nodeid.split("[", 1)[0]
+    return f"{base}[{','.join(f'{name}#{index}' for name, index in sorted(indices.items()))}]"
+
+
+def _stable_id(item: pytest.Item) -> str:
+    callspec = getattr(item, "callspec", None)
+    return stable_test_id(item.nodeid, callspec.indices if callspec is not None else {})
+
+
+def _clear_caches(files: Collection[str]) -> None:
+    """Empty the memo of every cached function (`functools.cache`, `lru_cache`) of the modules of
+    these files, and of their classes: a mutant's child starts with them empty, so the first of its
+    tests to call one runs the (mutated) body. Traced without this, a cached body is seen run only by
+    the session's first caller, and that one test alone would judge its mutants."""
+    for module in list(sys.modules.values()):
+        if getattr(module, "__file__", None) not in files:
+            continue
+        for value in list(vars(module).values()):
+            for member in (value, *vars(value).values()) if isinstance(value, type) else (value,):
+                if isinstance(member, functools._lru_cache_wrapper):
+                    member.cache_clear()
+
+
 class _ByTest:
-    """A pytest plugin for the traced session: names the running test to the tracer, and keeps
-    each test's time and whether it passed on the unmutated code."""
+    """A pytest plugin for the traced session: names the running test (by `stable_test_id`) to the
+    tracer, and keeps each test's time and whether it passed on the unmutated code."""
 
     def __init__(self, tracer: _Tracer) -> None:
         self.tracer = tracer
         self.started = 0.0
+        self.stable: dict[str, str] = {}
         self.seconds: dict[str, float] = {}
         self.failed: set[str] = set()
 
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        self.stable = {item.nodeid: _stable_id(item) for item in items}
+
     def pytest_runtest_logstart(self, nodeid: str, location: object) -> None:
-        self.tracer.who = nodeid
+        _clear_caches(self.tracer.files)
+        self.tracer.who = self.stable.get(nodeid, nodeid)
         self.started = time.monotonic()
 
     def pytest_runtest_logfinish(self, nodeid: str, location: object) -> None:
-        self.seconds[nodeid] = time.monotonic() - self.started
+        self.seconds[self.stable.get(nodeid, nodeid)] = time.monotonic() - self.started
         self.tracer.who = IMPORTING
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.failed:
-            self.failed.add(report.nodeid)
+            self.failed.add(self.stable.get(report.nodeid, report.nodeid))
+
+
+class _Selected:
+    """A pytest plugin for a mutant's stage: of the test files' tests, only those named (by
+    `stable_test_id`), in the order named."""
+
+    def __init__(self, tests: Sequence[str]) -> None:
+        self.order = {test: position for position, test in enumerate(tests)}
+
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        chosen = [item for item in items if _stable_id(item) in self.order]
+        config.hook.pytest_deselected(items=[item for item in items if _stable_id(item) not in self.order])
+        items[:] = sorted(chosen, key=lambda item: self.order[_stable_id(item)])
 
 
 # What ran lines outside any test: collection, imports.
@@ -476,9 +535,9 @@ def _warm_up(tests: Sequence[str]) -> None:
 PYTEST_ARGS = ("-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-o", "addopts=")
 
 
-# pytest's exit codes that say the runner asked for tests that are not there (a test renamed or
-# removed since the trace), which says nothing about the mutant.
-PYTEST_RUNNER_ERRORS = (4, 5)  # usage error ("not found"), no tests collected
+# pytest's exit codes that say the runner asked for tests that are not there (a test file or a test
+# renamed or removed since the trace), which says nothing about the mutant.
+PYTEST_RUNNER_ERRORS = (4, 5)  # usage error (a file not found), no test selected
 RUNNER_ERROR_EXIT = 75
 
 
@@ -494,12 +553,14 @@ class _CollectionErrors:
 
 
 def _tests_stage(tests: Sequence[str], report: Path) -> int:
-    """The tests, in the order given (each stage a pytest session of its own), first failure stops."""
+    """The tests (by `stable_test_id`), in the order given (each stage a pytest session of its own),
+    first failure stops."""
     import pytest
 
     collection = _CollectionErrors()
+    files = dict.fromkeys(test.split("::", 1)[0] for test in tests)
     with report.open("w") as out, contextlib.redirect_stdout(out):
-        code = pytest.main(["-x", *PYTEST_ARGS, *tests], plugins=[collection])
+        code = pytest.main(["-x", *PYTEST_ARGS, *files], plugins=[collection, _Selected(tests)])
     if code in PYTEST_RUNNER_ERRORS and not collection.seen:
         return RUNNER_ERROR_EXIT
     return 0 if code == 0 else 1

@@ -7,9 +7,10 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
+import pytest
 from spotjobs_kit.lines import RUN_STARTED, format_line
 
-from shared.deciding.events import Signal, parse_log_entry
+from shared.deciding.events import IgnoredEntry, Signal, parse_log_entry
 
 
 def entry(payload_key: str, payload: object, *, timestamp: str | None = "2026-11-29T17:00:00Z") -> bytes:
@@ -55,3 +56,11 @@ def test_an_insert_id_that_is_not_a_string_is_no_insert_id() -> None:
         assert parsed.identity.startswith("2026-11-29T17:00:00+00:00|")
     body["insertId"] = "abc"
     assert parse_log_entry(json.dumps(body).encode()).identity == "abc"
+
+
+def test_message_data_nested_past_the_recursion_limit_is_ignored_not_a_crash() -> None:
+    # Valid JSON as deep as anyone may send: the parser gives up with RecursionError, which must
+    # ack the message as not JSON like any other unreadable data, not crash the delivery.
+    deep = b"[" * 100_000 + b"]" * 100_000
+    with pytest.raises(IgnoredEntry, match="message data is not JSON"):
+        parse_log_entry(deep)

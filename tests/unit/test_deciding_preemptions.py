@@ -11,13 +11,14 @@ from spotjobs_kit.lines import KitRecord
 
 from shared.deciding.effects import Effects
 from shared.deciding.preemptions import (
-    MIN_STEPS_PER_SECOND,
+    KIT_RUN_KEY,
     count_preemptions,
     kit_line_refusal,
+    kit_runs,
     note_kit_line,
 )
 from shared.jobs import MAX_SPOT_PREEMPTIONS, JobSnapshot, JobState
-from shared.ledger.records import Attempt, RequestRecord
+from shared.ledger.records import Attempt, RequestRecord, evidence_marker
 from shared.requests.envelope import MAX_SECONDS, MAX_TOTAL_STEPS
 
 NOW = datetime(2026, 12, 2, 12, tzinfo=UTC)
@@ -42,7 +43,7 @@ def record_of(state: str = JobState.RUNNING) -> RequestRecord:
         {"seconds": 0.0},
         {"seconds_since_checkpoint": 0.0},
         {"seconds": MAX_SECONDS},
-        {"steps_per_second": MIN_STEPS_PER_SECOND},
+        {"steps_per_second": 1.0 / MAX_SECONDS},  # one step in the longest step (pinned, not read)
     ],
 )
 def test_numbers_exactly_at_their_bounds_are_still_evidence(numbers: dict[str, float]) -> None:
@@ -61,7 +62,7 @@ def test_numbers_exactly_at_their_bounds_are_still_evidence(numbers: dict[str, f
         {"seconds": -0.5},
         {"seconds_since_checkpoint": -0.5},
         {"steps_per_second": -0.5},
-        {"steps_per_second": MIN_STEPS_PER_SECOND / 2},
+        {"steps_per_second": 0.5 / MAX_SECONDS},
         {"time": "2026-12-02T09:59:59Z"},
         {"time": "2026-12-02T13:00:01Z"},
     ],
@@ -149,3 +150,31 @@ def test_the_storm_alert_fires_at_its_threshold() -> None:
             record, attempt, None, f"line-{identity}", fresh=False, storm_threshold=3, now=NOW, effects=effects
         )
     assert [alert.kind for alert in effects.alerts] == ["preemption_storm"]
+
+
+def test_a_failed_run_before_the_last_is_no_preemption() -> None:
+    started = [KitRecord("run_started", request_id="r1", attempt=1, run=run) for run in (0, 1, 2)]
+    failed = KitRecord("run_failed", request_id="r1", attempt=1, run=1)
+    assert preemptions_after(*started, failed) == 1  # run 0 preempted, run 1 raised, run 2 runs
+
+
+def test_a_run_marker_past_what_vertex_can_restart_is_no_run() -> None:
+    # A marker written before the bound existed (or by an older version) is not evidence now.
+    record = record_of()
+    record.mark(evidence_marker(KIT_RUN_KEY, 1, "2"))
+    record.mark(evidence_marker(KIT_RUN_KEY, 1, str(MAX_SPOT_PREEMPTIONS + 10)))
+    assert kit_runs(record, 1) == {2}
+
+
+def test_a_checkpoint_line_without_its_seconds_adds_no_time() -> None:
+    record = record_of()
+    attempt = record.attempt(1)
+    line = KitRecord("checkpoint_committed", request_id="r1", attempt=1, run=0, step=100)
+    assert note_kit_line(record, attempt, line, NOW, Effects())
+    assert (attempt.checkpoints_committed, attempt.checkpoint_seconds) == (1, 0.0)
+
+
+def test_a_negative_step_rate_is_refused_as_out_of_its_bounds_not_as_slow() -> None:
+    line = KitRecord("progress", request_id="r1", attempt=1, run=0, steps_per_second=-0.5)
+    refusal = kit_line_refusal(record_of().attempt(1), line, NOW)
+    assert refusal is not None and refusal.startswith("its steps_per_second is not 0 to ")

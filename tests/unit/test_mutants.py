@@ -5,19 +5,25 @@ mutation run itself is a benchmark."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import pytest
 
 from tools.mutants import (
+    IMPORTING,
     KILLED_SIM,
     KILLED_UNIT,
+    PROJECT_PACKAGES,
+    PYTEST_ARGS,
     ROOMS,
     SIMULATOR,
     SURVIVED,
     TIMEOUT,
     Mutant,
+    _ByTest,
     _tests_stage,
+    _Tracer,
     _verdict,
     apply,
     candidate_tests,
@@ -32,6 +38,7 @@ from tools.mutants import (
     room_argument,
     room_files,
     slug,
+    stable_test_id,
     summarize,
 )
 
@@ -191,7 +198,7 @@ def test_a_room_or_one_file_of_a_room_is_taken_and_anything_else_refused_naming_
 def test_tests_the_trace_recorded_that_pytest_no_longer_finds_are_the_runners_error_never_a_kill(
     tmp_path: Path,
 ) -> None:
-    # A test renamed while a run goes on: pytest exits 4 ("not found"); counting that as a failed
+    # A test renamed while a run goes on: pytest selects nothing (exit 5); counting that as a failed
     # test would count every mutant that test judges as killed.
     report = tmp_path / "pytest.txt"
     code = _tests_stage(["tests/unit/test_mutants.py::a_test_renamed_since_the_trace"], report)
@@ -225,3 +232,65 @@ def test_a_mutant_whose_module_no_longer_parses_is_killed_not_the_runners_error(
     report = tmp_path / "pytest.txt"
     code = _tests_stage([f"{tmp_path / 'test_of_the_room.py'}::test_fields"], report)
     assert _verdict(code) == "fail", report.read_text()
+
+
+def test_a_test_whose_parameters_print_a_mutated_constant_is_still_run_and_judges(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A test parametrized by a room's constant carries its value in its id
+    # (`test_rate[0.02]`); a mutant changing the constant renames it (`test_rate[1.02]`), so the
+    # id the trace recorded is not found. That says nothing about the mutant: the test still runs.
+    (tmp_path / "rates.py").write_text("RATE = 0.02\n")
+    (tmp_path / "test_rates.py").write_text(
+        "import pytest\n\nfrom rates import RATE\n\n\n"
+        "@pytest.mark.parametrize(('name', 'rate'), [('same', RATE)])\n"
+        "def test_rate(name, rate):\n    assert rate < 0.5\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    traced = _ByTest(_Tracer([], IMPORTING))
+    pytest.main([*PYTEST_ARGS, "test_rates.py"], plugins=[traced])
+    recorded = list(traced.seconds)
+    for name in ("rates", "test_rates"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+
+    (tmp_path / "rates.py").write_text("RATE = 1.02\n")  # the mutant: the test now fails
+    report = tmp_path / "pytest.txt"
+    assert _verdict(_tests_stage(recorded, report)) == "fail", report.read_text()
+
+
+def test_a_tests_stable_id_names_its_parameters_by_position_not_by_value() -> None:
+    assert stable_test_id("t.py::test_rate[US-0.02]", {"rate": 1, "where": 0}) == "t.py::test_rate[rate#1,where#0]"
+    assert stable_test_id("t.py::Tests::test_plain", {}) == "t.py::Tests::test_plain"
+
+
+def test_every_package_of_the_tree_is_imported_anew_for_each_mutant() -> None:
+    # A package of ours left warm keeps the unmutated room it imported: `bench` did, so the tests
+    # that drive the room through bench's code judged no mutant, and failed in the traced session
+    # where they compare bench's functions with the room's (nine of them).
+    packages = {init.parent.name for init in ROOT.glob("*/__init__.py")}
+    assert packages <= set(PROJECT_PACKAGES)
+
+
+def test_the_traced_session_starts_each_test_with_the_rooms_caches_empty(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A mutant's child starts with empty caches, so the first of its tests to call a cached
+    # function of the room runs the mutated body. The trace must see every test that calls it, not
+    # only the first of the session (records.py's shape checks are cached: the one test that first
+    # read a record judged every mutant of them, and they survived).
+    room = tmp_path / "cached_room.py"
+    room.write_text("import functools\n\n\n@functools.cache\ndef rate():\n    return 2\n")
+    (tmp_path / "test_cached_room.py").write_text(
+        "from cached_room import rate\n\n\n"
+        "def test_first():\n    assert rate() == 2\n\n\n"
+        "def test_second():\n    assert rate.cache_info().currsize == 0\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("cached_room", "test_cached_room"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    traced = _ByTest(_Tracer([str(room)], IMPORTING))
+    pytest.main([*PYTEST_ARGS, "test_cached_room.py"], plugins=[traced])
+    assert set(traced.seconds) == {"test_cached_room.py::test_first", "test_cached_room.py::test_second"}
+    assert not traced.failed
