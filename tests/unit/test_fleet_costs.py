@@ -11,8 +11,8 @@ import pytest
 
 from shared.fleet.estimate import CapacityEstimate
 from shared.fleet.placement import Candidate, Job, Move, choose_location, expected_cost
-from shared.requests.pricing import hourly
 from shared.fleet.transfer import continent, per_gb
+from shared.requests.pricing import hourly
 
 SPOT, ON_DEMAND = 5.0, 20.0
 

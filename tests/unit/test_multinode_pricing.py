@@ -8,8 +8,8 @@ from typing import Any
 
 from shared.fleet.observations import FleetFact, Kind
 from shared.fleet.placing import Placer
-from shared.requests.pricing import layout_hourly
 from shared.ledger.records import Attempt
+from shared.requests.pricing import layout_hourly
 
 NOW = datetime(2026, 12, 2, 12, tzinfo=UTC)
 H100 = {"machineType": "a3-highgpu-8g", "acceleratorType": "NVIDIA_H100_80GB", "acceleratorCount": 8}
