@@ -241,19 +241,48 @@ def _check_fallback(request: JobRequest, settings: Settings) -> list[Violation]:
                 f"is {fallback.after_spot_attempts}; at least {minimum} Spot attempts come first",
             )
         ]
-    differing = _pool_unlike_the_first(request.custom_job) if fallback.strategy == FLEX_START else None
-    if differing is not None:
-        # "Schedule training jobs based on resource availability" (Vertex AI): Dynamic Workload
-        # Scheduler needs "the same machine configuration for all worker pools"; refused now, not
-        # when the fallback attempt's create fails with Spot attempts already spent.
-        return [
-            Violation(
-                "fallback.strategy",
-                "is FLEX_START; Dynamic Workload Scheduler needs the same machine configuration in every "
-                f"worker pool, and workerPoolSpecs[{differing}] differs from workerPoolSpecs[0]",
-            )
-        ]
+    if fallback.strategy == FLEX_START:
+        # Refused now, not when the fallback attempt's create fails with Spot attempts already spent.
+        broken = _flex_start_requirement_broken(request.custom_job or {})
+        if broken is not None:
+            return [Violation("fallback.strategy", f"is FLEX_START; Dynamic Workload Scheduler needs {broken}")]
     return []
+
+
+# "Schedule training jobs based on resource availability" (Vertex AI,
+# https://cloud.google.com/vertex-ai/docs/training/schedule-jobs-dws): "L4, A100, H100, H200, or B200
+# GPUs", "a maximum timeout of 7 days or less", "the same machine configuration for all worker pools".
+FLEX_START_ACCELERATORS = frozenset(
+    {
+        "NVIDIA_L4",
+        "NVIDIA_TESLA_A100",
+        "NVIDIA_A100_80GB",
+        "NVIDIA_H100_80GB",
+        "NVIDIA_H100_MEGA_80GB",
+        "NVIDIA_H200_141GB",
+        "NVIDIA_B200",
+    }
+)
+FLEX_START_MAX_TIMEOUT_SECONDS = 7 * 86400
+
+
+def _flex_start_requirement_broken(custom_job: Mapping[str, Any]) -> str | None:
+    """What the job lacks for FLEX_START (the requirement and where), None when it meets them all."""
+    differing = _pool_unlike_the_first(custom_job)
+    if differing is not None:
+        return (
+            "the same machine configuration in every worker pool, and "
+            f"workerPoolSpecs[{differing}] differs from workerPoolSpecs[0]"
+        )
+    spec = custom_job.get("jobSpec") or {}
+    for i, pool in enumerate(spec.get("workerPoolSpecs") or []):
+        accelerator = str(((pool or {}).get("machineSpec") or {}).get("acceleratorType") or "none")
+        if pool and accelerator not in FLEX_START_ACCELERATORS:
+            return f"L4, A100, H100, H200 or B200 GPUs, and workerPoolSpecs[{i}] has {accelerator}"
+    timeout = (spec.get("scheduling") or {}).get("timeout")
+    if timeout is not None and float(str(timeout).rstrip("s") or 0) > FLEX_START_MAX_TIMEOUT_SECONDS:
+        return f"a timeout of 7 days or less, and jobSpec.scheduling.timeout is {timeout}"
+    return None
 
 
 def _pool_unlike_the_first(custom_job: Mapping[str, Any] | None) -> int | None:

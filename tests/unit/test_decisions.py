@@ -226,9 +226,14 @@ def test_other_failure_is_reported_not_requeued() -> None:
     assert decision.record.pending_alerts == [alert.to_json()]  # written with the decision
 
 
-def test_expired_job_is_a_failure() -> None:
-    decision = observe(make_record(), job(JobState.EXPIRED, update=400))
-    assert decision.record.status == RequestStatus.FAILED
+def test_expired_job_is_a_failure_once_the_kits_lines_had_time_to_arrive() -> None:
+    # EXPIRED is one of the ways Vertex may end a job at its timeout (shared/deciding/continuations.py):
+    # with no progress heard of, the decision waits for the kit's last lines, then fails the request.
+    expired = job(JobState.EXPIRED, update=400)
+    early = observe(make_record(), expired)
+    assert early.waiting and early.record.status == RequestStatus.SUBMITTED
+    later = observe(make_record(), expired, now=NOW + timedelta(seconds=POLICY.kit_lines_settle_seconds))
+    assert later.waiting is None and later.record.status == RequestStatus.FAILED
 
 
 def test_failed_without_error_waits_for_it() -> None:

@@ -112,3 +112,44 @@ def test_a_flex_start_fallback_needs_one_machine_configuration_in_every_pool() -
         "fallback.strategy: is FLEX_START; Dynamic Workload Scheduler needs the same machine configuration "
         "in every worker pool, and workerPoolSpecs[1] differs from workerPoolSpecs[0]"
     ]
+
+
+def test_a_flex_start_fallback_needs_a_gpu_dynamic_workload_scheduler_offers_and_at_most_7_days() -> None:
+    # Dynamic Workload Scheduler: "L4, A100, H100, H200, or B200 GPUs" and "a maximum timeout of 7 days or less".
+    settings = dataclasses.replace(
+        SETTINGS,
+        allowed_fallback_strategies=("STANDARD", "FLEX_START"),
+        allowed_machine_families=("a2", "a3", "n1"),
+        max_timeout_seconds=28 * 86400,
+    )
+
+    def refusals(custom_job: dict[str, Any]) -> list[str]:
+        body = {
+            "request_id": "r1",
+            "location": "us-central1",
+            "custom_job": custom_job,
+            "fallback": {"strategy": "FLEX_START", "after_spot_attempts": 1},
+        }
+        try:
+            validate_request(json.dumps(body).encode(), attributes={}, settings=settings)
+        except InvalidJobRequest as refused:
+            return [str(v) for v in refused.violations]
+        return []
+
+    t4 = copy.deepcopy(BASE_JOB)
+    t4["jobSpec"]["workerPoolSpecs"][0]["machineSpec"] = {
+        "machineType": "n1-standard-8",
+        "acceleratorType": "NVIDIA_TESLA_T4",
+        "acceleratorCount": 1,
+    }
+    assert refusals(t4) == [
+        "fallback.strategy: is FLEX_START; Dynamic Workload Scheduler needs L4, A100, H100, H200 or B200 GPUs, "
+        "and workerPoolSpecs[0] has NVIDIA_TESLA_T4"
+    ]
+    long = copy.deepcopy(BASE_JOB)
+    long["jobSpec"].setdefault("scheduling", {})["timeout"] = f"{8 * 86400}s"
+    assert refusals(long) == [
+        "fallback.strategy: is FLEX_START; Dynamic Workload Scheduler needs a timeout of 7 days or less, "
+        f"and jobSpec.scheduling.timeout is {8 * 86400}s"
+    ]
+    assert refusals(BASE_JOB) == []  # an A100, Vertex's default timeout of 7 days
