@@ -20,14 +20,20 @@ from collections import defaultdict
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import TYPE_CHECKING
+
+from spotjobs_kit.lines import KEY, KitRecord, is_signed_with, parse_kit_line
 
 from shared.adapters.vertex import cancel_job, canceller, list_unfinished_jobs, parent_path
 from shared.clock import iso
 from shared.deciding.applying import apply_observation
+from shared.deciding.deadline_watch import note_progress
 from shared.deciding.decisions import Observation
+from shared.deciding.effects import Effects
 from shared.deciding.events import Signal
 from shared.deciding.outbox import Mine, flush, send_cancels
+from shared.deciding.preemptions import note_kit_line
 from shared.deciding.strays import decide_stray_alert, is_stray, recordless_stray_alert
 from shared.jobs import LABEL_ATTEMPT, LABEL_REQUEST_ID, JobSnapshot, is_terminal
 from shared.ledger.claims import record_job
@@ -64,10 +70,15 @@ def adopt_job(ports: Ports, request_id: str, n: int, location: str, job: CustomJ
     it was not indexed and been dropped. A job of a cancelled request is cancelled at once."""
     snapshot = JobSnapshot.of(job)
     ports.ledger.index_job(JobIndexEntry(request_id, n, location, job.name))
-    created_at = snapshot.create_time or iso(ports.clock())
-    swapped = ports.ledger.swap(
-        request_id,
-        lambda current: record_job(
+    # Listed after the index: a line kept later finds the job indexed and is redelivered (shared.observe).
+    kept = ports.ledger.parked_kit_lines(job.name.rsplit("/", 1)[-1])
+    kit_lines = [line for line in (parse_kit_line({KEY: fields}) for fields in kept.values()) if line]
+    now = ports.clock()
+    created_at = snapshot.create_time or iso(now)
+    kit_effects: list[Effects] = []  # the last try's (a swap may call its transition again)
+
+    def record(current: RequestRecord | None) -> RequestRecord | None:
+        recorded = record_job(
             current,
             n=n,
             job_name=job.name,
@@ -75,9 +86,16 @@ def adopt_job(ports: Ports, request_id: str, n: int, location: str, job: CustomJ
             created_at=created_at,
             started_at=snapshot.start_time,
             ended_at=snapshot.end_time,
-        ),
-    )
+        )
+        kit_effects[:] = [note_kept_kit_lines(recorded, n, kit_lines, now)] if recorded and kit_lines else []
+        return recorded
+
+    swapped = ports.ledger.swap(request_id, record)
+    for line in (line for effects in kit_effects for line in effects.lines) if swapped.wrote else ():
+        log.log(line.severity, line.message, **line.fields)
     recorded = swapped.value.attempt(n) if swapped.value else None
+    if kept and recorded is not None and recorded.job == job.name:
+        ports.ledger.forget_parked(kept)  # counted, by this write or by the delivery that recorded the job
     if swapped.value is not None and recorded is not None and recorded.job not in (None, job.name):
         log.error(
             "attempt already records a different job",
@@ -92,6 +110,23 @@ def adopt_job(ports: Ports, request_id: str, n: int, location: str, job: CustomJ
         sender = replace(ports, cancel_job=ports.cancel_job or canceller(ports.job_service))
         send_cancels(sender, swapped.value, log, ours=True, now=ports.clock())
     return Adoption(job.name, swapped.wrote, snapshot)
+
+
+def note_kept_kit_lines(record: RequestRecord, n: int, lines: Iterable[KitRecord], now: datetime) -> Effects:
+    """Count on attempt `n`, whose job is being recorded, the kit lines kept while the job was not
+    indexed, in the order the kit wrote them; only a line naming the attempt and signed with its
+    key counts (checked when kept, and again here: the record is the authority)."""
+    effects = Effects()
+    attempt = record.attempt(n)
+    if attempt is None:
+        return effects
+    ordered = sorted(lines, key=lambda kit: (kit.run or 0, -1 if kit.step is None else kit.step, kit.time or ""))
+    for kit in ordered:
+        if kit.request_id != record.request_id or kit.attempt != n or not is_signed_with(kit, attempt.kit_key):
+            continue
+        if note_kit_line(record, attempt, kit, now, effects):
+            note_progress(attempt, kit.total_steps, kit.steps_per_second)
+    return effects
 
 
 def observe_adopted(ports: Ports, request_id: str, adoption: Adoption, n: int, log: Logger) -> tuple[str, ...]:

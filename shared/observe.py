@@ -34,7 +34,7 @@ class EventOutcome(enum.Enum):
     OBSERVED = "observed"  # the job was read from Vertex and decided on
     CORRUPT = "corrupt"  # its request's ledger document cannot be read: alerted, not decided
     UNTRUSTED = "untrusted"  # a kit line its attempt's key did not sign: no read, no decision
-    PARKED = "parked"  # a preemption line of a job not indexed yet: kept for its adoption to count
+    PARKED = "parked"  # a preemption or signed kit line of a job not indexed yet: kept for its adoption
 
 
 def handle_job_event(
@@ -82,11 +82,13 @@ def handle_job_event(
     wired = replace(wired, cancel_job=canceller(wired.job_service))
     index = wired.ledger.find_job(entry.job_id)
     if index is None and entry.kit is not None and _claim_pending(wired, entry.kit):
-        # The job's own kit says whose it is, and that attempt is being created: submit indexes it
-        # in a moment. Look again then rather than drop the run's first line.
-        raise TransientError(f"job {entry.job_id} is not indexed yet")
+        # The job's own kit says whose it is, and that attempt is being created: kept for the
+        # delivery that records the job, which may be reconcile's adoption minutes later.
+        wired.ledger.park_kit_line(entry.job_id, entry.identity, dict(entry.kit.fields))
+        return _parked(wired, entry, log, "kept a kit line of a job not indexed yet, for its adoption to count")
     if index is None and signal is Signal.PREEMPTION and entry.is_service_line:
-        return _park_preemption(wired, entry, log)
+        wired.ledger.park_preemption(entry.job_id, entry.identity)
+        return _parked(wired, entry, log, "kept a preemption line of a job not indexed yet, for its adoption to count")
     if index is None:
         log.info(
             "ignored a log entry of a job spotjobs did not create",
@@ -123,17 +125,18 @@ def handle_job_event(
     return EventOutcome.OBSERVED
 
 
-def _park_preemption(ports: Ports, entry: JobLogEntry, log: Logger) -> EventOutcome:
-    """Vertex's preemption line of a job not indexed yet: the line cannot say whose job it is (a
-    claim whose create's answer was lost is indexed only when reconcile adopts it, minutes later;
-    redeliveries would dead-letter first). Kept, for the adoption to count (`observe_adopted`);
-    a foreign job's is left to a lifecycle rule. Indexed meanwhile: redelivered, counted then."""
-    ports.ledger.park_preemption(entry.job_id, entry.identity)
+def _parked(ports: Ports, entry: JobLogEntry, log: Logger, message: str) -> EventOutcome:
+    """A line of a job not indexed yet, just kept: nothing else may say whose job it is (a claim
+    whose create's answer was lost is indexed only when reconcile adopts it, minutes later;
+    redeliveries would dead-letter first). The adoption counts it: a kit line in the same
+    compare-and-swap that records the job (`adopt_job`), a preemption line just after
+    (`observe_adopted`); a foreign job's is left to a lifecycle rule. Indexed meanwhile (the
+    adoption listed the kept lines before this one was kept): redelivered, counted then."""
     if ports.ledger.find_job(entry.job_id) is not None:  # adopted between the two reads
         raise TransientError(f"job {entry.job_id} was indexed meanwhile")
     log.info(
-        "kept a preemption line of a job not indexed yet, for its adoption to count",
-        event="preemption_parked",
+        message,
+        event="kit_line_parked" if entry.kit is not None else "preemption_parked",
         evidence=entry.identity,
     )
     return EventOutcome.PARKED

@@ -431,8 +431,12 @@ def _decisions_of(record: dict[str, Any]) -> dict[str, Any]:
     (it decides nothing for the request), and the write's time."""
     conflict = AlertKind.REQUEST_ID_CONFLICT.value
     kept = {k: v for k, v in record.items() if k != "updated_at"}
-    kept["markers"] = [m for m in record.get("markers") or [] if not m.startswith(conflict + ":")]
-    kept["pending_alerts"] = [a for a in record.get("pending_alerts") or [] if a.get("kind") != conflict]
+    # A record a person rewrote in another layout (sim.faults.reshape) is compared as stored.
+    markers, alerts = record.get("markers") or [], record.get("pending_alerts") or []
+    if isinstance(markers, list):
+        kept["markers"] = [m for m in markers if not (isinstance(m, str) and m.startswith(conflict + ":"))]
+    if isinstance(alerts, list):
+        kept["pending_alerts"] = [a for a in alerts if not (isinstance(a, dict) and a.get("kind") == conflict)]
     kept.pop("effects_taken_at", None)
     return kept
 

@@ -74,8 +74,9 @@ if TYPE_CHECKING:
 
 REQUESTS_PREFIX = "requests/"
 JOBS_PREFIX = "jobs/"
-# Vertex's preemption lines of a job not indexed yet, kept until its adoption counts them
-# (`park_preemption`); a lifecycle rule removes a foreign job's (docs/ARCHITECTURE.md).
+# Vertex's preemption lines and the kit's signed lines of a job not indexed yet, kept until its
+# adoption counts them (`park_preemption`, `park_kit_line`); a lifecycle rule removes a foreign job's
+# (docs/ARCHITECTURE.md).
 UNINDEXED_PREFIX = "unindexed/"
 MAINTENANCE_PREFIX = "maintenance/"
 ACTIVE_PREFIX = "active/"
@@ -587,27 +588,44 @@ class LedgerStore:
 
     def park_preemption(self, job_id: str, identity: str) -> None:
         """Keep a preemption line of a job not indexed yet, by its identity (idempotent)."""
+        self._park(job_id, identity, {"identity": identity})
+
+    def park_kit_line(self, job_id: str, identity: str, fields: dict[str, Any]) -> None:
+        """Keep a kit line of a job not indexed yet (its fields as sent, signature included), by
+        its log entry's identity (idempotent)."""
+        self._park(job_id, identity, {"identity": identity, "kit": fields})
+
+    def _park(self, job_id: str, identity: str, body: dict[str, Any]) -> None:
         from google.api_core.exceptions import PreconditionFailed
 
         blob = self._bucket.blob(_parked_path(job_id, identity))
         try:
-            blob.upload_from_string(
-                json.dumps({"identity": identity}), content_type="application/json", if_generation_match=0
-            )
+            blob.upload_from_string(json.dumps(body), content_type="application/json", if_generation_match=0)
         except PreconditionFailed:
             pass  # kept by a redelivery before
 
     def parked_preemptions(self, job_id: str) -> dict[str, str]:
         """The preemption lines kept for `job_id`: object name -> the line's identity (one that
         does not read, a hand edit, is left out: it says nothing)."""
+        return {
+            name: body["identity"]
+            for name, body in self._parked(job_id).items()
+            if isinstance(body.get("identity"), str) and "kit" not in body
+        }
+
+    def parked_kit_lines(self, job_id: str) -> dict[str, dict[str, Any]]:
+        """The kit lines kept for `job_id`: object name -> the line's fields as sent."""
+        return {name: body["kit"] for name, body in self._parked(job_id).items() if isinstance(body.get("kit"), dict)}
+
+    def _parked(self, job_id: str) -> dict[str, dict[str, Any]]:
         parked = {}
         for blob in self._bucket.client.list_blobs(self._bucket, prefix=f"{UNINDEXED_PREFIX}{job_id}/"):
             try:
-                identity = json.loads(blob.download_as_bytes()).get("identity")
-            except (ValueError, AttributeError, RecursionError):
+                body = json.loads(blob.download_as_bytes())
+            except (ValueError, RecursionError):
                 continue
-            if isinstance(identity, str):
-                parked[blob.name] = identity
+            if isinstance(body, dict):
+                parked[blob.name] = body
         return parked
 
     def forget_parked(self, names: Collection[str]) -> None:

@@ -6,16 +6,19 @@ Vertex read at a moment its writer chose.
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from spotjobs_kit.lines import format_line
 
+from shared.deciding.preemptions import kit_runs
 from shared.delivery import Message
-from shared.errors import TransientError
-from shared.ledger.records import RequestRecord
+from shared.found_jobs import adopt_job
+from shared.ledger.records import Attempt, RequestRecord
 from shared.ledger.states import RequestStatus
 from shared.ledger.store import LedgerStore
 from shared.observe import EventOutcome, handle_job_event
+from shared.reconcile import run_reconcile
 from tests.support.decisions import CapturedLog, FakePublisher, World, log_entry, make_settings
 from tests.support.vertex import FakeVertex
 
@@ -35,12 +38,26 @@ def deliver(world: World, data: bytes) -> EventOutcome:
     )
 
 
-def kit_entry(job_name: str, event: str, run: int, key: str | None, *, request_id: str, **fields: object) -> bytes:
+def kit_entry(
+    job_name: str,
+    event: str,
+    run: int,
+    key: str | None,
+    *,
+    request_id: str,
+    insert_id: str | None = None,
+    **fields: object,
+) -> bytes:
     """A kit line in the job's log, as the sink publishes it: whoever wrote the entry chose every
     field of it, the job id in its resource labels included."""
     line = format_line(event, {"request_id": request_id, "attempt": 1, "run": run, **fields}, key=key)
-    entry = json.loads(log_entry(job_name, "", task="workerpool0-0"))
+    entry = json.loads(log_entry(job_name, "", task="workerpool0-0", insert_id=insert_id))
     return json.dumps({**entry, "jsonPayload": json.loads(line)}).encode()
+
+
+def parked_lines(world: World) -> list[str]:
+    bucket = world.ledger._bucket  # noqa: SLF001
+    return [blob.name for blob in bucket.client.list_blobs(bucket, prefix="unindexed/")]
 
 
 def preempted_then_succeeded(world: World, job: str, key: str | None, request_id: str) -> RequestRecord:
@@ -109,9 +126,10 @@ def test_a_signed_line_altered_after_signing_moves_nothing(world: World) -> None
     assert world.ledger.get("req-1").attempts[0].preemptions == 0
 
 
-def test_only_a_signed_line_of_a_job_not_indexed_yet_is_waited_for(world: World) -> None:
-    """A run's first line may come before submit indexes its job: it is redelivered. A forged line
-    naming an attempt being created is not worth a redelivery: it is acknowledged as foreign."""
+def test_only_a_signed_line_of_a_job_not_indexed_yet_is_kept(world: World) -> None:
+    """A run's first line may come before submit indexes its job: it is kept for the adoption
+    (redeliveries could outlast a submit that died before recording the job). A forged line naming
+    an attempt being created is not worth keeping: it is acknowledged as foreign."""
     world.submitted(state=RUNNING)
     world.submitted("attacker", state=RUNNING)
 
@@ -124,5 +142,41 @@ def test_only_a_signed_line_of_a_job_not_indexed_yet_is_waited_for(world: World)
 
     forged = kit_entry(job, "run_started", 0, world.kit_key("attacker"), request_id="req-1", resumed_step=0)
     assert deliver(world, forged) == EventOutcome.FOREIGN
-    with pytest.raises(TransientError, match="not indexed yet"):
-        deliver(world, kit_entry(job, "run_started", 0, world.kit_key(), request_id="req-1", resumed_step=0))
+    assert deliver(world, kit_entry(job, "run_started", 0, world.kit_key(), request_id="req-1")) == EventOutcome.PARKED
+    assert len(parked_lines(world)) == 1
+
+    # Submit records the job it created: the kept line counts in that write, the forged one nowhere.
+    adopt_job(world.ports, "req-1", 1, "us-central1", world.vertex.get_custom_job(job), CapturedLog().logger)
+    assert kit_runs(world.ledger.get("req-1"), 1) == {0} and parked_lines(world) == []
+
+
+def test_the_kit_lines_of_a_job_not_indexed_yet_count_when_reconcile_adopts_it(world: World) -> None:
+    """Simulator seed 63: the submit delivery that created the job died before recording it, so
+    reconcile adopts it minutes later. Its run's signed lines came meanwhile: kept, and counted in
+    the compare-and-swap that records the job, so a timeout is judged with the checkpoint it
+    committed (they were dead-lettered, and the request failed `timeout_without_progress`)."""
+    _, job = world.submitted(state=RUNNING)
+    key = world.kit_key()
+
+    def crash_before_recording(current: RequestRecord) -> RequestRecord:
+        claimed_at = (datetime.now(UTC) - timedelta(seconds=600)).isoformat().replace("+00:00", "Z")
+        current.attempts[0] = Attempt(1, "us-central1", "SPOT", claimed_at=claimed_at, kit_key=key)
+        current.status = RequestStatus.CLAIMED
+        return current
+
+    world.rewrite("req-1", crash_before_recording)
+    world.ledger._bucket.blob(f"jobs/{job.rsplit('/', 1)[-1]}.json").delete()  # noqa: SLF001
+    lines = [
+        kit_entry(job, "run_started", 0, key, request_id="req-1", insert_id="k-1", resumed_step=0),
+        kit_entry(job, "checkpoint_committed", 0, key, request_id="req-1", insert_id="k-2", step=500, seconds=3.0),
+    ]
+    for line in [*lines, lines[1]]:  # and a redelivery
+        assert deliver(world, line) == EventOutcome.PARKED
+    assert len(parked_lines(world)) == 2 and world.vertex.gets == 0
+
+    assert run_reconcile(world.ports, CapturedLog().logger).outcomes == {"claim_adopted": 1}
+
+    attempt = world.ledger.get("req-1").attempts[0]
+    assert (attempt.job, attempt.checkpoints_committed, attempt.last_checkpoint) == (job, 1, [0, 500])
+    assert attempt.preemptions == 0  # a kept kit line is no Vertex preemption line
+    assert parked_lines(world) == []

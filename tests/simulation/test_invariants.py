@@ -306,6 +306,27 @@ def test_a_hostile_step_that_changes_another_request_is_caught(world: World) -> 
     assert "requests/trg-daily-data-w20260302t080000z.json (created)" in found.detail
 
 
+def test_another_record_in_a_past_layout_is_compared_as_it_is(world: World) -> None:
+    """A record a person rewrote in a past layout (its lists as maps keyed by position,
+    `sim.faults.reshape`) is another request's state too: compared as stored, not read as this
+    version's lists (the check crashed on its `pending_alerts`, seed 67)."""
+    record(world, "r1", RequestStatus.RUNNING, attempt(1))
+    ledger = LedgerStore(world.storage.client().bucket(world.settings.state_bucket))
+    ledger.update("r1", lambda current: current.mark("notice:started:1:0") and current)
+    stored = world.storage.objects(world.settings.state_bucket)["requests/r1.json"]
+    past = json.loads(stored.data)
+    past["markers"] = dict(enumerate(past["markers"]))
+    past["pending_alerts"] = {"0": {"kind": "budget_reached", "request_id": "r1"}}
+    world.storage.client().bucket(world.settings.state_bucket).blob("requests/r1.json").upload_from_string(
+        json.dumps(past)
+    )
+
+    before = invariants.others_state(world, frozenset({"h1"}))
+
+    assert before["requests/r1.json"]["pending_alerts"] == past["pending_alerts"]
+    assert invariants.hostile_step_contained(world, before, invariants.others_state(world, frozenset({"h1"}))) == []
+
+
 def test_a_forged_requeue_may_claim_only_the_attempt_the_victims_record_decided(world: World) -> None:
     """The attribute marks, the ledger decides (shared/requests/envelope.py): a forged re-queue of
     the due attempt does what the real one would, whichever comes first (seed 31); any other change

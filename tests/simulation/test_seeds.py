@@ -16,16 +16,7 @@ from sim.world import World
 CI_SEEDS = range(0, 150)
 
 # Seeds 24, 84 and 128, listed here on 2026-12-06, are judged in docs/simulator.md ("Seeds judged in CI's range").
-OPEN_DEFECTS: dict[int, str] = {
-    # Found 2026-12-06 when this round's branches met on main. A product defect, not fixed yet: the
-    # kit's lines of a job not indexed yet (its create's delivery died before recording it) are
-    # dead-lettered, where Vertex's preemption lines of such a job are kept under unindexed/ and
-    # counted at its adoption; so the timeout is judged without the checkpoint it committed.
-    63: "stuck_timeout_alerted: burst16-near-limit's job was created by a submit delivery that died before "
-    "recording it; its kit lines (run_started, checkpoint_committed at step 500) were dead-lettered while the "
-    "job was not indexed, and at its scheduling.timeout the request failed timeout_without_progress although "
-    "it had committed progress",
-}
+OPEN_DEFECTS: dict[int, str] = {}
 
 
 @pytest.mark.parametrize(

@@ -597,7 +597,7 @@ def test_referrers_are_listed_in_pages_and_removed_only_unchanged(
     assert bucket.get_blob("jobs/2.json") is None
 
 
-# ---- preemption lines of jobs not indexed yet ----------------------------------------------------------
+# ---- preemption and kit lines of jobs not indexed yet ----------------------------------------------------------
 
 
 def test_parked_lines_that_do_not_read_are_left_out_and_the_rest_still_read(bucket: Any, ledger: LedgerStore) -> None:
@@ -611,3 +611,12 @@ def test_parked_lines_that_do_not_read_are_left_out_and_the_rest_still_read(buck
     ledger.forget_parked(list(parked))
     ledger.forget_parked(list(parked))  # forgotten by a concurrent adoption: nothing to do
     assert set(ledger.parked_preemptions("42").values()) == set()
+
+
+def test_a_parked_kit_line_is_kept_once_with_its_fields_and_is_no_preemption(ledger: LedgerStore) -> None:
+    fields = {"event": "checkpoint_committed", "run": 0, "step": 500, "sig": "ab"}
+    ledger.park_preemption("42", "line-1")
+    ledger.park_kit_line("42", "line-2", fields)
+    ledger.park_kit_line("42", "line-2", {"event": "run_started"})  # a redelivery keeps the first
+    assert list(ledger.parked_preemptions("42").values()) == ["line-1"]
+    assert list(ledger.parked_kit_lines("42").values()) == [fields]

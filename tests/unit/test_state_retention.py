@@ -123,7 +123,7 @@ FAMILIES = {
         ("deadletters/redriven/",),
         (Lifecycle(timedelta(days=31)),),  # a dead letter can be pulled at most 31 days
     ),
-    "unindexed preemption lines": Family(
+    "unindexed preemption and kit lines": Family(
         "unindexed/<job id>/<sha256>.json",
         "unindexed/7/0a1b.json",
         ("unindexed/",),
