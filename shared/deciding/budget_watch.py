@@ -29,11 +29,11 @@ from shared.deciding.effects import Effects, LogLine, attempt_alert, event_field
 from shared.deciding.notices import NoticeKind, notify_pending
 from shared.errors import Violation
 from shared.fleet.placing import work_hours
-from shared.fleet.spend import Price, budget_left, max_cost, request_spend
+from shared.fleet.spend import budget_left, max_cost, request_spend
 from shared.ledger.cancelling import note_intent
 from shared.ledger.records import Attempt, CancelIntent, RequestRecord
 from shared.requests.attempts import SPOT
-from shared.requests.pricing import hourly, layout_hourly
+from shared.requests.pricing import Price, hourly, layout_hourly
 
 BUDGET_SOURCE = "budget"
 BUDGET_STOPPER = "spotjobs (the request's max_cost_usd)"

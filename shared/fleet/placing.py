@@ -43,13 +43,12 @@ from shared.fleet.transfer import per_gb
 from shared.jobs import job_replicas
 from shared.ledger.records import Attempt, RequestRecord
 from shared.requests.attempts import SPOT
-from shared.requests.pricing import layout_hourly, machine_types
+from shared.requests.pricing import Price, layout_hourly, machine_types
 from shared.wiring import Ports
 
 NO_OBSERVATIONS = "no observations"
 
 ReadFacts = Callable[[MachineClass], Sequence[FleetFact]]
-Price = Callable[[str, str], "tuple[float, float] | None"]
 Prior = Callable[[str, str], "LocationPrior | None"]
 
 

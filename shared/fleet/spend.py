@@ -12,7 +12,7 @@ unknown (`management_fee`), and so does every spend computed here.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -21,9 +21,7 @@ from shared.clock import parse_iso
 from shared.jobs import JobState
 from shared.ledger.records import Attempt, RequestRecord
 from shared.requests.attempts import SPOT
-from shared.requests.pricing import hourly, layout, layout_hourly, table
-
-Price = Callable[[str, str], tuple[float, float] | None]
+from shared.requests.pricing import Price, hourly, layout, layout_hourly, table
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 PRICE_TABLE_PATH = Path(__file__).parents[1] / "price_table.json"
+# (Spot, on-demand) per hour of a machine type in a location, None unpriced: `hourly`, or a test's own table.
+Price = Callable[[str, str], "tuple[float, float] | None"]
 
 
 def hourly(machine_type: str, location: str) -> tuple[float, float] | None:
@@ -35,7 +37,7 @@ def layout(request: Mapping[str, Any]) -> list[tuple[str, int]]:
 def layout_hourly(
     request: Mapping[str, Any],
     location: str,
-    price: Callable[[str, str], tuple[float, float] | None] = hourly,
+    price: Price = hourly,
 ) -> tuple[float, float] | None:
     """(Spot, on-demand) per hour of every replica of every worker pool of a request's job in
     `location`: each replica is a VM of its own, billed on its own. None without a pool, or when
