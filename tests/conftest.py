@@ -261,7 +261,9 @@ def run_last_folder(config: pytest.Config) -> Path:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtestloop(session: pytest.Session) -> Iterator[None]:
     yield
-    if XDIST_WORKER is not None:
+    # The worker's own session only (it has `workerinput`): a test may run pytest inside a worker
+    # (tools/mutants.py's stages), and that session has no basetemp of the run.
+    if XDIST_WORKER is not None and hasattr(session.config, "workerinput"):
         (run_last_folder(session.config) / XDIST_WORKER).touch()
 
 
