@@ -248,6 +248,9 @@ def test_a_test_whose_parameters_print_a_mutated_constant_is_still_run_and_judge
     )
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
+    # The mutant has the same size as the original and may be written in the same second: a cached
+    # .pyc would then pass for it (make test writes bytecode).
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
     traced = _ByTest(_Tracer([], IMPORTING))
     pytest.main([*PYTEST_ARGS, "test_rates.py"], plugins=[traced])
     recorded = list(traced.seconds)
