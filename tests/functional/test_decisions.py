@@ -397,13 +397,17 @@ garbage = st.binary(max_size=300) | st.builds(
 def test_garbage_and_foreign_events_are_acknowledged_without_ledger_change(world: World, data: bytes) -> None:
     if not ledger_objects(world):
         world.submitted(state=RUNNING)  # one real request, so there is something to disturb
-    before = ledger_objects(world)
+
+    # A Vertex preemption line of a job the index does not name may be ours, not adopted yet: it is
+    # kept under unindexed/ (docs/signals.md), and nothing else changes. Hypothesis shares the
+    # world between examples, so an earlier example's parked line may be there before.
+    def indexed() -> dict:
+        return {name: gen for name, gen in ledger_objects(world).items() if not name.startswith("unindexed/")}
+
+    before = indexed()
     outcome = deliver(world, data)
     assert outcome in {EventOutcome.IGNORED, EventOutcome.IRRELEVANT, EventOutcome.FOREIGN, EventOutcome.PARKED}
-    # A Vertex preemption line of a job the index does not name may be ours, not adopted yet: it is
-    # kept under unindexed/ (docs/signals.md), and nothing else changes.
-    after = {name: gen for name, gen in ledger_objects(world).items() if not name.startswith("unindexed/")}
-    assert after == before and world.publisher.messages == []
+    assert indexed() == before and world.publisher.messages == []
 
 
 def test_a_failed_alert_publish_is_kept_and_published_once_after_redelivery(world: World) -> None:
