@@ -37,9 +37,9 @@ another run once the outage the outlook expects is over, while the slack beyond 
 `SECOND_RUN_CHANGEOVERS` changeovers, rather than finishing the work on on-demand. Without either
 (`spot_outlook`, `spot_available` None) it is Uniform Progress. `sits_out` keeps a move
 (shared/deciding/moves.py) from taking a job out of a short outage, judged on a fresh outlook.
-Also not coming back to Spot whose mean lifetime is below k d / (k - 1) (the paper's break-even) was measured, made no cell
-cheaper and most dearer, and is not used (docs/deadlines.md). The rules do not depend on the
-prices.
+Also not coming back to Spot whose mean lifetime is below k d / (k - 1) (the paper's break-even)
+was measured, made no cell cheaper and most dearer, and is not used (docs/deadlines.md). The
+rules do not depend on the prices.
 """
 
 from __future__ import annotations
