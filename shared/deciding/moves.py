@@ -28,7 +28,7 @@ from shared.deciding.decisions import DecisionPolicy
 from shared.deciding.effects import Effects, LogLine, event_fields
 from shared.deciding.handover import decide_handover
 from shared.deciding.preemptions import WAITING_STATES
-from shared.fleet.capacity import choose_capacity
+from shared.fleet.capacity import choose_capacity, without_capacity
 from shared.fleet.placing import Placer
 from shared.jobs import JobSnapshot
 from shared.ledger.records import Attempt, RequestRecord
@@ -57,7 +57,6 @@ def consider_move(
     if waited <= changeover:
         return
     if record.request.get("capacity"):
-        waits_on = (attempt.machine, attempt.strategy, attempt.location)
         chosen = choose_capacity(
             placer,
             record.request,
@@ -65,7 +64,7 @@ def consider_move(
             record.attempts,
             lambda strategy: policy.refuses(strategy, record, attempt.n + 1),
             now,
-            without=waits_on,
+            without=without_capacity(record.attempts, attempt),
         )
         if chosen is None:
             return

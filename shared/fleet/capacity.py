@@ -17,8 +17,9 @@ model, on top of `Placer.place` (shared/fleet/placing.py), which chooses the loc
   no prices), the lowest hourly price where each was placed. Ties go to the request's order.
 - **After no capacity.** An attempt that follows a stockout (the re-queue leaves its machine
   open), or a move of a Spot job waiting past its changeover, is not placed on the (machine,
-  strategy, location) that had none: the next best option, as a stockout moves the next attempt
-  to the next location. A re-queue after a preemption and a deadline switch keep the machine the
+  strategy, location) that had none, nor on one an earlier attempt was moved away from: the next
+  best option, as a stockout moves the next attempt to the next location. When that leaves no
+  option, only the latest is left out (stockouts are transient). A re-queue after a preemption and a deadline switch keep the machine the
   attempt ran on (the switch goes STANDARD); their claim places only the location.
 
 The attempt records its machine and strategy and why (`Attempt.placed`), which `spotjobs status`
@@ -36,6 +37,7 @@ from shared.clock import parse_iso
 from shared.fleet.placing import LocationChoice, Placer, place_claimed, work_hours
 from shared.jobs import FLEX_START, max_wait_seconds
 from shared.ledger.records import Attempt, RequestRecord
+from shared.ledger.states import AttemptOutcome
 from shared.requests.attempts import SPOT
 from shared.requests.capacity import alternatives, request_on_machine
 from shared.requests.policy import check_strategy
@@ -87,26 +89,16 @@ def choose_capacity(
     refuses: Refuses,
     now: datetime,
     *,
-    without: Tried | None = None,
+    without: Sequence[Tried] = (),
     price: Price = hourly,
 ) -> CapacityChoice | None:
-    """The option `attempt` runs on (module docstring); None when the deployment allows none now."""
-    options: list[_Option] = []
-    allowed = [str(loc) for loc in request.get("locations") or []] or [attempt.location]
-    listed = [(a.machine, strategy) for a in alternatives(request) for strategy in a.strategies]
-    for order, (machine, strategy) in enumerate(listed):
-        on_it = request_on_machine(request, machine)
-        if refuses(strategy) is not None or (strategy == FLEX_START and not _wait_fits(on_it, earlier, now)):
-            continue
-        here = [loc for loc in allowed if without != (machine, strategy, loc)]
-        if not here:
-            continue
-        planned = attempt.location if attempt.location in here else here[0]
-        trial = replace(attempt, location=planned, strategy=strategy, machine=machine)
-        placed = placer.place({**on_it, "locations": here}, trial, earlier)
-        prices = layout_hourly(on_it, placed.location, price)
-        per_hour = None if prices is None else prices[0] if strategy == SPOT else prices[1]
-        options.append(_Option(order, machine, strategy, placed, per_hour))
+    """The option `attempt` runs on (module docstring), none of `without` (the options found
+    without capacity, the latest last) unless that leaves none; None when the deployment allows
+    none now."""
+    options = _options(placer, request, attempt, earlier, refuses, now, without, price)
+    if not options and len(without) > 1:
+        without = without[-1:]
+        options = _options(placer, request, attempt, earlier, refuses, now, without, price)
     if not options:
         return None
     weighed = all(o.placed.cost is not None for o in options)
@@ -119,9 +111,50 @@ def choose_capacity(
         why = f"lowest hourly price of {len(options)} options ({shown}; the model weighed not all)"
     if len(options) == 1:
         why = "the only option allowed now"
-    skipped = f"; not {without[0]} {without[1]} in {without[2]}: no capacity there before" if without else ""
+    skipped = "".join(f"; not {m} {s} in {loc}: no capacity there before" for m, s, loc in without)
     reason = f"{best.machine} {best.strategy}: {why}{skipped}; in {best.placed.location}: {best.placed.reason}"
     return CapacityChoice(best.placed.location, best.machine, best.strategy, reason)
+
+
+def _options(
+    placer: Placer,
+    request: Mapping[str, Any],
+    attempt: Attempt,
+    earlier: Sequence[Attempt],
+    refuses: Refuses,
+    now: datetime,
+    without: Sequence[Tried],
+    price: Price,
+) -> list[_Option]:
+    """Every option the deployment allows, each placed in its best location."""
+    options: list[_Option] = []
+    allowed = [str(loc) for loc in request.get("locations") or []] or [attempt.location]
+    listed = [(a.machine, strategy) for a in alternatives(request) for strategy in a.strategies]
+    for order, (machine, strategy) in enumerate(listed):
+        on_it = request_on_machine(request, machine)
+        if refuses(strategy) is not None or (strategy == FLEX_START and not _wait_fits(on_it, earlier, now)):
+            continue
+        here = [loc for loc in allowed if (machine, strategy, loc) not in without]
+        if not here:
+            continue
+        planned = attempt.location if attempt.location in here else here[0]
+        trial = replace(attempt, location=planned, strategy=strategy, machine=machine)
+        placed = placer.place({**on_it, "locations": here}, trial, earlier)
+        prices = layout_hourly(on_it, placed.location, price)
+        per_hour = None if prices is None else prices[0] if strategy == SPOT else prices[1]
+        options.append(_Option(order, machine, strategy, placed, per_hour))
+    return options
+
+
+def without_capacity(earlier: Sequence[Attempt], latest: Attempt) -> list[Tried]:
+    """The options the attempts of a request found no capacity on: those moved away from, and
+    `latest`'s (a stockout's, or the waiting job a move leaves), last."""
+    moved = [_tried(a) for a in earlier if a.outcome == AttemptOutcome.MOVED and a is not latest]
+    return [t for t in moved if t != _tried(latest)] + [_tried(latest)]
+
+
+def _tried(attempt: Attempt) -> Tried:
+    return (attempt.machine, attempt.strategy, attempt.location)
 
 
 def _wait_fits(request: Mapping[str, Any], earlier: Sequence[Attempt], now: datetime) -> bool:
@@ -148,8 +181,7 @@ def place_attempt(placer: Placer, record: RequestRecord, attempt: Attempt, refus
         return
     earlier = [a for a in record.attempts if a.n < attempt.n]
     if attempt.machine is None:  # attempt 1, or after a stockout: choose again
-        previous = earlier[-1] if earlier else None
-        without = (previous.machine, previous.strategy, previous.location) if previous else None
+        without = without_capacity(earlier, earlier[-1]) if earlier else []
         choice = choose_capacity(placer, request, attempt, earlier, refuses, now, without=without)
         if choice is None:  # the create's policy check refuses it, naming why
             attempt.machine = alternatives(request)[0].machine

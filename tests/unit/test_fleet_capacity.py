@@ -85,31 +85,33 @@ def test_strategies_the_deployment_refuses_are_never_chosen() -> None:
     spot_only = choose(spot_before=1, settings=Settings.from_env({}))
     assert spot_only.strategy == "SPOT"
     assert (
-        choose(spot_before=1, settings=Settings.from_env({}), without=("a3-highgpu-8g", "SPOT", "us-central1")).machine
+        choose(
+            spot_before=1, settings=Settings.from_env({}), without=[("a3-highgpu-8g", "SPOT", "us-central1")]
+        ).machine
         == "a2-ultragpu-8g"
     )
 
 
 def test_after_no_capacity_the_next_attempt_takes_the_best_other_option() -> None:
-    chosen = choose(spot_before=1, without=("a3-highgpu-8g", "SPOT", "us-central1"))
+    chosen = choose(spot_before=1, without=[("a3-highgpu-8g", "SPOT", "us-central1")])
     assert (chosen.machine, chosen.strategy) == ("a2-ultragpu-8g", "SPOT")
     assert "not a3-highgpu-8g SPOT in us-central1: no capacity there before" in chosen.reason
     # No Spot on either: FLEX_START is priced as on-demand, the A100 node's the cheaper.
     envelope = request([BOTH[0], {"machine": "a2-ultragpu-8g", "strategies": ["FLEX_START"]}])
-    chosen = choose(spot_before=1, envelope=envelope, without=("a3-highgpu-8g", "SPOT", "us-central1"))
+    chosen = choose(spot_before=1, envelope=envelope, without=[("a3-highgpu-8g", "SPOT", "us-central1")])
     assert (chosen.machine, chosen.strategy) == ("a2-ultragpu-8g", "FLEX_START")
 
 
 def test_a_stocked_out_option_stays_possible_in_another_allowed_location() -> None:
     envelope = request(locations=["us-central1", "us-east4"])
-    chosen = choose(spot_before=1, envelope=envelope, without=("a3-highgpu-8g", "SPOT", "us-central1"))
+    chosen = choose(spot_before=1, envelope=envelope, without=[("a3-highgpu-8g", "SPOT", "us-central1")])
     assert (chosen.machine, chosen.strategy, chosen.location) == ("a3-highgpu-8g", "SPOT", "us-east4")
 
 
 def test_ties_go_to_the_order_the_request_lists() -> None:
     # FLEX_START and STANDARD both cost the on-demand price: the one listed first wins.
     only_a3 = request([{"machine": "a3-highgpu-8g", "strategies": ["SPOT", "STANDARD", "FLEX_START"]}])
-    chosen = choose(spot_before=1, envelope=only_a3, without=("a3-highgpu-8g", "SPOT", "us-central1"))
+    chosen = choose(spot_before=1, envelope=only_a3, without=[("a3-highgpu-8g", "SPOT", "us-central1")])
     assert chosen.strategy == "STANDARD"
 
 
@@ -131,10 +133,10 @@ def test_flex_start_with_a_deadline_only_when_its_whole_wait_fits_before_it() ->
     ]
     soon = iso(NOW + timedelta(hours=12))  # a day's default wait does not fit
     envelope = request(flex_only, deadline=soon, total_steps=3600, expected_step_seconds=1.0)
-    chosen = choose(spot_before=1, envelope=envelope, without=("a3-highgpu-8g", "SPOT", "us-central1"))
+    chosen = choose(spot_before=1, envelope=envelope, without=[("a3-highgpu-8g", "SPOT", "us-central1")])
     assert chosen.strategy == "STANDARD" and chosen.machine == "a2-ultragpu-8g"
     later = request(flex_only, deadline=iso(NOW + timedelta(hours=30)), total_steps=3600, expected_step_seconds=1.0)
-    chosen = choose(spot_before=1, envelope=later, without=("a3-highgpu-8g", "SPOT", "us-central1"))
+    chosen = choose(spot_before=1, envelope=later, without=[("a3-highgpu-8g", "SPOT", "us-central1")])
     assert chosen.strategy == "FLEX_START"
 
 
@@ -218,3 +220,26 @@ def test_status_says_on_which_machine_and_strategy_each_attempt_ran_and_why() ->
         text.splitlines()[-1]
         == "placed      attempt 1 in us-central1 on a2-ultragpu-8g: a2-ultragpu-8g FLEX_START: why"
     )
+
+
+def test_a_move_never_goes_back_to_an_option_moved_away_from_unless_none_is_left() -> None:
+    def second_move(capacity: list[dict[str, Any]]) -> Any:
+        gone = attempt(machine="a3-highgpu-8g", outcome=AttemptOutcome.MOVED)
+        created = iso(NOW - timedelta(hours=1))
+        waits = attempt(2, machine="a2-ultragpu-8g", job="j2", state="JOB_STATE_PENDING", created_at=created)
+        record = RequestRecord("r1", request(capacity, max_attempts=4), "gs://b/r1/", attempts=[gone, waits])
+        policy = DecisionPolicy.from_settings(ALL_ALLOWED)
+        consider_move(record, JobSnapshot("j2", "JOB_STATE_PENDING"), placer(), policy, NOW, Effects())
+        assert record.requeue is not None
+        return record.requeue.machine, record.requeue.strategy
+
+    spot_then_flex = [
+        {"machine": "a3-highgpu-8g", "strategies": ["SPOT"]},
+        {"machine": "a2-ultragpu-8g", "strategies": ["SPOT", "FLEX_START"]},
+    ]
+    assert second_move(spot_then_flex) == ("a2-ultragpu-8g", "FLEX_START")
+    spot_only = [
+        {"machine": "a3-highgpu-8g", "strategies": ["SPOT"]},
+        {"machine": "a2-ultragpu-8g", "strategies": ["SPOT"]},
+    ]
+    assert second_move(spot_only) == ("a3-highgpu-8g", "SPOT")  # every option had none: only the latest is left out
