@@ -171,6 +171,15 @@ def _wait_fits(request: Mapping[str, Any], earlier: Sequence[Attempt], now: date
     return needed <= (parse_iso(deadline) - now).total_seconds()
 
 
+# Why a claim found its machine decided: by how the attempt before it ended (the choice itself
+# is in that decision's log line: a move's `moved`, a re-queue's `requeue`).
+_DECIDED_BY = {
+    AttemptOutcome.MOVED: "decided when the attempt before was moved (it waited for Spot past its changeover)",
+    AttemptOutcome.SWITCHED_TO_ON_DEMAND: "the attempt before's machine, switched to on-demand for the deadline",
+    "": "the machine the attempt before ran on (a re-queue after a preemption)",
+}
+
+
 def place_attempt(placer: Placer, record: RequestRecord, attempt: Attempt, refuses: Refuses, now: datetime) -> None:
     """Set where, on what and why the attempt a claim just created runs: `place_claimed` for a
     request without alternatives; with them, its machine and strategy too (module docstring), and
@@ -193,7 +202,8 @@ def place_attempt(placer: Placer, record: RequestRecord, attempt: Attempt, refus
         on_it = request_on_machine(request, attempt.machine)
         placed = placer.place(on_it, attempt, earlier)
         attempt.location = placed.location
-        attempt.placed = f"{attempt.machine} {attempt.strategy}, decided with the attempt before; {placed.reason}"
+        why = _DECIDED_BY.get(str(earlier[-1].outcome), _DECIDED_BY[""]) if earlier else _DECIDED_BY[""]
+        attempt.placed = f"{attempt.machine} {attempt.strategy}, {why}; {placed.reason}"
     on_it = request_on_machine(request, attempt.machine)
     outlook = placer.spot_outlook(on_it, attempt.location)
     attempt.spot_outlook = None if outlook is None else outlook.to_json()

@@ -171,7 +171,8 @@ def test_a_claim_whose_machine_was_decided_keeps_it_and_places_the_location() ->
     record = RequestRecord("r1", request(), "gs://b/r1/", attempts=[first, second])
     place_attempt(placer(), record, second, refusing(ALL_ALLOWED, 1), NOW)
     assert (second.machine, second.strategy) == ("a2-ultragpu-8g", "SPOT")
-    assert second.placed == "a2-ultragpu-8g SPOT, decided with the attempt before; the only allowed location"
+    why = "the machine the attempt before ran on (a re-queue after a preemption)"
+    assert second.placed == f"a2-ultragpu-8g SPOT, {why}; the only allowed location"
 
 
 def test_a_request_without_alternatives_is_placed_as_before() -> None:
