@@ -244,3 +244,12 @@ def test_a_move_never_goes_back_to_an_option_moved_away_from_unless_none_is_left
         {"machine": "a2-ultragpu-8g", "strategies": ["SPOT"]},
     ]
     assert second_move(spot_only) == ("a3-highgpu-8g", "SPOT")  # every option had none: only the latest is left out
+
+
+def test_an_attempt_on_an_alternative_is_priced_on_its_machine() -> None:
+    from shared.fleet.spend import request_spend
+
+    ran = attempt(machine="a2-ultragpu-8g", strategy="FLEX_START", started_at=iso(NOW - timedelta(hours=2)))
+    ran.ended_at = iso(NOW)
+    spend = request_spend(RequestRecord("r1", request(), "gs://b/r1/", attempts=[ran]), NOW, price)
+    assert spend.usd == 2 * 40.55  # FLEX_START at the on-demand price of the A100 80GB node
