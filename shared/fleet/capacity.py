@@ -107,7 +107,7 @@ def choose_capacity(
         why = f"cheapest expected cost to finish of {len(options)} options"
     else:
         best = min(options, key=lambda o: (math.inf if o.per_hour is None else o.per_hour, o.order))
-        shown = "unpriced" if best.per_hour is None else f"${best.per_hour:.2f}/h"
+        shown = "unpriced" if best.per_hour is None else f"${best.per_hour:.2f} an hour"
         why = f"lowest hourly price of {len(options)} options ({shown}; the model weighed not all)"
     if len(options) == 1:
         why = "the only option allowed now"

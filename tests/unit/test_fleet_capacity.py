@@ -77,7 +77,7 @@ def choose(spot_before: int = 0, settings: Settings = ALL_ALLOWED, **kwargs: Any
 def test_a_first_attempt_runs_on_the_cheapest_spot_option_as_the_policy_wants_spot_first() -> None:
     chosen = choose()
     assert (chosen.machine, chosen.strategy, chosen.location) == ("a3-highgpu-8g", "SPOT", "us-central1")
-    assert chosen.reason.startswith("a3-highgpu-8g SPOT: lowest hourly price of 2 options ($18.98/h")
+    assert chosen.reason.startswith("a3-highgpu-8g SPOT: lowest hourly price of 2 options ($18.98 an hour")
     assert "in us-central1: the only allowed location" in chosen.reason
 
 
