@@ -13,7 +13,12 @@ than a changeover: the rule decides nothing while the hand-over runs (its next a
 pending), so its safety net counts the move's changeover. A deadline request also stays where the
 fleet's outages are short (`sits_out`, on the outlook estimated now) until its wait outlasts the
 expected outage; and where the rule holds the wait only for a move, placement costs staying as
-the rest of the work on on-demand (`Job.leaving`), what the rule does next."""
+the rest of the work on on-demand (`Job.leaving`), what the rule does next.
+
+A request with `capacity` alternatives moves to its best other option, the (machine, strategy,
+location) it waits on left out (`shared.fleet.capacity.choose_capacity`, which asks the policy of
+each strategy), with one allowed location too (without the two deadline edges above: the outlook
+is the request's first machine's)."""
 
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ from shared.deciding.decisions import DecisionPolicy
 from shared.deciding.effects import Effects, LogLine, event_fields
 from shared.deciding.handover import decide_handover
 from shared.deciding.preemptions import WAITING_STATES
+from shared.fleet.capacity import choose_capacity, without_capacity
 from shared.fleet.placing import Placer
 from shared.jobs import JobSnapshot
 from shared.ledger.records import Attempt, RequestRecord
@@ -55,36 +61,55 @@ def consider_move(
     waited = (now - parse_iso(attempt.state_changed_at if attempt.started_at else attempt.created_at)).total_seconds()
     if waited <= changeover:
         return
-    if situation is not None and sits_out(situation, placer.spot_outlook(record.request, attempt.location)):
-        return
-    leaving = decision is not None and decision.held_for_move
-    placed = placer.place(record.request, attempt, record.attempts, waiting=True, leaving=leaving)
-    if placed.location == attempt.location:
-        return
+    if record.request.get("capacity"):
+        chosen = choose_capacity(
+            placer,
+            record.request,
+            attempt,
+            record.attempts,
+            lambda strategy: policy.refuses(strategy, record, attempt.n + 1),
+            now,
+            without=without_capacity(record.attempts, attempt),
+        )
+        if chosen is None:
+            return
+        location, strategy, machine, reason = chosen.location, chosen.strategy, chosen.machine, chosen.reason
+    else:
+        if situation is not None and sits_out(situation, placer.spot_outlook(record.request, attempt.location)):
+            return
+        leaving = decision is not None and decision.held_for_move
+        placed = placer.place(record.request, attempt, record.attempts, waiting=True, leaving=leaving)
+        if placed.location == attempt.location:
+            return
+        location, strategy, machine, reason = placed.location, SPOT, None, placed.reason
     following = decide_handover(
         record,
         attempt,
         now,
         effects,
         outcome=AttemptOutcome.MOVED,
-        strategy=SPOT,
-        location=placed.location,
+        strategy=strategy,
+        location=location,
         reason=MOVE_REASON,
+        machine=machine,
     )
+    on = f" on {machine}" if machine else ""
     effects.lines.append(
         LogLine(
             "WARNING",
             f"attempt {attempt.n} of {record.request_id} waited {waited:.0f} s for Spot in {attempt.location}; "
-            f"cancelling its job, attempt {following} runs {SPOT} in {placed.location}: {placed.reason}",
+            f"cancelling its job, attempt {following} runs {strategy} in {location}{on}: {reason}",
             event_fields(
                 record,
                 attempt,
                 "moved",
                 next_attempt=following,
-                next_location=placed.location,
+                next_location=location,
+                next_strategy=strategy,
+                next_machine=machine,
                 waited_seconds=round(waited),
                 changeover_seconds=round(changeover),
-                reason=placed.reason,
+                reason=reason,
             ),
         )
     )
@@ -97,13 +122,16 @@ def _may_move(record: RequestRecord, attempt: Attempt, job: JobSnapshot, policy:
         return False
     if job.state not in WAITING_STATES or attempt.state != job.state:  # a stale read is no news
         return False
-    if len(record.request.get("locations") or []) < 2:
+    capacity = bool(record.request.get("capacity"))
+    if len(record.request.get("locations") or []) < 2 and not capacity:
         return False
     following = attempt.n + 1
     max_attempts = int(record.request.get("max_attempts") or policy.default_max_attempts)
     # leave one attempt for a re-queue after a preemption (continuations after a timeout not counted)
     if counted_attempts(record, following) >= max_attempts:
         return False
+    if capacity:  # the choice asks the policy of each option's strategy
+        return True
     planned = plan_attempt(record.request, following, attempt, after_stockout=False)[1]
     return planned == SPOT and policy.refuses(SPOT, record, following) is None
 

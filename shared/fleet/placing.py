@@ -61,6 +61,7 @@ def no_prior(machine_type: str, location: str) -> LocationPrior | None:
 class LocationChoice:
     location: str
     reason: str
+    cost: float | None = None  # the model's expected dollars to finish there; None: nothing was weighed
 
 
 class Placer:
@@ -147,7 +148,8 @@ class Placer:
         per_hour = " per hour of work" if work is None else ""
         read = next(c.move_cost for c in choice.costs if c.location == choice.location)
         read_text = f"; reading its {move.checkpoint_gb:,.0f} GB checkpoint there ${read:,.2f}" if read else ""
-        return LocationChoice(choice.location, f"{choice.reason}{per_hour} ({seen_text}, ${price:.2f}/h)" + read_text)
+        reason = f"{choice.reason}{per_hour} ({seen_text}, ${price:.2f}/h)" + read_text
+        return LocationChoice(choice.location, reason, choice.cost)
 
     def spot_outlook(self, request: Mapping[str, Any], location: str) -> SpotOutlook | None:
         """The fleet's outlook of Spot in `location` for a request with a deadline (the claim's one
