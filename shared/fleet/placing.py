@@ -86,10 +86,16 @@ class Placer:
         self._unreadable: set[MachineClass] = set()  # a read that failed: the bound does not retry it
 
     def place(
-        self, request: Mapping[str, Any], attempt: Attempt, earlier: Sequence[Attempt], waiting: bool = False
+        self,
+        request: Mapping[str, Any],
+        attempt: Attempt,
+        earlier: Sequence[Attempt],
+        waiting: bool = False,
+        leaving: bool = False,
     ) -> LocationChoice:
         """Where `attempt` (planned in `attempt.location`) runs, and why there; `waiting`: it is a
-        Spot job waiting for capacity there now (a move), so Spot has none there at its start."""
+        Spot job waiting for capacity there now (a move), so Spot has none there at its start;
+        `leaving`: the deadline rule holds that wait only for a move (`Job.leaving`)."""
         planned = attempt.location
         allowed = [str(loc) for loc in request.get("locations") or []] or [planned]
         if len(allowed) < 2:
@@ -127,7 +133,9 @@ class Placer:
         ]
         work = work_hours(request, earlier)
         job = replace(
-            self._job(request, attempt, work, planned if planned in priced else None, candidates), waiting=waiting
+            self._job(request, attempt, work, planned if planned in priced else None, candidates),
+            waiting=waiting,
+            leaving=leaving,
         )
         move = checkpoint_move(earlier, self._bucket_location)
         choice = choose_location(job, candidates, move)
