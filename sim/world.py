@@ -62,6 +62,9 @@ RETENTION_DELIVERIES = 60
 
 # The stand-ins' calls that change nothing.
 READS = frozenset({"get", "list", "read"})
+# How far past the moment something is due the clock moves (`_advance`).
+OVERSHOOT_MILLISECONDS = (0, 1, 250)
+MAX_OVERSHOOT = timedelta(milliseconds=max(OVERSHOOT_MILLISECONDS))
 # The stand-ins whose calls may move what the scheduler waits for (a delivery, a job's change);
 # Cloud Storage's never do.
 SCHEDULING_SERVICES = frozenset({"pubsub", "vertex"})
@@ -211,6 +214,9 @@ class World:
         self._latency = random.Random(f"{self.seed}:latency")
         self.tasks: list[Task] = []  # in flight, suspended at an I/O call or asleep
         self._others: tuple[set[str], datetime | None] | None = None  # `_others_due`, None once moved
+        # The running phase's loop, while it steps: its invariants, whether it goes on after a step
+        # with the clock at a moment, and the moment it stops at (`_goes_on_alone`).
+        self._loop: tuple[Any, Callable[[datetime], bool], Callable[[], datetime | None]] | None = None
         self._current: Task | None = None
         self.storage = MemoryStorage(self.clock.now, io=self.io)
         self.vertex = SimVertex(self.clock.now, self.io, self.rng, self.settings.project)
@@ -406,7 +412,7 @@ class World:
             latency = self._latency.choice(self.latencies)
             task.wake_at = self.clock.now() + timedelta(seconds=latency) if latency else None
             task.calling = service
-            task.runner.parent.switch()
+            self._wait(task)
             task.wake_at = None
             task.calling = ""
 
@@ -415,10 +421,58 @@ class World:
         task = self._current
         if seconds > 0 and task is not None and self.interleave and not task.whole:
             task.wake_at = self.clock.now() + timedelta(seconds=seconds)
-            task.runner.parent.switch()
+            self._wait(task)
             task.wake_at = None
         elif seconds > 0:
             self.clock.advance(seconds)
+
+    def _wait(self, task: Task) -> None:
+        """Back to the scheduler until it resumes `task`, unless it would resume it next anyway."""
+        if not self._goes_on_alone(task):
+            task.runner.parent.switch()
+
+    def _goes_on_alone(self, task: Task) -> bool:
+        """Make here, without a switch, the steps the scheduler would make next when they can only
+        lead back to `task`: the phase's loop checks the invariants and goes on; nothing else is
+        due before `task` wakes (nor 250 ms after, the most the clock overshoots a wake); the
+        clock moves to its wake; `task` is the one task to resume. The same draws, in the same
+        order, as those steps: a seed runs as it would with the switch. False (nothing done but
+        the check the loop would make first) when anything else might happen."""
+        loop = self._loop
+        if loop is None:
+            return False
+        invariants, goes_on, until = loop
+        self._current = None  # the check reads as the scheduler does, outside any task
+        try:
+            self._check(invariants, "step")
+        finally:
+            self._current = task
+        now = self.clock.now()
+        if not goes_on(now):
+            return False
+        if self._others is None:
+            self._others = self._others_due()
+        others_at = self._others[1]
+        wake = task.wake_at
+        if wake is None:
+            if (others_at is not None and others_at <= now) or any(
+                other.runnable(now) for other in self.tasks if other is not task
+            ):
+                return False
+        else:
+            latest = wake + MAX_OVERSHOOT
+            if (
+                (others_at is not None and others_at <= latest)
+                or any(other.wake_at is None or other.wake_at <= latest for other in self.tasks if other is not task)
+                or ((bound := until()) is not None and wake > bound)
+                or not goes_on(latest)
+            ):
+                return False
+            self._move_clock_to(wake)  # the step `_advance` would make (not counted: a round trip)
+        self.rng.choice((task,))
+        if task.calling in SCHEDULING_SERVICES or task.name == "operator":
+            self._schedule_moved()  # as `_resume` would
+        return True
 
     def _start(self, task: Task) -> None:
         task.runner = greenlet(task.body)
@@ -535,12 +589,22 @@ class World:
     def _phase_faults(self, invariants: Any) -> None:
         end = self.workload.duration
         limit = self.max_steps or self.workload.max_steps
+
+        def until() -> datetime | None:
+            return self.clock.now() + end if not self._arrivals else None
+
+        def goes_on(at: datetime) -> bool:  # after a step, with the clock at `at`
+            ended = not self._arrivals and at - virtual.EPOCH_OF_SIMULATION >= end
+            return not ended and not self.violations and self.steps < limit
+
+        self._loop = (invariants, goes_on, until)
         while not self.violations and self.steps < limit:
-            if not self._step(until=self.clock.now() + end if not self._arrivals else None):
+            if not self._step(until()):
                 break
             self._check(invariants, "step")
             if not self._arrivals and self.clock.now() - virtual.EPOCH_OF_SIMULATION >= end:
                 break
+        self._loop = None
 
     def _phase_quiet(self, invariants: Any) -> None:
         self.phase = "quiet"
@@ -548,12 +612,18 @@ class World:
         self.note("faults stop")
         bound = self.clock.now() + LIVENESS_BOUND
         budget = self.steps + QUIET_STEPS
+
+        def goes_on(at: datetime) -> bool:  # after a step, with the clock at `at`
+            return not self._settled() and not self.violations and at < bound and self.steps < budget
+
+        self._loop = (invariants, goes_on, lambda: bound)
         while not self.violations and self.clock.now() < bound and self.steps < budget:
             if not self._step(until=bound):
                 break
             self._check(invariants, "step")
             if self._settled():
                 break
+        self._loop = None
         self._check(invariants, "quiescence")
 
     def _phase_retention(self, invariants: Any) -> None:
@@ -660,9 +730,12 @@ class World:
             return False
         if any(task.wake_at == nxt for task in self.tasks):
             self.steps -= 1  # a call's round trip: not a scheduling step of its own
-        # A little past it, so that things due at once interleave with what the clock brings.
-        self.clock.advance_to(nxt + timedelta(milliseconds=self.rng.choice((0, 1, 250))))
+        self._move_clock_to(nxt)
         return True
+
+    def _move_clock_to(self, moment: datetime) -> None:
+        # A little past it, so that things due at once interleave with what the clock brings.
+        self.clock.advance_to(moment + timedelta(milliseconds=self.rng.choice(OVERSHOOT_MILLISECONDS)))
 
     def _tick(self, task: str) -> None:
         """Cloud Scheduler publishing a maintenance task (terraform/scheduler.tf). With the hourly
