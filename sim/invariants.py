@@ -22,6 +22,7 @@ from shared.requests.envelope import MANIFESTS_PREFIX
 if TYPE_CHECKING:
     from shared.ledger.records import RequestRecord
     from shared.settings import Settings
+    from sim.vertex import SimJob
     from sim.world import Violation, World
 
 ALERT_KINDS = {kind.value for kind in AlertKind}
@@ -52,13 +53,19 @@ def violation(invariant: str, detail: str) -> Violation:
 
 
 def records(world: World) -> Iterator[RequestRecord]:
-    """Every ledger record that reads; one that does not is `records_readable`'s to judge."""
+    """Every ledger record that reads; one that does not is `records_readable`'s to judge. Parsed
+    once while the state bucket does not change: a check at quiescence reads them a dozen times
+    (only to look at them)."""
     objects = world.storage.objects(world.settings.state_bucket)
-    for name, obj in sorted(objects.items()):
-        if name.startswith("requests/") and name.endswith(".json"):
-            record = read_record(obj.data)
-            if record is not None:
-                yield record
+    kept = world.checked.get("records")
+    if kept is None or kept[0] != objects.changes:
+        read = (read_record(obj.data) for name, obj in sorted(objects.items()) if _is_record(name))
+        kept = world.checked["records"] = (objects.changes, [record for record in read if record is not None])
+    yield from kept[1]
+
+
+def _is_record(name: str) -> bool:
+    return name.startswith("requests/") and name.endswith(".json")
 
 
 def read_record(data: bytes) -> RequestRecord | None:
@@ -122,12 +129,30 @@ def waits_for_gpus_forever(world: World, record: RequestRecord) -> bool:
 # After every step.
 
 
+def jobs_moved(world: World) -> tuple[int, int, int]:
+    """Changes whenever a job is added or changes state (what `SimJob.live` reads)."""
+    vertex = world.vertex
+    return len(vertex.jobs), vertex._indexed, vertex.state_changes  # noqa: SLF001
+
+
+def live_jobs(world: World) -> list[SimJob]:
+    """The live jobs, in creation order; found again only once the jobs moved (`jobs_moved`)."""
+    moved = jobs_moved(world)
+    kept = world.checked.get("live_jobs")
+    if kept is None or kept[0] != moved:
+        kept = world.checked["live_jobs"] = (moved, [job for job in world.vertex.jobs.values() if job.live])
+    return kept[1]
+
+
 def one_live_job_per_request(world: World) -> list[Violation]:
+    seen = (jobs_moved(world), len(world.tampering.duplicated_jobs))
+    if world.checked.get("one_live_job_per_request") == seen:
+        return []  # nothing moved since a check that found nothing
     live = collections.defaultdict(list)
-    for job in world.vertex.jobs.values():
-        if job.live and job.name not in world.tampering.duplicated_jobs:  # a person's: the sweep's to end
+    for job in live_jobs(world):
+        if job.name not in world.tampering.duplicated_jobs:  # a person's: the sweep's to end
             live[job.request_id].append(job)
-    return [
+    found = [
         violation(
             "one_live_job_per_request",
             f"request {rid} has {len(jobs)} live jobs: "
@@ -139,6 +164,8 @@ def one_live_job_per_request(world: World) -> list[Violation]:
         for rid, jobs in live.items()
         if len(jobs) > 1
     ]
+    world.checked["one_live_job_per_request"] = None if found else seen
+    return found
 
 
 def policy_on_every_create(world: World) -> list[Violation]:
@@ -353,7 +380,7 @@ def newest_complete_kept(world: World) -> list[Violation]:
 
     What it reads (the requests with a live job, the checkpoint bucket, the trainer's saves) is
     fingerprinted: unchanged since a check that found nothing, there is nothing new to find."""
-    live = sorted({job.request_id for job in world.vertex.jobs.values() if job.live})
+    live = sorted({job.request_id for job in live_jobs(world)})
     fingerprint = (
         world.storage.objects(world.settings.checkpoint_bucket).changes,
         world.trainer.changes,

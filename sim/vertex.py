@@ -139,6 +139,7 @@ class SimVertex:
         self._jobs_of_parent: dict[str, list[SimJob]] = collections.defaultdict(list)
         self._jobs_of_request: dict[str, list[SimJob]] = collections.defaultdict(list)
         self._indexed = 0
+        self.state_changes = 0  # states set so far: with `_indexed`, a checker knows if the jobs moved
         self.created: list[Create] = []
         self.replicas = Replicas()  # the seed's multi-replica draws (the world sets them)
         self.emit: Callable[[SimJob, str, str], None] = lambda job, text, severity: None
@@ -353,6 +354,7 @@ class SimVertex:
     def set_state(self, job: SimJob, state: str, error: dict[str, Any] | None = None) -> None:
         now = self.clock()
         job.state = state
+        self.state_changes += 1
         job.update_time = max(now, job.update_time + timedelta(microseconds=1))
         if state == "JOB_STATE_RUNNING" and job.start_time is None:
             job.start_time = job.update_time

@@ -62,6 +62,12 @@ RETENTION_DELIVERIES = 60
 
 # The stand-ins' calls that change nothing.
 READS = frozenset({"get", "list", "read"})
+# How far past the moment something is due the clock moves (`_advance`).
+OVERSHOOT_MILLISECONDS = (0, 1, 250)
+MAX_OVERSHOOT = timedelta(milliseconds=max(OVERSHOOT_MILLISECONDS))
+# The stand-ins whose calls may move what the scheduler waits for (a delivery, a job's change);
+# Cloud Storage's never do.
+SCHEDULING_SERVICES = frozenset({"pubsub", "vertex"})
 
 
 class SimCrash(BaseException):  # noqa: N818 - a crash, not an error: nothing may catch it
@@ -85,6 +91,7 @@ class Task:
     shaken: bool = False  # an irrevocable call of it succeeded: an aftershock is due (sim.faults)
     origin: str = ""  # the message it delivers (a run's redeliveries share it)
     alerts: list[tuple[tuple[Any, ...], int]] = field(default_factory=list)  # (alert, its faults before it)
+    calling: str = ""  # the service of the call it waits to make (its resume makes it)
     runner: Any = None  # the greenlet
 
     def runnable(self, now: datetime) -> bool:
@@ -206,6 +213,10 @@ class World:
         self.latencies = schedule.choice(((0.0,), (0.0, 0.02, 0.1), (0.01, 0.05, 0.2, 0.2, 2.0)))
         self._latency = random.Random(f"{self.seed}:latency")
         self.tasks: list[Task] = []  # in flight, suspended at an I/O call or asleep
+        self._others: tuple[set[str], datetime | None] | None = None  # `_others_due`, None once moved
+        # The running phase's loop, while it steps: its invariants, whether it goes on after a step
+        # with the clock at a moment, and the moment it stops at (`_goes_on_alone`).
+        self._loop: tuple[Any, Callable[[datetime], bool], Callable[[], datetime | None]] | None = None
         self._current: Task | None = None
         self.storage = MemoryStorage(self.clock.now, io=self.io)
         self.vertex = SimVertex(self.clock.now, self.io, self.rng, self.settings.project)
@@ -293,7 +304,7 @@ class World:
         if operation not in READS:
             self.changes += 1
         if task is not None:
-            self._pause(task)
+            self._pause(task, service)
             if task.crashed:
                 raise SimCrash("the instance is gone")
             task.faults_before_call = task.faults  # a fault of this very call comes after what it does
@@ -392,7 +403,7 @@ class World:
 
     # Tasks: handler invocations as greenlets, resumed by the scheduler.
 
-    def _pause(self, task: Task) -> None:
+    def _pause(self, task: Task, service: str) -> None:
         """Yield to the scheduler before an I/O call; back when the scheduler resumes `task`. The
         call's round trip takes a seeded time, during which others run and the clock moves on."""
         if len(self.tasks) > 1:
@@ -400,26 +411,81 @@ class World:
         if self.interleave and not task.whole:
             latency = self._latency.choice(self.latencies)
             task.wake_at = self.clock.now() + timedelta(seconds=latency) if latency else None
-            task.runner.parent.switch()
+            task.calling = service
+            self._wait(task)
             task.wake_at = None
+            task.calling = ""
 
     def _sleep(self, seconds: float) -> None:
         """A sleep in a task lets the others run until it wakes; elsewhere it moves the clock."""
         task = self._current
         if seconds > 0 and task is not None and self.interleave and not task.whole:
             task.wake_at = self.clock.now() + timedelta(seconds=seconds)
-            task.runner.parent.switch()
+            self._wait(task)
             task.wake_at = None
         elif seconds > 0:
             self.clock.advance(seconds)
 
+    def _wait(self, task: Task) -> None:
+        """Back to the scheduler until it resumes `task`, unless it would resume it next anyway."""
+        if not self._goes_on_alone(task):
+            task.runner.parent.switch()
+
+    def _goes_on_alone(self, task: Task) -> bool:
+        """Make here, without a switch, the steps the scheduler would make next when they can only
+        lead back to `task`: the phase's loop checks the invariants and goes on; nothing else is
+        due before `task` wakes (nor 250 ms after, the most the clock overshoots a wake); the
+        clock moves to its wake; `task` is the one task to resume. The same draws, in the same
+        order, as those steps: a seed runs as it would with the switch. False (nothing done but
+        the check the loop would make first) when anything else might happen."""
+        loop = self._loop
+        if loop is None:
+            return False
+        invariants, goes_on, until = loop
+        self._current = None  # the check reads as the scheduler does, outside any task
+        try:
+            self._check(invariants, "step")
+        finally:
+            self._current = task
+        now = self.clock.now()
+        if not goes_on(now):
+            return False
+        if self._others is None:
+            self._others = self._others_due()
+        others_at = self._others[1]
+        wake = task.wake_at
+        if wake is None:
+            if (others_at is not None and others_at <= now) or any(
+                other.runnable(now) for other in self.tasks if other is not task
+            ):
+                return False
+        else:
+            latest = wake + MAX_OVERSHOOT
+            if (
+                (others_at is not None and others_at <= latest)
+                or any(other.wake_at is None or other.wake_at <= latest for other in self.tasks if other is not task)
+                or ((bound := until()) is not None and wake > bound)
+                or not goes_on(latest)
+            ):
+                return False
+            self._move_clock_to(wake)  # the step `_advance` would make (not counted: a round trip)
+        self.rng.choice((task,))
+        if task.calling in SCHEDULING_SERVICES or task.name == "operator":
+            self._schedule_moved()  # as `_resume` would
+        return True
+
     def _start(self, task: Task) -> None:
         task.runner = greenlet(task.body)
         self.tasks.append(task)
+        self._schedule_moved()  # one more busy instance
         self._resume(task)
 
     def _resume(self, task: Task) -> None:
         """Run `task` until its next I/O call, its sleep or its end."""
+        if task.calling in SCHEDULING_SERVICES or task.name == "operator":
+            # A publish, a Vertex call (a create draws its job's fate, a cancel its change), or an
+            # operator's command, which moves jobs and messages by hand (sim.faults, sim.workload).
+            self._schedule_moved()
         outer, self._current = self._current, task
         try:
             task.runner.switch()
@@ -428,6 +494,7 @@ class World:
         if task.runner.dead:  # its verdict was settled with Pub/Sub (maybe dead-lettered)
             self.tasks.remove(task)
             self.changes += 1
+            self._schedule_moved()
 
     def _finish_tasks(self) -> None:
         """Run every task in flight to its end, in order (before time jumps on in retention)."""
@@ -522,12 +589,22 @@ class World:
     def _phase_faults(self, invariants: Any) -> None:
         end = self.workload.duration
         limit = self.max_steps or self.workload.max_steps
+
+        def until() -> datetime | None:
+            return self.clock.now() + end if not self._arrivals else None
+
+        def goes_on(at: datetime) -> bool:  # after a step, with the clock at `at`
+            ended = not self._arrivals and at - virtual.EPOCH_OF_SIMULATION >= end
+            return not ended and not self.violations and self.steps < limit
+
+        self._loop = (invariants, goes_on, until)
         while not self.violations and self.steps < limit:
-            if not self._step(until=self.clock.now() + end if not self._arrivals else None):
+            if not self._step(until()):
                 break
             self._check(invariants, "step")
             if not self._arrivals and self.clock.now() - virtual.EPOCH_OF_SIMULATION >= end:
                 break
+        self._loop = None
 
     def _phase_quiet(self, invariants: Any) -> None:
         self.phase = "quiet"
@@ -535,12 +612,18 @@ class World:
         self.note("faults stop")
         bound = self.clock.now() + LIVENESS_BOUND
         budget = self.steps + QUIET_STEPS
+
+        def goes_on(at: datetime) -> bool:  # after a step, with the clock at `at`
+            return not self._settled() and not self.violations and at < bound and self.steps < budget
+
+        self._loop = (invariants, goes_on, lambda: bound)
         while not self.violations and self.clock.now() < bound and self.steps < budget:
             if not self._step(until=bound):
                 break
             self._check(invariants, "step")
             if self._settled():
                 break
+        self._loop = None
         self._check(invariants, "quiescence")
 
     def _phase_retention(self, invariants: Any) -> None:
@@ -579,57 +662,85 @@ class World:
         nothing will ever happen again (before `until`)."""
         self.steps += 1
         now = self.clock.now()
+        if self._others is None:
+            self._others = self._others_due()
+        busy, others_at = self._others
+        if others_at is None or others_at > now:
+            # Only the tasks may go on (most steps: one task between its calls). The draw is the
+            # one the whole list below would make, which would hold the same tasks in this order.
+            runnable = [task for task in self.tasks if task.runnable(now)]
+            if runnable:
+                self.steps -= 1  # not a step: a task going on to its next call
+                self._resume(self.rng.choice(runnable))
+                return True
+            wakes = [task.wake_at for task in self.tasks if task.wake_at]
+            return self._advance(min([*wakes, others_at] if others_at else wakes, default=None), until)
         arrival = next((a for a in self._arrivals if a.at <= now), None)
         choices: list[tuple[str, Any]] = [("arrival", arrival)] if arrival is not None else []
-        busy = self._busy() if self.pubsub.pending else set()  # only a delivery waits for an instance
         choices += [("deliver", d) for d in self.pubsub.deliverable() if d.function not in busy]
         choices += [("resume", task) for task in self.tasks if task.runnable(now)]
         choices += [("tick", task) for task, at in self._next_tick.items() if at <= now]
         choices += [("job", j) for j in self.vertex.jobs.values() if j.next_change and j.next_change <= now]
         choices += [("operator", op) for op in self.workload.operations if op.at <= now and not op.done]
-        if choices:
-            kind, what = self.rng.choice(choices)
-            if kind != "resume":
-                self.changes += 1  # an arrival, a job's change, a tick, a command: the world moved
-            if kind == "resume":  # not a step: a task going on to its next call
-                self.steps -= 1
-                self._resume(what)
-            elif kind == "arrival":
-                self._arrivals.remove(what)
-                topic = getattr(self.settings, what.topic)
-                message_id = self.pubsub.accept(topic, what.data, dict(what.attributes))
-                if what.own is not None:
-                    self.hostile[message_id] = what.own
-                self.note(f"publisher: {what.describe()} -> message {message_id}")
-            elif kind == "deliver":
-                self._deliver(what)
-            elif kind == "tick":
-                self._tick(what)
-            elif kind == "job":
-                self.events += 1
-                self.vertex.advance(what)
-            else:
-                what.done = True
-                self._operate(what)
+        kind, what = self.rng.choice(choices)
+        if kind == "resume":
+            self.steps -= 1
+            self._resume(what)
             return True
-        upcoming = [a.at for a in self._arrivals]
-        upcoming += [d.not_before for d in self.pubsub.pending if d.function not in busy]
-        upcoming += [task.wake_at for task in self.tasks if task.wake_at]
-        upcoming += list(self._next_tick.values())
-        upcoming += [j.next_change for j in self.vertex.jobs.values() if j.next_change]
-        upcoming += [op.at for op in self.workload.operations if not op.done]
-        nxt = min(upcoming, default=None)
+        self.changes += 1  # an arrival, a job's change, a tick, a command: the world moved
+        self._others = None
+        if kind == "arrival":
+            self._arrivals.remove(what)
+            topic = getattr(self.settings, what.topic)
+            message_id = self.pubsub.accept(topic, what.data, dict(what.attributes))
+            if what.own is not None:
+                self.hostile[message_id] = what.own
+            self.note(f"publisher: {what.describe()} -> message {message_id}")
+        elif kind == "deliver":
+            self._deliver(what)
+        elif kind == "tick":
+            self._tick(what)
+        elif kind == "job":
+            self.events += 1
+            self.vertex.advance(what)
+        else:
+            what.done = True
+            self._operate(what)
+        return True
+
+    def _others_due(self) -> tuple[set[str], datetime | None]:
+        """The functions whose every instance is busy, and the earliest moment anything but a
+        task in flight is due: an arrival, a delivery to a function with an instance free, a
+        tick, a job's change, an operator's command. Kept in `_others` until one of them may
+        have moved (`_schedule_moved`): most steps only resume a task."""
+        busy = self._busy() if self.pubsub.pending else set()  # only a delivery waits for an instance
+        moments = [a.at for a in self._arrivals]
+        moments += [d.not_before for d in self.pubsub.pending if d.function not in busy]
+        moments += self._next_tick.values()
+        moments += [j.next_change for j in self.vertex.jobs.values() if j.next_change]
+        moments += [op.at for op in self.workload.operations if not op.done]
+        return busy, min(moments, default=None)
+
+    def _schedule_moved(self) -> None:
+        self._others = None
+
+    def _advance(self, nxt: datetime | None, until: datetime | None) -> bool:
+        """Move the clock to `nxt`, the next moment anything is due; False when there is none (before `until`)."""
         if nxt is None or (until is not None and nxt > until):
             return False
         if any(task.wake_at == nxt for task in self.tasks):
             self.steps -= 1  # a call's round trip: not a scheduling step of its own
-        # A little past it, so that things due at once interleave with what the clock brings.
-        self.clock.advance_to(nxt + timedelta(milliseconds=self.rng.choice((0, 1, 250))))
+        self._move_clock_to(nxt)
         return True
+
+    def _move_clock_to(self, moment: datetime) -> None:
+        # A little past it, so that things due at once interleave with what the clock brings.
+        self.clock.advance_to(moment + timedelta(milliseconds=self.rng.choice(OVERSHOOT_MILLISECONDS)))
 
     def _tick(self, task: str) -> None:
         """Cloud Scheduler publishing a maintenance task (terraform/scheduler.tf). With the hourly
         prune tick, the state bucket's lifecycle rules run (GCS applies them asynchronously)."""
+        self._schedule_moved()
         if task == "prune":
             self.storage.apply_lifecycle(self.settings.state_bucket, list(_lifecycle_rules()))
         interval = self.settings.reconcile_interval_seconds if task == "reconcile" else 3600.0
@@ -643,6 +754,7 @@ class World:
         from sim import invariants
 
         self.events += 1
+        self._schedule_moved()
         own = self.hostile.get(delivery.message.message_id)
         before = invariants.others_state(self, own) if own is not None else None
         body = delivery.message.json()
