@@ -1000,7 +1000,7 @@ def moves_allowed(world: World) -> list[Violation]:
 QUIESCENCE.extend((nothing_created_after_a_cancel, cancelled_requests_end_cancelled, moves_allowed))
 
 # The promises people rely on (sim/promises.py).
-from sim import budgets, continuations, promises, replicas, shown  # noqa: E402 - they read this module's helpers
+from sim import budgets, continuations, flex, promises, replicas, shown  # noqa: E402 - they read this module's helpers
 
 QUIESCENCE.extend(promises.QUIESCENCE)
 QUIESCENCE.extend(shown.QUIESCENCE)  # what the dashboard and `status` show (sim/shown.py)
@@ -1009,3 +1009,4 @@ QUIESCENCE.extend(continuations.QUIESCENCE)  # runs past the job timeout (sim/co
 RETENTION.extend(replicas.RETENTION)
 QUIESCENCE.extend(budgets.QUIESCENCE)  # max_cost_usd (sim/budgets.py)
 RETENTION.extend(promises.RETENTION)
+QUIESCENCE.extend(flex.QUIESCENCE)  # FLEX_START (sim/flex.py)

@@ -3,6 +3,7 @@ world (a ground-truth state, or a defect patched in), and a clean seed passes th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import timedelta
 from typing import Any
@@ -624,3 +625,44 @@ def test_a_notification_topic_that_refused_without_its_alert_is_caught(world: Wo
     ]
     publish_alert(world, AlertKind.NOTIFY_REFUSED, "r1")
     assert catalogue(world, AlertKind.NOTIFY_REFUSED) == []
+
+
+# FLEX_START (sim/flex.py): a long documented wait is not stuck; a wait that ran out is a capacity error.
+
+
+def test_a_flex_start_job_waiting_within_its_max_wait_is_not_stuck_and_past_it_is(world: World) -> None:
+    waiting = job(world, "r1", 1, "JOB_STATE_PENDING", strategy="FLEX_START")
+    waiting.request["jobSpec"]["scheduling"]["maxWaitDuration"] = "28800s"
+    restore(world, "r1", RequestStatus.SUBMITTED, dataclasses.replace(attempt_of(waiting), strategy="FLEX_START"))
+    world.clock.advance(promises.stuck_bound(world).total_seconds() + 28800 - 1)
+    assert catalogue(world, AlertKind.JOB_STUCK) == []
+    assert promises.nothing_stuck_silently(world) == []
+
+    world.clock.advance(2)
+
+    [found] = catalogue(world, AlertKind.JOB_STUCK)
+    assert "attempt 1's job waited" in found
+    [silent] = promises.nothing_stuck_silently(world)
+    assert "request r1 is SUBMITTED" in silent.detail
+
+
+def test_a_last_flex_start_attempt_whose_wait_ran_out_without_its_alert_is_caught(world: World) -> None:
+    from sim import flex
+
+    first = job(world, "r1", 1, "JOB_STATE_FAILED", strategy="FLEX_START")
+    first.error = flex.wait_expired_error(86400)
+    restore(
+        world,
+        "r1",
+        RequestStatus.GAVE_UP,
+        dataclasses.replace(attempt_of(first), strategy="FLEX_START"),
+        max_attempts=2,
+    )
+    assert catalogue(world, AlertKind.ATTEMPTS_EXHAUSTED) == []  # attempt 1 of 2: a re-queue, not the end
+
+    last = job(world, "r1", 2, "JOB_STATE_FAILED", strategy="FLEX_START")
+    last.error = flex.wait_expired_error(86400)
+
+    assert catalogue(world, AlertKind.ATTEMPTS_EXHAUSTED) == [
+        "no attempts_exhausted alert for r1: attempt 2's job waited out its maxWaitDuration"
+    ]
