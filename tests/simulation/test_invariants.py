@@ -83,6 +83,21 @@ def test_an_alert_repeated_per_redelivery_is_caught(world: World) -> None:
     assert "invalid_request" in found.detail and "published 4 times (2 publish(es) left unconfirmed" in found.detail
 
 
+def test_an_alert_again_after_a_person_deleted_the_request_s_record_is_not_a_copy(world: World) -> None:
+    """The record's markers went with it: the record a redelivery writes anew alerts once more (seed
+    100: a claim stalled, a person deleted its record, a redrive claimed it again, and it stalled again)."""
+    alert = Alert.of(AlertKind.CLAIM_STALLED, "no job", request_id="r1", attempt=1).to_json()
+    world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert).encode(), {})
+    world.tampering.deleted_records.add("r1")
+    world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert).encode(), {})
+    assert invariants.alerts_not_per_redelivery(world) == []
+
+    world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert).encode(), {})
+
+    [found] = invariants.alerts_not_per_redelivery(world)
+    assert "claim_stalled for r1 attempt 1 published 3 times" in found.detail
+
+
 def test_a_publish_a_fault_cut_short_is_counted_for_the_alert_bound(world: World) -> None:
     from sim.world import Task
 
