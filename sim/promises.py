@@ -221,7 +221,8 @@ def max_attempts_of(world: World, record: RequestRecord) -> int:
 def attempts_exhausted(world: World) -> list[Expected]:
     """`attempts_exhausted`: the job of the last attempt (`max_attempts`, continuations after a
     timeout not counted: sim/continuations.py) failed with a stockout, or its FLEX_START wait ran
-    out (a capacity error, RESOURCE_EXHAUSTED: sim/flex.py)."""
+    out (a capacity error, RESOURCE_EXHAUSTED: sim/flex.py); not when an attempt followed it (a
+    deadline outranks `max_attempts`: its on-demand attempt finishes the work, seed 190)."""
     from shared.deciding.continuations import counted_attempts
 
     cancelled = cancelled_by_operator(world)
@@ -237,6 +238,7 @@ def attempts_exhausted(world: World) -> list[Expected]:
         if (job.error == STOCKOUT_ERROR or flex.wait_expired(job))
         and job.request_id in by_id
         and counted_attempts(by_id[job.request_id], job.attempt) >= max_attempts_of(world, by_id[job.request_id])
+        and by_id[job.request_id].attempt(job.attempt + 1) is None  # a deadline's on-demand attempt: no give-up
         and job.request_id not in cancelled
         and (job.request_id, job.attempt) not in unnamed
         and not reads_refused(world, job, hiding_its_end=True)

@@ -131,6 +131,24 @@ def test_a_last_attempt_stocked_out_without_its_alert_is_caught(world: World) ->
     ]
 
 
+def test_a_deadline_s_last_spot_attempt_stocked_out_then_run_on_demand_owes_no_give_up(world: World) -> None:
+    """A deadline outranks max_attempts: its Spot attempts ran out and on-demand finishes the work
+    (docs/requests.md), so the request did not give up (seed 190)."""
+    last_spot = job(world, "r1-deadline", 2, "JOB_STATE_FAILED")
+    last_spot.error = STOCKOUT_ERROR
+    on_demand = job(world, "r1-deadline", 3, "JOB_STATE_SUCCEEDED", strategy="STANDARD")
+    restore(
+        world,
+        "r1-deadline",
+        RequestStatus.SUCCEEDED,
+        attempt_of(last_spot),
+        dataclasses.replace(attempt_of(on_demand), strategy="STANDARD"),
+        max_attempts=2,
+    )
+
+    assert catalogue(world, AlertKind.ATTEMPTS_EXHAUSTED) == []
+
+
 def test_a_failed_job_without_its_alert_is_caught(world: World) -> None:
     failed = job(world, "r1", 1, "JOB_STATE_FAILED")
     failed.error = USER_ERROR
