@@ -317,6 +317,27 @@ def test_one_id_published_with_two_bodies_without_its_alert_is_caught(world: Wor
     assert catalogue(world, AlertKind.REQUEST_ID_CONFLICT) == []
 
 
+def test_a_second_body_for_a_record_a_person_left_unreadable_owes_ledger_corrupt_not_a_conflict(
+    world: World,
+) -> None:
+    """Seed 258: a person wrote burst49's record unreadable, then a second body with its id came;
+    submit cannot compare bodies with a record it cannot read (`ledger_corrupt` is its word)."""
+    import random
+
+    from sim.workload import custom_job
+
+    bodies = [{"request_id": "r1", "custom_job": custom_job(random.Random(k), gpu=False)} for k in (1, 2)]
+    world.workload.arrivals = [
+        Arrival(k, world.clock.now(), json.dumps(b).encode(), {}, "envelope r1") for k, b in enumerate(bodies)
+    ]
+    assert len(catalogue(world, AlertKind.REQUEST_ID_CONFLICT)) == 1
+    name = "requests/r1.json"
+    world.storage.client().bucket(world.settings.state_bucket).blob(name).upload_from_string(b"<html></html>")
+    world.tampering.written[name] = "not_json"
+
+    assert catalogue(world, AlertKind.REQUEST_ID_CONFLICT) == []
+
+
 # Nothing stuck without a word.
 
 
