@@ -29,9 +29,10 @@ Policies (all decide with production's `decide_deadline`; the review interval is
   `locations` in a static order (cheapest Spot first) moved along only on a stockout, which
   Vertex reports after a Spot job's sixth restart;
 - `spotjobs`: placement (`shared.fleet.placement.choose_location`) for every new attempt and for
-  a job waiting longer than its changeover, fed by `shared.fleet.estimate.estimate` of the
-  fleet's own attempts (the observations production records: waits, open waits, preemptions,
-  runs), and `Rule.SPOTJOBS` with `spot_available` from the same estimate;
+  a job waiting longer than its changeover (unless `shared.deciding.deadline.sits_out` keeps it
+  in a short outage), fed by `shared.fleet.estimate.estimate` of the fleet's own attempts (the
+  observations production records: waits, open waits, preemptions, runs), and `Rule.SPOTJOBS`
+  with `spot_available` from the same estimate;
 - `omniscient`: the least cost knowing every trace (a dynamic programme over ticks, work and
   placement: wait, Spot in a region, on-demand in the cheapest region; moves free of egress).
 
@@ -75,7 +76,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from shared.deciding.deadline import Action, Placement, Rule, Situation, Work, decide_deadline
+from shared.deciding.deadline import Action, Placement, Rule, Situation, Work, decide_deadline, sits_out
 from shared.fleet.estimate import CapacityEstimate, SpotOutlook, estimate
 from shared.fleet.observations import FleetFact, Kind
 from shared.fleet.placement import Candidate, Job, Move, choose_location
@@ -285,7 +286,15 @@ class Spotjobs(Policy):
             for r in s.regions
         ]
 
-    def _choose(self, job: Attempt, tick: int, current: int | None, on_demand: bool, waiting: bool = False) -> int:
+    def _choose(
+        self,
+        job: Attempt,
+        tick: int,
+        current: int | None,
+        on_demand: bool,
+        waiting: bool = False,
+        leaving: bool = False,
+    ) -> int:
         s = self.setup
         remaining = s.hours(s.work_ticks - job.done)
         placement_job = Job(
@@ -295,6 +304,7 @@ class Spotjobs(Policy):
             hours_to_deadline=s.hours(s.deadline_ticks - tick),
             on_demand=on_demand,
             waiting=waiting,
+            leaving=leaving,
         )
         move = Move(checkpoint_gb=s.checkpoint_gb if job.done else 0.0, price_per_gb=per_gb)
         chosen = choose_location(placement_job, self.candidates(job.start + tick), move).location
@@ -320,7 +330,13 @@ class Spotjobs(Policy):
     def waiting_move(self, job: Attempt, tick: int) -> int | None:
         if tick - job.placed < self.setup.changeover_ticks:
             return None
-        chosen = self._choose(job, tick, job.region, on_demand=False, waiting=True)
+        # As production's `consider_move`: not out of a short outage (a fresh outlook), and where
+        # the rule holds the wait only for a move, staying costs the rest on on-demand.
+        now = situation(self.setup, job, tick, None)
+        if sits_out(now, self.outlook(job, tick)):
+            return None
+        leaving = decide_deadline(now, self.rule).held_for_move
+        chosen = self._choose(job, tick, job.region, on_demand=False, waiting=True, leaving=leaving)
         return None if chosen == job.region else chosen
 
 

@@ -45,7 +45,8 @@ from shared.deciding.notices import publish_notices, telling_changes
 from shared.deciding.outbox import Mine, alert_corrupt_record, flush
 from shared.delivery import Message
 from shared.errors import TransientError, is_retryable
-from shared.fleet.placing import attempt_placer, place_claimed
+from shared.fleet.capacity import place_attempt, refusing
+from shared.fleet.placing import attempt_placer
 from shared.found_jobs import adopt_job, observe_adopted, remember_location
 from shared.jobs import state_name
 from shared.ledger.claims import (
@@ -76,6 +77,7 @@ from shared.redeliveries import (
     reject,
     replayed_without_a_record,
 )
+from shared.requests.capacity import job_on_machine
 from shared.requests.envelope import InvalidJobRequest, JobRequest, canonical_envelope, content_request_id
 from shared.requests.job_policy import training_account_for
 from shared.requests.policy import check_attempt_job, validate_request, warn_if_images_unrestricted
@@ -244,7 +246,8 @@ def _claim(envelope: dict[str, Any], n: int, log: Logger, ports: Ports, *, reque
             requeued=requeued,
         )
         if claim.kind == "claimed" and claim.attempt is not None:  # a new attempt: where it runs
-            place_claimed(placer, claim.record, claim.attempt)
+            refuses = refusing(ports.settings, claim.record.spot_attempts_before(n))
+            place_attempt(placer, claim.record, claim.attempt, refuses, ports.clock())
         return Decided(claim.record if claim.writes else None, claim)
 
     try:
@@ -277,8 +280,11 @@ def _ensure_job(
         if found is not None:
             return _record_created(record, attempt, found, SubmitResult.FOUND, log, ports)
         wait_for_the_list(attempt, log, ports)
+    # On the machine its capacity alternative names (shared/fleet/capacity.py), else as submitted.
+    custom_job = record.request["custom_job"]
+    custom_job = job_on_machine(custom_job, attempt.machine) if attempt.machine else custom_job
     violations = check_attempt_job(
-        record.request["custom_job"],
+        custom_job,
         request_id=request_id,
         strategy=attempt.strategy,
         location=attempt.location,
@@ -295,7 +301,7 @@ def _ensure_job(
     if not paced and not may_create_now(ports, attempt.location):  # paced: the drainer holds a slot
         return _wait_in_line(record, attempt, log, ports, paced=False)
     job_json = build_job_json(
-        record.request["custom_job"],
+        custom_job,
         request_id=request_id,
         attempt=n,
         strategy=attempt.strategy,
@@ -305,12 +311,11 @@ def _ensure_job(
         service_account=training_account_for(settings, request_id),
         kit_key=attempt.kit_key,
     )
-    custom_job = to_custom_job(job_json)
     timeout = create_timeout(attempt, log, ports)  # refuses a claim too old to send at all
     remember_location(ports, attempt.location)  # the stray sweep lists it from now on
     note_create_sent(record, attempt, log, ports)
     try:
-        job = create_custom_job(client, parent, custom_job, timeout=timeout)
+        job = create_custom_job(client, parent, to_custom_job(job_json), timeout=timeout)
     except Exception as exc:
         return _after_failed_create(exc, record, attempt, client, parent, log, ports, paced=paced)
     return _record_created(record, attempt, job, SubmitResult.CREATED, log, ports)

@@ -1001,9 +1001,32 @@ def moves_allowed(world: World) -> list[Violation]:
     return out
 
 
+def alternatives_kept(world: World) -> list[Violation]:
+    """Every job of a request with capacity alternatives runs on one of them: a machine it lists,
+    with that machine's accelerators, on a strategy listed for it (shared/fleet/capacity.py)."""
+    from shared.jobs import LABEL_REQUEST_ID
+    from shared.requests.capacity import alternatives, machine_spec
+
+    listed = {r.request_id: {a.machine: a.strategies for a in alternatives(r.request)} for r in records(world)}
+    out = []
+    for create in world.vertex.created:
+        spec = create.job.get("jobSpec") or {}
+        options = listed.get((create.job.get("labels") or {}).get(LABEL_REQUEST_ID, ""))
+        if not create.accepted or not options:
+            continue
+        machine = (spec.get("workerPoolSpecs") or [{}])[0].get("machineSpec") or {}
+        name = str(machine.get("machineType"))
+        strategy = (spec.get("scheduling") or {}).get("strategy", "SPOT")
+        if name not in options or strategy not in options[name]:
+            out.append(violation("alternatives_kept", f"{_job_name(create.job)} runs {name} {strategy}: not listed"))
+        elif {key: machine.get(key) for key in machine_spec(name)} != machine_spec(name):
+            out.append(violation("alternatives_kept", f"{_job_name(create.job)}: {machine} is not {name}'s spec"))
+    return out
+
+
 # Checked with the others (`check` reads the lists when it runs); once quiet is enough for the
 # first too: every create is kept with its moment, and the record with its cancel.
-QUIESCENCE.extend((nothing_created_after_a_cancel, cancelled_requests_end_cancelled, moves_allowed))
+QUIESCENCE.extend((nothing_created_after_a_cancel, cancelled_requests_end_cancelled, moves_allowed, alternatives_kept))
 
 # The promises people rely on (sim/promises.py).
 from sim import budgets, continuations, flex, promises, replicas, shown  # noqa: E402 - they read this module's helpers

@@ -14,7 +14,8 @@ job for such an exit at most three times and fails it at the fourth, as the emul
 The invariants (`QUIESCENCE`): no job restarted past three exits of 134 or 139
 (`transient_exits_bounded`), an attempt counts no more preemptions than VMs Vertex reclaimed
 and never more than seven per replica (`preemptions_within_reclaimed_vms`), and every attempt of a
-request is created with the layout its first one had (`same_layout_every_attempt`), and a fleet
+request is created with the layout its first one had (`same_layout_every_attempt`; with capacity
+alternatives, its replicas), and a fleet
 fact names no more replicas than its attempt's job had (`fleet_facts_replicas_bounded`).
 """
 
@@ -193,10 +194,15 @@ def preemptions_within_reclaimed_vms(world: World) -> list[Violation]:
 
 def same_layout_every_attempt(world: World) -> list[Violation]:
     """Every create of a request (re-queues, moves, deadline switches) keeps the worker-pool layout
-    of its first create."""
+    of its first create; a request with capacity alternatives its replicas per pool, its machines
+    being the alternatives' (`alternatives_kept`)."""
     from shared.jobs import LABEL_REQUEST_ID
-    from sim.invariants import violation
+    from sim.invariants import records, violation
 
+    # As published (a record a fault left unreadable still had them) and as recorded.
+    with_alternatives = {r.request_id for r in records(world) if r.request.get("capacity")} | {
+        json.loads(a.data).get("request_id") for a in world.workload.arrivals if b'"capacity"' in a.data
+    }
     first: dict[str, list[tuple[str, int]]] = {}
     out = []
     for create in world.vertex.created:
@@ -204,6 +210,8 @@ def same_layout_every_attempt(world: World) -> list[Violation]:
             continue
         request_id = (create.job.get("labels") or {}).get(LABEL_REQUEST_ID, "")
         shape = layout(create.job)
+        if request_id in with_alternatives:
+            shape = [("", replicas) for _, replicas in shape]
         if first.setdefault(request_id, shape) != shape:
             out.append(
                 violation(

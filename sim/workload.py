@@ -23,6 +23,7 @@ TRAINER = f"trainer@{PROJECT}.iam.gserviceaccount.com"
 HOME = "us-central1"
 OTHER_REGION = "europe-west4"
 EAST = "us-east4"  # priced for H100 with HOME (shared/price_table.json): placement weighs the two
+A100_80GB_SPOT = {"machine": "a2-ultragpu-8g", "strategies": ["SPOT"]}
 H100 = {"machineType": "a3-highgpu-8g", "acceleratorType": "NVIDIA_H100_80GB", "acceleratorCount": 8}
 
 
@@ -412,6 +413,12 @@ def with_locations(workload: Workload) -> Workload:
             continue
         pools[0]["machineSpec"] = dict(H100)
         body["locations"] = pick.choice(([HOME, EAST], [EAST, HOME], [HOME, EAST, OTHER_REGION]))
+        if kind == "envelope" and "max_cost_usd" not in body and pick.random() < 0.4:
+            # Capacity alternatives (shared/fleet/capacity.py): an H100 node, else an A100 80GB one,
+            # on Spot (any deployment allows it), in one location or in the failover order.
+            body["capacity"] = [{"machine": H100["machineType"], "strategies": ["SPOT"]}, A100_80GB_SPOT]
+            if pick.random() < 0.5:
+                body["locations"] = [HOME]
         arrival.data = json.dumps(body, separators=(",", ":")).encode()
     placed = sorted(a.at for a in workload.arrivals if H100["machineType"].encode() in a.data)
     for location in (HOME, EAST):  # an outage from about when one of them arrives

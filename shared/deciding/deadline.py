@@ -31,11 +31,15 @@ wait, fall behind the line and pay a second on-demand changeover. Where the wait
 slack beyond the net still pays `MOVE_SLACK_CHANGEOVERS` changeovers, it holds the wait
 `MOVE_HOLD_CHANGEOVERS` changeovers from its start before leaving, so that placement may move the
 job to Spot elsewhere (shared/deciding/moves.py; a move costs one changeover) instead of sending
-the rest of a tight deadline to on-demand. Without either
-(`spot_outlook`, `spot_available` None) it is Uniform Progress. Also not coming back to Spot
-whose mean lifetime is below k d / (k - 1) (the paper's break-even) was measured, made no cell
-cheaper and most dearer, and is not used (docs/deadlines.md). The rules do not depend on the
-prices.
+the rest of a tight deadline to on-demand; the hold counts from the wait's start or from when it
+fell behind the line, whichever is later. On on-demand behind the line, it goes back to Spot for
+another run once the outage the outlook expects is over, while the slack beyond the net pays
+`SECOND_RUN_CHANGEOVERS` changeovers, rather than finishing the work on on-demand. Without either
+(`spot_outlook`, `spot_available` None) it is Uniform Progress. `sits_out` keeps a move
+(shared/deciding/moves.py) from taking a job out of a short outage, judged on a fresh outlook.
+Also not coming back to Spot whose mean lifetime is below k d / (k - 1) (the paper's break-even)
+was measured, made no cell cheaper and most dearer, and is not used (docs/deadlines.md). The
+rules do not depend on the prices.
 """
 
 from __future__ import annotations
@@ -61,6 +65,10 @@ WAIT_CHANGEOVERS = 2.0
 # costs one changeover): at a tight deadline the alternative is the rest of the work on on-demand.
 MOVE_HOLD_CHANGEOVERS = 3.0
 MOVE_SLACK_CHANGEOVERS = 2.0
+# On on-demand behind the line, go back to Spot for another run once the outage the outlook expects
+# is over, while the slack beyond the net pays this many changeovers (the Spot run's, and the
+# on-demand one it reserves again): at a tight deadline the alternative is the rest on on-demand.
+SECOND_RUN_CHANGEOVERS = 2.0
 
 
 class Rule(StrEnum):
@@ -136,6 +144,8 @@ class DeadlineDecision:
     # How long this decision holds if nothing happens (no preemption, no Spot capacity, progress
     # as planned); None: until something happens. Callers may decide again sooner, never later.
     holds_seconds: float | None
+    # A wait held only for a move (`MOVE_HOLD_CHANGEOVERS`): staying, it goes to on-demand next.
+    held_for_move: bool = False
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -152,12 +162,12 @@ def decide_deadline(situation: Situation, rule: Rule = Rule.SPOTJOBS) -> Deadlin
     """What to do now; see the module docstring for the rules."""
     s = situation
     d = s.changeover_seconds
-    slack = (s.deadline - s.now).total_seconds() - s.work.remaining_seconds(Placement.ON_DEMAND) - _changeover_left(s)
+    slack = _slack(s)
     progress = s.work.done_fraction
     expected = _expected(s, 0.0)
 
-    def decision(action: Action, reason: str, holds: float | None = None) -> DeadlineDecision:
-        return DeadlineDecision(action, reason, slack, progress, expected, holds)
+    def decision(action: Action, reason: str, holds: float | None = None, for_move: bool = False) -> DeadlineDecision:
+        return DeadlineDecision(action, reason, slack, progress, expected, holds, for_move)
 
     if s.work.committed_steps >= s.work.total_steps:
         return decision(Action.STAY, "done")
@@ -189,7 +199,8 @@ def decide_deadline(situation: Situation, rule: Rule = Rule.SPOTJOBS) -> Deadlin
                     f"against the slack beyond the net ({slack - net:.0f} s) and the changeover",
                     slack - net - wait / WAIT_SHARE_OF_SLACK,
                 )
-        waited = (s.now - s.placed_at).total_seconds()
+        # Held from the wait's start, or from when it fell behind the line (a wait that began ahead).
+        waited = min((s.now - s.placed_at).total_seconds(), max(0.0, -_until_behind(s)))
         if (
             rule is Rule.SPOTJOBS
             and progress < expected
@@ -202,6 +213,7 @@ def decide_deadline(situation: Situation, rule: Rule = Rule.SPOTJOBS) -> Deadlin
                 f"waiting for Spot behind the line: held {MOVE_HOLD_CHANGEOVERS:g} changeovers for a move to "
                 f"another location (slack beyond the net {slack - net:.0f} s)",
                 min(slack - net - d, MOVE_HOLD_CHANGEOVERS * d - waited),
+                for_move=True,
             )
         if progress < expected:
             return decision(
@@ -213,14 +225,53 @@ def decide_deadline(situation: Situation, rule: Rule = Rule.SPOTJOBS) -> Deadlin
         return decision(Action.STAY, f"on on-demand until done: slack {slack:.0f} s < 2d + m = {net:.0f} s")
     ahead_of = _expected(s, 2 * d)
     if progress < ahead_of:
+        second_run = _second_spot_run_in(s, slack - net) if rule is Rule.SPOTJOBS else None
+        if second_run == 0:
+            return decision(
+                Action.BACK_TO_SPOT,
+                f"a second Spot run: the slack beyond the net ({slack - net:.0f} s) pays "
+                f"{SECOND_RUN_CHANGEOVERS:g} changeovers and the outage expected there is over",
+            )
+        holds = _until_caught_up(s)
+        if second_run is not None:
+            holds = second_run if holds is None else min(holds, second_run)
         return decision(
             Action.STAY,
             f"hysteresis: on on-demand until ahead of the line 2d on ({progress:.3f} < {ahead_of:.3f})",
-            _until_caught_up(s),
+            holds,
         )
     if rule is Rule.SPOTJOBS and s.spot_available is False:
         return decision(Action.STAY, "ahead of the line, but Spot has no capacity now")
     return decision(Action.BACK_TO_SPOT, f"ahead of the line ({progress:.3f} >= {ahead_of:.3f}): back to Spot")
+
+
+def sits_out(situation: Situation, outlook: SpotOutlook | None) -> bool:
+    """Whether a Spot job waiting for capacity should stay where it is rather than move: the
+    fleet's expected outage there (`outlook`, estimated now: the claim's goes stale) is at most
+    `WAIT_CHANGEOVERS` changeovers and the slack beyond the net, and the wait is not yet longer
+    than that outage, or a changeover. Where outages are short a move (a changeover, and a region
+    the fleet may know less) costs more than the rest of the wait; past the expected outage this
+    one is not short after all, and placement weighs a move again."""
+    if outlook is None:
+        return False
+    wait, d = outlook.expected_wait_seconds, situation.changeover_seconds
+    beyond_net = _slack(situation) - safety_net_seconds(situation)
+    waited = (situation.now - situation.placed_at).total_seconds()
+    return wait <= min(WAIT_CHANGEOVERS * d, beyond_net) and waited <= max(wait, d)
+
+
+def _second_spot_run_in(s: Situation, beyond_net: float) -> float | None:
+    """How long until an on-demand job behind the line goes back to Spot for another run (0: now);
+    None when this slack and outlook give it none. The slack beyond the net must pay
+    `SECOND_RUN_CHANGEOVERS` changeovers, so the net still fires in time at its next preemption;
+    Spot must not be known to have no capacity; and the job has run on on-demand for its changeover
+    and the outage the outlook expects (back sooner, it would only wait)."""
+    if s.spot_outlook is None or s.spot_available is False:
+        return None
+    if beyond_net < SECOND_RUN_CHANGEOVERS * s.changeover_seconds:
+        return None
+    on_demand_for = (s.now - s.placed_at).total_seconds()
+    return max(0.0, s.changeover_seconds + s.spot_outlook.expected_wait_seconds - on_demand_for)
 
 
 def safety_net_seconds(situation: Situation) -> float:
@@ -242,6 +293,11 @@ def changeover_estimate(
         return prior_seconds
     ordered = sorted(observed_seconds)
     return max(prior_seconds, ordered[min(len(ordered) - 1, math.ceil(percentile * len(ordered)) - 1)])
+
+
+def _slack(s: Situation) -> float:
+    """The time to the deadline less what on-demand from now needs (the work and the changeover left)."""
+    return (s.deadline - s.now).total_seconds() - s.work.remaining_seconds(Placement.ON_DEMAND) - _changeover_left(s)
 
 
 def _changeover_left(s: Situation) -> float:

@@ -551,6 +551,11 @@ def _requeue_or_give_up(
         return
     following = attempt.n + 1
     location, strategy = plan_attempt(record.request, following, attempt, cause.stockout)
+    # With capacity alternatives a stockout leaves the machine to the next claim, which chooses
+    # again without this one (shared/fleet/capacity.py); a preemption stays on it, as it ran.
+    again = bool(record.request.get("capacity")) and cause.stockout and not on_demand_next
+    if record.request.get("capacity") and not again:
+        strategy = attempt.strategy
     if on_demand_next:
         strategy = ON_DEMAND
     delay = policy.requeue_delay_seconds
@@ -561,6 +566,7 @@ def _requeue_or_give_up(
         location=location,
         strategy=strategy,
         reason="stockout" if cause.stockout else "preemption",
+        machine=None if again else attempt.machine,
         decided_at=iso(now),
         not_before=iso(now + timedelta(seconds=delay)) if delay > 0 else None,
     )

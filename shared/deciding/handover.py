@@ -24,14 +24,21 @@ def decide_handover(
     strategy: str,
     location: str,
     reason: str,
+    machine: str | None = None,
 ) -> int:
-    """Cancel `attempt`'s job and decide the next attempt (`strategy` in `location`); its number."""
+    """Cancel `attempt`'s job and decide the next attempt (`strategy` in `location`, on `machine`,
+    else on `attempt`'s: a deadline switch goes on-demand on the machine it ran on); its number."""
     following = attempt.n + 1
     attempt.outcome = outcome
     attempt.cancel_decided_at = iso(now)
     record.status = RequestStatus.REQUEUED
     record.requeue = Requeue(
-        attempt=following, location=location, strategy=strategy, reason=reason, decided_at=iso(now)
+        attempt=following,
+        location=location,
+        strategy=strategy,
+        reason=reason,
+        decided_at=iso(now),
+        machine=machine or attempt.machine,
     )
     effects.requeue_decided = True
     return following

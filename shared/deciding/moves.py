@@ -10,7 +10,15 @@ not report waiting in this observation; a move that would leave no attempt for a
 a preemption (a move uses an attempt, as a deadline switch does), or that the deployment's policy
 refuses on Spot; and a deadline request unless the deadline rule holds its wait for Spot by more
 than a changeover: the rule decides nothing while the hand-over runs (its next attempt is
-pending), so its safety net counts the move's changeover."""
+pending), so its safety net counts the move's changeover. A deadline request also stays where the
+fleet's outages are short (`sits_out`, on the outlook estimated now) until its wait outlasts the
+expected outage; and where the rule holds the wait only for a move, placement costs staying as
+the rest of the work on on-demand (`Job.leaving`), what the rule does next.
+
+A request with `capacity` alternatives moves to its best other option, the (machine, strategy,
+location) it waits on left out (`shared.fleet.capacity.choose_capacity`, which asks the policy of
+each strategy), with one allowed location too (without the two deadline edges above: the outlook
+is the request's first machine's)."""
 
 from __future__ import annotations
 
@@ -18,12 +26,13 @@ from datetime import datetime
 
 from shared.clock import parse_iso
 from shared.deciding.continuations import counted_attempts
-from shared.deciding.deadline import Action, decide_deadline
+from shared.deciding.deadline import Action, DeadlineDecision, Situation, decide_deadline, sits_out
 from shared.deciding.deadline_watch import deadline_situation
 from shared.deciding.decisions import DecisionPolicy
 from shared.deciding.effects import Effects, LogLine, event_fields
 from shared.deciding.handover import decide_handover
 from shared.deciding.preemptions import WAITING_STATES
+from shared.fleet.capacity import choose_capacity, without_capacity
 from shared.fleet.placing import Placer
 from shared.jobs import JobSnapshot
 from shared.ledger.records import Attempt, RequestRecord
@@ -45,39 +54,62 @@ def consider_move(
     attempt = record.latest
     if attempt is None or job is None or job.name != attempt.job or not _may_move(record, attempt, job, policy):
         return
-    changeover = _changeover_seconds(record, policy, now)
-    if changeover is None:
+    rule = _deadline_rule(record, policy, now)
+    if rule is None:
         return
+    changeover, situation, decision = rule
     waited = (now - parse_iso(attempt.state_changed_at if attempt.started_at else attempt.created_at)).total_seconds()
     if waited <= changeover:
         return
-    placed = placer.place(record.request, attempt, record.attempts, waiting=True)
-    if placed.location == attempt.location:
-        return
+    if record.request.get("capacity"):
+        chosen = choose_capacity(
+            placer,
+            record.request,
+            attempt,
+            record.attempts,
+            lambda strategy: policy.refuses(strategy, record, attempt.n + 1),
+            now,
+            without=without_capacity(record.attempts, attempt),
+        )
+        if chosen is None:
+            return
+        location, strategy, machine, reason = chosen.location, chosen.strategy, chosen.machine, chosen.reason
+    else:
+        if situation is not None and sits_out(situation, placer.spot_outlook(record.request, attempt.location)):
+            return
+        leaving = decision is not None and decision.held_for_move
+        placed = placer.place(record.request, attempt, record.attempts, waiting=True, leaving=leaving)
+        if placed.location == attempt.location:
+            return
+        location, strategy, machine, reason = placed.location, SPOT, None, placed.reason
     following = decide_handover(
         record,
         attempt,
         now,
         effects,
         outcome=AttemptOutcome.MOVED,
-        strategy=SPOT,
-        location=placed.location,
+        strategy=strategy,
+        location=location,
         reason=MOVE_REASON,
+        machine=machine,
     )
+    on = f" on {machine}" if machine else ""
     effects.lines.append(
         LogLine(
             "WARNING",
             f"attempt {attempt.n} of {record.request_id} waited {waited:.0f} s for Spot in {attempt.location}; "
-            f"cancelling its job, attempt {following} runs {SPOT} in {placed.location}: {placed.reason}",
+            f"cancelling its job, attempt {following} runs {strategy} in {location}{on}: {reason}",
             event_fields(
                 record,
                 attempt,
                 "moved",
                 next_attempt=following,
-                next_location=placed.location,
+                next_location=location,
+                next_strategy=strategy,
+                next_machine=machine,
                 waited_seconds=round(waited),
                 changeover_seconds=round(changeover),
-                reason=placed.reason,
+                reason=reason,
             ),
         )
     )
@@ -90,21 +122,27 @@ def _may_move(record: RequestRecord, attempt: Attempt, job: JobSnapshot, policy:
         return False
     if job.state not in WAITING_STATES or attempt.state != job.state:  # a stale read is no news
         return False
-    if len(record.request.get("locations") or []) < 2:
+    capacity = bool(record.request.get("capacity"))
+    if len(record.request.get("locations") or []) < 2 and not capacity:
         return False
     following = attempt.n + 1
     max_attempts = int(record.request.get("max_attempts") or policy.default_max_attempts)
     # leave one attempt for a re-queue after a preemption (continuations after a timeout not counted)
     if counted_attempts(record, following) >= max_attempts:
         return False
+    if capacity:  # the choice asks the policy of each option's strategy
+        return True
     planned = plan_attempt(record.request, following, attempt, after_stockout=False)[1]
     return planned == SPOT and policy.refuses(SPOT, record, following) is None
 
 
-def _changeover_seconds(record: RequestRecord, policy: DecisionPolicy, now: datetime) -> float | None:
-    """The changeover a wait is measured against; None when a deadline cannot spare a move."""
+def _deadline_rule(
+    record: RequestRecord, policy: DecisionPolicy, now: datetime
+) -> tuple[float, Situation | None, DeadlineDecision | None] | None:
+    """The changeover a wait is measured against, with the deadline rule's situation and decision
+    (None without a deadline); None when a deadline cannot spare a move."""
     if not record.request.get("deadline"):
-        return float(record.request.get("changeover_seconds") or policy.changeover_prior_seconds)
+        return float(record.request.get("changeover_seconds") or policy.changeover_prior_seconds), None, None
     situation = deadline_situation(
         record,
         now,
@@ -118,4 +156,4 @@ def _changeover_seconds(record: RequestRecord, policy: DecisionPolicy, now: date
     spare = decision.holds_seconds
     if decision.action is not Action.STAY or spare is None or spare <= situation.changeover_seconds:
         return None
-    return situation.changeover_seconds
+    return situation.changeover_seconds, situation, decision

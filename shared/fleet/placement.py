@@ -16,6 +16,8 @@ move there costs:
   on-demand, which the deadline rule switches to in time (plus one on-demand changeover);
 - without a deadline every hour of waiting is weighed at `hour_value` (the time itself is worth
   something: a result later), the expected wait (1 - p) / p times the median wait seen;
+- a job waiting where the deadline rule holds the wait only for a move (`Job.leaving`) costs the
+  rest of the work on on-demand there, what the rule does once the hold is over;
 - a move (another location than the current one) pays the checkpoint's transfer (its size x the
   inter-region price; nothing when the bucket is multi-region or in the same region) and the
   time to copy it, which adds to the changeover.
@@ -58,6 +60,9 @@ class Job:
     on_demand: bool = False  # placing an on-demand attempt (a deadline switch)
     replicas: int = 1  # the VMs of every worker pool, each one Spot can reclaim
     waiting: bool = False  # a Spot job waiting for capacity in `current_location` now: it has none there
+    # The deadline rule holds that wait only for a move (`deadline.MOVE_HOLD_CHANGEOVERS`): staying
+    # there, the rest of the work runs on on-demand.
+    leaving: bool = False
 
 
 @dataclass(frozen=True)
@@ -114,7 +119,7 @@ def expected_cost(job: Job, candidate: Candidate, move: Move) -> Costed:
     d = job.changeover_hours + move_hours
     w = max(0.0, job.remaining_hours)
     on_demand_cost = (w + d) * candidate.on_demand_per_hour
-    if job.on_demand:
+    if job.on_demand or (job.leaving and candidate.location == job.current_location):
         return Costed(candidate.location, on_demand_cost + move_dollars, 0.0, move_dollars)
     est = candidate.estimate
     # How much of the time Spot has capacity there (the past window's share), not whether it has

@@ -61,6 +61,7 @@ def no_prior(machine_type: str, location: str) -> LocationPrior | None:
 class LocationChoice:
     location: str
     reason: str
+    cost: float | None = None  # the model's expected dollars to finish there; None: nothing was weighed
 
 
 class Placer:
@@ -85,10 +86,16 @@ class Placer:
         self._unreadable: set[MachineClass] = set()  # a read that failed: the bound does not retry it
 
     def place(
-        self, request: Mapping[str, Any], attempt: Attempt, earlier: Sequence[Attempt], waiting: bool = False
+        self,
+        request: Mapping[str, Any],
+        attempt: Attempt,
+        earlier: Sequence[Attempt],
+        waiting: bool = False,
+        leaving: bool = False,
     ) -> LocationChoice:
         """Where `attempt` (planned in `attempt.location`) runs, and why there; `waiting`: it is a
-        Spot job waiting for capacity there now (a move), so Spot has none there at its start."""
+        Spot job waiting for capacity there now (a move), so Spot has none there at its start;
+        `leaving`: the deadline rule holds that wait only for a move (`Job.leaving`)."""
         planned = attempt.location
         allowed = [str(loc) for loc in request.get("locations") or []] or [planned]
         if len(allowed) < 2:
@@ -126,7 +133,9 @@ class Placer:
         ]
         work = work_hours(request, earlier)
         job = replace(
-            self._job(request, attempt, work, planned if planned in priced else None, candidates), waiting=waiting
+            self._job(request, attempt, work, planned if planned in priced else None, candidates),
+            waiting=waiting,
+            leaving=leaving,
         )
         move = checkpoint_move(earlier, self._bucket_location)
         choice = choose_location(job, candidates, move)
@@ -139,7 +148,8 @@ class Placer:
         per_hour = " per hour of work" if work is None else ""
         read = next(c.move_cost for c in choice.costs if c.location == choice.location)
         read_text = f"; reading its {move.checkpoint_gb:,.0f} GB checkpoint there ${read:,.2f}" if read else ""
-        return LocationChoice(choice.location, f"{choice.reason}{per_hour} ({seen_text}, ${price:.2f}/h)" + read_text)
+        reason = f"{choice.reason}{per_hour} ({seen_text}, ${price:.2f}/h)" + read_text
+        return LocationChoice(choice.location, reason, choice.cost)
 
     def spot_outlook(self, request: Mapping[str, Any], location: str) -> SpotOutlook | None:
         """The fleet's outlook of Spot in `location` for a request with a deadline (the claim's one

@@ -21,6 +21,7 @@ from shared.clock import parse_iso
 from shared.jobs import JobState
 from shared.ledger.records import Attempt, RequestRecord
 from shared.requests.attempts import SPOT
+from shared.requests.capacity import request_on_machine
 from shared.requests.pricing import Price, hourly, layout, layout_hourly, table
 
 
@@ -99,9 +100,10 @@ def attempts_spend(
         if ran <= 0:
             continue
         seconds += ran
-        rates = attempt_hourly(request, attempt, price)
+        on_it = request_on_machine(request, attempt.machine)  # its capacity alternative's, if any
+        rates = attempt_hourly(on_it, attempt, price)
         if rates is None:
-            missing = [m or "?" for m, _ in layout(request) if price(m, attempt.location) is None]
+            missing = [m or "?" for m, _ in layout(on_it) if price(m, attempt.location) is None]
             unpriced.extend(f"{m} in {attempt.location}" for m in missing or ["?"])
             continue
         usd += rates[0] * ran / 3600

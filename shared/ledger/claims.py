@@ -90,7 +90,9 @@ def claim_attempt(
         if requeue is None or requeue.attempt != n:
             expected = f"attempt {requeue.attempt} is queued" if requeue else "no re-queue is pending"
             raise _unexpected_attempt(request_id, n, expected)
-        attempt = Attempt(n, requeue.location, requeue.strategy, claimed_at=iso(now), kit_key=new_kit_key())
+        attempt = Attempt(
+            n, requeue.location, requeue.strategy, claimed_at=iso(now), machine=requeue.machine, kit_key=new_kit_key()
+        )
         current.attempts.append(attempt)
         current.requeue = None
         current.status = RequestStatus.CLAIMED

@@ -35,6 +35,9 @@ class Attempt:
     location: str
     strategy: str  # "SPOT" or the fallback strategy
     claimed_at: str
+    # The machine type its primary worker pools run on when the request lists `capacity`
+    # alternatives (shared/fleet/capacity.py); None: the request's own CustomJob, as submitted.
+    machine: str | None = None
     job: str | None = None  # full resource name, once created
     state: str | None = None  # Vertex JobState name as last observed, e.g. "JOB_STATE_RUNNING"
     created_at: str | None = None
@@ -120,6 +123,9 @@ class Requeue:
     strategy: str
     reason: str
     decided_at: str
+    # The machine it runs on, decided with it (a re-queue after a preemption, a deadline switch, a
+    # move); None: the request's own, or, with `capacity`, chosen again when it is claimed.
+    machine: str | None = None
     not_before: str | None = None
     message_id: str | None = None  # set once the publish is confirmed
     published_at: str | None = None

@@ -3,7 +3,7 @@
 A message on `job-requests` is either
 
 - an **envelope** `{"request_id", "custom_job", "location"?, "locations"?, "max_attempts"?,
-  "fallback"?, "checkpoints"?, "deadline"?, "total_steps"?, "expected_step_seconds"?,
+  "fallback"?, "capacity"?, "checkpoints"?, "deadline"?, "total_steps"?, "expected_step_seconds"?,
   "changeover_seconds"?, "priority"?, "max_cost_usd"?, "max_runtime"?, "notify"?, "schema_version"?, "attempt"?}`, or
 - a **bare CustomJob body**, exactly what the Vertex AI REST docs POST to `customJobs`. Its request
   id is the `request_id` message attribute, else derived from its content and the dedupe window
@@ -52,6 +52,7 @@ from shared.clock import (
 from shared.errors import InvalidRequest, Violation
 from shared.jobs import DERIVED_ID_PREFIX
 from shared.requests.attempts import FALLBACK_STRATEGIES
+from shared.requests.capacity import Alternative, read_capacity
 from shared.requests.job_schema import BODY, field_path, json_type, read_custom_job
 
 ENVELOPE_SCHEMA_VERSION = 1
@@ -77,6 +78,7 @@ ENVELOPE_FIELDS = (
     "locations",
     "max_attempts",
     "fallback",
+    "capacity",
     "checkpoints",
     "deadline",
     "total_steps",
@@ -200,6 +202,8 @@ class JobRequest:
     locations: tuple[str, ...] = ()
     max_attempts: int | None = None
     fallback: Fallback | None = None
+    # The machine types and strategies its attempts may run on (shared/requests/capacity.py).
+    capacity: tuple[Alternative, ...] = ()
     keep_last: int | None = None
     deadline: Deadline | None = None
     priority: int = 0  # higher goes first when creates wait for the quota (shared/pacing.py)
@@ -406,6 +410,9 @@ def _read_envelope(
     location = _read_location(body.get("location"), "location", violations)
     if location and locations and location not in locations:
         violations.append(Violation("location", f"is {location!r}, which is not in locations"))
+    if body.get("capacity") is not None and body.get("fallback") is not None:
+        # Both say when an attempt leaves Spot: one of the two answers would go unkept.
+        violations.append(Violation("fallback", "is set with capacity; list the strategies in capacity instead"))
     request = JobRequest(
         request_id=request_id,
         custom_job=custom_job,
@@ -414,6 +421,7 @@ def _read_envelope(
         locations=locations,
         max_attempts=_read_int(body.get("max_attempts"), "max_attempts", 1, violations),
         fallback=_read_fallback(body.get("fallback"), violations),
+        capacity=read_capacity(body.get("capacity"), violations),
         keep_last=_read_keep_last(body.get("checkpoints"), violations),
         deadline=_read_deadline(body, published_at, violations),
         priority=_read_priority(body.get("priority"), violations),
@@ -650,6 +658,7 @@ def canonical_envelope(request: JobRequest, *, default_location: str, default_ma
         "locations": list(request.locations),
         "max_attempts": request.max_attempts or default_max_attempts,
         "fallback": request.fallback.to_json() if request.fallback else None,
+        **({"capacity": [a.to_json() for a in request.capacity]} if request.capacity else {}),
         "checkpoints": {"keep_last": request.keep_last} if request.keep_last else None,
         # Only with a deadline, so that requests without one keep the form they always had.
         **(request.deadline.to_json() if request.deadline else {}),

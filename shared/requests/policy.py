@@ -23,8 +23,13 @@ Why these rules:
 - baseOutputDirectory: must be unset or exactly the request's own directory
   `gs://<checkpoint bucket>/<prefix>/<request_id>/`, and AIP_* variables cannot be overridden, so
   a request cannot resume from, or overwrite, another request's checkpoints;
-- scheduling.strategy: spotjobs submits SPOT; on-demand capacity is asked for through `fallback`,
-  which only the strategies an operator allows may use.
+- scheduling.strategy: spotjobs submits SPOT; on-demand capacity is asked for through `fallback`
+  or `capacity`, which only the strategies an operator allows may use
+  (`allowed_fallback_strategies`, the one allowlist of strategies other than SPOT);
+- capacity alternatives: each machine is judged as the job on it would be (families, ceilings),
+  each strategy by that allowlist, FLEX_START by its documented requirements on that machine; a
+  deadline needs STANDARD on every alternative (the deadline rule's switch runs on the machine the
+  attempt runs on), and Spot must be listed while Spot attempts come first.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from shared.jobs import FLEX_START
 from shared.log import Logger
 from shared.requests.attempts import ON_DEMAND, SPOT
 from shared.requests.budget import check_budget
+from shared.requests.capacity import job_on_machine
 from shared.requests.envelope import SYSTEM_FIELDS, InvalidJobRequest, JobRequest, read_request
 from shared.requests.job_fields import ALLOWED, FIELDS, OPT_INS, OUTPUT_ONLY
 from shared.requests.job_policy import (
@@ -96,6 +102,7 @@ def check_policy(request: JobRequest, settings: Settings, now: datetime | None =
         )
     out.extend(_check_max_runtime(request, settings))
     out.extend(_check_fallback(request, settings))
+    out.extend(_check_capacity(request, settings))
     out.extend(_check_locations(request, settings))
     out.extend(_check_deadline(request, settings, now or utcnow()))
     out.extend(check_budget(request, settings))
@@ -158,6 +165,9 @@ def check_attempt_job(
         min_spot_attempts=settings.min_spot_attempts,
     )
     out.extend([refused] if refused else [])
+    broken = _flex_start_requirement_broken(custom_job) if strategy == FLEX_START else None
+    if broken is not None:
+        out.append(Violation("strategy", f"is FLEX_START; Dynamic Workload Scheduler needs {broken}"))
     if settings.allowed_locations and location not in settings.allowed_locations:
         out.append(Violation("location", f"is {location}; allowed regions: {', '.join(settings.allowed_locations)}"))
     return out
@@ -285,6 +295,44 @@ def _flex_start_requirement_broken(custom_job: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _check_capacity(request: JobRequest, settings: Settings) -> list[Violation]:
+    """Each alternative of `capacity` as the policy judges it (module docstring)."""
+    out: list[Violation] = []
+    if not request.capacity:
+        return out
+    job = request.custom_job or {}
+    own = set(check_custom_job(job, "custom_job", request.request_id, settings)) if job else set()
+    for i, alternative in enumerate(request.capacity):
+        path = f"capacity[{i}]"
+        on_it = job_on_machine(job, alternative.machine) if job else {}
+        if on_it:  # only what the machine changes: the job's own violations are reported once
+            for found in check_custom_job(on_it, "custom_job", request.request_id, settings):
+                if found not in own:
+                    out.append(Violation(f"{path}.machine", f"is {alternative.machine}; on it {found}"))
+        for j, strategy in enumerate(alternative.strategies):
+            if strategy != SPOT and strategy not in settings.allowed_fallback_strategies:
+                shown = ", ".join(settings.allowed_fallback_strategies) or "none (SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES)"
+                out.append(Violation(f"{path}.strategies[{j}]", f"is {strategy}; allowed besides SPOT: {shown}"))
+        broken = _flex_start_requirement_broken(on_it) if FLEX_START in alternative.strategies and on_it else None
+        if broken is not None:
+            out.append(Violation(f"{path}.strategies", f"lists FLEX_START; Dynamic Workload Scheduler needs {broken}"))
+        if request.deadline is not None and ON_DEMAND not in alternative.strategies:
+            out.append(
+                Violation(f"{path}.strategies", "lacks STANDARD, which a deadline may switch to on this machine")
+            )
+    if settings.min_spot_attempts > 0 and not any(SPOT in a.strategies for a in request.capacity):
+        out.append(
+            Violation(
+                "capacity",
+                f"lists no SPOT; {settings.min_spot_attempts} Spot attempts come first (SPOTJOBS_MIN_SPOT_ATTEMPTS)",
+            )
+        )
+    if request.max_cost_usd is not None:
+        # The budget's spend is priced on the request's own machine (shared/fleet/spend.py).
+        out.append(Violation("max_cost_usd", "is not supported with capacity alternatives yet"))
+    return out
+
+
 def _pool_unlike_the_first(custom_job: Mapping[str, Any] | None) -> int | None:
     """The first worker pool whose `machineSpec` is not pool 0's (empty placeholders aside)."""
     pools = ((custom_job or {}).get("jobSpec") or {}).get("workerPoolSpecs") or []
@@ -344,6 +392,9 @@ def describe_policy(settings: Settings) -> dict[str, Any]:
             "request_bytes": settings.max_request_bytes,
         },
         "fallback_strategies": list(settings.allowed_fallback_strategies) or "none (Spot only)",
+        "capacity": "alternatives of machine types (the families above) and strategies (SPOT and the "
+        "fallback strategies); FLEX_START where its machine, timeout and pools meet its requirements; "
+        "with a deadline, STANDARD on every alternative; not with fallback or max_cost_usd",
         "min_spot_attempts": settings.min_spot_attempts,
         "deadline": {
             "fields": {

@@ -341,7 +341,8 @@ def format_request(record: RequestRecord, settings: Settings | None = None, now:
     ]
     # Where each attempt runs and why there (shared/fleet/placing.py), under the table.
     placed = "".join(
-        terminal_text(f"placed      attempt {a.n} in {a.location}: {a.placed}") + "\n"
+        terminal_text(f"placed      attempt {a.n} in {a.location}{f' on {a.machine}' if a.machine else ''}: {a.placed}")
+        + "\n"
         for a in record.attempts
         if a.placed
     )

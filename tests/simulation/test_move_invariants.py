@@ -67,10 +67,52 @@ def test_a_move_after_the_cancel_or_the_end_is_caught(world: World) -> None:
 def test_the_workload_allows_some_h100_requests_two_locations_and_draws_spot_outages() -> None:
     drawn = [World(seed).workload for seed in range(12)]
     bodies = [json.loads(a.data) for w in drawn for a in w.arrivals if b"a3-highgpu-8g" in a.data]
-    assert bodies and all(HOME in b["locations"] and EAST in b["locations"] for b in bodies)
+    # (a request with capacity alternatives may have one location: its moves go to another machine)
+    assert bodies and all(HOME in b["locations"] and EAST in b["locations"] for b in bodies if "capacity" not in b)
     outages = [o for w in drawn for spans in w.spot_outages.values() for o in spans]
     assert outages and all(end > start for start, end in outages)
     workload = next(w for w in drawn if w.spot_outages)
     location, [(start, end)] = next(iter(workload.spot_outages.items()))
     assert workload.spot_capacity_back(location, start) == end
     assert workload.spot_capacity_back(location, end) is None
+
+
+def test_a_job_off_the_requests_capacity_alternatives_is_caught(world: World) -> None:
+    from shared.requests.capacity import machine_spec
+    from sim.vertex import Create
+    from tests.support.sim_world import job
+
+    ledger = LedgerStore(world.storage.client().bucket(world.settings.state_bucket))
+    capacity = [
+        {"machine": "a3-highgpu-8g", "strategies": ["SPOT"]},
+        {"machine": "a2-ultragpu-8g", "strategies": ["SPOT"]},
+    ]
+    at = iso(world.clock.now())
+    request = {"custom_job": {}, "location": HOME, "capacity": capacity}
+    ledger.restore(RequestRecord("r1", request, "gs://c/", attempts=[Attempt(1, HOME, "SPOT", claimed_at=at)]))
+    on_an_alternative = job(world, "r1", 1).request
+    on_an_alternative["jobSpec"]["workerPoolSpecs"][0]["machineSpec"] = machine_spec("a2-ultragpu-8g")
+    world.vertex.created.append(Create(world.clock.now(), HOME, on_an_alternative, True))
+    assert invariants.alternatives_kept(world) == []
+
+    own_machine = job(world, "r1", 2).request  # the request's own n1 machine, not an alternative
+    flex = json.loads(json.dumps(on_an_alternative))
+    flex["jobSpec"]["scheduling"]["strategy"] = "FLEX_START"  # not listed for it
+    world.vertex.created += [
+        Create(world.clock.now(), HOME, own_machine, True),
+        Create(world.clock.now(), HOME, flex, True),
+    ]
+
+    found = [v.detail for v in invariants.alternatives_kept(world)]
+    assert len(found) == 2 and "runs n1-standard-4 SPOT: not listed" in found[0]
+    assert "runs a2-ultragpu-8g FLEX_START: not listed" in found[1]
+
+
+def test_the_workload_draws_capacity_alternatives_on_one_location_and_on_several() -> None:
+    drawn = [
+        json.loads(a.data)
+        for seed in range(12)
+        for a in World(seed).workload.arrivals
+        if a.topic == "job_requests_topic" and b'"capacity"' in a.data
+    ]
+    assert drawn and {len(body["locations"]) for body in drawn} >= {1, 2}

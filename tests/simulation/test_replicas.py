@@ -163,3 +163,28 @@ def test_a_job_restarted_past_three_transient_exits_is_caught() -> None:
     [found] = replicas.transient_exits_bounded(world)
     assert found.invariant == "transient_exits_bounded" and "4 exits of 134 or 139" in found.detail
     assert replicas.transient_exits_bounded in invariants.QUIESCENCE
+
+
+def test_a_request_with_capacity_alternatives_keeps_its_replicas_on_another_machine() -> None:
+    from shared.ledger.records import RequestRecord
+    from shared.ledger.store import LedgerStore
+    from shared.requests.capacity import machine_spec
+
+    world = World(0)
+    ledger = LedgerStore(world.storage.client().bucket(world.settings.state_bucket))
+    capacity = [
+        {"machine": "a3-highgpu-8g", "strategies": ["SPOT"]},
+        {"machine": "a2-ultragpu-8g", "strategies": ["SPOT"]},
+    ]
+    ledger.restore(RequestRecord("r1", {"custom_job": {}, "capacity": capacity}, "gs://c/"))
+    first = two_pools(job(world, "r1", 1)).request
+    elsewhere = two_pools(job(world, "r1", 2)).request
+    for pool in elsewhere["jobSpec"]["workerPoolSpecs"]:
+        pool["machineSpec"] = machine_spec("a2-ultragpu-8g")
+    world.vertex.created += [Create(world.clock.now(), "us-central1", r, True) for r in (first, elsewhere)]
+    assert replicas.same_layout_every_attempt(world) == []
+
+    shrunk = job(world, "r1", 3).request  # pool 1 lost
+    world.vertex.created.append(Create(world.clock.now(), "us-central1", shrunk, True))
+    [found] = replicas.same_layout_every_attempt(world)
+    assert found.detail.startswith("r1: a create with layout")

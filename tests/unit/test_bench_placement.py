@@ -71,7 +71,7 @@ def test_json_has_one_object_per_ratio_with_every_policy(traces: Path, capsys: p
 
 def test_it_decides_with_production_functions(traces: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     called: dict[str, int] = {}
-    for name in ("decide_deadline", "estimate", "choose_location"):
+    for name in ("decide_deadline", "estimate", "choose_location", "sits_out"):
         real = getattr(bench_placement, name)
 
         def counting(*args, _real=real, _name=name, **kwargs):  # type: ignore[no-untyped-def]
@@ -89,6 +89,7 @@ def test_it_decides_with_production_functions(traces: Path, monkeypatch: pytest.
     )
     simulate_fleet(setup, [0, 10], Spotjobs)
     assert called["decide_deadline"] > 0 and called["estimate"] > 0 and called["choose_location"] > 0
+    assert called["sits_out"] > 0  # a waiting job's move, as production's `consider_move` weighs it
     # the estimate's outlook, as a claim keeps it in production, reaches the rule
     assert any(isinstance(o, SpotOutlook) for o in outlooks)
 

@@ -16,6 +16,7 @@ from shared.deciding.deadline_watch import deadline_situation
 from shared.deciding.decisions import DecisionPolicy
 from shared.deciding.effects import Effects
 from shared.deciding.moves import consider_move
+from shared.fleet.estimate import SpotOutlook
 from shared.fleet.placing import LocationChoice
 from shared.jobs import JobSnapshot
 from shared.ledger.records import Attempt, CancelIntent, RequestRecord, Requeue
@@ -31,18 +32,30 @@ PRIOR = POLICY.changeover_prior_seconds
 
 @dataclass
 class ElsewherePlacer:
-    """Places the next attempt in `location`, and remembers that it was asked."""
+    """Places the next attempt in `location`, and remembers that it was asked; `outlook` is the
+    fleet's outlook of Spot where the attempt waits (none by default)."""
 
     location: str = "us-east4"
     asked: list[int] = field(default_factory=list)
     waiting: list[bool] = field(default_factory=list)
+    leaving: list[bool] = field(default_factory=list)
+    outlook: SpotOutlook | None = None
 
     def place(
-        self, request: dict[str, Any], attempt: Attempt, attempts: list[Attempt], waiting: bool = False
+        self,
+        request: dict[str, Any],
+        attempt: Attempt,
+        attempts: list[Attempt],
+        waiting: bool = False,
+        leaving: bool = False,
     ) -> LocationChoice:
         self.asked.append(attempt.n)
         self.waiting.append(waiting)
+        self.leaving.append(leaving)
         return LocationChoice(self.location, "cheaper to finish there")
+
+    def spot_outlook(self, request: dict[str, Any], location: str) -> SpotOutlook | None:
+        return self.outlook
 
 
 def waiting(seconds: float, **request: Any) -> RequestRecord:
@@ -247,3 +260,38 @@ def test_a_deadline_request_whose_work_is_all_committed_is_not_moved() -> None:
     assert rule(done) == (Action.STAY, None)  # done: nothing is held for, so no move is spared
     move(done)
     assert not moved(done)
+
+
+def test_a_deadline_request_sits_out_an_outage_the_fleet_expects_short_until_it_outlasts_it() -> None:
+    # Ahead of the line with 10 h of slack: the rule holds the wait; its changeover is a minute.
+    short = SpotOutlook(0.99, 110 * 99)  # the fleet's outages where it waits: 110 s expected
+    placer = ElsewherePlacer(outlook=short)
+    record = with_deadline(36000)
+    record.attempt(1).created_at = iso(NOW - timedelta(seconds=100))
+    move(record, placer)
+    assert not moved(record) and placer.asked == []  # 100 s of a 110 s outage: sit it out
+    record.attempt(1).created_at = iso(NOW - timedelta(seconds=111))
+    move(record, placer)
+    assert moved(record) and placer.asked == [1]  # longer than expected: placement weighs a move
+    # An outage expected longer than 2 changeovers, or none known: a move is weighed at once.
+    for outlook in (SpotOutlook(0.99, 121 * 99), None):
+        record = with_deadline(36000)
+        record.attempt(1).created_at = iso(NOW - timedelta(seconds=100))
+        move(record, ElsewherePlacer(outlook=outlook))
+        assert moved(record)
+
+
+def test_a_wait_the_rule_holds_only_for_a_move_is_placed_as_leaving_it() -> None:
+    # Behind the line 70 s ago (half done, 2 h in, a deadline 6,500 s of slack away), where the
+    # claim's outlook expects long outages: the rule holds the wait for a move, so placement
+    # weighs staying as the rest on on-demand.
+    record = with_deadline(6500)
+    record.attempt(1).spot_outlook = SpotOutlook(0.5, 3 * 3600).to_json()
+    assert rule(record)[0] is Action.STAY
+    placer = ElsewherePlacer()
+    move(record, placer)
+    assert placer.leaving == [True] and moved(record)
+    ahead = with_deadline(36000)  # ahead of the line: the rule waits, no hold
+    placer = ElsewherePlacer()
+    move(ahead, placer)
+    assert placer.leaving == [False]

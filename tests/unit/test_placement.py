@@ -140,6 +140,18 @@ def test_a_tight_deadline_is_on_demand_where_it_is_cheapest() -> None:
     assert choose_location(switch, [east, central]).location == "us-central1"
 
 
+def test_a_wait_the_rule_holds_only_for_a_move_costs_on_demand_where_it_waits() -> None:
+    # Waiting in us-east4 (the cheapest Spot, long slack): it stays, unless the deadline rule holds
+    # the wait only for a move, when staying means the rest on on-demand there.
+    east = Candidate("us-east4", 14.85, 82.53, seen("us-east4", 0.8))
+    central = Candidate("us-central1", 18.98, 82.53, seen("us-central1", 0.95))
+    waiting = Job(20, 0.2, current_location="us-east4", hours_to_deadline=40, waiting=True)
+    assert choose_location(waiting, [east, central]).location == "us-east4"
+    leaving = Job(20, 0.2, current_location="us-east4", hours_to_deadline=40, waiting=True, leaving=True)
+    assert expected_cost(leaving, east, Move()).cost == pytest.approx((20 + 0.2) * 82.53)
+    assert choose_location(leaving, [east, central]).location == "us-central1"
+
+
 def test_without_a_deadline_time_waiting_is_weighed() -> None:
     scarce = Candidate("us-east4", 14.85, 82.53, seen("us-east4", 0.05))
     plenty = Candidate("us-central1", 18.98, 82.53, seen("us-central1", 0.95))
