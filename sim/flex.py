@@ -194,6 +194,8 @@ def with_flex_start(workload: Workload) -> Workload:
         if arrival.topic != "job_requests_topic" or arrival.own is not None or kind not in ("envelope", "fallback"):
             continue
         body = json.loads(arrival.data)
+        if "capacity" in body:  # its alternatives name their strategies; a fallback beside them is refused
+            continue
         spec = body["custom_job"]["jobSpec"]
         if spec["workerPoolSpecs"][0]["machineSpec"].get("acceleratorType") not in ACCELERATORS:
             continue
