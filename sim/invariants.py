@@ -281,8 +281,14 @@ def alerts_not_per_redelivery(world: World) -> list[Violation]:
             f"({world.unconfirmed_alerts[key]} publish(es) left unconfirmed by a fault)",
         )
         for key in counts  # in the order first published, as a count over the whole topic gives
-        if key in grown and counts[key] > 1 + world.unconfirmed_alerts[key]
+        if key in grown and counts[key] > 1 + world.unconfirmed_alerts[key] + _records_deleted(world, key[1])
     ]
+
+
+def _records_deleted(world: World, request_id: str) -> int:
+    """1 when a person deleted the request's record (`sim.faults`): its markers went with it, so
+    the record a redelivery or a redrive writes anew may decide its alerts once more (seed 100)."""
+    return int(request_id in world.tampering.deleted_records)
 
 
 def permanent_errors(entry: dict[str, Any]) -> tuple[str, ...]:
@@ -1050,7 +1056,7 @@ def alternatives_kept(world: World) -> list[Violation]:
 QUIESCENCE.extend((nothing_created_after_a_cancel, cancelled_requests_end_cancelled, moves_allowed, alternatives_kept))
 
 # The promises people rely on (sim/promises.py).
-from sim import budgets, continuations, promises, replicas, shown  # noqa: E402 - they read this module's helpers
+from sim import budgets, continuations, flex, promises, replicas, shown  # noqa: E402 - they read this module's helpers
 
 QUIESCENCE.extend(promises.QUIESCENCE)
 QUIESCENCE.extend(shown.QUIESCENCE)  # what the dashboard and `status` show (sim/shown.py)
@@ -1059,3 +1065,4 @@ QUIESCENCE.extend(continuations.QUIESCENCE)  # runs past the job timeout (sim/co
 RETENTION.extend(replicas.RETENTION)
 QUIESCENCE.extend(budgets.QUIESCENCE)  # max_cost_usd (sim/budgets.py)
 RETENTION.extend(promises.RETENTION)
+QUIESCENCE.extend(flex.QUIESCENCE)  # FLEX_START (sim/flex.py)

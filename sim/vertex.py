@@ -14,7 +14,9 @@
 - the permanent faults of `sim.faults`: a 403 on a call kind in a location (`refusals`), a 400 on
   every create of a request (`bad_requests`), a job deleted in the console (NotFound on every
   later get and cancel, gone from lists; kept in `jobs` as ground truth, `deleted`), a job
-  cancelled in the console, and waits before RUNNING that differ per location (`changeovers`).
+  cancelled in the console, and waits before RUNNING that differ per location (`changeovers`);
+- FLEX_START as the emulator's default modes have it: a wait for capacity up to `maxWaitDuration`,
+  then a run never preempted (`sim.flex`).
 Every create is kept (`created`) with its request JSON, for the policy invariant, and every
 permanent refusal (`refused`), for the alert catalogue.
 """
@@ -31,7 +33,8 @@ from typing import Any
 from google.api_core import exceptions as api
 
 from shared.adapters.vertex import to_job_json
-from shared.jobs import LABEL_ATTEMPT, LABEL_REQUEST_ID
+from shared.jobs import FLEX_START, LABEL_ATTEMPT, LABEL_REQUEST_ID
+from sim import flex
 from sim.continuations import DEADLINE_EXCEEDED_ERROR, TIMEOUT_FATES
 from sim.replicas import TRANSIENT_EXIT_RESTARTS, Replicas, peer_exit, peer_exit_error, reclaim, restarts_reached
 
@@ -65,6 +68,9 @@ class SimJob:
     next_change: datetime | None = None
     deleted: bool = False  # deleted in the console: Vertex answers NotFound for it
     delete_when_ended: bool = False  # deleted in the console while live: cancelled, then deleted
+    # FLEX_START: seconds from the start of its wait (PENDING) to its capacity, None: it never comes.
+    flex_capacity_after: float | None = 0.0
+    flex_wait_began: datetime | None = None
 
     @property
     def request_id(self) -> str:
@@ -77,6 +83,10 @@ class SimJob:
     @property
     def spot(self) -> bool:
         return ((self.request.get("jobSpec") or {}).get("scheduling") or {}).get("strategy", "SPOT") == "SPOT"
+
+    @property
+    def flex_start(self) -> bool:
+        return ((self.request.get("jobSpec") or {}).get("scheduling") or {}).get("strategy") == FLEX_START
 
     @property
     def live(self) -> bool:
@@ -145,6 +155,8 @@ class SimVertex:
         self.emit: Callable[[SimJob, str, str], None] = lambda job, text, severity: None
         self.gpu_quota_full = False  # creates of GPU machines get the resource-quota 429
         self.fate: Callable[[SimJob], None] = lambda job: None
+        # When a FLEX_START job's capacity comes, in seconds after its wait begins (None: never).
+        self.flex_wait: Callable[[SimJob], float | None] = lambda job: 0.0
         # When Spot has capacity again in a location (None: it has now).
         self.spot_capacity_back: Callable[[str], datetime | None] = lambda location: None
         # The trainer in the job's containers (sim.trainer): "start" (a run begins), "train" (it
@@ -233,6 +245,7 @@ class SimVertex:
             try:
                 self._admit("submissions", location, SUBMISSIONS_PER_MINUTE)
                 self._refuse("create", location, str((request.get("labels") or {}).get(LABEL_REQUEST_ID, "")))
+                flex.refuse_create(self, request, location)
                 if self.gpu_quota_full and _uses_gpus(request):
                     quota_refused = True
                     raise api.TooManyRequests(
@@ -248,6 +261,8 @@ class SimVertex:
                 self._jobs_of_request[job.request_id].append(job)
                 self._indexed += 1
                 self.fate(job)
+                if job.flex_start:
+                    flex.begin(self, job)
                 accepted = True
                 return job.to_proto()
             finally:
@@ -378,6 +393,8 @@ class SimVertex:
         elif job.state == "JOB_STATE_QUEUED":
             self.set_state(job, "JOB_STATE_PENDING")
             job.next_change += timedelta(seconds=self.changeover(job.location, "pending"))
+        elif job.state == "JOB_STATE_PENDING" and job.flex_start:
+            flex.advance_wait(self, job)
         elif job.state == "JOB_STATE_PENDING":
             if job.fate == "hang":
                 job.next_change = None  # waits for capacity until someone cancels it

@@ -33,7 +33,7 @@ from google.api_core import exceptions as api
 from greenlet import greenlet
 
 from sim import faults as permanent
-from sim import replicas, virtual
+from sim import flex, replicas, virtual
 from sim.continuations import with_max_runtimes
 from sim.gcs import MemoryStorage
 from sim.pubsub import Delivery, SimPubSub
@@ -200,6 +200,7 @@ class World:
         self.workload = with_max_runtimes(
             with_crud_budget(with_locations(with_cancels(generate(random.Random(self.seed * 104729 + 2)))))
         )
+        self.workload = flex.with_flex_start(self.workload)  # FLEX_START requests (sim/flex.py)
         replicas_drawn = replicas.draw(self.seed)
         self.workload = replicas.with_replicas(self.workload, replicas_drawn)
         self.settings = self.workload.settings
@@ -223,6 +224,7 @@ class World:
         self.vertex.emit = self.emit_log_line
         self.vertex.replicas = replicas_drawn
         self.vertex.fate = self._draw_fate
+        self.vertex.flex_wait = functools.partial(flex.wait_of, self.workload.seed_text)
         self.vertex.gpu_quota_full = self.workload.gpu_quota_full
         self.vertex.spot_capacity_back = lambda location: self.workload.spot_capacity_back(location, self.clock.now())
         self.trainer = Trainer(

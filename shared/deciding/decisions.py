@@ -407,8 +407,10 @@ def _conclude(
                 now=now,
                 effects=effects,
             )
-        if cause.capacity and attempt.preemptions == 0:
-            attempt.preemptions_unknown = True  # ended by preemption: at least one, however many
+        # Ended by preemption: at least one, however many. Not a FLEX_START job: it is never
+        # preempted, and its capacity error is a wait for capacity that ran out (docs/local.md).
+        if cause.capacity and attempt.preemptions == 0 and attempt.strategy != FLEX_START:
+            attempt.preemptions_unknown = True
         if not owns_status:
             later = record.latest is not None and record.latest.n > attempt.n
             attempt.outcome = AttemptOutcome.REQUEUED if cause.capacity and later else AttemptOutcome.FAILED

@@ -14,7 +14,7 @@ from shared.alerts import Alert, AlertKind
 from shared.ledger.records import RequestRecord
 from shared.ledger.states import RequestStatus
 from shared.ledger.store import LedgerStore
-from sim import invariants
+from sim import flex, invariants
 from sim.trainer import LAYOUTS
 from sim.vertex import Create
 from sim.workload import custom_job, resubmit
@@ -37,6 +37,9 @@ def test_two_live_jobs_for_one_request_are_caught(world: World) -> None:
 
 
 def test_a_create_the_policy_forbids_is_caught_on_any_path(world: World) -> None:
+    world.settings = type(world.settings).from_env(  # a deployment without FLEX_START
+        {**world.workload.env, "SPOTJOBS_ALLOWED_FALLBACK_STRATEGIES": "STANDARD"}
+    )
     allowed = job(world, "r1", 1).request
     world.vertex.created.append(Create(world.clock.now(), "us-central1", allowed, True))
     assert invariants.policy_on_every_create(world) == []
@@ -78,6 +81,21 @@ def test_an_alert_repeated_per_redelivery_is_caught(world: World) -> None:
 
     [found] = invariants.alerts_not_per_redelivery(world)
     assert "invalid_request" in found.detail and "published 4 times (2 publish(es) left unconfirmed" in found.detail
+
+
+def test_an_alert_again_after_a_person_deleted_the_request_s_record_is_not_a_copy(world: World) -> None:
+    """The record's markers went with it: the record a redelivery writes anew alerts once more (seed
+    100: a claim stalled, a person deleted its record, a redrive claimed it again, and it stalled again)."""
+    alert = Alert.of(AlertKind.CLAIM_STALLED, "no job", request_id="r1", attempt=1).to_json()
+    world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert).encode(), {})
+    world.tampering.deleted_records.add("r1")
+    world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert).encode(), {})
+    assert invariants.alerts_not_per_redelivery(world) == []
+
+    world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert).encode(), {})
+
+    [found] = invariants.alerts_not_per_redelivery(world)
+    assert "claim_stalled for r1 attempt 1 published 3 times" in found.detail
 
 
 def test_a_publish_a_fault_cut_short_is_counted_for_the_alert_bound(world: World) -> None:
@@ -502,3 +520,71 @@ def test_notifications_stopped_for_a_topic_that_accepts_is_caught(world: World) 
     world.pubsub.refusing = frozenset({"notify-r1"})
     world.workload.refusing_topics = frozenset({"notify-r1"})
     assert invariants.notifications_at_least_once(world) == []
+
+
+# FLEX_START (sim/flex.py).
+
+
+def test_a_flex_start_attempt_counted_preempted_is_caught(world: World) -> None:
+    waited = job(world, "r1", 1, "JOB_STATE_FAILED", strategy="FLEX_START")
+    waited.error = flex.wait_expired_error(86400)
+    expired = dataclasses.replace(attempt(1, waited.name), strategy="FLEX_START")
+    record(world, "r1", RequestStatus.REQUEUED, expired)
+    spot = dataclasses.replace(attempt(1, "spot-job"), preemptions_unknown=True)  # a Spot stockout: "≥1" is right
+    record(world, "r2", RequestStatus.GAVE_UP, spot)
+    assert flex.flex_start_never_preempted(world) == []
+    record(world, "r3", RequestStatus.REQUEUED, dataclasses.replace(expired, preemptions_unknown=True))
+
+    [found] = flex.flex_start_never_preempted(world)
+
+    assert found.invariant == "flex_start_never_preempted"
+    assert "r3 attempt 1 ran FLEX_START and is counted preempted (at least once)" in found.detail
+    waited.vms_reclaimed = 1  # the model itself must never preempt one
+    assert any("Vertex preempted FLEX_START job" in v.detail for v in flex.flex_start_never_preempted(world))
+
+
+def test_a_flex_start_wait_run_out_without_a_decision_is_caught(world: World) -> None:
+    from shared.ledger.states import AttemptOutcome
+
+    for request_id, status, outcome in (
+        ("r1", RequestStatus.REQUEUED, AttemptOutcome.REQUEUED),
+        ("r2", RequestStatus.GAVE_UP, AttemptOutcome.GAVE_UP),
+        ("r3", RequestStatus.SUBMITTED, None),  # nothing decided
+        ("r4", RequestStatus.FAILED, AttemptOutcome.FAILED),  # a capacity error is no failure of the job
+    ):
+        waited = job(world, request_id, 1, "JOB_STATE_FAILED", strategy="FLEX_START")
+        waited.error = flex.wait_expired_error(86400)
+        ran_out = dataclasses.replace(attempt(1, waited.name), strategy="FLEX_START", outcome=outcome)
+        record(world, request_id, status, ran_out)
+
+    found = flex.flex_waits_decided(world)
+
+    assert [v.invariant for v in found] == ["flex_waits_decided"] * 2
+    assert "r3 attempt 1: its FLEX_START wait ran out" in found[0].detail and "undecided" in found[0].detail
+    assert "r4 attempt 1" in found[1].detail and "the attempt is failed (FAILED)" in found[1].detail
+
+
+def test_a_flex_start_job_waiting_past_its_max_wait_is_caught(world: World) -> None:
+    waiting = job(world, "r1", 1, "JOB_STATE_PENDING", strategy="FLEX_START")
+    waiting.request["jobSpec"]["scheduling"]["maxWaitDuration"] = "3600s"
+    waiting.flex_wait_began = world.clock.now()
+    world.clock.advance(3600 + 900)
+    assert flex.flex_waits_decided(world) == []  # within the step that moves it on
+
+    world.clock.advance(1)
+
+    [found] = flex.flex_waits_decided(world)
+    assert "waited 4501 s, past 3600 s" in found.detail
+
+
+def test_two_live_flex_start_jobs_for_one_request_are_caught(world: World) -> None:
+    job(world, "r1", 1, "JOB_STATE_PENDING", strategy="FLEX_START")
+    assert invariants.one_live_job_per_request(world) == []
+    job(world, "r1", 2, "JOB_STATE_PENDING", strategy="FLEX_START")
+
+    [found] = invariants.one_live_job_per_request(world)
+    assert "a1 FLEX_START JOB_STATE_PENDING, a2 FLEX_START JOB_STATE_PENDING" in found.detail
+
+
+def test_the_flex_start_invariants_are_checked_once_quiet() -> None:
+    assert {flex.flex_start_never_preempted, flex.flex_waits_decided} <= set(invariants.QUIESCENCE)

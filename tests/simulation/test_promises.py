@@ -3,6 +3,7 @@ world (a ground-truth state, or a defect patched in), and a clean seed passes th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import timedelta
 from typing import Any
@@ -128,6 +129,24 @@ def test_a_last_attempt_stocked_out_without_its_alert_is_caught(world: World) ->
     assert catalogue(world, AlertKind.ATTEMPTS_EXHAUSTED) == [
         "no attempts_exhausted alert for r1: attempt 2's job stocked out"
     ]
+
+
+def test_a_deadline_s_last_spot_attempt_stocked_out_then_run_on_demand_owes_no_give_up(world: World) -> None:
+    """A deadline outranks max_attempts: its Spot attempts ran out and on-demand finishes the work
+    (docs/requests.md), so the request did not give up (seed 190)."""
+    last_spot = job(world, "r1-deadline", 2, "JOB_STATE_FAILED")
+    last_spot.error = STOCKOUT_ERROR
+    on_demand = job(world, "r1-deadline", 3, "JOB_STATE_SUCCEEDED", strategy="STANDARD")
+    restore(
+        world,
+        "r1-deadline",
+        RequestStatus.SUCCEEDED,
+        attempt_of(last_spot),
+        dataclasses.replace(attempt_of(on_demand), strategy="STANDARD"),
+        max_attempts=2,
+    )
+
+    assert catalogue(world, AlertKind.ATTEMPTS_EXHAUSTED) == []
 
 
 def test_a_failed_job_without_its_alert_is_caught(world: World) -> None:
@@ -295,6 +314,27 @@ def test_one_id_published_with_two_bodies_without_its_alert_is_caught(world: Wor
     ]
     assert len(catalogue(world, AlertKind.REQUEST_ID_CONFLICT)) == 1
     world.workload.arrivals[1].data = world.workload.arrivals[0].data  # a publisher's retry: no conflict
+    assert catalogue(world, AlertKind.REQUEST_ID_CONFLICT) == []
+
+
+def test_a_second_body_for_a_record_a_person_left_unreadable_owes_ledger_corrupt_not_a_conflict(
+    world: World,
+) -> None:
+    """Seed 258: a person wrote burst49's record unreadable, then a second body with its id came;
+    submit cannot compare bodies with a record it cannot read (`ledger_corrupt` is its word)."""
+    import random
+
+    from sim.workload import custom_job
+
+    bodies = [{"request_id": "r1", "custom_job": custom_job(random.Random(k), gpu=False)} for k in (1, 2)]
+    world.workload.arrivals = [
+        Arrival(k, world.clock.now(), json.dumps(b).encode(), {}, "envelope r1") for k, b in enumerate(bodies)
+    ]
+    assert len(catalogue(world, AlertKind.REQUEST_ID_CONFLICT)) == 1
+    name = "requests/r1.json"
+    world.storage.client().bucket(world.settings.state_bucket).blob(name).upload_from_string(b"<html></html>")
+    world.tampering.written[name] = "not_json"
+
     assert catalogue(world, AlertKind.REQUEST_ID_CONFLICT) == []
 
 
@@ -624,3 +664,44 @@ def test_a_notification_topic_that_refused_without_its_alert_is_caught(world: Wo
     ]
     publish_alert(world, AlertKind.NOTIFY_REFUSED, "r1")
     assert catalogue(world, AlertKind.NOTIFY_REFUSED) == []
+
+
+# FLEX_START (sim/flex.py): a long documented wait is not stuck; a wait that ran out is a capacity error.
+
+
+def test_a_flex_start_job_waiting_within_its_max_wait_is_not_stuck_and_past_it_is(world: World) -> None:
+    waiting = job(world, "r1", 1, "JOB_STATE_PENDING", strategy="FLEX_START")
+    waiting.request["jobSpec"]["scheduling"]["maxWaitDuration"] = "28800s"
+    restore(world, "r1", RequestStatus.SUBMITTED, dataclasses.replace(attempt_of(waiting), strategy="FLEX_START"))
+    world.clock.advance(promises.stuck_bound(world).total_seconds() + 28800 - 1)
+    assert catalogue(world, AlertKind.JOB_STUCK) == []
+    assert promises.nothing_stuck_silently(world) == []
+
+    world.clock.advance(2)
+
+    [found] = catalogue(world, AlertKind.JOB_STUCK)
+    assert "attempt 1's job waited" in found
+    [silent] = promises.nothing_stuck_silently(world)
+    assert "request r1 is SUBMITTED" in silent.detail
+
+
+def test_a_last_flex_start_attempt_whose_wait_ran_out_without_its_alert_is_caught(world: World) -> None:
+    from sim import flex
+
+    first = job(world, "r1", 1, "JOB_STATE_FAILED", strategy="FLEX_START")
+    first.error = flex.wait_expired_error(86400)
+    restore(
+        world,
+        "r1",
+        RequestStatus.GAVE_UP,
+        dataclasses.replace(attempt_of(first), strategy="FLEX_START"),
+        max_attempts=2,
+    )
+    assert catalogue(world, AlertKind.ATTEMPTS_EXHAUSTED) == []  # attempt 1 of 2: a re-queue, not the end
+
+    last = job(world, "r1", 2, "JOB_STATE_FAILED", strategy="FLEX_START")
+    last.error = flex.wait_expired_error(86400)
+
+    assert catalogue(world, AlertKind.ATTEMPTS_EXHAUSTED) == [
+        "no attempts_exhausted alert for r1: attempt 2's job waited out its maxWaitDuration"
+    ]

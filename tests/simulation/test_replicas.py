@@ -11,7 +11,7 @@ import pytest
 
 from shared.fleet.observations import FleetFact, Kind, attempt_key
 from shared.ledger.states import RequestStatus
-from sim import invariants, replicas
+from sim import flex, invariants, replicas
 from sim.continuations import with_max_runtimes
 from sim.vertex import Create, SimJob
 from sim.workload import generate, with_cancels, with_crud_budget, with_locations
@@ -29,8 +29,8 @@ def two_pools(sim_job: SimJob, pool1_replicas: int = 1) -> SimJob:
 
 
 def unchanged_workload(seed: int) -> list[tuple[object, ...]]:
-    workload = with_max_runtimes(
-        with_crud_budget(with_locations(with_cancels(generate(random.Random(seed * 104729 + 2)))))
+    workload = flex.with_flex_start(
+        with_max_runtimes(with_crud_budget(with_locations(with_cancels(generate(random.Random(seed * 104729 + 2))))))
     )
     return [(a.at, a.label, a.data, a.attributes) for a in workload.arrivals]
 

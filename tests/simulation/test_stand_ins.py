@@ -126,3 +126,72 @@ def test_a_later_patch_of_a_listed_object_leaves_the_clock_alone() -> None:
     blob.patch()
 
     assert blob.updated == written + timedelta(minutes=5) and blob.time_created == written
+
+
+def test_flex_start_waits_for_its_capacity_then_runs_and_is_never_preempted() -> None:
+    from sim import flex
+    from tests.support.sim_world import job
+
+    world = World(0)
+    world.vertex.flex_wait = lambda sim_job: 1800.0
+    waiting = job(world, "r1", 1, "JOB_STATE_PENDING", strategy="FLEX_START")
+    waiting.fate, waiting.preemptions = "stockout", 3  # Spot's fates: none of them is a FLEX_START job's
+    flex.begin(world.vertex, waiting)
+    assert (waiting.fate, waiting.preemptions, waiting.flex_capacity_after) == ("succeed", 0, 1800.0)
+
+    world.vertex.advance(waiting)
+    assert waiting.state == "JOB_STATE_PENDING" and waiting.next_change == world.clock.now() + timedelta(seconds=1800)
+    world.clock.advance(1800)
+    world.vertex.advance(waiting)
+    assert waiting.state == "JOB_STATE_RUNNING"
+    world.clock.advance(900)
+    world.vertex.advance(waiting)
+
+    assert waiting.state == "JOB_STATE_SUCCEEDED" and waiting.restarts == waiting.vms_reclaimed == 0
+
+
+def test_flex_start_whose_capacity_never_comes_fails_when_its_wait_runs_out() -> None:
+    from sim import flex
+    from tests.support.sim_world import job
+
+    world = World(0)
+    world.vertex.flex_wait = lambda sim_job: None
+    waiting = job(world, "r1", 1, "JOB_STATE_PENDING", strategy="FLEX_START")
+    waiting.request["jobSpec"]["scheduling"]["maxWaitDuration"] = "3600s"
+    flex.begin(world.vertex, waiting)
+    world.vertex.advance(waiting)
+    assert waiting.next_change == world.clock.now() + timedelta(seconds=3600)
+    world.clock.advance(3600)
+
+    world.vertex.advance(waiting)
+
+    assert waiting.state == "JOB_STATE_FAILED" and waiting.start_time is None
+    assert waiting.error == {
+        "code": 8,
+        "message": "The resources requested by this FLEX_START job were not available within its "
+        "maxWaitDuration (3600s).",
+    }
+    assert flex.wait_expired(waiting)
+
+
+def test_flex_start_create_refuses_a_job_breaking_a_documented_requirement() -> None:
+    from google.api_core import exceptions as api
+
+    from sim import flex
+    from tests.support.sim_world import job
+
+    world = World(0)
+    cpu = job(world, "r1", 1, strategy="FLEX_START").request  # n1-standard-4: no GPU
+    with pytest.raises(api.InvalidArgument, match="requires L4, A100, H100, H200 or B200 GPUs"):
+        flex.refuse_create(world.vertex, cpu, "us-central1")
+    assert [(r.operation, r.request_id, r.code) for r in world.vertex.refused] == [("create", "r1", 400)]
+    pool = cpu["jobSpec"]["workerPoolSpecs"][0]
+    pool["machineSpec"] = {
+        "machineType": "a2-highgpu-1g",
+        "acceleratorType": "NVIDIA_TESLA_A100",
+        "acceleratorCount": 1,
+    }
+    flex.refuse_create(world.vertex, cpu, "us-central1")  # meets them all
+    cpu["jobSpec"]["scheduling"]["timeout"] = f"{7 * 86400 + 1}s"
+    with pytest.raises(api.InvalidArgument, match="timeout of 7 days or less"):
+        flex.refuse_create(world.vertex, cpu, "us-central1")

@@ -32,6 +32,11 @@ from tests.support.decide import JOB1, NOW, POLICY, USER_ERROR, at, job, make_re
 
 JOB2 = "projects/p/locations/us-central1/customJobs/222"
 STOCKOUT = {"code": 8, "message": "Job failed with STOCKOUT: the Spot VM was preempted 7 times."}
+# A FLEX_START job whose capacity did not come in time (the emulator's default, devstack/vertex/flex.py).
+FLEX_WAIT_EXPIRED = {
+    "code": 8,
+    "message": "The resources requested by this FLEX_START job were not available within its maxWaitDuration (3600s).",
+}
 HOUR = 3600.0
 # A deployment that allows on-demand (STANDARD) for a deadline.
 ALLOWS_ON_DEMAND = replace(POLICY, allowed_fallback_strategies=("STANDARD",))
@@ -118,6 +123,32 @@ def test_an_attempt_ended_by_preemption_with_none_counted_has_an_unknown_count()
     assert (known.preemptions, known.preemptions_unknown) == (2, False)
     plain = observe(make_record(state=JobState.RUNNING), failed(ended=ended, error=USER_ERROR)).record.attempts[0]
     assert plain.preemptions_unknown is False
+
+
+def test_a_flex_start_attempt_whose_wait_ran_out_is_requeued_and_never_counted_preempted() -> None:
+    """A FLEX_START job waits for capacity, then runs without preemption (docs/local.md): one whose
+    maxWaitDuration ran out (a capacity error, RESOURCE_EXHAUSTED) is re-queued, and no preemption,
+    not even "at least one", is counted for it (the simulator's `flex_start_never_preempted`)."""
+    ended = NOW - timedelta(hours=1)
+    flex_start = Attempt(
+        1, "us-central1", "FLEX_START", claimed_at=at(0), job=JOB1, state=JobState.PENDING, created_at=at(1)
+    )
+    record = make_record(
+        request={"fallback": {"strategy": "FLEX_START", "after_spot_attempts": 0}}, attempts=[flex_start]
+    )
+    never_ran = JobSnapshot(
+        name=JOB1,
+        state=JobState.FAILED,
+        error=FLEX_WAIT_EXPIRED,
+        create_time=at(1),
+        end_time=iso(ended),
+        update_time=iso(ended),
+    )
+    decision = observe(record, never_ran)
+    attempt = decision.record.attempts[0]
+    assert attempt.outcome is AttemptOutcome.REQUEUED
+    assert decision.record.requeue is not None and decision.record.requeue.strategy == "FLEX_START"
+    assert (attempt.preemptions, attempt.preemptions_unknown) == (0, False)
 
 
 # ---- stuck jobs ---------------------------------------------------------------------------------
