@@ -45,7 +45,7 @@ from enum import StrEnum
 from typing import Any
 
 from shared.clock import parse_iso
-from shared.jobs import MAX_SPOT_PREEMPTIONS, MAX_SPOT_RESTARTS, job_replicas
+from shared.jobs import FLEX_START, MAX_SPOT_PREEMPTIONS, MAX_SPOT_RESTARTS, job_replicas
 from shared.ledger.records import Attempt, RequestRecord
 from shared.requests.attempts import SPOT
 
@@ -217,6 +217,10 @@ def _of_attempt(
             ran = _seconds(started, ended)
             out.append(FleetFact(Kind.RUN, loc, ended, ran, preemptions, attempt_key=key, replicas=replicas))
     error = attempt.error or {}
+    # A FLEX_START job ends RESOURCE_EXHAUSTED when its maxWaitDuration runs out: Dynamic Workload
+    # Scheduler's queue, not Spot's capacity, which is what the estimate reads a stockout as.
+    if attempt.strategy == FLEX_START:
+        return out
     if error and (error.get("code") == STOCKOUT_CODE or is_stockout(str(error.get("message") or ""))):
         out.append(FleetFact(Kind.STOCKOUT, loc, ended, attempt_key=key))
     return out

@@ -6,6 +6,7 @@ twice, and the advisory write."""
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -190,6 +191,14 @@ def test_a_stockout_is_resource_exhausted_or_a_stockout_message(error: dict | No
     assert [o.kind for o in facts if o.kind is Kind.STOCKOUT] == ([Kind.STOCKOUT] if stockout else [])
     if stockout:
         assert [o.at for o in facts if o.kind is Kind.STOCKOUT] == [T0 + timedelta(minutes=90)]
+
+
+def test_a_flex_start_wait_that_ran_out_is_no_stockout_of_spot() -> None:
+    """FLEX_START's RESOURCE_EXHAUSTED at its maxWaitDuration says Dynamic Workload Scheduler found
+    no capacity within the wait, not that Spot had none (the estimate reads stockouts as Spot's)."""
+    flex = Attempt(1, "us-east4", "FLEX_START", claimed_at=at(0), job="j1", created_at=at(0), ended_at=at(90))
+    facts = observations_of(record(replace(flex, error={"code": 8, "message": "RESOURCE_EXHAUSTED"})))
+    assert facts == []
 
 
 def test_by_default_no_message_is_a_stockout() -> None:
