@@ -518,7 +518,7 @@ def _requeue_or_give_up(
         attempt.outcome = AttemptOutcome.GAVE_UP
         _finish(record, RequestStatus.GAVE_UP, now)
         message = (
-            f"{record.request_id} gave up: attempt {counted} of {max_attempts} ended by preemption ({cause.reason})"
+            f"{record.request_id} gave up: attempt {counted} of {max_attempts} {_ended_how(attempt)} ({cause.reason})"
         )
         effects.lines.append(
             LogLine(
@@ -574,7 +574,7 @@ def _requeue_or_give_up(
     effects.lines.append(
         LogLine(
             "WARNING",
-            f"attempt {attempt.n} of {record.request_id} ended by preemption; "
+            f"attempt {attempt.n} of {record.request_id} {_ended_how(attempt)}; "
             f"re-queued as attempt {following} ({strategy} in {location})",
             event_fields(
                 record,
@@ -641,3 +641,8 @@ def _flag_stuck(
             stuck_seconds=round(stuck_for),
         )
     )
+
+
+def _ended_how(attempt: Attempt) -> str:
+    # A FLEX_START job is never preempted: its capacity error is its maxWaitDuration running out.
+    return "ended: its FLEX_START wait ran out" if attempt.strategy == FLEX_START else "ended by preemption"

@@ -149,6 +149,9 @@ def test_a_flex_start_attempt_whose_wait_ran_out_is_requeued_and_never_counted_p
     assert attempt.outcome is AttemptOutcome.REQUEUED
     assert decision.record.requeue is not None and decision.record.requeue.strategy == "FLEX_START"
     assert (attempt.preemptions, attempt.preemptions_unknown) == (0, False)
+    # and what it says names the wait, not a preemption it never had
+    [line] = [line for line in decision.effects.lines if line.fields.get("event") == "requeue"]
+    assert "FLEX_START wait ran out" in line.message and "preemption" not in line.message
 
 
 # ---- stuck jobs ---------------------------------------------------------------------------------
