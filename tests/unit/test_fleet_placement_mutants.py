@@ -85,3 +85,21 @@ def test_the_tail_of_many_preemptions_is_counted_until_it_is_nothing() -> None:
     assert 0.01 < goes < 0.05
     assert plan.on_demand_chance == pytest.approx(goes, rel=1e-9)
     assert plan.share == pytest.approx(before / 48, rel=1e-12) and plan.share < 1
+
+
+def test_runs_shorter_than_an_hour_are_counted_as_they_are() -> None:
+    # half-hour runs: 4 preemptions expected in 2 h of work; 3 h of slack pays 2 of 1.5 h each
+    plan = plan_on_spot(work=2.0, run=0.5, outage=1.0, start=1.0, changeover=0.5, budget=3.0)
+    before, goes = until(3, 2.0, 0.5)
+    assert plan.share == pytest.approx(before / 2.0, rel=1e-9)
+    assert plan.on_demand_chance == pytest.approx(goes, rel=1e-9)
+
+
+def test_a_job_waiting_where_spot_always_has_capacity_with_no_changeover_loses_nothing_to_the_wait() -> None:
+    waiting = Job(remaining_hours=10, changeover_hours=0.0, current_location="x", hours_to_deadline=10.5, waiting=True)
+    costed = expected_cost(waiting, at(seen(share=1.0, lifetime_hours=4.0)), Move())
+    assert costed.spot_share == 1.0 and costed.cost == pytest.approx(10 * SPOT)
+
+
+def test_runs_that_last_nothing_put_the_work_on_demand() -> None:
+    assert plan_on_spot(work=1.0, run=0.0, outage=1.0, start=1.0, changeover=0.5, budget=3.0) == (0.0, 1.0)
