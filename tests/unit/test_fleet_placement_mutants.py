@@ -103,3 +103,8 @@ def test_a_job_waiting_where_spot_always_has_capacity_with_no_changeover_loses_n
 
 def test_runs_that_last_nothing_put_the_work_on_demand() -> None:
     assert plan_on_spot(work=1.0, run=0.0, outage=1.0, start=1.0, changeover=0.5, budget=3.0) == (0.0, 1.0)
+
+
+def test_slack_for_more_preemptions_than_can_come_keeps_all_of_it_on_spot_with_no_changeover_to_pay() -> None:
+    # 100 h of slack at a thousandth of an hour each: past any preemption half an hour of work has
+    assert plan_on_spot(work=0.5, run=4.0, outage=0.001, start=0.5, changeover=0.001, budget=100.0) == (1.0, 0.0)
