@@ -108,3 +108,8 @@ def test_runs_that_last_nothing_put_the_work_on_demand() -> None:
 def test_slack_for_more_preemptions_than_can_come_keeps_all_of_it_on_spot_with_no_changeover_to_pay() -> None:
     # 100 h of slack at a thousandth of an hour each: past any preemption half an hour of work has
     assert plan_on_spot(work=0.5, run=4.0, outage=0.001, start=0.5, changeover=0.001, budget=100.0) == (1.0, 0.0)
+
+
+def test_spot_that_always_has_capacity_keeps_a_deadline_past_its_slack_on_spot() -> None:
+    past = Job(remaining_hours=10, changeover_hours=0.5, current_location=None, hours_to_deadline=11.0)
+    assert expected_cost(past, at(seen(share=1.0)), Move()).spot_share == 1.0
