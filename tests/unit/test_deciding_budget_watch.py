@@ -104,3 +104,12 @@ def test_a_move_is_refused_only_when_the_work_left_at_its_capacitys_price_passes
     else:
         assert violation is not None and violation.path == "max_cost_usd"
         assert violation.message == f"is ${limit:.2f} with $2.00 spent; {refused}"
+
+
+def test_no_move_is_refused_while_the_work_left_or_its_price_is_unknown() -> None:
+    moved = capped(1.0, total_steps=5400, expected_step_seconds=1.0)  # $2.00 spent where priced
+    moved.attempts.append(Attempt(2, "mars-north1", SPOT, claimed_at=iso(NOW + HOUR)))  # priced nowhere
+    assert budget_refuses(moved, moved.attempts[1], SPOT, NOW + HOUR, price) is None
+
+    no_work_known = capped(1.0)  # neither the kit nor the request says how much work is left
+    assert budget_refuses(no_work_known, no_work_known.latest, SPOT, NOW + HOUR, price) is None
