@@ -161,3 +161,13 @@ def test_work_of_no_steps_is_done() -> None:
     nothing = Work(total_steps=0, committed_steps=0, spot_step_seconds=1.0)
     assert nothing.done_fraction == 1.0
     assert decide_deadline(at(0, 0, Placement.WAITING_FOR_SPOT, work=nothing)).reason == "done"
+
+
+def test_a_wait_is_sat_out_up_to_twice_the_slack_beyond_the_net() -> None:
+    """docs/placement.md: at most `WAIT_SHARE_OF_SLACK` = 2 times the slack beyond the safety net
+    (pinned here as documented, not read from the module)."""
+    fresh = behind_the_line(LONG_OUTAGES)
+    beyond = decide_deadline(fresh).slack_seconds - NET
+    tight = replace(fresh, deadline=fresh.deadline - timedelta(seconds=beyond - 300))  # 300 s beyond the net
+    assert decide_deadline(replace(tight, spot_outlook=SpotOutlook(0.5, 600.0))).action is Action.STAY
+    assert decide_deadline(replace(tight, spot_outlook=SpotOutlook(0.5, 601.0))).action is Action.SWITCH_TO_ON_DEMAND
