@@ -98,6 +98,8 @@ def test_an_expected_wait_of_exactly_its_cutoff_is_sat_out() -> None:
         "waiting for Spot behind the line: the fleet's expected wait 1200 s is short against the slack beyond "
         "the net (12300 s) and the changeover"
     )
+    # docs/placement.md: at most `WAIT_CHANGEOVERS` = 2 changeovers (pinned as documented)
+    assert decide_deadline(behind_the_line(SpotOutlook(0.5, 2 * D + 1))).action is Action.SWITCH_TO_ON_DEMAND
 
 
 def test_a_wait_held_for_a_move_exactly_its_changeovers_is_still_held() -> None:
