@@ -14,6 +14,7 @@ import pytest
 from shared.deciding.deadline import (
     MOVE_HOLD_CHANGEOVERS,
     Action,
+    DeadlineDecision,
     Placement,
     Rule,
     Situation,
@@ -173,3 +174,22 @@ def test_a_wait_is_sat_out_up_to_twice_the_slack_beyond_the_net() -> None:
     tight = replace(fresh, deadline=fresh.deadline - timedelta(seconds=beyond - 300))  # 300 s beyond the net
     assert decide_deadline(replace(tight, spot_outlook=SpotOutlook(0.5, 600.0))).action is Action.STAY
     assert decide_deadline(replace(tight, spot_outlook=SpotOutlook(0.5, 601.0))).action is Action.SWITCH_TO_ON_DEMAND
+
+
+@pytest.mark.parametrize("committed", [TOTAL, TOTAL + 1200])
+def test_work_committed_to_its_total_or_past_it_has_nothing_left_anywhere(committed: int) -> None:
+    done = Work.in_seconds(TOTAL, committed)
+    assert [done.remaining_seconds(p) for p in Placement] == [0.0, 0.0, 0.0]
+
+
+def test_a_decisions_figures_are_rounded_as_said() -> None:
+    """Slack and holds to a tenth of a second, the shares to four places."""
+    body = DeadlineDecision(Action.STAY, "why", 1234.5678, 0.123456, 0.654321, 98.7654).to_json()
+    assert body == {
+        "action": "stay",
+        "reason": "why",
+        "slack_seconds": 1234.6,
+        "progress": 0.1235,
+        "expected_progress": 0.6543,
+        "holds_seconds": 98.8,
+    }

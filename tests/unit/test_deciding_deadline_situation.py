@@ -1,7 +1,10 @@
-"""What the deadline rule is told, read from the record (shared/deciding/deadline_watch.py,
-`deadline_situation`), at its edges: each capacity type's step rate from its own attempts, the
-changeover from on-demand attempts only (a Spot attempt's wait for capacity is no changeover);
-and the work's share done (shared/deciding/deadline.py, `Work.done_fraction`) at its bounds."""
+"""The deadline rule wired into the decisions (shared/deciding/deadline_watch.py) at its edges: what
+`deadline_situation` reads from the record (each capacity type's step rate from its own attempts,
+the changeover from on-demand attempts in the location only, a new Spot job's changeover to the
+second, a kit line's total of no steps), the alerts `watch_deadline` raises exactly at the deadline
+and at one changeover of slack, a finish exactly at the deadline, the fleet asked exactly at the
+safety net; and the work's share done (shared/deciding/deadline.py, `Work.done_fraction`) at its
+bounds."""
 
 from __future__ import annotations
 
@@ -10,9 +13,17 @@ from typing import Any
 
 import pytest
 
+from shared.alerts import AlertKind
 from shared.clock import iso
-from shared.deciding.deadline import Situation, Work, decide_deadline
-from shared.deciding.deadline_watch import deadline_situation
+from shared.deciding.deadline import Action, Placement, Situation, Work, decide_deadline
+from shared.deciding.deadline_watch import (
+    alert_if_finished_late,
+    deadline_situation,
+    note_progress,
+    watch_deadline,
+)
+from shared.deciding.effects import Effects
+from shared.fleet.estimate import SpotOutlook
 from shared.jobs import JobState
 from shared.ledger.records import Attempt, RequestRecord
 from tests.support.decide import NOW, make_record
@@ -64,6 +75,116 @@ def test_a_spot_attempts_wait_for_capacity_is_no_changeover_and_an_on_demand_one
     latest = ran(3, "SPOT", asked=100, started=None)
     with_it = make_record(request=request(), attempts=[waited, on_demand, latest])
     assert situation(with_it).changeover_seconds == 900.0
+
+    on_demand.location = "europe-west4"  # another location's changeover is not this one's
+    assert situation(with_it).changeover_seconds == PRIOR
+
+
+def test_a_new_spot_job_is_in_its_changeover_until_exactly_one_changeover_after_it_was_asked_for() -> None:
+    def asked(seconds: float) -> Placement:
+        record = make_record(request=request(changeover_seconds=60.0))
+        record.attempts[0].created_at = iso(NOW - timedelta(seconds=seconds))
+        return situation(record).placement
+
+    assert asked(59) is Placement.ON_SPOT
+    assert asked(60) is Placement.WAITING_FOR_SPOT
+
+
+def test_a_kit_line_of_no_total_steps_or_no_rate_keeps_what_was_known() -> None:
+    attempt = Attempt(1, "us-central1", "SPOT", claimed_at=iso(NOW), total_steps=1000, steps_per_second=2.0)
+    note_progress(attempt, 0, 0.0)
+    assert (attempt.total_steps, attempt.steps_per_second) == (1000, 2.0)
+    note_progress(attempt, 1, 0.5)
+    assert (attempt.total_steps, attempt.steps_per_second) == (1, 0.5)
+
+
+# What watch_deadline decides: 1,000 steps of a second, a changeover of 60 s, a review of 300 s.
+
+
+def running(deadline_in: float, *, committed: int = 0) -> RequestRecord:
+    record = make_record(request=request(deadline=iso(NOW + timedelta(seconds=deadline_in)), changeover_seconds=60.0))
+    spot = record.attempts[0]
+    spot.state, spot.started_at = JobState.RUNNING, iso(NOW - timedelta(hours=1))
+    spot.last_checkpoint = [1, committed] if committed else None
+    return record
+
+
+def watch(record: RequestRecord, fleet: Any = None) -> tuple[Any, Effects]:
+    effects = Effects()
+    decision = watch_deadline(
+        record,
+        record.attempts[0],
+        NOW,
+        effects,
+        prior_seconds=PRIOR,
+        review_seconds=300.0,
+        refuses=lambda strategy: None,
+        checkpoint_prior_seconds=0.0,
+        fleet=fleet,
+    )
+    return decision, effects
+
+
+def test_a_slack_of_exactly_one_changeover_is_not_at_risk() -> None:
+    decision, effects = watch(running(1000 + 60 + 60))  # the work, its changeover, one more changeover
+    assert decision.slack_seconds == 60.0
+    assert effects.alerts == []
+
+    decision, effects = watch(running(1000 + 60 + 59))
+    assert [a.kind for a in effects.alerts] == [AlertKind.DEADLINE_AT_RISK]
+
+
+def test_at_the_deadline_exactly_it_is_missed() -> None:
+    _, effects = watch(running(0))
+    assert [a.kind for a in effects.alerts] == [AlertKind.DEADLINE_MISSED]
+
+
+def test_work_all_committed_raises_no_deadline_alert_while_its_job_ends() -> None:
+    _, effects = watch(running(-60, committed=1000))  # the finish is judged when the job ends
+    assert effects.alerts == []
+
+
+def test_a_finish_exactly_at_the_deadline_is_in_time() -> None:
+    record = running(0)
+    record.attempts[0].ended_at = iso(NOW)
+    effects = Effects()
+    alert_if_finished_late(record, record.attempts[0], NOW, effects)
+    assert effects.alerts == []
+
+    record.attempts[0].ended_at = iso(NOW + timedelta(seconds=1))
+    alert_if_finished_late(record, record.attempts[0], NOW, effects)
+    assert [a.kind for a in effects.alerts] == [AlertKind.DEADLINE_MISSED]
+
+
+class Fleet:
+    """Answers the deadline rule's questions with an outlook of no wait at all, counting them."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def has_capacity(self, request: Any, location: str) -> bool | None:
+        return None
+
+    def spot_outlook(self, request: Any, location: str) -> SpotOutlook | None:
+        self.asked += 1
+        return SpotOutlook(1.0, 3600.0)
+
+
+def test_a_wait_with_slack_exactly_the_safety_net_asks_the_fleet_before_leaving() -> None:
+    """Behind the line with no outlook kept, the rule would leave; at exactly the net (2d + m =
+    420 s) an outlook can still keep the wait (one of no wait at all), so the fleet is asked."""
+    record = make_record(
+        request=request(deadline=iso(NOW + timedelta(seconds=1000 + 60 + 420)), changeover_seconds=60.0)
+    )
+    record.created_at = iso(NOW - timedelta(seconds=10_000))
+    record.attempts[0].created_at = iso(NOW - timedelta(seconds=700))
+    fleet = Fleet()
+
+    decision, _ = watch(record, fleet)
+
+    assert fleet.asked == 1
+    assert decision.action is Action.STAY and decision.slack_seconds == 420.0
+    assert record.attempts[0].spot_outlook == {"share_available": 1.0, "mean_lifetime_seconds": 3600.0}
 
 
 def test_the_share_done_is_a_share_of_one_step_too_and_never_past_all() -> None:
