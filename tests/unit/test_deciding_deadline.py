@@ -66,6 +66,10 @@ def test_a_spot_run_whose_slack_pays_exactly_its_changeover_stays() -> None:
     assert decision.slack_seconds == D
     assert decision.action is Action.STAY and decision.reason.startswith("exploitation")
 
+    later = started_now.now + timedelta(seconds=0.5)
+    half_a_second_short = replace(started_now, now=later, placed_at=later)  # started half a second later
+    assert decide_deadline(half_a_second_short).action is Action.SWITCH_TO_ON_DEMAND
+
 
 @pytest.mark.parametrize("rule", [Rule.UNIFORM_PROGRESS, Rule.SPOTJOBS])
 @pytest.mark.parametrize("outlook", [None, SpotOutlook(0.5, 60.0), LONG_OUTAGES], ids=["none", "short", "long"])
