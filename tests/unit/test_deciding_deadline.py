@@ -197,3 +197,15 @@ def test_a_decisions_figures_are_rounded_as_said() -> None:
         "expected_progress": 0.6543,
         "holds_seconds": 98.8,
     }
+
+
+def test_past_the_deadline_the_line_asks_for_all_of_the_work_not_more() -> None:
+    late = at(SPAN + 3600, TOTAL // 2, Placement.ON_DEMAND)
+    assert decide_deadline(late).expected_progress == 1.0
+
+
+def test_a_deadline_at_its_own_start_is_decided_without_dividing_by_no_time() -> None:
+    s = at(0, 0, Placement.WAITING_FOR_SPOT, placed=0.0)
+    at_start = replace(s, deadline=s.started)
+    decision = decide_deadline(at_start)
+    assert decision.action is Action.SWITCH_TO_ON_DEMAND and decision.expected_progress == 0.0
