@@ -209,3 +209,9 @@ def test_a_deadline_at_its_own_start_is_decided_without_dividing_by_no_time() ->
     at_start = replace(s, deadline=s.started)
     decision = decide_deadline(at_start)
     assert decision.action is Action.SWITCH_TO_ON_DEMAND and decision.expected_progress == 0.0
+
+
+def test_before_the_requests_start_the_line_asks_for_none_of_the_work() -> None:
+    """A clock a little behind the ledger's (the observation's time before the claim's)."""
+    early = at(-60, 0, Placement.WAITING_FOR_SPOT, placed=0.0)
+    assert decide_deadline(early).expected_progress == 0.0
