@@ -19,13 +19,15 @@ from shared.deciding.deadline import Action, Placement, Situation, Work, decide_
 from shared.deciding.deadline_watch import (
     alert_if_finished_late,
     deadline_situation,
+    no_spot_capacity_until,
     note_progress,
     watch_deadline,
 )
 from shared.deciding.effects import Effects
 from shared.fleet.estimate import SpotOutlook
 from shared.jobs import JobState
-from shared.ledger.records import Attempt, RequestRecord
+from shared.ledger.records import Attempt, RequestRecord, Requeue
+from shared.ledger.states import AttemptOutcome, RequestStatus
 from tests.support.decide import NOW, make_record
 
 PRIOR = 60.0  # the changeover prior: below every changeover these records show
@@ -199,3 +201,56 @@ def test_work_committed_to_its_total_or_past_it_is_done_with_all_of_it_done(comm
     record.attempts[0].last_checkpoint = [1, committed]
     decision = decide_deadline(situation(record))
     assert (decision.reason, decision.progress) == ("done", 1.0)
+
+
+# What the rule is never asked about.
+
+
+def bare_situation(record: RequestRecord) -> Situation | None:
+    return deadline_situation(record, NOW, prior_seconds=PRIOR, review_seconds=300.0, checkpoint_prior_seconds=3600.0)
+
+
+def test_no_situation_without_a_deadline_an_attempt_the_work_or_its_rate() -> None:
+    no_deadline = make_record(request={"total_steps": 1000, "expected_step_seconds": 1.0})  # its work known
+    assert bare_situation(no_deadline) is None
+    no_attempt = make_record(request=request())
+    no_attempt.attempts = []
+    assert bare_situation(no_attempt) is None
+    assert bare_situation(make_record(request=request(expected_step_seconds=None))) is None  # no rate
+    assert bare_situation(make_record(request=request(total_steps=None))) is None  # no total
+
+
+def test_the_rule_is_asked_only_about_the_latest_live_attempt_of_an_open_request() -> None:
+    older = running(1000 + 60 + 30)  # at risk, were it asked
+    older.attempts.append(Attempt(2, "us-central1", "SPOT", claimed_at=iso(NOW), job="j2"))
+    assert watch(older) == (None, Effects())
+
+    ended = running(1000 + 60 + 30)
+    ended.attempts[0].outcome = AttemptOutcome.FAILED
+    assert watch(ended) == (None, Effects())
+
+    finished = running(1000 + 60 + 30)
+    finished.status = RequestStatus.SUCCEEDED
+    assert watch(finished) == (None, Effects())
+
+    requeued = running(1000 + 60 + 30)
+    requeued.requeue = Requeue(attempt=2, location="us-central1", strategy="SPOT", reason="x", decided_at=iso(NOW))
+    assert watch(requeued) == (None, Effects())
+
+
+def test_the_back_off_on_spot_is_as_long_as_the_futile_try_waited_from_its_create() -> None:
+    """A Spot try that found no capacity and was switched away: Spot is taken to have none for as
+    long as it waited, counted from its job's create (its claim came earlier)."""
+    futile = Attempt(
+        1,
+        "us-central1",
+        "SPOT",
+        claimed_at=iso(NOW - timedelta(seconds=2000)),
+        created_at=iso(NOW - timedelta(seconds=1000)),
+        job="j1",
+        outcome=AttemptOutcome.SWITCHED_TO_ON_DEMAND,
+        cancel_decided_at=iso(NOW),
+    )
+    on_demand = Attempt(2, "us-central1", "STANDARD", claimed_at=iso(NOW), job="j2")
+    record = make_record(request=request(), attempts=[futile, on_demand])
+    assert no_spot_capacity_until(record) == NOW + timedelta(seconds=1000)
