@@ -26,7 +26,7 @@ from shared.deciding.deadline_watch import (
 from shared.deciding.effects import Effects
 from shared.fleet.estimate import SpotOutlook
 from shared.jobs import JobState
-from shared.ledger.records import Attempt, RequestRecord, Requeue
+from shared.ledger.records import Attempt, CancelIntent, RequestRecord, Requeue
 from shared.ledger.states import AttemptOutcome, RequestStatus
 from tests.support.decide import NOW, make_record
 
@@ -153,6 +153,10 @@ def test_a_finish_exactly_at_the_deadline_is_in_time() -> None:
     alert_if_finished_late(record, record.attempts[0], NOW, effects)
     assert effects.alerts == []
 
+    record.attempts[0].ended_at = iso(NOW - timedelta(seconds=1))  # in time, seen an hour later
+    alert_if_finished_late(record, record.attempts[0], NOW + timedelta(hours=1), effects)
+    assert effects.alerts == []
+
     record.attempts[0].ended_at = iso(NOW + timedelta(seconds=1))
     alert_if_finished_late(record, record.attempts[0], NOW, effects)
     assert [a.kind for a in effects.alerts] == [AlertKind.DEADLINE_MISSED]
@@ -236,6 +240,10 @@ def test_the_rule_is_asked_only_about_the_latest_live_attempt_of_an_open_request
     requeued = running(1000 + 60 + 30)
     requeued.requeue = Requeue(attempt=2, location="us-central1", strategy="SPOT", reason="x", decided_at=iso(NOW))
     assert watch(requeued) == (None, Effects())
+
+    cancelled = running(1000 + 60 + 30)
+    cancelled.cancel = CancelIntent(by="someone", at=iso(NOW), reason="not needed")
+    assert watch(cancelled) == (None, Effects())
 
 
 def test_the_back_off_on_spot_is_as_long_as_the_futile_try_waited_from_its_create() -> None:
