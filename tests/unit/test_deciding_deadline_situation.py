@@ -262,3 +262,38 @@ def test_the_back_off_on_spot_is_as_long_as_the_futile_try_waited_from_its_creat
     on_demand = Attempt(2, "us-central1", "STANDARD", claimed_at=iso(NOW), job="j2")
     record = make_record(request=request(), attempts=[futile, on_demand])
     assert no_spot_capacity_until(record) == NOW + timedelta(seconds=1000)
+
+
+def test_a_spot_run_is_placed_when_it_got_capacity_not_at_its_last_change_of_state() -> None:
+    record = make_record(request=request())
+    spot = record.attempts[0]
+    spot.state = JobState.RUNNING
+    spot.started_at, spot.state_changed_at = iso(NOW - timedelta(seconds=500)), iso(NOW - timedelta(seconds=100))
+    placed = situation(record)
+    assert (placed.placement, placed.placed_at) == (Placement.ON_SPOT, NOW - timedelta(seconds=500))
+
+
+def test_a_spot_try_that_ran_ends_the_streak_of_futile_tries_the_back_off_doubles_for() -> None:
+    def futile(n: int, waited: float, ended_ago: float) -> Attempt:
+        return Attempt(
+            n,
+            "us-central1",
+            "SPOT",
+            claimed_at=iso(NOW - timedelta(seconds=ended_ago + waited)),
+            created_at=iso(NOW - timedelta(seconds=ended_ago + waited)),
+            job=f"j{n}",
+            outcome=AttemptOutcome.SWITCHED_TO_ON_DEMAND,
+            cancel_decided_at=iso(NOW - timedelta(seconds=ended_ago)),
+        )
+
+    ran = Attempt(
+        2,
+        "us-central1",
+        "SPOT",
+        claimed_at=iso(NOW),
+        job="j2",
+        started_at=iso(NOW - timedelta(seconds=5000)),
+        outcome=AttemptOutcome.SWITCHED_TO_ON_DEMAND,
+    )
+    record = make_record(request=request(), attempts=[futile(1, 300, 9000), ran, futile(3, 1000, 0)])
+    assert no_spot_capacity_until(record) == NOW + timedelta(seconds=1000)  # one futile try in a row: not doubled
