@@ -297,3 +297,20 @@ def test_a_spot_try_that_ran_ends_the_streak_of_futile_tries_the_back_off_double
     )
     record = make_record(request=request(), attempts=[futile(1, 300, 9000), ran, futile(3, 1000, 0)])
     assert no_spot_capacity_until(record) == NOW + timedelta(seconds=1000)  # one futile try in a row: not doubled
+
+
+def test_a_futile_try_whose_job_was_never_created_waited_from_its_own_claim() -> None:
+    def futile(n: int, claimed_ago: float, *, created: bool) -> Attempt:
+        return Attempt(
+            n,
+            "us-central1",
+            "SPOT",
+            claimed_at=iso(NOW - timedelta(seconds=claimed_ago)),
+            created_at=iso(NOW - timedelta(seconds=claimed_ago)) if created else None,
+            job=f"j{n}",
+            outcome=AttemptOutcome.SWITCHED_TO_ON_DEMAND,
+            cancel_decided_at=iso(NOW),
+        )
+
+    record = make_record(request=request(), attempts=[futile(1, 5000, created=True), futile(2, 800, created=False)])
+    assert no_spot_capacity_until(record) == NOW + timedelta(seconds=800 * 2)  # two in a row: doubled once
