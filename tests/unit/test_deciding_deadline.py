@@ -215,3 +215,12 @@ def test_before_the_requests_start_the_line_asks_for_none_of_the_work() -> None:
     """A clock a little behind the ledger's (the observation's time before the claim's)."""
     early = at(-60, 0, Placement.WAITING_FOR_SPOT, placed=0.0)
     assert decide_deadline(early).expected_progress == 0.0
+
+
+def test_a_spot_run_past_its_changeover_with_no_slack_left_leaves_for_on_demand() -> None:
+    """Past the changeover none of it is left to pay: half a second short of on-demand's time is
+    short, never made up by a changeover paid twice over."""
+    short = at(SPAN - (18_000 + D) + 0.5, 18_000, Placement.ON_SPOT, placed=2 * D)
+    decision = decide_deadline(short)
+    assert decision.slack_seconds == -0.5
+    assert decision.action is Action.SWITCH_TO_ON_DEMAND
