@@ -154,3 +154,11 @@ def test_a_publish_returns_the_record_as_stored_and_says_nothing_of_a_refusal() 
 
     assert returned.pending_notices == [] and returned == ports.ledger.get("req-1")
     assert log.events("notify_refused") == []
+
+
+def test_a_record_stored_with_the_refusal_marker_decides_no_more_notifications() -> None:
+    """The marker is stored data: its name (`notify_refused:0`) must stay what records already hold."""
+    record = make_record(request=NOTIFY, state=JobState.RUNNING)
+    record.mark("notify_refused:0")
+    assert not notify_pending(record, NoticeKind.BUDGET_REACHED, NOW)
+    assert note_changes(record, NOW).pending_notices == []
