@@ -314,3 +314,12 @@ def test_a_futile_try_whose_job_was_never_created_waited_from_its_own_claim() ->
 
     record = make_record(request=request(), attempts=[futile(1, 5000, created=True), futile(2, 800, created=False)])
     assert no_spot_capacity_until(record) == NOW + timedelta(seconds=800 * 2)  # two in a row: doubled once
+
+
+def test_a_spot_job_that_never_ran_waits_from_its_ask_whatever_its_state_changes() -> None:
+    record = make_record(request=request(changeover_seconds=60.0))
+    spot = record.attempts[0]
+    spot.created_at = iso(NOW - timedelta(seconds=900))
+    spot.state, spot.state_changed_at = JobState.PENDING, iso(NOW - timedelta(seconds=90))  # queued, then pending
+    waiting = situation(record)
+    assert (waiting.placement, waiting.placed_at) == (Placement.WAITING_FOR_SPOT, NOW - timedelta(seconds=900))
