@@ -188,9 +188,8 @@ def plan_on_spot(work: float, run: float, outage: float, start: float, changeove
         return min(work, run * total), max(0.0, 1.0 - at_most)
 
     def after(paid: float) -> tuple[float, float]:
-        """`until` the preemption after the `paid` ones the budget pays."""
-        if paid < -1:
-            return 0.0, 1.0
+        """`until` the preemption after the `paid` ones the budget pays (more than -1: the budget is
+        positive here)."""
         whole = math.floor(paid)
         (low, low_chance), (high, high_chance) = until(whole + 1), until(whole + 2)
         part = paid - whole
