@@ -3,10 +3,15 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
+from shared.deciding.effects import Effects
 from shared.deciding.preemptions import (
     KIT_PREEMPTED_KEY,
     KIT_RUN_KEY,
     PREEMPTION_LINE_KEY,
+    count_preemptions,
+    discount_timeout_stop,
     unconfirmed_kit_preemptions,
 )
 from shared.jobs import JobState
@@ -34,3 +39,24 @@ def test_the_jobs_end_confirms_a_kit_preemption() -> None:
     record.mark(evidence_marker(KIT_RUN_KEY, 1, "0"))
     record.mark(evidence_marker(KIT_PREEMPTED_KEY, 1, "0"))
     assert unconfirmed_kit_preemptions(record, attempt) == 0
+
+
+# Log lines arrive in any order: run 0's `preempted` line may be read before its `run_started`.
+
+
+def test_run_zeros_preempted_line_read_before_its_start_counts_one() -> None:
+    record = make_record(state=JobState.RUNNING)
+    attempt = record.attempts[0]
+    record.mark(evidence_marker(KIT_PREEMPTED_KEY, 1, "0"))  # no run_started read yet
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    count_preemptions(record, attempt, None, None, fresh=False, storm_threshold=99, now=now, effects=Effects())
+    assert attempt.preemptions == 1
+
+
+def test_run_zeros_stop_at_the_timeout_read_before_its_start_is_no_preemption() -> None:
+    record = make_record(state=JobState.FAILED)
+    attempt = record.attempts[0]
+    attempt.preemptions = 1
+    record.mark(evidence_marker(KIT_PREEMPTED_KEY, 1, "0"))  # Vertex's SIGTERM at the timeout
+    discount_timeout_stop(record, attempt)
+    assert attempt.preemptions == 0
