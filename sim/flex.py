@@ -195,6 +195,8 @@ def with_flex_start(workload: Workload) -> Workload:
             continue
         body = json.loads(arrival.data)
         if "capacity" in body:  # its alternatives name their strategies; a fallback beside them is refused
+            if _flex_alternative(workload.seed_text, body):
+                arrival.data = json.dumps(body, separators=(",", ":")).encode()
             continue
         spec = body["custom_job"]["jobSpec"]
         if spec["workerPoolSpecs"][0]["machineSpec"].get("acceleratorType") not in ACCELERATORS:
@@ -208,6 +210,22 @@ def with_flex_start(workload: Workload) -> Workload:
             spec.setdefault("scheduling", {})["maxWaitDuration"] = max_wait
         arrival.data = json.dumps(body, separators=(",", ":")).encode()
     return workload
+
+
+def _flex_alternative(seed_text: str, body: dict[str, Any]) -> bool:
+    """Half the requests with capacity alternatives may run their last one on FLEX_START too (or
+    only), in one location: shared/fleet/capacity.py places it beside Spot. Only where every pool
+    has pool 0's machine, as FLEX_START requires once the alternative rewrites it."""
+    pools = body["custom_job"]["jobSpec"]["workerPoolSpecs"]
+    first = pools[0]["machineSpec"]["machineType"]
+    pick = random.Random(f"{seed_text}:flex:capacity:{body['request_id']}")
+    if any(p.get("machineSpec", {}).get("machineType") != first for p in pools if p) or pick.random() >= 0.5:
+        return False
+    last = body["capacity"][-1]
+    last["strategies"] = pick.choice((["SPOT", FLEX_START], [FLEX_START]))
+    # In one location, so that an H100 without Spot there leaves it to the alternative, not a move.
+    body["locations"] = body["locations"][:1]
+    return True
 
 
 # The invariants.

@@ -195,3 +195,24 @@ def test_flex_start_create_refuses_a_job_breaking_a_documented_requirement() -> 
     cpu["jobSpec"]["scheduling"]["timeout"] = f"{7 * 86400 + 1}s"
     with pytest.raises(api.InvalidArgument, match="timeout of 7 days or less"):
         flex.refuse_create(world.vertex, cpu, "us-central1")
+
+
+def test_a_request_whose_h100_has_no_spot_runs_on_its_flex_start_alternative() -> None:
+    """The workload gives some capacity requests an A100 alternative on FLEX_START (sim/flex.py):
+    seed 5's r1-envelope waits for H100 Spot, is moved, and its next attempt runs there."""
+    world = World(5)
+    assert world.run() == []
+    runs = sorted(
+        (
+            job.attempt,
+            job.request["jobSpec"]["workerPoolSpecs"][0]["machineSpec"]["machineType"],
+            job.request["jobSpec"].get("scheduling", {}).get("strategy"),
+            job.state,
+        )
+        for job in world.vertex.jobs.values()
+        if job.request_id == "r1-envelope"
+    )
+    assert runs == [
+        (1, "a3-highgpu-8g", "SPOT", "JOB_STATE_CANCELLED"),
+        (2, "a2-ultragpu-8g", "FLEX_START", "JOB_STATE_SUCCEEDED"),
+    ]
