@@ -18,7 +18,7 @@ import multiprocessing
 import sys
 import time
 
-from sim.world import World
+from sim.world import Violation, World
 
 
 def _ids(text: str) -> frozenset[int]:
@@ -133,7 +133,11 @@ STATIC_SETTINGS = {
 def run_one(seed: int, steps: int | None) -> tuple[int, list[str], str | None, int]:
     """Seed `seed`: the invariants it violated, its first violation, its events."""
     world = World(seed, max_steps=steps)
-    violations = world.run()
+    try:
+        violations = world.run()
+    except Exception as exc:  # noqa: BLE001 - what escaped the world is this seed's finding, not the sweep's end
+        crash = Violation("world_raised", f"{type(exc).__name__}: {exc}")
+        return seed, [crash.invariant], str(crash), world.events
     return seed, sorted({v.invariant for v in violations}), str(violations[0]) if violations else None, world.events
 
 

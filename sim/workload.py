@@ -431,11 +431,19 @@ def with_locations(workload: Workload) -> Workload:
 def cancel_request(world: Any, request_id: str) -> None:
     """`spotjobs cancel REQUEST_ID`: the CLI's own library, on the world's state bucket."""
     import spotjobs
+    from shared.ledger.records import CorruptRecord
     from shared.ledger.store import LedgerStore
 
     ledger = LedgerStore(world.storage.client().bucket(world.settings.state_bucket))
+    first = request_id not in world.creates_before_cancel
     world.creates_before_cancel.setdefault(request_id, len(world.vertex.created))
-    outcome = spotjobs.cancel(request_id, reason="sim", by="operator", ledger=ledger)
+    try:
+        outcome = spotjobs.cancel(request_id, reason="sim", by="operator", ledger=ledger)
+    except CorruptRecord as exc:  # the command says so and writes nothing (spotjobs/cli/cancel.py)
+        if first:  # no cancel was recorded: the request is not the operator's to stop
+            del world.creates_before_cancel[request_id]
+        world.note(f"operator: cancel {request_id}: refused, {exc.reason}")
+        return
     world.note(f"operator: cancel {request_id}: {outcome.result} ({outcome.status})")
 
 

@@ -243,6 +243,7 @@ class CorruptRecord(SpotjobsError):
     def __init__(self, request_id: str, reason: str) -> None:
         super().__init__(f"ledger document of {request_id} cannot be read: {reason}")
         self.request_id = request_id
+        self.reason = reason
 
 
 def shared_record(raw: bytes) -> RequestRecord:

@@ -41,7 +41,7 @@ from spotjobs.cli import (
     triggers,
     watch,
 )
-from spotjobs.cli.common import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED
+from spotjobs.cli.common import EXIT_BROKEN_PIPE, EXIT_FAILED, EXIT_INTERRUPTED, terminal_text
 
 COMMAND_MODULES = (
     requests,
@@ -95,10 +95,16 @@ def _version() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command. A reader that went away (`spotjobs ... | head`) or Ctrl-C ends it quietly,
-    with the status a shell expects, never a traceback."""
+    with the status a shell expects, never a traceback; so does an error spotjobs raises on purpose
+    that the command leaves to it (a ledger record that cannot be read): its message, exit 1."""
+    from shared.errors import SpotjobsError
+
     args = build_parser().parse_args(argv)
     try:
         return int(args.run(args) or 0)
+    except SpotjobsError as exc:
+        print(f"spotjobs: {terminal_text(str(exc))}", file=sys.stderr)
+        return EXIT_FAILED
     except BrokenPipeError:
         _silence_stdout()
         return EXIT_BROKEN_PIPE

@@ -3,7 +3,8 @@
 The cancel is recorded in the ledger (who, when, why) and from then on nothing creates an attempt
 of the request; its live job is cancelled by the functions, and it ends CANCELLED once Vertex
 reports that job ended. Exit 0 when every request is cancelled (now or before), 1 when one is
-unknown or had already finished (said on stderr; the others are still cancelled).
+unknown, had already finished or has a ledger record that cannot be read (said on stderr; the
+others are still cancelled).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "failover, a redelivered message, reconcile). Its running job is cancelled by the functions, "
         "and the request ends CANCELLED once Vertex reports the job ended; its checkpoints stay "
         "(`spotjobs resubmit` resumes from them). Cancelling twice is a no-op (exit 0). Exits 1 when "
-        "a request is not in the ledger or had already finished.",
+        "a request is not in the ledger, had already finished or has a record that cannot be read.",
         examples=[
             "spotjobs cancel resnet-nightly-001 --reason 'wrong dataset'",
             "spotjobs cancel req-a req-b --json",
@@ -40,19 +41,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_cancel(args: argparse.Namespace) -> int:
     import spotjobs
+    from shared.ledger.records import CorruptRecord
     from shared.settings import get_settings
 
     settings = get_settings()
     who = spotjobs.caller_identity()
     exit_code = EXIT_OK
     for request_id in args.request_ids:
-        outcome = spotjobs.cancel(request_id, reason=args.reason, by=who, project=args.project, settings=settings)
+        name = terminal_text(request_id)
+        try:
+            outcome = spotjobs.cancel(request_id, reason=args.reason, by=who, project=args.project, settings=settings)
+        except CorruptRecord as exc:  # hand-edited or another version's shape: nothing is written
+            exit_code = EXIT_FAILED
+            if args.json:
+                print(json.dumps({"request_id": request_id, "result": "unreadable", "error": exc.reason}))
+            else:
+                print(
+                    f"{name}: its ledger record cannot be read ({terminal_text(exc.reason)}); nothing was changed: "
+                    "repair or restore it (docs/operations.md, ledger_corrupt)",
+                    file=sys.stderr,
+                )
+            continue
         if outcome.result in ("unknown", "finished"):
             exit_code = EXIT_FAILED
         if args.json:
             print(json.dumps(outcome.__dict__))
             continue
-        name = terminal_text(request_id)
         if outcome.result == "unknown":
             print(f"{name}: no such request in gs://{settings.state_bucket}", file=sys.stderr)
         elif outcome.result == "finished":

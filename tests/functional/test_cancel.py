@@ -252,6 +252,35 @@ def test_the_cli_says_already_cancelled_finished_or_unknown_with_its_exit_status
     assert (intent.by, intent.reason) == (getpass.getuser(), "wrong data")  # the local user, locally
 
 
+def test_a_record_that_cannot_be_read_gets_a_clear_error_and_the_other_cancels_go_on(
+    world: World, gcs_bucket, capsys, monkeypatch
+) -> None:
+    """A ledger document a person hand-edited (a field in another version's shape): `spotjobs
+    cancel` says it cannot be read and what to do, changes nothing, and still cancels the rest."""
+    from shared.settings import get_settings
+
+    world.submitted("run-bad", state=RUNNING)
+    world.submitted("run-ok", state=RUNNING)
+    blob = gcs_bucket.blob("requests/run-bad.json")
+    document = json.loads(blob.download_as_bytes())
+    document["markers"] = {"0": ["notice:accepted:1:0"]}
+    blob.upload_from_string(json.dumps(document), content_type="application/json")
+    monkeypatch.setenv("SPOTJOBS_STATE_BUCKET", world.settings.state_bucket)
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", world.settings.project)
+    get_settings.cache_clear()
+    try:
+        assert main(["cancel", "run-bad", "run-ok"]) == 1
+        assert main(["status", "run-bad"]) == 1  # every command that reads it says so, not a traceback
+    finally:
+        get_settings.cache_clear()
+    out, err = capsys.readouterr()
+    assert "run-bad: its ledger record cannot be read" in err and "Traceback" not in err
+    assert "run-ok: cancel recorded" in out
+    assert "spotjobs: ledger document of run-bad cannot be read" in err
+    assert json.loads(blob.download_as_bytes())["markers"] == {"0": ["notice:accepted:1:0"]}  # untouched
+    assert world.ledger.get("run-ok").cancel is not None
+
+
 # The storage permissions a recorded call needs (https://cloud.google.com/storage/docs/access-control/iam-json,
 # as tests/integration/test_permissions.py maps them; a read of a missing record counts list too).
 NEEDS = {
