@@ -151,7 +151,13 @@ def expected_cost(job: Job, candidate: Candidate, move: Move, others: Sequence[C
     ran = est is not None and est.mean_lifetime_seconds is not None
     outage = (lifetime if ran else PRIOR_WAIT_HOURS) * (1 - p) / max(p, 1e-6)
     waits_now = job.waiting and candidate.location == job.current_location  # no capacity there now
-    share, on_demand_chance = plan_on_spot(w, lifetime, outage, 0.0 if waits_now else p, d, budget)
+    # Whether the work is cut before it is done, and when: runs are not exponential (many short,
+    # a few of days), so the prior's run counts at the length that is cut within the work as often
+    # as the traces' runs were (`CapacityEstimate.lifetime_over`). Not for a waiting job's move:
+    # measured, its moves then went back and forth between locations (docs/placement.md).
+    over = est.lifetime_over(w) if est is not None and est.prior is not None and not job.waiting else None
+    run = lifetime if over is None else per_job_lifetime(over / 3600, job.replicas)
+    share, on_demand_chance = plan_on_spot(w, run, outage, 0.0 if waits_now else p, d, budget)
     rest = (1 - share) * w
     here = (rest + on_demand_chance * d) * candidate.on_demand_per_hour
     fallback = min([here, *(switch_elsewhere(job, candidate, o, move, rest, on_demand_chance) for o in others)])
