@@ -12,8 +12,9 @@ move there costs:
   (the deadline rule keeps 2d in hand, and d is the next changeover). With capacity a share p of
   the time (the estimate's `share_available`: time on Spot over time on Spot and waiting) and runs
   of L, an outage lasts L (1 - p) / p, so B pays for k = B / (outage + d) preemptions; the work
-  runs on Spot until the (k + 1)-th (Poisson preemptions, one per L: `plan_on_spot`) and the rest on
-  on-demand, which the deadline rule switches to in time (plus one on-demand changeover), where
+  runs on Spot until the (k + 1)-th (Poisson preemptions: `plan_on_spot`; one per L, where the
+  region prior's run counts at the length cut within W as often as the traces' runs were,
+  `CapacityEstimate.lifetime_over`, but for a waiting job's move) and the rest on on-demand, which the deadline rule switches to in time (plus one on-demand changeover), where
   on-demand is cheapest among the allowed locations, the checkpoint's move there included (the
   switch is placed like any attempt: a cheap Spot region with dear on-demand is not charged its own);
 - without a deadline every hour of waiting is weighed at `hour_value` (the time itself is worth
