@@ -7,7 +7,7 @@ file, a region available when any of its zones is) and keeps only their first `-
 first week), so a bench run on the starts after them (`--starts-after 168`) judges the prior out of
 sample. Per machine type and location (each region merged, and each zone alone for the
 like-for-like bench) it writes the share of ticks with capacity, the mean run of available ticks
-and the mean outage, in hours, with the traces' source, the window fitted and the date: the
+and the mean outage, in hours, the run survival (`survival` at `SURVIVAL_HOURS`), with the traces' source, the window fitted and the date: the
 refresh command for a newer trace."""
 
 from __future__ import annotations
@@ -29,6 +29,10 @@ SOURCE = (
 )
 
 
+# The horizons of `run_survival`, in hours: a tight deadline's job runs a day or two of work.
+SURVIVAL_HOURS = (1, 2, 4, 8, 12, 24, 48, 96)
+
+
 def runs(available: Sequence[bool]) -> tuple[list[int], list[int]]:
     """The lengths in ticks of the runs with capacity and of the outages."""
     up: list[int] = []
@@ -42,7 +46,7 @@ def runs(available: Sequence[bool]) -> tuple[list[int], list[int]]:
     return up, down
 
 
-def fitted(available: Sequence[bool], gap: int) -> dict[str, float]:
+def fitted(available: Sequence[bool], gap: int) -> dict[str, object]:
     up, down = runs(available)
     hours = gap / 3600
     return {
@@ -50,7 +54,15 @@ def fitted(available: Sequence[bool], gap: int) -> dict[str, float]:
         # A trace with no outage (or no run) bounds the mean by its length: a censored run.
         "mean_run_hours": round(sum(up) / max(1, len(up)) * hours, 2),
         "mean_outage_hours": round(sum(down) / max(1, len(down)) * hours, 2),
+        "run_survival": {f"{h:g}": survival(up, h * 3600 / gap) for h in SURVIVAL_HOURS},
     }
+
+
+def survival(up: Sequence[int], ticks: float) -> float:
+    """The share of the ticks with capacity from which capacity lasts at least `ticks` more: a run
+    of n ticks gives n - ticks of them (a job started at a random moment with capacity sees the
+    long runs more often than their count says)."""
+    return round(sum(max(0.0, n - ticks) for n in up) / max(1, sum(up)), 4)
 
 
 def fit(traces: Path, hours: float) -> dict[str, object]:

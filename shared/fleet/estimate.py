@@ -64,6 +64,21 @@ class CapacityEstimate:
     # The share of the time a Spot job had capacity there over the window: time on Spot over time
     # on Spot and waiting (closed, open and restart waits), with `PRIOR_HOURS` of prior at 1/2.
     share_available: float = 0.5
+    # What the mean lifetime is made of, for `lifetime_over`: the VMs' time on Spot, the VMs
+    # reclaimed, and the region prior it started from (None: none).
+    spot_vm_seconds: float = 0.0
+    preemptions: int = 0
+    prior: LocationPrior | None = None
+
+    def lifetime_over(self, hours: float) -> float | None:
+        """One VM's mean Spot lifetime in seconds as a run of `hours` meets it: the fleet's time
+        on Spot and reclaims, with the prior's run counted at its length over that horizon
+        (`LocationPrior.run_hours_over`: the traces' long runs keep a day's job going more often
+        than their mean says); without a prior, `mean_lifetime_seconds`."""
+        if self.prior is None or not self.prior.run_survival:
+            return self.mean_lifetime_seconds
+        runs = self.prior.weight_runs
+        return (self.spot_vm_seconds + runs * self.prior.run_hours_over(hours) * 3600) / (self.preemptions + runs)
 
     @property
     def outlook(self) -> SpotOutlook | None:
@@ -214,6 +229,9 @@ def estimate(
         changeover_p90_seconds=percentile(changeovers, 0.9),
         open_waits=open_waits,
         share_available=(exposure - restart_waits + prior_seconds * prior_share) / (exposure + waited + prior_seconds),
+        spot_vm_seconds=vm_exposure,
+        preemptions=preemptions,
+        prior=prior,
     )
 
 

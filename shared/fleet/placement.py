@@ -12,8 +12,11 @@ move there costs:
   (the deadline rule keeps 2d in hand, and d is the next changeover). With capacity a share p of
   the time (the estimate's `share_available`: time on Spot over time on Spot and waiting) and runs
   of L, an outage lasts L (1 - p) / p, so B pays for k = B / (outage + d) preemptions; the work
-  runs on Spot until the (k + 1)-th (Poisson preemptions, one per L: `plan_on_spot`) and the rest on
-  on-demand, which the deadline rule switches to in time (plus one on-demand changeover);
+  runs on Spot until the (k + 1)-th (Poisson preemptions: `plan_on_spot`; one per L, where the
+  region prior's run counts at the length cut within W as often as the traces' runs were,
+  `CapacityEstimate.lifetime_over`, but for a waiting job's move) and the rest on on-demand, which the deadline rule switches to in time (plus one on-demand changeover), where
+  on-demand is cheapest among the allowed locations, the checkpoint's move there included (the
+  switch is placed like any attempt: a cheap Spot region with dear on-demand is not charged its own);
 - without a deadline every hour of waiting is weighed at `hour_value` (the time itself is worth
   something: a result later), the expected wait (1 - p) / p times the median wait seen;
 - a job waiting where the deadline rule holds the wait only for a move (`Job.leaving`) costs the
@@ -113,8 +116,10 @@ class Choice:
         return next(c.cost for c in self.costs if c.location == self.location)
 
 
-def expected_cost(job: Job, candidate: Candidate, move: Move) -> Costed:
-    """The expected dollars to finish in `candidate`'s location (see the module docstring)."""
+def expected_cost(job: Job, candidate: Candidate, move: Move, others: Sequence[Candidate] = ()) -> Costed:
+    """The expected dollars to finish in `candidate`'s location (see the module docstring); with a
+    deadline the rest of the work goes on-demand there or in the cheapest of `others` (the
+    request's other allowed locations), the checkpoint's move included."""
     move_dollars, move_hours = move.cost(job.current_location, candidate.location)
     d = job.changeover_hours + move_hours
     w = max(0.0, job.remaining_hours)
@@ -147,10 +152,28 @@ def expected_cost(job: Job, candidate: Candidate, move: Move) -> Costed:
     ran = est is not None and est.mean_lifetime_seconds is not None
     outage = (lifetime if ran else PRIOR_WAIT_HOURS) * (1 - p) / max(p, 1e-6)
     waits_now = job.waiting and candidate.location == job.current_location  # no capacity there now
-    share, on_demand_chance = plan_on_spot(w, lifetime, outage, 0.0 if waits_now else p, d, budget)
+    # Whether the work is cut before it is done, and when: runs are not exponential (many short,
+    # a few of days), so the prior's run counts at the length that is cut within the work as often
+    # as the traces' runs were (`CapacityEstimate.lifetime_over`). Not for a waiting job's move:
+    # measured, its moves then went back and forth between locations (docs/placement.md).
+    over = est.lifetime_over(w) if est is not None and est.prior is not None and not job.waiting else None
+    run = lifetime if over is None else per_job_lifetime(over / 3600, job.replicas)
+    share, on_demand_chance = plan_on_spot(w, run, outage, 0.0 if waits_now else p, d, budget)
     rest = (1 - share) * w
-    cost = share * w * spot_hour_cost + (rest + on_demand_chance * d) * candidate.on_demand_per_hour
+    here = (rest + on_demand_chance * d) * candidate.on_demand_per_hour
+    fallback = min([here, *(switch_elsewhere(job, candidate, o, move, rest, on_demand_chance) for o in others)])
+    cost = share * w * spot_hour_cost + fallback
     return Costed(candidate.location, cost + move_dollars, share, move_dollars)
+
+
+def switch_elsewhere(
+    job: Job, candidate: Candidate, target: Candidate, move: Move, rest: float, chance: float
+) -> float:
+    """What the deadline switch from Spot in `candidate`'s location costs on-demand in `target`'s:
+    the `rest` of the work, and with the switch's `chance` its changeover and the checkpoint's move
+    there (the switch is placed like any attempt: the cheapest on-demand wins)."""
+    dollars, hours = move.cost(candidate.location, target.location)
+    return (rest + chance * (job.changeover_hours + hours)) * target.on_demand_per_hour + chance * dollars
 
 
 class SpotPlan(NamedTuple):
@@ -201,10 +224,19 @@ def plan_on_spot(work: float, run: float, outage: float, start: float, changeove
 
 
 def choose_location(job: Job, candidates: Sequence[Candidate], move: Move = Move()) -> Choice:
-    """The cheapest candidate to finish in; the current one unless another saves `MOVE_MARGIN`."""
+    """The cheapest candidate to finish in (of equal costs, the cheapest on-demand, then Spot); the
+    current one unless another saves `MOVE_MARGIN`."""
     if not candidates:
         raise ValueError("no candidate location")
-    costs = tuple(sorted((expected_cost(job, c, move) for c in candidates), key=lambda c: (c.cost, c.location)))
+    # Equal costs (all of the work on on-demand, wherever Spot would start): where on-demand is
+    # cheapest (no switch elsewhere), then the cheaper Spot.
+    prices = {c.location: (c.on_demand_per_hour, c.spot_per_hour) for c in candidates}
+    costs = tuple(
+        sorted(
+            (expected_cost(job, c, move, candidates) for c in candidates),
+            key=lambda c: (c.cost, *prices[c.location], c.location),
+        )
+    )
     best = costs[0]
     current = next((c for c in costs if c.location == job.current_location), None)
     if current is not None and current is not best and current.cost <= best.cost * (1 + MOVE_MARGIN):

@@ -143,6 +143,25 @@ def test_at_the_same_share_of_time_long_spot_runs_keep_a_tight_deadline_on_spot_
     assert long_runs.cost < short_runs.cost
 
 
+def test_the_deadline_switch_is_costed_where_on_demand_is_cheapest_not_where_spot_ran() -> None:
+    # Long Spot runs behind a dear on-demand price: the switch would go to the other location's
+    # on-demand (placed like any attempt), so the long runs win at a tight deadline.
+    tight = Job(remaining_hours=24, changeover_hours=0.2, current_location=None, hours_to_deadline=24 * 1.05)
+    short_runs = Candidate("cheap-on-demand", 5.0, 20.0, seen(share=0.95, lifetime_hours=10.0))
+    long_runs = Candidate("dear-on-demand", 5.5, 40.0, seen(share=0.95, lifetime_hours=40.0))
+    assert choose_location(tight, [short_runs, long_runs]).location == "dear-on-demand"
+    alone = expected_cost(tight, long_runs, Move())
+    beside = expected_cost(tight, long_runs, Move(), [short_runs, long_runs])
+    rest = (1 - alone.spot_share) * 24
+    assert beside.spot_share == alone.spot_share
+    assert alone.cost - beside.cost == pytest.approx(rest * (40.0 - 20.0), rel=0.02)  # and its changeover's
+    # a move that costs more than on-demand saves keeps the switch where Spot ran
+    far = Move(checkpoint_gb=1e5, price_per_gb=lambda source, target: 0.1 if source != target else 0.0)
+    assert expected_cost(tight, long_runs, far, [short_runs, long_runs]).cost == pytest.approx(
+        expected_cost(tight, long_runs, far).cost
+    )
+
+
 def test_a_job_waiting_where_it_is_pays_an_outage_before_it_starts_there() -> None:
     here = at(seen(share=0.9, lifetime_hours=10.0), "x")
     fresh = Job(remaining_hours=10, changeover_hours=0.5, current_location="x", hours_to_deadline=14)
