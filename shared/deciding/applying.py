@@ -44,7 +44,7 @@ def apply_observation(ports: Ports, request_id: str, observation: Observation, l
     seen: list[FleetFacts] = []  # the fleet facts of the record the last decision started from
     # A move's placement and the deadline rule's questions: the fleet's facts read once, if asked.
     placer = attempt_placer(ports)
-    folder = folder_progress(ports)  # a timeout without a commit heard reads the checkpoint folder
+    folder = folder_progress(ports, log)  # a timeout without a commit heard reads the checkpoint folder
 
     def transition(record: RequestRecord | None) -> Decided[RequestRecord] | None:
         if record is None:

@@ -3,9 +3,10 @@
 
 The kit's lines reach on_job_event through Cloud Logging and Pub/Sub: at least once, in any
 order, and as late as a backlog holds them, so `kit_lines_settle_seconds` after a job's end is
-no proof that its commits were all heard (seed 251: a commit heard 13 s after the 300 s settle
-had failed the request without progress). The folder the next attempt resumes from is the ground
-truth the kit itself reads, so a timeout about to fail looks at it first:
+no proof that its commits were all heard (seed 251: a request failed without progress 357 s
+after its job's end, past the 300 s settle, and its commit was counted 13 s later). The folder
+the next attempt resumes from is the ground truth the kit itself reads, so a timeout about to
+fail looks at it first:
 
 - the kit ran in the attempt: at every start it writes a run object
   (`_spotjobs_runs/attempt-<n>-run-<k>.json`, spotjobs_kit.run) naming the step it resumed from;
@@ -28,6 +29,7 @@ from spotjobs_kit.layout import CHECKPOINTS_FOLDER, Checkpoint, ListingStore, di
 from spotjobs_kit.run import RUNS_FOLDER
 
 from shared.ledger.records import Attempt, RequestRecord
+from shared.log import Logger
 from shared.wiring import Ports
 
 # Where the attempt's first run resumed from, and which checkpoint past it is progress; None when
@@ -68,18 +70,32 @@ def progress_in_folder(store: ListingStore, attempt: int, job_id: str, markers: 
     return newest if newest is not None and newest.step > began else None
 
 
-def folder_progress(ports: Ports) -> FolderProgress:
+def folder_progress(ports: Ports, log: Logger) -> FolderProgress:
     """`progress_in_folder` over the request's checkpoint folder in Cloud Storage (the folder its
-    jobs get as AIP_CHECKPOINT_DIR); nothing is read until a decision asks."""
+    jobs get as AIP_CHECKPOINT_DIR); nothing is read until a decision asks. A folder this function
+    may not read (a deployment whose grants predate the read: terraform/iam.tf) tells nothing, with
+    a WARNING, so the timeout is decided on the kit's lines alone rather than never."""
 
     def look(record: RequestRecord, attempt: Attempt) -> Checkpoint | None:
         if ports.storage is None or not attempt.job:
             return None
+        from google.api_core.exceptions import Forbidden
         from spotjobs_kit.storage import GcsStore
 
         store = GcsStore(record.output_dir.rstrip("/") + "/" + CHECKPOINTS_FOLDER, client=ports.storage())
         job_id = attempt.job.rsplit("/", 1)[-1]
-        return progress_in_folder(store, attempt.n, job_id, ports.settings.commit_markers)
+        try:
+            return progress_in_folder(store, attempt.n, job_id, ports.settings.commit_markers)
+        except Forbidden as refused:
+            log.warning(
+                f"may not read the checkpoint folder of {record.request_id}; its timeout is decided on the kit's "
+                f"lines alone: {refused}",
+                event="checkpoint_folder_refused",
+                request_id=record.request_id,
+                attempt=attempt.n,
+                folder=store.uri,
+            )
+            return None
 
     return look
 

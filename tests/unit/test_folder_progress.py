@@ -9,6 +9,7 @@ next attempt resumes from held the commit all along."""
 
 from __future__ import annotations
 
+import io
 import json
 from datetime import UTC, datetime, timedelta
 
@@ -44,6 +45,7 @@ class Stage:
         self.settings: Settings = make_settings("state")
         self.ledger = LedgerStore(self.client.bucket(self.settings.state_bucket))
         self.folder = f"{self.settings.checkpoint_prefix}/req-1/checkpoints/"
+        self.stream = io.StringIO()
         attempt = Attempt(
             1,
             "us-central1",
@@ -63,6 +65,9 @@ class Stage:
                 attempts=[attempt],
             )
         )
+
+    def log_lines(self) -> list[dict[str, object]]:
+        return [json.loads(line) for line in self.stream.getvalue().splitlines()]
 
     def write(self, name: str, data: bytes) -> None:
         self.client.bucket(self.settings.checkpoint_bucket).blob(self.folder + name).upload_from_string(data)
@@ -99,7 +104,8 @@ class Stage:
             storage=lambda: self.client,
             clock=lambda: NOW,
         )
-        applied = apply_observation(ports, "req-1", Observation(1, snapshot), Logger(min_severity="CRITICAL"))
+        log = Logger(stream=self.stream, min_severity="WARNING")
+        applied = apply_observation(ports, "req-1", Observation(1, snapshot), log)
         assert applied.record is not None
         return applied.record
 
@@ -169,3 +175,22 @@ def test_the_first_readable_run_object_of_the_job_says_where_it_began(stage: Sta
     store = GcsStore(f"gs://{stage.settings.checkpoint_bucket}/{stage.folder}", client=stage.client)
     assert resumed_step(store, 1, JOB_ID) == NOTHING_RESUMED
     assert resumed_step(store, 3, JOB_ID) is None
+
+
+def test_a_folder_the_function_may_not_read_leaves_the_kits_lines_to_decide(
+    stage: Stage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from google.api_core.exceptions import Forbidden
+    from spotjobs_kit.storage import GcsStore
+
+    def refused(self: GcsStore, prefix: str) -> None:
+        raise Forbidden("fn-events may not list the checkpoint bucket")
+
+    monkeypatch.setattr(GcsStore, "list_folder", refused)
+    stage.kit_started(resumed=None)
+    stage.committed(200)
+    record = stage.timed_out()
+    assert record.status == RequestStatus.FAILED
+    assert [line["event"] for line in stage.log_lines() if line["severity"] == "WARNING"] == [
+        "checkpoint_folder_refused"
+    ]
