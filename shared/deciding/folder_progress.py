@@ -32,8 +32,8 @@ from shared.ledger.records import Attempt, RequestRecord
 from shared.log import Logger
 from shared.wiring import Ports
 
-# Where the attempt's first run resumed from, and which checkpoint past it is progress; None when
-# no progress is seen (or the kit never ran in the attempt).
+# Asked of a request and its attempt: the complete checkpoint past where the attempt began, or
+# None (no progress seen, or the kit never ran in the attempt).
 FolderProgress = Callable[[RequestRecord, Attempt], Checkpoint | None]
 
 _RUN_OBJECT = re.compile(r"attempt-(\d+)-run-(\d+)\.json$")
