@@ -15,7 +15,9 @@ sometimes torn by the crash, preemption or cancel that ends the save.
   attempt's key (`SPOTJOBS_KIT_KEY` in the job's environment): `run_started` (the run is the job's
   restart count), `checkpoint_committed` per whole save, and at the run's end `run_finished`,
   `preempted` (Vertex preempts it: the kit's SIGTERM handler) or `run_failed`; a cancel's SIGTERM
-  writes nothing here (not modelled);
+  writes nothing here (not modelled); and at each start, before its first line, the kit's run
+  object (`_spotjobs_runs/attempt-N-run-NNNN.json`, where it resumed from), which a timeout
+  without a commit heard reads (shared/deciding/folder_progress.py);
 - every save, whole or torn, and every checkpoint `spotjobs resubmit` copied, is kept as ground
   truth (`saves`), written by the simulator and never read back through the kit's rules: the
   invariants (`sim.invariants.resumes_from_newest_complete`, `newest_complete_kept`) compare what
@@ -136,6 +138,8 @@ class Trainer:
             )
         )
         self._step[job.name] = resumed.step if resumed else 0
+        if self.kit_lines:
+            self._record_start(job, folder, resumed.step if resumed else None)
         self._line(
             job,
             RUN_STARTED,
@@ -179,6 +183,21 @@ class Trainer:
             key=kit_key_of(job.request),
         )
         self.emit(job, text, "INFO")
+
+    def _record_start(self, job: Any, folder: str, resumed_step: int | None) -> None:
+        """The run object the kit writes at a start (`spotjobs_kit.Run._record_start`)."""
+        from spotjobs_kit.run import RUNS_FOLDER
+
+        body = {
+            "request_id": job.request_id,
+            "attempt": job.attempt,
+            "job_id": job.name.rsplit("/", 1)[-1],
+            "run": job.restarts,
+            "started_at": self.clock().isoformat(),
+            "resumed_step": resumed_step,
+        }
+        name = f"{folder}{RUNS_FOLDER}attempt-{job.attempt}-run-{job.restarts:04d}.json"
+        self.client().bucket(self.settings.checkpoint_bucket).blob(name).upload_from_string(json.dumps(body))
 
     def stop(self, job: Any) -> None:
         self._step.pop(job.name, None)

@@ -5,8 +5,8 @@
 #
 # | identity             | may                                                                   |
 # |----------------------|-----------------------------------------------------------------------|
-# | fn-submit            | ledger r/w (and an active marker's status: active/, metadata only); create/get/list/cancel custom jobs; actAs training SA; publish ops-alerts, job-requests (the waiting line's hand-over) |
-# | fn-events, fn-reconcile | ledger r/w (and active markers' status); get/list/cancel custom jobs; publish job-requests, ops-alerts, maintenance |
+# | fn-submit            | ledger r/w (and an active marker's status: active/, metadata only); create/get/list/cancel custom jobs; actAs training SA; publish ops-alerts, job-requests (the waiting line's hand-over); list/read checkpoints |
+# | fn-events, fn-reconcile | ledger r/w (and active markers' status); get/list/cancel custom jobs; publish job-requests, ops-alerts, maintenance; list/read checkpoints |
 # | fn-prune             | ledger read, write its cursor and its alerts log entries; list/read/delete checkpoints; publish ops-alerts |
 # | fn-trigger           | state bucket under triggers/ only (no ledger); create/get manifests under the state bucket's manifests/; publish job-requests, ops-alerts |
 # | push-<fn>            | invoke that one function (OIDC identity of its push subscription)      |
@@ -22,7 +22,7 @@ locals {
       ledger       = "read_write"
       state_prefix = null
       vertex       = "submitter"
-      checkpoint   = null
+      checkpoint   = "read" # a timeout without a commit heard: the folder (shared/deciding/folder_progress.py)
       manifests    = false
       publishes    = ["job_requests", "ops_alerts"] # job_requests: the quota line's hand-over (shared/pacing.py)
       act_as       = true
@@ -31,7 +31,7 @@ locals {
       ledger       = "read_write"
       state_prefix = null
       vertex       = "controller"
-      checkpoint   = null
+      checkpoint   = "read" # a timeout without a commit heard: the folder (shared/deciding/folder_progress.py)
       manifests    = false
       publishes    = ["job_requests", "ops_alerts", "maintenance"]
       act_as       = false
@@ -40,7 +40,7 @@ locals {
       ledger       = "read_write"
       state_prefix = null
       vertex       = "controller"
-      checkpoint   = null
+      checkpoint   = "read" # a timeout without a commit heard: the folder (shared/deciding/folder_progress.py)
       manifests    = false
       publishes    = ["job_requests", "ops_alerts", "maintenance"]
       act_as       = false
@@ -394,6 +394,29 @@ resource "google_storage_bucket_iam_member" "manifest_writer" {
     description = "${each.key} may create and read the trigger requests' manifests only."
     expression  = "resource.name.startsWith(\"projects/_/buckets/${google_storage_bucket.state.name}/objects/${local.manifests_prefix}\")"
   }
+}
+
+# The deciders read an attempt's checkpoint folder (listings, the kit's run objects and markers)
+# before failing a timeout without progress: list and get, nothing more.
+resource "google_project_iam_custom_role" "checkpoint_reader" {
+  project     = var.project_id
+  role_id     = "${local.custom_role_prefix}_checkpointReader"
+  title       = "spotjobs checkpoint reader"
+  description = "List and read objects (granted on the checkpoint bucket only); cannot create, overwrite or delete."
+  permissions = [
+    "storage.objects.get",
+    "storage.objects.list",
+  ]
+
+  depends_on = [google_project_service.apis]
+}
+
+resource "google_storage_bucket_iam_member" "checkpoint_reader" {
+  for_each = { for fn, a in local.access : fn => a if a.checkpoint == "read" }
+
+  bucket = google_storage_bucket.checkpoints.name
+  role   = google_project_iam_custom_role.checkpoint_reader.id
+  member = "serviceAccount:${google_service_account.functions[each.key].email}"
 }
 
 resource "google_storage_bucket_iam_member" "checkpoint_pruner" {

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from shared.deciding.decisions import Decision, DecisionPolicy, Observation, decide
 from shared.deciding.effects import Effects
+from shared.deciding.folder_progress import folder_progress
 from shared.deciding.moves import consider_move
 from shared.deciding.notices import note_changes
 from shared.deciding.outbox import Mine, flush
@@ -43,12 +44,13 @@ def apply_observation(ports: Ports, request_id: str, observation: Observation, l
     seen: list[FleetFacts] = []  # the fleet facts of the record the last decision started from
     # A move's placement and the deadline rule's questions: the fleet's facts read once, if asked.
     placer = attempt_placer(ports)
+    folder = folder_progress(ports, log)  # a timeout without a commit heard reads the checkpoint folder
 
     def transition(record: RequestRecord | None) -> Decided[RequestRecord] | None:
         if record is None:
             return None
         seen[:] = [fleet_facts(record, reading)]
-        decision = decide(record, observation, policy, ports.clock(), fleet=placer)
+        decision = decide(record, observation, policy, ports.clock(), fleet=placer, folder=folder)
         consider_move(decision.record, observation.job, placer, policy, ports.clock(), decision.effects)
         note_changes(decision.record, ports.clock())  # the requester's notifications, in this write
         return Decided(decision.record, decision)

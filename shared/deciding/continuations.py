@@ -10,8 +10,11 @@ and end times) as long as its timeout. The Vertex emulator ends one either way
 
 - Progress is the trainer kit's word: a `checkpoint_committed` line of the attempt (a newer
   complete checkpoint than the one it resumed from; the kit reports a re-save of a step already
-  committed as `checkpoint_kept`). The next attempt runs in the same output folder, so it resumes
-  from the newest complete checkpoint like any re-queued attempt.
+  committed as `checkpoint_kept`), or, when no such line was heard by the time the timeout is
+  decided, the same found in the checkpoint folder by the kit's run objects
+  (`shared.deciding.folder_progress`: a line may come later than any settle window). The next
+  attempt runs in the same output folder, so it resumes from the newest complete checkpoint like
+  any re-queued attempt.
 - A continuation is not a failure: the attempt that follows is not counted against
   `max_attempts` (`counted_attempts`). Continuations are bounded by the request's `max_runtime`,
   else the deployment's `SPOTJOBS_MAX_RUNTIME_SECONDS` (the smaller of the two): at most
@@ -25,7 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shared.alerts import AlertKind
 from shared.clock import iso, parse_iso
@@ -34,6 +37,9 @@ from shared.jobs import JobSnapshot, JobState
 from shared.ledger.records import Attempt, RequestRecord, Requeue, alert_marker
 from shared.ledger.states import AttemptOutcome, RequestStatus
 from shared.requests.job_policy import VERTEX_DEFAULT_TIMEOUT_SECONDS
+
+if TYPE_CHECKING:
+    from spotjobs_kit.layout import Checkpoint
 
 # google.rpc DEADLINE_EXCEEDED: "The deadline expired before the operation could complete."
 DEADLINE_EXCEEDED_CODE = 4
@@ -103,10 +109,12 @@ def continue_or_fail(
     ceiling_seconds: float,
     now: datetime,
     effects: Effects,
+    found_in_folder: Checkpoint | None = None,
 ) -> None:
     """Attempt `attempt` (the request's latest) ran into its job timeout: the next attempt continues
-    it, or the request fails (no progress, or its continuations used up)."""
-    if not made_progress(attempt):
+    it, or the request fails (no progress, or its continuations used up). `found_in_folder`: the
+    progress its checkpoint folder shows when no commit of it was heard."""
+    if not made_progress(attempt) and found_in_folder is None:
         message = (
             f"attempt {attempt.n} of {record.request_id} ran into its job timeout without committing a "
             f"checkpoint ({reason}); not continued"
@@ -134,10 +142,14 @@ def continue_or_fail(
         decided_at=iso(now),
     )
     effects.requeue_decided = True
+    # Told by the folder alone: its kit lines were not heard yet (they count when they come).
+    seen = (
+        f" (seen in its checkpoint folder: {found_in_folder.name}, no commit line heard yet)" if found_in_folder else ""
+    )
     effects.lines.append(
         LogLine(
             "INFO",
-            f"attempt {attempt.n} of {record.request_id} ran into its job timeout after committing progress; "
+            f"attempt {attempt.n} of {record.request_id} ran into its job timeout after committing progress{seen}; "
             f"attempt {following} continues it (continued after timeout, {done + 1} of {bound})",
             event_fields(
                 record,
@@ -147,6 +159,7 @@ def continue_or_fail(
                 continuation=done + 1,
                 max_continuations=bound,
                 checkpoint=attempt.last_checkpoint,
+                folder_checkpoint=found_in_folder.name if found_in_folder else None,
             ),
         )
     )

@@ -29,7 +29,9 @@ Decisions, on the job's state as Vertex reports it (never on the log text):
 - FAILED or EXPIRED at the job's `scheduling.timeout`: after committed progress, the next attempt
   continues it, not counted against `max_attempts`; else the request FAILED
   (`shared.deciding.continuations`), once `kit_lines_settle_seconds` passed after the job's end
-  without a commit (the kit's lines, even its first, may still be on their way).
+  without a commit (the kit's lines, even its first, may still be on their way) and the
+  checkpoint folder shows none either (`shared.deciding.folder_progress`: lines can be later
+  still).
 - FAILED otherwise, EXPIRED: the request FAILED with a `job_failed` alert; nothing is re-queued.
   A FAILED job whose error is not published yet (Vertex sets it about a minute after the end)
   is not classified until the error appears or `ERROR_SETTLE_SECONDS` pass.
@@ -73,6 +75,7 @@ from shared.deciding.continuations import (
 from shared.deciding.deadline_watch import FleetView, alert_if_finished_late, note_progress, watch_deadline
 from shared.deciding.effects import Effects, LogLine, attempt_alert, event_fields
 from shared.deciding.events import Signal, SignalPatterns, patterns_from
+from shared.deciding.folder_progress import FolderProgress
 from shared.deciding.preemptions import (
     KIT_TIMEOUT_KEY,
     WAITING_STATES,
@@ -209,13 +212,16 @@ def decide(
     now: datetime,
     *,
     fleet: FleetView | None = None,
+    folder: FolderProgress | None = None,
 ) -> Decision:
     """The record after `observation`, and the effects of the change. Pure: the record is a copy
     the ledger handed over, and effects are only described, never carried out. The alerts and the
     prune request decided are also written into the record as pending, for `shared.deciding.outbox`.
     `fleet`: what the deadline rule may ask of the fleet's observations
-    (`shared.deciding.deadline_watch.watch_deadline`); without it, nothing is known of them."""
-    decision = _decide(record, observation, policy, now, fleet)
+    (`shared.deciding.deadline_watch.watch_deadline`); without it, nothing is known of them.
+    `folder`: what a timeout without a commit heard may ask of the attempt's checkpoint folder
+    (`shared.deciding.folder_progress`); without it, only the kit's lines tell progress."""
+    decision = _decide(record, observation, policy, now, fleet, folder)
     watch_budget(decision.record, now, decision.effects)
     if settle_cancel(decision.record, now):  # the last live job of a cancelled request ended
         latest = decision.record.latest
@@ -238,6 +244,7 @@ def _decide(
     policy: DecisionPolicy,
     now: datetime,
     fleet: FleetView | None,
+    folder: FolderProgress | None = None,
 ) -> Decision:
     effects = Effects()
     attempt = record.attempt(observation.attempt)
@@ -275,7 +282,7 @@ def _decide(
     if was_ending and not attempt.ending:
         _release_successor(record, attempt, job, now, effects)
     if job.is_terminal and attempt.outcome is None:
-        waiting = _conclude(record, attempt, job, owns_status, policy, now, effects)
+        waiting = _conclude(record, attempt, job, owns_status, policy, now, effects, folder)
         return Decision(record, effects, waiting)
     if owns_status:
         _flag_stuck(record, attempt, job, policy, now, effects)
@@ -356,6 +363,7 @@ def _conclude(
     policy: DecisionPolicy,
     now: datetime,
     effects: Effects,
+    folder: FolderProgress | None = None,
 ) -> str | None:
     if job.state == JobState.FAILED and job.error is None and not _settled(job, now, ERROR_SETTLE_SECONDS):
         return f"job {job.name} failed and its error is not published yet"
@@ -417,8 +425,16 @@ def _conclude(
         elif cause.capacity:
             _requeue_or_give_up(record, attempt, cause, policy, now, effects)
         elif timeout:
+            # No commit heard by the settle: the lines can be later still (a backlog), the folder not.
+            found = folder(record, attempt) if folder is not None and not made_progress(attempt) else None
             continue_or_fail(
-                record, attempt, cause.reason, ceiling_seconds=policy.max_runtime_seconds, now=now, effects=effects
+                record,
+                attempt,
+                cause.reason,
+                ceiling_seconds=policy.max_runtime_seconds,
+                now=now,
+                effects=effects,
+                found_in_folder=found,
             )
         else:
             _fail(record, attempt, cause, now, effects)

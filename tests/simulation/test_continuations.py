@@ -110,3 +110,13 @@ def test_continuing_past_max_runtime_is_caught(world: World) -> None:
     )
     found = continuations.continuations_bounded(world)
     assert any("planted-long continued 2 times; its max_runtime allows 1" in v.detail for v in found)
+
+
+def test_seed_251_a_commit_heard_after_the_settle_no_longer_fails_its_timeout() -> None:
+    """burst19's job committed step 200 and timed out in the same second; a backlog held its kit
+    lines past the settle, and the request failed without progress 13 s before its commit was
+    counted. The checkpoint folder, read before failing, shows the commit: the attempt continues."""
+    world = World(251)
+    assert not world.run()
+    attempts = sorted((j.attempt, j.fate) for j in world.vertex.jobs.values() if j.request_id == "burst19")
+    assert attempts[:2] == [(1, "timeout"), (2, "succeed")]  # continued, then finished

@@ -426,6 +426,8 @@ def test_custom_roles_hold_only_the_permissions_used() -> None:
         # A status change (`spotjobs cancel`'s too) is noted on the request's active marker: metadata only.
         "marker_noter": {"storage.objects.update"},
         "checkpoint_pruner": {"storage.objects.delete", "storage.objects.get", "storage.objects.list"},
+        # the deciders: a timeout without a commit heard reads its checkpoint folder
+        "checkpoint_reader": {"storage.objects.get", "storage.objects.list"},
         # roles/run.builder's one Cloud Storage permission (the source), see iam.tf.
         "build_source_reader": {"storage.objects.get"},
         # on_trigger's window manifests: written once, read back on a resumed close.
@@ -490,6 +492,7 @@ def test_function_access_is_least_privilege() -> None:
     }
     for fn in ("submit_job", "on_job_event", "reconcile"):
         assert access[fn]["state_prefix"] is None
+        assert access[fn]["checkpoint"] == "read"  # shared/deciding/folder_progress.py
     # The only object prune_checkpoints writes in the state bucket is its cursor.
     from shared.ledger.store import cursor_path
     from shared.pruning.runner import PRUNE_TASK
@@ -505,6 +508,9 @@ def test_function_access_is_least_privilege() -> None:
     assert ledger["bucket"] == "${google_storage_bucket.state.name}"
     pruner = config.resource("google_storage_bucket_iam_member", "checkpoint_pruner")
     assert pruner["bucket"] == "${google_storage_bucket.checkpoints.name}"
+    reader = config.resource("google_storage_bucket_iam_member", "checkpoint_reader")
+    assert reader["bucket"] == "${google_storage_bucket.checkpoints.name}"
+    assert reader["role"] == "${google_project_iam_custom_role.checkpoint_reader.id}"
     act_as = config.resource("google_service_account_iam_member", "submit_acts_as_training")
     assert act_as["service_account_id"] == "${google_service_account.training.name}"
     assert act_as["role"] == "roles/iam.serviceAccountUser"
