@@ -26,7 +26,14 @@ from datetime import datetime
 
 from shared.clock import parse_iso
 from shared.deciding.continuations import counted_attempts
-from shared.deciding.deadline import Action, DeadlineDecision, Situation, decide_deadline, sits_out
+from shared.deciding.deadline import (
+    Action,
+    DeadlineDecision,
+    Situation,
+    decide_deadline,
+    preempted_often,
+    sits_out,
+)
 from shared.deciding.deadline_watch import deadline_situation
 from shared.deciding.decisions import DecisionPolicy
 from shared.deciding.effects import Effects, LogLine, event_fields
@@ -59,7 +66,10 @@ def consider_move(
         return
     changeover, situation, decision = rule
     waited = (now - parse_iso(attempt.state_changed_at if attempt.started_at else attempt.created_at)).total_seconds()
-    if waited <= changeover:
+    # Within a changeover of waiting, only a deadline request preempted often lately is weighed
+    # (`preempted_often`): at once, as if the outage were long, staying costed as on-demand.
+    at_once = waited <= changeover
+    if at_once and not _preempted_often(record, attempt, situation):
         return
     if record.request.get("capacity"):
         chosen = choose_capacity(
@@ -75,9 +85,13 @@ def consider_move(
             return
         location, strategy, machine, reason = chosen.location, chosen.strategy, chosen.machine, chosen.reason
     else:
-        if situation is not None and sits_out(situation, placer.spot_outlook(record.request, attempt.location)):
+        if (
+            not at_once
+            and situation is not None
+            and sits_out(situation, placer.spot_outlook(record.request, attempt.location))
+        ):
             return
-        leaving = decision is not None and decision.held_for_move
+        leaving = at_once or (decision is not None and decision.held_for_move)
         placed = placer.place(record.request, attempt, record.attempts, waiting=True, leaving=leaving)
         if placed.location == attempt.location:
             return
@@ -113,6 +127,13 @@ def consider_move(
             ),
         )
     )
+
+
+def _preempted_often(record: RequestRecord, attempt: Attempt, situation: Situation | None) -> bool:
+    """A deadline request without capacity alternatives whose attempt was preempted often lately."""
+    if situation is None or record.request.get("capacity"):
+        return False
+    return preempted_often(situation, [parse_iso(moment) for moment in attempt.preempted_at])
 
 
 def _may_move(record: RequestRecord, attempt: Attempt, job: JobSnapshot, policy: DecisionPolicy) -> bool:
