@@ -36,7 +36,9 @@ fell behind the line, whichever is later. On on-demand behind the line, it goes 
 another run once the outage the outlook expects is over, while the slack beyond the net pays
 `SECOND_RUN_CHANGEOVERS` changeovers, rather than finishing the work on on-demand. Without either
 (`spot_outlook`, `spot_available` None) it is Uniform Progress. `sits_out` keeps a move
-(shared/deciding/moves.py) from taking a job out of a short outage, judged on a fresh outlook.
+(shared/deciding/moves.py) from taking a job out of a short outage, judged on a fresh outlook;
+`preempted_often` has a move weighed at once, within the wait's first changeover, when the
+attempt was preempted twice lately and little slack is left beyond the net.
 Also not coming back to Spot whose mean lifetime is below k d / (k - 1) (the paper's break-even)
 was measured, made no cell cheaper and most dearer, and is not used (docs/deadlines.md). The
 rules do not depend on the prices.
