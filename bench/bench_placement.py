@@ -30,7 +30,7 @@ Policies (all decide with production's `decide_deadline`; the review interval is
   Vertex reports after a Spot job's sixth restart;
 - `spotjobs`: placement (`shared.fleet.placement.choose_location`) for every new attempt and for
   a job waiting longer than its changeover (unless `shared.deciding.deadline.sits_out` keeps it
-  in a short outage), fed by `shared.fleet.estimate.estimate` of the fleet's own attempts (the
+  in a short outage; at once when `preempted_often`), fed by `shared.fleet.estimate.estimate` of the fleet's own attempts (the
   observations production records: waits, open waits, preemptions, runs), and `Rule.SPOTJOBS`
   with `spot_available` from the same estimate;
 - `omniscient`: the least cost knowing every trace (a dynamic programme over ticks, work and
@@ -76,7 +76,16 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from shared.deciding.deadline import Action, Placement, Rule, Situation, Work, decide_deadline, sits_out
+from shared.deciding.deadline import (
+    Action,
+    Placement,
+    Rule,
+    Situation,
+    Work,
+    decide_deadline,
+    preempted_often,
+    sits_out,
+)
 from shared.fleet.estimate import CapacityEstimate, SpotOutlook, estimate
 from shared.fleet.observations import FleetFact, Kind
 from shared.fleet.placement import Candidate, Job, Move, choose_location
@@ -166,6 +175,7 @@ class Attempt:
     moves: int = 0
     egress: float = 0.0
     restarts: int = 0  # preemptions of the current Spot attempt
+    preempted: list[int] = field(default_factory=list)  # their ticks (from the start), as `Attempt.preempted_at`
     number: int = 1  # attempt number (observation keys)
     ran: bool = False  # the current Spot attempt got capacity once
     run_began: int = 0
@@ -328,14 +338,16 @@ class Spotjobs(Policy):
         return self._choose(job, tick, job.region, on_demand=False)
 
     def waiting_move(self, job: Attempt, tick: int) -> int | None:
-        if tick - job.placed < self.setup.changeover_ticks:
-            return None
-        # As production's `consider_move`: not out of a short outage (a fresh outlook), and where
-        # the rule holds the wait only for a move, staying costs the rest on on-demand.
+        # As production's `consider_move`: after a changeover of waiting, not out of a short outage
+        # (a fresh outlook), and where the rule holds the wait only for a move, staying costs the
+        # rest on on-demand; within it, only a job preempted often lately, staying costed so.
         now = situation(self.setup, job, tick, None)
-        if sits_out(now, self.outlook(job, tick)):
+        at_once = tick - job.placed < self.setup.changeover_ticks
+        if at_once and not preempted_often(now, [at(t, self.setup) for t in job.preempted]):
             return None
-        leaving = decide_deadline(now, self.rule).held_for_move
+        if not at_once and sits_out(now, self.outlook(job, tick)):
+            return None
+        leaving = at_once or decide_deadline(now, self.rule).held_for_move
         chosen = self._choose(job, tick, job.region, on_demand=False, waiting=True, leaving=leaving)
         return None if chosen == job.region else chosen
 
@@ -459,7 +471,7 @@ def _obs(fleet: Fleet, setup: Setup, job: Attempt, kind: Kind, tick: int, second
 
 def _wait(job: Attempt, fleet: Fleet, setup: Setup, tick: int, policy: Policy) -> None:
     """A new Spot attempt, waiting in its region."""
-    job.mode, job.placed, job.restarts, job.ran = Placement.WAITING_FOR_SPOT, tick, 0, False
+    job.mode, job.placed, job.restarts, job.ran, job.preempted = Placement.WAITING_FOR_SPOT, tick, 0, False, []
     job.outlook = policy.outlook(job, tick)
     _obs(fleet, setup, job, Kind.WAITING, tick)
 
@@ -481,6 +493,7 @@ def _settle(job: Attempt, fleet: Fleet, setup: Setup, tick: int, policy: Policy)
     up = _region(setup, job).available[job.start + tick]
     if job.mode is Placement.ON_SPOT and not up:
         job.restarts += 1
+        job.preempted.append(tick)
         _obs(fleet, setup, job, Kind.PREEMPT, tick, index=job.restarts - 1)
         job.mode, job.placed = Placement.WAITING_FOR_SPOT, tick
         if job.restarts > RESTARTS_BEFORE_STOCKOUT:

@@ -36,7 +36,9 @@ fell behind the line, whichever is later. On on-demand behind the line, it goes 
 another run once the outage the outlook expects is over, while the slack beyond the net pays
 `SECOND_RUN_CHANGEOVERS` changeovers, rather than finishing the work on on-demand. Without either
 (`spot_outlook`, `spot_available` None) it is Uniform Progress. `sits_out` keeps a move
-(shared/deciding/moves.py) from taking a job out of a short outage, judged on a fresh outlook.
+(shared/deciding/moves.py) from taking a job out of a short outage, judged on a fresh outlook;
+`preempted_often` has a move weighed at once, within the wait's first changeover, when the
+attempt was preempted twice lately and little slack is left beyond the net.
 Also not coming back to Spot whose mean lifetime is below k d / (k - 1) (the paper's break-even)
 was measured, made no cell cheaper and most dearer, and is not used (docs/deadlines.md). The
 rules do not depend on the prices.
@@ -69,6 +71,14 @@ MOVE_SLACK_CHANGEOVERS = 2.0
 # is over, while the slack beyond the net pays this many changeovers (the Spot run's, and the
 # on-demand one it reserves again): at a tight deadline the alternative is the rest on on-demand.
 SECOND_RUN_CHANGEOVERS = 2.0
+# After this many preemptions of a Spot attempt within this many hours, with the slack beyond the
+# net at most this many changeovers, a wait where it runs is treated as a long outage
+# (`preempted_often`): short outages that come back spend the slack a changeover and an outage at
+# a time, and a move is worth one only while the slack still pays it. Measured on the GCP H100
+# traces (docs/placement.md, "Robust placement").
+QUICK_PREEMPTIONS = 2
+QUICK_PREEMPTION_HOURS = 4.0
+QUICK_SLACK_CHANGEOVERS = 4.0
 
 
 class Rule(StrEnum):
@@ -258,6 +268,22 @@ def sits_out(situation: Situation, outlook: SpotOutlook | None) -> bool:
     beyond_net = _slack(situation) - safety_net_seconds(situation)
     waited = (situation.now - situation.placed_at).total_seconds()
     return wait <= min(WAIT_CHANGEOVERS * d, beyond_net) and waited <= max(wait, d)
+
+
+def preempted_often(situation: Situation, preempted_at: Sequence[datetime]) -> bool:
+    """Whether a Spot job waiting for capacity should be placed again at once, staying costed as
+    the rest of the work on on-demand: its attempt was preempted `QUICK_PREEMPTIONS` times within
+    `QUICK_PREEMPTION_HOURS` (`preempted_at`, the attempt's preemptions as they were counted),
+    and the slack beyond the net is at most `QUICK_SLACK_CHANGEOVERS` changeovers. Each short
+    outage that ends inside the rule's hold still costs an outage and a changeover of slack; a
+    few of them spend the slack before a move is weighed (a wait shorter than a changeover, or
+    one `sits_out` keeps), and the job ends on on-demand where it was. Larger slack pays for them."""
+    if situation.placement is not Placement.WAITING_FOR_SPOT:
+        return False
+    window = QUICK_PREEMPTION_HOURS * 3600
+    recent = sum(1 for moment in preempted_at if 0 <= (situation.now - moment).total_seconds() <= window)
+    beyond_net = _slack(situation) - safety_net_seconds(situation)
+    return recent >= QUICK_PREEMPTIONS and beyond_net <= QUICK_SLACK_CHANGEOVERS * situation.changeover_seconds
 
 
 def _second_spot_run_in(s: Situation, beyond_net: float) -> float | None:

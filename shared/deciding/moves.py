@@ -13,11 +13,14 @@ than a changeover: the rule decides nothing while the hand-over runs (its next a
 pending), so its safety net counts the move's changeover. A deadline request also stays where the
 fleet's outages are short (`sits_out`, on the outlook estimated now) until its wait outlasts the
 expected outage; and where the rule holds the wait only for a move, placement costs staying as
-the rest of the work on on-demand (`Job.leaving`), what the rule does next.
+the rest of the work on on-demand (`Job.leaving`), what the rule does next. One preempted often
+lately with little slack beyond the net (`preempted_often`, from `Attempt.preempted_at`) is
+weighed at once, without waiting a changeover nor sitting out, staying costed as on-demand: short
+outages that keep coming back would spend the slack before a move is weighed.
 
 A request with `capacity` alternatives moves to its best other option, the (machine, strategy,
 location) it waits on left out (`shared.fleet.capacity.choose_capacity`, which asks the policy of
-each strategy), with one allowed location too (without the two deadline edges above: the outlook
+each strategy), with one allowed location too (without the deadline edges above: the outlook
 is the request's first machine's)."""
 
 from __future__ import annotations
@@ -26,7 +29,14 @@ from datetime import datetime
 
 from shared.clock import parse_iso
 from shared.deciding.continuations import counted_attempts
-from shared.deciding.deadline import Action, DeadlineDecision, Situation, decide_deadline, sits_out
+from shared.deciding.deadline import (
+    Action,
+    DeadlineDecision,
+    Situation,
+    decide_deadline,
+    preempted_often,
+    sits_out,
+)
 from shared.deciding.deadline_watch import deadline_situation
 from shared.deciding.decisions import DecisionPolicy
 from shared.deciding.effects import Effects, LogLine, event_fields
@@ -59,7 +69,10 @@ def consider_move(
         return
     changeover, situation, decision = rule
     waited = (now - parse_iso(attempt.state_changed_at if attempt.started_at else attempt.created_at)).total_seconds()
-    if waited <= changeover:
+    # Within a changeover of waiting, only a deadline request preempted often lately is weighed
+    # (`preempted_often`): at once, as if the outage were long, staying costed as on-demand.
+    at_once = waited <= changeover
+    if at_once and not _preempted_often(record, attempt, situation):
         return
     if record.request.get("capacity"):
         chosen = choose_capacity(
@@ -75,9 +88,13 @@ def consider_move(
             return
         location, strategy, machine, reason = chosen.location, chosen.strategy, chosen.machine, chosen.reason
     else:
-        if situation is not None and sits_out(situation, placer.spot_outlook(record.request, attempt.location)):
+        if (
+            not at_once
+            and situation is not None
+            and sits_out(situation, placer.spot_outlook(record.request, attempt.location))
+        ):
             return
-        leaving = decision is not None and decision.held_for_move
+        leaving = at_once or (decision is not None and decision.held_for_move)
         placed = placer.place(record.request, attempt, record.attempts, waiting=True, leaving=leaving)
         if placed.location == attempt.location:
             return
@@ -113,6 +130,13 @@ def consider_move(
             ),
         )
     )
+
+
+def _preempted_often(record: RequestRecord, attempt: Attempt, situation: Situation | None) -> bool:
+    """A deadline request without capacity alternatives whose attempt was preempted often lately."""
+    if situation is None or record.request.get("capacity"):
+        return False
+    return preempted_often(situation, [parse_iso(moment) for moment in attempt.preempted_at])
 
 
 def _may_move(record: RequestRecord, attempt: Attempt, job: JobSnapshot, policy: DecisionPolicy) -> bool:

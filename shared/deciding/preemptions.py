@@ -45,7 +45,7 @@ from spotjobs_kit.lines import (
 )
 
 from shared.alerts import AlertKind
-from shared.clock import parse_iso, parse_rfc3339
+from shared.clock import iso, parse_iso, parse_rfc3339
 from shared.deciding.effects import Effects, LogLine, attempt_alert, event_fields
 from shared.jobs import MAX_SPOT_PREEMPTIONS, MAX_SPOT_RESTARTS, JobSnapshot, JobState, job_replicas
 from shared.ledger.records import Attempt, RequestRecord, alert_marker, evidence_marker
@@ -238,6 +238,7 @@ def count_preemptions(
     source, counted = _counted(record, n)
     if counted <= attempt.preemptions:
         return
+    attempt.preempted_at.extend([iso(now)] * (counted - attempt.preemptions))
     attempt.preemptions = counted
     attempt.preemptions_unknown = False
     effects.lines.append(
@@ -280,6 +281,7 @@ def discount_timeout_stop(record: RequestRecord, attempt: Attempt) -> None:
     lowered to what the rest of the evidence shows."""
     record.mark(evidence_marker(KIT_TIMEOUT_KEY, attempt.n))
     attempt.preemptions = _counted(record, attempt.n)[1]
+    del attempt.preempted_at[attempt.preemptions :]
 
 
 def unconfirmed_kit_preemptions(record: RequestRecord, attempt: Attempt) -> int:

@@ -45,6 +45,9 @@ class Attempt:
     ended_at: str | None = None
     state_changed_at: str | None = None
     preemptions: int = 0
+    # When each of them was counted (shared/deciding/preemptions.py): how often lately, which a
+    # deadline request's move weighs (`shared.deciding.deadline.preempted_often`).
+    preempted_at: list[str] = field(default_factory=list)
     # Times reconcile re-published this attempt because its claim never got a job (after a bound,
     # with one alert naming the evidence: never failed for it, see shared/reconcile.py).
     republished: int = 0
