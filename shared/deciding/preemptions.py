@@ -59,6 +59,9 @@ KIT_FINISHED_KEY = "kit-finished"  # a run finished its training
 KIT_FAILED_KEY = "kit-failed"  # a run's training code raised
 KIT_TIMEOUT_KEY = "kit-timeout"  # the job ended at its timeout: its last run's SIGTERM no preemption
 WAITING_STATES = frozenset({JobState.QUEUED, JobState.PENDING})
+# The newest preemptions whose times an attempt keeps: the deadline rule asks only how often lately
+# (`shared.deciding.deadline.preempted_often`), and a job of many replicas may count hundreds.
+PREEMPTION_TIMES_KEPT = 4
 # What a kit line's numbers may be and still be evidence (docs/security.md, "Limits"): the
 # envelope's bounds on steps and seconds, and a checkpoint of at most a petabyte (far past any one
 # job's). A line's time lies between its attempt's claim and now, give or take a clock's skew.
@@ -238,7 +241,8 @@ def count_preemptions(
     source, counted = _counted(record, n)
     if counted <= attempt.preemptions:
         return
-    attempt.preempted_at.extend([iso(now)] * (counted - attempt.preemptions))
+    newest = attempt.preempted_at + [iso(now)] * min(counted - attempt.preemptions, PREEMPTION_TIMES_KEPT)
+    attempt.preempted_at = newest[-PREEMPTION_TIMES_KEPT:]
     attempt.preemptions = counted
     attempt.preemptions_unknown = False
     effects.lines.append(
@@ -280,8 +284,10 @@ def discount_timeout_stop(record: RequestRecord, attempt: Attempt) -> None:
     run, so lines that come late (the last run's, or its `run_started`) change nothing, and the count
     lowered to what the rest of the evidence shows."""
     record.mark(evidence_marker(KIT_TIMEOUT_KEY, attempt.n))
-    attempt.preemptions = _counted(record, attempt.n)[1]
-    del attempt.preempted_at[attempt.preemptions :]
+    lowered = _counted(record, attempt.n)[1]
+    if lowered < attempt.preemptions:  # the newest count was the stop's
+        del attempt.preempted_at[max(0, len(attempt.preempted_at) - (attempt.preemptions - lowered)) :]
+    attempt.preemptions = lowered
 
 
 def unconfirmed_kit_preemptions(record: RequestRecord, attempt: Attempt) -> int:

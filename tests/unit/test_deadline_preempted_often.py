@@ -187,6 +187,26 @@ def test_each_preemption_counted_keeps_when_it_was_counted() -> None:
     assert len(attempt.preempted_at) == attempt.preemptions
 
 
+def test_an_attempt_keeps_only_its_newest_preemption_times() -> None:
+    """The record stays small however many a job of many replicas counts; a count the timeout
+    lowers drops the newest, which was the timeout's stop."""
+    attempt = Attempt(1, "us-central1", "SPOT", claimed_at=iso(NOW - timedelta(hours=1)), job=JOB)
+    record = RequestRecord("r1", {"location": "us-central1"}, "gs://b/r1/", attempts=[attempt])
+    for k in range(6):
+        count_preemptions(
+            record,
+            attempt,
+            None,
+            f"p-{k}",
+            fresh=False,
+            storm_threshold=99,
+            now=NOW + timedelta(minutes=k),
+            effects=Effects(),
+        )
+    assert attempt.preemptions == 6
+    assert [parse_iso(t) for t in attempt.preempted_at] == [NOW + timedelta(minutes=k) for k in (2, 3, 4, 5)]
+
+
 # The placement bench decides the same way (its `Spotjobs.waiting_move`).
 
 
