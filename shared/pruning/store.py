@@ -7,7 +7,8 @@ bucket's initial ~1000 writes/s bounds deletes whichever way they are sent. Dele
 settings.prune_workers threads sharing one client, whose connection pool is widened to match.
 
 Permissions: storage.objects.list and .delete on the checkpoint bucket (markers are found by
-one-item listings, not reads); storage.objects.get there only for the small files some frameworks
+listings, not reads: one listing of a request's whole folder when it fits a page,
+shared/pruning/snapshot.py, else one-item listings); storage.objects.get there only for the small files some frameworks
 complete a checkpoint with (TensorFlow's `checkpoint` index, DeepSpeed's `latest`, Orbax's
 `_CHECKPOINT_METADATA`, the kit's `COMMITTED` with the files it lists); ledger reads, and writing one cursor object, in the state bucket. google.* loads on first
 use, so importing this module costs the function's cold start nothing.
@@ -106,6 +107,16 @@ class GcsPruneStore:
                 request_id = prefix[len(root) :].rstrip("/")
                 if (not after or prefix > after_prefix) and is_request_folder_name(request_id):
                     yield request_id
+
+    def list_tree(self, prefix: str, *, limit: int) -> list[ListedObject] | None:
+        """Every object under `prefix`, from one page of at most `limit`; None when more remain
+        (shared/pruning/snapshot.py)."""
+        iterator = self._bucket.client.list_blobs(
+            self._bucket, prefix=prefix, max_results=limit, page_size=limit, fields=self._LIST_FIELDS
+        )
+        self._count("list")
+        objects = [_listed(blob) for blob in iterator]
+        return None if iterator.next_page_token else objects
 
     def stat(self, name: str, *, counted_as: str = "list") -> ListedObject | None:
         """One object's metadata, by a one-item listing: the exact name sorts before any longer
