@@ -37,11 +37,15 @@ class TreeListingStore(Protocol):
         objects; None when more remain."""
         ...
 
+    def read_listed(self, obj: ListedObject) -> str | None:
+        """The text of `obj` at the generation listed (or, changed since, as it is now)."""
+        ...
+
 
 class FolderSnapshot:
     """Discovery's `ListingStore` over one listing of `prefix`; `list_all` goes to `live`."""
 
-    def __init__(self, live: CheckpointStore, prefix: str, objects: Sequence[ListedObject]) -> None:
+    def __init__(self, live: TreeStore, prefix: str, objects: Sequence[ListedObject]) -> None:
         self._live = live
         self._prefix = prefix
         self._objects = sorted(objects, key=lambda o: o.name)
@@ -71,12 +75,19 @@ class FolderSnapshot:
         return self._by_name.get(name)
 
     def read_text(self, name: str) -> str | None:
-        if self._within(name) and name not in self._by_name:
+        if not self._within(name):
+            return self._live.read_text(name)
+        listed = self._by_name.get(name)
+        if listed is None:
             return None  # the listing shows it absent: a read would answer NotFound
-        return self._live.read_text(name)
+        return self._live.read_listed(listed)
 
     def list_all(self, prefix: str) -> list[ListedObject]:
         return self._live.list_all(prefix)
+
+
+class TreeStore(CheckpointStore, TreeListingStore, Protocol):
+    """A store a snapshot can be taken of (`GcsPruneStore`)."""
 
 
 def discovery_store(store: CheckpointStore, folder: str) -> CheckpointStore:

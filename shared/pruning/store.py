@@ -19,6 +19,8 @@ from __future__ import annotations
 import enum
 import os
 import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -137,6 +139,26 @@ class GcsPruneStore:
         except NotFound:
             return None
 
+    def read_listed(self, obj: ListedObject) -> str | None:
+        """`read_text` of `obj` as listed: a generation's contents never change, so what was read
+        of it once (by any run of this process) is not read again. A newer generation since the
+        listing is read as `read_text` reads it, and not remembered."""
+        from google.api_core.exceptions import NotFound, PreconditionFailed
+
+        key = (self._bucket.name, obj.name, obj.generation)
+        known = _listed_texts.get(self._bucket.client, key)
+        if known is not None:
+            return known
+        self._count("read")
+        try:
+            text = self._bucket.blob(obj.name).download_as_text(if_generation_match=obj.generation)
+        except NotFound:
+            return None
+        except PreconditionFailed:
+            return self.read_text(obj.name)
+        _listed_texts.put(self._bucket.client, key, text)
+        return text
+
     def delete(self, obj: ListedObject) -> DeleteOutcome:
         from google.api_core.exceptions import NotFound, PreconditionFailed
         from google.cloud.storage.retry import DEFAULT_RETRY
@@ -156,6 +178,37 @@ class GcsPruneStore:
         except PreconditionFailed:
             return DeleteOutcome.CHANGED
         return DeleteOutcome.DELETED
+
+
+class _ListedTexts:
+    """The contents of small objects by generation, per storage client (so a simulated world's
+    client never sees another's), the most recent `LISTED_TEXTS_KEPT` of each."""
+
+    def __init__(self) -> None:
+        self._by_client: weakref.WeakKeyDictionary[Any, OrderedDict[tuple[str, str, int], str]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._lock = threading.Lock()
+
+    def get(self, client: Any, key: tuple[str, str, int]) -> str | None:
+        with self._lock:
+            texts = self._by_client.get(client)
+            if texts is None or key not in texts:
+                return None
+            texts.move_to_end(key)
+            return texts[key]
+
+    def put(self, client: Any, key: tuple[str, str, int], text: str) -> None:
+        with self._lock:
+            texts = self._by_client.setdefault(client, OrderedDict())
+            texts[key] = text
+            while len(texts) > LISTED_TEXTS_KEPT:
+                texts.popitem(last=False)
+
+
+# Marker and index texts remembered per client: a few KB each, read again every hourly run.
+LISTED_TEXTS_KEPT = 4096
+_listed_texts = _ListedTexts()
 
 
 def _listed(blob: Any) -> ListedObject:

@@ -22,12 +22,15 @@ from tests.support.checkpoint_specs import checkpoint_specs, write
 from tests.support.prune_store import LAYOUT, NOW, MemoryStore, folder, policy, prefix_checkpoint
 
 
-class TreeStore(MemoryStore):
+class ListingMemoryStore(MemoryStore):
     """The in-memory store, able to list a whole folder in one call as GcsPruneStore does."""
 
     def list_tree(self, prefix: str, *, limit: int) -> list[ListedObject] | None:
         objects = [o for n, o in self._listing() if n.startswith(prefix)]
         return objects if len(objects) <= limit else None
+
+    def read_listed(self, obj: ListedObject) -> str | None:
+        return self.read_text(obj.name)
 
 
 def running() -> RequestRecord:
@@ -45,8 +48,8 @@ def judged(result: RequestPlan) -> list[tuple[Any, ...]]:
     ] + [(u.name, u.reason) for u in result.unmanaged]
 
 
-def both(fill: Any) -> tuple[MemoryStore, TreeStore]:
-    live, tree = MemoryStore(), TreeStore()
+def both(fill: Any) -> tuple[MemoryStore, ListingMemoryStore]:
+    live, tree = MemoryStore(), ListingMemoryStore()
     for store in (live, tree):
         fill(store)
     return live, tree
@@ -85,7 +88,7 @@ def test_prefix_checkpoints_cost_one_listing_and_no_check_each() -> None:
 
 
 def test_a_read_of_what_the_listing_does_not_show_costs_nothing() -> None:
-    tree = TreeStore()
+    tree = ListingMemoryStore()
     prefix_checkpoint(tree, "r1", "step-000100/", marker="commit_success.txt")
     snapshot = discovery_store(tree, folder("r1"))
     assert isinstance(snapshot, FolderSnapshot)
@@ -98,7 +101,7 @@ def test_a_folder_past_one_page_is_judged_over_the_live_store(monkeypatch: pytes
     import shared.pruning.snapshot as snapshot
 
     monkeypatch.setattr(snapshot, "SNAPSHOT_OBJECTS", 3)
-    tree = TreeStore()
+    tree = ListingMemoryStore()
     prefix_checkpoint(tree, "r1", "step-000100/", shards=3)
     assert discovery_store(tree, folder("r1")) is tree
     assert tree.calls()["list"] == 1
@@ -107,7 +110,7 @@ def test_a_folder_past_one_page_is_judged_over_the_live_store(monkeypatch: pytes
 def test_an_incomplete_checkpoints_contents_are_listed_live_after_the_snapshot() -> None:
     """A marker written after the folder's listing still counts (`with_contents`), as it did when
     discovery's calls were each made live: the contents that decide a delete are never the snapshot's."""
-    tree = TreeStore()
+    tree = ListingMemoryStore()
     prefix_checkpoint(tree, "r1", "step-000100/", marker=None)
     prefix_checkpoint(tree, "r1", "step-000200/")
     listed = tree.list_tree
@@ -122,9 +125,12 @@ def test_an_incomplete_checkpoints_contents_are_listed_live_after_the_snapshot()
     assert verdicts["step-000100/"].checkpoint.complete and not verdicts["step-000100/"].delete
 
 
+def gcs_bucket(storage: MemoryStorage | None = None) -> Any:
+    return (storage or MemoryStorage(clock=lambda: NOW)).client().bucket("ckpt-bucket")
+
+
 def test_the_gcs_store_lists_a_folder_in_one_call_or_says_it_is_bigger() -> None:
-    storage = MemoryStorage(clock=lambda: NOW)
-    bucket = storage.client().bucket("ckpt-bucket")
+    bucket = gcs_bucket()
     for name in ("requests/r1/checkpoints/a", "requests/r1/checkpoints/b/c", "requests/r10/checkpoints/x"):
         bucket.blob(name).upload_from_string(b"x")
     store = GcsPruneStore(bucket, verify_generation=False)
@@ -132,3 +138,28 @@ def test_the_gcs_store_lists_a_folder_in_one_call_or_says_it_is_bigger() -> None
     assert [o.name for o in whole or []] == ["requests/r1/checkpoints/a", "requests/r1/checkpoints/b/c"]
     assert store.list_tree("requests/", limit=2) is None
     assert store.calls()["list"] == 2
+
+
+def test_a_listed_generation_is_read_once_per_client() -> None:
+    storage = MemoryStorage(clock=lambda: NOW)
+    bucket = gcs_bucket(storage)
+    bucket.blob("requests/r1/checkpoints/step-000100/COMMITTED").upload_from_string("{}")
+    first, second = (GcsPruneStore(bucket, verify_generation=False) for _ in range(2))  # two runs
+    [marker] = first.list_tree("requests/r1/", limit=10) or []
+    assert first.read_listed(marker) == second.read_listed(marker) == "{}"
+    assert (first.calls()["read"], second.calls()["read"]) == (1, 0)
+    other = GcsPruneStore(gcs_bucket(storage), verify_generation=False)  # another client: its own
+    assert other.read_listed(marker) == "{}" and other.calls()["read"] == 1
+
+
+def test_a_marker_rewritten_since_the_listing_is_read_as_it_is_now_and_not_remembered() -> None:
+    bucket = gcs_bucket()
+    name = "requests/r1/checkpoints/step-000100/COMMITTED"
+    bucket.blob(name).upload_from_string("old")
+    store = GcsPruneStore(bucket, verify_generation=False)
+    [listed] = store.list_tree("requests/r1/", limit=10) or []
+    bucket.blob(name).upload_from_string("new")
+    assert store.read_listed(listed) == store.read_listed(listed) == "new"
+    assert store.calls()["read"] == 4  # each: the guarded read refused, then the plain one
+    bucket.blob(name).delete()
+    assert store.read_listed(listed) is None
