@@ -29,10 +29,8 @@ per run; a run that stops short saves where the next one starts, in the ledger's
 
 Then the pass sweeps for strays (`shared.found_jobs.sweep_strays`): one list per location of this
 deployment's jobs that have not ended, and every one the ledger does not record is cancelled,
-whether its request is active or long finished.
-
-Every change goes through the ledger's compare-and-swap, so runs may overlap each other and
-on_job_event freely.
+whether its request is active or long finished. Every change goes through the ledger's
+compare-and-swap, so runs may overlap each other and on_job_event freely.
 """
 
 from __future__ import annotations
@@ -44,6 +42,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import partial
 from typing import Any
+from weakref import WeakSet
 
 from shared.adapters.vertex import canceller, find_attempt_job, parent_path
 from shared.alerts import Alert, AlertKind
@@ -76,6 +75,7 @@ from shared.wiring import Ports
 RECONCILE_TASK = "reconcile"
 # Requests reconciled at once: each is a few GCS and Vertex round trips, mostly waiting.
 RECONCILE_WORKERS = 8
+_indexed: WeakSet[LedgerStore] = WeakSet()  # ledgers this process saw indexed
 
 
 @dataclass
@@ -158,15 +158,14 @@ def _requests_to_reconcile(
     A marker may be stale, so each one's record is read (in parallel, and kept for the
     `ledger.get` that reconciles it: one read per active request) and a stale one old enough is
     removed. The cursor then names the first one left over, or "" once the index ran out, so the
-    next run starts from the first again.
-
-    A ledger from before the index is listed in full once, writing the active records' markers.
-    Then the retention sweep and the orphan sweep (`shared.ledger.retention`) take their bounded
-    turns."""
+    next run starts from the first again. A ledger from before the index is listed in full once,
+    writing the active records' markers (then the process remembers it is built). Then the
+    retention sweep and the orphan sweep (`shared.ledger.retention`) take their bounded turns."""
     from shared.ledger.retention import backfill_index, sweep_orphans_step, sweep_step
 
-    if not ledger.index_built():
+    if ledger not in _indexed and not ledger.index_built():
         backfill_index(ledger, log, page_size=page_size)
+    _indexed.add(ledger)  # built, it stays built: every write keeps its markers
     summary.started_at = ledger.cursor(RECONCILE_TASK)
     active: list[str] = []
     stale: list[tuple[ActiveEntry, ListedRequest | None]] = []

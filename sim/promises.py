@@ -420,10 +420,27 @@ def refused_for_good(world: World, operation: str, callers: tuple[str, ...]) -> 
 
 def creates_refused(world: World) -> list[Expected]:
     """`submit_failed`: Vertex refused a request's create for good (a 403 for the create
-    permission, a 400 on its job: `sim.faults`), and nobody cancelled the request."""
+    permission, a 400 on its job: `sim.faults`), and nobody cancelled the request. Not when the
+    code created a job of the request after its last refusal: the delivery that met the refusal
+    died before recording it, the permission was granted again, and the request ran (seed 85)."""
     cancelled = cancelled_by_operator(world)
     refused = refused_for_good(world, "create", ("submit_job",))
-    return [Expected(AlertKind.SUBMIT_FAILED, rid, why) for rid, why in refused.items() if rid not in cancelled]
+    last_refused: dict[str, datetime] = {}
+    for r in world.vertex.refused:
+        if r.operation == "create" and r.caller == "submit_job" and r.request_id:
+            last_refused[r.request_id] = max(r.at, last_refused.get(r.request_id, r.at))
+    created_since = {
+        job.request_id
+        for job in world.vertex.jobs.values()
+        if job.name not in world.tampering.duplicated_jobs  # a person's re-run is not the code's create
+        and job.request_id in last_refused
+        and job.create_time > last_refused[job.request_id]
+    }
+    return [
+        Expected(AlertKind.SUBMIT_FAILED, rid, why)
+        for rid, why in refused.items()
+        if rid not in cancelled and rid not in created_since
+    ]
 
 
 def lookups_refused(world: World) -> list[Expected]:

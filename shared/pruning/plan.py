@@ -12,6 +12,7 @@ from shared.ledger.records import RequestRecord
 from shared.pruning.checkpoints import CheckpointStore
 from shared.pruning.folders import CheckpointLayout
 from shared.pruning.retention import PrunePolicy, PruneVerdict, contents_needed, judge_checkpoints
+from shared.pruning.snapshot import discovery_store
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ def plan_request(
     folder = layout.folder_for(request_id)
     lifecycle = policy.lifecycle_of(record, now)
     keep_last = policy.keep_last_for(record)
-    found = discover(store, folder, policy.commit_markers, try_first=marker_hint)
+    found = discover(discovery_store(store, folder), folder, policy.commit_markers, try_first=marker_hint)
     checkpoints = list(found.checkpoints)
     for c in contents_needed(checkpoints, lifecycle):
         listed = with_contents(c, folder, store.list_all(folder + c.name), policy.commit_markers)

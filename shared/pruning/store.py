@@ -7,7 +7,8 @@ bucket's initial ~1000 writes/s bounds deletes whichever way they are sent. Dele
 settings.prune_workers threads sharing one client, whose connection pool is widened to match.
 
 Permissions: storage.objects.list and .delete on the checkpoint bucket (markers are found by
-one-item listings, not reads); storage.objects.get there only for the small files some frameworks
+listings, not reads: one listing of a request's whole folder when it fits a page,
+shared/pruning/snapshot.py, else one-item listings); storage.objects.get there only for the small files some frameworks
 complete a checkpoint with (TensorFlow's `checkpoint` index, DeepSpeed's `latest`, Orbax's
 `_CHECKPOINT_METADATA`, the kit's `COMMITTED` with the files it lists); ledger reads, and writing one cursor object, in the state bucket. google.* loads on first
 use, so importing this module costs the function's cold start nothing.
@@ -18,6 +19,8 @@ from __future__ import annotations
 import enum
 import os
 import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -107,6 +110,16 @@ class GcsPruneStore:
                 if (not after or prefix > after_prefix) and is_request_folder_name(request_id):
                     yield request_id
 
+    def list_tree(self, prefix: str, *, limit: int) -> list[ListedObject] | None:
+        """Every object under `prefix`, from one page of at most `limit`; None when more remain
+        (shared/pruning/snapshot.py)."""
+        iterator = self._bucket.client.list_blobs(
+            self._bucket, prefix=prefix, max_results=limit, page_size=limit, fields=self._LIST_FIELDS
+        )
+        self._count("list")
+        objects = [_listed(blob) for blob in iterator]
+        return None if iterator.next_page_token else objects
+
     def stat(self, name: str, *, counted_as: str = "list") -> ListedObject | None:
         """One object's metadata, by a one-item listing: the exact name sorts before any longer
         name it prefixes, and the pruner's role needs no read access to checkpoint contents."""
@@ -125,6 +138,26 @@ class GcsPruneStore:
             return self._bucket.blob(name).download_as_text()
         except NotFound:
             return None
+
+    def read_listed(self, obj: ListedObject) -> str | None:
+        """`read_text` of `obj` as listed: a generation's contents never change, so what was read
+        of it once (by any run of this process) is not read again. A newer generation since the
+        listing is read as `read_text` reads it, and not remembered."""
+        from google.api_core.exceptions import NotFound, PreconditionFailed
+
+        key = (self._bucket.name, obj.name, obj.generation)
+        known = _listed_texts.get(self._bucket.client, key)
+        if known is not None:
+            return known
+        self._count("read")
+        try:
+            text = self._bucket.blob(obj.name).download_as_text(if_generation_match=obj.generation)
+        except NotFound:
+            return None
+        except PreconditionFailed:
+            return self.read_text(obj.name)
+        _listed_texts.put(self._bucket.client, key, text)
+        return text
 
     def delete(self, obj: ListedObject) -> DeleteOutcome:
         from google.api_core.exceptions import NotFound, PreconditionFailed
@@ -145,6 +178,37 @@ class GcsPruneStore:
         except PreconditionFailed:
             return DeleteOutcome.CHANGED
         return DeleteOutcome.DELETED
+
+
+class _ListedTexts:
+    """The contents of small objects by generation, per storage client (so a simulated world's
+    client never sees another's), the most recent `LISTED_TEXTS_KEPT` of each."""
+
+    def __init__(self) -> None:
+        self._by_client: weakref.WeakKeyDictionary[Any, OrderedDict[tuple[str, str, int], str]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._lock = threading.Lock()
+
+    def get(self, client: Any, key: tuple[str, str, int]) -> str | None:
+        with self._lock:
+            texts = self._by_client.get(client)
+            if texts is None or key not in texts:
+                return None
+            texts.move_to_end(key)
+            return texts[key]
+
+    def put(self, client: Any, key: tuple[str, str, int], text: str) -> None:
+        with self._lock:
+            texts = self._by_client.setdefault(client, OrderedDict())
+            texts[key] = text
+            while len(texts) > LISTED_TEXTS_KEPT:
+                texts.popitem(last=False)
+
+
+# Marker and index texts remembered per client: a few KB each, read again every hourly run.
+LISTED_TEXTS_KEPT = 4096
+_listed_texts = _ListedTexts()
 
 
 def _listed(blob: Any) -> ListedObject:

@@ -159,6 +159,24 @@ def test_a_ledger_from_before_the_index_is_indexed_once(gcs_bucket) -> None:
     assert len(log.events("active_index_built")) == 1
 
 
+def test_a_pass_reads_the_index_marker_only_until_it_has_seen_it(ledger: LedgerStore, monkeypatch) -> None:
+    asked: list[LedgerStore] = []
+    index_built = LedgerStore.index_built
+
+    def counted(self: LedgerStore) -> bool:
+        asked.append(self)
+        return index_built(self)
+
+    monkeypatch.setattr(LedgerStore, "index_built", counted)
+    log = CapturedLog().logger
+    _select(ledger, log)
+    _select(ledger, log)
+    assert asked == [ledger]  # a built index stays built: the next pass does not ask again
+    another = LedgerStore(ledger._bucket)  # noqa: SLF001 - another process's view of the same ledger
+    _select(another, log)
+    assert asked == [ledger, another]
+
+
 def test_the_sweep_removes_expired_records_referrers_first_and_repairs_the_index(
     ledger: LedgerStore, gcs_bucket
 ) -> None:

@@ -73,6 +73,23 @@ def test_a_refused_request_without_its_alert_is_caught(world: World) -> None:
     assert catalogue(world, AlertKind.INVALID_REQUEST) == []
 
 
+def test_a_refused_create_without_its_alert_is_caught_unless_vertex_created_the_request_after_it(
+    world: World,
+) -> None:
+    """A create refused while its permission was withdrawn, met by a delivery that died before
+    recording it: the claim is re-published, and once the permission is granted again Vertex
+    creates the job and the request runs. Nothing failed, so no `submit_failed` is owed (seed 85)."""
+    job(world, "r1", 1)  # a job of the request from before the refusal does not speak for it
+    world.clock.advance(60)
+    world.vertex.refused.append(Refused(world.clock.now(), "create", "us-central1", "r1", 403, "submit_job"))
+    assert catalogue(world, AlertKind.SUBMIT_FAILED) == [
+        "no submit_failed alert for r1: Vertex answered 403 to submit_job's create in us-central1"
+    ]
+    world.clock.advance(60)
+    job(world, "r1", 2)
+    assert catalogue(world, AlertKind.SUBMIT_FAILED) == []
+
+
 def test_a_storm_at_its_threshold_without_its_alert_is_caught(world: World) -> None:
     storm = preempted(world, job(world, "r1", 1), world.settings.preemption_storm_threshold - 1)
     assert catalogue(world, AlertKind.PREEMPTION_STORM) == []
