@@ -314,21 +314,8 @@ class Blob:
 
     @classmethod
     def _listed(cls, bucket: Bucket, name: str, obj: StoredObject) -> Blob:
-        """`Blob(bucket, name)` then `_load(obj)`, in one step (a listing makes one per object)."""
-        blob = cls.__new__(cls)
-        blob.__dict__.update(
-            bucket=bucket,
-            name=name,
-            _storage=bucket._storage,  # noqa: SLF001
-            generation=obj.generation,
-            metageneration=obj.metageneration,
-            metadata=dict(obj.metadata) if obj.metadata is not None else None,
-            updated=obj.updated,
-            time_created=obj.time_created,
-            size=len(obj.data),
-            content_type=obj.content_type,
-            custom_time=obj.custom_time,
-        )
+        blob = cls(bucket, name)
+        blob._load(obj)
         return blob
 
     def _load(self, obj: StoredObject) -> None:
