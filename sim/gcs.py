@@ -57,6 +57,28 @@ class ObjectTable(dict[str, "StoredObject"]):
         for i in range(bisect.bisect_left(names, low), len(names)):
             yield names[i]
 
+    def listed(self, low: str, prefix: str, max_results: int | None) -> list[tuple[str, StoredObject | None]]:
+        """The objects from `low` on whose names start with `prefix` (`low` is not before it), in
+        order, at most one more than `max_results`: a listing without a delimiter or an end."""
+        names = self._names
+        start = bisect.bisect_left(names, low)
+        end = len(names) if not prefix else self._prefix_end(prefix, start)
+        if max_results is not None:
+            end = min(end, start + max_results + 1)
+        return [(name, self[name]) for name in names[start:end]]
+
+    def _prefix_end(self, prefix: str, start: int) -> int:
+        """The index after the last name from `start` on that starts with `prefix` (they are
+        contiguous in sorted order)."""
+        names = self._names
+        last = prefix[-1]
+        if last == chr(0x10FFFF):  # no next character: walk
+            end = start
+            while end < len(names) and names[end].startswith(prefix):
+                end += 1
+            return end
+        return bisect.bisect_left(names, prefix[:-1] + chr(ord(last) + 1), start)
+
     def names_under(self, prefix: str) -> list[str]:
         """The names that start with `prefix`, in order."""
         names = self._names
@@ -163,6 +185,8 @@ class Client:
         def perform() -> list[tuple[str, StoredObject | None]]:
             table = self._storage.objects(bucket.name)
             low = max(prefix or "", start_offset or "", (page_token + "\0") if page_token else "")
+            if not delimiter and not end_offset:
+                return table.listed(low, prefix or "", max_results)
             items: list[tuple[str, StoredObject | None]] = []
             seen_prefixes: set[str] = set()
             for name in table.names_from(low):

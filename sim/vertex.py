@@ -92,6 +92,12 @@ class SimJob:
     def live(self) -> bool:
         return self.state in LIVE_STATES
 
+    def shown(self) -> tuple[Any, ...]:
+        """Everything `to_proto` reads: equal between two calls, they build equal protobufs."""
+        error = None if not self.error else repr(self.error)
+        when = (self.create_time, self.update_time, self.start_time, self.end_time)
+        return (self.name, self.request.get("displayName", ""), self.state, tuple(self.labels.items()), when, error)
+
     def to_proto(self) -> Any:
         from google.cloud.aiplatform_v1 import CustomJob
 
@@ -149,6 +155,8 @@ class SimVertex:
         self._jobs_of_parent: dict[str, list[SimJob]] = collections.defaultdict(list)
         self._jobs_of_request: dict[str, list[SimJob]] = collections.defaultdict(list)
         self._indexed = 0
+        # Per job name: what it showed when last answered, and the protobuf built for it (`_answer`).
+        self._answers: dict[str, tuple[tuple[Any, ...], Any]] = {}
         self.state_changes = 0  # states set so far: with `_indexed`, a checker knows if the jobs moved
         self.created: list[Create] = []
         self.replicas = Replicas()  # the seed's multi-replica draws (the world sets them)
@@ -264,7 +272,7 @@ class SimVertex:
                 if job.flex_start:
                     flex.begin(self, job)
                 accepted = True
-                return job.to_proto()
+                return self._answer(job)
             finally:
                 self.created.append(Create(self.clock(), location, request, accepted, quota_refused))
 
@@ -279,9 +287,23 @@ class SimVertex:
             known = self.jobs.get(name)
             self._refuse("get", location, known.request_id if known else "")
             self._note_asked(location)
-            return self._known_job(name).to_proto()
+            return self._answer(self._known_job(name))
 
         return self.io("vertex", "get", perform)
+
+    def _answer(self, job: SimJob) -> Any:
+        """`job.to_proto()`, a CustomJob of its own for each answer: built once per version of
+        what it shows (a build converts every field through proto-plus) and copied for each
+        answer (one protobuf call)."""
+        from google.cloud.aiplatform_v1 import CustomJob
+
+        shown = job.shown()
+        built = self._answers.get(job.name)
+        if built is None or built[0] != shown:
+            built = self._answers[job.name] = (shown, CustomJob.pb(job.to_proto()))
+        answer = type(built[1])()
+        answer.CopyFrom(built[1])
+        return CustomJob.wrap(answer)
 
     def list_custom_jobs(self, request: dict[str, Any] | None = None, **_: Any) -> list[Any]:
         request = request or {}
@@ -302,7 +324,7 @@ class SimVertex:
                 rid = wanted.get(LABEL_REQUEST_ID)
                 candidates = self._jobs_of_parent.get(parent, ()) if rid is None else self._jobs_of_request.get(rid, ())
             return [
-                job.to_proto()
+                self._answer(job)
                 for job in candidates
                 if job.name.startswith(parent + "/")
                 and all(job.labels.get(k) == v for k, v in wanted.items())

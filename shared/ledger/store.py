@@ -94,6 +94,9 @@ PREFETCH_SECONDS = 60.0
 LABELS_METADATA_BYTES = 2048
 
 _log = Logger({"component": "ledger"})
+# What `json.dumps` with these separators builds for each call, built once (every write encodes).
+_DOCUMENT_JSON = json.JSONEncoder(separators=(",", ":"))
+_LABELS_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
 
 
 @dataclass(frozen=True)
@@ -341,14 +344,14 @@ class LedgerStore:
         # What a listing needs without a download: reconcile's selection, status's newest first
         # and its label filter.
         metadata = {"status": record.status, "created_at": record.created_at}
-        labels = json.dumps(job_labels(record), sort_keys=True, separators=(",", ":"))
+        labels = _LABELS_JSON.encode(job_labels(record))
         if len(labels.encode()) <= LABELS_METADATA_BYTES:
             metadata["labels"] = labels
         if record.has_pending_effects:
             metadata["pending_effects"] = "true"
         blob.metadata = metadata
         blob.upload_from_string(
-            json.dumps(record.to_document(), separators=(",", ":")),
+            _DOCUMENT_JSON.encode(record.to_document()),
             content_type="application/json",
             if_generation_match=generation,
         )

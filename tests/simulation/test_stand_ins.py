@@ -1,9 +1,11 @@
 """The simulator's stand-ins keep their semantics where they were made fast: lifecycle rules
 applied through the name index, listings that hand out stored objects without copying them,
-Vertex listings through the per-parent and per-request indexes, the synchronous pool's map."""
+Vertex listings through the per-parent and per-request indexes, the synchronous pool's map, a
+listing's range found by bisection, a Vertex job's answer copied from the one built for its state."""
 
 from __future__ import annotations
 
+import random
 from datetime import timedelta
 
 import pytest
@@ -78,6 +80,50 @@ def _create(world: World, request_id: str, location: str) -> str:
 def _listed(world: World, location: str, query: str) -> list[str]:
     parent = f"projects/{world.settings.project}/locations/{location}"
     return [job.name for job in world.vertex.list_custom_jobs({"parent": parent, "filter": query})]
+
+
+def test_a_listing_finds_by_bisection_what_a_walk_through_the_names_finds() -> None:
+    rng = random.Random(43)
+    storage = MemoryStorage(VirtualClock(EPOCH_OF_SIMULATION).now)
+    bucket = storage.client().bucket("state")
+    pieces = ["a", "b", "a/", "ab", "/", "z", chr(0x10FFFF)]  # the last has no next character
+    for name in sorted({"".join(rng.choices(pieces, k=rng.randrange(1, 5))) for _ in range(300)}):
+        bucket.blob(name).upload_from_string(b"x")
+    table = storage.objects("state")
+
+    def walked(low: str, prefix: str, max_results: int | None) -> list[str]:
+        found: list[str] = []
+        for name in table.names_from(low):
+            if (prefix and not name.startswith(prefix)) or (max_results is not None and len(found) > max_results):
+                break
+            found.append(name)
+        return found
+
+    for _ in range(3000):
+        prefix = rng.choice(["", "".join(rng.choices(pieces, k=rng.randrange(1, 3)))])
+        low = max(prefix, rng.choice(["", "".join(rng.choices(pieces, k=rng.randrange(1, 4)))]))
+        max_results = rng.choice([None, -1, 0, 1, 2, 5, 1000])
+        listed = [name for name, _ in table.listed(low, prefix, max_results)]
+        assert listed == walked(low, prefix, max_results), (low, prefix, max_results)
+
+
+def test_a_vertex_job_answered_twice_is_two_objects_and_shows_its_changes() -> None:
+    world = World(0)
+    world.run()
+    job = next(iter(world.vertex.jobs.values()))
+    answer = world.vertex._answer  # noqa: SLF001
+    first, second = answer(job), answer(job)
+    assert first == second == job.to_proto() and first is not second
+    first.labels["x"] = "y"  # a caller's change stays its own
+    assert "x" not in answer(job).labels
+    job.state, job.error = "JOB_STATE_FAILED", {"code": 3, "message": "changed"}
+    job.labels["added"] = "later"
+    assert answer(job) == job.to_proto()
+    assert (answer(job).state.name, answer(job).error.message, answer(job).labels["added"]) == (
+        "JOB_STATE_FAILED",
+        "changed",
+        "later",
+    )
 
 
 def test_vertex_listings_find_the_jobs_of_their_parent_and_request() -> None:
