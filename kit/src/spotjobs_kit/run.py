@@ -34,7 +34,8 @@ explicitly, never the framework's own "latest" guess.
 Committing never un-commits: `checkpoint(step)` for a step already complete is a no-op that says
 so (`checkpoint_kept`; the block gets a scratch folder, thrown away), because rewriting the files
 of the only resume point in place would tear it. Complete is judged by the rules resuming uses
-(`layout.judge_folder`): a step whose marker lists files deleted since is saved again. A folder a framework wrote itself (HF's
+(`layout.judge_folder`): a step whose marker lists files deleted since is saved again, its old
+markers removed first (so a re-save cut short stays torn). A folder a framework wrote itself (HF's
 `checkpoint-20/`) is committed with `commit(name, step)` once the framework returned (and, across
 processes, after the framework's barrier): its files are fsync'ed, then the marker is written.
 
