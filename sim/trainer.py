@@ -6,8 +6,10 @@ sometimes torn by the crash, preemption or cancel that ends the save.
   folder with `spotjobs_kit.Run.refresh` (the discovery `Run.start` does: `layout.discover` and
   `newest_complete`) and resumes from what it finds;
 - while it runs it saves one to three checkpoints; the save the job's end cuts short is torn, in
-  that framework's way (files without their marker, a kit marker listing a file missing or short,
-  an Orbax temporary folder, a DeepSpeed folder `latest` does not name, a TensorFlow stem its
+  that framework's way (the kit's folder cut before its marker, which the kit writes after every
+  file it lists, an earlier save's markers removed first: a marker listing a file gone or of
+  another size is a deletion's doing, `object_deleted` or a lifecycle rule, never a cut's; an
+  Orbax temporary folder, a DeepSpeed folder `latest` does not name, a TensorFlow stem its
   index does not name, a Hugging Face folder without `trainer_state.json`; with the permanent
   fault `two_file_stems`, a plain-PyTorch stem of two files, `ckpt-000400.pt` and
   `ckpt-000400.optim.pt`, torn between them);
@@ -228,21 +230,23 @@ class Trainer:
         return b"w" * self.rng.randint(8, 200)
 
     def _plain(self, folder: str, step: int, torn: bool) -> tuple[list[tuple[str, bytes]], str]:
+        """The kit's `Run.checkpoint`: the markers an earlier save of the step left removed first,
+        then the files one by one, the marker listing them last; a cut leaves none, some or all
+        of the files and no marker (the kit never writes a marker before the files it lists)."""
         from spotjobs_kit.layout import KIT_MARKER
         from spotjobs_kit.run import checkpoint_name
 
         name = checkpoint_name(step)
-        files = {"model.pt": self._blob(), "optim.pt": self._blob()}
-        listed = {n: len(d) for n, d in files.items()}
-        if torn and self.rng.random() < 0.5:
-            return [(name + n, d) for n, d in files.items()], name  # cut before the marker
-        if torn:  # the marker lists a file the cut left short, or never wrote
-            short = self.rng.choice(sorted(files))
-            files[short] = files[short][: len(files[short]) // 2] if self.rng.random() < 0.5 else b""
-            if not files[short]:
-                del files[short]
+        bucket = self.client().bucket(self.settings.checkpoint_bucket)
+        for marker in self.settings.commit_markers:
+            if folder + name + marker in self.objects():
+                bucket.blob(folder + name + marker).delete()
+        files = [(name + "model.pt", self._blob()), (name + "optim.pt", self._blob())]
+        if torn:
+            return files[: self.rng.choice((0, 1, 2))], name
+        listed = {n[len(name) :]: len(d) for n, d in files}
         marker = json.dumps({"v": 1, "step": step, "files": listed, "committed_at": "sim"}, sort_keys=True).encode()
-        return [*((name + n, d) for n, d in files.items()), (name + KIT_MARKER, marker)], name
+        return [*files, (name + KIT_MARKER, marker)], name
 
     def _torch(self, folder: str, step: int, torn: bool) -> tuple[list[tuple[str, bytes]], str]:
         name = f"ckpt-{step:06d}"  # one object: a cut upload leaves nothing (GCS lists it once whole)

@@ -186,6 +186,28 @@ def test_a_two_file_layout_never_tears_its_first_save(world: World) -> None:
     assert folder + "ckpt-000100.optim.pt" in world.storage.objects(world.settings.checkpoint_bucket)
 
 
+def test_a_torn_save_of_the_kits_layout_never_leaves_a_marker_the_kit_did_not_write_last(world: World) -> None:
+    # Seed 177: the tear model wrote a marker listing a file the save never wrote, and the file
+    # an earlier tear of the step left had that size: complete by the kit's rule, torn by the
+    # ground truth. The kit writes its marker after every file, and removes an earlier save's first.
+    running = trained(world, "r1")
+    folder = world.trainer.job_folder(running)
+    table = world.storage.objects(world.settings.checkpoint_bucket)
+    marker = folder + "step-000300/COMMITTED"
+    for torn in (False, *([True] * 30)):
+        world.trainer.save(running, 300, torn=torn)
+        assert (marker in table) is not torn, "a torn save left a marker" if torn else "a whole save wrote none"
+        if not torn:  # a lifecycle rule deletes a file it lists: no longer whole
+            world.storage.client().bucket(world.settings.checkpoint_bucket).blob(
+                folder + "step-000300/optim.pt"
+            ).delete()
+        world.trainer.start(running)
+        resume = world.trainer.resumes[-1]
+        assert resume.resumed is None and resume.expected is None
+    found = invariants.resumes_from_newest_complete(world)
+    assert [v for v in found if v.invariant == "resumes_from_newest_complete"] == []  # (this test deleted the newest)
+
+
 def test_a_job_writes_absurd_lines_signed_with_its_own_key(world: World) -> None:
     running = job(world, "r1", 1)
     key = "k" * 32

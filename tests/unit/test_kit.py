@@ -460,6 +460,24 @@ def test_a_step_whose_files_were_deleted_is_saved_again_and_committed(commit: bo
     assert start(tmp_path)[0].resume_step() == 5
 
 
+def test_a_step_saved_again_and_cut_short_is_not_vouched_for_by_its_old_marker(tmp_path: Path) -> None:
+    # Seed 177: a step's files have the same sizes at every save, so the old marker (names and
+    # sizes) judged a re-save cut after its first file, beside the old save's other file, complete.
+    run, _ = start(tmp_path)
+    with run.checkpoint(3) as folder:
+        Path(folder, "w").write_text("step 3")
+    with run.checkpoint(5) as folder:
+        Path(folder, "model.pt").write_text("model 5, run 1")
+        Path(folder, "optim.pt").write_text("optim 5, run 1")
+    (tmp_path / "step-000005" / "optim.pt").unlink()  # a lifecycle rule or a person deletes one file
+    rerun, _ = start(tmp_path)
+    assert rerun.resume_step() == 3
+    with pytest.raises(RuntimeError), rerun.checkpoint(5) as folder:  # training reaches step 5 again
+        Path(folder, "optim.pt").write_text("optim 5, run 2")  # the size the old marker lists
+        raise RuntimeError("the VM is reclaimed before model.pt is rewritten")
+    assert start(tmp_path)[0].resume_step() == 3  # not a mix of run 1's model and run 2's optimizer
+
+
 def test_a_framework_folder_saved_again_over_a_stale_marker_is_committed_again(tmp_path: Path) -> None:
     run, _ = start(tmp_path)
     folder = tmp_path / "step-000020"

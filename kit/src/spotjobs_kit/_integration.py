@@ -52,15 +52,9 @@ def agree_on_resume(run: Run) -> None:
 
 
 def remove_stale_markers(run: Run, name: str) -> None:
-    """Remove the commit markers an earlier save of this step left in a folder no longer complete
-    (a file it listed deleted since), before it is saved again (primary only): the frameworks
-    rewrite files in place and DCP replaces `.metadata` only at its end, so a save cut short would
-    leave the old markers judging a mix of old and new files complete."""
-    if not run.identity.primary:
-        return
-    for marker in run.markers:
-        if run.store.stat(name + marker) is not None:
-            run.store.remove(name + marker)
+    """`Run.remove_stale_markers`, before a framework saves a step again: the frameworks rewrite
+    files in place and DCP replaces `.metadata` only at its end."""
+    run.remove_stale_markers(name)
 
 
 class LoopCheckpoints:

@@ -17,7 +17,9 @@ below follow what each framework writes (checked against its source and real sav
   that matched last, so a request written by one framework costs one check per checkpoint.
   Whichever marker is found, a folder holding the kit's `COMMITTED` stays complete only while
   the files it lists are there at their sizes (a read of it, and a delimiter listing of each
-  folder holding them): one whose files were deleted later is skipped for the previous one.
+  folder holding them): one whose files were deleted later is skipped for the previous one. Names
+  and sizes only (a step's files have the same sizes at every save): the kit removes a step's
+  old markers before saving it again, so a re-save cut short is never judged by them.
   Without a marker, a framework's own completion evidence counts:
   - Hugging Face Trainer `checkpoint-N/`: `trainer_state.json` (the Trainer writes it last) and the
     model files it follows (`model.safetensors`/`pytorch_model.bin`/a PEFT adapter, every shard

@@ -34,7 +34,8 @@ explicitly, never the framework's own "latest" guess.
 Committing never un-commits: `checkpoint(step)` for a step already complete is a no-op that says
 so (`checkpoint_kept`; the block gets a scratch folder, thrown away), because rewriting the files
 of the only resume point in place would tear it. Complete is judged by the rules resuming uses
-(`layout.judge_folder`): a step whose marker lists files deleted since is saved again. A folder a framework wrote itself (HF's
+(`layout.judge_folder`): a step whose marker lists files deleted since is saved again, its old
+markers removed first (so a re-save cut short stays torn). A folder a framework wrote itself (HF's
 `checkpoint-20/`) is committed with `commit(name, step)` once the framework returned (and, across
 processes, after the framework's barrier): its files are fsync'ed, then the marker is written.
 
@@ -373,6 +374,18 @@ class Run:
         judged = judge_folder(self.store, "", name, self.markers)
         return judged is not None and judged.complete
 
+    def remove_stale_markers(self, name: str) -> None:
+        """Remove the commit markers an earlier save of this step left in a folder no longer
+        complete (a file it listed deleted since), before it is saved again (primary only): a
+        step's files have the same sizes at every save, and the framework rewrites them one by
+        one, so a save cut short would leave the old markers judging a mix of old and new files
+        complete."""
+        if not self.identity.primary:
+            return
+        for marker in self.markers:
+            if self.store.stat(name + marker) is not None:
+                self.store.remove(name + marker)
+
     def local_dir(self) -> str:
         """The checkpoint directory as a local path (the FUSE mount or a local folder), for a
         framework that writes its checkpoints itself."""
@@ -389,8 +402,8 @@ class Run:
         made durable (fsync'ed, or uploaded for GCS), then the `COMMITTED` marker is written,
         last, with the file list; then `checkpoint_committed` is printed. On an exception nothing
         is committed. `commit=False`: the framework writes its own marker (Orbax, torch DCP); the
-        kit times and reports the save, and uploads the markers last (a kit marker left from an
-        earlier save of the step is replaced all the same). A step already committed (by the
+        kit times and reports the save, and uploads the markers last. The markers an earlier save
+        of the step left (its files deleted since) are removed first. A step already committed (by the
         rules `discover` applies) is not saved again: the block gets a scratch folder, thrown
         away, and `checkpoint_kept` is printed (the committed files stay exactly as they were)."""
         name = checkpoint_name(step)
@@ -405,15 +418,15 @@ class Run:
                     shutil.rmtree(scratch, ignore_errors=True)
                 self._kept(step, name)
             else:
+                self.remove_stale_markers(name)
                 local = self.store.staging(name)
                 try:
                     yield local
                 except BaseException:
                     self.store.discard(local)
                     raise
-                stale_marker = self.store.stat(name + KIT_MARKER) is not None
                 files = self.store.publish(name, local, last=self.markers)
-                self._committed(step, name, files, started, write_marker=commit or stale_marker)
+                self._committed(step, name, files, started, write_marker=commit)
         finally:
             self._saving -= 1
         self._exit_if_this_was_the_preemption_save()
