@@ -32,7 +32,7 @@ from shared.deciding.deadline_watch import note_progress
 from shared.deciding.decisions import Observation
 from shared.deciding.effects import Effects
 from shared.deciding.events import Signal
-from shared.deciding.outbox import Mine, flush, send_cancels
+from shared.deciding.outbox import Mine, decided_alert, flush, send_cancels
 from shared.deciding.preemptions import note_kit_line
 from shared.deciding.strays import decide_stray_alert, is_stray, recordless_stray_alert
 from shared.jobs import LABEL_ATTEMPT, LABEL_REQUEST_ID, JobSnapshot, is_terminal
@@ -289,4 +289,4 @@ def cancel_stray(ports: Ports, record: RequestRecord, job: CustomJob, log: Logge
         job=job.name,
     )
     if decided is not None and decided.value is not None and decided.value.has_pending_effects:
-        flush(ports, decided.value, log, mine=Mine.written(decided))
+        flush(ports, decided.value, log, mine=Mine.written(decided), own_alerts=decided_alert(decided))

@@ -132,6 +132,7 @@ class Tampering:
     deleted_objects: set[str] = field(default_factory=set)  # checkpoint objects a person deleted
     written: dict[str, str] = field(default_factory=dict)  # state object name -> the shape written
     deleted_records: set[str] = field(default_factory=set)  # request ids whose record a person deleted
+    records_deleted_at: dict[str, datetime] = field(default_factory=dict)  # request id -> its first deletion
     # Jobs deleted while their request followed them (a recorded, unfinished attempt's job).
     followed_when_deleted: set[str] = field(default_factory=set)
     absurd_lines: set[str] = field(default_factory=set)  # message ids of a job's absurd lines
@@ -357,6 +358,7 @@ def delete_object(world: World, *, what: str) -> None:
     if what == "ledger":
         request_id = name[len("requests/") : -len(".json")]
         world.tampering.deleted_records.add(request_id)
+        world.tampering.records_deleted_at.setdefault(request_id, world.clock.now())
         world.tampering.requests.setdefault(request_id, "its ledger record was deleted by a person")
     else:
         world.tampering.deleted_objects.update(group)

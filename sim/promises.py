@@ -597,7 +597,8 @@ def notify_refusals(world: World) -> list[Expected]:
 def timeouts_without_progress(world: World) -> list[Expected]:
     """`timeout_without_progress`: an attempt's job ran into its timeout and its trainer committed
     nothing the code could hear of (`timeout_stuck`, or any timeout where the trainer writes no kit
-    lines: sim/continuations.py)."""
+    lines: sim/continuations.py). Not when a person deleted the request's record before the alert
+    was due (`deleted_before_due`)."""
     cancelled = cancelled_by_operator(world)
     unnamed = never_named_for_a_refused_lookup(world)
     unreadable = left_unreadable(world)
@@ -612,7 +613,20 @@ def timeouts_without_progress(world: World) -> list[Expected]:
         and (job.request_id, job.attempt) not in unnamed
         and job.request_id not in unreadable
         and not reads_refused(world, job, hiding_its_end=True)
+        and not deleted_before_due(world, job, world.settings.kit_lines_settle_seconds)
     ]
+
+
+def deleted_before_due(world: World, job: SimJob, wait_seconds: float) -> bool:
+    """Whether a person deleted the job's request record before the code owed a word on the job's
+    end: the code may wait `wait_seconds` after it (documented), and `LAG` more to see it. With
+    the record gone nothing is decided on the request (docs/simulator.md: `object_deleted`); its
+    alert is owed only if it was due before."""
+    deleted_at = world.tampering.records_deleted_at.get(job.request_id)
+    if deleted_at is None:
+        return False
+    ended = job.end_time or world.clock.now()
+    return deleted_at < ended + timedelta(seconds=wait_seconds) + LAG
 
 
 def job_failed_conditions(world: World) -> list[Expected]:

@@ -43,7 +43,7 @@ from shared.deciding.notices import publish_notices
 from shared.ledger.records import CorruptRecord, RequestRecord, private_copy
 from shared.log import Logger
 from shared.requests.envelope import requeue_message
-from shared.swap import Swapped
+from shared.swap import Decided, Swapped
 from shared.wiring import Ports
 
 
@@ -109,11 +109,11 @@ def decide_alert(
 ) -> Swapped[RequestRecord]:
     """Decide an alert once per `marker`: in one ledger update, mark it and keep the alert
     `alert_for` makes from the current record pending (None: nothing to say). Returns the
-    compare-and-swap's outcome: `wrote` says this call decided it (`Mine.written`). A marker
-    already set decides nothing again: a redelivery or a concurrent call finds it and leaves the
-    alert to whoever wrote it."""
+    compare-and-swap's outcome: `wrote` says this call decided it (`Mine.written`), `decided` is
+    the alert (`decided_alert`). A marker already set decides nothing again: a redelivery or a
+    concurrent call finds it and leaves the alert to whoever wrote it."""
 
-    def alert_once(current: RequestRecord | None) -> RequestRecord | None:
+    def alert_once(current: RequestRecord | None) -> Decided[RequestRecord] | None:
         if current is None or marker in current.markers:
             return None
         alert = alert_for(current)
@@ -121,9 +121,16 @@ def decide_alert(
             return None
         current.mark(marker)
         current.pending_alerts.append(alert.to_json())
-        return current
+        return Decided(current, alert.to_json())
 
     return ports.ledger.swap(request_id, alert_once)
+
+
+def decided_alert(swapped: Swapped[RequestRecord]) -> list[dict[str, Any]]:
+    """The alert a `decide_alert` write made pending, as `flush`'s `own_alerts`: the only one its
+    caller publishes at once. Another alert pending beside it is another delivery's to publish (or
+    a taker's, once that one is presumed dead): publishing it too sent it twice (seed 872)."""
+    return [swapped.decided] if swapped.wrote and swapped.decided is not None else []
 
 
 def decide_and_flush_alert(
@@ -136,7 +143,7 @@ def decide_and_flush_alert(
     """`decide_alert`, then publish whatever the record holds pending."""
     swapped = decide_alert(ports, request_id, marker, alert_for)
     if swapped.value is not None and swapped.value.has_pending_effects:
-        flush(ports, swapped.value, log, mine=Mine.written(swapped))
+        flush(ports, swapped.value, log, mine=Mine.written(swapped), own_alerts=decided_alert(swapped))
 
 
 def run_all(steps: list[Callable[[], object]]) -> None:

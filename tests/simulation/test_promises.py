@@ -16,7 +16,7 @@ from shared.fleet.observations import FleetFact, Kind, attempt_key
 from shared.ledger.records import Attempt, RequestRecord, evidence_marker
 from shared.ledger.states import RequestStatus
 from shared.ledger.store import LedgerStore
-from sim import invariants, promises
+from sim import faults, invariants, promises
 from sim.continuations import DEADLINE_EXCEEDED_ERROR
 from sim.faults import Refusal
 from sim.trainer import LAYOUTS, Save
@@ -721,4 +721,23 @@ def test_a_last_flex_start_attempt_whose_wait_ran_out_without_its_alert_is_caugh
 
     assert catalogue(world, AlertKind.ATTEMPTS_EXHAUSTED) == [
         "no attempts_exhausted alert for r1: attempt 2's job waited out its maxWaitDuration"
+    ]
+
+
+def test_a_stuck_timeout_owes_its_alert_unless_a_person_deleted_its_record_before_it_was_due(world: World) -> None:
+    """Seed 798: r1-envelope's job timed out without a commit; the code waits
+    `kit_lines_settle_seconds` after its end for late kit lines before failing it, and a person
+    deleted its record 268 s after that end: nothing was left to decide on, nothing is owed. A
+    record deleted once the alert was due (its wait and `LAG` over) still owes it."""
+    settle = world.settings.kit_lines_settle_seconds
+    for request_id, deleted_after in (("r-early", settle - 32), ("r-late", settle + promises.LAG.total_seconds() + 1)):
+        stuck = job(world, request_id, 1, "JOB_STATE_FAILED")
+        stuck.fate, stuck.error, stuck.end_time = "timeout_stuck", DEADLINE_EXCEEDED_ERROR, world.clock.now()
+        restore(world, request_id, RequestStatus.RUNNING, attempt_of(stuck))
+        world.clock.advance(deleted_after)
+        faults.delete_object(world, what="ledger")  # the only record in the bucket
+        assert request_id in world.tampering.deleted_records
+
+    assert [e.split(":")[0] for e in catalogue(world, AlertKind.TIMEOUT_WITHOUT_PROGRESS)] == [
+        "no timeout_without_progress alert for r-late"
     ]

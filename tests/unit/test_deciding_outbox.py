@@ -638,3 +638,15 @@ def test_a_decider_publishes_its_own_alerts_not_one_another_delivery_decided_jus
     assert box.stored().pending_alerts == [first]
     assert flush(box.ports, box.stored(), box.log, mine=Mine.EFFECTS, own_alerts=[first])[1] is None
     assert box.alerts() == [second, first]
+
+
+def test_decide_and_flush_publishes_its_own_alert_not_one_another_delivery_is_publishing(box: Outbox) -> None:
+    """Another delivery decided (or took over) an alert a second ago and is publishing it: a
+    decision of another alert publishes only its own at once, and leaves the other to its
+    publisher (found by the simulator, seed 872, through the stray sweep's `cancel_stray`)."""
+    others = an_alert(box.clock, AlertKind.STRAY_JOB, at=-1)
+    box.record(pending_alerts=[others])
+    alert = Alert.of(AlertKind.LOOKUP_FAILED, "cannot look up", request_id="req-1", time=box.clock.at(0))
+    decide_and_flush_alert(box.ports, "req-1", "lookup_failed:1", lambda _: alert, box.log.logger)
+    assert box.alerts() == [alert.to_json()]
+    assert box.stored().pending_alerts == [others]

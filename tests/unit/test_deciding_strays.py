@@ -103,3 +103,38 @@ def test_a_stray_labelled_for_no_attempt_is_alerted_on_the_latest(ports: Ports, 
     [alert] = swapped.value.pending_alerts
     assert alert["attempt"] == 1 and alert["message"].endswith("which records no job")
     assert swapped.value.markers == ["stray_job:0:222"]
+
+
+def test_a_strays_cancel_publishes_its_own_alert_not_one_another_delivery_is_publishing() -> None:
+    """Seed 872: reconcile took over a first stray's pending alert (its decider's publish had
+    failed) and published it, its answer lost; the same pass then cancelled a second stray, and
+    that cancel's flush published every pending alert as its own: the first stray's alert went
+    out twice. Another delivery's pending alert is left to it (or a taker once it is presumed dead)."""
+    from shared.alerts import Alert
+    from shared.clock import iso
+    from shared.found_jobs import cancel_stray
+    from shared.log import Logger
+
+    publisher, cancelled = FakePublisher(), []
+
+    class JobService:
+        def cancel_custom_job(self, name: str) -> None:
+            cancelled.append(name)
+
+    bucket = MemoryStorage(clock=lambda: NOW).client().bucket("state")
+    ports = Ports(
+        make_settings("state"), LedgerStore(bucket), lambda: publisher, lambda _: JobService(), clock=lambda: NOW
+    )  # type: ignore[arg-type]
+    being_published = Alert.of(
+        AlertKind.STRAY_JOB, "first stray", request_id="req-1", attempt=1, details={"stray_job": OTHER}, time=iso(NOW)
+    )
+    stored = record()
+    stored.pending_alerts = [being_published.to_json()]
+    ports.ledger.restore(stored)
+
+    cancel_stray(ports, stored, vertex_job(THIRD), Logger())
+
+    assert cancelled == [THIRD]
+    assert [m.data["details"]["stray_job"] for m in publisher.on("ops-alerts")] == [THIRD]
+    left = ports.ledger.get("req-1")
+    assert left is not None and left.pending_alerts == [being_published.to_json()]
