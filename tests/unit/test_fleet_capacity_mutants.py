@@ -151,3 +151,35 @@ def test_an_option_stocked_out_where_it_was_planned_goes_to_the_next_location_th
     )
     choice = choose(envelope, without=[("a3-highgpu-8g", "SPOT", "us-central1")])
     assert choice is not None and choice.location == "us-east4"
+
+
+def test_a_claim_after_a_stockout_leaves_out_only_that_stockout_not_an_earlier_preempted_option() -> None:
+    capacity = [{"machine": m, "strategies": ["SPOT"]} for m in ("a3-highgpu-8g", "g2-standard-8")]
+    preempted = attempt(machine="g2-standard-8", outcome=AttemptOutcome.REQUEUED)  # the cheapest: it ran
+    stocked_out = attempt(2, machine="a3-highgpu-8g", outcome=AttemptOutcome.REQUEUED)
+    third = attempt(3)  # the stockout's re-queue left its machine open
+    record = RequestRecord("r1", request(capacity), "gs://b/r1/", attempts=[preempted, stocked_out, third])
+    place_attempt(placer(), record, third, refusing(ALL_ALLOWED, 2), NOW)
+    assert third.machine == "g2-standard-8"
+    assert "not a3-highgpu-8g SPOT in us-central1: no capacity there before" in (third.placed or "")
+
+
+def test_a_claim_no_alternative_is_allowed_for_runs_on_the_first_listed_and_says_why() -> None:
+    # FLEX_START only, on a first attempt: the deployment wants Spot first, so the create refuses it.
+    capacity = [{"machine": m, "strategies": ["FLEX_START"]} for m in ("a3-highgpu-8g", "a2-ultragpu-8g")]
+    first = attempt()
+    record = RequestRecord("r1", request(capacity), "gs://b/r1/", attempts=[first])
+    place_attempt(placer(), record, first, refusing(ALL_ALLOWED, 0), NOW)
+    assert first.machine == "a3-highgpu-8g"
+    assert first.placed == "no alternative the deployment allows for this attempt"
+
+
+def test_a_claim_says_how_the_attempt_just_before_it_ended_not_an_earlier_one() -> None:
+    moved = attempt(machine="a3-highgpu-8g", outcome=AttemptOutcome.MOVED)
+    preempted = attempt(2, machine="a2-ultragpu-8g", outcome=AttemptOutcome.REQUEUED)
+    third = attempt(3, machine="a2-ultragpu-8g")
+    capacity = [{"machine": m, "strategies": ["SPOT"]} for m in ("a3-highgpu-8g", "a2-ultragpu-8g")]
+    record = RequestRecord("r1", request(capacity), "gs://b/r1/", attempts=[moved, preempted, third])
+    place_attempt(placer(), record, third, refusing(ALL_ALLOWED, 2), NOW)
+    why = "the machine the attempt before ran on (a re-queue after a preemption)"
+    assert third.placed == f"a2-ultragpu-8g SPOT, {why}; the only allowed location"
