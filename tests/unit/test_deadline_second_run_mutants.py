@@ -1,0 +1,67 @@
+"""The deadline rule's second Spot run and `sits_out` (shared/deciding/deadline.py) at their edges,
+each pinned where a slip in the code would change the answer: an expected outage of exactly the
+bound still sits out, and what the second run's reason says of the slack."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import shared.deciding.deadline as deadline
+from shared.deciding.deadline import Action, Placement, Situation, Work, decide_deadline, sits_out
+from shared.fleet.estimate import SpotOutlook
+
+T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
+HOUR = 3600.0
+D = 600.0  # changeover
+M = 300.0  # review interval
+NET = 2 * D + M
+
+
+def outage_of(seconds: float) -> SpotOutlook:
+    """An outlook whose expected outage is exactly `seconds` (capacity half the time, runs as long)."""
+    outlook = SpotOutlook(0.5, seconds)
+    assert outlook.expected_wait_seconds == seconds
+    return outlook
+
+
+def situation(placement: Placement, *, since: float, slack_beyond_net: float, outlook: SpotOutlook) -> Situation:
+    """A 10 h job, 4 h done at 10 h into its deadline, in `placement` for `since` seconds, with this
+    slack beyond the safety net (a wait's slack counts the on-demand changeover still ahead)."""
+    now = T0 + timedelta(hours=10)
+    ahead = D if placement is Placement.WAITING_FOR_SPOT else 0.0
+    return Situation(
+        now=now,
+        deadline=now + timedelta(seconds=6 * HOUR + ahead + NET + slack_beyond_net),
+        started=T0,
+        work=Work.in_seconds(int(10 * HOUR), int(4 * HOUR)),
+        placement=placement,
+        placed_at=now - timedelta(seconds=since),
+        changeover_seconds=D,
+        review_seconds=M,
+        spot_outlook=outlook,
+    )
+
+
+def test_an_expected_outage_of_exactly_two_changeovers_is_still_sat_out() -> None:
+    bound = deadline.WAIT_CHANGEOVERS * D
+    waiting = situation(Placement.WAITING_FOR_SPOT, since=D + 1, slack_beyond_net=10 * D, outlook=outage_of(bound))
+    assert sits_out(waiting, outage_of(bound))
+    assert not sits_out(waiting, outage_of(bound + 1))
+
+
+def test_an_expected_outage_of_exactly_the_slack_beyond_the_net_is_still_sat_out() -> None:
+    wait = 1.5 * D  # under two changeovers: the slack is the bound here
+    waiting = situation(Placement.WAITING_FOR_SPOT, since=D + 1, slack_beyond_net=wait, outlook=outage_of(wait))
+    assert sits_out(waiting, outage_of(wait))
+    assert not sits_out(waiting, outage_of(wait + 1))
+
+
+def test_the_second_run_says_the_slack_beyond_the_net_it_spends() -> None:
+    outlook = outage_of(900.0)
+    pays = deadline.SECOND_RUN_CHANGEOVERS * D
+    s = situation(Placement.ON_DEMAND, since=D + 900.0, slack_beyond_net=pays, outlook=outlook)
+    decision = decide_deadline(s)
+    assert decision.action is Action.BACK_TO_SPOT
+    assert decision.reason == (
+        "a second Spot run: the slack beyond the net (1200 s) pays 2 changeovers and the outage expected there is over"
+    )
