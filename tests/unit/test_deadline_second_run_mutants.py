@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 import shared.deciding.deadline as deadline
 from shared.deciding.deadline import Action, Placement, Situation, Work, decide_deadline, sits_out
 from shared.fleet.estimate import SpotOutlook
@@ -65,3 +67,21 @@ def test_the_second_run_says_the_slack_beyond_the_net_it_spends() -> None:
     assert decision.reason == (
         "a second Spot run: the slack beyond the net (1200 s) pays 2 changeovers and the outage expected there is over"
     )
+
+
+@pytest.mark.parametrize(("slack_beyond_net", "action"), [(1200.0, Action.BACK_TO_SPOT), (1199.0, Action.STAY)])
+def test_the_second_run_needs_two_changeovers_of_slack_beyond_the_net(slack_beyond_net: float, action: Action) -> None:
+    # docs/deadlines.md: "the slack beyond the net pays 2 changeovers" (2 x 600 s here).
+    s = situation(Placement.ON_DEMAND, since=D + 900.0, slack_beyond_net=slack_beyond_net, outlook=outage_of(900.0))
+    assert decide_deadline(s).action is action
+
+
+def test_on_demand_holds_until_it_catches_up_when_that_comes_before_the_second_run() -> None:
+    # A 3 h outage expected: the second run is due 3 h from now; with 20 changeovers of slack the
+    # job passes the line 2d on sooner. docs/deadlines.md: until then, "or until a second Spot run
+    # is due, if sooner"; a caller may ask again sooner, never later.
+    s = situation(Placement.ON_DEMAND, since=D, slack_beyond_net=20 * D, outlook=outage_of(3 * HOUR))
+    decision = decide_deadline(s)
+    assert decision.action is Action.STAY and decision.reason.startswith("hysteresis")
+    assert decision.holds_seconds is not None and decision.holds_seconds < 3 * HOUR
+    assert decision.holds_seconds == pytest.approx(deadline._until_caught_up(s))
