@@ -85,3 +85,23 @@ def test_on_demand_holds_until_it_catches_up_when_that_comes_before_the_second_r
     assert decision.action is Action.STAY and decision.reason.startswith("hysteresis")
     assert decision.holds_seconds is not None and decision.holds_seconds < 3 * HOUR
     assert decision.holds_seconds == pytest.approx(deadline._until_caught_up(s))
+
+
+def test_a_wait_that_fell_behind_the_line_half_a_second_ago_is_held_three_changeovers_less_that() -> None:
+    # Waiting for Spot since 5 h in, 5 h done of 10, a 20 h deadline: behind the line since 10 h in.
+    behind = 0.5
+    now = T0 + timedelta(hours=10, seconds=behind)
+    s = Situation(
+        now=now,
+        deadline=T0 + timedelta(hours=20),
+        started=T0,
+        work=Work.in_seconds(int(10 * HOUR), int(5 * HOUR)),
+        placement=Placement.WAITING_FOR_SPOT,
+        placed_at=T0 + timedelta(hours=5),
+        changeover_seconds=D,
+        review_seconds=M,
+        spot_outlook=SpotOutlook(0.5, 3 * HOUR),
+    )
+    held = decide_deadline(s)
+    assert held.action is Action.STAY and held.held_for_move
+    assert held.holds_seconds == pytest.approx(deadline.MOVE_HOLD_CHANGEOVERS * D - behind)
