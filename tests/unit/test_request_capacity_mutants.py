@@ -40,3 +40,8 @@ def test_an_alternative_with_an_unknown_strategy_is_not_read_and_only_that_strat
         "capacity[0].strategies[0]: is 'spot'; expected one of SPOT, STANDARD, FLEX_START",
         "capacity[0].strategies[1]: is 'spot'; expected one of SPOT, STANDARD, FLEX_START",
     ]
+
+
+def test_an_alternative_with_an_unknown_machine_or_no_strategy_is_not_read() -> None:
+    assert read([{"machine": "n1-standard-8", "strategies": ["SPOT"]}])[0] == ()
+    assert read([{"machine": "a3-highgpu-8g", "strategies": []}])[0] == ()
