@@ -45,3 +45,8 @@ def test_an_alternative_with_an_unknown_strategy_is_not_read_and_only_that_strat
 def test_an_alternative_with_an_unknown_machine_or_no_strategy_is_not_read() -> None:
     assert read([{"machine": "n1-standard-8", "strategies": ["SPOT"]}])[0] == ()
     assert read([{"machine": "a3-highgpu-8g", "strategies": []}])[0] == ()
+
+
+def test_every_alternative_after_one_that_is_no_object_is_still_judged() -> None:
+    _, problems = read(["a3-highgpu-8g", {"machine": "a3-highgpu-8g", "strategies": ["spot"]}])
+    assert [p.split(":")[0] for p in problems] == ["capacity[0]", "capacity[1].strategies[0]"]
