@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.requests.capacity import MACHINES, MAX_ALTERNATIVES, read_capacity
+from shared.requests.capacity import MACHINES, MAX_ALTERNATIVES, machine_spec, read_capacity
+from shared.requests.pricing import table
 
 
 def read(value: object) -> tuple[tuple[Any, ...], list[str]]:
@@ -50,3 +51,13 @@ def test_an_alternative_with_an_unknown_machine_or_no_strategy_is_not_read() -> 
 def test_every_alternative_after_one_that_is_no_object_is_still_judged() -> None:
     _, problems = read(["a3-highgpu-8g", {"machine": "a3-highgpu-8g", "strategies": ["spot"]}])
     assert [p.split(":")[0] for p in problems] == ["capacity[0]", "capacity[1].strategies[0]"]
+
+
+def test_every_priced_machine_gets_the_accelerators_the_price_table_names() -> None:
+    # Through `machine_spec`, as a job on an alternative gets them: a test that only reads MACHINES
+    # runs no line of the module, so the mutation runner never asks it about the table's entries.
+    for machine, priced in table()["machine_types"].items():
+        count = priced["accelerator"].split(" x ")[0]
+        spec = machine_spec(machine)
+        assert spec["machineType"] == machine
+        assert spec["acceleratorCount"] == int(count), machine
