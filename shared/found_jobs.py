@@ -238,11 +238,12 @@ REFUSED_LISTING_NOTES = f"{REJECTION_NOTES}sweep-refused-"
 
 
 def _refused_for_good(exc: Exception) -> bool:
-    """A listing no later pass will get either: a permission missing in the location (403), or a
-    location Vertex does not know (404). A 429 or 503 is only retried."""
-    from google.api_core.exceptions import NotFound, PermissionDenied
+    """A listing no later pass will get either: a permission missing in the location (403: gRPC's
+    PermissionDenied is a Forbidden), or a location Vertex does not know (404). A 429 or 503 is
+    only retried."""
+    from google.api_core.exceptions import Forbidden, NotFound
 
-    return isinstance(exc, (PermissionDenied, NotFound))
+    return isinstance(exc, (Forbidden, NotFound))
 
 
 def _alert_refused_listing(ports: Ports, location: str, exc: Exception, log: Logger) -> None:

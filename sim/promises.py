@@ -694,20 +694,25 @@ def unpromised_kinds() -> list[AlertKind]:
     return [kind for kind in AlertKind if kind not in CONDITIONS and kind not in NOT_CHECKED]
 
 
+def answers(alert: dict[str, Any], expected: Expected) -> bool:
+    """Whether an alert of the expected kind is the one owed: it names the location, or the
+    request, that the condition names (any one, when it names neither)."""
+    if expected.location is not None:
+        details = alert.get("details")
+        return isinstance(details, dict) and details.get("location") == expected.location
+    return expected.request_id is None or names(alert, expected.request_id)
+
+
 def owed_alerts(world: World, kinds: Sequence[AlertKind]) -> list[Violation]:
     published = alerts(world)
     out = []
     for kind in kinds:
         of_kind = [a for a in published if a.get("kind") == kind.value]
         for expected in CONDITIONS[kind](world):
-            if expected.location is not None:
-                if any((a.get("details") or {}).get("location") == expected.location for a in of_kind):
-                    continue
-            elif expected.request_id is None and of_kind:
+            if any(answers(a, expected) for a in of_kind):
                 continue
-            if expected.request_id is not None and any(names(a, expected.request_id) for a in of_kind):
-                continue
-            who = f" for {expected.request_id or expected.location}" if expected.request_id or expected.location else ""
+            named = expected.request_id or expected.location
+            who = f" for {named}" if named else ""
             out.append(violation("alert_catalogue", f"no {kind.value} alert{who}: {expected.why}"))
     return out
 

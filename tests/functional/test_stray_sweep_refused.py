@@ -67,17 +67,27 @@ def test_a_location_whose_listing_is_refused_for_good_is_alerted_once_per_error_
     assert world.ledger.get("req-1").attempt(1).job == job
 
 
-@pytest.mark.parametrize("error", ["TooManyRequests", "ServiceUnavailable"])
-def test_a_listing_refused_for_now_is_retried_without_an_alert(
-    world: World, monkeypatch: pytest.MonkeyPatch, error: str
+@pytest.mark.parametrize(
+    ("error", "alerted"),
+    [
+        ("PermissionDenied", True),  # gRPC's 403
+        ("Forbidden", True),  # REST's 403
+        ("NotFound", True),  # a location Vertex does not know
+        ("TooManyRequests", False),
+        ("ServiceUnavailable", False),
+        ("InternalServerError", False),
+    ],
+)
+def test_only_a_listing_refused_for_good_is_alerted_and_every_refusal_is_logged(
+    world: World, monkeypatch: pytest.MonkeyPatch, error: str, alerted: bool
 ) -> None:
     from google.api_core import exceptions
 
-    refuse_listing_in(world, monkeypatch, getattr(exceptions, error)("busy"))
+    refuse_listing_in(world, monkeypatch, getattr(exceptions, error)("refused"))
     log = CapturedLog()
 
     run_reconcile(world.ports, log.logger)
 
-    assert sweep_alerts(world) == []
+    assert [a["details"]["error_kind"] for a in sweep_alerts(world)] == ([error] if alerted else [])
     [line] = log.events("stray_sweep_failed")
     assert line["severity"] == "WARNING" and line["location"] == REFUSED
