@@ -106,6 +106,12 @@ class AlertKind(enum.StrEnum):
         " interval late, docs/requests.md); once per request",
     )
     STRAY_JOB = "stray_job", "WARNING", "a job with a request's labels that the ledger does not record was cancelled"
+    STRAY_SWEEP_REFUSED = (
+        "stray_sweep_refused",
+        "ERROR",
+        "Vertex AI refused the stray sweep's listing of a location for good (a permission, a location it does not "
+        "know): a job there that the ledger does not record runs uncancelled; once per location and error kind",
+    )
     CLAIM_STALLED = (
         "claim_stalled",
         "ERROR",

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from spotjobs_kit.lines import KEY, KitRecord, is_signed_with, parse_kit_line
 
 from shared.adapters.vertex import cancel_job, canceller, list_unfinished_jobs, parent_path
+from shared.alerts import Alert, AlertKind
 from shared.clock import iso
 from shared.deciding.applying import apply_observation
 from shared.deciding.deadline_watch import note_progress
@@ -200,7 +201,8 @@ def sweep_strays(ports: Ports, locations: Iterable[str], log: Logger) -> list[st
     a claim is written before its create, so a job created for a newer attempt finds that attempt
     claimed and is never taken for a stray. A request without a record (deleted by hand) has no job
     that anything will manage: each is cancelled, its alert sent once first (`_cancel_recordless`).
-    A location or record that cannot be read waits for the next pass."""
+    A location or record that cannot be read waits for the next pass; a location whose listing
+    Vertex refuses for good (403, 404) is also alerted, once per error kind (`stray_sweep_refused`)."""
     by_request: dict[str, list[CustomJob]] = defaultdict(list)
     for location in sorted(set(locations)):
         try:
@@ -216,6 +218,8 @@ def sweep_strays(ports: Ports, locations: Iterable[str], log: Logger) -> list[st
                 location=location,
                 error=f"{type(exc).__name__}: {exc}",
             )
+            if _refused_for_good(exc):
+                _alert_refused_listing(ports, location, exc, log)
             continue
         for job in jobs:
             by_request[job.labels.get(LABEL_REQUEST_ID, "")].append(job)
@@ -227,6 +231,44 @@ def sweep_strays(ports: Ports, locations: Iterable[str], log: Logger) -> list[st
 
 # Requests whose jobs are checked at once (a record read each, mostly waiting).
 STRAY_CHECKERS = 8
+
+# The note that a location's refused listing was alerted (`alert_once`), one per location and error
+# kind: its lifecycle rule (32 days) says it again a month later while the refusal stands.
+REFUSED_LISTING_NOTES = f"{REJECTION_NOTES}sweep-refused-"
+
+
+def _refused_for_good(exc: Exception) -> bool:
+    """A listing no later pass will get either: a permission missing in the location (403: gRPC's
+    PermissionDenied is a Forbidden), or a location Vertex does not know (404). A 429 or 503 is
+    only retried."""
+    from google.api_core.exceptions import Forbidden, NotFound
+
+    return isinstance(exc, (Forbidden, NotFound))
+
+
+def _alert_refused_listing(ports: Ports, location: str, exc: Exception, log: Logger) -> None:
+    """Say once (per location and error kind) that the sweep is blind in `location`, and what to do:
+    a job there that the ledger does not record (a re-run in the console) would run and cost
+    unseen. Never raises: the next pass, refused again, sends what this one could not."""
+    error_kind = type(exc).__name__
+    alert = Alert.of(
+        AlertKind.STRAY_SWEEP_REFUSED,
+        f"Vertex AI refused the stray sweep's listing of {location} ({error_kind}: {exc}): a job there that "
+        f"the ledger does not record would run uncancelled. Grant aiplatform.customJobs.list in {location} to "
+        f"the functions' service account, or, if this deployment has no job there, remove {location} from "
+        f"SPOTJOBS_ALLOWED_LOCATIONS and delete {LOCATIONS_PREFIX}{location} from the state bucket",
+        details={"location": location, "error_kind": error_kind, "error": str(exc)},
+        time=iso(ports.clock()),
+    )
+    try:
+        alert_once(ports, alert, f"{REFUSED_LISTING_NOTES}{location}-{error_kind}")
+    except Exception as failure:  # noqa: BLE001 - the next pass, refused again, retries it
+        log.warning(
+            "could not send the alert of a refused stray sweep listing; the next pass retries",
+            event="stray_sweep_alert_failed",
+            location=location,
+            error=f"{type(failure).__name__}: {failure}",
+        )
 
 
 def _cancel_strays_of(ports: Ports, request_id: str, jobs: list[CustomJob], log: Logger) -> list[str]:

@@ -560,8 +560,10 @@ def test_a_lookup_that_keeps_failing_for_our_own_reasons_alerts_once_and_keeps_t
 
     record = world.ledger.get("req-1")
     assert record.status == RequestStatus.CLAIMED
-    [alert] = world.publisher.on("ops-alerts")
+    # The stray sweep's listing is refused too: said once as well (`stray_sweep_refused`).
+    [alert, blind] = world.publisher.on("ops-alerts")
     assert alert.data["kind"] == "lookup_failed" and "PermissionDenied" in alert.data["message"]
+    assert (blind.data["kind"], blind.data["details"]["location"]) == ("stray_sweep_refused", "us-central1")
 
 
 def test_a_followed_job_whose_reads_are_refused_for_good_alerts_once_and_keeps_the_request(

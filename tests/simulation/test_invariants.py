@@ -158,6 +158,37 @@ def test_a_live_job_its_claim_could_never_look_up_is_left_to_lookup_failed(world
     assert invariants.no_unknown_live_job(world) == []
 
 
+def test_a_live_job_where_the_stray_sweep_is_refused_for_good_is_left_to_its_alert_once_said(
+    world: World,
+) -> None:
+    """Seed 10018: Vertex refuses `customJobs.list` in a location for good, and someone re-runs a
+    recorded job there in the console: the stray sweep cannot see the copy until an operator grants
+    the permission. Excused only once `stray_sweep_refused` names that location (nothing silent)."""
+    from sim.faults import Refusal
+    from sim.vertex import Refused
+
+    recorded = job(world, "r1", 1)
+    record(world, "r1", RequestStatus.RUNNING, attempt(1, recorded.name))
+    job(world, "r1", 1, "JOB_STATE_QUEUED")  # the re-run
+    world.vertex.refusals.append(Refusal("list", "us-central1", world.clock.now(), None))
+    world.vertex.refused.append(Refused(world.clock.now(), "list", "us-central1", "", 403, "reconcile"))
+    assert invariants.no_unknown_live_job(world)  # refused, and nobody told
+
+    def said(location: str) -> None:
+        alert = Alert.of(AlertKind.STRAY_SWEEP_REFUSED, "blind", details={"location": location}).to_json()
+        world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert).encode(), {})
+
+    said("europe-west4")
+    assert invariants.no_unknown_live_job(world)  # told of another location
+    said("us-central1")
+    assert invariants.no_unknown_live_job(world) == []
+
+    world.vertex.refusals[-1] = Refusal(
+        "list", "us-central1", world.clock.now() - timedelta(hours=1), world.clock.now()
+    )
+    assert invariants.no_unknown_live_job(world)  # the permission is back: the sweep's to cancel
+
+
 def test_a_request_left_without_a_job_or_an_end_is_caught(world: World) -> None:
     record(world, "r1", RequestStatus.CLAIMED, attempt(1))
     world.storage.client().bucket(world.settings.state_bucket).blob(

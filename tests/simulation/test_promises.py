@@ -226,6 +226,23 @@ def test_what_vertex_let_nobody_read_is_owed_as_a_lookup_failed_not_as_what_it_h
     assert catalogue(world, AlertKind.LOOKUP_FAILED) == []
 
 
+def test_a_stray_sweep_listing_refused_for_good_owes_its_alert_naming_the_location(world: World) -> None:
+    """Seed 10018: the sweep's listing (a list naming no request) refused for good owes one
+    `stray_sweep_refused` naming the location; one a request's claim look-up met is `lookup_failed`'s."""
+    assert catalogue(world, AlertKind.STRAY_SWEEP_REFUSED) == []
+    world.vertex.refusals.append(Refusal("list", "us-east4", world.clock.now(), None))
+    world.vertex.refused.append(Refused(world.clock.now(), "list", "us-east4", "r1", 403, "reconcile"))
+    assert catalogue(world, AlertKind.STRAY_SWEEP_REFUSED) == []
+    world.vertex.refused.append(Refused(world.clock.now(), "list", "us-east4", "", 403, "reconcile"))
+    assert catalogue(world, AlertKind.STRAY_SWEEP_REFUSED) == [
+        "no stray_sweep_refused alert for us-east4: Vertex answered 403 to the stray sweep's list in us-east4"
+    ]
+    publish_alert(world, AlertKind.STRAY_SWEEP_REFUSED, None, location="europe-west4")
+    assert len(catalogue(world, AlertKind.STRAY_SWEEP_REFUSED)) == 1
+    publish_alert(world, AlertKind.STRAY_SWEEP_REFUSED, None, location="us-east4")
+    assert catalogue(world, AlertKind.STRAY_SWEEP_REFUSED) == []
+
+
 def test_a_stray_cancelled_without_its_alert_is_caught(world: World) -> None:
     """The stray sweep's cancel is kept by the world (`SimVertex.cancels`): a job its record does not
     name, cancelled by the code, owes `stray_job` (defect 6: its alert lost after the cancel)."""
