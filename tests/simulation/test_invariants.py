@@ -350,6 +350,19 @@ def test_a_request_leaving_the_quota_line_during_a_hostile_step_is_the_drainers_
     assert invariants.records_created(before, after) == frozenset()
 
 
+def test_a_request_a_hostile_step_puts_in_the_quota_line_is_still_compared(world: World) -> None:
+    """Only a request in line before the step is left to the drainer: one the step itself put in
+    line is no drainer's work."""
+    record(world, "r1", RequestStatus.CLAIMED, attempt(1))
+    before = invariants.others_state(world, frozenset({"h1"}))
+    world.storage.client().bucket(world.settings.state_bucket).blob(
+        "pacing/us-central1/waiting/1000000~r1~1"
+    ).upload_from_string(b"")
+
+    [found] = invariants.hostile_step_contained(world, before, invariants.others_state(world, frozenset({"h1"})))
+    assert "requests/r1.json (changed: " in found.detail
+
+
 @pytest.mark.parametrize("request_id", ["r1", "trg-daily-data-w20260302t110500z"])
 def test_a_hostile_step_that_writes_in_another_requests_folder_is_caught(world: World, request_id: str) -> None:
     """A checkpoint object is no ledger record, though both are named `requests/<id>...` (in
