@@ -435,13 +435,18 @@ def _newest_kept(world: World, request_id: str, why: str) -> list[Violation]:
 
 def others_state(world: World, own: frozenset[str]) -> dict[str, Any]:
     """What a hostile step must leave alone: every other request's ledger record, its jobs, and
-    the objects in its checkpoint folder."""
+    the objects in its checkpoint folder (by URI: their names begin `requests/` too). Every entry
+    but a record's is (its request, what it was)."""
     checkpoint_root = world.trainer.own_folder("x")[: -len("x/checkpoints/")]
     state: dict[str, Any] = {}
     # The quota line's drainer may run in any submit delivery and create the jobs of the requests
-    # waiting in line: the system's own work, whoever's message gave it the turn.
+    # waiting in line, or clear their entries: the system's own work, whoever's message gave it
+    # the turn. They are left out, and their entries kept so that the state after a step knows them.
     state_objects = world.storage.objects(world.settings.state_bucket)
-    own = own | {rid for name in state_objects if "/waiting/" in name and (rid := _request_of(name, b""))}
+    for name in state_objects:
+        if "/waiting/" in name and (rid := _request_of(name, b"")):
+            state[name] = (rid, "in line")
+    own = own | _in_line(state)
     for name, obj in state_objects.items():
         if name.startswith("requests/") and name.endswith(".json") and name[9:-5] not in own:
             record = _json_or_none(obj.data)
@@ -450,9 +455,19 @@ def others_state(world: World, own: frozenset[str]) -> dict[str, Any]:
         if job.request_id not in own:
             state[job.name] = (job.request_id, job.state)
     for name, obj in world.storage.objects(world.settings.checkpoint_bucket).items():
-        if name.startswith(checkpoint_root) and name[len(checkpoint_root) :].split("/", 1)[0] not in own:
-            state[name] = obj.generation
+        rid = name[len(checkpoint_root) :].split("/", 1)[0]
+        if name.startswith(checkpoint_root) and rid not in own:
+            state[f"gs://{world.settings.checkpoint_bucket}/{name}"] = (rid, obj.generation)
     return state
+
+
+def _in_line(state: dict[str, Any]) -> set[str]:
+    """The requests `others_state` left out for their place in a quota line."""
+    return {value[0] for name, value in state.items() if name.startswith("pacing/")}
+
+
+def _is_record(name: str) -> bool:
+    return name.startswith("requests/") and name.endswith(".json")
 
 
 def _json_or_none(data: bytes) -> Any:
@@ -534,7 +549,11 @@ def _only_published(old: dict[str, Any] | None, new: dict[str, Any] | None) -> b
 
 
 def records_created(before: dict[str, Any], after: dict[str, Any]) -> frozenset[str]:
-    return frozenset(name[9:-5] for name in after.keys() - before.keys() if name.startswith("requests/"))
+    """The records a step created, not counting those of requests it took out of a quota line."""
+    in_line = _in_line(before)
+    return frozenset(
+        name[9:-5] for name in after.keys() - before.keys() if _is_record(name) and name[9:-5] not in in_line
+    )
 
 
 def hostile_step_contained(world: World, before: dict[str, Any], after: dict[str, Any]) -> list[Violation]:
@@ -548,14 +567,19 @@ def hostile_step_contained(world: World, before: dict[str, Any], after: dict[str
     work, whichever of the two messages comes first (seed 31)."""
     from shared.jobs import RESERVED_ID_PREFIXES
 
-    existed = {name[9:-5] for name in before if name.startswith("requests/")}
+    existed = {name[9:-5] for name in before if _is_record(name)}
     decided = _decided_requeues(before)
+    # A request in line before the step is left to the drainer, which may take it out of the line
+    # (seed 871: it then read as "created"); the line's entries are no state of their own.
+    in_line = _in_line(before)
     problems = []
     for name in sorted(before.keys() | after.keys()):
         old, new = before.get(name), after.get(name)
-        if old == new:
+        if old == new or name.startswith("pacing/"):
             continue
-        if name.startswith("requests/"):
+        if (name[9:-5] if _is_record(name) else (new or old)[0]) in in_line:
+            continue
+        if _is_record(name):
             rid = name[9:-5]
             if _only_published(old, new) or _claims_the_decided_requeue(old, new):
                 continue

@@ -142,6 +142,36 @@ def test_a_record_of_a_future_version_reads_with_its_unknown_fields_kept(world: 
     assert faults_expected(world) == []
 
 
+def schema_version_a_list(world: World) -> None:
+    """`field_other_type` as it drew the record's `schema_version` (seed 660)."""
+    stored = json.loads(world.storage.objects(world.settings.state_bucket)["requests/r1.json"].data)
+    stored["schema_version"] = [stored["schema_version"]]
+    world.storage.client().bucket(world.settings.state_bucket).blob("requests/r1.json").upload_from_string(
+        json.dumps(stored)
+    )
+    world.tampering.written["requests/r1.json"] = "field_other_type"
+
+
+@pytest.mark.parametrize("first", ["not_json", "truncated", "list", schema_version_a_list])
+@pytest.mark.parametrize("second", faults.SHAPES)
+def test_a_record_already_written_by_hand_can_be_written_again_in_any_shape(
+    world: World, first: object, second: str
+) -> None:
+    """Someone may write a record another one already wrote by hand: the writer takes it as it
+    stands (seed 1066 re-wrote a truncated record, seed 660 a record whose `schema_version` was a
+    list, and the world raised)."""
+    restore(world, "r1")
+    if callable(first):
+        first(world)
+    else:
+        faults.write_document(world, document="ledger", shape=first)
+    faults.write_document(world, document="ledger", shape=second)
+    assert world.tampering.written["requests/r1.json"] == second
+    assert invariants.records_readable(world) == []
+    if invariants.read_record(world.storage.objects(world.settings.state_bucket)["requests/r1.json"].data) is None:
+        assert [e.request_id for e in faults_expected(world)] == ["r1"]  # ledger_corrupt is owed
+
+
 def test_an_unreadable_record_nobody_wrote_by_hand_is_a_violation(world: World) -> None:
     restore(world, "r1")
     world.storage.client().bucket(world.settings.state_bucket).blob("requests/r1.json").upload_from_string(b"[]")

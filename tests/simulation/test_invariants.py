@@ -355,6 +355,60 @@ def test_a_hostile_step_that_changes_another_request_is_caught(world: World) -> 
     assert "requests/trg-daily-data-w20260302t080000z.json (created)" in found.detail
 
 
+def test_a_request_leaving_the_quota_line_during_a_hostile_step_is_the_drainers_work(world: World) -> None:
+    """The quota line's drainer may run in the hostile message's submit delivery and clear a
+    request's entry: that request, left out before the step for its place in line, is no change
+    the message made (seed 871: it read as "created", its checkpoint objects as records, and the
+    check raised AttributeError)."""
+    request_id = "trg-daily-data-w20260302t110500z"
+    record(world, request_id, RequestStatus.SUCCEEDED, attempt(1))
+    folder = world.trainer.own_folder(request_id)
+    world.storage.client().bucket(world.settings.checkpoint_bucket).blob(
+        folder + "step-000500/model.pt"
+    ).upload_from_string(b"weights")
+    entry = (
+        world.storage.client()
+        .bucket(world.settings.state_bucket)
+        .blob(f"pacing/us-central1/waiting/1000000~{request_id}~1")
+    )
+    entry.upload_from_string(b"")
+    before = invariants.others_state(world, frozenset({"h1"}))
+    entry.delete()  # the drainer found its attempt done
+
+    after = invariants.others_state(world, frozenset({"h1"}))
+
+    assert invariants.hostile_step_contained(world, before, after) == []
+    assert invariants.records_created(before, after) == frozenset()
+
+
+def test_a_request_a_hostile_step_puts_in_the_quota_line_is_still_compared(world: World) -> None:
+    """Only a request in line before the step is left to the drainer: one the step itself put in
+    line is no drainer's work."""
+    record(world, "r1", RequestStatus.CLAIMED, attempt(1))
+    before = invariants.others_state(world, frozenset({"h1"}))
+    world.storage.client().bucket(world.settings.state_bucket).blob(
+        "pacing/us-central1/waiting/1000000~r1~1"
+    ).upload_from_string(b"")
+
+    [found] = invariants.hostile_step_contained(world, before, invariants.others_state(world, frozenset({"h1"})))
+    assert "requests/r1.json (changed: " in found.detail
+
+
+@pytest.mark.parametrize("request_id", ["r1", "trg-daily-data-w20260302t110500z"])
+def test_a_hostile_step_that_writes_in_another_requests_folder_is_caught(world: World, request_id: str) -> None:
+    """A checkpoint object is no ledger record, though both are named `requests/<id>...` (in
+    their own buckets)."""
+    record(world, request_id, RequestStatus.RUNNING, attempt(1))
+    before = invariants.others_state(world, frozenset({"h1"}))
+    folder = world.trainer.own_folder(request_id)
+    world.storage.client().bucket(world.settings.checkpoint_bucket).blob(
+        folder + "step-000500/model.pt"
+    ).upload_from_string(b"forged")
+
+    [found] = invariants.hostile_step_contained(world, before, invariants.others_state(world, frozenset({"h1"})))
+    assert f"{folder}step-000500/model.pt (written)" in found.detail
+
+
 def test_another_record_in_a_past_layout_is_compared_as_it_is(world: World) -> None:
     """A record a person rewrote in a past layout (its lists as maps keyed by position,
     `sim.faults.reshape`) is another request's state too: compared as stored, not read as this
