@@ -8,12 +8,11 @@ per run; a run that stops short saves where the next one starts, in the ledger's
 - alerts and a prune request decided but not published are published once their decider is
   presumed dead (`shared.deciding.outbox`);
 - a re-queue decided but not confirmed is published once due and abandoned by its decider;
-- a claim without a job older than the claim lease (a submit that crashed and whose message was
-  lost) is settled: the job is looked up by its labels; if found it is recorded (index, then
-  record) and decided on; if absent the attempt is re-published to job-requests, where submit
-  takes the stale claim over, at a growing interval and never given up on (no lookup while the
-  last re-publish backs off, so a burst of them costs no Vertex call; one `claim_stalled`
-  alert past `max_claim_republishes`, naming the evidence);
+- a claim without a job older than the claim lease (a submit that crashed, its message lost) is
+  settled: its job, looked up by labels, is recorded (index, then record) and decided on; absent,
+  the attempt is re-published to job-requests for submit to take over, at a growing interval and
+  never given up on (no lookup while it backs off, nor for a claim the line handed back with no
+  create sent since: a burst costs no Vertex call; one `claim_stalled` past `max_claim_republishes`);
 - an attempt whose job a deadline switch cancelled is read until Vertex reports it ended, and
   the observation that sees the end publishes the next attempt (held until then, so a lost event
   cannot stall it);
@@ -65,7 +64,7 @@ from shared.ledger.records import Attempt, CorruptRecord, RequestRecord, alert_m
 from shared.ledger.run_lock import ledger_bucket, run_lock
 from shared.ledger.store import ActiveEntry, LedgerStore, ListedRequest
 from shared.log import Logger
-from shared.paced_submit import in_line
+from shared.paced_submit import in_line, never_sent
 from shared.pacing import restart_stalled
 from shared.reconcile_vertex import CrudBudgetSpent, VertexPass, read_attempt_job
 from shared.settings import Settings
@@ -418,6 +417,8 @@ def _settle_claim(ports: Ports, record: RequestRecord, claim: Attempt, log: Logg
         # Nothing to ask Vertex yet: a lookup's answer would only be thrown away, and a burst of
         # such claims would spend the pass's CRUD budget before the requests that need it.
         return RequestResult("idle")
+    if record.cancel is None and never_sent(claim):  # handed back by the line, no create sent since: no job to find
+        return _republish(ports, record, claim, log, held_for)
     client = ports.job_service(claim.location)
     parent = parent_path(ports.settings.project, claim.location)
     try:

@@ -161,3 +161,32 @@ def test_hundreds_of_claims_backing_off_spend_no_vertex_call_and_starve_nothing(
     assert summary.vertex["calls"] == {"cancel": 1, "get": 1, "list": 1}  # none for a claim backing off
     assert world.publisher.on("job-requests") == []  # each claim's re-publish keeps its turn
     assert world.ledger.get("claim-000").attempts[0].republished == 1
+
+
+def test_claims_the_line_turned_away_are_republished_without_a_lookup_whatever_the_budget(world: World) -> None:
+    """Seeds 721 and 878: a GPU burst the line turned away (a resource-quota 429: its claims
+    released, nothing sent since they waited) was looked up by labels, one budgeted list each,
+    before each re-publish. With a few calls a pass, the claims first in the index took them all
+    at their hourly backoff, and the others were never re-published nor alerted (`claim_stalled`)
+    for 12 hours. A claim that sent no create since it waited has no job to find."""
+    world.settings = replace(world.settings, vertex_crud_per_minute=20, reconcile_crud_share=0.25)  # 5 a minute
+    claims = 40
+    moment = utcnow()
+    released = iso(moment - timedelta(seconds=600))
+
+    def turned_away(k: int) -> None:
+        claim = Attempt(1, "us-central1", "SPOT", released)
+        claim.waiting_since = iso(moment - timedelta(hours=2))
+        claim.last_create_error = {"code": 429, "message": "TooManyRequests: GPU quota", "at": released}
+        envelope = {"schema_version": 1, "request_id": f"claim-{k:03d}", "custom_job": {}, "location": "us-central1"}
+        world.ledger.restore(RequestRecord(f"claim-{k:03d}", envelope, "gs://c/r/", attempts=[claim]))
+
+    with ThreadPoolExecutor(32) as pool:
+        list(pool.map(turned_away, range(claims)))
+
+    summary = run_reconcile(world.ports, Logger())
+
+    assert summary.outcomes == {"claim_republished": claims}
+    assert summary.vertex["calls"] == {"list": 1}  # the pass's listing; no label lookup
+    assert len(world.publisher.on("job-requests")) == claims
+    assert all(world.ledger.get(f"claim-{k:03d}").attempts[0].republished == 1 for k in range(claims))
