@@ -3,7 +3,8 @@ delays a decision until the next run; it never loses it.
 
 For every request whose status is not terminal or that has effects still to publish (read from
 the listing's metadata, paged by `settings.reconcile_page_size`, at most `settings.reconcile_requests_per_run`
-per run; a run that stops short saves where the next one starts, in the ledger's cursor, so every request gets its turn):
+per run; a run that stops short, or whose CRUD budget deferred some, saves where the next one starts, in the ledger's
+cursor, so every request gets its turn):
 
 - alerts and a prune request decided but not published are published once their decider is
   presumed dead (`shared.deciding.outbox`);
@@ -66,7 +67,7 @@ from shared.ledger.store import ActiveEntry, LedgerStore, ListedRequest
 from shared.log import Logger
 from shared.paced_submit import in_line, never_sent
 from shared.pacing import restart_stalled
-from shared.reconcile_vertex import CrudBudgetSpent, VertexPass, read_attempt_job
+from shared.reconcile_vertex import CrudBudgetSpent, VertexPass, read_attempt_job, resume_at_deferred
 from shared.settings import Settings
 from shared.swap import backoff_seconds
 from shared.wiring import Ports
@@ -131,10 +132,12 @@ def _run_reconcile(ports: Ports, log: Logger, *, limit: int | None) -> Reconcile
     )
     locations = {settings.location}
     with ThreadPoolExecutor(RECONCILE_WORKERS, thread_name_prefix="reconcile") as pool:
-        for result in pool.map(lambda rid: reconcile_request(ports, rid, log), request_ids):
-            summary.outcomes[result.outcome] += 1
-            summary.decisions.update(result.decisions)
-            locations.update(result.locations)
+        results = list(pool.map(lambda rid: reconcile_request(ports, rid, log), request_ids))
+    for result in results:
+        summary.outcomes[result.outcome] += 1
+        summary.decisions.update(result.decisions)
+        locations.update(result.locations)
+    resume_at_deferred(ports.ledger, RECONCILE_TASK, zip(request_ids, (r.outcome for r in results)), log)
     summary.decisions.update(["stray_job_cancelled"] * len(sweep_strays(ports, sweep_locations(ports, locations), log)))
     summary.decisions.update(["quota_line_restarted"] * len(restart_stalled(ports, log)))
     summary.vertex = vertex_pass.usage()
@@ -200,11 +203,8 @@ def _requests_to_reconcile(
         try:
             ledger.save_cursor(RECONCILE_TASK, next_start)
         except Exception as exc:  # noqa: BLE001 - the next run repeats this range: a line, no retry
-            log.warning(
-                "could not save the reconcile cursor",
-                event="reconcile_cursor_unsaved",
-                error=f"{type(exc).__name__}: {exc}",
-            )
+            error = f"{type(exc).__name__}: {exc}"
+            log.warning("could not save the reconcile cursor", event="reconcile_cursor_unsaved", error=error)
     sweeps = (
         ("retention", "ledger_sweep_failed", lambda: sweep_step(ledger, log, on_corrupt=on_corrupt)),
         ("orphan", "ledger_orphan_sweep_failed", lambda: sweep_orphans_step(ledger, log)),

@@ -15,8 +15,9 @@ submit. A pass hands every step the clients of a `VertexPass` instead of the pla
   is taken on its answer as before.
 - **The budget**: at most `reconcile_crud_share` of `vertex_crud_per_minute` calls in any minute
   of the pass (half the quota by default). A call past it raises `CrudBudgetSpent`, and the request
-  that needed it waits for the next pass (`deferred`): the listings are always made (the sweep and
-  every answer depend on them), and counted.
+  that needed it waits for the next pass (`deferred`), which starts at the first one deferred
+  (`resume_at_deferred`): the listings are always made (the sweep and every answer depend on
+  them), and counted.
 
 A job a `get` answers NotFound for was deleted at Vertex: an answer for good, not an error to
 retry on every pass. `read_attempt_job` hands the decision an ended job instead (`vanished_job`).
@@ -43,9 +44,12 @@ from shared.log import Logger
 from shared.wiring import Ports
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from datetime import datetime
 
     from google.cloud.aiplatform_v1 import CustomJob
+
+    from shared.ledger.store import LedgerStore
 
 # google.rpc NOT_FOUND: the error a deleted job's settled end carries (no capacity code: not re-queued).
 NOT_FOUND_CODE = 5
@@ -228,3 +232,19 @@ def vanished_job(attempt: Attempt, now: datetime) -> JobSnapshot:
         end_time=last_vouched,
         update_time=iso(now),
     )
+
+
+def resume_at_deferred(ledger: LedgerStore, task: str, outcomes: Iterable[tuple[str, str]], log: Logger) -> None:
+    """Save `task`'s cursor at the first request the pass deferred for the budget (`outcomes`: each
+    request's id and outcome, in the active index's order), so the next pass starts there. Else a
+    pass needing more gets than its budget (the listing refused: every job a get) reads the same
+    first requests every time and defers the others for good, their jobs never read again, a hung
+    one never said stuck (seed 659)."""
+    first = next((request_id for request_id, outcome in outcomes if outcome == "deferred"), None)
+    if first is None:
+        return
+    try:
+        ledger.save_cursor(task, first)
+    except Exception as exc:  # noqa: BLE001 - the next pass starts where its selection left off: a line
+        error = f"{type(exc).__name__}: {exc}"
+        log.warning("could not save the reconcile cursor", event="reconcile_cursor_unsaved", error=error)

@@ -270,6 +270,23 @@ def alert_if_finished_late(record: RequestRecord, attempt: Attempt, now: datetim
     effects.lines.append(LogLine("WARNING", message, event_fields(record, attempt, str(AlertKind.DEADLINE_MISSED))))
 
 
+def alert_if_missed_while_ending(record: RequestRecord, attempt: Attempt, now: datetime, effects: Effects) -> None:
+    """The deadline passed while the request's hand-over waits for the job it cancelled to end (a
+    cancel Vertex refuses for good, or one it does not carry out): `deadline_missed`, once per
+    request. The next attempt, whose watch would say it, cannot start before that end (seed 707)."""
+    at = record.request.get("deadline")
+    if not at or record.latest is not attempt or not attempt.ending or record.is_terminal or record.cancel:
+        return  # no deadline, a successor that watches it, or cancelled: no deadline owed
+    if now < parse_iso(str(at)) or not record.mark(str(AlertKind.DEADLINE_MISSED)):
+        return
+    message = (
+        f"{record.request_id} missed its deadline {at}: attempt {attempt.n}'s job has not ended since its "
+        f"cancel, and attempt {attempt.n + 1} waits for it"
+    )
+    effects.alerts.append(attempt_alert(record, attempt, AlertKind.DEADLINE_MISSED, now, message, deadline=at))
+    effects.lines.append(LogLine("WARNING", message, event_fields(record, attempt, str(AlertKind.DEADLINE_MISSED))))
+
+
 def projected_finish(situation: Situation) -> datetime:
     """When the work is done if the rest runs where the attempt is now: on its capacity type once
     its changeover is paid (a job waiting for Spot: were capacity there now)."""

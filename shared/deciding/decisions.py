@@ -46,7 +46,9 @@ Decisions, on the job's state as Vertex reports it (never on the log text):
   which stops it (as a cancel) once its spend reached the budget, with one `budget_reached` alert.
 - A request with a `deadline`: every observation of its latest attempt that is not ended asks
   the deadline rule (`shared.deciding.deadline_watch.watch_deadline`), which may switch it to
-  on-demand (or back to Spot) and raise `deadline_at_risk` / `deadline_missed` once each.
+  on-demand (or back to Spot) and raise `deadline_at_risk` / `deadline_missed` once each; while
+  a hand-over waits for the job it cancelled to end, the rule decides nothing and that job's
+  observation raises `deadline_missed` once the deadline passed (its successor cannot start).
 
 Preemptions are counted by `shared.deciding.preemptions.count_preemptions`.
 
@@ -72,7 +74,13 @@ from shared.deciding.continuations import (
     made_progress,
     timed_out,
 )
-from shared.deciding.deadline_watch import FleetView, alert_if_finished_late, note_progress, watch_deadline
+from shared.deciding.deadline_watch import (
+    FleetView,
+    alert_if_finished_late,
+    alert_if_missed_while_ending,
+    note_progress,
+    watch_deadline,
+)
 from shared.deciding.effects import Effects, LogLine, attempt_alert, event_fields
 from shared.deciding.events import Signal, SignalPatterns, patterns_from
 from shared.deciding.folder_progress import FolderProgress
@@ -273,6 +281,7 @@ def _decide(
         _watch_deadline(record, attempt, policy, now, effects, fleet, running=running)
     if job is not None and not fresh and attempt.ending:
         _flag_stuck(record, attempt, job, policy, now, effects)  # cancelled, and not ended yet
+        _watch_deadline(record, attempt, policy, now, effects, fleet)
     if job is None or not fresh:
         return Decision(record, effects)
     latest = record.latest
@@ -299,6 +308,9 @@ def _watch_deadline(
     fleet: FleetView | None,
     running: bool = False,
 ) -> None:
+    if attempt.ending:
+        alert_if_missed_while_ending(record, attempt, now, effects)  # the rule decides nothing meanwhile
+        return
     watch_deadline(
         record,
         attempt,
@@ -619,13 +631,17 @@ def _flag_stuck(
     threshold = policy.stuck_after_seconds
     if attempt.ending:
         # A cancel is best effort: a job it does not end holds back the attempt decided after it.
-        if not attempt.cancel_sent_at:
+        # One never sent (Vertex refuses it for good, a 403 on every pass) holds it back as long,
+        # counted from its decision (seed 707).
+        since = attempt.cancel_sent_at or attempt.cancel_decided_at
+        if not since:
             return
-        stuck_for = (now - parse_iso(attempt.cancel_sent_at)).total_seconds()
+        stuck_for = (now - parse_iso(since)).total_seconds()
         marker = alert_marker(AlertKind.JOB_STUCK, attempt.n, "cancel")
+        cancel = "cancel" if attempt.cancel_sent_at else "cancel was decided, which was never sent (reconcile logs why)"
         message = (
             f"attempt {attempt.n} of {record.request_id} is still {job.state} {stuck_for:.0f} s after its "
-            f"cancel; attempt {attempt.n + 1} waits for it to end"
+            f"{cancel}; attempt {attempt.n + 1} waits for it to end"
         )
     else:
         if job.state not in STUCK_STATES or not attempt.state_changed_at:

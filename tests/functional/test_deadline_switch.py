@@ -243,3 +243,41 @@ def test_a_switched_job_deleted_at_vertex_while_cancelling_releases_its_successo
     assert requeue.data["attempt"] == 2 and record.requeue.strategy == "STANDARD"
     assert not record.attempt(1).ending and record.attempt(1).outcome is AttemptOutcome.SWITCHED_TO_ON_DEMAND
     assert log.events("reconcile_error") == [] and world.publisher.on("ops-alerts") == []
+
+
+def test_a_switch_whose_cancel_vertex_refuses_for_good_is_said_stuck_and_its_missed_deadline_too(
+    world: World,
+) -> None:
+    """Seed 707: a hand-over's cancel refused with a 403 on every pass is never sent, so the job
+    never ends and the next attempt never starts. Reconcile logs the refusal each pass; once the
+    job has waited `stuck_after_seconds` since the cancel's decision, and once the deadline passed,
+    one `job_stuck` and one `deadline_missed` name the request."""
+    from google.api_core.exceptions import PermissionDenied
+
+    _, job = world.submitted(state=QUEUED, request=deadline_request(slack_seconds=100))
+    waited(world, 5 * CHANGEOVER)
+
+    def refused(name: str, **_: object) -> None:
+        raise PermissionDenied("Permission 'aiplatform.customJobs.cancel' denied")
+
+    world.vertex.cancel_custom_job = refused  # type: ignore[method-assign]
+    log = CapturedLog()
+    run_reconcile(world.ports, log.logger)  # switched; its cancel refused
+    assert world.ledger.get("req-1").attempt(1).cancel_pending
+    [error] = log.events("reconcile_error")
+    assert "PermissionDenied" in error["error"] and world.publisher.on("ops-alerts") == []
+
+    now = datetime.now(UTC)
+    decided = iso(now - timedelta(seconds=world.settings.stuck_after_seconds + 1))
+
+    def long_refused_and_past_its_deadline(record) -> None:
+        record.attempt(1).cancel_decided_at = decided
+        record.request["deadline"] = iso(now - timedelta(seconds=60), timespec="seconds")
+
+    world.rewrite("req-1", long_refused_and_past_its_deadline)
+    for _ in range(2):
+        run_reconcile(world.ports, log.logger)
+    alerts = world.publisher.on("ops-alerts")
+    assert sorted(a.data["kind"] for a in alerts) == ["deadline_missed", "job_stuck"]
+    assert {a.data["request_id"] for a in alerts} == {"req-1"}
+    assert world.publisher.on("job-requests") == [] and world.vertex.jobs[job].state == QUEUED  # never two jobs

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+import shared.reconcile as reconcile
 from shared.clock import iso, utcnow
 from shared.ledger.records import Attempt, RequestRecord
 from shared.ledger.states import RequestStatus
@@ -130,6 +131,34 @@ def test_a_pass_past_its_share_of_the_crud_quota_defers_the_rest_to_the_next_pas
     third = run_reconcile(world.ports, Logger())
     assert third.outcomes.get("deferred", 0) == 0
     assert all(world.ledger.get(f"req-{k:05d}").status == RequestStatus.SUCCEEDED for k in range(20))
+
+
+def test_requests_the_budget_deferred_are_read_first_by_the_next_pass(world: World, monkeypatch) -> None:
+    """Seed 659 (at 60101f2): the listing refused for good, every job needs a get, and a budget
+    below the active requests deferred the same ones, in the index's order, on every pass: their
+    jobs were never read again (a hung one never said `job_stuck`). The next pass starts at the
+    first deferred, so every request is read within a few passes."""
+    from google.api_core.exceptions import PermissionDenied
+
+    world.settings = replace(world.settings, reconcile_crud_share=5 / 600)  # 5 calls a minute
+    monkeypatch.setattr(reconcile, "RECONCILE_WORKERS", 1)  # which 5 are read first: the index's first
+    jobs = seed_running(world, 12)
+    read: set[str] = set()
+    get = world.vertex.get_custom_job
+
+    def reading(name: str, **kwargs: Any) -> Any:
+        read.add(name)
+        return get(name, **kwargs)
+
+    def refused(*_: Any, **__: Any) -> Any:
+        raise PermissionDenied("Permission 'aiplatform.customJobs.list' denied")
+
+    world.vertex.get_custom_job = reading  # type: ignore[method-assign]
+    world.vertex.list_custom_jobs = refused  # type: ignore[method-assign]
+    passes = [run_reconcile(world.ports, Logger()) for _ in range(3)]
+
+    assert [p.outcomes["deferred"] for p in passes[:2]] == [7, 2]
+    assert read == set(jobs)
 
 
 def test_hundreds_of_claims_backing_off_spend_no_vertex_call_and_starve_nothing(world: World) -> None:

@@ -224,6 +224,55 @@ def test_a_job_its_cancel_does_not_end_is_stuck_from_the_cancel_sent_at_the_thre
     assert observe(decision.record, running, policy=policy, now=NOW + timedelta(hours=1)).effects.alerts == []
 
 
+def test_a_job_whose_cancel_vertex_refuses_is_stuck_from_the_cancels_decision_at_the_threshold() -> None:
+    """Seed 707: a move's cancel refused for good (a 403 on every pass) is never sent, and attempt 2
+    waits for the job's end for good: counted from the decision, it is stuck all the same."""
+    policy = replace(POLICY, stuck_after_seconds=HOUR)
+    pending = job(JobState.PENDING, update=100)
+
+    def refused(decided_ago: float) -> RequestRecord:
+        record = switched(sent_ago=None)
+        record.attempts[0].state = JobState.PENDING
+        record.attempts[0].outcome = AttemptOutcome.MOVED
+        record.attempts[0].cancel_decided_at = iso(NOW - timedelta(seconds=decided_ago))
+        return record
+
+    assert observe(refused(HOUR - 1), pending, policy=policy).effects.alerts == []
+    decision = observe(refused(HOUR), pending, policy=policy)
+    [alert] = decision.effects.alerts
+    assert (alert.kind, alert.details["stuck_seconds"]) == ("job_stuck", 3600)
+    assert alert.message == (
+        f"attempt 1 of req-1 is still {JobState.PENDING} 3600 s after its cancel was decided, which was never "
+        "sent (reconcile logs why); attempt 2 waits for it to end"
+    )
+    assert observe(decision.record, pending, policy=policy, now=NOW + timedelta(hours=1)).effects.alerts == []
+
+
+def test_a_deadline_that_passes_while_a_hand_over_waits_for_its_cancelled_job_is_missed_once() -> None:
+    """Seed 707: attempt 2, whose deadline watch would say it, cannot start before the job its
+    hand-over cancelled ends; the observation of that job says it instead."""
+    running = job(JobState.RUNNING, update=50)  # as the ledger holds it: no news
+
+    def handing_over(deadline: datetime) -> RequestRecord:
+        record = switched(sent_ago=60)
+        record.request["deadline"] = iso(deadline)
+        return record
+
+    assert observe(handing_over(NOW + timedelta(seconds=1)), running).effects.alerts == []
+    decision = observe(handing_over(NOW), running)
+    [alert] = decision.effects.alerts
+    assert (alert.kind, alert.details["deadline"]) == ("deadline_missed", iso(NOW))
+    assert alert.message == (
+        f"req-1 missed its deadline {iso(NOW)}: attempt 1's job has not ended since its cancel, "
+        "and attempt 2 waits for it"
+    )
+    assert decision.effects.events == ("deadline_missed",)
+    assert observe(decision.record, running, now=NOW + timedelta(hours=1)).effects.alerts == []  # once
+    cancelled = handing_over(NOW - timedelta(hours=1))
+    cancelled.cancel = CancelIntent(by="someone", at=at(0), reason="not needed")
+    assert observe(cancelled, running).effects.alerts == []  # a cancelled request owes no deadline
+
+
 def test_a_stale_read_of_a_job_its_cancel_does_not_end_still_flags_it() -> None:
     policy = replace(POLICY, stuck_after_seconds=HOUR)
     stale = job(JobState.RUNNING, update=50)  # older than the state the ledger holds
