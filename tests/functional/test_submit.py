@@ -524,6 +524,24 @@ def test_a_refusal_publishes_its_own_alert_not_one_another_delivery_is_publishin
     assert harness.ledger.get("r1").pending_alerts == [theirs]
 
 
+def test_a_conflicting_body_publishes_its_own_alert_not_one_another_delivery_is_publishing(harness: Harness) -> None:
+    harness.deliver(envelope())
+    theirs = Alert.of(
+        AlertKind.STRAY_JOB, "another delivery's", request_id="r1", attempt=1, time=iso(harness.now)
+    ).to_json()
+
+    def decided_elsewhere(current: RequestRecord | None) -> RequestRecord:
+        current.pending_alerts.append(theirs)
+        return current
+
+    harness.ledger.update("r1", decided_elsewhere)
+    with pytest.raises(TransientError, match="being published by another delivery"):  # redelivered until it is
+        harness.deliver(envelope(max_attempts=2), message_id="m-2")
+
+    assert [alert.kind for alert in harness.alerts] == ["request_id_conflict"]
+    assert harness.ledger.get("r1").pending_alerts == [theirs]
+
+
 def test_a_requeued_attempt_runs_where_the_requeue_said_with_the_same_output_dir(
     harness: Harness,
 ) -> None:
@@ -1113,6 +1131,27 @@ def test_a_requeue_the_policy_now_rejects_fails_the_request_and_alerts_once(
     assert (alert.kind, alert.request_id, alert.attempt) == ("invalid_request", "r1", 2)
     assert len(harness.log_lines("invalid_request")) == 2
     assert harness.vertex.creates == 1
+
+
+def test_a_rejected_requeue_publishes_its_own_alert_not_one_another_delivery_is_publishing(
+    harness: Harness,
+) -> None:
+    message = _requeue_attempt_2(harness)
+    theirs = Alert.of(
+        AlertKind.STRAY_JOB, "another delivery's", request_id="r1", attempt=1, time=iso(harness.now)
+    ).to_json()
+
+    def decided_elsewhere(current: RequestRecord | None) -> RequestRecord:
+        current.pending_alerts.append(theirs)
+        return current
+
+    harness.ledger.update("r1", decided_elsewhere)
+    harness.settings = replace(SETTINGS, allowed_machine_families=("a3",))  # policy changed
+    with pytest.raises(TransientError, match="being published by another delivery"):  # redelivered until it is
+        harness.deliver(message, message_id="m-requeue", request_id="r1", **REQUEUE_ATTRIBUTES)
+
+    assert [(alert.kind, alert.attempt) for alert in harness.alerts] == [("invalid_request", 2)]
+    assert harness.ledger.get("r1").pending_alerts == [theirs]
 
 
 @pytest.mark.parametrize(
