@@ -1,5 +1,5 @@
-"""reconcile: the safety net under on_job_event. A lost, unrecognised or filtered-out job event
-delays a decision until the next run; it never loses it.
+"""reconcile: the safety net under on_job_event. A lost, unrecognised or filtered-out job event delays
+a decision until the next run; it never loses it.
 
 For every request whose status is not terminal or that has effects still to publish (read from
 the listing's metadata, paged by `settings.reconcile_page_size`, at most `settings.reconcile_requests_per_run`
@@ -24,8 +24,7 @@ cursor, so every request gets its turn):
   (`shared.reconcile_vertex.vanished_job`): the request fails with one `job_failed` alert
   naming it, or ends CANCELLED if its cancel was asked; a lookup of either kind that fails for
   our own reasons (a permission, a region) is alerted once (`lookup_failed`), the request kept;
-- an attempt waiting in line for Vertex's submission quota is left to the line's drainer, and a
-  line left without one is restarted (`shared.pacing`).
+- an attempt waiting in line for Vertex's submission quota is left to the line's drainer, and a line left without one is restarted (`shared.pacing`).
 
 Then the pass sweeps for strays (`shared.found_jobs.sweep_strays`): one list per location of this
 deployment's jobs that have not ended, and every one the ledger does not record is cancelled,
@@ -54,6 +53,7 @@ from shared.deciding.notices import telling_changes
 from shared.deciding.outbox import (
     Mine,
     alert_corrupt_record,
+    alerts_of,
     decide_and_flush_alert,
     flush,
     publish_request_attempt,
@@ -336,8 +336,8 @@ def _republish(ports: Ports, record: RequestRecord, claim: Attempt, log: Logger,
         last_create_error=attempt.last_create_error if attempt else None,
         published_message_id=message_id,
     )
-    if stored.has_pending_effects:
-        flush(ports, stored, log, mine=Mine.EFFECTS)
+    if stored.has_pending_effects:  # only the stalled alert this write decided is its own
+        flush(ports, stored, log, mine=Mine.EFFECTS, own_alerts=alerts_of(stored, AlertKind.CLAIM_STALLED, claim.n))
     return RequestResult("claim_republished")
 
 

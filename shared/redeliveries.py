@@ -17,7 +17,7 @@ from shared.adapters.vertex import find_jobs, parent_path, request_labels
 from shared.alerts import Alert, AlertKind
 from shared.clock import iso, parse_iso
 from shared.deciding.notices import telling_changes
-from shared.deciding.outbox import Mine, decide_alert, flush, publish_alert
+from shared.deciding.outbox import Mine, alerts_of, decide_alert, flush, publish_alert
 from shared.delivery import Message
 from shared.errors import TransientError, Violation
 from shared.jobs import RESERVED_ID_PREFIXES, TRIGGER_ID_PREFIX
@@ -32,11 +32,19 @@ from shared.triggers.store import TriggerStore
 from shared.wiring import Ports
 
 
-def publish_what_is_pending(record: RequestRecord | None, log: Logger, ports: Ports, *, mine: Mine = Mine.NONE) -> None:
+def publish_what_is_pending(
+    record: RequestRecord | None,
+    log: Logger,
+    ports: Ports,
+    *,
+    mine: Mine = Mine.NONE,
+    own_alerts: list[dict[str, Any]] | None = None,
+) -> None:
     """Acknowledge an attempt already handled, once what its handling left pending is sent: an
-    alert whose first publish failed goes out on this redelivery (or, later, by reconcile)."""
+    alert whose first publish failed goes out on this redelivery (or, later, by reconcile).
+    `mine`, `own_alerts`: what this call's own write decided (`flush`)."""
     if record is not None and record.has_pending_effects:
-        _, waiting = flush(ports, record, log, mine=mine)
+        _, waiting = flush(ports, record, log, mine=mine, own_alerts=own_alerts)
         if waiting:
             raise TransientError(waiting)
 
@@ -275,6 +283,7 @@ def reject(exc: InvalidJobRequest, message: Message, log: Logger, ports: Ports) 
         # body that is not the pending re-queue's): nothing to fail, alert now.
         alert_rejection_once(ports, invalid_request_alert(request_id, n, violations, message.message_id, ports.clock()))
     elif stored is not None and stored.has_pending_effects:
-        _, waiting = flush(ports, stored, log, mine=Mine.written(swapped))
+        own = alerts_of(stored, AlertKind.INVALID_REQUEST, n)
+        _, waiting = flush(ports, stored, log, mine=Mine.written(swapped), own_alerts=own)
         if waiting:
             raise TransientError(waiting)

@@ -40,9 +40,10 @@ from shared.adapters.vertex import (
     parent_path,
     to_custom_job,
 )
+from shared.alerts import AlertKind
 from shared.create_lease import create_timeout, note_create_sent, wait_for_the_list
 from shared.deciding.notices import publish_notices, telling_changes
-from shared.deciding.outbox import Mine, alert_corrupt_record, flush
+from shared.deciding.outbox import Mine, alert_corrupt_record, alerts_of, decided_alert, flush
 from shared.delivery import Message
 from shared.errors import TransientError, is_retryable
 from shared.fleet.capacity import place_attempt, refusing
@@ -186,7 +187,9 @@ def _settle_taken_id(
     request, cancelled ones included (a second body was dropped unheard: simulator seed 257)."""
     if record.request != envelope and request.attempt is None:
         conflict = record_conflict(record, envelope, ports, log)
-        publish_what_is_pending(conflict.value or record, log, ports, mine=Mine.written(conflict))
+        publish_what_is_pending(
+            conflict.value or record, log, ports, mine=Mine.written(conflict), own_alerts=decided_alert(conflict)
+        )
     else:
         publish_what_is_pending(record, log, ports)
 
@@ -415,7 +418,7 @@ def _refused(
         recorded = stored.attempt(n) if stored else None
         return SubmitOutcome(SubmitResult.DUPLICATE, request_id, n, recorded.job if recorded else None)
     log.error(f"{reason}; the request failed", event="submit_failed", error=error)
-    flush(ports, stored, log, mine=Mine.EFFECTS)
+    flush(ports, stored, log, mine=Mine.EFFECTS, own_alerts=alerts_of(stored, AlertKind.SUBMIT_FAILED, n))
     return SubmitOutcome(SubmitResult.FAILED, request_id, n)
 
 

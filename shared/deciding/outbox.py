@@ -133,6 +133,13 @@ def decided_alert(swapped: Swapped[RequestRecord]) -> list[dict[str, Any]]:
     return [swapped.decided] if swapped.wrote and swapped.decided is not None else []
 
 
+def alerts_of(record: RequestRecord, kind: AlertKind, attempt: int) -> list[dict[str, Any]]:
+    """The pending alerts of `kind` about `attempt`, as `flush`'s `own_alerts`, for a write that
+    decided that one alert (under its once-only marker) beside others another delivery may be
+    publishing."""
+    return [a for a in record.pending_alerts if a.get("kind") == kind and a.get("attempt") == attempt]
+
+
 def decide_and_flush_alert(
     ports: Ports,
     request_id: str,

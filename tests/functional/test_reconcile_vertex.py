@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 import shared.reconcile as reconcile
+from shared.alerts import Alert, AlertKind
 from shared.clock import iso, utcnow
 from shared.ledger.records import Attempt, RequestRecord
 from shared.ledger.states import RequestStatus
@@ -219,3 +220,22 @@ def test_claims_the_line_turned_away_are_republished_without_a_lookup_whatever_t
     assert summary.vertex["calls"] == {"list": 1}  # the pass's listing; no label lookup
     assert len(world.publisher.on("job-requests")) == claims
     assert all(world.ledger.get(f"claim-{k:03d}").attempts[0].republished == 1 for k in range(claims))
+
+
+def test_a_claim_republished_leaves_an_alert_another_delivery_is_publishing_to_it(world: World) -> None:
+    """The re-publish's write decided no alert: one another delivery made pending a moment ago is
+    that delivery's to publish (or a taker's once it is presumed dead), not sent twice (the pattern
+    the simulator's seed 872 found in the stray sweep)."""
+    moment = utcnow()
+    released = iso(moment - timedelta(seconds=600))
+    claim = Attempt(1, "us-central1", "SPOT", released)
+    claim.waiting_since = iso(moment - timedelta(hours=2))
+    theirs = Alert.of(AlertKind.LOOKUP_FAILED, "another delivery's", request_id="claim-1", time=iso(moment)).to_json()
+    envelope = {"schema_version": 1, "request_id": "claim-1", "custom_job": {}, "location": "us-central1"}
+    world.ledger.restore(RequestRecord("claim-1", envelope, "gs://c/r/", attempts=[claim], pending_alerts=[theirs]))
+
+    summary = run_reconcile(world.ports, Logger())
+
+    assert summary.outcomes["claim_republished"] == 1
+    assert world.publisher.on("ops-alerts") == []
+    assert world.ledger.get("claim-1").pending_alerts == [theirs]

@@ -17,7 +17,7 @@ import pytest
 from google.api_core import exceptions as api
 from google.cloud.aiplatform_v1 import CustomJob
 
-from shared.alerts import Alert
+from shared.alerts import Alert, AlertKind
 from shared.clock import iso
 from shared.delivery import Message, handle_delivery
 from shared.errors import ConfigurationError, TransientError
@@ -489,6 +489,57 @@ def test_a_permanent_refusal_fails_the_request_with_one_alert(harness: Harness) 
         "r1",
         1,
     )
+
+
+class RefusingWhileAnotherAlertIsPublishedService(FakeJobService):
+    """Refuses our create for good, while another delivery has just made an alert of its own
+    pending in the record and is publishing it."""
+
+    def __init__(self, ledger: LedgerStore, theirs: dict[str, Any]) -> None:
+        super().__init__()
+        self.ledger, self.theirs = ledger, theirs
+
+    def create_custom_job(self, **kwargs: Any) -> CustomJob:
+        def decided_elsewhere(current: RequestRecord | None) -> RequestRecord:
+            current.pending_alerts.append(self.theirs)
+            return current
+
+        self.ledger.update("r1", decided_elsewhere)
+        raise api.InvalidArgument("refused")
+
+
+def test_a_refusal_publishes_its_own_alert_not_one_another_delivery_is_publishing(harness: Harness) -> None:
+    """Only the `submit_failed` this delivery decided goes out at once; the other stays pending for
+    the delivery publishing it (or a taker once that one is presumed dead), else it went out twice
+    (the simulator's seed 872 found the same in the stray sweep)."""
+    theirs = Alert.of(
+        AlertKind.STRAY_JOB, "another delivery's", request_id="r1", attempt=1, time=iso(harness.now)
+    ).to_json()
+    harness.vertex = RefusingWhileAnotherAlertIsPublishedService(harness.ledger, theirs)
+
+    outcome = harness.deliver(envelope())
+
+    assert outcome.result == SubmitResult.FAILED
+    assert [alert.kind for alert in harness.alerts] == ["submit_failed"]
+    assert harness.ledger.get("r1").pending_alerts == [theirs]
+
+
+def test_a_conflicting_body_publishes_its_own_alert_not_one_another_delivery_is_publishing(harness: Harness) -> None:
+    harness.deliver(envelope())
+    theirs = Alert.of(
+        AlertKind.STRAY_JOB, "another delivery's", request_id="r1", attempt=1, time=iso(harness.now)
+    ).to_json()
+
+    def decided_elsewhere(current: RequestRecord | None) -> RequestRecord:
+        current.pending_alerts.append(theirs)
+        return current
+
+    harness.ledger.update("r1", decided_elsewhere)
+    with pytest.raises(TransientError, match="being published by another delivery"):  # redelivered until it is
+        harness.deliver(envelope(max_attempts=2), message_id="m-2")
+
+    assert [alert.kind for alert in harness.alerts] == ["request_id_conflict"]
+    assert harness.ledger.get("r1").pending_alerts == [theirs]
 
 
 def test_a_requeued_attempt_runs_where_the_requeue_said_with_the_same_output_dir(
@@ -1080,6 +1131,27 @@ def test_a_requeue_the_policy_now_rejects_fails_the_request_and_alerts_once(
     assert (alert.kind, alert.request_id, alert.attempt) == ("invalid_request", "r1", 2)
     assert len(harness.log_lines("invalid_request")) == 2
     assert harness.vertex.creates == 1
+
+
+def test_a_rejected_requeue_publishes_its_own_alert_not_one_another_delivery_is_publishing(
+    harness: Harness,
+) -> None:
+    message = _requeue_attempt_2(harness)
+    theirs = Alert.of(
+        AlertKind.STRAY_JOB, "another delivery's", request_id="r1", attempt=1, time=iso(harness.now)
+    ).to_json()
+
+    def decided_elsewhere(current: RequestRecord | None) -> RequestRecord:
+        current.pending_alerts.append(theirs)
+        return current
+
+    harness.ledger.update("r1", decided_elsewhere)
+    harness.settings = replace(SETTINGS, allowed_machine_families=("a3",))  # policy changed
+    with pytest.raises(TransientError, match="being published by another delivery"):  # redelivered until it is
+        harness.deliver(message, message_id="m-requeue", request_id="r1", **REQUEUE_ATTRIBUTES)
+
+    assert [(alert.kind, alert.attempt) for alert in harness.alerts] == [("invalid_request", 2)]
+    assert harness.ledger.get("r1").pending_alerts == [theirs]
 
 
 @pytest.mark.parametrize(
