@@ -41,6 +41,9 @@ def note_create_sent(record: RequestRecord, attempt: Attempt, log: Logger, ports
         lambda current: mark_create_sent(current, n=attempt.n, claimed_at=attempt.claimed_at, now=ports.clock()),
     )
     ours = stored.attempt(attempt.n) if stored else None
+    if stored is not None and stored.cancel is not None:
+        log.warning("the request was cancelled before the create; not sending it", event="claim_lost")
+        raise ClaimInProgress(f"{record.request_id} was cancelled before attempt {attempt.n}'s create")
     if ours is None or ours.claimed_at != attempt.claimed_at or ours.job is not None or ours.outcome is not None:
         log.warning("the claim changed hands before the create; not sending it", event="claim_lost")
         raise ClaimInProgress(f"attempt {attempt.n} of {record.request_id} is no longer ours")

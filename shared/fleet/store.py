@@ -19,10 +19,19 @@ closed more than `COMPACT_AFTER_SECONDS` ago into one, its summary in the name:
 then deletes them: a window's listing holds one object per old attempt, however many times it was
 preempted. It writes the summary before it deletes, and the reader drops the facts of an attempt
 that has one, so a read between the two, a second run, or a late write of an old fact counts
-nothing twice (the next run deletes the late one)."""
+nothing twice (the next run deletes the late one).
+
+A process remembers the names it created or found created (`FACTS_KEPT` of them, per storage
+client) and does not ask for them again: an open wait is met by every decision on its request, and
+each would otherwise be a refused create. A remembered name deleted since is one nobody reads: the
+lifecycle rule deletes a fact `RETENTION_DAYS` after its creation, past the window of its time,
+and compaction deletes only the facts of an attempt whose summary the reader takes instead."""
 
 from __future__ import annotations
 
+import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -41,6 +50,8 @@ PAGE = 1000
 # weighs nothing, and its sums are all the estimate needs of it.
 COMPACT_AFTER_SECONDS = 24 * 3600.0
 _NONE = "-"
+# Fact names a process remembers as created, per client: a busy deployment's open waits many times over.
+FACTS_KEPT = 8192
 
 
 def object_name(machine_class: MachineClass, observation: FleetFact) -> str:
@@ -113,19 +124,53 @@ def _replicas(more: Sequence[str]) -> int:
 
 
 def write_facts(bucket: Bucket, machine_class: MachineClass, observations: Iterable[FleetFact]) -> int:
-    """Create each observation's object once; how many were new."""
+    """Create each observation's object once; how many were new. A name this process created or
+    found created is not asked for again (the module docstring)."""
     from google.api_core.exceptions import PreconditionFailed
 
     written = 0
     for observation in observations:
+        name = object_name(machine_class, observation)
+        if _created.known(bucket, name):
+            continue
         try:
-            bucket.blob(object_name(machine_class, observation)).upload_from_string(
-                b"", content_type="application/octet-stream", if_generation_match=0
-            )
+            bucket.blob(name).upload_from_string(b"", content_type="application/octet-stream", if_generation_match=0)
         except PreconditionFailed:
-            continue  # recorded by an earlier delivery
+            _created.note(bucket, name)  # recorded by an earlier delivery
+            continue
+        _created.note(bucket, name)
         written += 1
     return written
+
+
+class _CreatedNames:
+    """The fact names known to exist, per storage client (a simulated world's client never sees
+    another's), the most recent `FACTS_KEPT` of each."""
+
+    def __init__(self) -> None:
+        self._by_client: weakref.WeakKeyDictionary[object, OrderedDict[tuple[str, str], None]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._lock = threading.Lock()  # reconcile's workers record facts at once
+
+    def known(self, bucket: Bucket, name: str) -> bool:
+        key = (bucket.name, name)
+        with self._lock:
+            names = self._by_client.get(bucket.client)
+            if names is None or key not in names:
+                return False
+            names.move_to_end(key)
+            return True
+
+    def note(self, bucket: Bucket, name: str) -> None:
+        with self._lock:
+            names = self._by_client.setdefault(bucket.client, OrderedDict())
+            names[(bucket.name, name)] = None
+            while len(names) > FACTS_KEPT:
+                names.popitem(last=False)
+
+
+_created = _CreatedNames()
 
 
 def read(

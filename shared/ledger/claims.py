@@ -151,12 +151,13 @@ def record_job(
 
 def mark_create_sent(current: RequestRecord | None, *, n: int, claimed_at: str, now: datetime) -> RequestRecord | None:
     """Note that the create of attempt n is being sent now, by the holder of the claim made at
-    `claimed_at`; None (write nothing) if the claim was taken over, the job recorded or the attempt
-    ended meanwhile (a cancel ends an attempt that has not sent its create).
+    `claimed_at`; None (write nothing) if the claim was taken over, the job recorded, the attempt
+    ended or the request cancelled meanwhile (a cancel ends an attempt that has not sent its
+    create, and leaves open one whose earlier holder noted a send: that create may land, no second).
     A delivery that later takes the claim over and finds no job by its labels knows a create may
     be hidden by a lagging list."""
     attempt = current.attempt(n) if current else None
-    if current is None or attempt is None or attempt.job is not None or attempt.outcome:
+    if current is None or current.cancel is not None or attempt is None or attempt.job is not None or attempt.outcome:
         return None
     if attempt.claimed_at != claimed_at:
         return None

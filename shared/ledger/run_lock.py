@@ -9,12 +9,14 @@ going is normal, and raising would send it round the retries into the dead-lette
 
 The lock is a lease object in the state bucket, `maintenance/<task>-run.json`:
 
-- taken by creating it with `if_generation_match=0` (exactly one creator wins);
+- taken by creating it with `if_generation_match=0` (exactly one creator wins), tried before any
+  read: the lease is mostly free, and a create that loses costs what the read would have;
 - holding an expiry: a run that died without releasing (instance killed, timeout) leaves a lease
   that the first tick after its expiry takes over, with an overwrite matched on the generation it
   read (exactly one taker wins);
 - released by deleting it, matched on the generation this run wrote (a run that outlived its
-  lease never deletes its successor's).
+  lease never deletes its successor's), with no read first (but on the emulator, which ignores
+  the match on a delete).
 
 The lease is `LEASE_SECONDS`, longer than any function may run (Terraform caps `timeout_seconds`
 at 600, `terraform/variables.tf`), so a live run is never taken over; the cost of a crashed run
@@ -120,6 +122,9 @@ class RunLock:
 
     def acquire(self) -> bool:
         """Take the lease; False if another run holds an unexpired one (`self.current` says which)."""
+        if self._write(None, self._document(), 0):  # none there: one create, no look first
+            self.current = {}
+            return True
         try:
             taken = compare_and_swap(
                 self._read, self._write, self._take, private_copy=dict, what=lock_path(self.task), max_conflicts=_ROUNDS
@@ -135,11 +140,11 @@ class RunLock:
         if self.generation is None:
             return
         try:
-            # The generation check is GCS's (atomic); the read before it is for emulators that
-            # ignore ifGenerationMatch on delete (fake-gcs-server does).
-            found = self.bucket.get_blob(lock_path(self.task))
-            if found is not None and found.generation == self.generation:
-                found.delete(if_generation_match=self.generation)
+            if os.environ.get("STORAGE_EMULATOR_HOST"):  # fake-gcs-server ignores the match on a DELETE
+                found = self.bucket.get_blob(lock_path(self.task))
+                if found is None or found.generation != self.generation:
+                    return
+            self.bucket.delete_blob(lock_path(self.task), if_generation_match=self.generation)
         except (NotFound, PreconditionFailed):
             pass  # taken over after our lease expired: it is the new run's now
         finally:

@@ -175,6 +175,21 @@ def test_a_claim_held_when_the_cancel_lands_never_sends_its_create(world: World)
     assert world.ledger.get("run-1").attempt(1).create_sent_at is None
 
 
+def test_a_claim_taken_over_after_an_unlanded_send_never_sends_its_create_once_cancelled(world: World) -> None:
+    # Seed 48: the first holder noted its send and died before it; the cancel leaves the attempt
+    # open (that create might land); the delivery that took the claim over sends none.
+    world.submitted("run-1", state=RUNNING)
+    now = datetime.now(UTC)
+    earlier = iso(now - timedelta(seconds=world.settings.claim_lease_seconds + 5))
+    claim = Attempt(1, "us-central1", "SPOT", claimed_at=iso(now), create_sent_at=earlier)
+    world.rewrite("run-1", lambda r: (setattr(r, "attempts", [claim]), setattr(r, "status", RequestStatus.CLAIMED)))
+    held = world.ledger.get("run-1")  # what the claim's new holder read, before the cancel
+    assert cancel(world).status == "CLAIMED"  # the first send might land: not over yet
+    with pytest.raises(ClaimInProgress):
+        note_create_sent(held, held.attempt(1), CapturedLog().logger, world.ports)
+    assert world.ledger.get("run-1").attempt(1).create_sent_at == earlier
+
+
 def test_a_claim_whose_create_never_landed_ends_cancelled_after_its_lease(world: World) -> None:
     _, job = world.submitted("run-1", state=RUNNING)
     sent = iso(datetime.now(UTC) - timedelta(seconds=world.settings.claim_lease_seconds + 1))

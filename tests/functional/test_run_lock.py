@@ -8,10 +8,18 @@ import json
 import threading
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from shared.ledger.run_lock import RunLock, lock_path, run_lock
 from shared.log import Logger
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture(autouse=True)
+def _on_the_emulator(fake_gcs: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # What tells the release it runs on fake-gcs-server, which ignores the generation match on a delete.
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs)
 
 
 def _log() -> tuple[Logger, io.StringIO]:

@@ -15,6 +15,7 @@ from shared.fleet.estimate import OPEN_WAIT_GRACE_SECONDS, SpotOutlook, changeov
 from shared.fleet.observations import FleetFact, Kind, MachineClass, Reading, observations_of
 from shared.fleet.recording import fleet_facts, new_facts
 from shared.ledger.records import Attempt, RequestRecord
+from sim.gcs import MemoryStorage
 
 T0 = datetime(2026, 12, 1, 12, tzinfo=UTC)
 H100 = MachineClass("a3-highgpu-8g", "NVIDIA_H100_80GB", 8)
@@ -93,10 +94,11 @@ class Blob:
     name: str
 
 
-@dataclass
+@dataclass(eq=False)  # one per process: its client is what a process remembers facts by
 class Bucket:
     """Just what shared.fleet.store calls: create-once uploads and a prefix listing."""
 
+    name: str = "state"
     names: set[str] = field(default_factory=set)
     uploads: int = 0
     listings: int = 0
@@ -310,3 +312,39 @@ def test_the_changeover_bound_reads_the_locations_on_demand_changeovers_seen_by_
     ]
     assert changeover_bound(facts, "us-east4", T0) == 4000.0
     assert changeover_bound(facts, "europe-west4", T0) is None
+
+
+def counted_storage() -> tuple[MemoryStorage, list[str]]:
+    """An in-memory store (a client of it per process) and the operations of its I/O calls."""
+    calls: list[str] = []
+
+    def io(_service: str, operation: str, perform: Any) -> Any:
+        calls.append(operation)
+        return perform()
+
+    return MemoryStorage(clock=lambda: T0, io=io), calls
+
+
+def test_a_process_writes_no_fact_again_that_it_wrote_or_found_written() -> None:
+    storage, calls = counted_storage()
+    bucket = storage.client().bucket("state")
+    waiting = [FleetFact(Kind.WAITING, "us-east4", T0, attempt_key="k-1")]
+    assert store.write_facts(bucket, H100, waiting) == 1
+    assert store.write_facts(bucket, H100, waiting) == 0  # the open wait seen again
+    assert calls == ["write"]
+    another_process = storage.client().bucket("state")
+    assert store.write_facts(another_process, H100, waiting) == 0  # refused: it is there
+    assert store.write_facts(another_process, H100, waiting) == 0  # and now known
+    assert calls == ["write", "write"]
+
+
+def test_a_process_remembers_a_bounded_number_of_facts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(store, "FACTS_KEPT", 2)
+    storage, calls = counted_storage()
+    bucket = storage.client().bucket("state")
+    facts = [FleetFact(Kind.WAITING, "us-east4", T0, attempt_key=f"k-{n}") for n in range(3)]
+    assert store.write_facts(bucket, H100, facts) == 3
+    assert store.write_facts(bucket, H100, facts[1:]) == 0
+    assert len(calls) == 3
+    assert store.write_facts(bucket, H100, facts[:1]) == 0  # forgotten: asked again, refused
+    assert len(calls) == 4

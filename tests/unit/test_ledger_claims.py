@@ -222,6 +222,15 @@ def test_only_the_claims_holder_notes_its_send_and_only_before_the_attempt_settl
     assert mark_create_sent(None, n=1, claimed_at=ours, now=NOW) is None
 
 
+def test_a_cancelled_request_sends_no_create_even_on_a_claim_whose_earlier_send_keeps_it_open() -> None:
+    # Seed 48: a delivery noted its send and died before it; the cancel left the attempt open (that
+    # create might land); the delivery that took the claim over must not send a second one.
+    earlier, ours = iso(NOW - timedelta(seconds=130)), iso(NOW - timedelta(seconds=5))
+    open_send = Attempt(1, "us-central1", "SPOT", ours, create_sent_at=earlier)
+    cancelled = record(open_send, cancel=CancelIntent("ana", iso(NOW - timedelta(seconds=2))))
+    assert mark_create_sent(cancelled, n=1, claimed_at=ours, now=NOW) is None
+
+
 def test_a_released_claim_forgets_its_send_and_keeps_the_refusal_as_evidence() -> None:
     ours = iso(NOW - timedelta(seconds=5))
     sent = Attempt(1, "us-central1", "SPOT", ours, create_sent_at=ours)

@@ -264,3 +264,45 @@ def test_an_expired_lease_is_taken_over_at_the_generation_read(bucket: Any, cloc
     taker = RunLock(bucket, TASK, lease_seconds=60, clock=clock)
     assert taker.acquire()
     assert taker.generation == bucket.get_blob(LEASE).generation != old_generation
+
+
+def counted_bucket(clock: Clock) -> tuple[Any, list[str]]:
+    """A state bucket whose every I/O call is noted by its operation (get, read, write, delete)."""
+    calls: list[str] = []
+
+    def io(_service: str, operation: str, perform: Any) -> Any:
+        calls.append(operation)
+        return perform()
+
+    return MemoryStorage(clock=clock, io=io).client().bucket("state"), calls
+
+
+def test_a_free_lease_is_taken_with_one_create_and_released_with_one_delete(clock: Clock) -> None:
+    bucket, calls = counted_bucket(clock)
+    lock = RunLock(bucket, TASK, clock=clock)
+    assert lock.acquire()
+    assert calls == ["write"]  # created at generation 0: no look first
+    lock.release()
+    assert calls == ["write", "delete"]  # deleted at the generation written: no look first
+    assert bucket.get_blob(LEASE) is None
+
+
+def test_a_held_lease_costs_the_create_it_lost_and_one_look(clock: Clock) -> None:
+    bucket, calls = counted_bucket(clock)
+    holder = RunLock(bucket, TASK, clock=clock)
+    assert holder.acquire()
+    calls.clear()
+    turned_away = RunLock(bucket, TASK, clock=clock)
+    assert not turned_away.acquire()
+    assert calls == ["write", "get", "read"]
+    assert turned_away.current["holder"] == holder.holder
+
+
+def test_on_the_emulator_a_release_looks_before_it_deletes(clock: Clock, monkeypatch) -> None:
+    # fake-gcs-server ignores ifGenerationMatch on a DELETE: the look keeps a successor's lease.
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://localhost:4443")
+    bucket, calls = counted_bucket(clock)
+    lock = RunLock(bucket, TASK, clock=clock)
+    assert lock.acquire()
+    lock.release()
+    assert calls == ["write", "get", "delete"]
