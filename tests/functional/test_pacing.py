@@ -14,17 +14,21 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import pytest
 from google.api_core import exceptions as api
 from google.cloud.aiplatform_v1 import CustomJob
 
+import shared.submit as submit_module
 from devstack.vertex.quotas import SUBMISSIONS, SlidingWindow, quota_exceeded
 from shared.alerts import Alert
+from shared.clock import iso
 from shared.delivery import Message
 from shared.jobs import LABEL_REQUEST_ID
+from shared.ledger.cancelling import cancel_request
 from shared.ledger.claims import fail_attempt
 from shared.ledger.states import RequestStatus
 from shared.ledger.store import LedgerStore
@@ -600,3 +604,35 @@ def test_a_head_turned_away_for_a_gpu_quota_stays_out_of_line_until_reconcile_re
     line.pump(5)
     assert line.vertex.refused == 4
     assert all(line.ledger.get(rid).status == RequestStatus.CLAIMED for rid in ("gpu-a", "gpu-b"))
+
+
+def test_a_cancelled_head_whose_create_a_dead_drainer_sent_is_found_and_cancelled_and_the_line_goes_on(
+    line: Line, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Seed 828 (at 60101f2): the drainer created the head's job and died before recording it; the
+    # operator cancelled the request. The head stayed in line (not settled: its create was sent),
+    # every hand-over to it ended "cancelled; nothing created" and reconcile left it to the line.
+    requests = burst(3)
+    with drainer_held(line):
+        for request_id, body in requests:
+            line.deliver(body, f"m-{request_id}")
+    crash_once(monkeypatch, submit_module, "_record_created")  # the create landed, the instance died
+    with pytest.raises(Crash):
+        restart(line)
+    [job] = line.jobs_by_request()["burst-000"]
+    forget_the_drainer(line)
+    line.ledger.swap("burst-000", partial(cancel_request, by="ana", reason=None, now=datetime.now(UTC)))
+
+    def lease_ran_out(current: Any) -> Any:  # the dead drainer's claim, a lease later
+        current.attempt(1).claimed_at = iso(datetime.now(UTC) - timedelta(seconds=PACED.claim_lease_seconds))
+        return current
+
+    line.ledger.update("burst-000", lease_ran_out)
+
+    run_reconcile(line.ports, Logger(stream=line.log_stream))
+    line.pump(seconds=5)
+    run_reconcile(line.ports, Logger(stream=line.log_stream))
+
+    assert line.vertex.cancelled == [job.name]  # nothing of a cancelled request runs
+    assert sorted(line.jobs_by_request()) == [rid for rid, _ in requests]  # the line went on
+    assert not line.pacer.waiting(LOCATION)
