@@ -606,15 +606,13 @@ def test_a_head_turned_away_for_a_gpu_quota_stays_out_of_line_until_reconcile_re
     assert all(line.ledger.get(rid).status == RequestStatus.CLAIMED for rid in ("gpu-a", "gpu-b"))
 
 
-def test_a_cancelled_head_whose_create_a_dead_drainer_sent_is_found_and_cancelled_and_the_line_goes_on(
-    line: Line, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Seed 828 (at 60101f2): the drainer created the head's job and died before recording it; the
-    # operator cancelled the request. The head stayed in line (not settled: its create was sent),
-    # every hand-over to it ended "cancelled; nothing created" and reconcile left it to the line.
-    requests = burst(3)
+def cancelled_after_a_dead_drainer_created_it(line: Line, monkeypatch: pytest.MonkeyPatch) -> CustomJob:
+    """Seed 828 (at 60101f2): the drainer created the head's job and died before recording it; the
+    operator cancelled the request, and the dead drainer's claim lease ran out. The head stayed in
+    line (not settled: its create was sent), every hand-over to it ended "cancelled; nothing
+    created" and reconcile left it to the line: its job ran 6.5 h unrecorded, without a word."""
     with drainer_held(line):
-        for request_id, body in requests:
+        for request_id, body in burst(3):
             line.deliver(body, f"m-{request_id}")
     crash_once(monkeypatch, submit_module, "_record_created")  # the create landed, the instance died
     with pytest.raises(Crash):
@@ -623,16 +621,36 @@ def test_a_cancelled_head_whose_create_a_dead_drainer_sent_is_found_and_cancelle
     forget_the_drainer(line)
     line.ledger.swap("burst-000", partial(cancel_request, by="ana", reason=None, now=datetime.now(UTC)))
 
-    def lease_ran_out(current: Any) -> Any:  # the dead drainer's claim, a lease later
+    def lease_ran_out(current: Any) -> Any:
         current.attempt(1).claimed_at = iso(datetime.now(UTC) - timedelta(seconds=PACED.claim_lease_seconds))
         return current
 
     line.ledger.update("burst-000", lease_ran_out)
+    return job
 
-    run_reconcile(line.ports, Logger(stream=line.log_stream))
-    line.pump(seconds=5)
-    run_reconcile(line.ports, Logger(stream=line.log_stream))
 
+def test_reconcile_looks_up_a_cancelled_head_whose_create_a_dead_drainer_sent_and_cancels_its_job(
+    line: Line, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = cancelled_after_a_dead_drainer_created_it(line, monkeypatch)
+
+    summary = run_reconcile(line.ports, Logger(stream=line.log_stream))  # its entry still in line
+
+    assert summary.outcomes["claim_adopted"] == 1
     assert line.vertex.cancelled == [job.name]  # nothing of a cancelled request runs
-    assert sorted(line.jobs_by_request()) == [rid for rid, _ in requests]  # the line went on
+    line.pump(seconds=5)
+    assert sorted(line.jobs_by_request()) == ["burst-000", "burst-001", "burst-002"]
     assert not line.pacer.waiting(LOCATION)
+
+
+def test_the_line_passes_a_cancelled_head_on_and_reconcile_then_cancels_its_job(
+    line: Line, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = cancelled_after_a_dead_drainer_created_it(line, monkeypatch)
+
+    restart(line)  # the hand-over goes to the first attempt that needs a create
+
+    assert sorted(line.jobs_by_request()) == ["burst-000", "burst-001", "burst-002"]
+    assert not line.pacer.waiting(LOCATION)
+    run_reconcile(line.ports, Logger(stream=line.log_stream))
+    assert line.vertex.cancelled == [job.name]
