@@ -654,3 +654,41 @@ def test_the_line_passes_a_cancelled_head_on_and_reconcile_then_cancels_its_job(
     assert not line.pacer.waiting(LOCATION)
     run_reconcile(line.ports, Logger(stream=line.log_stream))
     assert line.vertex.cancelled == [job.name]
+
+
+@pytest.mark.parametrize("entry_left", [False, True], ids=["in-line", "fell-out-of-line"])
+def test_a_head_whose_create_a_dead_drainer_sent_is_found_by_its_lookup_never_created_twice(
+    line: Line, monkeypatch: pytest.MonkeyPatch, entry_left: bool
+) -> None:
+    # The drainer's create is noted as sent before it goes (`create_sent_at`), so neither the next
+    # drainer's takeover nor reconcile (main's re-publish without lookup when `never_sent`) skips
+    # the lookup that finds it.
+    with drainer_held(line):
+        for request_id, body in burst(3):
+            line.deliver(body, f"m-{request_id}")
+    crash_once(monkeypatch, submit_module, "_record_created")
+    with pytest.raises(Crash):
+        restart(line)
+    forget_the_drainer(line)
+    assert line.ledger.get("burst-000").attempt(1).create_sent_at
+    if entry_left:
+        [head] = [entry for entry in line.pacer.waiting(LOCATION) if entry.request_id == "burst-000"]
+        line.pacer.remove(head)
+
+    def lease_ran_out(current: Any) -> Any:
+        current.attempt(1).claimed_at = iso(datetime.now(UTC) - timedelta(seconds=PACED.claim_lease_seconds))
+        return current
+
+    line.ledger.update("burst-000", lease_ran_out)
+    for _ in range(3):  # a hand-over that finds its own job carries nothing on: reconcile restarts the line
+        run_reconcile(line.ports, Logger(stream=line.log_stream))
+        with contextlib.suppress(AssertionError):
+            line.pump(seconds=1)
+
+    assert {rid: len(jobs) for rid, jobs in line.jobs_by_request().items()} == {
+        "burst-000": 1,
+        "burst-001": 1,
+        "burst-002": 1,
+    }
+    assert line.ledger.get("burst-000").attempt(1).job
+    assert not line.pacer.waiting(LOCATION)
