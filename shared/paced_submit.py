@@ -72,8 +72,11 @@ def in_line(ports: Ports, record: RequestRecord, attempt: Attempt) -> bool:
     """Whether attempt `attempt` waits in its region's line (noted in the record, and its entry
     there): reconcile leaves it to the drainer. One that fell out of line, or waits in a line no
     drainer serves any more (pacing turned off), is settled like any stale claim (re-published:
-    submit puts it back, or creates it)."""
+    submit puts it back, or creates it). A cancelled request's never is: the line creates nothing
+    for it, and reconcile's lookup settles a create it sent (seed 828)."""
     if not pacing_on(ports) or not attempt.waiting_since or attempt.job or attempt.outcome:
+        return False
+    if record.cancel is not None:
         return False
     entry = waiting_entry(attempt.location, priority_of(record), record.request_id, attempt.n)
     return pacer_for(ports).has_entry(entry)

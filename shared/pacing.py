@@ -176,10 +176,14 @@ def is_resource_quota(exc: BaseException) -> bool:
 
 def is_settled(record: RequestRecord | None, n: int) -> bool:
     """Whether waiting attempt n needs nothing more from the line: it has a job or an outcome, or
-    its request finished (or is gone). Its entry leaves the line on sight, whoever sees it: a
-    drainer that died after creating it must not leave it first in line for good."""
+    its request finished, was cancelled (or is gone). Its entry leaves the line on sight, whoever
+    sees it: a drainer that died after creating it must not leave it first in line for good, nor
+    a cancel keep it there (reconcile's lookup finds and cancels a job its sent create made:
+    seed 828)."""
     attempt = record.attempt(n) if record else None
-    return record is None or attempt is None or bool(attempt.job or attempt.outcome) or record.is_terminal
+    if record is None or attempt is None or record.cancel is not None:
+        return True
+    return bool(attempt.job or attempt.outcome) or record.is_terminal
 
 
 class Pacer:

@@ -14,17 +14,21 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import pytest
 from google.api_core import exceptions as api
 from google.cloud.aiplatform_v1 import CustomJob
 
+import shared.submit as submit_module
 from devstack.vertex.quotas import SUBMISSIONS, SlidingWindow, quota_exceeded
 from shared.alerts import Alert
+from shared.clock import iso
 from shared.delivery import Message
 from shared.jobs import LABEL_REQUEST_ID
+from shared.ledger.cancelling import cancel_request
 from shared.ledger.claims import fail_attempt
 from shared.ledger.states import RequestStatus
 from shared.ledger.store import LedgerStore
@@ -600,3 +604,91 @@ def test_a_head_turned_away_for_a_gpu_quota_stays_out_of_line_until_reconcile_re
     line.pump(5)
     assert line.vertex.refused == 4
     assert all(line.ledger.get(rid).status == RequestStatus.CLAIMED for rid in ("gpu-a", "gpu-b"))
+
+
+def cancelled_after_a_dead_drainer_created_it(line: Line, monkeypatch: pytest.MonkeyPatch) -> CustomJob:
+    """Seed 828 (at 60101f2): the drainer created the head's job and died before recording it; the
+    operator cancelled the request, and the dead drainer's claim lease ran out. The head stayed in
+    line (not settled: its create was sent), every hand-over to it ended "cancelled; nothing
+    created" and reconcile left it to the line: its job ran 6.5 h unrecorded, without a word."""
+    with drainer_held(line):
+        for request_id, body in burst(3):
+            line.deliver(body, f"m-{request_id}")
+    crash_once(monkeypatch, submit_module, "_record_created")  # the create landed, the instance died
+    with pytest.raises(Crash):
+        restart(line)
+    [job] = line.jobs_by_request()["burst-000"]
+    forget_the_drainer(line)
+    line.ledger.swap("burst-000", partial(cancel_request, by="ana", reason=None, now=datetime.now(UTC)))
+
+    def lease_ran_out(current: Any) -> Any:
+        current.attempt(1).claimed_at = iso(datetime.now(UTC) - timedelta(seconds=PACED.claim_lease_seconds))
+        return current
+
+    line.ledger.update("burst-000", lease_ran_out)
+    return job
+
+
+def test_reconcile_looks_up_a_cancelled_head_whose_create_a_dead_drainer_sent_and_cancels_its_job(
+    line: Line, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = cancelled_after_a_dead_drainer_created_it(line, monkeypatch)
+
+    summary = run_reconcile(line.ports, Logger(stream=line.log_stream))  # its entry still in line
+
+    assert summary.outcomes["claim_adopted"] == 1
+    assert line.vertex.cancelled == [job.name]  # nothing of a cancelled request runs
+    line.pump(seconds=5)
+    assert sorted(line.jobs_by_request()) == ["burst-000", "burst-001", "burst-002"]
+    assert not line.pacer.waiting(LOCATION)
+
+
+def test_the_line_passes_a_cancelled_head_on_and_reconcile_then_cancels_its_job(
+    line: Line, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = cancelled_after_a_dead_drainer_created_it(line, monkeypatch)
+
+    restart(line)  # the hand-over goes to the first attempt that needs a create
+
+    assert sorted(line.jobs_by_request()) == ["burst-000", "burst-001", "burst-002"]
+    assert not line.pacer.waiting(LOCATION)
+    run_reconcile(line.ports, Logger(stream=line.log_stream))
+    assert line.vertex.cancelled == [job.name]
+
+
+@pytest.mark.parametrize("entry_left", [False, True], ids=["in-line", "fell-out-of-line"])
+def test_a_head_whose_create_a_dead_drainer_sent_is_found_by_its_lookup_never_created_twice(
+    line: Line, monkeypatch: pytest.MonkeyPatch, entry_left: bool
+) -> None:
+    # The drainer's create is noted as sent before it goes (`create_sent_at`), so neither the next
+    # drainer's takeover nor reconcile (main's re-publish without lookup when `never_sent`) skips
+    # the lookup that finds it.
+    with drainer_held(line):
+        for request_id, body in burst(3):
+            line.deliver(body, f"m-{request_id}")
+    crash_once(monkeypatch, submit_module, "_record_created")
+    with pytest.raises(Crash):
+        restart(line)
+    forget_the_drainer(line)
+    assert line.ledger.get("burst-000").attempt(1).create_sent_at
+    if entry_left:
+        [head] = [entry for entry in line.pacer.waiting(LOCATION) if entry.request_id == "burst-000"]
+        line.pacer.remove(head)
+
+    def lease_ran_out(current: Any) -> Any:
+        current.attempt(1).claimed_at = iso(datetime.now(UTC) - timedelta(seconds=PACED.claim_lease_seconds))
+        return current
+
+    line.ledger.update("burst-000", lease_ran_out)
+    for _ in range(3):  # a hand-over that finds its own job carries nothing on: reconcile restarts the line
+        run_reconcile(line.ports, Logger(stream=line.log_stream))
+        with contextlib.suppress(AssertionError):
+            line.pump(seconds=1)
+
+    assert {rid: len(jobs) for rid, jobs in line.jobs_by_request().items()} == {
+        "burst-000": 1,
+        "burst-001": 1,
+        "burst-002": 1,
+    }
+    assert line.ledger.get("burst-000").attempt(1).job
+    assert not line.pacer.waiting(LOCATION)
