@@ -133,6 +133,8 @@ class Tampering:
     written: dict[str, str] = field(default_factory=dict)  # state object name -> the shape written
     deleted_records: set[str] = field(default_factory=set)  # request ids whose record a person deleted
     records_deleted_at: dict[str, datetime] = field(default_factory=dict)  # request id -> its first deletion
+    # request id -> its record's documents as a person deleted them: what the code had read stays read
+    deleted_record_documents: dict[str, list[bytes]] = field(default_factory=dict)
     # Jobs deleted while their request followed them (a recorded, unfinished attempt's job).
     followed_when_deleted: set[str] = field(default_factory=set)
     absurd_lines: set[str] = field(default_factory=set)  # message ids of a job's absurd lines
@@ -353,15 +355,17 @@ def delete_object(world: World, *, what: str) -> None:
     if not group:
         world.note(f"out of band: no {what} object to delete")
         return
-    for name in group:
-        world.storage.client().bucket(bucket_name).blob(name).delete()
     if what == "ledger":
+        [name] = group
         request_id = name[len("requests/") : -len(".json")]
         world.tampering.deleted_records.add(request_id)
         world.tampering.records_deleted_at.setdefault(request_id, world.clock.now())
+        world.tampering.deleted_record_documents.setdefault(request_id, []).append(objects[name].data)
         world.tampering.requests.setdefault(request_id, "its ledger record was deleted by a person")
     else:
         world.tampering.deleted_objects.update(group)
+    for name in group:
+        world.storage.client().bucket(bucket_name).blob(name).delete()
     world.note(f"out of band: {', '.join(group)} deleted by a person")
 
 

@@ -489,14 +489,20 @@ def deleted_jobs_failed(world: World) -> list[Expected]:
     """`job_failed`: an ended job the request still followed was deleted at Vertex (NotFound
     for good: `shared.reconcile_vertex.vanished_job`), and the request did not end otherwise. Nor
     as a timeout the code had read before the deletion (its record marks it; seed 97): a timeout
-    stays one (shared/deciding/decisions.py), its own alert speaks for it."""
+    stays one (shared/deciding/decisions.py), its own alert speaks for it. A record a person
+    deleted afterwards is read as it was then: what the code had decided stays decided (seed 871)."""
     from shared.deciding.preemptions import KIT_TIMEOUT_KEY
     from shared.ledger.records import evidence_marker
+    from sim.invariants import read_record
 
     cancelled = cancelled_by_operator(world)
-    ended_otherwise = {r.request_id for r in records(world) if r.status.value in ("SUCCEEDED", "CANCELLED")}
+    as_deleted = (
+        read_record(data) for documents in world.tampering.deleted_record_documents.values() for data in documents
+    )
+    known = [*records(world), *(record for record in as_deleted if record is not None)]
+    ended_otherwise = {r.request_id for r in known if r.status.value in ("SUCCEEDED", "CANCELLED")}
     timeouts_read = {
-        (r.request_id, marker) for r in records(world) for marker in r.markers if marker.startswith(KIT_TIMEOUT_KEY)
+        (r.request_id, marker) for r in known for marker in r.markers if marker.startswith(KIT_TIMEOUT_KEY)
     }
 
     def timeout_read(name: str, rid: str) -> bool:

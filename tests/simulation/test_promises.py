@@ -690,6 +690,28 @@ def test_a_deleted_job_whose_timeout_the_code_had_read_owes_its_timeouts_alert_n
     assert [e.split(":")[0] for e in catalogue(world, AlertKind.JOB_FAILED)] == ["no job_failed alert for r-unread"]
 
 
+def test_a_deleted_job_whose_timeout_the_code_had_read_owes_no_job_failed_once_a_person_deleted_its_record(
+    world: World,
+) -> None:
+    """Seed 871: the code read the timeout, failed the request with `timeout_without_progress`
+    after the job's deletion, and a person deleted the record afterwards: what the code had read
+    stays read. A record without the mark, deleted the same way, still owes `job_failed`."""
+    ledger = LedgerStore(world.storage.client().bucket(world.settings.state_bucket))
+    for request_id, read in (("r-unread", False), ("r-read", True)):
+        timed_out = job(world, request_id, 1, "JOB_STATE_FAILED")
+        timed_out.error = DEADLINE_EXCEEDED_ERROR
+        world.tampering.deleted_jobs[timed_out.name] = request_id
+        world.tampering.followed_when_deleted.add(timed_out.name)
+        markers = [evidence_marker(KIT_TIMEOUT_KEY, 1)] if read else []
+        request = {"request_id": request_id, "custom_job": {}}
+        attempts = [attempt_of(timed_out)]
+        ledger.restore(RequestRecord(request_id, request, "gs://c/", RequestStatus.FAILED, attempts, markers=markers))
+    for _ in range(2):  # a person deletes both records
+        faults.delete_object(world, what="ledger")
+    assert world.tampering.deleted_records == {"r-unread", "r-read"}
+    assert [e.split(":")[0] for e in catalogue(world, AlertKind.JOB_FAILED)] == ["no job_failed alert for r-unread"]
+
+
 def test_a_notification_topic_that_refused_without_its_alert_is_caught(world: World) -> None:
     restore(world, "r1", RequestStatus.RUNNING, notify={"topic": "projects/sim-project/topics/notify-r1"})
     world.pubsub.refused.append(("notify-r1", world.clock.now()))
