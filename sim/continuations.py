@@ -10,7 +10,7 @@ requests name a `max_runtime` of one to three default timeouts (`with_max_runtim
 of timeouts meets its bound.
 
 The invariants (`QUIESCENCE`): a continuation follows only a timeout with progress the kit
-reported (`continued_only_after_progress`); a request gives up only once its counted attempts,
+reported, by a line or by a whole save in its folder (`continued_only_after_progress`); a request gives up only once its counted attempts,
 continuations left out, reach `max_attempts` (`continuations_not_counted`); a timeout without
 progress that ended its request was alerted (one marker, so once; `alerts_at_least_once` sees it
 published), and only such a one (`stuck_timeout_alerted`);
@@ -25,8 +25,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from shared.alerts import AlertKind
+from shared.clock import parse_iso
 from shared.deciding.continuations import continuations_before, counted_attempts, max_continuations
-from shared.ledger.records import alert_marker
+from shared.ledger.records import Attempt, RequestRecord, alert_marker
 from shared.ledger.states import RequestStatus
 from shared.requests.job_policy import VERTEX_DEFAULT_TIMEOUT_SECONDS
 
@@ -85,7 +86,7 @@ def continued_only_after_progress(world: World) -> list[Violation]:
             if not attempt.continued_after_timeout:
                 continue
             fate = _timed_out_fate(world, attempt.job)
-            if fate != "timeout" or attempt.checkpoints_committed == 0:
+            if fate != "timeout" or not (attempt.checkpoints_committed or _saved_whole(world, record, attempt)):
                 out.append(
                     violation(
                         "continued_only_after_progress",
@@ -94,6 +95,17 @@ def continued_only_after_progress(world: World) -> list[Violation]:
                     )
                 )
     return out
+
+
+def _saved_whole(world: World, record: RequestRecord, attempt: Attempt) -> bool:
+    """Whether the attempt's job saved a whole checkpoint while it ran (ground truth): progress
+    the kit tells through its folder when it prints no line for it (two-file stems, no marker)."""
+    job = world.vertex.jobs.get(attempt.job or "")
+    if job is None or attempt.started_at is None or attempt.ended_at is None:
+        return False
+    began, ended = parse_iso(attempt.started_at), parse_iso(attempt.ended_at)
+    saves = world.trainer.saves.get(world.trainer.job_folder(job), {}).values()
+    return any(s.complete and s.written_by == record.request_id and began <= s.at <= ended for s in saves)
 
 
 def continuations_not_counted(world: World) -> list[Violation]:

@@ -15,7 +15,7 @@ sometimes torn by the crash, preemption or cancel that ends the save.
   `ckpt-000400.optim.pt`, torn between them);
 - in a share of seeds (`kit_lines`) it writes the kit's lines as the kit does, signed with its
   attempt's key (`SPOTJOBS_KIT_KEY` in the job's environment): `run_started` (the run is the job's
-  restart count), `checkpoint_committed` per whole save, and at the run's end `run_finished`,
+  restart count), `checkpoint_committed` per whole save (none for two-file stems: no marker), and at the run's end `run_finished`,
   `preempted` (Vertex preempts it: the kit's SIGTERM handler) or `run_failed`; a cancel's SIGTERM
   writes nothing here (not modelled); and at each start, before its first line, the kit's run
   object (`_spotjobs_runs/attempt-N-run-NNNN.json`, where it resumed from), which a timeout
@@ -159,7 +159,7 @@ class Trainer:
             self._step[job.name] += self.rng.choice((1, 2, 5)) * 100
             torn = ends_in_a_cut and k == count - 1 and self.rng.random() < TORN_SHARE
             name = self.save(job, self._step[job.name], torn=torn)
-            if not torn:
+            if not torn and self._vouched(job):
                 self._line(job, CHECKPOINT_COMMITTED, step=self._step[job.name], seconds=1.0, checkpoint=name)
         step = self._step[job.name]
         if not ends_in_a_cut:
@@ -168,6 +168,12 @@ class Trainer:
             self._line(job, RUN_FAILED, step=step, error="RuntimeError: the simulated training failed")
         elif job.state == "JOB_STATE_RUNNING":  # Vertex preempts it (or it stocked out): SIGTERM
             self._line(job, PREEMPTED, step=step, seconds_since_checkpoint=0.0)
+
+    def _vouched(self, job: Any) -> bool:
+        """Whether the kit would print `checkpoint_committed` for a whole save: it does so only
+        after the save's marker (spotjobs_kit.run), and a bare stem of two files has none and is
+        never complete while newest (docs/kit.md), so a trainer saving such stems gets no line."""
+        return not (self.two_file_stems and self.layout_of(job.request_id) == "torch")
 
     def _line(self, job: Any, event: str, **fields: Any) -> None:
         """One kit line of `job`'s current run, as `spotjobs_kit.Run.emit` writes it."""

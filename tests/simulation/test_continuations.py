@@ -13,7 +13,7 @@ from shared.ledger.records import alert_marker
 from shared.ledger.states import AttemptOutcome, RequestStatus
 from sim import continuations
 from sim.world import World
-from tests.support.sim_world import attempt_of, job, record, restore
+from tests.support.sim_world import attempt_of, job, record, restore, trained
 
 SEED = 3  # a seed whose workload names max_runtimes
 
@@ -120,3 +120,26 @@ def test_seed_251_a_commit_heard_after_the_settle_no_longer_fails_its_timeout() 
     assert not world.run()
     attempts = sorted((j.attempt, j.fate) for j in world.vertex.jobs.values() if j.request_id == "burst19")
     assert attempts[:2] == [(1, "timeout"), (2, "succeed")]  # continued, then finished
+
+
+@pytest.mark.parametrize("torn", [False, True])
+def test_a_continuation_on_progress_told_by_the_folder_alone_is_no_violation(torn: bool) -> None:
+    # Seed 251: a trainer saving bare two-file stems prints no `checkpoint_committed` (the kit
+    # does so only after its marker); the timeout's folder read (shared/deciding/folder_progress.py)
+    # saw an earlier stem complete and continued. Progress is the whole save, not the line.
+    fresh = World(SEED)
+    sim_job = trained(fresh, "planted-folder-progress")
+    sim_job.fate, sim_job.error = "timeout", continuations.DEADLINE_EXCEEDED_ERROR
+    began = fresh.clock.now().isoformat().replace("+00:00", "Z")
+    fresh.trainer.save(sim_job, 200, torn=torn)
+    ended = fresh.clock.now().isoformat().replace("+00:00", "Z")
+    restore(
+        fresh,
+        "planted-folder-progress",
+        RequestStatus.REQUEUED,
+        attempt_of(
+            sim_job, continued_after_timeout=True, outcome=AttemptOutcome.REQUEUED, started_at=began, ended_at=ended
+        ),
+    )
+    found = [v for v in continuations.continued_only_after_progress(fresh) if "planted-folder-progress" in v.detail]
+    assert bool(found) is torn, found

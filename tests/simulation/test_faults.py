@@ -216,6 +216,25 @@ def test_a_two_file_layout_never_tears_its_first_save(world: World) -> None:
     assert folder + "ckpt-000100.optim.pt" in world.storage.objects(world.settings.checkpoint_bucket)
 
 
+@pytest.mark.parametrize("two_file_stems", [True, False])
+def test_the_kit_says_committed_only_of_a_save_the_listing_can_vouch_for(world: World, two_file_stems: bool) -> None:
+    # Seed 251 (burst24-r2): a trainer saving bare two-file stems printed `checkpoint_committed`
+    # for its only save; the real kit prints it only after its marker (spotjobs_kit.run), and
+    # the newest bare stem of several files is never complete by the listing (docs/kit.md). The
+    # timeout's folder read rightly saw no progress, and the line made its alert look wrong.
+    running = trained(world, "r1")
+    world.trainer.layouts["r1"] = "torch"
+    world.trainer.two_file_stems = two_file_stems
+    world.trainer.kit_lines = True
+    printed: list[str] = []
+    world.trainer.emit = lambda _job, text, _severity: printed.append(text)
+    world.trainer.start(running)
+    world.trainer.train(running, ends_in_a_cut=False)
+    events = [kit.event for kit in map(parse_kit_line, printed) if kit is not None]
+    assert events[0] == "run_started" and events[-1] == "run_finished"
+    assert ("checkpoint_committed" in events) is not two_file_stems, events
+
+
 def test_a_torn_save_of_the_kits_layout_never_leaves_a_marker_the_kit_did_not_write_last(world: World) -> None:
     # Seed 177: the tear model wrote a marker listing a file the save never wrote, and the file
     # an earlier tear of the step left had that size: complete by the kit's rule, torn by the
