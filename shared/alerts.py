@@ -110,7 +110,8 @@ class AlertKind(enum.StrEnum):
         "stray_sweep_refused",
         "ERROR",
         "Vertex AI refused the stray sweep's listing of a location for good (a permission, a location it does not "
-        "know): a job there that the ledger does not record runs uncancelled; once per location and error kind",
+        "know): a job there that the ledger does not record runs uncancelled; once per location and error kind. Or "
+        "it refused a stray's cancel for good (a permission): that job runs uncancelled; once per job",
     )
     CLAIM_STALLED = (
         "claim_stalled",

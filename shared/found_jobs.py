@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -233,7 +233,8 @@ def sweep_strays(ports: Ports, locations: Iterable[str], log: Logger) -> list[st
 STRAY_CHECKERS = 8
 
 # The note that a location's refused listing was alerted (`alert_once`), one per location and error
-# kind: its lifecycle rule (32 days) says it again a month later while the refusal stands.
+# kind, or a stray's refused cancel, one per job (`...-cancel-<job id>`): its lifecycle rule (32
+# days) says it again a month later while the refusal stands.
 REFUSED_LISTING_NOTES = f"{REJECTION_NOTES}sweep-refused-"
 
 
@@ -257,16 +258,40 @@ def _alert_refused_listing(ports: Ports, location: str, exc: Exception, log: Log
         f"the ledger does not record would run uncancelled. Grant aiplatform.customJobs.list in {location} to "
         f"the functions' service account, or, if this deployment has no job there, remove {location} from "
         f"SPOTJOBS_ALLOWED_LOCATIONS and delete {LOCATIONS_PREFIX}{location} from the state bucket",
-        details={"location": location, "error_kind": error_kind, "error": str(exc)},
+        details={"location": location, "error_kind": error_kind, "error": str(exc), "call": "list"},
         time=iso(ports.clock()),
     )
+    _send_refusal_alert(ports, alert, f"{REFUSED_LISTING_NOTES}{location}-{error_kind}", log)
+
+
+def _alert_refused_cancel(ports: Ports, job: CustomJob, exc: Exception, log: Logger) -> None:
+    """Say once per job that Vertex refuses its cancel for good (a 403): its `stray_job` alert
+    said it was being cancelled, and it runs (and bills) on until an operator ends it (seed 954).
+    Never raises: the next pass, refused again, sends what this one could not."""
+    location = job.name.split("/")[3]
+    error_kind = type(exc).__name__
+    # Of no request, as a refused listing is: said again a month later while the refusal stands.
+    alert = Alert.of(
+        AlertKind.STRAY_SWEEP_REFUSED,
+        f"Vertex AI refused the cancel of stray job {job.name} ({error_kind}: {exc}): it carries the labels "
+        f"of {job.labels.get(LABEL_REQUEST_ID)} but the ledger does not record it, and it runs uncancelled. "
+        f"Grant aiplatform.customJobs.cancel in {location} to the functions' service account (the next pass "
+        "cancels it), or cancel it in the console",
+        details={"location": location, "error_kind": error_kind, "error": str(exc), "call": "cancel", "job": job.name},
+        time=iso(ports.clock()),
+    )
+    note = f"{REFUSED_LISTING_NOTES}{location}-cancel-{job.name.rsplit('/', 1)[-1]}"
+    _send_refusal_alert(ports, alert, note, log)
+
+
+def _send_refusal_alert(ports: Ports, alert: Alert, note: str, log: Logger) -> None:
     try:
-        alert_once(ports, alert, f"{REFUSED_LISTING_NOTES}{location}-{error_kind}")
+        alert_once(ports, alert, note)
     except Exception as failure:  # noqa: BLE001 - the next pass, refused again, retries it
         log.warning(
-            "could not send the alert of a refused stray sweep listing; the next pass retries",
+            "could not send the alert of a refused stray sweep call; the next pass retries",
             event="stray_sweep_alert_failed",
-            location=location,
+            location=alert.details.get("location"),
             error=f"{type(failure).__name__}: {failure}",
         )
 
@@ -279,9 +304,7 @@ def _cancel_strays_of(ports: Ports, request_id: str, jobs: list[CustomJob], log:
         if record is None:
             return _cancel_recordless(ports, request_id, jobs, log)
         strays = [job for job in jobs if is_stray(record, job)]
-        for job in strays:
-            cancel_stray(ports, record, job, log)
-        return [job.name for job in strays]
+        return _cancel_each(strays, lambda job: cancel_stray(ports, record, job, log))
     except Exception as exc:  # noqa: BLE001 - the next pass retries this request
         log.warning(
             "could not check a request's jobs for strays; the next pass retries",
@@ -300,11 +323,11 @@ def _cancel_recordless(ports: Ports, request_id: str, jobs: list[CustomJob], log
     """Cancel the live jobs of a request whose record is gone. Each one's alert is sent (once, by
     its note) before its cancel: a cancelled job leaves the sweep's listing, so an alert after the
     cancel could be lost; a cancel that fails is sent again by the next pass, the alert not."""
-    strays = [job for job in jobs if not is_terminal(job.state)]
-    for job in strays:
+
+    def cancel(job: CustomJob) -> None:
         alert = recordless_stray_alert(request_id, job, ports.clock())
         alert_once(ports, alert, f"{RECORDLESS_STRAY_NOTES}{job.name.rsplit('/', 1)[-1]}")
-        cancel_job(ports.job_service(job.name.split("/")[3]), job.name)
+        _send_stray_cancel(ports, job, log)
         log.warning(
             "cancelled a job with this request's labels: the request has no ledger record",
             event="stray_job_cancelled",
@@ -313,6 +336,21 @@ def _cancel_recordless(ports: Ports, request_id: str, jobs: list[CustomJob], log
             job=job.name,
             record="missing",
         )
+
+    return _cancel_each([job for job in jobs if not is_terminal(job.state)], cancel)
+
+
+def _cancel_each(strays: list[CustomJob], cancel: Callable[[CustomJob], None]) -> list[str]:
+    """Cancel every stray: one whose cancel fails does not stop the others (a cancel refused for
+    good would stop them for good); the first failure is raised once all were tried."""
+    failure: Exception | None = None
+    for job in strays:
+        try:
+            cancel(job)
+        except Exception as exc:  # noqa: BLE001 - raised below, once every stray was tried
+            failure = failure or exc
+    if failure is not None:
+        raise failure
     return [job.name for job in strays]
 
 
@@ -322,7 +360,7 @@ def cancel_stray(ports: Ports, record: RequestRecord, job: CustomJob, log: Logge
     sweep, which decides nothing again; a failure after the decision leaves the alert pending for
     the outbox. A cancelled request's late job gets no alert: its cancel asked it to stop."""
     decided = decide_stray_alert(ports, record, job) if record.cancel is None else None
-    cancel_job(ports.job_service(job.name.split("/")[3]), job.name)
+    _send_stray_cancel(ports, job, log)
     log.warning(
         "cancelled a job with this request's labels that the ledger does not record",
         event="stray_job_cancelled",
@@ -332,3 +370,15 @@ def cancel_stray(ports: Ports, record: RequestRecord, job: CustomJob, log: Logge
     )
     if decided is not None and decided.value is not None and decided.value.has_pending_effects:
         flush(ports, decided.value, log, mine=Mine.written(decided), own_alerts=decided_alert(decided))
+
+
+def _send_stray_cancel(ports: Ports, job: CustomJob, log: Logger) -> None:
+    """Cancel a stray; a cancel Vertex refuses for good (403) is said once, then raised like any
+    failure (the next pass tries again, and finds it said)."""
+    from google.api_core.exceptions import Forbidden
+
+    try:
+        cancel_job(ports.job_service(job.name.split("/")[3]), job.name)
+    except Forbidden as refused:
+        _alert_refused_cancel(ports, job, refused, log)
+        raise

@@ -17,7 +17,7 @@ from shared.deciding.alert_log import ALERTS_PREFIX
 from shared.deciding.alert_log import LOG_DAYS as ALERT_LOG_DAYS
 from shared.fleet.store import FLEET_PREFIX
 from shared.fleet.store import RETENTION_DAYS as FLEET_RETENTION_DAYS
-from shared.found_jobs import REFUSED_LISTING_NOTES
+from shared.found_jobs import RECORDLESS_STRAY_NOTES, REFUSED_LISTING_NOTES
 from shared.requests.envelope import MANIFESTS_PREFIX
 
 if TYPE_CHECKING:
@@ -648,13 +648,15 @@ def no_unknown_live_job(world: World) -> list[Violation]:
     operator repairs it, and `ledger_corrupt` says so; and the job of a claim whose look-up Vertex
     refused for good, a 403 on list: neither the look-up nor the stray sweep can see it until an
     operator grants the permission, and `lookup_failed` says so, seed 84; and a job in a location
-    whose stray sweep listing Vertex refuses, once `stray_sweep_refused` names it, seed 10018)."""
-    from sim.promises import never_named_for_a_refused_lookup, said_blind
+    whose stray sweep listing Vertex refuses, once `stray_sweep_refused` names it, seed 10018; and a
+    stray whose cancel Vertex refuses, once `stray_sweep_refused` names the job, seed 954)."""
+    from sim.promises import never_named_for_a_refused_lookup, said_blind, said_uncancelled
 
     recorded = {a.job for r in records(world) for a in r.attempts if a.job}
     unreadable = left_unreadable(world)
     unlooked = never_named_for_a_refused_lookup(world)
     blind = said_blind(world)
+    uncancelled = said_uncancelled(world)
     return [
         violation(
             "no_unknown_live_job",
@@ -666,6 +668,7 @@ def no_unknown_live_job(world: World) -> list[Violation]:
         and job.request_id not in unreadable
         and (job.request_id, job.attempt) not in unlooked
         and job.location not in blind
+        and job.name not in uncancelled
     ]
 
 
@@ -853,6 +856,7 @@ def bounded_state(world: World) -> list[Violation]:
     now = world.clock.now()
     state_objects = world.storage.objects(world.settings.state_bucket)
     undecided = windows_kept_until_repaired(world)
+    live_ids = {job.name.rsplit("/", 1)[-1] for job in world.vertex.jobs.values() if job.live}
     for name, obj in sorted(state_objects.items()):
         if name.startswith(KEPT_FOR_GOOD) or FIXED_SET.fullmatch(name) or _request_of(name, obj.data) in unfinished:
             continue
@@ -866,6 +870,8 @@ def bounded_state(world: World) -> list[Violation]:
             continue  # an alert of the log's window: its lifecycle rule has not come round yet
         if name.startswith(REFUSED_LISTING_NOTES) and now - obj.time_created < REFUSED_LISTING_NOTE_LIFETIME:
             continue  # said again while the refusal stands: its lifecycle rule has not come round yet
+        if name.startswith(RECORDLESS_STRAY_NOTES) and name[len(RECORDLESS_STRAY_NOTES) :] in live_ids:
+            continue  # a stray that lives on (its cancel refused, seed 954): said again while it does
         leftovers[_kind_of_state(name)].append(name)
     return [
         violation("bounded_state", f"{len(names)} {kind} object(s) left after retention, e.g. {names[0]}")

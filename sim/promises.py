@@ -48,6 +48,7 @@ class Expected:
     request_id: str | None
     why: str
     location: str | None = None  # an alert of no request names it in its details (`stray_sweep_refused`)
+    job: str | None = None  # and the job, when the condition is of one job (a stray's refused cancel)
 
 
 # The invariants' own readers of the world (imported when called: sim.invariants registers this
@@ -203,18 +204,68 @@ def said_blind(world: World) -> set[str]:
     now = world.clock.now()
     refused_now = {r.location for r in world.vertex.refusals if r.applies("list", r.location, now)}
     return refused_now & {
-        alert["details"].get("location")
-        for alert in alerts(world)
-        if alert.get("kind") == AlertKind.STRAY_SWEEP_REFUSED.value and isinstance(alert.get("details"), dict)
+        details.get("location") for details in _sweep_refusals_said(world) if details.get("call", "list") == "list"
     }
 
 
-def blind_sweeps(world: World) -> list[Expected]:
-    """`stray_sweep_refused`: the stray sweep's listing of a location was refused for good."""
+def said_uncancelled(world: World) -> set[str]:
+    """Jobs whose cancel Vertex refuses now (a refusal of `cancel` in force in their location) that
+    a `stray_sweep_refused` alert names: a stray the sweep sees and cannot end is the operator's to
+    end, and was told (seed 954: a job re-run by hand where cancels are refused for good)."""
+    now = world.clock.now()
+    refused_now = {r.location for r in world.vertex.refusals if r.applies("cancel", r.location, now)}
+    return {
+        details.get("job")
+        for details in _sweep_refusals_said(world)
+        if details.get("call") == "cancel" and details.get("location") in refused_now
+    }
+
+
+def _sweep_refusals_said(world: World) -> list[dict[str, Any]]:
     return [
+        alert["details"]
+        for alert in alerts(world)
+        if alert.get("kind") == AlertKind.STRAY_SWEEP_REFUSED.value and isinstance(alert.get("details"), dict)
+    ]
+
+
+def stray_cancels_refused(world: World) -> dict[str, str]:
+    """Live jobs its readable (or deleted by a person) record does not name, in a location whose
+    `cancel` Vertex refuses for good and whose listing it does not, of a request whose cancel the
+    code met refused there: the sweep saw each and could not end it; and why."""
+    now = world.clock.now()
+    standing = {r.location for r in world.vertex.refusals if r.until is None and r.applies("cancel", r.location, now)}
+    blind = {r.location for r in world.vertex.refusals if r.applies("list", r.location, now)}
+    met = {(r.request_id, r.location): r.code for r in world.vertex.refused if r.operation == "cancel"}
+    by_id = {r.request_id: r for r in records(world)}
+    out = {}
+    for job in world.vertex.jobs.values():
+        code = met.get((job.request_id, job.location))
+        if not job.live or code is None or job.location not in standing or job.location in blind:
+            continue
+        record = by_id.get(job.request_id)
+        if record is None and job.request_id not in world.tampering.deleted_records:
+            continue  # unreadable: nothing is decided on it (`ledger_corrupt` is its word)
+        if record is not None and (record.cancel is not None or any(a.job == job.name for a in record.attempts)):
+            continue
+        out[job.name] = (
+            f"Vertex answered {code} to the cancel of {job.name}, a job of {job.request_id} its record does not name"
+        )
+    return out
+
+
+def blind_sweeps(world: World) -> list[Expected]:
+    """`stray_sweep_refused`: the stray sweep's listing of a location was refused for good, or its
+    cancel of a stray it sees (naming the job)."""
+    listings = [
         Expected(AlertKind.STRAY_SWEEP_REFUSED, None, why, location)
         for location, why in sweep_listings_refused(world).items()
     ]
+    cancels = [
+        Expected(AlertKind.STRAY_SWEEP_REFUSED, None, why, world.vertex.jobs[name].location, name)
+        for name, why in stray_cancels_refused(world).items()
+    ]
+    return listings + cancels
 
 
 def left_unreadable(world: World) -> set[str]:
@@ -719,7 +770,9 @@ def answers(alert: dict[str, Any], expected: Expected) -> bool:
     request, that the condition names (any one, when it names neither)."""
     if expected.location is not None:
         details = alert.get("details")
-        return isinstance(details, dict) and details.get("location") == expected.location
+        if not isinstance(details, dict) or details.get("location") != expected.location:
+            return False
+        return expected.job is None or details.get("job") == expected.job
     return expected.request_id is None or names(alert, expected.request_id)
 
 

@@ -810,5 +810,6 @@ def test_a_recordless_strays_alert_is_sent_before_its_cancel_and_once_while_the_
     reconcile(world)
 
     assert world.vertex.jobs[orphan].state == PENDING  # both passes tried, and were refused
-    [alert] = [m.data for m in world.publisher.on("ops-alerts")]
+    [alert, refused] = [m.data for m in world.publisher.on("ops-alerts")]
     assert (alert["kind"], alert["details"]["stray_job"]) == ("stray_job", orphan)
+    assert (refused["kind"], refused["details"]["job"]) == ("stray_sweep_refused", orphan)  # runs on: said once

@@ -91,3 +91,66 @@ def test_only_a_listing_refused_for_good_is_alerted_and_every_refusal_is_logged(
     assert [a["details"]["error_kind"] for a in sweep_alerts(world)] == ([error] if alerted else [])
     [line] = log.events("stray_sweep_failed")
     assert line["severity"] == "WARNING" and line["location"] == REFUSED
+
+
+def refuse_cancels(world: World, monkeypatch: pytest.MonkeyPatch, error: Exception) -> None:
+    def refusing(name: str, **_: Any) -> None:
+        raise error
+
+    monkeypatch.setattr(world.vertex, "cancel_custom_job", refusing)
+
+
+def test_a_stray_whose_cancel_is_refused_for_good_is_alerted_once_naming_it(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seed 954: a job re-run by hand in the console, where Vertex refuses `customJobs.cancel` for
+    good: its `stray_job` alert says it is being cancelled, and it runs on. Said once, naming the job."""
+    from google.api_core.exceptions import PermissionDenied
+
+    _, job = world.submitted(state=RUNNING)
+    stray = world.vertex.add("req-1", 1, "us-central1", state=1)  # re-run by hand, queued
+    refuse_cancels(world, monkeypatch, PermissionDenied("Permission 'aiplatform.customJobs.cancel' denied"))
+    log = CapturedLog()
+
+    run_reconcile(world.ports, log.logger)
+    run_reconcile(world.ports, log.logger)
+
+    [alert] = sweep_alerts(world)
+    assert alert["severity"] == "ERROR" and alert["details"]["location"] == "us-central1"
+    assert alert["details"]["call"] == "cancel" and alert["details"]["job"] == stray
+    assert alert["details"]["error_kind"] == "PermissionDenied"
+    assert stray in alert["message"] and "aiplatform.customJobs.cancel" in alert["message"]
+    assert len(log.events("stray_sweep_failed")) == 2  # every pass still says it in the log
+    assert world.ledger.get("req-1").attempt(1).job == job
+
+
+def test_a_stray_cancel_refused_for_now_is_only_retried(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    from google.api_core.exceptions import ServiceUnavailable
+
+    world.submitted(state=RUNNING)
+    world.vertex.add("req-1", 1, "us-central1", state=1)
+    refuse_cancels(world, monkeypatch, ServiceUnavailable("try again"))
+    log = CapturedLog()
+
+    run_reconcile(world.ports, log.logger)
+
+    assert sweep_alerts(world) == []
+    assert len(log.events("stray_sweep_failed")) == 1
+
+
+def test_a_record_less_stray_whose_cancel_is_refused_for_good_is_alerted_naming_it(
+    world: World, monkeypatch: pytest.MonkeyPatch, gcs_bucket
+) -> None:
+    """The same where the request's record is gone (retention outlived by the stray, seed 954):
+    every live job of the request is a stray, and one refused does not stop the others."""
+    from google.api_core.exceptions import PermissionDenied
+
+    _, job = world.submitted(state=RUNNING)
+    stray = world.vertex.add("req-1", 1, "us-central1", state=1)
+    gcs_bucket.blob("requests/req-1.json").delete()
+    refuse_cancels(world, monkeypatch, PermissionDenied("Permission 'aiplatform.customJobs.cancel' denied"))
+
+    run_reconcile(world.ports, CapturedLog().logger)
+    run_reconcile(world.ports, CapturedLog().logger)
+
+    assert sorted(a["details"]["job"] for a in sweep_alerts(world)) == sorted([job, stray])

@@ -189,6 +189,34 @@ def test_a_live_job_where_the_stray_sweep_is_refused_for_good_is_left_to_its_ale
     assert invariants.no_unknown_live_job(world)  # the permission is back: the sweep's to cancel
 
 
+def test_a_stray_whose_cancel_is_refused_for_good_is_left_to_its_alert_once_said(world: World) -> None:
+    """Seed 954: someone re-runs a recorded job in the console where Vertex refuses
+    `customJobs.cancel` for good: the sweep sees the copy and cannot end it. Excused only once a
+    `stray_sweep_refused` alert names that job, and only while the refusal stands."""
+    from sim.faults import Refusal
+
+    recorded = job(world, "r1", 1)
+    record(world, "r1", RequestStatus.RUNNING, attempt(1, recorded.name))
+    copy = job(world, "r1", 1, "JOB_STATE_QUEUED")  # the re-run
+    world.vertex.refusals.append(Refusal("cancel", "us-central1", world.clock.now(), None))
+    assert invariants.no_unknown_live_job(world)  # refused, and nobody told
+
+    def said(job_name: str) -> None:
+        details = {"location": "us-central1", "call": "cancel", "job": job_name}
+        alert = Alert.of(AlertKind.STRAY_SWEEP_REFUSED, "refused", details=details).to_json()
+        world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert).encode(), {})
+
+    said(recorded.name)
+    assert invariants.no_unknown_live_job(world)  # told of another job
+    said(copy.name)
+    assert invariants.no_unknown_live_job(world) == []
+
+    world.vertex.refusals[-1] = Refusal(
+        "cancel", "us-central1", world.clock.now() - timedelta(hours=1), world.clock.now()
+    )
+    assert invariants.no_unknown_live_job(world)  # the permission is back: the sweep's to cancel
+
+
 def test_a_request_left_without_a_job_or_an_end_is_caught(world: World) -> None:
     record(world, "r1", RequestStatus.CLAIMED, attempt(1))
     world.storage.client().bucket(world.settings.state_bucket).blob(
@@ -221,6 +249,20 @@ def test_what_a_running_request_keeps_is_not_a_leak(world: World) -> None:
     record(world, "r1", RequestStatus.RUNNING, attempt(1))
 
     assert invariants.bounded_state(world) == []
+
+
+def test_the_note_of_a_record_less_stray_still_live_is_not_a_leak(world: World) -> None:
+    """Seed 954: a stray outlived its request's record (retention deleted it) and Vertex refuses its
+    cancel for good: the sweep says it again a month later (the note's lifecycle rule) while it
+    lives. Its note is a leak only once the job has ended."""
+    stray = job(world, "r1", 1, "JOB_STATE_QUEUED")
+    bucket = world.storage.client().bucket(world.settings.state_bucket)
+    bucket.blob(f"rejections/stray-{stray.name.rsplit('/', 1)[-1]}").upload_from_string(b'{"sent": true}')
+    assert invariants.bounded_state(world) == []
+
+    stray.state = "JOB_STATE_CANCELLED"
+    [leak] = invariants.bounded_state(world)
+    assert leak.detail.startswith("1 rejections object(s)")
 
 
 def test_a_trigger_whose_state_a_person_left_unreadable_keeps_only_its_undecided_windows(world: World) -> None:

@@ -243,6 +243,23 @@ def test_a_stray_sweep_listing_refused_for_good_owes_its_alert_naming_the_locati
     assert catalogue(world, AlertKind.STRAY_SWEEP_REFUSED) == []
 
 
+def test_a_stray_cancel_refused_for_good_owes_its_alert_naming_the_job(world: World) -> None:
+    """Seed 954: the sweep's cancel of a job its record does not name, refused for good, owes one
+    `stray_sweep_refused` naming the job; a refused cancel of the recorded job owes it nothing."""
+    recorded, copy = job(world, "r1", 1), job(world, "r1", 1, "JOB_STATE_QUEUED")
+    restore(world, "r1", RequestStatus.RUNNING, attempt_of(recorded))
+    world.vertex.refusals.append(Refusal("cancel", "us-central1", world.clock.now(), None))
+    world.vertex.refused.append(Refused(world.clock.now(), "cancel", "us-central1", "r1", 403, "reconcile"))
+    assert catalogue(world, AlertKind.STRAY_SWEEP_REFUSED) == [
+        f"no stray_sweep_refused alert for us-central1: Vertex answered 403 to the cancel of {copy.name}, "
+        "a job of r1 its record does not name"
+    ]
+    publish_alert(world, AlertKind.STRAY_SWEEP_REFUSED, None, location="us-central1", job=recorded.name)
+    assert len(catalogue(world, AlertKind.STRAY_SWEEP_REFUSED)) == 1
+    publish_alert(world, AlertKind.STRAY_SWEEP_REFUSED, None, location="us-central1", job=copy.name)
+    assert catalogue(world, AlertKind.STRAY_SWEEP_REFUSED) == []
+
+
 def test_a_stray_cancelled_without_its_alert_is_caught(world: World) -> None:
     """The stray sweep's cancel is kept by the world (`SimVertex.cancels`): a job its record does not
     name, cancelled by the code, owes `stray_job` (defect 6: its alert lost after the cancel)."""
