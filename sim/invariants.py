@@ -540,10 +540,14 @@ def _only_published(old: dict[str, Any] | None, new: dict[str, Any] | None) -> b
     remaining = [a for a in new.get("pending_alerts") or [] if a.get("kind") != refused]
     notices = new.get("pending_notices") or []
     published = ("pending_alerts", "pending_notices", "markers")
+    # The refusal's marker may be new; one set before (its alert decided earlier, published by
+    # this step's takeover: seed 1505) is kept like every other.
+    old_markers = old.get("markers") or []
+    new_markers = [m for m in new.get("markers") or [] if m in old_markers or not m.startswith(refused + ":")]
     return (
         all(a in (old.get("pending_alerts") or []) for a in remaining)
         and all(n in (old.get("pending_notices") or []) for n in notices)
-        and [m for m in new.get("markers") or [] if not m.startswith(refused + ":")] == (old.get("markers") or [])
+        and new_markers == old_markers
         and {k: v for k, v in old.items() if k not in published} == {k: v for k, v in new.items() if k not in published}
     )
 

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from google.cloud.storage import Bucket
 
     from shared.ledger.store import LedgerStore
+    from shared.wiring import Ports
 
 ALERTS_PREFIX = "alerts/"
 LOG_DAYS = 30  # the lifecycle rule deletes an entry a day after this (terraform/storage.tf)
@@ -52,6 +53,15 @@ def log_alert(ledger: LedgerStore, alert: Alert) -> None:
     ledger_bucket(ledger).blob(entry_name(alert)).upload_from_string(
         json.dumps(alert.to_json(), separators=(",", ":"), default=str), content_type="application/json"
     )
+
+
+def publish_alert(ports: Ports, alert: Alert) -> str:
+    """Publish one alert now, logged first: every alert published is in the log. The outbox's
+    publish of a pending alert (shared/deciding/outbox.py), and the publish of one no record can
+    hold (a request rejected before it has one: its caller raises on failure, so the redelivery
+    decides and sends it again)."""
+    log_alert(ports.ledger, alert)
+    return ports.publish(ports.settings.ops_alerts_topic, alert.to_json(), **alert.attributes())
 
 
 def recent_alerts(bucket: Bucket, now: datetime, *, limit: int, days: int = 7) -> list[dict[str, Any]]:

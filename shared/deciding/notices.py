@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 
 from shared.alerts import Alert, AlertKind
 from shared.clock import iso
+from shared.deciding.alert_log import publish_alert
 from shared.fleet.spend import request_spend
 from shared.ledger.records import Attempt, RequestRecord, alert_marker
 from shared.ledger.states import RequestStatus
@@ -218,8 +219,10 @@ def publish_notices(ports: Ports, record: RequestRecord, log: Logger) -> Request
     if not published and refusal is None:
         return record
     now = ports.clock()
+    decided: list[Alert] = []  # the refusal's alert, if this call's write is the one that decided it
 
     def settle(current: RequestRecord | None) -> RequestRecord | None:
+        decided.clear()  # a compare-and-swap retry runs this again
         if current is None:
             return None
         if refusal is None:
@@ -228,7 +231,7 @@ def publish_notices(ports: Ports, record: RequestRecord, log: Logger) -> Request
         dropped = len(current.pending_notices)
         current.pending_notices = []
         if current.mark(REFUSED_MARKER):
-            current.pending_alerts.append(
+            decided.append(
                 Alert.of(
                     AlertKind.NOTIFY_REFUSED,
                     f"the notification topic of {record.request_id} refused ({refusal}); "
@@ -236,11 +239,14 @@ def publish_notices(ports: Ports, record: RequestRecord, log: Logger) -> Request
                     request_id=record.request_id,
                     details={"topic": topic, "error": refusal, "dropped": dropped},
                     time=iso(now),
-                ).to_json()
+                )
             )
+            current.pending_alerts.append(decided[0].to_json())
         return current
 
     stored = ports.ledger.update(record.request_id, settle)
+    if stored is not None and decided:
+        stored = _publish_refusal(ports, stored, decided[0], log)
     if refusal is not None:
         log.warning(
             "the request's notification topic refused for good; its notifications stop",
@@ -250,3 +256,34 @@ def publish_notices(ports: Ports, record: RequestRecord, log: Logger) -> Request
             error=refusal,
         )
     return stored or record
+
+
+def _publish_refusal(ports: Ports, stored: RequestRecord, alert: Alert, log: Logger) -> RequestRecord:
+    """Publish at once the refusal's alert this call's write decided, then clear it: the outbox
+    leaves a pending alert to the delivery whose write decided it, and the caller's flush counts
+    only the caller's own decision as its own (simulator seed 1505: the alert waited out a lease,
+    every other delivery of the request nacked meanwhile). A publish that fails leaves it pending
+    for whoever finds it once this delivery is presumed dead; a decision is never blocked."""
+    if not ports.may_publish(ports.settings.ops_alerts_topic):
+        return stored  # the outbox of a function that may publishes it
+    payload = alert.to_json()
+    try:
+        publish_alert(ports, alert)
+    except Exception as exc:  # noqa: BLE001 - it stays pending, published by a later flush
+        log.warning(
+            "the notify_refused alert could not be published; it stays pending",
+            event="alert_publish_failed",
+            request_id=stored.request_id,
+            error=f"{type(exc).__name__}: {exc}",
+        )
+        return stored
+
+    def clear(current: RequestRecord | None) -> RequestRecord | None:
+        if current is None or payload not in current.pending_alerts:
+            return None
+        current.pending_alerts = [a for a in current.pending_alerts if a != payload]
+        if not current.has_pending_effects:
+            current.effects_taken_at = None
+        return current
+
+    return ports.ledger.update(stored.request_id, clear) or stored

@@ -38,7 +38,7 @@ from typing import Any
 
 from shared.alerts import Alert, AlertKind
 from shared.clock import iso, parse_iso
-from shared.deciding.alert_log import log_alert
+from shared.deciding.alert_log import publish_alert
 from shared.deciding.notices import publish_notices
 from shared.ledger.records import CorruptRecord, RequestRecord, private_copy
 from shared.log import Logger
@@ -164,13 +164,6 @@ def run_all(steps: list[Callable[[], object]]) -> None:
             failure = failure or exc
     if failure is not None:
         raise failure
-
-
-def publish_alert(ports: Ports, alert: Alert) -> str:
-    """Publish one alert now. Only for an alert no record can hold (a request rejected before it
-    has one): the caller raises on failure, so the redelivery decides and sends it again."""
-    log_alert(ports.ledger, alert)  # before the publish: every alert published is in the log
-    return ports.publish(ports.settings.ops_alerts_topic, alert.to_json(), **alert.attributes())
 
 
 def alert_corrupt_record(ports: Ports, error: CorruptRecord, log: Logger) -> None:

@@ -451,6 +451,29 @@ def test_a_hostile_step_that_writes_in_another_requests_folder_is_caught(world: 
     assert f"{folder}step-000500/model.pt (written)" in found.detail
 
 
+def test_a_hostile_step_may_publish_a_refusal_alert_decided_before_and_nothing_else(world: World) -> None:
+    """A delivery that finds another request's effects pending past the lease takes them over
+    (shared/deciding/outbox.py): publishing the `notify_refused` alert an earlier delivery decided,
+    its marker already set, is the system's own work (seed 1505 read the marker as new)."""
+    record(world, "r1", RequestStatus.RUNNING, attempt(1))
+    ledger = LedgerStore(world.storage.client().bucket(world.settings.state_bucket))
+    refusal = Alert.of(AlertKind.NOTIFY_REFUSED, "the topic refused", request_id="r1").to_json()
+
+    def decide_refusal(current: RequestRecord | None) -> RequestRecord | None:
+        assert current is not None and current.mark("notify_refused:0")
+        current.pending_alerts.append(refusal)
+        return current
+
+    ledger.update("r1", decide_refusal)
+    before = invariants.others_state(world, frozenset({"h1"}))
+    ledger.update("r1", lambda current: setattr(current, "pending_alerts", []) or current)  # published, cleared
+    assert invariants.hostile_step_contained(world, before, invariants.others_state(world, frozenset({"h1"}))) == []
+
+    ledger.update("r1", lambda current: current.mark("budget_reached:0") and current)  # more than a publish
+    [found] = invariants.hostile_step_contained(world, before, invariants.others_state(world, frozenset({"h1"})))
+    assert "requests/r1.json (changed: markers, pending_alerts)" in found.detail
+
+
 def test_another_record_in_a_past_layout_is_compared_as_it_is(world: World) -> None:
     """A record a person rewrote in a past layout (its lists as maps keyed by position,
     `sim.faults.reshape`) is another request's state too: compared as stored, not read as this

@@ -333,3 +333,31 @@ def test_a_topic_the_policy_no_longer_allows_is_a_refusal() -> None:
     stored = b.ledger.get("req-1")
     assert b.sent() == [] and stored is not None and stored.pending_notices == []
     assert [m.data["kind"] for m in b.publisher.on("ops-alerts")] == [AlertKind.NOTIFY_REFUSED]
+
+
+def refused_alerts(b: Box) -> list[dict[str, Any]]:
+    return [m.data for m in b.publisher.on("ops-alerts") if m.data["kind"] == AlertKind.NOTIFY_REFUSED]
+
+
+def test_a_flush_whose_own_write_decided_no_alert_still_publishes_the_refusal_it_decides() -> None:
+    # An observation that only told a change (no alert of its own: `ours` False) finds the topic
+    # refusing: the refusal's alert is its own write's, so it goes out at once, not after a lease
+    # while every other delivery of the request is nacked "being published by another delivery"
+    # (simulator seed 1505: a hostile message's delivery published it, minutes later).
+    b = box(RefusingPublisher(TOPIC, exceptions.NotFound("no topic")))
+    record = b.restore(pending_record())
+    assert publish_pending(b.ports(), record, ours=False, now=START, log=b.log.logger) is None
+    stored = b.ledger.get("req-1")
+    assert len(refused_alerts(b)) == 1
+    assert stored is not None and not stored.has_pending_effects
+
+
+def test_the_refusal_found_before_a_create_is_published_by_the_delivery_that_found_it() -> None:
+    # submit publishes `accepted` right after its claim, before the create; what that write
+    # decides is the delivery's own to send, whatever its later flush was given as its own.
+    b = box(RefusingPublisher(TOPIC, exceptions.PermissionDenied("no grant")))
+    record = b.restore(pending_record())
+    returned = publish_notices(b.ports(), record, b.log.logger)
+    stored = b.ledger.get("req-1")
+    assert len(refused_alerts(b)) == 1
+    assert stored is not None and not stored.has_pending_effects and returned.pending_alerts == []
