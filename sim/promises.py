@@ -602,15 +602,22 @@ def strays_cancelled(world: World) -> list[Expected]:
     """`stray_job`: the code cancelled a live job of a request (`SimVertex.cancels`) that no attempt
     of the request's record names, the record readable or deleted by a person; not a request an
     operator cancelled (its late job gets no alert: its cancel asked it to stop). A move's or a
-    deadline switch's cancel is of the job its attempt records, so it owes nothing."""
+    deadline switch's cancel is of the job its attempt records, so it owes nothing, even once a
+    person deletes the record: a cancel before the deletion is judged on the record as deleted
+    (an attempt's job, once recorded, stays; seed 1504)."""
+    from sim.invariants import read_record
+
     cancelled = cancelled_by_operator(world)
     by_id = {r.request_id: r for r in records(world)}
     out: dict[str, Expected] = {}
-    for _, name, caller in world.vertex.cancels:
+    for when, name, caller in world.vertex.cancels:
         job = world.vertex.jobs.get(name)
         if job is None or caller == "operator" or job.request_id in cancelled or job.request_id in out:
             continue
         record = by_id.get(job.request_id)
+        deleted_at = world.tampering.records_deleted_at.get(job.request_id)
+        if deleted_at is not None and when < deleted_at:
+            record = read_record(world.tampering.deleted_record_documents[job.request_id][0])
         if record is None and job.request_id not in world.tampering.deleted_records:
             continue  # unreadable (`ledger_corrupt` is its word) or never written
         if record is not None and (record.cancel is not None or any(a.job == name for a in record.attempts)):

@@ -277,6 +277,31 @@ def test_a_stray_cancelled_without_its_alert_is_caught(world: World) -> None:
     assert catalogue(world, AlertKind.STRAY_JOB) == []
 
 
+def test_a_switch_cancel_of_the_recorded_job_owes_no_stray_job_once_a_person_deleted_the_record(
+    world: World,
+) -> None:
+    """Seed 1504: a deadline switch cancelled the job its attempt recorded, and a person deleted
+    the record afterwards: the record named the job when it was cancelled. A live job cancelled
+    after its record was deleted is a record-less stray and still owes `stray_job`."""
+    world.vertex.caller = lambda: "reconcile"
+    for request_id in ("r-switched", "r-orphaned"):
+        restore(world, request_id, RequestStatus.RUNNING, attempt_of(job(world, request_id, 1)))
+    switched = job_named(world, "r-switched")
+    world.vertex.cancel_custom_job(switched)  # the switch's cancel, before the deletion
+    world.clock.advance(60)
+    for _ in range(2):  # a person deletes both records
+        faults.delete_object(world, what="ledger")
+    assert world.tampering.deleted_records == {"r-switched", "r-orphaned"}
+    world.vertex.cancel_custom_job(job_named(world, "r-orphaned"))  # the sweep's, of a record-less job
+
+    assert [e.split(":")[0] for e in catalogue(world, AlertKind.STRAY_JOB)] == ["no stray_job alert for r-orphaned"]
+
+
+def job_named(world: World, request_id: str) -> str:
+    [name] = [name for name, job in world.vertex.jobs.items() if job.request_id == request_id]
+    return name
+
+
 def test_a_stray_of_a_request_an_operator_cancelled_owes_nothing(world: World) -> None:
     followed, stray = job(world, "r1", 1), job(world, "r1", 2)
     restore(world, "r1", RequestStatus.RUNNING, attempt_of(followed))
