@@ -50,6 +50,10 @@ LIVENESS_BOUND = timedelta(hours=12)
 # (placement's workload), run out their restarts and re-queue within LIVENESS_BOUND (seed 327
 # needed about 1,100 quiet steps and was judged, wrongly, mid-re-queue at 1,000).
 QUIET_STEPS = 4000
+# ... or this many per request the workload brings, if more: a GPU burst of 200 requests, each
+# preempted up to six times and re-queued behind a full quota, needs about 6,000 quiet steps to
+# settle inside LIVENESS_BOUND (seeds 1486 and 1547 were judged mid-flight at 4,000, an hour in).
+QUIET_STEPS_PER_ARRIVAL = 40
 RETENTION_STEP = timedelta(hours=12)
 KIT_LINES_SHARE = 0.3  # of seeds whose trainer writes the kit's signed lines (sim.trainer)
 # Cloud Scheduler's trigger tick (every minute in terraform/scheduler.tf; every five here, which
@@ -613,7 +617,7 @@ class World:
         self.vertex.gpu_quota_full = self.workload.gpu_quota_full and self.workload.gpu_quota_forever
         self.note("faults stop")
         bound = self.clock.now() + LIVENESS_BOUND
-        budget = self.steps + QUIET_STEPS
+        budget = self.steps + max(QUIET_STEPS, QUIET_STEPS_PER_ARRIVAL * len(self.workload.arrivals))
 
         def goes_on(at: datetime) -> bool:  # after a step, with the clock at `at`
             return not self._settled() and not self.violations and at < bound and self.steps < budget
