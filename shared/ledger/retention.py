@@ -7,6 +7,8 @@ The sweep walks `requests/` by its listing metadata, a few pages per reconcile p
 day (`SWEEP_INTERVAL_SECONDS`), resumed from `maintenance/ledger-sweep.json`. So a pass costs at
 most `SWEEP_PAGES_PER_RUN` list calls and `SWEEP_RETIREMENTS_PER_RUN` removals more, and only
 while a round is under way. On each record:
+- one whose listing shows no status (its document written by hand, without metadata) is judged
+  by its body, read once, as below; an unreadable one gets its marker, so reconcile meets it;
 - one that needs reconciling gets its index marker if it has none (a write by an instance from
   before the index, a marker lost by hand): the index repairs itself within a round;
 - one finished (terminal, nothing pending, no re-queue) longer than the retention is removed, its
@@ -41,7 +43,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -146,7 +148,7 @@ def sweep_step(
             work: list[tuple[str, ListedRequest]] = []
             for row in rows:
                 action = _action(row, retention, now)
-                if action == "retire":
+                if action in ("retire", "judge"):  # a judged record may be retired
                     if budget == 0:  # enough removals for one pass: the next turn starts here
                         token, next_position = "more", row.request_id
                         break
@@ -199,6 +201,8 @@ def _report_corrupt(error: CorruptRecord, log: Logger, on_corrupt: Callable[[Cor
 
 
 def _action(row: ListedRequest, retention: float, now: datetime) -> str | None:
+    if row.status is None:
+        return "judge"  # written without its metadata (by hand): only its body tells
     if row.needs_reconcile:
         return "repair"
     if not retention or row.updated is None:
@@ -217,10 +221,30 @@ def _apply(
     now: datetime,
 ) -> str:
     """Carry out one action; the summary field it counts in."""
+    if action == "judge":
+        judged = _judged(ledger, row)
+        if judged is None:
+            return "unchanged"  # removed since listed
+        row, readable = judged
+        action = _action(row, retention, now) if readable else "repair"
+        if action is None:
+            return "unchanged"
     if action == "repair":
         wrote = ledger.mark_active(row.request_id, only_if_absent=True, status=row.status, created_at=row.created_at)
         return "markers_repaired" if wrote else "unchanged"
     return "removed" if retire(ledger, row.request_id, retention, archive=archive, now=now) else "kept"
+
+
+def _judged(ledger: LedgerStore, row: ListedRequest) -> tuple[ListedRequest, bool] | None:
+    """`row` as its body tells, and whether the body could be read; None if the record is gone."""
+    try:
+        record, _ = ledger.read(row.request_id)
+    except CorruptRecord:
+        return row, False  # its marker lets reconcile meet it and say so
+    if record is None:
+        return None
+    status = ListedRequest(row.request_id, record.status, record.has_pending_effects, row.updated)
+    return replace(status, created_at=row.created_at or record.created_at, labels=row.labels), True
 
 
 def retire(ledger: LedgerStore, request_id: str, retention: float, *, archive: bool, now: datetime) -> bool:

@@ -390,6 +390,50 @@ def test_a_record_kept_by_a_young_marker_is_counted_kept(ledger: LedgerStore, cl
     assert (turn.kept, turn.removed) == (1, 0)
 
 
+def written_by_hand(bucket: Any, request_id: str) -> None:
+    """Rewrite a record's document as a person does (a copy, an upload): its body kept, no metadata."""
+    blob = bucket.blob(f"requests/{request_id}.json")
+    body = blob.download_as_bytes()
+    blob.metadata = None
+    blob.upload_from_string(body)
+
+
+def test_a_finished_record_written_without_metadata_is_judged_by_its_body_and_goes_at_its_retention(
+    ledger: LedgerStore, bucket: Any, clock: Clock, log: CapturedLog
+) -> None:
+    # Seeds 1292 and 1631: its listing shows no status, and the sweep marked it active every round
+    # (reconcile, reading the body, removed the marker): it and its referrers stayed for good.
+    finished(ledger, clock, "done", "7")
+    written_by_hand(bucket, "done")
+    young = sweep_step(ledger, log.logger, settings=SETTINGS, now=after(clock, RETENTION - 1))
+    assert (young.markers_repaired, young.unchanged, young.removed) == (0, 1, 0)
+    assert names(bucket, ACTIVE_PREFIX) == []  # finished: nothing for reconcile to do
+    ledger.save_maintenance_state(SWEEP_STATE, {})
+    turn = sweep_step(ledger, log.logger, settings=SETTINGS, now=after(clock, RETENTION))
+    assert (turn.removed, turn.markers_repaired) == (1, 0)
+    assert names(bucket, "requests/") == names(bucket, "jobs/") == names(bucket, ACTIVE_PREFIX) == []
+
+
+def test_an_active_record_written_without_metadata_gets_its_marker_with_its_status(
+    ledger: LedgerStore, bucket: Any, clock: Clock, log: CapturedLog
+) -> None:
+    active(ledger, clock, "running")
+    bucket.blob(f"{ACTIVE_PREFIX}running").delete()
+    written_by_hand(bucket, "running")
+    turn = sweep_step(ledger, log.logger, settings=SETTINGS, now=after(clock, 2 * RETENTION))
+    assert (turn.markers_repaired, turn.removed) == (1, 0)
+    assert ledger.active_entry("running").status == "RUNNING"
+
+
+def test_an_unreadable_record_written_without_metadata_is_marked_for_reconcile_to_meet(
+    ledger: LedgerStore, bucket: Any, clock: Clock, log: CapturedLog
+) -> None:
+    bucket.blob("requests/bad.json").upload_from_string(b"<html>edited by hand</html>")
+    turn = sweep_step(ledger, log.logger, settings=SETTINGS, now=after(clock, 2 * RETENTION))
+    assert (turn.markers_repaired, turn.corrupt) == (1, 0)
+    assert names(bucket, ACTIVE_PREFIX) == [f"{ACTIVE_PREFIX}bad"]
+
+
 def test_a_corrupt_finished_record_is_skipped_logged_and_handed_on(
     ledger: LedgerStore, bucket: Any, clock: Clock, log: CapturedLog
 ) -> None:
