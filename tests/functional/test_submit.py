@@ -495,46 +495,44 @@ class RefusingWhileAnotherAlertIsPublishedService(FakeJobService):
     """Refuses our create for good, while another delivery has just made an alert of its own
     pending in the record and is publishing it."""
 
-    def __init__(self, ledger: LedgerStore, theirs: dict[str, Any]) -> None:
+    def __init__(self, ledger: LedgerStore, now: datetime) -> None:
         super().__init__()
-        self.ledger, self.theirs = ledger, theirs
+        self.ledger, self.now = ledger, now
+        self.theirs: dict[str, Any] | None = None
 
     def create_custom_job(self, **kwargs: Any) -> CustomJob:
-        def decided_elsewhere(current: RequestRecord | None) -> RequestRecord:
-            current.pending_alerts.append(self.theirs)
-            return current
-
-        self.ledger.update("r1", decided_elsewhere)
+        self.theirs = another_deliverys_alert(self.ledger, self.now)
         raise api.InvalidArgument("refused")
+
+
+def another_deliverys_alert(ledger: LedgerStore, now: datetime) -> dict[str, Any]:
+    """Another delivery's alert, made pending in r1's record a moment ago (it is publishing it)."""
+    theirs = Alert.of(AlertKind.STRAY_JOB, "another delivery's", request_id="r1", attempt=1, time=iso(now)).to_json()
+
+    def decided_elsewhere(current: RequestRecord | None) -> RequestRecord:
+        current.pending_alerts.append(theirs)
+        return current
+
+    ledger.update("r1", decided_elsewhere)
+    return theirs
 
 
 def test_a_refusal_publishes_its_own_alert_not_one_another_delivery_is_publishing(harness: Harness) -> None:
     """Only the `submit_failed` this delivery decided goes out at once; the other stays pending for
     the delivery publishing it (or a taker once that one is presumed dead), else it went out twice
     (the simulator's seed 872 found the same in the stray sweep)."""
-    theirs = Alert.of(
-        AlertKind.STRAY_JOB, "another delivery's", request_id="r1", attempt=1, time=iso(harness.now)
-    ).to_json()
-    harness.vertex = RefusingWhileAnotherAlertIsPublishedService(harness.ledger, theirs)
+    harness.vertex = service = RefusingWhileAnotherAlertIsPublishedService(harness.ledger, harness.now)
 
     outcome = harness.deliver(envelope())
 
     assert outcome.result == SubmitResult.FAILED
     assert [alert.kind for alert in harness.alerts] == ["submit_failed"]
-    assert harness.ledger.get("r1").pending_alerts == [theirs]
+    assert harness.ledger.get("r1").pending_alerts == [service.theirs]
 
 
 def test_a_conflicting_body_publishes_its_own_alert_not_one_another_delivery_is_publishing(harness: Harness) -> None:
     harness.deliver(envelope())
-    theirs = Alert.of(
-        AlertKind.STRAY_JOB, "another delivery's", request_id="r1", attempt=1, time=iso(harness.now)
-    ).to_json()
-
-    def decided_elsewhere(current: RequestRecord | None) -> RequestRecord:
-        current.pending_alerts.append(theirs)
-        return current
-
-    harness.ledger.update("r1", decided_elsewhere)
+    theirs = another_deliverys_alert(harness.ledger, harness.now)
     with pytest.raises(TransientError, match="being published by another delivery"):  # redelivered until it is
         harness.deliver(envelope(max_attempts=2), message_id="m-2")
 
@@ -1137,15 +1135,7 @@ def test_a_rejected_requeue_publishes_its_own_alert_not_one_another_delivery_is_
     harness: Harness,
 ) -> None:
     message = _requeue_attempt_2(harness)
-    theirs = Alert.of(
-        AlertKind.STRAY_JOB, "another delivery's", request_id="r1", attempt=1, time=iso(harness.now)
-    ).to_json()
-
-    def decided_elsewhere(current: RequestRecord | None) -> RequestRecord:
-        current.pending_alerts.append(theirs)
-        return current
-
-    harness.ledger.update("r1", decided_elsewhere)
+    theirs = another_deliverys_alert(harness.ledger, harness.now)
     harness.settings = replace(SETTINGS, allowed_machine_families=("a3",))  # policy changed
     with pytest.raises(TransientError, match="being published by another delivery"):  # redelivered until it is
         harness.deliver(message, message_id="m-requeue", request_id="r1", **REQUEUE_ATTRIBUTES)
