@@ -162,7 +162,7 @@ def _finish_adoption(ports: Ports, record: RequestRecord | None, index: JobIndex
     adoption = adopt_job(ports, index.request_id, index.attempt, index.location, job, log)
     if adoption.wrote:
         log.warning(
-            f"attempt {index.attempt}'s job was indexed but never recorded; recorded job {index.job}",
+            f"attempt {index.attempt}'s job was indexed and not recorded yet; recorded job {index.job}",
             event="claim_adopted",
             attempt=index.attempt,
             job=index.job,
