@@ -1,5 +1,6 @@
 """on_job_event's shell: `handle_job_event` reads a job-events message into an observation and has
-`shared.deciding.applying.apply_observation` decide on it (and cancels a second job it names).
+`shared.deciding.applying.apply_observation` decide on it (and cancels a second job it names, and
+finishes the adoption of a job indexed but not recorded).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from shared.deciding.strays import is_stray
 from shared.delivery import Message
 from shared.errors import TransientError
 from shared.ledger.records import CorruptRecord, RequestRecord
+from shared.ledger.store import JobIndexEntry
 from shared.log import Logger
 from shared.settings import Settings
 from shared.wiring import Ports
@@ -116,6 +118,8 @@ def handle_job_event(
     log = log.bind(request_id=index.request_id)
     try:
         applied = apply_observation(wired, index.request_id, observation, log)
+        if applied.waiting and _finish_adoption(wired, applied.record, index, log):
+            applied = apply_observation(wired, index.request_id, observation, log)  # counted now
     except CorruptRecord as exc:
         alert_corrupt_record(wired, exc, log)
         return EventOutcome.CORRUPT
@@ -140,6 +144,33 @@ def _parked(ports: Ports, entry: JobLogEntry, log: Logger, message: str) -> Even
         evidence=entry.identity,
     )
     return EventOutcome.PARKED
+
+
+def _finish_adoption(ports: Ports, record: RequestRecord | None, index: JobIndexEntry, log: Logger) -> bool:
+    """A line of a job indexed for a claim whose record does not name it yet: the delivery that
+    adopted it (`adopt_job`: index, then record) is between its two writes, or died there. Its
+    claim may then wait for reconcile (seed 31: 25 minutes), and this line's redeliveries would go
+    to the dead-letter topic first, its preemption never counted. The index is the adoption's own
+    word: finish it (record the job, count the lines kept before the index), so the line is
+    decided now. Returns whether the index's job is the attempt's (another may be recorded)."""
+    attempt = record.attempt(index.attempt) if record else None
+    if attempt is None or attempt.job is not None or attempt.outcome is not None:
+        return False  # not a claim in flight: an ended attempt's job is a stray (the sweep's)
+    from shared.found_jobs import adopt_job, observe_adopted  # rare: a cold instance need not load it
+
+    job = get_job(ports.job_service(index.location), index.job)
+    adoption = adopt_job(ports, index.request_id, index.attempt, index.location, job, log)
+    if adoption.wrote:
+        log.warning(
+            f"attempt {index.attempt}'s job was indexed and not recorded yet; recorded job {index.job}",
+            event="claim_adopted",
+            attempt=index.attempt,
+            job=index.job,
+            location=index.location,
+        )
+    if adoption.adopted:
+        observe_adopted(ports, index.request_id, adoption, index.attempt, log)
+    return adoption.adopted
 
 
 def _cancel_if_stray(

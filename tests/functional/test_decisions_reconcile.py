@@ -12,6 +12,7 @@ import pytest
 
 from functions import reconcile as reconcile_entry
 from shared.delivery import Message, maintenance_task
+from shared.errors import TransientError
 from shared.ledger.claims import claim_attempt
 from shared.ledger.records import Attempt, RequestRecord
 from shared.ledger.states import AttemptOutcome, RequestStatus
@@ -21,6 +22,7 @@ from shared.observe import EventOutcome, handle_job_event
 from shared.reconcile import RequestResult, run_reconcile
 from shared.requests.envelope import canonical_envelope
 from shared.requests.policy import validate_request
+from shared.topology import TOPOLOGY
 from shared.wiring import Ports
 from tests.support.decisions import (
     STOCKOUT,
@@ -96,9 +98,9 @@ def test_reconcile_counts_a_running_job_seen_back_in_pending(world: World) -> No
     assert {line["source"] for line in log.events("preemption")} == {"state"}
 
 
-def _lost_create(world: World) -> str:
-    """req-1's claim whose create went out but whose answer was lost: its job runs, unrecorded
-    and not indexed."""
+def _indexed_but_unrecorded(world: World) -> str:
+    """req-1's claim whose job the adopting delivery indexed and died before recording: its job
+    runs, indexed, and the record does not name it."""
     _, job = world.submitted(state=RUNNING)
 
     def crash_before_recording(current: RequestRecord) -> RequestRecord:
@@ -107,8 +109,28 @@ def _lost_create(world: World) -> str:
         return current
 
     world.rewrite("req-1", crash_before_recording)
+    return job
+
+
+def _lost_create(world: World) -> str:
+    """req-1's claim whose create went out but whose answer was lost: its job runs, unrecorded
+    and not indexed."""
+    job = _indexed_but_unrecorded(world)
     world.ledger._bucket.blob(f"jobs/{job.rsplit('/', 1)[-1]}.json").delete()  # noqa: SLF001
     return job
+
+
+def _delivered(world: World, line: bytes, message_id: str) -> EventOutcome | None:
+    """A job-events message as Pub/Sub delivers it: again while nacked, until the dead-letter
+    topic takes it (None)."""
+    for _ in range(TOPOLOGY.trigger_subscription["max_delivery_attempts"]):
+        try:
+            return handle_job_event(
+                Message(line, message_id), CapturedLog().logger, settings=world.settings, ports=lambda: world.ports
+            )
+        except TransientError:
+            continue
+    return None
 
 
 def test_a_preemption_announced_before_its_job_was_indexed_is_counted_when_adopted(world: World) -> None:
@@ -143,6 +165,28 @@ def test_a_foreign_jobs_preemption_line_is_kept_once_and_decides_nothing(world: 
 
     kept = list(world.ledger._bucket.client.list_blobs(world.ledger._bucket, prefix="unindexed/999/"))  # noqa: SLF001
     assert len(kept) == 1 and world.ledger.get("req-1") == before and world.vertex.gets == 0
+
+
+def test_preemptions_announced_while_the_job_is_indexed_but_not_recorded_are_counted(world: World) -> None:
+    """The delivery adopting req-1's job indexed it and died before recording it; the claim waits
+    for reconcile (seed 31: its submit message dead-lettered, reconcile's passes locked out for
+    25 minutes). Vertex's preemption lines of that time are counted and their storm alerted, not
+    nacked until the dead-letter topic takes them while the record names no job."""
+    job = _indexed_but_unrecorded(world)
+    threshold = world.settings.preemption_storm_threshold
+    outcomes = [
+        _delivered(
+            world,
+            log_entry(job, f"The Spot VM was preempted. Restarting the job (restart {k} of 6).", insert_id=f"ins-{k}"),
+            f"m-{k}",
+        )
+        for k in range(1, threshold + 1)
+    ]
+    reconcile(world)  # adopts the claim, if nothing did
+
+    assert world.ledger.get("req-1").attempts[0].preemptions == threshold
+    assert [m.data["kind"] for m in world.publisher.on("ops-alerts")] == ["preemption_storm"]
+    assert outcomes == [EventOutcome.OBSERVED] * threshold  # none dead-lettered
 
 
 def test_abandoned_claim_with_a_job_is_adopted(world: World) -> None:

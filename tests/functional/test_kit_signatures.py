@@ -180,3 +180,28 @@ def test_the_kit_lines_of_a_job_not_indexed_yet_count_when_reconcile_adopts_it(w
     assert (attempt.job, attempt.checkpoints_committed, attempt.last_checkpoint) == (job, 1, [0, 500])
     assert attempt.preemptions == 0  # a kept kit line is no Vertex preemption line
     assert parked_lines(world) == []
+
+
+def test_the_kit_lines_of_a_job_indexed_but_not_recorded_count_at_once(world: World) -> None:
+    """The delivery adopting req-1's job indexed it and died before recording it (simulator seed 31,
+    a preemption line the same way). Its run's signed lines finish that adoption and count: they
+    were nacked while the record named no job, until the dead-letter topic took them."""
+    _, job = world.submitted(state=RUNNING)
+    key = world.kit_key()
+
+    def crash_before_recording(current: RequestRecord) -> RequestRecord:
+        claimed_at = (datetime.now(UTC) - timedelta(seconds=600)).isoformat().replace("+00:00", "Z")
+        current.attempts[0] = Attempt(1, "us-central1", "SPOT", claimed_at=claimed_at, kit_key=key)
+        current.status = RequestStatus.CLAIMED
+        return current
+
+    world.rewrite("req-1", crash_before_recording)
+    committed = kit_entry(
+        job, "checkpoint_committed", 0, key, request_id="req-1", insert_id="k-2", step=500, seconds=3.0
+    )
+
+    assert deliver(world, committed) == EventOutcome.OBSERVED
+
+    attempt = world.ledger.get("req-1").attempts[0]
+    assert (attempt.job, attempt.checkpoints_committed, attempt.last_checkpoint) == (job, 1, [0, 500])
+    assert parked_lines(world) == []
