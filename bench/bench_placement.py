@@ -85,6 +85,7 @@ from shared.deciding.deadline import (
     decide_deadline,
     preempted_often,
     sits_out,
+    spares_a_move,
 )
 from shared.fleet.estimate import CapacityEstimate, SpotOutlook, estimate
 from shared.fleet.observations import FleetFact, Kind
@@ -338,16 +339,20 @@ class Spotjobs(Policy):
         return self._choose(job, tick, job.region, on_demand=False)
 
     def waiting_move(self, job: Attempt, tick: int) -> int | None:
-        # As production's `consider_move`: after a changeover of waiting, not out of a short outage
-        # (a fresh outlook), and where the rule holds the wait only for a move, staying costs the
-        # rest on on-demand; within it, only a job preempted often lately, staying costed so.
+        # As production's `consider_move`: only while the rule spares the move's changeover; after
+        # a changeover of waiting, not out of a short outage (a fresh outlook), and where the rule
+        # holds the wait only for a move, staying costs the rest on on-demand; within it, only a
+        # job preempted often lately, staying costed so.
         now = situation(self.setup, job, tick, None)
+        decision = decide_deadline(now, self.rule)
+        if not spares_a_move(decision, now.changeover_seconds):
+            return None
         at_once = tick - job.placed < self.setup.changeover_ticks
         if at_once and not preempted_often(now, [at(t, self.setup) for t in job.preempted]):
             return None
         if not at_once and sits_out(now, self.outlook(job, tick)):
             return None
-        leaving = at_once or decide_deadline(now, self.rule).held_for_move
+        leaving = at_once or decision.held_for_move
         chosen = self._choose(job, tick, job.region, on_demand=False, waiting=True, leaving=leaving)
         return None if chosen == job.region else chosen
 

@@ -38,7 +38,8 @@ another run once the outage the outlook expects is over, while the slack beyond 
 (`spot_outlook`, `spot_available` None) it is Uniform Progress. `sits_out` keeps a move
 (shared/deciding/moves.py) from taking a job out of a short outage, judged on a fresh outlook;
 `preempted_often` has a move weighed at once, within the wait's first changeover, when the
-attempt was preempted twice lately and little slack is left beyond the net.
+attempt was preempted twice lately and little slack is left beyond the net; either only while
+`spares_a_move`.
 Also not coming back to Spot whose mean lifetime is below k d / (k - 1) (the paper's break-even)
 was measured, made no cell cheaper and most dearer, and is not used (docs/deadlines.md). The
 rules do not depend on the prices.
@@ -268,6 +269,14 @@ def sits_out(situation: Situation, outlook: SpotOutlook | None) -> bool:
     beyond_net = _slack(situation) - safety_net_seconds(situation)
     waited = (situation.now - situation.placed_at).total_seconds()
     return wait <= min(WAIT_CHANGEOVERS * d, beyond_net) and waited <= max(wait, d)
+
+
+def spares_a_move(decision: DeadlineDecision, changeover_seconds: float) -> bool:
+    """Whether the rule's decision on a wait for Spot leaves room to move the job: it stays, for
+    more than a changeover. The rule decides nothing while a move's hand-over runs, so the move's
+    changeover must come out of the slack beyond the net, not out of the net."""
+    holds = decision.holds_seconds
+    return decision.action is Action.STAY and holds is not None and holds > changeover_seconds
 
 
 def preempted_often(situation: Situation, preempted_at: Sequence[datetime]) -> bool:

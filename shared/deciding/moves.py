@@ -30,12 +30,12 @@ from datetime import datetime
 from shared.clock import parse_iso
 from shared.deciding.continuations import counted_attempts
 from shared.deciding.deadline import (
-    Action,
     DeadlineDecision,
     Situation,
     decide_deadline,
     preempted_often,
     sits_out,
+    spares_a_move,
 )
 from shared.deciding.deadline_watch import deadline_situation
 from shared.deciding.decisions import DecisionPolicy
@@ -177,7 +177,6 @@ def _deadline_rule(
     if situation is None:
         return None  # the work is not known yet: the rule could not count the move
     decision = decide_deadline(situation)
-    spare = decision.holds_seconds
-    if decision.action is not Action.STAY or spare is None or spare <= situation.changeover_seconds:
+    if not spares_a_move(decision, situation.changeover_seconds):
         return None
     return situation.changeover_seconds, situation, decision
