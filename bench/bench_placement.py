@@ -30,7 +30,8 @@ Policies (all decide with production's `decide_deadline`; the review interval is
   Vertex reports after a Spot job's sixth restart;
 - `spotjobs`: placement (`shared.fleet.placement.choose_location`) for every new attempt and for
   a job waiting longer than its changeover (unless `shared.deciding.deadline.sits_out` keeps it
-  in a short outage; at once when `preempted_often`), fed by `shared.fleet.estimate.estimate` of the fleet's own attempts (the
+  in a short outage; at once when `preempted_often`; only while the rule spares the move's
+  changeover, `spares_a_move`, as production's `consider_move`), fed by `shared.fleet.estimate.estimate` of the fleet's own attempts (the
   observations production records: waits, open waits, preemptions, runs), and `Rule.SPOTJOBS`
   with `spot_available` from the same estimate;
 - `omniscient`: the least cost knowing every trace (a dynamic programme over ticks, work and
