@@ -30,7 +30,8 @@ Policies (all decide with production's `decide_deadline`; the review interval is
   Vertex reports after a Spot job's sixth restart;
 - `spotjobs`: placement (`shared.fleet.placement.choose_location`) for every new attempt and for
   a job waiting longer than its changeover (unless `shared.deciding.deadline.sits_out` keeps it
-  in a short outage; at once when `preempted_often`), fed by `shared.fleet.estimate.estimate` of the fleet's own attempts (the
+  in a short outage; at once when `preempted_often`; only while the rule spares the move's
+  changeover, `spares_a_move`, as production's `consider_move`), fed by `shared.fleet.estimate.estimate` of the fleet's own attempts (the
   observations production records: waits, open waits, preemptions, runs), and `Rule.SPOTJOBS`
   with `spot_available` from the same estimate;
 - `omniscient`: the least cost knowing every trace (a dynamic programme over ticks, work and
@@ -85,6 +86,7 @@ from shared.deciding.deadline import (
     decide_deadline,
     preempted_often,
     sits_out,
+    spares_a_move,
 )
 from shared.fleet.estimate import CapacityEstimate, SpotOutlook, estimate
 from shared.fleet.observations import FleetFact, Kind
@@ -338,16 +340,20 @@ class Spotjobs(Policy):
         return self._choose(job, tick, job.region, on_demand=False)
 
     def waiting_move(self, job: Attempt, tick: int) -> int | None:
-        # As production's `consider_move`: after a changeover of waiting, not out of a short outage
-        # (a fresh outlook), and where the rule holds the wait only for a move, staying costs the
-        # rest on on-demand; within it, only a job preempted often lately, staying costed so.
+        # As production's `consider_move`: only while the rule spares the move's changeover; after
+        # a changeover of waiting, not out of a short outage (a fresh outlook), and where the rule
+        # holds the wait only for a move, staying costs the rest on on-demand; within it, only a
+        # job preempted often lately, staying costed so.
         now = situation(self.setup, job, tick, None)
+        decision = decide_deadline(now, self.rule)
+        if not spares_a_move(decision, now.changeover_seconds):
+            return None
         at_once = tick - job.placed < self.setup.changeover_ticks
         if at_once and not preempted_often(now, [at(t, self.setup) for t in job.preempted]):
             return None
         if not at_once and sits_out(now, self.outlook(job, tick)):
             return None
-        leaving = at_once or decide_deadline(now, self.rule).held_for_move
+        leaving = at_once or decision.held_for_move
         chosen = self._choose(job, tick, job.region, on_demand=False, waiting=True, leaving=leaving)
         return None if chosen == job.region else chosen
 

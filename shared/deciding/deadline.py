@@ -38,7 +38,8 @@ another run once the outage the outlook expects is over, while the slack beyond 
 (`spot_outlook`, `spot_available` None) it is Uniform Progress. `sits_out` keeps a move
 (shared/deciding/moves.py) from taking a job out of a short outage, judged on a fresh outlook;
 `preempted_often` has a move weighed at once, within the wait's first changeover, when the
-attempt was preempted twice lately and little slack is left beyond the net.
+attempt was preempted lately (once is enough) and little slack is left beyond the net; either only
+while `spares_a_move`.
 Also not coming back to Spot whose mean lifetime is below k d / (k - 1) (the paper's break-even)
 was measured, made no cell cheaper and most dearer, and is not used (docs/deadlines.md). The
 rules do not depend on the prices.
@@ -74,9 +75,11 @@ SECOND_RUN_CHANGEOVERS = 2.0
 # After this many preemptions of a Spot attempt within this many hours, with the slack beyond the
 # net at most this many changeovers, a wait where it runs is treated as a long outage
 # (`preempted_often`): short outages that come back spend the slack a changeover and an outage at
-# a time, and a move is worth one only while the slack still pays it. Measured on the GCP H100
-# traces (docs/placement.md, "Robust placement").
-QUICK_PREEMPTIONS = 2
+# a time, and a move is worth one only while the slack still pays it. One is enough: a move is
+# made only while the rule spares its changeover (`spares_a_move`), and at this slack the outage
+# and restart after a first preemption spend that, so by a second it is too late. Measured on the
+# GCP H100 traces (docs/placement.md, "Robust placement").
+QUICK_PREEMPTIONS = 1
 QUICK_PREEMPTION_HOURS = 4.0
 QUICK_SLACK_CHANGEOVERS = 4.0
 
@@ -270,6 +273,14 @@ def sits_out(situation: Situation, outlook: SpotOutlook | None) -> bool:
     return wait <= min(WAIT_CHANGEOVERS * d, beyond_net) and waited <= max(wait, d)
 
 
+def spares_a_move(decision: DeadlineDecision, changeover_seconds: float) -> bool:
+    """Whether the rule's decision on a wait for Spot leaves room to move the job: it stays, for
+    more than a changeover. The rule decides nothing while a move's hand-over runs, so the move's
+    changeover must come out of the slack beyond the net, not out of the net."""
+    holds = decision.holds_seconds
+    return decision.action is Action.STAY and holds is not None and holds > changeover_seconds
+
+
 def preempted_often(situation: Situation, preempted_at: Sequence[datetime]) -> bool:
     """Whether a Spot job waiting for capacity should be placed again at once, staying costed as
     the rest of the work on on-demand: its attempt was preempted `QUICK_PREEMPTIONS` times within
@@ -277,7 +288,8 @@ def preempted_often(situation: Situation, preempted_at: Sequence[datetime]) -> b
     and the slack beyond the net is at most `QUICK_SLACK_CHANGEOVERS` changeovers. Each short
     outage that ends inside the rule's hold still costs an outage and a changeover of slack; a
     few of them spend the slack before a move is weighed (a wait shorter than a changeover, or
-    one `sits_out` keeps), and the job ends on on-demand where it was. Larger slack pays for them."""
+    one `sits_out` keeps), and the job ends on on-demand where it was; by then the slack no longer
+    spares a move's changeover. Larger slack pays for them."""
     if situation.placement is not Placement.WAITING_FOR_SPOT:
         return False
     window = QUICK_PREEMPTION_HOURS * 3600

@@ -13,10 +13,10 @@ than a changeover: the rule decides nothing while the hand-over runs (its next a
 pending), so its safety net counts the move's changeover. A deadline request also stays where the
 fleet's outages are short (`sits_out`, on the outlook estimated now) until its wait outlasts the
 expected outage; and where the rule holds the wait only for a move, placement costs staying as
-the rest of the work on on-demand (`Job.leaving`), what the rule does next. One preempted often
-lately with little slack beyond the net (`preempted_often`, from `Attempt.preempted_at`) is
-weighed at once, without waiting a changeover nor sitting out, staying costed as on-demand: short
-outages that keep coming back would spend the slack before a move is weighed.
+the rest of the work on on-demand (`Job.leaving`), what the rule does next. One preempted lately
+(once is enough) with little slack beyond the net (`preempted_often`, from `Attempt.preempted_at`)
+is weighed at once, without waiting a changeover nor sitting out, staying costed as on-demand:
+short outages that keep coming back would spend the slack before a move is weighed.
 
 A request with `capacity` alternatives moves to its best other option, the (machine, strategy,
 location) it waits on left out (`shared.fleet.capacity.choose_capacity`, which asks the policy of
@@ -30,12 +30,12 @@ from datetime import datetime
 from shared.clock import parse_iso
 from shared.deciding.continuations import counted_attempts
 from shared.deciding.deadline import (
-    Action,
     DeadlineDecision,
     Situation,
     decide_deadline,
     preempted_often,
     sits_out,
+    spares_a_move,
 )
 from shared.deciding.deadline_watch import deadline_situation
 from shared.deciding.decisions import DecisionPolicy
@@ -177,7 +177,6 @@ def _deadline_rule(
     if situation is None:
         return None  # the work is not known yet: the rule could not count the move
     decision = decide_deadline(situation)
-    spare = decision.holds_seconds
-    if decision.action is not Action.STAY or spare is None or spare <= situation.changeover_seconds:
+    if not spares_a_move(decision, situation.changeover_seconds):
         return None
     return situation.changeover_seconds, situation, decision

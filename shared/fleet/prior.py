@@ -26,7 +26,10 @@ PRIOR_PATH = Path(__file__).with_name("region_prior.json")
 # As few hours as this: the prior ranks locations the fleet has not seen, and gives way to what it
 # sees (measured against 24 h: docs/placement.md, "A region prior").
 WEIGHT_HOURS = 6.0
-WEIGHT_RUNS = 1.0
+# One and a half runs: one short run of the fleet's own no longer halves a region's lifetime (a job
+# preempted within its first hour sent a whole fleet's later jobs elsewhere), and the fleet's runs
+# still outweigh it within a few (measured: docs/placement.md, "Robust placement", fourth pass).
+WEIGHT_RUNS = 1.5
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from bench.placement_probes import ProbeLedger, probing
 from shared.deciding.deadline import Placement
 from shared.fleet.estimate import SpotOutlook, estimate
 from shared.fleet.observations import FleetFact, Kind
+from shared.fleet.prior import LocationPrior
 
 
 def write_zone(folder: Path, zone: str, region: str, spot: float, on_demand: float, data: list[int]) -> None:
@@ -40,6 +41,10 @@ def write_zone(folder: Path, zone: str, region: str, spot: float, on_demand: flo
         "data": data,
     }
     (folder / f"{zone}.json").write_text(json.dumps(body))
+
+
+# A region prior of short outages: a wait there has an outlook, and the rule holds it.
+SHORT_OUTAGES = LocationPrior(0.95, 10.0, 0.5)
 
 
 @pytest.fixture
@@ -81,7 +86,9 @@ def test_it_decides_with_production_functions(traces: Path, monkeypatch: pytest.
         assert real.__module__.startswith("shared.")  # production's, imported by the bench
         monkeypatch.setattr(bench_placement, name, counting)
     regions, _ = load_regions(traces)
-    setup = Setup(tuple(regions), 600, 24, 36, 2, 10.0)
+    # us-east4's prior gives its waits an outlook, so the rule holds one for a move (production's
+    # `consider_move` moves a deadline request only then)
+    setup = Setup(tuple(regions), 600, 24, 48, 2, 10.0, {"us-east4": SHORT_OUTAGES})
     outlooks: list[object] = []
     real_decide = bench_placement.decide_deadline
     monkeypatch.setattr(
@@ -96,7 +103,7 @@ def test_it_decides_with_production_functions(traces: Path, monkeypatch: pytest.
 
 def test_placement_leaves_a_region_without_spot_and_today_waits_there(traces: Path) -> None:
     regions, _ = load_regions(traces)
-    setup = Setup(tuple(regions), 600, 24, 48, 2, 10.0)
+    setup = Setup(tuple(regions), 600, 24, 48, 2, 10.0, {"us-east4": SHORT_OUTAGES})  # an outlook: the rule holds
     placed = simulate_fleet(setup, [0], Spotjobs)[0]
     today = simulate_fleet(setup, [0], FailoverOrder)[0]
     assert not placed.missed and not today.missed
@@ -203,3 +210,19 @@ def test_probes_are_opt_in_and_reported(unprobed: Path, capsys: pytest.CaptureFi
     assert row["probes"] > 0 and row["probe_cost"] > 0
     assert bench_placement.main([*argv, "--probes"]) == 0
     assert "probes / job" in capsys.readouterr().out
+
+
+def test_a_waiting_move_needs_the_rule_to_spare_its_changeover_as_in_production() -> None:
+    # Production moves a deadline request only while the rule holds its wait by more than a
+    # changeover (`consider_move`: the rule decides nothing during the hand-over); the bench's
+    # waiting move asks the same, also for a job preempted often lately.
+    cheap_bursty = bench_placement.Region("us-east4", 10.0, 80.0, (False,) * 60)
+    steady = bench_placement.Region("asia-southeast1", 5.0, 80.0, (True,) * 60)
+
+    def moved(deadline_ticks: int) -> int | None:
+        setup = Setup((cheap_bursty, steady), 600, 24, deadline_ticks, 2, 0.0)
+        job = Attempt(0, 0, placed=9, done=8, preempted=[7, 9], ran=True, outlook=SpotOutlook(0.99, 36000.0))
+        return Spotjobs(setup, Fleet()).waiting_move(job, 10)
+
+    assert moved(37) == 1  # 2 changeovers of slack beyond the net: the rule holds the wait 1400 s
+    assert moved(35) is None  # 1 changeover beyond it: the move's changeover would come out of the net

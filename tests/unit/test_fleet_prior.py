@@ -17,7 +17,7 @@ from shared.fleet.estimate import estimate
 from shared.fleet.observations import FleetFact, Kind
 from shared.fleet.placement import Candidate, Costed, Job, Move, expected_cost
 from shared.fleet.placing import Placer, attempt_placer, no_prior
-from shared.fleet.prior import PRIOR_PATH, WEIGHT_HOURS, LocationPrior, location_prior
+from shared.fleet.prior import PRIOR_PATH, WEIGHT_HOURS, WEIGHT_RUNS, LocationPrior, location_prior
 from shared.ledger.records import Attempt
 from shared.settings import Settings
 
@@ -99,7 +99,8 @@ def test_a_long_tail_of_runs_meets_a_long_job_at_a_longer_run_than_the_mean() ->
         FleetFact(Kind.PREEMPT, "us-east4", NOW - timedelta(hours=1), attempt_key="a"),
     ]
     seen = estimate(facts, "us-east4", NOW, tail)
-    assert seen.lifetime_over(24) == pytest.approx((8 + 24 / math.log(3)) * 3600 / 2)
+    runs = WEIGHT_RUNS
+    assert seen.lifetime_over(24) == pytest.approx((8 + runs * 24 / math.log(3)) * 3600 / (1 + runs))
     assert estimate(facts, "us-east4", NOW).lifetime_over(24) == 8 * 3600  # without a prior: the mean
 
 
@@ -156,7 +157,8 @@ def test_with_nothing_seen_the_estimate_is_the_prior_and_the_fleets_time_outweig
         )
     ]
     seen = estimate(facts, "us-east4", NOW, prior)
-    assert seen.mean_lifetime_seconds == pytest.approx((48 + 20) * 3600 / 7)  # the prior: one run of 20 h
+    # the prior: WEIGHT_RUNS runs of 20 h
+    assert seen.mean_lifetime_seconds == pytest.approx((48 + WEIGHT_RUNS * 20) * 3600 / (6 + WEIGHT_RUNS))
     assert seen.share_available == pytest.approx((48 + WEIGHT_HOURS * 0.9) / (48 + WEIGHT_HOURS))
 
 
