@@ -38,7 +38,7 @@ another run once the outage the outlook expects is over, while the slack beyond 
 (`spot_outlook`, `spot_available` None) it is Uniform Progress. `sits_out` keeps a move
 (shared/deciding/moves.py) from taking a job out of a short outage, judged on a fresh outlook;
 `preempted_often` has a move weighed at once, within the wait's first changeover, when the
-attempt was preempted twice lately and little slack is left beyond the net.
+attempt was preempted lately and little slack is left beyond the net.
 Also not coming back to Spot whose mean lifetime is below k d / (k - 1) (the paper's break-even)
 was measured, made no cell cheaper and most dearer, and is not used (docs/deadlines.md). The
 rules do not depend on the prices.
@@ -74,9 +74,10 @@ SECOND_RUN_CHANGEOVERS = 2.0
 # After this many preemptions of a Spot attempt within this many hours, with the slack beyond the
 # net at most this many changeovers, a wait where it runs is treated as a long outage
 # (`preempted_often`): short outages that come back spend the slack a changeover and an outage at
-# a time, and a move is worth one only while the slack still pays it. Measured on the GCP H100
-# traces (docs/placement.md, "Robust placement").
-QUICK_PREEMPTIONS = 2
+# a time, and a move is worth one only while the slack still pays it. At that slack one outage
+# already spends much of what is left: one preemption is enough (the third pass asked two).
+# Measured on the GCP H100 traces (docs/placement.md, "Robust placement").
+QUICK_PREEMPTIONS = 1
 QUICK_PREEMPTION_HOURS = 4.0
 QUICK_SLACK_CHANGEOVERS = 4.0
 
@@ -275,9 +276,10 @@ def preempted_often(situation: Situation, preempted_at: Sequence[datetime]) -> b
     the rest of the work on on-demand: its attempt was preempted `QUICK_PREEMPTIONS` times within
     `QUICK_PREEMPTION_HOURS` (`preempted_at`, the attempt's preemptions as they were counted),
     and the slack beyond the net is at most `QUICK_SLACK_CHANGEOVERS` changeovers. Each short
-    outage that ends inside the rule's hold still costs an outage and a changeover of slack; a
-    few of them spend the slack before a move is weighed (a wait shorter than a changeover, or
-    one `sits_out` keeps), and the job ends on on-demand where it was. Larger slack pays for them."""
+    outage that ends inside the rule's hold still costs an outage and a changeover of slack; at
+    that slack one or two of them spend it before a move is weighed (a wait shorter than a
+    changeover, or one `sits_out` keeps), and the job ends on on-demand where it was. Larger slack
+    pays for them."""
     if situation.placement is not Placement.WAITING_FOR_SPOT:
         return False
     window = QUICK_PREEMPTION_HOURS * 3600

@@ -13,10 +13,10 @@ than a changeover: the rule decides nothing while the hand-over runs (its next a
 pending), so its safety net counts the move's changeover. A deadline request also stays where the
 fleet's outages are short (`sits_out`, on the outlook estimated now) until its wait outlasts the
 expected outage; and where the rule holds the wait only for a move, placement costs staying as
-the rest of the work on on-demand (`Job.leaving`), what the rule does next. One preempted often
-lately with little slack beyond the net (`preempted_often`, from `Attempt.preempted_at`) is
-weighed at once, without waiting a changeover nor sitting out, staying costed as on-demand: short
-outages that keep coming back would spend the slack before a move is weighed.
+the rest of the work on on-demand (`Job.leaving`), what the rule does next. One preempted lately
+(once is enough) with little slack beyond the net (`preempted_often`, from `Attempt.preempted_at`)
+is weighed at once, without waiting a changeover nor sitting out, staying costed as on-demand: at
+that slack an outage or two would spend it before a move is weighed.
 
 A request with `capacity` alternatives moves to its best other option, the (machine, strategy,
 location) it waits on left out (`shared.fleet.capacity.choose_capacity`, which asks the policy of
@@ -69,7 +69,7 @@ def consider_move(
         return
     changeover, situation, decision = rule
     waited = (now - parse_iso(attempt.state_changed_at if attempt.started_at else attempt.created_at)).total_seconds()
-    # Within a changeover of waiting, only a deadline request preempted often lately is weighed
+    # Within a changeover of waiting, only a deadline request preempted lately is weighed
     # (`preempted_often`): at once, as if the outage were long, staying costed as on-demand.
     at_once = waited <= changeover
     if at_once and not _preempted_often(record, attempt, situation):
