@@ -425,8 +425,14 @@ def measured(quality: Quality) -> Callable[[Setup, Fleet], Policy]:
     return Measured
 
 
-def simulate_fleet(setup: Setup, starts: Sequence[int], make_policy: Callable[[Setup, Fleet], Policy]) -> list[Attempt]:
-    """Run the requests starting at `starts` (trace ticks) together, one tick at a time."""
+def simulate_fleet(
+    setup: Setup,
+    starts: Sequence[int],
+    make_policy: Callable[[Setup, Fleet], Policy],
+    watch: Callable[[Attempt, int], None] | None = None,
+) -> list[Attempt]:
+    """Run the requests starting at `starts` (trace ticks) together, one tick at a time; `watch`
+    is shown every live job at the end of each of its ticks (`bench.placement_trace`)."""
     fleet = Fleet(priors=setup.priors)
     policy = make_policy(setup, fleet)
     jobs = [Attempt(start=s, region=0, key=f"r{i}") for i, s in enumerate(starts)]
@@ -452,6 +458,8 @@ def simulate_fleet(setup: Setup, starts: Sequence[int], make_policy: Callable[[S
             _advance(job, setup)
             if job.done >= setup.work_ticks:
                 job.finished = True
+            if watch is not None:
+                watch(job, tick)
     for job in jobs:
         if not job.finished:
             _miss(job, setup)
