@@ -135,7 +135,7 @@ class Violation:
 
 
 @functools.cache
-def _lifecycle_rules() -> tuple[Rule, ...]:
+def lifecycle_rules() -> tuple[Rule, ...]:
     """The state bucket's lifecycle rules as terraform/storage.tf declares them (one evaluator,
     shared with the retention tests)."""
     return tuple(state_bucket_rules())
@@ -748,7 +748,7 @@ class World:
         prune tick, the state bucket's lifecycle rules run (GCS applies them asynchronously)."""
         self._schedule_moved()
         if task == "prune":
-            self.storage.apply_lifecycle(self.settings.state_bucket, list(_lifecycle_rules()))
+            self.storage.apply_lifecycle(self.settings.state_bucket, list(lifecycle_rules()))
         interval = self.settings.reconcile_interval_seconds if task == "reconcile" else 3600.0
         self._next_tick[task] = self.clock.now() + timedelta(seconds=interval)
         # The triggers' tick goes to on_trigger's own topic; reconcile and prune share maintenance.

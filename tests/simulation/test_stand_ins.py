@@ -12,7 +12,7 @@ import pytest
 
 from sim.gcs import MemoryStorage
 from sim.virtual import EPOCH_OF_SIMULATION, SyncExecutor, VirtualClock
-from sim.world import World, _lifecycle_rules
+from sim.world import World, lifecycle_rules
 
 
 def test_lifecycle_deletes_exactly_what_the_rules_judge() -> None:
@@ -37,7 +37,7 @@ def test_lifecycle_deletes_exactly_what_the_rules_judge() -> None:
         blob.upload_from_string(b"x")
         clock.advance(86400)
     clock.advance(30 * 86400)
-    rules = list(_lifecycle_rules())
+    rules = list(lifecycle_rules())
     table = storage.objects("state")
     judged = {
         name
