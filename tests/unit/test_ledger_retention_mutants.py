@@ -1,8 +1,7 @@
 """The retention sweep's judgement of a record written without its metadata
 (shared/ledger/retention.py `_judged`): the marker it repairs carries the created time its body
 keeps, as every marker does (`spotjobs find` reads it from the marker: spotjobs/cli/find.py). The
-mutation pass found
-the marker's created time untested."""
+mutation pass found the marker's created time untested."""
 
 from __future__ import annotations
 
