@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared.deciding.deadline import Placement, Situation, Work, preempted_often
+from shared.deciding.deadline import QUICK_PREEMPTIONS, Placement, Situation, Work, preempted_often
 
 NOW = datetime(2026, 12, 1, 17, 0, tzinfo=UTC)
 D, M = 600.0, 300.0  # changeover, review interval
@@ -31,11 +31,13 @@ def waiting_with_little_slack() -> Situation:
 
 @pytest.mark.parametrize(("seconds_ago", "often"), [(4 * 3600, True), (4 * 3600 + 1, False)])
 def test_a_preemption_exactly_four_hours_ago_is_still_lately(seconds_ago: int, often: bool) -> None:
-    times = [NOW - timedelta(seconds=seconds_ago), NOW - timedelta(minutes=1)]
+    # as many as the rule asks for (QUICK_PREEMPTIONS), all that long ago
+    times = [NOW - timedelta(seconds=seconds_ago)] * QUICK_PREEMPTIONS
     assert preempted_often(waiting_with_little_slack(), times) is often
 
 
 def test_a_preemption_dated_after_now_is_not_counted() -> None:
     # counted by an instance whose clock ran a second ahead of this decision's
-    times = [NOW + timedelta(seconds=1), NOW - timedelta(minutes=1)]
+    times = [NOW + timedelta(seconds=1)] * QUICK_PREEMPTIONS
     assert not preempted_often(waiting_with_little_slack(), times)
+    assert preempted_often(waiting_with_little_slack(), [NOW] * QUICK_PREEMPTIONS)  # at now: counted
