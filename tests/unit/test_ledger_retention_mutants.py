@@ -1,42 +1,44 @@
-"""The ledger sweep's removal budget by number, as docs/performance.md states it ("at most 5 list
-calls and 500 removals to a pass"): test_ledger_retention.py sets the budget to 2 to drive the
-turns, so a changed constant went unseen (issue 43, a mutant it left)."""
+"""The retention sweep's judgement of a record written without its metadata
+(shared/ledger/retention.py `_judged`): the marker it repairs carries the created time its body
+keeps, as every marker does (`spotjobs find` reads it from the marker: spotjobs/cli/find.py). The
+mutation pass found the marker's created time untested."""
 
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
-from shared.clock import iso
 from shared.ledger.records import RequestRecord
-from shared.ledger.retention import SWEEP_STATE, sweep_step
+from shared.ledger.retention import sweep_step
 from shared.ledger.states import RequestStatus
-from shared.ledger.store import LedgerStore
+from shared.ledger.store import ACTIVE_PREFIX, LedgerStore
 from sim.gcs import MemoryStorage
 from tests.support.decisions import CapturedLog, make_settings
 from tests.support.interleave import Clock
 
-RETENTION = 90 * 86400.0  # the default `ledger_retention_seconds`, above every floor
+RETENTION = 90 * 86400.0
 
 
-def test_a_pass_removes_at_most_five_hundred_records() -> None:
+def test_a_marker_repaired_from_a_record_written_without_metadata_has_the_bodys_created_time(
+    monkeypatch: Any,
+) -> None:
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
     clock = Clock()
-    ledger = LedgerStore(MemoryStorage(clock=clock).client().bucket("state"))
-    request_ids = [f"r{n:04d}" for n in range(501)]
-    for request_id in request_ids:
-        ledger.restore(
-            RequestRecord(
-                request_id,
-                {"request_id": request_id},
-                f"gs://b/{request_id}/",
-                RequestStatus.SUCCEEDED,
-                finished_at=iso(clock.now),
-            )
-        )
-    now = clock.now + timedelta(seconds=RETENTION)
-    settings = make_settings("state")
+    bucket: Any = MemoryStorage(clock=clock).client().bucket("state")
+    ledger = LedgerStore(bucket)
+    ledger.restore(RequestRecord("running", {"request_id": "running"}, "gs://b/running/", RequestStatus.RUNNING))
+    stored = ledger.get("running")
+    assert stored is not None and stored.created_at
+    bucket.blob(f"{ACTIVE_PREFIX}running").delete()
+    document = bucket.blob("requests/running.json")  # rewritten as a person does: its body, no metadata
+    body = document.download_as_bytes()
+    document.metadata = None
+    document.upload_from_string(body)
 
-    first = sweep_step(ledger, CapturedLog().logger, settings=settings, now=now)
-    assert (first.listed, first.removed, first.finished_round) == (500, 500, False)
-    assert ledger.maintenance_state(SWEEP_STATE) == {"position": "r0500", "finished_at": None}
-    second = sweep_step(ledger, CapturedLog().logger, settings=settings, now=now)
-    assert (second.listed, second.removed, second.finished_round) == (1, 1, True)
+    turn = sweep_step(
+        ledger, CapturedLog().logger, settings=make_settings("state"), now=clock.now + timedelta(seconds=2 * RETENTION)
+    )
+
+    entry = ledger.active_entry("running")
+    assert turn.markers_repaired == 1 and entry is not None
+    assert (entry.status, entry.created_at) == ("RUNNING", stored.created_at)
