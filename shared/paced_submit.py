@@ -120,6 +120,15 @@ def stay_out_of_line(record: RequestRecord, attempt: Attempt, log: Logger, ports
     drain_line(attempt.location, log, ports, steps)
 
 
+def left_to_reconcile(exc: BaseException, *, paced: bool) -> bool:
+    """Whether a create Vertex refused for now is acknowledged, its claim released, for reconcile's
+    re-publish with backoff rather than redelivered: a resource quota (GPUs, CPUs) is not a rate,
+    so redeliveries seconds apart meet it still spent, and five per re-publish of hundreds of such
+    requests crowd every other request's message out of submit_job's subscription (simulator seed
+    1887). The line's drainer (`paced`) judges its own refusals (`TURNED_AWAY`)."""
+    return not paced and is_resource_quota(exc)
+
+
 def never_sent(attempt: Attempt) -> bool:
     """A waiting attempt whose claim sent no create since it last waited: a takeover of it needs
     no lookup by labels (nothing can exist for it)."""

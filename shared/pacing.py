@@ -43,7 +43,8 @@ look safe.
 A request waits (acknowledged, never redelivered for it) when anyone is already waiting in its
 region, when its moment's slot is taken, or when Vertex answers a create with a rate-limit 429
 anyway (another client of the project's quota). A 429 for a resource quota (GPUs, CPUs) is not a
-rate and is handled as before: Vertex busy, redelivered.
+rate: its delivery is acknowledged with the claim released, and reconcile re-publishes it with
+backoff (`shared.paced_submit.left_to_reconcile`).
 """
 
 from __future__ import annotations

@@ -15,9 +15,10 @@ itself sends its create only while the create (its timeout and a margin) still f
 so no create is in flight when a redelivery may take the claim over; should two jobs exist anyway,
 the one the ledger does not record is cancelled.
 
-Only invalid requests and settled outcomes (created, found, duplicate, refused by Vertex) are
-acknowledged. Any other failure is redelivered (`SubmitBlocked` for permanent ones) so that the
-dead-letter topic, not a silent acknowledgement, ends a request that cannot be handled.
+Only invalid requests and settled outcomes (created, found, duplicate, refused by Vertex; refused
+for a resource quota, which reconcile re-publishes with backoff) are acknowledged. Any other failure
+is redelivered (`SubmitBlocked` for permanent ones) so that the dead-letter topic, not a silent
+acknowledgement, ends a request that cannot be handled.
 
 The ledger transitions (`shared.ledger.claims`) decide from the current record alone; `submit_request`
 is the shell that runs them and calls the clients passed in through `Ports`. Alerts go through the
@@ -50,13 +51,7 @@ from shared.fleet.capacity import place_attempt, refusing
 from shared.fleet.placing import attempt_placer
 from shared.found_jobs import adopt_job, observe_adopted, remember_location
 from shared.jobs import state_name
-from shared.ledger.claims import (
-    Claim,
-    ClaimInProgress,
-    claim_attempt,
-    fail_attempt,
-    release_claim,
-)
+from shared.ledger.claims import Claim, ClaimInProgress, claim_attempt, fail_attempt, release_claim
 from shared.ledger.dedupe import bare_request_id
 from shared.ledger.records import Attempt, CorruptRecord, RequestRecord
 from shared.ledger.run_lock import ledger_bucket
@@ -64,6 +59,7 @@ from shared.log import Logger
 from shared.paced_submit import (
     WAITING_RESULT,
     SubmitSteps,
+    left_to_reconcile,
     may_create_now,
     never_sent,
     stay_out_of_line,
@@ -97,7 +93,7 @@ class SubmitResult(enum.StrEnum):
     DUPLICATE = "duplicate"  # the attempt was already handled: nothing to do
     INVALID = "invalid"  # rejected: acknowledged, logged, alerted
     FAILED = "failed"  # Vertex refused the job permanently (e.g. INVALID_ARGUMENT): alerted
-    WAITING = WAITING_RESULT  # in line for Vertex's submission quota (shared/pacing.py)
+    WAITING = WAITING_RESULT  # in line for Vertex's submission quota (shared/pacing.py), or for a re-publish
 
 
 class SubmitBlocked(TransientError):
@@ -371,11 +367,16 @@ def _after_failed_create(
                 error={"code": int(code) if code is not None else None, "message": error},
             ),
         )
+        to_reconcile = left_to_reconcile(exc, paced=paced)  # acknowledged: reconcile re-publishes it
         log.warning(
-            "Vertex refused the create for now; released the claim for the redelivery",
+            "Vertex refused the create for a resource quota; reconcile re-publishes it with backoff"
+            if to_reconcile
+            else "Vertex refused the create for now; released the claim for the redelivery",
             event="create_refused",
             error=error,
         )
+        if to_reconcile:
+            return SubmitOutcome(SubmitResult.WAITING, request_id, n)
         raise exc
     if not isinstance(exc, GoogleAPICallError):
         # A bug, not a verdict on the request: keep the claim, and let submit_request have the

@@ -273,18 +273,24 @@ def test_creates_vertex_refuses_for_the_rate_wait_their_turn_again_and_none_fail
     assert not line.raised
 
 
-def test_a_resource_quota_429_is_not_the_rate_and_is_redelivered_as_before(line: Line) -> None:
+def test_a_resource_quota_429_is_not_the_rate_and_is_acknowledged_for_reconciles_republish(line: Line) -> None:
+    # Simulator seed 1887: redelivered five times per re-publish, 200 requests refused for a spent
+    # GPU quota crowded a CPU request's message out of submit_job's subscription for hours.
     gpus = api.TooManyRequests(
         "The following quota metrics exceed quota limits: aiplatform.googleapis.com/custom_model_training_nvidia_l4_gpus"
     )
     line.vertex.create_faults.append(gpus)
 
-    assert line.deliver(envelope("gpus"), "m-gpus") is None  # raised: Pub/Sub redelivers it
-    [raised] = line.raised
-    assert raised is gpus
+    outcome = line.deliver(envelope("gpus"), "m-gpus")
+
+    assert not line.raised and outcome is not None and outcome.result == SubmitResult.WAITING  # acknowledged
     record = line.ledger.get("gpus")
     assert record.latest.waiting_since is None and record.latest.last_create_error["code"] == 429
     assert not line.pacer.anyone_waiting(LOCATION)
+    # Its claim was handed back: reconcile's next pass re-publishes it, then backs off.
+    summary = run_reconcile(line.ports, Logger(stream=line.log_stream))
+    assert summary.outcomes["claim_republished"] == 1
+    assert not run_reconcile(line.ports, Logger(stream=line.log_stream)).outcomes["claim_republished"]
 
 
 def test_reconcile_leaves_a_waiting_attempt_to_the_line_and_restarts_a_line_without_drainer(line: Line) -> None:

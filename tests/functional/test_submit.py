@@ -211,7 +211,7 @@ def test_every_create_of_an_attempt_gives_its_containers_the_attempts_own_kit_ke
         return create(custom_job=custom_job, **kwargs)
 
     harness.vertex.create_custom_job = recording_create  # type: ignore[method-assign]
-    harness.vertex.create_faults.append(api.TooManyRequests("429 quota"))  # refused: sent again
+    harness.vertex.create_faults.append(api.TooManyRequests("429 Too Many Requests"))  # refused: sent again
     two_pools = json.loads(load_event("requests/bare_docs.json"))
     two_pools["jobSpec"]["workerPoolSpecs"].append(dict(two_pools["jobSpec"]["workerPoolSpecs"][0], replicaCount=2))
     body = json.dumps({"request_id": "r1", "custom_job": two_pools}).encode()
@@ -449,7 +449,7 @@ def test_a_takeover_waits_for_a_lagging_list_before_creating(harness: Harness) -
 
 @pytest.mark.parametrize(
     "refusal",
-    [api.TooManyRequests("429 quota"), api.ResourceExhausted("RESOURCE_EXHAUSTED quota")],
+    [api.TooManyRequests("429 Too Many Requests"), api.ResourceExhausted("RESOURCE_EXHAUSTED")],
     ids=["429", "grpc-429"],
 )
 def test_a_refused_create_is_retried_by_redelivery_without_waiting_for_the_lease(
@@ -470,6 +470,20 @@ def test_a_refused_create_is_retried_by_redelivery_without_waiting_for_the_lease
         "create_refused",
         "job_created",
     ]
+
+
+def test_a_create_refused_for_a_resource_quota_is_acknowledged_for_reconciles_republish(harness: Harness) -> None:
+    # Not a rate: redelivered in seconds it meets the same spent quota (simulator seed 1887).
+    gpus = "The following quota metrics exceed quota limits: aiplatform.googleapis.com/custom_model_training_nvidia_a100_gpus"
+    harness.vertex.create_faults.append(api.TooManyRequests(gpus))
+
+    outcome = harness.deliver(envelope())  # returns: acknowledged, not redelivered
+
+    assert outcome.result == SubmitResult.WAITING and harness.vertex.creates == 1
+    attempt = harness.ledger.get("r1").attempt(1)
+    assert attempt.job is None and attempt.last_create_error["code"] == 429
+    assert harness.deliver(envelope()).result == SubmitResult.CREATED  # the claim was handed back
+    assert harness.log_lines("create_refused")
 
 
 def test_a_permanent_refusal_fails_the_request_with_one_alert(harness: Harness) -> None:
@@ -880,7 +894,7 @@ def test_through_handle_delivery_transient_failures_raise_and_invalid_requests_r
     def handler(message: Message, log: Logger) -> None:
         submit_request(message, log, harness.ports)
 
-    harness.vertex.create_faults.append(api.TooManyRequests("quota"))
+    harness.vertex.create_faults.append(api.TooManyRequests("Too Many Requests"))
     with pytest.raises(api.TooManyRequests):
         handle_delivery(
             _push_event(envelope(), "m-1"),
