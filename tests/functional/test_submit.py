@@ -406,6 +406,25 @@ def test_a_lost_create_response_is_looked_up_not_retried(harness: Harness) -> No
     assert harness.observed("r1", 1)
 
 
+def test_a_lost_create_response_finds_its_own_job_not_one_of_the_requests_deleted_record(harness: Harness) -> None:
+    """A job of the id's earlier record (a person deleted it, the stray sweep cancelled the job)
+    has the same labels; the look-up after a lost answer takes the job created after this
+    record, never the older one (simulator seed 1771, on reconcile's side)."""
+    labels = {LABEL_REQUEST_ID: "r1", LABEL_ATTEMPT: "1", LABEL_DEPLOYMENT: SETTINGS.deployment_label}
+    earlier_life = harness.vertex.create_custom_job(
+        parent="projects/proj/locations/us-central1", custom_job=CustomJob(labels=labels), retry=None, timeout=1
+    ).name
+    harness.vertex.jobs[earlier_life].create_time = harness.now - timedelta(hours=2)
+    harness.vertex.set_state(earlier_life, 7)
+    harness.vertex.create_faults.append("lost")
+
+    outcome = harness.deliver(envelope())
+
+    [own] = [job.name for job in harness.jobs_for("r1") if job.name != earlier_life]
+    assert outcome.result == SubmitResult.FOUND and outcome.job == own
+    assert harness.ledger.get("r1").attempt(1).job == own
+
+
 def test_a_lost_response_the_list_does_not_show_yet_keeps_the_claim_until_the_lease(
     harness: Harness,
 ) -> None:
