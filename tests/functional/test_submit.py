@@ -32,7 +32,7 @@ from shared.ledger.states import RequestStatus
 from shared.ledger.store import LedgerStore
 from shared.log import Logger
 from shared.redeliveries import MAX_CONFLICT_ALERTS
-from shared.requests.envelope import REQUEUE_ATTRIBUTES, derived_request_id
+from shared.requests.envelope import ORIGINAL_PUBLISH_TIME_ATTRIBUTE, REQUEUE_ATTRIBUTES, derived_request_id
 from shared.settings import Settings
 from shared.submit import SubmitBlocked, SubmitOutcome, SubmitResult, submit_request
 from shared.wiring import Ports
@@ -1316,6 +1316,27 @@ def test_a_replay_of_a_request_whose_document_was_lost_creates_no_second_job(har
 
     assert replayed.result == SubmitResult.DUPLICATE and harness.vertex.creates == 1
     assert harness.ledger.get("r1") is None  # nothing claimed afresh
+    [alert] = harness.alerts
+    assert alert.kind == "ledger_missing" and alert.details["jobs"] == [first.job]
+
+
+def test_a_redrive_of_a_request_whose_document_was_lost_creates_no_second_job(harness: Harness) -> None:
+    """A redriven message is the message it was: it counts from the first publish the redrive
+    carries, not from its own fresh one (simulator seed 1771: a person deleted the record, the
+    operator's redrive an hour later claimed the id afresh and created a second job)."""
+    first = harness.deliver(envelope(), message_id="m-1")
+    assert first.result == SubmitResult.CREATED
+    harness.ledger._bucket.blob("requests/r1.json").delete()  # a person
+
+    published_first = harness.now
+    harness.now += timedelta(hours=1)
+    redriven = Message(
+        envelope(), "m-2", {ORIGINAL_PUBLISH_TIME_ATTRIBUTE: iso(published_first)}, publish_time=harness.now
+    )
+    outcome = submit_request(redriven, harness.log, harness.ports)
+
+    assert outcome.result == SubmitResult.DUPLICATE and harness.vertex.creates == 1
+    assert harness.ledger.get("r1") is None
     [alert] = harness.alerts
     assert alert.kind == "ledger_missing" and alert.details["jobs"] == [first.job]
 
