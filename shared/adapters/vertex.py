@@ -202,7 +202,7 @@ def find_attempt_job(
     A claim's record is written before its create, so a job created before `since` (the record's
     `created_at`) is not this record's, whatever its labels: it is a job of an earlier record of
     the id, which a person deleted and whose job the stray sweep cancelled (simulator seed 1771:
-    adopted, its cancel ended the request and the claim's own job was cancelled as a stray).
+    adopted, its cancel ended the request, and the claim's own job, unnamed, was cancelled).
     """
     written = parse_rfc3339(since)
     earliest = written.timestamp() - CREATE_CLOCK_SKEW_SECONDS if written else None

@@ -214,8 +214,7 @@ def test_an_abandoned_claim_adopts_its_own_job_not_one_of_the_requests_deleted_r
     """A person deleted the record; the stray sweep cancelled its job; a redelivery claimed the id
     anew, and its create's answer was lost. Both jobs carry attempt 1's labels: the claim's is the
     one created after its record, never the older one, whose cancel is not this record's to end
-    it with (simulator seed 1771: the request ended CANCELLED and its own job was cancelled as a
-    stray)."""
+    it with (simulator seed 1771: the request ended CANCELLED and its own job was cancelled)."""
     earlier_life = world.vertex.add("req-1", 1, state=CANCELLED)
     world.vertex.jobs[earlier_life].create_time = datetime.now(UTC) - timedelta(hours=2)
     record, _ = world.submitted(state=QUEUED)
