@@ -419,10 +419,10 @@ def _settle_claim(ports: Ports, record: RequestRecord, claim: Attempt, log: Logg
         return RequestResult("idle")
     if record.cancel is None and never_sent(claim):  # handed back by the line, no create sent since: no job to find
         return _republish(ports, record, claim, log, held_for)
-    client = ports.job_service(claim.location)
+    client, deployment = ports.job_service(claim.location), ports.settings.deployment_label
     parent = parent_path(ports.settings.project, claim.location)
     try:
-        job = find_attempt_job(client, parent, record.request_id, claim.n, ports.settings.deployment_label)
+        job = find_attempt_job(client, parent, record.request_id, claim.n, deployment, since=record.created_at)
     except Exception as exc:
         if is_retryable(exc):
             raise

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from datetime import datetime
 from typing import Any
 
 from shared.adapters.vertex import find_jobs, parent_path, request_labels
 from shared.alerts import Alert, AlertKind
-from shared.clock import iso, parse_iso
+from shared.clock import iso, parse_iso, parse_rfc3339, within_publish_range
 from shared.deciding.notices import telling_changes
 from shared.deciding.outbox import Mine, alerts_of, decide_alert, flush, publish_alert
 from shared.delivery import Message
@@ -25,7 +26,7 @@ from shared.ledger.claims import fail_invalid_requeue, invalid_request_alert
 from shared.ledger.records import RequestRecord, alert_marker
 from shared.ledger.run_lock import ledger_bucket
 from shared.log import Logger
-from shared.requests.envelope import InvalidJobRequest, JobRequest
+from shared.requests.envelope import ORIGINAL_PUBLISH_TIME_ATTRIBUTE, InvalidJobRequest, JobRequest
 from shared.swap import Swapped
 from shared.triggers.publishing import published_by_window
 from shared.triggers.store import TriggerStore
@@ -123,12 +124,27 @@ def refuse_reserved_id(request: JobRequest, data: bytes, ports: Ports) -> None:
     )
 
 
+def _age_since_first_publish(message: Message, now: datetime) -> float | None:
+    """Seconds since `message` was first published: the time a redrive carries
+    (`spotjobs_original_publish_time`) when it lies within the range a publisher's time may have
+    (shared.clock) and before the message's own publish time, else that publish time."""
+    published = message.publish_time
+    if published is None:
+        return None
+    first = parse_rfc3339(message.attributes.get(ORIGINAL_PUBLISH_TIME_ATTRIBUTE))
+    if first is not None and within_publish_range(first, published):
+        published = min(first, published)
+    return (now - published).total_seconds()
+
+
 def replayed_without_a_record(message: Message, envelope: dict[str, Any], log: Logger, ports: Ports) -> bool:
     """A message old enough to be a replay (a topic seek, a republish after an outage) whose
     request has no ledger document: if the document was lost (deleted by an operator or a
     lifecycle rule), jobs with the request's labels exist, and claiming afresh would start
-    another. Look them up first; if any, create nothing and say so once per message."""
-    age = message.age_seconds(ports.clock())
+    another. Look them up first; if any, create nothing and say so once per message. A redriven
+    message counts from its first publish (seed 1771: a redrive an hour after a person deleted
+    the record created a second job)."""
+    age = _age_since_first_publish(message, ports.clock())
     if age is None or age < ports.settings.claim_lease_seconds:
         return False  # fresh: a claim precedes every create, so no record means no job
     request_id = envelope["request_id"]

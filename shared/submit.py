@@ -275,7 +275,7 @@ def _ensure_job(
     client = ports.job_service(attempt.location)
     parent = parent_path(settings.project, attempt.location)
     if taken_over and not never_sent(attempt):
-        found = find_attempt_job(client, parent, request_id, n, settings.deployment_label)
+        found = find_attempt_job(client, parent, request_id, n, settings.deployment_label, since=record.created_at)
         if found is not None:
             return _record_created(record, attempt, found, SubmitResult.FOUND, log, ports)
         wait_for_the_list(attempt, log, ports)
@@ -339,12 +339,12 @@ def _after_failed_create(
 ) -> SubmitOutcome:
     from google.api_core.exceptions import GoogleAPICallError
 
-    request_id, n = record.request_id, attempt.n
+    request_id, n, deployment = record.request_id, attempt.n, ports.settings.deployment_label
     error = f"{type(exc).__name__}: {exc}"
     if waits_for(exc, ports):  # the rate, not the request (a verdict: nothing was created)
         return _wait_in_line(record, attempt, log, ports, paced=paced)
     if may_have_created(exc):
-        found = find_attempt_job(client, parent, request_id, n, ports.settings.deployment_label)
+        found = find_attempt_job(client, parent, request_id, n, deployment, since=record.created_at)
         if found is not None:
             return _record_created(record, attempt, found, SubmitResult.FOUND, log, ports)
         # Keep the claim: the create may still land. The redelivery after the lease looks again.

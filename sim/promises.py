@@ -151,6 +151,13 @@ def reads_refused(world: World, job: SimJob, *, hiding_its_end: bool) -> bool:
     return False
 
 
+def unread_timeout_stop(world: World, job: SimJob) -> int:
+    """1 when Vertex stopped `job` at its timeout and refused for good the reads that would show
+    that end (`reads_refused`): the kit's `preempted` line of the stop counts as a preemption until
+    the job's end is seen (docs/signals.md), so for good (seed 1889); else 0."""
+    return int(job.error == DEADLINE_EXCEEDED_ERROR and reads_refused(world, job, hiding_its_end=True))
+
+
 def preemptions_seen_indexed(world: World, job: SimJob) -> int:
     """How many of the job's preemptions Vertex announced (its service lines) after the ledger
     indexed the job (`jobs/<job_id>.json`). A line that came before the index (a claim whose
@@ -1081,7 +1088,8 @@ def forged_messages(world: World) -> set[str]:
 def logs_and_status_own_lines(world: World) -> list[Violation]:
     """Once quiet, `spotjobs logs ID` (`trainer_logs.request_lines`) shows no line another job wrote,
     nor any unsigned kit line, as the request's own (an event, or a run it starts), and `spotjobs
-    status ID` (`format_request`) counts no more preemptions for an attempt than Vertex did to its job,
+    status ID` (`format_request`) counts no more preemptions for an attempt than Vertex did to its job
+    (its stop at the timeout aside, where Vertex hides that end for good: `unread_timeout_stop`),
     nor shows a job that is not the attempt's."""
     from spotjobs.cli.status import format_request
     from spotjobs.trainer_logs import request_lines
@@ -1119,7 +1127,7 @@ def logs_and_status_own_lines(world: World) -> list[Violation]:
                 out.append(
                     violation("status_own_facts", f"{record.request_id} attempt {attempt.n} shows job {attempt.job}")
                 )
-            elif job is not None and attempt.preemptions > job.vms_reclaimed:
+            elif job is not None and attempt.preemptions > job.vms_reclaimed + unread_timeout_stop(world, job):
                 out.append(
                     violation(
                         "status_own_facts",

@@ -169,9 +169,11 @@ def layout(custom_job: dict[str, Any]) -> list[tuple[str, int]]:
 
 
 def preemptions_within_reclaimed_vms(world: World) -> list[Violation]:
-    """An attempt counts no more preemptions than VMs Vertex reclaimed of its job, and never more
-    than seven per replica (shared/deciding/preemptions.py `max_preemptions`)."""
+    """An attempt counts no more preemptions than VMs Vertex reclaimed of its job (and its stop at
+    the timeout, where Vertex hides that end for good: `unread_timeout_stop`), and never more than
+    seven per replica (shared/deciding/preemptions.py `max_preemptions`)."""
     from sim.invariants import records, violation
+    from sim.promises import unread_timeout_stop
 
     jobs = world.vertex.jobs  # by resource name, as an attempt names its job
     out = []
@@ -181,7 +183,8 @@ def preemptions_within_reclaimed_vms(world: World) -> list[Violation]:
             if job is None:
                 continue
             bound = MAX_SPOT_PREEMPTIONS * job_replicas(job.request)
-            if attempt.preemptions > job.vms_reclaimed or attempt.preemptions > bound:
+            reclaimed = job.vms_reclaimed + unread_timeout_stop(world, job)  # a stop read as one, for good
+            if attempt.preemptions > reclaimed or attempt.preemptions > bound:
                 out.append(
                     violation(
                         "preemptions_within_reclaimed_vms",

@@ -18,6 +18,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from shared.clock import parse_rfc3339
 from shared.jobs import (
     DEFAULT_FLEX_START_MAX_WAIT_SECONDS,
     ENV_ATTEMPT,
@@ -34,6 +35,10 @@ from shared.settings import COMMIT_MARKERS_ENV, DEFAULT_CREATE_TIMEOUT_SECONDS
 
 if TYPE_CHECKING:
     from google.cloud.aiplatform_v1 import CustomJob, JobServiceClient
+
+# How far Vertex's clock (a job's createTime) may lag ours (a record's created_at): a job created
+# this long before its record is still taken for the record's (`find_attempt_job`).
+CREATE_CLOCK_SKEW_SECONDS = 1.0
 
 
 def parent_path(project: str, location: str) -> str:
@@ -190,11 +195,21 @@ def unfinished_jobs_filter(deployment: str) -> str:
 
 
 def find_attempt_job(
-    client: JobServiceClient, parent: str, request_id: str, attempt: int, deployment: str
+    client: JobServiceClient, parent: str, request_id: str, attempt: int, deployment: str, *, since: str
 ) -> CustomJob | None:
-    """The job created for attempt `attempt` of `request_id`, if any (the oldest, should there be two)."""
+    """The job created for attempt `attempt` of `request_id`, if any (the oldest, should there be two).
+
+    A claim's record is written before its create, so a job created before `since` (the record's
+    `created_at`) is not this record's, whatever its labels: it is a job of an earlier record of
+    the id, which a person deleted and whose job the stray sweep cancelled (simulator seed 1771:
+    adopted, its cancel ended the request, and the claim's own job, unnamed, was cancelled).
+    """
+    written = parse_rfc3339(since)
+    earliest = written.timestamp() - CREATE_CLOCK_SKEW_SECONDS if written else None
     jobs = find_jobs(client, parent, attempt_labels(request_id, attempt, deployment))
-    return jobs[0] if jobs else None
+    return next(
+        (job for job in jobs if earliest is None or not job.create_time or _create_seconds(job) >= earliest), None
+    )
 
 
 def may_have_created(exc: BaseException) -> bool:

@@ -210,6 +210,35 @@ def test_abandoned_claim_with_a_job_is_adopted(world: World) -> None:
     assert world.publisher.on("job-requests") == []
 
 
+def test_an_abandoned_claim_adopts_its_own_job_not_one_of_the_requests_deleted_record(world: World) -> None:
+    """A person deleted the record; the stray sweep cancelled its job; a redelivery claimed the id
+    anew, and its create's answer was lost. Both jobs carry attempt 1's labels: the claim's is the
+    one created after its record, never the older one, whose cancel is not this record's to end
+    it with (simulator seed 1771: the request ended CANCELLED and its own job was cancelled)."""
+    earlier_life = world.vertex.add("req-1", 1, state=CANCELLED)
+    world.vertex.jobs[earlier_life].create_time = datetime.now(UTC) - timedelta(hours=2)
+    record, _ = world.submitted(state=QUEUED)
+
+    def created_unrecorded(current: RequestRecord) -> RequestRecord:
+        current.created_at = ago(600)
+        current.attempts[0] = Attempt(
+            1, "us-central1", "SPOT", claimed_at=ago(600), create_sent_at=ago(600), kit_key=record.latest.kit_key
+        )
+        current.status = RequestStatus.CLAIMED
+        return current
+
+    world.rewrite("req-1", created_unrecorded)
+    [own] = [name for name in world.vertex.jobs if name != earlier_life]
+    world.ledger._bucket.blob(f"jobs/{own.rsplit('/', 1)[-1]}.json").delete()  # noqa: SLF001
+
+    summary = reconcile(world)
+
+    assert summary.outcomes == {"claim_adopted": 1}
+    stored = world.ledger.get("req-1")
+    assert stored.attempts[0].job == own and stored.cancel is None
+    assert stored.status == RequestStatus.SUBMITTED and world.vertex.cancelled == []
+
+
 def test_abandoned_claim_without_a_job_is_republished_and_a_young_one_left_alone(
     world: World,
 ) -> None:

@@ -32,7 +32,7 @@ from shared.ledger.states import RequestStatus
 from shared.ledger.store import LedgerStore
 from shared.log import Logger
 from shared.redeliveries import MAX_CONFLICT_ALERTS
-from shared.requests.envelope import REQUEUE_ATTRIBUTES, derived_request_id
+from shared.requests.envelope import ORIGINAL_PUBLISH_TIME_ATTRIBUTE, REQUEUE_ATTRIBUTES, derived_request_id
 from shared.settings import Settings
 from shared.submit import SubmitBlocked, SubmitOutcome, SubmitResult, submit_request
 from shared.wiring import Ports
@@ -404,6 +404,25 @@ def test_a_lost_create_response_is_looked_up_not_retried(harness: Harness) -> No
     assert harness.vertex.creates == 1 and len(harness.jobs_for("r1")) == 1
     assert harness.ledger.get("r1").attempt(1).job == outcome.job
     assert harness.observed("r1", 1)
+
+
+def test_a_lost_create_response_finds_its_own_job_not_one_of_the_requests_deleted_record(harness: Harness) -> None:
+    """A job of the id's earlier record (a person deleted it, the stray sweep cancelled the job)
+    has the same labels; the look-up after a lost answer takes the job created after this
+    record, never the older one (simulator seed 1771, on reconcile's side)."""
+    labels = {LABEL_REQUEST_ID: "r1", LABEL_ATTEMPT: "1", LABEL_DEPLOYMENT: SETTINGS.deployment_label}
+    earlier_life = harness.vertex.create_custom_job(
+        parent="projects/proj/locations/us-central1", custom_job=CustomJob(labels=labels), retry=None, timeout=1
+    ).name
+    harness.vertex.jobs[earlier_life].create_time = harness.now - timedelta(hours=2)
+    harness.vertex.set_state(earlier_life, 7)
+    harness.vertex.create_faults.append("lost")
+
+    outcome = harness.deliver(envelope())
+
+    [own] = [job.name for job in harness.jobs_for("r1") if job.name != earlier_life]
+    assert outcome.result == SubmitResult.FOUND and outcome.job == own
+    assert harness.ledger.get("r1").attempt(1).job == own
 
 
 def test_a_lost_response_the_list_does_not_show_yet_keeps_the_claim_until_the_lease(
@@ -1311,6 +1330,27 @@ def test_a_replay_of_a_request_whose_document_was_lost_creates_no_second_job(har
 
     assert replayed.result == SubmitResult.DUPLICATE and harness.vertex.creates == 1
     assert harness.ledger.get("r1") is None  # nothing claimed afresh
+    [alert] = harness.alerts
+    assert alert.kind == "ledger_missing" and alert.details["jobs"] == [first.job]
+
+
+def test_a_redrive_of_a_request_whose_document_was_lost_creates_no_second_job(harness: Harness) -> None:
+    """A redriven message is the message it was: it counts from the first publish the redrive
+    carries, not from its own fresh one (simulator seed 1771: a person deleted the record, the
+    operator's redrive an hour later claimed the id afresh and created a second job)."""
+    first = harness.deliver(envelope(), message_id="m-1")
+    assert first.result == SubmitResult.CREATED
+    harness.ledger._bucket.blob("requests/r1.json").delete()  # a person
+
+    published_first = harness.now
+    harness.now += timedelta(hours=1)
+    redriven = Message(
+        envelope(), "m-2", {ORIGINAL_PUBLISH_TIME_ATTRIBUTE: iso(published_first)}, publish_time=harness.now
+    )
+    outcome = submit_request(redriven, harness.log, harness.ports)
+
+    assert outcome.result == SubmitResult.DUPLICATE and harness.vertex.creates == 1
+    assert harness.ledger.get("r1") is None
     [alert] = harness.alerts
     assert alert.kind == "ledger_missing" and alert.details["jobs"] == [first.job]
 

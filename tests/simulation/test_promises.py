@@ -633,6 +633,37 @@ def test_status_counting_preemptions_vertex_never_made_is_caught(world: World) -
     assert "r2 attempt 1 shows 999 preemptions; Vertex preempted its job 0 times" in found.detail
 
 
+def test_a_timeout_stop_whose_end_vertex_hides_for_good_may_stay_counted_once(world: World) -> None:
+    """docs/signals.md: the kit's `preempted` line of a job stopped at its timeout counts as a
+    preemption until the job's end is seen. A get refused for good in its location since before
+    that end hides it from everyone (`lookup_failed` is the word owed): the count stays, and status
+    and the record may show that one (seed 1889), no more, and only for a stop at the timeout."""
+    from sim import replicas
+
+    def stopped(request_id: str, preemptions: int, error: dict[str, Any]) -> None:
+        sim_job = job(world, request_id, 1, "JOB_STATE_FAILED")
+        sim_job.error = error
+        sim_job.end_time = sim_job.create_time + timedelta(hours=1)
+        restore(world, request_id, RequestStatus.RUNNING, attempt_of(sim_job, preemptions=preemptions))
+
+    def caught() -> list[str]:
+        checks = (promises.logs_and_status_own_lines, replicas.preemptions_within_reclaimed_vms)
+        return [f"{v.invariant} {v.detail.split()[0]}" for check in checks for v in check(world)]
+
+    stopped("r1", 1, DEADLINE_EXCEEDED_ERROR)
+    assert caught() == ["status_own_facts r1", "preemptions_within_reclaimed_vms r1"]  # its end was readable
+    world.vertex.refusals.append(Refusal("get", "us-central1", world.clock.now(), None))
+    assert caught() == []
+    stopped("r2", 2, DEADLINE_EXCEEDED_ERROR)  # one more than the stop
+    stopped("r3", 1, USER_ERROR)  # no stop at the timeout: its SIGTERM would be a reclaim Vertex never made
+    assert sorted(caught()) == [
+        "preemptions_within_reclaimed_vms r2",
+        "preemptions_within_reclaimed_vms r3",
+        "status_own_facts r2",
+        "status_own_facts r3",
+    ]
+
+
 # The newest complete checkpoint, by the trainer's ground truth, in every layout.
 
 
