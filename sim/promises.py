@@ -184,11 +184,17 @@ def preemptions_seen_indexed(world: World, job: SimJob) -> int:
     return len(seen)
 
 
+# Who looks up a claim's job by its labels: reconcile for a stale claim, submit_job for a claim it
+# takes over (the only look-up a claim waiting in the quota line gets, seed 1617); both say
+# `lookup_failed` when Vertex refuses it (shared/attempt_lookup.py).
+CLAIM_LOOKERS = ("reconcile", "submit_job")
+
+
 def never_named_for_a_refused_lookup(world: World) -> set[tuple[str, int]]:
-    """(request, attempt) of claims whose job the record never named because reconcile's look-up
-    was refused for good (a 403 on list): nothing is decided on the job's lines or its end, and
+    """(request, attempt) of claims whose job the record never named because a look-up of it was
+    refused for good (a 403 on list): nothing is decided on the job's lines or its end, and
     `lookup_failed` is the word owed (seed 118: a storm, and a failed job, of such a claim)."""
-    unlooked = set(refused_for_good(world, "list", ("reconcile",)))
+    unlooked = set(refused_for_good(world, "list", CLAIM_LOOKERS))
     return {(r.request_id, a.n) for r in records(world) if r.request_id in unlooked for a in r.attempts if not a.job}
 
 
@@ -536,10 +542,10 @@ def creates_refused(world: World) -> list[Expected]:
 
 
 def lookups_refused(world: World) -> list[Expected]:
-    """`lookup_failed`: reconcile's look-up of a stale claim's job (a listing of the request's
-    jobs), or its get of a recorded attempt's job, was refused (a 403 for the list or the get
-    permission: `sim.faults`)."""
-    refused = refused_for_good(world, "list", ("reconcile",)) | refused_for_good(world, "get", ("reconcile",))
+    """`lookup_failed`: a look-up of a claim's job (a listing of the request's jobs, by reconcile
+    or by submit_job's take-over), or reconcile's get of a recorded attempt's job, was refused (a
+    403 for the list or the get permission: `sim.faults`)."""
+    refused = refused_for_good(world, "list", CLAIM_LOOKERS) | refused_for_good(world, "get", ("reconcile",))
     return [Expected(AlertKind.LOOKUP_FAILED, rid, why) for rid, why in refused.items()]
 
 

@@ -338,6 +338,22 @@ def test_a_waiting_job_its_claim_never_named_for_a_refused_lookup_owes_lookup_fa
     assert len(catalogue(world, AlertKind.LOOKUP_FAILED)) == 1
 
 
+def test_a_claim_whose_takeover_lookup_was_refused_owes_lookup_failed_not_job_stuck(world: World) -> None:
+    """Seed 1617: the same, met by submit_job's take-over of a claim in the quota line (reconcile
+    leaves such a claim to the line, whose hand-overs reach only submit): submit says
+    `lookup_failed` itself (shared/attempt_lookup.py), the word owed instead of `job_stuck`."""
+    job(world, "r1", 1, "JOB_STATE_PENDING")
+    restore(world, "r1", RequestStatus.CLAIMED, Attempt(1, "us-central1", "SPOT", claimed_at="2026-03-02T08:00:00Z"))
+    world.clock.advance(world.settings.stuck_after_seconds + promises.LAG.total_seconds() + 1)
+    world.vertex.refused.append(Refused(world.clock.now(), "list", "us-central1", "r1", 403, "submit_job"))
+    assert catalogue(world, AlertKind.JOB_STUCK) == []
+    assert catalogue(world, AlertKind.LOOKUP_FAILED) == [
+        "no lookup_failed alert for r1: Vertex answered 403 to submit_job's list in us-central1"
+    ]
+    publish_alert(world, AlertKind.LOOKUP_FAILED, "r1")
+    assert catalogue(world, AlertKind.LOOKUP_FAILED) == []
+
+
 def test_a_deletion_never_reported_is_caught(world: World) -> None:
     running = trained(world, "r1")
     world.trainer.save(running, 100, torn=False)
