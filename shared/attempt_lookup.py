@@ -7,7 +7,8 @@ attempt (`lookup_failed`, one marker whoever met it) and the request is kept: no
 for what is wrong on our side. submit's own look-up must say it too: reconcile leaves a claim
 waiting in the quota line to the line, whose hand-overs only ever reach submit's take-over, so a
 job created by a delivery that died before recording it would otherwise wait unseen and unsaid
-for as long as the permission is missing (seed 1617).
+for as long as the permission is missing (seed 1617). Such a claim also leaves the line
+(`shared.paced_submit.leave_line_unlooked`), which would otherwise be handed to it for good.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from shared.deciding.outbox import decide_and_flush_alert
 from shared.errors import is_retryable
 from shared.ledger.records import Attempt, RequestRecord, alert_marker
 from shared.log import Logger
+from shared.paced_submit import leave_line_unlooked
 from shared.wiring import Ports
 
 if TYPE_CHECKING:
@@ -31,13 +33,14 @@ def find_claim_job(
     ports: Ports, record: RequestRecord, claim: Attempt, client: JobServiceClient, parent: str, log: Logger
 ) -> CustomJob | None:
     """The job of attempt `claim` found by its labels, or None. A failure is raised as it came, a
-    lasting one alerted first (`alert_lookup_failed`)."""
+    lasting one alerted first (`alert_lookup_failed`) and its attempt out of the quota line."""
     try:
         deployment = ports.settings.deployment_label
         return find_attempt_job(client, parent, record.request_id, claim.n, deployment, since=record.created_at)
     except Exception as exc:
         if not is_retryable(exc):
             alert_lookup_failed(ports, record, claim, exc, log)
+            leave_line_unlooked(record, claim, log, ports)
         raise
 
 
