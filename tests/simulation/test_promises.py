@@ -448,6 +448,24 @@ def test_a_request_unmoved_past_the_bound_without_a_word_is_caught(world: World)
     assert promises.nothing_stuck_silently(world) == []
 
 
+def test_a_request_in_a_line_that_stopped_draining_is_not_spoken_for_by_its_burst(world: World) -> None:
+    """`quota_limited` says a burst is created in turn: it speaks for a request in line while the
+    line creates. Seed 1617 (at 721e94c): every hand-over went to a head whose look-up Vertex
+    refused for good, and the 20 attempts behind it waited a month, said for by the 08:04 burst."""
+    restore(world, "r1", RequestStatus.CLAIMED, Attempt(1, "us-central1", "SPOT", claimed_at="2026-03-02T08:00:00Z"))
+    state = world.storage.client().bucket(world.settings.state_bucket)
+    state.blob("pacing/us-central1/waiting/0000000~r1~1").upload_from_string(b"")
+    publish_alert(world, AlertKind.QUOTA_LIMITED, None)
+    world.clock.advance(promises.stuck_bound(world).total_seconds() + 1)
+    [silent] = promises.nothing_stuck_silently(world)
+    assert "request r1 is CLAIMED" in silent.detail
+
+    created = job(world, "r2", 1, "JOB_STATE_PENDING").request  # the line created within the bound
+    world.vertex.created.append(Create(world.clock.now(), "us-central1", created, True))
+
+    assert promises.nothing_stuck_silently(world) == []
+
+
 def test_the_stuck_bound_is_past_the_documented_ones(world: World) -> None:
     from sim.world import LIVENESS_BOUND
 
