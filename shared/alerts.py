@@ -128,7 +128,8 @@ class AlertKind(enum.StrEnum):
     LOOKUP_FAILED = (
         "lookup_failed",
         "ERROR",
-        "the job of a stale claim, or of a recorded attempt, cannot be looked up (a permission, a region); reconcile retries",
+        "the job of a stale claim (looked up by reconcile, or by submit_job taking the claim over), or of a recorded attempt,"
+        " cannot be looked up (a permission, a region); it is looked up again, the request kept",
     )
     REQUEST_ID_CONFLICT = (
         "request_id_conflict",

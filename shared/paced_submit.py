@@ -129,6 +129,26 @@ def left_to_reconcile(exc: BaseException, *, paced: bool) -> bool:
     return not paced and is_resource_quota(exc)
 
 
+def leave_line_unlooked(record: RequestRecord, attempt: Attempt, log: Logger, ports: Ports) -> None:
+    """A waiting attempt whose job cannot be looked up for good (its create was sent, its claim
+    taken over, the look-up refused: a permission, a region) leaves the line: every hand-over would
+    go to it and meet the same refusal, and the attempts behind it would wait for good (seed 1617).
+    Out of line, reconcile settles its claim as any stale one: it looks it up every pass, and
+    re-publishes it (back in line) only once the look-up finds no job."""
+    if not pacing_on(ports) or not attempt.waiting_since:
+        return
+    pacer = pacer_for(ports)
+    entry = waiting_entry(attempt.location, priority_of(record), record.request_id, attempt.n)
+    if not pacer.has_entry(entry):  # out of line already (reconcile's look-ups are of such claims)
+        return
+    pacer.remove(entry)
+    log.warning(
+        "this attempt's job cannot be looked up; it left the line, and reconcile looks it up again",
+        event="quota_left_unlooked",
+        location=attempt.location,
+    )
+
+
 def never_sent(attempt: Attempt) -> bool:
     """A waiting attempt whose claim sent no create since it last waited: a takeover of it needs
     no lookup by labels (nothing can exist for it)."""

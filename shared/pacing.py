@@ -15,7 +15,8 @@ state bucket, per region:
 - **the waiting line**: `pacing/<location>/waiting/<priority>~<request_id>~<attempt>`, one empty
   object per attempt waiting for a slot, written once (every delivery of the attempt names the
   same entry) before the record notes the wait (`waiting_since`: the entry's generation, the
-  microsecond GCS committed it), and removed only once the attempt is settled. Its turn is higher
+  microsecond GCS committed it), and removed only once the attempt is settled (or its job cannot
+  be looked up for good: `shared.paced_submit.leave_line_unlooked`). Its turn is higher
   `priority` first, then that generation: the drainer lists the whole line before each create
   and takes the first, so an entry committed before that listing is never passed by one
   committed after it (GCS lists are strongly consistent).

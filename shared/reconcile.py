@@ -43,8 +43,9 @@ from functools import partial
 from typing import Any
 from weakref import WeakSet
 
-from shared.adapters.vertex import canceller, find_attempt_job, parent_path
-from shared.alerts import Alert, AlertKind
+from shared.adapters.vertex import canceller, parent_path
+from shared.alerts import AlertKind
+from shared.attempt_lookup import alert_lookup_failed, find_claim_job
 from shared.clock import now_iso, parse_iso, utcnow
 from shared.deciding.applying import apply_observation
 from shared.deciding.decisions import Observation
@@ -54,7 +55,6 @@ from shared.deciding.outbox import (
     Mine,
     alert_corrupt_record,
     alerts_of,
-    decide_and_flush_alert,
     flush,
     publish_request_attempt,
 )
@@ -293,7 +293,7 @@ def _observe(ports: Ports, record: RequestRecord, attempt: Attempt, log: Logger)
     except Exception as exc:
         if is_retryable(exc):
             raise
-        _alert_lookup_failed(ports, record, attempt, exc, log)  # as for a claim: said once, the request stays
+        alert_lookup_failed(ports, record, attempt, exc, log)  # as for a claim: said once, the request stays
         return RequestResult("error")
     applied = apply_observation(ports, record.request_id, Observation(attempt.n, snapshot), log)
     return RequestResult("waiting" if applied.waiting else "observed", applied.events)
@@ -339,34 +339,6 @@ def _republish(ports: Ports, record: RequestRecord, claim: Attempt, log: Logger,
     if stored.has_pending_effects:  # only the stalled alert this write decided is its own
         flush(ports, stored, log, mine=Mine.EFFECTS, own_alerts=alerts_of(stored, AlertKind.CLAIM_STALLED, claim.n))
     return RequestResult("claim_republished")
-
-
-def _alert_lookup_failed(ports: Ports, record: RequestRecord, target: Attempt, exc: Exception, log: Logger) -> None:
-    error = f"{type(exc).__name__}: {exc}"
-    log.error(
-        "could not look up the job of an attempt; fix the cause, reconcile retries",
-        event="lookup_failed",
-        attempt=target.n,
-        location=target.location,
-        error=error,
-    )
-
-    def lookup_alert(current: RequestRecord) -> Alert | None:
-        attempt = current.attempt(target.n)
-        if attempt is None:
-            return None
-        return attempt_alert(
-            current,
-            attempt,
-            AlertKind.LOOKUP_FAILED,
-            ports.clock(),
-            f"cannot look up {target.job or 'the job'} of attempt {target.n} of {current.request_id} "
-            f"in {target.location}: {error}",
-            error=error,
-        )
-
-    marker = alert_marker(AlertKind.LOOKUP_FAILED, target.n)
-    decide_and_flush_alert(ports, record.request_id, marker, lookup_alert, log)
 
 
 def _backing_off(settings: Settings, claim: Attempt) -> bool:
@@ -419,16 +391,15 @@ def _settle_claim(ports: Ports, record: RequestRecord, claim: Attempt, log: Logg
         return RequestResult("idle")
     if record.cancel is None and never_sent(claim):  # handed back by the line, no create sent since: no job to find
         return _republish(ports, record, claim, log, held_for)
-    client, deployment = ports.job_service(claim.location), ports.settings.deployment_label
+    client = ports.job_service(claim.location)
     parent = parent_path(ports.settings.project, claim.location)
     try:
-        job = find_attempt_job(client, parent, record.request_id, claim.n, deployment, since=record.created_at)
+        job = find_claim_job(ports, record, claim, client, parent, log)
     except Exception as exc:
         if is_retryable(exc):
             raise
-        # A permission missing, a mistyped region: no pass will do better. Say so once; the
-        # claim stays (the request is not failed for what is wrong on our side).
-        _alert_lookup_failed(ports, record, claim, exc, log)
+        # A permission missing, a mistyped region: no pass will do better. Said once (by
+        # find_claim_job); the claim stays (the request is not failed for what is wrong on our side).
         return RequestResult("error")
     if job is None and record.cancel is not None:
         # Its create never landed: nothing to wait for (a job that turns up later is a stray).

@@ -36,12 +36,12 @@ from typing import TYPE_CHECKING, Any
 from shared.adapters.vertex import (
     build_job_json,
     create_custom_job,
-    find_attempt_job,
     may_have_created,
     parent_path,
     to_custom_job,
 )
 from shared.alerts import AlertKind
+from shared.attempt_lookup import find_claim_job
 from shared.create_lease import create_timeout, note_create_sent, wait_for_the_list
 from shared.deciding.notices import publish_notices, telling_changes
 from shared.deciding.outbox import Mine, alert_corrupt_record, alerts_of, decided_alert, flush
@@ -275,7 +275,7 @@ def _ensure_job(
     client = ports.job_service(attempt.location)
     parent = parent_path(settings.project, attempt.location)
     if taken_over and not never_sent(attempt):
-        found = find_attempt_job(client, parent, request_id, n, settings.deployment_label, since=record.created_at)
+        found = find_claim_job(ports, record, attempt, client, parent, log)
         if found is not None:
             return _record_created(record, attempt, found, SubmitResult.FOUND, log, ports)
         wait_for_the_list(attempt, log, ports)
@@ -339,12 +339,12 @@ def _after_failed_create(
 ) -> SubmitOutcome:
     from google.api_core.exceptions import GoogleAPICallError
 
-    request_id, n, deployment = record.request_id, attempt.n, ports.settings.deployment_label
+    request_id, n = record.request_id, attempt.n
     error = f"{type(exc).__name__}: {exc}"
     if waits_for(exc, ports):  # the rate, not the request (a verdict: nothing was created)
         return _wait_in_line(record, attempt, log, ports, paced=paced)
     if may_have_created(exc):
-        found = find_attempt_job(client, parent, request_id, n, deployment, since=record.created_at)
+        found = find_claim_job(ports, record, attempt, client, parent, log)
         if found is not None:
             return _record_created(record, attempt, found, SubmitResult.FOUND, log, ports)
         # Keep the claim: the create may still land. The redelivery after the lease looks again.

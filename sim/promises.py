@@ -184,11 +184,17 @@ def preemptions_seen_indexed(world: World, job: SimJob) -> int:
     return len(seen)
 
 
+# Who looks up a claim's job by its labels: reconcile for a stale claim, submit_job for a claim it
+# takes over (the only look-up a claim waiting in the quota line gets, seed 1617); both say
+# `lookup_failed` when Vertex refuses it (shared/attempt_lookup.py).
+CLAIM_LOOKERS = ("reconcile", "submit_job")
+
+
 def never_named_for_a_refused_lookup(world: World) -> set[tuple[str, int]]:
-    """(request, attempt) of claims whose job the record never named because reconcile's look-up
-    was refused for good (a 403 on list): nothing is decided on the job's lines or its end, and
+    """(request, attempt) of claims whose job the record never named because a look-up of it was
+    refused for good (a 403 on list): nothing is decided on the job's lines or its end, and
     `lookup_failed` is the word owed (seed 118: a storm, and a failed job, of such a claim)."""
-    unlooked = set(refused_for_good(world, "list", ("reconcile",)))
+    unlooked = set(refused_for_good(world, "list", CLAIM_LOOKERS))
     return {(r.request_id, a.n) for r in records(world) if r.request_id in unlooked for a in r.attempts if not a.job}
 
 
@@ -536,10 +542,10 @@ def creates_refused(world: World) -> list[Expected]:
 
 
 def lookups_refused(world: World) -> list[Expected]:
-    """`lookup_failed`: reconcile's look-up of a stale claim's job (a listing of the request's
-    jobs), or its get of a recorded attempt's job, was refused (a 403 for the list or the get
-    permission: `sim.faults`)."""
-    refused = refused_for_good(world, "list", ("reconcile",)) | refused_for_good(world, "get", ("reconcile",))
+    """`lookup_failed`: a look-up of a claim's job (a listing of the request's jobs, by reconcile
+    or by submit_job's take-over), or reconcile's get of a recorded attempt's job, was refused (a
+    403 for the list or the get permission: `sim.faults`)."""
+    refused = refused_for_good(world, "list", CLAIM_LOOKERS) | refused_for_good(world, "get", ("reconcile",))
     return [Expected(AlertKind.LOOKUP_FAILED, rid, why) for rid, why in refused.items()]
 
 
@@ -831,7 +837,8 @@ def stuck_bound(world: World) -> timedelta:
 def nothing_stuck_silently(world: World) -> list[Violation]:
     """Once quiet, a request not ended whose jobs (or, without one, whose record) have not changed
     for longer than `stuck_bound` has an alert naming it (a `quota_limited` alert, which names no
-    request, speaks for the requests in the line it counts). `liveness` lets a GPU request wait
+    request, speaks for the requests in the line it counts while that line creates: a create in
+    its location within `stuck_bound`). `liveness` lets a GPU request wait
     for a quota that never frees; this requires that it is said. A FLEX_START job waiting for
     capacity may stand still its maxWaitDuration longer: a long documented wait is not stuck
     (docs/requests.md; `sim.flex.wait_allowance`)."""
@@ -841,8 +848,12 @@ def nothing_stuck_silently(world: World) -> list[Violation]:
     named = {a.get("request_id") for a in published}
     quota_said = any(a.get("kind") == AlertKind.QUOTA_LIMITED.value for a in published)
     state = world.storage.objects(world.settings.state_bucket)
+    # A line speaks through its burst's alert only while it creates (seed 1617: one stalled for a month).
+    draining = {create.location for create in world.vertex.created if now - create.at <= bound}
     in_line = {
-        name.rsplit("/", 1)[-1].split("~")[1] for name in state if name.startswith("pacing/") and "/waiting/" in name
+        name.rsplit("/", 1)[-1].split("~")[1]
+        for name in state
+        if name.startswith("pacing/") and "/waiting/" in name and name.split("/")[1] in draining
     }
     jobs = collections.defaultdict(list)
     for job in world.vertex.jobs.values():

@@ -671,6 +671,9 @@ def _flag_stuck(
             message,
             state=job.state,
             stuck_seconds=round(stuck_for),
+            # Stuck in a state, or holding back the attempt after its cancel: two conditions, each
+            # alerted once (its own marker), which may name the same state (seed 1618).
+            after_cancel=attempt.ending,
         )
     )
 

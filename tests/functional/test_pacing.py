@@ -698,3 +698,44 @@ def test_a_head_whose_create_a_dead_drainer_sent_is_found_by_its_lookup_never_cr
     }
     assert line.ledger.get("burst-000").attempt(1).job
     assert not line.pacer.waiting(LOCATION)
+
+
+def test_a_head_whose_lookup_vertex_refuses_for_good_leaves_the_line_to_the_others_and_says_so_once(
+    line: Line, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seed 1617 (at 721e94c): the drainer created the head's job and died before recording it,
+    then Vertex refused `customJobs.list` in the region for good. Every hand-over went to the head,
+    whose take-over met the refusal and was redelivered until it dead-lettered: the 20 attempts
+    behind it waited for a month, with no create and no word after the burst's `quota_limited`."""
+    with drainer_held(line):
+        for request_id, body in burst(3):
+            line.deliver(body, f"m-{request_id}")
+    crash_once(monkeypatch, submit_module, "_record_created")
+    with pytest.raises(Crash):
+        restart(line)
+    forget_the_drainer(line)
+
+    def lease_ran_out(current: Any) -> Any:
+        current.attempt(1).claimed_at = iso(datetime.now(UTC) - timedelta(seconds=PACED.claim_lease_seconds))
+        return current
+
+    line.ledger.update("burst-000", lease_ran_out)
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise api.PermissionDenied("403 Permission 'aiplatform.customJobs.list' denied")
+
+    monkeypatch.setattr(line.vertex, "list_custom_jobs", refused)
+    for _ in range(3):  # reconcile restarts the line each pass
+        run_reconcile(line.ports, Logger(stream=line.log_stream))
+        with contextlib.suppress(AssertionError):
+            line.pump(seconds=1)
+
+    assert {rid: len(jobs) for rid, jobs in line.jobs_by_request().items()} == {
+        "burst-000": 1,  # its job may exist: never created blind, looked up again once Vertex lets it
+        "burst-001": 1,
+        "burst-002": 1,
+    }
+    assert not line.pacer.waiting(LOCATION)
+    assert [(a.kind, a.request_id) for a in line.alerts if a.kind == "lookup_failed"] == [
+        ("lookup_failed", "burst-000")
+    ]

@@ -395,6 +395,30 @@ def test_a_crash_between_create_and_record_is_settled_by_label_lookup(harness: H
     assert harness.observed("r1", 1)
 
 
+def test_a_takeover_whose_lookup_vertex_refuses_for_good_says_lookup_failed_once(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Seed 1617: the list permission went missing after a create whose delivery died; reconcile
+    # leaves a claim in the quota line to the line, so the take-over's look-up is all it gets.
+    _stale_claim(harness, "r1", age_seconds=LEASE + 1)
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise api.PermissionDenied("403 Permission 'aiplatform.customJobs.list' denied")
+
+    monkeypatch.setattr(harness.vertex, "list_custom_jobs", refused)
+
+    for _ in range(2):  # redelivered until it dead-letters; the line hands it over again later
+        with pytest.raises(SubmitBlocked):
+            harness.deliver(envelope())
+        harness.now += timedelta(seconds=LEASE + 1)
+
+    [alert] = harness.alerts
+    assert (alert.kind, alert.request_id, alert.attempt) == ("lookup_failed", "r1", 1)
+    assert "PermissionDenied" in alert.details["error"]
+    assert harness.vertex.creates == 0  # the job may exist: never created blind
+    assert harness.ledger.get("r1").attempt(1).job is None
+
+
 def test_a_lost_create_response_is_looked_up_not_retried(harness: Harness) -> None:
     harness.vertex.create_faults.append("lost")
 

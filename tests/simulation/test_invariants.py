@@ -83,6 +83,43 @@ def test_an_alert_repeated_per_redelivery_is_caught(world: World) -> None:
     assert "invalid_request" in found.detail and "published 4 times (2 publish(es) left unconfirmed" in found.detail
 
 
+def test_a_job_stuck_waiting_then_stuck_after_its_cancel_is_two_alerts_not_a_copy(world: World) -> None:
+    """Seed 1618: attempt 1's job waited PENDING past the bound (`job_stuck`, once per state), then
+    a move decided its cancel, which Vertex refused for good, and it waited as long again holding
+    attempt 2 back (`job_stuck`, once per cancel: docs/deadlines.md). Two decisions with two
+    markers, in the same state: a copy of either is still one too many."""
+    from dataclasses import replace
+
+    from shared.clock import iso
+    from shared.deciding.decisions import Observation, decide
+    from shared.jobs import JobState
+    from shared.ledger.records import Requeue
+    from shared.ledger.states import AttemptOutcome
+    from tests.support.decide import NOW, POLICY, make_record
+    from tests.support.decide import job as snapshot
+
+    policy = replace(POLICY, stuck_after_seconds=3600)
+    pending = snapshot(JobState.PENDING)
+    waiting = make_record(state=JobState.PENDING)
+    waiting.attempts[0].state_changed_at = iso(NOW - timedelta(hours=1))
+    stuck = decide(waiting, Observation(1, pending), policy, NOW)
+    moved = stuck.record
+    moved.attempts[0].outcome = AttemptOutcome.MOVED
+    moved.attempts[0].cancel_decided_at = iso(NOW)  # never sent: Vertex refuses the cancel
+    moved.requeue = Requeue(2, "us-east4", "SPOT", "move", decided_at=iso(NOW))
+    held = decide(moved, Observation(1, pending), policy, NOW + timedelta(hours=1))
+    alerts = [alert.to_json() for alert in (*stuck.effects.alerts, *held.effects.alerts)]
+    assert [(a["kind"], a["details"]["state"]) for a in alerts] == [("job_stuck", JobState.PENDING)] * 2
+    for alert in alerts:
+        world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert).encode(), {})
+    assert invariants.alerts_not_per_redelivery(world) == []
+
+    world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alerts[1]).encode(), {})
+
+    [found] = invariants.alerts_not_per_redelivery(world)
+    assert "job_stuck for req-1 attempt 1 published 2 times" in found.detail
+
+
 def test_an_alert_again_after_a_person_deleted_the_request_s_record_is_not_a_copy(world: World) -> None:
     """The record's markers went with it: the record a redelivery writes anew alerts once more (seed
     100: a claim stalled, a person deleted its record, a redrive claimed it again, and it stalled again)."""

@@ -338,6 +338,22 @@ def test_a_waiting_job_its_claim_never_named_for_a_refused_lookup_owes_lookup_fa
     assert len(catalogue(world, AlertKind.LOOKUP_FAILED)) == 1
 
 
+def test_a_claim_whose_takeover_lookup_was_refused_owes_lookup_failed_not_job_stuck(world: World) -> None:
+    """Seed 1617: the same, met by submit_job's take-over of a claim in the quota line (reconcile
+    leaves such a claim to the line, whose hand-overs reach only submit): submit says
+    `lookup_failed` itself (shared/attempt_lookup.py), the word owed instead of `job_stuck`."""
+    job(world, "r1", 1, "JOB_STATE_PENDING")
+    restore(world, "r1", RequestStatus.CLAIMED, Attempt(1, "us-central1", "SPOT", claimed_at="2026-03-02T08:00:00Z"))
+    world.clock.advance(world.settings.stuck_after_seconds + promises.LAG.total_seconds() + 1)
+    world.vertex.refused.append(Refused(world.clock.now(), "list", "us-central1", "r1", 403, "submit_job"))
+    assert catalogue(world, AlertKind.JOB_STUCK) == []
+    assert catalogue(world, AlertKind.LOOKUP_FAILED) == [
+        "no lookup_failed alert for r1: Vertex answered 403 to submit_job's list in us-central1"
+    ]
+    publish_alert(world, AlertKind.LOOKUP_FAILED, "r1")
+    assert catalogue(world, AlertKind.LOOKUP_FAILED) == []
+
+
 def test_a_deletion_never_reported_is_caught(world: World) -> None:
     running = trained(world, "r1")
     world.trainer.save(running, 100, torn=False)
@@ -429,6 +445,24 @@ def test_a_request_unmoved_past_the_bound_without_a_word_is_caught(world: World)
     assert sorted(v.detail.split()[1] for v in promises.nothing_stuck_silently(world)) == ["r1", "r2"]
     publish_alert(world, AlertKind.JOB_STUCK, "r1")
     publish_alert(world, AlertKind.CLAIM_STALLED, "r2")
+    assert promises.nothing_stuck_silently(world) == []
+
+
+def test_a_request_in_a_line_that_stopped_draining_is_not_spoken_for_by_its_burst(world: World) -> None:
+    """`quota_limited` says a burst is created in turn: it speaks for a request in line while the
+    line creates. Seed 1617 (at 721e94c): every hand-over went to a head whose look-up Vertex
+    refused for good, and the 20 attempts behind it waited a month, said for by the 08:04 burst."""
+    restore(world, "r1", RequestStatus.CLAIMED, Attempt(1, "us-central1", "SPOT", claimed_at="2026-03-02T08:00:00Z"))
+    state = world.storage.client().bucket(world.settings.state_bucket)
+    state.blob("pacing/us-central1/waiting/0000000~r1~1").upload_from_string(b"")
+    publish_alert(world, AlertKind.QUOTA_LIMITED, None)
+    world.clock.advance(promises.stuck_bound(world).total_seconds() + 1)
+    [silent] = promises.nothing_stuck_silently(world)
+    assert "request r1 is CLAIMED" in silent.detail
+
+    created = job(world, "r2", 1, "JOB_STATE_PENDING").request  # the line created within the bound
+    world.vertex.created.append(Create(world.clock.now(), "us-central1", created, True))
+
     assert promises.nothing_stuck_silently(world) == []
 
 

@@ -175,6 +175,7 @@ def test_a_job_in_a_waiting_state_is_stuck_at_exactly_the_threshold(state: str) 
     decision = observe(record, snapshot, policy=policy)
     [alert] = decision.effects.alerts
     assert (alert.kind, alert.details["state"], alert.details["stuck_seconds"]) == ("job_stuck", state, 3600)
+    assert alert.details["after_cancel"] is False  # the other job_stuck, with a marker of its own (seed 1618)
     assert alert.message == f"attempt 1 of req-1 has been {state} for 3600 s"
     assert decision.effects.events == ("job_stuck",)
     assert decision.record.pending_alerts == [alert.to_json()]
@@ -240,7 +241,7 @@ def test_a_job_whose_cancel_vertex_refuses_is_stuck_from_the_cancels_decision_at
     assert observe(refused(HOUR - 1), pending, policy=policy).effects.alerts == []
     decision = observe(refused(HOUR), pending, policy=policy)
     [alert] = decision.effects.alerts
-    assert (alert.kind, alert.details["stuck_seconds"]) == ("job_stuck", 3600)
+    assert (alert.kind, alert.details["stuck_seconds"], alert.details["after_cancel"]) == ("job_stuck", 3600, True)
     assert alert.message == (
         f"attempt 1 of req-1 is still {JobState.PENDING} 3600 s after its cancel was decided, which was never "
         "sent (reconcile logs why); attempt 2 waits for it to end"
