@@ -50,13 +50,7 @@ from shared.fleet.capacity import place_attempt, refusing
 from shared.fleet.placing import attempt_placer
 from shared.found_jobs import adopt_job, observe_adopted, remember_location
 from shared.jobs import state_name
-from shared.ledger.claims import (
-    Claim,
-    ClaimInProgress,
-    claim_attempt,
-    fail_attempt,
-    release_claim,
-)
+from shared.ledger.claims import Claim, ClaimInProgress, claim_attempt, fail_attempt, release_claim
 from shared.ledger.dedupe import bare_request_id
 from shared.ledger.records import Attempt, CorruptRecord, RequestRecord
 from shared.ledger.run_lock import ledger_bucket
@@ -86,6 +80,8 @@ from shared.swap import Decided
 from shared.wiring import Ports
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from google.cloud.aiplatform_v1 import CustomJob, JobServiceClient
 
 
@@ -145,7 +141,7 @@ def submit_request(message: Message, log: Logger, ports: Ports) -> SubmitOutcome
         if n == 1 and replayed_without_a_record(message, envelope, log, ports):
             return SubmitOutcome(SubmitResult.DUPLICATE, request.request_id, n)
         try:
-            claim = _claim(envelope, n, log, ports, requeued=request.attempt is not None)
+            claim = _claim(envelope, n, log, ports, requeued=request.attempt is not None, sent=message.publish_time)
         except InvalidJobRequest as exc:
             reject(exc, message, log, ports)
             return SubmitOutcome(SubmitResult.INVALID, exc.request_id, exc.attempt)
@@ -161,14 +157,14 @@ def submit_request(message: Message, log: Logger, ports: Ports) -> SubmitOutcome
             )
             _settle_taken_id(claim.record, envelope, request, log, ports)
             return SubmitOutcome(SubmitResult.DUPLICATE, request.request_id, n)
-        if claim.kind == "duplicate":
+        if claim.kind in ("duplicate", "superseded"):  # superseded: re-published since (`claims.superseded`)
             job = claim.attempt.job if claim.attempt else None
             same_body = claim.record.request == envelope
             # The same request id with other content is a publisher mistake worth seeing.
             log.log(
                 "INFO" if same_body else "WARNING",
-                "duplicate delivery: this attempt was already handled; nothing created",
-                event="duplicate",
+                "duplicate delivery: this attempt was already handled or re-published since; nothing created",
+                event=claim.kind,
                 job=job,
                 status=claim.record.status,
                 same_body=same_body,
@@ -230,7 +226,10 @@ def redelivered_unless_settled(log: Logger) -> Iterator[None]:
         raise SubmitBlocked(f"{type(exc).__name__}: {exc}") from exc
 
 
-def _claim(envelope: dict[str, Any], n: int, log: Logger, ports: Ports, *, requeued: bool = False) -> Claim:
+def _claim(
+    envelope: dict[str, Any], n: int, log: Logger, ports: Ports, *, requeued: bool = False, sent: datetime | None = None
+) -> Claim:
+    """Claim attempt n for a message published at `sent` (None: the line's drainer, no message)."""
     request_id = envelope["request_id"]
     placer = attempt_placer(ports)
 
@@ -247,6 +246,7 @@ def _claim(envelope: dict[str, Any], n: int, log: Logger, ports: Ports, *, reque
             lease_seconds=ports.settings.claim_lease_seconds,
             output_dir=ports.settings.output_dir_for(request_id),
             requeued=requeued,
+            published_at=sent,
         )
         if claim.kind == "claimed" and claim.attempt is not None:  # a new attempt: where it runs
             refuses = refusing(ports.settings, claim.record.spot_attempts_before(n))
