@@ -67,7 +67,8 @@ def claim_attempt(
     message `requeued` (marked as the system's re-queue) is never a new request: the marker is
     anyone's to set, so without a record it would skip the checks only a new request gets.
     `published_at`: when the delivered message was published (None for the line's drainer,
-    which delivers none); a copy older than the claim's last re-publish is `superseded`.
+    which delivers none); a copy published a lease or more before the claim's last re-publish is
+    superseded (see `superseded`).
     """
     request_id = envelope["request_id"]
     if current is None:
