@@ -18,7 +18,7 @@ from shared.adapters.vertex import find_jobs, parent_path, request_labels
 from shared.alerts import Alert, AlertKind
 from shared.clock import iso, parse_iso, parse_rfc3339, within_publish_range
 from shared.deciding.notices import telling_changes
-from shared.deciding.outbox import Mine, alerts_of, decide_alert, flush, publish_alert
+from shared.deciding.outbox import Mine, alerts_of, decide_alert, decided_alert, flush, publish_alert
 from shared.delivery import Message
 from shared.errors import TransientError, Violation
 from shared.jobs import RESERVED_ID_PREFIXES, TRIGGER_ID_PREFIX
@@ -303,3 +303,18 @@ def reject(exc: InvalidJobRequest, message: Message, log: Logger, ports: Ports) 
         _, waiting = flush(ports, stored, log, mine=Mine.written(swapped), own_alerts=own)
         if waiting:
             raise TransientError(waiting)
+
+
+def settle_taken_id(
+    record: RequestRecord, envelope: dict[str, Any], request: JobRequest, log: Logger, ports: Ports
+) -> None:
+    """A message whose id is taken creates nothing: send what the record has pending, and tell
+    of another body published under the id (`request_id_conflict`), whatever became of the
+    request, cancelled ones included (a second body was dropped unheard: simulator seed 257)."""
+    if record.request != envelope and request.attempt is None:
+        conflict = record_conflict(record, envelope, ports, log)
+        publish_what_is_pending(
+            conflict.value or record, log, ports, mine=Mine.written(conflict), own_alerts=decided_alert(conflict)
+        )
+    else:
+        publish_what_is_pending(record, log, ports)

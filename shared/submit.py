@@ -44,7 +44,7 @@ from shared.alerts import AlertKind
 from shared.attempt_lookup import find_claim_job
 from shared.create_lease import create_timeout, note_create_sent, wait_for_the_list
 from shared.deciding.notices import publish_notices, telling_changes
-from shared.deciding.outbox import Mine, alert_corrupt_record, alerts_of, decided_alert, flush
+from shared.deciding.outbox import Mine, alert_corrupt_record, alerts_of, flush
 from shared.delivery import Message
 from shared.errors import TransientError, is_retryable
 from shared.fleet.capacity import place_attempt, refusing
@@ -69,10 +69,10 @@ from shared.paced_submit import (
 )
 from shared.redeliveries import (
     publish_what_is_pending,
-    record_conflict,
     refuse_reserved_id,
     reject,
     replayed_without_a_record,
+    settle_taken_id,
 )
 from shared.requests.capacity import job_on_machine
 from shared.requests.envelope import InvalidJobRequest, JobRequest, canonical_envelope, content_request_id
@@ -82,6 +82,8 @@ from shared.swap import Decided
 from shared.wiring import Ports
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from google.cloud.aiplatform_v1 import CustomJob, JobServiceClient
 
 
@@ -141,7 +143,7 @@ def submit_request(message: Message, log: Logger, ports: Ports) -> SubmitOutcome
         if n == 1 and replayed_without_a_record(message, envelope, log, ports):
             return SubmitOutcome(SubmitResult.DUPLICATE, request.request_id, n)
         try:
-            claim = _claim(envelope, n, log, ports, requeued=request.attempt is not None)
+            claim = _claim(envelope, n, log, ports, requeued=request.attempt is not None, sent=message.publish_time)
         except InvalidJobRequest as exc:
             reject(exc, message, log, ports)
             return SubmitOutcome(SubmitResult.INVALID, exc.request_id, exc.attempt)
@@ -155,39 +157,24 @@ def submit_request(message: Message, log: Logger, ports: Ports) -> SubmitOutcome
                 status=claim.record.status,
                 cancelled_by=claim.record.cancel.by if claim.record.cancel else None,
             )
-            _settle_taken_id(claim.record, envelope, request, log, ports)
+            settle_taken_id(claim.record, envelope, request, log, ports)
             return SubmitOutcome(SubmitResult.DUPLICATE, request.request_id, n)
-        if claim.kind == "duplicate":
+        if claim.kind in ("duplicate", "superseded"):  # superseded: re-published since (`claims.superseded`)
             job = claim.attempt.job if claim.attempt else None
             same_body = claim.record.request == envelope
             # The same request id with other content is a publisher mistake worth seeing.
             log.log(
                 "INFO" if same_body else "WARNING",
-                "duplicate delivery: this attempt was already handled; nothing created",
-                event="duplicate",
+                "duplicate delivery: this attempt was already handled or re-published since; nothing created",
+                event=claim.kind,
                 job=job,
                 status=claim.record.status,
                 same_body=same_body,
             )
-            _settle_taken_id(claim.record, envelope, request, log, ports)
+            settle_taken_id(claim.record, envelope, request, log, ports)
             return SubmitOutcome(SubmitResult.DUPLICATE, request.request_id, n, job)
         assert claim.attempt is not None  # a claim that writes always names its attempt
         return _ensure_job(claim.record, claim.attempt, claim.kind == "taken_over", log, ports)
-
-
-def _settle_taken_id(
-    record: RequestRecord, envelope: dict[str, Any], request: JobRequest, log: Logger, ports: Ports
-) -> None:
-    """A message whose id is taken creates nothing: send what the record has pending, and tell
-    of another body published under the id (`request_id_conflict`), whatever became of the
-    request, cancelled ones included (a second body was dropped unheard: simulator seed 257)."""
-    if record.request != envelope and request.attempt is None:
-        conflict = record_conflict(record, envelope, ports, log)
-        publish_what_is_pending(
-            conflict.value or record, log, ports, mine=Mine.written(conflict), own_alerts=decided_alert(conflict)
-        )
-    else:
-        publish_what_is_pending(record, log, ports)
 
 
 def _named_by_content(request: JobRequest, ports: Ports) -> JobRequest:
@@ -226,7 +213,10 @@ def redelivered_unless_settled(log: Logger) -> Iterator[None]:
         raise SubmitBlocked(f"{type(exc).__name__}: {exc}") from exc
 
 
-def _claim(envelope: dict[str, Any], n: int, log: Logger, ports: Ports, *, requeued: bool = False) -> Claim:
+def _claim(
+    envelope: dict[str, Any], n: int, log: Logger, ports: Ports, *, requeued: bool = False, sent: datetime | None = None
+) -> Claim:
+    """Claim attempt n for a message published at `sent` (None: the line's drainer, no message)."""
     request_id = envelope["request_id"]
     placer = attempt_placer(ports)
 
@@ -243,6 +233,7 @@ def _claim(envelope: dict[str, Any], n: int, log: Logger, ports: Ports, *, reque
             lease_seconds=ports.settings.claim_lease_seconds,
             output_dir=ports.settings.output_dir_for(request_id),
             requeued=requeued,
+            published_at=sent,
         )
         if claim.kind == "claimed" and claim.attempt is not None:  # a new attempt: where it runs
             refuses = refusing(ports.settings, claim.record.spot_attempts_before(n))

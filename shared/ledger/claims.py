@@ -34,13 +34,13 @@ class ClaimInProgress(TransientError):
 class Claim:
     """The result of `claim_attempt`: what to do and the record to write (when kind says so)."""
 
-    kind: str  # "claimed" | "taken_over" | "duplicate" | "cancelled"
+    kind: str  # "claimed" | "taken_over" | "duplicate" | "cancelled" | "superseded"
     record: RequestRecord
     attempt: Attempt | None
 
     @property
     def writes(self) -> bool:
-        return self.kind not in ("duplicate", "cancelled")
+        return self.kind not in ("duplicate", "cancelled", "superseded")
 
 
 def new_kit_key() -> str:
@@ -58,6 +58,7 @@ def claim_attempt(
     lease_seconds: float,
     output_dir: str,
     requeued: bool = False,
+    published_at: datetime | None = None,
 ) -> Claim:
     """Decide what a delivery of attempt `n` does, from the current record alone.
 
@@ -65,6 +66,9 @@ def claim_attempt(
     for an attempt the ledger does not expect (only the system sets `attempt`, on re-queue). A
     message `requeued` (marked as the system's re-queue) is never a new request: the marker is
     anyone's to set, so without a record it would skip the checks only a new request gets.
+    `published_at`: when the delivered message was published (None for the line's drainer,
+    which delivers none); a copy published a lease or more before the claim's last re-publish is
+    superseded (see `superseded`).
     """
     request_id = envelope["request_id"]
     if current is None:
@@ -105,6 +109,8 @@ def claim_attempt(
         # not take its claim over. The line's own hand-over of attempt 1, and a re-queue of a
         # later attempt, carry the stored body, with the location the attempt was placed in.
         return Claim("duplicate", current, existing)
+    if superseded(existing, published_at, lease_seconds):
+        return Claim("superseded", current, existing)
     age = (now - parse_iso(existing.claimed_at)).total_seconds()
     if age < lease_seconds:
         raise ClaimInProgress(
@@ -113,6 +119,18 @@ def claim_attempt(
         )
     existing.claimed_at = iso(now)
     return Claim("taken_over", current, existing)
+
+
+def superseded(attempt: Attempt, published_at: datetime | None, lease_seconds: float) -> bool:
+    """Whether a message of a claim that never got a job was published a lease or more before
+    reconcile's last re-publish of it: that re-publish carries the claim on, so an earlier copy
+    still queued (the first message, an older re-publish, a hand-over) takes nothing over. Each
+    such copy would otherwise retry the claim once more per interval, defeating its backoff: with
+    a backlog, the copies multiply and their creates fill the pace (seed 1733). The lease spares
+    the re-publish itself, whose publish follows its count, from any clock skew between them."""
+    if published_at is None or attempt.republished_at is None:
+        return False
+    return published_at <= parse_iso(attempt.republished_at) - timedelta(seconds=lease_seconds)
 
 
 def _without_location(envelope: dict[str, Any]) -> dict[str, Any]:

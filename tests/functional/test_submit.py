@@ -32,7 +32,12 @@ from shared.ledger.states import RequestStatus
 from shared.ledger.store import LedgerStore
 from shared.log import Logger
 from shared.redeliveries import MAX_CONFLICT_ALERTS
-from shared.requests.envelope import ORIGINAL_PUBLISH_TIME_ATTRIBUTE, REQUEUE_ATTRIBUTES, derived_request_id
+from shared.requests.envelope import (
+    ORIGINAL_PUBLISH_TIME_ATTRIBUTE,
+    REQUEUE_ATTRIBUTES,
+    derived_request_id,
+    requeue_message,
+)
 from shared.settings import Settings
 from shared.submit import SubmitBlocked, SubmitOutcome, SubmitResult, submit_request
 from shared.wiring import Ports
@@ -230,6 +235,37 @@ def test_every_create_of_an_attempt_gives_its_containers_the_attempts_own_kit_ke
         pass
     line = parse_kit_line(stream.getvalue().splitlines()[0])
     assert line is not None and line.request_id == "r1" and is_signed_with(line, key)
+
+
+def test_an_earlier_copy_of_a_republished_claim_creates_nothing_and_its_republish_creates(harness: Harness) -> None:
+    # Seed 1733: with the GPU quota full, reconcile re-published each stalled claim hourly while
+    # its earlier copies still queued; every copy took the claim over and sent one more create,
+    # so the copies' creates filled the pace and the backlog grew until new requests starved.
+    first_published = harness.now
+    harness.vertex.create_faults.append(api.TooManyRequests("429 quota: custom_model_training_nvidia_a100_gpus"))
+    # acknowledged, its claim released for reconcile's re-publish (seed 1887)
+    assert harness.deliver(envelope()).result == SubmitResult.WAITING
+    harness.now += timedelta(hours=1)
+
+    def republished(current: RequestRecord) -> RequestRecord:  # reconcile's count before its publish
+        attempt = current.attempt(1)
+        attempt.republished, attempt.republished_at = attempt.republished + 1, iso(harness.now)
+        return current
+
+    harness.ledger.update("r1", republished)
+    released = harness.ledger.get("r1").attempt(1).claimed_at
+    body, attributes = requeue_message(harness.ledger.get("r1").request, 1, "us-central1")
+
+    earlier_copy = Message(envelope(), "m-1", {}, publish_time=first_published)
+    assert submit_request(earlier_copy, harness.log, harness.ports).result == SubmitResult.DUPLICATE
+    assert harness.jobs_for("r1") == [] and harness.ledger.get("r1").attempt(1).claimed_at == released
+    [said] = harness.log_lines("superseded")
+    assert said["severity"] == "INFO" and "re-published since" in said["message"]
+
+    harness.now += timedelta(seconds=1)
+    republish = Message(json.dumps(body).encode(), "m-2", attributes, publish_time=harness.now)
+    assert submit_request(republish, harness.log, harness.ports).result == SubmitResult.CREATED
+    assert len(harness.jobs_for("r1")) == 1
 
 
 def test_a_redelivery_and_a_second_publish_create_nothing(harness: Harness) -> None:

@@ -6,6 +6,7 @@ evidence. tests/unit/test_request_attempts.py drives the common paths."""
 
 from __future__ import annotations
 
+import copy
 import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -131,6 +132,31 @@ def test_another_body_under_the_same_id_never_takes_a_claim_over() -> None:
     assert conflict.kind == "duplicate" and conflict.attempt.claimed_at == stale.attempts[0].claimed_at
     moved = claim(stale, location="europe-west4")  # the line's hand-over: the stored body, another location
     assert moved.kind == "taken_over"
+
+
+def test_a_copy_published_a_lease_before_the_claims_last_republish_is_superseded_by_it() -> None:
+    # Seed 1733: a stalled claim re-published hourly while its earlier copies still queued; each
+    # copy took the claim over and sent one more create, so the copies' creates filled the pace.
+    stalled = claimed_at(3 * LEASE)
+    stalled.republished, stalled.republished_at = 4, iso(NOW - timedelta(seconds=LEASE))
+
+    def delivered(published_at: datetime | None) -> Any:
+        return claim_attempt(
+            record(copy.deepcopy(stalled)),  # each delivery against the record as re-published
+            envelope=envelope(),
+            n=1,
+            now=NOW,
+            lease_seconds=LEASE,
+            output_dir="gs://b/r1/",
+            published_at=published_at,
+        )
+
+    earlier = delivered(NOW - timedelta(seconds=2 * LEASE))  # a lease before the re-publish
+    assert earlier.kind == "superseded" and not earlier.writes
+    assert earlier.attempt.claimed_at == stalled.claimed_at
+    assert delivered(NOW - timedelta(seconds=2 * LEASE - 0.001)).kind == "taken_over"  # clocks may differ
+    assert delivered(NOW).kind == "taken_over"  # the re-publish itself, or Pub/Sub's redelivery of it
+    assert delivered(None).kind == "taken_over"  # the line's drainer delivers no message
 
 
 def test_an_ended_attempt_or_a_finished_request_is_a_duplicate_even_with_a_stale_claim() -> None:
