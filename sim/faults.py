@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    from shared.ledger.records import Attempt
     from sim.trainer import Save
     from sim.workload import Workload
     from sim.world import World
@@ -256,13 +257,20 @@ def delete_job(world: World) -> None:
         return
     world.tampering.deleted_jobs[job.name] = job.request_id
     record = _record(world, job.request_id)
-    if record is not None and not record.is_terminal and any(a.job == job.name for a in record.attempts):
+    if record is not None and not record.is_terminal and any(_waits_for_its_end(a, job.name) for a in record.attempts):
         world.tampering.followed_when_deleted.add(job.name)
     world.tampering.requests.setdefault(job.request_id, f"its job {job.name.rsplit('/', 1)[-1]} was deleted at Vertex")
     world.vertex.delete(job)
     world.note(
         f"out of band: {job.request_id} a{job.attempt}'s job {job.name.rsplit('/', 1)[-1]} deleted ({job.state})"
     )
+
+
+def _waits_for_its_end(attempt: Attempt, job_name: str) -> bool:
+    """Whether the attempt records `job_name` and the code still reads that job: its end not yet
+    recorded (no outcome), or a switch's cancel waiting for it (`ending`). A settled attempt's job
+    is never read again, so its deletion owes nothing (seed 2486: a moved attempt's job)."""
+    return attempt.job == job_name and (attempt.outcome is None or attempt.ending)
 
 
 def duplicate_job(world: World) -> None:
