@@ -129,6 +129,7 @@ class Tampering:
     # request id -> why its promises are off (a person changed its record or deleted its job)
     requests: dict[str, str] = field(default_factory=dict)
     deleted_jobs: dict[str, str] = field(default_factory=dict)  # job name -> its request id
+    jobs_deleted_at: dict[str, datetime] = field(default_factory=dict)  # job name -> when a person asked
     cancelled_jobs: dict[str, str] = field(default_factory=dict)
     deleted_objects: set[str] = field(default_factory=set)  # checkpoint objects a person deleted
     written: dict[str, str] = field(default_factory=dict)  # state object name -> the shape written
@@ -256,6 +257,7 @@ def delete_job(world: World) -> None:
         world.note("out of band: no job to delete")
         return
     world.tampering.deleted_jobs[job.name] = job.request_id
+    world.tampering.jobs_deleted_at[job.name] = world.clock.now()
     record = _record(world, job.request_id)
     if record is not None and not record.is_terminal and any(_waits_for_its_end(a, job.name) for a in record.attempts):
         world.tampering.followed_when_deleted.add(job.name)
