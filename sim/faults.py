@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    from shared.ledger.records import Attempt
     from sim.trainer import Save
     from sim.workload import Workload
     from sim.world import World
@@ -128,6 +129,7 @@ class Tampering:
     # request id -> why its promises are off (a person changed its record or deleted its job)
     requests: dict[str, str] = field(default_factory=dict)
     deleted_jobs: dict[str, str] = field(default_factory=dict)  # job name -> its request id
+    jobs_deleted_at: dict[str, datetime] = field(default_factory=dict)  # job name -> when a person asked
     cancelled_jobs: dict[str, str] = field(default_factory=dict)
     deleted_objects: set[str] = field(default_factory=set)  # checkpoint objects a person deleted
     written: dict[str, str] = field(default_factory=dict)  # state object name -> the shape written
@@ -255,14 +257,22 @@ def delete_job(world: World) -> None:
         world.note("out of band: no job to delete")
         return
     world.tampering.deleted_jobs[job.name] = job.request_id
+    world.tampering.jobs_deleted_at[job.name] = world.clock.now()
     record = _record(world, job.request_id)
-    if record is not None and not record.is_terminal and any(a.job == job.name for a in record.attempts):
+    if record is not None and not record.is_terminal and any(_waits_for_its_end(a, job.name) for a in record.attempts):
         world.tampering.followed_when_deleted.add(job.name)
     world.tampering.requests.setdefault(job.request_id, f"its job {job.name.rsplit('/', 1)[-1]} was deleted at Vertex")
     world.vertex.delete(job)
     world.note(
         f"out of band: {job.request_id} a{job.attempt}'s job {job.name.rsplit('/', 1)[-1]} deleted ({job.state})"
     )
+
+
+def _waits_for_its_end(attempt: Attempt, job_name: str) -> bool:
+    """Whether the attempt records `job_name` and the code still reads that job: its end not yet
+    recorded (no outcome), or a switch's cancel waiting for it (`ending`). A settled attempt's job
+    is never read again, so its deletion owes nothing (seed 2486: a moved attempt's job)."""
+    return attempt.job == job_name and (attempt.outcome is None or attempt.ending)
 
 
 def duplicate_job(world: World) -> None:

@@ -554,7 +554,8 @@ def deleted_jobs_failed(world: World) -> list[Expected]:
     for good: `shared.reconcile_vertex.vanished_job`), and the request did not end otherwise. Nor
     as a timeout the code had read before the deletion (its record marks it; seed 97): a timeout
     stays one (shared/deciding/decisions.py), its own alert speaks for it. A record a person
-    deleted afterwards is read as it was then: what the code had decided stays decided (seed 871)."""
+    deleted afterwards is read as it was then: what the code had decided stays decided (seed 871).
+    Nor when Vertex refused gets for good before the deletion could be read (`deletion_unread`)."""
     from shared.deciding.preemptions import KIT_TIMEOUT_KEY
     from shared.ledger.records import evidence_marker
     from sim.invariants import read_record
@@ -582,7 +583,24 @@ def deleted_jobs_failed(world: World) -> list[Expected]:
         and rid not in cancelled
         and rid not in ended_otherwise
         and not timeout_read(name, rid)
+        and not deletion_unread(world, world.vertex.jobs[name])
     ]
+
+
+def deletion_unread(world: World, job: SimJob) -> bool:
+    """Whether Vertex refused gets in the job's location for good from before the code could read
+    its deletion (`LAG` after it took effect: at once for an ended job, at its end for a live one).
+    Only a get answers NotFound (a listing just leaves the job out), so the code never learns the
+    job is gone, and reconcile's refused get owes `lookup_failed` instead (seed 3047)."""
+    asked = world.tampering.jobs_deleted_at[job.name]
+    deleted = max(asked, job.end_time) if job.end_time else asked
+    return any(
+        refusal.operation == "get"
+        and refusal.location == job.location
+        and refusal.until is None
+        and refusal.since <= deleted + LAG
+        for refusal in world.vertex.refusals
+    )
 
 
 def records_unreadable(world: World) -> list[Expected]:

@@ -11,8 +11,8 @@ from google.api_core import exceptions as api
 from spotjobs_kit.lines import is_signed_with, parse_kit_line
 
 from shared.adapters.vertex import to_custom_job
-from shared.ledger.records import CorruptRecord, RequestRecord
-from shared.ledger.states import RequestStatus
+from shared.ledger.records import Attempt, CorruptRecord, RequestRecord
+from shared.ledger.states import AttemptOutcome, RequestStatus
 from shared.ledger.store import LedgerStore
 from sim import faults, invariants
 from sim.virtual import EPOCH_OF_SIMULATION
@@ -330,3 +330,28 @@ def test_no_aftershock_without_an_irrevocable_call_before_it(world: World) -> No
     fault = world._draw_aftershock(task, "gcs", "write")  # noqa: SLF001
     assert fault is not None and fault.where == "gcs.write" and not task.shaken
     assert world._draw_aftershock(task, "gcs", "write") is None  # noqa: SLF001 - once per effect
+
+
+@pytest.mark.parametrize(
+    ("outcome", "state", "followed"),
+    [
+        (None, "JOB_STATE_RUNNING", True),  # its end not yet read: reconcile reads it, a NotFound fails it
+        (AttemptOutcome.MOVED, "JOB_STATE_CANCELLING", True),  # a switch waits for its end
+        (AttemptOutcome.MOVED, "JOB_STATE_CANCELLED", False),  # settled: nobody reads it again (seed 2486)
+    ],
+)
+def test_a_deleted_job_is_followed_only_while_its_attempt_waits_for_its_end(
+    world: World, outcome: AttemptOutcome | None, state: str, followed: bool
+) -> None:
+    """Seed 2486: a person deleted attempt 1's job long after a move had cancelled it and its end
+    was recorded; the request, on attempt 2, no longer read that job, so its deletion owes nothing."""
+    first = job(world, "r1", 1, state="JOB_STATE_CANCELLED")
+    settled = Attempt(1, "us-central1", "SPOT", claimed_at="2026-03-02T08:00:00Z", job=first.name, state=state)
+    settled.outcome = outcome
+    settled.cancel_decided_at = "2026-03-02T08:30:00Z"
+    next_claim = [Attempt(2, "us-east4", "SPOT", claimed_at="2026-03-02T08:31:00Z")] if outcome else []
+    request = {"request_id": "r1", "custom_job": {}}
+    ledger(world).restore(RequestRecord("r1", request, "gs://c/", RequestStatus.SUBMITTED, [settled, *next_claim]))
+    faults.delete_job(world)
+    assert world.tampering.deleted_jobs == {first.name: "r1"}
+    assert (first.name in world.tampering.followed_when_deleted) is followed

@@ -789,6 +789,7 @@ def test_a_deleted_job_whose_timeout_the_code_had_read_owes_its_timeouts_alert_n
         timed_out = job(world, request_id, 1, "JOB_STATE_FAILED")
         timed_out.error = DEADLINE_EXCEEDED_ERROR
         world.tampering.deleted_jobs[timed_out.name] = request_id
+        world.tampering.jobs_deleted_at[timed_out.name] = world.clock.now()
         world.tampering.followed_when_deleted.add(timed_out.name)
         markers = [evidence_marker(KIT_TIMEOUT_KEY, 1)] if read else []
         request = {"request_id": request_id, "custom_job": {}}
@@ -808,6 +809,7 @@ def test_a_deleted_job_whose_timeout_the_code_had_read_owes_no_job_failed_once_a
         timed_out = job(world, request_id, 1, "JOB_STATE_FAILED")
         timed_out.error = DEADLINE_EXCEEDED_ERROR
         world.tampering.deleted_jobs[timed_out.name] = request_id
+        world.tampering.jobs_deleted_at[timed_out.name] = world.clock.now()
         world.tampering.followed_when_deleted.add(timed_out.name)
         markers = [evidence_marker(KIT_TIMEOUT_KEY, 1)] if read else []
         request = {"request_id": request_id, "custom_job": {}}
@@ -886,4 +888,31 @@ def test_a_stuck_timeout_owes_its_alert_unless_a_person_deleted_its_record_befor
 
     assert [e.split(":")[0] for e in catalogue(world, AlertKind.TIMEOUT_WITHOUT_PROGRESS)] == [
         "no timeout_without_progress alert for r-late"
+    ]
+
+
+def test_a_deleted_job_whose_gets_vertex_refused_for_good_owes_lookup_failed_not_job_failed(world: World) -> None:
+    """Seed 3047: the get permission went missing for good in the job's location before its end was
+    read; a person then deleted the ended job. Only a get tells the code a job is gone (NotFound),
+    so it never learns of the deletion: reconcile's refused get is owed its `lookup_failed`. A
+    refusal that began once the deletion could have been read, or one that was fixed, excuses nothing."""
+    ended = job(world, "r1", 1, "JOB_STATE_SUCCEEDED")
+    ended.end_time = world.clock.now()
+    restore(world, "r1", RequestStatus.SUBMITTED, attempt_of(ended, state="JOB_STATE_RUNNING"))
+    world.clock.advance(600)
+    faults.delete_job(world)
+    assert ended.name in world.tampering.followed_when_deleted
+    owed = [f"no job_failed alert for r1: its job {ended.name.rsplit('/', 1)[-1]} was deleted at Vertex"]
+    assert catalogue(world, AlertKind.JOB_FAILED) == owed
+
+    deleted_at = world.clock.now()
+    world.vertex.refusals.append(Refusal("get", "us-central1", deleted_at + promises.LAG * 2, None))  # read by then
+    world.vertex.refusals.append(Refusal("get", "us-central1", ended.end_time, deleted_at + promises.LAG * 2))  # fixed
+    assert catalogue(world, AlertKind.JOB_FAILED) == owed
+
+    world.vertex.refusals.append(Refusal("get", "us-central1", ended.end_time + timedelta(minutes=1), None))
+    world.vertex.refused.append(Refused(world.clock.now(), "get", "us-central1", "r1", 403, "reconcile"))
+    assert catalogue(world, AlertKind.JOB_FAILED) == []
+    assert catalogue(world, AlertKind.LOOKUP_FAILED) == [
+        "no lookup_failed alert for r1: Vertex answered 403 to reconcile's get in us-central1"
     ]
