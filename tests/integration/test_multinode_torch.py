@@ -239,7 +239,10 @@ def test_a_two_node_torch_job_reclaimed_resumes_to_bit_equal_weights(
     assert resumed.resumed_step == committed(first) >= EVERY, where
     assert [r.step for r in last if r.event == "run_finished"] == [STEPS], where
     if scenario.preempted_reason is not None:
-        assert [r.reason for r in first if r.event == "preempted"] == [scenario.preempted_reason], where
+        # Under restartJobOnWorkerRestart the emulator's SIGTERM to the survivor races its own
+        # finding (a reclaimed peer, a peer's SIGTERM): either may come first, the line says which.
+        said = [r.reason for r in first if r.event == "preempted"]
+        assert said == [scenario.preempted_reason] or (flag and said == [None]), where
     if scenario.preempted_reason == "peer_lost":  # the save cut short is skipped
         assert [r for r in last if r.event == "checkpoint_torn"], where
         assert committed(first) == EVERY, where

@@ -112,14 +112,14 @@ def test_continuing_past_max_runtime_is_caught(world: World) -> None:
     assert any("planted-long continued 2 times; its max_runtime allows 1" in v.detail for v in found)
 
 
-def test_seed_251_a_commit_heard_after_the_settle_no_longer_fails_its_timeout() -> None:
-    """burst19's job committed step 200 and timed out in the same second; a backlog held its kit
-    lines past the settle, and the request failed without progress 13 s before its commit was
-    counted. The checkpoint folder, read before failing, shows the commit: the attempt continues."""
-    world = World(251)
-    assert not world.run()
-    attempts = sorted((j.attempt, j.fate) for j in world.vertex.jobs.values() if j.request_id == "burst19")
-    assert attempts[:2] == [(1, "timeout"), (2, "succeed")]  # continued, then finished
+def test_seed_251_replays_without_a_violation() -> None:
+    """Seed 251 as judged on 2026-12-06: burst19's job committed step 200 and timed out in the same
+    second; a backlog held its kit lines past the settle, and the request failed without progress
+    13 s before its commit was counted. The timeout now reads the checkpoint folder before failing
+    (`tests/unit/test_folder_progress.py` holds that case itself). Later fixes moved this seed's
+    draws, so burst19's exact story is gone from it (since 2026-12-06 evening its attempt 1 times
+    out and is not continued); the seed stays a regression replay of its world."""
+    assert not World(251).run()
 
 
 @pytest.mark.parametrize("torn", [False, True])
