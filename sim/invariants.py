@@ -1037,7 +1037,9 @@ def cancelled_requests_end_cancelled(world: World) -> list[Violation]:
 
 def moves_allowed(world: World) -> list[Violation]:
     """A move of a job waiting for Spot (an attempt ended `moved`: shared/deciding/moves.py) goes to
-    a location the request and the deployment allow, and is never decided once the request was
+    a location the request and the deployment allow, its next attempt runs elsewhere than the job
+    moved out of (another location, machine or strategy: a move that created its job where it
+    waited paid a changeover for nothing, seed 2486), and is never decided once the request was
     cancelled or had finished."""
     from shared.clock import parse_iso
     from shared.ledger.states import AttemptOutcome
@@ -1060,6 +1062,12 @@ def moves_allowed(world: World) -> list[Violation]:
                 for t in targets
                 if allowed_here and t not in allowed_here
             ]
+            if following and (following.location, following.machine, following.strategy) == (
+                attempt.location,
+                attempt.machine,
+                attempt.strategy,
+            ):
+                problems.append(f"to {following.location}, where it waited: attempt {following.n} runs there again")
             if record.cancel is not None and parse_iso(record.cancel.at) <= moved_at:
                 problems.append(
                     f"decided at {attempt.cancel_decided_at}, after the request's cancel at {record.cancel.at}"

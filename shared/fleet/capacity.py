@@ -20,7 +20,8 @@ model, on top of `Placer.place` (shared/fleet/placing.py), which chooses the loc
   strategy, location) that had none, nor on one an earlier attempt was moved away from: the next
   best option, as a stockout moves the next attempt to the next location. When that leaves no
   option, only the latest is left out (stockouts are transient). A re-queue after a preemption and a deadline switch keep the machine the
-  attempt ran on (the switch goes STANDARD); their claim places only the location.
+  attempt ran on (the switch goes STANDARD); their claim places only the location. A move's
+  attempt keeps all three the move chose (`placed_by_move`).
 
 The attempt records its machine and strategy and why (`Attempt.placed`), which `spotjobs status`
 shows; submit creates the CustomJob on that machine (`request_on_machine`)."""
@@ -34,7 +35,7 @@ from datetime import datetime
 from typing import Any
 
 from shared.clock import parse_iso
-from shared.fleet.placing import LocationChoice, Placer, place_claimed, work_hours
+from shared.fleet.placing import LocationChoice, Placer, place_claimed, placed_by_move, work_hours
 from shared.jobs import FLEX_START, max_wait_seconds
 from shared.ledger.records import Attempt, RequestRecord
 from shared.ledger.states import AttemptOutcome
@@ -200,7 +201,7 @@ def place_attempt(placer: Placer, record: RequestRecord, attempt: Attempt, refus
             attempt.placed = choice.reason
     else:
         on_it = request_on_machine(request, attempt.machine)
-        placed = placer.place(on_it, attempt, earlier)
+        placed = placed_by_move(attempt, earlier) or placer.place(on_it, attempt, earlier)
         attempt.location = placed.location
         why = _DECIDED_BY.get(str(earlier[-1].outcome), _DECIDED_BY[""]) if earlier else _DECIDED_BY[""]
         attempt.placed = f"{attempt.machine} {attempt.strategy}, {why}; {placed.reason}"

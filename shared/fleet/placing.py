@@ -4,7 +4,8 @@ the request's allowed `locations`, from the price table (every replica of every 
 creates an attempt (the first, a re-queue, a deadline switch: submit's `_claim`, the one place
 every attempt is created). The attempt keeps where and why (`Attempt.placed`), and for a deadline
 request what the estimate says of Spot there (`Attempt.spot_outlook`), which the deadline rule
-weighs on every later observation without reading the fleet again.
+weighs on every later observation without reading the fleet again. An attempt a move decided
+(`shared.deciding.moves`) is not placed again: it runs where the move placed it (`placed_by_move`).
 
 The class's observations are read once per claim, in one listing (`store.read`), and only when an
 attempt is created: to place it, and for a deadline request to keep the outlook (with one
@@ -42,6 +43,7 @@ from shared.fleet.spend import affordable, budget_left
 from shared.fleet.transfer import per_gb
 from shared.jobs import job_replicas
 from shared.ledger.records import Attempt, RequestRecord
+from shared.ledger.states import AttemptOutcome
 from shared.requests.attempts import SPOT
 from shared.requests.pricing import Price, layout_hourly, machine_types
 from shared.wiring import Ports
@@ -267,8 +269,21 @@ def attempt_placer(ports: Ports) -> Placer:
 def place_claimed(placer: Placer, record: RequestRecord, attempt: Attempt) -> None:
     """Set where the attempt a claim just created runs, and why, and for a deadline request the
     fleet's outlook of Spot and its changeover bound there (in the record the claim writes)."""
-    placed = placer.place(record.request, attempt, [a for a in record.attempts if a.n < attempt.n])
+    earlier = [a for a in record.attempts if a.n < attempt.n]
+    placed = placed_by_move(attempt, earlier) or placer.place(record.request, attempt, earlier)
     attempt.location, attempt.placed = placed.location, placed.reason
     outlook = placer.spot_outlook(record.request, attempt.location)
     attempt.spot_outlook = None if outlook is None else outlook.to_json()
     attempt.fleet_changeover_seconds = placer.changeover_bound(record.request, attempt.location)
+
+
+def placed_by_move(attempt: Attempt, earlier: Sequence[Attempt]) -> LocationChoice | None:
+    """Where a move placed `attempt` (its re-queue's location) when the attempt before it was
+    moved; None for any other attempt. The move weighed the job waiting with no Spot where it was
+    (`Placer.place` with `waiting`), which a claim cannot know: placed again, a move out of the
+    cheapest location went back there, a changeover paid for nothing (simulator seed 2486)."""
+    before = earlier[-1] if earlier else None
+    if before is None or before.outcome is not AttemptOutcome.MOVED:
+        return None
+    why = f"where the move of attempt {before.n} out of {before.location} placed it (its `moved` line says why)"
+    return LocationChoice(attempt.location, why)

@@ -1,7 +1,7 @@
 """The simulator's placement world and its move invariant: requests allowed in two or more
 locations and Spot outages per location are drawn; `moves_allowed` reports a move planted in a
-world (no handler runs) to a location the request or the deployment does not allow, or decided
-after the request's cancel or end, and leaves a move within the rules alone."""
+world (no handler runs) to a location the request or the deployment does not allow, back where the
+job waited, or decided after the request's cancel or end, and leaves a move within the rules alone."""
 
 from __future__ import annotations
 
@@ -45,6 +45,12 @@ def test_a_move_out_of_the_requests_locations_is_caught(world: World) -> None:
     moved_record(world, OTHER_REGION)
     [found] = invariants.moves_allowed(world)
     assert found.invariant == "moves_allowed" and f"to {OTHER_REGION}, not in the request's locations" in found.detail
+
+
+def test_a_move_whose_attempt_runs_where_it_waited_is_caught(world: World) -> None:
+    moved_record(world, HOME)
+    [found] = invariants.moves_allowed(world)
+    assert f"to {HOME}, where it waited: attempt 2 runs there again" in found.detail
 
 
 def test_a_move_the_deployment_does_not_allow_is_caught(world: World) -> None:

@@ -112,7 +112,8 @@ def test_a_claim_after_a_move_says_its_machine_was_decided_by_the_move() -> None
     record = RequestRecord("r1", request(capacity), "gs://b/r1/", attempts=[moved, following])
     place_attempt(placer(), record, following, refusing(ALL_ALLOWED, 1), NOW)
     why = "decided when the attempt before was moved (it waited for Spot past its changeover)"
-    assert following.placed == f"a3-highgpu-8g SPOT, {why}; the only allowed location"
+    where = "where the move of attempt 1 out of us-central1 placed it (its `moved` line says why)"
+    assert following.placed == f"a3-highgpu-8g SPOT, {why}; {where}"
 
 
 def test_a_claim_after_a_deadline_switch_says_it_keeps_the_machine_on_demand() -> None:
