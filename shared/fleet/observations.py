@@ -203,7 +203,9 @@ def _of_attempt(
     elif started is None:
         out.append(FleetFact(Kind.WAITING, loc, created, attempt_key=key))
         if ended is not None or attempt.outcome is not None:
-            end = ended or created
+            # A move or a switch decides before the job's end is seen: the wait lasted until then.
+            decided = parse_iso(attempt.cancel_decided_at) if attempt.cancel_decided_at else None
+            end = ended or decided or created
             out.append(FleetFact(Kind.NO_CAPACITY, loc, end, _seconds(created, end), attempt_key=key))
     else:
         waited = _seconds(created, started)

@@ -139,6 +139,12 @@ def test_a_wait_that_ended_without_capacity_is_a_nocap_up_to_its_end() -> None:
     decided = record(spot(outcome="switched_to_on_demand"))
     nocap = [o for o in observations_of(decided) if o.kind is Kind.NO_CAPACITY]
     assert [(o.at, o.seconds) for o in nocap] == [(T0, 0.0)]
+    # a move (or a switch) decided before the job's end was seen: the wait lasted until that
+    # decision (seed 2486: a 1,697 s wait in us-east4 was written as 0 s, and the next placement
+    # saw us-east4 at 99%)
+    moved = record(spot(outcome="moved", cancel_decided_at=at(28)))
+    nocap = [o for o in observations_of(moved) if o.kind is Kind.NO_CAPACITY]
+    assert [(o.at, o.seconds) for o in nocap] == [(T0 + timedelta(minutes=28), 1680.0)]
 
 
 def test_a_job_running_the_instant_it_was_created_waited_nothing() -> None:
