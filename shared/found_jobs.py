@@ -130,6 +130,24 @@ def note_kept_kit_lines(record: RequestRecord, n: int, lines: Iterable[KitRecord
     return effects
 
 
+def adopt_found_job(
+    ports: Ports, request_id: str, n: int, location: str, job: CustomJob, log: Logger, *, left: str
+) -> tuple[Adoption, tuple[str, ...]]:
+    """A claim's job that its delivery left unrecorded (`left`: how) and another found: adopt it
+    (`adopt_job`), say so once (WARNING `claim_adopted`), and decide on its state
+    (`observe_adopted`); the adoption and the decisions' events."""
+    adoption = adopt_job(ports, request_id, n, location, job, log)
+    if adoption.wrote:
+        log.warning(
+            f"attempt {n} {left}; recorded job {job.name}",
+            event="claim_adopted",
+            attempt=n,
+            job=job.name,
+            location=location,
+        )
+    return adoption, observe_adopted(ports, request_id, adoption, n, log) if adoption.adopted else ()
+
+
 def observe_adopted(ports: Ports, request_id: str, adoption: Adoption, n: int, log: Logger) -> tuple[str, ...]:
     """Decide once on an adopted job's current state, as reconcile would, after counting the
     preemption lines Vertex wrote before it was indexed (kept by on_job_event,

@@ -156,20 +156,12 @@ def _finish_adoption(ports: Ports, record: RequestRecord | None, index: JobIndex
     attempt = record.attempt(index.attempt) if record else None
     if attempt is None or attempt.job is not None or attempt.outcome is not None:
         return False  # not a claim in flight: an ended attempt's job is a stray (the sweep's)
-    from shared.found_jobs import adopt_job, observe_adopted  # rare: a cold instance need not load it
+    from shared.found_jobs import adopt_found_job  # rare: a cold instance need not load it
 
     job = get_job(ports.job_service(index.location), index.job)
-    adoption = adopt_job(ports, index.request_id, index.attempt, index.location, job, log)
-    if adoption.wrote:
-        log.warning(
-            f"attempt {index.attempt}'s job was indexed and not recorded yet; recorded job {index.job}",
-            event="claim_adopted",
-            attempt=index.attempt,
-            job=index.job,
-            location=index.location,
-        )
-    if adoption.adopted:
-        observe_adopted(ports, index.request_id, adoption, index.attempt, log)
+    adoption, _ = adopt_found_job(
+        ports, index.request_id, index.attempt, index.location, job, log, left="was indexed and not recorded yet"
+    )
     return adoption.adopted
 
 

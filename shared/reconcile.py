@@ -59,7 +59,7 @@ from shared.deciding.outbox import (
     publish_request_attempt,
 )
 from shared.errors import is_retryable
-from shared.found_jobs import adopt_job, observe_adopted, sweep_locations, sweep_strays
+from shared.found_jobs import adopt_found_job, sweep_locations, sweep_strays
 from shared.ledger.cancelling import end_unsent_claim
 from shared.ledger.records import Attempt, CorruptRecord, RequestRecord, alert_marker
 from shared.ledger.run_lock import ledger_bucket, run_lock
@@ -408,14 +408,7 @@ def _settle_claim(ports: Ports, record: RequestRecord, claim: Attempt, log: Logg
         return RequestResult("cancelled")
     if job is None:
         return _republish(ports, record, claim, log, held_for)
-    adoption = adopt_job(ports, record.request_id, claim.n, claim.location, job, log)
-    if adoption.wrote:
-        log.warning(
-            f"attempt {claim.n} was created but never recorded; recorded job {job.name}",
-            event="claim_adopted",
-            attempt=claim.n,
-            job=job.name,
-            location=claim.location,
-        )
-    events = observe_adopted(ports, record.request_id, adoption, claim.n, log) if adoption.adopted else ()
+    adoption, events = adopt_found_job(
+        ports, record.request_id, claim.n, claim.location, job, log, left="was created but never recorded"
+    )
     return RequestResult("claim_adopted" if adoption.wrote else "observed", events)

@@ -6,6 +6,7 @@ Vertex read at a moment its writer chose.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -150,6 +151,19 @@ def test_only_a_signed_line_of_a_job_not_indexed_yet_is_kept(world: World) -> No
     assert kit_runs(world.ledger.get("req-1"), 1) == {0} and parked_lines(world) == []
 
 
+def crashed_before_recording(key: str) -> Callable[[RequestRecord], RequestRecord]:
+    """The record of a delivery that created req-1's job and died before recording it: attempt 1
+    claimed 10 minutes ago with its kit key, no job."""
+
+    def crash(current: RequestRecord) -> RequestRecord:
+        claimed_at = (datetime.now(UTC) - timedelta(seconds=600)).isoformat().replace("+00:00", "Z")
+        current.attempts[0] = Attempt(1, "us-central1", "SPOT", claimed_at=claimed_at, kit_key=key)
+        current.status = RequestStatus.CLAIMED
+        return current
+
+    return crash
+
+
 def test_the_kit_lines_of_a_job_not_indexed_yet_count_when_reconcile_adopts_it(world: World) -> None:
     """Simulator seed 63: the submit delivery that created the job died before recording it, so
     reconcile adopts it minutes later. Its run's signed lines came meanwhile: kept, and counted in
@@ -158,13 +172,7 @@ def test_the_kit_lines_of_a_job_not_indexed_yet_count_when_reconcile_adopts_it(w
     _, job = world.submitted(state=RUNNING)
     key = world.kit_key()
 
-    def crash_before_recording(current: RequestRecord) -> RequestRecord:
-        claimed_at = (datetime.now(UTC) - timedelta(seconds=600)).isoformat().replace("+00:00", "Z")
-        current.attempts[0] = Attempt(1, "us-central1", "SPOT", claimed_at=claimed_at, kit_key=key)
-        current.status = RequestStatus.CLAIMED
-        return current
-
-    world.rewrite("req-1", crash_before_recording)
+    world.rewrite("req-1", crashed_before_recording(key))
     world.ledger._bucket.blob(f"jobs/{job.rsplit('/', 1)[-1]}.json").delete()  # noqa: SLF001
     lines = [
         kit_entry(job, "run_started", 0, key, request_id="req-1", insert_id="k-1", resumed_step=0),
@@ -189,13 +197,7 @@ def test_the_kit_lines_of_a_job_indexed_but_not_recorded_count_at_once(world: Wo
     _, job = world.submitted(state=RUNNING)
     key = world.kit_key()
 
-    def crash_before_recording(current: RequestRecord) -> RequestRecord:
-        claimed_at = (datetime.now(UTC) - timedelta(seconds=600)).isoformat().replace("+00:00", "Z")
-        current.attempts[0] = Attempt(1, "us-central1", "SPOT", claimed_at=claimed_at, kit_key=key)
-        current.status = RequestStatus.CLAIMED
-        return current
-
-    world.rewrite("req-1", crash_before_recording)
+    world.rewrite("req-1", crashed_before_recording(key))
     committed = kit_entry(
         job, "checkpoint_committed", 0, key, request_id="req-1", insert_id="k-2", step=500, seconds=3.0
     )
