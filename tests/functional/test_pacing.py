@@ -336,6 +336,18 @@ def forget_the_drainer(line: Line) -> None:
         line.pacer._bucket.delete_blob(f"pacing/{LOCATION}/drainer.json")  # noqa: SLF001
 
 
+def drainer_died_after_creating_the_head(line: Line, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A line of three (burst-000 first) whose drainer created the head's job and died before
+    recording it, its lease expired."""
+    with drainer_held(line):
+        for request_id, body in burst(3):
+            line.deliver(body, f"m-{request_id}")
+    crash_once(monkeypatch, submit_module, "_record_created")
+    with pytest.raises(Crash):
+        restart(line)
+    forget_the_drainer(line)
+
+
 def test_a_head_created_by_a_drainer_that_died_before_removing_its_entry_leaves_the_line(
     line: Line, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -669,13 +681,7 @@ def test_a_head_whose_create_a_dead_drainer_sent_is_found_by_its_lookup_never_cr
     # The drainer's create is noted as sent before it goes (`create_sent_at`), so neither the next
     # drainer's takeover nor reconcile (main's re-publish without lookup when `never_sent`) skips
     # the lookup that finds it.
-    with drainer_held(line):
-        for request_id, body in burst(3):
-            line.deliver(body, f"m-{request_id}")
-    crash_once(monkeypatch, submit_module, "_record_created")
-    with pytest.raises(Crash):
-        restart(line)
-    forget_the_drainer(line)
+    drainer_died_after_creating_the_head(line, monkeypatch)
     assert line.ledger.get("burst-000").attempt(1).create_sent_at
     if entry_left:
         [head] = [entry for entry in line.pacer.waiting(LOCATION) if entry.request_id == "burst-000"]
@@ -707,13 +713,7 @@ def test_a_head_whose_lookup_vertex_refuses_for_good_leaves_the_line_to_the_othe
     then Vertex refused `customJobs.list` in the region for good. Every hand-over went to the head,
     whose take-over met the refusal and was redelivered until it dead-lettered: the 20 attempts
     behind it waited for a month, with no create and no word after the burst's `quota_limited`."""
-    with drainer_held(line):
-        for request_id, body in burst(3):
-            line.deliver(body, f"m-{request_id}")
-    crash_once(monkeypatch, submit_module, "_record_created")
-    with pytest.raises(Crash):
-        restart(line)
-    forget_the_drainer(line)
+    drainer_died_after_creating_the_head(line, monkeypatch)
 
     def lease_ran_out(current: Any) -> Any:
         current.attempt(1).claimed_at = iso(datetime.now(UTC) - timedelta(seconds=PACED.claim_lease_seconds))
