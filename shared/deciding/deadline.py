@@ -82,6 +82,14 @@ SECOND_RUN_CHANGEOVERS = 2.0
 QUICK_PREEMPTIONS = 1
 QUICK_PREEMPTION_HOURS = 4.0
 QUICK_SLACK_CHANGEOVERS = 4.0
+# With at least this many changeovers of slack beyond the net, `sits_out` sits out an expected
+# outage of up to this many changeovers (instead of `WAIT_CHANGEOVERS`): such slack pays the wait
+# many times over, and a move pays the other location's dearer Spot for the rest of the work (the
+# shared traces' 1.5, 24 to 32 changeovers: a job left us-east4 for europe-west1 ten minutes before
+# us-east4 came back). Narrow on purpose: SkyNomad's 1.1 and the shared 1.2 stay under it.
+# Measured on the GCP H100 traces (docs/placement.md, "Robust placement", fifth pass).
+LONG_SLACK_CHANGEOVERS = 24.0
+LONG_SLACK_WAIT_CHANGEOVERS = 3.0
 
 
 class Rule(StrEnum):
@@ -261,16 +269,18 @@ def decide_deadline(situation: Situation, rule: Rule = Rule.SPOTJOBS) -> Deadlin
 def sits_out(situation: Situation, outlook: SpotOutlook | None) -> bool:
     """Whether a Spot job waiting for capacity should stay where it is rather than move: the
     fleet's expected outage there (`outlook`, estimated now: the claim's goes stale) is at most
-    `WAIT_CHANGEOVERS` changeovers and the slack beyond the net, and the wait is not yet longer
-    than that outage, or a changeover. Where outages are short a move (a changeover, and a region
-    the fleet may know less) costs more than the rest of the wait; past the expected outage this
-    one is not short after all, and placement weighs a move again."""
+    `WAIT_CHANGEOVERS` changeovers (`LONG_SLACK_WAIT_CHANGEOVERS` with `LONG_SLACK_CHANGEOVERS`
+    of slack beyond the net) and the slack beyond the net, and the wait is not yet longer than that
+    outage, or a changeover. Where outages are short a move (a changeover, and a region the fleet
+    may know less) costs more than the rest of the wait; past the expected outage this one is not
+    short after all, and placement weighs a move again."""
     if outlook is None:
         return False
     wait, d = outlook.expected_wait_seconds, situation.changeover_seconds
     beyond_net = _slack(situation) - safety_net_seconds(situation)
     waited = (situation.now - situation.placed_at).total_seconds()
-    return wait <= min(WAIT_CHANGEOVERS * d, beyond_net) and waited <= max(wait, d)
+    short = LONG_SLACK_WAIT_CHANGEOVERS if beyond_net >= LONG_SLACK_CHANGEOVERS * d else WAIT_CHANGEOVERS
+    return wait <= min(short * d, beyond_net) and waited <= max(wait, d)
 
 
 def spares_a_move(decision: DeadlineDecision, changeover_seconds: float) -> bool:

@@ -157,3 +157,17 @@ def test_a_job_does_not_sit_out_a_long_outage_one_the_slack_cannot_pay_or_an_unk
     assert sits_out(waiting_for(D + 1, slack_beyond_net=1.5 * D + 1), outlook_with_wait(1.5 * D))
     assert decide_deadline(waiting_for(D + 1, slack_beyond_net=1.5 * D)).slack_seconds == pytest.approx(NET + 1.5 * D)
     assert not sits_out(waiting_for(D + 1), None)
+
+
+def test_with_long_slack_beyond_the_net_a_job_sits_out_an_outage_of_three_changeovers() -> None:
+    # docs/placement.md, fifth pass: with 24 changeovers of slack beyond the net a wait pays for
+    # itself many times over, and a move pays dearer Spot for the rest of the work (the shared
+    # traces' 1.5: a job left us-east4 ten minutes before it came back).
+    three = outlook_with_wait(2.9 * D)  # under three changeovers (the exact edge: the mutants' file)
+    assert sits_out(waiting_for(D + 1, slack_beyond_net=24 * D), three)
+    assert sits_out(waiting_for(2.9 * D, slack_beyond_net=24 * D), three)
+    assert not sits_out(waiting_for(3 * D, slack_beyond_net=24 * D), three)  # outlasted it: weigh a move
+    assert not sits_out(waiting_for(D + 1, slack_beyond_net=24 * D), outlook_with_wait(3.1 * D))
+    # Below 24 changeovers the bound stays two changeovers (the shared 1.2, SkyNomad's 1.1).
+    assert not sits_out(waiting_for(D + 1, slack_beyond_net=24 * D - 1), three)
+    assert sits_out(waiting_for(D + 1, slack_beyond_net=24 * D - 1), outlook_with_wait(1.9 * D))

@@ -105,3 +105,15 @@ def test_a_wait_that_fell_behind_the_line_half_a_second_ago_is_held_three_change
     held = decide_deadline(s)
     assert held.action is Action.STAY and held.held_for_move
     assert held.holds_seconds == pytest.approx(deadline.MOVE_HOLD_CHANGEOVERS * D - behind)
+
+
+def test_the_long_slack_bound_starts_at_exactly_its_changeovers_of_slack() -> None:
+    bound = deadline.LONG_SLACK_WAIT_CHANGEOVERS * D
+    long_slack = deadline.LONG_SLACK_CHANGEOVERS * D
+    at = situation(Placement.WAITING_FOR_SPOT, since=D + 1, slack_beyond_net=long_slack, outlook=outage_of(bound))
+    assert sits_out(at, outage_of(bound))
+    assert not sits_out(at, outage_of(bound + 1))
+    below = situation(
+        Placement.WAITING_FOR_SPOT, since=D + 1, slack_beyond_net=long_slack - 1, outlook=outage_of(bound)
+    )
+    assert not sits_out(below, outage_of(bound))

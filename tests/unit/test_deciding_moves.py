@@ -273,8 +273,9 @@ def test_a_deadline_request_sits_out_an_outage_the_fleet_expects_short_until_it_
     record.attempt(1).created_at = iso(NOW - timedelta(seconds=111))
     move(record, placer)
     assert moved(record) and placer.asked == [1]  # longer than expected: placement weighs a move
-    # An outage expected longer than 2 changeovers, or none known: a move is weighed at once.
-    for outlook in (SpotOutlook(0.99, 121 * 99), None):
+    # An outage expected longer than 3 changeovers (2 with less than 24 changeovers of slack beyond
+    # the net; here 10 h of it), or none known: a move is weighed at once.
+    for outlook in (SpotOutlook(0.99, 181 * 99), None):
         record = with_deadline(36000)
         record.attempt(1).created_at = iso(NOW - timedelta(seconds=100))
         move(record, ElsewherePlacer(outlook=outlook))
