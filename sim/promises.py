@@ -158,20 +158,20 @@ def unread_timeout_stop(world: World, job: SimJob) -> int:
     return int(job.error == DEADLINE_EXCEEDED_ERROR and reads_refused(world, job, hiding_its_end=True))
 
 
-def preemptions_seen_indexed(world: World, job: SimJob) -> int:
-    """How many of the job's preemptions Vertex announced (its service lines) after the ledger
-    indexed the job (`jobs/<job_id>.json`). A line that came before the index (a claim whose
-    create's answer was lost) is kept by on_job_event and counted by the adoption that indexes the
-    job, but only if that delivery lives to count it: an adoption whose delivery dies between
-    recording the job and counting leaves the kept lines uncounted (seed 35: submit's redelivery
-    finds the job recorded and counts nothing). So only what came after the index is owed."""
+def preemptions_seen_indexed(world: World, job: SimJob) -> list[datetime]:
+    """When Vertex announced each of the job's preemptions (its service lines) after the ledger
+    indexed the job (`jobs/<job_id>.json`), earliest first. A line that came before the index (a
+    claim whose create's answer was lost) is kept by on_job_event and counted by the adoption that
+    indexes the job, but only if that delivery lives to count it: an adoption whose delivery dies
+    between recording the job and counting leaves the kept lines uncounted (seed 35: submit's
+    redelivery finds the job recorded and counts nothing). So only what came after the index is owed."""
     from shared.ledger.store import JOBS_PREFIX
 
     job_id = job.name.rsplit("/", 1)[-1]
     index = world.storage.objects(world.settings.state_bucket).get(f"{JOBS_PREFIX}{job_id}.json")
     if index is None:
-        return 0
-    seen = set()  # insertIds: a message delivered twice is one line
+        return []
+    seen: dict[str, datetime] = {}  # by insertId: a message delivered twice is one line
     for message in world.pubsub.on(world.settings.job_events_topic):
         if message.message_id in world.hostile:
             continue
@@ -180,8 +180,8 @@ def preemptions_seen_indexed(world: World, job: SimJob) -> int:
             continue
         labels = (entry.get("resource") or {}).get("labels") or {}
         if labels.get("job_id") == job_id and message.publish_time >= index.time_created:
-            seen.add(entry.get("insertId"))
-    return len(seen)
+            seen.setdefault(str(entry.get("insertId")), message.publish_time)
+    return sorted(seen.values())
 
 
 # Who looks up a claim's job by its labels: reconcile for a stale claim, submit_job for a claim it
@@ -302,7 +302,9 @@ def left_unreadable(world: World) -> set[str]:
 def preemption_storms(world: World) -> list[Expected]:
     """`preemption_storm`: Vertex preempted an attempt's job `preemption_storm_threshold` times or
     more, announced once the job was indexed (`preemptions_seen_indexed`), and its lines could be
-    read (`reads_refused`, and a claim whose look-up Vertex refused for good never names its job)."""
+    read (`reads_refused`, and a claim whose look-up Vertex refused for good never names its job).
+    Not when a person deleted the request's record before the threshold's line was heard
+    (`deleted_before`; seed 3807: the record-less stray's `stray_job` is its word)."""
     threshold = world.settings.preemption_storm_threshold
     cancelled = cancelled_by_operator(world)
     unnamed = never_named_for_a_refused_lookup(world)
@@ -311,12 +313,13 @@ def preemption_storms(world: World) -> list[Expected]:
         Expected(
             AlertKind.PREEMPTION_STORM,
             job.request_id,
-            f"attempt {job.attempt}'s job was preempted {job.vms_reclaimed} times, {seen} of them announced "
+            f"attempt {job.attempt}'s job was preempted {job.vms_reclaimed} times, {len(seen)} of them announced "
             f"after its index was written (threshold {threshold})",
         )
         for job in only_jobs(world)
         if job.vms_reclaimed >= threshold
-        and (seen := preemptions_seen_indexed(world, job)) >= threshold
+        and len(seen := preemptions_seen_indexed(world, job)) >= threshold
+        and not deleted_before(world, job.request_id, seen[threshold - 1])
         and job.request_id not in cancelled
         and (job.request_id, job.attempt) not in unnamed
         and job.request_id not in unreadable
@@ -760,14 +763,17 @@ def timeouts_without_progress(world: World) -> list[Expected]:
 
 def deleted_before_due(world: World, job: SimJob, wait_seconds: float) -> bool:
     """Whether a person deleted the job's request record before the code owed a word on the job's
-    end: the code may wait `wait_seconds` after it (documented), and `LAG` more to see it. With
-    the record gone nothing is decided on the request (docs/simulator.md: `object_deleted`); its
-    alert is owed only if it was due before."""
-    deleted_at = world.tampering.records_deleted_at.get(job.request_id)
-    if deleted_at is None:
-        return False
+    end: the code may wait `wait_seconds` after it (documented)."""
     ended = job.end_time or world.clock.now()
-    return deleted_at < ended + timedelta(seconds=wait_seconds) + LAG
+    return deleted_before(world, job.request_id, ended + timedelta(seconds=wait_seconds))
+
+
+def deleted_before(world: World, request_id: str, due: datetime) -> bool:
+    """Whether a person deleted the request's record before the code could say what was due at
+    `due` (with `LAG` to see it). With the record gone nothing is decided on the request
+    (docs/simulator.md: `object_deleted`); its alert is owed only if it was due before."""
+    deleted_at = world.tampering.records_deleted_at.get(request_id)
+    return deleted_at is not None and deleted_at < due + LAG
 
 
 def job_failed_conditions(world: World) -> list[Expected]:

@@ -136,6 +136,40 @@ def test_a_storm_announced_before_its_job_was_indexed_is_not_owed(world: World) 
     assert catalogue(world, AlertKind.PREEMPTION_STORM) == []
 
 
+def test_a_storm_announced_after_a_person_deleted_its_record_is_not_owed(world: World) -> None:
+    """Seed 3807: one preemption, then a person deleted the record, then five more while reconcile's
+    run lock kept its stray sweep away. With the record gone nothing is decided on the request
+    (`object_deleted`): the sweep's record-less `stray_job` is its word, no storm is counted."""
+    threshold = world.settings.preemption_storm_threshold
+    storm = job(world, "r1", 1)
+    restore(world, "r1", RequestStatus.RUNNING, attempt_of(storm))
+    preempted(world, storm, 1)
+    world.clock.advance(60)
+    faults.delete_object(world, what="ledger")
+    assert world.tampering.deleted_records == {"r1"}
+    world.clock.advance(60)
+    preempted(world, storm, threshold + 1)
+
+    assert catalogue(world, AlertKind.PREEMPTION_STORM) == []
+
+
+@pytest.mark.parametrize(
+    ("deleted_after", "owed"), [(promises.LAG - timedelta(seconds=1), False), (promises.LAG, True)]
+)
+def test_a_storm_is_owed_only_if_it_was_due_before_a_person_deleted_its_record(
+    world: World, deleted_after: timedelta, owed: bool
+) -> None:
+    """Its threshold's line announced, the code has `LAG` to hear it; a record deleted after that
+    still owes the storm the code could have said."""
+    storm = job(world, "r1", 1)
+    restore(world, "r1", RequestStatus.RUNNING, attempt_of(storm))
+    preempted(world, storm, world.settings.preemption_storm_threshold)
+    world.clock.advance(deleted_after.total_seconds())
+    faults.delete_object(world, what="ledger")
+
+    assert len(catalogue(world, AlertKind.PREEMPTION_STORM)) == (1 if owed else 0)
+
+
 def test_a_last_attempt_stocked_out_without_its_alert_is_caught(world: World) -> None:
     first = job(world, "r1", 1, "JOB_STATE_FAILED")
     first.error = STOCKOUT_ERROR
