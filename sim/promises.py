@@ -190,11 +190,23 @@ def preemptions_seen_indexed(world: World, job: SimJob) -> list[datetime]:
 CLAIM_LOOKERS = ("reconcile", "submit_job")
 
 
+def claim_lookups_refused(world: World) -> dict[str, str]:
+    """Requests a look-up of whose claim's job (a listing by its attempt's labels, by one of
+    `CLAIM_LOOKERS`) Vertex refused for good, and why. Not submit's replay guard's listing by the
+    request's labels alone (`Refused.request_wide`): it has no claim, its message is redelivered
+    (`submit_blocked`) until it dead-letters, and the dead-letter alert is its word (seed 3729)."""
+    return {
+        r.request_id: f"Vertex answered {r.code} to {r.caller}'s {r.operation} in {r.location}"
+        for r in world.vertex.refused
+        if r.operation == "list" and r.request_id and r.caller in CLAIM_LOOKERS and not r.request_wide
+    }
+
+
 def never_named_for_a_refused_lookup(world: World) -> set[tuple[str, int]]:
     """(request, attempt) of claims whose job the record never named because a look-up of it was
     refused for good (a 403 on list): nothing is decided on the job's lines or its end, and
     `lookup_failed` is the word owed (seed 118: a storm, and a failed job, of such a claim)."""
-    unlooked = set(refused_for_good(world, "list", CLAIM_LOOKERS))
+    unlooked = set(claim_lookups_refused(world))
     return {(r.request_id, a.n) for r in records(world) if r.request_id in unlooked for a in r.attempts if not a.job}
 
 
@@ -545,10 +557,10 @@ def creates_refused(world: World) -> list[Expected]:
 
 
 def lookups_refused(world: World) -> list[Expected]:
-    """`lookup_failed`: a look-up of a claim's job (a listing of the request's jobs, by reconcile
-    or by submit_job's take-over), or reconcile's get of a recorded attempt's job, was refused (a
-    403 for the list or the get permission: `sim.faults`)."""
-    refused = refused_for_good(world, "list", CLAIM_LOOKERS) | refused_for_good(world, "get", ("reconcile",))
+    """`lookup_failed`: a look-up of a claim's job (a listing by its attempt's labels, by reconcile
+    or by submit_job's take-over: `claim_lookups_refused`), or reconcile's get of a recorded
+    attempt's job, was refused (a 403 for the list or the get permission: `sim.faults`)."""
+    refused = claim_lookups_refused(world) | refused_for_good(world, "get", ("reconcile",))
     return [Expected(AlertKind.LOOKUP_FAILED, rid, why) for rid, why in refused.items()]
 
 

@@ -139,6 +139,9 @@ class Refused:
     request_id: str
     code: int
     caller: str  # the function (or "operator") whose call it was
+    # A listing by the request's labels alone, naming no attempt: submit's replay guard
+    # (`replayed_without_a_record`), not a claim's look-up (seed 3729).
+    request_wide: bool = False
 
 
 class SimVertex:
@@ -215,12 +218,12 @@ class SimVertex:
             )
         window.append(now)
 
-    def _refuse(self, operation: str, location: str, request_id: str) -> None:
+    def _refuse(self, operation: str, location: str, request_id: str, *, request_wide: bool = False) -> None:
         """A 403 when a permission is missing for this call kind in this location; a 400 on a
         create of a request whose job Vertex finds invalid."""
         now = self.clock()
         if any(r.applies(operation, location, now) for r in self.refusals):
-            self.refused.append(Refused(now, operation, location, request_id, 403, self.caller()))
+            self.refused.append(Refused(now, operation, location, request_id, 403, self.caller(), request_wide))
             raise api.PermissionDenied(
                 f"Permission 'aiplatform.customJobs.{operation}' denied on resource "
                 f"'//aiplatform.googleapis.com/projects/{self.project}/locations/{location}' (or it may not exist)."
@@ -317,7 +320,10 @@ class SimVertex:
             if LABEL_REQUEST_ID in wanted:
                 self.looked_up(parent.split("/locations/")[1], wanted[LABEL_REQUEST_ID])
             self._admit("crud", parent.split("/locations/")[1], CRUD_PER_MINUTE)
-            self._refuse("list", parent.split("/locations/")[1], wanted.get(LABEL_REQUEST_ID, ""))
+            request_wide = LABEL_REQUEST_ID in wanted and LABEL_ATTEMPT not in wanted
+            self._refuse(
+                "list", parent.split("/locations/")[1], wanted.get(LABEL_REQUEST_ID, ""), request_wide=request_wide
+            )
             self._note_asked(parent.split("/locations/")[1])
             candidates: Iterable[SimJob] = self.jobs.values()  # a job put in `jobs` by hand (a test)
             if self._indexed == len(self.jobs):

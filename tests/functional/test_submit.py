@@ -1415,6 +1415,26 @@ def test_a_redrive_of_a_request_whose_document_was_lost_creates_no_second_job(ha
     assert alert.kind == "ledger_missing" and alert.details["jobs"] == [first.job]
 
 
+def test_a_replay_whose_lookup_vertex_refuses_for_good_is_redelivered_claiming_nothing(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Simulator seed 3729: the replay guard cannot tell whether jobs of the record-less request
+    exist, so nothing is claimed or created and the message is redelivered until it dead-letters
+    (the dead-letter alert is its word); there is no claim, so no `lookup_failed`."""
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise api.PermissionDenied("403 Permission 'aiplatform.customJobs.list' denied")
+
+    monkeypatch.setattr(harness.vertex, "list_custom_jobs", refused)
+    replayed = Message(envelope(), "m-1", {}, publish_time=harness.now - timedelta(seconds=LEASE + 1))
+
+    with pytest.raises(SubmitBlocked):
+        submit_request(replayed, harness.log, harness.ports)
+
+    assert harness.ledger.get("r1") is None and harness.vertex.creates == 0
+    assert harness.alerts == []
+
+
 def test_a_fresh_message_without_a_record_is_claimed_without_a_lookup(harness: Harness) -> None:
     outcome = harness.deliver(envelope())
     assert outcome.result == SubmitResult.CREATED and harness.vertex.lists == 0

@@ -9,7 +9,9 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from google.api_core import exceptions as api
 
+from shared.adapters.vertex import find_attempt_job, find_jobs, parent_path, request_labels
 from shared.alerts import Alert, AlertKind
 from shared.deciding.preemptions import KIT_TIMEOUT_KEY
 from shared.fleet.observations import FleetFact, Kind, attempt_key
@@ -386,6 +388,27 @@ def test_a_claim_whose_takeover_lookup_was_refused_owes_lookup_failed_not_job_st
     ]
     publish_alert(world, AlertKind.LOOKUP_FAILED, "r1")
     assert catalogue(world, AlertKind.LOOKUP_FAILED) == []
+
+
+def test_a_refused_replay_check_owes_no_lookup_failed_but_a_refused_claim_lookup_does(world: World) -> None:
+    """Seed 3729: submit's replay guard lists a record-less request's jobs by its request's labels
+    (`replayed_without_a_record`), naming no attempt: no claim, no attempt to mark. Its 403 makes
+    the message redelivered (`submit_blocked`) until it dead-letters, and the dead-letter alert
+    speaks (`awaiting_redrive`); `lookup_failed` is a claim's word, owed for a refused look-up by
+    its attempt's labels (`find_attempt_job`), whoever made it."""
+    world.vertex.refusals = [Refusal("list", "us-central1", world.clock.now(), None)]
+    world.vertex.caller = lambda: "submit_job"
+    deployment = world.settings.deployment_label
+    parent = parent_path(world.settings.project, "us-central1")
+    with pytest.raises(api.PermissionDenied):
+        find_jobs(world.vertex, parent, request_labels("r1", deployment))
+    assert catalogue(world, AlertKind.LOOKUP_FAILED) == []
+
+    with pytest.raises(api.PermissionDenied):
+        find_attempt_job(world.vertex, parent, "r1", 1, deployment, since="2026-03-02T08:00:00Z")
+    assert catalogue(world, AlertKind.LOOKUP_FAILED) == [
+        "no lookup_failed alert for r1: Vertex answered 403 to submit_job's list in us-central1"
+    ]
 
 
 def test_a_deletion_never_reported_is_caught(world: World) -> None:
