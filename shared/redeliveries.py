@@ -162,7 +162,7 @@ def replayed_without_a_record(message: Message, envelope: dict[str, Any], log: L
         event="ledger_missing",
         jobs=found,
     )
-    publish_alert(
+    alert_once(  # Pub/Sub may deliver the message again after its ack (seed 3179)
         ports,
         Alert.of(
             AlertKind.LEDGER_MISSING,
@@ -175,6 +175,7 @@ def replayed_without_a_record(message: Message, envelope: dict[str, Any], log: L
             details={"jobs": found, "message_id": message.message_id},
             time=iso(ports.clock()),
         ),
+        f"{LEDGER_MISSING_NOTES}{message.message_id}",
     )
     return True
 
@@ -183,6 +184,8 @@ def replayed_without_a_record(message: Message, envelope: dict[str, Any], log: L
 # no longer deliver the message: 31 days at most), and of the record-less strays alerted
 # (`shared.found_jobs`: the same rule lets a job whose cancel failed for a month be alerted again).
 REJECTION_NOTES = "rejections/"
+# The note that a replayed message's `ledger_missing` is out (`alert_once`), one per message.
+LEDGER_MISSING_NOTES = f"{REJECTION_NOTES}ledger-missing-"
 
 
 def alert_rejection_once(ports: Ports, alert: Alert) -> None:

@@ -493,7 +493,9 @@ def request_id_conflicts(world: World) -> list[Expected]:
     """`request_id_conflict`: one request id published with two bodies, both valid (neither a
     re-queue nor a redrive, nor an id spotjobs derives, which a publisher may not take), the
     second while the first's record is kept; not for a record a person left unreadable (submit
-    cannot compare bodies with it: `ledger_corrupt` is its word, seed 258)."""
+    cannot compare bodies with it: `ledger_corrupt` is its word, seed 258). A person's deletion
+    ends what is known to be kept: only bodies published before it count (after it, the id is
+    claimed afresh by whichever comes, seed 3667)."""
     from shared.jobs import RESERVED_ID_PREFIXES
     from shared.requests.envelope import InvalidJobRequest
     from shared.requests.policy import validate_request
@@ -512,6 +514,9 @@ def request_id_conflicts(world: World) -> list[Expected]:
             or request.request_id.startswith(RESERVED_ID_PREFIXES)
             or "CloudPubSubDeadLetterSourceDeliveryCount" in arrival.attributes
         ):
+            continue
+        deleted_at = world.tampering.records_deleted_at.get(request.request_id)
+        if deleted_at is not None and arrival.at >= deleted_at:
             continue
         bodies[request.request_id].add(json.dumps(request.custom_job, sort_keys=True).encode())
     unreadable = left_unreadable(world)

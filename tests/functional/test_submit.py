@@ -1435,6 +1435,21 @@ def test_a_replay_whose_lookup_vertex_refuses_for_good_is_redelivered_claiming_n
     assert harness.alerts == []
 
 
+def test_a_lost_document_is_alerted_once_per_message_however_often_it_is_delivered(harness: Harness) -> None:
+    """Pub/Sub delivers a message again after its ack (simulator seed 3179: a redriven message
+    delivered three times published `ledger_missing` three times)."""
+    first = harness.deliver(envelope(), message_id="m-1")
+    harness.ledger._bucket.blob("requests/r1.json").delete()  # a person
+
+    harness.now += timedelta(hours=1)
+    replayed = Message(envelope(), "m-1", {}, publish_time=harness.now - timedelta(hours=1))
+    outcomes = [submit_request(replayed, harness.log, harness.ports) for _ in range(3)]
+
+    assert {o.result for o in outcomes} == {SubmitResult.DUPLICATE} and harness.vertex.creates == 1
+    [alert] = harness.alerts
+    assert alert.kind == "ledger_missing" and alert.details == {"jobs": [first.job], "message_id": "m-1"}
+
+
 def test_a_fresh_message_without_a_record_is_claimed_without_a_lookup(harness: Harness) -> None:
     outcome = harness.deliver(envelope())
     assert outcome.result == SubmitResult.CREATED and harness.vertex.lists == 0

@@ -487,6 +487,31 @@ def test_a_second_body_for_a_record_a_person_left_unreadable_owes_ledger_corrupt
     assert catalogue(world, AlertKind.REQUEST_ID_CONFLICT) == []
 
 
+def test_a_second_body_published_after_a_person_deleted_the_record_owes_no_conflict(world: World) -> None:
+    """Seed 3667: a hostile publisher took burst5 with its body, a person deleted the record, and
+    the real body came ten minutes later: no record kept the first, so the id was claimed afresh.
+    A second body published before the deletion still owes it."""
+    import random
+
+    from sim.workload import custom_job
+
+    first, second = ({"request_id": "r1", "custom_job": custom_job(random.Random(k), gpu=False)} for k in (1, 2))
+    start = world.clock.now()
+    world.tampering.deleted_records.add("r1")
+    world.tampering.records_deleted_at["r1"] = start + timedelta(minutes=10)
+    world.workload.arrivals = [
+        Arrival(0, start, json.dumps(first).encode(), {}, "hostile victim_id r1"),
+        Arrival(1, start + timedelta(minutes=20), json.dumps(second).encode(), {}, "envelope r1"),
+    ]
+    assert catalogue(world, AlertKind.REQUEST_ID_CONFLICT) == []
+
+    world.workload.arrivals[1].at = start + timedelta(minutes=5)
+
+    assert catalogue(world, AlertKind.REQUEST_ID_CONFLICT) == [
+        "no request_id_conflict alert for r1: published with 2 bodies"
+    ]
+
+
 # Nothing stuck without a word.
 
 
