@@ -34,7 +34,7 @@ from tests.support.decisions import (
     make_settings,
 )
 
-RUNNING, FAILED, SUCCEEDED = 3, 5, 4
+RUNNING, FAILED, SUCCEEDED, CANCELLED = 3, 5, 4, 7
 
 
 @pytest.fixture
@@ -382,12 +382,12 @@ def test_line_before_submit_recorded_the_job_finishes_its_adoption(world: World)
 
 
 def test_a_line_of_a_job_of_the_requests_deleted_record_does_not_finish_a_new_claims_adoption(world: World) -> None:
-    """A person deleted req-1's record while attempt 1's job ran; its index entry stayed. A
-    redelivery claimed the id anew and its create is on its way. A line of the old job finds it
-    indexed for attempt 1 and the claim without a job, but the job was created before the record:
-    it is not the claim's (as `find_attempt_job` reads it, seed 1771), so the line adopts nothing
-    and the claim records its own job."""
-    _, earlier_life = world.submitted(state=RUNNING)
+    """A person deleted req-1's record while attempt 1's job ran; its index entry stayed, and the
+    stray sweep cancelled the job. A redelivery claimed the id anew and its create is on its way.
+    The old job's last line finds it indexed for attempt 1 and the claim without a job, but the
+    job was created before the record: it is not the claim's (as `find_attempt_job` reads it, seed
+    1771, where adopting it ended the request CANCELLED), so the line adopts nothing."""
+    _, earlier_life = world.submitted(state=CANCELLED)
     world.vertex.jobs[earlier_life].create_time = datetime.now(UTC) - timedelta(hours=2)
 
     def claimed_anew(current: RequestRecord) -> RequestRecord:
@@ -399,8 +399,9 @@ def test_a_line_of_a_job_of_the_requests_deleted_record_does_not_finish_a_new_cl
 
     world.rewrite("req-1", claimed_anew)
     with contextlib.suppress(TransientError):  # redelivered until the claim records its own job
-        deliver(world, log_entry(earlier_life, "Job is running."))
-    assert world.ledger.get("req-1").attempts[0].job is None
+        deliver(world, log_entry(earlier_life, "Job was cancelled."))
+    stored = world.ledger.get("req-1")
+    assert stored.attempts[0].job is None and stored.status == RequestStatus.CLAIMED
 
 
 def _iso(moment: datetime) -> str:
