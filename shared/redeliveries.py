@@ -148,8 +148,8 @@ def replayed_without_a_record(message: Message, envelope: dict[str, Any], log: L
     whenever its request has no document; a redriven message counts from its first publish (seed
     1771: a redrive an hour after a person deleted the record created a second job). A fresher one
     only when the request's active marker is there (one read): every claim writes it before its
-    record and it outlives a deleted record by `INDEX_GRACE_SECONDS`, so without it no claim, and
-    no create, came since the message was first published; with it, only jobs created since then
+    record, and it is removed no sooner than `INDEX_GRACE_SECONDS` after, so without it no claim,
+    and no create, came since the message was first published; with it, only jobs created since then
     count, an earlier one being an earlier record's of the id (seed 5085: a person deleted the
     record a minute after the publish, and a redelivery created a second job)."""
     age = _age_since_first_publish(message, ports.clock())
