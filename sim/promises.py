@@ -827,8 +827,9 @@ NOT_CHECKED: dict[AlertKind, str] = {
     AlertKind.DEADLINE_AT_RISK: "its condition is the rule's own estimate (committed steps as the ledger "
     "saw them, the fleet's changeover): no ground truth; `deadlines_met` judges the outcome",
     AlertKind.LEDGER_MISSING: "a person deletes ledger records (`sim.faults`) and the world knows the jobs, "
-    "but the condition is a delivery to submit_job at least a claim lease after its publish, of a request "
-    "whose record is gone at that moment: the world keeps no record of when each delivery began (not coded)",
+    "but the condition is a delivery to submit_job of a request whose record is gone at that moment and that has "
+    "jobs (at least a claim lease after its publish; sooner, with its active marker still there and a job created "
+    "since the publish): the world keeps no record of when each delivery began (not coded)",
 }
 
 
