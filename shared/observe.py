@@ -12,7 +12,7 @@ from datetime import datetime
 
 from spotjobs_kit.lines import KitRecord, is_signed_with
 
-from shared.adapters.vertex import canceller, get_job, read_job
+from shared.adapters.vertex import canceller, created_before, get_job, read_job
 from shared.clock import utcnow
 from shared.deciding.applying import apply_observation
 from shared.deciding.decisions import Observation
@@ -152,13 +152,17 @@ def _finish_adoption(ports: Ports, record: RequestRecord | None, index: JobIndex
     claim may then wait for reconcile (seed 31: 25 minutes), and this line's redeliveries would go
     to the dead-letter topic first, its preemption never counted. The index is the adoption's own
     word: finish it (record the job, count the lines kept before the index), so the line is
-    decided now. Returns whether the index's job is the attempt's (another may be recorded)."""
+    decided now, unless the job is older than the record (an index an earlier record of the id
+    left, as `find_attempt_job` reads it). Returns whether the index's job is the attempt's
+    (another may be recorded)."""
     attempt = record.attempt(index.attempt) if record else None
-    if attempt is None or attempt.job is not None or attempt.outcome is not None:
+    if record is None or attempt is None or attempt.job is not None or attempt.outcome is not None:
         return False  # not a claim in flight: an ended attempt's job is a stray (the sweep's)
     from shared.found_jobs import adopt_found_job  # rare: a cold instance need not load it
 
     job = get_job(ports.job_service(index.location), index.job)
+    if created_before(job, record.created_at):
+        return False  # an index left by an earlier record of the id (a person deleted it): a stray
     adoption, _ = adopt_found_job(
         ports, index.request_id, index.attempt, index.location, job, log, left="was indexed and not recorded yet"
     )

@@ -14,7 +14,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from shared.adapters.vertex import find_jobs, parent_path, request_labels
+from shared.adapters.vertex import CREATE_CLOCK_SKEW_SECONDS, find_jobs, parent_path, request_labels
 from shared.alerts import Alert, AlertKind
 from shared.clock import iso, parse_iso, parse_rfc3339, within_publish_range
 from shared.deciding.notices import telling_changes
@@ -25,6 +25,7 @@ from shared.jobs import RESERVED_ID_PREFIXES, TRIGGER_ID_PREFIX
 from shared.ledger.claims import fail_invalid_requeue, invalid_request_alert
 from shared.ledger.records import RequestRecord, alert_marker
 from shared.ledger.run_lock import ledger_bucket
+from shared.ledger.store import INDEX_GRACE_SECONDS
 from shared.log import Logger
 from shared.requests.envelope import ORIGINAL_PUBLISH_TIME_ATTRIBUTE, InvalidJobRequest, JobRequest
 from shared.swap import Swapped
@@ -138,25 +139,40 @@ def _age_since_first_publish(message: Message, now: datetime) -> float | None:
 
 
 def replayed_without_a_record(message: Message, envelope: dict[str, Any], log: Logger, ports: Ports) -> bool:
-    """A message old enough to be a replay (a topic seek, a republish after an outage) whose
-    request has no ledger document: if the document was lost (deleted by an operator or a
-    lifecycle rule), jobs with the request's labels exist, and claiming afresh would start
-    another. Look them up first; if any, create nothing and say so once per message. A redriven
-    message counts from its first publish (seed 1771: a redrive an hour after a person deleted
-    the record created a second job)."""
+    """A message whose request has no ledger document, though one may have been kept: if the
+    document was lost (deleted by an operator or a lifecycle rule), jobs with the request's labels
+    exist, and claiming afresh would start another. Look them up first; if any, create nothing and
+    say so once per message.
+
+    A message old enough to be a replay (a topic seek, a republish after an outage) is looked up
+    whenever its request has no document; a redriven message counts from its first publish (seed
+    1771: a redrive an hour after a person deleted the record created a second job). A fresher one
+    only when the request's active marker is there (one read): every claim writes it before its
+    record, and it is removed no sooner than `INDEX_GRACE_SECONDS` after, so without it no claim,
+    and no create, came since the message was first published; with it, only jobs created since then
+    count, an earlier one being an earlier record's of the id (seed 5085: a person deleted the
+    record a minute after the publish, and a redelivery created a second job)."""
     age = _age_since_first_publish(message, ports.clock())
-    if age is None or age < ports.settings.claim_lease_seconds:
-        return False  # fresh: a claim precedes every create, so no record means no job
+    if age is None:
+        return False
     request_id = envelope["request_id"]
+    fresh = age < min(ports.settings.claim_lease_seconds, INDEX_GRACE_SECONDS)
+    if fresh and ports.ledger.active_entry(request_id) is None:
+        return False  # never claimed since its first publish: no record means no job
     if ports.ledger.get(request_id) is not None:
         return False
     labels = request_labels(request_id, ports.settings.deployment_label)
+    # Vertex's clock may lag ours: a job created this much before the first publish still counts.
+    earliest = ports.clock().timestamp() - age - CREATE_CLOCK_SKEW_SECONDS if fresh else None
     found: list[str] = []
     for location in envelope.get("locations") or [envelope["location"]]:
         parent = parent_path(ports.settings.project, location)
-        found += [job.name for job in find_jobs(ports.job_service(location), parent, labels)]
-    if not found:
-        return False
+        jobs = find_jobs(ports.job_service(location), parent, labels)
+        found += [
+            j.name for j in jobs if earliest is None or not j.create_time or j.create_time.timestamp() >= earliest
+        ]
+    if not found or ports.ledger.get(request_id) is not None:
+        return False  # a concurrent delivery's claim, not a lost record: the claim settles it
     log.error(
         "a replayed request has jobs but no ledger document; nothing created",
         event="ledger_missing",

@@ -82,20 +82,27 @@ def budgets_reached(world: World) -> list[Expected]:
 
 
 def dead_pass_seconds(world: World, record: Any) -> float:
-    """How long reconcile passes that died while `record` ran put its stop off: a pass whose
-    instance is gone holds the run lock for its lease (`shared.ledger.run_lock.LEASE_SECONDS`,
-    longer than two intervals), so every tick within it ends at once (seed 54)."""
+    """How long reconcile passes that died while `record` ran put its stop off (seed 54)."""
     from shared.clock import parse_iso
-    from shared.ledger.run_lock import LEASE_SECONDS
 
-    interval = world.settings.reconcile_interval_seconds
     starts = [parse_iso(a.started_at) for a in record.attempts if a.started_at]
     if not starts:
         return 0.0
     ends = [parse_iso(a.ended_at) for a in record.attempts if a.ended_at]
-    since = min(starts) - timedelta(seconds=LEASE_SECONDS)
     until = max(ends) if ends and record.latest.ended_at else world.clock.now()
-    dead = sum(1 for moment in world.dead_reconciles if since <= moment <= until)
+    return dead_pass_seconds_around(world, min(starts), until)
+
+
+def dead_pass_seconds_around(world: World, since: datetime, until: datetime) -> float:
+    """How long reconcile passes that died from one lease before `since` to `until` put off what
+    a pass would have seen in that span: a pass whose instance is gone holds the run lock for its
+    lease (`shared.ledger.run_lock.LEASE_SECONDS`, longer than two intervals), so every tick
+    within it ends at once (seed 54; seed 4709 for `job_stuck`)."""
+    from shared.ledger.run_lock import LEASE_SECONDS
+
+    interval = world.settings.reconcile_interval_seconds
+    first = since - timedelta(seconds=LEASE_SECONDS)
+    dead = sum(1 for moment in world.dead_reconciles if first <= moment <= until)
     return dead * math.ceil(LEASE_SECONDS / interval) * interval
 
 

@@ -1035,6 +1035,31 @@ def cancelled_requests_end_cancelled(world: World) -> list[Violation]:
     return out
 
 
+def jobs_of_their_own_record(world: World) -> list[Violation]:
+    """An attempt records only a job created after its record was written: a claim's record
+    precedes every create of it, so an older job with the attempt's labels is an earlier record's
+    of the id, which a person deleted (seed 1771: adopted, its cancel ended the new request). A
+    record a person wrote by hand is left out (its `created_at` is theirs)."""
+    from shared.clock import parse_iso
+
+    out = []
+    for record in records(world):
+        if f"requests/{record.request_id}.json" in world.tampering.written:
+            continue
+        written = parse_iso(record.created_at)
+        for attempt in record.attempts:
+            job = world.vertex.jobs.get(attempt.job) if attempt.job else None
+            if job is not None and job.create_time < written:
+                out.append(
+                    violation(
+                        "jobs_of_their_own_record",
+                        f"{record.request_id} attempt {attempt.n} records {job.name}, created "
+                        f"at {job.create_time.isoformat()}, before its record ({record.created_at})",
+                    )
+                )
+    return out
+
+
 def moves_allowed(world: World) -> list[Violation]:
     """A move of a job waiting for Spot (an attempt ended `moved`: shared/deciding/moves.py) goes to
     a location the request and the deployment allow, its next attempt runs elsewhere than the job
@@ -1105,7 +1130,15 @@ def alternatives_kept(world: World) -> list[Violation]:
 
 # Checked with the others (`check` reads the lists when it runs); once quiet is enough for the
 # first too: every create is kept with its moment, and the record with its cancel.
-QUIESCENCE.extend((nothing_created_after_a_cancel, cancelled_requests_end_cancelled, moves_allowed, alternatives_kept))
+QUIESCENCE.extend(
+    (
+        nothing_created_after_a_cancel,
+        cancelled_requests_end_cancelled,
+        jobs_of_their_own_record,
+        moves_allowed,
+        alternatives_kept,
+    )
+)
 
 # The promises people rely on (sim/promises.py).
 from sim import budgets, continuations, flex, promises, replicas, shown  # noqa: E402 - they read this module's helpers

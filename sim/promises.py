@@ -382,20 +382,31 @@ def jobs_stuck(world: World) -> list[Expected]:
     claim whose look-up Vertex refused for good (its record never names the job: `lookup_failed`
     is the word owed, seed 84). A FLEX_START job waits for capacity by design, up to its
     maxWaitDuration (docs/requests.md: stuck "FLEX_START only past its `maxWaitDuration`"): its
-    bound is that much longer (`sim.flex.wait_allowance`)."""
+    bound is that much longer (`sim.flex.wait_allowance`). A reconcile pass that died near the
+    line holds the run lock over the ticks of its lease, so the bound is that much longer for
+    each (`budgets.dead_pass_seconds_around`; seed 4709: the wait ended before any pass saw it)."""
     from sim.invariants import left_unreadable
 
     now = world.clock.now()
     unreadable = left_unreadable(world)
     unlooked = never_named_for_a_refused_lookup(world)
-    bound = world.settings.stuck_after_seconds + LAG.total_seconds()
     return [
         Expected(AlertKind.JOB_STUCK, job.request_id, f"attempt {job.attempt}'s job waited {seconds:.0f} s")
         for job in only_jobs(world)
-        if (seconds := waited_seconds(job, now)) > bound + flex.wait_allowance(job).total_seconds()
+        if (seconds := waited_seconds(job, now)) > stuck_bound_seconds(world, job, now)
         and job.request_id not in unreadable
         and (job.request_id, job.attempt) not in unlooked
     ]
+
+
+def stuck_bound_seconds(world: World, job: SimJob, now: datetime) -> float:
+    """How long `job` may wait before its `job_stuck` is owed: the threshold (longer for a
+    FLEX_START job), the passes that notice it (`LAG`), and the leases of passes that died near
+    its line."""
+    allowed = world.settings.stuck_after_seconds + flex.wait_allowance(job).total_seconds()
+    line = job.create_time + timedelta(seconds=allowed)
+    waited_until = job.start_time or job.end_time or now
+    return allowed + LAG.total_seconds() + budgets.dead_pass_seconds_around(world, line, waited_until)
 
 
 def checkpoints_pruned(world: World) -> list[Expected]:
@@ -837,8 +848,9 @@ NOT_CHECKED: dict[AlertKind, str] = {
     AlertKind.DEADLINE_AT_RISK: "its condition is the rule's own estimate (committed steps as the ledger "
     "saw them, the fleet's changeover): no ground truth; `deadlines_met` judges the outcome",
     AlertKind.LEDGER_MISSING: "a person deletes ledger records (`sim.faults`) and the world knows the jobs, "
-    "but the condition is a delivery to submit_job at least a claim lease after its publish, of a request "
-    "whose record is gone at that moment: the world keeps no record of when each delivery began (not coded)",
+    "but the condition is a delivery to submit_job of a request whose record is gone at that moment and that has "
+    "jobs (at least a claim lease after its publish; sooner, with its active marker still there and a job created "
+    "since the publish): the world keeps no record of when each delivery began (not coded)",
 }
 
 

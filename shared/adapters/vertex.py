@@ -204,12 +204,17 @@ def find_attempt_job(
     the id, which a person deleted and whose job the stray sweep cancelled (simulator seed 1771:
     adopted, its cancel ended the request, and the claim's own job, unnamed, was cancelled).
     """
-    written = parse_rfc3339(since)
-    earliest = written.timestamp() - CREATE_CLOCK_SKEW_SECONDS if written else None
     jobs = find_jobs(client, parent, attempt_labels(request_id, attempt, deployment))
-    return next(
-        (job for job in jobs if earliest is None or not job.create_time or _create_seconds(job) >= earliest), None
-    )
+    return next((job for job in jobs if not created_before(job, since)), None)
+
+
+def created_before(job: CustomJob, since: str) -> bool:
+    """Whether `job` was created before a record written at `since` (its `created_at`), beyond
+    the clocks' skew: then it is no job of that record's (`find_attempt_job`)."""
+    written = parse_rfc3339(since)
+    if written is None or not job.create_time:
+        return False
+    return _create_seconds(job) < written.timestamp() - CREATE_CLOCK_SKEW_SECONDS
 
 
 def may_have_created(exc: BaseException) -> bool:

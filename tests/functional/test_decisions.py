@@ -3,6 +3,7 @@ faked in memory: exactly-once decisions under duplicates, concurrency and reorde
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 from shared.delivery import Message
 from shared.errors import TransientError, is_retryable
 from shared.ledger.claims import claim_attempt
-from shared.ledger.records import RequestRecord
+from shared.ledger.records import Attempt, RequestRecord
 from shared.ledger.states import RequestStatus
 from shared.ledger.store import LedgerStore
 from shared.observe import EventOutcome, handle_job_event
@@ -33,7 +34,7 @@ from tests.support.decisions import (
     make_settings,
 )
 
-RUNNING, FAILED, SUCCEEDED = 3, 5, 4
+RUNNING, FAILED, SUCCEEDED, CANCELLED = 3, 5, 4, 7
 
 
 @pytest.fixture
@@ -378,6 +379,33 @@ def test_line_before_submit_recorded_the_job_finishes_its_adoption(world: World)
     world.ledger.update("req-1", unrecord)
     assert deliver(world, log_entry(job, "Job is running.")) is EventOutcome.OBSERVED
     assert world.ledger.get("req-1").attempts[0].job == job
+
+
+def test_a_line_of_a_job_of_the_requests_deleted_record_does_not_finish_a_new_claims_adoption(world: World) -> None:
+    """A person deleted req-1's record while attempt 1's job ran; its index entry stayed, and the
+    stray sweep cancelled the job. A redelivery claimed the id anew and its create is on its way.
+    The old job's last line finds it indexed for attempt 1 and the claim without a job, but the
+    job was created before the record: it is not the claim's (as `find_attempt_job` reads it, seed
+    1771, where adopting it ended the request CANCELLED), so the line adopts nothing."""
+    _, earlier_life = world.submitted(state=CANCELLED)
+    world.vertex.jobs[earlier_life].create_time = datetime.now(UTC) - timedelta(hours=2)
+
+    def claimed_anew(current: RequestRecord) -> RequestRecord:
+        fresh = _iso(datetime.now(UTC) - timedelta(seconds=30))
+        current.created_at = fresh
+        current.status = RequestStatus.CLAIMED
+        current.attempts[0] = Attempt(1, "us-central1", "SPOT", claimed_at=fresh, create_sent_at=fresh)
+        return current
+
+    world.rewrite("req-1", claimed_anew)
+    with contextlib.suppress(TransientError):  # redelivered until the claim records its own job
+        deliver(world, log_entry(earlier_life, "Job was cancelled."))
+    stored = world.ledger.get("req-1")
+    assert stored.attempts[0].job is None and stored.status == RequestStatus.CLAIMED
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 garbage = st.binary(max_size=300) | st.builds(

@@ -1455,6 +1455,62 @@ def test_a_fresh_message_without_a_record_is_claimed_without_a_lookup(harness: H
     assert outcome.result == SubmitResult.CREATED and harness.vertex.lists == 0
 
 
+def test_a_redelivery_inside_the_lease_after_a_person_deleted_the_record_creates_no_second_job(
+    harness: Harness,
+) -> None:
+    """Simulator seed 5085: the first delivery created the job, a person deleted the record a
+    minute after the publish, and a redelivery still younger than a lease claimed the id afresh
+    and created a second job. The claim's active marker outlives the record: it says one was kept."""
+    published = harness.now
+    first = harness.deliver(envelope(), message_id="m-1")
+    assert first.result == SubmitResult.CREATED
+    harness.ledger._bucket.blob("requests/r1.json").delete()  # a person
+
+    harness.now += timedelta(seconds=LEASE / 2)
+    again = submit_request(Message(envelope(), "m-1", {}, publish_time=published), harness.log, harness.ports)
+
+    assert again.result == SubmitResult.DUPLICATE and harness.vertex.creates == 1
+    assert harness.ledger.get("r1") is None  # nothing claimed afresh
+    [alert] = harness.alerts
+    assert alert.kind == "ledger_missing" and alert.details == {"jobs": [first.job], "message_id": "m-1"}
+
+
+def test_a_new_publish_after_a_person_deleted_the_record_is_claimed_afresh(harness: Harness) -> None:
+    """The id's earlier job, created before this message was published, is the deleted record's:
+    the id is claimed afresh (seed 3667's judgement), its marker notwithstanding."""
+    harness.deliver(envelope(), message_id="m-1")
+    harness.ledger._bucket.blob("requests/r1.json").delete()  # a person
+
+    harness.now += timedelta(seconds=LEASE / 2)
+    outcome = harness.deliver(envelope(), message_id="m-2")
+
+    assert outcome.result == SubmitResult.CREATED and harness.vertex.creates == 2
+    assert harness.ledger.get("r1").attempt(1).job == outcome.job and harness.alerts == []
+
+
+def test_a_record_written_while_the_replay_guard_looked_is_claimed_not_alerted(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A concurrent delivery's claim and create can land between the guard's read of the record
+    and its listing: the job found is that claim's, not a lost record's."""
+    harness.deliver(envelope(), message_id="m-1")
+    harness.ledger._bucket.blob("requests/r1.json").delete()  # a person
+    harness.now += timedelta(seconds=LEASE / 2)
+    listing = harness.vertex.list_custom_jobs
+
+    def meanwhile_another_delivery_claims_and_creates(request: dict[str, Any], **kwargs: Any) -> Any:
+        monkeypatch.setattr(harness.vertex, "list_custom_jobs", listing)
+        created = harness.deliver(envelope(), message_id="m-2")  # published after the deletion: claims afresh
+        harness.vertex.jobs[created.job].create_time = harness.now  # the fake's clock is the wall's
+        return listing(request, **kwargs)
+
+    monkeypatch.setattr(harness.vertex, "list_custom_jobs", meanwhile_another_delivery_claims_and_creates)
+    outcome = harness.deliver(envelope(), message_id="m-2")
+
+    assert outcome.result == SubmitResult.DUPLICATE and harness.vertex.creates == 2
+    assert harness.alerts == []
+
+
 def _deliver_at(harness: Harness, moment: datetime, message_id: str, **attributes: str) -> SubmitOutcome:
     message = Message(DOCS_BODY, message_id, attributes, publish_time=moment)
     return submit_request(message, harness.log, harness.ports)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from datetime import timedelta
 from typing import Any
 
@@ -16,6 +17,7 @@ from shared.alerts import Alert, AlertKind
 from shared.deciding.preemptions import KIT_TIMEOUT_KEY
 from shared.fleet.observations import FleetFact, Kind, attempt_key
 from shared.ledger.records import Attempt, RequestRecord, evidence_marker
+from shared.ledger.run_lock import LEASE_SECONDS
 from shared.ledger.states import RequestStatus
 from shared.ledger.store import LedgerStore
 from sim import faults, invariants, promises
@@ -359,6 +361,28 @@ def test_a_job_waiting_past_the_bound_without_its_alert_is_caught(world: World) 
     assert f"attempt {waiting.attempt}'s job waited" in found
     publish_alert(world, AlertKind.JOB_STUCK, "r1")
     assert catalogue(world, AlertKind.JOB_STUCK) == []
+
+
+def test_a_reconcile_pass_that_died_near_the_stuck_line_widens_the_bound_by_its_lease(world: World) -> None:
+    """Seed 4709: a job PENDING past the threshold ran 22,500.3 s after its create, 0.3 s past the
+    bound, while two reconcile passes that died (14:55, 15:10) held the run lock over every tick
+    from 14:55 to 15:21, so no pass read it waiting. A dead pass costs the ticks within one lease
+    (seed 54's rule for `budgets_held`), where it could hide the line: no earlier."""
+    interval = world.settings.reconcile_interval_seconds
+    lease_ticks = math.ceil(LEASE_SECONDS / interval) * interval
+    waiting = job(world, "r1", 1, "JOB_STATE_PENDING")
+    line = world.clock.now() + timedelta(seconds=world.settings.stuck_after_seconds)
+    world.clock.advance(world.settings.stuck_after_seconds + promises.LAG.total_seconds() + 1)
+    waiting.state, waiting.start_time = "JOB_STATE_RUNNING", world.clock.now()  # it ran, unalerted
+    world.dead_reconciles.append(line - timedelta(seconds=LEASE_SECONDS + 1))  # its lease ended before the line
+    assert len(catalogue(world, AlertKind.JOB_STUCK)) == 1
+
+    world.dead_reconciles.append(line + timedelta(seconds=interval))
+    assert catalogue(world, AlertKind.JOB_STUCK) == []
+
+    world.clock.advance(lease_ticks)  # a wait longer than one dead pass hides is owed again
+    waiting.start_time = world.clock.now()
+    assert len(catalogue(world, AlertKind.JOB_STUCK)) == 1
 
 
 def test_a_waiting_job_its_claim_never_named_for_a_refused_lookup_owes_lookup_failed(world: World) -> None:
