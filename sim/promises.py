@@ -586,7 +586,8 @@ def deleted_jobs_failed(world: World) -> list[Expected]:
     as a timeout the code had read before the deletion (its record marks it; seed 97): a timeout
     stays one (shared/deciding/decisions.py), its own alert speaks for it. A record a person
     deleted afterwards is read as it was then: what the code had decided stays decided (seed 871).
-    Nor when Vertex refused gets for good before the deletion could be read (`deletion_unread`)."""
+    Nor when Vertex refused gets for good before the deletion could be read (`deletion_unread`), or
+    a person deleted the record before it could (`record_deleted_before_read`)."""
     from shared.deciding.preemptions import KIT_TIMEOUT_KEY
     from shared.ledger.records import evidence_marker
     from sim.invariants import read_record
@@ -615,22 +616,42 @@ def deleted_jobs_failed(world: World) -> list[Expected]:
         and rid not in ended_otherwise
         and not timeout_read(name, rid)
         and not deletion_unread(world, world.vertex.jobs[name])
+        and not record_deleted_before_read(world, world.vertex.jobs[name])
     ]
+
+
+def deletion_took_effect(world: World, job: SimJob) -> datetime:
+    """When a person's deletion of the job took effect: at once for an ended job, at its end for a
+    live one (Vertex cancels it first)."""
+    asked = world.tampering.jobs_deleted_at[job.name]
+    return max(asked, job.end_time) if job.end_time else asked
 
 
 def deletion_unread(world: World, job: SimJob) -> bool:
     """Whether Vertex refused gets in the job's location for good from before the code could read
-    its deletion (`LAG` after it took effect: at once for an ended job, at its end for a live one).
-    Only a get answers NotFound (a listing just leaves the job out), so the code never learns the
-    job is gone, and reconcile's refused get owes `lookup_failed` instead (seed 3047)."""
-    asked = world.tampering.jobs_deleted_at[job.name]
-    deleted = max(asked, job.end_time) if job.end_time else asked
+    its deletion (`LAG` after it took effect). Only a get answers NotFound (a listing just leaves
+    the job out), so the code never learns the job is gone, and reconcile's refused get owes
+    `lookup_failed` instead (seed 3047)."""
+    deleted = deletion_took_effect(world, job)
     return any(
         refusal.operation == "get"
         and refusal.location == job.location
         and refusal.until is None
         and refusal.since <= deleted + LAG
         for refusal in world.vertex.refusals
+    )
+
+
+def record_deleted_before_read(world: World, job: SimJob) -> bool:
+    """Whether a person deleted the job's request record after asking for the job's deletion and
+    before the code could read that deletion (`LAG` after it took effect): with the record gone
+    nothing is decided on the request (seed 4179: the record deleted while the job was still
+    cancelling). A first deletion before the job's was of an earlier record: it excuses nothing."""
+    deleted_at = world.tampering.records_deleted_at.get(job.request_id)
+    return (
+        deleted_at is not None
+        and deleted_at >= world.tampering.jobs_deleted_at[job.name]
+        and deleted_before(world, job.request_id, deletion_took_effect(world, job))
     )
 
 

@@ -185,6 +185,7 @@ def watch_deadline(
     refuses: Callable[[str], Violation | None],
     checkpoint_prior_seconds: float,
     running: bool = False,
+    read_at_vertex: bool = False,
     fleet: FleetView | None = None,
 ) -> DeadlineDecision | None:
     """Ask the deadline rule about the request's current attempt and carry out its answer in the
@@ -193,7 +194,7 @@ def watch_deadline(
     minimum of Spot attempts wins over a deadline, so a publisher gets by a deadline no fallback
     the policy refuses), and said once per attempt. `fleet` is asked only where its answer can
     change the rule's (`_asking_the_fleet`): so it is read once per such decision, not at every
-    kit line."""
+    kit line. `read_at_vertex`: the observation is Vertex's answer now, not a kit line."""
     if record.latest is not attempt or attempt.outcome is not None or attempt.job is None:
         return None
     if record.is_terminal or record.requeue is not None or record.cancel is not None:
@@ -211,7 +212,11 @@ def watch_deadline(
     decision = decide_deadline(situation)
     if fleet is not None:
         situation, decision = _asking_the_fleet(record, attempt, situation, decision, fleet)
-    if situation.work.committed_steps < situation.work.total_steps:
+    # With every step committed, a kit line cannot tell whether the job already ended in time (its
+    # end judges it: `alert_if_finished_late`); a read at Vertex past the deadline that finds it
+    # not ended can, whether that job or a successor waits (seed 4568).
+    all_committed = situation.work.committed_steps >= situation.work.total_steps
+    if not all_committed or (read_at_vertex and now >= situation.deadline):
         _alert(record, attempt, situation, decision, now, effects)
     if decision.action is Action.SWITCH_TO_ON_DEMAND and attempt.strategy == SPOT:
         refused = refuses(ON_DEMAND)
@@ -310,7 +315,7 @@ def _alert(
     deadline = iso(situation.deadline)
     if now >= situation.deadline:
         kind = AlertKind.DEADLINE_MISSED
-        message = f"{record.request_id} missed its deadline {deadline}: {decision.progress:.0%} of the work done"
+        message = f"{record.request_id} missed its deadline {deadline}: {decision.progress:.0%} of the work committed"
     elif decision.slack_seconds < situation.changeover_seconds:
         kind = AlertKind.DEADLINE_AT_RISK
         message = (

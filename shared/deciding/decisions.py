@@ -295,7 +295,7 @@ def _decide(
         return Decision(record, effects, waiting)
     if owns_status:
         _flag_stuck(record, attempt, job, policy, now, effects)
-        _watch_deadline(record, attempt, policy, now, effects, fleet)
+        _watch_deadline(record, attempt, policy, now, effects, fleet, read_at_vertex=True)
     return Decision(record, effects)
 
 
@@ -307,6 +307,7 @@ def _watch_deadline(
     effects: Effects,
     fleet: FleetView | None,
     running: bool = False,
+    read_at_vertex: bool = False,
 ) -> None:
     if attempt.ending:
         alert_if_missed_while_ending(record, attempt, now, effects)  # the rule decides nothing meanwhile
@@ -323,6 +324,7 @@ def _watch_deadline(
         ),
         checkpoint_prior_seconds=policy.checkpoint_prior_seconds,
         running=running,
+        read_at_vertex=read_at_vertex,
         fleet=fleet,
     )
 

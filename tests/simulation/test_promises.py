@@ -921,6 +921,7 @@ def test_a_deleted_job_whose_timeout_the_code_had_read_owes_no_job_failed_once_a
         request = {"request_id": request_id, "custom_job": {}}
         attempts = [attempt_of(timed_out)]
         ledger.restore(RequestRecord(request_id, request, "gs://c/", RequestStatus.FAILED, attempts, markers=markers))
+    world.clock.advance(promises.LAG.total_seconds() + 1)  # the deletion could be read (seed 871: 49 min)
     for _ in range(2):  # a person deletes both records
         faults.delete_object(world, what="ledger")
     assert world.tampering.deleted_records == {"r-unread", "r-read"}
@@ -995,6 +996,35 @@ def test_a_stuck_timeout_owes_its_alert_unless_a_person_deleted_its_record_befor
     assert [e.split(":")[0] for e in catalogue(world, AlertKind.TIMEOUT_WITHOUT_PROGRESS)] == [
         "no timeout_without_progress alert for r-late"
     ]
+
+
+def test_a_live_job_deleted_owes_no_job_failed_once_a_person_deleted_its_record_before_it_could_be_read() -> None:
+    """Seed 4179: a person deleted r1's pending job in the console (Vertex cancels it, and deletes it
+    once it ended), then r1's ledger record, 40 s before the job ended: with the record gone nothing
+    is decided on the request, so the code never read the NotFound that owes `job_failed`. A record
+    deleted once the deletion could have been read (at the job's end, plus `LAG`) still owes it."""
+
+    def owed(record_deleted_after_the_end: float) -> list[str]:
+        world = World(0)
+        live = job(world, "r1", 1, "JOB_STATE_PENDING")
+        restore(world, "r1", RequestStatus.SUBMITTED, attempt_of(live, state="JOB_STATE_PENDING"))
+        faults.delete_job(world)
+        assert live.state == "JOB_STATE_CANCELLING" and live.name in world.tampering.followed_when_deleted
+        world.clock.advance(360)
+        if record_deleted_after_the_end < 0:
+            faults.delete_object(world, what="ledger")
+        world.clock.advance(abs(record_deleted_after_the_end))
+        world.vertex.advance(live)  # it ends, and the deletion takes effect
+        assert live.deleted
+        if record_deleted_after_the_end >= 0:
+            world.clock.advance(record_deleted_after_the_end)
+            faults.delete_object(world, what="ledger")
+        assert "r1" in world.tampering.deleted_records
+        return catalogue(world, AlertKind.JOB_FAILED)
+
+    assert owed(-40) == []
+    late = promises.LAG.total_seconds() + 1
+    assert [e.split(":")[0] for e in owed(late)] == ["no job_failed alert for r1"]
 
 
 def test_a_deleted_job_whose_gets_vertex_refused_for_good_owes_lookup_failed_not_job_failed(world: World) -> None:

@@ -348,3 +348,28 @@ def test_a_cancelled_job_that_does_not_end_is_flagged_once_since_it_holds_its_su
     # Its deadline passed meanwhile, and attempt 2 cannot start to say so (seed 707).
     assert kinds == ["job_stuck", "deadline_missed"] and record.requeue.message_id is None
     assert "waits for it to end" in record.pending_alerts[-2]["message"]
+
+
+def test_a_deadline_passed_with_all_the_work_committed_but_not_finished_is_missed_once() -> None:
+    # Seed 4568: the trainer committed past the declared total, its job ran on past the deadline,
+    # failed, and the next attempt waited for Spot. Every step committed is not a request finished.
+    record = make_record(request=deadline(30), status=RequestStatus.RUNNING, state=JobState.RUNNING)
+    record.attempts[0].started_at = iso(NOW - timedelta(seconds=CHANGEOVER + 1))
+    record.attempts[0].last_checkpoint = [0, 2 * STEPS]
+    late = NOW + timedelta(seconds=STEPS + 2 * CHANGEOVER)
+    # A kit line past the deadline may come from a job that already succeeded in time: its end judges it.
+    committed = KitRecord("checkpoint_committed", request_id="req-1", attempt=1, run=0, step=2 * STEPS, seconds=1.0)
+    heard = decide(record, Observation(1, None, kit=committed, job_name=JOB1), POLICY, late)
+    assert heard.effects.alerts == []
+    kinds = []
+    for when in (NOW, late, late):  # Vertex says the job runs: no risk before (nothing left), missed after
+        decision = decide(record, Observation(1, job(JobState.RUNNING)), POLICY, when)
+        record, kinds = decision.record, kinds + [alert.kind for alert in decision.effects.alerts]
+    assert kinds == ["deadline_missed"]
+    # The same with the work committed by an attempt that ended, its successor waiting for Spot.
+    record = make_record(request=deadline(30), status=RequestStatus.RUNNING, state=JobState.FAILED)
+    record.attempts[0].outcome, record.attempts[0].last_checkpoint = AttemptOutcome.REQUEUED, [0, STEPS]
+    second = Attempt(2, "us-central1", "SPOT", claimed_at=iso(NOW), job=JOB1 + "2", state=JobState.PENDING)
+    record.attempts.append(second)
+    decision = decide(record, Observation(2, job(JobState.PENDING, name=JOB1 + "2")), POLICY, late)
+    assert [alert.kind for alert in decision.effects.alerts] == ["deadline_missed"]
