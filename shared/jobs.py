@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from spotjobs_kit.lines import KEY_ENV as KIT_KEY_ENV
 
-from shared.clock import iso
+from shared.clock import iso, parse_rfc3339
 
 if TYPE_CHECKING:
     from google.cloud.aiplatform_v1 import CustomJob
@@ -27,6 +27,9 @@ LABEL_ATTEMPT = "spotjobs-attempt"
 LABEL_DEPLOYMENT = "spotjobs-deployment"
 SYSTEM_LABELS = (LABEL_REQUEST_ID, LABEL_ATTEMPT, LABEL_DEPLOYMENT)
 FLEX_START = "FLEX_START"
+# How far Vertex's clock (a job's createTime) may lag ours (a record's created_at): a job created
+# this long before its record is still taken for the record's (`created_before`).
+CREATE_CLOCK_SKEW_SECONDS = 1.0
 # How long a FLEX_START job waits for capacity when its request says nothing: Vertex's own default
 # ("maxWaitDuration ... defaults to 1 day", Scheduling in
 # https://cloud.google.com/vertex-ai/docs/reference/rest/v1/CustomJobSpec#scheduling), made
@@ -204,3 +207,19 @@ def max_wait_seconds(custom_job: Mapping[str, Any]) -> float:
         return float(str(raw).rstrip("s")) if raw else DEFAULT_FLEX_START_MAX_WAIT_SECONDS
     except ValueError:
         return DEFAULT_FLEX_START_MAX_WAIT_SECONDS
+
+
+def create_seconds(job: CustomJob) -> float:
+    """When Vertex created `job`, in epoch seconds (0 when it does not say)."""
+    created = job.create_time
+    return created.timestamp() if created else 0.0
+
+
+def created_before(job: CustomJob, since: str) -> bool:
+    """Whether `job` was created before a record written at `since` (its `created_at`), beyond
+    the clocks' skew: then it is no job of that record's (`shared.adapters.vertex.find_attempt_job`,
+    on_job_event's adoption, `shared.deciding.strays.is_stray`)."""
+    written = parse_rfc3339(since)
+    if written is None or not job.create_time:
+        return False
+    return create_seconds(job) < written.timestamp() - CREATE_CLOCK_SKEW_SECONDS

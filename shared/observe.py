@@ -12,7 +12,7 @@ from datetime import datetime
 
 from spotjobs_kit.lines import KitRecord, is_signed_with
 
-from shared.adapters.vertex import canceller, created_before, get_job, read_job
+from shared.adapters.vertex import canceller, get_job, read_job
 from shared.clock import utcnow
 from shared.deciding.applying import apply_observation
 from shared.deciding.decisions import Observation
@@ -21,6 +21,7 @@ from shared.deciding.outbox import alert_corrupt_record
 from shared.deciding.strays import is_stray
 from shared.delivery import Message
 from shared.errors import TransientError
+from shared.jobs import created_before
 from shared.ledger.records import CorruptRecord, RequestRecord
 from shared.ledger.store import JobIndexEntry
 from shared.log import Logger

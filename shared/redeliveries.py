@@ -14,14 +14,14 @@ import json
 from datetime import datetime
 from typing import Any
 
-from shared.adapters.vertex import CREATE_CLOCK_SKEW_SECONDS, find_jobs, parent_path, request_labels
+from shared.adapters.vertex import find_jobs, parent_path, request_labels
 from shared.alerts import Alert, AlertKind
 from shared.clock import iso, parse_iso, parse_rfc3339, within_publish_range
 from shared.deciding.notices import telling_changes
 from shared.deciding.outbox import Mine, alerts_of, decide_alert, decided_alert, flush, publish_alert
 from shared.delivery import Message
 from shared.errors import TransientError, Violation
-from shared.jobs import RESERVED_ID_PREFIXES, TRIGGER_ID_PREFIX
+from shared.jobs import CREATE_CLOCK_SKEW_SECONDS, RESERVED_ID_PREFIXES, TRIGGER_ID_PREFIX
 from shared.ledger.claims import fail_invalid_requeue, invalid_request_alert
 from shared.ledger.records import RequestRecord, alert_marker
 from shared.ledger.run_lock import ledger_bucket

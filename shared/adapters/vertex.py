@@ -18,7 +18,6 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from shared.clock import parse_rfc3339
 from shared.jobs import (
     DEFAULT_FLEX_START_MAX_WAIT_SECONDS,
     ENV_ATTEMPT,
@@ -30,15 +29,13 @@ from shared.jobs import (
     LABEL_REQUEST_ID,
     JobSnapshot,
     JobState,
+    create_seconds,
+    created_before,
 )
 from shared.settings import COMMIT_MARKERS_ENV, DEFAULT_CREATE_TIMEOUT_SECONDS
 
 if TYPE_CHECKING:
     from google.cloud.aiplatform_v1 import CustomJob, JobServiceClient
-
-# How far Vertex's clock (a job's createTime) may lag ours (a record's created_at): a job created
-# this long before its record is still taken for the record's (`find_attempt_job`).
-CREATE_CLOCK_SKEW_SECONDS = 1.0
 
 
 def parent_path(project: str, location: str) -> str:
@@ -176,7 +173,7 @@ def find_jobs(client: JobServiceClient, parent: str, labels: Mapping[str, str]) 
     """Every job under `parent` carrying all of `labels`, oldest first."""
     pager = client.list_custom_jobs(request={"parent": parent, "filter": label_filter(labels)})
     jobs = list(pager)
-    return sorted(jobs, key=lambda job: (_create_seconds(job), job.name))
+    return sorted(jobs, key=lambda job: (create_seconds(job), job.name))
 
 
 def list_unfinished_jobs(client: JobServiceClient, parent: str, deployment: str) -> list[CustomJob]:
@@ -208,15 +205,6 @@ def find_attempt_job(
     return next((job for job in jobs if not created_before(job, since)), None)
 
 
-def created_before(job: CustomJob, since: str) -> bool:
-    """Whether `job` was created before a record written at `since` (its `created_at`), beyond
-    the clocks' skew: then it is no job of that record's (`find_attempt_job`)."""
-    written = parse_rfc3339(since)
-    if written is None or not job.create_time:
-        return False
-    return _create_seconds(job) < written.timestamp() - CREATE_CLOCK_SKEW_SECONDS
-
-
 def may_have_created(exc: BaseException) -> bool:
     """False only when a failed create is known to have created nothing; then it may be retried.
 
@@ -236,8 +224,3 @@ def may_have_created(exc: BaseException) -> bool:
         return True  # CANCELLED (499) and ABORTED/409 can come after the server did the work
     # A verdict: the server refused the request (4xx, or 501: the method does not exist).
     return not isinstance(exc, api.ClientError | api.MethodNotImplemented)
-
-
-def _create_seconds(job: CustomJob) -> float:
-    created = job.create_time
-    return created.timestamp() if created else 0.0

@@ -64,6 +64,22 @@ def test_a_job_of_a_claim_still_being_created_is_not_a_stray_until_the_claim_end
     assert is_stray(record(creating), vertex_job(OTHER))
 
 
+def test_a_live_job_older_than_its_record_is_a_stray_even_while_the_claim_is_being_created() -> None:
+    """A job created before the record was written is an earlier record's of the id (a person
+    deleted it, and the id was claimed afresh): no claim of this record will ever record it
+    (`find_attempt_job` and on_job_event's adoption skip it), so it is cancelled now rather than
+    left training beside the claim's own job."""
+    creating = Attempt(1, "us-central1", "SPOT", claimed_at="2026-12-01T11:00:00Z")
+    fresh = record(creating)
+    fresh.created_at = "2026-12-01T11:00:00Z"
+    older = vertex_job(OTHER)
+    older.create_time = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
+    own = vertex_job(THIRD)
+    own.create_time = datetime(2026, 12, 1, 11, 0, 5, tzinfo=UTC)
+    assert is_stray(fresh, older)
+    assert not is_stray(fresh, own)
+
+
 def test_a_recordless_strays_alert_names_the_job_and_its_attempt() -> None:
     alert = recordless_stray_alert("req-9", vertex_job(OTHER, attempt="3"), NOW)
     assert (alert.kind, alert.request_id, alert.attempt, alert.job) == (AlertKind.STRAY_JOB.value, "req-9", 3, OTHER)
