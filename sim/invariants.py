@@ -246,8 +246,10 @@ RUN_REPORTS = frozenset({"prune_report"})
 def alert_key(alert: dict[str, Any]) -> tuple[Any, ...]:
     """What makes two published alerts copies of one decision: what its marker names too (a
     rejection is alerted once per message, a request id conflict once per refused body, a stuck
-    job once per state and once after its cancel, seed 1618, a stray once per stray job)."""
+    job once per wait, whatever states it went through (issue 43), and once after its cancel, seed
+    1618, a stray once per stray job)."""
     details = alert.get("details") if isinstance(alert.get("details"), dict) else {}
+    stuck = alert.get("kind") == AlertKind.JOB_STUCK
     return (
         alert.get("kind"),
         alert.get("request_id"),
@@ -255,7 +257,7 @@ def alert_key(alert: dict[str, Any]) -> tuple[Any, ...]:
         alert.get("job"),
         details.get("message_id"),
         details.get("refused_digest"),
-        details.get("state"),
+        details.get("wait_began_at") if stuck else details.get("state"),
         details.get("after_cancel"),
         details.get("stray_job"),
     )

@@ -105,7 +105,9 @@ def cancelled_by_operator(world: World) -> set[str]:
 
 def waited_seconds(job: SimJob, now: datetime) -> float:
     """How long the job waited for a machine (QUEUED, PENDING) before it ran or ended (a cancel
-    ends the wait when it starts; its end is later by the cancel's own delay, within `LAG`)."""
+    ends the wait when it starts; its end is later by the cancel's own delay, within `LAG`). One
+    wait, from its create, whatever its states (issue 43: QUEUED may last, `queued_hold`); the
+    stand-in keeps a restarted job RUNNING, so a job's only wait is the one before its first run."""
     return ((job.start_time or job.end_time or now) - job.create_time).total_seconds()
 
 

@@ -16,7 +16,12 @@
   later get and cancel, gone from lists; kept in `jobs` as ground truth, `deleted`), a job
   cancelled in the console, and waits before RUNNING that differ per location (`changeovers`);
 - FLEX_START as the emulator's default modes have it: a wait for capacity up to `maxWaitDuration`,
-  then a run never preempted (`sim.flex`).
+  then a run never preempted (`sim.flex`);
+- an assumption, `queued_hold` (Google documents no length for QUEUED: "The job has been just
+  created or resumed and processing has not yet begun", job_state.proto): `brief`, one step, as
+  the emulator's `queued_seconds`; `long`, in `QUEUED_HOLD_SHARE` of seeds, holds each job QUEUED
+  one of `QUEUED_HOLDS` from its create before PENDING, so a wait may be QUEUED then PENDING at
+  length (`draw_queued_hold`).
 Every create is kept (`created`) with its request JSON, for the policy invariant, and every
 permanent refusal (`refused`), for the alert catalogue.
 """
@@ -24,6 +29,7 @@ permanent refusal (`refused`), for the alert catalogue.
 from __future__ import annotations
 
 import collections
+import random
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -43,6 +49,9 @@ CRUD_PER_MINUTE = 600
 STOCKOUT_ERROR = {"code": 8, "message": "Job failed with STOCKOUT: the Spot VM was preempted 7 times."}
 USER_ERROR = {"code": 3, "message": "The replica workerpool0-0 exited with a non-zero status of 1."}
 MAX_RESTARTS = 6
+QUEUED_HOLD_MODES = ("brief", "long")
+QUEUED_HOLD_SHARE = 0.3  # of seeds in the `long` mode
+QUEUED_HOLDS = (0.0, 600.0, 2 * 3600.0, 5 * 3600.0, 7 * 3600.0)  # seconds; 6 h is `stuck_after_seconds`
 LIVE_STATES = ("JOB_STATE_QUEUED", "JOB_STATE_PENDING", "JOB_STATE_RUNNING", "JOB_STATE_CANCELLING")
 TERMINAL_STATES = ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED")
 
@@ -71,6 +80,7 @@ class SimJob:
     # FLEX_START: seconds from the start of its wait (PENDING) to its capacity, None: it never comes.
     flex_capacity_after: float | None = 0.0
     flex_wait_began: datetime | None = None
+    queued_until: datetime | None = None  # the end of its hold in QUEUED (`SimVertex.queued_hold`)
 
     @property
     def request_id(self) -> str:
@@ -166,6 +176,8 @@ class SimVertex:
         self.emit: Callable[[SimJob, str, str], None] = lambda job, text, severity: None
         self.gpu_quota_full = False  # creates of GPU machines get the resource-quota 429
         self.fate: Callable[[SimJob], None] = lambda job: None
+        # How long a job stays QUEUED from its create, in seconds (the `queued_hold` assumption).
+        self.queued_hold: Callable[[SimJob], float] = lambda job: 0.0
         # When a FLEX_START job's capacity comes, in seconds after its wait begins (None: never).
         self.flex_wait: Callable[[SimJob], float | None] = lambda job: 0.0
         # When Spot has capacity again in a location (None: it has now).
@@ -418,6 +430,8 @@ class SimVertex:
             self.runs(job, "stop")
             self.set_state(job, "JOB_STATE_CANCELLED")
             job.deleted = job.delete_when_ended
+        elif job.state == "JOB_STATE_QUEUED" and self._held_queued(job):
+            return
         elif job.state == "JOB_STATE_QUEUED":
             self.set_state(job, "JOB_STATE_PENDING")
             job.next_change += timedelta(seconds=self.changeover(job.location, "pending"))
@@ -471,8 +485,29 @@ class SimVertex:
             else:
                 self.set_state(job, "JOB_STATE_SUCCEEDED")
 
+    def _held_queued(self, job: SimJob) -> bool:
+        """Whether `job` stays QUEUED for now: until its hold from its create has passed."""
+        if job.queued_until is None:
+            job.queued_until = job.create_time + timedelta(seconds=self.queued_hold(job))
+        if self.clock() >= job.queued_until:
+            return False
+        job.next_change = job.queued_until
+        return True
+
     def live_jobs(self, request_id: str) -> list[SimJob]:
         return [job for job in self.jobs.values() if job.request_id == request_id and job.live]
+
+
+def draw_queued_hold(seed: int, mode: str | None = None) -> Callable[[SimJob], float]:
+    """The seed's `queued_hold` (`mode` switches it: "brief" or "long"), each job's hold drawn from
+    a generator of its own (a seed's other draws stay where they were, whatever order jobs move in)."""
+    if mode is None:
+        mode = "long" if random.Random(f"{seed}:queued_hold").random() < QUEUED_HOLD_SHARE else "brief"
+    if mode not in QUEUED_HOLD_MODES:
+        raise ValueError(f"queued_hold is one of {QUEUED_HOLD_MODES}, not {mode!r}")
+    if mode == "brief":
+        return lambda job: 0.0
+    return lambda job: random.Random(f"{seed}:queued_hold:{job.name}").choice(QUEUED_HOLDS)
 
 
 SERVICE_LINES = {

@@ -364,9 +364,22 @@ def _track_state(record: RequestRecord, attempt: Attempt, job: JobSnapshot, owns
         attempt.state_changed_at = job.update_time or iso(now)
     if job.start_time and not attempt.started_at:
         attempt.started_at = job.start_time
+    _track_wait(attempt, job)
     started = job.state == JobState.RUNNING
     if owns_status and started and record.status == RequestStatus.SUBMITTED:
         record.status = RequestStatus.RUNNING
+
+
+def _track_wait(attempt: Attempt, job: JobSnapshot) -> None:
+    """One wait is every waiting state in a row (QUEUED then PENDING is one): a job that never ran
+    waits from its create, one that ran from the state that ended its RUNNING (a record written
+    before `wait_began_at` is read so too)."""
+    if job.state not in STUCK_STATES:
+        attempt.wait_began_at = None
+    elif attempt.wait_began_at is None:
+        never_ran = not (job.start_time or attempt.started_at)
+        created = job.create_time or attempt.created_at
+        attempt.wait_began_at = created if never_ran and created else attempt.state_changed_at
 
 
 def _conclude(
@@ -646,15 +659,19 @@ def _flag_stuck(
             f"{cancel}; attempt {attempt.n + 1} waits for it to end"
         )
     else:
-        if job.state not in STUCK_STATES or not attempt.state_changed_at:
+        since = attempt.wait_began_at
+        if job.state not in STUCK_STATES or not since:
             return
-        stuck_for = (now - parse_iso(attempt.state_changed_at)).total_seconds()
+        # The whole wait, not only its current state's: QUEUED 5 h then PENDING 5 h waited 10 h.
+        stuck_for = (now - parse_iso(since)).total_seconds()
         if attempt.strategy == FLEX_START and job.state in WAITING_STATES:
             # FLEX_START waits for capacity by design, up to its maxWaitDuration (a day by default):
             # stuck only once it waited that long and the usual threshold beyond.
             threshold += max_wait_seconds(record.request.get("custom_job") or {})
-        marker = alert_marker(AlertKind.JOB_STUCK, attempt.n, job.state)
-        message = f"attempt {attempt.n} of {record.request_id} has been {job.state} for {stuck_for:.0f} s"
+        marker = alert_marker(AlertKind.JOB_STUCK, attempt.n, "wait", since)  # once per wait
+        message = (
+            f"attempt {attempt.n} of {record.request_id} has waited {stuck_for:.0f} s since {since}, now {job.state}"
+        )
     if stuck_for < threshold or not record.mark(marker):
         return
     effects.lines.append(
@@ -673,7 +690,8 @@ def _flag_stuck(
             message,
             state=job.state,
             stuck_seconds=round(stuck_for),
-            # Stuck in a state, or holding back the attempt after its cancel: two conditions, each
+            wait_began_at=None if attempt.ending else since,
+            # Stuck in a wait, or holding back the attempt after its cancel: two conditions, each
             # alerted once (its own marker), which may name the same state (seed 1618).
             after_cancel=attempt.ending,
         )

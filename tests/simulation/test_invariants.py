@@ -83,8 +83,21 @@ def test_an_alert_repeated_per_redelivery_is_caught(world: World) -> None:
     assert "invalid_request" in found.detail and "published 4 times (2 publish(es) left unconfirmed" in found.detail
 
 
+def test_a_second_job_stuck_for_one_wait_in_another_state_is_a_copy_too_many(world: World) -> None:
+    """Issue 43: QUEUED 7 h then PENDING 7 h is one wait, owed one `job_stuck`; the code once alerted
+    it per state. Copies are told apart by the wait (`wait_began_at`), not the state."""
+    began = "2026-03-02T08:00:00.000Z"
+    for state in ("JOB_STATE_QUEUED", "JOB_STATE_PENDING"):
+        details = {"state": state, "wait_began_at": began, "after_cancel": False}
+        alert = Alert.of(AlertKind.JOB_STUCK, "stuck", request_id="r1", attempt=1, details=details).to_json()
+        world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert).encode(), {})
+
+    [found] = invariants.alerts_not_per_redelivery(world)
+    assert "job_stuck" in found.detail and "published 2 times" in found.detail
+
+
 def test_a_job_stuck_waiting_then_stuck_after_its_cancel_is_two_alerts_not_a_copy(world: World) -> None:
-    """Seed 1618: attempt 1's job waited PENDING past the bound (`job_stuck`, once per state), then
+    """Seed 1618: attempt 1's job waited PENDING past the bound (`job_stuck`, once per wait), then
     a move decided its cancel, which Vertex refused for good, and it waited as long again holding
     attempt 2 back (`job_stuck`, once per cancel: docs/deadlines.md). Two decisions with two
     markers, in the same state: a copy of either is still one too many."""

@@ -363,6 +363,28 @@ def test_a_job_waiting_past_the_bound_without_its_alert_is_caught(world: World) 
     assert catalogue(world, AlertKind.JOB_STUCK) == []
 
 
+def test_one_wait_queued_then_pending_past_the_bound_without_its_alert_is_caught(world: World) -> None:
+    """Issue 43: Vertex may hold a job QUEUED a while before PENDING (`queued_hold`, sim/vertex.py):
+    5 h QUEUED then PENDING is one wait from the create, owed its `job_stuck` past the bound
+    though the job was PENDING for less than `stuck_after_seconds`."""
+    world.vertex.queued_hold = lambda job: 5 * 3600.0
+    waiting = job(world, "r1", 1, "JOB_STATE_QUEUED")
+    world.vertex.advance(waiting)
+    assert (waiting.state, waiting.next_change) == ("JOB_STATE_QUEUED", waiting.create_time + timedelta(hours=5))
+    world.clock.advance(5 * 3600)
+    world.vertex.advance(waiting)
+    assert waiting.state == "JOB_STATE_PENDING"
+    world.clock.advance(world.settings.stuck_after_seconds - 5 * 3600 + promises.LAG.total_seconds())
+    assert catalogue(world, AlertKind.JOB_STUCK) == []  # within the passes that notice it
+
+    world.clock.advance(1)
+
+    [found] = catalogue(world, AlertKind.JOB_STUCK)
+    assert f"attempt {waiting.attempt}'s job waited" in found
+    publish_alert(world, AlertKind.JOB_STUCK, "r1")
+    assert catalogue(world, AlertKind.JOB_STUCK) == []
+
+
 def test_a_reconcile_pass_that_died_near_the_stuck_line_widens_the_bound_by_its_lease(world: World) -> None:
     """Seed 4709: a job PENDING past the threshold ran 22,500.3 s after its create, 0.3 s past the
     bound, while two reconcile passes that died (14:55, 15:10) held the run lock over every tick

@@ -262,3 +262,21 @@ def test_a_request_whose_h100_has_no_spot_runs_on_its_flex_start_alternative() -
         (1, "a3-highgpu-8g", "SPOT", "JOB_STATE_CANCELLED"),
         (2, "a2-ultragpu-8g", "FLEX_START", "JOB_STATE_SUCCEEDED"),
     ]
+
+
+def test_the_queued_hold_is_a_named_switchable_assumption() -> None:
+    """`queued_hold` (sim/vertex.py): Google documents no length for QUEUED. `brief` holds no job;
+    `long` holds each job one of `QUEUED_HOLDS`, the same for a job whatever order jobs move in;
+    a seed draws its mode unless a world is given one."""
+    from sim.vertex import QUEUED_HOLDS, draw_queued_hold
+    from tests.support.sim_world import job
+
+    world = World(0, queued_hold="long")
+    jobs = [job(world, f"r{n}", 1, "JOB_STATE_QUEUED") for n in range(20)]
+    holds = [world.vertex.queued_hold(j) for j in jobs]
+    assert set(holds) <= set(QUEUED_HOLDS) and len(set(holds)) > 1
+    assert [draw_queued_hold(0, "long")(j) for j in reversed(jobs)] == holds[::-1]
+    assert {draw_queued_hold(0, "brief")(j) for j in jobs} == {0.0}
+    assert World(0, queued_hold="brief").vertex.queued_hold(jobs[0]) == 0.0
+    with pytest.raises(ValueError, match="queued_hold"):
+        draw_queued_hold(0, "forever")

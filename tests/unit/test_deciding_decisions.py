@@ -162,7 +162,7 @@ def waiting_since(state: str, seconds: float) -> tuple[RequestRecord, JobSnapsho
     record = make_record(state=state)
     since = NOW - timedelta(seconds=seconds)
     record.attempts[0].state_changed_at = iso(since)
-    snapshot = JobSnapshot(JOB1, state, None, create_time=at(1), update_time=iso(since))
+    snapshot = JobSnapshot(JOB1, state, None, create_time=iso(since), update_time=iso(since))
     return record, snapshot
 
 
@@ -176,9 +176,60 @@ def test_a_job_in_a_waiting_state_is_stuck_at_exactly_the_threshold(state: str) 
     [alert] = decision.effects.alerts
     assert (alert.kind, alert.details["state"], alert.details["stuck_seconds"]) == ("job_stuck", state, 3600)
     assert alert.details["after_cancel"] is False  # the other job_stuck, with a marker of its own (seed 1618)
-    assert alert.message == f"attempt 1 of req-1 has been {state} for 3600 s"
+    assert alert.message == f"attempt 1 of req-1 has waited 3600 s since {iso(NOW - timedelta(hours=1))}, now {state}"
     assert decision.effects.events == ("job_stuck",)
     assert decision.record.pending_alerts == [alert.to_json()]
+
+
+def test_one_wait_through_queued_then_pending_is_stuck_by_its_whole_length() -> None:
+    """A wait is every waiting state since the job last was not waiting (issue 43): 5 h QUEUED and
+    1.5 h PENDING are one wait of 6.5 h, past a 6 h threshold, though PENDING alone is not."""
+    policy = replace(POLICY, stuck_after_seconds=6 * HOUR)
+    created = NOW - timedelta(hours=6.5)
+    record = make_record(state=None)
+    queued = JobSnapshot(JOB1, JobState.QUEUED, None, create_time=iso(created), update_time=iso(created))
+    seen_queued = observe(record, queued, policy=policy, now=created + timedelta(hours=1))
+    assert seen_queued.effects.alerts == []
+    pending = replace(queued, state=JobState.PENDING, update_time=iso(created + timedelta(hours=5)))
+    [alert] = observe(seen_queued.record, pending, policy=policy).effects.alerts
+    assert (alert.kind, alert.details["state"], alert.details["stuck_seconds"]) == (
+        "job_stuck",
+        JobState.PENDING,
+        23400,
+    )
+    assert alert.details["wait_began_at"] == iso(created)
+
+
+def test_one_wait_through_queued_then_pending_is_alerted_once() -> None:
+    """7 h QUEUED then 7 h PENDING: one wait past the threshold, one `job_stuck` (issue 43)."""
+    policy = replace(POLICY, stuck_after_seconds=6 * HOUR)
+    created = NOW - timedelta(hours=14)
+    queued = JobSnapshot(JOB1, JobState.QUEUED, None, create_time=iso(created), update_time=iso(created))
+    stuck_queued = observe(make_record(state=None), queued, policy=policy, now=created + timedelta(hours=6.5))
+    assert [a.details["state"] for a in stuck_queued.effects.alerts] == [JobState.QUEUED]
+    pending = replace(queued, state=JobState.PENDING, update_time=iso(created + timedelta(hours=7)))
+    assert observe(stuck_queued.record, pending, policy=policy).effects.alerts == []
+
+
+def test_a_wait_after_a_run_counts_from_the_runs_end_with_an_alert_of_its_own() -> None:
+    """A job Vertex restarts waits again: a new wait, from the end of its RUNNING, alerted once more."""
+    policy = replace(POLICY, stuck_after_seconds=HOUR)
+    created = NOW - timedelta(hours=5)
+    queued = JobSnapshot(JOB1, JobState.QUEUED, None, create_time=iso(created), update_time=iso(created))
+    first_wait = observe(make_record(state=None), queued, policy=policy, now=created + timedelta(hours=2))
+    assert len(first_wait.effects.alerts) == 1
+    ran = created + timedelta(hours=2, minutes=5)
+    running = replace(queued, state=JobState.RUNNING, start_time=iso(ran), update_time=iso(ran))
+    seen_running = observe(first_wait.record, running, policy=policy, now=ran)
+    assert seen_running.record.attempts[0].wait_began_at is None
+    back = ran + timedelta(hours=1)
+    pending = replace(running, state=JobState.PENDING, update_time=iso(back))
+    assert (
+        observe(seen_running.record, pending, policy=policy, now=back + timedelta(seconds=HOUR - 1)).effects.alerts
+        == []
+    )
+    [alert] = observe(seen_running.record, pending, policy=policy, now=back + timedelta(seconds=HOUR)).effects.alerts
+    assert (alert.details["wait_began_at"], alert.details["stuck_seconds"]) == (iso(back), 3600)
 
 
 def test_running_and_terminal_states_are_never_stuck() -> None:
@@ -565,7 +616,8 @@ def test_a_stockout_by_code_alone_with_the_kits_word_keeps_its_message() -> None
 def test_a_read_in_the_state_the_ledger_holds_keeps_when_that_state_began() -> None:
     policy = replace(POLICY, stuck_after_seconds=HOUR)
     record, _ = waiting_since(JobState.PENDING, 2 * HOUR)
-    updated_lately = JobSnapshot(JOB1, JobState.PENDING, None, create_time=at(1), update_time=at(590))
+    two_hours_ago = iso(NOW - timedelta(hours=2))  # created then, and waiting since
+    updated_lately = JobSnapshot(JOB1, JobState.PENDING, None, create_time=two_hours_ago, update_time=at(590))
     decision = observe(record, updated_lately, policy=policy)
     assert decision.record.attempts[0].state_changed_at == iso(NOW - timedelta(hours=2))
     [alert] = decision.effects.alerts
@@ -576,7 +628,8 @@ def test_a_read_in_the_state_the_ledger_holds_keeps_when_that_state_began() -> N
 def test_a_read_in_the_state_the_ledger_holds_is_news_whatever_its_update_time() -> None:
     policy = replace(POLICY, stuck_after_seconds=HOUR)
     record, _ = waiting_since(JobState.PENDING, 2 * HOUR)
-    older = JobSnapshot(JOB1, JobState.PENDING, None, create_time=at(1), update_time=iso(NOW - timedelta(hours=3)))
+    created = iso(NOW - timedelta(hours=2))
+    older = JobSnapshot(JOB1, JobState.PENDING, None, create_time=created, update_time=iso(NOW - timedelta(hours=3)))
     assert len(observe(record, older, policy=policy).effects.alerts) == 1
 
 
