@@ -1,0 +1,63 @@
+"""on_job_event finishes the adoption of a job indexed and not recorded (`_finish_adoption`) only
+for a claim in flight: an attempt the record does not have, or one that records its job already,
+has nothing to adopt, and its line is redelivered as any line its record cannot decide yet."""
+
+from __future__ import annotations
+
+import pytest
+
+from shared.deciding.preemptions import KIT_RUN_KEY
+from shared.delivery import Message
+from shared.errors import TransientError
+from shared.ledger.records import RequestRecord, evidence_marker
+from shared.ledger.store import JobIndexEntry, LedgerStore
+from shared.observe import EventOutcome, handle_job_event
+from tests.support.decisions import CapturedLog, FakePublisher, FakeVertex, World, log_entry, make_settings
+
+RUNNING, SUCCEEDED = 3, 4
+PREEMPTED = "The Spot VM was preempted. Restarting the job (restart 1 of 6)."
+
+
+@pytest.fixture
+def world(gcs_bucket) -> World:
+    return World(LedgerStore(gcs_bucket), FakeVertex(), FakePublisher(), make_settings(gcs_bucket.name))
+
+
+def _deliver(world: World, line: bytes, log: CapturedLog) -> EventOutcome:
+    return handle_job_event(Message(line, "m-1"), log.logger, settings=world.settings, ports=lambda: world.ports)
+
+
+def test_a_line_of_a_job_indexed_for_an_attempt_the_record_lacks_is_redelivered(world: World) -> None:
+    """An index names attempt 2 (an earlier life's job of the id: the record was deleted and
+    written anew, with attempt 1 only): no claim to finish, the line waits, nothing crashes."""
+    world.submitted(state=RUNNING)
+    earlier_life = world.vertex.add("req-1", 2, state=RUNNING)
+    world.ledger.index_job(JobIndexEntry("req-1", 2, "us-central1", earlier_life))
+    log = CapturedLog()
+
+    with pytest.raises(TransientError, match="attempt 2 has no job recorded yet"):
+        _deliver(world, log_entry(earlier_life, PREEMPTED, insert_id="ins-1"), log)
+
+    assert [a.n for a in world.ledger.get("req-1").attempts] == [1]
+    assert log.events("claim_adopted") == []
+
+
+def test_a_line_of_a_recorded_job_waiting_for_its_kit_lines_reads_its_job_once(world: World) -> None:
+    """The job succeeded and its last run's kit lines are not in yet: the job is the attempt's
+    own, recorded, with nothing to adopt; each delivery reads it from Vertex once."""
+    _, job = world.submitted(state=RUNNING)
+
+    def a_run_started(current: RequestRecord) -> None:
+        current.mark(evidence_marker(KIT_RUN_KEY, 1, "0"))
+
+    world.rewrite("req-1", a_run_started)
+    world.vertex.set_state(job, SUCCEEDED)
+    log = CapturedLog()
+
+    for delivery in (1, 2):
+        with pytest.raises(TransientError, match="waiting for its last run.s kit lines"):
+            _deliver(world, log_entry(job, "Job completed successfully."), log)
+        assert world.vertex.gets == delivery
+
+    assert world.ledger.get("req-1").attempts[0].outcome is None
+    assert log.events("claim_adopted") == []
