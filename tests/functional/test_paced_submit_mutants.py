@@ -1,18 +1,30 @@
-"""`leave_line_unlooked`: a waiting attempt whose job cannot be looked up for good leaves its
-region's line (seed 1617), only while pacing is on: with pacing off no drainer serves the line
-(`in_line` says so) and its entry is left as it stands, unsaid, for when pacing is on again."""
+"""The quota line's calls into submit (shared/paced_submit.py).
+
+`leave_line_unlooked`: a waiting attempt whose job cannot be looked up for good leaves its region's
+line (seed 1617), only while pacing is on: with pacing off no drainer serves the line (`in_line`
+says so) and its entry is left as it stands, unsaid, for when pacing is on again.
+
+`create_waiting`: the drainer's claim is never a new request's: an attempt waits in line only once
+its record has it, so a record deleted meanwhile (a person, a lifecycle rule) is not written anew
+and no job is created for it (as for a replayed message: simulator seed 1771)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 
 from shared.clock import iso
+from shared.ledger.claims import Claim
 from shared.ledger.records import RequestRecord
 from shared.ledger.run_lock import ledger_bucket
 from shared.ledger.states import RequestStatus
 from shared.ledger.store import LedgerStore
-from shared.paced_submit import leave_line_unlooked
+from shared.log import Logger
+from shared.paced_submit import SubmitSteps, create_waiting, leave_line_unlooked
 from shared.pacing import Pacer, Waiting, priority_of, waiting_entry
+from shared.submit import SUBMIT_STEPS
+from shared.wiring import Ports
 from tests.support.decisions import CapturedLog, FakePublisher, FakeVertex, World, make_settings
 
 
@@ -52,3 +64,20 @@ def test_an_unlooked_attempt_leaves_the_line_only_while_pacing_is_on(
 
     assert Pacer(ledger_bucket(world.ledger), world.settings).has_entry(_entry(record)) is not leaves
     assert len(log.events("quota_left_unlooked")) == int(leaves)
+
+
+def test_a_request_deleted_while_the_drainer_claims_its_attempt_is_not_written_anew(gcs_bucket) -> None:
+    world = _world(gcs_bucket, 58)
+    record = _waiting_in_line(world)
+
+    def deleted_first(envelope: dict[str, Any], n: int, log: Logger, ports: Ports) -> Claim:
+        # Deleted between the drainer's read of the record (it was there) and its claim.
+        world.ledger._bucket.blob("requests/req-1.json").delete()  # noqa: SLF001
+        return SUBMIT_STEPS.claim(envelope, n, log, ports)
+
+    create_waiting(
+        _entry(record), CapturedLog().logger, world.ports, SubmitSteps(deleted_first, SUBMIT_STEPS.ensure_job)
+    )
+
+    assert world.ledger.get("req-1") is None
+    assert world.vertex.creates == 0
