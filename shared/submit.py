@@ -215,7 +215,7 @@ def redelivered_unless_settled(log: Logger) -> Iterator[None]:
 
 
 def _claim(
-    envelope: dict[str, Any], n: int, log: Logger, ports: Ports, *, requeued: bool = False, sent: datetime | None = None
+    envelope: dict[str, Any], n: int, log: Logger, ports: Ports, *, requeued: bool, sent: datetime | None = None
 ) -> Claim:
     """Claim attempt n for a message published at `sent` (None: the line's drainer, no message)."""
     request_id = envelope["request_id"]
