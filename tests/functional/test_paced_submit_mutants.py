@@ -10,6 +10,7 @@ and no job is created for it (as for a replayed message: simulator seed 1771).""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -81,3 +82,24 @@ def test_a_request_deleted_while_the_drainer_claims_its_attempt_is_not_written_a
 
     assert world.ledger.get("req-1") is None
     assert world.vertex.creates == 0
+
+
+def test_the_drainer_looks_up_a_head_whose_create_a_dead_drainer_sent_and_never_creates_it_twice(gcs_bucket) -> None:
+    """The head's claim, taken over by the next drainer (its lease ran out) before reconcile's
+    lookup came: its create was sent (the earlier drainer died before recording the job), so the
+    take-over looks the job up by its labels and records it; nothing is created blind."""
+    world = _world(gcs_bucket, 58)
+    record = _waiting_in_line(world)
+    [job] = world.vertex.jobs  # created by the dead drainer's create, labelled, not recorded
+    lease = world.settings.claim_lease_seconds
+
+    def create_sent_lease_out(current: RequestRecord) -> None:
+        long_ago = iso(world.ports.clock() - timedelta(seconds=2 * lease))
+        current.attempts[0].claimed_at = current.attempts[0].create_sent_at = long_ago
+
+    world.rewrite("req-1", create_sent_lease_out)
+
+    create_waiting(_entry(record), CapturedLog().logger, world.ports, SUBMIT_STEPS)
+
+    assert world.vertex.creates == 0
+    assert world.ledger.get("req-1").attempts[0].job == job
