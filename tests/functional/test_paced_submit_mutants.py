@@ -22,7 +22,7 @@ from shared.ledger.run_lock import ledger_bucket
 from shared.ledger.states import RequestStatus
 from shared.ledger.store import LedgerStore
 from shared.log import Logger
-from shared.paced_submit import SubmitSteps, create_waiting, leave_line_unlooked
+from shared.paced_submit import SubmitSteps, create_waiting, leave_line_unlooked, wait_in_line
 from shared.pacing import Pacer, Waiting, priority_of, waiting_entry
 from shared.submit import SUBMIT_STEPS
 from shared.wiring import Ports
@@ -103,3 +103,29 @@ def test_the_drainer_looks_up_a_head_whose_create_a_dead_drainer_sent_and_never_
 
     assert world.vertex.creates == 0
     assert world.ledger.get("req-1").attempts[0].job == job
+
+
+def test_a_delivery_of_an_attempt_already_in_line_says_duplicate_with_when_it_first_waited(gcs_bucket) -> None:
+    world = _world(gcs_bucket, 58)
+    record = _waiting_in_line(world)
+    Pacer(ledger_bucket(world.ledger), world.settings).acquire("us-central1")  # another delivery drains
+    log = CapturedLog()
+
+    assert wait_in_line(record, record.attempts[0], log.logger, world.ports, SUBMIT_STEPS, paced=False)
+
+    [line] = log.events("duplicate")
+    assert "already waits in line; nothing created" in line["message"]
+    assert line["waiting_since"] == record.attempts[0].waiting_since  # kept, not its entry's time
+    assert log.events("quota_wait") == []
+
+
+def test_the_drainers_hand_back_of_an_attempt_in_line_says_it_waits_not_duplicate(gcs_bucket) -> None:
+    world = _world(gcs_bucket, 58)
+    record = _waiting_in_line(world)
+    log = CapturedLog()
+
+    assert wait_in_line(record, record.attempts[0], log.logger, world.ports, SUBMIT_STEPS, paced=True)
+
+    [line] = log.events("quota_wait")
+    assert "waiting in line for Vertex AI's submission quota" in line["message"]
+    assert log.events("duplicate") == []
