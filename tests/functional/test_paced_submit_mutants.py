@@ -22,8 +22,16 @@ from shared.ledger.run_lock import ledger_bucket
 from shared.ledger.states import RequestStatus
 from shared.ledger.store import LedgerStore
 from shared.log import Logger
-from shared.paced_submit import SubmitSteps, create_waiting, leave_line_unlooked, wait_in_line
-from shared.pacing import Pacer, Waiting, priority_of, waiting_entry
+from shared.paced_submit import (
+    SubmitSteps,
+    create_waiting,
+    in_line,
+    leave_line_unlooked,
+    pacing_on,
+    turned_away,
+    wait_in_line,
+)
+from shared.pacing import SETTLED, Pacer, Waiting, priority_of, waiting_entry
 from shared.submit import SUBMIT_STEPS
 from shared.wiring import Ports
 from tests.support.decisions import CapturedLog, FakePublisher, FakeVertex, World, make_settings
@@ -96,13 +104,17 @@ def test_the_drainer_looks_up_a_head_whose_create_a_dead_drainer_sent_and_never_
     def create_sent_lease_out(current: RequestRecord) -> None:
         long_ago = iso(world.ports.clock() - timedelta(seconds=2 * lease))
         current.attempts[0].claimed_at = current.attempts[0].create_sent_at = long_ago
+        current.attempts[0].waiting_since = long_ago
 
     world.rewrite("req-1", create_sent_lease_out)
+    log = CapturedLog()
 
-    create_waiting(_entry(record), CapturedLog().logger, world.ports, SUBMIT_STEPS)
+    create_waiting(_entry(record), log.logger, world.ports, SUBMIT_STEPS)
 
     assert world.vertex.creates == 0
     assert world.ledger.get("req-1").attempts[0].job == job
+    [turn] = log.events("quota_turn")  # how long it waited in line
+    assert 2 * lease <= turn["waited_seconds"] < 2 * lease + 60
 
 
 def test_a_delivery_of_an_attempt_already_in_line_says_duplicate_with_when_it_first_waited(gcs_bucket) -> None:
@@ -129,3 +141,54 @@ def test_the_drainers_hand_back_of_an_attempt_in_line_says_it_waits_not_duplicat
     [line] = log.events("quota_wait")
     assert "waiting in line for Vertex AI's submission quota" in line["message"]
     assert log.events("duplicate") == []
+
+
+def test_pacing_is_on_from_one_create_a_minute(gcs_bucket) -> None:
+    assert pacing_on(_world(gcs_bucket, 1).ports)
+    assert not pacing_on(_world(gcs_bucket, 0).ports)
+
+
+def test_an_attempt_with_its_job_recorded_is_out_of_line_even_while_its_entry_is_left(gcs_bucket) -> None:
+    """A drainer that died after recording the job, before removing the entry: reconcile settles it
+    as any attempt with a job; the entry goes at the line's next look."""
+    world = _world(gcs_bucket, 58)
+    record = _waiting_in_line(world)
+    assert in_line(world.ports, record, record.attempts[0])
+
+    record.attempts[0].job = "projects/p/locations/us-central1/customJobs/1"
+    assert not in_line(world.ports, record, record.attempts[0])
+
+
+def test_an_attempt_whose_record_does_not_say_it_waits_is_out_of_line_even_with_an_entry(gcs_bucket) -> None:
+    """A delivery that died between writing the entry and noting the wait in the record (entry first,
+    then the record): the claim is settled like any stale one."""
+    world = _world(gcs_bucket, 58)
+    record = _waiting_in_line(world)
+    record.attempts[0].waiting_since = None
+    assert not in_line(world.ports, record, record.attempts[0])
+
+
+@pytest.mark.parametrize("creates_per_minute", [0, 58], ids=["unpaced", "never-waited"])
+def test_a_create_error_alone_is_no_turning_away(gcs_bucket, creates_per_minute: int) -> None:
+    """Turned away is a refusal the line met for an attempt that waited in it: never while pacing
+    is off, never for an attempt that never waited (its refusal went to the redelivery)."""
+    world = _world(gcs_bucket, creates_per_minute)
+    record = _waiting_in_line(world)
+    attempt = record.attempts[0]
+    attempt.last_create_error = {"code": 429, "message": "gpus", "at": iso(world.ports.clock())}
+    Pacer(ledger_bucket(world.ledger), world.settings).remove(_entry(record))
+    if creates_per_minute:
+        assert turned_away(world.ports, record, attempt)  # it waited, and the line turned it away
+        attempt.waiting_since = None
+    assert not turned_away(world.ports, record, attempt)
+
+
+def test_a_corrupt_record_in_line_is_alerted_once_and_leaves_the_line(gcs_bucket) -> None:
+    world = _world(gcs_bucket, 58)
+    record = _waiting_in_line(world)
+    world.ledger._bucket.blob("requests/req-1.json").upload_from_string(b"{not a record")  # noqa: SLF001
+
+    outcome = create_waiting(_entry(record), CapturedLog().logger, world.ports, SUBMIT_STEPS)
+
+    assert outcome == SETTLED
+    assert [m.data["kind"] for m in world.publisher.on("ops-alerts")] == ["ledger_corrupt"]
