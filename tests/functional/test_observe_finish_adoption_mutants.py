@@ -1,8 +1,12 @@
-"""on_job_event finishes the adoption of a job indexed and not recorded (`_finish_adoption`) only
-for a claim in flight: an attempt the record does not have, or one that records its job already,
-has nothing to adopt, and its line is redelivered as any line its record cannot decide yet."""
+"""on_job_event (shared/observe.py) at its edges. It finishes the adoption of a job indexed and not
+recorded (`_finish_adoption`) only for a claim in flight: an attempt the record does not have, or
+one that records its job already, has nothing to adopt, and its line is redelivered as any line its
+record cannot decide yet. A line of a second job of an attempt cancels that job as a stray; a line
+exactly the maximum event age old is still read."""
 
 from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -61,3 +65,30 @@ def test_a_line_of_a_recorded_job_waiting_for_its_kit_lines_reads_its_job_once(w
 
     assert world.ledger.get("req-1").attempts[0].outcome is None
     assert log.events("claim_adopted") == []
+
+
+def test_a_line_of_a_second_job_of_an_attempt_cancels_it_as_a_stray(world: World) -> None:
+    """The index names attempt 1 for a job its record does not name (another delivery's create,
+    found by its labels): nothing would manage it, and it would train into the same folder."""
+    _, own = world.submitted(state=RUNNING)
+    second = world.vertex.add("req-1", 1, state=RUNNING)
+    world.ledger.index_job(JobIndexEntry("req-1", 1, "us-central1", second))
+
+    _deliver(world, log_entry(second, PREEMPTED, insert_id="ins-1"), CapturedLog())
+
+    assert world.vertex.cancelled == [second]
+    assert world.ledger.get("req-1").attempts[0].job == own
+
+
+@pytest.mark.parametrize(("older", "read"), [(0.0, True), (0.001, False)], ids=["the-maximum", "older"])
+def test_a_line_is_read_up_to_the_maximum_event_age(world: World, older: float, read: bool) -> None:
+    _, job = world.submitted(state=RUNNING)
+    written = datetime(2026, 12, 6, 12, 0, 0, tzinfo=UTC)
+    line = log_entry(job, PREEMPTED, insert_id="ins-1", timestamp=written.isoformat().replace("+00:00", "Z"))
+    now = written + timedelta(seconds=world.settings.max_event_age_seconds + older)
+
+    outcome = handle_job_event(
+        Message(line, "m-1"), CapturedLog().logger, settings=world.settings, ports=lambda: world.ports, now=now
+    )
+
+    assert (outcome != EventOutcome.STALE) is read
