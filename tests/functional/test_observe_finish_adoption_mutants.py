@@ -92,3 +92,13 @@ def test_a_line_is_read_up_to_the_maximum_event_age(world: World, older: float, 
     )
 
     assert (outcome != EventOutcome.STALE) is read
+
+
+def test_a_preemption_line_of_a_job_not_indexed_yet_is_kept_and_said_as_such(world: World) -> None:
+    job = world.vertex.add("req-1", 1, state=RUNNING)  # its create's answer was lost: not indexed
+    log = CapturedLog()
+
+    assert _deliver(world, log_entry(job, PREEMPTED, insert_id="ins-1"), log) == EventOutcome.PARKED
+
+    assert [line["evidence"] for line in log.events("preemption_parked")] == ["ins-1"]
+    assert log.events("kit_line_parked") == []
