@@ -6,6 +6,7 @@ exactly the maximum event age old is still read."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -102,3 +103,18 @@ def test_a_preemption_line_of_a_job_not_indexed_yet_is_kept_and_said_as_such(wor
 
     assert [line["evidence"] for line in log.events("preemption_parked")] == ["ins-1"]
     assert log.events("kit_line_parked") == []
+
+
+@pytest.mark.parametrize("names", [{"request_id": "req-2", "attempt": 1}, {"request_id": "req-1", "attempt": 2}])
+def test_a_kit_line_naming_another_attempt_than_its_jobs_moves_nothing(world: World, names: dict) -> None:
+    """Signed with the job's own attempt key, yet naming another request or attempt than the index
+    gives the job: no principal but that attempt's containers may make a line count for it."""
+    from spotjobs_kit.lines import format_line
+
+    _, job = world.submitted(state=RUNNING)
+    before = world.ledger.get("req-1")
+    payload = json.loads(format_line("preempted", {**names, "run": 0, "step": 30}, key=world.kit_key()))
+    line = json.dumps({**json.loads(log_entry(job, "", task="workerpool0-0")), "jsonPayload": payload}).encode()
+
+    assert _deliver(world, line, CapturedLog()) == EventOutcome.UNTRUSTED
+    assert world.ledger.get("req-1") == before
