@@ -1,7 +1,8 @@
 """shared/redeliveries.py at the claim lease's edge. `replayed_without_a_record`: a message younger
 than the lease is fresh (a claim precedes every create, so no record means no job); one a lease old
 or more may be a replay of a request whose record was lost, and its jobs are looked up before
-anything is claimed. `alert_once`: a rejection note claimed a lease ago or more is taken over."""
+anything is claimed. `alert_once`: a rejection note claimed a lease ago or more is taken over; an
+older version's empty note means sent, one no one can read is taken over."""
 
 from __future__ import annotations
 
@@ -56,3 +57,19 @@ def test_a_rejection_note_claimed_a_lease_ago_is_taken_over_and_its_alert_sent(
             alert_rejection_once(ports, alert)
 
     assert len(world.publisher.on("ops-alerts")) == int(taken_over)
+
+
+@pytest.mark.parametrize(
+    ("note", "sent_now"),
+    [(b"", False), (b"{not json", True), (b"[]", True)],
+    ids=["an-older-versions-empty-note-was-sent", "unreadable-taken-over", "of-another-shape-taken-over"],
+)
+def test_a_rejection_note_an_older_version_wrote_or_no_one_can_read(gcs_bucket, note: bytes, sent_now: bool) -> None:
+    world = World(LedgerStore(gcs_bucket), FakeVertex(), FakePublisher(), make_settings(gcs_bucket.name))
+    gcs_bucket.blob(f"{REJECTION_NOTES}m-1").upload_from_string(note)
+    alert = Alert.of(AlertKind.INVALID_REQUEST, "req-1 is refused", request_id="req-1", details={"message_id": "m-1"})
+
+    alert_rejection_once(world.ports, alert)
+    alert_rejection_once(world.ports, alert)  # a redelivery: said once at most
+
+    assert len(world.publisher.on("ops-alerts")) == int(sent_now)
