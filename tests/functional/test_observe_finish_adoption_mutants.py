@@ -118,3 +118,13 @@ def test_a_kit_line_naming_another_attempt_than_its_jobs_moves_nothing(world: Wo
 
     assert _deliver(world, line, CapturedLog()) == EventOutcome.UNTRUSTED
     assert world.ledger.get("req-1") == before
+
+
+def test_a_line_whose_record_cannot_be_read_is_acknowledged_with_one_alert(world: World) -> None:
+    _, job = world.submitted(state=RUNNING)
+    world.ledger._bucket.blob("requests/req-1.json").upload_from_string(b"{not a record")  # noqa: SLF001
+
+    outcomes = [_deliver(world, log_entry(job, PREEMPTED, insert_id=f"ins-{k}"), CapturedLog()) for k in (1, 2)]
+
+    assert outcomes == [EventOutcome.CORRUPT] * 2  # acknowledged, never redelivered for ever
+    assert [m.data["kind"] for m in world.publisher.on("ops-alerts")] == ["ledger_corrupt"]
