@@ -31,7 +31,7 @@ from shared.paced_submit import (
     turned_away,
     wait_in_line,
 )
-from shared.pacing import SETTLED, Pacer, Waiting, priority_of, waiting_entry
+from shared.pacing import IN_DOUBT, SETTLED, Pacer, Waiting, priority_of, waiting_entry
 from shared.submit import SUBMIT_STEPS
 from shared.wiring import Ports
 from tests.support.decisions import CapturedLog, FakePublisher, FakeVertex, World, make_settings
@@ -192,3 +192,22 @@ def test_a_corrupt_record_in_line_is_alerted_once_and_leaves_the_line(gcs_bucket
 
     assert outcome == SETTLED
     assert [m.data["kind"] for m in world.publisher.on("ops-alerts")] == ["ledger_corrupt"]
+
+
+def test_a_head_whose_create_loses_its_answer_is_in_doubt_and_passed_at_once(gcs_bucket) -> None:
+    """Its claim was the drainer's own (taken over, never sent before): the create may have made a
+    job that the lookup right after does not list yet; the line passes it for this run, and the
+    lookup after the lease tells."""
+    world = _world(gcs_bucket, 58)
+    record = _waiting_in_line(world)
+    lease = world.settings.claim_lease_seconds
+
+    def handed_back_long_ago(current: RequestRecord) -> None:
+        current.attempts[0].claimed_at = iso(world.ports.clock() - timedelta(seconds=2 * lease))
+
+    world.rewrite("req-1", handed_back_long_ago)
+    world.vertex.create_faults.append("lost")
+    world.vertex.list_lag = 1  # its lookup right after does not see the job yet
+
+    assert create_waiting(_entry(record), CapturedLog().logger, world.ports, SUBMIT_STEPS) == IN_DOUBT
+    assert world.vertex.creates == 1
