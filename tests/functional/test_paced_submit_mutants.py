@@ -1,12 +1,16 @@
-"""The quota line's calls into submit (shared/paced_submit.py).
+"""The quota line's side of submit (shared/paced_submit.py), at the edges its mutants found.
 
 `leave_line_unlooked`: a waiting attempt whose job cannot be looked up for good leaves its region's
 line (seed 1617), only while pacing is on: with pacing off no drainer serves the line (`in_line`
 says so) and its entry is left as it stands, unsaid, for when pacing is on again.
 
-`create_waiting`: the drainer's claim is never a new request's: an attempt waits in line only once
-its record has it, so a record deleted meanwhile (a person, a lifecycle rule) is not written anew
-and no job is created for it (as for a replayed message: simulator seed 1771)."""
+`create_waiting` (the drainer's create of one head): its claim is never a new request's (an attempt
+waits in line only once its record has it), so a record deleted meanwhile is not written anew and
+no job is created for it (as for a replayed message: simulator seed 1771); a head whose create a
+dead drainer sent is looked up, never created twice; one whose create's outcome is unknown is in
+doubt; a corrupt record is alerted and leaves the line.
+
+`wait_in_line`, `in_line`, `turned_away`, `pacing_on`: what each says at its edges."""
 
 from __future__ import annotations
 
