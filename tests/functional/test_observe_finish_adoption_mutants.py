@@ -1,8 +1,10 @@
-"""on_job_event (shared/observe.py) at its edges. It finishes the adoption of a job indexed and not
-recorded (`_finish_adoption`) only for a claim in flight: an attempt the record does not have, or
-one that records its job already, has nothing to adopt, and its line is redelivered as any line its
-record cannot decide yet. A line of a second job of an attempt cancels that job as a stray; a line
-exactly the maximum event age old is still read."""
+"""on_job_event (shared/observe.py) at the edges its mutants found. It finishes the adoption of a
+job indexed and not recorded (`_finish_adoption`) only for a claim in flight: an attempt the record
+does not have, or one that records its job already, has nothing to adopt, and its line is
+redelivered as any line its record cannot decide yet. A line of a second job of an attempt cancels
+that job as a stray; a line exactly the maximum event age old is still read; a preemption line of a
+job not indexed yet is kept; a kit line naming another attempt than its job's moves nothing; a line
+whose record cannot be read is acknowledged with one alert."""
 
 from __future__ import annotations
 
