@@ -31,6 +31,7 @@ import enum
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from shared.adapters.vertex import (
@@ -214,7 +215,7 @@ def redelivered_unless_settled(log: Logger) -> Iterator[None]:
 
 
 def _claim(
-    envelope: dict[str, Any], n: int, log: Logger, ports: Ports, *, requeued: bool = False, sent: datetime | None = None
+    envelope: dict[str, Any], n: int, log: Logger, ports: Ports, *, requeued: bool, sent: datetime | None = None
 ) -> Claim:
     """Claim attempt n for a message published at `sent` (None: the line's drainer, no message)."""
     request_id = envelope["request_id"]
@@ -438,4 +439,7 @@ def _record_created(
     return SubmitOutcome(result, request_id, n, job.name)
 
 
-SUBMIT_STEPS = SubmitSteps(_claim, _ensure_job)  # what the drainer runs for a waiting attempt
+# What the drainer runs for a waiting attempt. Its claim is never a new request's (an attempt waits
+# in line only once its record has it): a record deleted since the drainer read it is not written
+# anew with a job created for it, as for a replayed message (simulator seed 1771).
+SUBMIT_STEPS = SubmitSteps(partial(_claim, requeued=True), _ensure_job)

@@ -24,6 +24,7 @@ every mutant's session (tests/conftest.py, REUSED_FAKE_GCS_ENV); each test still
 
     python tools/mutants.py --room shared/pacing.py          # one room
     python tools/mutants.py                                  # all five rooms
+    python tools/mutants.py --outside shared/submit.py       # a file outside the rooms
     python tools/mutants.py generate FILE...                 # (in .venv-mutants) the mutants, as JSON
 
 Results go to bench/results/mutants-<room>.json; a summary line per room is printed.
@@ -178,6 +179,17 @@ def room_argument(text: str) -> str:
     if room in ROOMS or (inside_a_room and (ROOT / room).is_file()):
         return room
     raise argparse.ArgumentTypeError(f"{text!r} is neither a room ({', '.join(ROOMS)}) nor a file in one")
+
+
+def outside_argument(text: str) -> str:
+    """A Python file of shared/ outside the rooms, as `--outside` takes it: judged as a room of its own
+    (a pass over code changed since the last, where it touches the rooms' decisions); no share is
+    promised for it. A file of a room, or anything else, is refused."""
+    path = os.path.normpath(text)
+    in_shared = path.startswith("shared/") and path.endswith(".py") and (ROOT / path).is_file()
+    if in_shared and not any(path == room or path.startswith(f"{room}/") for room in ROOMS):
+        return path
+    raise argparse.ArgumentTypeError(f"{text!r} is no Python file of shared/ outside the rooms ({', '.join(ROOMS)})")
 
 
 def module_name(path: str) -> str:
@@ -799,6 +811,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="append",
         help="a room, or one file of a room (repeatable); default: all five",
     )
+    parser.add_argument(
+        "--outside",
+        type=outside_argument,
+        action="append",
+        default=[],
+        help="a Python file of shared/ outside the rooms, judged after them as a room of its own (repeatable)",
+    )
     parser.add_argument("--limit", type=int, help="judge only the first N mutants of each room (a quick look)")
     parser.add_argument(
         "--again",
@@ -808,7 +827,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sys.path[:0] = [str(ROOT), str(ROOT / KIT_SOURCE)]
     os.chdir(ROOT)
-    rooms = args.room or list(ROOMS)
+    rooms = [*(args.room or ([] if args.outside else ROOMS)), *args.outside]
     builtins.__dict__.setdefault(TESTING_EXCEPTION, type(TESTING_EXCEPTION, (Exception,), {}))
     with tempfile.TemporaryDirectory(prefix="mutants-") as directory:
         scratch = Path(directory)

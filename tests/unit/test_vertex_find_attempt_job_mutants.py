@@ -1,0 +1,48 @@
+"""`find_attempt_job`: which labelled job is a claim's own, by its create time against the record's
+`created_at` (a job created before the record is an earlier life's of the id, simulator seed 1771),
+with Vertex's clock allowed to lag ours by `CREATE_CLOCK_SKEW_SECONDS`, a second."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from shared.adapters.vertex import find_attempt_job
+from tests.support.vertex import DEPLOYMENT, PROJECT, FakeVertex
+
+PARENT = f"projects/{PROJECT}/locations/us-central1"
+RECORD_WRITTEN = datetime(2026, 12, 6, 10, 0, 0, tzinfo=UTC)
+
+
+def _job_created(vertex: FakeVertex, before_the_record: timedelta) -> str:
+    name = vertex.add("req-1", 1)
+    vertex.jobs[name].create_time = RECORD_WRITTEN - before_the_record
+    return name
+
+
+def _found(vertex: FakeVertex, since: str) -> str | None:
+    job = find_attempt_job(vertex, PARENT, "req-1", 1, DEPLOYMENT, since=since)
+    return job.name if job is not None else None
+
+
+def test_a_job_created_up_to_a_second_before_its_record_is_the_records() -> None:
+    for lag in (timedelta(seconds=1), timedelta(milliseconds=500)):
+        vertex = FakeVertex()
+        own = _job_created(vertex, lag)
+        assert _found(vertex, RECORD_WRITTEN.isoformat()) == own
+
+
+def test_a_job_created_more_than_a_second_before_its_record_is_an_earlier_lifes() -> None:
+    vertex = FakeVertex()
+    _job_created(vertex, timedelta(hours=2))
+    _job_created(vertex, timedelta(seconds=1.5))
+    assert _found(vertex, RECORD_WRITTEN.isoformat()) is None
+
+    own = _job_created(vertex, timedelta(seconds=-3))
+    assert _found(vertex, RECORD_WRITTEN.isoformat()) == own
+
+
+def test_a_record_without_a_creation_time_takes_the_oldest_labelled_job() -> None:
+    vertex = FakeVertex()
+    oldest = _job_created(vertex, timedelta(hours=2))
+    _job_created(vertex, timedelta(seconds=-3))
+    assert _found(vertex, "") == oldest
