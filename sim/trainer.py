@@ -7,7 +7,7 @@ sometimes torn by the crash, preemption or cancel that ends the save.
   `newest_complete`) and resumes from what it finds;
 - while it runs it saves one to three checkpoints, in strides of 100 to 500 steps, or of a tenth to
   three tenths of its request's declared `total_steps`, past which the run is done (a clean end
-  commits the total last; a run a preemption or failure cuts may exit 0 first: the world then ends
+  trains on to the total; a run a preemption or failure cuts may exit 0 first: the world then ends
   its job SUCCEEDED); the save the job's end cuts short is torn, in
   that framework's way (the kit's folder cut before its marker, which the kit writes after every
   file it lists, an earlier save's markers removed first: a marker listing a file gone or of
@@ -179,8 +179,9 @@ class Trainer:
         )
 
     def train(self, job: Any, *, ends_in_a_cut: bool) -> bool:
-        """The job trained since its last change: one to three saves; the last torn (sometimes)
-        when what comes next ends the run in the middle of it. Whether its trainer exited 0 on its
+        """The job trained since its last change: one to three saves (a run Vertex ends cleanly
+        trains on to its request's declared total, if any); the last torn (sometimes) when what
+        comes next ends the run in the middle of it. Whether its trainer exited 0 on its
         own, its request's declared total committed, before what ends the run: the job succeeds."""
         if job.name not in self._step:
             return False
@@ -189,17 +190,13 @@ class Trainer:
         torn = False
         for k in range(count):
             stride = self.rng.choice((1, 2, 5)) * 100  # drawn for every request: the seed's other draws stay
-            last = k == count - 1
-            step = (
-                self._step[job.name] + stride if total is None else self._declared_step(job, total, ends_in_a_cut, last)
-            )
+            step = self._step[job.name] + stride if total is None else self._declared_step(job, total, ends_in_a_cut)
             if step <= self._step[job.name]:
                 break  # at the total, or as near it as a run cut short gets: nothing more to save
-            self._step[job.name] = step
-            torn = ends_in_a_cut and last and self.rng.random() < TORN_SHARE
-            name = self.save(job, step, torn=torn)
-            if not torn and self._vouched(job):
-                self._line(job, CHECKPOINT_COMMITTED, step=step, seconds=1.0, checkpoint=name)
+            torn = ends_in_a_cut and k == count - 1 and self.rng.random() < TORN_SHARE
+            self._save_at(job, step, torn=torn)
+        while total is not None and not ends_in_a_cut and self._step[job.name] < total:
+            self._save_at(job, self._declared_step(job, total, ends_in_a_cut), torn=False)  # on to the total
         step = self._step[job.name]
         finished = total is not None and step >= total and not torn
         if not ends_in_a_cut or finished:  # the kit: past the last planned step the run is done
@@ -218,15 +215,18 @@ class Trainer:
             strides = self._strides_of[job.name] = random.Random(f"{self.strides_seed}:{job.name}")
         return strides
 
-    def _declared_step(self, job: Any, total: int, ends_in_a_cut: bool, last: bool) -> int:
+    def _save_at(self, job: Any, step: int, *, torn: bool) -> None:
+        self._step[job.name] = step
+        name = self.save(job, step, torn=torn)
+        if not torn and self._vouched(job):
+            self._line(job, CHECKPOINT_COMMITTED, step=step, seconds=1.0, checkpoint=name)
+
+    def _declared_step(self, job: Any, total: int, ends_in_a_cut: bool) -> int:
         """The next save's step of a request that declared `total` steps: a tenth to three tenths of
         it further (a request takes several commits), never past it. A run Vertex ends cleanly
-        reaches it at its last save (its job succeeds because the training is done); one cut short
-        by a preemption, a stock-out or a failure may reach it; one a cancel or the job timeout cuts
-        stays below it (those end the job whatever the trainer does)."""
+        trains on to it; one cut short by a preemption, a stock-out or a failure may reach it; one a
+        cancel or the job timeout cuts stays below it (those end the job whatever the trainer does)."""
         step = self._step[job.name] + max(1, round(total * self._strides(job).choice((0.1, 0.2, 0.3))))
-        if not ends_in_a_cut and last:
-            return max(total, self._step[job.name])
         if ends_in_a_cut and (job.state != "JOB_STATE_RUNNING" or job.fate in TIMEOUT_FATES):
             return min(step, max(total - 1, self._step[job.name]))
         return min(step, max(total, self._step[job.name]))
