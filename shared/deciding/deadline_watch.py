@@ -382,9 +382,10 @@ def _placement(
         # A new Spot job is queued and provisioned for a while even when capacity is there: that
         # is its changeover (the model's first d seconds of an instance), not a wait for Spot.
         return Placement.ON_SPOT, asked
-    # A wait after a run began when its state last changed (as `consider_move` counts it): the rule
-    # holds a wait a few changeovers for a move (`MOVE_HOLD_CHANGEOVERS`) from there.
-    waiting_since = latest.state_changed_at if latest.started_at and latest.state_changed_at else None
+    # A wait after a run began when the run ended, QUEUED then PENDING one wait (`wait_began_at`; a
+    # record written before it has its current state's start), as `consider_move` counts it: the
+    # rule holds a wait a few changeovers for a move (`MOVE_HOLD_CHANGEOVERS`) from there.
+    waiting_since = (latest.wait_began_at or latest.state_changed_at) if latest.started_at else None
     return Placement.WAITING_FOR_SPOT, parse_iso(waiting_since) if waiting_since else asked
 
 

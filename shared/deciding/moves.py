@@ -68,7 +68,10 @@ def consider_move(
     if rule is None:
         return
     changeover, situation, decision = rule
-    waited = (now - parse_iso(attempt.state_changed_at if attempt.started_at else attempt.created_at)).total_seconds()
+    # A job that ran waits from its run's end, QUEUED then PENDING one wait (`wait_began_at`; a record
+    # written before it has its current state's start), one that never ran from its create.
+    since = (attempt.wait_began_at or attempt.state_changed_at) if attempt.started_at else attempt.created_at
+    waited = (now - parse_iso(since)).total_seconds()
     # Within a changeover of waiting, only a deadline request preempted often lately is weighed
     # (`preempted_often`): at once, as if the outage were long, staying costed as on-demand.
     at_once = waited <= changeover

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from spotjobs_kit.lines import KitRecord
 
-from shared.clock import iso
+from shared.clock import iso, parse_iso
 from shared.deciding.deadline import Placement
 from shared.deciding.deadline_watch import deadline_situation, projected_finish
 from shared.deciding.decisions import Observation, decide
@@ -16,7 +16,7 @@ from shared.fleet.estimate import SpotOutlook
 from shared.jobs import JobState
 from shared.ledger.records import Attempt, RequestRecord
 from shared.ledger.states import AttemptOutcome, RequestStatus
-from tests.support.decide import JOB1, NOW, job, make_record
+from tests.support.decide import JOB1, NOW, at, job, make_record
 from tests.support.decide import POLICY as SPOT_ONLY
 
 # A deadline is accepted only where STANDARD is an allowed fallback (shared/requests/policy.py).
@@ -60,6 +60,23 @@ def test_a_wait_after_a_run_counts_from_the_attempts_last_change_of_state() -> N
     waiting = situation(record)
     assert waiting.placement is Placement.WAITING_FOR_SPOT
     assert waiting.placed_at == NOW - timedelta(seconds=90)  # the rule's hold for a move counts from here
+
+
+def test_a_restarted_job_queued_then_pending_is_switched_from_its_whole_wait() -> None:
+    """Issue 43: behind the line where the claim's outlook expects outages of hours, the rule holds
+    a wait 3 changeovers (180 s) for a move. A job Vertex restarted waited QUEUED 240 s, then
+    PENDING 60 s: one wait of 300 s, past the hold, so it leaves for on-demand now."""
+    record = make_record(request=deadline(20000))
+    record.created_at = iso(NOW - timedelta(seconds=10000))
+    record.attempts[0].last_checkpoint = [1, 100]
+    record.attempts[0].spot_outlook = SpotOutlook(0.5, 30000.0).to_json()
+    for state, update in ((JobState.RUNNING, 10), (JobState.QUEUED, 300)):  # at(update): NOW - 600 s + update
+        record = decide(record, Observation(1, job(state, update=update)), POLICY, parse_iso(at(update))).record
+    assert record.attempts[0].outcome is None and record.attempts[0].preemptions == 1
+    decision = decide(record, Observation(1, job(JobState.PENDING, update=540)), POLICY, NOW)
+    assert decision.record.attempts[0].outcome is AttemptOutcome.SWITCHED_TO_ON_DEMAND
+    assert situation(decision.record).placed_at == NOW - timedelta(seconds=300)  # not PENDING's start, 60 s ago
+    assert decision.record.requeue.strategy == "STANDARD"
 
 
 def test_waiting_with_too_little_slack_switches_once_to_standard() -> None:

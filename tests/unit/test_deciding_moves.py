@@ -4,7 +4,7 @@ stand-in that names where the attempt would go, so only the decision to move is 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -13,12 +13,12 @@ import pytest
 from shared.clock import iso
 from shared.deciding.deadline import Action, decide_deadline
 from shared.deciding.deadline_watch import deadline_situation
-from shared.deciding.decisions import DecisionPolicy
+from shared.deciding.decisions import DecisionPolicy, Observation, decide
 from shared.deciding.effects import Effects
 from shared.deciding.moves import consider_move
 from shared.fleet.estimate import SpotOutlook
 from shared.fleet.placing import LocationChoice
-from shared.jobs import JobSnapshot
+from shared.jobs import JobSnapshot, JobState
 from shared.ledger.records import Attempt, CancelIntent, RequestRecord, Requeue
 from shared.ledger.states import AttemptOutcome, RequestStatus
 from shared.settings import Settings
@@ -106,6 +106,7 @@ def test_the_requests_own_changeover_outranks_the_prior() -> None:
 
 
 def test_a_job_that_ran_is_measured_from_its_last_change_of_state_not_its_creation() -> None:
+    # A record written before `wait_began_at` (None here): its wait from its current state's start.
     record = waiting(3 * PRIOR)
     attempt = record.attempt(1)
     attempt.started_at = iso(NOW - timedelta(seconds=2 * PRIOR))
@@ -115,6 +116,21 @@ def test_a_job_that_ran_is_measured_from_its_last_change_of_state_not_its_creati
     attempt.state_changed_at = iso(NOW - timedelta(seconds=PRIOR + 1))
     move(record)
     assert moved(record)
+
+
+def test_a_restarted_job_queued_then_pending_has_waited_since_its_run_ended() -> None:
+    """Issue 43: Vertex restarts a job QUEUED ("resumed"), then PENDING ("preparing to run"): one
+    wait, from the end of its RUNNING (`Attempt.wait_began_at`), not from PENDING's start."""
+    ran, back, pending = (NOW - timedelta(seconds=s) for s in (3 * PRIOR, PRIOR + 1, PRIOR / 2))
+    record = waiting(4 * PRIOR)
+    read = JobSnapshot(JOB, JobState.RUNNING, create_time=record.attempt(1).created_at, start_time=iso(ran))
+    for state, since in ((JobState.RUNNING, ran), (JobState.QUEUED, back), (JobState.PENDING, pending)):
+        observed = Observation(1, replace(read, state=state, update_time=iso(since)))
+        record = decide(record, observed, POLICY, since).record
+    attempt = record.attempt(1)
+    assert (attempt.wait_began_at, attempt.state_changed_at) == (iso(back), iso(pending))  # PENDING: half a changeover
+    effects = move(record)
+    assert moved(record) and effects.lines[0].fields["waited_seconds"] == PRIOR + 1
 
 
 def test_a_move_keeps_one_attempt_for_a_requeue_after_a_preemption() -> None:
