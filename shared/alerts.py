@@ -140,7 +140,7 @@ class AlertKind(enum.StrEnum):
     LEDGER_MISSING = (
         "ledger_missing",
         "ERROR",
-        "a replayed request has jobs but no ledger document: nothing was created",
+        "a replayed request has jobs but no ledger document: nothing was created (once per message)",
     )
     NOTIFY_REFUSED = (
         "notify_refused",

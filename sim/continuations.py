@@ -12,8 +12,8 @@ of timeouts meets its bound.
 The invariants (`QUIESCENCE`): a continuation follows only a timeout with progress the kit
 reported, by a line or by a whole save in its folder (`continued_only_after_progress`); a request gives up only once its counted attempts,
 continuations left out, reach `max_attempts` (`continuations_not_counted`); a timeout without
-progress that ended its request was alerted (one marker, so once; `alerts_at_least_once` sees it
-published), and only such a one (`stuck_timeout_alerted`);
+progress (no commit line, no whole save its folder shows by the kit's layout rules) that ended its
+request was alerted (one marker, so once; `alerts_at_least_once` sees it published), and only such a one (`stuck_timeout_alerted`);
 no request continues more often than its `max_runtime` allows (`continuations_bounded`).
 """
 
@@ -97,15 +97,25 @@ def continued_only_after_progress(world: World) -> list[Violation]:
     return out
 
 
-def _saved_whole(world: World, record: RequestRecord, attempt: Attempt) -> bool:
+def _saved_whole(world: World, record: RequestRecord, attempt: Attempt, *, vouched: bool = False) -> bool:
     """Whether the attempt's job saved a whole checkpoint while it ran (ground truth): progress
-    the kit tells through its folder when it prints no line for it (two-file stems, no marker)."""
+    the kit tells through its folder when it prints no line for it (two-file stems, no marker).
+    `vouched`: only one the kit's layout rules can tell complete, as the code's folder read does: a
+    bare stem of two files only once a later stem follows it (spotjobs_kit.layout)."""
     job = world.vertex.jobs.get(attempt.job or "")
     if job is None or attempt.started_at is None or attempt.ended_at is None:
         return False
     began, ended = parse_iso(attempt.started_at), parse_iso(attempt.ended_at)
-    saves = world.trainer.saves.get(world.trainer.job_folder(job), {}).values()
-    return any(s.complete and s.written_by == record.request_id and began <= s.at <= ended for s in saves)
+    folder = world.trainer.job_folder(job)
+    saves = list(world.trainer.saves.get(folder, {}).values())
+    bare_stems = vouched and world.trainer.two_file_stems and world.trainer.layout_of_folder(folder) == "torch"
+    return any(
+        s.complete
+        and s.written_by == record.request_id
+        and began <= s.at <= ended
+        and not (bare_stems and all(later.step <= s.step for later in saves))
+        for s in saves
+    )
 
 
 def continuations_not_counted(world: World) -> list[Violation]:
@@ -136,12 +146,15 @@ def stuck_timeout_alerted(world: World) -> list[Violation]:
         latest = record.latest
         for attempt in record.attempts:
             marked = alert_marker(AlertKind.TIMEOUT_WITHOUT_PROGRESS, attempt.n) in record.markers
+            # Progress is a commit line or a whole save its folder shows the code (seed 6016): a
+            # timeout with either that ended its request did so by its max_runtime (`job_failed`).
             ended_it = (
                 record.status == RequestStatus.FAILED
                 and record.cancel is None
                 and attempt is latest
                 and _timed_out_fate(world, attempt.job) is not None
                 and attempt.checkpoints_committed == 0
+                and not _saved_whole(world, record, attempt, vouched=True)
             )
             problem = None
             if ended_it and not marked:

@@ -467,8 +467,10 @@ def quota_bursts(world: World) -> list[Expected]:
     submission quota creates in twice `quota_alert_after_seconds` (each request the ledger
     accepted waits from when a submit_job instance first took its message (`first_submitted`;
     before that it waited for an instance, which the deployment's sizing decides, not the quota)
-    to its job's create at Vertex; a GPU request in a world whose GPU quota fills waits for that
-    quota, not this one; a cancelled one may never be created). Its alert names no request."""
+    to its job's create at Vertex, or to Vertex's first refusal of its create for good: its turn
+    came, and `submit_failed` speaks for it (seed 6509); a GPU request in a world whose GPU quota
+    fills waits for that quota, not this one; a cancelled one may never be created). Its alert
+    names no request."""
     from sim.vertex import _uses_gpus
 
     settings = world.settings
@@ -481,10 +483,13 @@ def quota_bursts(world: World) -> list[Expected]:
             published.setdefault(rid, world.first_submitted.get(rid, message.publish_time))
             if _uses_gpus(body.get("custom_job") or {}):
                 gpu.add(body["request_id"])
-    created = {}
+    created = {}  # when each request's wait for its create ended
     for job in world.vertex.jobs.values():
         if job.attempt == 1:
             created[job.request_id] = min(job.create_time, created.get(job.request_id, job.create_time))
+    for refusal in world.vertex.refused:
+        if refusal.operation == "create" and refusal.caller == "submit_job" and refusal.request_id:
+            created[refusal.request_id] = min(refusal.at, created.get(refusal.request_id, refusal.at))
     now = world.clock.now()
     accepted = {r.request_id for r in records(world)} - cancelled_by_operator(world)
     edges = []

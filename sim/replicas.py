@@ -198,8 +198,9 @@ def preemptions_within_reclaimed_vms(world: World) -> list[Violation]:
 def same_layout_every_attempt(world: World) -> list[Violation]:
     """Every create of a request (re-queues, moves, deadline switches) keeps the worker-pool layout
     of its first create; a request with capacity alternatives its replicas per pool, its machines
-    being the alternatives' (`alternatives_kept`)."""
-    from shared.jobs import LABEL_REQUEST_ID
+    being the alternatives' (`alternatives_kept`). After a person deleted the id's record, its
+    next attempt 1 is a new request's first create (a body claimed afresh: seed 6300)."""
+    from shared.jobs import LABEL_ATTEMPT, LABEL_REQUEST_ID
     from sim.invariants import records, violation
 
     # As published (a record a fault left unreadable still had them) and as recorded.
@@ -211,10 +212,14 @@ def same_layout_every_attempt(world: World) -> list[Violation]:
     for create in world.vertex.created:
         if not create.accepted:
             continue
-        request_id = (create.job.get("labels") or {}).get(LABEL_REQUEST_ID, "")
+        labels = create.job.get("labels") or {}
+        request_id = labels.get(LABEL_REQUEST_ID, "")
         shape = layout(create.job)
         if request_id in with_alternatives:
             shape = [("", replicas) for _, replicas in shape]
+        deleted_at = world.tampering.records_deleted_at.get(request_id)
+        if deleted_at is not None and create.at >= deleted_at and labels.get(LABEL_ATTEMPT) == "1":
+            first[request_id] = shape
         if first.setdefault(request_id, shape) != shape:
             out.append(
                 violation(

@@ -143,3 +143,47 @@ def test_a_continuation_on_progress_told_by_the_folder_alone_is_no_violation(tor
     )
     found = [v for v in continuations.continued_only_after_progress(fresh) if "planted-folder-progress" in v.detail]
     assert bool(found) is torn, found
+
+
+@pytest.mark.parametrize(
+    ("layout", "saves", "owed"),
+    [
+        ("plain", [(200, False)], False),
+        ("plain", [(200, True)], True),
+        ("torch", [(200, False), (300, False)], False),
+        ("torch", [(200, False)], True),
+    ],
+)
+def test_a_timeout_past_its_bound_owes_no_stuck_alert_for_progress_its_folder_shows(
+    layout: str, saves: list[tuple[int, bool]], owed: bool
+) -> None:
+    # Seed 6016: a trainer saving bare two-file stems prints no `checkpoint_committed`; its job ran
+    # into the timeout after two whole stems, the code's folder read saw the older one complete,
+    # and its max_runtime of one timeout allowed no continuation, so it failed with `job_failed`
+    # naming the bound, rightly. A torn save, or a lone two-file stem (the kit never vouches for
+    # the newest: spotjobs_kit.layout), is no progress: `timeout_without_progress` is owed.
+    fresh = World(SEED)
+    sim_job = trained(fresh, "planted-folder-bound")
+    fresh.trainer.layouts["planted-folder-bound"], fresh.trainer.two_file_stems = layout, True
+    sim_job.state, sim_job.fate, sim_job.error = "JOB_STATE_FAILED", "timeout", continuations.DEADLINE_EXCEEDED_ERROR
+    began = fresh.clock.now().isoformat().replace("+00:00", "Z")
+    for step, torn in saves:
+        fresh.trainer.save(sim_job, step, torn=torn)
+    ended = fresh.clock.now().isoformat().replace("+00:00", "Z")
+    record(
+        fresh,
+        "planted-folder-bound",
+        RequestStatus.FAILED,
+        attempt_of(sim_job, outcome=AttemptOutcome.FAILED, started_at=began, ended_at=ended),
+        markers=[alert_marker(AlertKind.JOB_FAILED, 1)],
+    )
+    found = [v for v in continuations.stuck_timeout_alerted(fresh) if "planted-folder-bound" in v.detail]
+    assert bool(found) is owed, found
+
+
+def test_seed_6016_replays_without_a_violation() -> None:
+    """Seed 6016 as judged on 2026-12-06: r0-envelope's attempt 1 saved whole stems (no kit commit
+    line) and timed out; its max_runtime of one timeout allowed no continuation, so it failed with
+    `job_failed`, and the invariant, reading progress from the kit's lines alone, wanted
+    `timeout_without_progress`."""
+    assert not World(6016).run()

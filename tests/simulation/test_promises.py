@@ -498,6 +498,22 @@ def test_a_burst_past_the_quota_without_its_alert_is_caught(world: World) -> Non
     assert catalogue(world, AlertKind.QUOTA_LIMITED) == []
 
 
+def test_a_burst_whose_creates_vertex_refused_for_good_waited_only_until_its_refusals(world: World) -> None:
+    """Seed 6509: the create permission was withdrawn, and each request of a burst met its 403 in
+    turn (`submit_failed`, no job ever). A refused create had its turn at Vertex: the request stopped
+    waiting for the quota then, not at the end of the world."""
+    line = int(2 * world.settings.quota_alert_after_seconds * world.settings.vertex_creates_per_minute / 60) + 2
+    world.workload.gpu_quota_full = False
+    for i in range(line):  # each refused before the next came
+        world.pubsub.accept(world.settings.job_requests_topic, json.dumps({"request_id": f"b{i}"}).encode(), {})
+        restore(world, f"b{i}", RequestStatus.FAILED)
+        world.clock.advance(1)
+        world.vertex.refused.append(Refused(world.clock.now(), "create", "us-central1", f"b{i}", 403, "submit_job"))
+        world.clock.advance(1)
+    world.clock.advance(3600)
+    assert catalogue(world, AlertKind.QUOTA_LIMITED) == []
+
+
 def test_one_id_published_with_two_bodies_without_its_alert_is_caught(world: World) -> None:
     import random
 

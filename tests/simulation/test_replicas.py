@@ -188,3 +188,27 @@ def test_a_request_with_capacity_alternatives_keeps_its_replicas_on_another_mach
     world.vertex.created.append(Create(world.clock.now(), "us-central1", shrunk, True))
     [found] = replicas.same_layout_every_attempt(world)
     assert found.detail.startswith("r1: a create with layout")
+
+
+def test_a_new_body_under_an_id_whose_record_a_person_deleted_starts_its_own_layout() -> None:
+    """Seed 6300: a hostile body took burst35's id (n1-standard-4), a person deleted its record, and
+    burst35's own body (an A100) was then claimed afresh as a new request (docs/ARCHITECTURE.md:
+    an earlier record's of the id, deleted by hand): its attempts keep its own first layout."""
+    world = World(0)
+    earlier = job(world, "r1", 1).request
+    world.vertex.created.append(Create(world.clock.now(), "us-central1", earlier, True))
+    world.clock.advance(600)
+    world.tampering.deleted_records.add("r1")
+    world.tampering.records_deleted_at["r1"] = world.clock.now()
+    world.clock.advance(600)
+    a100 = {"machineType": "a2-highgpu-1g", "acceleratorType": "NVIDIA_TESLA_A100", "acceleratorCount": 1}
+    anew = [job(world, "r1", attempt).request for attempt in (1, 2)]
+    for request in anew:
+        request["jobSpec"]["workerPoolSpecs"][0]["machineSpec"] = dict(a100)
+    world.vertex.created += [Create(world.clock.now(), "us-central1", r, True) for r in anew]
+    assert replicas.same_layout_every_attempt(world) == []
+
+    shrunk = job(world, "r1", 3).request  # the new request's re-queue on the earlier body's machine
+    world.vertex.created.append(Create(world.clock.now(), "us-central1", shrunk, True))
+    [found] = replicas.same_layout_every_attempt(world)
+    assert found.detail.startswith("r1: a create with layout")
