@@ -5,7 +5,10 @@ sometimes torn by the crash, preemption or cancel that ends the save.
 - a run (the job entering RUNNING, and each restart after a preemption) lists its checkpoint
   folder with `spotjobs_kit.Run.refresh` (the discovery `Run.start` does: `layout.discover` and
   `newest_complete`) and resumes from what it finds;
-- while it runs it saves one to three checkpoints; the save the job's end cuts short is torn, in
+- while it runs it saves one to three checkpoints, in strides of 100 to 500 steps, or of a tenth to
+  three tenths of its request's declared `total_steps`, past which the run is done (a clean end
+  trains on to the total; a run a preemption or failure cuts may exit 0 first: the world then ends
+  its job SUCCEEDED); the save the job's end cuts short is torn, in
   that framework's way (the kit's folder cut before its marker, which the kit writes after every
   file it lists, an earlier save's markers removed first: a marker listing a file gone or of
   another size is a deletion's doing, `object_deleted` or a lifecycle rule, never a cut's; an
@@ -37,8 +40,29 @@ from typing import Any
 
 from spotjobs_kit.lines import CHECKPOINT_COMMITTED, PREEMPTED, RUN_FAILED, RUN_FINISHED, RUN_STARTED
 
+from sim.continuations import TIMEOUT_FATES
+
 LAYOUTS = ("plain", "torch", "orbax", "deepspeed", "tensorflow", "huggingface")
 TORN_SHARE = 0.35  # of the saves a job's end cuts short
+EXITS_BEFORE_THE_CUT = 0.75  # of the runs that commit their declared total just before a preemption or failure
+
+
+def declared_total_steps(arrivals: Any) -> dict[str, int]:
+    """The `total_steps` each request's own publisher declared (the first such body of the
+    request's id; never what a hostile publisher wrote under another request's id)."""
+    declared: dict[str, int] = {}
+    for arrival in arrivals:
+        try:
+            body = json.loads(arrival.data)
+        except ValueError:
+            continue
+        if not isinstance(body, dict):
+            continue
+        request_id, total = body.get("request_id"), body.get("total_steps")
+        mine = arrival.own is None or request_id in arrival.own
+        if isinstance(request_id, str) and type(total) is int and total > 0 and mine:
+            declared.setdefault(request_id, total)
+    return declared
 
 
 @dataclass
@@ -91,6 +115,11 @@ class Trainer:
     # The kit's lines (set by the world for a share of seeds) and where a job's log line goes.
     kit_lines: bool = False
     emit: Callable[[Any, str, str], Any] = lambda job, text, severity: None
+    # The steps a request declared (`total_steps`, set by the world): its saves are fractions of
+    # them, and a run that reaches them is done. None: strides of 100 to 500 steps, no end.
+    total_steps_of: Callable[[str], int | None] = lambda request_id: None
+    strides_seed: str = ""
+    _strides_of: dict[str, random.Random] = field(default_factory=dict)  # job -> its strides' generator
 
     # Where things are.
 
@@ -149,25 +178,66 @@ class Trainer:
             checkpoint=resumed.name if resumed else None,
         )
 
-    def train(self, job: Any, *, ends_in_a_cut: bool) -> None:
-        """The job trained since its last change: one to three saves; the last torn (sometimes)
-        when what comes next ends the run in the middle of it."""
+    def train(self, job: Any, *, ends_in_a_cut: bool) -> bool:
+        """The job trained since its last change: one to three saves (a run Vertex ends cleanly
+        trains on to its request's declared total, if any); the last torn (sometimes) when what
+        comes next ends the run in the middle of it. Whether its trainer exited 0 on its
+        own, its request's declared total committed, before what ends the run: the job succeeds."""
         if job.name not in self._step:
-            return
+            return False
+        total = self.total_steps_of(job.request_id)
         count = self.rng.choice((1, 1, 2, 3))
+        torn = False
         for k in range(count):
-            self._step[job.name] += self.rng.choice((1, 2, 5)) * 100
+            stride = self.rng.choice((1, 2, 5)) * 100  # drawn for every request: the seed's other draws stay
+            step = self._step[job.name] + stride if total is None else self._declared_step(job, total, ends_in_a_cut)
+            if step <= self._step[job.name]:
+                break  # at the total, or as near it as a run cut short gets: nothing more to save
             torn = ends_in_a_cut and k == count - 1 and self.rng.random() < TORN_SHARE
-            name = self.save(job, self._step[job.name], torn=torn)
-            if not torn and self._vouched(job):
-                self._line(job, CHECKPOINT_COMMITTED, step=self._step[job.name], seconds=1.0, checkpoint=name)
+            self._save_at(job, step, torn=torn)
+        while total is not None and not ends_in_a_cut and self._step[job.name] < total:
+            self._save_at(job, self._declared_step(job, total, ends_in_a_cut), torn=False)  # on to the total
         step = self._step[job.name]
-        if not ends_in_a_cut:
+        finished = total is not None and step >= total and not torn
+        if not ends_in_a_cut or finished:  # the kit: past the last planned step the run is done
             self._line(job, RUN_FINISHED, step=step)
         elif job.state == "JOB_STATE_RUNNING" and job.fate == "fail" and not job.preemptions:
             self._line(job, RUN_FAILED, step=step, error="RuntimeError: the simulated training failed")
         elif job.state == "JOB_STATE_RUNNING":  # Vertex preempts it (or it stocked out): SIGTERM
             self._line(job, PREEMPTED, step=step, seconds_since_checkpoint=0.0)
+        return finished and (not ends_in_a_cut or self._exits_before_the_cut(job))
+
+    def _strides(self, job: Any) -> random.Random:
+        """A generator per job for the draws of a declared total: they stay whatever order jobs move
+        in, and a seed's requests without one keep their draws."""
+        strides = self._strides_of.get(job.name)
+        if strides is None:
+            strides = self._strides_of[job.name] = random.Random(f"{self.strides_seed}:{job.name}")
+        return strides
+
+    def _save_at(self, job: Any, step: int, *, torn: bool) -> None:
+        self._step[job.name] = step
+        name = self.save(job, step, torn=torn)
+        if not torn and self._vouched(job):
+            self._line(job, CHECKPOINT_COMMITTED, step=step, seconds=1.0, checkpoint=name)
+
+    def _declared_step(self, job: Any, total: int, ends_in_a_cut: bool) -> int:
+        """The next save's step of a request that declared `total` steps: a tenth to three tenths of
+        it further (a request takes several commits), never past it. A run Vertex ends cleanly
+        trains on to it; one cut short by a preemption, a stock-out or a failure may reach it; one a
+        cancel or the job timeout cuts stays below it (those end the job whatever the trainer does)."""
+        step = self._step[job.name] + max(1, round(total * self._strides(job).choice((0.1, 0.2, 0.3))))
+        if ends_in_a_cut and (job.state != "JOB_STATE_RUNNING" or job.fate in TIMEOUT_FATES):
+            return min(step, max(total - 1, self._step[job.name]))
+        return min(step, max(total, self._step[job.name]))
+
+    def _exits_before_the_cut(self, job: Any) -> bool:
+        """A run that committed its total in a run Vertex then preempts (or that fails) exits 0
+        first, mostly; the rest are cut between the last commit and the exit (seed 4568's window:
+        all the work committed, the job not ended). A cancel or the job timeout ends it anyway."""
+        if job.state != "JOB_STATE_RUNNING" or job.fate in TIMEOUT_FATES:
+            return False
+        return self._strides(job).random() < EXITS_BEFORE_THE_CUT
 
     def _vouched(self, job: Any) -> bool:
         """Whether the kit would print `checkpoint_committed` for a whole save: it does so only

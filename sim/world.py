@@ -37,7 +37,7 @@ from sim import flex, replicas, virtual
 from sim.continuations import with_max_runtimes
 from sim.gcs import MemoryStorage
 from sim.pubsub import Delivery, SimPubSub
-from sim.trainer import Trainer
+from sim.trainer import Trainer, declared_total_steps
 from sim.vertex import SimJob, SimVertex, draw_queued_hold
 from sim.workload import Workload, generate, with_cancels, with_crud_budget, with_locations
 from tests.support.lifecycle import Rule, state_bucket_rules
@@ -243,6 +243,8 @@ class World:
         self.vertex.runs = self._run_trainer
         self.trainer.emit = functools.partial(self.emit_log_line, task="workerpool0-0")
         self.trainer.kit_lines = random.Random(f"{self.seed}:kit_lines").random() < KIT_LINES_SHARE
+        self.trainer.total_steps_of = declared_total_steps(self.workload.arrivals).get
+        self.trainer.strides_seed = f"{self.seed}:trainer_strides"
         # Permanent and semantic faults: none when every fault is left out (what shrinking tries first).
         self.permanent = permanent.PermanentFaults() if self.no_faults else permanent.draw(self.seed, self.workload)
         self.fault_rng = random.Random(f"{self.seed}:faults:actors")
@@ -538,8 +540,10 @@ class World:
             self.trainer.stop(job)
         elif what == "stall":  # ran into its timeout without a save (sim/continuations.py)
             pass
-        else:
-            self.trainer.train(job, ends_in_a_cut=what == "cut")
+        elif self.trainer.train(job, ends_in_a_cut=what == "cut") and what == "cut":
+            # Its trainer committed the declared total and exited 0 before the preemption or failure.
+            job.fate, job.preemptions = "succeed", 0
+            self.note(f"trainer: {job.request_id} a{job.attempt} finished its total steps: the job succeeds")
 
     def emit_log_line(
         self, job: SimJob, text: str, severity: str, *, forged: bool = False, task: str = "service"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -280,3 +281,93 @@ def test_the_queued_hold_is_a_named_switchable_assumption() -> None:
     assert World(0, queued_hold="brief").vertex.queued_hold(jobs[0]) == 0.0
     with pytest.raises(ValueError, match="queued_hold"):
         draw_queued_hold(0, "forever")
+
+
+def test_a_trainer_commits_fractions_of_its_requests_declared_total_and_finishes_at_it() -> None:
+    """A request that declares `total_steps` (a deadline's) takes several commits, each a tenth to
+    three tenths of its total: a run cut short by a cancel stops below it; a run Vertex ends
+    cleanly trains on to the total, committing on the way, and writes `run_finished` there, as
+    the kit does."""
+    from spotjobs_kit.lines import parse_kit_line
+
+    from tests.support.sim_world import trained
+
+    world = World(0)
+    world.trainer.total_steps_of = {f"r{n}": 100 for n in range(12)}.get
+    printed: list[str] = []
+    world.trainer.kit_lines = True
+    world.trainer.emit = lambda _job, text, _severity: printed.append(text)
+    for n in range(12):
+        running = trained(world, f"r{n}")
+        world.trainer.start(running)
+        running.state = "JOB_STATE_CANCELLING"
+        for _ in range(n % 3 * 4):  # cancels cut it short again and again: never at the total
+            assert world.trainer.train(running, ends_in_a_cut=True) is False
+        folder = world.trainer.job_folder(running)
+        assert all(save.step < 100 for save in world.trainer.saves.get(folder, {}).values())
+        running.state = "JOB_STATE_RUNNING"
+        assert world.trainer.train(running, ends_in_a_cut=False) is True
+        steps = sorted(save.step for save in world.trainer.saves[folder].values())
+        assert steps[-1] == 100 and len(steps) >= 4, steps
+        assert all(0 < later - earlier <= 30 for earlier, later in zip([0, *steps[:-1]], steps, strict=True)), steps
+    lines = [kit for kit in map(parse_kit_line, printed) if kit is not None]
+    assert {kit.step for kit in lines if kit.event == "run_finished"} == {100}
+    assert max(kit.step for kit in lines if kit.event == "checkpoint_committed") == 100
+
+
+def test_a_run_that_commits_its_declared_total_ends_its_job_mostly_before_the_cut() -> None:
+    """Past the total the training is done: a run that commits it just before a preemption or a
+    stock-out mostly exits 0 first (the world ends its job SUCCEEDED, the cuts still to come
+    dropped); the rest are cut between the commit and the exit (all the work committed, the job
+    not ended: seed 4568's window), and the next run, resumed at the total, is done at once."""
+    from tests.support.sim_world import trained
+
+    world = World(0)
+    world.trainer.total_steps_of = {f"r{n}": 100 for n in range(20)}.get
+    ended = []
+    for n in range(20):
+        running = trained(world, f"r{n}")
+        world.trainer.save(running, 95, torn=False)
+        running.fate = "stockout"  # cut at every change until Vertex gives up
+        world.vertex.runs(running, "start")
+        while running.state == "JOB_STATE_RUNNING":
+            world.vertex.advance(running)
+        assert world.trainer.newest_whole(world.trainer.job_folder(running)).step == 100
+        ended.append((running.state, running.restarts > 0))
+    assert set(ended) == {("JOB_STATE_SUCCEEDED", False), ("JOB_STATE_SUCCEEDED", True)}, ended
+
+
+def test_a_trainer_without_a_declared_total_strides_as_before() -> None:
+    """A request that declares no `total_steps` keeps its strides of 100, 200 or 500 steps and
+    never finishes by itself: Vertex's fate ends its job."""
+    from tests.support.sim_world import trained
+
+    world = World(0)
+    running = trained(world, "r1")
+    world.trainer.start(running)
+    for _ in range(10):
+        assert not world.trainer.train(running, ends_in_a_cut=True)
+    world.trainer.train(running, ends_in_a_cut=False)
+    steps = sorted(save.step for save in world.trainer.saves[world.trainer.job_folder(running)].values())
+    assert {later - earlier for earlier, later in zip([0, *steps[:-1]], steps, strict=True)} <= {100, 200, 500}
+    assert len(steps) >= 11 and steps[-1] > 1000
+
+
+def test_the_declared_totals_are_each_requests_own_publishers() -> None:
+    import json
+
+    from sim.trainer import declared_total_steps
+    from sim.workload import Arrival
+
+    def arrival(body: dict[str, Any], own: frozenset[str] | None = None) -> Arrival:
+        return Arrival(0, EPOCH_OF_SIMULATION, json.dumps(body).encode(), {}, "test", own=own)
+
+    arrivals = [
+        arrival({"request_id": "r1", "total_steps": 100}),
+        arrival({"request_id": "r1", "total_steps": 7}, own=frozenset()),  # a hostile publisher's, under r1's id
+        arrival({"request_id": "r2", "total_steps": 1000}, own=frozenset({"r2"})),
+        arrival({"request_id": "r3"}),
+        arrival({"request_id": "r4", "total_steps": True}),
+        Arrival(0, EPOCH_OF_SIMULATION, b"not json", {}, "test"),
+    ]
+    assert declared_total_steps(arrivals) == {"r1": 100, "r2": 1000}
