@@ -362,7 +362,9 @@ def attempts_exhausted(world: World) -> list[Expected]:
 
 def jobs_failed(world: World) -> list[Expected]:
     """`job_failed`: an attempt's job failed for another reason than capacity (the trainer's error),
-    its record still readable (seed 60: a person wrote it unreadable while its job ran)."""
+    its record still readable (seed 60: a person wrote it unreadable while its job ran) and not
+    deleted by a person before the code could read the failure (`deleted_before`; seed 560: the
+    record deleted 1.3 s before its job failed)."""
     cancelled = cancelled_by_operator(world)
     unnamed = never_named_for_a_refused_lookup(world)
     unreadable = left_unreadable(world)  # nothing is decided on such a record: `ledger_corrupt` is its word
@@ -374,6 +376,7 @@ def jobs_failed(world: World) -> list[Expected]:
         and job.request_id not in unreadable
         and (job.request_id, job.attempt) not in unnamed
         and not reads_refused(world, job, hiding_its_end=True)
+        and not deleted_before(world, job.request_id, job.end_time or job.update_time)
     ]
 
 

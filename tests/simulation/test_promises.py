@@ -212,6 +212,24 @@ def test_a_failed_job_without_its_alert_is_caught(world: World) -> None:
     assert catalogue(world, AlertKind.JOB_FAILED) == []
 
 
+@pytest.mark.parametrize(
+    ("deleted_after", "owed"), [(promises.LAG - timedelta(seconds=1), False), (promises.LAG, True)]
+)
+def test_a_failed_job_is_owed_its_alert_only_if_its_record_outlived_the_failure_by_lag(
+    world: World, deleted_after: timedelta, owed: bool
+) -> None:
+    """Seed 560 (on b4035de): a person deleted the record 1.3 s before its job failed; nothing is
+    decided on a record that is gone, so `job_failed` is owed only if the code had `LAG` to read the
+    failure before the deletion (as `deleted_before` rules for a storm and a timeout)."""
+    failed = job(world, "r1", 1, "JOB_STATE_FAILED")
+    failed.error = USER_ERROR
+    restore(world, "r1", RequestStatus.RUNNING, attempt_of(failed))
+    world.clock.advance(deleted_after.total_seconds())
+    faults.delete_object(world, what="ledger")
+
+    assert len(catalogue(world, AlertKind.JOB_FAILED)) == (1 if owed else 0)
+
+
 def test_a_failed_job_whose_record_a_person_left_unreadable_owes_ledger_corrupt_not_job_failed(
     world: World,
 ) -> None:
