@@ -218,7 +218,7 @@ def create_seconds(job: CustomJob) -> float:
 def created_before(job: CustomJob, since: str) -> bool:
     """Whether `job` was created before a record written at `since` (its `created_at`), beyond
     the clocks' skew: then it is no job of that record's (`shared.adapters.vertex.find_attempt_job`,
-    on_job_event's adoption, `shared.deciding.strays.is_stray`)."""
+    on_job_event's adoption, `shared.deciding.strays.is_stray`, submit's replay guard)."""
     written = parse_rfc3339(since)
     if written is None or not job.create_time:
         return False

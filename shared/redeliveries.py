@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from shared.adapters.vertex import find_jobs, parent_path, request_labels
@@ -21,7 +21,7 @@ from shared.deciding.notices import telling_changes
 from shared.deciding.outbox import Mine, alerts_of, decide_alert, decided_alert, flush, publish_alert
 from shared.delivery import Message
 from shared.errors import TransientError, Violation
-from shared.jobs import CREATE_CLOCK_SKEW_SECONDS, RESERVED_ID_PREFIXES, TRIGGER_ID_PREFIX
+from shared.jobs import RESERVED_ID_PREFIXES, TRIGGER_ID_PREFIX, created_before
 from shared.ledger.claims import fail_invalid_requeue, invalid_request_alert
 from shared.ledger.records import RequestRecord, alert_marker
 from shared.ledger.run_lock import ledger_bucket
@@ -162,15 +162,12 @@ def replayed_without_a_record(message: Message, envelope: dict[str, Any], log: L
     if ports.ledger.get(request_id) is not None:
         return False
     labels = request_labels(request_id, ports.settings.deployment_label)
-    # Vertex's clock may lag ours: a job created this much before the first publish still counts.
-    earliest = ports.clock().timestamp() - age - CREATE_CLOCK_SKEW_SECONDS if fresh else None
+    first_published = iso(ports.clock() - timedelta(seconds=age))
     found: list[str] = []
     for location in envelope.get("locations") or [envelope["location"]]:
         parent = parent_path(ports.settings.project, location)
         jobs = find_jobs(ports.job_service(location), parent, labels)
-        found += [
-            j.name for j in jobs if earliest is None or not j.create_time or j.create_time.timestamp() >= earliest
-        ]
+        found += [job.name for job in jobs if not (fresh and created_before(job, first_published))]
     if not found or ports.ledger.get(request_id) is not None:
         return False  # a concurrent delivery's claim, not a lost record: the claim settles it
     log.error(
