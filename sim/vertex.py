@@ -92,7 +92,9 @@ class SimJob:
 
     @property
     def spot(self) -> bool:
-        return ((self.request.get("jobSpec") or {}).get("scheduling") or {}).get("strategy", "SPOT") == "SPOT"
+        """Scheduled on Spot VMs: an unset strategy is STANDARD ("STRATEGY_UNSPECIFIED: Strategy
+        will default to STANDARD", Scheduling in custom_job.proto), as the emulator reads it."""
+        return ((self.request.get("jobSpec") or {}).get("scheduling") or {}).get("strategy") == "SPOT"
 
     @property
     def flex_start(self) -> bool:
@@ -286,6 +288,8 @@ class SimVertex:
                 self.fate(job)
                 if job.flex_start:
                     flex.begin(self, job)
+                elif not job.spot:
+                    _on_demand(job)
                 accepted = True
                 return self._answer(job)
             finally:
@@ -519,6 +523,16 @@ SERVICE_LINES = {
     "JOB_STATE_CANCELLING": ("Job is being cancelled.", "INFO"),
     "JOB_STATE_CANCELLED": ("Job was cancelled.", "INFO"),
 }
+
+
+def _on_demand(job: SimJob) -> None:
+    """A new STANDARD job: preemption and STOCKOUT are Spot's ("When Spot VMs are preempted, the
+    [...] job fails with a STOCKOUT error", https://cloud.google.com/vertex-ai/docs/training/use-spot-vms),
+    so the attempt's drawn preemptions and stockout never apply to an on-demand VM; a wait for
+    capacity (`hang`), a failure and a timeout still may."""
+    job.preemptions = 0
+    if job.fate == "stockout":
+        job.fate = "succeed"
 
 
 def _location(name: str) -> str:

@@ -1,0 +1,67 @@
+"""The simulator's Vertex does what Google documents, for every strategy (issue 43): preemption
+and STOCKOUT are Spot's alone (https://cloud.google.com/vertex-ai/docs/training/use-spot-vms)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.vertex import SimJob
+from sim.world import World
+
+
+def _created(world: World, strategy: str, fate: str, preemptions: int) -> SimJob:
+    """A job of `strategy` created through the JobService, its drawn fate `fate` and `preemptions`."""
+    from google.cloud.aiplatform_v1 import CustomJob
+
+    def draw(job: SimJob) -> None:
+        job.fate, job.preemptions = fate, preemptions
+        job.next_change = world.clock.now()
+
+    world.vertex.fate = draw
+    custom_job = CustomJob(
+        display_name="r1",
+        labels={"spotjobs-request-id": "r1", "spotjobs-attempt": "1"},
+        job_spec={
+            "worker_pool_specs": [{"machine_spec": {"machine_type": "n1-standard-4"}, "replica_count": 1}],
+            "scheduling": {"strategy": strategy},
+        },
+    )
+    parent = f"projects/{world.settings.project}/locations/us-central1"
+    return world.vertex.jobs[world.vertex.create_custom_job(parent=parent, custom_job=custom_job).name]
+
+
+def _run_to_its_end(world: World, job: SimJob) -> list[str]:
+    """Moves `job` along until it ends; the service lines it wrote."""
+    lines: list[str] = []
+    world.vertex.emit = lambda _job, text, _severity: lines.append(text)
+    world.vertex.runs = lambda _job, _what: None
+    for _ in range(50):
+        if not job.live:
+            break
+        assert job.next_change is not None, f"{job.name} waits for ever in {job.state}"
+        world.clock.advance(max(0.0, (job.next_change - world.clock.now()).total_seconds()))
+        world.vertex.advance(job)
+    return lines
+
+
+@pytest.mark.parametrize(("fate", "preemptions"), [("succeed", 3), ("stockout", 0)])
+def test_a_standard_job_is_never_preempted_nor_stocked_out(fate: str, preemptions: int) -> None:
+    """Whatever fate the workload drew for the attempt, an on-demand (STANDARD) job runs to its
+    end without a preemption: no reclaimed VM, no restart, no STOCKOUT."""
+    world = World(0)
+    job = _created(world, "STANDARD", fate, preemptions)
+
+    lines = _run_to_its_end(world, job)
+
+    assert (job.state, job.error, job.restarts, job.vms_reclaimed) == ("JOB_STATE_SUCCEEDED", None, 0, 0)
+    assert not [line for line in lines if "preempted" in line]
+
+
+def test_a_spot_job_keeps_its_drawn_preemptions() -> None:
+    world = World(0)
+    job = _created(world, "SPOT", "succeed", 2)
+
+    lines = _run_to_its_end(world, job)
+
+    assert job.state == "JOB_STATE_SUCCEEDED" and job.restarts == 2
+    assert len([line for line in lines if "preempted" in line]) == 2
