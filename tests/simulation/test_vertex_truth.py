@@ -65,3 +65,31 @@ def test_a_spot_job_keeps_its_drawn_preemptions() -> None:
 
     assert job.state == "JOB_STATE_SUCCEEDED" and job.restarts == 2
     assert len([line for line in lines if "preempted" in line]) == 2
+
+
+@pytest.mark.parametrize("call", ["get", "cancel", "list", "create"])
+def test_a_regional_client_refuses_another_regions_job_and_the_seed_fails(call: str) -> None:
+    """`Ports.job_service(location)` is one regional endpoint (shared/adapters/clients.py): a job
+    or parent of another location through it is refused with the 400 a public capture shows
+    (tests/support/vertex.py `wrong_endpoint`), and `calls_through_their_region` names the call."""
+    from google.api_core import exceptions as api
+    from google.cloud.aiplatform_v1 import CustomJob
+
+    world = World(0)
+    job = _created(world, "SPOT", "succeed", 0)  # in us-central1
+    parent = f"projects/{world.settings.project}/locations/us-central1"
+    calls = {
+        "get": lambda client: client.get_custom_job(name=job.name),
+        "cancel": lambda client: client.cancel_custom_job(name=job.name),
+        "list": lambda client: client.list_custom_jobs(request={"parent": parent, "filter": ""}),
+        "create": lambda client: client.create_custom_job(parent=parent, custom_job=CustomJob(), retry=None),
+    }
+
+    with pytest.raises(api.InvalidArgument, match="The valid location ID is `europe-west4`"):
+        calls[call](world.vertex("europe-west4"))
+    from sim.vertex import calls_through_their_region
+
+    assert [v.invariant for v in calls_through_their_region(world)] == ["calls_through_their_region"]
+
+    calls[call](world.vertex("us-central1"))  # its own region's client serves it
+    assert len(calls_through_their_region(world)) == 1
