@@ -21,7 +21,15 @@
   created or resumed and processing has not yet begun", job_state.proto): `brief`, one step, as
   the emulator's `queued_seconds`; `long`, in `QUEUED_HOLD_SHARE` of seeds, holds each job QUEUED
   one of `QUEUED_HOLDS` from its create before PENDING, so a wait may be QUEUED then PENDING at
-  length (`draw_queued_hold`).
+  length (`draw_queued_hold`);
+- an assumption, `restart_state` (Google documents no state for a preempted Spot job waiting for a
+  machine again: the Spot page says only that "Compute Engine tries to restart the job up to six
+  times", job_state.proto has no restarting state, and its QUEUED is "just created or resumed"):
+  `running` keeps it RUNNING, as the emulator's documented signal profile; `pending` shows it
+  PENDING until it runs again, as the emulator's rich profile (devstack/vertex/signals.py
+  `pending_on_restart`); `queued` shows it QUEUED, then PENDING (the proto's "resumed"). In the
+  last two its trainer stops at the preemption and starts when it is RUNNING again, and the wait
+  is a wait for Spot capacity like any other; drawn per seed (`draw_restart_state`).
 - one regional endpoint per client: `vertex(location)` (what `Ports.job_service` hands the code) is
   a `RegionalClient`, which refuses a job or parent of another location with the 400 a public
   capture shows (`wrong_endpoint`), as production's `{location}-aiplatform.googleapis.com` does;
@@ -59,6 +67,8 @@ MAX_RESTARTS = 6
 QUEUED_HOLD_MODES = ("brief", "long")
 QUEUED_HOLD_SHARE = 0.3  # of seeds in the `long` mode
 QUEUED_HOLDS = (0.0, 600.0, 2 * 3600.0, 5 * 3600.0, 7 * 3600.0)  # seconds; 6 h is `stuck_after_seconds`
+RESTART_STATES = ("running", "pending", "queued")
+RESTART_STATE_WEIGHTS = (0.6, 0.25, 0.15)  # of seeds; `running` is the emulator's default
 LIVE_STATES = ("JOB_STATE_QUEUED", "JOB_STATE_PENDING", "JOB_STATE_RUNNING", "JOB_STATE_CANCELLING")
 TERMINAL_STATES = ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED")
 
@@ -187,6 +197,7 @@ class SimVertex:
         self.fate: Callable[[SimJob], None] = lambda job: None
         # How long a job stays QUEUED from its create, in seconds (the `queued_hold` assumption).
         self.queued_hold: Callable[[SimJob], float] = lambda job: 0.0
+        self.restart_state = RESTART_STATES[0]  # the state of a restart's wait (an assumption)
         # When a FLEX_START job's capacity comes, in seconds after its wait begins (None: never).
         self.flex_wait: Callable[[SimJob], float | None] = lambda job: 0.0
         # When Spot has capacity again in a location (None: it has now).
@@ -467,7 +478,8 @@ class SimVertex:
             return
         elif job.state == "JOB_STATE_QUEUED":
             self.set_state(job, "JOB_STATE_PENDING")
-            job.next_change += timedelta(seconds=self.changeover(job.location, "pending"))
+            if job.start_time is None:  # a restart's wait was drawn at its preemption
+                job.next_change += timedelta(seconds=self.changeover(job.location, "pending"))
         elif job.state == "JOB_STATE_PENDING" and job.flex_start:
             flex.advance_wait(self, job)
         elif job.state == "JOB_STATE_PENDING":
@@ -508,9 +520,12 @@ class SimVertex:
                     self.runs(job, "stop")
                     self.set_state(job, "JOB_STATE_FAILED", peer_exit_error(survivor))
                     return
-                self.runs(job, "start")
-                # Vertex keeps the job RUNNING while it waits for a machine again.
                 job.next_change += timedelta(seconds=self.changeover(job.location, "restart"))
+                if self.restart_state == "running":  # it waits for a machine again RUNNING
+                    self.runs(job, "start")
+                    return
+                self.runs(job, "stop")  # no container runs until it is RUNNING again
+                self.set_state(job, "JOB_STATE_PENDING" if self.restart_state == "pending" else "JOB_STATE_QUEUED")
                 return
             self.runs(job, "stop")
             if job.fate == "fail":
@@ -529,6 +544,15 @@ class SimVertex:
 
     def live_jobs(self, request_id: str) -> list[SimJob]:
         return [job for job in self.jobs.values() if job.request_id == request_id and job.live]
+
+
+def draw_restart_state(seed: int, mode: str | None = None) -> str:
+    """The seed's `restart_state` (`mode` switches it), from a generator of its own."""
+    if mode is None:
+        mode = random.Random(f"{seed}:restart_state").choices(RESTART_STATES, RESTART_STATE_WEIGHTS)[0]
+    if mode not in RESTART_STATES:
+        raise ValueError(f"restart_state is one of {RESTART_STATES}, not {mode!r}")
+    return mode
 
 
 def draw_queued_hold(seed: int, mode: str | None = None) -> Callable[[SimJob], float]:

@@ -93,3 +93,35 @@ def test_a_regional_client_refuses_another_regions_job_and_the_seed_fails(call: 
 
     calls[call](world.vertex("us-central1"))  # its own region's client serves it
     assert len(calls_through_their_region(world)) == 1
+
+
+P, Q, R = "JOB_STATE_PENDING", "JOB_STATE_QUEUED", "JOB_STATE_RUNNING"
+
+
+@pytest.mark.parametrize(
+    ("mode", "states"),
+    [("running", [P, R]), ("pending", [P, R, P, R]), ("queued", [P, R, Q, P, R])],
+)
+def test_the_state_of_a_restart_is_a_named_switchable_assumption(mode: str, states: list[str]) -> None:
+    """`restart_state` (sim/vertex.py): Google documents no state for a preempted Spot job waiting
+    for a machine again. `running` keeps it RUNNING (the emulator's documented profile), `pending`
+    shows it PENDING (the emulator's rich profile), `queued` QUEUED then PENDING (job_state.proto's
+    QUEUED: "created or resumed and processing has not yet begun"); RUNNING again once it runs."""
+    from sim.vertex import RESTART_STATES, draw_restart_state
+
+    world = World(0, restart_state=mode)
+    job = _created(world, "SPOT", "succeed", 1)
+    shown: list[str] = []
+    world.vertex.runs = lambda _job, _what: None
+    while job.live:
+        assert job.next_change is not None
+        world.clock.advance(max(0.0, (job.next_change - world.clock.now()).total_seconds()))
+        world.vertex.advance(job)
+        if not shown or shown[-1] != job.state:
+            shown.append(job.state)
+
+    assert shown == [*states, "JOB_STATE_SUCCEEDED"] and job.restarts == 1
+    assert {draw_restart_state(seed) for seed in range(200)} == set(RESTART_STATES)
+    assert World(3).vertex.restart_state == draw_restart_state(3)
+    with pytest.raises(ValueError, match="restart_state"):
+        draw_restart_state(0, "restarting")
