@@ -98,6 +98,8 @@ class SimJob:
     flex_capacity_after: float | None = 0.0
     flex_wait_began: datetime | None = None
     queued_until: datetime | None = None  # the end of its hold in QUEUED (`SimVertex.queued_hold`)
+    # Each wait shown after a preemption (`restart_state` pending or queued): (began, ended or None).
+    restart_waits: list[tuple[datetime, datetime | None]] = field(default_factory=list)
 
     @property
     def request_id(self) -> str:
@@ -491,6 +493,8 @@ class SimVertex:
                 job.next_change = back  # no Spot capacity in its location: waits PENDING until then
                 return
             self.set_state(job, "JOB_STATE_RUNNING")
+            if job.restart_waits and job.restart_waits[-1][1] is None:
+                job.restart_waits[-1] = (job.restart_waits[-1][0], job.update_time)
             self.runs(job, "start")
         elif job.state == "JOB_STATE_RUNNING" and job.fate in TIMEOUT_FATES:
             # Its scheduling.timeout: stopped as a cancel stops it, FAILED with DEADLINE_EXCEEDED.
@@ -526,6 +530,7 @@ class SimVertex:
                     return
                 self.runs(job, "stop")  # no container runs until it is RUNNING again
                 self.set_state(job, "JOB_STATE_PENDING" if self.restart_state == "pending" else "JOB_STATE_QUEUED")
+                job.restart_waits.append((job.update_time, None))
                 return
             self.runs(job, "stop")
             if job.fate == "fail":

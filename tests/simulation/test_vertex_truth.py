@@ -3,6 +3,8 @@ and STOCKOUT are Spot's alone (https://cloud.google.com/vertex-ai/docs/training/
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from sim.vertex import SimJob
@@ -125,3 +127,35 @@ def test_the_state_of_a_restart_is_a_named_switchable_assumption(mode: str, stat
     assert World(3).vertex.restart_state == draw_restart_state(3)
     with pytest.raises(ValueError, match="restart_state"):
         draw_restart_state(0, "restarting")
+
+
+def test_a_restarts_wait_past_the_bound_without_its_alert_is_caught() -> None:
+    """Under `restart_state` pending, a preempted job waits PENDING for a machine again (here
+    through a Spot outage): a wait of its own, from the preemption, owed its `job_stuck` past the
+    bound as the first wait is (shared/deciding/decisions.py `_track_wait` times it so)."""
+    import json
+
+    from shared.alerts import Alert, AlertKind
+    from sim import promises
+
+    world = World(0, restart_state="pending")
+    job = _created(world, "SPOT", "succeed", 1)
+    world.vertex.runs = lambda _job, _what: None
+    while job.state != "JOB_STATE_PENDING" or job.start_time is None:
+        assert job.next_change is not None
+        world.clock.advance(max(0.0, (job.next_change - world.clock.now()).total_seconds()))
+        world.vertex.advance(job)
+    preempted_at = world.clock.now()
+    world.vertex.spot_capacity_back = lambda _location: preempted_at + timedelta(hours=8)
+    world.clock.advance(world.settings.stuck_after_seconds + promises.LAG.total_seconds() - 60)
+    world.vertex.advance(job)
+    assert job.state == "JOB_STATE_PENDING"
+    assert [v.detail for v in promises.owed_alerts(world, [AlertKind.JOB_STUCK])] == []
+
+    world.clock.advance(120)
+
+    [owed] = [v.detail for v in promises.owed_alerts(world, [AlertKind.JOB_STUCK])]
+    assert "after a restart" in owed
+    alert = Alert.of(AlertKind.JOB_STUCK, "said", request_id="r1").to_json()
+    world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert).encode(), {})
+    assert promises.owed_alerts(world, [AlertKind.JOB_STUCK]) == []
