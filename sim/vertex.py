@@ -30,10 +30,9 @@
   `pending_on_restart`); `queued` shows it QUEUED, then PENDING (the proto's "resumed"). In the
   last two its trainer stops at the preemption and starts when it is RUNNING again, and the wait
   is a wait for Spot capacity like any other; drawn per seed (`draw_restart_state`).
-- one regional endpoint per client: `vertex(location)` (what `Ports.job_service` hands the code) is
-  a `RegionalClient`, which refuses a job or parent of another location with the 400 a public
-  capture shows (`wrong_endpoint`), as production's `{location}-aiplatform.googleapis.com` does;
-  each such call is kept (`misaddressed`) and fails the seed (`calls_through_their_region`).
+- one regional endpoint per client (`sim.regions`): `vertex(location)`, what `Ports.job_service`
+  hands the code, refuses a job or parent of another location with a 400, as production's
+  `{location}-aiplatform.googleapis.com` does; each such call is kept (`misaddressed`).
 Every create is kept (`created`) with its request JSON, for the policy invariant, and every
 permanent refusal (`refused`), for the alert catalogue.
 """
@@ -57,7 +56,7 @@ from sim.continuations import DEADLINE_EXCEEDED_ERROR, TIMEOUT_FATES
 from sim.replicas import TRANSIENT_EXIT_RESTARTS, Replicas, peer_exit, peer_exit_error, reclaim, restarts_reached
 
 if TYPE_CHECKING:
-    from sim.world import Violation, World
+    from sim.regions import RegionalClient
 
 SUBMISSIONS_PER_MINUTE = 60
 CRUD_PER_MINUTE = 600
@@ -230,6 +229,8 @@ class SimVertex:
         self.misaddressed: list[tuple[datetime, str, str, str, str]] = []
 
     def __call__(self, location: str) -> RegionalClient:
+        from sim.regions import RegionalClient
+
         client = self._regional.get(location)
         if client is None:
             client = self._regional[location] = RegionalClient(self, location)
@@ -240,6 +241,8 @@ class SimVertex:
         instance itself, which a test or the world drives, serves every location)."""
         if endpoint is None or _location(resource) == endpoint:
             return
+        from sim.regions import wrong_endpoint
+
         self.misaddressed.append((self.clock(), self.caller(), operation, resource, endpoint))
         raise wrong_endpoint(field, endpoint)
 
@@ -570,54 +573,6 @@ def draw_queued_hold(seed: int, mode: str | None = None) -> Callable[[SimJob], f
     if mode == "brief":
         return lambda job: 0.0
     return lambda job: random.Random(f"{seed}:queued_hold:{job.name}").choice(QUEUED_HOLDS)
-
-
-class RegionalClient:
-    """`SimVertex` through one location's endpoint, what `Ports.job_service(location)` is."""
-
-    def __init__(self, vertex: SimVertex, location: str) -> None:
-        self.vertex = vertex
-        self.location = location
-
-    def create_custom_job(self, *, parent: str, custom_job: Any, retry: Any = None, timeout: float = 0) -> Any:
-        return self.vertex.create_custom_job(
-            parent=parent, custom_job=custom_job, retry=retry, timeout=timeout, endpoint=self.location
-        )
-
-    def get_custom_job(self, name: str = "", *, request: Any = None, **_: Any) -> Any:
-        return self.vertex.get_custom_job(name, request=request, endpoint=self.location)
-
-    def list_custom_jobs(self, request: dict[str, Any] | None = None, **_: Any) -> list[Any]:
-        return self.vertex.list_custom_jobs(request, endpoint=self.location)
-
-    def cancel_custom_job(self, name: str = "", *, request: Any = None, **_: Any) -> None:
-        self.vertex.cancel_custom_job(name, request=request, endpoint=self.location)
-
-
-def wrong_endpoint(field: str, endpoint_location: str) -> Exception:
-    """Vertex's answer to a resource of another location sent to `endpoint_location`'s endpoint,
-    as a public capture shows it for a `parent` (googleapis/python-aiplatform#1684; not documented,
-    and the same text assumed for a `name`); tests/support/vertex.py's fake answers the same."""
-    return api.InvalidArgument(
-        f"List of found errors:\t1.Field: {field}; Message: The provided location ID doesn't match the "
-        f"endpoint. The valid location ID is `{endpoint_location}`.\t"
-    )
-
-
-def calls_through_their_region(world: World) -> list[Violation]:
-    """Every call the code sent reached its resource's own regional endpoint."""
-    from sim.invariants import violation
-
-    return [
-        violation(
-            "calls_through_their_region",
-            f"{caller}'s {operation} of {resource} went through {endpoint}'s endpoint at {when}",
-        )
-        for when, caller, operation, resource, endpoint in world.vertex.misaddressed
-    ]
-
-
-QUIESCENCE = [calls_through_their_region]
 
 
 SERVICE_LINES = {

@@ -89,7 +89,7 @@ def test_a_regional_client_refuses_another_regions_job_and_the_seed_fails(call: 
 
     with pytest.raises(api.InvalidArgument, match="The valid location ID is `europe-west4`"):
         calls[call](world.vertex("europe-west4"))
-    from sim.vertex import calls_through_their_region
+    from sim.regions import calls_through_their_region
 
     assert [v.invariant for v in calls_through_their_region(world)] == ["calls_through_their_region"]
 
