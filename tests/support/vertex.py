@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from shared.jobs import LABEL_ATTEMPT, LABEL_DEPLOYMENT, LABEL_REQUEST_ID, state_name
+from sim.regions import wrong_endpoint  # the 400 the simulator's Vertex answers too
 
 PROJECT = "spotjobs-test"
 DEPLOYMENT = "test"
@@ -143,8 +144,8 @@ class FakeVertex:
 
 class RegionalClient:
     """`FakeVertex` through one location's endpoint: a job or parent of another location is refused
-    with Vertex's 400 (`wrong_endpoint`); everything else is the fake's own, read when called (a
-    test's replaced method or a subclass's override included)."""
+    with Vertex's 400 (`sim.regions.wrong_endpoint`, where its source is cited); everything else is
+    the fake's own, read when called (a test's replaced method or a subclass's override included)."""
 
     def __init__(self, vertex: FakeVertex, location: str) -> None:
         self._vertex = vertex
@@ -173,15 +174,3 @@ class RegionalClient:
         named = resource.split("/locations/", 1)[1].split("/", 1)[0] if "/locations/" in resource else ""
         if named != self.location:
             raise wrong_endpoint(field, self.location)
-
-
-def wrong_endpoint(field: str, endpoint_location: str) -> Exception:
-    """Vertex's answer to a resource of another location sent to `endpoint_location`'s endpoint,
-    as a public capture shows it for a `parent` (googleapis/python-aiplatform#1684; not documented,
-    and the same text assumed for a `name`). sim/vertex.py answers the same."""
-    from google.api_core import exceptions as api
-
-    return api.InvalidArgument(
-        f"List of found errors:\t1.Field: {field}; Message: The provided location ID doesn't match the "
-        f"endpoint. The valid location ID is `{endpoint_location}`.\t"
-    )
