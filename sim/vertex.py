@@ -529,6 +529,9 @@ class SimVertex:
                     return
                 job.next_change += timedelta(seconds=self.changeover(job.location, "restart"))
                 if self.restart_state == "running":  # it waits for a machine again RUNNING
+                    # On a Spot VM again: through an outage there, once it ends (as at PENDING).
+                    back = self.spot_capacity_back(job.location)
+                    job.next_change = max(job.next_change, back or job.next_change)
                     self.runs(job, "start")
                     return
                 self.runs(job, "stop")  # no container runs until it is RUNNING again

@@ -3,7 +3,7 @@ and STOCKOUT are Spot's alone (https://cloud.google.com/vertex-ai/docs/training/
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -159,3 +159,30 @@ def test_a_restarts_wait_past_the_bound_without_its_alert_is_caught() -> None:
     alert = Alert.of(AlertKind.JOB_STUCK, "said", request_id="r1").to_json()
     world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert).encode(), {})
     assert promises.owed_alerts(world, [AlertKind.JOB_STUCK]) == []
+
+
+@pytest.mark.parametrize("mode", ["running", "pending", "queued"])
+def test_a_restart_waits_for_spot_capacity_whatever_state_it_shows(mode: str) -> None:
+    """A preempted Spot job restarts on a Spot VM: through an outage in its location it trains
+    again only once capacity is back, as the emulator's runner waits for it before every start
+    (devstack/vertex/runner.py `_wait_for_spot_capacity`), whichever state the wait shows."""
+    world = World(0, restart_state=mode)
+    job = _created(world, "SPOT", "succeed", 1)
+    trained: list[tuple[str, object]] = []
+    world.vertex.runs = lambda _job, what: trained.append((what, world.clock.now()))
+    outage: list[datetime] = []  # its end: Spot capacity goes at the preemption, for 3 h
+
+    def capacity_back(_location: str) -> datetime | None:
+        if job.restarts and not outage:
+            outage.append(world.clock.now() + timedelta(hours=3))
+        return outage[0] if outage and world.clock.now() < outage[0] else None
+
+    world.vertex.spot_capacity_back = capacity_back
+    while job.live:
+        assert job.next_change is not None
+        world.clock.advance(max(0.0, (job.next_change - world.clock.now()).total_seconds()))
+        world.vertex.advance(job)
+
+    assert job.state == "JOB_STATE_SUCCEEDED" and outage
+    [trained_again] = [at for what, at in trained if what == "train"]  # the run after the restart
+    assert trained_again >= outage[0]
