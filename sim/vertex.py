@@ -28,8 +28,9 @@
   `running` keeps it RUNNING, as the emulator's documented signal profile; `pending` shows it
   PENDING until it runs again, as the emulator's rich profile (devstack/vertex/signals.py
   `pending_on_restart`); `queued` shows it QUEUED, then PENDING (the proto's "resumed"). In the
-  last two its trainer stops at the preemption and starts when it is RUNNING again, and the wait
-  is a wait for Spot capacity like any other; drawn per seed (`draw_restart_state`).
+  last two its trainer stops at the preemption and starts when it is RUNNING again. In all three
+  the restart waits out a Spot outage in its location (`running`: one that holds at the
+  preemption), as the emulator's runner does; drawn per seed (`draw_restart_state`).
 - one regional endpoint per client (`sim.regions`): `vertex(location)`, what `Ports.job_service`
   hands the code, refuses a job or parent of another location with a 400, as production's
   `{location}-aiplatform.googleapis.com` does; each such call is kept (`misaddressed`).
@@ -175,7 +176,8 @@ class Refused:
 
 
 class SimVertex:
-    """One project's JobService, every region. An instance is the `Ports.job_service` factory."""
+    """One project's JobService, every region. An instance is the `Ports.job_service` factory: called
+    with a location, it hands out that region's client (`sim.regions.RegionalClient`)."""
 
     def __init__(self, clock: Callable[[], datetime], io: Callable[..., Any], rng: Any, project: str) -> None:
         self.clock = clock
