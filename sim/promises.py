@@ -1086,8 +1086,8 @@ def gpu_quota_waits(world: World) -> dict[str, dict[int, datetime]]:
 
 def _broke_the_rules_assumptions(jobs: list[SimJob], d: float, work: float, now: datetime) -> bool:
     for job in jobs:
-        if job.error is not None or (not job.spot and job.restarts):
-            return True  # failed, stocked out, or preempted where the rule counts on none
+        if job.error is not None:
+            return True  # failed or stocked out (Vertex preempts no on-demand job: sim.vertex._on_demand)
         if job.start_time is None and job.state != "JOB_STATE_CANCELLED" and waited_seconds(job, now) > d:
             return True  # a changeover longer than the bound (or a wait that never ended)
         if job.start_time is not None and (job.start_time - job.create_time).total_seconds() > d:
