@@ -1143,7 +1143,7 @@ QUIESCENCE.extend(
 )
 
 # The promises people rely on (sim/promises.py).
-from sim import budgets, continuations, flex, promises, replicas, shown  # noqa: E402 - they read this module's helpers
+from sim import budgets, continuations, flex, promises, regions, replicas, shown  # noqa: E402 - they read this module's helpers
 
 QUIESCENCE.extend(promises.QUIESCENCE)
 QUIESCENCE.extend(shown.QUIESCENCE)  # what the dashboard and `status` show (sim/shown.py)
@@ -1153,3 +1153,4 @@ RETENTION.extend(replicas.RETENTION)
 QUIESCENCE.extend(budgets.QUIESCENCE)  # max_cost_usd (sim/budgets.py)
 RETENTION.extend(promises.RETENTION)
 QUIESCENCE.extend(flex.QUIESCENCE)  # FLEX_START (sim/flex.py)
+QUIESCENCE.extend(regions.QUIESCENCE)  # calls through their own region's endpoint (sim/regions.py)

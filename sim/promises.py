@@ -107,8 +107,17 @@ def waited_seconds(job: SimJob, now: datetime) -> float:
     """How long the job waited for a machine (QUEUED, PENDING) before it ran or ended (a cancel
     ends the wait when it starts; its end is later by the cancel's own delay, within `LAG`). One
     wait, from its create, whatever its states (issue 43: QUEUED may last, `queued_hold`); the
-    stand-in keeps a restarted job RUNNING, so a job's only wait is the one before its first run."""
+    waits a restart shows (`restart_state`) are `waits`'."""
     return ((job.start_time or job.end_time or now) - job.create_time).total_seconds()
+
+
+def waits(job: SimJob, now: datetime) -> list[tuple[datetime, datetime, str]]:
+    """Each wait of the job for a machine, (began, ended or now, what): the one before its first
+    run, from its create, and each wait a restart showed (`SimJob.restart_waits`), from the
+    preemption that began it."""
+    end = job.end_time or now
+    first = (job.create_time, job.start_time or end, "")
+    return [first, *((began, ended or end, " after a restart") for began, ended in job.restart_waits)]
 
 
 def names(alert: dict[str, Any], request_id: str) -> bool:
@@ -396,21 +405,20 @@ def jobs_stuck(world: World) -> list[Expected]:
     unreadable = left_unreadable(world)
     unlooked = never_named_for_a_refused_lookup(world)
     return [
-        Expected(AlertKind.JOB_STUCK, job.request_id, f"attempt {job.attempt}'s job waited {seconds:.0f} s")
+        Expected(AlertKind.JOB_STUCK, job.request_id, f"attempt {job.attempt}'s job waited {seconds:.0f} s{what}")
         for job in only_jobs(world)
-        if (seconds := waited_seconds(job, now)) > stuck_bound_seconds(world, job, now)
-        and job.request_id not in unreadable
-        and (job.request_id, job.attempt) not in unlooked
+        if job.request_id not in unreadable and (job.request_id, job.attempt) not in unlooked
+        for began, ended, what in waits(job, now)
+        if (seconds := (ended - began).total_seconds()) > stuck_bound_seconds(world, job, began, ended)
     ]
 
 
-def stuck_bound_seconds(world: World, job: SimJob, now: datetime) -> float:
-    """How long `job` may wait before its `job_stuck` is owed: the threshold (longer for a
-    FLEX_START job), the passes that notice it (`LAG`), and the leases of passes that died near
-    its line."""
+def stuck_bound_seconds(world: World, job: SimJob, began: datetime, waited_until: datetime) -> float:
+    """How long `job` may wait from `began` before its `job_stuck` is owed: the threshold (longer
+    for a FLEX_START job), the passes that notice it (`LAG`), and the leases of passes that died
+    near its line."""
     allowed = world.settings.stuck_after_seconds + flex.wait_allowance(job).total_seconds()
-    line = job.create_time + timedelta(seconds=allowed)
-    waited_until = job.start_time or job.end_time or now
+    line = began + timedelta(seconds=allowed)
     return allowed + LAG.total_seconds() + budgets.dead_pass_seconds_around(world, line, waited_until)
 
 
@@ -1078,8 +1086,8 @@ def gpu_quota_waits(world: World) -> dict[str, dict[int, datetime]]:
 
 def _broke_the_rules_assumptions(jobs: list[SimJob], d: float, work: float, now: datetime) -> bool:
     for job in jobs:
-        if job.error is not None or (not job.spot and job.restarts):
-            return True  # failed, stocked out, or preempted where the rule counts on none
+        if job.error is not None:
+            return True  # failed or stocked out (Vertex preempts no on-demand job: sim.vertex._on_demand)
         if job.start_time is None and job.state != "JOB_STATE_CANCELLED" and waited_seconds(job, now) > d:
             return True  # a changeover longer than the bound (or a wait that never ended)
         if job.start_time is not None and (job.start_time - job.create_time).total_seconds() > d:

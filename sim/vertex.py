@@ -21,7 +21,19 @@
   created or resumed and processing has not yet begun", job_state.proto): `brief`, one step, as
   the emulator's `queued_seconds`; `long`, in `QUEUED_HOLD_SHARE` of seeds, holds each job QUEUED
   one of `QUEUED_HOLDS` from its create before PENDING, so a wait may be QUEUED then PENDING at
-  length (`draw_queued_hold`).
+  length (`draw_queued_hold`);
+- an assumption, `restart_state` (Google documents no state for a preempted Spot job waiting for a
+  machine again: the Spot page says only that "Compute Engine tries to restart the job up to six
+  times", job_state.proto has no restarting state, and its QUEUED is "just created or resumed"):
+  `running` keeps it RUNNING, as the emulator's documented signal profile; `pending` shows it
+  PENDING until it runs again, as the emulator's rich profile (devstack/vertex/signals.py
+  `pending_on_restart`); `queued` shows it QUEUED, then PENDING (the proto's "resumed"). In the
+  last two its trainer stops at the preemption and starts when it is RUNNING again. In all three
+  the restart waits out a Spot outage in its location (`running`: one that holds at the
+  preemption), as the emulator's runner does; drawn per seed (`draw_restart_state`).
+- one regional endpoint per client (`sim.regions`): `vertex(location)`, what `Ports.job_service`
+  hands the code, refuses a job or parent of another location with a 400, as production's
+  `{location}-aiplatform.googleapis.com` does; each such call is kept (`misaddressed`).
 Every create is kept (`created`) with its request JSON, for the policy invariant, and every
 permanent refusal (`refused`), for the alert catalogue.
 """
@@ -34,7 +46,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.api_core import exceptions as api
 
@@ -44,6 +56,9 @@ from sim import flex
 from sim.continuations import DEADLINE_EXCEEDED_ERROR, TIMEOUT_FATES
 from sim.replicas import TRANSIENT_EXIT_RESTARTS, Replicas, peer_exit, peer_exit_error, reclaim, restarts_reached
 
+if TYPE_CHECKING:
+    from sim.regions import RegionalClient
+
 SUBMISSIONS_PER_MINUTE = 60
 CRUD_PER_MINUTE = 600
 STOCKOUT_ERROR = {"code": 8, "message": "Job failed with STOCKOUT: the Spot VM was preempted 7 times."}
@@ -52,6 +67,8 @@ MAX_RESTARTS = 6
 QUEUED_HOLD_MODES = ("brief", "long")
 QUEUED_HOLD_SHARE = 0.3  # of seeds in the `long` mode
 QUEUED_HOLDS = (0.0, 600.0, 2 * 3600.0, 5 * 3600.0, 7 * 3600.0)  # seconds; 6 h is `stuck_after_seconds`
+RESTART_STATES = ("running", "pending", "queued")
+RESTART_STATE_WEIGHTS = (0.6, 0.25, 0.15)  # of seeds; `running` is the emulator's default
 LIVE_STATES = ("JOB_STATE_QUEUED", "JOB_STATE_PENDING", "JOB_STATE_RUNNING", "JOB_STATE_CANCELLING")
 TERMINAL_STATES = ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED")
 
@@ -81,6 +98,8 @@ class SimJob:
     flex_capacity_after: float | None = 0.0
     flex_wait_began: datetime | None = None
     queued_until: datetime | None = None  # the end of its hold in QUEUED (`SimVertex.queued_hold`)
+    # Each wait shown after a preemption (`restart_state` pending or queued): (began, ended or None).
+    restart_waits: list[tuple[datetime, datetime | None]] = field(default_factory=list)
 
     @property
     def request_id(self) -> str:
@@ -92,7 +111,9 @@ class SimJob:
 
     @property
     def spot(self) -> bool:
-        return ((self.request.get("jobSpec") or {}).get("scheduling") or {}).get("strategy", "SPOT") == "SPOT"
+        """Scheduled on Spot VMs: an unset strategy is STANDARD ("STRATEGY_UNSPECIFIED: Strategy
+        will default to STANDARD", Scheduling in custom_job.proto), as the emulator reads it."""
+        return ((self.request.get("jobSpec") or {}).get("scheduling") or {}).get("strategy") == "SPOT"
 
     @property
     def flex_start(self) -> bool:
@@ -155,7 +176,8 @@ class Refused:
 
 
 class SimVertex:
-    """One project's JobService, every region. An instance is the `Ports.job_service` factory."""
+    """One project's JobService, every region. An instance is the `Ports.job_service` factory: called
+    with a location, it hands out that region's client (`sim.regions.RegionalClient`)."""
 
     def __init__(self, clock: Callable[[], datetime], io: Callable[..., Any], rng: Any, project: str) -> None:
         self.clock = clock
@@ -178,6 +200,7 @@ class SimVertex:
         self.fate: Callable[[SimJob], None] = lambda job: None
         # How long a job stays QUEUED from its create, in seconds (the `queued_hold` assumption).
         self.queued_hold: Callable[[SimJob], float] = lambda job: 0.0
+        self.restart_state = RESTART_STATES[0]  # the state of a restart's wait (an assumption)
         # When a FLEX_START job's capacity comes, in seconds after its wait begins (None: never).
         self.flex_wait: Callable[[SimJob], float | None] = lambda job: 0.0
         # When Spot has capacity again in a location (None: it has now).
@@ -203,9 +226,27 @@ class SimVertex:
         # on a job being asked at least every reconcile interval (`sim.promises.deadlines_met`).
         self.asked: dict[str, list[datetime]] = collections.defaultdict(list)
         self._calls: dict[tuple[str, str], collections.deque[datetime]] = collections.defaultdict(collections.deque)
+        self._regional: dict[str, RegionalClient] = {}
+        # Calls sent through another location's endpoint: (when, caller, operation, resource, endpoint).
+        self.misaddressed: list[tuple[datetime, str, str, str, str]] = []
 
-    def __call__(self, location: str) -> SimVertex:
-        return self
+    def __call__(self, location: str) -> RegionalClient:
+        from sim.regions import RegionalClient
+
+        client = self._regional.get(location)
+        if client is None:
+            client = self._regional[location] = RegionalClient(self, location)
+        return client
+
+    def _served(self, endpoint: str | None, operation: str, field: str, resource: str) -> None:
+        """Vertex's 400 for a resource of another location sent to `endpoint`'s endpoint (None: the
+        instance itself, which a test or the world drives, serves every location)."""
+        if endpoint is None or _location(resource) == endpoint:
+            return
+        from sim.regions import wrong_endpoint
+
+        self.misaddressed.append((self.clock(), self.caller(), operation, resource, endpoint))
+        raise wrong_endpoint(field, endpoint)
 
     # The quotas.
 
@@ -259,11 +300,14 @@ class SimVertex:
 
     # The JobService methods spotjobs calls.
 
-    def create_custom_job(self, *, parent: str, custom_job: Any, retry: Any = None, timeout: float = 0) -> Any:
+    def create_custom_job(
+        self, *, parent: str, custom_job: Any, retry: Any = None, timeout: float = 0, endpoint: str | None = None
+    ) -> Any:
         location = parent.split("/locations/")[1]
         request = to_job_json(custom_job)
 
         def perform() -> Any:
+            self._served(endpoint, "create", "parent", parent)
             accepted = quota_refused = False
             try:
                 self._admit("submissions", location, SUBMISSIONS_PER_MINUTE)
@@ -286,6 +330,8 @@ class SimVertex:
                 self.fate(job)
                 if job.flex_start:
                     flex.begin(self, job)
+                elif not job.spot:
+                    _on_demand(job)
                 accepted = True
                 return self._answer(job)
             finally:
@@ -293,11 +339,12 @@ class SimVertex:
 
         return self.io("vertex", "create", perform)
 
-    def get_custom_job(self, name: str = "", *, request: Any = None, **_: Any) -> Any:
+    def get_custom_job(self, name: str = "", *, request: Any = None, endpoint: str | None = None, **_: Any) -> Any:
         name = name or (request or {}).get("name", "")
         location = _location(name)
 
         def perform() -> Any:
+            self._served(endpoint, "get", "name", name)
             self._admit("crud", location, CRUD_PER_MINUTE)
             known = self.jobs.get(name)
             self._refuse("get", location, known.request_id if known else "")
@@ -320,7 +367,9 @@ class SimVertex:
         answer.CopyFrom(built[1])
         return CustomJob.wrap(answer)
 
-    def list_custom_jobs(self, request: dict[str, Any] | None = None, **_: Any) -> list[Any]:
+    def list_custom_jobs(
+        self, request: dict[str, Any] | None = None, *, endpoint: str | None = None, **_: Any
+    ) -> list[Any]:
         request = request or {}
         parent = request["parent"]
         query = request.get("filter", "")
@@ -329,6 +378,7 @@ class SimVertex:
         excluded = set(re.findall(r'state!="(\w+)"', query))
 
         def perform() -> list[Any]:
+            self._served(endpoint, "list", "parent", parent)
             if LABEL_REQUEST_ID in wanted:
                 self.looked_up(parent.split("/locations/")[1], wanted[LABEL_REQUEST_ID])
             self._admit("crud", parent.split("/locations/")[1], CRUD_PER_MINUTE)
@@ -353,10 +403,11 @@ class SimVertex:
 
         return self.io("vertex", "list", perform)
 
-    def cancel_custom_job(self, name: str = "", *, request: Any = None, **_: Any) -> None:
+    def cancel_custom_job(self, name: str = "", *, request: Any = None, endpoint: str | None = None, **_: Any) -> None:
         name = name or (request or {}).get("name", "")
 
         def perform() -> None:
+            self._served(endpoint, "cancel", "name", name)
             self._admit("crud", _location(name), CRUD_PER_MINUTE)
             known = self.jobs.get(name)
             self._refuse("cancel", _location(name), known.request_id if known else "")
@@ -434,7 +485,8 @@ class SimVertex:
             return
         elif job.state == "JOB_STATE_QUEUED":
             self.set_state(job, "JOB_STATE_PENDING")
-            job.next_change += timedelta(seconds=self.changeover(job.location, "pending"))
+            if job.start_time is None:  # a restart's wait was drawn at its preemption
+                job.next_change += timedelta(seconds=self.changeover(job.location, "pending"))
         elif job.state == "JOB_STATE_PENDING" and job.flex_start:
             flex.advance_wait(self, job)
         elif job.state == "JOB_STATE_PENDING":
@@ -446,6 +498,8 @@ class SimVertex:
                 job.next_change = back  # no Spot capacity in its location: waits PENDING until then
                 return
             self.set_state(job, "JOB_STATE_RUNNING")
+            if job.restart_waits and job.restart_waits[-1][1] is None:
+                job.restart_waits[-1] = (job.restart_waits[-1][0], job.update_time)
             self.runs(job, "start")
         elif job.state == "JOB_STATE_RUNNING" and job.fate in TIMEOUT_FATES:
             # Its scheduling.timeout: stopped as a cancel stops it, FAILED with DEADLINE_EXCEEDED.
@@ -475,9 +529,16 @@ class SimVertex:
                     self.runs(job, "stop")
                     self.set_state(job, "JOB_STATE_FAILED", peer_exit_error(survivor))
                     return
-                self.runs(job, "start")
-                # Vertex keeps the job RUNNING while it waits for a machine again.
                 job.next_change += timedelta(seconds=self.changeover(job.location, "restart"))
+                if self.restart_state == "running":  # it waits for a machine again RUNNING
+                    # On a Spot VM again: through an outage there, once it ends (as at PENDING).
+                    back = self.spot_capacity_back(job.location)
+                    job.next_change = max(job.next_change, back or job.next_change)
+                    self.runs(job, "start")
+                    return
+                self.runs(job, "stop")  # no container runs until it is RUNNING again
+                self.set_state(job, "JOB_STATE_PENDING" if self.restart_state == "pending" else "JOB_STATE_QUEUED")
+                job.restart_waits.append((job.update_time, None))
                 return
             self.runs(job, "stop")
             if job.fate == "fail":
@@ -496,6 +557,15 @@ class SimVertex:
 
     def live_jobs(self, request_id: str) -> list[SimJob]:
         return [job for job in self.jobs.values() if job.request_id == request_id and job.live]
+
+
+def draw_restart_state(seed: int, mode: str | None = None) -> str:
+    """The seed's `restart_state` (`mode` switches it), from a generator of its own."""
+    if mode is None:
+        mode = random.Random(f"{seed}:restart_state").choices(RESTART_STATES, RESTART_STATE_WEIGHTS)[0]
+    if mode not in RESTART_STATES:
+        raise ValueError(f"restart_state is one of {RESTART_STATES}, not {mode!r}")
+    return mode
 
 
 def draw_queued_hold(seed: int, mode: str | None = None) -> Callable[[SimJob], float]:
@@ -519,6 +589,16 @@ SERVICE_LINES = {
     "JOB_STATE_CANCELLING": ("Job is being cancelled.", "INFO"),
     "JOB_STATE_CANCELLED": ("Job was cancelled.", "INFO"),
 }
+
+
+def _on_demand(job: SimJob) -> None:
+    """A new STANDARD job: preemption and STOCKOUT are Spot's ("When Spot VMs are preempted, the
+    [...] job fails with a STOCKOUT error", https://cloud.google.com/vertex-ai/docs/training/use-spot-vms),
+    so the attempt's drawn preemptions and stockout never apply to an on-demand VM; a wait for
+    capacity (`hang`), a failure and a timeout still may."""
+    job.preemptions = 0
+    if job.fate == "stockout":
+        job.fate = "succeed"
 
 
 def _location(name: str) -> str:

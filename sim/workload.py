@@ -81,7 +81,9 @@ class Workload:
 
     def fate_of(self, request_id: str, attempt: int) -> tuple[str, int]:
         """How Vertex treats attempt `attempt` of `request_id`'s job: (fate, preemptions); some
-        that would succeed run into their job timeout instead (sim/continuations.py)."""
+        that would succeed run into their job timeout instead (sim/continuations.py). Drawn for
+        the attempt whatever its strategy: Vertex applies the preemptions and stockout to a Spot
+        job only (`sim.vertex._on_demand`, `sim.flex.begin`)."""
         from sim.continuations import timeout_fate
 
         return timeout_fate(self.seed_text, request_id, attempt, self._fate_of(request_id, attempt))

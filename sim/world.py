@@ -38,7 +38,7 @@ from sim.continuations import with_max_runtimes
 from sim.gcs import MemoryStorage
 from sim.pubsub import Delivery, SimPubSub
 from sim.trainer import Trainer, declared_total_steps
-from sim.vertex import SimJob, SimVertex, draw_queued_hold
+from sim.vertex import SimJob, SimVertex, draw_queued_hold, draw_restart_state
 from sim.workload import Workload, generate, with_cancels, with_crud_budget, with_locations
 from tests.support.lifecycle import Rule, state_bucket_rules
 
@@ -168,6 +168,7 @@ class World:
     max_steps: int | None = None
     verbose: bool = False
     queued_hold: str | None = None  # the `queued_hold` assumption (sim.vertex); None: the seed's draw
+    restart_state: str | None = None  # the `restart_state` assumption (sim.vertex); None: the seed's draw
     workload: Workload = field(init=False)
     trace: list[TraceLine] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
@@ -230,6 +231,7 @@ class World:
         self.vertex.replicas = replicas_drawn
         self.vertex.fate = self._draw_fate
         self.vertex.queued_hold = draw_queued_hold(self.seed, self.queued_hold)
+        self.vertex.restart_state = draw_restart_state(self.seed, self.restart_state)
         self.vertex.flex_wait = functools.partial(flex.wait_of, self.workload.seed_text)
         self.vertex.gpu_quota_full = self.workload.gpu_quota_full
         self.vertex.spot_capacity_back = lambda location: self.workload.spot_capacity_back(location, self.clock.now())

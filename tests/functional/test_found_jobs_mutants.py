@@ -1,6 +1,6 @@
 """shared/found_jobs.py at edges its mutants found: a stray is cancelled through a client of its own
-region (the one its resource name says; tests/support/vertex.py's FakeVertex serves every region, so
-only the region asked tells), and each live job of a request whose record is gone is alerted once,
+region (the one its resource name says; tests/support/vertex.py's regional client would refuse
+another, and the region asked tells it too), and each live job of a request whose record is gone is alerted once,
 by a note of its own."""
 
 from __future__ import annotations

@@ -5,8 +5,10 @@ scripted faults: an exception, or "lost" / "lost_503": created, then the call fa
 NotFound for an unknown name), list (the filter terms spotjobs writes: `labels.k="v"`,
 `labels.k:*`, `state!="S"`; `list_lag` upcoming lists see nothing yet, as a list that lags a
 create) and cancel (CANCELLING: Vertex cancels asynchronously). `add` and `set_state` stand in for
-Vertex running a job. An instance is also the `Ports.job_service` factory (one service for every
-location).
+Vertex running a job. An instance is also the `Ports.job_service` factory: `vertex(location)` is a
+`RegionalClient`, the fake's jobs through that location's endpoint, which refuses a name or parent
+of another location as production's client of `{location}-aiplatform.googleapis.com` does; the
+instance itself, which tests read and drive, serves every location.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from shared.jobs import LABEL_ATTEMPT, LABEL_DEPLOYMENT, LABEL_REQUEST_ID, state_name
+from sim.regions import wrong_endpoint  # the 400 the simulator's Vertex answers too
 
 PROJECT = "spotjobs-test"
 DEPLOYMENT = "test"
@@ -37,8 +40,8 @@ class FakeVertex:
         self._ids = itertools.count(7_000_000_000_000_000_001)
         self._lock = threading.Lock()
 
-    def __call__(self, location: str) -> FakeVertex:  # the Ports.job_service factory
-        return self
+    def __call__(self, location: str) -> RegionalClient:  # the Ports.job_service factory
+        return RegionalClient(self, location)
 
     def create_custom_job(self, *, parent: str, custom_job: Any, retry: Any, timeout: float) -> Any:
         from google.api_core import exceptions as api
@@ -137,3 +140,37 @@ class FakeVertex:
                 and all(k in job.labels for k in present)
                 and state_name(job.state) not in excluded
             ]
+
+
+class RegionalClient:
+    """`FakeVertex` through one location's endpoint: a job or parent of another location is refused
+    with Vertex's 400 (`sim.regions.wrong_endpoint`, where its source is cited); everything else is
+    the fake's own, read when called (a test's replaced method or a subclass's override included)."""
+
+    def __init__(self, vertex: FakeVertex, location: str) -> None:
+        self._vertex = vertex
+        self.location = location
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(self._vertex, attribute)
+
+    def create_custom_job(self, *, parent: str, custom_job: Any, retry: Any, timeout: float) -> Any:
+        self._served("parent", parent)
+        return self._vertex.create_custom_job(parent=parent, custom_job=custom_job, retry=retry, timeout=timeout)
+
+    def get_custom_job(self, name: str, **kwargs: Any) -> Any:
+        self._served("name", name)
+        return self._vertex.get_custom_job(name, **kwargs)
+
+    def list_custom_jobs(self, request: dict[str, Any], **kwargs: Any) -> Any:
+        self._served("parent", request["parent"])
+        return self._vertex.list_custom_jobs(request, **kwargs)
+
+    def cancel_custom_job(self, name: str, **kwargs: Any) -> None:
+        self._served("name", name)
+        self._vertex.cancel_custom_job(name, **kwargs)
+
+    def _served(self, field: str, resource: str) -> None:
+        named = resource.split("/locations/", 1)[1].split("/", 1)[0] if "/locations/" in resource else ""
+        if named != self.location:
+            raise wrong_endpoint(field, self.location)
