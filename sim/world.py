@@ -59,8 +59,8 @@ KIT_LINES_SHARE = 0.3  # of seeds whose trainer writes the kit's signed lines (s
 # Cloud Scheduler's trigger tick (every minute in terraform/scheduler.tf; every five here, which
 # only closes windows a little later).
 TRIGGER_TICK_SECONDS = 300.0
-# Deliveries per retention step: the ticks' own and what they publish (a line that waits for GPUs
-# for good hands over forever; it is not what retention is about).
+# Deliveries per retention step and push subscription: the ticks' own and what they publish (a line
+# that waits for GPUs for good hands over forever; it is not what retention is about).
 RETENTION_DELIVERIES = 60
 
 
@@ -654,12 +654,16 @@ class World:
         self._check(invariants, "retention")
 
     def _drain(self, limit: int) -> None:
-        """Deliver everything due now (and what that publishes), in order."""
-        for _ in range(limit):
-            due = self.pubsub.deliverable()
-            if not due:
+        """Deliver what is due now (and what that publishes), in order, at most `limit` a push
+        subscription: each delivers on its own, so a backlog on one (a quota line handing over for
+        good) never holds back another's (the reconcile tick's, whose pass runs the ledger sweep)."""
+        delivered: collections.Counter[str] = collections.Counter()
+        while True:
+            due = next((d for d in self.pubsub.deliverable() if delivered[d.subscription] < limit), None)
+            if due is None:
                 return
-            self._deliver(due[0], whole=True)
+            delivered[due.subscription] += 1
+            self._deliver(due, whole=True)
 
     def _settled(self) -> bool:
         if self._arrivals or self.pubsub.pending or self.tasks:
