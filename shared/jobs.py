@@ -215,6 +215,25 @@ def create_seconds(job: CustomJob) -> float:
     return created.timestamp() if created else 0.0
 
 
+def kit_key_of(job: CustomJob) -> str | None:
+    """The kit key `job` was created with (`ENV_KIT_KEY` in its containers' environment), or None:
+    a job created before the keys, or a listing that leaves the job's spec out."""
+    for pool in job.job_spec.worker_pool_specs:
+        for variable in [*pool.container_spec.env, *pool.python_package_spec.env]:
+            if variable.name == ENV_KIT_KEY:
+                return str(variable.value)
+    return None
+
+
+def created_for_another_claim(job: CustomJob, kit_key: str | None) -> bool:
+    """Whether `job` carries a kit key other than an attempt's (`kit_key`, drawn at its claim and
+    kept by every create of it): then it was created for another claim of the id, a record a
+    person deleted while its create was out, whatever its labels and its create time. Unknown
+    (False) when either has no key."""
+    key = kit_key_of(job)
+    return key is not None and kit_key is not None and key != kit_key
+
+
 def created_before(job: CustomJob, since: str) -> bool:
     """Whether `job` was created before a record written at `since` (its `created_at`), beyond
     the clocks' skew: then it is no job of that record's (`shared.adapters.vertex.find_attempt_job`,

@@ -1040,8 +1040,10 @@ def cancelled_requests_end_cancelled(world: World) -> list[Violation]:
 def jobs_of_their_own_record(world: World) -> list[Violation]:
     """An attempt records only a job created after its record was written: a claim's record
     precedes every create of it, so an older job with the attempt's labels is an earlier record's
-    of the id, which a person deleted (seed 1771: adopted, its cancel ended the new request). A
-    record a person wrote by hand is left out (its `created_at` is theirs)."""
+    of the id, which a person deleted (seed 1771: adopted, its cancel ended the new request). Nor
+    one carrying another claim's kit key: that record's create was out when it was deleted, and
+    every line its job signs would be refused. A record a person wrote by hand is left out (its
+    `created_at` is theirs)."""
     from shared.clock import parse_iso
 
     out = []
@@ -1057,6 +1059,14 @@ def jobs_of_their_own_record(world: World) -> list[Violation]:
                         "jobs_of_their_own_record",
                         f"{record.request_id} attempt {attempt.n} records {job.name}, created "
                         f"at {job.create_time.isoformat()}, before its record ({record.created_at})",
+                    )
+                )
+            elif job is not None and job.kit_key and attempt.kit_key and job.kit_key != attempt.kit_key:
+                out.append(
+                    violation(
+                        "jobs_of_their_own_record",
+                        f"{record.request_id} attempt {attempt.n} records {job.name}, created with another "
+                        "claim's kit key: every line it signs is refused",
                     )
                 )
     return out

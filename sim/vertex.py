@@ -39,7 +39,7 @@ from typing import Any
 from google.api_core import exceptions as api
 
 from shared.adapters.vertex import to_job_json
-from shared.jobs import FLEX_START, LABEL_ATTEMPT, LABEL_REQUEST_ID
+from shared.jobs import ENV_KIT_KEY, FLEX_START, LABEL_ATTEMPT, LABEL_REQUEST_ID
 from sim import flex
 from sim.continuations import DEADLINE_EXCEEDED_ERROR, TIMEOUT_FATES
 from sim.replicas import TRANSIENT_EXIT_RESTARTS, Replicas, peer_exit, peer_exit_error, reclaim, restarts_reached
@@ -102,6 +102,15 @@ class SimJob:
     def live(self) -> bool:
         return self.state in LIVE_STATES
 
+    @property
+    def kit_key(self) -> str | None:
+        """The kit key its create carried in its containers' environment (a job's for good)."""
+        for pool in (self.request.get("jobSpec") or {}).get("workerPoolSpecs") or []:
+            for variable in (pool.get("containerSpec") or {}).get("env") or []:
+                if variable.get("name") == ENV_KIT_KEY:
+                    return str(variable.get("value"))
+        return None
+
     def shown(self) -> tuple[Any, ...]:
         """Everything `to_proto` reads: equal between two calls, they build equal protobufs."""
         error = None if not self.error else repr(self.error)
@@ -125,6 +134,9 @@ class SimJob:
             job.end_time = self.end_time
         if self.error:
             job.error = self.error
+        key = self.kit_key  # Vertex shows the job's spec, environment and all: the code tells a claim's job by it
+        if key:
+            job.job_spec = {"worker_pool_specs": [{"container_spec": {"env": [{"name": ENV_KIT_KEY, "value": key}]}}]}
         return job
 
 

@@ -46,3 +46,21 @@ def test_a_record_without_a_creation_time_takes_the_oldest_labelled_job() -> Non
     oldest = _job_created(vertex, timedelta(hours=2))
     _job_created(vertex, timedelta(seconds=-3))
     assert _found(vertex, "") == oldest
+
+
+def test_a_job_with_another_claims_kit_key_is_not_the_claims() -> None:
+    """A create out when a person deleted the id's earlier record, accepted after this record was
+    written: newer than the record, but created with that record's key."""
+    from google.cloud.aiplatform_v1 import CustomJob
+
+    from shared.jobs import ENV_KIT_KEY
+
+    vertex = FakeVertex()
+    for key in ("cd" * 32, "ab" * 32):
+        name = _job_created(vertex, timedelta(seconds=-3))
+        spec = {"worker_pool_specs": [{"container_spec": {"env": [{"name": ENV_KIT_KEY, "value": key}]}}]}
+        vertex.jobs[name] = CustomJob(vertex.jobs[name], job_spec=spec)
+    found = find_attempt_job(
+        vertex, PARENT, "req-1", 1, DEPLOYMENT, since=RECORD_WRITTEN.isoformat(), kit_key="ab" * 32
+    )
+    assert found is not None and found.name == name
