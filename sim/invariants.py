@@ -1153,7 +1153,7 @@ QUIESCENCE.extend(
 )
 
 # The promises people rely on (sim/promises.py).
-from sim import budgets, continuations, flex, promises, replicas, shown  # noqa: E402 - they read this module's helpers
+from sim import budgets, continuations, flex, promises, replicas, shown, stuck  # noqa: E402 - they read this module's helpers
 
 QUIESCENCE.extend(promises.QUIESCENCE)
 QUIESCENCE.extend(shown.QUIESCENCE)  # what the dashboard and `status` show (sim/shown.py)
@@ -1163,3 +1163,4 @@ RETENTION.extend(replicas.RETENTION)
 QUIESCENCE.extend(budgets.QUIESCENCE)  # max_cost_usd (sim/budgets.py)
 RETENTION.extend(promises.RETENTION)
 QUIESCENCE.extend(flex.QUIESCENCE)  # FLEX_START (sim/flex.py)
+QUIESCENCE.extend(stuck.QUIESCENCE)  # no job_stuck before its time (sim/stuck.py)

@@ -81,6 +81,12 @@ class SimJob:
     flex_capacity_after: float | None = 0.0
     flex_wait_began: datetime | None = None
     queued_until: datetime | None = None  # the end of its hold in QUEUED (`SimVertex.queued_hold`)
+    # Every state it was in and when it began, its create's first (`sim.stuck` judges `job_stuck` by them).
+    states: list[tuple[datetime, str]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.states:
+            self.states.append((self.create_time, self.state))
 
     @property
     def request_id(self) -> str:
@@ -423,6 +429,7 @@ class SimVertex:
         job.state = state
         self.state_changes += 1
         job.update_time = max(now, job.update_time + timedelta(microseconds=1))
+        job.states.append((job.update_time, state))
         if state == "JOB_STATE_RUNNING" and job.start_time is None:
             job.start_time = job.update_time
         if state in TERMINAL_STATES:

@@ -732,3 +732,34 @@ def test_a_service_preemption_line_without_a_read_counts_as_the_replay_feeds_it(
     assert decision.record.attempts[0].preemptions == 1
     assert decision.effects.events == ("preemption",)
     assert decision.record.status == RequestStatus.RUNNING
+
+
+def test_a_flex_start_job_cancelled_by_hand_after_its_long_wait_is_not_stuck_at_once() -> None:
+    """A FLEX_START job waits for capacity by design (its maxWaitDuration beyond the threshold):
+    20 h PENDING, then someone cancels it in the console. CANCELLING is no wait for capacity, and
+    no part of the wait before it: stuck only once it lasted the threshold itself (review s10)."""
+    policy = replace(POLICY, stuck_after_seconds=6 * HOUR)
+    created = NOW - timedelta(hours=20)
+    record = make_record(state=None, request={"custom_job": {"jobSpec": {"scheduling": {"maxWaitDuration": "86400s"}}}})
+    record.attempts[0].strategy = "FLEX_START"
+    pending = JobSnapshot(JOB1, JobState.PENDING, None, create_time=iso(created), update_time=iso(created))
+    waiting = observe(record, pending, policy=policy, now=NOW - timedelta(minutes=5))
+    assert waiting.effects.alerts == []
+    cancelled = NOW - timedelta(seconds=10)
+    cancelling = replace(pending, state=JobState.CANCELLING, update_time=iso(cancelled))
+    assert observe(waiting.record, cancelling, policy=policy).effects.alerts == []
+    stuck_at = cancelled + timedelta(hours=6)
+    [alert] = observe(waiting.record, cancelling, policy=policy, now=stuck_at).effects.alerts
+    assert (alert.details["state"], alert.details["wait_began_at"]) == (JobState.CANCELLING, iso(cancelled))
+
+
+def test_a_wait_after_a_pause_counts_from_the_pause_s_end() -> None:
+    """PAUSED (or UPDATING) is no wait for capacity: the PENDING after it is a wait of its own."""
+    policy = replace(POLICY, stuck_after_seconds=6 * HOUR)
+    created = NOW - timedelta(hours=10)
+    paused = JobSnapshot(JOB1, JobState.PAUSED, None, create_time=iso(created), update_time=iso(created))
+    seen_paused = observe(make_record(state=None), paused, policy=policy, now=created + timedelta(hours=1))
+    resumed = NOW - timedelta(hours=1)
+    pending = replace(paused, state=JobState.PENDING, update_time=iso(resumed))
+    seen_pending = observe(seen_paused.record, pending, policy=policy)
+    assert seen_pending.effects.alerts == [] and seen_pending.record.attempts[0].wait_began_at == iso(resumed)
