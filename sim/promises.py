@@ -389,7 +389,10 @@ def jobs_stuck(world: World) -> list[Expected]:
     maxWaitDuration (docs/requests.md: stuck "FLEX_START only past its `maxWaitDuration`"): its
     bound is that much longer (`sim.flex.wait_allowance`). A reconcile pass that died near the
     line holds the run lock over the ticks of its lease, so the bound is that much longer for
-    each (`budgets.dead_pass_seconds_around`; seed 4709: the wait ended before any pass saw it)."""
+    each (`budgets.dead_pass_seconds_around`; seed 4709: the wait ended before any pass saw it).
+    Nor one whose record a person deleted before its line (`deleted_before`: nothing is decided on
+    a request whose record is gone; its job is a stray, whose refused cancel is said by
+    `stray_sweep_refused`; review s10)."""
     from sim.invariants import left_unreadable
 
     now = world.clock.now()
@@ -401,7 +404,13 @@ def jobs_stuck(world: World) -> list[Expected]:
         if (seconds := waited_seconds(job, now)) > stuck_bound_seconds(world, job, now)
         and job.request_id not in unreadable
         and (job.request_id, job.attempt) not in unlooked
+        and not deleted_before(world, job.request_id, stuck_line(world, job))
     ]
+
+
+def stuck_line(world: World, job: SimJob) -> datetime:
+    """When the code may first call `job` stuck: its threshold (longer for a FLEX_START job) past its create."""
+    return job.create_time + timedelta(seconds=world.settings.stuck_after_seconds) + flex.wait_allowance(job)
 
 
 def stuck_bound_seconds(world: World, job: SimJob, now: datetime) -> float:
@@ -409,7 +418,7 @@ def stuck_bound_seconds(world: World, job: SimJob, now: datetime) -> float:
     FLEX_START job), the passes that notice it (`LAG`), and the leases of passes that died near
     its line."""
     allowed = world.settings.stuck_after_seconds + flex.wait_allowance(job).total_seconds()
-    line = job.create_time + timedelta(seconds=allowed)
+    line = stuck_line(world, job)
     waited_until = job.start_time or job.end_time or now
     return allowed + LAG.total_seconds() + budgets.dead_pass_seconds_around(world, line, waited_until)
 
