@@ -40,9 +40,8 @@ from shared.jobs import (
     LABEL_ATTEMPT,
     LABEL_REQUEST_ID,
     JobSnapshot,
-    created_before,
-    created_for_another_claim,
     is_terminal,
+    of_another_claim,
 )
 from shared.ledger.claims import record_job
 from shared.ledger.records import RequestRecord
@@ -75,10 +74,10 @@ def adopt_job(ports: Ports, request_id: str, n: int, location: str, job: CustomJ
     then record it (once, under compare-and-swap). An attempt that already records another job
     means the claim protocol failed: `job` is cancelled as a stray, with an ERROR line. A caller
     that found the job then decides on its state (`observe_adopted`): its log events may have come while
-    it was not indexed and been dropped. A job of a cancelled request is cancelled at once. A job
-    created before the record, or with another claim's kit key, is an earlier record's of the id
-    (`is_stray`), whose create was out when a person deleted that record: never recorded (every
-    line it signs would be refused), cancelled too."""
+    it was not indexed and been dropped. A job of a cancelled request is cancelled at once. A job of
+    another claim of the id (`of_another_claim`: its kit key, else a create before the record), an
+    earlier record's whose create was out when a person deleted it, is never recorded (every line
+    it signs would be refused): cancelled as a stray."""
     snapshot = JobSnapshot.of(job)
     ports.ledger.index_job(JobIndexEntry(request_id, n, location, job.name))
     # Listed after the index: a line kept later finds the job indexed and is redelivered (shared.observe).
@@ -133,8 +132,7 @@ def _of_another_record(record: RequestRecord, n: int, job: CustomJob) -> bool:
     """Whether `job`, labelled for attempt `n`, was created for an earlier record of the id (as
     `is_stray` tells one), never the attempt's own."""
     attempt = record.attempt(n)
-    kit_key = attempt.kit_key if attempt is not None else None
-    return created_before(job, record.created_at) or created_for_another_claim(job, kit_key)
+    return of_another_claim(job, record.created_at, attempt.kit_key if attempt is not None else None)
 
 
 def note_kept_kit_lines(record: RequestRecord, n: int, lines: Iterable[KitRecord], now: datetime) -> Effects:

@@ -225,13 +225,17 @@ def kit_key_of(job: CustomJob) -> str | None:
     return None
 
 
-def created_for_another_claim(job: CustomJob, kit_key: str | None) -> bool:
-    """Whether `job` carries a kit key other than an attempt's (`kit_key`, drawn at its claim and
-    kept by every create of it): then it was created for another claim of the id, a record a
-    person deleted while its create was out, whatever its labels and its create time. Unknown
-    (False) when either has no key."""
+def of_another_claim(job: CustomJob, since: str, kit_key: str | None) -> bool:
+    """Whether `job`, labelled for an attempt whose record was written at `since` and whose claim
+    drew `kit_key`, was created for another claim of the id: an earlier record's, which a person
+    deleted (`find_attempt_job`, `adopt_job`, on_job_event's adoption, `is_stray`). The kit key
+    tells when both have one (drawn at the claim, kept by every create of it), whatever the clocks
+    say: even a create that was out when that record was deleted and landed after this one was
+    written. Else (a job or record from before the keys) a create before the record does."""
     key = kit_key_of(job)
-    return key is not None and kit_key is not None and key != kit_key
+    if key is not None and kit_key is not None:
+        return key != kit_key
+    return created_before(job, since)
 
 
 def created_before(job: CustomJob, since: str) -> bool:

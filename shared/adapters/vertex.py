@@ -30,8 +30,7 @@ from shared.jobs import (
     JobSnapshot,
     JobState,
     create_seconds,
-    created_before,
-    created_for_another_claim,
+    of_another_claim,
 )
 from shared.settings import COMMIT_MARKERS_ENV, DEFAULT_CREATE_TIMEOUT_SECONDS
 
@@ -212,10 +211,7 @@ def find_attempt_job(
     it was deleted, and Vertex accepted it after this record was written.
     """
     jobs = find_jobs(client, parent, attempt_labels(request_id, attempt, deployment))
-    return next(
-        (job for job in jobs if not created_before(job, since) and not created_for_another_claim(job, kit_key)),
-        None,
-    )
+    return next((job for job in jobs if not of_another_claim(job, since, kit_key)), None)
 
 
 def may_have_created(exc: BaseException) -> bool:

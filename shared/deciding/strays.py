@@ -31,7 +31,7 @@ from shared.alerts import Alert, AlertKind
 from shared.clock import iso
 from shared.deciding.effects import attempt_alert
 from shared.deciding.outbox import decide_alert
-from shared.jobs import LABEL_ATTEMPT, created_before, created_for_another_claim, is_terminal
+from shared.jobs import LABEL_ATTEMPT, is_terminal, of_another_claim
 from shared.ledger.records import RequestRecord, alert_marker
 from shared.swap import Swapped
 from shared.wiring import Ports
@@ -57,11 +57,7 @@ def is_stray(record: RequestRecord, job: CustomJob) -> bool:
         # A claim still being created will record its job, never one created before its record or
         # with another claim's kit key: that is an earlier record's of the id, which a person
         # deleted (seed 5085's family).
-        return (
-            attempt.outcome is not None
-            or created_before(job, record.created_at)
-            or created_for_another_claim(job, attempt.kit_key)
-        )
+        return attempt.outcome is not None or of_another_claim(job, record.created_at, attempt.kit_key)
     return attempt.job != job.name
 
 

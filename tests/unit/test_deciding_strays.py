@@ -173,3 +173,17 @@ def test_a_job_with_another_claims_kit_key_is_a_stray_while_the_claim_is_being_c
     assert is_stray(record(claim), keyed_job("cd" * 32))
     assert not is_stray(record(claim), keyed_job("ab" * 32))
     assert not is_stray(record(claim), keyed_job(None))  # a job from before the keys: unknown
+
+
+def test_a_job_with_the_claims_kit_key_is_no_stray_whatever_the_clocks_say() -> None:
+    """Vertex's clock two seconds behind ours: the job's create time is before its record's, its
+    key is the claim's."""
+    claim = Attempt(1, "us-central1", "SPOT", claimed_at="2026-12-01T11:00:00Z", kit_key="ab" * 32)
+    claimed = record(claim)
+    claimed.created_at = "2026-12-01T11:00:02Z"
+    own = keyed_job("ab" * 32)
+    own.create_time = datetime(2026, 12, 1, 11, 0, tzinfo=UTC)
+    assert not is_stray(claimed, own)
+    keyless = keyed_job(None)
+    keyless.create_time = own.create_time
+    assert is_stray(claimed, keyless)  # without a key, the clocks decide
