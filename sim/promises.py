@@ -452,7 +452,9 @@ def deadline_of(record: RequestRecord) -> datetime | None:
 
 def deadlines_missed(world: World) -> list[Expected]:
     """`deadline_missed`: a request's deadline passed and it had not finished: no job of it
-    succeeded by then, and one of its jobs succeeded after it or was still live `LAG` past it."""
+    succeeded by then, and one of its jobs succeeded after it or was still live `LAG` past it, or
+    the request is still unfinished `LAG` past it (a claim or re-queue waiting for its create,
+    with no job to read: review s10)."""
     now = world.clock.now()
     cancelled = cancelled_by_operator(world)
     jobs = collections.defaultdict(list)
@@ -469,7 +471,8 @@ def deadlines_missed(world: World) -> list[Expected]:
             continue
         late = [t for t in done if t > deadline]
         live_past = [j for j in own if (j.end_time or now) > deadline + LAG]
-        if late or live_past:
+        unfinished_past = not record.is_terminal and now > deadline + LAG
+        if late or live_past or unfinished_past:
             out.append(Expected(AlertKind.DEADLINE_MISSED, record.request_id, f"its deadline {deadline} passed"))
     return out
 

@@ -1124,3 +1124,17 @@ def test_a_waiting_job_owes_no_job_stuck_once_a_person_deleted_its_record_before
     world.clock.advance(bound + 2)
 
     assert [e.split(":")[0] for e in catalogue(world, AlertKind.JOB_STUCK)] == ["no job_stuck alert for r-late"]
+
+
+def test_a_deadline_passed_while_the_claim_waits_for_its_create_without_its_alert_is_caught(world: World) -> None:
+    """No job of it lives past the deadline: its claim waits for a create Vertex refuses (review s10)."""
+    deadline = world.clock.now() + timedelta(hours=1)
+    claim = Attempt(1, "us-central1", "SPOT", claimed_at=world.clock.now().isoformat())
+    restore(world, "r1", RequestStatus.CLAIMED, claim, deadline=deadline.isoformat())
+    world.clock.advance(3600 + promises.LAG.total_seconds() - 1)
+    assert catalogue(world, AlertKind.DEADLINE_MISSED) == []
+
+    world.clock.advance(2)
+
+    [owed] = catalogue(world, AlertKind.DEADLINE_MISSED)
+    assert "no deadline_missed alert for r1" in owed
