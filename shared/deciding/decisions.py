@@ -376,7 +376,8 @@ def _track_wait(attempt: Attempt, job: JobSnapshot, was: str | None) -> None:
     waits from its create, one that ran from the state that ended its RUNNING (a record written
     before `wait_began_at` is read so too). Any other stuck state (CANCELLING, UPDATING, PAUSED) is
     no wait for capacity, nor part of one: stuck from its own start (a FLEX_START job cancelled by
-    hand after its long wait by design is not stuck at once: review s10)."""
+    hand after its long wait by design is not stuck at once: review s10). A job whose start time is
+    past the wait's beginning ran since, though no read saw it RUNNING: a wait of its own."""
     if job.state not in STUCK_STATES:
         attempt.wait_began_at = None
     elif job.state not in WAITING_STATES:
@@ -387,6 +388,10 @@ def _track_wait(attempt: Attempt, job: JobSnapshot, was: str | None) -> None:
         created = job.create_time or attempt.created_at
         from_create = never_ran and bool(created) and not after_another_state
         attempt.wait_began_at = created if from_create else attempt.state_changed_at
+    elif job.start_time and parse_iso(job.start_time) > parse_iso(attempt.wait_began_at):
+        # The run ended at the current state's start when a read saw that change, else by Vertex's last update.
+        since_change = attempt.state_changed_at and parse_iso(attempt.state_changed_at) > parse_iso(job.start_time)
+        attempt.wait_began_at = attempt.state_changed_at if since_change else (job.update_time or job.start_time)
 
 
 def _conclude(

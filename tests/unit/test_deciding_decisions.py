@@ -763,3 +763,17 @@ def test_a_wait_after_a_pause_counts_from_the_pause_s_end() -> None:
     pending = replace(paused, state=JobState.PENDING, update_time=iso(resumed))
     seen_pending = observe(seen_paused.record, pending, policy=policy)
     assert seen_pending.effects.alerts == [] and seen_pending.record.attempts[0].wait_began_at == iso(resumed)
+
+
+def test_a_run_no_observation_saw_ends_the_wait_before_it() -> None:
+    """Seen QUEUED, then PENDING again after a short run whose RUNNING no read caught (its event
+    lost between two passes): the job's start time says it ran, so the wait counts from the
+    state that ended the run, not from the create (review s10)."""
+    policy = replace(POLICY, stuck_after_seconds=6 * HOUR)
+    created = NOW - timedelta(hours=6, minutes=5)
+    queued = JobSnapshot(JOB1, JobState.QUEUED, None, create_time=iso(created), update_time=iso(created))
+    seen_queued = observe(make_record(state=None), queued, policy=policy, now=created + timedelta(hours=1))
+    ran, back = created + timedelta(hours=2), created + timedelta(hours=2, minutes=10)
+    pending = replace(queued, state=JobState.PENDING, start_time=iso(ran), update_time=iso(back))
+    decision = observe(seen_queued.record, pending, policy=policy)
+    assert decision.effects.alerts == [] and decision.record.attempts[0].wait_began_at == iso(back)
