@@ -26,7 +26,7 @@ cursor, so every request gets its turn):
   our own reasons (a permission, a region) is alerted once (`lookup_failed`), the request kept;
 - an attempt waiting in line for Vertex's submission quota is left to the line's drainer, and a line left without one is restarted (`shared.pacing`);
 - a deadline that passed while the request waits for a create (a claim in line or re-published, a
-  re-queue not yet claimed), with no job for a read to judge, is said once (`deadline_missed`).
+  re-queue not yet claimed or held for a job no read can see end), is said once (`deadline_missed`).
 
 Then the pass sweeps for strays (`shared.found_jobs.sweep_strays`): one list per location of this
 deployment's jobs that have not ended, and every one the ledger does not record is cancelled,
@@ -271,7 +271,9 @@ def _reconcile(ports: Ports, record: RequestRecord, log: Logger) -> RequestResul
     latest = record.latest
     if latest is not None and latest.ending and latest.job:
         # A switch's next attempt waits for this job's end, which a lost event would never report.
-        return _observe(ports, record, latest, log)
+        observed = _observe(ports, record, latest, log)
+        _say_deadline_missed(ports, record, log)  # a read refused for good says nothing of it (seed 167)
+        return observed
     if record.has_pending_effects or record.requeue is not None:
         message_id, waiting = flush(ports, record, log)
         if record.is_terminal or record.requeue is not None:

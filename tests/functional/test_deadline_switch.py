@@ -331,3 +331,35 @@ def test_a_deadline_that_passes_while_the_requeue_waits_is_said_missed(world: Wo
 
     [alert] = _deadline_alerts(world)
     assert alert["request_id"] == "req-1"
+
+
+def test_a_deadline_that_passes_while_a_switch_waits_for_a_job_it_cannot_read_is_said_missed(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Simulator seed 167 (review s10): a deadline switch cancelled the Spot job and holds attempt 2
+    for its end, but Vertex refuses the job's get for good (a 403: `lookup_failed` is said), so no
+    read ever sees the end, nor says the deadline it passes meanwhile."""
+    from google.api_core import exceptions as api
+
+    from shared.ledger.records import Requeue
+
+    def switched(record: object) -> None:
+        attempt = record.attempt(1)  # type: ignore[attr-defined]
+        attempt.outcome, attempt.state = AttemptOutcome.SWITCHED_TO_ON_DEMAND, "JOB_STATE_PENDING"
+        attempt.cancel_decided_at = attempt.cancel_sent_at = iso(datetime.now(UTC) - timedelta(minutes=20))
+        record.status = RequestStatus.REQUEUED  # type: ignore[attr-defined]
+        record.requeue = Requeue(2, "us-central1", "STANDARD", "deadline", attempt.cancel_decided_at)  # type: ignore[attr-defined]
+
+    _deadline_passed_while_waiting_for_a_create(world, switched)
+    for job in world.vertex.jobs:
+        world.vertex.set_state(job, CANCELLED)
+
+    def refused(*args: object, **kwargs: object) -> object:
+        raise api.PermissionDenied("403 Permission 'aiplatform.customJobs.get' denied")
+
+    monkeypatch.setattr(world.vertex, "get_custom_job", refused)
+    run_reconcile(world.ports, CapturedLog().logger)
+
+    [alert] = _deadline_alerts(world)
+    assert alert["request_id"] == "req-1"
+    assert world.publisher.on("job-requests") == []  # attempt 2 still waits for the end
