@@ -203,6 +203,8 @@ class SimVertex:
         # The trainer in the job's containers (sim.trainer): "start" (a run begins), "train" (it
         # trained until a clean end), "cut" (until a preemption, failure or cancel), "stop".
         self.runs: Callable[[SimJob, str], None] = lambda job, what: None
+        # An out-of-band actor's turn as a create of the request leaves for Vertex (`sim.faults`).
+        self.before_create: Callable[[str], None] = lambda request_id: None
         self._ids = 5_000_000_000_000_000_001
         # Permanent faults (sim.faults): set by the world from what the seed drew.
         self.refusals: list[Any] = []  # sim.faults.Refusal
@@ -280,6 +282,7 @@ class SimVertex:
     def create_custom_job(self, *, parent: str, custom_job: Any, retry: Any = None, timeout: float = 0) -> Any:
         location = parent.split("/locations/")[1]
         request = to_job_json(custom_job)
+        self.before_create(str((request.get("labels") or {}).get(LABEL_REQUEST_ID, "")))
 
         def perform() -> Any:
             accepted = quota_refused = False
