@@ -74,8 +74,9 @@ class AlertKind(enum.StrEnum):
     JOB_STUCK = (
         "job_stuck",
         "WARNING",
-        "a job waited (queued, pending, ... in a row: one wait, from its create or its last run's end), or had not "
-        "ended after a deadline switch's cancel, longer than `SPOTJOBS_STUCK_AFTER_SECONDS`",
+        "a job waited (queued then pending in a row: one wait, from its create or its last run's end), stayed "
+        "cancelling, updating or paused (from that state's start), or had not ended after a deadline switch's "
+        "cancel, longer than `SPOTJOBS_STUCK_AFTER_SECONDS`",
     )
     PRUNE_REPORT = (
         "prune_report",

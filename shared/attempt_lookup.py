@@ -36,7 +36,9 @@ def find_claim_job(
     lasting one alerted first (`alert_lookup_failed`) and its attempt out of the quota line."""
     try:
         deployment = ports.settings.deployment_label
-        return find_attempt_job(client, parent, record.request_id, claim.n, deployment, since=record.created_at)
+        return find_attempt_job(
+            client, parent, record.request_id, claim.n, deployment, since=record.created_at, kit_key=claim.kit_key
+        )
     except Exception as exc:
         if not is_retryable(exc):
             alert_lookup_failed(ports, record, claim, exc, log)

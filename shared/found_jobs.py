@@ -36,7 +36,13 @@ from shared.deciding.events import Signal
 from shared.deciding.outbox import Mine, decided_alert, flush, send_cancels
 from shared.deciding.preemptions import note_kit_line
 from shared.deciding.strays import decide_stray_alert, is_stray, recordless_stray_alert
-from shared.jobs import LABEL_ATTEMPT, LABEL_REQUEST_ID, JobSnapshot, is_terminal
+from shared.jobs import (
+    LABEL_ATTEMPT,
+    LABEL_REQUEST_ID,
+    JobSnapshot,
+    is_terminal,
+    of_another_claim,
+)
 from shared.ledger.claims import record_job
 from shared.ledger.records import RequestRecord
 from shared.ledger.run_lock import ledger_bucket
@@ -53,7 +59,7 @@ if TYPE_CHECKING:
 class Adoption:
     """What `adopt_job` did."""
 
-    job: str  # the job the attempt records: another one when the job given was a second job
+    job: str | None  # the job the attempt records: another one (or none yet) when the job given is not its
     wrote: bool  # this call recorded it (else an earlier delivery had)
     snapshot: JobSnapshot  # the job given, as a decision reads it
 
@@ -68,7 +74,10 @@ def adopt_job(ports: Ports, request_id: str, n: int, location: str, job: CustomJ
     then record it (once, under compare-and-swap). An attempt that already records another job
     means the claim protocol failed: `job` is cancelled as a stray, with an ERROR line. A caller
     that found the job then decides on its state (`observe_adopted`): its log events may have come while
-    it was not indexed and been dropped. A job of a cancelled request is cancelled at once."""
+    it was not indexed and been dropped. A job of a cancelled request is cancelled at once. A job of
+    another claim of the id (`of_another_claim`: its kit key, else a create before the record), an
+    earlier record's whose create was out when a person deleted it, is never recorded (every line
+    it signs would be refused): cancelled as a stray."""
     snapshot = JobSnapshot.of(job)
     ports.ledger.index_job(JobIndexEntry(request_id, n, location, job.name))
     # Listed after the index: a line kept later finds the job indexed and is redelivered (shared.observe).
@@ -79,6 +88,9 @@ def adopt_job(ports: Ports, request_id: str, n: int, location: str, job: CustomJ
     kit_effects: list[Effects] = []  # the last try's (a swap may call its transition again)
 
     def record(current: RequestRecord | None) -> RequestRecord | None:
+        if current is not None and _of_another_record(current, n, job):
+            kit_effects.clear()
+            return None
         recorded = record_job(
             current,
             n=n,
@@ -97,10 +109,13 @@ def adopt_job(ports: Ports, request_id: str, n: int, location: str, job: CustomJ
     recorded = swapped.value.attempt(n) if swapped.value else None
     if kept and recorded is not None and recorded.job == job.name:
         ports.ledger.forget_parked(kept)  # counted, by this write or by the delivery that recorded the job
-    if swapped.value is not None and recorded is not None and recorded.job not in (None, job.name):
+    foreign = swapped.value is not None and _of_another_record(swapped.value, n, job)
+    if swapped.value is not None and recorded is not None and (foreign or recorded.job not in (None, job.name)):
         log.error(
-            "attempt already records a different job",
-            event="duplicate_job",
+            "the job was created for an earlier record of the id, which a person deleted"
+            if foreign
+            else "attempt already records a different job",
+            event="job_of_another_record" if foreign else "duplicate_job",
             job=job.name,
             recorded_job=recorded.job,
         )
@@ -111,6 +126,13 @@ def adopt_job(ports: Ports, request_id: str, n: int, location: str, job: CustomJ
         sender = replace(ports, cancel_job=ports.cancel_job or canceller(ports.job_service))
         send_cancels(sender, swapped.value, log, ours=True, now=ports.clock())
     return Adoption(job.name, swapped.wrote, snapshot)
+
+
+def _of_another_record(record: RequestRecord, n: int, job: CustomJob) -> bool:
+    """Whether `job`, labelled for attempt `n`, was created for an earlier record of the id (as
+    `is_stray` tells one), never the attempt's own."""
+    attempt = record.attempt(n)
+    return of_another_claim(job, record.created_at, attempt.kit_key if attempt is not None else None)
 
 
 def note_kept_kit_lines(record: RequestRecord, n: int, lines: Iterable[KitRecord], now: datetime) -> Effects:

@@ -215,6 +215,29 @@ def create_seconds(job: CustomJob) -> float:
     return created.timestamp() if created else 0.0
 
 
+def kit_key_of(job: CustomJob) -> str | None:
+    """The kit key `job` was created with (`ENV_KIT_KEY` in its containers' environment), or None:
+    a job created before the keys, or a listing that leaves the job's spec out."""
+    for pool in job.job_spec.worker_pool_specs:
+        for variable in [*pool.container_spec.env, *pool.python_package_spec.env]:
+            if variable.name == ENV_KIT_KEY:
+                return str(variable.value)
+    return None
+
+
+def of_another_claim(job: CustomJob, since: str, kit_key: str | None) -> bool:
+    """Whether `job`, labelled for an attempt whose record was written at `since` and whose claim
+    drew `kit_key`, was created for another claim of the id: an earlier record's, which a person
+    deleted (`find_attempt_job`, `adopt_job`, on_job_event's adoption, `is_stray`). The kit key
+    tells when both have one (drawn at the claim, kept by every create of it), whatever the clocks
+    say: even a create that was out when that record was deleted and landed after this one was
+    written. Else (a job or record from before the keys) a create before the record does."""
+    key = kit_key_of(job)
+    if key is not None and kit_key is not None:
+        return key != kit_key
+    return created_before(job, since)
+
+
 def created_before(job: CustomJob, since: str) -> bool:
     """Whether `job` was created before a record written at `since` (its `created_at`), beyond
     the clocks' skew: then it is no job of that record's (`shared.adapters.vertex.find_attempt_job`,

@@ -21,7 +21,7 @@ from shared.deciding.outbox import alert_corrupt_record
 from shared.deciding.strays import is_stray
 from shared.delivery import Message
 from shared.errors import TransientError
-from shared.jobs import created_before
+from shared.jobs import of_another_claim
 from shared.ledger.records import CorruptRecord, RequestRecord
 from shared.ledger.store import JobIndexEntry
 from shared.log import Logger
@@ -153,8 +153,8 @@ def _finish_adoption(ports: Ports, record: RequestRecord | None, index: JobIndex
     claim may then wait for reconcile (seed 31: 25 minutes), and this line's redeliveries would go
     to the dead-letter topic first, its preemption never counted. The index is the adoption's own
     word: finish it (record the job, count the lines kept before the index), so the line is
-    decided now, unless the job is older than the record (an index an earlier record of the id
-    left, as `find_attempt_job` reads it). Returns whether the index's job is the attempt's
+    decided now, unless the job is another claim's (an index an earlier record of the id left, as
+    `find_attempt_job` reads it). Returns whether the index's job is the attempt's
     (another may be recorded)."""
     attempt = record.attempt(index.attempt) if record else None
     if record is None or attempt is None or attempt.job is not None or attempt.outcome is not None:
@@ -162,7 +162,7 @@ def _finish_adoption(ports: Ports, record: RequestRecord | None, index: JobIndex
     from shared.found_jobs import adopt_found_job  # rare: a cold instance need not load it
 
     job = get_job(ports.job_service(index.location), index.job)
-    if created_before(job, record.created_at):
+    if of_another_claim(job, record.created_at, attempt.kit_key):
         return False  # an index left by an earlier record of the id (a person deleted it): a stray
     adoption, _ = adopt_found_job(
         ports, index.request_id, index.attempt, index.location, job, log, left="was indexed and not recorded yet"

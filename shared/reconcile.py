@@ -24,7 +24,9 @@ cursor, so every request gets its turn):
   (`shared.reconcile_vertex.vanished_job`): the request fails with one `job_failed` alert
   naming it, or ends CANCELLED if its cancel was asked; a lookup of either kind that fails for
   our own reasons (a permission, a region) is alerted once (`lookup_failed`), the request kept;
-- an attempt waiting in line for Vertex's submission quota is left to the line's drainer, and a line left without one is restarted (`shared.pacing`).
+- an attempt waiting in line for Vertex's submission quota is left to the line's drainer, and a line left without one is restarted (`shared.pacing`);
+- a deadline that passed while the request waits for a create (a claim in line or re-published, a
+  re-queue not yet claimed or held for a job no read can see end), is said once (`deadline_missed`).
 
 Then the pass sweeps for strays (`shared.found_jobs.sweep_strays`): one list per location of this
 deployment's jobs that have not ended, and every one the ledger does not record is cancelled,
@@ -48,6 +50,7 @@ from shared.alerts import AlertKind
 from shared.attempt_lookup import alert_lookup_failed, find_claim_job
 from shared.clock import now_iso, parse_iso, utcnow
 from shared.deciding.applying import apply_observation
+from shared.deciding.deadline_watch import missed_waiting_for_a_create
 from shared.deciding.decisions import Observation
 from shared.deciding.effects import attempt_alert
 from shared.deciding.notices import telling_changes
@@ -55,6 +58,7 @@ from shared.deciding.outbox import (
     Mine,
     alert_corrupt_record,
     alerts_of,
+    decide_and_flush_alert,
     flush,
     publish_request_attempt,
 )
@@ -267,10 +271,13 @@ def _reconcile(ports: Ports, record: RequestRecord, log: Logger) -> RequestResul
     latest = record.latest
     if latest is not None and latest.ending and latest.job:
         # A switch's next attempt waits for this job's end, which a lost event would never report.
-        return _observe(ports, record, latest, log)
+        observed = _observe(ports, record, latest, log)
+        _say_deadline_missed(ports, record, log)  # a read refused for good says nothing of it (seed 167)
+        return observed
     if record.has_pending_effects or record.requeue is not None:
         message_id, waiting = flush(ports, record, log)
         if record.is_terminal or record.requeue is not None:
+            _say_deadline_missed(ports, record, log)
             if message_id:
                 return RequestResult("requeue_published")
             if waiting:
@@ -282,9 +289,23 @@ def _reconcile(ports: Ports, record: RequestRecord, log: Logger) -> RequestResul
         return RequestResult("idle")
     if latest.job is None:
         if in_line(ports, record, latest):
+            _say_deadline_missed(ports, record, log)
             return RequestResult("waiting_for_quota")  # the line's drainer creates it (shared/pacing.py)
-        return _settle_claim(ports, record, latest, log)
+        settled = _settle_claim(ports, record, latest, log)
+        _say_deadline_missed(ports, record, log)
+        return settled
     return _observe(ports, record, latest, log)
+
+
+def _say_deadline_missed(ports: Ports, record: RequestRecord, log: Logger) -> None:
+    """A deadline that passed while the request waits for a create, with no job to read: said once
+    (`missed_waiting_for_a_create`, decided on the current record). No call while it holds not."""
+    now = ports.clock()
+    if missed_waiting_for_a_create(record, now) is not None:
+        marker = str(AlertKind.DEADLINE_MISSED)
+        decide_and_flush_alert(
+            ports, record.request_id, marker, lambda current: missed_waiting_for_a_create(current, now), log
+        )
 
 
 def _observe(ports: Ports, record: RequestRecord, attempt: Attempt, log: Logger) -> RequestResult:

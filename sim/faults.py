@@ -13,7 +13,9 @@ generators of their own), so a seed without it keeps every other draw it had.
 - `document_written`: someone (a person, or an older or newer version) writes a ledger record, a
   trigger's state or a fleet fact in a shape from `SHAPES`;
 - `object_deleted`: a person deletes a request's ledger record, or an old checkpoint (older than
-  its folder's two newest finished ones: what a run resumes from stays);
+  its folder's two newest finished ones: what a run resumes from stays); in `DELETED_AT_A_CREATE_RATE`
+  of those seeds (a generator of its own), also once at its worst moment, a record whose create is
+  on its way to Vertex while another delivery of the request runs (`delete_record_at_a_create`);
 - `regional_changeovers`: the wait before RUNNING (and after a preemption) differs per location,
   with rare slow outliers (`sim.vertex.SimVertex.changeover`);
 - `two_file_stems`: the torch layout saves two files per stem (`ckpt-000400.pt` and
@@ -50,6 +52,8 @@ if TYPE_CHECKING:
     from sim.workload import Workload
     from sim.world import World
 
+# The share of `object_deleted` seeds whose person also deletes a record while its create is out.
+DELETED_AT_A_CREATE_RATE = 0.5
 # The share of seeds that draw each kind.
 RATES = {
     "forbidden": 0.06,
@@ -134,6 +138,7 @@ class Tampering:
     deleted_objects: set[str] = field(default_factory=set)  # checkpoint objects a person deleted
     written: dict[str, str] = field(default_factory=dict)  # state object name -> the shape written
     deleted_records: set[str] = field(default_factory=set)  # request ids whose record a person deleted
+    deleted_at_a_create: str | None = None  # the request whose record went while its create was out
     records_deleted_at: dict[str, datetime] = field(default_factory=dict)  # request id -> its first deletion
     # request id -> its record's documents as a person deleted them: what the code had read stays read
     deleted_record_documents: dict[str, list[bytes]] = field(default_factory=dict)
@@ -367,16 +372,49 @@ def delete_object(world: World, *, what: str) -> None:
         return
     if what == "ledger":
         [name] = group
-        request_id = name[len("requests/") : -len(".json")]
-        world.tampering.deleted_records.add(request_id)
-        world.tampering.records_deleted_at.setdefault(request_id, world.clock.now())
-        world.tampering.deleted_record_documents.setdefault(request_id, []).append(objects[name].data)
-        world.tampering.requests.setdefault(request_id, "its ledger record was deleted by a person")
+        _note_record_deleted(world, name[len("requests/") : -len(".json")], objects[name].data)
     else:
         world.tampering.deleted_objects.update(group)
     for name in group:
         world.storage.client().bucket(bucket_name).blob(name).delete()
     world.note(f"out of band: {', '.join(group)} deleted by a person")
+
+
+def _note_record_deleted(world: World, request_id: str, document: bytes) -> None:
+    world.tampering.deleted_records.add(request_id)
+    world.tampering.records_deleted_at.setdefault(request_id, world.clock.now())
+    world.tampering.deleted_record_documents.setdefault(request_id, []).append(document)
+    world.tampering.requests.setdefault(request_id, "its ledger record was deleted by a person")
+
+
+def delete_record_at_a_create(world: World, request_id: str) -> None:
+    """`object_deleted` at its worst moment (review s10), once a seed: a person deletes the record
+    of a request whose create is on its way to Vertex while another delivery of the request runs,
+    which may claim the id afresh before that create's answer is back (the stand-in's calls take
+    their round trip before they act). Its own generator decides the seed: the others' draws stay."""
+    if "object_deleted" not in world.permanent.kinds or world.tampering.deleted_at_a_create is not None:
+        return
+    if random.Random(f"{world.seed}:faults:deleted-at-a-create").random() >= DELETED_AT_A_CREATE_RATE:
+        return
+    name = f"requests/{request_id}.json"
+    record = world.storage.objects(world.settings.state_bucket).get(name)
+    if record is None or not _delivered_meanwhile(world, request_id):
+        return
+    world.tampering.deleted_at_a_create = request_id
+    _note_record_deleted(world, request_id, record.data)
+    world.storage.client().bucket(world.settings.state_bucket).blob(name).delete()
+    world.note(f"out of band: {name} deleted by a person while its create was out")
+
+
+def _delivered_meanwhile(world: World, request_id: str) -> bool:
+    """Whether another delivery of `request_id`'s messages is in flight beside the current one."""
+    current = world._current
+    others = {t.origin for t in world.tasks if t is not current and t.name == "submit_job"}
+    messages = world.pubsub.on(world.settings.job_requests_topic)
+    return any(
+        m.message_id in others and isinstance(m.json(), dict) and m.json().get("request_id") == request_id
+        for m in messages
+    )
 
 
 def _older_than_the_two_newest_finished(saves: Iterable[Save]) -> list[Save]:

@@ -149,6 +149,11 @@ def live_jobs(world: World) -> list[SimJob]:
 
 
 def one_live_job_per_request(world: World) -> list[Violation]:
+    """At most one live job per request at any moment, but a person's re-run of a create (the
+    sweep's to end) and the job of a claim whose record a person deleted while its create was out
+    (`sim.faults.delete_record_at_a_create`): a copy of the message beside it claimed the id afresh,
+    and no code can stop both creates; that job carries the deleted claim's kit key, is never
+    recorded (`jobs_of_their_own_record`) and is cancelled (`no_unknown_live_job`)."""
     seen = (jobs_moved(world), len(world.tampering.duplicated_jobs))
     if world.checked.get("one_live_job_per_request") == seen:
         return []  # nothing moved since a check that found nothing
@@ -166,10 +171,18 @@ def one_live_job_per_request(world: World) -> list[Violation]:
             ),
         )
         for rid, jobs in live.items()
-        if len(jobs) > 1
+        if len(jobs) > 1 and len(_without_a_deleted_claims(world, rid, jobs)) > 1
     ]
     world.checked["one_live_job_per_request"] = None if found else seen
     return found
+
+
+def _without_a_deleted_claims(world: World, request_id: str, jobs: list[SimJob]) -> list[SimJob]:
+    if world.tampering.deleted_at_a_create != request_id:
+        return jobs
+    record = next((r for r in records(world) if r.request_id == request_id), None)
+    keys = {a.n: a.kit_key for a in record.attempts} if record is not None else {}
+    return [job for job in jobs if not (job.kit_key and keys.get(job.attempt) not in (None, job.kit_key))]
 
 
 def policy_on_every_create(world: World) -> list[Violation]:
@@ -1040,8 +1053,10 @@ def cancelled_requests_end_cancelled(world: World) -> list[Violation]:
 def jobs_of_their_own_record(world: World) -> list[Violation]:
     """An attempt records only a job created after its record was written: a claim's record
     precedes every create of it, so an older job with the attempt's labels is an earlier record's
-    of the id, which a person deleted (seed 1771: adopted, its cancel ended the new request). A
-    record a person wrote by hand is left out (its `created_at` is theirs)."""
+    of the id, which a person deleted (seed 1771: adopted, its cancel ended the new request). Nor
+    one carrying another claim's kit key: that record's create was out when it was deleted, and
+    every line its job signs would be refused. A record a person wrote by hand is left out (its
+    `created_at` is theirs)."""
     from shared.clock import parse_iso
 
     out = []
@@ -1057,6 +1072,14 @@ def jobs_of_their_own_record(world: World) -> list[Violation]:
                         "jobs_of_their_own_record",
                         f"{record.request_id} attempt {attempt.n} records {job.name}, created "
                         f"at {job.create_time.isoformat()}, before its record ({record.created_at})",
+                    )
+                )
+            elif job is not None and job.kit_key and attempt.kit_key and job.kit_key != attempt.kit_key:
+                out.append(
+                    violation(
+                        "jobs_of_their_own_record",
+                        f"{record.request_id} attempt {attempt.n} records {job.name}, created with another "
+                        "claim's kit key: every line it signs is refused",
                     )
                 )
     return out
@@ -1143,7 +1166,7 @@ QUIESCENCE.extend(
 )
 
 # The promises people rely on (sim/promises.py).
-from sim import budgets, continuations, flex, promises, regions, replicas, shown  # noqa: E402 - they read this module's helpers
+from sim import budgets, continuations, flex, promises, regions, replicas, shown, stuck  # noqa: E402 - they read this module's helpers
 
 QUIESCENCE.extend(promises.QUIESCENCE)
 QUIESCENCE.extend(shown.QUIESCENCE)  # what the dashboard and `status` show (sim/shown.py)
@@ -1154,3 +1177,4 @@ QUIESCENCE.extend(budgets.QUIESCENCE)  # max_cost_usd (sim/budgets.py)
 RETENTION.extend(promises.RETENTION)
 QUIESCENCE.extend(flex.QUIESCENCE)  # FLEX_START (sim/flex.py)
 QUIESCENCE.extend(regions.QUIESCENCE)  # calls through their own region's endpoint (sim/regions.py)
+QUIESCENCE.extend(stuck.QUIESCENCE)  # no job_stuck before its time (sim/stuck.py)

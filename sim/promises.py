@@ -398,7 +398,10 @@ def jobs_stuck(world: World) -> list[Expected]:
     maxWaitDuration (docs/requests.md: stuck "FLEX_START only past its `maxWaitDuration`"): its
     bound is that much longer (`sim.flex.wait_allowance`). A reconcile pass that died near the
     line holds the run lock over the ticks of its lease, so the bound is that much longer for
-    each (`budgets.dead_pass_seconds_around`; seed 4709: the wait ended before any pass saw it)."""
+    each (`budgets.dead_pass_seconds_around`; seed 4709: the wait ended before any pass saw it).
+    Nor one whose record a person deleted before its line (`deleted_before`: nothing is decided on
+    a request whose record is gone; its job is a stray, whose refused cancel is said by
+    `stray_sweep_refused`; review s10)."""
     from sim.invariants import left_unreadable
 
     now = world.clock.now()
@@ -410,7 +413,14 @@ def jobs_stuck(world: World) -> list[Expected]:
         if job.request_id not in unreadable and (job.request_id, job.attempt) not in unlooked
         for began, ended, what in waits(job, now)
         if (seconds := (ended - began).total_seconds()) > stuck_bound_seconds(world, job, began, ended)
+        and not deleted_before(world, job.request_id, stuck_line(world, job, began))
     ]
+
+
+def stuck_line(world: World, job: SimJob, began: datetime) -> datetime:
+    """When the code may first call `job`'s wait from `began` stuck: its threshold (longer for a
+    FLEX_START job) past that."""
+    return began + timedelta(seconds=world.settings.stuck_after_seconds) + flex.wait_allowance(job)
 
 
 def stuck_bound_seconds(world: World, job: SimJob, began: datetime, waited_until: datetime) -> float:
@@ -418,7 +428,7 @@ def stuck_bound_seconds(world: World, job: SimJob, began: datetime, waited_until
     for a FLEX_START job), the passes that notice it (`LAG`), and the leases of passes that died
     near its line."""
     allowed = world.settings.stuck_after_seconds + flex.wait_allowance(job).total_seconds()
-    line = began + timedelta(seconds=allowed)
+    line = stuck_line(world, job, began)
     return allowed + LAG.total_seconds() + budgets.dead_pass_seconds_around(world, line, waited_until)
 
 
@@ -451,7 +461,9 @@ def deadline_of(record: RequestRecord) -> datetime | None:
 
 def deadlines_missed(world: World) -> list[Expected]:
     """`deadline_missed`: a request's deadline passed and it had not finished: no job of it
-    succeeded by then, and one of its jobs succeeded after it or was still live `LAG` past it."""
+    succeeded by then, and one of its jobs succeeded after it or was still live `LAG` past it, or
+    the request is still unfinished `LAG` past it (a claim or re-queue waiting for its create,
+    with no job to read: review s10)."""
     now = world.clock.now()
     cancelled = cancelled_by_operator(world)
     jobs = collections.defaultdict(list)
@@ -468,7 +480,8 @@ def deadlines_missed(world: World) -> list[Expected]:
             continue
         late = [t for t in done if t > deadline]
         live_past = [j for j in own if (j.end_time or now) > deadline + LAG]
-        if late or live_past:
+        unfinished_past = not record.is_terminal and now > deadline + LAG
+        if late or live_past or unfinished_past:
             out.append(Expected(AlertKind.DEADLINE_MISSED, record.request_id, f"its deadline {deadline} passed"))
     return out
 

@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 from google.api_core import exceptions as api
 
 from shared.adapters.vertex import to_job_json
-from shared.jobs import FLEX_START, LABEL_ATTEMPT, LABEL_REQUEST_ID
+from shared.jobs import ENV_KIT_KEY, FLEX_START, LABEL_ATTEMPT, LABEL_REQUEST_ID
 from sim import flex
 from sim.continuations import DEADLINE_EXCEEDED_ERROR, TIMEOUT_FATES
 from sim.replicas import TRANSIENT_EXIT_RESTARTS, Replicas, peer_exit, peer_exit_error, reclaim, restarts_reached
@@ -100,6 +100,12 @@ class SimJob:
     queued_until: datetime | None = None  # the end of its hold in QUEUED (`SimVertex.queued_hold`)
     # Each wait shown after a preemption (`restart_state` pending or queued): (began, ended or None).
     restart_waits: list[tuple[datetime, datetime | None]] = field(default_factory=list)
+    # Every state it was in and when it began, its create's first (`sim.stuck` judges `job_stuck` by them).
+    states: list[tuple[datetime, str]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.states:
+            self.states.append((self.create_time, self.state))
 
     @property
     def request_id(self) -> str:
@@ -122,6 +128,15 @@ class SimJob:
     @property
     def live(self) -> bool:
         return self.state in LIVE_STATES
+
+    @property
+    def kit_key(self) -> str | None:
+        """The kit key its create carried in its containers' environment (a job's for good)."""
+        for pool in (self.request.get("jobSpec") or {}).get("workerPoolSpecs") or []:
+            for variable in (pool.get("containerSpec") or {}).get("env") or []:
+                if variable.get("name") == ENV_KIT_KEY:
+                    return str(variable.get("value"))
+        return None
 
     def shown(self) -> tuple[Any, ...]:
         """Everything `to_proto` reads: equal between two calls, they build equal protobufs."""
@@ -146,6 +161,9 @@ class SimJob:
             job.end_time = self.end_time
         if self.error:
             job.error = self.error
+        key = self.kit_key  # Vertex shows the job's spec, environment and all: the code tells a claim's job by it
+        if key:
+            job.job_spec = {"worker_pool_specs": [{"container_spec": {"env": [{"name": ENV_KIT_KEY, "value": key}]}}]}
         return job
 
 
@@ -208,6 +226,8 @@ class SimVertex:
         # The trainer in the job's containers (sim.trainer): "start" (a run begins), "train" (it
         # trained until a clean end), "cut" (until a preemption, failure or cancel), "stop".
         self.runs: Callable[[SimJob, str], None] = lambda job, what: None
+        # An out-of-band actor's turn as a create of the request leaves for Vertex (`sim.faults`).
+        self.before_create: Callable[[str], None] = lambda request_id: None
         self._ids = 5_000_000_000_000_000_001
         # Permanent faults (sim.faults): set by the world from what the seed drew.
         self.refusals: list[Any] = []  # sim.faults.Refusal
@@ -305,6 +325,7 @@ class SimVertex:
     ) -> Any:
         location = parent.split("/locations/")[1]
         request = to_job_json(custom_job)
+        self.before_create(str((request.get("labels") or {}).get(LABEL_REQUEST_ID, "")))
 
         def perform() -> Any:
             self._served(endpoint, "create", "parent", parent)
@@ -462,6 +483,7 @@ class SimVertex:
         job.state = state
         self.state_changes += 1
         job.update_time = max(now, job.update_time + timedelta(microseconds=1))
+        job.states.append((job.update_time, state))
         if state == "JOB_STATE_RUNNING" and job.start_time is None:
             job.start_time = job.update_time
         if state in TERMINAL_STATES:

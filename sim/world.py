@@ -228,6 +228,7 @@ class World:
         self.storage = MemoryStorage(self.clock.now, io=self.io)
         self.vertex = SimVertex(self.clock.now, self.io, self.rng, self.settings.project)
         self.vertex.emit = self.emit_log_line
+        self.vertex.before_create = functools.partial(permanent.delete_record_at_a_create, self)
         self.vertex.replicas = replicas_drawn
         self.vertex.fate = self._draw_fate
         self.vertex.queued_hold = draw_queued_hold(self.seed, self.queued_hold)

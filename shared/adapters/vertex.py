@@ -30,7 +30,7 @@ from shared.jobs import (
     JobSnapshot,
     JobState,
     create_seconds,
-    created_before,
+    of_another_claim,
 )
 from shared.settings import COMMIT_MARKERS_ENV, DEFAULT_CREATE_TIMEOUT_SECONDS
 
@@ -192,17 +192,26 @@ def unfinished_jobs_filter(deployment: str) -> str:
 
 
 def find_attempt_job(
-    client: JobServiceClient, parent: str, request_id: str, attempt: int, deployment: str, *, since: str
+    client: JobServiceClient,
+    parent: str,
+    request_id: str,
+    attempt: int,
+    deployment: str,
+    *,
+    since: str,
+    kit_key: str | None = None,
 ) -> CustomJob | None:
     """The job created for attempt `attempt` of `request_id`, if any (the oldest, should there be two).
 
     A claim's record is written before its create, so a job created before `since` (the record's
     `created_at`) is not this record's, whatever its labels: it is a job of an earlier record of
     the id, which a person deleted and whose job the stray sweep cancelled (simulator seed 1771:
-    adopted, its cancel ended the request, and the claim's own job, unnamed, was cancelled).
+    adopted, its cancel ended the request, and the claim's own job, unnamed, was cancelled). Nor is
+    one carrying a kit key other than the attempt's (`kit_key`): that record's create was out when
+    it was deleted, and Vertex accepted it after this record was written.
     """
     jobs = find_jobs(client, parent, attempt_labels(request_id, attempt, deployment))
-    return next((job for job in jobs if not created_before(job, since)), None)
+    return next((job for job in jobs if not of_another_claim(job, since, kit_key)), None)
 
 
 def may_have_created(exc: BaseException) -> bool:

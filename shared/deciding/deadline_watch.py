@@ -54,7 +54,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from shared.alerts import AlertKind
+from shared.alerts import Alert, AlertKind
 from shared.clock import iso, parse_iso
 from shared.deciding.deadline import (
     Action,
@@ -290,6 +290,26 @@ def alert_if_missed_while_ending(record: RequestRecord, attempt: Attempt, now: d
     )
     effects.alerts.append(attempt_alert(record, attempt, AlertKind.DEADLINE_MISSED, now, message, deadline=at))
     effects.lines.append(LogLine("WARNING", message, event_fields(record, attempt, str(AlertKind.DEADLINE_MISSED))))
+
+
+def missed_waiting_for_a_create(record: RequestRecord, now: datetime) -> Alert | None:
+    """`deadline_missed` for a request whose deadline passed while its next attempt waits for its
+    create (a claim in the quota line or re-published after a refusal, a re-queue not yet claimed,
+    or held for the end of a job a switch cancelled, which a read refused for good never sees:
+    seed 167): no job for a read at Vertex to judge, and the create may come hours later, or never
+    (review s10). None when no such wait holds it, the deadline has not passed, or it was said."""
+    at, latest = record.request.get("deadline"), record.latest
+    if not at or latest is None or record.is_terminal or record.cancel is not None:
+        return None
+    claim_waits = latest.job is None and latest.outcome is None
+    requeue_waits = record.requeue is not None
+    if not (claim_waits or requeue_waits) or str(AlertKind.DEADLINE_MISSED) in record.markers:
+        return None
+    if now < parse_iso(str(at)):
+        return None
+    n = latest.n if claim_waits else record.requeue.attempt  # type: ignore[union-attr]
+    message = f"{record.request_id} missed its deadline {at}: attempt {n} waits for its create"
+    return attempt_alert(record, latest, AlertKind.DEADLINE_MISSED, now, message, deadline=at)
 
 
 def projected_finish(situation: Situation) -> datetime:

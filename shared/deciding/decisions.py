@@ -359,27 +359,39 @@ def _is_fresh(attempt: Attempt, job: JobSnapshot) -> bool:
 
 
 def _track_state(record: RequestRecord, attempt: Attempt, job: JobSnapshot, owns_status: bool, now: datetime) -> None:
+    was = attempt.state
     if attempt.state != job.state or attempt.state_changed_at is None:
         attempt.state = job.state
         attempt.state_changed_at = job.update_time or iso(now)
     if job.start_time and not attempt.started_at:
         attempt.started_at = job.start_time
-    _track_wait(attempt, job)
+    _track_wait(attempt, job, was)
     started = job.state == JobState.RUNNING
     if owns_status and started and record.status == RequestStatus.SUBMITTED:
         record.status = RequestStatus.RUNNING
 
 
-def _track_wait(attempt: Attempt, job: JobSnapshot) -> None:
+def _track_wait(attempt: Attempt, job: JobSnapshot, was: str | None) -> None:
     """One wait is every waiting state in a row (QUEUED then PENDING is one): a job that never ran
     waits from its create, one that ran from the state that ended its RUNNING (a record written
-    before `wait_began_at` is read so too)."""
+    before `wait_began_at` is read so too). Any other stuck state (CANCELLING, UPDATING, PAUSED) is
+    no wait for capacity, nor part of one: stuck from its own start (a FLEX_START job cancelled by
+    hand after its long wait by design is not stuck at once: review s10). A job whose start time is
+    past the wait's beginning ran since, though no read saw it RUNNING: a wait of its own."""
     if job.state not in STUCK_STATES:
         attempt.wait_began_at = None
-    elif attempt.wait_began_at is None:
+    elif job.state not in WAITING_STATES:
+        attempt.wait_began_at = attempt.state_changed_at
+    elif attempt.wait_began_at is None or (was is not None and was not in WAITING_STATES):
+        after_another_state = was is not None and was not in WAITING_STATES  # a run, a pause: from its end
         never_ran = not (job.start_time or attempt.started_at)
         created = job.create_time or attempt.created_at
-        attempt.wait_began_at = created if never_ran and created else attempt.state_changed_at
+        from_create = never_ran and bool(created) and not after_another_state
+        attempt.wait_began_at = created if from_create else attempt.state_changed_at
+    elif job.start_time and parse_iso(job.start_time) > parse_iso(attempt.wait_began_at):
+        # The run ended at the current state's start when a read saw that change, else by Vertex's last update.
+        since_change = attempt.state_changed_at and parse_iso(attempt.state_changed_at) > parse_iso(job.start_time)
+        attempt.wait_began_at = attempt.state_changed_at if since_change else (job.update_time or job.start_time)
 
 
 def _conclude(

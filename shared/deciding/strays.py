@@ -10,8 +10,9 @@ records, with one log line and one `stray_job` alert (pending in the record, thr
 decided before the cancel is sent so that no failure after the cancel can lose it.
 
 A job of an attempt whose claim has no job recorded yet is not a stray: submit, or reconcile's
-adoption, is about to record it, unless it was created before the record (an earlier record's of
-the id, deleted by hand: no look-up or adoption of this record takes it).
+adoption, is about to record it, unless it was created before the record or carries another
+claim's kit key (an earlier record's of the id, deleted by hand: no look-up or adoption of this
+record takes it).
 
 A job whose request has no record at all is a stray too: a claim writes the record before its
 create, and retention removes only a record finished long ago, so its record was deleted by hand.
@@ -30,7 +31,7 @@ from shared.alerts import Alert, AlertKind
 from shared.clock import iso
 from shared.deciding.effects import attempt_alert
 from shared.deciding.outbox import decide_alert
-from shared.jobs import LABEL_ATTEMPT, created_before, is_terminal
+from shared.jobs import LABEL_ATTEMPT, is_terminal, of_another_claim
 from shared.ledger.records import RequestRecord, alert_marker
 from shared.swap import Swapped
 from shared.wiring import Ports
@@ -53,9 +54,10 @@ def is_stray(record: RequestRecord, job: CustomJob) -> bool:
     if attempt is None:
         return True  # no such attempt was ever claimed
     if attempt.job is None:
-        # A claim still being created will record its job, never one created before its record:
-        # that is an earlier record's of the id, which a person deleted (seed 5085's family).
-        return attempt.outcome is not None or created_before(job, record.created_at)
+        # A claim still being created will record its job, never one created before its record or
+        # with another claim's kit key: that is an earlier record's of the id, which a person
+        # deleted (seed 5085's family).
+        return attempt.outcome is not None or of_another_claim(job, record.created_at, attempt.kit_key)
     return attempt.job != job.name
 
 

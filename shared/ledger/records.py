@@ -44,9 +44,9 @@ class Attempt:
     started_at: str | None = None
     ended_at: str | None = None
     state_changed_at: str | None = None
-    # When its job's current wait began (QUEUED, PENDING, ...: `decisions.STUCK_STATES` in a row):
-    # its create, or the end of its last RUNNING; None while it does not wait. `job_stuck`, a move
-    # (`consider_move`) and the deadline rule's hold for one (`deadline_situation`) time it.
+    # When its job's current wait began (QUEUED then PENDING in a row): its create, or the end of its
+    # last RUNNING; any other stuck state's (CANCELLING, UPDATING, PAUSED) own start; None while it
+    # is in none. `job_stuck`, a move (`consider_move`) and the deadline rule's hold time it.
     wait_began_at: str | None = None
     preemptions: int = 0
     # When each of them was counted (shared/deciding/preemptions.py): how often lately, which a

@@ -281,3 +281,85 @@ def test_a_switch_whose_cancel_vertex_refuses_for_good_is_said_stuck_and_its_mis
     assert sorted(a.data["kind"] for a in alerts) == ["deadline_missed", "job_stuck"]
     assert {a.data["request_id"] for a in alerts} == {"req-1"}
     assert world.publisher.on("job-requests") == [] and world.vertex.jobs[job].state == QUEUED  # never two jobs
+
+
+def _deadline_passed_while_waiting_for_a_create(world: World, change: object) -> None:
+    past = {**deadline_request(slack_seconds=0), "deadline": iso(datetime.now(UTC) - timedelta(minutes=5))}
+    world.submitted(state=QUEUED, request=past)
+    world.rewrite("req-1", change)  # type: ignore[arg-type]
+
+
+def _deadline_alerts(world: World) -> list[dict[str, object]]:
+    return [m.data for m in world.publisher.on(world.settings.ops_alerts_topic) if m.data["kind"] == "deadline_missed"]
+
+
+def test_a_deadline_that_passes_while_the_claim_waits_for_its_create_is_said_missed_once(world: World) -> None:
+    """Vertex refused attempt 1's create for a resource quota: its claim, re-published, backs off
+    (for up to an hour at a time) with no job for any read to find. Its deadline passes: the
+    request did not finish by it, and no job's read will say so until a create lands, which may be
+    never (review s10)."""
+    ago = iso(datetime.now(UTC) - timedelta(minutes=30))
+
+    def a_claim_backing_off(record: object) -> None:
+        attempt = record.attempt(1)  # type: ignore[attr-defined]
+        attempt.job, attempt.state, attempt.claimed_at = None, None, ago
+        attempt.republished, attempt.republished_at = 1, iso(datetime.now(UTC))
+        record.status = RequestStatus.CLAIMED  # type: ignore[attr-defined]
+
+    _deadline_passed_while_waiting_for_a_create(world, a_claim_backing_off)
+    log = CapturedLog()
+    run_reconcile(world.ports, log.logger)
+    run_reconcile(world.ports, log.logger)
+
+    [alert] = _deadline_alerts(world)
+    assert alert["request_id"] == "req-1" and alert["attempt"] == 1
+    assert world.vertex.gets == 0 and world.vertex.creates == 0  # said without a look-up
+
+
+def test_a_deadline_that_passes_while_the_requeue_waits_is_said_missed(world: World) -> None:
+    """Attempt 1 was preempted and re-queued with a delay: no job until attempt 2 is created."""
+    from shared.ledger.records import Requeue
+
+    def requeued_later(record: object) -> None:
+        record.attempt(1).outcome = AttemptOutcome.REQUEUED  # type: ignore[attr-defined]
+        record.status = RequestStatus.REQUEUED  # type: ignore[attr-defined]
+        later = iso(datetime.now(UTC) + timedelta(hours=1))
+        record.requeue = Requeue(2, "us-central1", "SPOT", "preemption", iso(datetime.now(UTC)), not_before=later)  # type: ignore[attr-defined]
+
+    _deadline_passed_while_waiting_for_a_create(world, requeued_later)
+    run_reconcile(world.ports, CapturedLog().logger)
+
+    [alert] = _deadline_alerts(world)
+    assert alert["request_id"] == "req-1"
+
+
+def test_a_deadline_that_passes_while_a_switch_waits_for_a_job_it_cannot_read_is_said_missed(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Simulator seed 167 (review s10): a deadline switch cancelled the Spot job and holds attempt 2
+    for its end, but Vertex refuses the job's get for good (a 403: `lookup_failed` is said), so no
+    read ever sees the end, nor says the deadline it passes meanwhile."""
+    from google.api_core import exceptions as api
+
+    from shared.ledger.records import Requeue
+
+    def switched(record: object) -> None:
+        attempt = record.attempt(1)  # type: ignore[attr-defined]
+        attempt.outcome, attempt.state = AttemptOutcome.SWITCHED_TO_ON_DEMAND, "JOB_STATE_PENDING"
+        attempt.cancel_decided_at = attempt.cancel_sent_at = iso(datetime.now(UTC) - timedelta(minutes=20))
+        record.status = RequestStatus.REQUEUED  # type: ignore[attr-defined]
+        record.requeue = Requeue(2, "us-central1", "STANDARD", "deadline", attempt.cancel_decided_at)  # type: ignore[attr-defined]
+
+    _deadline_passed_while_waiting_for_a_create(world, switched)
+    for job in world.vertex.jobs:
+        world.vertex.set_state(job, CANCELLED)
+
+    def refused(*args: object, **kwargs: object) -> object:
+        raise api.PermissionDenied("403 Permission 'aiplatform.customJobs.get' denied")
+
+    monkeypatch.setattr(world.vertex, "get_custom_job", refused)
+    run_reconcile(world.ports, CapturedLog().logger)
+
+    [alert] = _deadline_alerts(world)
+    assert alert["request_id"] == "req-1"
+    assert world.publisher.on("job-requests") == []  # attempt 2 still waits for the end

@@ -23,7 +23,7 @@ from shared.delivery import Message, handle_delivery
 from shared.errors import ConfigurationError, TransientError
 from shared.fleet import store
 from shared.fleet.observations import FleetFact, Kind, MachineClass
-from shared.jobs import LABEL_ATTEMPT, LABEL_DEPLOYMENT, LABEL_REQUEST_ID
+from shared.jobs import ENV_KIT_KEY, LABEL_ATTEMPT, LABEL_DEPLOYMENT, LABEL_REQUEST_ID
 from shared.ledger.cancelling import cancel_request
 from shared.ledger.claims import ClaimInProgress
 from shared.ledger.records import Attempt, RequestRecord, Requeue
@@ -1509,6 +1509,79 @@ def test_a_record_written_while_the_replay_guard_looked_is_claimed_not_alerted(
 
     assert outcome.result == SubmitResult.DUPLICATE and harness.vertex.creates == 2
     assert harness.alerts == []
+
+
+def test_a_create_in_flight_when_a_person_deleted_the_record_is_not_recorded_by_the_ids_new_claim(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Delivery 1's create is out when a person deletes the record; a copy of the message, fresh
+    (the marker is there, the list does not show the job yet), claims the id afresh and its own
+    create's answer is lost. Delivery 1's answer then comes: its job, created before the new
+    record, with the deleted record's kit key, is no job of the new record's (`is_stray`, the
+    look-ups), so it must not be recorded there: every line it signs would be refused."""
+    published = harness.now
+    message = Message(envelope(), "m-1", {}, publish_time=published)
+    create = harness.vertex.create_custom_job
+
+    def the_answer_comes_after_a_deletion_and_a_fresh_claim(**kwargs: Any) -> Any:
+        monkeypatch.setattr(harness.vertex, "create_custom_job", create)
+        job = create(**kwargs)
+        harness.vertex.jobs[job.name].create_time = job.create_time = datetime.now(UTC) - timedelta(seconds=5)
+        harness.ledger._bucket.blob("requests/r1.json").delete()  # a person
+        harness.vertex.list_lag = 2  # the guard's list and the lost answer's look-up
+        harness.vertex.create_faults.append("lost")
+        harness.now += timedelta(seconds=3)
+        with pytest.raises(ClaimInProgress):  # claimed afresh, its create's outcome unknown
+            submit_request(message, harness.log, harness.ports)
+        return job
+
+    monkeypatch.setattr(harness.vertex, "create_custom_job", the_answer_comes_after_a_deletion_and_a_fresh_claim)
+    submit_request(message, harness.log, harness.ports)
+
+    [earlier, own] = sorted(harness.jobs_for("r1"), key=lambda job: job.create_time)
+    attempt = harness.ledger.get("r1").attempt(1)
+    assert attempt.job != earlier.name  # the deleted record's job, with its kit key
+    assert earlier.name in harness.vertex.cancelled  # a second job: nothing would manage it
+    harness.now += timedelta(seconds=LEASE + 1)
+    assert submit_request(message, harness.log, harness.ports).result == SubmitResult.FOUND
+    assert harness.ledger.get("r1").attempt(1).job == own.name
+
+
+def _kit_key_of(job: CustomJob) -> str | None:
+    env = job.job_spec.worker_pool_specs[0].container_spec.env
+    return next((var.value for var in env if var.name == ENV_KIT_KEY), None)
+
+
+def test_a_create_accepted_after_the_ids_new_claim_is_not_recorded_by_it(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As above, but Vertex accepts delivery 1's create only after the new record was written, so
+    its create time cannot tell: the kit key it carries, the deleted record's, does. Recorded,
+    the new record would refuse every line its job signs, and the job created with the new
+    record's key would be cancelled as a second job."""
+    message = Message(envelope(), "m-1", {}, publish_time=harness.now)
+    create = harness.vertex.create_custom_job
+
+    def accepted_after_a_deletion_and_a_fresh_claim(**kwargs: Any) -> Any:
+        monkeypatch.setattr(harness.vertex, "create_custom_job", create)
+        harness.ledger._bucket.blob("requests/r1.json").delete()  # a person
+        harness.vertex.list_lag = 2  # the guard's list and the lost answer's look-up
+        harness.vertex.create_faults.append("lost")
+        harness.now += timedelta(seconds=3)
+        with pytest.raises(ClaimInProgress):  # claimed afresh, its create's outcome unknown
+            submit_request(message, harness.log, harness.ports)
+        return create(**kwargs)
+
+    monkeypatch.setattr(harness.vertex, "create_custom_job", accepted_after_a_deletion_and_a_fresh_claim)
+    submit_request(message, harness.log, harness.ports)
+    harness.now += timedelta(seconds=LEASE + 1)
+    submit_request(message, harness.log, harness.ports)  # takes the claim over, looks its job up
+
+    attempt = harness.ledger.get("r1").attempt(1)
+    [recorded] = [job for job in harness.jobs_for("r1") if job.name == attempt.job]
+    assert _kit_key_of(recorded) == attempt.kit_key  # else every line its job signs is refused
+    [other] = [job for job in harness.jobs_for("r1") if job.name != attempt.job]
+    assert other.name in harness.vertex.cancelled
 
 
 def _deliver_at(harness: Harness, moment: datetime, message_id: str, **attributes: str) -> SubmitOutcome:

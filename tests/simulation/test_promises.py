@@ -1108,3 +1108,33 @@ def test_a_deleted_job_whose_gets_vertex_refused_for_good_owes_lookup_failed_not
     assert catalogue(world, AlertKind.LOOKUP_FAILED) == [
         "no lookup_failed alert for r1: Vertex answered 403 to reconcile's get in us-central1"
     ]
+
+
+def test_a_waiting_job_owes_no_job_stuck_once_a_person_deleted_its_record_before_its_line(world: World) -> None:
+    """With the record gone nothing is decided on the request: its job is a stray (the sweep
+    cancels it, or says its cancel is refused), never `job_stuck`. A record deleted after the
+    line, and `LAG` to see it, still owes it (review s10)."""
+    bound = promises.stuck_bound(world).total_seconds()
+    for request_id, deleted_after in (("r-early", 600.0), ("r-late", bound + 1)):
+        waiting = job(world, request_id, 1, "JOB_STATE_PENDING")
+        restore(world, request_id, RequestStatus.SUBMITTED, attempt_of(waiting))
+        world.clock.advance(deleted_after)
+        faults.delete_object(world, what="ledger")  # the only record in the bucket
+        world.clock.advance(-deleted_after)
+    world.clock.advance(bound + 2)
+
+    assert [e.split(":")[0] for e in catalogue(world, AlertKind.JOB_STUCK)] == ["no job_stuck alert for r-late"]
+
+
+def test_a_deadline_passed_while_the_claim_waits_for_its_create_without_its_alert_is_caught(world: World) -> None:
+    """No job of it lives past the deadline: its claim waits for a create Vertex refuses (review s10)."""
+    deadline = world.clock.now() + timedelta(hours=1)
+    claim = Attempt(1, "us-central1", "SPOT", claimed_at=world.clock.now().isoformat())
+    restore(world, "r1", RequestStatus.CLAIMED, claim, deadline=deadline.isoformat())
+    world.clock.advance(3600 + promises.LAG.total_seconds() - 1)
+    assert catalogue(world, AlertKind.DEADLINE_MISSED) == []
+
+    world.clock.advance(2)
+
+    [owed] = catalogue(world, AlertKind.DEADLINE_MISSED)
+    assert "no deadline_missed alert for r1" in owed

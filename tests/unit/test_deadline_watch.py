@@ -390,3 +390,32 @@ def test_a_deadline_passed_with_all_the_work_committed_but_not_finished_is_misse
     record.attempts.append(second)
     decision = decide(record, Observation(2, job(JobState.PENDING, name=JOB1 + "2")), POLICY, late)
     assert [alert.kind for alert in decision.effects.alerts] == ["deadline_missed"]
+
+
+def test_a_deadline_passed_while_a_create_waits_is_missed_once_unless_finished_or_cancelled() -> None:
+    """`missed_waiting_for_a_create`: a claim without its job, or a re-queue not yet claimed, past
+    the deadline (review s10); nothing before it, nor for a request that finished, was cancelled,
+    or was told already, nor while the latest attempt has a job for a read to judge."""
+    from shared.deciding.deadline_watch import missed_waiting_for_a_create
+    from shared.ledger.records import CancelIntent, Requeue
+
+    past = {**deadline(0), "deadline": iso(NOW - timedelta(seconds=1))}
+    claim = make_record(request=past)
+    claim.attempts[0].job = None
+    alert = missed_waiting_for_a_create(claim, NOW)
+    assert alert is not None and (alert.kind, alert.attempt) == ("deadline_missed", 1)
+    assert missed_waiting_for_a_create(claim, NOW - timedelta(seconds=2)) is None
+    assert missed_waiting_for_a_create(make_record(request=past), NOW) is None  # its job's read says it
+    requeued = make_record(request=past)
+    requeued.attempts[0].outcome = AttemptOutcome.REQUEUED
+    requeued.requeue = Requeue(2, "us-central1", "SPOT", "preemption", iso(NOW))
+    assert "attempt 2 waits for its create" in missed_waiting_for_a_create(requeued, NOW).message
+    told = make_record(request=past)
+    told.attempts[0].job = None
+    told.mark("deadline_missed")
+    finished = make_record(request=past, status=RequestStatus.FAILED)
+    finished.attempts[0].job = None
+    cancelled = make_record(request=past)
+    cancelled.attempts[0].job = None
+    cancelled.cancel = CancelIntent(at=iso(NOW), by="someone")
+    assert [missed_waiting_for_a_create(r, NOW) for r in (told, finished, cancelled)] == [None, None, None]

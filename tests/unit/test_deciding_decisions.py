@@ -732,3 +732,48 @@ def test_a_service_preemption_line_without_a_read_counts_as_the_replay_feeds_it(
     assert decision.record.attempts[0].preemptions == 1
     assert decision.effects.events == ("preemption",)
     assert decision.record.status == RequestStatus.RUNNING
+
+
+def test_a_flex_start_job_cancelled_by_hand_after_its_long_wait_is_not_stuck_at_once() -> None:
+    """A FLEX_START job waits for capacity by design (its maxWaitDuration beyond the threshold):
+    20 h PENDING, then someone cancels it in the console. CANCELLING is no wait for capacity, and
+    no part of the wait before it: stuck only once it lasted the threshold itself (review s10)."""
+    policy = replace(POLICY, stuck_after_seconds=6 * HOUR)
+    created = NOW - timedelta(hours=20)
+    record = make_record(state=None, request={"custom_job": {"jobSpec": {"scheduling": {"maxWaitDuration": "86400s"}}}})
+    record.attempts[0].strategy = "FLEX_START"
+    pending = JobSnapshot(JOB1, JobState.PENDING, None, create_time=iso(created), update_time=iso(created))
+    waiting = observe(record, pending, policy=policy, now=NOW - timedelta(minutes=5))
+    assert waiting.effects.alerts == []
+    cancelled = NOW - timedelta(seconds=10)
+    cancelling = replace(pending, state=JobState.CANCELLING, update_time=iso(cancelled))
+    assert observe(waiting.record, cancelling, policy=policy).effects.alerts == []
+    stuck_at = cancelled + timedelta(hours=6)
+    [alert] = observe(waiting.record, cancelling, policy=policy, now=stuck_at).effects.alerts
+    assert (alert.details["state"], alert.details["wait_began_at"]) == (JobState.CANCELLING, iso(cancelled))
+
+
+def test_a_wait_after_a_pause_counts_from_the_pause_s_end() -> None:
+    """PAUSED (or UPDATING) is no wait for capacity: the PENDING after it is a wait of its own."""
+    policy = replace(POLICY, stuck_after_seconds=6 * HOUR)
+    created = NOW - timedelta(hours=10)
+    paused = JobSnapshot(JOB1, JobState.PAUSED, None, create_time=iso(created), update_time=iso(created))
+    seen_paused = observe(make_record(state=None), paused, policy=policy, now=created + timedelta(hours=1))
+    resumed = NOW - timedelta(hours=1)
+    pending = replace(paused, state=JobState.PENDING, update_time=iso(resumed))
+    seen_pending = observe(seen_paused.record, pending, policy=policy)
+    assert seen_pending.effects.alerts == [] and seen_pending.record.attempts[0].wait_began_at == iso(resumed)
+
+
+def test_a_run_no_observation_saw_ends_the_wait_before_it() -> None:
+    """Seen QUEUED, then PENDING again after a short run whose RUNNING no read caught (its event
+    lost between two passes): the job's start time says it ran, so the wait counts from the
+    state that ended the run, not from the create (review s10)."""
+    policy = replace(POLICY, stuck_after_seconds=6 * HOUR)
+    created = NOW - timedelta(hours=6, minutes=5)
+    queued = JobSnapshot(JOB1, JobState.QUEUED, None, create_time=iso(created), update_time=iso(created))
+    seen_queued = observe(make_record(state=None), queued, policy=policy, now=created + timedelta(hours=1))
+    ran, back = created + timedelta(hours=2), created + timedelta(hours=2, minutes=10)
+    pending = replace(queued, state=JobState.PENDING, start_time=iso(ran), update_time=iso(back))
+    decision = observe(seen_queued.record, pending, policy=policy)
+    assert decision.effects.alerts == [] and decision.record.attempts[0].wait_began_at == iso(back)

@@ -12,7 +12,7 @@ from google.cloud.aiplatform_v1 import CustomJob
 
 from shared.alerts import AlertKind
 from shared.deciding.strays import decide_stray_alert, is_stray, recordless_stray_alert
-from shared.jobs import LABEL_ATTEMPT
+from shared.jobs import ENV_KIT_KEY, LABEL_ATTEMPT
 from shared.ledger.records import Attempt, RequestRecord
 from shared.ledger.states import AttemptOutcome, RequestStatus
 from shared.ledger.store import LedgerStore
@@ -154,3 +154,36 @@ def test_a_strays_cancel_publishes_its_own_alert_not_one_another_delivery_is_pub
     assert [m.data["details"]["stray_job"] for m in publisher.on("ops-alerts")] == [THIRD]
     left = ports.ledger.get("req-1")
     assert left is not None and left.pending_alerts == [being_published.to_json()]
+
+
+def keyed_job(kit_key: str | None) -> CustomJob:
+    env = [] if kit_key is None else [{"name": ENV_KIT_KEY, "value": kit_key}]
+    return CustomJob(
+        name=OTHER,
+        state=RUNNING,
+        labels={LABEL_ATTEMPT: "1"},
+        job_spec={"worker_pool_specs": [{"container_spec": {"env": env}}]},
+    )
+
+
+def test_a_job_with_another_claims_kit_key_is_a_stray_while_the_claim_is_being_created() -> None:
+    """A create out when a person deleted the id's earlier record, accepted after this one was
+    written: its create time cannot tell, the kit key it carries can."""
+    claim = Attempt(1, "us-central1", "SPOT", claimed_at="2026-12-01T11:00:00Z", kit_key="ab" * 32)
+    assert is_stray(record(claim), keyed_job("cd" * 32))
+    assert not is_stray(record(claim), keyed_job("ab" * 32))
+    assert not is_stray(record(claim), keyed_job(None))  # a job from before the keys: unknown
+
+
+def test_a_job_with_the_claims_kit_key_is_no_stray_whatever_the_clocks_say() -> None:
+    """Vertex's clock two seconds behind ours: the job's create time is before its record's, its
+    key is the claim's."""
+    claim = Attempt(1, "us-central1", "SPOT", claimed_at="2026-12-01T11:00:00Z", kit_key="ab" * 32)
+    claimed = record(claim)
+    claimed.created_at = "2026-12-01T11:00:02Z"
+    own = keyed_job("ab" * 32)
+    own.create_time = datetime(2026, 12, 1, 11, 0, tzinfo=UTC)
+    assert not is_stray(claimed, own)
+    keyless = keyed_job(None)
+    keyless.create_time = own.create_time
+    assert is_stray(claimed, keyless)  # without a key, the clocks decide

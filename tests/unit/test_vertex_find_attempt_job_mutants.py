@@ -46,3 +46,35 @@ def test_a_record_without_a_creation_time_takes_the_oldest_labelled_job() -> Non
     oldest = _job_created(vertex, timedelta(hours=2))
     _job_created(vertex, timedelta(seconds=-3))
     assert _found(vertex, "") == oldest
+
+
+def test_a_job_with_another_claims_kit_key_is_not_the_claims() -> None:
+    """A create out when a person deleted the id's earlier record, accepted after this record was
+    written: newer than the record, but created with that record's key."""
+    vertex = FakeVertex()
+    for key in ("cd" * 32, "ab" * 32):
+        name = _keyed_job_created(vertex, timedelta(seconds=-3), key)
+    assert _found_with_key(vertex, "ab" * 32) == name
+
+
+def test_a_job_with_the_claims_kit_key_is_the_claims_whatever_the_clocks_say() -> None:
+    """Vertex's clock two seconds behind ours: the key, drawn at the claim, tells its own job."""
+    vertex = FakeVertex()
+    own = _keyed_job_created(vertex, timedelta(seconds=2), "ab" * 32)
+    assert _found_with_key(vertex, "ab" * 32) == own
+
+
+def _keyed_job_created(vertex: FakeVertex, before_the_record: timedelta, kit_key: str) -> str:
+    from google.cloud.aiplatform_v1 import CustomJob
+
+    from shared.jobs import ENV_KIT_KEY
+
+    name = _job_created(vertex, before_the_record)
+    spec = {"worker_pool_specs": [{"container_spec": {"env": [{"name": ENV_KIT_KEY, "value": kit_key}]}}]}
+    vertex.jobs[name] = CustomJob(vertex.jobs[name], job_spec=spec)
+    return name
+
+
+def _found_with_key(vertex: FakeVertex, kit_key: str) -> str | None:
+    job = find_attempt_job(vertex, PARENT, "req-1", 1, DEPLOYMENT, since=RECORD_WRITTEN.isoformat(), kit_key=kit_key)
+    return job.name if job is not None else None

@@ -1,0 +1,79 @@
+"""`job_stuck_justified` (sim/stuck.py) has teeth: a `job_stuck` said of a job cancelled by hand
+after its long FLEX_START wait, its CANCELLING counted with the wait, is reported; one said after
+the span it names lasted its threshold is not, nor the one after a switch's cancel."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+
+from shared.clock import iso
+from sim import stuck
+from sim.vertex import SimJob
+from sim.world import World
+
+HOUR = timedelta(hours=1)
+
+
+@pytest.fixture
+def world() -> World:
+    return World(0)
+
+
+def flex_job_cancelled_after_waiting(world: World, waited: timedelta) -> SimJob:
+    """A FLEX_START job created `waited` ago, PENDING since, cancelled by hand 10 s ago."""
+    labels = {"spotjobs-request-id": "r1", "spotjobs-attempt": "1", "spotjobs-deployment": "sim"}
+    now = world.clock.now()
+    created = now - waited
+    request = {"labels": labels, "jobSpec": {"scheduling": {"strategy": "FLEX_START", "maxWaitDuration": "86400s"}}}
+    job = SimJob(
+        "projects/p/locations/us-central1/customJobs/1",
+        "us-central1",
+        request,
+        labels,
+        "JOB_STATE_QUEUED",
+        created,
+        created,
+    )
+    job.states += [
+        (created + timedelta(seconds=30), "JOB_STATE_PENDING"),
+        (now - timedelta(seconds=10), "JOB_STATE_CANCELLING"),
+    ]
+    job.state = "JOB_STATE_CANCELLING"
+    world.vertex.jobs[job.name] = job
+    return job
+
+
+def alert_stuck(world: World, job: SimJob, state: str, **details: object) -> None:
+    alert = {
+        "kind": "job_stuck",
+        "request_id": "r1",
+        "attempt": 1,
+        "job": job.name,
+        "details": {"state": state, "after_cancel": False, **details},
+        "time": iso(world.clock.now()),
+    }
+    world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert).encode(), {})
+
+
+def test_a_cancelling_counted_with_the_wait_before_it_is_caught(world: World) -> None:
+    job = flex_job_cancelled_after_waiting(world, waited=20 * HOUR)
+    alert_stuck(world, job, "JOB_STATE_CANCELLING")
+    [found] = stuck.job_stuck_justified(world)
+    assert found.invariant == "job_stuck_justified" and "JOB_STATE_CANCELLING, which it had been" in found.detail
+
+
+def test_a_flex_start_wait_is_owed_its_max_wait_beyond_the_threshold(world: World) -> None:
+    job = flex_job_cancelled_after_waiting(world, waited=20 * HOUR)
+    alert_stuck(world, job, "JOB_STATE_PENDING")  # 20 h: past 6 h, not 30 h
+    assert len(stuck.job_stuck_justified(world)) == 1
+
+
+def test_a_span_that_lasted_its_threshold_is_left_alone(world: World) -> None:
+    job = flex_job_cancelled_after_waiting(world, waited=20 * HOUR)
+    world.clock.advance(6 * 3600)
+    alert_stuck(world, job, "JOB_STATE_CANCELLING")
+    alert_stuck(world, job, "JOB_STATE_CANCELLING", after_cancel=True)
+    assert stuck.job_stuck_justified(world) == []
