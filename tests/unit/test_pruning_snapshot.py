@@ -163,3 +163,21 @@ def test_a_marker_rewritten_since_the_listing_is_read_as_it_is_now_and_not_remem
     assert store.calls()["read"] == 4  # each: the guarded read refused, then the plain one
     bucket.blob(name).delete()
     assert store.read_listed(listed) is None
+
+
+def test_lists_trees_answers_as_the_protocols_runtime_check() -> None:
+    from shared.pruning.snapshot import TreeListingStore, lists_trees
+
+    class Both:
+        def list_tree(self) -> None: ...
+        def read_listed(self) -> None: ...
+
+    class OneOnly:
+        def list_tree(self) -> None: ...
+
+    blocked = Both()
+    blocked.read_listed = None  # type: ignore[method-assign]  # on the instance only: the class has it
+    given = OneOnly()
+    given.read_listed = lambda: None  # type: ignore[attr-defined]  # on the instance only
+    for store in (Both(), OneOnly(), blocked, given, object(), FolderSnapshot):
+        assert lists_trees(store) == isinstance(store, TreeListingStore)
