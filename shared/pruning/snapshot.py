@@ -19,6 +19,7 @@ complete one is listed again right before its delete (shared/pruning/execute.py)
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
@@ -49,6 +50,7 @@ class FolderSnapshot:
         self._live = live
         self._prefix = prefix
         self._objects = sorted(objects, key=lambda o: o.name)
+        self._names = [o.name for o in self._objects]  # for bisection: a prefix's names are contiguous
         self._by_name = {o.name: o for o in self._objects}
 
     def _within(self, name: str) -> bool:
@@ -59,9 +61,11 @@ class FolderSnapshot:
             return self._live.list_folder(prefix)
         files: list[ListedObject] = []
         subfolders: set[str] = set()
-        for obj in self._objects:
+        # Discovery lists each checkpoint's prefix of the one folder: only the names under it
+        # are walked, not the whole listing each time.
+        for obj in self._objects[bisect.bisect_left(self._names, prefix) :]:
             if not obj.name.startswith(prefix):
-                continue
+                break
             rest = obj.name[len(prefix) :]
             if "/" in rest:
                 subfolders.add(prefix + rest[: rest.index("/") + 1])
