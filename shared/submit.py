@@ -34,13 +34,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from shared.adapters.vertex import (
-    build_job_json,
-    create_custom_job,
-    may_have_created,
-    parent_path,
-    to_custom_job,
-)
+from shared.adapters.vertex import attempt_custom_job, create_custom_job, may_have_created, parent_path
 from shared.alerts import AlertKind
 from shared.attempt_lookup import find_claim_job
 from shared.create_lease import create_timeout, note_create_sent, wait_for_the_list
@@ -291,25 +285,25 @@ def _ensure_job(
         return SubmitOutcome(SubmitResult.WAITING, request_id, n)
     if not paced and not may_create_now(ports, attempt.location):  # paced: the drainer holds a slot
         return _wait_in_line(record, attempt, log, ports, paced=False)
-    job_json = build_job_json(
-        custom_job,
-        request_id=request_id,
-        attempt=n,
-        strategy=attempt.strategy,
-        output_dir=record.output_dir,
-        deployment=settings.deployment_label,
-        commit_markers=settings.commit_markers,
-        service_account=training_account_for(settings, request_id),
-        kit_key=attempt.kit_key,
-    )
     timeout = create_timeout(attempt, log, ports)  # refuses a claim too old to send at all
     remember_location(ports, attempt.location)  # the stray sweep lists it from now on
     note_create_sent(record, attempt, log, ports)
     try:
-        job = create_custom_job(client, parent, to_custom_job(job_json), timeout=timeout)
+        job = attempt_custom_job(
+            custom_job,
+            request_id=request_id,
+            attempt=n,
+            strategy=attempt.strategy,
+            output_dir=record.output_dir,
+            deployment=settings.deployment_label,
+            commit_markers=settings.commit_markers,
+            service_account=training_account_for(settings, request_id),
+            kit_key=attempt.kit_key,
+        )
+        created = create_custom_job(client, parent, job, timeout=timeout)
     except Exception as exc:
         return _after_failed_create(exc, record, attempt, client, parent, log, ports, paced=paced)
-    return _record_created(record, attempt, job, SubmitResult.CREATED, log, ports)
+    return _record_created(record, attempt, created, SubmitResult.CREATED, log, ports)
 
 
 def _wait_in_line(record: RequestRecord, attempt: Attempt, log: Logger, ports: Ports, *, paced: bool) -> SubmitOutcome:

@@ -112,10 +112,45 @@ def to_custom_job(job_json: Mapping[str, Any]) -> CustomJob:
     return CustomJob.deserialize(_serialized_job(json.dumps(job_json)))
 
 
-@functools.lru_cache(maxsize=256)
-def _serialized_job(text: str) -> bytes:
+def attempt_custom_job(
+    custom_job: Mapping[str, Any],
+    *,
+    request_id: str,
+    attempt: int,
+    strategy: str,
+    output_dir: str,
+    deployment: str,
+    commit_markers: Sequence[str],
+    service_account: str = "",
+    kit_key: str | None = None,
+) -> CustomJob:
+    """`to_custom_job(build_job_json(custom_job, ...))`, a new message at each call. A line waiting
+    for quota creates the same attempt again at each try: its job is built and parsed once (keyed
+    by the request's smaller JSON), not copied and encoded again first."""
     from google.cloud.aiplatform_v1.types import CustomJob
 
+    fields = (
+        ("request_id", request_id),
+        ("attempt", attempt),
+        ("strategy", strategy),
+        ("output_dir", output_dir),
+        ("deployment", deployment),
+        ("commit_markers", tuple(commit_markers)),
+        ("service_account", service_account),
+        ("kit_key", kit_key),
+    )
+    return CustomJob.deserialize(_serialized_job(json.dumps(custom_job), fields))
+
+
+@functools.lru_cache(maxsize=256)
+def _serialized_job(text: str, built_with: tuple[tuple[str, Any], ...] = ()) -> bytes:
+    """The binary form of the job whose REST JSON is `text`; with `built_with` (build_job_json's
+    arguments), of the job built from the request's CustomJob `text`. One memo for both, which
+    a new function instance starts without."""
+    from google.cloud.aiplatform_v1.types import CustomJob
+
+    if built_with:
+        text = json.dumps(build_job_json(json.loads(text), **dict(built_with)))
     return CustomJob.serialize(CustomJob.from_json(text))
 
 

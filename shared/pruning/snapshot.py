@@ -19,6 +19,7 @@ complete one is listed again right before its delete (shared/pruning/execute.py)
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
@@ -49,6 +50,7 @@ class FolderSnapshot:
         self._live = live
         self._prefix = prefix
         self._objects = sorted(objects, key=lambda o: o.name)
+        self._names = [o.name for o in self._objects]  # for bisection: a prefix's names are contiguous
         self._by_name = {o.name: o for o in self._objects}
 
     def _within(self, name: str) -> bool:
@@ -59,9 +61,11 @@ class FolderSnapshot:
             return self._live.list_folder(prefix)
         files: list[ListedObject] = []
         subfolders: set[str] = set()
-        for obj in self._objects:
+        # Discovery lists each checkpoint's prefix of the one folder: only the names under it
+        # are walked, not the whole listing each time.
+        for obj in self._objects[bisect.bisect_left(self._names, prefix) :]:
             if not obj.name.startswith(prefix):
-                continue
+                break
             rest = obj.name[len(prefix) :]
             if "/" in rest:
                 subfolders.add(prefix + rest[: rest.index("/") + 1])
@@ -93,9 +97,20 @@ class TreeStore(CheckpointStore, TreeListingStore, Protocol):
 def discovery_store(store: CheckpointStore, folder: str) -> CheckpointStore:
     """What to run discovery of `folder` over: a `FolderSnapshot` of it when `store` can list it
     in one page, else `store` itself."""
-    if not isinstance(store, TreeListingStore):
+    if not lists_trees(store):
         return store
     objects = store.list_tree(folder, limit=SNAPSHOT_OBJECTS)
     if objects is None:
         return store
     return FolderSnapshot(store, folder, objects)
+
+
+def lists_trees(store: object) -> bool:
+    """`isinstance(store, TreeListingStore)` as typing's runtime check decides it (each method
+    present and not None, on the class or else on the instance), without its cost: about 9 us a
+    call, once per request of every run."""
+    return _has_tree_methods(type(store)) or _has_tree_methods(store)
+
+
+def _has_tree_methods(holder: object) -> bool:
+    return getattr(holder, "list_tree", None) is not None and getattr(holder, "read_listed", None) is not None

@@ -236,6 +236,29 @@ def _check_field(
 
 def _check_leaf(parent: Descriptor, key: str, value: object, path: str, out: list[Violation]) -> None:
     """Scalars, enums and well-known types: let protobuf's JSON parser judge the one field."""
+    # A new job mostly repeats values other jobs had (an image, a machine type, a count): a
+    # short string, an integer or a boolean is judged once per field (its type in the key: True
+    # is not 1); anything else (a list, a float: -0.0 == 0.0) each time.
+    kind = type(value)
+    if kind in _REMEMBERED_LEAF_TYPES and not (isinstance(value, str) and len(value) > _REMEMBERED_STRING_LENGTH):
+        problem = _remembered_leaf_problem(parent, key, kind, value)
+    else:
+        problem = _leaf_problem(parent, key, value)
+    if problem is not None:
+        out.append(Violation(path, problem))
+
+
+_REMEMBERED_LEAF_TYPES = frozenset({str, int, bool})
+_REMEMBERED_STRING_LENGTH = 1024  # the memo stays small whatever a request holds
+
+
+@functools.lru_cache(maxsize=1024)
+def _remembered_leaf_problem(parent: Descriptor, key: str, kind: type, value: object) -> str | None:
+    del kind  # in the key only
+    return _leaf_problem(parent, key, value)
+
+
+def _leaf_problem(parent: Descriptor, key: str, value: object) -> str | None:
     from google.protobuf import json_format, message_factory
 
     try:
@@ -243,7 +266,8 @@ def _check_leaf(parent: Descriptor, key: str, value: object, path: str, out: lis
     except (json_format.ParseError, ValueError, TypeError, RecursionError) as exc:
         field = _field_named(parent, key)
         expected = _describe(field) if field is not None else "a valid value"
-        out.append(Violation(path, f"expected {expected} ({_clean_parse_error(exc)})"))
+        return f"expected {expected} ({_clean_parse_error(exc)})"
+    return None
 
 
 def _describe(field: FieldDescriptor) -> str:

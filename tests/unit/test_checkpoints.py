@@ -89,6 +89,11 @@ MARKERS = ("commit_success.txt", ".metadata", "checkpoint", "COMMITTED")
 )
 def test_step_of(name: str, step: int | None) -> None:
     assert step_of(name) == step
+    assert step_of(name) == step  # again, from the memo
+
+
+def test_a_bare_number_is_remembered_apart_for_directories_and_files() -> None:
+    assert (step_of("400"), step_of("400", bare_number=False), step_of("400")) == (400, None, 400)
 
 
 def test_user_files_with_numbers_are_unmanaged_and_never_checkpoints() -> None:

@@ -74,3 +74,19 @@ def test_a_job_that_is_not_a_proto_plus_message_is_read_by_its_attributes() -> N
         "2026-03-02T08:00:01.000005Z",
         None,
     )
+
+
+def test_times_read_again_come_from_the_memo_and_read_the_same() -> None:
+    jobs = _jobs(300)
+    first = [JobSnapshot.of(job) for job in jobs]
+    assert [JobSnapshot.of(job) for job in jobs] == first == [_through_proto_plus(job) for job in jobs]
+
+
+def test_the_time_memo_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    import shared.jobs
+
+    monkeypatch.setattr(shared.jobs, "_TIME_TEXTS_KEPT", 8)
+    monkeypatch.setattr(shared.jobs, "_TIME_TEXTS", {})
+    for job in _jobs(50):
+        assert JobSnapshot.of(job) == _through_proto_plus(job)
+        assert len(shared.jobs._TIME_TEXTS) <= 8  # noqa: SLF001

@@ -163,3 +163,40 @@ def test_a_marker_rewritten_since_the_listing_is_read_as_it_is_now_and_not_remem
     assert store.calls()["read"] == 4  # each: the guarded read refused, then the plain one
     bucket.blob(name).delete()
     assert store.read_listed(listed) is None
+
+
+def test_lists_trees_answers_as_the_protocols_runtime_check() -> None:
+    from shared.pruning.snapshot import TreeListingStore, lists_trees
+
+    class Both:
+        def list_tree(self) -> None: ...
+        def read_listed(self) -> None: ...
+
+    class OneOnly:
+        def list_tree(self) -> None: ...
+
+    blocked = Both()
+    blocked.read_listed = None  # type: ignore[method-assign]  # on the instance only: the class has it
+    given = OneOnly()
+    given.read_listed = lambda: None  # type: ignore[attr-defined]  # on the instance only
+    for store in (Both(), OneOnly(), blocked, given, object(), FolderSnapshot):
+        assert lists_trees(store) == isinstance(store, TreeListingStore)
+
+
+_NAME_PARTS = st.sampled_from(["a", "a-1", "a0", "b", "ckpt-1", "ckpt-10", "x.pt", ""])
+
+
+@given(
+    names=st.lists(st.lists(_NAME_PARTS, min_size=1, max_size=4).map("/".join), max_size=30, unique=True),
+    asked=st.lists(_NAME_PARTS, max_size=3).map(lambda parts: "".join(f"{p}/" for p in parts)),
+)
+def test_a_snapshots_folder_listing_is_the_listing_filtered_by_its_prefix(names: list[str], asked: str) -> None:
+    root = "requests/r1/checkpoints/"
+    objects = [ListedObject(root + name, 1, 0, NOW) for name in names]
+    prefix = root + asked
+    listing = FolderSnapshot(ListingMemoryStore(), root, objects).list_folder(prefix)
+    under = sorted((o for o in objects if o.name.startswith(prefix)), key=lambda o: o.name)
+    assert listing.files == tuple(o for o in under if "/" not in o.name[len(prefix) :])
+    assert listing.subfolders == tuple(
+        sorted({prefix + o.name[len(prefix) :].split("/")[0] + "/" for o in under if "/" in o.name[len(prefix) :]})
+    )

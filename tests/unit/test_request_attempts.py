@@ -365,6 +365,31 @@ def test_the_canonical_envelope_builds_the_same_job_as_the_message() -> None:
     assert list(pool.container_spec.args) == ["--epochs", "90"]
 
 
+def test_an_attempts_job_is_the_built_job_converted_on_every_call_and_on_the_memo() -> None:
+    from shared.adapters.vertex import _serialized_job, attempt_custom_job
+
+    user_job = json.loads(load_event("requests/bare_docs.json"))
+    user_job["labels"] = {"team": "vision"}
+    for attempt, kit_key, markers in ((1, None, ["COMMITTED"]), (2, "k2", ("COMMITTED", "done.txt"))):
+        fields = {
+            "request_id": "r1",
+            "attempt": attempt,
+            "strategy": "FLEX_START",
+            "output_dir": OUTPUT_DIR,
+            "deployment": "prod",
+            "commit_markers": markers,
+            "service_account": "trainer@p.iam.gserviceaccount.com",
+            "kit_key": kit_key,
+        }
+        expected = to_custom_job(build_job_json(user_job, **fields))
+        _serialized_job.cache_clear()
+        first, again = attempt_custom_job(user_job, **fields), attempt_custom_job(user_job, **fields)
+        assert first == again == expected
+        assert first is not again  # a message of its own each time: a caller may change it
+        assert _serialized_job.cache_info().hits == 1
+    assert user_job["labels"] == {"team": "vision"}  # the request itself is untouched
+
+
 # Vertex helpers
 
 

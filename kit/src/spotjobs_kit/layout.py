@@ -78,6 +78,7 @@ given to and returned by a store are object names: the pruner's are bucket-relat
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable, Sequence
@@ -216,6 +217,12 @@ def step_of(stem: str, *, bare_number: bool = True) -> int | None:
     """The step number a checkpoint name carries in one of the forms the module docstring lists,
     or None: not a checkpoint. `bare_number`: whether a name that is only a number counts (it
     does for directories, not for files)."""
+    return _step_of(stem, bare_number)
+
+
+# Every hourly prune run meets the same names again (two regular expressions each): remembered.
+@functools.lru_cache(maxsize=4096)
+def _step_of(stem: str, bare_number: bool) -> int | None:
     for pattern in (_STEP_WORD_NUMBER, _CHECKPOINT_WORD_NUMBER):
         numbers = pattern.findall(stem)
         if numbers:
