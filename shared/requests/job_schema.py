@@ -50,7 +50,8 @@ def read_custom_job(value: object, path: str, violations: list[Violation]) -> di
     """Check `value` against the CustomJob schema; return its canonical REST JSON, or None.
 
     The canonical form is what `CustomJob.to_json` prints: camelCase, enum names, int64 as strings,
-    no default values. It keeps only what the request said.
+    no default values, its keys sorted (the same bytes in every process). It keeps only what the
+    request said.
     """
     # Redeliveries and re-queues bring the same job again and again; the walk and protobuf's
     # parse cost a millisecond, its JSON text a few microseconds.
@@ -90,7 +91,8 @@ def _canonical_custom_job(value: object, path: str, violations: list[Violation])
             # The walk above mirrors the parser; this keeps parity if protobuf's rules drift.
             found.append(Violation(path or BODY, _clean_parse_error(exc)))
         else:
-            canonical = json.loads(json_format.MessageToJson(job, indent=None))
+            # Keys sorted: a map field's order (`labels`) varies with the process's hash seed.
+            canonical = json.loads(json_format.MessageToJson(job, indent=None, sort_keys=True))
             # JSON accepts any enum number; one this library does not know is not a value.
             for concrete, _, field, item in set_fields(canonical, path):
                 if field.enum_type is not None and not isinstance(item, str):
