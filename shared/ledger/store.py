@@ -67,7 +67,7 @@ from shared.ledger.records import CorruptRecord, RequestRecord, private_copy, sh
 from shared.ledger.states import TERMINAL_STATUSES, check_transition
 from shared.log import Logger
 from shared.requests.envelope import manifest_path
-from shared.swap import Swapped, Transition, compare_and_swap
+from shared.swap import Decided, Swapped, Transition, compare_and_swap
 
 if TYPE_CHECKING:
     from google.cloud.storage import Bucket
@@ -318,18 +318,28 @@ class LedgerStore:
                 self._note_marker_status(request_id, proposed.status)
             return True
 
+        # The last run's private copy and its proposal: left unchanged, the caller's own record.
+        last_run: list[RequestRecord | None] = [None, None]
+
+        def run(given: RequestRecord | None) -> RequestRecord | Decided[RequestRecord] | None:
+            outcome = transition(given)
+            last_run[:] = [given, outcome.value if isinstance(outcome, Decided) else outcome]
+            return outcome
+
         # The transition gets a private copy; the record it started from is only compared with.
         swapped = compare_and_swap(
             lambda: self._read_shared(request_id),
             write,
-            transition,
+            run,
             private_copy=private_copy,
             what=f"ledger record {request_id}",
             max_conflicts=self._max_conflicts,
         )
         if swapped.wrote or swapped.value is None:
             return swapped
-        return replace(swapped, value=private_copy(swapped.value))  # the caller's own
+        given, proposed = last_run
+        unchanged = next((copy for copy in (proposed, given) if _same_record(copy, swapped.value)), None)
+        return replace(swapped, value=unchanged or private_copy(swapped.value))  # the caller's own
 
     def restore(self, record: RequestRecord) -> None:
         """Write `record` as it is where no document exists yet (an operator restoring a lost
@@ -651,6 +661,16 @@ def _is_job_index_entry(entry: Any) -> bool:
         and all(isinstance(entry.get(name), str) for name in ("request_id", "location", "job"))
         and isinstance(entry.get("attempt"), int)
         and not isinstance(entry["attempt"], bool)
+    )
+
+
+def _same_record(copy: RequestRecord | None, stored: RequestRecord) -> bool:
+    """Whether a transition's private `copy` still is `stored` in every field (the kit keys too,
+    which equality leaves out): then it can be handed back for a copy of `stored`."""
+    return (
+        copy is not None
+        and copy == stored
+        and [attempt.kit_key for attempt in copy.attempts] == [attempt.kit_key for attempt in stored.attempts]
     )
 
 
