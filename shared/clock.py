@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -29,8 +30,10 @@ def now_iso() -> str:
     return iso(utcnow())
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_iso(value: str) -> datetime:
-    """The inverse of `iso` (any RFC 3339 text with an offset or `Z`)."""
+    """The inverse of `iso` (any RFC 3339 text with an offset or `Z`). Remembered: a record's
+    times are read again at every decision, and a datetime is immutable."""
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 

@@ -205,6 +205,7 @@ def install(world: Any) -> None:
 def reset_process_caches() -> None:
     """What one function instance remembers between deliveries; a world starts with new instances."""
     import shared.adapters.vertex
+    import shared.clock
     import shared.found_jobs
     import shared.ledger.records
     import shared.requests.job_policy
@@ -214,7 +215,9 @@ def reset_process_caches() -> None:
     shared.found_jobs._remembered.clear()  # noqa: SLF001
     shared.triggers.runner._cache.clear()  # noqa: SLF001
     shared.triggers.windows._open_windows.clear()  # noqa: SLF001
-    # The parse and conversion memos: pure, but a new instance starts without them.
+    # The parse and conversion memos: pure, but a new instance starts without them (and a time
+    # parsed in another world is of that world's virtual datetime class).
+    shared.clock.parse_iso.cache_clear()
     shared.ledger.records._parsed.cache_clear()  # noqa: SLF001
     shared.requests.job_policy._judged.cache_clear()  # noqa: SLF001
     shared.adapters.vertex._serialized_job.cache_clear()  # noqa: SLF001
