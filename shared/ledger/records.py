@@ -406,18 +406,19 @@ def private_copy(value: _T) -> _T:
         return value
     if kind in _RECORD_CLASSES:
         copied = object.__new__(kind)
-        members = dict(value.__dict__)
+        members = value.__dict__.copy()
         for name, member in members.items():
             if type(member) not in _SHARED:
                 members[name] = private_copy(member)
-        copied.__dict__.update(members)
+        copied.__dict__ = members
         return copied
     if kind is tuple:
         return tuple(private_copy(member) for member in value)  # type: ignore[attr-defined,return-value]
     return copy.deepcopy(value)
 
 
-_SHARED = frozenset({str, int, float, bool, type(None)})
+# The record's own enums among them: a status or an outcome costs no call.
+_SHARED = frozenset({str, int, float, bool, type(None), RequestStatus, AttemptOutcome})
 _RECORD_CLASSES = frozenset({RequestRecord, Attempt, Requeue, CancelIntent})
 
 
