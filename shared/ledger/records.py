@@ -4,6 +4,9 @@ Plain data and its JSON form. Fields this version does not know are kept under `
 written back as they were read: during a rolling deploy an older instance rewrites a record a
 newer one wrote, and must not drop what it cannot read. Markers name decisions already made, in
 the same compare-and-swap as the decision (`alert_marker`, `evidence_marker`).
+
+One module over 450 lines on purpose: the record's classes, their JSON both ways with its shape
+checks, and their copy all go field by field over the same classes, and change with them.
 """
 
 from __future__ import annotations
@@ -237,10 +240,10 @@ class RequestRecord:
         data["status"] = RequestStatus(data.get("status", RequestStatus.CLAIMED))
         data["attempts"] = [_attempt_from_json(a) for a in data.get("attempts", [])]
         if data.get("requeue") is not None:
-            data["requeue"] = Requeue(**_known(Requeue, data["requeue"]))
+            data["requeue"] = _built(Requeue, _known(Requeue, data["requeue"]))
         if data.get("cancel") is not None:
-            data["cancel"] = CancelIntent(**_known(CancelIntent, data["cancel"]))
-        return cls(**data)
+            data["cancel"] = _built(CancelIntent, _known(CancelIntent, data["cancel"]))
+        return _built(cls, data)
 
 
 class CorruptRecord(SpotjobsError):
@@ -271,10 +274,26 @@ def _parsed(raw: bytes) -> RequestRecord | None:
 
 
 def _attempt_from_json(data: dict[str, Any]) -> Attempt:
-    attempt = Attempt(**_known(Attempt, data))
+    attempt = _built(Attempt, _known(Attempt, data))
     if attempt.outcome is not None:
         attempt.outcome = AttemptOutcome(attempt.outcome)
     return attempt
+
+
+def _built(cls: type[_T], known: dict[str, Any]) -> _T:
+    """`cls(**known)`, without the call when `known` names every field in order (as this version
+    writes a document): its `__init__` only assigns them, and an attempt's 40 keywords cost more
+    than its JSON's parse."""
+    if tuple(known) != _init_order(cls):
+        return cls(**known)
+    built: _T = object.__new__(cls)
+    built.__dict__ = known
+    return built
+
+
+@functools.cache
+def _init_order(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
 
 
 def _known(cls: type, data: Any) -> dict[str, Any]:
