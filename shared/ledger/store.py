@@ -338,8 +338,12 @@ class LedgerStore:
         if swapped.wrote or swapped.value is None:
             return swapped
         given, proposed = last_run
-        unchanged = next((copy for copy in (proposed, given) if _same_record(copy, swapped.value)), None)
-        return replace(swapped, value=unchanged or private_copy(swapped.value))  # the caller's own
+        # A proposal that wrote nothing was found equal to the record stored; the copy it was given
+        # (when it proposed nothing) may have been changed.
+        unchanged = proposed if proposed is not None else given if given == swapped.value else None
+        if unchanged is not None and _same_kit_keys(unchanged, swapped.value):
+            return replace(swapped, value=unchanged)
+        return replace(swapped, value=private_copy(swapped.value))  # the caller's own
 
     def restore(self, record: RequestRecord) -> None:
         """Write `record` as it is where no document exists yet (an operator restoring a lost
@@ -664,14 +668,10 @@ def _is_job_index_entry(entry: Any) -> bool:
     )
 
 
-def _same_record(copy: RequestRecord | None, stored: RequestRecord) -> bool:
-    """Whether a transition's private `copy` still is `stored` in every field (the kit keys too,
-    which equality leaves out): then it can be handed back for a copy of `stored`."""
-    return (
-        copy is not None
-        and copy == stored
-        and [attempt.kit_key for attempt in copy.attempts] == [attempt.kit_key for attempt in stored.attempts]
-    )
+def _same_kit_keys(copy: RequestRecord, stored: RequestRecord) -> bool:
+    """What equality leaves out of a record: a copy equal to `stored` and with its kit keys can be
+    handed back for a copy of it."""
+    return [attempt.kit_key for attempt in copy.attempts] == [attempt.kit_key for attempt in stored.attempts]
 
 
 def job_labels(record: RequestRecord) -> dict[str, str]:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from shared.ledger import store
-from shared.ledger.records import CorruptRecord, RequestRecord, private_copy
+from shared.ledger.records import Attempt, CorruptRecord, RequestRecord, private_copy
 from shared.ledger.store import LedgerStore
 from sim.gcs import MemoryStorage
 from tests.support.interleave import Clock
@@ -70,3 +70,19 @@ def test_a_transition_that_changed_its_copy_and_proposed_nothing_leaves_the_call
 
     declined = ledger.swap("r1", changed_then_declined)
     assert not declined.wrote and declined.value is not None and declined.value.markers == []
+
+
+def test_a_proposal_that_differs_only_in_a_kit_key_writes_nothing_and_hands_back_the_stored_key(
+    bucket: Any,
+) -> None:
+    ledger = LedgerStore(bucket)
+    attempt = Attempt(1, "us-central1", "SPOT", claimed_at="2026-12-06T12:00:00Z", kit_key="stored")
+    ledger.restore(RequestRecord("r1", {"request_id": "r1"}, "gs://b/r1/", attempts=[attempt]))
+
+    def new_key(current: RequestRecord | None) -> RequestRecord | None:
+        assert current is not None
+        current.attempts[0].kit_key = "never written"  # equality leaves kit keys out: no write
+        return current
+
+    swapped = ledger.swap("r1", new_key)
+    assert not swapped.wrote and swapped.value is not None and swapped.value.attempts[0].kit_key == "stored"
