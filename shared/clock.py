@@ -21,8 +21,11 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+@functools.lru_cache(maxsize=4096)
 def iso(moment: datetime, *, timespec: str = "milliseconds") -> str:
-    """RFC 3339, UTC, `Z`; milliseconds unless asked otherwise."""
+    """RFC 3339, UTC, `Z`; milliseconds unless asked otherwise. Remembered: a job's times are
+    written again at every read of it, and one delivery stamps several fields with one moment
+    (equal moments are one instant, whatever their offsets: one text)."""
     return moment.astimezone(UTC).isoformat(timespec=timespec).replace("+00:00", "Z")
 
 

@@ -217,6 +217,7 @@ def reset_process_caches() -> None:
     shared.triggers.windows._open_windows.clear()  # noqa: SLF001
     # The parse and conversion memos: pure, but a new instance starts without them (and a time
     # parsed in another world is of that world's virtual datetime class).
+    shared.clock.iso.cache_clear()
     shared.clock.parse_iso.cache_clear()
     shared.ledger.records._parsed.cache_clear()  # noqa: SLF001
     shared.requests.job_policy._judged.cache_clear()  # noqa: SLF001
