@@ -272,7 +272,8 @@ def alerts_not_per_redelivery(world: World) -> list[Violation]:
     Counted as alerts arrive (the topic only grows, and the unconfirmed counts only grow): a copy
     too many is seen at the check after its publish, and only a new publish can make one."""
     published = world.pubsub.on(world.settings.ops_alerts_topic)
-    seen, counts = world.checked.get("alerts_not_per_redelivery", (0, collections.Counter()))
+    kept = world.checked.get("alerts_not_per_redelivery")  # a Counter built only the first time
+    seen, counts = kept if kept is not None else (0, collections.Counter())
     grown = set()
     for message in published[seen:]:
         alert = message.json()
