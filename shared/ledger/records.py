@@ -189,7 +189,10 @@ class RequestRecord:
         return self.attempts[-1] if self.attempts else None
 
     def attempt(self, n: int) -> Attempt | None:
-        return next((a for a in self.attempts if a.n == n), None)
+        for attempt in self.attempts:  # a loop, not a generator: asked at every decision
+            if attempt.n == n:
+                return attempt
+        return None
 
     def spot_attempts_before(self, n: int) -> int:
         """How many Spot attempts came before attempt n (the policy's minimum counts them)."""
