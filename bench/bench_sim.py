@@ -25,14 +25,17 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=40)
     parser.add_argument("--start", type=int, default=10_000)
     args = parser.parse_args()
+    from sim.virtual import freeze_long_lived
     from sim.world import World, lifecycle_rules
 
     # Imports and the Terraform rules: not the simulator's speed. A seed outside the range, so that
     # no memo of the code's (a parsed record, a judged job) holds what a measured seed will ask; the
     # lifecycle rules parsed from terraform/ at once (once a process, 1.5 s of CPU), for the warm-up
-    # seed may never reach its first maintenance tick.
+    # seed may never reach its first maintenance tick. Then what they loaded is frozen, as
+    # `python -m sim` does after its first seed.
     World(args.start + args.seeds).run()
     lifecycle_rules()
+    freeze_long_lived()
     events = steps = failing = 0
     load_before = os.getloadavg()[0]
     began, began_cpu = time.perf_counter(), time.process_time()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,8 +21,11 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+@functools.lru_cache(maxsize=4096)
 def iso(moment: datetime, *, timespec: str = "milliseconds") -> str:
-    """RFC 3339, UTC, `Z`; milliseconds unless asked otherwise."""
+    """RFC 3339, UTC, `Z`; milliseconds unless asked otherwise. Remembered: a job's times are
+    written again at every read of it, and one delivery stamps several fields with one moment
+    (equal moments are one instant, whatever their offsets: one text)."""
     return moment.astimezone(UTC).isoformat(timespec=timespec).replace("+00:00", "Z")
 
 
@@ -29,8 +33,10 @@ def now_iso() -> str:
     return iso(utcnow())
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_iso(value: str) -> datetime:
-    """The inverse of `iso` (any RFC 3339 text with an offset or `Z`)."""
+    """The inverse of `iso` (any RFC 3339 text with an offset or `Z`). Remembered: a record's
+    times are read again at every decision, and a datetime is immutable."""
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 

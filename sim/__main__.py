@@ -18,6 +18,7 @@ import multiprocessing
 import sys
 import time
 
+from sim.virtual import freeze_long_lived
 from sim.world import Violation, World
 
 
@@ -132,6 +133,12 @@ STATIC_SETTINGS = {
 
 def run_one(seed: int, steps: int | None) -> tuple[int, list[str], str | None, int]:
     """Seed `seed`: the invariants it violated, its first violation, its events."""
+    outcome = _run_world(seed, steps)
+    freeze_long_lived()  # after the process's first world, which is gone now
+    return outcome
+
+
+def _run_world(seed: int, steps: int | None) -> tuple[int, list[str], str | None, int]:
     world = World(seed, max_steps=steps)
     try:
         violations = world.run()

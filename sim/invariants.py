@@ -285,7 +285,8 @@ def alerts_not_per_redelivery(world: World) -> list[Violation]:
     Counted as alerts arrive (the topic only grows, and the unconfirmed counts only grow): a copy
     too many is seen at the check after its publish, and only a new publish can make one."""
     published = world.pubsub.on(world.settings.ops_alerts_topic)
-    seen, counts = world.checked.get("alerts_not_per_redelivery", (0, collections.Counter()))
+    kept = world.checked.get("alerts_not_per_redelivery")  # a Counter built only the first time
+    seen, counts = kept if kept is not None else (0, collections.Counter())
     grown = set()
     for message in published[seen:]:
         alert = message.json()
@@ -294,6 +295,8 @@ def alerts_not_per_redelivery(world: World) -> list[Violation]:
             counts[key] += 1
             grown.add(key)
     world.checked["alerts_not_per_redelivery"] = (len(published), counts)
+    if not grown:
+        return []  # most checks: no alert since the last
     return [
         violation(
             "alerts_once",
@@ -406,16 +409,15 @@ def newest_complete_kept(world: World) -> list[Violation]:
 
     What it reads (the requests with a live job, the checkpoint bucket, the trainer's saves) is
     fingerprinted: unchanged since a check that found nothing, there is nothing new to find."""
-    live = sorted({job.request_id for job in live_jobs(world)})
     fingerprint = (
         world.storage.objects(world.settings.checkpoint_bucket).changes,
         world.trainer.changes,
-        live,
+        jobs_moved(world),  # the live jobs as well: they change only when a job moves
     )
     if world.checked.get("newest_complete_kept") == fingerprint:
         return []
     out = []
-    for request_id in live:
+    for request_id in sorted({job.request_id for job in live_jobs(world)}):
         out += _newest_kept(world, request_id, "has a live job")
     world.checked["newest_complete_kept"] = None if out else fingerprint
     return out

@@ -59,8 +59,9 @@ def apply_observation(ports: Ports, request_id: str, observation: Observation, l
     decision: Decision | None = swapped.decided
     if decision is None or swapped.value is None:
         return Applied(None)
-    # What this call's write added; without a write, only what is still open (a wait).
-    before = seen[0] if swapped.wrote and seen else fleet_facts(swapped.value, reading)
+    # What this call's write added; without a write, only what is still open (a wait): then the
+    # record stored is the one the last decision started from, whose facts `seen` holds.
+    before = seen[0]
     note_fleet(ports, before, swapped.value, reading, log)
     # Not written by this call: another delivery decided (or our own write landed before its
     # reply was lost), so only what is still pending in the record is carried out.

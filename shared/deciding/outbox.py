@@ -77,6 +77,8 @@ def flush(
 
     Returns (message id of a re-queue published now, reason to look again), the reason set when a
     message is left to the delivery that decided it."""
+    if record.requeue is None and not record.has_pending_effects and not any(a.cancel_pending for a in record.attempts):
+        return None, None  # nothing to send (most observations): no step would do anything
     now = ports.clock()
     settled: tuple[str | None, str | None] = (None, None)
     waiting: str | None = None

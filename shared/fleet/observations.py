@@ -36,6 +36,7 @@ clock, none a job's line. A stored fact past the bound (written before it) is no
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -154,7 +155,9 @@ def attempt_replicas(facts: Iterable[FleetFact]) -> int:
     return max((o.summary.replicas if o.summary is not None else o.replicas for o in facts), default=1)
 
 
+@functools.lru_cache(maxsize=4096)
 def attempt_key(request_id: str, n: int) -> str:
+    # Remembered: every decision reads its record's facts two or three times, each with its keys.
     return f"{hashlib.sha256(request_id.encode()).hexdigest()[:16]}-{n}"
 
 
@@ -173,10 +176,11 @@ class Reading:
 def observations_of(record: RequestRecord, reading: Reading = Reading()) -> list[FleetFact]:
     """Every fact the record's attempts with a job tell (see the module docstring)."""
     found: list[FleetFact] = []
+    replicas = 0  # the request's VMs, read once, for the first attempt with a job
     for attempt in record.attempts:
         if attempt.job:
             key = attempt_key(record.request_id, attempt.n)
-            replicas = job_replicas(record.request.get("custom_job") or {})
+            replicas = replicas or job_replicas(record.request.get("custom_job") or {})
             unconfirmed = reading.unconfirmed_preemptions(record, attempt)
             found.extend(_of_attempt(attempt, key, replicas, reading.is_stockout, unconfirmed))
             if attempt.strategy == SPOT and attempt.started_at:  # Vertex saw it run: it can restart

@@ -4,6 +4,9 @@ Plain data and its JSON form. Fields this version does not know are kept under `
 written back as they were read: during a rolling deploy an older instance rewrites a record a
 newer one wrote, and must not drop what it cannot read. Markers name decisions already made, in
 the same compare-and-swap as the decision (`alert_marker`, `evidence_marker`).
+
+One module over 450 lines on purpose: the record's classes, their JSON both ways with its shape
+checks, and their copy all go field by field over the same classes, and change with them.
 """
 
 from __future__ import annotations
@@ -186,7 +189,10 @@ class RequestRecord:
         return self.attempts[-1] if self.attempts else None
 
     def attempt(self, n: int) -> Attempt | None:
-        return next((a for a in self.attempts if a.n == n), None)
+        for attempt in self.attempts:  # a loop, not a generator: asked at every decision
+            if attempt.n == n:
+                return attempt
+        return None
 
     def spot_attempts_before(self, n: int) -> int:
         """How many Spot attempts came before attempt n (the policy's minimum counts them)."""
@@ -237,10 +243,10 @@ class RequestRecord:
         data["status"] = RequestStatus(data.get("status", RequestStatus.CLAIMED))
         data["attempts"] = [_attempt_from_json(a) for a in data.get("attempts", [])]
         if data.get("requeue") is not None:
-            data["requeue"] = Requeue(**_known(Requeue, data["requeue"]))
+            data["requeue"] = _built(Requeue, _known(Requeue, data["requeue"]))
         if data.get("cancel") is not None:
-            data["cancel"] = CancelIntent(**_known(CancelIntent, data["cancel"]))
-        return cls(**data)
+            data["cancel"] = _built(CancelIntent, _known(CancelIntent, data["cancel"]))
+        return _built(cls, data)
 
 
 class CorruptRecord(SpotjobsError):
@@ -271,10 +277,26 @@ def _parsed(raw: bytes) -> RequestRecord | None:
 
 
 def _attempt_from_json(data: dict[str, Any]) -> Attempt:
-    attempt = Attempt(**_known(Attempt, data))
+    attempt = _built(Attempt, _known(Attempt, data))
     if attempt.outcome is not None:
         attempt.outcome = AttemptOutcome(attempt.outcome)
     return attempt
+
+
+def _built(cls: type[_T], known: dict[str, Any]) -> _T:
+    """`cls(**known)`, without the call when `known` names every field in order (as this version
+    writes a document): its `__init__` only assigns them, and an attempt's 40 keywords cost more
+    than its JSON's parse."""
+    if tuple(known) != _init_order(cls):
+        return cls(**known)
+    built: _T = object.__new__(cls)
+    built.__dict__ = known
+    return built
+
+
+@functools.cache
+def _init_order(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
 
 
 def _known(cls: type, data: Any) -> dict[str, Any]:
@@ -406,18 +428,19 @@ def private_copy(value: _T) -> _T:
         return value
     if kind in _RECORD_CLASSES:
         copied = object.__new__(kind)
-        members = dict(value.__dict__)
+        members = value.__dict__.copy()
         for name, member in members.items():
             if type(member) not in _SHARED:
                 members[name] = private_copy(member)
-        copied.__dict__.update(members)
+        copied.__dict__ = members
         return copied
     if kind is tuple:
         return tuple(private_copy(member) for member in value)  # type: ignore[attr-defined,return-value]
     return copy.deepcopy(value)
 
 
-_SHARED = frozenset({str, int, float, bool, type(None)})
+# The record's own enums among them: a status or an outcome costs no call.
+_SHARED = frozenset({str, int, float, bool, type(None), RequestStatus, AttemptOutcome})
 _RECORD_CLASSES = frozenset({RequestRecord, Attempt, Requeue, CancelIntent})
 
 

@@ -67,7 +67,7 @@ from shared.ledger.records import CorruptRecord, RequestRecord, private_copy, sh
 from shared.ledger.states import TERMINAL_STATUSES, check_transition
 from shared.log import Logger
 from shared.requests.envelope import manifest_path
-from shared.swap import Swapped, Transition, compare_and_swap
+from shared.swap import Decided, Swapped, Transition, compare_and_swap
 
 if TYPE_CHECKING:
     from google.cloud.storage import Bucket
@@ -318,17 +318,31 @@ class LedgerStore:
                 self._note_marker_status(request_id, proposed.status)
             return True
 
+        # The last run's private copy and its proposal: left unchanged, the caller's own record.
+        last_run: list[RequestRecord | None] = [None, None]
+
+        def run(given: RequestRecord | None) -> RequestRecord | Decided[RequestRecord] | None:
+            outcome = transition(given)
+            last_run[:] = [given, outcome.value if isinstance(outcome, Decided) else outcome]
+            return outcome
+
         # The transition gets a private copy; the record it started from is only compared with.
         swapped = compare_and_swap(
             lambda: self._read_shared(request_id),
             write,
-            transition,
+            run,
             private_copy=private_copy,
             what=f"ledger record {request_id}",
             max_conflicts=self._max_conflicts,
         )
         if swapped.wrote or swapped.value is None:
             return swapped
+        given, proposed = last_run
+        # A proposal that wrote nothing was found equal to the record stored; the copy it was given
+        # (when it proposed nothing) may have been changed.
+        unchanged = proposed if proposed is not None else given if given == swapped.value else None
+        if unchanged is not None and _same_kit_keys(unchanged, swapped.value):
+            return replace(swapped, value=unchanged)
         return replace(swapped, value=private_copy(swapped.value))  # the caller's own
 
     def restore(self, record: RequestRecord) -> None:
@@ -652,6 +666,12 @@ def _is_job_index_entry(entry: Any) -> bool:
         and isinstance(entry.get("attempt"), int)
         and not isinstance(entry["attempt"], bool)
     )
+
+
+def _same_kit_keys(copy: RequestRecord, stored: RequestRecord) -> bool:
+    """What equality leaves out of a record: a copy equal to `stored` and with its kit keys can be
+    handed back for a copy of it."""
+    return [attempt.kit_key for attempt in copy.attempts] == [attempt.kit_key for attempt in stored.attempts]
 
 
 def job_labels(record: RequestRecord) -> dict[str, str]:

@@ -317,3 +317,14 @@ def test_a_bug_in_the_write_is_not_swallowed(fleet: Fleet) -> None:
     fleet.fail_with = KeyError("a bug")
     with pytest.raises(KeyError):
         note_fleet(fleet.ports, None, record(spot(started_at=at(30))), Reading(), fleet.log.logger)
+
+
+def test_an_attempts_key_is_hashed_once_however_often_its_record_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    from shared.fleet import observations
+
+    hashed: list[bytes] = []
+    sha256 = hashlib.sha256
+    monkeypatch.setattr(observations.hashlib, "sha256", lambda data: hashed.append(data) or sha256(data))
+    first = attempt_key("req-hashed-once", 2)
+    assert attempt_key("req-hashed-once", 2) == first == f"{sha256(b'req-hashed-once').hexdigest()[:16]}-2"
+    assert hashed == [b"req-hashed-once"]

@@ -317,3 +317,21 @@ def test_a_field_of_several_types_one_a_container_judges_the_container_by_its_ch
     else:
         with pytest.raises(TypeError, match="_Future.mixed is"):
             _known(_Future, {"mixed": value})
+
+
+def test_a_document_as_this_version_writes_it_is_read_without_calling_init(monkeypatch: pytest.MonkeyPatch) -> None:
+    record = RequestRecord("r1", {"x": 1}, "gs://b/r1/", attempts=[attempt(1, state=JobState.RUNNING)])
+    whole = record.to_document()
+    called: list[str] = []
+    for cls in (RequestRecord, Attempt):
+        init = cls.__init__
+        monkeypatch.setattr(
+            cls, "__init__", lambda self, *a, init=init, **k: called.append("init") or init(self, *a, **k)
+        )
+    read = RequestRecord.from_json(private_copy(whole))
+    assert called == [] and read == record and read.to_document() == whole
+    older = {name: value for name, value in private_copy(whole).items() if name != "finished_at"}
+    reordered = dict(reversed(private_copy(whole).items()))
+    for other in (older, reordered):  # the fields' defaults, or another order: through __init__
+        assert RequestRecord.from_json(other) == record
+    assert called == ["init", "init"]
