@@ -20,6 +20,7 @@ def test_a_world_that_raises_is_a_failing_seed_and_the_sweep_goes_on(monkeypatch
         World, "__init__", lambda self, seed, max_steps=None: setattr(self, "seed", seed) or setattr(self, "events", 0)
     )
     monkeypatch.setattr(World, "run", run)
+    monkeypatch.setattr(cli, "freeze_long_lived", lambda: None)  # a freeze is the whole process's: not pytest's
     assert cli.run_seeds(0, 3, None) == 1
     out = capsys.readouterr().out
     assert ran == [0, 1, 2]
