@@ -1,0 +1,28 @@
+"""shared/jobs.py at the edges its mutants found: a FLEX_START job waits a day for capacity when its
+request says nothing, or says it in no form Vertex reads (Vertex's documented default), and a job
+carries at most 64 labels, Vertex's limit, three of them spotjobs' own."""
+
+from __future__ import annotations
+
+from shared.jobs import max_wait_seconds
+from shared.requests.job_policy import check_labels
+
+DAY = 24 * 3600
+
+
+def flex(**scheduling: str) -> dict:
+    return {"jobSpec": {"scheduling": {"strategy": "FLEX_START", **scheduling}}}
+
+
+def test_a_flex_start_job_waits_a_day_unless_its_request_says_how_long_in_seconds() -> None:
+    assert max_wait_seconds(flex()) == DAY
+    assert max_wait_seconds(flex(maxWaitDuration="1800s")) == 1800
+    assert max_wait_seconds(flex(maxWaitDuration="one day")) == DAY  # no duration Vertex reads
+
+
+def test_a_request_may_carry_61_labels_of_its_own_not_62() -> None:
+    def labels(count: int) -> dict[str, str]:
+        return {f"team-{k}": "ml" for k in range(count)}
+
+    assert check_labels(labels(61), "custom_job.labels") == []
+    assert [v.path for v in check_labels(labels(62), "custom_job.labels")] == ["custom_job.labels"]
