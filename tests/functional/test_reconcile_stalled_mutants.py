@@ -1,6 +1,7 @@
-"""shared/reconcile.py at an edge its mutants found: a claim that never got a job is alerted
+"""shared/reconcile.py at edges its mutants found: a claim that never got a job is alerted
 (`claim_stalled`) once past `max_claim_republishes`, naming as many re-publishes as went before the
-one it rides with: the bound."""
+one it rides with: the bound; and a claim exactly a lease old is its holder's no more (re-published),
+as a claim's lease counts everywhere."""
 
 from __future__ import annotations
 
@@ -33,6 +34,20 @@ def test_a_stalled_claims_alert_names_the_republishes_before_it(gcs_bucket) -> N
     assert alert.data["kind"] == "claim_stalled"
     assert alert.data["details"]["republished"] == 2
     assert "no job after 2 re-publishes" in alert.data["message"]
+
+
+def test_a_claim_exactly_a_lease_old_is_republished(gcs_bucket) -> None:
+    world = World(LedgerStore(gcs_bucket), FakeVertex(), FakePublisher(), make_settings(gcs_bucket.name))
+    now = datetime.now(UTC).replace(microsecond=0)  # a moment the record's times hold exactly
+    claimed_at = iso(now - timedelta(seconds=world.settings.claim_lease_seconds))
+    envelope = {"schema_version": 1, "request_id": "req-1", "custom_job": {}, "location": "us-central1"}
+    world.ledger.restore(
+        RequestRecord("req-1", envelope, "gs://c/r/req-1/", attempts=[Attempt(1, "us-central1", "SPOT", claimed_at)])
+    )
+
+    summary = run_reconcile(replace(world.ports, clock=lambda: now), CapturedLog().logger)
+
+    assert summary.outcomes == {"claim_republished": 1}
 
 
 def ago(seconds: float) -> str:
