@@ -26,9 +26,12 @@ def test_a_stalled_claims_alert_names_the_republishes_before_it(gcs_bucket) -> N
     def backoff_passes(current: RequestRecord) -> None:
         current.attempts[0].republished_at = ago(7200)
 
+    log = CapturedLog()
     for _ in range(3):  # the third re-publish is past the bound of two
-        run_reconcile(world.ports, CapturedLog().logger)
+        run_reconcile(world.ports, log.logger)
         world.rewrite("req-1", backoff_passes)
+
+    assert [line["republished"] for line in log.events("claim_republished")] == [1, 2, 3]
 
     [alert] = world.publisher.on("ops-alerts")
     assert alert.data["kind"] == "claim_stalled"
