@@ -59,6 +59,11 @@ def test_an_adopted_job_keeps_the_create_time_vertex_gives_it(world: World) -> N
     created = datetime.now(UTC) - timedelta(hours=1)
     world.vertex.jobs[job].create_time = created
 
+    def written_before_it(current: RequestRecord) -> None:
+        current.created_at = iso(created - timedelta(minutes=1))  # its create came after its record
+
+    world.rewrite("req-1", written_before_it)
+
     adopt_job(world.ports, "req-1", 1, "us-central1", found(world, job), CapturedLog().logger)
 
     recorded = world.ledger.get("req-1").attempt(1)
