@@ -31,8 +31,10 @@ CLOCK_GRANULARITY = timedelta(seconds=1)
 
 def stuck_since(job: SimJob, state: str, at: datetime) -> datetime | None:
     """When the stuck span of `job` that holds `state` at `at` (or last before it) began, by its
-    states at Vertex; None if it was never in `state` by then."""
-    seen = [(began, name) for began, name in job.states if began <= at]
+    states at Vertex; None if it was never in `state` by then. `at` is an alert's time, cut to the
+    millisecond: a state that began within `CLOCK_GRANULARITY` after it may be the one the alert
+    read (seed 374: PENDING at 16:02:16.898xxx, alerted at 16:02:16.898)."""
+    seen = [(began, name) for began, name in job.states if began <= at + CLOCK_GRANULARITY]
     last = max((i for i, (_, name) in enumerate(seen) if name == state), default=None)
     if last is None:
         return None

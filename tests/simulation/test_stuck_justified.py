@@ -77,3 +77,22 @@ def test_a_span_that_lasted_its_threshold_is_left_alone(world: World) -> None:
     alert_stuck(world, job, "JOB_STATE_CANCELLING")
     alert_stuck(world, job, "JOB_STATE_CANCELLING", after_cancel=True)
     assert stuck.job_stuck_justified(world) == []
+
+
+def test_a_wait_alerted_in_the_millisecond_its_pending_began_counts_from_its_queued(world: World) -> None:
+    """Seed 374: a job QUEUED 7 h went PENDING at 16:02:16.898xxx, and the read that saw it PENDING
+    alerted at 16:02:16.898, an alert's time written to the millisecond: its PENDING then seemed to
+    begin after the alert, and the wait was judged never to have held it."""
+    labels = {"spotjobs-request-id": "r1", "spotjobs-attempt": "1", "spotjobs-deployment": "sim"}
+    world.clock.advance(0.0005)  # a state's time carries microseconds the alert's drops
+    now = world.clock.now()
+    created = now - 7 * HOUR
+    job = SimJob(
+        "projects/p/locations/us-central1/customJobs/1", "us-central1", {"labels": labels}, labels,
+        "JOB_STATE_QUEUED", created, created,
+    )  # fmt: skip
+    job.states.append((now, "JOB_STATE_PENDING"))
+    job.state = "JOB_STATE_PENDING"
+    world.vertex.jobs[job.name] = job
+    alert_stuck(world, job, "JOB_STATE_PENDING")
+    assert stuck.job_stuck_justified(world) == []
