@@ -475,6 +475,23 @@ def test_a_refused_replay_check_owes_no_lookup_failed_but_a_refused_claim_lookup
     ]
 
 
+def test_a_refused_lookup_only_a_delivery_cut_short_met_owes_no_lookup_failed(world: World) -> None:
+    """Seeds 2418 and 3849: the delivery that met the 403 hit a fault of ours after it (a 503 on
+    the ledger write or read deciding `lookup_failed`), and nothing met the refusal again: submit's
+    redelivery found the request cancelled (no create sent: nothing to look up), reconcile's next
+    pass read the live job from its listing. A refusal met again by a delivery that lived on owes it."""
+    first = Refused(world.clock.now(), "list", "us-central1", "r1", 403, "submit_job")
+    world.vertex.refused.append(first)
+    world.refusals_cut_short.add(first)
+    assert catalogue(world, AlertKind.LOOKUP_FAILED) == []
+
+    world.clock.advance(300)
+    world.vertex.refused.append(Refused(world.clock.now(), "get", "us-central1", "r1", 403, "reconcile"))
+    assert catalogue(world, AlertKind.LOOKUP_FAILED) == [
+        "no lookup_failed alert for r1: Vertex answered 403 to reconcile's get in us-central1"
+    ]
+
+
 def test_a_deletion_never_reported_is_caught(world: World) -> None:
     running = trained(world, "r1")
     world.trainer.save(running, 100, torn=False)
