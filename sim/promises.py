@@ -643,7 +643,8 @@ def deleted_jobs_failed(world: World) -> list[Expected]:
     stays one (shared/deciding/decisions.py), its own alert speaks for it. A record a person
     deleted afterwards is read as it was then: what the code had decided stays decided (seed 871).
     Nor when Vertex refused gets for good before the deletion could be read (`deletion_unread`), or
-    a person deleted the record before it could (`record_deleted_before_read`)."""
+    a person deleted the record before it could (`record_deleted_before_read`), or left it
+    unreadable (`record_unreadable_before_read`)."""
     from shared.deciding.preemptions import KIT_TIMEOUT_KEY
     from shared.ledger.records import evidence_marker
     from sim.invariants import read_record
@@ -673,6 +674,7 @@ def deleted_jobs_failed(world: World) -> list[Expected]:
         and not timeout_read(name, rid)
         and not deletion_unread(world, world.vertex.jobs[name])
         and not record_deleted_before_read(world, world.vertex.jobs[name])
+        and not record_unreadable_before_read(world, world.vertex.jobs[name])
     ]
 
 
@@ -708,6 +710,21 @@ def record_deleted_before_read(world: World, job: SimJob) -> bool:
         deleted_at is not None
         and deleted_at >= world.tampering.jobs_deleted_at[job.name]
         and deleted_before(world, job.request_id, deletion_took_effect(world, job))
+    )
+
+
+def record_unreadable_before_read(world: World, job: SimJob) -> bool:
+    """Whether a person last wrote the job's request record by hand, in a shape the code cannot
+    read and left so, before the code could read the job's deletion (`LAG` after it took effect):
+    nothing is decided on such a record, `ledger_corrupt` is its word (seed 4345: the record
+    written truncated 2 min after the deleted job ended, before the next reconcile pass)."""
+    from sim.invariants import left_unreadable
+
+    written_at = world.tampering.written_at.get(f"requests/{job.request_id}.json")
+    return (
+        written_at is not None
+        and written_at < deletion_took_effect(world, job) + LAG
+        and job.request_id in left_unreadable(world)
     )
 
 

@@ -1100,6 +1100,32 @@ def test_a_live_job_deleted_owes_no_job_failed_once_a_person_deleted_its_record_
     assert [e.split(":")[0] for e in owed(late)] == ["no job_failed alert for r1"]
 
 
+def test_a_deleted_job_owes_no_job_failed_if_its_record_was_made_unreadable_before_it_was_read() -> None:
+    """Seed 4345: a person deleted r1's job in the console (Vertex cancels it, and deletes it once
+    it ended), then wrote r1's ledger record truncated, 2 min after the job ended and before a
+    reconcile pass could read the NotFound that owes `job_failed`. Nothing is decided on a record
+    the code cannot read (`ledger_corrupt` is its word). A record written so once the deletion
+    could have been read (at the job's end, plus `LAG`) still owes it."""
+
+    def owed(written_after_the_end: float) -> list[str]:
+        world = World(0)
+        live = job(world, "r1", 1, "JOB_STATE_PENDING")
+        restore(world, "r1", RequestStatus.SUBMITTED, attempt_of(live, state="JOB_STATE_PENDING"))
+        faults.delete_job(world)
+        assert live.name in world.tampering.followed_when_deleted
+        world.clock.advance(360)
+        world.vertex.advance(live)  # it ends, and the deletion takes effect
+        assert live.deleted
+        world.clock.advance(written_after_the_end)
+        faults.write_document(world, document="ledger", shape="truncated")
+        assert "r1" in invariants.left_unreadable(world)
+        return catalogue(world, AlertKind.JOB_FAILED)
+
+    assert owed(121) == []
+    late = promises.LAG.total_seconds() + 1
+    assert [e.split(":")[0] for e in owed(late)] == ["no job_failed alert for r1"]
+
+
 def test_a_deleted_job_whose_gets_vertex_refused_for_good_owes_lookup_failed_not_job_failed(world: World) -> None:
     """Seed 3047: the get permission went missing for good in the job's location before its end was
     read; a person then deleted the ended job. Only a get tells the code a job is gone (NotFound),
