@@ -625,8 +625,8 @@ def lookups_refused(world: World) -> list[Expected]:
     a get being only for a job the listing cannot answer)."""
     met_whole = {
         r.request_id
-        for r in world.vertex.refused
-        if (_claim_lookup(r) or _reconcile_get(r)) and r not in world.refusals_cut_short
+        for index, r in enumerate(world.vertex.refused)
+        if (_claim_lookup(r) or _reconcile_get(r)) and index not in world.refusals_cut_short
     }
     refused = claim_lookups_refused(world) | refused_for_good(world, "get", ("reconcile",))
     return [Expected(AlertKind.LOOKUP_FAILED, rid, why) for rid, why in refused.items() if rid in met_whole]

@@ -95,7 +95,7 @@ class Task:
     shaken: bool = False  # an irrevocable call of it succeeded: an aftershock is due (sim.faults)
     origin: str = ""  # the message it delivers (a run's redeliveries share it)
     alerts: list[tuple[tuple[Any, ...], int]] = field(default_factory=list)  # (alert, its faults before it)
-    refusals: list[tuple[Any, int]] = field(default_factory=list)  # (sim.vertex.Refused it met, its faults by then)
+    refusals: list[tuple[int, int]] = field(default_factory=list)  # (a refusal it met, its faults by then)
     calling: str = ""  # the service of the call it waits to make (its resume makes it)
     runner: Any = None  # the greenlet
 
@@ -194,9 +194,9 @@ class World:
     # may have left unconfirmed, so that a later delivery legitimately publishes it once more.
     unconfirmed_alerts: collections.Counter[tuple[Any, ...]] = field(default_factory=collections.Counter)
     alert_origins: dict[str, str] = field(default_factory=dict)  # alert message id -> the message its task delivered
-    # Vertex's refusals (sim.vertex.Refused) met by a delivery that hit a fault after them: the fault
-    # may have cut it short before it said so (`sim.promises.lookups_refused`).
-    refusals_cut_short: set[Any] = field(default_factory=set)
+    # Vertex's refusals (indexes in `SimVertex.refused`: two may be alike) met by a delivery that hit
+    # a fault after them: the fault may have cut it short before it said so (`sim.promises.lookups_refused`).
+    refusals_cut_short: set[int] = field(default_factory=set)
     # What each invariant read at its last check, where `sim.invariants` checks only what changed.
     checked: dict[str, Any] = field(default_factory=dict)
     # What the out-of-band actors of the permanent faults did (sim.faults): the invariants' excuses.
@@ -419,18 +419,16 @@ class World:
                 self.unconfirmed_alerts[key] += 1
         task.alerts = []
 
-    def _note_refusal(self, refused: Any) -> None:
+    def _note_refusal(self, index: int) -> None:
         task = self._current
         if task is not None and task.faulty:
-            task.refusals.append((refused, task.faults))
+            task.refusals.append((index, task.faults))
 
     def _note_cut_short(self, task: Task) -> None:
         """A delivery that hit a fault after Vertex refused one of its calls may have died (or
         failed, and been acknowledged by a handler that reports per record, as reconcile does)
         before it decided what the refusal owes."""
-        self.refusals_cut_short.update(
-            refused for refused, faults_by_then in task.refusals if task.faults > faults_by_then
-        )
+        self.refusals_cut_short.update(index for index, faults_by_then in task.refusals if task.faults > faults_by_then)
         task.refusals = []
 
     # Tasks: handler invocations as greenlets, resumed by the scheduler.

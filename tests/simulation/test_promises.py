@@ -480,9 +480,8 @@ def test_a_refused_lookup_only_a_delivery_cut_short_met_owes_no_lookup_failed(wo
     the ledger write or read deciding `lookup_failed`), and nothing met the refusal again: submit's
     redelivery found the request cancelled (no create sent: nothing to look up), reconcile's next
     pass read the live job from its listing. A refusal met again by a delivery that lived on owes it."""
-    first = Refused(world.clock.now(), "list", "us-central1", "r1", 403, "submit_job")
-    world.vertex.refused.append(first)
-    world.refusals_cut_short.add(first)
+    world.vertex.refused.append(Refused(world.clock.now(), "list", "us-central1", "r1", 403, "submit_job"))
+    world.refusals_cut_short.add(0)
     assert catalogue(world, AlertKind.LOOKUP_FAILED) == []
 
     world.clock.advance(300)
