@@ -137,6 +137,7 @@ class Tampering:
     cancelled_jobs: dict[str, str] = field(default_factory=dict)
     deleted_objects: set[str] = field(default_factory=set)  # checkpoint objects a person deleted
     written: dict[str, str] = field(default_factory=dict)  # state object name -> the shape written
+    written_at: dict[str, datetime] = field(default_factory=dict)  # state object name -> its last write by hand
     deleted_records: set[str] = field(default_factory=set)  # request ids whose record a person deleted
     deleted_at_a_create: str | None = None  # the request whose record went while its create was out
     records_deleted_at: dict[str, datetime] = field(default_factory=dict)  # request id -> its first deletion
@@ -347,6 +348,7 @@ def write_document(world: World, *, document: str, shape: str) -> None:
         blob.metadata = dict(objects[name].metadata or {})
     blob.upload_from_string(data)
     world.tampering.written[name] = shape
+    world.tampering.written_at[name] = world.clock.now()
     if document == "ledger":
         request_id = name[len(prefix) : -len(suffix)]
         world.tampering.requests.setdefault(request_id, f"its ledger record was written by hand ({shape})")

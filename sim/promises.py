@@ -31,7 +31,7 @@ from sim.vertex import STOCKOUT_ERROR, USER_ERROR
 
 if TYPE_CHECKING:
     from shared.ledger.records import Attempt, RequestRecord
-    from sim.vertex import SimJob
+    from sim.vertex import Refused, SimJob
     from sim.world import Violation, World
 
 # What a check of the world may lag behind the moment a condition first held: a reconcile pass
@@ -209,8 +209,18 @@ def claim_lookups_refused(world: World) -> dict[str, str]:
     return {
         r.request_id: f"Vertex answered {r.code} to {r.caller}'s {r.operation} in {r.location}"
         for r in world.vertex.refused
-        if r.operation == "list" and r.request_id and r.caller in CLAIM_LOOKERS and not r.request_wide
+        if _claim_lookup(r)
     }
+
+
+def _claim_lookup(refused: Refused) -> bool:
+    """A refused listing by an attempt's labels, by one of `CLAIM_LOOKERS`."""
+    return (
+        refused.operation == "list"
+        and bool(refused.request_id)
+        and refused.caller in CLAIM_LOOKERS
+        and not refused.request_wide
+    )
 
 
 def never_named_for_a_refused_lookup(world: World) -> set[tuple[str, int]]:
@@ -606,9 +616,24 @@ def creates_refused(world: World) -> list[Expected]:
 def lookups_refused(world: World) -> list[Expected]:
     """`lookup_failed`: a look-up of a claim's job (a listing by its attempt's labels, by reconcile
     or by submit_job's take-over: `claim_lookups_refused`), or reconcile's get of a recorded
-    attempt's job, was refused (a 403 for the list or the get permission: `sim.faults`)."""
+    attempt's job, was refused (a 403 for the list or the get permission: `sim.faults`). Not when
+    every such refusal of the request was met by a delivery that a fault of ours then cut short
+    (`World.refusals_cut_short`): the alert is decided in the ledger when the refusal is met, and
+    the retry's own look-up is what says it again, so one that meets no refusal owes nothing
+    (seed 2418: the redelivery found the request cancelled, its attempt ended with no create
+    sent, nothing to look up; seed 3849: reconcile's next pass read the live job from its listing,
+    a get being only for a job the listing cannot answer)."""
+    met_whole = {
+        r.request_id
+        for index, r in enumerate(world.vertex.refused)
+        if (_claim_lookup(r) or _reconcile_get(r)) and index not in world.refusals_cut_short
+    }
     refused = claim_lookups_refused(world) | refused_for_good(world, "get", ("reconcile",))
-    return [Expected(AlertKind.LOOKUP_FAILED, rid, why) for rid, why in refused.items()]
+    return [Expected(AlertKind.LOOKUP_FAILED, rid, why) for rid, why in refused.items() if rid in met_whole]
+
+
+def _reconcile_get(refused: Refused) -> bool:
+    return refused.operation == "get" and bool(refused.request_id) and refused.caller == "reconcile"
 
 
 def deleted_jobs_failed(world: World) -> list[Expected]:
@@ -618,7 +643,8 @@ def deleted_jobs_failed(world: World) -> list[Expected]:
     stays one (shared/deciding/decisions.py), its own alert speaks for it. A record a person
     deleted afterwards is read as it was then: what the code had decided stays decided (seed 871).
     Nor when Vertex refused gets for good before the deletion could be read (`deletion_unread`), or
-    a person deleted the record before it could (`record_deleted_before_read`)."""
+    a person deleted the record before it could (`record_deleted_before_read`), or left it
+    unreadable (`record_unreadable_before_read`)."""
     from shared.deciding.preemptions import KIT_TIMEOUT_KEY
     from shared.ledger.records import evidence_marker
     from sim.invariants import read_record
@@ -648,6 +674,7 @@ def deleted_jobs_failed(world: World) -> list[Expected]:
         and not timeout_read(name, rid)
         and not deletion_unread(world, world.vertex.jobs[name])
         and not record_deleted_before_read(world, world.vertex.jobs[name])
+        and not record_unreadable_before_read(world, world.vertex.jobs[name])
     ]
 
 
@@ -683,6 +710,21 @@ def record_deleted_before_read(world: World, job: SimJob) -> bool:
         deleted_at is not None
         and deleted_at >= world.tampering.jobs_deleted_at[job.name]
         and deleted_before(world, job.request_id, deletion_took_effect(world, job))
+    )
+
+
+def record_unreadable_before_read(world: World, job: SimJob) -> bool:
+    """Whether a person last wrote the job's request record by hand, in a shape the code cannot
+    read and left so, before the code could read the job's deletion (`LAG` after it took effect):
+    nothing is decided on such a record, `ledger_corrupt` is its word (seed 4345: the record
+    written truncated 2 min after the deleted job ended, before the next reconcile pass)."""
+    from sim.invariants import left_unreadable
+
+    written_at = world.tampering.written_at.get(f"requests/{job.request_id}.json")
+    return (
+        written_at is not None
+        and written_at < deletion_took_effect(world, job) + LAG
+        and job.request_id in left_unreadable(world)
     )
 
 

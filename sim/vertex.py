@@ -236,6 +236,9 @@ class SimVertex:
         self.changeover_rng: Any = None
         self.caller: Callable[[], str] = lambda: "test"
         self.refused: list[Refused] = []
+        # Told of each refusal (its index in `refused`) as it is met: the world notes the delivery
+        # that met it (`World.refusals_cut_short`).
+        self.met_refusal: Callable[[int], None] = lambda index: None
         # The cancels the code sent that Vertex took (when, job name, the caller): the stray sweep's,
         # a move's and a deadline switch's among them.
         self.cancels: list[tuple[datetime, str, str]] = []
@@ -297,6 +300,7 @@ class SimVertex:
         now = self.clock()
         if any(r.applies(operation, location, now) for r in self.refusals):
             self.refused.append(Refused(now, operation, location, request_id, 403, self.caller(), request_wide))
+            self.met_refusal(len(self.refused) - 1)
             raise api.PermissionDenied(
                 f"Permission 'aiplatform.customJobs.{operation}' denied on resource "
                 f"'//aiplatform.googleapis.com/projects/{self.project}/locations/{location}' (or it may not exist)."

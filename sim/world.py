@@ -95,6 +95,7 @@ class Task:
     shaken: bool = False  # an irrevocable call of it succeeded: an aftershock is due (sim.faults)
     origin: str = ""  # the message it delivers (a run's redeliveries share it)
     alerts: list[tuple[tuple[Any, ...], int]] = field(default_factory=list)  # (alert, its faults before it)
+    refusals: list[tuple[int, int]] = field(default_factory=list)  # (a refusal it met, its faults by then)
     calling: str = ""  # the service of the call it waits to make (its resume makes it)
     runner: Any = None  # the greenlet
 
@@ -193,6 +194,9 @@ class World:
     # may have left unconfirmed, so that a later delivery legitimately publishes it once more.
     unconfirmed_alerts: collections.Counter[tuple[Any, ...]] = field(default_factory=collections.Counter)
     alert_origins: dict[str, str] = field(default_factory=dict)  # alert message id -> the message its task delivered
+    # Vertex's refusals (indexes in `SimVertex.refused`: two may be alike) met by a delivery that hit
+    # a fault after them: the fault may have cut it short before it said so (`sim.promises.lookups_refused`).
+    refusals_cut_short: set[int] = field(default_factory=set)
     # What each invariant read at its last check, where `sim.invariants` checks only what changed.
     checked: dict[str, Any] = field(default_factory=dict)
     # What the out-of-band actors of the permanent faults did (sim.faults): the invariants' excuses.
@@ -260,6 +264,7 @@ class World:
         self.republished: dict[tuple[str, int], list[datetime]] = {}  # sim.promises.note_republish
         self.dead_reconciles: list[datetime] = []  # reconcile deliveries that crashed: sim.budgets
         self.vertex.looked_up = functools.partial(_note_lookup, self)
+        self.vertex.met_refusal = self._note_refusal
         self.trainer.two_file_stems = self.permanent.two_file_stems
         if not self.no_faults:
             self.workload.operations += permanent.events(self.seed, self.permanent, self.workload)
@@ -413,6 +418,18 @@ class World:
             if task.faults > faults_before:
                 self.unconfirmed_alerts[key] += 1
         task.alerts = []
+
+    def _note_refusal(self, index: int) -> None:
+        task = self._current
+        if task is not None and task.faulty:
+            task.refusals.append((index, task.faults))
+
+    def _note_cut_short(self, task: Task) -> None:
+        """A delivery that hit a fault after Vertex refused one of its calls may have died (or
+        failed, and been acknowledged by a handler that reports per record, as reconcile does)
+        before it decided what the refusal owes."""
+        self.refusals_cut_short.update(index for index, faults_by_then in task.refusals if task.faults > faults_by_then)
+        task.refusals = []
 
     # Tasks: handler invocations as greenlets, resumed by the scheduler.
 
@@ -815,6 +832,7 @@ class World:
             outcome = f"nacked ({type(exc).__name__}: {str(exc)[:120]})"
         finally:
             self._count_unconfirmed_alerts(task)
+            self._note_cut_short(task)
         duplicate = acked and self.phase == "faults" and self.rng.random() < self.workload.duplicate_rate
         delivery_number = delivery.attempts + 1
         self.pubsub.settle(delivery, acked, duplicate)

@@ -9,7 +9,9 @@ import random
 from datetime import timedelta
 
 import pytest
+from google.api_core import exceptions as api
 
+from shared.adapters.vertex import parent_path
 from shared.alerts import Alert, AlertKind
 from shared.ledger.records import RequestRecord
 from shared.ledger.states import RequestStatus
@@ -163,6 +165,28 @@ def test_a_publish_a_fault_cut_short_is_counted_for_the_alert_bound(world: World
     world._count_unconfirmed_alerts(task)  # noqa: SLF001
 
     assert world.unconfirmed_alerts[invariants.alert_key(alert)] == 1
+
+
+def test_a_refusal_its_delivery_hit_a_fault_after_is_noted_cut_short(world: World) -> None:
+    """The fault may have cut the delivery short before it decided `lookup_failed` (seeds 2418,
+    3849): `sim.promises.lookups_refused` leaves such a refusal to one met again."""
+    from sim.faults import Refusal
+    from sim.world import Task
+
+    world.vertex.refusals.append(Refusal("get", "us-central1", world.clock.now(), None))
+    name = f"{parent_path(world.settings.project, 'us-central1')}/customJobs/1"
+    task = Task("reconcile", lambda: None, faulty=True, whole=True)
+    world._current = task  # noqa: SLF001 - as a delivery in flight
+    with pytest.raises(api.PermissionDenied):
+        world.vertex.get_custom_job(name=name)
+    task.faults += 1  # a 503 on the ledger read deciding its alert
+    with pytest.raises(api.PermissionDenied):
+        world.vertex.get_custom_job(name=name)  # met again, alike, and nothing went wrong after it
+    world._current = None  # noqa: SLF001
+    world._note_cut_short(task)  # noqa: SLF001 - the delivery's end
+
+    assert len(world.vertex.refused) == 2
+    assert world.refusals_cut_short == {0}
 
 
 def test_a_ledger_corrupt_alert_of_deliveries_in_flight_together_may_be_published_by_each(world: World) -> None:

@@ -475,6 +475,22 @@ def test_a_refused_replay_check_owes_no_lookup_failed_but_a_refused_claim_lookup
     ]
 
 
+def test_a_refused_lookup_only_a_delivery_cut_short_met_owes_no_lookup_failed(world: World) -> None:
+    """Seeds 2418 and 3849: the delivery that met the 403 hit a fault of ours after it (a 503 on
+    the ledger write or read deciding `lookup_failed`), and nothing met the refusal again: submit's
+    redelivery found the request cancelled (no create sent: nothing to look up), reconcile's next
+    pass read the live job from its listing. A refusal met again by a delivery that lived on owes it."""
+    world.vertex.refused.append(Refused(world.clock.now(), "list", "us-central1", "r1", 403, "submit_job"))
+    world.refusals_cut_short.add(0)
+    assert catalogue(world, AlertKind.LOOKUP_FAILED) == []
+
+    world.clock.advance(300)
+    world.vertex.refused.append(Refused(world.clock.now(), "get", "us-central1", "r1", 403, "reconcile"))
+    assert catalogue(world, AlertKind.LOOKUP_FAILED) == [
+        "no lookup_failed alert for r1: Vertex answered 403 to reconcile's get in us-central1"
+    ]
+
+
 def test_a_deletion_never_reported_is_caught(world: World) -> None:
     running = trained(world, "r1")
     world.trainer.save(running, 100, torn=False)
@@ -1079,6 +1095,32 @@ def test_a_live_job_deleted_owes_no_job_failed_once_a_person_deleted_its_record_
         return catalogue(world, AlertKind.JOB_FAILED)
 
     assert owed(-40) == []
+    late = promises.LAG.total_seconds() + 1
+    assert [e.split(":")[0] for e in owed(late)] == ["no job_failed alert for r1"]
+
+
+def test_a_deleted_job_owes_no_job_failed_if_its_record_was_made_unreadable_before_it_was_read() -> None:
+    """Seed 4345: a person deleted r1's job in the console (Vertex cancels it, and deletes it once
+    it ended), then wrote r1's ledger record truncated, 2 min after the job ended and before a
+    reconcile pass could read the NotFound that owes `job_failed`. Nothing is decided on a record
+    the code cannot read (`ledger_corrupt` is its word). A record written so once the deletion
+    could have been read (at the job's end, plus `LAG`) still owes it."""
+
+    def owed(written_after_the_end: float) -> list[str]:
+        world = World(0)
+        live = job(world, "r1", 1, "JOB_STATE_PENDING")
+        restore(world, "r1", RequestStatus.SUBMITTED, attempt_of(live, state="JOB_STATE_PENDING"))
+        faults.delete_job(world)
+        assert live.name in world.tampering.followed_when_deleted
+        world.clock.advance(360)
+        world.vertex.advance(live)  # it ends, and the deletion takes effect
+        assert live.deleted
+        world.clock.advance(written_after_the_end)
+        faults.write_document(world, document="ledger", shape="truncated")
+        assert "r1" in invariants.left_unreadable(world)
+        return catalogue(world, AlertKind.JOB_FAILED)
+
+    assert owed(121) == []
     late = promises.LAG.total_seconds() + 1
     assert [e.split(":")[0] for e in owed(late)] == ["no job_failed alert for r1"]
 
