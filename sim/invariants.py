@@ -33,6 +33,10 @@ KEPT_FOR_GOOD = ("maintenance/", "archive/", "triggers/_definitions/")
 # One per deployment, trigger or region (docs/ARCHITECTURE.md, "What the state bucket keeps"): a
 # fixed set of names, which never grows with history.
 FIXED_SET = re.compile(r"triggers/_retention\.json|triggers/[^/]+/state\.json|pacing/[^/]+/drainer\.json")
+# A region's burst document lives while its waiting line does: the hand-over that finds the line
+# empty removes it (docs/ARCHITECTURE.md, "One alert per burst"); requests that wait for good
+# (a GPU quota that never frees) keep it, as they keep their entries.
+BURST = re.compile(r"pacing/[^/]+/burst\.json")
 # Pacing slots are deleted by a lifecycle rule a day after they are written (terraform/storage.tf).
 SLOTS_PREFIX = "pacing/slots/"
 SLOT_LIFETIME = timedelta(days=2)
@@ -879,9 +883,16 @@ def bounded_state(world: World) -> list[Violation]:
     state_objects = world.storage.objects(world.settings.state_bucket)
     undecided = windows_kept_until_repaired(world)
     live_ids = {job.name.rsplit("/", 1)[-1] for job in world.vertex.jobs.values() if job.live}
+    waited_in = {
+        name.split("/")[1]
+        for name, obj in state_objects.items()
+        if name.startswith("pacing/") and "/waiting/" in name and _request_of(name, obj.data) in unfinished
+    }
     for name, obj in sorted(state_objects.items()):
         if name.startswith(KEPT_FOR_GOOD) or FIXED_SET.fullmatch(name) or _request_of(name, obj.data) in unfinished:
             continue
+        if BURST.fullmatch(name) and name.split("/")[1] in waited_in:
+            continue  # its burst ends when its line is empty: someone unfinished still waits in it
         if _window_of(name) in undecided:
             continue
         if name.startswith(SLOTS_PREFIX) and now - obj.time_created < SLOT_LIFETIME:

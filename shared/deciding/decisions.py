@@ -262,6 +262,10 @@ def _decide(
     if attempt.job != observation.about_job:
         return Decision(record, effects)  # a stray second job of the attempt: not the one it runs
     job = observation.job
+    if job is not None and job.is_terminal and attempt.outcome is not None:
+        # Settled without a conclusion: a cancel ended it while its job's end was recorded but not
+        # yet decided (seed 2369). A stop at the timeout, read now, is no preemption either.
+        _ended_at_timeout(record, attempt, job, policy)
     if observation.kit is not None and note_kit_line(record, attempt, observation.kit, now, effects):
         note_progress(attempt, observation.kit.total_steps, observation.kit.steps_per_second)
     fresh = job is not None and _is_fresh(attempt, job)
@@ -412,14 +416,7 @@ def _conclude(
     if succeeded and last_run_unfinished(record, attempt.n) and not _settled(job, now, policy.kit_lines_settle_seconds):
         return f"job {job.name} succeeded; waiting for its last run's kit lines (run_finished or preempted)"
     incomplete = succeeded and preempted_in_last_run(record, attempt.n)
-    # Once seen, a timeout stays one: a job deleted while its end waits reads NOT_FOUND after.
-    timeout = timed_out(job, job_timeout_seconds(record.request.get("custom_job") or {})) or (
-        evidence_marker(KIT_TIMEOUT_KEY, attempt.n) in record.markers
-    )
-    if timeout and not classify_failure(job, policy.patterns).capacity:
-        # Vertex stops a job at its timeout as it stops a preempted one: the kit's `preempted` line
-        # of that stop is no preemption, however the attempt ends (a wait for late lines, a cancel).
-        discount_timeout_stop(record, attempt)
+    timeout = _ended_at_timeout(record, attempt, job, policy)
     # Nothing committed yet: the kit's lines may still be on their way, even its first (a job's
     # lines arrive in any order), so a job without the kit fails only once they settled too.
     kit_late = timeout and not made_progress(attempt)
@@ -478,6 +475,19 @@ def _conclude(
         else:
             _fail(record, attempt, cause, now, effects)
     return None
+
+
+def _ended_at_timeout(record: RequestRecord, attempt: Attempt, job: JobSnapshot, policy: DecisionPolicy) -> bool:
+    """Whether the attempt's ended job ran into its timeout. Once seen, a timeout stays one: a job
+    deleted while its end waits reads NOT_FOUND after. Vertex stops a job at its timeout as it stops
+    a preempted one: the kit's `preempted` line of that stop is no preemption, however the attempt
+    ends (a wait for late lines, a cancel, one that settled it before its end was decided)."""
+    timeout = timed_out(job, job_timeout_seconds(record.request.get("custom_job") or {})) or (
+        evidence_marker(KIT_TIMEOUT_KEY, attempt.n) in record.markers
+    )
+    if timeout and not classify_failure(job, policy.patterns).capacity:
+        discount_timeout_stop(record, attempt)
+    return timeout
 
 
 def _settled(job: JobSnapshot, now: datetime, seconds: float) -> bool:

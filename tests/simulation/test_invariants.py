@@ -339,6 +339,22 @@ def test_the_note_of_a_record_less_stray_still_live_is_not_a_leak(world: World) 
     assert leak.detail.startswith("1 rejections object(s)")
 
 
+def test_a_burst_document_is_kept_while_its_line_waits(world: World) -> None:
+    """Seeds 2605, 3908, 5945: GPU requests wait for good behind a full GPU quota, and their line
+    never empties; its burst document ends only when a hand-over finds the line empty
+    (docs/ARCHITECTURE.md, "One alert per burst"). It is a leak once no one waits in its line."""
+    bucket = world.storage.client().bucket(world.settings.state_bucket)
+    bucket.blob("pacing/us-central1/burst.json").upload_from_string(b'{"alerted": true}')
+    record(world, "r1", RequestStatus.CLAIMED, attempt(1))
+    bucket.blob("pacing/us-central1/waiting/1000000~r1~1").upload_from_string(b"")
+    assert invariants.bounded_state(world) == []
+
+    bucket.blob("pacing/europe-west4/burst.json").upload_from_string(b'{"alerted": true}')  # no one waits there
+    bucket.blob("pacing/us-central1/waiting/1000000~r1~1").delete()
+    details = [v.detail for v in invariants.bounded_state(world)]
+    assert details == ["2 pacing object(s) left after retention, e.g. pacing/europe-west4/burst.json"]
+
+
 def test_a_trigger_whose_state_a_person_left_unreadable_keeps_only_its_undecided_windows(world: World) -> None:
     # Seed 237: a hand-written trigger state stopped every later window from closing, as
     # docs/operations.md says (`trigger_corrupt`: none is decided until it is repaired); those

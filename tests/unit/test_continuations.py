@@ -195,6 +195,38 @@ def test_a_cancel_settled_while_a_timeout_waits_ends_the_attempt_when_vertex_end
     assert parse_iso(ended_at) == parse_iso(snapshot.end_time or "")
 
 
+def test_a_timeout_read_after_a_cancel_settled_its_attempt_counts_no_preemption() -> None:
+    # Seed 2369: reconcile found the job of a claim whose create's answer was lost, ended at its
+    # timeout, and recorded it with the kit's kept lines; its instance died before deciding the end.
+    # A cancel then settled the attempt (its job ended), so the end was never concluded, and the next
+    # read counted the kit's `preempted` line of the stop at the timeout (and a fleet fact).
+    from shared.deciding.preemptions import kit_runs, unconfirmed_kit_preemptions
+    from shared.fleet.observations import Kind, Reading, observations_of
+    from shared.ledger.claims import record_job
+
+    snapshot = ended(ran=60)
+    unrecorded = Attempt(1, "us-central1", "SPOT", claimed_at=at(0), create_sent_at=at(0))
+    record = record_job(
+        record_of(unrecorded, max_attempts=3),
+        n=1,
+        job_name=JOB1,
+        state=snapshot.state,
+        created_at=snapshot.create_time,
+        started_at=snapshot.start_time,
+        ended_at=snapshot.end_time,
+    )
+    assert record is not None
+    record.mark(evidence_marker(KIT_RUN_KEY, 1, "0"))  # the kit's lines kept while the job was not indexed
+    record.mark(evidence_marker(KIT_PREEMPTED_KEY, 1, "0"))
+    note_intent(record, CancelIntent(by="operator", at=iso(NOW)), NOW)
+    assert record.status == RequestStatus.CANCELLED and record.attempts[0].outcome == AttemptOutcome.CANCELLED
+
+    decided = observe(record, snapshot).record
+    assert decided.attempts[0].preemptions == 0
+    reading = Reading(runs_started=kit_runs, unconfirmed_preemptions=unconfirmed_kit_preemptions)
+    assert not [fact for fact in observations_of(decided, reading) if fact.kind is Kind.PREEMPT]
+
+
 def test_an_expired_job_after_progress_continues_too() -> None:
     decision = observe(record_of(attempt(1)), ended(JobState.EXPIRED, error=None))
     assert decision.record.requeue is not None and decision.record.requeue.reason == "timeout"
