@@ -134,8 +134,10 @@ def leave_line_unlooked(record: RequestRecord, attempt: Attempt, log: Logger, po
     taken over, the look-up refused: a permission, a region) leaves the line: every hand-over would
     go to it and meet the same refusal, and the attempts behind it would wait for good (seed 1617).
     Out of line, reconcile settles its claim as any stale one: it looks it up every pass, and
-    re-publishes it (back in line) only once the look-up finds no job."""
-    if not pacing_on(ports) or not attempt.waiting_since:
+    re-publishes it (back in line) only once the look-up finds no job. Its entry decides, not its
+    record: a delivery that died between writing the entry and noting the wait left one whose
+    record never said it waited (seed 1874)."""
+    if not pacing_on(ports):
         return
     pacer = pacer_for(ports)
     entry = waiting_entry(attempt.location, priority_of(record), record.request_id, attempt.n)

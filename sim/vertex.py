@@ -218,6 +218,10 @@ class SimVertex:
         self.fate: Callable[[SimJob], None] = lambda job: None
         # How long a job stays QUEUED from its create, in seconds (the `queued_hold` assumption).
         self.queued_hold: Callable[[SimJob], float] = lambda job: 0.0
+        # Per request, the seconds its jobs were held QUEUED so far (one after another), and the most
+        # of any request: the world's liveness bound gives them on top (`World._phase_quiet`).
+        self.held_queued: dict[str, float] = collections.defaultdict(float)
+        self.longest_held_queued = 0.0
         self.restart_state = RESTART_STATES[0]  # the state of a restart's wait (an assumption)
         # When a FLEX_START job's capacity comes, in seconds after its wait begins (None: never).
         self.flex_wait: Callable[[SimJob], float | None] = lambda job: 0.0
@@ -575,7 +579,10 @@ class SimVertex:
     def _held_queued(self, job: SimJob) -> bool:
         """Whether `job` stays QUEUED for now: until its hold from its create has passed."""
         if job.queued_until is None:
-            job.queued_until = job.create_time + timedelta(seconds=self.queued_hold(job))
+            hold = self.queued_hold(job)
+            job.queued_until = job.create_time + timedelta(seconds=hold)
+            self.held_queued[job.request_id] += hold
+            self.longest_held_queued = max(self.longest_held_queued, self.held_queued[job.request_id])
         if self.clock() >= job.queued_until:
             return False
         job.next_change = job.queued_until

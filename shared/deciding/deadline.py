@@ -152,6 +152,10 @@ class Situation:
     # safety net fires that much earlier, so a decision made late by it is still in time.
     review_seconds: float
     spot_available: bool | None = None  # whether Spot could start now, when known
+    # A Spot job not yet running, counted on Spot for its changeover: how late its wait may be seen
+    # should the changeover end without capacity (in production a reconcile interval: a job waiting
+    # for capacity writes no line; the model's ticks see it at once).
+    wait_seen_within_seconds: float = 0.0
     spot_outlook: SpotOutlook | None = None  # the fleet's estimate of Spot where it waits, when known
 
 
@@ -196,13 +200,17 @@ def decide_deadline(situation: Situation, rule: Rule = Rule.SPOTJOBS) -> Deadlin
         # A Spot run started with less than 2d of slack (a request submitted late, a pending Spot
         # job that got capacity at the last moment) could be preempted after the point where
         # on-demand still fits: slack minus the changeover it still has to pay stays the same all
-        # through the changeover, so when it is negative, leave now.
+        # through the changeover, so when it is negative, leave now. A job not yet running may
+        # turn out to be waiting when its changeover ends, seen only that much later: keep it too.
         spot_changeover_left = max(0.0, d - (s.now - s.placed_at).total_seconds())
-        if slack - spot_changeover_left < 0:
+        if slack - spot_changeover_left < s.wait_seen_within_seconds:
+            unseen = (
+                f", its wait seen up to {s.wait_seen_within_seconds:.0f} s late" if s.wait_seen_within_seconds else ""
+            )
             return decision(
                 Action.SWITCH_TO_ON_DEMAND,
                 f"safety net: Spot started with too little slack ({slack:.0f} s, changeover left "
-                f"{spot_changeover_left:.0f} s)",
+                f"{spot_changeover_left:.0f} s{unseen})",
             )
         return decision(Action.STAY, "exploitation: on Spot, stay until preempted")
     net = safety_net_seconds(s)

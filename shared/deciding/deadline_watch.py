@@ -44,7 +44,9 @@ attempt n+1 on SPOT.
 
 A Spot job queued or pending for less than one changeover since it was asked for is counted as
 on Spot within its changeover (the model's first d seconds of a new instance: Vertex queues and
-provisions a job for minutes even when capacity is there); past that it is waiting for Spot.
+provisions a job for minutes even when capacity is there); past that it is waiting for Spot,
+which no line says: only the next reconcile pass sees it, so such a job stays on Spot only with a
+reconcile interval of slack beyond its changeover (`wait_seen_within_seconds`, seed 5002).
 """
 
 from __future__ import annotations
@@ -126,7 +128,7 @@ def deadline_situation(
     if changeover is None:
         own = changeover_estimate(_changeovers(record, latest.location), prior_seconds)
         changeover = max(own, fleet_changeover(record, latest.location) or 0.0)
-    placement, placed_at = _placement(record, latest, running, float(changeover), now)
+    placement, placed_at, capacity_unseen = _placement(record, latest, running, float(changeover), now)
     return Situation(
         now=now,
         deadline=parse_iso(request["deadline"]),
@@ -141,6 +143,7 @@ def deadline_situation(
         placed_at=min(now, placed_at),
         changeover_seconds=float(changeover),
         review_seconds=review_seconds + checkpoint_interval(record, checkpoint_prior_seconds),
+        wait_seen_within_seconds=review_seconds if capacity_unseen else 0.0,  # by the next pass
         spot_available=False if (until := no_spot_capacity_until(record)) and now < until else None,
         spot_outlook=SpotOutlook.from_json(latest.spot_outlook) if latest.strategy == SPOT else None,
     )
@@ -391,22 +394,25 @@ def _step_seconds(record: RequestRecord, *, on_demand: bool) -> float | None:
 
 def _placement(
     record: RequestRecord, latest: Attempt, running: bool, changeover: float, now: datetime
-) -> tuple[Placement, datetime]:
+) -> tuple[Placement, datetime, bool]:
+    """Where the latest attempt is, since when, and whether it is a Spot job counted on Spot for
+    its changeover whose capacity no one has seen yet (its wait, should it get none, is seen
+    only by a reconcile pass: no line says it)."""
     asked = parse_iso(latest.created_at or latest.claimed_at)
     if latest.strategy != SPOT:
-        return Placement.ON_DEMAND, asked  # its changeover runs from the ask, queueing included
+        return Placement.ON_DEMAND, asked, False  # its changeover runs from the ask, queueing included
     if (running or latest.state == JobState.RUNNING) and not preempted_in_last_run(record, latest.n):
         # The Spot run's changeover counts from when it got capacity (later is the cautious choice).
-        return Placement.ON_SPOT, parse_iso(latest.started_at or latest.state_changed_at or iso(asked))
+        return Placement.ON_SPOT, parse_iso(latest.started_at or latest.state_changed_at or iso(asked)), False
     if latest.preemptions == 0 and (now - asked).total_seconds() < changeover:
         # A new Spot job is queued and provisioned for a while even when capacity is there: that
         # is its changeover (the model's first d seconds of an instance), not a wait for Spot.
-        return Placement.ON_SPOT, asked
+        return Placement.ON_SPOT, asked, True
     # A wait after a run began when the run ended, QUEUED then PENDING one wait (`wait_began_at`; a
     # record written before it has its current state's start), as `consider_move` counts it: the
     # rule holds a wait a few changeovers for a move (`MOVE_HOLD_CHANGEOVERS`) from there.
     waiting_since = (latest.wait_began_at or latest.state_changed_at) if latest.started_at else None
-    return Placement.WAITING_FOR_SPOT, parse_iso(waiting_since) if waiting_since else asked
+    return Placement.WAITING_FOR_SPOT, parse_iso(waiting_since) if waiting_since else asked, False
 
 
 def fleet_changeover(record: RequestRecord, location: str) -> float | None:

@@ -22,6 +22,7 @@ import pytest
 from google.api_core import exceptions as api
 from google.cloud.aiplatform_v1 import CustomJob
 
+import shared.paced_submit as paced_submit_module
 import shared.submit as submit_module
 from devstack.vertex.quotas import SUBMISSIONS, SlidingWindow, quota_exceeded
 from shared.alerts import Alert
@@ -735,6 +736,46 @@ def test_a_head_whose_lookup_vertex_refuses_for_good_leaves_the_line_to_the_othe
         "burst-001": 1,
         "burst-002": 1,
     }
+    assert not line.pacer.waiting(LOCATION)
+    assert [(a.kind, a.request_id) for a in line.alerts if a.kind == "lookup_failed"] == [
+        ("lookup_failed", "burst-000")
+    ]
+
+
+def test_a_head_that_died_before_noting_its_wait_and_cannot_be_looked_up_leaves_the_line_to_the_others(
+    line: Line, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seed 1874 (at 1c5db56): the head's first delivery wrote its entry and died before its
+    record noted the wait, so its record never said it waited; Vertex then refused
+    `customJobs.list` in the region for good. Every take-over of the head looked its job up (no
+    noted wait: a create may have gone) and met the refusal, every hand-over went to it, and the
+    attempt behind it waited 13 h with no alert naming it (reconcile leaves a waiting attempt to
+    the line)."""
+    with drainer_held(line):
+        crash_once(monkeypatch, paced_submit_module, "hold_for_quota")
+        with pytest.raises(Crash):
+            line.deliver(envelope("burst-000"), "m-burst-000")
+        for request_id, body in burst(3)[1:]:
+            line.deliver(body, f"m-{request_id}")
+    assert line.ledger.get("burst-000").attempt(1).waiting_since is None
+    assert [entry.request_id for entry in line.pacer.waiting(LOCATION)] == ["burst-000", "burst-001", "burst-002"]
+
+    def lease_ran_out(current: Any) -> Any:
+        current.attempt(1).claimed_at = iso(datetime.now(UTC) - timedelta(seconds=PACED.claim_lease_seconds))
+        return current
+
+    line.ledger.update("burst-000", lease_ran_out)
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise api.PermissionDenied("403 Permission 'aiplatform.customJobs.list' denied")
+
+    monkeypatch.setattr(line.vertex, "list_custom_jobs", refused)
+    for _ in range(3):  # reconcile restarts the line each pass
+        run_reconcile(line.ports, Logger(stream=line.log_stream))
+        with contextlib.suppress(AssertionError):
+            line.pump(seconds=1)
+
+    assert {rid: len(jobs) for rid, jobs in line.jobs_by_request().items()} == {"burst-001": 1, "burst-002": 1}
     assert not line.pacer.waiting(LOCATION)
     assert [(a.kind, a.request_id) for a in line.alerts if a.kind == "lookup_failed"] == [
         ("lookup_failed", "burst-000")

@@ -42,12 +42,32 @@ def situation(record, **kwargs):
 
 
 def test_a_spot_job_queued_within_its_changeover_is_on_spot_and_waits_after_it() -> None:
-    record = make_record(request=deadline(100))
+    record = make_record(request=deadline(CHANGEOVER / 2 + REVIEW))  # its wait, seen a pass late, still fits
     record.created_at = record.attempts[0].created_at = iso(NOW - timedelta(seconds=CHANGEOVER / 2))
     assert situation(record).placement is Placement.ON_SPOT
     assert decide(record, Observation(1, job(JobState.QUEUED)), POLICY, NOW).record.attempts[0].outcome is None
     record.attempts[0].created_at = iso(NOW - timedelta(seconds=2 * CHANGEOVER))
     assert situation(record).placement is Placement.WAITING_FOR_SPOT
+
+
+def test_a_late_requests_spot_job_not_yet_running_leaves_unless_its_wait_would_be_seen_in_time() -> None:
+    """Seed 5002 (at 1c5db56): r2-deadline's first Spot job, on Spot within its changeover, had
+    248 s of slack beyond the changeover it still had to pay, under the safety net. It got no
+    capacity: at its changeover's end it became a wait, which no line says, and the rule stayed
+    until a reconcile pass saw it (up to an interval later), when on-demand no longer fit. A Spot
+    job not yet running stays only with a reconcile interval of slack beyond its changeover."""
+    half = CHANGEOVER / 2
+
+    def decided(slack: float, state: str) -> AttemptOutcome | None:
+        record = make_record(request=deadline(slack), state=state)
+        record.created_at = record.attempts[0].created_at = iso(NOW - timedelta(seconds=half))
+        if state == JobState.RUNNING:
+            record.attempts[0].started_at = record.attempts[0].created_at
+        return decide(record, Observation(1, job(state)), POLICY, NOW).record.attempts[0].outcome
+
+    assert decided(half + REVIEW - 1, JobState.QUEUED) is AttemptOutcome.SWITCHED_TO_ON_DEMAND
+    assert decided(half + REVIEW, JobState.QUEUED) is None  # the pass after its changeover still fits
+    assert decided(half + REVIEW - 1, JobState.RUNNING) is None  # capacity seen: exploitation
 
 
 def test_a_wait_after_a_run_counts_from_the_attempts_last_change_of_state() -> None:
@@ -187,7 +207,7 @@ def test_back_to_spot_waits_where_the_fleet_says_spot_has_no_capacity_now() -> N
         assert back.record.attempts[1].outcome is AttemptOutcome.SWITCHED_TO_SPOT
     # A job on Spot within its changeover stays without asking anything.
     quiet = Fleet(capacity=True)
-    record = make_record(request=deadline(100))
+    record = make_record(request=deadline(CHANGEOVER / 2 + REVIEW))
     record.created_at = record.attempts[0].created_at = iso(NOW - timedelta(seconds=CHANGEOVER / 2))
     assert decide(record, Observation(1, job(JobState.QUEUED)), POLICY, NOW, fleet=quiet).record.requeue is None
     assert quiet.asked == []
