@@ -870,7 +870,12 @@ def preemptions_told_within_reclaimed_vms(world: World) -> list[Violation]:
         told: dict[int, int] = {}
         for message in world.pubsub.on(topic.rsplit("/", 1)[-1]):
             body = message.json()
-            if isinstance(body, dict) and body.get("kind") == NoticeKind.PREEMPTED:
+            # A resubmitted request names its original's topic: only this request's notices.
+            if (
+                isinstance(body, dict)
+                and body.get("kind") == NoticeKind.PREEMPTED
+                and body.get("request_id") == record.request_id
+            ):
                 attempt = int(body.get("attempt") or 0)
                 told[attempt] = max(told.get(attempt, 0), int(body.get("preemptions") or 0))
         for n, preemptions in sorted(told.items()):
