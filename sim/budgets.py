@@ -10,7 +10,10 @@ The promises (docs/requests.md, "A budget"):
   overshoot (the job's price for `OVERSHOOT_INTERVALS` reconcile intervals, plus `LAG` for the
   cancel and a delivery the world delayed), widened by the ticks of one run lock's lease for every
   reconcile pass that died while the request ran (`dead_pass_seconds`). That the alert comes once (plus once per publish a
-  fault left unconfirmed) is `alerts_not_per_redelivery`'s, as for every alert.
+  fault left unconfirmed) is `alerts_not_per_redelivery`'s, as for every alert;
+- `billed_as_vertex_ran` (`QUIESCENCE`, docs/requests.md, "What a request costs"): `spotjobs
+  report`'s bill of every finished request, with or without a budget, is what the simulated Vertex
+  ran of its attempts' jobs (their own start and end, machines, replicas and strategy), to the cent.
 
 A request its budget stopped is cancelled as an operator's cancel is (`stopped`): the promises
 that excuse those (a job that fails or is preempted while it is cancelled alerts nothing) excuse it.
@@ -128,4 +131,46 @@ def budgets_held(world: World) -> list[Violation]:
     return out
 
 
-QUIESCENCE: list[Callable[[World], list[Violation]]] = [budgets_held]
+def vertex_bill(world: World, record: Any) -> float | None:
+    """What the simulated Vertex ran of `record`'s attempts, as docs/requests.md prices it: each
+    attempt's job from its start to its end (to now while it runs) x the price of every replica of
+    every pool of the CustomJob as created (the machine it ran on), Spot or on demand as it was
+    scheduled. None when a job is priced nowhere, or deleted (its end is unknown to anyone)."""
+    from shared.requests.pricing import layout_hourly
+
+    total = 0.0
+    for attempt in record.attempts:
+        job = world.vertex.jobs.get(attempt.job or "")
+        if job is None or job.start_time is None:
+            continue
+        prices = layout_hourly({"custom_job": job.request}, job.location)
+        if prices is None or job.deleted:
+            return None
+        ran = ((job.end_time or world.clock.now()) - job.start_time).total_seconds()
+        total += (prices[0] if job.spot else prices[1]) * ran / 3600
+    return total
+
+
+def billed_as_vertex_ran(world: World) -> list[Violation]:
+    """`spotjobs report`'s bill (the same arithmetic as `spotjobs status`, over the records as the
+    ledger shows them) of every finished request is what Vertex ran (`vertex_bill`), to the cent."""
+    from sim.invariants import records, violation
+    from spotjobs.reporting.bill import bill
+
+    finished = [r for r in records(world) if r.is_terminal]
+    rows = bill([r.to_json() for r in finished], world.clock.now())["requests"]
+    out = []
+    for record, row in zip(finished, rows, strict=True):
+        truth = vertex_bill(world, record)
+        if truth is None or row["spent_usd"] is None or abs(row["spent_usd"] - truth) < 0.01:
+            continue
+        out.append(
+            violation(
+                "billed_as_vertex_ran",
+                f"{record.request_id} is billed ${row['spent_usd']:.4f}; Vertex ran its jobs for ${truth:.4f}",
+            )
+        )
+    return out
+
+
+QUIESCENCE: list[Callable[[World], list[Violation]]] = [budgets_held, billed_as_vertex_ran]
