@@ -1,6 +1,10 @@
 """Budgets in the simulated world (issue 46): some plain GPU envelope requests carry a
 `max_cost_usd` (`with_budget`, drawn from a generator of their own so every other draw of a seed
 stays where it was), small enough that some are stopped at it and large enough that others finish.
+Some GPU requests with a deadline or a fallback carry one too (`with_work_budgets`, the review of
+2026-12-07): a deadline's sized to its declared work on Spot, so the deadline rule's switch to
+on-demand is planned against it (`budget_refuses`) and the stop may land during a hand-over, and
+a fallback's attempts are billed on demand.
 
 The promises (docs/requests.md, "A budget"):
 
@@ -34,6 +38,7 @@ from shared.alerts import AlertKind
 
 if TYPE_CHECKING:
     from sim.promises import Expected
+    from sim.workload import Workload
     from sim.world import Violation, World
 
 SHARE = 0.5  # of plain GPU envelope requests with a budget
@@ -49,6 +54,42 @@ def with_budget(body: dict[str, Any], request_id: str, at: datetime) -> None:
     rng = random.Random(f"budget:{request_id}:{at.isoformat()}")
     if rng.random() < SHARE:
         body["max_cost_usd"] = rng.choice(BUDGETS_USD)
+
+
+WORK_BUDGET_FACTORS = (1.5, 3.0, 8.0)  # x the declared work on Spot: on demand is 2 to 6 times Spot
+
+
+def with_work_budgets(workload: Workload) -> Workload:
+    """Give half the GPU requests with a deadline a budget of `WORK_BUDGET_FACTORS` times their
+    declared work's Spot price at the cheapest of their locations (a budget that cannot pay for it
+    on Spot is refused at submit, which `shared.requests.budget`'s tests judge), and half those with
+    a fallback one of `BUDGETS_USD`. A generator per request: its publisher's retry carries the
+    same body, and every other draw of the seed stays."""
+    import json
+
+    from shared.requests.pricing import layout_hourly
+
+    for arrival in workload.arrivals:
+        words = arrival.label.split()
+        kind = words[2] if words[:2] == ["retry", "of"] else words[0]
+        if arrival.topic != "job_requests_topic" or arrival.own is not None or kind not in ("deadline", "fallback"):
+            continue
+        body = json.loads(arrival.data)
+        pools = body["custom_job"]["jobSpec"]["workerPoolSpecs"]
+        rng = random.Random(f"{workload.seed_text}:work-budget:{body['request_id']}")
+        if not pools[0]["machineSpec"].get("acceleratorCount") or rng.random() >= SHARE:
+            continue
+        if kind == "fallback":
+            body["max_cost_usd"] = rng.choice(BUDGETS_USD)
+        else:
+            hours = body["total_steps"] * body["expected_step_seconds"] / 3600
+            locations = body.get("locations") or [body.get("location") or workload.settings.location]
+            spot = [p[0] for loc in locations if (p := layout_hourly(body, loc)) is not None]
+            if not spot:
+                continue
+            body["max_cost_usd"] = max(0.01, round(min(spot) * hours * rng.choice(WORK_BUDGET_FACTORS), 2))
+        arrival.data = json.dumps(body, separators=(",", ":")).encode()
+    return workload
 
 
 def stopped(world: World) -> set[str]:

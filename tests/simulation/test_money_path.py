@@ -4,6 +4,7 @@ each invariant catches a planted violation and passes the truth beside it."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -78,3 +79,34 @@ def test_a_bill_other_than_what_vertex_ran_is_caught(world: World) -> None:
     ran_on_a100("r3", None)  # billed on the request's own H100s, as the report read a record before 2026-12-07
     [caught] = billed_as_vertex_ran(world)
     assert caught.detail == "r3 is billed $37.9580; Vertex ran its jobs for $44.1527"
+
+
+def test_budgets_beside_deadlines_and_fallbacks_leave_every_other_draw_as_it_was() -> None:
+    from sim.budgets import WORK_BUDGET_FACTORS, with_work_budgets
+    from sim.workload import Workload
+
+    def cost_on_spot(body: dict[str, Any]) -> float:
+        from shared.requests.pricing import layout_hourly
+
+        hours = body["total_steps"] * body["expected_step_seconds"] / 3600
+        locations = body.get("locations") or [body.get("location") or "us-central1"]
+        return min(p[0] for loc in locations if (p := layout_hourly(body, loc)) is not None) * hours
+
+    budgeted: dict[str, int] = {"deadline": 0, "fallback": 0}
+    for seed in range(20):
+        workload: Workload = World(seed).workload
+        sent = [json.loads(a.data) for a in workload.arrivals if a.topic == "job_requests_topic"]
+        for arrival in workload.arrivals:
+            kind = arrival.label.removeprefix("retry of ").split()[0]
+            if kind not in budgeted or b'"max_cost_usd"' not in arrival.data:
+                continue
+            budgeted[kind] += 1
+            body = json.loads(arrival.data)
+            if kind == "deadline":  # sized to its work: payable on Spot, on demand only at the larger factors
+                factor = body["max_cost_usd"] / cost_on_spot(body)
+                assert min(WORK_BUDGET_FACTORS) - 0.1 < factor < max(WORK_BUDGET_FACTORS) + 0.1
+            del body["max_cost_usd"]
+            arrival.data = json.dumps(body, separators=(",", ":")).encode()
+        with_work_budgets(workload)  # drawn again: the same budgets, nothing else touched
+        assert [json.loads(a.data) for a in workload.arrivals if a.topic == "job_requests_topic"] == sent
+    assert budgeted["deadline"] and budgeted["fallback"]
