@@ -366,6 +366,7 @@ def _track_state(record: RequestRecord, attempt: Attempt, job: JobSnapshot, owns
     if job.start_time and not attempt.started_at:
         attempt.started_at = job.start_time
     _track_wait(attempt, job, was)
+    _track_rewait(attempt, job)
     started = job.state == JobState.RUNNING
     if owns_status and started and record.status == RequestStatus.SUBMITTED:
         record.status = RequestStatus.RUNNING
@@ -392,6 +393,25 @@ def _track_wait(attempt: Attempt, job: JobSnapshot, was: str | None) -> None:
         # The run ended at the current state's start when a read saw that change, else by Vertex's last update.
         since_change = attempt.state_changed_at and parse_iso(attempt.state_changed_at) > parse_iso(job.start_time)
         attempt.wait_began_at = attempt.state_changed_at if since_change else (job.update_time or job.start_time)
+
+
+def _track_rewait(attempt: Attempt, job: JobSnapshot) -> None:
+    """A wait after the job had run (QUEUED or PENDING once it started: a Spot restart waiting for
+    a machine) runs no machine, and Vertex bills none: each one a read saw end is added to
+    `Attempt.rewaited_seconds`, from the update time of its latest waiting read (a later one may
+    follow a run no read saw) to that of the state that ended it, or the job's end time."""
+    if job.state in WAITING_STATES:
+        since = attempt.rewait_since
+        if attempt.started_at and job.update_time and (since is None or parse_iso(job.update_time) > parse_iso(since)):
+            attempt.rewait_since = job.update_time
+        return
+    if attempt.rewait_since is None:
+        return
+    ended = job.end_time if job.is_terminal and job.end_time else job.update_time
+    if ended:
+        waited = (parse_iso(ended) - parse_iso(attempt.rewait_since)).total_seconds()
+        attempt.rewaited_seconds += max(0.0, waited)
+    attempt.rewait_since = None
 
 
 def _conclude(

@@ -1,6 +1,8 @@
 """What a request has spent: each attempt's run time, from Vertex's own start and end of its
 CustomJob (`startTime`, `endTime`, kept as `Attempt.started_at` / `ended_at`; a Spot job's restarts
-inside one CustomJob are within that span), times the hourly price of every replica of every
+inside one CustomJob are within that span, less the waits for a machine after a preemption that
+reads at Vertex saw, QUEUED or PENDING once it ran, when no VM runs and none is billed:
+`Attempt.rewaited_seconds`; a wait no read saw stays in), times the hourly price of every replica of every
 worker pool where the attempt ran (`shared.requests.pricing.layout_hourly`), on the attempt's
 capacity: Spot at the Spot price, anything else at the on-demand price (FLEX_START's discount is
 not in the table: an upper bound). The saving is against the same run time on demand.
@@ -65,13 +67,17 @@ class Spend:
 
 def run_seconds(attempt: Attempt, now: datetime) -> float:
     """Seconds Vertex ran the attempt's job: from its startTime to its endTime, or to `now` while
-    it runs; 0 before it started."""
+    it runs; 0 before it started. Less its waits after a run that reads saw (a Spot restart waiting
+    for a machine: `Attempt.rewaited_seconds`, and the one it waits in now)."""
     if not attempt.started_at:
         return 0.0
     end = attempt.ended_at
     if end is None and attempt.state in JobState.TERMINAL:
         end = attempt.state_changed_at  # ended, and no end time read: Vertex's last update
-    seconds = ((parse_iso(end) if end else now) - parse_iso(attempt.started_at)).total_seconds()
+    until = parse_iso(end) if end else now
+    seconds = (until - parse_iso(attempt.started_at)).total_seconds() - attempt.rewaited_seconds
+    if attempt.rewait_since:
+        seconds -= max(0.0, (until - parse_iso(attempt.rewait_since)).total_seconds())
     return max(0.0, seconds)
 
 

@@ -56,16 +56,20 @@ def bill(records: Iterable[Mapping[str, Any]], now: datetime, team_label: str = 
 def _attempt(data: Mapping[str, Any]) -> Attempt:
     """What the spend reads of an attempt as the ledger shows it (any record a report is given,
     older layouts and the demo's included)."""
-    # The times, and the capacity alternative it ran on (None: the request's own machine).
+    # The times, its waits after a run, and the capacity alternative it ran on (None: the request's own machine).
     read = {
         key: str(data[key]) if data.get(key) else None
-        for key in ("started_at", "ended_at", "state", "state_changed_at", "machine")
+        for key in ("started_at", "ended_at", "state", "state_changed_at", "rewait_since", "machine")
     }
+    rewaited = data.get("rewaited_seconds")
     return Attempt(
         int(data.get("n") or 0),
         str(data.get("location") or "?"),
         str(data.get("strategy") or "SPOT"),
         claimed_at=str(data.get("claimed_at") or ""),
+        rewaited_seconds=float(rewaited)
+        if isinstance(rewaited, (int, float)) and not isinstance(rewaited, bool)
+        else 0.0,
         **read,
     )
 

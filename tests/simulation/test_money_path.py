@@ -110,3 +110,38 @@ def test_budgets_beside_deadlines_and_fallbacks_leave_every_other_draw_as_it_was
         with_work_budgets(workload)  # drawn again: the same budgets, nothing else touched
         assert [json.loads(a.data) for a in workload.arrivals if a.topic == "job_requests_topic"] == sent
     assert budgeted["deadline"] and budgeted["fallback"]
+
+
+def test_a_bill_that_leaves_out_more_than_the_waits_after_a_preemption_is_caught(world: World) -> None:
+    from datetime import timedelta
+
+    from shared.clock import iso
+    from shared.ledger.records import Attempt, RequestRecord
+    from shared.ledger.store import LedgerStore
+    from sim.budgets import billed_as_vertex_ran
+
+    now = world.clock.now()
+    a100 = {"jobSpec": {"workerPoolSpecs": [{"machineSpec": {"machineType": "a2-highgpu-1g"}, "replicaCount": 1}]}}
+
+    def waited_half_an_hour(request_id: str, rewaited_seconds: float) -> None:
+        """Two hours from its start to its end, half an hour of it waiting for a machine after a
+        preemption; its record leaves `rewaited_seconds` out of its run time."""
+        ran = job(world, request_id, 1, state="JOB_STATE_SUCCEEDED")
+        ran.request["jobSpec"]["workerPoolSpecs"] = a100["jobSpec"]["workerPoolSpecs"]
+        ran.start_time, ran.end_time = now - timedelta(hours=2), now
+        ran.restart_waits = [(now - timedelta(hours=1), now - timedelta(minutes=30))]
+        attempt = Attempt(1, "us-central1", "SPOT", claimed_at=iso(now), job=ran.name)
+        attempt.state, attempt.started_at, attempt.ended_at = ran.state, iso(ran.start_time), iso(now)
+        attempt.rewaited_seconds = rewaited_seconds
+        request = {"request_id": request_id, "custom_job": a100}
+        record = RequestRecord(request_id, request, "gs://c/", RequestStatus.SUCCEEDED, attempts=[attempt])
+        LedgerStore(world.storage.client().bucket(world.settings.state_bucket)).restore(record)
+
+    waited_half_an_hour("r4", 0)  # no read saw the wait: all of it billed
+    waited_half_an_hour("r5", 1800)  # a read saw it all
+    assert billed_as_vertex_ran(world) == []
+    waited_half_an_hour("r6", 3600)  # an hour left out: more than Vertex waited
+    [caught] = billed_as_vertex_ran(world)
+    assert caught.detail == (
+        "r6 is billed $1.9280; Vertex ran its jobs for $2.8920 to $3.8560 (its waits after a preemption)"
+    )
