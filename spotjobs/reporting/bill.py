@@ -59,7 +59,15 @@ def _attempt(data: Mapping[str, Any]) -> Attempt:
     # The times, its waits after a run, and the capacity alternative it ran on (None: the request's own machine).
     read = {
         key: str(data[key]) if data.get(key) else None
-        for key in ("started_at", "ended_at", "state", "state_changed_at", "rewait_since", "machine")
+        for key in (
+            "started_at",
+            "ended_at",
+            "state",
+            "state_changed_at",
+            "rewait_since",
+            "rewait_seen_until",
+            "machine",
+        )
     }
     rewaited = data.get("rewaited_seconds")
     return Attempt(
