@@ -110,11 +110,13 @@ def handle_job_event(
         observation = Observation(index.attempt, None, signal, kit=entry.kit, job_name=index.job)
     else:
         counted = signal is Signal.PREEMPTION and entry.is_service_line
+        read_at = wired.clock()  # before the read: the job held the state it shows until then at least
         observation = Observation(
             attempt=index.attempt,
             job=read_job(wired.job_service(index.location), index.job),
             signal=signal,
             preemption_evidence=entry.identity if counted else None,
+            read_at=read_at,
         )
     log = log.bind(request_id=index.request_id)
     try:

@@ -94,6 +94,8 @@ class VertexPass:
         self._listing_locks: collections.defaultdict[str, threading.Lock] = collections.defaultdict(threading.Lock)
         self._lock = threading.Lock()
         self.answered = 0  # gets the listings answered
+        # Before any call of the pass: every job it reads held the state it shows until then at least.
+        self.began = ports.clock()
         self.ports = replace(ports, job_service=self.job_service)
 
     def job_service(self, location: str) -> PassClient:
@@ -155,6 +157,12 @@ class PassClient:
         self._pass = vertex_pass
         self._location = location
         self._client = client
+
+    @property
+    def read_since(self) -> datetime:
+        """When the pass began: a job a get of it answers (from a listing taken since, or Vertex)
+        held the state it shows until then at least."""
+        return self._pass.began
 
     def get_custom_job(self, *, name: str, **kwargs: Any) -> Any:
         listed = self._pass.listing(self._location, self._client)

@@ -1,6 +1,10 @@
 """Budgets in the simulated world (issue 46): some plain GPU envelope requests carry a
 `max_cost_usd` (`with_budget`, drawn from a generator of their own so every other draw of a seed
 stays where it was), small enough that some are stopped at it and large enough that others finish.
+Some GPU requests with a deadline or a fallback carry one too (`with_work_budgets`, the review of
+2026-12-07): a deadline's sized to its declared work on Spot, so the deadline rule's switch to
+on-demand is planned against it (`budget_refuses`) and the stop may land during a hand-over, and
+a fallback's attempts are billed on demand.
 
 The promises (docs/requests.md, "A budget"):
 
@@ -10,7 +14,11 @@ The promises (docs/requests.md, "A budget"):
   overshoot (the job's price for `OVERSHOOT_INTERVALS` reconcile intervals, plus `LAG` for the
   cancel and a delivery the world delayed), widened by the ticks of one run lock's lease for every
   reconcile pass that died while the request ran (`dead_pass_seconds`). That the alert comes once (plus once per publish a
-  fault left unconfirmed) is `alerts_not_per_redelivery`'s, as for every alert.
+  fault left unconfirmed) is `alerts_not_per_redelivery`'s, as for every alert;
+- `billed_as_vertex_ran` (`QUIESCENCE`, docs/requests.md, "What a request costs"): `spotjobs
+  report`'s bill of every finished request, with or without a budget, is what the simulated Vertex
+  ran of its attempts' jobs (their own start and end, machines, replicas and strategy), to the
+  cent: between that span less every wait for a machine after a preemption and the whole span.
 
 A request its budget stopped is cancelled as an operator's cancel is (`stopped`): the promises
 that excuse those (a job that fails or is preempted while it is cancelled alerts nothing) excuse it.
@@ -31,6 +39,7 @@ from shared.alerts import AlertKind
 
 if TYPE_CHECKING:
     from sim.promises import Expected
+    from sim.workload import Workload
     from sim.world import Violation, World
 
 SHARE = 0.5  # of plain GPU envelope requests with a budget
@@ -46,6 +55,42 @@ def with_budget(body: dict[str, Any], request_id: str, at: datetime) -> None:
     rng = random.Random(f"budget:{request_id}:{at.isoformat()}")
     if rng.random() < SHARE:
         body["max_cost_usd"] = rng.choice(BUDGETS_USD)
+
+
+WORK_BUDGET_FACTORS = (1.5, 3.0, 8.0)  # x the declared work on Spot: on demand is 2 to 6 times Spot
+
+
+def with_work_budgets(workload: Workload) -> Workload:
+    """Give half the GPU requests with a deadline a budget of `WORK_BUDGET_FACTORS` times their
+    declared work's Spot price at the cheapest of their locations (a budget that cannot pay for it
+    on Spot is refused at submit, which `shared.requests.budget`'s tests judge), and half those with
+    a fallback one of `BUDGETS_USD`. A generator per request: its publisher's retry carries the
+    same body, and every other draw of the seed stays."""
+    import json
+
+    from shared.requests.pricing import layout_hourly
+
+    for arrival in workload.arrivals:
+        words = arrival.label.split()
+        kind = words[2] if words[:2] == ["retry", "of"] else words[0]
+        if arrival.topic != "job_requests_topic" or arrival.own is not None or kind not in ("deadline", "fallback"):
+            continue
+        body = json.loads(arrival.data)
+        pools = body["custom_job"]["jobSpec"]["workerPoolSpecs"]
+        rng = random.Random(f"{workload.seed_text}:work-budget:{body['request_id']}")
+        if not pools[0]["machineSpec"].get("acceleratorCount") or rng.random() >= SHARE:
+            continue
+        if kind == "fallback":
+            body["max_cost_usd"] = rng.choice(BUDGETS_USD)
+        else:
+            hours = body["total_steps"] * body["expected_step_seconds"] / 3600
+            locations = body.get("locations") or [body.get("location") or workload.settings.location]
+            spot = [p[0] for loc in locations if (p := layout_hourly(body, loc)) is not None]
+            if not spot:
+                continue
+            body["max_cost_usd"] = max(0.01, round(min(spot) * hours * rng.choice(WORK_BUDGET_FACTORS), 2))
+        arrival.data = json.dumps(body, separators=(",", ":")).encode()
+    return workload
 
 
 def stopped(world: World) -> set[str]:
@@ -128,4 +173,55 @@ def budgets_held(world: World) -> list[Violation]:
     return out
 
 
-QUIESCENCE: list[Callable[[World], list[Violation]]] = [budgets_held]
+def vertex_bill(world: World, record: Any) -> tuple[float, float] | None:
+    """What the simulated Vertex ran of `record`'s attempts, as docs/requests.md prices it: each
+    attempt's job from its start to its end (to now while it runs) x the price of every replica of
+    every pool of the CustomJob as created (the machine it ran on), Spot or on demand as it was
+    scheduled; at least with every wait for a machine after a preemption left out (`restart_waits`:
+    reads may have seen them all), at most with none (reads may have seen none). None when a job is
+    priced nowhere, or deleted (its end is unknown to anyone)."""
+    from shared.requests.pricing import layout_hourly
+
+    least = most = 0.0
+    now = world.clock.now()
+    for attempt in record.attempts:
+        job = world.vertex.jobs.get(attempt.job or "")
+        if job is None or job.start_time is None:
+            continue
+        prices = layout_hourly({"custom_job": job.request}, job.location)
+        if prices is None or job.deleted:
+            return None
+        end = job.end_time or now
+        ran = (end - job.start_time).total_seconds()
+        waited = sum((min(until or end, end) - began).total_seconds() for began, until in job.restart_waits)
+        hourly = prices[0] if job.spot else prices[1]
+        least += hourly * (ran - waited) / 3600
+        most += hourly * ran / 3600
+    return least, most
+
+
+def billed_as_vertex_ran(world: World) -> list[Violation]:
+    """`spotjobs report`'s bill (the same arithmetic as `spotjobs status`, over the records as the
+    ledger shows them) of every finished request is what Vertex ran (`vertex_bill`), to the cent."""
+    from sim.invariants import records, violation
+    from spotjobs.reporting.bill import bill
+
+    finished = [r for r in records(world) if r.is_terminal]
+    rows = bill([r.to_json() for r in finished], world.clock.now())["requests"]
+    out = []
+    for record, row in zip(finished, rows, strict=True):
+        truth = vertex_bill(world, record)
+        if truth is None or row["spent_usd"] is None or truth[0] - 0.01 < row["spent_usd"] < truth[1] + 0.01:
+            continue
+        least, most = truth
+        ran = f"${most:.4f}" if most - least < 0.01 else f"${least:.4f} to ${most:.4f} (its waits after a preemption)"
+        out.append(
+            violation(
+                "billed_as_vertex_ran",
+                f"{record.request_id} is billed ${row['spent_usd']:.4f}; Vertex ran its jobs for {ran}",
+            )
+        )
+    return out
+
+
+QUIESCENCE: list[Callable[[World], list[Violation]]] = [budgets_held, billed_as_vertex_ran]

@@ -857,6 +857,48 @@ def notifications_at_least_once(world: World) -> list[Violation]:
     return out
 
 
+def preemptions_told_within_reclaimed_vms(world: World) -> list[Violation]:
+    """No `preempted` notification tells more preemptions of an attempt than VMs Vertex reclaimed
+    of its job (one when the product read its end as "at least one": `preemptions_unknown`): a
+    notification cannot be taken back, so the kit's `preempted` line of Vertex's stop at the job
+    timeout, which the count drops once the job's end is seen, is never told (docs/requests.md,
+    "Notifications")."""
+    from shared.deciding.notices import NoticeKind, notify_topic
+
+    jobs = world.vertex.jobs
+    out = []
+    for record in records(world):
+        topic = notify_topic(record)
+        if topic is None:
+            continue
+        told: dict[int, int] = {}
+        for message in world.pubsub.on(topic.rsplit("/", 1)[-1]):
+            body = message.json()
+            # A resubmitted request names its original's topic: only this request's notices.
+            if (
+                isinstance(body, dict)
+                and body.get("kind") == NoticeKind.PREEMPTED
+                and body.get("request_id") == record.request_id
+            ):
+                attempt = int(body.get("attempt") or 0)
+                told[attempt] = max(told.get(attempt, 0), int(body.get("preemptions") or 0))
+        for n, preemptions in sorted(told.items()):
+            attempt = record.attempt(n)
+            job = jobs.get(attempt.job or "") if attempt is not None else None
+            if attempt is None or job is None:
+                continue
+            bound = max(job.vms_reclaimed, 1 if attempt.preemptions_unknown else 0)
+            if preemptions > bound:
+                out.append(
+                    violation(
+                        "preemptions_told_within_reclaimed_vms",
+                        f"{record.request_id} was told {preemptions} preemption(s) of attempt {n}; "
+                        f"Vertex reclaimed {job.vms_reclaimed} VMs of its job ({job.fate})",
+                    )
+                )
+    return out
+
+
 # After retention.
 
 
@@ -996,6 +1038,7 @@ QUIESCENCE: list[Callable[[World], list[Violation]]] = [
     alerts_at_least_once,
     alerts_not_per_redelivery,
     notifications_at_least_once,
+    preemptions_told_within_reclaimed_vms,
     newest_complete_kept_while_unfinished,
     errors_alerted_once,
     no_lookup_while_backing_off,

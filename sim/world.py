@@ -33,8 +33,8 @@ from typing import Any
 from google.api_core import exceptions as api
 from greenlet import greenlet
 
+from sim import budgets, flex, replicas, virtual
 from sim import faults as permanent
-from sim import flex, replicas, virtual
 from sim.continuations import with_max_runtimes
 from sim.gcs import MemoryStorage
 from sim.pubsub import Delivery, SimPubSub
@@ -216,6 +216,7 @@ class World:
         self.workload = flex.with_flex_start(self.workload)  # FLEX_START requests (sim/flex.py)
         replicas_drawn = replicas.draw(self.seed)
         self.workload = replicas.with_replicas(self.workload, replicas_drawn)
+        self.workload = budgets.with_work_budgets(self.workload)  # beside a deadline or a fallback (sim/budgets.py)
         self.settings = self.workload.settings
         self.clock = virtual.VirtualClock(virtual.EPOCH_OF_SIMULATION)
         self.clock.sleep = self._sleep  # type: ignore[method-assign] # a task's sleep lets others run

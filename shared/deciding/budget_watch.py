@@ -9,7 +9,8 @@ reconcile pass over the requests that run (a job that writes no line is still se
   compare-and-swap, sent by the outbox; the request ends CANCELLED when Vertex reports the job
   ended;
 - one `budget_reached` alert (a marker in the record: a redelivery or a concurrent pass decides
-  nothing again), also when the attempt had ended already (nothing left to stop), and a
+  nothing again), also when the attempt had ended already or a cancel asked before was under way
+  (nothing left to stop: the alert says which), and a
   `budget_reached` notification to the request's own topic when it names one
   (`shared.deciding.notices`).
 
@@ -50,7 +51,7 @@ def watch_budget(record: RequestRecord, now: datetime, effects: Effects, price: 
         return  # unpriced: validation refuses a budget on a machine type the table does not price
     stopping = not record.is_terminal and record.cancel is None
     message = f"{record.request_id} spent ${spend.usd:.2f} of its max_cost_usd ${limit:.2f}"
-    message += ": stopped" if stopping else ": it had ended"
+    message += ": stopped" if stopping else ": it had ended" if record.is_terminal else ": its cancel was under way"
     if stopping:
         reason = f"max_cost_usd reached: ${spend.usd:.2f} spent of ${limit:.2f}"
         note_intent(record, CancelIntent(by=BUDGET_STOPPER, at=iso(now), reason=reason, source=BUDGET_SOURCE), now)

@@ -126,6 +126,9 @@ class Observation:
     preemption_evidence: str | None = None  # insertId of a service preemption line
     kit: KitRecord | None = None
     job_name: str | None = None  # the job a kit line came from, when `job` is None
+    # When the read of `job` began: the job held the state it shows from its update time until
+    # then at least (what a wait after a run is known to have lasted); None vouches for nothing.
+    read_at: datetime | None = None
 
     @property
     def about_job(self) -> str | None:
@@ -291,7 +294,7 @@ def _decide(
     latest = record.latest
     owns_status = latest is not None and latest.n == attempt.n and not record.is_terminal
     was_ending = attempt.ending
-    _track_state(record, attempt, job, owns_status, now)
+    _track_state(record, attempt, job, owns_status, now, observation.read_at)
     if was_ending and not attempt.ending:
         _release_successor(record, attempt, job, now, effects)
     if job.is_terminal and attempt.outcome is None:
@@ -362,7 +365,14 @@ def _is_fresh(attempt: Attempt, job: JobSnapshot) -> bool:
     return parse_iso(job.update_time) >= parse_iso(attempt.state_changed_at)
 
 
-def _track_state(record: RequestRecord, attempt: Attempt, job: JobSnapshot, owns_status: bool, now: datetime) -> None:
+def _track_state(
+    record: RequestRecord,
+    attempt: Attempt,
+    job: JobSnapshot,
+    owns_status: bool,
+    now: datetime,
+    read_at: datetime | None = None,
+) -> None:
     was = attempt.state
     if attempt.state != job.state or attempt.state_changed_at is None:
         attempt.state = job.state
@@ -370,6 +380,7 @@ def _track_state(record: RequestRecord, attempt: Attempt, job: JobSnapshot, owns
     if job.start_time and not attempt.started_at:
         attempt.started_at = job.start_time
     _track_wait(attempt, job, was)
+    _track_rewait(attempt, job, read_at)
     started = job.state == JobState.RUNNING
     if owns_status and started and record.status == RequestStatus.SUBMITTED:
         record.status = RequestStatus.RUNNING
@@ -396,6 +407,31 @@ def _track_wait(attempt: Attempt, job: JobSnapshot, was: str | None) -> None:
         # The run ended at the current state's start when a read saw that change, else by Vertex's last update.
         since_change = attempt.state_changed_at and parse_iso(attempt.state_changed_at) > parse_iso(job.start_time)
         attempt.wait_began_at = attempt.state_changed_at if since_change else (job.update_time or job.start_time)
+
+
+def _track_rewait(attempt: Attempt, job: JobSnapshot, read_at: datetime | None) -> None:
+    """A wait after the job had run (QUEUED or PENDING once it started: a Spot restart waiting for
+    a machine) runs no machine, and Vertex bills none. What reads vouch for of it is no run time:
+    a waiting state held from its update time until at least the start of a read that found it
+    (`read_at`: None vouches for nothing). What came after that read is unknown (a run no read saw
+    may hide there), so a wait ends, in `Attempt.rewaited_seconds`, at the last read that saw it."""
+    since = attempt.rewait_since
+    if job.state in WAITING_STATES and attempt.started_at and job.update_time:
+        if since is None or parse_iso(job.update_time) != parse_iso(since):  # a new state since
+            _close_rewait(attempt)
+            attempt.rewait_since = attempt.rewait_seen_until = job.update_time
+        seen = attempt.rewait_seen_until
+        if read_at is not None and (seen is None or read_at > parse_iso(seen)):
+            attempt.rewait_seen_until = iso(read_at)
+        return
+    _close_rewait(attempt)
+
+
+def _close_rewait(attempt: Attempt) -> None:
+    if attempt.rewait_since and attempt.rewait_seen_until:
+        seen = (parse_iso(attempt.rewait_seen_until) - parse_iso(attempt.rewait_since)).total_seconds()
+        attempt.rewaited_seconds += max(0.0, seen)
+    attempt.rewait_since = attempt.rewait_seen_until = None
 
 
 def _conclude(

@@ -39,6 +39,7 @@ from typing import Any, TypeVar
 from shared.alerts import Alert, AlertKind
 from shared.clock import iso
 from shared.deciding.alert_log import publish_alert
+from shared.deciding.preemptions import unconfirmed_kit_preemptions
 from shared.fleet.spend import request_spend
 from shared.ledger.records import Attempt, RequestRecord, alert_marker
 from shared.ledger.states import RequestStatus
@@ -57,7 +58,7 @@ _Doc = TypeVar("_Doc", RequestRecord, Decided[RequestRecord], None)
 class NoticeKind(enum.StrEnum):
     ACCEPTED = "accepted"  # attempt 1 claimed: the request is in the ledger
     STARTED = "started"  # an attempt's job runs (location, strategy)
-    PREEMPTED = "preempted"  # an attempt's VM was reclaimed (once per preemption counted)
+    PREEMPTED = "preempted"  # an attempt's VM was reclaimed (once per preemption counted and confirmed)
     REQUEUED = "requeued"  # the next attempt, same location and strategy
     MOVED = "moved"  # the next attempt, in another location
     SWITCHED = "switched"  # the next attempt, on another strategy (a fallback, a deadline switch)
@@ -132,7 +133,10 @@ def note_changes(record: RequestRecord, now: datetime) -> RequestRecord:
                 location=attempt.location,
                 strategy=attempt.strategy,
             )
-        preemptions = max(attempt.preemptions, 1 if attempt.preemptions_unknown else 0)
+        # A kit `preempted` line alone may be Vertex's stop at the job timeout: told once a restart
+        # or the job's end confirms it (a notification cannot be taken back).
+        confirmed = attempt.preemptions - unconfirmed_kit_preemptions(record, attempt)
+        preemptions = max(confirmed, 1 if attempt.preemptions_unknown else 0)
         for n in range(preemptions):
             notify_pending(record, NoticeKind.PREEMPTED, now, attempt=attempt.n, n=n, preemptions=n + 1)
         _note_successor(record, attempt, now)

@@ -1,6 +1,10 @@
 """What a request has spent: each attempt's run time, from Vertex's own start and end of its
 CustomJob (`startTime`, `endTime`, kept as `Attempt.started_at` / `ended_at`; a Spot job's restarts
-inside one CustomJob are within that span), times the hourly price of every replica of every
+inside one CustomJob are within that span, less its waits for a machine after a preemption as far
+as reads at Vertex vouch for them, QUEUED or PENDING once it ran, when no VM runs and none is
+billed: from the state's update time to the start of the last read that found it still so,
+`Attempt.rewaited_seconds`; the rest of a wait stays in, a run no read saw may hide there), times
+the hourly price of every replica of every
 worker pool where the attempt ran (`shared.requests.pricing.layout_hourly`), on the attempt's
 capacity: Spot at the Spot price, anything else at the on-demand price (FLEX_START's discount is
 not in the table: an upper bound). The saving is against the same run time on demand.
@@ -65,13 +69,18 @@ class Spend:
 
 def run_seconds(attempt: Attempt, now: datetime) -> float:
     """Seconds Vertex ran the attempt's job: from its startTime to its endTime, or to `now` while
-    it runs; 0 before it started."""
+    it runs; 0 before it started. Less its waits after a run as far as reads vouch for them (a Spot
+    restart waiting for a machine: `Attempt.rewaited_seconds`, and the one it waits in now)."""
     if not attempt.started_at:
         return 0.0
     end = attempt.ended_at
     if end is None and attempt.state in JobState.TERMINAL:
         end = attempt.state_changed_at  # ended, and no end time read: Vertex's last update
-    seconds = ((parse_iso(end) if end else now) - parse_iso(attempt.started_at)).total_seconds()
+    until = parse_iso(end) if end else now
+    seconds = (until - parse_iso(attempt.started_at)).total_seconds() - attempt.rewaited_seconds
+    if attempt.rewait_since and attempt.rewait_seen_until:  # the wait it is in, as far as seen
+        seen = min(until, parse_iso(attempt.rewait_seen_until)) - parse_iso(attempt.rewait_since)
+        seconds -= max(0.0, seen.total_seconds())
     return max(0.0, seconds)
 
 

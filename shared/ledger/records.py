@@ -51,6 +51,13 @@ class Attempt:
     # last RUNNING; any other stuck state's (CANCELLING, UPDATING, PAUSED) own start; None while it
     # is in none. `job_stuck`, a move (`consider_move`) and the deadline rule's hold time it.
     wait_began_at: str | None = None
+    # Its job's waits after it had run (QUEUED or PENDING once RUNNING: a Spot restart waiting for a
+    # machine, which Vertex bills none of), as far as reads vouch for them (shared/fleet/spend.py):
+    # the seconds of those that ended, and of the one it waits in now, from the update time of its
+    # state (`rewait_since`) to the start of the latest read that found it still so.
+    rewaited_seconds: float = 0.0
+    rewait_since: str | None = None
+    rewait_seen_until: str | None = None
     preemptions: int = 0
     # When each of them was counted (shared/deciding/preemptions.py): how often lately, which a
     # deadline request's move weighs (`shared.deciding.deadline.preempted_often`).

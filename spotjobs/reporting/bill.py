@@ -1,5 +1,6 @@
 """The bill in `spotjobs report`: per request and per team label, what it spent (Vertex's own
-start and end of each attempt's job x every replica's price: shared/fleet/spend.py), the same run
+start and end of each attempt's job x every replica's price on the machine it ran on, a capacity
+alternative's included: shared/fleet/spend.py, as `spotjobs status` bills it), the same run
 time on demand, and the saving. A request whose machine type or region the price table lacks is
 "unknown", counted apart and never as zero; Vertex's training fee is not in any figure (the table
 marks it unknown)."""
@@ -55,16 +56,29 @@ def bill(records: Iterable[Mapping[str, Any]], now: datetime, team_label: str = 
 def _attempt(data: Mapping[str, Any]) -> Attempt:
     """What the spend reads of an attempt as the ledger shows it (any record a report is given,
     older layouts and the demo's included)."""
-    times = {
+    # The times, its waits after a run, and the capacity alternative it ran on (None: the request's own machine).
+    read = {
         key: str(data[key]) if data.get(key) else None
-        for key in ("started_at", "ended_at", "state", "state_changed_at")
+        for key in (
+            "started_at",
+            "ended_at",
+            "state",
+            "state_changed_at",
+            "rewait_since",
+            "rewait_seen_until",
+            "machine",
+        )
     }
+    rewaited = data.get("rewaited_seconds")
     return Attempt(
         int(data.get("n") or 0),
         str(data.get("location") or "?"),
         str(data.get("strategy") or "SPOT"),
         claimed_at=str(data.get("claimed_at") or ""),
-        **times,
+        rewaited_seconds=float(rewaited)
+        if isinstance(rewaited, (int, float)) and not isinstance(rewaited, bool)
+        else 0.0,
+        **read,
     )
 
 

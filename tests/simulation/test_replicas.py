@@ -12,6 +12,7 @@ import pytest
 from shared.fleet.observations import FleetFact, Kind, attempt_key
 from shared.ledger.states import RequestStatus
 from sim import flex, invariants, replicas
+from sim.budgets import with_work_budgets
 from sim.continuations import with_max_runtimes
 from sim.vertex import Create, SimJob
 from sim.workload import generate, with_cancels, with_crud_budget, with_locations
@@ -32,6 +33,7 @@ def unchanged_workload(seed: int) -> list[tuple[object, ...]]:
     workload = flex.with_flex_start(
         with_max_runtimes(with_crud_budget(with_locations(with_cancels(generate(random.Random(seed * 104729 + 2))))))
     )
+    workload = with_work_budgets(workload)  # the world's last step, on requests with a deadline or a fallback
     return [(a.at, a.label, a.data, a.attributes) for a in workload.arrivals]
 
 

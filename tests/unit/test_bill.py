@@ -79,3 +79,19 @@ def test_validate_shows_the_hourly_price_of_attempt_1_or_says_it_is_unknown() ->
     assert (priced["spot_usd"], priced["on_demand_usd"]) == (round(SPOT, 4), round(ON_DEMAND, 4))
     unknown = hourly_price(record("v", "n1-standard-4", None, 0).request, "us-central1")
     assert unknown["unknown"].startswith("no price for n1-standard-4 in us-central1 in the price table")
+
+
+def test_the_report_bills_an_attempt_on_the_capacity_alternative_it_ran_on() -> None:
+    """A request with `capacity` alternatives runs an attempt on another machine than its
+    CustomJob's (`Attempt.machine`): the report bills that machine, as `spotjobs status` does."""
+    ran = record("e", "a3-highgpu-8g", "llm", 1)
+    ran.request["capacity"] = [
+        {"machine": "a3-highgpu-8g", "strategies": ["SPOT"]},
+        {"machine": "a2-ultragpu-8g", "strategies": ["SPOT"]},
+    ]
+    ran.attempts[0].machine = "a2-ultragpu-8g"
+    a2_spot = (hourly("a2-ultragpu-8g", "us-central1") or (0.0, 0.0))[0]
+
+    [row] = bill([ran.to_json()], NOW)["requests"]
+
+    assert row["spent_usd"] == round(a2_spot, 4) == cost_view(ran, NOW)["spent_usd"]

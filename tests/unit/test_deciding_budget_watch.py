@@ -78,6 +78,21 @@ def test_the_alert_of_a_request_that_had_ended_says_so_and_stops_nothing() -> No
     assert alert.details["stopped"] is False and record.cancel is None
 
 
+def test_the_alert_of_a_request_whose_cancel_was_under_way_says_so_not_that_it_had_ended() -> None:
+    """An operator's cancel was asked and its job still runs (CANCELLING takes Vertex minutes): the
+    budget stops nothing more, and the alert says what is so."""
+    from shared.ledger.records import CancelIntent
+
+    record, effects = capped(2.0), Effects()
+    record.cancel = CancelIntent(by="ops@example.com", at=iso(NOW + HOUR), reason="done with it")
+    record.attempts[0].cancel_decided_at = iso(NOW + HOUR)
+    watch_budget(record, NOW + 2 * HOUR, effects, price)
+
+    [alert] = effects.alerts
+    assert alert.message == "req-1 spent $4.00 of its max_cost_usd $2.00: its cancel was under way"
+    assert alert.details["stopped"] is False and record.cancel.source == "operator"
+
+
 @pytest.mark.parametrize(
     ("strategy", "limit", "refused"),
     [

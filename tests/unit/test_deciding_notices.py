@@ -162,3 +162,55 @@ def test_a_record_stored_with_the_refusal_marker_decides_no_more_notifications()
     record.mark("notify_refused:0")
     assert not notify_pending(record, NoticeKind.BUDGET_REACHED, NOW)
     assert note_changes(record, NOW).pending_notices == []
+
+
+def test_the_stop_at_the_job_timeout_is_never_told_as_a_preemption() -> None:
+    """Vertex stops a job at its `scheduling.timeout` as it stops a preempted one: the kit's
+    `preempted` line of the last run counts only once a restart or the job's end confirms it
+    (docs/signals.md). A notification cannot be taken back, so it waits for the same: a run
+    continued past the timeout is told `requeued` (reason timeout), never `preempted`."""
+    from spotjobs_kit.lines import KitRecord
+
+    from shared.deciding.decisions import Observation, decide
+    from shared.deciding.events import Signal
+    from shared.jobs import JobSnapshot
+    from tests.support.decide import JOB1, POLICY, at, job
+
+    def kit(event: str, run: int, **fields: Any) -> Observation:
+        line = KitRecord(event=event, request_id="req-1", attempt=1, run=run, job_id="111", **fields)
+        return Observation(1, None, Signal.KIT, kit=line, job_name=JOB1)
+
+    def observe(record: RequestRecord, observation: Observation) -> RequestRecord:
+        return note_changes(decide(record, observation, POLICY, NOW).record, NOW)
+
+    record = observe(make_record(request=NOTIFY), Observation(1, job(JobState.RUNNING)))
+    for line in (kit("run_started", 0, resumed_step=0), kit("checkpoint_committed", 0, step=10), kit("preempted", 0)):
+        record = observe(record, line)  # the SIGTERM of the stop at the timeout, before the job's end is read
+    assert told(record, "preempted") == []
+
+    error = {"code": 4, "message": "ran past its timeout"}  # DEADLINE_EXCEEDED
+    timed_out = JobSnapshot(JOB1, JobState.FAILED, error, create_time=at(1), start_time=at(10), end_time=at(200))
+    record = observe(record, Observation(1, timed_out))
+    assert told(record, "preempted") == [] and record.attempts[0].preemptions == 0
+    assert [(n["kind"], n.get("reason")) for n in told(record, "requeued")] == [("requeued", "timeout")]
+
+
+def test_a_kit_preemption_is_told_once_a_restart_confirms_it() -> None:
+    from spotjobs_kit.lines import KitRecord
+
+    from shared.deciding.decisions import Observation, decide
+    from shared.deciding.events import Signal
+    from tests.support.decide import JOB1, POLICY, job
+
+    def observe(record: RequestRecord, event: str, run: int) -> RequestRecord:
+        line = KitRecord(event=event, request_id="req-1", attempt=1, run=run, job_id="111")
+        observation = Observation(1, None, Signal.KIT, kit=line, job_name=JOB1)
+        return note_changes(decide(record, observation, POLICY, NOW).record, NOW)
+
+    record = note_changes(
+        decide(make_record(request=NOTIFY), Observation(1, job(JobState.RUNNING)), POLICY, NOW).record, NOW
+    )
+    record = observe(observe(record, "run_started", 0), "preempted", 0)
+    assert told(record, "preempted") == []  # the kit's word alone: a stop at the timeout says the same
+    record = observe(record, "run_started", 1)  # Vertex restarted it: a preemption
+    assert [n["preemptions"] for n in told(record, "preempted")] == [1]
