@@ -95,6 +95,7 @@ from shared.deciding.preemptions import (
     last_run_unfinished,
     note_kit_line,
     preempted_in_last_run,
+    preemption_ended_last_run,
     preemptions_text,
 )
 from shared.errors import Violation
@@ -443,7 +444,8 @@ def _conclude(
                 _flag_incomplete_success(record, attempt, now, effects)
         else:
             # At a timeout Vertex stops the job as a preemption would: the kit's word is no evidence.
-            kit_saw_preemption = preempted_in_last_run(record, attempt.n) and not timeout
+            # Nor is it at a cancel (a job a person deleted was cancelled first).
+            kit_saw_preemption = preemption_ended_last_run(record, attempt.n) and not timeout
             cause = classify_failure(job, policy.patterns, kit_saw_preemption=kit_saw_preemption)
         if cause.capacity:
             # The job ended by preemption: so did its last run, said so or not.

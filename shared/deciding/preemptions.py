@@ -193,12 +193,19 @@ def kit_runs(record: RequestRecord, n: int, key: str = KIT_RUN_KEY) -> set[int]:
 
 
 def preempted_in_last_run(record: RequestRecord, n: int) -> bool:
-    """The kit saw attempt n's latest run get the SIGTERM, and that run never finished."""
+    """The kit saw attempt n's latest run get the SIGTERM, and that run never finished (whatever
+    sent it: a job that exits 0 after it, even during a cancel, left its training unfinished)."""
     runs = kit_runs(record, n)
     if not runs:
         return False
     last = max(runs)
     return last in kit_runs(record, n, KIT_PREEMPTED_KEY) and last not in kit_runs(record, n, KIT_FINISHED_KEY)
+
+
+def preemption_ended_last_run(record: RequestRecord, n: int) -> bool:
+    """`preempted_in_last_run`, and its SIGTERM was a preemption's, not the stop at the job's
+    timeout or for a cancel (`discount_timeout_stop`, `discount_cancel_stop`)."""
+    return preempted_in_last_run(record, n) and max(kit_runs(record, n)) not in _stopped(record, n)
 
 
 def last_run_unfinished(record: RequestRecord, n: int) -> bool:

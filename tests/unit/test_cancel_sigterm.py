@@ -133,3 +133,28 @@ def test_a_redelivered_line_first_after_a_cancel_settled_an_undecided_end_counts
     assert record.attempts[0].outcome == AttemptOutcome.CANCELLED
 
     assert_no_preemption(line(record, PREEMPTED, 0).record)
+
+
+def test_a_job_seen_cancelling_then_deleted_is_no_preemption_whatever_its_kit_said() -> None:
+    # A person deleted the live job in the console: Vertex cancelled it first (its containers
+    # stopped, the kit's `preempted` line), then it was gone. Its end is unknown, not a preemption.
+    from shared.alerts import AlertKind
+    from shared.reconcile_vertex import vanished_job
+
+    record = read(running(0), JobState.CANCELLING).record
+    record = line(record, PREEMPTED, 0).record
+    decided = decide(copy.deepcopy(record), Observation(1, vanished_job(record.attempts[0], NOW)), POLICY, NOW)
+    assert decided.record.requeue is None
+    assert [alert.kind for alert in decided.effects.alerts] == [AlertKind.JOB_FAILED]
+    assert_no_preemption(decided.record)
+
+
+def test_a_job_that_exits_0_after_its_cancels_sigterm_is_still_no_success() -> None:
+    # "whether the job completed despite cancellation" (CancelCustomJob): a trainer that exits 0 at
+    # SIGTERM (Lightning 2.6) leaves its training unfinished, whoever sent the signal.
+    record = running(0)
+    note_intent(record, CancelIntent(by="operator", at=iso(NOW)), NOW)
+    record = line(record, PREEMPTED, 0).record
+    decided = read(record, JobState.SUCCEEDED).record
+    assert decided.status == RequestStatus.CANCELLED
+    assert_no_preemption(decided)
