@@ -19,10 +19,17 @@ sometimes torn by the crash, preemption or cancel that ends the save.
 - in a share of seeds (`kit_lines`) it writes the kit's lines as the kit does, signed with its
   attempt's key (`SPOTJOBS_KIT_KEY` in the job's environment): `run_started` (the run is the job's
   restart count), `checkpoint_committed` per whole save (none for two-file stems: no marker), and at the run's end `run_finished`,
-  `preempted` (Vertex preempts it: the kit's SIGTERM handler) or `run_failed`; a cancel's SIGTERM
-  writes nothing here (not modelled); and at each start, before its first line, the kit's run
+  `preempted` (Vertex preempts it: the kit's SIGTERM handler) or `run_failed`; a cancel's stop
+  writes `preempted` too under the `cancel_sigterm` assumption (below); and at each start, before its first line, the kit's run
   object (`_spotjobs_runs/attempt-N-run-NNNN.json`, where it resumed from), which a timeout
   without a commit heard reads (shared/deciding/folder_progress.py);
+- an assumption, `cancel_sigterm` (`CANCEL_SIGTERMS`): Google documents that a cancel ends the job
+  CANCELLED (CancelCustomJob, job_service.proto and the REST reference), not how its containers
+  are stopped; the emulator stops them as at a preemption (SIGTERM, the grace, SIGKILL:
+  devstack/vertex/runner.py), and the kit's SIGTERM handler then writes `preempted`. `preempted`
+  (the default) has a running trainer write that line when its job is cancelled (by spotjobs: an
+  operator's cancel, a deadline switch, a move, the stray sweep, a budget stop; or by hand in the
+  console); `silent` writes nothing, as before 2026-12-07;
 - every save, whole or torn, and every checkpoint `spotjobs resubmit` copied, is kept as ground
   truth (`saves`), written by the simulator and never read back through the kit's rules: the
   invariants (`sim.invariants.resumes_from_newest_complete`, `newest_complete_kept`) compare what
@@ -45,6 +52,8 @@ from sim.continuations import TIMEOUT_FATES
 LAYOUTS = ("plain", "torch", "orbax", "deepspeed", "tensorflow", "huggingface")
 TORN_SHARE = 0.35  # of the saves a job's end cuts short
 EXITS_BEFORE_THE_CUT = 0.75  # of the runs that commit their declared total just before a preemption or failure
+# What a running trainer writes when its job is cancelled (an assumption: the module docstring).
+CANCEL_SIGTERMS = ("preempted", "silent")
 
 
 def declared_total_steps(arrivals: Any) -> dict[str, int]:
@@ -119,6 +128,7 @@ class Trainer:
     # them, and a run that reaches them is done. None: strides of 100 to 500 steps, no end.
     total_steps_of: Callable[[str], int | None] = lambda request_id: None
     strides_seed: str = ""
+    cancel_sigterm: str = CANCEL_SIGTERMS[0]  # the `cancel_sigterm` assumption (set by the world)
     _strides_of: dict[str, random.Random] = field(default_factory=dict)  # job -> its strides' generator
 
     # Where things are.
@@ -204,6 +214,8 @@ class Trainer:
         elif job.state == "JOB_STATE_RUNNING" and job.fate == "fail" and not job.preemptions:
             self._line(job, RUN_FAILED, step=step, error="RuntimeError: the simulated training failed")
         elif job.state == "JOB_STATE_RUNNING":  # Vertex preempts it (or it stocked out): SIGTERM
+            self._line(job, PREEMPTED, step=step, seconds_since_checkpoint=0.0)
+        elif job.state == "JOB_STATE_CANCELLING" and self.cancel_sigterm == "preempted":  # the cancel's SIGTERM
             self._line(job, PREEMPTED, step=step, seconds_since_checkpoint=0.0)
         return finished and (not ends_in_a_cut or self._exits_before_the_cut(job))
 

@@ -38,7 +38,7 @@ from sim import faults as permanent
 from sim.continuations import with_max_runtimes
 from sim.gcs import MemoryStorage
 from sim.pubsub import Delivery, SimPubSub
-from sim.trainer import Trainer, declared_total_steps
+from sim.trainer import CANCEL_SIGTERMS, Trainer, declared_total_steps
 from sim.vertex import SimJob, SimVertex, draw_queued_hold, draw_restart_state
 from sim.workload import Workload, generate, with_cancels, with_crud_budget, with_locations
 from tests.support.lifecycle import Rule, state_bucket_rules
@@ -173,6 +173,7 @@ class World:
     verbose: bool = False
     queued_hold: str | None = None  # the `queued_hold` assumption (sim.vertex); None: the seed's draw
     restart_state: str | None = None  # the `restart_state` assumption (sim.vertex); None: the seed's draw
+    cancel_sigterm: str = CANCEL_SIGTERMS[0]  # the `cancel_sigterm` assumption (sim.trainer)
     workload: Workload = field(init=False)
     trace: list[TraceLine] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
@@ -256,6 +257,7 @@ class World:
         self.trainer.kit_lines = random.Random(f"{self.seed}:kit_lines").random() < KIT_LINES_SHARE
         self.trainer.total_steps_of = declared_total_steps(self.workload.arrivals).get
         self.trainer.strides_seed = f"{self.seed}:trainer_strides"
+        self.trainer.cancel_sigterm = self.cancel_sigterm
         # Permanent and semantic faults: none when every fault is left out (what shrinking tries first).
         self.permanent = permanent.PermanentFaults() if self.no_faults else permanent.draw(self.seed, self.workload)
         self.fault_rng = random.Random(f"{self.seed}:faults:actors")

@@ -88,12 +88,14 @@ from shared.deciding.preemptions import (
     KIT_TIMEOUT_KEY,
     WAITING_STATES,
     count_preemptions,
+    discount_cancel_stop,
     discount_timeout_stop,
     kit_runs,
     last_run_ended_by_preemption,
     last_run_unfinished,
     note_kit_line,
     preempted_in_last_run,
+    preemption_ended_last_run,
     preemptions_text,
 )
 from shared.errors import Violation
@@ -234,7 +236,11 @@ def decide(
     (`shared.deciding.folder_progress`); without it, only the kit's lines tell progress."""
     decision = _decide(record, observation, policy, now, fleet, folder)
     watch_budget(decision.record, now, decision.effects)
-    if settle_cancel(decision.record, now):  # the last live job of a cancelled request ended
+    settled = settle_cancel(decision.record, now)
+    for attempt in decision.record.attempts:  # a cancel this decision asked or settled: marked with it
+        if _stopped_by_cancel(attempt, None):
+            discount_cancel_stop(decision.record, attempt)
+    if settled:  # the last live job of a cancelled request ended
         latest = decision.record.latest
         decision.effects.lines.append(
             LogLine(
@@ -269,6 +275,8 @@ def _decide(
         # Settled without a conclusion: a cancel ended it while its job's end was recorded but not
         # yet decided (seed 2369). A stop at the timeout, read now, is no preemption either.
         _ended_at_timeout(record, attempt, job, policy)
+    if _stopped_by_cancel(attempt, job):
+        discount_cancel_stop(record, attempt)  # before a line of the stop is counted
     if observation.kit is not None and note_kit_line(record, attempt, observation.kit, now, effects):
         note_progress(attempt, observation.kit.total_steps, observation.kit.steps_per_second)
     fresh = job is not None and _is_fresh(attempt, job)
@@ -472,7 +480,8 @@ def _conclude(
                 _flag_incomplete_success(record, attempt, now, effects)
         else:
             # At a timeout Vertex stops the job as a preemption would: the kit's word is no evidence.
-            kit_saw_preemption = preempted_in_last_run(record, attempt.n) and not timeout
+            # Nor is it at a cancel (a job a person deleted was cancelled first).
+            kit_saw_preemption = preemption_ended_last_run(record, attempt.n) and not timeout
             cause = classify_failure(job, policy.patterns, kit_saw_preemption=kit_saw_preemption)
         if cause.capacity:
             # The job ended by preemption: so did its last run, said so or not.
@@ -511,6 +520,21 @@ def _conclude(
         else:
             _fail(record, attempt, cause, now, effects)
     return None
+
+
+def _stopped_by_cancel(attempt: Attempt, job: JobSnapshot | None) -> bool:
+    """Whether a cancel stops, or stopped, the attempt's job, so its last run's SIGTERM is the
+    cancel's: spotjobs asked it (a request's cancel, a budget stop, a deadline switch, a move), the
+    job reads (or was recorded) CANCELLING or CANCELLED (a cancel by hand), or a cancel settled the
+    attempt, its job's end never decided (what ended that job, a read might tell; until one does, and
+    none may come for a request that ended, its last run's stop is no preemption: the 2369 variant)."""
+    cancelled = (JobState.CANCELLING, JobState.CANCELLED)
+    return (
+        attempt.cancel_decided_at is not None
+        or attempt.outcome == AttemptOutcome.CANCELLED
+        or attempt.state in cancelled
+        or (job is not None and job.state in cancelled)
+    )
 
 
 def _ended_at_timeout(record: RequestRecord, attempt: Attempt, job: JobSnapshot, policy: DecisionPolicy) -> bool:

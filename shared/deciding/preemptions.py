@@ -58,6 +58,7 @@ KIT_PREEMPTED_KEY = "kit-preempted"  # a run got the SIGTERM
 KIT_FINISHED_KEY = "kit-finished"  # a run finished its training
 KIT_FAILED_KEY = "kit-failed"  # a run's training code raised
 KIT_TIMEOUT_KEY = "kit-timeout"  # the job ended at its timeout: its last run's SIGTERM no preemption
+KIT_CANCEL_KEY = "kit-cancel"  # a cancel stopped the job: its last run's SIGTERM no preemption
 WAITING_STATES = frozenset({JobState.QUEUED, JobState.PENDING})
 # The newest preemptions whose times an attempt keeps: the deadline rule asks only how often lately
 # (`shared.deciding.deadline.preempted_often`), and a job of many replicas may count hundreds.
@@ -192,12 +193,19 @@ def kit_runs(record: RequestRecord, n: int, key: str = KIT_RUN_KEY) -> set[int]:
 
 
 def preempted_in_last_run(record: RequestRecord, n: int) -> bool:
-    """The kit saw attempt n's latest run get the SIGTERM, and that run never finished."""
+    """The kit saw attempt n's latest run get the SIGTERM, and that run never finished (whatever
+    sent it: a job that exits 0 after it, even during a cancel, left its training unfinished)."""
     runs = kit_runs(record, n)
     if not runs:
         return False
     last = max(runs)
     return last in kit_runs(record, n, KIT_PREEMPTED_KEY) and last not in kit_runs(record, n, KIT_FINISHED_KEY)
+
+
+def preemption_ended_last_run(record: RequestRecord, n: int) -> bool:
+    """`preempted_in_last_run`, and its SIGTERM was a preemption's, not the stop at the job's
+    timeout or for a cancel (`discount_timeout_stop`, `discount_cancel_stop`)."""
+    return preempted_in_last_run(record, n) and max(kit_runs(record, n)) not in _stopped(record, n)
 
 
 def last_run_unfinished(record: RequestRecord, n: int) -> bool:
@@ -283,7 +291,20 @@ def discount_timeout_stop(record: RequestRecord, attempt: Attempt) -> None:
     its last run is no preemption (shared/deciding/continuations.py). Marked for the attempt, not a
     run, so lines that come late (the last run's, or its `run_started`) change nothing, and the count
     lowered to what the rest of the evidence shows."""
-    record.mark(evidence_marker(KIT_TIMEOUT_KEY, attempt.n))
+    _discount_stop(record, attempt, KIT_TIMEOUT_KEY)
+
+
+def discount_cancel_stop(record: RequestRecord, attempt: Attempt) -> None:
+    """A cancel stops the job's containers as a preemption does (Google says only that the job ends
+    CANCELLED; the emulator sends SIGTERM, and so may Vertex: docs/signals.md), so the kit's
+    `preempted` line of its last run is no preemption either, as for `discount_timeout_stop`. A run
+    a real preemption ended before the cancel is no last run once the next one started; one the
+    cancel met in its restart's wait is left uncounted: at most one too few, never one too many."""
+    _discount_stop(record, attempt, KIT_CANCEL_KEY)
+
+
+def _discount_stop(record: RequestRecord, attempt: Attempt, key: str) -> None:
+    record.mark(evidence_marker(key, attempt.n))
     lowered = _counted(record, attempt.n)[1]
     if lowered < attempt.preemptions:  # the newest count was the stop's
         del attempt.preempted_at[max(0, len(attempt.preempted_at) - (attempt.preemptions - lowered)) :]
@@ -298,7 +319,7 @@ def unconfirmed_kit_preemptions(record: RequestRecord, attempt: Attempt) -> int:
         return 0
     source, counted = _counted(record, attempt.n)
     last = max(kit_runs(record, attempt.n), default=None)
-    preempted = kit_runs(record, attempt.n, KIT_PREEMPTED_KEY) - _stopped_at_timeout(record, attempt.n)
+    preempted = kit_runs(record, attempt.n, KIT_PREEMPTED_KEY) - _stopped(record, attempt.n)
     others = max(
         record.count_marks(evidence_marker(PREEMPTION_LINE_KEY, attempt.n)),
         record.count_marks(evidence_marker(PREEMPTION_STATE_KEY, attempt.n)),
@@ -306,9 +327,10 @@ def unconfirmed_kit_preemptions(record: RequestRecord, attempt: Attempt) -> int:
     return 1 if source == "kit" and last in preempted and counted > others else 0
 
 
-def _stopped_at_timeout(record: RequestRecord, n: int) -> set[int]:
-    """The run Vertex stopped at the job's timeout: the last one (no restart follows a timeout)."""
-    if evidence_marker(KIT_TIMEOUT_KEY, n) not in record.markers:
+def _stopped(record: RequestRecord, n: int) -> set[int]:
+    """The run Vertex stopped at the job's timeout or for a cancel: the last one (no restart
+    follows either)."""
+    if not any(evidence_marker(key, n) in record.markers for key in (KIT_TIMEOUT_KEY, KIT_CANCEL_KEY)):
         return set()
     return {max(kit_runs(record, n), default=0)}
 
@@ -340,7 +362,7 @@ def _kit_preemptions(record: RequestRecord, n: int) -> int:
     last = max(kit_runs(record, n), default=0)
     failed = kit_runs(record, n, KIT_FAILED_KEY)
     ended = last - sum(1 for run in failed if 0 <= run < last)  # runs 0 .. last-1 that did not fail
-    preempted = kit_runs(record, n, KIT_PREEMPTED_KEY) - _stopped_at_timeout(record, n)
+    preempted = kit_runs(record, n, KIT_PREEMPTED_KEY) - _stopped(record, n)
     return ended + sum(1 for run in preempted if not 0 <= run < last or run in failed)
 
 

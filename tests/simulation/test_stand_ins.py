@@ -371,3 +371,31 @@ def test_the_declared_totals_are_each_requests_own_publishers() -> None:
         Arrival(0, EPOCH_OF_SIMULATION, b"not json", {}, "test"),
     ]
     assert declared_total_steps(arrivals) == {"r1": 100, "r2": 1000}
+
+
+@pytest.mark.parametrize(("assumption", "written"), [("preempted", ["preempted"]), ("silent", [])])
+def test_a_cancel_stops_a_running_trainer_as_the_cancel_sigterm_assumption_says(
+    assumption: str, written: list[str]
+) -> None:
+    """Google documents no signal at a cancel; the emulator sends SIGTERM, and the kit's handler
+    writes `preempted` (`cancel_sigterm`, `preempted` by default): the run the cancel ends says so, or
+    says nothing where the assumption is `silent`. A job cancelled before it ran writes nothing."""
+    from spotjobs_kit.lines import parse_kit_line
+
+    from tests.support.sim_world import trained
+
+    world = World(0, cancel_sigterm=assumption)
+    printed: list[str] = []
+    world.trainer.kit_lines = True
+    world.trainer.emit = lambda _job, text, _severity: printed.append(text)
+    running = trained(world, "r0")
+    world.vertex.runs(running, "start")
+    world.vertex.cancel_by_hand(running)
+    while running.state != "JOB_STATE_CANCELLED":
+        world.vertex.advance(running)
+    never_ran = trained(world, "r1")
+    world.vertex.cancel_by_hand(never_ran)
+    while never_ran.state != "JOB_STATE_CANCELLED":
+        world.vertex.advance(never_ran)
+    ends = [kit for kit in map(parse_kit_line, printed) if kit is not None and kit.event != "checkpoint_committed"]
+    assert [(kit.request_id, kit.event) for kit in ends] == [("r0", "run_started")] + [("r0", e) for e in written]
