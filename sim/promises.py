@@ -1096,7 +1096,7 @@ def _asked_rarely(world: World, record: RequestRecord, start: datetime, last_cha
     pass's lease turning the next two ticks away, so none asked Vertex for 90 minutes). A pass that
     died counts for none of the jobs it listed (`SimVertex.asked`), even one it decided on before
     it died."""
-    from shared.deciding.deadline_watch import longest_unasked_seconds
+    from shared.deciding.deadline import longest_unasked_seconds
 
     m = longest_unasked_seconds(world.settings.reconcile_interval_seconds)
     locations = {a.location for a in record.attempts} or {world.settings.location}

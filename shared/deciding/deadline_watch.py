@@ -68,6 +68,7 @@ from shared.deciding.deadline import (
     Work,
     changeover_estimate,
     decide_deadline,
+    longest_unasked_seconds,
     safety_net_seconds,
 )
 from shared.deciding.effects import Effects, LogLine, attempt_alert, event_fields
@@ -77,7 +78,6 @@ from shared.errors import Violation
 from shared.fleet.estimate import SpotOutlook
 from shared.jobs import JobState
 from shared.ledger.records import Attempt, RequestRecord
-from shared.ledger.run_lock import LEASE_SECONDS
 from shared.ledger.states import AttemptOutcome
 from shared.requests.attempts import ON_DEMAND, SPOT
 
@@ -396,16 +396,6 @@ def _step_seconds(record: RequestRecord, *, on_demand: bool) -> float | None:
         if (attempt.strategy != SPOT) == on_demand and attempt.steps_per_second:
             return 1.0 / attempt.steps_per_second
     return None
-
-
-def longest_unasked_seconds(reconcile_interval_seconds: float) -> float:
-    """The longest a job that writes no line (a Spot job waiting for capacity) goes without a
-    reconcile pass deciding on it, when at most one pass in a row dies: up to an interval from the
-    last pass that decided to the one that died, its run lease (`shared.ledger.run_lock`: every
-    tick within it ends at once), and up to an interval to the first tick after the lease. The
-    deadline rule's m (docs/deadlines.md, "Why no deadline is missed"); two dead passes in a row
-    are outside it."""
-    return 2 * reconcile_interval_seconds + LEASE_SECONDS
 
 
 def _placement(

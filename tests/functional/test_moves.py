@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from shared.clock import iso
-from shared.deciding.deadline import Action, decide_deadline
-from shared.deciding.deadline_watch import deadline_situation, longest_unasked_seconds
+from shared.deciding.deadline import Action, decide_deadline, longest_unasked_seconds
+from shared.deciding.deadline_watch import deadline_situation
 from shared.deciding.decisions import DecisionPolicy
 from shared.delivery import Message
 from shared.errors import TransientError

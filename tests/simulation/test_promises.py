@@ -14,7 +14,7 @@ from google.api_core import exceptions as api
 
 from shared.adapters.vertex import find_attempt_job, find_jobs, parent_path, request_labels
 from shared.alerts import Alert, AlertKind
-from shared.deciding.deadline_watch import longest_unasked_seconds
+from shared.deciding.deadline import longest_unasked_seconds
 from shared.deciding.preemptions import KIT_TIMEOUT_KEY
 from shared.fleet.observations import FleetFact, Kind, attempt_key
 from shared.ledger.records import Attempt, RequestRecord, evidence_marker

@@ -16,7 +16,7 @@ import shared.deciding.deadline_watch as deadline_watch
 import shared.fleet.placing as placing
 from bench.deadline_sim import Trace
 from shared.clock import iso
-from shared.deciding.deadline import Action, Placement, Rule, decide_deadline
+from shared.deciding.deadline import Action, Placement, Rule, decide_deadline, longest_unasked_seconds
 from shared.jobs import JobState
 from shared.ledger.records import Attempt, RequestRecord
 from shared.ledger.states import AttemptOutcome, RequestStatus
@@ -108,7 +108,7 @@ INPUTS = {
     "checkpoint_prior_seconds": POLICY.checkpoint_prior_seconds,
 }
 D = INPUTS["prior_seconds"]
-M = deadline_watch.longest_unasked_seconds(INPUTS["review_seconds"])  # 1,260 s: a dead pass's lease within it
+M = longest_unasked_seconds(INPUTS["review_seconds"])  # 1,260 s: a dead pass's lease within it
 
 
 def on_demand_for_three_commits(deadline_in: float) -> RequestRecord:

@@ -12,8 +12,16 @@ from typing import Any
 import shared.deciding.deadline as deadline
 from bench import bench_placement as bench
 from shared.clock import iso, parse_iso
-from shared.deciding.deadline import Placement, Situation, Work, decide_deadline, preempted_often, safety_net_seconds
-from shared.deciding.deadline_watch import deadline_situation, longest_unasked_seconds
+from shared.deciding.deadline import (
+    Placement,
+    Situation,
+    Work,
+    decide_deadline,
+    longest_unasked_seconds,
+    preempted_often,
+    safety_net_seconds,
+)
+from shared.deciding.deadline_watch import deadline_situation
 from shared.deciding.decisions import DecisionPolicy
 from shared.deciding.effects import Effects
 from shared.deciding.moves import consider_move

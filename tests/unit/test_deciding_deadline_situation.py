@@ -15,11 +15,10 @@ import pytest
 
 from shared.alerts import AlertKind
 from shared.clock import iso
-from shared.deciding.deadline import Action, Placement, Situation, Work, decide_deadline
+from shared.deciding.deadline import Action, Placement, Situation, Work, decide_deadline, longest_unasked_seconds
 from shared.deciding.deadline_watch import (
     alert_if_finished_late,
     deadline_situation,
-    longest_unasked_seconds,
     no_spot_capacity_until,
     note_progress,
     watch_deadline,
