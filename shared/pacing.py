@@ -78,7 +78,8 @@ _SEPARATOR = "~"  # in no request id
 # Entries per listing page (the most GCS returns): the drainer lists the whole line before each
 # create, so a new arrival with a higher priority goes next.
 WAITING_PAGE = 1000
-# Slots a busy head is waited for before the drainer passes it for the rest of its run.
+# Slots a busy head is waited for before the drainer passes it for the rest of its run; at a slow
+# pace at most all of a run's slots but one (`busy_patience`).
 BUSY_PATIENCE = 5
 # How often a drainer renews its lease (GCS sustains about one write a second to one object).
 RENEW_EVERY_SECONDS = 10.0
@@ -435,6 +436,7 @@ def drain(ports: Ports, location: str, create_one: Callable[[Waiting], str], log
     settled = rate_limited = 0
     passed: set[str] = set()  # heads that stayed busy or are in doubt: passed for the rest of this run
     busy_turns = 0
+    patience = busy_patience(pacer, ports.settings)
     burst_seen = False  # looked at once a run, not every slot (one object, ~1 write/s)
     deadline = pacer.now() + ports.settings.pacer_run_seconds
     renewed_at = pacer.now()
@@ -459,7 +461,7 @@ def drain(ports: Ports, location: str, create_one: Callable[[Waiting], str], log
             # BUSY: the delivery that just put it in line is about to hand its claim over, or the
             # create failed for now: the line waits for it, and passes it only after a while.
             busy_turns = busy_turns + 1 if outcome == BUSY else 0
-            if busy_turns >= BUSY_PATIENCE or outcome == IN_DOUBT:
+            if busy_turns >= patience or outcome == IN_DOUBT:
                 passed.add(head.key)
                 busy_turns = 0
             if pacer.now() - renewed_at >= RENEW_EVERY_SECONDS:  # not every slot: one object, ~1 write/s
@@ -481,6 +483,16 @@ def drain(ports: Ports, location: str, create_one: Callable[[Waiting], str], log
         handed_over_to=handed_over,
     )
     return Drained(True, settled, rate_limited, handed_over)
+
+
+def busy_patience(pacer: Pacer, settings: Settings) -> int:
+    """Slots a busy head is waited for: `BUSY_PATIENCE`, but at most all of the slots a run is
+    sure to have but one (a run of R seconds takes at least R // slot of them). Busy turns are
+    counted within a run, and the hand-over goes to a head not passed: a head waited for every
+    slot of each run (6 creates a minute, 40 s runs: 4 slots) would be handed the line again and
+    again, and the requests behind it wait for as long as it stays busy."""
+    sure = int(settings.pacer_run_seconds // pacer.slot_seconds)
+    return max(1, min(BUSY_PATIENCE, sure - 1))
 
 
 def _leave_line(pacer: Pacer, entry: Waiting, log: Logger) -> bool:

@@ -104,8 +104,9 @@ class Settings:
     # planned with before any is seen on a machine type and location, and what validation assumes
     # when a request does not say (shared/deciding/deadline.py, docs/deadlines.md).
     changeover_prior_seconds: float = _env("SPOTJOBS_CHANGEOVER_PRIOR_SECONDS", 1200.0, kind="float")
-    # The longest time between two reconcile passes (its schedule's interval): a job waiting for
-    # Spot is seen by reconcile, so the deadline rule decides that much early.
+    # The reconcile schedule's interval: a job waiting for Spot is seen by reconcile, so the
+    # deadline rule decides that much early, and a dead pass's run lease more
+    # (`shared.deciding.deadline_watch.longest_unasked_seconds`).
     reconcile_interval_seconds: float = _env("SPOTJOBS_RECONCILE_INTERVAL_SECONDS", 300.0, kind="float")
     # The trainer's checkpoint interval a deadline is planned with until the kit's commit lines
     # show one (the rule sees committed progress only: shared/deciding/deadline_watch.py).

@@ -1068,7 +1068,7 @@ def deadlines_met(world: World) -> list[Violation]:
             continue
         if _created_late(world, record, own, d):
             continue
-        if _asked_rarely(world, record, parse_iso(record.created_at), deadline - timedelta(seconds=work), d):
+        if _asked_rarely(world, record, parse_iso(record.created_at), deadline - timedelta(seconds=work)):
             continue
         started = {j.attempt: j.start_time for j in sorted(own, key=lambda j: j.create_time) if j.start_time}
         if any(((started.get(n) or now) - at).total_seconds() > d for n, at in quota_waits[record.request_id].items()):
@@ -1085,20 +1085,26 @@ def deadlines_met(world: World) -> list[Violation]:
     return out
 
 
-def _asked_rarely(world: World, record: RequestRecord, start: datetime, last_chance: datetime, d: float) -> bool:
+def _asked_rarely(world: World, record: RequestRecord, start: datetime, last_chance: datetime) -> bool:
     """The rule counts on the job being asked at least every m seconds (docs/deadlines.md, "Why no
-    deadline is missed"; m is the reconcile interval), and a job no record names yet (a create
-    whose delivery died before recording it) is asked by reconcile alone. Between the request's
-    creation and the last moment on-demand could still finish its work, a stretch longer than d in
-    which no reconcile call was answered in its locations breaks that assumption (seed 24 on
-    241aac2: at a 5% fault rate reconcile's passes crashed, each crashed pass's lease turning the
-    next two ticks away, so none asked Vertex for 90 minutes)."""
+    deadline is missed"), m the longest a job goes unasked by reconcile with one dead pass's run
+    lease in between (`longest_unasked_seconds`: a waiting job, and a job no record names yet, a
+    create whose delivery died before recording it, are asked by reconcile alone). Between the
+    request's creation and the last moment on-demand could still finish its work, a stretch longer
+    than m in which no pass that lived answered a reconcile call in its locations breaks that
+    assumption (seed 24 on 241aac2: at a 5% fault rate reconcile's passes crashed, each crashed
+    pass's lease turning the next two ticks away, so none asked Vertex for 90 minutes). A pass that
+    died counts for none of the jobs it listed (`SimVertex.asked`), even one it decided on before
+    it died."""
+    from shared.deciding.deadline import longest_unasked_seconds
+
+    m = longest_unasked_seconds(world.settings.reconcile_interval_seconds)
     locations = {a.location for a in record.attempts} or {world.settings.location}
     asks = sorted(
         at for location in locations for at in world.vertex.asked.get(location, ()) if start < at < last_chance
     )
     moments = [start, *asks, last_chance]
-    return any((later - earlier).total_seconds() > d for earlier, later in zip(moments, moments[1:]))
+    return any((later - earlier).total_seconds() > m for earlier, later in zip(moments, moments[1:]))
 
 
 def _created_late(world: World, record: RequestRecord, jobs: list[SimJob], d: float) -> bool:

@@ -249,9 +249,13 @@ class SimVertex:
         # Told of each lookup of a request's jobs by its labels (location, request id): what
         # `sim.invariants.note_lookup` judges at the moment it is made.
         self.looked_up: Callable[[str, str], None] = lambda location, request_id: None
-        # When reconcile's list or get calls were answered, per location: the deadline rule counts
-        # on a job being asked at least every reconcile interval (`sim.promises.deadlines_met`).
+        # When reconcile's list or get calls were answered, per location, of passes that did not die
+        # (`noted_ask`): the deadline rule counts on a job being asked by a pass that decides, at
+        # least every `longest_unasked_seconds` (`sim.promises.deadlines_met`).
         self.asked: dict[str, list[datetime]] = collections.defaultdict(list)
+        # Told of each of reconcile's answered asks (location, when); the world keeps them with the
+        # pass until it ends (`World._note_ask`). Alone (a test), an ask counts at once.
+        self.noted_ask: Callable[[str, datetime], None] = lambda location, at: self.asked[location].append(at)
         self._calls: dict[tuple[str, str], collections.deque[datetime]] = collections.defaultdict(collections.deque)
         self._regional: dict[str, RegionalClient] = {}
         # Calls sent through another location's endpoint: (when, caller, operation, resource, endpoint).
@@ -318,7 +322,7 @@ class SimVertex:
 
     def _note_asked(self, location: str) -> None:
         if self.caller() == "reconcile":
-            self.asked[location].append(self.clock())
+            self.noted_ask(location, self.clock())
 
     def _known_job(self, name: str) -> SimJob:
         job = self.jobs.get(name)

@@ -97,6 +97,7 @@ class Task:
     faults_before_call: int = 0
     shaken: bool = False  # an irrevocable call of it succeeded: an aftershock is due (sim.faults)
     origin: str = ""  # the message it delivers (a run's redeliveries share it)
+    asks: list[tuple[str, datetime]] = field(default_factory=list)  # reconcile's answered asks (`_note_ask`)
     alerts: list[tuple[tuple[Any, ...], int]] = field(default_factory=list)  # (alert, its faults before it)
     refusals: list[tuple[int, int]] = field(default_factory=list)  # (a refusal it met, its faults by then)
     calling: str = ""  # the service of the call it waits to make (its resume makes it)
@@ -271,6 +272,7 @@ class World:
         self.dead_reconciles: list[datetime] = []  # reconcile deliveries that crashed: sim.budgets
         self.vertex.looked_up = functools.partial(_note_lookup, self)
         self.vertex.met_refusal = self._note_refusal
+        self.vertex.noted_ask = self._note_ask
         self.trainer.two_file_stems = self.permanent.two_file_stems
         if not self.no_faults:
             self.workload.operations += permanent.events(self.seed, self.permanent, self.workload)
@@ -424,6 +426,13 @@ class World:
             if task.faults > faults_before:
                 self.unconfirmed_alerts[key] += 1
         task.alerts = []
+
+    def _note_ask(self, location: str, at: datetime) -> None:
+        """Reconcile's ask answered: kept with its pass until the pass ends (`_handle`)."""
+        if self._current is None:
+            self.vertex.asked[location].append(at)
+        else:
+            self._current.asks.append((location, at))
 
     def _note_refusal(self, index: int) -> None:
         task = self._current
@@ -822,7 +831,7 @@ class World:
         module_name, attribute = HANDLERS[delivery.function]
         handler = getattr(__import__(module_name, fromlist=[attribute]), attribute)
         max_age = float("inf") if delivery.function == "submit_job" else self.settings.max_event_age_seconds
-        acked = False
+        acked = died = False
         outcome = "acked"
         try:
             handle_delivery(
@@ -835,6 +844,7 @@ class World:
             acked = True
         except SimCrash as crash:
             outcome = f"crashed ({crash})"
+            died = True
             if delivery.function == "reconcile":
                 self.dead_reconciles.append(self.clock.now())
         except Exception as exc:  # noqa: BLE001 - a raise is a nack: Pub/Sub redelivers
@@ -842,6 +852,9 @@ class World:
         finally:
             self._count_unconfirmed_alerts(task)
             self._note_cut_short(task)
+        if not died:  # a pass that died decided on nothing it listed
+            for location, at in task.asks:
+                self.vertex.asked[location].append(at)
         duplicate = acked and self.phase == "faults" and self.rng.random() < self.workload.duplicate_rate
         delivery_number = delivery.attempts + 1
         self.pubsub.settle(delivery, acked, duplicate)

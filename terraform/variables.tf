@@ -349,7 +349,7 @@ variable "maintenance_schedules" {
   description = "Cloud Scheduler cadence of the maintenance messages ({\"task\":\"reconcile\"} and {\"task\":\"prune\"} on the maintenance topic). Cron syntax, IANA time zone; paused keeps the job but stops it firing."
   type = object({
     reconcile = optional(object({
-      schedule  = optional(string, "*/10 * * * *")
+      schedule  = optional(string, "*/5 * * * *") # every SPOTJOBS_RECONCILE_INTERVAL_SECONDS (300)
       time_zone = optional(string, "Etc/UTC")
       paused    = optional(bool, false)
     }), {})

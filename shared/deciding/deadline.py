@@ -54,6 +54,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from shared.fleet.estimate import SpotOutlook
+from shared.ledger.run_lock import LEASE_SECONDS
 
 # Changeovers vary and a STANDARD GPU can also be short: plan with a high percentile, not the mean.
 CHANGEOVER_PERCENTILE = 0.9
@@ -328,6 +329,16 @@ def _second_spot_run_in(s: Situation, beyond_net: float) -> float | None:
         return None
     on_demand_for = (s.now - s.placed_at).total_seconds()
     return max(0.0, s.changeover_seconds + s.spot_outlook.expected_wait_seconds - on_demand_for)
+
+
+def longest_unasked_seconds(reconcile_interval_seconds: float) -> float:
+    """The longest a job that writes no line (a Spot job waiting for capacity) goes without a
+    reconcile pass deciding on it, when at most one pass in a row dies: up to an interval from the
+    last pass that decided to the one that died, its run lease (`shared.ledger.run_lock`: every
+    tick within it ends at once), and up to an interval to the first tick after the lease. The
+    deadline rule's m (docs/deadlines.md, "Why no deadline is missed"); two dead passes in a row
+    are outside it."""
+    return 2 * reconcile_interval_seconds + LEASE_SECONDS
 
 
 def safety_net_seconds(situation: Situation) -> float:

@@ -17,9 +17,11 @@ The inputs come from the record alone (`deadline_situation`, which `spotjobs sta
   on-demand attempts in the location (a Spot attempt's own wait for capacity is no changeover of
   on-demand's), and the fleet's bound there snapshotted at the claim (`fleet_changeover`): a
   request sees a handful of its own moves, the fleet its tail;
-- the review interval: the reconcile interval (`Settings.reconcile_interval_seconds`) plus the
-  checkpoint interval (`checkpoint_interval`): between two commits the committed slack falls as
-  if the job waited, so a commit may come up to one interval after the moment that mattered;
+- the review interval: the longest a job waiting for Spot may go unasked (`longest_unasked_seconds`
+  of the reconcile interval, `Settings.reconcile_interval_seconds`: a pass that dies holds the run
+  lock for its lease) plus the checkpoint interval (`checkpoint_interval`): between two commits
+  the committed slack falls as if the job waited, so a commit may come up to one interval after
+  the moment that mattered;
 - whether Spot has capacity: known to have none for a back-off after the request's last tries of
   Spot found none (`no_spot_capacity_until`); else, before a move back to Spot only, the fleet's
   estimate where the attempt runs (`FleetView.has_capacity`: `shared.fleet.placing.Placer`, one
@@ -45,8 +47,8 @@ attempt n+1 on SPOT.
 A Spot job queued or pending for less than one changeover since it was asked for is counted as
 on Spot within its changeover (the model's first d seconds of a new instance: Vertex queues and
 provisions a job for minutes even when capacity is there); past that it is waiting for Spot,
-which no line says: only the next reconcile pass sees it, so such a job stays on Spot only with a
-reconcile interval of slack beyond its changeover (`wait_seen_within_seconds`, seed 5002).
+which no line says: only a reconcile pass sees it, so such a job stays on Spot only with slack
+beyond its changeover for the longest a job goes unasked (`wait_seen_within_seconds`, seed 5002).
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ from shared.deciding.deadline import (
     Work,
     changeover_estimate,
     decide_deadline,
+    longest_unasked_seconds,
     safety_net_seconds,
 )
 from shared.deciding.effects import Effects, LogLine, attempt_alert, event_fields
@@ -113,7 +116,9 @@ def deadline_situation(
     running: bool = False,
 ) -> Situation | None:
     """The deadline rule's inputs for the request's latest attempt; None without a deadline, or
-    while the work or its rate is not known yet. `running`: a kit line just said the job runs."""
+    while the work or its rate is not known yet. `review_seconds`: the reconcile interval (the
+    rule's review interval adds a dead pass's lease and the checkpoint interval to it). `running`:
+    a kit line just said the job runs."""
     request = record.request
     latest = record.latest
     if not request.get("deadline") or latest is None:
@@ -129,6 +134,7 @@ def deadline_situation(
         own = changeover_estimate(_changeovers(record, latest.location), prior_seconds)
         changeover = max(own, fleet_changeover(record, latest.location) or 0.0)
     placement, placed_at, capacity_unseen = _placement(record, latest, running, float(changeover), now)
+    unasked = longest_unasked_seconds(review_seconds)
     return Situation(
         now=now,
         deadline=parse_iso(request["deadline"]),
@@ -142,8 +148,8 @@ def deadline_situation(
         placement=placement,
         placed_at=min(now, placed_at),
         changeover_seconds=float(changeover),
-        review_seconds=review_seconds + checkpoint_interval(record, checkpoint_prior_seconds),
-        wait_seen_within_seconds=review_seconds if capacity_unseen else 0.0,  # by the next pass
+        review_seconds=unasked + checkpoint_interval(record, checkpoint_prior_seconds),
+        wait_seen_within_seconds=unasked if capacity_unseen else 0.0,  # by a pass
         spot_available=False if (until := no_spot_capacity_until(record)) and now < until else None,
         spot_outlook=SpotOutlook.from_json(latest.spot_outlook) if latest.strategy == SPOT else None,
     )

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from shared.clock import iso
-from shared.deciding.deadline import Action, decide_deadline
+from shared.deciding.deadline import Action, decide_deadline, longest_unasked_seconds
 from shared.deciding.deadline_watch import deadline_situation
 from shared.deciding.decisions import DecisionPolicy
 from shared.delivery import Message
@@ -204,7 +204,8 @@ def test_a_deadline_request_is_moved_only_while_the_rule_spares_the_moves_change
     # Half the work committed (by a run before a restart): ahead of Uniform Progress's line, so the
     # rule waits for Spot rather than switch (behind it, it goes to on-demand and nothing moves).
     world.rewrite("req-1", lambda r: setattr(r.attempt(1), "last_checkpoint", [0, STEPS // 2]))
-    net = 2 * CHANGEOVER + world.settings.reconcile_interval_seconds + world.settings.checkpoint_prior_seconds
+    unasked = longest_unasked_seconds(world.settings.reconcile_interval_seconds)
+    net = 2 * CHANGEOVER + unasked + world.settings.checkpoint_prior_seconds
     # The rule waits for Spot, but by less than a changeover beyond its safety net: no move.
     world.rewrite("req-1", lambda r: r.request.update(deadline_request(net + CHANGEOVER / 2, STEPS // 2)))
     assert 0 < rule_holds(world) < CHANGEOVER

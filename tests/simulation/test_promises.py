@@ -14,19 +14,20 @@ from google.api_core import exceptions as api
 
 from shared.adapters.vertex import find_attempt_job, find_jobs, parent_path, request_labels
 from shared.alerts import Alert, AlertKind
+from shared.deciding.deadline import longest_unasked_seconds
 from shared.deciding.preemptions import KIT_TIMEOUT_KEY
 from shared.fleet.observations import FleetFact, Kind, attempt_key
 from shared.ledger.records import Attempt, RequestRecord, evidence_marker
 from shared.ledger.run_lock import LEASE_SECONDS
 from shared.ledger.states import RequestStatus
 from shared.ledger.store import LedgerStore
-from sim import faults, invariants, promises
+from sim import faults, invariants, promises, virtual
 from sim.continuations import DEADLINE_EXCEEDED_ERROR
 from sim.faults import Refusal
 from sim.trainer import LAYOUTS, Save
 from sim.vertex import STOCKOUT_ERROR, USER_ERROR, Create, Refused, SimJob
 from sim.workload import Arrival, forge_kit_line
-from sim.world import World
+from sim.world import SimCrash, World
 from tests.support.sim_world import attempt_of, job, preempted, restore, trained, write_fact
 
 
@@ -707,10 +708,43 @@ def test_a_deadline_missed_while_reconcile_asked_nothing_for_longer_than_d_is_ex
     on_demand.create_time = on_demand.start_time - timedelta(seconds=600)
     assert len(promises.deadlines_met(world)) == 1  # asked every reconcile interval: caught
 
-    silent_until = created + timedelta(seconds=world.settings.changeover_prior_seconds + 60)
+    # The rule's m is the longest a job goes unasked with one dead pass's lease in it: up to that, caught.
+    unasked = longest_unasked_seconds(world.settings.reconcile_interval_seconds)
     asked = world.vertex.asked["us-central1"]
-    world.vertex.asked["us-central1"] = [at for at in asked if not created < at < silent_until]
+    first = created + timedelta(seconds=unasked)
+    world.vertex.asked["us-central1"] = [first] + [at for at in asked if at > first]
+    assert len(promises.deadlines_met(world)) == 1
+
+    world.vertex.asked["us-central1"][0] += timedelta(seconds=1)
     assert promises.deadlines_met(world) == []
+
+
+def test_a_reconcile_pass_that_died_asked_nothing_for_the_deadline_rule(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass that dies before deciding (its instance gone) decided on no job it listed: its
+    listing is no ask the rule's m counts on (docs/deadlines.md); a pass that ends is."""
+
+    def lists_then(dies: bool) -> None:
+        def handler(message: Any, log: Any) -> None:
+            world.vertex.list_custom_jobs({"parent": parent_path(world.settings.project, "us-central1")})
+            if dies:
+                raise SimCrash("the instance is gone")
+
+        monkeypatch.setattr("functions.reconcile._handle", handler)
+        world.pubsub.accept(world.settings.maintenance_topic, b'{"task": "reconcile"}', {"task": "reconcile"})
+        [delivery] = world.pubsub.deliverable()
+        virtual.install(world)  # the world's clock, as `World.run` has it
+        try:
+            world._deliver(delivery)  # noqa: SLF001 - one delivery, driven by hand
+            world._finish_tasks()  # noqa: SLF001
+        finally:
+            virtual.uninstall()
+
+    lists_then(dies=True)
+    assert world.vertex.asked["us-central1"] == [] and len(world.dead_reconciles) == 1
+    lists_then(dies=False)
+    assert len(world.vertex.asked["us-central1"]) == 1
 
 
 def test_a_deadline_missed_after_a_late_first_create_is_excused(world: World) -> None:

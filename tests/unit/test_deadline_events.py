@@ -16,7 +16,7 @@ import shared.deciding.deadline_watch as deadline_watch
 import shared.fleet.placing as placing
 from bench.deadline_sim import Trace
 from shared.clock import iso
-from shared.deciding.deadline import Action, Placement, Rule, decide_deadline
+from shared.deciding.deadline import Action, Placement, Rule, decide_deadline, longest_unasked_seconds
 from shared.jobs import JobState
 from shared.ledger.records import Attempt, RequestRecord
 from shared.ledger.states import AttemptOutcome, RequestStatus
@@ -107,7 +107,8 @@ INPUTS = {
     "review_seconds": POLICY.reconcile_interval_seconds,  # m: 300 s
     "checkpoint_prior_seconds": POLICY.checkpoint_prior_seconds,
 }
-D, M = INPUTS["prior_seconds"], INPUTS["review_seconds"]
+D = INPUTS["prior_seconds"]
+M = longest_unasked_seconds(INPUTS["review_seconds"])  # 1,260 s: a dead pass's lease within it
 
 
 def on_demand_for_three_commits(deadline_in: float) -> RequestRecord:
@@ -204,9 +205,9 @@ def test_a_miss_a_slow_changeover_made_is_avoided_with_the_fleets_d() -> None:
     # request's d is the prior and a tail move at its last switch makes it late; with the fleet's
     # 200 earlier changeovers (the same distribution, snapshotted at each claim) d covers the tail.
     alone = replace(job(600, 0.8), changeover_tail=True)
-    assert events.simulate_events(alone, FLAKY, 0, Rule.SPOTJOBS, "t10").missed
+    assert events.simulate_events(alone, FLAKY, 0, Rule.SPOTJOBS, "t7").missed
     with_fleet = replace(alone, fleet_changeovers=200)
-    assert not events.simulate_events(with_fleet, FLAKY, 0, Rule.SPOTJOBS, "t10").missed
+    assert not events.simulate_events(with_fleet, FLAKY, 0, Rule.SPOTJOBS, "t7").missed
 
 
 def test_a_replay_that_missed_its_deadline_under_yesterdays_inputs_meets_it() -> None:

@@ -12,7 +12,15 @@ from typing import Any
 import shared.deciding.deadline as deadline
 from bench import bench_placement as bench
 from shared.clock import iso, parse_iso
-from shared.deciding.deadline import Placement, Situation, Work, decide_deadline, preempted_often, safety_net_seconds
+from shared.deciding.deadline import (
+    Placement,
+    Situation,
+    Work,
+    decide_deadline,
+    longest_unasked_seconds,
+    preempted_often,
+    safety_net_seconds,
+)
 from shared.deciding.deadline_watch import deadline_situation
 from shared.deciding.decisions import DecisionPolicy
 from shared.deciding.effects import Effects
@@ -102,9 +110,9 @@ class ElsewherePlacer:
         return self.outlook
 
 
-# The net there: 2 changeovers of a minute and the review interval (reconcile's, and the checkpoint
-# interval: the prior's, as none was seen).
-NET_HERE = 2 * 60.0 + POLICY.reconcile_interval_seconds + POLICY.checkpoint_prior_seconds
+# The net there: 2 changeovers of a minute and the review interval (the longest a waiting job goes
+# unasked by reconcile, and the checkpoint interval: the prior's, as none was seen).
+NET_HERE = 2 * 60.0 + longest_unasked_seconds(POLICY.reconcile_interval_seconds) + POLICY.checkpoint_prior_seconds
 
 
 def preempted(slack_seconds: float, preempted_hours_ago: list[float], **request: Any) -> RequestRecord:

@@ -15,6 +15,7 @@ from shared.deciding.decisions import Observation, decide
 from shared.fleet.estimate import SpotOutlook
 from shared.jobs import JobState
 from shared.ledger.records import Attempt, RequestRecord
+from shared.ledger.run_lock import LEASE_SECONDS
 from shared.ledger.states import AttemptOutcome, RequestStatus
 from tests.support.decide import JOB1, NOW, at, job, make_record
 from tests.support.decide import POLICY as SPOT_ONLY
@@ -23,6 +24,7 @@ from tests.support.decide import POLICY as SPOT_ONLY
 POLICY = replace(SPOT_ONLY, allowed_fallback_strategies=("STANDARD",))
 STEPS, CHANGEOVER = 1000, 60.0
 REVIEW = POLICY.reconcile_interval_seconds
+UNSEEN = 2 * REVIEW + LEASE_SECONDS  # the longest a waiting job goes unasked: a dead pass's lease between two
 
 
 def deadline(slack: float, *, total_steps: int | None = STEPS) -> dict[str, object]:
@@ -42,7 +44,7 @@ def situation(record, **kwargs):
 
 
 def test_a_spot_job_queued_within_its_changeover_is_on_spot_and_waits_after_it() -> None:
-    record = make_record(request=deadline(CHANGEOVER / 2 + REVIEW))  # its wait, seen a pass late, still fits
+    record = make_record(request=deadline(CHANGEOVER / 2 + UNSEEN))  # its wait, seen a pass late, still fits
     record.created_at = record.attempts[0].created_at = iso(NOW - timedelta(seconds=CHANGEOVER / 2))
     assert situation(record).placement is Placement.ON_SPOT
     assert decide(record, Observation(1, job(JobState.QUEUED)), POLICY, NOW).record.attempts[0].outcome is None
@@ -65,9 +67,27 @@ def test_a_late_requests_spot_job_not_yet_running_leaves_unless_its_wait_would_b
             record.attempts[0].started_at = record.attempts[0].created_at
         return decide(record, Observation(1, job(state)), POLICY, NOW).record.attempts[0].outcome
 
-    assert decided(half + REVIEW - 1, JobState.QUEUED) is AttemptOutcome.SWITCHED_TO_ON_DEMAND
-    assert decided(half + REVIEW, JobState.QUEUED) is None  # the pass after its changeover still fits
-    assert decided(half + REVIEW - 1, JobState.RUNNING) is None  # capacity seen: exploitation
+    assert decided(half + UNSEEN - 1, JobState.QUEUED) is AttemptOutcome.SWITCHED_TO_ON_DEMAND
+    assert decided(half + UNSEEN, JobState.QUEUED) is None  # the pass after its changeover still fits
+    assert decided(half + UNSEEN - 1, JobState.RUNNING) is None  # capacity seen: exploitation
+
+
+def test_a_wait_seen_only_by_a_pass_counts_on_a_pass_that_crashed_holding_the_run_lock() -> None:
+    """The rule assumes the job is asked at least every m seconds (docs/deadlines.md); a waiting
+    job is asked by reconcile alone, and a pass that dies holds the run lock for its lease, turning
+    the ticks within it away (shared/ledger/run_lock.py). So the longest a wait goes unseen is one
+    interval to the pass that died, its lease, and one interval to the first tick after it: the
+    unseen wait of a Spot job not yet running and the safety net's margin both count that."""
+    half = CHANGEOVER / 2
+
+    def decided(slack: float) -> AttemptOutcome | None:
+        record = make_record(request=deadline(slack), state=JobState.QUEUED)
+        record.created_at = record.attempts[0].created_at = iso(NOW - timedelta(seconds=half))
+        return decide(record, Observation(1, job(JobState.QUEUED)), POLICY, NOW).record.attempts[0].outcome
+
+    assert decided(half + UNSEEN - 1) is AttemptOutcome.SWITCHED_TO_ON_DEMAND
+    assert decided(half + UNSEEN) is None
+    assert situation(make_record(request=deadline(0))).review_seconds == UNSEEN + 3600.0  # the prior I
 
 
 def test_a_wait_after_a_run_counts_from_the_attempts_last_change_of_state() -> None:
@@ -207,7 +227,7 @@ def test_back_to_spot_waits_where_the_fleet_says_spot_has_no_capacity_now() -> N
         assert back.record.attempts[1].outcome is AttemptOutcome.SWITCHED_TO_SPOT
     # A job on Spot within its changeover stays without asking anything.
     quiet = Fleet(capacity=True)
-    record = make_record(request=deadline(CHANGEOVER / 2 + REVIEW))
+    record = make_record(request=deadline(CHANGEOVER / 2 + UNSEEN))
     record.created_at = record.attempts[0].created_at = iso(NOW - timedelta(seconds=CHANGEOVER / 2))
     assert decide(record, Observation(1, job(JobState.QUEUED)), POLICY, NOW, fleet=quiet).record.requeue is None
     assert quiet.asked == []

@@ -15,7 +15,7 @@ import pytest
 
 from shared.alerts import AlertKind
 from shared.clock import iso
-from shared.deciding.deadline import Action, Placement, Situation, Work, decide_deadline
+from shared.deciding.deadline import Action, Placement, Situation, Work, decide_deadline, longest_unasked_seconds
 from shared.deciding.deadline_watch import (
     alert_if_finished_late,
     deadline_situation,
@@ -177,10 +177,12 @@ class Fleet:
 
 
 def test_a_wait_with_slack_exactly_the_safety_net_asks_the_fleet_before_leaving() -> None:
-    """Behind the line with no outlook kept, the rule would leave; at exactly the net (2d + m =
-    420 s) an outlook can still keep the wait (one of no wait at all), so the fleet is asked."""
+    """Behind the line with no outlook kept, the rule would leave; at exactly the net (2d + m, m
+    the longest a waiting job goes unasked) an outlook can still keep the wait (one of no wait at
+    all), so the fleet is asked."""
+    net = 2 * 60 + longest_unasked_seconds(300.0)
     record = make_record(
-        request=request(deadline=iso(NOW + timedelta(seconds=1000 + 60 + 420)), changeover_seconds=60.0)
+        request=request(deadline=iso(NOW + timedelta(seconds=1000 + 60 + net)), changeover_seconds=60.0)
     )
     record.created_at = iso(NOW - timedelta(seconds=10_000))
     record.attempts[0].created_at = iso(NOW - timedelta(seconds=700))
@@ -189,7 +191,7 @@ def test_a_wait_with_slack_exactly_the_safety_net_asks_the_fleet_before_leaving(
     decision, _ = watch(record, fleet)
 
     assert fleet.asked == 1
-    assert decision.action is Action.STAY and decision.slack_seconds == 420.0
+    assert decision.action is Action.STAY and decision.slack_seconds == net
     assert record.attempts[0].spot_outlook == {"share_available": 1.0, "mean_lifetime_seconds": 3600.0}
 
 

@@ -338,6 +338,22 @@ def test_a_busy_head_is_waited_for_a_few_slots_then_passed_and_handed_over_to_la
     assert line.handed_over() == ["busy"]
 
 
+def test_a_busy_head_is_passed_within_a_run_even_at_a_pace_of_fewer_slots_a_run_than_the_patience() -> None:
+    """At 6 creates a minute a 40 s run has 4 slots, fewer than the five a busy head is waited
+    for: waited for all of them, never passed, it was handed the line again at each run's end, and
+    the request behind it waited as long as the head stayed busy (for good, were it stuck) instead
+    of five slots. The patience is at most all of a run's slots but one."""
+    slow = paced_line(SPOTJOBS_VERTEX_CREATES_PER_MINUTE="6", SPOTJOBS_PACER_RUN_SECONDS="40")
+    slow.wait("busy")
+    slow.wait("b")
+    script = Script(slow, {"busy": [BUSY]})
+
+    drained = slow.drain(script)
+
+    assert script.tried == ["busy"] * 3 + ["b"]
+    assert (drained.created, slow.waiting()) == (1, ["busy"])
+
+
 def test_a_head_busy_for_a_while_then_free_is_not_passed(line: Line) -> None:
     line.wait("a")
     line.wait("b")

@@ -940,3 +940,16 @@ def test_source_root_entry_module_exists() -> None:
     entry = Path(TERRAFORM_DIR / "source_root" / "main.py")
     assert entry.is_file()
     assert module_config().locals["source_entry"] == "${path.module}/source_root/main.py"
+
+
+def test_the_reconcile_schedule_fires_every_reconcile_interval_the_code_plans_with() -> None:
+    """The deadline rule's m and every bound the simulator checks are counted in the reconcile
+    interval (`SPOTJOBS_RECONCILE_INTERVAL_SECONDS`: keep it the schedule's interval,
+    docs/deadlines.md); the module's default schedule must fire that often, or a default deployment
+    plans with passes twice as frequent as it has."""
+    variables = (TERRAFORM_DIR / "variables.tf").read_text()
+    block = variables.split('variable "maintenance_schedules"', 1)[1]
+    schedule = re.search(r'reconcile = optional\(object\(\{\s*schedule\s*=\s*optional\(string, "([^"]+)"\)', block)
+    assert schedule is not None
+    every = re.fullmatch(r"\*/(\d+) \* \* \* \*", schedule.group(1))
+    assert every is not None and int(every.group(1)) * 60 == Settings().reconcile_interval_seconds
