@@ -105,7 +105,8 @@ class AlertKind(enum.StrEnum):
         "budget_reached",
         "WARNING",
         "a request's spend reached its `max_cost_usd`: its job is cancelled and nothing re-queued (up to one reconcile"
-        " interval late, docs/requests.md); once per request",
+        " interval late, docs/requests.md; `details.stopped` false when it had ended or a cancel asked before was"
+        " under way); once per request",
     )
     STRAY_JOB = "stray_job", "WARNING", "a job with a request's labels that the ledger does not record was cancelled"
     STRAY_SWEEP_REFUSED = (
