@@ -400,14 +400,17 @@ def _track_wait(attempt: Attempt, job: JobSnapshot, was: str | None) -> None:
     before `wait_began_at` is read so too). Any other stuck state (CANCELLING, UPDATING, PAUSED) is
     no wait for capacity, nor part of one: stuck from its own start (a FLEX_START job cancelled by
     hand after its long wait by design is not stuck at once: review s10). A job whose start time is
-    past the wait's beginning ran since, though no read saw it RUNNING: a wait of its own."""
+    past the wait's beginning ran since, though no read saw it RUNNING: a wait of its own. So did
+    one that ran before and is seen QUEUED after PENDING: resumed (job_state.proto), a restart whose
+    run no read saw, as its start time is its first run's (seed 6699)."""
+    never_ran = not (job.start_time or attempt.started_at)
+    restarted = not never_ran and was == JobState.PENDING and job.state == JobState.QUEUED
+    after_another_state = restarted or (was is not None and was not in WAITING_STATES)  # a run, a pause
     if job.state not in STUCK_STATES:
         attempt.wait_began_at = None
     elif job.state not in WAITING_STATES:
         attempt.wait_began_at = attempt.state_changed_at
-    elif attempt.wait_began_at is None or (was is not None and was not in WAITING_STATES):
-        after_another_state = was is not None and was not in WAITING_STATES  # a run, a pause: from its end
-        never_ran = not (job.start_time or attempt.started_at)
+    elif attempt.wait_began_at is None or after_another_state:  # from the other state's end
         created = job.create_time or attempt.created_at
         from_create = never_ran and bool(created) and not after_another_state
         attempt.wait_began_at = created if from_create else attempt.state_changed_at

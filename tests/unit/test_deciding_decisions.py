@@ -777,3 +777,48 @@ def test_a_run_no_observation_saw_ends_the_wait_before_it() -> None:
     pending = replace(queued, state=JobState.PENDING, start_time=iso(ran), update_time=iso(back))
     decision = observe(seen_queued.record, pending, policy=policy)
     assert decision.effects.alerts == [] and decision.record.attempts[0].wait_began_at == iso(back)
+
+
+def test_a_restart_seen_queued_after_pending_is_a_wait_of_its_own() -> None:
+    """Seed 6699: a Spot restart waited PENDING, ran 20 s between two reads, and was restarted
+    again (QUEUED, "resumed" in job_state.proto). Its start time is its first run's, so only the
+    step back from PENDING to QUEUED tells the run: the new wait counts from that QUEUED, not from
+    the run before the PENDING, and is alerted only once it lasted the threshold itself."""
+    policy = replace(POLICY, stuck_after_seconds=6 * HOUR)
+    first_run = NOW - timedelta(hours=13)
+    preempted = first_run + timedelta(minutes=15)
+    pending = JobSnapshot(
+        JOB1,
+        JobState.PENDING,
+        None,
+        create_time=iso(first_run - timedelta(minutes=5)),
+        start_time=iso(first_run),
+        update_time=iso(preempted + timedelta(seconds=20)),
+    )
+    seen_running = observe(
+        make_record(state=None),
+        replace(pending, state=JobState.RUNNING, update_time=iso(first_run)),
+        policy=policy,
+        now=first_run + timedelta(minutes=1),
+    )
+    seen_pending = observe(seen_running.record, pending, policy=policy, now=preempted + timedelta(minutes=1))
+    assert seen_pending.record.attempts[0].wait_began_at == iso(preempted + timedelta(seconds=20))
+    requeued = preempted + timedelta(hours=6, minutes=2)  # past 6 h from the wait before the run
+    queued = replace(pending, state=JobState.QUEUED, update_time=iso(requeued))
+
+    decision = observe(seen_pending.record, queued, policy=policy, now=requeued + timedelta(seconds=6))
+
+    assert decision.effects.alerts == [] and decision.record.attempts[0].wait_began_at == iso(requeued)
+    [alert] = observe(decision.record, queued, policy=policy, now=requeued + timedelta(hours=6)).effects.alerts
+    assert (alert.details["wait_began_at"], alert.details["stuck_seconds"]) == (iso(requeued), 6 * 3600)
+
+
+def test_a_job_that_never_ran_seen_queued_after_pending_still_waits_from_its_create() -> None:
+    """No start time: no run, so no restart either; a QUEUED after PENDING is the same wait, from
+    the create (docs/signals.md), whatever moved it back."""
+    created = NOW - timedelta(hours=3)
+    pending = JobSnapshot(JOB1, JobState.PENDING, None, create_time=iso(created), update_time=iso(created))
+    seen_pending = observe(make_record(state=None), pending, now=created + timedelta(hours=1))
+    queued = replace(pending, state=JobState.QUEUED, update_time=iso(created + timedelta(hours=2)))
+
+    assert observe(seen_pending.record, queued).record.attempts[0].wait_began_at == iso(created)
