@@ -71,6 +71,13 @@ def test_a_new_waiting_state_ends_what_the_last_one_vouched_for() -> None:
     assert run_seconds(record, 500) == 490 - 50 - 50
 
 
+def test_a_read_begun_before_one_already_applied_takes_nothing_back() -> None:
+    record = read(running(), JobState.PENDING, 100, 250)
+    record = read(record, JobState.PENDING, 100, 150)  # a slower read, begun earlier, decided after
+    record = read(record, JobState.RUNNING, 400, 410)
+    assert run_seconds(record, 500) == 490 - 150
+
+
 def test_a_read_that_says_not_when_it_began_vouches_for_nothing() -> None:
     record = read(running(), JobState.PENDING, 100, None)
     record = read(record, JobState.RUNNING, 400, None)
