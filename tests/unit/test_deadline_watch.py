@@ -87,6 +87,14 @@ def test_a_switch_for_a_wait_not_yet_seen_says_how_late_it_may_be_seen() -> None
     assert switch.reason.endswith(f"changeover left {half:.0f} s)")
 
 
+def test_a_spot_runs_changeover_counts_from_its_start_not_from_the_read_that_saw_it() -> None:
+    record = make_record(request=deadline(30), state=JobState.RUNNING)
+    record.created_at = record.attempts[0].created_at = iso(NOW - timedelta(seconds=100))
+    record.attempts[0].started_at = iso(NOW - timedelta(seconds=CHANGEOVER - 10))  # 10 s of it left
+    record.attempts[0].state_changed_at = iso(NOW)  # the read that saw it run
+    assert decide_deadline(situation(record)).action is Action.STAY  # 30 s of slack beyond the 10
+
+
 def test_a_wait_seen_only_by_a_pass_counts_on_a_pass_that_crashed_holding_the_run_lock() -> None:
     """The rule assumes the job is asked at least every m seconds (docs/deadlines.md); a waiting
     job is asked by reconcile alone, and a pass that dies holds the run lock for its lease, turning
