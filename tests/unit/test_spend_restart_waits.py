@@ -78,6 +78,12 @@ def test_a_read_begun_before_one_already_applied_takes_nothing_back() -> None:
     assert run_seconds(record, 500) == 490 - 150
 
 
+def test_the_spend_at_a_moment_before_the_wait_began_is_the_run_up_to_it() -> None:
+    record = read(running(), JobState.PENDING, 100, 150)
+    assert run_seconds(record, 99.5) == 89.5  # the wait it is in began after: nothing of it counts
+    assert run_seconds(record, 100) == 90
+
+
 def test_a_read_that_says_not_when_it_began_vouches_for_nothing() -> None:
     record = read(running(), JobState.PENDING, 100, None)
     record = read(record, JobState.RUNNING, 400, None)
