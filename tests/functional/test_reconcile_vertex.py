@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 import shared.reconcile as reconcile
+import shared.reconcile_vertex as reconcile_vertex
 from shared.alerts import Alert, AlertKind
 from shared.clock import iso, utcnow
 from shared.ledger.records import Attempt, RequestRecord
@@ -239,3 +240,29 @@ def test_a_claim_republished_leaves_an_alert_another_delivery_is_publishing_to_i
     assert summary.outcomes["claim_republished"] == 1
     assert world.publisher.on("ops-alerts") == []
     assert world.ledger.get("claim-1").pending_alerts == [theirs]
+
+
+def test_a_restart_wait_a_pass_reads_is_vouched_for_until_the_pass_began_not_the_read(
+    world: World, monkeypatch
+) -> None:
+    """A pass's get may be answered by its listing, taken any time after the pass began: a job read
+    waiting held that state until the pass began at least, not until the read (`read_since`). A
+    clock that moves an hour a call tells the two apart."""
+    _, job = world.submitted(state=RUNNING)
+    world.vertex.set_state(job, RUNNING)  # its start time
+    run_reconcile(world.ports, Logger())  # seen running: it started
+    world.vertex.set_state(job, 2)  # PENDING: preempted, Vertex waits for a machine
+    ticks = iter(range(1, 10_000))
+    ticking = replace(world.ports, clock=lambda: utcnow() + timedelta(hours=next(ticks)))
+    passes: list[reconcile_vertex.VertexPass] = []
+    started = reconcile_vertex.VertexPass.__init__
+
+    def noted(self: reconcile_vertex.VertexPass, *args: Any, **kwargs: Any) -> None:
+        started(self, *args, **kwargs)
+        passes.append(self)
+
+    monkeypatch.setattr(reconcile_vertex.VertexPass, "__init__", noted)
+    run_reconcile(ticking, Logger())
+    [vertex_pass] = passes
+    attempt = world.ledger.get("req-1").attempts[0]
+    assert attempt.rewait_seen_until == iso(vertex_pass.began)

@@ -92,6 +92,23 @@ def test_a_cancel_by_hand_read_after_its_line_takes_the_count_back_before_any_fa
     assert record.attempts[0].preemptions == 0 and not preempt_facts(record)
 
 
+def test_the_preempted_line_of_a_job_recorded_cancelling_counts_nothing() -> None:
+    # Reconcile's look-up found the job its create's lost answer left unrecorded, a person already
+    # cancelling it: recorded with its state, no decision made. Then the stop's line comes.
+    unrecorded = Attempt(1, "us-central1", "SPOT", claimed_at=at(0), create_sent_at=at(0))
+    record = record_job(
+        make_record(status=RequestStatus.SUBMITTED, request=NOTIFY, attempts=[unrecorded]),
+        n=1,
+        job_name=JOB1,
+        state=JobState.CANCELLING,
+        created_at=at(0),
+        started_at=at(1),
+    )
+    assert record is not None
+    record = line(line(record, RUN_STARTED, 0).record, PREEMPTED, 0).record
+    assert_no_preemption(record)
+
+
 def test_a_preemption_before_the_cancel_still_counts_once() -> None:
     record = line(running(0), PREEMPTED, 0).record
     record = line(record, RUN_STARTED, 1).record  # Vertex restarted it: run 0 was preempted

@@ -9,7 +9,7 @@ from datetime import timedelta
 from spotjobs_kit.lines import KitRecord
 
 from shared.clock import iso, parse_iso
-from shared.deciding.deadline import Placement
+from shared.deciding.deadline import Action, Placement, decide_deadline
 from shared.deciding.deadline_watch import deadline_situation, projected_finish
 from shared.deciding.decisions import Observation, decide
 from shared.fleet.estimate import SpotOutlook
@@ -70,6 +70,29 @@ def test_a_late_requests_spot_job_not_yet_running_leaves_unless_its_wait_would_b
     assert decided(half + UNSEEN - 1, JobState.QUEUED) is AttemptOutcome.SWITCHED_TO_ON_DEMAND
     assert decided(half + UNSEEN, JobState.QUEUED) is None  # the pass after its changeover still fits
     assert decided(half + UNSEEN - 1, JobState.RUNNING) is None  # capacity seen: exploitation
+
+
+def test_a_switch_for_a_wait_not_yet_seen_says_how_late_it_may_be_seen() -> None:
+    """The safety net's reason names the unseen wait it kept slack for, and only when it did."""
+    half = CHANGEOVER / 2
+    queued = make_record(request=deadline(half + UNSEEN - 1), state=JobState.QUEUED)
+    queued.created_at = queued.attempts[0].created_at = iso(NOW - timedelta(seconds=half))
+    switch = decide_deadline(situation(queued))
+    assert switch.action is Action.SWITCH_TO_ON_DEMAND
+    assert f"changeover left {half:.0f} s, its wait seen up to {UNSEEN:.0f} s late)" in switch.reason
+    running = make_record(request=deadline(half - 1), state=JobState.RUNNING)  # capacity seen: no unseen wait
+    running.created_at = running.attempts[0].created_at = running.attempts[0].started_at = queued.created_at
+    switch = decide_deadline(situation(running))
+    assert switch.action is Action.SWITCH_TO_ON_DEMAND
+    assert switch.reason.endswith(f"changeover left {half:.0f} s)")
+
+
+def test_a_spot_runs_changeover_counts_from_its_start_not_from_the_read_that_saw_it() -> None:
+    record = make_record(request=deadline(30), state=JobState.RUNNING)
+    record.created_at = record.attempts[0].created_at = iso(NOW - timedelta(seconds=100))
+    record.attempts[0].started_at = iso(NOW - timedelta(seconds=CHANGEOVER - 10))  # 10 s of it left
+    record.attempts[0].state_changed_at = iso(NOW)  # the read that saw it run
+    assert decide_deadline(situation(record)).action is Action.STAY  # 30 s of slack beyond the 10
 
 
 def test_a_wait_seen_only_by_a_pass_counts_on_a_pass_that_crashed_holding_the_run_lock() -> None:

@@ -354,6 +354,24 @@ def test_a_busy_head_is_passed_within_a_run_even_at_a_pace_of_fewer_slots_a_run_
     assert (drained.created, slow.waiting()) == (1, ["busy"])
 
 
+def test_a_short_run_waits_for_a_busy_head_one_slot_and_never_passes_a_refused_one() -> None:
+    """The patience is never below one slot: a run sure of two slots waits for a busy head one,
+    and a head refused for the rate is no busy one, however short the run: it keeps its place."""
+    short = paced_line(SPOTJOBS_VERTEX_CREATES_PER_MINUTE="6", SPOTJOBS_PACER_RUN_SECONDS="20")
+    short.wait("busy")
+    short.wait("b")
+    script = Script(short, {"busy": [BUSY]})
+    short.drain(script)
+    assert script.tried[:2] == ["busy", "b"]
+
+    shortest = paced_line(SPOTJOBS_VERTEX_CREATES_PER_MINUTE="6", SPOTJOBS_PACER_RUN_SECONDS="10")
+    shortest.wait("a")
+    shortest.wait("b")
+    script = Script(shortest, {"a": [QUOTA, QUOTA, QUOTA]})
+    drained = shortest.drain(script)
+    assert set(script.tried) == {"a"} and drained.handed_over == "a"
+
+
 def test_a_head_busy_for_a_while_then_free_is_not_passed(line: Line) -> None:
     line.wait("a")
     line.wait("b")

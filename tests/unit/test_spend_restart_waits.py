@@ -71,6 +71,19 @@ def test_a_new_waiting_state_ends_what_the_last_one_vouched_for() -> None:
     assert run_seconds(record, 500) == 490 - 50 - 50
 
 
+def test_a_read_begun_before_one_already_applied_takes_nothing_back() -> None:
+    record = read(running(), JobState.PENDING, 100, 250)
+    record = read(record, JobState.PENDING, 100, 150)  # a slower read, begun earlier, decided after
+    record = read(record, JobState.RUNNING, 400, 410)
+    assert run_seconds(record, 500) == 490 - 150
+
+
+def test_the_spend_at_a_moment_before_the_wait_began_is_the_run_up_to_it() -> None:
+    record = read(running(), JobState.PENDING, 100, 150)
+    assert run_seconds(record, 99.5) == 89.5  # the wait it is in began after: nothing of it counts
+    assert run_seconds(record, 100) == 90
+
+
 def test_a_read_that_says_not_when_it_began_vouches_for_nothing() -> None:
     record = read(running(), JobState.PENDING, 100, None)
     record = read(record, JobState.RUNNING, 400, None)
