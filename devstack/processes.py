@@ -9,6 +9,7 @@ dies, so even a SIGKILLed `spotjobs local up` leaves nothing running.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import signal
@@ -49,7 +50,9 @@ def http_ok(url: str) -> bool:
             return response.status < 500
     except urllib.error.HTTPError as exc:
         return exc.code < 500
-    except OSError:
+    # Something answered, but not in HTTP/1 (the Pub/Sub emulator's Netty did so once, starting
+    # on a loaded machine): not ready yet, ask again.
+    except (OSError, http.client.HTTPException):
         return False
 
 
