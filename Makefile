@@ -69,10 +69,11 @@ up: prereqs $(STAMP)
 
 # The test run writes bytecode caches even where the environment says not to: otherwise every
 # worker rewrites every test module's asserts and every stack process compiles the project again.
+# The 25 slowest tests are printed at the end: the suite has a time budget (about 12 minutes).
 test: prereqs $(STAMP) $(TOOLS)/.installed $(SCHEMAS) $(FRAMEWORKS_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -n $(TEST_WORKERS)
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=25
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
