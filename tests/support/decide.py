@@ -9,8 +9,9 @@ from shared.clock import iso
 from shared.deciding.decisions import (
     DecisionPolicy,
 )
+from shared.deciding.preemptions import KIT_PREEMPTED_KEY, KIT_RUN_KEY
 from shared.jobs import JobSnapshot, JobState
-from shared.ledger.records import Attempt, RequestRecord
+from shared.ledger.records import Attempt, CancelIntent, RequestRecord, evidence_marker
 from shared.ledger.states import RequestStatus
 from shared.settings import Settings
 
@@ -63,3 +64,26 @@ def job(state: str, *, update: float = 100, name: str = JOB1, error: dict[str, A
         end_time=at(update) if terminal else None,
         update_time=at(update),
     )
+
+
+def ended_then_cancelled(record: RequestRecord, snapshot: JobSnapshot) -> RequestRecord:
+    """Seed 2369's record: reconcile recorded attempt 1's ended job (`snapshot`) with the kit's
+    kept `run_started` and `preempted` lines and died before deciding its end; an operator's cancel
+    then settled the attempt with no conclusion."""
+    from shared.ledger.cancelling import note_intent
+    from shared.ledger.claims import record_job
+
+    recorded = record_job(
+        record,
+        n=1,
+        job_name=snapshot.name,
+        state=snapshot.state,
+        created_at=snapshot.create_time,
+        started_at=snapshot.start_time,
+        ended_at=snapshot.end_time,
+    )
+    assert recorded is not None
+    recorded.mark(evidence_marker(KIT_RUN_KEY, 1, "0"))  # the kit's lines kept while the job was not indexed
+    recorded.mark(evidence_marker(KIT_PREEMPTED_KEY, 1, "0"))
+    note_intent(recorded, CancelIntent(by="operator", at=iso(NOW)), NOW)
+    return recorded

@@ -15,14 +15,14 @@ from shared.clock import iso
 from shared.deciding.decisions import Decision, Observation, decide
 from shared.deciding.events import Signal
 from shared.deciding.notices import NoticeKind, note_changes
-from shared.deciding.preemptions import KIT_PREEMPTED_KEY, KIT_RUN_KEY, kit_runs, unconfirmed_kit_preemptions
+from shared.deciding.preemptions import kit_runs, unconfirmed_kit_preemptions
 from shared.fleet.observations import Kind, Reading, observations_of
 from shared.jobs import JobSnapshot, JobState
 from shared.ledger.cancelling import note_intent
 from shared.ledger.claims import record_job
-from shared.ledger.records import Attempt, CancelIntent, RequestRecord, evidence_marker
+from shared.ledger.records import Attempt, CancelIntent, RequestRecord
 from shared.ledger.states import AttemptOutcome, RequestStatus
-from tests.support.decide import JOB1, NOW, POLICY, at, job, make_record
+from tests.support.decide import JOB1, NOW, POLICY, at, ended_then_cancelled, job, make_record
 
 READING = Reading(runs_started=kit_runs, unconfirmed_preemptions=unconfirmed_kit_preemptions)
 NOTIFY = {"notify": {"topic": "projects/p/topics/notify-req-1"}}
@@ -134,19 +134,9 @@ def test_a_redelivered_line_first_after_a_cancel_settled_an_undecided_end_counts
         update_time=iso(start + timedelta(hours=1)),
     )
     unrecorded = Attempt(1, "us-central1", "SPOT", claimed_at=at(0), create_sent_at=at(0))
-    record = record_job(
-        make_record(status=RequestStatus.SUBMITTED, request=NOTIFY, attempts=[unrecorded]),
-        n=1,
-        job_name=JOB1,
-        state=snapshot.state,
-        created_at=snapshot.create_time,
-        started_at=snapshot.start_time,
-        ended_at=snapshot.end_time,
+    record = ended_then_cancelled(
+        make_record(status=RequestStatus.SUBMITTED, request=NOTIFY, attempts=[unrecorded]), snapshot
     )
-    assert record is not None
-    record.mark(evidence_marker(KIT_RUN_KEY, 1, "0"))  # the kit's lines kept while the job was not indexed
-    record.mark(evidence_marker(KIT_PREEMPTED_KEY, 1, "0"))
-    note_intent(record, CancelIntent(by="operator", at=iso(NOW)), NOW)
     assert record.attempts[0].outcome == AttemptOutcome.CANCELLED
 
     assert_no_preemption(line(record, PREEMPTED, 0).record)

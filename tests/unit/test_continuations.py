@@ -35,7 +35,7 @@ from shared.requests.envelope import canonical_envelope, read_request
 from shared.requests.policy import check_policy
 from shared.settings import Settings
 from spotjobs.cli.status import format_request
-from tests.support.decide import JOB1, NOW, POLICY, at, make_record
+from tests.support.decide import JOB1, NOW, POLICY, at, ended_then_cancelled, make_record
 
 HOUR = 3600.0
 JOB2 = "projects/p/locations/us-central1/customJobs/222"
@@ -202,23 +202,10 @@ def test_a_timeout_read_after_a_cancel_settled_its_attempt_counts_no_preemption(
     # read counted the kit's `preempted` line of the stop at the timeout (and a fleet fact).
     from shared.deciding.preemptions import kit_runs, unconfirmed_kit_preemptions
     from shared.fleet.observations import Kind, Reading, observations_of
-    from shared.ledger.claims import record_job
 
     snapshot = ended(ran=60)
     unrecorded = Attempt(1, "us-central1", "SPOT", claimed_at=at(0), create_sent_at=at(0))
-    record = record_job(
-        record_of(unrecorded, max_attempts=3),
-        n=1,
-        job_name=JOB1,
-        state=snapshot.state,
-        created_at=snapshot.create_time,
-        started_at=snapshot.start_time,
-        ended_at=snapshot.end_time,
-    )
-    assert record is not None
-    record.mark(evidence_marker(KIT_RUN_KEY, 1, "0"))  # the kit's lines kept while the job was not indexed
-    record.mark(evidence_marker(KIT_PREEMPTED_KEY, 1, "0"))
-    note_intent(record, CancelIntent(by="operator", at=iso(NOW)), NOW)
+    record = ended_then_cancelled(record_of(unrecorded, max_attempts=3), snapshot)
     assert record.status == RequestStatus.CANCELLED and record.attempts[0].outcome == AttemptOutcome.CANCELLED
 
     decided = observe(record, snapshot).record
