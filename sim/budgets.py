@@ -71,9 +71,8 @@ def with_work_budgets(workload: Workload) -> Workload:
     from shared.requests.pricing import layout_hourly
 
     for arrival in workload.arrivals:
-        words = arrival.label.split()
-        kind = words[2] if words[:2] == ["retry", "of"] else words[0]
-        if arrival.topic != "job_requests_topic" or arrival.own is not None or kind not in ("deadline", "fallback"):
+        kind = arrival.kind
+        if not arrival.is_plain_request or kind not in ("deadline", "fallback"):
             continue
         body = json.loads(arrival.data)
         pools = body["custom_job"]["jobSpec"]["workerPoolSpecs"]

@@ -57,9 +57,7 @@ def with_max_runtimes(workload: Workload) -> Workload:
     """Some plain envelope requests (first sends and a publisher's retries alike) name a
     `max_runtime` of one to three default job timeouts."""
     for arrival in workload.arrivals:
-        words = arrival.label.split()
-        kind = words[2] if words[:2] == ["retry", "of"] else words[0]
-        if arrival.topic != "job_requests_topic" or arrival.own is not None or kind != "envelope":
+        if not arrival.is_plain_request or arrival.kind != "envelope":
             continue
         body = json.loads(arrival.data)
         pick = random.Random(f"{workload.seed_text}:max_runtime:{body['request_id']}")

@@ -189,9 +189,7 @@ def with_flex_start(workload: Workload) -> Workload:
     workload.settings = Settings.from_env(workload.env)
     first = workload.settings.min_spot_attempts
     for arrival in workload.arrivals:
-        words = arrival.label.split()
-        kind = words[2] if words[:2] == ["retry", "of"] else words[0]
-        if arrival.topic != "job_requests_topic" or arrival.own is not None or kind not in ("envelope", "fallback"):
+        if not arrival.is_plain_request or arrival.kind not in ("envelope", "fallback"):
             continue
         body = json.loads(arrival.data)
         if "capacity" in body:  # its alternatives name their strategies; a fallback beside them is refused

@@ -140,11 +140,10 @@ def invalid_requests(world: World) -> list[Expected]:
     arrivals carry an image outside `SPOTJOBS_ALLOWED_IMAGE_PREFIXES`)."""
     out = []
     for arrival in world.workload.arrivals:
-        words = arrival.label.split()
-        kind = words[2] if words[:2] == ["retry", "of"] else words[0]
-        if arrival.index in world.disabled_arrivals or kind != "invalid":
+        if arrival.index in world.disabled_arrivals or arrival.kind != "invalid":
             continue
-        out.append(Expected(AlertKind.INVALID_REQUEST, words[-1], f"arrival #{arrival.index} has a refused image"))
+        request_id = arrival.label.split()[-1]
+        out.append(Expected(AlertKind.INVALID_REQUEST, request_id, f"arrival #{arrival.index} has a refused image"))
     return out
 
 

@@ -43,6 +43,17 @@ class Arrival:
     def describe(self) -> str:
         return f"#{self.index} {self.label} ({len(self.data)} bytes{', ' + str(self.attributes) if self.attributes else ''})"
 
+    @property
+    def kind(self) -> str:
+        """What the workload made it ("envelope", "deadline", ...): a publisher's retry is its first send's."""
+        words = self.label.split()
+        return words[2] if words[:2] == ["retry", "of"] else words[0]
+
+    @property
+    def is_plain_request(self) -> bool:
+        """A request on job-requests by an honest publisher: the kind the workload's mixes change."""
+        return self.topic == "job_requests_topic" and self.own is None
+
 
 @dataclass
 class Operation:
@@ -400,13 +411,7 @@ def with_locations(workload: Workload) -> Workload:
     body (a publisher's retry is changed as its first send), so every other draw stays as it was."""
     rng = random.Random(f"{workload.seed_text}:locations")
     for arrival in workload.arrivals:
-        words = arrival.label.split()
-        kind = words[2] if words[:2] == ["retry", "of"] else words[0]
-        if (
-            arrival.topic != "job_requests_topic"
-            or arrival.own is not None
-            or kind not in ("envelope", "deadline", "fallback")
-        ):
+        if not arrival.is_plain_request or arrival.kind not in ("envelope", "deadline", "fallback"):
             continue
         body = json.loads(arrival.data)
         pick = random.Random(f"{workload.seed_text}:locations:{body['request_id']}")
@@ -415,7 +420,7 @@ def with_locations(workload: Workload) -> Workload:
             continue
         pools[0]["machineSpec"] = dict(H100)
         body["locations"] = pick.choice(([HOME, EAST], [EAST, HOME], [HOME, EAST, OTHER_REGION]))
-        if kind == "envelope" and "max_cost_usd" not in body and pick.random() < 0.4:
+        if arrival.kind == "envelope" and "max_cost_usd" not in body and pick.random() < 0.4:
             # Capacity alternatives (shared/fleet/capacity.py): an H100 node, else an A100 80GB one,
             # on Spot (any deployment allows it), in one location or in the failover order.
             body["capacity"] = [{"machine": H100["machineType"], "strategies": ["SPOT"]}, A100_80GB_SPOT]
