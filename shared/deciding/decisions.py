@@ -425,9 +425,13 @@ def _track_rewait(attempt: Attempt, job: JobSnapshot, read_at: datetime | None) 
     a machine) runs no machine, and Vertex bills none. What reads vouch for of it is no run time:
     a waiting state held from its update time until at least the start of a read that found it
     (`read_at`: None vouches for nothing). What came after that read is unknown (a run no read saw
-    may hide there), so a wait ends, in `Attempt.rewaited_seconds`, at the last read that saw it."""
+    may hide there), so a wait ends, in `Attempt.rewaited_seconds`, at the last read that saw it.
+    A read of a wait older than the one the record is in (a pass begun before it, decided after)
+    vouches for nothing: that wait was closed, or preceded the first run (seed 7338)."""
     since = attempt.rewait_since
     if job.state in WAITING_STATES and attempt.started_at and job.update_time:
+        if since is not None and parse_iso(job.update_time) < parse_iso(since):
+            return
         if since is None or parse_iso(job.update_time) != parse_iso(since):  # a new state since
             _close_rewait(attempt)
             attempt.rewait_since = attempt.rewait_seen_until = job.update_time

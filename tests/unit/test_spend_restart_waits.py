@@ -94,3 +94,24 @@ def test_the_wait_before_the_first_run_was_never_run_time() -> None:
     record = read(make_record(request={"custom_job": A100}, state=None), JobState.PENDING, 5, 8)
     record = read(record, JobState.RUNNING, 10, 20)
     assert run_seconds(record, 500) == 490 and record.attempts[0].rewaited_seconds == 0
+
+
+def test_a_read_of_a_wait_the_record_has_moved_past_vouches_for_nothing_again() -> None:
+    # Seed 7338: a reconcile pass begun in the first wait decided after the job had run again and
+    # waited anew; its read reopened the first wait, already counted, and the bill fell below the run.
+    record = read(running(), JobState.PENDING, 100, 190)
+    record = read(record, JobState.RUNNING, 200, 210)
+    record = read(record, JobState.PENDING, 220, 230)
+    record = read(record, JobState.PENDING, 100, 195)  # the pass's read, begun at 195
+    record = read(record, JobState.RUNNING, 400, 410)
+    assert run_seconds(record, 500) == 490 - 90 - 10
+
+
+def test_a_late_read_of_the_wait_before_the_first_run_is_no_restart_wait() -> None:
+    # Seed 7338: the same, of the wait before the job's first start, which is not in its span at all.
+    record = read(make_record(request={"custom_job": A100}, state=None), JobState.PENDING, 5, 8)
+    record = read(record, JobState.RUNNING, 10, 20)
+    record = read(record, JobState.PENDING, 100, 110)
+    record = read(record, JobState.PENDING, 5, 9)  # a pass begun before the first run, decided now
+    record = read(record, JobState.RUNNING, 200, 210)
+    assert run_seconds(record, 500) == 490 - 10
