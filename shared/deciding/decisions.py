@@ -54,7 +54,8 @@ Preemptions are counted by `shared.deciding.preemptions.count_preemptions`.
 
 It is over 450 lines because it is one table, what each state of a job means for its request, and every row
 reads the same record and writes the same effects; the parts with a life of their own (counting
-preemptions, the deadline rule, applying under compare-and-swap) are modules of their own.
+preemptions, the deadline rule, the waits a job's reads show, applying under compare-and-swap) are
+modules of their own.
 """
 
 from __future__ import annotations
@@ -98,6 +99,7 @@ from shared.deciding.preemptions import (
     preemption_ended_last_run,
     preemptions_text,
 )
+from shared.deciding.waits import STUCK_STATES, track_rewait, track_wait
 from shared.errors import Violation
 from shared.jobs import FLEX_START, JobSnapshot, JobState, max_wait_seconds
 from shared.ledger.cancelling import settle_cancel, vertex_cancel
@@ -109,7 +111,6 @@ from shared.settings import DEFAULT_MAX_RUNTIME_SECONDS, Settings
 
 # A job can sit in these for too long; RUNNING is not among them: training legitimately runs
 # for days, bounded by the job's own timeout.
-STUCK_STATES = frozenset({JobState.QUEUED, JobState.PENDING, JobState.CANCELLING, JobState.UPDATING, JobState.PAUSED})
 # google.rpc RESOURCE_EXHAUSTED: capacity ran out (Spot stockout, regional shortage).
 CAPACITY_ERROR_CODES = frozenset({8})
 # How long a FAILED job may go without its error before it is classified as an ordinary failure.
@@ -387,66 +388,11 @@ def _track_state(
         attempt.state_changed_at = job.update_time or iso(now)
     if job.start_time and not attempt.started_at:
         attempt.started_at = job.start_time
-    _track_wait(attempt, job, was)
-    _track_rewait(attempt, job, read_at)
+    track_wait(attempt, job, was)
+    track_rewait(attempt, job, read_at)
     started = job.state == JobState.RUNNING
     if owns_status and started and record.status == RequestStatus.SUBMITTED:
         record.status = RequestStatus.RUNNING
-
-
-def _track_wait(attempt: Attempt, job: JobSnapshot, was: str | None) -> None:
-    """One wait is every waiting state in a row (QUEUED then PENDING is one): a job that never ran
-    waits from its create, one that ran from the state that ended its RUNNING (a record written
-    before `wait_began_at` is read so too). Any other stuck state (CANCELLING, UPDATING, PAUSED) is
-    no wait for capacity, nor part of one: stuck from its own start (a FLEX_START job cancelled by
-    hand after its long wait by design is not stuck at once: review s10). A job whose start time is
-    past the wait's beginning ran since, though no read saw it RUNNING: a wait of its own. So did
-    one that ran before and is seen QUEUED after PENDING: resumed (job_state.proto), a restart whose
-    run no read saw, as its start time is its first run's (seed 6699)."""
-    never_ran = not (job.start_time or attempt.started_at)
-    restarted = not never_ran and was == JobState.PENDING and job.state == JobState.QUEUED
-    after_another_state = restarted or (was is not None and was not in WAITING_STATES)  # a run, a pause
-    if job.state not in STUCK_STATES:
-        attempt.wait_began_at = None
-    elif job.state not in WAITING_STATES:
-        attempt.wait_began_at = attempt.state_changed_at
-    elif attempt.wait_began_at is None or after_another_state:  # from the other state's end
-        created = job.create_time or attempt.created_at
-        from_create = never_ran and bool(created) and not after_another_state
-        attempt.wait_began_at = created if from_create else attempt.state_changed_at
-    elif job.start_time and parse_iso(job.start_time) > parse_iso(attempt.wait_began_at):
-        # The run ended at the current state's start when a read saw that change, else by Vertex's last update.
-        since_change = attempt.state_changed_at and parse_iso(attempt.state_changed_at) > parse_iso(job.start_time)
-        attempt.wait_began_at = attempt.state_changed_at if since_change else (job.update_time or job.start_time)
-
-
-def _track_rewait(attempt: Attempt, job: JobSnapshot, read_at: datetime | None) -> None:
-    """A wait after the job had run (QUEUED or PENDING once it started: a Spot restart waiting for
-    a machine) runs no machine, and Vertex bills none. What reads vouch for of it is no run time:
-    a waiting state held from its update time until at least the start of a read that found it
-    (`read_at`: None vouches for nothing). What came after that read is unknown (a run no read saw
-    may hide there), so a wait ends, in `Attempt.rewaited_seconds`, at the last read that saw it.
-    A read of a wait older than the one the record is in (a pass begun before it, decided after)
-    vouches for nothing: that wait was closed, or preceded the first run (seed 7338)."""
-    since = attempt.rewait_since
-    if job.state in WAITING_STATES and attempt.started_at and job.update_time:
-        if since is not None and parse_iso(job.update_time) < parse_iso(since):
-            return
-        if since is None or parse_iso(job.update_time) != parse_iso(since):  # a new state since
-            _close_rewait(attempt)
-            attempt.rewait_since = attempt.rewait_seen_until = job.update_time
-        seen = attempt.rewait_seen_until
-        if read_at is not None and (seen is None or read_at > parse_iso(seen)):
-            attempt.rewait_seen_until = iso(read_at)
-        return
-    _close_rewait(attempt)
-
-
-def _close_rewait(attempt: Attempt) -> None:
-    if attempt.rewait_since and attempt.rewait_seen_until:
-        seen = (parse_iso(attempt.rewait_seen_until) - parse_iso(attempt.rewait_since)).total_seconds()
-        attempt.rewaited_seconds += max(0.0, seen)
-    attempt.rewait_since = attempt.rewait_seen_until = None
 
 
 def _conclude(

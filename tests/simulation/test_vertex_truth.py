@@ -132,7 +132,7 @@ def test_the_state_of_a_restart_is_a_named_switchable_assumption(mode: str, stat
 def test_a_restarts_wait_past_the_bound_without_its_alert_is_caught() -> None:
     """Under `restart_state` pending, a preempted job waits PENDING for a machine again (here
     through a Spot outage): a wait of its own, from the preemption, owed its `job_stuck` past the
-    bound as the first wait is (shared/deciding/decisions.py `_track_wait` times it so)."""
+    bound as the first wait is (shared/deciding/waits.py `track_wait` times it so)."""
     import json
 
     from shared.alerts import Alert, AlertKind

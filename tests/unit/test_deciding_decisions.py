@@ -16,7 +16,6 @@ import pytest
 from shared.clock import iso
 from shared.deciding.decisions import (
     ERROR_SETTLE_SECONDS,
-    STUCK_STATES,
     Decision,
     DecisionPolicy,
     Observation,
@@ -24,6 +23,7 @@ from shared.deciding.decisions import (
     decide,
 )
 from shared.deciding.events import patterns_from
+from shared.deciding.waits import STUCK_STATES
 from shared.jobs import JobSnapshot, JobState
 from shared.ledger.records import Attempt, CancelIntent, RequestRecord, Requeue
 from shared.ledger.states import AttemptOutcome, RequestStatus

@@ -1,4 +1,4 @@
-"""shared/deciding/decisions.py's `_track_wait` at the edges its mutants found (the ninth mutation
+"""shared/deciding/waits.py's `track_wait` (once `decisions.py`'s `_track_wait`) at the edges its mutants found (the ninth mutation
 pass): when a wait began, for a job first read while it waits, and for one whose run no read saw
 RUNNING, in the same waiting state as before it or with no update time read."""
 

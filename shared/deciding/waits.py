@@ -1,0 +1,69 @@
+"""What reads of a job's state say about its waits: when the wait it is in began (a stuck wait is
+timed from there: `job_stuck`, the deadline rule) and how much of a Spot restart's wait for a
+machine reads vouch for (no run time: `Attempt.rewaited_seconds`, left out of the bill)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from shared.clock import iso, parse_iso
+from shared.deciding.preemptions import WAITING_STATES
+from shared.jobs import JobSnapshot, JobState
+from shared.ledger.records import Attempt
+
+STUCK_STATES = frozenset({JobState.QUEUED, JobState.PENDING, JobState.CANCELLING, JobState.UPDATING, JobState.PAUSED})
+
+
+def track_wait(attempt: Attempt, job: JobSnapshot, was: str | None) -> None:
+    """One wait is every waiting state in a row (QUEUED then PENDING is one): a job that never ran
+    waits from its create, one that ran from the state that ended its RUNNING (a record written
+    before `wait_began_at` is read so too). Any other stuck state (CANCELLING, UPDATING, PAUSED) is
+    no wait for capacity, nor part of one: stuck from its own start (a FLEX_START job cancelled by
+    hand after its long wait by design is not stuck at once: review s10). A job whose start time is
+    past the wait's beginning ran since, though no read saw it RUNNING: a wait of its own. So did
+    one that ran before and is seen QUEUED after PENDING: resumed (job_state.proto), a restart whose
+    run no read saw, as its start time is its first run's (seed 6699)."""
+    never_ran = not (job.start_time or attempt.started_at)
+    restarted = not never_ran and was == JobState.PENDING and job.state == JobState.QUEUED
+    after_another_state = restarted or (was is not None and was not in WAITING_STATES)  # a run, a pause
+    if job.state not in STUCK_STATES:
+        attempt.wait_began_at = None
+    elif job.state not in WAITING_STATES:
+        attempt.wait_began_at = attempt.state_changed_at
+    elif attempt.wait_began_at is None or after_another_state:  # from the other state's end
+        created = job.create_time or attempt.created_at
+        from_create = never_ran and bool(created) and not after_another_state
+        attempt.wait_began_at = created if from_create else attempt.state_changed_at
+    elif job.start_time and parse_iso(job.start_time) > parse_iso(attempt.wait_began_at):
+        # The run ended at the current state's start when a read saw that change, else by Vertex's last update.
+        since_change = attempt.state_changed_at and parse_iso(attempt.state_changed_at) > parse_iso(job.start_time)
+        attempt.wait_began_at = attempt.state_changed_at if since_change else (job.update_time or job.start_time)
+
+
+def track_rewait(attempt: Attempt, job: JobSnapshot, read_at: datetime | None) -> None:
+    """A wait after the job had run (QUEUED or PENDING once it started: a Spot restart waiting for
+    a machine) runs no machine, and Vertex bills none. What reads vouch for of it is no run time:
+    a waiting state held from its update time until at least the start of a read that found it
+    (`read_at`: None vouches for nothing). What came after that read is unknown (a run no read saw
+    may hide there), so a wait ends, in `Attempt.rewaited_seconds`, at the last read that saw it.
+    A read of a wait older than the one the record is in (a pass begun before it, decided after)
+    vouches for nothing: that wait was closed, or preceded the first run (seed 7338)."""
+    since = attempt.rewait_since
+    if job.state in WAITING_STATES and attempt.started_at and job.update_time:
+        if since is not None and parse_iso(job.update_time) < parse_iso(since):
+            return
+        if since is None or parse_iso(job.update_time) != parse_iso(since):  # a new state since
+            _close_rewait(attempt)
+            attempt.rewait_since = attempt.rewait_seen_until = job.update_time
+        seen = attempt.rewait_seen_until
+        if read_at is not None and (seen is None or read_at > parse_iso(seen)):
+            attempt.rewait_seen_until = iso(read_at)
+        return
+    _close_rewait(attempt)
+
+
+def _close_rewait(attempt: Attempt) -> None:
+    if attempt.rewait_since and attempt.rewait_seen_until:
+        seen = (parse_iso(attempt.rewait_seen_until) - parse_iso(attempt.rewait_since)).total_seconds()
+        attempt.rewaited_seconds += max(0.0, seen)
+    attempt.rewait_since = attempt.rewait_seen_until = None
