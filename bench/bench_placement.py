@@ -306,6 +306,7 @@ class Spotjobs(Policy):
         on_demand: bool,
         waiting: bool = False,
         leaving: bool = False,
+        new_request: bool = False,
     ) -> int:
         s = self.setup
         remaining = s.hours(s.work_ticks - job.done)
@@ -317,13 +318,14 @@ class Spotjobs(Policy):
             on_demand=on_demand,
             waiting=waiting,
             leaving=leaving,
+            new_request=new_request,
         )
         move = Move(checkpoint_gb=s.checkpoint_gb if job.done else 0.0, price_per_gb=per_gb)
         chosen = choose_location(placement_job, self.candidates(job.start + tick), move).location
         return next(i for i, r in enumerate(s.regions) if r.name == chosen)
 
     def first_region(self, job: Attempt, tick: int) -> int:
-        return self._choose(job, tick, None, on_demand=False)
+        return self._choose(job, tick, None, on_demand=False, new_request=True)
 
     def spot_available(self, job: Attempt, tick: int) -> bool | None:
         region = self.setup.regions[job.region].name

@@ -17,6 +17,8 @@ move there costs:
   `CapacityEstimate.lifetime_over`, but for a waiting job's move) and the rest on on-demand, which the deadline rule switches to in time (plus one on-demand changeover), where
   on-demand is cheapest among the allowed locations, the checkpoint's move there included (the
   switch is placed like any attempt: a cheap Spot region with dear on-demand is not charged its own);
+  a new request with `SHARE_MODEL_SLACK_CHANGEOVERS` of budget, where the fleet has its own time on
+  Spot, with the share model instead (`share_of_slack`: B pays p B / ((1 - p) W) of the work);
 - without a deadline every hour of waiting is weighed at `hour_value` (the time itself is worth
   something: a result later), the expected wait (1 - p) / p times the median wait seen;
 - a job waiting where the deadline rule holds the wait only for a move (`Job.leaving`) costs the
@@ -43,6 +45,12 @@ MOVE_MARGIN = 0.02
 # as the GCP H100 traces' median run of available ticks (docs/placement.md).
 PRIOR_LIFETIME_HOURS = 6.0
 PRIOR_WAIT_HOURS = 1.0  # a wait for Spot when none was seen closing
+# A new request with at least this many changeovers of slack is planned, where the fleet has its
+# own time on Spot, with the share model (`share_of_slack`) rather than `plan_on_spot`: the
+# fleet's runs there after a burst of preemptions (a few hours, each paying an outage and a
+# changeover) put part of a day's job on on-demand that such slack pays on Spot. Measured on the
+# GCP H100 traces (docs/placement.md, "Robust placement", sixth pass; 6 and 10 the same).
+SHARE_MODEL_SLACK_CHANGEOVERS = 8.0
 
 
 @dataclass(frozen=True)
@@ -66,6 +74,7 @@ class Job:
     # The deadline rule holds that wait only for a move (`deadline.MOVE_HOLD_CHANGEOVERS`): staying
     # there, the rest of the work runs on on-demand.
     leaving: bool = False
+    new_request: bool = False  # a request's first attempt: nothing ran yet (`SHARE_MODEL_SLACK_CHANGEOVERS`)
 
 
 @dataclass(frozen=True)
@@ -158,7 +167,12 @@ def expected_cost(job: Job, candidate: Candidate, move: Move, others: Sequence[C
     # measured, its moves then went back and forth between locations (docs/placement.md).
     over = est.lifetime_over(w) if est is not None and est.prior is not None and not job.waiting else None
     run = lifetime if over is None else per_job_lifetime(over / 3600, job.replicas)
-    share, on_demand_chance = plan_on_spot(w, run, outage, 0.0 if waits_now else p, d, budget)
+    start = 0.0 if waits_now else p
+    own = est is not None and est.spot_vm_seconds > 0  # the fleet's own time on Spot, not the prior's
+    if job.new_request and own and budget >= SHARE_MODEL_SLACK_CHANGEOVERS * d:
+        share, on_demand_chance = share_of_slack(w, start, budget)
+    else:
+        share, on_demand_chance = plan_on_spot(w, run, outage, start, d, budget)
     rest = (1 - share) * w
     here = (rest + on_demand_chance * d) * candidate.on_demand_per_hour
     fallback = min([here, *(switch_elsewhere(job, candidate, o, move, rest, on_demand_chance) for o in others)])
@@ -221,6 +235,17 @@ def plan_on_spot(work: float, run: float, outage: float, start: float, changeove
     (started, started_chance), (waited, waited_chance) = after(affordable), after(affordable - 1)
     share = min(1.0, (start * started + (1 - start) * waited) / work)
     return SpotPlan(share, start * started_chance + (1 - start) * waited_chance)
+
+
+def share_of_slack(work: float, start: float, budget: float) -> SpotPlan:
+    """The share model (the cost model before issue 45): with capacity a share `start` of the time,
+    each hour waited comes with `start` / (1 - `start`) hours of Spot work, so the `budget` pays a
+    share min(1, p B / ((1 - p) W)) of the work on Spot, the rest on on-demand. It ignores how long
+    runs last, which at large slack the budget pays many times over."""
+    if work <= 0 or start >= 1:
+        return SpotPlan(1.0, 0.0)
+    share = min(1.0, start * budget / ((1 - start) * work))
+    return SpotPlan(share, 1.0 if share < 1 else 0.0)
 
 
 def choose_location(job: Job, candidates: Sequence[Candidate], move: Move = Move()) -> Choice:

@@ -138,6 +138,7 @@ class Placer:
             self._job(request, attempt, work, planned if planned in priced else None, candidates),
             waiting=waiting,
             leaving=leaving,
+            new_request=not earlier,
         )
         move = checkpoint_move(earlier, self._bucket_location)
         choice = choose_location(job, candidates, move)

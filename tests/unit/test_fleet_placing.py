@@ -93,8 +93,11 @@ def test_a_deadline_requests_job_is_its_work_its_changeover_and_the_time_left(jo
             hours_to_deadline=pytest.approx(30.0),
             hour_value=0.0,
             on_demand=False,
+            new_request=True,  # its first attempt: nothing ran yet
         )
     ]
+    placer(SEEN_BOTH).place(due, spot(2), [spot(1)])  # a re-queue
+    assert jobs[1].new_request is False
 
 
 def test_without_a_deadline_an_hour_waited_is_worth_the_cheapest_on_demand_hour(jobs: list[Job]) -> None:

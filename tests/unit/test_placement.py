@@ -3,6 +3,7 @@ price table it reads in production."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -11,7 +12,16 @@ from google.api_core.exceptions import ServiceUnavailable
 from shared.clock import iso
 from shared.fleet.estimate import CapacityEstimate, SpotOutlook, estimate
 from shared.fleet.observations import FleetFact, Kind, MachineClass
-from shared.fleet.placement import MOVE_MARGIN, Candidate, Job, Move, choose_location, expected_cost
+from shared.fleet.placement import (
+    MOVE_MARGIN,
+    SHARE_MODEL_SLACK_CHANGEOVERS,
+    Candidate,
+    Job,
+    Move,
+    choose_location,
+    expected_cost,
+    share_of_slack,
+)
 from shared.fleet.placing import NO_OBSERVATIONS, LocationChoice, Placer, checkpoint_move, place_claimed, work_hours
 from shared.fleet.transfer import OTHER_CONTINENT_PER_GB, SAME_CONTINENT_PER_GB, per_gb
 from shared.ledger.records import Attempt, RequestRecord
@@ -150,6 +160,34 @@ def test_a_wait_the_rule_holds_only_for_a_move_costs_on_demand_where_it_waits() 
     leaving = Job(20, 0.2, current_location="us-east4", hours_to_deadline=40, waiting=True, leaving=True)
     assert expected_cost(leaving, east, Move()).cost == pytest.approx((20 + 0.2) * 82.53)
     assert choose_location(leaving, [east, central]).location == "us-central1"
+
+
+def test_a_new_request_with_room_is_planned_with_the_share_model_where_the_fleet_ran_on_spot() -> None:
+    # docs/placement.md, sixth pass: after a burst the fleet's own runs in us-east4 are a few hours
+    # long, and `plan_on_spot` put part of a new day's job on on-demand that 10 changeovers of
+    # slack pay on Spot; a region the fleet never ran in (its prior's long runs) won instead.
+    assert SHARE_MODEL_SLACK_CHANGEOVERS == 8.0
+    east = Candidate("us-east4", 14.85, 82.53, replace(seen("us-east4", 0.95, 4.6), spot_vm_seconds=13.8 * 3600))
+    asia = Candidate("asia-southeast1", 19.26, 107.01, seen("asia-southeast1", 0.95, 20))
+    first = Job(24, 0.25, None, hours_to_deadline=24 + 3 * 0.25 + 10 * 0.25, new_request=True)  # 10 d of budget
+    choice = choose_location(first, [east, asia])
+    assert choice.location == "us-east4"
+    assert expected_cost(first, east, Move()).spot_share == 1.0  # 0.95 x 2.5 h / (0.05 x 24 h) > 1
+    # A re-queue (the fleet's runs have met this job), below 8 changeovers of budget, or where only
+    # the prior speaks: Spot run length weighed, as before.
+    assert choose_location(replace(first, new_request=False), [east, asia]).location == "asia-southeast1"
+    tighter = replace(first, hours_to_deadline=24 + 3 * 0.25 + 7.9 * 0.25)
+    assert expected_cost(tighter, east, Move()).spot_share < 1.0
+    assert expected_cost(replace(tighter, hours_to_deadline=24 + 3 * 0.25 + 8 * 0.25), east, Move()).spot_share == 1.0
+    prior_only = Candidate("us-east4", 14.85, 82.53, seen("us-east4", 0.95, 4.6))
+    assert choose_location(first, [prior_only, asia]).location == "asia-southeast1"
+
+
+def test_the_share_model_puts_on_spot_what_the_slack_pays_at_the_share_of_time_with_capacity() -> None:
+    assert share_of_slack(24, 0.8, 2.0) == (pytest.approx(1 / 3), 1.0)  # 0.8 x 2 / (0.2 x 24)
+    assert share_of_slack(24, 0.95, 2.0) == (1.0, 0.0)
+    assert share_of_slack(24, 1.0, 0.0) == (1.0, 0.0)
+    assert share_of_slack(0, 0.5, 2.0) == (1.0, 0.0)
 
 
 def test_without_a_deadline_time_waiting_is_weighed() -> None:
