@@ -899,6 +899,48 @@ def preemptions_told_within_reclaimed_vms(world: World) -> list[Violation]:
     return out
 
 
+def ending_is_the_last_notification(world: World) -> list[Violation]:
+    """On each request's own topic no notification has a `seq` above its ending's (`succeeded`,
+    `failed`, `gave_up`, `cancelled`: "the request ended (the last event)", docs/requests.md,
+    "Notifications"), and its record decided nothing after the ending (its `notice:` markers
+    number the ending's `seq`)."""
+    from shared.deciding.notices import ENDINGS, NOTICE_MARKER, notify_topic
+
+    endings = {str(kind) for kind in ENDINGS.values()}
+    out = []
+    for record in records(world):
+        topic = notify_topic(record)
+        if topic is None:
+            continue
+        told: dict[int, str] = {}
+        for message in world.pubsub.on(topic.rsplit("/", 1)[-1]):
+            body = message.json()
+            # A resubmitted request names its original's topic: only this request's notices.
+            if isinstance(body, dict) and body.get("request_id") == record.request_id:
+                told[int(body.get("seq") or 0)] = str(body.get("kind"))
+        ended = min((seq for seq, kind in told.items() if kind in endings), default=None)
+        if ended is None:
+            continue
+        after = sorted((seq, kind) for seq, kind in told.items() if seq > ended)
+        if after:
+            out.append(
+                violation(
+                    "ending_is_the_last_notification",
+                    f"{record.request_id} was told {after[0][1]} (seq {after[0][0]}) after its end, "
+                    f"{told[ended]} (seq {ended})",
+                )
+            )
+        elif (decided := record.count_marks(f"{NOTICE_MARKER}:")) > ended:
+            out.append(
+                violation(
+                    "ending_is_the_last_notification",
+                    f"{record.request_id} decided {decided - ended} notification(s) after its end, "
+                    f"{told[ended]} (seq {ended})",
+                )
+            )
+    return out
+
+
 # After retention.
 
 
@@ -1039,6 +1081,7 @@ QUIESCENCE: list[Callable[[World], list[Violation]]] = [
     alerts_not_per_redelivery,
     notifications_at_least_once,
     preemptions_told_within_reclaimed_vms,
+    ending_is_the_last_notification,
     newest_complete_kept_while_unfinished,
     errors_alerted_once,
     no_lookup_while_backing_off,

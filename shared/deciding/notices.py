@@ -84,6 +84,12 @@ def notify_topic(record: RequestRecord) -> str | None:
     return topic if isinstance(topic, str) else None
 
 
+def _ending_told(record: RequestRecord) -> bool:
+    """Whether the request's ending notification was decided: nothing is told after it."""
+    endings = tuple(f"{NOTICE_MARKER}:{kind}:" for kind in ENDINGS.values())
+    return any(marker.startswith(endings) for marker in record.markers)
+
+
 def event_id(request_id: str, attempt: int, kind: str, n: int = 0) -> str:
     """The notification's id, the same whoever decides it and however often."""
     return hashlib.sha256(f"{request_id}/{attempt}/{kind}/{n}".encode()).hexdigest()[:32]
@@ -94,8 +100,9 @@ def notify_pending(
 ) -> bool:
     """Decide notification `kind` of `attempt` (the latest by default), its `n`th, once: in the
     caller's compare-and-swap, mark it and keep it pending. False when the request names no
-    topic, its topic refused, or it was decided before."""
-    if notify_topic(record) is None or REFUSED_MARKER in record.markers:
+    topic, its topic refused, it was decided before, or the request's ending was: the ending is
+    the last event (a preemption a late kit line counts, a budget reached, stay in the record)."""
+    if notify_topic(record) is None or REFUSED_MARKER in record.markers or _ending_told(record):
         return False
     attempt = attempt if attempt is not None else (record.latest.n if record.latest else 1)
     if not record.mark(f"{NOTICE_MARKER}:{kind}:{attempt}:{n}"):

@@ -762,6 +762,34 @@ def test_notifications_stopped_for_a_topic_that_accepts_is_caught(world: World) 
     assert invariants.notifications_at_least_once(world) == []
 
 
+def test_a_notification_after_the_requests_ending_is_caught(world: World) -> None:
+    def told(request_id: str, kind: str, seq: int) -> None:
+        body = {"request_id": request_id, "kind": kind, "seq": seq, "event_id": f"{request_id}/{kind}/{seq}"}
+        world.pubsub.accept("notify-r1", json.dumps(body).encode(), {"kind": kind})
+
+    notified_record(world, "notice:accepted:1:0", "notice:succeeded:1:0")
+    told("r1", "accepted", 1)
+    told("r1", "succeeded", 2)
+    told("r1-r2", "preempted", 3)  # its resubmit's, on the topic it copied: not r1's
+    assert invariants.ending_is_the_last_notification(world) == []
+
+    told("r1", "preempted", 3)  # a kit line read after the end
+
+    assert [v.detail for v in invariants.ending_is_the_last_notification(world)] == [
+        "r1 was told preempted (seq 3) after its end, succeeded (seq 2)"
+    ]
+
+
+def test_a_notification_decided_after_the_requests_ending_is_caught(world: World) -> None:
+    notified_record(world, "notice:accepted:1:0", "notice:succeeded:1:0", "notice:preempted:1:0")
+    for kind, seq in (("accepted", 1), ("succeeded", 2)):
+        world.pubsub.accept("notify-r1", json.dumps({"request_id": "r1", "kind": kind, "seq": seq}).encode(), {})
+
+    assert [v.detail for v in invariants.ending_is_the_last_notification(world)] == [
+        "r1 decided 1 notification(s) after its end, succeeded (seq 2)"
+    ]
+
+
 # FLEX_START (sim/flex.py).
 
 

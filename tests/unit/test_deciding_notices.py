@@ -16,6 +16,7 @@ from shared.deciding.notices import NoticeKind, cost_so_far, note_changes, notif
 from shared.fleet.spend import request_spend
 from shared.jobs import JobState
 from shared.ledger.records import Attempt, RequestRecord, Requeue
+from shared.ledger.states import RequestStatus
 from shared.ledger.store import LedgerStore
 from shared.wiring import Ports
 from sim.gcs import MemoryStorage
@@ -214,3 +215,41 @@ def test_a_kit_preemption_is_told_once_a_restart_confirms_it() -> None:
     assert told(record, "preempted") == []  # the kit's word alone: a stop at the timeout says the same
     record = observe(record, "run_started", 1)  # Vertex restarted it: a preemption
     assert [n["preemptions"] for n in told(record, "preempted")] == [1]
+
+
+def test_a_preemption_counted_after_the_end_is_kept_and_never_told_after_it() -> None:
+    """docs/requests.md: the ending (`succeeded`, `failed`, `gave_up`, `cancelled`) is the last
+    event. A kit line read after the job's end can still count a preemption: the record keeps it
+    (`spotjobs status` shows it), and no notification follows the ending."""
+    from spotjobs_kit.lines import KitRecord
+
+    from shared.deciding.decisions import Observation, decide
+    from shared.deciding.events import Signal
+    from shared.jobs import JobSnapshot
+    from tests.support.decide import JOB1, POLICY, at, job
+
+    def observe(record: RequestRecord, observation: Observation) -> RequestRecord:
+        return note_changes(decide(record, observation, POLICY, NOW).record, NOW)
+
+    def kit(event: str, run: int, **fields: Any) -> Observation:
+        line = KitRecord(event=event, request_id="req-1", attempt=1, run=run, job_id="111", **fields)
+        return Observation(1, None, Signal.KIT, kit=line, job_name=JOB1)
+
+    record = observe(make_record(request=NOTIFY), Observation(1, job(JobState.RUNNING)))
+    record = observe(record, kit("run_started", 0, resumed_step=0))
+    succeeded = JobSnapshot(JOB1, JobState.SUCCEEDED, None, create_time=at(1), start_time=at(10), end_time=at(200))
+    record = observe(record, Observation(1, succeeded))
+    [ending] = told(record, "succeeded")
+
+    record = observe(record, kit("run_started", 1, resumed_step=10))  # run 0 was preempted, read late
+
+    assert record.attempts[0].preemptions == 1
+    assert max(n["seq"] for n in record.pending_notices) == ending["seq"]
+
+
+def test_a_budget_reached_after_the_ending_is_not_told() -> None:
+    record = note_changes(make_record(request=NOTIFY, state=JobState.SUCCEEDED, status=RequestStatus.SUCCEEDED), NOW)
+    assert told(record, "succeeded")
+
+    assert not notify_pending(record, NoticeKind.BUDGET_REACHED, NOW, spent_usd=3.0, max_cost_usd=2.0)
+    assert told(record, "budget_reached") == []
