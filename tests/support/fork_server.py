@@ -5,6 +5,7 @@ three seconds of imports. One server per test process, started at its first use.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import json
 import os
@@ -36,8 +37,10 @@ class ForkedProcess:
         self.returncode: int | None = None
 
     def send_signal(self, signal: int) -> None:
+        # As `Popen.send_signal`: a child that ended and was reaped (by the server) since is no error.
         if self.returncode is None:
-            os.kill(self.pid, signal)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal)
 
     def wait(self, timeout: float | None = None) -> int:
         if self.returncode is None:
