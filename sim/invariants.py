@@ -857,29 +857,32 @@ def notifications_at_least_once(world: World) -> list[Violation]:
     return out
 
 
+def own_notices(world: World, record: RequestRecord) -> list[dict[str, Any]]:
+    """The notifications on the request's topic that are its own (a resubmitted request names its
+    original's topic), as published; none without a topic."""
+    from shared.deciding.notices import notify_topic
+
+    topic = notify_topic(record)
+    if topic is None:
+        return []
+    bodies = (message.json() for message in world.pubsub.on(topic.rsplit("/", 1)[-1]))
+    return [body for body in bodies if isinstance(body, dict) and body.get("request_id") == record.request_id]
+
+
 def preemptions_told_within_reclaimed_vms(world: World) -> list[Violation]:
     """No `preempted` notification tells more preemptions of an attempt than VMs Vertex reclaimed
     of its job (one when the product read its end as "at least one": `preemptions_unknown`): a
     notification cannot be taken back, so the kit's `preempted` line of Vertex's stop at the job
     timeout, which the count drops once the job's end is seen, is never told (docs/requests.md,
     "Notifications")."""
-    from shared.deciding.notices import NoticeKind, notify_topic
+    from shared.deciding.notices import NoticeKind
 
     jobs = world.vertex.jobs
     out = []
     for record in records(world):
-        topic = notify_topic(record)
-        if topic is None:
-            continue
         told: dict[int, int] = {}
-        for message in world.pubsub.on(topic.rsplit("/", 1)[-1]):
-            body = message.json()
-            # A resubmitted request names its original's topic: only this request's notices.
-            if (
-                isinstance(body, dict)
-                and body.get("kind") == NoticeKind.PREEMPTED
-                and body.get("request_id") == record.request_id
-            ):
+        for body in own_notices(world, record):
+            if body.get("kind") == NoticeKind.PREEMPTED:
                 attempt = int(body.get("attempt") or 0)
                 told[attempt] = max(told.get(attempt, 0), int(body.get("preemptions") or 0))
         for n, preemptions in sorted(told.items()):
@@ -904,20 +907,12 @@ def ending_is_the_last_notification(world: World) -> list[Violation]:
     `failed`, `gave_up`, `cancelled`: "the request ended (the last event)", docs/requests.md,
     "Notifications"), and its record decided nothing after the ending (its `notice:` markers
     number the ending's `seq`)."""
-    from shared.deciding.notices import ENDINGS, NOTICE_MARKER, notify_topic
+    from shared.deciding.notices import ENDINGS, NOTICE_MARKER
 
     endings = {str(kind) for kind in ENDINGS.values()}
     out = []
     for record in records(world):
-        topic = notify_topic(record)
-        if topic is None:
-            continue
-        told: dict[int, str] = {}
-        for message in world.pubsub.on(topic.rsplit("/", 1)[-1]):
-            body = message.json()
-            # A resubmitted request names its original's topic: only this request's notices.
-            if isinstance(body, dict) and body.get("request_id") == record.request_id:
-                told[int(body.get("seq") or 0)] = str(body.get("kind"))
+        told = {int(body.get("seq") or 0): str(body.get("kind")) for body in own_notices(world, record)}
         ended = min((seq for seq, kind in told.items() if kind in endings), default=None)
         if ended is None:
             continue
