@@ -29,9 +29,7 @@ STUCK_AFTER = timedelta(seconds=POLICY.stuck_after_seconds)
 
 def snapshot(state: str, update: float, *, started: bool = True) -> JobSnapshot:
     """The job as Vertex shows it `update` seconds into the story, in `state` since then."""
-    return JobSnapshot(
-        JOB1, state, create_time=at(1), start_time=at(10) if started else None, update_time=at(update)
-    )
+    return JobSnapshot(JOB1, state, create_time=at(1), start_time=at(10) if started else None, update_time=at(update))
 
 
 # Listed while the job waited for its first machine, reached the record later.
