@@ -280,7 +280,7 @@ def _decide(
         discount_cancel_stop(record, attempt)  # before a line of the stop is counted
     if observation.kit is not None and note_kit_line(record, attempt, observation.kit, now, effects):
         note_progress(attempt, observation.kit.total_steps, observation.kit.steps_per_second)
-    fresh = job is not None and _is_fresh(attempt, job)
+    fresh = job is not None and is_fresh(attempt, job)
     count_preemptions(
         record,
         attempt,
@@ -364,12 +364,22 @@ def _release_successor(
     )
 
 
-def _is_fresh(attempt: Attempt, job: JobSnapshot) -> bool:
+def is_fresh(attempt: Attempt, job: JobSnapshot) -> bool:
     """False for a read older than what the ledger already holds (concurrent deliveries may write
-    in any order; a job never leaves a terminal state)."""
+    in any order; a job never leaves a terminal state). In the state the record holds, a read
+    updated before the newest read taken in is of an earlier span of that state (a pass listed the
+    job in its first wait and reached the record after it ran and waited anew: issue 43, after seed
+    7338); Vertex's updateTime only moves forward for one job, and a read of the same update is as
+    fresh as the one taken in. Not compared with `state_changed_at`, which the ledger's clock stamps
+    when a read said no update time."""
     if attempt.outcome is not None and not job.is_terminal:
         return False
-    if attempt.state in (None, job.state) or not job.update_time or not attempt.state_changed_at:
+    if not job.update_time:
+        return True
+    if attempt.state == job.state:
+        newest = attempt.vertex_updated_at
+        return newest is None or parse_iso(job.update_time) >= parse_iso(newest)
+    if attempt.state is None or not attempt.state_changed_at:
         return True
     return parse_iso(job.update_time) >= parse_iso(attempt.state_changed_at)
 
@@ -386,6 +396,9 @@ def _track_state(
     if attempt.state != job.state or attempt.state_changed_at is None:
         attempt.state = job.state
         attempt.state_changed_at = job.update_time or iso(now)
+    newest = attempt.vertex_updated_at
+    if job.update_time and (newest is None or parse_iso(job.update_time) > parse_iso(newest)):
+        attempt.vertex_updated_at = job.update_time
     if job.start_time and not attempt.started_at:
         attempt.started_at = job.start_time
     track_wait(attempt, job, was)

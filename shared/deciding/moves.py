@@ -38,7 +38,7 @@ from shared.deciding.deadline import (
     spares_a_move,
 )
 from shared.deciding.deadline_watch import deadline_situation
-from shared.deciding.decisions import DecisionPolicy
+from shared.deciding.decisions import DecisionPolicy, is_fresh
 from shared.deciding.effects import Effects, LogLine, event_fields
 from shared.deciding.handover import decide_handover
 from shared.deciding.preemptions import WAITING_STATES
@@ -147,8 +147,8 @@ def _may_move(record: RequestRecord, attempt: Attempt, job: JobSnapshot, policy:
         return False
     if attempt.outcome is not None or attempt.cancel_decided_at or attempt.strategy != SPOT:
         return False
-    if job.state not in WAITING_STATES or attempt.state != job.state:  # a stale read is no news
-        return False
+    if job.state not in WAITING_STATES or attempt.state != job.state or not is_fresh(attempt, job):
+        return False  # a stale read is no news: of another state, or of an earlier span of this one
     capacity = bool(record.request.get("capacity"))
     if len(record.request.get("locations") or []) < 2 and not capacity:
         return False

@@ -47,6 +47,10 @@ class Attempt:
     started_at: str | None = None
     ended_at: str | None = None
     state_changed_at: str | None = None
+    # Vertex's update time in the newest read of its job taken in (None: no read said one): a read
+    # of the state the record holds updated before it is of an earlier span of it (`is_fresh`,
+    # shared/deciding/decisions.py).
+    vertex_updated_at: str | None = None
     # When its job's current wait began (QUEUED then PENDING in a row): its create, or the end of its
     # last RUNNING; any other stuck state's (CANCELLING, UPDATING, PAUSED) own start; None while it
     # is in none. `job_stuck`, a move (`consider_move`) and the deadline rule's hold time it.
