@@ -99,7 +99,7 @@ from shared.deciding.preemptions import (
     preemption_ended_last_run,
     preemptions_text,
 )
-from shared.deciding.waits import STUCK_STATES, track_rewait, track_wait
+from shared.deciding.waits import STUCK_STATES, came_back, track_rewait, track_wait
 from shared.errors import Violation
 from shared.jobs import FLEX_START, JobSnapshot, JobState, max_wait_seconds
 from shared.ledger.cancelling import settle_cancel, vertex_cancel
@@ -393,7 +393,8 @@ def _track_state(
     read_at: datetime | None = None,
 ) -> None:
     was = attempt.state
-    if attempt.state != job.state or attempt.state_changed_at is None:
+    returned = came_back(attempt, job)  # its state changed since, and back
+    if attempt.state != job.state or attempt.state_changed_at is None or returned:
         attempt.state = job.state
         attempt.state_changed_at = job.update_time or iso(now)
     newest = attempt.vertex_updated_at
@@ -401,7 +402,7 @@ def _track_state(
         attempt.vertex_updated_at = job.update_time
     if job.start_time and not attempt.started_at:
         attempt.started_at = job.start_time
-    track_wait(attempt, job, was)
+    track_wait(attempt, job, was, returned)
     track_rewait(attempt, job, read_at)
     started = job.state == JobState.RUNNING
     if owns_status and started and record.status == RequestStatus.SUBMITTED:

@@ -14,7 +14,7 @@ from shared.ledger.records import Attempt
 STUCK_STATES = frozenset({JobState.QUEUED, JobState.PENDING, JobState.CANCELLING, JobState.UPDATING, JobState.PAUSED})
 
 
-def track_wait(attempt: Attempt, job: JobSnapshot, was: str | None) -> None:
+def track_wait(attempt: Attempt, job: JobSnapshot, was: str | None, returned: bool = False) -> None:
     """One wait is every waiting state in a row (QUEUED then PENDING is one): a job that never ran
     waits from its create, one that ran from the state that ended its RUNNING (a record written
     before `wait_began_at` is read so too). Any other stuck state (CANCELLING, UPDATING, PAUSED) is
@@ -22,9 +22,10 @@ def track_wait(attempt: Attempt, job: JobSnapshot, was: str | None) -> None:
     hand after its long wait by design is not stuck at once: review s10). A job whose start time is
     past the wait's beginning ran since, though no read saw it RUNNING: a wait of its own. So did
     one that ran before and is seen QUEUED after PENDING: resumed (job_state.proto), a restart whose
-    run no read saw, as its start time is its first run's (seed 6699)."""
+    run no read saw, as its start time is its first run's (seed 6699); and one seen in the waiting
+    state it was in, updated since (`came_back`: seed 8151)."""
     never_ran = not (job.start_time or attempt.started_at)
-    restarted = not never_ran and was == JobState.PENDING and job.state == JobState.QUEUED
+    restarted = returned or (not never_ran and was == JobState.PENDING and job.state == JobState.QUEUED)
     after_another_state = restarted or (was is not None and was not in WAITING_STATES)  # a run, a pause
     if job.state not in STUCK_STATES:
         attempt.wait_began_at = None
@@ -38,6 +39,19 @@ def track_wait(attempt: Attempt, job: JobSnapshot, was: str | None) -> None:
         # The run ended at the current state's start when a read saw that change, else by Vertex's last update.
         since_change = attempt.state_changed_at and parse_iso(attempt.state_changed_at) > parse_iso(job.start_time)
         attempt.wait_began_at = attempt.state_changed_at if since_change else (job.update_time or job.start_time)
+
+
+def came_back(attempt: Attempt, job: JobSnapshot) -> bool:
+    """Whether `job`, read in the waiting state the record holds, left it and came back since the
+    newest read taken in (asked before this read is taken in): it ran before, and Vertex updated it
+    since. No method updates a CustomJob (the API has create, get, list, cancel and delete), so its
+    update time moves by Vertex's own changes of its state: a run and a Spot restart no read saw,
+    which the start time, its first run's, does not tell (seed 8151: PENDING again after 20 s of
+    RUNNING, alerted 32 s into the new wait as 6 h long). A job that never ran has no run to hide."""
+    newest = attempt.vertex_updated_at
+    if not (newest and job.update_time) or job.state not in WAITING_STATES or job.state != attempt.state:
+        return False
+    return bool(job.start_time or attempt.started_at) and parse_iso(job.update_time) > parse_iso(newest)
 
 
 def track_rewait(attempt: Attempt, job: JobSnapshot, read_at: datetime | None) -> None:

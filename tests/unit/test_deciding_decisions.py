@@ -813,6 +813,54 @@ def test_a_restart_seen_queued_after_pending_is_a_wait_of_its_own() -> None:
     assert (alert.details["wait_began_at"], alert.details["stuck_seconds"]) == (iso(requeued), 6 * 3600)
 
 
+def test_a_restart_seen_in_the_waiting_state_the_record_holds_updated_since_is_a_wait_of_its_own() -> None:
+    """Seed 8151: a Spot restart waited PENDING 6 h less 6 s, ran 20 s between two reads, and was
+    restarted again, PENDING once more. The start time is the first run's and the state the same,
+    so only the update time, newer than the newest read taken in, tells the run (no method updates
+    a CustomJob: Vertex's own state changes do): the new wait counts from that update, and is not
+    alerted 32 s into it as 6 h long."""
+    policy = replace(POLICY, stuck_after_seconds=6 * HOUR)
+    first_run = NOW - timedelta(hours=13)
+    preempted = first_run + timedelta(minutes=1)
+    pending = JobSnapshot(
+        JOB1,
+        JobState.PENDING,
+        None,
+        create_time=iso(first_run - timedelta(minutes=15)),
+        start_time=iso(first_run),
+        update_time=iso(preempted),
+    )
+    seen_running = observe(
+        make_record(state=None),
+        replace(pending, state=JobState.RUNNING, update_time=iso(first_run)),
+        policy=policy,
+        now=first_run + timedelta(seconds=3),
+    )
+    seen_pending = observe(seen_running.record, pending, policy=policy, now=preempted + timedelta(seconds=3))
+    assert seen_pending.record.attempts[0].wait_began_at == iso(preempted)
+    restarted = preempted + timedelta(hours=6, seconds=14)  # ran from 6 h less 6 s, for 20 s
+    pending_again = replace(pending, update_time=iso(restarted))
+
+    decision = observe(seen_pending.record, pending_again, policy=policy, now=restarted + timedelta(seconds=32))
+
+    assert decision.effects.alerts == [] and decision.record.attempts[0].wait_began_at == iso(restarted)
+    [alert] = observe(decision.record, pending_again, policy=policy, now=restarted + timedelta(hours=6)).effects.alerts
+    assert (alert.details["wait_began_at"], alert.details["stuck_seconds"]) == (iso(restarted), 6 * 3600)
+
+
+def test_a_job_that_never_ran_waits_from_its_create_whatever_its_update_time() -> None:
+    """No run without a start time: a wait of a job that never ran is not cut by an update."""
+    policy = replace(POLICY, stuck_after_seconds=6 * HOUR)
+    created = NOW - timedelta(hours=7)
+    pending = JobSnapshot(JOB1, JobState.PENDING, None, create_time=iso(created), update_time=iso(created))
+    seen_pending = observe(make_record(state=None), pending, policy=policy, now=created + timedelta(minutes=1))
+    updated = replace(pending, update_time=iso(created + timedelta(hours=3)))
+
+    [alert] = observe(seen_pending.record, updated, policy=policy, now=NOW).effects.alerts
+
+    assert (alert.details["wait_began_at"], alert.details["stuck_seconds"]) == (iso(created), 7 * 3600)
+
+
 def test_a_job_that_never_ran_seen_queued_after_pending_still_waits_from_its_create() -> None:
     """No start time: no run, so no restart either; a QUEUED after PENDING is the same wait, from
     the create (docs/signals.md), whatever moved it back."""
