@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import copy
 import random
+from datetime import timedelta
 
 import pytest
 
-from shared.fleet.observations import FleetFact, Kind, attempt_key
+from shared.fleet.observations import AttemptSummary, FleetFact, Kind, attempt_key
 from shared.ledger.states import RequestStatus
 from sim import flex, invariants, replicas
 from sim.budgets import with_work_budgets
@@ -214,3 +215,34 @@ def test_a_new_body_under_an_id_whose_record_a_person_deleted_starts_its_own_lay
     world.vertex.created.append(Create(world.clock.now(), "us-central1", shrunk, True))
     [found] = replicas.same_layout_every_attempt(world)
     assert found.detail.startswith("r1: a create with layout")
+
+
+def test_waits_after_a_preemption_longer_than_the_jobs_life_since_are_caught() -> None:
+    # A two-replica job reclaimed whole (two `preempt` facts) and back half an hour later (one
+    # restart), running on: one wait of 30 min. Its facts are read by the estimate's `summarize`.
+    world = World(0)
+    sim_job = two_pools(job(world, "r1", 1))
+    start = world.clock.now()
+    sim_job.reclaimed_at.append(start + timedelta(hours=1))
+    key = attempt_key("r1", 1)
+    facts = [
+        FleetFact(Kind.WAIT, "us-central1", start, attempt_key=key, replicas=2),
+        FleetFact(Kind.PREEMPT, "us-central1", start + timedelta(hours=1), attempt_key=key, index=0),
+        FleetFact(Kind.PREEMPT, "us-central1", start + timedelta(hours=1), attempt_key=key, index=1),
+        FleetFact(Kind.RESTART, "us-central1", start + timedelta(hours=1.5), attempt_key=key, index=1),
+    ]
+    for fact in facts:
+        write_fact(world, fact)
+    world.clock.advance(10 * 3600)
+    assert replicas.fleet_restart_waits_within_the_jobs_life(world) == []
+    assert replicas.fleet_restart_waits_within_the_jobs_life in invariants.QUIESCENCE
+
+    # a summary that says the job waited longer than it lived since its first preemption (the
+    # second VM's preemption paired with a restart of its own, none: waited to now)
+    summary = AttemptSummary(exposure=36000, preemptions=2, restart_waits=34200, replicas=2)
+    write_fact(world, FleetFact(Kind.ATTEMPT, "us-central1", world.clock.now(), attempt_key=key, summary=summary))
+    [found] = replicas.fleet_restart_waits_within_the_jobs_life(world)
+    assert (
+        found.detail
+        == f"attempt {key}: 34200 s of waits after a preemption; its jobs lived 32400 s after their first preemption"
+    )
