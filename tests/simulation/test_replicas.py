@@ -246,3 +246,22 @@ def test_waits_after_a_preemption_longer_than_the_jobs_life_since_are_caught() -
         found.detail
         == f"attempt {key}: 34200 s of waits after a preemption; its jobs lived 32400 s after their first preemption"
     )
+
+
+def test_the_kit_counts_its_own_starts_whatever_vertex_counts_towards_its_six() -> None:
+    # Per replica, Vertex's count stays 0 until one replica's own reclaims pass six; the kit's run
+    # is a restart index of its own (spotjobs_kit.run: one run object per start of the primary).
+    world = World(0)
+    world.vertex.replicas = replicas.Replicas(active=True, spot_restart_count="per_replica", rng=random.Random(0))
+    world.vertex.restart_state = "running"  # restarted at once, a new run each time
+    world.trainer.kit_lines = True
+    sim_job = two_pools(job(world, "r1", 1))
+    world.trainer.start(sim_job)
+    sim_job.preemptions = 2
+    world.vertex.advance(sim_job)
+    world.vertex.advance(sim_job)
+    runs = sorted(
+        n.rsplit("-run-", 1)[1] for n in world.storage.objects(world.settings.checkpoint_bucket) if "-run-" in n
+    )
+    assert runs == ["0000.json", "0001.json", "0002.json"]
+    assert sim_job.restarts == 0 and sim_job.vms_reclaimed >= 2
