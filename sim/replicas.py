@@ -1,7 +1,7 @@
 """Multi-replica jobs in the simulated world (issue 44, item 5).
 
-A share of seeds (`SHARE`) gives some of its plain envelope requests a second worker pool of one
-to three replicas (pools 0 and 1, as a torch.distributed job has), drawn from a generator of its
+A share of seeds (`SHARE`) gives some of its plain envelope, deadline and fallback requests a
+second worker pool of one to three replicas (pools 0 and 1, as a torch.distributed job has), drawn from a generator of its
 own (`random.Random(f"{seed}:replicas")`) so every other draw of a seed stays where it was.
 
 Vertex (`sim.vertex.SimVertex.advance`) then reclaims one replica's VM, or every replica's at
@@ -70,8 +70,9 @@ def draw(seed: int) -> Replicas:
 
 
 def with_replicas(workload: Workload, drawn: Replicas) -> Workload:
-    """Gives some plain envelope requests a pool 1 of one to three replicas like pool 0's (a
-    publisher's retry of one carries the same body)."""
+    """Gives some plain envelope, deadline and fallback requests a pool 1 of one to three replicas
+    like pool 0's (a publisher's retry of one carries the same body): the deadline rule and the
+    switch to on-demand meet jobs of several VMs too."""
     if not drawn.active:
         return workload
     rewritten: dict[bytes, bytes] = {}
@@ -79,7 +80,7 @@ def with_replicas(workload: Workload, drawn: Replicas) -> Workload:
         if arrival.data in rewritten:
             arrival.data = rewritten[arrival.data]
             continue
-        if not arrival.label.startswith("envelope ") or drawn.rng.random() >= REQUEST_SHARE:
+        if not arrival.label.startswith(("envelope ", "deadline ", "fallback ")) or drawn.rng.random() >= REQUEST_SHARE:
             continue
         body = json.loads(arrival.data)
         pools = body["custom_job"]["jobSpec"]["workerPoolSpecs"]

@@ -45,13 +45,14 @@ def test_a_seed_without_multi_replica_draws_keeps_its_workload(seed: int) -> Non
 
 
 @pytest.mark.parametrize("seed", MULTI_SEEDS)
-def test_a_multi_replica_seed_changes_only_envelope_bodies(seed: int) -> None:
+def test_a_multi_replica_seed_changes_only_envelope_deadline_and_fallback_bodies(seed: int) -> None:
     world = World(seed)
     before = unchanged_workload(seed)
     after = [(a.at, a.label, a.data, a.attributes) for a in world.workload.arrivals]
     assert [(at, label) for at, label, _, _ in after] == [(at, label) for at, label, _, _ in before]
     changed = [label for (_, label, data, _), (_, _, old, _) in zip(after, before, strict=True) if data != old]
-    assert all(label.startswith(("envelope ", "retry of envelope ")) for label in changed)
+    kinds = ("envelope ", "deadline ", "fallback ")
+    assert all(label.startswith((*kinds, *(f"retry of {kind}" for kind in kinds))) for label in changed)
     assert len({label.split()[-1] for label in changed}) == len(world.vertex.replicas.requests)
 
 
