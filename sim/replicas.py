@@ -1,7 +1,7 @@
 """Multi-replica jobs in the simulated world (issue 44, item 5).
 
-A share of seeds (`SHARE`) gives some of its plain envelope requests a second worker pool of one
-to three replicas (pools 0 and 1, as a torch.distributed job has), drawn from a generator of its
+A share of seeds (`SHARE`) gives some of its plain envelope, deadline and fallback requests a
+second worker pool of one to three replicas (pools 0 and 1, as a torch.distributed job has), drawn from a generator of its
 own (`random.Random(f"{seed}:replicas")`) so every other draw of a seed stays where it was.
 
 Vertex (`sim.vertex.SimVertex.advance`) then reclaims one replica's VM, or every replica's at
@@ -21,6 +21,7 @@ fact names no more replicas than its attempt's job had (`fleet_facts_replicas_bo
 
 from __future__ import annotations
 
+import collections
 import copy
 import json
 import random
@@ -69,8 +70,9 @@ def draw(seed: int) -> Replicas:
 
 
 def with_replicas(workload: Workload, drawn: Replicas) -> Workload:
-    """Gives some plain envelope requests a pool 1 of one to three replicas like pool 0's (a
-    publisher's retry of one carries the same body)."""
+    """Gives some plain envelope, deadline and fallback requests a pool 1 of one to three replicas
+    like pool 0's (a publisher's retry of one carries the same body): the deadline rule and the
+    switch to on-demand meet jobs of several VMs too."""
     if not drawn.active:
         return workload
     rewritten: dict[bytes, bytes] = {}
@@ -78,7 +80,7 @@ def with_replicas(workload: Workload, drawn: Replicas) -> Workload:
         if arrival.data in rewritten:
             arrival.data = rewritten[arrival.data]
             continue
-        if not arrival.label.startswith("envelope ") or drawn.rng.random() >= REQUEST_SHARE:
+        if not arrival.label.startswith(("envelope ", "deadline ", "fallback ")) or drawn.rng.random() >= REQUEST_SHARE:
             continue
         body = json.loads(arrival.data)
         pools = body["custom_job"]["jobSpec"]["workerPoolSpecs"]
@@ -261,10 +263,56 @@ def fleet_facts_replicas_bounded(world: World) -> list[Violation]:
     return out
 
 
+def fleet_restart_waits_within_the_jobs_life(world: World) -> list[Violation]:
+    """An attempt's waits for a machine after a preemption, as the fleet's estimate reads them from
+    its stored facts (`summarize`: its summary once compacted), fit in its jobs' life after the
+    first preemption Vertex made of them (until now while the fleet holds no end of it): no job
+    waits twice at once. Several VMs reclaimed at once (a `preempt` fact each) wait for one restart
+    of their job (review of 2026-12-07: paired a restart each, a two-replica job's second VM waited
+    to the end of its run)."""
+
+    from shared.fleet.estimate import summarize
+    from shared.fleet.observations import Kind, attempt_key
+    from shared.fleet.store import FLEET_PREFIX, parse_name
+    from sim.faults import HAND_WRITTEN_ATTEMPT
+    from sim.invariants import violation
+
+    now = world.clock.now()
+    jobs: dict[str, list[SimJob]] = collections.defaultdict(list)
+    for job in world.vertex.jobs.values():
+        jobs[attempt_key(job.request_id, job.attempt)].append(job)
+    facts: dict[str, list[Any]] = collections.defaultdict(list)
+    for name in sorted(world.storage.objects(world.settings.state_bucket)):
+        if name.startswith(FLEET_PREFIX) and (parsed := parse_name(name)) is not None:
+            if not parsed[1].attempt_key.startswith(HAND_WRITTEN_ATTEMPT):
+                facts[parsed[1].attempt_key].append(parsed[1])
+    out = []
+    for key, told in sorted(facts.items()):
+        reclaims = [moment for job in jobs.get(key, []) for moment in job.reclaimed_at]
+        if not reclaims:
+            continue  # no preemption of it: `fleet_facts_bounded` owns its preemption facts
+        summaries = [f.summary.restart_waits for f in told if f.summary is not None]
+        waits = max(summaries) if summaries else summarize([f for f in told if f.at and f.at <= now], now).restart_waits
+        # Without its `run` fact (a write lost: the facts are advisory) the fleet reads it open.
+        ended = summaries or any(f.kind is Kind.RUN for f in told)
+        end = max(job.end_time or now for job in jobs[key]) if ended else now
+        life = (end - min(reclaims)).total_seconds()
+        if waits > life + 1:
+            out.append(
+                violation(
+                    "fleet_restart_waits_within_the_jobs_life",
+                    f"attempt {key}: {waits} s of waits after a preemption; its jobs lived {life:.0f} s "
+                    f"after their first preemption",
+                )
+            )
+    return out
+
+
 QUIESCENCE: list[Callable[[World], list[Violation]]] = [
     transient_exits_bounded,
     preemptions_within_reclaimed_vms,
     same_layout_every_attempt,
     fleet_facts_replicas_bounded,
+    fleet_restart_waits_within_the_jobs_life,
 ]
 RETENTION: list[Callable[[World], list[Violation]]] = [fleet_facts_replicas_bounded]

@@ -117,6 +117,10 @@ class Trainer:
     resumes: list[Resume] = field(default_factory=list)
     layouts: dict[str, str] = field(default_factory=dict)  # a resubmitted request's: its original's
     _step: dict[str, int] = field(default_factory=dict)  # job -> the step it trains at
+    # job -> its run's restart index, as the kit counts them: its own starts of the job (one a
+    # restart however many replicas' VMs the preemption reclaimed, whatever Vertex counts
+    # towards its six: `SimJob.restarts`, which stays 0 per replica and leaps per VM).
+    _run: dict[str, int] = field(default_factory=dict)
     changes: int = 0  # saves recorded so far: a checker that read `saves` knows if they moved
     # The torch layout saves a model and an optimizer file per stem (sim.faults, `two_file_stems`).
     two_file_stems: bool = False
@@ -179,6 +183,7 @@ class Trainer:
             )
         )
         self._step[job.name] = resumed.step if resumed else 0
+        self._run[job.name] = self._run.get(job.name, -1) + 1
         if self.kit_lines:
             self._record_start(job, folder, resumed.step if resumed else None)
         self._line(
@@ -266,7 +271,7 @@ class Trainer:
         from sim.faults import kit_key_of
 
         moment = self.clock().isoformat().replace("+00:00", "Z")
-        identity = {"request_id": job.request_id, "attempt": job.attempt, "run": job.restarts}
+        identity = {"request_id": job.request_id, "attempt": job.attempt, "run": self._run.get(job.name, 0)}
         text = format_line(
             event,
             {**identity, "job_id": job.name.rsplit("/", 1)[-1], **fields, "time": moment},
@@ -282,11 +287,11 @@ class Trainer:
             "request_id": job.request_id,
             "attempt": job.attempt,
             "job_id": job.name.rsplit("/", 1)[-1],
-            "run": job.restarts,
+            "run": self._run[job.name],
             "started_at": self.clock().isoformat(),
             "resumed_step": resumed_step,
         }
-        name = f"{folder}{RUNS_FOLDER}attempt-{job.attempt}-run-{job.restarts:04d}.json"
+        name = f"{folder}{RUNS_FOLDER}attempt-{job.attempt}-run-{self._run[job.name]:04d}.json"
         self.client().bucket(self.settings.checkpoint_bucket).blob(name).upload_from_string(json.dumps(body))
 
     def stop(self, job: Any) -> None:

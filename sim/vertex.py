@@ -86,6 +86,7 @@ class SimJob:
     preemptions: int = 0  # still to come
     restarts: int = 0  # counted towards the six, in the seed's `spot_restart_count` mode (sim.replicas)
     vms_reclaimed: int = 0  # every replica's VM Spot reclaimed: what the product may count
+    reclaimed_at: list[datetime] = field(default_factory=list)  # when each preemption reclaimed VMs
     replica_restarts: dict[str, int] = field(default_factory=dict)  # replica -> its reclaims
     transient_exits: int = 0  # survivors' exits of 134 after a peer's reclaim (sim.replicas.peer_exit)
     start_time: datetime | None = None
@@ -546,6 +547,7 @@ class SimVertex:
             if job.preemptions > 0 or job.fate == "stockout":
                 job.preemptions = max(0, job.preemptions - 1)
                 reclaimed = reclaim(job, self.replicas)
+                job.reclaimed_at.append(self.clock())
                 reached = restarts_reached(job, reclaimed, self.replicas.spot_restart_count)
                 if reached > MAX_RESTARTS:
                     self.runs(job, "stop")

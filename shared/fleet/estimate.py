@@ -161,16 +161,17 @@ def estimate(
     waited = 0.0
     preemptions = 0
     open_waits = 0
-    compacted_restart_waits = 0.0
+    restart_waits = 0.0  # the attempts' waits for a machine after a preemption: within their time on Spot
     for facts in by_attempt.values():
         kinds = {o.kind: o for o in facts}
+        restart_waits += attempt_restart_waits(facts, now)
         for o in facts:
             if o.summary is not None:  # a closed attempt compacted: no evidence, its sums
                 exposure += o.summary.exposure
                 vm_exposure += o.summary.exposure * o.summary.replicas
                 waited += o.summary.waited
                 preemptions += o.summary.preemptions
-                compacted_restart_waits += o.summary.restart_waits
+                restart_waits += o.summary.restart_waits
                 continue
             age = (now - o.at).total_seconds() if o.at else 0.0
             if o.kind in (Kind.WAIT, Kind.RESTART):
@@ -203,7 +204,7 @@ def estimate(
             if (now - waiting.at).total_seconds() > OPEN_WAIT_GRACE_SECONDS:
                 evidence.append((0.0, 0.0))
     # The time on Spot counted restart waits (from a run's start to its end): they are waits.
-    restart_waits = min(exposure, _restart_waits(by_attempt.values(), now) + compacted_restart_waits)
+    restart_waits = min(exposure, restart_waits)
     prior_seconds, prior_share = PRIOR_HOURS * 3600, 0.5
     if prior is not None:
         prior_seconds, prior_share = prior.weight_hours * 3600, prior.share_available
@@ -267,7 +268,7 @@ def summarize(facts: Sequence[FleetFact], now: datetime) -> AttemptSummary:
         exposure=round(sum(o.seconds for o in facts if o.kind is Kind.RUN)),
         waited=round(sum(o.seconds for o in facts if o.kind in (Kind.WAIT, Kind.NO_CAPACITY))),
         preemptions=sum(o.kind is Kind.PREEMPT for o in facts),
-        restart_waits=round(_restart_waits([list(facts)], now)),
+        restart_waits=round(attempt_restart_waits(facts, now)),
         wait=None if wait is None else round(wait),
         changeover=None if changeover is None else round(changeover),
         replicas=attempt_replicas(facts),
@@ -286,17 +287,30 @@ def per_job_lifetime(mean_lifetime_seconds: float, replicas: int) -> float:
     return mean_lifetime_seconds / max(1, replicas)
 
 
-def _restart_waits(attempts: Iterable[list[FleetFact]], now: datetime) -> float:
-    """The time attempts spent waiting between a preemption and the restart that followed it (or
-    now), counted out of their time on Spot."""
-    total = 0.0
-    for facts in attempts:
-        preempts = sorted(o.at for o in facts if o.kind is Kind.PREEMPT and o.at)
-        restarts = sorted(o.at for o in facts if o.kind is Kind.RESTART and o.at)
+def attempt_restart_waits(facts: Sequence[FleetFact], now: datetime) -> float:
+    """The time one attempt spent waiting for a machine after a preemption, from the first
+    preemption recorded while its job ran to the restart that followed (or the attempt's end, or
+    now). Several VMs reclaimed at once (a preemption each) wait for one restart of their job (the
+    trainer kit's run): paired a restart each, the second VM of a two-replica job reclaimed whole
+    at 1 h and back at 1.5 h waited to the end of its 10-hour run. A restart recorded before its
+    preemption (the kit's line first) answers it: no wait."""
+    events = sorted(
+        (o.at, o.kind is Kind.RESTART) for o in facts if o.at and o.kind in (Kind.PREEMPT, Kind.RESTART)
+    )  # a preemption before a restart recorded at the same time
+    total, down_since, answered_early = 0.0, None, 0
+    for moment, restart in events:
+        if restart and down_since is not None:
+            total += (moment - down_since).total_seconds()
+            down_since = None
+        elif restart:
+            answered_early += 1  # its preemption is recorded later
+        elif down_since is None and answered_early:
+            answered_early -= 1
+        elif down_since is None:
+            down_since = moment
+    if down_since is not None:
         ended = next((o.at for o in facts if o.kind is Kind.RUN and o.at), None)
-        for k, preempted in enumerate(preempts):
-            back = restarts[k] if k < len(restarts) else (ended or now)
-            total += max(0.0, (back - preempted).total_seconds())
+        total += max(0.0, ((ended or now) - down_since).total_seconds())
     return total
 
 

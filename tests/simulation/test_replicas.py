@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import copy
 import random
+from datetime import timedelta
 
 import pytest
 
-from shared.fleet.observations import FleetFact, Kind, attempt_key
+from shared.fleet.observations import AttemptSummary, FleetFact, Kind, attempt_key
 from shared.ledger.states import RequestStatus
 from sim import flex, invariants, replicas
 from sim.budgets import with_work_budgets
@@ -44,13 +45,14 @@ def test_a_seed_without_multi_replica_draws_keeps_its_workload(seed: int) -> Non
 
 
 @pytest.mark.parametrize("seed", MULTI_SEEDS)
-def test_a_multi_replica_seed_changes_only_envelope_bodies(seed: int) -> None:
+def test_a_multi_replica_seed_changes_only_envelope_deadline_and_fallback_bodies(seed: int) -> None:
     world = World(seed)
     before = unchanged_workload(seed)
     after = [(a.at, a.label, a.data, a.attributes) for a in world.workload.arrivals]
     assert [(at, label) for at, label, _, _ in after] == [(at, label) for at, label, _, _ in before]
     changed = [label for (_, label, data, _), (_, _, old, _) in zip(after, before, strict=True) if data != old]
-    assert all(label.startswith(("envelope ", "retry of envelope ")) for label in changed)
+    kinds = ("envelope ", "deadline ", "fallback ")
+    assert all(label.startswith((*kinds, *(f"retry of {kind}" for kind in kinds))) for label in changed)
     assert len({label.split()[-1] for label in changed}) == len(world.vertex.replicas.requests)
 
 
@@ -214,3 +216,53 @@ def test_a_new_body_under_an_id_whose_record_a_person_deleted_starts_its_own_lay
     world.vertex.created.append(Create(world.clock.now(), "us-central1", shrunk, True))
     [found] = replicas.same_layout_every_attempt(world)
     assert found.detail.startswith("r1: a create with layout")
+
+
+def test_waits_after_a_preemption_longer_than_the_jobs_life_since_are_caught() -> None:
+    # A two-replica job reclaimed whole (two `preempt` facts) and back half an hour later (one
+    # restart), running on: one wait of 30 min. Its facts are read by the estimate's `summarize`.
+    world = World(0)
+    sim_job = two_pools(job(world, "r1", 1))
+    start = world.clock.now()
+    sim_job.reclaimed_at.append(start + timedelta(hours=1))
+    key = attempt_key("r1", 1)
+    facts = [
+        FleetFact(Kind.WAIT, "us-central1", start, attempt_key=key, replicas=2),
+        FleetFact(Kind.PREEMPT, "us-central1", start + timedelta(hours=1), attempt_key=key, index=0),
+        FleetFact(Kind.PREEMPT, "us-central1", start + timedelta(hours=1), attempt_key=key, index=1),
+        FleetFact(Kind.RESTART, "us-central1", start + timedelta(hours=1.5), attempt_key=key, index=1),
+    ]
+    for fact in facts:
+        write_fact(world, fact)
+    world.clock.advance(10 * 3600)
+    assert replicas.fleet_restart_waits_within_the_jobs_life(world) == []
+    assert replicas.fleet_restart_waits_within_the_jobs_life in invariants.QUIESCENCE
+
+    # a summary that says the job waited longer than it lived since its first preemption (the
+    # second VM's preemption paired with a restart of its own, none: waited to now)
+    summary = AttemptSummary(exposure=36000, preemptions=2, restart_waits=34200, replicas=2)
+    write_fact(world, FleetFact(Kind.ATTEMPT, "us-central1", world.clock.now(), attempt_key=key, summary=summary))
+    [found] = replicas.fleet_restart_waits_within_the_jobs_life(world)
+    assert (
+        found.detail
+        == f"attempt {key}: 34200 s of waits after a preemption; its jobs lived 32400 s after their first preemption"
+    )
+
+
+def test_the_kit_counts_its_own_starts_whatever_vertex_counts_towards_its_six() -> None:
+    # Per replica, Vertex's count stays 0 until one replica's own reclaims pass six; the kit's run
+    # is a restart index of its own (spotjobs_kit.run: one run object per start of the primary).
+    world = World(0)
+    world.vertex.replicas = replicas.Replicas(active=True, spot_restart_count="per_replica", rng=random.Random(0))
+    world.vertex.restart_state = "running"  # restarted at once, a new run each time
+    world.trainer.kit_lines = True
+    sim_job = two_pools(job(world, "r1", 1))
+    world.trainer.start(sim_job)
+    sim_job.preemptions = 2
+    world.vertex.advance(sim_job)
+    world.vertex.advance(sim_job)
+    runs = sorted(
+        n.rsplit("-run-", 1)[1] for n in world.storage.objects(world.settings.checkpoint_bucket) if "-run-" in n
+    )
+    assert runs == ["0000.json", "0001.json", "0002.json"]
+    assert sim_job.restarts == 0 and sim_job.vms_reclaimed >= 2

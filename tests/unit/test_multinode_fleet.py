@@ -163,3 +163,33 @@ def test_a_deadline_requests_outlook_is_its_jobs_spot_run() -> None:
     assert one_vm is not None and outlook is not None
     assert outlook.mean_lifetime_seconds == pytest.approx(one_vm.mean_lifetime_seconds / 2)
     assert outlook.share_available == one_vm.share_available
+
+
+def test_several_vms_reclaimed_at_once_wait_once_for_their_restart() -> None:
+    # Both VMs of a two-replica job reclaimed at 1 h (two preemptions, one per VM), the job back at
+    # 1.5 h (one restart), running on to 10 h: one wait of half an hour. Paired preemption by
+    # restart, the second VM's preemption waited for a restart that never came, until the end: 9.5 h
+    # of waits in a 10-hour run, and Spot there "had capacity" 9% of the time.
+    facts = [
+        FleetFact(Kind.WAIT, LOC, T0, 0.0, attempt_key="k", replicas=2),
+        FleetFact(Kind.PREEMPT, LOC, T0 + timedelta(hours=1), attempt_key="k", index=0),
+        FleetFact(Kind.PREEMPT, LOC, T0 + timedelta(hours=1), attempt_key="k", index=1),
+        FleetFact(Kind.RESTART, LOC, T0 + timedelta(hours=1.5), attempt_key="k", index=1),
+        FleetFact(Kind.RUN, LOC, T0 + timedelta(hours=10), 10 * 3600.0, 2, attempt_key="k", replicas=2),
+    ]
+    now = T0 + timedelta(hours=10)
+    assert summarize(facts, now).restart_waits == 1800
+    assert estimate(facts, LOC, now).share_available == pytest.approx((9.5 * 3600 + 1800) / (10 * 3600 + 3600))
+
+
+def test_a_preemption_recorded_after_the_restart_that_answered_it_waited_nothing() -> None:
+    # the kit's run_started first, then the preemption's service line; a later preemption of the
+    # same one-replica job, no restart since: it waits to the end
+    facts = [
+        FleetFact(Kind.WAIT, LOC, T0, 0.0, attempt_key="k"),
+        FleetFact(Kind.RESTART, LOC, T0 + timedelta(hours=1), attempt_key="k", index=1),
+        FleetFact(Kind.PREEMPT, LOC, T0 + timedelta(hours=1.1), attempt_key="k", index=0),
+        FleetFact(Kind.PREEMPT, LOC, T0 + timedelta(hours=4), attempt_key="k", index=1),
+        FleetFact(Kind.RUN, LOC, T0 + timedelta(hours=5), 5 * 3600.0, 2, attempt_key="k"),
+    ]
+    assert summarize(facts, T0 + timedelta(hours=6)).restart_waits == 3600
