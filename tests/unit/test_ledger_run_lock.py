@@ -113,9 +113,11 @@ def test_a_create_that_landed_though_its_retry_was_refused_is_ours_and_released(
     bucket: Any, clock: Clock, monkeypatch
 ) -> None:
     """The storage client retries a create whose reply was lost (a timeout, a reset connection):
-    matched on generation 0 it is idempotent, and when the first one landed the retry is refused
-    with 412 (https://cloud.google.com/storage/docs/retry-strategy). The lease found then is this
-    run's own: it runs and releases it, instead of turning itself and every tick away for a lease."""
+    matched on generation 0 it is conditionally idempotent
+    (https://cloud.google.com/storage/docs/retry-strategy), and when the first one landed the retry
+    fails its precondition with 412 (https://cloud.google.com/storage/docs/request-preconditions).
+    The lease found then is this run's own: it runs and releases it, instead of turning itself and
+    every tick away for a lease."""
     from google.api_core.exceptions import PreconditionFailed
 
     from sim.gcs import Blob
