@@ -4,11 +4,11 @@ A stack test that needs reconcile to act waits for passes that began after what 
 one at a time: a tick is published and followed to its end in reconcile's log. A tick that finds
 a pass running is turned away (`run_in_progress`, shared/ledger/run_lock.py), and that pass may
 have begun before the change, so it does not count: the next tick is published once that pass has
-logged its end. So ticks never pile up. They would: the stack's Pub/Sub emulator pushes at most
-two messages of a subscription at a time, in order (measured: 200 pushes of 1 s each took 100 s
-and never overlapped by more than two), so a test that published a tick at every poll of a wait
-left reconcile's subscription a queue that every later tick, of this test or the next, waited
-behind while each queued tick ran a pass of its own.
+released the run lease (its summary line comes just before). So ticks never pile up. They could:
+the stack's Pub/Sub emulator pushes at most two messages of a subscription at a time, in order
+(measured: 200 pushes of 1 s each took 100 s and never overlapped by more than two), so ticks
+published at every poll of a wait, faster than they are handled, queue ahead of every later tick,
+of this test or the next.
 
 The wall-clock bound left is Pub/Sub's delivery and one pass's run on a loaded machine
 (`TICK_TIMEOUT`); how long reconcile takes to act is counted in passes. A timeout says what
@@ -33,8 +33,6 @@ TICK_TIMEOUT = 180.0
 # a pass's listing and the test's own looks would spend much of Vertex's CRUD quota (600 a minute).
 PASS_INTERVAL = 1.0
 _ENDS = ("reconcile_summary", "run_in_progress", "permanent_failure")
-# How a pass ends: its summary, or a failure (the tick is redelivered, or acknowledged for good).
-_PASS_ENDS = ("reconcile_summary", "retry", "permanent_failure")
 
 
 class ReconcileLog:
@@ -75,14 +73,15 @@ def reconcile_pass(stack: Any, *, timeout: float = TICK_TIMEOUT) -> dict[str, An
             return end
         if end["event"] == "permanent_failure":
             raise AssertionError(f"reconcile failed tick {message_id} for good: {end.get('error')}")
-        # Turned away by a pass already running: tick again once a pass has ended since (one
-        # pass at a time holds the lease, so the one running then has ended).
-        turned_away = next(i for i, line in enumerate(log.lines) if line is end)
+        # Turned away by a run holding the lease: tick again once that run has let it go (its
+        # summary line comes before its release, so the lease, not the log, says when).
+        holder = end.get("holder")
         _wait(
             log,
             deadline,
-            lambda lines, after=turned_away + 1: [line for line in lines[after:] if line.get("event") in _PASS_ENDS],
-            f"the pass that turned tick {message_id} away to end (holder {end.get('holder')})",
+            lambda _lines, h=holder: _lease_holder(stack) != h,
+            f"the run of {holder}, which turned tick {message_id} away, to release the lease "
+            f"(expires {end.get('expires_at')})",
         )
 
 
@@ -114,6 +113,19 @@ def passes_until(stack: Any, condition: Callable[[], T], what: str, *, timeout: 
         reconcile_pass(stack)
         passes += 1
         time.sleep(max(0.0, began + PASS_INTERVAL - time.monotonic()))
+
+
+def _lease_holder(stack: Any) -> str | None:
+    """Who holds reconcile's run lease now (None: nobody)."""
+    from shared.ledger.run_lock import lock_path
+
+    found = stack.storage().bucket(stack.settings.state_bucket).get_blob(lock_path("reconcile"))
+    if found is None:
+        return None
+    try:
+        return json.loads(found.download_as_bytes()).get("holder")
+    except Exception:  # noqa: BLE001 - released or replaced between the look and the read: not that run's
+        return None
 
 
 def _end_of(lines: list[dict[str, Any]], message_id: str) -> dict[str, Any] | None:
