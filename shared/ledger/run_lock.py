@@ -10,7 +10,9 @@ going is normal, and raising would send it round the retries into the dead-lette
 The lock is a lease object in the state bucket, `maintenance/<task>-run.json`:
 
 - taken by creating it with `if_generation_match=0` (exactly one creator wins), tried before any
-  read: the lease is mostly free, and a create that loses costs what the read would have;
+  read: the lease is mostly free, and a create that loses costs what the read would have. A lease
+  found naming this run's own holder is its own (the client retried a create whose reply was lost,
+  and the retry was refused): held at the generation read, not deferred to for a whole lease;
 - holding an expiry: a run that died without releasing (instance killed, timeout) leaves a lease
   that the first tick after its expiry takes over, with an overwrite matched on the generation it
   read (exactly one taker wins);
@@ -83,6 +85,7 @@ class RunLock:
         self.holder = _holder()
         self.generation: int | None = None  # set while held
         self.current: dict[str, Any] = {}  # the lease found held by another run
+        self._generation_read: int | None = None  # of the lease last read
 
     def _document(self) -> dict[str, Any]:
         now = self.clock()
@@ -101,6 +104,7 @@ class RunLock:
         found = self.bucket.get_blob(lock_path(self.task))
         if found is None:
             return None, 0
+        self._generation_read = int(found.generation)
         try:
             lease = json.loads(found.download_as_bytes(if_generation_match=found.generation))
         except (NotFound, PreconditionFailed):
@@ -138,8 +142,12 @@ class RunLock:
             )
         except ConflictError:
             return False  # the lease keeps changing hands: another run has it
-        self.current = {} if taken.wrote else (taken.value or {})
-        return taken.wrote
+        found = {} if taken.wrote else (taken.value or {})
+        if found.get("holder") == self.holder:  # our create landed; the client's retry of it was refused
+            self.generation = self._generation_read
+            found = {}
+        self.current = found
+        return self.generation is not None
 
     def release(self) -> None:
         from google.api_core.exceptions import NotFound, PreconditionFailed

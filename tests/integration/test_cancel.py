@@ -26,10 +26,12 @@ from shared.ledger.states import AttemptOutcome, RequestStatus
 from shared.pacing import Pacer, generation_time, hold_for_quota, is_settled, waiting_entry
 from shared.requests.envelope import canonical_envelope, requeue_message
 from shared.requests.policy import validate_request
+from tests.support.reconcile_passes import passes_until, reconcile_pass, reconcile_until
 from tests.support.stack_events import jobs_of, new_request_id, submit, training_request, wait_for_status
 
 # Bounds are what a loaded machine may need, not what a quiet one takes: a wait ends when its
-# condition holds. Each test may use several of them, hence the test's own timeout.
+# condition holds. Each test may use several of them, hence the test's own timeout. What reconcile
+# must do is counted in passes (tests/support/reconcile_passes.py), never in seconds.
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(900)]
 
 LONG = {"steps": 100_000}  # runs far longer than any test waits: only the cancel ends it
@@ -54,16 +56,25 @@ def come_back_concurrently(stack, request_id: str, *messages: tuple[bytes, dict[
         thread.join()
 
 
-def assert_ended_cancelled(stack, request_id: str, location: str) -> None:
-    def settled() -> bool:
-        reconcile(stack)
-        record = stack.ledger().get(request_id)
-        jobs = jobs_of(stack, request_id, location)
-        return record.status is RequestStatus.CANCELLED and all(
-            state_name(job.state) in JobState.TERMINAL for job in jobs
-        )
+def ended_at_vertex(stack, request_id: str, location: str) -> bool:
+    """Every job of the request has ended at Vertex, and no create of it may still land (an
+    attempt whose create was sent has its job recorded, or has ended)."""
+    record = stack.ledger().get(request_id)
+    in_flight = [a.n for a in record.attempts if a.create_sent_at and a.job is None and a.outcome is None]
+    jobs = jobs_of(stack, request_id, location)
+    return not in_flight and all(state_name(job.state) in JobState.TERMINAL for job in jobs)
 
-    stack.wait_for(settled, 240, f"{request_id} CANCELLED with every job ended")
+
+def assert_ended_cancelled(stack, request_id: str, location: str) -> None:
+    """Each pass begun after the cancel was recorded cancels the request's live jobs; Vertex ends
+    them on its own clock; a pass begun once they have all ended records CANCELLED."""
+
+    def settled() -> bool:
+        record = stack.ledger().get(request_id)
+        return record.status is RequestStatus.CANCELLED and ended_at_vertex(stack, request_id, location)
+
+    passes_until(stack, lambda: ended_at_vertex(stack, request_id, location), f"{request_id}'s jobs ended", timeout=240)
+    reconcile_until(stack, settled, f"{request_id} CANCELLED with every job ended", passes=2)
     record = stack.ledger().get(request_id)
     cancelled_at = parse_iso(record.cancel.at)
     assert record.cancel.by == "stack-test" and record.cancel.reason == "stack test"
@@ -163,8 +174,13 @@ def test_cancelled_while_waiting_in_the_quota_line(stack) -> None:
     come_back_concurrently(stack, request_id, (body, {}))
     assert_ended_cancelled(stack, request_id, location)
     assert jobs_of(stack, request_id, location) == []
-    stack.wait_for(lambda: not any(e.request_id == request_id for e in pacer.waiting(location)), 240, "line left")
-    wait_for_status(stack, ahead, RequestStatus.SUCCEEDED)  # the line goes on after a cancelled request
+    # A pass restarts a line its drainer left (the test's lease, released above): passes meanwhile.
+    passes_until(
+        stack, lambda: not any(e.request_id == request_id for e in pacer.waiting(location)), "line left", timeout=240
+    )
+    passes_until(  # the line goes on after a cancelled request
+        stack, lambda: stack.ledger().get(ahead).status is RequestStatus.SUCCEEDED, f"{ahead} SUCCEEDED", timeout=240
+    )
 
 
 def test_cancelled_during_a_deadline_switch(stack) -> None:
@@ -185,12 +201,12 @@ def test_cancelled_during_a_deadline_switch(stack) -> None:
         stack.publish("job_requests", body)
 
         def switched():
-            reconcile(stack)  # the scheduler's stand-in: the rule is asked on every pass
             record = stack.ledger().get(request_id)
             spot = record.attempt(1) if record else None
             return record if spot and spot.outcome is AttemptOutcome.SWITCHED_TO_ON_DEMAND else None
 
-        record = stack.wait_for(switched, 240, f"{request_id} switched to STANDARD")
+        # The scheduler's stand-in: the rule is asked on every pass.
+        record = passes_until(stack, switched, f"{request_id} switched to STANDARD", timeout=240)
         cancel(stack, request_id)
         requeue, attributes = requeue_message(record.request, 2, record.request["location"])
         come_back_concurrently(stack, request_id, (body, {}), (json.dumps(requeue).encode(), attributes))
@@ -208,13 +224,16 @@ def test_a_job_cancelled_by_hand_at_vertex_is_the_requests_cancel(stack) -> None
     stack.job_service().cancel_custom_job(name=record.latest.job)
 
     def cancelled():
-        reconcile(stack)  # Vertex writes no line for a cancel: reconcile's pass sees it
         record = stack.ledger().get(request_id)
         return record if record.status is RequestStatus.CANCELLED else None
 
-    record = stack.wait_for(cancelled, 240, f"{request_id} CANCELLED")
+    # Vertex writes no line for a cancel: the first pass begun once the job has ended sees it.
+    passes_until(
+        stack, lambda: ended_at_vertex(stack, request_id, stack.settings.location), "the job ended", timeout=240
+    )
+    record = reconcile_until(stack, cancelled, f"{request_id} CANCELLED", passes=2)
     assert record.cancel is not None and record.cancel.source == "vertex"
     stack.publish("job_requests", body)
-    reconcile(stack)
+    reconcile_pass(stack)
     assert cancel(stack, request_id).result == "already_cancelled"
     assert len(jobs_of(stack, request_id, stack.settings.location)) == 1

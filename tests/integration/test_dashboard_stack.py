@@ -18,6 +18,7 @@ from shared.ledger.states import RequestStatus
 from spotjobs.dashboard.app import create_app
 from spotjobs.dashboard.reading import deployment_of
 from tests.support.dashboard import chromium_driver, screenshot, serving, wait_for
+from tests.support.reconcile_passes import passes_until
 from tests.support.stack_events import new_request_id, submit, wait_for_status
 
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(600)]
@@ -26,9 +27,7 @@ STACK_WAIT_SECONDS = 240  # a re-queue through the emulators on a busy machine
 LONG = {"steps": 100_000}  # only the cancel ends it
 
 
-def cancelled_after_reconcile(stack: Any, request_id: str) -> bool:
-    """A running request's cancel ends when its job has: reconcile passes see it end."""
-    stack.publish("maintenance", json.dumps({"task": "reconcile"}).encode(), task="reconcile")
+def is_cancelled(stack: Any, request_id: str) -> bool:
     return stack.ledger().get(request_id).status is RequestStatus.CANCELLED
 
 
@@ -85,7 +84,8 @@ def test_the_dashboard_shows_a_preempted_request_live_and_cancels_another(stack:
         wait_for(browser, lambda b: click(b, By.ID, "cancel"))
         browser.find_element(By.NAME, "reason").send_keys("from the dashboard")
         browser.find_element(By.ID, "confirm").click()
-        stack.wait_for(lambda: cancelled_after_reconcile(stack, victim), STACK_WAIT_SECONDS, f"{victim} CANCELLED")
+        # A running request's cancel ends when its job has: reconcile passes, one at a time, see it end.
+        passes_until(stack, lambda: is_cancelled(stack, victim), f"{victim} CANCELLED", timeout=STACK_WAIT_SECONDS)
         wait_for(browser, lambda b: text_of(b, "status") == RequestStatus.CANCELLED, STACK_WAIT_SECONDS)
         assert "from the dashboard" in text_of(browser, "cancelled")
         screenshot(browser, "stack-cancelled")

@@ -261,6 +261,7 @@ def read_calls(directory: Path, function: str) -> list[dict[str, str]]:
 
 
 def drive_every_path(stack) -> None:
+    from tests.support.reconcile_passes import passes_until
     from tests.support.stack_events import log_entry, new_request_id, set_log_sink, submit
 
     ledger = stack.ledger()
@@ -279,9 +280,7 @@ def drive_every_path(stack) -> None:
     foreign = f"projects/{stack.options.project}/locations/{stack.options.location}/customJobs/424242424242"
     stack.publish("job_events", log_entry(foreign, "Job is running.", "perm-foreign-1"))
 
-    def settled(expected: dict[str, RequestStatus], tick: bool = False) -> bool:
-        if tick:
-            stack.publish("maintenance", json.dumps({"task": "reconcile"}).encode(), task="reconcile")
+    def settled(expected: dict[str, RequestStatus]) -> bool:
         done = all((r := ledger.get(rid)) is not None and r.status == status for rid, status in expected.items())
         if not done:
             time.sleep(1.0)
@@ -298,7 +297,7 @@ def drive_every_path(stack) -> None:
     try:
         submit(stack, rc_requeue, preemptions=7, after_seconds=0.3, steps=100)
         submit(stack, rc_bug, fail_at_step=5)
-        stack.wait_for(lambda: settled(by_reconcile, tick=True), 150, "reconcile's decisions")
+        passes_until(stack, lambda: settled(by_reconcile), "reconcile's decisions", timeout=150)
     finally:
         set_log_sink(stack, True)
     # A prune of every request.

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from shared.ledger.states import RequestStatus
+from tests.support.reconcile_passes import TICK_TIMEOUT
 from tests.support.stack_checkpoints import checkpoint_children, checkpoint_steps
 
 pytestmark = pytest.mark.stack
@@ -68,7 +69,7 @@ def test_reconcile_tasks_never_reach_prune_checkpoints(stack) -> None:
     message_id = stack.publish("maintenance", json.dumps({"task": "reconcile"}).encode(), task="reconcile")
     stack.wait_for(
         lambda: [line for line in stack.function_logs("reconcile") if line.get("message_id") == message_id],
-        30,
+        TICK_TIMEOUT,  # Pub/Sub's delivery, behind whatever an earlier test left queued
         "reconcile to get the reconcile task",
     )
     time.sleep(2)  # time enough for a push to prune_checkpoints, were there one

@@ -109,6 +109,35 @@ def test_a_lease_taken_by_another_between_our_look_and_our_create_is_theirs(buck
     assert lease_in(bucket)["holder"] == theirs.holder
 
 
+def test_a_create_that_landed_though_its_retry_was_refused_is_ours_and_released(
+    bucket: Any, clock: Clock, monkeypatch
+) -> None:
+    """The storage client retries a create whose reply was lost (a timeout, a reset connection):
+    matched on generation 0 it is conditionally idempotent
+    (https://cloud.google.com/storage/docs/retry-strategy), and when the first one landed the retry
+    fails its precondition with 412 (https://cloud.google.com/storage/docs/request-preconditions).
+    The lease found then is this run's own: it runs and releases it, instead of turning itself and
+    every tick away for a lease."""
+    from google.api_core.exceptions import PreconditionFailed
+
+    from sim.gcs import Blob
+
+    upload = Blob.upload_from_string
+
+    def landed_then_refused(blob: Any, *args: Any, if_generation_match: int | None = None, **kwargs: Any) -> None:
+        upload(blob, *args, if_generation_match=if_generation_match, **kwargs)
+        if if_generation_match == 0:
+            raise PreconditionFailed("the retry of a create that landed")
+
+    monkeypatch.setattr(Blob, "upload_from_string", landed_then_refused)
+    lock = RunLock(bucket, TASK, clock=clock)
+    assert lock.acquire()
+    assert lease_in(bucket)["holder"] == lock.holder
+    lock.release()
+    assert bucket.get_blob(LEASE) is None
+    assert RunLock(bucket, TASK, clock=clock).acquire()  # the next tick runs
+
+
 def test_an_expired_lease_taken_over_by_another_between_our_look_and_our_take_is_theirs(
     bucket: Any, clock: Clock
 ) -> None:
