@@ -58,7 +58,9 @@ def watch_budget(record: RequestRecord, now: datetime, effects: Effects, price: 
     if spend.usd < limit:
         return
     stopping = _stop(record, f"max_cost_usd reached: ${spend.usd:.2f} spent of ${limit:.2f}", now, effects)
-    message = f"{record.request_id} spent ${spend.usd:.2f} of its max_cost_usd ${limit:.2f}: {_outcome(record, stopping)}"
+    message = (
+        f"{record.request_id} spent ${spend.usd:.2f} of its max_cost_usd ${limit:.2f}: {_outcome(record, stopping)}"
+    )
     record.mark(str(AlertKind.BUDGET_REACHED))
     details = {"spent_usd": round(spend.usd, 4), "max_cost_usd": limit, "stopped": stopping}
     effects.alerts.append(attempt_alert(record, latest, AlertKind.BUDGET_REACHED, now, message, **details))
@@ -78,7 +80,9 @@ def _hold_unpriced(
     if str(AlertKind.BUDGET_UNPRICED) in record.markers:
         return
     missing = ", ".join(unpriced)
-    stopping = _stop(record, f"max_cost_usd cannot be held: no price for {missing} in the deployed price table", now, effects)
+    stopping = _stop(
+        record, f"max_cost_usd cannot be held: no price for {missing} in the deployed price table", now, effects
+    )
     message = (
         f"{record.request_id}'s max_cost_usd ${limit:.2f} cannot be held: the deployed price table has no price "
         f"for {missing}, so its spend is unknown: {_outcome(record, stopping)}"
