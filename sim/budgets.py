@@ -17,8 +17,10 @@ The promises (docs/requests.md, "A budget"):
   fault left unconfirmed) is `alerts_not_per_redelivery`'s, as for every alert;
 - `billed_as_vertex_ran` (`QUIESCENCE`, docs/requests.md, "What a request costs"): `spotjobs
   report`'s bill of every finished request, with or without a budget, is what the simulated Vertex
-  ran of its attempts' jobs (their own start and end, machines, replicas and strategy), to the
-  cent: between that span less every wait for a machine after a preemption and the whole span.
+  ran of its jobs (their own start and end, machines, replicas and strategy), to the cent: between
+  its attempts' spans less every wait for a machine after a preemption, and every span whole,
+  its strays' included; and every stray of it that the code cancelled is named in the bill as a
+  floor (`floor_of`).
 
 - `budgets_unpriced` (the catalogue's condition for `budget_unpriced`): a request with a budget
   that ran on the row a redeployed price table dropped (`sim.faults`, `price_row_dropped`) and was
@@ -230,18 +232,21 @@ def budgets_held(world: World) -> list[Violation]:
 
 
 def vertex_bill(world: World, record: Any) -> tuple[float, float] | None:
-    """What the simulated Vertex ran of `record`'s attempts, as docs/requests.md prices it: each
-    attempt's job from its start to its end (to now while it runs) x the price of every replica of
-    every pool of the CustomJob as created (the machine it ran on), Spot or on demand as it was
-    scheduled; at least with every wait for a machine after a preemption left out (`restart_waits`:
-    reads may have seen them all), at most with none (reads may have seen none). None when a job is
-    priced nowhere, or deleted (its end is unknown to anyone)."""
+    """What the simulated Vertex ran of `record`'s jobs, as docs/requests.md prices it: each job
+    from its start to its end (to now while it runs) x the price of every replica of every pool of
+    the CustomJob as created (the machine it ran on), Spot or on demand as it was scheduled. At
+    least: its attempts' jobs with every wait for a machine after a preemption left out
+    (`restart_waits`: reads may have seen them all); its strays (`strays_of`) count nothing there,
+    since only a read vouches for their run and their end is never read. At most: every job of
+    it, strays whole, no wait left out (reads may have seen none). None when a job is priced
+    nowhere, or deleted (its end is unknown to anyone)."""
     from shared.requests.pricing import layout_hourly
 
     least = most = 0.0
     now = world.clock.now()
-    for attempt in record.attempts:
-        job = world.vertex.jobs.get(attempt.job or "")
+    attempts_jobs = [world.vertex.jobs.get(attempt.job or "") for attempt in record.attempts]
+    followed = {job.name for job in attempts_jobs if job is not None}
+    for job in [*attempts_jobs, *strays_of(world, record)]:
         if job is None or job.start_time is None:
             continue
         prices = layout_hourly({"custom_job": job.request}, job.location, shipped_price)
@@ -251,26 +256,59 @@ def vertex_bill(world: World, record: Any) -> tuple[float, float] | None:
         ran = (end - job.start_time).total_seconds()
         waited = sum((min(until or end, end) - began).total_seconds() for began, until in job.restart_waits)
         hourly = prices[0] if job.spot else prices[1]
-        least += hourly * (ran - waited) / 3600
+        if job.name in followed:
+            least += hourly * (ran - waited) / 3600
         most += hourly * ran / 3600
     return least, most
 
 
+def strays_of(world: World, record: Any) -> list[Any]:
+    """The jobs with `record`'s request's labels that none of its attempts names: its strays."""
+    named = {attempt.job for attempt in record.attempts}
+    return [job for job in world.vertex.jobs.values() if job.request_id == record.request_id and job.name not in named]
+
+
+def strays_cancelled(world: World, record: Any) -> list[str]:
+    """Names of `record`'s strays that the code cancelled (the stray sweep, or a delivery that found
+    a second job): each was noted in the record before its cancel was sent (shared/deciding/strays.py)."""
+    strays = {job.name for job in strays_of(world, record)}
+    return sorted({name for _, name, caller in world.vertex.cancels if name in strays and caller != "operator"})
+
+
 def billed_as_vertex_ran(world: World) -> list[Violation]:
     """`spotjobs report`'s bill (the same arithmetic as `spotjobs status`, over the records as the
-    ledger shows them) of every finished request is what Vertex ran (`vertex_bill`), to the cent."""
-    from sim.invariants import records, violation
+    ledger shows them) of every finished request is what Vertex ran (`vertex_bill`), to the cent,
+    and names as a floor every stray of it the code cancelled (Vertex billed it; its run is in the
+    bill as far as a read saw it). A request whose record a person wrote or deleted is excused."""
+    from sim.invariants import excused, records, violation
     from spotjobs.reporting.bill import bill
 
     finished = [r for r in records(world) if r.is_terminal]
     rows = bill([r.to_json() for r in finished], world.clock.now())["requests"]
     out = []
     for record, row in zip(finished, rows, strict=True):
+        unbilled = [name for name in strays_cancelled(world, record) if name not in row["floor_of"]]
+        if (
+            unbilled
+            and not excused(world, record.request_id)
+            and record.request_id not in world.tampering.deleted_records
+        ):
+            out.append(
+                violation(
+                    "billed_as_vertex_ran",
+                    f"{record.request_id}'s bill leaves out its stray job {', '.join(unbilled)}, which the code "
+                    "cancelled and Vertex billed",
+                )
+            )
         truth = vertex_bill(world, record)
         if truth is None or row["spent_usd"] is None or truth[0] - 0.01 < row["spent_usd"] < truth[1] + 0.01:
             continue
         least, most = truth
-        ran = f"${most:.4f}" if most - least < 0.01 else f"${least:.4f} to ${most:.4f} (its waits after a preemption)"
+        ran = (
+            f"${most:.4f}"
+            if most - least < 0.01
+            else f"${least:.4f} to ${most:.4f} (its waits after a preemption, its strays)"
+        )
         out.append(
             violation(
                 "billed_as_vertex_ran",
