@@ -22,8 +22,9 @@ generators of their own), so a seed without it keeps every other draw it had.
   `ckpt-000400.optim.pt`), a cut save torn between them (`sim.trainer`);
 - `job_duplicated` (drawn from a generator of its own): someone re-runs a live job's create in
   the console, labels and all: a second job of that attempt, queued for good (it never gets a
-  machine, so it trains nothing), which reconcile's stray sweep must cancel and alert
-  (`stray_job`);
+  machine, so it trains nothing), or running from its create (`DUPLICATE_RUNS_SHARE`: billed by
+  Vertex, its container writing nothing before its cancel), which reconcile's stray sweep must
+  cancel and alert (`stray_job`) and its request's bill hold (`billed_as_vertex_ran`);
 - `absurd_lines`: a job writes lines about its own attempt, signed with its own key, that no run
   could write (`run=999`, `step=10**15`, negative numbers, times far in the future);
 - `price_row_dropped` (drawn from a generator of its own): a deployment ships a price table
@@ -77,6 +78,7 @@ IRREVOCABLE = frozenset({("vertex", "create"), ("vertex", "cancel"), ("gcs", "de
 AFTERSHOCK_RATE = 0.4
 # Drawn apart from `RATES` (its own generator): every other draw of a seed stays as it was.
 JOB_DUPLICATED_RATE = 0.25
+DUPLICATE_RUNS_SHARE = 0.5  # of re-runs that get their machines at once (a generator of their own)
 PRICE_ROW_DROPPED_RATE = 0.2  # of seeds with a budgeted request (a generator of its own)
 AFTERSHOCK_TARGETS = ("next_call", "next_publish")
 AFTERSHOCK_KINDS = ("crash_before", "unavailable", "lost")
@@ -336,7 +338,11 @@ def _waits_for_its_end(attempt: Attempt, job_name: str) -> bool:
 
 def duplicate_job(world: World) -> None:
     """Someone re-runs a live job's create in the console (its labels copied): a second job of
-    that attempt that stays queued (no machine for it), so it writes nothing anywhere."""
+    that attempt that stays queued (no machine for it), or, for `DUPLICATE_RUNS_SHARE` of them (a
+    generator of their own), gets its machines at once and runs (Vertex bills it from its
+    startTime: the bill's promise for strays) until a cancel, its container writing nothing before
+    it (an image still pulling: nothing documents when a container first writes). Either way it
+    writes nothing anywhere."""
     from sim.vertex import SimJob
 
     job = _pick(
@@ -351,18 +357,22 @@ def duplicate_job(world: World) -> None:
         return
     now = world.clock.now()
     parent = job.name.rsplit("/customJobs/", 1)[0]
+    runs = random.Random(f"{world.seed}:faults:duplicates:runs:{len(world.tampering.duplicated_jobs)}")
+    running = runs.random() < DUPLICATE_RUNS_SHARE
     copy = SimJob(
         f"{parent}/customJobs/{job.name.rsplit('/', 1)[-1]}0{len(world.tampering.duplicated_jobs)}",
         job.location,
         json.loads(json.dumps(job.request)),
         dict(job.labels),
-        "JOB_STATE_QUEUED",
+        "JOB_STATE_RUNNING" if running else "JOB_STATE_QUEUED",
         now,
         now,
+        start_time=now if running else None,
     )
     world.vertex.add_by_hand(copy)
     world.tampering.duplicated_jobs.add(copy.name)
-    world.note(f"out of band: {job.request_id} a{job.attempt}'s job re-run in the console as {copy.name[-8:]}")
+    how = "runs" if running else "waits"
+    world.note(f"out of band: {job.request_id} a{job.attempt}'s job re-run in the console as {copy.name[-8:]} ({how})")
 
 
 def cancel_job(world: World) -> None:

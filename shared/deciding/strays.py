@@ -123,17 +123,21 @@ def decide_stray(ports: Ports, record: RequestRecord, job: CustomJob, read_at: d
 
 
 def stray_of(job: CustomJob, n: int | None, read_at: datetime) -> Stray:
-    """What the bill needs of a stray as read: where and on what it ran, and since when."""
+    """What the bill needs of a stray as read: where and on what it ran, and since when. A read
+    that leaves the job's machines out (a listing may) leaves `pools` and `strategy` empty: it is
+    billed as its attempt's job, whose create it repeats."""
     spec = job.job_spec
+    pools = [
+        {"machineSpec": {"machineType": pool.machine_spec.machine_type}, "replicaCount": int(pool.replica_count)}
+        for pool in spec.worker_pool_specs
+    ]
+    shown = bool(pools) and all(pool["machineSpec"]["machineType"] for pool in pools)
     return Stray(
         job=job.name,
         attempt=n,
         location=job.name.split("/")[3] if job.name.count("/") >= 3 else "?",
-        strategy=spec.scheduling.strategy.name,
-        pools=[
-            {"machineSpec": {"machineType": pool.machine_spec.machine_type}, "replicaCount": int(pool.replica_count)}
-            for pool in spec.worker_pool_specs
-        ],
+        strategy=spec.scheduling.strategy.name if shown else "",
+        pools=pools if shown else [],
         seen_until=iso(read_at),
         started_at=iso(job.start_time) if job.start_time else None,
     )

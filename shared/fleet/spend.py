@@ -127,17 +127,19 @@ def attempts_spend(
     """The spend of `attempts` of `request` and of its `strays` at `now` (`request_spend` of a record's)."""
     usd = on_demand = seconds = 0.0
     unpriced: list[str] = []
+    by_n = {attempt.n: attempt for attempt in attempts}
     for stray in strays:
         ran = stray_seconds(stray)
+        if ran <= 0:
+            continue
         seconds += ran
-        created = {"custom_job": {"jobSpec": {"workerPoolSpecs": stray.pools}}}
+        created, strategy = _stray_layout(request, stray, by_n.get(stray.attempt or 0))
         rates = layout_hourly(created, stray.location, price)
         if rates is None:
-            if ran > 0:
-                missing = [m or "?" for m, _ in layout(created) if price(m, stray.location) is None]
-                unpriced.extend(f"{m} in {stray.location}" for m in missing or ["?"])
+            missing = [m or "?" for m, _ in layout(created) if price(m, stray.location) is None]
+            unpriced.extend(f"{m} in {stray.location}" for m in missing or ["?"])
             continue
-        usd += (rates[0] if stray.strategy == SPOT else rates[1]) * ran / 3600
+        usd += (rates[0] if strategy == SPOT else rates[1]) * ran / 3600
         on_demand += rates[1] * ran / 3600
     for attempt in attempts:
         ran = run_seconds(attempt, now)
@@ -161,6 +163,16 @@ def attempts_spend(
         management_fee_status(),
         tuple(stray.job for stray in strays),
     )
+
+
+def _stray_layout(request: Mapping[str, Any], stray: Stray, attempt: Attempt | None) -> tuple[Mapping[str, Any], str]:
+    """(a request whose job has the stray's pools, its strategy): as read, or, when the read left
+    them out, its attempt's job's (the create it repeats: on the attempt's machine and capacity)."""
+    if stray.pools:
+        return {"custom_job": {"jobSpec": {"workerPoolSpecs": stray.pools}}}, stray.strategy
+    if attempt is None:
+        return {}, ""  # labelled for no attempt, machines unread: unpriced
+    return request_on_machine(request, attempt.machine), attempt.strategy
 
 
 def management_fee_status() -> str:

@@ -173,10 +173,10 @@ class Stray:
     job: str
     attempt: int | None  # its label's, None when the label names no attempt
     location: str
-    strategy: str  # its scheduling strategy's name as created: "SPOT" is billed at the Spot price
-    pools: list[
-        dict[str, Any]
-    ]  # its workerPoolSpecs as created, their machines only: machineSpec.machineType, replicaCount
+    # Its scheduling strategy's name and workerPoolSpecs (machineSpec.machineType, replicaCount) as
+    # read; both empty when the read left them out: then billed as its attempt's job.
+    strategy: str
+    pools: list[dict[str, Any]]
     seen_until: str
     started_at: str | None = None  # its startTime as read; None: it had not started then
     newer_fields: dict[str, Any] = field(default_factory=dict)  # see `_known`

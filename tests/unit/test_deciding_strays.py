@@ -234,3 +234,28 @@ def test_a_strays_run_that_a_read_vouched_for_is_on_its_requests_bill_named_as_a
     assert row["spent_usd"] == round(spot, 4) and row["floor_of"] == [OTHER]
     assert f"at least ${spot:,.2f}" in render_bill(summary) and f"stray job {OTHER}" in render_bill(summary)
     assert spend.shown().startswith(f"at least ${spot:.2f}") and OTHER in spend.shown()
+
+
+def test_a_stray_read_without_its_machines_is_billed_as_its_attempts_job_and_one_of_no_attempt_as_unknown() -> None:
+    """A listing may leave a job's spec out: the stray repeats its attempt's create, so it is
+    billed on the attempt's machines and capacity; labelled for no attempt, its cost is unknown."""
+    from datetime import timedelta
+
+    from shared.deciding.strays import stray_of
+    from shared.fleet.spend import request_spend
+    from shared.requests.pricing import hourly
+
+    a100 = {"jobSpec": {"workerPoolSpecs": [{"machineSpec": {"machineType": "a2-highgpu-1g"}, "replicaCount": 2}]}}
+    stored = record()
+    stored.request["custom_job"] = a100
+    bare = vertex_job(OTHER)
+    bare.start_time = NOW - timedelta(minutes=30)
+    stored.strays = [stray_of(bare, 1, NOW)]
+    assert (stored.strays[0].pools, stored.strays[0].strategy) == ([], "")
+
+    spot = (hourly("a2-highgpu-1g", "us-central1") or (0.0, 0.0))[0]
+    assert request_spend(stored, NOW).usd == pytest.approx(2 * spot / 2)  # two replicas, half an hour
+
+    stored.strays = [stray_of(vertex_job(THIRD, attempt="x"), None, NOW)]
+    stored.strays[0].started_at = "2026-12-01T11:00:00.000Z"
+    assert request_spend(stored, NOW).unpriced == ("? in us-central1",)
