@@ -108,6 +108,13 @@ class AlertKind(enum.StrEnum):
         " interval late, docs/requests.md; `details.stopped` false when it had ended or a cancel asked before was"
         " under way); once per request",
     )
+    BUDGET_UNPRICED = (
+        "budget_unpriced",
+        "ERROR",
+        "a request with a `max_cost_usd` runs on a machine type or region the deployed price table does not price (a"
+        " table redeployed without its row): its spend is unknown, so its job is cancelled and nothing re-queued"
+        " (`details.stopped` false when it had ended or a cancel was under way); once per request",
+    )
     STRAY_JOB = "stray_job", "WARNING", "a job with a request's labels that the ledger does not record was cancelled"
     STRAY_SWEEP_REFUSED = (
         "stray_sweep_refused",

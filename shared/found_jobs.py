@@ -35,7 +35,7 @@ from shared.deciding.effects import Effects
 from shared.deciding.events import Signal
 from shared.deciding.outbox import Mine, decided_alert, flush, send_cancels
 from shared.deciding.preemptions import note_kit_line
-from shared.deciding.strays import decide_stray_alert, is_stray, recordless_stray_alert
+from shared.deciding.strays import decide_stray, is_stray, recordless_stray_alert
 from shared.jobs import (
     LABEL_ATTEMPT,
     LABEL_REQUEST_ID,
@@ -79,6 +79,7 @@ def adopt_job(ports: Ports, request_id: str, n: int, location: str, job: CustomJ
     earlier record's whose create was out when a person deleted it, is never recorded (every line
     it signs would be refused): cancelled as a stray."""
     snapshot = JobSnapshot.of(job)
+    read_at = ports.clock()  # the caller read `job` just before: a second job's bill runs to here
     ports.ledger.index_job(JobIndexEntry(request_id, n, location, job.name))
     # Listed after the index: a line kept later finds the job indexed and is redelivered (shared.observe).
     kept = ports.ledger.parked_kit_lines(job.name.rsplit("/", 1)[-1])
@@ -119,7 +120,7 @@ def adopt_job(ports: Ports, request_id: str, n: int, location: str, job: CustomJ
             job=job.name,
             recorded_job=recorded.job,
         )
-        _cancel_second_job(ports, swapped.value, job, log)
+        _cancel_second_job(ports, swapped.value, job, log, read_at)
         return Adoption(recorded.job, False, snapshot)
     if swapped.wrote and recorded is not None and recorded.cancel_pending:
         # Created by a submit in flight when the request's cancel landed: cancelled when found.
@@ -184,11 +185,11 @@ def observe_adopted(ports: Ports, request_id: str, adoption: Adoption, n: int, l
     return events
 
 
-def _cancel_second_job(ports: Ports, record: RequestRecord, job: CustomJob, log: Logger) -> None:
+def _cancel_second_job(ports: Ports, record: RequestRecord, job: CustomJob, log: Logger, read_at: datetime) -> None:
     """Nothing would manage a second job of the attempt, and it would train into the same folder:
     cancel it as a stray (one alert). Should the cancel fail, reconcile's stray sweep retries it."""
     try:
-        cancel_stray(ports, record, job, log)
+        cancel_stray(ports, record, job, log, read_at)
     except Exception as exc:  # noqa: BLE001 - the job is recorded; the sweep will cancel the stray
         log.error(
             "could not cancel the job the ledger does not record; reconcile will retry",
@@ -244,7 +245,9 @@ def sweep_strays(ports: Ports, locations: Iterable[str], log: Logger) -> list[st
     A location or record that cannot be read waits for the next pass; a location whose listing
     Vertex refuses for good (403, 404) is also alerted, once per error kind (`stray_sweep_refused`)."""
     by_request: dict[str, list[CustomJob]] = defaultdict(list)
+    listed_at: dict[str, datetime] = {}  # job name -> the start of the listing that found it (its bill)
     for location in sorted(set(locations)):
+        started = ports.clock()
         try:
             jobs = list_unfinished_jobs(
                 ports.job_service(location),
@@ -263,9 +266,10 @@ def sweep_strays(ports: Ports, locations: Iterable[str], log: Logger) -> list[st
             continue
         for job in jobs:
             by_request[job.labels.get(LABEL_REQUEST_ID, "")].append(job)
+            listed_at[job.name] = started
     by_request.pop("", None)  # the filter asks for the label; a job without it names no request
     with ThreadPoolExecutor(STRAY_CHECKERS, thread_name_prefix="strays") as pool:
-        found = pool.map(lambda item: _cancel_strays_of(ports, *item, log), by_request.items())
+        found = pool.map(lambda item: _cancel_strays_of(ports, *item, log, listed_at), by_request.items())
         return [name for names in found for name in names]
 
 
@@ -336,7 +340,9 @@ def _send_refusal_alert(ports: Ports, alert: Alert, note: str, log: Logger) -> N
         )
 
 
-def _cancel_strays_of(ports: Ports, request_id: str, jobs: list[CustomJob], log: Logger) -> list[str]:
+def _cancel_strays_of(
+    ports: Ports, request_id: str, jobs: list[CustomJob], log: Logger, listed_at: dict[str, datetime]
+) -> list[str]:
     """Never raises: one request must not stop the sweep."""
     log = log.bind(request_id=request_id)
     try:
@@ -344,7 +350,7 @@ def _cancel_strays_of(ports: Ports, request_id: str, jobs: list[CustomJob], log:
         if record is None:
             return _cancel_recordless(ports, request_id, jobs, log)
         strays = [job for job in jobs if is_stray(record, job)]
-        return _cancel_each(strays, lambda job: cancel_stray(ports, record, job, log))
+        return _cancel_each(strays, lambda job: cancel_stray(ports, record, job, log, listed_at.get(job.name)))
     except Exception as exc:  # noqa: BLE001 - the next pass retries this request
         log.warning(
             "could not check a request's jobs for strays; the next pass retries",
@@ -394,12 +400,16 @@ def _cancel_each(strays: list[CustomJob], cancel: Callable[[CustomJob], None]) -
     return [job.name for job in strays]
 
 
-def cancel_stray(ports: Ports, record: RequestRecord, job: CustomJob, log: Logger) -> None:
-    """Cancel one stray job: its alert decided first (pending in the record), then the cancel,
-    then the alert published. A failure before the cancel leaves the job running for the next
-    sweep, which decides nothing again; a failure after the decision leaves the alert pending for
-    the outbox. A cancelled request's late job gets no alert: its cancel asked it to stop."""
-    decided = decide_stray_alert(ports, record, job) if record.cancel is None else None
+def cancel_stray(
+    ports: Ports, record: RequestRecord, job: CustomJob, log: Logger, read_at: datetime | None = None
+) -> None:
+    """Cancel one stray job: the stray noted for its request's bill and its alert decided first
+    (pending in the record), then the cancel, then the alert published. A failure before the
+    cancel leaves the job running for the next sweep, which decides nothing again; a failure after
+    the decision leaves the alert pending for the outbox. A cancelled request's late job gets no
+    alert: its cancel asked it to stop. `read_at`: the start of the read that found `job` not
+    ended (now, by default: the read was just before)."""
+    decided = decide_stray(ports, record, job, read_at or ports.clock())
     _send_stray_cancel(ports, job, log)
     log.warning(
         "cancelled a job with this request's labels that the ledger does not record",
@@ -408,7 +418,7 @@ def cancel_stray(ports: Ports, record: RequestRecord, job: CustomJob, log: Logge
         attempt=int(job.labels.get(LABEL_ATTEMPT, "0") or 0),
         job=job.name,
     )
-    if decided is not None and decided.value is not None and decided.value.has_pending_effects:
+    if decided.decided is not None and decided.value is not None and decided.value.has_pending_effects:
         flush(ports, decided.value, log, mine=Mine.written(decided), own_alerts=decided_alert(decided))
 
 

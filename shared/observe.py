@@ -179,11 +179,12 @@ def _cancel_if_stray(
     attempt = record.attempt(n) if record else None
     if record is None or attempt is None or attempt.job in (None, job_name):
         return
+    read_at = ports.clock()
     job = get_job(ports.job_service(location), job_name)
     if is_stray(record, job):
         from shared.found_jobs import cancel_stray  # rare: a cold instance need not load the sweep
 
-        cancel_stray(ports, record, job, log)
+        cancel_stray(ports, record, job, log, read_at)
 
 
 def _claim_pending(ports: Ports, kit: KitRecord) -> bool:

@@ -17,8 +17,17 @@ The promises (docs/requests.md, "A budget"):
   fault left unconfirmed) is `alerts_not_per_redelivery`'s, as for every alert;
 - `billed_as_vertex_ran` (`QUIESCENCE`, docs/requests.md, "What a request costs"): `spotjobs
   report`'s bill of every finished request, with or without a budget, is what the simulated Vertex
-  ran of its attempts' jobs (their own start and end, machines, replicas and strategy), to the
-  cent: between that span less every wait for a machine after a preemption and the whole span.
+  ran of its jobs (their own start and end, machines, replicas and strategy), to the cent: between
+  its attempts' spans less every wait for a machine after a preemption, and every span whole,
+  its strays' included; and every stray of it that the code cancelled is named in the bill as a
+  floor (`floor_of`).
+
+- `budgets_unpriced` (the catalogue's condition for `budget_unpriced`): a request with a budget
+  that ran on the row a redeployed price table dropped (`sim.faults`, `price_row_dropped`) and was
+  not over when it was dropped is alerted once, naming it, unless its budget was reached first.
+
+The spends and bills here are priced with the table as shipped (`shipped_price`): what Vertex
+ran costs what it costs, whatever table the functions were deployed with.
 
 A request its budget stopped is cancelled as an operator's cancel is (`stopped`): the promises
 that excuse those (a job that fails or is preempted while it is cancelled alerts nothing) excuse it.
@@ -29,6 +38,8 @@ start and end times are the simulated Vertex's.
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 import random
 from collections.abc import Callable
@@ -92,6 +103,20 @@ def with_work_budgets(workload: Workload) -> Workload:
     return workload
 
 
+@functools.cache
+def shipped_table() -> dict[str, Any]:
+    """`shared/price_table.json` as shipped (the deployed functions' may lack a row: `sim.faults`)."""
+    from shared.requests.pricing import PRICE_TABLE_PATH
+
+    return json.loads(PRICE_TABLE_PATH.read_text())
+
+
+def shipped_price(machine_type: str, location: str) -> tuple[float, float] | None:
+    """(Spot, on-demand) per hour in the table as shipped: what a run costs whatever was deployed."""
+    row = shipped_table()["machine_types"].get(machine_type, {}).get("locations", {}).get(location)
+    return None if row is None else (float(row["spot_per_hour"]), float(row["on_demand_per_hour"]))
+
+
 def stopped(world: World) -> set[str]:
     """Requests whose budget stopped them (their cancel's source)."""
     from shared.deciding.budget_watch import BUDGET_SOURCE
@@ -108,7 +133,7 @@ def _spends(world: World) -> list[tuple[Any, float, float]]:
     out = []
     for record in records(world):
         limit = max_cost(record.request)
-        spend = request_spend(record, world.clock.now()).usd if limit is not None else None
+        spend = request_spend(record, world.clock.now(), shipped_price).usd if limit is not None else None
         if limit is not None and spend is not None:
             out.append((record, spend, limit))
     return out
@@ -118,11 +143,45 @@ def budgets_reached(world: World) -> list[Expected]:
     from sim.invariants import excused
     from sim.promises import Expected
 
+    unpriced = {expected.request_id for expected in budgets_unpriced(world)}  # stopped for that, not at the limit
     return [
         Expected(AlertKind.BUDGET_REACHED, record.request_id, f"spent ${spend:.4f} of its max_cost_usd ${limit:.2f}")
         for record, spend, limit in _spends(world)
-        if spend >= limit and not excused(world, record.request_id)
+        if spend >= limit and not excused(world, record.request_id) and record.request_id not in unpriced
     ]
+
+
+def budgets_unpriced(world: World) -> list[Expected]:
+    """`budget_unpriced`: a request with a budget had a job that ran on the row the price table was
+    redeployed without (its CustomJob as created: a machine type of its pools, in its location), and
+    the request was not over when the row went (a job of it ended later, or runs): the decision
+    that reads that end, or a reconcile pass, watches its budget with the new table. Not owed once
+    its budget was reached (`budget_reached` said first: the watch is done) or a fault excuses it."""
+    from shared.fleet.spend import max_cost
+    from shared.requests.pricing import layout
+    from sim.invariants import alerts, excused, records
+    from sim.promises import Expected
+
+    dropped = world.tampering.price_row_dropped
+    if dropped is None:
+        return []
+    machine, location, at = dropped
+    reached = {a.get("request_id") for a in alerts(world) if a.get("kind") == AlertKind.BUDGET_REACHED.value}
+    out = []
+    for record in records(world):
+        if max_cost(record.request) is None or record.request_id in reached or excused(world, record.request_id):
+            continue
+        jobs = [world.vertex.jobs[a.job] for a in record.attempts if a.job in world.vertex.jobs]
+        ran_there = any(
+            job.start_time is not None
+            and job.location == location
+            and machine in {m for m, _ in layout({"custom_job": job.request})}
+            for job in jobs
+        )
+        if ran_there and any(job.end_time is None or job.end_time > at for job in jobs):
+            why = f"it ran on {machine} in {location}, which the price table redeployed at {at:%H:%M:%S} lacks"
+            out.append(Expected(AlertKind.BUDGET_UNPRICED, record.request_id, why))
+    return out
 
 
 def dead_pass_seconds(world: World, record: Any) -> float:
@@ -160,7 +219,7 @@ def budgets_held(world: World) -> list[Violation]:
             continue
         review = OVERSHOOT_INTERVALS * world.settings.reconcile_interval_seconds + LAG.total_seconds()
         review += dead_pass_seconds(world, record)
-        bound = max(overshoot_bound_usd(record.request, a, review) for a in record.attempts)
+        bound = max(overshoot_bound_usd(record.request, a, review, shipped_price) for a in record.attempts)
         if spend > limit + bound:
             out.append(
                 violation(
@@ -173,47 +232,83 @@ def budgets_held(world: World) -> list[Violation]:
 
 
 def vertex_bill(world: World, record: Any) -> tuple[float, float] | None:
-    """What the simulated Vertex ran of `record`'s attempts, as docs/requests.md prices it: each
-    attempt's job from its start to its end (to now while it runs) x the price of every replica of
-    every pool of the CustomJob as created (the machine it ran on), Spot or on demand as it was
-    scheduled; at least with every wait for a machine after a preemption left out (`restart_waits`:
-    reads may have seen them all), at most with none (reads may have seen none). None when a job is
-    priced nowhere, or deleted (its end is unknown to anyone)."""
+    """What the simulated Vertex ran of `record`'s jobs, as docs/requests.md prices it: each job
+    from its start to its end (to now while it runs) x the price of every replica of every pool of
+    the CustomJob as created (the machine it ran on), Spot or on demand as it was scheduled. At
+    least: its attempts' jobs with every wait for a machine after a preemption left out
+    (`restart_waits`: reads may have seen them all); its strays (`strays_of`) count nothing there,
+    since only a read vouches for their run and their end is never read. At most: every job of
+    it, strays whole, no wait left out (reads may have seen none). None when a job is priced
+    nowhere, or deleted (its end is unknown to anyone)."""
     from shared.requests.pricing import layout_hourly
 
     least = most = 0.0
     now = world.clock.now()
-    for attempt in record.attempts:
-        job = world.vertex.jobs.get(attempt.job or "")
+    attempts_jobs = [world.vertex.jobs.get(attempt.job or "") for attempt in record.attempts]
+    followed = {job.name for job in attempts_jobs if job is not None}
+    for job in [*attempts_jobs, *strays_of(world, record)]:
         if job is None or job.start_time is None:
             continue
-        prices = layout_hourly({"custom_job": job.request}, job.location)
+        prices = layout_hourly({"custom_job": job.request}, job.location, shipped_price)
         if prices is None or job.deleted:
             return None
         end = job.end_time or now
         ran = (end - job.start_time).total_seconds()
         waited = sum((min(until or end, end) - began).total_seconds() for began, until in job.restart_waits)
         hourly = prices[0] if job.spot else prices[1]
-        least += hourly * (ran - waited) / 3600
+        if job.name in followed:
+            least += hourly * (ran - waited) / 3600
         most += hourly * ran / 3600
     return least, most
 
 
+def strays_of(world: World, record: Any) -> list[Any]:
+    """The jobs with `record`'s request's labels that none of its attempts names: its strays."""
+    named = {attempt.job for attempt in record.attempts}
+    return [job for job in world.vertex.jobs.values() if job.request_id == record.request_id and job.name not in named]
+
+
+def strays_cancelled(world: World, record: Any) -> list[str]:
+    """Names of `record`'s strays that the code cancelled (the stray sweep, or a delivery that found
+    a second job): each was noted in the record before its cancel was sent (shared/deciding/strays.py)."""
+    strays = {job.name for job in strays_of(world, record)}
+    return sorted({name for _, name, caller in world.vertex.cancels if name in strays and caller != "operator"})
+
+
 def billed_as_vertex_ran(world: World) -> list[Violation]:
     """`spotjobs report`'s bill (the same arithmetic as `spotjobs status`, over the records as the
-    ledger shows them) of every finished request is what Vertex ran (`vertex_bill`), to the cent."""
-    from sim.invariants import records, violation
+    ledger shows them) of every finished request is what Vertex ran (`vertex_bill`), to the cent,
+    and names as a floor every stray of it the code cancelled (Vertex billed it; its run is in the
+    bill as far as a read saw it). A request whose record a person wrote or deleted is excused."""
+    from sim.invariants import excused, records, violation
     from spotjobs.reporting.bill import bill
 
     finished = [r for r in records(world) if r.is_terminal]
     rows = bill([r.to_json() for r in finished], world.clock.now())["requests"]
     out = []
     for record, row in zip(finished, rows, strict=True):
+        unbilled = [name for name in strays_cancelled(world, record) if name not in row["floor_of"]]
+        if (
+            unbilled
+            and not excused(world, record.request_id)
+            and record.request_id not in world.tampering.deleted_records
+        ):
+            out.append(
+                violation(
+                    "billed_as_vertex_ran",
+                    f"{record.request_id}'s bill leaves out its stray job {', '.join(unbilled)}, which the code "
+                    "cancelled and Vertex billed",
+                )
+            )
         truth = vertex_bill(world, record)
         if truth is None or row["spent_usd"] is None or truth[0] - 0.01 < row["spent_usd"] < truth[1] + 0.01:
             continue
         least, most = truth
-        ran = f"${most:.4f}" if most - least < 0.01 else f"${least:.4f} to ${most:.4f} (its waits after a preemption)"
+        ran = (
+            f"${most:.4f}"
+            if most - least < 0.01
+            else f"${least:.4f} to ${most:.4f} (its waits after a preemption, its strays)"
+        )
         out.append(
             violation(
                 "billed_as_vertex_ran",

@@ -22,10 +22,16 @@ generators of their own), so a seed without it keeps every other draw it had.
   `ckpt-000400.optim.pt`), a cut save torn between them (`sim.trainer`);
 - `job_duplicated` (drawn from a generator of its own): someone re-runs a live job's create in
   the console, labels and all: a second job of that attempt, queued for good (it never gets a
-  machine, so it trains nothing), which reconcile's stray sweep must cancel and alert
-  (`stray_job`);
+  machine, so it trains nothing), or running from its create (`DUPLICATE_RUNS_SHARE`: billed by
+  Vertex, its container writing nothing before its cancel), which reconcile's stray sweep must
+  cancel and alert (`stray_job`) and its request's bill hold (`billed_as_vertex_ran`);
 - `absurd_lines`: a job writes lines about its own attempt, signed with its own key, that no run
   could write (`run=999`, `step=10**15`, negative numbers, times far in the future);
+- `price_row_dropped` (drawn from a generator of its own): a deployment ships a price table
+  without one row (a machine type in a location) that a budgeted request of the workload may run
+  on, from a moment on, for good: the functions price with it (`World.deployed_prices`), so a
+  budget's spend there is unknown and its watch must fail closed (`budget_unpriced`); the
+  invariants price what Vertex ran with the table as shipped (`sim.budgets.shipped_price`);
 - `aftershocks` (a transient fault, drawn from a generator of its own): after a call the code
   cannot take back (`IRREVOCABLE`: a Vertex create or cancel, a GCS delete), a handler's next call
   (`next_call`) or its next publish (`next_publish`: an alert, a run's report) fails, once per
@@ -72,6 +78,8 @@ IRREVOCABLE = frozenset({("vertex", "create"), ("vertex", "cancel"), ("gcs", "de
 AFTERSHOCK_RATE = 0.4
 # Drawn apart from `RATES` (its own generator): every other draw of a seed stays as it was.
 JOB_DUPLICATED_RATE = 0.25
+DUPLICATE_RUNS_SHARE = 0.5  # of re-runs that get their machines at once (a generator of their own)
+PRICE_ROW_DROPPED_RATE = 0.2  # of seeds with a budgeted request (a generator of its own)
 AFTERSHOCK_TARGETS = ("next_call", "next_publish")
 AFTERSHOCK_KINDS = ("crash_before", "unavailable", "lost")
 # How a document may be written in a shape the code does not expect.
@@ -124,6 +132,7 @@ class PermanentFaults:
     changeovers: dict[str, Changeover] = field(default_factory=dict)
     two_file_stems: bool = False
     aftershock: str | None = None  # one of AFTERSHOCK_TARGETS
+    price_row_dropped: tuple[str, str] | None = None  # (machine type, location) a redeployed price table lacks
 
 
 @dataclass
@@ -147,6 +156,8 @@ class Tampering:
     followed_when_deleted: set[str] = field(default_factory=set)
     absurd_lines: set[str] = field(default_factory=set)  # message ids of a job's absurd lines
     duplicated_jobs: set[str] = field(default_factory=set)  # names of the jobs re-run by hand
+    # The price table's row a deployment dropped: (machine type, location, from when).
+    price_row_dropped: tuple[str, str, datetime] | None = None
 
 
 def draw(seed: int, workload: Workload) -> PermanentFaults:
@@ -164,6 +175,11 @@ def draw(seed: int, workload: Workload) -> PermanentFaults:
         plan.kinds = kinds | {"aftershocks"}
     if random.Random(f"{seed}:faults:duplicates").random() < JOB_DUPLICATED_RATE:
         plan.kinds = plan.kinds | {"job_duplicated"}
+    prices = random.Random(f"{seed}:faults:prices")
+    rows = budgeted_rows(workload)
+    if prices.random() < PRICE_ROW_DROPPED_RATE and rows:
+        plan.price_row_dropped = prices.choice(rows)
+        plan.kinds = plan.kinds | {"price_row_dropped"}
     if "forbidden" in kinds:
         since = start + timedelta(seconds=rng.uniform(0, span))
         fixed = rng.choice((None, 600.0, 7200.0))
@@ -245,10 +261,49 @@ def events(seed: int, plan: PermanentFaults, workload: Workload) -> list[Any]:
             )
             for _ in range(again.choice((1, 2, 3)))
         ]
+    if plan.price_row_dropped is not None:  # its own generator: the other actors' moments stay
+        machine, location = plan.price_row_dropped
+        at = start + timedelta(seconds=random.Random(f"{seed}:faults:prices:events").uniform(60, span))
+        out.append(
+            Operation(
+                at,
+                f"a deployment ships the price table without {machine} in {location}",
+                functools.partial(drop_price_row, machine=machine, location=location),
+            )
+        )
     return out
 
 
+def budgeted_rows(workload: Workload) -> list[tuple[str, str]]:
+    """(machine type, location) of every worker pool of every budgeted request of the workload, in
+    every location it may run: the rows a price table redeployed without one makes a budget unpriced."""
+    rows = set()
+    for arrival in workload.arrivals:
+        if not arrival.is_plain_request:
+            continue
+        body = json.loads(arrival.data)
+        if "max_cost_usd" not in body:
+            continue
+        pools = ((body.get("custom_job") or {}).get("jobSpec") or {}).get("workerPoolSpecs") or []
+        locations = body.get("locations") or [body.get("location") or workload.settings.location]
+        machines = {(pool.get("machineSpec") or {}).get("machineType") for pool in pools if pool}
+        rows |= {(m, loc) for m in machines if m for loc in locations}
+    return sorted(rows)
+
+
 # The out-of-band actors (each an operation: a step of its own, drawing no faults).
+
+
+def drop_price_row(world: World, *, machine: str, location: str) -> None:
+    """A deployment ships the price table without the row of `machine` in `location`: every
+    function prices with it from now on (a budget the validation priced, then unpriced)."""
+    import copy
+
+    prices = copy.deepcopy(world.deployed_prices)
+    prices["machine_types"].get(machine, {}).get("locations", {}).pop(location, None)
+    world.deployed_prices = prices
+    world.tampering.price_row_dropped = (machine, location, world.clock.now())
+    world.note(f"out of band: the price table redeployed without {machine} in {location}")
 
 
 def _pick(world: World, candidates: list[Any]) -> Any:
@@ -283,7 +338,11 @@ def _waits_for_its_end(attempt: Attempt, job_name: str) -> bool:
 
 def duplicate_job(world: World) -> None:
     """Someone re-runs a live job's create in the console (its labels copied): a second job of
-    that attempt that stays queued (no machine for it), so it writes nothing anywhere."""
+    that attempt that stays queued (no machine for it), or, for `DUPLICATE_RUNS_SHARE` of them (a
+    generator of their own), gets its machines at once and runs (Vertex bills it from its
+    startTime: the bill's promise for strays) until a cancel, its container writing nothing before
+    it (an image still pulling: nothing documents when a container first writes). Either way it
+    writes nothing anywhere."""
     from sim.vertex import SimJob
 
     job = _pick(
@@ -298,18 +357,22 @@ def duplicate_job(world: World) -> None:
         return
     now = world.clock.now()
     parent = job.name.rsplit("/customJobs/", 1)[0]
+    runs = random.Random(f"{world.seed}:faults:duplicates:runs:{len(world.tampering.duplicated_jobs)}")
+    running = runs.random() < DUPLICATE_RUNS_SHARE
     copy = SimJob(
         f"{parent}/customJobs/{job.name.rsplit('/', 1)[-1]}0{len(world.tampering.duplicated_jobs)}",
         job.location,
         json.loads(json.dumps(job.request)),
         dict(job.labels),
-        "JOB_STATE_QUEUED",
+        "JOB_STATE_RUNNING" if running else "JOB_STATE_QUEUED",
         now,
         now,
+        start_time=now if running else None,
     )
     world.vertex.add_by_hand(copy)
     world.tampering.duplicated_jobs.add(copy.name)
-    world.note(f"out of band: {job.request_id} a{job.attempt}'s job re-run in the console as {copy.name[-8:]}")
+    how = "runs" if running else "waits"
+    world.note(f"out of band: {job.request_id} a{job.attempt}'s job re-run in the console as {copy.name[-8:]} ({how})")
 
 
 def cancel_job(world: World) -> None:

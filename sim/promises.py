@@ -907,6 +907,7 @@ CONDITIONS: dict[AlertKind, Callable[[World], list[Expected]]] = {
     AlertKind.STRAY_SWEEP_REFUSED: blind_sweeps,
     AlertKind.CLAIM_STALLED: claims_stalled,
     AlertKind.BUDGET_REACHED: budgets.budgets_reached,
+    AlertKind.BUDGET_UNPRICED: budgets.budgets_unpriced,
     AlertKind.TIMEOUT_WITHOUT_PROGRESS: timeouts_without_progress,
     AlertKind.NOTIFY_REFUSED: notify_refusals,
 }

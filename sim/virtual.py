@@ -196,6 +196,7 @@ def install(world: Any) -> None:
     # that runs seeds too: its extra reads shifted seed 24's run).
     for module_name, attribute in EMULATOR_CHECKS:
         _set(module_name, attribute, lambda: False)
+    _set("shared.requests.pricing", "table", world.deployed_price_table)  # the deployment's price table
     # Default arguments are bound at import: replace them.
     shared.pacing.Pacer.__init__.__kwdefaults__.update(clock=virtual_time.time, sleep=virtual_time.sleep)
     shared.reconcile_vertex.CrudBudget.__init__.__kwdefaults__.update(clock=virtual_time.monotonic)

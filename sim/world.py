@@ -274,6 +274,7 @@ class World:
         self.vertex.met_refusal = self._note_refusal
         self.vertex.noted_ask = self._note_ask
         self.trainer.two_file_stems = self.permanent.two_file_stems
+        self.deployed_prices = budgets.shipped_table()  # the functions' price table (`sim.faults.drop_price_row`)
         if not self.no_faults:
             self.workload.operations += permanent.events(self.seed, self.permanent, self.workload)
         self.pubsub = SimPubSub(self.clock.now, self.io, self.rng, refusing=self.workload.refusing_topics)
@@ -319,6 +320,11 @@ class World:
                 notifies=function in NOTIFIES,
             )
         return self._ports[function]
+
+    def deployed_price_table(self, path: Any = None) -> dict[str, Any]:
+        """`shared.requests.pricing.table` of the functions deployed: as shipped, unless a deployment
+        dropped a row (`sim.faults.drop_price_row`)."""
+        return self.deployed_prices
 
     def note(self, text: str) -> None:
         self.trace.append(TraceLine(self.clock.now(), text))

@@ -14,6 +14,10 @@ reconcile pass over the requests that run (a job that writes no line is still se
   `budget_reached` notification to the request's own topic when it names one
   (`shared.deciding.notices`).
 
+A spend the deployed price table cannot price (validation priced the budget, then a deployment
+shipped a table without a row the request runs on) fails closed: the request is stopped the same
+way, with one `budget_unpriced` alert and notification naming the rows missing.
+
 How late: a pass may come one reconcile interval after the moment the spend reached the budget,
 and the cancel takes Vertex some seconds more, so the spend can pass the budget by up to one
 reconcile interval of the job's hourly price (`shared.fleet.spend.overshoot_bound_usd`,
@@ -41,21 +45,22 @@ BUDGET_STOPPER = "spotjobs (the request's max_cost_usd)"
 
 
 def watch_budget(record: RequestRecord, now: datetime, effects: Effects, price: Price = hourly) -> None:
-    """Stop the request and alert once when its spend reached its `max_cost_usd`."""
+    """Stop the request and alert once when its spend reached its `max_cost_usd`, or once the
+    deployed price table cannot price it (`_hold_unpriced`)."""
     limit = max_cost(record.request)
     latest = record.latest
     if limit is None or latest is None or str(AlertKind.BUDGET_REACHED) in record.markers:
         return
     spend = request_spend(record, now, price)
-    if spend.usd is None or spend.usd < limit:
-        return  # unpriced: validation refuses a budget on a machine type the table does not price
-    stopping = not record.is_terminal and record.cancel is None
-    message = f"{record.request_id} spent ${spend.usd:.2f} of its max_cost_usd ${limit:.2f}"
-    message += ": stopped" if stopping else ": it had ended" if record.is_terminal else ": its cancel was under way"
-    if stopping:
-        reason = f"max_cost_usd reached: ${spend.usd:.2f} spent of ${limit:.2f}"
-        note_intent(record, CancelIntent(by=BUDGET_STOPPER, at=iso(now), reason=reason, source=BUDGET_SOURCE), now)
-        effects.requeue_decided = effects.requeue_decided and record.requeue is not None
+    if spend.usd is None:
+        _hold_unpriced(record, latest, limit, spend.unpriced, now, effects)
+        return
+    if spend.usd < limit:
+        return
+    stopping = _stop(record, f"max_cost_usd reached: ${spend.usd:.2f} spent of ${limit:.2f}", now, effects)
+    message = (
+        f"{record.request_id} spent ${spend.usd:.2f} of its max_cost_usd ${limit:.2f}: {_outcome(record, stopping)}"
+    )
     record.mark(str(AlertKind.BUDGET_REACHED))
     details = {"spent_usd": round(spend.usd, 4), "max_cost_usd": limit, "stopped": stopping}
     effects.alerts.append(attempt_alert(record, latest, AlertKind.BUDGET_REACHED, now, message, **details))
@@ -63,6 +68,46 @@ def watch_budget(record: RequestRecord, now: datetime, effects: Effects, price: 
     effects.lines.append(
         LogLine("WARNING", message, event_fields(record, latest, str(AlertKind.BUDGET_REACHED), **details))
     )
+
+
+def _hold_unpriced(
+    record: RequestRecord, latest: Attempt, limit: float, unpriced: tuple[str, ...], now: datetime, effects: Effects
+) -> None:
+    """A budget whose spend the deployed price table cannot price (validation priced it, then the
+    table was redeployed without a row it runs on): the budget fails closed. The request is stopped
+    as at its budget, since running on could pass it by any amount unseen, while a stop loses at
+    most the work since its last checkpoint (`spotjobs resubmit` resumes there); said once."""
+    if str(AlertKind.BUDGET_UNPRICED) in record.markers:
+        return
+    missing = ", ".join(unpriced)
+    stopping = _stop(
+        record, f"max_cost_usd cannot be held: no price for {missing} in the deployed price table", now, effects
+    )
+    message = (
+        f"{record.request_id}'s max_cost_usd ${limit:.2f} cannot be held: the deployed price table has no price "
+        f"for {missing}, so its spend is unknown: {_outcome(record, stopping)}"
+    )
+    record.mark(str(AlertKind.BUDGET_UNPRICED))
+    details = {"max_cost_usd": limit, "unpriced": list(unpriced), "stopped": stopping}
+    effects.alerts.append(attempt_alert(record, latest, AlertKind.BUDGET_UNPRICED, now, message, **details))
+    notify_pending(record, NoticeKind.BUDGET_UNPRICED, now, **details)
+    effects.lines.append(
+        LogLine("ERROR", message, event_fields(record, latest, str(AlertKind.BUDGET_UNPRICED), **details))
+    )
+
+
+def _stop(record: RequestRecord, reason: str, now: datetime, effects: Effects) -> bool:
+    """Stop a request still running as `spotjobs cancel` does (source "budget"); False when it had
+    ended or a cancel was under way."""
+    if record.is_terminal or record.cancel is not None:
+        return False
+    note_intent(record, CancelIntent(by=BUDGET_STOPPER, at=iso(now), reason=reason, source=BUDGET_SOURCE), now)
+    effects.requeue_decided = effects.requeue_decided and record.requeue is not None
+    return True
+
+
+def _outcome(record: RequestRecord, stopped: bool) -> str:
+    return "stopped" if stopped else "it had ended" if record.is_terminal else "its cancel was under way"
 
 
 def budget_refuses(

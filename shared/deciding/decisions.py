@@ -43,7 +43,8 @@ Decisions, on the job's state as Vertex reports it (never on the log text):
   older attempt's late events update that attempt alone.
 
 - A request with a `max_cost_usd`: every observation asks `shared.deciding.budget_watch.watch_budget`,
-  which stops it (as a cancel) once its spend reached the budget, with one `budget_reached` alert.
+  which stops it (as a cancel) once its spend reached the budget, with one `budget_reached` alert,
+  or once the deployed price table cannot price its spend, with one `budget_unpriced` alert.
 - A request with a `deadline`: every observation of its latest attempt that is not ended asks
   the deadline rule (`shared.deciding.deadline_watch.watch_deadline`), which may switch it to
   on-demand (or back to Spot) and raise `deadline_at_risk` / `deadline_missed` once each; while

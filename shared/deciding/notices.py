@@ -67,6 +67,7 @@ class NoticeKind(enum.StrEnum):
     GAVE_UP = "gave_up"
     CANCELLED = "cancelled"
     BUDGET_REACHED = "budget_reached"  # decided by the budget stop through `notify_pending`
+    BUDGET_UNPRICED = "budget_unpriced"  # the budget stop's, when the deployed price table cannot price the spend
 
 
 ENDINGS = {

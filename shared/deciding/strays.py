@@ -7,7 +7,8 @@ checkpoint folder. So whoever looks at a request's jobs (reconcile's sweep on ev
 on a line of a job it does not recognise, submit on finding a second job) cancels every job
 labelled with the request and this deployment that has not ended and is not the job its attempt
 records, with one log line and one `stray_job` alert (pending in the record, through the outbox),
-decided before the cancel is sent so that no failure after the cancel can lose it.
+decided before the cancel is sent so that no failure after the cancel can lose it. The same write
+notes the stray in the record (`Stray`): Vertex bills what it ran, so the request's bill holds it.
 
 A job of an attempt whose claim has no job recorded yet is not a stray: submit, or reconcile's
 adoption, is about to record it, unless it was created before the record or carries another
@@ -30,10 +31,9 @@ from typing import TYPE_CHECKING
 from shared.alerts import Alert, AlertKind
 from shared.clock import iso
 from shared.deciding.effects import attempt_alert
-from shared.deciding.outbox import decide_alert
 from shared.jobs import LABEL_ATTEMPT, is_terminal, of_another_claim
-from shared.ledger.records import RequestRecord, alert_marker
-from shared.swap import Swapped
+from shared.ledger.records import RequestRecord, Stray, alert_marker
+from shared.swap import Decided, Swapped
 from shared.wiring import Ports
 
 if TYPE_CHECKING:
@@ -84,28 +84,60 @@ def _attempt_label(job: CustomJob) -> int | None:
         return None
 
 
-def decide_stray_alert(ports: Ports, record: RequestRecord, job: CustomJob) -> Swapped[RequestRecord]:
-    """Decide a stray's alert once (pending in the record), before its cancel is sent: a cancelled
-    job leaves the sweep's listing, so an alert decided after the cancel would be lost for good
-    if its write failed. The caller publishes it once the cancel is sent (`Mine.written`); should
-    that caller die, the outbox publishes it, and the next sweep repeats the cancel."""
-    n = int(job.labels.get(LABEL_ATTEMPT, "0") or 0)
+def decide_stray(ports: Ports, record: RequestRecord, job: CustomJob, read_at: datetime) -> Swapped[RequestRecord]:
+    """Before a stray's cancel is sent, in one ledger update: note it in the record for its bill
+    (`Stray`: what Vertex ran of it, to `read_at`, the start of the read that found it not ended),
+    and decide its alert once, unless the request's cancel asked it to stop. A cancelled job leaves
+    the sweep's listing, so an alert decided after the cancel would be lost for good if its write
+    failed. The caller publishes it once the cancel is sent (`Mine.written`); should that caller
+    die, the outbox publishes it, and the next sweep repeats the cancel (noting nothing again)."""
+    n = _attempt_label(job)
     now = ports.clock()
+    marker = alert_marker(AlertKind.STRAY_JOB, n or 0, job.name.rsplit("/", 1)[-1])
 
-    def stray_alert(current: RequestRecord) -> Alert | None:
-        attempt = current.attempt(n) or current.latest
-        if attempt is None:
+    def note(current: RequestRecord | None) -> Decided[RequestRecord] | None:
+        if current is None:
             return None
-        return attempt_alert(
+        noted = any(stray.job == job.name for stray in current.strays)
+        if not noted:
+            current.strays.append(stray_of(job, n, read_at))
+        attempt = current.attempt(n or 0) or current.latest
+        cancelled = record.cancel is not None or current.cancel is not None  # as read by the caller, or since
+        if cancelled or attempt is None or marker in current.markers:
+            return None if noted else Decided(current, None)
+        current.mark(marker)
+        alert = attempt_alert(
             current,
             attempt,
             AlertKind.STRAY_JOB,
             now,
-            f"cancelling job {job.name}: it carries the labels of attempt {n} of "
+            f"cancelling job {job.name}: it carries the labels of attempt {n or 0} of "
             f"{current.request_id}, which records {attempt.job or 'no job'}",
             stray_job=job.name,
             cancelled_at=iso(now),
-        )
+        ).to_json()
+        current.pending_alerts.append(alert)
+        return Decided(current, alert)
 
-    marker = alert_marker(AlertKind.STRAY_JOB, n, job.name.rsplit("/", 1)[-1])
-    return decide_alert(ports, record.request_id, marker, stray_alert)
+    return ports.ledger.swap(record.request_id, note)
+
+
+def stray_of(job: CustomJob, n: int | None, read_at: datetime) -> Stray:
+    """What the bill needs of a stray as read: where and on what it ran, and since when. A read
+    that leaves the job's machines out (a listing may) leaves `pools` and `strategy` empty: it is
+    billed as its attempt's job, whose create it repeats."""
+    spec = job.job_spec
+    pools = [
+        {"machineSpec": {"machineType": pool.machine_spec.machine_type}, "replicaCount": int(pool.replica_count)}
+        for pool in spec.worker_pool_specs
+    ]
+    shown = bool(pools) and all(pool["machineSpec"]["machineType"] for pool in pools)
+    return Stray(
+        job=job.name,
+        attempt=n,
+        location=job.name.split("/")[3] if job.name.count("/") >= 3 else "?",
+        strategy=spec.scheduling.strategy.name if shown else "",
+        pools=pools if shown else [],
+        seen_until=iso(read_at),
+        started_at=iso(job.start_time) if job.start_time else None,
+    )

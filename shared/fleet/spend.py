@@ -9,6 +9,12 @@ worker pool where the attempt ran (`shared.requests.pricing.layout_hourly`), on 
 capacity: Spot at the Spot price, anything else at the on-demand price (FLEX_START's discount is
 not in the table: an upper bound). The saving is against the same run time on demand.
 
+A stray (a job with the request's labels the ledger did not record, cancelled by the sweep:
+`RequestRecord.strays`) ran on the request's behalf, and Vertex bills it: the spend holds it from
+its startTime to the start of the last read that found it not ended, at its own machines' price
+on its own strategy. Its end is never read, so the spend is then a floor, naming the strays
+(`Spend.floor_of`).
+
 A machine type or region the price table does not price makes the spend unknown, said so with
 the rows missing, never zero. Vertex's training management fee is not in it: the table marks it
 unknown (`management_fee`), and so does every spend computed here.
@@ -23,7 +29,7 @@ from typing import Any
 
 from shared.clock import parse_iso
 from shared.jobs import JobState
-from shared.ledger.records import Attempt, RequestRecord
+from shared.ledger.records import Attempt, RequestRecord, Stray
 from shared.requests.attempts import SPOT
 from shared.requests.capacity import request_on_machine
 from shared.requests.pricing import Price, hourly, layout, layout_hourly, table
@@ -39,6 +45,7 @@ class Spend:
     run_seconds: float
     unpriced: tuple[str, ...] = ()
     management_fee: str = "unknown"
+    floor_of: tuple[str, ...] = ()  # strays billed only to the last read that saw them: the spend is at least this
 
     @property
     def known(self) -> bool:
@@ -56,6 +63,7 @@ class Spend:
             "run_seconds": round(self.run_seconds, 3),
             "unpriced": list(self.unpriced),
             "management_fee": self.management_fee,
+            "floor_of": list(self.floor_of),
         }
 
     def shown(self) -> str:
@@ -64,7 +72,11 @@ class Spend:
         if self.usd is None:
             return f"unknown: no price for {', '.join(self.unpriced)}"
         saving = self.saving_usd or 0.0
-        return f"${self.usd:.2f} (on demand ${self.on_demand_usd or 0.0:.2f}, saved ${saving:.2f}; {fee})"
+        floor = "at least " if self.floor_of else ""
+        strays = f"; stray job {', '.join(self.floor_of)} billed to the last read that saw it" if self.floor_of else ""
+        return (
+            f"{floor}${self.usd:.2f} (on demand ${self.on_demand_usd or 0.0:.2f}, saved ${saving:.2f}; {fee}{strays})"
+        )
 
 
 def run_seconds(attempt: Attempt, now: datetime) -> float:
@@ -94,16 +106,41 @@ def attempt_hourly(request: Mapping[str, Any], attempt: Attempt, price: Price = 
 
 
 def request_spend(record: RequestRecord, now: datetime, price: Price = hourly) -> Spend:
-    """The spend of every attempt of the request that ran, at `now`."""
-    return attempts_spend(record.request, record.attempts, now, price)
+    """The spend of every attempt of the request that ran, and of its strays, at `now`."""
+    return attempts_spend(record.request, record.attempts, now, price, record.strays)
+
+
+def stray_seconds(stray: Stray) -> float:
+    """Seconds a read vouches the stray ran: from its startTime to the start of that read."""
+    if not stray.started_at:
+        return 0.0
+    return max(0.0, (parse_iso(stray.seen_until) - parse_iso(stray.started_at)).total_seconds())
 
 
 def attempts_spend(
-    request: Mapping[str, Any], attempts: Sequence[Attempt], now: datetime, price: Price = hourly
+    request: Mapping[str, Any],
+    attempts: Sequence[Attempt],
+    now: datetime,
+    price: Price = hourly,
+    strays: Sequence[Stray] = (),
 ) -> Spend:
-    """The spend of `attempts` of `request` at `now` (`request_spend` of a record's)."""
+    """The spend of `attempts` of `request` and of its `strays` at `now` (`request_spend` of a record's)."""
     usd = on_demand = seconds = 0.0
     unpriced: list[str] = []
+    by_n = {attempt.n: attempt for attempt in attempts}
+    for stray in strays:
+        ran = stray_seconds(stray)
+        if ran <= 0:
+            continue
+        seconds += ran
+        created, strategy = _stray_layout(request, stray, by_n.get(stray.attempt or 0))
+        rates = layout_hourly(created, stray.location, price)
+        if rates is None:
+            missing = [m or "?" for m, _ in layout(created) if price(m, stray.location) is None]
+            unpriced.extend(f"{m} in {stray.location}" for m in missing or ["?"])
+            continue
+        usd += (rates[0] if strategy == SPOT else rates[1]) * ran / 3600
+        on_demand += rates[1] * ran / 3600
     for attempt in attempts:
         ran = run_seconds(attempt, now)
         if ran <= 0:
@@ -124,7 +161,18 @@ def attempts_spend(
         seconds,
         tuple(dict.fromkeys(unpriced)),
         management_fee_status(),
+        tuple(stray.job for stray in strays),
     )
+
+
+def _stray_layout(request: Mapping[str, Any], stray: Stray, attempt: Attempt | None) -> tuple[Mapping[str, Any], str]:
+    """(a request whose job has the stray's pools, its strategy): as read, or, when the read left
+    them out, its attempt's job's (the create it repeats: on the attempt's machine and capacity)."""
+    if stray.pools:
+        return {"custom_job": {"jobSpec": {"workerPoolSpecs": stray.pools}}}, stray.strategy
+    if attempt is None:
+        return {}, ""  # labelled for no attempt, machines unread: unpriced
+    return request_on_machine(request, attempt.machine), attempt.strategy
 
 
 def management_fee_status() -> str:

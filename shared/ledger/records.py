@@ -168,6 +168,25 @@ class CancelIntent:
 
 
 @dataclass
+class Stray:
+    """A job with the request's labels that the ledger does not record, noted when the stray sweep
+    decides its cancel (shared/deciding/strays.py): Vertex bills what it ran, so the request's bill
+    holds it (shared/fleet/spend.py), from `started_at` to `seen_until`, the start of the read
+    that found it not ended. Its end is never read: that part of the bill is a floor."""
+
+    job: str
+    attempt: int | None  # its label's, None when the label names no attempt
+    location: str
+    # Its scheduling strategy's name and workerPoolSpecs (machineSpec.machineType, replicaCount) as
+    # read; both empty when the read left them out: then billed as its attempt's job.
+    strategy: str
+    pools: list[dict[str, Any]]
+    seen_until: str
+    started_at: str | None = None  # its startTime as read; None: it had not started then
+    newer_fields: dict[str, Any] = field(default_factory=dict)  # see `_known`
+
+
+@dataclass
 class RequestRecord:
     request_id: str
     request: dict[str, Any]  # the normalized job request (see shared.requests.envelope)
@@ -192,6 +211,8 @@ class RequestRecord:
     # When a delivery took over effects whose decider was presumed dead (one taker at a time).
     effects_taken_at: str | None = None
     cancel: CancelIntent | None = None
+    # Jobs of the request the ledger did not record, which the stray sweep cancelled: on its bill.
+    strays: list[Stray] = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
     newer_fields: dict[str, Any] = field(default_factory=dict)  # see `_known`
 
@@ -240,6 +261,7 @@ class RequestRecord:
         reads). Its values are the record's own, not copies: serialize it (`to_json` copies)."""
         document = _with_newer_fields(self)
         document["attempts"] = [_with_newer_fields(attempt) for attempt in self.attempts]
+        document["strays"] = [_with_newer_fields(stray) for stray in self.strays]
         for name in ("requeue", "cancel"):
             if document[name] is not None:
                 document[name] = _with_newer_fields(document[name])
@@ -253,6 +275,7 @@ class RequestRecord:
         data = _known(cls, data)
         data["status"] = RequestStatus(data.get("status", RequestStatus.CLAIMED))
         data["attempts"] = [_attempt_from_json(a) for a in data.get("attempts", [])]
+        data["strays"] = [_built(Stray, _known(Stray, s)) for s in data.get("strays", [])]
         if data.get("requeue") is not None:
             data["requeue"] = _built(Requeue, _known(Requeue, data["requeue"]))
         if data.get("cancel") is not None:
@@ -452,7 +475,7 @@ def private_copy(value: _T) -> _T:
 
 # The record's own enums among them: a status or an outcome costs no call.
 _SHARED = frozenset({str, int, float, bool, type(None), RequestStatus, AttemptOutcome})
-_RECORD_CLASSES = frozenset({RequestRecord, Attempt, Requeue, CancelIntent})
+_RECORD_CLASSES = frozenset({RequestRecord, Attempt, Requeue, CancelIntent, Stray})
 
 
 @functools.cache

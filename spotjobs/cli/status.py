@@ -351,13 +351,20 @@ def format_request(record: RequestRecord, settings: Settings | None = None, now:
 
 def cost_view(record: RequestRecord, now: datetime | None = None) -> dict[str, Any]:
     """What the request spent (shared/fleet/spend.py: Vertex's run times x the price table), its
-    budget, and the price table's date; `spent_usd` None when unknown, never 0."""
+    budget and whether it is held (False: the spend is unknown, and the budget stops the request),
+    and the price table's date; `spent_usd` None when unknown, never 0."""
     from shared.clock import utcnow
     from shared.fleet.spend import max_cost, request_spend
     from shared.requests.pricing import table
 
     spend = request_spend(record, now or utcnow())
-    return {**spend.to_json(), "max_cost_usd": max_cost(record.request), "prices_as_of": table()["as_of"]}
+    limit = max_cost(record.request)
+    return {
+        **spend.to_json(),
+        "max_cost_usd": limit,
+        "budget_held": None if limit is None else spend.known,  # False: the budget stops it (budget_unpriced)
+        "prices_as_of": table()["as_of"],
+    }
 
 
 def cost_line(record: RequestRecord, now: datetime | None = None) -> str:
@@ -367,8 +374,11 @@ def cost_line(record: RequestRecord, now: datetime | None = None) -> str:
     from shared.requests.pricing import table
 
     limit = max_cost(record.request)
+    spend = request_spend(record, now or utcnow())
     budget = f" of max_cost_usd ${limit:.2f}" if limit is not None else ""
-    return f"cost        {request_spend(record, now or utcnow()).shown()}{budget}; prices as of {table()['as_of']}"
+    if limit is not None and not spend.known:  # a table redeployed without its row (shared/deciding/budget_watch.py)
+        budget += ", not held: the spend is unknown, so the budget stops the request"
+    return f"cost        {spend.shown()}{budget}; prices as of {table()['as_of']}"
 
 
 def _short_state(state: str | None) -> str:

@@ -3,7 +3,9 @@ start and end of each attempt's job x every replica's price on the machine it ra
 alternative's included: shared/fleet/spend.py, as `spotjobs status` bills it), the same run
 time on demand, and the saving. A request whose machine type or region the price table lacks is
 "unknown", counted apart and never as zero; Vertex's training fee is not in any figure (the table
-marks it unknown)."""
+marks it unknown). A request's strays (jobs with its labels the ledger did not record, cancelled by
+the sweep) are on its bill as far as a read saw them run: such a row is a floor (`floor_of` names
+them)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from html import escape
 from typing import Any
 
 from shared.fleet.spend import attempts_spend, max_cost
-from shared.ledger.records import Attempt
+from shared.ledger.records import Attempt, Stray
 
 TEAM_LABEL = "team"
 NO_TEAM = "(no team label)"
@@ -26,7 +28,10 @@ def bill(records: Iterable[Mapping[str, Any]], now: datetime, team_label: str = 
     for data in records:
         request = data.get("request") or {}
         spend = attempts_spend(
-            request, [_attempt(a) for a in data.get("attempts") or [] if isinstance(a, Mapping)], now
+            request,
+            [_attempt(a) for a in data.get("attempts") or [] if isinstance(a, Mapping)],
+            now,
+            strays=[_stray(s) for s in data.get("strays") or [] if isinstance(s, Mapping)],
         )
         labels = (request.get("custom_job") or {}).get("labels") or {}
         team = str(labels.get(team_label, NO_TEAM)) if isinstance(labels, Mapping) else NO_TEAM
@@ -82,6 +87,21 @@ def _attempt(data: Mapping[str, Any]) -> Attempt:
     )
 
 
+def _stray(data: Mapping[str, Any]) -> Stray:
+    """What the spend reads of a stray as the ledger shows it (a record before 2026-12-07 has none)."""
+    n = data.get("attempt")
+    pools = data.get("pools")
+    return Stray(
+        job=str(data.get("job") or "?"),
+        attempt=n if isinstance(n, int) and not isinstance(n, bool) else None,
+        location=str(data.get("location") or "?"),
+        strategy=str(data.get("strategy") or ""),
+        pools=[p for p in pools if isinstance(p, Mapping)] if isinstance(pools, list) else [],
+        seen_until=str(data.get("seen_until") or ""),
+        started_at=str(data["started_at"]) if data.get("started_at") and data.get("seen_until") else None,
+    )
+
+
 def render_bill(summary: Mapping[str, Any]) -> str:
     """The bill as an HTML section: the teams' totals, then each request."""
 
@@ -93,10 +113,19 @@ def render_bill(summary: Mapping[str, Any]) -> str:
         f"<td>{usd(t['on_demand_usd'])}</td><td>{usd(t['saving_usd'])}</td><td>{t['unknown'] or ''}</td></tr>"
         for t in summary["teams"]
     )
+
+    def floor(row: Mapping[str, Any]) -> str:
+        """A bill with strays in it is a floor: their ends were never read."""
+        return "at least " if row.get("floor_of") and row["spent_usd"] is not None else ""
+
+    def strays(row: Mapping[str, Any]) -> str:
+        named = ", ".join(row.get("floor_of") or [])
+        return f"; stray job {named} billed to the last read that saw it" if named else ""
+
     request_rows = "".join(
-        f"<tr><td>{escape(r['request_id'])}</td><td>{escape(r['team'])}</td><td>{usd(r['spent_usd'])}</td>"
+        f"<tr><td>{escape(r['request_id'])}</td><td>{escape(r['team'])}</td><td>{floor(r)}{usd(r['spent_usd'])}</td>"
         f"<td>{usd(r['on_demand_usd'])}</td><td>{usd(r['saving_usd'])}</td><td>{usd(r['max_cost_usd']) if r['max_cost_usd'] else '-'}</td>"
-        f"<td>{escape(', '.join(r['unpriced']))}</td></tr>"
+        f"<td>{escape(', '.join(r['unpriced']) + strays(r))}</td></tr>"
         for r in summary["requests"]
     )
     label = escape(summary["team_label"])
@@ -108,5 +137,5 @@ def render_bill(summary: Mapping[str, Any]) -> str:
         f"<table><tr><th>{label}</th><th>requests</th><th>spent</th><th>on demand</th><th>saved</th><th>unknown</th></tr>"
         f"{team_rows}</table>"
         "<table><tr><th>request</th><th>team</th><th>spent</th><th>on demand</th><th>saved</th><th>max_cost_usd</th>"
-        f"<th>not priced</th></tr>{request_rows}</table></section>"
+        f"<th>not priced, or a floor</th></tr>{request_rows}</table></section>"
     )

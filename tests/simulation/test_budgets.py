@@ -95,3 +95,39 @@ def test_a_reconcile_pass_that_died_widens_the_overshoot_by_its_lease(world: Wor
     assert len(budgets.budgets_held(world)) == 1
     world.dead_reconciles.append(world.clock.now() - timedelta(minutes=20))
     assert budgets.budgets_held(world) == []
+
+
+def test_a_budget_run_on_a_price_row_a_deployment_dropped_owes_one_budget_unpriced_alert(world: World) -> None:
+    """`sim.faults.drop_price_row`: the functions' table loses a2-highgpu-1g in us-central1; a
+    budgeted request whose job ran there and was not over owes the alert, one that ended before
+    the redeploy or carries no budget owes nothing, and the bills stay priced as shipped."""
+    from sim.faults import drop_price_row
+    from tests.support.sim_world import job
+
+    now = world.clock.now()
+
+    def on_a100(request_id: str, ended: timedelta | None, limit: float | None) -> None:
+        sim_job = job(world, request_id, 1, state="JOB_STATE_RUNNING" if ended is None else "JOB_STATE_SUCCEEDED")
+        sim_job.request["jobSpec"]["workerPoolSpecs"] = A100["jobSpec"]["workerPoolSpecs"]
+        sim_job.start_time = now - timedelta(hours=1)
+        sim_job.end_time = None if ended is None else now + ended
+        attempt = Attempt(1, "us-central1", "SPOT", claimed_at=iso(now), job=sim_job.name, started_at=iso(now))
+        request = {"request_id": request_id, "custom_job": A100, **({"max_cost_usd": limit} if limit else {})}
+        LedgerStore(world.storage.client().bucket(world.settings.state_bucket)).restore(
+            RequestRecord(request_id, request, "gs://c/", status=RequestStatus.RUNNING, attempts=[attempt])
+        )
+
+    on_a100("r1", None, 5.0)  # runs through the redeploy
+    on_a100("r2", -timedelta(minutes=1), 5.0)  # over before it
+    on_a100("r3", None, None)  # no budget: its cost is only unknown
+    world.clock.advance(60)
+    drop_price_row(world, machine="a2-highgpu-1g", location="us-central1")
+
+    assert [e.request_id for e in budgets.budgets_unpriced(world)] == ["r1"]
+    assert budgets.shipped_price("a2-highgpu-1g", "us-central1") is not None
+    assert "us-central1" not in world.deployed_prices["machine_types"]["a2-highgpu-1g"]["locations"]
+    [missing] = promises.owed_alerts(world, [AlertKind.BUDGET_UNPRICED])
+    assert missing.detail.startswith("no budget_unpriced alert for r1: it ran on a2-highgpu-1g in us-central1")
+    alert = Alert.of(AlertKind.BUDGET_UNPRICED, "said", request_id="r1").to_json()
+    world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert).encode(), {})
+    assert promises.owed_alerts(world, [AlertKind.BUDGET_UNPRICED]) == []

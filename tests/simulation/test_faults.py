@@ -14,7 +14,7 @@ from shared.adapters.vertex import to_custom_job
 from shared.ledger.records import Attempt, CorruptRecord, RequestRecord
 from shared.ledger.states import AttemptOutcome, RequestStatus
 from shared.ledger.store import LedgerStore
-from sim import faults, invariants
+from sim import budgets, faults, invariants
 from sim.virtual import EPOCH_OF_SIMULATION
 from sim.world import Task, World
 from tests.support.sim_world import job, trained
@@ -355,3 +355,34 @@ def test_a_deleted_job_is_followed_only_while_its_attempt_waits_for_its_end(
     faults.delete_job(world)
     assert world.tampering.deleted_jobs == {first.name: "r1"}
     assert (first.name in world.tampering.followed_when_deleted) is followed
+
+
+def test_a_price_row_a_budgeted_request_may_run_on_is_dropped_by_some_seeds_deployment_from_a_moment_on() -> None:
+    drawn = [(seed, World(seed)) for seed in range(40)]
+    dropping = [(seed, w) for seed, w in drawn if w.permanent.price_row_dropped is not None]
+    assert dropping and len(dropping) < len(drawn)
+    seed, world = dropping[0]
+    machine, location = world.permanent.price_row_dropped or ("", "")
+    assert (machine, location) in faults.budgeted_rows(world.workload)
+    [redeploy] = [op for op in world.workload.operations if "price table" in op.label]
+    assert world.deployed_price_table()["machine_types"][machine]["locations"][location]  # as shipped until then
+
+    redeploy.run(world)
+
+    assert location not in world.deployed_price_table()["machine_types"][machine]["locations"]
+    assert world.tampering.price_row_dropped == (machine, location, world.clock.now())
+    assert budgets.shipped_price(machine, location) is not None  # what Vertex ran is still priced as shipped
+    assert not World(seed, no_faults=True).permanent.price_row_dropped
+
+
+def test_a_console_re_run_either_waits_for_good_or_runs_from_its_create_writing_nothing(world: World) -> None:
+    original = job(world, "r1", 1)
+    states = set()
+    for _ in range(6):
+        faults.duplicate_job(world)
+    for copy in (world.vertex.jobs[name] for name in world.tampering.duplicated_jobs):
+        assert copy.labels == original.labels and copy.next_change is None  # nothing moves it but a cancel
+        assert (copy.start_time is not None) == (copy.state == "JOB_STATE_RUNNING")
+        states.add(copy.state)
+    assert states == {"JOB_STATE_QUEUED", "JOB_STATE_RUNNING"}
+    assert not world.storage.objects(world.settings.checkpoint_bucket)  # no trainer ran in either

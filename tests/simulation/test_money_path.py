@@ -143,5 +143,52 @@ def test_a_bill_that_leaves_out_more_than_the_waits_after_a_preemption_is_caught
     waited_half_an_hour("r6", 3600)  # an hour left out: more than Vertex waited
     [caught] = billed_as_vertex_ran(world)
     assert caught.detail == (
-        "r6 is billed $1.9280; Vertex ran its jobs for $2.8920 to $3.8560 (its waits after a preemption)"
+        "r6 is billed $1.9280; Vertex ran its jobs for $2.8920 to $3.8560 (its waits after a preemption, its strays)"
     )
+
+
+def test_a_bill_that_leaves_out_a_stray_the_code_cancelled_or_bills_it_past_its_run_is_caught(world: World) -> None:
+    """A second job of attempt 1 (a create whose answer was lost, then another) ran an hour on an
+    A100 beside the attempt's own before the stray sweep cancelled it: Vertex billed both."""
+    from datetime import timedelta
+
+    from shared.clock import iso
+    from shared.ledger.records import Attempt, RequestRecord, Stray
+    from shared.ledger.store import LedgerStore
+    from sim.budgets import billed_as_vertex_ran
+
+    now = world.clock.now()
+    a100 = {"jobSpec": {"workerPoolSpecs": [{"machineSpec": {"machineType": "a2-highgpu-1g"}, "replicaCount": 1}]}}
+
+    def ran_an_hour(request_id: str) -> Any:
+        ran = job(world, request_id, 1, state="JOB_STATE_SUCCEEDED")
+        ran.request["jobSpec"]["workerPoolSpecs"] = a100["jobSpec"]["workerPoolSpecs"]
+        ran.start_time, ran.end_time = now - timedelta(hours=1), now
+        return ran
+
+    def with_a_stray(request_id: str, noted: bool, seen_until: timedelta) -> None:
+        own, stray = ran_an_hour(request_id), ran_an_hour(request_id)
+        stray.state = "JOB_STATE_CANCELLED"
+        world.vertex.cancels.append((now, stray.name, "reconcile"))
+        attempt = Attempt(1, "us-central1", "SPOT", claimed_at=iso(now), job=own.name)
+        attempt.state, attempt.started_at, attempt.ended_at = own.state, iso(own.start_time), iso(now)
+        request = {"request_id": request_id, "custom_job": a100}
+        record = RequestRecord(request_id, request, "gs://c/", RequestStatus.SUCCEEDED, attempts=[attempt])
+        if noted:
+            pools = a100["jobSpec"]["workerPoolSpecs"]
+            seen = iso(now - timedelta(hours=1) + seen_until)
+            record.strays = [Stray(stray.name, 1, "us-central1", "SPOT", pools, seen, iso(stray.start_time))]
+        LedgerStore(world.storage.client().bucket(world.settings.state_bucket)).restore(record)
+
+    with_a_stray("r7", True, timedelta(minutes=50))  # billed to a read 10 minutes before its end
+    assert billed_as_vertex_ran(world) == []
+
+    with_a_stray("r8", False, timedelta(0))  # in no bill, as before 2026-12-07
+    [caught] = billed_as_vertex_ran(world)
+    assert caught.detail.startswith("r8's bill leaves out its stray job projects/")
+    assert caught.detail.endswith("which the code cancelled and Vertex billed")
+
+    world.storage.objects(world.settings.state_bucket).pop("requests/r8.json")
+    with_a_stray("r9", True, timedelta(hours=2))  # billed an hour past its end
+    [caught] = billed_as_vertex_ran(world)
+    assert caught.detail.startswith("r9 is billed $5.7841; Vertex ran its jobs for $1.9280 to $3.8560")

@@ -95,3 +95,14 @@ def test_the_report_bills_an_attempt_on_the_capacity_alternative_it_ran_on() -> 
     [row] = bill([ran.to_json()], NOW)["requests"]
 
     assert row["spent_usd"] == round(a2_spot, 4) == cost_view(ran, NOW)["spent_usd"]
+
+
+def test_status_says_a_budget_whose_spend_the_price_table_cannot_price_is_not_held_and_stops_the_request() -> None:
+    """A price table redeployed without the row a budgeted request runs on (validation priced it)."""
+    unpriced = record("r4", "n1-standard-4", None, 2, limit=100)
+    text = format_request(unpriced, now=NOW)
+    line = next(line for line in text.splitlines() if line.startswith("cost"))
+    assert "of max_cost_usd $100.00, not held: the spend is unknown, so the budget stops the request" in line
+    assert cost_view(unpriced, NOW)["budget_held"] is False
+    assert cost_view(record("r1", "a2-highgpu-1g", None, 2, limit=100), NOW)["budget_held"] is True
+    assert cost_view(record("r1", "a2-highgpu-1g", None, 2), NOW)["budget_held"] is None

@@ -128,3 +128,41 @@ def test_no_move_is_refused_while_the_work_left_or_its_price_is_unknown() -> Non
 
     no_work_known = capped(1.0)  # neither the kit nor the request says how much work is left
     assert budget_refuses(no_work_known, no_work_known.latest, SPOT, NOW + HOUR, price) is None
+
+
+def unpriced(machine: str, location: str) -> tuple[float, float] | None:
+    """The price table as redeployed without the a2-highgpu-1g row the request runs on."""
+    return None
+
+
+def test_a_budget_whose_spend_a_redeployed_price_table_cannot_price_stops_the_request_and_says_so_once() -> None:
+    record, effects = capped(2.0, notify={"topic": "projects/p/topics/t"}), Effects()
+    watch_budget(record, NOW + timedelta(minutes=5), effects, unpriced)
+
+    [alert] = effects.alerts
+    assert (alert.kind, alert.severity) == (AlertKind.BUDGET_UNPRICED, "ERROR")
+    assert alert.message == (
+        "req-1's max_cost_usd $2.00 cannot be held: the deployed price table has no price for a2-highgpu-1g in "
+        "us-central1, so its spend is unknown: stopped"
+    )
+    assert (alert.details["unpriced"], alert.details["max_cost_usd"], alert.details["stopped"]) == (
+        ["a2-highgpu-1g in us-central1"],
+        2.0,
+        True,
+    )
+    assert record.cancel is not None and record.cancel.source == "budget"
+    assert record.cancel.reason.startswith("max_cost_usd cannot be held: no price for a2-highgpu-1g in us-central1")
+    assert [n["kind"] for n in record.pending_notices if n["kind"].startswith("budget")] == ["budget_unpriced"]
+
+    again = Effects()
+    watch_budget(record, NOW + timedelta(minutes=10), again, unpriced)  # the next pass: said once per request
+    assert again.alerts == [] and again.lines == []
+
+
+def test_an_ended_request_whose_spend_became_unpriced_is_said_and_nothing_is_stopped() -> None:
+    record, effects = capped(2.0, status=RequestStatus.SUCCEEDED), Effects()
+    watch_budget(record, NOW + HOUR, effects, unpriced)
+
+    [alert] = effects.alerts
+    assert alert.message.endswith("its spend is unknown: it had ended") and alert.details["stopped"] is False
+    assert record.cancel is None

@@ -11,7 +11,7 @@ import pytest
 from google.cloud.aiplatform_v1 import CustomJob
 
 from shared.alerts import AlertKind
-from shared.deciding.strays import decide_stray_alert, is_stray, recordless_stray_alert
+from shared.deciding.strays import decide_stray, is_stray, recordless_stray_alert
 from shared.jobs import ENV_KIT_KEY, LABEL_ATTEMPT
 from shared.ledger.records import Attempt, RequestRecord
 from shared.ledger.states import AttemptOutcome, RequestStatus
@@ -96,7 +96,7 @@ def ports() -> Ports:
 def test_a_strays_alert_is_decided_once_per_job(ports: Ports) -> None:
     stored = record()
     ports.ledger.restore(stored)
-    first = decide_stray_alert(ports, stored, vertex_job(OTHER))
+    first = decide_stray(ports, stored, vertex_job(OTHER), NOW)
     assert first.wrote and first.value is not None
     [alert] = first.value.pending_alerts
     assert (alert["kind"], alert["attempt"], alert["job"]) == (AlertKind.STRAY_JOB.value, 1, RECORDED)
@@ -104,8 +104,8 @@ def test_a_strays_alert_is_decided_once_per_job(ports: Ports) -> None:
     assert alert["message"] == (
         f"cancelling job {OTHER}: it carries the labels of attempt 1 of req-1, which records {RECORDED}"
     )
-    assert not decide_stray_alert(ports, stored, vertex_job(OTHER)).wrote  # the next sweep: once
-    another = decide_stray_alert(ports, stored, vertex_job(THIRD))  # another stray: its own alert
+    assert not decide_stray(ports, stored, vertex_job(OTHER), NOW).wrote  # the next sweep: once
+    another = decide_stray(ports, stored, vertex_job(THIRD), NOW)  # another stray: its own alert
     assert another.wrote and another.value is not None and len(another.value.pending_alerts) == 2
 
 
@@ -114,7 +114,7 @@ def test_a_stray_labelled_for_no_attempt_is_alerted_on_the_latest(ports: Ports, 
     creating = Attempt(1, "us-central1", "SPOT", claimed_at="2026-12-01T11:00:00Z")
     stored = record(creating)
     ports.ledger.restore(stored)
-    swapped = decide_stray_alert(ports, stored, vertex_job(OTHER, attempt=label))
+    swapped = decide_stray(ports, stored, vertex_job(OTHER, attempt=label), NOW)
     assert swapped.value is not None
     [alert] = swapped.value.pending_alerts
     assert alert["attempt"] == 1 and alert["message"].endswith("which records no job")
@@ -187,3 +187,75 @@ def test_a_job_with_the_claims_kit_key_is_no_stray_whatever_the_clocks_say() -> 
     keyless = keyed_job(None)
     keyless.create_time = own.create_time
     assert is_stray(claimed, keyless)  # without a key, the clocks decide
+
+
+def test_a_strays_run_that_a_read_vouched_for_is_on_its_requests_bill_named_as_a_floor() -> None:
+    """A second job of attempt 1 (a create whose answer was lost, then another) ran an hour on an
+    A100 on Spot before the sweep found and cancelled it: Vertex bills that hour, so the request's
+    spend (`spotjobs status`, `spotjobs report`, its budget) holds it, to the read that saw it run,
+    and says the bill is a floor (the stray's end is never read) naming it."""
+    from datetime import timedelta
+
+    from shared.fleet.spend import request_spend
+    from shared.found_jobs import cancel_stray
+    from shared.log import Logger
+    from shared.requests.pricing import hourly
+    from spotjobs.reporting.bill import bill, render_bill
+
+    class JobService:
+        def cancel_custom_job(self, name: str) -> None:
+            pass
+
+    bucket = MemoryStorage(clock=lambda: NOW).client().bucket("state")
+    ports = Ports(make_settings("state"), LedgerStore(bucket), FakePublisher, lambda _: JobService(), clock=lambda: NOW)  # type: ignore[arg-type]
+    stored = record()
+    ports.ledger.restore(stored)
+    stray = CustomJob(
+        name=OTHER,
+        state=RUNNING,
+        labels={LABEL_ATTEMPT: "1"},
+        start_time=NOW - timedelta(hours=1),
+        job_spec={
+            "worker_pool_specs": [{"machine_spec": {"machine_type": "a2-highgpu-1g"}, "replica_count": 1}],
+            "scheduling": {"strategy": "SPOT"},
+        },
+    )
+
+    cancel_stray(ports, stored, stray, Logger())
+
+    after = ports.ledger.get("req-1")
+    assert after is not None
+    spend = request_spend(after, NOW + timedelta(hours=5))  # billed to the read, however late the bill
+    spot = (hourly("a2-highgpu-1g", "us-central1") or (0.0, 0.0))[0]
+    assert spend.usd == spot and spend.run_seconds == 3600
+    assert spend.floor_of == (OTHER,)
+    summary = bill([after.to_json()], NOW)
+    [row] = summary["requests"]
+    assert row["spent_usd"] == round(spot, 4) and row["floor_of"] == [OTHER]
+    assert f"at least ${spot:,.2f}" in render_bill(summary) and f"stray job {OTHER}" in render_bill(summary)
+    assert spend.shown().startswith(f"at least ${spot:.2f}") and OTHER in spend.shown()
+
+
+def test_a_stray_read_without_its_machines_is_billed_as_its_attempts_job_and_one_of_no_attempt_as_unknown() -> None:
+    """A listing may leave a job's spec out: the stray repeats its attempt's create, so it is
+    billed on the attempt's machines and capacity; labelled for no attempt, its cost is unknown."""
+    from datetime import timedelta
+
+    from shared.deciding.strays import stray_of
+    from shared.fleet.spend import request_spend
+    from shared.requests.pricing import hourly
+
+    a100 = {"jobSpec": {"workerPoolSpecs": [{"machineSpec": {"machineType": "a2-highgpu-1g"}, "replicaCount": 2}]}}
+    stored = record()
+    stored.request["custom_job"] = a100
+    bare = vertex_job(OTHER)
+    bare.start_time = NOW - timedelta(minutes=30)
+    stored.strays = [stray_of(bare, 1, NOW)]
+    assert (stored.strays[0].pools, stored.strays[0].strategy) == ([], "")
+
+    spot = (hourly("a2-highgpu-1g", "us-central1") or (0.0, 0.0))[0]
+    assert request_spend(stored, NOW).usd == pytest.approx(2 * spot / 2)  # two replicas, half an hour
+
+    stored.strays = [stray_of(vertex_job(THIRD, attempt="x"), None, NOW)]
+    stored.strays[0].started_at = "2026-12-01T11:00:00.000Z"
+    assert request_spend(stored, NOW).unpriced == ("? in us-central1",)

@@ -106,6 +106,7 @@ def test_the_figures_as_shown_and_stored() -> None:
         "run_seconds": 1234.568,
         "unpriced": [],
         "management_fee": "unknown",
+        "floor_of": [],
     }
     assert Spend(usd=1 / 7, on_demand_usd=3 / 7, run_seconds=0).to_json()["saving_usd"] == 0.2857
     nothing = attempts_spend(REQUEST, [], NOW, price)
