@@ -194,7 +194,7 @@ def watch_deadline(
     refuses: Callable[[str], Violation | None],
     checkpoint_prior_seconds: float,
     running: bool = False,
-    read_at_vertex: bool = False,
+    read_at: datetime | None = None,
     fleet: FleetView | None = None,
 ) -> DeadlineDecision | None:
     """Ask the deadline rule about the request's current attempt and carry out its answer in the
@@ -203,7 +203,9 @@ def watch_deadline(
     minimum of Spot attempts wins over a deadline, so a publisher gets by a deadline no fallback
     the policy refuses), and said once per attempt. `fleet` is asked only where its answer can
     change the rule's (`_asking_the_fleet`): so it is read once per such decision, not at every
-    kit line. `read_at_vertex`: the observation is Vertex's answer now, not a kit line."""
+    kit line. `read_at`: the observation is Vertex's answer, not a kit line, read at that moment:
+    the job was not ended then, which says the deadline was missed only if it had passed by then (a
+    pass's listing taken at its start, an event decided long after its read: issue 43)."""
     if record.latest is not attempt or attempt.outcome is not None or attempt.job is None:
         return None
     if record.is_terminal or record.requeue is not None or record.cancel is not None:
@@ -222,11 +224,11 @@ def watch_deadline(
     if fleet is not None:
         situation, decision = _asking_the_fleet(record, attempt, situation, decision, fleet)
     # With every step committed, a kit line cannot tell whether the job already ended in time (its
-    # end judges it: `alert_if_finished_late`); a read at Vertex past the deadline that finds it
-    # not ended can, whether that job or a successor waits (seed 4568).
+    # end judges it: `alert_if_finished_late`); a read at Vertex taken past the deadline that finds
+    # it not ended can, whether that job or a successor waits (seed 4568).
     all_committed = situation.work.committed_steps >= situation.work.total_steps
-    if not all_committed or (read_at_vertex and now >= situation.deadline):
-        _alert(record, attempt, situation, decision, now, effects)
+    if not all_committed or (read_at is not None and read_at >= situation.deadline):
+        _alert(record, attempt, situation, decision, now, effects, now if read_at is None else read_at)
     if decision.action is Action.SWITCH_TO_ON_DEMAND and attempt.strategy == SPOT:
         refused = refuses(ON_DEMAND)
         if refused is None:
@@ -284,14 +286,18 @@ def alert_if_finished_late(record: RequestRecord, attempt: Attempt, now: datetim
     effects.lines.append(LogLine("WARNING", message, event_fields(record, attempt, str(AlertKind.DEADLINE_MISSED))))
 
 
-def alert_if_missed_while_ending(record: RequestRecord, attempt: Attempt, now: datetime, effects: Effects) -> None:
+def alert_if_missed_while_ending(
+    record: RequestRecord, attempt: Attempt, now: datetime, effects: Effects, seen_at: datetime | None = None
+) -> None:
     """The deadline passed while the request's hand-over waits for the job it cancelled to end (a
     cancel Vertex refuses for good, or one it does not carry out): `deadline_missed`, once per
-    request. The next attempt, whose watch would say it, cannot start before that end (seed 707)."""
+    request. The next attempt, whose watch would say it, cannot start before that end (seed 707).
+    `seen_at`: when the observation saw the job not ended (a read's time; `now` without one): a
+    job seen before the deadline may have ended in time since (issue 43)."""
     at = record.request.get("deadline")
     if not at or record.latest is not attempt or not attempt.ending or record.is_terminal or record.cancel:
         return  # no deadline, a successor that watches it, or cancelled: no deadline owed
-    if now < parse_iso(str(at)) or not record.mark(str(AlertKind.DEADLINE_MISSED)):
+    if (seen_at or now) < parse_iso(str(at)) or not record.mark(str(AlertKind.DEADLINE_MISSED)):
         return
     message = (
         f"{record.request_id} missed its deadline {at}: attempt {attempt.n}'s job has not ended since its "
@@ -339,12 +345,16 @@ def _alert(
     decision: DeadlineDecision,
     now: datetime,
     effects: Effects,
+    seen_at: datetime,
 ) -> None:
+    """`seen_at`: when the observation saw the request unfinished (a read's time, else `now`)."""
     figures = decision.to_json()
     deadline = iso(situation.deadline)
-    if now >= situation.deadline:
+    if seen_at >= situation.deadline:
         kind = AlertKind.DEADLINE_MISSED
         message = f"{record.request_id} missed its deadline {deadline}: {decision.progress:.0%} of the work committed"
+    elif now >= situation.deadline:
+        return  # a read from before the deadline: the job may have ended in time since, its next read or end says
     elif decision.slack_seconds < situation.changeover_seconds:
         kind = AlertKind.DEADLINE_AT_RISK
         message = (

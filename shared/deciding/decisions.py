@@ -295,9 +295,13 @@ def _decide(
         # A kit line: the job runs (or just did); no Vertex read to track.
         running = observation.kit.event != PREEMPTED
         _watch_deadline(record, attempt, policy, now, effects, fleet, running=running)
+    # When the read saw the job: a pass's listing is taken at its start, an event may be decided
+    # long after its read (a redelivery, a crash). A read without its time (an adopted job's) is
+    # decided in the call that took it.
+    read_at = observation.read_at or now
     if job is not None and not fresh and attempt.ending:
-        _flag_stuck(record, attempt, job, policy, now, effects)  # cancelled, and not ended yet
-        _watch_deadline(record, attempt, policy, now, effects, fleet)
+        _flag_stuck(record, attempt, job, policy, now, effects, read_at)  # cancelled, and not ended yet
+        _watch_deadline(record, attempt, policy, now, effects, fleet, read_at=read_at)
     if job is None or not fresh:
         return Decision(record, effects)
     latest = record.latest
@@ -310,8 +314,8 @@ def _decide(
         waiting = _conclude(record, attempt, job, owns_status, policy, now, effects, folder)
         return Decision(record, effects, waiting)
     if owns_status:
-        _flag_stuck(record, attempt, job, policy, now, effects)
-        _watch_deadline(record, attempt, policy, now, effects, fleet, read_at_vertex=True)
+        _flag_stuck(record, attempt, job, policy, now, effects, read_at)
+        _watch_deadline(record, attempt, policy, now, effects, fleet, read_at=read_at)
     return Decision(record, effects)
 
 
@@ -323,10 +327,11 @@ def _watch_deadline(
     effects: Effects,
     fleet: FleetView | None,
     running: bool = False,
-    read_at_vertex: bool = False,
+    read_at: datetime | None = None,
 ) -> None:
+    """`read_at`: a read at Vertex taken then; None for a kit line."""
     if attempt.ending:
-        alert_if_missed_while_ending(record, attempt, now, effects)  # the rule decides nothing meanwhile
+        alert_if_missed_while_ending(record, attempt, now, effects, read_at)  # the rule decides nothing meanwhile
         return
     watch_deadline(
         record,
@@ -340,7 +345,7 @@ def _watch_deadline(
         ),
         checkpoint_prior_seconds=policy.checkpoint_prior_seconds,
         running=running,
-        read_at_vertex=read_at_vertex,
+        read_at=read_at,
         fleet=fleet,
     )
 
@@ -691,7 +696,10 @@ def _flag_stuck(
     policy: DecisionPolicy,
     now: datetime,
     effects: Effects,
+    read_at: datetime,
 ) -> None:
+    """`read_at`: when the read was taken: the job is known to have waited until then, not until
+    `now` (it may have started or ended since: issue 43)."""
     threshold = policy.stuck_after_seconds
     if attempt.ending:
         # A cancel is best effort: a job it does not end holds back the attempt decided after it.
@@ -700,7 +708,7 @@ def _flag_stuck(
         since = attempt.cancel_sent_at or attempt.cancel_decided_at
         if not since:
             return
-        stuck_for = (now - parse_iso(since)).total_seconds()
+        stuck_for = (read_at - parse_iso(since)).total_seconds()
         marker = alert_marker(AlertKind.JOB_STUCK, attempt.n, "cancel")
         cancel = "cancel" if attempt.cancel_sent_at else "cancel was decided, which was never sent (reconcile logs why)"
         message = (
@@ -712,7 +720,7 @@ def _flag_stuck(
         if job.state not in STUCK_STATES or not since:
             return
         # The whole wait, not only its current state's: QUEUED 5 h then PENDING 5 h waited 10 h.
-        stuck_for = (now - parse_iso(since)).total_seconds()
+        stuck_for = (read_at - parse_iso(since)).total_seconds()
         if attempt.strategy == FLEX_START and job.state in WAITING_STATES:
             # FLEX_START waits for capacity by design, up to its maxWaitDuration (a day by default):
             # stuck only once it waited that long and the usual threshold beyond.
