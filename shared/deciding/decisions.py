@@ -66,7 +66,7 @@ from datetime import datetime, timedelta
 from spotjobs_kit.lines import PREEMPTED, KitRecord
 
 from shared.alerts import AlertKind
-from shared.clock import iso, parse_iso
+from shared.clock import iso, parse_iso, parse_rfc3339
 from shared.deciding.budget_watch import budget_refuses, watch_budget
 from shared.deciding.continuations import (
     continue_or_fail,
@@ -292,16 +292,17 @@ def _decide(
         effects=effects,
     )
     if job is None and observation.kit is not None:
-        # A kit line: the job runs (or just did); no Vertex read to track.
+        # A kit line: the job runs (or just did) when it was written; no Vertex read to track.
         running = observation.kit.event != PREEMPTED
-        _watch_deadline(record, attempt, policy, now, effects, fleet, running=running)
+        written = min(now, parse_rfc3339(observation.kit.time) or now)  # a line without its time: now
+        _watch_deadline(record, attempt, policy, now, effects, fleet, running=running, seen_at=written)
     # When the read saw the job: a pass's listing is taken at its start, an event may be decided
     # long after its read (a redelivery, a crash). A read without its time (an adopted job's) is
     # decided in the call that took it.
     read_at = observation.read_at or now
     if job is not None and not fresh and attempt.ending:
         _flag_stuck(record, attempt, job, policy, now, effects, read_at)  # cancelled, and not ended yet
-        _watch_deadline(record, attempt, policy, now, effects, fleet, read_at=read_at)
+        _watch_deadline(record, attempt, policy, now, effects, fleet, read_at_vertex=True, seen_at=read_at)
     if job is None or not fresh:
         return Decision(record, effects)
     latest = record.latest
@@ -315,7 +316,7 @@ def _decide(
         return Decision(record, effects, waiting)
     if owns_status:
         _flag_stuck(record, attempt, job, policy, now, effects, read_at)
-        _watch_deadline(record, attempt, policy, now, effects, fleet, read_at=read_at)
+        _watch_deadline(record, attempt, policy, now, effects, fleet, read_at_vertex=True, seen_at=read_at)
     return Decision(record, effects)
 
 
@@ -326,12 +327,13 @@ def _watch_deadline(
     now: datetime,
     effects: Effects,
     fleet: FleetView | None,
+    seen_at: datetime,
     running: bool = False,
-    read_at: datetime | None = None,
+    read_at_vertex: bool = False,
 ) -> None:
-    """`read_at`: a read at Vertex taken then; None for a kit line."""
+    """`seen_at`: when the observation saw the job (a read's time, a kit line's own)."""
     if attempt.ending:
-        alert_if_missed_while_ending(record, attempt, now, effects, read_at)  # the rule decides nothing meanwhile
+        alert_if_missed_while_ending(record, attempt, now, effects, seen_at)  # the rule decides nothing meanwhile
         return
     watch_deadline(
         record,
@@ -345,7 +347,8 @@ def _watch_deadline(
         ),
         checkpoint_prior_seconds=policy.checkpoint_prior_seconds,
         running=running,
-        read_at=read_at,
+        read_at_vertex=read_at_vertex,
+        seen_at=seen_at,
         fleet=fleet,
     )
 

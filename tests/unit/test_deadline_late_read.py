@@ -10,11 +10,13 @@ import copy
 from dataclasses import replace
 from datetime import timedelta
 
+from spotjobs_kit.lines import KitRecord
+
 from shared.clock import iso
 from shared.deciding.decisions import Observation, decide
 from shared.jobs import JobState
 from shared.ledger.states import RequestStatus
-from tests.support.decide import NOW, POLICY, job, make_record
+from tests.support.decide import JOB1, NOW, POLICY, job, make_record
 
 STEPS, CHANGEOVER = 1000, 60.0
 DEADLINE = NOW + timedelta(hours=1)
@@ -116,6 +118,22 @@ def test_work_left_read_before_the_deadline_and_decided_after_it_is_neither_miss
 
     def kinds(read_at) -> list[str]:
         decision = decide(copy.deepcopy(record), Observation(1, job(JobState.RUNNING), read_at=read_at), POLICY, LATE)
+        return [alert.kind for alert in decision.effects.alerts]
+
+    assert kinds(DEADLINE - timedelta(seconds=60)) == []
+    assert kinds(DEADLINE) == ["deadline_missed"]
+
+
+def test_a_kit_line_written_before_the_deadline_and_decided_after_it_says_nothing_of_the_deadline() -> None:
+    """A kit line is judged at the moment it was written (its `time`): the job ran then; its last
+    commits may come after it, its end in time with them. One written past the deadline with work
+    left says it is missed."""
+    record = all_committed()
+    record.attempts[0].last_checkpoint = [0, STEPS // 2]
+
+    def kinds(written) -> list[str]:
+        line = KitRecord("progress", request_id="req-1", attempt=1, run=0, step=STEPS // 2, time=iso(written))
+        decision = decide(copy.deepcopy(record), Observation(1, None, kit=line, job_name=JOB1), POLICY, LATE)
         return [alert.kind for alert in decision.effects.alerts]
 
     assert kinds(DEADLINE - timedelta(seconds=60)) == []
