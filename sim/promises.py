@@ -6,6 +6,7 @@ where ground truth exists. Registered in `sim.invariants` (docs/simulator.md, "P
 - `alert_catalogue`: each kind of `shared.alerts.AlertKind` whose documented condition held in the
   run was published naming its request, at least once (`CONDITIONS`); a kind the world cannot
   produce ground truth for says why in `NOT_CHECKED`, so no kind is left without one or the other;
+  and no `deadline_missed` was published without its condition (`false_deadline_alarms`);
 - `nothing_stuck_silently`: a request not ended that has not moved for longer than the documented
   bound has an alert naming it;
 - `deadlines_met`: a deadline request whose run kept the rule's assumptions met its deadline;
@@ -495,6 +496,33 @@ def deadlines_missed(world: World) -> list[Expected]:
     return out
 
 
+def false_deadline_alarms(world: World) -> list[Violation]:
+    """A `deadline_missed` alert only where its condition held (an alert without it is a false
+    alarm): raised at or after the deadline it names, for a request none of whose jobs succeeded by
+    then. A read taken before the deadline and decided after it says nothing of it (issue 43)."""
+    from shared.clock import parse_iso
+
+    succeeded = collections.defaultdict(list)
+    for job in world.vertex.jobs.values():
+        if job.state == "JOB_STATE_SUCCEEDED" and job.end_time:
+            succeeded[job.request_id].append(job.end_time)
+    out = []
+    for alert in alerts(world):
+        details = alert.get("details") if isinstance(alert.get("details"), dict) else {}
+        if alert.get("kind") != AlertKind.DEADLINE_MISSED.value or not details.get("deadline"):
+            continue
+        deadline, raised, request_id = (
+            parse_iso(str(details["deadline"])),
+            parse_iso(alert["time"]),
+            alert.get("request_id"),
+        )
+        in_time = [t for t in succeeded[request_id] if t <= deadline]
+        if raised < deadline or in_time:
+            why = f"raised at {raised}" if raised < deadline else f"a job of it succeeded at {min(in_time)}"
+            out.append(violation("alert_catalogue", f"deadline_missed for {request_id}, deadline {deadline}: {why}"))
+    return out
+
+
 def quota_bursts(world: World) -> list[Expected]:
     """`quota_limited`: at some moment more requests waited for their first create than the
     submission quota creates in twice `quota_alert_after_seconds` (each request the ledger
@@ -959,7 +987,8 @@ def owed_alerts(world: World, kinds: Sequence[AlertKind]) -> list[Violation]:
 
 def alert_catalogue(world: World) -> list[Violation]:
     """Once quiet: every kind whose condition held was alerted, naming its request."""
-    return owed_alerts(world, [k for k in CONDITIONS if k not in JUDGED_AFTER_RETENTION])
+    owed = owed_alerts(world, [k for k in CONDITIONS if k not in JUDGED_AFTER_RETENTION])
+    return owed + false_deadline_alarms(world)
 
 
 def alert_catalogue_after_retention(world: World) -> list[Violation]:

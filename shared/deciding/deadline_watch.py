@@ -194,6 +194,7 @@ def watch_deadline(
     refuses: Callable[[str], Violation | None],
     checkpoint_prior_seconds: float,
     running: bool = False,
+    seen_at: datetime,
     read_at_vertex: bool = False,
     fleet: FleetView | None = None,
 ) -> DeadlineDecision | None:
@@ -203,7 +204,8 @@ def watch_deadline(
     minimum of Spot attempts wins over a deadline, so a publisher gets by a deadline no fallback
     the policy refuses), and said once per attempt. `fleet` is asked only where its answer can
     change the rule's (`_asking_the_fleet`): so it is read once per such decision, not at every
-    kit line. `read_at_vertex`: the observation is Vertex's answer now, not a kit line."""
+    kit line. `seen_at`: when the observation saw the job not ended (a read's time, a line's own):
+    missed if the deadline passed by then, else no word of it (issue 43). `read_at_vertex`: a read."""
     if record.latest is not attempt or attempt.outcome is not None or attempt.job is None:
         return None
     if record.is_terminal or record.requeue is not None or record.cancel is not None:
@@ -222,11 +224,11 @@ def watch_deadline(
     if fleet is not None:
         situation, decision = _asking_the_fleet(record, attempt, situation, decision, fleet)
     # With every step committed, a kit line cannot tell whether the job already ended in time (its
-    # end judges it: `alert_if_finished_late`); a read at Vertex past the deadline that finds it
-    # not ended can, whether that job or a successor waits (seed 4568).
+    # end judges it: `alert_if_finished_late`); a read at Vertex taken past the deadline that finds
+    # it not ended can, whether that job or a successor waits (seed 4568).
     all_committed = situation.work.committed_steps >= situation.work.total_steps
-    if not all_committed or (read_at_vertex and now >= situation.deadline):
-        _alert(record, attempt, situation, decision, now, effects)
+    if not all_committed or (read_at_vertex and seen_at >= situation.deadline):
+        _alert(record, attempt, situation, decision, now, effects, seen_at)
     if decision.action is Action.SWITCH_TO_ON_DEMAND and attempt.strategy == SPOT:
         refused = refuses(ON_DEMAND)
         if refused is None:
@@ -284,14 +286,17 @@ def alert_if_finished_late(record: RequestRecord, attempt: Attempt, now: datetim
     effects.lines.append(LogLine("WARNING", message, event_fields(record, attempt, str(AlertKind.DEADLINE_MISSED))))
 
 
-def alert_if_missed_while_ending(record: RequestRecord, attempt: Attempt, now: datetime, effects: Effects) -> None:
+def alert_if_missed_while_ending(
+    record: RequestRecord, attempt: Attempt, now: datetime, effects: Effects, seen_at: datetime
+) -> None:
     """The deadline passed while the request's hand-over waits for the job it cancelled to end (a
     cancel Vertex refuses for good, or one it does not carry out): `deadline_missed`, once per
-    request. The next attempt, whose watch would say it, cannot start before that end (seed 707)."""
+    request. The next attempt, whose watch would say it, cannot start before that end (seed 707).
+    `seen_at`: when the observation saw the job not ended (it may have ended in time since)."""
     at = record.request.get("deadline")
     if not at or record.latest is not attempt or not attempt.ending or record.is_terminal or record.cancel:
         return  # no deadline, a successor that watches it, or cancelled: no deadline owed
-    if now < parse_iso(str(at)) or not record.mark(str(AlertKind.DEADLINE_MISSED)):
+    if seen_at < parse_iso(str(at)) or not record.mark(str(AlertKind.DEADLINE_MISSED)):
         return
     message = (
         f"{record.request_id} missed its deadline {at}: attempt {attempt.n}'s job has not ended since its "
@@ -339,13 +344,14 @@ def _alert(
     decision: DeadlineDecision,
     now: datetime,
     effects: Effects,
+    seen_at: datetime,
 ) -> None:
     figures = decision.to_json()
     deadline = iso(situation.deadline)
-    if now >= situation.deadline:
+    if seen_at >= situation.deadline:
         kind = AlertKind.DEADLINE_MISSED
         message = f"{record.request_id} missed its deadline {deadline}: {decision.progress:.0%} of the work committed"
-    elif decision.slack_seconds < situation.changeover_seconds:
+    elif decision.slack_seconds < situation.changeover_seconds and now < situation.deadline:
         kind = AlertKind.DEADLINE_AT_RISK
         message = (
             f"{record.request_id} has {decision.slack_seconds:.0f} s of slack to its deadline {deadline}, "

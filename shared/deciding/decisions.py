@@ -67,7 +67,7 @@ from datetime import datetime, timedelta
 from spotjobs_kit.lines import PREEMPTED, KitRecord
 
 from shared.alerts import AlertKind
-from shared.clock import iso, parse_iso
+from shared.clock import iso, parse_iso, parse_rfc3339
 from shared.deciding.budget_watch import budget_refuses, watch_budget
 from shared.deciding.continuations import (
     continue_or_fail,
@@ -293,12 +293,17 @@ def _decide(
         effects=effects,
     )
     if job is None and observation.kit is not None:
-        # A kit line: the job runs (or just did); no Vertex read to track.
+        # A kit line: the job runs (or just did) when it was written; no Vertex read to track.
         running = observation.kit.event != PREEMPTED
-        _watch_deadline(record, attempt, policy, now, effects, fleet, running=running)
+        written = min(now, parse_rfc3339(observation.kit.time) or now)  # a line without its time: now
+        _watch_deadline(record, attempt, policy, now, effects, fleet, running=running, seen_at=written)
+    # When the read saw the job: a pass's listing is taken at its start, an event may be decided
+    # long after its read (a redelivery, a crash). A read without its time (an adopted job's) is
+    # decided in the call that took it.
+    read_at = observation.read_at or now
     if job is not None and not fresh and attempt.ending:
-        _flag_stuck(record, attempt, job, policy, now, effects)  # cancelled, and not ended yet
-        _watch_deadline(record, attempt, policy, now, effects, fleet)
+        _flag_stuck(record, attempt, job, policy, now, effects, read_at)  # cancelled, and not ended yet
+        _watch_deadline(record, attempt, policy, now, effects, fleet, read_at_vertex=True, seen_at=read_at)
     if job is None or not fresh:
         return Decision(record, effects)
     latest = record.latest
@@ -311,8 +316,8 @@ def _decide(
         waiting = _conclude(record, attempt, job, owns_status, policy, now, effects, folder)
         return Decision(record, effects, waiting)
     if owns_status:
-        _flag_stuck(record, attempt, job, policy, now, effects)
-        _watch_deadline(record, attempt, policy, now, effects, fleet, read_at_vertex=True)
+        _flag_stuck(record, attempt, job, policy, now, effects, read_at)
+        _watch_deadline(record, attempt, policy, now, effects, fleet, read_at_vertex=True, seen_at=read_at)
     return Decision(record, effects)
 
 
@@ -323,11 +328,13 @@ def _watch_deadline(
     now: datetime,
     effects: Effects,
     fleet: FleetView | None,
+    seen_at: datetime,
     running: bool = False,
     read_at_vertex: bool = False,
 ) -> None:
+    """`seen_at`: when the observation saw the job (a read's time, a kit line's own)."""
     if attempt.ending:
-        alert_if_missed_while_ending(record, attempt, now, effects)  # the rule decides nothing meanwhile
+        alert_if_missed_while_ending(record, attempt, now, effects, seen_at)  # the rule decides nothing meanwhile
         return
     watch_deadline(
         record,
@@ -342,6 +349,7 @@ def _watch_deadline(
         checkpoint_prior_seconds=policy.checkpoint_prior_seconds,
         running=running,
         read_at_vertex=read_at_vertex,
+        seen_at=seen_at,
         fleet=fleet,
     )
 
@@ -692,7 +700,10 @@ def _flag_stuck(
     policy: DecisionPolicy,
     now: datetime,
     effects: Effects,
+    read_at: datetime,
 ) -> None:
+    """`read_at`: when the read was taken: the job is known to have waited until then, not until
+    `now` (it may have started or ended since: issue 43)."""
     threshold = policy.stuck_after_seconds
     if attempt.ending:
         # A cancel is best effort: a job it does not end holds back the attempt decided after it.
@@ -701,7 +712,7 @@ def _flag_stuck(
         since = attempt.cancel_sent_at or attempt.cancel_decided_at
         if not since:
             return
-        stuck_for = (now - parse_iso(since)).total_seconds()
+        stuck_for = (read_at - parse_iso(since)).total_seconds()
         marker = alert_marker(AlertKind.JOB_STUCK, attempt.n, "cancel")
         cancel = "cancel" if attempt.cancel_sent_at else "cancel was decided, which was never sent (reconcile logs why)"
         message = (
@@ -713,7 +724,7 @@ def _flag_stuck(
         if job.state not in STUCK_STATES or not since:
             return
         # The whole wait, not only its current state's: QUEUED 5 h then PENDING 5 h waited 10 h.
-        stuck_for = (now - parse_iso(since)).total_seconds()
+        stuck_for = (read_at - parse_iso(since)).total_seconds()
         if attempt.strategy == FLEX_START and job.state in WAITING_STATES:
             # FLEX_START waits for capacity by design, up to its maxWaitDuration (a day by default):
             # stuck only once it waited that long and the usual threshold beyond.

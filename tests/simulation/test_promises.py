@@ -516,6 +516,28 @@ def test_a_deadline_passed_unfinished_without_its_alert_is_caught(world: World) 
     assert catalogue(world, AlertKind.DEADLINE_MISSED) == []
 
 
+def test_a_deadline_missed_alert_without_its_condition_is_a_false_alarm_caught(world: World) -> None:
+    """Issue 43: a read taken before the deadline finding the job running, decided after it, said
+    the deadline was missed while the job succeeded in time."""
+    in_time = job(world, "r1", 1, "JOB_STATE_SUCCEEDED")
+    deadline = world.clock.now() + timedelta(hours=1)
+    in_time.end_time = deadline - timedelta(seconds=30)
+    restore(world, "r1", RequestStatus.SUCCEEDED, attempt_of(in_time), deadline=deadline.isoformat())
+    said = Alert.of(AlertKind.DEADLINE_MISSED, "missed", request_id="r1", details={"deadline": deadline.isoformat()})
+    alert = {**said.to_json(), "time": (deadline + timedelta(minutes=10)).isoformat()}
+    world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert).encode(), {})
+
+    [found] = promises.false_deadline_alarms(world)
+    assert "a job of it succeeded at" in found.detail
+    assert any("deadline_missed for r1" in v.detail for v in promises.alert_catalogue(world))
+    in_time.end_time = deadline + timedelta(seconds=1)  # done late: the alert was owed
+    assert promises.false_deadline_alarms(world) == []
+    early = {**alert, "time": (deadline - timedelta(seconds=1)).isoformat()}  # said before the deadline came
+    world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(early).encode(), {})
+    [found] = promises.false_deadline_alarms(world)
+    assert "raised at" in found.detail
+
+
 def test_a_burst_past_the_quota_without_its_alert_is_caught(world: World) -> None:
     line = int(2 * world.settings.quota_alert_after_seconds * world.settings.vertex_creates_per_minute / 60) + 2
     for i in range(line):

@@ -29,7 +29,7 @@ def ending_past_its_deadline(status: str = RequestStatus.RUNNING) -> RequestReco
 
 def said(record: RequestRecord) -> list[str]:
     effects = Effects()
-    alert_if_missed_while_ending(record, record.attempts[0], NOW, effects)
+    alert_if_missed_while_ending(record, record.attempts[0], NOW, effects, NOW)
     return [alert.kind for alert in effects.alerts]
 
 

@@ -122,6 +122,7 @@ def watch(record: RequestRecord, fleet: Any = None) -> tuple[Any, Effects]:
         review_seconds=300.0,
         refuses=lambda strategy: None,
         checkpoint_prior_seconds=0.0,
+        seen_at=NOW,
         fleet=fleet,
     )
     return decision, effects
