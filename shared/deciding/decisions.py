@@ -760,8 +760,8 @@ class EndedWait:
 
 def _wait_ended_by(attempt: Attempt, job: JobSnapshot, read_at: datetime) -> EndedWait | None:
     """The wait the record holds that this read ends (the job left its waiting states), before
-    the read is taken in: a record that never tracked it (a job
-    recorded by its adoption) waited from its create, if it never ran."""
+    the read is taken in: a record that never tracked it (a job recorded by its adoption) waited
+    from its create, if it never ran."""
     if attempt.state not in WAITING_STATES or job.state in WAITING_STATES:
         return None
     never_ran = not (job.start_time or attempt.started_at)
