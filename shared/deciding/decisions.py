@@ -309,6 +309,7 @@ def _decide(
     latest = record.latest
     owns_status = latest is not None and latest.n == attempt.n and not record.is_terminal
     was_ending = attempt.ending
+    ended_wait = _wait_ended_by(attempt, job, read_at)
     _track_state(record, attempt, job, owns_status, now, observation.read_at)
     if was_ending and not attempt.ending:
         _release_successor(record, attempt, job, now, effects)
@@ -316,6 +317,7 @@ def _decide(
         waiting = _conclude(record, attempt, job, owns_status, policy, now, effects, folder)
         return Decision(record, effects, waiting)
     if owns_status:
+        _flag_ended_wait(record, attempt, job, policy, now, effects, ended_wait)
         _flag_stuck(record, attempt, job, policy, now, effects, read_at)
         _watch_deadline(record, attempt, policy, now, effects, fleet, read_at_vertex=True, seen_at=read_at)
     return Decision(record, effects)
@@ -725,21 +727,94 @@ def _flag_stuck(
             return
         # The whole wait, not only its current state's: QUEUED 5 h then PENDING 5 h waited 10 h.
         stuck_for = (read_at - parse_iso(since)).total_seconds()
-        if attempt.strategy == FLEX_START and job.state in WAITING_STATES:
-            # FLEX_START waits for capacity by design, up to its maxWaitDuration (a day by default):
-            # stuck only once it waited that long and the usual threshold beyond.
-            threshold += max_wait_seconds(record.request.get("custom_job") or {})
+        if job.state in WAITING_STATES:
+            threshold = _wait_threshold(record, attempt, policy)
         marker = alert_marker(AlertKind.JOB_STUCK, attempt.n, "wait", since)  # once per wait
         message = (
             f"attempt {attempt.n} of {record.request_id} has waited {stuck_for:.0f} s since {since}, now {job.state}"
         )
     if stuck_for < threshold or not record.mark(marker):
         return
+    wait_began_at = None if attempt.ending else since
+    _alert_stuck(
+        record, attempt, job.state, now, effects, message, stuck_for, wait_began_at, after_cancel=attempt.ending
+    )
+
+
+def _wait_threshold(record: RequestRecord, attempt: Attempt, policy: DecisionPolicy) -> float:
+    if attempt.strategy == FLEX_START:
+        # FLEX_START waits for capacity by design, up to its maxWaitDuration (a day by default):
+        # stuck only once it waited that long and the usual threshold beyond.
+        return policy.stuck_after_seconds + max_wait_seconds(record.request.get("custom_job") or {})
+    return policy.stuck_after_seconds
+
+
+@dataclass(frozen=True)
+class EndedWait:
+    """A wait a read ended: from `began` until `ended`, last seen in `state` (QUEUED or PENDING)."""
+
+    began: str
+    ended: datetime
+    state: str
+
+
+def _wait_ended_by(attempt: Attempt, job: JobSnapshot, read_at: datetime) -> EndedWait | None:
+    """The wait the record holds that this read ends (the job left its waiting states), before
+    the read is taken in: a record that never tracked it (a job recorded by its adoption) waited
+    from its create, if it never ran."""
+    if attempt.state not in WAITING_STATES or job.state in WAITING_STATES:
+        return None
+    never_ran = not (job.start_time or attempt.started_at)
+    since = attempt.wait_began_at or (attempt.created_at if never_ran else None)
+    if not since:
+        return None
+    ended = parse_iso(job.update_time) if job.update_time else read_at
+    return EndedWait(since, min(ended, read_at), attempt.state)
+
+
+def _flag_ended_wait(
+    record: RequestRecord,
+    attempt: Attempt,
+    job: JobSnapshot,
+    policy: DecisionPolicy,
+    now: datetime,
+    effects: Effects,
+    wait: EndedWait | None,
+) -> None:
+    """A wait is judged at the read that ends it too: one no read saw while it lasted past the
+    threshold (seed 9505: a job indexed and never recorded, adopted 7 h after its create when its
+    first log line came, its request's pending cancel sent at once, first decided CANCELLING).
+    One alert per wait: a read during it that alerted holds its marker."""
+    if wait is None:
+        return
+    stuck_for = (wait.ended - parse_iso(wait.began)).total_seconds()
+    marker = alert_marker(AlertKind.JOB_STUCK, attempt.n, "wait", wait.began)
+    if stuck_for < _wait_threshold(record, attempt, policy) or not record.mark(marker):
+        return
+    message = (
+        f"attempt {attempt.n} of {record.request_id} waited {stuck_for:.0f} s since {wait.began} until it left "
+        f"{wait.state}, now {job.state}"
+    )
+    _alert_stuck(record, attempt, wait.state, now, effects, message, stuck_for, wait.began, after_cancel=False)
+
+
+def _alert_stuck(
+    record: RequestRecord,
+    attempt: Attempt,
+    state: str,
+    now: datetime,
+    effects: Effects,
+    message: str,
+    stuck_for: float,
+    wait_began_at: str | None,
+    *,
+    after_cancel: bool,
+) -> None:
     effects.lines.append(
         LogLine(
             "WARNING",
             message,
-            event_fields(record, attempt, "job_stuck", state=job.state, stuck_seconds=round(stuck_for)),
+            event_fields(record, attempt, "job_stuck", state=state, stuck_seconds=round(stuck_for)),
         )
     )
     effects.alerts.append(
@@ -749,12 +824,12 @@ def _flag_stuck(
             AlertKind.JOB_STUCK,
             now,
             message,
-            state=job.state,
+            state=state,
             stuck_seconds=round(stuck_for),
-            wait_began_at=None if attempt.ending else since,
+            wait_began_at=wait_began_at,
             # Stuck in a wait, or holding back the attempt after its cancel: two conditions, each
             # alerted once (its own marker), which may name the same state (seed 1618).
-            after_cancel=attempt.ending,
+            after_cancel=after_cancel,
         )
     )
 

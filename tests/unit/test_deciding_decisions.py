@@ -300,6 +300,32 @@ def test_a_job_whose_cancel_vertex_refuses_is_stuck_from_the_cancels_decision_at
     assert observe(decision.record, pending, policy=policy, now=NOW + timedelta(hours=1)).effects.alerts == []
 
 
+def test_a_wait_first_read_at_its_end_past_the_threshold_is_stuck() -> None:
+    """Seed 9505: a claim whose job was indexed and never recorded (its delivery died between the
+    two; the look-up by labels refused for good) is adopted 7 h later, when its first log line
+    comes, recorded PENDING, and its request's pending cancel sent at once. The first read a
+    decision takes in is CANCELLING: the wait it ended, from the create, lasted 7 h."""
+    policy = replace(POLICY, stuck_after_seconds=6 * HOUR)
+
+    def adopted_and_cancelled(waited: float) -> Decision:
+        created = NOW - timedelta(seconds=waited)
+        record = make_record(state=JobState.PENDING)
+        record.cancel = CancelIntent(by="ops@example.com", at=iso(created + timedelta(minutes=20)))
+        record.attempts[0].created_at = iso(created)
+        record.attempts[0].cancel_decided_at = record.attempts[0].cancel_sent_at = iso(NOW)
+        cancelling = JobSnapshot(JOB1, JobState.CANCELLING, None, create_time=iso(created), update_time=iso(NOW))
+        return observe(record, cancelling, policy=policy)
+
+    [alert] = adopted_and_cancelled(7 * HOUR).effects.alerts
+    assert (alert.kind, alert.details["wait_began_at"], alert.details["stuck_seconds"]) == (
+        "job_stuck",
+        iso(NOW - timedelta(hours=7)),
+        7 * HOUR,
+    )
+    assert (alert.details["state"], alert.details["after_cancel"]) == (JobState.PENDING, False)  # the wait's
+    assert adopted_and_cancelled(6 * HOUR - 1).effects.alerts == []
+
+
 def test_a_deadline_that_passes_while_a_hand_over_waits_for_its_cancelled_job_is_missed_once() -> None:
     """Seed 707: attempt 2, whose deadline watch would say it, cannot start before the job its
     hand-over cancelled ends; the observation of that job says it instead."""
