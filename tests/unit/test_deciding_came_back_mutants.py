@@ -53,3 +53,16 @@ def test_a_caller_that_does_not_say_the_job_came_back_keeps_its_wait() -> None:
     attempt = ran_then_queued_then_pending().attempts[0]
     track_wait(attempt, PENDING_AFTER_QUEUED, JobState.PENDING)
     assert attempt.wait_began_at == at(100)
+
+
+def test_a_run_no_read_saw_is_a_return_even_before_the_record_knows_the_job_started() -> None:
+    """The record holds a wait of a job never seen started; a read of that wait, updated since,
+    shows a start time: it ran and came back, so the state is new from that update, and a late
+    read of the run (updated before it) is stale news."""
+    record = make_record(state=None)
+    never_started = JobSnapshot(JOB1, JobState.PENDING, create_time=at(1), update_time=at(5))
+    record = observe(record, never_started, 8)
+    record = observe(record, snapshot(JobState.PENDING, 100), 110)
+    assert (record.attempts[0].state_changed_at, record.attempts[0].wait_began_at) == (at(100), at(100))
+    late_run = observe(record, snapshot(JobState.RUNNING, 10), 120)
+    assert late_run.attempts[0].state == JobState.PENDING
