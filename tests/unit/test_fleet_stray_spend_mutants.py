@@ -46,3 +46,26 @@ def test_a_stray_on_a_machine_the_table_does_not_price_names_that_machine() -> N
     unknown = [{"machineSpec": {"machineType": "zz-unpriced-1"}, "replicaCount": 1}]
     spend = attempts_spend({}, [], NOW, strays=[stray(unknown)])
     assert spend.usd is None and spend.unpriced == ("zz-unpriced-1 in us-central1",)
+
+
+def test_a_stray_read_at_its_start_instant_vouches_for_no_run() -> None:
+    at_start = stray(A100, started_at="2026-12-01T11:00:00.000Z")
+    spend = attempts_spend({}, [], NOW, strays=[at_start])
+    assert spend.usd == 0.0 and spend.run_seconds == 0.0
+
+
+def test_every_stray_is_on_the_bill_after_one_that_never_ran_or_cannot_be_priced() -> None:
+    spot, _ = hourly("a2-highgpu-1g", "us-central1") or (0.0, 0.0)
+    never_ran = stray([], started_at=None, attempt=None)
+    assert attempts_spend({}, [], NOW, strays=[never_ran, stray(A100)]).usd == pytest.approx(spot)
+    unpriced = [stray([{"machineSpec": {"machineType": f"zz-unpriced-{n}"}, "replicaCount": 1}]) for n in (1, 2)]
+    assert attempts_spend({}, [], NOW, strays=unpriced).unpriced == (
+        "zz-unpriced-1 in us-central1",
+        "zz-unpriced-2 in us-central1",
+    )
+
+
+def test_a_strays_second_is_on_the_bill() -> None:
+    spot, _ = hourly("a2-highgpu-1g", "us-central1") or (0.0, 0.0)
+    a_second = stray(A100, started_at="2026-12-01T10:59:59.000Z")
+    assert attempts_spend({}, [], NOW, strays=[a_second]).usd == pytest.approx(spot / 3600)
