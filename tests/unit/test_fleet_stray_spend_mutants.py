@@ -69,3 +69,11 @@ def test_a_strays_second_is_on_the_bill() -> None:
     spot, _ = hourly("a2-highgpu-1g", "us-central1") or (0.0, 0.0)
     a_second = stray(A100, started_at="2026-12-01T10:59:59.000Z")
     assert attempts_spend({}, [], NOW, strays=[a_second]).usd == pytest.approx(spot / 3600)
+
+
+def test_a_stray_on_demand_is_billed_at_the_on_demand_price() -> None:
+    _, on_demand = hourly("a2-highgpu-1g", "us-central1") or (0.0, 0.0)
+    standard = stray(A100)
+    standard.strategy = "STANDARD"
+    spend = attempts_spend({}, [], NOW, strays=[standard])
+    assert spend.usd == pytest.approx(on_demand) and spend.saving_usd == pytest.approx(0.0)
