@@ -1,0 +1,21 @@
+"""`decide_stray` at its edge (the twelfth mutation pass): a stray of a request whose cancel was
+asked raises no alert (the cancel asked it to stop), but Vertex billed what it ran: it is noted on
+the request's bill all the same, once."""
+
+from __future__ import annotations
+
+from shared.deciding.strays import decide_stray
+from shared.ledger.records import CancelIntent
+from shared.wiring import Ports
+from tests.unit.test_deciding_strays import NOW, OTHER, record, vertex_job
+from tests.unit.test_deciding_strays import ports as ports  # the fixture
+
+
+def test_a_stray_of_a_cancelled_request_is_on_its_bill_without_an_alert(ports: Ports) -> None:
+    stored = record()
+    stored.cancel = CancelIntent("someone@example.com", "2026-12-01T11:30:00Z", "no longer needed")
+    ports.ledger.restore(stored)
+    first = decide_stray(ports, stored, vertex_job(OTHER), NOW)
+    assert first.wrote and first.value is not None
+    assert [stray.job for stray in first.value.strays] == [OTHER] and first.value.pending_alerts == []
+    assert not decide_stray(ports, stored, vertex_job(OTHER), NOW).wrote  # the next sweep notes nothing again
