@@ -5,9 +5,10 @@ the request's bill all the same, once."""
 from __future__ import annotations
 
 from shared.deciding.strays import decide_stray
-from shared.ledger.records import CancelIntent
+from shared.ledger.records import Attempt, CancelIntent
 from shared.wiring import Ports
-from tests.unit.test_deciding_strays import NOW, OTHER, record, vertex_job
+from tests.unit.test_deciding_strays import NOW, OTHER, RECORDED, record, vertex_job
+from tests.unit.test_deciding_strays import THIRD as SECOND
 from tests.unit.test_deciding_strays import ports as ports  # the fixture
 
 
@@ -19,3 +20,14 @@ def test_a_stray_of_a_cancelled_request_is_on_its_bill_without_an_alert(ports: P
     assert first.wrote and first.value is not None
     assert [stray.job for stray in first.value.strays] == [OTHER] and first.value.pending_alerts == []
     assert not decide_stray(ports, stored, vertex_job(OTHER), NOW).wrote  # the next sweep notes nothing again
+
+
+def test_a_stray_labelled_for_an_earlier_attempt_is_alerted_on_that_attempt(ports: Ports) -> None:
+    first = Attempt(1, "us-central1", "SPOT", claimed_at="2026-12-01T10:00:00Z", job=RECORDED)
+    second = Attempt(2, "us-central1", "STANDARD", claimed_at="2026-12-01T11:00:00Z", job=SECOND)
+    stored = record(first, second)
+    ports.ledger.restore(stored)
+    swapped = decide_stray(ports, stored, vertex_job(OTHER, attempt="1"), NOW)
+    assert swapped.value is not None
+    [alert] = swapped.value.pending_alerts
+    assert (alert["attempt"], alert["job"]) == (1, RECORDED)
