@@ -4,6 +4,8 @@ the request's bill all the same, once."""
 
 from __future__ import annotations
 
+import pytest
+
 from shared.deciding.strays import decide_stray
 from shared.ledger.records import Attempt, CancelIntent
 from shared.wiring import Ports
@@ -22,12 +24,15 @@ def test_a_stray_of_a_cancelled_request_is_on_its_bill_without_an_alert(ports: P
     assert not decide_stray(ports, stored, vertex_job(OTHER), NOW).wrote  # the next sweep notes nothing again
 
 
-def test_a_stray_labelled_for_an_earlier_attempt_is_alerted_on_that_attempt(ports: Ports) -> None:
+@pytest.mark.parametrize(("label", "alerted_on"), [("1", (1, RECORDED)), (None, (2, SECOND))])
+def test_a_stray_is_alerted_on_the_attempt_it_names_else_on_the_latest(
+    ports: Ports, label: str | None, alerted_on: tuple[int, str]
+) -> None:
     first = Attempt(1, "us-central1", "SPOT", claimed_at="2026-12-01T10:00:00Z", job=RECORDED)
     second = Attempt(2, "us-central1", "STANDARD", claimed_at="2026-12-01T11:00:00Z", job=SECOND)
     stored = record(first, second)
     ports.ledger.restore(stored)
-    swapped = decide_stray(ports, stored, vertex_job(OTHER, attempt="1"), NOW)
+    swapped = decide_stray(ports, stored, vertex_job(OTHER, attempt=label), NOW)
     assert swapped.value is not None
     [alert] = swapped.value.pending_alerts
-    assert (alert["attempt"], alert["job"]) == (1, RECORDED)
+    assert (alert["attempt"], alert["job"]) == alerted_on
