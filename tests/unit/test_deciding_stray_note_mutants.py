@@ -36,3 +36,4 @@ def test_a_stray_is_alerted_on_the_attempt_it_names_else_on_the_latest(
     assert swapped.value is not None
     [alert] = swapped.value.pending_alerts
     assert (alert["attempt"], alert["job"]) == alerted_on
+    assert f"carries the labels of attempt {label or 0} of req-1" in alert["message"]  # as labelled: 0 for none
