@@ -4,14 +4,46 @@ the request's bill all the same, once."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
+from google.cloud.aiplatform_v1 import CustomJob
 
 from shared.deciding.strays import decide_stray
-from shared.ledger.records import Attempt, CancelIntent
+from shared.jobs import LABEL_ATTEMPT
+from shared.ledger.records import Attempt, CancelIntent, RequestRecord
+from shared.ledger.states import RequestStatus
+from shared.ledger.store import LedgerStore
 from shared.wiring import Ports
-from tests.unit.test_deciding_strays import NOW, OTHER, RECORDED, record, vertex_job
-from tests.unit.test_deciding_strays import THIRD as SECOND
-from tests.unit.test_deciding_strays import ports as ports  # the fixture
+from sim.gcs import MemoryStorage
+from tests.support.decisions import FakePublisher, make_settings
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+RECORDED = "projects/p/locations/us-central1/customJobs/111"
+OTHER = "projects/p/locations/us-central1/customJobs/222"
+SECOND = "projects/p/locations/us-central1/customJobs/333"
+RUNNING = 3  # google.cloud.aiplatform_v1.JobState.JOB_STATE_RUNNING
+
+
+def vertex_job(name: str, *, attempt: str | None = "1") -> CustomJob:
+    return CustomJob(name=name, state=RUNNING, labels={} if attempt is None else {LABEL_ATTEMPT: attempt})
+
+
+def record(*attempts: Attempt) -> RequestRecord:
+    first = Attempt(1, "us-central1", "SPOT", claimed_at="2026-12-01T11:00:00Z", job=RECORDED)
+    return RequestRecord(
+        "req-1",
+        {"request_id": "req-1", "custom_job": {"displayName": "train"}},
+        "gs://ckpt/requests/req-1/",
+        status=RequestStatus.RUNNING,
+        attempts=list(attempts) or [first],
+    )
+
+
+@pytest.fixture
+def ports() -> Ports:
+    bucket = MemoryStorage(clock=lambda: NOW).client().bucket("state")
+    return Ports(make_settings("state"), LedgerStore(bucket), FakePublisher, None, clock=lambda: NOW)  # type: ignore[arg-type]
 
 
 def test_a_stray_of_a_cancelled_request_is_on_its_bill_without_an_alert(ports: Ports) -> None:
