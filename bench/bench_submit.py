@@ -83,7 +83,9 @@ def jobs_of_run(stack: Any, run_label: str) -> list[Any]:
     from shared.adapters.vertex import find_jobs, parent_path
 
     parent = parent_path(stack.settings.project, stack.settings.location)
-    return find_jobs(stack.job_service(), parent, {"bench-run": run_label})
+    return find_jobs(
+        stack.job_service(), parent, {"bench-run": run_label}, timeout=stack.settings.vertex_call_timeout_seconds
+    )
 
 
 def load_figures(stack: Any, count: int) -> list[Figure]:

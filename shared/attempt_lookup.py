@@ -37,7 +37,14 @@ def find_claim_job(
     try:
         deployment = ports.settings.deployment_label
         return find_attempt_job(
-            client, parent, record.request_id, claim.n, deployment, since=record.created_at, kit_key=claim.kit_key
+            client,
+            parent,
+            record.request_id,
+            claim.n,
+            deployment,
+            since=record.created_at,
+            kit_key=claim.kit_key,
+            timeout=ports.settings.vertex_call_timeout_seconds,
         )
     except Exception as exc:
         if not is_retryable(exc):

@@ -124,7 +124,11 @@ def adopt_job(ports: Ports, request_id: str, n: int, location: str, job: CustomJ
         return Adoption(recorded.job, False, snapshot)
     if swapped.wrote and recorded is not None and recorded.cancel_pending:
         # Created by a submit in flight when the request's cancel landed: cancelled when found.
-        sender = replace(ports, cancel_job=ports.cancel_job or canceller(ports.job_service))
+        sender = replace(
+            ports,
+            cancel_job=ports.cancel_job
+            or canceller(ports.job_service, timeout=ports.settings.vertex_call_timeout_seconds),
+        )
         send_cancels(sender, swapped.value, log, ours=True, now=ports.clock())
     return Adoption(job.name, swapped.wrote, snapshot)
 
@@ -253,6 +257,7 @@ def sweep_strays(ports: Ports, locations: Iterable[str], log: Logger) -> list[st
                 ports.job_service(location),
                 parent_path(ports.settings.project, location),
                 ports.settings.deployment_label,
+                timeout=ports.settings.vertex_call_timeout_seconds,
             )
         except Exception as exc:  # noqa: BLE001 - the next pass lists again
             log.warning(
@@ -428,7 +433,9 @@ def _send_stray_cancel(ports: Ports, job: CustomJob, log: Logger) -> None:
     from google.api_core.exceptions import Forbidden
 
     try:
-        cancel_job(ports.job_service(job.name.split("/")[3]), job.name)
+        cancel_job(
+            ports.job_service(job.name.split("/")[3]), job.name, timeout=ports.settings.vertex_call_timeout_seconds
+        )
     except Forbidden as refused:
         _alert_refused_cancel(ports, job, refused, log)
         raise

@@ -82,7 +82,8 @@ def handle_job_event(
         )
         return EventOutcome.STALE
     wired = ports()
-    wired = replace(wired, cancel_job=canceller(wired.job_service))
+    timeout = wired.settings.vertex_call_timeout_seconds
+    wired = replace(wired, cancel_job=canceller(wired.job_service, timeout=timeout))
     index = wired.ledger.find_job(entry.job_id)
     if index is None and entry.kit is not None and _claim_pending(wired, entry.kit):
         # The job's own kit says whose it is, and that attempt is being created: kept for the
@@ -113,7 +114,7 @@ def handle_job_event(
         read_at = wired.clock()  # before the read: the job held the state it shows until then at least
         observation = Observation(
             attempt=index.attempt,
-            job=read_job(wired.job_service(index.location), index.job),
+            job=read_job(wired.job_service(index.location), index.job, timeout=timeout),
             signal=signal,
             preemption_evidence=entry.identity if counted else None,
             read_at=read_at,
@@ -163,7 +164,7 @@ def _finish_adoption(ports: Ports, record: RequestRecord | None, index: JobIndex
         return False  # not a claim in flight: an ended attempt's job is a stray (the sweep's)
     from shared.found_jobs import adopt_found_job  # rare: a cold instance need not load it
 
-    job = get_job(ports.job_service(index.location), index.job)
+    job = get_job(ports.job_service(index.location), index.job, timeout=ports.settings.vertex_call_timeout_seconds)
     if of_another_claim(job, record.created_at, attempt.kit_key):
         return False  # an index left by an earlier record of the id (a person deleted it): a stray
     adoption, _ = adopt_found_job(
@@ -180,7 +181,7 @@ def _cancel_if_stray(
     if record is None or attempt is None or attempt.job in (None, job_name):
         return
     read_at = ports.clock()
-    job = get_job(ports.job_service(location), job_name)
+    job = get_job(ports.job_service(location), job_name, timeout=ports.settings.vertex_call_timeout_seconds)
     if is_stray(record, job):
         from shared.found_jobs import cancel_stray  # rare: a cold instance need not load the sweep
 

@@ -121,7 +121,7 @@ def run_reconcile(ports: Ports, log: Logger, *, limit: int | None = None) -> Rec
 
 
 def _run_reconcile(ports: Ports, log: Logger, *, limit: int | None) -> ReconcileSummary:
-    ports = replace(ports, cancel_job=canceller(ports.job_service))
+    ports = replace(ports, cancel_job=canceller(ports.job_service, timeout=ports.settings.vertex_call_timeout_seconds))
     settings = ports.settings
     summary = ReconcileSummary()
     vertex_pass = VertexPass(ports, log)  # one listing per location; gets only where it cannot answer

@@ -120,7 +120,8 @@ class VertexPass:
         }
         try:
             jobs: dict[str, CustomJob] = {}
-            for page in _pages(client.list_custom_jobs(request=request)):
+            timeout = settings.vertex_call_timeout_seconds
+            for page in _pages(client.list_custom_jobs(request=request, timeout=timeout)):
                 self.budget.spend("list", force=True)
                 jobs.update((job.name, job) for job in page)
             return jobs
@@ -208,7 +209,9 @@ def read_attempt_job(ports: Ports, attempt: Attempt, log: Logger) -> JobSnapshot
 
     assert attempt.job is not None  # only an attempt that records its job is observed
     try:
-        return read_job(ports.job_service(attempt.location), attempt.job)
+        return read_job(
+            ports.job_service(attempt.location), attempt.job, timeout=ports.settings.vertex_call_timeout_seconds
+        )
     except NotFound as exc:
         log.warning(
             f"the job of attempt {attempt.n} is not found at Vertex AI; it is settled as ended",

@@ -166,7 +166,9 @@ def replayed_without_a_record(message: Message, envelope: dict[str, Any], log: L
     found: list[str] = []
     for location in envelope.get("locations") or [envelope["location"]]:
         parent = parent_path(ports.settings.project, location)
-        jobs = find_jobs(ports.job_service(location), parent, labels)
+        jobs = find_jobs(
+            ports.job_service(location), parent, labels, timeout=ports.settings.vertex_call_timeout_seconds
+        )
         found += [job.name for job in jobs if not (fresh and created_before(job, first_published))]
     if not found or ports.ledger.get(request_id) is not None:
         return False  # a concurrent delivery's claim, not a lost record: the claim settles it

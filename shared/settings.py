@@ -249,6 +249,18 @@ class Settings:
         return re.sub(r"[^a-z0-9_-]", "-", raw)[:63] or "default"
 
     @property
+    def vertex_call_timeout_seconds(self) -> float:
+        """The timeout of every Vertex call but the create (get, list and each page of it, cancel):
+        the create's. The client's own default is none (aiplatform_v1's JobService wraps each
+        method with `default_timeout=None` and no retry), so a reply that never comes would hold
+        the handler, and what it holds (a claim, reconcile's run lease, a delivery), until the
+        function's own timeout killed the instance. The create's bound already fits: half the
+        claim lease at most (a take-over's lookup then leaves its create its place), and half the
+        push deliveries' 60 s function timeout (Terraform's default), so the call's
+        DeadlineExceeded is handled, logged and answered before the instance is killed."""
+        return self.create_timeout_seconds
+
+    @property
     def create_deadline_seconds(self) -> float:
         """How long after its claim a delivery may still send the create: later, the create could
         still be in flight when the lease ends and a redelivery takes over and creates a second

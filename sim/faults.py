@@ -32,6 +32,11 @@ generators of their own), so a seed without it keeps every other draw it had.
   on, from a moment on, for good: the functions price with it (`World.deployed_prices`), so a
   budget's spend there is unknown and its watch must fail closed (`budget_unpriced`); the
   invariants price what Vertex ran with the table as shipped (`sim.budgets.shipped_price`);
+- `hangs` (a transient fault, drawn from a generator of its own): a Vertex call of a handler
+  that never answers (`HANG_CALL_RATE` of them, in the faulty phase): Vertex got it or it never
+  arrived, and the client raises DeadlineExceeded once the timeout the code passed ran out, the
+  clock moved on by it (`World._hang`); a call without a timeout waits until the function's own
+  timeout kills the instance (and `sim.hangs.vertex_calls_bounded` fails the seed);
 - `aftershocks` (a transient fault, drawn from a generator of its own): after a call the code
   cannot take back (`IRREVOCABLE`: a Vertex create or cancel, a GCS delete), a handler's next call
   (`next_call`) or its next publish (`next_publish`: an alert, a run's report) fails, once per
@@ -81,6 +86,9 @@ JOB_DUPLICATED_RATE = 0.25
 DUPLICATE_RUNS_SHARE = 0.5  # of re-runs that get their machines at once (a generator of their own)
 PRICE_ROW_DROPPED_RATE = 0.2  # of seeds with a budgeted request (a generator of its own)
 AFTERSHOCK_TARGETS = ("next_call", "next_publish")
+HANG_RATE = 0.3  # of seeds whose Vertex calls may hang (a generator of its own)
+HANG_CALL_RATE = 0.02  # of a hanging seed's Vertex calls in the faulty phase (a generator of its own)
+HANG_PERFORMED_SHARE = 0.5  # of hung calls that reached Vertex and were done (the reply lost)
 AFTERSHOCK_KINDS = ("crash_before", "unavailable", "lost")
 # How a document may be written in a shape the code does not expect.
 SHAPES = ("not_json", "truncated", "list", "field_null", "field_other_type", "future_version", "past_layout")
@@ -132,6 +140,7 @@ class PermanentFaults:
     changeovers: dict[str, Changeover] = field(default_factory=dict)
     two_file_stems: bool = False
     aftershock: str | None = None  # one of AFTERSHOCK_TARGETS
+    hangs: bool = False  # some Vertex calls never answer (`HANG_CALL_RATE`)
     price_row_dropped: tuple[str, str] | None = None  # (machine type, location) a redeployed price table lacks
 
 
@@ -173,6 +182,9 @@ def draw(seed: int, workload: Workload) -> PermanentFaults:
     if shocks.random() < AFTERSHOCK_RATE:
         plan.aftershock = shocks.choice(AFTERSHOCK_TARGETS)
         plan.kinds = kinds | {"aftershocks"}
+    if random.Random(f"{seed}:faults:hangs").random() < HANG_RATE:
+        plan.hangs = True
+        plan.kinds = plan.kinds | {"hangs"}
     if random.Random(f"{seed}:faults:duplicates").random() < JOB_DUPLICATED_RATE:
         plan.kinds = plan.kinds | {"job_duplicated"}
     prices = random.Random(f"{seed}:faults:prices")

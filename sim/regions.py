@@ -25,19 +25,21 @@ class RegionalClient:
         self.vertex = vertex
         self.location = location
 
-    def create_custom_job(self, *, parent: str, custom_job: Any, retry: Any = None, timeout: float = 0) -> Any:
+    def create_custom_job(
+        self, *, parent: str, custom_job: Any, retry: Any = None, timeout: float | None = None
+    ) -> Any:
         return self.vertex.create_custom_job(
             parent=parent, custom_job=custom_job, retry=retry, timeout=timeout, endpoint=self.location
         )
 
-    def get_custom_job(self, name: str = "", *, request: Any = None, **_: Any) -> Any:
-        return self.vertex.get_custom_job(name, request=request, endpoint=self.location)
+    def get_custom_job(self, name: str = "", *, request: Any = None, timeout: float | None = None) -> Any:
+        return self.vertex.get_custom_job(name, request=request, timeout=timeout, endpoint=self.location)
 
-    def list_custom_jobs(self, request: dict[str, Any] | None = None, **_: Any) -> list[Any]:
-        return self.vertex.list_custom_jobs(request, endpoint=self.location)
+    def list_custom_jobs(self, request: dict[str, Any] | None = None, *, timeout: float | None = None) -> list[Any]:
+        return self.vertex.list_custom_jobs(request, timeout=timeout, endpoint=self.location)
 
-    def cancel_custom_job(self, name: str = "", *, request: Any = None, **_: Any) -> None:
-        self.vertex.cancel_custom_job(name, request=request, endpoint=self.location)
+    def cancel_custom_job(self, name: str = "", *, request: Any = None, timeout: float | None = None) -> None:
+        self.vertex.cancel_custom_job(name, request=request, timeout=timeout, endpoint=self.location)
 
 
 def wrong_endpoint(field: str, endpoint_location: str) -> Exception:

@@ -261,6 +261,9 @@ class SimVertex:
         self._regional: dict[str, RegionalClient] = {}
         # Calls sent through another location's endpoint: (when, caller, operation, resource, endpoint).
         self.misaddressed: list[tuple[datetime, str, str, str, str]] = []
+        # The timeout each call was sent with, counted by (caller, operation, timeout): what
+        # `sim.hangs.vertex_calls_bounded` judges (the client itself sets none).
+        self.call_timeouts: collections.Counter[tuple[str, str, float | None]] = collections.Counter()
 
     def __call__(self, location: str) -> RegionalClient:
         from sim.regions import RegionalClient
@@ -279,6 +282,11 @@ class SimVertex:
 
         self.misaddressed.append((self.clock(), self.caller(), operation, resource, endpoint))
         raise wrong_endpoint(field, endpoint)
+
+    def _call(self, operation: str, perform: Callable[[], Any], timeout: float | None) -> Any:
+        """One call through the world's `io`, which a hang keeps waiting for `timeout` seconds."""
+        self.call_timeouts[(self.caller(), operation, timeout)] += 1
+        return self.io("vertex", operation, perform, timeout=timeout)
 
     # The quotas.
 
@@ -334,7 +342,13 @@ class SimVertex:
     # The JobService methods spotjobs calls.
 
     def create_custom_job(
-        self, *, parent: str, custom_job: Any, retry: Any = None, timeout: float = 0, endpoint: str | None = None
+        self,
+        *,
+        parent: str,
+        custom_job: Any,
+        retry: Any = None,
+        timeout: float | None = None,
+        endpoint: str | None = None,
     ) -> Any:
         location = parent.split("/locations/")[1]
         request = to_job_json(custom_job)
@@ -371,9 +385,11 @@ class SimVertex:
             finally:
                 self.created.append(Create(self.clock(), location, request, accepted, quota_refused))
 
-        return self.io("vertex", "create", perform)
+        return self._call("create", perform, timeout)
 
-    def get_custom_job(self, name: str = "", *, request: Any = None, endpoint: str | None = None, **_: Any) -> Any:
+    def get_custom_job(
+        self, name: str = "", *, request: Any = None, timeout: float | None = None, endpoint: str | None = None
+    ) -> Any:
         name = name or (request or {}).get("name", "")
         location = _location(name)
 
@@ -385,7 +401,7 @@ class SimVertex:
             self._note_asked(location)
             return self._answer(self._known_job(name))
 
-        return self.io("vertex", "get", perform)
+        return self._call("get", perform, timeout)
 
     def _answer(self, job: SimJob) -> Any:
         """`job.to_proto()`, a CustomJob of its own for each answer: built once per version of
@@ -402,7 +418,7 @@ class SimVertex:
         return CustomJob.wrap(answer)
 
     def list_custom_jobs(
-        self, request: dict[str, Any] | None = None, *, endpoint: str | None = None, **_: Any
+        self, request: dict[str, Any] | None = None, *, timeout: float | None = None, endpoint: str | None = None
     ) -> list[Any]:
         request = request or {}
         parent = request["parent"]
@@ -435,9 +451,11 @@ class SimVertex:
                 and not job.deleted
             ]
 
-        return self.io("vertex", "list", perform)
+        return self._call("list", perform, timeout)
 
-    def cancel_custom_job(self, name: str = "", *, request: Any = None, endpoint: str | None = None, **_: Any) -> None:
+    def cancel_custom_job(
+        self, name: str = "", *, request: Any = None, timeout: float | None = None, endpoint: str | None = None
+    ) -> None:
         name = name or (request or {}).get("name", "")
 
         def perform() -> None:
@@ -451,7 +469,7 @@ class SimVertex:
             self._cancel(job)
             self.cancels.append((self.clock(), name, self.caller()))
 
-        self.io("vertex", "cancel", perform)
+        self._call("cancel", perform, timeout)
 
     def _cancel(self, job: SimJob) -> None:
         if job.state != "JOB_STATE_CANCELLING":

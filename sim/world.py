@@ -211,6 +211,7 @@ class World:
         self.rng = random.Random(self.seed)
         self._fault_rng = random.Random(self.seed * 7919 + 1)
         self._aftershock_rng = random.Random(f"{self.seed}:aftershocks:kinds")
+        self._hang_rng = random.Random(f"{self.seed}:hangs:calls")  # which Vertex calls hang (`_draw_hang`)
         self._shaken: set[str] = set()  # messages an aftershock hit
         self.workload = with_max_runtimes(
             with_crud_budget(with_locations(with_cancels(generate(random.Random(self.seed * 104729 + 2)))))
@@ -331,7 +332,9 @@ class World:
 
     # The io hook every stand-in calls.
 
-    def io(self, service: str, operation: str, perform: Callable[[], Any]) -> Any:
+    def io(self, service: str, operation: str, perform: Callable[[], Any], *, timeout: float | None = None) -> Any:
+        """One I/O call of a stand-in: the scheduler's turn, then the call or its fault. `timeout`:
+        the one the code passed (Vertex's calls), which a hang waits out."""
         task = self._current
         if operation not in READS:
             self.changes += 1
@@ -345,7 +348,11 @@ class World:
             if self.copy_calls_left == 0:
                 self.note("fault: the resubmit command dies at this copy call")
                 raise SimCrash("the command died while copying")
-        fault = self._draw_aftershock(task, service, operation) or self._draw_fault(task, service, operation)
+        fault = (
+            self._draw_aftershock(task, service, operation)
+            or self._draw_fault(task, service, operation)
+            or self._draw_hang(task, service, operation)
+        )
         if fault is None:
             result = perform()
             if task is not None and (service, operation) in permanent.IRREVOCABLE and self.permanent.aftershock:
@@ -353,6 +360,8 @@ class World:
             return result
         if fault.kind == "crash_before":
             self._crash(fault)
+        if fault.kind == "hang":
+            self._hang(fault, perform, timeout)
         if fault.kind == "unavailable":
             raise api.ServiceUnavailable(f"injected 503 on {fault.where}")
         if fault.kind == "too_many_requests":
@@ -395,6 +404,27 @@ class World:
         if service == "vertex" and operation != "create":
             kinds.append("too_many_requests")
         return self._fault(task, self._fault_rng.choice(kinds), service, operation)
+
+    def _draw_hang(self, task: Task | None, service: str, operation: str) -> Fault | None:
+        """A Vertex call that never answers (`sim.faults` `hangs`): in a hanging seed's faulty
+        phase, from a generator of its own (every other draw of the seed stays)."""
+        if service != "vertex" or not self.permanent.hangs or task is None or not task.faulty:
+            return None
+        if self.phase != "faults" or self.no_faults or self._hang_rng.random() >= permanent.HANG_CALL_RATE:
+            return None
+        return self._fault(task, "hang", service, operation)
+
+    def _hang(self, fault: Fault, perform: Callable[[], Any], timeout: float | None) -> None:
+        """No reply: the call reached Vertex and was done, or never arrived; the client waits out
+        the timeout the code passed (others run, the clock moves on by it) and raises
+        DeadlineExceeded. Without a timeout it waits until the function's own timeout kills the
+        instance (`sim.hangs.vertex_calls_bounded` fails the seed for the call)."""
+        if self._hang_rng.random() < permanent.HANG_PERFORMED_SHARE:
+            perform()  # an error Vertex answers with is a reply: it comes back as it is
+        if timeout is None or timeout <= 0:
+            self._crash(fault)
+        self._sleep(timeout)
+        raise api.DeadlineExceeded(f"no reply to {fault.where} within its {timeout:g} s timeout")
 
     def _fault(self, task: Task, kind: str, service: str, operation: str) -> Fault | None:
         self._fault_count += 1

@@ -97,7 +97,9 @@ class Observer:
 
         settings = self._stack.settings
         parent = parent_path(settings.project, settings.location)
-        return len(find_jobs(self._jobs, parent, {LABEL_REQUEST_ID: request_id}))
+        return len(
+            find_jobs(self._jobs, parent, {LABEL_REQUEST_ID: request_id}, timeout=settings.vertex_call_timeout_seconds)
+        )
 
     def _trace(self, scenario: Scenario, duplicates: Mapping[str, int]) -> RequestTrace:
         alerts = self._alerts.alerts

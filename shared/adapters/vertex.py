@@ -5,7 +5,12 @@ list). What a job is as plain data (its states, the snapshot decisions read, the
 environment names) is `shared.jobs`, which the pure layers import instead of this module. `google.cloud.aiplatform_v1` is imported inside the functions that need it:
 importing this module is free, so a function pays for the Vertex library only when it calls Vertex.
 
-Clients are passed in (`shared.adapters.clients.job_service(location)` builds them). Every job spotjobs
+Clients are passed in (`shared.adapters.clients.job_service(location)` builds them), and every call
+names its timeout (`Settings.vertex_call_timeout_seconds`, the create's own): the JobService client
+wraps every method with `default_timeout=None` and no retry
+(https://github.com/googleapis/python-aiplatform/blob/main/google/cloud/aiplatform_v1/services/job_service/transports/base.py),
+so without one a reply that never comes is waited for until the function is killed; a list's pager
+fetches each further page with the first call's `timeout` (its `pagers.py`). Every job spotjobs
 creates carries two labels, `spotjobs-request-id` and `spotjobs-attempt`: Vertex has no idempotency
 key for create, so these labels are how a job whose create response was lost is found again.
 """
@@ -184,40 +189,41 @@ def create_custom_job(
     return client.create_custom_job(parent=parent, custom_job=job, retry=None, timeout=timeout)
 
 
-def cancel_job(client: JobServiceClient, name: str) -> None:
+def cancel_job(client: JobServiceClient, name: str, *, timeout: float) -> None:
     """Ask Vertex to cancel a job (asynchronous: it goes CANCELLING, then CANCELLED)."""
-    client.cancel_custom_job(name=name)
+    client.cancel_custom_job(name=name, timeout=timeout)
 
 
-def canceller(job_service: Callable[[str], JobServiceClient]) -> Callable[[str, str], None]:
+def canceller(job_service: Callable[[str], JobServiceClient], *, timeout: float) -> Callable[[str, str], None]:
     """(location, job name) -> cancel it: what `Ports.cancel_job` holds in the shells that cancel."""
-    return lambda location, name: cancel_job(job_service(location), name)
+    return lambda location, name: cancel_job(job_service(location), name, timeout=timeout)
 
 
-def get_job(client: JobServiceClient, name: str) -> CustomJob:
+def get_job(client: JobServiceClient, name: str, *, timeout: float) -> CustomJob:
     """The job as Vertex sees it now: the source of truth for its state and error."""
-    return client.get_custom_job(name=name)
+    return client.get_custom_job(name=name, timeout=timeout)
 
 
-def read_job(client: JobServiceClient, name: str) -> JobSnapshot:
+def read_job(client: JobServiceClient, name: str, *, timeout: float) -> JobSnapshot:
     """`get_job`, reduced to what a decision reads."""
-    return JobSnapshot.of(get_job(client, name))
+    return JobSnapshot.of(get_job(client, name, timeout=timeout))
 
 
-def find_jobs(client: JobServiceClient, parent: str, labels: Mapping[str, str]) -> list[CustomJob]:
+def find_jobs(client: JobServiceClient, parent: str, labels: Mapping[str, str], *, timeout: float) -> list[CustomJob]:
     """Every job under `parent` carrying all of `labels`, oldest first."""
-    pager = client.list_custom_jobs(request={"parent": parent, "filter": label_filter(labels)})
+    pager = client.list_custom_jobs(request={"parent": parent, "filter": label_filter(labels)}, timeout=timeout)
     jobs = list(pager)
     return sorted(jobs, key=lambda job: (create_seconds(job), job.name))
 
 
-def list_unfinished_jobs(client: JobServiceClient, parent: str, deployment: str) -> list[CustomJob]:
+def list_unfinished_jobs(client: JobServiceClient, parent: str, deployment: str, *, timeout: float) -> list[CustomJob]:
     """Every job under `parent` of this deployment, labelled with a request, that has not ended.
 
     The filter is the one `customJobs.list` documents (`labels.key=value`, `labels.key:*`, `state`
     with `!=`): https://cloud.google.com/vertex-ai/docs/reference/rest/v1/projects.locations.customJobs/list
     """
-    return list(client.list_custom_jobs(request={"parent": parent, "filter": unfinished_jobs_filter(deployment)}))
+    request = {"parent": parent, "filter": unfinished_jobs_filter(deployment)}
+    return list(client.list_custom_jobs(request=request, timeout=timeout))
 
 
 def unfinished_jobs_filter(deployment: str) -> str:
@@ -235,6 +241,7 @@ def find_attempt_job(
     *,
     since: str,
     kit_key: str | None = None,
+    timeout: float,
 ) -> CustomJob | None:
     """The job created for attempt `attempt` of `request_id`, if any (the oldest, should there be two).
 
@@ -245,7 +252,7 @@ def find_attempt_job(
     one carrying a kit key other than the attempt's (`kit_key`): that record's create was out when
     it was deleted, and Vertex accepted it after this record was written.
     """
-    jobs = find_jobs(client, parent, attempt_labels(request_id, attempt, deployment))
+    jobs = find_jobs(client, parent, attempt_labels(request_id, attempt, deployment), timeout=timeout)
     return next((job for job in jobs if not of_another_claim(job, since, kit_key)), None)
 
 

@@ -16,6 +16,9 @@ The lock is a lease object in the state bucket, `maintenance/<task>-run.json`:
 - holding an expiry: a run that died without releasing (instance killed, timeout) leaves a lease
   that the first tick after its expiry takes over, with an overwrite matched on the generation it
   read (exactly one taker wins);
+- left behind by no error: a write whose reply was lost past the client's retries may have landed,
+  so a run whose acquire raises reads the lease back and deletes it if it names this run's
+  holder (the error then goes on: its redelivery, or the next tick, finds the lease free);
 - released by deleting it, matched on the generation this run wrote (a run that outlived its
   lease never deletes its successor's), with no read first (but on the emulator, which ignores
   the match on a delete).
@@ -27,6 +30,7 @@ is at most the ticks within one lease.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -132,7 +136,25 @@ class RunLock:
         return self._document()
 
     def acquire(self) -> bool:
-        """Take the lease; False if another run holds an unexpired one (`self.current` says which)."""
+        """Take the lease; False if another run holds an unexpired one (`self.current` says which).
+        An error is raised as it came, after deleting the lease if one of our writes left it."""
+        try:
+            return self._acquire()
+        except Exception:
+            self._release_if_ours()
+            raise
+
+    def _release_if_ours(self) -> None:
+        """Delete the lease if it names this run's holder: a create or take-over whose reply was
+        lost landed, and nobody else would release it before its expiry. Only a lease naming our
+        holder is touched, at the generation read; what cannot be read or deleted expires."""
+        with contextlib.suppress(Exception):
+            lease, generation = self._read()
+            if lease is not None and lease.get("holder") == self.holder:
+                self.generation = generation
+                self.release()
+
+    def _acquire(self) -> bool:
         if self._write(None, self._document(), 0):  # none there: one create, no look first
             self.current = {}
             return True

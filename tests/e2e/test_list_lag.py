@@ -45,7 +45,12 @@ def test_a_lost_create_response_with_a_lagging_list_still_yields_one_job(lagging
     parent = parent_path(stack.settings.project, stack.settings.location)
 
     def jobs() -> list[Any]:
-        return find_jobs(stack.job_service(), parent, {LABEL_REQUEST_ID: request_id})
+        return find_jobs(
+            stack.job_service(),
+            parent,
+            {LABEL_REQUEST_ID: request_id},
+            timeout=stack.settings.vertex_call_timeout_seconds,
+        )
 
     try:
         stack.publish(

@@ -73,9 +73,9 @@ class RateLimitedJobService(FakeJobService):
         self.refused = 0
         self.list_filters: list[str] = []
 
-    def list_custom_jobs(self, request: dict[str, str]) -> Iterator[CustomJob]:
+    def list_custom_jobs(self, request: dict[str, str], **kwargs: Any) -> Iterator[CustomJob]:
         self.list_filters.append(request.get("filter", ""))
-        return super().list_custom_jobs(request)
+        return super().list_custom_jobs(request, **kwargs)
 
     def create_custom_job(self, *, parent: str, custom_job: CustomJob, retry: Any, timeout: float) -> CustomJob:
         if not self.window.try_acquire(parent):

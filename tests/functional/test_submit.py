@@ -1081,7 +1081,7 @@ def test_a_job_the_ledger_does_not_record_is_cancelled_so_it_cannot_run_unmanage
 def test_a_failed_cancel_of_an_unrecorded_job_is_logged_not_raised(harness: Harness) -> None:
     harness.vertex = RacingJobService(harness.ledger)
 
-    def refuse(*, name: str) -> None:
+    def refuse(*, name: str, timeout: float) -> None:
         raise api.ServiceUnavailable("down")
 
     harness.vertex.cancel_custom_job = refuse  # type: ignore[method-assign]

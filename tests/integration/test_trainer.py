@@ -298,7 +298,7 @@ def test_a_spot_job_preempted_twice_resumes_from_its_checkpoint_each_time(stack:
     )
 
     def finished() -> str | None:
-        state = state_name(get_job(client, job.name).state)
+        state = state_name(get_job(client, job.name, timeout=30.0).state)
         return state if state in ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED") else None
 
     assert stack.wait_for(finished, timeout=90, message="the trainer job to end") == "JOB_STATE_SUCCEEDED"

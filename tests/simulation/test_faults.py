@@ -386,3 +386,65 @@ def test_a_console_re_run_either_waits_for_good_or_runs_from_its_create_writing_
         states.add(copy.state)
     assert states == {"JOB_STATE_QUEUED", "JOB_STATE_RUNNING"}
     assert not world.storage.objects(world.settings.checkpoint_bucket)  # no trainer ran in either
+
+
+def hanging_world(seed_range: range = range(40)) -> World:
+    seed = next(s for s in seed_range if World(s).permanent.hangs)
+    world = World(seed, interleave=False)  # a task's wait moves the clock at once
+    world._current = Task("reconcile", lambda: None, faulty=True)  # noqa: SLF001 - a call of a handler
+    world._hang_rng.random = lambda: 1.0  # type: ignore[method-assign] # noqa: SLF001 - never drawn, so never done
+    return world
+
+
+def test_some_seeds_hang_vertex_calls_and_others_do_not() -> None:
+    drawn = [World(seed).permanent for seed in range(40)]
+    assert any(p.hangs and "hangs" in p.kinds for p in drawn)
+    assert any(not p.hangs for p in drawn)
+    assert not World(next(s for s in range(40) if drawn[s].hangs), no_faults=True).permanent.hangs
+
+
+def test_a_hung_vertex_call_raises_deadline_exceeded_once_the_timeout_the_code_passed_ran_out() -> None:
+    world = hanging_world()
+    world._hang_rng.random = lambda: 0.0  # type: ignore[method-assign] # noqa: SLF001 - it hangs, and was done
+    done: list[str] = []
+    before = world.clock.now()
+
+    with pytest.raises(api.DeadlineExceeded):
+        world.io("vertex", "get", lambda: done.append("get"), timeout=12.5)
+
+    assert world.clock.now() - before == timedelta(seconds=12.5)
+    assert done == ["get"]  # Vertex did it; only its reply never came
+    assert [(f.kind, f.where) for f in world.faults] == [("hang", "vertex.get")]
+
+
+def test_a_hung_call_that_never_reached_vertex_did_nothing() -> None:
+    world = hanging_world()
+    draws = iter((0.0, 1.0))  # it hangs; it was not done
+    world._hang_rng.random = lambda: next(draws)  # type: ignore[method-assign] # noqa: SLF001
+    done: list[str] = []
+
+    with pytest.raises(api.DeadlineExceeded):
+        world.io("vertex", "cancel", lambda: done.append("cancel"), timeout=5.0)
+
+    assert done == []
+
+
+def test_a_hung_call_without_a_timeout_holds_its_instance_until_the_function_is_killed() -> None:
+    from sim.world import SimCrash
+
+    world = hanging_world()
+    world._hang_rng.random = lambda: 0.0  # type: ignore[method-assign] # noqa: SLF001
+
+    with pytest.raises(SimCrash):
+        world.io("vertex", "list", lambda: [], timeout=None)
+
+    assert world._current.crashed  # noqa: SLF001
+
+
+def test_only_vertex_calls_of_a_faulty_handler_in_the_faulty_phase_hang() -> None:
+    world = hanging_world()
+    world._hang_rng.random = lambda: 0.0  # type: ignore[method-assign] # noqa: SLF001
+    assert world.io("gcs", "read", lambda: "read", timeout=None) == "read"
+    world.phase = "quiet"
+    assert world.io("vertex", "get", lambda: "got", timeout=5.0) == "got"
+    assert world.faults == []

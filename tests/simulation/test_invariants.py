@@ -856,3 +856,22 @@ def test_two_live_flex_start_jobs_for_one_request_are_caught(world: World) -> No
 
 def test_the_flex_start_invariants_are_checked_once_quiet() -> None:
     assert {flex.flex_start_never_preempted, flex.flex_waits_decided} <= set(invariants.QUIESCENCE)
+
+
+def test_a_vertex_call_without_a_timeout_or_past_its_bound_is_caught(world: World) -> None:
+    from sim import hangs
+
+    bound = hangs.timeout_bound(world)
+    world.vertex.call_timeouts[("reconcile", "get", bound)] += 1
+    world.vertex.call_timeouts[("world", "list", None)] += 1  # a test's or the world's own call
+    assert hangs.vertex_calls_bounded(world) == []
+
+    world.vertex.call_timeouts[("reconcile", "list", None)] += 3
+    world.vertex.call_timeouts[("submit_job", "create", bound + 0.5)] += 1
+    world.vertex.call_timeouts[("on_job_event", "cancel", 0.0)] += 1
+
+    found = hangs.vertex_calls_bounded(world)
+    assert {v.invariant for v in found} == {"vertex_calls_bounded"}
+    assert sorted(v.detail.split(" sent ")[0] for v in found) == ["on_job_event", "reconcile", "submit_job"]
+    assert any("3 list call(s) with timeout=None" in v.detail for v in found)
+    assert hangs.vertex_calls_bounded in invariants.QUIESCENCE

@@ -466,11 +466,11 @@ def test_a_refused_replay_check_owes_no_lookup_failed_but_a_refused_claim_lookup
     deployment = world.settings.deployment_label
     parent = parent_path(world.settings.project, "us-central1")
     with pytest.raises(api.PermissionDenied):
-        find_jobs(world.vertex, parent, request_labels("r1", deployment))
+        find_jobs(world.vertex, parent, request_labels("r1", deployment), timeout=30.0)
     assert catalogue(world, AlertKind.LOOKUP_FAILED) == []
 
     with pytest.raises(api.PermissionDenied):
-        find_attempt_job(world.vertex, parent, "r1", 1, deployment, since="2026-03-02T08:00:00Z")
+        find_attempt_job(world.vertex, parent, "r1", 1, deployment, since="2026-03-02T08:00:00Z", timeout=30.0)
     assert catalogue(world, AlertKind.LOOKUP_FAILED) == [
         "no lookup_failed alert for r1: Vertex answered 403 to submit_job's list in us-central1"
     ]

@@ -23,7 +23,7 @@ def jobs_of(stack: Any, request_id: str, attempt: int | None = None) -> list[Any
         else {LABEL_REQUEST_ID: request_id}
     )
     parent = parent_path(stack.settings.project, stack.settings.location)
-    return find_jobs(stack.job_service(), parent, labels)
+    return find_jobs(stack.job_service(), parent, labels, timeout=stack.settings.vertex_call_timeout_seconds)
 
 
 def decisions(stack: Any, request_id: str, *events: str) -> list[dict[str, Any]]:

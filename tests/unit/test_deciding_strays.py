@@ -134,7 +134,7 @@ def test_a_strays_cancel_publishes_its_own_alert_not_one_another_delivery_is_pub
     publisher, cancelled = FakePublisher(), []
 
     class JobService:
-        def cancel_custom_job(self, name: str) -> None:
+        def cancel_custom_job(self, name: str, timeout: float) -> None:
             cancelled.append(name)
 
     bucket = MemoryStorage(clock=lambda: NOW).client().bucket("state")
@@ -203,7 +203,7 @@ def test_a_strays_run_that_a_read_vouched_for_is_on_its_requests_bill_named_as_a
     from spotjobs.reporting.bill import bill, render_bill
 
     class JobService:
-        def cancel_custom_job(self, name: str) -> None:
+        def cancel_custom_job(self, name: str, timeout: float) -> None:
             pass
 
     bucket = MemoryStorage(clock=lambda: NOW).client().bucket("state")

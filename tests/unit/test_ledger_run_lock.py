@@ -138,6 +138,50 @@ def test_a_create_that_landed_though_its_retry_was_refused_is_ours_and_released(
     assert RunLock(bucket, TASK, clock=clock).acquire()  # the next tick runs
 
 
+def test_a_create_whose_reply_was_lost_for_good_leaves_no_lease_behind_the_error(
+    bucket: Any, clock: Clock, monkeypatch
+) -> None:
+    """The create landed, and its reply was lost past the client's retries (the error it raises is
+    the run's): the lease names this run's holder, which nobody will release. Read back and
+    deleted before the error goes on, it does not turn the run's redelivery and every tick away
+    for 660 s."""
+    from google.api_core.exceptions import ServiceUnavailable
+
+    from sim.gcs import Blob
+
+    upload = Blob.upload_from_string
+
+    def landed_then_lost(blob: Any, *args: Any, if_generation_match: int | None = None, **kwargs: Any) -> None:
+        upload(blob, *args, if_generation_match=if_generation_match, **kwargs)
+        if if_generation_match == 0:
+            raise ServiceUnavailable("the reply of a create that landed was lost")
+
+    monkeypatch.setattr(Blob, "upload_from_string", landed_then_lost)
+    lock = RunLock(bucket, TASK, clock=clock)
+    with pytest.raises(ServiceUnavailable):
+        lock.acquire()
+    assert bucket.get_blob(LEASE) is None
+    monkeypatch.setattr(Blob, "upload_from_string", upload)
+    assert RunLock(bucket, TASK, clock=clock).acquire()  # the redelivery runs
+
+
+def test_a_create_that_failed_leaves_another_runs_lease_as_it_was(bucket: Any, clock: Clock, monkeypatch) -> None:
+    from google.api_core.exceptions import ServiceUnavailable
+
+    from sim.gcs import Blob
+
+    other = RunLock(bucket, TASK, clock=clock)
+    assert other.acquire()
+
+    def refused(blob: Any, *args: Any, **kwargs: Any) -> None:
+        raise ServiceUnavailable("503 before anything was written")
+
+    monkeypatch.setattr(Blob, "upload_from_string", refused)
+    with pytest.raises(ServiceUnavailable):
+        RunLock(bucket, TASK, clock=clock).acquire()
+    assert lease_in(bucket)["holder"] == other.holder
+
+
 def test_an_expired_lease_taken_over_by_another_between_our_look_and_our_take_is_theirs(
     bucket: Any, clock: Clock
 ) -> None:

@@ -20,7 +20,7 @@ def _job_created(vertex: FakeVertex, before_the_record: timedelta) -> str:
 
 
 def _found(vertex: FakeVertex, since: str) -> str | None:
-    job = find_attempt_job(vertex, PARENT, "req-1", 1, DEPLOYMENT, since=since)
+    job = find_attempt_job(vertex, PARENT, "req-1", 1, DEPLOYMENT, since=since, timeout=30.0)
     return job.name if job is not None else None
 
 
@@ -76,5 +76,7 @@ def _keyed_job_created(vertex: FakeVertex, before_the_record: timedelta, kit_key
 
 
 def _found_with_key(vertex: FakeVertex, kit_key: str) -> str | None:
-    job = find_attempt_job(vertex, PARENT, "req-1", 1, DEPLOYMENT, since=RECORD_WRITTEN.isoformat(), kit_key=kit_key)
+    job = find_attempt_job(
+        vertex, PARENT, "req-1", 1, DEPLOYMENT, since=RECORD_WRITTEN.isoformat(), kit_key=kit_key, timeout=30.0
+    )
     return job.name if job is not None else None
