@@ -10,14 +10,22 @@ says no. Capacity comes and goes, so older evidence counts less: weight 1/2 per
 prior of weight `PRIOR_WEIGHT`; `sure` is the evidence's total weight, and below `MIN_SURE` the
 answer to "capacity now?" is unknown (None), which the deadline rule treats as Uniform Progress.
 
-The mean Spot lifetime is one VM's: the time on Spot in VM-seconds (a job of R replicas runs R
-VMs, each one Spot can reclaim) over the VMs reclaimed (the maximum-likelihood mean of an
-exponential lifetime with runs still going counted as censored); with no preemption seen it is a
-lower bound (`lifetime_censored`). A job of R replicas is reclaimed R times as often
-(`per_job_lifetime`). The share of the time with capacity is the jobs' time, whatever their
-replicas. An attempt compacted a day after it closed (an
+The mean Spot lifetime is one VM's: the time the VMs ran on Spot in VM-seconds (a job of R
+replicas runs R VMs, each one Spot can reclaim) over the VMs reclaimed (the maximum-likelihood mean
+of an exponential lifetime with runs still going counted as censored); with no preemption seen it
+is a lower bound (`lifetime_censored`). A wait for a machine that a restart the fleet saw ended is
+no time run, for any VM of the job; a wait no restart answered stays counted, since a trainer
+without the kit tells no restart and its job may have run through it (`RestartWaits`). A job of R
+replicas is reclaimed R times as often (`per_job_lifetime`). The share of the time with capacity
+is the jobs' time, whatever their replicas. An attempt compacted a day after it closed (an
 `attempt` fact: `summarize`, shared/fleet/store.py) adds its sums, its wait and its changeover,
-and no evidence: by then its evidence weighed nothing.
+and no evidence: by then its evidence weighed nothing; one compacted before its answered waits
+were kept apart counts its whole time on Spot as run (`AttemptSummary.vm_seconds_ran`).
+
+An attempt whose end the fleet never heard of (its `run` fact lost: the facts are advisory) is
+open only until its job must have ended, `longest_job_seconds` after its start (the deployment's
+longest `scheduling.timeout`, a continuation being another attempt): its time on Spot and its
+restart wait stop there, and it says nothing of capacity now.
 
 `CapacityEstimate.outlook` is what a deadline request's claim keeps of it in the attempt
 (`Attempt.spot_outlook`) for the deadline rule: the share of the time with capacity and the mean
@@ -175,8 +183,8 @@ def estimate(
         running_since = started.at if started is not None and Kind.RUN not in kinds else None
         # An attempt whose end the fleet never heard of (a lost write) ended by its job's timeout.
         until = now if running_since is None else min(now, running_since + timedelta(seconds=longest_job_seconds))
-        waits = attempt_restart_waits(facts, until)
-        restart_waits += waits.total
+        down = attempt_restart_waits(facts, until)
+        restart_waits += down.total
         for o in facts:
             if o.summary is not None:  # a closed attempt compacted: no evidence, its sums
                 exposure += o.summary.exposure
@@ -194,21 +202,20 @@ def estimate(
                 preemptions += 1
             elif o.kind is Kind.RUN:
                 exposure += o.seconds
-                vm_ran += max(0.0, o.seconds - waits.answered) * o.replicas
+                vm_ran += max(0.0, o.seconds - down.answered) * o.replicas
             elif o.kind in (Kind.WAIT, Kind.NO_CAPACITY):
                 waited += o.seconds
         if started is not None and running_since is not None:
             running = (until - running_since).total_seconds()
             exposure += running
-            vm_ran += max(0.0, running - waits.answered) * started.replicas
+            vm_ran += max(0.0, running - down.answered) * started.replicas
             last_preempt = max((o.at for o in facts if o.kind is Kind.PREEMPT and o.at), default=None)
             restarts = [o for o in facts if o.kind is Kind.RESTART]
             preempted = sum(o.kind is Kind.PREEMPT for o in facts)
-            if until < now:  # past its timeout: it ended, how is unknown; its facts are evidence enough
-                continue
-            if last_preempt is None or len(restarts) >= preempted:
+            ended = until < now  # past its timeout: how it ended is unknown, so nothing of capacity now
+            if not ended and (last_preempt is None or len(restarts) >= preempted):
                 evidence.append((0.0, 1.0))  # running now
-            elif (now - last_preempt).total_seconds() > OPEN_WAIT_GRACE_SECONDS:
+            elif not ended and (now - last_preempt).total_seconds() > OPEN_WAIT_GRACE_SECONDS:
                 evidence.append((0.0, 0.0))  # restarting after a preemption, still without capacity
         waiting = kinds.get(Kind.WAITING)
         if waiting is not None and started is None and Kind.NO_CAPACITY not in kinds and waiting.at is not None:
