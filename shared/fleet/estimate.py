@@ -73,8 +73,8 @@ class CapacityEstimate:
     # The share of the time a Spot job had capacity there over the window: time on Spot over time
     # on Spot and waiting (closed, open and restart waits), with `PRIOR_HOURS` of prior at 1/2.
     share_available: float = 0.5
-    # What the mean lifetime is made of, for `lifetime_over`: the VMs' time on Spot, the VMs
-    # reclaimed, and the region prior it started from (None: none).
+    # What the mean lifetime is made of, for `lifetime_over`: the VMs' time run on Spot (answered
+    # restart waits left out), the VMs reclaimed, and the region prior it started from (None: none).
     spot_vm_seconds: float = 0.0
     preemptions: int = 0
     prior: LocationPrior | None = None
