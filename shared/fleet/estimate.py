@@ -10,14 +10,22 @@ says no. Capacity comes and goes, so older evidence counts less: weight 1/2 per
 prior of weight `PRIOR_WEIGHT`; `sure` is the evidence's total weight, and below `MIN_SURE` the
 answer to "capacity now?" is unknown (None), which the deadline rule treats as Uniform Progress.
 
-The mean Spot lifetime is one VM's: the time on Spot in VM-seconds (a job of R replicas runs R
-VMs, each one Spot can reclaim) over the VMs reclaimed (the maximum-likelihood mean of an
-exponential lifetime with runs still going counted as censored); with no preemption seen it is a
-lower bound (`lifetime_censored`). A job of R replicas is reclaimed R times as often
-(`per_job_lifetime`). The share of the time with capacity is the jobs' time, whatever their
-replicas. An attempt compacted a day after it closed (an
+The mean Spot lifetime is one VM's: the time the VMs ran on Spot in VM-seconds (a job of R
+replicas runs R VMs, each one Spot can reclaim) over the VMs reclaimed (the maximum-likelihood mean
+of an exponential lifetime with runs still going counted as censored); with no preemption seen it
+is a lower bound (`lifetime_censored`). A wait for a machine that a restart the fleet saw ended is
+no time run, for any VM of the job; a wait no restart answered stays counted, since a trainer
+without the kit tells no restart and its job may have run through it (`RestartWaits`). A job of R
+replicas is reclaimed R times as often (`per_job_lifetime`). The share of the time with capacity
+is the jobs' time, whatever their replicas. An attempt compacted a day after it closed (an
 `attempt` fact: `summarize`, shared/fleet/store.py) adds its sums, its wait and its changeover,
-and no evidence: by then its evidence weighed nothing.
+and no evidence: by then its evidence weighed nothing; one compacted before its answered waits
+were kept apart counts its whole time on Spot as run (`AttemptSummary.vm_seconds_ran`).
+
+An attempt whose end the fleet never heard of (its `run` fact lost: the facts are advisory) is
+open only until its job must have ended, `longest_job_seconds` after its start (the deployment's
+longest `scheduling.timeout`, a continuation being another attempt): its time on Spot and its
+restart wait stop there, and it says nothing of capacity now.
 
 `CapacityEstimate.outlook` is what a deadline request's claim keeps of it in the attempt
 (`Attempt.spot_outlook`) for the deadline rule: the share of the time with capacity and the mean
@@ -34,10 +42,11 @@ import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from shared.fleet.observations import AttemptSummary, FleetFact, Kind, attempt_replicas, within_bound
 from shared.fleet.prior import LocationPrior
+from shared.requests.job_policy import VERTEX_DEFAULT_TIMEOUT_SECONDS
 
 HALF_LIFE_SECONDS = 3600.0
 OPEN_WAIT_GRACE_SECONDS = 900.0
@@ -64,8 +73,8 @@ class CapacityEstimate:
     # The share of the time a Spot job had capacity there over the window: time on Spot over time
     # on Spot and waiting (closed, open and restart waits), with `PRIOR_HOURS` of prior at 1/2.
     share_available: float = 0.5
-    # What the mean lifetime is made of, for `lifetime_over`: the VMs' time on Spot, the VMs
-    # reclaimed, and the region prior it started from (None: none).
+    # What the mean lifetime is made of, for `lifetime_over`: the VMs' time run on Spot (answered
+    # restart waits left out), the VMs reclaimed, and the region prior it started from (None: none).
     spot_vm_seconds: float = 0.0
     preemptions: int = 0
     prior: LocationPrior | None = None
@@ -143,12 +152,18 @@ class SpotOutlook:
 
 
 def estimate(
-    observations: Iterable[FleetFact], location: str, now: datetime, prior: LocationPrior | None = None
+    observations: Iterable[FleetFact],
+    location: str,
+    now: datetime,
+    prior: LocationPrior | None = None,
+    longest_job_seconds: float = VERTEX_DEFAULT_TIMEOUT_SECONDS,
 ) -> CapacityEstimate:
     """The estimate for `location` from the class's observations (any location's may be passed);
     with a `prior` (the shipped region prior, `shared.fleet.prior`) the share of the time with
     capacity and the mean lifetime start from it rather than from 1/2 and nothing, and the fleet's
-    own time there outweighs it as it accumulates."""
+    own time there outweighs it as it accumulates. `longest_job_seconds`: the longest
+    `scheduling.timeout` a job may have (the deployment's `max_timeout_seconds`), at which an
+    attempt whose end the fleet never heard of stops counting (a lost `run` fact)."""
     seen: dict[str, list[FleetFact]] = {}
     for o in observations:
         if o.location == location and o.at is not None and o.at <= now:
@@ -157,18 +172,23 @@ def estimate(
     here = [o for facts in by_attempt.values() for o in facts]
     evidence: list[tuple[float, float]] = []  # (age in seconds, 1 capacity / 0 none)
     exposure = 0.0  # the jobs' time on Spot
-    vm_exposure = 0.0  # their VMs' (the lifetime's)
+    vm_ran = 0.0  # their VMs' time running there (the lifetime's)
     waited = 0.0
     preemptions = 0
     open_waits = 0
     restart_waits = 0.0  # the attempts' waits for a machine after a preemption: within their time on Spot
     for facts in by_attempt.values():
         kinds = {o.kind: o for o in facts}
-        restart_waits += attempt_restart_waits(facts, now)
+        started = kinds.get(Kind.WAIT)
+        running_since = started.at if started is not None and Kind.RUN not in kinds else None
+        # An attempt whose end the fleet never heard of (a lost write) ended by its job's timeout.
+        until = now if running_since is None else min(now, running_since + timedelta(seconds=longest_job_seconds))
+        down = attempt_restart_waits(facts, until)
+        restart_waits += down.total
         for o in facts:
             if o.summary is not None:  # a closed attempt compacted: no evidence, its sums
                 exposure += o.summary.exposure
-                vm_exposure += o.summary.exposure * o.summary.replicas
+                vm_ran += o.summary.vm_seconds_ran
                 waited += o.summary.waited
                 preemptions += o.summary.preemptions
                 restart_waits += o.summary.restart_waits
@@ -182,20 +202,20 @@ def estimate(
                 preemptions += 1
             elif o.kind is Kind.RUN:
                 exposure += o.seconds
-                vm_exposure += o.seconds * o.replicas
+                vm_ran += max(0.0, o.seconds - down.answered) * o.replicas
             elif o.kind in (Kind.WAIT, Kind.NO_CAPACITY):
                 waited += o.seconds
-        started = kinds.get(Kind.WAIT)
-        if started is not None and Kind.RUN not in kinds and started.at is not None:
-            running = (now - started.at).total_seconds()
+        if started is not None and running_since is not None:
+            running = (until - running_since).total_seconds()
             exposure += running
-            vm_exposure += running * started.replicas
+            vm_ran += max(0.0, running - down.answered) * started.replicas
             last_preempt = max((o.at for o in facts if o.kind is Kind.PREEMPT and o.at), default=None)
             restarts = [o for o in facts if o.kind is Kind.RESTART]
             preempted = sum(o.kind is Kind.PREEMPT for o in facts)
-            if last_preempt is None or len(restarts) >= preempted:
+            ended = until < now  # past its timeout: how it ended is unknown, so nothing of capacity now
+            if not ended and (last_preempt is None or len(restarts) >= preempted):
                 evidence.append((0.0, 1.0))  # running now
-            elif (now - last_preempt).total_seconds() > OPEN_WAIT_GRACE_SECONDS:
+            elif not ended and (now - last_preempt).total_seconds() > OPEN_WAIT_GRACE_SECONDS:
                 evidence.append((0.0, 0.0))  # restarting after a preemption, still without capacity
         waiting = kinds.get(Kind.WAITING)
         if waiting is not None and started is None and Kind.NO_CAPACITY not in kinds and waiting.at is not None:
@@ -211,12 +231,12 @@ def estimate(
     weights = [(0.5 ** (age / HALF_LIFE_SECONDS), value) for age, value in evidence]
     sure = sum(w for w, _ in weights)
     available = (0.5 * PRIOR_WEIGHT + sum(w * v for w, v in weights)) / (PRIOR_WEIGHT + sure)
-    lifetime = (vm_exposure / max(1, preemptions)) if exposure > 0 or preemptions else None
+    lifetime = (vm_ran / max(1, preemptions)) if exposure > 0 or preemptions else None
     censored = preemptions == 0
     if prior is not None:
         # The prior counts as `weight_runs` runs of its mean length, each ended by a reclaim.
         runs = prior.weight_runs
-        lifetime = (vm_exposure + runs * prior.mean_run_hours * 3600) / (preemptions + runs)
+        lifetime = (vm_ran + runs * prior.mean_run_hours * 3600) / (preemptions + runs)
         censored = False
     waits = _seconds_of(here, Kind.WAIT)
     changeovers = _seconds_of(here, Kind.CHANGEOVER)
@@ -230,7 +250,7 @@ def estimate(
         changeover_p90_seconds=percentile(changeovers, 0.9),
         open_waits=open_waits,
         share_available=(exposure - restart_waits + prior_seconds * prior_share) / (exposure + waited + prior_seconds),
-        spot_vm_seconds=vm_exposure,
+        spot_vm_seconds=vm_ran,
         preemptions=preemptions,
         prior=prior,
     )
@@ -262,16 +282,18 @@ def summarize(facts: Sequence[FleetFact], now: datetime) -> AttemptSummary:
     A fact past Vertex's bound (`within_bound`) is left out, as `estimate` leaves it out; the
     summary keeps the job's replicas."""
     facts = _bounded(facts)
+    waits = attempt_restart_waits(facts, now)
     wait = next((o.seconds for o in facts if o.kind is Kind.WAIT), None)
     changeover = next((o.seconds for o in facts if o.kind is Kind.CHANGEOVER), None)
     return AttemptSummary(
         exposure=round(sum(o.seconds for o in facts if o.kind is Kind.RUN)),
         waited=round(sum(o.seconds for o in facts if o.kind in (Kind.WAIT, Kind.NO_CAPACITY))),
         preemptions=sum(o.kind is Kind.PREEMPT for o in facts),
-        restart_waits=round(attempt_restart_waits(facts, now)),
+        restart_waits=round(waits.total),
         wait=None if wait is None else round(wait),
         changeover=None if changeover is None else round(changeover),
         replicas=attempt_replicas(facts),
+        answered_restart_waits=round(waits.answered),
     )
 
 
@@ -287,20 +309,34 @@ def per_job_lifetime(mean_lifetime_seconds: float, replicas: int) -> float:
     return mean_lifetime_seconds / max(1, replicas)
 
 
-def attempt_restart_waits(facts: Sequence[FleetFact], now: datetime) -> float:
+@dataclass(frozen=True)
+class RestartWaits:
+    """An attempt's waits for a machine after a preemption (`attempt_restart_waits`): those a
+    restart the fleet saw ended, and the last one no restart answered (to the attempt's end, or now)."""
+
+    answered: float = 0.0
+    unanswered: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.answered + self.unanswered
+
+
+def attempt_restart_waits(facts: Sequence[FleetFact], now: datetime) -> RestartWaits:
     """The time one attempt spent waiting for a machine after a preemption, from the first
-    preemption recorded while its job ran to the restart that followed (or the attempt's end, or
-    now). Several VMs reclaimed at once (a preemption each) wait for one restart of their job (the
+    preemption recorded while its job ran to the restart that followed (answered), or the attempt's
+    end, or now (unanswered: a trainer without the kit tells no restart, so that time may have been
+    a run). Several VMs reclaimed at once (a preemption each) wait for one restart of their job (the
     trainer kit's run): paired a restart each, the second VM of a two-replica job reclaimed whole
     at 1 h and back at 1.5 h waited to the end of its 10-hour run. A restart recorded before its
     preemption (the kit's line first) answers it: no wait."""
     events = sorted(
         (o.at, o.kind is Kind.RESTART) for o in facts if o.at and o.kind in (Kind.PREEMPT, Kind.RESTART)
     )  # a preemption before a restart recorded at the same time
-    total, down_since, answered_early = 0.0, None, 0
+    answered, down_since, answered_early = 0.0, None, 0
     for moment, restart in events:
         if restart and down_since is not None:
-            total += (moment - down_since).total_seconds()
+            answered += (moment - down_since).total_seconds()
             down_since = None
         elif restart:
             answered_early += 1  # its preemption is recorded later
@@ -308,10 +344,11 @@ def attempt_restart_waits(facts: Sequence[FleetFact], now: datetime) -> float:
             answered_early -= 1
         elif down_since is None:
             down_since = moment
+    unanswered = 0.0
     if down_since is not None:
         ended = next((o.at for o in facts if o.kind is Kind.RUN and o.at), None)
-        total += max(0.0, ((ended or now) - down_since).total_seconds())
-    return total
+        unanswered = max(0.0, ((ended or now) - down_since).total_seconds())
+    return RestartWaits(answered, unanswered)
 
 
 def estimates(observations: Sequence[FleetFact], now: datetime) -> dict[str, CapacityEstimate]:

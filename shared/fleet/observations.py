@@ -72,7 +72,8 @@ class AttemptSummary:
     """What the estimate weighs of a closed attempt's facts (`shared.fleet.estimate.summarize`),
     in whole seconds: its time on Spot (the job's, restart waits included) and waiting for a first
     run, its preemptions and restart waits, its wait for capacity or on-demand changeover, if any,
-    and its job's replicas (its time on Spot is that many VMs')."""
+    its job's replicas (its time on Spot is that many VMs'), and of its restart waits those a
+    restart the fleet saw ended (None: a summary written before they were kept apart)."""
 
     exposure: int = 0
     waited: int = 0
@@ -81,6 +82,13 @@ class AttemptSummary:
     wait: int | None = None
     changeover: int | None = None
     replicas: int = 1
+    answered_restart_waits: int | None = None
+
+    @property
+    def vm_seconds_ran(self) -> int:
+        """Its VMs' time running on Spot (the mean lifetime's): its time on Spot less the waits a
+        restart ended, for each VM; an older summary's whole time on Spot (the rule it was written under)."""
+        return max(0, self.exposure - (self.answered_restart_waits or 0)) * self.replicas
 
 
 @dataclass(frozen=True, order=True)

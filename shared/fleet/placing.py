@@ -35,7 +35,7 @@ from typing import Any
 
 from shared.clock import parse_iso
 from shared.errors import is_retryable
-from shared.fleet.estimate import SpotOutlook, changeover_bound, estimate
+from shared.fleet.estimate import CapacityEstimate, SpotOutlook, changeover_bound, estimate
 from shared.fleet.observations import FleetFact, MachineClass
 from shared.fleet.placement import Candidate, Job, Move, choose_location
 from shared.fleet.prior import LocationPrior, location_prior
@@ -45,6 +45,7 @@ from shared.jobs import job_replicas
 from shared.ledger.records import Attempt, RequestRecord
 from shared.ledger.states import AttemptOutcome
 from shared.requests.attempts import SPOT
+from shared.requests.job_policy import VERTEX_DEFAULT_TIMEOUT_SECONDS
 from shared.requests.pricing import Price, layout_hourly, machine_types
 from shared.wiring import Ports
 
@@ -77,8 +78,10 @@ class Placer:
         changeover_prior_seconds: float,
         bucket_location: str = "",
         prior: Prior = no_prior,
+        longest_job_seconds: float = VERTEX_DEFAULT_TIMEOUT_SECONDS,
     ) -> None:
         self._read_facts = read_facts
+        self._longest_job_seconds = longest_job_seconds  # `estimate`'s bound on an attempt never closed
         self._prior = prior  # the region prior per (machine type, location): `location_prior`
         self._price = price
         self._now = now
@@ -129,7 +132,7 @@ class Placer:
                 loc,
                 spot,
                 on_demand,
-                estimate(facts, loc, self._now, priors.get(loc)) if loc in seen or loc in priors else None,
+                self._estimate(facts, loc, priors.get(loc)) if loc in seen or loc in priors else None,
             )
             for loc, (spot, on_demand) in prices.items()
         ]
@@ -163,7 +166,7 @@ class Placer:
         facts = None if machine_class is None else self._read(machine_class)
         if facts is None or machine_class is None:
             return None
-        outlook = estimate(facts, location, self._now, self._prior(machine_class.machine_type, location))
+        outlook = self._estimate(facts, location, self._prior(machine_class.machine_type, location))
         return outlook.outlook_for(job_replicas(request.get("custom_job") or {}))
 
     def has_capacity(self, request: Mapping[str, Any], location: str) -> bool | None:
@@ -173,7 +176,7 @@ class Placer:
         a machine class, or unreadable."""
         machine_class = MachineClass.of_request(request)
         facts = None if machine_class is None else self._read(machine_class)
-        return None if facts is None else estimate(facts, location, self._now).has_capacity
+        return None if facts is None else self._estimate(facts, location, None).has_capacity
 
     def changeover_bound(self, request: Mapping[str, Any], location: str) -> float | None:
         """The fleet's changeover bound in `location` for a request with a deadline whose d is not
@@ -183,6 +186,9 @@ class Placer:
         machine_class = MachineClass.of_request(request)
         facts = None if machine_class is None else self._read(machine_class)
         return None if facts is None else changeover_bound(facts, location, self._now)
+
+    def _estimate(self, facts: Sequence[FleetFact], location: str, prior: LocationPrior | None) -> CapacityEstimate:
+        return estimate(facts, location, self._now, prior, self._longest_job_seconds)
 
     def _read(self, machine_class: MachineClass) -> Sequence[FleetFact] | None:
         if machine_class in self._unreadable:
@@ -264,6 +270,7 @@ def attempt_placer(ports: Ports) -> Placer:
         ports.settings.changeover_prior_seconds,
         ports.settings.checkpoint_bucket_location,
         location_prior if ports.settings.region_prior else no_prior,
+        ports.settings.max_timeout_seconds,
     )
 
 

@@ -14,9 +14,10 @@ does in a window (docs/placement.md, "Observations").
 `compact` (the hourly prune run's, shared/pruning/runner.py) folds the facts of each attempt
 closed more than `COMPACT_AFTER_SECONDS` ago into one, its summary in the name:
 
-    fleet/<class key>/<location>/attempt~<epoch seconds>~<attempt key>~<exposure>~<waited>~<preemptions>~<restart waits>~<wait>~<changeover>[~<replicas>]
+    fleet/<class key>/<location>/attempt~<epoch seconds>~<attempt key>~<exposure>~<waited>~<preemptions>~<restart waits>~<wait>~<changeover>~<replicas>~<answered restart waits>
 
-then deletes them: a window's listing holds one object per old attempt, however many times it was
+(a name written before the answered restart waits were kept apart ends at the changeover, or at
+`~<replicas>` for a job of several, and reads with none: the lifetime's old rule) then deletes them: a window's listing holds one object per old attempt, however many times it was
 preempted. It writes the summary before it deletes, and the reader drops the facts of an attempt
 that has one, so a read between the two, a second run, or a late write of an old fact counts
 nothing twice (the next run deletes the late one).
@@ -61,7 +62,10 @@ def object_name(machine_class: MachineClass, observation: FleetFact) -> str:
         s = o.summary
         sums = (s.exposure, s.waited, s.preemptions, s.restart_waits, s.wait, s.changeover)
         fact = "~".join([Kind.ATTEMPT.value, str(at), o.attempt_key, *(_NONE if v is None else str(v) for v in sums)])
-        fact += _replicas_suffix(s.replicas)
+        if s.answered_restart_waits is None:
+            fact += _replicas_suffix(s.replicas)
+        else:
+            fact += f"~{s.replicas}~{s.answered_restart_waits}"
     else:
         fact = f"{o.kind.value}~{at}~{round(o.seconds)}~{o.count}~{o.attempt_key}~{o.index}"
         fact += _replicas_suffix(o.replicas)
@@ -75,6 +79,7 @@ def parse_name(name: str) -> tuple[MachineClass, FleetFact] | None:
         parts = fact.split("~")
         if parts[0] == Kind.ATTEMPT.value:
             _, at, key, exposure, waited, preemptions, restart_waits, wait, changeover, *more = parts
+            replicas, answered = _summary_tail(more)
             summary = AttemptSummary(
                 int(exposure),
                 int(waited),
@@ -82,7 +87,8 @@ def parse_name(name: str) -> tuple[MachineClass, FleetFact] | None:
                 int(restart_waits),
                 _optional(wait),
                 _optional(changeover),
-                _replicas(more),
+                replicas,
+                answered,
             )
             observation = FleetFact(
                 Kind.ATTEMPT, location, datetime.fromtimestamp(int(at), UTC), attempt_key=key, summary=summary
@@ -121,6 +127,18 @@ def _replicas(more: Sequence[str]) -> int:
     if replicas < 2:
         raise ValueError(f"replicas {text}: written only for several")
     return replicas
+
+
+def _summary_tail(more: Sequence[str]) -> tuple[int, int | None]:
+    """A summary's replicas and answered restart waits; a name written before the latter (none,
+    or the replicas of a job of several) has None."""
+    if len(more) < 2:
+        return _replicas(more), None
+    text, answered = more  # more than two extra parts: ValueError, not this format
+    replicas = int(text)
+    if replicas < 1 or int(answered) < 0:
+        raise ValueError(f"replicas {text}, answered restart waits {answered}")
+    return replicas, int(answered)
 
 
 def write_facts(bucket: Bucket, machine_class: MachineClass, observations: Iterable[FleetFact]) -> int:
