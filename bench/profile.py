@@ -46,6 +46,8 @@ PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "/shared/swap.py",
             "/shared/ledger/claims.py",
             "/shared/deciding/decisions.py",
+            "/shared/deciding/waits.py",
+            "/shared/deciding/stuck.py",
             "/shared/ledger/states.py",
             "/shared/deciding/outbox.py",
             "/shared/deciding/effects.py",

@@ -18,14 +18,8 @@ from shared.ledger.claims import Claim, ClaimInProgress, release_claim
 from shared.ledger.records import Attempt, CorruptRecord, RequestRecord
 from shared.log import Logger
 from shared.pacing import (
-    BUSY,
-    IN_DOUBT,
-    QUOTA,
-    SETTLED,
-    TURNED_AWAY,
     Pacer,
     Waiting,
-    drain,
     generation_time,
     hold_for_quota,
     is_rate_limited,
@@ -35,6 +29,7 @@ from shared.pacing import (
     priority_of,
     waiting_entry,
 )
+from shared.pacing_drainer import BUSY, IN_DOUBT, QUOTA, SETTLED, TURNED_AWAY, drain
 from shared.wiring import Ports
 
 # The result of a delivery (and of the drainer's create) whose attempt waits in line.

@@ -24,7 +24,7 @@ cursor, so every request gets its turn):
   (`shared.reconcile_vertex.vanished_job`): the request fails with one `job_failed` alert
   naming it, or ends CANCELLED if its cancel was asked; a lookup of either kind that fails for
   our own reasons (a permission, a region) is alerted once (`lookup_failed`), the request kept;
-- an attempt waiting in line for Vertex's submission quota is left to the line's drainer, and a line left without one is restarted (`shared.pacing`);
+- an attempt waiting in line for Vertex's submission quota is left to the line's drainer, and a line left without one is restarted (`shared.pacing_drainer`);
 - a deadline that passed while the request waits for a create (a claim in line or re-published, a
   re-queue not yet claimed or held for a job no read can see end), is said once (`deadline_missed`).
 
@@ -70,7 +70,7 @@ from shared.ledger.run_lock import ledger_bucket, run_lock
 from shared.ledger.store import ActiveEntry, LedgerStore, ListedRequest
 from shared.log import Logger
 from shared.paced_submit import in_line, never_sent
-from shared.pacing import restart_stalled
+from shared.pacing_drainer import restart_stalled
 from shared.reconcile_vertex import CrudBudgetSpent, PassClient, VertexPass, read_attempt_job, resume_at_deferred
 from shared.settings import Settings
 from shared.swap import backoff_seconds
@@ -290,7 +290,7 @@ def _reconcile(ports: Ports, record: RequestRecord, log: Logger) -> RequestResul
     if latest.job is None:
         if in_line(ports, record, latest):
             _say_deadline_missed(ports, record, log)
-            return RequestResult("waiting_for_quota")  # the line's drainer creates it (shared/pacing.py)
+            return RequestResult("waiting_for_quota")  # the line's drainer creates it (shared/pacing_drainer.py)
         settled = _settle_claim(ports, record, latest, log)
         _say_deadline_missed(ports, record, log)
         return settled

@@ -33,7 +33,7 @@ FUNCTION_PUBLISH_TIMEOUT_SECONDS = 30.0
 
 # Settings field of each topic a function publishes to; the same grants are in terraform/iam.tf.
 PUBLISHES: dict[str, tuple[str, ...]] = {
-    # job-requests: the quota line's drainer hands over to the head's message (shared/pacing.py).
+    # job-requests: the quota line's drainer hands over to the head's message (shared/pacing_drainer.py).
     "submit_job": ("ops_alerts_topic", "job_requests_topic"),
     "on_job_event": ("ops_alerts_topic", "job_requests_topic", "maintenance_topic"),
     "reconcile": ("ops_alerts_topic", "job_requests_topic", "maintenance_topic"),

@@ -300,7 +300,7 @@ def flex_waits_decided(world: World) -> list[Violation]:
 
 def wait_allowance(job: SimJob) -> timedelta:
     """How long a FLEX_START job may wait for capacity by design: its maxWaitDuration
-    (shared/deciding/decisions.py flags it stuck only past that and the usual threshold; a wait
+    (shared/deciding/stuck.py flags it stuck only past that and the usual threshold; a wait
     for ever adds nothing there either)."""
     if not job.flex_start:
         return timedelta(0)

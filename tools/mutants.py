@@ -23,7 +23,7 @@ outcome. The functional tests' fake-gcs-server is started once, by the warm pare
 every mutant's session (tests/conftest.py, REUSED_FAKE_GCS_ENV); each test still gets a fresh bucket.
 
     python tools/mutants.py --room shared/pacing.py          # one room
-    python tools/mutants.py                                  # all five rooms
+    python tools/mutants.py                                  # all six rooms
     python tools/mutants.py --outside shared/submit.py       # a file outside the rooms
     python tools/mutants.py generate FILE...                 # (in .venv-mutants) the mutants, as JSON
 
@@ -64,6 +64,7 @@ TOOL_PYTHON = ROOT / ".venv-mutants" / "bin" / "python"
 
 ROOMS: tuple[str, ...] = (
     "shared/pacing.py",
+    "shared/pacing_drainer.py",
     "shared/pruning",
     "shared/fleet",
     "shared/ledger",

@@ -9,10 +9,6 @@ decision marks the record, so a duplicated, concurrent or reordered delivery fin
 decides nothing again. What must reach Pub/Sub is written pending into the record with the
 decision and published by the outbox (`shared.deciding.outbox`).
 
-One module on purpose (over 450 lines): `decide` is one function of the record and the job's
-state, and its cases (success, preemption, re-queue, deadline switch, cancel, stray) share the
-record's invariants; split, each part would re-check what the others assume.
-
 Decisions, on the job's state as Vertex reports it (never on the log text):
 
 - SUCCEEDED: the request succeeds; one prune request goes to the maintenance topic. Unless the
@@ -53,10 +49,12 @@ Decisions, on the job's state as Vertex reports it (never on the log text):
 
 Preemptions are counted by `shared.deciding.preemptions.count_preemptions`.
 
-It is over 450 lines because it is one table, what each state of a job means for its request, and every row
-reads the same record and writes the same effects; the parts with a life of their own (counting
-preemptions, the deadline rule, the waits a job's reads show, applying under compare-and-swap) are
-modules of their own.
+It is over 450 lines because it is one table, what each state of a job means for its request: its
+rows (success, preemption, re-queue, deadline switch, cancel, stray) read the same record, share its
+invariants and write the same effects; split, each part would re-check what the others assume. The
+parts with a life of their own are modules of their own: counting preemptions (`preemptions`), the
+deadline rule (`deadline_watch`), whether a read is fresh and what it says of the job's waits
+(`waits`), when a job is stuck (`stuck`), applying under compare-and-swap (`applying`).
 """
 
 from __future__ import annotations
@@ -88,7 +86,6 @@ from shared.deciding.events import Signal, SignalPatterns, patterns_from
 from shared.deciding.folder_progress import FolderProgress
 from shared.deciding.preemptions import (
     KIT_TIMEOUT_KEY,
-    WAITING_STATES,
     count_preemptions,
     discount_cancel_stop,
     discount_timeout_stop,
@@ -100,9 +97,10 @@ from shared.deciding.preemptions import (
     preemption_ended_last_run,
     preemptions_text,
 )
-from shared.deciding.waits import STUCK_STATES, came_back, track_rewait, track_wait
+from shared.deciding.stuck import flag_ended_wait, flag_stuck, wait_ended_by
+from shared.deciding.waits import is_fresh, take_read
 from shared.errors import Violation
-from shared.jobs import FLEX_START, JobSnapshot, JobState, max_wait_seconds
+from shared.jobs import FLEX_START, JobSnapshot, JobState
 from shared.ledger.cancelling import settle_cancel, vertex_cancel
 from shared.ledger.records import Attempt, RequestRecord, Requeue, alert_marker, evidence_marker
 from shared.ledger.states import AttemptOutcome, RequestStatus
@@ -110,8 +108,6 @@ from shared.requests.attempts import ON_DEMAND, SPOT, plan_attempt
 from shared.requests.policy import check_strategy
 from shared.settings import DEFAULT_MAX_RUNTIME_SECONDS, Settings
 
-# A job can sit in these for too long; RUNNING is not among them: training legitimately runs
-# for days, bounded by the job's own timeout.
 # google.rpc RESOURCE_EXHAUSTED: capacity ran out (Spot stockout, regional shortage).
 CAPACITY_ERROR_CODES = frozenset({8})
 # How long a FAILED job may go without its error before it is classified as an ordinary failure.
@@ -302,23 +298,25 @@ def _decide(
     # decided in the call that took it.
     read_at = observation.read_at or now
     if job is not None and not fresh and attempt.ending:
-        _flag_stuck(record, attempt, job, policy, now, effects, read_at)  # cancelled, and not ended yet
+        flag_stuck(record, attempt, job, policy.stuck_after_seconds, now, effects, read_at)  # cancelled, not ended yet
         _watch_deadline(record, attempt, policy, now, effects, fleet, read_at_vertex=True, seen_at=read_at)
     if job is None or not fresh:
         return Decision(record, effects)
     latest = record.latest
     owns_status = latest is not None and latest.n == attempt.n and not record.is_terminal
     was_ending = attempt.ending
-    ended_wait = _wait_ended_by(attempt, job, read_at)
-    _track_state(record, attempt, job, owns_status, now, observation.read_at)
+    ended_wait = wait_ended_by(attempt, job, read_at)
+    take_read(attempt, job, now, observation.read_at)
+    if owns_status and job.state == JobState.RUNNING and record.status == RequestStatus.SUBMITTED:
+        record.status = RequestStatus.RUNNING
     if was_ending and not attempt.ending:
         _release_successor(record, attempt, job, now, effects)
     if job.is_terminal and attempt.outcome is None:
         waiting = _conclude(record, attempt, job, owns_status, policy, now, effects, folder)
         return Decision(record, effects, waiting)
     if owns_status:
-        _flag_ended_wait(record, attempt, job, policy, now, effects, ended_wait)
-        _flag_stuck(record, attempt, job, policy, now, effects, read_at)
+        flag_ended_wait(record, attempt, job, policy.stuck_after_seconds, now, effects, ended_wait)
+        flag_stuck(record, attempt, job, policy.stuck_after_seconds, now, effects, read_at)
         _watch_deadline(record, attempt, policy, now, effects, fleet, read_at_vertex=True, seen_at=read_at)
     return Decision(record, effects)
 
@@ -373,51 +371,6 @@ def _release_successor(
             event_fields(record, attempt, "switched_job_ended", state=job.state, next_attempt=record.requeue.attempt),
         )
     )
-
-
-def is_fresh(attempt: Attempt, job: JobSnapshot) -> bool:
-    """False for a read older than what the ledger already holds (concurrent deliveries may write
-    in any order; a job never leaves a terminal state). In the state the record holds, a read
-    updated before the newest read taken in is of an earlier span of that state (a pass listed the
-    job in its first wait and reached the record after it ran and waited anew: issue 43, after seed
-    7338); Vertex's updateTime only moves forward for one job, and a read of the same update is as
-    fresh as the one taken in. Not compared with `state_changed_at`, which the ledger's clock stamps
-    when a read said no update time."""
-    if attempt.outcome is not None and not job.is_terminal:
-        return False
-    if not job.update_time:
-        return True
-    if attempt.state == job.state:
-        newest = attempt.vertex_updated_at
-        return newest is None or parse_iso(job.update_time) >= parse_iso(newest)
-    if attempt.state is None or not attempt.state_changed_at:
-        return True
-    return parse_iso(job.update_time) >= parse_iso(attempt.state_changed_at)
-
-
-def _track_state(
-    record: RequestRecord,
-    attempt: Attempt,
-    job: JobSnapshot,
-    owns_status: bool,
-    now: datetime,
-    read_at: datetime | None = None,
-) -> None:
-    was = attempt.state
-    returned = came_back(attempt, job)  # its state changed since, and back
-    if attempt.state != job.state or attempt.state_changed_at is None or returned:
-        attempt.state = job.state
-        attempt.state_changed_at = job.update_time or iso(now)
-    newest = attempt.vertex_updated_at
-    if job.update_time and (newest is None or parse_iso(job.update_time) > parse_iso(newest)):
-        attempt.vertex_updated_at = job.update_time
-    if job.start_time and not attempt.started_at:
-        attempt.started_at = job.start_time
-    track_wait(attempt, job, was, returned)
-    track_rewait(attempt, job, read_at)
-    started = job.state == JobState.RUNNING
-    if owns_status and started and record.status == RequestStatus.SUBMITTED:
-        record.status = RequestStatus.RUNNING
 
 
 def _conclude(
@@ -691,145 +644,6 @@ def _requeue_or_give_up(
                 not_before=record.requeue.not_before,
                 reason=cause.reason,
             ),
-        )
-    )
-
-
-def _flag_stuck(
-    record: RequestRecord,
-    attempt: Attempt,
-    job: JobSnapshot,
-    policy: DecisionPolicy,
-    now: datetime,
-    effects: Effects,
-    read_at: datetime,
-) -> None:
-    """`read_at`: when the read was taken: the job is known to have waited until then, not until
-    `now` (it may have started or ended since: issue 43)."""
-    threshold = policy.stuck_after_seconds
-    if attempt.ending:
-        # A cancel is best effort: a job it does not end holds back the attempt decided after it.
-        # One never sent (Vertex refuses it for good, a 403 on every pass) holds it back as long,
-        # counted from its decision (seed 707).
-        since = attempt.cancel_sent_at or attempt.cancel_decided_at
-        if not since:
-            return
-        stuck_for = (read_at - parse_iso(since)).total_seconds()
-        marker = alert_marker(AlertKind.JOB_STUCK, attempt.n, "cancel")
-        cancel = "cancel" if attempt.cancel_sent_at else "cancel was decided, which was never sent (reconcile logs why)"
-        message = (
-            f"attempt {attempt.n} of {record.request_id} is still {job.state} {stuck_for:.0f} s after its "
-            f"{cancel}; attempt {attempt.n + 1} waits for it to end"
-        )
-    else:
-        since = attempt.wait_began_at
-        if job.state not in STUCK_STATES or not since:
-            return
-        # The whole wait, not only its current state's: QUEUED 5 h then PENDING 5 h waited 10 h.
-        stuck_for = (read_at - parse_iso(since)).total_seconds()
-        if job.state in WAITING_STATES:
-            threshold = _wait_threshold(record, attempt, policy)
-        marker = alert_marker(AlertKind.JOB_STUCK, attempt.n, "wait", since)  # once per wait
-        message = (
-            f"attempt {attempt.n} of {record.request_id} has waited {stuck_for:.0f} s since {since}, now {job.state}"
-        )
-    if stuck_for < threshold or not record.mark(marker):
-        return
-    wait_began_at = None if attempt.ending else since
-    _alert_stuck(
-        record, attempt, job.state, now, effects, message, stuck_for, wait_began_at, after_cancel=attempt.ending
-    )
-
-
-def _wait_threshold(record: RequestRecord, attempt: Attempt, policy: DecisionPolicy) -> float:
-    if attempt.strategy == FLEX_START:
-        # FLEX_START waits for capacity by design, up to its maxWaitDuration (a day by default):
-        # stuck only once it waited that long and the usual threshold beyond.
-        return policy.stuck_after_seconds + max_wait_seconds(record.request.get("custom_job") or {})
-    return policy.stuck_after_seconds
-
-
-@dataclass(frozen=True)
-class EndedWait:
-    """A wait a read ended: from `began` until `ended`, last seen in `state` (QUEUED or PENDING)."""
-
-    began: str
-    ended: datetime
-    state: str
-
-
-def _wait_ended_by(attempt: Attempt, job: JobSnapshot, read_at: datetime) -> EndedWait | None:
-    """The wait the record holds that this read ends (the job left its waiting states), before
-    the read is taken in: a record that never tracked it (a job recorded by its adoption) waited
-    from its create, if it never ran."""
-    if attempt.state not in WAITING_STATES or job.state in WAITING_STATES:
-        return None
-    never_ran = not (job.start_time or attempt.started_at)
-    since = attempt.wait_began_at or (attempt.created_at if never_ran else None)
-    if not since:
-        return None
-    ended = parse_iso(job.update_time) if job.update_time else read_at
-    return EndedWait(since, min(ended, read_at), attempt.state)
-
-
-def _flag_ended_wait(
-    record: RequestRecord,
-    attempt: Attempt,
-    job: JobSnapshot,
-    policy: DecisionPolicy,
-    now: datetime,
-    effects: Effects,
-    wait: EndedWait | None,
-) -> None:
-    """A wait is judged at the read that ends it too: one no read saw while it lasted past the
-    threshold (seed 9505: a job indexed and never recorded, adopted 7 h after its create when its
-    first log line came, its request's pending cancel sent at once, first decided CANCELLING).
-    One alert per wait: a read during it that alerted holds its marker."""
-    if wait is None:
-        return
-    stuck_for = (wait.ended - parse_iso(wait.began)).total_seconds()
-    marker = alert_marker(AlertKind.JOB_STUCK, attempt.n, "wait", wait.began)
-    if stuck_for < _wait_threshold(record, attempt, policy) or not record.mark(marker):
-        return
-    message = (
-        f"attempt {attempt.n} of {record.request_id} waited {stuck_for:.0f} s since {wait.began} until it left "
-        f"{wait.state}, now {job.state}"
-    )
-    _alert_stuck(record, attempt, wait.state, now, effects, message, stuck_for, wait.began, after_cancel=False)
-
-
-def _alert_stuck(
-    record: RequestRecord,
-    attempt: Attempt,
-    state: str,
-    now: datetime,
-    effects: Effects,
-    message: str,
-    stuck_for: float,
-    wait_began_at: str | None,
-    *,
-    after_cancel: bool,
-) -> None:
-    effects.lines.append(
-        LogLine(
-            "WARNING",
-            message,
-            event_fields(record, attempt, "job_stuck", state=state, stuck_seconds=round(stuck_for)),
-        )
-    )
-    effects.alerts.append(
-        attempt_alert(
-            record,
-            attempt,
-            AlertKind.JOB_STUCK,
-            now,
-            message,
-            state=state,
-            stuck_seconds=round(stuck_for),
-            wait_began_at=wait_began_at,
-            # Stuck in a wait, or holding back the attempt after its cancel: two conditions, each
-            # alerted once (its own marker), which may name the same state (seed 1618).
-            after_cancel=after_cancel,
         )
     )
 

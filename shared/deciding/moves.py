@@ -38,10 +38,11 @@ from shared.deciding.deadline import (
     spares_a_move,
 )
 from shared.deciding.deadline_watch import deadline_situation
-from shared.deciding.decisions import DecisionPolicy, is_fresh
+from shared.deciding.decisions import DecisionPolicy
 from shared.deciding.effects import Effects, LogLine, event_fields
 from shared.deciding.handover import decide_handover
 from shared.deciding.preemptions import WAITING_STATES
+from shared.deciding.waits import is_fresh
 from shared.fleet.capacity import choose_capacity, without_capacity
 from shared.fleet.placing import Placer
 from shared.jobs import JobSnapshot

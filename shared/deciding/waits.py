@@ -1,6 +1,8 @@
-"""What reads of a job's state say about its waits: when the wait it is in began (a stuck wait is
-timed from there: `job_stuck`, the deadline rule) and how much of a Spot restart's wait for a
-machine reads vouch for (no run time: `Attempt.rewaited_seconds`, left out of the bill)."""
+"""What reads of a job's state say of its attempt: whether a read is newer than what the record
+holds (`is_fresh`), the state it is in and since when (`take_read`), when the wait it is in began
+(a stuck wait is timed from there: `shared.deciding.stuck`, the deadline rule) and how much of a
+Spot restart's wait for a machine reads vouch for (no run time: `Attempt.rewaited_seconds`, left
+out of the bill)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,46 @@ from shared.deciding.preemptions import WAITING_STATES
 from shared.jobs import JobSnapshot, JobState
 from shared.ledger.records import Attempt
 
+# A job can sit in these for too long; RUNNING is not among them: training legitimately runs
+# for days, bounded by the job's own timeout.
 STUCK_STATES = frozenset({JobState.QUEUED, JobState.PENDING, JobState.CANCELLING, JobState.UPDATING, JobState.PAUSED})
+
+
+def is_fresh(attempt: Attempt, job: JobSnapshot) -> bool:
+    """False for a read older than what the ledger already holds (concurrent deliveries may write
+    in any order; a job never leaves a terminal state). In the state the record holds, a read
+    updated before the newest read taken in is of an earlier span of that state (a pass listed the
+    job in its first wait and reached the record after it ran and waited anew: issue 43, after seed
+    7338); Vertex's updateTime only moves forward for one job, and a read of the same update is as
+    fresh as the one taken in. Not compared with `state_changed_at`, which the ledger's clock stamps
+    when a read said no update time."""
+    if attempt.outcome is not None and not job.is_terminal:
+        return False
+    if not job.update_time:
+        return True
+    if attempt.state == job.state:
+        newest = attempt.vertex_updated_at
+        return newest is None or parse_iso(job.update_time) >= parse_iso(newest)
+    if attempt.state is None or not attempt.state_changed_at:
+        return True
+    return parse_iso(job.update_time) >= parse_iso(attempt.state_changed_at)
+
+
+def take_read(attempt: Attempt, job: JobSnapshot, now: datetime, read_at: datetime | None = None) -> None:
+    """A fresh read of the attempt's job taken into the attempt: its state and since when, the
+    newest update time, its first start, and its waits."""
+    was = attempt.state
+    returned = came_back(attempt, job)  # its state changed since, and back
+    if attempt.state != job.state or attempt.state_changed_at is None or returned:
+        attempt.state = job.state
+        attempt.state_changed_at = job.update_time or iso(now)
+    newest = attempt.vertex_updated_at
+    if job.update_time and (newest is None or parse_iso(job.update_time) > parse_iso(newest)):
+        attempt.vertex_updated_at = job.update_time
+    if job.start_time and not attempt.started_at:
+        attempt.started_at = job.start_time
+    track_wait(attempt, job, was, returned)
+    track_rewait(attempt, job, read_at)
 
 
 def track_wait(attempt: Attempt, job: JobSnapshot, was: str | None, returned: bool = False) -> None:

@@ -49,7 +49,7 @@ class Attempt:
     state_changed_at: str | None = None
     # Vertex's update time in the newest read of its job taken in (None: no read said one): a read
     # of the state the record holds updated before it is of an earlier span of it (`is_fresh`,
-    # shared/deciding/decisions.py).
+    # shared/deciding/waits.py).
     vertex_updated_at: str | None = None
     # When its job's current wait began (QUEUED then PENDING in a row): its create, or the end of its
     # last RUNNING; any other stuck state's (CANCELLING, UPDATING, PAUSED) own start; None while it

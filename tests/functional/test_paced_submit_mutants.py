@@ -35,7 +35,8 @@ from shared.paced_submit import (
     turned_away,
     wait_in_line,
 )
-from shared.pacing import IN_DOUBT, SETTLED, Pacer, Waiting, priority_of, waiting_entry
+from shared.pacing import Pacer, Waiting, priority_of, waiting_entry
+from shared.pacing_drainer import IN_DOUBT, SETTLED
 from shared.submit import SUBMIT_STEPS
 from shared.wiring import Ports
 from tests.support.decisions import CapturedLog, FakePublisher, FakeVertex, World, make_settings

@@ -35,7 +35,8 @@ from shared.ledger.states import RequestStatus
 from shared.ledger.store import LedgerStore
 from shared.log import Logger
 from shared.paced_submit import drain_line
-from shared.pacing import Pacer, Waiting, hand_over, pacer_for
+from shared.pacing import Pacer, Waiting, pacer_for
+from shared.pacing_drainer import hand_over
 from shared.reconcile import run_reconcile
 from shared.requests.envelope import REQUEUE_ATTRIBUTES
 from shared.settings import Settings

@@ -75,7 +75,7 @@ UNUSED_ALLOWED = {
         "pubsub.topics.publish",
         "topic:job_requests",
     ): "the drainer of the line waiting for Vertex's submission quota hands over to the head's "
-    "message (shared/pacing.py); only a burst past the quota reaches it: tests/e2e/"
+    "message (shared/pacing_drainer.py); only a burst past the quota reaches it: tests/e2e/"
     "test_quota_burst.py (its own stack) and tests/functional/test_pacing.py",
     (
         "on_trigger",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,6 +20,8 @@ NOW = datetime(2026, 11, 29, 18, 0, 0, tzinfo=UTC)
 
 
 POLICY = DecisionPolicy.from_settings(Settings())
+# A deadline is accepted only where STANDARD is an allowed fallback (shared/requests/policy.py).
+DEADLINE_POLICY = replace(POLICY, allowed_fallback_strategies=("STANDARD",))
 
 
 JOB1 = "projects/p/locations/us-central1/customJobs/111"
@@ -64,6 +67,26 @@ def job(state: str, *, update: float = 100, name: str = JOB1, error: dict[str, A
         end_time=at(update) if terminal else None,
         update_time=at(update),
     )
+
+
+# A request due an hour after NOW, of 1,000 one-second steps and a minute's changeover.
+DEADLINE = NOW + timedelta(hours=1)
+DEADLINE_STEPS, DEADLINE_CHANGEOVER = 1000, 60.0
+
+
+def running_toward_deadline(committed: int) -> RequestRecord:
+    """A RUNNING request due at DEADLINE, its job running since just over a changeover before NOW,
+    `committed` of its DEADLINE_STEPS committed."""
+    request = {
+        "deadline": iso(DEADLINE),
+        "total_steps": DEADLINE_STEPS,
+        "expected_step_seconds": 1.0,
+        "changeover_seconds": DEADLINE_CHANGEOVER,
+    }
+    record = make_record(request=request, status=RequestStatus.RUNNING, state=JobState.RUNNING)
+    record.attempts[0].started_at = iso(NOW - timedelta(seconds=DEADLINE_CHANGEOVER + 1))
+    record.attempts[0].last_checkpoint = [0, committed]
+    return record
 
 
 def ended_then_cancelled(record: RequestRecord, snapshot: JobSnapshot) -> RequestRecord:

@@ -15,10 +15,8 @@ from shared.ledger.cancelling import CancelResult, cancel_request, end_unsent_cl
 from shared.ledger.claims import claim_attempt, fail_attempt, mark_create_sent, record_job
 from shared.ledger.records import Attempt, RequestRecord, Requeue
 from shared.ledger.states import AttemptOutcome, RequestStatus, check_transition
-from tests.support.decide import JOB1, NOW, POLICY, at, job, make_record
+from tests.support.decide import DEADLINE_POLICY, JOB1, NOW, POLICY, at, job, make_record
 
-# A deadline is accepted only where STANDARD is an allowed fallback (shared/requests/policy.py).
-DEADLINE_POLICY = replace(POLICY, allowed_fallback_strategies=("STANDARD",))
 STOCKOUT = {"code": 8, "message": "Job failed with STOCKOUT: the Spot VM was preempted 7 times."}
 
 

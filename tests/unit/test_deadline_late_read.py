@@ -7,7 +7,6 @@ judges it: `alert_if_finished_late`)."""
 from __future__ import annotations
 
 import copy
-from dataclasses import replace
 from datetime import timedelta
 
 from spotjobs_kit.lines import KitRecord
@@ -16,25 +15,19 @@ from shared.clock import iso
 from shared.deciding.decisions import Observation, decide
 from shared.jobs import JobState
 from shared.ledger.states import RequestStatus
-from tests.support.decide import JOB1, NOW, POLICY, job, make_record
+from tests.support.decide import (
+    DEADLINE,
+    DEADLINE_POLICY,
+    DEADLINE_STEPS,
+    JOB1,
+    NOW,
+    POLICY,
+    job,
+    make_record,
+    running_toward_deadline,
+)
 
-STEPS, CHANGEOVER = 1000, 60.0
-DEADLINE = NOW + timedelta(hours=1)
 LATE = DEADLINE + timedelta(minutes=10)  # when the decision is taken
-DEADLINE_POLICY = replace(POLICY, allowed_fallback_strategies=("STANDARD",))
-
-
-def all_committed():
-    request = {
-        "deadline": iso(DEADLINE),
-        "total_steps": STEPS,
-        "expected_step_seconds": 1.0,
-        "changeover_seconds": CHANGEOVER,
-    }
-    record = make_record(request=request, status=RequestStatus.RUNNING, state=JobState.RUNNING)
-    record.attempts[0].started_at = iso(NOW - timedelta(seconds=CHANGEOVER + 1))
-    record.attempts[0].last_checkpoint = [0, STEPS]
-    return record
 
 
 def seconds_after_job_times(moment) -> float:
@@ -44,7 +37,7 @@ def seconds_after_job_times(moment) -> float:
 
 def test_a_read_taken_before_the_deadline_and_decided_after_it_says_nothing_of_the_deadline() -> None:
     read_before = Observation(1, job(JobState.RUNNING), read_at=DEADLINE - timedelta(seconds=60))
-    decision = decide(all_committed(), read_before, DEADLINE_POLICY, LATE)
+    decision = decide(running_toward_deadline(DEADLINE_STEPS), read_before, DEADLINE_POLICY, LATE)
     assert [alert.kind for alert in decision.effects.alerts] == []
 
     # The job in truth ended in time: its end, read next, says nothing either.
@@ -56,14 +49,14 @@ def test_a_read_taken_before_the_deadline_and_decided_after_it_says_nothing_of_t
 
 def test_a_read_taken_after_the_deadline_that_finds_the_job_not_ended_says_it_is_missed() -> None:
     read_after = Observation(1, job(JobState.RUNNING), read_at=DEADLINE + timedelta(seconds=1))
-    decision = decide(all_committed(), read_after, DEADLINE_POLICY, LATE)
+    decision = decide(running_toward_deadline(DEADLINE_STEPS), read_after, DEADLINE_POLICY, LATE)
     assert [alert.kind for alert in decision.effects.alerts] == ["deadline_missed"]
 
 
 def test_a_switched_job_read_cancelling_before_the_deadline_says_nothing_of_it_when_decided_after() -> None:
     """`alert_if_missed_while_ending`: the job a switch cancelled, read not ended before the
     deadline, may have ended in time since; one read not ended after it held the successor back."""
-    record = all_committed()
+    record = running_toward_deadline(DEADLINE_STEPS)
     record.attempts[0].cancel_decided_at = iso(NOW)
     record.attempts[0].cancel_sent_at = iso(NOW)
     cancelling = job(JobState.CANCELLING, update=seconds_after_job_times(NOW))
@@ -113,8 +106,7 @@ def test_a_cancel_read_not_carried_out_before_the_stuck_bound_is_not_stuck_when_
 def test_work_left_read_before_the_deadline_and_decided_after_it_is_neither_missed_nor_at_risk() -> None:
     """The read says where the work stood before the deadline; the job may have ended in time
     since. The next read, taken past the deadline, says it is missed."""
-    record = all_committed()
-    record.attempts[0].last_checkpoint = [0, STEPS // 2]
+    record = running_toward_deadline(DEADLINE_STEPS // 2)
 
     def kinds(read_at) -> list[str]:
         decision = decide(copy.deepcopy(record), Observation(1, job(JobState.RUNNING), read_at=read_at), POLICY, LATE)
@@ -128,11 +120,10 @@ def test_a_kit_line_written_before_the_deadline_and_decided_after_it_says_nothin
     """A kit line is judged at the moment it was written (its `time`): the job ran then; its last
     commits may come after it, its end in time with them. One written past the deadline with work
     left says it is missed."""
-    record = all_committed()
-    record.attempts[0].last_checkpoint = [0, STEPS // 2]
+    record = running_toward_deadline(DEADLINE_STEPS // 2)
 
     def kinds(written) -> list[str]:
-        line = KitRecord("progress", request_id="req-1", attempt=1, run=0, step=STEPS // 2, time=iso(written))
+        line = KitRecord("progress", request_id="req-1", attempt=1, run=0, step=DEADLINE_STEPS // 2, time=iso(written))
         decision = decide(copy.deepcopy(record), Observation(1, None, kit=line, job_name=JOB1), POLICY, LATE)
         return [alert.kind for alert in decision.effects.alerts]
 

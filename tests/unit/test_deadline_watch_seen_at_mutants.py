@@ -7,26 +7,13 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from shared.clock import iso
 from shared.deciding.decisions import Observation, decide
 from shared.jobs import JobState
-from shared.ledger.states import RequestStatus
-from tests.support.decide import NOW, POLICY, job, make_record
-
-STEPS, CHANGEOVER = 1000, 60.0
-DEADLINE = NOW + timedelta(hours=1)
+from tests.support.decide import DEADLINE, DEADLINE_STEPS, POLICY, job, running_toward_deadline
 
 
 def kinds_decided_at(now) -> list[str]:
-    request = {
-        "deadline": iso(DEADLINE),
-        "total_steps": STEPS,
-        "expected_step_seconds": 1.0,
-        "changeover_seconds": CHANGEOVER,
-    }
-    record = make_record(request=request, status=RequestStatus.RUNNING, state=JobState.RUNNING)
-    record.attempts[0].started_at = iso(NOW - timedelta(seconds=CHANGEOVER + 1))
-    record.attempts[0].last_checkpoint = [0, STEPS // 2]  # half the work left
+    record = running_toward_deadline(DEADLINE_STEPS // 2)  # half the work left
     read_before = Observation(1, job(JobState.RUNNING), read_at=DEADLINE - timedelta(seconds=60))
     return [alert.kind for alert in decide(record, read_before, POLICY, now).effects.alerts]
 

@@ -4,50 +4,23 @@ the request's bill all the same, once."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import pytest
-from google.cloud.aiplatform_v1 import CustomJob
 
 from shared.deciding.strays import decide_stray
-from shared.jobs import LABEL_ATTEMPT
-from shared.ledger.records import Attempt, CancelIntent, RequestRecord
-from shared.ledger.states import RequestStatus
-from shared.ledger.store import LedgerStore
+from shared.ledger.records import Attempt, CancelIntent
 from shared.wiring import Ports
-from sim.gcs import MemoryStorage
-from tests.support.decisions import FakePublisher, make_settings
+from tests.support.strays import NOW, OTHER, RECORDED, memory_ports, running_record, vertex_job
 
-NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
-RECORDED = "projects/p/locations/us-central1/customJobs/111"
-OTHER = "projects/p/locations/us-central1/customJobs/222"
 SECOND = "projects/p/locations/us-central1/customJobs/333"
-RUNNING = 3  # google.cloud.aiplatform_v1.JobState.JOB_STATE_RUNNING
-
-
-def vertex_job(name: str, *, attempt: str | None = "1") -> CustomJob:
-    return CustomJob(name=name, state=RUNNING, labels={} if attempt is None else {LABEL_ATTEMPT: attempt})
-
-
-def record(*attempts: Attempt) -> RequestRecord:
-    first = Attempt(1, "us-central1", "SPOT", claimed_at="2026-12-01T11:00:00Z", job=RECORDED)
-    return RequestRecord(
-        "req-1",
-        {"request_id": "req-1", "custom_job": {"displayName": "train"}},
-        "gs://ckpt/requests/req-1/",
-        status=RequestStatus.RUNNING,
-        attempts=list(attempts) or [first],
-    )
 
 
 @pytest.fixture
 def ports() -> Ports:
-    bucket = MemoryStorage(clock=lambda: NOW).client().bucket("state")
-    return Ports(make_settings("state"), LedgerStore(bucket), FakePublisher, None, clock=lambda: NOW)  # type: ignore[arg-type]
+    return memory_ports()
 
 
 def test_a_stray_of_a_cancelled_request_is_on_its_bill_without_an_alert(ports: Ports) -> None:
-    stored = record()
+    stored = running_record()
     stored.cancel = CancelIntent("someone@example.com", "2026-12-01T11:30:00Z", "no longer needed")
     ports.ledger.restore(stored)
     first = decide_stray(ports, stored, vertex_job(OTHER), NOW)
@@ -62,7 +35,7 @@ def test_a_stray_is_alerted_on_the_attempt_it_names_else_on_the_latest(
 ) -> None:
     first = Attempt(1, "us-central1", "SPOT", claimed_at="2026-12-01T10:00:00Z", job=RECORDED)
     second = Attempt(2, "us-central1", "STANDARD", claimed_at="2026-12-01T11:00:00Z", job=SECOND)
-    stored = record(first, second)
+    stored = running_record(first, second)
     ports.ledger.restore(stored)
     swapped = decide_stray(ports, stored, vertex_job(OTHER, attempt=label), NOW)
     assert swapped.value is not None

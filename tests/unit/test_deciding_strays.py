@@ -13,55 +13,34 @@ from google.cloud.aiplatform_v1 import CustomJob
 from shared.alerts import AlertKind
 from shared.deciding.strays import decide_stray, is_stray, recordless_stray_alert
 from shared.jobs import ENV_KIT_KEY, LABEL_ATTEMPT
-from shared.ledger.records import Attempt, RequestRecord
-from shared.ledger.states import AttemptOutcome, RequestStatus
-from shared.ledger.store import LedgerStore
+from shared.ledger.records import Attempt
+from shared.ledger.states import AttemptOutcome
 from shared.wiring import Ports
-from sim.gcs import MemoryStorage
-from tests.support.decisions import FakePublisher, make_settings
+from tests.support.decisions import FakePublisher
+from tests.support.strays import NOW, OTHER, RECORDED, RUNNING, SUCCEEDED, memory_ports, running_record, vertex_job
 
-NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
-RECORDED = "projects/p/locations/us-central1/customJobs/111"
-OTHER = "projects/p/locations/us-central1/customJobs/222"
 THIRD = "projects/p/locations/us-central1/customJobs/333"
-RUNNING, SUCCEEDED = 3, 4  # google.cloud.aiplatform_v1.JobState numbers
-
-
-def vertex_job(name: str = OTHER, *, attempt: str | None = "1", state: int = RUNNING) -> CustomJob:
-    labels = {} if attempt is None else {LABEL_ATTEMPT: attempt}
-    return CustomJob(name=name, state=state, labels=labels)
-
-
-def record(*attempts: Attempt) -> RequestRecord:
-    first = Attempt(1, "us-central1", "SPOT", claimed_at="2026-12-01T11:00:00Z", job=RECORDED)
-    return RequestRecord(
-        "req-1",
-        {"request_id": "req-1", "custom_job": {"displayName": "train"}},
-        "gs://ckpt/requests/req-1/",
-        status=RequestStatus.RUNNING,
-        attempts=list(attempts) or [first],
-    )
 
 
 def test_a_live_job_its_attempt_does_not_record_is_a_stray() -> None:
-    assert is_stray(record(), vertex_job(OTHER))
-    assert not is_stray(record(), vertex_job(RECORDED))
+    assert is_stray(running_record(), vertex_job(OTHER))
+    assert not is_stray(running_record(), vertex_job(RECORDED))
 
 
 def test_an_ended_job_is_never_a_stray() -> None:
-    assert not is_stray(record(), vertex_job(OTHER, state=SUCCEEDED))
+    assert not is_stray(running_record(), vertex_job(OTHER, state=SUCCEEDED))
 
 
 @pytest.mark.parametrize("label", [None, "", "two", "7"])
 def test_a_job_labelled_for_no_attempt_the_record_claimed_is_a_stray(label: str | None) -> None:
-    assert is_stray(record(), vertex_job(OTHER, attempt=label))
+    assert is_stray(running_record(), vertex_job(OTHER, attempt=label))
 
 
 def test_a_job_of_a_claim_still_being_created_is_not_a_stray_until_the_claim_ends() -> None:
     creating = Attempt(1, "us-central1", "SPOT", claimed_at="2026-12-01T11:00:00Z")
-    assert not is_stray(record(creating), vertex_job(OTHER))
+    assert not is_stray(running_record(creating), vertex_job(OTHER))
     creating.outcome = AttemptOutcome.FAILED
-    assert is_stray(record(creating), vertex_job(OTHER))
+    assert is_stray(running_record(creating), vertex_job(OTHER))
 
 
 def test_a_live_job_older_than_its_record_is_a_stray_even_while_the_claim_is_being_created() -> None:
@@ -70,7 +49,7 @@ def test_a_live_job_older_than_its_record_is_a_stray_even_while_the_claim_is_bei
     (`find_attempt_job` and on_job_event's adoption skip it), so it is cancelled now rather than
     left training beside the claim's own job."""
     creating = Attempt(1, "us-central1", "SPOT", claimed_at="2026-12-01T11:00:00Z")
-    fresh = record(creating)
+    fresh = running_record(creating)
     fresh.created_at = "2026-12-01T11:00:00Z"
     older = vertex_job(OTHER)
     older.create_time = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
@@ -89,12 +68,11 @@ def test_a_recordless_strays_alert_names_the_job_and_its_attempt() -> None:
 
 @pytest.fixture
 def ports() -> Ports:
-    bucket = MemoryStorage(clock=lambda: NOW).client().bucket("state")
-    return Ports(make_settings("state"), LedgerStore(bucket), FakePublisher, None, clock=lambda: NOW)  # type: ignore[arg-type]
+    return memory_ports()
 
 
 def test_a_strays_alert_is_decided_once_per_job(ports: Ports) -> None:
-    stored = record()
+    stored = running_record()
     ports.ledger.restore(stored)
     first = decide_stray(ports, stored, vertex_job(OTHER), NOW)
     assert first.wrote and first.value is not None
@@ -112,7 +90,7 @@ def test_a_strays_alert_is_decided_once_per_job(ports: Ports) -> None:
 @pytest.mark.parametrize("label", [None, ""])
 def test_a_stray_labelled_for_no_attempt_is_alerted_on_the_latest(ports: Ports, label: str | None) -> None:
     creating = Attempt(1, "us-central1", "SPOT", claimed_at="2026-12-01T11:00:00Z")
-    stored = record(creating)
+    stored = running_record(creating)
     ports.ledger.restore(stored)
     swapped = decide_stray(ports, stored, vertex_job(OTHER, attempt=label), NOW)
     assert swapped.value is not None
@@ -137,14 +115,11 @@ def test_a_strays_cancel_publishes_its_own_alert_not_one_another_delivery_is_pub
         def cancel_custom_job(self, name: str, timeout: float) -> None:
             cancelled.append(name)
 
-    bucket = MemoryStorage(clock=lambda: NOW).client().bucket("state")
-    ports = Ports(
-        make_settings("state"), LedgerStore(bucket), lambda: publisher, lambda _: JobService(), clock=lambda: NOW
-    )  # type: ignore[arg-type]
+    ports = memory_ports(lambda: publisher, lambda _: JobService())
     being_published = Alert.of(
         AlertKind.STRAY_JOB, "first stray", request_id="req-1", attempt=1, details={"stray_job": OTHER}, time=iso(NOW)
     )
-    stored = record()
+    stored = running_record()
     stored.pending_alerts = [being_published.to_json()]
     ports.ledger.restore(stored)
 
@@ -170,16 +145,16 @@ def test_a_job_with_another_claims_kit_key_is_a_stray_while_the_claim_is_being_c
     """A create out when a person deleted the id's earlier record, accepted after this one was
     written: its create time cannot tell, the kit key it carries can."""
     claim = Attempt(1, "us-central1", "SPOT", claimed_at="2026-12-01T11:00:00Z", kit_key="ab" * 32)
-    assert is_stray(record(claim), keyed_job("cd" * 32))
-    assert not is_stray(record(claim), keyed_job("ab" * 32))
-    assert not is_stray(record(claim), keyed_job(None))  # a job from before the keys: unknown
+    assert is_stray(running_record(claim), keyed_job("cd" * 32))
+    assert not is_stray(running_record(claim), keyed_job("ab" * 32))
+    assert not is_stray(running_record(claim), keyed_job(None))  # a job from before the keys: unknown
 
 
 def test_a_job_with_the_claims_kit_key_is_no_stray_whatever_the_clocks_say() -> None:
     """Vertex's clock two seconds behind ours: the job's create time is before its record's, its
     key is the claim's."""
     claim = Attempt(1, "us-central1", "SPOT", claimed_at="2026-12-01T11:00:00Z", kit_key="ab" * 32)
-    claimed = record(claim)
+    claimed = running_record(claim)
     claimed.created_at = "2026-12-01T11:00:02Z"
     own = keyed_job("ab" * 32)
     own.create_time = datetime(2026, 12, 1, 11, 0, tzinfo=UTC)
@@ -206,9 +181,8 @@ def test_a_strays_run_that_a_read_vouched_for_is_on_its_requests_bill_named_as_a
         def cancel_custom_job(self, name: str, timeout: float) -> None:
             pass
 
-    bucket = MemoryStorage(clock=lambda: NOW).client().bucket("state")
-    ports = Ports(make_settings("state"), LedgerStore(bucket), FakePublisher, lambda _: JobService(), clock=lambda: NOW)  # type: ignore[arg-type]
-    stored = record()
+    ports = memory_ports(job_service=lambda _: JobService())
+    stored = running_record()
     ports.ledger.restore(stored)
     stray = CustomJob(
         name=OTHER,
@@ -246,7 +220,7 @@ def test_a_stray_read_without_its_machines_is_billed_as_its_attempts_job_and_one
     from shared.requests.pricing import hourly
 
     a100 = {"jobSpec": {"workerPoolSpecs": [{"machineSpec": {"machineType": "a2-highgpu-1g"}, "replicaCount": 2}]}}
-    stored = record()
+    stored = running_record()
     stored.request["custom_job"] = a100
     bare = vertex_job(OTHER)
     bare.start_time = NOW - timedelta(minutes=30)

@@ -54,6 +54,7 @@ ROOMS: dict[str, str] = {
     "shared.redeliveries": "shell parts",
     "shared.found_jobs": "shell parts",
     "shared.pacing": "shell parts",
+    "shared.pacing_drainer": "shell parts",
     "shared.paced_submit": "shell parts",
     "shared.create_lease": "shell parts",
     "shared.reconcile_vertex": "shell parts",

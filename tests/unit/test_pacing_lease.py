@@ -1,4 +1,4 @@
-"""The Pacer and the drainer (shared/pacing.py) on the simulator's in-memory Cloud Storage with a
+"""The Pacer and the drainer (shared/pacing.py, shared/pacing_drainer.py) on the simulator's in-memory Cloud Storage with a
 clock of the test's: the slots, the drainer lease (taken, held, renewed, released, taken over once
 it runs out), the burst and its one alert, and the drain loop (one create per slot, in turn, a busy
 head waited for a while, a head in doubt passed at once, a run that ends at its deadline and never
@@ -19,7 +19,8 @@ from shared.alerts import Alert, AlertKind
 from shared.ledger.records import Attempt, RequestRecord
 from shared.ledger.states import RequestStatus
 from shared.ledger.store import LedgerStore
-from shared.pacing import (
+from shared.pacing import Pacer, Waiting, hold_for_quota, priority_of, waiting_entry
+from shared.pacing_drainer import (
     BUSY,
     IN_DOUBT,
     QUOTA,
@@ -27,14 +28,9 @@ from shared.pacing import (
     SETTLED,
     TURNED_AWAY,
     Drained,
-    Pacer,
-    Waiting,
     drain,
     hand_over,
-    hold_for_quota,
-    priority_of,
     restart_stalled,
-    waiting_entry,
 )
 from shared.settings import Settings
 from shared.wiring import Ports
