@@ -40,15 +40,17 @@ from shared.jobs import (
     LABEL_ATTEMPT,
     LABEL_REQUEST_ID,
     JobSnapshot,
+    JobState,
     is_terminal,
     of_another_claim,
+    state_name,
 )
 from shared.ledger.claims import record_job
 from shared.ledger.records import RequestRecord
 from shared.ledger.run_lock import ledger_bucket
 from shared.ledger.store import JobIndexEntry
 from shared.log import Logger
-from shared.redeliveries import REJECTION_NOTES, alert_once
+from shared.redeliveries import REJECTION_NOTES, DeletedRecordsJobLive, alert_once
 from shared.wiring import Ports
 
 if TYPE_CHECKING:
@@ -245,7 +247,7 @@ def sweep_strays(ports: Ports, locations: Iterable[str], log: Logger) -> list[st
     work, never with history), grouped by request. Each request's record is read after the list:
     a claim is written before its create, so a job created for a newer attempt finds that attempt
     claimed and is never taken for a stray. A request without a record (deleted by hand) has no job
-    that anything will manage: each is cancelled, its alert sent once first (`_cancel_recordless`).
+    that anything will manage: each is cancelled, its alert sent once first (`cancel_recordless`).
     A location or record that cannot be read waits for the next pass; a location whose listing
     Vertex refuses for good (403, 404) is also alerted, once per error kind (`stray_sweep_refused`)."""
     by_request: dict[str, list[CustomJob]] = defaultdict(list)
@@ -353,7 +355,7 @@ def _cancel_strays_of(
     try:
         record, _ = ports.ledger.read(request_id)  # read now, after the list: see sweep_strays
         if record is None:
-            return _cancel_recordless(ports, request_id, jobs, log)
+            return cancel_recordless(ports, request_id, jobs, log)
         strays = [job for job in jobs if is_stray(record, job)]
         return _cancel_each(strays, lambda job: cancel_stray(ports, record, job, log, listed_at.get(job.name)))
     except Exception as exc:  # noqa: BLE001 - the next pass retries this request
@@ -370,10 +372,11 @@ def _cancel_strays_of(
 RECORDLESS_STRAY_NOTES = f"{REJECTION_NOTES}stray-"
 
 
-def _cancel_recordless(ports: Ports, request_id: str, jobs: list[CustomJob], log: Logger) -> list[str]:
-    """Cancel the live jobs of a request whose record is gone. Each one's alert is sent (once, by
-    its note) before its cancel: a cancelled job leaves the sweep's listing, so an alert after the
-    cancel could be lost; a cancel that fails is sent again by the next pass, the alert not."""
+def cancel_recordless(ports: Ports, request_id: str, jobs: list[CustomJob], log: Logger) -> list[str]:
+    """Cancel the live jobs of a request whose record is gone (the sweep's, and submit's:
+    `cancel_deleted_records_jobs`). Each one's alert is sent (once, by its note) before its cancel:
+    a cancelled job leaves the sweep's listing, so an alert after the cancel could be lost; a
+    cancel that fails is sent again by the next pass, the alert not."""
 
     def cancel(job: CustomJob) -> None:
         alert = recordless_stray_alert(request_id, job, ports.clock())
@@ -389,6 +392,19 @@ def _cancel_recordless(ports: Ports, request_id: str, jobs: list[CustomJob], log
         )
 
     return _cancel_each([job for job in jobs if not is_terminal(job.state)], cancel)
+
+
+def cancel_deleted_records_jobs(ports: Ports, waiting: DeletedRecordsJobLive, log: Logger) -> None:
+    """Cancel the live jobs of an id's deleted record that a message of the id met (submit), as
+    the stray sweep would on its next pass, so the message's redeliveries find them ended sooner;
+    one already cancelling is not asked again."""
+    log.warning(
+        "a job of the request's deleted record still lives; cancelled, the claim waits for it to end",
+        event="deleted_records_job_live",
+        jobs=[job.name for job in waiting.jobs],
+    )
+    to_cancel = [job for job in waiting.jobs if state_name(job.state) != JobState.CANCELLING]
+    cancel_recordless(ports, waiting.request_id, to_cancel, log)
 
 
 def _cancel_each(strays: list[CustomJob], cancel: Callable[[CustomJob], None]) -> list[str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shared.adapters.vertex import find_jobs, parent_path, request_labels
 from shared.alerts import Alert, AlertKind
@@ -21,7 +21,7 @@ from shared.deciding.notices import telling_changes
 from shared.deciding.outbox import Mine, alerts_of, decide_alert, decided_alert, flush, publish_alert
 from shared.delivery import Message
 from shared.errors import TransientError, Violation
-from shared.jobs import RESERVED_ID_PREFIXES, TRIGGER_ID_PREFIX, created_before
+from shared.jobs import RESERVED_ID_PREFIXES, TRIGGER_ID_PREFIX, created_before, is_terminal
 from shared.ledger.claims import fail_invalid_requeue, invalid_request_alert
 from shared.ledger.records import RequestRecord, alert_marker
 from shared.ledger.run_lock import ledger_bucket
@@ -32,6 +32,9 @@ from shared.swap import Swapped
 from shared.triggers.publishing import published_by_window
 from shared.triggers.store import TriggerStore
 from shared.wiring import Ports
+
+if TYPE_CHECKING:
+    from google.cloud.aiplatform_v1 import CustomJob
 
 
 def publish_what_is_pending(
@@ -138,6 +141,19 @@ def _age_since_first_publish(message: Message, now: datetime) -> float | None:
     return (now - published).total_seconds()
 
 
+class DeletedRecordsJobLive(TransientError):
+    """A message of an id whose record a person deleted while its job still lives (seed 10182):
+    claimed now, the id would have two live jobs, training and billing into one checkpoint folder.
+    Nothing will manage that job (the stray sweep cancels it); submit cancels it at once, and the
+    message is redelivered until it has ended, then claims the id afresh."""
+
+    def __init__(self, request_id: str, jobs: list[CustomJob]) -> None:
+        names = ", ".join(job.name for job in jobs)
+        super().__init__(f"request {request_id} waits for the job(s) of its deleted record to end: {names}")
+        self.request_id = request_id
+        self.jobs = jobs
+
+
 def replayed_without_a_record(message: Message, envelope: dict[str, Any], log: Logger, ports: Ports) -> bool:
     """A message whose request has no ledger document, though one may have been kept: if the
     document was lost (deleted by an operator or a lifecycle rule), jobs with the request's labels
@@ -151,7 +167,9 @@ def replayed_without_a_record(message: Message, envelope: dict[str, Any], log: L
     record, and it is removed no sooner than `INDEX_GRACE_SECONDS` after, so without it no claim,
     and no create, came since the message was first published; with it, only jobs created since then
     count, an earlier one being an earlier record's of the id (seed 5085: a person deleted the
-    record a minute after the publish, and a redelivery created a second job)."""
+    record a minute after the publish, and a redelivery created a second job). Such an earlier job
+    still live raises `DeletedRecordsJobLive`: claimed now, the id would have two live jobs (seed
+    10182)."""
     age = _age_since_first_publish(message, ports.clock())
     if age is None:
         return False
@@ -164,13 +182,19 @@ def replayed_without_a_record(message: Message, envelope: dict[str, Any], log: L
     labels = request_labels(request_id, ports.settings.deployment_label)
     first_published = iso(ports.clock() - timedelta(seconds=age))
     found: list[str] = []
+    earlier_live: list[CustomJob] = []  # a deleted record's jobs, not ended
     for location in envelope.get("locations") or [envelope["location"]]:
         parent = parent_path(ports.settings.project, location)
-        jobs = find_jobs(
+        for job in find_jobs(
             ports.job_service(location), parent, labels, timeout=ports.settings.vertex_call_timeout_seconds
-        )
-        found += [job.name for job in jobs if not (fresh and created_before(job, first_published))]
+        ):
+            if not (fresh and created_before(job, first_published)):
+                found.append(job.name)
+            elif not is_terminal(job.state):
+                earlier_live.append(job)
     if not found or ports.ledger.get(request_id) is not None:
+        if earlier_live:
+            raise DeletedRecordsJobLive(request_id, earlier_live)
         return False  # a concurrent delivery's claim, not a lost record: the claim settles it
     log.error(
         "a replayed request has jobs but no ledger document; nothing created",

@@ -44,7 +44,7 @@ from shared.delivery import Message
 from shared.errors import TransientError, is_retryable
 from shared.fleet.capacity import place_attempt, refusing
 from shared.fleet.placing import attempt_placer
-from shared.found_jobs import adopt_job, observe_adopted, remember_location
+from shared.found_jobs import adopt_job, cancel_deleted_records_jobs, observe_adopted, remember_location
 from shared.jobs import state_name
 from shared.ledger.claims import Claim, ClaimInProgress, claim_attempt, fail_attempt, release_claim
 from shared.ledger.dedupe import bare_request_id
@@ -63,6 +63,7 @@ from shared.paced_submit import (
     waits_for,
 )
 from shared.redeliveries import (
+    DeletedRecordsJobLive,
     publish_what_is_pending,
     refuse_reserved_id,
     reject,
@@ -135,8 +136,12 @@ def submit_request(message: Message, log: Logger, ports: Ports) -> SubmitOutcome
             default_location=settings.location,
             default_max_attempts=settings.default_max_attempts,
         )
-        if n == 1 and replayed_without_a_record(message, envelope, log, ports):
-            return SubmitOutcome(SubmitResult.DUPLICATE, request.request_id, n)
+        try:
+            if n == 1 and replayed_without_a_record(message, envelope, log, ports):
+                return SubmitOutcome(SubmitResult.DUPLICATE, request.request_id, n)
+        except DeletedRecordsJobLive as waiting:
+            cancel_deleted_records_jobs(ports, waiting, log)
+            raise  # redelivered: claimed once they have ended
         try:
             claim = _claim(envelope, n, log, ports, requeued=request.attempt is not None, sent=message.publish_time)
         except InvalidJobRequest as exc:

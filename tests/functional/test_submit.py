@@ -1476,9 +1476,10 @@ def test_a_redelivery_inside_the_lease_after_a_person_deleted_the_record_creates
 
 
 def test_a_new_publish_after_a_person_deleted_the_record_is_claimed_afresh(harness: Harness) -> None:
-    """The id's earlier job, created before this message was published, is the deleted record's:
-    the id is claimed afresh (seed 3667's judgement), its marker notwithstanding."""
-    harness.deliver(envelope(), message_id="m-1")
+    """The id's earlier job, created before this message was published and ended, is the deleted
+    record's: the id is claimed afresh (seed 3667's judgement), its marker notwithstanding."""
+    first = harness.deliver(envelope(), message_id="m-1")
+    harness.vertex.set_state(first.job, 4)  # SUCCEEDED
     harness.ledger._bucket.blob("requests/r1.json").delete()  # a person
 
     harness.now += timedelta(seconds=LEASE / 2)
@@ -1488,12 +1489,39 @@ def test_a_new_publish_after_a_person_deleted_the_record_is_claimed_afresh(harne
     assert harness.ledger.get("r1").attempt(1).job == outcome.job and harness.alerts == []
 
 
+def test_a_new_publish_after_a_person_deleted_the_record_waits_for_the_deleted_records_live_job(
+    harness: Harness,
+) -> None:
+    """Simulator seed 10182: a person deleted the record while its job waited, and the publisher's
+    retry, a new message, claimed the id afresh beside it: two live jobs of one request, training
+    into one checkpoint folder. The deleted record's job is cancelled as the stray it is (one
+    `stray_job`), and the message is redelivered until it has ended; then the id is claimed afresh."""
+    first = harness.deliver(envelope(), message_id="m-1")
+    harness.ledger._bucket.blob("requests/r1.json").delete()  # a person
+
+    harness.now += timedelta(seconds=LEASE / 2)
+    retry = Message(envelope(), "m-2", {}, publish_time=harness.now)
+    for _ in range(2):  # the first delivery cancels it, the next finds it still cancelling
+        with pytest.raises(TransientError):
+            submit_request(retry, harness.log, harness.ports)
+        assert harness.vertex.creates == 1 and harness.ledger.get("r1") is None
+
+    assert harness.vertex.cancelled == [first.job]  # once: the next delivery found it cancelling
+    [alert] = harness.alerts
+    assert alert.kind == "stray_job" and alert.job == first.job
+    harness.vertex.set_state(first.job, 7)  # CANCELLED
+    outcome = submit_request(retry, harness.log, harness.ports)
+    assert outcome.result == SubmitResult.CREATED and harness.vertex.creates == 2
+    assert harness.ledger.get("r1").attempt(1).job == outcome.job
+
+
 def test_a_record_written_while_the_replay_guard_looked_is_claimed_not_alerted(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A concurrent delivery's claim and create can land between the guard's read of the record
     and its listing: the job found is that claim's, not a lost record's."""
-    harness.deliver(envelope(), message_id="m-1")
+    first = harness.deliver(envelope(), message_id="m-1")
+    harness.vertex.set_state(first.job, 4)  # SUCCEEDED: a live one would hold the new claim back
     harness.ledger._bucket.blob("requests/r1.json").delete()  # a person
     harness.now += timedelta(seconds=LEASE / 2)
     listing = harness.vertex.list_custom_jobs
