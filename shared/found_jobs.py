@@ -10,7 +10,9 @@ finished request in a failover region is found too; one list of markers and one 
 location per pass.
 
 A part of the shells (submit, reconcile and on_job_event each use it), not a shell of its own: the
-I/O the deciding room may not do (list, cancel) around its decisions.
+I/O the deciding room may not do (list, cancel) around its decisions. Over 450 lines since it holds
+every way a job Vertex has meets the ledger (adopted, swept as a stray, or cancelled for a
+deleted record): one question, whose cancels share one note and one alert each.
 """
 
 from __future__ import annotations
