@@ -134,6 +134,14 @@ class Observation:
     def about_job(self) -> str | None:
         return self.job.name if self.job is not None else self.job_name
 
+    def seen_at(self, now: datetime) -> datetime:
+        """When it saw the job: a kit line's own time (never past `now`), a read's start; `now` for
+        a line without its time, or a read that did not say when it began (an adopted job's is
+        decided in the call that took it)."""
+        if self.job is None and self.kit is not None:
+            return min(now, parse_rfc3339(self.kit.time) or now)
+        return self.read_at or now
+
 
 @dataclass(frozen=True)
 class DecisionPolicy:
@@ -291,12 +299,10 @@ def _decide(
     if job is None and observation.kit is not None:
         # A kit line: the job runs (or just did) when it was written; no Vertex read to track.
         running = observation.kit.event != PREEMPTED
-        written = min(now, parse_rfc3339(observation.kit.time) or now)  # a line without its time: now
-        _watch_deadline(record, attempt, policy, now, effects, fleet, running=running, seen_at=written)
+        _watch_deadline(record, attempt, policy, now, effects, fleet, running=running, seen_at=observation.seen_at(now))
     # When the read saw the job: a pass's listing is taken at its start, an event may be decided
-    # long after its read (a redelivery, a crash). A read without its time (an adopted job's) is
-    # decided in the call that took it.
-    read_at = observation.read_at or now
+    # long after its read (a redelivery, a crash).
+    read_at = observation.seen_at(now)
     if job is not None and not fresh and attempt.ending:
         flag_stuck(record, attempt, job, policy.stuck_after_seconds, now, effects, read_at)  # cancelled, not ended yet
         _watch_deadline(record, attempt, policy, now, effects, fleet, read_at_vertex=True, seen_at=read_at)

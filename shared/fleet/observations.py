@@ -14,9 +14,10 @@ repeated. The kinds:
 - `run`: a Spot attempt that ran and ended: seconds from its start to its end (the job's time),
   `count` its preemptions (at least one when it ended by preemption with no count), with its
   `replicas`;
-- `preempt`: a Spot attempt's k-th preemption, at the time it was first recorded;
+- `preempt`: a Spot attempt's k-th preemption, when the observation that first recorded it saw
+  the job (`shared.fleet.recording.new_facts`);
 - `restart`: its k-th restart got capacity again (the trainer kit's `run_started` of run k),
-  at the time it was first recorded, once Vertex reported the attempt running;
+  likewise, once Vertex reported the attempt running;
 - `changeover`: an on-demand attempt's create-to-running seconds (what a move costs in time);
 - `stockout`: an attempt ended with a stockout error (RESOURCE_EXHAUSTED, or the stockout
   patterns), at its end;
@@ -30,8 +31,8 @@ replica of the attempt's job (each replica's VM can be reclaimed that often, the
 per replica (Vertex restarts a Spot job "up to six times"; whether per job or per replica is not
 documented, and `shared.deciding.preemptions.max_restarts` reads it per replica, the reading that
 allows the most), and only for an attempt Vertex reported running. Every time in a fact is Vertex's or the recorder's
-clock, none a job's line. A stored fact past the bound (written before it) is not read
-(`within_bound`).
+clock, or a kit line's own only within the job's run as Vertex reported it (not before its start,
+not past its end). A stored fact past the bound (written before it) is not read (`within_bound`).
 """
 
 from __future__ import annotations
@@ -127,7 +128,7 @@ class MachineClass:
 class FleetFact:
     kind: Kind
     location: str
-    at: datetime | None  # None: when it was first recorded (set by `stamped`)
+    at: datetime | None  # None: when its observation saw the job (set by `stamped`)
     seconds: float = 0.0
     count: int = 0
     attempt_key: str = ""  # the attempt it is about (a hash of the request id, and n)

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from shared.clock import parse_iso
 from shared.errors import is_retryable
 from shared.fleet import store
-from shared.fleet.observations import FleetFact, Kind, MachineClass, Reading, observations_of
-from shared.ledger.records import RequestRecord
+from shared.fleet.observations import FleetFact, Kind, MachineClass, Reading, attempt_key, observations_of
+from shared.ledger.records import Attempt, RequestRecord
 from shared.log import Logger
 from shared.wiring import Ports
 
@@ -21,21 +22,39 @@ def fleet_facts(record: RequestRecord, reading: Reading) -> FleetFacts:
     return frozenset(o.key for o in observations_of(record, reading))
 
 
-def new_facts(before: FleetFacts | None, after: RequestRecord, reading: Reading, now: datetime) -> list[FleetFact]:
+def new_facts(before: FleetFacts | None, after: RequestRecord, reading: Reading, seen_at: datetime) -> list[FleetFact]:
     """What the decision added, and the open waits again: submit records the create outside any
-    decision, so a wait is first seen open by the decision after it (written once: create-once)."""
+    decision, so a wait is first seen open by the decision after it (written once: create-once).
+    A fact with no time of its own (a preemption, a restart) happened when the observation that
+    told it saw the job (`seen_at`: a read's start, a kit line's own time), not when a redelivered
+    or late decision took it, and within the job's run as Vertex reported it (seed 10375)."""
     known = before or frozenset()
     found = observations_of(after, reading)
     closed = {o.attempt_key for o in found if o.kind in (Kind.WAIT, Kind.NO_CAPACITY)}
+    runs = {attempt_key(after.request_id, a.n): a for a in after.attempts}
     return [
-        o.stamped(now) for o in found if o.key not in known or (o.kind is Kind.WAITING and o.attempt_key not in closed)
+        o.stamped(_within_run(seen_at, runs.get(o.attempt_key)))
+        for o in found
+        if o.key not in known or (o.kind is Kind.WAITING and o.attempt_key not in closed)
     ]
 
 
-def note_fleet(ports: Ports, before: FleetFacts | None, after: RequestRecord, reading: Reading, log: Logger) -> None:
-    """Write what the decision added. Advisory: a failed write loses a fact, never the delivery."""
+def _within_run(seen_at: datetime, attempt: Attempt | None) -> datetime:
+    """`seen_at`, not before the attempt's start nor past its end: a kit line's time is its job's
+    clock, and a read may be taken after the job ended."""
+    if attempt is None or not attempt.started_at:
+        return seen_at
+    moment = max(seen_at, parse_iso(attempt.started_at))
+    return min(moment, parse_iso(attempt.ended_at)) if attempt.ended_at else moment
+
+
+def note_fleet(
+    ports: Ports, before: FleetFacts | None, after: RequestRecord, reading: Reading, seen_at: datetime, log: Logger
+) -> None:
+    """Write what the decision added (`seen_at`: when its observation saw the job). Advisory: a
+    failed write loses a fact, never the delivery."""
     machine_class = MachineClass.of_request(after.request)
-    facts = new_facts(before, after, reading, ports.clock())
+    facts = new_facts(before, after, reading, seen_at)
     if machine_class is None or not facts:
         return
     from google.api_core.exceptions import GoogleAPICallError

@@ -291,7 +291,7 @@ def fleet(monkeypatch: pytest.MonkeyPatch) -> Fleet:
 
 def test_a_decision_writes_what_it_added_under_the_requests_class(fleet: Fleet) -> None:
     ran = record(spot(started_at=at(30), preemptions=1))
-    note_fleet(fleet.ports, None, ran, Reading(), fleet.log.logger)
+    note_fleet(fleet.ports, None, ran, Reading(), T0, fleet.log.logger)
     assert len(fleet.names()) == 2
     assert all(name.startswith("fleet/a3-highgpu-8g+nvidia_h100_80gb+8/us-east4/") for name in fleet.names())
 
@@ -299,16 +299,16 @@ def test_a_decision_writes_what_it_added_under_the_requests_class(fleet: Fleet) 
 def test_a_request_without_a_class_or_with_nothing_new_writes_nothing(fleet: Fleet) -> None:
     fleet.fail_with = AssertionError("no write expected")
     cpu_less = record(spot(started_at=at(30)), request={"custom_job": {}})
-    note_fleet(fleet.ports, None, cpu_less, Reading(), fleet.log.logger)
+    note_fleet(fleet.ports, None, cpu_less, Reading(), T0, fleet.log.logger)
     ran = record(spot(started_at=at(30)))
-    note_fleet(fleet.ports, fleet_facts(ran, Reading()), ran, Reading(), fleet.log.logger)
+    note_fleet(fleet.ports, fleet_facts(ran, Reading()), ran, Reading(), T0, fleet.log.logger)
     assert fleet.names() == []
 
 
 @pytest.mark.parametrize("error", [ServiceUnavailable("busy"), Forbidden("no write on fleet/")])
 def test_a_failed_write_loses_the_facts_with_a_warning_not_the_delivery(fleet: Fleet, error: Exception) -> None:
     fleet.fail_with = error
-    note_fleet(fleet.ports, None, record(spot(started_at=at(30))), Reading(), fleet.log.logger)
+    note_fleet(fleet.ports, None, record(spot(started_at=at(30))), Reading(), T0, fleet.log.logger)
     warnings = [line for line in fleet.log.lines if line["message"] == "fleet observations not recorded"]
     assert [(w["severity"], w["request_id"]) for w in warnings] == [("WARNING", "r1")]
 
@@ -316,7 +316,7 @@ def test_a_failed_write_loses_the_facts_with_a_warning_not_the_delivery(fleet: F
 def test_a_bug_in_the_write_is_not_swallowed(fleet: Fleet) -> None:
     fleet.fail_with = KeyError("a bug")
     with pytest.raises(KeyError):
-        note_fleet(fleet.ports, None, record(spot(started_at=at(30))), Reading(), fleet.log.logger)
+        note_fleet(fleet.ports, None, record(spot(started_at=at(30))), Reading(), T0, fleet.log.logger)
 
 
 def test_an_attempts_key_is_hashed_once_however_often_its_record_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
