@@ -177,7 +177,15 @@ class _Run:
             note_progress(job.attempt, line.total_steps, line.steps_per_second)
         if event != CHECKPOINT_COMMITTED:  # a commit is no evidence of a preemption
             count_preemptions(
-                self.record, job.attempt, None, None, fresh=False, storm_threshold=10**6, now=at(t), effects=Effects()
+                self.record,
+                job.attempt,
+                None,
+                None,
+                fresh=False,
+                storm_threshold=10**6,
+                now=at(t),
+                seen_at=at(t),
+                effects=Effects(),
             )
 
     def create(self, t: float, strategy: str) -> None:

@@ -303,7 +303,7 @@ def spares_a_move(decision: DeadlineDecision, changeover_seconds: float) -> bool
 def preempted_often(situation: Situation, preempted_at: Sequence[datetime]) -> bool:
     """Whether a Spot job waiting for capacity should be placed again at once, staying costed as
     the rest of the work on on-demand: its attempt was preempted `QUICK_PREEMPTIONS` times within
-    `QUICK_PREEMPTION_HOURS` (`preempted_at`, the attempt's preemptions as they were counted),
+    `QUICK_PREEMPTION_HOURS` (`preempted_at`, when its preemptions were seen, not decided),
     and the slack beyond the net is at most `QUICK_SLACK_CHANGEOVERS` changeovers. Each short
     outage that ends inside the rule's hold still costs an outage and a changeover of slack; a
     few of them spend the slack before a move is weighed (a wait shorter than a changeover, or

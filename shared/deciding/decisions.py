@@ -286,6 +286,9 @@ def _decide(
     if observation.kit is not None and note_kit_line(record, attempt, observation.kit, now, effects):
         note_progress(attempt, observation.kit.total_steps, observation.kit.steps_per_second)
     fresh = job is not None and is_fresh(attempt, job)
+    # When the observation saw the job: a kit line's own time; a pass's listing is taken at its
+    # start, an event may be decided long after its read (a redelivery, a crash).
+    seen_at = observation.seen_at(now)
     count_preemptions(
         record,
         attempt,
@@ -294,36 +297,34 @@ def _decide(
         fresh=fresh,
         storm_threshold=policy.storm_threshold,
         now=now,
+        seen_at=seen_at,
         effects=effects,
     )
     if job is None and observation.kit is not None:
         # A kit line: the job runs (or just did) when it was written; no Vertex read to track.
         running = observation.kit.event != PREEMPTED
-        _watch_deadline(record, attempt, policy, now, effects, fleet, running=running, seen_at=observation.seen_at(now))
-    # When the read saw the job: a pass's listing is taken at its start, an event may be decided
-    # long after its read (a redelivery, a crash).
-    read_at = observation.seen_at(now)
+        _watch_deadline(record, attempt, policy, now, effects, fleet, running=running, seen_at=seen_at)
     if job is not None and not fresh and attempt.ending:
-        flag_stuck(record, attempt, job, policy.stuck_after_seconds, now, effects, read_at)  # cancelled, not ended yet
-        _watch_deadline(record, attempt, policy, now, effects, fleet, read_at_vertex=True, seen_at=read_at)
+        flag_stuck(record, attempt, job, policy.stuck_after_seconds, now, effects, seen_at)  # cancelled, not ended yet
+        _watch_deadline(record, attempt, policy, now, effects, fleet, read_at_vertex=True, seen_at=seen_at)
     if job is None or not fresh:
         return Decision(record, effects)
     latest = record.latest
     owns_status = latest is not None and latest.n == attempt.n and not record.is_terminal
     was_ending = attempt.ending
-    ended_wait = wait_ended_by(attempt, job, read_at)
+    ended_wait = wait_ended_by(attempt, job, seen_at)
     take_read(attempt, job, now, observation.read_at)
     if owns_status and job.state == JobState.RUNNING and record.status == RequestStatus.SUBMITTED:
         record.status = RequestStatus.RUNNING
     if was_ending and not attempt.ending:
         _release_successor(record, attempt, job, now, effects)
     if job.is_terminal and attempt.outcome is None:
-        waiting = _conclude(record, attempt, job, owns_status, policy, now, effects, folder)
+        waiting = _conclude(record, attempt, job, owns_status, policy, now, seen_at, effects, folder)
         return Decision(record, effects, waiting)
     if owns_status:
         flag_ended_wait(record, attempt, job, policy.stuck_after_seconds, now, effects, ended_wait)
-        flag_stuck(record, attempt, job, policy.stuck_after_seconds, now, effects, read_at)
-        _watch_deadline(record, attempt, policy, now, effects, fleet, read_at_vertex=True, seen_at=read_at)
+        flag_stuck(record, attempt, job, policy.stuck_after_seconds, now, effects, seen_at)
+        _watch_deadline(record, attempt, policy, now, effects, fleet, read_at_vertex=True, seen_at=seen_at)
     return Decision(record, effects)
 
 
@@ -386,6 +387,7 @@ def _conclude(
     owns_status: bool,
     policy: DecisionPolicy,
     now: datetime,
+    seen_at: datetime,
     effects: Effects,
     folder: FolderProgress | None = None,
 ) -> str | None:
@@ -431,6 +433,7 @@ def _conclude(
                 fresh=False,
                 storm_threshold=policy.storm_threshold,
                 now=now,
+                seen_at=seen_at,
                 effects=effects,
             )
         # Ended by preemption: at least one, however many. Not a FLEX_START job: it is never

@@ -235,11 +235,14 @@ def count_preemptions(
     fresh: bool,
     storm_threshold: int,
     now: datetime,
+    seen_at: datetime,
     effects: Effects,
 ) -> None:
     """Record the evidence in `record` and raise `attempt.preemptions` to what it shows, with one
     `preemption` line per increase and one `preemption_storm` alert once the count reaches the threshold. `job` is
-    None for a kit line (no Vertex read)."""
+    None for a kit line (no Vertex read). Each preemption it adds happened by `seen_at`, when the
+    observation saw the job (a read's start, a kit line's own time), not when a late or
+    redelivered decision took it: its time kept, within the job's run as Vertex reported it."""
     n = attempt.n
     if line_identity:
         _note_evidence(record, attempt, PREEMPTION_LINE_KEY, line_identity, effects)
@@ -249,7 +252,8 @@ def count_preemptions(
     source, counted = _counted(record, n)
     if counted <= attempt.preemptions:
         return
-    newest = attempt.preempted_at + [iso(now)] * min(counted - attempt.preemptions, PREEMPTION_TIMES_KEPT)
+    moment = iso(attempt.within_run(seen_at, job))
+    newest = attempt.preempted_at + [moment] * min(counted - attempt.preemptions, PREEMPTION_TIMES_KEPT)
     attempt.preempted_at = newest[-PREEMPTION_TIMES_KEPT:]
     attempt.preemptions = counted
     attempt.preemptions_unknown = False

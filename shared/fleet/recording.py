@@ -6,11 +6,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from shared.clock import parse_iso
 from shared.errors import is_retryable
 from shared.fleet import store
 from shared.fleet.observations import FleetFact, Kind, MachineClass, Reading, attempt_key, observations_of
-from shared.ledger.records import Attempt, RequestRecord
+from shared.ledger.records import RequestRecord
 from shared.log import Logger
 from shared.wiring import Ports
 
@@ -33,19 +32,10 @@ def new_facts(before: FleetFacts | None, after: RequestRecord, reading: Reading,
     closed = {o.attempt_key for o in found if o.kind in (Kind.WAIT, Kind.NO_CAPACITY)}
     runs = {attempt_key(after.request_id, a.n): a for a in after.attempts}
     return [
-        o.stamped(_within_run(seen_at, runs.get(o.attempt_key)))
+        o.stamped(runs[o.attempt_key].within_run(seen_at) if o.attempt_key in runs else seen_at)
         for o in found
         if o.key not in known or (o.kind is Kind.WAITING and o.attempt_key not in closed)
     ]
-
-
-def _within_run(seen_at: datetime, attempt: Attempt | None) -> datetime:
-    """`seen_at`, not before the attempt's start nor past its end: a kit line's time is its job's
-    clock, and a read may be taken after the job ended."""
-    if attempt is None or not attempt.started_at:
-        return seen_at
-    moment = max(seen_at, parse_iso(attempt.started_at))
-    return min(moment, parse_iso(attempt.ended_at)) if attempt.ended_at else moment
 
 
 def note_fleet(

@@ -18,12 +18,13 @@ import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, is_dataclass
+from datetime import datetime
 from enum import Enum
 from typing import Any, TypeVar
 
 from shared.clock import now_iso, parse_iso
 from shared.errors import SpotjobsError
-from shared.jobs import JobState
+from shared.jobs import JobSnapshot, JobState
 from shared.ledger.states import AttemptOutcome, RequestStatus
 from shared.requests.attempts import SPOT
 
@@ -63,8 +64,8 @@ class Attempt:
     rewait_since: str | None = None
     rewait_seen_until: str | None = None
     preemptions: int = 0
-    # When each of them was counted (shared/deciding/preemptions.py): how often lately, which a
-    # deadline request's move weighs (`shared.deciding.deadline.preempted_often`).
+    # When each of them was seen, in the order counted (shared/deciding/preemptions.py): how often
+    # lately, which a deadline request's move weighs (`shared.deciding.deadline.preempted_often`).
     preempted_at: list[str] = field(default_factory=list)
     # Times reconcile re-published this attempt because its claim never got a job (after a bound,
     # with one alert naming the evidence: never failed for it, see shared/reconcile.py).
@@ -121,6 +122,15 @@ class Attempt:
         the cancel is asynchronous (CANCELLING first), and the next attempt must wait for the end
         or both would train into the request's checkpoints."""
         return self.cancel_decided_at is not None and self.state not in JobState.TERMINAL
+
+    def within_run(self, moment: datetime, job: JobSnapshot | None = None) -> datetime:
+        """`moment`, not before its job's start nor past its end as Vertex reported them (as
+        recorded, or in `job`, a read not yet taken in): a kit line's time is its job's clock, and a
+        read may be taken after the job ended. What a fact seen at `moment` is stamped at."""
+        started = self.started_at or (job.start_time if job is not None else None)
+        ended = self.ended_at or (job.end_time if job is not None else None)
+        bounded = max(moment, parse_iso(started)) if started else moment
+        return min(bounded, parse_iso(ended)) if ended else bounded
 
     @property
     def mean_checkpoint_interval(self) -> float | None:

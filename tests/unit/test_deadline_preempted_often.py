@@ -191,6 +191,7 @@ def test_each_preemption_counted_keeps_when_it_was_counted() -> None:
             fresh=False,
             storm_threshold=99,
             now=NOW + timedelta(minutes=k),
+            seen_at=NOW + timedelta(minutes=k),
             effects=Effects(),
         )
     assert attempt.preemptions == 2
@@ -215,6 +216,7 @@ def test_an_attempt_keeps_only_its_newest_preemption_times() -> None:
             fresh=False,
             storm_threshold=99,
             now=NOW + timedelta(minutes=k),
+            seen_at=NOW + timedelta(minutes=k),
             effects=Effects(),
         )
     assert attempt.preemptions == 6

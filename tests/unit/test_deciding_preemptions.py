@@ -77,7 +77,9 @@ def preemptions_after(*lines: KitRecord) -> int:
     attempt = record.attempt(1)
     for line in lines:
         assert note_kit_line(record, attempt, line, NOW, Effects())
-    count_preemptions(record, attempt, None, None, fresh=False, storm_threshold=99, now=NOW, effects=Effects())
+    count_preemptions(
+        record, attempt, None, None, fresh=False, storm_threshold=99, now=NOW, seen_at=NOW, effects=Effects()
+    )
     return attempt.preemptions
 
 
@@ -98,6 +100,7 @@ def seen_waiting(ledger_state: str) -> int:
         fresh=True,
         storm_threshold=99,
         now=NOW,
+        seen_at=NOW,
         effects=Effects(),
     )
     return attempt.preemptions
@@ -134,7 +137,15 @@ def test_service_lines_past_what_vertex_can_have_done_are_refused_from_the_first
     for identity in range(most + 1):
         effects = Effects()
         count_preemptions(
-            record, attempt, None, f"line-{identity}", fresh=False, storm_threshold=99, now=NOW, effects=effects
+            record,
+            attempt,
+            None,
+            f"line-{identity}",
+            fresh=False,
+            storm_threshold=99,
+            now=NOW,
+            seen_at=NOW,
+            effects=effects,
         )
         refused.append("preemption_evidence_refused" in effects.events)
     assert refused == [False] * most + [True]
@@ -147,7 +158,15 @@ def test_the_storm_alert_fires_at_its_threshold() -> None:
     effects = Effects()
     for identity in range(3):
         count_preemptions(
-            record, attempt, None, f"line-{identity}", fresh=False, storm_threshold=3, now=NOW, effects=effects
+            record,
+            attempt,
+            None,
+            f"line-{identity}",
+            fresh=False,
+            storm_threshold=3,
+            now=NOW,
+            seen_at=NOW,
+            effects=effects,
         )
     assert [alert.kind for alert in effects.alerts] == ["preemption_storm"]
 

@@ -49,7 +49,9 @@ def test_run_zeros_preempted_line_read_before_its_start_counts_one() -> None:
     attempt = record.attempts[0]
     record.mark(evidence_marker(KIT_PREEMPTED_KEY, 1, "0"))  # no run_started read yet
     now = datetime(2026, 12, 1, tzinfo=UTC)
-    count_preemptions(record, attempt, None, None, fresh=False, storm_threshold=99, now=now, effects=Effects())
+    count_preemptions(
+        record, attempt, None, None, fresh=False, storm_threshold=99, now=now, seen_at=now, effects=Effects()
+    )
     assert attempt.preemptions == 1
 
 

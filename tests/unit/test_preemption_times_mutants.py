@@ -37,6 +37,7 @@ def preempted_runs(runs: int) -> tuple[RequestRecord, Attempt]:
             fresh=False,
             storm_threshold=99,
             now=NOW + timedelta(minutes=run),
+            seen_at=NOW + timedelta(minutes=run),
             effects=Effects(),
         )
     return record, attempt
