@@ -353,7 +353,7 @@ class Spotjobs(Policy):
         at_once = tick - job.placed < self.setup.changeover_ticks
         if at_once and not preempted_often(now, [at(t, self.setup) for t in job.preempted]):
             return None
-        if not at_once and sits_out(now, self.outlook(job, tick)):
+        if not at_once and sits_out(now, self.outlook(job, tick), self.setup.gap, self.rule):
             return None
         leaving = at_once or decision.held_for_move
         chosen = self._choose(job, tick, job.region, on_demand=False, waiting=True, leaving=leaving)

@@ -49,8 +49,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 from shared.fleet.estimate import SpotOutlook
@@ -275,17 +275,25 @@ def decide_deadline(situation: Situation, rule: Rule = Rule.SPOTJOBS) -> Deadlin
     return decision(Action.BACK_TO_SPOT, f"ahead of the line ({progress:.3f} >= {ahead_of:.3f}): back to Spot")
 
 
-def sits_out(situation: Situation, outlook: SpotOutlook | None) -> bool:
+def sits_out(
+    situation: Situation, outlook: SpotOutlook | None, review_seconds: float, rule: Rule = Rule.SPOTJOBS
+) -> bool:
     """Whether a Spot job waiting for capacity should stay where it is rather than move: the
     fleet's expected outage there (`outlook`, estimated now: the claim's goes stale) is at most
     `WAIT_CHANGEOVERS` changeovers (`LONG_SLACK_WAIT_CHANGEOVERS` with `LONG_SLACK_CHANGEOVERS`
     of slack beyond the net) and the slack beyond the net, and the wait is not yet longer than that
     outage, or a changeover. Where outages are short a move (a changeover, and a region the fleet
     may know less) costs more than the rest of the wait; past the expected outage this one is not
-    short after all, and placement weighs a move again."""
+    short after all, and placement weighs a move again. That needs a later review: when `rule`
+    would no longer spare a move at the next one, `review_seconds` on (the reconcile interval;
+    `spares_a_move`), this is the last chance, and a job that sat out an outage outlasting it would
+    end the wait on on-demand, not in a move."""
     if outlook is None:
         return False
     wait, d = outlook.expected_wait_seconds, situation.changeover_seconds
+    next_review = replace(situation, now=situation.now + timedelta(seconds=review_seconds))
+    if not spares_a_move(decide_deadline(next_review, rule), d):
+        return False
     beyond_net = _slack(situation) - safety_net_seconds(situation)
     waited = (situation.now - situation.placed_at).total_seconds()
     short = LONG_SLACK_WAIT_CHANGEOVERS if beyond_net >= LONG_SLACK_CHANGEOVERS * d else WAIT_CHANGEOVERS

@@ -95,7 +95,11 @@ def consider_move(
         if (
             not at_once
             and situation is not None
-            and sits_out(situation, placer.spot_outlook(record.request, attempt.location))
+            and sits_out(
+                situation,
+                placer.spot_outlook(record.request, attempt.location),
+                policy.reconcile_interval_seconds,
+            )
         ):
             return
         leaving = at_once or (decision is not None and decision.held_for_move)

@@ -17,6 +17,7 @@ T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 HOUR = 3600.0
 D = 600.0  # changeover
 M = 300.0  # review interval
+REVIEW = 60.0  # a reconcile pass a minute: when `sits_out` looks for the next review's hold
 NET = 2 * D + M
 # Outages of 1/4 h on average (runs of 3 h, capacity 12/13 of the time).
 SHORT_OUTAGES = SpotOutlook(12 / 13, 3 * HOUR)
@@ -120,7 +121,9 @@ def test_a_wait_that_falls_behind_the_line_is_held_for_a_move_from_then() -> Non
 
 def waiting_for(waited: float, *, slack_beyond_net: float = 10 * D) -> Situation:
     """Waiting for Spot `waited` seconds, with this slack beyond the safety net (the slack counts
-    the on-demand changeover still ahead)."""
+    the on-demand changeover still ahead). Its claim expected one-minute outages, so the rule sits
+    the wait out itself and holds it for the slack beyond the net: the next review still spares a
+    move, and only `sits_out`'s own bounds answer."""
     now = T0 + timedelta(hours=10)
     return Situation(
         now=now,
@@ -131,6 +134,7 @@ def waiting_for(waited: float, *, slack_beyond_net: float = 10 * D) -> Situation
         placed_at=now - timedelta(seconds=waited),
         changeover_seconds=D,
         review_seconds=M,
+        spot_outlook=outlook_with_wait(60),
     )
 
 
@@ -142,21 +146,21 @@ def outlook_with_wait(seconds: float) -> SpotOutlook:
 def test_a_job_sits_out_an_outage_the_fleet_expects_short_until_its_wait_outlasts_it() -> None:
     short = outlook_with_wait(1.5 * D)
     assert short.expected_wait_seconds == pytest.approx(1.5 * D)
-    assert sits_out(waiting_for(D + 1), short)
-    assert sits_out(waiting_for(1.5 * D), short)
-    assert not sits_out(waiting_for(1.5 * D + 1), short)  # longer than expected: weigh a move
+    assert sits_out(waiting_for(D + 1), short, REVIEW)
+    assert sits_out(waiting_for(1.5 * D), short, REVIEW)
+    assert not sits_out(waiting_for(1.5 * D + 1), short, REVIEW)  # longer than expected: weigh a move
     # A very short expected outage still sits out a changeover (a move costs one).
-    assert sits_out(waiting_for(D), outlook_with_wait(60))
-    assert not sits_out(waiting_for(D + 1), outlook_with_wait(60))
+    assert sits_out(waiting_for(D), outlook_with_wait(60), REVIEW)
+    assert not sits_out(waiting_for(D + 1), outlook_with_wait(60), REVIEW)
 
 
 def test_a_job_does_not_sit_out_a_long_outage_one_the_slack_cannot_pay_or_an_unknown_one() -> None:
     longer = outlook_with_wait(deadline.WAIT_CHANGEOVERS * D + 1)
-    assert not sits_out(waiting_for(D + 1), longer)
-    assert not sits_out(waiting_for(D + 1, slack_beyond_net=1.5 * D - 1), outlook_with_wait(1.5 * D))
-    assert sits_out(waiting_for(D + 1, slack_beyond_net=1.5 * D + 1), outlook_with_wait(1.5 * D))
+    assert not sits_out(waiting_for(D + 1), longer, REVIEW)
+    assert not sits_out(waiting_for(D + 1, slack_beyond_net=1.5 * D - 1), outlook_with_wait(1.5 * D), REVIEW)
+    assert sits_out(waiting_for(D + 1, slack_beyond_net=1.5 * D + 1), outlook_with_wait(1.5 * D), REVIEW)
     assert decide_deadline(waiting_for(D + 1, slack_beyond_net=1.5 * D)).slack_seconds == pytest.approx(NET + 1.5 * D)
-    assert not sits_out(waiting_for(D + 1), None)
+    assert not sits_out(waiting_for(D + 1), None, REVIEW)
 
 
 def test_with_long_slack_beyond_the_net_a_job_sits_out_an_outage_of_three_changeovers() -> None:
@@ -164,10 +168,10 @@ def test_with_long_slack_beyond_the_net_a_job_sits_out_an_outage_of_three_change
     # itself many times over, and a move pays dearer Spot for the rest of the work (the shared
     # traces' 1.5: a job left us-east4 ten minutes before it came back).
     three = outlook_with_wait(2.9 * D)  # under three changeovers (the exact edge: the mutants' file)
-    assert sits_out(waiting_for(D + 1, slack_beyond_net=24 * D), three)
-    assert sits_out(waiting_for(2.9 * D, slack_beyond_net=24 * D), three)
-    assert not sits_out(waiting_for(3 * D, slack_beyond_net=24 * D), three)  # outlasted it: weigh a move
-    assert not sits_out(waiting_for(D + 1, slack_beyond_net=24 * D), outlook_with_wait(3.1 * D))
+    assert sits_out(waiting_for(D + 1, slack_beyond_net=24 * D), three, REVIEW)
+    assert sits_out(waiting_for(2.9 * D, slack_beyond_net=24 * D), three, REVIEW)
+    assert not sits_out(waiting_for(3 * D, slack_beyond_net=24 * D), three, REVIEW)  # outlasted it: weigh a move
+    assert not sits_out(waiting_for(D + 1, slack_beyond_net=24 * D), outlook_with_wait(3.1 * D), REVIEW)
     # Below 24 changeovers the bound stays two changeovers (the shared 1.2, SkyNomad's 1.1).
-    assert not sits_out(waiting_for(D + 1, slack_beyond_net=24 * D - 1), three)
-    assert sits_out(waiting_for(D + 1, slack_beyond_net=24 * D - 1), outlook_with_wait(1.9 * D))
+    assert not sits_out(waiting_for(D + 1, slack_beyond_net=24 * D - 1), three, REVIEW)
+    assert sits_out(waiting_for(D + 1, slack_beyond_net=24 * D - 1), outlook_with_wait(1.9 * D), REVIEW)

@@ -16,6 +16,7 @@ T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 HOUR = 3600.0
 D = 600.0  # changeover
 M = 300.0  # review interval
+REVIEW = 60.0  # a reconcile pass a minute: when `sits_out` looks for the next review's hold
 NET = 2 * D + M
 
 
@@ -47,15 +48,32 @@ def situation(placement: Placement, *, since: float, slack_beyond_net: float, ou
 def test_an_expected_outage_of_exactly_two_changeovers_is_still_sat_out() -> None:
     bound = deadline.WAIT_CHANGEOVERS * D
     waiting = situation(Placement.WAITING_FOR_SPOT, since=D + 1, slack_beyond_net=10 * D, outlook=outage_of(bound))
-    assert sits_out(waiting, outage_of(bound))
-    assert not sits_out(waiting, outage_of(bound + 1))
+    assert sits_out(waiting, outage_of(bound), REVIEW)
+    assert not sits_out(waiting, outage_of(bound + 1), REVIEW)
 
 
 def test_an_expected_outage_of_exactly_the_slack_beyond_the_net_is_still_sat_out() -> None:
     wait = 1.5 * D  # under two changeovers: the slack is the bound here
-    waiting = situation(Placement.WAITING_FOR_SPOT, since=D + 1, slack_beyond_net=wait, outlook=outage_of(wait))
-    assert sits_out(waiting, outage_of(wait))
-    assert not sits_out(waiting, outage_of(wait + 1))
+    # The claim expected one-minute outages: the rule holds the wait for the slack beyond the net,
+    # so the next review still spares a move and only the slack bounds the sit-out.
+    waiting = situation(Placement.WAITING_FOR_SPOT, since=D + 1, slack_beyond_net=wait, outlook=outage_of(60))
+    assert sits_out(waiting, outage_of(wait), REVIEW)
+    assert not sits_out(waiting, outage_of(wait + 1), REVIEW)
+
+
+def test_a_sit_out_stops_at_the_last_review_whose_successor_still_spares_a_move() -> None:
+    # The claim expected 3 h outages, so the rule holds the wait 3 changeovers for a move; a move
+    # is spared while that hold is more than a changeover. The next review, REVIEW on, still has
+    # one until the wait reaches 2d - REVIEW: from there a sit-out leaves no move behind it.
+    last = 2 * D - REVIEW
+    fleet = outage_of(deadline.WAIT_CHANGEOVERS * D)
+    for since, sat_out in ((last - 1, True), (last, False)):
+        waiting = situation(
+            Placement.WAITING_FOR_SPOT, since=since, slack_beyond_net=10 * D, outlook=SpotOutlook(0.5, 3 * HOUR)
+        )
+        held = decide_deadline(waiting)
+        assert held.held_for_move and held.holds_seconds == pytest.approx(3 * D - since)
+        assert sits_out(waiting, fleet, REVIEW) is sat_out
 
 
 def test_the_second_run_says_the_slack_beyond_the_net_it_spends() -> None:
@@ -111,9 +129,9 @@ def test_the_long_slack_bound_starts_at_exactly_its_changeovers_of_slack() -> No
     bound = deadline.LONG_SLACK_WAIT_CHANGEOVERS * D
     long_slack = deadline.LONG_SLACK_CHANGEOVERS * D
     at = situation(Placement.WAITING_FOR_SPOT, since=D + 1, slack_beyond_net=long_slack, outlook=outage_of(bound))
-    assert sits_out(at, outage_of(bound))
-    assert not sits_out(at, outage_of(bound + 1))
+    assert sits_out(at, outage_of(bound), REVIEW)
+    assert not sits_out(at, outage_of(bound + 1), REVIEW)
     below = situation(
         Placement.WAITING_FOR_SPOT, since=D + 1, slack_beyond_net=long_slack - 1, outlook=outage_of(bound)
     )
-    assert not sits_out(below, outage_of(bound))
+    assert not sits_out(below, outage_of(bound), REVIEW)

@@ -298,6 +298,32 @@ def test_a_deadline_request_sits_out_an_outage_the_fleet_expects_short_until_it_
         assert moved(record)
 
 
+def test_a_sit_out_ends_at_the_last_pass_that_still_spares_a_move() -> None:
+    # Behind the line 6 h in, with 3,600 s of slack beyond the net and a 1,200 s changeover: the
+    # claim's outlook expects long outages, so the rule holds the wait 3 changeovers for a move;
+    # the fleet's outlook now expects a 2,300 s outage, short enough to sit out. A sit-out past the
+    # hold's last pass (reconcile every 300 s) would end on on-demand, not in the move it promises.
+    short = SpotOutlook(0.99, 2300 * 99)
+
+    def waited_for(seconds: float) -> RequestRecord:
+        record = with_deadline(12000, changeover_seconds=1200.0)
+        record.created_at = iso(NOW - timedelta(hours=6))
+        record.attempt(1).created_at = iso(NOW - timedelta(seconds=seconds))
+        record.attempt(1).spot_outlook = SpotOutlook(0.5, 3 * 3600).to_json()
+        return record
+
+    early = waited_for(2000)
+    assert rule(early) == (Action.STAY, 1600.0)  # the next pass is held 1,300 s: a move is still spared
+    placer = ElsewherePlacer(outlook=short)
+    move(early, placer)
+    assert not moved(early) and placer.asked == []  # 2,000 s of a 2,300 s outage: sit it out
+    last = waited_for(2200)
+    assert rule(last) == (Action.STAY, 1400.0)  # the next pass is held 1,100 s: no move is spared then
+    placer = ElsewherePlacer(outlook=short)
+    move(last, placer)
+    assert moved(last) and placer.asked == [1] and placer.leaving == [True]
+
+
 def test_a_wait_the_rule_holds_only_for_a_move_is_placed_as_leaving_it() -> None:
     # Behind the line 70 s ago (half done, 2 h in, a deadline 6,500 s of slack away), where the
     # claim's outlook expects long outages: the rule holds the wait for a move, so placement
