@@ -3,7 +3,7 @@ a decision until the next run; it never loses it.
 
 For every request whose status is not terminal or that has effects still to publish (read from
 the listing's metadata, paged by `settings.reconcile_page_size`, at most `settings.reconcile_requests_per_run`
-per run; a run that stops short, or whose CRUD budget deferred some, saves where the next one starts, in the ledger's
+per run; a run that stops short, or whose CRUD budget or call window deferred some, saves where the next one starts, in the ledger's
 cursor, so every request gets its turn):
 
 - alerts and a prune request decided but not published are published once their decider is
@@ -71,7 +71,7 @@ from shared.ledger.store import ActiveEntry, LedgerStore, ListedRequest
 from shared.log import Logger
 from shared.paced_submit import in_line, never_sent
 from shared.pacing_drainer import restart_stalled
-from shared.reconcile_vertex import CrudBudgetSpent, PassClient, VertexPass, read_attempt_job, resume_at_deferred
+from shared.reconcile_vertex import CallDeferred, PassClient, VertexPass, read_attempt_job, resume_at_deferred
 from shared.settings import Settings
 from shared.swap import backoff_seconds
 from shared.wiring import Ports
@@ -116,15 +116,17 @@ class RequestResult:
 def run_reconcile(ports: Ports, log: Logger, *, limit: int | None = None) -> ReconcileSummary:
     """One reconcile pass over the active requests. Logs one summary line and returns it. A pass
     already running elsewhere makes this one end at once (`shared.ledger.run_lock`: one INFO line)."""
+    started = ports.clock()  # the function's timeout runs from here: the pass's calls fit in it
     with run_lock(ledger_bucket(ports.ledger), RECONCILE_TASK, log, clock=ports.clock) as held:
-        return _run_reconcile(ports, log, limit=limit) if held else ReconcileSummary()
+        return _run_reconcile(ports, log, limit=limit, started=started) if held else ReconcileSummary()
 
 
-def _run_reconcile(ports: Ports, log: Logger, *, limit: int | None) -> ReconcileSummary:
+def _run_reconcile(ports: Ports, log: Logger, *, limit: int | None, started: datetime) -> ReconcileSummary:
     ports = replace(ports, cancel_job=canceller(ports.job_service, timeout=ports.settings.vertex_call_timeout_seconds))
     settings = ports.settings
     summary = ReconcileSummary()
-    vertex_pass = VertexPass(ports, log)  # one listing per location; gets only where it cannot answer
+    # One listing per location; gets only where it cannot answer; no call past its window.
+    vertex_pass = VertexPass(ports, log, started=started)
     ports = vertex_pass.ports
     request_ids = _requests_to_reconcile(
         ports.ledger,
@@ -255,8 +257,8 @@ def reconcile_request(ports: Ports, request_id: str, log: Logger) -> RequestResu
     except CorruptRecord as exc:
         alert_corrupt_record(ports, exc, log)
         return RequestResult("error")
-    except CrudBudgetSpent:
-        return RequestResult("deferred")  # the next pass has its own share of the quota
+    except CallDeferred:
+        return RequestResult("deferred")  # the next pass has its own share of the quota and its own time
     except Exception as exc:  # noqa: BLE001 - one request must not stop the pass; logged here
         log.error(
             "reconcile failed for one request; the next run retries it",

@@ -18,6 +18,12 @@ submit. A pass hands every step the clients of a `VertexPass` instead of the pla
   that needed it waits for the next pass (`deferred`), which starts at the first one deferred
   (`resume_at_deferred`): the listings are always made (the sweep and every answer depend on
   them), and counted.
+- **The window** (`CallWindow`): no call to a location whose call ran out its timeout this pass
+  (that region's API is stalling: each later call there would hold a worker for its whole
+  timeout), and none that could still be waiting when reconcile's function timeout kills the pass
+  (`reconcile_timeout_seconds`, less one more call timeout for the work after the last call). A call
+  it refuses is deferred as the budget's are: a pass over a stalled location ends in time, releases
+  its run lease, and reconciles the other locations' requests (the next tick finds no lease held).
 
 A job a `get` answers NotFound for was deleted at Vertex: an answer for good, not an error to
 retry on every pass. `read_attempt_job` hands the decision an ended job instead (`vanished_job`).
@@ -31,8 +37,10 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from shared.adapters.vertex import parent_path, read_job, unfinished_jobs_filter
@@ -57,8 +65,45 @@ LISTING_PAGE_SIZE = 1000  # the most customJobs.list returns a page
 WINDOW_SECONDS = 60.0
 
 
-class CrudBudgetSpent(TransientError):
+class CallDeferred(TransientError):
+    """A call this pass will not send: the request that needed it waits for the next pass."""
+
+
+class CrudBudgetSpent(CallDeferred):
     """This pass has spent its share of the CRUD quota for the minute: the call waits for the next."""
+
+
+class CallWindow:
+    """Which Vertex calls a pass may still send: none to a location where a call ran out its
+    timeout (DeadlineExceeded) this pass, and none started later than one call timeout plus a
+    margin of one more before the function's timeout (`ends_at`), so no call is still waiting
+    when the instance is killed and what follows the last call (the sweep's reads, the cursor,
+    the summary line, the lease's release) has its time."""
+
+    def __init__(self, ends_at: datetime, call_timeout: float, clock: Callable[[], datetime]) -> None:
+        self.last_start = ends_at - timedelta(seconds=2 * call_timeout)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self.stalled: set[str] = set()
+        self.out_of_time = False
+
+    @contextmanager
+    def sending(self, location: str) -> Iterator[None]:
+        """Around one call to `location`: raises `CallDeferred` instead of sending it when refused."""
+        from google.api_core.exceptions import DeadlineExceeded
+
+        with self._lock:
+            if location in self.stalled:
+                raise CallDeferred(f"a Vertex call in {location} ran out its timeout in this pass")
+            if self._clock() > self.last_start:
+                self.out_of_time = True
+                raise CallDeferred("no call timeout is left before reconcile's function timeout")
+        try:
+            yield
+        except DeadlineExceeded:
+            with self._lock:
+                self.stalled.add(location)
+            raise
 
 
 class CrudBudget:
@@ -85,11 +130,17 @@ class CrudBudget:
 class VertexPass:
     """The Vertex side of one reconcile pass: `ports` hands out its counting clients."""
 
-    def __init__(self, ports: Ports, log: Logger) -> None:
+    def __init__(self, ports: Ports, log: Logger, *, started: datetime) -> None:
+        """`started`: when the function began serving the pass (its timeout runs from there)."""
         settings = ports.settings
         self._ports = ports
         self._log = log
         self.budget = CrudBudget(max(1, int(settings.vertex_crud_per_minute * settings.reconcile_crud_share)))
+        self.window = CallWindow(
+            started + timedelta(seconds=settings.reconcile_timeout_seconds),
+            settings.vertex_call_timeout_seconds,
+            ports.clock,
+        )
         self._listings: dict[str, dict[str, CustomJob] | None] = {}
         self._listing_locks: collections.defaultdict[str, threading.Lock] = collections.defaultdict(threading.Lock)
         self._lock = threading.Lock()
@@ -121,9 +172,10 @@ class VertexPass:
         try:
             jobs: dict[str, CustomJob] = {}
             timeout = settings.vertex_call_timeout_seconds
-            for page in _pages(client.list_custom_jobs(request=request, timeout=timeout)):
-                self.budget.spend("list", force=True)
-                jobs.update((job.name, job) for job in page)
+            with self.window.sending(location):
+                for page in _pages(client.list_custom_jobs(request=request, timeout=timeout)):
+                    self.budget.spend("list", force=True)
+                    jobs.update((job.name, job) for job in page)
             return jobs
         except Exception as exc:  # noqa: BLE001 - the pass reads each job with a get instead
             self._log.warning(
@@ -147,6 +199,8 @@ class VertexPass:
             "answered_by_listing": self.answered,
             "budget_per_minute": self.budget.per_minute,
             "share_of_crud_quota": round(total / quota, 4) if quota else None,
+            "stalled_locations": sorted(self.window.stalled),
+            "out_of_time": self.window.out_of_time,
         }
 
 
@@ -170,8 +224,9 @@ class PassClient:
         if listed is not None and name in listed:
             self._pass.note_answered()
             return listed[name]
-        self._pass.budget.spend("get")
-        return self._client.get_custom_job(name=name, **kwargs)
+        with self._pass.window.sending(self._location):
+            self._pass.budget.spend("get")
+            return self._client.get_custom_job(name=name, **kwargs)
 
     def list_custom_jobs(self, request: dict[str, Any], **kwargs: Any) -> list[Any]:
         settings = self._pass._ports.settings  # noqa: SLF001 - the pass's own settings
@@ -180,14 +235,16 @@ class PassClient:
             if listed is not None:
                 return list(listed.values())
         jobs: list[Any] = []
-        for page in _pages(self._client.list_custom_jobs(request=request, **kwargs)):
-            self._pass.budget.spend("list")
-            jobs.extend(page)
+        with self._pass.window.sending(self._location):
+            for page in _pages(self._client.list_custom_jobs(request=request, **kwargs)):
+                self._pass.budget.spend("list")
+                jobs.extend(page)
         return jobs
 
     def cancel_custom_job(self, **kwargs: Any) -> Any:
-        self._pass.budget.spend("cancel")
-        return self._client.cancel_custom_job(**kwargs)
+        with self._pass.window.sending(self._location):
+            self._pass.budget.spend("cancel")
+            return self._client.cancel_custom_job(**kwargs)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)

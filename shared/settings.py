@@ -108,6 +108,9 @@ class Settings:
     # deadline rule decides that much early, and a dead pass's run lease more
     # (`shared.deciding.deadline_watch.longest_unasked_seconds`).
     reconcile_interval_seconds: float = _env("SPOTJOBS_RECONCILE_INTERVAL_SECONDS", 300.0, kind="float")
+    # Reconcile's function timeout, as Terraform deploys it (`function_config.reconcile`): a pass
+    # sends no Vertex call that could still be waiting when it is killed (`shared.reconcile_vertex.CallWindow`).
+    reconcile_timeout_seconds: float = _env("SPOTJOBS_RECONCILE_TIMEOUT_SECONDS", 300.0, kind="float")
     # The trainer's checkpoint interval a deadline is planned with until the kit's commit lines
     # show one (the rule sees committed progress only: shared/deciding/deadline_watch.py).
     checkpoint_prior_seconds: float = _env("SPOTJOBS_CHECKPOINT_PRIOR_SECONDS", 3600.0, kind="float")

@@ -253,7 +253,8 @@ def test_a_restart_wait_a_pass_reads_is_vouched_for_until_the_pass_began_not_the
     run_reconcile(world.ports, Logger())  # seen running: it started
     world.vertex.set_state(job, 2)  # PENDING: preempted, Vertex waits for a machine
     ticks = iter(range(1, 10_000))
-    ticking = replace(world.ports, clock=lambda: utcnow() + timedelta(hours=next(ticks)))
+    wide = replace(world.settings, reconcile_timeout_seconds=1e9)  # its window outlasts the hours it ticks
+    ticking = replace(world.ports, settings=wide, clock=lambda: utcnow() + timedelta(hours=next(ticks)))
     passes: list[reconcile_vertex.VertexPass] = []
     started = reconcile_vertex.VertexPass.__init__
 

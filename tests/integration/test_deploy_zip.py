@@ -239,6 +239,7 @@ def function_environment() -> dict[str, str]:
     values = {name: f"test-{name.lower().replace('_', '-')}" for name in names}
     values["GOOGLE_CLOUD_PROJECT"] = "test-project"
     values["SPOTJOBS_LOCATION"] = "us-central1"
+    values["SPOTJOBS_RECONCILE_TIMEOUT_SECONDS"] = "300"
     values["SPOTJOBS_TRAINING_CLASSES"] = "vision-=spotjobs-tc-vision@test-project.iam.gserviceaccount.com"
     return values
 

@@ -1,0 +1,143 @@
+"""A reconcile pass whose Vertex calls in one location all hang (that region's API stalling) ends
+within reconcile's function timeout, releases its run lease, and still reconciles the requests of
+the other locations (`shared.reconcile_vertex.CallWindow`; docs/ARCHITECTURE.md, "No call waits
+for good").
+
+Each call to a stalled location waits out the timeout it names on the pass's clock, then raises
+DeadlineExceeded, as the JobService client does. The clock adds the waits one after the other
+(the pass's eight workers would overlap some of them): a pass measured on it ends in time only if
+it stops sending calls there, not by chance."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+
+from shared.clock import utcnow
+from shared.ledger.run_lock import ledger_bucket, lock_path
+from shared.ledger.states import RequestStatus
+from shared.ledger.store import LedgerStore
+from shared.log import Logger
+from shared.reconcile import RECONCILE_TASK, run_reconcile
+from shared.wiring import Ports
+from sim.gcs import MemoryStorage
+from tests.support.decisions import FakePublisher, World, make_settings
+from tests.support.vertex import FakeVertex
+
+RUNNING, SUCCEEDED = 3, 4
+STALLED, HEALTHY = "europe-west4", "us-central1"
+# Reconcile's function timeout as Terraform deploys it (terraform/functions.tf, `function_builtin`).
+RECONCILE_FUNCTION_TIMEOUT_SECONDS = 300.0
+
+
+class PassClock:
+    """The pass's clock: a hung call moves it on by the timeout it waited out."""
+
+    def __init__(self) -> None:
+        self._now = utcnow()
+        self._lock = threading.Lock()
+
+    def __call__(self) -> datetime:
+        with self._lock:
+            return self._now
+
+    def wait(self, seconds: float) -> None:
+        with self._lock:
+            self._now += timedelta(seconds=seconds)
+
+
+class StalledVertex(FakeVertex):
+    """FakeVertex whose calls to the `stalled` locations never answer."""
+
+    def __init__(self, clock: PassClock, stalled: set[str]) -> None:
+        super().__init__()
+        self.clock = clock
+        self.stalled = stalled
+        self.hung_calls = 0
+
+    def _hang_if_stalled(self, resource: str, timeout: float | None) -> None:
+        from google.api_core.exceptions import DeadlineExceeded
+
+        if resource.split("/locations/")[1].split("/")[0] in self.stalled:
+            assert timeout is not None, "a call without a timeout would wait for good"
+            self.hung_calls += 1
+            self.clock.wait(timeout)
+            raise DeadlineExceeded(f"no reply within {timeout:g} s")
+
+    def get_custom_job(self, name: str, **kwargs: Any) -> Any:
+        self._hang_if_stalled(name, kwargs.get("timeout"))
+        return super().get_custom_job(name)
+
+    def list_custom_jobs(self, request: dict[str, Any], **kwargs: Any) -> Any:
+        self._hang_if_stalled(request["parent"], kwargs.get("timeout"))
+        return super().list_custom_jobs(request)
+
+    def cancel_custom_job(self, name: str, **kwargs: Any) -> None:
+        self._hang_if_stalled(name, kwargs.get("timeout"))
+        super().cancel_custom_job(name)
+
+
+@pytest.fixture
+def clock() -> PassClock:
+    return PassClock()
+
+
+@pytest.fixture
+def world(clock: PassClock) -> World:
+    one_call_at_a_time = threading.Lock()
+
+    def serve(_service: str, _operation: str, perform: Any) -> Any:
+        with one_call_at_a_time:
+            return perform()
+
+    bucket = MemoryStorage(clock=utcnow, io=serve).client().bucket("reconcile-hangs-state")
+    settings = make_settings(bucket.name, SPOTJOBS_RECONCILE_TIMEOUT_SECONDS=str(RECONCILE_FUNCTION_TIMEOUT_SECONDS))
+    return World(LedgerStore(bucket), StalledVertex(clock, {STALLED}), FakePublisher(), settings)
+
+
+def ports(world: World, clock: PassClock) -> Ports:
+    return replace(world.ports, clock=clock)
+
+
+def test_a_pass_over_a_stalled_location_ends_in_time_and_still_reconciles_the_others(
+    world: World, clock: PassClock
+) -> None:
+    # The stalled location's requests come first in the active index, the healthy ones after them.
+    stalled = [world.submitted(f"a-stalled-{i:03d}", state=RUNNING, location=STALLED)[0] for i in range(100)]
+    healthy = [world.submitted(f"z-healthy-{i}", state=RUNNING, location=HEALTHY)[1] for i in range(5)]
+    for job in healthy:
+        world.vertex.set_state(job, SUCCEEDED)
+    began = clock()
+
+    summary = run_reconcile(ports(world, clock), Logger())
+
+    assert (clock() - began).total_seconds() <= RECONCILE_FUNCTION_TIMEOUT_SECONDS
+    assert ledger_bucket(world.ledger).get_blob(lock_path(RECONCILE_TASK)) is None  # the lease released
+    for i in range(5):
+        record = world.ledger.get(f"z-healthy-{i}")
+        assert record is not None and record.status == RequestStatus.SUCCEEDED
+    assert summary.outcomes["deferred"] == len(stalled)
+    assert world.ledger.cursor(RECONCILE_TASK) == stalled[0].request_id  # the next pass starts there
+    assert summary.vertex["stalled_locations"] == [STALLED]
+
+
+def test_a_pass_whose_every_location_stalls_stops_sending_before_the_function_timeout(
+    world: World, clock: PassClock
+) -> None:
+    locations = [f"europe-west{n}" for n in range(1, 13)]  # each costs the pass one hung call
+    world.vertex.stalled = set(locations)
+    for n, location in enumerate(locations):
+        world.submitted(f"req-{n:02d}", state=RUNNING, location=location)
+    began = clock()
+
+    summary = run_reconcile(ports(world, clock), Logger())
+
+    assert (clock() - began).total_seconds() <= RECONCILE_FUNCTION_TIMEOUT_SECONDS
+    assert world.vertex.hung_calls < len(locations)
+    assert ledger_bucket(world.ledger).get_blob(lock_path(RECONCILE_TASK)) is None
+    assert summary.outcomes["deferred"] == len(locations)
+    assert summary.vertex["out_of_time"] is True
