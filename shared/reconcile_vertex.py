@@ -14,10 +14,12 @@ submit. A pass hands every step the clients of a `VertexPass` instead of the pla
   created moments ago and a lagging list does not show it yet); Vertex is asked, and the decision
   is taken on its answer as before.
 - **The budget**: at most `reconcile_crud_share` of `vertex_crud_per_minute` calls in any minute
-  of the pass (half the quota by default). A call past it raises `CrudBudgetSpent`, and the request
-  that needed it waits for the next pass (`deferred`), which starts at the first one deferred
-  (`resume_at_deferred`): the listings are always made (the sweep and every answer depend on
-  them), and counted.
+  of the pass (half the quota by default): gets, lists and cancels alike, the stray sweep's and
+  the outbox's (`Ports.cancel_job` is the pass's too). A call past it raises `CrudBudgetSpent`,
+  and the request that needed it waits for the next pass (`deferred`), which starts at the first
+  one deferred (`resume_at_deferred`): the listings are always made (the sweep and every answer
+  depend on them), and counted. A cancel not sent is not forgotten: the outbox's stays pending in its
+  record (`Attempt.cancel_pending`), and a stray is still in the next pass's listing.
 - **The window** (`CallWindow`): no call to a location whose call ran out its timeout this pass
   (that region's API is stalling: each later call there would hold a worker for its whole
   timeout), and none that could still be waiting when reconcile's function timeout kills the pass
@@ -43,7 +45,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from shared.adapters.vertex import parent_path, read_job, unfinished_jobs_filter
+from shared.adapters.vertex import canceller, parent_path, read_job, unfinished_jobs_filter
 from shared.clock import iso
 from shared.errors import TransientError
 from shared.jobs import JobSnapshot, JobState
@@ -147,7 +149,10 @@ class VertexPass:
         self.answered = 0  # gets the listings answered
         # Before any call of the pass: every job it reads held the state it shows until then at least.
         self.began = ports.clock()
-        self.ports = replace(ports, job_service=self.job_service)
+        # The outbox's cancels too (a request's, a deadline switch's): sent by the pass's clients,
+        # each is a CRUD call under the budget and the window like the sweep's.
+        cancel_job = canceller(self.job_service, timeout=settings.vertex_call_timeout_seconds)
+        self.ports = replace(ports, job_service=self.job_service, cancel_job=cancel_job)
 
     def job_service(self, location: str) -> PassClient:
         return PassClient(self, location, self._ports.job_service(location))
