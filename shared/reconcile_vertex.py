@@ -26,6 +26,9 @@ submit. A pass hands every step the clients of a `VertexPass` instead of the pla
   (`reconcile_timeout_seconds`, less one more call timeout for the work after the last call). A call
   it refuses is deferred as the budget's are: a pass over a stalled location ends in time, releases
   its run lease, and reconciles the other locations' requests (the next tick finds no lease held).
+  A listing that fails where the window is then closed (the listing itself ran out its timeout,
+  or was refused) is said as such (`reconcile_listing_deferred`): no get is sent there either,
+  and the location's requests wait for the next pass.
 
 A job a `get` answers NotFound for was deleted at Vertex: an answer for good, not an error to
 retry on every pass. `read_attempt_job` hands the decision an ended job instead (`vanished_job`).
@@ -88,6 +91,11 @@ class CallWindow:
         self._lock = threading.Lock()
         self.stalled: set[str] = set()
         self.out_of_time = False
+
+    def closed_to(self, location: str) -> bool:
+        """Whether a call to `location` sent now would be refused."""
+        with self._lock:
+            return location in self.stalled or self._clock() > self.last_start
 
     @contextmanager
     def sending(self, location: str) -> Iterator[None]:
@@ -159,7 +167,7 @@ class VertexPass:
 
     def listing(self, location: str, client: Any) -> dict[str, CustomJob] | None:
         """This deployment's unfinished jobs in `location` by name, listed once per pass; None if
-        the listing failed (every job is then read with a get)."""
+        the listing failed (every job is then read with a get, where the window still sends one)."""
         with self._lock:
             lock = self._listing_locks[location]
         with lock:
@@ -182,13 +190,22 @@ class VertexPass:
                     self.budget.spend("list", force=True)
                     jobs.update((job.name, job) for job in page)
             return jobs
-        except Exception as exc:  # noqa: BLE001 - the pass reads each job with a get instead
-            self._log.warning(
-                "could not list this deployment's jobs; reading each with a get",
-                event="reconcile_listing_failed",
-                location=location,
-                error=f"{type(exc).__name__}: {exc}",
-            )
+        except Exception as exc:  # noqa: BLE001 - the pass reads each job with a get instead, if it may
+            error = f"{type(exc).__name__}: {exc}"
+            if self.window.closed_to(location):  # its gets would be refused too: nothing is read there
+                self._log.warning(
+                    "sent no listing of this deployment's jobs; the location's requests wait for the next pass",
+                    event="reconcile_listing_deferred",
+                    location=location,
+                    error=error,
+                )
+            else:
+                self._log.warning(
+                    "could not list this deployment's jobs; reading each with a get",
+                    event="reconcile_listing_failed",
+                    location=location,
+                    error=error,
+                )
             return None
 
     def note_answered(self) -> None:

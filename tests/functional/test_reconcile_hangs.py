@@ -25,7 +25,7 @@ from shared.log import Logger
 from shared.reconcile import RECONCILE_TASK, run_reconcile
 from shared.wiring import Ports
 from sim.gcs import MemoryStorage
-from tests.support.decisions import FakePublisher, World, make_settings
+from tests.support.decisions import CapturedLog, FakePublisher, World, make_settings
 from tests.support.vertex import FakeVertex
 
 RUNNING, SUCCEEDED = 3, 4
@@ -173,3 +173,20 @@ def test_the_cancels_of_a_location_that_stalls_after_its_listing_wait_for_the_ne
     assert summary.outcomes["error"] == 1 and summary.outcomes["deferred"] == 19  # the hung one, the others
     pending = [a for k in range(20) for a in world.ledger.get(f"req-{k:02d}").attempts if a.cancel_pending]
     assert len(pending) == 20  # none forgotten: the next pass sends them
+
+
+def test_a_listing_the_window_refuses_says_the_locations_requests_wait_not_that_each_is_read(
+    world: World, clock: PassClock
+) -> None:
+    """A location whose listing ran out its timeout (or that the window closed to) gets no get
+    either: its requests wait for the next pass, and the warning says so."""
+    for k in range(3):
+        world.submitted(f"req-{k}", state=RUNNING, location=STALLED)
+    log = CapturedLog()
+
+    summary = run_reconcile(ports(world, clock), log.logger)
+
+    assert summary.outcomes["deferred"] == 3 and world.vertex.hung_calls == 1
+    assert log.events("reconcile_listing_failed") == []  # "reading each with a get": none is read
+    [line] = log.events("reconcile_listing_deferred")
+    assert line["location"] == STALLED
