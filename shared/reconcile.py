@@ -45,7 +45,7 @@ from functools import partial
 from typing import Any
 from weakref import WeakSet
 
-from shared.adapters.vertex import canceller, parent_path
+from shared.adapters.vertex import parent_path
 from shared.alerts import AlertKind
 from shared.attempt_lookup import alert_lookup_failed, find_claim_job
 from shared.clock import now_iso, parse_iso, utcnow
@@ -122,10 +122,10 @@ def run_reconcile(ports: Ports, log: Logger, *, limit: int | None = None) -> Rec
 
 
 def _run_reconcile(ports: Ports, log: Logger, *, limit: int | None, started: datetime) -> ReconcileSummary:
-    ports = replace(ports, cancel_job=canceller(ports.job_service, timeout=ports.settings.vertex_call_timeout_seconds))
     settings = ports.settings
     summary = ReconcileSummary()
-    # One listing per location; gets only where it cannot answer; no call past its window.
+    # One listing per location; gets only where it cannot answer; no call (a cancel included) past
+    # its budget or its window.
     vertex_pass = VertexPass(ports, log, started=started)
     ports = vertex_pass.ports
     request_ids = _requests_to_reconcile(

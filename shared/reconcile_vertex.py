@@ -14,16 +14,21 @@ submit. A pass hands every step the clients of a `VertexPass` instead of the pla
   created moments ago and a lagging list does not show it yet); Vertex is asked, and the decision
   is taken on its answer as before.
 - **The budget**: at most `reconcile_crud_share` of `vertex_crud_per_minute` calls in any minute
-  of the pass (half the quota by default). A call past it raises `CrudBudgetSpent`, and the request
-  that needed it waits for the next pass (`deferred`), which starts at the first one deferred
-  (`resume_at_deferred`): the listings are always made (the sweep and every answer depend on
-  them), and counted.
+  of the pass (half the quota by default): gets, lists and cancels alike, the stray sweep's and
+  the outbox's (`Ports.cancel_job` is the pass's too). A call past it raises `CrudBudgetSpent`,
+  and the request that needed it waits for the next pass (`deferred`), which starts at the first
+  one deferred (`resume_at_deferred`): the listings are always made (the sweep and every answer
+  depend on them), and counted. A cancel not sent is not forgotten: the outbox's stays pending in its
+  record (`Attempt.cancel_pending`), and a stray is still in the next pass's listing.
 - **The window** (`CallWindow`): no call to a location whose call ran out its timeout this pass
   (that region's API is stalling: each later call there would hold a worker for its whole
   timeout), and none that could still be waiting when reconcile's function timeout kills the pass
   (`reconcile_timeout_seconds`, less one more call timeout for the work after the last call). A call
   it refuses is deferred as the budget's are: a pass over a stalled location ends in time, releases
   its run lease, and reconciles the other locations' requests (the next tick finds no lease held).
+  A listing that fails where the window is then closed (the listing itself ran out its timeout,
+  or was refused) is said as such (`reconcile_listing_deferred`): no get is sent there either,
+  and the location's requests wait for the next pass.
 
 A job a `get` answers NotFound for was deleted at Vertex: an answer for good, not an error to
 retry on every pass. `read_attempt_job` hands the decision an ended job instead (`vanished_job`).
@@ -43,7 +48,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from shared.adapters.vertex import parent_path, read_job, unfinished_jobs_filter
+from shared.adapters.vertex import canceller, parent_path, read_job, unfinished_jobs_filter
 from shared.clock import iso
 from shared.errors import TransientError
 from shared.jobs import JobSnapshot, JobState
@@ -86,6 +91,11 @@ class CallWindow:
         self._lock = threading.Lock()
         self.stalled: set[str] = set()
         self.out_of_time = False
+
+    def closed_to(self, location: str) -> bool:
+        """Whether a call to `location` sent now would be refused."""
+        with self._lock:
+            return location in self.stalled or self._clock() > self.last_start
 
     @contextmanager
     def sending(self, location: str) -> Iterator[None]:
@@ -147,14 +157,17 @@ class VertexPass:
         self.answered = 0  # gets the listings answered
         # Before any call of the pass: every job it reads held the state it shows until then at least.
         self.began = ports.clock()
-        self.ports = replace(ports, job_service=self.job_service)
+        # The outbox's cancels too (a request's, a deadline switch's): sent by the pass's clients,
+        # each is a CRUD call under the budget and the window like the sweep's.
+        cancel_job = canceller(self.job_service, timeout=settings.vertex_call_timeout_seconds)
+        self.ports = replace(ports, job_service=self.job_service, cancel_job=cancel_job)
 
     def job_service(self, location: str) -> PassClient:
         return PassClient(self, location, self._ports.job_service(location))
 
     def listing(self, location: str, client: Any) -> dict[str, CustomJob] | None:
         """This deployment's unfinished jobs in `location` by name, listed once per pass; None if
-        the listing failed (every job is then read with a get)."""
+        the listing failed (every job is then read with a get, where the window still sends one)."""
         with self._lock:
             lock = self._listing_locks[location]
         with lock:
@@ -177,13 +190,22 @@ class VertexPass:
                     self.budget.spend("list", force=True)
                     jobs.update((job.name, job) for job in page)
             return jobs
-        except Exception as exc:  # noqa: BLE001 - the pass reads each job with a get instead
-            self._log.warning(
-                "could not list this deployment's jobs; reading each with a get",
-                event="reconcile_listing_failed",
-                location=location,
-                error=f"{type(exc).__name__}: {exc}",
-            )
+        except Exception as exc:  # noqa: BLE001 - the pass reads each job with a get instead, if it may
+            error = f"{type(exc).__name__}: {exc}"
+            if self.window.closed_to(location):  # its gets would be refused too: nothing is read there
+                self._log.warning(
+                    "sent no listing of this deployment's jobs; the location's requests wait for the next pass",
+                    event="reconcile_listing_deferred",
+                    location=location,
+                    error=error,
+                )
+            else:
+                self._log.warning(
+                    "could not list this deployment's jobs; reading each with a get",
+                    event="reconcile_listing_failed",
+                    location=location,
+                    error=error,
+                )
             return None
 
     def note_answered(self) -> None:

@@ -25,7 +25,7 @@ from shared.log import Logger
 from shared.reconcile import RECONCILE_TASK, run_reconcile
 from shared.wiring import Ports
 from sim.gcs import MemoryStorage
-from tests.support.decisions import FakePublisher, World, make_settings
+from tests.support.decisions import CapturedLog, FakePublisher, World, make_settings
 from tests.support.vertex import FakeVertex
 
 RUNNING, SUCCEEDED = 3, 4
@@ -141,3 +141,52 @@ def test_a_pass_whose_every_location_stalls_stops_sending_before_the_function_ti
     assert ledger_bucket(world.ledger).get_blob(lock_path(RECONCILE_TASK)) is None
     assert summary.outcomes["deferred"] == len(locations)
     assert summary.vertex["out_of_time"] is True
+
+
+def test_the_cancels_of_a_location_that_stalls_after_its_listing_wait_for_the_next_pass(
+    world: World, clock: PassClock
+) -> None:
+    """The outbox's cancels go through the window as the gets do: once one cancel there runs out
+    its timeout, the others are not sent (each would wait its own), and stay pending in their
+    records for the next pass."""
+    from shared.ledger.cancelling import cancel_request
+
+    world.vertex.stalled = set()
+    for k in range(20):
+        world.submitted(f"req-{k:02d}", state=RUNNING, location=STALLED)
+        world.ledger.swap(f"req-{k:02d}", lambda current: cancel_request(current, by="ana", reason=None, now=utcnow()))
+    listing = world.vertex.list_custom_jobs
+
+    def listing_then_stalling(request: dict[str, Any], **kwargs: Any) -> Any:
+        jobs = listing(request, **kwargs)
+        world.vertex.stalled.add(STALLED)  # the region's API stalls just after this answer
+        return jobs
+
+    world.vertex.list_custom_jobs = listing_then_stalling  # type: ignore[method-assign]
+    began = clock()
+
+    summary = run_reconcile(ports(world, clock), Logger())
+
+    assert (clock() - began).total_seconds() <= RECONCILE_FUNCTION_TIMEOUT_SECONDS
+    assert world.vertex.hung_calls == 1
+    assert summary.vertex["stalled_locations"] == [STALLED]
+    assert summary.outcomes["error"] == 1 and summary.outcomes["deferred"] == 19  # the hung one, the others
+    pending = [a for k in range(20) for a in world.ledger.get(f"req-{k:02d}").attempts if a.cancel_pending]
+    assert len(pending) == 20  # none forgotten: the next pass sends them
+
+
+def test_a_listing_the_window_refuses_says_the_locations_requests_wait_not_that_each_is_read(
+    world: World, clock: PassClock
+) -> None:
+    """A location whose listing ran out its timeout (or that the window closed to) gets no get
+    either: its requests wait for the next pass, and the warning says so."""
+    for k in range(3):
+        world.submitted(f"req-{k}", state=RUNNING, location=STALLED)
+    log = CapturedLog()
+
+    summary = run_reconcile(ports(world, clock), log.logger)
+
+    assert summary.outcomes["deferred"] == 3 and world.vertex.hung_calls == 1
+    assert log.events("reconcile_listing_failed") == []  # "reading each with a get": none is read
+    [line] = log.events("reconcile_listing_deferred")
+    assert line["location"] == STALLED

@@ -267,3 +267,24 @@ def test_a_restart_wait_a_pass_reads_is_vouched_for_until_the_pass_began_not_the
     [vertex_pass] = passes
     attempt = world.ledger.get("req-1").attempts[0]
     assert attempt.rewait_seen_until == iso(vertex_pass.began)
+
+
+def test_the_cancels_a_pass_sends_are_within_its_budget_and_a_refused_one_is_sent_by_a_later_pass(
+    world: World,
+) -> None:
+    """The outbox's cancels (a request's cancel, a deadline switch's) are CRUD calls like the
+    pass's gets: a burst of them stays within the pass's share of the quota, and one the budget
+    refuses stays pending in the record for the next pass, never forgotten."""
+    from shared.ledger.cancelling import cancel_request
+
+    world.settings = replace(world.settings, reconcile_crud_share=5 / 600)  # 5 calls a minute
+    jobs = seed_running(world, 12)
+    for k in range(12):
+        world.ledger.swap(f"req-{k:05d}", lambda current: cancel_request(current, by="ana", reason=None, now=utcnow()))
+
+    passes = [run_reconcile(world.ports, Logger()) for _ in range(4)]
+
+    # Each pass: its listing (always made), then 4 cancels fit; the other requests wait.
+    assert [p.vertex["calls"].get("cancel", 0) for p in passes] == [4, 4, 4, 0]
+    assert [p.outcomes["deferred"] for p in passes[:3]] == [8, 4, 0]
+    assert sorted(world.vertex.cancelled) == sorted(jobs)
