@@ -9,7 +9,10 @@ move there costs:
   any of its VMs reclaimed stops it; the time to get going again is billed and repeats work
   since the last checkpoint);
 - with a deadline T hours away, only the slack may be spent waiting for Spot: B = T - W - 3d
-  (the deadline rule keeps 2d in hand, and d is the next changeover). With capacity a share p of
+  (d is the next changeover). The deadline rule itself keeps more in hand: its slack beyond the
+  net is T - W - 3d - m, and every Spot changeover, the first too, comes out of it, so B is
+  generous to a start with capacity by about d + m; the tight cells of docs/placement.md's bench
+  rest on that (its seventh pass). With capacity a share p of
   the time (the estimate's `share_available`: time on Spot over time on Spot and waiting) and runs
   of L, an outage lasts L (1 - p) / p, so B pays for k = B / (outage + d) preemptions; the work
   runs on Spot until the (k + 1)-th (Poisson preemptions: `plan_on_spot`; one per L, where the
