@@ -9,7 +9,10 @@ submit. A pass hands every step the clients of a `VertexPass` instead of the pla
   deployment's jobs that have not ended (the stray sweep's filter,
   `shared.adapters.vertex.unfinished_jobs_filter`), a thousand a page. A `get` of a job it holds is answered from it; the sweep's own list of the
   location is the same listing. It was taken after the pass read its records' selection, so it is
-  no older than a `get` made at the start of the pass would have been.
+  no older than a `get` made at the start of the pass would have been. A read's time
+  (`PassClient.read_at`) is when its answer was taken: the listing's own (`Listing.taken_at`) for
+  a get it answered, the moment before a get sent to Vertex, never the pass's start, before a
+  change the answer may show (seed 10119).
 - **A `get` only where the listing cannot answer**: a job missing from it has ended (or was
   created moments ago and a lagging list does not show it yet); Vertex is asked, and the decision
   is taken on its answer as before.
@@ -39,7 +42,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +66,15 @@ if TYPE_CHECKING:
 NOT_FOUND_CODE = 5
 LISTING_PAGE_SIZE = 1000  # the most customJobs.list returns a page
 WINDOW_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class Listing:
+    """A location's unfinished jobs by name, and the moment before its first page was asked: each
+    job showed the state it is listed in at or after `taken_at`, and held it until then at least."""
+
+    taken_at: datetime
+    jobs: dict[str, CustomJob]
 
 
 class CallDeferred(TransientError):
@@ -141,20 +153,19 @@ class VertexPass:
             settings.vertex_call_timeout_seconds,
             ports.clock,
         )
-        self._listings: dict[str, dict[str, CustomJob] | None] = {}
+        self._listings: dict[str, Listing | None] = {}
         self._listing_locks: collections.defaultdict[str, threading.Lock] = collections.defaultdict(threading.Lock)
         self._lock = threading.Lock()
         self.answered = 0  # gets the listings answered
-        # Before any call of the pass: every job it reads held the state it shows until then at least.
         self.began = ports.clock()
         self.ports = replace(ports, job_service=self.job_service)
 
     def job_service(self, location: str) -> PassClient:
         return PassClient(self, location, self._ports.job_service(location))
 
-    def listing(self, location: str, client: Any) -> dict[str, CustomJob] | None:
-        """This deployment's unfinished jobs in `location` by name, listed once per pass; None if
-        the listing failed (every job is then read with a get)."""
+    def listing(self, location: str, client: Any) -> Listing | None:
+        """This deployment's unfinished jobs in `location`, listed once per pass; None if the
+        listing failed (every job is then read with a get)."""
         with self._lock:
             lock = self._listing_locks[location]
         with lock:
@@ -162,7 +173,7 @@ class VertexPass:
                 self._listings[location] = self._list(location, client)
             return self._listings[location]
 
-    def _list(self, location: str, client: Any) -> dict[str, CustomJob] | None:
+    def _list(self, location: str, client: Any) -> Listing | None:
         settings = self._ports.settings
         request = {
             "parent": parent_path(settings.project, location),
@@ -172,11 +183,12 @@ class VertexPass:
         try:
             jobs: dict[str, CustomJob] = {}
             timeout = settings.vertex_call_timeout_seconds
+            taken_at = self._ports.clock()
             with self.window.sending(location):
                 for page in _pages(client.list_custom_jobs(request=request, timeout=timeout)):
                     self.budget.spend("list", force=True)
                     jobs.update((job.name, job) for job in page)
-            return jobs
+            return Listing(taken_at, jobs)
         except Exception as exc:  # noqa: BLE001 - the pass reads each job with a get instead
             self._log.warning(
                 "could not list this deployment's jobs; reading each with a get",
@@ -212,20 +224,19 @@ class PassClient:
         self._pass = vertex_pass
         self._location = location
         self._client = client
-
-    @property
-    def read_since(self) -> datetime:
-        """When the pass began: a job a get of it answers (from a listing taken since, or Vertex)
-        held the state it shows until then at least."""
-        return self._pass.began
+        # When the answer of its last get was taken: the job showed that state then (not before:
+        # the state may have begun after the pass did) and held it until then at least.
+        self.read_at: datetime | None = None
 
     def get_custom_job(self, *, name: str, **kwargs: Any) -> Any:
         listed = self._pass.listing(self._location, self._client)
-        if listed is not None and name in listed:
+        if listed is not None and name in listed.jobs:
             self._pass.note_answered()
-            return listed[name]
+            self.read_at = listed.taken_at
+            return listed.jobs[name]
         with self._pass.window.sending(self._location):
             self._pass.budget.spend("get")
+            self.read_at = self._pass.ports.clock()
             return self._client.get_custom_job(name=name, **kwargs)
 
     def list_custom_jobs(self, request: dict[str, Any], **kwargs: Any) -> list[Any]:
@@ -233,7 +244,7 @@ class PassClient:
         if request.get("filter") == unfinished_jobs_filter(settings.deployment_label):
             listed = self._pass.listing(self._location, self._client)
             if listed is not None:
-                return list(listed.values())
+                return list(listed.jobs.values())
         jobs: list[Any] = []
         with self._pass.window.sending(self._location):
             for page in _pages(self._client.list_custom_jobs(request=request, **kwargs)):
@@ -260,15 +271,17 @@ def _pages(pager: Any) -> Any:
         yield list(page.custom_jobs)
 
 
-def read_attempt_job(ports: Ports, attempt: Attempt, log: Logger) -> JobSnapshot:
-    """The attempt's job as a decision reads it; `vanished_job` when Vertex no longer knows it."""
+def read_attempt_job(ports: Ports, attempt: Attempt, log: Logger) -> tuple[JobSnapshot, datetime]:
+    """The attempt's job as a decision reads it (`vanished_job` when Vertex no longer knows it), and
+    when the answer was taken: a pass's get, its `read_at`; any other, the moment before the get."""
     from google.api_core.exceptions import NotFound
 
     assert attempt.job is not None  # only an attempt that records its job is observed
+    client = ports.job_service(attempt.location)
+    before = ports.clock()
     try:
-        return read_job(
-            ports.job_service(attempt.location), attempt.job, timeout=ports.settings.vertex_call_timeout_seconds
-        )
+        job = read_job(client, attempt.job, timeout=ports.settings.vertex_call_timeout_seconds)
+        return job, _answered_at(client, before)
     except NotFound as exc:
         log.warning(
             f"the job of attempt {attempt.n} is not found at Vertex AI; it is settled as ended",
@@ -277,7 +290,12 @@ def read_attempt_job(ports: Ports, attempt: Attempt, log: Logger) -> JobSnapshot
             job=attempt.job,
             error=f"{type(exc).__name__}: {exc}",
         )
-        return vanished_job(attempt, ports.clock())
+        return vanished_job(attempt, ports.clock()), _answered_at(client, before)
+
+
+def _answered_at(client: Any, before: datetime) -> datetime:
+    read_at = client.read_at if isinstance(client, PassClient) else None
+    return read_at or before
 
 
 def vanished_job(attempt: Attempt, now: datetime) -> JobSnapshot:

@@ -126,8 +126,10 @@ class Observation:
     preemption_evidence: str | None = None  # insertId of a service preemption line
     kit: KitRecord | None = None
     job_name: str | None = None  # the job a kit line came from, when `job` is None
-    # When the read of `job` began: the job held the state it shows from its update time until
-    # then at least (what a wait after a run is known to have lasted); None vouches for nothing.
+    # When the read of `job` began (a reconcile pass's listing that answered it: when the listing
+    # began, never before): the job held the state it shows from its update time until then at
+    # least (what a wait after a run is known to have lasted), and showed it by then at most a
+    # call's round trip later (what a fact it counts is stamped at); None vouches for nothing.
     read_at: datetime | None = None
 
     @property

@@ -22,7 +22,7 @@ import pytest
 import shared.reconcile as reconcile
 import shared.reconcile_vertex as reconcile_vertex
 from shared.alerts import Alert, AlertKind
-from shared.clock import iso, utcnow
+from shared.clock import iso, parse_iso, utcnow
 from shared.ledger.records import Attempt, RequestRecord
 from shared.ledger.states import RequestStatus
 from shared.ledger.store import JobIndexEntry, LedgerStore
@@ -242,12 +242,12 @@ def test_a_claim_republished_leaves_an_alert_another_delivery_is_publishing_to_i
     assert world.ledger.get("claim-1").pending_alerts == [theirs]
 
 
-def test_a_restart_wait_a_pass_reads_is_vouched_for_until_the_pass_began_not_the_read(
+def test_a_restart_wait_a_pass_reads_is_vouched_for_until_its_listing_was_taken_not_the_read(
     world: World, monkeypatch
 ) -> None:
-    """A pass's get may be answered by its listing, taken any time after the pass began: a job read
-    waiting held that state until the pass began at least, not until the read (`read_since`). A
-    clock that moves an hour a call tells the two apart."""
+    """A pass's get may be answered by its listing, taken any time after the pass began and before
+    the get: a job read waiting held that state until the listing was taken at least, not until the
+    read (`Listing.taken_at`). A clock that moves an hour a call tells the three apart."""
     _, job = world.submitted(state=RUNNING)
     world.vertex.set_state(job, RUNNING)  # its start time
     run_reconcile(world.ports, Logger())  # seen running: it started
@@ -266,4 +266,34 @@ def test_a_restart_wait_a_pass_reads_is_vouched_for_until_the_pass_began_not_the
     run_reconcile(ticking, Logger())
     [vertex_pass] = passes
     attempt = world.ledger.get("req-1").attempts[0]
-    assert attempt.rewait_seen_until == iso(vertex_pass.began)
+    listing = vertex_pass.listing("us-central1", world.vertex)
+    assert listing is not None and listing.taken_at > vertex_pass.began
+    assert attempt.rewait_seen_until == iso(listing.taken_at)
+
+
+def test_a_preemption_a_pass_reads_after_it_began_is_not_stamped_before_it_happened(world: World, monkeypatch) -> None:
+    """A pass's listing is taken when it first needs a job of the location, possibly long after
+    the pass began: a job preempted in between shows its wait in the listing. The preemption the
+    read counts is stamped when the listing was taken, not when the pass began, before it happened
+    (seed 10119: a `preempt` fleet fact 8.6 s before Vertex preempted the VM). A clock that moves
+    an hour a call tells the moments apart."""
+    _, job = world.submitted(state=RUNNING)
+    world.vertex.set_state(job, RUNNING)  # its start time
+    run_reconcile(world.ports, Logger())  # seen running: it started
+    ticks = iter(range(1, 10_000))
+    wide = replace(world.settings, reconcile_timeout_seconds=1e9)  # its window outlasts the hours it ticks
+    ticking = replace(world.ports, settings=wide, clock=lambda: utcnow() + timedelta(hours=next(ticks)))
+    preempted: list[Any] = []
+    started = reconcile_vertex.VertexPass.__init__
+
+    def preempted_once_begun(self: reconcile_vertex.VertexPass, *args: Any, **kwargs: Any) -> None:
+        started(self, *args, **kwargs)
+        preempted.append(ticking.clock())  # after the pass began, before its listing
+        world.vertex.set_state(job, 2)  # PENDING: preempted, Vertex waits for a machine
+
+    monkeypatch.setattr(reconcile_vertex.VertexPass, "__init__", preempted_once_begun)
+    run_reconcile(ticking, Logger())
+    attempt = world.ledger.get("req-1").attempts[0]
+    assert attempt.preemptions == 1
+    [stamped] = attempt.preempted_at
+    assert parse_iso(stamped) >= preempted[0]
