@@ -224,8 +224,8 @@ class PassClient:
         self._pass = vertex_pass
         self._location = location
         self._client = client
-        # When the answer of its last get was taken: the job showed that state then (not before:
-        # the state may have begun after the pass did) and held it until then at least.
+        # When the answer of its last get or list was taken: each job showed its state then (not
+        # before: the state may have begun after the pass did) and held it until then at least.
         self.read_at: datetime | None = None
 
     def get_custom_job(self, *, name: str, **kwargs: Any) -> Any:
@@ -244,9 +244,11 @@ class PassClient:
         if request.get("filter") == unfinished_jobs_filter(settings.deployment_label):
             listed = self._pass.listing(self._location, self._client)
             if listed is not None:
+                self.read_at = listed.taken_at
                 return list(listed.jobs.values())
         jobs: list[Any] = []
         with self._pass.window.sending(self._location):
+            self.read_at = self._pass.ports.clock()
             for page in _pages(self._client.list_custom_jobs(request=request, **kwargs)):
                 self._pass.budget.spend("list")
                 jobs.extend(page)
@@ -281,7 +283,7 @@ def read_attempt_job(ports: Ports, attempt: Attempt, log: Logger) -> tuple[JobSn
     before = ports.clock()
     try:
         job = read_job(client, attempt.job, timeout=ports.settings.vertex_call_timeout_seconds)
-        return job, _answered_at(client, before)
+        return job, answered_at(client, before)
     except NotFound as exc:
         log.warning(
             f"the job of attempt {attempt.n} is not found at Vertex AI; it is settled as ended",
@@ -290,10 +292,12 @@ def read_attempt_job(ports: Ports, attempt: Attempt, log: Logger) -> tuple[JobSn
             job=attempt.job,
             error=f"{type(exc).__name__}: {exc}",
         )
-        return vanished_job(attempt, ports.clock()), _answered_at(client, before)
+        return vanished_job(attempt, ports.clock()), answered_at(client, before)
 
 
-def _answered_at(client: Any, before: datetime) -> datetime:
+def answered_at(client: Any, before: datetime) -> datetime:
+    """When the answer of `client`'s last read was taken: a pass's client knows (its listing's
+    time, when the listing answered); any other client's, `before`, the moment before the call."""
     read_at = client.read_at if isinstance(client, PassClient) else None
     return read_at or before
 

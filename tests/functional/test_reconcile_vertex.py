@@ -297,3 +297,30 @@ def test_a_preemption_a_pass_reads_after_it_began_is_not_stamped_before_it_happe
     assert attempt.preemptions == 1
     [stamped] = attempt.preempted_at
     assert parse_iso(stamped) >= preempted[0]
+
+
+def test_a_stray_a_pass_sweeps_is_billed_until_its_listing_was_taken_not_the_sweep(world: World, monkeypatch) -> None:
+    """The stray sweep's list of a location is the pass's listing, taken when the pass first needed
+    a job there: a stray it finds ran until the listing was taken at least, not until the sweep
+    began, later (its bill, `Stray.seen_until`, would count a run no read saw). A clock that moves
+    an hour a call tells the two apart."""
+    world.submitted(state=RUNNING)
+    second = world.vertex.add("req-1", 1, state=RUNNING)  # attempt 1 records another job: a stray
+    ticks = iter(range(1, 10_000))
+    wide = replace(world.settings, reconcile_timeout_seconds=1e9)  # its window outlasts the hours it ticks
+    ticking = replace(world.ports, settings=wide, clock=lambda: utcnow() + timedelta(hours=next(ticks)))
+    passes: list[reconcile_vertex.VertexPass] = []
+    started = reconcile_vertex.VertexPass.__init__
+
+    def noted(self: reconcile_vertex.VertexPass, *args: Any, **kwargs: Any) -> None:
+        started(self, *args, **kwargs)
+        passes.append(self)
+
+    monkeypatch.setattr(reconcile_vertex.VertexPass, "__init__", noted)
+    run_reconcile(ticking, Logger())
+    [vertex_pass] = passes
+    listing = vertex_pass.listing("us-central1", world.vertex)
+    assert listing is not None and second in listing.jobs
+    [stray] = world.ledger.get("req-1").strays
+    assert stray.job == second
+    assert stray.seen_until == iso(listing.taken_at)
