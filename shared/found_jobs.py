@@ -52,7 +52,7 @@ from shared.ledger.records import RequestRecord
 from shared.ledger.run_lock import ledger_bucket
 from shared.ledger.store import JobIndexEntry
 from shared.log import Logger
-from shared.reconcile_vertex import answered_at
+from shared.reconcile_vertex import read_times
 from shared.redeliveries import REJECTION_NOTES, DeletedRecordsJobLive, alert_once
 from shared.wiring import Ports
 
@@ -275,10 +275,11 @@ def sweep_strays(ports: Ports, locations: Iterable[str], log: Logger) -> list[st
             if _refused_for_good(exc):
                 _alert_refused_listing(ports, location, exc, log)
             continue
-        taken_at = answered_at(client, started)  # a reconcile pass's listing, taken before the sweep
+        # A reconcile pass's listing was taken before the sweep: the job ran until it was sent.
+        sent = read_times(client, started, ports.clock()).sent
         for job in jobs:
             by_request[job.labels.get(LABEL_REQUEST_ID, "")].append(job)
-            listed_at[job.name] = taken_at
+            listed_at[job.name] = sent
     by_request.pop("", None)  # the filter asks for the label; a job without it names no request
     with ThreadPoolExecutor(STRAY_CHECKERS, thread_name_prefix="strays") as pool:
         found = pool.map(lambda item: _cancel_strays_of(ports, *item, log, listed_at), by_request.items())

@@ -312,13 +312,14 @@ def _say_deadline_missed(ports: Ports, record: RequestRecord, log: Logger) -> No
 
 def _observe(ports: Ports, record: RequestRecord, attempt: Attempt, log: Logger) -> RequestResult:
     try:
-        snapshot, read_at = read_attempt_job(ports, attempt, log)
+        snapshot, times = read_attempt_job(ports, attempt, log)
     except Exception as exc:
         if is_retryable(exc):
             raise
         alert_lookup_failed(ports, record, attempt, exc, log)  # as for a claim: said once, the request stays
         return RequestResult("error")
-    applied = apply_observation(ports, record.request_id, Observation(attempt.n, snapshot, read_at=read_at), log)
+    observation = Observation(attempt.n, snapshot, read_at=times.sent, answered_at=times.answered)
+    applied = apply_observation(ports, record.request_id, observation, log)
     return RequestResult("waiting" if applied.waiting else "observed", applied.events)
 
 

@@ -9,10 +9,10 @@ submit. A pass hands every step the clients of a `VertexPass` instead of the pla
   deployment's jobs that have not ended (the stray sweep's filter,
   `shared.adapters.vertex.unfinished_jobs_filter`), a thousand a page. A `get` of a job it holds is answered from it; the sweep's own list of the
   location is the same listing. It was taken after the pass read its records' selection, so it is
-  no older than a `get` made at the start of the pass would have been. A read's time
-  (`PassClient.read_at`) is when its answer was taken: the listing's own (`Listing.taken_at`) for
-  a get it answered, the moment before a get sent to Vertex, never the pass's start, before a
-  change the answer may show (seed 10119).
+  no older than a `get` made at the start of the pass would have been. A read's times
+  (`ReadTimes`, `PassClient.last_read`) are its own call's: the listing's for a get it answered,
+  the get's for one sent to Vertex, never the pass's start, before a change the answer may show
+  (seed 10119).
 - **A `get` only where the listing cannot answer**: a job missing from it has ended (or was
   created moments ago and a lagging list does not show it yet); Vertex is asked, and the decision
   is taken on its answer as before.
@@ -69,11 +69,22 @@ WINDOW_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
-class Listing:
-    """A location's unfinished jobs by name, and the moment before its first page was asked: each
-    job showed the state it is listed in at or after `taken_at`, and held it until then at least."""
+class ReadTimes:
+    """When a read's call went out and when its answer was back. Vertex took the answer between
+    the two: the job held the state it shows until `sent` at least (what a wait is vouched for,
+    what the deadline and stuck rules judge at), and was in it by `answered` (what a change the
+    read counts, a preemption, is stamped at)."""
 
-    taken_at: datetime
+    sent: datetime
+    answered: datetime
+
+
+@dataclass(frozen=True)
+class Listing:
+    """A location's unfinished jobs by name, and when it was taken (its first page asked, its last
+    answered)."""
+
+    times: ReadTimes
     jobs: dict[str, CustomJob]
 
 
@@ -183,12 +194,12 @@ class VertexPass:
         try:
             jobs: dict[str, CustomJob] = {}
             timeout = settings.vertex_call_timeout_seconds
-            taken_at = self._ports.clock()
+            sent = self._ports.clock()
             with self.window.sending(location):
                 for page in _pages(client.list_custom_jobs(request=request, timeout=timeout)):
                     self.budget.spend("list", force=True)
                     jobs.update((job.name, job) for job in page)
-            return Listing(taken_at, jobs)
+            return Listing(ReadTimes(sent, self._ports.clock()), jobs)
         except Exception as exc:  # noqa: BLE001 - the pass reads each job with a get instead
             self._log.warning(
                 "could not list this deployment's jobs; reading each with a get",
@@ -224,34 +235,35 @@ class PassClient:
         self._pass = vertex_pass
         self._location = location
         self._client = client
-        # When the answer of its last get or list was taken: each job showed its state then (not
-        # before: the state may have begun after the pass did) and held it until then at least.
-        self.read_at: datetime | None = None
+        self.last_read: ReadTimes | None = None  # its last get's or list's, once answered
 
     def get_custom_job(self, *, name: str, **kwargs: Any) -> Any:
         listed = self._pass.listing(self._location, self._client)
         if listed is not None and name in listed.jobs:
             self._pass.note_answered()
-            self.read_at = listed.taken_at
+            self.last_read = listed.times
             return listed.jobs[name]
         with self._pass.window.sending(self._location):
             self._pass.budget.spend("get")
-            self.read_at = self._pass.ports.clock()
-            return self._client.get_custom_job(name=name, **kwargs)
+            sent = self._pass.ports.clock()
+            job = self._client.get_custom_job(name=name, **kwargs)
+            self.last_read = ReadTimes(sent, self._pass.ports.clock())
+            return job
 
     def list_custom_jobs(self, request: dict[str, Any], **kwargs: Any) -> list[Any]:
         settings = self._pass._ports.settings  # noqa: SLF001 - the pass's own settings
         if request.get("filter") == unfinished_jobs_filter(settings.deployment_label):
             listed = self._pass.listing(self._location, self._client)
             if listed is not None:
-                self.read_at = listed.taken_at
+                self.last_read = listed.times
                 return list(listed.jobs.values())
         jobs: list[Any] = []
         with self._pass.window.sending(self._location):
-            self.read_at = self._pass.ports.clock()
+            sent = self._pass.ports.clock()
             for page in _pages(self._client.list_custom_jobs(request=request, **kwargs)):
                 self._pass.budget.spend("list")
                 jobs.extend(page)
+            self.last_read = ReadTimes(sent, self._pass.ports.clock())
         return jobs
 
     def cancel_custom_job(self, **kwargs: Any) -> Any:
@@ -273,17 +285,17 @@ def _pages(pager: Any) -> Any:
         yield list(page.custom_jobs)
 
 
-def read_attempt_job(ports: Ports, attempt: Attempt, log: Logger) -> tuple[JobSnapshot, datetime]:
+def read_attempt_job(ports: Ports, attempt: Attempt, log: Logger) -> tuple[JobSnapshot, ReadTimes]:
     """The attempt's job as a decision reads it (`vanished_job` when Vertex no longer knows it), and
-    when the answer was taken: a pass's get, its `read_at`; any other, the moment before the get."""
+    the read's times (`read_times`)."""
     from google.api_core.exceptions import NotFound
 
     assert attempt.job is not None  # only an attempt that records its job is observed
     client = ports.job_service(attempt.location)
-    before = ports.clock()
+    sent = ports.clock()
     try:
         job = read_job(client, attempt.job, timeout=ports.settings.vertex_call_timeout_seconds)
-        return job, answered_at(client, before)
+        return job, read_times(client, sent, ports.clock())
     except NotFound as exc:
         log.warning(
             f"the job of attempt {attempt.n} is not found at Vertex AI; it is settled as ended",
@@ -292,14 +304,15 @@ def read_attempt_job(ports: Ports, attempt: Attempt, log: Logger) -> tuple[JobSn
             job=attempt.job,
             error=f"{type(exc).__name__}: {exc}",
         )
-        return vanished_job(attempt, ports.clock()), answered_at(client, before)
+        answered = ports.clock()
+        return vanished_job(attempt, answered), ReadTimes(sent, answered)
 
 
-def answered_at(client: Any, before: datetime) -> datetime:
-    """When the answer of `client`'s last read was taken: a pass's client knows (its listing's
-    time, when the listing answered); any other client's, `before`, the moment before the call."""
-    read_at = client.read_at if isinstance(client, PassClient) else None
-    return read_at or before
+def read_times(client: Any, sent: datetime, answered: datetime) -> ReadTimes:
+    """The times of `client`'s last read: a pass's client knows them (its listing's, when the
+    listing answered); any other's are its call's, `sent` before it and `answered` after."""
+    last = client.last_read if isinstance(client, PassClient) else None
+    return last or ReadTimes(sent, answered)
 
 
 def vanished_job(attempt: Attempt, now: datetime) -> JobSnapshot:

@@ -247,7 +247,7 @@ def test_a_restart_wait_a_pass_reads_is_vouched_for_until_its_listing_was_taken_
 ) -> None:
     """A pass's get may be answered by its listing, taken any time after the pass began and before
     the get: a job read waiting held that state until the listing was taken at least, not until the
-    read (`Listing.taken_at`). A clock that moves an hour a call tells the three apart."""
+    read (`Listing.times.sent`). A clock that moves an hour a call tells the three apart."""
     _, job = world.submitted(state=RUNNING)
     world.vertex.set_state(job, RUNNING)  # its start time
     run_reconcile(world.ports, Logger())  # seen running: it started
@@ -267,8 +267,8 @@ def test_a_restart_wait_a_pass_reads_is_vouched_for_until_its_listing_was_taken_
     [vertex_pass] = passes
     attempt = world.ledger.get("req-1").attempts[0]
     listing = vertex_pass.listing("us-central1", world.vertex)
-    assert listing is not None and listing.taken_at > vertex_pass.began
-    assert attempt.rewait_seen_until == iso(listing.taken_at)
+    assert listing is not None and listing.times.sent > vertex_pass.began
+    assert attempt.rewait_seen_until == iso(listing.times.sent)
 
 
 def test_a_preemption_a_pass_reads_after_it_began_is_not_stamped_before_it_happened(world: World, monkeypatch) -> None:
@@ -323,4 +323,34 @@ def test_a_stray_a_pass_sweeps_is_billed_until_its_listing_was_taken_not_the_swe
     assert listing is not None and second in listing.jobs
     [stray] = world.ledger.get("req-1").strays
     assert stray.job == second
-    assert stray.seen_until == iso(listing.taken_at)
+    assert stray.seen_until == iso(listing.times.sent)
+
+
+def test_a_preemption_during_the_listings_round_trip_is_not_stamped_before_it_happened(
+    world: World, monkeypatch
+) -> None:
+    """A listing shows each job as it was when Vertex answered, after the call was sent: a VM
+    preempted while the list was on its way (seed 10119: asked at 13:25:13.044, answered at
+    13:25:15.045, the preemption at 13:25:14.831) is counted no earlier than the answer, though
+    the wait it shows is vouched for only from before the call. A clock that moves an hour a call
+    tells the moments apart."""
+    _, job = world.submitted(state=RUNNING)
+    world.vertex.set_state(job, RUNNING)  # its start time
+    run_reconcile(world.ports, Logger())  # seen running: it started
+    ticks = iter(range(1, 10_000))
+    wide = replace(world.settings, reconcile_timeout_seconds=1e9)  # its window outlasts the hours it ticks
+    ticking = replace(world.ports, settings=wide, clock=lambda: utcnow() + timedelta(hours=next(ticks)))
+    preempted: list[Any] = []
+    listed = world.vertex.list_custom_jobs
+
+    def preempted_on_the_way(request: dict[str, Any], **kwargs: Any) -> Any:
+        preempted.append(ticking.clock())  # after the call was sent, before Vertex answered
+        world.vertex.set_state(job, 2)  # PENDING: preempted, Vertex waits for a machine
+        return listed(request, **kwargs)
+
+    monkeypatch.setattr(world.vertex, "list_custom_jobs", preempted_on_the_way)
+    run_reconcile(ticking, Logger())
+    attempt = world.ledger.get("req-1").attempts[0]
+    [stamped] = attempt.preempted_at
+    assert parse_iso(stamped) >= preempted[0]
+    assert attempt.rewait_seen_until is not None and parse_iso(attempt.rewait_seen_until) < preempted[0]
