@@ -246,8 +246,8 @@ def test_a_restart_wait_a_pass_reads_is_vouched_for_until_its_listing_was_taken_
     world: World, monkeypatch
 ) -> None:
     """A pass's get may be answered by its listing, taken any time after the pass began and before
-    the get: a job read waiting held that state until the listing was taken at least, not until the
-    read (`Listing.times.sent`). A clock that moves an hour a call tells the three apart."""
+    the get: a job read waiting held that state until the listing was sent at least (`Listing.times`),
+    not until the read. A clock that moves an hour a call tells the three apart."""
     _, job = world.submitted(state=RUNNING)
     world.vertex.set_state(job, RUNNING)  # its start time
     run_reconcile(world.ports, Logger())  # seen running: it started
@@ -274,8 +274,8 @@ def test_a_restart_wait_a_pass_reads_is_vouched_for_until_its_listing_was_taken_
 def test_a_preemption_a_pass_reads_after_it_began_is_not_stamped_before_it_happened(world: World, monkeypatch) -> None:
     """A pass's listing is taken when it first needs a job of the location, possibly long after
     the pass began: a job preempted in between shows its wait in the listing. The preemption the
-    read counts is stamped when the listing was taken, not when the pass began, before it happened
-    (seed 10119: a `preempt` fleet fact 8.6 s before Vertex preempted the VM). A clock that moves
+    read counts is stamped when the listing's answer was back, not when the pass began, before it
+    happened (seed 10119: a `preempt` fleet fact 8.6 s before Vertex preempted the VM). A clock that moves
     an hour a call tells the moments apart."""
     _, job = world.submitted(state=RUNNING)
     world.vertex.set_state(job, RUNNING)  # its start time
