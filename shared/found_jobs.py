@@ -52,6 +52,7 @@ from shared.ledger.records import RequestRecord
 from shared.ledger.run_lock import ledger_bucket
 from shared.ledger.store import JobIndexEntry
 from shared.log import Logger
+from shared.reconcile_vertex import read_times
 from shared.redeliveries import REJECTION_NOTES, DeletedRecordsJobLive, alert_once
 from shared.wiring import Ports
 
@@ -255,10 +256,11 @@ def sweep_strays(ports: Ports, locations: Iterable[str], log: Logger) -> list[st
     by_request: dict[str, list[CustomJob]] = defaultdict(list)
     listed_at: dict[str, datetime] = {}  # job name -> the start of the listing that found it (its bill)
     for location in sorted(set(locations)):
+        client = ports.job_service(location)
         started = ports.clock()
         try:
             jobs = list_unfinished_jobs(
-                ports.job_service(location),
+                client,
                 parent_path(ports.settings.project, location),
                 ports.settings.deployment_label,
                 timeout=ports.settings.vertex_call_timeout_seconds,
@@ -273,9 +275,11 @@ def sweep_strays(ports: Ports, locations: Iterable[str], log: Logger) -> list[st
             if _refused_for_good(exc):
                 _alert_refused_listing(ports, location, exc, log)
             continue
+        # A reconcile pass's listing was taken before the sweep: the job ran until it was sent.
+        sent = read_times(client, started, ports.clock()).sent
         for job in jobs:
             by_request[job.labels.get(LABEL_REQUEST_ID, "")].append(job)
-            listed_at[job.name] = started
+            listed_at[job.name] = sent
     by_request.pop("", None)  # the filter asks for the label; a job without it names no request
     with ThreadPoolExecutor(STRAY_CHECKERS, thread_name_prefix="strays") as pool:
         found = pool.map(lambda item: _cancel_strays_of(ports, *item, log, listed_at), by_request.items())

@@ -112,12 +112,14 @@ def handle_job_event(
     else:
         counted = signal is Signal.PREEMPTION and entry.is_service_line
         read_at = wired.clock()  # before the read: the job held the state it shows until then at least
+        job = read_job(wired.job_service(index.location), index.job, timeout=timeout)
         observation = Observation(
             attempt=index.attempt,
-            job=read_job(wired.job_service(index.location), index.job, timeout=timeout),
+            job=job,
             signal=signal,
             preemption_evidence=entry.identity if counted else None,
             read_at=read_at,
+            answered_at=wired.clock(),  # after it: the job was in the state it shows by then
         )
     log = log.bind(request_id=index.request_id)
     try:

@@ -71,7 +71,7 @@ from shared.ledger.store import ActiveEntry, LedgerStore, ListedRequest
 from shared.log import Logger
 from shared.paced_submit import in_line, never_sent
 from shared.pacing_drainer import restart_stalled
-from shared.reconcile_vertex import CallDeferred, PassClient, VertexPass, read_attempt_job, resume_at_deferred
+from shared.reconcile_vertex import CallDeferred, VertexPass, read_attempt_job, resume_at_deferred
 from shared.settings import Settings
 from shared.swap import backoff_seconds
 from shared.wiring import Ports
@@ -311,18 +311,15 @@ def _say_deadline_missed(ports: Ports, record: RequestRecord, log: Logger) -> No
 
 
 def _observe(ports: Ports, record: RequestRecord, attempt: Attempt, log: Logger) -> RequestResult:
-    # Before the read: the job held the state it shows until then at least (a pass's listing
-    # answers from before the get, after the pass began).
-    client = ports.job_service(attempt.location)
-    read_at = client.read_since if isinstance(client, PassClient) else ports.clock()
     try:
-        snapshot = read_attempt_job(ports, attempt, log)
+        snapshot, times = read_attempt_job(ports, attempt, log)
     except Exception as exc:
         if is_retryable(exc):
             raise
         alert_lookup_failed(ports, record, attempt, exc, log)  # as for a claim: said once, the request stays
         return RequestResult("error")
-    applied = apply_observation(ports, record.request_id, Observation(attempt.n, snapshot, read_at=read_at), log)
+    observation = Observation(attempt.n, snapshot, read_at=times.sent, answered_at=times.answered)
+    applied = apply_observation(ports, record.request_id, observation, log)
     return RequestResult("waiting" if applied.waiting else "observed", applied.events)
 
 

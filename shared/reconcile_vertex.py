@@ -9,7 +9,10 @@ submit. A pass hands every step the clients of a `VertexPass` instead of the pla
   deployment's jobs that have not ended (the stray sweep's filter,
   `shared.adapters.vertex.unfinished_jobs_filter`), a thousand a page. A `get` of a job it holds is answered from it; the sweep's own list of the
   location is the same listing. It was taken after the pass read its records' selection, so it is
-  no older than a `get` made at the start of the pass would have been.
+  no older than a `get` made at the start of the pass would have been. A read's times
+  (`ReadTimes`, `PassClient.last_read`) are its own call's: the listing's for a get it answered,
+  the get's for one sent to Vertex, never the pass's start, before a change the answer may show
+  (seed 10119).
 - **A `get` only where the listing cannot answer**: a job missing from it has ended (or was
   created moments ago and a lagging list does not show it yet); Vertex is asked, and the decision
   is taken on its answer as before.
@@ -44,7 +47,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +71,26 @@ if TYPE_CHECKING:
 NOT_FOUND_CODE = 5
 LISTING_PAGE_SIZE = 1000  # the most customJobs.list returns a page
 WINDOW_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class ReadTimes:
+    """When a read's call went out and when its answer was back. Vertex took the answer between
+    the two: the job held the state it shows until `sent` at least (what a wait is vouched for,
+    what the deadline and stuck rules judge at), and was in it by `answered` (what a change the
+    read counts, a preemption, is stamped at)."""
+
+    sent: datetime
+    answered: datetime
+
+
+@dataclass(frozen=True)
+class Listing:
+    """A location's unfinished jobs by name, and when it was taken (its first page asked, its last
+    answered)."""
+
+    times: ReadTimes
+    jobs: dict[str, CustomJob]
 
 
 class CallDeferred(TransientError):
@@ -151,11 +174,10 @@ class VertexPass:
             settings.vertex_call_timeout_seconds,
             ports.clock,
         )
-        self._listings: dict[str, dict[str, CustomJob] | None] = {}
+        self._listings: dict[str, Listing | None] = {}
         self._listing_locks: collections.defaultdict[str, threading.Lock] = collections.defaultdict(threading.Lock)
         self._lock = threading.Lock()
         self.answered = 0  # gets the listings answered
-        # Before any call of the pass: every job it reads held the state it shows until then at least.
         self.began = ports.clock()
         # The outbox's cancels too (a request's, a deadline switch's): sent by the pass's clients,
         # each is a CRUD call under the budget and the window like the sweep's.
@@ -165,9 +187,9 @@ class VertexPass:
     def job_service(self, location: str) -> PassClient:
         return PassClient(self, location, self._ports.job_service(location))
 
-    def listing(self, location: str, client: Any) -> dict[str, CustomJob] | None:
-        """This deployment's unfinished jobs in `location` by name, listed once per pass; None if
-        the listing failed (every job is then read with a get, where the window still sends one)."""
+    def listing(self, location: str, client: Any) -> Listing | None:
+        """This deployment's unfinished jobs in `location`, listed once per pass; None if the
+        listing failed (every job is then read with a get, where the window still sends one)."""
         with self._lock:
             lock = self._listing_locks[location]
         with lock:
@@ -175,7 +197,7 @@ class VertexPass:
                 self._listings[location] = self._list(location, client)
             return self._listings[location]
 
-    def _list(self, location: str, client: Any) -> dict[str, CustomJob] | None:
+    def _list(self, location: str, client: Any) -> Listing | None:
         settings = self._ports.settings
         request = {
             "parent": parent_path(settings.project, location),
@@ -185,11 +207,12 @@ class VertexPass:
         try:
             jobs: dict[str, CustomJob] = {}
             timeout = settings.vertex_call_timeout_seconds
+            sent = self._ports.clock()
             with self.window.sending(location):
                 for page in _pages(client.list_custom_jobs(request=request, timeout=timeout)):
                     self.budget.spend("list", force=True)
                     jobs.update((job.name, job) for job in page)
-            return jobs
+            return Listing(ReadTimes(sent, self._ports.clock()), jobs)
         except Exception as exc:  # noqa: BLE001 - the pass reads each job with a get instead, if it may
             error = f"{type(exc).__name__}: {exc}"
             if self.window.closed_to(location):  # its gets would be refused too: nothing is read there
@@ -234,33 +257,35 @@ class PassClient:
         self._pass = vertex_pass
         self._location = location
         self._client = client
-
-    @property
-    def read_since(self) -> datetime:
-        """When the pass began: a job a get of it answers (from a listing taken since, or Vertex)
-        held the state it shows until then at least."""
-        return self._pass.began
+        self.last_read: ReadTimes | None = None  # its last get's or list's, once answered
 
     def get_custom_job(self, *, name: str, **kwargs: Any) -> Any:
         listed = self._pass.listing(self._location, self._client)
-        if listed is not None and name in listed:
+        if listed is not None and name in listed.jobs:
             self._pass.note_answered()
-            return listed[name]
+            self.last_read = listed.times
+            return listed.jobs[name]
         with self._pass.window.sending(self._location):
             self._pass.budget.spend("get")
-            return self._client.get_custom_job(name=name, **kwargs)
+            sent = self._pass.ports.clock()
+            job = self._client.get_custom_job(name=name, **kwargs)
+            self.last_read = ReadTimes(sent, self._pass.ports.clock())
+            return job
 
     def list_custom_jobs(self, request: dict[str, Any], **kwargs: Any) -> list[Any]:
         settings = self._pass._ports.settings  # noqa: SLF001 - the pass's own settings
         if request.get("filter") == unfinished_jobs_filter(settings.deployment_label):
             listed = self._pass.listing(self._location, self._client)
             if listed is not None:
-                return list(listed.values())
+                self.last_read = listed.times
+                return list(listed.jobs.values())
         jobs: list[Any] = []
         with self._pass.window.sending(self._location):
+            sent = self._pass.ports.clock()
             for page in _pages(self._client.list_custom_jobs(request=request, **kwargs)):
                 self._pass.budget.spend("list")
                 jobs.extend(page)
+            self.last_read = ReadTimes(sent, self._pass.ports.clock())
         return jobs
 
     def cancel_custom_job(self, **kwargs: Any) -> Any:
@@ -282,15 +307,17 @@ def _pages(pager: Any) -> Any:
         yield list(page.custom_jobs)
 
 
-def read_attempt_job(ports: Ports, attempt: Attempt, log: Logger) -> JobSnapshot:
-    """The attempt's job as a decision reads it; `vanished_job` when Vertex no longer knows it."""
+def read_attempt_job(ports: Ports, attempt: Attempt, log: Logger) -> tuple[JobSnapshot, ReadTimes]:
+    """The attempt's job as a decision reads it (`vanished_job` when Vertex no longer knows it), and
+    the read's times (`read_times`)."""
     from google.api_core.exceptions import NotFound
 
     assert attempt.job is not None  # only an attempt that records its job is observed
+    client = ports.job_service(attempt.location)
+    sent = ports.clock()
     try:
-        return read_job(
-            ports.job_service(attempt.location), attempt.job, timeout=ports.settings.vertex_call_timeout_seconds
-        )
+        job = read_job(client, attempt.job, timeout=ports.settings.vertex_call_timeout_seconds)
+        return job, read_times(client, sent, ports.clock())
     except NotFound as exc:
         log.warning(
             f"the job of attempt {attempt.n} is not found at Vertex AI; it is settled as ended",
@@ -299,7 +326,15 @@ def read_attempt_job(ports: Ports, attempt: Attempt, log: Logger) -> JobSnapshot
             job=attempt.job,
             error=f"{type(exc).__name__}: {exc}",
         )
-        return vanished_job(attempt, ports.clock())
+        answered = ports.clock()
+        return vanished_job(attempt, answered), ReadTimes(sent, answered)
+
+
+def read_times(client: Any, sent: datetime, answered: datetime) -> ReadTimes:
+    """The times of `client`'s last read: a pass's client knows them (its listing's, when the
+    listing answered); any other's are its call's, `sent` before it and `answered` after."""
+    last = client.last_read if isinstance(client, PassClient) else None
+    return last or ReadTimes(sent, answered)
 
 
 def vanished_job(attempt: Attempt, now: datetime) -> JobSnapshot:

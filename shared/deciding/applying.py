@@ -62,7 +62,7 @@ def apply_observation(ports: Ports, request_id: str, observation: Observation, l
     # What this call's write added; without a write, only what is still open (a wait): then the
     # record stored is the one the last decision started from, whose facts `seen` holds.
     before = seen[0]
-    note_fleet(ports, before, swapped.value, reading, observation.seen_at(ports.clock()), log)
+    note_fleet(ports, before, swapped.value, reading, observation.happened_by(ports.clock()), log)
     # Not written by this call: another delivery decided (or our own write landed before its
     # reply was lost), so only what is still pending in the record is carried out.
     effects = decision.effects if swapped.wrote else Effects()

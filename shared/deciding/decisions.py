@@ -126,9 +126,13 @@ class Observation:
     preemption_evidence: str | None = None  # insertId of a service preemption line
     kit: KitRecord | None = None
     job_name: str | None = None  # the job a kit line came from, when `job` is None
-    # When the read of `job` began: the job held the state it shows from its update time until
-    # then at least (what a wait after a run is known to have lasted); None vouches for nothing.
+    # When the read of `job` was sent (a reconcile pass's listing that answered it: when the
+    # listing was, not the pass): the job held the state it shows from its update time until then
+    # at least (what a wait after a run is known to have lasted); None vouches for nothing.
     read_at: datetime | None = None
+    # When its answer was back: the job was in the state it shows by then (a change it counts, a
+    # preemption, happened by then; not by `read_at`, before Vertex took the answer: seed 10119).
+    answered_at: datetime | None = None
 
     @property
     def about_job(self) -> str | None:
@@ -141,6 +145,10 @@ class Observation:
         if self.job is None and self.kit is not None:
             return min(now, parse_rfc3339(self.kit.time) or now)
         return self.read_at or now
+
+    def happened_by(self, now: datetime) -> datetime:
+        """When what it shows had happened by: a read's answer; else as `seen_at`."""
+        return self.answered_at or self.seen_at(now)
 
 
 @dataclass(frozen=True)
@@ -286,8 +294,8 @@ def _decide(
     if observation.kit is not None and note_kit_line(record, attempt, observation.kit, now, effects):
         note_progress(attempt, observation.kit.total_steps, observation.kit.steps_per_second)
     fresh = job is not None and is_fresh(attempt, job)
-    # When the observation saw the job: a kit line's own time; a pass's listing is taken at its
-    # start, an event may be decided long after its read (a redelivery, a crash).
+    # When the observation saw the job: a kit line's own time, a read's (an event may be decided
+    # long after its read: a redelivery, a crash).
     seen_at = observation.seen_at(now)
     count_preemptions(
         record,
@@ -297,7 +305,7 @@ def _decide(
         fresh=fresh,
         storm_threshold=policy.storm_threshold,
         now=now,
-        seen_at=seen_at,
+        seen_at=observation.happened_by(now),
         effects=effects,
     )
     if job is None and observation.kit is not None:

@@ -241,7 +241,7 @@ def count_preemptions(
     """Record the evidence in `record` and raise `attempt.preemptions` to what it shows, with one
     `preemption` line per increase and one `preemption_storm` alert once the count reaches the threshold. `job` is
     None for a kit line (no Vertex read). Each preemption it adds happened by `seen_at`, when the
-    observation saw the job (a read's start, a kit line's own time), not when a late or
+    observation saw the job (a read's answer, a kit line's own time), not when a late or
     redelivered decision took it: its time kept, within the job's run as Vertex reported it."""
     n = attempt.n
     if line_identity:

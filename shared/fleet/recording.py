@@ -25,7 +25,7 @@ def new_facts(before: FleetFacts | None, after: RequestRecord, reading: Reading,
     """What the decision added, and the open waits again: submit records the create outside any
     decision, so a wait is first seen open by the decision after it (written once: create-once).
     A fact with no time of its own (a preemption, a restart) happened when the observation that
-    told it saw the job (`seen_at`: a read's start, a kit line's own time), not when a redelivered
+    told it saw the job (`seen_at`: a read's answer, a kit line's own time), not when a redelivered
     or late decision took it, and within the job's run as Vertex reported it (seed 10375)."""
     known = before or frozenset()
     found = observations_of(after, reading)

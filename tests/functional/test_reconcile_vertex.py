@@ -22,7 +22,7 @@ import pytest
 import shared.reconcile as reconcile
 import shared.reconcile_vertex as reconcile_vertex
 from shared.alerts import Alert, AlertKind
-from shared.clock import iso, utcnow
+from shared.clock import iso, parse_iso, utcnow
 from shared.ledger.records import Attempt, RequestRecord
 from shared.ledger.states import RequestStatus
 from shared.ledger.store import JobIndexEntry, LedgerStore
@@ -242,12 +242,12 @@ def test_a_claim_republished_leaves_an_alert_another_delivery_is_publishing_to_i
     assert world.ledger.get("claim-1").pending_alerts == [theirs]
 
 
-def test_a_restart_wait_a_pass_reads_is_vouched_for_until_the_pass_began_not_the_read(
+def test_a_restart_wait_a_pass_reads_is_vouched_for_until_its_listing_was_taken_not_the_read(
     world: World, monkeypatch
 ) -> None:
-    """A pass's get may be answered by its listing, taken any time after the pass began: a job read
-    waiting held that state until the pass began at least, not until the read (`read_since`). A
-    clock that moves an hour a call tells the two apart."""
+    """A pass's get may be answered by its listing, taken any time after the pass began and before
+    the get: a job read waiting held that state until the listing was sent at least (`Listing.times`),
+    not until the read. A clock that moves an hour a call tells the three apart."""
     _, job = world.submitted(state=RUNNING)
     world.vertex.set_state(job, RUNNING)  # its start time
     run_reconcile(world.ports, Logger())  # seen running: it started
@@ -266,7 +266,9 @@ def test_a_restart_wait_a_pass_reads_is_vouched_for_until_the_pass_began_not_the
     run_reconcile(ticking, Logger())
     [vertex_pass] = passes
     attempt = world.ledger.get("req-1").attempts[0]
-    assert attempt.rewait_seen_until == iso(vertex_pass.began)
+    listing = vertex_pass.listing("us-central1", world.vertex)
+    assert listing is not None and listing.times.sent > vertex_pass.began
+    assert attempt.rewait_seen_until == iso(listing.times.sent)
 
 
 def test_the_cancels_a_pass_sends_are_within_its_budget_and_a_refused_one_is_sent_by_a_later_pass(
@@ -288,3 +290,88 @@ def test_the_cancels_a_pass_sends_are_within_its_budget_and_a_refused_one_is_sen
     assert [p.vertex["calls"].get("cancel", 0) for p in passes] == [4, 4, 4, 0]
     assert [p.outcomes["deferred"] for p in passes[:3]] == [8, 4, 0]
     assert sorted(world.vertex.cancelled) == sorted(jobs)
+
+
+def test_a_preemption_a_pass_reads_after_it_began_is_not_stamped_before_it_happened(world: World, monkeypatch) -> None:
+    """A pass's listing is taken when it first needs a job of the location, possibly long after
+    the pass began: a job preempted in between shows its wait in the listing. The preemption the
+    read counts is stamped when the listing's answer was back, not when the pass began, before it
+    happened (seed 10119: a `preempt` fleet fact 8.6 s before Vertex preempted the VM). A clock that moves
+    an hour a call tells the moments apart."""
+    _, job = world.submitted(state=RUNNING)
+    world.vertex.set_state(job, RUNNING)  # its start time
+    run_reconcile(world.ports, Logger())  # seen running: it started
+    ticks = iter(range(1, 10_000))
+    wide = replace(world.settings, reconcile_timeout_seconds=1e9)  # its window outlasts the hours it ticks
+    ticking = replace(world.ports, settings=wide, clock=lambda: utcnow() + timedelta(hours=next(ticks)))
+    preempted: list[Any] = []
+    started = reconcile_vertex.VertexPass.__init__
+
+    def preempted_once_begun(self: reconcile_vertex.VertexPass, *args: Any, **kwargs: Any) -> None:
+        started(self, *args, **kwargs)
+        preempted.append(ticking.clock())  # after the pass began, before its listing
+        world.vertex.set_state(job, 2)  # PENDING: preempted, Vertex waits for a machine
+
+    monkeypatch.setattr(reconcile_vertex.VertexPass, "__init__", preempted_once_begun)
+    run_reconcile(ticking, Logger())
+    attempt = world.ledger.get("req-1").attempts[0]
+    assert attempt.preemptions == 1
+    [stamped] = attempt.preempted_at
+    assert parse_iso(stamped) >= preempted[0]
+
+
+def test_a_stray_a_pass_sweeps_is_billed_until_its_listing_was_taken_not_the_sweep(world: World, monkeypatch) -> None:
+    """The stray sweep's list of a location is the pass's listing, taken when the pass first needed
+    a job there: a stray it finds ran until the listing was taken at least, not until the sweep
+    began, later (its bill, `Stray.seen_until`, would count a run no read saw). A clock that moves
+    an hour a call tells the two apart."""
+    world.submitted(state=RUNNING)
+    second = world.vertex.add("req-1", 1, state=RUNNING)  # attempt 1 records another job: a stray
+    ticks = iter(range(1, 10_000))
+    wide = replace(world.settings, reconcile_timeout_seconds=1e9)  # its window outlasts the hours it ticks
+    ticking = replace(world.ports, settings=wide, clock=lambda: utcnow() + timedelta(hours=next(ticks)))
+    passes: list[reconcile_vertex.VertexPass] = []
+    started = reconcile_vertex.VertexPass.__init__
+
+    def noted(self: reconcile_vertex.VertexPass, *args: Any, **kwargs: Any) -> None:
+        started(self, *args, **kwargs)
+        passes.append(self)
+
+    monkeypatch.setattr(reconcile_vertex.VertexPass, "__init__", noted)
+    run_reconcile(ticking, Logger())
+    [vertex_pass] = passes
+    listing = vertex_pass.listing("us-central1", world.vertex)
+    assert listing is not None and second in listing.jobs
+    [stray] = world.ledger.get("req-1").strays
+    assert stray.job == second
+    assert stray.seen_until == iso(listing.times.sent)
+
+
+def test_a_preemption_during_the_listings_round_trip_is_not_stamped_before_it_happened(
+    world: World, monkeypatch
+) -> None:
+    """A listing shows each job as it was when Vertex answered, after the call was sent: a VM
+    preempted while the list was on its way (seed 10119: asked at 13:25:13.044, answered at
+    13:25:15.045, the preemption at 13:25:14.831) is counted no earlier than the answer, though
+    the wait it shows is vouched for only from before the call. A clock that moves an hour a call
+    tells the moments apart."""
+    _, job = world.submitted(state=RUNNING)
+    world.vertex.set_state(job, RUNNING)  # its start time
+    run_reconcile(world.ports, Logger())  # seen running: it started
+    ticks = iter(range(1, 10_000))
+    wide = replace(world.settings, reconcile_timeout_seconds=1e9)  # its window outlasts the hours it ticks
+    ticking = replace(world.ports, settings=wide, clock=lambda: utcnow() + timedelta(hours=next(ticks)))
+    preempted: list[Any] = []
+    listed = world.vertex.list_custom_jobs
+
+    def preempted_on_the_way(request: dict[str, Any], **kwargs: Any) -> Any:
+        preempted.append(ticking.clock())  # after the call was sent, before Vertex answered
+        world.vertex.set_state(job, 2)  # PENDING: preempted, Vertex waits for a machine
+        return listed(request, **kwargs)
+
+    monkeypatch.setattr(world.vertex, "list_custom_jobs", preempted_on_the_way)
+    run_reconcile(ticking, Logger())
+    attempt = world.ledger.get("req-1").attempts[0]
+    [stamped] = attempt.preempted_at
+    assert parse_iso(stamped) >= preempted[0]
+    assert attempt.rewait_seen_until is not None and parse_iso(attempt.rewait_seen_until) < preempted[0]
