@@ -1,7 +1,7 @@
 """Reconcile's promise on Vertex's CRUD quota (issue 43, item 3): a pass sends at most
 `reconcile_crud_share` of `vertex_crud_per_minute` CRUD calls (gets, lists, cancels: the sweep's
 and the outbox's alike) in any minute, the rest deferred to the next pass (docs/ARCHITECTURE.md,
-"The functions", reconcile; docs/performance.md, the CRUD table's reconcile row).
+"The flow", step 3; docs/performance.md, "How it scales", the CRUD table's reconcile row).
 
 The one exception the docs make (shared/reconcile_vertex.py, "The budget": "the listings are always
 made ... and counted"): a pass's listing of a location, this deployment's unfinished jobs
