@@ -1260,7 +1260,7 @@ QUIESCENCE.extend(
 )
 
 # The promises people rely on (sim/promises.py).
-from sim import budgets, continuations, flex, hangs, promises, regions, replicas, shown, stuck  # noqa: E402 - they read this module's helpers
+from sim import budgets, continuations, flex, hangs, promises, reconcile_budget, regions, replicas, shown, stuck  # noqa: E402 - they read this module's helpers
 
 QUIESCENCE.extend(promises.QUIESCENCE)
 QUIESCENCE.extend(shown.QUIESCENCE)  # what the dashboard and `status` show (sim/shown.py)
@@ -1273,3 +1273,4 @@ QUIESCENCE.extend(flex.QUIESCENCE)  # FLEX_START (sim/flex.py)
 QUIESCENCE.extend(regions.QUIESCENCE)  # calls through their own region's endpoint (sim/regions.py)
 QUIESCENCE.extend(stuck.QUIESCENCE)  # no job_stuck before its time (sim/stuck.py)
 QUIESCENCE.extend(hangs.QUIESCENCE)  # every Vertex call names a timeout that fits (sim/hangs.py)
+QUIESCENCE.extend(reconcile_budget.QUIESCENCE)  # a pass's CRUD calls within its budget (sim/reconcile_budget.py)

@@ -180,6 +180,18 @@ class Create:
 
 
 @dataclass(frozen=True)
+class PassCall:
+    """A CRUD call (get, list, cancel) reconcile sent, as Vertex saw it sent: what
+    `sim.reconcile_budget.reconcile_within_crud_budget` judges against the pass's budget."""
+
+    at: datetime
+    sender: object  # the pass (the world's task) that sent it
+    operation: str
+    location: str
+    query: str = ""  # a list's filter: the pass's listing of a location is told apart by it
+
+
+@dataclass(frozen=True)
 class Refused:
     """A call Vertex refused for good (403, or a 400 on a create), for the alert catalogue."""
 
@@ -264,6 +276,9 @@ class SimVertex:
         # The timeout each call was sent with, counted by (caller, operation, timeout): what
         # `sim.hangs.vertex_calls_bounded` judges (the client itself sets none).
         self.call_timeouts: collections.Counter[tuple[str, str, float | None]] = collections.Counter()
+        # Reconcile's CRUD calls as sent, each with the pass that sent it (`sender`, set by the world).
+        self.sender: Callable[[], object | None] = lambda: None
+        self.pass_calls: list[PassCall] = []
 
     def __call__(self, location: str) -> RegionalClient:
         from sim.regions import RegionalClient
@@ -283,9 +298,14 @@ class SimVertex:
         self.misaddressed.append((self.clock(), self.caller(), operation, resource, endpoint))
         raise wrong_endpoint(field, endpoint)
 
-    def _call(self, operation: str, perform: Callable[[], Any], timeout: float | None) -> Any:
-        """One call through the world's `io`, which a hang keeps waiting for `timeout` seconds."""
+    def _call(
+        self, operation: str, perform: Callable[[], Any], timeout: float | None, location: str = "", query: str = ""
+    ) -> Any:
+        """One call through the world's `io`, which a hang keeps waiting for `timeout` seconds.
+        `location`: a CRUD call's, kept with its pass when reconcile sends it (`pass_calls`)."""
         self.call_timeouts[(self.caller(), operation, timeout)] += 1
+        if location and self.caller() == "reconcile":
+            self.pass_calls.append(PassCall(self.clock(), self.sender(), operation, location, query))
         return self.io("vertex", operation, perform, timeout=timeout)
 
     # The quotas.
@@ -401,7 +421,7 @@ class SimVertex:
             self._note_asked(location)
             return self._answer(self._known_job(name))
 
-        return self._call("get", perform, timeout)
+        return self._call("get", perform, timeout, location)
 
     def _answer(self, job: SimJob) -> Any:
         """`job.to_proto()`, a CustomJob of its own for each answer: built once per version of
@@ -451,7 +471,7 @@ class SimVertex:
                 and not job.deleted
             ]
 
-        return self._call("list", perform, timeout)
+        return self._call("list", perform, timeout, parent.split("/locations/")[1], query)
 
     def cancel_custom_job(
         self, name: str = "", *, request: Any = None, timeout: float | None = None, endpoint: str | None = None
@@ -469,7 +489,7 @@ class SimVertex:
             self._cancel(job)
             self.cancels.append((self.clock(), name, self.caller()))
 
-        self._call("cancel", perform, timeout)
+        self._call("cancel", perform, timeout, _location(name))
 
     def _cancel(self, job: SimJob) -> None:
         if job.state != "JOB_STATE_CANCELLING":

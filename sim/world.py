@@ -268,6 +268,7 @@ class World:
         self.vertex.changeovers = dict(self.permanent.changeovers)
         self.vertex.changeover_rng = random.Random(f"{self.seed}:faults:changeover")
         self.vertex.caller = lambda: self._current.name if self._current else "world"
+        self.vertex.sender = lambda: self._current
         self.wasted_lookups: list[str] = []  # sim.invariants.note_lookup
         self.republished: dict[tuple[str, int], list[datetime]] = {}  # sim.promises.note_republish
         self.dead_reconciles: list[datetime] = []  # reconcile deliveries that crashed: sim.budgets

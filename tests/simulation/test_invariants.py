@@ -875,3 +875,75 @@ def test_a_vertex_call_without_a_timeout_or_past_its_bound_is_caught(world: Worl
     assert sorted(v.detail.split(" sent ")[0] for v in found) == ["on_job_event", "reconcile", "submit_job"]
     assert any("3 list call(s) with timeout=None" in v.detail for v in found)
     assert hangs.vertex_calls_bounded in invariants.QUIESCENCE
+
+
+def _reconcile_pass_cancelling(world: World, jobs: int, *, bypass: bool) -> list[str]:
+    """A reconcile pass (budget: 5 CRUD calls a minute) that reads `jobs` running jobs in
+    us-central1 from its listing and cancels each (the outbox's cancels), then lists europe-west4;
+    `bypass`: its cancels go by the plain client, as `Ports.cancel_job` did before cancelrule
+    (fbcdd0d: the pass replaced `job_service` alone). The outcome of each cancel, in order."""
+    from shared.adapters.vertex import canceller, unfinished_jobs_filter
+    from shared.log import Logger
+    from shared.reconcile_vertex import CallDeferred, VertexPass
+    from sim.world import Task
+
+    world.settings = dataclasses.replace(world.settings, vertex_crud_per_minute=20, reconcile_crud_share=0.25)
+    names = [job(world, f"r{k}", 1).name for k in range(jobs)]
+    timeout = world.settings.vertex_call_timeout_seconds
+    shell = dataclasses.replace(world.ports_for("reconcile"), cancel_job=canceller(world.vertex, timeout=timeout))
+    world._current = Task("reconcile", lambda: None, faulty=False, whole=True)  # noqa: SLF001 - a pass in flight
+    vertex_pass = VertexPass(shell, Logger(), started=world.clock.now())
+    ports = dataclasses.replace(vertex_pass.ports, cancel_job=shell.cancel_job) if bypass else vertex_pass.ports
+    outcomes = []
+    for name in names:
+        ports.job_service("us-central1").get_custom_job(name=name, timeout=timeout)  # answered by the listing
+        try:
+            ports.cancel_job("us-central1", name)
+            outcomes.append("sent")
+        except CallDeferred:
+            outcomes.append("deferred")
+        world.clock.advance(1)
+    listing = {"parent": parent_path(world.settings.project, "europe-west4")}
+    listing["filter"] = unfinished_jobs_filter(world.settings.deployment_label)
+    ports.job_service("europe-west4").list_custom_jobs(request=listing, timeout=timeout)  # made past the budget
+    world._current = None  # noqa: SLF001
+    return outcomes
+
+
+def test_a_pass_whose_cancels_bypass_its_crud_budget_is_caught(world: World) -> None:
+    from sim import reconcile_budget
+
+    assert _reconcile_pass_cancelling(world, 8, bypass=True) == ["sent"] * 8
+
+    [found] = reconcile_budget.reconcile_within_crud_budget(world)
+    assert found.invariant == "reconcile_within_crud_budget"
+    assert "4 cancel call(s) past its budget of 5 CRUD calls a minute" in found.detail
+    assert reconcile_budget.reconcile_within_crud_budget in invariants.QUIESCENCE
+
+
+def test_a_pass_within_its_crud_budget_and_its_listings_made_past_it_is_not_flagged(world: World) -> None:
+    from sim import reconcile_budget
+
+    # Its us-central1 listing and 4 cancels spend the 5; europe-west4's listing is made all the same.
+    assert _reconcile_pass_cancelling(world, 8, bypass=False) == ["sent"] * 4 + ["deferred"] * 4
+    assert [c.operation for c in world.vertex.pass_calls] == ["list"] + ["cancel"] * 4 + ["list"]
+
+    assert reconcile_budget.reconcile_within_crud_budget(world) == []
+
+
+def test_a_second_pass_and_a_later_minute_have_budgets_of_their_own(world: World) -> None:
+    """Passes are judged apart, and a call a minute after the budget was spent is within it."""
+    from sim import reconcile_budget
+    from sim.vertex import PassCall
+
+    first, second = object(), object()
+    now = world.clock.now()
+    world.vertex.pass_calls = [PassCall(now, first, "get", "us-central1") for _ in range(5)]
+    world.vertex.pass_calls += [PassCall(now, second, "get", "us-central1") for _ in range(5)]
+    world.vertex.pass_calls.append(PassCall(now + timedelta(seconds=60), first, "cancel", "us-central1"))
+    world.settings = dataclasses.replace(world.settings, vertex_crud_per_minute=20, reconcile_crud_share=0.25)
+    assert reconcile_budget.reconcile_within_crud_budget(world) == []
+
+    world.vertex.pass_calls.append(PassCall(now + timedelta(seconds=59), second, "list", "us-central1", "x"))
+    [found] = reconcile_budget.reconcile_within_crud_budget(world)
+    assert found.detail.startswith("reconcile pass 2 sent 1 list call(s) past its budget of 5")

@@ -1,0 +1,75 @@
+"""Reconcile's promise on Vertex's CRUD quota (issue 43, item 3): a pass sends at most
+`reconcile_crud_share` of `vertex_crud_per_minute` CRUD calls (gets, lists, cancels: the sweep's
+and the outbox's alike) in any minute, the rest deferred to the next pass (docs/ARCHITECTURE.md,
+"The flow", step 3; docs/performance.md, "How it scales", the CRUD table's reconcile row).
+
+The one exception the docs make (shared/reconcile_vertex.py, "The budget": "the listings are always
+made ... and counted"): a pass's listing of a location, this deployment's unfinished jobs
+(`unfinished_jobs_filter`), the first list with that filter the pass sends there. It is sent past a
+spent budget, and it counts in the minute for every call after it. Any later list with that filter
+(the sweep's own list where the listing failed) is budgeted like any other call.
+
+The stand-in keeps every CRUD call reconcile sends with the pass (the world's task) that sent it
+(`SimVertex.pass_calls`), at the moment it leaves for Vertex, whatever Vertex then answers.
+"""
+
+from __future__ import annotations
+
+import collections
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from shared.adapters.vertex import unfinished_jobs_filter
+
+if TYPE_CHECKING:
+    from sim.vertex import PassCall
+    from sim.world import Violation, World
+
+MINUTE = timedelta(seconds=60)
+
+
+def pass_budget(world: World) -> int:
+    """The most CRUD calls a pass may send in any minute, as the docs state it."""
+    return int(world.settings.vertex_crud_per_minute * world.settings.reconcile_crud_share)
+
+
+def reconcile_within_crud_budget(world: World) -> list[Violation]:
+    """No reconcile pass sent a CRUD call, its listings aside, when its calls of the last minute
+    (listings included) had already spent its budget."""
+    from sim.invariants import violation
+
+    budget = pass_budget(world)
+    listing_filter = unfinished_jobs_filter(world.settings.deployment_label)
+    by_pass: dict[object, list[PassCall]] = collections.defaultdict(list)
+    for call in world.vertex.pass_calls:
+        by_pass[call.sender].append(call)
+    found = []
+    for ordinal, calls in enumerate(by_pass.values(), 1):
+        listed: set[str] = set()
+        minute: collections.deque[PassCall] = collections.deque()
+        over: collections.Counter[str] = collections.Counter()
+        first_over = None
+        for call in calls:  # in the order the pass sent them
+            while minute and minute[0].at <= call.at - MINUTE:
+                minute.popleft()
+            listing = call.operation == "list" and call.query == listing_filter and call.location not in listed
+            if listing:
+                listed.add(call.location)
+            elif len(minute) >= budget:
+                over[call.operation] += 1
+                first_over = first_over or call
+            minute.append(call)
+        if first_over is not None:
+            kinds = ", ".join(f"{count} {operation}" for operation, count in sorted(over.items()))
+            found.append(
+                violation(
+                    "reconcile_within_crud_budget",
+                    f"reconcile pass {ordinal} sent {kinds} call(s) past its budget of {budget} CRUD calls a "
+                    f"minute, the first at {first_over.at.isoformat()} ({first_over.operation} in "
+                    f"{first_over.location}, its budget spent in the minute before it)",
+                )
+            )
+    return found
+
+
+QUIESCENCE = [reconcile_within_crud_budget]
