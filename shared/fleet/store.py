@@ -4,8 +4,10 @@ it there) and a decision reads a class's window in one listing (a page per thous
 
     fleet/<class key>/<location>/<kind>~<epoch seconds>~<seconds>~<count>~<attempt key>~<index>[~<replicas>]
 
-(`~<replicas>` only for a job of several: a name written before it reads as one replica, and a
-one-replica fact keeps the one name it was created under.)
+(A preemption's or a restart's seconds are rounded up: its time is when an observation saw it had
+happened, `shared.fleet.recording.new_facts`, and floored it could precede what Vertex did: seed
+10044. The others' are floored. `~<replicas>` only for a job of several: a name written before it
+reads as one replica, and a one-replica fact keeps the one name it was created under.)
 
 A lifecycle rule deletes them `RETENTION_DAYS` after their creation (terraform/storage.tf); the
 reader keeps only the last `ESTIMATE_WINDOW_SECONDS`, so what is read is bounded by what a class's fleet
@@ -30,6 +32,7 @@ and compaction deletes only the facts of an attempt whose summary the reader tak
 
 from __future__ import annotations
 
+import math
 import threading
 import weakref
 from collections import OrderedDict
@@ -51,13 +54,20 @@ PAGE = 1000
 # weighs nothing, and its sums are all the estimate needs of it.
 COMPACT_AFTER_SECONDS = 24 * 3600.0
 _NONE = "-"
+# Facts whose time says by when they had happened (an upper bound): stored rounded up.
+_HAPPENED_BY = frozenset({Kind.PREEMPT, Kind.RESTART})
 # Fact names a process remembers as created, per client: a busy deployment's open waits many times over.
 FACTS_KEPT = 8192
 
 
 def object_name(machine_class: MachineClass, observation: FleetFact) -> str:
     o = observation
-    at = epoch(o.at) if o.at is not None else 0
+    if o.at is None:
+        at = 0
+    elif o.kind in _HAPPENED_BY:
+        at = math.ceil(o.at.timestamp())
+    else:
+        at = epoch(o.at)
     if o.summary is not None:
         s = o.summary
         sums = (s.exposure, s.waited, s.preemptions, s.restart_waits, s.wait, s.changeover)

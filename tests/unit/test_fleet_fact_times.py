@@ -6,6 +6,7 @@ restart stamped at its decision, after the job's end, made a wait Vertex never h
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -119,3 +120,14 @@ def test_a_kit_lines_time_stamps_a_fact_only_within_the_run_vertex_reported(writ
     story.decide_at(600, kit(RUN_STARTED, 1, written=written))
     [restart] = story.facts(Kind.RESTART)
     assert restart.at == at(stamped)
+
+
+def test_a_preemption_and_its_restart_are_stored_no_earlier_than_they_were_seen() -> None:
+    # Seed 10044: a fact's name holds whole seconds; a preemption seen at 61.858 s, floored to 61 s,
+    # said it had happened before Vertex reclaimed the VM, and its wait outran the job's life.
+    story = Story()
+    seen = Observation(1, running(0), Signal.PREEMPTION, preemption_evidence="insert-1", read_at=at(61.5))
+    story.decide_at(63, replace(seen, answered_at=at(61.858)))
+    story.decide_at(70, kit(RUN_STARTED, 1, written=65.25))
+    [preempt], [restart] = story.facts(Kind.PREEMPT), story.facts(Kind.RESTART)
+    assert (preempt.at, restart.at) == (at(62), at(66))
