@@ -18,8 +18,10 @@ submit. A pass hands every step the clients of a `VertexPass` instead of the pla
   is taken on its answer as before.
 - **The budget**: at most `reconcile_crud_share` of `vertex_crud_per_minute` calls in any minute
   of the pass (half the quota by default): gets, lists and cancels alike, the stray sweep's and
-  the outbox's (`Ports.cancel_job` is the pass's too). A call past it raises `CrudBudgetSpent`,
-  and the request that needed it waits for the next pass (`deferred`), which starts at the first
+  the outbox's (`Ports.cancel_job` is the pass's too). It is spent before a call is sent (a
+  list's next page before the pager asks for it): a call past it raises `CrudBudgetSpent` unsent,
+  and one sent is counted whatever Vertex answers. The request that needed a refused call
+  waits for the next pass (`deferred`), which starts at the first
   one deferred (`resume_at_deferred`): the listings are always made (the sweep and every answer
   depend on them), and counted. A cancel not sent is not forgotten: the outbox's stays pending in its
   record (`Attempt.cancel_pending`), and a stray is still in the next pass's listing.
@@ -209,8 +211,9 @@ class VertexPass:
             timeout = settings.vertex_call_timeout_seconds
             sent = self._ports.clock()
             with self.window.sending(location):
-                for page in _pages(client.list_custom_jobs(request=request, timeout=timeout)):
-                    self.budget.spend("list", force=True)
+                self.budget.spend("list", force=True)
+                pager = client.list_custom_jobs(request=request, timeout=timeout)
+                for page in _pages(pager, before_next=lambda: self.budget.spend("list", force=True)):
                     jobs.update((job.name, job) for job in page)
             return Listing(ReadTimes(sent, self._ports.clock()), jobs)
         except Exception as exc:  # noqa: BLE001 - the pass reads each job with a get instead, if it may
@@ -281,9 +284,10 @@ class PassClient:
                 return list(listed.jobs.values())
         jobs: list[Any] = []
         with self._pass.window.sending(self._location):
+            self._pass.budget.spend("list")
             sent = self._pass.ports.clock()
-            for page in _pages(self._client.list_custom_jobs(request=request, **kwargs)):
-                self._pass.budget.spend("list")
+            pager = self._client.list_custom_jobs(request=request, **kwargs)
+            for page in _pages(pager, before_next=lambda: self._pass.budget.spend("list")):
                 jobs.extend(page)
             self.last_read = ReadTimes(sent, self._pass.ports.clock())
         return jobs
@@ -297,14 +301,19 @@ class PassClient:
         return getattr(self._client, name)
 
 
-def _pages(pager: Any) -> Any:
-    """The pages of a list call, each a list of jobs (one page for a fake without `pages`)."""
+def _pages(pager: Any, *, before_next: Callable[[], None]) -> Any:
+    """The pages of a list call, each a list of jobs (one page for a fake without `pages`). The
+    call sent the first page's request; the pager sends each next one lazily, when the page before
+    it, naming a `next_page_token`, is used up: `before_next` runs first (the budget's spend), and
+    whatever it raises stops the listing before that request is sent."""
     pages = getattr(pager, "pages", None)
     if pages is None:
         yield list(pager)
         return
     for page in pages:
         yield list(page.custom_jobs)
+        if getattr(page, "next_page_token", ""):
+            before_next()
 
 
 def read_attempt_job(ports: Ports, attempt: Attempt, log: Logger) -> tuple[JobSnapshot, ReadTimes]:

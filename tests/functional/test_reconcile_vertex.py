@@ -37,24 +37,23 @@ RUNNING, SUCCEEDED = 3, 4
 
 class PagedVertex(FakeVertex):
     """FakeVertex whose list answers in pages of `page_size` (Vertex's default 100), each page
-    one call, as the client's pager fetches them."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.pages_served = 0
+    one call, as the client's pager fetches them: the first by the call, each next one when the
+    page before it, naming a `next_page_token`, is used up."""
 
     def list_custom_jobs(self, request: dict[str, Any], **kwargs: Any) -> Any:
-        jobs = super().list_custom_jobs(request, **kwargs)
-        self.lists -= 1  # counted per page below
+        jobs = super().list_custom_jobs(request, **kwargs)  # the first page's call, counted
         size = int(request.get("page_size") or 100)
+        starts = range(0, max(1, len(jobs)), size)
         vertex = self
 
         class Pager:
             @property
             def pages(self) -> Any:
-                for start in range(0, max(1, len(jobs)), size):
-                    vertex.lists += 1
-                    yield type("Page", (), {"custom_jobs": jobs[start : start + size]})()
+                for start in starts:
+                    if start:
+                        vertex.lists += 1  # the next page's call
+                    token = str(start + size) if start + size < len(jobs) else ""
+                    yield type("Page", (), {"custom_jobs": jobs[start : start + size], "next_page_token": token})()
 
             def __iter__(self) -> Any:
                 return (job for page in self.pages for job in page.custom_jobs)
@@ -135,6 +134,49 @@ def test_a_pass_past_its_share_of_the_crud_quota_defers_the_rest_to_the_next_pas
     assert all(world.ledger.get(f"req-{k:05d}").status == RequestStatus.SUCCEEDED for k in range(20))
 
 
+def test_a_lookup_past_the_budget_is_deferred_unsent(world: World, monkeypatch) -> None:
+    """A stale claim's lookup by labels is a list under the budget like a get: once the pass has
+    spent its share it is not sent, and the claim waits for the next pass. It was once sent and
+    then refused, its answer thrown away and not counted: each later claim did the same."""
+    world.settings = replace(world.settings, reconcile_crud_share=5 / 600)  # 5 calls a minute
+    monkeypatch.setattr(reconcile, "RECONCILE_WORKERS", 1)  # the index's order: the gets, then the claim
+    for name in seed_running(world, 4):
+        world.vertex.set_state(name, SUCCEEDED)  # each needs a get
+    claimed_at = iso(utcnow() - timedelta(seconds=600))  # past its lease, never re-published: looked up
+    envelope = {"schema_version": 1, "request_id": "req-claim", "custom_job": {}, "location": "us-central1"}
+    claim = Attempt(1, "us-central1", "SPOT", claimed_at)
+    world.ledger.restore(RequestRecord("req-claim", envelope, "gs://c/r/", attempts=[claim]))
+    world.vertex.lists = world.vertex.gets = 0
+
+    first = run_reconcile(world.ports, Logger())
+
+    assert world.vertex.lists == 1  # the pass's listing, which took one of the 5; no lookup sent
+    assert first.vertex["calls"] == {"get": 4, "list": 1} and world.vertex.gets == 4
+    assert first.outcomes["deferred"] == 1
+    second = run_reconcile(world.ports, Logger())
+    assert second.outcomes["claim_republished"] == 1 and second.vertex["calls"] == {"list": 2}
+
+
+def test_a_list_asks_for_its_next_page_only_within_the_budget(world: World) -> None:
+    """The pager asks for a list's next page lazily, once the page before it is used up: that
+    request is budgeted before it is sent, and none is spent after the last page."""
+    world.settings = replace(world.settings, reconcile_crud_share=2 / 600)  # 2 calls a minute
+    for k in range(2):
+        world.vertex.add("req-two", k + 1)
+    client = reconcile_vertex.VertexPass(world.ports, Logger(), started=utcnow()).job_service("us-central1")
+    request = {
+        "parent": "projects/spotjobs-test/locations/us-central1",
+        "filter": 'labels.spotjobs-request-id="req-two"',
+    }
+    world.vertex.lists = 0
+
+    assert len(client.list_custom_jobs(request={**request, "page_size": 2})) == 2  # one page: one call
+    with pytest.raises(reconcile_vertex.CrudBudgetSpent):
+        client.list_custom_jobs(request={**request, "page_size": 1})  # its first page takes the second call
+
+    assert world.vertex.lists == 2  # the second list's second page was not asked for
+
+
 def test_requests_the_budget_deferred_are_read_first_by_the_next_pass(world: World, monkeypatch) -> None:
     """Seed 659 (at 60101f2): the listing refused for good, every job needs a get, and a budget
     below the active requests deferred the same ones, in the index's order, on every pass: their
@@ -143,7 +185,7 @@ def test_requests_the_budget_deferred_are_read_first_by_the_next_pass(world: Wor
     from google.api_core.exceptions import PermissionDenied
 
     world.settings = replace(world.settings, reconcile_crud_share=5 / 600)  # 5 calls a minute
-    monkeypatch.setattr(reconcile, "RECONCILE_WORKERS", 1)  # which 5 are read first: the index's first
+    monkeypatch.setattr(reconcile, "RECONCILE_WORKERS", 1)  # which 4 are read first: the index's first
     jobs = seed_running(world, 12)
     read: set[str] = set()
     get = world.vertex.get_custom_job
@@ -159,7 +201,8 @@ def test_requests_the_budget_deferred_are_read_first_by_the_next_pass(world: Wor
     world.vertex.list_custom_jobs = refused  # type: ignore[method-assign]
     passes = [run_reconcile(world.ports, Logger()) for _ in range(3)]
 
-    assert [p.outcomes["deferred"] for p in passes[:2]] == [7, 2]
+    # The refused listing was sent: it is one of each pass's 5 calls, 4 gets the rest.
+    assert [p.outcomes["deferred"] for p in passes[:2]] == [8, 4]
     assert read == set(jobs)
 
 

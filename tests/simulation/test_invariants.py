@@ -931,6 +931,37 @@ def test_a_pass_within_its_crud_budget_and_its_listings_made_past_it_is_not_flag
     assert reconcile_budget.reconcile_within_crud_budget(world) == []
 
 
+def test_a_lookup_by_labels_past_a_spent_budget_is_not_sent(world: World) -> None:
+    """A stale claim's lookup is a list the budget refuses before it leaves: it was once sent and
+    only then refused, each due claim's past the budget (the answer thrown away, uncounted)."""
+    from shared.adapters.vertex import label_filter
+    from shared.jobs import LABEL_REQUEST_ID
+    from shared.log import Logger
+    from shared.reconcile_vertex import CallDeferred, VertexPass
+    from sim import reconcile_budget
+    from sim.world import Task
+
+    world.settings = dataclasses.replace(world.settings, vertex_crud_per_minute=20, reconcile_crud_share=0.25)
+    world._current = Task("reconcile", lambda: None, faulty=False, whole=True)  # noqa: SLF001 - a pass in flight
+    client = VertexPass(world.ports_for("reconcile"), Logger(), started=world.clock.now()).ports.job_service(
+        "us-central1"
+    )
+    lookup = {"parent": parent_path(world.settings.project, "us-central1")}
+    lookup["filter"] = label_filter({LABEL_REQUEST_ID: "r0"})
+    outcomes = []
+    for _ in range(7):
+        try:
+            client.list_custom_jobs(request=lookup, timeout=world.settings.vertex_call_timeout_seconds)
+            outcomes.append("sent")
+        except CallDeferred:
+            outcomes.append("deferred")
+    world._current = None  # noqa: SLF001
+
+    assert outcomes == ["sent"] * 5 + ["deferred"] * 2
+    assert [c.operation for c in world.vertex.pass_calls] == ["list"] * 5
+    assert reconcile_budget.reconcile_within_crud_budget(world) == []
+
+
 def test_a_second_pass_and_a_later_minute_have_budgets_of_their_own(world: World) -> None:
     """Passes are judged apart, and a call a minute after the budget was spent is within it."""
     from sim import reconcile_budget
