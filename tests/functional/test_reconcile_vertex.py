@@ -93,6 +93,30 @@ def seed_running(world: World, count: int) -> list[str]:
         return [first_job, *pool.map(seed, range(1, count))]
 
 
+def one_pass_an_hour_a_call(
+    world: World, monkeypatch: Any, when_begun: Callable[[Any], None] | None = None
+) -> reconcile_vertex.VertexPass:
+    """One reconcile pass on a clock that moves an hour a call, so that the moments a pass, its
+    listing and its reads happen are told apart (its window outlasts the hours it ticks);
+    `when_begun` is given the clock's next moment as the pass begins. The pass is returned."""
+    ticks = iter(range(1, 10_000))
+    wide = replace(world.settings, reconcile_timeout_seconds=1e9)
+    ticking = replace(world.ports, settings=wide, clock=lambda: utcnow() + timedelta(hours=next(ticks)))
+    passes: list[reconcile_vertex.VertexPass] = []
+    started = reconcile_vertex.VertexPass.__init__
+
+    def noted(self: reconcile_vertex.VertexPass, *args: Any, **kwargs: Any) -> None:
+        started(self, *args, **kwargs)
+        passes.append(self)
+        if when_begun is not None:
+            when_begun(ticking.clock())
+
+    monkeypatch.setattr(reconcile_vertex.VertexPass, "__init__", noted)
+    run_reconcile(ticking, Logger())
+    [vertex_pass] = passes
+    return vertex_pass
+
+
 def test_a_pass_over_2000_active_requests_lists_by_page_and_gets_only_the_jobs_that_ended(world: World) -> None:
     jobs = seed_running(world, 2000)
     ended = jobs[::50]  # 40 jobs end between passes; the other 1,960 still run
@@ -295,19 +319,7 @@ def test_a_restart_wait_a_pass_reads_is_vouched_for_until_its_listing_was_taken_
     world.vertex.set_state(job, RUNNING)  # its start time
     run_reconcile(world.ports, Logger())  # seen running: it started
     world.vertex.set_state(job, 2)  # PENDING: preempted, Vertex waits for a machine
-    ticks = iter(range(1, 10_000))
-    wide = replace(world.settings, reconcile_timeout_seconds=1e9)  # its window outlasts the hours it ticks
-    ticking = replace(world.ports, settings=wide, clock=lambda: utcnow() + timedelta(hours=next(ticks)))
-    passes: list[reconcile_vertex.VertexPass] = []
-    started = reconcile_vertex.VertexPass.__init__
-
-    def noted(self: reconcile_vertex.VertexPass, *args: Any, **kwargs: Any) -> None:
-        started(self, *args, **kwargs)
-        passes.append(self)
-
-    monkeypatch.setattr(reconcile_vertex.VertexPass, "__init__", noted)
-    run_reconcile(ticking, Logger())
-    [vertex_pass] = passes
+    vertex_pass = one_pass_an_hour_a_call(world, monkeypatch)
     attempt = world.ledger.get("req-1").attempts[0]
     listing = vertex_pass.listing("us-central1", world.vertex)
     assert listing is not None and listing.times.sent > vertex_pass.began
@@ -344,19 +356,13 @@ def test_a_preemption_a_pass_reads_after_it_began_is_not_stamped_before_it_happe
     _, job = world.submitted(state=RUNNING)
     world.vertex.set_state(job, RUNNING)  # its start time
     run_reconcile(world.ports, Logger())  # seen running: it started
-    ticks = iter(range(1, 10_000))
-    wide = replace(world.settings, reconcile_timeout_seconds=1e9)  # its window outlasts the hours it ticks
-    ticking = replace(world.ports, settings=wide, clock=lambda: utcnow() + timedelta(hours=next(ticks)))
     preempted: list[Any] = []
-    started = reconcile_vertex.VertexPass.__init__
 
-    def preempted_once_begun(self: reconcile_vertex.VertexPass, *args: Any, **kwargs: Any) -> None:
-        started(self, *args, **kwargs)
-        preempted.append(ticking.clock())  # after the pass began, before its listing
+    def preempted_once_begun(now: Any) -> None:
+        preempted.append(now)  # after the pass began, before its listing
         world.vertex.set_state(job, 2)  # PENDING: preempted, Vertex waits for a machine
 
-    monkeypatch.setattr(reconcile_vertex.VertexPass, "__init__", preempted_once_begun)
-    run_reconcile(ticking, Logger())
+    one_pass_an_hour_a_call(world, monkeypatch, when_begun=preempted_once_begun)
     attempt = world.ledger.get("req-1").attempts[0]
     assert attempt.preemptions == 1
     [stamped] = attempt.preempted_at
@@ -370,19 +376,7 @@ def test_a_stray_a_pass_sweeps_is_billed_until_its_listing_was_taken_not_the_swe
     an hour a call tells the two apart."""
     world.submitted(state=RUNNING)
     second = world.vertex.add("req-1", 1, state=RUNNING)  # attempt 1 records another job: a stray
-    ticks = iter(range(1, 10_000))
-    wide = replace(world.settings, reconcile_timeout_seconds=1e9)  # its window outlasts the hours it ticks
-    ticking = replace(world.ports, settings=wide, clock=lambda: utcnow() + timedelta(hours=next(ticks)))
-    passes: list[reconcile_vertex.VertexPass] = []
-    started = reconcile_vertex.VertexPass.__init__
-
-    def noted(self: reconcile_vertex.VertexPass, *args: Any, **kwargs: Any) -> None:
-        started(self, *args, **kwargs)
-        passes.append(self)
-
-    monkeypatch.setattr(reconcile_vertex.VertexPass, "__init__", noted)
-    run_reconcile(ticking, Logger())
-    [vertex_pass] = passes
+    vertex_pass = one_pass_an_hour_a_call(world, monkeypatch)
     listing = vertex_pass.listing("us-central1", world.vertex)
     assert listing is not None and second in listing.jobs
     [stray] = world.ledger.get("req-1").strays
