@@ -22,7 +22,7 @@ from shared.ledger.run_lock import ledger_bucket, lock_path
 from shared.ledger.states import RequestStatus
 from shared.ledger.store import LedgerStore
 from shared.log import Logger
-from shared.reconcile import RECONCILE_TASK, run_reconcile
+from shared.reconcile import RECONCILE_TASK, RECONCILE_WORKERS, run_reconcile
 from shared.wiring import Ports
 from sim.gcs import MemoryStorage
 from tests.support.decisions import CapturedLog, FakePublisher, World, make_settings
@@ -168,9 +168,12 @@ def test_the_cancels_of_a_location_that_stalls_after_its_listing_wait_for_the_ne
     summary = run_reconcile(ports(world, clock), Logger())
 
     assert (clock() - began).total_seconds() <= RECONCILE_FUNCTION_TIMEOUT_SECONDS
-    assert world.vertex.hung_calls == 1
+    # The pass's workers run at once: the cancels already sent when the first runs out its
+    # timeout hang too (at most one a worker); none is sent after it.
+    hung = world.vertex.hung_calls
+    assert 1 <= hung <= RECONCILE_WORKERS
     assert summary.vertex["stalled_locations"] == [STALLED]
-    assert summary.outcomes["error"] == 1 and summary.outcomes["deferred"] == 19  # the hung one, the others
+    assert summary.outcomes["error"] == hung and summary.outcomes["deferred"] == 20 - hung
     pending = [a for k in range(20) for a in world.ledger.get(f"req-{k:02d}").attempts if a.cancel_pending]
     assert len(pending) == 20  # none forgotten: the next pass sends them
 
