@@ -34,6 +34,12 @@ submit. A pass hands every step the clients of a `VertexPass` instead of the pla
   A listing that fails where the window is then closed (the listing itself ran out its timeout,
   or was refused) is said as such (`reconcile_listing_deferred`): no get is sent there either,
   and the location's requests wait for the next pass.
+- **Only these calls**: gets, lists and cancels, the ones the budget and the window judge. A pass
+  sends no create: a waiting attempt is created by the quota line's drainer, which runs in
+  submit_job's deliveries (`shared.paced_submit`); the pass only hands a line without a drainer to
+  its head by a publish (`shared.pacing_drainer.restart_stalled`), and re-publishes a stale claim.
+  A create is counted by Vertex's submission quota, not the CRUD one, so the budget could not
+  speak for it anyway. `PassClient` fails closed: any other call raises unsent.
 
 A job a `get` answers NotFound for was deleted at Vertex: an answer for good, not an error to
 retry on every pass. `read_attempt_job` hands the decision an ended job instead (`vanished_job`).
@@ -254,7 +260,8 @@ class VertexPass:
 
 class PassClient:
     """A JobServiceClient whose CRUD calls are counted against the pass's budget, and whose gets
-    and unfinished-jobs lists are answered from the pass's listing where it can."""
+    and unfinished-jobs lists are answered from the pass's listing where it can. It has no other
+    call: anything else (a create) raises AttributeError unsent."""
 
     def __init__(self, vertex_pass: VertexPass, location: str, client: Any) -> None:
         self._pass = vertex_pass
@@ -298,7 +305,11 @@ class PassClient:
             return self._client.cancel_custom_job(**kwargs)
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._client, name)
+        # Fail closed: a call not wrapped above would leave unbudgeted and outside the window.
+        raise AttributeError(
+            f"a reconcile pass sends only gets, lists and cancels, each under its CRUD budget and call window: "
+            f"not {name} (shared/reconcile_vertex.py)"
+        )
 
 
 def _pages(pager: Any, *, before_next: Callable[[], None]) -> Any:
