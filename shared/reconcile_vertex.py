@@ -33,7 +33,9 @@ submit. A pass hands every step the clients of a `VertexPass` instead of the pla
   its run lease, and reconciles the other locations' requests (the next tick finds no lease held).
   A listing that fails where the window is then closed (the listing itself ran out its timeout,
   or was refused) is said as such (`reconcile_listing_deferred`): no get is sent there either,
-  and the location's requests wait for the next pass.
+  and the location's requests wait for the next pass. A get or cancel that ran out its timeout
+  defers its request as the calls refused after it do (one WARNING, `reconcile_call_timed_out`):
+  the location stalled; the request is not in error.
 - **Only these calls**: gets, lists and cancels, the ones the budget and the window judge. A pass
   sends no create: a waiting attempt is created by the quota line's drainer, which runs in
   submit_job's deliveries (`shared.paced_submit`); the pass only hands a line without a drainer to

@@ -100,7 +100,7 @@ def test_the_cancels_of_a_location_that_stalls_after_its_listing_wait_for_the_ne
 ) -> None:
     """The outbox's cancels go through the window as the gets do: once one cancel there runs out
     its timeout, the others are not sent (each would wait its own), and stay pending in their
-    records for the next pass."""
+    records for the next pass; every request waits for it, the ones whose cancel hung too."""
     from shared.ledger.cancelling import cancel_request
 
     world.vertex.stalled = set()
@@ -125,7 +125,7 @@ def test_the_cancels_of_a_location_that_stalls_after_its_listing_wait_for_the_ne
     hung = world.vertex.hung_calls
     assert 1 <= hung <= RECONCILE_WORKERS
     assert summary.vertex["stalled_locations"] == [STALLED]
-    assert summary.outcomes["error"] == hung and summary.outcomes["deferred"] == 20 - hung
+    assert summary.outcomes == {"deferred": 20}
     pending = [a for k in range(20) for a in world.ledger.get(f"req-{k:02d}").attempts if a.cancel_pending]
     assert len(pending) == 20  # none forgotten: the next pass sends them
 

@@ -1,5 +1,6 @@
 """Every Vertex call a reconcile pass sends is one its CRUD budget and call window judge
-(shared/reconcile_vertex.py): the pass's client sends nothing else (issue 43)."""
+(shared/reconcile_vertex.py): the pass's client sends nothing else, and a call that ran out its
+timeout defers its request as a refused one does (issue 43)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,13 @@ import pytest
 
 from shared.adapters.vertex import parent_path
 from shared.clock import utcnow
+from shared.ledger.cancelling import cancel_request
 from shared.ledger.store import LedgerStore
 from shared.log import Logger
+from shared.reconcile import run_reconcile
 from shared.reconcile_vertex import VertexPass
 from sim.gcs import MemoryStorage
-from tests.support.decisions import FakePublisher, World, make_settings
+from tests.support.decisions import CapturedLog, FakePublisher, World, make_settings
 from tests.support.stalled_vertex import PassClock, StalledVertex
 
 RUNNING, SUCCEEDED = 3, 4
@@ -56,3 +59,47 @@ def test_a_pass_client_refuses_a_call_its_budget_and_window_do_not_judge(world: 
 
     assert world.vertex.creates == 0
     assert not hasattr(client, "delete_custom_job")
+
+
+def stall_after_the_listing(world: World) -> None:
+    """The location's API stalls just after the pass's listing answered: the next call there hangs."""
+    listing = world.vertex.list_custom_jobs
+
+    def listing_then_stalling(request: dict[str, Any], **kwargs: Any) -> Any:
+        jobs = listing(request, **kwargs)
+        world.vertex.stalled.add(LOCATION)
+        return jobs
+
+    world.vertex.list_custom_jobs = listing_then_stalling  # type: ignore[method-assign]
+
+
+def needs_a_get(world: World, request_id: str) -> None:
+    _, job = world.submitted(request_id, state=RUNNING)
+    world.vertex.set_state(job, SUCCEEDED)  # ended: not in the listing of unfinished jobs
+
+
+def needs_its_cancel(world: World, request_id: str) -> None:
+    world.submitted(request_id, state=RUNNING)  # in the listing: its read costs no call
+    world.ledger.swap(request_id, lambda current: cancel_request(current, by="ana", reason=None, now=utcnow()))
+
+
+@pytest.mark.parametrize("needs", [needs_a_get, needs_its_cancel], ids=["get", "cancel"])
+def test_a_request_whose_own_call_runs_out_its_timeout_is_deferred_like_the_ones_refused_after_it(
+    world: World, clock: PassClock, needs: Callable[[World, str], None]
+) -> None:
+    """Its get or its cancel hangs: the request waits for the next pass, as every later one in the
+    location the window then refuses; it is not an error of the request."""
+    for k in range(3):
+        needs(world, f"req-{k}")
+    stall_after_the_listing(world)
+    log = CapturedLog()
+
+    summary = run_reconcile(on_pass_clock(world, clock), log.logger)
+
+    assert 1 <= world.vertex.hung_calls and summary.vertex["stalled_locations"] == [LOCATION]
+    assert summary.outcomes == {"deferred": 3}
+    assert log.events("reconcile_error") == []
+    timed_out = log.events("reconcile_call_timed_out")
+    assert len(timed_out) == world.vertex.hung_calls
+    assert {line["severity"] for line in timed_out} == {"WARNING"}
+    assert all("DeadlineExceeded" in line["error"] for line in timed_out)
