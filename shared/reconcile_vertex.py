@@ -24,7 +24,9 @@ submit. A pass hands every step the clients of a `VertexPass` instead of the pla
   waits for the next pass (`deferred`), which starts at the first
   one deferred (`resume_at_deferred`): the listings are always made (the sweep and every answer
   depend on them), and counted. A cancel not sent is not forgotten: the outbox's stays pending in its
-  record (`Attempt.cancel_pending`), and a stray is still in the next pass's listing.
+  record (`Attempt.cancel_pending`), and a stray is still in the next pass's listing (its cancel
+  said deferred at INFO, `stray_cancel_deferred`; one Vertex refused or that failed is a WARNING,
+  `stray_sweep_failed`).
 - **The window** (`CallWindow`): no call to a location whose call ran out its timeout this pass
   (that region's API is stalling: each later call there would hold a worker for its whole
   timeout), and none that could still be waiting when reconcile's function timeout kills the pass
