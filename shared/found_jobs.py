@@ -52,7 +52,7 @@ from shared.ledger.records import RequestRecord
 from shared.ledger.run_lock import ledger_bucket
 from shared.ledger.store import JobIndexEntry
 from shared.log import Logger
-from shared.reconcile_vertex import read_times
+from shared.reconcile_vertex import CallDeferred, read_times
 from shared.redeliveries import REJECTION_NOTES, DeletedRecordsJobLive, alert_once
 from shared.wiring import Ports
 
@@ -364,6 +364,13 @@ def _cancel_strays_of(
             return cancel_recordless(ports, request_id, jobs, log)
         strays = [job for job in jobs if is_stray(record, job)]
         return _cancel_each(strays, lambda job: cancel_stray(ports, record, job, log, listed_at.get(job.name)))
+    except CallDeferred as exc:  # the pass's own budget or window: the job is in the next pass's listing
+        log.info(
+            "the pass deferred a stray's cancel to the next pass",
+            event="stray_cancel_deferred",
+            error=f"{type(exc).__name__}: {exc}",
+        )
+        return []
     except Exception as exc:  # noqa: BLE001 - the next pass retries this request
         log.warning(
             "could not check a request's jobs for strays; the next pass retries",
@@ -415,13 +422,15 @@ def cancel_deleted_records_jobs(ports: Ports, waiting: DeletedRecordsJobLive, lo
 
 def _cancel_each(strays: list[CustomJob], cancel: Callable[[CustomJob], None]) -> list[str]:
     """Cancel every stray: one whose cancel fails does not stop the others (a cancel refused for
-    good would stop them for good); the first failure is raised once all were tried."""
+    good would stop them for good); the first failure is raised once all were tried, a failure
+    before a deferral by the pass (`CallDeferred`), which would say less."""
     failure: Exception | None = None
     for job in strays:
         try:
             cancel(job)
         except Exception as exc:  # noqa: BLE001 - raised below, once every stray was tried
-            failure = failure or exc
+            if failure is None or (isinstance(failure, CallDeferred) and not isinstance(exc, CallDeferred)):
+                failure = exc
     if failure is not None:
         raise failure
     return [job.name for job in strays]

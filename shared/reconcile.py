@@ -247,6 +247,8 @@ def _status(ledger: LedgerStore, entry: ActiveEntry) -> ListedRequest | None:
 def reconcile_request(ports: Ports, request_id: str, log: Logger) -> RequestResult:
     """Bring one request up to date with its job. Never raises: a failure is logged and counted,
     and the next run tries again."""
+    from google.api_core.exceptions import DeadlineExceeded
+
     log = log.bind(request_id=request_id)
     try:
         record = ports.ledger.get(request_id)
@@ -259,6 +261,15 @@ def reconcile_request(ports: Ports, request_id: str, log: Logger) -> RequestResu
         return RequestResult("error")
     except CallDeferred:
         return RequestResult("deferred")  # the next pass has its own share of the quota and its own time
+    except DeadlineExceeded as exc:
+        # A Vertex call of it ran out its timeout: the window closes the location, as to the calls
+        # it then refuses, whose requests are deferred; so is this one (the region stalls, not it).
+        log.warning(
+            "a Vertex call ran out its timeout; the request waits for the next pass",
+            event="reconcile_call_timed_out",
+            error=f"{type(exc).__name__}: {exc}",
+        )
+        return RequestResult("deferred")
     except Exception as exc:  # noqa: BLE001 - one request must not stop the pass; logged here
         log.error(
             "reconcile failed for one request; the next run retries it",

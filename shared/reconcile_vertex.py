@@ -24,7 +24,9 @@ submit. A pass hands every step the clients of a `VertexPass` instead of the pla
   waits for the next pass (`deferred`), which starts at the first
   one deferred (`resume_at_deferred`): the listings are always made (the sweep and every answer
   depend on them), and counted. A cancel not sent is not forgotten: the outbox's stays pending in its
-  record (`Attempt.cancel_pending`), and a stray is still in the next pass's listing.
+  record (`Attempt.cancel_pending`), and a stray is still in the next pass's listing (its cancel
+  said deferred at INFO, `stray_cancel_deferred`; one Vertex refused or that failed is a WARNING,
+  `stray_sweep_failed`).
 - **The window** (`CallWindow`): no call to a location whose call ran out its timeout this pass
   (that region's API is stalling: each later call there would hold a worker for its whole
   timeout), and none that could still be waiting when reconcile's function timeout kills the pass
@@ -33,7 +35,15 @@ submit. A pass hands every step the clients of a `VertexPass` instead of the pla
   its run lease, and reconciles the other locations' requests (the next tick finds no lease held).
   A listing that fails where the window is then closed (the listing itself ran out its timeout,
   or was refused) is said as such (`reconcile_listing_deferred`): no get is sent there either,
-  and the location's requests wait for the next pass.
+  and the location's requests wait for the next pass. A get or cancel that ran out its timeout
+  defers its request as the calls refused after it do (one WARNING, `reconcile_call_timed_out`):
+  the location stalled; the request is not in error.
+- **Only these calls**: gets, lists and cancels, the ones the budget and the window judge. A pass
+  sends no create: a waiting attempt is created by the quota line's drainer, which runs in
+  submit_job's deliveries (`shared.paced_submit`); the pass only hands a line without a drainer to
+  its head by a publish (`shared.pacing_drainer.restart_stalled`), and re-publishes a stale claim.
+  A create is counted by Vertex's submission quota, not the CRUD one, so the budget could not
+  speak for it anyway. `PassClient` fails closed: any other call raises unsent.
 
 A job a `get` answers NotFound for was deleted at Vertex: an answer for good, not an error to
 retry on every pass. `read_attempt_job` hands the decision an ended job instead (`vanished_job`).
@@ -254,7 +264,8 @@ class VertexPass:
 
 class PassClient:
     """A JobServiceClient whose CRUD calls are counted against the pass's budget, and whose gets
-    and unfinished-jobs lists are answered from the pass's listing where it can."""
+    and unfinished-jobs lists are answered from the pass's listing where it can. It has no other
+    call: anything else (a create) raises AttributeError unsent."""
 
     def __init__(self, vertex_pass: VertexPass, location: str, client: Any) -> None:
         self._pass = vertex_pass
@@ -298,7 +309,11 @@ class PassClient:
             return self._client.cancel_custom_job(**kwargs)
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._client, name)
+        # Fail closed: a call not wrapped above would leave unbudgeted and outside the window.
+        raise AttributeError(
+            f"a reconcile pass sends only gets, lists and cancels, each under its CRUD budget and call window: "
+            f"not {name} (shared/reconcile_vertex.py)"
+        )
 
 
 def _pages(pager: Any, *, before_next: Callable[[], None]) -> Any:

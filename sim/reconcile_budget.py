@@ -9,7 +9,11 @@ made ... and counted"): a pass's listing of a location, this deployment's unfini
 spent budget, and it counts in the minute for every call after it. Any later list with that filter
 (the sweep's own list where the listing failed) is budgeted like any other call.
 
-The stand-in keeps every CRUD call reconcile sends with the pass (the world's task) that sent it
+A pass sends no other call (shared/reconcile_vertex.py, "Only these calls"): a create is judged by
+Vertex's submission quota, not the CRUD one, and neither the budget nor the window would see it, so
+any create a pass sends is a violation, however few its calls.
+
+The stand-in keeps every call reconcile sends with the pass (the world's task) that sent it
 (`SimVertex.pass_calls`), at the moment it leaves for Vertex, whatever Vertex then answers.
 """
 
@@ -26,6 +30,8 @@ if TYPE_CHECKING:
     from sim.world import Violation, World
 
 MINUTE = timedelta(seconds=60)
+# The calls a pass's client sends, each under its budget and window (`shared.reconcile_vertex.PassClient`).
+BUDGETED = frozenset({"get", "list", "cancel"})
 
 
 def pass_budget(world: World) -> int:
@@ -35,7 +41,7 @@ def pass_budget(world: World) -> int:
 
 def reconcile_within_crud_budget(world: World) -> list[Violation]:
     """No reconcile pass sent a CRUD call, its listings aside, when its calls of the last minute
-    (listings included) had already spent its budget."""
+    (listings included) had already spent its budget, nor any call but a get, list or cancel."""
     from sim.invariants import violation
 
     budget = pass_budget(world)
@@ -47,29 +53,44 @@ def reconcile_within_crud_budget(world: World) -> list[Violation]:
     for ordinal, calls in enumerate(by_pass.values(), 1):
         listed: set[str] = set()
         minute: collections.deque[PassCall] = collections.deque()
-        over: collections.Counter[str] = collections.Counter()
-        first_over = None
-        for call in calls:  # in the order the pass sent them
+        over: list[PassCall] = []
+        unbudgeted = [call for call in calls if call.operation not in BUDGETED]
+        for call in (call for call in calls if call.operation in BUDGETED):  # in the order the pass sent them
             while minute and minute[0].at <= call.at - MINUTE:
                 minute.popleft()
             listing = call.operation == "list" and call.query == listing_filter and call.location not in listed
             if listing:
                 listed.add(call.location)
             elif len(minute) >= budget:
-                over[call.operation] += 1
-                first_over = first_over or call
+                over.append(call)
             minute.append(call)
-        if first_over is not None:
-            kinds = ", ".join(f"{count} {operation}" for operation, count in sorted(over.items()))
+        if unbudgeted:
+            first = unbudgeted[0]
             found.append(
                 violation(
                     "reconcile_within_crud_budget",
-                    f"reconcile pass {ordinal} sent {kinds} call(s) past its budget of {budget} CRUD calls a "
+                    f"reconcile pass {ordinal} sent {_kinds(unbudgeted)} call(s), which its budget and window do "
+                    f"not judge (a pass sends only gets, lists and cancels), the first at {first.at.isoformat()} "
+                    f"({first.operation} in {first.location})",
+                )
+            )
+        if over:
+            first_over = over[0]
+            found.append(
+                violation(
+                    "reconcile_within_crud_budget",
+                    f"reconcile pass {ordinal} sent {_kinds(over)} call(s) past its budget of {budget} CRUD calls a "
                     f"minute, the first at {first_over.at.isoformat()} ({first_over.operation} in "
                     f"{first_over.location}, its budget spent in the minute before it)",
                 )
             )
     return found
+
+
+def _kinds(calls: list[PassCall]) -> str:
+    """How many calls of each kind, as "2 cancel, 1 get"."""
+    counted = collections.Counter(call.operation for call in calls)
+    return ", ".join(f"{count} {operation}" for operation, count in sorted(counted.items()))
 
 
 QUIESCENCE = [reconcile_within_crud_budget]

@@ -181,8 +181,9 @@ class Create:
 
 @dataclass(frozen=True)
 class PassCall:
-    """A CRUD call (get, list, cancel) reconcile sent, as Vertex saw it sent: what
-    `sim.reconcile_budget.reconcile_within_crud_budget` judges against the pass's budget."""
+    """A call reconcile sent (a get, list or cancel; a create, which a pass never sends), as Vertex
+    saw it sent: what `sim.reconcile_budget.reconcile_within_crud_budget` judges against the pass's
+    budget."""
 
     at: datetime
     sender: object  # the pass (the world's task) that sent it
@@ -276,7 +277,7 @@ class SimVertex:
         # The timeout each call was sent with, counted by (caller, operation, timeout): what
         # `sim.hangs.vertex_calls_bounded` judges (the client itself sets none).
         self.call_timeouts: collections.Counter[tuple[str, str, float | None]] = collections.Counter()
-        # Reconcile's CRUD calls as sent, each with the pass that sent it (`sender`, set by the world).
+        # Reconcile's calls as sent, each with the pass that sent it (`sender`, set by the world).
         self.sender: Callable[[], object | None] = lambda: None
         self.pass_calls: list[PassCall] = []
 
@@ -302,7 +303,7 @@ class SimVertex:
         self, operation: str, perform: Callable[[], Any], timeout: float | None, location: str = "", query: str = ""
     ) -> Any:
         """One call through the world's `io`, which a hang keeps waiting for `timeout` seconds.
-        `location`: a CRUD call's, kept with its pass when reconcile sends it (`pass_calls`)."""
+        `location`: the call's, kept with its pass when reconcile sends it (`pass_calls`)."""
         self.call_timeouts[(self.caller(), operation, timeout)] += 1
         if location and self.caller() == "reconcile":
             self.pass_calls.append(PassCall(self.clock(), self.sender(), operation, location, query))
@@ -405,7 +406,7 @@ class SimVertex:
             finally:
                 self.created.append(Create(self.clock(), location, request, accepted, quota_refused))
 
-        return self._call("create", perform, timeout)
+        return self._call("create", perform, timeout, location)
 
     def get_custom_job(
         self, name: str = "", *, request: Any = None, timeout: float | None = None, endpoint: str | None = None

@@ -931,6 +931,29 @@ def test_a_pass_within_its_crud_budget_and_its_listings_made_past_it_is_not_flag
     assert reconcile_budget.reconcile_within_crud_budget(world) == []
 
 
+def test_a_create_a_pass_sends_is_caught_within_its_budget_or_not(world: World) -> None:
+    """A pass's budget and window judge its gets, lists and cancels; a create (Vertex's submission
+    quota, not the CRUD one) is none of them, and a pass sends none. Its client once forwarded any
+    call it did not wrap to the plain one (`PassClient.__getattr__`, before passcalls): a create
+    would have left unbudgeted and outside the window. Planted: one create, well within the budget."""
+    from sim import reconcile_budget
+    from sim.world import Task
+
+    world.settings = dataclasses.replace(world.settings, vertex_crud_per_minute=20, reconcile_crud_share=0.25)
+    parent = parent_path(world.settings.project, "us-central1")
+    created = {"display_name": "planted", "labels": {"spotjobs-request-id": "r0", "spotjobs-attempt": "1"}}
+    world.vertex("us-central1").create_custom_job(parent=parent, custom_job=created, retry=None, timeout=30.0)
+    assert reconcile_budget.reconcile_within_crud_budget(world) == []  # submit's create: no pass's
+
+    world._current = Task("reconcile", lambda: None, faulty=False, whole=True)  # noqa: SLF001 - a pass in flight
+    world.vertex("us-central1").create_custom_job(parent=parent, custom_job=created, retry=None, timeout=30.0)
+    world._current = None  # noqa: SLF001
+
+    [found] = reconcile_budget.reconcile_within_crud_budget(world)
+    assert found.invariant == "reconcile_within_crud_budget"
+    assert "reconcile pass 1 sent 1 create call(s)" in found.detail and "us-central1" in found.detail
+
+
 def test_a_lookup_by_labels_past_a_spent_budget_is_not_sent(world: World) -> None:
     """A stale claim's lookup is a list the budget refuses before it leaves: it was once sent and
     only then refused, each due claim's past the budget (the answer thrown away, uncounted)."""
