@@ -46,6 +46,8 @@ PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "/shared/swap.py",
             "/shared/ledger/claims.py",
             "/shared/deciding/decisions.py",
+            "/shared/deciding/job_end.py",
+            "/shared/deciding/decision_policy.py",
             "/shared/deciding/waits.py",
             "/shared/deciding/stuck.py",
             "/shared/ledger/states.py",
@@ -60,6 +62,8 @@ PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "parse/validate",
         (
             "/shared/requests/envelope.py",
+            "/shared/requests/envelope_options.py",
+            "/shared/requests/request_ids.py",
             "/shared/requests/policy.py",
             "/shared/requests/job_policy.py",
             "/shared/requests/job_schema.py",

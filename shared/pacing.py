@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any
 
 from shared.clock import iso
 from shared.ledger.records import RequestRecord
-from shared.requests.envelope import MAX_PRIORITY
+from shared.requests.envelope_options import MAX_PRIORITY
 
 if TYPE_CHECKING:
     from google.cloud.storage import Bucket

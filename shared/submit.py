@@ -71,9 +71,10 @@ from shared.redeliveries import (
     settle_taken_id,
 )
 from shared.requests.capacity import job_on_machine
-from shared.requests.envelope import InvalidJobRequest, JobRequest, canonical_envelope, content_request_id
+from shared.requests.envelope import InvalidJobRequest, JobRequest, canonical_envelope
 from shared.requests.job_policy import training_account_for
 from shared.requests.policy import check_attempt_job, validate_request, warn_if_images_unrestricted
+from shared.requests.request_ids import content_request_id
 from shared.swap import Decided
 from shared.wiring import Ports
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shared.deciding.decisions import Decision, DecisionPolicy, Observation, decide
+from shared.deciding.decision_policy import DecisionPolicy
+from shared.deciding.decisions import Decision, Observation, decide
 from shared.deciding.effects import Effects
 from shared.deciding.folder_progress import folder_progress
 from shared.deciding.moves import consider_move

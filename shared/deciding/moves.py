@@ -38,7 +38,7 @@ from shared.deciding.deadline import (
     spares_a_move,
 )
 from shared.deciding.deadline_watch import deadline_situation
-from shared.deciding.decisions import DecisionPolicy
+from shared.deciding.decision_policy import DecisionPolicy
 from shared.deciding.effects import Effects, LogLine, event_fields
 from shared.deciding.handover import decide_handover
 from shared.deciding.preemptions import WAITING_STATES

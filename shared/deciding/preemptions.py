@@ -49,7 +49,7 @@ from shared.clock import iso, parse_iso, parse_rfc3339
 from shared.deciding.effects import Effects, LogLine, attempt_alert, event_fields
 from shared.jobs import MAX_SPOT_PREEMPTIONS, MAX_SPOT_RESTARTS, JobSnapshot, JobState, job_replicas
 from shared.ledger.records import Attempt, RequestRecord, alert_marker, evidence_marker
-from shared.requests.envelope import MAX_SECONDS, MAX_TOTAL_STEPS
+from shared.requests.envelope_options import MAX_SECONDS, MAX_TOTAL_STEPS
 
 PREEMPTION_LINE_KEY = "preemption-line"
 PREEMPTION_STATE_KEY = "preemption-state"

@@ -1,6 +1,6 @@
 """A request's `max_cost_usd` against the price table, where validation judges it (`spotjobs
 validate` and submit, through `shared.requests.policy.check_policy`): the number itself is read
-by `shared.requests.envelope` (a positive number of dollars, no bool, no NaN).
+by `shared.requests.envelope_options` (a positive number of dollars, no bool, no NaN).
 
 - A budget needs a price for every machine type of the job in every location it may run: without
   one its spend is unknown and could not be held to the budget, so such a request is refused,

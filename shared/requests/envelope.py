@@ -10,7 +10,7 @@ A message on `job-requests` is either
   its moment (`schedule_time`, else the original publish time a redrive carries, else the publish
   time) falls in: a redelivery, a redrive, a publisher's retry or a scheduler's double fire maps
   to the same request and is de-duplicated. Reading names the window opening at that moment
-  (`derived_request_id`); submit_job places it among the content's windows
+  (`shared.requests.request_ids.derived_request_id`); submit_job places it among the content's windows
   (`shared.ledger.dedupe`), kept exactly once by compare-and-swap.
 
 The CustomJob part is checked against the aiplatform_v1 schema by `shared.requests.job_schema`. Reading
@@ -26,19 +26,18 @@ a request's `attempt` is set (never None) exactly when it came marked as a re-qu
 `canonical_envelope` is the contract with the events function: the normalized request stored in
 the ledger and re-published, with `attempt` and `location` added, on re-queue. The re-queue
 message is written here too (`requeue_message`, its body and attributes), next to its reader, so
-its wire format is one module's. That is why it is over 450 lines: every envelope key (the
-deadline's among them) is read, canonicalised and re-published here, and a key added in one of
-those places and not the others would be lost on re-queue.
+its wire format is one module's: every envelope key (the deadline's among them) is named
+(`ENVELOPE_FIELDS`), read, canonicalised and re-published here, and a key added in one of those
+places and not the others would be lost on re-queue. How each optional field's value is read and
+bounded is `shared.requests.envelope_options`; the request id's rule, `shared.requests.request_ids`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from shared.clock import (
@@ -50,15 +49,25 @@ from shared.clock import (
     within_publish_range,
 )
 from shared.errors import InvalidRequest, Violation
-from shared.jobs import DERIVED_ID_PREFIX
-from shared.requests.attempts import FALLBACK_STRATEGIES
 from shared.requests.capacity import Alternative, read_capacity
+from shared.requests.envelope_options import (
+    Deadline,
+    Fallback,
+    read_deadline,
+    read_fallback,
+    read_int,
+    read_keep_last,
+    read_location,
+    read_locations,
+    read_max_cost,
+    read_max_runtime,
+    read_notify,
+    read_priority,
+)
 from shared.requests.job_schema import BODY, field_path, json_type, read_custom_job
+from shared.requests.request_ids import content_digest, derived_request_id, is_valid_request_id, read_request_id
 
 ENVELOPE_SCHEMA_VERSION = 1
-# Label-safe (a Vertex label value) and usable as a GCS path segment: the one rule for request ids
-# (the pruner lists request folders with it too).
-REQUEST_ID_PATTERN = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 # A trigger request's manifest, in the state bucket: on_trigger writes it, the training account
 # may only read it (terraform/iam.tf), so no job can plant or overwrite one (docs/security.md).
 # Removed with its request's record (shared/ledger/retention.py).
@@ -69,7 +78,6 @@ def manifest_path(request_id: str) -> str:
     return f"{MANIFESTS_PREFIX}{request_id}.json"
 
 
-LOCATION_PATTERN = re.compile(r"^[a-z]+(-[a-z]+)+[0-9]+$")
 ENVELOPE_FIELDS = (
     "schema_version",
     "request_id",
@@ -89,24 +97,6 @@ ENVELOPE_FIELDS = (
     "max_runtime",
     "notify",
     "attempt",
-)
-# What a deadline comes with: the work and, optionally, overrides of the estimates.
-DEADLINE_DETAILS = ("total_steps", "expected_step_seconds", "changeover_seconds")
-# A request's `priority` orders it among those waiting for Vertex's submission quota (higher first).
-MAX_PRIORITY = 1_000_000
-# Bounds on what a deadline comes with, so that no arithmetic on them overflows or means nothing:
-# a deadline within a year of its publish, at most a trillion steps, no step or changeover longer
-# than a year.
-MAX_DEADLINE_AHEAD = timedelta(days=366)
-MAX_TOTAL_STEPS = 10**12
-MAX_SECONDS = MAX_DEADLINE_AHEAD.total_seconds()
-# A request's budget in US dollars (`max_cost_usd`): bounded so that no arithmetic on it means nothing.
-MAX_COST_USD = 10.0**9
-# `notify.topic`: a Pub/Sub topic's full path, never an address (no request makes the functions
-# call a URL). Project ids and topic names as Pub/Sub documents them
-# (https://cloud.google.com/pubsub/docs/create-topic#resource_names).
-NOTIFY_TOPIC_PATTERN = re.compile(
-    r"^projects/[a-z][a-z0-9-]{4,28}[a-z0-9]/topics/(?!goog)[A-Za-z][A-Za-z0-9._~+%-]{2,254}$"
 )
 REQUEST_ID_ATTRIBUTE = "request_id"
 # When a scheduler meant the message to fire (RFC 3339): names a bare body published without a
@@ -154,37 +144,6 @@ def is_requeue_of(data: bytes, request: dict[str, Any], attempt: int, location: 
         return False
     present = {key: value for key, value in body.items() if value is not None and value != []}
     return present == requeue_message(request, attempt, location)[0]
-
-
-@dataclass(frozen=True)
-class Fallback:
-    """After `after_spot_attempts` Spot attempts, run the remaining ones with `strategy`."""
-
-    after_spot_attempts: int
-    strategy: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"after_spot_attempts": self.after_spot_attempts, "strategy": self.strategy}
-
-
-@dataclass(frozen=True)
-class Deadline:
-    """Finish by `at`. The work is `total_steps` (else the trainer kit's, once it runs); the step
-    time and the changeover override what spotjobs would estimate (shared/deciding/deadline.py)."""
-
-    at: datetime
-    total_steps: int | None = None
-    expected_step_seconds: float | None = None
-    changeover_seconds: float | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        """The envelope fields, as the canonical envelope carries them."""
-        return {
-            "deadline": iso(self.at, timespec="seconds"),
-            "total_steps": self.total_steps,
-            "expected_step_seconds": self.expected_step_seconds,
-            "changeover_seconds": self.changeover_seconds,
-        }
 
 
 @dataclass(frozen=True)
@@ -280,26 +239,6 @@ def read_request(
     return request, [*found, *violations]
 
 
-def is_valid_request_id(value: object) -> bool:
-    return isinstance(value, str) and REQUEST_ID_PATTERN.fullmatch(value) is not None
-
-
-def content_digest(body: Mapping[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
-def derived_request_id(body: Mapping[str, Any], opened: datetime | None) -> str:
-    """The request id of a bare body published without one whose dedupe window opened at
-    `opened`: its content and that second. Never the Pub/Sub message id: a publisher's retry, a
-    redrive or a scheduler's double fire is a new message with the same content, and must not
-    start a second job (shared.ledger.dedupe says which window a moment belongs to)."""
-    return content_request_id(content_digest(body), opened or utcnow())
-
-
-def content_request_id(digest: str, opened: datetime) -> str:
-    return f"{DERIVED_ID_PREFIX}{digest[:16]}-{opened.astimezone(UTC):%Y%m%d%H%M%S}"
-
-
 def _decode_body(data: bytes, max_bytes: int, allowance: int) -> tuple[dict[str, Any], Violation | None]:
     if not data or not data.strip():
         return {}, Violation(BODY, "is empty; expected a JSON object (a job request)")
@@ -334,7 +273,7 @@ def _read_bare(
 ) -> tuple[JobRequest, list[Violation]]:
     violations: list[Violation] = []
     if attribute_id is not None:
-        request_id = _checked_request_id(attribute_id, "attributes.request_id", violations)
+        request_id = read_request_id(attribute_id, "attributes.request_id", violations)
         custom_job = read_custom_job(body, "", violations)
         return JobRequest(request_id, custom_job, "bare"), violations
     moment = _given_moment(attributes, published_at, violations) or published_at
@@ -398,7 +337,7 @@ def _read_envelope(
     version = body.get("schema_version", ENVELOPE_SCHEMA_VERSION)
     if version != ENVELOPE_SCHEMA_VERSION or isinstance(version, bool):
         violations.append(Violation("schema_version", f"is {version!r}; this version reads {ENVELOPE_SCHEMA_VERSION}"))
-    request_id = _checked_request_id(body.get("request_id"), "request_id", violations)
+    request_id = read_request_id(body.get("request_id"), "request_id", violations)
     if request_id and attribute_id is not None and attribute_id != request_id:
         violations.append(Violation("attributes.request_id", f"is {attribute_id!r} but the body says {request_id!r}"))
     custom_job = None
@@ -406,8 +345,8 @@ def _read_envelope(
         violations.append(Violation("custom_job", "is required (a CustomJob in Vertex REST JSON)"))
     else:
         custom_job = read_custom_job(body["custom_job"], "custom_job", violations)
-    locations = _read_locations(body.get("locations"), violations)
-    location = _read_location(body.get("location"), "location", violations)
+    locations = read_locations(body.get("locations"), violations)
+    location = read_location(body.get("location"), "location", violations)
     if location and locations and location not in locations:
         violations.append(Violation("location", f"is {location!r}, which is not in locations"))
     if body.get("capacity") is not None and body.get("fallback") is not None:
@@ -419,221 +358,18 @@ def _read_envelope(
         shape="envelope",
         location=location,
         locations=locations,
-        max_attempts=_read_int(body.get("max_attempts"), "max_attempts", 1, violations),
-        fallback=_read_fallback(body.get("fallback"), violations),
+        max_attempts=read_int(body.get("max_attempts"), "max_attempts", 1, violations),
+        fallback=read_fallback(body.get("fallback"), violations),
         capacity=read_capacity(body.get("capacity"), violations),
-        keep_last=_read_keep_last(body.get("checkpoints"), violations),
-        deadline=_read_deadline(body, published_at, violations),
-        priority=_read_priority(body.get("priority"), violations),
-        max_cost_usd=_read_max_cost(body.get("max_cost_usd"), violations),
+        keep_last=read_keep_last(body.get("checkpoints"), violations),
+        deadline=read_deadline(body, published_at, violations),
+        priority=read_priority(body.get("priority"), violations),
+        max_cost_usd=read_max_cost(body.get("max_cost_usd"), violations),
         max_runtime=read_max_runtime(body.get("max_runtime"), violations),
-        notify_topic=_read_notify(body.get("notify"), violations),
-        attempt=_read_int(body.get("attempt"), "attempt", 1, violations) if requeue else None,
+        notify_topic=read_notify(body.get("notify"), violations),
+        attempt=read_int(body.get("attempt"), "attempt", 1, violations) if requeue else None,
     )
     return request, violations
-
-
-def _checked_request_id(value: object, path: str, violations: list[Violation]) -> str | None:
-    if value is None:
-        violations.append(Violation(path, "is required"))
-        return None
-    if not is_valid_request_id(value):
-        violations.append(
-            Violation(
-                path,
-                f"is {value!r}; a request id is 1-63 characters of lowercase letters, digits, '-' "
-                "and '_', starting with a letter (it becomes a Vertex label value)",
-            )
-        )
-        return None
-    return value  # type: ignore[return-value]  # checked by is_valid_request_id
-
-
-def _read_location(value: object, path: str, violations: list[Violation]) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not LOCATION_PATTERN.fullmatch(value):
-        violations.append(Violation(path, f"is {value!r}; expected a region such as 'us-central1'"))
-        return None
-    return value
-
-
-def _read_locations(value: object, violations: list[Violation]) -> tuple[str, ...]:
-    if value is None or value == []:  # the canonical envelope writes [] for "no failover"
-        return ()
-    if not isinstance(value, list):
-        violations.append(Violation("locations", "must be a list of regions in failover order"))
-        return ()
-    locations = [_read_location(item, f"locations[{i}]", violations) for i, item in enumerate(value)]
-    if len(set(locations)) != len(locations):
-        violations.append(Violation("locations", "lists a region more than once"))
-    return tuple(loc for loc in locations if loc)
-
-
-def _read_int(
-    value: object, path: str, minimum: int, violations: list[Violation], maximum: int | None = None
-) -> int | None:
-    if value is None:
-        return None
-    too_big = maximum is not None and isinstance(value, int) and value > maximum
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum or too_big:
-        expected = f"from {minimum} to {maximum}" if maximum is not None else f">= {minimum}"
-        violations.append(Violation(path, f"is {_shown(value)}; expected an integer {expected}"))
-        return None
-    return value
-
-
-def _shown(value: object) -> str:
-    """A value as a violation quotes it: a 400-digit number is not repeated whole."""
-    text = repr(value)
-    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
-
-
-def _read_priority(value: object, violations: list[Violation]) -> int:
-    if value is None:
-        return 0
-    if not isinstance(value, int) or isinstance(value, bool) or abs(value) > MAX_PRIORITY:
-        violations.append(
-            Violation("priority", f"is {value!r}; expected an integer from -{MAX_PRIORITY} to {MAX_PRIORITY}")
-        )
-        return 0
-    return value
-
-
-def _read_fallback(value: object, violations: list[Violation]) -> Fallback | None:
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        violations.append(Violation("fallback", 'expected {"after_spot_attempts": k, "strategy": "STANDARD"}'))
-        return None
-    for key in value:
-        if key not in ("after_spot_attempts", "strategy"):
-            violations.append(
-                Violation(
-                    field_path("fallback", key),
-                    "unknown field; expected after_spot_attempts, strategy",
-                )
-            )
-    after = _read_int(value.get("after_spot_attempts"), "fallback.after_spot_attempts", 0, violations)
-    if "after_spot_attempts" not in value:
-        violations.append(Violation("fallback.after_spot_attempts", "is required"))
-    strategy = value.get("strategy", "STANDARD")
-    if strategy not in FALLBACK_STRATEGIES:
-        violations.append(Violation("fallback.strategy", f"is {strategy!r}; allowed: {', '.join(FALLBACK_STRATEGIES)}"))
-        return None
-    return Fallback(after, strategy) if after is not None else None
-
-
-def _read_deadline(body: Mapping[str, Any], published_at: datetime, violations: list[Violation]) -> Deadline | None:
-    value = body.get("deadline")
-    if value is None:
-        for key in DEADLINE_DETAILS:
-            if body.get(key) is not None:
-                violations.append(Violation(key, "is used only with a deadline (an RFC 3339 time)"))
-        return None
-    at = parse_rfc3339(value)
-    if at is None:
-        violations.append(
-            Violation("deadline", f"is {_shown(value)}; expected an RFC 3339 time such as 2026-12-07T09:00:00Z")
-        )
-    elif at > published_at + MAX_DEADLINE_AHEAD:
-        violations.append(
-            Violation(
-                "deadline", f"is {value!r}; at most {MAX_DEADLINE_AHEAD.days} days after the request is published"
-            )
-        )
-        at = None
-    steps = _read_int(body.get("total_steps"), "total_steps", 1, violations, MAX_TOTAL_STEPS)
-    step_seconds = _read_seconds(body.get("expected_step_seconds"), "expected_step_seconds", violations, positive=True)
-    changeover = _read_seconds(body.get("changeover_seconds"), "changeover_seconds", violations, positive=False)
-    return Deadline(at, steps, step_seconds, changeover) if at is not None else None
-
-
-def _read_seconds(value: object, path: str, violations: list[Violation], *, positive: bool) -> float | None:
-    if value is None:
-        return None
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    # NaN fails every comparison; infinity and huge integers fail the maximum (compared, never
-    # converted: float() of a 400-digit integer raises).
-    if not number or not (0 <= value <= MAX_SECONDS) or (positive and value == 0):  # type: ignore[operator]
-        low = "> 0" if positive else ">= 0"
-        violations.append(
-            Violation(path, f"is {_shown(value)}; expected a number of seconds {low} and at most {MAX_SECONDS:.0f}")
-        )
-        return None
-    return float(value)  # type: ignore[arg-type]  # checked above
-
-
-def _read_max_cost(value: object, violations: list[Violation]) -> float | None:
-    if value is None:
-        return None
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    # NaN fails every comparison; infinity and huge integers fail the maximum (compared, never converted).
-    if not number or not (0 < value <= MAX_COST_USD):  # type: ignore[operator]
-        violations.append(
-            Violation(
-                "max_cost_usd",
-                f"is {_shown(value)}; expected a number of US dollars > 0 and at most {MAX_COST_USD:.0f}",
-            )
-        )
-        return None
-    return float(value)  # type: ignore[arg-type]  # checked above
-
-
-def read_max_runtime(value: object, violations: list[Violation]) -> float | None:
-    """`max_runtime`: seconds, as a number or a duration string ("1209600s") as Vertex's
-    `scheduling.timeout` is written; more than 0."""
-    if value is None:
-        return None
-    text = value.strip() if isinstance(value, str) else None
-    if text is not None and re.fullmatch(r"[0-9]+(\.[0-9]{1,9})?s", text):
-        value = float(text[:-1])
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not number or not (0 < value <= MAX_SECONDS):  # type: ignore[operator]
-        violations.append(
-            Violation(
-                "max_runtime",
-                f"is {_shown(value)}; expected seconds > 0 and at most {MAX_SECONDS:.0f}, "
-                'as a number or a duration string such as "1209600s"',
-            )
-        )
-        return None
-    return float(value)  # type: ignore[arg-type]  # checked above
-
-
-def _read_notify(value: object, violations: list[Violation]) -> str | None:
-    """`notify: {"topic": "projects/P/topics/T"}`: the topic path, or None with a violation."""
-    if value is None:
-        return None
-    if not isinstance(value, dict) or "topic" not in value:
-        violations.append(Violation("notify", 'expected {"topic": "projects/PROJECT/topics/TOPIC"}'))
-        return None
-    for key in value:
-        if key != "topic":
-            violations.append(Violation(field_path("notify", key), "unknown field; expected topic"))
-    topic = value["topic"]
-    if not isinstance(topic, str) or not NOTIFY_TOPIC_PATTERN.fullmatch(topic):
-        violations.append(
-            Violation(
-                "notify.topic",
-                f"is {_shown(topic)}; expected a Pub/Sub topic path projects/PROJECT/topics/TOPIC (a project id of 6-30 "
-                "characters, a topic name of 3-255 not starting with goog; never a URL)",
-            )
-        )
-        return None
-    return topic
-
-
-def _read_keep_last(value: object, violations: list[Violation]) -> int | None:
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        violations.append(Violation("checkpoints", 'expected {"keep_last": n}'))
-        return None
-    for key in value:
-        if key != "keep_last":
-            violations.append(Violation(field_path("checkpoints", key), "unknown field; expected keep_last"))
-    return _read_int(value.get("keep_last"), "checkpoints.keep_last", 1, violations)
 
 
 # The canonical envelope (shared with the events function).

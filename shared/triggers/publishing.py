@@ -15,7 +15,7 @@ from shared.alerts import Alert, AlertKind
 from shared.clock import iso, parse_iso
 from shared.errors import Violation
 from shared.log import Logger
-from shared.requests.envelope import content_digest
+from shared.requests.request_ids import content_digest
 from shared.triggers import store as paths
 from shared.triggers.definition import TriggerDefinition
 from shared.triggers.render import REQUEST_ID_PREFIX, Window, check_rendered, manifest_uri_for, render, request_id_for

@@ -293,8 +293,9 @@ def run_submit(args: argparse.Namespace) -> int:
 
 def run_resubmit(args: argparse.Namespace) -> int:
     from shared.ledger.store import LedgerStore
-    from shared.requests.envelope import InvalidJobRequest, is_valid_request_id
+    from shared.requests.envelope import InvalidJobRequest
     from shared.requests.policy import validate_request
+    from shared.requests.request_ids import is_valid_request_id
     from shared.settings import get_settings
 
     settings = get_settings()
@@ -398,7 +399,7 @@ def next_resubmit_id(request_id: str, taken: Callable[[str], bool]) -> str | Non
     thousand are taken). An id spotjobs derived (`req-`, `trg-`: reserved, submit_job refuses them
     from publishers) gets `rs-` in front."""
     from shared.jobs import RESERVED_ID_PREFIXES
-    from shared.requests.envelope import is_valid_request_id
+    from shared.requests.request_ids import is_valid_request_id
 
     base = f"rs-{request_id}" if request_id.startswith(RESERVED_ID_PREFIXES) else request_id
     for n in range(2, MAX_RESUBMISSIONS + 2):

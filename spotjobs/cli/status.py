@@ -234,7 +234,7 @@ def deadline_view(record: RequestRecord, settings: Settings, now: datetime | Non
     from shared.clock import iso, utcnow
     from shared.deciding.deadline import Action, decide_deadline
     from shared.deciding.deadline_watch import deadline_situation, projected_finish
-    from shared.deciding.decisions import DecisionPolicy
+    from shared.deciding.decision_policy import DecisionPolicy
     from shared.requests.attempts import ON_DEMAND, SPOT
 
     if not record.request.get("deadline"):

@@ -51,7 +51,8 @@ def replay_decision(
     now: datetime | None,
 ) -> Replay:
     from shared.clock import utcnow
-    from shared.deciding.decisions import DecisionPolicy, Observation, decide
+    from shared.deciding.decision_policy import DecisionPolicy
+    from shared.deciding.decisions import Observation, decide
     from shared.deciding.events import Signal, classify
     from shared.deciding.preemptions import preemptions_text
     from shared.jobs import LABEL_ATTEMPT, LABEL_REQUEST_ID, JobState

@@ -12,7 +12,7 @@ import pytest
 from shared.clock import iso
 from shared.deciding.deadline import Action, decide_deadline, longest_unasked_seconds
 from shared.deciding.deadline_watch import deadline_situation
-from shared.deciding.decisions import DecisionPolicy
+from shared.deciding.decision_policy import DecisionPolicy
 from shared.delivery import Message
 from shared.errors import TransientError
 from shared.fleet import store

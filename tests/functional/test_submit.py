@@ -32,12 +32,8 @@ from shared.ledger.states import RequestStatus
 from shared.ledger.store import LedgerStore
 from shared.log import Logger
 from shared.redeliveries import MAX_CONFLICT_ALERTS
-from shared.requests.envelope import (
-    ORIGINAL_PUBLISH_TIME_ATTRIBUTE,
-    REQUEUE_ATTRIBUTES,
-    derived_request_id,
-    requeue_message,
-)
+from shared.requests.envelope import ORIGINAL_PUBLISH_TIME_ATTRIBUTE, REQUEUE_ATTRIBUTES, requeue_message
+from shared.requests.request_ids import derived_request_id
 from shared.settings import Settings
 from shared.submit import SubmitBlocked, SubmitOutcome, SubmitResult, submit_request
 from shared.wiring import Ports
@@ -1766,7 +1762,7 @@ def test_a_publisher_may_not_take_an_id_the_system_derives(
 
 
 def test_a_trigger_request_is_accepted_exactly_as_its_window_published_it(harness: Harness) -> None:
-    from shared.requests.envelope import content_digest
+    from shared.requests.request_ids import content_digest
     from shared.triggers.store import TriggerStore, window_path
 
     request_id = "trg-daily-data-w20261201t090000z"

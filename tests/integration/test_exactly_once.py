@@ -19,7 +19,7 @@ from shared.adapters.vertex import build_job_json, parent_path, to_custom_job
 from shared.jobs import LABEL_ATTEMPT, is_terminal, state_name
 from shared.ledger.states import RequestStatus
 from shared.redeliveries import body_digest
-from shared.requests.envelope import derived_request_id
+from shared.requests.request_ids import derived_request_id
 from tests.conftest import load_event
 from tests.support.stack_submit import (
     DELIVERY_TIMEOUT,

@@ -21,7 +21,7 @@ import pytest
 
 from devstack.processes import REPO_ROOT
 from devstack.samples import custom_job, job_request
-from shared.requests.envelope import content_digest
+from shared.requests.request_ids import content_digest
 from tests.conftest import TEST_FUNCTION_ENV, isolated_stack
 from tests.support.stack_triggers import apply, definition, jobs_for
 

@@ -16,7 +16,8 @@ import pytest
 from shared.jobs import LABEL_ATTEMPT, LABEL_DEPLOYMENT, LABEL_REQUEST_ID
 from shared.ledger.records import Attempt, RequestRecord
 from shared.ledger.states import TERMINAL_STATUSES, RequestStatus
-from shared.requests.envelope import canonical_envelope, derived_request_id, read_request
+from shared.requests.envelope import canonical_envelope, read_request
+from shared.requests.request_ids import derived_request_id
 from tests.conftest import EVENTS_DIR, load_event
 from tests.support.stack_submit import DELIVERY_TIMEOUT, decided, decisions, jobs_of, unique, wait_for_job_recorded
 

@@ -7,9 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from shared.clock import iso
-from shared.deciding.decisions import (
-    DecisionPolicy,
-)
+from shared.deciding.decision_policy import DecisionPolicy
 from shared.deciding.preemptions import KIT_PREEMPTED_KEY, KIT_RUN_KEY
 from shared.jobs import JobSnapshot, JobState
 from shared.ledger.records import Attempt, CancelIntent, RequestRecord, evidence_marker

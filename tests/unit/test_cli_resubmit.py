@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shared.requests.envelope import is_valid_request_id
+from shared.requests.request_ids import is_valid_request_id
 from spotjobs.cli.requests import next_resubmit_id
 
 

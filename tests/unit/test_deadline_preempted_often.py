@@ -22,7 +22,7 @@ from shared.deciding.deadline import (
     safety_net_seconds,
 )
 from shared.deciding.deadline_watch import deadline_situation
-from shared.deciding.decisions import DecisionPolicy
+from shared.deciding.decision_policy import DecisionPolicy
 from shared.deciding.effects import Effects
 from shared.deciding.moves import consider_move
 from shared.deciding.preemptions import count_preemptions, discount_timeout_stop

@@ -14,15 +14,10 @@ from datetime import datetime, timedelta
 import pytest
 
 from shared.clock import iso
-from shared.deciding.decisions import (
-    ERROR_SETTLE_SECONDS,
-    Decision,
-    DecisionPolicy,
-    Observation,
-    classify_failure,
-    decide,
-)
+from shared.deciding.decision_policy import DecisionPolicy
+from shared.deciding.decisions import Decision, Observation, decide
 from shared.deciding.events import patterns_from
+from shared.deciding.job_end import ERROR_SETTLE_SECONDS, classify_failure
 from shared.deciding.waits import STUCK_STATES
 from shared.jobs import JobSnapshot, JobState
 from shared.ledger.records import Attempt, CancelIntent, RequestRecord, Requeue

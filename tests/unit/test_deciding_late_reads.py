@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from shared.clock import parse_iso
-from shared.deciding.decisions import Decision, DecisionPolicy, Observation, decide
+from shared.deciding.decision_policy import DecisionPolicy
+from shared.deciding.decisions import Decision, Observation, decide
 from shared.deciding.effects import Effects
 from shared.deciding.moves import consider_move
 from shared.fleet.estimate import SpotOutlook

@@ -13,7 +13,8 @@ import pytest
 from shared.clock import iso
 from shared.deciding.deadline import Action, decide_deadline
 from shared.deciding.deadline_watch import deadline_situation
-from shared.deciding.decisions import DecisionPolicy, Observation, decide
+from shared.deciding.decision_policy import DecisionPolicy
+from shared.deciding.decisions import Observation, decide
 from shared.deciding.effects import Effects
 from shared.deciding.moves import consider_move
 from shared.fleet.estimate import SpotOutlook

@@ -19,7 +19,7 @@ from shared.deciding.preemptions import (
 )
 from shared.jobs import MAX_SPOT_PREEMPTIONS, JobSnapshot, JobState
 from shared.ledger.records import Attempt, RequestRecord, evidence_marker
-from shared.requests.envelope import MAX_SECONDS, MAX_TOTAL_STEPS
+from shared.requests.envelope_options import MAX_SECONDS, MAX_TOTAL_STEPS
 
 NOW = datetime(2026, 12, 2, 12, tzinfo=UTC)
 JOB = "projects/p/locations/us-central1/customJobs/1"

@@ -9,7 +9,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from shared.clock import iso
-from shared.deciding.decisions import DecisionPolicy, Observation, decide
+from shared.deciding.decision_policy import DecisionPolicy
+from shared.deciding.decisions import Observation, decide
 from shared.deciding.effects import Effects
 from shared.deciding.moves import consider_move
 from shared.fleet.capacity import choose_capacity, place_attempt, refusing

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from shared.clock import iso
-from shared.deciding.decisions import DecisionPolicy
+from shared.deciding.decision_policy import DecisionPolicy
 from shared.deciding.effects import Effects
 from shared.deciding.moves import consider_move
 from shared.fleet.capacity import place_attempt, refusing

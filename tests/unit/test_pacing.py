@@ -22,7 +22,8 @@ from shared.pacing import (
     is_settled,
     waiting_entry,
 )
-from shared.requests.envelope import MAX_PRIORITY, canonical_envelope, read_request
+from shared.requests.envelope import canonical_envelope, read_request
+from shared.requests.envelope_options import MAX_PRIORITY
 from tests.conftest import load_event
 
 NOW = datetime(2026, 12, 1, 15, 0, tzinfo=UTC)

@@ -384,7 +384,7 @@ def waiting_record(state: str = "JOB_STATE_PENDING") -> RequestRecord:
 
 
 def test_a_job_waiting_past_its_changeover_where_others_find_spot_is_moved_on_a_fresh_read_only() -> None:
-    from shared.deciding.decisions import DecisionPolicy
+    from shared.deciding.decision_policy import DecisionPolicy
     from shared.deciding.effects import Effects
     from shared.deciding.moves import consider_move
     from shared.jobs import JobSnapshot

@@ -14,7 +14,8 @@ from spotjobs_kit.lines import PREEMPTED, RUN_STARTED, KitRecord
 
 from shared.clock import iso, parse_iso
 from shared.deciding.deadline import Placement, Situation, Work, preempted_often
-from shared.deciding.decisions import DecisionPolicy, Observation, decide
+from shared.deciding.decision_policy import DecisionPolicy
+from shared.deciding.decisions import Observation, decide
 from shared.deciding.events import Signal
 from shared.jobs import JobSnapshot, JobState
 from shared.ledger.records import Attempt, RequestRecord

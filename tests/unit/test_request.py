@@ -12,15 +12,9 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from shared.errors import InvalidRequest
-from shared.requests.envelope import (
-    REQUEUE_ATTRIBUTES,
-    JobRequest,
-    canonical_envelope,
-    derived_request_id,
-    is_valid_request_id,
-    read_request,
-)
+from shared.requests.envelope import REQUEUE_ATTRIBUTES, JobRequest, canonical_envelope, read_request
 from shared.requests.policy import validate_request
+from shared.requests.request_ids import derived_request_id, is_valid_request_id
 from shared.settings import Settings
 from tests.conftest import load_event
 

@@ -4,7 +4,7 @@ outside them, so submit_job accepts it."""
 from __future__ import annotations
 
 from shared.jobs import RESERVED_ID_PREFIXES
-from shared.requests.envelope import is_valid_request_id
+from shared.requests.request_ids import is_valid_request_id
 from spotjobs.cli.requests import generate_request_id, next_resubmit_id
 
 
