@@ -667,7 +667,7 @@ def deleted_jobs_failed(world: World) -> list[Expected]:
     """`job_failed`: an ended job the request still followed was deleted at Vertex (NotFound
     for good: `shared.reconcile_vertex.vanished_job`), and the request did not end otherwise. Nor
     as a timeout the code had read before the deletion (its record marks it; seed 97): a timeout
-    stays one (shared/deciding/decisions.py), its own alert speaks for it. A record a person
+    stays one (shared/deciding/job_end.py), its own alert speaks for it. A record a person
     deleted afterwards is read as it was then: what the code had decided stays decided (seed 871).
     Nor when Vertex refused gets for good before the deletion could be read (`deletion_unread`), or
     a person deleted the record before it could (`record_deleted_before_read`), or left it

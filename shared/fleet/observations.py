@@ -51,7 +51,7 @@ from shared.jobs import FLEX_START, MAX_SPOT_PREEMPTIONS, MAX_SPOT_RESTARTS, job
 from shared.ledger.records import Attempt, RequestRecord
 from shared.requests.attempts import SPOT
 
-# google.rpc RESOURCE_EXHAUSTED, as shared.deciding.decisions classifies a capacity failure.
+# google.rpc RESOURCE_EXHAUSTED, as shared.deciding.job_end classifies a capacity failure.
 STOCKOUT_CODE = 8
 _UNSAFE = re.compile(r"[^a-z0-9_.-]+")
 
