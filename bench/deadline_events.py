@@ -269,10 +269,12 @@ class _Run:
 @functools.lru_cache(maxsize=1)  # the policies of one cell replay each seed in turn (run_event_cells)
 def fleet_history(seed: str, job: EventJob) -> tuple[FleetFact, ...]:
     """The fleet's earlier on-demand changeovers, on a random stream of their own: the request's
-    draws are as with none. All an hour before the request (the bound weighs no age)."""
+    draws are as with none. All an hour before the request (the bound weighs no age), each another
+    attempt's (the fleet reads a fact of one attempt once)."""
     history, seen = random.Random(f"{seed}:fleet"), at(-3600.0)
     return tuple(
-        FleetFact(Kind.CHANGEOVER, LOCATION, seen, draw_changeover(history, job)) for _ in range(job.fleet_changeovers)
+        FleetFact(Kind.CHANGEOVER, LOCATION, seen, draw_changeover(history, job), attempt_key=f"fleet-{n}")
+        for n in range(job.fleet_changeovers)
     )
 
 

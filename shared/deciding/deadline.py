@@ -79,7 +79,8 @@ SECOND_RUN_CHANGEOVERS = 2.0
 # a time, and a move is worth one only while the slack still pays it. One is enough: a move is
 # made only while the rule spares its changeover (`spares_a_move`), and at this slack the outage
 # and restart after a first preemption spend that, so by a second it is too late. Measured on the
-# GCP H100 traces (docs/placement.md, "Robust placement").
+# GCP H100 traces (docs/placement.md, "Robust placement"). At one, a reclaim of several VMs (a
+# preemption each: docs/signals.md) reads as the one outage it is; more would count it per VM.
 QUICK_PREEMPTIONS = 1
 QUICK_PREEMPTION_HOURS = 4.0
 QUICK_SLACK_CHANGEOVERS = 4.0

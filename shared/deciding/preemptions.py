@@ -60,8 +60,8 @@ KIT_FAILED_KEY = "kit-failed"  # a run's training code raised
 KIT_TIMEOUT_KEY = "kit-timeout"  # the job ended at its timeout: its last run's SIGTERM no preemption
 KIT_CANCEL_KEY = "kit-cancel"  # a cancel stopped the job: its last run's SIGTERM no preemption
 WAITING_STATES = frozenset({JobState.QUEUED, JobState.PENDING})
-# The newest preemptions whose times an attempt keeps: the deadline rule asks only how often lately
-# (`shared.deciding.deadline.preempted_often`), and a job of many replicas may count hundreds.
+# The newest preemptions whose times an attempt keeps, oldest first: the deadline rule asks only how
+# often lately (`shared.deciding.deadline.preempted_often`), and a job of many replicas may count hundreds.
 PREEMPTION_TIMES_KEPT = 4
 # What a kit line's numbers may be and still be evidence (docs/security.md, "Limits"): the
 # envelope's bounds on steps and seconds, and a checkpoint of at most a petabyte (far past any one
@@ -253,8 +253,8 @@ def count_preemptions(
     if counted <= attempt.preemptions:
         return
     moment = iso(attempt.within_run(seen_at, job))
-    newest = attempt.preempted_at + [moment] * min(counted - attempt.preemptions, PREEMPTION_TIMES_KEPT)
-    attempt.preempted_at = newest[-PREEMPTION_TIMES_KEPT:]
+    added = [moment] * min(counted - attempt.preemptions, PREEMPTION_TIMES_KEPT)
+    attempt.preempted_at = _by_time(attempt.preempted_at + added)[-PREEMPTION_TIMES_KEPT:]
     attempt.preemptions = counted
     attempt.preemptions_unknown = False
     effects.lines.append(
@@ -310,9 +310,16 @@ def discount_cancel_stop(record: RequestRecord, attempt: Attempt) -> None:
 def _discount_stop(record: RequestRecord, attempt: Attempt, key: str) -> None:
     record.mark(evidence_marker(key, attempt.n))
     lowered = _counted(record, attempt.n)[1]
-    if lowered < attempt.preemptions:  # the newest count was the stop's
-        del attempt.preempted_at[max(0, len(attempt.preempted_at) - (attempt.preemptions - lowered)) :]
+    if lowered < attempt.preemptions:  # the stop ended the job's last run: its time is the newest
+        kept = _by_time(attempt.preempted_at)  # a record's of before they were kept in order too
+        attempt.preempted_at = kept[: max(0, len(kept) - (attempt.preemptions - lowered))]
     attempt.preemptions = lowered
+
+
+def _by_time(moments: list[str]) -> list[str]:
+    """Preemption times oldest first, so that the newest are kept: a later observation can tell
+    an earlier time (a kit line delivered late stamps its own)."""
+    return sorted(moments, key=parse_iso)
 
 
 def unconfirmed_kit_preemptions(record: RequestRecord, attempt: Attempt) -> int:

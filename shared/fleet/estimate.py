@@ -44,7 +44,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from shared.fleet.observations import AttemptSummary, FleetFact, Kind, attempt_replicas, within_bound
+from shared.fleet.observations import AttemptSummary, FleetFact, Kind, attempt_replicas, each_once, within_bound
 from shared.fleet.prior import LocationPrior
 from shared.requests.job_policy import VERTEX_DEFAULT_TIMEOUT_SECONDS
 
@@ -298,9 +298,10 @@ def summarize(facts: Sequence[FleetFact], now: datetime) -> AttemptSummary:
 
 
 def _bounded(facts: Sequence[FleetFact]) -> list[FleetFact]:
-    """An attempt's facts within Vertex's bound for its job's replicas (`within_bound`)."""
+    """An attempt's facts, each once however many names it was stored under (`each_once`), within
+    Vertex's bound for its job's replicas (`within_bound`)."""
     replicas = attempt_replicas(facts)
-    return [o for o in facts if within_bound(o, replicas)]
+    return [o for o in each_once(facts) if within_bound(o, replicas)]
 
 
 def per_job_lifetime(mean_lifetime_seconds: float, replicas: int) -> float:
@@ -367,7 +368,7 @@ def percentile(values: Sequence[float], share: float) -> float | None:
 def changeover_bound(observations: Iterable[FleetFact], location: str, now: datetime) -> float | None:
     """The on-demand changeover of `location` a deadline plans with: `upper_bound` of the fleet's
     create-to-running times there; None with none seen."""
-    here = [o for o in observations if o.location == location and o.at and o.at <= now]
+    here = each_once(o for o in observations if o.location == location and o.at and o.at <= now)
     return upper_bound(_seconds_of(here, Kind.CHANGEOVER), CHANGEOVER_BOUND_SHARE, CHANGEOVER_BOUND_CONFIDENCE)
 
 

@@ -159,6 +159,19 @@ def within_bound(fact: FleetFact, replicas: int | None = None) -> bool:
     return fact.summary is None or 0 <= fact.summary.preemptions <= MAX_SPOT_PREEMPTIONS * vms
 
 
+def each_once(facts: Iterable[FleetFact]) -> list[FleetFact]:
+    """Each fact once (its `key`: attempt, kind, index), at its earliest time: a name carries its
+    time, so one fact can be stored under two (a preemption recorded by two observations that saw
+    the job at different moments, or floored before seed 10044's fix and rounded up after it).
+    The earliest is when the first observation saw it, as docs/placement.md dates it."""
+    first: dict[tuple[str, str, int], FleetFact] = {}
+    for o in facts:
+        kept = first.get(o.key)
+        if kept is None or (o.at is not None and (kept.at is None or o.at < kept.at)):
+            first[o.key] = o
+    return list(first.values())
+
+
 def attempt_replicas(facts: Iterable[FleetFact]) -> int:
     """The VMs of an attempt's job, as its `wait`, `run` or summary says (1 when none does)."""
     return max((o.summary.replicas if o.summary is not None else o.replicas for o in facts), default=1)

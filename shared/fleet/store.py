@@ -7,7 +7,11 @@ it there) and a decision reads a class's window in one listing (a page per thous
 (A preemption's or a restart's seconds are rounded up: its time is when an observation saw it had
 happened, `shared.fleet.recording.new_facts`, and floored it could precede what Vertex did: seed
 10044. The others' are floored. `~<replicas>` only for a job of several: a name written before it
-reads as one replica, and a one-replica fact keeps the one name it was created under.)
+reads as one replica, and a one-replica fact keeps the one name it was created under.) A name
+carries its fact's time, so one fact may be stored under two (recorded by two observations that saw
+the job at different moments, or floored before seed 10044's fix and rounded up after it): the
+estimate and `compact` read each (attempt, kind, index) once, at its earliest time
+(`shared.fleet.observations.each_once`).
 
 A lifecycle rule deletes them `RETENTION_DAYS` after their creation (terraform/storage.tf); the
 reader keeps only the last `ESTIMATE_WINDOW_SECONDS`, so what is read is bounded by what a class's fleet

@@ -64,7 +64,7 @@ class Attempt:
     rewait_since: str | None = None
     rewait_seen_until: str | None = None
     preemptions: int = 0
-    # When each of them was seen, in the order counted (shared/deciding/preemptions.py): how often
+    # When the newest of them were seen, oldest first (shared/deciding/preemptions.py): how often
     # lately, which a deadline request's move weighs (`shared.deciding.deadline.preempted_often`).
     preempted_at: list[str] = field(default_factory=list)
     # Times reconcile re-published this attempt because its claim never got a job (after a bound,

@@ -4,7 +4,7 @@ listing, and the capacity estimate on scripted observations."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -185,7 +185,7 @@ def test_the_mean_lifetime_is_the_time_on_spot_over_the_preemptions() -> None:
     facts = [
         observation(Kind.WAIT, 300, "a"),
         observation(Kind.PREEMPT, 240, "a"),
-        observation(Kind.PREEMPT, 100, "a"),
+        replace(observation(Kind.PREEMPT, 100, "a"), index=1),  # its second: one index each
         FleetFact(Kind.RUN, "us-east4", NOW - timedelta(minutes=60), 12000.0, 2, "a"),
         observation(Kind.WAIT, 30, "b"),  # running: 30 more minutes on Spot, no preemption yet
     ]

@@ -9,10 +9,13 @@ any reading allows: six restarts and seven preemptions per replica."""
 from __future__ import annotations
 
 import copy
+from datetime import timedelta
 from typing import Any
 
 from spotjobs_kit.lines import KitRecord
 
+from shared.clock import parse_iso
+from shared.deciding.deadline import Placement, Situation, Work, preempted_often
 from shared.deciding.decisions import Decision, Observation, decide
 from shared.deciding.events import Signal
 from shared.jobs import MAX_SPOT_PREEMPTIONS, MAX_SPOT_RESTARTS, JobState, job_replicas
@@ -86,3 +89,37 @@ def test_the_primarys_runs_of_a_two_replica_job_may_pass_six_restarts() -> None:
         running(1, 1), Observation(1, None, Signal.KIT, kit=kit("run_started", past), job_name=JOB1), POLICY, NOW
     )
     assert refused(beyond) == ["kit_line_refused"]
+
+
+def waiting_for_spot(hours_after: float) -> Situation:
+    """A deadline request waiting for Spot `hours_after` the reclaim, with a changeover of slack
+    beyond its net: where a preemption within `QUICK_PREEMPTION_HOURS` places it again at once."""
+    now = NOW + timedelta(hours=hours_after)
+    changeover, hour = 600.0, 3600.0
+    return Situation(
+        now=now,
+        deadline=now + timedelta(seconds=5 * hour + 4 * changeover + 300.0),
+        started=NOW - timedelta(hours=1),
+        work=Work.in_seconds(int(10 * hour), int(5 * hour)),
+        placement=Placement.WAITING_FOR_SPOT,
+        placed_at=now - timedelta(minutes=1),
+        changeover_seconds=changeover,
+        review_seconds=300.0,
+    )
+
+
+def test_a_reclaim_of_both_vms_told_line_by_line_moves_the_job_as_one_vm_told_once() -> None:
+    # One reclaim of a 1 + 1 job's two VMs is two preemptions (a service line each, the emulator's
+    # `rich` profile; the kit tells one run), two times kept; the deadline rule's quick move asks
+    # whether the job was preempted `QUICK_PREEMPTIONS` (one) times lately, so it reads the one
+    # reclaim as a one-replica job's one preemption, never as two.
+    one = service_line(running(1), "insert-0", 200).record
+    both = running(1, 1)
+    for k in range(2):
+        both = service_line(both, f"insert-{k}", 200 + k).record
+    one_vm = [parse_iso(t) for t in one.attempts[0].preempted_at]
+    two_vms = [parse_iso(t) for t in both.attempts[0].preempted_at]
+    assert (len(one_vm), len(two_vms)) == (1, 2)
+    moved = [preempted_often(waiting_for_spot(hours), two_vms) for hours in (0.5, 3.9, 4.1)]
+    assert moved == [preempted_often(waiting_for_spot(hours), one_vm) for hours in (0.5, 3.9, 4.1)]
+    assert moved == [True, True, False]

@@ -139,3 +139,16 @@ def test_the_preemption_an_end_by_stockout_implies_is_stamped_at_the_end() -> No
         (700, read(vertex_job(JobState.FAILED, end=66), 90)),
     )
     assert times == [at(66)]
+
+
+def test_the_newest_preemption_times_are_kept_whatever_order_they_were_counted_in() -> None:
+    # A read at 5 h counts one preemption (a service line); the kit's lines of runs 0-4, written
+    # from 1 h on and delivered late, raise the count to five, stamped at the kit's 1 h 40 min.
+    # Kept in the order counted, the cut to the last four kept those and lost the newest, 5 h.
+    times = decided(
+        running_attempt(),
+        (5 * HOUR, read(vertex_job(), 5 * HOUR, evidence="insert-1")),
+        (5 * HOUR + 60, kit(PREEMPTED, 4, written=HOUR + 2400)),
+    )
+    assert times == sorted(times) and times[-1] == at(5 * HOUR)
+    assert preempted_often(waiting_for_spot_at(at(6 * HOUR)), times)  # an hour after the newest

@@ -56,3 +56,12 @@ def test_a_count_that_was_only_the_stop_keeps_no_time() -> None:
     assert attempt.preemptions == 1
     discount_timeout_stop(record, attempt)
     assert (attempt.preemptions, attempt.preempted_at) == (0, [])
+
+
+def test_a_stop_takes_the_newest_time_of_times_kept_out_of_order() -> None:
+    # A record written before its times were kept sorted: the stop's is still the newest.
+    record, attempt = preempted_runs(3)
+    attempt.preempted_at = [attempt.preempted_at[i] for i in (2, 0, 1)]
+    discount_timeout_stop(record, attempt)
+    assert attempt.preemptions == 2
+    assert [parse_iso(t) for t in attempt.preempted_at] == [NOW, NOW + timedelta(minutes=1)]
