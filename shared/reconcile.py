@@ -137,14 +137,29 @@ def _run_reconcile(ports: Ports, log: Logger, *, limit: int | None, started: dat
         on_corrupt=lambda error: alert_corrupt_record(ports, error, log),
     )
     locations = {settings.location}
+    window = vertex_pass.window
+
+    def reconcile_in_time(request_id: str) -> RequestResult:
+        # Past the requests' window, a request waits for the next pass: the rest is the sweep's.
+        return RequestResult("deferred") if window.requests_closed() else reconcile_request(ports, request_id, log)
+
     with ThreadPoolExecutor(RECONCILE_WORKERS, thread_name_prefix="reconcile") as pool:
-        results = list(pool.map(lambda rid: reconcile_request(ports, rid, log), request_ids))
+        results = list(pool.map(reconcile_in_time, request_ids))
     for result in results:
         summary.outcomes[result.outcome] += 1
         summary.decisions.update(result.decisions)
         locations.update(result.locations)
     resume_at_deferred(ports.ledger, RECONCILE_TASK, zip(request_ids, (r.outcome for r in results)), log)
+    window.sweeping = True
     summary.decisions.update(["stray_job_cancelled"] * len(sweep_strays(ports, sweep_locations(ports, locations), log)))
+    if window.sweep_deferred:
+        log.warning(
+            "the stray sweep ran out of its call window (or met a stalled location): the strays it could not "
+            "list or cancel wait for the next pass",
+            event="stray_sweep_deferred",
+            calls_deferred=window.sweep_deferred,
+            stalled_locations=sorted(window.stalled),
+        )
     summary.decisions.update(["quota_line_restarted"] * len(restart_stalled(ports, log)))
     summary.vertex = vertex_pass.usage()
     log.info("reconcile finished", event="reconcile_summary", **summary.to_json())

@@ -108,19 +108,32 @@ class CallWindow:
     timeout (DeadlineExceeded) this pass, and none started later than one call timeout plus a
     margin of one more before the function's timeout (`ends_at`), so no call is still waiting
     when the instance is killed and what follows the last call (the sweep's reads, the cursor,
-    the summary line, the lease's release) has its time."""
+    the summary line, the lease's release) has its time. The requests' calls stop one call
+    timeout sooner (`requests_last_start`), and no request is begun after it
+    (`requests_closed`): that call timeout is the stray sweep's (`sweeping`), which runs after the
+    requests, so a pass whose requests outgrow the window still cancels strays (seed 10348)."""
 
     def __init__(self, ends_at: datetime, call_timeout: float, clock: Callable[[], datetime]) -> None:
         self.last_start = ends_at - timedelta(seconds=2 * call_timeout)
+        self.requests_last_start = self.last_start - timedelta(seconds=call_timeout)
         self._clock = clock
         self._lock = threading.Lock()
         self.stalled: set[str] = set()
         self.out_of_time = False
+        self.sweeping = False  # the requests are done: the sweep's call timeout is open
+        self.sweep_deferred = 0  # the sweep's calls refused
+
+    def requests_closed(self) -> bool:
+        """Whether a request begun now could send no call (it waits for the next pass)."""
+        with self._lock:
+            closed = self._clock() > self.requests_last_start
+            self.out_of_time |= closed
+            return closed
 
     def closed_to(self, location: str) -> bool:
         """Whether a call to `location` sent now would be refused."""
         with self._lock:
-            return location in self.stalled or self._clock() > self.last_start
+            return location in self.stalled or self._past_last_start()
 
     @contextmanager
     def sending(self, location: str) -> Iterator[None]:
@@ -129,9 +142,11 @@ class CallWindow:
 
         with self._lock:
             if location in self.stalled:
+                self._count_refused()
                 raise CallDeferred(f"a Vertex call in {location} ran out its timeout in this pass")
-            if self._clock() > self.last_start:
+            if self._past_last_start():
                 self.out_of_time = True
+                self._count_refused()
                 raise CallDeferred("no call timeout is left before reconcile's function timeout")
         try:
             yield
@@ -139,6 +154,13 @@ class CallWindow:
             with self._lock:
                 self.stalled.add(location)
             raise
+
+    def _count_refused(self) -> None:
+        if self.sweeping:
+            self.sweep_deferred += 1
+
+    def _past_last_start(self) -> bool:
+        return self._clock() > (self.last_start if self.sweeping else self.requests_last_start)
 
 
 class CrudBudget:
@@ -249,6 +271,7 @@ class VertexPass:
             "share_of_crud_quota": round(total / quota, 4) if quota else None,
             "stalled_locations": sorted(self.window.stalled),
             "out_of_time": self.window.out_of_time,
+            "sweep_calls_deferred": self.window.sweep_deferred,
         }
 
 
