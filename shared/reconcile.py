@@ -28,9 +28,10 @@ cursor, so every request gets its turn):
 - a deadline that passed while the request waits for a create (a claim in line or re-published, a
   re-queue not yet claimed or held for a job no read can see end), is said once (`deadline_missed`).
 
-Then the pass sweeps for strays (`shared.found_jobs.sweep_strays`): one list per location of this
-deployment's jobs that have not ended, and every one the ledger does not record is cancelled,
-whether its request is active or long finished. Every change goes through the ledger's
+Then the pass sweeps for strays (`shared.found_jobs.sweep_strays`; the call window keeps a call
+timeout for it that the requests may not use: `shared.reconcile_vertex.CallWindow`): one list per
+location of this deployment's jobs that have not ended, and every one the ledger does not record
+is cancelled, whether its request is active or long finished. Every change goes through the ledger's
 compare-and-swap, so runs may overlap each other and on_job_event freely.
 """
 
@@ -137,11 +138,11 @@ def _run_reconcile(ports: Ports, log: Logger, *, limit: int | None, started: dat
         on_corrupt=lambda error: alert_corrupt_record(ports, error, log),
     )
     locations = {settings.location}
-    window = vertex_pass.window
 
     def reconcile_in_time(request_id: str) -> RequestResult:
         # Past the requests' window, a request waits for the next pass: the rest is the sweep's.
-        return RequestResult("deferred") if window.requests_closed() else reconcile_request(ports, request_id, log)
+        closed = vertex_pass.window.requests_closed()
+        return RequestResult("deferred") if closed else reconcile_request(ports, request_id, log)
 
     with ThreadPoolExecutor(RECONCILE_WORKERS, thread_name_prefix="reconcile") as pool:
         results = list(pool.map(reconcile_in_time, request_ids))
@@ -150,16 +151,9 @@ def _run_reconcile(ports: Ports, log: Logger, *, limit: int | None, started: dat
         summary.decisions.update(result.decisions)
         locations.update(result.locations)
     resume_at_deferred(ports.ledger, RECONCILE_TASK, zip(request_ids, (r.outcome for r in results)), log)
-    window.sweeping = True
-    summary.decisions.update(["stray_job_cancelled"] * len(sweep_strays(ports, sweep_locations(ports, locations), log)))
-    if window.sweep_deferred:
-        log.warning(
-            "the stray sweep ran out of its call window (or met a stalled location): the strays it could not "
-            "list or cancel wait for the next pass",
-            event="stray_sweep_deferred",
-            calls_deferred=window.sweep_deferred,
-            stalled_locations=sorted(window.stalled),
-        )
+    with vertex_pass.sweeping():
+        swept = sweep_strays(ports, sweep_locations(ports, locations), log)
+    summary.decisions.update(["stray_job_cancelled"] * len(swept))
     summary.decisions.update(["quota_line_restarted"] * len(restart_stalled(ports, log)))
     summary.vertex = vertex_pass.usage()
     log.info("reconcile finished", event="reconcile_summary", **summary.to_json())

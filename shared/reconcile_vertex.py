@@ -33,7 +33,12 @@ submit. A pass hands every step the clients of a `VertexPass` instead of the pla
   its run lease, and reconciles the other locations' requests (the next tick finds no lease held).
   A listing that fails where the window is then closed (the listing itself ran out its timeout,
   or was refused) is said as such (`reconcile_listing_deferred`): no get is sent there either,
-  and the location's requests wait for the next pass.
+  and the location's requests wait for the next pass. The requests' calls stop one call timeout
+  sooner, and no request is begun after that (it is `deferred` unread): that call timeout is the
+  stray sweep's, which runs after the requests, so a pass whose requests outgrow its window
+  (slow storage, thousands of them) still lists and cancels strays, and the next pass starts at
+  the first request deferred; a sweep call the window refuses all the same is said
+  (`stray_sweep_deferred`, and `sweep_calls_deferred` in the summary).
 
 A job a `get` answers NotFound for was deleted at Vertex: an answer for good, not an error to
 retry on every pass. `read_attempt_job` hands the decision an ended job instead (`vanished_job`).
@@ -255,6 +260,22 @@ class VertexPass:
                     error=error,
                 )
             return None
+
+    @contextmanager
+    def sweeping(self) -> Iterator[None]:
+        """Around the stray sweep, once the requests are done: the window's last call timeout is
+        its own. A call the window refuses it all the same is said: its strays wait for the next
+        pass, and a pass whose every sweep is cut short would leave them running unseen."""
+        self.window.sweeping = True
+        yield
+        if self.window.sweep_deferred:
+            self._log.warning(
+                "the stray sweep ran out of its call window (or met a stalled location): the strays "
+                "it could not list or cancel wait for the next pass",
+                event="stray_sweep_deferred",
+                calls_deferred=self.window.sweep_deferred,
+                stalled_locations=sorted(self.window.stalled),
+            )
 
     def note_answered(self) -> None:
         with self._lock:
