@@ -191,7 +191,7 @@ def child(layout: str) -> None:
             SweepListsOnly.lists += 1
             return []
 
-    selection = legacy_selection if layout == "legacy" else reconcile._requests_to_reconcile
+    selection = legacy_selection if layout == "legacy" else reconcile.requests_to_reconcile
     timed: dict[str, float] = {}
 
     def timed_selection(*args, **kwargs):
@@ -201,7 +201,7 @@ def child(layout: str) -> None:
         finally:
             timed["selection"] = time.perf_counter() - started
 
-    reconcile._requests_to_reconcile = timed_selection
+    reconcile.requests_to_reconcile = timed_selection
     settings = get_settings()
     client = storage.Client(project=settings.project)
     ports = Ports(settings, LedgerStore(client.bucket(BUCKET)), never, SweepListsOnly())

@@ -28,22 +28,19 @@ cursor, so every request gets its turn):
 - a deadline that passed while the request waits for a create (a claim in line or re-published, a
   re-queue not yet claimed or held for a job no read can see end), is said once (`deadline_missed`).
 
-Then the pass sweeps for strays (`shared.found_jobs.sweep_strays`): one list per location of this
-deployment's jobs that have not ended, and every one the ledger does not record is cancelled,
-whether its request is active or long finished. Every change goes through the ledger's
+Then the pass sweeps for strays (`shared.found_jobs.sweep_strays`; the call window keeps a call
+timeout for it that the requests may not use: `shared.reconcile_vertex.CallWindow`): one list per
+location of this deployment's jobs that have not ended, and every one the ledger does not record
+is cancelled, whether its request is active or long finished. Every change goes through the ledger's
 compare-and-swap, so runs may overlap each other and on_job_event freely.
 """
 
 from __future__ import annotations
 
-import collections
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import partial
-from typing import Any
-from weakref import WeakSet
 
 from shared.adapters.vertex import parent_path
 from shared.alerts import AlertKind
@@ -67,47 +64,23 @@ from shared.found_jobs import adopt_found_job, sweep_locations, sweep_strays
 from shared.ledger.cancelling import end_unsent_claim
 from shared.ledger.records import Attempt, CorruptRecord, RequestRecord, alert_marker
 from shared.ledger.run_lock import ledger_bucket, run_lock
-from shared.ledger.store import ActiveEntry, LedgerStore, ListedRequest
 from shared.log import Logger
 from shared.paced_submit import in_line, never_sent
 from shared.pacing_drainer import restart_stalled
+from shared.reconcile_index import RECONCILE_TASK, ReconcileSummary, requests_to_reconcile
 from shared.reconcile_vertex import CallDeferred, VertexPass, read_attempt_job, resume_at_deferred
 from shared.settings import Settings
 from shared.swap import backoff_seconds
 from shared.wiring import Ports
 
-RECONCILE_TASK = "reconcile"
 # Requests reconciled at once: each is a few GCS and Vertex round trips, mostly waiting.
 RECONCILE_WORKERS = 8
-_indexed: WeakSet[LedgerStore] = WeakSet()  # ledgers this process saw indexed
-
-
-@dataclass
-class ReconcileSummary:
-    listed: int = 0  # ledger documents listed
-    active: int = 0  # of those, not terminal or with effects pending: the ones reconciled
-    truncated: bool = False  # more active requests remain for the next run
-    started_at: str = ""  # the request the run started at ("" = the first)
-    outcomes: collections.Counter[str] = field(default_factory=collections.Counter)
-    decisions: collections.Counter[str] = field(default_factory=collections.Counter)
-    vertex: dict[str, Any] = field(default_factory=dict)  # its Vertex calls (shared/reconcile_vertex.py)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "vertex": self.vertex,
-            "listed": self.listed,
-            "active": self.active,
-            "truncated": self.truncated,
-            "started_at": self.started_at,
-            "outcomes": dict(sorted(self.outcomes.items())),
-            "decisions": dict(sorted(self.decisions.items())),
-        }
 
 
 @dataclass(frozen=True)
 class RequestResult:
     # observed | requeue_published | effects_published | claim_adopted | claim_republished |
-    # waiting | idle | error
+    # waiting | waiting_for_quota | cancelled | idle | deferred | error
     outcome: str
     decisions: tuple[str, ...] = ()
     locations: tuple[str, ...] = ()  # where the request's attempts ran: the stray sweep lists them
@@ -128,7 +101,7 @@ def _run_reconcile(ports: Ports, log: Logger, *, limit: int | None, started: dat
     # its budget or its window.
     vertex_pass = VertexPass(ports, log, started=started)
     ports = vertex_pass.ports
-    request_ids = _requests_to_reconcile(
+    request_ids = requests_to_reconcile(
         ports.ledger,
         summary,
         log,
@@ -137,111 +110,26 @@ def _run_reconcile(ports: Ports, log: Logger, *, limit: int | None, started: dat
         on_corrupt=lambda error: alert_corrupt_record(ports, error, log),
     )
     locations = {settings.location}
+
+    def reconcile_in_time(request_id: str) -> RequestResult:
+        # Past the requests' window, a request waits for the next pass: the rest is the sweep's.
+        closed = vertex_pass.window.requests_closed()
+        return RequestResult("deferred") if closed else reconcile_request(ports, request_id, log)
+
     with ThreadPoolExecutor(RECONCILE_WORKERS, thread_name_prefix="reconcile") as pool:
-        results = list(pool.map(lambda rid: reconcile_request(ports, rid, log), request_ids))
+        results = list(pool.map(reconcile_in_time, request_ids))
     for result in results:
         summary.outcomes[result.outcome] += 1
         summary.decisions.update(result.decisions)
         locations.update(result.locations)
     resume_at_deferred(ports.ledger, RECONCILE_TASK, zip(request_ids, (r.outcome for r in results)), log)
-    summary.decisions.update(["stray_job_cancelled"] * len(sweep_strays(ports, sweep_locations(ports, locations), log)))
+    with vertex_pass.sweeping():
+        swept = sweep_strays(ports, sweep_locations(ports, locations), log)
+    summary.decisions.update(["stray_job_cancelled"] * len(swept))
     summary.decisions.update(["quota_line_restarted"] * len(restart_stalled(ports, log)))
     summary.vertex = vertex_pass.usage()
     log.info("reconcile finished", event="reconcile_summary", **summary.to_json())
     return summary
-
-
-def _requests_to_reconcile(
-    ledger: LedgerStore,
-    summary: ReconcileSummary,
-    log: Logger,
-    *,
-    page_size: int,
-    limit: int,
-    on_corrupt: Callable[[CorruptRecord], None] | None = None,
-) -> list[str]:
-    """Up to `limit` requests that need reconciling, from the cursor on, in the order of the
-    active index (`active/<id>` markers; docs/ARCHITECTURE.md, "The active index"): a pass lists
-    the active requests and those finished since the last passes, never every request ever made.
-    A marker may be stale, so each one's record is read (in parallel, and kept for the
-    `ledger.get` that reconciles it: one read per active request) and a stale one old enough is
-    removed. The cursor then names the first one left over, or "" once the index ran out, so the
-    next run starts from the first again. A ledger from before the index is listed in full once,
-    writing the active records' markers (then the process remembers it is built). Then the
-    retention sweep and the orphan sweep (`shared.ledger.retention`) take their bounded turns."""
-    from shared.ledger.retention import backfill_index, sweep_orphans_step, sweep_step
-
-    if ledger not in _indexed and not ledger.index_built():
-        backfill_index(ledger, log, page_size=page_size)
-    _indexed.add(ledger)  # built, it stays built: every write keeps its markers
-    summary.started_at = ledger.cursor(RECONCILE_TASK)
-    active: list[str] = []
-    stale: list[tuple[ActiveEntry, ListedRequest | None]] = []
-    next_start = ""
-    token: str | None = None
-    with ThreadPoolExecutor(INDEX_CHECKERS, thread_name_prefix="reconcile-index") as pool:
-        while not summary.truncated:
-            entries, token = ledger.list_active(page_size=page_size, page_token=token, start_at=summary.started_at)
-            for entry, status in zip(entries, pool.map(lambda e: _status(ledger, e), entries)):
-                summary.listed += 1
-                if status is not _UNKNOWN and (status is None or not status.needs_reconcile):
-                    stale.append((entry, status))
-                    continue
-                if len(active) >= limit:
-                    summary.truncated = True
-                    next_start = entry.request_id
-                    break
-                active.append(entry.request_id)  # the status may be stale: the record tells
-            if not token:
-                break
-        ledger.keep_prefetched(active)
-        now = utcnow()
-        removed = sum(pool.map(lambda s: _remove_stale(ledger, *s, now=now), stale))
-    summary.active = len(active)
-    if stale:
-        log.info(
-            "finished requests left the active index",
-            event="active_index_pruned",
-            stale=len(stale),
-            removed=removed,
-        )
-    if next_start != summary.started_at:
-        try:
-            ledger.save_cursor(RECONCILE_TASK, next_start)
-        except Exception as exc:  # noqa: BLE001 - the next run repeats this range: a line, no retry
-            error = f"{type(exc).__name__}: {exc}"
-            log.warning("could not save the reconcile cursor", event="reconcile_cursor_unsaved", error=error)
-    sweeps = (
-        ("retention", "ledger_sweep_failed", lambda: sweep_step(ledger, log, on_corrupt=on_corrupt)),
-        ("orphan", "ledger_orphan_sweep_failed", lambda: sweep_orphans_step(ledger, log)),
-    )
-    for name, event, sweep in sweeps:
-        try:
-            sweep()
-        except Exception as exc:  # noqa: BLE001 - a sweep waits for the next pass; never fails this one
-            error = f"{type(exc).__name__}: {exc}"
-            log.warning(f"the ledger {name} sweep failed; the next pass resumes it", event=event, error=error)
-    return active
-
-
-# Markers checked at once (one read each, mostly waiting), and what a failed check gives: the
-# request is reconciled (its record then tells), never skipped.
-INDEX_CHECKERS = 32
-_UNKNOWN = ListedRequest("", None, False)
-
-
-def _remove_stale(ledger: LedgerStore, entry: ActiveEntry, status: ListedRequest | None, *, now: datetime) -> bool:
-    try:
-        return ledger.remove_stale_marker(entry, status, now=now)
-    except Exception:  # noqa: BLE001 - a stale marker costs a read per pass until removed
-        return False
-
-
-def _status(ledger: LedgerStore, entry: ActiveEntry) -> ListedRequest | None:
-    try:
-        return ledger.prefetch(entry.request_id)
-    except Exception:  # noqa: BLE001 - see _UNKNOWN
-        return _UNKNOWN
 
 
 def reconcile_request(ports: Ports, request_id: str, log: Logger) -> RequestResult:

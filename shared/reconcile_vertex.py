@@ -37,7 +37,12 @@ submit. A pass hands every step the clients of a `VertexPass` instead of the pla
   or was refused) is said as such (`reconcile_listing_deferred`): no get is sent there either,
   and the location's requests wait for the next pass. A get or cancel that ran out its timeout
   defers its request as the calls refused after it do (one WARNING, `reconcile_call_timed_out`):
-  the location stalled; the request is not in error.
+  the location stalled; the request is not in error. The requests' calls stop one call timeout
+  sooner, and no request is begun after that (it is `deferred` unread): that call timeout is the
+  stray sweep's, which runs after the requests, so a pass whose requests outgrow its window
+  (slow storage, thousands of them) still lists and cancels strays, and the next pass starts at
+  the first request deferred; a sweep call the window refuses all the same is said
+  (`stray_sweep_deferred`, and `sweep_calls_deferred` in the summary).
 - **Only these calls**: gets, lists and cancels, the ones the budget and the window judge. A pass
   sends no create: a waiting attempt is created by the quota line's drainer, which runs in
   submit_job's deliveries (`shared.paced_submit`); the pass only hands a line without a drainer to
@@ -118,19 +123,32 @@ class CallWindow:
     timeout (DeadlineExceeded) this pass, and none started later than one call timeout plus a
     margin of one more before the function's timeout (`ends_at`), so no call is still waiting
     when the instance is killed and what follows the last call (the sweep's reads, the cursor,
-    the summary line, the lease's release) has its time."""
+    the summary line, the lease's release) has its time. The requests' calls stop one call
+    timeout sooner (`requests_last_start`), and no request is begun after it
+    (`requests_closed`): that call timeout is the stray sweep's (`sweeping`), which runs after the
+    requests, so a pass whose requests outgrow the window still cancels strays (seed 10348)."""
 
     def __init__(self, ends_at: datetime, call_timeout: float, clock: Callable[[], datetime]) -> None:
         self.last_start = ends_at - timedelta(seconds=2 * call_timeout)
+        self.requests_last_start = self.last_start - timedelta(seconds=call_timeout)
         self._clock = clock
         self._lock = threading.Lock()
         self.stalled: set[str] = set()
         self.out_of_time = False
+        self.sweeping = False  # the requests are done: the sweep's call timeout is open
+        self.sweep_deferred = 0  # the sweep's calls refused
+
+    def requests_closed(self) -> bool:
+        """Whether a request begun now could send no call (it waits for the next pass)."""
+        with self._lock:
+            closed = self._clock() > self.requests_last_start
+            self.out_of_time |= closed
+            return closed
 
     def closed_to(self, location: str) -> bool:
         """Whether a call to `location` sent now would be refused."""
         with self._lock:
-            return location in self.stalled or self._clock() > self.last_start
+            return location in self.stalled or self._past_last_start()
 
     @contextmanager
     def sending(self, location: str) -> Iterator[None]:
@@ -139,9 +157,11 @@ class CallWindow:
 
         with self._lock:
             if location in self.stalled:
+                self._count_refused()
                 raise CallDeferred(f"a Vertex call in {location} ran out its timeout in this pass")
-            if self._clock() > self.last_start:
+            if self._past_last_start():
                 self.out_of_time = True
+                self._count_refused()
                 raise CallDeferred("no call timeout is left before reconcile's function timeout")
         try:
             yield
@@ -149,6 +169,13 @@ class CallWindow:
             with self._lock:
                 self.stalled.add(location)
             raise
+
+    def _count_refused(self) -> None:
+        if self.sweeping:
+            self.sweep_deferred += 1
+
+    def _past_last_start(self) -> bool:
+        return self._clock() > (self.last_start if self.sweeping else self.requests_last_start)
 
 
 class CrudBudget:
@@ -244,6 +271,22 @@ class VertexPass:
                 )
             return None
 
+    @contextmanager
+    def sweeping(self) -> Iterator[None]:
+        """Around the stray sweep, once the requests are done: the window's last call timeout is
+        its own. A call the window refuses it all the same is said: its strays wait for the next
+        pass, and a pass whose every sweep is cut short would leave them running unseen."""
+        self.window.sweeping = True
+        yield
+        if self.window.sweep_deferred:
+            self._log.warning(
+                "the stray sweep ran out of its call window (or met a stalled location): the strays "
+                "it could not list or cancel wait for the next pass",
+                event="stray_sweep_deferred",
+                calls_deferred=self.window.sweep_deferred,
+                stalled_locations=sorted(self.window.stalled),
+            )
+
     def note_answered(self) -> None:
         with self._lock:
             self.answered += 1
@@ -259,6 +302,7 @@ class VertexPass:
             "share_of_crud_quota": round(total / quota, 4) if quota else None,
             "stalled_locations": sorted(self.window.stalled),
             "out_of_time": self.window.out_of_time,
+            "sweep_calls_deferred": self.window.sweep_deferred,
         }
 
 

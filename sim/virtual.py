@@ -9,7 +9,7 @@ starts threads, made virtual, in one place (`install`), for the simulated world:
 | `random.uniform` (compare-and-swap backoff)          | `shared.swap`                           | the world's seeded `random.Random` |
 | `uuid.uuid4` (a prune run's journal, a lock holder)  | pruning.journal, ledger.run_lock        | from the seed |
 | `secrets.token_hex` (an attempt's kit signing key)  | ledger.claims                           | from the seed |
-| `ThreadPoolExecutor`                                 | reconcile, ledger.retention, found_jobs, pruning.execute | runs each task at once, in order |
+| `ThreadPoolExecutor`                                 | reconcile, ledger.retention, found_jobs, pruning.execute | runs each task at once, in order; a `map`'s as its workers would in time |
 | `get_settings()`, `ports_for(name)`                  | the shells, `shared.settings`, `shared.wiring` | the world's settings and Ports |
 | `STORAGE_EMULATOR_HOST` (fake-gcs-server workarounds) | pruning.runner, ledger.store            | off: the stand-in is GCS |
 | per-process caches                                   | found_jobs, triggers.runner, triggers.windows, the ledger's parse and the job's conversion memos | emptied for each world |
@@ -19,6 +19,7 @@ starts threads, made virtual, in one place (`install`), for the simulated world:
 
 from __future__ import annotations
 
+import functools
 import gc
 import importlib
 import random
@@ -106,11 +107,14 @@ def virtual_datetime(clock: VirtualClock) -> type[datetime]:
 
 
 class SyncExecutor:
-    """ThreadPoolExecutor's interface, running every task at once on the calling thread. A crash
-    (a BaseException) is not caught: it aborts the handler as a process crash would."""
+    """ThreadPoolExecutor's interface, running every task on the calling thread. A crash (a
+    BaseException) is not caught: it aborts the handler as a process crash would. A `map` runs its
+    calls through `pool` (the world's `World.pool`: as `max_workers` threads would in time, their
+    round trips overlapping); without one, one after another. A `submit` runs its call at once."""
 
-    def __init__(self, *_: Any, **__: Any) -> None:
-        pass
+    def __init__(self, max_workers: int | None = None, *_: Any, pool: Pool | None = None, **__: Any) -> None:
+        self._workers = max_workers or 1  # every pool of the functions names its size
+        self._pool = pool
 
     def __enter__(self) -> SyncExecutor:
         return self
@@ -132,13 +136,19 @@ class SyncExecutor:
     def map(self, fn: Callable[..., Any], *iterables: Iterable[Any], **_: Any) -> Iterator[Any]:
         """Every call runs now; the results (or the exception a call raised) come in order, as
         a pool's map gives them. No Future per call: a reconcile pass maps hundreds."""
-        outcomes: list[tuple[bool, Any]] = []
-        for args in zip(*iterables, strict=False):
-            try:
-                outcomes.append((True, fn(*args)))
-            except Exception as exc:  # noqa: BLE001 - raised when its result is reached, as a pool's
-                outcomes.append((False, exc))
+        calls = [functools.partial(_outcome, fn, args) for args in zip(*iterables, strict=False)]
+        outcomes = self._pool(self._workers, calls) if self._pool else [call() for call in calls]
         return _results(outcomes)
+
+
+Pool = Callable[[int, list[Callable[[], Any]]], list[Any]]
+
+
+def _outcome(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool, Any]:
+    try:
+        return True, fn(*args)
+    except Exception as exc:  # noqa: BLE001 - raised when its result is reached, as a pool's
+        return False, exc
 
 
 def _results(outcomes: list[tuple[bool, Any]]) -> Iterator[Any]:
@@ -186,7 +196,7 @@ def install(world: Any) -> None:
     for name in UUID_USERS:
         _set(name, "uuid", seeded_uuid)
     for name in THREAD_USERS:
-        _set(name, "ThreadPoolExecutor", SyncExecutor)
+        _set(name, "ThreadPoolExecutor", functools.partial(SyncExecutor, pool=world.pool))
     for name in SETTINGS_USERS:
         _set(name, "get_settings", lambda: world.settings)
     for name in PORTS_USERS:

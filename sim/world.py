@@ -92,6 +92,7 @@ class Task:
     faulty: bool  # faults are drawn at its I/O calls (an operator's command draws none)
     whole: bool = False
     wake_at: datetime | None = None  # asleep (a backoff) until then
+    lane_at: datetime | None = None  # on a pool's worker (`World.pool`): that worker's own time
     crashed: bool = False
     faults: int = 0  # faults drawn at its calls so far
     faults_before_call: int = 0
@@ -491,8 +492,7 @@ class World:
         if len(self.tasks) > 1:
             self.calls_among_others += 1
         if self.interleave and not task.whole:
-            latency = self._latency.choice(self.latencies)
-            task.wake_at = self.clock.now() + timedelta(seconds=latency) if latency else None
+            task.wake_at = self._after(task, self._latency.choice(self.latencies))
             task.calling = service
             self._wait(task)
             task.wake_at = None
@@ -502,11 +502,56 @@ class World:
         """A sleep in a task lets the others run until it wakes; elsewhere it moves the clock."""
         task = self._current
         if seconds > 0 and task is not None and self.interleave and not task.whole:
-            task.wake_at = self.clock.now() + timedelta(seconds=seconds)
+            task.wake_at = self._after(task, seconds)
             self._wait(task)
             task.wake_at = None
+        elif seconds > 0 and task is not None and task.lane_at is not None:
+            task.lane_at += timedelta(seconds=seconds)
+            self.clock.advance_to(task.lane_at)
         elif seconds > 0:
             self.clock.advance(seconds)
+
+    def _after(self, task: Task, seconds: float) -> datetime | None:
+        """When `task` wakes from a wait of `seconds` (a round trip, a sleep), None for at once. On
+        a pool's worker the wait runs on that worker's own time (`lane_at`), which the other
+        workers' waits do not hold up: it may end before now."""
+        if task.lane_at is None:
+            return self.clock.now() + timedelta(seconds=seconds) if seconds else None
+        task.lane_at += timedelta(seconds=seconds)
+        return task.lane_at if task.lane_at > self.clock.now() else None
+
+    def pool(self, workers: int, calls: list[Callable[[], Any]]) -> list[Any]:
+        """`calls` as a ThreadPoolExecutor's `workers` threads of one instance run them (the
+        functions' pools: `sim.virtual.SyncExecutor`): each call on the worker free first (the
+        lowest on a tie), from that worker's own time, so the workers' round trips overlap and the
+        pool takes the longest worker's time, not the sum of its calls'; the caller goes on when
+        the last worker is done. The calls still run one after another, in order (the same draws
+        on replay): a later call's first reads may see the clock an earlier one moved."""
+        task = self._current
+        if task is None or workers <= 1 or not calls:
+            return [call() for call in calls]
+        outer = task.lane_at
+        free = [outer or self.clock.now()] * min(workers, len(calls))
+        results = []
+        try:
+            for call in calls:
+                worker = free.index(min(free))
+                task.lane_at = free[worker]
+                results.append(call())
+                free[worker] = task.lane_at
+        finally:
+            task.lane_at = outer
+        done = max(free)
+        if outer is not None:
+            task.lane_at = done  # a pool within a pool's call: its worker goes on from there
+        elif done > self.clock.now():
+            if self.interleave and not task.whole:
+                task.wake_at = done
+                self._wait(task)
+                task.wake_at = None
+            else:
+                self.clock.advance_to(done)
+        return results
 
     def _wait(self, task: Task) -> None:
         """Back to the scheduler until it resumes `task`, unless it would resume it next anyway."""

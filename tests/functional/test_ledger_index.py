@@ -16,7 +16,7 @@ from shared.ledger.retention import MIN_RETENTION_SECONDS, retire, sweep_step
 from shared.ledger.states import AttemptOutcome, RequestStatus
 from shared.ledger.store import ACTIVE_PREFIX, ARCHIVE_PREFIX, JobIndexEntry, LedgerStore, ListedRequest
 from shared.log import Logger
-from shared.reconcile import ReconcileSummary, _requests_to_reconcile
+from shared.reconcile_index import ReconcileSummary, requests_to_reconcile
 from tests.support.decisions import CapturedLog, make_settings
 
 FAR = timedelta(days=400)
@@ -41,7 +41,7 @@ def _markers(bucket) -> list[str]:
 
 def _select(ledger: LedgerStore, log: Logger, limit: int = 100) -> tuple[list[str], ReconcileSummary]:
     summary = ReconcileSummary()
-    return _requests_to_reconcile(ledger, summary, log, page_size=2, limit=limit), summary
+    return requests_to_reconcile(ledger, summary, log, page_size=2, limit=limit), summary
 
 
 def _seed(ledger: LedgerStore, record: RequestRecord) -> None:

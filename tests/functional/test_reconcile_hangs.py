@@ -145,3 +145,59 @@ def test_a_listing_the_window_refuses_says_the_locations_requests_wait_not_that_
     assert log.events("reconcile_listing_failed") == []  # "reading each with a get": none is read
     [line] = log.events("reconcile_listing_deferred")
     assert line["location"] == STALLED
+
+
+def test_a_pass_whose_requests_outgrow_its_window_still_cancels_its_strays(
+    world: World, clock: PassClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stray sweep runs after the requests: a pass whose requests take its whole window (slow
+    storage: each takes 3 s of the pass's clock here) must still leave the sweep its call timeout,
+    else no pass ever cancels a stray, and the next starts the same way (seed 10348: a console
+    re-run of a job, alive for good). The requests not begun in time wait for the next pass."""
+    import shared.reconcile as reconcile
+
+    world.vertex.stalled = set()
+    requests = [world.submitted(f"req-{k:03d}", state=RUNNING)[0].request_id for k in range(100)]
+    rerun = world.vertex.add(requests[0], 1)  # attempt 1 records another job: a console re-run
+    each = reconcile.reconcile_request
+
+    def slowly(pass_ports: Ports, request_id: str, log: Logger) -> Any:
+        clock.wait(3.0)
+        return each(pass_ports, request_id, log)
+
+    monkeypatch.setattr(reconcile, "reconcile_request", slowly)
+    log = CapturedLog()
+    began = clock()
+
+    summary = run_reconcile(ports(world, clock), log.logger)
+
+    assert world.vertex.cancelled == [rerun]
+    assert (clock() - began).total_seconds() <= RECONCILE_FUNCTION_TIMEOUT_SECONDS
+    deferred = summary.outcomes["deferred"]
+    assert 0 < deferred < len(requests)
+    # The next pass starts at the first one deferred (the workers take them in turn, in order).
+    assert world.ledger.cursor(RECONCILE_TASK) in requests[len(requests) - deferred - RECONCILE_WORKERS :]
+    assert summary.vertex["sweep_calls_deferred"] == 0 and log.events("stray_sweep_deferred") == []
+
+
+def test_a_sweep_the_window_closes_on_says_its_strays_wait(world: World, clock: PassClock) -> None:
+    """A sweep whose cancels the window refuses all the same (its listing took the time left)
+    says so in one line, beside the summary's count."""
+    world.vertex.stalled = set()
+    request, _ = world.submitted("req-1", state=RUNNING)
+    world.vertex.add(request.request_id, 1)  # a stray
+    listing = world.vertex.list_custom_jobs
+
+    def slow_listing(request: dict[str, Any], **kwargs: Any) -> Any:
+        clock.wait(RECONCILE_FUNCTION_TIMEOUT_SECONDS)
+        return listing(request, **kwargs)
+
+    world.vertex.list_custom_jobs = slow_listing  # type: ignore[method-assign]
+    log = CapturedLog()
+
+    summary = run_reconcile(ports(world, clock), log.logger)
+
+    assert world.vertex.cancelled == []
+    assert summary.vertex["sweep_calls_deferred"] == 1
+    [line] = log.events("stray_sweep_deferred")
+    assert line["calls_deferred"] == 1

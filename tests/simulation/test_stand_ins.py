@@ -399,3 +399,59 @@ def test_a_cancel_stops_a_running_trainer_as_the_cancel_sigterm_assumption_says(
         world.vertex.advance(never_ran)
     ends = [kit for kit in map(parse_kit_line, printed) if kit is not None and kit.event != "checkpoint_committed"]
     assert [(kit.request_id, kit.event) for kit in ends] == [("r0", "run_started")] + [("r0", e) for e in written]
+
+
+def _pool_time(workers: int, calls: int, *, latency: float, nested: bool = False) -> timedelta:
+    """The virtual time a task takes to map `calls` round trips of `latency` over a pool of
+    `workers` (each call inside a pool of its own of one round trip, when `nested`), as one of the
+    functions' pools does (`shared.found_jobs`' is the world's `SyncExecutor`, installed)."""
+    from greenlet import greenlet
+
+    import shared.found_jobs
+    from sim import virtual
+    from sim.world import Task
+
+    world = World(0)
+    world.latencies = (latency,)
+    world._loop = None  # noqa: SLF001 - no phase runs: every wait goes back to this test
+
+    def read(n: int) -> int:
+        return world.io("gcs", "read", lambda: n)
+
+    def call(n: int) -> int:
+        if nested:
+            with shared.found_jobs.ThreadPoolExecutor(4) as inner:
+                return sum(inner.map(read, [n]))
+        return read(n)
+
+    results: list[int] = []
+
+    def body() -> None:
+        with shared.found_jobs.ThreadPoolExecutor(workers) as pool:
+            results.extend(pool.map(call, range(calls)))
+
+    virtual.install(world)
+    try:
+        task = Task("reconcile", body, faulty=False)
+        task.runner = greenlet(task.body)
+        world.tasks.append(task)
+        started = world.clock.now()
+        while not task.runner.dead:  # the scheduler's part: the clock moves to each wake
+            if task.wake_at is not None:
+                world.clock.advance_to(task.wake_at)
+            world._resume(task)  # noqa: SLF001
+    finally:
+        virtual.uninstall()
+    assert results == [n for n in range(calls)]  # every call ran, its result in order
+    return world.clock.now() - started
+
+
+def test_a_pools_workers_overlap_their_round_trips_as_threads_do() -> None:
+    """Production's pools are threads of one instance (ThreadPoolExecutor in shared/reconcile.py,
+    shared/found_jobs.py, shared/ledger/retention.py): eight calls of 2 s on eight workers take 2 s,
+    not 16 (seed 10348: a reconcile pass's serial round trips outgrew its call window)."""
+    assert _pool_time(8, 8, latency=2.0) == timedelta(seconds=2)
+    assert _pool_time(8, 16, latency=2.0) == timedelta(seconds=4)  # two rounds of eight
+    assert _pool_time(8, 3, latency=2.0) == timedelta(seconds=2)
+    assert _pool_time(1, 8, latency=2.0) == timedelta(seconds=16)  # one worker: one after another
+    assert _pool_time(8, 8, latency=2.0, nested=True) == timedelta(seconds=2)

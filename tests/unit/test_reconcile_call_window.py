@@ -56,8 +56,10 @@ def test_an_error_vertex_answered_with_is_a_reply_not_a_stall() -> None:
 def test_a_call_starts_only_while_it_and_one_more_timeout_fit_before_the_function_timeout(
     function_timeout: float, call_timeout: float
 ) -> None:
+    """The sweep's calls, once the requests are done (`sweeping`)."""
     clock = Clock()
     calls = window(clock, function_timeout=function_timeout, call_timeout=call_timeout)
+    calls.sweeping = True
     clock.now = START + timedelta(seconds=function_timeout - 2 * call_timeout)
 
     send(calls, "us-central1")
@@ -66,4 +68,27 @@ def test_a_call_starts_only_while_it_and_one_more_timeout_fit_before_the_functio
     clock.now += timedelta(milliseconds=1)
     with pytest.raises(CallDeferred, match="function timeout"):
         send(calls, "us-central1")
-    assert calls.out_of_time
+    assert calls.out_of_time and calls.sweep_deferred == 1
+
+
+@pytest.mark.parametrize(("function_timeout", "call_timeout"), [(300.0, 30.0), (540.0, 60.0), (120.0, 10.0)])
+def test_the_requests_leave_the_last_call_timeout_to_the_stray_sweep(
+    function_timeout: float, call_timeout: float
+) -> None:
+    """No request is begun, nor its call sent, once only the sweep's call timeout (and the margin)
+    is left: a pass whose requests outgrow its window still sweeps (seed 10348)."""
+    clock = Clock()
+    calls = window(clock, function_timeout=function_timeout, call_timeout=call_timeout)
+    clock.now = START + timedelta(seconds=function_timeout - 3 * call_timeout)
+
+    send(calls, "us-central1")
+    assert not calls.requests_closed() and not calls.out_of_time
+
+    clock.now += timedelta(milliseconds=1)
+    assert calls.requests_closed()
+    with pytest.raises(CallDeferred, match="function timeout"):
+        send(calls, "us-central1")
+    assert calls.out_of_time and calls.sweep_deferred == 0  # the requests' refusals are not the sweep's
+
+    calls.sweeping = True
+    send(calls, "us-central1")  # the sweep's call timeout

@@ -1,0 +1,137 @@
+"""Which requests a reconcile pass takes (`shared.reconcile`): from the ledger's active index, at
+the cursor, at most a pass's share; stale markers removed on the way, and the ledger's retention
+and orphan sweeps given their bounded turns. Also the pass's summary, which this selection fills
+in first (what was listed, where the pass started, whether more are left)."""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from weakref import WeakSet
+
+from shared.clock import utcnow
+from shared.ledger.records import CorruptRecord
+from shared.ledger.store import ActiveEntry, LedgerStore, ListedRequest
+from shared.log import Logger
+
+RECONCILE_TASK = "reconcile"
+_indexed: WeakSet[LedgerStore] = WeakSet()  # ledgers this process saw indexed
+
+
+@dataclass
+class ReconcileSummary:
+    listed: int = 0  # ledger documents listed
+    active: int = 0  # of those, not terminal or with effects pending: the ones reconciled
+    truncated: bool = False  # more active requests remain for the next run
+    started_at: str = ""  # the request the run started at ("" = the first)
+    outcomes: collections.Counter[str] = field(default_factory=collections.Counter)
+    decisions: collections.Counter[str] = field(default_factory=collections.Counter)
+    vertex: dict[str, Any] = field(default_factory=dict)  # its Vertex calls (shared/reconcile_vertex.py)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "vertex": self.vertex,
+            "listed": self.listed,
+            "active": self.active,
+            "truncated": self.truncated,
+            "started_at": self.started_at,
+            "outcomes": dict(sorted(self.outcomes.items())),
+            "decisions": dict(sorted(self.decisions.items())),
+        }
+
+
+def requests_to_reconcile(
+    ledger: LedgerStore,
+    summary: ReconcileSummary,
+    log: Logger,
+    *,
+    page_size: int,
+    limit: int,
+    on_corrupt: Callable[[CorruptRecord], None] | None = None,
+) -> list[str]:
+    """Up to `limit` requests that need reconciling, from the cursor on, in the order of the
+    active index (`active/<id>` markers; docs/ARCHITECTURE.md, "The active index"): a pass lists
+    the active requests and those finished since the last passes, never every request ever made.
+    A marker may be stale, so each one's record is read (in parallel, and kept for the
+    `ledger.get` that reconciles it: one read per active request) and a stale one old enough is
+    removed. The cursor then names the first one left over, or "" once the index ran out, so the
+    next run starts from the first again. A ledger from before the index is listed in full once,
+    writing the active records' markers (then the process remembers it is built). Then the
+    retention sweep and the orphan sweep (`shared.ledger.retention`) take their bounded turns."""
+    from shared.ledger.retention import backfill_index, sweep_orphans_step, sweep_step
+
+    if ledger not in _indexed and not ledger.index_built():
+        backfill_index(ledger, log, page_size=page_size)
+    _indexed.add(ledger)  # built, it stays built: every write keeps its markers
+    summary.started_at = ledger.cursor(RECONCILE_TASK)
+    active: list[str] = []
+    stale: list[tuple[ActiveEntry, ListedRequest | None]] = []
+    next_start = ""
+    token: str | None = None
+    with ThreadPoolExecutor(INDEX_CHECKERS, thread_name_prefix="reconcile-index") as pool:
+        while not summary.truncated:
+            entries, token = ledger.list_active(page_size=page_size, page_token=token, start_at=summary.started_at)
+            for entry, status in zip(entries, pool.map(lambda e: _status(ledger, e), entries)):
+                summary.listed += 1
+                if status is not _UNKNOWN and (status is None or not status.needs_reconcile):
+                    stale.append((entry, status))
+                    continue
+                if len(active) >= limit:
+                    summary.truncated = True
+                    next_start = entry.request_id
+                    break
+                active.append(entry.request_id)  # the status may be stale: the record tells
+            if not token:
+                break
+        ledger.keep_prefetched(active)
+        now = utcnow()
+        removed = sum(pool.map(lambda s: _remove_stale(ledger, *s, now=now), stale))
+    summary.active = len(active)
+    if stale:
+        log.info(
+            "finished requests left the active index",
+            event="active_index_pruned",
+            stale=len(stale),
+            removed=removed,
+        )
+    if next_start != summary.started_at:
+        try:
+            ledger.save_cursor(RECONCILE_TASK, next_start)
+        except Exception as exc:  # noqa: BLE001 - the next run repeats this range: a line, no retry
+            error = f"{type(exc).__name__}: {exc}"
+            log.warning("could not save the reconcile cursor", event="reconcile_cursor_unsaved", error=error)
+    sweeps = (
+        ("retention", "ledger_sweep_failed", lambda: sweep_step(ledger, log, on_corrupt=on_corrupt)),
+        ("orphan", "ledger_orphan_sweep_failed", lambda: sweep_orphans_step(ledger, log)),
+    )
+    for name, event, sweep in sweeps:
+        try:
+            sweep()
+        except Exception as exc:  # noqa: BLE001 - a sweep waits for the next pass; never fails this one
+            error = f"{type(exc).__name__}: {exc}"
+            log.warning(f"the ledger {name} sweep failed; the next pass resumes it", event=event, error=error)
+    return active
+
+
+# Markers checked at once (one read each, mostly waiting), and what a failed check gives: the
+# request is reconciled (its record then tells), never skipped.
+INDEX_CHECKERS = 32
+_UNKNOWN = ListedRequest("", None, False)
+
+
+def _remove_stale(ledger: LedgerStore, entry: ActiveEntry, status: ListedRequest | None, *, now: datetime) -> bool:
+    try:
+        return ledger.remove_stale_marker(entry, status, now=now)
+    except Exception:  # noqa: BLE001 - a stale marker costs a read per pass until removed
+        return False
+
+
+def _status(ledger: LedgerStore, entry: ActiveEntry) -> ListedRequest | None:
+    try:
+        return ledger.prefetch(entry.request_id)
+    except Exception:  # noqa: BLE001 - see _UNKNOWN
+        return _UNKNOWN
