@@ -455,3 +455,23 @@ def test_a_pools_workers_overlap_their_round_trips_as_threads_do() -> None:
     assert _pool_time(8, 3, latency=2.0) == timedelta(seconds=2)
     assert _pool_time(1, 8, latency=2.0) == timedelta(seconds=16)  # one worker: one after another
     assert _pool_time(8, 8, latency=2.0, nested=True) == timedelta(seconds=2)
+
+
+def test_every_module_of_the_functions_with_a_module_level_thread_pool_runs_on_the_worlds_pool() -> None:
+    # A pool the world does not replace runs real threads: their order, and so a seed's replay,
+    # is the OS's (a module split off shared/reconcile.py once slipped past it).
+    import re
+    from pathlib import Path
+
+    from sim.virtual import THREAD_USERS
+
+    imports_the_pool = re.compile(r"^from concurrent\.futures import .*\bThreadPoolExecutor\b", re.MULTILINE)
+
+    root = Path(__file__).resolve().parents[2]
+    pooled = {
+        ".".join(path.relative_to(root).with_suffix("").parts)
+        for folder in ("shared", "functions")
+        for path in (root / folder).rglob("*.py")
+        if imports_the_pool.search(path.read_text())
+    }
+    assert pooled and pooled == set(THREAD_USERS)
