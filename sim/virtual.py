@@ -169,7 +169,13 @@ TIME_USERS = (
 )
 EMULATOR_CHECKS = (("shared.pruning.runner", "emulator_in_use"), ("shared.ledger.store", "_emulator_in_use"))
 UUID_USERS = ("shared.pruning.journal", "shared.ledger.run_lock")
-THREAD_USERS = ("shared.reconcile", "shared.reconcile_index", "shared.ledger.retention", "shared.found_jobs", "shared.pruning.execute")
+THREAD_USERS = (
+    "shared.reconcile",
+    "shared.reconcile_index",
+    "shared.ledger.retention",
+    "shared.found_jobs",
+    "shared.pruning.execute",
+)
 SETTINGS_USERS = ("shared.settings", "functions.events", "functions.prune", "functions.reconcile", "functions.triggers")
 PORTS_USERS = ("shared.wiring", "functions.events", "functions.reconcile")
 
