@@ -29,7 +29,7 @@ from shared.ledger.claims import ClaimInProgress
 from shared.ledger.records import Attempt, RequestRecord, Requeue
 from shared.ledger.run_lock import ledger_bucket
 from shared.ledger.states import RequestStatus
-from shared.ledger.store import LedgerStore
+from shared.ledger.store import INDEX_GRACE_SECONDS, LedgerStore
 from shared.log import Logger
 from shared.redeliveries import MAX_CONFLICT_ALERTS
 from shared.requests.envelope import ORIGINAL_PUBLISH_TIME_ATTRIBUTE, REQUEUE_ATTRIBUTES, requeue_message
@@ -1544,6 +1544,31 @@ def test_a_redrive_of_a_publish_that_waited_out_its_deliveries_for_a_deleted_rec
     assert harness.ledger.get("r1").attempt(1).job == outcome.job
     [alert] = harness.alerts  # the deleted record's job, cancelled as a stray; no `ledger_missing`
     assert alert.kind == "stray_job" and alert.job == first.job
+
+
+def test_a_message_waiting_for_a_deleted_records_job_keeps_the_ids_marker_for_the_next_fresh_message(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Simulator seed 3609: the deleted record's marker, written at its claim, was removed as stale
+    (no record, older than `INDEX_GRACE_SECONDS`) while that record's job was still cancelling, so
+    a fresh message of the id did not look and created a second live job. A delivery that waits
+    for such a job renews the marker: a pass that listed the old one cannot remove it."""
+    first = harness.deliver(envelope(), message_id="m-1")
+    harness.ledger._bucket.blob("requests/r1.json").delete()  # a person
+    claims_marker = harness.ledger.active_entry("r1")
+    harness.now += timedelta(seconds=LEASE / 2)
+    with pytest.raises(TransientError):
+        harness.deliver(envelope(), message_id="m-2")  # published again: it waits, the job cancelling
+
+    assert claims_marker.written is not None
+    # fake-gcs-server ignores ifGenerationMatch on a DELETE: the store then checks it itself
+    monkeypatch.setattr("shared.ledger.store._emulator_in_use", lambda: True)
+    later = claims_marker.written + timedelta(seconds=INDEX_GRACE_SECONDS + 1)
+    assert not harness.ledger.remove_stale_marker(claims_marker, None, now=later)  # reconcile's pass
+    harness.now += timedelta(seconds=LEASE / 2)
+    with pytest.raises(TransientError):  # a fresh message of the id looks, and waits too
+        harness.deliver(envelope(), message_id="m-3")
+    assert harness.vertex.creates == 1 and harness.vertex.cancelled == [first.job]
 
 
 def test_a_record_written_while_the_replay_guard_looked_is_claimed_not_alerted(
