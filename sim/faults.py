@@ -93,12 +93,13 @@ DUPLICATE_RUNS_SHARE = 0.5  # of re-runs that get their machines at once (a gene
 PRICE_ROW_DROPPED_RATE = 0.2  # of seeds with a budgeted request (a generator of its own)
 AFTERSHOCK_TARGETS = ("next_call", "next_publish")
 HANG_RATE = 0.3  # of seeds whose Vertex calls may hang (a generator of its own)
-REPUBLISHED_AFTER_DELETION_RATE = 0.15  # of seeds (a generator of its own)
-# How long the republished request's old job stays CANCELLING once cancelled: past the five
-# deliveries' backoff (10 s doubling: 150 s) and the claim lease, short of the first redrive.
-SLOW_END_SECONDS = 1800.0
 HANG_CALL_RATE = 0.02  # of a hanging seed's Vertex calls in the faulty phase (a generator of its own)
 HANG_PERFORMED_SHARE = 0.5  # of hung calls that reached Vertex and were done (the reply lost)
+REPUBLISHED_AFTER_DELETION_RATE = 0.15  # of seeds (a generator of its own)
+# How long the republished request's old job stays CANCELLING once cancelled: past the five
+# deliveries' backoff (10 s doubling: 150 s) and the claim lease, shorter than the hours
+# between the world's redrives (`sim.workload`).
+SLOW_END_SECONDS = 1800.0
 AFTERSHOCK_KINDS = ("crash_before", "unavailable", "lost")
 # How a document may be written in a shape the code does not expect.
 SHAPES = ("not_json", "truncated", "list", "field_null", "field_other_type", "future_version", "past_layout")
