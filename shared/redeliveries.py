@@ -165,11 +165,13 @@ def replayed_without_a_record(message: Message, envelope: dict[str, Any], log: L
     1771: a redrive an hour after a person deleted the record created a second job). A fresher one
     only when the request's active marker is there (one read): every claim writes it before its
     record, and it is removed no sooner than `INDEX_GRACE_SECONDS` after, so without it no claim,
-    and no create, came since the message was first published; with it, only jobs created since then
-    count, an earlier one being an earlier record's of the id (seed 5085: a person deleted the
-    record a minute after the publish, and a redelivery created a second job). Such an earlier job
-    still live raises `DeletedRecordsJobLive`: claimed now, the id would have two live jobs (seed
-    10182)."""
+    and no create, came since the message was first published (seed 5085: a person deleted the
+    record a minute after the publish, and a redelivery created a second job). Only jobs created
+    since the first publish count, whatever the message's age: an earlier one is no claim's of this
+    message but an earlier record's of the id (seed 3667), and one still live raises
+    `DeletedRecordsJobLive`: claimed now, the id would have two live jobs (seed 10182). A message
+    that outlived a lease, or its deliveries and then came back redriven, while that job took its
+    time to end, waits for it the same way and then claims the id afresh (seed 10182's gap)."""
     age = _age_since_first_publish(message, ports.clock())
     if age is None:
         return False
@@ -188,7 +190,7 @@ def replayed_without_a_record(message: Message, envelope: dict[str, Any], log: L
         for job in find_jobs(
             ports.job_service(location), parent, labels, timeout=ports.settings.vertex_call_timeout_seconds
         ):
-            if not (fresh and created_before(job, first_published)):
+            if not created_before(job, first_published):
                 found.append(job.name)
             elif not is_terminal(job.state):
                 earlier_live.append(job)

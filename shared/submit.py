@@ -141,6 +141,9 @@ def submit_request(message: Message, log: Logger, ports: Ports) -> SubmitOutcome
             if n == 1 and replayed_without_a_record(message, envelope, log, ports):
                 return SubmitOutcome(SubmitResult.DUPLICATE, request.request_id, n)
         except DeletedRecordsJobLive as waiting:
+            # A fresh message of the id looks only while the id's marker is there: renewed, it
+            # outlives the deleted claim's by a grace from this wait (seed 3609).
+            ports.ledger.mark_active(waiting.request_id)
             cancel_deleted_records_jobs(ports, waiting, log)
             raise  # redelivered: claimed once they have ended
         try:

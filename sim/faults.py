@@ -16,6 +16,12 @@ generators of their own), so a seed without it keeps every other draw it had.
   its folder's two newest finished ones: what a run resumes from stays); in `DELETED_AT_A_CREATE_RATE`
   of those seeds (a generator of its own), also once at its worst moment, a record whose create is
   on its way to Vertex while another delivery of the request runs (`delete_record_at_a_create`);
+- `republished_after_deletion` (drawn from a generator of its own): a person deletes the record of
+  a request whose job is live and publishes the request again under its id (the id is theirs to
+  reuse); that job takes its time to end once cancelled (`SLOW_END_SECONDS`: Vertex's cancel is
+  asynchronous and best effort, with no bound documented), longer than the message's five
+  deliveries, so the message may be dead-lettered and come back by a redrive (seed 10182's gap):
+  the request owes a record (`sim.invariants.liveness`) unless a person deleted it again;
 - `regional_changeovers`: the wait before RUNNING (and after a preemption) differs per location,
   with rare slow outliers (`sim.vertex.SimVertex.changeover`);
 - `two_file_stems`: the torch layout saves two files per stem (`ckpt-000400.pt` and
@@ -89,6 +95,11 @@ AFTERSHOCK_TARGETS = ("next_call", "next_publish")
 HANG_RATE = 0.3  # of seeds whose Vertex calls may hang (a generator of its own)
 HANG_CALL_RATE = 0.02  # of a hanging seed's Vertex calls in the faulty phase (a generator of its own)
 HANG_PERFORMED_SHARE = 0.5  # of hung calls that reached Vertex and were done (the reply lost)
+REPUBLISHED_AFTER_DELETION_RATE = 0.15  # of seeds (a generator of its own)
+# How long the republished request's old job stays CANCELLING once cancelled: past the five
+# deliveries' backoff (10 s doubling: 150 s) and the claim lease, shorter than the hours
+# between the world's redrives (`sim.workload`).
+SLOW_END_SECONDS = 1800.0
 AFTERSHOCK_KINDS = ("crash_before", "unavailable", "lost")
 # How a document may be written in a shape the code does not expect.
 SHAPES = ("not_json", "truncated", "list", "field_null", "field_other_type", "future_version", "past_layout")
@@ -164,6 +175,9 @@ class Tampering:
     # Jobs deleted while their request followed them (a recorded, unfinished attempt's job).
     followed_when_deleted: set[str] = field(default_factory=set)
     absurd_lines: set[str] = field(default_factory=set)  # message ids of a job's absurd lines
+    # request id -> its record's deletions counted when a person published it again after one
+    # (`republish_after_deletion`): a deletion since frees it from owing a record.
+    republished: dict[str, int] = field(default_factory=dict)
     duplicated_jobs: set[str] = field(default_factory=set)  # names of the jobs re-run by hand
     # The price table's row a deployment dropped: (machine type, location, from when).
     price_row_dropped: tuple[str, str, datetime] | None = None
@@ -187,6 +201,8 @@ def draw(seed: int, workload: Workload) -> PermanentFaults:
         plan.kinds = plan.kinds | {"hangs"}
     if random.Random(f"{seed}:faults:duplicates").random() < JOB_DUPLICATED_RATE:
         plan.kinds = plan.kinds | {"job_duplicated"}
+    if random.Random(f"{seed}:faults:republished").random() < REPUBLISHED_AFTER_DELETION_RATE:
+        plan.kinds = plan.kinds | {"republished_after_deletion"}
     prices = random.Random(f"{seed}:faults:prices")
     rows = budgeted_rows(workload)
     if prices.random() < PRICE_ROW_DROPPED_RATE and rows:
@@ -273,6 +289,13 @@ def events(seed: int, plan: PermanentFaults, workload: Workload) -> list[Any]:
             )
             for _ in range(again.choice((1, 2, 3)))
         ]
+    if "republished_after_deletion" in plan.kinds:  # its own generator: the other actors' moments stay
+        at = start + timedelta(seconds=random.Random(f"{seed}:faults:republished:events").uniform(60, span))
+        out.append(
+            Operation(
+                at, "a person deletes a record whose job is live and publishes it again", republish_after_deletion
+            )
+        )
     if plan.price_row_dropped is not None:  # its own generator: the other actors' moments stay
         machine, location = plan.price_row_dropped
         at = start + timedelta(seconds=random.Random(f"{seed}:faults:prices:events").uniform(60, span))
@@ -455,6 +478,41 @@ def delete_object(world: World, *, what: str) -> None:
     for name in group:
         world.storage.client().bucket(bucket_name).blob(name).delete()
     world.note(f"out of band: {', '.join(group)} deleted by a person")
+
+
+def republish_after_deletion(world: World) -> None:
+    """A person deletes the record of a request whose latest attempt's job is live (picked by a
+    generator of its own) and publishes its request again, the same id and body; that job ends
+    `SLOW_END_SECONDS` after its cancel. An id spotjobs derives is not the person's to publish."""
+    from shared.jobs import RESERVED_ID_PREFIXES
+    from sim.invariants import records
+
+    def live_job(record: Any) -> Any:
+        latest = record.latest
+        job = world.vertex.jobs.get(latest.job) if latest is not None and latest.job else None
+        return job if job is not None and job.live and not job.deleted else None
+
+    candidates = sorted(
+        (r.request_id, r)
+        for r in records(world)
+        if live_job(r) is not None and not r.request_id.startswith(RESERVED_ID_PREFIXES)
+    )
+    if not candidates:
+        world.note("out of band: no record with a live job to delete and publish again")
+        return
+    request_id, record = random.Random(f"{world.seed}:faults:republished:pick").choice(candidates)
+    job = live_job(record)
+    job.slow_end_seconds = SLOW_END_SECONDS
+    name = f"requests/{request_id}.json"
+    _note_record_deleted(world, request_id, world.storage.objects(world.settings.state_bucket)[name].data)
+    world.storage.client().bucket(world.settings.state_bucket).blob(name).delete()
+    world.tampering.republished[request_id] = len(world.tampering.deleted_record_documents[request_id])
+    data = json.dumps(record.request, separators=(",", ":")).encode()
+    message_id = world.pubsub.accept(world.settings.job_requests_topic, data, {})
+    world.note(
+        f"out of band: {name} deleted by a person while its job {job.name.rsplit('/', 1)[-1]} lives, "
+        f"and {request_id} published again (message {message_id})"
+    )
 
 
 def _note_record_deleted(world: World, request_id: str, document: bytes) -> None:

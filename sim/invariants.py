@@ -767,6 +767,15 @@ def liveness(world: World) -> list[Violation]:
                     f"request {rid} was published ({arrival.label}) and is neither in the ledger nor refused",
                 )
             )
+    for rid, deletions in world.tampering.republished.items():  # the id was the person's to reuse
+        if rid in known or rid in refused or len(world.tampering.deleted_record_documents[rid]) > deletions:
+            continue
+        out.append(
+            violation(
+                "liveness",
+                f"request {rid}, published again after a person deleted its record, is neither in the ledger nor refused",
+            )
+        )
     for name in world.storage.objects(world.settings.state_bucket):
         if name.startswith("pacing/") and "/waiting/" in name:
             rid = name.rsplit("/", 1)[-1].split("~")[1]

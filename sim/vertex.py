@@ -95,6 +95,7 @@ class SimJob:
     next_change: datetime | None = None
     deleted: bool = False  # deleted in the console: Vertex answers NotFound for it
     delete_when_ended: bool = False  # deleted in the console while live: cancelled, then deleted
+    slow_end_seconds: float | None = None  # its CANCELLING lasts this long (`sim.faults.republish_after_deletion`)
     # FLEX_START: seconds from the start of its wait (PENDING) to its capacity, None: it never comes.
     flex_capacity_after: float | None = 0.0
     flex_wait_began: datetime | None = None
@@ -495,7 +496,8 @@ class SimVertex:
     def _cancel(self, job: SimJob) -> None:
         if job.state != "JOB_STATE_CANCELLING":
             self.set_state(job, "JOB_STATE_CANCELLING")
-            job.next_change = self.clock() + timedelta(seconds=self.rng.choice((5, 30, 120, 400)))
+            drawn = self.rng.choice((5, 30, 120, 400))  # drawn all the same: the seed's other draws stay
+            job.next_change = self.clock() + timedelta(seconds=job.slow_end_seconds or drawn)
 
     # What people do in the console (sim.faults), not calls of the code.
 

@@ -29,7 +29,7 @@ from shared.ledger.claims import ClaimInProgress
 from shared.ledger.records import Attempt, RequestRecord, Requeue
 from shared.ledger.run_lock import ledger_bucket
 from shared.ledger.states import RequestStatus
-from shared.ledger.store import LedgerStore
+from shared.ledger.store import INDEX_GRACE_SECONDS, LedgerStore
 from shared.log import Logger
 from shared.redeliveries import MAX_CONFLICT_ALERTS
 from shared.requests.envelope import ORIGINAL_PUBLISH_TIME_ATTRIBUTE, REQUEUE_ATTRIBUTES, requeue_message
@@ -1509,6 +1509,66 @@ def test_a_new_publish_after_a_person_deleted_the_record_waits_for_the_deleted_r
     outcome = submit_request(retry, harness.log, harness.ports)
     assert outcome.result == SubmitResult.CREATED and harness.vertex.creates == 2
     assert harness.ledger.get("r1").attempt(1).job == outcome.job
+
+
+def test_a_redrive_of_a_publish_that_waited_out_its_deliveries_for_a_deleted_records_job_claims_afresh(
+    harness: Harness,
+) -> None:
+    """Seed 10182's case when the deleted record's job takes its time to end: the first delivery
+    older than a lease (here the third; with the default 120 s lease the fifth, 150 s after the
+    publish), or the redrive of a message dead-lettered meanwhile, took that job for its own and
+    acknowledged with `ledger_missing`, so the request never ran. A job created before the message
+    was first published is not its own, whatever the message's age: every delivery waits for it,
+    the redrive too, and then claims the id afresh."""
+    first = harness.deliver(envelope(), message_id="m-1")
+    harness.ledger._bucket.blob("requests/r1.json").delete()  # a person
+
+    harness.now += timedelta(seconds=LEASE / 2)
+    published = harness.now
+    retry = Message(envelope(), "m-2", {}, publish_time=published)
+    for backoff in (10, 20, 40, 80, 0):  # five deliveries, the job still cancelling: dead-lettered
+        with pytest.raises(TransientError):
+            submit_request(retry, harness.log, harness.ports)
+        harness.now += timedelta(seconds=backoff)
+    assert harness.vertex.cancelled == [first.job] and harness.vertex.creates == 1
+
+    harness.now = published + timedelta(hours=2)  # `spotjobs dead-letters redrive`
+    redriven = Message(envelope(), "m-3", {ORIGINAL_PUBLISH_TIME_ATTRIBUTE: iso(published)}, publish_time=harness.now)
+    with pytest.raises(TransientError):  # still cancelling: the redrive waits too, asking no second cancel
+        submit_request(redriven, harness.log, harness.ports)
+    assert harness.vertex.cancelled == [first.job] and harness.vertex.creates == 1
+    harness.vertex.set_state(first.job, 7)  # CANCELLED
+    outcome = submit_request(redriven, harness.log, harness.ports)
+
+    assert outcome.result == SubmitResult.CREATED and harness.vertex.creates == 2
+    assert harness.ledger.get("r1").attempt(1).job == outcome.job
+    [alert] = harness.alerts  # the deleted record's job, cancelled as a stray; no `ledger_missing`
+    assert alert.kind == "stray_job" and alert.job == first.job
+
+
+def test_a_message_waiting_for_a_deleted_records_job_keeps_the_ids_marker_for_the_next_fresh_message(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Simulator seed 3609: the deleted record's marker, written at its claim, was removed as stale
+    (no record, older than `INDEX_GRACE_SECONDS`) while that record's job was still cancelling, so
+    a fresh message of the id did not look and created a second live job. A delivery that waits
+    for such a job renews the marker: a pass that listed the old one cannot remove it."""
+    first = harness.deliver(envelope(), message_id="m-1")
+    harness.ledger._bucket.blob("requests/r1.json").delete()  # a person
+    claims_marker = harness.ledger.active_entry("r1")
+    harness.now += timedelta(seconds=LEASE / 2)
+    with pytest.raises(TransientError):
+        harness.deliver(envelope(), message_id="m-2")  # published again: it waits, the job cancelling
+
+    assert claims_marker.written is not None
+    # fake-gcs-server ignores ifGenerationMatch on a DELETE: the store then checks it itself
+    monkeypatch.setattr("shared.ledger.store._emulator_in_use", lambda: True)
+    later = claims_marker.written + timedelta(seconds=INDEX_GRACE_SECONDS + 1)
+    assert not harness.ledger.remove_stale_marker(claims_marker, None, now=later)  # reconcile's pass
+    harness.now += timedelta(seconds=LEASE / 2)
+    with pytest.raises(TransientError):  # a fresh message of the id looks, and waits too
+        harness.deliver(envelope(), message_id="m-3")
+    assert harness.vertex.creates == 1 and harness.vertex.cancelled == [first.job]
 
 
 def test_a_record_written_while_the_replay_guard_looked_is_claimed_not_alerted(

@@ -17,7 +17,8 @@ from shared.ledger.store import LedgerStore
 from sim import budgets, faults, invariants
 from sim.virtual import EPOCH_OF_SIMULATION
 from sim.world import Task, World
-from tests.support.sim_world import job, trained
+from tests.support.sim_world import attempt, job, trained
+from tests.support.sim_world import restore as restore_record
 
 
 @pytest.fixture
@@ -448,3 +449,25 @@ def test_only_vertex_calls_of_a_faulty_handler_in_the_faulty_phase_hang() -> Non
     world.phase = "quiet"
     assert world.io("vertex", "get", lambda: "got", timeout=5.0) == "got"
     assert world.faults == []
+
+
+def test_a_person_deletes_a_record_whose_job_lives_and_publishes_the_request_again() -> None:
+    """Seed 10182's gap: the old job ends long after the republished message's five deliveries,
+    and the request owes a record unless a person deleted it again."""
+    drawn = [World(seed).permanent.kinds for seed in range(40)]
+    assert any("republished_after_deletion" in kinds for kinds in drawn)
+    assert not all("republished_after_deletion" in kinds for kinds in drawn)
+    world = World(0)
+    running = job(world, "r1", 1)
+    restore_record(world, "r1", RequestStatus.RUNNING, attempt(1, running.name))
+
+    faults.republish_after_deletion(world)
+
+    assert ledger(world).get("r1") is None and world.tampering.republished == {"r1": 1}
+    [again] = [m for m in world.pubsub.on(world.settings.job_requests_topic) if m.json().get("request_id") == "r1"]
+    assert "attempt" not in again.json() and not again.attributes  # the person's publish, not a re-queue
+    assert any("published again after a person deleted its record" in v.detail for v in invariants.liveness(world))
+    world.vertex.cancel_by_hand(running)
+    assert running.next_change == world.clock.now() + timedelta(seconds=faults.SLOW_END_SECONDS)
+    faults._note_record_deleted(world, "r1", b"{}")  # noqa: SLF001 - a person deletes it again: nothing owed
+    assert not any("published again" in v.detail for v in invariants.liveness(world))
