@@ -22,7 +22,7 @@ submit. A pass hands every step the clients of a `VertexPass` instead of the pla
   list's next page before the pager asks for it): a call past it raises `CrudBudgetSpent` unsent,
   and one sent is counted whatever Vertex answers. The request that needed a refused call
   waits for the next pass (`deferred`), which starts at the first
-  one deferred (`resume_at_deferred`): the listings are always made (the sweep and every answer
+  one deferred (`resume_at_deferred`; not at one deferred for a stalled region, see the window): the listings are always made (the sweep and every answer
   depend on them), and counted. A cancel not sent is not forgotten: the outbox's stays pending in its
   record (`Attempt.cancel_pending`), and a stray is still in the next pass's listing (its cancel
   said deferred at INFO, `stray_cancel_deferred`; one Vertex refused or that failed is a WARNING,
@@ -37,7 +37,9 @@ submit. A pass hands every step the clients of a `VertexPass` instead of the pla
   or was refused) is said as such (`reconcile_listing_deferred`): no get is sent there either,
   and the location's requests wait for the next pass. A get or cancel that ran out its timeout
   defers its request as the calls refused after it do (one WARNING, `reconcile_call_timed_out`):
-  the location stalled; the request is not in error. The requests' calls stop one call timeout
+  the location stalled; the request is not in error. The next pass does not start at such a
+  request (`LocationStalled`): a region stalling for an hour would start every pass there, and
+  the requests before it in the index would wait as long, their lost ends unread. The requests' calls stop one call timeout
   sooner, and no request is begun after that (it is `deferred` unread): that call timeout is the
   stray sweep's, which runs after the requests, so a pass whose requests outgrow its window
   (slow storage, thousands of them) still lists and cancels strays, and the next pass starts at
@@ -114,6 +116,12 @@ class CallDeferred(TransientError):
     """A call this pass will not send: the request that needed it waits for the next pass."""
 
 
+class LocationStalled(CallDeferred):
+    """A call ran out its timeout in this location this pass: no other is sent there. Unlike the
+    budget's and the time's, this deferral is no place for the next pass to start
+    (`resume_at_deferred`): the region may stall there again."""
+
+
 class CrudBudgetSpent(CallDeferred):
     """This pass has spent its share of the CRUD quota for the minute: the call waits for the next."""
 
@@ -158,7 +166,7 @@ class CallWindow:
         with self._lock:
             if location in self.stalled:
                 self._count_refused()
-                raise CallDeferred(f"a Vertex call in {location} ran out its timeout in this pass")
+                raise LocationStalled(f"a Vertex call in {location} ran out its timeout in this pass")
             if self._past_last_start():
                 self.out_of_time = True
                 self._count_refused()
@@ -427,13 +435,15 @@ def vanished_job(attempt: Attempt, now: datetime) -> JobSnapshot:
     )
 
 
-def resume_at_deferred(ledger: LedgerStore, task: str, outcomes: Iterable[tuple[str, str]], log: Logger) -> None:
-    """Save `task`'s cursor at the first request the pass deferred for the budget (`outcomes`: each
-    request's id and outcome, in the active index's order), so the next pass starts there. Else a
+def resume_at_deferred(ledger: LedgerStore, task: str, deferred: Iterable[str], log: Logger) -> None:
+    """Save `task`'s cursor at the first request the pass deferred for its budget or its time
+    (`deferred`: their ids, in the active index's order), so the next pass starts there. Else a
     pass needing more gets than its budget (the listing refused: every job a get) reads the same
     first requests every time and defers the others for good, their jobs never read again, a hung
-    one never said stuck (seed 659)."""
-    first = next((request_id for request_id, outcome in outcomes if outcome == "deferred"), None)
+    one never said stuck (seed 659). A request deferred because its region stalled (`LocationStalled`,
+    its own call's timeout) is not among them: the region may stall there again on every pass,
+    each would start at it, and the requests before it in the index would never be read again."""
+    first = next(iter(deferred), None)
     if first is None:
         return
     try:

@@ -73,7 +73,8 @@ def test_a_pass_over_a_stalled_location_ends_in_time_and_still_reconciles_the_ot
         record = world.ledger.get(f"z-healthy-{i}")
         assert record is not None and record.status == RequestStatus.SUCCEEDED
     assert summary.outcomes["deferred"] == len(stalled)
-    assert world.ledger.cursor(RECONCILE_TASK) == stalled[0].request_id  # the next pass starts there
+    # A region's stall is no place to start: the next pass starts from the first again, as the index ran out.
+    assert world.ledger.cursor(RECONCILE_TASK) == ""
     assert summary.vertex["stalled_locations"] == [STALLED]
 
 
@@ -201,3 +202,22 @@ def test_a_sweep_the_window_closes_on_says_its_strays_wait(world: World, clock: 
     assert summary.vertex["sweep_calls_deferred"] == 1
     [line] = log.events("stray_sweep_deferred")
     assert line["calls_deferred"] == 1
+
+
+def test_a_region_that_stays_stalled_does_not_keep_the_passes_from_the_requests_before_it(
+    world: World, clock: PassClock
+) -> None:
+    """A request deferred because its region stalls is no place for the next pass to start: the
+    region stalls there again, so every pass would start at it, and the requests before it in the
+    active index would never be read again (a lost end event never seen, the request RUNNING for
+    good). Its turn comes round again as the others' do."""
+    _, job = world.submitted("a-healthy", state=RUNNING, location=HEALTHY)
+    world.submitted("b-stalled", state=RUNNING, location=STALLED)
+    run_reconcile(ports(world, clock), Logger())  # the stalled one is deferred
+    world.vertex.set_state(job, SUCCEEDED)  # its end event is lost
+
+    for _ in range(3):  # the region stays stalled
+        run_reconcile(ports(world, clock), Logger())
+
+    record = world.ledger.get("a-healthy")
+    assert record is not None and record.status == RequestStatus.SUCCEEDED
