@@ -29,7 +29,8 @@ submit. A pass hands every step the clients of a `VertexPass` instead of the pla
   `stray_sweep_failed`).
 - **The window** (`CallWindow`): no call to a location whose call ran out its timeout this pass
   (that region's API is stalling: each later call there would hold a worker for its whole
-  timeout), and none that could still be waiting when reconcile's function timeout kills the pass
+  timeout), and none (a list's next page included: each page is a call with its own timeout)
+  that could still be waiting when reconcile's function timeout kills the pass
   (`reconcile_timeout_seconds`, less one more call timeout for the work after the last call). A call
   it refuses is deferred as the budget's are: a pass over a stalled location ends in time, releases
   its run lease, and reconciles the other locations' requests (the next tick finds no lease held).
@@ -163,6 +164,17 @@ class CallWindow:
         """Around one call to `location`: raises `CallDeferred` instead of sending it when refused."""
         from google.api_core.exceptions import DeadlineExceeded
 
+        self.admit(location)
+        try:
+            yield
+        except DeadlineExceeded:
+            with self._lock:
+                self.stalled.add(location)
+            raise
+
+    def admit(self, location: str) -> None:
+        """Raises `CallDeferred` if a call to `location` sent now would be refused: before each
+        call, a list's next page too (each page is a call with its own timeout)."""
         with self._lock:
             if location in self.stalled:
                 self._count_refused()
@@ -171,12 +183,6 @@ class CallWindow:
                 self.out_of_time = True
                 self._count_refused()
                 raise CallDeferred("no call timeout is left before reconcile's function timeout")
-        try:
-            yield
-        except DeadlineExceeded:
-            with self._lock:
-                self.stalled.add(location)
-            raise
 
     def _count_refused(self) -> None:
         if self.sweeping:
@@ -258,7 +264,7 @@ class VertexPass:
             with self.window.sending(location):
                 self.budget.spend("list", force=True)
                 pager = client.list_custom_jobs(request=request, timeout=timeout)
-                for page in _pages(pager, before_next=lambda: self.budget.spend("list", force=True)):
+                for page in _pages(pager, before_next=lambda: self.next_page(location, force=True)):
                     jobs.update((job.name, job) for job in page)
             return Listing(ReadTimes(sent, self._ports.clock()), jobs)
         except Exception as exc:  # noqa: BLE001 - the pass reads each job with a get instead, if it may
@@ -278,6 +284,11 @@ class VertexPass:
                     error=error,
                 )
             return None
+
+    def next_page(self, location: str, *, force: bool = False) -> None:
+        """Before a list's next page is asked: the window judges it, then the budget spends it."""
+        self.window.admit(location)
+        self.budget.spend("list", force=force)
 
     @contextmanager
     def sweeping(self) -> Iterator[None]:
@@ -350,7 +361,7 @@ class PassClient:
             self._pass.budget.spend("list")
             sent = self._pass.ports.clock()
             pager = self._client.list_custom_jobs(request=request, **kwargs)
-            for page in _pages(pager, before_next=lambda: self._pass.budget.spend("list")):
+            for page in _pages(pager, before_next=lambda: self._pass.next_page(self._location)):
                 jobs.extend(page)
             self.last_read = ReadTimes(sent, self._pass.ports.clock())
         return jobs

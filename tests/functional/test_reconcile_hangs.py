@@ -221,3 +221,35 @@ def test_a_region_that_stays_stalled_does_not_keep_the_passes_from_the_requests_
 
     record = world.ledger.get("a-healthy")
     assert record is not None and record.status == RequestStatus.SUCCEEDED
+
+
+def test_a_listing_whose_pages_come_slowly_sends_no_page_past_the_window(world: World, clock: PassClock) -> None:
+    """Each page of a listing is a call of its own, with its own timeout (the pager sends the next
+    one once a page is used up): the window judges every one, not the first alone. A location with
+    thousands of this deployment's jobs, answered slowly (each page just within its timeout), would
+    otherwise have the pass send page after page past its function's timeout, killed there with its
+    run lease held."""
+    from types import SimpleNamespace
+
+    world.vertex.stalled = set()
+    for k in range(3):
+        world.submitted(f"req-{k}", state=RUNNING)
+    listing = world.vertex.list_custom_jobs
+    each_page = 0.9 * world.settings.vertex_call_timeout_seconds
+
+    def paged_slowly(request: dict[str, Any], **kwargs: Any) -> Any:
+        jobs = list(listing(request, **kwargs))
+
+        def pages() -> Any:
+            for page in range(20):
+                clock.wait(each_page)
+                yield SimpleNamespace(custom_jobs=jobs if page == 0 else [], next_page_token="" if page == 19 else "on")
+
+        return SimpleNamespace(pages=pages())
+
+    world.vertex.list_custom_jobs = paged_slowly  # type: ignore[method-assign]
+    began = clock()
+
+    run_reconcile(ports(world, clock), Logger())
+
+    assert (clock() - began).total_seconds() <= RECONCILE_FUNCTION_TIMEOUT_SECONDS
