@@ -45,7 +45,8 @@ submit. A pass hands every step the clients of a `VertexPass` instead of the pla
   stray sweep's, which runs after the requests, so a pass whose requests outgrow its window
   (slow storage, thousands of them) still lists and cancels strays, and the next pass starts at
   the first request deferred; a sweep call the window refuses all the same is said
-  (`stray_sweep_deferred`, and `sweep_calls_deferred` in the summary).
+  (`stray_sweep_deferred`, and `sweep_calls_deferred` in the summary; a location's listing so
+  refused, once, at INFO, `stray_listing_deferred`: not sent a second time to the same refusal).
 - **Only these calls**: gets, lists and cancels, the ones the budget and the window judge. A pass
   sends no create: a waiting attempt is created by the quota line's drainer, which runs in
   submit_job's deliveries (`shared.paced_submit`); the pass only hands a line without a drainer to
@@ -243,14 +244,21 @@ class VertexPass:
     def listing(self, location: str, client: Any) -> Listing | None:
         """This deployment's unfinished jobs in `location`, listed once per pass; None if the
         listing failed (every job is then read with a get, where the window still sends one)."""
+        return self.listing_made(location, client)[0]
+
+    def listing_made(self, location: str, client: Any) -> tuple[Listing | None, Exception | None]:
+        """`listing`, and why it failed when this call made it and it failed (None otherwise):
+        the sweep's own list, sent on the spot, would only meet the same answer again."""
         with self._lock:
             lock = self._listing_locks[location]
         with lock:
-            if location not in self._listings:
-                self._listings[location] = self._list(location, client)
-            return self._listings[location]
+            if location in self._listings:
+                return self._listings[location], None
+            listing, failure = self._list(location, client)
+            self._listings[location] = listing
+            return listing, failure
 
-    def _list(self, location: str, client: Any) -> Listing | None:
+    def _list(self, location: str, client: Any) -> tuple[Listing | None, Exception | None]:
         settings = self._ports.settings
         request = {
             "parent": parent_path(settings.project, location),
@@ -266,10 +274,12 @@ class VertexPass:
                 pager = client.list_custom_jobs(request=request, timeout=timeout)
                 for page in _pages(pager, before_next=lambda: self.next_page(location, force=True)):
                     jobs.update((job.name, job) for job in page)
-            return Listing(ReadTimes(sent, self._ports.clock()), jobs)
+            return Listing(ReadTimes(sent, self._ports.clock()), jobs), None
         except Exception as exc:  # noqa: BLE001 - the pass reads each job with a get instead, if it may
             error = f"{type(exc).__name__}: {exc}"
-            if self.window.closed_to(location):  # its gets would be refused too: nothing is read there
+            if self.window.sweeping:
+                pass  # no request reads it any more: the sweep says what became of its listing
+            elif self.window.closed_to(location):  # its gets would be refused too: nothing is read there
                 self._log.warning(
                     "sent no listing of this deployment's jobs; the location's requests wait for the next pass",
                     event="reconcile_listing_deferred",
@@ -283,7 +293,7 @@ class VertexPass:
                     location=location,
                     error=error,
                 )
-            return None
+            return None, exc
 
     def next_page(self, location: str, *, force: bool = False) -> None:
         """Before a list's next page is asked: the window judges it, then the budget spends it."""
@@ -352,10 +362,12 @@ class PassClient:
     def list_custom_jobs(self, request: dict[str, Any], **kwargs: Any) -> list[Any]:
         settings = self._pass._ports.settings  # noqa: SLF001 - the pass's own settings
         if request.get("filter") == unfinished_jobs_filter(settings.deployment_label):
-            listed = self._pass.listing(self._location, self._client)
+            listed, failure = self._pass.listing_made(self._location, self._client)
             if listed is not None:
                 self.last_read = listed.times
                 return list(listed.jobs.values())
+            if failure is not None:  # failed or refused just now: no second list to the same answer
+                raise failure
         jobs: list[Any] = []
         with self._pass.window.sending(self._location):
             self._pass.budget.spend("list")

@@ -253,3 +253,30 @@ def test_a_listing_whose_pages_come_slowly_sends_no_page_past_the_window(world: 
     run_reconcile(ports(world, clock), Logger())
 
     assert (clock() - began).total_seconds() <= RECONCILE_FUNCTION_TIMEOUT_SECONDS
+
+
+def test_a_sweep_listing_the_window_refuses_is_one_deferral_said_once(world: World, clock: PassClock) -> None:
+    """A location only the sweep lists (an allowed one no request of the pass ran in), whose
+    listing the window refuses once the requests took the time: one call deferred, said by the
+    sweep's one line, as a stray cancel it refuses is; not three WARNINGs (a listing "deferred"
+    whose "requests wait", a second list sent to the same refusal, and a sweep that "could not
+    list"), nor two calls counted for the one it did not send."""
+    world.settings = replace(world.settings, allowed_locations=(HEALTHY, STALLED))
+    world.vertex.stalled = set()
+    world.submitted("req-1", state=RUNNING, location=HEALTHY)
+    listing = world.vertex.list_custom_jobs
+
+    def slow_listing(request: dict[str, Any], **kwargs: Any) -> Any:
+        clock.wait(RECONCILE_FUNCTION_TIMEOUT_SECONDS)
+        return listing(request, **kwargs)
+
+    world.vertex.list_custom_jobs = slow_listing  # type: ignore[method-assign]
+    log = CapturedLog()
+
+    summary = run_reconcile(ports(world, clock), log.logger)
+
+    assert summary.vertex["sweep_calls_deferred"] == 1
+    [line] = log.events("stray_sweep_deferred")
+    assert line["calls_deferred"] == 1
+    assert log.events("stray_sweep_failed") == []
+    assert log.events("reconcile_listing_deferred") == []
