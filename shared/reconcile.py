@@ -68,14 +68,8 @@ from shared.ledger.run_lock import ledger_bucket, run_lock
 from shared.log import Logger
 from shared.paced_submit import in_line, never_sent
 from shared.pacing_drainer import restart_stalled
-from shared.reconcile_index import RECONCILE_TASK, ReconcileSummary, requests_to_reconcile
-from shared.reconcile_vertex import (
-    CallDeferred,
-    LocationStalled,
-    VertexPass,
-    read_attempt_job,
-    resume_at_deferred,
-)
+from shared.reconcile_index import RECONCILE_TASK, ReconcileSummary, requests_to_reconcile, resume_at_deferred
+from shared.reconcile_vertex import CallDeferred, LocationStalled, VertexPass, read_attempt_job
 from shared.settings import Settings
 from shared.swap import backoff_seconds
 from shared.wiring import Ports

@@ -21,9 +21,9 @@ submit. A pass hands every step the clients of a `VertexPass` instead of the pla
   the outbox's (`Ports.cancel_job` is the pass's too). It is spent before a call is sent (a
   list's next page before the pager asks for it): a call past it raises `CrudBudgetSpent` unsent,
   and one sent is counted whatever Vertex answers. The request that needed a refused call
-  waits for the next pass (`deferred`), which starts at the first
-  one deferred (`resume_at_deferred`; not at one deferred for a stalled region, see the window): the listings are always made (the sweep and every answer
-  depend on them), and counted. A cancel not sent is not forgotten: the outbox's stays pending in its
+  waits for the next pass (`deferred`), which starts at the first one deferred
+  (`shared.reconcile_index.resume_at_deferred`; not at one deferred for a stalled region, see the
+  window): the listings are always made (the sweep and every answer depend on them), and counted. A cancel not sent is not forgotten: the outbox's stays pending in its
   record (`Attempt.cancel_pending`), and a stray is still in the next pass's listing (its cancel
   said deferred at INFO, `stray_cancel_deferred`; one Vertex refused or that failed is a WARNING,
   `stray_sweep_failed`).
@@ -38,15 +38,14 @@ submit. A pass hands every step the clients of a `VertexPass` instead of the pla
   or was refused) is said as such (`reconcile_listing_deferred`): no get is sent there either,
   and the location's requests wait for the next pass. A get or cancel that ran out its timeout
   defers its request as the calls refused after it do (one WARNING, `reconcile_call_timed_out`):
-  the location stalled; the request is not in error. The next pass does not start at such a
-  request (`LocationStalled`): a region stalling for an hour would start every pass there, and
-  the requests before it in the index would wait as long, their lost ends unread. The requests' calls stop one call timeout
-  sooner, and no request is begun after that (it is `deferred` unread): that call timeout is the
-  stray sweep's, which runs after the requests, so a pass whose requests outgrow its window
-  (slow storage, thousands of them) still lists and cancels strays, and the next pass starts at
-  the first request deferred; a sweep call the window refuses all the same is said
-  (`stray_sweep_deferred`, and `sweep_calls_deferred` in the summary; a location's listing so
-  refused, once, at INFO, `stray_listing_deferred`: not sent a second time to the same refusal).
+  the location stalled; the request is not in error, nor where the next pass starts
+  (`LocationStalled`: a region stalling for an hour would start every pass there). The requests'
+  calls stop one call timeout sooner, and no request is begun after that (`deferred` unread):
+  that call timeout is the stray sweep's, which runs after the requests, so a pass whose requests
+  outgrow its window (slow storage, thousands of them) still lists and cancels strays, and the
+  next pass starts at the first request deferred; a sweep call the window refuses all the same is
+  said (`stray_sweep_deferred`, `sweep_calls_deferred` in the summary; a location's listing so
+  refused once, at INFO, `stray_listing_deferred`: not sent a second time to the same refusal).
 - **Only these calls**: gets, lists and cancels, the ones the budget and the window judge. A pass
   sends no create: a waiting attempt is created by the quota line's drainer, which runs in
   submit_job's deliveries (`shared.paced_submit`); the pass only hands a line without a drainer to
@@ -81,12 +80,9 @@ from shared.log import Logger
 from shared.wiring import Ports
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
     from datetime import datetime
 
     from google.cloud.aiplatform_v1 import CustomJob
-
-    from shared.ledger.store import LedgerStore
 
 # google.rpc NOT_FOUND: the error a deleted job's settled end carries (no capacity code: not re-queued).
 NOT_FOUND_CODE = 5
@@ -119,9 +115,7 @@ class CallDeferred(TransientError):
 
 
 class LocationStalled(CallDeferred):
-    """A call ran out its timeout in this location this pass: no other is sent there. Unlike the
-    budget's and the time's, this deferral is no place for the next pass to start
-    (`resume_at_deferred`): the region may stall there again."""
+    """A call there ran out its timeout this pass: none other is sent, nor does the next pass start at it."""
 
 
 class CrudBudgetSpent(CallDeferred):
@@ -174,8 +168,7 @@ class CallWindow:
             raise
 
     def admit(self, location: str) -> None:
-        """Raises `CallDeferred` if a call to `location` sent now would be refused: before each
-        call, a list's next page too (each page is a call with its own timeout)."""
+        """Raises `CallDeferred` if a call to `location` (a list's next page too) would be refused now."""
         with self._lock:
             if location in self.stalled:
                 self._count_refused()
@@ -247,8 +240,7 @@ class VertexPass:
         return self.listing_made(location, client)[0]
 
     def listing_made(self, location: str, client: Any) -> tuple[Listing | None, Exception | None]:
-        """`listing`, and why it failed when this call made it and it failed (None otherwise):
-        the sweep's own list, sent on the spot, would only meet the same answer again."""
+        """`listing`, and why it failed if this call made it (the sweep sends no second list then)."""
         with self._lock:
             lock = self._listing_locks[location]
         with lock:
@@ -276,10 +268,10 @@ class VertexPass:
                     jobs.update((job.name, job) for job in page)
             return Listing(ReadTimes(sent, self._ports.clock()), jobs), None
         except Exception as exc:  # noqa: BLE001 - the pass reads each job with a get instead, if it may
+            if self.window.sweeping:  # no request reads it any more: the sweep says what became of it
+                return None, exc
             error = f"{type(exc).__name__}: {exc}"
-            if self.window.sweeping:
-                pass  # no request reads it any more: the sweep says what became of its listing
-            elif self.window.closed_to(location):  # its gets would be refused too: nothing is read there
+            if self.window.closed_to(location):  # its gets would be refused too: nothing is read there
                 self._log.warning(
                     "sent no listing of this deployment's jobs; the location's requests wait for the next pass",
                     event="reconcile_listing_deferred",
@@ -456,21 +448,3 @@ def vanished_job(attempt: Attempt, now: datetime) -> JobSnapshot:
         end_time=last_vouched,
         update_time=iso(now),
     )
-
-
-def resume_at_deferred(ledger: LedgerStore, task: str, deferred: Iterable[str], log: Logger) -> None:
-    """Save `task`'s cursor at the first request the pass deferred for its budget or its time
-    (`deferred`: their ids, in the active index's order), so the next pass starts there. Else a
-    pass needing more gets than its budget (the listing refused: every job a get) reads the same
-    first requests every time and defers the others for good, their jobs never read again, a hung
-    one never said stuck (seed 659). A request deferred because its region stalled (`LocationStalled`,
-    its own call's timeout) is not among them: the region may stall there again on every pass,
-    each would start at it, and the requests before it in the index would never be read again."""
-    first = next(iter(deferred), None)
-    if first is None:
-        return
-    try:
-        ledger.save_cursor(task, first)
-    except Exception as exc:  # noqa: BLE001 - the next pass starts where its selection left off: a line
-        error = f"{type(exc).__name__}: {exc}"
-        log.warning("could not save the reconcile cursor", event="reconcile_cursor_unsaved", error=error)
