@@ -265,6 +265,14 @@ def sweep_strays(ports: Ports, locations: Iterable[str], log: Logger) -> list[st
                 ports.settings.deployment_label,
                 timeout=ports.settings.vertex_call_timeout_seconds,
             )
+        except CallDeferred as exc:  # the pass's own budget or window (its refusals said by stray_sweep_deferred)
+            log.info(
+                "the pass deferred the stray sweep's listing of this location to the next pass",
+                event="stray_listing_deferred",
+                location=location,
+                error=f"{type(exc).__name__}: {exc}",
+            )
+            continue
         except Exception as exc:  # noqa: BLE001 - the next pass lists again
             log.warning(
                 "could not list this deployment's jobs for the stray sweep",

@@ -41,6 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import partial
+from itertools import compress
 
 from shared.adapters.vertex import parent_path
 from shared.alerts import AlertKind
@@ -67,8 +68,8 @@ from shared.ledger.run_lock import ledger_bucket, run_lock
 from shared.log import Logger
 from shared.paced_submit import in_line, never_sent
 from shared.pacing_drainer import restart_stalled
-from shared.reconcile_index import RECONCILE_TASK, ReconcileSummary, requests_to_reconcile
-from shared.reconcile_vertex import CallDeferred, VertexPass, read_attempt_job, resume_at_deferred
+from shared.reconcile_index import RECONCILE_TASK, ReconcileSummary, requests_to_reconcile, resume_at_deferred
+from shared.reconcile_vertex import CallDeferred, LocationStalled, VertexPass, read_attempt_job
 from shared.settings import Settings
 from shared.swap import backoff_seconds
 from shared.wiring import Ports
@@ -84,6 +85,7 @@ class RequestResult:
     outcome: str
     decisions: tuple[str, ...] = ()
     locations: tuple[str, ...] = ()  # where the request's attempts ran: the stray sweep lists them
+    stalled: bool = False  # deferred for its region's stall, not for the pass's budget or time
 
 
 def run_reconcile(ports: Ports, log: Logger, *, limit: int | None = None) -> ReconcileSummary:
@@ -122,7 +124,8 @@ def _run_reconcile(ports: Ports, log: Logger, *, limit: int | None, started: dat
         summary.outcomes[result.outcome] += 1
         summary.decisions.update(result.decisions)
         locations.update(result.locations)
-    resume_at_deferred(ports.ledger, RECONCILE_TASK, zip(request_ids, (r.outcome for r in results)), log)
+    resumable = (r.outcome == "deferred" and not r.stalled for r in results)
+    resume_at_deferred(ports.ledger, RECONCILE_TASK, compress(request_ids, resumable), log)
     with vertex_pass.sweeping():
         swept = sweep_strays(ports, sweep_locations(ports, locations), log)
     summary.decisions.update(["stray_job_cancelled"] * len(swept))
@@ -147,6 +150,8 @@ def reconcile_request(ports: Ports, request_id: str, log: Logger) -> RequestResu
     except CorruptRecord as exc:
         alert_corrupt_record(ports, exc, log)
         return RequestResult("error")
+    except LocationStalled:
+        return RequestResult("deferred", stalled=True)  # the region stalls: its turn comes round again
     except CallDeferred:
         return RequestResult("deferred")  # the next pass has its own share of the quota and its own time
     except DeadlineExceeded as exc:
@@ -157,7 +162,7 @@ def reconcile_request(ports: Ports, request_id: str, log: Logger) -> RequestResu
             event="reconcile_call_timed_out",
             error=f"{type(exc).__name__}: {exc}",
         )
-        return RequestResult("deferred")
+        return RequestResult("deferred", stalled=True)
     except Exception as exc:  # noqa: BLE001 - one request must not stop the pass; logged here
         log.error(
             "reconcile failed for one request; the next run retries it",

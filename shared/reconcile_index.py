@@ -1,12 +1,13 @@
 """Which requests a reconcile pass takes (`shared.reconcile`): from the ledger's active index, at
 the cursor, at most a pass's share; stale markers removed on the way, and the ledger's retention
-and orphan sweeps given their bounded turns. Also the pass's summary, which this selection fills
-in first (what was listed, where the pass started, whether more are left)."""
+and orphan sweeps given their bounded turns; after the pass, the cursor set at the first request
+its budget or time deferred (`resume_at_deferred`). Also the pass's summary, which this selection
+fills in first (what was listed, where the pass started, whether more are left)."""
 
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -115,6 +116,24 @@ def requests_to_reconcile(
             error = f"{type(exc).__name__}: {exc}"
             log.warning(f"the ledger {name} sweep failed; the next pass resumes it", event=event, error=error)
     return active
+
+
+def resume_at_deferred(ledger: LedgerStore, task: str, deferred: Iterable[str], log: Logger) -> None:
+    """Save `task`'s cursor at the first request the pass deferred for its budget or its time
+    (`deferred`: their ids, in the active index's order), so the next pass starts there. Else a
+    pass needing more gets than its budget (the listing refused: every job a get) reads the same
+    first requests every time and defers the others for good, their jobs never read again, a hung
+    one never said stuck (seed 659). A request deferred because its region stalled (`LocationStalled`,
+    its own call's timeout) is not among them: the region may stall there again on every pass,
+    each would start at it, and the requests before it in the index would never be read again."""
+    first = next(iter(deferred), None)
+    if first is None:
+        return
+    try:
+        ledger.save_cursor(task, first)
+    except Exception as exc:  # noqa: BLE001 - the next pass starts where its selection left off: a line
+        error = f"{type(exc).__name__}: {exc}"
+        log.warning("could not save the reconcile cursor", event="reconcile_cursor_unsaved", error=error)
 
 
 # Markers checked at once (one read each, mostly waiting), and what a failed check gives: the

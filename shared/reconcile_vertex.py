@@ -21,15 +21,16 @@ submit. A pass hands every step the clients of a `VertexPass` instead of the pla
   the outbox's (`Ports.cancel_job` is the pass's too). It is spent before a call is sent (a
   list's next page before the pager asks for it): a call past it raises `CrudBudgetSpent` unsent,
   and one sent is counted whatever Vertex answers. The request that needed a refused call
-  waits for the next pass (`deferred`), which starts at the first
-  one deferred (`resume_at_deferred`): the listings are always made (the sweep and every answer
-  depend on them), and counted. A cancel not sent is not forgotten: the outbox's stays pending in its
+  waits for the next pass (`deferred`), which starts at the first one deferred
+  (`shared.reconcile_index.resume_at_deferred`; not at one deferred for a stalled region, see the
+  window): the listings are always made (the sweep and every answer depend on them), and counted. A cancel not sent is not forgotten: the outbox's stays pending in its
   record (`Attempt.cancel_pending`), and a stray is still in the next pass's listing (its cancel
   said deferred at INFO, `stray_cancel_deferred`; one Vertex refused or that failed is a WARNING,
   `stray_sweep_failed`).
 - **The window** (`CallWindow`): no call to a location whose call ran out its timeout this pass
   (that region's API is stalling: each later call there would hold a worker for its whole
-  timeout), and none that could still be waiting when reconcile's function timeout kills the pass
+  timeout), and none (a list's next page included: each page is a call with its own timeout)
+  that could still be waiting when reconcile's function timeout kills the pass
   (`reconcile_timeout_seconds`, less one more call timeout for the work after the last call). A call
   it refuses is deferred as the budget's are: a pass over a stalled location ends in time, releases
   its run lease, and reconciles the other locations' requests (the next tick finds no lease held).
@@ -37,12 +38,14 @@ submit. A pass hands every step the clients of a `VertexPass` instead of the pla
   or was refused) is said as such (`reconcile_listing_deferred`): no get is sent there either,
   and the location's requests wait for the next pass. A get or cancel that ran out its timeout
   defers its request as the calls refused after it do (one WARNING, `reconcile_call_timed_out`):
-  the location stalled; the request is not in error. The requests' calls stop one call timeout
-  sooner, and no request is begun after that (it is `deferred` unread): that call timeout is the
-  stray sweep's, which runs after the requests, so a pass whose requests outgrow its window
-  (slow storage, thousands of them) still lists and cancels strays, and the next pass starts at
-  the first request deferred; a sweep call the window refuses all the same is said
-  (`stray_sweep_deferred`, and `sweep_calls_deferred` in the summary).
+  the location stalled; the request is not in error, nor where the next pass starts
+  (`LocationStalled`: a region stalling for an hour would start every pass there). The requests'
+  calls stop one call timeout sooner, and no request is begun after that (`deferred` unread):
+  that call timeout is the stray sweep's, which runs after the requests, so a pass whose requests
+  outgrow its window (slow storage, thousands of them) still lists and cancels strays, and the
+  next pass starts at the first request deferred; a sweep call the window refuses all the same is
+  said (`stray_sweep_deferred`, `sweep_calls_deferred` in the summary; a location's listing so
+  refused once, at INFO, `stray_listing_deferred`: not sent a second time to the same refusal).
 - **Only these calls**: gets, lists and cancels, the ones the budget and the window judge. A pass
   sends no create: a waiting attempt is created by the quota line's drainer, which runs in
   submit_job's deliveries (`shared.paced_submit`); the pass only hands a line without a drainer to
@@ -77,12 +80,9 @@ from shared.log import Logger
 from shared.wiring import Ports
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
     from datetime import datetime
 
     from google.cloud.aiplatform_v1 import CustomJob
-
-    from shared.ledger.store import LedgerStore
 
 # google.rpc NOT_FOUND: the error a deleted job's settled end carries (no capacity code: not re-queued).
 NOT_FOUND_CODE = 5
@@ -112,6 +112,10 @@ class Listing:
 
 class CallDeferred(TransientError):
     """A call this pass will not send: the request that needed it waits for the next pass."""
+
+
+class LocationStalled(CallDeferred):
+    """A call there ran out its timeout this pass: none other is sent, nor does the next pass start at it."""
 
 
 class CrudBudgetSpent(CallDeferred):
@@ -155,20 +159,24 @@ class CallWindow:
         """Around one call to `location`: raises `CallDeferred` instead of sending it when refused."""
         from google.api_core.exceptions import DeadlineExceeded
 
-        with self._lock:
-            if location in self.stalled:
-                self._count_refused()
-                raise CallDeferred(f"a Vertex call in {location} ran out its timeout in this pass")
-            if self._past_last_start():
-                self.out_of_time = True
-                self._count_refused()
-                raise CallDeferred("no call timeout is left before reconcile's function timeout")
+        self.admit(location)
         try:
             yield
         except DeadlineExceeded:
             with self._lock:
                 self.stalled.add(location)
             raise
+
+    def admit(self, location: str) -> None:
+        """Raises `CallDeferred` if a call to `location` (a list's next page too) would be refused now."""
+        with self._lock:
+            if location in self.stalled:
+                self._count_refused()
+                raise LocationStalled(f"a Vertex call in {location} ran out its timeout in this pass")
+            if self._past_last_start():
+                self.out_of_time = True
+                self._count_refused()
+                raise CallDeferred("no call timeout is left before reconcile's function timeout")
 
     def _count_refused(self) -> None:
         if self.sweeping:
@@ -229,14 +237,20 @@ class VertexPass:
     def listing(self, location: str, client: Any) -> Listing | None:
         """This deployment's unfinished jobs in `location`, listed once per pass; None if the
         listing failed (every job is then read with a get, where the window still sends one)."""
+        return self.listing_made(location, client)[0]
+
+    def listing_made(self, location: str, client: Any) -> tuple[Listing | None, Exception | None]:
+        """`listing`, and why it failed if this call made it (the sweep sends no second list then)."""
         with self._lock:
             lock = self._listing_locks[location]
         with lock:
-            if location not in self._listings:
-                self._listings[location] = self._list(location, client)
-            return self._listings[location]
+            if location in self._listings:
+                return self._listings[location], None
+            listing, failure = self._list(location, client)
+            self._listings[location] = listing
+            return listing, failure
 
-    def _list(self, location: str, client: Any) -> Listing | None:
+    def _list(self, location: str, client: Any) -> tuple[Listing | None, Exception | None]:
         settings = self._ports.settings
         request = {
             "parent": parent_path(settings.project, location),
@@ -250,10 +264,12 @@ class VertexPass:
             with self.window.sending(location):
                 self.budget.spend("list", force=True)
                 pager = client.list_custom_jobs(request=request, timeout=timeout)
-                for page in _pages(pager, before_next=lambda: self.budget.spend("list", force=True)):
+                for page in _pages(pager, before_next=lambda: self.next_page(location, force=True)):
                     jobs.update((job.name, job) for job in page)
-            return Listing(ReadTimes(sent, self._ports.clock()), jobs)
+            return Listing(ReadTimes(sent, self._ports.clock()), jobs), None
         except Exception as exc:  # noqa: BLE001 - the pass reads each job with a get instead, if it may
+            if self.window.sweeping:  # no request reads it any more: the sweep says what became of it
+                return None, exc
             error = f"{type(exc).__name__}: {exc}"
             if self.window.closed_to(location):  # its gets would be refused too: nothing is read there
                 self._log.warning(
@@ -269,7 +285,12 @@ class VertexPass:
                     location=location,
                     error=error,
                 )
-            return None
+            return None, exc
+
+    def next_page(self, location: str, *, force: bool = False) -> None:
+        """Before a list's next page is asked: the window judges it, then the budget spends it."""
+        self.window.admit(location)
+        self.budget.spend("list", force=force)
 
     @contextmanager
     def sweeping(self) -> Iterator[None]:
@@ -333,16 +354,18 @@ class PassClient:
     def list_custom_jobs(self, request: dict[str, Any], **kwargs: Any) -> list[Any]:
         settings = self._pass._ports.settings  # noqa: SLF001 - the pass's own settings
         if request.get("filter") == unfinished_jobs_filter(settings.deployment_label):
-            listed = self._pass.listing(self._location, self._client)
+            listed, failure = self._pass.listing_made(self._location, self._client)
             if listed is not None:
                 self.last_read = listed.times
                 return list(listed.jobs.values())
+            if failure is not None:  # failed or refused just now: no second list to the same answer
+                raise failure
         jobs: list[Any] = []
         with self._pass.window.sending(self._location):
             self._pass.budget.spend("list")
             sent = self._pass.ports.clock()
             pager = self._client.list_custom_jobs(request=request, **kwargs)
-            for page in _pages(pager, before_next=lambda: self._pass.budget.spend("list")):
+            for page in _pages(pager, before_next=lambda: self._pass.next_page(self._location)):
                 jobs.extend(page)
             self.last_read = ReadTimes(sent, self._pass.ports.clock())
         return jobs
@@ -425,19 +448,3 @@ def vanished_job(attempt: Attempt, now: datetime) -> JobSnapshot:
         end_time=last_vouched,
         update_time=iso(now),
     )
-
-
-def resume_at_deferred(ledger: LedgerStore, task: str, outcomes: Iterable[tuple[str, str]], log: Logger) -> None:
-    """Save `task`'s cursor at the first request the pass deferred for the budget (`outcomes`: each
-    request's id and outcome, in the active index's order), so the next pass starts there. Else a
-    pass needing more gets than its budget (the listing refused: every job a get) reads the same
-    first requests every time and defers the others for good, their jobs never read again, a hung
-    one never said stuck (seed 659)."""
-    first = next((request_id for request_id, outcome in outcomes if outcome == "deferred"), None)
-    if first is None:
-        return
-    try:
-        ledger.save_cursor(task, first)
-    except Exception as exc:  # noqa: BLE001 - the next pass starts where its selection left off: a line
-        error = f"{type(exc).__name__}: {exc}"
-        log.warning("could not save the reconcile cursor", event="reconcile_cursor_unsaved", error=error)

@@ -73,7 +73,8 @@ def test_a_pass_over_a_stalled_location_ends_in_time_and_still_reconciles_the_ot
         record = world.ledger.get(f"z-healthy-{i}")
         assert record is not None and record.status == RequestStatus.SUCCEEDED
     assert summary.outcomes["deferred"] == len(stalled)
-    assert world.ledger.cursor(RECONCILE_TASK) == stalled[0].request_id  # the next pass starts there
+    # A region's stall is no place to start: the next pass starts from the first again, as the index ran out.
+    assert world.ledger.cursor(RECONCILE_TASK) == ""
     assert summary.vertex["stalled_locations"] == [STALLED]
 
 
@@ -201,3 +202,81 @@ def test_a_sweep_the_window_closes_on_says_its_strays_wait(world: World, clock: 
     assert summary.vertex["sweep_calls_deferred"] == 1
     [line] = log.events("stray_sweep_deferred")
     assert line["calls_deferred"] == 1
+
+
+def test_a_region_that_stays_stalled_does_not_keep_the_passes_from_the_requests_before_it(
+    world: World, clock: PassClock
+) -> None:
+    """A request deferred because its region stalls is no place for the next pass to start: the
+    region stalls there again, so every pass would start at it, and the requests before it in the
+    active index would never be read again (a lost end event never seen, the request RUNNING for
+    good). Its turn comes round again as the others' do."""
+    _, job = world.submitted("a-healthy", state=RUNNING, location=HEALTHY)
+    world.submitted("b-stalled", state=RUNNING, location=STALLED)
+    run_reconcile(ports(world, clock), Logger())  # the stalled one is deferred
+    world.vertex.set_state(job, SUCCEEDED)  # its end event is lost
+
+    for _ in range(3):  # the region stays stalled
+        run_reconcile(ports(world, clock), Logger())
+
+    record = world.ledger.get("a-healthy")
+    assert record is not None and record.status == RequestStatus.SUCCEEDED
+
+
+def test_a_listing_whose_pages_come_slowly_sends_no_page_past_the_window(world: World, clock: PassClock) -> None:
+    """Each page of a listing is a call of its own, with its own timeout (the pager sends the next
+    one once a page is used up): the window judges every one, not the first alone. A location with
+    thousands of this deployment's jobs, answered slowly (each page just within its timeout), would
+    otherwise have the pass send page after page past its function's timeout, killed there with its
+    run lease held."""
+    from types import SimpleNamespace
+
+    world.vertex.stalled = set()
+    for k in range(3):
+        world.submitted(f"req-{k}", state=RUNNING)
+    listing = world.vertex.list_custom_jobs
+    each_page = 0.9 * world.settings.vertex_call_timeout_seconds
+
+    def paged_slowly(request: dict[str, Any], **kwargs: Any) -> Any:
+        jobs = list(listing(request, **kwargs))
+
+        def pages() -> Any:
+            for page in range(20):
+                clock.wait(each_page)
+                yield SimpleNamespace(custom_jobs=jobs if page == 0 else [], next_page_token="" if page == 19 else "on")
+
+        return SimpleNamespace(pages=pages())
+
+    world.vertex.list_custom_jobs = paged_slowly  # type: ignore[method-assign]
+    began = clock()
+
+    run_reconcile(ports(world, clock), Logger())
+
+    assert (clock() - began).total_seconds() <= RECONCILE_FUNCTION_TIMEOUT_SECONDS
+
+
+def test_a_sweep_listing_the_window_refuses_is_one_deferral_said_once(world: World, clock: PassClock) -> None:
+    """A location only the sweep lists (an allowed one no request of the pass ran in), whose
+    listing the window refuses once the requests took the time: one call deferred, said by the
+    sweep's one line, as a stray cancel it refuses is; not three WARNINGs (a listing "deferred"
+    whose "requests wait", a second list sent to the same refusal, and a sweep that "could not
+    list"), nor two calls counted for the one it did not send."""
+    world.settings = replace(world.settings, allowed_locations=(HEALTHY, STALLED))
+    world.vertex.stalled = set()
+    world.submitted("req-1", state=RUNNING, location=HEALTHY)
+    listing = world.vertex.list_custom_jobs
+
+    def slow_listing(request: dict[str, Any], **kwargs: Any) -> Any:
+        clock.wait(RECONCILE_FUNCTION_TIMEOUT_SECONDS)
+        return listing(request, **kwargs)
+
+    world.vertex.list_custom_jobs = slow_listing  # type: ignore[method-assign]
+    log = CapturedLog()
+
+    summary = run_reconcile(ports(world, clock), log.logger)
+
+    assert summary.vertex["sweep_calls_deferred"] == 1
+    [line] = log.events("stray_sweep_deferred")
+    assert line["calls_deferred"] == 1
+    assert log.events("stray_sweep_failed") == []
+    assert log.events("reconcile_listing_deferred") == []
