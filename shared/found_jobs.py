@@ -52,7 +52,7 @@ from shared.ledger.records import RequestRecord
 from shared.ledger.run_lock import ledger_bucket
 from shared.ledger.store import JobIndexEntry
 from shared.log import Logger
-from shared.reconcile_vertex import CallDeferred, read_times
+from shared.reconcile_vertex import CallDeferred, CallWindow, read_times
 from shared.redeliveries import REJECTION_NOTES, DeletedRecordsJobLive, alert_once
 from shared.wiring import Ports
 
@@ -249,7 +249,7 @@ def sweep_locations(ports: Ports, seen: Iterable[str] = ()) -> list[str]:
     return sorted({settings.location, *settings.allowed_locations, *remembered, *seen} - {""})
 
 
-def sweep_strays(ports: Ports, locations: Iterable[str], log: Logger) -> list[str]:
+def sweep_strays(ports: Ports, locations: Iterable[str], log: Logger, *, window: CallWindow | None = None) -> list[str]:
     """Cancel every stray job of this deployment in `locations`; returns the names of those it
     sent a cancel to (one already CANCELLING is recorded and alerted, not cancelled again).
 
@@ -260,7 +260,8 @@ def sweep_strays(ports: Ports, locations: Iterable[str], log: Logger) -> list[st
     claimed and is never taken for a stray. A request without a record (deleted by hand) has no job
     that anything will manage: each is cancelled, its alert sent once first (`cancel_recordless`).
     A location or record that cannot be read waits for the next pass; a location whose listing
-    Vertex refuses for good (403, 404) is also alerted, once per error kind (`stray_sweep_refused`)."""
+    Vertex refuses for good (403, 404) is also alerted, once per error kind (`stray_sweep_refused`).
+    `window`: a reconcile pass's, which refuses the reads begun too late (`sweep_read_refused`)."""
     by_request: dict[str, list[CustomJob]] = defaultdict(list)
     listed_at: dict[str, datetime] = {}  # job name -> the start of the listing that found it (its bill)
     for location in sorted(set(locations)):
@@ -297,8 +298,14 @@ def sweep_strays(ports: Ports, locations: Iterable[str], log: Logger) -> list[st
             by_request[job.labels.get(LABEL_REQUEST_ID, "")].append(job)
             listed_at[job.name] = sent
     by_request.pop("", None)  # the filter asks for the label; a job without it names no request
+
+    def check(request_id: str, jobs: list[CustomJob]) -> list[str]:
+        if window is not None and window.sweep_read_refused():
+            return []  # its strays wait for the next pass (said by stray_sweep_deferred)
+        return _cancel_strays_of(ports, request_id, jobs, log, listed_at)
+
     with ThreadPoolExecutor(STRAY_CHECKERS, thread_name_prefix="strays") as pool:
-        found = pool.map(lambda item: _cancel_strays_of(ports, *item, log, listed_at), by_request.items())
+        found = pool.map(lambda item: check(*item), by_request.items())
         return [name for names in found for name in names]
 
 
