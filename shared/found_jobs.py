@@ -52,7 +52,7 @@ from shared.ledger.records import RequestRecord
 from shared.ledger.run_lock import ledger_bucket
 from shared.ledger.store import JobIndexEntry
 from shared.log import Logger
-from shared.reconcile_vertex import CallDeferred, read_times
+from shared.reconcile_vertex import CallDeferred, CallWindow, read_times
 from shared.redeliveries import REJECTION_NOTES, DeletedRecordsJobLive, alert_once
 from shared.wiring import Ports
 
@@ -199,6 +199,13 @@ def _cancel_second_job(ports: Ports, record: RequestRecord, job: CustomJob, log:
     cancel it as a stray (one alert). Should the cancel fail, reconcile's stray sweep retries it."""
     try:
         cancel_stray(ports, record, job, log, read_at)
+    except CallDeferred as exc:  # reconcile's own budget or window, as a stray's cancel (stray_cancel_deferred)
+        log.info(
+            "the pass deferred the cancel of the job the ledger does not record; the next pass's sweep sends it",
+            event="duplicate_job_cancel_deferred",
+            job=job.name,
+            error=f"{type(exc).__name__}: {exc}",
+        )
     except Exception as exc:  # noqa: BLE001 - the job is recorded; the sweep will cancel the stray
         log.error(
             "could not cancel the job the ledger does not record; reconcile will retry",
@@ -242,8 +249,9 @@ def sweep_locations(ports: Ports, seen: Iterable[str] = ()) -> list[str]:
     return sorted({settings.location, *settings.allowed_locations, *remembered, *seen} - {""})
 
 
-def sweep_strays(ports: Ports, locations: Iterable[str], log: Logger) -> list[str]:
-    """Cancel every stray job of this deployment in `locations`; returns their names.
+def sweep_strays(ports: Ports, locations: Iterable[str], log: Logger, *, window: CallWindow | None = None) -> list[str]:
+    """Cancel every stray job of this deployment in `locations`; returns the names of those it
+    sent a cancel to (one already CANCELLING is recorded and alerted, not cancelled again).
 
     One list per location, whatever the number of requests: this deployment's jobs that have not
     ended (a filter on the deployment label and on the state, so the list grows with the running
@@ -252,7 +260,8 @@ def sweep_strays(ports: Ports, locations: Iterable[str], log: Logger) -> list[st
     claimed and is never taken for a stray. A request without a record (deleted by hand) has no job
     that anything will manage: each is cancelled, its alert sent once first (`cancel_recordless`).
     A location or record that cannot be read waits for the next pass; a location whose listing
-    Vertex refuses for good (403, 404) is also alerted, once per error kind (`stray_sweep_refused`)."""
+    Vertex refuses for good (403, 404) is also alerted, once per error kind (`stray_sweep_refused`).
+    `window`: a reconcile pass's, which refuses the reads begun too late (`sweep_read_refused`)."""
     by_request: dict[str, list[CustomJob]] = defaultdict(list)
     listed_at: dict[str, datetime] = {}  # job name -> the start of the listing that found it (its bill)
     for location in sorted(set(locations)):
@@ -289,8 +298,14 @@ def sweep_strays(ports: Ports, locations: Iterable[str], log: Logger) -> list[st
             by_request[job.labels.get(LABEL_REQUEST_ID, "")].append(job)
             listed_at[job.name] = sent
     by_request.pop("", None)  # the filter asks for the label; a job without it names no request
+
+    def check(request_id: str, jobs: list[CustomJob]) -> list[str]:
+        if window is not None and window.sweep_read_refused():
+            return []  # its strays wait for the next pass (said by stray_sweep_deferred)
+        return _cancel_strays_of(ports, request_id, jobs, log, listed_at)
+
     with ThreadPoolExecutor(STRAY_CHECKERS, thread_name_prefix="strays") as pool:
-        found = pool.map(lambda item: _cancel_strays_of(ports, *item, log, listed_at), by_request.items())
+        found = pool.map(lambda item: check(*item), by_request.items())
         return [name for names in found for name in names]
 
 
@@ -399,18 +414,19 @@ def cancel_recordless(ports: Ports, request_id: str, jobs: list[CustomJob], log:
     a cancelled job leaves the sweep's listing, so an alert after the cancel could be lost; a
     cancel that fails is sent again by the next pass, the alert not."""
 
-    def cancel(job: CustomJob) -> None:
+    def cancel(job: CustomJob) -> bool:
         alert = recordless_stray_alert(request_id, job, ports.clock())
         alert_once(ports, alert, f"{RECORDLESS_STRAY_NOTES}{job.name.rsplit('/', 1)[-1]}")
+        fields = {"request_id": request_id, "attempt": alert.attempt, "job": job.name, "record": "missing"}
+        if _cancelling(job, log, fields):
+            return False
         _send_stray_cancel(ports, job, log)
         log.warning(
             "cancelled a job with this request's labels: the request has no ledger record",
             event="stray_job_cancelled",
-            request_id=request_id,
-            attempt=alert.attempt,
-            job=job.name,
-            record="missing",
+            **fields,
         )
+        return True
 
     return _cancel_each([job for job in jobs if not is_terminal(job.state)], cancel)
 
@@ -428,42 +444,59 @@ def cancel_deleted_records_jobs(ports: Ports, waiting: DeletedRecordsJobLive, lo
     cancel_recordless(ports, waiting.request_id, to_cancel, log)
 
 
-def _cancel_each(strays: list[CustomJob], cancel: Callable[[CustomJob], None]) -> list[str]:
-    """Cancel every stray: one whose cancel fails does not stop the others (a cancel refused for
-    good would stop them for good); the first failure is raised once all were tried, a failure
-    before a deferral by the pass (`CallDeferred`), which would say less."""
+def _cancel_each(strays: list[CustomJob], cancel: Callable[[CustomJob], bool]) -> list[str]:
+    """Cancel every stray; the names of those a cancel was sent to (`cancel` says whether it sent
+    one). One whose cancel fails does not stop the others (a cancel refused for good would stop
+    them for good); the first failure is raised once all were tried, a failure before a deferral by
+    the pass (`CallDeferred`), which would say less."""
     failure: Exception | None = None
+    sent: list[str] = []
     for job in strays:
         try:
-            cancel(job)
+            if cancel(job):
+                sent.append(job.name)
         except Exception as exc:  # noqa: BLE001 - raised below, once every stray was tried
             if failure is None or (isinstance(failure, CallDeferred) and not isinstance(exc, CallDeferred)):
                 failure = exc
     if failure is not None:
         raise failure
-    return [job.name for job in strays]
+    return sent
+
+
+def _cancelling(job: CustomJob, log: Logger, fields: dict[str, object]) -> bool:
+    """A stray already CANCELLING (Vertex cancels asynchronously: it stays so until it ends, and
+    in the sweep's listing) was cancelled by a pass before or by someone else: it is recorded and
+    alerted as any stray, and not sent another cancel, which would only spend the pass's CRUD
+    budget, nor said or counted cancelled again."""
+    if state_name(job.state) != JobState.CANCELLING:
+        return False
+    log.info("a job the ledger does not record is already cancelling", event="stray_job_cancelling", **fields)
+    return True
 
 
 def cancel_stray(
     ports: Ports, record: RequestRecord, job: CustomJob, log: Logger, read_at: datetime | None = None
-) -> None:
+) -> bool:
     """Cancel one stray job: the stray noted for its request's bill and its alert decided first
     (pending in the record), then the cancel, then the alert published. A failure before the
     cancel leaves the job running for the next sweep, which decides nothing again; a failure after
     the decision leaves the alert pending for the outbox. A cancelled request's late job gets no
-    alert: its cancel asked it to stop. `read_at`: the start of the read that found `job` not
-    ended (now, by default: the read was just before)."""
+    alert: its cancel asked it to stop. One already CANCELLING is noted and alerted, not cancelled
+    again (`_cancelling`). `read_at`: the start of the read that found `job` not ended (now, by
+    default: the read was just before). Whether a cancel was sent."""
     decided = decide_stray(ports, record, job, read_at or ports.clock())
-    _send_stray_cancel(ports, job, log)
-    log.warning(
-        "cancelled a job with this request's labels that the ledger does not record",
-        event="stray_job_cancelled",
-        request_id=record.request_id,
-        attempt=int(job.labels.get(LABEL_ATTEMPT, "0") or 0),
-        job=job.name,
-    )
+    fields = {"request_id": record.request_id, "attempt": int(job.labels.get(LABEL_ATTEMPT, "0") or 0), "job": job.name}
+    sent = not _cancelling(job, log, fields)
+    if sent:
+        _send_stray_cancel(ports, job, log)
+        log.warning(
+            "cancelled a job with this request's labels that the ledger does not record",
+            event="stray_job_cancelled",
+            **fields,
+        )
     if decided.decided is not None and decided.value is not None and decided.value.has_pending_effects:
         flush(ports, decided.value, log, mine=Mine.written(decided), own_alerts=decided_alert(decided))
+    return sent
 
 
 def _send_stray_cancel(ports: Ports, job: CustomJob, log: Logger) -> None:

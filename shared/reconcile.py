@@ -127,7 +127,7 @@ def _run_reconcile(ports: Ports, log: Logger, *, limit: int | None, started: dat
     resumable = (r.outcome == "deferred" and not r.stalled for r in results)
     resume_at_deferred(ports.ledger, RECONCILE_TASK, compress(request_ids, resumable), log)
     with vertex_pass.sweeping():
-        swept = sweep_strays(ports, sweep_locations(ports, locations), log)
+        swept = sweep_strays(ports, sweep_locations(ports, locations), log, window=vertex_pass.window)
     summary.decisions.update(["stray_job_cancelled"] * len(swept))
     summary.decisions.update(["quota_line_restarted"] * len(restart_stalled(ports, log)))
     summary.vertex = vertex_pass.usage()

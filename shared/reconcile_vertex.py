@@ -46,12 +46,17 @@ submit. A pass hands every step the clients of a `VertexPass` instead of the pla
   next pass starts at the first request deferred; a sweep call the window refuses all the same is
   said (`stray_sweep_deferred`, `sweep_calls_deferred` in the summary; a location's listing so
   refused once, at INFO, `stray_listing_deferred`: not sent a second time to the same refusal).
+  Nor does the sweep begin a request's record read past its last call start
+  (`sweep_records_unread`): the reads are as many as the requests with a job listed.
 - **Only these calls**: gets, lists and cancels, the ones the budget and the window judge. A pass
   sends no create: a waiting attempt is created by the quota line's drainer, which runs in
   submit_job's deliveries (`shared.paced_submit`); the pass only hands a line without a drainer to
   its head by a publish (`shared.pacing_drainer.restart_stalled`), and re-publishes a stale claim.
   A create is counted by Vertex's submission quota, not the CRUD one, so the budget could not
   speak for it anyway. `PassClient` fails closed: any other call raises unsent.
+
+Over 450 lines since the budget and the window judge every Vertex call of one pass together,
+through the one client they hand out: one question.
 
 A job a `get` answers NotFound for was deleted at Vertex: an answer for good, not an error to
 retry on every pass. `read_attempt_job` hands the decision an ended job instead (`vanished_job`).
@@ -141,6 +146,7 @@ class CallWindow:
         self.out_of_time = False
         self.sweeping = False  # the requests are done: the sweep's call timeout is open
         self.sweep_deferred = 0  # the sweep's calls refused
+        self.sweep_unread = 0  # the records the sweep began no read of (`sweep_read_refused`)
 
     def requests_closed(self) -> bool:
         """Whether a request begun now could send no call (it waits for the next pass)."""
@@ -177,6 +183,14 @@ class CallWindow:
                 self.out_of_time = True
                 self._count_refused()
                 raise CallDeferred("no call timeout is left before reconcile's function timeout")
+
+    def sweep_read_refused(self) -> bool:
+        """Whether the sweep may begin no more record reads (counted): past its last call start, a
+        stray a read found could not be cancelled, and thousands of slow reads (one per request with
+        a job listed) would run the pass past its function's timeout, killed with its lease held."""
+        with self._lock:
+            self.sweep_unread += (refused := self._past_last_start())
+            return refused
 
     def _count_refused(self) -> None:
         if self.sweeping:
@@ -299,12 +313,13 @@ class VertexPass:
         pass, and a pass whose every sweep is cut short would leave them running unseen."""
         self.window.sweeping = True
         yield
-        if self.window.sweep_deferred:
+        if self.window.sweep_deferred or self.window.sweep_unread:
             self._log.warning(
                 "the stray sweep ran out of its call window (or met a stalled location): the strays "
-                "it could not list or cancel wait for the next pass",
+                "it could not list, check or cancel wait for the next pass",
                 event="stray_sweep_deferred",
                 calls_deferred=self.window.sweep_deferred,
+                records_unread=self.window.sweep_unread,
                 stalled_locations=sorted(self.window.stalled),
             )
 
@@ -324,6 +339,7 @@ class VertexPass:
             "stalled_locations": sorted(self.window.stalled),
             "out_of_time": self.window.out_of_time,
             "sweep_calls_deferred": self.window.sweep_deferred,
+            "sweep_records_unread": self.window.sweep_unread,
         }
 
 

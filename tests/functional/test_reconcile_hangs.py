@@ -182,8 +182,9 @@ def test_a_pass_whose_requests_outgrow_its_window_still_cancels_its_strays(
 
 
 def test_a_sweep_the_window_closes_on_says_its_strays_wait(world: World, clock: PassClock) -> None:
-    """A sweep whose cancels the window refuses all the same (its listing took the time left)
-    says so in one line, beside the summary's count."""
+    """A sweep the window cuts short all the same (its listing took the time left: no request's
+    record read is begun after it, nor would a cancel be sent) says so in one line, beside the
+    summary's count."""
     world.vertex.stalled = set()
     request, _ = world.submitted("req-1", state=RUNNING)
     world.vertex.add(request.request_id, 1)  # a stray
@@ -199,9 +200,9 @@ def test_a_sweep_the_window_closes_on_says_its_strays_wait(world: World, clock: 
     summary = run_reconcile(ports(world, clock), log.logger)
 
     assert world.vertex.cancelled == []
-    assert summary.vertex["sweep_calls_deferred"] == 1
+    assert (summary.vertex["sweep_calls_deferred"], summary.vertex["sweep_records_unread"]) == (0, 1)
     [line] = log.events("stray_sweep_deferred")
-    assert line["calls_deferred"] == 1
+    assert (line["calls_deferred"], line["records_unread"]) == (0, 1)
 
 
 def test_a_region_that_stays_stalled_does_not_keep_the_passes_from_the_requests_before_it(
@@ -280,3 +281,33 @@ def test_a_sweep_listing_the_window_refuses_is_one_deferral_said_once(world: Wor
     assert line["calls_deferred"] == 1
     assert log.events("stray_sweep_failed") == []
     assert log.events("reconcile_listing_deferred") == []
+
+
+def test_a_sweep_whose_record_reads_come_slowly_begins_none_past_the_window(
+    world: World, clock: PassClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sweep reads the record of every request with a job in its listing (a stray is known only
+    against it): thousands of them, read slowly (slow storage: 3 s of the pass's clock each here),
+    would run the pass past its function's timeout, killed with its run lease held and its summary
+    unsaid. No read is begun once the window's last call start has passed (a stray it found could
+    not be cancelled anyway): their strays wait for the next pass, said in the sweep's one line."""
+    world.vertex.stalled = set()
+    for k in range(150):
+        world.submitted(f"req-{k:03d}", state=RUNNING)
+    read = world.ledger.read
+
+    def slowly(request_id: str) -> Any:
+        clock.wait(3.0)
+        return read(request_id)
+
+    monkeypatch.setattr(world.ledger, "read", slowly)
+    log = CapturedLog()
+    began = clock()
+
+    summary = run_reconcile(ports(world, clock), log.logger)
+
+    assert (clock() - began).total_seconds() <= RECONCILE_FUNCTION_TIMEOUT_SECONDS
+    unread = summary.vertex["sweep_records_unread"]
+    assert 0 < unread < 150
+    [line] = log.events("stray_sweep_deferred")
+    assert line["records_unread"] == unread

@@ -118,15 +118,16 @@ def spend_the_budget(world: World, clock: PassClock) -> None:
 
 
 def run_out_the_window(world: World, clock: PassClock) -> None:
-    """The pass's listing answers, then the function's timeout is near: no call starts after it."""
-    listing = world.vertex.list_custom_jobs
+    """The sweep's read of the stray's record answers, then the function's timeout is near: no
+    call starts after it."""
+    read = world.ledger.read
 
-    def listing_then_late(request: dict[str, Any], **kwargs: Any) -> Any:
-        jobs = listing(request, **kwargs)
+    def read_then_late(request_id: str) -> Any:
+        record = read(request_id)
         clock.wait(world.settings.reconcile_timeout_seconds)
-        return jobs
+        return record
 
-    world.vertex.list_custom_jobs = listing_then_late  # type: ignore[method-assign]
+    world.ledger.read = read_then_late  # type: ignore[method-assign]
 
 
 @pytest.mark.parametrize("refusing", [spend_the_budget, run_out_the_window], ids=["budget", "window"])
