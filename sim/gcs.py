@@ -299,21 +299,18 @@ class Bucket:
 
 
 class Blob:
-    # What a blob knows of its object before a call loads it (`_load`): class defaults, for a blob
-    # is made at every call (tens a delivery) and most are used once.
-    generation: int | None = None
-    metageneration: int | None = None
-    metadata: dict[str, str] | None = None
-    updated: datetime | None = None
-    time_created: datetime | None = None
-    size: int | None = None
-    content_type: str | None = None
-    custom_time: datetime | None = None
-
     def __init__(self, bucket: Bucket, name: str) -> None:
         self.bucket = bucket
         self.name = name
         self._storage = bucket._storage  # noqa: SLF001
+        self.generation: int | None = None
+        self.metageneration: int | None = None
+        self.metadata: dict[str, str] | None = None
+        self.updated: datetime | None = None
+        self.time_created: datetime | None = None
+        self.size: int | None = None
+        self.content_type: str | None = None
+        self.custom_time: datetime | None = None
 
     @classmethod
     def _listed(cls, bucket: Bucket, name: str, obj: StoredObject) -> Blob:

@@ -70,8 +70,8 @@ RETENTION_DELIVERIES = 60
 # The stand-ins' calls that change nothing.
 READS = frozenset({"get", "list", "read"})
 # How far past the moment something is due the clock moves (`_advance`).
-OVERSHOOTS = tuple(timedelta(milliseconds=ms) for ms in (0, 1, 250))
-MAX_OVERSHOOT = max(OVERSHOOTS)
+OVERSHOOT_MILLISECONDS = (0, 1, 250)
+MAX_OVERSHOOT = timedelta(milliseconds=max(OVERSHOOT_MILLISECONDS))
 # The stand-ins whose calls may move what the scheduler waits for (a delivery, a job's change);
 # Cloud Storage's never do.
 SCHEDULING_SERVICES = frozenset({"pubsub", "vertex"})
@@ -227,9 +227,8 @@ class World:
         schedule = random.Random(f"{self.seed}:schedule")
         self.instances = {name: schedule.choice((1, 2, 3, 5)) for name in HANDLERS}
         self.concurrent_redelivery_rate = schedule.choice((0.0, 0.02, 0.1))
-        # An I/O call's round trip: most are quick, some slow.
-        seconds = schedule.choice(((0.0,), (0.0, 0.02, 0.1), (0.01, 0.05, 0.2, 0.2, 2.0)))
-        self.latencies = tuple(timedelta(seconds=s) for s in seconds)
+        # An I/O call's round trip, in seconds: most are quick, some slow.
+        self.latencies = schedule.choice(((0.0,), (0.0, 0.02, 0.1), (0.01, 0.05, 0.2, 0.2, 2.0)))
         self._latency = random.Random(f"{self.seed}:latency")
         self.tasks: list[Task] = []  # in flight, suspended at an I/O call or asleep
         self._others: tuple[set[str], datetime | None] | None = None  # `_others_due`, None once moved
@@ -493,7 +492,7 @@ class World:
             self.calls_among_others += 1
         if self.interleave and not task.whole:
             latency = self._latency.choice(self.latencies)
-            task.wake_at = self.clock.now() + latency if latency else None
+            task.wake_at = self.clock.now() + timedelta(seconds=latency) if latency else None
             task.calling = service
             self._wait(task)
             task.wake_at = None
@@ -525,12 +524,11 @@ class World:
         if loop is None:
             return False
         invariants, goes_on, until = loop
-        if self.changes != self._changes_checked:  # else `_check` finds nothing new
-            self._current = None  # the check reads as the scheduler does, outside any task
-            try:
-                self._check(invariants, "step")
-            finally:
-                self._current = task
+        self._current = None  # the check reads as the scheduler does, outside any task
+        try:
+            self._check(invariants, "step")
+        finally:
+            self._current = task
         now = self.clock.now()
         if not goes_on(now):
             return False
@@ -699,14 +697,8 @@ class World:
         quiet_began = self.clock.now()
         budget = self.steps + max(QUIET_STEPS, QUIET_STEPS_PER_ARRIVAL * len(self.workload.arrivals))
 
-        bounds: dict[float, datetime] = {}  # by the longest hold (asked at every call: a few values a run)
-
         def bound() -> datetime:  # a hold drawn for a job created later moves it on
-            held = self.vertex.longest_held_queued
-            at = bounds.get(held)
-            if at is None:
-                at = bounds[held] = quiet_began + LIVENESS_BOUND + timedelta(seconds=held)
-            return at
+            return quiet_began + LIVENESS_BOUND + timedelta(seconds=self.vertex.longest_held_queued)
 
         def goes_on(at: datetime) -> bool:  # after a step, with the clock at `at`
             return not self._settled() and not self.violations and at < bound() and self.steps < budget
@@ -834,7 +826,7 @@ class World:
 
     def _move_clock_to(self, moment: datetime) -> None:
         # A little past it, so that things due at once interleave with what the clock brings.
-        self.clock.advance_to(moment + self.rng.choice(OVERSHOOTS))
+        self.clock.advance_to(moment + timedelta(milliseconds=self.rng.choice(OVERSHOOT_MILLISECONDS)))
 
     def _tick(self, task: str) -> None:
         """Cloud Scheduler publishing a maintenance task (terraform/scheduler.tf). With the hourly
