@@ -483,52 +483,6 @@ def private_copy(value: _T) -> _T:
     return copy.deepcopy(value)
 
 
-def private_copy_of_parsed(record: RequestRecord) -> RequestRecord:
-    """`private_copy` of a record as a document's parse built it (`shared_record`), whose every
-    field `_known` found of its declared type: only the fields whose type can hold a dict, a list or
-    a record part are copied (an attempt has 6 of 41), each as its type needs. A record built or
-    changed in memory may hold anything: `private_copy` it."""
-    return _parsed_copier(RequestRecord)(record)
-
-
-@functools.cache
-def _parsed_copier(cls: type[_T]) -> Callable[[_T], _T]:
-    hints = _hints(cls)
-    plan = tuple((f.name, copier) for f in fields(cls) if (copier := _copier_of(hints[f.name])) is not None)
-
-    def copied(value: _T) -> _T:
-        members = value.__dict__.copy()
-        for name, copy_member in plan:
-            member = members[name]
-            if member is not None:  # a field that may be null: a shared None
-                members[name] = copy_member(member)
-        built: _T = object.__new__(cls)
-        built.__dict__ = members
-        return built
-
-    return copied
-
-
-def _copier_of(hint: Any) -> Callable[[Any], Any] | None:
-    """How to copy a value (not None) that `_known` found of type `hint`; None: it is immutable."""
-    if typing.get_origin(hint) in (types.UnionType, typing.Union):
-        options = [arg for arg in typing.get_args(hint) if arg is not type(None)]
-        return _copier_of(options[0]) if len(options) == 1 else private_copy
-    if _plain_types_of(hint) or (isinstance(hint, type) and issubclass(hint, Enum)):
-        return None
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (list, dict):
-        member = args[-1]  # a dict's keys are strings
-        if is_dataclass(member):
-            part = _parsed_copier(member)
-            return (lambda value: [part(m) for m in value]) if origin is list else private_copy
-        if _copier_of(member) is None:
-            return list.copy if origin is list else dict.copy
-    if is_dataclass(hint):
-        return _parsed_copier(hint)
-    return private_copy  # anything JSON may hold (`Any`): copied member by member
-
-
 # The record's own enums among them: a status or an outcome costs no call.
 _SHARED = frozenset({str, int, float, bool, type(None), RequestStatus, AttemptOutcome})
 _RECORD_CLASSES = frozenset({RequestRecord, Attempt, Requeue, CancelIntent, Stray})

@@ -63,7 +63,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from shared.clock import now_iso, utcnow
-from shared.ledger.records import CorruptRecord, RequestRecord, private_copy_of_parsed, shared_record
+from shared.ledger.records import CorruptRecord, RequestRecord, private_copy, shared_record
 from shared.ledger.states import TERMINAL_STATUSES, check_transition
 from shared.log import Logger
 from shared.requests.envelope import manifest_path
@@ -170,7 +170,7 @@ class LedgerStore:
     def read(self, request_id: str) -> tuple[RequestRecord | None, int]:
         """The record and its generation; (None, 0) when absent (0 is then the create guard)."""
         record, generation = self._read_shared(request_id)
-        return (None if record is None else private_copy_of_parsed(record)), generation
+        return (None if record is None else private_copy(record)), generation
 
     def _read_shared(self, request_id: str) -> tuple[RequestRecord | None, int]:
         """`read`, with the parse's shared record (`shared_record`): only to be looked at."""
@@ -221,8 +221,7 @@ class LedgerStore:
         with self._prefetch_lock:
             ahead = self._prefetched.pop(request_id, None)
         if ahead is not None and time.monotonic() - ahead[0] < PREFETCH_SECONDS:
-            # The caller's own; one read ahead and never asked for costs no copy.
-            return private_copy_of_parsed(ahead[1])
+            return private_copy(ahead[1])  # the caller's own; one read ahead and never asked for costs no copy
         return self.read(request_id)[0]
 
     def prefetch(self, request_id: str) -> ListedRequest | None:
@@ -332,7 +331,7 @@ class LedgerStore:
             lambda: self._read_shared(request_id),
             write,
             run,
-            private_copy=private_copy_of_parsed,
+            private_copy=private_copy,
             what=f"ledger record {request_id}",
             max_conflicts=self._max_conflicts,
         )
@@ -344,7 +343,7 @@ class LedgerStore:
         unchanged = proposed if proposed is not None else given if given == swapped.value else None
         if unchanged is not None and _same_kit_keys(unchanged, swapped.value):
             return replace(swapped, value=unchanged)
-        return replace(swapped, value=private_copy_of_parsed(swapped.value))  # the caller's own copy of the parse
+        return replace(swapped, value=private_copy(swapped.value))  # the caller's own
 
     def restore(self, record: RequestRecord) -> None:
         """Write `record` as it is where no document exists yet (an operator restoring a lost

@@ -50,7 +50,7 @@ def test_a_swap_that_writes_nothing_copies_the_record_once_for_its_transition_on
         copies.append(value)
         return private_copy(value)
 
-    monkeypatch.setattr(store, "private_copy_of_parsed", counted_copy)
+    monkeypatch.setattr(store, "private_copy", counted_copy)
     unchanged = ledger.swap("r1", transition)
     assert not unchanged.wrote and unchanged.value == ledger.read("r1")[0]
     assert len(copies) == 2  # the transition's copy, then `read`'s: the caller's is the transition's own

@@ -1,6 +1,6 @@
 """A record's stored document keeps what it must, its shown JSON shares nothing with it (a caller
 of `to_json` may edit what it got), the private copy a compare-and-swap transition gets shares
-nothing mutable with the record it read (a parse's copied by its fields' types alike), every read of a ledger document (parsed once per
+nothing mutable with the record it read, every read of a ledger document (parsed once per
 document) hands out a record of the caller's own, and the CustomJob schema's memo hands every caller a
 job of its own."""
 
@@ -15,7 +15,7 @@ import pytest
 from shared import clock
 from shared.clock import utcnow
 from shared.errors import Violation
-from shared.ledger.records import Attempt, RequestRecord, private_copy, private_copy_of_parsed, shared_record
+from shared.ledger.records import Attempt, RequestRecord, private_copy
 from shared.ledger.store import LedgerStore
 from shared.requests.job_schema import read_custom_job
 from sim.gcs import MemoryStorage
@@ -94,42 +94,6 @@ def test_a_private_copy_equals_a_deep_copy_and_shares_nothing_mutable() -> None:
     copied.newer_fields["pair"][0]["inside"].append(2)
     copied.markers.clear()
     assert record == before
-
-
-def test_a_copy_of_a_parse_by_its_fields_types_equals_a_deep_copy_and_shares_nothing_mutable() -> None:
-    document = _record().to_document()
-    attempt = document["attempts"][0]
-    attempt.update(
-        error={"code": 8, "details": [{"reason": "quota"}]},
-        last_create_error={"code": 429, "message": "busy"},
-        spot_outlook={"p_preempted": 0.1},
-        preempted_at=["t1", "t2"],
-    )
-    document["strays"] = [
-        {"job": "j", "attempt": None, "location": "l", "strategy": "SPOT", "pools": [{"n": [1]}], "seen_until": "t"}
-    ]
-    document["pending_notices"] = [{"kind": "started", "at": {"t": ["x"]}}]
-    parsed = shared_record(json.dumps(document).encode())
-    before = copy.deepcopy(parsed)
-
-    copied = private_copy_of_parsed(parsed)
-
-    assert copied == parsed and type(copied.attempts[0]) is Attempt and copied.strays[0].pools == [{"n": [1]}]
-    assert not _mutable_ids(copied, set()) & _mutable_ids(parsed, set())
-    mine = copied.attempts[0]
-    mine.error["details"][0]["reason"] = "changed"
-    mine.last_create_error["code"] = 0
-    mine.spot_outlook["p_preempted"] = 1.0
-    mine.preempted_at.append("t3")
-    mine.last_checkpoint.append(99)
-    mine.newer_fields["new"].append(2)
-    copied.requeue.newer_fields["x"] = 2
-    copied.strays[0].pools[0]["n"].append(2)
-    copied.pending_notices[0]["at"]["t"].append("y")
-    copied.request["labels"]["a"] = "changed"
-    copied.newer_fields["from_the_future"]["kept"] = False
-    copied.markers.clear()
-    assert parsed == before
 
 
 def test_a_job_read_again_is_a_fresh_copy_with_the_same_violations() -> None:
