@@ -75,7 +75,7 @@ def test_a_listing_of_several_pages_is_made_whole_past_a_spent_budget_and_answer
 def test_a_location_is_closed_to_calls_exactly_when_sending_there_is_refused() -> None:
     now = START
     calls = CallWindow(START + timedelta(seconds=300), 30.0, lambda: now)
-    now = START + timedelta(seconds=300 - 2 * 30)  # the last instant a call may start
+    now = START + timedelta(seconds=300 - 3 * 30)  # the last instant a request's call may start
 
     assert not calls.closed_to(LOCATION)
     with calls.sending(LOCATION):
@@ -86,9 +86,10 @@ def test_a_location_is_closed_to_calls_exactly_when_sending_there_is_refused() -
 
 
 def test_a_listing_that_fails_at_the_last_instant_a_call_may_start_is_said_failed_and_its_gets_are_sent() -> None:
-    """The window is still open at that instant: the location's jobs are read with gets, and the
-    line says so (`reconcile_listing_failed`), not that its requests wait for the next pass."""
-    last_start = START + timedelta(seconds=300 - 2 * 30)
+    """The window is still open at that instant (a request's: the last call timeout is the stray
+    sweep's): the location's jobs are read with gets, and the line says so
+    (`reconcile_listing_failed`), not that its requests wait for the next pass."""
+    last_start = START + timedelta(seconds=300 - 3 * 30)
     vertex = PagedJobs([], list_error=ServiceUnavailable("busy"))
     log = CapturedLog()
     vertex_pass = a_pass(vertex, log, at=last_start)
