@@ -21,7 +21,7 @@ from shared.deciding.notices import telling_changes
 from shared.deciding.outbox import Mine, alerts_of, decide_alert, decided_alert, flush, publish_alert
 from shared.delivery import Message
 from shared.errors import TransientError, Violation
-from shared.jobs import RESERVED_ID_PREFIXES, TRIGGER_ID_PREFIX, created_before, is_terminal
+from shared.jobs import RESERVED_ID_PREFIXES, TRIGGER_ID_PREFIX, created_before, is_terminal, kit_key_of
 from shared.ledger.claims import fail_invalid_requeue, invalid_request_alert
 from shared.ledger.records import RequestRecord, alert_marker
 from shared.ledger.run_lock import ledger_bucket
@@ -168,7 +168,8 @@ def replayed_without_a_record(message: Message, envelope: dict[str, Any], log: L
     and no create, came since the message was first published (seed 5085: a person deleted the
     record a minute after the publish, and a redelivery created a second job). Only jobs created
     since the first publish count, whatever the message's age: an earlier one is no claim's of this
-    message but an earlier record's of the id (seed 3667), and one still live raises
+    message but an earlier record's of the id (seed 3667), as is a later one carrying an earlier
+    one's kit key, a person's console re-run of it (seed 10268); one still live raises
     `DeletedRecordsJobLive`: claimed now, the id would have two live jobs (seed 10182). A message
     that outlived a lease, or its deliveries and then came back redriven, while that job took its
     time to end, waits for it the same way and then claims the id afresh (seed 10182's gap)."""
@@ -187,12 +188,14 @@ def replayed_without_a_record(message: Message, envelope: dict[str, Any], log: L
     earlier_live: list[CustomJob] = []  # a deleted record's jobs, not ended
     for location in envelope.get("locations") or [envelope["location"]]:
         parent = parent_path(ports.settings.project, location)
-        for job in find_jobs(
+        jobs = find_jobs(
             ports.job_service(location), parent, labels, timeout=ports.settings.vertex_call_timeout_seconds
-        ):
-            if not created_before(job, first_published):
+        )
+        earlier_keys = {kit_key_of(job) for job in jobs if created_before(job, first_published)} - {None}
+        for job in jobs:
+            if not created_before(job, first_published) and kit_key_of(job) not in earlier_keys:
                 found.append(job.name)
-            elif not is_terminal(job.state):
+            elif not is_terminal(job.state):  # an earlier record's job, or a person's copy of it (seed 10268)
                 earlier_live.append(job)
     if not found or ports.ledger.get(request_id) is not None:
         if earlier_live:

@@ -185,10 +185,12 @@ def budgets_unpriced(world: World) -> list[Expected]:
 
 
 def dead_pass_seconds(world: World, record: Any) -> float:
-    """How long reconcile passes that died while `record` ran put its stop off (seed 54)."""
+    """How long reconcile passes that died while `record` ran put its stop off (seed 54): its
+    attempts' jobs or its strays, whose run is its spend too (docs/requests.md; seed 10261: only a
+    person's console re-run of its job ran)."""
     from shared.clock import parse_iso
 
-    starts = [parse_iso(a.started_at) for a in record.attempts if a.started_at]
+    starts = [parse_iso(run.started_at) for run in [*record.attempts, *record.strays] if run.started_at]
     if not starts:
         return 0.0
     ends = [parse_iso(a.ended_at) for a in record.attempts if a.ended_at]

@@ -1546,6 +1546,36 @@ def test_a_redrive_of_a_publish_that_waited_out_its_deliveries_for_a_deleted_rec
     assert alert.kind == "stray_job" and alert.job == first.job
 
 
+def test_a_console_copy_of_a_deleted_records_job_is_no_claim_of_the_message_published_again(
+    harness: Harness,
+) -> None:
+    """Simulator seed 10268: a person re-ran the deleted record's job in the console, labels and kit
+    key and all, after the request was published again; the copy was created since the first
+    publish, so the redrive took it for its own claim's and acknowledged with `ledger_missing`: the
+    request never ran. A job carrying the kit key of one created before the first publish is a copy
+    of that earlier record's job, not a claim of this message: the redrive claims the id afresh."""
+    first = harness.deliver(envelope(), message_id="m-1")
+    harness.ledger._bucket.blob("requests/r1.json").delete()  # a person
+    harness.now += timedelta(seconds=LEASE / 2)
+    published = harness.now
+    with pytest.raises(TransientError):  # the deleted record's job lives: the message waits
+        submit_request(Message(envelope(), "m-2", {}, publish_time=published), harness.log, harness.ports)
+    copy = CustomJob(harness.vertex.jobs[first.job])  # re-run in the console, then cancelled
+    copy.name = f"{first.job}01"
+    copy.create_time = copy.update_time = published + timedelta(minutes=25)
+    copy.state = 7
+    harness.vertex.jobs[copy.name] = copy
+    harness.vertex.set_state(first.job, 7)  # CANCELLED
+
+    harness.now = published + timedelta(hours=2)  # `spotjobs dead-letters redrive`
+    redriven = Message(envelope(), "m-3", {ORIGINAL_PUBLISH_TIME_ATTRIBUTE: iso(published)}, publish_time=harness.now)
+    outcome = submit_request(redriven, harness.log, harness.ports)
+
+    assert outcome.result == SubmitResult.CREATED
+    assert harness.ledger.get("r1").attempt(1).job == outcome.job
+    assert "ledger_missing" not in [alert.kind for alert in harness.alerts]
+
+
 def test_a_message_waiting_for_a_deleted_records_job_keeps_the_ids_marker_for_the_next_fresh_message(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -12,7 +12,7 @@ import pytest
 from shared.alerts import Alert, AlertKind
 from shared.clock import iso
 from shared.deciding.budget_watch import BUDGET_SOURCE
-from shared.ledger.records import Attempt, CancelIntent, RequestRecord
+from shared.ledger.records import Attempt, CancelIntent, RequestRecord, Stray
 from shared.ledger.states import RequestStatus
 from shared.ledger.store import LedgerStore
 from sim import budgets, promises
@@ -94,6 +94,25 @@ def test_a_reconcile_pass_that_died_widens_the_overshoot_by_its_lease(world: Wor
     world.dead_reconciles.append(world.clock.now() - timedelta(hours=2))  # its lease ended long before
     assert len(budgets.budgets_held(world)) == 1
     world.dead_reconciles.append(world.clock.now() - timedelta(minutes=20))
+    assert budgets.budgets_held(world) == []
+
+
+def test_a_pass_that_died_while_only_a_stray_of_the_request_ran_widens_the_overshoot(world: World) -> None:
+    # Seed 10261: the attempt's job never started; a person's console re-run of it ran 1242 s, and
+    # the passes within two dead passes' leases reconciled nothing. The stray's run is the spend
+    # (docs/requests.md), so the dead passes are counted from its start too.
+    now = world.clock.now()
+    started = iso(now - timedelta(hours=0.345))
+    waited = Attempt(
+        1, "us-central1", "SPOT", claimed_at=started, job="j", state="JOB_STATE_CANCELLED", ended_at=iso(now)
+    )
+    copy = Stray("j2", 1, "us-central1", "SPOT", [], seen_until=iso(now), started_at=started)
+    request = {"request_id": "r-stray", "custom_job": A100, "max_cost_usd": 0.02}
+    LedgerStore(world.storage.client().bucket(world.settings.state_bucket)).restore(
+        RequestRecord("r-stray", request, "gs://c/", status=RequestStatus.CANCELLED, attempts=[waited], strays=[copy])
+    )
+    assert [v.detail.split(",")[0] for v in budgets.budgets_held(world)] == ["r-stray spent $0.6652"]
+    world.dead_reconciles.append(now - timedelta(minutes=15))  # while only the stray ran
     assert budgets.budgets_held(world) == []
 
 
