@@ -384,6 +384,10 @@ def _cancel_strays_of(
     try:
         record, _ = ports.ledger.read(request_id)  # read now, after the list: see sweep_strays
         if record is None:
+            if any(not is_terminal(job.state) for job in jobs):
+                # A fresh message of the id looks only while its marker is there: renewed each pass
+                # while a deleted record's job lives, reconcile never removes it as stale (seed 10178).
+                ports.ledger.mark_active(request_id)
             return cancel_recordless(ports, request_id, jobs, log)
         strays = [job for job in jobs if is_stray(record, job)]
         return _cancel_each(strays, lambda job: cancel_stray(ports, record, job, log, listed_at.get(job.name)))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -154,7 +155,18 @@ class DeletedRecordsJobLive(TransientError):
         self.jobs = jobs
 
 
-def replayed_without_a_record(message: Message, envelope: dict[str, Any], log: Logger, ports: Ports) -> bool:
+def _named_locations(named: list[str]) -> list[str]:
+    return named
+
+
+def replayed_without_a_record(
+    message: Message,
+    envelope: dict[str, Any],
+    log: Logger,
+    ports: Ports,
+    *,
+    where: Callable[[list[str]], Iterable[str]] = _named_locations,
+) -> bool:
     """A message whose request has no ledger document, though one may have been kept: if the
     document was lost (deleted by an operator or a lifecycle rule), jobs with the request's labels
     exist, and claiming afresh would start another. Look them up first; if any, create nothing and
@@ -172,7 +184,11 @@ def replayed_without_a_record(message: Message, envelope: dict[str, Any], log: L
     one's kit key, a person's console re-run of it (seed 10268); one still live raises
     `DeletedRecordsJobLive`: claimed now, the id would have two live jobs (seed 10182). A message
     that outlived a lease, or its deliveries and then came back redriven, while that job took its
-    time to end, waits for it the same way and then claims the id afresh (seed 10182's gap)."""
+    time to end, waits for it the same way and then claims the id afresh (seed 10182's gap).
+
+    `where`: the locations to look in, given the message's own; submit's are every one the stray
+    sweep lists, since the deleted record's job ran where that record's body said, which another
+    body of the id need not name (seed 10267)."""
     age = _age_since_first_publish(message, ports.clock())
     if age is None:
         return False
@@ -186,7 +202,7 @@ def replayed_without_a_record(message: Message, envelope: dict[str, Any], log: L
     first_published = iso(ports.clock() - timedelta(seconds=age))
     found: list[str] = []
     earlier_live: list[CustomJob] = []  # a deleted record's jobs, not ended
-    for location in envelope.get("locations") or [envelope["location"]]:
+    for location in where(envelope.get("locations") or [envelope["location"]]):
         parent = parent_path(ports.settings.project, location)
         jobs = find_jobs(
             ports.job_service(location), parent, labels, timeout=ports.settings.vertex_call_timeout_seconds

@@ -23,6 +23,8 @@ acknowledgement, ends a request that cannot be handled.
 The ledger transitions (`shared.ledger.claims`) decide from the current record alone; `submit_request`
 is the shell that runs them and calls the clients passed in through `Ports`. Alerts go through the
 outbox like every other function's: written pending with the decision, published after.
+Over 450 lines since one delivery's path, in the order its steps run, reads as one; what a delivery
+does besides creating a job is `shared.redeliveries`'.
 """
 
 from __future__ import annotations
@@ -44,7 +46,13 @@ from shared.delivery import Message
 from shared.errors import TransientError, is_retryable
 from shared.fleet.capacity import place_attempt, refusing
 from shared.fleet.placing import attempt_placer
-from shared.found_jobs import adopt_job, cancel_deleted_records_jobs, observe_adopted, remember_location
+from shared.found_jobs import (
+    adopt_job,
+    cancel_deleted_records_jobs,
+    observe_adopted,
+    remember_location,
+    sweep_locations,
+)
 from shared.jobs import state_name
 from shared.ledger.claims import Claim, ClaimInProgress, claim_attempt, fail_attempt, release_claim
 from shared.ledger.dedupe import bare_request_id
@@ -138,7 +146,9 @@ def submit_request(message: Message, log: Logger, ports: Ports) -> SubmitOutcome
             default_max_attempts=settings.default_max_attempts,
         )
         try:
-            if n == 1 and replayed_without_a_record(message, envelope, log, ports):
+            if n == 1 and replayed_without_a_record(
+                message, envelope, log, ports, where=partial(sweep_locations, ports)
+            ):
                 return SubmitOutcome(SubmitResult.DUPLICATE, request.request_id, n)
         except DeletedRecordsJobLive as waiting:
             # A fresh message of the id looks only while the id's marker is there: renewed, it

@@ -23,6 +23,7 @@ from shared.delivery import Message, handle_delivery
 from shared.errors import ConfigurationError, TransientError
 from shared.fleet import store
 from shared.fleet.observations import FleetFact, Kind, MachineClass
+from shared.found_jobs import sweep_strays
 from shared.jobs import ENV_KIT_KEY, LABEL_ATTEMPT, LABEL_DEPLOYMENT, LABEL_REQUEST_ID
 from shared.ledger.cancelling import cancel_request
 from shared.ledger.claims import ClaimInProgress
@@ -1598,6 +1599,50 @@ def test_a_message_waiting_for_a_deleted_records_job_keeps_the_ids_marker_for_th
     harness.now += timedelta(seconds=LEASE / 2)
     with pytest.raises(TransientError):  # a fresh message of the id looks, and waits too
         harness.deliver(envelope(), message_id="m-3")
+    assert harness.vertex.creates == 1 and harness.vertex.cancelled == [first.job]
+
+
+def test_the_stray_sweep_keeps_the_ids_marker_while_a_deleted_records_job_lives(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Simulator seed 10178: a person deleted the record while its job lived; reconcile's pass
+    removed the claim's marker as stale (no record, older than `INDEX_GRACE_SECONDS`) and its stray
+    sweep cancelled the job, which stayed CANCELLING; a fresh message of the id, finding no marker,
+    did not look and created a second live job. The sweep renews the marker of a record-less job
+    not ended, so a fresh message looks and waits."""
+    first = harness.deliver(envelope(), message_id="m-1")
+    harness.ledger._bucket.blob("requests/r1.json").delete()  # a person
+    claims_marker = harness.ledger.active_entry("r1")
+    assert claims_marker.written is not None
+    later = claims_marker.written + timedelta(seconds=INDEX_GRACE_SECONDS + 1)
+    assert harness.ledger.remove_stale_marker(claims_marker, None, now=later)  # reconcile's pass
+    assert sweep_strays(harness.ports, ["us-central1"], harness.log) == [first.job]
+
+    harness.now += timedelta(seconds=LEASE / 2)
+    with pytest.raises(TransientError):  # a fresh message of the id looks, and waits
+        harness.deliver(envelope(), message_id="m-2")
+    assert harness.vertex.creates == 1 and harness.vertex.cancelled == [first.job]
+    renewed = harness.ledger.active_entry("r1")
+    # fake-gcs-server ignores ifGenerationMatch on a DELETE: the store then checks it itself
+    monkeypatch.setattr("shared.ledger.store._emulator_in_use", lambda: True)
+    assert sweep_strays(harness.ports, ["us-central1"], harness.log) == []  # still cancelling: renewed again
+    assert not harness.ledger.remove_stale_marker(renewed, None, now=later + timedelta(hours=1))
+
+
+def test_a_message_of_another_location_waits_for_a_deleted_records_live_job(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Simulator seed 10267: the deleted record's job ran in us-east4, and another body published
+    under the id, naming no location (the default, us-central1), looked only there and created a
+    second live job. The look lists every location the stray sweep lists."""
+    monkeypatch.setattr("shared.found_jobs._remembered", set())  # this instance marks us-east4 at its create
+    first = harness.deliver(envelope(locations=["us-east4"]), message_id="m-1")
+    assert "/locations/us-east4/" in first.job
+    harness.ledger._bucket.blob("requests/r1.json").delete()  # a person
+    harness.now += timedelta(seconds=LEASE / 2)
+
+    with pytest.raises(TransientError):
+        harness.deliver(envelope(priority=100), message_id="m-2")
     assert harness.vertex.creates == 1 and harness.vertex.cancelled == [first.job]
 
 
