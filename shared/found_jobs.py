@@ -4,7 +4,7 @@ is adopted (`adopt_job`), and a job the ledger does not record is cancelled (`sw
 
 Where the sweep looks: every location this deployment may have a job in, which is the default,
 the allowed locations, and every location a create was ever sent to. The last are remembered by
-submit before its first create in a location (`remember_location`: one empty marker per location,
+submit before its first create in a location (`shared.job_locations`: one empty marker per location,
 `maintenance/locations/<location>`, created if absent, once per instance), so a stray of a
 finished request in a failover region is found too; one list of markers and one job list per
 location per pass.
@@ -17,7 +17,6 @@ deleted record): one question, whose cancels share one note and one alert each.
 
 from __future__ import annotations
 
-import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -38,6 +37,7 @@ from shared.deciding.events import Signal
 from shared.deciding.outbox import Mine, decided_alert, flush, send_cancels
 from shared.deciding.preemptions import note_kit_line
 from shared.deciding.strays import decide_stray, is_stray, recordless_stray_alert
+from shared.job_locations import LOCATIONS_PREFIX
 from shared.jobs import (
     LABEL_ATTEMPT,
     LABEL_REQUEST_ID,
@@ -49,7 +49,6 @@ from shared.jobs import (
 )
 from shared.ledger.claims import record_job
 from shared.ledger.records import RequestRecord
-from shared.ledger.run_lock import ledger_bucket
 from shared.ledger.store import JobIndexEntry
 from shared.log import Logger
 from shared.reconcile_vertex import CallDeferred, CallWindow, read_times
@@ -213,40 +212,6 @@ def _cancel_second_job(ports: Ports, record: RequestRecord, job: CustomJob, log:
             job=job.name,
             error=f"{type(exc).__name__}: {exc}",
         )
-
-
-LOCATIONS_PREFIX = "maintenance/locations/"
-_remembered: set[tuple[str, str]] = set()  # (state bucket, location) this instance has marked
-_remembered_lock = threading.Lock()
-
-
-def remember_location(ports: Ports, location: str) -> None:
-    """Mark `location` as one this deployment sends creates to (before the first create there)."""
-    from google.api_core.exceptions import PreconditionFailed
-
-    bucket = ledger_bucket(ports.ledger)
-    key = (bucket.name, location)
-    with _remembered_lock:
-        if key in _remembered:
-            return
-    try:
-        bucket.blob(f"{LOCATIONS_PREFIX}{location}").upload_from_string(b"", if_generation_match=0)
-    except PreconditionFailed:
-        pass  # marked before
-    with _remembered_lock:
-        _remembered.add(key)
-
-
-def sweep_locations(ports: Ports, seen: Iterable[str] = ()) -> list[str]:
-    """Every location the stray sweep lists: the default, the allowed ones, every one a create
-    was sent to (remembered), and `seen` (the locations of the requests reconciled)."""
-    settings = ports.settings
-    bucket = ledger_bucket(ports.ledger)
-    remembered = {
-        blob.name[len(LOCATIONS_PREFIX) :]
-        for blob in bucket.client.list_blobs(bucket, prefix=LOCATIONS_PREFIX, fields="items(name),nextPageToken")
-    }
-    return sorted({settings.location, *settings.allowed_locations, *remembered, *seen} - {""})
 
 
 def sweep_strays(ports: Ports, locations: Iterable[str], log: Logger, *, window: CallWindow | None = None) -> list[str]:

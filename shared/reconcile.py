@@ -61,7 +61,8 @@ from shared.deciding.outbox import (
     publish_request_attempt,
 )
 from shared.errors import is_retryable
-from shared.found_jobs import adopt_found_job, sweep_locations, sweep_strays
+from shared.found_jobs import adopt_found_job, sweep_strays
+from shared.job_locations import sweep_locations
 from shared.ledger.cancelling import end_unsent_claim
 from shared.ledger.records import Attempt, CorruptRecord, RequestRecord, alert_marker
 from shared.ledger.run_lock import ledger_bucket, run_lock

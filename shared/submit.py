@@ -46,13 +46,8 @@ from shared.delivery import Message
 from shared.errors import TransientError, is_retryable
 from shared.fleet.capacity import place_attempt, refusing
 from shared.fleet.placing import attempt_placer
-from shared.found_jobs import (
-    adopt_job,
-    cancel_deleted_records_jobs,
-    observe_adopted,
-    remember_location,
-    sweep_locations,
-)
+from shared.found_jobs import adopt_job, cancel_deleted_records_jobs, observe_adopted
+from shared.job_locations import remember_location, sweep_locations
 from shared.jobs import state_name
 from shared.ledger.claims import Claim, ClaimInProgress, claim_attempt, fail_attempt, release_claim
 from shared.ledger.dedupe import bare_request_id

@@ -12,7 +12,7 @@ starts threads, made virtual, in one place (`install`), for the simulated world:
 | `ThreadPoolExecutor`                                 | reconcile, ledger.retention, found_jobs, pruning.execute | runs each task at once, in order; a `map`'s as its workers would in time |
 | `get_settings()`, `ports_for(name)`                  | the shells, `shared.settings`, `shared.wiring` | the world's settings and Ports |
 | `STORAGE_EMULATOR_HOST` (fake-gcs-server workarounds) | pruning.runner, ledger.store            | off: the stand-in is GCS |
-| per-process caches                                   | found_jobs, triggers.runner, triggers.windows, the ledger's parse and the job's conversion memos | emptied for each world |
+| per-process caches                                   | job_locations, triggers.runner, triggers.windows, the ledger's parse and the job's conversion memos | emptied for each world |
 
 `install(world)` points all of it at `world` (the originals are kept; `uninstall` restores them).
 """
@@ -223,13 +223,13 @@ def reset_process_caches() -> None:
     """What one function instance remembers between deliveries; a world starts with new instances."""
     import shared.adapters.vertex
     import shared.clock
-    import shared.found_jobs
+    import shared.job_locations
     import shared.ledger.records
     import shared.requests.job_policy
     import shared.triggers.runner
     import shared.triggers.windows
 
-    shared.found_jobs._remembered.clear()  # noqa: SLF001
+    shared.job_locations._remembered.clear()  # noqa: SLF001
     shared.triggers.runner._cache.clear()  # noqa: SLF001
     shared.triggers.windows._open_windows.clear()  # noqa: SLF001
     # The parse and conversion memos: pure, but a new instance starts without them (and a time

@@ -552,7 +552,7 @@ def _finished_in(world: World, region: str) -> str:
 
 
 def test_a_stray_of_a_finished_request_in_a_failover_region_is_cancelled_on_the_next_pass(world: World) -> None:
-    from shared.found_jobs import remember_location
+    from shared.job_locations import remember_location
 
     remember_location(world.ports, "europe-west4")  # what submit did before creating there
     _finished_in(world, "europe-west4")

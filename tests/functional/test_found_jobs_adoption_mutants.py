@@ -17,15 +17,8 @@ from google.cloud.aiplatform_v1 import CustomJob
 from spotjobs_kit.lines import KEY, format_line
 
 from shared.clock import iso, parse_iso
-from shared.found_jobs import (
-    LOCATIONS_PREFIX,
-    adopt_found_job,
-    adopt_job,
-    cancel_stray,
-    remember_location,
-    sweep_locations,
-    sweep_strays,
-)
+from shared.found_jobs import adopt_found_job, adopt_job, cancel_stray, sweep_strays
+from shared.job_locations import LOCATIONS_PREFIX, remember_location, sweep_locations
 from shared.ledger.records import CancelIntent, RequestRecord
 from shared.ledger.store import LedgerStore
 from shared.wiring import Ports

@@ -1635,7 +1635,7 @@ def test_a_message_of_another_location_waits_for_a_deleted_records_live_job(
     """Simulator seed 10267: the deleted record's job ran in us-east4, and another body published
     under the id, naming no location (the default, us-central1), looked only there and created a
     second live job. The look lists every location the stray sweep lists."""
-    monkeypatch.setattr("shared.found_jobs._remembered", set())  # this instance marks us-east4 at its create
+    monkeypatch.setattr("shared.job_locations._remembered", set())  # this instance marks us-east4 at its create
     first = harness.deliver(envelope(locations=["us-east4"]), message_id="m-1")
     assert "/locations/us-east4/" in first.job
     harness.ledger._bucket.blob("requests/r1.json").delete()  # a person

@@ -59,6 +59,7 @@ ROOMS: dict[str, str] = {
     "shared.create_lease": "shell parts",
     "shared.reconcile_vertex": "shell parts",
     "shared.reconcile_index": "shell parts",
+    "shared.job_locations": "shell parts",
     "shared.attempt_lookup": "shell parts",
     "functions": "functions",
     "spotjobs": "spotjobs",
