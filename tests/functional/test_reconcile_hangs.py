@@ -55,6 +55,17 @@ def ports(world: World, clock: PassClock) -> Ports:
     return replace(world.ports, clock=clock)
 
 
+def listings_take_the_pass(world: World, clock: PassClock) -> None:
+    """Every listing answers only after the pass's whole function timeout has gone by."""
+    listing = world.vertex.list_custom_jobs
+
+    def slow_listing(request: dict[str, Any], **kwargs: Any) -> Any:
+        clock.wait(RECONCILE_FUNCTION_TIMEOUT_SECONDS)
+        return listing(request, **kwargs)
+
+    world.vertex.list_custom_jobs = slow_listing  # type: ignore[method-assign]
+
+
 def test_a_pass_over_a_stalled_location_ends_in_time_and_still_reconciles_the_others(
     world: World, clock: PassClock
 ) -> None:
@@ -188,13 +199,7 @@ def test_a_sweep_the_window_closes_on_says_its_strays_wait(world: World, clock: 
     world.vertex.stalled = set()
     request, _ = world.submitted("req-1", state=RUNNING)
     world.vertex.add(request.request_id, 1)  # a stray
-    listing = world.vertex.list_custom_jobs
-
-    def slow_listing(request: dict[str, Any], **kwargs: Any) -> Any:
-        clock.wait(RECONCILE_FUNCTION_TIMEOUT_SECONDS)
-        return listing(request, **kwargs)
-
-    world.vertex.list_custom_jobs = slow_listing  # type: ignore[method-assign]
+    listings_take_the_pass(world, clock)
     log = CapturedLog()
 
     summary = run_reconcile(ports(world, clock), log.logger)
@@ -265,13 +270,7 @@ def test_a_sweep_listing_the_window_refuses_is_one_deferral_said_once(world: Wor
     world.settings = replace(world.settings, allowed_locations=(HEALTHY, STALLED))
     world.vertex.stalled = set()
     world.submitted("req-1", state=RUNNING, location=HEALTHY)
-    listing = world.vertex.list_custom_jobs
-
-    def slow_listing(request: dict[str, Any], **kwargs: Any) -> Any:
-        clock.wait(RECONCILE_FUNCTION_TIMEOUT_SECONDS)
-        return listing(request, **kwargs)
-
-    world.vertex.list_custom_jobs = slow_listing  # type: ignore[method-assign]
+    listings_take_the_pass(world, clock)
     log = CapturedLog()
 
     summary = run_reconcile(ports(world, clock), log.logger)
