@@ -482,8 +482,10 @@ def delete_object(world: World, *, what: str) -> None:
 
 def republish_after_deletion(world: World) -> None:
     """A person deletes the record of a request whose latest attempt's job is live (picked by a
-    generator of its own) and publishes its request again, the same id and body; that job ends
-    `SLOW_END_SECONDS` after its cancel. An id spotjobs derives is not the person's to publish."""
+    generator of its own) and publishes its request again: the bytes and attributes it was first
+    published with, not the record's form of it (its defaults filled in: seed 10829's near-limit
+    body grew past the bytes accepted); that job ends `SLOW_END_SECONDS` after its cancel. An id
+    spotjobs derives is not the person's to publish."""
     from shared.jobs import RESERVED_ID_PREFIXES
     from sim.invariants import records
 
@@ -492,10 +494,13 @@ def republish_after_deletion(world: World) -> None:
         job = world.vertex.jobs.get(latest.job) if latest is not None and latest.job else None
         return job if job is not None and job.live and not job.deleted else None
 
+    first_publish = _first_publish_by_a_person(world)
     candidates = sorted(
         (r.request_id, r)
         for r in records(world)
-        if live_job(r) is not None and not r.request_id.startswith(RESERVED_ID_PREFIXES)
+        if live_job(r) is not None
+        and not r.request_id.startswith(RESERVED_ID_PREFIXES)
+        and r.request_id in first_publish
     )
     if not candidates:
         world.note("out of band: no record with a live job to delete and publish again")
@@ -507,12 +512,30 @@ def republish_after_deletion(world: World) -> None:
     _note_record_deleted(world, request_id, world.storage.objects(world.settings.state_bucket)[name].data)
     world.storage.client().bucket(world.settings.state_bucket).blob(name).delete()
     world.tampering.republished[request_id] = len(world.tampering.deleted_record_documents[request_id])
-    data = json.dumps(record.request, separators=(",", ":")).encode()
-    message_id = world.pubsub.accept(world.settings.job_requests_topic, data, {})
+    first = first_publish[request_id]
+    message_id = world.pubsub.accept(world.settings.job_requests_topic, first.data, dict(first.attributes))
     world.note(
         f"out of band: {name} deleted by a person while its job {job.name.rsplit('/', 1)[-1]} lives, "
         f"and {request_id} published again (message {message_id})"
     )
+
+
+def _first_publish_by_a_person(world: World) -> dict[str, Any]:
+    """Each request id's first message on job-requests from a publisher: not a re-queue of
+    spotjobs' own (`ORIGIN_ATTRIBUTE`), nor a hostile publisher's."""
+    from shared.requests.envelope import ORIGIN_ATTRIBUTE
+
+    first: dict[str, Any] = {}
+    for message in world.pubsub.on(world.settings.job_requests_topic):
+        if ORIGIN_ATTRIBUTE in message.attributes or message.message_id in world.hostile:
+            continue
+        body = message.json()
+        request_id = (body.get("request_id") if isinstance(body, dict) else None) or message.attributes.get(
+            "request_id"
+        )
+        if isinstance(request_id, str):
+            first.setdefault(request_id, message)
+    return first
 
 
 def _note_record_deleted(world: World, request_id: str, document: bytes) -> None:

@@ -18,6 +18,7 @@ from shared.deciding.alert_log import LOG_DAYS as ALERT_LOG_DAYS
 from shared.fleet.store import FLEET_PREFIX
 from shared.fleet.store import RETENTION_DAYS as FLEET_RETENTION_DAYS
 from shared.found_jobs import RECORDLESS_STRAY_NOTES, REFUSED_LISTING_NOTES
+from shared.ledger.store import ACTIVE_PREFIX, REQUESTS_PREFIX
 from shared.requests.envelope import MANIFESTS_PREFIX
 
 if TYPE_CHECKING:
@@ -971,6 +972,7 @@ def bounded_state(world: World) -> list[Violation]:
     state_objects = world.storage.objects(world.settings.state_bucket)
     undecided = windows_kept_until_repaired(world)
     live_ids = {job.name.rsplit("/", 1)[-1] for job in world.vertex.jobs.values() if job.live}
+    live_recordless = _recordless_requests_with_a_live_job(world, state_objects)
     waited_in = {
         name.split("/")[1]
         for name, obj in state_objects.items()
@@ -993,11 +995,23 @@ def bounded_state(world: World) -> list[Violation]:
             continue  # said again while the refusal stands: its lifecycle rule has not come round yet
         if name.startswith(RECORDLESS_STRAY_NOTES) and name[len(RECORDLESS_STRAY_NOTES) :] in live_ids:
             continue  # a stray that lives on (its cancel refused, seed 954): said again while it does
+        if name.startswith(ACTIVE_PREFIX) and name[len(ACTIVE_PREFIX) :] in live_recordless:
+            continue  # renewed by each stray sweep while the job lives (its cancel refused, seed 10503)
         leftovers[_kind_of_state(name)].append(name)
     return [
         violation("bounded_state", f"{len(names)} {kind} object(s) left after retention, e.g. {names[0]}")
         for kind, names in sorted(leftovers.items())
     ]
+
+
+def _recordless_requests_with_a_live_job(world: World, state_objects: dict[str, Any]) -> set[str]:
+    """Ids with no ledger record whose labelled job has not ended: the stray sweep renews each one's
+    active marker while the job lives, so a fresh message of the id looks (docs/ARCHITECTURE.md,
+    "Exactly once, and what breaks it"; seed 10178)."""
+    from shared.jobs import LABEL_REQUEST_ID
+
+    labelled = {job.labels.get(LABEL_REQUEST_ID, "") for job in world.vertex.jobs.values() if job.live}
+    return {rid for rid in labelled if rid and f"{REQUESTS_PREFIX}{rid}.json" not in state_objects}
 
 
 def windows_kept_until_repaired(world: World) -> set[tuple[str, str]]:

@@ -451,6 +451,22 @@ def test_only_vertex_calls_of_a_faulty_handler_in_the_faulty_phase_hang() -> Non
     assert world.faults == []
 
 
+def test_a_person_publishes_again_the_body_they_published_not_the_records_form() -> None:
+    """Seed 10829: a near-limit body (5908 bytes) read back from its record, its defaults filled in,
+    was 6021 bytes, over the 6000 accepted, a body the person never wrote. The person publishes
+    again what they published: the same bytes and attributes."""
+    world = World(0)
+    running = job(world, "r1", 1)
+    restore_record(world, "r1", RequestStatus.RUNNING, attempt(1, running.name))
+    first = json.dumps({"custom_job": ledger(world).get("r1").request["custom_job"]}).encode()
+    world.pubsub.accept(world.settings.job_requests_topic, first, {"request_id": "r1"})
+
+    faults.republish_after_deletion(world)
+
+    *_, again = world.pubsub.on(world.settings.job_requests_topic)
+    assert (again.data, again.attributes) == (first, {"request_id": "r1"})
+
+
 def test_a_person_deletes_a_record_whose_job_lives_and_publishes_the_request_again() -> None:
     """Seed 10182's gap: the old job ends long after the republished message's five deliveries,
     and the request owes a record unless a person deleted it again."""
@@ -460,11 +476,12 @@ def test_a_person_deletes_a_record_whose_job_lives_and_publishes_the_request_aga
     world = World(0)
     running = job(world, "r1", 1)
     restore_record(world, "r1", RequestStatus.RUNNING, attempt(1, running.name))
+    world.pubsub.accept(world.settings.job_requests_topic, b'{"request_id":"r1","custom_job":{}}', {})
 
     faults.republish_after_deletion(world)
 
     assert ledger(world).get("r1") is None and world.tampering.republished == {"r1": 1}
-    [again] = [m for m in world.pubsub.on(world.settings.job_requests_topic) if m.json().get("request_id") == "r1"]
+    *_, again = world.pubsub.on(world.settings.job_requests_topic)
     assert "attempt" not in again.json() and not again.attributes  # the person's publish, not a re-queue
     assert any("published again after a person deleted its record" in v.detail for v in invariants.liveness(world))
     world.vertex.cancel_by_hand(running)

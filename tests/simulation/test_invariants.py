@@ -339,6 +339,21 @@ def test_the_note_of_a_record_less_stray_still_live_is_not_a_leak(world: World) 
     assert leak.detail.startswith("1 rejections object(s)")
 
 
+def test_the_marker_of_a_record_less_request_whose_job_lives_is_not_a_leak(world: World) -> None:
+    """Seed 10503: a person's console copy of r1's job outlived r1's record (retention deleted it)
+    and Vertex refuses its cancel for good; each stray sweep that lists it not ended renews the id's
+    active marker, so a fresh message of the id looks (docs/ARCHITECTURE.md, "Exactly once, and what
+    breaks it"). The marker is a leak once the job has ended."""
+    stray = job(world, "r1", 1, "JOB_STATE_RUNNING")
+    bucket = world.storage.client().bucket(world.settings.state_bucket)
+    bucket.blob("active/r1").upload_from_string(b"")
+    assert invariants.bounded_state(world) == []
+
+    stray.state = "JOB_STATE_CANCELLED"
+    [leak] = invariants.bounded_state(world)
+    assert leak.detail == "1 ledger object(s) left after retention, e.g. active/r1"
+
+
 def test_a_burst_document_is_kept_while_its_line_waits(world: World) -> None:
     """Seeds 2605, 3908, 5945: GPU requests wait for good behind a full GPU quota, and their line
     never empties; its burst document ends only when a hand-over finds the line empty
