@@ -205,9 +205,13 @@ def same_layout_every_attempt(world: World) -> list[Violation]:
     from shared.jobs import LABEL_ATTEMPT, LABEL_REQUEST_ID
     from sim.invariants import records, violation
 
-    # As published (a record a fault left unreadable still had them) and as recorded.
+    # As recorded, and as published on job-requests: a record a fault left unreadable or a person
+    # deleted still had them, and `spotjobs resubmit` publishes a body no publisher's arrival is
+    # (seed 11027).
     with_alternatives = {r.request_id for r in records(world) if r.request.get("capacity")} | {
-        json.loads(a.data).get("request_id") for a in world.workload.arrivals if b'"capacity"' in a.data
+        body.get("request_id")
+        for message in world.pubsub.on(world.settings.job_requests_topic)
+        if b'"capacity"' in message.data and isinstance(body := message.json(), dict)
     }
     first: dict[str, list[tuple[str, int]]] = {}
     out = []

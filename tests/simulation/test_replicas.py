@@ -266,3 +266,35 @@ def test_the_kit_counts_its_own_starts_whatever_vertex_counts_towards_its_six() 
     )
     assert runs == ["0000.json", "0001.json", "0002.json"]
     assert sim_job.restarts == 0 and sim_job.vms_reclaimed >= 2
+
+
+def test_a_resubmitted_request_with_alternatives_whose_record_a_person_deleted_may_move_machine() -> None:
+    """Seed 11027: `spotjobs resubmit` published r10's body, capacity alternatives and all, as
+    r10-r2 (not a publisher's arrival); its Spot job waited past its changeover on the first
+    machine and was moved to the second (docs/placement.md "Where and on what"), and after it
+    succeeded a person deleted its record. Its alternatives are still its published body's."""
+    import json
+
+    from shared.requests.capacity import machine_spec
+
+    world = World(0)
+    capacity = [
+        {"machine": "a3-highgpu-8g", "strategies": ["SPOT"]},
+        {"machine": "a2-ultragpu-8g", "strategies": ["SPOT"]},
+    ]
+    body = {"request_id": "r1-r2", "custom_job": {}, "capacity": capacity}
+    world.pubsub.accept(world.settings.job_requests_topic, json.dumps(body).encode(), {"request_id": "r1-r2"})
+    first = job(world, "r1-r2", 1).request
+    first["jobSpec"]["workerPoolSpecs"][0]["machineSpec"] = machine_spec("a3-highgpu-8g")
+    moved = job(world, "r1-r2", 2).request
+    moved["jobSpec"]["workerPoolSpecs"][0]["machineSpec"] = machine_spec("a2-ultragpu-8g")
+    world.vertex.created += [Create(world.clock.now(), "us-central1", r, True) for r in (first, moved)]
+    world.clock.advance(600)
+    world.tampering.deleted_records.add("r1-r2")
+    world.tampering.records_deleted_at["r1-r2"] = world.clock.now()
+    assert replicas.same_layout_every_attempt(world) == []
+
+    grown = two_pools(job(world, "r1-r2", 3)).request  # a second pool on a re-queue: still caught
+    world.vertex.created.append(Create(world.clock.now(), "us-central1", grown, True))
+    [found] = replicas.same_layout_every_attempt(world)
+    assert found.detail.startswith("r1-r2: a create with layout")
