@@ -13,7 +13,9 @@ The promises (docs/requests.md, "A budget"):
 - `budgets_held` (`QUIESCENCE`): no request's spend passed its budget by more than the documented
   overshoot (the job's price for `OVERSHOOT_INTERVALS` reconcile intervals, plus `LAG` for the
   cancel and a delivery the world delayed), widened by the ticks of one run lock's lease for every
-  reconcile pass that died while the request ran (`dead_pass_seconds`). That the alert comes once (plus once per publish a
+  reconcile pass that died while the request ran (`dead_pass_seconds`), and by the time Vertex
+  refused the stray sweep's listing where a stray of it ran, once `stray_sweep_refused` said so
+  (`blind_sweep_seconds`). That the alert comes once (plus once per publish a
   fault left unconfirmed) is `alerts_not_per_redelivery`'s, as for every alert;
 - `billed_as_vertex_ran` (`QUIESCENCE`, docs/requests.md, "What a request costs"): `spotjobs
   report`'s bill of every finished request, with or without a budget, is what the simulated Vertex
@@ -211,6 +213,31 @@ def dead_pass_seconds_around(world: World, since: datetime, until: datetime) -> 
     return dead * math.ceil(LEASE_SECONDS / interval) * interval
 
 
+def blind_sweep_seconds(world: World, record: Any) -> float:
+    """How long the stray sweep was blind to a stray of `record` (seed 10994): Vertex refused its
+    listing of the stray's location (a 403 on list, `sim.faults`) while the stray ran, and a
+    `stray_sweep_refused` alert named the location. docs/ARCHITECTURE.md: such a location is blind
+    to strays; docs/operations.md: a job there runs uncancelled, the operator told, until the
+    permission is granted again and the next pass cancels it. Each refusal counts once over the
+    span its location's strays ran, from their first start to the last read that found one."""
+    from shared.clock import parse_iso
+    from sim.promises import listings_refused_said
+
+    spans: dict[str, tuple[datetime, datetime]] = {}
+    for stray in record.strays:
+        if stray.started_at and stray.location in listings_refused_said(world):
+            start, seen = parse_iso(stray.started_at), parse_iso(stray.seen_until)
+            first, last = spans.get(stray.location, (start, seen))
+            spans[stray.location] = (min(first, start), max(last, seen))
+    blind = 0.0
+    for refusal in world.vertex.refusals:
+        if refusal.operation == "list" and refusal.location in spans:
+            first, last = spans[refusal.location]
+            overlap = min(last, refusal.until or last) - max(first, refusal.since)
+            blind += max(0.0, overlap.total_seconds())
+    return blind
+
+
 def budgets_held(world: World) -> list[Violation]:
     from shared.fleet.spend import overshoot_bound_usd
     from sim.invariants import excused, violation
@@ -220,7 +247,7 @@ def budgets_held(world: World) -> list[Violation]:
         if excused(world, record.request_id) or record.latest is None:
             continue
         review = OVERSHOOT_INTERVALS * world.settings.reconcile_interval_seconds + LAG.total_seconds()
-        review += dead_pass_seconds(world, record)
+        review += dead_pass_seconds(world, record) + blind_sweep_seconds(world, record)
         bound = max(overshoot_bound_usd(record.request, a, review, shipped_price) for a in record.attempts)
         if spend > limit + bound:
             out.append(

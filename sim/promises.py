@@ -249,9 +249,12 @@ def said_blind(world: World) -> set[str]:
     operator's to end, and was told (seed 10018: a job re-run by hand in such a location)."""
     now = world.clock.now()
     refused_now = {r.location for r in world.vertex.refusals if r.applies("list", r.location, now)}
-    return refused_now & {
-        details.get("location") for details in _sweep_refusals_said(world) if details.get("call", "list") == "list"
-    }
+    return refused_now & listings_refused_said(world)
+
+
+def listings_refused_said(world: World) -> set[str]:
+    """Locations a `stray_sweep_refused` alert named as blind (its listing refused, not a stray's cancel)."""
+    return {details.get("location") for details in _sweep_refusals_said(world) if details.get("call", "list") == "list"}
 
 
 def said_uncancelled(world: World) -> set[str]:

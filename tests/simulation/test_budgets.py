@@ -116,6 +116,31 @@ def test_a_pass_that_died_while_only_a_stray_of_the_request_ran_widens_the_overs
     assert budgets.budgets_held(world) == []
 
 
+def test_a_stray_the_sweep_could_not_list_widens_the_overshoot_once_its_blindness_was_alerted(world: World) -> None:
+    # Seed 10994: the budget stopped the request, and a person's console re-run of its job ran on
+    # for two hours in a location whose listing Vertex refused (403): the sweep was blind to it
+    # (docs/ARCHITECTURE.md) and cancelled it on its first pass once the permission was back.
+    from sim.faults import Refusal
+
+    now = world.clock.now()
+    began = now - timedelta(hours=2)
+    stopped = Attempt(
+        1, "us-central1", "SPOT", claimed_at=iso(began), job="j", state="JOB_STATE_CANCELLED", ended_at=iso(began)
+    )
+    copy = Stray("j2", 1, "us-central1", "", [], seen_until=iso(now), started_at=iso(began))
+    request = {"request_id": "r-blind", "custom_job": A100, "max_cost_usd": 0.1}
+    LedgerStore(world.storage.client().bucket(world.settings.state_bucket)).restore(
+        RequestRecord("r-blind", request, "gs://c/", status=RequestStatus.CANCELLED, attempts=[stopped], strays=[copy])
+    )
+    assert [v.detail.split(",")[0] for v in budgets.budgets_held(world)] == ["r-blind spent $3.8560"]
+    world.vertex.refusals.append(Refusal("list", "us-east4", began, now))  # not where the stray ran
+    world.vertex.refusals.append(Refusal("list", "us-central1", began + timedelta(minutes=5), now))
+    assert len(budgets.budgets_held(world)) == 1  # blind, but nobody was told
+    said = Alert.of(AlertKind.STRAY_SWEEP_REFUSED, "blind", details={"location": "us-central1", "call": "list"})
+    world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(said.to_json()).encode(), {})
+    assert budgets.budgets_held(world) == []
+
+
 def test_a_budget_run_on_a_price_row_a_deployment_dropped_owes_one_budget_unpriced_alert(world: World) -> None:
     """`sim.faults.drop_price_row`: the functions' table loses a2-highgpu-1g in us-central1; a
     budgeted request whose job ran there and was not over owes the alert, one that ended before
