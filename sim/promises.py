@@ -1242,6 +1242,45 @@ def fleet_facts_bounded(world: World) -> list[Violation]:
         if fact.at is not None and fact.at > now + timedelta(seconds=1):
             problems.append(f"at {fact.at.isoformat()}, in the future")
         out += [violation("fleet_facts_bounded", f"{name}: {p}") for p in problems]
+    return out + _open_waits_past_their_end(world, by_key)
+
+
+# What only a decision that saw an attempt's job run or end records of it; any fact of a later
+# attempt of its request is written by a decision whose record has the attempt ended.
+_SEEN_RUN_OR_END = frozenset({"preempt", "restart", "run", "stockout"})
+_CLOSES_A_WAIT = frozenset({"wait", "nocap", "attempt"})
+
+
+def _open_waits_past_their_end(world: World, by_key: dict[str, list[SimJob]]) -> list[Violation]:
+    """An attempt's `waiting` fact left open (no `wait`, `nocap` or summary) though its job ran
+    or ended, and a later decision on the request recorded a fact that shows it knew: every
+    decision writes again what closed a wait (shared/fleet/recording.py), so a lost write of it is
+    made good by the next; open, it would tell the estimate "no capacity" for the whole window."""
+    from shared.fleet.observations import attempt_key
+    from shared.fleet.store import FLEET_PREFIX, parse_name
+
+    kinds: dict[str, set[str]] = collections.defaultdict(set)
+    for name in world.storage.objects(world.settings.state_bucket):
+        if name.startswith(FLEET_PREFIX) and (parsed := parse_name(name)) is not None:
+            kinds[parsed[1].attempt_key].add(parsed[1].kind.value)
+    out = []
+    for key, told in sorted(kinds.items()):
+        jobs = by_key.get(key, [])
+        if "waiting" not in told or told & _CLOSES_A_WAIT or not any(j.start_time or j.end_time for j in jobs):
+            continue
+        request_id, n = jobs[0].request_id, jobs[0].attempt
+        later = sorted(
+            {j.attempt for js in by_key.values() for j in js if j.request_id == request_id and j.attempt > n}
+        )
+        if told & _SEEN_RUN_OR_END or any(attempt_key(request_id, m) in kinds for m in later):
+            out.append(
+                violation(
+                    "fleet_facts_bounded",
+                    f"{request_id} attempt {n}: its wait is open in the fleet store, though Vertex "
+                    f"{'ran' if any(j.start_time for j in jobs) else 'ended'} its job and a later decision "
+                    f"recorded {sorted(told & _SEEN_RUN_OR_END) or 'a later attempt'}",
+                )
+            )
     return out
 
 

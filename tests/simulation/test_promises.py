@@ -874,6 +874,30 @@ def test_a_fleet_fact_beyond_what_vertex_did_is_caught(world: World) -> None:
     assert any("no job of its attempt was ever created" in d for d in details)
 
 
+@pytest.mark.parametrize("later", ["its preemption", "the next attempt"])
+def test_an_open_wait_left_past_its_jobs_run_is_caught(world: World, later: str) -> None:
+    """The decision that saw the Spot job run lost its `wait` fact; a later decision (one that
+    recorded a preemption of it, or the next attempt's) shows the request was decided on since:
+    the open wait it left would say no capacity for the estimate's whole window."""
+    ran = job(world, "r1", 1)
+    ran.start_time = ran.create_time
+    ran.vms_reclaimed = 1
+    key = attempt_key("r1", 1)
+    write_fact(world, FleetFact(Kind.WAITING, "us-central1", ran.create_time, attempt_key=key))
+    assert promises.fleet_facts_bounded(world) == []  # nothing decided on it since: not yet owed
+
+    if later == "its preemption":
+        write_fact(world, FleetFact(Kind.PREEMPT, "us-central1", world.clock.now(), attempt_key=key, index=0))
+    else:
+        job(world, "r1", 2)
+        write_fact(world, FleetFact(Kind.WAITING, "us-central1", world.clock.now(), attempt_key=attempt_key("r1", 2)))
+
+    [open_wait] = [v.detail for v in promises.fleet_facts_bounded(world)]
+    assert open_wait.startswith("r1 attempt 1: its wait is open in the fleet store, though Vertex ran its job")
+    write_fact(world, FleetFact(Kind.WAIT, "us-central1", ran.create_time, 0.0, attempt_key=key))
+    assert promises.fleet_facts_bounded(world) == []
+
+
 # Logs and status.
 
 
