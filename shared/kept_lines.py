@@ -18,6 +18,7 @@ from shared.adapters.vertex import read_job
 from shared.deciding.applying import apply_observation
 from shared.deciding.decisions import Observation
 from shared.deciding.events import Signal
+from shared.errors import is_retryable
 from shared.jobs import JobSnapshot
 from shared.log import Logger
 from shared.wiring import Ports
@@ -25,26 +26,43 @@ from shared.wiring import Ports
 
 def count_kept_preemptions(
     ports: Ports, request_id: str, n: int, job_name: str | None, log: Logger, *, job: JobSnapshot | None = None
-) -> tuple[str, ...]:
+) -> None:
     """Count on attempt `n` the preemption lines still kept for `job_name` once its record names
-    that job, then forget them; the decisions' events. A record that names no job yet (or
+    that job, then forget them. A record that names no job yet (or
     another) leaves them to the adoption that records it. `job`: the job as just read, if it
     was (else read here, only when a line is to be counted). One listing when nothing is kept."""
     if job_name is None:
-        return ()
+        return
     kept = ports.ledger.parked_preemptions(job_name.rsplit("/", 1)[-1])
     if not kept:
-        return ()
+        return
     record = ports.ledger.get(request_id)
     attempt = record.attempt(n) if record else None
     if attempt is None or attempt.job != job_name:
-        return ()
-    timeout = ports.settings.vertex_call_timeout_seconds
-    job = job or read_job(ports.job_service(attempt.location), job_name, timeout=timeout)
-    events: tuple[str, ...] = ()
+        return
+    if job is None:
+        from google.api_core.exceptions import GoogleAPICallError
+
+        try:
+            job = read_job(
+                ports.job_service(attempt.location), job_name, timeout=ports.settings.vertex_call_timeout_seconds
+            )
+        except GoogleAPICallError as exc:
+            if is_retryable(exc):
+                raise
+            # Gone, or not ours to read: no redelivery would read it, and reconcile's reads of the
+            # job say what is left to say.
+            log.warning(
+                "could not read the job to count the preemption lines kept before its index; they stay kept",
+                event="kept_preemptions_unread",
+                request_id=request_id,
+                attempt=n,
+                job=job_name,
+                error=f"{type(exc).__name__}: {exc}",
+            )
+            return
     for identity in sorted(kept.values()):
-        counted = Observation(n, job, Signal.PREEMPTION, preemption_evidence=identity)
-        events += apply_observation(ports, request_id, counted, log).events
+        apply_observation(ports, request_id, Observation(n, job, Signal.PREEMPTION, preemption_evidence=identity), log)
     ports.ledger.forget_parked(kept)  # counted: the record keeps each line's identity
     log.warning(
         "counted preemption lines kept before the job was indexed, which the delivery that recorded it left",
@@ -54,4 +72,3 @@ def count_kept_preemptions(
         job=job_name,
         lines=len(kept),
     )
-    return events

@@ -464,13 +464,10 @@ def test_a_lost_create_response_is_looked_up_not_retried(harness: Harness) -> No
     assert harness.observed("r1", 1)
 
 
-def test_a_preemption_kept_before_the_index_is_counted_once_by_the_redelivery_after_a_crash(
-    harness: Harness, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Simulator seed 35's gap: the create's answer is lost and its look-up lags, Vertex preempts
-    the job before any delivery indexes it (the line is kept), and the redelivery that adopts the
-    job dies between recording it and counting what was kept. The next redelivery finds the job
-    recorded: it counts the kept line, once, however often it comes."""
+def _adopted_and_died_before_counting(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> CustomJob:
+    """Simulator seed 35: the create's answer is lost and its look-up lags, Vertex preempts the
+    job before any delivery indexes it (the line is kept), and the redelivery that adopts the job
+    dies between recording it and counting what was kept."""
     harness.vertex.create_faults.append("lost")
     harness.vertex.list_lag = 1
     with pytest.raises(ClaimInProgress):
@@ -490,7 +487,17 @@ def test_a_preemption_kept_before_the_index_is_counted_once_by_the_redelivery_af
         crash.setattr("shared.submit.observe_adopted", dies)
         with pytest.raises(SubmitBlocked):
             harness.deliver(envelope())
-    assert harness.ledger.get("r1").attempt(1).job == job.name  # recorded, the kept line not counted
+    recorded = harness.ledger.get("r1").attempt(1)
+    assert (recorded.job, recorded.preemptions) == (job.name, 0)  # recorded, the kept line not counted
+    return job
+
+
+def test_a_preemption_kept_before_the_index_is_counted_once_by_the_redelivery_after_a_crash(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The next redelivery finds the job recorded: it counts the kept line, once, however often
+    it comes."""
+    job = _adopted_and_died_before_counting(harness, monkeypatch)
 
     outcomes = [harness.deliver(envelope()).result for _ in range(2)]
 
@@ -498,6 +505,22 @@ def test_a_preemption_kept_before_the_index_is_counted_once_by_the_redelivery_af
     assert harness.ledger.get("r1").attempt(1).preemptions == 1
     assert [line["preemptions"] for line in harness.log_lines("preemption")] == [1]
     assert harness.ledger.parked_preemptions(job.name.rsplit("/", 1)[-1]) == {}
+
+
+def test_a_kept_line_of_a_job_vertex_no_longer_has_leaves_the_redelivery_settled(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job is gone (deleted at Vertex) when the redelivery would count the kept line: no read
+    of it will ever answer, so the duplicate is acknowledged with a warning, not redelivered until
+    it dead-letters."""
+    job = _adopted_and_died_before_counting(harness, monkeypatch)
+    harness.vertex.forget(job.name)
+
+    assert harness.deliver(envelope()).result == SubmitResult.DUPLICATE
+
+    [unread] = harness.log_lines("kept_preemptions_unread")
+    assert unread["job"] == job.name and "NotFound" in unread["error"]
+    assert harness.ledger.get("r1").attempt(1).preemptions == 0
 
 
 def test_a_lost_create_response_finds_its_own_job_not_one_of_the_requests_deleted_record(harness: Harness) -> None:
