@@ -22,6 +22,7 @@ from shared.deciding.strays import is_stray
 from shared.delivery import Message
 from shared.errors import TransientError
 from shared.jobs import of_another_claim
+from shared.kept_lines import count_kept_preemptions
 from shared.ledger.records import CorruptRecord, RequestRecord
 from shared.ledger.store import JobIndexEntry
 from shared.log import Logger
@@ -50,7 +51,8 @@ def handle_job_event(
 ) -> EventOutcome:
     """One job-events message. Returns what it was; raises TransientError to be redelivered.
 
-    Only a relevant service line of a job in the index costs a Vertex call; a trainer kit line
+    Only a relevant service line of a job in the index costs a Vertex call (and a listing of the
+    preemption lines kept before its index, `count_kept_preemptions`); a trainer kit line
     signed with its attempt's key is counted in the ledger without one. An unsigned or badly
     signed kit line moves nothing: any job may write one for any other (docs/security.md), so it
     buys neither a Vertex read nor a decision at a moment its writer chose; reconcile and the
@@ -123,6 +125,8 @@ def handle_job_event(
         )
     log = log.bind(request_id=index.request_id)
     try:
+        if observation.job is not None:  # read from Vertex: lines kept before the index first
+            count_kept_preemptions(wired, index.request_id, index.attempt, index.job, log, job=observation.job)
         applied = apply_observation(wired, index.request_id, observation, log)
         if applied.waiting and _finish_adoption(wired, applied.record, index, log):
             applied = apply_observation(wired, index.request_id, observation, log)  # counted now
@@ -140,8 +144,10 @@ def _parked(ports: Ports, entry: JobLogEntry, log: Logger, message: str) -> Even
     whose create's answer was lost is indexed only when reconcile adopts it, minutes later;
     redeliveries would dead-letter first). The adoption counts it: a kit line in the same
     compare-and-swap that records the job (`adopt_job`), a preemption line just after
-    (`observe_adopted`); a foreign job's is left to a lifecycle rule. Indexed meanwhile (the
-    adoption listed the kept lines before this one was kept): redelivered, counted then."""
+    (`observe_adopted`), or, should that delivery die first, submit's redelivery or the job's
+    next service line (`count_kept_preemptions`); a foreign job's is left to a lifecycle rule.
+    Indexed meanwhile (the adoption listed the kept lines before this one was kept):
+    redelivered, counted then."""
     if ports.ledger.find_job(entry.job_id) is not None:  # adopted between the two reads
         raise TransientError(f"job {entry.job_id} was indexed meanwhile")
     log.info(

@@ -49,6 +49,7 @@ from shared.fleet.placing import attempt_placer
 from shared.found_jobs import adopt_job, cancel_deleted_records_jobs, observe_adopted
 from shared.job_locations import remember_location, sweep_locations
 from shared.jobs import state_name
+from shared.kept_lines import count_kept_preemptions
 from shared.ledger.claims import Claim, ClaimInProgress, claim_attempt, fail_attempt, release_claim
 from shared.ledger.dedupe import bare_request_id
 from shared.ledger.records import Attempt, CorruptRecord, RequestRecord
@@ -180,6 +181,7 @@ def submit_request(message: Message, log: Logger, ports: Ports) -> SubmitOutcome
                 status=claim.record.status,
                 same_body=same_body,
             )
+            count_kept_preemptions(ports, request.request_id, claim.attempt.n if claim.attempt else n, job, log)
             settle_taken_id(claim.record, envelope, request, log, ports)
             return SubmitOutcome(SubmitResult.DUPLICATE, request.request_id, n, job)
         assert claim.attempt is not None  # a claim that writes always names its attempt

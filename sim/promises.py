@@ -169,18 +169,17 @@ def unread_timeout_stop(world: World, job: SimJob) -> int:
     return int(job.error == DEADLINE_EXCEEDED_ERROR and reads_refused(world, job, hiding_its_end=True))
 
 
-def preemptions_seen_indexed(world: World, job: SimJob) -> list[datetime]:
-    """When Vertex announced each of the job's preemptions (its service lines) after the ledger
-    indexed the job (`jobs/<job_id>.json`), earliest first. A line that came before the index (a
-    claim whose create's answer was lost) is kept by on_job_event and counted by the adoption that
-    indexes the job, but only if that delivery lives to count it: an adoption whose delivery dies
-    between recording the job and counting leaves the kept lines uncounted (seed 35: submit's
-    redelivery finds the job recorded and counts nothing). So only what came after the index is owed."""
+def preemptions_announced(world: World, job: SimJob) -> list[datetime]:
+    """When Vertex announced each of the job's preemptions (its service lines), earliest first, once
+    the ledger indexed the job (`jobs/<job_id>.json`: a job never indexed is never its claim's, or
+    its look-up was refused). A line that came before the index (a claim whose create's answer was
+    lost) is kept by on_job_event and counted by the adoption, or, should that delivery die
+    between recording the job and counting, by submit's redelivery or the job's next service line
+    (shared/kept_lines.py; seed 35): owed as every other."""
     from shared.ledger.store import JOBS_PREFIX
 
     job_id = job.name.rsplit("/", 1)[-1]
-    index = world.storage.objects(world.settings.state_bucket).get(f"{JOBS_PREFIX}{job_id}.json")
-    if index is None:
+    if world.storage.objects(world.settings.state_bucket).get(f"{JOBS_PREFIX}{job_id}.json") is None:
         return []
     seen: dict[str, datetime] = {}  # by insertId: a message delivered twice is one line
     for message in world.pubsub.on(world.settings.job_events_topic):
@@ -190,7 +189,7 @@ def preemptions_seen_indexed(world: World, job: SimJob) -> list[datetime]:
         if not isinstance(entry, dict) or "was preempted" not in str(entry.get("textPayload")):
             continue
         labels = (entry.get("resource") or {}).get("labels") or {}
-        if labels.get("job_id") == job_id and message.publish_time >= index.time_created:
+        if labels.get("job_id") == job_id:
             seen.setdefault(str(entry.get("insertId")), message.publish_time)
     return sorted(seen.values())
 
@@ -325,8 +324,8 @@ def left_unreadable(world: World) -> set[str]:
 
 def preemption_storms(world: World) -> list[Expected]:
     """`preemption_storm`: Vertex preempted an attempt's job `preemption_storm_threshold` times or
-    more, announced once the job was indexed (`preemptions_seen_indexed`), and its lines could be
-    read (`reads_refused`, and a claim whose look-up Vertex refused for good never names its job).
+    more, announced (`preemptions_announced`), and its lines could be read (`reads_refused`, and a
+    claim whose look-up Vertex refused for good never names its job).
     Not when a person deleted the request's record before the threshold's line was heard
     (`deleted_before`; seed 3807: the record-less stray's `stray_job` is its word)."""
     threshold = world.settings.preemption_storm_threshold
@@ -338,11 +337,11 @@ def preemption_storms(world: World) -> list[Expected]:
             AlertKind.PREEMPTION_STORM,
             job.request_id,
             f"attempt {job.attempt}'s job was preempted {job.vms_reclaimed} times, {len(seen)} of them announced "
-            f"after its index was written (threshold {threshold})",
+            f"(threshold {threshold})",
         )
         for job in only_jobs(world)
         if job.vms_reclaimed >= threshold
-        and len(seen := preemptions_seen_indexed(world, job)) >= threshold
+        and len(seen := preemptions_announced(world, job)) >= threshold
         and not deleted_before(world, job.request_id, seen[threshold - 1])
         and job.request_id not in cancelled
         and (job.request_id, job.attempt) not in unnamed
@@ -1246,6 +1245,45 @@ def fleet_facts_bounded(world: World) -> list[Violation]:
         if fact.at is not None and fact.at > now + timedelta(seconds=1):
             problems.append(f"at {fact.at.isoformat()}, in the future")
         out += [violation("fleet_facts_bounded", f"{name}: {p}") for p in problems]
+    return out + _open_waits_past_their_end(world, by_key)
+
+
+# What only a decision that saw an attempt's job run or end records of it; any fact of a later
+# attempt of its request is written by a decision whose record has the attempt ended.
+_SEEN_RUN_OR_END = frozenset({"preempt", "restart", "run", "stockout"})
+_CLOSES_A_WAIT = frozenset({"wait", "nocap", "attempt"})
+
+
+def _open_waits_past_their_end(world: World, by_key: dict[str, list[SimJob]]) -> list[Violation]:
+    """An attempt's `waiting` fact left open (no `wait`, `nocap` or summary) though its job ran
+    or ended, and a later decision on the request recorded a fact that shows it knew: every
+    decision writes again what closed a wait (shared/fleet/recording.py), so a lost write of it is
+    made good by the next; open, it would tell the estimate "no capacity" for the whole window."""
+    from shared.fleet.observations import attempt_key
+    from shared.fleet.store import FLEET_PREFIX, parse_name
+
+    kinds: dict[str, set[str]] = collections.defaultdict(set)
+    for name in world.storage.objects(world.settings.state_bucket):
+        if name.startswith(FLEET_PREFIX) and (parsed := parse_name(name)) is not None:
+            kinds[parsed[1].attempt_key].add(parsed[1].kind.value)
+    out = []
+    for key, told in sorted(kinds.items()):
+        jobs = by_key.get(key, [])
+        if "waiting" not in told or told & _CLOSES_A_WAIT or not any(j.start_time or j.end_time for j in jobs):
+            continue
+        request_id, n = jobs[0].request_id, jobs[0].attempt
+        later = sorted(
+            {j.attempt for js in by_key.values() for j in js if j.request_id == request_id and j.attempt > n}
+        )
+        if told & _SEEN_RUN_OR_END or any(attempt_key(request_id, m) in kinds for m in later):
+            out.append(
+                violation(
+                    "fleet_facts_bounded",
+                    f"{request_id} attempt {n}: its wait is open in the fleet store, though Vertex "
+                    f"{'ran' if any(j.start_time for j in jobs) else 'ended'} its job and a later decision "
+                    f"recorded {sorted(told & _SEEN_RUN_OR_END) or 'a later attempt'}",
+                )
+            )
     return out
 
 

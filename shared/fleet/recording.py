@@ -21,20 +21,28 @@ def fleet_facts(record: RequestRecord, reading: Reading) -> FleetFacts:
     return frozenset(o.key for o in observations_of(record, reading))
 
 
+# The facts that close an attempt's open wait: it got capacity, or ended without it.
+WAIT_CLOSERS = frozenset({Kind.WAIT, Kind.NO_CAPACITY})
+
+
 def new_facts(before: FleetFacts | None, after: RequestRecord, reading: Reading, seen_at: datetime) -> list[FleetFact]:
-    """What the decision added, and the open waits again: submit records the create outside any
-    decision, so a wait is first seen open by the decision after it (written once: create-once).
+    """What the decision added, and the waits again, open or closed (written once: create-once).
+    An open wait: submit records the create outside any decision, so a wait is first seen open by
+    the decision after it. What closed one: the decision that added it may have written the
+    record and lost the fact (an advisory write failed, its delivery died between the two, or its
+    write's reply was lost and the retry found it recorded), and the open wait would then say no
+    capacity until it left the estimate's window; any later decision on the request writes it.
     A fact with no time of its own (a preemption, a restart) happened when the observation that
     told it saw the job (`seen_at`: a read's answer, a kit line's own time), not when a redelivered
     or late decision took it, and within the job's run as Vertex reported it (seed 10375)."""
     known = before or frozenset()
     found = observations_of(after, reading)
-    closed = {o.attempt_key for o in found if o.kind in (Kind.WAIT, Kind.NO_CAPACITY)}
+    closed = {o.attempt_key for o in found if o.kind in WAIT_CLOSERS}
     runs = {attempt_key(after.request_id, a.n): a for a in after.attempts}
     return [
         o.stamped(runs[o.attempt_key].within_run(seen_at) if o.attempt_key in runs else seen_at)
         for o in found
-        if o.key not in known or (o.kind is Kind.WAITING and o.attempt_key not in closed)
+        if o.key not in known or o.kind in WAIT_CLOSERS or (o.kind is Kind.WAITING and o.attempt_key not in closed)
     ]
 
 

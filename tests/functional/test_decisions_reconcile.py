@@ -154,6 +154,38 @@ def test_a_preemption_announced_before_its_job_was_indexed_is_counted_when_adopt
     assert not list(world.ledger._bucket.client.list_blobs(world.ledger._bucket, prefix="unindexed/"))  # noqa: SLF001
 
 
+def test_a_preemption_kept_before_the_index_is_counted_by_the_jobs_next_line_when_its_adoption_died(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reconcile's adoption records the job and dies before counting the line kept while the job
+    was not indexed: nothing adopts a recorded job again, so the job's next service line counts
+    it, once, before its own decision."""
+    job = _lost_create(world)
+    preempted = log_entry(job, "The Spot VM was preempted. Restarting the job (restart 1 of 6).", insert_id="ins-1")
+    assert _delivered(world, preempted, "m-1") is EventOutcome.PARKED
+
+    def dies(*_: object) -> tuple[str, ...]:
+        raise RuntimeError("the instance died")
+
+    with monkeypatch.context() as crash:
+        crash.setattr("shared.found_jobs.observe_adopted", dies)
+        reconcile(world)  # its pass goes on with the next request
+    recorded = world.ledger.get("req-1").attempts[0]
+    assert (recorded.job, recorded.preemptions) == (job, 0)  # recorded, the kept line not counted
+    log = CapturedLog()
+
+    for _ in range(2):  # the job's next line, and its redelivery
+        running = log_entry(job, "Job is running.", insert_id="ins-2")
+        assert (
+            handle_job_event(Message(running, "m-2"), log.logger, settings=world.settings, ports=lambda: world.ports)
+            is EventOutcome.OBSERVED
+        )
+
+    assert world.ledger.get("req-1").attempts[0].preemptions == 1
+    assert [line["preemptions"] for line in log.events("preemption")] == [1]
+    assert not list(world.ledger._bucket.client.list_blobs(world.ledger._bucket, prefix="unindexed/"))  # noqa: SLF001
+
+
 def test_a_foreign_jobs_preemption_line_is_kept_once_and_decides_nothing(world: World) -> None:
     world.submitted(state=RUNNING)
     foreign = "projects/p/locations/us-central1/customJobs/999"

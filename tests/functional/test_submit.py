@@ -32,6 +32,7 @@ from shared.ledger.run_lock import ledger_bucket
 from shared.ledger.states import RequestStatus
 from shared.ledger.store import INDEX_GRACE_SECONDS, LedgerStore
 from shared.log import Logger
+from shared.observe import EventOutcome, handle_job_event
 from shared.redeliveries import MAX_CONFLICT_ALERTS
 from shared.requests.envelope import ORIGINAL_PUBLISH_TIME_ATTRIBUTE, REQUEUE_ATTRIBUTES, requeue_message
 from shared.requests.request_ids import derived_request_id
@@ -39,7 +40,7 @@ from shared.settings import Settings
 from shared.submit import SubmitBlocked, SubmitOutcome, SubmitResult, submit_request
 from shared.wiring import Ports
 from tests.conftest import load_event
-from tests.support.decisions import FakePublisher
+from tests.support.decisions import FakePublisher, log_entry
 from tests.support.vertex import FakeVertex as FakeJobService
 
 LEASE = 30.0
@@ -461,6 +462,65 @@ def test_a_lost_create_response_is_looked_up_not_retried(harness: Harness) -> No
     assert harness.vertex.creates == 1 and len(harness.jobs_for("r1")) == 1
     assert harness.ledger.get("r1").attempt(1).job == outcome.job
     assert harness.observed("r1", 1)
+
+
+def _adopted_and_died_before_counting(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> CustomJob:
+    """Simulator seed 35: the create's answer is lost and its look-up lags, Vertex preempts the
+    job before any delivery indexes it (the line is kept), and the redelivery that adopts the job
+    dies between recording it and counting what was kept."""
+    harness.vertex.create_faults.append("lost")
+    harness.vertex.list_lag = 1
+    with pytest.raises(ClaimInProgress):
+        harness.deliver(envelope())
+    [job] = harness.jobs_for("r1")
+    preempted = log_entry(job.name, "The Spot VM was preempted. Restarting the job (restart 1 of 6).", insert_id="p-1")
+    parked = handle_job_event(
+        Message(preempted, "e-1"), harness.log, settings=harness.settings, ports=lambda: harness.ports
+    )
+    assert parked is EventOutcome.PARKED
+
+    def dies(*_: Any) -> None:
+        raise RuntimeError("the instance died")
+
+    harness.now += timedelta(seconds=LEASE + 1)
+    with monkeypatch.context() as crash:
+        crash.setattr("shared.submit.observe_adopted", dies)
+        with pytest.raises(SubmitBlocked):
+            harness.deliver(envelope())
+    recorded = harness.ledger.get("r1").attempt(1)
+    assert (recorded.job, recorded.preemptions) == (job.name, 0)  # recorded, the kept line not counted
+    return job
+
+
+def test_a_preemption_kept_before_the_index_is_counted_once_by_the_redelivery_after_a_crash(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The next redelivery finds the job recorded: it counts the kept line, once, however often
+    it comes."""
+    job = _adopted_and_died_before_counting(harness, monkeypatch)
+
+    outcomes = [harness.deliver(envelope()).result for _ in range(2)]
+
+    assert outcomes == [SubmitResult.DUPLICATE] * 2
+    assert harness.ledger.get("r1").attempt(1).preemptions == 1
+    assert [line["preemptions"] for line in harness.log_lines("preemption")] == [1]
+    assert harness.ledger.parked_preemptions(job.name.rsplit("/", 1)[-1]) == {}
+
+
+def test_a_kept_line_of_a_job_vertex_no_longer_has_leaves_the_redelivery_settled(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job is gone (deleted at Vertex) when the redelivery would count the kept line: no read
+    of it will ever answer, so the duplicate is acknowledged with a warning, not redelivered until
+    it dead-letters."""
+    job = _adopted_and_died_before_counting(harness, monkeypatch)
+    harness.vertex.forget(job.name)
+
+    assert harness.deliver(envelope()).result == SubmitResult.DUPLICATE
+
+    [unread] = harness.log_lines("kept_preemptions_unread")
+    assert unread["job"] == job.name and "NotFound" in unread["error"]
+    assert harness.ledger.get("r1").attempt(1).preemptions == 0
 
 
 def test_a_lost_create_response_finds_its_own_job_not_one_of_the_requests_deleted_record(harness: Harness) -> None:

@@ -118,24 +118,30 @@ def test_a_storm_of_a_request_whose_record_a_person_left_unreadable_is_not_owed(
     assert catalogue(world, AlertKind.PREEMPTION_STORM) == []
 
 
-def test_a_storm_announced_before_its_job_was_indexed_is_not_owed(world: World) -> None:
+def test_a_storm_announced_before_its_job_was_indexed_is_owed(world: World) -> None:
     """A service line of a job the ledger has not indexed yet (a claim whose create's answer was
-    lost) is kept and counted by the adoption, unless that delivery dies in between (seed 35). Only
-    what was announced after the index is owed its storm."""
+    lost) is kept, and counted by the adoption or, should it die before counting, by whoever
+    finds the job recorded next (seed 35): a kept line left uncounted is caught."""
     threshold = world.settings.preemption_storm_threshold
-    storm = preempted(world, job(world, "r1", 1), threshold + 2, indexed=False)
-    assert catalogue(world, AlertKind.PREEMPTION_STORM) == []
-
+    storm = preempted(world, job(world, "r1", 1), 1, indexed=False)  # kept, and never counted
     world.clock.advance(1)
-    preempted(world, storm, threshold - 1)
-    assert catalogue(world, AlertKind.PREEMPTION_STORM) == []
-    preempted(world, storm, 1)
-    assert len(catalogue(world, AlertKind.PREEMPTION_STORM)) == 1
+    preempted(world, storm, threshold - 1)  # indexed now, then announced
+    assert storm.vms_reclaimed == threshold
+
+    [found] = catalogue(world, AlertKind.PREEMPTION_STORM)
+    assert f"preempted {threshold} times, {threshold} of them announced" in found
 
     # Reconcile's look-up of the claim refused for good: the record never names the job, nothing
     # is decided on its lines, and `lookup_failed` is the word owed (seed 118).
     restore(world, "r1", RequestStatus.CLAIMED, Attempt(1, "us-central1", "SPOT", claimed_at="2026-03-02T08:00:00Z"))
     world.vertex.refused.append(Refused(world.clock.now(), "list", "us-central1", "r1", 403, "reconcile"))
+    assert catalogue(world, AlertKind.PREEMPTION_STORM) == []
+
+
+def test_the_preemptions_of_a_job_never_indexed_are_not_owed_a_storm(world: World) -> None:
+    """Never indexed, a job is no claim's that anything adopted: nothing is decided on its lines."""
+    preempted(world, job(world, "r1", 1), world.settings.preemption_storm_threshold, indexed=False)
+
     assert catalogue(world, AlertKind.PREEMPTION_STORM) == []
 
 
@@ -866,6 +872,30 @@ def test_a_fleet_fact_beyond_what_vertex_did_is_caught(world: World) -> None:
     details = [v.detail for v in promises.fleet_facts_bounded(world)]
     assert f"{name}: preemption #6, Vertex preempted it 1 times" in details
     assert any("no job of its attempt was ever created" in d for d in details)
+
+
+@pytest.mark.parametrize("later", ["its preemption", "the next attempt"])
+def test_an_open_wait_left_past_its_jobs_run_is_caught(world: World, later: str) -> None:
+    """The decision that saw the Spot job run lost its `wait` fact; a later decision (one that
+    recorded a preemption of it, or the next attempt's) shows the request was decided on since:
+    the open wait it left would say no capacity for the estimate's whole window."""
+    ran = job(world, "r1", 1)
+    ran.start_time = ran.create_time
+    ran.vms_reclaimed = 1
+    key = attempt_key("r1", 1)
+    write_fact(world, FleetFact(Kind.WAITING, "us-central1", ran.create_time, attempt_key=key))
+    assert promises.fleet_facts_bounded(world) == []  # nothing decided on it since: not yet owed
+
+    if later == "its preemption":
+        write_fact(world, FleetFact(Kind.PREEMPT, "us-central1", world.clock.now(), attempt_key=key, index=0))
+    else:
+        job(world, "r1", 2)
+        write_fact(world, FleetFact(Kind.WAITING, "us-central1", world.clock.now(), attempt_key=attempt_key("r1", 2)))
+
+    [open_wait] = [v.detail for v in promises.fleet_facts_bounded(world)]
+    assert open_wait.startswith("r1 attempt 1: its wait is open in the fleet store, though Vertex ran its job")
+    write_fact(world, FleetFact(Kind.WAIT, "us-central1", ran.create_time, 0.0, attempt_key=key))
+    assert promises.fleet_facts_bounded(world) == []
 
 
 # Logs and status.

@@ -78,15 +78,46 @@ def test_a_record_tells_waits_runs_preemptions_changeovers_and_stockouts() -> No
     ]
 
 
-def test_a_decision_records_only_what_it_added_and_the_open_waits_again() -> None:
+def test_a_decision_records_only_what_it_added_and_the_waits_again() -> None:
     now = T0 + timedelta(hours=3)
     before = record(spot(started_at=at(30)))
     after = record(spot(started_at=at(30), preemptions=1))
     added = new_facts(fleet_facts(before, Reading()), after, Reading(), now)
-    assert [(o.kind, o.at) for o in added] == [(Kind.PREEMPT, now)]  # stamped when first recorded
+    # The preemption stamped when first recorded; the wait's close again, at its own time.
+    assert sorted((o.kind, o.at) for o in added) == [(Kind.PREEMPT, now), (Kind.WAIT, T0 + timedelta(minutes=30))]
     still_waiting = record(spot())
     again = new_facts(fleet_facts(still_waiting, Reading()), still_waiting, Reading(), now)
     assert [o.kind for o in again] == [Kind.WAITING]
+
+
+@pytest.mark.parametrize(
+    ("closed_by", "later"),
+    [
+        (spot(started_at=at(30)), spot(started_at=at(30), preemptions=1)),  # its `wait` lost
+        (
+            spot(ended_at=at(40), outcome="switched_to_on_demand"),
+            spot(ended_at=at(40), outcome="switched_to_on_demand"),
+        ),
+    ],
+)
+def test_a_wait_whose_closing_fact_was_lost_is_closed_by_a_later_decision(closed_by: Attempt, later: Attempt) -> None:
+    """The decision that saw the Spot job run (or end without running) wrote the record and lost
+    the fact that closes its wait (an advisory write failed, the delivery died between the two, the
+    write's reply was lost): the open wait would say no capacity until it left the window. A later
+    decision on the record (the next attempt's, a redelivery) writes it, once."""
+    bucket = Bucket()
+    now = T0 + timedelta(hours=3)
+    store.write_facts(bucket, H100, new_facts(None, record(spot()), Reading(), T0))
+    assert estimate(store.read(bucket, H100, now), "us-east4", now).open_waits == 1
+    seen = fleet_facts(record(closed_by), Reading())  # the record as the lost write left it
+    next_attempt = Attempt(2, "us-east4", "STANDARD", claimed_at=at(41), job="j2", created_at=at(41))
+
+    store.write_facts(bucket, H100, new_facts(seen, record(later, next_attempt), Reading(), now))
+
+    assert estimate(store.read(bucket, H100, now), "us-east4", now).open_waits == 0
+    names, uploads = len(bucket.names), bucket.uploads
+    store.write_facts(bucket, H100, new_facts(seen, record(later, next_attempt), Reading(), now))
+    assert (len(bucket.names), bucket.uploads) == (names, uploads)  # written once, not asked for again
 
 
 @dataclass

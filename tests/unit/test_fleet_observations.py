@@ -250,9 +250,10 @@ def test_a_fact_and_a_summary_start_from_nothing() -> None:
 # What a decision records.
 
 
-def test_a_wait_that_closed_without_capacity_is_not_written_again() -> None:
+def test_a_wait_that_closed_without_capacity_is_not_opened_again() -> None:
     ended = record(spot(ended_at=at(40), outcome="cancelled"))
-    assert new_facts(fleet_facts(ended, Reading()), ended, Reading(), T0) == []
+    # What closed it, again (create-once: a lost write of it is written now), never the open wait.
+    assert [o.kind for o in new_facts(fleet_facts(ended, Reading()), ended, Reading(), T0)] == [Kind.NO_CAPACITY]
 
 
 def test_with_nothing_known_before_everything_is_new() -> None:
@@ -300,8 +301,10 @@ def test_a_request_without_a_class_or_with_nothing_new_writes_nothing(fleet: Fle
     fleet.fail_with = AssertionError("no write expected")
     cpu_less = record(spot(started_at=at(30)), request={"custom_job": {}})
     note_fleet(fleet.ports, None, cpu_less, Reading(), T0, fleet.log.logger)
-    ran = record(spot(started_at=at(30)))
-    note_fleet(fleet.ports, fleet_facts(ran, Reading()), ran, Reading(), T0, fleet.log.logger)
+    on_demand = record(
+        Attempt(1, "us-east4", "STANDARD", claimed_at=at(0), job="j1", created_at=at(0), started_at=at(5))
+    )
+    note_fleet(fleet.ports, fleet_facts(on_demand, Reading()), on_demand, Reading(), T0, fleet.log.logger)
     assert fleet.names() == []
 
 

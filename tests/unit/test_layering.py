@@ -61,6 +61,7 @@ ROOMS: dict[str, str] = {
     "shared.reconcile_index": "shell parts",
     "shared.job_locations": "shell parts",
     "shared.attempt_lookup": "shell parts",
+    "shared.kept_lines": "shell parts",
     "functions": "functions",
     "spotjobs": "spotjobs",
     "devstack": "devstack",
