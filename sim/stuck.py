@@ -25,16 +25,20 @@ if TYPE_CHECKING:
     from sim.world import Violation, World
 
 WAITING = frozenset({"JOB_STATE_QUEUED", "JOB_STATE_PENDING"})
-# The alert's time is written to the millisecond, a state's to the microsecond.
+# The alert's time is cut to the millisecond, a state's kept to the microsecond: the alert was decided
+# after its read was answered, so a state that began a millisecond or more past the alert's time is
+# one it cannot have read (seed 11053: a PENDING 0.39 s after it, a second preemption).
+ALERT_TIME_CUT = timedelta(milliseconds=1)
+# The slack of the lengths compared, whose ends (the alert's time, a wait's start) are both cut.
 CLOCK_GRANULARITY = timedelta(seconds=1)
 
 
 def stuck_since(job: SimJob, state: str, at: datetime) -> datetime | None:
     """When the stuck span of `job` that holds `state` at `at` (or last before it) began, by its
     states at Vertex; None if it was never in `state` by then. `at` is an alert's time, cut to the
-    millisecond: a state that began within `CLOCK_GRANULARITY` after it may be the one the alert
+    millisecond: a state that began within `ALERT_TIME_CUT` after it may be the one the alert
     read (seed 374: PENDING at 16:02:16.898xxx, alerted at 16:02:16.898)."""
-    seen = [(began, name) for began, name in job.states if began <= at + CLOCK_GRANULARITY]
+    seen = [(began, name) for began, name in job.states if began < at + ALERT_TIME_CUT]
     last = max((i for i, (_, name) in enumerate(seen) if name == state), default=None)
     if last is None:
         return None
