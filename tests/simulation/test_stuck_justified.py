@@ -96,3 +96,48 @@ def test_a_wait_alerted_in_the_millisecond_its_pending_began_counts_from_its_que
     world.vertex.jobs[job.name] = job
     alert_stuck(world, job, "JOB_STATE_PENDING")
     assert stuck.job_stuck_justified(world) == []
+
+
+def test_a_wait_alerted_at_the_read_that_ended_it_is_judged_on_that_wait_not_on_the_next(world: World) -> None:
+    """Seed 11053: a Spot job waited PENDING 6 h 0 min 47 s after a preemption, ran a minute, and
+    the read that saw it RUNNING alerted the wait it ended; 0.39 s later the job was preempted and
+    PENDING again. That PENDING began after the alert, which cannot have read it: the alert's time
+    is cut to the millisecond, not by 0.39 s."""
+    labels = {"spotjobs-request-id": "r1", "spotjobs-attempt": "1", "spotjobs-deployment": "sim"}
+    now = world.clock.now()
+    wait_began = now - timedelta(seconds=21_647 + 60)
+    created = wait_began - timedelta(minutes=40)
+    job = SimJob(
+        "projects/p/locations/us-central1/customJobs/1", "us-central1", {"labels": labels}, labels,
+        "JOB_STATE_QUEUED", created, created,
+    )  # fmt: skip
+    job.states += [
+        (created + timedelta(minutes=10), "JOB_STATE_PENDING"),
+        (created + timedelta(minutes=25), "JOB_STATE_RUNNING"),
+        (wait_began, "JOB_STATE_PENDING"),
+        (now - timedelta(seconds=60), "JOB_STATE_RUNNING"),
+        (now + timedelta(seconds=0.39), "JOB_STATE_PENDING"),  # preempted again, after the alert
+    ]
+    job.state = "JOB_STATE_PENDING"
+    world.vertex.jobs[job.name] = job
+    alert_stuck(world, job, "JOB_STATE_PENDING", wait_began_at=iso(wait_began))
+    assert stuck.job_stuck_justified(world) == []
+
+
+def test_a_wait_alerted_after_it_ended_is_judged_on_its_own_length(world: World) -> None:
+    """A wait is counted to its end (`flag_ended_wait`), never through the run after it: one of
+    5 h 59 min, alerted by a read of the run two minutes after its end, was not stuck that long."""
+    labels = {"spotjobs-request-id": "r1", "spotjobs-attempt": "1", "spotjobs-deployment": "sim"}
+    now = world.clock.now()
+    ran = now - timedelta(minutes=2)
+    created = ran - timedelta(hours=5, minutes=59)
+    job = SimJob(
+        "projects/p/locations/us-central1/customJobs/1", "us-central1", {"labels": labels}, labels,
+        "JOB_STATE_QUEUED", created, created,
+    )  # fmt: skip
+    job.states += [(created + timedelta(minutes=10), "JOB_STATE_PENDING"), (ran, "JOB_STATE_RUNNING")]
+    job.state = "JOB_STATE_RUNNING"
+    world.vertex.jobs[job.name] = job
+    alert_stuck(world, job, "JOB_STATE_PENDING", wait_began_at=iso(created))
+    [found] = stuck.job_stuck_justified(world)
+    assert "which it had been (in that span) for 21540 s, under 21600 s" in found.detail
