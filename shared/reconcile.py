@@ -129,8 +129,9 @@ def _run_reconcile(ports: Ports, log: Logger, *, limit: int | None, started: dat
     resume_at_deferred(ports.ledger, RECONCILE_TASK, compress(request_ids, resumable), log)
     with vertex_pass.sweeping():
         swept = sweep_strays(ports, sweep_locations(ports, locations), log, window=vertex_pass.window)
+        restarted = restart_stalled(ports, log, read_refused=vertex_pass.window.restart_read_refused)
     summary.decisions.update(["stray_job_cancelled"] * len(swept))
-    summary.decisions.update(["quota_line_restarted"] * len(restart_stalled(ports, log)))
+    summary.decisions.update(["quota_line_restarted"] * len(restarted))
     summary.vertex = vertex_pass.usage()
     log.info("reconcile finished", event="reconcile_summary", **summary.to_json())
     return summary

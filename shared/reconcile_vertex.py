@@ -47,7 +47,8 @@ submit. A pass hands every step the clients of a `VertexPass` instead of the pla
   said (`stray_sweep_deferred`, `sweep_calls_deferred` in the summary; a location's listing so
   refused once, at INFO, `stray_listing_deferred`: not sent a second time to the same refusal).
   Nor does the sweep begin a request's record read past its last call start
-  (`sweep_records_unread`): the reads are as many as the requests with a job listed.
+  (`sweep_records_unread`): the reads are as many as the requests with a job listed; nor the
+  restart of the quota lines after it (`quota_restart_deferred`), one read a line's head.
 - **Only these calls**: gets, lists and cancels, the ones the budget and the window judge. A pass
   sends no create: a waiting attempt is created by the quota line's drainer, which runs in
   submit_job's deliveries (`shared.paced_submit`); the pass only hands a line without a drainer to
@@ -125,6 +126,7 @@ class CallWindow:
         self.sweeping = False  # the requests are done: the sweep's call timeout is open
         self.sweep_deferred = 0  # the sweep's calls refused
         self.sweep_unread = 0  # the records the sweep began no read of (`sweep_read_refused`)
+        self.restart_deferred = False  # the quota lines' restart began no more reads (`restart_read_refused`)
 
     def requests_closed(self) -> bool:
         """Whether a request begun now could send no call (it waits for the next pass)."""
@@ -168,6 +170,15 @@ class CallWindow:
         a job listed) would run the pass past its function's timeout, killed with its lease held."""
         with self._lock:
             self.sweep_unread += (refused := self._past_last_start())
+            return refused
+
+    def restart_read_refused(self) -> bool:
+        """Whether the restart of the quota lines after the sweep (`restart_stalled`) may begin no
+        more reads (noted): one read a head, as many as a line has settled heads, would run the
+        pass past its function's timeout as the sweep's would."""
+        with self._lock:
+            refused = self._past_last_start()
+            self.restart_deferred |= refused
             return refused
 
     def _count_refused(self) -> None:
@@ -298,13 +309,14 @@ class VertexPass:
         pass, and a pass whose every sweep is cut short would leave them running unseen."""
         self.window.sweeping = True
         yield
-        if self.window.sweep_deferred or self.window.sweep_unread:
+        if self.window.sweep_deferred or self.window.sweep_unread or self.window.restart_deferred:
             self._log.warning(
                 "the stray sweep ran out of its call window (or met a stalled location): the strays "
-                "it could not list, check or cancel wait for the next pass",
+                "it could not list, check or cancel, and the quota lines it could not restart, wait for the next pass",
                 event="stray_sweep_deferred",
                 calls_deferred=self.window.sweep_deferred,
                 records_unread=self.window.sweep_unread,
+                quota_restart_deferred=self.window.restart_deferred,
                 stalled_locations=sorted(self.window.stalled),
             )
 
@@ -325,6 +337,7 @@ class VertexPass:
             "out_of_time": self.window.out_of_time,
             "sweep_calls_deferred": self.window.sweep_deferred,
             "sweep_records_unread": self.window.sweep_unread,
+            "quota_restart_deferred": self.window.restart_deferred,
         }
 
 
