@@ -344,3 +344,36 @@ def test_a_restart_of_quota_lines_whose_reads_come_slowly_begins_none_past_the_w
     [line] = log.events("stray_sweep_deferred")
     assert line["quota_restart_deferred"] is True
     assert 0 < len(pacer.waiting(HEALTHY)) < 150  # the next pass goes on where this one stopped
+
+
+def cut_short_alerts(world: World) -> list[dict[str, Any]]:
+    alerts = world.publisher.on(world.settings.ops_alerts_topic)
+    return [m.data for m in alerts if m.data["kind"] == "stray_sweep_cut_short"]
+
+
+def test_a_sweep_cut_short_pass_after_pass_is_alerted_once_a_run(world: World, clock: PassClock) -> None:
+    """A WARNING line a pass whose sweep was cut short writes tells nobody: a deployment whose every
+    pass runs out its window before the sweep is done never cancels its strays. Three passes in a
+    row cut short are alerted, once for the run of them however long it lasts; a pass that sweeps
+    whole ends the run, and the next three cut short are alerted again."""
+    world.vertex.stalled = set()
+    request, _ = world.submitted("req-1", state=RUNNING)
+    world.vertex.add(request.request_id, 1)  # a stray
+    list_in_time = world.vertex.list_custom_jobs
+    listings_take_the_pass(world, clock)
+
+    for _ in range(2):
+        run_reconcile(ports(world, clock), Logger())
+    assert cut_short_alerts(world) == []
+    for _ in range(3):
+        run_reconcile(ports(world, clock), Logger())
+    [alert] = cut_short_alerts(world)
+    assert alert["details"]["passes"] == 3
+
+    world.vertex.list_custom_jobs = list_in_time  # type: ignore[method-assign]
+    run_reconcile(ports(world, clock), Logger())  # sweeps whole: the stray is cancelled
+    world.vertex.add(request.request_id, 1)  # another stray
+    listings_take_the_pass(world, clock)
+    for _ in range(3):
+        run_reconcile(ports(world, clock), Logger())
+    assert [a["details"]["passes"] for a in cut_short_alerts(world)] == [3, 3]
