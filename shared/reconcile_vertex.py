@@ -45,7 +45,8 @@ submit. A pass hands every step the clients of a `VertexPass` instead of the pla
   outgrow its window (slow storage, thousands of them) still lists and cancels strays, and the
   next pass starts at the first request deferred; a sweep call the window refuses all the same is
   said (`stray_sweep_deferred`, `sweep_calls_deferred` in the summary; a location's listing so
-  refused once, at INFO, `stray_listing_deferred`: not sent a second time to the same refusal).
+  refused once, at INFO, `stray_listing_deferred`: not sent a second time to the same refusal;
+  one a transient failure met, a 503, is sent once more, budgeted: `worth_a_second_list`).
   Nor does the sweep begin a request's record read past its last call start
   (`sweep_records_unread`): the reads are as many as the requests with a job listed; nor the
   restart of the quota lines after it (`quota_restart_deferred`), one read a line's head.
@@ -76,7 +77,7 @@ from typing import TYPE_CHECKING, Any
 
 from shared.adapters.vertex import canceller, parent_path, read_job, unfinished_jobs_filter
 from shared.clock import iso
-from shared.errors import TransientError
+from shared.errors import TransientError, is_retryable
 from shared.jobs import JobSnapshot, JobState
 from shared.ledger.records import Attempt
 from shared.log import Logger
@@ -189,6 +190,18 @@ class CallWindow:
         return self._clock() > (self.last_start if self.sweeping else self.requests_last_start)
 
 
+def worth_a_second_list(failure: Exception) -> bool:
+    """Whether a listing that failed is sent once more in the pass (through its budget and window,
+    as any list): a transient failure (a 503) may not meet the next call, and the strays the sweep
+    did not see would run one more interval. Not the pass's own refusal (its budget or window would
+    refuse it again), nor a timeout (its location stalls: the window refuses it), nor a 429 (Vertex's
+    quota said wait), nor a refusal for good (403, 404)."""
+    from google.api_core.exceptions import DeadlineExceeded, TooManyRequests
+
+    refused_again = isinstance(failure, (CallDeferred, DeadlineExceeded, TooManyRequests))
+    return is_retryable(failure) and not refused_again
+
+
 class CrudBudget:
     """At most `per_minute` calls in any 60 s, counted by kind."""
 
@@ -243,7 +256,8 @@ class VertexPass:
         return self.listing_made(location, client)[0]
 
     def listing_made(self, location: str, client: Any) -> tuple[Listing | None, Exception | None]:
-        """`listing`, and why it failed if this call made it (the sweep sends no second list then)."""
+        """`listing`, and why it failed if this call made it and a second list would meet the same
+        answer (the sweep sends none then; after a transient failure, it lists once more)."""
         with self._lock:
             lock = self._listing_locks[location]
         with lock:
@@ -251,7 +265,7 @@ class VertexPass:
                 return self._listings[location], None
             listing, failure = self._list(location, client)
             self._listings[location] = listing
-            return listing, failure
+            return listing, None if failure is None or worth_a_second_list(failure) else failure
 
     def _list(self, location: str, client: Any) -> tuple[Listing | None, Exception | None]:
         settings = self._ports.settings
