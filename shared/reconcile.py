@@ -95,7 +95,9 @@ class RequestResult:
     outcome: str
     decisions: tuple[str, ...] = ()
     locations: tuple[str, ...] = ()  # where the request's attempts ran: the stray sweep lists them
-    stalled: bool = False  # deferred for its region's stall, not for the pass's budget or time
+    # Deferred for its own call's failure (its region stalled, a transient error), not for the
+    # pass's budget or time: the next pass does not start at it (`resume_at_deferred`).
+    own_failure: bool = False
 
 
 def run_reconcile(ports: Ports, log: Logger, *, limit: int | None = None) -> ReconcileSummary:
@@ -134,7 +136,7 @@ def _run_reconcile(ports: Ports, log: Logger, *, limit: int | None, started: dat
         summary.outcomes[result.outcome] += 1
         summary.decisions.update(result.decisions)
         locations.update(result.locations)
-    resumable = (r.outcome == "deferred" and not r.stalled for r in results)
+    resumable = (r.outcome == "deferred" and not r.own_failure for r in results)
     resume_at_deferred(ports.ledger, RECONCILE_TASK, compress(request_ids, resumable), log)
     with vertex_pass.sweeping():
         swept = sweep_strays(ports, sweep_locations(ports, locations), log, window=vertex_pass.window)
@@ -218,7 +220,7 @@ def reconcile_request(ports: Ports, request_id: str, log: Logger) -> RequestResu
         alert_corrupt_record(ports, exc, log)
         return RequestResult("error")
     except LocationStalled:
-        return RequestResult("deferred", stalled=True)  # the region stalls: its turn comes round again
+        return RequestResult("deferred", own_failure=True)  # the region stalls: its turn comes round again
     except CallDeferred:
         return RequestResult("deferred")  # the next pass has its own share of the quota and its own time
     except DeadlineExceeded as exc:
@@ -229,14 +231,17 @@ def reconcile_request(ports: Ports, request_id: str, log: Logger) -> RequestResu
             event="reconcile_call_timed_out",
             error=f"{type(exc).__name__}: {exc}",
         )
-        return RequestResult("deferred", stalled=True)
+        return RequestResult("deferred", own_failure=True)
     except Exception as exc:  # noqa: BLE001 - one request must not stop the pass; logged here
-        log.error(
-            "reconcile failed for one request; the next run retries it",
-            event="reconcile_error",
-            transient=is_retryable(exc),
-            error=f"{type(exc).__name__}: {exc}",
-        )
+        error = f"{type(exc).__name__}: {exc}"
+        if is_retryable(exc):  # a busy dependency (a 503, a lost reply): nothing is broken
+            log.warning(
+                "a call for one request failed for now; the request waits for the next pass",
+                event="reconcile_request_deferred",
+                error=error,
+            )
+            return RequestResult("deferred", own_failure=True)  # its own failure: see `own_failure`
+        log.error("reconcile failed for one request; the next run retries it", event="reconcile_error", error=error)
         return RequestResult("error")
 
 
