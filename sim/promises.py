@@ -826,7 +826,8 @@ def sweeps_cut_short(world: World) -> list[Expected]:
         if call.sender is not None:
             passes[id(call.sender)].append(call)
     spans = sorted(
-        (calls[0].at, calls[-1].at, calls[0].sender, {c.location for c in calls}) for calls in passes.values()
+        ((calls[0].at, calls[-1].at, calls[0].sender, {c.location for c in calls}) for calls in passes.values()),
+        key=lambda span: (span[0], span[1]),
     )
     refused = {r.location for r in world.vertex.refusals if r.operation in ("list", "cancel")}
     first_cancel: dict[str, datetime] = {}
