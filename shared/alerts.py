@@ -123,6 +123,13 @@ class AlertKind(enum.StrEnum):
         "know): a job there that the ledger does not record runs uncancelled; once per location and error kind. Or "
         "it refused a stray's cancel for good (a permission): that job runs uncancelled; once per job",
     )
+    STRAY_SWEEP_CUT_SHORT = (
+        "stray_sweep_cut_short",
+        "WARNING",
+        "reconcile's stray sweep (or its restart of the quota lines) was cut short three passes in a row by the pass's "
+        "CRUD budget, its call window or a stalled location: strays it could not list, check or cancel run "
+        "uncancelled; once per run of such passes",
+    )
     CLAIM_STALLED = (
         "claim_stalled",
         "ERROR",

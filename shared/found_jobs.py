@@ -224,7 +224,8 @@ def sweep_strays(ports: Ports, locations: Iterable[str], log: Logger, *, window:
     a claim is written before its create, so a job created for a newer attempt finds that attempt
     claimed and is never taken for a stray. A request without a record (deleted by hand) has no job
     that anything will manage: each is cancelled, its alert sent once first (`cancel_recordless`).
-    A location or record that cannot be read waits for the next pass; a location whose listing
+    A location or record that cannot be read waits for the next pass (a listing that met a 503 is
+    sent once more in a reconcile pass first: `worth_a_second_list`); a location whose listing
     Vertex refuses for good (403, 404) is also alerted, once per error kind (`stray_sweep_refused`).
     `window`: a reconcile pass's, which refuses the reads begun too late (`sweep_read_refused`)."""
     by_request: dict[str, list[CustomJob]] = defaultdict(list)

@@ -161,16 +161,28 @@ def _hand_over_or_leave_to_reconcile(
         return None
 
 
-def hand_over(ports: Ports, pacer: Pacer, location: str, log: Logger, passed: Collection[str] = ()) -> str | None:
+def hand_over(
+    ports: Ports,
+    pacer: Pacer,
+    location: str,
+    log: Logger,
+    passed: Collection[str] = (),
+    *,
+    read_refused: Callable[[], bool] = lambda: False,
+) -> str | None:
     """If anyone still waits, publish the message of the first attempt in line that needs a create
     (one this run did not pass first: a passed one may be held by a fresh claim, whose delivery
     would be redelivered, not drain): its delivery drains on. Settled heads (and unreadable ones,
     alerted) leave the line on the way; an empty line ends the burst. Returns the request id
-    handed to. A publish that fails raises: reconcile restarts the line (`restart_stalled`)."""
+    handed to. A publish that fails raises: reconcile restarts the line (`restart_stalled`).
+    `read_refused`: whether no more head's record may be read now (reconcile's window); then the
+    line is left as it is, for the next look."""
     from shared.deciding.outbox import alert_corrupt_record, publish_request_attempt
     from shared.ledger.records import CorruptRecord
 
     for head in sorted(pacer.waiting(location), key=lambda entry: entry.key in passed):  # stable: in turn
+        if read_refused():
+            return None
         try:
             record = ports.ledger.get(head.request_id)
         except CorruptRecord as exc:
@@ -195,17 +207,21 @@ def hand_over(ports: Ports, pacer: Pacer, location: str, log: Logger, passed: Co
     return None
 
 
-def restart_stalled(ports: Ports, log: Logger) -> list[str]:
+def restart_stalled(ports: Ports, log: Logger, *, read_refused: Callable[[], bool] = lambda: False) -> list[str]:
     """Reconcile's part, in every region with anything under `pacing/`: a line with no live
     drainer (it crashed, or its hand-over was lost) is handed to its head again, and an empty
-    one's burst ends. Returns the locations restarted."""
+    one's burst ends. Returns the locations restarted. `read_refused`: whether no more read may be
+    begun now (the pass's window, `CallWindow.restart_read_refused`): what is left waits for the
+    next pass, whose function timeout would otherwise kill this one with its run lease held."""
     pacer = pacer_for(ports)
-    restarted = []
-    for location in pacer.line_locations():
+    restarted: list[str] = []
+    for location in [] if read_refused() else pacer.line_locations():
+        if read_refused():
+            break
         try:
             if not pacer.anyone_waiting(location):
                 pacer.end_burst(location)  # its drainer may have died before it could
-            elif pacer.lease_free(location) and hand_over(ports, pacer, location, log):
+            elif pacer.lease_free(location) and hand_over(ports, pacer, location, log, read_refused=read_refused):
                 restarted.append(location)
         except Exception as exc:  # noqa: BLE001 - the next pass looks again
             log.warning(

@@ -31,7 +31,8 @@ cursor, so every request gets its turn):
 Then the pass sweeps for strays (`shared.found_jobs.sweep_strays`; the call window keeps a call
 timeout for it that the requests may not use: `shared.reconcile_vertex.CallWindow`): one list per
 location of this deployment's jobs that have not ended, and every one the ledger does not record
-is cancelled, whether its request is active or long finished. Every change goes through the ledger's
+is cancelled, whether its request is active or long finished; a sweep cut short three passes in a
+row is alerted (`stray_sweep_cut_short`). Every change goes through the ledger's
 compare-and-swap, so runs may overlap each other and on_job_event freely.
 """
 
@@ -44,9 +45,9 @@ from functools import partial
 from itertools import compress
 
 from shared.adapters.vertex import parent_path
-from shared.alerts import AlertKind
+from shared.alerts import Alert, AlertKind
 from shared.attempt_lookup import alert_lookup_failed, find_claim_job
-from shared.clock import now_iso, parse_iso, utcnow
+from shared.clock import iso, now_iso, parse_iso, utcnow
 from shared.deciding.applying import apply_observation
 from shared.deciding.deadline_watch import missed_waiting_for_a_create
 from shared.deciding.decisions import Observation
@@ -70,13 +71,21 @@ from shared.log import Logger
 from shared.paced_submit import in_line, never_sent
 from shared.pacing_drainer import restart_stalled
 from shared.reconcile_index import RECONCILE_TASK, ReconcileSummary, requests_to_reconcile, resume_at_deferred
-from shared.reconcile_vertex import CallDeferred, LocationStalled, VertexPass, read_attempt_job
+from shared.reconcile_vertex import CallDeferred, CallWindow, LocationStalled, VertexPass, read_attempt_job
+from shared.redeliveries import REJECTION_NOTES, alert_once
 from shared.settings import Settings
 from shared.swap import backoff_seconds
 from shared.wiring import Ports
 
 # Requests reconciled at once: each is a few GCS and Vertex round trips, mostly waiting.
 RECONCILE_WORKERS = 8
+# Passes in a row whose stray sweep was cut short before `stray_sweep_cut_short` is alerted: one
+# pass in a burst (a listing failed and its gets spent the budget, a region stalled a minute) may
+# be, and two in a row too (ten minutes at the default interval); a third says it is how this
+# deployment's passes run, and a stray would live on uncancelled.
+SWEEP_CUT_SHORT_PASSES = 3
+SWEEP_STATE = "reconcile-sweep"  # maintenance/reconcile-sweep.json: the run of passes cut short
+SWEEP_CUT_SHORT_NOTES = f"{REJECTION_NOTES}sweep-cut-short-"  # one note a run (`alert_once`)
 
 
 @dataclass(frozen=True)
@@ -86,7 +95,9 @@ class RequestResult:
     outcome: str
     decisions: tuple[str, ...] = ()
     locations: tuple[str, ...] = ()  # where the request's attempts ran: the stray sweep lists them
-    stalled: bool = False  # deferred for its region's stall, not for the pass's budget or time
+    # Deferred for its own call's failure (its region stalled, a transient error), not for the
+    # pass's budget or time: the next pass does not start at it (`resume_at_deferred`).
+    own_failure: bool = False
 
 
 def run_reconcile(ports: Ports, log: Logger, *, limit: int | None = None) -> ReconcileSummary:
@@ -125,15 +136,72 @@ def _run_reconcile(ports: Ports, log: Logger, *, limit: int | None, started: dat
         summary.outcomes[result.outcome] += 1
         summary.decisions.update(result.decisions)
         locations.update(result.locations)
-    resumable = (r.outcome == "deferred" and not r.stalled for r in results)
+    resumable = (r.outcome == "deferred" and not r.own_failure for r in results)
     resume_at_deferred(ports.ledger, RECONCILE_TASK, compress(request_ids, resumable), log)
     with vertex_pass.sweeping():
         swept = sweep_strays(ports, sweep_locations(ports, locations), log, window=vertex_pass.window)
+        restarted = restart_stalled(ports, log, read_refused=vertex_pass.window.restart_read_refused)
     summary.decisions.update(["stray_job_cancelled"] * len(swept))
-    summary.decisions.update(["quota_line_restarted"] * len(restart_stalled(ports, log)))
+    summary.decisions.update(["quota_line_restarted"] * len(restarted))
+    _count_cut_short_sweeps(ports, vertex_pass, log)
     summary.vertex = vertex_pass.usage()
     log.info("reconcile finished", event="reconcile_summary", **summary.to_json())
     return summary
+
+
+def _count_cut_short_sweeps(ports: Ports, vertex_pass: VertexPass, log: Logger) -> None:
+    """Count the passes in a row whose sweep was cut short (`stray_sweep_deferred`), in the state
+    bucket (`SWEEP_STATE`: the passes hold the run lease in turn, so one writes at a time), and
+    alert once a run of them reaches `SWEEP_CUT_SHORT_PASSES`: a WARNING line tells nobody, and a
+    deployment whose every pass runs out of its window before its sweep is done would never cancel
+    a stray. Once per run (`alert_once`, its note named by the run's first pass): a pass killed
+    before its alert leaves it to the next one cut short. Never raises: the next pass counts on."""
+    window = vertex_pass.window
+    cut_short = bool(window.sweep_deferred or window.sweep_unread or window.restart_deferred)
+    try:
+        state = ports.ledger.maintenance_state(SWEEP_STATE)
+        counted = state.get("cut_short_passes")
+        passes = counted if isinstance(counted, int) and not isinstance(counted, bool) else 0
+        if not cut_short:
+            if passes:
+                ports.ledger.save_maintenance_state(SWEEP_STATE, {})  # the run of them ended
+            return
+        since = state.get("since") if passes and isinstance(state.get("since"), str) else iso(ports.clock())
+        passes += 1
+        ports.ledger.save_maintenance_state(SWEEP_STATE, {"cut_short_passes": passes, "since": since})
+        if passes >= SWEEP_CUT_SHORT_PASSES:
+            alert_once(ports, _cut_short_alert(ports, window, passes, since), f"{SWEEP_CUT_SHORT_NOTES}{since}")
+    except Exception as exc:  # noqa: BLE001 - the next pass counts again; the alert waits for it
+        log.warning(
+            "could not count or alert the passes whose stray sweep was cut short",
+            event="stray_sweep_count_failed",
+            error=f"{type(exc).__name__}: {exc}",
+        )
+
+
+def _cut_short_alert(ports: Ports, window: CallWindow, passes: int, since: str) -> Alert:
+    stalled = sorted(window.stalled)
+    return Alert.of(
+        AlertKind.STRAY_SWEEP_CUT_SHORT,
+        f"reconcile's stray sweep was cut short {passes} passes in a row (since {since}): strays it could not "
+        "list, check or cancel run uncancelled. "
+        + (
+            f"Vertex AI calls in {', '.join(stalled)} run out their timeout"
+            if stalled
+            else "The pass runs out of its CRUD budget or its function's timeout: raise SPOTJOBS_RECONCILE_CRUD_SHARE, "
+            "or reconcile's timeout (function_config.reconcile in Terraform)"
+        ),
+        details={
+            "passes": passes,
+            "since": since,
+            "calls_deferred": window.sweep_deferred,
+            "records_unread": window.sweep_unread,
+            "quota_restart_deferred": window.restart_deferred,
+            "stalled_locations": stalled,
+            "out_of_time": window.out_of_time,
+        },
+        time=iso(ports.clock()),
+    )
 
 
 def reconcile_request(ports: Ports, request_id: str, log: Logger) -> RequestResult:
@@ -152,7 +220,7 @@ def reconcile_request(ports: Ports, request_id: str, log: Logger) -> RequestResu
         alert_corrupt_record(ports, exc, log)
         return RequestResult("error")
     except LocationStalled:
-        return RequestResult("deferred", stalled=True)  # the region stalls: its turn comes round again
+        return RequestResult("deferred", own_failure=True)  # the region stalls: its turn comes round again
     except CallDeferred:
         return RequestResult("deferred")  # the next pass has its own share of the quota and its own time
     except DeadlineExceeded as exc:
@@ -163,14 +231,17 @@ def reconcile_request(ports: Ports, request_id: str, log: Logger) -> RequestResu
             event="reconcile_call_timed_out",
             error=f"{type(exc).__name__}: {exc}",
         )
-        return RequestResult("deferred", stalled=True)
+        return RequestResult("deferred", own_failure=True)
     except Exception as exc:  # noqa: BLE001 - one request must not stop the pass; logged here
-        log.error(
-            "reconcile failed for one request; the next run retries it",
-            event="reconcile_error",
-            transient=is_retryable(exc),
-            error=f"{type(exc).__name__}: {exc}",
-        )
+        error = f"{type(exc).__name__}: {exc}"
+        if is_retryable(exc):  # a busy dependency (a 503, a lost reply): nothing is broken
+            log.warning(
+                "a call for one request failed for now; the request waits for the next pass",
+                event="reconcile_request_deferred",
+                error=error,
+            )
+            return RequestResult("deferred", own_failure=True)  # its own failure: see `own_failure`
+        log.error("reconcile failed for one request; the next run retries it", event="reconcile_error", error=error)
         return RequestResult("error")
 
 

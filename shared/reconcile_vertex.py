@@ -45,18 +45,17 @@ submit. A pass hands every step the clients of a `VertexPass` instead of the pla
   outgrow its window (slow storage, thousands of them) still lists and cancels strays, and the
   next pass starts at the first request deferred; a sweep call the window refuses all the same is
   said (`stray_sweep_deferred`, `sweep_calls_deferred` in the summary; a location's listing so
-  refused once, at INFO, `stray_listing_deferred`: not sent a second time to the same refusal).
+  refused once, at INFO, `stray_listing_deferred`: not sent a second time to the same refusal;
+  one a transient failure met, a 503, is sent once more, budgeted: `worth_a_second_list`).
   Nor does the sweep begin a request's record read past its last call start
-  (`sweep_records_unread`): the reads are as many as the requests with a job listed.
+  (`sweep_records_unread`): the reads are as many as the requests with a job listed; nor the
+  restart of the quota lines after it (`quota_restart_deferred`), one read a line's head.
 - **Only these calls**: gets, lists and cancels, the ones the budget and the window judge. A pass
   sends no create: a waiting attempt is created by the quota line's drainer, which runs in
   submit_job's deliveries (`shared.paced_submit`); the pass only hands a line without a drainer to
   its head by a publish (`shared.pacing_drainer.restart_stalled`), and re-publishes a stale claim.
   A create is counted by Vertex's submission quota, not the CRUD one, so the budget could not
-  speak for it anyway. `PassClient` fails closed: any other call raises unsent.
-
-Over 450 lines since the budget and the window judge every Vertex call of one pass together,
-through the one client they hand out: one question.
+  speak for it anyway. `PassClient` (`shared.pass_client`) fails closed: any other call raises unsent.
 
 A job a `get` answers NotFound for was deleted at Vertex: an answer for good, not an error to
 retry on every pass. `read_attempt_job` hands the decision an ended job instead (`vanished_job`).
@@ -72,16 +71,17 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from shared.adapters.vertex import canceller, parent_path, read_job, unfinished_jobs_filter
 from shared.clock import iso
-from shared.errors import TransientError
+from shared.errors import TransientError, is_retryable
 from shared.jobs import JobSnapshot, JobState
 from shared.ledger.records import Attempt
 from shared.log import Logger
+from shared.pass_client import Listing, PassClient, ReadTimes, pages
 from shared.wiring import Ports
 
 if TYPE_CHECKING:
@@ -93,26 +93,6 @@ if TYPE_CHECKING:
 NOT_FOUND_CODE = 5
 LISTING_PAGE_SIZE = 1000  # the most customJobs.list returns a page
 WINDOW_SECONDS = 60.0
-
-
-@dataclass(frozen=True)
-class ReadTimes:
-    """When a read's call went out and when its answer was back. Vertex took the answer between
-    the two: the job held the state it shows until `sent` at least (what a wait is vouched for,
-    what the deadline and stuck rules judge at), and was in it by `answered` (what a change the
-    read counts, a preemption, is stamped at)."""
-
-    sent: datetime
-    answered: datetime
-
-
-@dataclass(frozen=True)
-class Listing:
-    """A location's unfinished jobs by name, and when it was taken (its first page asked, its last
-    answered)."""
-
-    times: ReadTimes
-    jobs: dict[str, CustomJob]
 
 
 class CallDeferred(TransientError):
@@ -147,6 +127,7 @@ class CallWindow:
         self.sweeping = False  # the requests are done: the sweep's call timeout is open
         self.sweep_deferred = 0  # the sweep's calls refused
         self.sweep_unread = 0  # the records the sweep began no read of (`sweep_read_refused`)
+        self.restart_deferred = False  # the quota lines' restart began no more reads (`restart_read_refused`)
 
     def requests_closed(self) -> bool:
         """Whether a request begun now could send no call (it waits for the next pass)."""
@@ -192,12 +173,33 @@ class CallWindow:
             self.sweep_unread += (refused := self._past_last_start())
             return refused
 
+    def restart_read_refused(self) -> bool:
+        """Whether the restart of the quota lines after the sweep (`restart_stalled`) may begin no
+        more reads (noted): one read a head, as many as a line has settled heads, would run the
+        pass past its function's timeout as the sweep's would."""
+        with self._lock:
+            refused = self._past_last_start()
+            self.restart_deferred |= refused
+            return refused
+
     def _count_refused(self) -> None:
         if self.sweeping:
             self.sweep_deferred += 1
 
     def _past_last_start(self) -> bool:
         return self._clock() > (self.last_start if self.sweeping else self.requests_last_start)
+
+
+def worth_a_second_list(failure: Exception) -> bool:
+    """Whether a listing that failed is sent once more in the pass (through its budget and window,
+    as any list): a transient failure (a 503) may not meet the next call, and the strays the sweep
+    did not see would run one more interval. Not the pass's own refusal (its budget or window would
+    refuse it again), nor a timeout (its location stalls: the window refuses it), nor a 429 (Vertex's
+    quota said wait), nor a refusal for good (403, 404)."""
+    from google.api_core.exceptions import DeadlineExceeded, TooManyRequests
+
+    refused_again = isinstance(failure, (CallDeferred, DeadlineExceeded, TooManyRequests))
+    return is_retryable(failure) and not refused_again
 
 
 class CrudBudget:
@@ -254,7 +256,8 @@ class VertexPass:
         return self.listing_made(location, client)[0]
 
     def listing_made(self, location: str, client: Any) -> tuple[Listing | None, Exception | None]:
-        """`listing`, and why it failed if this call made it (the sweep sends no second list then)."""
+        """`listing`, and why it failed if this call made it and a second list would meet the same
+        answer (the sweep sends none then; after a transient failure, it lists once more)."""
         with self._lock:
             lock = self._listing_locks[location]
         with lock:
@@ -262,7 +265,7 @@ class VertexPass:
                 return self._listings[location], None
             listing, failure = self._list(location, client)
             self._listings[location] = listing
-            return listing, failure
+            return listing, None if failure is None or worth_a_second_list(failure) else failure
 
     def _list(self, location: str, client: Any) -> tuple[Listing | None, Exception | None]:
         settings = self._ports.settings
@@ -278,7 +281,7 @@ class VertexPass:
             with self.window.sending(location):
                 self.budget.spend("list", force=True)
                 pager = client.list_custom_jobs(request=request, timeout=timeout)
-                for page in _pages(pager, before_next=lambda: self.next_page(location, force=True)):
+                for page in pages(pager, before_next=lambda: self.next_page(location, force=True)):
                     jobs.update((job.name, job) for job in page)
             return Listing(ReadTimes(sent, self._ports.clock()), jobs), None
         except Exception as exc:  # noqa: BLE001 - the pass reads each job with a get instead, if it may
@@ -301,6 +304,13 @@ class VertexPass:
                 )
             return None, exc
 
+    @contextmanager
+    def call(self, location: str, kind: str) -> Iterator[None]:
+        """Around one call of `kind` to `location`: the window judges it, then the budget spends it."""
+        with self.window.sending(location):
+            self.budget.spend(kind)
+            yield
+
     def next_page(self, location: str, *, force: bool = False) -> None:
         """Before a list's next page is asked: the window judges it, then the budget spends it."""
         self.window.admit(location)
@@ -313,13 +323,14 @@ class VertexPass:
         pass, and a pass whose every sweep is cut short would leave them running unseen."""
         self.window.sweeping = True
         yield
-        if self.window.sweep_deferred or self.window.sweep_unread:
+        if self.window.sweep_deferred or self.window.sweep_unread or self.window.restart_deferred:
             self._log.warning(
                 "the stray sweep ran out of its call window (or met a stalled location): the strays "
-                "it could not list, check or cancel wait for the next pass",
+                "it could not list, check or cancel, and the quota lines it could not restart, wait for the next pass",
                 event="stray_sweep_deferred",
                 calls_deferred=self.window.sweep_deferred,
                 records_unread=self.window.sweep_unread,
+                quota_restart_deferred=self.window.restart_deferred,
                 stalled_locations=sorted(self.window.stalled),
             )
 
@@ -340,78 +351,8 @@ class VertexPass:
             "out_of_time": self.window.out_of_time,
             "sweep_calls_deferred": self.window.sweep_deferred,
             "sweep_records_unread": self.window.sweep_unread,
+            "quota_restart_deferred": self.window.restart_deferred,
         }
-
-
-class PassClient:
-    """A JobServiceClient whose CRUD calls are counted against the pass's budget, and whose gets
-    and unfinished-jobs lists are answered from the pass's listing where it can. It has no other
-    call: anything else (a create) raises AttributeError unsent."""
-
-    def __init__(self, vertex_pass: VertexPass, location: str, client: Any) -> None:
-        self._pass = vertex_pass
-        self._location = location
-        self._client = client
-        self.last_read: ReadTimes | None = None  # its last get's or list's, once answered
-
-    def get_custom_job(self, *, name: str, **kwargs: Any) -> Any:
-        listed = self._pass.listing(self._location, self._client)
-        if listed is not None and name in listed.jobs:
-            self._pass.note_answered()
-            self.last_read = listed.times
-            return listed.jobs[name]
-        with self._pass.window.sending(self._location):
-            self._pass.budget.spend("get")
-            sent = self._pass.ports.clock()
-            job = self._client.get_custom_job(name=name, **kwargs)
-            self.last_read = ReadTimes(sent, self._pass.ports.clock())
-            return job
-
-    def list_custom_jobs(self, request: dict[str, Any], **kwargs: Any) -> list[Any]:
-        settings = self._pass._ports.settings  # noqa: SLF001 - the pass's own settings
-        if request.get("filter") == unfinished_jobs_filter(settings.deployment_label):
-            listed, failure = self._pass.listing_made(self._location, self._client)
-            if listed is not None:
-                self.last_read = listed.times
-                return list(listed.jobs.values())
-            if failure is not None:  # failed or refused just now: no second list to the same answer
-                raise failure
-        jobs: list[Any] = []
-        with self._pass.window.sending(self._location):
-            self._pass.budget.spend("list")
-            sent = self._pass.ports.clock()
-            pager = self._client.list_custom_jobs(request=request, **kwargs)
-            for page in _pages(pager, before_next=lambda: self._pass.next_page(self._location)):
-                jobs.extend(page)
-            self.last_read = ReadTimes(sent, self._pass.ports.clock())
-        return jobs
-
-    def cancel_custom_job(self, **kwargs: Any) -> Any:
-        with self._pass.window.sending(self._location):
-            self._pass.budget.spend("cancel")
-            return self._client.cancel_custom_job(**kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        # Fail closed: a call not wrapped above would leave unbudgeted and outside the window.
-        raise AttributeError(
-            f"a reconcile pass sends only gets, lists and cancels, each under its CRUD budget and call window: "
-            f"not {name} (shared/reconcile_vertex.py)"
-        )
-
-
-def _pages(pager: Any, *, before_next: Callable[[], None]) -> Any:
-    """The pages of a list call, each a list of jobs (one page for a fake without `pages`). The
-    call sent the first page's request; the pager sends each next one lazily, when the page before
-    it, naming a `next_page_token`, is used up: `before_next` runs first (the budget's spend), and
-    whatever it raises stops the listing before that request is sent."""
-    pages = getattr(pager, "pages", None)
-    if pages is None:
-        yield list(pager)
-        return
-    for page in pages:
-        yield list(page.custom_jobs)
-        if getattr(page, "next_page_token", ""):
-            before_next()
 
 
 def read_attempt_job(ports: Ports, attempt: Attempt, log: Logger) -> tuple[JobSnapshot, ReadTimes]:

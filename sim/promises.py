@@ -812,6 +812,52 @@ def strays_cancelled(world: World) -> list[Expected]:
     return list(out.values())
 
 
+def sweeps_cut_short(world: World) -> list[Expected]:
+    """`stray_sweep_cut_short`: a stray (a job its request's readable record never came to name, or
+    of a record a person deleted) lived, uncancelled by anyone, through
+    `shared.reconcile.SWEEP_CUT_SHORT_PASSES` reconcile passes in a row that listed its location
+    (`SimVertex.pass_calls`), ran to their end and drew no fault: a whole sweep of any of them would
+    have cancelled it, so each was cut short (its budget or its window), and the run of them is
+    said. Counted from `LAG` after its create (a claim's job is no stray until its attempt records
+    another, and a lagging list may miss it); not where Vertex refuses a list or a cancel
+    (`stray_sweep_refused` says that)."""
+    from shared.reconcile import SWEEP_CUT_SHORT_PASSES
+
+    passes: dict[int, list[Any]] = collections.defaultdict(list)
+    for call in world.vertex.pass_calls:
+        if call.sender is not None:
+            passes[id(call.sender)].append(call)
+    spans = sorted(
+        ((calls[0].at, calls[-1].at, calls[0].sender, {c.location for c in calls}) for calls in passes.values()),
+        key=lambda span: (span[0], span[1]),
+    )
+    refused = {r.location for r in world.vertex.refusals if r.operation in ("list", "cancel")}
+    first_cancel: dict[str, datetime] = {}
+    for when, name, _caller in world.vertex.cancels:
+        first_cancel.setdefault(name, when)
+    by_id = {r.request_id: r for r in records(world)}
+    now = world.clock.now()
+    out = []
+    for job in world.vertex.jobs.values():
+        record = by_id.get(job.request_id)
+        if record is None and job.request_id not in world.tampering.deleted_records:
+            continue  # unreadable (`ledger_corrupt`), or a job of a request not recorded yet
+        if (record is not None and any(a.job == job.name for a in record.attempts)) or job.location in refused:
+            continue
+        began, ended = job.create_time + LAG, min(first_cancel.get(job.name, now), job.end_time or now)
+        run = 0
+        for start, end, sender, locations in spans:
+            if start < began or end > ended:
+                continue
+            whole = not getattr(sender, "crashed", False) and not getattr(sender, "faults", 0)
+            run = run + 1 if whole and job.location in locations else 0
+            if run >= SWEEP_CUT_SHORT_PASSES:
+                why = f"stray {job.name.rsplit('/', 1)[-1]} of {job.request_id} outlived {run} passes in a row"
+                out.append(Expected(AlertKind.STRAY_SWEEP_CUT_SHORT, None, why))
+                break
+    return out
+
+
 # Re-publishes of one claim closer together than this are one (a publish retried after a lost
 # answer); reconcile's are a claim lease apart at least.
 REPUBLISH_APART = timedelta(seconds=60)
@@ -935,6 +981,7 @@ CONDITIONS: dict[AlertKind, Callable[[World], list[Expected]]] = {
     AlertKind.TRIGGER_CORRUPT: trigger_states_unreadable,
     AlertKind.STRAY_JOB: strays_cancelled,
     AlertKind.STRAY_SWEEP_REFUSED: blind_sweeps,
+    AlertKind.STRAY_SWEEP_CUT_SHORT: sweeps_cut_short,
     AlertKind.CLAIM_STALLED: claims_stalled,
     AlertKind.BUDGET_REACHED: budgets.budgets_reached,
     AlertKind.BUDGET_UNPRICED: budgets.budgets_unpriced,

@@ -310,3 +310,70 @@ def test_a_sweep_whose_record_reads_come_slowly_begins_none_past_the_window(
     assert 0 < unread < 150
     [line] = log.events("stray_sweep_deferred")
     assert line["records_unread"] == unread
+
+
+def test_a_restart_of_quota_lines_whose_reads_come_slowly_begins_none_past_the_window(
+    world: World, clock: PassClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the sweep the pass restarts the quota lines left without a drainer
+    (`restart_stalled`), reading the record of each head in turn until one needs a create: a line
+    of many settled heads (a burst cancelled while its drainer was dead), read slowly (3 s of the
+    pass's clock each), would run the pass past its function's timeout, killed with its run lease
+    held. No read is begun past the window's last call start: the line waits for the next pass,
+    said in the summary and in the sweep's one line."""
+    from shared.pacing import pacer_for, waiting_entry
+
+    world.vertex.stalled = set()
+    pacer = pacer_for(world.ports)
+    for k in range(150):  # their records are gone: each head is settled, and read before it leaves
+        pacer.enqueue(waiting_entry(HEALTHY, 0, f"gone-{k:03d}", 1))
+    get = world.ledger.get
+
+    def slowly(request_id: str) -> Any:
+        clock.wait(3.0)
+        return get(request_id)
+
+    monkeypatch.setattr(world.ledger, "get", slowly)
+    log = CapturedLog()
+    began = clock()
+
+    summary = run_reconcile(ports(world, clock), log.logger)
+
+    assert (clock() - began).total_seconds() <= RECONCILE_FUNCTION_TIMEOUT_SECONDS
+    assert summary.vertex["quota_restart_deferred"] is True
+    [line] = log.events("stray_sweep_deferred")
+    assert line["quota_restart_deferred"] is True
+    assert 0 < len(pacer.waiting(HEALTHY)) < 150  # the next pass goes on where this one stopped
+
+
+def cut_short_alerts(world: World) -> list[dict[str, Any]]:
+    alerts = world.publisher.on(world.settings.ops_alerts_topic)
+    return [m.data for m in alerts if m.data["kind"] == "stray_sweep_cut_short"]
+
+
+def test_a_sweep_cut_short_pass_after_pass_is_alerted_once_a_run(world: World, clock: PassClock) -> None:
+    """A WARNING line a pass whose sweep was cut short writes tells nobody: a deployment whose every
+    pass runs out its window before the sweep is done never cancels its strays. Three passes in a
+    row cut short are alerted, once for the run of them however long it lasts; a pass that sweeps
+    whole ends the run, and the next three cut short are alerted again."""
+    world.vertex.stalled = set()
+    request, _ = world.submitted("req-1", state=RUNNING)
+    world.vertex.add(request.request_id, 1)  # a stray
+    list_in_time = world.vertex.list_custom_jobs
+    listings_take_the_pass(world, clock)
+
+    for _ in range(2):
+        run_reconcile(ports(world, clock), Logger())
+    assert cut_short_alerts(world) == []
+    for _ in range(3):
+        run_reconcile(ports(world, clock), Logger())
+    [alert] = cut_short_alerts(world)
+    assert alert["details"]["passes"] == 3
+
+    world.vertex.list_custom_jobs = list_in_time  # type: ignore[method-assign]
+    run_reconcile(ports(world, clock), Logger())  # sweeps whole: the stray is cancelled
+    world.vertex.add(request.request_id, 1)  # another stray
+    listings_take_the_pass(world, clock)
+    for _ in range(3):
+        run_reconcile(ports(world, clock), Logger())
+    assert [a["details"]["passes"] for a in cut_short_alerts(world)] == [3, 3]

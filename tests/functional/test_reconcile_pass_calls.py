@@ -190,3 +190,39 @@ def test_a_strays_failure_is_said_before_another_strays_deferral() -> None:
     assert tried == ["deferred", "failed", "deferred"]
     with pytest.raises(CrudBudgetSpent):
         _cancel_each(["deferred"], cancel)
+
+
+def test_a_sweep_listing_that_meets_a_503_is_sent_once_more_in_the_pass(world: World) -> None:
+    """A location only the sweep lists (an allowed one no request of the pass ran in) whose listing
+    meets a transient 503 is listed once more in the same pass, under its budget and window, as a
+    location whose requests' listing failed is: its stray is cancelled now, not one interval later.
+    A 429 is not sent again at once (the quota's own answer), nor a refusal for good."""
+    from google.api_core.exceptions import PermissionDenied, ServiceUnavailable, TooManyRequests
+
+    other = "europe-west4"
+    world.settings = replace(world.settings, allowed_locations=(LOCATION, other))
+    world.submitted("req-1", state=RUNNING, location=LOCATION)
+    listing = world.vertex.list_custom_jobs
+    failures: list[Exception] = []
+    lists_sent: list[str] = []
+
+    def failing_once(request: dict[str, Any], **kwargs: Any) -> Any:
+        lists_sent.append(request["parent"])
+        if other in request["parent"] and failures:
+            raise failures.pop()
+        return listing(request, **kwargs)
+
+    world.vertex.list_custom_jobs = failing_once  # type: ignore[method-assign]
+    for answer, second_list in ((ServiceUnavailable("busy"), True), (TooManyRequests("quota"), False)):
+        stray = world.vertex.add("gone", 1, location=other)  # of a request with no record
+        failures.append(answer)
+        lists_sent.clear()
+
+        run_reconcile(world.ports, Logger())
+
+        assert sum(other in parent for parent in lists_sent) == (2 if second_list else 1)
+        assert (stray in world.vertex.cancelled) is second_list
+    failures.append(PermissionDenied("no"))
+    lists_sent.clear()
+    run_reconcile(world.ports, Logger())
+    assert sum(other in parent for parent in lists_sent) == 1

@@ -1266,3 +1266,33 @@ def test_a_deadline_passed_while_the_claim_waits_for_its_create_without_its_aler
 
     [owed] = catalogue(world, AlertKind.DEADLINE_MISSED)
     assert "no deadline_missed alert for r1" in owed
+
+
+def test_a_stray_that_outlives_passes_in_a_row_owes_stray_sweep_cut_short(world: World) -> None:
+    """Passes that listed a stray's location, ran to their end without a fault and did not cancel
+    it were cut short: three in a row owe one `stray_sweep_cut_short`; a pass that drew a fault
+    (its listing or record read may have failed, said otherwise) breaks the run."""
+    from sim.vertex import PassCall
+    from sim.world import Task
+
+    followed, stray = job(world, "r1", 1), job(world, "r1", 1)
+    restore(world, "r1", RequestStatus.RUNNING, attempt_of(followed))
+    faulted = Task("reconcile", lambda: None, faulty=True, faults=1)
+    world.clock.advance(promises.LAG.total_seconds())
+
+    def pass_over(sender: Task) -> None:
+        world.vertex.pass_calls.append(PassCall(world.clock.now(), sender, "list", stray.location))
+        world.clock.advance(300.0)
+
+    for sender in (Task("reconcile", lambda: None, faulty=True) for _ in range(2)):
+        pass_over(sender)
+    pass_over(faulted)
+    pass_over(Task("reconcile", lambda: None, faulty=True))
+    assert catalogue(world, AlertKind.STRAY_SWEEP_CUT_SHORT) == []
+    pass_over(Task("reconcile", lambda: None, faulty=True))
+    pass_over(Task("reconcile", lambda: None, faulty=True))
+
+    [found] = catalogue(world, AlertKind.STRAY_SWEEP_CUT_SHORT)
+    assert found.startswith(f"no stray_sweep_cut_short alert: stray {stray.name.rsplit('/', 1)[-1]} of r1")
+    publish_alert(world, AlertKind.STRAY_SWEEP_CUT_SHORT, None, passes=3)
+    assert catalogue(world, AlertKind.STRAY_SWEEP_CUT_SHORT) == []

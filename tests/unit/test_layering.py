@@ -58,6 +58,7 @@ ROOMS: dict[str, str] = {
     "shared.paced_submit": "shell parts",
     "shared.create_lease": "shell parts",
     "shared.reconcile_vertex": "shell parts",
+    "shared.pass_client": "shell parts",
     "shared.reconcile_index": "shell parts",
     "shared.job_locations": "shell parts",
     "shared.attempt_lookup": "shell parts",
