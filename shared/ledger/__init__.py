@@ -1,7 +1,7 @@
 """The ledger: one JSON record per request in the state bucket, and the moves made on it.
 
 Owns the store (`store`: `LedgerStore`, compare-and-swap on the object generation, the job index
-and the active index), the record (`records`), the state machine (`states`), the transitions of an
+and the active index), the record (`records`; reading its JSON, `shapes`), the state machine (`states`), the transitions of an
 attempt before its job runs (`claims`), ledger retention (`retention`) and the run lease of a
 maintenance sweep (`run_lock`).
 
