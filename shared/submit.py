@@ -23,8 +23,8 @@ acknowledgement, ends a request that cannot be handled.
 The ledger transitions (`shared.ledger.claims`) decide from the current record alone; `submit_request`
 is the shell that runs them and calls the clients passed in through `Ports`. Alerts go through the
 outbox like every other function's: written pending with the decision, published after.
-Over 450 lines since one delivery's path, in the order its steps run, reads as one; what a delivery
-does besides creating a job is `shared.redeliveries`'.
+What a delivery does besides creating a job is `shared.redeliveries`', and its look for a record
+that was lost `shared.deleted_records`'.
 """
 
 from __future__ import annotations
@@ -42,12 +42,13 @@ from shared.attempt_lookup import find_claim_job
 from shared.create_lease import create_timeout, note_create_sent, wait_for_the_list
 from shared.deciding.notices import publish_notices, telling_changes
 from shared.deciding.outbox import Mine, alert_corrupt_record, alerts_of, flush
+from shared.deleted_records import look_before_claiming
 from shared.delivery import Message
 from shared.errors import TransientError, is_retryable
 from shared.fleet.capacity import place_attempt, refusing
 from shared.fleet.placing import attempt_placer
-from shared.found_jobs import adopt_job, cancel_deleted_records_jobs, observe_adopted
-from shared.job_locations import remember_location, sweep_locations
+from shared.found_jobs import adopt_job, observe_adopted
+from shared.job_locations import remember_location
 from shared.jobs import state_name
 from shared.kept_lines import count_kept_preemptions
 from shared.ledger.claims import Claim, ClaimInProgress, claim_attempt, fail_attempt, release_claim
@@ -66,14 +67,7 @@ from shared.paced_submit import (
     wait_in_line,
     waits_for,
 )
-from shared.redeliveries import (
-    DeletedRecordsJobLive,
-    publish_what_is_pending,
-    refuse_reserved_id,
-    reject,
-    replayed_without_a_record,
-    settle_taken_id,
-)
+from shared.redeliveries import publish_what_is_pending, refuse_reserved_id, reject, settle_taken_id
 from shared.requests.capacity import job_on_machine
 from shared.requests.envelope import InvalidJobRequest, JobRequest, canonical_envelope
 from shared.requests.job_policy import training_account_for
@@ -141,17 +135,8 @@ def submit_request(message: Message, log: Logger, ports: Ports) -> SubmitOutcome
             default_location=settings.location,
             default_max_attempts=settings.default_max_attempts,
         )
-        try:
-            if n == 1 and replayed_without_a_record(
-                message, envelope, log, ports, where=partial(sweep_locations, ports)
-            ):
-                return SubmitOutcome(SubmitResult.DUPLICATE, request.request_id, n)
-        except DeletedRecordsJobLive as waiting:
-            # A fresh message of the id looks only while the id's marker is there: renewed, it
-            # outlives the deleted claim's by a grace from this wait (seed 3609).
-            ports.ledger.mark_active(waiting.request_id)
-            cancel_deleted_records_jobs(ports, waiting, log)
-            raise  # redelivered: claimed once they have ended
+        if n == 1 and look_before_claiming(message, envelope, log, ports):
+            return SubmitOutcome(SubmitResult.DUPLICATE, request.request_id, n)
         try:
             claim = _claim(envelope, n, log, ports, requeued=request.attempt is not None, sent=message.publish_time)
         except InvalidJobRequest as exc:

@@ -116,7 +116,7 @@ def replica_names(custom_job: dict[str, Any]) -> list[str]:
 
 def restarts_reached(job: SimJob, reclaimed: list[str], counting: str) -> int:
     """Counts one preemption towards the six restarts as `counting` says (the emulator's
-    `spot_restart_count`, devstack/vertex/runner.py); returns the count it reached."""
+    `spot_restart_count`, devstack/vertex/restarts.py); returns the count it reached."""
     for name in reclaimed:
         job.replica_restarts[name] = job.replica_restarts.get(name, 0) + 1
     job.vms_reclaimed += len(reclaimed)

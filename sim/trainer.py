@@ -26,7 +26,7 @@ sometimes torn by the crash, preemption or cancel that ends the save.
 - an assumption, `cancel_sigterm` (`CANCEL_SIGTERMS`): Google documents that a cancel ends the job
   CANCELLED (CancelCustomJob, job_service.proto and the REST reference), not how its containers
   are stopped; the emulator stops them as at a preemption (SIGTERM, the grace, SIGKILL:
-  devstack/vertex/runner.py), and the kit's SIGTERM handler then writes `preempted`. `preempted`
+  devstack/vertex/replicas.py), and the kit's SIGTERM handler then writes `preempted`. `preempted`
   (the default) has a running trainer write that line when its job is cancelled (by spotjobs: an
   operator's cancel, a deadline switch, a move, the stray sweep, a budget stop; or by hand in the
   console); `silent` writes nothing, as before 2026-12-07;

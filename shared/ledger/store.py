@@ -1,10 +1,12 @@
 """The ledger: one JSON document per request in the state bucket, changed only by compare-and-swap.
 
 One module on purpose (over 450 lines): a record's compare-and-swap and every object that must stay
-consistent with it (its active marker, its job index entries, the corrupt note, the cursors) share
-one bucket layout and one write path; split apart, the ordering rules below (marker before record,
-referrers before removal) would span modules that each look safe. The record itself, plain data
-with no storage in it, is `shared.ledger.records`.
+consistent with it (its active marker, its job index entries, the corrupt note) share one bucket
+layout and one write path; split apart, the ordering rules below (marker before record,
+referrers before removal) would span modules that each look safe. What keeps no such rule is
+elsewhere: the record itself, plain data with no storage in it (`shared.ledger.records`), the
+maintenance runs' cursors (`shared.ledger.cursors`) and the lines parked for a job not indexed
+yet (`shared.ledger.parked`), both parts of `LedgerStore` in its bucket.
 
 Layout in `gs://<state bucket>/`:
 - `requests/<request_id>.json`: a `RequestRecord` (the request, its status and attempts).
@@ -26,8 +28,6 @@ after the write, then cleared; whoever finds it still pending later (a redeliver
 publishes it. A crash between a publish and its clearing can therefore repeat it. A record with
 pending effects says so in its metadata (`pending_effects`), so reconcile lists it even once
 finished.
-
-`maintenance/<task>-cursor.json` holds where the next bounded reconcile or prune run starts.
 
 The active index (docs/ARCHITECTURE.md, "The active index"): `active/<request_id>`, an empty
 marker object for every request that needs reconciling (not terminal, or with effects pending), so
@@ -53,7 +53,6 @@ once, writing the markers of the active ones (a ledger from before the index).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import threading
 import time
@@ -63,6 +62,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from shared.clock import now_iso, utcnow
+from shared.ledger.cursors import MAINTENANCE_PREFIX, MaintenanceCursors
+from shared.ledger.parked import ParkedLines
 from shared.ledger.records import CorruptRecord, RequestRecord, private_copy, shared_record
 from shared.ledger.states import TERMINAL_STATUSES, check_transition
 from shared.log import Logger
@@ -74,11 +75,6 @@ if TYPE_CHECKING:
 
 REQUESTS_PREFIX = "requests/"
 JOBS_PREFIX = "jobs/"
-# Vertex's preemption lines and the kit's signed lines of a job not indexed yet, kept until its
-# adoption counts them (`park_preemption`, `park_kit_line`); a lifecycle rule removes a foreign job's
-# (docs/ARCHITECTURE.md).
-UNINDEXED_PREFIX = "unindexed/"
-MAINTENANCE_PREFIX = "maintenance/"
 ACTIVE_PREFIX = "active/"
 ARCHIVE_PREFIX = "archive/"
 INDEX_BUILT = f"{MAINTENANCE_PREFIX}active-index.json"
@@ -155,8 +151,10 @@ class JobIndexEntry:
     job: str
 
 
-class LedgerStore:
-    """Reads and compare-and-swap writes of ledger documents in one bucket."""
+class LedgerStore(MaintenanceCursors, ParkedLines):
+    """Reads and compare-and-swap writes of ledger documents in one bucket; its maintenance
+    cursors (`MaintenanceCursors`) and the lines parked for jobs not indexed yet (`ParkedLines`)
+    are kept in the same bucket."""
 
     def __init__(self, bucket: Bucket, *, max_conflicts: int = 20) -> None:
         self._bucket = bucket
@@ -536,43 +534,6 @@ class LedgerStore:
         """Delete the record if it is still at `generation`; False if anyone wrote since."""
         return self._delete_if_generation(_request_path(request_id), generation)
 
-    # Where the next bounded maintenance run (reconcile, prune) starts.
-
-    def maintenance_state(self, name: str) -> dict[str, Any]:
-        """`maintenance/<name>.json` as a dict ({} when absent or unreadable)."""
-        from google.api_core.exceptions import NotFound
-
-        try:
-            state = json.loads(self._bucket.blob(f"{MAINTENANCE_PREFIX}{name}.json").download_as_bytes())
-        except (NotFound, ValueError):
-            return {}
-        return state if isinstance(state, dict) else {}
-
-    def save_maintenance_state(self, name: str, state: dict[str, Any]) -> None:
-        # Last writer wins, as for cursors: overlapping runs only repeat or skip ahead a range.
-        self._bucket.blob(f"{MAINTENANCE_PREFIX}{name}.json").upload_from_string(
-            json.dumps(state), content_type="application/json"
-        )
-
-    def cursor(self, name: str) -> str:
-        """The position the next bounded `name` run starts at; "" = the beginning (also when the
-        cursor cannot be read)."""
-        from google.api_core.exceptions import NotFound
-
-        try:
-            state = json.loads(self._bucket.blob(cursor_path(name)).download_as_bytes())
-        except (NotFound, ValueError):  # absent, or written by hand: start over, as a new rotation would
-            return ""
-        position = state.get("position", "") if isinstance(state, dict) else ""
-        return position if isinstance(position, str) else ""
-
-    def save_cursor(self, name: str, position: str) -> None:
-        # Last writer wins: overlapping runs that race here only make the next run repeat a
-        # range or start a little further on; the rotation comes back to every item anyway.
-        self._bucket.blob(cursor_path(name)).upload_from_string(
-            json.dumps({"position": position}), content_type="application/json"
-        )
-
     # The job index.
 
     def index_job(self, entry: JobIndexEntry) -> None:
@@ -602,57 +563,6 @@ class LedgerStore:
                 named if isinstance(named, str) else _job_path(job_id), f"not a job index entry: {raw[:80]!r}"
             )
         return JobIndexEntry(**{name: entry[name] for name in _JOB_INDEX_FIELDS})
-
-    def park_preemption(self, job_id: str, identity: str) -> None:
-        """Keep a preemption line of a job not indexed yet, by its identity (idempotent)."""
-        self._park(job_id, identity, {"identity": identity})
-
-    def park_kit_line(self, job_id: str, identity: str, fields: dict[str, Any]) -> None:
-        """Keep a kit line of a job not indexed yet (its fields as sent, signature included), by
-        its log entry's identity (idempotent)."""
-        self._park(job_id, identity, {"identity": identity, "kit": fields})
-
-    def _park(self, job_id: str, identity: str, body: dict[str, Any]) -> None:
-        from google.api_core.exceptions import PreconditionFailed
-
-        blob = self._bucket.blob(_parked_path(job_id, identity))
-        try:
-            blob.upload_from_string(json.dumps(body), content_type="application/json", if_generation_match=0)
-        except PreconditionFailed:
-            pass  # kept by a redelivery before
-
-    def parked_preemptions(self, job_id: str) -> dict[str, str]:
-        """The preemption lines kept for `job_id`: object name -> the line's identity (one that
-        does not read, a hand edit, is left out: it says nothing)."""
-        return {
-            name: body["identity"]
-            for name, body in self._parked(job_id).items()
-            if isinstance(body.get("identity"), str) and "kit" not in body
-        }
-
-    def parked_kit_lines(self, job_id: str) -> dict[str, dict[str, Any]]:
-        """The kit lines kept for `job_id`: object name -> the line's fields as sent."""
-        return {name: body["kit"] for name, body in self._parked(job_id).items() if isinstance(body.get("kit"), dict)}
-
-    def _parked(self, job_id: str) -> dict[str, dict[str, Any]]:
-        parked = {}
-        for blob in self._bucket.client.list_blobs(self._bucket, prefix=f"{UNINDEXED_PREFIX}{job_id}/"):
-            try:
-                body = json.loads(blob.download_as_bytes())
-            except (ValueError, RecursionError):
-                continue
-            if isinstance(body, dict):
-                parked[blob.name] = body
-        return parked
-
-    def forget_parked(self, names: Collection[str]) -> None:
-        from google.api_core.exceptions import NotFound
-
-        for name in names:
-            try:
-                self._bucket.blob(name).delete()
-            except NotFound:
-                pass  # forgotten by a concurrent adoption
 
 
 _JOB_INDEX_FIELDS = ("request_id", "attempt", "location", "job")
@@ -697,10 +607,6 @@ def _emulator_in_use() -> bool:
     return bool(os.environ.get("STORAGE_EMULATOR_HOST"))
 
 
-def cursor_path(name: str) -> str:
-    return f"{MAINTENANCE_PREFIX}{name}-cursor.json"
-
-
 def _corrupt_path(request_id: str) -> str:
     return f"{MAINTENANCE_PREFIX}corrupt/{request_id}.json"
 
@@ -715,7 +621,3 @@ def _request_path(request_id: str) -> str:
 
 def _job_path(job_id: str) -> str:
     return f"{JOBS_PREFIX}{job_id}.json"
-
-
-def _parked_path(job_id: str, identity: str) -> str:
-    return f"{UNINDEXED_PREFIX}{job_id}/{hashlib.sha256(identity.encode()).hexdigest()[:32]}.json"

@@ -52,6 +52,7 @@ ROOMS: dict[str, str] = {
     "shared.reconcile": "shells",
     "shared.observe": "shells",
     "shared.redeliveries": "shell parts",
+    "shared.deleted_records": "shell parts",
     "shared.found_jobs": "shell parts",
     "shared.pacing": "shell parts",
     "shared.pacing_drainer": "shell parts",

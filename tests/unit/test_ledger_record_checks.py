@@ -1,5 +1,5 @@
-"""The shape check of a record's field where no plain type decides it (shared/ledger/records.py,
-`_known`): a boolean inside a container, a kind of field no record part has yet, is judged by the
+"""The shape check of a record's field where no plain type decides it (shared/ledger/shapes.py,
+`known_fields`): a boolean inside a container, a kind of field no record part has yet, is judged by the
 check itself, which takes true and false and nothing else."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from shared.ledger.records import _known
+from shared.ledger.shapes import known_fields
 
 
 @dataclass
@@ -20,10 +20,10 @@ class _Flags:
 
 @pytest.mark.parametrize("flags", [[True], [False], [True, False], []])
 def test_a_list_of_booleans_takes_true_and_false(flags: list[bool]) -> None:
-    assert _known(_Flags, {"flags": flags})["flags"] == flags
+    assert known_fields(_Flags, {"flags": flags})["flags"] == flags
 
 
 @pytest.mark.parametrize("flags", [[1], [0], ["true"], [None], [True, 1]])
 def test_a_list_of_booleans_refuses_anything_else(flags: list[Any]) -> None:
     with pytest.raises(TypeError, match=r"^_Flags\.flags is "):
-        _known(_Flags, {"flags": flags})
+        known_fields(_Flags, {"flags": flags})

@@ -18,11 +18,11 @@ from shared.ledger.records import (
     CancelIntent,
     RequestRecord,
     Requeue,
-    _known,
     alert_marker,
     evidence_marker,
     private_copy,
 )
+from shared.ledger.shapes import known_fields
 from shared.ledger.states import AttemptOutcome, RequestStatus
 
 JOB = "projects/p/locations/us-central1/customJobs/123"
@@ -286,37 +286,37 @@ class _Future:
 )
 def test_a_field_of_several_types_takes_a_value_of_any_of_them(value: Any, accepted: bool) -> None:
     if accepted:
-        assert _known(_Future, {"either": value})["either"] == value
+        assert known_fields(_Future, {"either": value})["either"] == value
     else:
         with pytest.raises(TypeError, match="_Future.either is"):
-            _known(_Future, {"either": value})
+            known_fields(_Future, {"either": value})
 
 
 def test_a_field_of_several_types_without_none_refuses_none_and_a_none_field_takes_only_none() -> None:
-    assert _known(_Future, {"either_required": "x", "nothing": None}) == {
+    assert known_fields(_Future, {"either_required": "x", "nothing": None}) == {
         "either_required": "x",
         "nothing": None,
         "newer_fields": {},
     }
     with pytest.raises(TypeError, match="_Future.either_required is None"):
-        _known(_Future, {"either_required": None})
+        known_fields(_Future, {"either_required": None})
     with pytest.raises(TypeError, match="_Future.nothing is 0"):
-        _known(_Future, {"nothing": 0})
+        known_fields(_Future, {"nothing": 0})
 
 
 @pytest.mark.parametrize("value", [None, 1, "one", [1, "two"], {"any": ["thing"]}])
 def test_a_field_of_any_type_takes_any_json_value(value: Any) -> None:
-    assert _known(_Future, {"loose": value})["loose"] == value
+    assert known_fields(_Future, {"loose": value})["loose"] == value
 
 
 @pytest.mark.parametrize("value, accepted", [([1, 2], True), ("one", True), (None, True), (["one"], False), (1, False)])
 def test_a_field_of_several_types_one_a_container_judges_the_container_by_its_check(value: Any, accepted: bool) -> None:
     # A list is no plain type: its value reaches the union's own check, not the fast path.
     if accepted:
-        assert _known(_Future, {"mixed": value})["mixed"] == value
+        assert known_fields(_Future, {"mixed": value})["mixed"] == value
     else:
         with pytest.raises(TypeError, match="_Future.mixed is"):
-            _known(_Future, {"mixed": value})
+            known_fields(_Future, {"mixed": value})
 
 
 def test_a_document_as_this_version_writes_it_is_read_without_calling_init(monkeypatch: pytest.MonkeyPatch) -> None:

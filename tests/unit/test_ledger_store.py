@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from shared.ledger import store as store_module
+from shared.ledger.cursors import cursor_path
 from shared.ledger.records import Attempt, CorruptRecord, RequestRecord
 from shared.ledger.states import RequestStatus
 from shared.ledger.store import (
@@ -26,7 +27,6 @@ from shared.ledger.store import (
     LedgerStore,
     ListedObject,
     ListedRequest,
-    cursor_path,
     job_labels,
     needs_reconcile,
 )

@@ -494,7 +494,7 @@ def test_function_access_is_least_privilege() -> None:
         assert access[fn]["state_prefix"] is None
         assert access[fn]["checkpoint"] == "read"  # shared/deciding/folder_progress.py
     # The only object prune_checkpoints writes in the state bucket is its cursor.
-    from shared.ledger.store import cursor_path
+    from shared.ledger.cursors import cursor_path
     from shared.pruning.runner import PRUNE_TASK
 
     assert cursor_path(PRUNE_TASK).startswith(prune["state_prefix"])
