@@ -1292,7 +1292,7 @@ def fleet_facts_bounded(world: World) -> list[Violation]:
         if fact.at is not None and fact.at > now + timedelta(seconds=1):
             problems.append(f"at {fact.at.isoformat()}, in the future")
         out += [violation("fleet_facts_bounded", f"{name}: {p}") for p in problems]
-    return out + _open_waits_past_their_end(world, by_key)
+    return out + _open_waits_past_their_end(world, by_key) + _open_waits_the_estimate_counts(world, by_key)
 
 
 # What only a decision that saw an attempt's job run or end records of it; any fact of a later
@@ -1329,6 +1329,48 @@ def _open_waits_past_their_end(world: World, by_key: dict[str, list[SimJob]]) ->
                     f"{request_id} attempt {n}: its wait is open in the fleet store, though Vertex "
                     f"{'ran' if any(j.start_time for j in jobs) else 'ended'} its job and a later decision "
                     f"recorded {sorted(told & _SEEN_RUN_OR_END) or 'a later attempt'}",
+                )
+            )
+    return out
+
+
+def _open_waits_the_estimate_counts(world: World, by_key: dict[str, list[SimJob]]) -> list[Violation]:
+    """The estimate counts no wait open that Vertex ended, once the fleet was told anything past
+    its create: a `run`, a preemption, a restart or a stockout of the attempt proves the wait
+    ended, whether or not its `wait` or `nocap` was written (shared/fleet/estimate.py). Per class
+    and location, its open waits are at most the attempts with a `waiting` whose job is still
+    waiting in Vertex, or of which the fleet holds nothing else (the last decision a request gets
+    can lose every fact of its end: nothing decides on it again)."""
+    from shared.fleet.estimate import estimate
+    from shared.fleet.observations import FleetFact, Kind
+    from shared.fleet.store import FLEET_PREFIX, parse_name
+
+    now = world.clock.now()
+    facts: dict[tuple[str, str], list[FleetFact]] = collections.defaultdict(list)
+    for name in world.storage.objects(world.settings.state_bucket):
+        if name.startswith(FLEET_PREFIX) and (parsed := parse_name(name)) is not None:
+            facts[(parsed[0].key, parsed[1].location)].append(parsed[1])
+    out = []
+    for (class_key, location), here in sorted(facts.items()):
+        told: dict[str, set[Kind]] = collections.defaultdict(set)
+        for fact in here:
+            told[fact.attempt_key].add(fact.kind)
+        may_be_open = sum(
+            Kind.WAITING in kinds
+            and (
+                kinds == {Kind.WAITING}
+                or not by_key.get(key)  # a person's fact, or one of no job: the clauses above judge it
+                or any(not (j.start_time or j.end_time) for j in by_key[key])
+            )
+            for key, kinds in told.items()
+        )
+        counted = estimate(here, location, now).open_waits
+        if counted > may_be_open:
+            out.append(
+                violation(
+                    "fleet_facts_bounded",
+                    f"{class_key} in {location}: the estimate counts {counted} open waits, of which only "
+                    f"{may_be_open} can be: Vertex ran or ended the others' jobs and the fleet was told",
                 )
             )
     return out

@@ -25,7 +25,9 @@ were kept apart counts its whole time on Spot as run (`AttemptSummary.vm_seconds
 An attempt whose end the fleet never heard of (its `run` fact lost: the facts are advisory) is
 open only until its job must have ended, `longest_job_seconds` after its start (the deployment's
 longest `scheduling.timeout`, a continuation being another attempt): its time on Spot and its
-restart wait stop there, and it says nothing of capacity now.
+restart wait stop there, and it says nothing of capacity now. An attempt whose wait's closing fact
+was lost (its `wait` or `nocap`) and that told of its run, a preemption, a restart or a stockout
+has no open wait: its job got capacity or ended (`_wait_closed`).
 
 `CapacityEstimate.outlook` is what a deadline request's claim keeps of it in the attempt
 (`Attempt.spot_outlook`) for the deadline rule: the share of the time with capacity and the mean
@@ -168,7 +170,7 @@ def estimate(
     for o in observations:
         if o.location == location and o.at is not None and o.at <= now:
             seen.setdefault(o.attempt_key, []).append(o)
-    by_attempt = {key: _bounded(facts) for key, facts in seen.items()}
+    by_attempt = {key: _wait_closed(_bounded(facts)) for key, facts in seen.items()}
     here = [o for facts in by_attempt.values() for o in facts]
     evidence: list[tuple[float, float]] = []  # (age in seconds, 1 capacity / 0 none)
     exposure = 0.0  # the jobs' time on Spot
@@ -218,7 +220,7 @@ def estimate(
             elif not ended and (now - last_preempt).total_seconds() > OPEN_WAIT_GRACE_SECONDS:
                 evidence.append((0.0, 0.0))  # restarting after a preemption, still without capacity
         waiting = kinds.get(Kind.WAITING)
-        if waiting is not None and started is None and Kind.NO_CAPACITY not in kinds and waiting.at is not None:
+        if waiting is not None and not kinds.keys() & ENDS_A_WAIT and waiting.at is not None:
             open_waits += 1
             waited += (now - waiting.at).total_seconds()
             if (now - waiting.at).total_seconds() > OPEN_WAIT_GRACE_SECONDS:
@@ -281,7 +283,7 @@ def summarize(facts: Sequence[FleetFact], now: datetime) -> AttemptSummary:
     same sums, without the evidence of capacity (its weight halves every hour: nothing a day on).
     A fact past Vertex's bound (`within_bound`) is left out, as `estimate` leaves it out; the
     summary keeps the job's replicas."""
-    facts = _bounded(facts)
+    facts = _wait_closed(_bounded(facts))
     waits = attempt_restart_waits(facts, now)
     wait = next((o.seconds for o in facts if o.kind is Kind.WAIT), None)
     changeover = next((o.seconds for o in facts if o.kind is Kind.CHANGEOVER), None)
@@ -302,6 +304,33 @@ def _bounded(facts: Sequence[FleetFact]) -> list[FleetFact]:
     Vertex's bound for its job's replicas (`within_bound`)."""
     replicas = attempt_replicas(facts)
     return [o for o in each_once(facts) if within_bound(o, replicas)]
+
+
+# What only an attempt whose wait ended tells: it got capacity (a `wait`; a `run`, a preemption or
+# a restart, which only a job Vertex reported running has) or it ended (`nocap`, a stockout).
+ENDS_A_WAIT = frozenset({Kind.WAIT, Kind.NO_CAPACITY, Kind.RUN, Kind.PREEMPT, Kind.RESTART, Kind.STOCKOUT})
+
+
+def _wait_closed(facts: list[FleetFact]) -> list[FleetFact]:
+    """An attempt's facts with its `wait` where that fact was lost and the attempt's others prove
+    the job got capacity (the facts are advisory: one write can fail where the next succeeds): at
+    its `run`'s start, the wait it was; else at its first preemption or restart, the latest it can
+    have started. Without it an open `waiting` would say no capacity for the estimate's window."""
+    kinds = {o.kind for o in facts}
+    waiting = next((o for o in facts if o.kind is Kind.WAITING and o.at is not None), None)
+    if waiting is None or kinds & {Kind.WAIT, Kind.NO_CAPACITY}:
+        return facts
+    run = next((o for o in facts if o.kind is Kind.RUN and o.at is not None), None)
+    ran = [o.at for o in facts if o.kind in (Kind.PREEMPT, Kind.RESTART) and o.at is not None]
+    started = run.at - timedelta(seconds=run.seconds) if run is not None else min(ran, default=None)
+    if started is None:
+        return facts
+    waited = max(0.0, (started - waiting.at).total_seconds())
+    replicas = attempt_replicas(facts)
+    return [
+        *facts,
+        FleetFact(Kind.WAIT, waiting.location, started, waited, attempt_key=waiting.attempt_key, replicas=replicas),
+    ]
 
 
 def per_job_lifetime(mean_lifetime_seconds: float, replicas: int) -> float:

@@ -898,6 +898,35 @@ def test_an_open_wait_left_past_its_jobs_run_is_caught(world: World, later: str)
     assert promises.fleet_facts_bounded(world) == []
 
 
+def test_an_open_wait_the_estimate_counts_though_its_job_ran_is_caught(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fleet was told the job ran (its `run`), not its `wait`: the estimate must not count
+    its wait open. A wait Vertex still has queued, or one the fleet was told nothing else of,
+    may be counted."""
+    import shared.fleet.estimate
+
+    def counted_open() -> list[str]:
+        return [v.detail for v in promises.fleet_facts_bounded(world) if "the estimate counts" in v.detail]
+
+    ran, queued = job(world, "r1", 1), job(world, "r2", 1, state="JOB_STATE_PENDING")
+    ran.start_time, ran.end_time = ran.create_time, world.clock.now()
+    for waited in (ran, queued):
+        key = attempt_key(waited.request_id, 1)
+        write_fact(world, FleetFact(Kind.WAITING, "us-central1", waited.create_time, attempt_key=key))
+    assert counted_open() == []  # nothing told of r1's job past its create: its end may have been lost
+    write_fact(world, FleetFact(Kind.RUN, "us-central1", world.clock.now(), 0.0, attempt_key=attempt_key("r1", 1)))
+    assert counted_open() == []
+
+    # The estimate before the fix: only a `wait` or `nocap` ended a wait, and a lost `wait` stayed lost.
+    monkeypatch.setattr(shared.fleet.estimate, "ENDS_A_WAIT", frozenset({Kind.WAIT, Kind.NO_CAPACITY}))
+    monkeypatch.setattr(shared.fleet.estimate, "_wait_closed", lambda facts: facts)
+    [open_wait] = counted_open()
+    assert open_wait.endswith(
+        "the estimate counts 2 open waits, of which only 1 can be: Vertex ran or ended the others' jobs and the fleet was told"
+    )
+
+
 # Logs and status.
 
 

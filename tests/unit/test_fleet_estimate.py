@@ -139,6 +139,30 @@ def test_a_wait_that_closed_is_not_open() -> None:
     assert estimate([fact(Kind.WAITING, 60, "e"), fact(Kind.WAITING, 60, "f")], HERE, NOW).open_waits == 2
 
 
+def test_a_wait_whose_fact_was_lost_is_closed_at_the_start_of_its_run() -> None:
+    """The `wait` fact was lost (the facts are advisory), its `run` was not: the run's start is
+    when the wait ended, so the estimate and the summary are those of the facts with it."""
+    whole = [fact(Kind.WAITING, 3 * HOUR), fact(Kind.WAIT, 2 * HOUR, seconds=HOUR), fact(Kind.RUN, HOUR, seconds=HOUR)]
+    lost = [whole[0], whole[2]]
+    assert estimate(lost, HERE, NOW).open_waits == 0
+    assert estimate(lost, HERE, NOW) == estimate(whole, HERE, NOW)
+    assert summarize(lost, NOW) == summarize(whole, NOW)
+
+
+def test_a_preemption_or_restart_ends_a_lost_wait_at_the_latest_it_can_have_started() -> None:
+    for ran in (Kind.PREEMPT, Kind.RESTART):
+        found = estimate([fact(Kind.WAITING, 3 * HOUR), fact(ran, HOUR)], HERE, NOW)
+        assert found.open_waits == 0
+        assert found.median_wait_seconds == pytest.approx(2 * HOUR)
+
+
+def test_a_stockout_ends_a_wait_without_saying_it_got_capacity() -> None:
+    found = estimate([fact(Kind.WAITING, 3 * HOUR), fact(Kind.STOCKOUT, HOUR)], HERE, NOW)
+    assert found.open_waits == 0
+    assert found.sure == pytest.approx(0.5)  # the stockout an hour ago, and no open wait's fresh no
+    assert found.median_wait_seconds is None
+
+
 def test_a_running_job_is_a_fresh_yes_and_its_time_so_far_is_on_spot() -> None:
     found = estimate([fact(Kind.WAIT, 2 * HOUR, seconds=600)], HERE, NOW)
     # the wait two hours ago (1/4) and running now (1)
