@@ -39,7 +39,7 @@ from sim.continuations import with_max_runtimes
 from sim.gcs import MemoryStorage
 from sim.pubsub import Delivery, SimPubSub
 from sim.trainer import CANCEL_SIGTERMS, Trainer, declared_total_steps
-from sim.vertex import SimJob, SimVertex, draw_queued_hold, draw_restart_state
+from sim.vertex import SimJob, SimVertex, draw_list_page_size, draw_queued_hold, draw_restart_state
 from sim.workload import Workload, generate, with_cancels, with_crud_budget, with_locations
 from tests.support.lifecycle import Rule, state_bucket_rules
 
@@ -175,6 +175,7 @@ class World:
     verbose: bool = False
     queued_hold: str | None = None  # the `queued_hold` assumption (sim.vertex); None: the seed's draw
     restart_state: str | None = None  # the `restart_state` assumption (sim.vertex); None: the seed's draw
+    list_page_size: int | None = None  # the `list_page_size` assumption (sim.vertex); None: the seed's draw
     cancel_sigterm: str = CANCEL_SIGTERMS[0]  # the `cancel_sigterm` assumption (sim.trainer)
     workload: Workload = field(init=False)
     trace: list[TraceLine] = field(default_factory=list)
@@ -245,6 +246,7 @@ class World:
         self.vertex.fate = self._draw_fate
         self.vertex.queued_hold = draw_queued_hold(self.seed, self.queued_hold)
         self.vertex.restart_state = draw_restart_state(self.seed, self.restart_state)
+        self.vertex.page_size = draw_list_page_size(self.seed, self.list_page_size)
         self.vertex.flex_wait = functools.partial(flex.wait_of, self.workload.seed_text)
         self.vertex.gpu_quota_full = self.workload.gpu_quota_full
         self.vertex.spot_capacity_back = lambda location: self.workload.spot_capacity_back(location, self.clock.now())

@@ -54,7 +54,7 @@ def test_a_deleted_job_is_not_found_on_get_and_cancel_and_gone_from_lists(world:
     with pytest.raises(api.NotFound):
         world.vertex.cancel_custom_job(name=ended.name)
     parent = ended.name.split("/customJobs/")[0]
-    assert world.vertex.list_custom_jobs({"parent": parent}) == []
+    assert list(world.vertex.list_custom_jobs({"parent": parent})) == []
 
 
 def test_a_live_job_deleted_in_the_console_is_cancelled_then_deleted(world: World) -> None:
