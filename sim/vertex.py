@@ -365,7 +365,7 @@ class SimVertex:
         self.call_timeouts[(self.caller(), operation, timeout)] += 1
         if location and self.caller() == "reconcile":
             self.pass_calls.append(PassCall(self.clock(), self.sender(), operation, location, query, listing))
-        return self.io("vertex", operation, perform, timeout=timeout)
+        return self.io("vertex", operation, perform, timeout=timeout, location=location)
 
     # The quotas.
 

@@ -401,10 +401,11 @@ def test_a_cancel_stops_a_running_trainer_as_the_cancel_sigterm_assumption_says(
     assert [(kit.request_id, kit.event) for kit in ends] == [("r0", "run_started")] + [("r0", e) for e in written]
 
 
-def _pool_time(workers: int, calls: int, *, latency: float, nested: bool = False) -> timedelta:
-    """The virtual time a task takes to map `calls` round trips of `latency` over a pool of
-    `workers` (each call inside a pool of its own of one round trip, when `nested`), as one of the
-    functions' pools does (`shared.found_jobs`' is the world's `SyncExecutor`, installed)."""
+def _pool_time(workers: int, calls: int, *, latency: float, nested: bool = False, submitted: bool = False) -> timedelta:
+    """The virtual time a task takes to map (or `submitted`: submit one by one) `calls` round trips
+    of `latency` over a pool of `workers` (each call inside a pool of its own of one round trip,
+    when `nested`), as one of the functions' pools does (`shared.found_jobs`' is the world's
+    `SyncExecutor`, installed)."""
     from greenlet import greenlet
 
     import shared.found_jobs
@@ -428,7 +429,12 @@ def _pool_time(workers: int, calls: int, *, latency: float, nested: bool = False
 
     def body() -> None:
         with shared.found_jobs.ThreadPoolExecutor(workers) as pool:
-            results.extend(pool.map(call, range(calls)))
+            if submitted:
+                futures = [pool.submit(call, n) for n in range(calls)]
+            else:
+                results.extend(pool.map(call, range(calls)))
+        if submitted:
+            results.extend(future.result() for future in futures)
 
     virtual.install(world)
     try:
@@ -455,6 +461,17 @@ def test_a_pools_workers_overlap_their_round_trips_as_threads_do() -> None:
     assert _pool_time(8, 3, latency=2.0) == timedelta(seconds=2)
     assert _pool_time(1, 8, latency=2.0) == timedelta(seconds=16)  # one worker: one after another
     assert _pool_time(8, 8, latency=2.0, nested=True) == timedelta(seconds=2)
+
+
+def test_a_pools_submitted_calls_overlap_their_round_trips_as_threads_do() -> None:
+    """A pool's `submit` (shared/pruning/execute.py's `run_tasks`) runs each call on the worker free
+    first, as `map` does: eight calls of 2 s on eight workers take 2 s, and the pool's `with` block
+    ends when its last worker is done. Until 2026-12-07 a submit ran on the task's own time: 16 s."""
+    assert _pool_time(8, 8, latency=2.0, submitted=True) == timedelta(seconds=2)
+    assert _pool_time(8, 16, latency=2.0, submitted=True) == timedelta(seconds=4)
+    assert _pool_time(8, 3, latency=2.0, submitted=True) == timedelta(seconds=2)
+    assert _pool_time(1, 8, latency=2.0, submitted=True) == timedelta(seconds=16)
+    assert _pool_time(8, 8, latency=2.0, nested=True, submitted=True) == timedelta(seconds=2)
 
 
 def test_every_module_of_the_functions_with_a_module_level_thread_pool_runs_on_the_worlds_pool() -> None:
