@@ -946,6 +946,20 @@ def test_a_pass_within_its_crud_budget_and_its_listings_made_past_it_is_not_flag
     assert reconcile_budget.reconcile_within_crud_budget(world) == []
 
 
+def test_a_pass_whose_listing_pages_past_its_crud_budget_is_not_flagged(world: World) -> None:
+    """The listing is always made, every page of it (`VertexPass.next_page` spends each forced):
+    a page is a call of its own (`list_page_size`), and the listing's pages past the budget are
+    the listing, not calls the budget should have deferred."""
+    from sim import reconcile_budget
+
+    world.vertex.page_size = 1  # us-central1's listing of 8 jobs: 8 pages, past the budget of 5
+    assert _reconcile_pass_cancelling(world, 8, bypass=False) == ["deferred"] * 8
+    pages = [c for c in world.vertex.pass_calls if c.location == "us-central1"]
+    assert len(pages) == 8 and len({c.listing for c in pages}) == 1
+
+    assert reconcile_budget.reconcile_within_crud_budget(world) == []
+
+
 def test_a_create_a_pass_sends_is_caught_within_its_budget_or_not(world: World) -> None:
     """A pass's budget and window judge its gets, lists and cancels; a create (Vertex's submission
     quota, not the CRUD one) is none of them, and a pass sends none. Its client once forwarded any
