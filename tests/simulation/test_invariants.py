@@ -354,6 +354,26 @@ def test_the_marker_of_a_record_less_request_whose_job_lives_is_not_a_leak(world
     assert leak.detail == "1 ledger object(s) left after retention, e.g. active/r1"
 
 
+def test_the_marker_of_a_record_less_request_stays_while_the_sweep_cannot_list_a_location(world: World) -> None:
+    """Seed 118: a person deleted r1's record, and Vertex refuses `list` in us-central1 for good; no
+    stray sweep can list every location, so none can say that no job of r1 lives, and reconcile
+    keeps r1's marker (`remove_recordless_markers`) until the permission is granted. A leak once
+    the sweep can list again, or of an id that has a record."""
+    from sim.faults import Refusal
+
+    bucket = world.storage.client().bucket(world.settings.state_bucket)
+    bucket.blob("active/r1").upload_from_string(b"")
+    [leak] = invariants.bounded_state(world)
+    assert leak.detail == "1 ledger object(s) left after retention, e.g. active/r1"
+
+    since = world.clock.now() - timedelta(hours=1)
+    world.vertex.refusals = [Refusal("list", "us-central1", since, None)]
+    assert invariants.bounded_state(world) == []
+
+    world.vertex.refusals = [Refusal("list", "us-central1", since, world.clock.now())]  # granted again
+    assert [v.detail for v in invariants.bounded_state(world)] == [leak.detail]
+
+
 def test_a_burst_document_is_kept_while_its_line_waits(world: World) -> None:
     """Seeds 2605, 3908, 5945: GPU requests wait for good behind a full GPU quota, and their line
     never empties; its burst document ends only when a hand-over finds the line empty
