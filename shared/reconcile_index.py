@@ -126,15 +126,15 @@ def requests_to_reconcile(
 
 
 def remove_recordless_markers(
-    ledger: LedgerStore, entries: Iterable[ActiveEntry], swept: dict[str, set[str]] | None, locations: Iterable[str]
+    ledger: LedgerStore, entries: Iterable[ActiveEntry], swept: dict[str, set[str]], locations: Iterable[str]
 ) -> None:
     """After the pass's stray sweep (`swept`: the request ids of the unfinished jobs it listed, per
-    location; None if it did not run): remove the stale markers of requests without a record
-    (`requests_to_reconcile`'s `recordless`) whose id no job the sweep listed names, once it listed
-    every location it sweeps. A marker stands while a job of its id lives (seed 10178: a fresh
-    message of the id looks for that job only while the marker is there), and a pass that died
-    before its sweep, or whose sweep missed a location, cannot say none lives (seed 54)."""
-    if swept is None or not set(locations) <= set(swept):
+    location): remove the stale markers of requests without a record (`requests_to_reconcile`'s
+    `recordless`) whose id no job the sweep listed names, once it listed every location it sweeps.
+    A marker stands while a job of its id lives (seed 10178: a fresh message of the id looks for
+    that job only while the marker is there), and a pass that died before its sweep, or whose
+    sweep missed a location, cannot say none lives (seed 54)."""
+    if not set(locations) <= set(swept):
         return
     live = set().union(*swept.values())
     now = utcnow()
