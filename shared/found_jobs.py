@@ -214,7 +214,14 @@ def _cancel_second_job(ports: Ports, record: RequestRecord, job: CustomJob, log:
         )
 
 
-def sweep_strays(ports: Ports, locations: Iterable[str], log: Logger, *, window: CallWindow | None = None) -> list[str]:
+def sweep_strays(
+    ports: Ports,
+    locations: Iterable[str],
+    log: Logger,
+    *,
+    window: CallWindow | None = None,
+    listed: dict[str, set[str]] | None = None,
+) -> list[str]:
     """Cancel every stray job of this deployment in `locations`; returns the names of those it
     sent a cancel to (one already CANCELLING is recorded and alerted, not cancelled again).
 
@@ -227,7 +234,8 @@ def sweep_strays(ports: Ports, locations: Iterable[str], log: Logger, *, window:
     A location or record that cannot be read waits for the next pass (a listing that met a 503 is
     sent once more in a reconcile pass first: `worth_a_second_list`); a location whose listing
     Vertex refuses for good (403, 404) is also alerted, once per error kind (`stray_sweep_refused`).
-    `window`: a reconcile pass's, which refuses the reads begun too late (`sweep_read_refused`)."""
+    `window`: a reconcile pass's, which refuses the reads begun too late (`sweep_read_refused`).
+    `listed`: filled with each location listed, and the request ids of its unfinished jobs."""
     by_request: dict[str, list[CustomJob]] = defaultdict(list)
     listed_at: dict[str, datetime] = {}  # job name -> the start of the listing that found it (its bill)
     for location in sorted(set(locations)):
@@ -263,6 +271,8 @@ def sweep_strays(ports: Ports, locations: Iterable[str], log: Logger, *, window:
         for job in jobs:
             by_request[job.labels.get(LABEL_REQUEST_ID, "")].append(job)
             listed_at[job.name] = sent
+        if listed is not None:
+            listed[location] = {job.labels.get(LABEL_REQUEST_ID, "") for job in jobs}
     by_request.pop("", None)  # the filter asks for the label; a job without it names no request
 
     def check(request_id: str, jobs: list[CustomJob]) -> list[str]:

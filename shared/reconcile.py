@@ -67,10 +67,17 @@ from shared.job_locations import sweep_locations
 from shared.ledger.cancelling import end_unsent_claim
 from shared.ledger.records import Attempt, CorruptRecord, RequestRecord, alert_marker
 from shared.ledger.run_lock import ledger_bucket, run_lock
+from shared.ledger.store import ActiveEntry
 from shared.log import Logger
 from shared.paced_submit import in_line, never_sent
 from shared.pacing_drainer import restart_stalled
-from shared.reconcile_index import RECONCILE_TASK, ReconcileSummary, requests_to_reconcile, resume_at_deferred
+from shared.reconcile_index import (
+    RECONCILE_TASK,
+    ReconcileSummary,
+    remove_recordless_markers,
+    requests_to_reconcile,
+    resume_at_deferred,
+)
 from shared.reconcile_vertex import CallDeferred, CallWindow, LocationStalled, VertexPass, read_attempt_job
 from shared.redeliveries import REJECTION_NOTES, alert_once
 from shared.settings import Settings
@@ -115,6 +122,7 @@ def _run_reconcile(ports: Ports, log: Logger, *, limit: int | None, started: dat
     # its budget or its window.
     vertex_pass = VertexPass(ports, log, started=started)
     ports = vertex_pass.ports
+    recordless: list[ActiveEntry] = []  # removed after the sweep, if it saw no job of theirs live
     request_ids = requests_to_reconcile(
         ports.ledger,
         summary,
@@ -122,6 +130,7 @@ def _run_reconcile(ports: Ports, log: Logger, *, limit: int | None, started: dat
         page_size=settings.reconcile_page_size,
         limit=settings.reconcile_requests_per_run if limit is None else limit,
         on_corrupt=lambda error: alert_corrupt_record(ports, error, log),
+        recordless=recordless,
     )
     locations = {settings.location}
 
@@ -138,9 +147,12 @@ def _run_reconcile(ports: Ports, log: Logger, *, limit: int | None, started: dat
         locations.update(result.locations)
     resumable = (r.outcome == "deferred" and not r.own_failure for r in results)
     resume_at_deferred(ports.ledger, RECONCILE_TASK, compress(request_ids, resumable), log)
+    swept_locations = sweep_locations(ports, locations)
+    listed: dict[str, set[str]] = {}
     with vertex_pass.sweeping():
-        swept = sweep_strays(ports, sweep_locations(ports, locations), log, window=vertex_pass.window)
+        swept = sweep_strays(ports, swept_locations, log, window=vertex_pass.window, listed=listed)
         restarted = restart_stalled(ports, log, read_refused=vertex_pass.window.restart_read_refused)
+    remove_recordless_markers(ports.ledger, recordless, listed, swept_locations)
     summary.decisions.update(["stray_job_cancelled"] * len(swept))
     summary.decisions.update(["quota_line_restarted"] * len(restarted))
     _count_cut_short_sweeps(ports, vertex_pass, log)

@@ -53,6 +53,7 @@ def requests_to_reconcile(
     page_size: int,
     limit: int,
     on_corrupt: Callable[[CorruptRecord], None] | None = None,
+    recordless: list[ActiveEntry] | None = None,
 ) -> list[str]:
     """Up to `limit` requests that need reconciling, from the cursor on, in the order of the
     active index (`active/<id>` markers; docs/ARCHITECTURE.md, "The active index"): a pass lists
@@ -62,7 +63,10 @@ def requests_to_reconcile(
     removed. The cursor then names the first one left over, or "" once the index ran out, so the
     next run starts from the first again. A ledger from before the index is listed in full once,
     writing the active records' markers (then the process remembers it is built). Then the
-    retention sweep and the orphan sweep (`shared.ledger.retention`) take their bounded turns."""
+    retention sweep and the orphan sweep (`shared.ledger.retention`) take their bounded turns.
+    `recordless`: where the stale markers of requests without a record go, not removed here: a job
+    of such an id (its record deleted by a person) may live, which only the pass's stray sweep
+    can tell (`remove_recordless_markers`, seed 54)."""
     from shared.ledger.retention import backfill_index, sweep_orphans_step, sweep_step
 
     if ledger not in _indexed and not ledger.index_built():
@@ -90,6 +94,9 @@ def requests_to_reconcile(
                 break
         ledger.keep_prefetched(active)
         now = utcnow()
+        if recordless is not None:
+            recordless.extend(entry for entry, status in stale if status is None)
+            stale = [(entry, status) for entry, status in stale if status is not None]
         removed = sum(pool.map(lambda s: _remove_stale(ledger, *s, now=now), stale))
     summary.active = len(active)
     if stale:
@@ -116,6 +123,24 @@ def requests_to_reconcile(
             error = f"{type(exc).__name__}: {exc}"
             log.warning(f"the ledger {name} sweep failed; the next pass resumes it", event=event, error=error)
     return active
+
+
+def remove_recordless_markers(
+    ledger: LedgerStore, entries: Iterable[ActiveEntry], swept: dict[str, set[str]], locations: Iterable[str]
+) -> None:
+    """After the pass's stray sweep (`swept`: the request ids of the unfinished jobs it listed, per
+    location): remove the stale markers of requests without a record (`requests_to_reconcile`'s
+    `recordless`) whose id no job the sweep listed names, once it listed every location it sweeps.
+    A marker stands while a job of its id lives (seed 10178: a fresh message of the id looks for
+    that job only while the marker is there), and a pass that died before its sweep, or whose
+    sweep missed a location, cannot say none lives (seed 54)."""
+    if not set(locations) <= set(swept):
+        return
+    live = set().union(*swept.values())
+    now = utcnow()
+    for entry in entries:
+        if entry.request_id not in live:
+            _remove_stale(ledger, entry, None, now=now)
 
 
 def resume_at_deferred(ledger: LedgerStore, task: str, deferred: Iterable[str], log: Logger) -> None:

@@ -43,6 +43,11 @@ generators of their own), so a seed without it keeps every other draw it had.
   arrived, and the client raises DeadlineExceeded once the timeout the code passed ran out, the
   clock moved on by it (`World._hang`); a call without a timeout waits until the function's own
   timeout kills the instance (and `sim.hangs.vertex_calls_bounded` fails the seed);
+- `region_stalled` (drawn from a generator of its own): one location's Vertex API stalls for the
+  whole faulty phase: every call a handler sends there (a list's every page too) runs out its
+  timeout (as a hang: done at Vertex or never arrived) or answers 503, the share of timeouts
+  drawn per seed (`STALL_TIMEOUT_SHARES`), each call from a generator of its own (`World._draw_stall`);
+  it answers again in the quiet phase;
 - `aftershocks` (a transient fault, drawn from a generator of its own): after a call the code
   cannot take back (`IRREVOCABLE`: a Vertex create or cancel, a GCS delete), a handler's next call
   (`next_call`) or its next publish (`next_publish`: an alert, a run's report) fails, once per
@@ -95,6 +100,8 @@ AFTERSHOCK_TARGETS = ("next_call", "next_publish")
 HANG_RATE = 0.3  # of seeds whose Vertex calls may hang (a generator of its own)
 HANG_CALL_RATE = 0.02  # of a hanging seed's Vertex calls in the faulty phase (a generator of its own)
 HANG_PERFORMED_SHARE = 0.5  # of hung calls that reached Vertex and were done (the reply lost)
+REGION_STALLED_RATE = 0.08  # of seeds (a generator of its own)
+STALL_TIMEOUT_SHARES = (0.0, 0.5, 1.0)  # of a stalled region's calls that run out their timeout (the rest: 503)
 REPUBLISHED_AFTER_DELETION_RATE = 0.15  # of seeds (a generator of its own)
 # How long the republished request's old job stays CANCELLING once cancelled: past the five
 # deliveries' backoff (10 s doubling: 150 s) and the claim lease, shorter than the hours
@@ -141,6 +148,15 @@ class Changeover:
     outlier: float
 
 
+@dataclass(frozen=True)
+class Stall:
+    """`location`'s Vertex API stalled through the faulty phase: `timeout_share` of its calls run
+    out their timeout, the others answer 503."""
+
+    location: str
+    timeout_share: float
+
+
 @dataclass
 class PermanentFaults:
     """What one seed drew."""
@@ -153,6 +169,7 @@ class PermanentFaults:
     aftershock: str | None = None  # one of AFTERSHOCK_TARGETS
     hangs: bool = False  # some Vertex calls never answer (`HANG_CALL_RATE`)
     price_row_dropped: tuple[str, str] | None = None  # (machine type, location) a redeployed price table lacks
+    stall: Stall | None = None  # a location whose Vertex API stalls through the faulty phase
 
 
 @dataclass
@@ -203,6 +220,10 @@ def draw(seed: int, workload: Workload) -> PermanentFaults:
         plan.kinds = plan.kinds | {"job_duplicated"}
     if random.Random(f"{seed}:faults:republished").random() < REPUBLISHED_AFTER_DELETION_RATE:
         plan.kinds = plan.kinds | {"republished_after_deletion"}
+    stalls = random.Random(f"{seed}:faults:region_stalled")
+    if stalls.random() < REGION_STALLED_RATE:
+        plan.stall = Stall(stalls.choice((HOME, HOME, EAST, OTHER_REGION)), stalls.choice(STALL_TIMEOUT_SHARES))
+        plan.kinds = plan.kinds | {"region_stalled"}
     prices = random.Random(f"{seed}:faults:prices")
     rows = budgeted_rows(workload)
     if prices.random() < PRICE_ROW_DROPPED_RATE and rows:

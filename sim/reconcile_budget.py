@@ -5,8 +5,9 @@ and the outbox's alike) in any minute, the rest deferred to the next pass (docs/
 
 The one exception the docs make (shared/reconcile_vertex.py, "The budget": "the listings are always
 made ... and counted"): a pass's listing of a location, this deployment's unfinished jobs
-(`unfinished_jobs_filter`), the first list with that filter the pass sends there. It is sent past a
-spent budget, and it counts in the minute for every call after it. Any later list with that filter
+(`unfinished_jobs_filter`), the first list with that filter the pass sends there, every page of it
+("a list's next page" is spent as the listing is, forced: `VertexPass.next_page`). It is sent past
+a spent budget, and it counts in the minute for every call after it. Any later list with that filter
 (the sweep's own list where the listing failed) is budgeted like any other call.
 
 A pass sends no other call (shared/reconcile_vertex.py, "Only these calls"): a create is judged by
@@ -52,16 +53,18 @@ def reconcile_within_crud_budget(world: World) -> list[Violation]:
     found = []
     for ordinal, calls in enumerate(by_pass.values(), 1):
         listed: set[str] = set()
+        listings: set[int] = set()  # the pagers of the pass's listings: their pages are the listing
         minute: collections.deque[PassCall] = collections.deque()
         over: list[PassCall] = []
         unbudgeted = [call for call in calls if call.operation not in BUDGETED]
         for call in (call for call in calls if call.operation in BUDGETED):  # in the order the pass sent them
             while minute and minute[0].at <= call.at - MINUTE:
                 minute.popleft()
-            listing = call.operation == "list" and call.query == listing_filter and call.location not in listed
-            if listing:
+            first_page = call.operation == "list" and call.query == listing_filter and call.location not in listed
+            if first_page:
                 listed.add(call.location)
-            elif len(minute) >= budget:
+                listings.add(call.listing)
+            elif call.listing not in listings and len(minute) >= budget:
                 over.append(call)
             minute.append(call)
         if unbudgeted:

@@ -35,7 +35,7 @@ class RegionalClient:
     def get_custom_job(self, name: str = "", *, request: Any = None, timeout: float | None = None) -> Any:
         return self.vertex.get_custom_job(name, request=request, timeout=timeout, endpoint=self.location)
 
-    def list_custom_jobs(self, request: dict[str, Any] | None = None, *, timeout: float | None = None) -> list[Any]:
+    def list_custom_jobs(self, request: dict[str, Any] | None = None, *, timeout: float | None = None) -> Any:
         return self.vertex.list_custom_jobs(request, timeout=timeout, endpoint=self.location)
 
     def cancel_custom_job(self, name: str = "", *, request: Any = None, timeout: float | None = None) -> None:

@@ -31,6 +31,13 @@
   last two its trainer stops at the preemption and starts when it is RUNNING again. In all three
   the restart waits out a Spot outage in its location (`running`: one that holds at the
   preemption), as the emulator's runner does; drawn per seed (`draw_restart_state`).
+- an assumption, `list_page_size` (ListCustomJobsRequest's `page_size` is "The standard list page
+  size": Google documents no default and no maximum, and AIP-158 lets a page hold fewer than asked):
+  the most jobs a page holds, for a request that leaves `page_size` unset and one that asks more,
+  one of `PAGE_SIZES`, drawn per seed (`draw_list_page_size`). A list answers a `ListPager`, as the
+  client's `ListCustomJobsPager`: its first page answered by the call, each next one asked when the
+  pager reaches it, a call of its own (faults, latency, the CRUD quota, the 403s), its filter
+  judged when it is asked (the token is a cursor in creation order: no job is skipped);
 - one regional endpoint per client (`sim.regions`): `vertex(location)`, what `Ports.job_service`
   hands the code, refuses a job or parent of another location with a 400, as production's
   `{location}-aiplatform.googleapis.com` does; each such call is kept (`misaddressed`).
@@ -43,7 +50,7 @@ from __future__ import annotations
 import collections
 import random
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -67,6 +74,12 @@ MAX_RESTARTS = 6
 QUEUED_HOLD_MODES = ("brief", "long")
 QUEUED_HOLD_SHARE = 0.3  # of seeds in the `long` mode
 QUEUED_HOLDS = (0.0, 600.0, 2 * 3600.0, 5 * 3600.0, 7 * 3600.0)  # seconds; 6 h is `stuck_after_seconds`
+# The `list_page_size` assumption: the most jobs a page of customJobs.list holds, for a request
+# that leaves `page_size` unset and one that asks more (ListCustomJobsRequest's page_size is "The
+# standard list page size": Google documents no default and no maximum; AIP-158 lets a page hold
+# fewer than asked). Drawn per seed, small in some so that listings page often.
+PAGE_SIZES = (2, 5, 10, 20, 50, 1000)
+PAGE_SIZE_WEIGHTS = (0.1, 0.1, 0.15, 0.15, 0.2, 0.3)
 RESTART_STATES = ("running", "pending", "queued")
 RESTART_STATE_WEIGHTS = (0.6, 0.25, 0.15)  # of seeds; `running` is the emulator's default
 LIVE_STATES = ("JOB_STATE_QUEUED", "JOB_STATE_PENDING", "JOB_STATE_RUNNING", "JOB_STATE_CANCELLING")
@@ -191,6 +204,40 @@ class PassCall:
     operation: str
     location: str
     query: str = ""  # a list's filter: the pass's listing of a location is told apart by it
+    listing: int = 0  # a list's pager, the same for each of its pages (0: not a list)
+
+
+@dataclass(slots=True)
+class ListPage:
+    """One `ListCustomJobsResponse`: what the code reads of a page."""
+
+    custom_jobs: list[Any]
+    next_page_token: str
+
+
+class ListPager:
+    """`ListCustomJobsPager` as the client hands it out: the first page answered by the call; `pages`
+    (and iterating the pager) asks each next page when the one before it, naming a
+    `next_page_token`, is used up, each through `fetch` as a call of its own; any other attribute is
+    the latest page's, as the real pager's `__getattr__` has it."""
+
+    def __init__(self, fetch: Callable[[str], ListPage], first: ListPage) -> None:
+        self._fetch = fetch
+        self._response = first
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._response, name)
+
+    @property
+    def pages(self) -> Iterator[ListPage]:
+        yield self._response
+        while self._response.next_page_token:
+            self._response = self._fetch(self._response.next_page_token)
+            yield self._response
+
+    def __iter__(self) -> Iterator[Any]:
+        for page in self.pages:
+            yield from page.custom_jobs
 
 
 @dataclass(frozen=True)
@@ -281,6 +328,9 @@ class SimVertex:
         # Reconcile's calls as sent, each with the pass that sent it (`sender`, set by the world).
         self.sender: Callable[[], object | None] = lambda: None
         self.pass_calls: list[PassCall] = []
+        # The most jobs a list's page holds (the `list_page_size` assumption; the world draws it).
+        self.page_size = PAGE_SIZES[-1]
+        self._listings = 0  # list calls so far: each pager's number, shared by its pages
 
     def __call__(self, location: str) -> RegionalClient:
         from sim.regions import RegionalClient
@@ -301,14 +351,21 @@ class SimVertex:
         raise wrong_endpoint(field, endpoint)
 
     def _call(
-        self, operation: str, perform: Callable[[], Any], timeout: float | None, location: str = "", query: str = ""
+        self,
+        operation: str,
+        perform: Callable[[], Any],
+        timeout: float | None,
+        location: str = "",
+        query: str = "",
+        listing: int = 0,
     ) -> Any:
         """One call through the world's `io`, which a hang keeps waiting for `timeout` seconds.
-        `location`: the call's, kept with its pass when reconcile sends it (`pass_calls`)."""
+        `location`: the call's, kept with its pass when reconcile sends it (`pass_calls`), with a
+        list's filter and pager (`listing`)."""
         self.call_timeouts[(self.caller(), operation, timeout)] += 1
         if location and self.caller() == "reconcile":
-            self.pass_calls.append(PassCall(self.clock(), self.sender(), operation, location, query))
-        return self.io("vertex", operation, perform, timeout=timeout)
+            self.pass_calls.append(PassCall(self.clock(), self.sender(), operation, location, query, listing))
+        return self.io("vertex", operation, perform, timeout=timeout, location=location)
 
     # The quotas.
 
@@ -441,39 +498,57 @@ class SimVertex:
 
     def list_custom_jobs(
         self, request: dict[str, Any] | None = None, *, timeout: float | None = None, endpoint: str | None = None
-    ) -> list[Any]:
+    ) -> ListPager:
+        """A `ListCustomJobsPager`: the first page answered by this call, each next one a call of its
+        own when the pager reaches it (`page_size` pages, as `list_page_size` says)."""
         request = request or {}
         parent = request["parent"]
+        location = parent.split("/locations/")[1]
         query = request.get("filter", "")
         wanted = dict(re.findall(r'labels\.([\w-]+)="([^"]*)"', query))
         present = re.findall(r"labels\.([\w-]+):\*", query)
         excluded = set(re.findall(r'state!="(\w+)"', query))
+        size = min(int(request.get("page_size") or self.page_size), self.page_size)
+        request_wide = LABEL_REQUEST_ID in wanted and LABEL_ATTEMPT not in wanted
+        self._listings += 1
+        listing = self._listings
 
-        def perform() -> list[Any]:
-            self._served(endpoint, "list", "parent", parent)
-            if LABEL_REQUEST_ID in wanted:
-                self.looked_up(parent.split("/locations/")[1], wanted[LABEL_REQUEST_ID])
-            self._admit("crud", parent.split("/locations/")[1], CRUD_PER_MINUTE)
-            request_wide = LABEL_REQUEST_ID in wanted and LABEL_ATTEMPT not in wanted
-            self._refuse(
-                "list", parent.split("/locations/")[1], wanted.get(LABEL_REQUEST_ID, ""), request_wide=request_wide
-            )
-            self._note_asked(parent.split("/locations/")[1])
-            candidates: Iterable[SimJob] = self.jobs.values()  # a job put in `jobs` by hand (a test)
-            if self._indexed == len(self.jobs):
-                rid = wanted.get(LABEL_REQUEST_ID)
-                candidates = self._jobs_of_parent.get(parent, ()) if rid is None else self._jobs_of_request.get(rid, ())
-            return [
-                self._answer(job)
-                for job in candidates
-                if job.name.startswith(parent + "/")
-                and all(job.labels.get(k) == v for k, v in wanted.items())
-                and all(k in job.labels for k in present)
-                and job.state not in excluded
-                and not job.deleted
-            ]
+        def page(token: str) -> ListPage:
+            def perform() -> ListPage:
+                self._served(endpoint, "list", "parent", parent)
+                if LABEL_REQUEST_ID in wanted and not token:
+                    self.looked_up(location, wanted[LABEL_REQUEST_ID])
+                self._admit("crud", location, CRUD_PER_MINUTE)
+                self._refuse("list", location, wanted.get(LABEL_REQUEST_ID, ""), request_wide=request_wide)
+                candidates: list[SimJob] | tuple[()] = list(self.jobs.values())  # a job put in `jobs` by hand (a test)
+                if self._indexed == len(self.jobs):
+                    rid = wanted.get(LABEL_REQUEST_ID)
+                    candidates = (
+                        self._jobs_of_parent.get(parent, ()) if rid is None else self._jobs_of_request.get(rid, ())
+                    )
+                # The token is a cursor in creation order: each page filters what it reaches when it
+                # is asked, so a job created meanwhile comes on a later page and none is skipped.
+                at = int(token or 0)
+                found = []
+                while at < len(candidates) and len(found) < size:
+                    job = candidates[at]
+                    at += 1
+                    if (
+                        job.name.startswith(parent + "/")
+                        and all(job.labels.get(k) == v for k, v in wanted.items())
+                        and all(k in job.labels for k in present)
+                        and job.state not in excluded
+                        and not job.deleted
+                    ):
+                        found.append(self._answer(job))
+                following = str(at) if at < len(candidates) else ""
+                if not following:  # the listing is whole: what a pass decides on is asked now
+                    self._note_asked(location)
+                return ListPage(found, following)
 
-        return self._call("list", perform, timeout, parent.split("/locations/")[1], query)
+            return self._call("list", perform, timeout, location, query, listing)
+
+        return ListPager(page, page(str(request.get("page_token") or "")))
 
     def cancel_custom_job(
         self, name: str = "", *, request: Any = None, timeout: float | None = None, endpoint: str | None = None
@@ -646,6 +721,15 @@ def draw_restart_state(seed: int, mode: str | None = None) -> str:
     if mode not in RESTART_STATES:
         raise ValueError(f"restart_state is one of {RESTART_STATES}, not {mode!r}")
     return mode
+
+
+def draw_list_page_size(seed: int, size: int | None = None) -> int:
+    """The seed's `list_page_size` (`size` switches it), from a generator of its own."""
+    if size is None:
+        size = random.Random(f"{seed}:list_page_size").choices(PAGE_SIZES, PAGE_SIZE_WEIGHTS)[0]
+    if size < 1:
+        raise ValueError(f"list_page_size is a positive number of jobs, not {size!r}")
+    return size
 
 
 def draw_queued_hold(seed: int, mode: str | None = None) -> Callable[[SimJob], float]:

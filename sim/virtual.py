@@ -9,7 +9,7 @@ starts threads, made virtual, in one place (`install`), for the simulated world:
 | `random.uniform` (compare-and-swap backoff)          | `shared.swap`                           | the world's seeded `random.Random` |
 | `uuid.uuid4` (a prune run's journal, a lock holder)  | pruning.journal, ledger.run_lock        | from the seed |
 | `secrets.token_hex` (an attempt's kit signing key)  | ledger.claims                           | from the seed |
-| `ThreadPoolExecutor`                                 | reconcile, ledger.retention, found_jobs, pruning.execute | runs each task at once, in order; a `map`'s as its workers would in time |
+| `ThreadPoolExecutor`                                 | reconcile, ledger.retention, found_jobs, pruning.execute | runs each task at once, in order; a `map`'s and a `submit`'s as its workers would in time |
 | `get_settings()`, `ports_for(name)`                  | the shells, `shared.settings`, `shared.wiring` | the world's settings and Ports |
 | `STORAGE_EMULATOR_HOST` (fake-gcs-server workarounds) | pruning.runner, ledger.store            | off: the stand-in is GCS |
 | per-process caches                                   | job_locations, triggers.runner, triggers.windows, the ledger's parse and the job's conversion memos | emptied for each world |
@@ -110,27 +110,45 @@ class SyncExecutor:
     """ThreadPoolExecutor's interface, running every task on the calling thread. A crash (a
     BaseException) is not caught: it aborts the handler as a process crash would. A `map` runs its
     calls through `pool` (the world's `World.pool`: as `max_workers` threads would in time, their
-    round trips overlapping); without one, one after another. A `submit` runs its call at once."""
+    round trips overlapping); without one, one after another. A `submit` runs its call at once, on
+    the worker of `lanes` (`World.lanes`) free first, so submitted calls overlap as a `map`'s do;
+    the pool's shutdown (its `with` block's end) waits for the last worker, as a pool's does."""
 
-    def __init__(self, max_workers: int | None = None, *_: Any, pool: Pool | None = None, **__: Any) -> None:
+    def __init__(
+        self,
+        max_workers: int | None = None,
+        *_: Any,
+        pool: Pool | None = None,
+        lanes: Callable[[int], Any] | None = None,
+        **__: Any,
+    ) -> None:
         self._workers = max_workers or 1  # every pool of the functions names its size
         self._pool = pool
+        self._new_lanes = lanes
+        self._lanes: Any = None  # the workers, once a call is submitted
 
     def __enter__(self) -> SyncExecutor:
         return self
 
-    def __exit__(self, *_: Any) -> None:
-        pass
+    def __exit__(self, kind: type[BaseException] | None, *_: Any) -> None:
+        if kind is None or issubclass(kind, Exception):  # a crash waits for nothing: the instance is gone
+            self.shutdown()
 
     def shutdown(self, *_: Any, **__: Any) -> None:
-        pass
+        lanes, self._lanes = self._lanes, None
+        if lanes is not None:
+            lanes.join()
 
     def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Future[Any]:
+        if self._lanes is None and self._new_lanes is not None:
+            self._lanes = self._new_lanes(self._workers)
+        call = functools.partial(_outcome, fn, args, kwargs)
+        succeeded, value = self._lanes.run(call) if self._lanes is not None else call()
         future: Future[Any] = Future()
-        try:
-            future.set_result(fn(*args, **kwargs))
-        except Exception as exc:  # noqa: BLE001 - the future carries it, as a pool's does
-            future.set_exception(exc)
+        if succeeded:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
         return future
 
     def map(self, fn: Callable[..., Any], *iterables: Iterable[Any], **_: Any) -> Iterator[Any]:
@@ -144,9 +162,9 @@ class SyncExecutor:
 Pool = Callable[[int, list[Callable[[], Any]]], list[Any]]
 
 
-def _outcome(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool, Any]:
+def _outcome(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> tuple[bool, Any]:
     try:
-        return True, fn(*args)
+        return True, fn(*args, **(kwargs or {}))
     except Exception as exc:  # noqa: BLE001 - raised when its result is reached, as a pool's
         return False, exc
 
@@ -202,7 +220,7 @@ def install(world: Any) -> None:
     for name in UUID_USERS:
         _set(name, "uuid", seeded_uuid)
     for name in THREAD_USERS:
-        _set(name, "ThreadPoolExecutor", functools.partial(SyncExecutor, pool=world.pool))
+        _set(name, "ThreadPoolExecutor", functools.partial(SyncExecutor, pool=world.pool, lanes=world.lanes))
     for name in SETTINGS_USERS:
         _set(name, "get_settings", lambda: world.settings)
     for name in PORTS_USERS:

@@ -39,7 +39,7 @@ from sim.continuations import with_max_runtimes
 from sim.gcs import MemoryStorage
 from sim.pubsub import Delivery, SimPubSub
 from sim.trainer import CANCEL_SIGTERMS, Trainer, declared_total_steps
-from sim.vertex import SimJob, SimVertex, draw_queued_hold, draw_restart_state
+from sim.vertex import SimJob, SimVertex, draw_list_page_size, draw_queued_hold, draw_restart_state
 from sim.workload import Workload, generate, with_cancels, with_crud_budget, with_locations
 from tests.support.lifecycle import Rule, state_bucket_rules
 
@@ -164,6 +164,42 @@ def on_trigger(message: Any, log: Any) -> None:
     handle_message(ports_for("on_trigger"), message, None, log)
 
 
+class Lanes:
+    """The `workers` threads of one pool of `task`, in virtual time: each call runs on the worker
+    free first (the lowest on a tie), from that worker's own time (`Task.lane_at`), so the workers'
+    round trips overlap and the pool takes its longest worker's time, not the sum of its calls'.
+    `join`: the caller waits until the last worker is done (a pool's shutdown)."""
+
+    def __init__(self, world: World, task: Task, workers: int) -> None:
+        self._world = world
+        self._task = task
+        self._outer = task.lane_at  # a pool within a pool's call runs on that call's worker
+        self._free = [self._outer or world.clock.now()] * workers
+
+    def run(self, call: Callable[[], Any]) -> Any:
+        task = self._task
+        worker = self._free.index(min(self._free))
+        task.lane_at = self._free[worker]
+        try:
+            return call()
+        finally:
+            self._free[worker] = task.lane_at
+            task.lane_at = self._outer
+
+    def join(self) -> None:
+        world, task = self._world, self._task
+        done = max(self._free)
+        if self._outer is not None:
+            task.lane_at = done  # a pool within a pool's call: its worker goes on from there
+        elif done > world.clock.now():
+            if world.interleave and not task.whole:
+                task.wake_at = done
+                world._wait(task)  # noqa: SLF001 - the world's scheduler, as a task's own wait
+                task.wake_at = None
+            else:
+                world.clock.advance_to(done)
+
+
 @dataclass
 class World:
     seed: int
@@ -175,6 +211,7 @@ class World:
     verbose: bool = False
     queued_hold: str | None = None  # the `queued_hold` assumption (sim.vertex); None: the seed's draw
     restart_state: str | None = None  # the `restart_state` assumption (sim.vertex); None: the seed's draw
+    list_page_size: int | None = None  # the `list_page_size` assumption (sim.vertex); None: the seed's draw
     cancel_sigterm: str = CANCEL_SIGTERMS[0]  # the `cancel_sigterm` assumption (sim.trainer)
     workload: Workload = field(init=False)
     trace: list[TraceLine] = field(default_factory=list)
@@ -213,6 +250,7 @@ class World:
         self._fault_rng = random.Random(self.seed * 7919 + 1)
         self._aftershock_rng = random.Random(f"{self.seed}:aftershocks:kinds")
         self._hang_rng = random.Random(f"{self.seed}:hangs:calls")  # which Vertex calls hang (`_draw_hang`)
+        self._stall_rng = random.Random(f"{self.seed}:stall:calls")  # how a stalled region fails (`_draw_stall`)
         self._shaken: set[str] = set()  # messages an aftershock hit
         self.workload = with_max_runtimes(
             with_crud_budget(with_locations(with_cancels(generate(random.Random(self.seed * 104729 + 2)))))
@@ -245,6 +283,7 @@ class World:
         self.vertex.fate = self._draw_fate
         self.vertex.queued_hold = draw_queued_hold(self.seed, self.queued_hold)
         self.vertex.restart_state = draw_restart_state(self.seed, self.restart_state)
+        self.vertex.page_size = draw_list_page_size(self.seed, self.list_page_size)
         self.vertex.flex_wait = functools.partial(flex.wait_of, self.workload.seed_text)
         self.vertex.gpu_quota_full = self.workload.gpu_quota_full
         self.vertex.spot_capacity_back = lambda location: self.workload.spot_capacity_back(location, self.clock.now())
@@ -334,9 +373,18 @@ class World:
 
     # The io hook every stand-in calls.
 
-    def io(self, service: str, operation: str, perform: Callable[[], Any], *, timeout: float | None = None) -> Any:
+    def io(
+        self,
+        service: str,
+        operation: str,
+        perform: Callable[[], Any],
+        *,
+        timeout: float | None = None,
+        location: str = "",
+    ) -> Any:
         """One I/O call of a stand-in: the scheduler's turn, then the call or its fault. `timeout`:
-        the one the code passed (Vertex's calls), which a hang waits out."""
+        the one the code passed (Vertex's calls), which a hang waits out; `location`: a Vertex
+        call's, which a stalled region fails (`_draw_stall`)."""
         task = self._current
         if operation not in READS:
             self.changes += 1
@@ -351,7 +399,8 @@ class World:
                 self.note("fault: the resubmit command dies at this copy call")
                 raise SimCrash("the command died while copying")
         fault = (
-            self._draw_aftershock(task, service, operation)
+            self._draw_stall(task, service, operation, location)
+            or self._draw_aftershock(task, service, operation)
             or self._draw_fault(task, service, operation)
             or self._draw_hang(task, service, operation)
         )
@@ -415,6 +464,17 @@ class World:
         if self.phase != "faults" or self.no_faults or self._hang_rng.random() >= permanent.HANG_CALL_RATE:
             return None
         return self._fault(task, "hang", service, operation)
+
+    def _draw_stall(self, task: Task | None, service: str, operation: str, location: str) -> Fault | None:
+        """Every Vertex call of a handler to the stalled region (`sim.faults` `region_stalled`) in
+        the faulty phase: one that runs out its timeout (a hang) or a 503, from a generator of its own."""
+        stall = self.permanent.stall
+        if stall is None or service != "vertex" or location != stall.location or task is None or not task.faulty:
+            return None
+        if self.phase != "faults" or self.no_faults:
+            return None
+        kind = "hang" if self._stall_rng.random() < stall.timeout_share else "unavailable"
+        return self._fault(task, kind, service, f"{operation} in stalled {location}")
 
     def _hang(self, fault: Fault, perform: Callable[[], Any], timeout: float | None) -> None:
         """No reply: the call reached Vertex and was done, or never arrived; the client waits out
@@ -522,36 +582,24 @@ class World:
 
     def pool(self, workers: int, calls: list[Callable[[], Any]]) -> list[Any]:
         """`calls` as a ThreadPoolExecutor's `workers` threads of one instance run them (the
-        functions' pools: `sim.virtual.SyncExecutor`): each call on the worker free first (the
-        lowest on a tie), from that worker's own time, so the workers' round trips overlap and the
-        pool takes the longest worker's time, not the sum of its calls'; the caller goes on when
-        the last worker is done. The calls still run one after another, in order (the same draws
-        on replay): a later call's first reads may see the clock an earlier one moved."""
-        task = self._current
-        if task is None or workers <= 1 or not calls:
+        functions' pools: `sim.virtual.SyncExecutor`'s `map`): each on the worker free first
+        (`Lanes`), and the caller goes on when the last worker is done. The calls still run one
+        after another, in order (the same draws on replay): a later call's first reads may see the
+        clock an earlier one moved."""
+        lanes = self.lanes(workers)
+        if lanes is None or not calls:
             return [call() for call in calls]
-        outer = task.lane_at
-        free = [outer or self.clock.now()] * min(workers, len(calls))
-        results = []
-        try:
-            for call in calls:
-                worker = free.index(min(free))
-                task.lane_at = free[worker]
-                results.append(call())
-                free[worker] = task.lane_at
-        finally:
-            task.lane_at = outer
-        done = max(free)
-        if outer is not None:
-            task.lane_at = done  # a pool within a pool's call: its worker goes on from there
-        elif done > self.clock.now():
-            if self.interleave and not task.whole:
-                task.wake_at = done
-                self._wait(task)
-                task.wake_at = None
-            else:
-                self.clock.advance_to(done)
+        results = [lanes.run(call) for call in calls]
+        lanes.join()
         return results
+
+    def lanes(self, workers: int) -> Lanes | None:
+        """The workers of a pool of the current task (None outside a task, or for one worker: its
+        calls run one after another on the task's own time)."""
+        task = self._current
+        if task is None or workers <= 1:
+            return None
+        return Lanes(self, task, workers)
 
     def _wait(self, task: Task) -> None:
         """Back to the scheduler until it resumes `task`, unless it would resume it next anyway."""

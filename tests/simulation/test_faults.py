@@ -54,7 +54,7 @@ def test_a_deleted_job_is_not_found_on_get_and_cancel_and_gone_from_lists(world:
     with pytest.raises(api.NotFound):
         world.vertex.cancel_custom_job(name=ended.name)
     parent = ended.name.split("/customJobs/")[0]
-    assert world.vertex.list_custom_jobs({"parent": parent}) == []
+    assert list(world.vertex.list_custom_jobs({"parent": parent})) == []
 
 
 def test_a_live_job_deleted_in_the_console_is_cancelled_then_deleted(world: World) -> None:
@@ -488,3 +488,64 @@ def test_a_person_deletes_a_record_whose_job_lives_and_publishes_the_request_aga
     assert running.next_change == world.clock.now() + timedelta(seconds=faults.SLOW_END_SECONDS)
     faults._note_record_deleted(world, "r1", b"{}")  # noqa: SLF001 - a person deletes it again: nothing owed
     assert not any("published again" in v.detail for v in invariants.liveness(world))
+
+
+def stalled_world(timeout_share: float) -> World:
+    seed = next(s for s in range(40) if World(s).permanent.stall)
+    world = World(seed, interleave=False)  # a task's wait moves the clock at once
+    assert world.permanent.stall is not None and "region_stalled" in world.permanent.kinds
+    world.permanent.stall = faults.Stall(world.permanent.stall.location, timeout_share)
+    return world
+
+
+def created(world: World, request_id: str, location: str) -> str:
+    from google.cloud.aiplatform_v1 import CustomJob
+
+    parent = f"projects/{world.settings.project}/locations/{location}"
+    return world.vertex.create_custom_job(
+        parent=parent, custom_job=CustomJob(labels={"spotjobs-request-id": request_id})
+    ).name
+
+
+def test_some_seeds_stall_a_region_and_others_do_not() -> None:
+    drawn = [World(seed).permanent for seed in range(40)]
+    assert any(p.stall for p in drawn) and any(not p.stall for p in drawn)
+    assert not World(next(s for s in range(40) if drawn[s].stall), no_faults=True).permanent.stall
+
+
+@pytest.mark.parametrize(("timeout_share", "error"), [(1.0, api.DeadlineExceeded), (0.0, api.ServiceUnavailable)])
+def test_every_vertex_call_to_a_stalled_region_fails_through_the_faulty_phase(
+    timeout_share: float, error: type[Exception]
+) -> None:
+    """`region_stalled` (sim/faults.py): each call there (a list's later page too) runs out its
+    timeout or answers 503; another region answers, and the stalled one answers again once the
+    faulty phase is over."""
+    world = stalled_world(timeout_share)
+    stalled = world.permanent.stall
+    assert stalled is not None
+    other = next(loc for loc in ("us-central1", "us-east4", "europe-west4") if loc != stalled.location)
+    world.vertex.page_size = 1
+    world.vertex.fate = lambda job: None
+    here, there = (created(world, f"r{n}", stalled.location) for n in range(2))  # the world's calls: no fault
+    elsewhere = created(world, "r3", other)
+    world._current = Task("reconcile", lambda: None, faulty=True)  # noqa: SLF001 - a call of a handler
+    parent = here.split("/customJobs/")[0]
+    calls = {
+        "get": lambda: world.vertex(stalled.location).get_custom_job(name=here, timeout=5.0),
+        "cancel": lambda: world.vertex(stalled.location).cancel_custom_job(name=there, timeout=5.0),
+        "list": lambda: world.vertex(stalled.location).list_custom_jobs(request={"parent": parent}, timeout=5.0),
+    }
+    for operation, call in calls.items():
+        with pytest.raises(error):
+            call()
+        assert world.faults[-1].where == f"vertex.{operation} in stalled {stalled.location}"
+    assert world.vertex(other).get_custom_job(name=elsewhere, timeout=5.0).name == elsewhere
+
+    world.permanent.stall = None  # the list's first page answered: its second one stalls
+    pager = world.vertex(stalled.location).list_custom_jobs(request={"parent": parent}, timeout=5.0)
+    world.permanent.stall = faults.Stall(stalled.location, timeout_share)
+    with pytest.raises(error):
+        list(pager)
+
+    world.phase = "quiet"
+    assert world.vertex(stalled.location).get_custom_job(name=here, timeout=5.0).name == here

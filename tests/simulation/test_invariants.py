@@ -354,6 +354,26 @@ def test_the_marker_of_a_record_less_request_whose_job_lives_is_not_a_leak(world
     assert leak.detail == "1 ledger object(s) left after retention, e.g. active/r1"
 
 
+def test_the_marker_of_a_record_less_request_stays_while_the_sweep_cannot_list_a_location(world: World) -> None:
+    """Seed 118: a person deleted r1's record, and Vertex refuses `list` in us-central1 for good; no
+    stray sweep can list every location, so none can say that no job of r1 lives, and reconcile
+    keeps r1's marker (`remove_recordless_markers`) until the permission is granted. A leak once
+    the sweep can list again, or of an id that has a record."""
+    from sim.faults import Refusal
+
+    bucket = world.storage.client().bucket(world.settings.state_bucket)
+    bucket.blob("active/r1").upload_from_string(b"")
+    [leak] = invariants.bounded_state(world)
+    assert leak.detail == "1 ledger object(s) left after retention, e.g. active/r1"
+
+    since = world.clock.now() - timedelta(hours=1)
+    world.vertex.refusals = [Refusal("list", "us-central1", since, None)]
+    assert invariants.bounded_state(world) == []
+
+    world.vertex.refusals = [Refusal("list", "us-central1", since, world.clock.now())]  # granted again
+    assert [v.detail for v in invariants.bounded_state(world)] == [leak.detail]
+
+
 def test_a_burst_document_is_kept_while_its_line_waits(world: World) -> None:
     """Seeds 2605, 3908, 5945: GPU requests wait for good behind a full GPU quota, and their line
     never empties; its burst document ends only when a hand-over finds the line empty
@@ -942,6 +962,20 @@ def test_a_pass_within_its_crud_budget_and_its_listings_made_past_it_is_not_flag
     # Its us-central1 listing and 4 cancels spend the 5; europe-west4's listing is made all the same.
     assert _reconcile_pass_cancelling(world, 8, bypass=False) == ["sent"] * 4 + ["deferred"] * 4
     assert [c.operation for c in world.vertex.pass_calls] == ["list"] + ["cancel"] * 4 + ["list"]
+
+    assert reconcile_budget.reconcile_within_crud_budget(world) == []
+
+
+def test_a_pass_whose_listing_pages_past_its_crud_budget_is_not_flagged(world: World) -> None:
+    """The listing is always made, every page of it (`VertexPass.next_page` spends each forced):
+    a page is a call of its own (`list_page_size`), and the listing's pages past the budget are
+    the listing, not calls the budget should have deferred."""
+    from sim import reconcile_budget
+
+    world.vertex.page_size = 1  # us-central1's listing of 8 jobs: 8 pages, past the budget of 5
+    assert _reconcile_pass_cancelling(world, 8, bypass=False) == ["deferred"] * 8
+    pages = [c for c in world.vertex.pass_calls if c.location == "us-central1"]
+    assert len(pages) == 8 and len({c.listing for c in pages}) == 1
 
     assert reconcile_budget.reconcile_within_crud_budget(world) == []
 

@@ -401,10 +401,11 @@ def test_a_cancel_stops_a_running_trainer_as_the_cancel_sigterm_assumption_says(
     assert [(kit.request_id, kit.event) for kit in ends] == [("r0", "run_started")] + [("r0", e) for e in written]
 
 
-def _pool_time(workers: int, calls: int, *, latency: float, nested: bool = False) -> timedelta:
-    """The virtual time a task takes to map `calls` round trips of `latency` over a pool of
-    `workers` (each call inside a pool of its own of one round trip, when `nested`), as one of the
-    functions' pools does (`shared.found_jobs`' is the world's `SyncExecutor`, installed)."""
+def _pool_time(workers: int, calls: int, *, latency: float, nested: bool = False, submitted: bool = False) -> timedelta:
+    """The virtual time a task takes to map (or `submitted`: submit one by one) `calls` round trips
+    of `latency` over a pool of `workers` (each call inside a pool of its own of one round trip,
+    when `nested`), as one of the functions' pools does (`shared.found_jobs`' is the world's
+    `SyncExecutor`, installed)."""
     from greenlet import greenlet
 
     import shared.found_jobs
@@ -428,7 +429,12 @@ def _pool_time(workers: int, calls: int, *, latency: float, nested: bool = False
 
     def body() -> None:
         with shared.found_jobs.ThreadPoolExecutor(workers) as pool:
-            results.extend(pool.map(call, range(calls)))
+            if submitted:
+                futures = [pool.submit(call, n) for n in range(calls)]
+            else:
+                results.extend(pool.map(call, range(calls)))
+        if submitted:
+            results.extend(future.result() for future in futures)
 
     virtual.install(world)
     try:
@@ -457,6 +463,17 @@ def test_a_pools_workers_overlap_their_round_trips_as_threads_do() -> None:
     assert _pool_time(8, 8, latency=2.0, nested=True) == timedelta(seconds=2)
 
 
+def test_a_pools_submitted_calls_overlap_their_round_trips_as_threads_do() -> None:
+    """A pool's `submit` (shared/pruning/execute.py's `run_tasks`) runs each call on the worker free
+    first, as `map` does: eight calls of 2 s on eight workers take 2 s, and the pool's `with` block
+    ends when its last worker is done. Until 2026-12-07 a submit ran on the task's own time: 16 s."""
+    assert _pool_time(8, 8, latency=2.0, submitted=True) == timedelta(seconds=2)
+    assert _pool_time(8, 16, latency=2.0, submitted=True) == timedelta(seconds=4)
+    assert _pool_time(8, 3, latency=2.0, submitted=True) == timedelta(seconds=2)
+    assert _pool_time(1, 8, latency=2.0, submitted=True) == timedelta(seconds=16)
+    assert _pool_time(8, 8, latency=2.0, nested=True, submitted=True) == timedelta(seconds=2)
+
+
 def test_every_module_of_the_functions_with_a_module_level_thread_pool_runs_on_the_worlds_pool() -> None:
     # A pool the world does not replace runs real threads: their order, and so a seed's replay,
     # is the OS's (a module split off shared/reconcile.py once slipped past it).
@@ -475,3 +492,66 @@ def test_every_module_of_the_functions_with_a_module_level_thread_pool_runs_on_t
         if imports_the_pool.search(path.read_text())
     }
     assert pooled and pooled == set(THREAD_USERS)
+
+
+def test_a_vertex_listing_answers_in_pages_each_a_call_of_its_own() -> None:
+    """`list_page_size` (sim/vertex.py): customJobs.list answers a pager, as the client's
+    `ListCustomJobsPager`: the call answers the first page, and each next one is a call of its own,
+    sent when the pager reaches it, so a fault or quota may land on it; a page holds at most the
+    seed's page size, whatever `page_size` asks (AIP-158: fewer than asked)."""
+    from google.api_core import exceptions as api
+
+    world = World(0, list_page_size=2)
+    world.vertex.fate = lambda job: None
+    names = [_create(world, f"r{n}", "us-central1") for n in range(5)]
+    calls: list[str] = []
+    served = world.vertex.io
+
+    def counted(service: str, operation: str, perform: Any, **kwargs: Any) -> Any:
+        calls.append(operation)
+        if operation == "list" and calls.count("list") == 3:
+            raise api.ServiceUnavailable("the third page's 503")
+        return served(service, operation, perform, **kwargs)
+
+    world.vertex.io = counted
+    parent = f"projects/{world.settings.project}/locations/us-central1"
+    pager = world.vertex.list_custom_jobs(
+        {"parent": parent, "filter": "labels.spotjobs-request-id:*", "page_size": 100}
+    )
+    assert calls == ["list"] and [job.name for job in pager.custom_jobs] == names[:2] and pager.next_page_token
+
+    listed = []
+    with pytest.raises(api.ServiceUnavailable):
+        listed.extend(job.name for job in pager)
+    assert listed == names[:4] and calls == ["list"] * 3  # the second page came; the third failed
+
+    world.vertex.io = served
+    pages = list(world.vertex.list_custom_jobs({"parent": parent, "filter": ""}).pages)
+    assert [len(page.custom_jobs) for page in pages] == [2, 2, 1] and not pages[-1].next_page_token
+    assert [job.name for job in World(0, list_page_size=50).vertex.list_custom_jobs({"parent": parent})] == []
+
+
+def test_a_job_created_or_ended_between_pages_is_listed_as_its_page_finds_it() -> None:
+    """A page's filter is judged when the page is asked, from a cursor in creation order: a job
+    that was listed stays listed, a job created meanwhile comes on a later page, none is skipped."""
+    world = World(0, list_page_size=2)
+    world.vertex.fate = lambda job: None
+    names = [_create(world, f"r{n}", "us-central1") for n in range(3)]
+    parent = f"projects/{world.settings.project}/locations/us-central1"
+    pager = world.vertex.list_custom_jobs({"parent": parent, "filter": 'state!="JOB_STATE_CANCELLED"'})
+    world.vertex.set_state(world.vertex.jobs[names[0]], "JOB_STATE_CANCELLED")  # on the first page already
+    world.vertex.set_state(world.vertex.jobs[names[2]], "JOB_STATE_CANCELLED")  # its page not asked yet
+    later = _create(world, "r3", "us-central1")
+
+    assert [job.name for job in pager] == [names[0], names[1], later]
+
+
+def test_the_list_page_size_is_a_named_switchable_assumption() -> None:
+    from sim.vertex import PAGE_SIZES, draw_list_page_size
+
+    drawn = [draw_list_page_size(seed) for seed in range(60)]
+    assert set(drawn) <= set(PAGE_SIZES) and min(drawn) <= 5 and len(set(drawn)) > 2
+    assert drawn == [World(seed).vertex.page_size for seed in range(60)]
+    assert World(3, list_page_size=7).vertex.page_size == 7
+    with pytest.raises(ValueError, match="list_page_size"):
+        draw_list_page_size(0, 0)
