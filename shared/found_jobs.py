@@ -35,7 +35,7 @@ from shared.deciding.decisions import Observation
 from shared.deciding.effects import Effects
 from shared.deciding.events import Signal
 from shared.deciding.outbox import Mine, decided_alert, flush, send_cancels
-from shared.deciding.preemptions import note_kit_line
+from shared.deciding.preemptions import note_kept_preemption_lines, note_kit_line
 from shared.deciding.strays import decide_stray, is_stray, recordless_stray_alert
 from shared.job_locations import LOCATIONS_PREFIX
 from shared.jobs import (
@@ -86,7 +86,7 @@ def adopt_job(ports: Ports, request_id: str, n: int, location: str, job: CustomJ
     read_at = ports.clock()  # the caller read `job` just before: a second job's bill runs to here
     ports.ledger.index_job(JobIndexEntry(request_id, n, location, job.name))
     # Listed after the index: a line kept later finds the job indexed and is redelivered (shared.observe).
-    kept = ports.ledger.parked_kit_lines(job.name.rsplit("/", 1)[-1])
+    kept, kept_preemptions = ports.ledger.parked_lines(job.name.rsplit("/", 1)[-1])
     kit_lines = [line for line in (parse_kit_line({KEY: fields}) for fields in kept.values()) if line]
     now = ports.clock()
     created_at = snapshot.create_time or iso(now)
@@ -106,6 +106,12 @@ def adopt_job(ports: Ports, request_id: str, n: int, location: str, job: CustomJ
             ended_at=snapshot.end_time,
         )
         kit_effects[:] = [note_kept_kit_lines(recorded, n, kit_lines, now)] if recorded and kit_lines else []
+        attempt = recorded.attempt(n) if recorded else None
+        if attempt is not None and kept_preemptions:
+            # Marked here, counted by the next decision on the attempt: a delivery that dies
+            # before `observe_adopted` leaves them to reconcile's next read, not uncounted.
+            kit_effects.append(Effects())
+            note_kept_preemption_lines(recorded, attempt, kept_preemptions.values(), kit_effects[-1])
         return recorded
 
     swapped = ports.ledger.swap(request_id, record)

@@ -9,7 +9,9 @@ seed 35). So submit's redelivery of the attempt and the job's next service line 
 still kept (`count_kept_preemptions`). Counting is idempotent: the record keeps each line's
 identity (`shared.deciding.preemptions`), so a line counted before its object was forgotten
 counts once. A kit line kept is counted in the compare-and-swap that records the job, never left
-uncounted.
+uncounted; a preemption line kept is marked there too (`adopt_job`), so that a delivery that dies
+before counting leaves it to the next decision on the attempt (reconcile's next read, when no
+redelivery or line comes), its object to these or to the lifecycle rule.
 """
 
 from __future__ import annotations

@@ -43,8 +43,8 @@ submit. A pass hands every step the clients of a `VertexPass` instead of the pla
   calls stop one call timeout sooner, and no request is begun after that (`deferred` unread):
   that call timeout is the stray sweep's, which runs after the requests, so a pass whose requests
   outgrow its window (slow storage, thousands of them) still lists and cancels strays, and the
-  next pass starts at the first request deferred; a sweep call the window refuses all the same is
-  said (`stray_sweep_deferred`, `sweep_calls_deferred` in the summary; a location's listing so
+  next pass starts at the first request deferred; a sweep call the window (or the budget)
+  refuses all the same is said (`stray_sweep_deferred`, `sweep_calls_deferred` in the summary; a location's listing so
   refused once, at INFO, `stray_listing_deferred`: not sent a second time to the same refusal;
   one a transient failure met, a 503, is sent once more, budgeted: `worth_a_second_list`).
   Nor does the sweep begin a request's record read past its last call start
@@ -164,6 +164,12 @@ class CallWindow:
                 self.out_of_time = True
                 self._count_refused()
                 raise CallDeferred("no call timeout is left before reconcile's function timeout")
+
+    def note_budget_refused(self) -> None:
+        """A call the pass's CRUD budget refused: one of the sweep's cuts it short as the window's
+        refusals do (counted: `stray_sweep_deferred`, `stray_sweep_cut_short`)."""
+        with self._lock:
+            self._count_refused()
 
     def sweep_read_refused(self) -> bool:
         """Whether the sweep may begin no more record reads (counted): past its last call start, a
@@ -308,13 +314,20 @@ class VertexPass:
     def call(self, location: str, kind: str) -> Iterator[None]:
         """Around one call of `kind` to `location`: the window judges it, then the budget spends it."""
         with self.window.sending(location):
-            self.budget.spend(kind)
+            self._spend(kind)
             yield
 
     def next_page(self, location: str, *, force: bool = False) -> None:
         """Before a list's next page is asked: the window judges it, then the budget spends it."""
         self.window.admit(location)
-        self.budget.spend("list", force=force)
+        self._spend("list", force=force)
+
+    def _spend(self, kind: str, *, force: bool = False) -> None:
+        try:
+            self.budget.spend(kind, force=force)
+        except CrudBudgetSpent:
+            self.window.note_budget_refused()
+            raise
 
     @contextmanager
     def sweeping(self) -> Iterator[None]:
@@ -325,7 +338,7 @@ class VertexPass:
         yield
         if self.window.sweep_deferred or self.window.sweep_unread or self.window.restart_deferred:
             self._log.warning(
-                "the stray sweep ran out of its call window (or met a stalled location): the strays "
+                "the stray sweep ran out of its call window or its CRUD budget (or met a stalled location): the strays "
                 "it could not list, check or cancel, and the quota lines it could not restart, wait for the next pass",
                 event="stray_sweep_deferred",
                 calls_deferred=self.window.sweep_deferred,

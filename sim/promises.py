@@ -845,6 +845,8 @@ def sweeps_cut_short(world: World) -> list[Expected]:
         if (record is not None and any(a.job == job.name for a in record.attempts)) or job.location in refused:
             continue
         began, ended = job.create_time + LAG, min(first_cancel.get(job.name, now), job.end_time or now)
+        if _named_by_a_deleted_record(world, job.request_id, job.name):
+            began = max(began, world.tampering.records_deleted_at[job.request_id])  # no stray before (seed 54)
         run = 0
         for start, end, sender, locations in spans:
             if start < began or end > ended:
@@ -856,6 +858,17 @@ def sweeps_cut_short(world: World) -> list[Expected]:
                 out.append(Expected(AlertKind.STRAY_SWEEP_CUT_SHORT, None, why))
                 break
     return out
+
+
+def _named_by_a_deleted_record(world: World, request_id: str, job_name: str) -> bool:
+    """Whether a record of `request_id` a person deleted named `job_name`: its job was no stray
+    until the deletion."""
+    from sim.invariants import read_record
+
+    documents = world.tampering.deleted_record_documents.get(request_id, [])
+    return any(
+        record is not None and any(a.job == job_name for a in record.attempts) for record in map(read_record, documents)
+    )
 
 
 # Re-publishes of one claim closer together than this are one (a publish retried after a lost

@@ -346,6 +346,16 @@ def _stopped(record: RequestRecord, n: int) -> set[int]:
     return {max(kit_runs(record, n), default=0)}
 
 
+def note_kept_preemption_lines(
+    record: RequestRecord, attempt: Attempt, identities: Iterable[str], effects: Effects
+) -> None:
+    """Mark on `attempt`, in the write that records its job, the Vertex preemption lines kept while
+    the job was not indexed (their identities): the next decision on the attempt counts them,
+    whichever delivery takes it, should the one recording the job die before its own."""
+    for identity in sorted(identities):
+        _note_evidence(record, attempt, PREEMPTION_LINE_KEY, identity, effects)
+
+
 def _note_evidence(record: RequestRecord, attempt: Attempt, key: str, identity: str, effects: Effects) -> None:
     """Mark one piece of a Vertex family's evidence, unless the family already holds as many
     preemptions as Vertex can have done: then it is refused, with a WARNING (a forged service line,

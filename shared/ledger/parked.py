@@ -49,15 +49,16 @@ class ParkedLines:
     def parked_preemptions(self, job_id: str) -> dict[str, str]:
         """The preemption lines kept for `job_id`: object name -> the line's identity (one that
         does not read, a hand edit, is left out: it says nothing)."""
-        return {
-            name: body["identity"]
-            for name, body in self._parked(job_id).items()
-            if isinstance(body.get("identity"), str) and "kit" not in body
-        }
+        return _preemptions(self._parked(job_id))
 
     def parked_kit_lines(self, job_id: str) -> dict[str, dict[str, Any]]:
         """The kit lines kept for `job_id`: object name -> the line's fields as sent."""
-        return {name: body["kit"] for name, body in self._parked(job_id).items() if isinstance(body.get("kit"), dict)}
+        return _kit_lines(self._parked(job_id))
+
+    def parked_lines(self, job_id: str) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+        """`parked_kit_lines` and `parked_preemptions` of `job_id`, from one listing."""
+        parked = self._parked(job_id)
+        return _kit_lines(parked), _preemptions(parked)
 
     def _parked(self, job_id: str) -> dict[str, dict[str, Any]]:
         parked = {}
@@ -82,3 +83,15 @@ class ParkedLines:
 
 def _parked_path(job_id: str, identity: str) -> str:
     return f"{UNINDEXED_PREFIX}{job_id}/{hashlib.sha256(identity.encode()).hexdigest()[:32]}.json"
+
+
+def _preemptions(parked: dict[str, dict[str, Any]]) -> dict[str, str]:
+    return {
+        name: body["identity"]
+        for name, body in parked.items()
+        if isinstance(body.get("identity"), str) and "kit" not in body
+    }
+
+
+def _kit_lines(parked: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {name: body["kit"] for name, body in parked.items() if isinstance(body.get("kit"), dict)}

@@ -186,6 +186,34 @@ def test_a_preemption_kept_before_the_index_is_counted_by_the_jobs_next_line_whe
     assert not list(world.ledger._bucket.client.list_blobs(world.ledger._bucket, prefix="unindexed/"))  # noqa: SLF001
 
 
+def test_a_preemption_kept_before_the_index_is_counted_by_reconcile_when_its_adoption_died_and_no_line_follows(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reconcile's adoption records the job and dies before counting the line kept while the job
+    was not indexed, and the job sends no line after it (it ended before the adoption, or its
+    lines were lost): no submit redelivery comes for a claim reconcile adopted, nor a next
+    line, so the pass that next reads the job counts it, once."""
+    job = _lost_create(world)
+    preempted = log_entry(job, "The Spot VM was preempted. Restarting the job (restart 1 of 6).", insert_id="ins-1")
+    assert _delivered(world, preempted, "m-1") is EventOutcome.PARKED
+    world.vertex.set_state(job, SUCCEEDED)
+
+    def dies(*_: object) -> tuple[str, ...]:
+        raise RuntimeError("the instance died")
+
+    with monkeypatch.context() as crash:
+        crash.setattr("shared.found_jobs.observe_adopted", dies)
+        reconcile(world)
+    assert world.ledger.get("req-1").attempts[0].preemptions == 0  # recorded, the kept line not counted
+
+    for _ in range(2):  # the next pass decides on the ended job; the one after finds it decided
+        reconcile(world)
+
+    record = world.ledger.get("req-1")
+    assert record.status == RequestStatus.SUCCEEDED
+    assert record.attempts[0].preemptions == 1
+
+
 def test_a_foreign_jobs_preemption_line_is_kept_once_and_decides_nothing(world: World) -> None:
     world.submitted(state=RUNNING)
     foreign = "projects/p/locations/us-central1/customJobs/999"

@@ -377,3 +377,26 @@ def test_a_sweep_cut_short_pass_after_pass_is_alerted_once_a_run(world: World, c
     for _ in range(3):
         run_reconcile(ports(world, clock), Logger())
     assert [a["details"]["passes"] for a in cut_short_alerts(world)] == [3, 3]
+
+
+def test_a_sweep_the_crud_budget_cuts_short_pass_after_pass_is_alerted(world: World, clock: PassClock) -> None:
+    """The budget cuts a sweep short as the window does: a pass whose requests spent its share of
+    the CRUD quota sends no cancel to a stray, pass after pass, and the stray runs on. Said as the
+    window's refusals are (`stray_sweep_deferred`, `sweep_calls_deferred`), and alerted after
+    three passes in a row (docs/operations.md: `stray_sweep_cut_short`, "by the pass's CRUD
+    budget"), naming the budget as what to raise."""
+    world.vertex.stalled = set()
+    # One call a minute: the pass's listing (always made, forced) spends it, and no cancel is left.
+    world.settings = replace(world.settings, reconcile_crud_share=1 / world.settings.vertex_crud_per_minute)
+    request, _ = world.submitted("req-1", state=RUNNING)
+    stray = world.vertex.add(request.request_id, 1)
+    log = CapturedLog()
+
+    summaries = [run_reconcile(ports(world, clock), log.logger) for _ in range(3)]
+
+    assert stray not in world.vertex.cancelled  # the budget refused its cancel in every pass
+    assert [s.vertex["sweep_calls_deferred"] for s in summaries] == [1, 1, 1]
+    assert len(log.events("stray_sweep_deferred")) == 3
+    [alert] = cut_short_alerts(world)
+    assert alert["details"]["passes"] == 3
+    assert "SPOTJOBS_RECONCILE_CRUD_SHARE" in alert["message"]

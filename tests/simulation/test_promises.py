@@ -1325,3 +1325,31 @@ def test_a_stray_that_outlives_passes_in_a_row_owes_stray_sweep_cut_short(world:
     assert found.startswith(f"no stray_sweep_cut_short alert: stray {stray.name.rsplit('/', 1)[-1]} of r1")
     publish_alert(world, AlertKind.STRAY_SWEEP_CUT_SHORT, None, passes=3)
     assert catalogue(world, AlertKind.STRAY_SWEEP_CUT_SHORT) == []
+
+
+def test_a_job_its_record_named_until_a_person_deleted_it_is_a_stray_only_from_the_deletion(world: World) -> None:
+    """Seed 54: the passes before a person deleted the record that named the job were not cut
+    short (the job was no stray then); three whole passes after the deletion still owe the alert."""
+    from sim.vertex import PassCall
+    from sim.world import Task
+
+    recorded = job(world, "r1", 1)
+    restore(world, "r1", RequestStatus.RUNNING, attempt_of(recorded))
+    world.clock.advance(promises.LAG.total_seconds())
+
+    def pass_over() -> None:
+        world.vertex.pass_calls.append(
+            PassCall(world.clock.now(), Task("reconcile", lambda: None, faulty=True), "list", recorded.location)
+        )
+        world.clock.advance(300.0)
+
+    for _ in range(3):
+        pass_over()
+    faults.delete_object(world, what="ledger")
+    assert world.tampering.deleted_records == {"r1"}
+    assert catalogue(world, AlertKind.STRAY_SWEEP_CUT_SHORT) == []
+    for _ in range(3):
+        pass_over()
+
+    [found] = catalogue(world, AlertKind.STRAY_SWEEP_CUT_SHORT)
+    assert found.startswith(f"no stray_sweep_cut_short alert: stray {recorded.name.rsplit('/', 1)[-1]} of r1")
