@@ -189,6 +189,7 @@ class Tampering:
     records_deleted_at: dict[str, datetime] = field(default_factory=dict)  # request id -> its first deletion
     # request id -> its record's documents as a person deleted them: what the code had read stays read
     deleted_record_documents: dict[str, list[bytes]] = field(default_factory=dict)
+    deleted_record_times: dict[str, list[datetime]] = field(default_factory=dict)  # when each of those went
     # Jobs deleted while their request followed them (a recorded, unfinished attempt's job).
     followed_when_deleted: set[str] = field(default_factory=set)
     absurd_lines: set[str] = field(default_factory=set)  # message ids of a job's absurd lines
@@ -563,6 +564,7 @@ def _note_record_deleted(world: World, request_id: str, document: bytes) -> None
     world.tampering.deleted_records.add(request_id)
     world.tampering.records_deleted_at.setdefault(request_id, world.clock.now())
     world.tampering.deleted_record_documents.setdefault(request_id, []).append(document)
+    world.tampering.deleted_record_times.setdefault(request_id, []).append(world.clock.now())
     world.tampering.requests.setdefault(request_id, "its ledger record was deleted by a person")
 
 

@@ -819,8 +819,9 @@ def sweeps_cut_short(world: World) -> list[Expected]:
     (`SimVertex.pass_calls`), ran to their end and drew no fault: a whole sweep of any of them would
     have cancelled it, so each was cut short (its budget or its window), and the run of them is
     said. Counted from `LAG` after its create (a claim's job is no stray until its attempt records
-    another, and a lagging list may miss it); not where Vertex refuses a list or a cancel
-    (`stray_sweep_refused` says that)."""
+    another, and a lagging list may miss it), or, for the job of a record a person deleted, from
+    that deletion: until then the record named it and no sweep owed it a cancel (seeds 11415,
+    11432); not where Vertex refuses a list or a cancel (`stray_sweep_refused` says that)."""
     from shared.reconcile import SWEEP_CUT_SHORT_PASSES
 
     passes: dict[int, list[Any]] = collections.defaultdict(list)
@@ -844,9 +845,7 @@ def sweeps_cut_short(world: World) -> list[Expected]:
             continue  # unreadable (`ledger_corrupt`), or a job of a request not recorded yet
         if (record is not None and any(a.job == job.name for a in record.attempts)) or job.location in refused:
             continue
-        began, ended = job.create_time + LAG, min(first_cancel.get(job.name, now), job.end_time or now)
-        if _named_by_a_deleted_record(world, job.request_id, job.name):
-            began = max(began, world.tampering.records_deleted_at[job.request_id])  # no stray before (seed 54)
+        began, ended = stray_since(world, job), min(first_cancel.get(job.name, now), job.end_time or now)
         run = 0
         for start, end, sender, locations in spans:
             if start < began or end > ended:
@@ -860,15 +859,21 @@ def sweeps_cut_short(world: World) -> list[Expected]:
     return out
 
 
-def _named_by_a_deleted_record(world: World, request_id: str, job_name: str) -> bool:
-    """Whether a record of `request_id` a person deleted named `job_name`: its job was no stray
-    until the deletion."""
+def stray_since(world: World, job: SimJob) -> datetime:
+    """When a stray became one for the sweep: `LAG` after its create, or the deletion by a person
+    of the record that named it (docs/ARCHITECTURE.md: a deleted record's job is a stray)."""
     from sim.invariants import read_record
 
-    documents = world.tampering.deleted_record_documents.get(request_id, [])
-    return any(
-        record is not None and any(a.job == job_name for a in record.attempts) for record in map(read_record, documents)
+    since = job.create_time + LAG
+    deletions = zip(
+        world.tampering.deleted_record_documents.get(job.request_id, []),
+        world.tampering.deleted_record_times.get(job.request_id, []),
     )
+    for document, deleted_at in deletions:
+        record = read_record(document)
+        if record is not None and any(a.job == job.name for a in record.attempts):
+            return max(since, deleted_at)
+    return since
 
 
 # Re-publishes of one claim closer together than this are one (a publish retried after a lost

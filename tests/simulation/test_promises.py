@@ -1353,3 +1353,34 @@ def test_a_job_its_record_named_until_a_person_deleted_it_is_a_stray_only_from_t
 
     [found] = catalogue(world, AlertKind.STRAY_SWEEP_CUT_SHORT)
     assert found.startswith(f"no stray_sweep_cut_short alert: stray {recorded.name.rsplit('/', 1)[-1]} of r1")
+
+
+def test_a_deleted_records_job_is_a_stray_only_from_the_deletion(world: World) -> None:
+    """Seeds 11415, 11432: passes while the record named the job rightly left it alone; only the
+    passes from a person's deletion of the record (`docs/operations.md`: its job is then a stray)
+    count towards `stray_sweep_cut_short`."""
+    from sim.vertex import PassCall
+    from sim.world import Task
+
+    followed = job(world, "r1", 1)
+    restore(world, "r1", RequestStatus.RUNNING, attempt_of(followed))
+    world.clock.advance(promises.LAG.total_seconds())
+
+    def pass_over() -> None:
+        sender = Task("reconcile", lambda: None, faulty=True)
+        world.vertex.pass_calls.append(PassCall(world.clock.now(), sender, "list", followed.location))
+        world.clock.advance(300.0)
+
+    for _ in range(3):
+        pass_over()
+    name = "requests/r1.json"
+    faults._note_record_deleted(world, "r1", world.storage.objects(world.settings.state_bucket)[name].data)
+    world.storage.client().bucket(world.settings.state_bucket).blob(name).delete()
+    pass_over()
+    pass_over()
+    assert catalogue(world, AlertKind.STRAY_SWEEP_CUT_SHORT) == []
+
+    pass_over()
+
+    [found] = catalogue(world, AlertKind.STRAY_SWEEP_CUT_SHORT)
+    assert found.startswith(f"no stray_sweep_cut_short alert: stray {followed.name.rsplit('/', 1)[-1]} of r1")
