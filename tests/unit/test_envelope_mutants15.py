@@ -1,12 +1,14 @@
-"""The envelope's integer bounds at edges the fifteenth mutation pass found: one attempt is a
-request's least `max_attempts` (a request that must not be retried), and a re-queue names an
-attempt from 1 (attempt 0 is no attempt a claim ever made)."""
+"""The envelope's integer bounds at edges the fifteenth mutation pass found: one is the least a
+request may ask for in `max_attempts` (a request that must not be retried), `total_steps` and
+`checkpoints.keep_last`, and a re-queue names an attempt from 1 (attempt 0 is none a claim made)."""
 
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
+from shared.clock import iso, utcnow
 from shared.requests.envelope import REQUEUE_ATTRIBUTES, read_request
 
 JOB = {
@@ -31,3 +33,15 @@ def test_a_requeue_names_an_attempt_from_one() -> None:
     request, paths = read({"attempt": 1, "location": "us-central1"}, REQUEUE_ATTRIBUTES)
     assert (request.attempt, paths) == (1, [])
     assert read({"attempt": 0, "location": "us-central1"}, REQUEUE_ATTRIBUTES)[1] == ["attempt"]
+
+
+def test_one_step_is_a_deadline_requests_least_total_steps() -> None:
+    deadline = iso(utcnow() + timedelta(days=1))
+    assert "total_steps" not in read({"deadline": deadline, "total_steps": 1})[1]
+    assert "total_steps" in read({"deadline": deadline, "total_steps": 0})[1]
+
+
+def test_one_checkpoint_is_the_least_a_request_may_keep() -> None:
+    request, paths = read({"checkpoints": {"keep_last": 1}})
+    assert (request.keep_last, paths) == (1, [])
+    assert read({"checkpoints": {"keep_last": 0}})[1] == ["checkpoints.keep_last"]
