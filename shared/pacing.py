@@ -199,11 +199,15 @@ class Pacer:
 
     def wait_for_slot(self, location: str, deadline: float) -> bool:
         """Take the first free slot from now on, sleeping to each slot's start; False at `deadline`
-        (wall clock, as the slots are)."""
+        (wall clock, as the slots are), without sleeping to a slot that starts after it: the run
+        ends in its function's timeout."""
         while self._clock() < deadline:
             if self.take_slot(location):
                 return True
-            self._sleep(self.slot_seconds - self._clock() % self.slot_seconds + 0.001)
+            to_next_slot = self.slot_seconds - self._clock() % self.slot_seconds + 0.001
+            if self._clock() + to_next_slot >= deadline:
+                return False
+            self._sleep(to_next_slot)
         return False
 
     # The waiting line.
