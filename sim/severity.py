@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 # The messages of the transient faults `World.io` and `World._hang` raise (503, 429, a lost reply, a hang).
 INJECTED_TRANSIENT = re.compile(
-    r"injected 503 on \S+|injected 429 on \S+|the response of \S+ was lost|no reply to \S+ within its"
+    r"injected 503 on [\w.]+|injected 429 on [\w.]+|the response of [\w.]+ was lost|no reply to [\w.]+ within its"
 )
 AT_ERROR_OR_ABOVE = frozenset({"ERROR", "CRITICAL", "ALERT", "EMERGENCY"})
 
