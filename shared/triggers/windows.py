@@ -35,9 +35,7 @@ if TYPE_CHECKING:
 SKEW_SECONDS = 5.0
 DECISIONS_KEPT = 200
 CLOSE_ATTEMPTS_BEFORE_ALERT = 5  # failed ticks in a row on one window before trigger_failed
-# A tick begins no window's close this long after it began: a close is a few dozen storage calls,
-# and the tick must end inside on_trigger's 60 s timeout (terraform/variables.tf,
-# `function_defaults`); the windows left keep their open markers for the next tick, a minute later.
+# A tick begins no close (dozens of storage calls) this long in: it ends inside on_trigger's 60 s.
 CLOSING_SECONDS = 20.0
 
 # Windows this instance has seen open: the first notification of a window reads (and creates) its
@@ -231,8 +229,7 @@ def _close_or_retry_later(
     path = paths.window_path(definition.name, window_id)
     document = store.update(path, lambda d: {**d, "close_failures": d.get("close_failures", 0) + 1} if d else None)
     failures = (document or {}).get("close_failures", 0)
-    # A failure a retry may mend (a 503, a lost reply) is said at WARNING; `trigger_failed` below
-    # says the window that keeps failing.
+    # What a retry may mend (a 503) is a WARNING; `trigger_failed` says a window that keeps failing.
     log.log(
         "WARNING" if transient else "ERROR",
         "could not close a trigger window; the next tick resumes it",
