@@ -199,11 +199,13 @@ class Pacer:
 
     def wait_for_slot(self, location: str, deadline: float) -> bool:
         """Take the first free slot from now on, sleeping to each slot's start; False at `deadline`
-        (wall clock, as the slots are)."""
+        (wall clock, as the slots are), never sleeping past it to a slot that starts later: the run
+        ends inside its function's timeout (a slot may be longer than a run: one create a minute)."""
         while self._clock() < deadline:
             if self.take_slot(location):
                 return True
-            self._sleep(self.slot_seconds - self._clock() % self.slot_seconds + 0.001)
+            to_next_slot = self.slot_seconds - self._clock() % self.slot_seconds + 0.001
+            self._sleep(min(to_next_slot, deadline - self._clock()))
         return False
 
     # The waiting line.

@@ -1299,7 +1299,20 @@ QUIESCENCE.extend(
 )
 
 # The promises people rely on (sim/promises.py).
-from sim import budgets, continuations, flex, hangs, promises, reconcile_budget, regions, replicas, shown, stuck  # noqa: E402 - they read this module's helpers
+from sim import (  # noqa: E402 - they read this module's helpers
+    budgets,
+    continuations,
+    durations,
+    flex,
+    hangs,
+    promises,
+    reconcile_budget,
+    regions,
+    replicas,
+    severity,
+    shown,
+    stuck,
+)
 
 QUIESCENCE.extend(promises.QUIESCENCE)
 QUIESCENCE.extend(shown.QUIESCENCE)  # what the dashboard and `status` show (sim/shown.py)
@@ -1313,3 +1326,7 @@ QUIESCENCE.extend(regions.QUIESCENCE)  # calls through their own region's endpoi
 QUIESCENCE.extend(stuck.QUIESCENCE)  # no job_stuck before its time (sim/stuck.py)
 QUIESCENCE.extend(hangs.QUIESCENCE)  # every Vertex call names a timeout that fits (sim/hangs.py)
 QUIESCENCE.extend(reconcile_budget.QUIESCENCE)  # a pass's CRUD calls within its budget (sim/reconcile_budget.py)
+STEP.extend(durations.STEP)  # no run outlasts its function's deployed timeout (sim/durations.py)
+QUIESCENCE.extend(durations.QUIESCENCE)
+QUIESCENCE.extend(severity.QUIESCENCE)  # no ERROR line for an injected transient fault (sim/severity.py)
+RETENTION.extend(severity.RETENTION)

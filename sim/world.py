@@ -33,7 +33,7 @@ from typing import Any
 from google.api_core import exceptions as api
 from greenlet import greenlet
 
-from sim import budgets, flex, replicas, virtual
+from sim import budgets, durations, flex, replicas, virtual
 from sim import faults as permanent
 from sim.continuations import with_max_runtimes
 from sim.gcs import MemoryStorage
@@ -102,6 +102,8 @@ class Task:
     alerts: list[tuple[tuple[Any, ...], int]] = field(default_factory=list)  # (alert, its faults before it)
     refusals: list[tuple[int, int]] = field(default_factory=list)  # (a refusal it met, its faults by then)
     calling: str = ""  # the service of the call it waits to make (its resume makes it)
+    started: datetime | None = None  # when it began (`sim.durations`)
+    hangs: int = 0  # its Vertex calls that got no reply (`_hang`)
     runner: Any = None  # the greenlet
 
     def runnable(self, now: datetime) -> bool:
@@ -244,6 +246,7 @@ class World:
     checked: dict[str, Any] = field(default_factory=dict)
     # What the out-of-band actors of the permanent faults did (sim.faults): the invariants' excuses.
     tampering: permanent.Tampering = field(default_factory=permanent.Tampering)
+    runs: list[Any] = field(default_factory=list)  # the deliveries' runs, as they end (`sim.durations`)
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -328,7 +331,8 @@ class World:
         self.log_stream = io.StringIO()
         from shared.log import Logger
 
-        self.log = Logger(stream=self.log_stream, min_severity="WARNING" if self.verbose else "CRITICAL")
+        # The functions' lines from ERROR on (`sim.severity` reads them); their warnings too when verbose.
+        self.log = Logger(stream=self.log_stream, min_severity="WARNING" if self.verbose else "ERROR")
         self._next_tick = {
             "reconcile": self.clock.now() + timedelta(seconds=self.settings.reconcile_interval_seconds),
             "prune": self.clock.now() + timedelta(hours=1),
@@ -481,6 +485,8 @@ class World:
         the timeout the code passed (others run, the clock moves on by it) and raises
         DeadlineExceeded. Without a timeout it waits until the function's own timeout kills the
         instance (`sim.hangs.vertex_calls_bounded` fails the seed for the call)."""
+        assert self._current is not None  # faults are drawn only in a task
+        self._current.hangs += 1
         if self._hang_rng.random() < permanent.HANG_PERFORMED_SHARE:
             perform()  # an error Vertex answers with is a reply: it comes back as it is
         if timeout is None or timeout <= 0:
@@ -650,6 +656,7 @@ class World:
         return True
 
     def _start(self, task: Task) -> None:
+        task.started = self.clock.now()
         task.runner = greenlet(task.body)
         self.tasks.append(task)
         self._schedule_moved()  # one more busy instance
@@ -982,6 +989,7 @@ class World:
         finally:
             self._count_unconfirmed_alerts(task)
             self._note_cut_short(task)
+            durations.note_run(self, task)
         if not died:  # a pass that died decided on nothing it listed
             for location, at in task.asks:
                 self.vertex.asked[location].append(at)

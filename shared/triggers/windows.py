@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from shared.alerts import Alert, AlertKind
 from shared.clock import iso, parse_iso, parse_rfc3339
+from shared.errors import is_retryable
 from shared.log import Logger
 from shared.swap import Decided
 from shared.triggers import store as paths
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
 SKEW_SECONDS = 5.0
 DECISIONS_KEPT = 200
 CLOSE_ATTEMPTS_BEFORE_ALERT = 5  # failed ticks in a row on one window before trigger_failed
+# A tick begins no close (dozens of storage calls) this long in: it ends inside on_trigger's 60 s.
+CLOSING_SECONDS = 20.0
 
 # Windows this instance has seen open: the first notification of a window reads (and creates) its
 # document; later ones only write their member object.
@@ -177,8 +180,12 @@ def tick(ports: Ports, store: TriggerStore, definitions: Sequence[TriggerDefinit
     counts: dict[str, int] = {}
     now = ports.clock()
     settle = timedelta(seconds=ports.settings.trigger_settle_seconds)
+    closing_ends = now + timedelta(seconds=CLOSING_SECONDS)
     for definition in definitions:
         for window_id in sorted(store.list_names(paths.open_prefix(definition.name))):
+            if ports.clock() >= closing_ends:  # this window and the later ones wait for the next tick
+                counts["left_for_next_tick"] = counts.get("left_for_next_tick", 0) + 1
+                break
             try:
                 window = Window.from_id(window_id, definition.coalesce_seconds)
             except ValueError:
@@ -218,10 +225,13 @@ def _close_or_retry_later(
         return close_window(ports, store, definition, window_id, log)
     except Exception as exc:  # noqa: BLE001 - one window must not stop the tick; the next resumes it
         error = f"{type(exc).__name__}: {exc}"
+        transient = is_retryable(exc)
     path = paths.window_path(definition.name, window_id)
     document = store.update(path, lambda d: {**d, "close_failures": d.get("close_failures", 0) + 1} if d else None)
     failures = (document or {}).get("close_failures", 0)
-    log.error(
+    # What a retry may mend (a 503) is a WARNING; `trigger_failed` says a window that keeps failing.
+    log.log(
+        "WARNING" if transient else "ERROR",
         "could not close a trigger window; the next tick resumes it",
         event="trigger_close_failed",
         trigger=definition.name,

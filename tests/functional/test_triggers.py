@@ -508,6 +508,55 @@ def test_a_window_that_cannot_be_published_alerts_trigger_failed_once_and_is_ret
     assert [o["name"] for o in rig.manifest(request)["objects"]] == ["incoming/b.csv"]
 
 
+def test_a_window_close_a_transient_failure_stopped_is_a_warning_one_refused_for_good_an_error(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The project's rule (shared/errors.py, `is_retryable`): what a retry may mend is said at WARNING.
+    from google.api_core import exceptions as api
+
+    apply(rig, definition())
+    rig.notify("incoming/a.csv", at=T0)
+    rig.at(T0 + timedelta(seconds=320))  # the window [17:00, 17:05) has ended and settled: the tick closes it
+    real_publish = type(rig.ports).publish
+    refusal: list[Exception] = [api.ServiceUnavailable("Pub/Sub is busy")]
+
+    def refuse_requests(self, topic: str, data: bytes, **attributes: str) -> str:
+        if topic.endswith("job-requests"):
+            raise refusal[0]
+        return real_publish(self, topic, data, **attributes)
+
+    monkeypatch.setattr(type(rig.ports), "publish", refuse_requests)
+    rig.tick()
+    refusal[0] = api.PermissionDenied("the topic refuses this service account")
+    rig.tick()
+    failures = [(line["severity"], line["error"].split(":")[0]) for line in rig.log.events("trigger_close_failed")]
+    assert failures == [("WARNING", "ServiceUnavailable"), ("ERROR", "PermissionDenied")]
+
+
+def test_a_tick_begins_no_close_past_its_closing_time_and_the_next_tick_closes_the_rest(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # on_trigger's 60 s timeout (sim.durations, seeds 23 and 25: a tick closing eight windows ran 108 s).
+    from shared.triggers import windows
+
+    apply(rig, definition())
+    for minute in (0, 5, 10):
+        rig.notify(f"incoming/{minute}.csv", at=T0 + timedelta(minutes=minute))
+    rig.at(T0 + timedelta(minutes=15, seconds=20))  # the three windows have ended and settled
+    real_close = windows.close_window
+
+    def slow_close(*args: object) -> str:  # each close takes 15 s of storage calls
+        outcome = real_close(*args)
+        rig.at(rig.now[0] + timedelta(seconds=15))
+        return outcome
+
+    monkeypatch.setattr(windows, "close_window", slow_close)
+    rig.tick()
+    assert len(rig.requests()) == 2  # begun at 0 s and 15 s; the third would begin at 30 s
+    rig.tick()
+    assert len(rig.requests()) == 3
+
+
 def test_a_watched_message_cannot_claim_another_topic_by_attribute(rig: Rig) -> None:
     apply(rig, definition("drift", source={"pubsub": {"topic": "model-monitoring", "attributes": {"policy": "drift"}}}))
     # Published on some other watched topic, naming model-monitoring: only on_trigger's own topic

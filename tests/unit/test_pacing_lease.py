@@ -174,6 +174,19 @@ def test_waiting_for_a_slot_sleeps_to_the_next_slots_start_and_gives_up_at_the_d
     assert not pacer.wait_for_slot(LOCATION, deadline=line.clock.now)  # no time at all
 
 
+def test_waiting_for_a_slot_never_sleeps_past_the_deadline(line: Line) -> None:
+    # A drainer's run ends at its deadline, inside submit_job's 60 s timeout: a sleep to a slot
+    # that starts after it ran the delivery up to a whole slot past (sim.durations, seeds 30 and 33).
+    pacer = line.pacer
+    line.clock.now = START + 0.25
+    assert pacer.take_slot(LOCATION)  # this slot is taken; the next starts at START + 1
+
+    assert not pacer.wait_for_slot(LOCATION, deadline=START + 0.9)
+    # Waited out its run, and no further: a run that gave up at once would hand over to a run that
+    # gives up at once, with no time passing (seed 8, at one create a minute: a slot longer than a run).
+    assert line.clock.now == pytest.approx(START + 0.9)
+
+
 # ---- the waiting line ---------------------------------------------------------------------------
 
 
