@@ -67,7 +67,10 @@ def drain(ports: Ports, location: str, create_one: Callable[[Waiting], str], log
     busy_turns = 0
     patience = busy_patience(pacer, ports.settings)
     burst_seen = False  # looked at once a run, not every slot (one object, ~1 write/s)
-    deadline = pacer.now() + ports.settings.pacer_run_seconds
+    # From the delivery's start, not the lease's: what the delivery did before (its own claim and
+    # entry) is spent of the function's timeout too, and the run's tail needs the room left.
+    begun = pacer.now() if ports.started_at is None else min(pacer.now(), ports.started_at)
+    deadline = begun + ports.settings.pacer_run_seconds
     renewed_at = pacer.now()
     try:
         while lease is not None and pacer.wait_for_slot(location, deadline):

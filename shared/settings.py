@@ -174,8 +174,8 @@ class Settings:
     vertex_creates_per_minute: int = _env("SPOTJOBS_VERTEX_CREATES_PER_MINUTE", 58, kind="int")
     vertex_crud_per_minute: int = _env("SPOTJOBS_VERTEX_CRUD_PER_MINUTE", 600, kind="int")
     reconcile_crud_share: float = _env("SPOTJOBS_RECONCILE_CRUD_SHARE", 0.5, kind="float")
-    # How long one submit_job delivery drains the waiting queue before handing over (inside the
-    # push subscription's 60 s acknowledgement deadline, with room for its last create).
+    # How long one submit_job delivery (from its start) drains the waiting queue before handing over
+    # (inside the push subscription's 60 s acknowledgement deadline, with room for its last create).
     pacer_run_seconds: float = _env("SPOTJOBS_PACER_RUN_SECONDS", 40.0, kind="float")
     # A line that drains within this long is pacing, not a quota problem: `quota_limited` is
     # alerted only once a line needs longer (by default a minute's worth of the quota waits).

@@ -112,6 +112,7 @@ class SubmitOutcome:
 
 def submit_request(message: Message, log: Logger, ports: Ports) -> SubmitOutcome:
     """Handle one job-request message. Returns to acknowledge; raises (transient) to be redelivered."""
+    ports = replace(ports, started_at=ports.clock().timestamp())  # the drainer's run counts from here
     settings = ports.settings
     with redelivered_unless_settled(log):
         warn_if_images_unrestricted(settings, log)

@@ -61,6 +61,9 @@ class Ports:
     # `shared.adapters.vertex.canceller`); the outbox leaves a pending cancel to them when None.
     cancel_job: Callable[[str, str], None] | None = None
     notifies: bool = True  # may publish requesters' notifications (`NOTIFIES`)
+    # When this delivery began (epoch seconds, the clock's): a run bounded by the function's timeout
+    # counts from it, not from when the run's own work began (`shared.pacing_drainer.drain`).
+    started_at: float | None = None
 
     def may_publish(self, topic: str) -> bool:
         return self.topics is None or topic in self.topics

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -185,6 +185,22 @@ def test_waiting_for_a_slot_never_sleeps_past_the_deadline(line: Line) -> None:
     # Waited out its run, and no further: a run that gave up at once would hand over to a run that
     # gives up at once, with no time passing (seed 8, at one create a minute: a slot longer than a run).
     assert line.clock.now == pytest.approx(START + 0.9)
+
+
+def test_a_run_counts_from_its_deliverys_start_not_from_its_lease(line: Line) -> None:
+    """A delivery that spent 15 s on its own claim and entry before it took the lease has 5 s of
+    its 20 s run left: a run counted from the lease ran the delivery past its function's timeout
+    (sim.durations, seeds 251, 10066 and 10073: 60-63 s of a 60 s timeout)."""
+    for request_id in "abcdefghij":
+        line.wait(request_id)
+    started = line.clock.now
+    line.clock.now += 15.0
+    script = Script(line)
+
+    drain(replace(line.ports, started_at=started), LOCATION, script, line.log.logger, line.pacer)
+
+    assert script.at and max(script.at) < started + 20.0
+    assert len(script.tried) < 10  # the rest are handed over
 
 
 # ---- the waiting line ---------------------------------------------------------------------------
