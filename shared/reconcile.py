@@ -91,7 +91,7 @@ RECONCILE_WORKERS = 8
 # be, and two in a row too (ten minutes at the default interval); a third says it is how this
 # deployment's passes run, and a stray would live on uncancelled.
 SWEEP_CUT_SHORT_PASSES = 3
-SWEEP_STATE = "reconcile-sweep"  # maintenance/reconcile-sweep.json: the run of passes cut short
+CUT_SHORT_STATE = "reconcile-sweep"  # maintenance/reconcile-sweep.json: the run of passes cut short
 SWEEP_CUT_SHORT_NOTES = f"{REJECTION_NOTES}sweep-cut-short-"  # one note a run (`alert_once`)
 
 
@@ -163,7 +163,7 @@ def _run_reconcile(ports: Ports, log: Logger, *, limit: int | None, started: dat
 
 def _count_cut_short_sweeps(ports: Ports, vertex_pass: VertexPass, log: Logger) -> None:
     """Count the passes in a row whose sweep was cut short (`stray_sweep_deferred`), in the state
-    bucket (`SWEEP_STATE`: the passes hold the run lease in turn, so one writes at a time), and
+    bucket (`CUT_SHORT_STATE`: the passes hold the run lease in turn, so one writes at a time), and
     alert once a run of them reaches `SWEEP_CUT_SHORT_PASSES`: a WARNING line tells nobody, and a
     deployment whose every pass runs out of its window before its sweep is done would never cancel
     a stray. Once per run (`alert_once`, its note named by the run's first pass): a pass killed
@@ -171,16 +171,16 @@ def _count_cut_short_sweeps(ports: Ports, vertex_pass: VertexPass, log: Logger) 
     window = vertex_pass.window
     cut_short = bool(window.sweep_deferred or window.sweep_unread or window.restart_deferred)
     try:
-        state = ports.ledger.maintenance_state(SWEEP_STATE)
+        state = ports.ledger.maintenance_state(CUT_SHORT_STATE)
         counted = state.get("cut_short_passes")
         passes = counted if isinstance(counted, int) and not isinstance(counted, bool) else 0
         if not cut_short:
             if passes:
-                ports.ledger.save_maintenance_state(SWEEP_STATE, {})  # the run of them ended
+                ports.ledger.save_maintenance_state(CUT_SHORT_STATE, {})  # the run of them ended
             return
         since = state.get("since") if passes and isinstance(state.get("since"), str) else iso(ports.clock())
         passes += 1
-        ports.ledger.save_maintenance_state(SWEEP_STATE, {"cut_short_passes": passes, "since": since})
+        ports.ledger.save_maintenance_state(CUT_SHORT_STATE, {"cut_short_passes": passes, "since": since})
         if passes >= SWEEP_CUT_SHORT_PASSES:
             alert_once(ports, _cut_short_alert(ports, window, passes, since), f"{SWEEP_CUT_SHORT_NOTES}{since}")
     except Exception as exc:  # noqa: BLE001 - the next pass counts again; the alert waits for it
