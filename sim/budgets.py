@@ -15,7 +15,8 @@ The promises (docs/requests.md, "A budget"):
   cancel and a delivery the world delayed), widened by the ticks of one run lock's lease for every
   reconcile pass that died while the request ran (`dead_pass_seconds`), and by the time Vertex
   refused the stray sweep's listing where a stray of it ran, once `stray_sweep_refused` said so
-  (`blind_sweep_seconds`). That the alert comes once (plus once per publish a
+  (`blind_sweep_seconds`), and by the time its jobs ran in a location whose Vertex API stalled
+  (`stalled_region_seconds`). That the alert comes once (plus once per publish a
   fault left unconfirmed) is `alerts_not_per_redelivery`'s, as for every alert;
 - `billed_as_vertex_ran` (`QUIESCENCE`, docs/requests.md, "What a request costs"): `spotjobs
   report`'s bill of every finished request, with or without a budget, is what the simulated Vertex
@@ -238,6 +239,23 @@ def blind_sweep_seconds(world: World, record: Any) -> float:
     return blind
 
 
+def stalled_region_seconds(world: World, record: Any) -> float:
+    """How long `record`'s jobs ran in the location whose Vertex API stalled (`sim.faults`
+    `region_stalled`, seed 11612): no call there answers until the faulty phase ends, so no pass
+    can read, find or cancel a job there (docs/ARCHITECTURE.md, "No call waits for good": a pass
+    sends no more calls to a location where one ran out its timeout and defers its requests). Each
+    job counts from its start to its end or the stall's."""
+    stall = world.permanent.stall
+    if stall is None:
+        return 0.0
+    until = world.faults_stopped_at or world.clock.now()
+    seconds = 0.0
+    for job in world.vertex.jobs.values():
+        if job.request_id == record.request_id and job.location == stall.location and job.start_time is not None:
+            seconds += max(0.0, (min(job.end_time or until, until) - job.start_time).total_seconds())
+    return seconds
+
+
 def budgets_held(world: World) -> list[Violation]:
     from shared.fleet.spend import overshoot_bound_usd
     from sim.invariants import excused, violation
@@ -248,6 +266,7 @@ def budgets_held(world: World) -> list[Violation]:
             continue
         review = OVERSHOOT_INTERVALS * world.settings.reconcile_interval_seconds + LAG.total_seconds()
         review += dead_pass_seconds(world, record) + blind_sweep_seconds(world, record)
+        review += stalled_region_seconds(world, record)
         bound = max(overshoot_bound_usd(record.request, a, review, shipped_price) for a in record.attempts)
         if spend > limit + bound:
             out.append(

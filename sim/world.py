@@ -247,6 +247,7 @@ class World:
     # What the out-of-band actors of the permanent faults did (sim.faults): the invariants' excuses.
     tampering: permanent.Tampering = field(default_factory=permanent.Tampering)
     runs: list[Any] = field(default_factory=list)  # the deliveries' runs, as they end (`sim.durations`)
+    faults_stopped_at: datetime | None = None  # the quiet phase's start: a stalled region answers again
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -794,7 +795,7 @@ class World:
         self.phase = "quiet"
         self.vertex.gpu_quota_full = self.workload.gpu_quota_full and self.workload.gpu_quota_forever
         self.note("faults stop")
-        quiet_began = self.clock.now()
+        quiet_began = self.faults_stopped_at = self.clock.now()
         budget = self.steps + max(QUIET_STEPS, QUIET_STEPS_PER_ARRIVAL * len(self.workload.arrivals))
 
         def bound() -> datetime:  # a hold drawn for a job created later moves it on

@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING
 
 from shared.alerts import Alert, AlertKind
 from shared.clock import iso
-from shared.deciding.effects import attempt_alert
+from shared.deciding.budget_watch import watch_budget
+from shared.deciding.effects import Effects, attempt_alert
 from shared.jobs import LABEL_ATTEMPT, is_terminal, of_another_claim
 from shared.ledger.records import RequestRecord, Stray, alert_marker
 from shared.swap import Decided, Swapped
@@ -103,23 +104,35 @@ def decide_stray(ports: Ports, record: RequestRecord, job: CustomJob, read_at: d
             current.strays.append(stray_of(job, n, read_at))
         attempt = current.attempt(n or 0) or current.latest
         cancelled = record.cancel is not None or current.cancel is not None  # as read by the caller, or since
-        if cancelled or attempt is None or marker in current.markers:
-            return None if noted else Decided(current, None)
-        current.mark(marker)
-        alert = attempt_alert(
-            current,
-            attempt,
-            AlertKind.STRAY_JOB,
-            now,
-            f"cancelling job {job.name}: it carries the labels of attempt {n or 0} of "
-            f"{current.request_id}, which records {attempt.job or 'no job'}",
-            stray_job=job.name,
-            cancelled_at=iso(now),
-        ).to_json()
-        current.pending_alerts.append(alert)
+        alert = None
+        if not (cancelled or attempt is None or marker in current.markers):
+            current.mark(marker)
+            alert = attempt_alert(
+                current,
+                attempt,
+                AlertKind.STRAY_JOB,
+                now,
+                f"cancelling job {job.name}: it carries the labels of attempt {n or 0} of "
+                f"{current.request_id}, which records {attempt.job or 'no job'}",
+                stray_job=job.name,
+                cancelled_at=iso(now),
+            ).to_json()
+            current.pending_alerts.append(alert)
+        elif noted:
+            return None
+        _watch_spend(current, now)
         return Decided(current, alert)
 
     return ports.ledger.swap(record.request_id, note)
+
+
+def _watch_spend(record: RequestRecord, now: datetime) -> None:
+    """The stray's run is its request's spend (docs/requests.md, "A stray"): noting it is an
+    observation of the budget, the only one for a request that had ended, which no pass reads
+    again (seed 20226). Its alert stays pending for the outbox."""
+    effects = Effects()
+    watch_budget(record, now, effects)
+    record.pending_alerts.extend(alert.to_json() for alert in effects.alerts)
 
 
 def stray_of(job: CustomJob, n: int | None, read_at: datetime) -> Stray:

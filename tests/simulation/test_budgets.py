@@ -175,3 +175,35 @@ def test_a_budget_run_on_a_price_row_a_deployment_dropped_owes_one_budget_unpric
     alert = Alert.of(AlertKind.BUDGET_UNPRICED, "said", request_id="r1").to_json()
     world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert).encode(), {})
     assert promises.owed_alerts(world, [AlertKind.BUDGET_UNPRICED]) == []
+
+
+def test_a_job_that_ran_in_the_stalled_region_widens_the_overshoot_by_the_stall(world: World) -> None:
+    # Seed 11612: r0-envelope's create answered nothing in us-east4, whose Vertex API stalled for
+    # the faulty phase; its job ran there an hour, unnamed by the record and unlistable, until the
+    # region answered again and the first pass found it and the budget stopped it.
+    from sim.faults import Stall
+    from tests.support.sim_world import job
+
+    now = world.clock.now()
+    ran = job(world, "r-stall", 1, state="JOB_STATE_CANCELLED")
+    ran.start_time, ran.end_time = now - timedelta(hours=1), now
+    stopped = Attempt(
+        1,
+        "us-central1",
+        "SPOT",
+        claimed_at=iso(ran.start_time),
+        job=ran.name,
+        started_at=iso(ran.start_time),
+        state="JOB_STATE_CANCELLED",
+        ended_at=iso(now),
+    )
+    request = {"request_id": "r-stall", "custom_job": A100, "max_cost_usd": 0.1}
+    LedgerStore(world.storage.client().bucket(world.settings.state_bucket)).restore(
+        RequestRecord("r-stall", request, "gs://c/", status=RequestStatus.CANCELLED, attempts=[stopped])
+    )
+    assert [v.detail.split(",")[0] for v in budgets.budgets_held(world)] == ["r-stall spent $1.9280"]
+    world.permanent.stall = Stall("us-east4", 1.0)  # not where it ran
+    assert len(budgets.budgets_held(world)) == 1
+    world.permanent.stall = Stall("us-central1", 1.0)
+    world.faults_stopped_at = now - timedelta(minutes=5)
+    assert budgets.budgets_held(world) == []

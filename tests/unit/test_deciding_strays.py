@@ -233,3 +233,38 @@ def test_a_stray_read_without_its_machines_is_billed_as_its_attempts_job_and_one
     stored.strays = [stray_of(vertex_job(THIRD, attempt="x"), None, NOW)]
     stored.strays[0].started_at = "2026-12-01T11:00:00.000Z"
     assert request_spend(stored, NOW).unpriced == ("? in us-central1",)
+
+
+def test_a_stray_that_takes_an_ended_requests_spend_past_its_budget_is_alerted_as_reached() -> None:
+    """Simulator seed 20226: an operator cancelled r2-fallback ($0.02 budget) and it ended; a
+    person's console re-run of its job ran on until the stray sweep noted and cancelled it. The
+    stray's run is the budget's spend (docs/requests.md, "A stray"), and `budget_reached` is owed
+    also when the request had ended ("A budget"): no later pass observes an ended request, so the
+    note that makes the spend is the observation that must alert."""
+    from datetime import timedelta
+
+    from shared.ledger.records import CancelIntent
+    from shared.ledger.states import RequestStatus
+
+    ports = memory_ports()
+    ended = running_record()
+    ended.request["max_cost_usd"] = 0.02
+    ended.status = RequestStatus.CANCELLED
+    ended.cancel = CancelIntent(by="someone", at="2026-12-01T11:00:10Z")
+    ports.ledger.restore(ended)
+    stray = CustomJob(
+        name=OTHER,
+        state=RUNNING,
+        labels={LABEL_ATTEMPT: "1"},
+        start_time=NOW - timedelta(hours=1),
+        job_spec={
+            "worker_pool_specs": [{"machine_spec": {"machine_type": "a2-highgpu-1g"}, "replica_count": 1}],
+            "scheduling": {"strategy": "SPOT"},
+        },
+    )
+
+    swapped = decide_stray(ports, ended, stray, NOW)
+
+    assert swapped.value is not None
+    reached = [a for a in swapped.value.pending_alerts if a["kind"] == AlertKind.BUDGET_REACHED.value]
+    assert len(reached) == 1 and reached[0]["details"]["stopped"] is False
