@@ -190,7 +190,8 @@ def budgets_unpriced(world: World) -> list[Expected]:
 def dead_pass_seconds(world: World, record: Any) -> float:
     """How long reconcile passes that died while `record` ran put its stop off (seed 54): its
     attempts' jobs or its strays, whose run is its spend too (docs/requests.md; seed 10261: only a
-    person's console re-run of its job ran)."""
+    person's console re-run of its job ran), to the last read that found a stray of it (the end of
+    its spend: seed 11986, a re-run that ran on after its request's job ended)."""
     from shared.clock import parse_iso
 
     starts = [parse_iso(run.started_at) for run in [*record.attempts, *record.strays] if run.started_at]
@@ -198,7 +199,8 @@ def dead_pass_seconds(world: World, record: Any) -> float:
         return 0.0
     ends = [parse_iso(a.ended_at) for a in record.attempts if a.ended_at]
     until = max(ends) if ends and record.latest.ended_at else world.clock.now()
-    return dead_pass_seconds_around(world, min(starts), until)
+    strays_seen = [parse_iso(stray.seen_until) for stray in record.strays if stray.started_at]
+    return dead_pass_seconds_around(world, min(starts), max([until, *strays_seen]))
 
 
 def dead_pass_seconds_around(world: World, since: datetime, until: datetime) -> float:

@@ -83,15 +83,19 @@ class EndedWait:
 def wait_ended_by(attempt: Attempt, job: JobSnapshot, read_at: datetime) -> EndedWait | None:
     """The wait the record holds that this read ends (the job left its waiting states), before
     the read is taken in: a record that never tracked it (a job recorded by its adoption) waited
-    from its create, if it never ran."""
+    from its create, if it never ran. It ended by the read's update time, and a wait before the
+    job's first run at its start time, its first RUNNING (custom_job.proto): the read may come long
+    after, the job's end (seed 11916: a switched attempt takes in no read until its job ends)."""
     if attempt.state not in WAITING_STATES or job.state in WAITING_STATES:
         return None
     never_ran = not (job.start_time or attempt.started_at)
     since = attempt.wait_began_at or (attempt.created_at if never_ran else None)
     if not since:
         return None
-    ended = parse_iso(job.update_time) if job.update_time else read_at
-    return EndedWait(since, min(ended, read_at), attempt.state)
+    ended = min(parse_iso(job.update_time) if job.update_time else read_at, read_at)
+    if job.start_time and parse_iso(job.start_time) > parse_iso(since):
+        ended = min(ended, parse_iso(job.start_time))
+    return EndedWait(since, ended, attempt.state)
 
 
 def flag_ended_wait(

@@ -116,6 +116,33 @@ def test_a_pass_that_died_while_only_a_stray_of_the_request_ran_widens_the_overs
     assert budgets.budgets_held(world) == []
 
 
+def test_a_pass_that_died_while_a_stray_ran_on_after_its_request_ended_widens_the_overshoot(world: World) -> None:
+    # Seed 11986: the budget stopped the request and its job ended; a person's console re-run of
+    # it, begun a minute before, ran on, and a pass died while it did (its lease's ticks did
+    # nothing) before the sweep found it. The stray's run is the spend (docs/requests.md), so the
+    # dead passes count to the last read that found it, not only to its attempts' end.
+    now = world.clock.now()
+    stopped_at = now - timedelta(minutes=25)
+    stopped = Attempt(
+        1,
+        "us-central1",
+        "SPOT",
+        claimed_at=iso(stopped_at - timedelta(minutes=10)),
+        job="j",
+        state="JOB_STATE_CANCELLED",
+        started_at=iso(stopped_at - timedelta(minutes=10)),
+        ended_at=iso(stopped_at),
+    )
+    copy = Stray("j2", 1, "us-central1", "", [], seen_until=iso(now), started_at=iso(stopped_at - timedelta(minutes=1)))
+    request = {"request_id": "r-after", "custom_job": A100, "max_cost_usd": 0.1}
+    LedgerStore(world.storage.client().bucket(world.settings.state_bucket)).restore(
+        RequestRecord("r-after", request, "gs://c/", status=RequestStatus.CANCELLED, attempts=[stopped], strays=[copy])
+    )
+    assert len(budgets.budgets_held(world)) == 1
+    world.dead_reconciles.append(now - timedelta(minutes=15))  # after the attempt's end, while the stray ran
+    assert budgets.budgets_held(world) == []
+
+
 def test_a_stray_the_sweep_could_not_list_widens_the_overshoot_once_its_blindness_was_alerted(world: World) -> None:
     # Seed 10994: the budget stopped the request, and a person's console re-run of its job ran on
     # for two hours in a location whose listing Vertex refused (403): the sweep was blind to it

@@ -321,6 +321,37 @@ def test_a_wait_first_read_at_its_end_past_the_threshold_is_stuck() -> None:
     assert adopted_and_cancelled(6 * HOUR - 1).effects.alerts == []
 
 
+def test_a_first_wait_first_read_ended_is_judged_to_the_job_s_start_not_its_end() -> None:
+    """Seed 11916: a deadline switch's cancel was never sent (a 403 for good), so the switched
+    attempt's job waited on from its create, PENDING, and first ran 6 h less 94 s after it. The
+    reads of it RUNNING were not taken in (its attempt is settled: only its end is), so the read
+    that ended the wait in the record was the job's end, 5 min into its run: the wait ended at the
+    job's start time, its first RUNNING (custom_job.proto), not at that read's update time."""
+    policy = replace(POLICY, stuck_after_seconds=6 * HOUR)
+
+    def switched_job_ended(waited: float) -> Decision:
+        record = switched(sent_ago=None)
+        attempt = record.attempts[0]
+        created = NOW - timedelta(seconds=waited + 300)
+        attempt.created_at = iso(created)
+        attempt.state, attempt.state_changed_at = JobState.PENDING, iso(created + timedelta(seconds=90))
+        attempt.wait_began_at = iso(created)
+        succeeded = JobSnapshot(
+            JOB1,
+            JobState.SUCCEEDED,
+            None,
+            create_time=iso(created),
+            start_time=iso(created + timedelta(seconds=waited)),
+            end_time=iso(NOW),
+            update_time=iso(NOW),
+        )
+        return observe(record, succeeded, policy=policy)
+
+    assert switched_job_ended(6 * HOUR - 94).effects.alerts == []
+    [alert] = switched_job_ended(6 * HOUR + 1).effects.alerts
+    assert (alert.kind, alert.details["stuck_seconds"]) == ("job_stuck", 6 * HOUR + 1)
+
+
 def test_a_deadline_that_passes_while_a_hand_over_waits_for_its_cancelled_job_is_missed_once() -> None:
     """Seed 707: attempt 2, whose deadline watch would say it, cannot start before the job its
     hand-over cancelled ends; the observation of that job says it instead."""
