@@ -50,7 +50,7 @@ def note_fleet(
     ports: Ports, before: FleetFacts | None, after: RequestRecord, reading: Reading, seen_at: datetime, log: Logger
 ) -> None:
     """Write what the decision added (`seen_at`: when its observation saw the job). Advisory: a
-    failed write loses a fact, never the delivery."""
+    failed write loses its own fact, never the others (`store.write_facts`) nor the delivery."""
     machine_class = MachineClass.of_request(after.request)
     facts = new_facts(before, after, reading, seen_at)
     if machine_class is None or not facts:
