@@ -15,8 +15,11 @@ from typing import Any
 from weakref import WeakSet
 
 from shared.clock import utcnow
+from shared.errors import is_retryable
+from shared.fleet.recording import close_waits
 from shared.ledger.records import CorruptRecord
-from shared.ledger.store import ActiveEntry, LedgerStore, ListedRequest
+from shared.ledger.run_lock import ledger_bucket
+from shared.ledger.store import ActiveEntry, LedgerStore, ListedRequest, marker_removable
 from shared.log import Logger
 
 RECONCILE_TASK = "reconcile"
@@ -92,12 +95,13 @@ def requests_to_reconcile(
                 active.append(entry.request_id)  # the status may be stale: the record tells
             if not token:
                 break
-        ledger.keep_prefetched(active)
         now = utcnow()
+        retiring = [e.request_id for e, status in stale if status is not None and marker_removable(e, status, now)]
+        ledger.keep_prefetched([*active, *retiring])  # a retired request's record closes its waits
         if recordless is not None:
             recordless.extend(entry for entry, status in stale if status is None)
             stale = [(entry, status) for entry, status in stale if status is not None]
-        removed = sum(pool.map(lambda s: _remove_stale(ledger, *s, now=now), stale))
+        removed = sum(pool.map(lambda s: _retire(ledger, *s, now=now, log=log), stale))
     summary.active = len(active)
     if stale:
         log.info(
@@ -165,6 +169,30 @@ def resume_at_deferred(ledger: LedgerStore, task: str, deferred: Iterable[str], 
 # request is reconciled (its record then tells), never skipped.
 INDEX_CHECKERS = 32
 _UNKNOWN = ListedRequest("", None, False)
+
+
+def _retire(
+    ledger: LedgerStore, entry: ActiveEntry, status: ListedRequest | None, *, now: datetime, log: Logger
+) -> bool:
+    """Remove a finished request's stale marker, once what closed its Spot attempts' waits is in
+    the fleet store (`shared.fleet.recording.close_waits`): the pass that retires it is the last
+    to meet it. A failed write keeps the marker, so the next pass writes them again."""
+    if status is not None and marker_removable(entry, status, now):
+        try:
+            record = ledger.get(entry.request_id)
+            if record is not None:
+                close_waits(ledger_bucket(ledger), record)
+        except Exception as exc:  # noqa: BLE001 - the marker stays: the next pass closes them
+            error = f"{type(exc).__name__}: {exc}"
+            log.log(
+                "WARNING" if is_retryable(exc) else "ERROR",
+                "the waits of a finished request were not closed in the fleet store; kept for the next pass",
+                event="fleet_waits_not_closed",
+                request_id=entry.request_id,
+                error=error,
+            )
+            return False
+    return _remove_stale(ledger, entry, status, now=now)
 
 
 def _remove_stale(ledger: LedgerStore, entry: ActiveEntry, status: ListedRequest | None, *, now: datetime) -> bool:

@@ -1323,7 +1323,9 @@ def _open_waits_past_their_end(world: World, by_key: dict[str, list[SimJob]]) ->
     """An attempt's `waiting` fact left open (no `wait`, `nocap` or summary) though its job ran
     or ended, and a later decision on the request recorded a fact that shows it knew: every
     decision writes again what closed a wait (shared/fleet/recording.py), so a lost write of it is
-    made good by the next; open, it would tell the estimate "no capacity" for the whole window."""
+    made good by the next; open, it would tell the estimate "no capacity" for the whole window.
+    Nothing decides on a finished request again, so the last decision's loss is made good by the
+    reconcile pass that retires the request from the active index (`_retired_knowing_the_end`)."""
     from shared.fleet.observations import attempt_key
     from shared.fleet.store import FLEET_PREFIX, parse_name
 
@@ -1331,6 +1333,7 @@ def _open_waits_past_their_end(world: World, by_key: dict[str, list[SimJob]]) ->
     for name in world.storage.objects(world.settings.state_bucket):
         if name.startswith(FLEET_PREFIX) and (parsed := parse_name(name)) is not None:
             kinds[parsed[1].attempt_key].add(parsed[1].kind.value)
+    retired = _retired_knowing_the_end(world)
     out = []
     for key, told in sorted(kinds.items()):
         jobs = by_key.get(key, [])
@@ -1341,15 +1344,36 @@ def _open_waits_past_their_end(world: World, by_key: dict[str, list[SimJob]]) ->
             {j.attempt for js in by_key.values() for j in js if j.request_id == request_id and j.attempt > n}
         )
         if told & _SEEN_RUN_OR_END or any(attempt_key(request_id, m) in kinds for m in later):
-            out.append(
-                violation(
-                    "fleet_facts_bounded",
-                    f"{request_id} attempt {n}: its wait is open in the fleet store, though Vertex "
-                    f"{'ran' if any(j.start_time for j in jobs) else 'ended'} its job and a later decision "
-                    f"recorded {sorted(told & _SEEN_RUN_OR_END) or 'a later attempt'}",
-                )
+            since = f"a later decision recorded {sorted(told & _SEEN_RUN_OR_END) or 'a later attempt'}"
+        elif (request_id, n) in retired:
+            since = "reconcile retired the finished request"
+        else:
+            continue
+        ran = "ran" if any(j.start_time for j in jobs) else "ended"
+        out.append(
+            violation(
+                "fleet_facts_bounded",
+                f"{request_id} attempt {n}: its wait is open in the fleet store, though Vertex {ran} its job and {since}",
             )
+        )
     return out
+
+
+def _retired_knowing_the_end(world: World) -> set[tuple[str, int]]:
+    """The (request, attempt) of each Spot attempt whose record tells its wait ended (it ran, ended,
+    or has an outcome), of a finished request reconcile retired from the active index (its marker
+    gone): that pass wrote what closed the waits first (shared/reconcile_index.py)."""
+    from shared.ledger.store import ACTIVE_PREFIX, needs_reconcile
+    from shared.requests.attempts import SPOT
+
+    objects = world.storage.objects(world.settings.state_bucket)
+    return {
+        (record.request_id, a.n)
+        for record in records(world)
+        if not needs_reconcile(record) and f"{ACTIVE_PREFIX}{record.request_id}" not in objects
+        for a in record.attempts
+        if a.job and a.strategy == SPOT and (a.started_at or a.ended_at or a.outcome is not None)
+    }
 
 
 def _open_waits_the_estimate_counts(world: World, by_key: dict[str, list[SimJob]]) -> list[Violation]:
@@ -1358,7 +1382,8 @@ def _open_waits_the_estimate_counts(world: World, by_key: dict[str, list[SimJob]
     ended, whether or not its `wait` or `nocap` was written (shared/fleet/estimate.py). Per class
     and location, its open waits are at most the attempts with a `waiting` whose job is still
     waiting in Vertex, or of which the fleet holds nothing else (the last decision a request gets
-    can lose every fact of its end: nothing decides on it again)."""
+    can lose every fact of its end: nothing decides on it again until reconcile retires it, which
+    `_open_waits_past_their_end` judges)."""
     from shared.fleet.estimate import estimate
     from shared.fleet.observations import FleetFact, Kind
     from shared.fleet.store import FLEET_PREFIX, parse_name

@@ -1,10 +1,12 @@
 """The hook that records fleet observations where decisions are applied
 (`shared.deciding.applying.apply_observation`: on_job_event, reconcile, submit): the facts a
-decision's write added to the record, each written once (`shared.fleet.store`)."""
+decision's write added to the record, each written once (`shared.fleet.store`); and what closed a
+finished request's waits, written again as reconcile retires it (`close_waits`)."""
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from shared.errors import is_retryable
 from shared.fleet import store
@@ -12,6 +14,9 @@ from shared.fleet.observations import FleetFact, Kind, MachineClass, Reading, at
 from shared.ledger.records import RequestRecord
 from shared.log import Logger
 from shared.wiring import Ports
+
+if TYPE_CHECKING:
+    from google.cloud.storage import Bucket
 
 FleetFacts = frozenset[tuple[str, str, int]]
 
@@ -46,11 +51,25 @@ def new_facts(before: FleetFacts | None, after: RequestRecord, reading: Reading,
     ]
 
 
+def close_waits(bucket: Bucket, record: RequestRecord) -> int:
+    """Write again what closed each Spot attempt's wait of a finished record (its `wait` or
+    `nocap`, named by the record's own times, so refused where it is already stored): the last
+    decision a request gets may have written the record and lost every fact of its attempt's end,
+    nothing decides on a finished request again, and its open `waiting` would say no capacity for
+    the estimate's week. Reconcile asks it as it retires the request from the active index
+    (`shared.reconcile_index`); a failure is raised, and the marker kept for the next pass."""
+    machine_class = MachineClass.of_request(record.request)
+    closers = [o for o in observations_of(record) if o.kind in WAIT_CLOSERS]
+    if machine_class is None or not closers:
+        return 0
+    return store.write_facts(bucket, machine_class, closers)
+
+
 def note_fleet(
     ports: Ports, before: FleetFacts | None, after: RequestRecord, reading: Reading, seen_at: datetime, log: Logger
 ) -> None:
     """Write what the decision added (`seen_at`: when its observation saw the job). Advisory: a
-    failed write loses a fact, never the delivery."""
+    failed write loses its own fact, never the others (`store.write_facts`) nor the delivery."""
     machine_class = MachineClass.of_request(after.request)
     facts = new_facts(before, after, reading, seen_at)
     if machine_class is None or not facts:

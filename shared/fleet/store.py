@@ -157,10 +157,14 @@ def _summary_tail(more: Sequence[str]) -> tuple[int, int | None]:
 
 def write_facts(bucket: Bucket, machine_class: MachineClass, observations: Iterable[FleetFact]) -> int:
     """Create each observation's object once; how many were new. A name this process created or
-    found created is not asked for again (the module docstring)."""
+    found created is not asked for again (the module docstring). A failed upload does not stop the
+    others: each fact is its own object, so a 503 loses only its own, and the first failure is
+    raised once every other fact was asked for (an advisory write: the caller logs it); asked
+    again, only what is missing is written."""
     from google.api_core.exceptions import PreconditionFailed
 
     written = 0
+    failed: Exception | None = None
     for observation in observations:
         name = object_name(machine_class, observation)
         if _created.known(bucket, name):
@@ -170,8 +174,13 @@ def write_facts(bucket: Bucket, machine_class: MachineClass, observations: Itera
         except PreconditionFailed:
             _created.note(bucket, name)  # recorded by an earlier delivery
             continue
+        except Exception as exc:  # noqa: BLE001 - raised below, once the other facts were asked for
+            failed = failed or exc
+            continue
         _created.note(bucket, name)
         written += 1
+    if failed is not None:
+        raise failed
     return written
 
 

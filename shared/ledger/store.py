@@ -116,6 +116,14 @@ def needs_reconcile(record: RequestRecord | None) -> bool:
     return record is not None and (not record.is_terminal or record.has_pending_effects)
 
 
+def marker_removable(entry: ActiveEntry, status: ListedRequest | None, now: datetime) -> bool:
+    """Whether `remove_stale_marker` may remove a listed marker (if unchanged since listed): its
+    record, read after the listing, needs no reconcile, and it is older than `INDEX_GRACE_SECONDS`."""
+    if (status is not None and status.needs_reconcile) or entry.written is None:
+        return False
+    return (now - entry.written).total_seconds() >= INDEX_GRACE_SECONDS
+
+
 @dataclass(frozen=True)
 class ActiveEntry:
     """A marker of the active index as listed: its generation and time guard its removal; its
@@ -453,10 +461,7 @@ class LedgerStore(MaintenanceCursors, ParkedLines):
         """Remove a listed marker that is stale: `status` (the record's, read after the marker was
         listed) says it needs no reconcile, the marker is older than `INDEX_GRACE_SECONDS`, and
         it is unchanged since listed. True if removed."""
-
-        if (status is not None and status.needs_reconcile) or entry.written is None:
-            return False
-        if ((now or utcnow()) - entry.written).total_seconds() < INDEX_GRACE_SECONDS:
+        if not marker_removable(entry, status, now or utcnow()):
             return False
         return self._delete_if_generation(_active_path(entry.request_id), entry.generation)
 

@@ -898,6 +898,29 @@ def test_an_open_wait_left_past_its_jobs_run_is_caught(world: World, later: str)
     assert promises.fleet_facts_bounded(world) == []
 
 
+def test_an_open_wait_of_a_request_reconcile_retired_is_caught(world: World) -> None:
+    """The last decision the request got wrote its end and lost every fact of it; nothing decides
+    on a finished request again, but the reconcile pass that retires it from the active index
+    writes what closed its waits (shared/reconcile_index.py). Retired with only its `waiting`, the
+    wait would say no capacity for the estimate's week."""
+    ran = job(world, "r1", 1, state="JOB_STATE_SUCCEEDED")
+    ran.start_time, ran.end_time = ran.create_time, world.clock.now()
+    at = ran.create_time.isoformat()
+    ended = attempt_of(ran, created_at=at, started_at=at, ended_at=at, outcome="succeeded")
+    ledger = LedgerStore(world.storage.client().bucket(world.settings.state_bucket))
+    ledger.mark_active("r1")  # not retired yet: the pass that retires it owes the close
+    restore(world, "r1", RequestStatus.SUCCEEDED, ended)
+    write_fact(world, FleetFact(Kind.WAITING, "us-central1", ran.create_time, attempt_key=attempt_key("r1", 1)))
+    assert promises.fleet_facts_bounded(world) == []
+
+    del world.storage.objects(world.settings.state_bucket)["active/r1"]  # retired by a pass
+    [open_wait] = [v.detail for v in promises.fleet_facts_bounded(world)]
+    assert open_wait.startswith("r1 attempt 1: its wait is open in the fleet store, though Vertex ran its job")
+    assert open_wait.endswith("and reconcile retired the finished request")
+    write_fact(world, FleetFact(Kind.WAIT, "us-central1", ran.create_time, 0.0, attempt_key=attempt_key("r1", 1)))
+    assert promises.fleet_facts_bounded(world) == []
+
+
 def test_an_open_wait_the_estimate_counts_though_its_job_ran_is_caught(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:

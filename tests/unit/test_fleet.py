@@ -379,3 +379,32 @@ def test_a_process_remembers_a_bounded_number_of_facts(monkeypatch: pytest.Monke
     assert len(calls) == 3
     assert store.write_facts(bucket, H100, facts[:1]) == 0  # forgotten: asked again, refused
     assert len(calls) == 4
+
+
+def test_a_failed_upload_loses_only_its_own_fact_and_is_raised_after_the_rest() -> None:
+    """One 503 among a decision's facts: every other fact is still written, then the failure is
+    raised (`note_fleet` logs it); asked again, only the lost fact is written (the others are
+    known by name)."""
+    from google.api_core.exceptions import ServiceUnavailable
+
+    uploads: list[str] = []
+
+    def io(_service: str, operation: str, perform: Any) -> Any:
+        uploads.append(operation)
+        if len(uploads) == 1:
+            raise ServiceUnavailable("the first upload")
+        return perform()
+
+    bucket: Any = MemoryStorage(clock=lambda: T0, io=io).client().bucket("state")
+    facts = [
+        FleetFact(Kind.WAIT, "us-east4", T0, 1800.0, attempt_key="k-1"),
+        FleetFact(Kind.PREEMPT, "us-east4", T0 + timedelta(hours=1), attempt_key="k-1"),
+        FleetFact(Kind.RUN, "us-east4", T0 + timedelta(hours=2), 7200.0, 1, attempt_key="k-1"),
+    ]
+    with pytest.raises(ServiceUnavailable):
+        store.write_facts(bucket, H100, facts)
+    assert sorted(o.kind for o in store.read(bucket, H100, T0 + timedelta(hours=3))) == [Kind.PREEMPT, Kind.RUN]
+
+    assert store.write_facts(bucket, H100, facts) == 1  # the redelivery: only the lost one
+    assert sorted(o.kind for o in store.read(bucket, H100, T0 + timedelta(hours=3))) == sorted(o.kind for o in facts)
+    assert uploads.count("write") == 4
