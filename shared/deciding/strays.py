@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from shared.alerts import Alert, AlertKind
 from shared.clock import iso
-from shared.deciding.budget_watch import watch_budget
+from shared.deciding.budget_watch import BUDGET_SOURCE, watch_budget
 from shared.deciding.effects import Effects, attempt_alert
 from shared.jobs import LABEL_ATTEMPT, is_terminal, of_another_claim
 from shared.ledger.records import RequestRecord, Stray, alert_marker
@@ -88,7 +88,7 @@ def _attempt_label(job: CustomJob) -> int | None:
 def decide_stray(ports: Ports, record: RequestRecord, job: CustomJob, read_at: datetime) -> Swapped[RequestRecord]:
     """Before a stray's cancel is sent, in one ledger update: note it in the record for its bill
     (`Stray`: what Vertex ran of it, to `read_at`, the start of the read that found it not ended),
-    and decide its alert once, unless the request's cancel asked it to stop. A cancelled job leaves
+    and decide its alert once, unless a person's cancel of the request asked it to stop. A cancelled job leaves
     the sweep's listing, so an alert decided after the cancel would be lost for good if its write
     failed. The caller publishes it once the cancel is sent (`Mine.written`); should that caller
     die, the outbox publishes it, and the next sweep repeats the cancel (noting nothing again)."""
@@ -103,9 +103,9 @@ def decide_stray(ports: Ports, record: RequestRecord, job: CustomJob, read_at: d
         if not noted:
             current.strays.append(stray_of(job, n, read_at))
         attempt = current.attempt(n or 0) or current.latest
-        cancelled = record.cancel is not None or current.cancel is not None  # as read by the caller, or since
+        asked = _asked_by_a_person(current) or _asked_by_a_person(record)  # as read by the caller, or since
         alert = None
-        if not (cancelled or attempt is None or marker in current.markers):
+        if not (asked or attempt is None or marker in current.markers):
             current.mark(marker)
             alert = attempt_alert(
                 current,
@@ -124,6 +124,13 @@ def decide_stray(ports: Ports, record: RequestRecord, job: CustomJob, read_at: d
         return Decided(current, alert)
 
     return ports.ledger.swap(record.request_id, note)
+
+
+def _asked_by_a_person(record: RequestRecord) -> bool:
+    """Whether a person cancelled the request (spotjobs cancel, or its job's cancel at Vertex): their
+    cancel asked its late jobs to stop too. The budget's stop asked no one, and its `budget_reached`
+    names only the job its attempt records: a person's console copy it cancels is alerted (seed 10994)."""
+    return record.cancel is not None and record.cancel.source != BUDGET_SOURCE
 
 
 def _watch_spend(record: RequestRecord, now: datetime) -> None:
