@@ -613,6 +613,28 @@ def test_parked_lines_that_do_not_read_are_left_out_and_the_rest_still_read(buck
     assert set(ledger.parked_preemptions("42").values()) == set()
 
 
+def test_a_parked_line_a_concurrent_count_forgot_after_the_listing_is_left_out(clock: Clock) -> None:
+    """Two deliveries count the lines kept for one job (a submit redelivery and the job's next
+    service line, shared/kept_lines.py): one forgets a line between the other's listing and its
+    read. Counted already, it is left out; a NotFound raised instead failed the other delivery,
+    and on_job_event acknowledges a permanent failure: its own line went uncounted."""
+    storage = MemoryStorage(clock=clock)
+    ledger = LedgerStore(storage.client().bucket("state"))
+    ledger.park_preemption("42", "line-1")
+    ledger.park_preemption("42", "line-2")
+    [first, _] = ledger.parked_preemptions("42")
+    reads = 0
+
+    def forget_before_the_first_read(service: str, operation: str, perform: Any) -> Any:
+        nonlocal reads
+        if operation == "read" and (reads := reads + 1) == 1:
+            ledger.forget_parked([first])  # the concurrent count, done
+        return perform()
+
+    storage.io = forget_before_the_first_read
+    assert sorted(ledger.parked_preemptions("42").values()) == ["line-2"]
+
+
 def test_a_parked_kit_line_is_kept_once_with_its_fields_and_is_no_preemption(ledger: LedgerStore) -> None:
     fields = {"event": "checkpoint_committed", "run": 0, "step": 500, "sig": "ab"}
     ledger.park_preemption("42", "line-1")
