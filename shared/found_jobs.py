@@ -470,7 +470,7 @@ def cancel_stray(
     cancelled gets no alert: their cancel asked it to stop (`decide_stray`). One already CANCELLING is noted and alerted, not cancelled
     again (`_cancelling`). `read_at`: the start of the read that found `job` not ended (now, by
     default: the read was just before). Whether a cancel was sent."""
-    decided = decide_stray(ports, record, job, read_at or ports.clock())
+    decided = decide_stray(ports, record, job, read_at or ports.clock(), log)
     fields = {"request_id": record.request_id, "attempt": int(job.labels.get(LABEL_ATTEMPT, "0") or 0), "job": job.name}
     sent = not _cancelling(job, log, fields)
     if sent:

@@ -8,6 +8,7 @@ import pytest
 
 from shared.deciding.strays import decide_stray
 from shared.ledger.records import Attempt, CancelIntent
+from shared.log import Logger
 from shared.wiring import Ports
 from tests.support.strays import NOW, OTHER, RECORDED, memory_ports, running_record, vertex_job
 
@@ -23,10 +24,10 @@ def test_a_stray_of_a_cancelled_request_is_on_its_bill_without_an_alert(ports: P
     stored = running_record()
     stored.cancel = CancelIntent("someone@example.com", "2026-12-01T11:30:00Z", "no longer needed")
     ports.ledger.restore(stored)
-    first = decide_stray(ports, stored, vertex_job(OTHER), NOW)
+    first = decide_stray(ports, stored, vertex_job(OTHER), NOW, Logger())
     assert first.wrote and first.value is not None
     assert [stray.job for stray in first.value.strays] == [OTHER] and first.value.pending_alerts == []
-    assert not decide_stray(ports, stored, vertex_job(OTHER), NOW).wrote  # the next sweep notes nothing again
+    assert not decide_stray(ports, stored, vertex_job(OTHER), NOW, Logger()).wrote  # the next sweep notes nothing again
 
 
 @pytest.mark.parametrize(("label", "alerted_on"), [("1", (1, RECORDED)), (None, (2, SECOND))])
@@ -37,7 +38,7 @@ def test_a_stray_is_alerted_on_the_attempt_it_names_else_on_the_latest(
     second = Attempt(2, "us-central1", "STANDARD", claimed_at="2026-12-01T11:00:00Z", job=SECOND)
     stored = running_record(first, second)
     ports.ledger.restore(stored)
-    swapped = decide_stray(ports, stored, vertex_job(OTHER, attempt=label), NOW)
+    swapped = decide_stray(ports, stored, vertex_job(OTHER, attempt=label), NOW, Logger())
     assert swapped.value is not None
     [alert] = swapped.value.pending_alerts
     assert (alert["attempt"], alert["job"]) == alerted_on
@@ -56,6 +57,6 @@ def test_a_stray_of_a_request_its_budget_stopped_is_alerted(ports: Ports) -> Non
     stored = running_record()
     stored.cancel = CancelIntent(BUDGET_STOPPER, "2026-12-01T11:30:00Z", "max_cost_usd reached", source=BUDGET_SOURCE)
     ports.ledger.restore(stored)
-    swapped = decide_stray(ports, stored, vertex_job(OTHER), NOW)
+    swapped = decide_stray(ports, stored, vertex_job(OTHER), NOW, Logger())
     assert swapped.value is not None
     assert [alert["kind"] for alert in swapped.value.pending_alerts] == [AlertKind.STRAY_JOB.value]
