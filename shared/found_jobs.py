@@ -466,11 +466,11 @@ def cancel_stray(
     """Cancel one stray job: the stray noted for its request's bill and its alert decided first
     (pending in the record), then the cancel, then the alert published. A failure before the
     cancel leaves the job running for the next sweep, which decides nothing again; a failure after
-    the decision leaves the alert pending for the outbox. A cancelled request's late job gets no
-    alert: its cancel asked it to stop. One already CANCELLING is noted and alerted, not cancelled
+    the decision leaves the alert pending for the outbox. The late job of a request a person
+    cancelled gets no alert: their cancel asked it to stop (`decide_stray`). One already CANCELLING is noted and alerted, not cancelled
     again (`_cancelling`). `read_at`: the start of the read that found `job` not ended (now, by
     default: the read was just before). Whether a cancel was sent."""
-    decided = decide_stray(ports, record, job, read_at or ports.clock())
+    decided = decide_stray(ports, record, job, read_at or ports.clock(), log)
     fields = {"request_id": record.request_id, "attempt": int(job.labels.get(LABEL_ATTEMPT, "0") or 0), "job": job.name}
     sent = not _cancelling(job, log, fields)
     if sent:

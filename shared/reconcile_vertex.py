@@ -44,7 +44,7 @@ submit. A pass hands every step the clients of a `VertexPass` instead of the pla
   that call timeout is the stray sweep's, which runs after the requests, so a pass whose requests
   outgrow its window (slow storage, thousands of them) still lists and cancels strays, and the
   next pass starts at the first request deferred; a sweep call the window (or the budget)
-  refuses all the same is said (`stray_sweep_deferred`, `sweep_calls_deferred` in the summary; a location's listing so
+  refuses all the same, or that ran out its timeout, is said (`stray_sweep_deferred`, `sweep_calls_deferred` in the summary; a location's listing so
   refused once, at INFO, `stray_listing_deferred`: not sent a second time to the same refusal;
   one a transient failure met, a 503, is sent once more, budgeted: `worth_a_second_list`).
   Nor does the sweep begin a request's record read past its last call start
@@ -143,7 +143,10 @@ class CallWindow:
 
     @contextmanager
     def sending(self, location: str) -> Iterator[None]:
-        """Around one call to `location`: raises `CallDeferred` instead of sending it when refused."""
+        """Around one call to `location`: raises `CallDeferred` instead of sending it when refused.
+        A call of the sweep's that ran out its timeout cuts the sweep short as a refused one does:
+        a listing the sweep alone makes (a location no request of the pass needed) is its only
+        call there, and its strays would run on unsaid."""
         from google.api_core.exceptions import DeadlineExceeded
 
         self.admit(location)
@@ -152,6 +155,7 @@ class CallWindow:
         except DeadlineExceeded:
             with self._lock:
                 self.stalled.add(location)
+                self._count_refused()
             raise
 
     def admit(self, location: str) -> None:

@@ -785,14 +785,16 @@ def trigger_states_unreadable(world: World) -> list[Expected]:
 
 def strays_cancelled(world: World) -> list[Expected]:
     """`stray_job`: the code cancelled a live job of a request (`SimVertex.cancels`) that no attempt
-    of the request's record names, the record readable or deleted by a person; not a request an
-    operator cancelled (its late job gets no alert: its cancel asked it to stop). A move's or a
+    of the request's record names, the record readable or deleted by a person; not a request a
+    person cancelled (its late job gets no alert: their cancel asked it to stop), but owed for one
+    its budget stopped, which asked no one (seed 10994: a person's console copy). A move's or a
     deadline switch's cancel is of the job its attempt records, so it owes nothing, even once a
     person deletes the record: a cancel before the deletion is judged on the record as deleted
     (an attempt's job, once recorded, stays; seed 1504)."""
+    from shared.deciding.budget_watch import BUDGET_SOURCE
     from sim.invariants import read_record
 
-    cancelled = cancelled_by_operator(world)
+    cancelled = set(world.creates_before_cancel)
     by_id = {r.request_id: r for r in records(world)}
     out: dict[str, Expected] = {}
     for when, name, caller in world.vertex.cancels:
@@ -805,7 +807,8 @@ def strays_cancelled(world: World) -> list[Expected]:
             record = read_record(world.tampering.deleted_record_documents[job.request_id][0])
         if record is None and job.request_id not in world.tampering.deleted_records:
             continue  # unreadable (`ledger_corrupt` is its word) or never written
-        if record is not None and (record.cancel is not None or any(a.job == name for a in record.attempts)):
+        asked = record is not None and record.cancel is not None and record.cancel.source != BUDGET_SOURCE
+        if record is not None and (asked or any(a.job == name for a in record.attempts)):
             continue
         why = f"{caller} cancelled its job {name.rsplit('/', 1)[-1]} (attempt {job.attempt}), which its record does not name"
         out[job.request_id] = Expected(AlertKind.STRAY_JOB, job.request_id, why)

@@ -30,10 +30,11 @@ from typing import TYPE_CHECKING
 
 from shared.alerts import Alert, AlertKind
 from shared.clock import iso
-from shared.deciding.budget_watch import watch_budget
-from shared.deciding.effects import Effects, attempt_alert
+from shared.deciding.budget_watch import BUDGET_SOURCE, watch_budget
+from shared.deciding.effects import Effects, LogLine, attempt_alert
 from shared.jobs import LABEL_ATTEMPT, is_terminal, of_another_claim
 from shared.ledger.records import RequestRecord, Stray, alert_marker
+from shared.log import Logger
 from shared.swap import Decided, Swapped
 from shared.wiring import Ports
 
@@ -85,27 +86,33 @@ def _attempt_label(job: CustomJob) -> int | None:
         return None
 
 
-def decide_stray(ports: Ports, record: RequestRecord, job: CustomJob, read_at: datetime) -> Swapped[RequestRecord]:
+def decide_stray(
+    ports: Ports, record: RequestRecord, job: CustomJob, read_at: datetime, log: Logger
+) -> Swapped[RequestRecord]:
     """Before a stray's cancel is sent, in one ledger update: note it in the record for its bill
     (`Stray`: what Vertex ran of it, to `read_at`, the start of the read that found it not ended),
-    and decide its alert once, unless the request's cancel asked it to stop. A cancelled job leaves
-    the sweep's listing, so an alert decided after the cancel would be lost for good if its write
-    failed. The caller publishes it once the cancel is sent (`Mine.written`); should that caller
-    die, the outbox publishes it, and the next sweep repeats the cancel (noting nothing again)."""
+    and decide its alert once, unless a person's cancel of the request asked it to stop. A
+    cancelled job leaves the sweep's listing, so an alert decided after the cancel would be lost
+    for good if its write failed. The caller publishes it once the cancel is sent (`Mine.written`);
+    should that caller die, the outbox publishes it, and the next sweep repeats the cancel (noting
+    nothing again). What the note's budget watch decided is logged once the write landed, as any
+    decision is."""
     n = _attempt_label(job)
     now = ports.clock()
     marker = alert_marker(AlertKind.STRAY_JOB, n or 0, job.name.rsplit("/", 1)[-1])
+    lines: list[LogLine] = []  # the last try's (a swap may run its transition again)
 
     def note(current: RequestRecord | None) -> Decided[RequestRecord] | None:
+        lines.clear()
         if current is None:
             return None
         noted = any(stray.job == job.name for stray in current.strays)
         if not noted:
             current.strays.append(stray_of(job, n, read_at))
         attempt = current.attempt(n or 0) or current.latest
-        cancelled = record.cancel is not None or current.cancel is not None  # as read by the caller, or since
+        asked = _asked_by_a_person(current) or _asked_by_a_person(record)  # as read by the caller, or since
         alert = None
-        if not (cancelled or attempt is None or marker in current.markers):
+        if not (asked or attempt is None or marker in current.markers):
             current.mark(marker)
             alert = attempt_alert(
                 current,
@@ -120,19 +127,30 @@ def decide_stray(ports: Ports, record: RequestRecord, job: CustomJob, read_at: d
             current.pending_alerts.append(alert)
         elif noted:
             return None
-        _watch_spend(current, now)
+        lines.extend(_watch_spend(current, now))
         return Decided(current, alert)
 
-    return ports.ledger.swap(record.request_id, note)
+    swapped = ports.ledger.swap(record.request_id, note)
+    for line in lines if swapped.wrote else ():
+        log.log(line.severity, line.message, **line.fields)
+    return swapped
 
 
-def _watch_spend(record: RequestRecord, now: datetime) -> None:
+def _asked_by_a_person(record: RequestRecord) -> bool:
+    """Whether a person cancelled the request (spotjobs cancel, or its job's cancel at Vertex): their
+    cancel asked its late jobs to stop too. The budget's stop asked no one, and its `budget_reached`
+    names only the job its attempt records: a person's console copy it cancels is alerted (seed 10994)."""
+    return record.cancel is not None and record.cancel.source != BUDGET_SOURCE
+
+
+def _watch_spend(record: RequestRecord, now: datetime) -> list[LogLine]:
     """The stray's run is its request's spend (docs/requests.md, "A stray"): noting it is an
     observation of the budget, the only one for a request that had ended, which no pass reads
-    again (seed 20226). Its alert stays pending for the outbox."""
+    again (seed 20226). Its alert stays pending for the outbox; its log lines are returned."""
     effects = Effects()
     watch_budget(record, now, effects)
     record.pending_alerts.extend(alert.to_json() for alert in effects.alerts)
+    return effects.lines
 
 
 def stray_of(job: CustomJob, n: int | None, read_at: datetime) -> Stray:

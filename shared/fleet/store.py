@@ -113,7 +113,7 @@ def parse_name(name: str) -> tuple[MachineClass, FleetFact] | None:
                 Kind(kind),
                 location,
                 datetime.fromtimestamp(int(at), UTC),
-                float(seconds),
+                _duration(seconds, int(at)),
                 int(count),
                 key,
                 int(index),
@@ -122,6 +122,16 @@ def parse_name(name: str) -> tuple[MachineClass, FleetFact] | None:
         return MachineClass.from_key(class_key), observation
     except (ValueError, OverflowError, OSError):  # OverflowError, OSError: a time past any calendar
         return None
+
+
+def _duration(text: str, at: int) -> float:
+    """A fact's seconds: a duration that ended by its time `at` (epoch seconds), so begun after
+    1970. Anything else (not a number, negative, longer) no job can have taken, and the estimate's
+    arithmetic on it would pass any calendar (a hand-written name)."""
+    seconds = float(text)
+    if not 0 <= seconds <= at:  # False for NaN too
+        raise ValueError(f"seconds {text}: no duration that ended at {at}")
+    return seconds
 
 
 def _optional(text: str) -> int | None:

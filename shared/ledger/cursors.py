@@ -27,7 +27,7 @@ class MaintenanceCursors:
 
         try:
             state = json.loads(self._bucket.blob(f"{MAINTENANCE_PREFIX}{name}.json").download_as_bytes())
-        except (NotFound, ValueError):
+        except (NotFound, ValueError, RecursionError):
             return {}
         return state if isinstance(state, dict) else {}
 
@@ -44,8 +44,8 @@ class MaintenanceCursors:
 
         try:
             state = json.loads(self._bucket.blob(cursor_path(name)).download_as_bytes())
-        except (NotFound, ValueError):  # absent, or written by hand: start over, as a new rotation would
-            return ""
+        except (NotFound, ValueError, RecursionError):
+            return ""  # absent, or written by hand: start over, as a new rotation would
         position = state.get("position", "") if isinstance(state, dict) else ""
         return position if isinstance(position, str) else ""
 

@@ -61,10 +61,14 @@ class ParkedLines:
         return _kit_lines(parked), _preemptions(parked)
 
     def _parked(self, job_id: str) -> dict[str, dict[str, Any]]:
+        from google.api_core.exceptions import NotFound
+
         parked = {}
         for blob in self._bucket.client.list_blobs(self._bucket, prefix=f"{UNINDEXED_PREFIX}{job_id}/"):
             try:
                 body = json.loads(blob.download_as_bytes())
+            except NotFound:
+                continue  # forgotten since the listing: counted by a concurrent delivery (or a lifecycle rule's)
             except (ValueError, RecursionError):
                 continue
             if isinstance(body, dict):

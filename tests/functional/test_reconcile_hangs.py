@@ -400,3 +400,24 @@ def test_a_sweep_the_crud_budget_cuts_short_pass_after_pass_is_alerted(world: Wo
     [alert] = cut_short_alerts(world)
     assert alert["details"]["passes"] == 3
     assert "SPOTJOBS_RECONCILE_CRUD_SHARE" in alert["message"]
+
+
+def test_a_sweep_whose_listing_of_a_location_only_it_lists_stalls_pass_after_pass_is_alerted(
+    world: World, clock: PassClock
+) -> None:
+    """A failover region no request of the pass needed is listed by the sweep alone; when that
+    listing runs out its timeout pass after pass, the strays there run on unlisted, as a stray the
+    window keeps from its cancel would (docs/operations.md: `stray_sweep_cut_short`, "or a stalled
+    location"). Before, only a call the window refused after the stall counted, and the sweep
+    sends none there once its listing failed: nobody was told."""
+    from shared.job_locations import remember_location
+
+    remember_location(world.ports, STALLED)  # a create was once sent there
+    request, _ = world.submitted("req-1", state=RUNNING, location=HEALTHY)
+    world.vertex.add(request.request_id, 1, location=STALLED)  # a stray there
+
+    summaries = [run_reconcile(ports(world, clock), Logger()) for _ in range(3)]
+
+    assert [s.vertex["sweep_calls_deferred"] for s in summaries] == [1, 1, 1]
+    [alert] = cut_short_alerts(world)
+    assert alert["details"]["stalled_locations"] == [STALLED]

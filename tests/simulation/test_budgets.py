@@ -234,3 +234,20 @@ def test_a_job_that_ran_in_the_stalled_region_widens_the_overshoot_by_the_stall(
     world.permanent.stall = Stall("us-central1", 1.0)
     world.faults_stopped_at = now - timedelta(minutes=5)
     assert budgets.budgets_held(world) == []
+
+
+def test_a_stray_the_code_cancelled_of_a_request_its_budget_stopped_owes_its_alert(world: World) -> None:
+    # Seed 10994: the budget stopped the request, and the sweep cancelled a person's console copy
+    # of its job. Only a person's cancel of the request asked its late jobs to stop (no alert).
+    from tests.support.sim_world import job, record
+
+    now = world.clock.now()
+    for request_id, source in (("r-budget", BUDGET_SOURCE), ("r-person", "operator")):
+        recorded = job(world, request_id, 1, state="JOB_STATE_CANCELLED")
+        copy = job(world, request_id, 1)
+        stopped = Attempt(1, "us-central1", "SPOT", claimed_at=iso(now), job=recorded.name, ended_at=iso(now))
+        intent = CancelIntent(by="x", at=iso(now), source=source)
+        record(world, request_id, RequestStatus.CANCELLED, stopped, cancel=intent)
+        world.vertex.cancels.append((now, copy.name, "reconcile"))
+    [owed] = promises.owed_alerts(world, [AlertKind.STRAY_JOB])
+    assert owed.detail.startswith("no stray_job alert for r-budget")

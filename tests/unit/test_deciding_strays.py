@@ -15,6 +15,7 @@ from shared.deciding.strays import decide_stray, is_stray, recordless_stray_aler
 from shared.jobs import ENV_KIT_KEY, LABEL_ATTEMPT
 from shared.ledger.records import Attempt
 from shared.ledger.states import AttemptOutcome
+from shared.log import Logger
 from shared.wiring import Ports
 from tests.support.decisions import FakePublisher
 from tests.support.strays import NOW, OTHER, RECORDED, RUNNING, SUCCEEDED, memory_ports, running_record, vertex_job
@@ -74,7 +75,7 @@ def ports() -> Ports:
 def test_a_strays_alert_is_decided_once_per_job(ports: Ports) -> None:
     stored = running_record()
     ports.ledger.restore(stored)
-    first = decide_stray(ports, stored, vertex_job(OTHER), NOW)
+    first = decide_stray(ports, stored, vertex_job(OTHER), NOW, Logger())
     assert first.wrote and first.value is not None
     [alert] = first.value.pending_alerts
     assert (alert["kind"], alert["attempt"], alert["job"]) == (AlertKind.STRAY_JOB.value, 1, RECORDED)
@@ -82,8 +83,8 @@ def test_a_strays_alert_is_decided_once_per_job(ports: Ports) -> None:
     assert alert["message"] == (
         f"cancelling job {OTHER}: it carries the labels of attempt 1 of req-1, which records {RECORDED}"
     )
-    assert not decide_stray(ports, stored, vertex_job(OTHER), NOW).wrote  # the next sweep: once
-    another = decide_stray(ports, stored, vertex_job(THIRD), NOW)  # another stray: its own alert
+    assert not decide_stray(ports, stored, vertex_job(OTHER), NOW, Logger()).wrote  # the next sweep: once
+    another = decide_stray(ports, stored, vertex_job(THIRD), NOW, Logger())  # another stray: its own alert
     assert another.wrote and another.value is not None and len(another.value.pending_alerts) == 2
 
 
@@ -92,7 +93,7 @@ def test_a_stray_labelled_for_no_attempt_is_alerted_on_the_latest(ports: Ports, 
     creating = Attempt(1, "us-central1", "SPOT", claimed_at="2026-12-01T11:00:00Z")
     stored = running_record(creating)
     ports.ledger.restore(stored)
-    swapped = decide_stray(ports, stored, vertex_job(OTHER, attempt=label), NOW)
+    swapped = decide_stray(ports, stored, vertex_job(OTHER, attempt=label), NOW, Logger())
     assert swapped.value is not None
     [alert] = swapped.value.pending_alerts
     assert alert["attempt"] == 1 and alert["message"].endswith("which records no job")
@@ -263,8 +264,46 @@ def test_a_stray_that_takes_an_ended_requests_spend_past_its_budget_is_alerted_a
         },
     )
 
-    swapped = decide_stray(ports, ended, stray, NOW)
+    swapped = decide_stray(ports, ended, stray, NOW, Logger())
 
     assert swapped.value is not None
     reached = [a for a in swapped.value.pending_alerts if a["kind"] == AlertKind.BUDGET_REACHED.value]
     assert len(reached) == 1 and reached[0]["details"]["stopped"] is False
+
+
+def test_a_stray_that_takes_a_running_request_past_its_budget_logs_the_stop_as_any_decision_does() -> None:
+    """docs/operations.md: every decision is also one structured log line. A stray's note that
+    brings its running request's spend to its budget stops the request (`budget_reached`, its
+    job's cancel pending); the stop's WARNING line was dropped with the note's effects, so the
+    logs said nothing of why the request ended."""
+    from datetime import timedelta
+
+    from shared.found_jobs import cancel_stray
+    from tests.support.decisions import CapturedLog
+
+    class JobService:
+        def cancel_custom_job(self, name: str, timeout: float) -> None:
+            pass
+
+    ports = memory_ports(job_service=lambda _: JobService())
+    stored = running_record()
+    stored.request["max_cost_usd"] = 0.02
+    ports.ledger.restore(stored)
+    stray = CustomJob(
+        name=OTHER,
+        state=RUNNING,
+        labels={LABEL_ATTEMPT: "1"},
+        start_time=NOW - timedelta(hours=1),
+        job_spec={
+            "worker_pool_specs": [{"machine_spec": {"machine_type": "a2-highgpu-1g"}, "replica_count": 1}],
+            "scheduling": {"strategy": "SPOT"},
+        },
+    )
+    log = CapturedLog()
+
+    cancel_stray(ports, stored, stray, log.logger)
+
+    after = ports.ledger.get("req-1")
+    assert after is not None and after.cancel is not None  # stopped by its budget
+    [line] = log.events(AlertKind.BUDGET_REACHED.value)
+    assert (line["severity"], line["request_id"], line["stopped"]) == ("WARNING", "req-1", True)

@@ -385,6 +385,27 @@ def test_a_fleet_object_not_of_the_fact_format_is_passed_over(name: str) -> None
     assert fleet.read(bucket, MachineClass("n1", "", 0), utcnow()) == []
 
 
+@pytest.mark.parametrize("seconds", ["nan", "inf", "1e300", "-99999999999"])
+def test_a_fleet_fact_whose_seconds_no_job_can_have_taken_is_passed_over(seconds: str) -> None:
+    """A hand-written `run` fact beside a `waiting` one of its attempt: the estimate reads the wait
+    closed at the run's start (`shared.fleet.estimate._wait_closed`), and a duration that is not
+    a number of seconds since 1970 made that start past any calendar: every estimate of the class
+    (a deadline request's claim, a placement) raised, where it had only read nonsense before."""
+    from shared.fleet import store as fleet
+    from shared.fleet.estimate import estimate
+    from shared.fleet.observations import MachineClass
+
+    now = utcnow()
+    at = int(now.timestamp()) - 600
+    bucket = MemoryStorage(clock=utcnow).client().bucket("state")
+    for fact in (f"waiting~{at}~0~0~k~0", f"run~{at + 60}~{seconds}~0~k~0"):
+        bucket.blob(f"fleet/n1+none+0/l/{fact}").upload_from_string(b"")
+
+    facts = fleet.read(bucket, MachineClass("n1", "", 0), now)
+    assert estimate(facts, "l", now).open_waits == 1
+    assert [o.kind.value for o in facts] == ["waiting"]
+
+
 def test_a_fleet_folder_not_of_a_machine_class_is_passed_over() -> None:
     from shared.fleet import store as fleet
     from shared.fleet.observations import MachineClass
