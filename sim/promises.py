@@ -532,20 +532,29 @@ def quota_bursts(world: World) -> list[Expected]:
     before that it waited for an instance, which the deployment's sizing decides, not the quota)
     to its job's create at Vertex, or to Vertex's first refusal of its create for good: its turn
     came, and `submit_failed` speaks for it (seed 6509); a GPU request in a world whose GPU quota
-    fills waits for that quota, not this one; a cancelled one may never be created). Its alert
-    names no request."""
+    fills waits for that quota, not this one; a cancelled one may never be created). A submit_job
+    delivery of it that met the stalled region (`sim.faults` `region_stalled`) ends its wait too:
+    it waits for the stall, not the quota, until an instance takes it again (seed 12137: a message
+    past its lease with no record is looked for in every location the stray sweep lists,
+    docs/ARCHITECTURE.md, "Replays and lost documents", and a burst bound for a region that
+    answered waited the stall out, nacked, the line never longer than two). Its alert names no
+    request."""
     from sim.vertex import _uses_gpus
 
     settings = world.settings
     published: dict[str, datetime] = {}
+    held: dict[str, list[datetime]] = collections.defaultdict(list)
     gpu: set[str] = set()
     for message in world.pubsub.on(settings.job_requests_topic):
         body = message.json()
-        if isinstance(body, dict) and isinstance(body.get("request_id"), str) and "attempt" not in body:
-            rid = body["request_id"]
+        if not isinstance(body, dict) or not isinstance(body.get("request_id"), str):
+            continue
+        rid = body["request_id"]
+        held[rid] += world.stall_held.get(message.message_id, [])  # a re-queue's delivery too
+        if "attempt" not in body:
             published.setdefault(rid, world.first_submitted.get(rid, message.publish_time))
             if _uses_gpus(body.get("custom_job") or {}):
-                gpu.add(body["request_id"])
+                gpu.add(rid)
     created = {}  # when each request's wait for its create ended
     for job in world.vertex.jobs.values():
         if job.attempt == 1:
@@ -559,7 +568,7 @@ def quota_bursts(world: World) -> list[Expected]:
     for rid, at in published.items():
         if rid not in accepted or (world.workload.gpu_quota_full and rid in gpu):
             continue
-        edges += [(at, 1), (created.get(rid, now), -1)]
+        edges += _quota_waits([at, *world.submit_takes.get(rid, ())], held[rid], created.get(rid, now))
     waiting = most = 0
     for _, step in sorted(edges):
         waiting += step
@@ -568,6 +577,24 @@ def quota_bursts(world: World) -> list[Expected]:
     if most <= slots + 1:
         return []
     return [Expected(AlertKind.QUOTA_LIMITED, None, f"{most} requests waited for their create at once")]
+
+
+def _quota_waits(takes: list[datetime], holds: list[datetime], end: datetime) -> list[tuple[datetime, int]]:
+    """A request's waits for the quota before `end`, as edges: each from a take of its message
+    while it was not waiting to the next hold by the stalled region, or to `end`."""
+    edges: list[tuple[datetime, int]] = []
+    since = None
+    for at, is_hold in sorted([*((t, False) for t in takes), *((h, True) for h in holds)]):
+        if at >= end:
+            break
+        if not is_hold and since is None:
+            since = at
+        elif is_hold and since is not None:
+            edges += [(since, 1), (at, -1)]
+            since = None
+    if since is not None:
+        edges += [(since, 1), (end, -1)]
+    return edges
 
 
 def request_id_conflicts(world: World) -> list[Expected]:

@@ -225,6 +225,15 @@ class World:
     # Per request id: when a submit_job instance first took one of its messages (before that it
     # waited for an instance, not for the submission quota).
     first_submitted: dict[str, datetime] = field(default_factory=dict)
+    # Per request id, every moment a submit_job instance took one of its messages; per message id,
+    # every moment a submit_job delivery of it met the stalled region (`_draw_stall`): a request
+    # held there waits for the stall, not the quota, until it is taken again (`quota_bursts`).
+    submit_takes: collections.defaultdict[str, list[datetime]] = field(
+        default_factory=lambda: collections.defaultdict(list)
+    )
+    stall_held: collections.defaultdict[str, list[datetime]] = field(
+        default_factory=lambda: collections.defaultdict(list)
+    )
     changes: int = 0  # writes, job changes, arrivals, ticks and commands so far (see `_check`)
     _changes_checked: int = -1
     phase: str = "faults"
@@ -479,7 +488,10 @@ class World:
         if self.phase != "faults" or self.no_faults:
             return None
         kind = "hang" if self._stall_rng.random() < stall.timeout_share else "unavailable"
-        return self._fault(task, kind, service, f"{operation} in stalled {location}")
+        fault = self._fault(task, kind, service, f"{operation} in stalled {location}")
+        if fault is not None and task.name == "submit_job":
+            self.stall_held[task.origin].append(fault.at)
+        return fault
 
     def _hang(self, fault: Fault, perform: Callable[[], Any], timeout: float | None) -> None:
         """No reply: the call reached Vertex and was done, or never arrived; the client waits out
@@ -952,6 +964,7 @@ class World:
         body = delivery.message.json()
         if delivery.function == "submit_job" and isinstance(body, dict) and isinstance(body.get("request_id"), str):
             self.first_submitted.setdefault(body["request_id"], self.clock.now())
+            self.submit_takes[body["request_id"]].append(self.clock.now())
         again = self.phase == "faults" and self.rng.random() < self.concurrent_redelivery_rate
         self.pubsub.take(delivery, again_meanwhile=again)
         if again:

@@ -577,6 +577,45 @@ def test_a_burst_whose_creates_vertex_refused_for_good_waited_only_until_its_ref
     assert catalogue(world, AlertKind.QUOTA_LIMITED) == []
 
 
+def test_a_burst_the_stalled_region_held_waited_for_the_stall_not_the_quota(world: World) -> None:
+    """Seed 12137: us-east4's Vertex API stalled; each submit delivery of a burst bound for
+    us-central1, its message past the lease and no record yet, looked for a deleted record's jobs in
+    every location and met the stall there, nacked, until the stall ended: the line never held more
+    than two. A delivery the stall held ends its request's wait for the quota; the next take of it
+    begins one, so a burst taken again at once after the stall is owed the alert again."""
+    from sim.world import Task
+
+    line = int(2 * world.settings.quota_alert_after_seconds * world.settings.vertex_creates_per_minute / 60) + 2
+    world.workload.gpu_quota_full = False
+    world.permanent.stall = faults.Stall("us-east4", 0.0)  # its calls answer 503
+    world.interleave = False  # a handler's call goes through at once
+    parent = parent_path(world.settings.project, "us-east4")
+    for i in range(line):
+        message_id = world.pubsub.accept(
+            world.settings.job_requests_topic, json.dumps({"request_id": f"b{i}"}).encode(), {}
+        )
+        restore(world, f"b{i}", RequestStatus.CLAIMED)
+        world._current = Task("submit_job", lambda: None, faulty=True, origin=message_id)  # noqa: SLF001
+        with pytest.raises(api.ServiceUnavailable):  # the look for a deleted record's jobs
+            world.vertex("us-east4").list_custom_jobs(request={"parent": parent}, timeout=30.0)
+        world._current = None  # noqa: SLF001
+        world.clock.advance(1)
+    world.clock.advance(3600)
+    world.phase = "quiet"  # the stall is over
+    for i in range(line):  # taken again one at a time, each created as it is taken (no wait)
+        job(world, f"b{i}", 1)
+        world.clock.advance(10)
+    assert catalogue(world, AlertKind.QUOTA_LIMITED) == []
+
+    world.vertex.jobs.clear()  # taken again all at once after the stall: a burst in line
+    for i in range(line):
+        world.submit_takes[f"b{i}"].append(world.clock.now())
+    for i in range(line):
+        world.clock.advance(10)
+        job(world, f"b{i}", 1)
+    assert len(catalogue(world, AlertKind.QUOTA_LIMITED)) == 1
+
+
 def test_one_id_published_with_two_bodies_without_its_alert_is_caught(world: World) -> None:
     import random
 
