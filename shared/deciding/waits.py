@@ -1,5 +1,5 @@
 """What reads of a job's state say of its attempt: whether a read is newer than what the record
-holds (`is_fresh`), the state it is in and since when (`take_read`), when the wait it is in began
+holds (`is_fresh`; a settled attempt's job not ended, for its waits alone: `takes_wait_read`), the state it is in and since when (`take_read`), when the wait it is in began
 (a stuck wait is timed from there: `shared.deciding.stuck`, the deadline rule) and how much of a
 Spot restart's wait for a machine reads vouch for (no run time: `Attempt.rewaited_seconds`, left
 out of the bill)."""
