@@ -51,7 +51,7 @@ from shared.deciding.folder_progress import FolderProgress
 from shared.deciding.job_end import conclude, ended_at_timeout
 from shared.deciding.preemptions import count_preemptions, discount_cancel_stop, note_kit_line
 from shared.deciding.stuck import flag_ended_wait, flag_stuck, wait_ended_by
-from shared.deciding.waits import is_fresh, take_read
+from shared.deciding.waits import is_fresh, take_read, take_wait_read, takes_wait_read
 from shared.jobs import JobSnapshot, JobState
 from shared.ledger.cancelling import settle_cancel
 from shared.ledger.records import Attempt, RequestRecord
@@ -188,13 +188,18 @@ def _decide(
         # A kit line: the job runs (or just did) when it was written; no Vertex read to track.
         running = observation.kit.event != PREEMPTED
         _watch_deadline(record, attempt, policy, now, effects, fleet, running=running, seen_at=seen_at)
+    latest = record.latest
+    owns_status = latest is not None and latest.n == attempt.n and not record.is_terminal
     if job is not None and not fresh and attempt.ending:
+        if takes_wait_read(attempt, job):  # a switched or moved attempt's job, not ended: its waits alone
+            ended_wait = wait_ended_by(attempt, job, seen_at)
+            take_wait_read(attempt, job, now)
+            if owns_status:
+                flag_ended_wait(record, attempt, job, policy.stuck_after_seconds, now, effects, ended_wait)
         flag_stuck(record, attempt, job, policy.stuck_after_seconds, now, effects, seen_at)  # cancelled, not ended yet
         _watch_deadline(record, attempt, policy, now, effects, fleet, read_at_vertex=True, seen_at=seen_at)
     if job is None or not fresh:
         return Decision(record, effects)
-    latest = record.latest
-    owns_status = latest is not None and latest.n == attempt.n and not record.is_terminal
     was_ending = attempt.ending
     ended_wait = wait_ended_by(attempt, job, seen_at)
     take_read(attempt, job, now, observation.read_at)

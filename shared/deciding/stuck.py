@@ -85,7 +85,7 @@ def wait_ended_by(attempt: Attempt, job: JobSnapshot, read_at: datetime) -> Ende
     the read is taken in: a record that never tracked it (a job recorded by its adoption) waited
     from its create, if it never ran. It ended by the read's update time, and a wait before the
     job's first run at its start time, its first RUNNING (custom_job.proto): the read may come long
-    after, the job's end (seed 11916: a switched attempt takes in no read until its job ends)."""
+    after, the job's end (seed 11916: no read of the run was taken in)."""
     if attempt.state not in WAITING_STATES or job.state in WAITING_STATES:
         return None
     never_ran = not (job.start_time or attempt.started_at)

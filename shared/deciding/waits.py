@@ -1,5 +1,5 @@
 """What reads of a job's state say of its attempt: whether a read is newer than what the record
-holds (`is_fresh`), the state it is in and since when (`take_read`), when the wait it is in began
+holds (`is_fresh`; a settled attempt's job not ended, for its waits alone: `takes_wait_read`), the state it is in and since when (`take_read`), when the wait it is in began
 (a stuck wait is timed from there: `shared.deciding.stuck`, the deadline rule) and how much of a
 Spot restart's wait for a machine reads vouch for (no run time: `Attempt.rewaited_seconds`, left
 out of the bill)."""
@@ -19,6 +19,15 @@ STUCK_STATES = frozenset({JobState.QUEUED, JobState.PENDING, JobState.CANCELLING
 
 
 def is_fresh(attempt: Attempt, job: JobSnapshot) -> bool:
+    """False for a read older than what the ledger already holds (`is_newer`), and for a read of a
+    settled attempt's job that is not its end: its outcome is decided, and only a read of its wait
+    is taken in until then (`takes_wait_read`)."""
+    if attempt.outcome is not None and not job.is_terminal:
+        return False
+    return is_newer(attempt, job)
+
+
+def is_newer(attempt: Attempt, job: JobSnapshot) -> bool:
     """False for a read older than what the ledger already holds (concurrent deliveries may write
     in any order; a job never leaves a terminal state). In the state the record holds, a read
     updated before the newest read taken in is of an earlier span of that state (a pass listed the
@@ -26,8 +35,6 @@ def is_fresh(attempt: Attempt, job: JobSnapshot) -> bool:
     7338); Vertex's updateTime only moves forward for one job, and a read of the same update is as
     fresh as the one taken in. Not compared with `state_changed_at`, which the ledger's clock stamps
     when a read said no update time."""
-    if attempt.outcome is not None and not job.is_terminal:
-        return False
     if not job.update_time:
         return True
     if attempt.state == job.state:
@@ -38,9 +45,29 @@ def is_fresh(attempt: Attempt, job: JobSnapshot) -> bool:
     return parse_iso(job.update_time) >= parse_iso(attempt.state_changed_at)
 
 
+def takes_wait_read(attempt: Attempt, job: JobSnapshot) -> bool:
+    """Whether a read not fresh is taken in for its job's waits alone (`take_wait_read`): a newer
+    read, not of the end, of a settled attempt whose job its cancel has not been seen to end (a
+    deadline switch, a move). Its run or its switch's CANCELLING ends a wait the record holds, and
+    without it the wait ran on in the record to the job's end (issue 43, after seed 11916)."""
+    return attempt.outcome is not None and attempt.ending and not job.is_terminal and is_newer(attempt, job)
+
+
 def take_read(attempt: Attempt, job: JobSnapshot, now: datetime, read_at: datetime | None = None) -> None:
     """A fresh read of the attempt's job taken into the attempt: its state and since when, the
     newest update time, its first start, and its waits."""
+    take_wait_read(attempt, job, now)
+    if job.start_time and not attempt.started_at:
+        attempt.started_at = job.start_time
+    track_rewait(attempt, job, read_at)
+
+
+def take_wait_read(attempt: Attempt, job: JobSnapshot, now: datetime) -> None:
+    """What a read says of its job's waits taken into the attempt: its state and since when, the
+    newest update time, and the wait it is in. Alone, for a settled attempt's job (`takes_wait_read`):
+    not its start nor its restart waits, which the bill and the fleet read, nor a preemption, which
+    a fresh read alone counts (`shared.deciding.preemptions.count_preemptions`); its end's read
+    takes those in."""
     was = attempt.state
     returned = came_back(attempt, job)  # its state changed since, and back
     if attempt.state != job.state or attempt.state_changed_at is None or returned:
@@ -49,10 +76,7 @@ def take_read(attempt: Attempt, job: JobSnapshot, now: datetime, read_at: dateti
     newest = attempt.vertex_updated_at
     if job.update_time and (newest is None or parse_iso(job.update_time) > parse_iso(newest)):
         attempt.vertex_updated_at = job.update_time
-    if job.start_time and not attempt.started_at:
-        attempt.started_at = job.start_time
     track_wait(attempt, job, was, returned)
-    track_rewait(attempt, job, read_at)
 
 
 def track_wait(attempt: Attempt, job: JobSnapshot, was: str | None, returned: bool = False) -> None:

@@ -141,3 +141,47 @@ def test_a_wait_alerted_after_it_ended_is_judged_on_its_own_length(world: World)
     alert_stuck(world, job, "JOB_STATE_PENDING", wait_began_at=iso(created))
     [found] = stuck.job_stuck_justified(world)
     assert "which it had been (in that span) for 21540 s, under 21600 s" in found.detail
+
+
+def test_a_restart_wait_alerted_at_the_jobs_end_is_judged_on_its_own_length(world: World) -> None:
+    """Issue 43: a switched job waited PENDING 5 h 50 min, ran an hour, was preempted and waited
+    PENDING 10 min, then ran 7 h and succeeded. A `job_stuck` of that restart wait said at the
+    job's end, its length counted to the end, is caught: the wait ended at the run after it."""
+    labels = {"spotjobs-request-id": "r1", "spotjobs-attempt": "1", "spotjobs-deployment": "sim"}
+    now = world.clock.now()
+    created = now - timedelta(hours=14)
+    preempted = created + timedelta(hours=6, minutes=50)
+    job = SimJob(
+        "projects/p/locations/us-central1/customJobs/1", "us-central1", {"labels": labels}, labels,
+        "JOB_STATE_PENDING", created, created,
+    )  # fmt: skip
+    job.states += [
+        (created + timedelta(hours=5, minutes=50), "JOB_STATE_RUNNING"),
+        (preempted, "JOB_STATE_PENDING"),
+        (preempted + timedelta(minutes=10), "JOB_STATE_RUNNING"),
+        (now, "JOB_STATE_SUCCEEDED"),
+    ]
+    job.state = "JOB_STATE_SUCCEEDED"
+    world.vertex.jobs[job.name] = job
+    alert_stuck(world, job, "JOB_STATE_PENDING", wait_began_at=iso(preempted))
+    [found] = stuck.job_stuck_justified(world)
+    assert "which it had been (in that span) for 600 s, under 21600 s" in found.detail
+
+
+def test_a_wait_alerted_at_the_end_of_the_cancel_that_ended_it_is_judged_to_its_cancelling(world: World) -> None:
+    """Issue 43: a switched job that never ran waited PENDING 5 h 55 min until the switch's cancel
+    made it CANCELLING, CANCELLED 15 min later. A `job_stuck` of the wait counted to that end is
+    caught: the wait ended at the CANCELLING."""
+    labels = {"spotjobs-request-id": "r1", "spotjobs-attempt": "1", "spotjobs-deployment": "sim"}
+    now = world.clock.now()
+    created = now - timedelta(hours=6, minutes=10)
+    job = SimJob(
+        "projects/p/locations/us-central1/customJobs/1", "us-central1", {"labels": labels}, labels,
+        "JOB_STATE_PENDING", created, created,
+    )  # fmt: skip
+    job.states += [(created + timedelta(hours=5, minutes=55), "JOB_STATE_CANCELLING"), (now, "JOB_STATE_CANCELLED")]
+    job.state = "JOB_STATE_CANCELLED"
+    world.vertex.jobs[job.name] = job
+    alert_stuck(world, job, "JOB_STATE_PENDING", wait_began_at=iso(created))
+    [found] = stuck.job_stuck_justified(world)
+    assert "which it had been (in that span) for 21300 s, under 21600 s" in found.detail

@@ -13,7 +13,8 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from shared.clock import iso
+from shared.alerts import Alert
+from shared.clock import iso, parse_iso
 from shared.deciding.decision_policy import DecisionPolicy
 from shared.deciding.decisions import Decision, Observation, decide
 from shared.deciding.events import patterns_from
@@ -350,6 +351,102 @@ def test_a_first_wait_first_read_ended_is_judged_to_the_job_s_start_not_its_end(
     assert switched_job_ended(6 * HOUR - 94).effects.alerts == []
     [alert] = switched_job_ended(6 * HOUR + 1).effects.alerts
     assert (alert.kind, alert.details["stuck_seconds"]) == ("job_stuck", 6 * HOUR + 1)
+
+
+def switch_to_on_demand(record: RequestRecord, decided: datetime, *, sent: datetime | None = None) -> None:
+    """Attempt 1 switched by the deadline rule at `decided`: its cancel decided (sent at `sent`, or
+    never: a 403 for good), attempt 2 decided and held until its job ends."""
+    attempt = record.attempts[0]
+    record.status = RequestStatus.REQUEUED
+    attempt.outcome = AttemptOutcome.SWITCHED_TO_ON_DEMAND
+    attempt.cancel_decided_at = iso(decided)
+    attempt.cancel_sent_at = iso(sent) if sent else None
+    record.requeue = Requeue(2, "us-central1", "STANDARD", "deadline", decided_at=iso(decided))
+
+
+def alerts_along(
+    reads: list[JobSnapshot], policy: DecisionPolicy, switch_before: int, sent: timedelta | None = None
+) -> list[Alert]:
+    """The alerts of reads of attempt 1's job taken each 30 s after its update, the attempt
+    switched 5 min before read `switch_before` (its cancel sent `sent` after the decision)."""
+    record, alerts = make_record(state=None), []
+    for i, snapshot in enumerate(reads):
+        updated = parse_iso(str(snapshot.update_time))
+        if i == switch_before:
+            decided = updated - timedelta(minutes=5)
+            switch_to_on_demand(record, decided, sent=decided + sent if sent is not None else None)
+        decision = observe(record, snapshot, policy=policy, now=updated + timedelta(seconds=30))
+        record = decision.record
+        alerts += decision.effects.alerts
+    return alerts
+
+
+@pytest.mark.parametrize("switch_before", [1, 3])
+def test_a_switched_jobs_restart_wait_ends_at_the_run_that_ended_it_not_at_the_jobs_end(switch_before: int) -> None:
+    """Issue 43, after seed 11916: a switched attempt's outcome is set, and its reads were taken in
+    only at its job's end (`is_fresh`). Its job waited PENDING 5 h 50 min, ran an hour, was
+    preempted and waited PENDING 10 min, then ran 7 h and succeeded: no wait lasted the 6 h
+    threshold. Switched in its restart wait, the RUNNING read that ended that wait was dropped and
+    the wait counted to the job's end, 7 h 10 min; its reads are now taken in for its waits."""
+    policy = replace(POLICY, stuck_after_seconds=6 * HOUR)
+    created = NOW - timedelta(hours=14)
+    ran = created + timedelta(hours=5, minutes=50)
+
+    def read(state: str, after: timedelta) -> JobSnapshot:
+        moment = created + after
+        started = iso(ran) if moment >= ran else None
+        ended = iso(moment) if state in JobState.TERMINAL else None
+        return JobSnapshot(JOB1, state, None, create_time=iso(created), start_time=started, end_time=ended,
+                           update_time=iso(moment))  # fmt: skip
+
+    reads = [
+        read(JobState.PENDING, timedelta(0)),
+        read(JobState.RUNNING, timedelta(hours=5, minutes=50)),
+        read(JobState.PENDING, timedelta(hours=6, minutes=50)),  # preempted: Vertex restarts it
+        read(JobState.RUNNING, timedelta(hours=7)),
+        read(JobState.SUCCEEDED, timedelta(hours=14)),
+    ]
+    assert alerts_along(reads, policy, switch_before) == []
+
+
+def test_a_switched_jobs_restart_wait_past_the_threshold_is_alerted_at_the_run_that_ended_it() -> None:
+    """The converse: a switched attempt's restart wait of 6 h is alerted, once, by the read of the
+    run that ended it, to that run's start."""
+    policy = replace(POLICY, stuck_after_seconds=6 * HOUR)
+    created = NOW - timedelta(hours=20)
+    ran, preempted, back = (created + timedelta(hours=h) for h in (1, 2, 8))
+    reads = [
+        JobSnapshot(JOB1, JobState.PENDING, None, create_time=iso(created), update_time=iso(created)),
+        JobSnapshot(JOB1, JobState.RUNNING, None, create_time=iso(created), start_time=iso(ran), update_time=iso(ran)),
+        JobSnapshot(JOB1, JobState.PENDING, None, create_time=iso(created), start_time=iso(ran),
+                    update_time=iso(preempted)),
+        JobSnapshot(JOB1, JobState.RUNNING, None, create_time=iso(created), start_time=iso(ran), update_time=iso(back)),
+        JobSnapshot(JOB1, JobState.SUCCEEDED, None, create_time=iso(created), start_time=iso(ran),
+                    end_time=iso(NOW), update_time=iso(NOW)),
+    ]  # fmt: skip
+    [alert] = [a for a in alerts_along(reads, policy, switch_before=3) if not a.details["after_cancel"]]
+    assert (alert.kind, alert.details["wait_began_at"], alert.details["stuck_seconds"]) == (
+        "job_stuck",
+        iso(preempted),
+        6 * HOUR,
+    )
+    assert alert.time == iso(back + timedelta(seconds=30))
+
+
+def test_a_switched_jobs_wait_ends_at_its_cancels_cancelling_not_at_its_end() -> None:
+    """Issue 43: a switched job that never ran waited PENDING 5 h 55 min until the switch's own
+    cancel made it CANCELLING, and was CANCELLED 15 min later. The CANCELLING read ended the wait;
+    it was dropped (the attempt is settled), and the wait counted to the job's end, 6 h 10 min."""
+    policy = replace(POLICY, stuck_after_seconds=6 * HOUR)
+    created = NOW - timedelta(hours=7)
+    cancelling, cancelled = created + timedelta(hours=5, minutes=55), created + timedelta(hours=6, minutes=10)
+    reads = [
+        JobSnapshot(JOB1, JobState.PENDING, None, create_time=iso(created), update_time=iso(created)),
+        JobSnapshot(JOB1, JobState.CANCELLING, None, create_time=iso(created), update_time=iso(cancelling)),
+        JobSnapshot(JOB1, JobState.CANCELLED, None, create_time=iso(created), end_time=iso(cancelled),
+                    update_time=iso(cancelled)),
+    ]  # fmt: skip
+    assert alerts_along(reads, policy, switch_before=1, sent=timedelta(seconds=10)) == []
 
 
 def test_a_deadline_that_passes_while_a_hand_over_waits_for_its_cancelled_job_is_missed_once() -> None:
