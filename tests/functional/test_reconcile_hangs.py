@@ -400,3 +400,28 @@ def test_a_sweep_the_crud_budget_cuts_short_pass_after_pass_is_alerted(world: Wo
     [alert] = cut_short_alerts(world)
     assert alert["details"]["passes"] == 3
     assert "SPOTJOBS_RECONCILE_CRUD_SHARE" in alert["message"]
+
+
+def test_a_sweep_that_ends_past_its_last_call_start_with_no_quota_line_is_not_cut_short(
+    world: World, clock: PassClock
+) -> None:
+    """The sweep's listing is sent in time and answered just past the window's last call start,
+    and there is no line waiting for the quota: nothing was left for the next pass, so the pass is
+    not cut short (no `stray_sweep_deferred` line, no count towards `stray_sweep_cut_short`)."""
+    call_timeout = world.settings.vertex_call_timeout_seconds
+    # The sweep's last call start is half a call timeout into the pass; the listing takes most of one.
+    world.settings = replace(world.settings, reconcile_timeout_seconds=2.5 * call_timeout)
+    world.vertex.stalled = set()
+    listing = world.vertex.list_custom_jobs
+
+    def listing_answered_late(request: dict[str, Any], **kwargs: Any) -> Any:
+        clock.wait(0.9 * call_timeout)
+        return listing(request, **kwargs)
+
+    world.vertex.list_custom_jobs = listing_answered_late  # type: ignore[method-assign]
+    log = CapturedLog()
+
+    summary = run_reconcile(ports(world, clock), log.logger)
+
+    assert summary.vertex["quota_restart_deferred"] is False
+    assert log.events("stray_sweep_deferred") == []
