@@ -7,7 +7,7 @@ submit. A pass hands every step the clients of a `VertexPass` instead of the pla
 
 - **One listing per location**, made the first time the pass needs a job there: this
   deployment's jobs that have not ended (the stray sweep's filter,
-  `shared.adapters.vertex.unfinished_jobs_filter`), a thousand a page. A `get` of a job it holds is answered from it; the sweep's own list of the
+  `shared.adapters.vertex.unfinished_jobs_request`: a thousand a page, as any list of them asks). A `get` of a job it holds is answered from it; the sweep's own list of the
   location is the same listing. It was taken after the pass read its records' selection, so it is
   no older than a `get` made at the start of the pass would have been. A read's times
   (`ReadTimes`, `PassClient.last_read`) are its own call's: the listing's for a get it answered,
@@ -75,7 +75,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from shared.adapters.vertex import canceller, parent_path, read_job, unfinished_jobs_filter
+from shared.adapters.vertex import canceller, parent_path, read_job, unfinished_jobs_request
 from shared.clock import iso
 from shared.errors import TransientError, is_retryable
 from shared.jobs import JobSnapshot, JobState
@@ -91,7 +91,6 @@ if TYPE_CHECKING:
 
 # google.rpc NOT_FOUND: the error a deleted job's settled end carries (no capacity code: not re-queued).
 NOT_FOUND_CODE = 5
-LISTING_PAGE_SIZE = 1000  # the most customJobs.list returns a page
 WINDOW_SECONDS = 60.0
 
 
@@ -275,11 +274,7 @@ class VertexPass:
 
     def _list(self, location: str, client: Any) -> tuple[Listing | None, Exception | None]:
         settings = self._ports.settings
-        request = {
-            "parent": parent_path(settings.project, location),
-            "filter": unfinished_jobs_filter(settings.deployment_label),
-            "page_size": LISTING_PAGE_SIZE,
-        }
+        request = unfinished_jobs_request(parent_path(settings.project, location), settings.deployment_label)
         try:
             jobs: dict[str, CustomJob] = {}
             timeout = settings.vertex_call_timeout_seconds
