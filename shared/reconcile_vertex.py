@@ -127,6 +127,12 @@ class CallWindow:
         self.sweep_deferred = 0  # the sweep's calls refused
         self.sweep_unread = 0  # the records the sweep began no read of (`sweep_read_refused`)
         self.restart_deferred = False  # the quota lines' restart began no more reads (`restart_read_refused`)
+        # Where a call of the pass got a reply (an error included), and where one got none (it ran
+        # out its timeout, or met a 503), by how: what `shared.unanswering` counts passes by.
+        self.answered: set[str] = set()
+        self.unanswered: collections.defaultdict[str, collections.Counter[str]] = collections.defaultdict(
+            collections.Counter
+        )
 
     def requests_closed(self) -> bool:
         """Whether a request begun now could send no call (it waits for the next pass)."""
@@ -142,8 +148,9 @@ class CallWindow:
 
     @contextmanager
     def sending(self, location: str) -> Iterator[None]:
-        """Around one call to `location`: raises `CallDeferred` instead of sending it when refused."""
-        from google.api_core.exceptions import DeadlineExceeded
+        """Around one call to `location`: raises `CallDeferred` instead of sending it when refused.
+        Notes whether Vertex replied: a timeout or a 503 is no reply; an error it answers is one."""
+        from google.api_core.exceptions import DeadlineExceeded, ServiceUnavailable
 
         self.admit(location)
         try:
@@ -151,7 +158,23 @@ class CallWindow:
         except DeadlineExceeded:
             with self._lock:
                 self.stalled.add(location)
+                self.unanswered[location]["timed_out"] += 1
             raise
+        except ServiceUnavailable:
+            with self._lock:
+                self.unanswered[location]["unavailable"] += 1
+            raise
+        except CallDeferred:
+            raise  # not sent (the budget's refusal), or a list's next page refused after a reply
+        except Exception:
+            self.note_answer(location)
+            raise
+        self.note_answer(location)
+
+    def note_answer(self, location: str) -> None:
+        """Vertex replied to a call to `location` (a list's page, before its next is asked)."""
+        with self._lock:
+            self.answered.add(location)
 
     def admit(self, location: str) -> None:
         """Raises `CallDeferred` if a call to `location` (a list's next page too) would be refused now."""
@@ -313,7 +336,9 @@ class VertexPass:
             yield
 
     def next_page(self, location: str, *, force: bool = False) -> None:
-        """Before a list's next page is asked: the window judges it, then the budget spends it."""
+        """Before a list's next page is asked (the page before it came back): the window judges it,
+        then the budget spends it."""
+        self.window.note_answer(location)
         self.window.admit(location)
         self._spend("list", force=force)
 

@@ -50,6 +50,9 @@ class Expected:
     why: str
     location: str | None = None  # an alert of no request names it in its details (`stray_sweep_refused`)
     job: str | None = None  # and the job, when the condition is of one job (a stray's refused cancel)
+    # The alert owed is one published after this moment: one of an earlier run of the condition
+    # does not speak for this one.
+    after: datetime | None = None
 
 
 # The invariants' own readers of the world (imported when called: sim.invariants registers this
@@ -876,6 +879,48 @@ def stray_since(world: World, job: SimJob) -> datetime:
     return since
 
 
+def locations_unanswering(world: World) -> list[Expected]:
+    """`location_unanswering`: `shared.unanswering.UNANSWERING_PASSES` reconcile passes in a row
+    sent calls to a location and got a reply to none of them (`SimVertex.unanswered_calls`: each
+    ran out its timeout or met a 503, a stalled region's or any other), each pass whole: it ran to
+    its end, drew no fault but its unanswered calls' own, and began after the passes before it had
+    sent their last call. Passes in the order they began; one that sent no call there is passed
+    over (the product counts nothing of it either), one not whole breaks the run (it may or may not
+    have counted). The alert must be published after the last whole pass before the run that got
+    a reply there, if any (an alert of an earlier outage does not speak for this one)."""
+    from shared.unanswering import UNANSWERING_PASSES
+
+    by_pass: dict[int, list[tuple[int, Any]]] = collections.defaultdict(list)
+    for index, call in enumerate(world.vertex.pass_calls):
+        if call.sender is not None:
+            by_pass[id(call.sender)].append((index, call))
+    unanswered = world.vertex.unanswered_calls
+    runs: collections.Counter[str] = collections.Counter()
+    replied_at: dict[str, datetime] = {}
+    sent_before: datetime | None = None  # the last call of the passes so far
+    out = []
+    for calls in sorted(by_pass.values(), key=lambda calls: (calls[0][1].at, calls[-1][1].at)):
+        sender, began, last = calls[0][1].sender, calls[0][1].at, calls[-1][1].at
+        failed = sum(index in unanswered for index, _ in calls)
+        whole = not getattr(sender, "crashed", False) and getattr(sender, "faults", 0) == failed
+        whole = whole and (sent_before is None or began >= sent_before)
+        sent_before = last if sent_before is None else max(sent_before, last)
+        for location in sorted({call.location for _, call in calls}):
+            if not whole:
+                runs[location] = 0
+                continue
+            if any(index not in unanswered for index, call in calls if call.location == location):
+                runs[location] = 0
+                replied_at[location] = last
+                continue
+            runs[location] += 1
+            if runs[location] == UNANSWERING_PASSES:
+                why = f"{UNANSWERING_PASSES} reconcile passes in a row got no reply to any call in {location}"
+                since = replied_at.get(location)
+                out.append(Expected(AlertKind.LOCATION_UNANSWERING, None, why, location=location, after=since))
+    return out
+
+
 # Re-publishes of one claim closer together than this are one (a publish retried after a lost
 # answer); reconcile's are a claim lease apart at least.
 REPUBLISH_APART = timedelta(seconds=60)
@@ -1000,6 +1045,7 @@ CONDITIONS: dict[AlertKind, Callable[[World], list[Expected]]] = {
     AlertKind.STRAY_JOB: strays_cancelled,
     AlertKind.STRAY_SWEEP_REFUSED: blind_sweeps,
     AlertKind.STRAY_SWEEP_CUT_SHORT: sweeps_cut_short,
+    AlertKind.LOCATION_UNANSWERING: locations_unanswering,
     AlertKind.CLAIM_STALLED: claims_stalled,
     AlertKind.BUDGET_REACHED: budgets.budgets_reached,
     AlertKind.BUDGET_UNPRICED: budgets.budgets_unpriced,
@@ -1029,13 +1075,25 @@ def unpromised_kinds() -> list[AlertKind]:
 
 def answers(alert: dict[str, Any], expected: Expected) -> bool:
     """Whether an alert of the expected kind is the one owed: it names the location, or the
-    request, that the condition names (any one, when it names neither)."""
+    request, that the condition names (any one, when it names neither), published after the
+    moment the condition says (`Expected.after`)."""
+    if expected.after is not None and not _published_after(alert, expected.after):
+        return False
     if expected.location is not None:
         details = alert.get("details")
         if not isinstance(details, dict) or details.get("location") != expected.location:
             return False
         return expected.job is None or details.get("job") == expected.job
     return expected.request_id is None or names(alert, expected.request_id)
+
+
+def _published_after(alert: dict[str, Any], moment: datetime) -> bool:
+    from shared.clock import parse_iso
+
+    try:
+        return parse_iso(alert["time"]) > moment
+    except (KeyError, TypeError, ValueError):
+        return False
 
 
 def owed_alerts(world: World, kinds: Sequence[AlertKind]) -> list[Violation]:

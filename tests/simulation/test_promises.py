@@ -1297,6 +1297,48 @@ def test_a_deadline_passed_while_the_claim_waits_for_its_create_without_its_aler
     assert "no deadline_missed alert for r1" in owed
 
 
+def test_a_location_that_answered_no_call_passes_in_a_row_owes_location_unanswering(world: World) -> None:
+    """Passes that sent calls to a location and got no reply to any (each ran out its timeout or met
+    a 503; those calls are the pass's only faults) owe `location_unanswering` after three in a row;
+    a pass that drew another fault breaks the run, and an alert of an earlier outage, published
+    before the last pass that got a reply there, does not speak for this one."""
+    from shared.clock import iso
+    from sim.vertex import PassCall
+    from sim.world import Task
+
+    location = "us-central1"
+
+    def pass_over(*, answered: bool, other_faults: int = 0) -> None:
+        sender = Task("reconcile", lambda: None, faulty=True, faults=int(not answered) + other_faults)
+        world.vertex.pass_calls.append(PassCall(world.clock.now(), sender, "list", location))
+        if not answered:
+            world.vertex.unanswered_calls.add(len(world.vertex.pass_calls) - 1)
+        world.clock.advance(300.0)
+
+    def unanswering_alert_at(moment: Any) -> None:
+        alert = Alert.of(AlertKind.LOCATION_UNANSWERING, "said", details={"location": location}, time=iso(moment))
+        world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert.to_json()).encode(), {})
+
+    earlier_outage = world.clock.now()
+    world.clock.advance(60.0)
+    pass_over(answered=True)
+    for _ in range(2):
+        pass_over(answered=False)
+    pass_over(answered=False, other_faults=1)  # a GCS fault too: it may not have counted
+    for _ in range(2):
+        pass_over(answered=False)
+    assert catalogue(world, AlertKind.LOCATION_UNANSWERING) == []
+
+    pass_over(answered=False)
+
+    [found] = catalogue(world, AlertKind.LOCATION_UNANSWERING)
+    assert found.startswith(f"no location_unanswering alert for {location}: 3 reconcile passes in a row")
+    unanswering_alert_at(earlier_outage)
+    assert len(catalogue(world, AlertKind.LOCATION_UNANSWERING)) == 1
+    unanswering_alert_at(world.clock.now())
+    assert catalogue(world, AlertKind.LOCATION_UNANSWERING) == []
+
+
 def test_a_stray_that_outlives_passes_in_a_row_owes_stray_sweep_cut_short(world: World) -> None:
     """Passes that listed a stray's location, ran to their end without a fault and did not cancel
     it were cut short: three in a row owe one `stray_sweep_cut_short`; a pass that drew a fault
