@@ -53,6 +53,7 @@ class Expected:
     # The alert owed is one published after this moment: one of an earlier run of the condition
     # does not speak for this one.
     after: datetime | None = None
+    by: datetime | None = None  # and no later than this moment: one of a later run does not either
 
 
 # The invariants' own readers of the world (imported when called: sim.invariants registers this
@@ -819,9 +820,16 @@ def sweeps_cut_short(world: World) -> list[Expected]:
     """`stray_sweep_cut_short`: a stray (a job its request's readable record never came to name, or
     of a record a person deleted) lived, uncancelled by anyone, through
     `shared.reconcile.SWEEP_CUT_SHORT_PASSES` reconcile passes in a row that listed its location
-    (`SimVertex.pass_calls`), ran to their end and drew no fault: a whole sweep of any of them would
-    have cancelled it, so each was cut short (its budget or its window), and the run of them is
-    said. Counted from `LAG` after its create (a claim's job is no stray until its attempt records
+    (`SimVertex.pass_calls`), ran to their end, drew no fault and began after the passes before
+    them had sent their last call (overlapping passes count one run in a last-writer-wins state,
+    `CUT_SHORT_STATE`, so one may not have counted): a whole sweep of any of them would have
+    cancelled it, so each was cut short (its budget or its window), and the run of them is said,
+    by the last of them: the alert must be published no later than a claim lease and `LAG` after
+    that pass's last call (its note, claimed by a pass that died before its publish, is taken over
+    once older than a claim lease), so one of a later run does not speak for it. Not after a
+    bound: the product alerts once for a run of passes cut short, which may have begun, and been
+    alerted, before the stray existed, and the world holds no truth of a sweep that was whole.
+    Counted from `LAG` after its create (a claim's job is no stray until its attempt records
     another, and a lagging list may miss it), or, for the job of a record a person deleted, from
     that deletion: until then the record named it and no sweep owed it a cancel (seeds 11415,
     11432); not where Vertex refuses a list or a cancel (`stray_sweep_refused` says that)."""
@@ -841,6 +849,12 @@ def sweeps_cut_short(world: World) -> list[Expected]:
         first_cancel.setdefault(name, when)
     by_id = {r.request_id: r for r in records(world)}
     now = world.clock.now()
+    sent_before: list[datetime | None] = []  # per span: the last call of the spans before it
+    latest: datetime | None = None
+    for _, end, _, _ in spans:
+        sent_before.append(latest)
+        latest = end if latest is None else max(latest, end)
+    slack = timedelta(seconds=world.settings.claim_lease_seconds) + LAG
     out = []
     for job in world.vertex.jobs.values():
         record = by_id.get(job.request_id)
@@ -850,14 +864,15 @@ def sweeps_cut_short(world: World) -> list[Expected]:
             continue
         began, ended = stray_since(world, job), min(first_cancel.get(job.name, now), job.end_time or now)
         run = 0
-        for start, end, sender, locations in spans:
+        for (start, end, sender, locations), before in zip(spans, sent_before, strict=True):
             if start < began or end > ended:
                 continue
             whole = not getattr(sender, "crashed", False) and not getattr(sender, "faults", 0)
+            whole = whole and (before is None or start >= before)
             run = run + 1 if whole and job.location in locations else 0
             if run >= SWEEP_CUT_SHORT_PASSES:
                 why = f"stray {job.name.rsplit('/', 1)[-1]} of {job.request_id} outlived {run} passes in a row"
-                out.append(Expected(AlertKind.STRAY_SWEEP_CUT_SHORT, None, why))
+                out.append(Expected(AlertKind.STRAY_SWEEP_CUT_SHORT, None, why, by=end + slack))
                 break
     return out
 
@@ -1077,7 +1092,9 @@ def answers(alert: dict[str, Any], expected: Expected) -> bool:
     """Whether an alert of the expected kind is the one owed: it names the location, or the
     request, that the condition names (any one, when it names neither), published after the
     moment the condition says (`Expected.after`)."""
-    if expected.after is not None and not _published_after(alert, expected.after):
+    if expected.after is not None and not _published(alert, after=expected.after):
+        return False
+    if expected.by is not None and not _published(alert, by=expected.by):
         return False
     if expected.location is not None:
         details = alert.get("details")
@@ -1087,13 +1104,15 @@ def answers(alert: dict[str, Any], expected: Expected) -> bool:
     return expected.request_id is None or names(alert, expected.request_id)
 
 
-def _published_after(alert: dict[str, Any], moment: datetime) -> bool:
+def _published(alert: dict[str, Any], *, after: datetime | None = None, by: datetime | None = None) -> bool:
+    """Whether the alert's time is after `after` and no later than `by` (either may be None)."""
     from shared.clock import parse_iso
 
     try:
-        return parse_iso(alert["time"]) > moment
+        at = parse_iso(alert["time"])
     except (KeyError, TypeError, ValueError):
         return False
+    return (after is None or at > after) and (by is None or at <= by)
 
 
 def owed_alerts(world: World, kinds: Sequence[AlertKind]) -> list[Violation]:
