@@ -311,12 +311,11 @@ def missed_waiting_for_a_create(record: RequestRecord, now: datetime) -> Alert |
     create (a claim in the quota line or re-published after a refusal, a re-queue not yet claimed,
     or held for the end of a job a switch cancelled, which a read refused for good never sees:
     seed 167): no job for a read at Vertex to judge, and the create may come hours later, or never
-    (review s10). Not a claim whose create was sent and not looked up since (`_create_in_doubt`).
-    None when no such wait holds it, the deadline has not passed, or it was said."""
+    (review s10). Not a claim whose create is in doubt (`Attempt.create_in_doubt`). None when no such wait holds it, the deadline has not passed, or it was said."""
     at, latest = record.request.get("deadline"), record.latest
     if not at or latest is None or record.is_terminal or record.cancel is not None:
         return None
-    claim_waits = latest.job is None and latest.outcome is None and not _create_in_doubt(latest)
+    claim_waits = latest.job is None and latest.outcome is None and not latest.create_in_doubt
     requeue_waits = record.requeue is not None
     if not (claim_waits or requeue_waits) or str(AlertKind.DEADLINE_MISSED) in record.markers:
         return None
@@ -325,17 +324,6 @@ def missed_waiting_for_a_create(record: RequestRecord, now: datetime) -> Alert |
     n = latest.n if claim_waits else record.requeue.attempt  # type: ignore[union-attr]
     message = f"{record.request_id} missed its deadline {at}: attempt {n} waits for its create"
     return attempt_alert(record, latest, AlertKind.DEADLINE_MISSED, now, message, deadline=at)
-
-
-def _create_in_doubt(claim: Attempt) -> bool:
-    """A create was sent for the claim (`create_sent_at`) and no lookup found it missing since (a
-    re-publish after it): its job may have landed and run, even to its end before the deadline
-    (seed 24: the drainer died before it recorded the job). It waits for no create; reconcile's
-    lookup after the claim lease adopts the job, whose read judges the deadline, or finds none and
-    re-publishes the claim, which then waits for one."""
-    if not claim.create_sent_at:
-        return False
-    return not claim.republished_at or parse_iso(claim.republished_at) < parse_iso(claim.create_sent_at)
 
 
 def projected_finish(situation: Situation) -> datetime:
