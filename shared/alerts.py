@@ -130,6 +130,12 @@ class AlertKind(enum.StrEnum):
         "CRUD budget, its call window or a stalled location: strays it could not list, check or cancel run "
         "uncancelled; once per run of such passes",
     )
+    LOCATION_UNANSWERING = (
+        "location_unanswering",
+        "WARNING",
+        "a location's Vertex AI API answered none of reconcile's calls three passes in a row (each ran out its "
+        "timeout or met a 503): its requests can be neither read nor cancelled, and wait; once per run of such passes",
+    )
     CLAIM_STALLED = (
         "claim_stalled",
         "ERROR",

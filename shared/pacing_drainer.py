@@ -215,10 +215,12 @@ def restart_stalled(ports: Ports, log: Logger, *, read_refused: Callable[[], boo
     drainer (it crashed, or its hand-over was lost) is handed to its head again, and an empty
     one's burst ends. Returns the locations restarted. `read_refused`: whether no more read may be
     begun now (the pass's window, `CallWindow.restart_read_refused`): what is left waits for the
-    next pass, whose function timeout would otherwise kill this one with its run lease held."""
+    next pass, whose function timeout would otherwise kill this one with its run lease held. It is
+    asked only with a line left to look at: the one listing of `pacing/` is the pass's closing work
+    (as its cursor and summary are), so a pass with no line is never taken for one cut short."""
     pacer = pacer_for(ports)
     restarted: list[str] = []
-    for location in [] if read_refused() else pacer.line_locations():
+    for location in pacer.line_locations():
         if read_refused():
             break
         try:

@@ -32,7 +32,8 @@ Then the pass sweeps for strays (`shared.found_jobs.sweep_strays`; the call wind
 timeout for it that the requests may not use: `shared.reconcile_vertex.CallWindow`): one list per
 location of this deployment's jobs that have not ended, and every one the ledger does not record
 is cancelled, whether its request is active or long finished; a sweep cut short three passes in a
-row is alerted (`stray_sweep_cut_short`). Every change goes through the ledger's
+row is alerted (`stray_sweep_cut_short`), as is a location whose Vertex API answered none of the
+pass's calls three passes in a row (`location_unanswering`: `shared.unanswering`). Every change goes through the ledger's
 compare-and-swap, so runs may overlap each other and on_job_event freely.
 """
 
@@ -82,6 +83,7 @@ from shared.reconcile_vertex import CallDeferred, CallWindow, LocationStalled, V
 from shared.redeliveries import REJECTION_NOTES, alert_once
 from shared.settings import Settings
 from shared.swap import backoff_seconds
+from shared.unanswering import count_unanswering_locations
 from shared.wiring import Ports
 
 # Requests reconciled at once: each is a few GCS and Vertex round trips, mostly waiting.
@@ -156,6 +158,7 @@ def _run_reconcile(ports: Ports, log: Logger, *, limit: int | None, started: dat
     summary.decisions.update(["stray_job_cancelled"] * len(swept))
     summary.decisions.update(["quota_line_restarted"] * len(restarted))
     _count_cut_short_sweeps(ports, vertex_pass, log)
+    count_unanswering_locations(ports, vertex_pass.window, log)
     summary.vertex = vertex_pass.usage()
     log.info("reconcile finished", event="reconcile_summary", **summary.to_json())
     return summary

@@ -7,7 +7,7 @@ submit. A pass hands every step the clients of a `VertexPass` instead of the pla
 
 - **One listing per location**, made the first time the pass needs a job there: this
   deployment's jobs that have not ended (the stray sweep's filter,
-  `shared.adapters.vertex.unfinished_jobs_filter`), a thousand a page. A `get` of a job it holds is answered from it; the sweep's own list of the
+  `shared.adapters.vertex.unfinished_jobs_request`: a thousand a page, as any list of them asks). A `get` of a job it holds is answered from it; the sweep's own list of the
   location is the same listing. It was taken after the pass read its records' selection, so it is
   no older than a `get` made at the start of the pass would have been. A read's times
   (`ReadTimes`, `PassClient.last_read`) are its own call's: the listing's for a get it answered,
@@ -75,7 +75,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from shared.adapters.vertex import canceller, parent_path, read_job, unfinished_jobs_filter
+from shared.adapters.vertex import canceller, parent_path, read_job, unfinished_jobs_request
 from shared.clock import iso
 from shared.errors import TransientError, is_retryable
 from shared.jobs import JobSnapshot, JobState
@@ -91,7 +91,6 @@ if TYPE_CHECKING:
 
 # google.rpc NOT_FOUND: the error a deleted job's settled end carries (no capacity code: not re-queued).
 NOT_FOUND_CODE = 5
-LISTING_PAGE_SIZE = 1000  # the most customJobs.list returns a page
 WINDOW_SECONDS = 60.0
 
 
@@ -128,6 +127,12 @@ class CallWindow:
         self.sweep_deferred = 0  # the sweep's calls refused
         self.sweep_unread = 0  # the records the sweep began no read of (`sweep_read_refused`)
         self.restart_deferred = False  # the quota lines' restart began no more reads (`restart_read_refused`)
+        # Where a call of the pass got a reply (an error included), and where one got none (it ran
+        # out its timeout, or met a 503), by how: what `shared.unanswering` counts passes by.
+        self.answered: set[str] = set()
+        self.unanswered: collections.defaultdict[str, collections.Counter[str]] = collections.defaultdict(
+            collections.Counter
+        )
 
     def requests_closed(self) -> bool:
         """Whether a request begun now could send no call (it waits for the next pass)."""
@@ -146,8 +151,9 @@ class CallWindow:
         """Around one call to `location`: raises `CallDeferred` instead of sending it when refused.
         A call of the sweep's that ran out its timeout cuts the sweep short as a refused one does:
         a listing the sweep alone makes (a location no request of the pass needed) is its only
-        call there, and its strays would run on unsaid."""
-        from google.api_core.exceptions import DeadlineExceeded
+        call there, and its strays would run on unsaid. Notes whether Vertex replied: a timeout or
+        a 503 is no reply; an error it answers is one."""
+        from google.api_core.exceptions import DeadlineExceeded, ServiceUnavailable
 
         self.admit(location)
         try:
@@ -156,7 +162,23 @@ class CallWindow:
             with self._lock:
                 self.stalled.add(location)
                 self._count_refused()
+                self.unanswered[location]["timed_out"] += 1
             raise
+        except ServiceUnavailable:
+            with self._lock:
+                self.unanswered[location]["unavailable"] += 1
+            raise
+        except CallDeferred:
+            raise  # not sent (the budget's refusal), or a list's next page refused after a reply
+        except Exception:
+            self.note_answer(location)
+            raise
+        self.note_answer(location)
+
+    def note_answer(self, location: str) -> None:
+        """Vertex replied to a call to `location` (a list's page, before its next is asked)."""
+        with self._lock:
+            self.answered.add(location)
 
     def admit(self, location: str) -> None:
         """Raises `CallDeferred` if a call to `location` (a list's next page too) would be refused now."""
@@ -279,11 +301,7 @@ class VertexPass:
 
     def _list(self, location: str, client: Any) -> tuple[Listing | None, Exception | None]:
         settings = self._ports.settings
-        request = {
-            "parent": parent_path(settings.project, location),
-            "filter": unfinished_jobs_filter(settings.deployment_label),
-            "page_size": LISTING_PAGE_SIZE,
-        }
+        request = unfinished_jobs_request(parent_path(settings.project, location), settings.deployment_label)
         try:
             jobs: dict[str, CustomJob] = {}
             timeout = settings.vertex_call_timeout_seconds
@@ -322,7 +340,9 @@ class VertexPass:
             yield
 
     def next_page(self, location: str, *, force: bool = False) -> None:
-        """Before a list's next page is asked: the window judges it, then the budget spends it."""
+        """Before a list's next page is asked (the page before it came back): the window judges it,
+        then the budget spends it."""
+        self.window.note_answer(location)
         self.window.admit(location)
         self._spend("list", force=force)
 

@@ -50,6 +50,10 @@ class Expected:
     why: str
     location: str | None = None  # an alert of no request names it in its details (`stray_sweep_refused`)
     job: str | None = None  # and the job, when the condition is of one job (a stray's refused cancel)
+    # The alert owed is one published after this moment: one of an earlier run of the condition
+    # does not speak for this one.
+    after: datetime | None = None
+    by: datetime | None = None  # and no later than this moment: one of a later run does not either
 
 
 # The invariants' own readers of the world (imported when called: sim.invariants registers this
@@ -846,9 +850,16 @@ def sweeps_cut_short(world: World) -> list[Expected]:
     """`stray_sweep_cut_short`: a stray (a job its request's readable record never came to name, or
     of a record a person deleted) lived, uncancelled by anyone, through
     `shared.reconcile.SWEEP_CUT_SHORT_PASSES` reconcile passes in a row that listed its location
-    (`SimVertex.pass_calls`), ran to their end and drew no fault: a whole sweep of any of them would
-    have cancelled it, so each was cut short (its budget or its window), and the run of them is
-    said. Counted from `LAG` after its create (a claim's job is no stray until its attempt records
+    (`SimVertex.pass_calls`), ran to their end, drew no fault and began after the passes before
+    them had sent their last call (overlapping passes count one run in a last-writer-wins state,
+    `CUT_SHORT_STATE`, so one may not have counted): a whole sweep of any of them would have
+    cancelled it, so each was cut short (its budget or its window), and the run of them is said,
+    by the last of them: the alert must be published no later than a claim lease and `LAG` after
+    that pass's last call (its note, claimed by a pass that died before its publish, is taken over
+    once older than a claim lease), so one of a later run does not speak for it. Not after a
+    bound: the product alerts once for a run of passes cut short, which may have begun, and been
+    alerted, before the stray existed, and the world holds no truth of a sweep that was whole.
+    Counted from `LAG` after its create (a claim's job is no stray until its attempt records
     another, and a lagging list may miss it), or, for the job of a record a person deleted, from
     that deletion: until then the record named it and no sweep owed it a cancel (seeds 11415,
     11432); not where Vertex refuses a list or a cancel (`stray_sweep_refused` says that)."""
@@ -868,6 +879,12 @@ def sweeps_cut_short(world: World) -> list[Expected]:
         first_cancel.setdefault(name, when)
     by_id = {r.request_id: r for r in records(world)}
     now = world.clock.now()
+    sent_before: list[datetime | None] = []  # per span: the last call of the spans before it
+    latest: datetime | None = None
+    for _, end, _, _ in spans:
+        sent_before.append(latest)
+        latest = end if latest is None else max(latest, end)
+    slack = timedelta(seconds=world.settings.claim_lease_seconds) + LAG
     out = []
     for job in world.vertex.jobs.values():
         record = by_id.get(job.request_id)
@@ -877,14 +894,15 @@ def sweeps_cut_short(world: World) -> list[Expected]:
             continue
         began, ended = stray_since(world, job), min(first_cancel.get(job.name, now), job.end_time or now)
         run = 0
-        for start, end, sender, locations in spans:
+        for (start, end, sender, locations), before in zip(spans, sent_before, strict=True):
             if start < began or end > ended:
                 continue
             whole = not getattr(sender, "crashed", False) and not getattr(sender, "faults", 0)
+            whole = whole and (before is None or start >= before)
             run = run + 1 if whole and job.location in locations else 0
             if run >= SWEEP_CUT_SHORT_PASSES:
                 why = f"stray {job.name.rsplit('/', 1)[-1]} of {job.request_id} outlived {run} passes in a row"
-                out.append(Expected(AlertKind.STRAY_SWEEP_CUT_SHORT, None, why))
+                out.append(Expected(AlertKind.STRAY_SWEEP_CUT_SHORT, None, why, by=end + slack))
                 break
     return out
 
@@ -904,6 +922,48 @@ def stray_since(world: World, job: SimJob) -> datetime:
         if record is not None and any(a.job == job.name for a in record.attempts):
             return max(since, deleted_at)
     return since
+
+
+def locations_unanswering(world: World) -> list[Expected]:
+    """`location_unanswering`: `shared.unanswering.UNANSWERING_PASSES` reconcile passes in a row
+    sent calls to a location and got a reply to none of them (`SimVertex.unanswered_calls`: each
+    ran out its timeout or met a 503, a stalled region's or any other), each pass whole: it ran to
+    its end, drew no fault but its unanswered calls' own, and began after the passes before it had
+    sent their last call. Passes in the order they began; one that sent no call there is passed
+    over (the product counts nothing of it either), one not whole breaks the run (it may or may not
+    have counted). The alert must be published after the last whole pass before the run that got
+    a reply there, if any (an alert of an earlier outage does not speak for this one)."""
+    from shared.unanswering import UNANSWERING_PASSES
+
+    by_pass: dict[int, list[tuple[int, Any]]] = collections.defaultdict(list)
+    for index, call in enumerate(world.vertex.pass_calls):
+        if call.sender is not None:
+            by_pass[id(call.sender)].append((index, call))
+    unanswered = world.vertex.unanswered_calls
+    runs: collections.Counter[str] = collections.Counter()
+    replied_at: dict[str, datetime] = {}
+    sent_before: datetime | None = None  # the last call of the passes so far
+    out = []
+    for calls in sorted(by_pass.values(), key=lambda calls: (calls[0][1].at, calls[-1][1].at)):
+        sender, began, last = calls[0][1].sender, calls[0][1].at, calls[-1][1].at
+        failed = sum(index in unanswered for index, _ in calls)
+        whole = not getattr(sender, "crashed", False) and getattr(sender, "faults", 0) == failed
+        whole = whole and (sent_before is None or began >= sent_before)
+        sent_before = last if sent_before is None else max(sent_before, last)
+        for location in sorted({call.location for _, call in calls}):
+            if not whole:
+                runs[location] = 0
+                continue
+            if any(index not in unanswered for index, call in calls if call.location == location):
+                runs[location] = 0
+                replied_at[location] = last
+                continue
+            runs[location] += 1
+            if runs[location] == UNANSWERING_PASSES:
+                why = f"{UNANSWERING_PASSES} reconcile passes in a row got no reply to any call in {location}"
+                since = replied_at.get(location)
+                out.append(Expected(AlertKind.LOCATION_UNANSWERING, None, why, location=location, after=since))
+    return out
 
 
 # Re-publishes of one claim closer together than this are one (a publish retried after a lost
@@ -1030,6 +1090,7 @@ CONDITIONS: dict[AlertKind, Callable[[World], list[Expected]]] = {
     AlertKind.STRAY_JOB: strays_cancelled,
     AlertKind.STRAY_SWEEP_REFUSED: blind_sweeps,
     AlertKind.STRAY_SWEEP_CUT_SHORT: sweeps_cut_short,
+    AlertKind.LOCATION_UNANSWERING: locations_unanswering,
     AlertKind.CLAIM_STALLED: claims_stalled,
     AlertKind.BUDGET_REACHED: budgets.budgets_reached,
     AlertKind.BUDGET_UNPRICED: budgets.budgets_unpriced,
@@ -1059,13 +1120,29 @@ def unpromised_kinds() -> list[AlertKind]:
 
 def answers(alert: dict[str, Any], expected: Expected) -> bool:
     """Whether an alert of the expected kind is the one owed: it names the location, or the
-    request, that the condition names (any one, when it names neither)."""
+    request, that the condition names (any one, when it names neither), published after the
+    moment the condition says (`Expected.after`)."""
+    if expected.after is not None and not _published(alert, after=expected.after):
+        return False
+    if expected.by is not None and not _published(alert, by=expected.by):
+        return False
     if expected.location is not None:
         details = alert.get("details")
         if not isinstance(details, dict) or details.get("location") != expected.location:
             return False
         return expected.job is None or details.get("job") == expected.job
     return expected.request_id is None or names(alert, expected.request_id)
+
+
+def _published(alert: dict[str, Any], *, after: datetime | None = None, by: datetime | None = None) -> bool:
+    """Whether the alert's time is after `after` and no later than `by` (either may be None)."""
+    from shared.clock import parse_iso
+
+    try:
+        at = parse_iso(alert["time"])
+    except (KeyError, TypeError, ValueError):
+        return False
+    return (after is None or at > after) and (by is None or at <= by)
 
 
 def owed_alerts(world: World, kinds: Sequence[AlertKind]) -> list[Violation]:

@@ -328,6 +328,9 @@ class SimVertex:
         # Reconcile's calls as sent, each with the pass that sent it (`sender`, set by the world).
         self.sender: Callable[[], object | None] = lambda: None
         self.pass_calls: list[PassCall] = []
+        # The ones of them that got no reply (ran out their timeout, or met a 503), by index in
+        # `pass_calls`: what `sim.promises.locations_unanswering` judges.
+        self.unanswered_calls: set[int] = set()
         # The most jobs a list's page holds (the `list_page_size` assumption; the world draws it).
         self.page_size = PAGE_SIZES[-1]
         self._listings = 0  # list calls so far: each pager's number, shared by its pages
@@ -363,9 +366,17 @@ class SimVertex:
         `location`: the call's, kept with its pass when reconcile sends it (`pass_calls`), with a
         list's filter and pager (`listing`)."""
         self.call_timeouts[(self.caller(), operation, timeout)] += 1
-        if location and self.caller() == "reconcile":
-            self.pass_calls.append(PassCall(self.clock(), self.sender(), operation, location, query, listing))
-        return self.io("vertex", operation, perform, timeout=timeout, location=location)
+        if not location or self.caller() != "reconcile":
+            return self.io("vertex", operation, perform, timeout=timeout, location=location)
+        from google.api_core.exceptions import DeadlineExceeded, ServiceUnavailable
+
+        self.pass_calls.append(PassCall(self.clock(), self.sender(), operation, location, query, listing))
+        sent = len(self.pass_calls) - 1
+        try:
+            return self.io("vertex", operation, perform, timeout=timeout, location=location)
+        except (DeadlineExceeded, ServiceUnavailable):
+            self.unanswered_calls.add(sent)
+            raise
 
     # The quotas.
 

@@ -222,8 +222,19 @@ def list_unfinished_jobs(client: JobServiceClient, parent: str, deployment: str,
     The filter is the one `customJobs.list` documents (`labels.key=value`, `labels.key:*`, `state`
     with `!=`): https://cloud.google.com/vertex-ai/docs/reference/rest/v1/projects.locations.customJobs/list
     """
-    request = {"parent": parent, "filter": unfinished_jobs_filter(deployment)}
-    return list(client.list_custom_jobs(request=request, timeout=timeout))
+    return list(client.list_custom_jobs(request=unfinished_jobs_request(parent, deployment), timeout=timeout))
+
+
+# The jobs a list of the unfinished ones asks a page to hold: ListCustomJobsRequest documents no
+# default and no maximum for `page_size` (a page may hold fewer), so it asks for many, and a
+# location of many unfinished jobs takes as few list calls (CRUD quota) as Vertex allows.
+UNFINISHED_PAGE_SIZE = 1000
+
+
+def unfinished_jobs_request(parent: str, deployment: str) -> dict[str, object]:
+    """The list request of this deployment's unfinished jobs under `parent`: every list of them,
+    a reconcile pass's listing and a list sent once more alike, asks for the same pages."""
+    return {"parent": parent, "filter": unfinished_jobs_filter(deployment), "page_size": UNFINISHED_PAGE_SIZE}
 
 
 def unfinished_jobs_filter(deployment: str) -> str:

@@ -311,11 +311,11 @@ def missed_waiting_for_a_create(record: RequestRecord, now: datetime) -> Alert |
     create (a claim in the quota line or re-published after a refusal, a re-queue not yet claimed,
     or held for the end of a job a switch cancelled, which a read refused for good never sees:
     seed 167): no job for a read at Vertex to judge, and the create may come hours later, or never
-    (review s10). None when no such wait holds it, the deadline has not passed, or it was said."""
+    (review s10). Not a claim whose create is in doubt (`Attempt.create_in_doubt`). None when no such wait holds it, the deadline has not passed, or it was said."""
     at, latest = record.request.get("deadline"), record.latest
     if not at or latest is None or record.is_terminal or record.cancel is not None:
         return None
-    claim_waits = latest.job is None and latest.outcome is None
+    claim_waits = latest.job is None and latest.outcome is None and not latest.create_in_doubt
     requeue_waits = record.requeue is not None
     if not (claim_waits or requeue_waits) or str(AlertKind.DEADLINE_MISSED) in record.markers:
         return None

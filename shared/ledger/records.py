@@ -114,6 +114,16 @@ class Attempt:
         return self.cancel_decided_at is not None and self.cancel_sent_at is None
 
     @property
+    def create_in_doubt(self) -> bool:
+        """A create was sent for its claim (`create_sent_at`) and no lookup found it missing since
+        (a re-publish after it): its job may have landed and run, even to its end (seed 24: the
+        drainer died before it recorded the job). Reconcile's lookup after the claim lease adopts
+        the job, or finds none and re-publishes the claim, which then waits for a create."""
+        if not self.create_sent_at:
+            return False
+        return not self.republished_at or parse_iso(self.republished_at) < parse_iso(self.create_sent_at)
+
+    @property
     def ending(self) -> bool:
         """Its job was told to stop (a deadline switch) and Vertex has not been seen to end it:
         the cancel is asynchronous (CANCELLING first), and the next attempt must wait for the end

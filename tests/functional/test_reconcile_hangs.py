@@ -421,3 +421,87 @@ def test_a_sweep_whose_listing_of_a_location_only_it_lists_stalls_pass_after_pas
     assert [s.vertex["sweep_calls_deferred"] for s in summaries] == [1, 1, 1]
     [alert] = cut_short_alerts(world)
     assert alert["details"]["stalled_locations"] == [STALLED]
+
+
+def test_a_sweep_that_ends_past_its_last_call_start_with_no_quota_line_is_not_cut_short(
+    world: World, clock: PassClock
+) -> None:
+    """The sweep's listing is sent in time and answered just past the window's last call start,
+    and there is no line waiting for the quota: nothing was left for the next pass, so the pass is
+    not cut short (no `stray_sweep_deferred` line, no count towards `stray_sweep_cut_short`)."""
+    call_timeout = world.settings.vertex_call_timeout_seconds
+    # The sweep's last call start is half a call timeout into the pass; the listing takes most of one.
+    world.settings = replace(world.settings, reconcile_timeout_seconds=2.5 * call_timeout)
+    world.vertex.stalled = set()
+    listing = world.vertex.list_custom_jobs
+
+    def listing_answered_late(request: dict[str, Any], **kwargs: Any) -> Any:
+        clock.wait(0.9 * call_timeout)
+        return listing(request, **kwargs)
+
+    world.vertex.list_custom_jobs = listing_answered_late  # type: ignore[method-assign]
+    log = CapturedLog()
+
+    summary = run_reconcile(ports(world, clock), log.logger)
+
+    assert summary.vertex["quota_restart_deferred"] is False
+    assert log.events("stray_sweep_deferred") == []
+
+
+def unanswering_alerts(world: World) -> list[dict[str, Any]]:
+    alerts = world.publisher.on(world.settings.ops_alerts_topic)
+    return [m.data for m in alerts if m.data["kind"] == "location_unanswering"]
+
+
+def test_a_location_that_answers_no_call_passes_in_a_row_is_alerted_once_a_run(world: World, clock: PassClock) -> None:
+    """A region whose Vertex API stalls leaves its requests unread and uncancelled, said only by
+    WARNING lines: three passes in a row that got no reply there are alerted, once for the run of
+    them, naming the location; a pass that gets a reply ends the run, and the next stall is a run
+    of its own."""
+    world.submitted("req-1", state=RUNNING, location=STALLED)
+    world.submitted("req-2", state=RUNNING, location=HEALTHY)
+
+    for _ in range(2):
+        run_reconcile(ports(world, clock), Logger())
+    assert unanswering_alerts(world) == []
+    for _ in range(2):
+        run_reconcile(ports(world, clock), Logger())
+    [alert] = unanswering_alerts(world)
+    assert alert["details"]["location"] == STALLED
+    assert alert["details"]["passes"] == 3
+    assert alert["details"]["timed_out"] >= 1
+
+    world.vertex.stalled = set()
+    run_reconcile(ports(world, clock), Logger())  # it answers again: the run ends
+    world.vertex.stalled = {STALLED}
+    for _ in range(3):
+        run_reconcile(ports(world, clock), Logger())
+    assert [a["details"]["location"] for a in unanswering_alerts(world)] == [STALLED, STALLED]
+
+
+def test_a_location_counts_as_unanswering_only_when_no_call_got_a_reply(world: World, clock: PassClock) -> None:
+    """Every call meeting a 503 is no reply, as a timeout is; an error Vertex answers (a 403) is a
+    reply: that location is not said to have stopped answering (`stray_sweep_refused` says what it
+    refuses)."""
+    from google.api_core.exceptions import PermissionDenied, ServiceUnavailable
+
+    busy, refusing = "asia-east1", "europe-west1"
+    world.vertex.stalled = set()
+    world.settings = replace(world.settings, allowed_locations=(HEALTHY, busy, refusing))
+    listing = world.vertex.list_custom_jobs
+
+    def answering(request: dict[str, Any], **kwargs: Any) -> Any:
+        if busy in request["parent"]:
+            raise ServiceUnavailable("the service is currently unavailable")
+        if refusing in request["parent"]:
+            raise PermissionDenied("aiplatform.customJobs.list denied")
+        return listing(request, **kwargs)
+
+    world.vertex.list_custom_jobs = answering  # type: ignore[method-assign]
+
+    for _ in range(3):
+        run_reconcile(ports(world, clock), Logger())
+
+    [alert] = unanswering_alerts(world)
+    assert alert["details"]["location"] == busy
+    assert alert["details"]["unavailable"] == 2  # the sweep's listing, and the one list sent once more

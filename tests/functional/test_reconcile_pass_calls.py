@@ -226,3 +226,27 @@ def test_a_sweep_listing_that_meets_a_503_is_sent_once_more_in_the_pass(world: W
     lists_sent.clear()
     run_reconcile(world.ports, Logger())
     assert sum(other in parent for parent in lists_sent) == 1
+
+
+def test_the_second_list_of_a_location_asks_for_the_pages_the_first_did(world: World) -> None:
+    """The list sent once more after a 503 (`worth_a_second_list`) is the pass's listing asked
+    again: the same filter and the same page size, so a location of many unfinished jobs costs it
+    as few pages (CRUD calls of the budget) as the first would have."""
+    from google.api_core.exceptions import ServiceUnavailable
+
+    world.submitted("req-1", state=RUNNING, location=LOCATION)
+    listing = world.vertex.list_custom_jobs
+    sent: list[dict[str, Any]] = []
+
+    def unavailable_once(request: dict[str, Any], **kwargs: Any) -> Any:
+        sent.append(dict(request))
+        if len(sent) == 1:
+            raise ServiceUnavailable("busy")
+        return listing(request, **kwargs)
+
+    world.vertex.list_custom_jobs = unavailable_once  # type: ignore[method-assign]
+
+    run_reconcile(world.ports, Logger())
+
+    first, second = sent
+    assert second == first

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -38,6 +38,14 @@ def world() -> World:
 
 def publish_alert(world: World, kind: AlertKind, request_id: str | None, **details: Any) -> None:
     alert = Alert.of(kind, "said", request_id=request_id, details=details).to_json()
+    world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert).encode(), {})
+
+
+def publish_alert_at(world: World, kind: AlertKind, moment: datetime, **details: Any) -> None:
+    """An alert of no request, published at `moment` of the world's clock."""
+    from shared.clock import iso
+
+    alert = Alert.of(kind, "said", details=details, time=iso(moment)).to_json()
     world.pubsub.accept(world.settings.ops_alerts_topic, json.dumps(alert).encode(), {})
 
 
@@ -1359,10 +1367,49 @@ def test_a_deadline_passed_while_the_claim_waits_for_its_create_without_its_aler
     assert "no deadline_missed alert for r1" in owed
 
 
+def test_a_location_that_answered_no_call_passes_in_a_row_owes_location_unanswering(world: World) -> None:
+    """Passes that sent calls to a location and got no reply to any (each ran out its timeout or met
+    a 503; those calls are the pass's only faults) owe `location_unanswering` after three in a row;
+    a pass that drew another fault breaks the run, and an alert of an earlier outage, published
+    before the last pass that got a reply there, does not speak for this one."""
+    from sim.vertex import PassCall
+    from sim.world import Task
+
+    location = "us-central1"
+
+    def pass_over(*, answered: bool, other_faults: int = 0) -> None:
+        sender = Task("reconcile", lambda: None, faulty=True, faults=int(not answered) + other_faults)
+        world.vertex.pass_calls.append(PassCall(world.clock.now(), sender, "list", location))
+        if not answered:
+            world.vertex.unanswered_calls.add(len(world.vertex.pass_calls) - 1)
+        world.clock.advance(300.0)
+
+    earlier_outage = world.clock.now()
+    world.clock.advance(60.0)
+    pass_over(answered=True)
+    for _ in range(2):
+        pass_over(answered=False)
+    pass_over(answered=False, other_faults=1)  # a GCS fault too: it may not have counted
+    for _ in range(2):
+        pass_over(answered=False)
+    assert catalogue(world, AlertKind.LOCATION_UNANSWERING) == []
+
+    pass_over(answered=False)
+
+    [found] = catalogue(world, AlertKind.LOCATION_UNANSWERING)
+    assert found.startswith(f"no location_unanswering alert for {location}: 3 reconcile passes in a row")
+    publish_alert_at(world, AlertKind.LOCATION_UNANSWERING, earlier_outage, location=location)
+    assert len(catalogue(world, AlertKind.LOCATION_UNANSWERING)) == 1
+    publish_alert_at(world, AlertKind.LOCATION_UNANSWERING, world.clock.now(), location=location)
+    assert catalogue(world, AlertKind.LOCATION_UNANSWERING) == []
+
+
 def test_a_stray_that_outlives_passes_in_a_row_owes_stray_sweep_cut_short(world: World) -> None:
     """Passes that listed a stray's location, ran to their end without a fault and did not cancel
     it were cut short: three in a row owe one `stray_sweep_cut_short`; a pass that drew a fault
-    (its listing or record read may have failed, said otherwise) breaks the run."""
+    (its listing or record read may have failed, said otherwise), or that began before the one
+    before it had sent its last call (the two may count one), breaks the run. The alert is owed by
+    the last of them: one published later than a claim lease and `LAG` after it is of a later run."""
     from sim.vertex import PassCall
     from sim.world import Task
 
@@ -1371,13 +1418,20 @@ def test_a_stray_that_outlives_passes_in_a_row_owes_stray_sweep_cut_short(world:
     faulted = Task("reconcile", lambda: None, faulty=True, faults=1)
     world.clock.advance(promises.LAG.total_seconds())
 
-    def pass_over(sender: Task) -> None:
+    def pass_over(sender: Task) -> None:  # its listing, and a cancel it sent 100 s later
         world.vertex.pass_calls.append(PassCall(world.clock.now(), sender, "list", stray.location))
-        world.clock.advance(300.0)
+        world.clock.advance(100.0)
+        world.vertex.pass_calls.append(PassCall(world.clock.now(), sender, "cancel", stray.location))
+        world.clock.advance(200.0)
 
     for sender in (Task("reconcile", lambda: None, faulty=True) for _ in range(2)):
         pass_over(sender)
     pass_over(faulted)
+    pass_over(Task("reconcile", lambda: None, faulty=True))
+    overlapping = Task("reconcile", lambda: None, faulty=True)  # began before the last one's cancel
+    world.vertex.pass_calls.append(
+        PassCall(world.clock.now() - timedelta(seconds=250), overlapping, "list", stray.location)
+    )
     pass_over(Task("reconcile", lambda: None, faulty=True))
     assert catalogue(world, AlertKind.STRAY_SWEEP_CUT_SHORT) == []
     pass_over(Task("reconcile", lambda: None, faulty=True))
@@ -1385,7 +1439,11 @@ def test_a_stray_that_outlives_passes_in_a_row_owes_stray_sweep_cut_short(world:
 
     [found] = catalogue(world, AlertKind.STRAY_SWEEP_CUT_SHORT)
     assert found.startswith(f"no stray_sweep_cut_short alert: stray {stray.name.rsplit('/', 1)[-1]} of r1")
-    publish_alert(world, AlertKind.STRAY_SWEEP_CUT_SHORT, None, passes=3)
+    third_pass = world.clock.now() - timedelta(seconds=200)  # its last call
+    slack = timedelta(seconds=world.settings.claim_lease_seconds) + promises.LAG
+    publish_alert_at(world, AlertKind.STRAY_SWEEP_CUT_SHORT, third_pass + slack + timedelta(seconds=1), passes=3)
+    assert len(catalogue(world, AlertKind.STRAY_SWEEP_CUT_SHORT)) == 1  # a later run's
+    publish_alert_at(world, AlertKind.STRAY_SWEEP_CUT_SHORT, third_pass + timedelta(seconds=1), passes=3)
     assert catalogue(world, AlertKind.STRAY_SWEEP_CUT_SHORT) == []
 
 

@@ -482,3 +482,23 @@ def test_a_deadline_passed_while_a_create_waits_is_missed_once_unless_finished_o
     cancelled.attempts[0].job = None
     cancelled.cancel = CancelIntent(at=iso(NOW), by="someone")
     assert [missed_waiting_for_a_create(r, NOW) for r in (told, finished, cancelled)] == [None, None, None]
+
+
+def test_a_claim_whose_create_was_sent_does_not_wait_for_it_until_a_lookup_found_none() -> None:
+    """Seed 24: the drainer sent attempt 2's create (noted, `create_sent_at`) and died before it
+    recorded the job, which ran and succeeded before the deadline; past the deadline reconcile said
+    "attempt 2 waits for its create", a false alarm. A claim whose create was sent does not wait
+    for one: its job, if it landed, is looked up after the claim lease and read. Once the lookup
+    found none and re-published the claim (after the send), it waits for a create again."""
+    from shared.deciding.deadline_watch import missed_waiting_for_a_create
+
+    past = {**deadline(0), "deadline": iso(NOW - timedelta(seconds=1))}
+    claim = make_record(request=past)
+    claim.attempts[0].job = None
+    claim.attempts[0].create_sent_at = iso(NOW - timedelta(minutes=45))
+
+    assert missed_waiting_for_a_create(claim, NOW) is None
+
+    claim.attempts[0].republished_at = iso(NOW - timedelta(minutes=40))
+    alert = missed_waiting_for_a_create(claim, NOW)
+    assert alert is not None and alert.kind == "deadline_missed"

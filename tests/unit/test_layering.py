@@ -64,6 +64,7 @@ ROOMS: dict[str, str] = {
     "shared.job_locations": "shell parts",
     "shared.attempt_lookup": "shell parts",
     "shared.kept_lines": "shell parts",
+    "shared.unanswering": "shell parts",
     "functions": "functions",
     "spotjobs": "spotjobs",
     "devstack": "devstack",
