@@ -115,7 +115,14 @@ class AlertKind(enum.StrEnum):
         " table redeployed without its row): its spend is unknown, so its job is cancelled and nothing re-queued"
         " (`details.stopped` false when it had ended or a cancel was under way); once per request",
     )
-    STRAY_JOB = "stray_job", "WARNING", "a job with a request's labels that the ledger does not record was cancelled"
+    STRAY_JOB = (
+        "stray_job",
+        "WARNING",
+        "a job with a request's labels that the ledger does not record was cancelled (none for a request a"
+        " person cancelled, by `spotjobs cancel` or its job's cancel at Vertex: that cancel asked its late"
+        " jobs to stop; one its budget stopped is alerted, since `budget_reached` names only the job its"
+        " attempt records)",
+    )
     STRAY_SWEEP_REFUSED = (
         "stray_sweep_refused",
         "ERROR",
