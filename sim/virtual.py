@@ -1,5 +1,5 @@
-"""Everything in the functions' code paths that reads the wall clock, sleeps, draws randomness or
-starts threads, made virtual, in one place (`install`), for the simulated world:
+"""Everything in the functions' code paths that reads the wall clock, sleeps, draws randomness,
+starts threads or writes to stderr, made virtual, in one place (`install`), for the simulated world:
 
 | what the code uses                                   | where                                   | in the sim |
 |------------------------------------------------------|-----------------------------------------|------------|
@@ -10,6 +10,7 @@ starts threads, made virtual, in one place (`install`), for the simulated world:
 | `uuid.uuid4` (a prune run's journal, a lock holder)  | pruning.journal, ledger.run_lock        | from the seed |
 | `secrets.token_hex` (an attempt's kit signing key)  | ledger.claims                           | from the seed |
 | `ThreadPoolExecutor`                                 | reconcile, ledger.retention, found_jobs, pruning.execute | runs each task at once, in order; a `map`'s and a `submit`'s as its workers would in time |
+| `sys.stderr`, the configured log level              | shared.log (the process-wide `logger`, any `Logger` without a stream) | the world's log, at its level, bound to the writing task (`World.write_process_line`) |
 | `get_settings()`, `ports_for(name)`                  | the shells, `shared.settings`, `shared.wiring` | the world's settings and Ports |
 | `STORAGE_EMULATOR_HOST` (fake-gcs-server workarounds) | pruning.runner, ledger.store            | off: the stand-in is GCS |
 | per-process caches                                   | job_locations, triggers.runner, triggers.windows, the ledger's parse and the job's conversion memos | emptied for each world |
@@ -94,6 +95,22 @@ class SeededSecrets:
 
     def token_hex(self, nbytes: int) -> str:
         return self._rng.getrandbits(8 * nbytes).to_bytes(nbytes, "big").hex()
+
+
+class WorldStderr:
+    """A stand-in for the `sys` module as `shared.log` uses it: `stderr` is the world's log, so
+    the lines of a logger without a stream of its own reach the invariants that read it."""
+
+    def __init__(self, write: Callable[[str], None]) -> None:
+        self.stderr = self
+        self._write = write
+
+    def write(self, text: str) -> int:
+        self._write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
 
 
 def virtual_datetime(clock: VirtualClock) -> type[datetime]:
@@ -215,6 +232,8 @@ def install(world: Any) -> None:
     for name in TIME_USERS:
         _set(name, "time", virtual_time)
     _set("shared.swap", "random", world.rng)
+    _set("shared.log", "sys", WorldStderr(world.write_process_line))
+    _set("shared.log", "_configured_level", lambda: world.log_level)
     _set("shared.ledger.claims", "secrets", SeededSecrets(random.Random(f"{world.seed}:kit-keys")))
     seeded_uuid = SeededUuid(random.Random(f"{world.seed}:uuid"))
     for name in UUID_USERS:

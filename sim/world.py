@@ -342,7 +342,8 @@ class World:
         from shared.log import Logger
 
         # The functions' lines from ERROR on (`sim.severity` reads them); their warnings too when verbose.
-        self.log = Logger(stream=self.log_stream, min_severity="WARNING" if self.verbose else "ERROR")
+        self.log_level = "WARNING" if self.verbose else "ERROR"
+        self.log = Logger(stream=self.log_stream, min_severity=self.log_level)
         self._next_tick = {
             "reconcile": self.clock.now() + timedelta(seconds=self.settings.reconcile_interval_seconds),
             "prune": self.clock.now() + timedelta(hours=1),
@@ -381,6 +382,20 @@ class World:
         """`shared.requests.pricing.table` of the functions deployed: as shipped, unless a deployment
         dropped a row (`sim.faults.drop_price_row`)."""
         return self.deployed_prices
+
+    def write_process_line(self, text: str) -> None:
+        """What the process-wide logger writes (`shared.log.logger`, any `Logger` without a stream
+        of its own; `sim.virtual` points its stderr here): into the world's log, each line bound
+        to the function and message of the task that wrote it, as `handle_delivery` binds the
+        handlers' own lines."""
+        task = self._current
+        for line in text.splitlines():
+            entry = json.loads(line)
+            if task is not None:
+                entry.setdefault("function", task.name)
+                if task.origin:
+                    entry.setdefault("message_id", task.origin)
+            self.log_stream.write(json.dumps(entry, default=str, separators=(",", ":")) + "\n")
 
     def note(self, text: str) -> None:
         self.trace.append(TraceLine(self.clock.now(), text))

@@ -550,7 +550,9 @@ def test_the_list_page_size_is_a_named_switchable_assumption() -> None:
     from sim.vertex import PAGE_SIZES, draw_list_page_size
 
     drawn = [draw_list_page_size(seed) for seed in range(60)]
-    assert set(drawn) <= set(PAGE_SIZES) and min(drawn) <= 5 and len(set(drawn)) > 2
+    assert set(drawn) <= set(PAGE_SIZES) and min(drawn) == 1 and len(set(drawn)) > 2
+    # A pass lists a location's few unfinished jobs: pages of one or two in many seeds make later pages common.
+    assert sum(size <= 2 for size in drawn) >= len(drawn) // 3
     assert drawn == [World(seed).vertex.page_size for seed in range(60)]
     assert World(3, list_page_size=7).vertex.page_size == 7
     with pytest.raises(ValueError, match="list_page_size"):
