@@ -2,7 +2,7 @@
 objects `shared.pacing` lays out under `pacing/` (docs/ARCHITECTURE.md, "Pacing creates to the
 quota").
 
-One delivery at a time holds a region's drainer lease and, for `pacer_run_seconds`, takes each
+One delivery at a time holds a region's drainer lease and, for its run (`drainer_run_seconds`), takes each
 slot, lists the whole line after the slot is ours and creates its head through the claim
 protocol (`drain`; submit's create is `shared.paced_submit`'s); on leaving it releases the lease,
 lists the line again and publishes the message of the first attempt still waiting, whose delivery
@@ -70,7 +70,7 @@ def drain(ports: Ports, location: str, create_one: Callable[[Waiting], str], log
     # From the delivery's start, not the lease's: what the delivery did before (its own claim and
     # entry) is spent of the function's timeout too, and the run's tail needs the room left.
     begun = pacer.now() if ports.started_at is None else min(pacer.now(), ports.started_at)
-    deadline = begun + ports.settings.pacer_run_seconds
+    deadline = begun + drainer_run_seconds(ports.settings)
     renewed_at = pacer.now()
     try:
         while lease is not None and pacer.wait_for_slot(location, deadline):
@@ -82,6 +82,8 @@ def drain(ports: Ports, location: str, create_one: Callable[[Waiting], str], log
             if not burst_seen and len(line) * pacer.slot_seconds > ports.settings.quota_alert_after_seconds:
                 burst_seen = True
                 _alert_quota_limited(ports, pacer, location, len(line), log)
+            if pacer.now() > deadline:
+                break  # the listing was slow: a create begun now could outlast the delivery
             head = entries[0]
             outcome = create_one(head)
             if outcome in (SETTLED, TURNED_AWAY):
@@ -117,13 +119,23 @@ def drain(ports: Ports, location: str, create_one: Callable[[Waiting], str], log
     return Drained(True, settled, rate_limited, handed_over)
 
 
+def drainer_run_seconds(settings: Settings) -> float:
+    """How long after its delivery began a drainer may still begin a create: `pacer_run_seconds`,
+    but no later than its create timeout before submit_job's function timeout. The calls around the
+    create itself (the claim before it, the adoption after it) and the hand-over that ends the run
+    are given that time too: with slow calls a create begun 34 s into a 60 s delivery took 25 s,
+    its hand-over 5 s more, and the function's timeout killed it (seed 12243). A hang's wait is not
+    covered: it excuses a push delivery (`sim.durations`)."""
+    return min(settings.pacer_run_seconds, settings.submit_timeout_seconds - settings.create_timeout_seconds)
+
+
 def busy_patience(pacer: Pacer, settings: Settings) -> int:
     """Slots a busy head is waited for: `BUSY_PATIENCE`, but at most all of the slots a run is
     sure to have but one (a run of R seconds takes at least R // slot of them). Busy turns are
     counted within a run, and the hand-over goes to a head not passed: a head waited for every
-    slot of each run (6 creates a minute, 40 s runs: 4 slots) would be handed the line again and
+    slot of each run (6 creates a minute, runs of 30 s: 3 slots) would be handed the line again and
     again, and the requests behind it wait for as long as it stays busy."""
-    sure = int(settings.pacer_run_seconds // pacer.slot_seconds)
+    sure = int(drainer_run_seconds(settings) // pacer.slot_seconds)
     return max(1, min(BUSY_PATIENCE, sure - 1))
 
 

@@ -175,8 +175,12 @@ class Settings:
     vertex_crud_per_minute: int = _env("SPOTJOBS_VERTEX_CRUD_PER_MINUTE", 600, kind="int")
     reconcile_crud_share: float = _env("SPOTJOBS_RECONCILE_CRUD_SHARE", 0.5, kind="float")
     # How long one submit_job delivery (from its start) drains the waiting queue before handing over
-    # (inside the push subscription's 60 s acknowledgement deadline, with room for its last create).
+    # (inside the push subscription's 60 s acknowledgement deadline, with room for its last create;
+    # it ends sooner where that create's timeout would not fit: `shared.pacing_drainer.drainer_run_seconds`).
     pacer_run_seconds: float = _env("SPOTJOBS_PACER_RUN_SECONDS", 40.0, kind="float")
+    # submit_job's function timeout, as Terraform deploys it (`function_config.submit_job`): a
+    # drainer begins no create whose create timeout would outlast it (`shared.pacing_drainer.drain`).
+    submit_timeout_seconds: float = _env("SPOTJOBS_SUBMIT_TIMEOUT_SECONDS", 60.0, kind="float")
     # A line that drains within this long is pacing, not a quota problem: `quota_limited` is
     # alerted only once a line needs longer (by default a minute's worth of the quota waits).
     quota_alert_after_seconds: float = _env("SPOTJOBS_QUOTA_ALERT_AFTER_SECONDS", 60.0, kind="float")
@@ -340,6 +344,12 @@ class Settings:
                 f"SPOTJOBS_CLAIM_LEASE_SECONDS={lease} must be at least twice "
                 f"SPOTJOBS_CREATE_TIMEOUT_SECONDS={timeout}: a claim holder sends its create "
                 "only while the create and a margin still fit in the lease"
+            )
+        if timeout >= self.submit_timeout_seconds:
+            raise ConfigurationError(
+                f"SPOTJOBS_CREATE_TIMEOUT_SECONDS={timeout} must be shorter than submit_job's function timeout "
+                f"SPOTJOBS_SUBMIT_TIMEOUT_SECONDS={self.submit_timeout_seconds}: a drainer begins a create only "
+                "while its timeout fits in what is left of the delivery's"
             )
 
     @property

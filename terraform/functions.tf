@@ -66,6 +66,8 @@ locals {
     SPOTJOBS_TRAINING_CLASSES           = join(",", [for c, prefix in var.training_classes : "${prefix}=${google_service_account.training_class[c].email}"])
     # A reconcile pass stops sending Vertex calls that could outlive its function (shared/reconcile_vertex.py).
     SPOTJOBS_RECONCILE_TIMEOUT_SECONDS = tostring(local.function_config["reconcile"].timeout_seconds)
+    # A drainer begins no create whose timeout would outlast its delivery (shared/pacing_drainer.py).
+    SPOTJOBS_SUBMIT_TIMEOUT_SECONDS = tostring(local.function_config["submit_job"].timeout_seconds)
   }
   settings = merge(var.settings, {
     # Jobs may only run as the training service account unless the caller widens the list (and

@@ -240,6 +240,7 @@ def function_environment() -> dict[str, str]:
     values["GOOGLE_CLOUD_PROJECT"] = "test-project"
     values["SPOTJOBS_LOCATION"] = "us-central1"
     values["SPOTJOBS_RECONCILE_TIMEOUT_SECONDS"] = "300"
+    values["SPOTJOBS_SUBMIT_TIMEOUT_SECONDS"] = "60"
     values["SPOTJOBS_TRAINING_CLASSES"] = "vision-=spotjobs-tc-vision@test-project.iam.gserviceaccount.com"
     return values
 

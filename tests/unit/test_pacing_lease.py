@@ -203,6 +203,53 @@ def test_a_run_counts_from_its_deliverys_start_not_from_its_lease(line: Line) ->
     assert len(script.tried) < 10  # the rest are handed over
 
 
+def test_a_create_is_begun_only_while_its_timeout_fits_in_what_is_left_of_the_deliverys() -> None:
+    """A drainer's create, with the calls around it (the claim, the adoption, the hand-over after
+    it), is given its create timeout: one begun later than that before submit_job's function
+    timeout ran the delivery past it when calls were slow (seed 12243: a create begun 34 s into a
+    60 s delivery took 25 s, the hand-over 5 s more). The rest of the line is handed over."""
+    line = paced_line(
+        SPOTJOBS_PACER_RUN_SECONDS="40", SPOTJOBS_CREATE_TIMEOUT_SECONDS="30", SPOTJOBS_SUBMIT_TIMEOUT_SECONDS="60"
+    )
+    for i in range(60):
+        line.wait(f"r{i:02d}")
+    started = line.clock.now = START + 100  # a slot's start: the first create at once
+    script = Script(line)
+
+    drained = drain(replace(line.ports, started_at=started), LOCATION, script, line.log.logger, line.pacer)
+
+    last_begin = started + line.settings.submit_timeout_seconds - line.settings.create_timeout_seconds
+    assert script.at and max(script.at) <= last_begin
+    assert len(script.tried) == 30  # a slot a second from the delivery's start, before its last begin
+    assert drained.handed_over == "r30"
+    assert line.clock.now <= last_begin + 1  # it handed over then, not at its run's end
+
+
+def test_a_slot_taken_in_time_whose_listing_ran_past_the_last_begin_creates_nothing_and_hands_over() -> None:
+    """Seed 12243's run listed the line and checked its burst for 4.6 s after its slot."""
+    line = paced_line(
+        SPOTJOBS_PACER_RUN_SECONDS="40", SPOTJOBS_CREATE_TIMEOUT_SECONDS="30", SPOTJOBS_SUBMIT_TIMEOUT_SECONDS="60"
+    )
+    for request_id in "ab":
+        line.wait(request_id)
+    started = line.clock.now = START + 100
+    pacer = line.pacer
+    listing = pacer.waiting
+
+    def slow_listing(location: str) -> list[Waiting]:
+        line.clock.now += 5.0
+        return listing(location)
+
+    pacer.waiting = slow_listing  # type: ignore[method-assign]
+    line.clock.now = started + 29.5  # its own claim and entry took most of the time it had
+    script = Script(line)
+
+    drained = drain(replace(line.ports, started_at=started), LOCATION, script, line.log.logger, pacer)
+
+    assert script.tried == []
+    assert drained.handed_over == "a"
+
+
 # ---- the waiting line ---------------------------------------------------------------------------
 
 
@@ -368,7 +415,9 @@ def test_a_busy_head_is_passed_within_a_run_even_at_a_pace_of_fewer_slots_a_run_
     for: waited for all of them, never passed, it was handed the line again at each run's end, and
     the request behind it waited as long as the head stayed busy (for good, were it stuck) instead
     of five slots. The patience is at most all of a run's slots but one."""
-    slow = paced_line(SPOTJOBS_VERTEX_CREATES_PER_MINUTE="6", SPOTJOBS_PACER_RUN_SECONDS="40")
+    slow = paced_line(
+        SPOTJOBS_VERTEX_CREATES_PER_MINUTE="6", SPOTJOBS_PACER_RUN_SECONDS="40", SPOTJOBS_CREATE_TIMEOUT_SECONDS="20"
+    )
     slow.wait("busy")
     slow.wait("b")
     script = Script(slow, {"busy": [BUSY]})
@@ -427,7 +476,8 @@ def test_a_head_in_doubt_is_passed_at_once(line: Line) -> None:
 
 
 def test_a_run_ends_at_its_deadline_renewing_its_lease_and_hands_over_to_the_head() -> None:
-    line = paced_line(SPOTJOBS_PACER_RUN_SECONDS="35")
+    # A create timeout short enough that the run, not the create's place in the delivery, ends it.
+    line = paced_line(SPOTJOBS_PACER_RUN_SECONDS="35", SPOTJOBS_CREATE_TIMEOUT_SECONDS="20")
     for i in range(40):
         line.wait(f"r{i:02d}")
     line.clock.now = START + 100  # a slot's start: the first create at once
