@@ -199,9 +199,11 @@ def module_name(path: str) -> str:
     return path.removeprefix(f"{KIT_SOURCE}/").removesuffix(".py").removesuffix("/__init__").replace("/", ".")
 
 
-def imported_names(source: str) -> set[str]:
+@functools.cache
+def imported_names(source: str) -> frozenset[str]:
     """Every dotted name a module imports, anywhere in it (functions import lazily here), with
-    `from a.b import c` giving both `a.b` and `a.b.c` (c may be a module)."""
+    `from a.b import c` giving both `a.b` and `a.b.c` (c may be a module). Cached by source: each
+    room's `candidate_tests` reads the same modules, and parsing them all takes seconds."""
     names: set[str] = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
@@ -209,7 +211,7 @@ def imported_names(source: str) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names.add(node.module)
             names.update(f"{node.module}.{alias.name}" for alias in node.names)
-    return names
+    return frozenset(names)
 
 
 def reaches(start: str, targets: Collection[str], imports: Mapping[str, Collection[str]]) -> bool:

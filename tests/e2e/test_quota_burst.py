@@ -1,10 +1,17 @@
 """A burst past Vertex's submission quota through the whole stack (docs/ARCHITECTURE.md, "Pacing
-creates to the quota"): the emulator at its documented 60 creates a minute, 120 requests published
+creates to the quota"): the emulator at its documented 60 creates a minute, 80 requests published
 at once, a quarter of them with a higher priority. Every request gets exactly one job, the ones
 that waited are created in their line's order within each priority, none fails or dead-letters,
 and one quota_limited alert at most. How long the drain takes against the 2-minute ideal is a
-benchmark figure (bench/bench_burst.py), not asserted here. Its own stack: the quota's minute and
-the line must be this test's alone.
+benchmark figure (bench/bench_burst.py, 120 requests), not asserted here. Its own stack: the quota's
+minute and the line must be this test's alone.
+
+Eighty requests reach every part the assertions judge, as 120 did in 40 s more: more than a
+minute of the quota, so nearly every request waits and the line outlasts
+`quota_alert_after_seconds` (the burst's alert is due); and more than one drainer run (a run lasts
+at most `pacer_run_seconds`, 40 s, so at most 39 paced creates), so the line is carried on from
+one delivery to the next, where order, exactly-once and the one alert could break. That it was
+is asserted: the pace bounds it below, however slow the machine.
 """
 
 from __future__ import annotations
@@ -22,11 +29,11 @@ from tests.conftest import isolated_stack
 
 pytestmark = pytest.mark.stack
 
-REQUESTS = 120
+REQUESTS = 80
 HIGH = 5  # every fourth request's priority
 
 
-def test_a_burst_of_120_at_60_a_minute_is_created_once_each_in_turn_with_one_alert() -> None:
+def test_a_burst_of_80_at_60_a_minute_is_created_once_each_in_turn_with_one_alert() -> None:
     run = uuid.uuid4().hex[:6]
     priorities = {f"burst-{run}-{i:03d}": HIGH if i % 4 == 0 else 0 for i in range(REQUESTS)}
     with isolated_stack(schedule={"reconcile": 30}) as stack:
@@ -42,7 +49,7 @@ def test_a_burst_of_120_at_60_a_minute_is_created_once_each_in_turn_with_one_ale
         pending = set(priorities)
 
         def all_created() -> bool:
-            # The emulator's count first, then only the requests still without their job: 120
+            # The emulator's count first, then only the requests still without their job: 80
             # ledger reads at every poll would load the machine the drain runs on.
             if stack.vertex_control("GET", "/emulator/v1/stats")["jobs_created"] < REQUESTS:
                 return False
@@ -55,18 +62,20 @@ def test_a_burst_of_120_at_60_a_minute_is_created_once_each_in_turn_with_one_ale
             )
             return not pending
 
-        # 120 creates at the pace (58 a minute) take about two minutes; a loaded machine may need more.
+        # 80 creates at the pace (58 a minute) take about 83 s; a loaded machine may need more.
         stack.wait_for(all_created, 900, "every request of the burst to have its job")
         records = {rid: ledger.get(rid) for rid in priorities}
 
         jobs = stack.vertex_control("GET", "/emulator/v1/stats")
         alerts = [a for a in stack.pull_alerts(timeout=3) if a["kind"] == "quota_limited"]
         dead = [m for m in stack.pull("dead-letter-reader", timeout=2) if _request_id(m.data) in priorities]
+        runs = [line for line in stack.function_logs("submit_job") if line.get("event") == "quota_drain"]
 
     assert jobs["jobs_created"] == REQUESTS  # one job per request: nothing doubled
     assert all(len(r.attempts) == 1 and r.status != RequestStatus.FAILED for r in records.values())
     assert dead == []
     assert len(alerts) <= 1
+    assert len([run for run in runs if run["created"]]) >= 2  # the line outlived a drainer's run
     waited: dict[int, list[str]] = defaultdict(list)
     for request_id, record in records.items():
         if record.attempts[0].waiting_since:
