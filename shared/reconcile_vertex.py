@@ -23,7 +23,9 @@ submit. A pass hands every step the clients of a `VertexPass` instead of the pla
   and one sent is counted whatever Vertex answers. The request that needed a refused call
   waits for the next pass (`deferred`), which starts at the first one deferred
   (`shared.reconcile_index.resume_at_deferred`; not at one deferred for a stalled region, see the
-  window): the listings are always made (the sweep and every answer depend on them), and counted. A cancel not sent is not forgotten: the outbox's stays pending in its
+  window): the listings are always made (the sweep and every answer depend on them), and counted,
+  and so are the sweep's cancels of strays (one per stray, once: a listing of a budget's worth of
+  pages would defer them every pass, for good; seeds 12482, 20719). A cancel not sent is not forgotten: the outbox's stays pending in its
   record (`Attempt.cancel_pending`), and a stray is still in the next pass's listing (its cancel
   said deferred at INFO, `stray_cancel_deferred`; one Vertex refused or that failed is a WARNING,
   `stray_sweep_failed`).
@@ -334,9 +336,12 @@ class VertexPass:
 
     @contextmanager
     def call(self, location: str, kind: str) -> Iterator[None]:
-        """Around one call of `kind` to `location`: the window judges it, then the budget spends it."""
+        """Around one call of `kind` to `location`: the window judges it, then the budget spends it.
+        The sweep's cancel of a stray is spent past the budget, as the listing is: a location whose
+        unfinished jobs take a budget's worth of pages would otherwise defer it every pass, for
+        good (seeds 12482, 20719); one per stray, once (a CANCELLING stray is sent none)."""
         with self.window.sending(location):
-            self._spend(kind)
+            self._spend(kind, force=kind == "cancel" and self.window.sweeping)
             yield
 
     def next_page(self, location: str, *, force: bool = False) -> None:

@@ -3,12 +3,15 @@
 and the outbox's alike) in any minute, the rest deferred to the next pass (docs/ARCHITECTURE.md,
 "The flow", step 3; docs/performance.md, "How it scales", the CRUD table's reconcile row).
 
-The one exception the docs make (shared/reconcile_vertex.py, "The budget": "the listings are always
+The exceptions the docs make (shared/reconcile_vertex.py, "The budget": first, "the listings are always
 made ... and counted"): a pass's listing of a location, this deployment's unfinished jobs
 (`unfinished_jobs_filter`), the first list with that filter the pass sends there, every page of it
 ("a list's next page" is spent as the listing is, forced: `VertexPass.next_page`). It is sent past
 a spent budget, and it counts in the minute for every call after it. Any later list with that filter
-(the sweep's own list where the listing failed) is budgeted like any other call.
+(the sweep's own list where the listing failed) is budgeted like any other call. Second (the
+same section: "and so are the sweep's cancels of strays"): the first cancel of a stray, a job no
+attempt of its request's record names (as the record ends, or deleted by a person), is spent as a listing is;
+a listing of a budget's worth of pages would defer it every pass, for good (seeds 12482, 20719).
 
 A pass sends no other call (shared/reconcile_vertex.py, "Only these calls"): a create is judged by
 Vertex's submission quota, not the CRUD one, and neither the budget nor the window would see it, so
@@ -48,8 +51,13 @@ def reconcile_within_crud_budget(world: World) -> list[Violation]:
     budget = pass_budget(world)
     listing_filter = unfinished_jobs_filter(world.settings.deployment_label)
     by_pass: dict[object, list[PassCall]] = collections.defaultdict(list)
+    strays = _strays(world)
+    first_cancels: set[int] = set()  # the first cancel reconcile sent to each stray: spent past the budget
     for call in world.vertex.pass_calls:
         by_pass[call.sender].append(call)
+        if call.operation == "cancel" and call.job in strays:
+            strays.discard(call.job)
+            first_cancels.add(id(call))
     found = []
     for ordinal, calls in enumerate(by_pass.values(), 1):
         listed: set[str] = set()
@@ -64,7 +72,7 @@ def reconcile_within_crud_budget(world: World) -> list[Violation]:
             if first_page:
                 listed.add(call.location)
                 listings.add(call.listing)
-            elif call.listing not in listings and len(minute) >= budget:
+            elif call.listing not in listings and id(call) not in first_cancels and len(minute) >= budget:
                 over.append(call)
             minute.append(call)
         if unbudgeted:
@@ -88,6 +96,21 @@ def reconcile_within_crud_budget(world: World) -> list[Violation]:
                 )
             )
     return found
+
+
+def _strays(world: World) -> set[str]:
+    """The jobs no attempt of their request's record names: the record as it ends, or none since a
+    person deleted it (a job of a request never recorded is no sweep's)."""
+    from sim.invariants import records
+
+    by_id = {record.request_id: record for record in records(world)}
+    deleted = world.tampering.deleted_records
+    return {
+        name
+        for name, job in world.vertex.jobs.items()
+        if (job.request_id in by_id and all(a.job != name for a in by_id[job.request_id].attempts))
+        or (job.request_id not in by_id and job.request_id in deleted)
+    }
 
 
 def _kinds(calls: list[PassCall]) -> str:

@@ -207,6 +207,7 @@ class PassCall:
     location: str
     query: str = ""  # a list's filter: the pass's listing of a location is told apart by it
     listing: int = 0  # a list's pager, the same for each of its pages (0: not a list)
+    job: str = ""  # a cancel's job: the sweep's first cancel of a stray is spent as a listing is
 
 
 @dataclass(slots=True)
@@ -363,16 +364,17 @@ class SimVertex:
         location: str = "",
         query: str = "",
         listing: int = 0,
+        job: str = "",
     ) -> Any:
         """One call through the world's `io`, which a hang keeps waiting for `timeout` seconds.
         `location`: the call's, kept with its pass when reconcile sends it (`pass_calls`), with a
-        list's filter and pager (`listing`)."""
+        list's filter and pager (`listing`), or a cancel's job."""
         self.call_timeouts[(self.caller(), operation, timeout)] += 1
         if not location or self.caller() != "reconcile":
             return self.io("vertex", operation, perform, timeout=timeout, location=location)
         from google.api_core.exceptions import DeadlineExceeded, ServiceUnavailable
 
-        self.pass_calls.append(PassCall(self.clock(), self.sender(), operation, location, query, listing))
+        self.pass_calls.append(PassCall(self.clock(), self.sender(), operation, location, query, listing, job))
         sent = len(self.pass_calls) - 1
         try:
             return self.io("vertex", operation, perform, timeout=timeout, location=location)
@@ -579,7 +581,7 @@ class SimVertex:
             self._cancel(job)
             self.cancels.append((self.clock(), name, self.caller()))
 
-        self._call("cancel", perform, timeout, _location(name))
+        self._call("cancel", perform, timeout, _location(name), job=name)
 
     def _cancel(self, job: SimJob) -> None:
         if job.state != "JOB_STATE_CANCELLING":

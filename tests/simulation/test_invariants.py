@@ -980,6 +980,32 @@ def test_a_pass_whose_listing_pages_past_its_crud_budget_is_not_flagged(world: W
     assert reconcile_budget.reconcile_within_crud_budget(world) == []
 
 
+def test_a_stray_s_first_cancel_past_the_crud_budget_is_the_sweep_s_and_a_second_is_caught(world: World) -> None:
+    """Seeds 12482, 20719: a listing of pages of one job spent the budget every pass, and the
+    sweep's cancel of a person's console copy was deferred by each, for good. The sweep's first
+    cancel of a stray is spent as the listing is; a recorded job's cancel, or a stray's second,
+    is still judged against the budget."""
+    from sim import reconcile_budget
+    from sim.world import Task
+
+    world.settings = dataclasses.replace(world.settings, vertex_crud_per_minute=20, reconcile_crud_share=0.25)
+    recorded = job(world, "r1", 1)
+    record(world, "r1", RequestStatus.RUNNING, attempt(1, recorded.name))
+    copy = job(world, "r1", 1)  # the re-run in the console
+    client = world.vertex("us-central1")
+    timeout = world.settings.vertex_call_timeout_seconds
+    world._current = Task("reconcile", lambda: None, faulty=False, whole=True)  # noqa: SLF001 - a pass in flight
+    for _ in range(5):  # the budget spent
+        client.get_custom_job(name=recorded.name, timeout=timeout)
+    client.cancel_custom_job(name=copy.name, timeout=timeout)
+    assert reconcile_budget.reconcile_within_crud_budget(world) == []
+
+    client.cancel_custom_job(name=copy.name, timeout=timeout)
+    world._current = None  # noqa: SLF001
+    [found] = reconcile_budget.reconcile_within_crud_budget(world)
+    assert "1 cancel call(s) past its budget of 5" in found.detail
+
+
 def test_a_create_a_pass_sends_is_caught_within_its_budget_or_not(world: World) -> None:
     """A pass's budget and window judge its gets, lists and cancels; a create (Vertex's submission
     quota, not the CRUD one) is none of them, and a pass sends none. Its client once forwarded any
