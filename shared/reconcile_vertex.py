@@ -24,8 +24,8 @@ submit. A pass hands every step the clients of a `VertexPass` instead of the pla
   waits for the next pass (`deferred`), which starts at the first one deferred
   (`shared.reconcile_index.resume_at_deferred`; not at one deferred for a stalled region, see the
   window): the listings are always made (the sweep and every answer depend on them), and counted,
-  and so are the sweep's cancels of strays (one per stray, once: a listing of a budget's worth of
-  pages would defer them every pass, for good; seeds 12482, 20719). A cancel not sent is not forgotten: the outbox's stays pending in its
+  and so are the sweep's cancels of strays (one per stray a pass, until Vertex takes one: a listing of a budget's worth of
+  pages would defer them every pass, for good; seeds 12482, 20719, 21001). A cancel not sent is not forgotten: the outbox's stays pending in its
   record (`Attempt.cancel_pending`), and a stray is still in the next pass's listing (its cancel
   said deferred at INFO, `stray_cancel_deferred`; one Vertex refused or that failed is a WARNING,
   `stray_sweep_failed`).
@@ -339,7 +339,8 @@ class VertexPass:
         """Around one call of `kind` to `location`: the window judges it, then the budget spends it.
         The sweep's cancel of a stray is spent past the budget, as the listing is: a location whose
         unfinished jobs take a budget's worth of pages would otherwise defer it every pass, for
-        good (seeds 12482, 20719); one per stray, once (a CANCELLING stray is sent none)."""
+        good (seeds 12482, 20719); one per stray a pass, until Vertex takes one (a CANCELLING stray
+        is sent none; one refused is sent again, its alert saying the next pass cancels it)."""
         with self.window.sending(location):
             self._spend(kind, force=kind == "cancel" and self.window.sweeping)
             yield

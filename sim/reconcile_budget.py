@@ -9,9 +9,12 @@ made ... and counted"): a pass's listing of a location, this deployment's unfini
 ("a list's next page" is spent as the listing is, forced: `VertexPass.next_page`). It is sent past
 a spent budget, and it counts in the minute for every call after it. Any later list with that filter
 (the sweep's own list where the listing failed) is budgeted like any other call. Second (the
-same section: "and so are the sweep's cancels of strays"): the first cancel of a stray, a job no
+same section: "and so are the sweep's cancels of strays"): a pass's first cancel of a stray, a job no
 attempt of its request's record names (as the record ends, or deleted by a person), is spent as a listing is;
-a listing of a budget's worth of pages would defer it every pass, for good (seeds 12482, 20719).
+a listing of a budget's worth of pages would defer it every pass, for good (seeds 12482, 20719). Each
+pass sends it again until Vertex takes one (a cancel refused with a 403, or unanswered, leaves the stray
+live: the refusal's alert says "the next pass cancels it" once the permission is granted; seed 21001);
+a second in one pass, or one after Vertex took one (the stray is CANCELLING), is judged by the budget.
 
 A pass sends no other call (shared/reconcile_vertex.py, "Only these calls"): a create is judged by
 Vertex's submission quota, not the CRUD one, and neither the budget nor the window would see it, so
@@ -24,7 +27,7 @@ The stand-in keeps every call reconcile sends with the pass (the world's task) t
 from __future__ import annotations
 
 import collections
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from shared.adapters.vertex import unfinished_jobs_filter
@@ -52,12 +55,16 @@ def reconcile_within_crud_budget(world: World) -> list[Violation]:
     listing_filter = unfinished_jobs_filter(world.settings.deployment_label)
     by_pass: dict[object, list[PassCall]] = collections.defaultdict(list)
     strays = _strays(world)
-    first_cancels: set[int] = set()  # the first cancel reconcile sent to each stray: spent past the budget
+    taken = _taken_cancels(world)
+    sweep_cancels: set[int] = set()  # each pass's first cancel of a stray Vertex had not yet taken: past the budget
+    cancelled_in_pass: set[tuple[object, str]] = set()
     for call in world.vertex.pass_calls:
         by_pass[call.sender].append(call)
-        if call.operation == "cancel" and call.job in strays:
-            strays.discard(call.job)
-            first_cancels.add(id(call))
+        if call.operation != "cancel" or call.job not in strays or (call.sender, call.job) in cancelled_in_pass:
+            continue
+        cancelled_in_pass.add((call.sender, call.job))
+        if not any(at < call.at for at in taken.get(call.job, ())):
+            sweep_cancels.add(id(call))
     found = []
     for ordinal, calls in enumerate(by_pass.values(), 1):
         listed: set[str] = set()
@@ -72,7 +79,7 @@ def reconcile_within_crud_budget(world: World) -> list[Violation]:
             if first_page:
                 listed.add(call.location)
                 listings.add(call.listing)
-            elif call.listing not in listings and id(call) not in first_cancels and len(minute) >= budget:
+            elif call.listing not in listings and id(call) not in sweep_cancels and len(minute) >= budget:
                 over.append(call)
             minute.append(call)
         if unbudgeted:
@@ -111,6 +118,15 @@ def _strays(world: World) -> set[str]:
         if (job.request_id in by_id and all(a.job != name for a in by_id[job.request_id].attempts))
         or (job.request_id not in by_id and job.request_id in deleted)
     }
+
+
+def _taken_cancels(world: World) -> dict[str, list[datetime]]:
+    """When Vertex took each job's cancels (whoever sent them): a stray it took one of is CANCELLING,
+    and the sweep sends it none."""
+    taken: dict[str, list[datetime]] = collections.defaultdict(list)
+    for at, name, _caller in world.vertex.cancels:
+        taken[name].append(at)
+    return taken
 
 
 def _kinds(calls: list[PassCall]) -> str:

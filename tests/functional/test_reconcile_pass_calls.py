@@ -151,7 +151,7 @@ def test_a_stray_is_cancelled_though_the_listing_spent_the_budget(world: World, 
     """The listing is made whatever the budget; a location whose unfinished jobs take as many
     pages as the budget's minute would spend it every pass, and a stray's cancel deferred by the
     budget would be deferred again by each next pass, for good (seeds 12482, 20719). The sweep's
-    cancel is sent and counted past the budget, as the listing is: one per stray, once."""
+    cancel is sent and counted past the budget, as the listing is: one per stray a pass."""
     stray = a_stray(world)
     spend_the_budget(world, clock)
     log = CapturedLog()

@@ -983,8 +983,8 @@ def test_a_pass_whose_listing_pages_past_its_crud_budget_is_not_flagged(world: W
 def test_a_stray_s_first_cancel_past_the_crud_budget_is_the_sweep_s_and_a_second_is_caught(world: World) -> None:
     """Seeds 12482, 20719: a listing of pages of one job spent the budget every pass, and the
     sweep's cancel of a person's console copy was deferred by each, for good. The sweep's first
-    cancel of a stray is spent as the listing is; a recorded job's cancel, or a stray's second,
-    is still judged against the budget."""
+    cancel of a stray is spent as the listing is; a recorded job's cancel, or a stray's second in
+    the same pass, is still judged against the budget."""
     from sim import reconcile_budget
     from sim.world import Task
 
@@ -1004,6 +1004,50 @@ def test_a_stray_s_first_cancel_past_the_crud_budget_is_the_sweep_s_and_a_second
     world._current = None  # noqa: SLF001
     [found] = reconcile_budget.reconcile_within_crud_budget(world)
     assert "1 cancel call(s) past its budget of 5" in found.detail
+
+
+def test_a_refused_stray_cancel_is_sent_again_past_the_crud_budget_by_each_pass_until_vertex_takes_it(
+    world: World,
+) -> None:
+    """Seed 21001: cancel was refused (403) in us-central1 for good, and a person deleted a
+    record while its create was out; its job, a stray, stayed live. Every pass's listing spent the
+    budget and its sweep sent the stray's cancel again past it, refused each time: the alert's
+    "the next pass cancels it" needs that resend, once the permission is granted. One a pass, not
+    a second in the same pass, and none once Vertex took one (the stray is then CANCELLING)."""
+    from sim import reconcile_budget
+    from sim.faults import Refusal
+    from sim.world import Task
+
+    world.settings = dataclasses.replace(world.settings, vertex_crud_per_minute=20, reconcile_crud_share=0.25)
+    recorded = job(world, "r1", 1)
+    record(world, "r1", RequestStatus.RUNNING, attempt(1, recorded.name))
+    copy = job(world, "r1", 1)  # the re-run in the console
+    client = world.vertex("us-central1")
+    timeout = world.settings.vertex_call_timeout_seconds
+    refusal = Refusal("cancel", "us-central1", world.clock.now(), None)
+    world.vertex.refusals.append(refusal)
+
+    def a_pass(cancels: int) -> None:
+        world._current = Task("reconcile", lambda: None, faulty=False, whole=True)  # noqa: SLF001 - a pass in flight
+        for _ in range(5):  # the listing's pages spent the budget
+            client.get_custom_job(name=recorded.name, timeout=timeout)
+        for _ in range(cancels):
+            try:
+                client.cancel_custom_job(name=copy.name, timeout=timeout)
+            except (api.PermissionDenied, api.FailedPrecondition):  # refused, or ended since it was taken
+                pass
+        world._current = None  # noqa: SLF001
+        world.clock.advance(300)
+
+    a_pass(1)
+    a_pass(1)  # the first was refused: the next pass sends it again
+    world.vertex.refusals.remove(refusal)  # the permission granted
+    a_pass(1)  # Vertex takes it: the stray is CANCELLING
+    assert reconcile_budget.reconcile_within_crud_budget(world) == []
+
+    a_pass(2)  # one after Vertex took one, and a second in the same pass
+    [found] = reconcile_budget.reconcile_within_crud_budget(world)
+    assert "reconcile pass 4 sent 2 cancel call(s) past its budget of 5" in found.detail
 
 
 def test_a_create_a_pass_sends_is_caught_within_its_budget_or_not(world: World) -> None:
