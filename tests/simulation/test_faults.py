@@ -418,6 +418,25 @@ def test_a_hung_vertex_call_raises_deadline_exceeded_once_the_timeout_the_code_p
     assert [(f.kind, f.where) for f in world.faults] == [("hang", "vertex.get")]
 
 
+def test_a_hung_reconcile_list_that_vertex_did_is_no_ask_for_the_deadline_rule() -> None:
+    """Seed 20835 (on 8900578): us-central1 stalled (every call ran out its timeout) for 8 hours,
+    yet half its hung lists, done at Vertex, were counted as asked, so `deadlines_met` judged a
+    deadline nobody could ask. A pass whose reply never came decided on nothing it listed."""
+    world = hanging_world()
+    task = world._current  # noqa: SLF001
+    assert task is not None
+    parent = {"parent": f"projects/{world.settings.project}/locations/us-central1"}
+    world._hang_rng.random = lambda: 0.0  # type: ignore[method-assign] # noqa: SLF001 - it hangs, and was done
+
+    with pytest.raises(api.DeadlineExceeded):
+        world.vertex.list_custom_jobs(parent, timeout=30.0)
+    assert task.asks == []
+
+    world._hang_rng.random = lambda: 1.0  # type: ignore[method-assign] # noqa: SLF001 - it answers
+    world.vertex.list_custom_jobs(parent, timeout=30.0)
+    assert [location for location, _ in task.asks] == ["us-central1"]
+
+
 def test_a_hung_call_that_never_reached_vertex_did_nothing() -> None:
     world = hanging_world()
     draws = iter((0.0, 1.0))  # it hangs; it was not done
